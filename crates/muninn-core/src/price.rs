@@ -1,0 +1,310 @@
+//! The price table: a TOML data file the user can edit, loaded and validated once at start.
+//!
+//! The default table is embedded ([`PriceTable::embedded`]); `--prices <file>` replaces it. Every
+//! rate is resolved to integer micro-dollars per million tokens at load, so pricing a request is
+//! integer arithmetic. Looking up a model that the table does not know is an error that names the
+//! model ([`PriceError::UnknownModel`]): an unknown model is never priced at zero.
+
+use crate::money::{MicroUsd, Rate, Tokens};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The embedded default price table (`crates/muninn-core/prices.toml`).
+pub const EMBEDDED_PRICES: &str = include_str!("../prices.toml");
+
+/// Errors from loading a price table or looking a model up in it.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PriceError {
+    /// The file is not valid TOML or does not have the expected shape. Not retryable: fix the file.
+    #[error("price table {source_name}: {message}")]
+    Parse {
+        /// Where the table came from (a path, or `embedded`).
+        source_name: String,
+        /// What the TOML parser said.
+        message: String,
+    },
+    /// A value is out of range (a negative or non-finite price, a zero window, a duplicate model).
+    #[error("price table {source_name}: model {model}: {message}")]
+    Invalid {
+        /// Where the table came from.
+        source_name: String,
+        /// The model entry at fault.
+        model: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// No entry matches this model. Add it to the price table (see `--prices`).
+    #[error(
+        "unknown model {model:?}: it is not in the price table; add a [[model]] entry for it (see --prices)"
+    )]
+    UnknownModel {
+        /// The model name as it appeared in the request or trace.
+        model: String,
+    },
+}
+
+/// One model's resolved prices and cache parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelPrice {
+    /// The table's canonical name for the model.
+    pub name: String,
+    /// Uncached input, per million tokens.
+    pub input: Rate,
+    /// Output, per million tokens.
+    pub output: Rate,
+    /// Cache read, per million tokens.
+    pub read: Rate,
+    /// 5-minute cache write, per million tokens.
+    pub write_5m: Rate,
+    /// 1-hour cache write, per million tokens.
+    pub write_1h: Rate,
+    /// The smallest prefix the provider will cache, in tokens.
+    pub min_cacheable: Tokens,
+    /// The model's context window, in tokens.
+    pub context_window: Tokens,
+}
+
+impl ModelPrice {
+    /// The cost of a request's usage under these prices.
+    pub fn cost(&self, usage: &crate::trace::Usage) -> MicroUsd {
+        MicroUsd::of(usage.input, self.input)
+            + MicroUsd::of(usage.cache_write_5m, self.write_5m)
+            + MicroUsd::of(usage.cache_write_1h, self.write_1h)
+            + MicroUsd::of(usage.cache_read, self.read)
+            + MicroUsd::of(usage.output, self.output)
+    }
+
+    /// The write rate for a TTL tier.
+    pub fn write(&self, ttl: crate::cache::Ttl) -> Rate {
+        match ttl {
+            crate::cache::Ttl::FiveMinutes => self.write_5m,
+            crate::cache::Ttl::OneHour => self.write_1h,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceFile {
+    #[serde(default)]
+    defaults: Defaults,
+    #[serde(default)]
+    model: Vec<ModelEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Defaults {
+    #[serde(default = "default_read")]
+    read: f64,
+    #[serde(default = "default_write_5m")]
+    write_5m: f64,
+    #[serde(default = "default_write_1h")]
+    write_1h: f64,
+    #[serde(default = "default_min_cacheable")]
+    min_cacheable: u64,
+    #[serde(default = "default_window")]
+    context_window: u64,
+}
+
+fn default_read() -> f64 {
+    0.1
+}
+fn default_write_5m() -> f64 {
+    1.25
+}
+fn default_write_1h() -> f64 {
+    2.0
+}
+fn default_min_cacheable() -> u64 {
+    1024
+}
+fn default_window() -> u64 {
+    200_000
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            read: default_read(),
+            write_5m: default_write_5m(),
+            write_1h: default_write_1h(),
+            min_cacheable: default_min_cacheable(),
+            context_window: default_window(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelEntry {
+    name: String,
+    #[serde(default, rename = "match")]
+    matches: Vec<String>,
+    input: f64,
+    output: f64,
+    read: Option<f64>,
+    write_5m: Option<f64>,
+    write_1h: Option<f64>,
+    min_cacheable: Option<u64>,
+    context_window: Option<u64>,
+}
+
+/// A validated price table. Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub struct PriceTable {
+    models: Arc<Vec<ModelPrice>>,
+    exact: Arc<HashMap<String, usize>>,
+    /// `(prefix, index)`, longest prefix first.
+    prefixes: Arc<Vec<(String, usize)>>,
+}
+
+impl PriceTable {
+    /// The embedded default table.
+    pub fn embedded() -> PriceTable {
+        // The embedded table is checked by a unit test, so this cannot fail in a released build;
+        // an empty table is the fallback rather than a panic.
+        PriceTable::parse(EMBEDDED_PRICES, "embedded").unwrap_or_else(|_| PriceTable {
+            models: Arc::new(Vec::new()),
+            exact: Arc::new(HashMap::new()),
+            prefixes: Arc::new(Vec::new()),
+        })
+    }
+
+    /// Parses and validates a table. `source_name` is used in error messages.
+    pub fn parse(text: &str, source_name: &str) -> Result<PriceTable, PriceError> {
+        let file: PriceFile = toml::from_str(text).map_err(|e| PriceError::Parse {
+            source_name: source_name.to_string(),
+            message: e.to_string(),
+        })?;
+        let d = &file.defaults;
+        let mut models = Vec::new();
+        let mut exact = HashMap::new();
+        let mut prefixes = Vec::new();
+        for entry in &file.model {
+            let invalid = |message: &str| PriceError::Invalid {
+                source_name: source_name.to_string(),
+                model: entry.name.clone(),
+                message: message.to_string(),
+            };
+            let read = entry.read.unwrap_or(d.read);
+            let write_5m = entry.write_5m.unwrap_or(d.write_5m);
+            let write_1h = entry.write_1h.unwrap_or(d.write_1h);
+            for (what, v) in [
+                ("input", entry.input),
+                ("output", entry.output),
+                ("read", read),
+                ("write_5m", write_5m),
+                ("write_1h", write_1h),
+            ] {
+                if !v.is_finite() || v < 0.0 {
+                    return Err(invalid(&format!("{what} must be a finite, non-negative number")));
+                }
+            }
+            if entry.input == 0.0 {
+                return Err(invalid("input price is zero; a free model must still be priced explicitly above zero"));
+            }
+            let window = entry.context_window.unwrap_or(d.context_window);
+            if window == 0 {
+                return Err(invalid("context_window must be positive"));
+            }
+            let input = Rate::from_usd_per_mtok(entry.input);
+            let ppm = |m: f64| (m * 1_000_000.0).round() as u64;
+            let index = models.len();
+            let price = ModelPrice {
+                name: entry.name.clone(),
+                input,
+                output: Rate::from_usd_per_mtok(entry.output),
+                read: input.scaled_ppm(ppm(read)),
+                write_5m: input.scaled_ppm(ppm(write_5m)),
+                write_1h: input.scaled_ppm(ppm(write_1h)),
+                min_cacheable: entry.min_cacheable.unwrap_or(d.min_cacheable),
+                context_window: window,
+            };
+            if exact.insert(entry.name.clone(), index).is_some() {
+                return Err(invalid("the model is listed twice"));
+            }
+            for pattern in &entry.matches {
+                match pattern.strip_suffix('*') {
+                    Some(prefix) => prefixes.push((prefix.to_string(), index)),
+                    None => {
+                        if exact.insert(pattern.clone(), index).is_some() {
+                            return Err(invalid(&format!("the name {pattern:?} is listed twice")));
+                        }
+                    }
+                }
+            }
+            models.push(price);
+        }
+        prefixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+        Ok(PriceTable {
+            models: Arc::new(models),
+            exact: Arc::new(exact),
+            prefixes: Arc::new(prefixes),
+        })
+    }
+
+    /// The prices for `model`: an exact name first, then the longest matching `prefix*` pattern.
+    pub fn model(&self, model: &str) -> Result<&ModelPrice, PriceError> {
+        if let Some(&i) = self.exact.get(model) {
+            return Ok(&self.models[i]);
+        }
+        self.prefixes
+            .iter()
+            .find(|(prefix, _)| model.starts_with(prefix.as_str()))
+            .map(|&(_, i)| &self.models[i])
+            .ok_or_else(|| PriceError::UnknownModel {
+                model: model.to_string(),
+            })
+    }
+
+    /// Every model in the table, in file order.
+    pub fn models(&self) -> &[ModelPrice] {
+        &self.models
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_table_loads_and_resolves_dated_snapshots() {
+        let table = PriceTable::parse(EMBEDDED_PRICES, "embedded").expect("embedded table is valid");
+        let sonnet = table.model("claude-sonnet-4-5-20250929").expect("dated sonnet");
+        assert_eq!(sonnet.name, "claude-sonnet-4-5");
+        assert_eq!(sonnet.input, Rate(3_000_000));
+        assert_eq!(sonnet.write_5m, Rate(3_750_000));
+        assert_eq!(sonnet.write_1h, Rate(6_000_000));
+        assert_eq!(sonnet.read, Rate(300_000));
+        let opus55 = table.model("claude-opus-5-5").expect("opus 5.5");
+        assert_eq!(opus55.read, Rate(200_000));
+        assert_eq!(opus55.write_1h, Rate(8_000_000));
+        assert_eq!(opus55.min_cacheable, 512);
+        assert_eq!(table.model("claude-opus-4-6").map(|m| m.min_cacheable), Ok(4096));
+        // `claude-opus-4-1` must not be taken for `claude-opus-4` by a shorter prefix.
+        assert_eq!(table.model("claude-opus-4-1-20250805").map(|m| m.name.as_str()), Ok("claude-opus-4-1"));
+    }
+
+    #[test]
+    fn an_unknown_model_is_a_named_error() {
+        let table = PriceTable::embedded();
+        assert_eq!(
+            table.model("claude-fable-5-1"),
+            Err(PriceError::UnknownModel { model: "claude-fable-5-1".into() })
+        );
+    }
+
+    #[test]
+    fn invalid_tables_are_rejected_with_the_model_named() {
+        let negative = "[[model]]\nname='x'\ninput=-1.0\noutput=1.0\n";
+        assert!(matches!(PriceTable::parse(negative, "t"), Err(PriceError::Invalid { model, .. }) if model == "x"));
+        let duplicate = "[[model]]\nname='x'\ninput=1.0\noutput=1.0\n[[model]]\nname='x'\ninput=1.0\noutput=1.0\n";
+        assert!(matches!(PriceTable::parse(duplicate, "t"), Err(PriceError::Invalid { .. })));
+        let unknown_field = "[[model]]\nname='x'\ninput=1.0\noutput=1.0\nwrite=2.0\n";
+        assert!(matches!(PriceTable::parse(unknown_field, "t"), Err(PriceError::Parse { .. })));
+        let zero = "[[model]]\nname='x'\ninput=0.0\noutput=1.0\n";
+        assert!(matches!(PriceTable::parse(zero, "t"), Err(PriceError::Invalid { .. })));
+    }
+}

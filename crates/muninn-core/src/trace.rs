@@ -1,0 +1,179 @@
+//! Normalised traces: what every importer produces and the replay engine consumes.
+//!
+//! A [`Trace`] is one thread of one session on one model — the unit the provider's prompt cache
+//! is scoped to (the cache is per model, and sub-agents have their own system prompt). Each
+//! [`TraceRequest`] is one API request with its recorded [`Usage`] and time. Nothing else of the
+//! conversation is kept: the replay engine reconstructs the session's growth from the usage alone.
+//!
+//! # JSON Lines format (`muninn import` output)
+//!
+//! A stored trace file is JSON Lines. The first line is the header, every later line one request:
+//!
+//! ```text
+//! {"type":"trace","id":"<session>/<thread>/<model>","session":"…","thread":"main","kind":"main","model":"claude-opus-4-6","source":"…"}
+//! {"type":"request","at_ms":1770757916846,"usage":{"input":3,"cache_write_5m":0,"cache_write_1h":13835,"cache_read":11515,"output":13},"boundary":true}
+//! ```
+
+use crate::money::Tokens;
+use serde::{Deserialize, Serialize};
+
+/// The token usage of one request, as the provider reported it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Usage {
+    /// Input tokens neither read from nor written to the cache (after the last breakpoint).
+    #[serde(default)]
+    pub input: Tokens,
+    /// Tokens written to the cache with the 5-minute TTL.
+    #[serde(default)]
+    pub cache_write_5m: Tokens,
+    /// Tokens written to the cache with the 1-hour TTL.
+    #[serde(default)]
+    pub cache_write_1h: Tokens,
+    /// Tokens read from the cache.
+    #[serde(default)]
+    pub cache_read: Tokens,
+    /// Output tokens.
+    #[serde(default)]
+    pub output: Tokens,
+}
+
+impl Usage {
+    /// The whole prompt: uncached + written + read.
+    pub fn prompt(&self) -> Tokens {
+        self.input + self.cache_write_5m + self.cache_write_1h + self.cache_read
+    }
+
+    /// All tokens written to the cache.
+    pub fn written(&self) -> Tokens {
+        self.cache_write_5m + self.cache_write_1h
+    }
+
+    /// Component-wise sum.
+    pub fn add(&mut self, other: &Usage) {
+        self.input += other.input;
+        self.cache_write_5m += other.cache_write_5m;
+        self.cache_write_1h += other.cache_write_1h;
+        self.cache_read += other.cache_read;
+        self.output += other.output;
+    }
+}
+
+/// What kind of thread a trace is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThreadKind {
+    /// The session's main conversation.
+    Main,
+    /// A sub-agent (Claude Code `Task`/`Agent` tool, `isSidechain: true`).
+    Subagent,
+    /// A compaction request's own thread (Claude Code `agent-acompact-*`).
+    Compaction,
+    /// A thread from muninn's own ledger (Persona or Self of a Mind).
+    Mind,
+}
+
+/// One API request of a trace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceRequest {
+    /// When the request was made, Unix milliseconds. Claude Code records when the response was
+    /// written; importers use the earliest line of the response, which is within a second or so
+    /// of the request start for the short first block.
+    pub at_ms: i64,
+    /// The usage the provider reported.
+    pub usage: Usage,
+    /// Whether this request begins a new user turn (a human message or a new delivery), as
+    /// opposed to continuing a tool loop. Refreshes happen only at boundaries.
+    #[serde(default)]
+    pub boundary: bool,
+    /// Whether the source recorded a compaction (a rewrite of the conversation) just before this
+    /// request.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub compacted: bool,
+    /// Content blocks added to the prompt since the previous request of the thread, when known
+    /// (0 = unknown). Used by the cache model's 20-block lookback.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub blocks_added: u32,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl TraceRequest {
+    /// The TTL tier the request wrote in, if it wrote anything (1h wins if both appear).
+    pub fn write_ttl(&self) -> Option<crate::cache::Ttl> {
+        if self.usage.cache_write_1h > 0 {
+            Some(crate::cache::Ttl::OneHour)
+        } else if self.usage.cache_write_5m > 0 {
+            Some(crate::cache::Ttl::FiveMinutes)
+        } else {
+            None
+        }
+    }
+}
+
+/// One thread of one session on one model, in request order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trace {
+    /// Stable identifier, `<session>/<thread>/<model>`.
+    pub id: String,
+    /// The session (conversation) id in the source.
+    pub session: String,
+    /// The thread within the session: `main`, or the sub-agent's id.
+    pub thread: String,
+    /// What kind of thread this is.
+    pub kind: ThreadKind,
+    /// The model every request of this trace was sent to.
+    pub model: String,
+    /// Where the trace came from (a path, for messages).
+    pub source: String,
+    /// The requests, sorted by time.
+    pub requests: Vec<TraceRequest>,
+}
+
+impl Trace {
+    /// The TTL the trace's writes used: 1h if any request wrote at 1h, else 5m.
+    pub fn recorded_ttl(&self) -> crate::cache::Ttl {
+        if self.requests.iter().any(|r| r.usage.cache_write_1h > 0) {
+            crate::cache::Ttl::OneHour
+        } else {
+            crate::cache::Ttl::FiveMinutes
+        }
+    }
+
+    /// The sum of the recorded usage.
+    pub fn total_usage(&self) -> Usage {
+        let mut total = Usage::default();
+        for r in &self.requests {
+            total.add(&r.usage);
+        }
+        total
+    }
+}
+
+/// A line of the stored trace format (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TraceLine {
+    /// The header: everything about the trace but its requests.
+    Trace {
+        /// See [`Trace::id`].
+        id: String,
+        /// See [`Trace::session`].
+        session: String,
+        /// See [`Trace::thread`].
+        thread: String,
+        /// See [`Trace::kind`].
+        kind: ThreadKind,
+        /// See [`Trace::model`].
+        model: String,
+        /// See [`Trace::source`].
+        source: String,
+    },
+    /// One request.
+    Request(TraceRequest),
+}

@@ -1,0 +1,4 @@
+//! muninn-core's one integration-test binary (one binary per crate: far less linking on 2 cores).
+
+mod cache;
+mod replay;

@@ -1,0 +1,1 @@
+//! Cache-model rules, one test per rule, and property tests.

@@ -1,0 +1,1 @@
+//! Replay engine, policies and the optimum.

@@ -1,0 +1,2 @@
+//! The muninn command line (being written).
+fn main() {}
