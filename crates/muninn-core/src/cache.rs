@@ -324,7 +324,6 @@ impl CacheState {
             }
             let Some(cache) = cache else { break };
             let lowest_block = bp.block.saturating_sub(rules.lookback_blocks);
-            let mut found_live = false;
             for cp in cps[..=bi].iter().rev() {
                 if cp.block < lowest_block {
                     break;
@@ -340,12 +339,10 @@ impl CacheState {
                                 ..*entry
                             },
                         ));
-                        found_live = true;
                         break;
                     }
                 }
             }
-            let _ = found_live;
         }
 
         // Writes: every eligible breakpoint beyond the read point writes the span since the
@@ -403,7 +400,13 @@ impl CacheState {
 
     /// Applies a prediction made on this state (refreshes and writes), pruning dead entries when a
     /// model holds more than the rules allow.
-    pub fn commit(&mut self, model: &str, prediction: &Prediction, now_ms: i64, rules: &CacheRules) {
+    pub fn commit(
+        &mut self,
+        model: &str,
+        prediction: &Prediction,
+        now_ms: i64,
+        rules: &CacheRules,
+    ) {
         if prediction.updates.is_empty() {
             return;
         }
@@ -424,7 +427,10 @@ impl CacheState {
                 .map(|(f, e)| (e.expires_at_ms, *f))
                 .collect();
             dead.sort_unstable();
-            let excess = cache.entries.len().saturating_sub(rules.max_entries_per_model / 2);
+            let excess = cache
+                .entries
+                .len()
+                .saturating_sub(rules.max_entries_per_model / 2);
             for (_, f) in dead.into_iter().take(excess) {
                 cache.entries.remove(&f);
             }

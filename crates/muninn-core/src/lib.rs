@@ -11,6 +11,9 @@
 //! - [`cache`] — the prompt-cache model: reads, writes 5m/1h, uncached input, miss causes.
 //! - [`trace`] — normalised traces, the importers' output and the replay engine's input.
 //! - [`ledger`] — the ledger row written for every request.
+//! - [`decide`] — the pure decider and the online policies.
+//! - [`replay`] — the replay engine that runs a trace under a policy.
+//! - [`optimum`] — the hindsight optimum, an O(n log n) dynamic program.
 //!
 //! ## Invariants
 //!
@@ -19,7 +22,10 @@
 //! - For every request the cache model prices: `uncached + written + read == prompt`.
 
 pub mod cache;
+pub mod decide;
 pub mod ledger;
 pub mod money;
+pub mod optimum;
 pub mod price;
+pub mod replay;
 pub mod trace;

@@ -14,7 +14,9 @@ use std::ops::{Add, AddAssign, Sub};
 pub type Tokens = u64;
 
 /// An amount of money in integer micro-dollars (1 USD = 1,000,000).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct MicroUsd(pub i64);
 
@@ -73,7 +75,9 @@ impl fmt::Display for MicroUsd {
 
 /// A price in micro-dollars per million tokens (numerically equal to micro-dollars per token × 10⁶,
 /// or to dollars per token × 10¹²). `$5 / MTok` is `Rate(5_000_000)`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Rate(pub u64);
 
@@ -101,10 +105,16 @@ mod tests {
     #[test]
     fn prices_round_to_the_nearest_micro_dollar() {
         // 1,000 tokens at $3/MTok is $0.003 = 3,000 µ$.
-        assert_eq!(MicroUsd::of(1_000, Rate::from_usd_per_mtok(3.0)), MicroUsd(3_000));
+        assert_eq!(
+            MicroUsd::of(1_000, Rate::from_usd_per_mtok(3.0)),
+            MicroUsd(3_000)
+        );
         // 1 token at $0.30/MTok is 0.3 µ$, rounds to 0; 2 tokens is 0.6 µ$, rounds to 1.
         assert_eq!(MicroUsd::of(1, Rate::from_usd_per_mtok(0.3)), MicroUsd(0));
         assert_eq!(MicroUsd::of(2, Rate::from_usd_per_mtok(0.3)), MicroUsd(1));
-        assert_eq!(Rate::from_usd_per_mtok(3.0).scaled_ppm(1_250_000), Rate(3_750_000));
+        assert_eq!(
+            Rate::from_usd_per_mtok(3.0).scaled_ppm(1_250_000),
+            Rate(3_750_000)
+        );
     }
 }

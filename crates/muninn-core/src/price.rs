@@ -199,11 +199,15 @@ impl PriceTable {
                 ("write_1h", write_1h),
             ] {
                 if !v.is_finite() || v < 0.0 {
-                    return Err(invalid(&format!("{what} must be a finite, non-negative number")));
+                    return Err(invalid(&format!(
+                        "{what} must be a finite, non-negative number"
+                    )));
                 }
             }
             if entry.input == 0.0 {
-                return Err(invalid("input price is zero; a free model must still be priced explicitly above zero"));
+                return Err(invalid(
+                    "input price is zero; a free model must still be priced explicitly above zero",
+                ));
             }
             let window = entry.context_window.unwrap_or(d.context_window);
             if window == 0 {
@@ -271,8 +275,11 @@ mod tests {
 
     #[test]
     fn the_embedded_table_loads_and_resolves_dated_snapshots() {
-        let table = PriceTable::parse(EMBEDDED_PRICES, "embedded").expect("embedded table is valid");
-        let sonnet = table.model("claude-sonnet-4-5-20250929").expect("dated sonnet");
+        let table =
+            PriceTable::parse(EMBEDDED_PRICES, "embedded").expect("embedded table is valid");
+        let sonnet = table
+            .model("claude-sonnet-4-5-20250929")
+            .expect("dated sonnet");
         assert_eq!(sonnet.name, "claude-sonnet-4-5");
         assert_eq!(sonnet.input, Rate(3_000_000));
         assert_eq!(sonnet.write_5m, Rate(3_750_000));
@@ -282,9 +289,17 @@ mod tests {
         assert_eq!(opus55.read, Rate(200_000));
         assert_eq!(opus55.write_1h, Rate(8_000_000));
         assert_eq!(opus55.min_cacheable, 512);
-        assert_eq!(table.model("claude-opus-4-6").map(|m| m.min_cacheable), Ok(4096));
+        assert_eq!(
+            table.model("claude-opus-4-6").map(|m| m.min_cacheable),
+            Ok(4096)
+        );
         // `claude-opus-4-1` must not be taken for `claude-opus-4` by a shorter prefix.
-        assert_eq!(table.model("claude-opus-4-1-20250805").map(|m| m.name.as_str()), Ok("claude-opus-4-1"));
+        assert_eq!(
+            table
+                .model("claude-opus-4-1-20250805")
+                .map(|m| m.name.as_str()),
+            Ok("claude-opus-4-1")
+        );
     }
 
     #[test]
@@ -292,19 +307,32 @@ mod tests {
         let table = PriceTable::embedded();
         assert_eq!(
             table.model("claude-fable-5-1"),
-            Err(PriceError::UnknownModel { model: "claude-fable-5-1".into() })
+            Err(PriceError::UnknownModel {
+                model: "claude-fable-5-1".into()
+            })
         );
     }
 
     #[test]
     fn invalid_tables_are_rejected_with_the_model_named() {
         let negative = "[[model]]\nname='x'\ninput=-1.0\noutput=1.0\n";
-        assert!(matches!(PriceTable::parse(negative, "t"), Err(PriceError::Invalid { model, .. }) if model == "x"));
+        assert!(
+            matches!(PriceTable::parse(negative, "t"), Err(PriceError::Invalid { model, .. }) if model == "x")
+        );
         let duplicate = "[[model]]\nname='x'\ninput=1.0\noutput=1.0\n[[model]]\nname='x'\ninput=1.0\noutput=1.0\n";
-        assert!(matches!(PriceTable::parse(duplicate, "t"), Err(PriceError::Invalid { .. })));
+        assert!(matches!(
+            PriceTable::parse(duplicate, "t"),
+            Err(PriceError::Invalid { .. })
+        ));
         let unknown_field = "[[model]]\nname='x'\ninput=1.0\noutput=1.0\nwrite=2.0\n";
-        assert!(matches!(PriceTable::parse(unknown_field, "t"), Err(PriceError::Parse { .. })));
+        assert!(matches!(
+            PriceTable::parse(unknown_field, "t"),
+            Err(PriceError::Parse { .. })
+        ));
         let zero = "[[model]]\nname='x'\ninput=0.0\noutput=1.0\n";
-        assert!(matches!(PriceTable::parse(zero, "t"), Err(PriceError::Invalid { .. })));
+        assert!(matches!(
+            PriceTable::parse(zero, "t"),
+            Err(PriceError::Invalid { .. })
+        ));
     }
 }

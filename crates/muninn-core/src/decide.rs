@@ -1,0 +1,600 @@
+//! The decider: one pure function that chooses what a session does next.
+//!
+//! `decide(policy, view, event, now)` performs no I/O and reads no clock. The live host calls it
+//! with what its ledger and cache model say about a session; `muninn replay` calls the very same
+//! function with what the replay engine reconstructs. A [`Decision`] names the action, every
+//! alternative considered with its priced estimate, and the reason.
+//!
+//! # Actions
+//!
+//! | action | what the session does | priced as |
+//! |---|---|---|
+//! | [`Action::Append`] | sends the next request on the current segment | read P (warm) or write P (cold), plus the new tail |
+//! | [`Action::Refresh`] | flushes memory (if not already flushed) and starts a new segment from head + memory | flush (read P + instruction + memory output) + write R |
+//! | [`Action::Ping`] | keep-warm request, `max_tokens: 1`, breakpoint on the cached prefix | read P + a tiny uncached tail + 1 output token |
+//! | [`Action::Flush`] | writes memory now, while the cache is warm, so that a cold wake can restart cheaply; then lets the cache expire | read P + instruction + memory output |
+//! | [`Action::LetExpire`] | nothing: the cache is allowed to expire | 0 now |
+//!
+//! # Policies
+//!
+//! - `ski-rental` (default): deterministic break-even rules, each at most 2× the hindsight optimum.
+//!   *Idle*: ping while the pings spent this gap plus the next stay within one "buy" — the extra cost
+//!   of a cold wake over a warm one; then let the cache expire, flushing first if a restart from
+//!   memory will be cheaper than rewriting P at the cold wake. *Growth*: once the read excess
+//!   accumulated since the last rehydration, Σ r·(Pₜ − R), reaches the cost of one rebuild
+//!   (flush + write R), refresh at the next turn boundary.
+//! - `predictive`: the same actions, but an idle ping is sent only while its expected saving under
+//!   the idle-gap distribution fitted so far exceeds its price; the ski-rental budget stays as a
+//!   guard, so it is never worse than ski-rental's 2× bound on pings.
+//! - `rebuild`: a fresh segment at every turn boundary (today's Persona).
+//! - `never`: append until the context ceiling, then refresh (Claude Code's auto-compaction).
+//! - `threshold:F`: refresh at a boundary once the prompt reaches F × the context window.
+//! - `ceiling:N`: refresh at a boundary once the prompt reaches N tokens (today's Self: 300,000).
+//! - `keepalive:N`: up to N pings per idle gap, otherwise like `never` (Aider).
+//!
+//! Every policy respects the quality bounds: no refresh before the minimum segment length, none
+//! inside a tool loop (only at a boundary), and a forced refresh when the next request would pass
+//! the context ceiling.
+
+use crate::cache::Ttl;
+use crate::money::{MicroUsd, Rate, Tokens};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// An online policy the decider can run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "policy", content = "arg")]
+pub enum Policy {
+    /// Break-even rules with a 2× worst-case bound (the default).
+    SkiRental,
+    /// Expected cost under the fitted idle-gap distribution, guarded by ski-rental's bound.
+    Predictive,
+    /// A fresh segment at every boundary.
+    Rebuild,
+    /// Append until the context ceiling.
+    Never,
+    /// Refresh at F × the context window (F in parts per million).
+    Threshold(u32),
+    /// Refresh at N prompt tokens.
+    Ceiling(Tokens),
+    /// Up to N keep-warm pings per idle gap.
+    Keepalive(u32),
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Policy::SkiRental => write!(f, "ski-rental"),
+            Policy::Predictive => write!(f, "predictive"),
+            Policy::Rebuild => write!(f, "rebuild"),
+            Policy::Never => write!(f, "never"),
+            Policy::Threshold(ppm) => {
+                let s = format!("{:.6}", *ppm as f64 / 1e6);
+                write!(
+                    f,
+                    "threshold:{}",
+                    s.trim_end_matches('0').trim_end_matches('.')
+                )
+            }
+            Policy::Ceiling(n) => write!(f, "ceiling:{n}"),
+            Policy::Keepalive(n) => write!(f, "keepalive:{n}"),
+        }
+    }
+}
+
+impl FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Policy, String> {
+        let (name, arg) = match s.split_once(':') {
+            Some((n, a)) => (n, Some(a)),
+            None => (s, None),
+        };
+        let need = |what: &str| format!("policy {name} needs an argument: {name}:{what}");
+        match (name, arg) {
+            ("ski-rental", None) => Ok(Policy::SkiRental),
+            ("predictive", None) => Ok(Policy::Predictive),
+            ("rebuild", None) => Ok(Policy::Rebuild),
+            ("never", None) => Ok(Policy::Never),
+            ("threshold", Some(a)) => {
+                let f: f64 = a
+                    .parse()
+                    .map_err(|_| format!("threshold:{a}: not a number"))?;
+                if !(f > 0.0 && f <= 1.0) {
+                    return Err(format!("threshold:{a}: the fraction must be in (0, 1]"));
+                }
+                Ok(Policy::Threshold((f * 1e6).round() as u32))
+            }
+            ("threshold", None) => Err(need("F")),
+            ("ceiling", Some(a)) => a
+                .replace('_', "")
+                .parse()
+                .ok()
+                .filter(|&n: &Tokens| n > 0)
+                .map(Policy::Ceiling)
+                .ok_or_else(|| format!("ceiling:{a}: expected a positive token count")),
+            ("ceiling", None) => Err(need("N")),
+            ("keepalive", Some(a)) => a
+                .parse()
+                .map(Policy::Keepalive)
+                .map_err(|_| format!("keepalive:{a}: expected a count of pings")),
+            ("keepalive", None) => Err(need("N")),
+            (_, Some(_)) => Err(format!("policy {name} takes no argument")),
+            _ => Err(format!(
+                "unknown policy {s:?}: expected ski-rental, predictive, rebuild, never, threshold:F, ceiling:N, keepalive:N"
+            )),
+        }
+    }
+}
+
+/// What a session can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Send the request on the current segment.
+    Append,
+    /// Start a new segment from head + memory (flushing first if needed).
+    Refresh,
+    /// Keep the cache warm with a one-token request.
+    Ping,
+    /// Write memory now, while warm, then let the cache expire.
+    Flush,
+    /// Do nothing; let the cache expire.
+    LetExpire,
+}
+
+impl Action {
+    /// The action's name as it appears in ledgers and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Append => "append",
+            Action::Refresh => "refresh",
+            Action::Ping => "ping",
+            Action::Flush => "flush",
+            Action::LetExpire => "let_expire",
+        }
+    }
+}
+
+/// Why the decider chose what it chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// The cache is warm and no refresh rule fired.
+    Warm,
+    /// The cache is cold and rewriting the prefix is cheaper than restarting.
+    ColdAppendCheaper,
+    /// The cache is cold, memory is flushed, and restarting from it is cheaper than rewriting.
+    ColdRestartCheaper,
+    /// The next request would pass the context ceiling.
+    Ceiling,
+    /// The read excess since the last rehydration reached the cost of one rebuild.
+    GrowthBreakEven,
+    /// The policy refreshes at every boundary.
+    EveryBoundary,
+    /// The prompt reached the policy's size threshold.
+    SizeThreshold,
+    /// Not a turn boundary (inside a tool loop): refreshes wait.
+    InsideToolLoop,
+    /// The segment is shorter than the minimum the operator set.
+    BelowMinimumSegment,
+    /// Pinging stays within the ski-rental budget for this gap.
+    RentWithinBudget,
+    /// Another ping would pass the budget: buy (let it expire).
+    RentExhausted,
+    /// The fitted gap distribution makes another ping worth its price.
+    ExpectedSavingExceedsPing,
+    /// The fitted gap distribution says the wake is unlikely before the next expiry.
+    ExpectedSavingBelowPing,
+    /// The policy never pings.
+    NoKeepWarm,
+    /// The policy's ping allowance for this gap is spent.
+    PingAllowanceSpent,
+    /// Memory was already flushed this gap; the session will restart.
+    AlreadyFlushed,
+}
+
+/// An alternative the decider priced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Alternative {
+    /// The action.
+    pub action: Action,
+    /// Its estimated cost from now until the next request is served.
+    pub estimate: MicroUsd,
+}
+
+/// The decider's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// What to do.
+    pub action: Action,
+    /// Why.
+    pub reason: Reason,
+    /// Every alternative considered, with its estimate (unused slots are `None`).
+    pub alternatives: [Option<Alternative>; 3],
+}
+
+impl Decision {
+    fn new(action: Action, reason: Reason, alternatives: &[Alternative]) -> Decision {
+        let mut slots = [None; 3];
+        for (slot, alt) in slots.iter_mut().zip(alternatives) {
+            *slot = Some(*alt);
+        }
+        Decision {
+            action,
+            reason,
+            alternatives: slots,
+        }
+    }
+
+    /// The alternatives that were considered.
+    pub fn considered(&self) -> impl Iterator<Item = &Alternative> {
+        self.alternatives.iter().flatten()
+    }
+}
+
+/// Prices the decider needs, resolved from the price table for the session's model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rates {
+    /// Uncached input.
+    pub input: Rate,
+    /// Output.
+    pub output: Rate,
+    /// Cache read.
+    pub read: Rate,
+    /// Cache write at the session's TTL tier.
+    pub write: Rate,
+}
+
+impl Rates {
+    /// The rates of a model at a TTL tier.
+    pub fn of(price: &crate::price::ModelPrice, ttl: Ttl) -> Rates {
+        Rates {
+            input: price.input,
+            output: price.output,
+            read: price.read,
+            write: price.write(ttl),
+        }
+    }
+}
+
+/// Bounds and sizes the decider works with. Every number here is configuration or a measured
+/// estimate, never a literal in the logic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bounds {
+    /// Tokens of the static head (tools + system) that every segment starts with.
+    pub head_tokens: Tokens,
+    /// Tokens of memory (or summary) a refreshed segment is rehydrated with, beyond the head.
+    pub rehydrate_tokens: Tokens,
+    /// Tokens of the instruction that asks the session to flush its memory.
+    pub flush_prompt_tokens: Tokens,
+    /// Uncached tail of a keep-warm ping.
+    pub ping_tokens: Tokens,
+    /// Requests a segment must hold before a (voluntary) refresh.
+    pub min_segment_requests: u32,
+    /// The context ceiling: no request may exceed it.
+    pub ceiling_tokens: Tokens,
+    /// The model's context window (for `threshold:F`).
+    pub context_window: Tokens,
+}
+
+/// Idle gaps seen so far, in log₂-second buckets: bucket i holds gaps in [2^i, 2^(i+1)) seconds
+/// (bucket 0 also holds gaps under a second). Fitted from the ledger (live) or from the trace so
+/// far (replay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GapStats {
+    /// Counts per bucket.
+    pub buckets: [u32; 24],
+}
+
+impl GapStats {
+    /// The bucket of a gap.
+    pub fn bucket(gap_ms: i64) -> usize {
+        let secs = (gap_ms / 1000).max(1) as u64;
+        (63 - secs.leading_zeros() as usize).min(23)
+    }
+
+    /// Records a gap.
+    pub fn observe(&mut self, gap_ms: i64) {
+        let b = GapStats::bucket(gap_ms);
+        self.buckets[b] = self.buckets[b].saturating_add(1);
+    }
+
+    /// The estimated probability, with a uniform-over-buckets prior of weight one, that a gap
+    /// already `elapsed_ms` long ends by `until_ms`.
+    pub fn p_end_by(&self, elapsed_ms: i64, until_ms: i64) -> f64 {
+        // Mass is spread uniformly in log-time within a bucket.
+        let mass_beyond = |t_ms: i64| -> f64 {
+            let secs = (t_ms as f64 / 1000.0).max(1.0);
+            let pos = secs.log2();
+            let mut total = 0.0;
+            let mut beyond = 0.0;
+            for (i, &c) in self.buckets.iter().enumerate() {
+                let w = c as f64 + 1.0 / 24.0;
+                total += w;
+                let (lo, hi) = (i as f64, i as f64 + 1.0);
+                let frac = if pos <= lo {
+                    1.0
+                } else if pos >= hi {
+                    0.0
+                } else {
+                    hi - pos
+                };
+                beyond += w * frac;
+            }
+            beyond / total
+        };
+        let s_now = mass_beyond(elapsed_ms);
+        if s_now <= 0.0 {
+            return 1.0;
+        }
+        ((s_now - mass_beyond(until_ms)) / s_now).clamp(0.0, 1.0)
+    }
+}
+
+/// What the decider knows about a session at the moment of deciding.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SessionView {
+    /// The cached prefix of the last request (tokens up to its last breakpoint).
+    pub prefix_tokens: Tokens,
+    /// When the cached prefix expires, as the cache model believes (None: nothing cached).
+    pub warm_until_ms: Option<i64>,
+    /// When the last request (or ping) of the session was sent.
+    pub last_request_ms: i64,
+    /// The session's TTL tier.
+    pub ttl: Ttl,
+    /// Requests in the current segment.
+    pub segment_requests: u32,
+    /// Σ r·(Pₜ − R) over the warm requests of this segment (growth rule).
+    pub read_excess: MicroUsd,
+    /// Pings sent in the current idle gap.
+    pub gap_pings: u32,
+    /// What those pings cost.
+    pub gap_ping_spend: MicroUsd,
+    /// Whether memory was flushed in this gap (a restart needs no further flush).
+    pub flushed: bool,
+    /// Prices.
+    pub rates: Rates,
+    /// Sizes and quality bounds.
+    pub bounds: Bounds,
+    /// Idle gaps seen so far.
+    pub gaps: GapStats,
+}
+
+/// What the decider is asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A request is ready to go (a batch of deliveries, a brief, a user turn, a tool step).
+    Arrival {
+        /// Whether it begins a new turn (refreshes only happen at boundaries).
+        boundary: bool,
+        /// Tokens the request adds to the prompt.
+        delta: Tokens,
+    },
+    /// The cached prefix is about to expire (the host asks shortly before `warm_until_ms`).
+    Expiring,
+}
+
+impl SessionView {
+    /// Whether the cached prefix is alive at `now_ms`.
+    pub fn warm(&self, now_ms: i64) -> bool {
+        self.warm_until_ms.is_some_and(|t| t > now_ms)
+    }
+
+    /// The rehydration size R = head + memory.
+    pub fn rehydrated(&self) -> Tokens {
+        self.bounds.head_tokens + self.bounds.rehydrate_tokens
+    }
+
+    /// The price of a ping on the current prefix.
+    pub fn ping_cost(&self) -> MicroUsd {
+        MicroUsd::of(self.prefix_tokens, self.rates.read)
+            + MicroUsd::of(self.bounds.ping_tokens, self.rates.input)
+            + MicroUsd::of(1, self.rates.output)
+    }
+
+    /// The price of a flush: warm, it reads P; cold, it sends P uncached (cheaper than writing it
+    /// back, since nothing of this segment will be read again).
+    pub fn flush_cost(&self, warm: bool) -> MicroUsd {
+        let prefix = if warm {
+            MicroUsd::of(self.prefix_tokens, self.rates.read)
+        } else {
+            MicroUsd::of(self.prefix_tokens, self.rates.input)
+        };
+        prefix
+            + MicroUsd::of(self.bounds.flush_prompt_tokens, self.rates.input)
+            + MicroUsd::of(self.bounds.rehydrate_tokens, self.rates.output)
+    }
+
+    /// The cost of writing the rehydrated prompt R plus `delta` (head cold).
+    pub fn restart_write(&self, delta: Tokens) -> MicroUsd {
+        MicroUsd::of(self.rehydrated() + delta, self.rates.write)
+    }
+
+    /// The cost of appending `delta` now: read or rewrite the prefix, write the tail.
+    pub fn append_cost(&self, warm: bool, delta: Tokens) -> MicroUsd {
+        let prefix = if warm {
+            MicroUsd::of(self.prefix_tokens, self.rates.read)
+        } else {
+            MicroUsd::of(self.prefix_tokens, self.rates.write)
+        };
+        prefix + MicroUsd::of(delta, self.rates.write)
+    }
+
+    /// What a cold wake costs over a warm one, choosing the cheaper of rewriting P and restarting
+    /// from a flush made while warm: the "buy" of the ski-rental problem.
+    pub fn cold_wake_penalty(&self) -> MicroUsd {
+        let warm = MicroUsd::of(self.prefix_tokens, self.rates.read);
+        let rewrite = MicroUsd::of(self.prefix_tokens, self.rates.write);
+        let restart = self.flush_cost(true) + MicroUsd::of(self.rehydrated(), self.rates.write);
+        rewrite.min(restart).saturating_sub(warm)
+    }
+
+    fn refresh_allowed(&self, boundary: bool) -> Result<(), Reason> {
+        if !boundary {
+            Err(Reason::InsideToolLoop)
+        } else if self.segment_requests < self.bounds.min_segment_requests {
+            Err(Reason::BelowMinimumSegment)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// The decision for `event` under `policy`, given what is known of the session at `now_ms`.
+pub fn decide(policy: Policy, view: &SessionView, event: Event, now_ms: i64) -> Decision {
+    match event {
+        Event::Arrival { boundary, delta } => decide_arrival(policy, view, boundary, delta, now_ms),
+        Event::Expiring => decide_expiring(policy, view, now_ms),
+    }
+}
+
+fn decide_arrival(
+    policy: Policy,
+    view: &SessionView,
+    boundary: bool,
+    delta: Tokens,
+    now_ms: i64,
+) -> Decision {
+    let warm = view.warm(now_ms);
+    let append = Alternative {
+        action: Action::Append,
+        estimate: view.append_cost(warm, delta),
+    };
+    let flush = if view.flushed {
+        MicroUsd::ZERO
+    } else {
+        view.flush_cost(warm)
+    };
+    let refresh = Alternative {
+        action: Action::Refresh,
+        estimate: flush + view.restart_write(delta),
+    };
+    let alts = [append, refresh];
+    let go = |action, reason| Decision::new(action, reason, &alts);
+
+    // The ceiling is a hard bound: it overrides boundaries and the minimum segment.
+    if view.segment_requests > 0 && view.prefix_tokens + delta > view.bounds.ceiling_tokens {
+        return go(Action::Refresh, Reason::Ceiling);
+    }
+    if view.segment_requests == 0 {
+        return go(Action::Append, Reason::Warm);
+    }
+    let allowed = view.refresh_allowed(boundary);
+    let prompt = view.prefix_tokens + delta;
+    match policy {
+        Policy::Never | Policy::Keepalive(_) => go(
+            Action::Append,
+            if warm {
+                Reason::Warm
+            } else {
+                Reason::ColdAppendCheaper
+            },
+        ),
+        Policy::Rebuild => match view.refresh_allowed(boundary) {
+            Ok(()) => go(Action::Refresh, Reason::EveryBoundary),
+            Err(r) => go(Action::Append, r),
+        },
+        Policy::Threshold(ppm) => {
+            let limit = (view.bounds.context_window as u128 * ppm as u128 / 1_000_000) as Tokens;
+            match allowed {
+                Ok(()) if prompt >= limit => go(Action::Refresh, Reason::SizeThreshold),
+                Ok(()) => go(Action::Append, Reason::Warm),
+                Err(r) => go(Action::Append, r),
+            }
+        }
+        Policy::Ceiling(n) => match allowed {
+            Ok(()) if prompt >= n => go(Action::Refresh, Reason::SizeThreshold),
+            Ok(()) => go(Action::Append, Reason::Warm),
+            Err(r) => go(Action::Append, r),
+        },
+        Policy::SkiRental | Policy::Predictive => {
+            if let Err(r) = allowed {
+                return go(Action::Append, r);
+            }
+            if !warm {
+                // Cold wake: restart if it is cheaper than rewriting the prefix.
+                return if refresh.estimate < append.estimate {
+                    go(Action::Refresh, Reason::ColdRestartCheaper)
+                } else {
+                    go(Action::Append, Reason::ColdAppendCheaper)
+                };
+            }
+            // Growth: the reads paid above R since the last rehydration have bought one rebuild.
+            let rebuild = view.flush_cost(true) + MicroUsd::of(view.rehydrated(), view.rates.write);
+            if view.read_excess >= rebuild && view.prefix_tokens > view.rehydrated() {
+                go(Action::Refresh, Reason::GrowthBreakEven)
+            } else {
+                go(Action::Append, Reason::Warm)
+            }
+        }
+    }
+}
+
+fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision {
+    let ping = Alternative {
+        action: Action::Ping,
+        estimate: view.ping_cost(),
+    };
+    let expire = Alternative {
+        action: Action::LetExpire,
+        estimate: MicroUsd::ZERO,
+    };
+    let flush = Alternative {
+        action: Action::Flush,
+        estimate: view.flush_cost(true),
+    };
+    let alts = [ping, expire, flush];
+    let go = |action, reason| Decision::new(action, reason, &alts);
+    if view.flushed {
+        return go(Action::LetExpire, Reason::AlreadyFlushed);
+    }
+    match policy {
+        Policy::Never | Policy::Rebuild | Policy::Threshold(_) | Policy::Ceiling(_) => {
+            go(Action::LetExpire, Reason::NoKeepWarm)
+        }
+        Policy::Keepalive(n) => {
+            if view.gap_pings < n {
+                go(Action::Ping, Reason::RentWithinBudget)
+            } else {
+                go(Action::LetExpire, Reason::PingAllowanceSpent)
+            }
+        }
+        Policy::SkiRental | Policy::Predictive => {
+            let budget = view.cold_wake_penalty();
+            let within = view.gap_ping_spend + ping.estimate <= budget;
+            let worth = if policy == Policy::Predictive {
+                // Expected saving of one more ping: it matters only if the wake comes before the
+                // next expiry, when it saves the cold-wake penalty.
+                let elapsed = now_ms - view.last_request_ms;
+                let horizon = elapsed + view.ttl.millis();
+                let p = view.gaps.p_end_by(elapsed, horizon);
+                (p * budget.0 as f64) > ping.estimate.0 as f64
+            } else {
+                true
+            };
+            if within && worth {
+                let reason = if policy == Policy::Predictive {
+                    Reason::ExpectedSavingExceedsPing
+                } else {
+                    Reason::RentWithinBudget
+                };
+                return go(Action::Ping, reason);
+            }
+            let reason = if !within {
+                Reason::RentExhausted
+            } else {
+                Reason::ExpectedSavingBelowPing
+            };
+            // Letting it expire: flush first if restarting from memory at the wake will beat
+            // rewriting the prefix (and a refresh would be allowed by then).
+            let restart = flush.estimate + MicroUsd::of(view.rehydrated(), view.rates.write);
+            let rewrite = MicroUsd::of(view.prefix_tokens, view.rates.write);
+            if restart < rewrite && view.segment_requests >= view.bounds.min_segment_requests {
+                go(Action::Flush, reason)
+            } else {
+                go(Action::LetExpire, reason)
+            }
+        }
+    }
+}

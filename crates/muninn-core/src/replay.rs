@@ -1,0 +1,771 @@
+//! The replay engine: one loop that replays a trace under a policy.
+//!
+//! A recorded trace says, for each request, how big the prompt was and when it was sent. From that
+//! the engine reconstructs the session's *growth* ([`reconstruct`]): a static head (tools + system),
+//! then a conversation that grows by Δⱼ tokens per request (a recorded compaction is treated as
+//! new content, so the logical conversation keeps growing). A policy then decides, at every request
+//! and every time the cache is about to expire, whether to append, refresh (flush memory and start a
+//! new segment from head + memory), ping, flush or let the cache expire. Every request the policy
+//! causes — real requests, pings, flushes — is priced by the cache model ([`crate::cache`]) on a
+//! synthetic prompt with the same prefix structure: a head breakpoint, the previous request's end,
+//! and the new end with the last breakpoint.
+//!
+//! The counterfactual needs assumptions, all explicit in [`Assumptions`] and printed with every
+//! report: the head size, the memory a refresh carries, the flush instruction, the ping tail, the
+//! minimum segment, the ceiling, and how long before expiry the host decides.
+//!
+//! The `recorded` plan prices the recorded usage itself; the `optimum` plan is the hindsight
+//! dynamic program of [`crate::optimum`], executed by the same engine so that it is priced exactly
+//! like every online policy.
+
+use crate::cache::{
+    CacheRules, CacheState, Checkpoint, Fingerprint, Prediction, Prompt, Ttl, extend, hash_bytes,
+};
+use crate::decide::{
+    Action, Bounds, Decision, Event, GapStats, Policy, Rates, SessionView, decide,
+};
+use crate::ledger::MissCause;
+use crate::money::{MicroUsd, Tokens};
+use crate::price::ModelPrice;
+use crate::trace::{Trace, Usage};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// The assumptions a counterfactual replay needs. Defaults are documented on each field and are
+/// printed with every report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assumptions {
+    /// Head (tools + system) tokens. Default: estimated per trace as the smallest cached prefix any
+    /// request of the trace had, an upper bound of the real head.
+    pub head_tokens: Option<Tokens>,
+    /// Tokens of memory a refreshed segment starts with beyond the head, and the output tokens of
+    /// the flush that writes them. Default 4,000 (a structured memory note or compaction summary).
+    pub rehydrate_tokens: Tokens,
+    /// Tokens of the flush instruction. Default 300.
+    pub flush_prompt_tokens: Tokens,
+    /// Uncached tokens a keep-warm ping adds after the cached prefix. Default 8.
+    pub ping_tokens: Tokens,
+    /// Requests a segment must hold before a voluntary refresh. Default 4.
+    pub min_segment_requests: u32,
+    /// The context ceiling in tokens. Default: the model's context window from the price table.
+    pub ceiling_tokens: Option<Tokens>,
+    /// How long before the cache expires the host decides (and pings). Default 30 s.
+    pub decide_before_expiry_ms: i64,
+    /// The TTL tier the session writes at. Default: the tier the trace recorded (1h if any 1h write).
+    pub ttl: Option<Ttl>,
+}
+
+impl Default for Assumptions {
+    fn default() -> Self {
+        Assumptions {
+            head_tokens: None,
+            rehydrate_tokens: 4_000,
+            flush_prompt_tokens: 300,
+            ping_tokens: 8,
+            min_segment_requests: 4,
+            ceiling_tokens: None,
+            decide_before_expiry_ms: 30_000,
+            ttl: None,
+        }
+    }
+}
+
+impl fmt::Display for Assumptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let head = self.head_tokens.map_or(
+            "estimated per trace (smallest cached prefix)".to_string(),
+            |h| h.to_string(),
+        );
+        let ceiling = self
+            .ceiling_tokens
+            .map_or("the model's context window".to_string(), |c| c.to_string());
+        let ttl = self.ttl.map_or("as recorded per trace", |t| t.label());
+        write!(
+            f,
+            "head tokens: {head}; rehydration (memory/summary) tokens: {}; flush instruction tokens: {}; \
+             ping tail tokens: {}; minimum segment: {} requests; ceiling: {ceiling}; \
+             decide {} s before expiry; TTL: {ttl}",
+            self.rehydrate_tokens,
+            self.flush_prompt_tokens,
+            self.ping_tokens,
+            self.min_segment_requests,
+            self.decide_before_expiry_ms / 1000,
+        )
+    }
+}
+
+/// What to replay a trace under.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Plan {
+    /// What was actually paid: the recorded usage, priced.
+    Recorded,
+    /// An online policy run through the decider.
+    Online(Policy),
+    /// The hindsight optimum over the same action set.
+    Optimum,
+}
+
+impl Plan {
+    /// Every plan `--policy all` runs, in report order.
+    pub fn all() -> Vec<Plan> {
+        vec![
+            Plan::Recorded,
+            Plan::Online(Policy::SkiRental),
+            Plan::Online(Policy::Predictive),
+            Plan::Online(Policy::Rebuild),
+            Plan::Online(Policy::Never),
+            Plan::Online(Policy::Threshold(800_000)),
+            Plan::Online(Policy::Ceiling(300_000)),
+            Plan::Online(Policy::Keepalive(3)),
+            Plan::Optimum,
+        ]
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Plan::Recorded => write!(f, "recorded"),
+            Plan::Online(p) => write!(f, "{p}"),
+            Plan::Optimum => write!(f, "optimum"),
+        }
+    }
+}
+
+impl FromStr for Plan {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Plan, String> {
+        match s {
+            "recorded" => Ok(Plan::Recorded),
+            "optimum" => Ok(Plan::Optimum),
+            other => other.parse().map(Plan::Online),
+        }
+    }
+}
+
+/// One request of the reconstructed session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn {
+    /// When it is sent.
+    pub at_ms: i64,
+    /// Tokens it adds to the logical conversation.
+    pub delta: Tokens,
+    /// Of those, the uncached tail after the last breakpoint (≤ delta).
+    pub uncached: Tokens,
+    /// Output tokens (as recorded; the same under every policy).
+    pub output: Tokens,
+    /// Whether it begins a new turn.
+    pub boundary: bool,
+    /// Content blocks it adds (2 when unknown: an assistant reply and the next user message).
+    pub blocks: u32,
+    /// The recorded usage, for the `recorded` plan and for comparisons.
+    pub recorded: Usage,
+}
+
+/// Reconstructs a trace's growth: the head size and one [`Turn`] per request.
+///
+/// Within a recorded segment Δⱼ = Pⱼ − Pⱼ₋₁. A prompt that shrank by more than a fifth, or one
+/// marked `compacted`, starts a recorded segment: its content beyond the head is counted as new
+/// (the counterfactual session did not compact, so it carries on from there). A small shrink (for
+/// example thinking blocks cleared by context management) counts as no growth.
+pub fn reconstruct(trace: &Trace, head: Option<Tokens>) -> (Tokens, Vec<Turn>) {
+    let head = head.unwrap_or_else(|| {
+        trace
+            .requests
+            .iter()
+            .map(|r| r.usage.prompt() - r.usage.input.min(r.usage.prompt()))
+            .min()
+            .unwrap_or(0)
+    });
+    let mut turns = Vec::with_capacity(trace.requests.len());
+    let mut previous: Option<Tokens> = None;
+    for (i, r) in trace.requests.iter().enumerate() {
+        let prompt = r.usage.prompt().max(head);
+        let delta = match previous {
+            None => prompt - head,
+            Some(p) if prompt >= p => prompt - p,
+            Some(p) if r.compacted || prompt * 5 < p * 4 => prompt - head,
+            Some(_) => 0,
+        };
+        previous = Some(prompt);
+        turns.push(Turn {
+            at_ms: r.at_ms,
+            delta,
+            uncached: r.usage.input.min(delta),
+            output: r.usage.output,
+            boundary: r.boundary || i == 0,
+            blocks: if r.blocks_added == 0 {
+                2
+            } else {
+                r.blocks_added.min(1_000_000)
+            },
+            recorded: r.usage,
+        });
+    }
+    (head, turns)
+}
+
+/// What kind of request a step was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// One of the trace's requests.
+    Request,
+    /// A keep-warm ping.
+    Ping,
+    /// A memory flush.
+    Flush,
+}
+
+/// One request the replay made, priced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// Index of the trace request this step belongs to (a ping or flush belongs to the gap before it).
+    pub index: usize,
+    /// When it was sent.
+    pub at_ms: i64,
+    /// What it was.
+    pub kind: StepKind,
+    /// Its usage.
+    pub usage: Usage,
+    /// Its cost.
+    pub cost: MicroUsd,
+    /// For requests: the idle gap since the previous request of the trace.
+    pub gap_ms: i64,
+    /// For requests: why it missed, if it did.
+    pub miss: Option<MissCause>,
+    /// For requests: whether it began a new segment.
+    pub refreshed: bool,
+}
+
+/// Totals of one trace (or many) under one plan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunTotals {
+    /// Everything paid.
+    pub cost: MicroUsd,
+    /// All usage, requests + pings + flushes.
+    pub usage: Usage,
+    /// The trace's requests.
+    pub requests: u64,
+    /// Keep-warm pings sent.
+    pub pings: u64,
+    /// Memory flushes.
+    pub flushes: u64,
+    /// New segments started.
+    pub refreshes: u64,
+    /// Tokens written by requests that followed an idle gap longer than the TTL.
+    pub writes_after_long_gap: Tokens,
+    /// Requests that missed, per cause: cold start, TTL expiry, prefix change, eviction/unknown.
+    pub misses: [u64; 4],
+}
+
+impl RunTotals {
+    /// Adds another run's totals.
+    pub fn add(&mut self, other: &RunTotals) {
+        self.cost += other.cost;
+        self.usage.add(&other.usage);
+        self.requests += other.requests;
+        self.pings += other.pings;
+        self.flushes += other.flushes;
+        self.refreshes += other.refreshes;
+        self.writes_after_long_gap += other.writes_after_long_gap;
+        for (a, b) in self.misses.iter_mut().zip(other.misses) {
+            *a += b;
+        }
+    }
+
+    /// Cache reads over all prompt tokens.
+    pub fn hit_ratio(&self) -> f64 {
+        let prompt = self.usage.prompt();
+        if prompt == 0 {
+            0.0
+        } else {
+            self.usage.cache_read as f64 / prompt as f64
+        }
+    }
+
+    /// The share of cache writes that followed an idle gap longer than the TTL.
+    pub fn long_gap_write_share(&self) -> f64 {
+        let w = self.usage.written();
+        if w == 0 {
+            0.0
+        } else {
+            self.writes_after_long_gap as f64 / w as f64
+        }
+    }
+
+    fn record(&mut self, step: &Step, ttl: Ttl) {
+        self.cost += step.cost;
+        self.usage.add(&step.usage);
+        match step.kind {
+            StepKind::Request => {
+                self.requests += 1;
+                if step.gap_ms > ttl.millis() {
+                    self.writes_after_long_gap += step.usage.written();
+                }
+                if let Some(cause) = step.miss {
+                    self.misses[cause as usize] += 1;
+                }
+                if step.refreshed {
+                    self.refreshes += 1;
+                }
+            }
+            StepKind::Ping => self.pings += 1,
+            StepKind::Flush => self.flushes += 1,
+        }
+    }
+}
+
+/// Everything the engine needs besides the trace and the plan.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayConfig<'a> {
+    /// The trace model's prices.
+    pub price: &'a ModelPrice,
+    /// Counterfactual assumptions.
+    pub assumptions: &'a Assumptions,
+    /// The provider's cache rules.
+    pub rules: &'a CacheRules,
+}
+
+/// Replays one trace under one plan, calling `on_step` for every priced request, and returns the
+/// totals.
+pub fn replay_trace(
+    trace: &Trace,
+    plan: Plan,
+    config: &ReplayConfig<'_>,
+    on_step: &mut dyn FnMut(&Step),
+) -> RunTotals {
+    let ttl = config
+        .assumptions
+        .ttl
+        .unwrap_or_else(|| trace.recorded_ttl());
+    let mut totals = RunTotals::default();
+    if let Plan::Recorded = plan {
+        let mut previous: Option<i64> = None;
+        for (index, r) in trace.requests.iter().enumerate() {
+            let step = Step {
+                index,
+                at_ms: r.at_ms,
+                kind: StepKind::Request,
+                usage: r.usage,
+                cost: config.price.cost(&r.usage),
+                gap_ms: previous.map_or(0, |p| r.at_ms - p),
+                miss: None,
+                refreshed: r.compacted,
+            };
+            previous = Some(r.at_ms);
+            totals.record(&step, ttl);
+            on_step(&step);
+        }
+        return totals;
+    }
+    let (head, turns) = reconstruct(trace, config.assumptions.head_tokens);
+    let driver = match plan {
+        Plan::Online(policy) => Driver::Online(policy),
+        // `Plan::Recorded` returned above.
+        Plan::Optimum | Plan::Recorded => {
+            Driver::Optimum(crate::optimum::plan(&turns, head, ttl, config))
+        }
+    };
+    run_driver(trace, head, &turns, ttl, driver, config, &mut |step| {
+        totals.record(step, ttl);
+        on_step(step);
+    });
+    totals
+}
+
+/// Executes a given segmentation (`plan.starts`) with hindsight keep-warm choices: the optimum's
+/// executor, public so that tests can price every possible plan of a small trace.
+pub fn execute_plan(
+    trace: &Trace,
+    plan: crate::optimum::OptimumPlan,
+    config: &ReplayConfig<'_>,
+    on_step: &mut dyn FnMut(&Step),
+) -> RunTotals {
+    let ttl = config
+        .assumptions
+        .ttl
+        .unwrap_or_else(|| trace.recorded_ttl());
+    let (head, turns) = reconstruct(trace, config.assumptions.head_tokens);
+    let mut totals = RunTotals::default();
+    run_driver(
+        trace,
+        head,
+        &turns,
+        ttl,
+        Driver::Optimum(plan),
+        config,
+        &mut |step| {
+            totals.record(step, ttl);
+            on_step(step);
+        },
+    );
+    totals
+}
+
+fn run_driver(
+    trace: &Trace,
+    head: Tokens,
+    turns: &[Turn],
+    ttl: Ttl,
+    mut driver: Driver,
+    config: &ReplayConfig<'_>,
+    on_step: &mut dyn FnMut(&Step),
+) {
+    let mut engine = Engine::new(trace, head, ttl, config);
+    engine.run(turns, &mut driver, on_step);
+}
+
+/// What only hindsight knows: the requests still to come. Online policies never see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Hindsight<'a> {
+    /// Index of the next request.
+    pub next: usize,
+    /// Every request of the trace.
+    pub turns: &'a [Turn],
+    /// The session's TTL tier.
+    pub ttl: Ttl,
+    /// How long before expiry the host decides.
+    pub before_ms: i64,
+}
+
+/// Who makes the decisions during a replay.
+#[derive(Debug)]
+enum Driver {
+    Online(Policy),
+    Optimum(crate::optimum::OptimumPlan),
+}
+
+impl Driver {
+    fn decide(
+        &self,
+        view: &SessionView,
+        event: Event,
+        now_ms: i64,
+        future: &Hindsight<'_>,
+    ) -> Decision {
+        match self {
+            Driver::Online(policy) => decide(*policy, view, event, now_ms),
+            Driver::Optimum(plan) => plan.decide(view, event, now_ms, future),
+        }
+    }
+}
+
+struct Engine<'a> {
+    config: &'a ReplayConfig<'a>,
+    model: &'a str,
+    ttl: Ttl,
+    head: Tokens,
+    head_fp: Fingerprint,
+    trace_fp: Fingerprint,
+    cache: CacheState,
+    prediction: Prediction,
+    checkpoints: Vec<Checkpoint>,
+    // The current segment.
+    segment: u64,
+    segment_base: Tokens,
+    segment_start_len: Tokens,
+    segment_requests: u32,
+    segment_blocks: u32,
+    read_excess: MicroUsd,
+    // The last request's cached prefix.
+    prefix_tokens: Tokens,
+    prefix_fp: Fingerprint,
+    prefix_block: u32,
+    last_request_ms: i64,
+    // The current gap.
+    gap_pings: u32,
+    gap_ping_spend: MicroUsd,
+    flushed: bool,
+    gaps: GapStats,
+    rates: Rates,
+    bounds: Bounds,
+}
+
+impl<'a> Engine<'a> {
+    fn new(trace: &'a Trace, head: Tokens, ttl: Ttl, config: &'a ReplayConfig<'a>) -> Engine<'a> {
+        let a = config.assumptions;
+        let trace_fp = hash_bytes(trace.id.as_bytes());
+        Engine {
+            config,
+            model: &trace.model,
+            ttl,
+            head,
+            head_fp: extend(trace_fp, hash_bytes(b"head")),
+            trace_fp,
+            cache: CacheState::new(),
+            prediction: Prediction::default(),
+            checkpoints: Vec::with_capacity(4),
+            segment: 0,
+            segment_base: head,
+            segment_start_len: 0,
+            segment_requests: 0,
+            segment_blocks: 1,
+            read_excess: MicroUsd::ZERO,
+            prefix_tokens: 0,
+            prefix_fp: 0,
+            prefix_block: 0,
+            last_request_ms: i64::MIN,
+            gap_pings: 0,
+            gap_ping_spend: MicroUsd::ZERO,
+            flushed: false,
+            gaps: GapStats::default(),
+            rates: Rates::of(config.price, ttl),
+            bounds: Bounds {
+                head_tokens: head,
+                rehydrate_tokens: a.rehydrate_tokens,
+                flush_prompt_tokens: a.flush_prompt_tokens,
+                ping_tokens: a.ping_tokens,
+                min_segment_requests: a.min_segment_requests,
+                ceiling_tokens: a.ceiling_tokens.unwrap_or(config.price.context_window),
+                context_window: config.price.context_window,
+            },
+        }
+    }
+
+    fn view(&self, now_ms: i64) -> SessionView {
+        let _ = now_ms;
+        SessionView {
+            prefix_tokens: self.prefix_tokens,
+            warm_until_ms: self.cache.expiry(self.model, self.prefix_fp),
+            last_request_ms: self.last_request_ms,
+            ttl: self.ttl,
+            segment_requests: self.segment_requests,
+            read_excess: self.read_excess,
+            gap_pings: self.gap_pings,
+            gap_ping_spend: self.gap_ping_spend,
+            flushed: self.flushed,
+            rates: self.rates,
+            bounds: self.bounds,
+            gaps: self.gaps,
+        }
+    }
+
+    fn conversation_fp(&self, index: usize) -> Fingerprint {
+        extend(extend(self.trace_fp, self.segment), index as u64 + 1)
+    }
+
+    /// Sends the prompt in `self.checkpoints` and prices it.
+    fn send(
+        &mut self,
+        total: Tokens,
+        output: Tokens,
+        now_ms: i64,
+    ) -> (Usage, MicroUsd, Option<MissCause>) {
+        let prompt = Prompt {
+            model: self.model,
+            checkpoints: &self.checkpoints,
+            total_tokens: total,
+        };
+        let rules = self.config.rules;
+        let usage = match self.cache.predict_into(
+            &prompt,
+            now_ms,
+            self.config.price.min_cacheable,
+            rules,
+            &mut self.prediction,
+        ) {
+            Ok(()) => {
+                self.cache
+                    .commit(self.model, &self.prediction, now_ms, rules);
+                self.prediction.outcome
+            }
+            // The engine builds at most two breakpoints in TTL order, so this cannot happen; if it
+            // did, the request would be priced as fully uncached rather than silently free.
+            Err(_) => crate::cache::CacheOutcome {
+                uncached: total,
+                ..Default::default()
+            },
+        };
+        let u = usage.usage(output);
+        (u, self.config.price.cost(&u), usage.miss)
+    }
+
+    fn head_checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            block: 0,
+            tokens: self.head,
+            fingerprint: self.head_fp,
+            breakpoint: Some(self.ttl),
+        }
+    }
+
+    /// A ping or flush: the cached prefix (read if warm) plus `extra` uncached tokens.
+    fn side_request(
+        &mut self,
+        kind: StepKind,
+        index: usize,
+        now_ms: i64,
+        on_step: &mut dyn FnMut(&Step),
+    ) -> MicroUsd {
+        let warm = self
+            .cache
+            .expiry(self.model, self.prefix_fp)
+            .is_some_and(|t| t > now_ms);
+        self.checkpoints.clear();
+        let (extra, output) = match kind {
+            StepKind::Flush => (
+                self.bounds.flush_prompt_tokens,
+                self.bounds.rehydrate_tokens,
+            ),
+            _ => (self.bounds.ping_tokens, 1),
+        };
+        if warm || kind == StepKind::Ping {
+            self.checkpoints.push(self.head_checkpoint());
+            if self.prefix_block > 0 {
+                self.checkpoints.push(Checkpoint {
+                    block: self.prefix_block,
+                    tokens: self.prefix_tokens,
+                    fingerprint: self.prefix_fp,
+                    breakpoint: Some(self.ttl),
+                });
+            }
+        }
+        // A cold flush carries no breakpoint: nothing of this segment will be read again, so
+        // sending it uncached (1×) is cheaper than writing it (1.25× or 2×).
+        let (usage, cost, _) = self.send(self.prefix_tokens + extra, output, now_ms);
+        on_step(&Step {
+            index,
+            at_ms: now_ms,
+            kind,
+            usage,
+            cost,
+            gap_ms: 0,
+            miss: None,
+            refreshed: false,
+        });
+        cost
+    }
+
+    fn run(&mut self, turns: &[Turn], driver: &mut Driver, on_step: &mut dyn FnMut(&Step)) {
+        let before = self.config.assumptions.decide_before_expiry_ms;
+        let mut length: Tokens = 0; // L: the logical conversation so far
+        for (index, turn) in turns.iter().enumerate() {
+            let now = turn.at_ms;
+            let gap = if index == 0 {
+                0
+            } else {
+                now - self.last_request_ms
+            };
+            // The idle phase: decide shortly before each expiry that falls before this request.
+            if index > 0 {
+                self.gaps.observe(gap);
+                let mut guard = 0;
+                while let Some(expiry) = self.cache.expiry(self.model, self.prefix_fp) {
+                    let at = (expiry - before).max(self.last_request_ms);
+                    if at >= now || expiry <= self.last_request_ms || guard > 10_000 {
+                        break;
+                    }
+                    guard += 1;
+                    let view = self.view(at);
+                    let future = Hindsight {
+                        next: index,
+                        turns,
+                        ttl: self.ttl,
+                        before_ms: before,
+                    };
+                    let decision = driver.decide(&view, Event::Expiring, at, &future);
+                    match decision.action {
+                        Action::Ping => {
+                            let cost = self.side_request(StepKind::Ping, index, at, on_step);
+                            self.gap_pings += 1;
+                            self.gap_ping_spend += cost;
+                        }
+                        Action::Flush if !self.flushed => {
+                            self.side_request(StepKind::Flush, index, at, on_step);
+                            self.flushed = true;
+                            break;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+            // The arrival.
+            let view = self.view(now);
+            let decision = driver.decide(
+                &view,
+                Event::Arrival {
+                    boundary: turn.boundary,
+                    delta: turn.delta,
+                },
+                now,
+                &Hindsight {
+                    next: index,
+                    turns,
+                    ttl: self.ttl,
+                    before_ms: before,
+                },
+            );
+            let mut refreshed = false;
+            if decision.action == Action::Refresh && index > 0 {
+                if !self.flushed {
+                    self.side_request(StepKind::Flush, index, now, on_step);
+                }
+                self.segment += 1;
+                self.segment_base = self.head + self.bounds.rehydrate_tokens;
+                self.segment_start_len = length;
+                self.segment_requests = 0;
+                self.segment_blocks = 2;
+                self.read_excess = MicroUsd::ZERO;
+                refreshed = true;
+            }
+            length += turn.delta;
+            let prompt_tokens = self.segment_base + (length - self.segment_start_len);
+            let cached = prompt_tokens - turn.uncached;
+            self.checkpoints.clear();
+            self.checkpoints.push(self.head_checkpoint());
+            if self.segment_requests > 0 {
+                self.checkpoints.push(Checkpoint {
+                    block: self.prefix_block,
+                    tokens: self.prefix_tokens,
+                    fingerprint: self.prefix_fp,
+                    breakpoint: None,
+                });
+            } else if self.segment > 0 {
+                // The rehydrated memory: a boundary of its own, without a breakpoint.
+                self.checkpoints.push(Checkpoint {
+                    block: 1,
+                    tokens: self.segment_base,
+                    fingerprint: extend(extend(self.trace_fp, self.segment), 0),
+                    breakpoint: None,
+                });
+            }
+            let block = self.segment_blocks + turn.blocks;
+            let fp = self.conversation_fp(index);
+            if cached > self.head {
+                self.checkpoints.push(Checkpoint {
+                    block,
+                    tokens: cached,
+                    fingerprint: fp,
+                    breakpoint: Some(self.ttl),
+                });
+            }
+            let (usage, cost, miss) = self.send(prompt_tokens, turn.output, now);
+            if self.segment_requests > 0 && usage.cache_read > 0 {
+                let excess = prompt_tokens.saturating_sub(self.head + self.bounds.rehydrate_tokens);
+                self.read_excess += MicroUsd::of(excess, self.rates.read);
+            }
+            on_step(&Step {
+                index,
+                at_ms: now,
+                kind: StepKind::Request,
+                usage,
+                cost,
+                gap_ms: gap,
+                miss,
+                refreshed,
+            });
+            self.segment_requests += 1;
+            self.segment_blocks = block;
+            self.prefix_tokens = cached.max(self.head);
+            self.prefix_fp = if cached > self.head { fp } else { self.head_fp };
+            self.prefix_block = if cached > self.head { block } else { 0 };
+            self.last_request_ms = now;
+            self.gap_pings = 0;
+            self.gap_ping_spend = MicroUsd::ZERO;
+            self.flushed = false;
+        }
+    }
+}
