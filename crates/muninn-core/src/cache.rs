@@ -450,7 +450,9 @@ impl CacheState {
         Ok(prediction.outcome)
     }
 
-    /// The latest expiry among live entries of `model` whose prefix is exactly `fingerprint`.
+    /// The expiry of `model`'s entry for exactly the prefix `fingerprint`, live or dead: a dead
+    /// entry is remembered (until pruned) and reports its past expiry, so callers asking whether
+    /// the prefix is warm must compare the result with their `now` (live iff `now < expiry`).
     pub fn expiry(&self, model: &str, fingerprint: Fingerprint) -> Option<i64> {
         self.models
             .get(model)
