@@ -23,3 +23,4 @@ pub mod ledger;
 pub mod money;
 pub mod price;
 pub mod trace;
+pub mod validate;
