@@ -80,14 +80,17 @@ fn load(dir: &Path) -> Result<Loaded, Box<dyn std::error::Error>> {
         for line in text.lines() {
             let v: Value = serde_json::from_str(line)?;
             let ty = v.get("type").and_then(Value::as_str).unwrap_or_default();
-            if ty == "system" && v.get("subtype").and_then(Value::as_str) == Some("compact_boundary")
+            if ty == "system"
+                && v.get("subtype").and_then(Value::as_str) == Some("compact_boundary")
             {
                 compact_pending = true;
             }
             if ty != "user" && ty != "assistant" {
                 continue;
             }
-            let Some(msg) = v.get("message") else { continue };
+            let Some(msg) = v.get("message") else {
+                continue;
+            };
             let content = msg.get("content");
             let n = content
                 .and_then(Value::as_array)
@@ -171,7 +174,9 @@ fn load(dir: &Path) -> Result<Loaded, Box<dyn std::error::Error>> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let dir = args.first().ok_or("usage: validate_traces DIR [--json OUT] [--rows]")?;
+    let dir = args
+        .first()
+        .ok_or("usage: validate_traces DIR [--json OUT] [--rows]")?;
     let loaded = load(Path::new(dir))?;
     let report = validate(&loaded.traces, &ValidateOptions::default());
     for (label, side) in [("model", &report.model), ("naive", &report.naive)] {
@@ -203,7 +208,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "{:<60} #{:<3} gap={:>8} ref={:>6} rec={:>6} {:?} | model={:>6} {:?} {:?} | naive={:>6} {:?} {:?} {} {}",
                 r.trace,
                 r.index,
-                r.gap_ms.map_or("-".to_string(), |g| format!("{}s", g / 1000)),
+                r.gap_ms
+                    .map_or("-".to_string(), |g| format!("{}s", g / 1000)),
                 r.reference,
                 r.recorded_read,
                 r.recorded_class,

@@ -44,9 +44,7 @@
 //!
 //! This module is pure: no I/O, no clock.
 
-use crate::cache::{
-    CacheRules, CacheState, Checkpoint, Fingerprint, Prompt, extend, hash_bytes,
-};
+use crate::cache::{CacheRules, CacheState, Checkpoint, Fingerprint, Prompt, extend, hash_bytes};
 use crate::money::Tokens;
 use crate::trace::{ThreadKind, Trace, TraceRequest};
 use serde::{Deserialize, Serialize};
@@ -357,9 +355,7 @@ impl ModelReplay {
                 .then(|| self.h1_estimate.get(&est_key).copied())
                 .flatten()
         });
-        let h2 = group
-            .h2
-            .or_else(|| self.h2_estimate.get(&est_key).copied());
+        let h2 = group.h2.or_else(|| self.h2_estimate.get(&est_key).copied());
         let kind = if is_main_group(trace) { "main" } else { "sub" };
         let h1_fp = if options.share_tools_head {
             h1.map(|t| hash_parts(&["h1", &trace.model, kind, &t.to_string()]))
@@ -536,7 +532,12 @@ pub fn validate(traces: &[Trace], options: &ValidateOptions) -> ValidationReport
     let mut order: Vec<(i64, usize, usize)> = traces
         .iter()
         .enumerate()
-        .flat_map(|(t, tr)| tr.requests.iter().enumerate().map(move |(i, r)| (r.at_ms, t, i)))
+        .flat_map(|(t, tr)| {
+            tr.requests
+                .iter()
+                .enumerate()
+                .map(move |(i, r)| (r.at_ms, t, i))
+        })
         .collect();
     order.sort_by_key(|&(at, t, i)| (at, t, i));
 

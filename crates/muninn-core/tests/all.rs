@@ -2,3 +2,4 @@
 
 mod cache;
 mod replay;
+mod validate;
