@@ -1,6 +1,6 @@
 //! Validates the cache model on a directory of Claude Code transcripts (JSONL).
 //!
-//! `cargo run -p muninn-core --example validate_traces -- DIR [--json OUT] [--rows]`
+//! `cargo run -p muninn-core --example validate_traces -- DIR [--json OUT] [--rows] [--no-share]`
 //!
 //! A throwaway loader, standing in for the importer until it lands: one request per `message.id`
 //! (deduplicated across files, `<synthetic>` dropped), one trace per (file thread, model), the
@@ -178,7 +178,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .first()
         .ok_or("usage: validate_traces DIR [--json OUT] [--rows]")?;
     let loaded = load(Path::new(dir))?;
-    let report = validate(&loaded.traces, &ValidateOptions::default());
+    // `--no-share`: keep every session's tools head private (an ablation of the shared head).
+    let options = ValidateOptions {
+        share_tools_head: !args.iter().any(|a| a == "--no-share"),
+        ..ValidateOptions::default()
+    };
+    let report = validate(&loaded.traces, &options);
     for (label, side) in [("model", &report.model), ("naive", &report.naive)] {
         for (scope, a) in [("main", &side.main), ("all", &side.all)] {
             println!(
