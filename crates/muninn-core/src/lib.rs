@@ -29,3 +29,4 @@ pub mod optimum;
 pub mod price;
 pub mod replay;
 pub mod trace;
+pub mod validate;

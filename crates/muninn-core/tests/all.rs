@@ -4,3 +4,4 @@
 
 mod cache;
 mod replay;
+mod validate;
