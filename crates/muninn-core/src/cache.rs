@@ -317,6 +317,7 @@ impl CacheState {
         // lookback) that holds a live entry. The request reads the longest such prefix. Every live
         // entry found is refreshed. The longest dead-or-alive match is kept to name a miss.
         let mut read: Tokens = 0;
+        let mut read_ttl: Option<Ttl> = None;
         let mut best_any: Tokens = 0;
         for (bi, bp) in cps.iter().enumerate() {
             if bp.breakpoint.is_none() || bp.tokens < min_cacheable {
@@ -329,9 +330,14 @@ impl CacheState {
                     break;
                 }
                 if let Some(entry) = cache.entries.get(&cp.fingerprint) {
-                    best_any = best_any.max(entry.tokens);
+                    best_any = best_any.max(cp.tokens);
                     if entry.expires_at_ms > now_ms {
-                        read = read.max(entry.tokens);
+                        // The prompt's own count: a fingerprint match means the same prefix, and
+                        // conservation then holds by construction.
+                        if cp.tokens > read {
+                            read = cp.tokens;
+                            read_ttl = Some(entry.ttl);
+                        }
                         out.updates.push((
                             cp.fingerprint,
                             Entry {
@@ -347,7 +353,7 @@ impl CacheState {
 
         // Writes: every eligible breakpoint beyond the read point writes the span since the
         // previous written boundary (or the read point) at its own TTL. Breakpoints inside the read
-        // prefix cost nothing; their entry is (re)stamped so the prefix stays addressable there.
+        // prefix cost nothing (see below for their entries).
         let mut covered = read;
         for bp in cps {
             let Some(ttl) = bp.breakpoint else { continue };
@@ -368,19 +374,27 @@ impl CacheState {
                 covered = bp.tokens;
                 out.updates.push((bp.fingerprint, entry));
             } else if !out.updates.iter().any(|(f, _)| *f == bp.fingerprint) {
-                let keep = cache
+                // Inside the read prefix: a live entry here is used, so it is refreshed. A missing
+                // or dead one is stamped for free, but only with the lifetime of the entry that was
+                // actually read — the content is cached exactly that long — so a 1h breakpoint
+                // added on a warm 5m prefix does not become a free 1h entry.
+                let live = cache
                     .and_then(|c| c.entries.get(&bp.fingerprint))
                     .filter(|e| e.expires_at_ms > now_ms);
-                out.updates.push((
-                    bp.fingerprint,
-                    match keep {
-                        Some(e) => Entry {
-                            expires_at_ms: now_ms + e.ttl.millis(),
-                            ..*e
-                        },
-                        None => entry,
-                    },
-                ));
+                let stamped = match live {
+                    Some(e) => Some(Entry {
+                        expires_at_ms: now_ms + e.ttl.millis(),
+                        ..*e
+                    }),
+                    None => read_ttl.map(|ttl| Entry {
+                        tokens: bp.tokens,
+                        ttl,
+                        expires_at_ms: now_ms + ttl.millis(),
+                    }),
+                };
+                if let Some(entry) = stamped {
+                    out.updates.push((bp.fingerprint, entry));
+                }
             }
         }
         out.outcome.read = read;

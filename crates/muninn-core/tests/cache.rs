@@ -968,3 +968,40 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_breakpoint_inside_a_read_prefix_gets_no_free_one_hour_entry() {
+    use muninn_core::cache::{CacheRules, CacheState, Prompt, Ttl, checkpoints_from_blocks};
+    let rules = CacheRules::default();
+    let t0 = 1_000_000_000;
+    let mut state = CacheState::new();
+    let first = [(2_000, 1, None), (1_000, 2, Some(Ttl::FiveMinutes))];
+    let (cps, total) = checkpoints_from_blocks(&first);
+    let prompt = Prompt {
+        model: "m",
+        checkpoints: &cps,
+        total_tokens: total,
+    };
+    state.apply(&prompt, t0, 1024, &rules).expect("valid");
+    // One minute later a 1h breakpoint appears on the first block: everything is read, nothing
+    // written, and the new entry lives only as long as the 5m entry that was read.
+    let second = [
+        (2_000, 1, Some(Ttl::OneHour)),
+        (1_000, 2, Some(Ttl::FiveMinutes)),
+    ];
+    let (cps, total) = checkpoints_from_blocks(&second);
+    let prompt = Prompt {
+        model: "m",
+        checkpoints: &cps,
+        total_tokens: total,
+    };
+    let outcome = state
+        .apply(&prompt, t0 + 60_000, 1024, &rules)
+        .expect("valid");
+    assert_eq!((outcome.read, outcome.written()), (3_000, 0));
+    let later = state
+        .apply(&prompt, t0 + 30 * 60_000, 1024, &rules)
+        .expect("valid");
+    assert_eq!(later.read, 0, "a 1h entry nobody paid for must not exist");
+    assert_eq!(later.write_1h, 2_000);
+}

@@ -94,7 +94,9 @@ fn brute_force_min(t: &Trace, a: &Assumptions) -> MicroUsd {
     let n = turns.len();
     let mut best = MicroUsd(i64::MAX);
     for mask in 0u32..(1 << (n - 1)) {
-        let starts: Vec<bool> = (0..n).map(|j| j == 0 || mask & (1 << (j - 1)) != 0).collect();
+        let starts: Vec<bool> = (0..n)
+            .map(|j| j == 0 || mask & (1 << (j - 1)) != 0)
+            .collect();
         // Admissible: starts at boundaries; every segment followed by a refresh is long enough.
         let admissible = (1..n).all(|j| !starts[j] || turns[j].boundary) && {
             let mut ok = true;
