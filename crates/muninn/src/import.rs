@@ -1,0 +1,54 @@
+//! `muninn import`: transcripts in, muninn's stored trace format out.
+
+use crate::InputArgs;
+use anyhow::Context;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Arguments of `muninn import`.
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    /// Where muninn keeps its data; traces go to `<data-dir>/traces/`.
+    #[arg(long, env = "MUNINN_DATA_DIR", default_value = "muninn-data")]
+    data_dir: PathBuf,
+}
+
+/// Imports and writes one stored file per session, named after the session, so that importing
+/// the same transcripts twice replaces rather than duplicates them.
+pub fn run(args: ImportArgs) -> anyhow::Result<()> {
+    let import = args.input.import()?;
+    let dir = args.data_dir.join("traces");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut by_session: std::collections::BTreeMap<&str, Vec<&muninn_core::trace::Trace>> = Default::default();
+    for trace in &import.traces {
+        by_session.entry(&trace.session).or_default().push(trace);
+    }
+    for (session, traces) in &by_session {
+        let name: String = session
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .collect();
+        let path = dir.join(format!("{name}.jsonl"));
+        // Write to a temporary name and rename, so a crash never leaves a torn stored file.
+        let tmp = dir.join(format!(".{name}.jsonl.tmp"));
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?);
+        muninn_import::write_traces(&mut file, traces.iter().copied())?;
+        file.flush()?;
+        file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    }
+    println!(
+        "imported {} requests in {} traces from {} files into {} ({} sessions); {} warnings, {} duplicates and {} synthetic rows dropped",
+        import.stats.requests,
+        import.traces.len(),
+        import.stats.files,
+        dir.display(),
+        by_session.len(),
+        import.warnings.len(),
+        import.stats.duplicates_dropped,
+        import.stats.synthetic_dropped,
+    );
+    Ok(())
+}

@@ -1,0 +1,268 @@
+//! `muninn replay`: every policy on the same transcripts, priced by the cache model, against the
+//! hindsight optimum and against what was recorded.
+
+use crate::InputArgs;
+use anyhow::Context;
+use muninn_core::cache::{CacheRules, Ttl};
+use muninn_core::money::{MicroUsd, Tokens};
+use muninn_core::price::{PriceError, PriceTable};
+use muninn_core::replay::{Assumptions, Plan, ReplayConfig, RunTotals, replay_trace};
+use muninn_core::trace::Trace;
+use muninn_report::plot::{CostSeries, GapBucket, write_plot};
+use muninn_report::{PolicyRow, ReplayReport, Unpriced};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Arguments of `muninn replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    /// Policies to run: `all`, or one or more of recorded, ski-rental, predictive, rebuild, never,
+    /// threshold:F, ceiling:N, keepalive:N, optimum (repeat the flag or separate with commas).
+    #[arg(long, default_value = "all", value_delimiter = ',')]
+    policy: Vec<String>,
+    /// Output format: table, json or csv.
+    #[arg(long, default_value = "table")]
+    format: String,
+    /// Also draw the cumulative cost per policy and the idle-gap histogram (.svg or .png).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// A price table (TOML) to use instead of the embedded one.
+    #[arg(long)]
+    prices: Option<PathBuf>,
+    /// Head (tools + system) tokens [default: estimated per trace].
+    #[arg(long)]
+    head_tokens: Option<Tokens>,
+    /// Memory/summary tokens a refreshed segment starts with (and the flush writes).
+    #[arg(long, default_value_t = Assumptions::default().rehydrate_tokens)]
+    rehydrate_tokens: Tokens,
+    /// Tokens of the flush instruction.
+    #[arg(long, default_value_t = Assumptions::default().flush_prompt_tokens)]
+    flush_prompt_tokens: Tokens,
+    /// Uncached tail tokens of a keep-warm ping.
+    #[arg(long, default_value_t = Assumptions::default().ping_tokens)]
+    ping_tokens: Tokens,
+    /// Requests a segment must hold before a voluntary refresh.
+    #[arg(long, default_value_t = Assumptions::default().min_segment_requests)]
+    min_segment: u32,
+    /// Context ceiling in tokens [default: the model's context window].
+    #[arg(long)]
+    ceiling: Option<Tokens>,
+    /// Seconds before a cache expiry at which the host decides (and pings).
+    #[arg(long, default_value_t = Assumptions::default().decide_before_expiry_ms / 1000)]
+    decide_before_s: i64,
+    /// TTL tier to replay at: 5m or 1h [default: as recorded per trace].
+    #[arg(long)]
+    ttl: Option<Ttl>,
+}
+
+fn parse_plans(specs: &[String]) -> anyhow::Result<Vec<Plan>> {
+    let mut plans = Vec::new();
+    for spec in specs {
+        let spec = spec.trim();
+        if spec == "all" {
+            plans.extend(Plan::all());
+        } else {
+            plans.push(spec.parse::<Plan>().map_err(anyhow::Error::msg)?);
+        }
+    }
+    plans.dedup();
+    Ok(plans)
+}
+
+/// Idle-gap buckets of the histogram, in seconds.
+const GAP_EDGES_S: [u64; 10] = [0, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200];
+
+pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
+    let plans = parse_plans(&args.policy)?;
+    if !matches!(args.format.as_str(), "table" | "json" | "csv") {
+        anyhow::bail!("unknown format {:?}: expected table, json or csv", args.format);
+    }
+    let prices = match &args.prices {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            PriceTable::parse(&text, &path.display().to_string())?
+        }
+        None => PriceTable::embedded(),
+    };
+    let assumptions = Assumptions {
+        head_tokens: args.head_tokens,
+        rehydrate_tokens: args.rehydrate_tokens,
+        flush_prompt_tokens: args.flush_prompt_tokens,
+        ping_tokens: args.ping_tokens,
+        min_segment_requests: args.min_segment,
+        ceiling_tokens: args.ceiling,
+        decide_before_expiry_ms: args.decide_before_s * 1000,
+        ttl: args.ttl,
+    };
+    let import = args.input.import()?;
+
+    // Traces whose model has no price are left out, and the report says so.
+    let mut unpriced: BTreeMap<String, u64> = BTreeMap::new();
+    let mut priced: Vec<(&Trace, &muninn_core::price::ModelPrice)> = Vec::new();
+    for trace in &import.traces {
+        match prices.model(&trace.model) {
+            Ok(price) => priced.push((trace, price)),
+            Err(PriceError::UnknownModel { model }) => *unpriced.entry(model).or_default() += trace.requests.len() as u64,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for (model, n) in &unpriced {
+        eprintln!("warning: model {model:?} is not in the price table; its {n} requests are left out (see --prices)");
+    }
+
+    let rules = CacheRules::default();
+    let want_plot = args.plot.is_some();
+    let results = run_plans(&plans, &priced, &assumptions, &rules, want_plot);
+
+    let optimum = results.iter().find(|r| r.plan == Plan::Optimum).map(|r| r.totals.cost);
+    let recorded = results.iter().find(|r| r.plan == Plan::Recorded).map(|r| r.totals.cost);
+    let ratio = |c: MicroUsd, base: Option<MicroUsd>| base.filter(|b| b.0 > 0).map(|b| c.0 as f64 / b.0 as f64);
+    let rows = results
+        .iter()
+        .map(|r| row(r.plan, &r.totals, ratio(r.totals.cost, optimum), ratio(r.totals.cost, recorded)))
+        .collect();
+    let report = ReplayReport {
+        assumptions: assumptions.to_string(),
+        traces: priced.len() as u64,
+        requests: priced.iter().map(|(t, _)| t.requests.len() as u64).sum(),
+        warnings: import.warnings.len() as u64,
+        unpriced: unpriced
+            .into_iter()
+            .map(|(model, requests)| Unpriced { model, requests })
+            .collect(),
+        rows,
+    };
+    match args.format.as_str() {
+        "json" => println!("{}", serde_json::to_string_pretty(&report)?),
+        "csv" => print!("{}", report.csv()),
+        _ => print!("{}", report.table()),
+    }
+
+    if let Some(path) = &args.plot {
+        let series: Vec<CostSeries> = results
+            .iter()
+            .map(|r| CostSeries {
+                label: r.plan.to_string(),
+                points: cumulative(&r.timeline),
+            })
+            .collect();
+        write_plot(path, "muninn replay: cumulative cost per policy", &series, &gap_histogram(&priced))
+            .with_context(|| format!("drawing {}", path.display()))?;
+        eprintln!("plot written to {}", path.display());
+    }
+    Ok(())
+}
+
+struct PlanResult {
+    plan: Plan,
+    totals: RunTotals,
+    /// `(Unix ms, cost)` of every priced request, when a plot was asked for.
+    timeline: Vec<(i64, MicroUsd)>,
+}
+
+/// Runs every plan over every trace, spreading plans over the machine's cores.
+fn run_plans(
+    plans: &[Plan],
+    priced: &[(&Trace, &muninn_core::price::ModelPrice)],
+    assumptions: &Assumptions,
+    rules: &CacheRules,
+    want_timeline: bool,
+) -> Vec<PlanResult> {
+    let run_one = |plan: Plan| -> PlanResult {
+        let mut totals = RunTotals::default();
+        let mut timeline = Vec::new();
+        for &(trace, price) in priced {
+            let config = ReplayConfig {
+                price,
+                assumptions,
+                rules,
+            };
+            let t = replay_trace(trace, plan, &config, &mut |step| {
+                if want_timeline {
+                    timeline.push((step.at_ms, step.cost));
+                }
+            });
+            totals.add(&t);
+        }
+        PlanResult { plan, totals, timeline }
+    };
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(plans.len().max(1));
+    let mut results: Vec<Option<PlanResult>> = (0..plans.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let chunks: Vec<Vec<(usize, Plan)>> = (0..workers)
+            .map(|w| plans.iter().copied().enumerate().filter(|(i, _)| i % workers == w).collect())
+            .collect();
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| scope.spawn(move || chunk.into_iter().map(|(i, p)| (i, run_one(p))).collect::<Vec<_>>()))
+            .collect();
+        for handle in handles {
+            if let Ok(done) = handle.join() {
+                for (i, r) in done {
+                    results[i] = Some(r);
+                }
+            }
+        }
+    });
+    results.into_iter().flatten().collect()
+}
+
+fn row(plan: Plan, t: &RunTotals, to_optimum: Option<f64>, to_recorded: Option<f64>) -> PolicyRow {
+    PolicyRow {
+        policy: plan.to_string(),
+        cost_micro_usd: t.cost.0,
+        ratio_to_optimum: to_optimum,
+        ratio_to_recorded: to_recorded,
+        cache_hit_ratio: t.hit_ratio(),
+        long_gap_write_share: t.long_gap_write_share(),
+        requests: t.requests,
+        pings: t.pings,
+        flushes: t.flushes,
+        refreshes: t.refreshes,
+        input_tokens: t.usage.input,
+        cache_write_tokens: t.usage.written(),
+        cache_read_tokens: t.usage.cache_read,
+        output_tokens: t.usage.output,
+    }
+}
+
+/// Sorts a plan's priced requests by time and accumulates them, keeping at most ~2,000 points.
+fn cumulative(timeline: &[(i64, MicroUsd)]) -> Vec<(i64, f64)> {
+    let mut sorted = timeline.to_vec();
+    sorted.sort_by_key(|&(t, _)| t);
+    let stride = (sorted.len() / 2000).max(1);
+    let mut total = 0i64;
+    let mut points = Vec::with_capacity(sorted.len() / stride + 2);
+    for (i, &(t, c)) in sorted.iter().enumerate() {
+        total += c.0;
+        if i % stride == 0 || i + 1 == sorted.len() {
+            points.push((t, total as f64 / 1e6));
+        }
+    }
+    points
+}
+
+/// The recorded idle gaps (per thread) and the cache writes of the request after each.
+fn gap_histogram(priced: &[(&Trace, &muninn_core::price::ModelPrice)]) -> Vec<GapBucket> {
+    let mut buckets: Vec<GapBucket> = GAP_EDGES_S
+        .iter()
+        .enumerate()
+        .map(|(i, &from)| GapBucket {
+            from_s: from,
+            to_s: GAP_EDGES_S.get(i + 1).copied().unwrap_or(u64::MAX),
+            requests: 0,
+            write_tokens: 0,
+        })
+        .collect();
+    for (trace, _) in priced {
+        for pair in trace.requests.windows(2) {
+            let gap_s = ((pair[1].at_ms - pair[0].at_ms).max(0) / 1000) as u64;
+            let i = GAP_EDGES_S.partition_point(|&edge| edge <= gap_s).saturating_sub(1);
+            buckets[i].requests += 1;
+            buckets[i].write_tokens += pair[1].usage.written();
+        }
+    }
+    buckets
+}
