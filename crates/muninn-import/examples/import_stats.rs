@@ -1,7 +1,8 @@
 //! Imports the given paths and prints what came out: requests, traces per kind and model,
 //! warnings, throughput and peak memory (`VmHWM` from `/proc/self/status`, Linux only).
 //!
-//! `cargo run --release -p muninn-import --example import_stats -- ~/.claude/projects`
+//! `cargo run --release -p muninn-import --example import_stats -- [-v] ~/.claude/projects`
+//! (`-v` also lists every trace).
 
 use muninn_import::{ImportOptions, import_paths};
 use std::collections::BTreeMap;
@@ -15,7 +16,15 @@ fn peak_rss_kib() -> Option<u64> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let paths: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
+    let mut verbose = false;
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for arg in std::env::args_os().skip(1) {
+        if arg == "-v" {
+            verbose = true;
+        } else {
+            paths.push(PathBuf::from(arg));
+        }
+    }
     if paths.is_empty() {
         return Err("usage: import_stats <path>...".into());
     }
@@ -54,6 +63,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("compacted    {compacted}");
     println!("blocks added {blocks}");
     println!("duplicates   {}", s.duplicates_dropped);
+    if verbose {
+        for t in &import.traces {
+            let boundaries = t.requests.iter().filter(|r| r.boundary).count();
+            println!(
+                "  {:<70} {:<10} {:>4} requests {:>3} boundaries ttl {:?}",
+                t.id,
+                format!("{:?}", t.kind),
+                t.requests.len(),
+                boundaries,
+                t.recorded_ttl()
+            );
+        }
+    }
     println!("synthetic    {}", s.synthetic_dropped);
     println!("warnings     {}", import.warnings.len());
     for w in import.warnings.iter().take(20) {

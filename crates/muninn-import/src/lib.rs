@@ -4,9 +4,9 @@
 //! non-empty lines, and turns every API request it finds into a [`TraceRequest`] of the
 //! [`Trace`] for its (session, thread, model). Four formats are read:
 //!
-//! - **Claude Code transcripts** (`~/.claude/projects/**/*.jsonl`), see [`claude`]'s module docs;
-//! - **Codex CLI rollouts** (`~/.codex/sessions/**/rollout-*.jsonl`), see `codex`;
-//! - **muninn ledger exports** (JSON Lines of [`muninn_core::ledger::LedgerRow`]), see `ledger`;
+//! - **Claude Code transcripts** (`~/.claude/projects/**/*.jsonl`, sub-agents included);
+//! - **Codex CLI rollouts** (`~/.codex/sessions/**/rollout-*.jsonl`);
+//! - **muninn ledger exports** (JSON Lines of [`muninn_core::ledger::LedgerRow`]);
 //! - **muninn's stored trace format** (what `muninn import` writes), see [`write_trace`].
 //!
 //! # Invariants
@@ -24,7 +24,8 @@
 //! - `lines`: the line reader and the per-file warning sink;
 //! - `json`: borrowed strings, content-block counting, timestamps;
 //! - `sink`: the traces under construction;
-//! - `claude`, `codex`, `ledger`, `stored`: one reader per format.
+//! - `claude`, `codex`, `ledger`, `stored`: one reader per format; each module's docs describe
+//!   its format as far as the importer reads it and how it maps onto [`Trace`].
 
 use muninn_core::trace::{Trace, TraceRequest};
 use std::collections::HashSet;
@@ -426,6 +427,8 @@ fn sniff(reader: &mut BufReader<File>) -> io::Result<Option<Format>> {
         let kind = probe.kind.as_ref().map(json::Str::as_str);
         let format = match kind {
             Some("trace") if probe.id.is_some() && probe.session.is_some() => Some(Format::Stored),
+            // A stored file whose header line was damaged.
+            Some("request") if probe.usage.is_some() => Some(Format::Stored),
             Some("session_meta" | "turn_context" | "event_msg" | "response_item" | "compacted")
                 if probe.payload.is_some() =>
             {

@@ -450,7 +450,7 @@ mod damaged {
     fn apply(bytes: &mut Vec<u8>, edit: &Edit) {
         let len = bytes.len().max(1);
         match *edit {
-            Edit::Newline(i) => bytes.insert(i % (len + 1).min(bytes.len() + 1), b'\n'),
+            Edit::Newline(i) => bytes.insert(i % (bytes.len() + 1), b'\n'),
             Edit::Byte(i, b) if !bytes.is_empty() => bytes[i % len] = b,
             Edit::Cut(i, n) if !bytes.is_empty() => {
                 let start = i % len;
