@@ -1,1 +1,468 @@
-//! Importers (being written).
+//! Streaming importers: real transcripts in, normalised [`Trace`]s out.
+//!
+//! [`import_paths`] takes files and directories, detects each file's format from its first
+//! non-empty lines, and turns every API request it finds into a [`TraceRequest`] of the
+//! [`Trace`] for its (session, thread, model). Four formats are read:
+//!
+//! - **Claude Code transcripts** (`~/.claude/projects/**/*.jsonl`, sub-agents included);
+//! - **Codex CLI rollouts** (`~/.codex/sessions/**/rollout-*.jsonl`);
+//! - **muninn ledger exports** (JSON Lines of [`muninn_core::ledger::LedgerRow`]);
+//! - **muninn's stored trace format** (what `muninn import` writes), see [`write_trace`].
+//!
+//! # Invariants
+//!
+//! - A malformed line is never fatal: it becomes a [`Warning`] with its file and line and is
+//!   skipped. Only I/O errors and "nothing importable" are errors.
+//! - Memory is bounded by the output, not the input: files are read line by line into one reused
+//!   buffer, only the fields needed are decoded (content and tool outputs are skipped without being
+//!   allocated), and cross-file de-duplication keeps a 64-bit hash per request id, not the id.
+//! - The result is deterministic: files are read in sorted path order, traces come out sorted by
+//!   (session, kind, thread, model) and each trace's requests by time.
+//!
+//! # Layout
+//!
+//! - `lines`: the line reader and the per-file warning sink;
+//! - `json`: borrowed strings, content-block counting, timestamps;
+//! - `sink`: the traces under construction;
+//! - `claude`, `codex`, `ledger`, `stored`: one reader per format; each module's docs describe
+//!   its format as far as the importer reads it and how it maps onto [`Trace`].
+
+use muninn_core::trace::{Trace, TraceRequest};
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, BufReader, Seek, Write};
+use std::path::{Path, PathBuf};
+
+mod claude;
+mod codex;
+mod json;
+mod ledger;
+mod lines;
+mod sink;
+mod stored;
+
+pub use stored::write_trace;
+
+use lines::{Line, LineReader};
+
+/// What to import.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// Import Claude Code sub-agent and compaction threads (`isSidechain: true`), not only the
+    /// main threads. Default `true`.
+    pub include_subagents: bool,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions {
+            include_subagents: true,
+        }
+    }
+}
+
+/// A diagnostic about one line (or, with `line == 0`, a whole file) that was skipped or read
+/// with a fallback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// The file.
+    pub path: PathBuf,
+    /// The 1-based line, or 0 for the whole file.
+    pub line: u64,
+    /// What was wrong and what was done about it.
+    pub message: String,
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}: {}", self.path.display(), self.line, self.message)
+    }
+}
+
+/// Counters of one import.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImportStats {
+    /// Files read in a recognised format.
+    pub files: u64,
+    /// Files skipped: empty, or in no recognised format.
+    pub files_skipped: u64,
+    /// Physical lines read (blank ones included).
+    pub lines: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Requests in the result.
+    pub requests: u64,
+    /// Requests dropped because an earlier file already had the same id (resumed sessions).
+    pub duplicates_dropped: u64,
+    /// Claude Code `model: "<synthetic>"` responses dropped (client-side placeholders).
+    pub synthetic_dropped: u64,
+}
+
+/// The result of an import.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Import {
+    /// The traces, sorted by (session, kind, thread, model); each trace's requests by time.
+    pub traces: Vec<Trace>,
+    /// Lines and files that were skipped, with why.
+    pub warnings: Vec<Warning>,
+    /// Counters.
+    pub stats: ImportStats,
+}
+
+/// Why an import failed as a whole. Neither is worth retrying unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// A path could not be listed, opened or read (from [`import_paths`] and
+    /// [`read_trace_file`]).
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The paths held no file in a recognised format (from [`import_paths`]).
+    #[error("no importable file found in {}", paths_list(.paths))]
+    NoImportableFile {
+        /// The paths given.
+        paths: Vec<PathBuf>,
+    },
+}
+
+fn paths_list(paths: &[PathBuf]) -> String {
+    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    shown.join(", ")
+}
+
+/// The formats a file may be in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    ClaudeCode,
+    Codex,
+    Ledger,
+    Stored,
+}
+
+/// How many non-empty lines are looked at to detect a file's format. Claude Code files may open
+/// with a few lines of no particular shape (snapshots, queue operations), but every one of those
+/// already carries a recognisable `type`, so a handful is plenty.
+const SNIFF_LINES: u32 = 16;
+
+/// Progress is reported at most once per this many bytes (and at the end of every file).
+const PROGRESS_STEP: u64 = 1 << 20;
+
+/// Imports every file under `paths` (files, or directories searched recursively for `*.jsonl`).
+///
+/// `progress(done, total)` is called as bytes are read; `total` is the size of all files found.
+/// Files explicitly named are read whatever their extension. Errors: [`ImportError::Io`] if a
+/// path cannot be listed or a file cannot be read, [`ImportError::NoImportableFile`] if no file
+/// was in a recognised format.
+pub fn import_paths(
+    paths: &[PathBuf],
+    opts: &ImportOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Import, ImportError> {
+    let mut files = Vec::new();
+    for path in paths {
+        collect_files(path, true, &mut files)?;
+    }
+    // Sorted, so de-duplication (first file wins) and the output are deterministic.
+    files.sort();
+    files.dedup();
+    let mut total = 0;
+    for file in &files {
+        total += std::fs::metadata(file)
+            .map_err(|source| io_error(file, source))?
+            .len();
+    }
+
+    let mut importer = Importer {
+        opts,
+        sink: sink::TraceSet::default(),
+        claude_seen: HashSet::new(),
+        warnings: Vec::new(),
+        stats: ImportStats::default(),
+    };
+    let mut done = 0;
+    for file in &files {
+        let read = importer.import_file(file, None, &mut |bytes| progress(done + bytes, total))?;
+        done += read;
+        progress(done, total);
+    }
+    if importer.stats.files == 0 {
+        return Err(ImportError::NoImportableFile {
+            paths: paths.to_vec(),
+        });
+    }
+    Ok(importer.finish())
+}
+
+/// Reads one file in muninn's stored trace format (see [`write_trace`]). A file in another
+/// format gives no traces and one warning.
+pub fn read_trace_file(path: &Path) -> Result<Import, ImportError> {
+    let opts = ImportOptions::default();
+    let mut importer = Importer {
+        opts: &opts,
+        sink: sink::TraceSet::default(),
+        claude_seen: HashSet::new(),
+        warnings: Vec::new(),
+        stats: ImportStats::default(),
+    };
+    importer.import_file(path, Some(Format::Stored), &mut |_| {})?;
+    Ok(importer.finish())
+}
+
+fn io_error(path: &Path, source: io::Error) -> ImportError {
+    ImportError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Adds `path` (if a file) or the `*.jsonl` files under it (if a directory) to `out`. Symlinked
+/// directories below the top are not followed, so a link cycle cannot make the walk endless.
+fn collect_files(path: &Path, top: bool, out: &mut Vec<PathBuf>) -> Result<(), ImportError> {
+    let meta = std::fs::metadata(path).map_err(|source| io_error(path, source))?;
+    if meta.is_file() {
+        if top || path.extension().is_some_and(|e| e == "jsonl") {
+            out.push(path.to_path_buf());
+        }
+        return Ok(());
+    }
+    if !meta.is_dir() {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(path).map_err(|source| io_error(path, source))?;
+    for entry in entries {
+        let entry = entry.map_err(|source| io_error(path, source))?;
+        let child = entry.path();
+        let kind = entry
+            .file_type()
+            .map_err(|source| io_error(&child, source))?;
+        if kind.is_dir() {
+            collect_files(&child, false, out)?;
+        } else if (kind.is_file() || kind.is_symlink())
+            && child.extension().is_some_and(|e| e == "jsonl")
+            && std::fs::metadata(&child).is_ok_and(|m| m.is_file())
+        {
+            out.push(child);
+        }
+    }
+    Ok(())
+}
+
+/// One reader per format, fed one line at a time by [`Importer::import_file`].
+trait FormatReader {
+    /// Handles one line (blank and oversized lines included; use [`lines::parse_line`]).
+    fn line(&mut self, line: &Line<'_>, cx: &mut LineContext<'_, '_>);
+    /// Called once after the last line.
+    fn finish(self, cx: &mut LineContext<'_, '_>);
+}
+
+/// What a [`FormatReader`] writes into.
+struct LineContext<'i, 'w> {
+    sink: &'i mut sink::TraceSet,
+    diag: &'i mut lines::Diagnostics<'w>,
+    stats: &'i mut ImportStats,
+    /// `path.display()`, kept as the source of the traces.
+    source: &'i str,
+}
+
+impl LineContext<'_, '_> {
+    /// Appends a request (counted in [`Importer::finish`], once the traces are final).
+    fn push(
+        &mut self,
+        session: &str,
+        thread: &str,
+        kind: muninn_core::trace::ThreadKind,
+        model: &str,
+        request: TraceRequest,
+    ) -> sink::RequestSlot {
+        self.sink
+            .push(session, thread, kind, model, self.source, request)
+    }
+}
+
+/// State shared across the files of one import.
+struct Importer<'o> {
+    opts: &'o ImportOptions,
+    sink: sink::TraceSet,
+    /// Hashes of the Claude Code `message.id`s already imported, for cross-file de-duplication.
+    /// A 64-bit hash instead of the id keeps this at 8 bytes a request; a false "duplicate" needs
+    /// a collision, about 1 in 10^7 even at a million requests.
+    claude_seen: HashSet<u64>,
+    warnings: Vec<Warning>,
+    stats: ImportStats,
+}
+
+impl Importer<'_> {
+    /// Imports one file; returns the bytes read. `force` skips detection.
+    fn import_file(
+        &mut self,
+        path: &Path,
+        force: Option<Format>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64, ImportError> {
+        let file = File::open(path).map_err(|source| io_error(path, source))?;
+        let mut reader = BufReader::with_capacity(256 << 10, file);
+        let mut diag = lines::Diagnostics::new(path, &mut self.warnings);
+        let detected = sniff(&mut reader).map_err(|source| io_error(path, source))?;
+        let format = match (force, detected) {
+            (Some(forced), Some(found)) if forced == found => forced,
+            (Some(_), _) => {
+                diag.warn(0, "not in muninn's stored trace format, skipped");
+                diag.finish();
+                self.stats.files_skipped += 1;
+                return Ok(0);
+            }
+            (None, Some(found)) => found,
+            (None, None) => {
+                diag.warn(0, "no recognised format in the first lines, file skipped");
+                diag.finish();
+                self.stats.files_skipped += 1;
+                return Ok(0);
+            }
+        };
+        reader.rewind().map_err(|source| io_error(path, source))?;
+        self.stats.files += 1;
+
+        let source = path.display().to_string();
+        let mut cx = LineContext {
+            sink: &mut self.sink,
+            diag: &mut diag,
+            stats: &mut self.stats,
+            source: &source,
+        };
+        let mut lines = LineReader::new(reader);
+        let result = match format {
+            Format::ClaudeCode => {
+                let r = claude::ClaudeReader::new(path, self.opts, &mut self.claude_seen);
+                drive(&mut lines, r, &mut cx, progress)
+            }
+            Format::Codex => drive(&mut lines, codex::CodexReader::new(path), &mut cx, progress),
+            Format::Ledger => drive(
+                &mut lines,
+                ledger::LedgerReader::default(),
+                &mut cx,
+                progress,
+            ),
+            Format::Stored => drive(
+                &mut lines,
+                stored::StoredReader::default(),
+                &mut cx,
+                progress,
+            ),
+        };
+        let bytes = lines.bytes_read();
+        self.stats.bytes += bytes;
+        diag.finish();
+        result.map_err(|source| io_error(path, source))?;
+        Ok(bytes)
+    }
+
+    fn finish(self) -> Import {
+        let traces = self.sink.finish();
+        let mut stats = self.stats;
+        stats.requests = traces.iter().map(|t| t.requests.len() as u64).sum();
+        Import {
+            traces,
+            warnings: self.warnings,
+            stats,
+        }
+    }
+}
+
+/// Feeds every line of a file to `reader`, reporting progress every [`PROGRESS_STEP`] bytes.
+fn drive<R: io::BufRead>(
+    lines: &mut LineReader<R>,
+    mut reader: impl FormatReader,
+    cx: &mut LineContext<'_, '_>,
+    progress: &mut dyn FnMut(u64),
+) -> io::Result<()> {
+    let mut reported = 0;
+    while let Some(line) = lines.next_line()? {
+        cx.stats.lines += 1;
+        reader.line(&line, cx);
+        let read = lines.bytes_read();
+        if read - reported >= PROGRESS_STEP {
+            reported = read;
+            progress(read);
+        }
+    }
+    reader.finish(cx);
+    Ok(())
+}
+
+/// Detects the format from the first non-empty lines; `None` if none is recognised (or the file
+/// is empty). Lines that fail to parse are passed over here; the real pass reports them.
+fn sniff(reader: &mut BufReader<File>) -> io::Result<Option<Format>> {
+    #[derive(serde::Deserialize)]
+    struct Probe<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Option<json::Str<'a>>,
+        payload: Option<serde::de::IgnoredAny>,
+        mind: Option<serde::de::IgnoredAny>,
+        role: Option<serde::de::IgnoredAny>,
+        usage: Option<serde::de::IgnoredAny>,
+        id: Option<serde::de::IgnoredAny>,
+        session: Option<serde::de::IgnoredAny>,
+        #[serde(rename = "sessionId")]
+        session_id: Option<serde::de::IgnoredAny>,
+    }
+
+    let mut lines = LineReader::new(&mut *reader);
+    let mut seen = 0;
+    while seen < SNIFF_LINES {
+        let Some(line) = lines.next_line()? else {
+            break;
+        };
+        if line.oversized || line.is_blank() {
+            continue;
+        }
+        seen += 1;
+        let Ok(probe) = serde_json::from_slice::<Probe<'_>>(line.bytes) else {
+            continue;
+        };
+        let kind = probe.kind.as_ref().map(json::Str::as_str);
+        let format = match kind {
+            Some("trace") if probe.id.is_some() && probe.session.is_some() => Some(Format::Stored),
+            // A stored file whose header line was damaged.
+            Some("request") if probe.usage.is_some() => Some(Format::Stored),
+            Some("session_meta" | "turn_context" | "event_msg" | "response_item" | "compacted")
+                if probe.payload.is_some() =>
+            {
+                Some(Format::Codex)
+            }
+            _ if probe.mind.is_some() && probe.role.is_some() && probe.usage.is_some() => {
+                Some(Format::Ledger)
+            }
+            Some(
+                "user"
+                | "assistant"
+                | "system"
+                | "summary"
+                | "progress"
+                | "file-history-snapshot"
+                | "queue-operation",
+            ) => Some(Format::ClaudeCode),
+            _ if probe.session_id.is_some() => Some(Format::ClaudeCode),
+            _ => None,
+        };
+        if format.is_some() {
+            return Ok(format);
+        }
+    }
+    Ok(None)
+}
+
+/// Writes `traces` in the stored format, one after another (header, requests, header, …).
+pub fn write_traces<'t>(
+    w: &mut impl Write,
+    traces: impl IntoIterator<Item = &'t Trace>,
+) -> io::Result<()> {
+    for t in traces {
+        write_trace(w, t)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,342 @@
+//! Claude Code transcripts (`~/.claude/projects/<project>/<session>.jsonl` and sub-agent files).
+//!
+//! # The format, as far as the importer cares
+//!
+//! One JSON object per line. `type` is `user`, `assistant`, `system`, `progress`,
+//! `file-history-snapshot`, `queue-operation`, `summary`, …; only `user`, `assistant` and `system`
+//! lines matter here, everything else is skipped after a cheap parse.
+//!
+//! - An API response is spread over several `assistant` lines, one per content block, each
+//!   repeating `message.id`, `message.model` and `message.usage`. They are merged into one
+//!   request: `at_ms` is the earliest line's `timestamp` (lines are written as the response
+//!   streams, so the first is nearest the request), the usage is the last line's (the input side
+//!   never changes; `output_tokens` only grows).
+//! - `message.model == "<synthetic>"` marks a client-side placeholder, not an API request: dropped
+//!   and counted.
+//! - A resumed session copies earlier lines into its new file, so a `message.id` already imported
+//!   from an earlier file (in path order) is dropped and counted as a duplicate.
+//! - Threads: lines with `isSidechain: true` belong to a sub-agent, named by the line's `agentId`,
+//!   else by the file name (`<session>__agent-<id>.jsonl` or `subagents/agent-<id>.jsonl`). An id
+//!   starting `acompact` is a compaction request's thread. Everything else is `main`.
+//! - `boundary`: the last `user` line of the thread before the request was something a human
+//!   (or the client on their behalf) sent — a string or text/image blocks — rather than
+//!   `tool_result` blocks; the first request of a thread is a boundary. Meta lines (`isMeta`:
+//!   skill bodies, command caveats) and compaction summaries leave this unchanged: they ride along
+//!   with whatever came before.
+//! - `compacted`: a `system` line with `subtype: "compact_boundary"`, or a `user` line with
+//!   `isCompactSummary: true`, came after the thread's previous request.
+//! - `blocks_added`: content blocks of `user` and `assistant` lines (array elements; a plain string
+//!   is one) since the previous request of the thread. The request's own assistant blocks count
+//!   towards the next request, since that is the prompt they join.
+//!
+//! Per-file state (open responses, thread state) lives in [`ClaudeReader`] and is dropped with it;
+//! only the hash set of imported ids outlives a file.
+
+use crate::json::{ContentShape, Str, parse_timestamp_ms};
+use crate::lines::{Line, parse_line};
+use crate::sink::RequestSlot;
+use crate::{FormatReader, ImportOptions, LineContext};
+use muninn_core::trace::{ThreadKind, TraceRequest, Usage};
+use serde::Deserialize;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::path::Path;
+
+/// The fields of a line the importer reads; every other field is skipped by the parser.
+#[derive(Deserialize)]
+struct ClaudeLine<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    subtype: Option<Str<'a>>,
+    #[serde(rename = "sessionId", borrow)]
+    session_id: Option<Str<'a>>,
+    #[serde(rename = "isSidechain")]
+    is_sidechain: Option<bool>,
+    #[serde(rename = "agentId", borrow)]
+    agent_id: Option<Str<'a>>,
+    #[serde(rename = "isCompactSummary")]
+    is_compact_summary: Option<bool>,
+    #[serde(rename = "isMeta")]
+    is_meta: Option<bool>,
+    #[serde(borrow)]
+    timestamp: Option<Str<'a>>,
+    #[serde(borrow)]
+    message: Option<ClaudeMessage<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ClaudeMessage<'a> {
+    #[serde(borrow)]
+    id: Option<Str<'a>>,
+    #[serde(borrow)]
+    model: Option<Str<'a>>,
+    usage: Option<ClaudeUsage>,
+    content: Option<ContentShape>,
+}
+
+/// Anthropic's `usage` object. Fields are optional (and tolerate `null`) because older transcripts
+/// lack the per-TTL breakdown.
+#[derive(Deserialize)]
+struct ClaudeUsage {
+    input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation: Option<CacheCreation>,
+    output_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct CacheCreation {
+    ephemeral_5m_input_tokens: Option<u64>,
+    ephemeral_1h_input_tokens: Option<u64>,
+}
+
+impl ClaudeUsage {
+    fn to_usage(&self) -> Usage {
+        let written = self.cache_creation_input_tokens.unwrap_or(0);
+        let (w5m, w1h) = match &self.cache_creation {
+            Some(c) => {
+                let w5m = c.ephemeral_5m_input_tokens.unwrap_or(0);
+                let w1h = c.ephemeral_1h_input_tokens.unwrap_or(0);
+                // Writes the breakdown does not account for went in at the default (5m) TTL.
+                (w5m + written.saturating_sub(w5m + w1h), w1h)
+            }
+            // No breakdown: before 1h caching existed, every write was 5m.
+            None => (written, 0),
+        };
+        Usage {
+            input: self.input_tokens.unwrap_or(0),
+            cache_write_5m: w5m,
+            cache_write_1h: w1h,
+            cache_read: self.cache_read_input_tokens.unwrap_or(0),
+            output: self.output_tokens.unwrap_or(0),
+        }
+    }
+}
+
+/// Per-thread state while reading a file.
+#[derive(Debug)]
+struct ThreadState {
+    /// The last relevant `user` line was human input (true before any request).
+    human_turn: bool,
+    /// A compaction was seen since the last request.
+    compacted: bool,
+    /// Content blocks since the last request.
+    blocks: u32,
+}
+
+impl Default for ThreadState {
+    fn default() -> Self {
+        ThreadState {
+            human_turn: true,
+            compacted: false,
+            blocks: 0,
+        }
+    }
+}
+
+/// What became of a `message.id` seen in this file.
+#[derive(Debug, Clone, Copy)]
+enum Response {
+    /// Imported; later lines update it.
+    Kept(RequestSlot),
+    /// Dropped (duplicate or synthetic); later lines are ignored.
+    Dropped,
+}
+
+/// Reads one Claude Code file.
+#[derive(Debug)]
+pub(crate) struct ClaudeReader<'s> {
+    include_subagents: bool,
+    /// The sub-agent id the file name gives, if any.
+    file_agent: Option<String>,
+    /// The file's name without `.jsonl`, the session of last resort.
+    file_stem: String,
+    /// Ids imported by this and earlier files.
+    seen: &'s mut HashSet<u64>,
+    /// The responses of this file, by id hash.
+    responses: HashMap<u64, Response>,
+    /// Thread state by hash of (session, thread): looking up by hash avoids allocating a key on
+    /// every line.
+    threads: HashMap<u64, ThreadState>,
+}
+
+impl<'s> ClaudeReader<'s> {
+    pub fn new(path: &Path, opts: &ImportOptions, seen: &'s mut HashSet<u64>) -> Self {
+        let file_stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let file_agent = file_stem
+            .rsplit_once("__agent-")
+            .map(|(_, id)| id)
+            .or_else(|| file_stem.strip_prefix("agent-"))
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned);
+        ClaudeReader {
+            include_subagents: opts.include_subagents,
+            file_agent,
+            file_stem,
+            seen,
+            responses: HashMap::new(),
+            threads: HashMap::new(),
+        }
+    }
+}
+
+fn id_hash(id: &str) -> u64 {
+    // SipHash with fixed keys: stable across runs, which keeps de-duplication deterministic.
+    let mut h = std::hash::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
+}
+
+fn thread_hash(session: &str, thread: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    (session, thread).hash(&mut h);
+    h.finish()
+}
+
+impl FormatReader for ClaudeReader<'_> {
+    fn line(&mut self, line: &Line<'_>, cx: &mut LineContext<'_, '_>) {
+        let Some(parsed) = parse_line::<ClaudeLine<'_>>(line, cx.diag) else {
+            return;
+        };
+        let kind = parsed.kind.as_ref().map(Str::as_str);
+        if !matches!(kind, Some("user" | "assistant" | "system")) {
+            return;
+        }
+        let sidechain = parsed.is_sidechain.unwrap_or(false);
+        if sidechain && !self.include_subagents {
+            return;
+        }
+        let thread: &str = if sidechain {
+            match (&parsed.agent_id, &self.file_agent) {
+                (Some(id), _) => id.as_str(),
+                (None, Some(id)) => id,
+                (None, None) => "sidechain",
+            }
+        } else {
+            "main"
+        };
+        let session = parsed
+            .session_id
+            .as_ref()
+            .map_or(self.file_stem.as_str(), Str::as_str);
+        let state = self
+            .threads
+            .entry(thread_hash(session, thread))
+            .or_default();
+
+        match kind {
+            Some("system") => {
+                if parsed
+                    .subtype
+                    .as_ref()
+                    .is_some_and(|s| s.as_str() == "compact_boundary")
+                {
+                    state.compacted = true;
+                    state.blocks = 0;
+                }
+            }
+            Some("user") => {
+                let shape = parsed
+                    .message
+                    .as_ref()
+                    .and_then(|m| m.content)
+                    .unwrap_or_default();
+                state.blocks = state.blocks.saturating_add(shape.blocks);
+                if parsed.is_compact_summary == Some(true) {
+                    state.compacted = true;
+                } else if parsed.is_meta != Some(true) && shape.blocks > 0 {
+                    state.human_turn = shape.tool_results == 0;
+                }
+            }
+            _ => {
+                let Some(message) = &parsed.message else {
+                    cx.diag
+                        .warn(line.number, "assistant line without a message, skipped");
+                    return;
+                };
+                let blocks = message.content.map_or(1, |c| c.blocks);
+                let Some(id) = &message.id else {
+                    cx.diag
+                        .warn(line.number, "assistant line without message.id, skipped");
+                    return;
+                };
+                let hash = id_hash(id.as_str());
+                let at_ms = parsed
+                    .timestamp
+                    .as_ref()
+                    .and_then(|t| parse_timestamp_ms(t.as_str()));
+                match self.responses.get(&hash) {
+                    Some(Response::Dropped) => {}
+                    Some(Response::Kept(slot)) => {
+                        state.blocks = state.blocks.saturating_add(blocks);
+                        if let Some(request) = cx.sink.get_mut(*slot) {
+                            if let Some(usage) = &message.usage {
+                                request.usage = usage.to_usage();
+                            }
+                            if let Some(at_ms) = at_ms {
+                                request.at_ms = request.at_ms.min(at_ms);
+                            }
+                        }
+                    }
+                    None => {
+                        let model = message.model.as_ref().map(Str::as_str);
+                        if model == Some("<synthetic>") {
+                            cx.stats.synthetic_dropped += 1;
+                            self.responses.insert(hash, Response::Dropped);
+                            return;
+                        }
+                        if self.seen.contains(&hash) {
+                            // The request happened, just not in this file: the thread moves on
+                            // as if it had been imported, so the next new request's flags and
+                            // block count start from here.
+                            cx.stats.duplicates_dropped += 1;
+                            self.responses.insert(hash, Response::Dropped);
+                            *state = ThreadState {
+                                human_turn: false,
+                                compacted: false,
+                                blocks,
+                            };
+                            return;
+                        }
+                        let (Some(model), Some(usage), Some(at_ms)) =
+                            (model, &message.usage, at_ms)
+                        else {
+                            cx.diag.warn(
+                                line.number,
+                                "assistant line without model, usage or a valid timestamp, skipped",
+                            );
+                            return;
+                        };
+                        let request = TraceRequest {
+                            at_ms,
+                            usage: usage.to_usage(),
+                            boundary: state.human_turn,
+                            compacted: state.compacted,
+                            blocks_added: state.blocks,
+                        };
+                        state.human_turn = false;
+                        state.compacted = false;
+                        state.blocks = blocks;
+                        let kind = if thread == "main" {
+                            ThreadKind::Main
+                        } else if thread.starts_with("acompact") {
+                            ThreadKind::Compaction
+                        } else {
+                            ThreadKind::Subagent
+                        };
+                        let slot = cx.push(session, thread, kind, model, request);
+                        self.seen.insert(hash);
+                        self.responses.insert(hash, Response::Kept(slot));
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(self, _: &mut LineContext<'_, '_>) {}
+}

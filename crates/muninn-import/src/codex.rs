@@ -1,0 +1,213 @@
+//! Codex CLI rollouts (`~/.codex/sessions/YYYY/MM/DD/rollout-<time>-<uuid>.jsonl`).
+//!
+//! # The format, as far as the importer cares
+//!
+//! Every line is `{"timestamp": "<RFC 3339>", "type": <kind>, "payload": {…}}`:
+//!
+//! - `session_meta`: `payload.id` is the session id (the file stem is the fallback), `payload.model`
+//!   if present the model until a `turn_context` says otherwise;
+//! - `turn_context`: `payload.model` is the model of the turn's requests;
+//! - `event_msg` with `payload.type == "user_message"`: a human message, so the next request is a
+//!   boundary (as is the first);
+//! - `event_msg` with `payload.type == "token_count"`: one finished request, its usage in
+//!   `payload.info.last_token_usage`. `info` is `null` before the first response, and Codex
+//!   re-emits the last count (same `total_token_usage`) on some events: both are skipped;
+//! - `compacted`: the history was rewritten, so the next request is `compacted`;
+//! - `response_item`: model output (`reasoning`, `function_call`, assistant `message`, …) or input
+//!   (user `message`, `function_call_output`, …). The first output item after a request marks
+//!   when the next request was answering, which is used as its `at_ms`; without one the
+//!   `token_count` line's own timestamp is used.
+//!
+//! Usage mapping: `cached_input_tokens` → cache read, `input_tokens − cached_input_tokens` →
+//! input, no cache writes (OpenAI caches implicitly and does not bill writes). `output_tokens`
+//! already includes reasoning in OpenAI's accounting; `reasoning_output_tokens` is added only when
+//! `total_tokens` shows it was counted separately.
+//!
+//! A rollout is one thread (`main`); a model switch gives a second trace.
+
+use crate::json::{Str, parse_timestamp_ms};
+use crate::lines::{Line, parse_line};
+use crate::{FormatReader, LineContext};
+use muninn_core::trace::{ThreadKind, TraceRequest, Usage};
+use serde::Deserialize;
+use std::path::Path;
+
+#[derive(Deserialize)]
+struct CodexLine<'a> {
+    #[serde(borrow)]
+    timestamp: Option<Str<'a>>,
+    #[serde(rename = "type", borrow)]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    payload: Option<Payload<'a>>,
+}
+
+/// The union of the payload fields read, whatever the line's type.
+#[derive(Deserialize)]
+struct Payload<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    id: Option<Str<'a>>,
+    #[serde(borrow)]
+    model: Option<Str<'a>>,
+    #[serde(borrow)]
+    role: Option<Str<'a>>,
+    info: Option<TokenInfo>,
+}
+
+#[derive(Deserialize)]
+struct TokenInfo {
+    total_token_usage: Option<TokenUsage>,
+    last_token_usage: Option<TokenUsage>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+struct TokenUsage {
+    input_tokens: Option<u64>,
+    cached_input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    reasoning_output_tokens: Option<u64>,
+    total_tokens: Option<u64>,
+}
+
+impl TokenUsage {
+    fn to_usage(self) -> Usage {
+        let input = self.input_tokens.unwrap_or(0);
+        let cached = self.cached_input_tokens.unwrap_or(0).min(input);
+        let output = self.output_tokens.unwrap_or(0);
+        let reasoning = self.reasoning_output_tokens.unwrap_or(0);
+        let separate = reasoning > 0 && self.total_tokens == Some(input + output + reasoning);
+        Usage {
+            input: input - cached,
+            cache_write_5m: 0,
+            cache_write_1h: 0,
+            cache_read: cached,
+            output: if separate { output + reasoning } else { output },
+        }
+    }
+}
+
+/// Reads one rollout.
+#[derive(Debug)]
+pub(crate) struct CodexReader {
+    session: String,
+    model: Option<String>,
+    warned_no_model: bool,
+    human_turn: bool,
+    compacted: bool,
+    /// The first model-output item since the last request, Unix ms.
+    output_started_at: Option<i64>,
+    /// The last `total_token_usage` seen, to skip re-emitted counts.
+    last_total: Option<TokenUsage>,
+}
+
+impl CodexReader {
+    pub fn new(path: &Path) -> Self {
+        let session = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        CodexReader {
+            session,
+            model: None,
+            warned_no_model: false,
+            human_turn: true,
+            compacted: false,
+            output_started_at: None,
+            last_total: None,
+        }
+    }
+}
+
+impl FormatReader for CodexReader {
+    fn line(&mut self, line: &Line<'_>, cx: &mut LineContext<'_, '_>) {
+        let Some(parsed) = parse_line::<CodexLine<'_>>(line, cx.diag) else {
+            return;
+        };
+        let at_ms = parsed
+            .timestamp
+            .as_ref()
+            .and_then(|t| parse_timestamp_ms(t.as_str()));
+        let Some(payload) = parsed.payload else {
+            return;
+        };
+        let payload_kind = payload.kind.as_ref().map(Str::as_str);
+        match parsed.kind.as_ref().map(Str::as_str) {
+            Some("session_meta") => {
+                if let Some(id) = &payload.id {
+                    self.session = id.as_str().to_owned();
+                }
+                if let Some(model) = &payload.model {
+                    self.model = Some(model.as_str().to_owned());
+                }
+            }
+            Some("turn_context") => {
+                if let Some(model) = &payload.model
+                    && self.model.as_deref() != Some(model.as_str())
+                {
+                    self.model = Some(model.as_str().to_owned());
+                }
+            }
+            Some("compacted") => self.compacted = true,
+            Some("response_item") => {
+                let is_input = match payload_kind {
+                    Some("message") => payload
+                        .role
+                        .as_ref()
+                        .is_none_or(|r| r.as_str() != "assistant"),
+                    Some(kind) => kind.ends_with("_output"),
+                    None => true,
+                };
+                if !is_input && self.output_started_at.is_none() {
+                    self.output_started_at = at_ms;
+                }
+            }
+            Some("event_msg") => match payload_kind {
+                Some("user_message") => self.human_turn = true,
+                Some("token_count") => {
+                    let Some(info) = payload.info else { return };
+                    let Some(last) = info.last_token_usage else {
+                        return;
+                    };
+                    if let Some(total) = info.total_token_usage {
+                        if self.last_total == Some(total) {
+                            return;
+                        }
+                        self.last_total = Some(total);
+                    }
+                    let Some(at_ms) = self.output_started_at.or(at_ms) else {
+                        cx.diag.warn(
+                            line.number,
+                            "token_count without a valid timestamp, skipped",
+                        );
+                        return;
+                    };
+                    if self.model.is_none() && !self.warned_no_model {
+                        self.warned_no_model = true;
+                        cx.diag.warn(
+                            line.number,
+                            "no model recorded before this request, using \"unknown\"",
+                        );
+                    }
+                    let request = TraceRequest {
+                        at_ms,
+                        usage: last.to_usage(),
+                        boundary: self.human_turn,
+                        compacted: self.compacted,
+                        blocks_added: 0,
+                    };
+                    self.human_turn = false;
+                    self.compacted = false;
+                    self.output_started_at = None;
+                    let model = self.model.as_deref().unwrap_or("unknown");
+                    cx.push(&self.session, "main", ThreadKind::Main, model, request);
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    fn finish(self, _: &mut LineContext<'_, '_>) {}
+}

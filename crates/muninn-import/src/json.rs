@@ -1,0 +1,269 @@
+//! Small decoding helpers shared by the format readers: a string that borrows from the line when
+//! it can, a block counter that walks a `content` field without allocating it, and an RFC 3339
+//! timestamp parser.
+//!
+//! Why not `Option<Cow<str>>`: serde only borrows a `Cow` at the top level of a field, so inside an
+//! `Option` it would allocate every string of every line. [`Str`] borrows unless the JSON string
+//! holds escapes.
+
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use std::borrow::Cow;
+use std::fmt;
+
+/// A JSON string, borrowed from the input when it has no escapes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Str<'a>(pub Cow<'a, str>);
+
+impl Str<'_> {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StrVisitor;
+        impl<'de> Visitor<'de> for StrVisitor {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(StrVisitor)
+    }
+}
+
+/// What a message's `content` holds, counted without keeping it: a plain string is one text block,
+/// an array is counted element by element.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ContentShape {
+    /// Content blocks (array elements; 1 for a plain string).
+    pub blocks: u32,
+    /// How many of them are `tool_result` blocks.
+    pub tool_results: u32,
+}
+
+impl<'de> Deserialize<'de> for ContentShape {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// Only the `type` of a block is read; the rest (text, tool output) is skipped unallocated.
+        #[derive(serde::Deserialize)]
+        struct Block<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: Option<Str<'a>>,
+        }
+
+        struct ShapeVisitor;
+        impl<'de> Visitor<'de> for ShapeVisitor {
+            type Value = ContentShape;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an array of content blocks")
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(ContentShape {
+                    blocks: 1,
+                    tool_results: 0,
+                })
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(ContentShape::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut shape = ContentShape::default();
+                while let Some(block) = seq.next_element::<BlockOrOther<'de>>()? {
+                    shape.blocks = shape.blocks.saturating_add(1);
+                    if block
+                        .0
+                        .is_some_and(|b| b.kind.is_some_and(|k| k.as_str() == "tool_result"))
+                    {
+                        shape.tool_results = shape.tool_results.saturating_add(1);
+                    }
+                }
+                Ok(shape)
+            }
+        }
+
+        /// An array element that is a block object, or anything else (counted, not inspected).
+        struct BlockOrOther<'a>(Option<Block<'a>>);
+        impl<'de> Deserialize<'de> for BlockOrOther<'de> {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct ElementVisitor;
+                impl<'de> Visitor<'de> for ElementVisitor {
+                    type Value = BlockOrOther<'de>;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a content block")
+                    }
+                    fn visit_map<A: de::MapAccess<'de>>(
+                        self,
+                        map: A,
+                    ) -> Result<Self::Value, A::Error> {
+                        Block::deserialize(de::value::MapAccessDeserializer::new(map))
+                            .map(|b| BlockOrOther(Some(b)))
+                    }
+                    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                        Ok(BlockOrOther(None))
+                    }
+                    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                        Ok(BlockOrOther(None))
+                    }
+                    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                        Ok(BlockOrOther(None))
+                    }
+                    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                        Ok(BlockOrOther(None))
+                    }
+                    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                        Ok(BlockOrOther(None))
+                    }
+                    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                        Ok(BlockOrOther(None))
+                    }
+                    fn visit_seq<A: SeqAccess<'de>>(
+                        self,
+                        mut seq: A,
+                    ) -> Result<Self::Value, A::Error> {
+                        while seq.next_element::<IgnoredAny>()?.is_some() {}
+                        Ok(BlockOrOther(None))
+                    }
+                }
+                deserializer.deserialize_any(ElementVisitor)
+            }
+        }
+
+        deserializer.deserialize_any(ShapeVisitor)
+    }
+}
+
+/// Parses an RFC 3339 timestamp (`2026-02-11T20:36:47.925Z`, `…+01:00`, fraction optional) into
+/// Unix milliseconds. Sub-millisecond digits are truncated.
+pub(crate) fn parse_timestamp_ms(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let digits = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = b.get(range)?;
+        let mut n: i64 = 0;
+        for &c in part {
+            if !c.is_ascii_digit() {
+                return None;
+            }
+            n = n * 10 + i64::from(c - b'0');
+        }
+        Some(n)
+    };
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let mut i = 19;
+    let mut millis = 0i64;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            if i - start < 3 {
+                millis = millis * 10 + i64::from(b[i] - b'0');
+            }
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        for _ in (i - start)..3 {
+            millis *= 10;
+        }
+    }
+    let offset_minutes = match b.get(i) {
+        Some(b'Z' | b'z') if i + 1 == b.len() => 0,
+        Some(&sign @ (b'+' | b'-')) if i + 6 == b.len() && b[i + 3] == b':' => {
+            let minutes = digits(i + 1..i + 3)? * 60 + digits(i + 4..i + 6)?;
+            if sign == b'+' { minutes } else { -minutes }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(year, month, day);
+    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset_minutes * 60;
+    Some(seconds * 1_000 + millis)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // A failed unwrap is a failed test.
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(parse_timestamp_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            parse_timestamp_ms("2026-02-11T20:36:47.925Z"),
+            Some(1_770_842_207_925)
+        );
+        assert_eq!(
+            parse_timestamp_ms("2026-02-11T21:36:47.925+01:00"),
+            Some(1_770_842_207_925)
+        );
+        assert_eq!(
+            parse_timestamp_ms("2026-02-11T20:36:47.925123Z"),
+            Some(1_770_842_207_925)
+        );
+        assert_eq!(
+            parse_timestamp_ms("2026-02-11T20:36:47.9Z"),
+            Some(1_770_842_207_900)
+        );
+        assert_eq!(parse_timestamp_ms("2026-02-11T20:36:47"), None);
+        assert_eq!(parse_timestamp_ms("yesterday"), None);
+        assert_eq!(parse_timestamp_ms("2026-02-11T20:36:47.Z"), None);
+    }
+
+    #[test]
+    fn content_shapes() {
+        let shape: ContentShape = serde_json::from_str(r#""hello""#).unwrap();
+        assert_eq!(
+            shape,
+            ContentShape {
+                blocks: 1,
+                tool_results: 0
+            }
+        );
+        let shape: ContentShape = serde_json::from_str(
+            r#"[{"type":"tool_result","content":[{"type":"text","text":"x"}]},{"type":"text","text":"y"},3]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            shape,
+            ContentShape {
+                blocks: 3,
+                tool_results: 1
+            }
+        );
+    }
+}

@@ -1,0 +1,570 @@
+//! The one integration-test binary of `muninn-import`: every format against hand-made fixtures
+//! in `tests/fixtures/` (modelled on real files, small enough to check by hand), a property test
+//! that damaged input never panics, and a sanity check against the real Claude Code transcripts
+//! in `../shared/traces/claude-code` when that folder is present.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed unwrap is a failed test.
+
+use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
+use muninn_import::{
+    Import, ImportError, ImportOptions, import_paths, read_trace_file, write_traces,
+};
+use std::path::{Path, PathBuf};
+
+/// 2026-02-10T10:00:00Z, the fixtures' time origin.
+const T0: i64 = 1_770_717_600_000;
+
+fn at(seconds: i64) -> i64 {
+    T0 + seconds * 1000
+}
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
+}
+
+fn import(paths: &[PathBuf]) -> Import {
+    import_paths(paths, &ImportOptions::default(), &mut |_, _| {}).unwrap()
+}
+
+fn usage(input: u64, w5m: u64, w1h: u64, read: u64, output: u64) -> Usage {
+    Usage {
+        input,
+        cache_write_5m: w5m,
+        cache_write_1h: w1h,
+        cache_read: read,
+        output,
+    }
+}
+
+fn request(
+    seconds: i64,
+    usage: Usage,
+    boundary: bool,
+    compacted: bool,
+    blocks: u32,
+) -> TraceRequest {
+    TraceRequest {
+        at_ms: at(seconds),
+        usage,
+        boundary,
+        compacted,
+        blocks_added: blocks,
+    }
+}
+
+fn trace(
+    session: &str,
+    thread: &str,
+    kind: ThreadKind,
+    model: &str,
+    source: PathBuf,
+    requests: Vec<TraceRequest>,
+) -> Trace {
+    Trace {
+        id: format!("{session}/{thread}/{model}"),
+        session: session.into(),
+        thread: thread.into(),
+        kind,
+        model: model.into(),
+        source: source.display().to_string(),
+        requests,
+    }
+}
+
+const OPUS: &str = "claude-opus-4-6";
+const HAIKU: &str = "claude-haiku-4-5-20251001";
+const SONNET: &str = "claude-sonnet-4-5-20250929";
+
+mod claude {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    /// The whole fixture project: merge by id, synthetic and duplicate drops, threads per model,
+    /// sub-agents in both file layouts, a compaction thread, boundary/compacted/blocks flags.
+    #[test]
+    fn project_imports_to_these_traces() {
+        let got = import(&[fixture("claude")]);
+        let p = |name: &str| fixture("claude/project").join(name);
+        use ThreadKind::*;
+        let expected = vec![
+            // A model switch mid-session gives a second trace of the main thread.
+            trace(
+                "s1",
+                "main",
+                Main,
+                HAIKU,
+                p("s1.jsonl"),
+                vec![request(63, usage(10, 3000, 0, 0, 5), true, false, 3)],
+            ),
+            trace(
+                "s1",
+                "main",
+                Main,
+                OPUS,
+                p("s1.jsonl"),
+                vec![
+                    // Four lines of one response: earliest time, last line's usage.
+                    request(3, usage(3, 0, 9000, 1000, 120), true, false, 1),
+                    // Tool loop: not a boundary; 4 assistant blocks + 2 tool results since.
+                    request(8, usage(1, 0, 500, 10000, 30), false, false, 6),
+                    // After compact_boundary + summary: compacted, summary is not a human turn.
+                    request(125, usage(3, 0, 4000, 0, 8), false, true, 1),
+                    // Text + image blocks from the user: a boundary.
+                    request(203, usage(2, 0, 100, 13000, 4), true, false, 4),
+                ],
+            ),
+            trace(
+                "s1",
+                "a1",
+                Subagent,
+                SONNET,
+                p("s1__agent-a1.jsonl"),
+                vec![
+                    request(32, usage(3, 0, 12000, 0, 90), true, false, 1),
+                    request(36, usage(1, 0, 800, 12000, 200), false, false, 3),
+                ],
+            ),
+            trace(
+                "s1",
+                "acompact-c1",
+                Compaction,
+                OPUS,
+                p("s1__agent-acompact-c1.jsonl"),
+                vec![request(
+                    112,
+                    usage(5, 0, 2000, 140000, 3000),
+                    true,
+                    false,
+                    1,
+                )],
+            ),
+            trace(
+                "s2",
+                "main",
+                Main,
+                OPUS,
+                p("s2.jsonl"),
+                vec![request(1002, usage(3, 7000, 0, 0, 12), true, false, 1)],
+            ),
+            // Real Claude Code layout: no agentId on the lines, the id comes from the file name.
+            trace(
+                "s2",
+                "b2",
+                Subagent,
+                HAIKU,
+                p("s2/subagents/agent-b2.jsonl"),
+                vec![request(1012, usage(4, 5000, 0, 0, 50), true, false, 1)],
+            ),
+            // The resumed session: s2's copied request dropped, only the new one kept.
+            trace(
+                "s3",
+                "main",
+                Main,
+                OPUS,
+                p("s3.jsonl"),
+                vec![request(2002, usage(3, 200, 0, 7000, 9), true, false, 2)],
+            ),
+        ];
+        assert_eq!(got.traces, expected);
+        assert_eq!(got.warnings, vec![]);
+        assert_eq!(got.stats.files, 6);
+        assert_eq!(got.stats.requests, 11);
+        assert_eq!(got.stats.duplicates_dropped, 1);
+        assert_eq!(got.stats.synthetic_dropped, 1);
+    }
+
+    #[test]
+    fn main_threads_only_without_subagents() {
+        let opts = ImportOptions {
+            include_subagents: false,
+        };
+        let got = import_paths(&[fixture("claude")], &opts, &mut |_, _| {}).unwrap();
+        let threads: Vec<(&str, &str)> = got
+            .traces
+            .iter()
+            .map(|t| (t.session.as_str(), t.thread.as_str()))
+            .collect();
+        assert_eq!(
+            threads,
+            vec![
+                ("s1", "main"),
+                ("s1", "main"),
+                ("s2", "main"),
+                ("s3", "main")
+            ]
+        );
+    }
+
+    /// The same file under two names: the second copy contributes nothing.
+    #[test]
+    fn duplicates_across_files_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = fixture("claude/project/s1.jsonl");
+        std::fs::copy(&source, dir.path().join("a.jsonl")).unwrap();
+        std::fs::copy(&source, dir.path().join("b.jsonl")).unwrap();
+        let got = import(&[dir.path().to_path_buf()]);
+        assert_eq!(got.stats.requests, 5);
+        assert_eq!(got.stats.duplicates_dropped, 5);
+        assert!(got.traces.iter().all(|t| t.source.ends_with("a.jsonl")));
+    }
+
+    /// Malformed, invalid UTF-8, missing id and torn lines are warnings with file:line; the good
+    /// lines around them still import.
+    #[test]
+    fn broken_lines_are_reported_and_skipped() {
+        let path = fixture("broken/broken.jsonl");
+        let got = import(std::slice::from_ref(&path));
+        assert_eq!(
+            got.traces,
+            vec![trace(
+                "br",
+                "main",
+                ThreadKind::Main,
+                OPUS,
+                path.clone(),
+                vec![
+                    request(2, usage(1, 100, 0, 0, 1), true, false, 1),
+                    request(6, usage(2, 0, 0, 100, 1), true, false, 2),
+                ]
+            )]
+        );
+        let lines: Vec<(u64, &str)> = got
+            .warnings
+            .iter()
+            .map(|w| {
+                assert_eq!(w.path, path);
+                (w.line, w.message.split(',').next().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            vec![
+                (3, "malformed line"),
+                (4, "malformed line"),
+                (5, "assistant line without message.id"),
+                (9, "torn last line (no newline at end of file)"),
+            ]
+        );
+        assert_eq!(got.stats.lines, 9);
+    }
+}
+
+mod codex {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn rollout_imports_one_request_per_new_token_count() {
+        let path = fixture("codex");
+        let got = import(std::slice::from_ref(&path));
+        let file = fixture("codex/sessions/2026/02/10/rollout-2026-02-10T10-00-00-cx1.jsonl");
+        use ThreadKind::Main;
+        assert_eq!(
+            got.traces,
+            vec![
+                // After `compacted` and a model switch.
+                trace(
+                    "cx1",
+                    "main",
+                    Main,
+                    "gpt-5",
+                    file.clone(),
+                    vec![request(63, usage(300, 0, 0, 0, 5), true, true, 0,)]
+                ),
+                trace(
+                    "cx1",
+                    "main",
+                    Main,
+                    "gpt-5-codex",
+                    file,
+                    vec![
+                        // at = first output item; cached split out; reasoning already inside output.
+                        request(3, usage(800, 0, 0, 200, 50), true, false, 0),
+                        // A tool loop step; total_tokens shows reasoning was counted separately.
+                        request(8, usage(500, 0, 0, 1000, 40), false, false, 0),
+                    ]
+                ),
+            ]
+        );
+        assert_eq!(got.warnings, vec![]);
+    }
+}
+
+mod ledger {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn export_imports_one_trace_per_mind_role_model() {
+        let path = fixture("ledger/ledger.jsonl");
+        let got = import(std::slice::from_ref(&path));
+        use ThreadKind::Mind;
+        assert_eq!(
+            got.traces,
+            vec![
+                trace(
+                    "huginn",
+                    "persona",
+                    Mind,
+                    OPUS,
+                    path.clone(),
+                    vec![
+                        request(0, usage(3, 0, 5000, 0, 100), true, false, 0),
+                        request(30, usage(2, 0, 300, 5000, 80), false, false, 0),
+                        // A new segment is a rewrite of the conversation.
+                        request(4000, usage(3, 0, 6000, 0, 90), true, true, 0),
+                    ]
+                ),
+                trace(
+                    "huginn",
+                    "self",
+                    Mind,
+                    SONNET,
+                    path,
+                    vec![request(5, usage(4, 2000, 0, 0, 10), true, false, 0,)]
+                ),
+            ]
+        );
+    }
+}
+
+mod stored {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    /// Everything the other formats produce survives the stored format unchanged.
+    #[test]
+    fn round_trip() {
+        let original = import(&[fixture("claude"), fixture("codex"), fixture("ledger")]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("traces.jsonl");
+        let mut out = Vec::new();
+        write_traces(&mut out, &original.traces).unwrap();
+        std::fs::write(&path, &out).unwrap();
+
+        let read = read_trace_file(&path).unwrap();
+        assert_eq!(read.traces, original.traces);
+        assert_eq!(read.warnings, vec![]);
+        // Detected as the stored format by the general entry point too.
+        assert_eq!(import(&[path]).traces, original.traces);
+    }
+
+    #[test]
+    fn header_format_is_as_documented() {
+        let t = trace(
+            "s",
+            "main",
+            ThreadKind::Main,
+            OPUS,
+            PathBuf::from("x.jsonl"),
+            vec![request(0, usage(3, 0, 13835, 11515, 13), true, false, 0)],
+        );
+        let mut out = Vec::new();
+        muninn_import::write_trace(&mut out, &t).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            concat!(
+                r#"{"type":"trace","id":"s/main/claude-opus-4-6","session":"s","thread":"main","kind":"main","model":"claude-opus-4-6","source":"x.jsonl"}"#,
+                "\n",
+                r#"{"type":"request","at_ms":1770717600000,"usage":{"input":3,"cache_write_5m":0,"cache_write_1h":13835,"cache_read":11515,"output":13},"boundary":true}"#,
+                "\n"
+            )
+        );
+    }
+
+    #[test]
+    fn other_formats_are_not_read_as_stored() {
+        let got = read_trace_file(&fixture("ledger/ledger.jsonl")).unwrap();
+        assert_eq!(got.traces, vec![]);
+        assert_eq!(got.warnings.len(), 1);
+    }
+}
+
+mod api {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn missing_path_is_an_io_error_naming_it() {
+        let missing = fixture("no/such/dir");
+        let err = import_paths(
+            std::slice::from_ref(&missing),
+            &ImportOptions::default(),
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, ImportError::Io { path, .. } if *path == missing),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn nothing_importable_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.jsonl"), "{\"hello\":1}\nnot json\n").unwrap();
+        std::fs::write(dir.path().join("empty.jsonl"), "").unwrap();
+        std::fs::write(dir.path().join("other.txt"), "{\"type\":\"user\"}\n").unwrap();
+        let err = import_paths(
+            &[dir.path().to_path_buf()],
+            &ImportOptions::default(),
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+        assert!(matches!(err, ImportError::NoImportableFile { .. }), "{err}");
+    }
+
+    #[test]
+    fn progress_ends_at_the_total() {
+        let mut last = (0, 0);
+        let got = import_paths(
+            &[fixture("claude")],
+            &ImportOptions::default(),
+            &mut |done, total| {
+                assert!(done <= total);
+                last = (done, total);
+            },
+        )
+        .unwrap();
+        assert_eq!(last, (got.stats.bytes, got.stats.bytes));
+    }
+}
+
+mod damaged {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An edit to the bytes of a file.
+    #[derive(Debug, Clone)]
+    enum Edit {
+        /// Split a line.
+        Newline(usize),
+        /// Overwrite a byte (possibly with invalid UTF-8).
+        Byte(usize, u8),
+        /// Remove a range.
+        Cut(usize, usize),
+    }
+
+    fn apply(bytes: &mut Vec<u8>, edit: &Edit) {
+        let len = bytes.len().max(1);
+        match *edit {
+            Edit::Newline(i) => bytes.insert(i % (bytes.len() + 1), b'\n'),
+            Edit::Byte(i, b) if !bytes.is_empty() => bytes[i % len] = b,
+            Edit::Cut(i, n) if !bytes.is_empty() => {
+                let start = i % len;
+                let end = (start + n % 200).min(bytes.len());
+                bytes.drain(start..end);
+            }
+            _ => {}
+        }
+    }
+
+    fn edits() -> impl Strategy<Value = Vec<Edit>> {
+        prop::collection::vec(
+            prop_oneof![
+                any::<usize>().prop_map(Edit::Newline),
+                (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Edit::Byte(i, b)),
+                (any::<usize>(), any::<usize>()).prop_map(|(i, n)| Edit::Cut(i, n)),
+            ],
+            0..12,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        /// Whatever is done to a file of any format, the import returns (an import or "nothing
+        /// importable"), and every warning points at a line that exists.
+        #[test]
+        fn damaged_files_never_panic(
+            which in 0usize..4,
+            edits in edits(),
+            truncate in any::<Option<usize>>(),
+        ) {
+            let source = [
+                "claude/project/s1.jsonl",
+                "codex/sessions/2026/02/10/rollout-2026-02-10T10-00-00-cx1.jsonl",
+                "ledger/ledger.jsonl",
+                "broken/broken.jsonl",
+            ][which];
+            let mut bytes = std::fs::read(fixture(source)).unwrap();
+            for edit in &edits {
+                apply(&mut bytes, edit);
+            }
+            if let Some(n) = truncate {
+                bytes.truncate(n % (bytes.len() + 1));
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("damaged.jsonl");
+            std::fs::write(&path, &bytes).unwrap();
+            match import_paths(&[path], &ImportOptions::default(), &mut |_, _| {}) {
+                Ok(got) => {
+                    let lines = bytes.split(|&b| b == b'\n').count() as u64;
+                    for w in &got.warnings {
+                        prop_assert!(w.line <= lines, "{w} beyond {lines} lines");
+                    }
+                    prop_assert_eq!(got.stats.bytes, bytes.len() as u64);
+                }
+                Err(ImportError::NoImportableFile { .. }) => {}
+                Err(other) => prop_assert!(false, "unexpected error {other}"),
+            }
+        }
+    }
+}
+
+mod real {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// The real transcripts in `/work/shared/traces/claude-code`, if present: sane totals, no
+    /// warnings, every kind of thread.
+    #[test]
+    fn real_claude_code_folder() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/claude-code");
+        if !dir.is_dir() {
+            eprintln!("skipped: {} not found", dir.display());
+            return;
+        }
+        let got = import(&[dir]);
+        let requests = got.stats.requests;
+        assert!((850..=950).contains(&requests), "{requests} requests");
+        assert!(got.traces.len() >= 15, "{} traces", got.traces.len());
+        assert_eq!(got.warnings, vec![]);
+        let kinds: BTreeSet<ThreadKind> = got.traces.iter().map(|t| t.kind).collect();
+        assert_eq!(
+            kinds,
+            BTreeSet::from([
+                ThreadKind::Main,
+                ThreadKind::Subagent,
+                ThreadKind::Compaction
+            ])
+        );
+        // The first request of each thread (over all its models) is a boundary. The first of a
+        // later model need not be: in one session the switch to Haiku happens mid tool loop.
+        let mut first_of_thread: BTreeMap<(&str, &str), &TraceRequest> = BTreeMap::new();
+        for t in &got.traces {
+            assert!(
+                t.requests.windows(2).all(|w| w[0].at_ms <= w[1].at_ms),
+                "{} unsorted",
+                t.id
+            );
+            assert!(
+                t.requests.iter().all(|r| r.usage.prompt() > 0),
+                "{} has an empty prompt",
+                t.id
+            );
+            let first = first_of_thread
+                .entry((&t.session, &t.thread))
+                .or_insert(&t.requests[0]);
+            if t.requests[0].at_ms < first.at_ms {
+                *first = &t.requests[0];
+            }
+        }
+        for ((session, thread), first) in first_of_thread {
+            assert!(first.boundary, "{session}/{thread} starts mid-turn");
+        }
+    }
+}
