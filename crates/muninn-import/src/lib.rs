@@ -307,7 +307,7 @@ impl Importer<'_> {
         let file = File::open(path).map_err(|source| io_error(path, source))?;
         let mut reader = BufReader::with_capacity(256 << 10, file);
         let mut diag = lines::Diagnostics::new(path, &mut self.warnings);
-        let detected = sniff(&mut reader).map_err(|source| io_error(path, source))?;
+        let (detected, blank) = sniff(&mut reader).map_err(|source| io_error(path, source))?;
         let format = match (force, detected) {
             (Some(forced), Some(found)) if forced == found => forced,
             (Some(_), _) => {
@@ -318,7 +318,9 @@ impl Importer<'_> {
             }
             (None, Some(found)) => found,
             (None, None) => {
-                diag.warn(0, "no recognised format in the first lines, file skipped");
+                if !blank {
+                    diag.warn(0, "no recognised format in the first lines, file skipped");
+                }
                 diag.finish();
                 self.stats.files_skipped += 1;
                 return Ok(0);
@@ -394,9 +396,10 @@ fn drive<R: io::BufRead>(
     Ok(())
 }
 
-/// Detects the format from the first non-empty lines; `None` if none is recognised (or the file
-/// is empty). Lines that fail to parse are passed over here; the real pass reports them.
-fn sniff(reader: &mut BufReader<File>) -> io::Result<Option<Format>> {
+/// Detects the format from the first non-empty lines: `None` if none is recognised, and whether
+/// the file holds no non-blank line at all (skipped without a warning: Claude Code leaves empty
+/// files behind). Lines that fail to parse are passed over here; the real pass reports them.
+fn sniff(reader: &mut BufReader<File>) -> io::Result<(Option<Format>, bool)> {
     #[derive(serde::Deserialize)]
     struct Probe<'a> {
         #[serde(rename = "type", borrow)]
@@ -450,10 +453,10 @@ fn sniff(reader: &mut BufReader<File>) -> io::Result<Option<Format>> {
             _ => None,
         };
         if format.is_some() {
-            return Ok(format);
+            return Ok((format, false));
         }
     }
-    Ok(None)
+    Ok((None, seen == 0))
 }
 
 /// Writes `traces` in the stored format, one after another (header, requests, header, …).

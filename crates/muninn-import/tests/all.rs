@@ -416,6 +416,27 @@ mod api {
         assert!(matches!(err, ImportError::NoImportableFile { .. }), "{err}");
     }
 
+    /// Empty files are skipped quietly; files of another shape are skipped with a warning.
+    #[test]
+    fn skipped_files_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("empty.jsonl"), "\n\n").unwrap();
+        std::fs::write(dir.path().join("notes.jsonl"), "{\"hello\":1}\n").unwrap();
+        std::fs::copy(
+            fixture("ledger/ledger.jsonl"),
+            dir.path().join("ledger.jsonl"),
+        )
+        .unwrap();
+        let got = import(&[dir.path().to_path_buf()]);
+        assert_eq!((got.stats.files, got.stats.files_skipped), (1, 2));
+        let warned: Vec<(PathBuf, u64)> = got
+            .warnings
+            .iter()
+            .map(|w| (w.path.clone(), w.line))
+            .collect();
+        assert_eq!(warned, vec![(dir.path().join("notes.jsonl"), 0)]);
+    }
+
     #[test]
     fn progress_ends_at_the_total() {
         let mut last = (0, 0);
