@@ -303,41 +303,55 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
     };
 
     const INF: i128 = i128::MAX / 4;
+    // opt[e]: the cheapest plan for requests 1..=e that ends a segment at e (flushing after it if
+    // e < n), when request e + 1 starts at a boundary.
     let mut opt = vec![INF; n + 1];
     opt[0] = 0;
     let mut best_start = vec![0usize; n + 1];
-    let xs_for_queue = xs.clone();
-    let mut queue = LineQueue::new(xs_for_queue);
-    let allowed_start = |s: usize| s == 1 || turns[s - 1].boundary;
-    let line_for = |s: usize, opt: &[i128]| -> Option<Line> {
-        if opt[s - 1] >= INF {
+    // forced[e]: the same, restricted to segments that cannot take request e + 1 under the
+    // ceiling, so that e + 1 may start a segment inside a tool loop (a forced refresh).
+    let mut forced = vec![INF; n + 1];
+    let mut forced_start = vec![0usize; n + 1];
+    let mut queue = LineQueue::new(xs.clone());
+    let boundary = |s: usize| s == 1 || turns[s - 1].boundary;
+    let line_for = |s: usize, opt: &[i128], forced: &[i128]| -> Option<Line> {
+        let before = if boundary(s) { opt[s - 1] } else { forced[s - 1] };
+        if before >= INF {
             return None;
         }
         let m = slope(s);
-        let k = opt[s - 1] + start_cost(s) - m * alpha_sum[s] - y_sum[s] - bd_sum[s];
+        let k = before + start_cost(s) - m * alpha_sum[s] - y_sum[s] - bd_sum[s];
         Some(Line { m, k, id: s as u32 })
     };
     let fits = |s: usize, e: usize| slope(s) + len[e] <= ceiling;
 
     for e in 1..=n {
-        // Segment starts that have reached the minimum length become available.
-        if e >= min_seg {
-            let s = e + 1 - min_seg;
-            if let Some(line) = line_for(s, &opt).filter(|_| allowed_start(s) && fits(s, e)) {
-                queue.push(line);
-            }
-        }
-        // Starts whose segment would now pass the ceiling leave the window.
+        // Starts whose segment cannot take request e leave the window; the best of them, ended at
+        // e − 1 and flushed, is what a forced refresh before e builds on.
         while let Some(oldest) = queue.oldest() {
             if fits(oldest.id as usize, e) {
                 break;
             }
+            if e >= 2 {
+                let v = oldest.at(x_of(e - 1));
+                let total = g(e - 1) + v;
+                if total < forced[e - 1] {
+                    forced[e - 1] = total;
+                    forced_start[e - 1] = oldest.id as usize;
+                }
+            }
             queue.pop_front();
         }
-        let xi = x_index(x_of(e));
-        let mut best = queue.query(xi).map(|(v, id)| (v, id as usize));
-        let consider = |s: usize, best: &mut Option<(i128, usize)>| {
-            if let Some(line) = line_for(s, &opt) {
+        // Segment starts that have reached the minimum length become available.
+        if e >= min_seg {
+            let s = e + 1 - min_seg;
+            if let Some(line) = line_for(s, &opt, &forced).filter(|_| fits(s, e)) {
+                queue.push(line);
+            }
+        }
+        let mut best = queue.query(x_index(x_of(e))).map(|(v, id)| (v, id as usize));
+        let consider = |s: usize, best: &mut Option<(i128, usize)>, opt: &[i128], forced: &[i128]| {
+            if let Some(line) = line_for(s, opt, forced) {
                 let v = line.at(x_of(e));
                 if best.is_none_or(|(b, _)| v < b) {
                     *best = Some((v, s));
@@ -347,14 +361,19 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
         if e == n {
             // The last segment needs no minimum length.
             for s in (e + 1).saturating_sub(min_seg).max(1)..=e {
-                if allowed_start(s) && fits(s, e) {
-                    consider(s, &mut best);
+                if fits(s, e) {
+                    consider(s, &mut best, &opt, &forced);
                 }
             }
         }
         if best.is_none() {
-            // Nothing fits under the ceiling: a forced refresh, as the online policies make.
-            consider(e, &mut best);
+            // Nothing fits under the ceiling (a single request larger than it, or a minimum
+            // segment the ceiling does not leave room for): start a segment here regardless.
+            if forced[e - 1] >= INF && e >= 2 {
+                forced[e - 1] = opt[e - 1];
+                forced_start[e - 1] = best_start[e - 1];
+            }
+            consider(e, &mut best, &opt, &forced);
         }
         if let Some((v, s)) = best {
             opt[e] = g(e) + v;
@@ -364,9 +383,11 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
 
     let mut starts = vec![false; n];
     let mut e = n;
+    let mut via_forced = false;
     while e > 0 {
-        let s = best_start[e].max(1);
+        let s = if via_forced { forced_start[e] } else { best_start[e] }.max(1);
         starts[s - 1] = true;
+        via_forced = !boundary(s);
         e = s - 1;
     }
     let estimate = if opt[n] >= INF { 0 } else { opt[n] };

@@ -14,6 +14,11 @@
 //! report: the head size, the memory a refresh carries, the flush instruction, the ping tail, the
 //! minimum segment, the ceiling, and how long before expiry the host decides.
 //!
+//! Two things are the same under every plan: the first request of a trace is priced as recorded
+//! (it meets whatever the cache held before the trace began), and a Claude Code compaction thread
+//! (`ThreadKind::Compaction`) counts only for `recorded` — it is the recorded policy's own refresh,
+//! and every other plan pays for its own flushes instead.
+//!
 //! The `recorded` plan prices the recorded usage itself; the `optimum` plan is the hindsight
 //! dynamic program of [`crate::optimum`], executed by the same engine so that it is priced exactly
 //! like every online policy.
@@ -361,6 +366,11 @@ pub fn replay_trace(
         }
         return totals;
     }
+    if trace.kind == crate::trace::ThreadKind::Compaction {
+        // A compaction thread is the recorded policy's own refresh (Claude Code's compaction
+        // request); every other plan pays for its own flushes on the main thread instead.
+        return totals;
+    }
     let (head, turns) = reconstruct(trace, config.assumptions.head_tokens);
     let driver = match plan {
         Plan::Online(policy) => Driver::Online(policy),
@@ -574,10 +584,13 @@ impl<'a> Engine<'a> {
             }
             // The engine builds at most two breakpoints in TTL order, so this cannot happen; if it
             // did, the request would be priced as fully uncached rather than silently free.
-            Err(_) => crate::cache::CacheOutcome {
-                uncached: total,
-                ..Default::default()
-            },
+            Err(e) => {
+                debug_assert!(false, "the replay engine built a prompt the cache model refuses: {e}");
+                crate::cache::CacheOutcome {
+                    uncached: total,
+                    ..Default::default()
+                }
+            }
         };
         let u = usage.usage(output);
         (u, self.config.price.cost(&u), usage.miss)
@@ -716,7 +729,7 @@ impl<'a> Engine<'a> {
             let cached = prompt_tokens - turn.uncached;
             self.checkpoints.clear();
             self.checkpoints.push(self.head_checkpoint());
-            if self.segment_requests > 0 {
+            if self.segment_requests > 0 && self.prefix_block > 0 {
                 self.checkpoints.push(Checkpoint {
                     block: self.prefix_block,
                     tokens: self.prefix_tokens,
@@ -742,7 +755,15 @@ impl<'a> Engine<'a> {
                     breakpoint: Some(self.ttl),
                 });
             }
-            let (usage, cost, miss) = self.send(prompt_tokens, turn.output, now);
+            let (mut usage, mut cost, mut miss) = self.send(prompt_tokens, turn.output, now);
+            if index == 0 {
+                // The first request meets whatever the provider's cache held before the trace
+                // began (a head warmed by another session, say): no policy can change it, so
+                // every plan pays what was recorded for it.
+                usage = turn.recorded;
+                cost = self.config.price.cost(&usage);
+                miss = None;
+            }
             if self.segment_requests > 0 && usage.cache_read > 0 {
                 let excess = prompt_tokens.saturating_sub(self.head + self.bounds.rehydrate_tokens);
                 self.read_excess += MicroUsd::of(excess, self.rates.read);
