@@ -86,12 +86,24 @@ impl ReplayReport {
             }
         );
         for u in &self.unpriced {
-            let _ = writeln!(out, "not priced: model {:?} ({} requests) — add it to the price table", u.model, u.requests);
+            let _ = writeln!(
+                out,
+                "not priced: model {:?} ({} requests) — add it to the price table",
+                u.model, u.requests
+            );
         }
         let _ = writeln!(out, "assumptions: {}", self.assumptions);
         let _ = writeln!(out);
         let header = [
-            "policy", "cost $", "÷ optimum", "÷ recorded", "hit ratio", "long-gap writes", "pings", "flushes", "refreshes",
+            "policy",
+            "cost $",
+            "÷ optimum",
+            "÷ recorded",
+            "hit ratio",
+            "long-gap writes",
+            "pings",
+            "flushes",
+            "refreshes",
         ];
         let rows: Vec<[String; 9]> = self
             .rows
@@ -101,7 +113,8 @@ impl ReplayReport {
                     r.policy.clone(),
                     format!("{:.4}", r.cost_micro_usd as f64 / 1e6),
                     r.ratio_to_optimum.map_or("-".into(), |x| format!("{x:.3}")),
-                    r.ratio_to_recorded.map_or("-".into(), |x| format!("{x:.3}")),
+                    r.ratio_to_recorded
+                        .map_or("-".into(), |x| format!("{x:.3}")),
                     format!("{:.3}", r.cache_hit_ratio),
                     format!("{:.1}%", r.long_gap_write_share * 100.0),
                     r.pings.to_string(),
