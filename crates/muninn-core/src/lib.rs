@@ -14,6 +14,8 @@
 //! - [`decide`] — the pure decider and the online policies.
 //! - [`replay`] — the replay engine that runs a trace under a policy.
 //! - [`optimum`] — the hindsight optimum, an O(n log n) dynamic program.
+//! - [`tokenize`] — the deterministic tokenizer the renderer and the simulator share.
+//! - [`validate`] — the cache model checked against recorded usage.
 //!
 //! ## Invariants
 //!
@@ -28,5 +30,6 @@ pub mod money;
 pub mod optimum;
 pub mod price;
 pub mod replay;
+pub mod tokenize;
 pub mod trace;
 pub mod validate;

@@ -315,7 +315,11 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
     let mut queue = LineQueue::new(xs.clone());
     let boundary = |s: usize| s == 1 || turns[s - 1].boundary;
     let line_for = |s: usize, opt: &[i128], forced: &[i128]| -> Option<Line> {
-        let before = if boundary(s) { opt[s - 1] } else { forced[s - 1] };
+        let before = if boundary(s) {
+            opt[s - 1]
+        } else {
+            forced[s - 1]
+        };
         if before >= INF {
             return None;
         }
@@ -349,15 +353,18 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
                 queue.push(line);
             }
         }
-        let mut best = queue.query(x_index(x_of(e))).map(|(v, id)| (v, id as usize));
-        let consider = |s: usize, best: &mut Option<(i128, usize)>, opt: &[i128], forced: &[i128]| {
-            if let Some(line) = line_for(s, opt, forced) {
-                let v = line.at(x_of(e));
-                if best.is_none_or(|(b, _)| v < b) {
-                    *best = Some((v, s));
+        let mut best = queue
+            .query(x_index(x_of(e)))
+            .map(|(v, id)| (v, id as usize));
+        let consider =
+            |s: usize, best: &mut Option<(i128, usize)>, opt: &[i128], forced: &[i128]| {
+                if let Some(line) = line_for(s, opt, forced) {
+                    let v = line.at(x_of(e));
+                    if best.is_none_or(|(b, _)| v < b) {
+                        *best = Some((v, s));
+                    }
                 }
-            }
-        };
+            };
         if e == n {
             // The last segment needs no minimum length.
             for s in (e + 1).saturating_sub(min_seg).max(1)..=e {
@@ -385,7 +392,12 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
     let mut e = n;
     let mut via_forced = false;
     while e > 0 {
-        let s = if via_forced { forced_start[e] } else { best_start[e] }.max(1);
+        let s = if via_forced {
+            forced_start[e]
+        } else {
+            best_start[e]
+        }
+        .max(1);
         starts[s - 1] = true;
         via_forced = !boundary(s);
         e = s - 1;

@@ -585,7 +585,10 @@ impl<'a> Engine<'a> {
             // The engine builds at most two breakpoints in TTL order, so this cannot happen; if it
             // did, the request would be priced as fully uncached rather than silently free.
             Err(e) => {
-                debug_assert!(false, "the replay engine built a prompt the cache model refuses: {e}");
+                debug_assert!(
+                    false,
+                    "the replay engine built a prompt the cache model refuses: {e}"
+                );
                 crate::cache::CacheOutcome {
                     uncached: total,
                     ..Default::default()

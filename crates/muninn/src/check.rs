@@ -30,7 +30,10 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     match args.format.as_str() {
         "json" => println!("{}", serde_json::to_string_pretty(&report)?),
         "table" => {
-            println!("{:<24} {:>10} {:>12} {:>14}", "predictor / threads", "requests", "agreement", "read error");
+            println!(
+                "{:<24} {:>10} {:>12} {:>14}",
+                "predictor / threads", "requests", "agreement", "read error"
+            );
             let line = |label: &str, a: &Aggregate| {
                 println!(
                     "{label:<24} {:>10} {:>11.2}% {:>13.3}%",
@@ -45,15 +48,33 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
             line("naive TTL rule / all", &report.naive.all);
             println!();
             println!("disagreements by class (all threads): cache model | naive rule");
-            let mut classes: Vec<_> = report.model.all.disagreements.keys().chain(report.naive.all.disagreements.keys()).collect();
+            let mut classes: Vec<_> = report
+                .model
+                .all
+                .disagreements
+                .keys()
+                .chain(report.naive.all.disagreements.keys())
+                .collect();
             classes.sort();
             classes.dedup();
             for class in classes {
                 println!(
                     "  {:<24} {:>5} | {:>5}",
                     format!("{class:?}"),
-                    report.model.all.disagreements.get(class).copied().unwrap_or(0),
-                    report.naive.all.disagreements.get(class).copied().unwrap_or(0)
+                    report
+                        .model
+                        .all
+                        .disagreements
+                        .get(class)
+                        .copied()
+                        .unwrap_or(0),
+                    report
+                        .naive
+                        .all
+                        .disagreements
+                        .get(class)
+                        .copied()
+                        .unwrap_or(0)
                 );
             }
             if args.disagreements {

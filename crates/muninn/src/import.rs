@@ -21,19 +21,28 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
     let import = args.input.import()?;
     let dir = args.data_dir.join("traces");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut by_session: std::collections::BTreeMap<&str, Vec<&muninn_core::trace::Trace>> = Default::default();
+    let mut by_session: std::collections::BTreeMap<&str, Vec<&muninn_core::trace::Trace>> =
+        Default::default();
     for trace in &import.traces {
         by_session.entry(&trace.session).or_default().push(trace);
     }
     for (session, traces) in &by_session {
         let name: String = session
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         let path = dir.join(format!("{name}.jsonl"));
         // Write to a temporary name and rename, so a crash never leaves a torn stored file.
         let tmp = dir.join(format!(".{name}.jsonl.tmp"));
-        let mut file = std::io::BufWriter::new(std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?);
+        let mut file = std::io::BufWriter::new(
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?,
+        );
         muninn_import::write_traces(&mut file, traces.iter().copied())?;
         file.flush()?;
         file.into_inner().map_err(|e| e.into_error())?.sync_all()?;

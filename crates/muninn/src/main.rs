@@ -52,10 +52,15 @@ impl InputArgs {
         let bar = if self.quiet {
             indicatif::ProgressBar::hidden()
         } else {
-            let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+            let bar = indicatif::ProgressBar::with_draw_target(
+                None,
+                indicatif::ProgressDrawTarget::stderr(),
+            );
             bar.set_style(
-                indicatif::ProgressStyle::with_template("importing {bar:30} {bytes}/{total_bytes} {bytes_per_sec} {eta}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                indicatif::ProgressStyle::with_template(
+                    "importing {bar:30} {bytes}/{total_bytes} {bytes_per_sec} {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             bar
         };

@@ -77,11 +77,15 @@ const GAP_EDGES_S: [u64; 10] = [0, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200];
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let plans = parse_plans(&args.policy)?;
     if !matches!(args.format.as_str(), "table" | "json" | "csv") {
-        anyhow::bail!("unknown format {:?}: expected table, json or csv", args.format);
+        anyhow::bail!(
+            "unknown format {:?}: expected table, json or csv",
+            args.format
+        );
     }
     let prices = match &args.prices {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
             PriceTable::parse(&text, &path.display().to_string())?
         }
         None => PriceTable::embedded(),
@@ -104,24 +108,43 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     for trace in &import.traces {
         match prices.model(&trace.model) {
             Ok(price) => priced.push((trace, price)),
-            Err(PriceError::UnknownModel { model }) => *unpriced.entry(model).or_default() += trace.requests.len() as u64,
+            Err(PriceError::UnknownModel { model }) => {
+                *unpriced.entry(model).or_default() += trace.requests.len() as u64
+            }
             Err(e) => return Err(e.into()),
         }
     }
     for (model, n) in &unpriced {
-        eprintln!("warning: model {model:?} is not in the price table; its {n} requests are left out (see --prices)");
+        eprintln!(
+            "warning: model {model:?} is not in the price table; its {n} requests are left out (see --prices)"
+        );
     }
 
     let rules = CacheRules::default();
     let want_plot = args.plot.is_some();
     let results = run_plans(&plans, &priced, &assumptions, &rules, want_plot);
 
-    let optimum = results.iter().find(|r| r.plan == Plan::Optimum).map(|r| r.totals.cost);
-    let recorded = results.iter().find(|r| r.plan == Plan::Recorded).map(|r| r.totals.cost);
-    let ratio = |c: MicroUsd, base: Option<MicroUsd>| base.filter(|b| b.0 > 0).map(|b| c.0 as f64 / b.0 as f64);
+    let optimum = results
+        .iter()
+        .find(|r| r.plan == Plan::Optimum)
+        .map(|r| r.totals.cost);
+    let recorded = results
+        .iter()
+        .find(|r| r.plan == Plan::Recorded)
+        .map(|r| r.totals.cost);
+    let ratio = |c: MicroUsd, base: Option<MicroUsd>| {
+        base.filter(|b| b.0 > 0).map(|b| c.0 as f64 / b.0 as f64)
+    };
     let rows = results
         .iter()
-        .map(|r| row(r.plan, &r.totals, ratio(r.totals.cost, optimum), ratio(r.totals.cost, recorded)))
+        .map(|r| {
+            row(
+                r.plan,
+                &r.totals,
+                ratio(r.totals.cost, optimum),
+                ratio(r.totals.cost, recorded),
+            )
+        })
         .collect();
     let report = ReplayReport {
         assumptions: assumptions.to_string(),
@@ -148,8 +171,13 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
                 points: cumulative(&r.timeline),
             })
             .collect();
-        write_plot(path, "muninn replay: cumulative cost per policy", &series, &gap_histogram(&priced))
-            .with_context(|| format!("drawing {}", path.display()))?;
+        write_plot(
+            path,
+            "muninn replay: cumulative cost per policy",
+            &series,
+            &gap_histogram(&priced),
+        )
+        .with_context(|| format!("drawing {}", path.display()))?;
         eprintln!("plot written to {}", path.display());
     }
     Ok(())
@@ -186,17 +214,37 @@ fn run_plans(
             });
             totals.add(&t);
         }
-        PlanResult { plan, totals, timeline }
+        PlanResult {
+            plan,
+            totals,
+            timeline,
+        }
     };
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(plans.len().max(1));
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(plans.len().max(1));
     let mut results: Vec<Option<PlanResult>> = (0..plans.len()).map(|_| None).collect();
     std::thread::scope(|scope| {
         let chunks: Vec<Vec<(usize, Plan)>> = (0..workers)
-            .map(|w| plans.iter().copied().enumerate().filter(|(i, _)| i % workers == w).collect())
+            .map(|w| {
+                plans
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .filter(|(i, _)| i % workers == w)
+                    .collect()
+            })
             .collect();
         let handles: Vec<_> = chunks
             .into_iter()
-            .map(|chunk| scope.spawn(move || chunk.into_iter().map(|(i, p)| (i, run_one(p))).collect::<Vec<_>>()))
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .into_iter()
+                        .map(|(i, p)| (i, run_one(p)))
+                        .collect::<Vec<_>>()
+                })
+            })
             .collect();
         for handle in handles {
             if let Ok(done) = handle.join() {
@@ -259,7 +307,9 @@ fn gap_histogram(priced: &[(&Trace, &muninn_core::price::ModelPrice)]) -> Vec<Ga
     for (trace, _) in priced {
         for pair in trace.requests.windows(2) {
             let gap_s = ((pair[1].at_ms - pair[0].at_ms).max(0) / 1000) as u64;
-            let i = GAP_EDGES_S.partition_point(|&edge| edge <= gap_s).saturating_sub(1);
+            let i = GAP_EDGES_S
+                .partition_point(|&edge| edge <= gap_s)
+                .saturating_sub(1);
             buckets[i].requests += 1;
             buckets[i].write_tokens += pair[1].usage.written();
         }
