@@ -11,7 +11,7 @@
 //! - whitespace counts nothing;
 //! - the empty string counts zero.
 //!
-//! The function is pure and O(n); `count("Hello, world!")` is 5 (`Hell|o` `,` `worl|d` `!`).
+//! The function is pure and O(n); `count("Hello, world!")` is 6 (`Hell|o` `,` `worl|d` `!`).
 
 use crate::money::Tokens;
 
@@ -44,7 +44,7 @@ mod tests {
         assert_eq!(count("a"), 1);
         assert_eq!(count("abcd"), 1);
         assert_eq!(count("abcde"), 2);
-        assert_eq!(count("Hello, world!"), 5);
+        assert_eq!(count("Hello, world!"), 6);
         assert_eq!(count("{\"say\":[]}"), 8);
         assert_eq!(count("héllo"), 3);
     }
