@@ -458,8 +458,9 @@ impl OptimumPlan {
                     return single(Action::LetExpire, Reason::Warm, MicroUsd::ZERO);
                 }
                 // Pings from now: the first now, each later one TTL − before after the previous.
+                // Counted as for a gap that began one ping interval before now.
                 let remaining = turn.at_ms - now_ms;
-                let k = pings_needed(remaining + before_ms, ttl, before_ms).max(1);
+                let k = pings_needed(remaining + ttl.millis() - before_ms, ttl, before_ms).max(1);
                 let keep = MicroUsd(view.ping_cost().0 * k as i64)
                     + MicroUsd::of(view.prefix_tokens, view.rates.read);
                 let rewrite = MicroUsd::of(view.prefix_tokens, view.rates.write);

@@ -121,6 +121,54 @@ fn brute_force_min(t: &Trace, a: &Assumptions) -> MicroUsd {
     best
 }
 
+/// Like [`brute_force_min`], with a ceiling: a segment must fit under it, and a refresh inside a
+/// tool loop is admissible only when the ceiling forces it.
+fn brute_force_min_with_ceiling(t: &Trace, a: &Assumptions, ceiling: Tokens) -> Option<MicroUsd> {
+    let prices = PriceTable::embedded();
+    let price = prices.model(&t.model).expect("priced");
+    let rules = CacheRules::default();
+    let config = ReplayConfig {
+        price,
+        assumptions: a,
+        rules: &rules,
+    };
+    let (head, turns) = reconstruct(t, a.head_tokens);
+    let n = turns.len();
+    let mut len = vec![0u64; n + 1];
+    for j in 1..=n {
+        len[j] = len[j - 1] + turns[j - 1].delta;
+    }
+    let prompt = |s: usize, e: usize| {
+        let base = if s == 1 { head } else { head + a.rehydrate_tokens };
+        base + len[e] - len[s - 1]
+    };
+    let mut best: Option<MicroUsd> = None;
+    for mask in 0u32..(1 << (n - 1)) {
+        let starts: Vec<bool> = (0..n).map(|j| j == 0 || mask & (1 << (j - 1)) != 0).collect();
+        let mut s = 1;
+        let mut ok = true;
+        for e in 1..=n {
+            ok &= prompt(s, e) <= ceiling;
+            if e < n && starts[e] {
+                let next = e + 1;
+                let forced = prompt(s, next) > ceiling;
+                ok &= (turns[e].boundary || forced) && e + 1 - s >= a.min_segment_requests as usize;
+                s = next;
+            }
+        }
+        if !ok {
+            continue;
+        }
+        let plan = OptimumPlan {
+            starts,
+            estimate: MicroUsd::ZERO,
+        };
+        let c = execute_plan(t, plan, &config, &mut |_| {}).cost;
+        best = Some(best.map_or(c, |b| b.min(c)));
+    }
+    best
+}
+
 fn steps_strategy(max: usize) -> impl Strategy<Value = Vec<(i64, Tokens, bool)>> {
     prop::collection::vec(
         (
@@ -144,6 +192,19 @@ proptest! {
         let brute = brute_force_min(&t, &a);
         // The program chooses per-gap keep-warm lines at a representative prefix; allow 0.1%.
         prop_assert!(optimum.0 <= brute.0 + brute.0 / 1000 + 5, "optimum {optimum} > brute force {brute}");
+    }
+
+    #[test]
+    fn the_optimum_matches_brute_force_under_a_ceiling(steps in steps_strategy(10), ceiling in 30_000u64..80_000) {
+        let t = trace(&steps, Ttl::FiveMinutes);
+        let a = Assumptions { ceiling_tokens: Some(ceiling), ..assumptions() };
+        // Only traces where every single request fits under the ceiling after a refresh.
+        let (_, turns) = reconstruct(&t, a.head_tokens);
+        prop_assume!(turns.iter().all(|x| HEAD + a.rehydrate_tokens + x.delta <= ceiling));
+        if let Some(brute) = brute_force_min_with_ceiling(&t, &a, ceiling) {
+            let optimum = cost(&t, Plan::Optimum, &a);
+            prop_assert!(optimum.0 <= brute.0 + brute.0 / 1000 + 5, "optimum {optimum} > brute force {brute}");
+        }
     }
 
     #[test]
