@@ -176,3 +176,69 @@ impl ReplayReport {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn report() -> ReplayReport {
+        let row = |policy: &str, cost_micro_usd, ratio_to_optimum, ratio_to_recorded| PolicyRow {
+            policy: policy.to_string(),
+            cost_micro_usd,
+            ratio_to_optimum,
+            ratio_to_recorded,
+            cache_hit_ratio: 0.8125,
+            long_gap_write_share: 0.4,
+            requests: 10,
+            pings: 2,
+            flushes: 1,
+            refreshes: 0,
+            input_tokens: 100,
+            cache_write_tokens: 2_000,
+            cache_read_tokens: 8_000,
+            output_tokens: 50,
+        };
+        ReplayReport {
+            assumptions: "5m TTL".to_string(),
+            traces: 1,
+            requests: 10,
+            warnings: 3,
+            unpriced: vec![Unpriced {
+                model: "mystery".to_string(),
+                requests: 4,
+            }],
+            rows: vec![
+                row("recorded", 1_500_000, Some(1.5), Some(1.0)),
+                row("optimum", 1_000_000, Some(1.0), Some(2.0 / 3.0)),
+                row("ski-rental", 12_345_678, None, None),
+            ],
+        }
+    }
+
+    #[test]
+    fn table_aligns_columns_and_says_what_was_left_out() {
+        let expected = "\
+1 traces, 10 requests replayed (3 import warnings)
+not priced: model \"mystery\" (4 requests) — add it to the price table
+assumptions: 5m TTL
+
+policy       cost $  ÷ optimum  ÷ recorded  hit ratio  long-gap writes  pings  flushes  refreshes
+recorded     1.5000      1.500       1.000      0.812            40.0%      2        1          0
+optimum      1.0000      1.000       0.667      0.812            40.0%      2        1          0
+ski-rental  12.3457          -           -      0.812            40.0%      2        1          0
+";
+        assert_eq!(report().table(), expected);
+    }
+
+    #[test]
+    fn csv_has_one_line_per_policy_and_blank_missing_ratios() {
+        let expected = "\
+policy,cost_usd,ratio_to_optimum,ratio_to_recorded,cache_hit_ratio,long_gap_write_share,requests,pings,flushes,refreshes,input_tokens,cache_write_tokens,cache_read_tokens,output_tokens
+recorded,1.500000,1.500000,1.000000,0.812500,0.400000,10,2,1,0,100,2000,8000,50
+optimum,1.000000,1.000000,0.666667,0.812500,0.400000,10,2,1,0,100,2000,8000,50
+ski-rental,12.345678,,,0.812500,0.400000,10,2,1,0,100,2000,8000,50
+";
+        assert_eq!(report().csv(), expected);
+    }
+}

@@ -128,7 +128,8 @@ const PALETTE: [RGBColor; 10] = [
 const REQUESTS_COLOUR: RGBColor = RGBColor(31, 119, 180);
 const WRITES_COLOUR: RGBColor = RGBColor(255, 127, 14);
 
-/// More buckets than this and the per-bar percentages would collide, so they are left out.
+/// More buckets than this and the per-bar percentages would collide, so they are left out, and
+/// only every k-th bucket gets its name under the axis.
 const MAX_LABELLED_BUCKETS: usize = 16;
 
 /// Draw the cost and idle-gap panels into `path` (`.svg` or `.png`, chosen by the extension,
@@ -250,7 +251,11 @@ fn draw<DB: DrawingBackend>(
     gaps: &[GapBucket],
 ) -> DrawResult<DB> {
     root.fill(&WHITE)?;
-    let body = root.margin(8, 0, 0, 0).titled(title, ("sans-serif", 28))?;
+    let body = if title.is_empty() {
+        root.margin(8, 0, 0, 0)
+    } else {
+        root.margin(8, 0, 0, 0).titled(title, ("sans-serif", 28))?
+    };
     let (top, bottom) = body.split_vertically(SIZE.1 * 47 / 100);
     draw_costs(&top, series)?;
     draw_gaps(&bottom, gaps)
@@ -307,7 +312,7 @@ fn draw_costs<DB: DrawingBackend>(
     ) else {
         return draw_note(area, CAPTION, "no cost data to plot");
     };
-    let hours = |t: i64| (t - t0) as f64 / 3_600_000.0;
+    let hours = |t: i64| t.saturating_sub(t0) as f64 / 3_600_000.0;
     let span = hours(t1);
     let max_usd = all_points().map(|p| p.1).fold(0.0_f64, f64::max);
     let min_usd = all_points().map(|p| p.1).fold(0.0_f64, f64::min);
@@ -403,10 +408,11 @@ fn draw_gaps<DB: DrawingBackend>(
     // axis. Asking for n labels over a range n wide makes plotters pick a step of exactly 1, so
     // there is one tick, and one label, under each category.
     let x_range = -0.5..n as f64 - 0.5;
+    let label_every = n.div_ceil(MAX_LABELLED_BUCKETS);
     let label_of = |x: &f64| {
         let i = x.round();
         // Only whole positions are categories; anything else plotters might ask about is blank.
-        if i < 0.0 || (x - i).abs() > 1e-6 {
+        if i < 0.0 || (x - i).abs() > 1e-6 || !(i as usize).is_multiple_of(label_every) {
             String::new()
         } else {
             labels.get(i as usize).cloned().unwrap_or_default()
@@ -520,36 +526,34 @@ fn draw_gaps<DB: DrawingBackend>(
 
 /// `<1s`, `1–2s`, `30s–1m`, `5m–1h`, `1h+`: the bucket as a reader would say it.
 fn bucket_label(bucket: &GapBucket) -> String {
+    let duration = |s: u64| {
+        let (size, name) = unit_of(s);
+        format!("{}{name}", s / size)
+    };
     match (bucket.from_s, bucket.to_s) {
         (0, u64::MAX) => "any".to_string(),
         (0, to) => format!("<{}", duration(to)),
         (from, u64::MAX) => format!("{}+", duration(from)),
         (from, to) => {
-            let (a, b) = (duration(from), duration(to));
-            // Share the unit when both ends have it: "1–2s" rather than "1s–2s".
-            match (unit_split(&a), unit_split(&b)) {
-                (Some((na, ua)), Some((nb, ub))) if ua == ub => format!("{na}–{nb}{ub}"),
-                _ => format!("{a}–{b}"),
+            let ((from_size, _), (to_size, to_name)) = (unit_of(from), unit_of(to));
+            if from_size < to_size {
+                // Each end in its own unit: "30s–1m", "5m–1h".
+                format!("{}–{}", duration(from), duration(to))
+            } else {
+                // One unit, named once: "1–2s", "1–5m"; and "60–70s" rather than "1m–70s",
+                // which reads as if the range ran backwards.
+                format!("{}–{}{to_name}", from / to_size, to / to_size)
             }
         }
     }
 }
 
-/// Seconds in the largest unit that divides them exactly: `90s`, `5m`, `1h`, `2d`.
-fn duration(s: u64) -> String {
-    match s {
-        0 => "0s".to_string(),
-        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
-}
-
-/// `"30s"` → `("30", "s")`.
-fn unit_split(d: &str) -> Option<(&str, &str)> {
-    let at = d.find(|c: char| !c.is_ascii_digit())?;
-    Some(d.split_at(at))
+/// The largest unit that divides `s` seconds exactly, as `(seconds, name)`.
+fn unit_of(s: u64) -> (u64, &'static str) {
+    [(86_400, "d"), (3_600, "h"), (60, "m")]
+        .into_iter()
+        .find(|&(size, _)| s.is_multiple_of(size))
+        .unwrap_or((1, "s"))
 }
 
 #[cfg(test)]
@@ -578,6 +582,9 @@ mod tests {
             (3600, u64::MAX),
             (90, 150),
             (0, u64::MAX),
+            (60, 70),
+            (3600, 5400),
+            (86_400, u64::MAX),
         ]
         .iter()
         .map(|&(a, b)| bucket_label(&bucket(a, b)))
@@ -593,7 +600,10 @@ mod tests {
                 "5m–1h",
                 "1h+",
                 "90–150s",
-                "any"
+                "any",
+                "60–70s",
+                "60–90m",
+                "1d+",
             ]
         );
     }
