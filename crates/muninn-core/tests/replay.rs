@@ -139,12 +139,18 @@ fn brute_force_min_with_ceiling(t: &Trace, a: &Assumptions, ceiling: Tokens) -> 
         len[j] = len[j - 1] + turns[j - 1].delta;
     }
     let prompt = |s: usize, e: usize| {
-        let base = if s == 1 { head } else { head + a.rehydrate_tokens };
+        let base = if s == 1 {
+            head
+        } else {
+            head + a.rehydrate_tokens
+        };
         base + len[e] - len[s - 1]
     };
     let mut best: Option<MicroUsd> = None;
     for mask in 0u32..(1 << (n - 1)) {
-        let starts: Vec<bool> = (0..n).map(|j| j == 0 || mask & (1 << (j - 1)) != 0).collect();
+        let starts: Vec<bool> = (0..n)
+            .map(|j| j == 0 || mask & (1 << (j - 1)) != 0)
+            .collect();
         let mut s = 1;
         let mut ok = true;
         for e in 1..=n {
