@@ -12,6 +12,7 @@
 //! - [`trace`] — normalised traces, the importers' output and the replay engine's input.
 //! - [`ledger`] — the ledger row written for every request.
 //! - [`decide`] — the pure decider and the online policies.
+//! - [`render`] — layers, breakpoints and the append-only rendering of a segment.
 //! - [`replay`] — the replay engine that runs a trace under a policy.
 //! - [`optimum`] — the hindsight optimum, an O(n log n) dynamic program.
 //! - [`tokenize`] — the deterministic tokenizer the renderer and the simulator share.
@@ -29,6 +30,7 @@ pub mod ledger;
 pub mod money;
 pub mod optimum;
 pub mod price;
+pub mod render;
 pub mod replay;
 pub mod tokenize;
 pub mod trace;

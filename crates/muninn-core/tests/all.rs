@@ -3,5 +3,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cache;
+mod render;
 mod replay;
 mod validate;
