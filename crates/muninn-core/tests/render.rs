@@ -45,7 +45,7 @@ fn delivery(turn: usize, i: usize, room: &str) -> Delivery {
         room: room.into(),
         sender: format!("user{}", turn % 5),
         is_direct: room.starts_with('@'),
-        to_you: turn % 7 == 0,
+        to_you: turn.is_multiple_of(7),
         text: format!("message {turn}.{i} in {room}"),
         context,
     }
