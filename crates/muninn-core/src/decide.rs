@@ -244,16 +244,19 @@ pub struct Rates {
     pub read: Rate,
     /// Cache write at the session's TTL tier.
     pub write: Rate,
+    /// Cache write at the head's TTL tier.
+    pub head_write: Rate,
 }
 
 impl Rates {
-    /// The rates of a model at a TTL tier.
-    pub fn of(price: &crate::price::ModelPrice, ttl: Ttl) -> Rates {
+    /// The rates of a model for a session writing its tail at `ttl` and its head at `head_ttl`.
+    pub fn of(price: &crate::price::ModelPrice, ttl: Ttl, head_ttl: Ttl) -> Rates {
         Rates {
             input: price.input,
             output: price.output,
             read: price.read,
             write: price.write(ttl),
+            head_write: price.write(head_ttl),
         }
     }
 }
@@ -268,6 +271,9 @@ pub struct Bounds {
     pub rehydrate_tokens: Tokens,
     /// Tokens of the instruction that asks the session to flush its memory.
     pub flush_prompt_tokens: Tokens,
+    /// Output tokens the flush writes. With memory written as it happens (a Persona's
+    /// `remember[]`) both this and `flush_prompt_tokens` are 0: a refresh needs no flush request.
+    pub flush_output_tokens: Tokens,
     /// Uncached tail of a keep-warm ping.
     pub ping_tokens: Tokens,
     /// Requests a segment must hold before a (voluntary) refresh.
@@ -339,6 +345,11 @@ pub struct SessionView {
     pub prefix_tokens: Tokens,
     /// When the cached prefix expires, as the cache model believes (None: nothing cached).
     pub warm_until_ms: Option<i64>,
+    /// The head's TTL tier.
+    pub head_ttl: Ttl,
+    /// When the head (tools + system, under its own breakpoint) expires. With a longer head TTL
+    /// it outlives the conversation tail, which makes a refresh cheap exactly when the tail is cold.
+    pub head_warm_until_ms: Option<i64>,
     /// When the last request (or ping) of the session was sent.
     pub last_request_ms: i64,
     /// The session's TTL tier.
@@ -393,9 +404,22 @@ impl SessionView {
             + MicroUsd::of(1, self.rates.output)
     }
 
+    /// Whether the head is alive at `now_ms`.
+    pub fn head_warm(&self, now_ms: i64) -> bool {
+        self.head_warm_until_ms.is_some_and(|t| t > now_ms)
+    }
+
+    /// Whether a refresh needs a flush request (it does not when memory is written as it happens).
+    pub fn needs_flush(&self) -> bool {
+        self.bounds.flush_prompt_tokens > 0 || self.bounds.flush_output_tokens > 0
+    }
+
     /// The price of a flush: warm, it reads P; cold, it sends P uncached (cheaper than writing it
-    /// back, since nothing of this segment will be read again).
+    /// back, since nothing of this segment will be read again). Zero without a flush request.
     pub fn flush_cost(&self, warm: bool) -> MicroUsd {
+        if !self.needs_flush() {
+            return MicroUsd::ZERO;
+        }
         let prefix = if warm {
             MicroUsd::of(self.prefix_tokens, self.rates.read)
         } else {
@@ -403,30 +427,47 @@ impl SessionView {
         };
         prefix
             + MicroUsd::of(self.bounds.flush_prompt_tokens, self.rates.input)
-            + MicroUsd::of(self.bounds.rehydrate_tokens, self.rates.output)
+            + MicroUsd::of(self.bounds.flush_output_tokens, self.rates.output)
     }
 
-    /// The cost of writing the rehydrated prompt R plus `delta` (head cold).
-    pub fn restart_write(&self, delta: Tokens) -> MicroUsd {
-        MicroUsd::of(self.rehydrated() + delta, self.rates.write)
+    /// Writing `tokens` of prompt that start with the head: the head is read if still warm.
+    fn write_from_head(&self, tokens: Tokens, now_ms: i64) -> MicroUsd {
+        let head = self.bounds.head_tokens.min(tokens);
+        let head_cost = if self.head_warm(now_ms) {
+            MicroUsd::of(head, self.rates.read)
+        } else {
+            MicroUsd::of(head, self.rates.head_write)
+        };
+        head_cost + MicroUsd::of(tokens - head, self.rates.write)
+    }
+
+    /// The cost of starting a segment from R plus `delta` at `now_ms`.
+    pub fn restart_write(&self, delta: Tokens, now_ms: i64) -> MicroUsd {
+        self.write_from_head(self.rehydrated() + delta, now_ms)
     }
 
     /// The cost of appending `delta` now: read or rewrite the prefix, write the tail.
-    pub fn append_cost(&self, warm: bool, delta: Tokens) -> MicroUsd {
-        let prefix = if warm {
+    pub fn append_cost(&self, warm: bool, delta: Tokens, now_ms: i64) -> MicroUsd {
+        if warm {
             MicroUsd::of(self.prefix_tokens, self.rates.read)
+                + MicroUsd::of(delta, self.rates.write)
         } else {
-            MicroUsd::of(self.prefix_tokens, self.rates.write)
-        };
-        prefix + MicroUsd::of(delta, self.rates.write)
+            self.write_from_head(self.prefix_tokens + delta, now_ms)
+        }
     }
 
     /// What a cold wake costs over a warm one, choosing the cheaper of rewriting P and restarting
-    /// from a flush made while warm: the "buy" of the ski-rental problem.
+    /// from a flush made while warm: the "buy" of the ski-rental problem. The wake is assumed to
+    /// find the head warm only if the head outlives the tail (its own, longer TTL).
     pub fn cold_wake_penalty(&self) -> MicroUsd {
         let warm = MicroUsd::of(self.prefix_tokens, self.rates.read);
-        let rewrite = MicroUsd::of(self.prefix_tokens, self.rates.write);
-        let restart = self.flush_cost(true) + MicroUsd::of(self.rehydrated(), self.rates.write);
+        let wake = match (self.warm_until_ms, self.head_warm_until_ms) {
+            // Just after the tail expires: the head is warm then if it outlives the tail.
+            (Some(tail), Some(head)) if head > tail => tail,
+            _ => i64::MAX,
+        };
+        let rewrite = self.write_from_head(self.prefix_tokens, wake);
+        let restart = self.flush_cost(true) + self.restart_write(0, wake);
         rewrite.min(restart).saturating_sub(warm)
     }
 
@@ -459,7 +500,7 @@ fn decide_arrival(
     let warm = view.warm(now_ms);
     let append = Alternative {
         action: Action::Append,
-        estimate: view.append_cost(warm, delta),
+        estimate: view.append_cost(warm, delta, now_ms),
     };
     let flush = if view.flushed {
         MicroUsd::ZERO
@@ -468,7 +509,7 @@ fn decide_arrival(
     };
     let refresh = Alternative {
         action: Action::Refresh,
-        estimate: flush + view.restart_write(delta),
+        estimate: flush + view.restart_write(delta, now_ms),
     };
     let alts = [append, refresh];
     let go = |action, reason| Decision::new(action, reason, &alts);
@@ -521,7 +562,7 @@ fn decide_arrival(
                 };
             }
             // Growth: the reads paid above R since the last rehydration have bought one rebuild.
-            let rebuild = view.flush_cost(true) + MicroUsd::of(view.rehydrated(), view.rates.write);
+            let rebuild = view.flush_cost(true) + view.restart_write(0, now_ms);
             if view.read_excess >= rebuild && view.prefix_tokens > view.rehydrated() {
                 go(Action::Refresh, Reason::GrowthBreakEven)
             } else {
@@ -588,9 +629,12 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
             };
             // Letting it expire: flush first if restarting from memory at the wake will beat
             // rewriting the prefix (and a refresh would be allowed by then).
-            let restart = flush.estimate + MicroUsd::of(view.rehydrated(), view.rates.write);
-            let rewrite = MicroUsd::of(view.prefix_tokens, view.rates.write);
-            if restart < rewrite && view.segment_requests >= view.bounds.min_segment_requests {
+            let restart = flush.estimate + view.restart_write(0, now_ms);
+            let rewrite = view.append_cost(false, 0, now_ms);
+            if view.needs_flush()
+                && restart < rewrite
+                && view.segment_requests >= view.bounds.min_segment_requests
+            {
                 go(Action::Flush, reason)
             } else {
                 go(Action::LetExpire, reason)

@@ -24,10 +24,17 @@
 //! boundaries (the first request always starts a segment; a refresh the ceiling forces may fall
 //! inside a tool loop, as it would online).
 //!
-//! The per-gap keep-warm choice is made with the prefix the gap would have without refreshes
-//! (capped at the ceiling). The chosen plan is then *executed* by the replay engine, which takes the
-//! exact cheaper choice for the actual prefix at every gap, so the reported optimum is priced by the
-//! cache model exactly like every online policy.
+//! Each gap inside a segment has up to three ways through it — keep the prefix warm with pings,
+//! let it expire and rewrite it (reading the head if its own, longer TTL outlived the gap), or ping
+//! only as long as the head needs — and each segment end up to two (let the head go, or keep it
+//! alive until the refresh). Every one is linear in the prefix, but which is cheapest depends on
+//! the prefix, which depends on the segmentation. So the program is solved with representative
+//! prefixes (those of never refreshing, of refreshing at every request, and their geometric mean),
+//! each refined with the prefixes of the plan it found; every plan is priced exactly under the
+//! model, and the cheapest is kept. The chosen plan is then *executed* by the replay engine, which
+//! takes the exact cheapest way through every gap with hindsight, so the reported optimum is priced
+//! by the cache model exactly like every online policy. Tests compare it with brute force over every
+//! admissible segmentation of small traces, and check that no online policy ever beats it.
 
 use crate::cache::Ttl;
 use crate::decide::{Action, Alternative, Decision, Event, Reason, SessionView};
@@ -200,19 +207,299 @@ impl LineQueue {
     }
 }
 
+/// Touches (requests that refresh an entry), made at `0, step, 2·step, …`, needed for an entry that
+/// lives `life` after each touch to be alive at `span`.
+fn touches(span: i64, life: i64, step: i64) -> u64 {
+    if span < life {
+        1
+    } else {
+        ((span - life) / step.max(1)) as u64 + 2
+    }
+}
+
 /// Pings needed to carry a prefix written at `t` warm to `t + gap` when the host decides
-/// `before_ms` ahead of each expiry.
+/// `before_ms` ahead of each expiry (the first ping at `t + ttl − before`).
 pub fn pings_needed(gap_ms: i64, ttl: Ttl, before_ms: i64) -> u64 {
-    let t = ttl.millis();
-    if gap_ms < t {
+    let step = ttl.millis() - before_ms;
+    if gap_ms < ttl.millis() {
         0
     } else {
-        let step = (t - before_ms).max(1);
-        ((gap_ms - t) / step) as u64 + 1
+        touches(gap_ms - step, ttl.millis(), step)
+    }
+}
+
+/// Pings (at the tail's decision points) needed to keep a head with its own, longer TTL alive
+/// from `t` to `t + gap`.
+pub fn head_pings_needed(gap_ms: i64, ttl: Ttl, head_ttl: Ttl, before_ms: i64) -> u64 {
+    let step = ttl.millis() - before_ms;
+    if gap_ms < head_ttl.millis() {
+        0
+    } else {
+        touches(gap_ms - step, head_ttl.millis(), step)
+    }
+}
+
+/// A cost linear in a prefix `c`: `slope·c + constant`, in rate·token units.
+type LinearCost = (i128, i128);
+
+/// The per-request cost structure of a trace, independent of the segmentation.
+struct Model<'t> {
+    n: usize,
+    turns: &'t [Turn],
+    w: i128,
+    inp: i128,
+    h: i128,
+    x_mem: i128,
+    ceiling: i128,
+    min_seg: usize,
+    /// L_j: the logical conversation after request j.
+    len: Vec<i128>,
+    /// u_j: request j's uncached tail.
+    u: Vec<i128>,
+    /// Ways through the gap before request j inside a segment (keep warm, rewrite, keep the head
+    /// alive), each a cost linear in the previous cached prefix.
+    gap_options: Vec<Vec<LinearCost>>,
+    /// D_j: the part of request j's cost that does not depend on the segmentation.
+    fixed: Vec<i128>,
+    /// Ways to end a segment before a refresh at s: (cost on the old prefix, head cost at s).
+    end_options: Vec<Vec<(LinearCost, i128)>>,
+}
+
+impl Model<'_> {
+    fn base(&self, s: usize) -> i128 {
+        if s == 1 { self.h } else { self.h + self.x_mem }
+    }
+
+    /// m_s: the cached prefix before request j of a segment started at s is `m_s + y_j`.
+    fn slope(&self, s: usize) -> i128 {
+        self.base(s) - self.len[s - 1]
+    }
+
+    /// y_j for the prefix request j reads (that of request j − 1).
+    fn y(&self, j: usize) -> i128 {
+        self.len[j - 1] - self.u[j - 1]
+    }
+
+    fn start_cost(&self, s: usize, head_cost: i128) -> i128 {
+        let c_s = self.base(s) + self.len[s] - self.len[s - 1] - self.u[s];
+        if s == 1 {
+            self.w * c_s + self.inp * self.u[s]
+        } else {
+            head_cost + self.w * (c_s - self.h) + self.inp * self.u[s]
+        }
+    }
+
+    fn fits(&self, s: usize, e: usize) -> bool {
+        self.slope(s) + self.len[e] <= self.ceiling
+    }
+
+    /// The exact model cost of a plan: every gap and segment end takes its cheapest option at
+    /// the prefix the plan actually has there.
+    fn evaluate(&self, starts: &[bool]) -> i128 {
+        let mut total = 0;
+        let mut s = 1;
+        for j in 1..=self.n {
+            if j > 1 && starts[j - 1] {
+                let old = self.slope(s) + self.len[j - 1] - self.u[j - 1];
+                let ((rho, phi), head) = self.end_options[j]
+                    .iter()
+                    .copied()
+                    .min_by_key(|&((rho, phi), head)| rho * old + phi + head)
+                    .unwrap_or(((0, 0), 0));
+                total += rho * old + phi + self.start_cost(j, head);
+                s = j;
+            } else if j == 1 {
+                total += self.start_cost(1, 0);
+            } else {
+                let c = self.slope(s) + self.y(j);
+                total += self.gap_options[j]
+                    .iter()
+                    .map(|&(a, b)| a * c + b)
+                    .min()
+                    .unwrap_or(0)
+                    + self.fixed[j];
+            }
+        }
+        total
+    }
+
+    /// The optimal segmentation when every gap and segment end is priced at a representative
+    /// prefix (`gap_rep[j]`, `end_rep[s]`), by the Li Chao program of the module docs.
+    fn solve(&self, gap_rep: &[i128], end_rep: &[i128]) -> Vec<bool> {
+        let n = self.n;
+        let pick = |options: &[LinearCost], c: i128| -> LinearCost {
+            options
+                .iter()
+                .copied()
+                .min_by_key(|&(a, b)| a * c + b)
+                .unwrap_or((self.w, 0))
+        };
+        let mut alpha_sum = vec![0i128; n + 1];
+        let mut y_sum = vec![0i128; n + 1];
+        let mut bd_sum = vec![0i128; n + 1];
+        for j in 2..=n {
+            let (alpha, beta) = pick(&self.gap_options[j], gap_rep[j]);
+            alpha_sum[j] = alpha_sum[j - 1] + alpha;
+            y_sum[j] = y_sum[j - 1] + alpha * self.y(j);
+            bd_sum[j] = bd_sum[j - 1] + beta + self.fixed[j];
+        }
+        let mut end = vec![((0i128, 0i128), 0i128); n + 2];
+        for s in 2..=n {
+            end[s] = self.end_options[s]
+                .iter()
+                .copied()
+                .min_by_key(|&((rho, phi), head)| rho * end_rep[s] + phi + head)
+                .unwrap_or(((0, 0), 0));
+        }
+        // Query points: x_e = A_e + ρ for e < n (the old segment's end), A_n for the last.
+        let x_of = |e: usize| {
+            if e < n {
+                alpha_sum[e] + end[e + 1].0.0
+            } else {
+                alpha_sum[e]
+            }
+        };
+        let mut xs: Vec<i128> = (1..=n).map(x_of).collect();
+        xs.sort_unstable();
+        xs.dedup();
+        let x_index = |x: i128| xs.partition_point(|&v| v < x);
+        let g = |e: usize| -> i128 {
+            let close = if e < n {
+                let ((rho, phi), _) = end[e + 1];
+                rho * (self.len[e] - self.u[e]) + phi
+            } else {
+                0
+            };
+            y_sum[e] + bd_sum[e] + close
+        };
+        let head_at = |s: usize| if s == 1 { 0 } else { end[s].1 };
+
+        const INF: i128 = i128::MAX / 4;
+        // opt[e]: the cheapest plan for requests 1..=e that ends a segment at e (and its end
+        // costs, if e < n), when request e + 1 starts at a boundary.
+        let mut opt = vec![INF; n + 1];
+        opt[0] = 0;
+        let mut best_start = vec![0usize; n + 1];
+        // forced[e]: the same, restricted to segments that cannot take request e + 1 under the
+        // ceiling, so that e + 1 may start a segment inside a tool loop (a forced refresh).
+        let mut forced = vec![INF; n + 1];
+        let mut forced_start = vec![0usize; n + 1];
+        let mut queue = LineQueue::new(xs.clone());
+        let boundary = |s: usize| s == 1 || self.turns[s - 1].boundary;
+        let line_for = |s: usize, opt: &[i128], forced: &[i128]| -> Option<Line> {
+            let before = if boundary(s) {
+                opt[s - 1]
+            } else {
+                forced[s - 1]
+            };
+            if before >= INF {
+                return None;
+            }
+            let m = self.slope(s);
+            let k =
+                before + self.start_cost(s, head_at(s)) - m * alpha_sum[s] - y_sum[s] - bd_sum[s];
+            Some(Line { m, k, id: s as u32 })
+        };
+
+        for e in 1..=n {
+            // Starts whose segment cannot take request e leave the window; the best of them,
+            // ended at e − 1, is what a forced refresh before e builds on.
+            while let Some(oldest) = queue.oldest() {
+                if self.fits(oldest.id as usize, e) {
+                    break;
+                }
+                if e >= 2 {
+                    let total = g(e - 1) + oldest.at(x_of(e - 1));
+                    if total < forced[e - 1] {
+                        forced[e - 1] = total;
+                        forced_start[e - 1] = oldest.id as usize;
+                    }
+                }
+                queue.pop_front();
+            }
+            // Segment starts that have reached the minimum length become available.
+            if e >= self.min_seg {
+                let s = e + 1 - self.min_seg;
+                if let Some(line) = line_for(s, &opt, &forced).filter(|_| self.fits(s, e)) {
+                    queue.push(line);
+                }
+            }
+            let mut best = queue
+                .query(x_index(x_of(e)))
+                .map(|(v, id)| (v, id as usize));
+            let consider =
+                |s: usize, best: &mut Option<(i128, usize)>, opt: &[i128], forced: &[i128]| {
+                    if let Some(line) = line_for(s, opt, forced) {
+                        let v = line.at(x_of(e));
+                        if best.is_none_or(|(b, _)| v < b) {
+                            *best = Some((v, s));
+                        }
+                    }
+                };
+            if e == n {
+                // The last segment needs no minimum length.
+                for s in (e + 1).saturating_sub(self.min_seg).max(1)..=e {
+                    if self.fits(s, e) {
+                        consider(s, &mut best, &opt, &forced);
+                    }
+                }
+            }
+            if best.is_none() {
+                // Nothing fits under the ceiling (a single request larger than it, or a minimum
+                // segment the ceiling does not leave room for): start a segment here regardless.
+                if forced[e - 1] >= INF && e >= 2 {
+                    forced[e - 1] = opt[e - 1];
+                    forced_start[e - 1] = best_start[e - 1];
+                }
+                consider(e, &mut best, &opt, &forced);
+            }
+            if let Some((v, s)) = best {
+                opt[e] = g(e) + v;
+                best_start[e] = s;
+            }
+        }
+
+        let mut starts = vec![false; n];
+        let mut e = n;
+        let mut via_forced = false;
+        while e > 0 {
+            let s = if via_forced {
+                forced_start[e]
+            } else {
+                best_start[e]
+            }
+            .max(1);
+            starts[s - 1] = true;
+            via_forced = !boundary(s);
+            e = s - 1;
+        }
+        starts
+    }
+
+    /// The prefixes a plan has at each gap and at each segment end (the representatives of the
+    /// next refinement round).
+    fn prefixes(&self, starts: &[bool]) -> (Vec<i128>, Vec<i128>) {
+        let mut gap_rep = vec![0i128; self.n + 1];
+        let mut end_rep = vec![0i128; self.n + 2];
+        let mut s = 1;
+        for j in 2..=self.n {
+            let c = self.slope(s) + self.y(j);
+            gap_rep[j] = c;
+            end_rep[j] = c;
+            if starts[j - 1] {
+                s = j;
+            }
+        }
+        (gap_rep, end_rep)
     }
 }
 
 /// Computes the optimum's plan for a reconstructed trace.
+///
+/// The per-gap choices are linear only once a representative prefix is fixed, so the program is
+/// solved first with the prefixes of never refreshing, then again with the prefixes of the plan it
+/// found, keeping whichever plan is cheaper under the exact model — a few rounds at O(n log n)
+/// each.
 pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -> OptimumPlan {
     let n = turns.len();
     if n == 0 {
@@ -229,21 +516,31 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
         price.input.0 as i128,
         price.output.0 as i128,
     );
-    let x_mem = a.rehydrate_tokens as i128;
     let h = head as i128;
     let ceiling = a.ceiling_tokens.unwrap_or(price.context_window) as i128;
     let before = a.decide_before_expiry_ms;
+    let step = ttl.millis() - before;
     let phi_ping = inp * a.ping_tokens as i128 + out;
-    let phi_flush = inp * a.flush_prompt_tokens as i128 + out * x_mem;
-    let min_seg = a.min_segment_requests.max(1) as usize;
+    let flush_output = a.flush_output_tokens.unwrap_or(a.rehydrate_tokens) as i128;
+    // With memory written as it happens there is no flush request: a refresh costs only the
+    // rewrite of the new segment.
+    let needs_flush = a.flush_prompt_tokens > 0 || flush_output > 0;
+    let (flush_read, phi_flush) = if needs_flush {
+        (r, inp * a.flush_prompt_tokens as i128 + out * flush_output)
+    } else {
+        (0, 0)
+    };
     let head_cacheable = head >= price.min_cacheable;
+    // The head sits under its own breakpoint, possibly with a longer TTL than the tail's.
+    let head_ttl = a.head_ttl.map_or(ttl, |t| t.max(ttl));
+    let w_head = price.write(head_ttl).0 as i128;
+    let head_warm_after = |gap: i64| head_cacheable && gap < head_ttl.millis();
 
-    // Prefix sums over requests (1-indexed; index 0 is "before the first request").
-    let mut len = vec![0i128; n + 1]; // L_j
+    let mut len = vec![0i128; n + 1];
     let mut u = vec![0i128; n + 1];
-    let mut alpha_sum = vec![0i128; n + 1]; // A_j
-    let mut y_sum = vec![0i128; n + 1]; // Σ α_j·(L_{j−1} − u_{j−1})
-    let mut bd_sum = vec![0i128; n + 1]; // Σ β_j + D_j
+    let mut gap_options = vec![Vec::new(); n + 1];
+    let mut fixed = vec![0i128; n + 1];
+    let mut end_options = vec![Vec::new(); n + 2];
     for j in 1..=n {
         let t = &turns[j - 1];
         len[j] = len[j - 1] + t.delta as i128;
@@ -252,160 +549,97 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
             continue;
         }
         let gap = t.at_ms - turns[j - 2].at_ms;
+        // Inside a segment: keep the prefix warm with k pings; let it expire and rewrite it,
+        // reading the head if its own TTL outlived the gap; or ping only as long as it takes to
+        // keep the head alive, then rewrite the tail.
         let k = pings_needed(gap, ttl, before) as i128;
-        let y = len[j - 1] - u[j - 1];
-        let c_rep = (h + y).min(ceiling);
-        let warm_alpha = (k + 1) * r;
-        let (alpha, beta) = if warm_alpha * c_rep + k * phi_ping < w * c_rep {
-            (warm_alpha, k * phi_ping)
+        let mut options = vec![((k + 1) * r, k * phi_ping)];
+        if head_warm_after(gap) {
+            options.push((w, -(w - r) * h));
         } else {
-            (w, 0)
-        };
-        let d = w * ((len[j] - u[j]) - y) + inp * u[j];
-        alpha_sum[j] = alpha_sum[j - 1] + alpha;
-        y_sum[j] = y_sum[j - 1] + alpha * y;
-        bd_sum[j] = bd_sum[j - 1] + beta + d;
+            options.push((w, (w_head - w) * h));
+            if head_cacheable {
+                let kh = head_pings_needed(gap, ttl, head_ttl, before) as i128;
+                options.push((kh * r + w, kh * phi_ping - (w - r) * h));
+            }
+        }
+        gap_options[j] = options;
+        fixed[j] = w * ((len[j] - u[j]) - (len[j - 1] - u[j - 1])) + inp * u[j];
+        // Ending the segment before a refresh at j: the flush (if any) at the latest warm moment
+        // touches the head once more; if the head is cold at j anyway, touching it with pings
+        // (the flush the last of them) until j may be cheaper than rewriting it.
+        let late_flush = if needs_flush && gap >= step { step } else { 0 };
+        let mut ends = Vec::new();
+        if head_warm_after(gap - late_flush) {
+            ends.push(((flush_read, phi_flush), r * h));
+        } else {
+            ends.push(((flush_read, phi_flush), w_head * h));
+            if head_cacheable {
+                let k =
+                    touches(gap - step, head_ttl.millis(), step) as i128 - i128::from(needs_flush);
+                if k > 0 {
+                    ends.push(((flush_read + k * r, phi_flush + k * phi_ping), r * h));
+                }
+            }
+        }
+        end_options[j] = ends;
     }
-    alpha_sum[1] = 0;
-    // Query points: x_e = A_e + r for e < n (a flush follows), A_n for the last.
-    let x_of = |e: usize| {
-        if e < n {
-            alpha_sum[e] + r
-        } else {
-            alpha_sum[e]
-        }
+    let model = Model {
+        n,
+        turns,
+        w,
+        inp,
+        h,
+        x_mem: a.rehydrate_tokens as i128,
+        ceiling,
+        min_seg: a.min_segment_requests.max(1) as usize,
+        len,
+        u,
+        gap_options,
+        fixed,
+        end_options,
     };
-    let mut xs: Vec<i128> = (1..=n).map(x_of).collect();
-    xs.sort_unstable();
-    xs.dedup();
-    let x_index = |x: i128| xs.partition_point(|&v| v < x);
-
-    let base = |s: usize| if s == 1 { h } else { h + x_mem };
-    let slope = |s: usize| base(s) - len[s - 1];
-    let start_cost = |s: usize| -> i128 {
-        let t = &turns[s - 1];
-        let c_s = base(s) + t.delta as i128 - u[s];
-        if s == 1 {
-            return w * c_s + inp * u[s];
-        }
-        let gap = t.at_ms - turns[s - 2].at_ms;
-        let head_warm = head_cacheable && gap < 2 * ttl.millis() - before;
-        let head_cost = if head_warm { r * h } else { w * h };
-        head_cost + w * (c_s - h) + inp * u[s]
+    let never = vec![false; n];
+    // Starting points: the prefixes of never refreshing (the largest a gap can see), of refreshing
+    // at every request (the smallest), and their geometric mean; each refined with the prefixes of
+    // the plan it yields. The cheapest plan under the exact model wins.
+    let (large_gap, large_end) = model.prefixes(&never);
+    let (small_gap, small_end) = model.prefixes(&vec![true; n]);
+    let mean = |a: &[i128], b: &[i128]| -> Vec<i128> {
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| (((x.max(1) as f64) * (y.max(1) as f64)).sqrt()) as i128)
+            .collect()
     };
-    let g = |e: usize| -> i128 {
-        let flush = if e < n {
-            r * (len[e] - u[e]) + phi_flush
-        } else {
-            0
-        };
-        y_sum[e] + bd_sum[e] + flush
-    };
-
-    const INF: i128 = i128::MAX / 4;
-    // opt[e]: the cheapest plan for requests 1..=e that ends a segment at e (flushing after it if
-    // e < n), when request e + 1 starts at a boundary.
-    let mut opt = vec![INF; n + 1];
-    opt[0] = 0;
-    let mut best_start = vec![0usize; n + 1];
-    // forced[e]: the same, restricted to segments that cannot take request e + 1 under the
-    // ceiling, so that e + 1 may start a segment inside a tool loop (a forced refresh).
-    let mut forced = vec![INF; n + 1];
-    let mut forced_start = vec![0usize; n + 1];
-    let mut queue = LineQueue::new(xs.clone());
-    let boundary = |s: usize| s == 1 || turns[s - 1].boundary;
-    let line_for = |s: usize, opt: &[i128], forced: &[i128]| -> Option<Line> {
-        let before = if boundary(s) {
-            opt[s - 1]
-        } else {
-            forced[s - 1]
-        };
-        if before >= INF {
-            return None;
-        }
-        let m = slope(s);
-        let k = before + start_cost(s) - m * alpha_sum[s] - y_sum[s] - bd_sum[s];
-        Some(Line { m, k, id: s as u32 })
-    };
-    let fits = |s: usize, e: usize| slope(s) + len[e] <= ceiling;
-
-    for e in 1..=n {
-        // Starts whose segment cannot take request e leave the window; the best of them, ended at
-        // e − 1 and flushed, is what a forced refresh before e builds on.
-        while let Some(oldest) = queue.oldest() {
-            if fits(oldest.id as usize, e) {
+    let starting_points = [
+        (mean(&large_gap, &small_gap), mean(&large_end, &small_end)),
+        (small_gap, small_end),
+        (large_gap, large_end),
+    ];
+    let mut best: Option<(i128, Vec<bool>)> = None;
+    for (mut gap_rep, mut end_rep) in starting_points {
+        let mut previous: Option<Vec<bool>> = None;
+        for _round in 0..3 {
+            // Representatives are capped at the ceiling: no segment holds more.
+            for c in gap_rep.iter_mut().chain(end_rep.iter_mut()) {
+                *c = (*c).min(ceiling);
+            }
+            let starts = model.solve(&gap_rep, &end_rep);
+            if previous.as_ref() == Some(&starts) {
                 break;
             }
-            if e >= 2 {
-                let v = oldest.at(x_of(e - 1));
-                let total = g(e - 1) + v;
-                if total < forced[e - 1] {
-                    forced[e - 1] = total;
-                    forced_start[e - 1] = oldest.id as usize;
-                }
+            let cost = model.evaluate(&starts);
+            if best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                best = Some((cost, starts.clone()));
             }
-            queue.pop_front();
-        }
-        // Segment starts that have reached the minimum length become available.
-        if e >= min_seg {
-            let s = e + 1 - min_seg;
-            if let Some(line) = line_for(s, &opt, &forced).filter(|_| fits(s, e)) {
-                queue.push(line);
-            }
-        }
-        let mut best = queue
-            .query(x_index(x_of(e)))
-            .map(|(v, id)| (v, id as usize));
-        let consider =
-            |s: usize, best: &mut Option<(i128, usize)>, opt: &[i128], forced: &[i128]| {
-                if let Some(line) = line_for(s, opt, forced) {
-                    let v = line.at(x_of(e));
-                    if best.is_none_or(|(b, _)| v < b) {
-                        *best = Some((v, s));
-                    }
-                }
-            };
-        if e == n {
-            // The last segment needs no minimum length.
-            for s in (e + 1).saturating_sub(min_seg).max(1)..=e {
-                if fits(s, e) {
-                    consider(s, &mut best, &opt, &forced);
-                }
-            }
-        }
-        if best.is_none() {
-            // Nothing fits under the ceiling (a single request larger than it, or a minimum
-            // segment the ceiling does not leave room for): start a segment here regardless.
-            if forced[e - 1] >= INF && e >= 2 {
-                forced[e - 1] = opt[e - 1];
-                forced_start[e - 1] = best_start[e - 1];
-            }
-            consider(e, &mut best, &opt, &forced);
-        }
-        if let Some((v, s)) = best {
-            opt[e] = g(e) + v;
-            best_start[e] = s;
+            (gap_rep, end_rep) = model.prefixes(&starts);
+            previous = Some(starts);
         }
     }
-
-    let mut starts = vec![false; n];
-    let mut e = n;
-    let mut via_forced = false;
-    while e > 0 {
-        let s = if via_forced {
-            forced_start[e]
-        } else {
-            best_start[e]
-        }
-        .max(1);
-        starts[s - 1] = true;
-        via_forced = !boundary(s);
-        e = s - 1;
-    }
-    let estimate = if opt[n] >= INF { 0 } else { opt[n] };
+    let (estimate, starts) = best.unwrap_or((0, never));
     OptimumPlan {
         starts,
-        estimate: MicroUsd(((estimate + 500_000) / 1_000_000) as i64),
+        estimate: MicroUsd(((estimate.max(0) + 500_000) / 1_000_000) as i64),
     }
 }
 
@@ -441,34 +675,67 @@ impl OptimumPlan {
                 }
             }
             Event::Expiring => {
-                if restart {
-                    return single(
-                        Action::Flush,
-                        Reason::ColdRestartCheaper,
-                        view.flush_cost(true),
-                    );
-                }
                 let Some(expiry) = view.warm_until_ms else {
                     return single(Action::LetExpire, Reason::NoKeepWarm, MicroUsd::ZERO);
                 };
                 let Some(turn) = turns.get(next) else {
                     return single(Action::LetExpire, Reason::NoKeepWarm, MicroUsd::ZERO);
                 };
+                let step = ttl.millis() - before_ms;
+                let span = turn.at_ms - now_ms;
+                let head = view.bounds.head_tokens;
+                let head_saving = MicroUsd::of(head, view.rates.head_write)
+                    .saturating_sub(MicroUsd::of(head, view.rates.read));
+                if restart {
+                    // The old segment ends here. Ending now (flushing, or with memory written as
+                    // it happens doing nothing) touches the head for the last time; if the head
+                    // would then be cold at the restart and keeping it alive with pings is
+                    // cheaper than rewriting it, ping instead.
+                    let end = if view.needs_flush() {
+                        Action::Flush
+                    } else {
+                        Action::LetExpire
+                    };
+                    let head_deadline = if view.needs_flush() {
+                        Some(now_ms + view.head_ttl.millis())
+                    } else {
+                        view.head_warm_until_ms
+                    };
+                    if view.head_warm_until_ms.is_some()
+                        && head_deadline.is_none_or(|d| d <= turn.at_ms)
+                        && expiry <= turn.at_ms
+                    {
+                        let k = touches(span, view.head_ttl.millis(), step)
+                            - u64::from(view.needs_flush());
+                        let keep = MicroUsd(view.ping_cost().0 * k as i64);
+                        if k > 0 && keep < head_saving {
+                            return single(Action::Ping, Reason::ExpectedSavingExceedsPing, keep);
+                        }
+                    }
+                    return single(end, Reason::ColdRestartCheaper, view.flush_cost(true));
+                }
                 if expiry > turn.at_ms {
                     return single(Action::LetExpire, Reason::Warm, MicroUsd::ZERO);
                 }
-                // Pings from now: the first now, each later one TTL − before after the previous.
-                // Counted as for a gap that began one ping interval before now.
-                let remaining = turn.at_ms - now_ms;
-                let k = pings_needed(remaining + ttl.millis() - before_ms, ttl, before_ms).max(1);
-                let keep = MicroUsd(view.ping_cost().0 * k as i64)
+                // Keep the tail warm (W), keep only the head alive (H), or let both go (N): the
+                // cheapest from now to the wake, with hindsight.
+                let ping = view.ping_cost().0;
+                let tail = touches(span, ttl.millis(), step);
+                let warm = MicroUsd(ping * tail as i64)
                     + MicroUsd::of(view.prefix_tokens, view.rates.read);
-                let rewrite = MicroUsd::of(view.prefix_tokens, view.rates.write);
-                if keep < rewrite {
-                    single(Action::Ping, Reason::ExpectedSavingExceedsPing, keep)
-                } else {
-                    single(Action::LetExpire, Reason::RentExhausted, rewrite)
+                let rewrite = view.append_cost(false, 0, turn.at_ms);
+                let mut best = (warm, Action::Ping);
+                if rewrite < best.0 {
+                    best = (rewrite, Action::LetExpire);
                 }
+                if view.head_warm_until_ms.is_some_and(|h| h <= turn.at_ms) {
+                    let k = touches(span, view.head_ttl.millis(), step);
+                    let head_kept = MicroUsd(ping * k as i64) + rewrite.saturating_sub(head_saving);
+                    if head_kept < best.0 {
+                        best = (head_kept, Action::Ping);
+                    }
+                }
+                single(best.1, Reason::ExpectedSavingExceedsPing, best.0)
             }
         }
     }

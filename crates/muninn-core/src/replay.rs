@@ -49,6 +49,10 @@ pub struct Assumptions {
     pub rehydrate_tokens: Tokens,
     /// Tokens of the flush instruction. Default 300.
     pub flush_prompt_tokens: Tokens,
+    /// Output tokens of the flush. Default: the rehydration size (the flush writes the memory the
+    /// next segment starts from). With memory written as it happens, 0 together with
+    /// `flush_prompt_tokens`: a refresh then sends no flush request at all.
+    pub flush_output_tokens: Option<Tokens>,
     /// Uncached tokens a keep-warm ping adds after the cached prefix. Default 8.
     pub ping_tokens: Tokens,
     /// Requests a segment must hold before a voluntary refresh. Default 4.
@@ -59,6 +63,9 @@ pub struct Assumptions {
     pub decide_before_expiry_ms: i64,
     /// The TTL tier the session writes at. Default: the tier the trace recorded (1h if any 1h write).
     pub ttl: Option<Ttl>,
+    /// The TTL of the head's own breakpoint. Default: the session's TTL. A head TTL shorter than
+    /// the session's is raised to it (a 1h breakpoint may not follow a 5m one).
+    pub head_ttl: Option<Ttl>,
 }
 
 impl Default for Assumptions {
@@ -67,11 +74,13 @@ impl Default for Assumptions {
             head_tokens: None,
             rehydrate_tokens: 4_000,
             flush_prompt_tokens: 300,
+            flush_output_tokens: None,
             ping_tokens: 8,
             min_segment_requests: 4,
             ceiling_tokens: None,
             decide_before_expiry_ms: 30_000,
             ttl: None,
+            head_ttl: None,
         }
     }
 }
@@ -86,13 +95,15 @@ impl fmt::Display for Assumptions {
             .ceiling_tokens
             .map_or("the model's context window".to_string(), |c| c.to_string());
         let ttl = self.ttl.map_or("as recorded per trace", |t| t.label());
+        let head_ttl = self.head_ttl.map_or("as the session", |t| t.label());
         write!(
             f,
             "head tokens: {head}; rehydration (memory/summary) tokens: {}; flush instruction tokens: {}; \
-             ping tail tokens: {}; minimum segment: {} requests; ceiling: {ceiling}; \
-             decide {} s before expiry; TTL: {ttl}",
+             flush output tokens: {}; ping tail tokens: {}; minimum segment: {} requests; ceiling: {ceiling}; \
+             decide {} s before expiry; TTL: {ttl}; head TTL: {head_ttl}",
             self.rehydrate_tokens,
             self.flush_prompt_tokens,
+            self.flush_output_tokens.unwrap_or(self.rehydrate_tokens),
             self.ping_tokens,
             self.min_segment_requests,
             self.decide_before_expiry_ms / 1000,
@@ -467,6 +478,7 @@ struct Engine<'a> {
     config: &'a ReplayConfig<'a>,
     model: &'a str,
     ttl: Ttl,
+    head_ttl: Ttl,
     head: Tokens,
     head_fp: Fingerprint,
     trace_fp: Fingerprint,
@@ -502,6 +514,7 @@ impl<'a> Engine<'a> {
             config,
             model: &trace.model,
             ttl,
+            head_ttl: a.head_ttl.map_or(ttl, |h| h.max(ttl)),
             head,
             head_fp: extend(trace_fp, hash_bytes(b"head")),
             trace_fp,
@@ -522,11 +535,12 @@ impl<'a> Engine<'a> {
             gap_ping_spend: MicroUsd::ZERO,
             flushed: false,
             gaps: GapStats::default(),
-            rates: Rates::of(config.price, ttl),
+            rates: Rates::of(config.price, ttl, a.head_ttl.map_or(ttl, |h| h.max(ttl))),
             bounds: Bounds {
                 head_tokens: head,
                 rehydrate_tokens: a.rehydrate_tokens,
                 flush_prompt_tokens: a.flush_prompt_tokens,
+                flush_output_tokens: a.flush_output_tokens.unwrap_or(a.rehydrate_tokens),
                 ping_tokens: a.ping_tokens,
                 min_segment_requests: a.min_segment_requests,
                 ceiling_tokens: a.ceiling_tokens.unwrap_or(config.price.context_window),
@@ -540,6 +554,8 @@ impl<'a> Engine<'a> {
         SessionView {
             prefix_tokens: self.prefix_tokens,
             warm_until_ms: self.cache.expiry(self.model, self.prefix_fp),
+            head_ttl: self.head_ttl,
+            head_warm_until_ms: self.cache.expiry(self.model, self.head_fp),
             last_request_ms: self.last_request_ms,
             ttl: self.ttl,
             segment_requests: self.segment_requests,
@@ -604,7 +620,7 @@ impl<'a> Engine<'a> {
             block: 0,
             tokens: self.head,
             fingerprint: self.head_fp,
-            breakpoint: Some(self.ttl),
+            breakpoint: Some(self.head_ttl),
         }
     }
 
@@ -689,7 +705,7 @@ impl<'a> Engine<'a> {
                             self.gap_pings += 1;
                             self.gap_ping_spend += cost;
                         }
-                        Action::Flush if !self.flushed => {
+                        Action::Flush if !self.flushed && view.needs_flush() => {
                             self.side_request(StepKind::Flush, index, at, on_step);
                             self.flushed = true;
                             break;
@@ -716,7 +732,7 @@ impl<'a> Engine<'a> {
             );
             let mut refreshed = false;
             if decision.action == Action::Refresh && index > 0 {
-                if !self.flushed {
+                if !self.flushed && view.needs_flush() {
                     self.side_request(StepKind::Flush, index, now, on_step);
                 }
                 self.segment += 1;

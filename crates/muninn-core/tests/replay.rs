@@ -68,6 +68,20 @@ fn assumptions() -> Assumptions {
     }
 }
 
+/// The assumption variants the properties range over: a head under its own 1h breakpoint, and
+/// memory written as it happens (no flush request).
+fn variant(head_one_hour: bool, memory_as_it_happens: bool) -> Assumptions {
+    let mut a = assumptions();
+    if head_one_hour {
+        a.head_ttl = Some(Ttl::OneHour);
+    }
+    if memory_as_it_happens {
+        a.flush_prompt_tokens = 0;
+        a.flush_output_tokens = Some(0);
+    }
+    a
+}
+
 fn cost(t: &Trace, plan: Plan, a: &Assumptions) -> MicroUsd {
     let prices = PriceTable::embedded();
     let price = prices.model(&t.model).expect("priced");
@@ -190,10 +204,15 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
 
     #[test]
-    fn the_optimum_matches_brute_force_on_small_traces(steps in steps_strategy(9), one_hour in any::<bool>()) {
+    fn the_optimum_matches_brute_force_on_small_traces(
+        steps in steps_strategy(9),
+        one_hour in any::<bool>(),
+        head_one_hour in any::<bool>(),
+        memory_as_it_happens in any::<bool>(),
+    ) {
         let ttl = if one_hour { Ttl::OneHour } else { Ttl::FiveMinutes };
         let t = trace(&steps, ttl);
-        let a = assumptions();
+        let a = variant(head_one_hour, memory_as_it_happens);
         let optimum = cost(&t, Plan::Optimum, &a);
         let brute = brute_force_min(&t, &a);
         // The program chooses per-gap keep-warm lines at a representative prefix; allow 0.1%.
@@ -214,10 +233,15 @@ proptest! {
     }
 
     #[test]
-    fn no_online_policy_beats_the_optimum(steps in steps_strategy(80), one_hour in any::<bool>()) {
+    fn no_online_policy_beats_the_optimum(
+        steps in steps_strategy(80),
+        one_hour in any::<bool>(),
+        head_one_hour in any::<bool>(),
+        memory_as_it_happens in any::<bool>(),
+    ) {
         let ttl = if one_hour { Ttl::OneHour } else { Ttl::FiveMinutes };
         let t = trace(&steps, ttl);
-        let a = assumptions();
+        let a = variant(head_one_hour, memory_as_it_happens);
         let optimum = cost(&t, Plan::Optimum, &a);
         for plan in Plan::all() {
             if matches!(plan, Plan::Recorded | Plan::Optimum) {

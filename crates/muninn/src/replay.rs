@@ -40,6 +40,10 @@ pub struct ReplayArgs {
     /// Tokens of the flush instruction.
     #[arg(long, default_value_t = Assumptions::default().flush_prompt_tokens)]
     flush_prompt_tokens: Tokens,
+    /// Output tokens of the flush [default: the rehydration size]. With memory written as it
+    /// happens, pass 0 here and for --flush-prompt-tokens: refreshes then need no flush request.
+    #[arg(long)]
+    flush_output_tokens: Option<Tokens>,
     /// Uncached tail tokens of a keep-warm ping.
     #[arg(long, default_value_t = Assumptions::default().ping_tokens)]
     ping_tokens: Tokens,
@@ -55,6 +59,9 @@ pub struct ReplayArgs {
     /// TTL tier to replay at: 5m or 1h [default: as recorded per trace].
     #[arg(long)]
     ttl: Option<Ttl>,
+    /// TTL of the head's own breakpoint: 5m or 1h [default: the session's TTL].
+    #[arg(long)]
+    head_ttl: Option<Ttl>,
 }
 
 fn parse_plans(specs: &[String]) -> anyhow::Result<Vec<Plan>> {
@@ -94,11 +101,13 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         head_tokens: args.head_tokens,
         rehydrate_tokens: args.rehydrate_tokens,
         flush_prompt_tokens: args.flush_prompt_tokens,
+        flush_output_tokens: args.flush_output_tokens,
         ping_tokens: args.ping_tokens,
         min_segment_requests: args.min_segment,
         ceiling_tokens: args.ceiling,
         decide_before_expiry_ms: args.decide_before_s * 1000,
         ttl: args.ttl,
+        head_ttl: args.head_ttl,
     };
     let import = args.input.import()?;
 
