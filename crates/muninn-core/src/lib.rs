@@ -14,6 +14,7 @@
 //! - [`decide`] — the pure decider and the online policies.
 //! - [`replay`] — the replay engine that runs a trace under a policy.
 //! - [`optimum`] — the hindsight optimum, an O(n log n) dynamic program.
+//! - [`synth`] — seeded synthetic Claude-Code-like traces, for benchmarks and large tests.
 //! - [`tokenize`] — the deterministic tokenizer the renderer and the simulator share.
 //! - [`validate`] — the cache model checked against recorded usage.
 //!
@@ -30,6 +31,7 @@ pub mod money;
 pub mod optimum;
 pub mod price;
 pub mod replay;
+pub mod synth;
 pub mod tokenize;
 pub mod trace;
 pub mod validate;
