@@ -36,6 +36,11 @@ fn median(mut xs: Vec<Duration>) -> Duration {
     xs[xs.len() / 2]
 }
 
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map_or_else(|_| "unknown".into(), |s| s.trim().to_string())
+}
+
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -82,6 +87,9 @@ fn main() {
     println!("  {params:?}");
     println!("assumptions: {assumptions}");
     println!("cache rules: {rules:?}");
+    println!("price: {price:?}");
+    // The machine is shared with other builders: the load says how far to trust the figures.
+    println!("load average at start: {}", loadavg());
     println!();
 
     let bench_started = Instant::now();
@@ -194,6 +202,7 @@ fn main() {
         println!();
         println!("peak RSS of this bench process: {peak:.0} MiB");
     }
+    println!("load average at end: {}", loadavg());
     println!(
         "total bench time {:.1} s",
         bench_started.elapsed().as_secs_f64()
