@@ -15,6 +15,7 @@
 //! - [`render`] — layers, breakpoints and the append-only rendering of a segment.
 //! - [`replay`] — the replay engine that runs a trace under a policy.
 //! - [`optimum`] — the hindsight optimum, an O(n log n) dynamic program.
+//! - [`synth`] — seeded synthetic Claude-Code-like traces, for benchmarks and large tests.
 //! - [`tokenize`] — the deterministic tokenizer the renderer and the simulator share.
 //! - [`validate`] — the cache model checked against recorded usage.
 //!
@@ -32,6 +33,7 @@ pub mod optimum;
 pub mod price;
 pub mod render;
 pub mod replay;
+pub mod synth;
 pub mod tokenize;
 pub mod trace;
 pub mod validate;

@@ -1,0 +1,250 @@
+//! Replay throughput and the optimum's scaling, on synthetic traces ([`muninn_core::synth`]).
+//!
+//! `cargo bench -p muninn-core --bench replay` prints two tables:
+//!
+//! 1. **Throughput.** Every plan of [`Plan::all`] replays one synthetic trace of 1,000,000
+//!    requests. Plans are run round-robin three times (plan A, B, …, A, B, …) so that every plan
+//!    sees the same machine state — turbo, other builders on a shared box — and the median of the
+//!    three is reported. The bench is single-threaded, so requests/s is a per-core figure; the
+//!    machine-wide column multiplies by `nproc` (an upper bound: `muninn replay` runs plans in
+//!    parallel, one per core).
+//! 2. **Optimum scaling.** `optimum::plan` alone, and the full optimum replay (reconstruct + plan +
+//!    execute), on traces of 10k, 100k and 1M requests. Smaller traces are repeated so that every
+//!    size does the same 1M requests of work per measurement; time per request should rise slowly
+//!    (n log n: ×1.25 from 10k to 100k, ×1.2 from 100k to 1M), not tenfold.
+//!
+//! Without `--bench` (as `cargo test --benches` runs it) the sizes shrink a hundredfold so that
+//! the smoke run takes well under a second. `MUNINN_BENCH_REQUESTS` overrides the large size.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use muninn_core::cache::CacheRules;
+use muninn_core::money::MicroUsd;
+use muninn_core::optimum;
+use muninn_core::price::PriceTable;
+use muninn_core::replay::{Assumptions, Plan, ReplayConfig, reconstruct, replay_trace};
+use muninn_core::synth::{SynthParams, session};
+use muninn_core::trace::Trace;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const SEED: u64 = 0x6d75_6e69_6e6e; // "muninn"
+const ROUNDS: usize = 3;
+
+fn median(mut xs: Vec<Duration>) -> Duration {
+    xs.sort_unstable();
+    xs[xs.len() / 2]
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map_or_else(|_| "unknown".into(), |s| s.trim().to_string())
+}
+
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let large: usize = std::env::var("MUNINN_BENCH_REQUESTS")
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(if full { 1_000_000 } else { 10_000 });
+    let sizes = [large / 100, large / 10, large];
+    let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    let params = SynthParams::default();
+    let prices = PriceTable::embedded();
+    let price = prices
+        .model(&params.model)
+        .expect("the synthetic model is priced");
+    let assumptions = Assumptions::default();
+    let rules = CacheRules::default();
+    let config = ReplayConfig {
+        price,
+        assumptions: &assumptions,
+        rules: &rules,
+    };
+
+    println!(
+        "muninn-core replay bench ({})",
+        if full {
+            "full"
+        } else {
+            "smoke: pass --bench for the full run"
+        }
+    );
+    println!(
+        "nproc {nproc}; single-threaded; {ROUNDS} rounds interleaved across plans, median reported"
+    );
+    println!(
+        "synthetic trace: muninn_core::synth::session(seed {SEED:#x}, n, SynthParams::default())"
+    );
+    println!("  {params:?}");
+    println!("assumptions: {assumptions}");
+    println!("cache rules: {rules:?}");
+    println!("price: {price:?}");
+    // The machine is shared with other builders: the load says how far to trust the figures.
+    println!("load average at start: {}", loadavg());
+    println!();
+
+    let bench_started = Instant::now();
+    let trace = session(SEED, large, &params);
+    let generated = bench_started.elapsed();
+    describe(&trace, generated);
+
+    // 1. Throughput of every plan, interleaved.
+    let plans = Plan::all();
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); plans.len()];
+    let mut costs: Vec<MicroUsd> = vec![MicroUsd::ZERO; plans.len()];
+    let mut steps: Vec<u64> = vec![0; plans.len()];
+    for _ in 0..ROUNDS {
+        for (i, &plan) in plans.iter().enumerate() {
+            let mut n = 0u64;
+            let started = Instant::now();
+            let totals = replay_trace(black_box(&trace), plan, &config, &mut |step| {
+                n += 1;
+                black_box(step);
+            });
+            times[i].push(started.elapsed());
+            costs[i] = totals.cost;
+            steps[i] = n;
+        }
+    }
+    let optimum_cost = plans
+        .iter()
+        .position(|&p| p == Plan::Optimum)
+        .map(|i| costs[i]);
+    println!("throughput: {} requests per replay", trace.requests.len());
+    println!(
+        "{:<16} {:>10} {:>10} {:>14} {:>16} {:>12} {:>10} {:>10}",
+        "plan",
+        "median s",
+        "spread",
+        "req/s (1 core)",
+        "req/s (×nproc)",
+        "cost $",
+        "÷ optimum",
+        "steps"
+    );
+    for (i, plan) in plans.iter().enumerate() {
+        let m = median(times[i].clone());
+        let lo = times[i].iter().min().copied().unwrap_or_default();
+        let hi = times[i].iter().max().copied().unwrap_or_default();
+        let per_s = trace.requests.len() as f64 / m.as_secs_f64();
+        let ratio = optimum_cost
+            .filter(|o| o.0 > 0)
+            .map_or(f64::NAN, |o| costs[i].0 as f64 / o.0 as f64);
+        println!(
+            "{:<16} {:>10.3} {:>9.1}% {:>14.0} {:>16.0} {:>12.2} {:>10.4} {:>10}",
+            plan.to_string(),
+            m.as_secs_f64(),
+            100.0 * (hi - lo).as_secs_f64() / m.as_secs_f64(),
+            per_s,
+            per_s * nproc as f64,
+            costs[i].dollars(),
+            ratio,
+            steps[i],
+        );
+    }
+    println!(
+        "(spread = (max − min) / median over the {ROUNDS} rounds; steps = priced requests incl. pings and flushes)"
+    );
+    println!();
+
+    // 2. The optimum's scaling. Every measurement does `large` requests of work.
+    println!("optimum scaling ({large} requests of work per measurement, median of {ROUNDS})");
+    println!(
+        "{:>10} {:>6} {:>14} {:>10} {:>18} {:>10}",
+        "n", "reps", "plan ns/req", "× prev", "full replay ns/req", "× prev"
+    );
+    let mut previous: Option<(f64, f64)> = None;
+    for &n in &sizes {
+        let trace = session(SEED, n, &params);
+        let reps = (large / n.max(1)).max(1);
+        let ttl = assumptions.ttl.unwrap_or_else(|| trace.recorded_ttl());
+        let (head, turns) = reconstruct(&trace, assumptions.head_tokens);
+        let mut plan_times = Vec::new();
+        let mut full_times = Vec::new();
+        for _ in 0..ROUNDS {
+            let started = Instant::now();
+            for _ in 0..reps {
+                black_box(optimum::plan(black_box(&turns), head, ttl, &config));
+            }
+            plan_times.push(started.elapsed());
+            let started = Instant::now();
+            for _ in 0..reps {
+                black_box(replay_trace(&trace, Plan::Optimum, &config, &mut |s| {
+                    black_box(s);
+                }));
+            }
+            full_times.push(started.elapsed());
+        }
+        let work = (reps * n) as f64;
+        let plan_ns = median(plan_times).as_secs_f64() * 1e9 / work;
+        let full_ns = median(full_times).as_secs_f64() * 1e9 / work;
+        let (plan_x, full_x) = previous.map_or((String::new(), String::new()), |(p, f)| {
+            (format!("{:.2}", plan_ns / p), format!("{:.2}", full_ns / f))
+        });
+        println!("{n:>10} {reps:>6} {plan_ns:>14.1} {plan_x:>10} {full_ns:>18.1} {full_x:>10}");
+        previous = Some((plan_ns, full_ns));
+    }
+    println!(
+        "(n log n predicts ×{:.2} and ×{:.2} between consecutive sizes; linear growth would be ×10)",
+        (sizes[1] as f64).log2() / (sizes[0] as f64).log2(),
+        (sizes[2] as f64).log2() / (sizes[1] as f64).log2()
+    );
+    if let Some(peak) = peak_rss_mib() {
+        println!();
+        println!("peak RSS of this bench process: {peak:.0} MiB");
+    }
+    println!("load average at end: {}", loadavg());
+    println!(
+        "total bench time {:.1} s",
+        bench_started.elapsed().as_secs_f64()
+    );
+}
+
+/// Prints what the synthetic trace looks like, so the throughput figures can be read against it.
+fn describe(trace: &Trace, generated: Duration) {
+    let n = trace.requests.len();
+    let mut gaps = [0u64; 5];
+    for pair in trace.requests.windows(2) {
+        let g = pair[1].at_ms - pair[0].at_ms;
+        let i = match g {
+            ..60_000 => 0,
+            60_000..300_000 => 1,
+            300_000..3_600_000 => 2,
+            _ => 3,
+        };
+        gaps[i] += 1;
+        gaps[4] += 1;
+    }
+    let share = |k: u64| 100.0 * k as f64 / gaps[4].max(1) as f64;
+    let boundaries = trace.requests.iter().filter(|r| r.boundary).count();
+    let compactions = trace.requests.iter().filter(|r| r.compacted).count();
+    let mean_prompt =
+        trace.requests.iter().map(|r| r.usage.prompt()).sum::<u64>() as f64 / n.max(1) as f64;
+    let days = trace
+        .requests
+        .last()
+        .zip(trace.requests.first())
+        .map_or(0.0, |(l, f)| (l.at_ms - f.at_ms) as f64 / 86_400_000.0);
+    println!(
+        "trace: {n} requests over {days:.0} days, generated in {:.2} s; {boundaries} turn boundaries, \
+         {compactions} compactions, mean prompt {mean_prompt:.0} tokens",
+        generated.as_secs_f64()
+    );
+    println!(
+        "gaps: {:.1}% < 1 min, {:.1}% 1–5 min, {:.1}% 5–60 min, {:.2}% > 1 h",
+        share(gaps[0]),
+        share(gaps[1]),
+        share(gaps[2]),
+        share(gaps[3])
+    );
+    println!();
+}
