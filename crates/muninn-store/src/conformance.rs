@@ -1172,6 +1172,7 @@ async fn briefs(factory: &dyn StoreFactory) {
 
 fn full_turn(mind: &str, ack: Option<i64>) -> TurnRecord {
     TurnRecord {
+        turn_key: Some("batch7".into()),
         transcript: vec![
             NewTranscriptItem {
                 role: Role::Persona,
@@ -1272,6 +1273,24 @@ async fn record_turn_commits_everything(factory: &dyn StoreFactory) {
         }
     );
 
+    // The same turn again (a retry after a lost commit acknowledgment) is refused whole.
+    match store
+        .record_turn("m", token, &full_turn("m", Some(3)))
+        .await
+    {
+        Err(StoreError::TurnAlreadyRecorded { turn_key, .. }) => assert_eq!(turn_key, "batch7"),
+        other => panic!("repeated turn key: expected TurnAlreadyRecorded, got {other:?}"),
+    }
+    assert_eq!(
+        ok(store.transcript_tail("m", Role::Persona, 10).await, "tail").len(),
+        2
+    );
+    assert_eq!(
+        ok(store.ledger(&LedgerQuery::default()).await, "ledger").len(),
+        1
+    );
+    assert_eq!(ok(store.ack_position("m").await, "ack"), 2);
+
     // A retried turn's sends keep their first rows (idempotent request ids).
     let retry = TurnRecord {
         outbox: vec![out("batch7-0", "changed"), out("batch8-0", "new")],
@@ -1350,6 +1369,13 @@ async fn record_turn_all_or_nothing(factory: &dyn StoreFactory) {
     assert_eq!(receipt.outbox[0].seq, 1);
     assert_eq!(receipt.brief_seqs, vec![1]);
     assert_eq!(receipt.ack_position, 2);
+    // The failed attempts did not burn the turn key; the committed one did.
+    assert!(matches!(
+        store
+            .record_turn("m", newer, &full_turn("m", Some(2)))
+            .await,
+        Err(StoreError::TurnAlreadyRecorded { .. })
+    ));
     store.close().await;
 }
 

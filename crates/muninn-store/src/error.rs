@@ -28,6 +28,18 @@ pub enum StoreError {
         current: Option<i64>,
     },
 
+    /// [`Store::record_turn`](crate::Store::record_turn) was given a `turn_key` that an earlier
+    /// call already committed (typically a retry after a commit whose acknowledgment was lost).
+    /// Nothing was written this time; the earlier commit's effects stand. Not retryable: treat
+    /// the turn as recorded and re-read the state.
+    #[error("mind {mind}: turn {turn_key} was already recorded")]
+    TurnAlreadyRecorded {
+        /// The Mind.
+        mind: String,
+        /// The turn's key.
+        turn_key: String,
+    },
+
     /// The named Mind, brief, outbox message or segment does not exist. Returned by lookups that
     /// require an existing row and by unfenced writes to an unknown Mind. Not retryable.
     #[error("{what} not found: {key}")]
@@ -67,8 +79,8 @@ pub enum StoreError {
         supported: i64,
     },
 
-    /// A numbered migration failed to apply at open. Nothing of that migration was kept (each
-    /// runs in its own transaction). Not retryable without operator attention.
+    /// A numbered migration failed to apply at open. Nothing was kept: the pending migrations
+    /// apply in one transaction. Not retryable without operator attention.
     #[error("migration {version} failed: {message}")]
     Migration {
         /// The migration's number.

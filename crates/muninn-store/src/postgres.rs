@@ -24,11 +24,18 @@ use sqlx::{Postgres, Row, Transaction};
 use crate::error::{Result, StoreError};
 
 /// The PostgreSQL migrations, in order: (version, name, SQL). Append only.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../migrations/postgres/0001_init.sql"),
-)];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        "turn_keys",
+        include_str!("../migrations/postgres/0002_turn_keys.sql"),
+    ),
+];
 
 /// The advisory lock key that serialises migrations ("muninn" in ASCII).
 const MIGRATION_LOCK_KEY: i64 = 0x6d75_6e69_6e6e;

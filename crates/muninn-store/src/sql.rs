@@ -1045,7 +1045,7 @@ macro_rules! impl_sql_store {
                 .fetch_optional(&mut *tx)
                 .await?;
                 if let Some(row) = existing {
-                    // Dropping the transaction rolls the bump back: no gap.
+                    // Rolling back undoes the bump: no gap.
                     let seq: i64 = row.try_get("seq")?;
                     tx.rollback().await?;
                     return Ok(Posted {
@@ -1211,6 +1211,25 @@ macro_rules! impl_sql_store {
                 // `tx`, which rolls back everything written before it.
                 let mut tx = self.begin_write().await?;
                 fence(&mut tx, mind, token).await?;
+                if let Some(key) = &turn.turn_key {
+                    // The fence serialises this Mind's writers, so check-then-insert is safe.
+                    let seen = sqlx::query("SELECT 1 FROM turns WHERE mind_id = $1 AND turn_key = $2")
+                        .bind(mind)
+                        .bind(key)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if seen.is_some() {
+                        return Err(StoreError::TurnAlreadyRecorded {
+                            mind: mind.to_owned(),
+                            turn_key: key.clone(),
+                        });
+                    }
+                    sqlx::query("INSERT INTO turns (mind_id, turn_key) VALUES ($1, $2)")
+                        .bind(mind)
+                        .bind(key)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 let transcript_seqs = insert_transcript(&mut tx, mind, &turn.transcript).await?;
                 let outbox = insert_outbox(&mut tx, mind, &turn.outbox).await?;
                 let ledger_ids = insert_ledger(&mut tx, mind, &turn.ledger).await?;

@@ -32,11 +32,18 @@ use crate::error::{Result, StoreError};
 pub const DEFAULT_FILE_NAME: &str = "muninn.db";
 
 /// The SQLite migrations, in order: (version, name, SQL). Append only; never edit a released one.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../migrations/sqlite/0001_init.sql"),
-)];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        2,
+        "turn_keys",
+        include_str!("../migrations/sqlite/0002_turn_keys.sql"),
+    ),
+];
 
 /// How long a writer waits for another writer's lock before giving up with `Busy`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -202,7 +202,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Commits everything one turn produced — transcript items, outbox rows, ledger rows,
     /// memory notes, briefs and the mailbox ack — in one transaction: all or nothing, fenced.
     /// This is what makes effects exactly-once (design §3.6): the ack moves only together with
-    /// the durable record of the replies it answers.
+    /// the durable record of the replies it answers. With a `turn_key`, a second call for the
+    /// same turn is refused with `TurnAlreadyRecorded` and writes nothing, so retrying after a
+    /// lost commit acknowledgment cannot duplicate the turn.
     async fn record_turn(
         &self,
         mind: &str,

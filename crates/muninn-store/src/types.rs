@@ -444,6 +444,9 @@ pub struct MindSettings {
 /// Everything one turn writes, committed together by [`Store::record_turn`](crate::Store::record_turn).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnRecord {
+    /// The turn's idempotency key (the batch label): a turn whose key was recorded before is
+    /// refused with [`StoreError::TurnAlreadyRecorded`]. `None` records without a key.
+    pub turn_key: Option<String>,
     /// Transcript items, appended in order.
     pub transcript: Vec<NewTranscriptItem>,
     /// Outbound messages; an existing request id keeps its row unchanged.

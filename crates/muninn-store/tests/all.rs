@@ -154,7 +154,11 @@ async fn sqlite_file_is_created_durable_and_append_only() {
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    assert_eq!(versions, vec![(1, "init".to_string())]);
+    let expected: Vec<(i64, String)> = muninn_store::sqlite::MIGRATIONS
+        .iter()
+        .map(|(version, name, _)| (*version, name.to_string()))
+        .collect();
+    assert_eq!(versions, expected, "every migration recorded once");
 
     // A database from a newer muninn is refused, not silently used.
     sqlx::query("INSERT INTO schema_version (version, name) VALUES (999, 'future')")
@@ -166,8 +170,8 @@ async fn sqlite_file_is_created_durable_and_append_only() {
     match SqliteStore::open(&file).await {
         Err(StoreError::SchemaTooNew {
             found: 999,
-            supported: 1,
-        }) => {}
+            supported,
+        }) if supported == muninn_store::sqlite::MIGRATIONS.len() as i64 => {}
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
 }
@@ -181,7 +185,10 @@ async fn sqlite_open_forms_and_durability() {
     assert_eq!(store.durability().await.unwrap(), ("wal".to_string(), 2));
     let url = format!("sqlite://{}", dir.path().join("other.db").display());
     let by_url = muninn_store::open(&url).await.unwrap();
-    assert_eq!(by_url.schema_version().await.unwrap(), 1);
+    assert_eq!(
+        by_url.schema_version().await.unwrap(),
+        store.schema_version().await.unwrap()
+    );
     assert!(dir.path().join("other.db").exists());
     let by_path = muninn_store::open(dir.path().join("third.db").to_str().unwrap())
         .await
@@ -190,6 +197,49 @@ async fn sqlite_open_forms_and_durability() {
     store.close().await;
     by_url.close().await;
     by_path.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_migrates_an_older_database_forward() {
+    // A database left at migration 1 by an older build gains the later migrations on open,
+    // keeping its rows.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("old.db");
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&file)
+        .create_if_missing(true);
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let (version, name, sql) = muninn_store::sqlite::MIGRATIONS[0];
+    sqlx::raw_sql(
+        "CREATE TABLE schema_version (version INTEGER PRIMARY KEY NOT NULL, name TEXT NOT NULL, \
+         applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+    sqlx::query("INSERT INTO schema_version (version, name) VALUES ($1, $2)")
+        .bind(version)
+        .bind(name)
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO minds VALUES ('m', 'M', '{}', 5)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+
+    let store = SqliteStore::open(&file).await.unwrap();
+    let newest = muninn_store::sqlite::MIGRATIONS.last().unwrap().0;
+    assert!(newest >= 2);
+    assert_eq!(store.schema_version().await.unwrap(), newest);
+    assert_eq!(store.mind("m").await.unwrap().unwrap().created_at_ms, 5);
+    store.close().await;
 }
 
 // ----- Two OS processes, one SQLite file, one lease -----
