@@ -13,7 +13,7 @@
 //! SQLite has one writer at a time per file. Every write transaction starts with
 //! `BEGIN IMMEDIATE`, taking the write lock at once; a second writer (another task in this
 //! process or another `muninn serve` on the same file) waits up to the busy timeout and then
-//! gets [`StoreError::Busy`](crate::StoreError::Busy), which is retryable. Readers never block
+//! gets [`StoreError::Busy`], which is retryable. Readers never block
 //! under WAL. Because writes are serialised by the file lock, the lease check, the seq counters
 //! and the writes they guard can never interleave with another writer's.
 
