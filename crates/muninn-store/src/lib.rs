@@ -1,0 +1,58 @@
+//! # muninn-store
+//!
+//! The durable state of `muninn serve`: Minds, their segments and append-only transcripts, the
+//! mailbox of deliveries, the outbox, the ledger, memory notes, the Self's brief queue, leases
+//! and per-Mind settings — behind one [`Store`] trait.
+//!
+//! ## Layout
+//!
+//! - [`store`] — the [`Store`] trait: the contract every backend keeps.
+//! - [`types`] — the rows it holds.
+//! - [`error`] — [`StoreError`], with a retry hint per variant.
+//! - [`sqlite`] — [`SqliteStore`], the embedded default (one WAL file, `synchronous=FULL`).
+//! - [`postgres`] — [`PostgresStore`], for several hosts on one database.
+//! - [`conformance`] — [`run_conformance`], the suite every backend passes.
+//! - `sql` (private) — the SQL both backends share.
+//!
+//! ## Invariants
+//!
+//! - A mutator that returns `Ok` has committed durably; one that returns `Err` wrote nothing.
+//! - The transcript, the mailbox and the ledger are append-only; seqs are gap-free per Mind.
+//! - Fenced writes are refused once a newer lease token exists, checked in the same transaction.
+//! - [`Store::record_turn`] commits a turn's transcript, outbox, ledger, memory, briefs and ack
+//!   together or not at all (design §3.6, exactly-once effects).
+//! - No clock: every time is a Unix-ms argument. Money is integer micro-dollars, tokens integers,
+//!   and the provider's raw usage JSON is stored verbatim.
+//! - Each backend has numbered migrations, applied at open and recorded in `schema_version`.
+
+pub mod conformance;
+pub mod error;
+pub mod postgres;
+mod sql;
+pub mod sqlite;
+pub mod store;
+pub mod types;
+
+pub use conformance::{StoreFactory, run_conformance};
+pub use error::{Result, StoreError};
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+pub use store::Store;
+pub use types::*;
+
+use std::sync::Arc;
+
+/// Opens the store a configuration names: a `postgres://` or `postgresql://` URL selects
+/// PostgreSQL; a `sqlite:` URL or anything else is a SQLite file path (a directory means
+/// `muninn.db` inside it).
+pub async fn open(spec: &str) -> Result<Arc<dyn Store>> {
+    if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresStore::connect(spec).await?))
+    } else if spec.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::open_url(spec).await?))
+    } else if std::path::Path::new(spec).is_dir() {
+        Ok(Arc::new(SqliteStore::open_in(spec).await?))
+    } else {
+        Ok(Arc::new(SqliteStore::open(spec).await?))
+    }
+}

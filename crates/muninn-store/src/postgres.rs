@@ -1,0 +1,142 @@
+//! The PostgreSQL backend, for several hosts sharing one database.
+//!
+//! Selected by a `postgres://` URL. Plain TCP (no TLS stack is linked): meant for loopback or a
+//! trusted network; put a TLS-terminating proxy in front otherwise.
+//!
+//! ## Concurrency
+//!
+//! Transactions run at READ COMMITTED. Every fenced write starts by locking the Mind's lease row
+//! (`SELECT … FOR UPDATE`): one Mind's fenced writers are serialised, and an `acquire_lease` by
+//! another holder waits for the in-flight write to commit, after which the old token is refused.
+//! Unfenced intake (deliveries, operator briefs) serialises per Mind on its counter row.
+//! Migrations run under a transaction-scoped advisory lock, so hosts starting together migrate
+//! once.
+//!
+//! The schema lives in the connection's `search_path` (normally `public`); tests give each case
+//! its own schema via [`PostgresStore::connect_in_schema`].
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Postgres, Row, Transaction};
+
+use crate::error::{Result, StoreError};
+
+/// The PostgreSQL migrations, in order: (version, name, SQL). Append only.
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        "turn_keys",
+        include_str!("../migrations/postgres/0002_turn_keys.sql"),
+    ),
+];
+
+/// The advisory lock key that serialises migrations ("muninn" in ASCII).
+const MIGRATION_LOCK_KEY: i64 = 0x6d75_6e69_6e6e;
+
+/// The PostgreSQL store. Cheap to share behind an `Arc`; holds a connection pool.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Locks the lease row for the rest of the transaction (see the module docs).
+    const LEASE_LOCK_SQL: &'static str =
+        "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1 FOR UPDATE";
+
+    /// Connects to `url` (`postgres://user@host:port/db`) and applies pending migrations.
+    pub async fn connect(url: &str) -> Result<PostgresStore> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::invalid(format!("bad postgres URL: {e}")))?;
+        PostgresStore::connect_with(options).await
+    }
+
+    /// Connects with the tables in `schema` (which must exist) instead of the default
+    /// `search_path`.
+    pub async fn connect_in_schema(url: &str, schema: &str) -> Result<PostgresStore> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::invalid(format!("bad postgres URL: {e}")))?
+            .options([("search_path", schema)]);
+        PostgresStore::connect_with(options).await
+    }
+
+    async fn connect_with(options: PgConnectOptions) -> Result<PostgresStore> {
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let store = PostgresStore { pool };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Starts a write transaction (READ COMMITTED; fenced writes lock the lease row).
+    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>> {
+        Ok(self.pool.begin().await?)
+    }
+
+    /// Applies pending migrations in one transaction under an advisory lock.
+    async fn migrate(&self) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(MIGRATION_LOCK_KEY)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS schema_version (\
+             version BIGINT PRIMARY KEY NOT NULL, name TEXT NOT NULL, \
+             applied_at TEXT NOT NULL DEFAULT CAST(CURRENT_TIMESTAMP AS TEXT))",
+        )
+        .execute(&mut *tx)
+        .await?;
+        let current: i64 = sqlx::query(
+            "SELECT CAST(COALESCE(MAX(version), 0) AS BIGINT) AS v FROM schema_version",
+        )
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get("v")?;
+        let newest = MIGRATIONS.last().map(|m| m.0).unwrap_or(0);
+        if current > newest {
+            return Err(StoreError::SchemaTooNew {
+                found: current,
+                supported: newest,
+            });
+        }
+        for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+            sqlx::raw_sql(*sql)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| StoreError::Migration {
+                    version: *version,
+                    message: e.to_string(),
+                })?;
+            sqlx::query("INSERT INTO schema_version (version, name) VALUES ($1, $2)")
+                .bind(version)
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// The [`Store`](crate::Store) implementation: the shared SQL of [`crate::sql`].
+mod store_impl {
+    use super::PostgresStore;
+    crate::sql::impl_sql_store!(
+        PostgresStore,
+        sqlx::Postgres,
+        sqlx::postgres::PgConnection,
+        "postgres"
+    );
+}

@@ -1,0 +1,175 @@
+//! The SQLite backend: the embedded default, one file in the data directory.
+//!
+//! ## Durability
+//!
+//! - `journal_mode=WAL` and `synchronous=FULL`: a commit has reached the disk (the WAL is
+//!   fsynced) before `commit()` returns, so an acknowledged write survives power loss, not only
+//!   a process crash. (`NORMAL` would only survive the latter.)
+//! - `foreign_keys=ON`, so per-Mind rows cannot outlive or precede their Mind.
+//! - The file is created on first open and migrated (see [`MIGRATIONS`]) before anything else.
+//!
+//! ## Concurrency
+//!
+//! SQLite has one writer at a time per file. Every write transaction starts with
+//! `BEGIN IMMEDIATE`, taking the write lock at once; a second writer (another task in this
+//! process or another `muninn serve` on the same file) waits up to the busy timeout and then
+//! gets [`StoreError::Busy`], which is retryable. Readers never block
+//! under WAL. Because writes are serialised by the file lock, the lease check, the seq counters
+//! and the writes they guard can never interleave with another writer's.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, Transaction};
+
+use crate::error::{Result, StoreError};
+
+/// The database file's name inside a data directory.
+pub const DEFAULT_FILE_NAME: &str = "muninn.db";
+
+/// The SQLite migrations, in order: (version, name, SQL). Append only; never edit a released one.
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        2,
+        "turn_keys",
+        include_str!("../migrations/sqlite/0002_turn_keys.sql"),
+    ),
+];
+
+/// How long a writer waits for another writer's lock before giving up with `Busy`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The SQLite store. Cheap to share behind an `Arc`; holds a small connection pool.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// The lease row read inside fenced transactions; the write lock already makes it stable.
+    const LEASE_LOCK_SQL: &'static str =
+        "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1";
+
+    /// Opens (creating if missing) the database file at `path` and applies pending migrations.
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
+        let path = path.as_ref().to_path_buf();
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(BUSY_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
+        let store = SqliteStore { pool, path };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Opens `muninn.db` inside `data_dir` (which must exist).
+    pub async fn open_in(data_dir: impl AsRef<Path>) -> Result<SqliteStore> {
+        SqliteStore::open(data_dir.as_ref().join(DEFAULT_FILE_NAME)).await
+    }
+
+    /// Opens a `sqlite://path` (or `sqlite:path`) URL.
+    pub async fn open_url(url: &str) -> Result<SqliteStore> {
+        // Parse only to validate; the path is what we keep.
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|e| StoreError::invalid(format!("bad sqlite URL {url:?}: {e}")))?;
+        SqliteStore::open(options.get_filename()).await
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The durability settings in force on a pooled connection: `(journal_mode, synchronous)`,
+    /// e.g. `("wal", 2)` (2 is `FULL`). For `muninn status` and the tests.
+    pub async fn durability(&self) -> Result<(String, i64)> {
+        let mut conn = self.pool.acquire().await?;
+        let mode: String = sqlx::query("PRAGMA journal_mode")
+            .fetch_one(&mut *conn)
+            .await?
+            .try_get(0)?;
+        let synchronous: i64 = sqlx::query("PRAGMA synchronous")
+            .fetch_one(&mut *conn)
+            .await?
+            .try_get(0)?;
+        Ok((mode, synchronous))
+    }
+
+    /// Starts a write transaction holding the database's write lock.
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// Applies pending migrations in one `BEGIN IMMEDIATE` transaction, so two processes
+    /// opening a new file at once migrate it exactly once (the second sees the first's
+    /// `schema_version` rows). Re-opening a current database applies nothing.
+    async fn migrate(&self) -> Result<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS schema_version (\
+             version INTEGER PRIMARY KEY NOT NULL, name TEXT NOT NULL, \
+             applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        let current: i64 = sqlx::query(
+            "SELECT CAST(COALESCE(MAX(version), 0) AS BIGINT) AS v FROM schema_version",
+        )
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get("v")?;
+        let newest = MIGRATIONS.last().map(|m| m.0).unwrap_or(0);
+        if current > newest {
+            return Err(StoreError::SchemaTooNew {
+                found: current,
+                supported: newest,
+            });
+        }
+        for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+            sqlx::raw_sql(*sql)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| StoreError::Migration {
+                    version: *version,
+                    message: e.to_string(),
+                })?;
+            sqlx::query("INSERT INTO schema_version (version, name) VALUES ($1, $2)")
+                .bind(version)
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// The [`Store`](crate::Store) implementation: the shared SQL of [`crate::sql`].
+mod store_impl {
+    use super::SqliteStore;
+    crate::sql::impl_sql_store!(
+        SqliteStore,
+        sqlx::Sqlite,
+        sqlx::sqlite::SqliteConnection,
+        "sqlite"
+    );
+}

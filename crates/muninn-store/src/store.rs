@@ -1,0 +1,274 @@
+//! The storage contract of `muninn serve`.
+//!
+//! One trait, [`Store`], implemented by every backend and checked by one suite,
+//! [`run_conformance`](crate::conformance::run_conformance). The host holds an
+//! `Arc<dyn Store>` and never knows which database is behind it.
+//!
+//! ## Contract
+//!
+//! - **Durable on return.** A mutator that returns `Ok` has committed; a crash after it loses
+//!   nothing. A mutator that returns `Err` wrote nothing (every mutator is one transaction).
+//! - **Fenced writes.** Methods taking a [`FencingToken`] are the ones the host calls while it
+//!   runs a Mind. Each checks, inside its own transaction, that the token is the Mind's current
+//!   lease token and fails with [`StoreError::Fenced`](crate::StoreError::Fenced) otherwise, so a
+//!   host that lost its lease cannot write even one row after the new holder's first.
+//!   Methods without a token are intake or operator actions (deliveries, operator briefs,
+//!   settings) that any host may perform.
+//! - **Append-only.** Transcript, deliveries and the ledger have no update or delete method;
+//!   their seqs (and ledger ids) only grow. Transcript, delivery and brief seqs are 1-based and
+//!   gap-free per Mind (per role for the transcript), including under concurrent writers.
+//! - **Idempotent intake and output.** A delivery's `source_id` and an outbox message's
+//!   `request_id` are unique per Mind; repeating one returns the existing row and adds nothing.
+//! - **Monotonic ack.** The mailbox ack position never moves backwards.
+//! - **No clock.** Every time is a Unix-ms argument.
+
+use async_trait::async_trait;
+use muninn_core::ledger::LedgerRow;
+use muninn_core::money::MicroUsd;
+
+use crate::error::Result;
+use crate::types::*;
+
+/// The durable state of the host. See the [module docs](self) for the contract.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Which backend this is (`sqlite`, `postgres`), for logs and status.
+    fn backend(&self) -> &'static str;
+
+    /// The schema version the database is at (the newest applied migration).
+    async fn schema_version(&self) -> Result<i64>;
+
+    /// Closes the connection pool; later calls fail with `Unavailable`.
+    async fn close(&self);
+
+    // ----- Minds -----
+
+    /// Creates a Mind. If the id exists, returns the stored Mind unchanged (idempotent).
+    async fn create_mind(&self, mind: &Mind) -> Result<Mind>;
+    /// The Mind with this id.
+    async fn mind(&self, id: &str) -> Result<Option<Mind>>;
+    /// All Minds, by id.
+    async fn minds(&self) -> Result<Vec<Mind>>;
+    /// Replaces a Mind's display name and config (operator action). `NotFound` if unknown.
+    async fn update_mind(
+        &self,
+        id: &str,
+        display_name: &str,
+        config: &serde_json::Value,
+    ) -> Result<Mind>;
+
+    // ----- Settings -----
+
+    /// The Mind's settings (defaults if never set). `NotFound` if the Mind is unknown.
+    async fn settings(&self, mind: &str) -> Result<MindSettings>;
+    /// Replaces the Mind's settings (operator action; not fenced).
+    async fn put_settings(&self, mind: &str, settings: &MindSettings, now_ms: i64) -> Result<()>;
+
+    // ----- Leases -----
+
+    /// Takes the Mind's lease for `ttl_ms` if it is free, released or expired at `now_ms`
+    /// (a new, strictly greater token), or renews it if `holder` already holds it (same
+    /// token). `None` if another holder's lease is live. `NotFound` if the Mind is unknown.
+    async fn acquire_lease(
+        &self,
+        mind: &str,
+        holder: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<Lease>>;
+    /// Extends the lease to `now_ms + ttl_ms`; `Fenced` unless `token` is current.
+    async fn renew_lease(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Lease>;
+    /// Gives the lease up; the next acquire gets a newer token. `Fenced` unless current.
+    async fn release_lease(&self, mind: &str, token: FencingToken) -> Result<()>;
+    /// The Mind's held lease (possibly expired), if any.
+    async fn lease(&self, mind: &str) -> Result<Option<Lease>>;
+
+    // ----- Segments -----
+
+    /// Opens the role's next segment (number = previous + 1, from 0), ending the open one at
+    /// `started_at_ms`. Fenced.
+    async fn start_segment(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        segment: &NewSegment,
+    ) -> Result<Segment>;
+    /// Records the provider session id of a segment once it is known. Fenced.
+    async fn set_segment_session(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        role: Role,
+        number: i64,
+        session_id: &str,
+    ) -> Result<Segment>;
+    /// Ends a segment (idempotent: an ended segment keeps its first end time). Fenced.
+    async fn end_segment(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        role: Role,
+        number: i64,
+        ended_at_ms: i64,
+    ) -> Result<Segment>;
+    /// The role's newest segment, open or not.
+    async fn current_segment(&self, mind: &str, role: Role) -> Result<Option<Segment>>;
+    /// The role's segments, oldest first.
+    async fn segments(&self, mind: &str, role: Role) -> Result<Vec<Segment>>;
+
+    // ----- Transcript -----
+
+    /// Appends items in order and returns their seqs. Fenced.
+    async fn append_transcript(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        items: &[NewTranscriptItem],
+    ) -> Result<Vec<i64>>;
+    /// Items of (mind, role) with `from_seq <= seq < to_seq`, ascending, at most `limit`.
+    async fn transcript_range(
+        &self,
+        mind: &str,
+        role: Role,
+        from_seq: i64,
+        to_seq: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<TranscriptItem>>;
+    /// The last `count` items of (mind, role), ascending.
+    async fn transcript_tail(
+        &self,
+        mind: &str,
+        role: Role,
+        count: i64,
+    ) -> Result<Vec<TranscriptItem>>;
+
+    // ----- Mailbox -----
+
+    /// Puts a delivery in the Mind's mailbox; the same `source_id` again returns the existing
+    /// seq with `created: false`. Not fenced (intake). `NotFound` if the Mind is unknown.
+    async fn post_delivery(&self, mind: &str, delivery: &NewDelivery) -> Result<Posted>;
+    /// Deliveries with `seq > after_seq`, ascending, at most `limit`.
+    async fn pending_deliveries(
+        &self,
+        mind: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<Delivery>>;
+    /// The mailbox ack position (0 before any ack).
+    async fn ack_position(&self, mind: &str) -> Result<i64>;
+    /// Moves the ack position to `max(position, seq)` and returns it; `Invalid` if `seq` is
+    /// beyond the last delivered seq. Fenced.
+    async fn ack_through(&self, mind: &str, token: FencingToken, seq: i64) -> Result<i64>;
+
+    // ----- Outbox -----
+
+    /// Records outbound messages; an existing request id returns its row unchanged. Fenced.
+    async fn enqueue_outbox(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        messages: &[NewOutboxMessage],
+    ) -> Result<Vec<OutboxMessage>>;
+    /// Messages not yet sent, in recording order, at most `limit`.
+    async fn unsent_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>>;
+    /// Messages not yet acknowledged (sent or not), in recording order, at most `limit`.
+    async fn unacked_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>>;
+    /// Marks a message sent (idempotent: the first send time and remote id stay). Fenced.
+    async fn mark_outbox_sent(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        request_id: &str,
+        remote_id: Option<&str>,
+        sent_at_ms: i64,
+    ) -> Result<OutboxMessage>;
+    /// Marks a message acknowledged by the peer (idempotent; implies sent). Fenced.
+    async fn ack_outbox(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        request_id: &str,
+        acked_at_ms: i64,
+    ) -> Result<OutboxMessage>;
+
+    // ----- Turns -----
+
+    /// Commits everything one turn produced — transcript items, outbox rows, ledger rows,
+    /// memory notes, briefs and the mailbox ack — in one transaction: all or nothing, fenced.
+    /// This is what makes effects exactly-once (design §3.6): the ack moves only together with
+    /// the durable record of the replies it answers. With a `turn_key`, a second call for the
+    /// same turn is refused with `TurnAlreadyRecorded` and writes nothing, so retrying after a
+    /// lost commit acknowledgment cannot duplicate the turn.
+    async fn record_turn(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        turn: &TurnRecord,
+    ) -> Result<TurnReceipt>;
+
+    // ----- Ledger -----
+
+    /// Appends ledger rows (each row's `mind` must be `mind`); returns their ids. Fenced.
+    async fn append_ledger(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        rows: &[LedgerRow],
+    ) -> Result<Vec<i64>>;
+    /// Ledger rows matching the query, in id (append) order.
+    async fn ledger(&self, query: &LedgerQuery) -> Result<Vec<LedgerEntry>>;
+    /// The Mind's cost over `from_ms <= at_ms < to_ms`.
+    async fn spend(&self, mind: &str, from_ms: i64, to_ms: i64) -> Result<MicroUsd>;
+
+    // ----- Memory -----
+
+    /// Writes memory notes (each at most 1000 bytes); returns their ids. Fenced.
+    async fn add_memory(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        notes: &[NewMemoryNote],
+    ) -> Result<Vec<i64>>;
+    /// The newest notes first, at most `limit`.
+    async fn memory_newest(&self, mind: &str, limit: i64) -> Result<Vec<MemoryNote>>;
+    /// Notes about `sender`, newest first, at most `limit`.
+    async fn memory_about(&self, mind: &str, sender: &str, limit: i64) -> Result<Vec<MemoryNote>>;
+    /// Notes whose text contains `needle` (ASCII case-insensitive), newest first.
+    async fn memory_search(&self, mind: &str, needle: &str, limit: i64) -> Result<Vec<MemoryNote>>;
+
+    // ----- Briefs -----
+
+    /// Queues a brief (operator action; not fenced). `NotFound` if the Mind is unknown.
+    async fn enqueue_brief(&self, mind: &str, brief: &NewBrief) -> Result<Brief>;
+    /// Atomically moves the oldest queued brief to running. Fenced.
+    async fn claim_brief(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        now_ms: i64,
+    ) -> Result<Option<Brief>>;
+    /// Finishes a running brief as done or failed with its result; `Invalid` unless running
+    /// and `status` is `Done` or `Failed`. Fenced.
+    async fn finish_brief(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        seq: i64,
+        status: BriefStatus,
+        result: &str,
+        now_ms: i64,
+    ) -> Result<Brief>;
+    /// Briefs in queue order, optionally of one status, at most `limit`.
+    async fn briefs(
+        &self,
+        mind: &str,
+        status: Option<BriefStatus>,
+        limit: i64,
+    ) -> Result<Vec<Brief>>;
+}

@@ -1,0 +1,503 @@
+//! The rows the store holds, as the host sees them.
+//!
+//! `New*` types are what a caller hands in; the plain types are what the store hands back, with
+//! the fields the store assigns (seq, id, status). Times are Unix milliseconds passed by the
+//! caller (the store never reads a clock); tokens and money are integers (money in
+//! micro-dollars, [`MicroUsd`]). JSON bodies are kept as the exact text `serde_json` wrote, never
+//! as a database JSON type that would reorder keys or renormalise numbers.
+
+use muninn_core::money::MicroUsd;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use crate::error::{Result, StoreError};
+
+/// The longest memory note, in bytes of UTF-8 (seed A6: `text <= 1000 B`).
+pub const MEMORY_NOTE_MAX_BYTES: usize = 1000;
+
+/// A lease's fencing token. Strictly increases each time the lease changes hands (or is taken
+/// again after it expired or was released); every fenced write presents it and is refused with
+/// [`StoreError::Fenced`] once a newer one exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FencingToken(pub i64);
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Which of a Mind's two sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The voice in rooms and DMs.
+    Persona,
+    /// The hands: tool-using, works on briefs.
+    #[serde(rename = "self")]
+    SelfRole,
+}
+
+impl Role {
+    /// The stored spelling: `persona` or `self`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Persona => "persona",
+            Role::SelfRole => "self",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(text: &str) -> Result<Role> {
+        match text {
+            "persona" => Ok(Role::Persona),
+            "self" => Ok(Role::SelfRole),
+            other => Err(StoreError::Corrupt(format!("unknown role {other:?}"))),
+        }
+    }
+}
+
+/// A Mind: the unit the host runs, leases and accounts for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mind {
+    /// Stable identifier (also the key of every per-Mind row).
+    pub id: String,
+    /// Name shown to operators.
+    pub display_name: String,
+    /// The Mind's configuration, opaque to the store.
+    pub config: serde_json::Value,
+    /// When the Mind was created, Unix ms.
+    pub created_at_ms: i64,
+}
+
+/// A segment of one role's session: the span between two rehydrations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// The Mind.
+    pub mind: String,
+    /// Persona or Self.
+    pub role: Role,
+    /// 0-based, consecutive per (mind, role); matches `LedgerRow::segment`.
+    pub number: i64,
+    /// When the segment started, Unix ms.
+    pub started_at_ms: i64,
+    /// Tokens the segment was rehydrated with.
+    pub rehydration_tokens: i64,
+    /// Why the segment started (the decider's reason).
+    pub reason: String,
+    /// The provider's session id or handle, opaque; set when the provider reports it.
+    pub session_id: Option<String>,
+    /// When the segment ended, Unix ms; `None` for the open segment.
+    pub ended_at_ms: Option<i64>,
+}
+
+/// How a segment starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewSegment {
+    /// Persona or Self.
+    pub role: Role,
+    /// When it starts, Unix ms. The previous open segment of the role ends at this time.
+    pub started_at_ms: i64,
+    /// Tokens it is rehydrated with.
+    pub rehydration_tokens: i64,
+    /// Why it starts.
+    pub reason: String,
+    /// The provider session id, if already known.
+    pub session_id: Option<String>,
+}
+
+/// What a transcript item is. Stored as its snake_case name; names this build does not know
+/// (written by a newer muninn) read back as [`TranscriptKind::Other`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TranscriptKind {
+    /// Deliveries shown to the Persona.
+    Delivery,
+    /// What the Mind answered.
+    Reply,
+    /// A brief handed to the Self.
+    Brief,
+    /// A Self run's result.
+    Result,
+    /// A lower layer changed and was appended as a notice (design §3.2).
+    Notice,
+    /// The Mind's memory written before a refresh.
+    MemoryFlush,
+    /// Something that happened outside the conversation (operator action, restart).
+    OutsideEvent,
+    /// A kind this build does not know.
+    Other(String),
+}
+
+impl TranscriptKind {
+    /// The stored name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            TranscriptKind::Delivery => "delivery",
+            TranscriptKind::Reply => "reply",
+            TranscriptKind::Brief => "brief",
+            TranscriptKind::Result => "result",
+            TranscriptKind::Notice => "notice",
+            TranscriptKind::MemoryFlush => "memory_flush",
+            TranscriptKind::OutsideEvent => "outside_event",
+            TranscriptKind::Other(name) => name,
+        }
+    }
+
+    /// Reads a stored name.
+    pub fn parse(text: &str) -> TranscriptKind {
+        match text {
+            "delivery" => TranscriptKind::Delivery,
+            "reply" => TranscriptKind::Reply,
+            "brief" => TranscriptKind::Brief,
+            "result" => TranscriptKind::Result,
+            "notice" => TranscriptKind::Notice,
+            "memory_flush" => TranscriptKind::MemoryFlush,
+            "outside_event" => TranscriptKind::OutsideEvent,
+            other => TranscriptKind::Other(other.to_owned()),
+        }
+    }
+}
+
+/// A transcript item to append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTranscriptItem {
+    /// Persona or Self.
+    pub role: Role,
+    /// The segment it belongs to.
+    pub segment: i64,
+    /// What it is.
+    pub kind: TranscriptKind,
+    /// Its content.
+    pub body: serde_json::Value,
+    /// When it was appended, Unix ms.
+    pub created_at_ms: i64,
+}
+
+/// A transcript item as stored. The transcript is append-only: there is no API to change or
+/// remove an item, and both schemas refuse UPDATE and DELETE on the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranscriptItem {
+    /// The Mind.
+    pub mind: String,
+    /// Persona or Self.
+    pub role: Role,
+    /// Store-assigned, 1-based, gap-free and increasing per (mind, role).
+    pub seq: i64,
+    /// The segment it belongs to.
+    pub segment: i64,
+    /// What it is.
+    pub kind: TranscriptKind,
+    /// Its content.
+    pub body: serde_json::Value,
+    /// When it was appended, Unix ms.
+    pub created_at_ms: i64,
+}
+
+/// A message arriving for a Mind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewDelivery {
+    /// The room (alias) it arrived in.
+    pub room: String,
+    /// Who sent it.
+    pub sender: String,
+    /// Whether it arrived in a DM.
+    pub is_direct: bool,
+    /// The message text.
+    pub text: String,
+    /// The source's id for it (Matrix event id, API request id): intake is idempotent by it.
+    pub source_id: String,
+    /// When it was received, Unix ms.
+    pub received_at_ms: i64,
+}
+
+/// A delivery in a Mind's mailbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The Mind.
+    pub mind: String,
+    /// Store-assigned, 1-based, gap-free and increasing per Mind.
+    pub seq: i64,
+    /// The room it arrived in.
+    pub room: String,
+    /// Who sent it.
+    pub sender: String,
+    /// Whether it arrived in a DM.
+    pub is_direct: bool,
+    /// The text.
+    pub text: String,
+    /// The source's id.
+    pub source_id: String,
+    /// When it was received, Unix ms.
+    pub received_at_ms: i64,
+}
+
+/// The answer to a delivery intake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Posted {
+    /// The delivery's seq (the existing one if the source id was seen before).
+    pub seq: i64,
+    /// `false` when the source id was already in the mailbox and nothing was added.
+    pub created: bool,
+}
+
+/// An outbound message to record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewOutboxMessage {
+    /// Idempotent request id, `<batch>-<index>` (seed A1).
+    pub request_id: String,
+    /// Where it goes.
+    pub room: String,
+    /// What it says.
+    pub text: String,
+    /// When it was recorded, Unix ms.
+    pub created_at_ms: i64,
+}
+
+/// An outbound message as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxMessage {
+    /// The Mind.
+    pub mind: String,
+    /// The idempotent request id.
+    pub request_id: String,
+    /// Store-assigned order of recording, per Mind.
+    pub seq: i64,
+    /// Where it goes.
+    pub room: String,
+    /// What it says.
+    pub text: String,
+    /// When it was recorded, Unix ms.
+    pub created_at_ms: i64,
+    /// When the transport accepted it, Unix ms.
+    pub sent_at_ms: Option<i64>,
+    /// The transport's id for it (e.g. the Matrix event id), if it gave one.
+    pub remote_id: Option<String>,
+    /// When the peer confirmed it, Unix ms.
+    pub acked_at_ms: Option<i64>,
+}
+
+/// A memory note to write (seed A6 `remember[]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewMemoryNote {
+    /// The sender ids the note is about.
+    pub about: Vec<String>,
+    /// How much it matters; larger is more salient.
+    pub salience: i64,
+    /// The note, at most [`MEMORY_NOTE_MAX_BYTES`] bytes.
+    pub text: String,
+    /// When it was written, Unix ms.
+    pub created_at_ms: i64,
+    /// Where it was learned (batch, room, request id).
+    pub source: String,
+}
+
+/// A memory note as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryNote {
+    /// Store-assigned id, increasing in order of writing.
+    pub id: i64,
+    /// The Mind.
+    pub mind: String,
+    /// The sender ids it is about, in the order given.
+    pub about: Vec<String>,
+    /// Salience.
+    pub salience: i64,
+    /// The note.
+    pub text: String,
+    /// When it was written, Unix ms.
+    pub created_at_ms: i64,
+    /// Where it was learned.
+    pub source: String,
+}
+
+/// Who asked for a brief.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BriefOrigin {
+    /// The Mind's own Persona (`start_self_run`).
+    Persona,
+    /// The operator.
+    Operator,
+}
+
+impl BriefOrigin {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BriefOrigin::Persona => "persona",
+            BriefOrigin::Operator => "operator",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(text: &str) -> Result<BriefOrigin> {
+        match text {
+            "persona" => Ok(BriefOrigin::Persona),
+            "operator" => Ok(BriefOrigin::Operator),
+            other => Err(StoreError::Corrupt(format!(
+                "unknown brief origin {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Where a brief is in its life: `queued → running → done | failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BriefStatus {
+    /// Waiting for the Self.
+    Queued,
+    /// Claimed by the Self.
+    Running,
+    /// Finished with a result.
+    Done,
+    /// Finished without one.
+    Failed,
+}
+
+impl BriefStatus {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BriefStatus::Queued => "queued",
+            BriefStatus::Running => "running",
+            BriefStatus::Done => "done",
+            BriefStatus::Failed => "failed",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(text: &str) -> Result<BriefStatus> {
+        match text {
+            "queued" => Ok(BriefStatus::Queued),
+            "running" => Ok(BriefStatus::Running),
+            "done" => Ok(BriefStatus::Done),
+            "failed" => Ok(BriefStatus::Failed),
+            other => Err(StoreError::Corrupt(format!(
+                "unknown brief status {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A brief to queue for the Self.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewBrief {
+    /// What to do.
+    pub text: String,
+    /// Who asked.
+    pub origin: BriefOrigin,
+    /// When it was queued, Unix ms.
+    pub created_at_ms: i64,
+}
+
+/// A brief in the Self queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Brief {
+    /// The Mind.
+    pub mind: String,
+    /// Store-assigned, 1-based, gap-free per Mind; the queue order.
+    pub seq: i64,
+    /// What to do.
+    pub text: String,
+    /// Who asked.
+    pub origin: BriefOrigin,
+    /// Where it is.
+    pub status: BriefStatus,
+    /// The result (or failure reason) once finished.
+    pub result: Option<String>,
+    /// When it was queued, Unix ms.
+    pub created_at_ms: i64,
+    /// When it was claimed, Unix ms.
+    pub started_at_ms: Option<i64>,
+    /// When it finished, Unix ms.
+    pub finished_at_ms: Option<i64>,
+}
+
+/// A held lease on a Mind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The Mind.
+    pub mind: String,
+    /// Who holds it (host id, process id).
+    pub holder: String,
+    /// The fencing token every fenced write presents.
+    pub token: FencingToken,
+    /// When it lapses unless renewed, Unix ms.
+    pub expires_at_ms: i64,
+}
+
+/// Operator settings of a Mind. A Mind without a stored row has [`MindSettings::default`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MindSettings {
+    /// The most the Mind may spend in one window, if capped.
+    pub spend_cap: Option<MicroUsd>,
+    /// The spend window, ms (e.g. a day).
+    pub spend_window_ms: Option<i64>,
+    /// The brake: when set, the host runs no turn for the Mind.
+    pub brake: bool,
+    /// The most turns per start, if limited.
+    pub turn_limit: Option<i64>,
+}
+
+/// Everything one turn writes, committed together by [`Store::record_turn`](crate::Store::record_turn).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnRecord {
+    /// The turn's idempotency key (the batch label): a turn whose key was recorded before is
+    /// refused with [`StoreError::TurnAlreadyRecorded`]. `None` records without a key.
+    pub turn_key: Option<String>,
+    /// Transcript items, appended in order.
+    pub transcript: Vec<NewTranscriptItem>,
+    /// Outbound messages; an existing request id keeps its row unchanged.
+    pub outbox: Vec<NewOutboxMessage>,
+    /// Ledger rows of the turn's requests; each row's `mind` must be the turn's Mind.
+    pub ledger: Vec<muninn_core::ledger::LedgerRow>,
+    /// Memory notes the turn wrote.
+    pub memory: Vec<NewMemoryNote>,
+    /// Briefs the turn queued for the Self (`start_self_run`).
+    pub briefs: Vec<NewBrief>,
+    /// Acknowledge the mailbox through this seq (the batch's max seq).
+    pub ack_through: Option<i64>,
+}
+
+/// What [`Store::record_turn`](crate::Store::record_turn) assigned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnReceipt {
+    /// The transcript items' seqs, in order.
+    pub transcript_seqs: Vec<i64>,
+    /// The outbox rows, in order (existing rows unchanged).
+    pub outbox: Vec<OutboxMessage>,
+    /// The ledger rows' ids, in order.
+    pub ledger_ids: Vec<i64>,
+    /// The memory notes' ids, in order.
+    pub memory_ids: Vec<i64>,
+    /// The briefs' seqs, in order.
+    pub brief_seqs: Vec<i64>,
+    /// The mailbox ack position after the turn.
+    pub ack_position: i64,
+}
+
+/// A stored ledger row with its id (the export order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerEntry {
+    /// Store-assigned, increasing in order of appending (may have gaps on PostgreSQL).
+    pub id: i64,
+    /// The row.
+    pub row: muninn_core::ledger::LedgerRow,
+}
+
+/// Which ledger rows to read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerQuery {
+    /// Only this Mind's rows; all Minds if `None`.
+    pub mind: Option<String>,
+    /// Rows with `at_ms >= from_ms`.
+    pub from_ms: Option<i64>,
+    /// Rows with `at_ms < to_ms`.
+    pub to_ms: Option<i64>,
+    /// Rows with `id > after_id` (paging through an export).
+    pub after_id: Option<i64>,
+    /// At most this many rows.
+    pub limit: Option<i64>,
+}
