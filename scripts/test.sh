@@ -9,4 +9,13 @@ if [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] && command -v apt-ge
   (apt-get update -qq && apt-get install -y -qq fonts-dejavu-core) >/dev/null 2>&1 || echo "note: could not install fonts-dejavu-core; PNG plot tests will skip"
 fi
 
+# PostgreSQL for the store's conformance suite (this kind of machine runs it on 127.0.0.1:5432 with
+# trust auth and a database `test`; start it if it stopped).
+if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
+  if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+  fi
+fi
+
 cargo test --workspace --locked

@@ -51,33 +51,54 @@ pub struct OptimumPlan {
     pub estimate: MicroUsd,
 }
 
+/// A line `m·x + k`; `id` is the segment start it stands for (`EMPTY` marks an empty tree node).
+/// Slopes are token counts and fit an `i64`; intercepts are sums of costs and need an `i128`.
 #[derive(Debug, Clone, Copy)]
 struct Line {
-    m: i128,
     k: i128,
+    m: i64,
     id: u32,
 }
 
+const EMPTY: u32 = u32::MAX;
+
 impl Line {
+    const NONE: Line = Line {
+        k: 0,
+        m: 0,
+        id: EMPTY,
+    };
+
     fn at(&self, x: i128) -> i128 {
-        self.m * x + self.k
+        self.m as i128 * x + self.k
     }
 }
 
-/// A Li Chao tree over a fixed, sorted set of query points, with an undo log.
+/// A Li Chao tree over a fixed, sorted set of query points, with an undo log. Nodes are reset by
+/// undoing, never by reallocating, so one tree serves every solve of a trace.
 struct LiChao {
     xs: Vec<i128>,
-    nodes: Vec<Option<Line>>,
-    log: Vec<(usize, Option<Line>)>,
+    nodes: Vec<Line>,
+    log: Vec<(usize, Line)>,
 }
 
 impl LiChao {
-    fn new(xs: Vec<i128>) -> LiChao {
-        let size = 4 * xs.len().max(1);
+    fn new() -> LiChao {
         LiChao {
-            xs,
-            nodes: vec![None; size],
+            xs: Vec::new(),
+            nodes: Vec::new(),
             log: Vec::new(),
+        }
+    }
+
+    /// Empties the tree and sets new query points.
+    fn reset(&mut self, xs: &[i128]) {
+        self.undo_to(0);
+        self.xs.clear();
+        self.xs.extend_from_slice(xs);
+        let size = 2 * xs.len().max(1).next_power_of_two();
+        if self.nodes.len() < size {
+            self.nodes.resize(size, Line::NONE);
         }
     }
 
@@ -87,18 +108,19 @@ impl LiChao {
         }
         let (mut node, mut lo, mut hi) = (1usize, 0usize, self.xs.len() - 1);
         loop {
-            let Some(current) = self.nodes[node] else {
-                self.log.push((node, None));
-                self.nodes[node] = Some(line);
+            let current = self.nodes[node];
+            if current.id == EMPTY {
+                self.log.push((node, current));
+                self.nodes[node] = line;
                 return;
-            };
+            }
             let mid = (lo + hi) / 2;
             let left_better = line.at(self.xs[lo]) < current.at(self.xs[lo]);
             let mid_better = line.at(self.xs[mid]) < current.at(self.xs[mid]);
             let mut loser = line;
             if mid_better {
-                self.log.push((node, Some(current)));
-                self.nodes[node] = Some(line);
+                self.log.push((node, current));
+                self.nodes[node] = line;
                 loser = current;
             }
             if lo == hi {
@@ -123,7 +145,8 @@ impl LiChao {
         let (mut node, mut lo, mut hi) = (1usize, 0usize, self.xs.len() - 1);
         let mut best: Option<(i128, u32)> = None;
         loop {
-            if let Some(line) = self.nodes[node] {
+            let line = self.nodes[node];
+            if line.id != EMPTY {
                 let v = line.at(x);
                 if best.is_none_or(|(b, _)| v < b) {
                     best = Some((v, line.id));
@@ -164,13 +187,21 @@ struct LineQueue {
 }
 
 impl LineQueue {
-    fn new(xs: Vec<i128>) -> LineQueue {
+    fn new() -> LineQueue {
         LineQueue {
-            front: LiChao::new(xs.clone()),
+            front: LiChao::new(),
             front_lines: Vec::new(),
-            back: LiChao::new(xs),
+            back: LiChao::new(),
             back_lines: Vec::new(),
         }
+    }
+
+    /// Empties the queue and sets new query points, reusing the trees' memory.
+    fn reset(&mut self, xs: &[i128]) {
+        self.front.reset(xs);
+        self.back.reset(xs);
+        self.front_lines.clear();
+        self.back_lines.clear();
     }
 
     fn push(&mut self, line: Line) {
@@ -242,6 +273,35 @@ pub fn head_pings_needed(gap_ms: i64, ttl: Ttl, head_ttl: Ttl, before_ms: i64) -
 /// A cost linear in a prefix `c`: `slope·c + constant`, in rate·token units.
 type LinearCost = (i128, i128);
 
+/// A few alternatives, inline (one per request of a million-request trace must not allocate).
+#[derive(Debug, Clone, Copy)]
+struct Choices<T: Copy + Default, const N: usize> {
+    items: [T; N],
+    len: usize,
+}
+
+impl<T: Copy + Default, const N: usize> Default for Choices<T, N> {
+    fn default() -> Self {
+        Choices {
+            items: [T::default(); N],
+            len: 0,
+        }
+    }
+}
+
+impl<T: Copy + Default, const N: usize> Choices<T, N> {
+    fn push(&mut self, item: T) {
+        if self.len < N {
+            self.items[self.len] = item;
+            self.len += 1;
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.items[..self.len].iter()
+    }
+}
+
 /// The per-request cost structure of a trace, independent of the segmentation.
 struct Model<'t> {
     n: usize,
@@ -258,11 +318,11 @@ struct Model<'t> {
     u: Vec<i128>,
     /// Ways through the gap before request j inside a segment (keep warm, rewrite, keep the head
     /// alive), each a cost linear in the previous cached prefix.
-    gap_options: Vec<Vec<LinearCost>>,
+    gap_options: Vec<Choices<LinearCost, 3>>,
     /// D_j: the part of request j's cost that does not depend on the segmentation.
     fixed: Vec<i128>,
     /// Ways to end a segment before a refresh at s: (cost on the old prefix, head cost at s).
-    end_options: Vec<Vec<(LinearCost, i128)>>,
+    end_options: Vec<Choices<(LinearCost, i128), 2>>,
 }
 
 impl Model<'_> {
@@ -325,9 +385,9 @@ impl Model<'_> {
 
     /// The optimal segmentation when every gap and segment end is priced at a representative
     /// prefix (`gap_rep[j]`, `end_rep[s]`), by the Li Chao program of the module docs.
-    fn solve(&self, gap_rep: &[i128], end_rep: &[i128]) -> Vec<bool> {
+    fn solve(&self, gap_rep: &[i128], end_rep: &[i128], queue: &mut LineQueue) -> Vec<bool> {
         let n = self.n;
-        let pick = |options: &[LinearCost], c: i128| -> LinearCost {
+        let pick = |options: &Choices<LinearCost, 3>, c: i128| -> LinearCost {
             options
                 .iter()
                 .copied()
@@ -384,7 +444,7 @@ impl Model<'_> {
         // ceiling, so that e + 1 may start a segment inside a tool loop (a forced refresh).
         let mut forced = vec![INF; n + 1];
         let mut forced_start = vec![0usize; n + 1];
-        let mut queue = LineQueue::new(xs.clone());
+        queue.reset(&xs);
         let boundary = |s: usize| s == 1 || self.turns[s - 1].boundary;
         let line_for = |s: usize, opt: &[i128], forced: &[i128]| -> Option<Line> {
             let before = if boundary(s) {
@@ -398,7 +458,11 @@ impl Model<'_> {
             let m = self.slope(s);
             let k =
                 before + self.start_cost(s, head_at(s)) - m * alpha_sum[s] - y_sum[s] - bd_sum[s];
-            Some(Line { m, k, id: s as u32 })
+            Some(Line {
+                m: m as i64,
+                k,
+                id: s as u32,
+            })
         };
 
         for e in 1..=n {
@@ -538,9 +602,9 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
 
     let mut len = vec![0i128; n + 1];
     let mut u = vec![0i128; n + 1];
-    let mut gap_options = vec![Vec::new(); n + 1];
+    let mut gap_options = vec![Choices::default(); n + 1];
     let mut fixed = vec![0i128; n + 1];
-    let mut end_options = vec![Vec::new(); n + 2];
+    let mut end_options = vec![Choices::default(); n + 2];
     for j in 1..=n {
         let t = &turns[j - 1];
         len[j] = len[j - 1] + t.delta as i128;
@@ -553,7 +617,8 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
         // reading the head if its own TTL outlived the gap; or ping only as long as it takes to
         // keep the head alive, then rewrite the tail.
         let k = pings_needed(gap, ttl, before) as i128;
-        let mut options = vec![((k + 1) * r, k * phi_ping)];
+        let mut options = Choices::default();
+        options.push(((k + 1) * r, k * phi_ping));
         if head_warm_after(gap) {
             options.push((w, -(w - r) * h));
         } else {
@@ -569,7 +634,7 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
         // touches the head once more; if the head is cold at j anyway, touching it with pings
         // (the flush the last of them) until j may be cheaper than rewriting it.
         let late_flush = if needs_flush && gap >= step { step } else { 0 };
-        let mut ends = Vec::new();
+        let mut ends = Choices::default();
         if head_warm_after(gap - late_flush) {
             ends.push(((flush_read, phi_flush), r * h));
         } else {
@@ -617,6 +682,7 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
         (large_gap, large_end),
     ];
     let mut best: Option<(i128, Vec<bool>)> = None;
+    let mut queue = LineQueue::new();
     for (mut gap_rep, mut end_rep) in starting_points {
         let mut previous: Option<Vec<bool>> = None;
         for _round in 0..3 {
@@ -624,7 +690,7 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
             for c in gap_rep.iter_mut().chain(end_rep.iter_mut()) {
                 *c = (*c).min(ceiling);
             }
-            let starts = model.solve(&gap_rep, &end_rep);
+            let starts = model.solve(&gap_rep, &end_rep, &mut queue);
             if previous.as_ref() == Some(&starts) {
                 break;
             }
