@@ -36,7 +36,10 @@ fn a_moved_marker_and_string_form_keep_the_prefix() {
     let b = shape(&req(json!([{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"yo"}]}]))).unwrap();
     assert_eq!(a.checkpoints[3].fingerprint, b.checkpoints[3].fingerprint);
     // Key order does not matter.
-    let c = shape(&req(json!([{"content":[{"text":"hi","type":"text"}],"role":"user"}]))).unwrap();
+    let c = shape(&req(
+        json!([{"content":[{"text":"hi","type":"text"}],"role":"user"}]),
+    ))
+    .unwrap();
     assert_eq!(a.checkpoints[3].fingerprint, c.checkpoints[3].fingerprint);
     // The role does.
     let d = shape(&req(json!([{"role":"assistant","content":"hi"}]))).unwrap();
@@ -69,9 +72,18 @@ fn automatic_caching_marks_the_last_block() {
 #[test]
 fn bad_requests_name_the_field() {
     assert_eq!(shape(&json!([])), Err(ShapeError::NotAnObject));
-    assert_eq!(shape(&json!({"messages": []})), Err(ShapeError::Missing("model")));
+    assert_eq!(
+        shape(&json!({"messages": []})),
+        Err(ShapeError::Missing("model"))
+    );
     let e = shape(&req(json!([{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral","ttl":"30m"}}]}]))).unwrap_err();
-    assert_eq!(e.to_string(), "messages.0.content.0.cache_control.ttl: Input should be '5m' or '1h'");
+    assert_eq!(
+        e.to_string(),
+        "messages.0.content.0.cache_control.ttl: Input should be '5m' or '1h'"
+    );
     let e = shape(&req(json!([{"role":"user","content":5}]))).unwrap_err();
-    assert_eq!(e.to_string(), "messages.0.content: Input should be a string or a list");
+    assert_eq!(
+        e.to_string(),
+        "messages.0.content: Input should be a string or a list"
+    );
 }

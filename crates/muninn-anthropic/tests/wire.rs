@@ -13,13 +13,20 @@ use std::time::Duration;
 #[test]
 fn unknown_events_are_kept_and_malformed_known_ones_fail() {
     let e = StreamEvent::parse(r#"{"type":"brand_new_event","x":1}"#).unwrap();
-    assert_eq!(e, StreamEvent::Unknown(json!({"type":"brand_new_event","x":1})));
+    assert_eq!(
+        e,
+        StreamEvent::Unknown(json!({"type":"brand_new_event","x":1}))
+    );
     assert!(matches!(
         StreamEvent::parse(r#"{"type":"content_block_delta","index":"zero"}"#),
         Err(EventError::Malformed { event, .. }) if event == "content_block_delta"
     ));
-    assert!(matches!(StreamEvent::parse("{not json"), Err(EventError::NotJson(_))));
-    let block: ContentBlock = serde_json::from_value(json!({"type":"server_tool_use","id":"s"})).unwrap();
+    assert!(matches!(
+        StreamEvent::parse("{not json"),
+        Err(EventError::NotJson(_))
+    ));
+    let block: ContentBlock =
+        serde_json::from_value(json!({"type":"server_tool_use","id":"s"})).unwrap();
     assert!(matches!(block, ContentBlock::Unknown(_)));
 }
 
@@ -48,7 +55,13 @@ fn message_delta_usage_overrides_message_start() {
     assert_eq!(message.stop_reason.as_deref(), Some("tool_use"));
     let core = usage.to_core();
     assert_eq!(
-        (core.input, core.cache_write_5m, core.cache_write_1h, core.cache_read, core.output),
+        (
+            core.input,
+            core.cache_write_5m,
+            core.cache_write_1h,
+            core.cache_read,
+            core.output
+        ),
         (5, 4, 6, 500100, 42)
     );
     assert_eq!(raw["cache_read_input_tokens"], json!(500100));
@@ -58,7 +71,10 @@ fn message_delta_usage_overrides_message_start() {
 
 #[test]
 fn a_usage_without_split_is_all_5m() {
-    let u: Usage = serde_json::from_value(json!({"input_tokens":1,"cache_creation_input_tokens":7,"output_tokens":2})).unwrap();
+    let u: Usage = serde_json::from_value(
+        json!({"input_tokens":1,"cache_creation_input_tokens":7,"output_tokens":2}),
+    )
+    .unwrap();
     assert_eq!(u.to_core().cache_write_5m, 7);
     assert_eq!(u.to_core().cache_write_1h, 0);
 }
@@ -79,9 +95,18 @@ fn backoff_doubles_caps_and_jitters_within_a_quarter() {
     let mut config = ClientConfig::new("http://127.0.0.1:1", ApiKey::new("k").unwrap());
     config.retry = RetryPolicy::default();
     let client = AnthropicClient::new(config, Arc::new(RecordingSleeper::default())).unwrap();
-    for (attempt, base_ms) in [(1u32, 500u64), (2, 1000), (3, 2000), (7, 32000), (12, 32000)] {
+    for (attempt, base_ms) in [
+        (1u32, 500u64),
+        (2, 1000),
+        (3, 2000),
+        (7, 32000),
+        (12, 32000),
+    ] {
         let d = client.backoff(attempt);
         let base = Duration::from_millis(base_ms);
-        assert!(d >= base && d <= base.mul_f64(1.25), "attempt {attempt}: {d:?}");
+        assert!(
+            d >= base && d <= base.mul_f64(1.25),
+            "attempt {attempt}: {d:?}"
+        );
     }
 }

@@ -24,7 +24,7 @@
 use crate::reply::{Reply, reply};
 use muninn_anthropic::prompt::shape;
 use muninn_anthropic::wire::{ErrorResponse, MessagesRequest, Usage as WireUsage};
-use muninn_core::cache::{CacheRules, CacheState};
+use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::ledger::MissCause;
 use muninn_core::price::PriceTable;
 use muninn_core::trace::Usage;
@@ -49,6 +49,10 @@ pub struct SimConfig {
     pub rules: CacheRules,
     /// Keep at most this many recorded requests (oldest dropped first).
     pub max_recorded: usize,
+    /// Whether `ttl: "1h"` is honoured. `false` emulates a provider that ignores it (a missing
+    /// beta, a policy) and caches every breakpoint for 5 minutes, so clients can test their
+    /// honoured-TTL detection.
+    pub honour_1h: bool,
 }
 
 impl Default for SimConfig {
@@ -59,6 +63,7 @@ impl Default for SimConfig {
             prices: PriceTable::embedded(),
             rules: CacheRules::default(),
             max_recorded: 10_000,
+            honour_1h: true,
         }
     }
 }
@@ -337,6 +342,9 @@ impl Simulator {
 
     /// Answers a messages request body at `now_ms`, updating the shared cache.
     pub fn messages(&self, body: &Value, seq: u64, now_ms: i64) -> Result<Answer, ApiError> {
+        // The mapping first: its errors name the field the way the API does.
+        let mut shaped =
+            shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
         let request: MessagesRequest = serde_json::from_value(body.clone())
             .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
         if request.messages.is_empty() {
@@ -353,8 +361,13 @@ impl Simulator {
                 "max_tokens: must be greater than or equal to 1",
             ));
         }
-        let shaped =
-            shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        if !self.config.honour_1h {
+            for c in &mut shaped.checkpoints {
+                if c.breakpoint == Some(Ttl::OneHour) {
+                    c.breakpoint = Some(Ttl::FiveMinutes);
+                }
+            }
+        }
         let min_cacheable = self.min_cacheable(&shaped.model)?;
         let outcome = {
             let mut cache = self
