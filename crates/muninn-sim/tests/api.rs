@@ -150,7 +150,8 @@ async fn errors_have_the_api_shape() {
     let h = sim().await;
     let http = Http::new(h.base_url());
     let ok = request("short", &["x"], false).to_string();
-    let cases: Vec<(u16, &str, &str, String, Vec<(&str, &str)>)> = vec![
+    type Case<'a> = (u16, &'a str, &'a str, String, Vec<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
         (
             401,
             "authentication_error",
