@@ -44,7 +44,13 @@ fn body(task: usize, turn: usize, system: &str, stream: bool) -> Value {
     })
 }
 
-async fn run(base: &str, requests: usize, concurrency: usize, system_kb: usize, stream: bool) -> f64 {
+async fn run(
+    base: &str,
+    requests: usize,
+    concurrency: usize,
+    system_kb: usize,
+    stream: bool,
+) -> f64 {
     let client = reqwest::Client::new();
     let system: String = "Keep the doctrine. ".repeat(system_kb * 1024 / 19);
     let per_task = requests / concurrency;

@@ -5,6 +5,7 @@ use muninn_anthropic::sse::SseDecoder;
 use muninn_anthropic::wire::StreamEvent;
 use muninn_backend::schema;
 use pretty_assertions::assert_eq;
+use proptest::prelude::*;
 use serde_json::{Value, json};
 
 struct Http {
@@ -310,4 +311,46 @@ async fn admin_moves_the_clock_and_queues_faults() {
         .post("/admin/faults", "{\"kind\":\"nonsense\"}", &[])
         .await;
     assert_eq!(s, 400);
+}
+
+/// A real streamed tool-use reply, decoded and assembled from arbitrary chunk boundaries, is
+/// always the same message.
+#[test]
+fn a_sim_stream_assembles_the_same_from_any_chunks() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let body = rt.block_on(async {
+        let h = sim().await;
+        let http = Http::new(h.base_url());
+        let req = json!({"model":"claude-opus-5-5","max_tokens":500,"stream":true,
+            "tools":[{"name":"lookup","input_schema":{"type":"object","properties":{"word":{"type":"string","minLength":70},"tags":{"type":"array","items":{"enum":["a","ü"]},"minItems":3}}}}],
+            "messages":[{"role":"user","content":"Please use lookup — ünïcode ✓"}]});
+        http.api("/v1/messages", &req).await.2
+    });
+    let assemble = |chunks: &[&[u8]]| {
+        let mut d = SseDecoder::new();
+        let mut data = Vec::new();
+        for c in chunks {
+            data.extend(d.push(c).unwrap().into_iter().map(|f| f.data));
+        }
+        d.finish().unwrap();
+        muninn_anthropic::client::assemble(&data).unwrap()
+    };
+    let bytes = body.as_bytes();
+    let whole = assemble(&[bytes]);
+    assert_eq!(whole.0.stop_reason.as_deref(), Some("tool_use"));
+    proptest!(|(cuts in proptest::collection::vec(0usize..4096, 0..64))| {
+        let mut points: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+        points.sort_unstable();
+        let mut chunks: Vec<&[u8]> = Vec::new();
+        let mut last = 0;
+        for p in points {
+            chunks.push(&bytes[last..p]);
+            last = p;
+        }
+        chunks.push(&bytes[last..]);
+        prop_assert_eq!(assemble(&chunks), whole.clone());
+    });
 }

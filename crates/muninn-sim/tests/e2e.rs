@@ -353,3 +353,35 @@ async fn the_key_is_never_recorded() {
     assert!(!everything.contains("sk-test-secret-123"));
     assert_eq!(h.sim.requests()[0].auth, "x-api-key");
 }
+
+#[tokio::test]
+async fn the_backend_renders_append_only_with_at_most_four_breakpoints() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend.start(spec("render", Ttl::OneHour)).await.unwrap();
+    for turn in 0..4 {
+        w.backend
+            .turn(TurnInput::text(format!("turn {turn}")))
+            .await
+            .unwrap();
+    }
+    let bodies: Vec<serde_json::Value> = h.sim.requests().into_iter().map(|r| r.body).collect();
+    for body in &bodies {
+        let markers = body.to_string().matches("cache_control").count();
+        assert_eq!(markers, 2, "system + moving tail: {body}");
+    }
+    for pair in bodies.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert_eq!(a["system"], b["system"]);
+        let a_msgs = a["messages"].as_array().unwrap();
+        let b_msgs = b["messages"].as_array().unwrap();
+        // Request N+1 = request N (its marker removed) + reply + new user message.
+        let mut unmarked = a_msgs.clone();
+        unmarked.last_mut().unwrap()["content"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("cache_control");
+        assert_eq!(&b_msgs[..a_msgs.len()], unmarked.as_slice());
+        assert_eq!(b_msgs.len(), a_msgs.len() + 2);
+    }
+}
