@@ -385,3 +385,40 @@ async fn the_backend_renders_append_only_with_at_most_four_breakpoints() {
         assert_eq!(b_msgs.len(), a_msgs.len() + 2);
     }
 }
+
+#[tokio::test]
+async fn the_client_speaks_non_streaming_and_bearer_too() {
+    use muninn_anthropic::client::{AnthropicClient, AuthScheme, ClientConfig};
+    use muninn_anthropic::wire::{Content, Message, MessagesRequest, Role};
+    let h = sim().await;
+    let mut config = ClientConfig::new(
+        h.base_url(),
+        muninn_anthropic::secret::ApiKey::new("tok-bearer").unwrap(),
+    );
+    config.auth = AuthScheme::Bearer;
+    let client = AnthropicClient::new(
+        config,
+        std::sync::Arc::new(muninn_anthropic::clock::RecordingSleeper::default()),
+    )
+    .unwrap();
+    let request = MessagesRequest {
+        model: "claude-opus-5-5".into(),
+        max_tokens: 64,
+        messages: vec![Message {
+            role: Role::User,
+            content: Content::Text("plain".into()),
+            extra: Default::default(),
+        }],
+        system: None,
+        tools: Vec::new(),
+        tool_choice: None,
+        cache_control: None,
+        stream: false,
+        extra: Default::default(),
+    };
+    let done = client.messages(&request, false).await.unwrap();
+    assert_eq!(done.response.stop_reason.as_deref(), Some("end_turn"));
+    assert_eq!(done.raw_usage["input_tokens"], serde_json::json!(2));
+    assert_eq!(done.request_id.as_deref(), Some("req_sim_00000001"));
+    assert_eq!(h.sim.requests()[0].auth, "bearer");
+}
