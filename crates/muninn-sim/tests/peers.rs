@@ -220,16 +220,29 @@ fn the_real_claude_code_cli() {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let lines = line_reader(child.stdout.take().unwrap());
-    let turns = [
+    // Six turns; a 429 with retry-after before the third; /compact after the sixth, then one
+    // more turn on the compacted history.
+    let lines_in = [
         "hello, first message",
         "second: what is a raven?",
         "third: and a crow?",
         "fourth: which is larger?",
         "fifth: thanks, summarise",
         "sixth: one more thing",
+        "/compact",
+        "seventh: after the compaction",
     ];
     let mut results = Vec::new();
-    for text in turns {
+    let mut retries = Vec::new();
+    for (i, text) in lines_in.iter().enumerate() {
+        if i == 2 {
+            h.sim.push_faults([muninn_sim::sim::Fault {
+                kind: muninn_sim::sim::FaultKind::RateLimit {
+                    retry_after_s: Some(1.0),
+                },
+                times: 1,
+            }]);
+        }
         let line = json!({"type": "user", "message": {"role": "user", "content": text}});
         writeln!(stdin, "{line}").unwrap();
         stdin.flush().unwrap();
@@ -240,9 +253,12 @@ fn the_real_claude_code_cli() {
             let Ok(event) = serde_json::from_str::<Value>(&l) else {
                 continue;
             };
+            if event["type"] == json!("system") && event["subtype"] == json!("api_retry") {
+                retries.push(event.clone());
+            }
             if event["type"] == json!("result") {
                 assert_eq!(event["is_error"], json!(false), "{event}");
-                results.push(event);
+                results.push((*text, event));
                 break;
             }
         }
@@ -251,48 +267,103 @@ fn the_real_claude_code_cli() {
     let status = child.wait().unwrap();
     assert!(status.success(), "claude exited {status:?}");
 
+    // The CLI saw our 429 and honoured its retry-after.
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert_eq!(retries[0]["error_status"], json!(429));
+    assert!(
+        retries[0]["retry_delay_ms"].as_u64().unwrap() >= 1000,
+        "{}",
+        retries[0]
+    );
+
     let records: Vec<_> = h
         .sim
         .requests()
         .into_iter()
         .filter(|r| r.path == "/v1/messages")
         .collect();
-    assert_eq!(records.len(), turns.len(), "one request per turn");
-    let expected = recompute(&records);
+    let answered: Vec<_> = records
+        .iter()
+        .filter(|r| r.usage.is_some())
+        .cloned()
+        .collect();
+    assert_eq!(records.len(), answered.len() + 1, "one refused (the 429)");
+    let expected = recompute(&answered);
     let mut equal = 0;
-    for (i, (result, exp)) in results.iter().zip(&expected).enumerate() {
-        // The request the CLI sent for this turn ends with this turn's text.
-        let last = records[i].body["messages"]
+    for (r, exp) in answered.iter().zip(&expected) {
+        assert_eq!(
+            r.usage.as_ref(),
+            Some(exp),
+            "the sim answered what the model computes"
+        );
+        equal += 1;
+    }
+    let last_user = |body: &Value| {
+        body["messages"]
             .as_array()
             .unwrap()
             .iter()
             .rev()
             .find(|m| m["role"] == json!("user"))
+            .unwrap()
+            .to_string()
+    };
+    let mut turn_usages = Vec::new();
+    let mut result_equal = 0;
+    for (text, result) in &results {
+        if *text == "/compact" {
+            // The CLI took our summary: the next request carries it.
+            assert_eq!(result["num_turns"], json!(0), "{result}");
+            continue;
+        }
+        // The request the CLI sent for this turn is the last answered one ending with its text.
+        let i = answered
+            .iter()
+            .rposition(|r| last_user(&r.body).contains(text))
             .unwrap();
-        assert!(
-            last.to_string().contains(turns[i]),
-            "request {i} is not turn {i}"
-        );
-        assert_eq!(
-            records[i].usage.as_ref(),
-            Some(exp),
-            "the sim answered what the model computes"
-        );
         assert_eq!(
             pick(&result["usage"]),
-            usage_json(exp),
-            "turn {i}: result.usage"
+            usage_json(&expected[i]),
+            "{text}: result.usage"
         );
-        assert_eq!(
-            result["result"],
-            json!(format!("Reply to turn {}: '{}'", i + 1, turns[i]))
-        );
-        equal += 1;
+        let n = results
+            .iter()
+            .take_while(|(t, _)| t != text)
+            .filter(|(t, _)| *t != "/compact")
+            .count()
+            + 1;
+        if *text != "seventh: after the compaction" {
+            assert_eq!(
+                result["result"],
+                json!(format!("Reply to turn {n}: '{text}'"))
+            );
+        }
+        turn_usages.push(expected[i]);
+        result_equal += 1;
     }
-    let reads: Vec<u64> = expected.iter().map(|u| u.cache_read).collect();
+    let compaction = answered
+        .iter()
+        .position(|r| last_user(&r.body).contains("<summary> block"))
+        .expect("a compaction request");
+    let after = answered.last().unwrap();
+    assert!(
+        last_user(&after.body).contains("Primary Request and Intent: hello, first message")
+            || after
+                .body
+                .to_string()
+                .contains("Primary Request and Intent: hello, first message"),
+        "the summary reached the next request"
+    );
+    let reads: Vec<u64> = turn_usages[..6].iter().map(|u| u.cache_read).collect();
     assert!(
         reads[0] == 0 && reads.windows(2).all(|w| w[1] > w[0]),
         "reads {reads:?}"
+    );
+    // The compaction request reused the warm prefix.
+    assert!(
+        expected[compaction].cache_read >= reads[5],
+        "{:?}",
+        expected[compaction]
     );
 
     // The transcript's assistant lines carry the same (merged) usage.
@@ -303,21 +374,22 @@ fn the_real_claude_code_cli() {
                 .is_some_and(|n| n == format!("{session}.jsonl").as_str())
         })
         .expect("transcript");
-    let assistant_usages: Vec<Value> = std::fs::read_to_string(&transcript)
+    let transcript_usages: Vec<Value> = std::fs::read_to_string(&transcript)
         .unwrap()
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["type"] == json!("assistant"))
+        .filter(|v| {
+            v["type"] == json!("assistant") && v["message"]["model"] != json!("<synthetic>")
+        })
         .map(|v| pick(&v["message"]["usage"]))
         .collect();
-    assert_eq!(
-        assistant_usages,
-        expected.iter().map(usage_json).collect::<Vec<_>>()
-    );
+    let want: Vec<Value> = turn_usages.iter().map(usage_json).collect();
+    assert_eq!(transcript_usages, want);
     eprintln!(
-        "Claude Code CLI 2.1.332: {equal} of {} requests' result.usage and {} transcript usages equal the cache model; reads {reads:?}",
-        expected.len(),
-        assistant_usages.len()
+        "Claude Code CLI 2.1.332: {equal} of {} answered requests equal the cache model; {result_equal} of {result_equal} turn result.usage and {} of {} transcript usages equal it; reads {reads:?}",
+        answered.len(),
+        transcript_usages.len(),
+        want.len()
     );
 }
 
