@@ -213,10 +213,35 @@ async fn errors_have_the_api_shape() {
     let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"b","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]})).await;
     assert_eq!(s, 400);
     assert!(text.contains("ttl='1h'"), "{text}");
+    // Tool results must answer the previous message's tool calls, and calls must be answered.
+    let call = json!({"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]});
+    let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"messages":[{"role":"user","content":"go"},call,{"role":"user","content":"no result"}]})).await;
+    assert_eq!(s, 400);
+    assert!(
+        text.contains(
+            "`tool_use` ids were found without `tool_result` blocks immediately after: toolu_1"
+        ),
+        "{text}"
+    );
+    let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_9","content":"x"}]}]})).await;
+    assert_eq!(s, 400);
+    assert!(
+        text.contains("unexpected `tool_use_id` found in `tool_result` blocks: toolu_9"),
+        "{text}"
+    );
+    let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"messages":[{"role":"user","content":"go"},call,{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]}]})).await;
+    assert_eq!(s, 200, "{text}");
     let (s, _, text) = http.post("/v1/nothing", "{}", &[]).await;
     assert_eq!(s, 404, "{text}");
     // Refused requests never touched the cache.
-    assert!(h.sim.requests().iter().all(|r| r.usage.is_none()));
+    assert_eq!(
+        h.sim
+            .requests()
+            .iter()
+            .filter(|r| r.usage.is_some())
+            .count(),
+        1
+    );
 }
 
 #[tokio::test]
