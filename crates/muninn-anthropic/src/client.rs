@@ -96,6 +96,21 @@ pub struct ClientConfig {
     pub read_timeout: Duration,
 }
 
+/// The credentials in the environment (looked up through `get`, so tests need no process
+/// environment): `ANTHROPIC_API_KEY` as `x-api-key`, else `ANTHROPIC_AUTH_TOKEN` as a bearer
+/// token, as the Claude Code CLI does.
+pub fn credentials_from_env(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<(ApiKey, AuthScheme), crate::secret::ApiKeyError> {
+    match ApiKey::from_env(&get) {
+        Err(crate::secret::ApiKeyError::Missing) => match get("ANTHROPIC_AUTH_TOKEN") {
+            Some(token) => Ok((ApiKey::new(token)?, AuthScheme::Bearer)),
+            None => Err(crate::secret::ApiKeyError::Missing),
+        },
+        other => other.map(|k| (k, AuthScheme::ApiKeyHeader)),
+    }
+}
+
 impl ClientConfig {
     /// Defaults for `base_url` and `api_key`: x-api-key auth, the 1h-TTL beta, default retries,
     /// 10 s connect and 600 s read timeouts (the CLI's `x-stainless-timeout`).
@@ -200,16 +215,18 @@ impl AnthropicClient {
             .base_delay
             .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
         let base = exp.min(p.max_delay);
-        let unit = {
-            // xorshift64*: a tiny deterministic generator; jitter needs spread, not secrecy.
-            let mut s = self.rng.lock().map(|g| *g).unwrap_or(1);
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27;
-            if let Ok(mut g) = self.rng.lock() {
-                *g = s;
+        let unit = match self.rng.lock() {
+            Ok(mut state) => {
+                // xorshift64*: a tiny deterministic generator; jitter needs spread, not secrecy.
+                let mut x = *state;
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                *state = x;
+                (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
             }
-            (s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+            // A poisoned generator only loses the jitter, never the retry.
+            Err(_) => 0.0,
         };
         base + base.mul_f64(p.jitter * unit)
     }

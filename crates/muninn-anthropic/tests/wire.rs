@@ -88,6 +88,14 @@ fn the_key_never_prints() {
     assert!(!format!("{config:?}").contains("very-secret"));
     assert!(ApiKey::new("  ").is_err());
     assert!(ApiKey::from_env(|_| None).is_err());
+    use muninn_anthropic::client::{AuthScheme, credentials_from_env};
+    let env = |k: &str| (k == "ANTHROPIC_AUTH_TOKEN").then(|| "tok".to_string());
+    assert_eq!(credentials_from_env(env).unwrap().1, AuthScheme::Bearer);
+    let env = |k: &str| Some(format!("{k}-value"));
+    assert_eq!(
+        credentials_from_env(env).unwrap().1,
+        AuthScheme::ApiKeyHeader
+    );
 }
 
 #[test]

@@ -422,3 +422,23 @@ async fn the_client_speaks_non_streaming_and_bearer_too() {
     assert_eq!(done.request_id.as_deref(), Some("req_sim_00000001"));
     assert_eq!(h.sim.requests()[0].auth, "bearer");
 }
+
+#[tokio::test]
+async fn serve_runs_until_its_shutdown_future_resolves() {
+    // What `muninn sim-api` runs.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(muninn_sim::serve(listener, SimConfig::default(), async {
+        let _ = rx.await;
+    }));
+    muninn_anthropic::client::install_ring_provider();
+    let r = reqwest::Client::new()
+        .get(format!("http://{addr}/admin/clock"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    tx.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
