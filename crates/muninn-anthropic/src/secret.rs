@@ -2,7 +2,7 @@
 //!
 //! `Debug` and `Display` print `ApiKey(<redacted>)`; there is no `Serialize`, so a key cannot
 //! reach the ledger, the transcript or a log line by accident. Only the client reads the value,
-//! through the crate-private [`ApiKey::expose`].
+//! through the crate-private `ApiKey::expose`.
 
 use std::fmt;
 
