@@ -7,6 +7,7 @@
 mod check;
 mod import;
 mod replay;
+mod sim_api;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -29,6 +30,8 @@ enum Command {
     Import(import::ImportArgs),
     /// Check the prompt-cache model against the cache reads recorded in real transcripts.
     CheckCache(check::CheckArgs),
+    /// Serve an Anthropic-compatible Messages API with exact cache accounting, for tests.
+    SimApi(sim_api::SimApiArgs),
 }
 
 /// Options shared by every command that reads transcripts.
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay::run(args),
         Command::Import(args) => import::run(args),
         Command::CheckCache(args) => check::run(args),
+        Command::SimApi(args) => sim_api::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

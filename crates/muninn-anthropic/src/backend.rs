@@ -1,0 +1,326 @@
+//! The Anthropic backend: a [`Backend`] whose session is a conversation kept in memory and sent
+//! whole on every turn through [`AnthropicClient`].
+//!
+//! # Rendering
+//!
+//! Layers by volatility (DESIGN §3.3): tools → system layers → conversation. Two breakpoints:
+//! the last system block (at [`SessionSpec::system_ttl`]) and the last block of the last message
+//! (at [`SessionSpec::conversation_ttl`], moved forward every turn). Older messages are re-sent
+//! byte-identical without markers, so request N+1 begins with request N up to its last
+//! breakpoint. A session with an output schema offers the Claude Code CLI's `StructuredOutput`
+//! tool (its exact name and description) and answers the model's call to it at the head of the
+//! next user message, as the CLI does.
+//!
+//! # Prediction and the ledger
+//!
+//! Before sending, the request as serialised is mapped by [`crate::prompt::shape`] and priced by
+//! a mirror of the provider's cache ([`CacheState`]) at the injected clock's time. A request the
+//! cache model refuses (5 breakpoints, 1h after 5m) is refused here, never sent. After the
+//! reply, the mirror is committed, and the outcome carries: the reported usage (parsed and raw),
+//! the prediction, the miss cause (the model's, or `eviction_or_unknown` when the provider read
+//! less than predicted), the requested-versus-honoured TTL split (a mismatch is a flagged
+//! [`TurnEvent::TtlMismatch`]), and every retry.
+//!
+//! A failed turn leaves the history unchanged: the caller's transcript is the truth, and it may
+//! send the turn again.
+
+use crate::client::AnthropicClient;
+use crate::clock::Clock;
+use crate::prompt::shape;
+use crate::wire::{
+    CacheControl, Content, ContentBlock, Message, MessagesRequest, Role, System, Tool,
+};
+use muninn_backend::{
+    Backend, BackendError, InputPart, SessionSpec, ToolCall, TtlCheck, TurnEvent, TurnInput,
+    TurnOutcome,
+};
+use muninn_core::cache::{CacheRules, CacheState, Ttl};
+use muninn_core::ledger::MissCause;
+use muninn_core::money::Tokens;
+use muninn_core::price::PriceTable;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// The name of the Claude Code CLI's structured-output tool.
+pub const STRUCTURED_OUTPUT_TOOL: &str = "StructuredOutput";
+
+/// The description the Claude Code CLI 2.1.332 gives that tool.
+pub const STRUCTURED_OUTPUT_DESCRIPTION: &str = "Use this tool to return your final response in the requested structured format. You MUST call this tool exactly once at the end of your response to provide the structured output.";
+
+/// What the CLI answers a valid structured-output call with.
+const STRUCTURED_OUTPUT_ACK: &str = "Structured output provided successfully";
+
+/// The Anthropic Messages API as a [`Backend`].
+#[derive(Debug)]
+pub struct AnthropicBackend {
+    client: AnthropicClient,
+    clock: Arc<dyn Clock>,
+    prices: PriceTable,
+    rules: CacheRules,
+    mirror: CacheState,
+    session: Option<Session>,
+}
+
+#[derive(Debug)]
+struct Session {
+    spec: SessionSpec,
+    min_cacheable: Tokens,
+    history: Vec<Message>,
+    /// A structured-output call awaiting its acknowledgement in the next user message.
+    pending_ack: Option<String>,
+}
+
+impl AnthropicBackend {
+    /// A backend over `client`, reading time from `clock`, pricing cache sizes from `prices`.
+    pub fn new(
+        client: AnthropicClient,
+        clock: Arc<dyn Clock>,
+        prices: PriceTable,
+    ) -> AnthropicBackend {
+        AnthropicBackend {
+            client,
+            clock,
+            prices,
+            rules: CacheRules::default(),
+            mirror: CacheState::new(),
+            session: None,
+        }
+    }
+
+    /// The request the next turn with `input` would send (for inspection and tests).
+    pub fn render(&self, input: &TurnInput) -> Result<MessagesRequest, BackendError> {
+        let session = self
+            .session
+            .as_ref()
+            .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
+        let mut messages = session.history.clone();
+        messages.push(user_message(input, session.pending_ack.as_deref())?);
+        if let Some(Message {
+            content: Content::Blocks(blocks),
+            ..
+        }) = messages.last_mut()
+            && let Some(last) = blocks.last_mut()
+        {
+            last.set_cache_control(Some(CacheControl::with_ttl(session.spec.conversation_ttl)));
+        }
+        let spec = &session.spec;
+        let n = spec.system.len();
+        let system = spec
+            .system
+            .iter()
+            .enumerate()
+            .map(|(i, text)| ContentBlock::Text {
+                text: text.clone(),
+                cache_control: (i + 1 == n).then(|| CacheControl::with_ttl(spec.system_ttl)),
+            })
+            .collect::<Vec<_>>();
+        let mut tools: Vec<Tool> = spec
+            .tools
+            .iter()
+            .map(|t| Tool {
+                name: t.name.clone(),
+                description: Some(t.description.clone()),
+                input_schema: Some(t.input_schema.clone()),
+                cache_control: None,
+                extra: Map::new(),
+            })
+            .collect();
+        if let Some(schema) = &spec.output_schema {
+            tools.push(Tool {
+                name: STRUCTURED_OUTPUT_TOOL.to_string(),
+                description: Some(STRUCTURED_OUTPUT_DESCRIPTION.to_string()),
+                input_schema: Some(schema.clone()),
+                cache_control: None,
+                extra: Map::new(),
+            });
+        }
+        Ok(MessagesRequest {
+            model: spec.model.clone(),
+            max_tokens: spec.max_tokens,
+            messages,
+            system: (!system.is_empty()).then_some(System::Blocks(system)),
+            tools,
+            tool_choice: None,
+            cache_control: None,
+            stream: true,
+            extra: Map::new(),
+        })
+    }
+}
+
+fn user_message(input: &TurnInput, pending_ack: Option<&str>) -> Result<Message, BackendError> {
+    let mut blocks = Vec::new();
+    if let Some(id) = pending_ack {
+        blocks.push(ContentBlock::ToolResult {
+            tool_use_id: id.to_string(),
+            content: Some(Value::String(STRUCTURED_OUTPUT_ACK.to_string())),
+            is_error: None,
+            cache_control: None,
+        });
+    }
+    for part in &input.parts {
+        blocks.push(match part {
+            InputPart::Text { text } => ContentBlock::text(text.clone()),
+            InputPart::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => ContentBlock::ToolResult {
+                tool_use_id: tool_use_id.clone(),
+                content: Some(Value::String(content.clone())),
+                is_error: is_error.then_some(true),
+                cache_control: None,
+            },
+        });
+    }
+    if blocks.is_empty() {
+        return Err(BackendError::Invalid(
+            "a turn needs at least one part".to_string(),
+        ));
+    }
+    Ok(Message {
+        role: Role::User,
+        content: Content::Blocks(blocks),
+        extra: Map::new(),
+    })
+}
+
+impl Backend for AnthropicBackend {
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+
+    async fn start(&mut self, spec: SessionSpec) -> Result<(), BackendError> {
+        if spec.system_ttl == Ttl::FiveMinutes
+            && spec.conversation_ttl == Ttl::OneHour
+            && !spec.system.is_empty()
+        {
+            return Err(BackendError::Invalid(
+                "a 1h conversation breakpoint cannot follow a 5m system breakpoint".to_string(),
+            ));
+        }
+        let min_cacheable = self
+            .prices
+            .model(&spec.model)
+            .map_err(|e| BackendError::Invalid(e.to_string()))?
+            .min_cacheable;
+        self.session = Some(Session {
+            spec,
+            min_cacheable,
+            history: Vec::new(),
+            pending_ack: None,
+        });
+        Ok(())
+    }
+
+    async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
+        let request = self.render(&input)?;
+        let session = self
+            .session
+            .as_mut()
+            .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
+        let body = serde_json::to_value(&request)
+            .map_err(|e| BackendError::Invalid(format!("request does not serialise: {e}")))?;
+        let shaped = shape(&body).map_err(|e| BackendError::Invalid(e.to_string()))?;
+        let now = self.clock.now_ms();
+        let prediction = self
+            .mirror
+            .predict(&shaped.prompt(), now, session.min_cacheable, &self.rules)
+            .map_err(|e| BackendError::Invalid(e.to_string()))?;
+
+        let completed = self
+            .client
+            .messages(&request, input.safe_to_repeat)
+            .await
+            .map_err(|f| {
+                tracing::warn!(retries = f.retries.len(), error = %f.error, "turn failed");
+                f.error
+            })?;
+        self.mirror
+            .commit(&shaped.model, &prediction, now, &self.rules);
+
+        let response = completed.response;
+        let usage = response.usage.to_core();
+        let predicted = prediction.outcome.usage(usage.output);
+        let mut events = Vec::new();
+        let miss = if usage.cache_read < predicted.cache_read {
+            events.push(TurnEvent::ReadShortfall {
+                predicted: predicted.cache_read,
+                reported: usage.cache_read,
+            });
+            Some(MissCause::EvictionOrUnknown)
+        } else {
+            prediction.outcome.miss
+        };
+        let ttl = TtlCheck {
+            expected_5m: predicted.cache_write_5m,
+            expected_1h: predicted.cache_write_1h,
+            honoured_5m: usage.cache_write_5m,
+            honoured_1h: usage.cache_write_1h,
+        };
+        if ttl.mismatch() {
+            tracing::warn!(
+                ?ttl,
+                "the provider honoured another cache TTL than requested"
+            );
+            events.push(TurnEvent::TtlMismatch { check: ttl });
+        }
+
+        let mut text = String::new();
+        let mut tool_calls = Vec::new();
+        let mut structured = None;
+        let mut pending_ack = None;
+        for block in &response.content {
+            match block {
+                ContentBlock::Text { text: t, .. } => text.push_str(t),
+                ContentBlock::ToolUse {
+                    id, name, input, ..
+                } if name == STRUCTURED_OUTPUT_TOOL => {
+                    structured = Some(input.clone());
+                    pending_ack = Some(id.clone());
+                }
+                ContentBlock::ToolUse {
+                    id, name, input, ..
+                } => tool_calls.push(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                }),
+                _ => {}
+            }
+        }
+        // Commit the turn to the session: the user message without its marker, the reply
+        // verbatim.
+        let mut sent = request.messages;
+        if let Some(Message {
+            content: Content::Blocks(blocks),
+            ..
+        }) = sent.last_mut()
+            && let Some(last) = blocks.last_mut()
+        {
+            last.set_cache_control(None);
+        }
+        session.history = sent;
+        session.history.push(Message {
+            role: Role::Assistant,
+            content: Content::Blocks(response.content.clone()),
+            extra: Map::new(),
+        });
+        session.pending_ack = pending_ack;
+
+        Ok(TurnOutcome {
+            text,
+            tool_calls,
+            structured,
+            stop_reason: response.stop_reason.unwrap_or_default(),
+            usage,
+            raw_usage: completed.raw_usage,
+            predicted: Some(predicted),
+            miss,
+            ttl,
+            retries: completed.retries,
+            events,
+            request_id: completed.request_id,
+        })
+    }
+}

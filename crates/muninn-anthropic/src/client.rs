@@ -1,0 +1,620 @@
+//! The Messages API client: one request in, one assembled reply (or a clear error) out, with
+//! retries.
+//!
+//! # Retries
+//!
+//! Retried: HTTP 408, 409, 429 and every 5xx (529 is `overloaded_error`), a transport failure, a
+//! malformed or truncated stream, and an `error` event inside a stream whose type is
+//! `overloaded_error`, `api_error` or `rate_limit_error`. Not retried: every other 4xx (the
+//! request is wrong: fix it) — those surface at once as [`BackendError::Api`] with
+//! `retryable: false`.
+//!
+//! The delay before retry *n* (1-based) is the server's `retry-after` when it sent one (seconds,
+//! or `retry-after-ms`), capped at [`RetryPolicy::max_retry_after`]; otherwise
+//! `base · 2^(n-1)`, capped at `max_delay`, plus up to `jitter` of itself drawn from a seeded
+//! generator (deterministic per client, different per seed, so many clients do not retry in
+//! lockstep). This is the Claude Code CLI's observed schedule (500 ms doubling to ~32 s, ~25 %
+//! jitter). Every retry is returned as a [`RetryEvent`] for the ledger.
+//!
+//! **Nothing is re-sent after the first content byte** (the first `content_block_start`) unless
+//! the caller says the turn is safe to repeat: the partial reply may already have been shown or
+//! acted on. Such a failure is [`BackendError::BrokenAfterContent`].
+//!
+//! # TLS
+//!
+//! reqwest with rustls and the `ring` provider, installed as the process default before the
+//! first client is built (reqwest 0.13 without a default provider panics at build time
+//! otherwise). No aws-lc, no OpenSSL.
+
+use crate::clock::Sleeper;
+use crate::secret::ApiKey;
+use crate::sse::SseDecoder;
+use crate::wire::{
+    API_VERSION, ContentBlock, Delta, ErrorResponse, MessagesRequest, MessagesResponse, Role,
+    StreamEvent, Usage,
+};
+use muninn_backend::{BackendError, RetryEvent};
+use serde_json::{Map, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How the key is presented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthScheme {
+    /// `x-api-key: <key>` (an API key).
+    ApiKeyHeader,
+    /// `authorization: Bearer <token>` (`ANTHROPIC_AUTH_TOKEN`).
+    Bearer,
+}
+
+/// The retry schedule (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// The first backoff delay.
+    pub base_delay: Duration,
+    /// The most any backoff delay grows to (before jitter).
+    pub max_delay: Duration,
+    /// Jitter as a fraction of the delay (0.25 adds up to 25 %).
+    pub jitter: f64,
+    /// The longest `retry-after` honoured; a longer one is capped.
+    pub max_retry_after: Duration,
+    /// Seed of the jitter generator.
+    pub jitter_seed: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 8,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(32),
+            jitter: 0.25,
+            max_retry_after: Duration::from_secs(120),
+            jitter_seed: 0x5eed_1234_abcd_ef01,
+        }
+    }
+}
+
+/// Everything the client needs.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The API root, e.g. `https://api.anthropic.com` or `http://127.0.0.1:8088`.
+    pub base_url: String,
+    /// The key.
+    pub api_key: ApiKey,
+    /// How the key is sent.
+    pub auth: AuthScheme,
+    /// `anthropic-beta` values (joined with commas; none sends no header).
+    pub betas: Vec<String>,
+    /// Retries.
+    pub retry: RetryPolicy,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// The longest silence between two reads of a response body.
+    pub read_timeout: Duration,
+}
+
+/// The credentials in the environment (looked up through `get`, so tests need no process
+/// environment): `ANTHROPIC_API_KEY` as `x-api-key`, else `ANTHROPIC_AUTH_TOKEN` as a bearer
+/// token, as the Claude Code CLI does.
+pub fn credentials_from_env(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<(ApiKey, AuthScheme), crate::secret::ApiKeyError> {
+    match ApiKey::from_env(&get) {
+        Err(crate::secret::ApiKeyError::Missing) => match get("ANTHROPIC_AUTH_TOKEN") {
+            Some(token) => Ok((ApiKey::new(token)?, AuthScheme::Bearer)),
+            None => Err(crate::secret::ApiKeyError::Missing),
+        },
+        other => other.map(|k| (k, AuthScheme::ApiKeyHeader)),
+    }
+}
+
+impl ClientConfig {
+    /// Defaults for `base_url` and `api_key`: x-api-key auth, the 1h-TTL beta, default retries,
+    /// 10 s connect and 600 s read timeouts (the CLI's `x-stainless-timeout`).
+    pub fn new(base_url: impl Into<String>, api_key: ApiKey) -> ClientConfig {
+        ClientConfig {
+            base_url: base_url.into(),
+            api_key,
+            auth: AuthScheme::ApiKeyHeader,
+            betas: vec!["extended-cache-ttl-2025-04-11".to_string()],
+            retry: RetryPolicy::default(),
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A reply received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completed {
+    /// The whole reply (assembled from the stream when streaming).
+    pub response: MessagesResponse,
+    /// The usage JSON verbatim (streaming: `message_start`'s, with `message_delta`'s fields laid
+    /// over it).
+    pub raw_usage: Value,
+    /// The `request-id` header.
+    pub request_id: Option<String>,
+    /// Retries made before it.
+    pub retries: Vec<RetryEvent>,
+}
+
+/// A request that failed, with the retries made on the way.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{error}")]
+pub struct Failed {
+    /// Why.
+    pub error: BackendError,
+    /// Retries made before giving up.
+    pub retries: Vec<RetryEvent>,
+}
+
+/// The client. Cheap to clone; clones share the connection pool and the jitter generator.
+#[derive(Debug, Clone)]
+pub struct AnthropicClient {
+    http: reqwest::Client,
+    config: ClientConfig,
+    sleeper: Arc<dyn Sleeper>,
+    rng: Arc<Mutex<u64>>,
+}
+
+/// Why a client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// reqwest refused the configuration.
+    #[error("building the HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+}
+
+/// Installs rustls's `ring` provider as the process default, once; a provider installed
+/// earlier (by us or the embedding program) is kept.
+pub fn install_ring_provider() {
+    let _already_installed = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// One failed attempt, classified.
+struct AttemptError {
+    error: BackendError,
+    retryable: bool,
+    retry_after: Option<Duration>,
+    after_content: bool,
+}
+
+impl AnthropicClient {
+    /// A client with the given configuration and sleeper.
+    pub fn new(
+        config: ClientConfig,
+        sleeper: Arc<dyn Sleeper>,
+    ) -> Result<AnthropicClient, BuildError> {
+        install_ring_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .read_timeout(config.read_timeout)
+            .user_agent(concat!("muninn/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        let seed = config.retry.jitter_seed | 1;
+        Ok(AnthropicClient {
+            http,
+            config,
+            sleeper,
+            rng: Arc::new(Mutex::new(seed)),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// The backoff delay before retry `attempt` (1-based) when the server gave no `retry-after`.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let p = &self.config.retry;
+        let exp = p
+            .base_delay
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
+        let base = exp.min(p.max_delay);
+        let unit = match self.rng.lock() {
+            Ok(mut state) => {
+                // xorshift64*: a tiny deterministic generator; jitter needs spread, not secrecy.
+                let mut x = *state;
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                *state = x;
+                (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+            }
+            // A poisoned generator only loses the jitter, never the retry.
+            Err(_) => 0.0,
+        };
+        base + base.mul_f64(p.jitter * unit)
+    }
+
+    /// Sends `request` (streaming if `request.stream`), retrying per the module docs.
+    /// `safe_to_repeat` allows a retry after reply content has begun arriving.
+    pub async fn messages(
+        &self,
+        request: &MessagesRequest,
+        safe_to_repeat: bool,
+    ) -> Result<Completed, Failed> {
+        let body = match serde_json::to_vec(request) {
+            Ok(b) => b,
+            Err(e) => {
+                return Err(Failed {
+                    error: BackendError::Invalid(format!("request does not serialise: {e}")),
+                    retries: Vec::new(),
+                });
+            }
+        };
+        let mut retries = Vec::new();
+        let mut attempt: u32 = 0;
+        loop {
+            let failure = match self.attempt(&body, request.stream).await {
+                Ok((response, raw_usage, request_id)) => {
+                    return Ok(Completed {
+                        response,
+                        raw_usage,
+                        request_id,
+                        retries,
+                    });
+                }
+                Err(f) => f,
+            };
+            if failure.after_content && !safe_to_repeat {
+                return Err(Failed {
+                    error: BackendError::BrokenAfterContent(Box::new(failure.error)),
+                    retries,
+                });
+            }
+            if !failure.retryable {
+                return Err(Failed {
+                    error: failure.error,
+                    retries,
+                });
+            }
+            if attempt >= self.config.retry.max_retries {
+                return Err(Failed {
+                    error: BackendError::RetriesExhausted {
+                        attempts: attempt + 1,
+                        last: Box::new(failure.error),
+                    },
+                    retries,
+                });
+            }
+            attempt += 1;
+            let delay = match failure.retry_after {
+                Some(d) => d.min(self.config.retry.max_retry_after),
+                None => self.backoff(attempt),
+            };
+            let (status, kind) = match &failure.error {
+                BackendError::Api { status, kind, .. } => {
+                    ((*status != 0).then_some(*status), kind.clone())
+                }
+                BackendError::Protocol(_) => (None, "protocol".to_string()),
+                _ => (None, "transport".to_string()),
+            };
+            tracing::warn!(attempt, delay_ms = delay.as_millis() as u64, error = %failure.error, "retrying Messages API request");
+            retries.push(RetryEvent {
+                attempt,
+                delay_ms: delay.as_millis() as u64,
+                status,
+                kind,
+                retry_after_ms: failure.retry_after.map(|d| d.as_millis() as u64),
+            });
+            self.sleeper.sleep(delay).await;
+        }
+    }
+
+    async fn attempt(
+        &self,
+        body: &[u8],
+        stream: bool,
+    ) -> Result<(MessagesResponse, Value, Option<String>), AttemptError> {
+        let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
+        let mut req = self
+            .http
+            .post(url)
+            .header("anthropic-version", API_VERSION)
+            .header("content-type", "application/json")
+            .header(
+                "accept",
+                if stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                },
+            );
+        req = match self.config.auth {
+            AuthScheme::ApiKeyHeader => req.header("x-api-key", self.config.api_key.expose()),
+            AuthScheme::Bearer => req.header(
+                "authorization",
+                format!("Bearer {}", self.config.api_key.expose()),
+            ),
+        };
+        if !self.config.betas.is_empty() {
+            req = req.header("anthropic-beta", self.config.betas.join(","));
+        }
+        let transport = |e: reqwest::Error| AttemptError {
+            // reqwest's Display never includes header values, so the key cannot leak here.
+            error: BackendError::Transport(e.without_url().to_string()),
+            retryable: true,
+            retry_after: None,
+            after_content: false,
+        };
+        let mut response = req.body(body.to_vec()).send().await.map_err(transport)?;
+        let status = response.status().as_u16();
+        let request_id = response
+            .headers()
+            .get("request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        if !(200..300).contains(&status) {
+            let retry_after = retry_after(response.headers());
+            let text = response.text().await.unwrap_or_default();
+            let (kind, message) = match serde_json::from_str::<ErrorResponse>(&text) {
+                Ok(e) => (e.error.kind, e.error.message),
+                Err(_) => (
+                    format!("http_{status}"),
+                    text.chars().take(500).collect::<String>(),
+                ),
+            };
+            let retryable = matches!(status, 408 | 409 | 429) || status >= 500;
+            return Err(AttemptError {
+                error: BackendError::Api {
+                    status,
+                    kind,
+                    message,
+                    retryable,
+                    retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
+                },
+                retryable,
+                retry_after,
+                after_content: false,
+            });
+        }
+        if !stream {
+            let bytes = response.bytes().await.map_err(transport)?;
+            let value: Value = serde_json::from_slice(&bytes)
+                .map_err(|e| protocol(format!("reply is not JSON: {e}"), false))?;
+            let raw_usage = value.get("usage").cloned().unwrap_or(Value::Null);
+            let message: MessagesResponse = serde_json::from_value(value)
+                .map_err(|e| protocol(format!("reply is not a message: {e}"), false))?;
+            return Ok((message, raw_usage, request_id));
+        }
+        let mut decoder = SseDecoder::new();
+        let mut assembler = Assembler::default();
+        loop {
+            let chunk = match response.chunk().await {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(e) => {
+                    let mut f = transport(e);
+                    f.after_content = assembler.content_started;
+                    return Err(f);
+                }
+            };
+            let frames = decoder
+                .push(&chunk)
+                .map_err(|e| protocol(e.to_string(), assembler.content_started))?;
+            for frame in frames {
+                assembler.on_frame(&frame.data)?;
+                if assembler.stopped {
+                    let (message, raw) = assembler.finish()?;
+                    return Ok((message, raw, request_id));
+                }
+            }
+        }
+        decoder
+            .finish()
+            .map_err(|e| protocol(e.to_string(), assembler.content_started))?;
+        Err(protocol(
+            "the stream ended before message_stop".to_string(),
+            assembler.content_started,
+        ))
+    }
+}
+
+fn protocol(message: String, after_content: bool) -> AttemptError {
+    AttemptError {
+        error: BackendError::Protocol(message),
+        retryable: true,
+        retry_after: None,
+        after_content,
+    }
+}
+
+/// `retry-after-ms` (milliseconds) or `retry-after` (seconds, possibly fractional).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    get("retry-after")
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+/// Builds a [`MessagesResponse`] from stream events, keeping the raw usage JSON.
+#[derive(Debug, Default)]
+pub struct Assembler {
+    message: Option<MessagesResponse>,
+    raw_usage: Map<String, Value>,
+    partial_json: Vec<(usize, String)>,
+    /// Whether reply content has begun (the first `content_block_start`).
+    pub content_started: bool,
+    /// Whether `message_stop` arrived.
+    pub stopped: bool,
+}
+
+impl Assembler {
+    /// Feeds one event's data.
+    fn on_frame(&mut self, data: &str) -> Result<(), AttemptError> {
+        let after = self.content_started;
+        let event = StreamEvent::parse(data).map_err(|e| protocol(e.to_string(), after))?;
+        match event {
+            StreamEvent::MessageStart { message } => {
+                if let Some(Value::Object(raw)) = serde_json::from_str::<Value>(data)
+                    .ok()
+                    .and_then(|v| v.get("message").and_then(|m| m.get("usage")).cloned())
+                {
+                    self.raw_usage = raw;
+                }
+                self.message = Some(message);
+            }
+            StreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            } => {
+                self.content_started = true;
+                let message = self.message_mut()?;
+                if index != message.content.len() {
+                    return Err(protocol(
+                        format!("content block {index} out of order"),
+                        true,
+                    ));
+                }
+                message.content.push(content_block);
+            }
+            StreamEvent::ContentBlockDelta { index, delta } => {
+                let block =
+                    self.message_mut()?.content.get_mut(index).ok_or_else(|| {
+                        protocol(format!("delta for unknown block {index}"), true)
+                    })?;
+                match (block, delta) {
+                    (ContentBlock::Text { text, .. }, Delta::TextDelta { text: more }) => {
+                        text.push_str(&more);
+                    }
+                    (
+                        ContentBlock::Thinking { thinking, .. },
+                        Delta::ThinkingDelta { thinking: more },
+                    ) => {
+                        thinking.push_str(&more);
+                    }
+                    (
+                        ContentBlock::Thinking { signature, .. },
+                        Delta::SignatureDelta { signature: s },
+                    ) => {
+                        *signature = s;
+                    }
+                    (ContentBlock::ToolUse { .. }, Delta::InputJsonDelta { partial_json }) => {
+                        match self.partial_json.iter_mut().find(|(i, _)| *i == index) {
+                            Some((_, s)) => s.push_str(&partial_json),
+                            None => self.partial_json.push((index, partial_json)),
+                        }
+                    }
+                    (_, Delta::Unknown(_)) => {}
+                    (_, d) => {
+                        return Err(protocol(
+                            format!("delta {d:?} does not fit block {index}"),
+                            true,
+                        ));
+                    }
+                }
+            }
+            StreamEvent::ContentBlockStop { index } => {
+                if let Some(pos) = self.partial_json.iter().position(|(i, _)| *i == index) {
+                    let (_, json) = self.partial_json.swap_remove(pos);
+                    let parsed: Value = if json.trim().is_empty() {
+                        Value::Object(Map::new())
+                    } else {
+                        serde_json::from_str(&json).map_err(|e| {
+                            protocol(
+                                format!("tool input of block {index} is not JSON: {e}"),
+                                true,
+                            )
+                        })?
+                    };
+                    if let Some(ContentBlock::ToolUse { input, .. }) =
+                        self.message_mut()?.content.get_mut(index)
+                    {
+                        *input = parsed;
+                    }
+                }
+            }
+            StreamEvent::MessageDelta { delta, usage } => {
+                if let Some(Value::Object(raw)) = serde_json::from_str::<Value>(data)
+                    .ok()
+                    .and_then(|v| v.get("usage").cloned())
+                {
+                    for (k, v) in raw {
+                        self.raw_usage.insert(k, v);
+                    }
+                }
+                let message = self.message_mut()?;
+                message.stop_reason = delta.stop_reason;
+                message.stop_sequence = delta.stop_sequence;
+                message.usage.merge(&usage);
+            }
+            StreamEvent::MessageStop => self.stopped = true,
+            StreamEvent::Ping | StreamEvent::Unknown(_) => {}
+            StreamEvent::Error { error } => {
+                let status = match error.kind.as_str() {
+                    "overloaded_error" => 529,
+                    "rate_limit_error" => 429,
+                    "api_error" => 500,
+                    _ => 0,
+                };
+                let retryable = status != 0;
+                return Err(AttemptError {
+                    error: BackendError::Api {
+                        status: 0,
+                        kind: error.kind,
+                        message: error.message,
+                        retryable,
+                        retry_after_ms: None,
+                    },
+                    retryable,
+                    retry_after: None,
+                    after_content: after,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn message_mut(&mut self) -> Result<&mut MessagesResponse, AttemptError> {
+        let after = self.content_started;
+        self.message
+            .as_mut()
+            .ok_or_else(|| protocol("an event before message_start".to_string(), after))
+    }
+
+    fn finish(&mut self) -> Result<(MessagesResponse, Value), AttemptError> {
+        let message = self
+            .message
+            .take()
+            .ok_or_else(|| protocol("message_stop without message_start".to_string(), true))?;
+        if message.role != Role::Assistant {
+            return Err(protocol(
+                "the reply is not from the assistant".to_string(),
+                true,
+            ));
+        }
+        Ok((message, Value::Object(std::mem::take(&mut self.raw_usage))))
+    }
+}
+
+/// Assembles a complete event stream (for tests and tools): the reply and the raw usage, or the
+/// first error.
+pub fn assemble(events_data: &[String]) -> Result<(MessagesResponse, Value, Usage), BackendError> {
+    let mut a = Assembler::default();
+    for data in events_data {
+        a.on_frame(data).map_err(|f| f.error)?;
+    }
+    if !a.stopped {
+        return Err(BackendError::Protocol("no message_stop".to_string()));
+    }
+    let (m, raw) = a.finish().map_err(|f| f.error)?;
+    let usage = m.usage.clone();
+    Ok((m, raw, usage))
+}

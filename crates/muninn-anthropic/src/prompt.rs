@@ -1,0 +1,292 @@
+//! A Messages API request as the cache model sees it: the one mapping from a request body to
+//! [`muninn_core::cache`] checkpoints, shared by the simulator (which reports usage from it) and by
+//! muninn's client and ledger (which predict usage from it), so that both predict identically.
+//!
+//! # The mapping
+//!
+//! - **Blocks, in cache-hierarchy order**: each tool definition, then each system block (a string
+//!   system prompt is one text block), then each content block of each message in order (a string
+//!   content is one text block). A message with no blocks adds nothing.
+//! - **Tokens** ([`muninn_core::tokenize::count`]): a text block counts its `text`; any other block
+//!   (tool definition, `tool_use`, `tool_result`, image, thinking, unknown) counts its canonical
+//!   JSON (below) without `cache_control`. The prompt's total is the sum over its blocks.
+//! - **Identity**: a block's content hash is over its canonical JSON without `cache_control`,
+//!   with the section (and for messages the role, `tool_choice` and `thinking` of the request)
+//!   folded in. So moving a marker never changes the prefix, and a string content equals the
+//!   same text as a one-block array — exactly the two changes the Claude Code CLI makes between
+//!   consecutive requests. A change of `tool_choice` or `thinking` invalidates the messages but
+//!   not tools or system, as the API documents.
+//! - **Canonical JSON**: object keys sorted, no whitespace, strings escaped as `serde_json` does.
+//!   It does not depend on the order the client wrote the keys in.
+//! - **Breakpoints**: a block's `cache_control` (`{"type":"ephemeral"}` is 5m; `"ttl":"5m"` or
+//!   `"1h"`). A top-level `cache_control` (automatic caching) puts a breakpoint on the last block
+//!   of the prompt; if that block already carries one, the explicit marker stands and no second
+//!   slot is used.
+//!
+//! Limits (≤ 4 breakpoints, 1h before 5m) are checked by the cache model itself
+//! ([`muninn_core::cache::CacheError`]), whose messages are the API's 400 wording.
+
+use muninn_core::cache::{Checkpoint, Prompt, Ttl, checkpoints_from_blocks, hash_bytes};
+use muninn_core::money::Tokens;
+use muninn_core::tokenize;
+use serde_json::Value;
+
+/// A request the mapping cannot read; each message names the field as the API's
+/// `invalid_request_error` does. Not retryable: the request must be fixed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    /// The body is not a JSON object.
+    #[error("request body must be a JSON object")]
+    NotAnObject,
+    /// A required field is missing.
+    #[error("{0}: Field required")]
+    Missing(&'static str),
+    /// A field has the wrong shape.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// Where, e.g. `messages.2.content.0.cache_control.ttl`.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A request mapped for the cache model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptShape {
+    /// The model (the cache is per model).
+    pub model: String,
+    /// One checkpoint per block, in order.
+    pub checkpoints: Vec<Checkpoint>,
+    /// All prompt tokens.
+    pub total_tokens: Tokens,
+}
+
+impl PromptShape {
+    /// The view the cache model takes.
+    pub fn prompt(&self) -> Prompt<'_> {
+        Prompt {
+            model: &self.model,
+            checkpoints: &self.checkpoints,
+            total_tokens: self.total_tokens,
+        }
+    }
+
+    /// The TTLs of the breakpoints, in order.
+    pub fn breakpoints(&self) -> Vec<Ttl> {
+        self.checkpoints
+            .iter()
+            .filter_map(|c| c.breakpoint)
+            .collect()
+    }
+
+    /// Tokens up to and including the last breakpoint (0 without one).
+    pub fn prefix_tokens(&self) -> Tokens {
+        self.checkpoints
+            .iter()
+            .rev()
+            .find(|c| c.breakpoint.is_some())
+            .map_or(0, |c| c.tokens)
+    }
+}
+
+/// Maps a request body (a `/v1/messages` or `count_tokens` body) to checkpoints.
+pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
+    let body = request.as_object().ok_or(ShapeError::NotAnObject)?;
+    let model = body
+        .get("model")
+        .ok_or(ShapeError::Missing("model"))?
+        .as_str()
+        .ok_or_else(|| invalid("model", "Input should be a valid string"))?
+        .to_string();
+    let mut blocks: Vec<(Tokens, u64, Option<Ttl>)> = Vec::new();
+
+    if let Some(tools) = body.get("tools") {
+        let tools = tools
+            .as_array()
+            .ok_or_else(|| invalid("tools", "Input should be a valid list"))?;
+        for (i, tool) in tools.iter().enumerate() {
+            blocks.push(block(tool, &format!("tools.{i}"), "t")?);
+        }
+    }
+
+    match body.get("system") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => blocks.push(text_block(s, "s")),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                blocks.push(block(item, &format!("system.{i}"), "s")?);
+            }
+        }
+        Some(_) => return Err(invalid("system", "Input should be a string or a list")),
+    }
+
+    let mut salt = String::new();
+    for key in ["tool_choice", "thinking"] {
+        if let Some(v) = body.get(key) {
+            salt.push_str(key);
+            canonical(v, &mut salt);
+        }
+    }
+    let messages = body
+        .get("messages")
+        .ok_or(ShapeError::Missing("messages"))?
+        .as_array()
+        .ok_or_else(|| invalid("messages", "Input should be a valid list"))?;
+    for (i, message) in messages.iter().enumerate() {
+        let role = message
+            .get("role")
+            .and_then(Value::as_str)
+            .ok_or_else(|| invalid(&format!("messages.{i}.role"), "Field required"))?;
+        let section = format!("m|{role}|{salt}");
+        match message.get("content") {
+            Some(Value::String(s)) => blocks.push(text_block(s, &section)),
+            Some(Value::Array(items)) => {
+                for (j, item) in items.iter().enumerate() {
+                    blocks.push(block(item, &format!("messages.{i}.content.{j}"), &section)?);
+                }
+            }
+            Some(_) => {
+                return Err(invalid(
+                    &format!("messages.{i}.content"),
+                    "Input should be a string or a list",
+                ));
+            }
+            None => return Err(invalid(&format!("messages.{i}.content"), "Field required")),
+        }
+    }
+
+    if let Some(cc) = body.get("cache_control").filter(|v| !v.is_null()) {
+        let ttl = parse_cache_control(cc, "cache_control")?;
+        match blocks.last_mut() {
+            Some(last) if last.2.is_none() => last.2 = Some(ttl),
+            Some(_) => {}
+            None => return Err(invalid("cache_control", "there is no block to cache")),
+        }
+    }
+
+    let (checkpoints, total_tokens) = checkpoints_from_blocks(&blocks);
+    Ok(PromptShape {
+        model,
+        checkpoints,
+        total_tokens,
+    })
+}
+
+fn invalid(path: &str, message: &str) -> ShapeError {
+    ShapeError::Invalid {
+        path: path.to_string(),
+        message: message.to_string(),
+    }
+}
+
+fn text_block(text: &str, section: &str) -> (Tokens, u64, Option<Ttl>) {
+    let mut key = String::with_capacity(section.len() + text.len() + 32);
+    key.push_str(section);
+    key.push('|');
+    canonical(&serde_json::json!({"type": "text", "text": text}), &mut key);
+    (tokenize::count(text), hash_bytes(key.as_bytes()), None)
+}
+
+fn block(
+    item: &Value,
+    path: &str,
+    section: &str,
+) -> Result<(Tokens, u64, Option<Ttl>), ShapeError> {
+    let obj = item
+        .as_object()
+        .ok_or_else(|| invalid(path, "Input should be an object"))?;
+    let breakpoint = match obj.get("cache_control") {
+        None | Some(Value::Null) => None,
+        Some(cc) => Some(parse_cache_control(cc, &format!("{path}.cache_control"))?),
+    };
+    let mut key = String::with_capacity(section.len() + 64);
+    key.push_str(section);
+    key.push('|');
+    let start = key.len();
+    canonical_object(obj, &mut key, true);
+    let tokens = match (obj.get("type"), obj.get("text")) {
+        (Some(Value::String(t)), Some(Value::String(text))) if t == "text" => tokenize::count(text),
+        _ => tokenize::count(&key[start..]),
+    };
+    Ok((tokens, hash_bytes(key.as_bytes()), breakpoint))
+}
+
+fn parse_cache_control(cc: &Value, path: &str) -> Result<Ttl, ShapeError> {
+    let obj = cc
+        .as_object()
+        .ok_or_else(|| invalid(path, "Input should be an object"))?;
+    match obj.get("type").and_then(Value::as_str) {
+        Some("ephemeral") => {}
+        _ => {
+            return Err(invalid(
+                &format!("{path}.type"),
+                "Input should be 'ephemeral'",
+            ));
+        }
+    }
+    match obj.get("ttl") {
+        None | Some(Value::Null) => Ok(Ttl::FiveMinutes),
+        Some(Value::String(s)) if s == "5m" => Ok(Ttl::FiveMinutes),
+        Some(Value::String(s)) if s == "1h" => Ok(Ttl::OneHour),
+        Some(_) => Err(invalid(
+            &format!("{path}.ttl"),
+            "Input should be '5m' or '1h'",
+        )),
+    }
+}
+
+/// Appends the canonical JSON of `v` (sorted keys, no whitespace) to `out`.
+pub fn canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(map) => canonical_object(map, out, false),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::String(s) => push_string(s, out),
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn canonical_object(
+    map: &serde_json::Map<String, Value>,
+    out: &mut String,
+    skip_cache_control: bool,
+) {
+    let mut keys: Vec<&String> = map
+        .keys()
+        .filter(|k| !(skip_cache_control && *k == "cache_control"))
+        .collect();
+    keys.sort();
+    out.push('{');
+    for (i, k) in keys.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_string(k, out);
+        out.push(':');
+        if let Some(v) = map.get(*k) {
+            canonical(v, out);
+        }
+    }
+    out.push('}');
+}
+
+fn push_string(s: &str, out: &mut String) {
+    // Escaping a &str through serde_json cannot fail.
+    out.push_str(&Value::String(s.to_string()).to_string());
+}
+
+/// The canonical JSON of `v` as a new string.
+pub fn canonical_string(v: &Value) -> String {
+    let mut out = String::new();
+    canonical(v, &mut out);
+    out
+}

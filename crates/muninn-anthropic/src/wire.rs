@@ -1,0 +1,640 @@
+//! Wire types of the Anthropic Messages API (`POST /v1/messages`, `POST /v1/messages/count_tokens`).
+//!
+//! These are the bottom of the stack: the client sends and decodes them, the simulator
+//! (`muninn-sim`) receives and answers with them. They follow the API as documented and as the
+//! Claude Code CLI 2.1.332 uses it (`shared/reference/claude-cli-2.1.332.md`), including what the
+//! public documentation does not show: `role: "system"` messages inside `messages`, and
+//! message-level `output_config`.
+//!
+//! Forward compatibility: fields this module does not name are kept in `extra` maps on requests,
+//! messages and tools, so a request round-trips; a content block, delta or stream event of a type
+//! this module does not know decodes as `Unknown(serde_json::Value)` instead of failing. A *known*
+//! event type with a malformed body is an error ([`StreamEvent::parse`]), never silently
+//! `Unknown`.
+
+use muninn_core::cache::Ttl;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The `anthropic-version` header value this crate speaks.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// A `cache_control` marker: makes the block it sits on a cache breakpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheControl {
+    /// Always `ephemeral` (the only kind the API has).
+    #[serde(rename = "type")]
+    pub kind: CacheControlKind,
+    /// The entry's lifetime; absent means the default 5 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<Ttl>,
+}
+
+impl CacheControl {
+    /// A 5-minute breakpoint written the way the Claude Code CLI writes it (no `ttl` field).
+    pub const EPHEMERAL: CacheControl = CacheControl {
+        kind: CacheControlKind::Ephemeral,
+        ttl: None,
+    };
+
+    /// A breakpoint with the given TTL: 5m as a bare `ephemeral`, 1h with `"ttl":"1h"`.
+    pub fn with_ttl(ttl: Ttl) -> CacheControl {
+        CacheControl {
+            kind: CacheControlKind::Ephemeral,
+            ttl: match ttl {
+                Ttl::FiveMinutes => None,
+                Ttl::OneHour => Some(Ttl::OneHour),
+            },
+        }
+    }
+
+    /// The TTL this marker asks for.
+    pub fn requested_ttl(&self) -> Ttl {
+        self.ttl.unwrap_or(Ttl::FiveMinutes)
+    }
+}
+
+/// The kind of a [`CacheControl`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheControlKind {
+    /// The prompt cache.
+    Ephemeral,
+}
+
+/// Who a message is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The user (or tool results).
+    User,
+    /// The model.
+    Assistant,
+    /// A system message inside `messages` (the CLI's per-turn environment block, beta
+    /// `per-turn-control-2026-07-01`).
+    System,
+}
+
+/// A content block, in a message, a system prompt or a response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+        /// A cache breakpoint on this block.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+    /// A tool call by the model.
+    ToolUse {
+        /// The call's id (`toolu_…`), answered by a `tool_result` with the same `tool_use_id`.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// The arguments, an object valid under the tool's `input_schema`.
+        input: Value,
+        /// A cache breakpoint on this block.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+    /// The result of a tool call, sent by the user side.
+    ToolResult {
+        /// The `id` of the `tool_use` this answers.
+        tool_use_id: String,
+        /// The result: a string or an array of content blocks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<Value>,
+        /// Whether the tool failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        is_error: Option<bool>,
+        /// A cache breakpoint on this block.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+    /// The model's visible reasoning.
+    Thinking {
+        /// The reasoning text.
+        thinking: String,
+        /// The signature that lets the block be sent back.
+        #[serde(default)]
+        signature: String,
+    },
+    /// A block type this crate does not know, kept verbatim.
+    #[serde(untagged)]
+    Unknown(Value),
+}
+
+impl ContentBlock {
+    /// A text block without a breakpoint.
+    pub fn text(text: impl Into<String>) -> ContentBlock {
+        ContentBlock::Text {
+            text: text.into(),
+            cache_control: None,
+        }
+    }
+
+    /// Sets (or clears) this block's breakpoint; blocks that cannot carry one are unchanged.
+    pub fn set_cache_control(&mut self, marker: Option<CacheControl>) {
+        match self {
+            ContentBlock::Text { cache_control, .. }
+            | ContentBlock::ToolUse { cache_control, .. }
+            | ContentBlock::ToolResult { cache_control, .. } => *cache_control = marker,
+            ContentBlock::Thinking { .. } | ContentBlock::Unknown(_) => {}
+        }
+    }
+}
+
+/// A message's content: the API accepts a plain string as one text block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    /// A plain string (one text block without a breakpoint).
+    Text(String),
+    /// Content blocks.
+    Blocks(Vec<ContentBlock>),
+}
+
+/// One message of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who it is from.
+    pub role: Role,
+    /// What it says.
+    pub content: Content,
+    /// Fields this crate does not name (the CLI's message-level `output_config`), kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The system prompt: a string or text blocks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum System {
+    /// A plain string.
+    Text(String),
+    /// Text blocks, each of which may carry a breakpoint.
+    Blocks(Vec<ContentBlock>),
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tool {
+    /// The tool's name.
+    pub name: String,
+    /// What it does, for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The JSON Schema of its input (absent for server tools, which carry a `type` in `extra`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
+    /// A cache breakpoint on this tool definition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<CacheControl>,
+    /// Fields this crate does not name (`defer_loading`, a server tool's `type`), kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The body of `POST /v1/messages`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessagesRequest {
+    /// The model id.
+    pub model: String,
+    /// The most output tokens the reply may have.
+    pub max_tokens: u64,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// The system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<System>,
+    /// Tools the model may call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Tool>,
+    /// How the model must use tools (`auto`, `any`, `tool`, `none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
+    /// Top-level automatic caching: one breakpoint on the last cacheable block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<CacheControl>,
+    /// Whether to answer with an SSE stream.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
+    /// Fields this crate does not name (`thinking`, `metadata`, `output_config`,
+    /// `context_management`, `temperature`, …), kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The body of `POST /v1/messages/count_tokens`: a messages request without `max_tokens`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CountTokensRequest {
+    /// The model id.
+    pub model: String,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// The system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<System>,
+    /// Tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Tool>,
+    /// Fields this crate does not name, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The answer to `count_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CountTokensResponse {
+    /// Prompt tokens of the request.
+    pub input_tokens: u64,
+}
+
+/// The split of cache writes by TTL.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheCreation {
+    /// Tokens written with the 5-minute TTL.
+    #[serde(default)]
+    pub ephemeral_5m_input_tokens: u64,
+    /// Tokens written with the 1-hour TTL.
+    #[serde(default)]
+    pub ephemeral_1h_input_tokens: u64,
+}
+
+/// Token usage as the API reports it. Every field is optional because a streaming
+/// `message_delta` carries only some of them; [`Usage::merge`] lays a later report over an
+/// earlier one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens after the last breakpoint (neither read nor written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Prompt tokens written to the cache (the sum of the `cache_creation` split).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_input_tokens: Option<u64>,
+    /// Prompt tokens read from the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_input_tokens: Option<u64>,
+    /// The write split by TTL: how the server actually honoured the requested TTLs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation: Option<CacheCreation>,
+    /// Output tokens (in `message_start`, a small placeholder; final in `message_delta`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// `standard`, `priority` or `batch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<String>,
+    /// Fields this crate does not name (`server_tool_use`, `inference_geo`, …), kept verbatim.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Usage {
+    /// Lays `later` over `self`: every field `later` carries wins, as the real API's
+    /// `message_delta` overrides `message_start` (and as the Claude Code CLI merges them).
+    pub fn merge(&mut self, later: &Usage) {
+        if later.input_tokens.is_some() {
+            self.input_tokens = later.input_tokens;
+        }
+        if later.cache_creation_input_tokens.is_some() {
+            self.cache_creation_input_tokens = later.cache_creation_input_tokens;
+        }
+        if later.cache_read_input_tokens.is_some() {
+            self.cache_read_input_tokens = later.cache_read_input_tokens;
+        }
+        if later.cache_creation.is_some() {
+            self.cache_creation = later.cache_creation;
+        }
+        if later.output_tokens.is_some() {
+            self.output_tokens = later.output_tokens;
+        }
+        if later.service_tier.is_some() {
+            self.service_tier.clone_from(&later.service_tier);
+        }
+        for (k, v) in &later.extra {
+            self.extra.insert(k.clone(), v.clone());
+        }
+    }
+
+    /// The parsed numbers muninn's ledger keeps. When the server gives no `cache_creation`
+    /// split, every written token is counted as a 5-minute write (the API's default TTL).
+    /// When the split disagrees with the total, the split wins for each tier and any remainder
+    /// of the total is a 5-minute write.
+    pub fn to_core(&self) -> muninn_core::trace::Usage {
+        let total_write = self.cache_creation_input_tokens.unwrap_or(0);
+        let (w5, w1) = match self.cache_creation {
+            Some(split) => {
+                let named = split.ephemeral_5m_input_tokens + split.ephemeral_1h_input_tokens;
+                (
+                    split.ephemeral_5m_input_tokens + total_write.saturating_sub(named),
+                    split.ephemeral_1h_input_tokens,
+                )
+            }
+            None => (total_write, 0),
+        };
+        muninn_core::trace::Usage {
+            input: self.input_tokens.unwrap_or(0),
+            cache_write_5m: w5,
+            cache_write_1h: w1,
+            cache_read: self.cache_read_input_tokens.unwrap_or(0),
+            output: self.output_tokens.unwrap_or(0),
+        }
+    }
+
+    /// The wire form of core usage, with the `cache_creation` split and `service_tier`.
+    pub fn from_core(usage: &muninn_core::trace::Usage) -> Usage {
+        Usage {
+            input_tokens: Some(usage.input),
+            cache_creation_input_tokens: Some(usage.written()),
+            cache_read_input_tokens: Some(usage.cache_read),
+            cache_creation: Some(CacheCreation {
+                ephemeral_5m_input_tokens: usage.cache_write_5m,
+                ephemeral_1h_input_tokens: usage.cache_write_1h,
+            }),
+            output_tokens: Some(usage.output),
+            service_tier: Some("standard".to_string()),
+            extra: Map::new(),
+        }
+    }
+}
+
+/// A complete (non-streaming) reply, also the `message` of `message_start`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessagesResponse {
+    /// The message id (`msg_…`).
+    pub id: String,
+    /// Always `message`.
+    #[serde(rename = "type", default = "message_type")]
+    pub kind: String,
+    /// Always `assistant`.
+    pub role: Role,
+    /// The model that answered.
+    pub model: String,
+    /// The reply's blocks (empty in `message_start`).
+    pub content: Vec<ContentBlock>,
+    /// Why generation stopped: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`, `refusal`,
+    /// `pause_turn`; `null` in `message_start`.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+    /// The stop sequence that matched, if any.
+    #[serde(default)]
+    pub stop_sequence: Option<String>,
+    /// Token usage.
+    pub usage: Usage,
+}
+
+fn message_type() -> String {
+    "message".to_string()
+}
+
+/// An incremental change to a content block in a stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Delta {
+    /// More text for a text block.
+    TextDelta {
+        /// The text to append.
+        text: String,
+    },
+    /// More of a tool call's input JSON (the pieces concatenate to the whole JSON text).
+    InputJsonDelta {
+        /// The JSON text to append.
+        partial_json: String,
+    },
+    /// More reasoning text for a thinking block.
+    ThinkingDelta {
+        /// The text to append.
+        thinking: String,
+    },
+    /// The signature of a thinking block.
+    SignatureDelta {
+        /// The signature.
+        signature: String,
+    },
+    /// A delta type this crate does not know, kept verbatim.
+    #[serde(untagged)]
+    Unknown(Value),
+}
+
+/// The message-level part of a `message_delta` event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MessageDeltaBody {
+    /// The final stop reason.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+    /// The stop sequence that matched, if any.
+    #[serde(default)]
+    pub stop_sequence: Option<String>,
+}
+
+/// The API's error body: `{"type":"error","error":{"type":…,"message":…}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// `invalid_request_error`, `authentication_error`, `permission_error`, `not_found_error`,
+    /// `request_too_large`, `rate_limit_error`, `api_error`, `overloaded_error`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A human-readable explanation.
+    pub message: String,
+}
+
+/// An error response, the body of every non-2xx answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    /// Always `error`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The error.
+    pub error: ErrorBody,
+    /// The server's request id, when it gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+impl ErrorResponse {
+    /// An error response of the given kind and message.
+    pub fn new(kind: &str, message: impl Into<String>) -> ErrorResponse {
+        ErrorResponse {
+            kind: "error".to_string(),
+            error: ErrorBody {
+                kind: kind.to_string(),
+                message: message.into(),
+            },
+            request_id: None,
+        }
+    }
+}
+
+/// One server-sent event of a streaming reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamEvent {
+    /// The reply begins: the message with empty content and the input-side usage.
+    MessageStart {
+        /// The message so far.
+        message: MessagesResponse,
+    },
+    /// A content block begins.
+    ContentBlockStart {
+        /// The block's index in the reply.
+        index: usize,
+        /// The block, with empty text or empty input.
+        content_block: ContentBlock,
+    },
+    /// More of a content block.
+    ContentBlockDelta {
+        /// The block's index.
+        index: usize,
+        /// The change.
+        delta: Delta,
+    },
+    /// A content block is complete.
+    ContentBlockStop {
+        /// The block's index.
+        index: usize,
+    },
+    /// The reply's stop reason and final usage. Its usage fields override those of
+    /// `message_start`.
+    MessageDelta {
+        /// Stop reason and sequence.
+        delta: MessageDeltaBody,
+        /// Final usage (at least `output_tokens`).
+        usage: Usage,
+    },
+    /// The reply is complete.
+    MessageStop,
+    /// Keep-alive; carries nothing.
+    Ping,
+    /// The stream failed (for example `overloaded_error`); nothing follows.
+    Error {
+        /// The error.
+        error: ErrorBody,
+    },
+    /// An event type this crate does not know, kept verbatim.
+    #[serde(untagged)]
+    Unknown(Value),
+}
+
+/// Event type names this module decodes into named variants.
+const KNOWN_EVENTS: &[&str] = &[
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+    "ping",
+    "error",
+];
+
+/// A stream event's `data` that could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventError {
+    /// The data is not JSON. The server or the connection is broken; retrying may help.
+    #[error("stream event is not JSON: {0}")]
+    NotJson(String),
+    /// A known event type whose body does not have the documented shape.
+    #[error("malformed {event} event: {message}")]
+    Malformed {
+        /// The event's `type`.
+        event: String,
+        /// What the decoder said.
+        message: String,
+    },
+}
+
+impl StreamEvent {
+    /// Decodes one event's `data`. Unknown types become [`StreamEvent::Unknown`]; a known type
+    /// with a malformed body is an error, never silently `Unknown`.
+    pub fn parse(data: &str) -> Result<StreamEvent, EventError> {
+        let value: Value =
+            serde_json::from_str(data).map_err(|e| EventError::NotJson(e.to_string()))?;
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if !KNOWN_EVENTS.contains(&kind.as_str()) {
+            return Ok(StreamEvent::Unknown(value));
+        }
+        // Decode the known body without the untagged fallback, so its error is reported.
+        let strict =
+            serde_json::from_value::<Strict>(value).map_err(|e| EventError::Malformed {
+                event: kind.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(strict.0)
+    }
+
+    /// The SSE `event:` name of this event (its `type`).
+    pub fn name(&self) -> &str {
+        match self {
+            StreamEvent::MessageStart { .. } => "message_start",
+            StreamEvent::ContentBlockStart { .. } => "content_block_start",
+            StreamEvent::ContentBlockDelta { .. } => "content_block_delta",
+            StreamEvent::ContentBlockStop { .. } => "content_block_stop",
+            StreamEvent::MessageDelta { .. } => "message_delta",
+            StreamEvent::MessageStop => "message_stop",
+            StreamEvent::Ping => "ping",
+            StreamEvent::Error { .. } => "error",
+            StreamEvent::Unknown(v) => v.get("type").and_then(Value::as_str).unwrap_or("unknown"),
+        }
+    }
+}
+
+/// The known events without the untagged `Unknown` arm, for strict decoding.
+struct Strict(StreamEvent);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Strict, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(tag = "type", rename_all = "snake_case")]
+        enum Known {
+            MessageStart {
+                message: MessagesResponse,
+            },
+            ContentBlockStart {
+                index: usize,
+                content_block: ContentBlock,
+            },
+            ContentBlockDelta {
+                index: usize,
+                delta: Delta,
+            },
+            ContentBlockStop {
+                index: usize,
+            },
+            MessageDelta {
+                #[serde(default)]
+                delta: MessageDeltaBody,
+                #[serde(default)]
+                usage: Usage,
+            },
+            MessageStop,
+            Ping,
+            Error {
+                error: ErrorBody,
+            },
+        }
+        Ok(Strict(match Known::deserialize(d)? {
+            Known::MessageStart { message } => StreamEvent::MessageStart { message },
+            Known::ContentBlockStart {
+                index,
+                content_block,
+            } => StreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            },
+            Known::ContentBlockDelta { index, delta } => {
+                StreamEvent::ContentBlockDelta { index, delta }
+            }
+            Known::ContentBlockStop { index } => StreamEvent::ContentBlockStop { index },
+            Known::MessageDelta { delta, usage } => StreamEvent::MessageDelta { delta, usage },
+            Known::MessageStop => StreamEvent::MessageStop,
+            Known::Ping => StreamEvent::Ping,
+            Known::Error { error } => StreamEvent::Error { error },
+        }))
+    }
+}

@@ -1,0 +1,6 @@
+//! The integration tests of muninn-anthropic, in one binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod prompt;
+mod sse;
+mod wire;

@@ -1,0 +1,89 @@
+//! The request-to-checkpoints mapping: what counts as the same prefix, and the breakpoints.
+
+use muninn_anthropic::prompt::{ShapeError, shape};
+use muninn_core::cache::{CacheRules, CacheState, Ttl};
+use muninn_core::tokenize::count;
+use serde_json::{Value, json};
+
+fn req(messages: Value) -> Value {
+    json!({"model": "m", "max_tokens": 10, "system": [{"type":"text","text":"You are X."},{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}], "tools": [{"name":"t","input_schema":{"type":"object"}}], "messages": messages})
+}
+
+#[test]
+fn blocks_in_order_with_tokens_and_breakpoints() {
+    let s = shape(&req(json!([{"role":"user","content":"hello world"}]))).unwrap();
+    assert_eq!(s.checkpoints.len(), 4);
+    let tool_tokens = count(r#"{"input_schema":{"type":"object"},"name":"t"}"#);
+    let tokens: Vec<u64> = s.checkpoints.iter().map(|c| c.tokens).collect();
+    assert_eq!(
+        tokens,
+        vec![
+            tool_tokens,
+            tool_tokens + count("You are X."),
+            tool_tokens + count("You are X.") + count("Be brief."),
+            tool_tokens + count("You are X.") + count("Be brief.") + count("hello world")
+        ]
+    );
+    assert_eq!(s.total_tokens, tokens[3]);
+    assert_eq!(s.breakpoints(), vec![Ttl::FiveMinutes]);
+    assert_eq!(s.prefix_tokens(), tokens[2]);
+}
+
+#[test]
+fn a_moved_marker_and_string_form_keep_the_prefix() {
+    // The Claude Code CLI's one byte-level change between consecutive requests.
+    let a = shape(&req(json!([{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}]))).unwrap();
+    let b = shape(&req(json!([{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"yo"}]}]))).unwrap();
+    assert_eq!(a.checkpoints[3].fingerprint, b.checkpoints[3].fingerprint);
+    // Key order does not matter.
+    let c = shape(&req(
+        json!([{"content":[{"text":"hi","type":"text"}],"role":"user"}]),
+    ))
+    .unwrap();
+    assert_eq!(a.checkpoints[3].fingerprint, c.checkpoints[3].fingerprint);
+    // The role does.
+    let d = shape(&req(json!([{"role":"assistant","content":"hi"}]))).unwrap();
+    assert_ne!(a.checkpoints[3].fingerprint, d.checkpoints[3].fingerprint);
+}
+
+#[test]
+fn tool_choice_invalidates_messages_only() {
+    let mut a = req(json!([{"role":"user","content":"hi"}]));
+    let b = shape(&a).unwrap();
+    a["tool_choice"] = json!({"type":"any"});
+    let c = shape(&a).unwrap();
+    assert_eq!(b.checkpoints[2].fingerprint, c.checkpoints[2].fingerprint);
+    assert_ne!(b.checkpoints[3].fingerprint, c.checkpoints[3].fingerprint);
+}
+
+#[test]
+fn automatic_caching_marks_the_last_block() {
+    let mut a = req(json!([{"role":"user","content":"hi"}]));
+    a["cache_control"] = json!({"type":"ephemeral","ttl":"1h"});
+    let s = shape(&a).unwrap();
+    assert_eq!(s.checkpoints[3].breakpoint, Some(Ttl::OneHour));
+    // 1h after the system's 5m: the cache model refuses it with the API's wording.
+    let err = CacheState::new()
+        .predict(&s.prompt(), 0, 0, &CacheRules::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("ttl='1h'"), "{err}");
+}
+
+#[test]
+fn bad_requests_name_the_field() {
+    assert_eq!(shape(&json!([])), Err(ShapeError::NotAnObject));
+    assert_eq!(
+        shape(&json!({"messages": []})),
+        Err(ShapeError::Missing("model"))
+    );
+    let e = shape(&req(json!([{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral","ttl":"30m"}}]}]))).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "messages.0.content.0.cache_control.ttl: Input should be '5m' or '1h'"
+    );
+    let e = shape(&req(json!([{"role":"user","content":5}]))).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "messages.0.content: Input should be a string or a list"
+    );
+}

@@ -1,0 +1,271 @@
+//! # muninn-backend
+//!
+//! The contract between muninn and the model behind a session: one [`Backend`] trait, the
+//! types a turn goes in and comes out with, and the behaviour suite
+//! ([`suite::run_backend_suite`]) that every implementation passes — the Anthropic Messages API
+//! client (`muninn-anthropic`) against `muninn sim-api`, and later the Claude Code CLI driver and
+//! the in-process simulator.
+//!
+//! ## Layout
+//!
+//! - this module — [`Backend`], [`SessionSpec`], [`TurnInput`], [`TurnOutcome`], [`BackendError`].
+//! - [`schema`] — the small JSON Schema subset structured output uses: a deterministic example
+//!   generator and a validator.
+//! - [`suite`] — the behaviour suite.
+//!
+//! ## Invariants
+//!
+//! - A backend owns one session: [`Backend::start`] opens it, each [`Backend::turn`] appends one
+//!   user turn and returns the model's reply. History is append-only within the session.
+//! - Every outcome carries the provider's usage parsed *and* its raw JSON verbatim, every retry
+//!   the backend made, and the TTL the provider actually honoured.
+//! - Credentials never appear in any value this crate defines (errors included).
+
+pub mod schema;
+pub mod suite;
+
+use muninn_core::cache::Ttl;
+use muninn_core::ledger::MissCause;
+use muninn_core::trace::Usage;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::future::Future;
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// The JSON Schema of its input.
+    pub input_schema: Value,
+}
+
+/// What a session is: the stable layers that head every request of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionSpec {
+    /// The model id.
+    pub model: String,
+    /// System layers, most stable first (doctrine, persona, …); each is one system block.
+    pub system: Vec<String>,
+    /// Tools offered on every request.
+    pub tools: Vec<ToolSpec>,
+    /// When set, the reply must be a JSON value valid under this schema (the Claude Code CLI's
+    /// `--json-schema`, offered as the `StructuredOutput` tool).
+    pub output_schema: Option<Value>,
+    /// The TTL of the breakpoint closing the system layers.
+    pub system_ttl: Ttl,
+    /// The TTL of the moving breakpoint at the end of the conversation.
+    pub conversation_ttl: Ttl,
+    /// The most output tokens a reply may have.
+    pub max_tokens: u64,
+}
+
+/// One part of a user turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum InputPart {
+    /// Text from the user (or a delivery).
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// The result of a tool call the model made in the previous turn.
+    ToolResult {
+        /// The call's id.
+        tool_use_id: String,
+        /// The result text.
+        content: String,
+        /// Whether the tool failed.
+        is_error: bool,
+    },
+}
+
+/// One user turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnInput {
+    /// What the user side says, in order.
+    pub parts: Vec<InputPart>,
+    /// Whether the turn may be sent again after reply content has begun arriving (a keep-warm
+    /// ping or a read-only question is; a turn whose reply triggers effects is not). Before the
+    /// first content byte every turn may be retried.
+    pub safe_to_repeat: bool,
+}
+
+impl TurnInput {
+    /// A plain text turn, not safe to repeat.
+    pub fn text(text: impl Into<String>) -> TurnInput {
+        TurnInput {
+            parts: vec![InputPart::Text { text: text.into() }],
+            safe_to_repeat: false,
+        }
+    }
+}
+
+/// A tool call in a reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call's id, to answer with [`InputPart::ToolResult`].
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments.
+    pub input: Value,
+}
+
+/// One retry a backend made within a turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryEvent {
+    /// 1 for the first retry.
+    pub attempt: u32,
+    /// How long the backend waited before it.
+    pub delay_ms: u64,
+    /// The HTTP status that caused it (none for a transport failure or a stream error event).
+    pub status: Option<u16>,
+    /// The API error type (`rate_limit_error`, `overloaded_error`, …) or `transport`.
+    pub kind: String,
+    /// The server's `retry-after`, when given.
+    pub retry_after_ms: Option<u64>,
+}
+
+/// The TTLs a request asked for and the split the provider reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TtlCheck {
+    /// Tokens the cache model expected written at 5m and at 1h for the request as sent.
+    pub expected_5m: u64,
+    /// See `expected_5m`.
+    pub expected_1h: u64,
+    /// Tokens the provider reported written at 5m.
+    pub honoured_5m: u64,
+    /// Tokens the provider reported written at 1h.
+    pub honoured_1h: u64,
+}
+
+impl TtlCheck {
+    /// The TTL the provider honoured for this request's writes: 1h if it wrote any at 1h, 5m if
+    /// only at 5m, none if it wrote nothing.
+    pub fn honoured(&self) -> Option<Ttl> {
+        if self.honoured_1h > 0 {
+            Some(Ttl::OneHour)
+        } else if self.honoured_5m > 0 {
+            Some(Ttl::FiveMinutes)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the provider wrote at 1h when only 5m was expected or the reverse — a provider
+    /// that ignores `ttl` (a missing beta, a policy), which changes every later decision.
+    pub fn mismatch(&self) -> bool {
+        (self.expected_1h > 0 && self.honoured_1h == 0 && self.honoured_5m > 0)
+            || (self.expected_1h == 0 && self.honoured_1h > 0)
+    }
+}
+
+/// A ledger event a turn raises beside its row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TurnEvent {
+    /// The provider honoured another TTL than the request asked for (flagged).
+    TtlMismatch {
+        /// What was expected and what was reported.
+        check: TtlCheck,
+    },
+    /// The provider read less than the cache model predicted.
+    ReadShortfall {
+        /// Predicted cache read.
+        predicted: u64,
+        /// Reported cache read.
+        reported: u64,
+    },
+}
+
+/// What one turn produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnOutcome {
+    /// The reply's text (text blocks joined).
+    pub text: String,
+    /// Tool calls in the reply (other than the structured-output call).
+    pub tool_calls: Vec<ToolCall>,
+    /// The structured reply, when the session has an output schema and the model gave one.
+    pub structured: Option<Value>,
+    /// Why generation stopped.
+    pub stop_reason: String,
+    /// The usage the provider reported, parsed.
+    pub usage: Usage,
+    /// The provider's usage JSON, verbatim (streaming: `message_start`'s object with
+    /// `message_delta`'s fields laid over it).
+    pub raw_usage: Value,
+    /// What the cache model predicted for the request as sent, when the backend predicts.
+    pub predicted: Option<Usage>,
+    /// Why the request read less than it could have, if it did.
+    pub miss: Option<MissCause>,
+    /// Requested against honoured TTL.
+    pub ttl: TtlCheck,
+    /// Every retry made, in order.
+    pub retries: Vec<RetryEvent>,
+    /// Flagged events for the ledger.
+    pub events: Vec<TurnEvent>,
+    /// The provider's request id, when it gives one.
+    pub request_id: Option<String>,
+}
+
+/// Why a turn failed. Each variant says whether trying again later could help.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The provider refused the request (a 4xx other than 429, or a 5xx/429 once retries ran
+    /// out). `retryable` tells whether a later attempt could succeed.
+    #[error("API error {status} {kind}: {message}")]
+    Api {
+        /// HTTP status (0 for an `error` event inside a stream).
+        status: u16,
+        /// The API error type.
+        kind: String,
+        /// The API's message.
+        message: String,
+        /// Whether the same request could succeed later.
+        retryable: bool,
+        /// The server's `retry-after`, if it gave one.
+        retry_after_ms: Option<u64>,
+    },
+    /// Retries ran out; the last failure is inside.
+    #[error("gave up after {attempts} attempts: {last}")]
+    RetriesExhausted {
+        /// Requests made.
+        attempts: u32,
+        /// The last failure.
+        last: Box<BackendError>,
+    },
+    /// The reply broke off after content had arrived, and the turn is not safe to repeat: the
+    /// caller must decide (its effects may have been seen).
+    #[error("the reply broke off after content arrived and the turn is not safe to repeat: {0}")]
+    BrokenAfterContent(Box<BackendError>),
+    /// The connection failed or timed out. Retryable.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The provider's answer did not follow the protocol (malformed JSON or SSE, a truncated
+    /// stream). Retryable before content arrived.
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// The turn cannot be sent as given (no session started, a malformed schema, …). Not
+    /// retryable.
+    #[error("invalid turn: {0}")]
+    Invalid(String),
+}
+
+/// A model behind a session.
+pub trait Backend: Send {
+    /// A short name for logs and the ledger (`anthropic`, `claude-cli`, `sim`).
+    fn name(&self) -> &str;
+
+    /// Opens the session (replacing any previous one).
+    fn start(&mut self, spec: SessionSpec)
+    -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Appends one user turn and returns the reply.
+    fn turn(
+        &mut self,
+        input: TurnInput,
+    ) -> impl Future<Output = Result<TurnOutcome, BackendError>> + Send;
+}

@@ -1,0 +1,349 @@
+//! The JSON Schema subset structured output uses, with a deterministic example generator and a
+//! validator.
+//!
+//! Supported keywords: `type` (one name or a list; `null` is picked last), `enum`, `const`,
+//! `properties`, `required`, `additionalProperties: false`, `items`, `minItems`, `maxItems`,
+//! `minLength`, `maxLength`, `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`,
+//! `anyOf` / `oneOf` (the first branch is generated; validation accepts any branch), `allOf`
+//! (each must hold), and local `$ref`s (`#/$defs/…`, `#/definitions/…`). Other keywords are
+//! ignored by both sides, so the generator's output always validates under [`validate`] for the
+//! subset, and a schema that leans on unsupported keywords may produce a value the real
+//! validator rejects.
+//!
+//! The generator is pure: the same schema always gives the same value. It fills every declared
+//! property (required or not), strings with `"<name>-value"` padded or cut to the length bounds,
+//! numbers with 42 clamped into range, booleans with `true`, arrays with `max(minItems, 1)` items
+//! (capped by `maxItems`). Recursion through `$ref` stops at depth 16 with `null`.
+
+use serde_json::{Map, Value, json};
+
+const MAX_DEPTH: usize = 16;
+
+/// A deterministic value valid under `schema` (see the module docs for the subset).
+pub fn generate(schema: &Value) -> Value {
+    gen_at(schema, schema, "value", 0)
+}
+
+fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
+    let mut current = schema;
+    for _ in 0..MAX_DEPTH {
+        let Some(reference) = current.get("$ref").and_then(Value::as_str) else {
+            return current;
+        };
+        let Some(pointer) = reference.strip_prefix('#') else {
+            return current;
+        };
+        match root.pointer(pointer) {
+            Some(target) => current = target,
+            None => return current,
+        }
+    }
+    current
+}
+
+fn type_names(schema: &Value) -> Vec<&str> {
+    match schema.get("type") {
+        Some(Value::String(s)) => vec![s.as_str()],
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize) -> Value {
+    if depth > MAX_DEPTH {
+        return Value::Null;
+    }
+    let schema = resolve(root, schema);
+    if let Some(c) = schema.get("const") {
+        return c.clone();
+    }
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(first) = schema
+            .get(key)
+            .and_then(Value::as_array)
+            .and_then(|b| b.first())
+        {
+            return gen_at(root, first, name, depth + 1);
+        }
+    }
+    if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
+        // Merge the branches' object properties; for non-objects the first branch decides.
+        let mut merged = Map::new();
+        for branch in all {
+            match gen_at(root, branch, name, depth + 1) {
+                Value::Object(m) => merged.extend(m),
+                other if merged.is_empty() => return other,
+                _ => {}
+            }
+        }
+        return Value::Object(merged);
+    }
+    let types = type_names(schema);
+    let chosen = types
+        .iter()
+        .copied()
+        .find(|t| *t != "null")
+        .or_else(|| types.first().copied())
+        .unwrap_or(if schema.get("properties").is_some() {
+            "object"
+        } else if schema.get("items").is_some() {
+            "array"
+        } else {
+            "string"
+        });
+    match chosen {
+        "object" => {
+            let mut out = Map::new();
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (key, sub) in props {
+                    out.insert(key.clone(), gen_at(root, sub, key, depth + 1));
+                }
+            }
+            Value::Object(out)
+        }
+        "array" => {
+            let min = schema.get("minItems").and_then(Value::as_u64).unwrap_or(1);
+            let max = schema
+                .get("maxItems")
+                .and_then(Value::as_u64)
+                .unwrap_or(u64::MAX);
+            let n = min.max(1).min(max).min(64);
+            let item = schema.get("items").cloned().unwrap_or(json!({}));
+            Value::Array(
+                (0..n)
+                    .map(|_| gen_at(root, &item, name, depth + 1))
+                    .collect(),
+            )
+        }
+        "integer" | "number" => {
+            let mut v: f64 = 42.0;
+            if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
+                v = v.max(min);
+            }
+            if let Some(min) = schema.get("exclusiveMinimum").and_then(Value::as_f64)
+                && v <= min
+            {
+                v = min + 1.0;
+            }
+            if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
+                v = v.min(max);
+            }
+            if let Some(max) = schema.get("exclusiveMaximum").and_then(Value::as_f64)
+                && v >= max
+            {
+                v = max - 1.0;
+            }
+            if chosen == "integer" {
+                json!(v.round() as i64)
+            } else {
+                json!(v)
+            }
+        }
+        "boolean" => Value::Bool(true),
+        "null" => Value::Null,
+        _ => {
+            let mut s = format!("{name}-value");
+            let min = schema.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
+            let max = schema
+                .get("maxLength")
+                .and_then(Value::as_u64)
+                .map_or(usize::MAX, |m| m as usize);
+            while s.chars().count() < min {
+                s.push('x');
+            }
+            if s.chars().count() > max {
+                s = s.chars().take(max).collect();
+            }
+            Value::String(s)
+        }
+    }
+}
+
+/// Checks `value` against `schema` (the subset in the module docs). The error names the first
+/// failing location as a JSON pointer, like `/answer: must be string`.
+pub fn validate(schema: &Value, value: &Value) -> Result<(), String> {
+    check(schema, schema, value, "", 0)
+}
+
+fn type_matches(name: &str, value: &Value) -> bool {
+    match name {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "null" => value.is_null(),
+        _ => true,
+    }
+}
+
+fn check(
+    root: &Value,
+    schema: &Value,
+    value: &Value,
+    at: &str,
+    depth: usize,
+) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Ok(());
+    }
+    let schema = resolve(root, schema);
+    let here = if at.is_empty() { "root" } else { at };
+    if let Some(c) = schema.get("const")
+        && c != value
+    {
+        return Err(format!("{here}: must be equal to constant"));
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array)
+        && !options.contains(value)
+    {
+        return Err(format!(
+            "{here}: must be equal to one of the allowed values"
+        ));
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(branches) = schema.get(key).and_then(Value::as_array)
+            && !branches
+                .iter()
+                .any(|b| check(root, b, value, at, depth + 1).is_ok())
+        {
+            return Err(format!("{here}: must match a schema in {key}"));
+        }
+    }
+    if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
+        for branch in all {
+            check(root, branch, value, at, depth + 1)?;
+        }
+    }
+    let types = type_names(schema);
+    if !types.is_empty() && !types.iter().any(|t| type_matches(t, value)) {
+        return Err(format!("{here}: must be {}", types.join(",")));
+    }
+    match value {
+        Value::Object(map) => {
+            if let Some(required) = schema.get("required").and_then(Value::as_array) {
+                for key in required.iter().filter_map(Value::as_str) {
+                    if !map.contains_key(key) {
+                        return Err(format!("{here}: must have required property '{key}'"));
+                    }
+                }
+            }
+            let props = schema.get("properties").and_then(Value::as_object);
+            for (key, v) in map {
+                match props.and_then(|p| p.get(key)) {
+                    Some(sub) => check(root, sub, v, &format!("{at}/{key}"), depth + 1)?,
+                    None => {
+                        if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
+                            return Err(format!(
+                                "{here}: must NOT have additional property '{key}'"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            let n = items.len() as u64;
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+                && n < min
+            {
+                return Err(format!("{here}: must NOT have fewer than {min} items"));
+            }
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+                && n > max
+            {
+                return Err(format!("{here}: must NOT have more than {max} items"));
+            }
+            if let Some(item) = schema.get("items") {
+                for (i, v) in items.iter().enumerate() {
+                    check(root, item, v, &format!("{at}/{i}"), depth + 1)?;
+                }
+            }
+        }
+        Value::String(s) => {
+            let n = s.chars().count() as u64;
+            if schema
+                .get("minLength")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n < m)
+            {
+                return Err(format!(
+                    "{here}: must NOT be shorter than the minimum length"
+                ));
+            }
+            if schema
+                .get("maxLength")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n > m)
+            {
+                return Err(format!(
+                    "{here}: must NOT be longer than the maximum length"
+                ));
+            }
+        }
+        Value::Number(num) => {
+            let x = num.as_f64().unwrap_or(0.0);
+            let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
+            if bound("minimum").is_some_and(|m| x < m)
+                || bound("maximum").is_some_and(|m| x > m)
+                || bound("exclusiveMinimum").is_some_and(|m| x <= m)
+                || bound("exclusiveMaximum").is_some_and(|m| x >= m)
+            {
+                return Err(format!("{here}: must be within the bounds"));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_values_validate() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "say": {"type": "array", "items": {"$ref": "#/$defs/line"}, "minItems": 2},
+                "mood": {"enum": ["calm", "busy"]},
+                "score": {"type": "integer", "minimum": 50, "maximum": 60},
+                "ratio": {"type": "number", "exclusiveMaximum": 1},
+                "ok": {"type": "boolean"},
+                "note": {"type": ["string", "null"], "minLength": 20},
+                "run": {"anyOf": [{"type": "null"}, {"type": "object"}]}
+            },
+            "required": ["say", "mood", "score"],
+            "additionalProperties": false,
+            "$defs": {"line": {"type": "object", "properties": {"room": {"type": "string", "maxLength": 3}, "text": {"type": "string"}}, "required": ["room", "text"]}}
+        });
+        let value = generate(&schema);
+        assert_eq!(validate(&schema, &value), Ok(()), "{value}");
+        assert_eq!(value["score"], json!(50));
+        assert_eq!(value["mood"], json!("calm"));
+        assert_eq!(value["say"].as_array().map(Vec::len), Some(2));
+        assert_eq!(value["say"][0]["room"], json!("roo"));
+    }
+
+    #[test]
+    fn validation_names_the_failure() {
+        let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer", "score"]});
+        assert_eq!(
+            validate(&schema, &json!({"answer": "x"})),
+            Err("root: must have required property 'score'".to_string())
+        );
+        assert_eq!(
+            validate(&schema, &json!({"answer": 1, "score": 2})),
+            Err("/answer: must be string".to_string())
+        );
+    }
+}

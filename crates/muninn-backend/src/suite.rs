@@ -1,0 +1,302 @@
+//! The behaviour suite every [`Backend`] passes.
+//!
+//! A backend's tests implement [`SuiteHarness`] (how to make a fresh backend, and, when the
+//! provider behind it has a virtual clock, how to advance it) and call
+//! [`run_backend_suite`]. Each case opens its own session with a system prompt made unique by
+//! the harness's nonce, so cases never share a cache prefix with each other or with other tests
+//! talking to the same provider.
+//!
+//! Cases:
+//!
+//! 1. `append_reads_grow` — five text turns: the first writes and reads nothing, each later turn
+//!    reads strictly more than the one before, usage is conserved against the raw JSON.
+//! 2. `tool_round_trip` — a turn asking for a tool gets a call with a schema-valid input; its
+//!    result sent back gets a text reply.
+//! 3. `structured_output` — a session with an output schema gets a schema-valid value.
+//! 4. `ttl_expiry` (only with a clock) — an idle gap past the 5-minute TTL makes the next turn
+//!    read nothing of the expired conversation, attributed to `ttl_expiry`.
+
+use crate::{Backend, InputPart, SessionSpec, ToolSpec, TurnInput, TurnOutcome};
+use muninn_core::cache::Ttl;
+use muninn_core::ledger::MissCause;
+use serde_json::{Value, json};
+use std::future::Future;
+
+/// How the suite gets backends and controls the provider behind them.
+pub trait SuiteHarness {
+    /// The backend under test.
+    type B: Backend;
+
+    /// A fresh backend (no session started).
+    fn backend(&self) -> impl Future<Output = Self::B>;
+
+    /// The model to open sessions on.
+    fn model(&self) -> String;
+
+    /// A string unique to this run, folded into every system prompt.
+    fn nonce(&self) -> String;
+
+    /// Advances the provider's clock (and the backend's) by `ms`; `false` if the provider has no
+    /// controllable clock, which skips the cases that need one.
+    fn advance_clock(&self, ms: u64) -> impl Future<Output = bool>;
+}
+
+/// A case that failed: its name and what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("backend suite case {case}: {message}")]
+pub struct SuiteFailure {
+    /// The case.
+    pub case: &'static str,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// What the suite ran.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SuiteReport {
+    /// Cases that passed.
+    pub passed: Vec<&'static str>,
+    /// Cases skipped because the harness does not support them.
+    pub skipped: Vec<&'static str>,
+}
+
+fn fail(case: &'static str, message: impl Into<String>) -> SuiteFailure {
+    SuiteFailure {
+        case,
+        message: message.into(),
+    }
+}
+
+/// A system prompt long enough to be cacheable on every model (≥ 4,096 tokens under
+/// `muninn_core::tokenize`), unique to `nonce` and `case`.
+fn system_prompt(nonce: &str, case: &str) -> Vec<String> {
+    let doctrine: String = (0..900)
+        .map(|i| format!("rule{i} keep every promise. "))
+        .collect();
+    vec![
+        format!("You are a suite Mind ({case}, run {nonce}). {doctrine}"),
+        "Persona: terse, exact.".to_string(),
+    ]
+}
+
+fn spec(harness_model: String, nonce: &str, case: &str) -> SessionSpec {
+    SessionSpec {
+        model: harness_model,
+        system: system_prompt(nonce, case),
+        tools: Vec::new(),
+        output_schema: None,
+        system_ttl: Ttl::FiveMinutes,
+        conversation_ttl: Ttl::FiveMinutes,
+        max_tokens: 1024,
+    }
+}
+
+fn check_conservation(case: &'static str, o: &TurnOutcome) -> Result<(), SuiteFailure> {
+    let raw = |k: &str| o.raw_usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let raw_split = |k: &str| {
+        o.raw_usage
+            .get("cache_creation")
+            .and_then(|c| c.get(k))
+            .and_then(Value::as_u64)
+    };
+    if raw("input_tokens") != o.usage.input
+        || raw("cache_read_input_tokens") != o.usage.cache_read
+        || raw("cache_creation_input_tokens") != o.usage.written()
+        || raw("output_tokens") != o.usage.output
+    {
+        return Err(fail(
+            case,
+            format!(
+                "parsed usage {:?} differs from raw {}",
+                o.usage, o.raw_usage
+            ),
+        ));
+    }
+    if let (Some(w5), Some(w1)) = (
+        raw_split("ephemeral_5m_input_tokens"),
+        raw_split("ephemeral_1h_input_tokens"),
+    ) && (w5 != o.usage.cache_write_5m || w1 != o.usage.cache_write_1h)
+    {
+        return Err(fail(case, "the 5m/1h split differs from the raw usage"));
+    }
+    if o.usage.prompt() == 0 || o.usage.output == 0 {
+        return Err(fail(case, format!("empty usage {:?}", o.usage)));
+    }
+    if let Some(p) = &o.predicted
+        && p.prompt() != o.usage.prompt()
+    {
+        return Err(fail(
+            case,
+            format!(
+                "predicted prompt {} != reported {}",
+                p.prompt(),
+                o.usage.prompt()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs every case; the first failure stops the suite.
+pub async fn run_backend_suite<H: SuiteHarness>(h: &H) -> Result<SuiteReport, SuiteFailure> {
+    let mut report = SuiteReport::default();
+    let nonce = h.nonce();
+
+    // 1. append_reads_grow
+    {
+        const CASE: &str = "append_reads_grow";
+        let mut b = h.backend().await;
+        b.start(spec(h.model(), &nonce, CASE))
+            .await
+            .map_err(|e| fail(CASE, e.to_string()))?;
+        let mut last_read = 0;
+        for turn in 1..=5 {
+            let o = b
+                .turn(TurnInput::text(format!(
+                    "message number {turn}: how are you?"
+                )))
+                .await
+                .map_err(|e| fail(CASE, format!("turn {turn}: {e}")))?;
+            check_conservation(CASE, &o)?;
+            if o.text.is_empty() {
+                return Err(fail(CASE, format!("turn {turn}: empty reply")));
+            }
+            if turn == 1 {
+                if o.usage.cache_read != 0 || o.usage.written() == 0 {
+                    return Err(fail(
+                        CASE,
+                        format!("turn 1 not a cold write: {:?}", o.usage),
+                    ));
+                }
+                if o.miss != Some(MissCause::ColdStart) && o.predicted.is_some() {
+                    return Err(fail(
+                        CASE,
+                        format!("turn 1 miss {:?}, not cold_start", o.miss),
+                    ));
+                }
+            } else if o.usage.cache_read <= last_read {
+                return Err(fail(
+                    CASE,
+                    format!(
+                        "turn {turn}: read {} did not grow past {last_read}",
+                        o.usage.cache_read
+                    ),
+                ));
+            }
+            last_read = o.usage.cache_read;
+        }
+        report.passed.push(CASE);
+    }
+
+    // 2. tool_round_trip
+    {
+        const CASE: &str = "tool_round_trip";
+        let schema = json!({"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}}, "required": ["query"]});
+        let mut s = spec(h.model(), &nonce, CASE);
+        s.tools = vec![ToolSpec {
+            name: "lookup".to_string(),
+            description: "Looks a word up.".to_string(),
+            input_schema: schema.clone(),
+        }];
+        let mut b = h.backend().await;
+        b.start(s).await.map_err(|e| fail(CASE, e.to_string()))?;
+        let o = b
+            .turn(TurnInput::text(
+                "Please use the lookup tool to find 'raven'.",
+            ))
+            .await
+            .map_err(|e| fail(CASE, e.to_string()))?;
+        check_conservation(CASE, &o)?;
+        let Some(call) = o.tool_calls.first() else {
+            return Err(fail(CASE, format!("no tool call in {o:?}")));
+        };
+        if call.name != "lookup" || o.stop_reason != "tool_use" {
+            return Err(fail(
+                CASE,
+                format!("unexpected call {call:?} ({})", o.stop_reason),
+            ));
+        }
+        crate::schema::validate(&schema, &call.input).map_err(|e| fail(CASE, e))?;
+        let o = b
+            .turn(TurnInput {
+                parts: vec![InputPart::ToolResult {
+                    tool_use_id: call.id.clone(),
+                    content: "raven: a large black bird".to_string(),
+                    is_error: false,
+                }],
+                safe_to_repeat: false,
+            })
+            .await
+            .map_err(|e| fail(CASE, e.to_string()))?;
+        check_conservation(CASE, &o)?;
+        if o.text.is_empty() || !o.tool_calls.is_empty() || o.stop_reason != "end_turn" {
+            return Err(fail(CASE, format!("after the result: {o:?}")));
+        }
+        report.passed.push(CASE);
+    }
+
+    // 3. structured_output
+    {
+        const CASE: &str = "structured_output";
+        let schema = json!({"type": "object", "properties": {"say": {"type": "array", "items": {"type": "object", "properties": {"room": {"enum": ["general", "dm"]}, "text": {"type": "string"}}, "required": ["room", "text"]}}, "start_self_run": {"type": ["object", "null"], "properties": {"brief": {"type": "string"}}}}, "required": ["say"]});
+        let mut s = spec(h.model(), &nonce, CASE);
+        s.output_schema = Some(schema.clone());
+        let mut b = h.backend().await;
+        b.start(s).await.map_err(|e| fail(CASE, e.to_string()))?;
+        let o = b
+            .turn(TurnInput::text("[general] alice: hello there"))
+            .await
+            .map_err(|e| fail(CASE, e.to_string()))?;
+        check_conservation(CASE, &o)?;
+        let Some(value) = &o.structured else {
+            return Err(fail(CASE, format!("no structured reply in {o:?}")));
+        };
+        crate::schema::validate(&schema, value).map_err(|e| fail(CASE, e))?;
+        // The next turn still works (the structured call is answered in the history).
+        let o = b
+            .turn(TurnInput::text("[general] bob: and again"))
+            .await
+            .map_err(|e| fail(CASE, e.to_string()))?;
+        if o.structured.is_none() || o.usage.cache_read == 0 {
+            return Err(fail(CASE, format!("second structured turn: {o:?}")));
+        }
+        report.passed.push(CASE);
+    }
+
+    // 4. ttl_expiry
+    {
+        const CASE: &str = "ttl_expiry";
+        let mut b = h.backend().await;
+        b.start(spec(h.model(), &nonce, CASE))
+            .await
+            .map_err(|e| fail(CASE, e.to_string()))?;
+        let mut reads = Vec::new();
+        for turn in 1..=2 {
+            let o = b
+                .turn(TurnInput::text(format!("warm turn {turn}")))
+                .await
+                .map_err(|e| fail(CASE, e.to_string()))?;
+            reads.push(o.usage.cache_read);
+        }
+        if h.advance_clock(6 * 60 * 1000).await {
+            let o = b
+                .turn(TurnInput::text("after a long pause"))
+                .await
+                .map_err(|e| fail(CASE, e.to_string()))?;
+            check_conservation(CASE, &o)?;
+            if o.usage.cache_read != 0 {
+                return Err(fail(
+                    CASE,
+                    format!("read {} after expiry", o.usage.cache_read),
+                ));
+            }
+            if o.predicted.is_some() && o.miss != Some(MissCause::TtlExpiry) {
+                return Err(fail(CASE, format!("miss {:?}, not ttl_expiry", o.miss)));
+            }
+            report.passed.push(CASE);
+        } else {
+            report.skipped.push(CASE);
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,513 @@
+//! The HTTP face of the simulator: an Anthropic-compatible API plus an admin API for tests.
+//!
+//! # API routes
+//!
+//! - `POST /v1/messages` (any query, e.g. `?beta=true`): streaming (SSE: `message_start`, `ping`,
+//!   per block `content_block_start`, `content_block_delta` (`text_delta` or
+//!   `input_json_delta`), `content_block_stop`, then `message_delta`, `message_stop`; or an
+//!   `error` event) when the body says `"stream": true`, else one JSON message.
+//! - `POST /v1/messages/count_tokens`: `{"input_tokens": N}`.
+//!
+//! Both require a key (`x-api-key` or `Authorization: Bearer`; a 401 `authentication_error`
+//! otherwise, and when [`crate::sim::SimConfig::api_key`] is set it must match) and an
+//! `anthropic-version` header (a 400 otherwise). `anthropic-beta` is accepted and recorded.
+//! Errors use the API's shape `{"type":"error","error":{"type":…,"message":…}}` with a
+//! `request-id` header, and `retry-after` for an injected 429. Unknown routes are a 404
+//! `not_found_error`.
+//!
+//! # Admin routes (tests only; no authentication — bind to loopback)
+//!
+//! - `GET|POST|DELETE /admin/faults` — the fault queue; POST takes one [`Fault`] or a list, e.g.
+//!   `{"kind":"rate_limit","retry_after_s":2,"times":2}`.
+//! - `GET|POST /admin/clock` — `{"now_ms":…}`; POST `{"advance_ms":N}` moves virtual time.
+//! - `GET|DELETE /admin/requests` — the recorded [`crate::sim::RecordedRequest`]s.
+//! - `POST /admin/reset` — empties the cache, the faults and the log.
+
+use crate::sim::{Answer, ApiError, Fault, FaultKind, RecordedRequest, Simulator};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use muninn_anthropic::sse::encode;
+use muninn_anthropic::wire::{
+    ContentBlock, Delta, ErrorBody, MessageDeltaBody, MessagesResponse, Role, StreamEvent, Usage,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The router over a shared simulator.
+pub fn router(sim: Arc<Simulator>) -> Router {
+    Router::new()
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
+        .route(
+            "/admin/faults",
+            get(get_faults).post(post_faults).delete(delete_faults),
+        )
+        .route("/admin/clock", get(get_clock).post(post_clock))
+        .route("/admin/requests", get(get_requests).delete(delete_requests))
+        .route("/admin/reset", post(reset))
+        .fallback(not_found)
+        .with_state(sim)
+}
+
+fn error_response(e: &ApiError, request_id: &str) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut body = e.body.clone();
+    body.request_id = Some(request_id.to_string());
+    let mut response = (status, axum::Json(body)).into_response();
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert("request-id", v);
+    }
+    if let Some(s) = e.retry_after_s
+        && let Ok(v) = HeaderValue::from_str(&format!("{s}"))
+    {
+        h.insert("retry-after", v);
+    }
+    response
+}
+
+async fn not_found() -> Response {
+    error_response(
+        &ApiError::new(404, "not_found_error", "Not Found"),
+        "req_sim_none",
+    )
+}
+
+/// Checks the key and the version header; returns how the key was presented.
+fn check_headers(sim: &Simulator, headers: &HeaderMap) -> Result<&'static str, ApiError> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (scheme, key) = if let Some(k) = header("x-api-key") {
+        ("x-api-key", k)
+    } else if let Some(k) = header("authorization").and_then(|a| a.strip_prefix("Bearer ")) {
+        ("bearer", k)
+    } else {
+        return Err(ApiError::new(
+            401,
+            "authentication_error",
+            "x-api-key header is required",
+        ));
+    };
+    if key.trim().is_empty() {
+        return Err(ApiError::new(
+            401,
+            "authentication_error",
+            "invalid x-api-key",
+        ));
+    }
+    if let Some(expected) = &sim.config().api_key
+        && key != expected
+    {
+        return Err(ApiError::new(
+            401,
+            "authentication_error",
+            "invalid x-api-key",
+        ));
+    }
+    if header("anthropic-version").is_none() {
+        return Err(ApiError::new(
+            400,
+            "invalid_request_error",
+            "anthropic-version: header is required",
+        ));
+    }
+    Ok(scheme)
+}
+
+fn fault_error(kind: &FaultKind) -> Option<ApiError> {
+    Some(match kind {
+        FaultKind::RateLimit { retry_after_s } => ApiError {
+            retry_after_s: *retry_after_s,
+            ..ApiError::new(
+                429,
+                "rate_limit_error",
+                "This request would exceed your organization's rate limit (simulated).",
+            )
+        },
+        FaultKind::Overloaded => ApiError::new(529, "overloaded_error", "Overloaded"),
+        FaultKind::ServerError => ApiError::new(500, "api_error", "Internal server error"),
+        FaultKind::BadRequest { message } => {
+            ApiError::new(400, "invalid_request_error", message.clone())
+        }
+        FaultKind::Unauthorized => ApiError::new(401, "authentication_error", "invalid x-api-key"),
+        FaultKind::MidStreamError { .. } | FaultKind::Truncate { .. } | FaultKind::Slow { .. } => {
+            return None;
+        }
+    })
+}
+
+async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
+    let seq = sim.next_seq();
+    let at_ms = sim.now_ms();
+    let request_id = format!("req_sim_{seq:08}");
+    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut record = RecordedRequest {
+        seq,
+        at_ms,
+        path: "/v1/messages".to_string(),
+        auth: "none".to_string(),
+        anthropic_beta: headers
+            .get("anthropic-beta")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        body: value.clone(),
+        status: 200,
+        usage: None,
+        miss: None,
+        fault: None,
+        error: None,
+    };
+    let refuse = |mut record: RecordedRequest, e: ApiError| {
+        record.status = e.status;
+        record.error = Some(format!("{}: {}", e.body.error.kind, e.body.error.message));
+        sim.record(record);
+        error_response(&e, &request_id)
+    };
+    match check_headers(&sim, &headers) {
+        Ok(scheme) => record.auth = scheme.to_string(),
+        Err(e) => return refuse(record, e),
+    }
+    if let Err(e) = serde_json::from_slice::<Value>(&body) {
+        return refuse(
+            record,
+            ApiError::new(
+                400,
+                "invalid_request_error",
+                format!("invalid JSON body: {e}"),
+            ),
+        );
+    }
+    let fault = sim.take_fault();
+    record.fault = fault.clone();
+    if let Some(FaultKind::Slow { first_byte_ms, .. }) = &fault {
+        tokio::time::sleep(Duration::from_millis(*first_byte_ms)).await;
+    }
+    if let Some(e) = fault.as_ref().and_then(fault_error) {
+        return refuse(record, e);
+    }
+    let answer = match sim.messages(&value, seq, at_ms) {
+        Ok(a) => a,
+        Err(e) => return refuse(record, e),
+    };
+    record.usage = Some(answer.usage);
+    record.miss = answer.miss;
+    let stream = value
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    sim.record(record);
+    let mut response = if stream {
+        stream_response(&answer, fault.as_ref())
+    } else {
+        let message = MessagesResponse {
+            id: answer.id.clone(),
+            kind: "message".to_string(),
+            role: Role::Assistant,
+            model: answer.model.clone(),
+            content: answer.reply.content.clone(),
+            stop_reason: Some(answer.reply.stop_reason.to_string()),
+            stop_sequence: None,
+            usage: answer.wire_usage(),
+        };
+        axum::Json(message).into_response()
+    };
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("request-id", v);
+    }
+    response
+}
+
+/// The events of a streamed answer, in order, each flagged when it is a content delta.
+fn events(answer: &Answer) -> Vec<(StreamEvent, bool)> {
+    let full = answer.wire_usage();
+    let start_usage = Usage {
+        output_tokens: Some(1),
+        ..full.clone()
+    };
+    let mut out = vec![
+        (
+            StreamEvent::MessageStart {
+                message: MessagesResponse {
+                    id: answer.id.clone(),
+                    kind: "message".to_string(),
+                    role: Role::Assistant,
+                    model: answer.model.clone(),
+                    content: Vec::new(),
+                    stop_reason: None,
+                    stop_sequence: None,
+                    usage: start_usage,
+                },
+            },
+            false,
+        ),
+        (StreamEvent::Ping, false),
+    ];
+    for (index, block) in answer.reply.content.iter().enumerate() {
+        match block {
+            ContentBlock::Text { text, .. } => {
+                out.push((
+                    StreamEvent::ContentBlockStart {
+                        index,
+                        content_block: ContentBlock::text(""),
+                    },
+                    false,
+                ));
+                for piece in pieces(text, 24) {
+                    out.push((
+                        StreamEvent::ContentBlockDelta {
+                            index,
+                            delta: Delta::TextDelta { text: piece },
+                        },
+                        true,
+                    ));
+                }
+            }
+            ContentBlock::ToolUse {
+                id, name, input, ..
+            } => {
+                out.push((
+                    StreamEvent::ContentBlockStart {
+                        index,
+                        content_block: ContentBlock::ToolUse {
+                            id: id.clone(),
+                            name: name.clone(),
+                            input: json!({}),
+                            cache_control: None,
+                        },
+                    },
+                    false,
+                ));
+                let json_text = serde_json::to_string(input).unwrap_or_else(|_| "{}".to_string());
+                for piece in pieces(&json_text, 32) {
+                    out.push((
+                        StreamEvent::ContentBlockDelta {
+                            index,
+                            delta: Delta::InputJsonDelta {
+                                partial_json: piece,
+                            },
+                        },
+                        true,
+                    ));
+                }
+            }
+            _ => continue,
+        }
+        out.push((StreamEvent::ContentBlockStop { index }, false));
+    }
+    out.push((
+        StreamEvent::MessageDelta {
+            delta: MessageDeltaBody {
+                stop_reason: Some(answer.reply.stop_reason.to_string()),
+                stop_sequence: None,
+            },
+            usage: full,
+        },
+        false,
+    ));
+    out.push((StreamEvent::MessageStop, false));
+    out
+}
+
+/// `text` cut into pieces of at most `n` characters (at least one piece).
+fn pieces(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return vec![String::new()];
+    }
+    chars.chunks(n).map(|c| c.iter().collect()).collect()
+}
+
+fn stream_response(answer: &Answer, fault: Option<&FaultKind>) -> Response {
+    let all = events(answer);
+    let cut = match fault {
+        Some(
+            FaultKind::MidStreamError { after_deltas, .. } | FaultKind::Truncate { after_deltas },
+        ) => {
+            // After `message_start` and `ping` when 0; else just after the n-th content delta,
+            // or at `message_delta` when the reply has fewer deltas than that.
+            let n = *after_deltas as usize;
+            let at = if n == 0 {
+                Some(2)
+            } else {
+                all.iter()
+                    .enumerate()
+                    .filter(|(_, (_, is_delta))| *is_delta)
+                    .nth(n - 1)
+                    .map(|(i, _)| i + 1)
+            };
+            Some(at.unwrap_or_else(|| {
+                all.iter()
+                    .position(|(e, _)| matches!(e, StreamEvent::MessageDelta { .. }))
+                    .unwrap_or(all.len())
+            }))
+        }
+        _ => None,
+    };
+    let mut frames: Vec<String> = all
+        .iter()
+        .take(cut.unwrap_or(all.len()))
+        .map(|(e, _)| encode(e))
+        .collect();
+    if let Some(FaultKind::MidStreamError { error_type, .. }) = fault {
+        frames.push(encode(&StreamEvent::Error {
+            error: ErrorBody {
+                kind: error_type.clone(),
+                message: "Overloaded (simulated mid-stream failure)".to_string(),
+            },
+        }));
+    }
+    let delay = match fault {
+        Some(FaultKind::Slow { event_ms, .. }) => *event_ms,
+        _ => 0,
+    };
+    let stream = futures_util::stream::unfold(
+        (frames.into_iter(), delay, true),
+        |(mut it, delay, first)| async move {
+            let frame = it.next()?;
+            if delay > 0 && !first {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
+            Some((
+                Ok::<Bytes, std::io::Error>(Bytes::from(frame)),
+                (it, delay, false),
+            ))
+        },
+    );
+    let mut response = Response::new(Body::from_stream(stream));
+    let h = response.headers_mut();
+    h.insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert("cache-control", HeaderValue::from_static("no-cache"));
+    response
+}
+
+async fn count_tokens(
+    State(sim): State<Arc<Simulator>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let seq = sim.next_seq();
+    let at_ms = sim.now_ms();
+    let request_id = format!("req_sim_{seq:08}");
+    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut record = RecordedRequest {
+        seq,
+        at_ms,
+        path: "/v1/messages/count_tokens".to_string(),
+        auth: "none".to_string(),
+        anthropic_beta: headers
+            .get("anthropic-beta")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        body: value.clone(),
+        status: 200,
+        usage: None,
+        miss: None,
+        fault: None,
+        error: None,
+    };
+    let result = check_headers(&sim, &headers)
+        .and_then(|scheme| {
+            record.auth = scheme.to_string();
+            serde_json::from_slice::<Value>(&body).map_err(|e| {
+                ApiError::new(
+                    400,
+                    "invalid_request_error",
+                    format!("invalid JSON body: {e}"),
+                )
+            })
+        })
+        .and_then(|v| sim.count_tokens(&v, at_ms));
+    match result {
+        Ok(n) => {
+            sim.record(record);
+            let mut response = axum::Json(json!({ "input_tokens": n })).into_response();
+            if let Ok(v) = HeaderValue::from_str(&request_id) {
+                response.headers_mut().insert("request-id", v);
+            }
+            response
+        }
+        Err(e) => {
+            record.status = e.status;
+            record.error = Some(e.body.error.message.clone());
+            sim.record(record);
+            error_response(&e, &request_id)
+        }
+    }
+}
+
+async fn get_faults(State(sim): State<Arc<Simulator>>) -> Response {
+    axum::Json(sim.faults()).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum FaultBody {
+    One(Fault),
+    Many(Vec<Fault>),
+}
+
+async fn post_faults(State(sim): State<Arc<Simulator>>, body: Bytes) -> Response {
+    match serde_json::from_slice::<FaultBody>(&body) {
+        Ok(FaultBody::One(f)) => sim.push_faults([f]),
+        Ok(FaultBody::Many(fs)) => sim.push_faults(fs),
+        Err(e) => {
+            return error_response(
+                &ApiError::new(400, "invalid_request_error", format!("not a fault: {e}")),
+                "req_sim_admin",
+            );
+        }
+    }
+    axum::Json(sim.faults()).into_response()
+}
+
+async fn delete_faults(State(sim): State<Arc<Simulator>>) -> Response {
+    sim.clear_faults();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn get_clock(State(sim): State<Arc<Simulator>>) -> Response {
+    axum::Json(json!({ "now_ms": sim.now_ms() })).into_response()
+}
+
+#[derive(Deserialize)]
+struct ClockBody {
+    advance_ms: i64,
+}
+
+async fn post_clock(State(sim): State<Arc<Simulator>>, body: Bytes) -> Response {
+    match serde_json::from_slice::<ClockBody>(&body) {
+        Ok(b) if b.advance_ms >= 0 => {
+            axum::Json(json!({ "now_ms": sim.advance_clock(b.advance_ms) })).into_response()
+        }
+        _ => error_response(
+            &ApiError::new(
+                400,
+                "invalid_request_error",
+                "expected {\"advance_ms\": N} with N >= 0 (the clock never goes back)",
+            ),
+            "req_sim_admin",
+        ),
+    }
+}
+
+async fn get_requests(State(sim): State<Arc<Simulator>>) -> Response {
+    axum::Json(sim.requests()).into_response()
+}
+
+async fn delete_requests(State(sim): State<Arc<Simulator>>) -> Response {
+    sim.clear_requests();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn reset(State(sim): State<Arc<Simulator>>) -> Response {
+    sim.reset();
+    StatusCode::NO_CONTENT.into_response()
+}

@@ -1,0 +1,488 @@
+//! The simulator's state and its transport-free core: the shared prompt cache, the virtual
+//! clock, the fault queue and the request log, and [`Simulator::messages`], which turns one
+//! request body into a reply with exact usage. The HTTP server ([`crate::server`]) is a thin
+//! layer over it, and an in-process backend can call it directly.
+//!
+//! # Usage
+//!
+//! Every accepted request is mapped by [`muninn_anthropic::prompt::shape`] and applied to one
+//! [`CacheState`] shared by all requests (per model, as the API's cache is per organisation and
+//! model) at the virtual clock's time; the reported usage is the cache model's outcome, with
+//! output tokens from [`crate::reply`]. Minimum cacheable sizes come from the price table. A
+//! request the cache model refuses (a 5th breakpoint, 1h after 5m) is the API's 400 with the
+//! cache model's wording. A model the price table does not know is the API's 404.
+//!
+//! Faults that refuse a request (429, 529, 500, 400, 401) leave the cache untouched, as the API
+//! does not process a refused request; a stream that fails midway was processed, so its cache
+//! writes stand.
+//!
+//! # Clock
+//!
+//! `now = base + (real time elapsed, unless frozen) + offset`; tests move `offset` forward to
+//! expire cache entries without waiting.
+
+use crate::reply::{Reply, reply};
+use muninn_anthropic::prompt::shape;
+use muninn_anthropic::wire::{ErrorResponse, MessagesRequest, Usage as WireUsage};
+use muninn_core::cache::{CacheRules, CacheState, Ttl};
+use muninn_core::ledger::MissCause;
+use muninn_core::price::PriceTable;
+use muninn_core::trace::Usage;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// How the simulator starts.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Start the virtual clock frozen at this Unix-ms time (it then moves only when advanced);
+    /// `None` follows real time from the system clock.
+    pub frozen_at_ms: Option<i64>,
+    /// Require exactly this key (`x-api-key` or bearer); `None` accepts any non-empty key.
+    pub api_key: Option<String>,
+    /// Prices and minimum cacheable sizes.
+    pub prices: PriceTable,
+    /// Cache rules.
+    pub rules: CacheRules,
+    /// Keep at most this many recorded requests (oldest dropped first).
+    pub max_recorded: usize,
+    /// Whether `ttl: "1h"` is honoured. `false` emulates a provider that ignores it (a missing
+    /// beta, a policy) and caches every breakpoint for 5 minutes, so clients can test their
+    /// honoured-TTL detection.
+    pub honour_1h: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            frozen_at_ms: None,
+            api_key: None,
+            prices: PriceTable::embedded(),
+            rules: CacheRules::default(),
+            max_recorded: 10_000,
+            honour_1h: true,
+        }
+    }
+}
+
+/// An injected fault (`POST /admin/faults`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FaultKind {
+    /// 429 `rate_limit_error`, with `retry-after` when given.
+    RateLimit {
+        /// Seconds for the `retry-after` header.
+        #[serde(default)]
+        retry_after_s: Option<f64>,
+    },
+    /// 529 `overloaded_error`.
+    Overloaded,
+    /// 500 `api_error`.
+    ServerError,
+    /// 400 `invalid_request_error` with this message.
+    BadRequest {
+        /// The message.
+        message: String,
+    },
+    /// 401 `authentication_error`.
+    Unauthorized,
+    /// A stream that sends an `error` event after this many content deltas (0: right after
+    /// `message_start` and `ping`, before any content).
+    MidStreamError {
+        /// Deltas sent before the error.
+        after_deltas: u32,
+        /// The error type (default `overloaded_error`).
+        #[serde(default = "overloaded")]
+        error_type: String,
+    },
+    /// A stream cut after this many content deltas, with no error and no `message_stop`.
+    Truncate {
+        /// Deltas sent before the cut.
+        after_deltas: u32,
+    },
+    /// A slow reply: a delay before the first byte, and between stream events.
+    Slow {
+        /// Milliseconds before the response starts.
+        #[serde(default)]
+        first_byte_ms: u64,
+        /// Milliseconds between stream events.
+        #[serde(default)]
+        event_ms: u64,
+    },
+}
+
+fn overloaded() -> String {
+    "overloaded_error".to_string()
+}
+
+/// A fault and how many consecutive `/v1/messages` requests it hits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fault {
+    /// What happens.
+    #[serde(flatten)]
+    pub kind: FaultKind,
+    /// How many requests it applies to (default 1).
+    #[serde(default = "one")]
+    pub times: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// One request as the simulator saw and answered it (`GET /admin/requests`). Credentials are
+/// not recorded, only how they were presented.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedRequest {
+    /// 1-based order of arrival.
+    pub seq: u64,
+    /// Virtual time of arrival, Unix ms: what the cache model was applied at.
+    pub at_ms: i64,
+    /// `/v1/messages` or `/v1/messages/count_tokens`.
+    pub path: String,
+    /// `x-api-key`, `bearer` or `none`.
+    pub auth: String,
+    /// The `anthropic-beta` header.
+    pub anthropic_beta: Option<String>,
+    /// The body as received (`null` if it was not JSON).
+    pub body: Value,
+    /// The HTTP status answered (200 for a stream that later failed).
+    pub status: u16,
+    /// The usage reported, for answered messages requests.
+    pub usage: Option<Usage>,
+    /// Why the request read less than it could have.
+    pub miss: Option<MissCause>,
+    /// The fault applied, if any.
+    pub fault: Option<FaultKind>,
+    /// The error answered, if any.
+    pub error: Option<String>,
+}
+
+/// A refusal in the API's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// The error body.
+    pub body: ErrorResponse,
+    /// `retry-after` seconds.
+    pub retry_after_s: Option<f64>,
+}
+
+impl ApiError {
+    /// An error of `kind` with `message`.
+    pub fn new(status: u16, kind: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            body: ErrorResponse::new(kind, message),
+            retry_after_s: None,
+        }
+    }
+}
+
+/// An accepted messages request: the reply and its usage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The message id.
+    pub id: String,
+    /// The model.
+    pub model: String,
+    /// The reply.
+    pub reply: Reply,
+    /// The usage (cache model + output tokens).
+    pub usage: Usage,
+    /// The miss cause.
+    pub miss: Option<MissCause>,
+}
+
+impl Answer {
+    /// The usage as the wire reports it.
+    pub fn wire_usage(&self) -> WireUsage {
+        WireUsage::from_core(&self.usage)
+    }
+}
+
+/// The API's pairing rule: every `tool_use` of an assistant message is answered by a
+/// `tool_result` in the next message, and every `tool_result` answers a `tool_use` of the
+/// assistant message before it. Messages with `role: "system"` (the CLI's) are skipped. The
+/// wording is the API's 400.
+fn check_tool_pairing(request: &MessagesRequest) -> Result<(), ApiError> {
+    use muninn_anthropic::wire::{Content, ContentBlock, Role};
+    let blocks = |c: &Content| -> Vec<ContentBlock> {
+        match c {
+            Content::Text(_) => Vec::new(),
+            Content::Blocks(b) => b.clone(),
+        }
+    };
+    let turns: Vec<(usize, &muninn_anthropic::wire::Message)> = request
+        .messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role != Role::System)
+        .collect();
+    let mut open: Vec<String> = Vec::new();
+    for (index, message) in turns {
+        let content = blocks(&message.content);
+        match message.role {
+            Role::Assistant => {
+                if !open.is_empty() {
+                    return Err(ApiError::new(
+                        400,
+                        "invalid_request_error",
+                        format!(
+                            "messages.{index}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+                            open.join(", ")
+                        ),
+                    ));
+                }
+                open = content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::ToolUse { id, .. } => Some(id.clone()),
+                        _ => None,
+                    })
+                    .collect();
+            }
+            Role::User | Role::System => {
+                let mut answered = Vec::new();
+                for (j, b) in content.iter().enumerate() {
+                    if let ContentBlock::ToolResult { tool_use_id, .. } = b {
+                        if !open.contains(tool_use_id) {
+                            return Err(ApiError::new(
+                                400,
+                                "invalid_request_error",
+                                format!(
+                                    "messages.{index}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {tool_use_id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                                ),
+                            ));
+                        }
+                        answered.push(tool_use_id.clone());
+                    }
+                }
+                let missing: Vec<String> = open
+                    .iter()
+                    .filter(|id| !answered.contains(id))
+                    .cloned()
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(ApiError::new(
+                        400,
+                        "invalid_request_error",
+                        format!(
+                            "messages.{}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+                            index.saturating_sub(1),
+                            missing.join(", ")
+                        ),
+                    ));
+                }
+                open.clear();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The simulator.
+#[derive(Debug)]
+pub struct Simulator {
+    config: SimConfig,
+    cache: Mutex<CacheState>,
+    faults: Mutex<VecDeque<Fault>>,
+    requests: Mutex<VecDeque<RecordedRequest>>,
+    seq: AtomicU64,
+    started: Instant,
+    base_ms: i64,
+    offset_ms: AtomicI64,
+}
+
+impl Simulator {
+    /// A simulator with an empty cache.
+    pub fn new(config: SimConfig) -> Simulator {
+        let base_ms = config.frozen_at_ms.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64)
+        });
+        Simulator {
+            config,
+            cache: Mutex::new(CacheState::new()),
+            faults: Mutex::new(VecDeque::new()),
+            requests: Mutex::new(VecDeque::new()),
+            seq: AtomicU64::new(0),
+            started: Instant::now(),
+            base_ms,
+            offset_ms: AtomicI64::new(0),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Virtual now, Unix ms.
+    pub fn now_ms(&self) -> i64 {
+        let real = if self.config.frozen_at_ms.is_some() {
+            0
+        } else {
+            self.started.elapsed().as_millis() as i64
+        };
+        self.base_ms + real + self.offset_ms.load(Ordering::SeqCst)
+    }
+
+    /// Moves the virtual clock forward; returns the new now.
+    pub fn advance_clock(&self, ms: i64) -> i64 {
+        self.offset_ms.fetch_add(ms.max(0), Ordering::SeqCst);
+        self.now_ms()
+    }
+
+    /// The next request's sequence number.
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Queues faults.
+    pub fn push_faults(&self, faults: impl IntoIterator<Item = Fault>) {
+        if let Ok(mut q) = self.faults.lock() {
+            q.extend(faults.into_iter().filter(|f| f.times > 0));
+        }
+    }
+
+    /// The queued faults.
+    pub fn faults(&self) -> Vec<Fault> {
+        self.faults
+            .lock()
+            .map(|q| q.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Drops every queued fault.
+    pub fn clear_faults(&self) {
+        if let Ok(mut q) = self.faults.lock() {
+            q.clear();
+        }
+    }
+
+    /// Takes the fault for the next messages request, if any.
+    pub fn take_fault(&self) -> Option<FaultKind> {
+        let mut q = self.faults.lock().ok()?;
+        let front = q.front_mut()?;
+        let kind = front.kind.clone();
+        front.times -= 1;
+        if front.times == 0 {
+            q.pop_front();
+        }
+        Some(kind)
+    }
+
+    /// Records a request.
+    pub fn record(&self, r: RecordedRequest) {
+        if let Ok(mut log) = self.requests.lock() {
+            log.push_back(r);
+            while log.len() > self.config.max_recorded {
+                log.pop_front();
+            }
+        }
+    }
+
+    /// The recorded requests, oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.requests
+            .lock()
+            .map(|l| l.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Forgets the recorded requests.
+    pub fn clear_requests(&self) {
+        if let Ok(mut l) = self.requests.lock() {
+            l.clear();
+        }
+    }
+
+    /// Empties the cache, the faults and the log.
+    pub fn reset(&self) {
+        if let Ok(mut c) = self.cache.lock() {
+            *c = CacheState::new();
+        }
+        self.clear_faults();
+        self.clear_requests();
+    }
+
+    fn min_cacheable(&self, model: &str) -> Result<u64, ApiError> {
+        self.config
+            .prices
+            .model(model)
+            .map(|p| p.min_cacheable)
+            .map_err(|_| ApiError::new(404, "not_found_error", format!("model: {model}")))
+    }
+
+    /// Answers a messages request body at `now_ms`, updating the shared cache.
+    pub fn messages(&self, body: &Value, seq: u64, now_ms: i64) -> Result<Answer, ApiError> {
+        // The mapping first: its errors name the field the way the API does.
+        let mut shaped =
+            shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        let request: MessagesRequest = serde_json::from_value(body.clone())
+            .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        if request.messages.is_empty() {
+            return Err(ApiError::new(
+                400,
+                "invalid_request_error",
+                "messages: at least one message is required",
+            ));
+        }
+        if request.max_tokens == 0 {
+            return Err(ApiError::new(
+                400,
+                "invalid_request_error",
+                "max_tokens: must be greater than or equal to 1",
+            ));
+        }
+        check_tool_pairing(&request)?;
+        if !self.config.honour_1h {
+            for c in &mut shaped.checkpoints {
+                if c.breakpoint == Some(Ttl::OneHour) {
+                    c.breakpoint = Some(Ttl::FiveMinutes);
+                }
+            }
+        }
+        let min_cacheable = self.min_cacheable(&shaped.model)?;
+        let outcome = {
+            let mut cache = self
+                .cache
+                .lock()
+                .map_err(|_| ApiError::new(500, "api_error", "simulator state poisoned"))?;
+            cache
+                .apply(&shaped.prompt(), now_ms, min_cacheable, &self.config.rules)
+                .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?
+        };
+        let seed = shaped.checkpoints.last().map_or(0, |c| c.fingerprint);
+        let reply = reply(&request, seed);
+        Ok(Answer {
+            id: format!("msg_sim_{seq:08}"),
+            model: request.model,
+            usage: outcome.usage(reply.output_tokens),
+            miss: outcome.miss,
+            reply,
+        })
+    }
+
+    /// Answers a `count_tokens` body: the prompt's tokens, the limits checked, the cache
+    /// untouched.
+    pub fn count_tokens(&self, body: &Value, now_ms: i64) -> Result<u64, ApiError> {
+        let shaped =
+            shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        let min_cacheable = self.min_cacheable(&shaped.model)?;
+        let cache = self
+            .cache
+            .lock()
+            .map_err(|_| ApiError::new(500, "api_error", "simulator state poisoned"))?;
+        cache
+            .predict(&shaped.prompt(), now_ms, min_cacheable, &self.config.rules)
+            .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        Ok(shaped.total_tokens)
+    }
+}

@@ -1,0 +1,381 @@
+//! The API as any HTTP client sees it: shapes, usage, errors, count_tokens, the admin routes.
+
+use crate::support::{T0, long_system, recompute, sim};
+use muninn_anthropic::sse::SseDecoder;
+use muninn_anthropic::wire::StreamEvent;
+use muninn_backend::schema;
+use pretty_assertions::assert_eq;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+struct Http {
+    client: reqwest::Client,
+    base: String,
+}
+
+impl Http {
+    fn new(base: String) -> Http {
+        muninn_anthropic::client::install_ring_provider();
+        Http {
+            client: reqwest::Client::new(),
+            base,
+        }
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> (u16, reqwest::header::HeaderMap, String) {
+        let mut r = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .body(body.to_string());
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        (status, headers, resp.text().await.unwrap())
+    }
+
+    async fn api(&self, path: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, String) {
+        self.post(
+            path,
+            &body.to_string(),
+            &[
+                ("x-api-key", "sk-test"),
+                ("anthropic-version", "2023-06-01"),
+            ],
+        )
+        .await
+    }
+}
+
+fn request(system: &str, turns: &[&str], stream: bool) -> Value {
+    let mut messages = Vec::new();
+    for (i, t) in turns.iter().enumerate() {
+        if i > 0 {
+            messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("Reply to turn {i}: '{}'", turns[i - 1])}]}));
+        }
+        messages.push(json!({"role": "user", "content": t}));
+    }
+    if let Some(Value::Object(last)) = messages.last_mut() {
+        let text = last["content"].as_str().unwrap().to_string();
+        last.insert(
+            "content".into(),
+            json!([{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]),
+        );
+    }
+    json!({"model": "claude-opus-5-5", "max_tokens": 256, "stream": stream,
+           "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+           "messages": messages})
+}
+
+fn sse_events(body: &str) -> Vec<StreamEvent> {
+    let mut d = SseDecoder::new();
+    let frames = d.push(body.as_bytes()).unwrap();
+    d.finish().unwrap();
+    frames
+        .iter()
+        .map(|f| StreamEvent::parse(&f.data).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn streaming_and_not_report_the_cache_models_usage() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
+    let system = long_system("api-test", 2);
+    // Non-streaming first turn: a cold 1h write of the system, a 5m write of the tail.
+    let (status, headers, body) = http
+        .api("/v1/messages?beta=true", &request(&system, &["one"], false))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(headers.get("request-id").is_some());
+    let m: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(m["content"][0]["text"], json!("Reply to turn 1: 'one'"));
+    assert_eq!(m["stop_reason"], json!("end_turn"));
+    let u = &m["usage"];
+    assert_eq!(u["cache_read_input_tokens"], json!(0));
+    assert!(
+        u["cache_creation"]["ephemeral_1h_input_tokens"]
+            .as_u64()
+            .unwrap()
+            > 1000
+    );
+    // Streaming second turn: reads the first turn's prefix.
+    let (status, headers, body) = http
+        .api("/v1/messages", &request(&system, &["one", "two"], true))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "text/event-stream");
+    let events = sse_events(&body);
+    let names: Vec<&str> = events.iter().map(StreamEvent::name).collect();
+    assert_eq!(
+        names,
+        vec![
+            "message_start",
+            "ping",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    let StreamEvent::MessageDelta { usage, .. } = &events[5] else {
+        panic!()
+    };
+    let reported = usage.to_core();
+    assert!(reported.cache_read > 1000);
+    let records = h.sim.requests();
+    assert_eq!(records.len(), 2);
+    assert!(
+        records
+            .iter()
+            .all(|r| r.at_ms == T0 && r.auth == "x-api-key")
+    );
+    let expected = recompute(&records);
+    assert_eq!(
+        records.iter().map(|r| r.usage.unwrap()).collect::<Vec<_>>(),
+        expected
+    );
+    assert_eq!(reported, expected[1]);
+}
+
+#[tokio::test]
+async fn errors_have_the_api_shape() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
+    let ok = request("short", &["x"], false).to_string();
+    type Case<'a> = (u16, &'a str, &'a str, String, Vec<(&'a str, &'a str)>);
+    let cases: Vec<Case> = vec![
+        (
+            401,
+            "authentication_error",
+            "x-api-key header is required",
+            ok.clone(),
+            vec![("anthropic-version", "2023-06-01")],
+        ),
+        (
+            400,
+            "invalid_request_error",
+            "anthropic-version: header is required",
+            ok.clone(),
+            vec![("authorization", "Bearer tok")],
+        ),
+        (
+            400,
+            "invalid_request_error",
+            "invalid JSON body",
+            "{\"model\":".to_string(),
+            vec![("x-api-key", "k"), ("anthropic-version", "2023-06-01")],
+        ),
+        (
+            404,
+            "not_found_error",
+            "model: claude-nonexistent-9",
+            ok.replace("claude-opus-5-5", "claude-nonexistent-9"),
+            vec![("x-api-key", "k"), ("anthropic-version", "2023-06-01")],
+        ),
+        (
+            400,
+            "invalid_request_error",
+            "messages: Field required",
+            "{\"model\":\"claude-opus-5-5\",\"max_tokens\":5}".to_string(),
+            vec![("x-api-key", "k"), ("anthropic-version", "2023-06-01")],
+        ),
+    ];
+    for (status, kind, message, body, headers) in cases {
+        let (s, _, text) = http.post("/v1/messages", &body, &headers).await;
+        let e: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(s, status, "{text}");
+        assert_eq!(e["type"], json!("error"));
+        assert_eq!(e["error"]["type"], json!(kind));
+        assert!(
+            e["error"]["message"].as_str().unwrap().contains(message),
+            "{text}"
+        );
+    }
+    // Five breakpoints, and 1h after 5m: the API's 400 wording from the cache model.
+    let five: Vec<Value> = (0..5)
+        .map(|i| json!({"type":"text","text":format!("b{i}"),"cache_control":{"type":"ephemeral"}}))
+        .collect();
+    let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"messages":[{"role":"user","content":five}]})).await;
+    assert_eq!(s, 400);
+    assert!(
+        text.contains("A maximum of 4 blocks with cache_control may be provided. Found 5."),
+        "{text}"
+    );
+    let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"b","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]})).await;
+    assert_eq!(s, 400);
+    assert!(text.contains("ttl='1h'"), "{text}");
+    // Tool results must answer the previous message's tool calls, and calls must be answered.
+    let call = json!({"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]});
+    let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"messages":[{"role":"user","content":"go"},call,{"role":"user","content":"no result"}]})).await;
+    assert_eq!(s, 400);
+    assert!(
+        text.contains(
+            "`tool_use` ids were found without `tool_result` blocks immediately after: toolu_1"
+        ),
+        "{text}"
+    );
+    let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_9","content":"x"}]}]})).await;
+    assert_eq!(s, 400);
+    assert!(
+        text.contains("unexpected `tool_use_id` found in `tool_result` blocks: toolu_9"),
+        "{text}"
+    );
+    let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"messages":[{"role":"user","content":"go"},call,{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]}]})).await;
+    assert_eq!(s, 200, "{text}");
+    let (s, _, text) = http.post("/v1/nothing", "{}", &[]).await;
+    assert_eq!(s, 404, "{text}");
+    // Refused requests never touched the cache.
+    assert_eq!(
+        h.sim
+            .requests()
+            .iter()
+            .filter(|r| r.usage.is_some())
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn count_tokens_is_the_prompt_total() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
+    let body = json!({"model":"claude-opus-5-5","messages":[{"role":"user","content":"Hello, world!"}],"tools":[]});
+    let (s, _, text) = http.api("/v1/messages/count_tokens?beta=true", &body).await;
+    assert_eq!(s, 200, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        json!({"input_tokens": 6})
+    );
+}
+
+#[tokio::test]
+async fn replies_cover_tools_structured_output_and_compaction() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
+    let schema = json!({"type":"object","properties":{"answer":{"type":"string"},"score":{"type":"integer","maximum":10}},"required":["answer","score"]});
+    let body = json!({"model":"claude-opus-5-5","max_tokens":500,"stream":true,
+        "tools":[{"name":"StructuredOutput","description":"d","input_schema":schema}],
+        "messages":[{"role":"user","content":"give me json"}]});
+    let (_, _, text) = http.api("/v1/messages", &body).await;
+    let (m, _, _) = muninn_anthropic::client::assemble(
+        &SseDecoder::new()
+            .push(text.as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|f| f.data)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let muninn_anthropic::wire::ContentBlock::ToolUse { name, input, .. } = &m.content[0] else {
+        panic!("{m:?}")
+    };
+    assert_eq!(name, "StructuredOutput");
+    assert_eq!(schema::validate(&schema, input), Ok(()));
+    assert_eq!(m.stop_reason.as_deref(), Some("tool_use"));
+
+    let compact = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n… Your entire response must be plain text: an <analysis> block followed by a <summary> block.";
+    let body = json!({"model":"claude-opus-5-5","max_tokens":500,
+        "messages":[{"role":"user","content":"fix the bug"},{"role":"assistant","content":"ok"},{"role":"user","content":compact}]});
+    let (_, _, text) = http.api("/v1/messages", &body).await;
+    let reply: Value = serde_json::from_str(&text).unwrap();
+    let t = reply["content"][0]["text"].as_str().unwrap();
+    assert!(
+        t.starts_with("<analysis>")
+            && t.contains("<summary>1. Primary Request and Intent: fix the bug"),
+        "{t}"
+    );
+
+    // max_tokens cuts the reply.
+    let body = json!({"model":"claude-opus-5-5","max_tokens":3,"messages":[{"role":"user","content":"a long question about many things"}]});
+    let (_, _, text) = http.api("/v1/messages", &body).await;
+    let reply: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(reply["stop_reason"], json!("max_tokens"));
+    assert!(reply["usage"]["output_tokens"].as_u64().unwrap() <= 3);
+}
+
+#[tokio::test]
+async fn admin_moves_the_clock_and_queues_faults() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
+    let (s, _, text) = http
+        .post("/admin/clock", "{\"advance_ms\":360000}", &[])
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        json!({"now_ms": T0 + 360_000})
+    );
+    let (s, _, _) = http.post("/admin/clock", "{\"advance_ms\":-5}", &[]).await;
+    assert_eq!(s, 400);
+    let (s, _, text) = http
+        .post(
+            "/admin/faults",
+            "[{\"kind\":\"rate_limit\",\"retry_after_s\":2,\"times\":2},{\"kind\":\"overloaded\"}]",
+            &[],
+        )
+        .await;
+    assert_eq!(s, 200, "{text}");
+    let (s, headers, text) = http.api("/v1/messages", &request("x", &["y"], false)).await;
+    assert_eq!((s, headers["retry-after"].to_str().unwrap()), (429, "2"));
+    assert!(text.contains("rate_limit_error"));
+    http.api("/v1/messages", &request("x", &["y"], false)).await;
+    let (s, _, text) = http.api("/v1/messages", &request("x", &["y"], false)).await;
+    assert_eq!(s, 529, "{text}");
+    let (s, _, _) = http.api("/v1/messages", &request("x", &["y"], false)).await;
+    assert_eq!(s, 200);
+    let (s, _, _) = http
+        .post("/admin/faults", "{\"kind\":\"nonsense\"}", &[])
+        .await;
+    assert_eq!(s, 400);
+}
+
+/// A real streamed tool-use reply, decoded and assembled from arbitrary chunk boundaries, is
+/// always the same message.
+#[test]
+fn a_sim_stream_assembles_the_same_from_any_chunks() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let body = rt.block_on(async {
+        let h = sim().await;
+        let http = Http::new(h.base_url());
+        let req = json!({"model":"claude-opus-5-5","max_tokens":500,"stream":true,
+            "tools":[{"name":"lookup","input_schema":{"type":"object","properties":{"word":{"type":"string","minLength":70},"tags":{"type":"array","items":{"enum":["a","ü"]},"minItems":3}}}}],
+            "messages":[{"role":"user","content":"Please use lookup — ünïcode ✓"}]});
+        http.api("/v1/messages", &req).await.2
+    });
+    let assemble = |chunks: &[&[u8]]| {
+        let mut d = SseDecoder::new();
+        let mut data = Vec::new();
+        for c in chunks {
+            data.extend(d.push(c).unwrap().into_iter().map(|f| f.data));
+        }
+        d.finish().unwrap();
+        muninn_anthropic::client::assemble(&data).unwrap()
+    };
+    let bytes = body.as_bytes();
+    let whole = assemble(&[bytes]);
+    assert_eq!(whole.0.stop_reason.as_deref(), Some("tool_use"));
+    proptest!(|(cuts in proptest::collection::vec(0usize..4096, 0..64))| {
+        let mut points: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+        points.sort_unstable();
+        let mut chunks: Vec<&[u8]> = Vec::new();
+        let mut last = 0;
+        for p in points {
+            chunks.push(&bytes[last..p]);
+            last = p;
+        }
+        chunks.push(&bytes[last..]);
+        prop_assert_eq!(assemble(&chunks), whole.clone());
+    });
+}

@@ -1,0 +1,444 @@
+//! The Anthropic backend end to end against `sim-api`: growth of cache reads, TTL expiry on the
+//! virtual clock, every injected error retried with the right delay or surfaced, the honoured
+//! TTL, and the key kept out of everything recorded.
+
+use crate::support::{T0, long_system, recompute, sim, sim_with, wired};
+use muninn_backend::{Backend, BackendError, SessionSpec, TurnEvent, TurnInput};
+use muninn_core::cache::Ttl;
+use muninn_core::ledger::MissCause;
+use muninn_sim::sim::{Fault, FaultKind, SimConfig};
+use pretty_assertions::assert_eq;
+use std::time::Duration;
+
+fn spec(tag: &str, system_ttl: Ttl) -> SessionSpec {
+    SessionSpec {
+        model: "claude-opus-5-5".to_string(),
+        system: vec![long_system(tag, 2), "Be brief.".to_string()],
+        tools: Vec::new(),
+        output_schema: None,
+        system_ttl,
+        conversation_ttl: Ttl::FiveMinutes,
+        max_tokens: 512,
+    }
+}
+
+fn fault(kind: FaultKind, times: u32) -> Fault {
+    Fault { kind, times }
+}
+
+#[tokio::test]
+async fn cache_reads_grow_turn_by_turn_and_match_the_model() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("grow", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    let mut outcomes = Vec::new();
+    for turn in 1..=6 {
+        w.clock.advance(20_000);
+        h.sim.advance_clock(20_000);
+        let o = w
+            .backend
+            .turn(TurnInput::text(format!("turn {turn}, tell me more")))
+            .await
+            .unwrap();
+        assert_eq!(Some(o.usage), o.predicted, "turn {turn}");
+        assert!(o.retries.is_empty() && o.events.is_empty());
+        outcomes.push(o);
+    }
+    assert_eq!(outcomes[0].miss, Some(MissCause::ColdStart));
+    assert_eq!(outcomes[0].usage.cache_read, 0);
+    for pair in outcomes.windows(2) {
+        assert!(pair[1].usage.cache_read > pair[0].usage.cache_read);
+        // Append-only: each turn reads everything the previous one wrote or read.
+        assert_eq!(
+            pair[1].usage.cache_read,
+            pair[0].usage.prompt() - pair[0].usage.input
+        );
+    }
+    let records = h.sim.requests();
+    let reported: Vec<_> = outcomes.iter().map(|o| o.usage).collect();
+    assert_eq!(recompute(&records), reported);
+    assert!(
+        records
+            .iter()
+            .all(|r| r.body["stream"] == serde_json::json!(true))
+    );
+}
+
+#[tokio::test]
+async fn an_idle_gap_past_the_ttl_is_a_ttl_expiry_miss() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("idle", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    w.backend.turn(TurnInput::text("one")).await.unwrap();
+    let warm = w.backend.turn(TurnInput::text("two")).await.unwrap();
+    assert!(warm.usage.cache_read > 0);
+    w.clock.advance(6 * 60_000);
+    h.sim.advance_clock(6 * 60_000);
+    let cold = w.backend.turn(TurnInput::text("three")).await.unwrap();
+    assert_eq!(cold.usage.cache_read, 0);
+    assert_eq!(cold.miss, Some(MissCause::TtlExpiry));
+    assert_eq!(h.sim.requests()[2].miss, Some(MissCause::TtlExpiry));
+    assert_eq!(Some(cold.usage), cold.predicted);
+}
+
+#[tokio::test]
+async fn a_1h_system_layer_survives_a_gap_the_5m_tail_does_not() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend.start(spec("layers", Ttl::OneHour)).await.unwrap();
+    let first = w.backend.turn(TurnInput::text("one")).await.unwrap();
+    assert!(first.usage.cache_write_1h > 1000 && first.usage.cache_write_5m > 0);
+    assert_eq!(first.ttl.honoured(), Some(Ttl::OneHour));
+    w.backend.turn(TurnInput::text("two")).await.unwrap();
+    w.clock.advance(10 * 60_000);
+    h.sim.advance_clock(10 * 60_000);
+    let third = w.backend.turn(TurnInput::text("three")).await.unwrap();
+    assert_eq!(third.usage.cache_read, first.usage.cache_write_1h);
+    assert_eq!(third.miss, Some(MissCause::TtlExpiry));
+}
+
+#[tokio::test]
+async fn an_ignored_1h_ttl_is_flagged() {
+    let h = sim_with(SimConfig {
+        frozen_at_ms: Some(T0),
+        honour_1h: false,
+        ..Default::default()
+    })
+    .await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("ignored-1h", Ttl::OneHour))
+        .await
+        .unwrap();
+    let o = w.backend.turn(TurnInput::text("one")).await.unwrap();
+    assert_eq!(o.usage.cache_write_1h, 0);
+    assert_eq!(o.ttl.honoured(), Some(Ttl::FiveMinutes));
+    assert!(o.ttl.expected_1h > 0);
+    assert!(
+        matches!(o.events.as_slice(), [TurnEvent::TtlMismatch { .. }]),
+        "{:?}",
+        o.events
+    );
+}
+
+#[tokio::test]
+async fn rate_limits_wait_for_retry_after() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("429", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    h.sim.push_faults([fault(
+        FaultKind::RateLimit {
+            retry_after_s: Some(2.0),
+        },
+        2,
+    )]);
+    let o = w.backend.turn(TurnInput::text("hello")).await.unwrap();
+    assert_eq!(w.sleeper.delays(), vec![Duration::from_secs(2); 2]);
+    assert_eq!(
+        o.retries
+            .iter()
+            .map(|r| (r.attempt, r.status, r.kind.as_str(), r.retry_after_ms))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, Some(429), "rate_limit_error", Some(2000)),
+            (2, Some(429), "rate_limit_error", Some(2000))
+        ]
+    );
+    assert_eq!(h.sim.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn server_errors_back_off_exponentially_with_jitter() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("5xx", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    h.sim.push_faults([
+        fault(FaultKind::Overloaded, 1),
+        fault(FaultKind::ServerError, 2),
+    ]);
+    let o = w.backend.turn(TurnInput::text("hello")).await.unwrap();
+    let delays = w.sleeper.delays();
+    assert_eq!(delays.len(), 3);
+    for (d, base) in delays.iter().zip([500u64, 1000, 2000]) {
+        let base = Duration::from_millis(base);
+        assert!(*d >= base && *d <= base.mul_f64(1.25), "{d:?} vs {base:?}");
+    }
+    let statuses: Vec<_> = o.retries.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![Some(529), Some(500), Some(500)]);
+    // The refused attempts never touched the cache: the success is the cold start.
+    assert_eq!(o.miss, Some(MissCause::ColdStart));
+    assert_eq!(Some(o.usage), o.predicted);
+}
+
+#[tokio::test]
+async fn client_errors_surface_at_once_and_leave_the_session_usable() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("400", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    h.sim.push_faults([fault(
+        FaultKind::BadRequest {
+            message: "prompt is too long: 1000001 tokens > 1000000 maximum".into(),
+        },
+        1,
+    )]);
+    let e = w.backend.turn(TurnInput::text("hello")).await.unwrap_err();
+    match &e {
+        BackendError::Api {
+            status: 400,
+            kind,
+            message,
+            retryable: false,
+            ..
+        } => {
+            assert_eq!(kind, "invalid_request_error");
+            assert!(message.starts_with("prompt is too long"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(w.sleeper.delays().is_empty());
+    h.sim.push_faults([fault(FaultKind::Unauthorized, 1)]);
+    assert!(matches!(
+        w.backend.turn(TurnInput::text("hello")).await,
+        Err(BackendError::Api { status: 401, .. })
+    ));
+    let o = w.backend.turn(TurnInput::text("hello")).await.unwrap();
+    assert_eq!(o.text, "Reply to turn 1: 'hello'");
+}
+
+#[tokio::test]
+async fn retries_run_out() {
+    let h = sim().await;
+    let sleeper = muninn_anthropic::clock::RecordingSleeper::default();
+    let client = crate::support::client(&h, &sleeper, 3);
+    let mut b = muninn_anthropic::backend::AnthropicBackend::new(
+        client,
+        std::sync::Arc::new(muninn_anthropic::clock::ManualClock::new(T0)),
+        muninn_core::price::PriceTable::embedded(),
+    );
+    b.start(spec("exhaust", Ttl::FiveMinutes)).await.unwrap();
+    h.sim.push_faults([fault(FaultKind::Overloaded, 10)]);
+    match b.turn(TurnInput::text("hello")).await.unwrap_err() {
+        BackendError::RetriesExhausted { attempts: 4, last } => {
+            assert!(matches!(*last, BackendError::Api { status: 529, .. }));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(sleeper.delays().len(), 3);
+}
+
+#[tokio::test]
+async fn a_stream_error_before_content_is_retried() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("midstream-0", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    h.sim.push_faults([fault(
+        FaultKind::MidStreamError {
+            after_deltas: 0,
+            error_type: "overloaded_error".into(),
+        },
+        1,
+    )]);
+    let o = w.backend.turn(TurnInput::text("hello")).await.unwrap();
+    assert_eq!(o.retries.len(), 1);
+    assert_eq!(
+        (o.retries[0].status, o.retries[0].kind.as_str()),
+        (None, "overloaded_error")
+    );
+    // The failed stream was processed, so its writes stand and the retry reads them.
+    assert!(o.usage.cache_read > 0);
+    assert_eq!(
+        o.events.len(),
+        0,
+        "the mirror predicted only the first attempt's writes: {:?}",
+        o.events
+    );
+}
+
+#[tokio::test]
+async fn nothing_is_resent_after_content_unless_safe() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("midstream-1", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    h.sim.push_faults([fault(
+        FaultKind::MidStreamError {
+            after_deltas: 1,
+            error_type: "overloaded_error".into(),
+        },
+        1,
+    )]);
+    match w.backend.turn(TurnInput::text("hello")).await.unwrap_err() {
+        BackendError::BrokenAfterContent(inner) => {
+            assert!(
+                matches!(*inner, BackendError::Api { ref kind, .. } if kind == "overloaded_error")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.sim.requests().len(), 1);
+    h.sim
+        .push_faults([fault(FaultKind::Truncate { after_deltas: 1 }, 1)]);
+    assert!(matches!(
+        w.backend.turn(TurnInput::text("hello")).await.unwrap_err(),
+        BackendError::BrokenAfterContent(inner) if matches!(*inner, BackendError::Protocol(_))
+    ));
+    h.sim
+        .push_faults([fault(FaultKind::Truncate { after_deltas: 1 }, 1)]);
+    let safe = TurnInput {
+        safe_to_repeat: true,
+        ..TurnInput::text("hello")
+    };
+    let o = w.backend.turn(safe).await.unwrap();
+    assert_eq!(o.retries.len(), 1);
+    assert_eq!(o.retries[0].kind, "protocol");
+    assert_eq!(o.text, "Reply to turn 1: 'hello'");
+}
+
+#[tokio::test]
+async fn slow_streams_complete() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("slow", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    h.sim.push_faults([fault(
+        FaultKind::Slow {
+            first_byte_ms: 50,
+            event_ms: 5,
+        },
+        1,
+    )]);
+    let started = std::time::Instant::now();
+    let o = w.backend.turn(TurnInput::text("hello")).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(70));
+    assert!(o.retries.is_empty());
+}
+
+#[tokio::test]
+async fn the_key_is_never_recorded() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("secret", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    let o = w.backend.turn(TurnInput::text("hello")).await.unwrap();
+    let everything = format!(
+        "{}{:?}{:?}",
+        serde_json::to_string(&h.sim.requests()).unwrap(),
+        o,
+        w.backend
+    );
+    assert!(!everything.contains("sk-test-secret-123"));
+    assert_eq!(h.sim.requests()[0].auth, "x-api-key");
+}
+
+#[tokio::test]
+async fn the_backend_renders_append_only_with_at_most_four_breakpoints() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend.start(spec("render", Ttl::OneHour)).await.unwrap();
+    for turn in 0..4 {
+        w.backend
+            .turn(TurnInput::text(format!("turn {turn}")))
+            .await
+            .unwrap();
+    }
+    let bodies: Vec<serde_json::Value> = h.sim.requests().into_iter().map(|r| r.body).collect();
+    for body in &bodies {
+        let markers = body.to_string().matches("cache_control").count();
+        assert_eq!(markers, 2, "system + moving tail: {body}");
+    }
+    for pair in bodies.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert_eq!(a["system"], b["system"]);
+        let a_msgs = a["messages"].as_array().unwrap();
+        let b_msgs = b["messages"].as_array().unwrap();
+        // Request N+1 = request N (its marker removed) + reply + new user message.
+        let mut unmarked = a_msgs.clone();
+        unmarked.last_mut().unwrap()["content"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("cache_control");
+        assert_eq!(&b_msgs[..a_msgs.len()], unmarked.as_slice());
+        assert_eq!(b_msgs.len(), a_msgs.len() + 2);
+    }
+}
+
+#[tokio::test]
+async fn the_client_speaks_non_streaming_and_bearer_too() {
+    use muninn_anthropic::client::{AnthropicClient, AuthScheme, ClientConfig};
+    use muninn_anthropic::wire::{Content, Message, MessagesRequest, Role};
+    let h = sim().await;
+    let mut config = ClientConfig::new(
+        h.base_url(),
+        muninn_anthropic::secret::ApiKey::new("tok-bearer").unwrap(),
+    );
+    config.auth = AuthScheme::Bearer;
+    let client = AnthropicClient::new(
+        config,
+        std::sync::Arc::new(muninn_anthropic::clock::RecordingSleeper::default()),
+    )
+    .unwrap();
+    let request = MessagesRequest {
+        model: "claude-opus-5-5".into(),
+        max_tokens: 64,
+        messages: vec![Message {
+            role: Role::User,
+            content: Content::Text("plain".into()),
+            extra: Default::default(),
+        }],
+        system: None,
+        tools: Vec::new(),
+        tool_choice: None,
+        cache_control: None,
+        stream: false,
+        extra: Default::default(),
+    };
+    let done = client.messages(&request, false).await.unwrap();
+    assert_eq!(done.response.stop_reason.as_deref(), Some("end_turn"));
+    assert_eq!(done.raw_usage["input_tokens"], serde_json::json!(2));
+    assert_eq!(done.request_id.as_deref(), Some("req_sim_00000001"));
+    assert_eq!(h.sim.requests()[0].auth, "bearer");
+}
+
+#[tokio::test]
+async fn serve_runs_until_its_shutdown_future_resolves() {
+    // What `muninn sim-api` runs.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(muninn_sim::serve(listener, SimConfig::default(), async {
+        let _ = rx.await;
+    }));
+    muninn_anthropic::client::install_ring_provider();
+    let r = reqwest::Client::new()
+        .get(format!("http://{addr}/admin/clock"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    tx.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}

@@ -1,0 +1,409 @@
+//! Real peers nobody here wrote, against `sim-api`: the official Anthropic Python SDK and the
+//! real Claude Code CLI 2.1.332. Each checks that the usage the peer reports equals what the
+//! cache model computes, independently, for the requests the peer actually sent.
+//!
+//! Peers are found through `MUNINN_PYTHON` (default `python3`, with `anthropic` importable; see
+//! `scripts/install-python-peers.sh`) and `MUNINN_CLAUDE_BIN` (default: where
+//! `scripts/install-claude-cli.sh` installs it). A missing peer prints `SKIP` — or fails the test
+//! when `MUNINN_REQUIRE_PEERS=1`, as CI sets it.
+
+use crate::support::{T0, recompute};
+use muninn_core::trace::Usage;
+use muninn_sim::sim::SimConfig;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+fn missing_peer(what: &str) {
+    if std::env::var("MUNINN_REQUIRE_PEERS").as_deref() == Ok("1") {
+        panic!("peer missing and MUNINN_REQUIRE_PEERS=1: {what}");
+    }
+    eprintln!("SKIP: {what}");
+}
+
+fn usage_json(u: &Usage) -> Value {
+    json!({
+        "input_tokens": u.input,
+        "cache_creation_input_tokens": u.written(),
+        "cache_read_input_tokens": u.cache_read,
+        "output_tokens": u.output,
+        "cache_creation": {"ephemeral_5m_input_tokens": u.cache_write_5m, "ephemeral_1h_input_tokens": u.cache_write_1h},
+    })
+}
+
+/// The fields of a reported usage object that the cache model determines.
+fn pick(reported: &Value) -> Value {
+    json!({
+        "input_tokens": reported["input_tokens"],
+        "cache_creation_input_tokens": reported["cache_creation_input_tokens"],
+        "cache_read_input_tokens": reported["cache_read_input_tokens"],
+        "output_tokens": reported["output_tokens"],
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": reported["cache_creation"]["ephemeral_5m_input_tokens"],
+            "ephemeral_1h_input_tokens": reported["cache_creation"]["ephemeral_1h_input_tokens"],
+        },
+    })
+}
+
+/// A simulator on its own runtime thread, so the test body can block on a child process.
+fn sim_on_thread() -> (tokio::runtime::Runtime, muninn_sim::SimHandle) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = rt.block_on(crate::support::sim_with(SimConfig {
+        frozen_at_ms: Some(T0),
+        ..Default::default()
+    }));
+    (rt, handle)
+}
+
+#[test]
+fn the_official_python_sdk() {
+    let python = std::env::var("MUNINN_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let probe = Command::new(&python)
+        .args(["-c", "import anthropic"])
+        .output();
+    if !probe.map(|o| o.status.success()).unwrap_or(false) {
+        return missing_peer(&format!(
+            "{python} cannot import anthropic (run scripts/install-python-peers.sh, or set MUNINN_PYTHON)"
+        ));
+    }
+    let (_rt, h) = sim_on_thread();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_sdk.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(h.base_url())
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python peer failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.last().unwrap()["step"], json!("done"));
+    let reported: Vec<Value> = lines
+        .iter()
+        .filter(|l| l.get("usage").is_some())
+        .map(|l| pick(&l["usage"]))
+        .collect();
+    let records = h.sim.requests();
+    let expected: Vec<Value> = recompute(&records).iter().map(usage_json).collect();
+    // Every answered request's usage, as the SDK parsed it, is the cache model's.
+    // (The answered requests are exactly the ones with usage lines, plus the broken stream,
+    // which the SDK never finished.)
+    let answered: Vec<&Value> = records
+        .iter()
+        .filter(|r| r.path == "/v1/messages" && r.usage.is_some())
+        .map(|r| &r.body)
+        .collect();
+    assert_eq!(answered.len(), reported.len() + 1);
+    let broken = records
+        .iter()
+        .filter(|r| r.path == "/v1/messages" && r.usage.is_some())
+        .position(|r| r.fault.is_some())
+        .unwrap();
+    let mut expected_reported = expected.clone();
+    expected_reported.remove(broken);
+    assert_eq!(reported, expected_reported);
+    let reads: Vec<u64> = reported[..5]
+        .iter()
+        .map(|u| u["cache_read_input_tokens"].as_u64().unwrap())
+        .collect();
+    assert!(
+        reads[0] == 0 && reads.windows(2).all(|w| w[1] > w[0]),
+        "{reads:?}"
+    );
+    eprintln!(
+        "python SDK: {} of {} usages equal the cache model; reads {reads:?}",
+        reported.len(),
+        reported.len()
+    );
+}
+
+fn claude_bin() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("MUNINN_CLAUDE_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let home = std::env::var("HOME").ok()?;
+    let p = PathBuf::from(home)
+        .join(".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe");
+    p.exists().then_some(p)
+}
+
+/// Reads stdout lines of the child on a thread, so the test can wait with a timeout.
+fn line_reader(stdout: std::process::ChildStdout) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+#[test]
+fn the_real_claude_code_cli() {
+    let Some(bin) = claude_bin() else {
+        return missing_peer(
+            "Claude Code CLI not found (run scripts/install-claude-cli.sh, or set MUNINN_CLAUDE_BIN)",
+        );
+    };
+    let version = Command::new(&bin).arg("--version").output();
+    match version {
+        Ok(o) if String::from_utf8_lossy(&o.stdout).starts_with("2.1.332 ") => {}
+        other => {
+            return missing_peer(&format!(
+                "{} is not Claude Code 2.1.332: {other:?}",
+                bin.display()
+            ));
+        }
+    }
+    let (_rt, h) = sim_on_thread();
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path();
+    std::fs::create_dir_all(home.join(".claude")).unwrap();
+    std::fs::create_dir_all(home.join("tmp")).unwrap();
+    std::fs::create_dir_all(home.join("proj")).unwrap();
+    let session = "7e1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a5b";
+    let system: String = format!(
+        "You are MUNINN-PEER, a test Mind. {}",
+        (0..400)
+            .map(|i| format!("Doctrine line {i}: keep the cache warm."))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut child = Command::new(&bin)
+        .args([
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--session-id",
+            session,
+            "--system-prompt",
+            &system,
+            "--tools",
+            "",
+        ])
+        .current_dir(home.join("proj"))
+        .env_clear()
+        .env("ANTHROPIC_BASE_URL", h.base_url())
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("CLAUDE_CODE_ATTRIBUTION_HEADER", "0")
+        .env("HOME", home)
+        .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
+        .env("TMPDIR", home.join("tmp"))
+        .env("PATH", path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = line_reader(child.stdout.take().unwrap());
+    // Six turns; a 429 with retry-after before the third; /compact after the sixth, then one
+    // more turn on the compacted history.
+    let lines_in = [
+        "hello, first message",
+        "second: what is a raven?",
+        "third: and a crow?",
+        "fourth: which is larger?",
+        "fifth: thanks, summarise",
+        "sixth: one more thing",
+        "/compact",
+        "seventh: after the compaction",
+    ];
+    let mut results = Vec::new();
+    let mut retries = Vec::new();
+    for (i, text) in lines_in.iter().enumerate() {
+        if i == 2 {
+            h.sim.push_faults([muninn_sim::sim::Fault {
+                kind: muninn_sim::sim::FaultKind::RateLimit {
+                    retry_after_s: Some(1.0),
+                },
+                times: 1,
+            }]);
+        }
+        let line = json!({"type": "user", "message": {"role": "user", "content": text}});
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let l = lines
+                .recv_timeout(Duration::from_secs(90))
+                .unwrap_or_else(|e| panic!("no result for {text:?}: {e}"));
+            let Ok(event) = serde_json::from_str::<Value>(&l) else {
+                continue;
+            };
+            if event["type"] == json!("system") && event["subtype"] == json!("api_retry") {
+                retries.push(event.clone());
+            }
+            if event["type"] == json!("result") {
+                assert_eq!(event["is_error"], json!(false), "{event}");
+                results.push((*text, event));
+                break;
+            }
+        }
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "claude exited {status:?}");
+
+    // The CLI saw our 429 and honoured its retry-after.
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert_eq!(retries[0]["error_status"], json!(429));
+    assert!(
+        retries[0]["retry_delay_ms"].as_u64().unwrap() >= 1000,
+        "{}",
+        retries[0]
+    );
+
+    let records: Vec<_> = h
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/messages")
+        .collect();
+    let answered: Vec<_> = records
+        .iter()
+        .filter(|r| r.usage.is_some())
+        .cloned()
+        .collect();
+    assert_eq!(records.len(), answered.len() + 1, "one refused (the 429)");
+    let expected = recompute(&answered);
+    let mut equal = 0;
+    for (r, exp) in answered.iter().zip(&expected) {
+        assert_eq!(
+            r.usage.as_ref(),
+            Some(exp),
+            "the sim answered what the model computes"
+        );
+        equal += 1;
+    }
+    let last_user = |body: &Value| {
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|m| m["role"] == json!("user"))
+            .unwrap()
+            .to_string()
+    };
+    let mut turn_usages = Vec::new();
+    let mut result_equal = 0;
+    for (text, result) in &results {
+        if *text == "/compact" {
+            // The CLI took our summary: the next request carries it.
+            assert_eq!(result["num_turns"], json!(0), "{result}");
+            continue;
+        }
+        // The request the CLI sent for this turn is the last answered one ending with its text.
+        let i = answered
+            .iter()
+            .rposition(|r| last_user(&r.body).contains(text))
+            .unwrap();
+        assert_eq!(
+            pick(&result["usage"]),
+            usage_json(&expected[i]),
+            "{text}: result.usage"
+        );
+        let n = results
+            .iter()
+            .take_while(|(t, _)| t != text)
+            .filter(|(t, _)| *t != "/compact")
+            .count()
+            + 1;
+        if *text != "seventh: after the compaction" {
+            assert_eq!(
+                result["result"],
+                json!(format!("Reply to turn {n}: '{text}'"))
+            );
+        }
+        turn_usages.push(expected[i]);
+        result_equal += 1;
+    }
+    let compaction = answered
+        .iter()
+        .position(|r| last_user(&r.body).contains("<summary> block"))
+        .expect("a compaction request");
+    let after = answered.last().unwrap();
+    assert!(
+        last_user(&after.body).contains("Primary Request and Intent: hello, first message")
+            || after
+                .body
+                .to_string()
+                .contains("Primary Request and Intent: hello, first message"),
+        "the summary reached the next request"
+    );
+    let reads: Vec<u64> = turn_usages[..6].iter().map(|u| u.cache_read).collect();
+    assert!(
+        reads[0] == 0 && reads.windows(2).all(|w| w[1] > w[0]),
+        "reads {reads:?}"
+    );
+    // The compaction request reused the warm prefix.
+    assert!(
+        expected[compaction].cache_read >= reads[5],
+        "{:?}",
+        expected[compaction]
+    );
+
+    // The transcript's assistant lines carry the same (merged) usage.
+    let transcript = walk(&home.join(".claude/projects"))
+        .into_iter()
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n == format!("{session}.jsonl").as_str())
+        })
+        .expect("transcript");
+    let transcript_usages: Vec<Value> = std::fs::read_to_string(&transcript)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| {
+            v["type"] == json!("assistant") && v["message"]["model"] != json!("<synthetic>")
+        })
+        .map(|v| pick(&v["message"]["usage"]))
+        .collect();
+    let want: Vec<Value> = turn_usages.iter().map(usage_json).collect();
+    assert_eq!(transcript_usages, want);
+    eprintln!(
+        "Claude Code CLI 2.1.332: {equal} of {} answered requests equal the cache model; {result_equal} of {result_equal} turn result.usage and {} of {} transcript usages equal it; reads {reads:?}",
+        answered.len(),
+        transcript_usages.len(),
+        want.len()
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

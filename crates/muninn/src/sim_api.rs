@@ -1,0 +1,57 @@
+//! `muninn sim-api`: serve the simulated Anthropic Messages API (see `muninn_sim`) until Ctrl-C.
+
+use anyhow::Context;
+use std::net::SocketAddr;
+
+/// Arguments of `muninn sim-api`.
+#[derive(Debug, clap::Args)]
+pub struct SimApiArgs {
+    /// Address to listen on. Keep it on loopback: the admin routes have no authentication.
+    #[arg(long, default_value = "127.0.0.1:8088", env = "MUNINN_SIM_ADDR")]
+    addr: SocketAddr,
+    /// Freeze the virtual clock at this Unix-ms time; it then moves only through
+    /// `POST /admin/clock`. By default it follows real time.
+    #[arg(long)]
+    frozen_clock_ms: Option<i64>,
+    /// Accept only this API key. By default any non-empty key is accepted.
+    #[arg(long, env = "MUNINN_SIM_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// A price table (TOML) for minimum cacheable sizes; default: the embedded one.
+    #[arg(long)]
+    prices: Option<std::path::PathBuf>,
+}
+
+/// Runs the server on a multi-threaded runtime.
+pub fn run(args: SimApiArgs) -> anyhow::Result<()> {
+    let prices = match &args.prices {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            muninn_core::price::PriceTable::parse(&text, &path.display().to_string())?
+        }
+        None => muninn_core::price::PriceTable::embedded(),
+    };
+    let config = muninn_sim::sim::SimConfig {
+        frozen_at_ms: args.frozen_clock_ms,
+        api_key: args.api_key,
+        prices,
+        ..Default::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.addr)
+            .await
+            .with_context(|| format!("binding {}", args.addr))?;
+        let local = listener.local_addr()?;
+        // The one line a supervising script waits for; everything else goes to stderr.
+        println!("muninn sim-api listening on http://{local}");
+        muninn_sim::serve(listener, config, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .context("serving")
+    })
+}
