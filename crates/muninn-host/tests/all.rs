@@ -1,0 +1,3 @@
+//! muninn-host's one integration-test binary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
