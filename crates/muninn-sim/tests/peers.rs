@@ -190,6 +190,7 @@ impl Claude {
         base_url: &str,
         session: &str,
         extra_env: &[(&str, &str)],
+        extra_args: &[&str],
     ) -> Claude {
         let home = tempfile::tempdir().unwrap();
         for d in [".claude", "tmp", "proj"] {
@@ -232,6 +233,7 @@ impl Claude {
         for (k, v) in extra_env {
             command.env(k, v);
         }
+        command.args(extra_args);
         // stderr goes to a file in the temporary HOME: a pipe nobody drains could fill and
         // stall the child.
         let stderr = std::fs::File::create(home.path().join("stderr.log")).unwrap();
@@ -299,7 +301,7 @@ fn the_real_claude_code_cli() {
     let Some(bin) = find_claude() else { return };
     let (_rt, h) = sim_on_thread();
     let session = "7e1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a5b";
-    let mut claude = Claude::start(&bin, &h.base_url(), session, &[]);
+    let mut claude = Claude::start(&bin, &h.base_url(), session, &[], &[]);
     // Six turns; a 429 with retry-after before the third; /compact after the sixth, then one
     // more turn on the compacted history.
     let lines_in = [
@@ -481,6 +483,7 @@ fn the_real_claude_code_cli_with_a_1h_ttl_and_count_tokens() {
         &h.base_url(),
         session,
         &[("CLAUDE_CODE_PROMPT_CACHE_TTL", "1h")],
+        &[],
     );
     let turns = ["one hour, first", "one hour, second", "one hour, third"];
     let mut results = Vec::new();
@@ -545,4 +548,55 @@ fn the_real_claude_code_cli_with_a_1h_ttl_and_count_tokens() {
         expected.len(),
         counts.len()
     );
+}
+
+#[test]
+fn the_real_claude_code_cli_gets_schema_valid_structured_output() {
+    let Some(bin) = find_claude() else { return };
+    let (_rt, h) = sim_on_thread();
+    let schema = json!({"type": "object", "properties": {
+        "say": {"type": "array", "items": {"type": "object", "properties": {"room": {"enum": ["general", "dm"]}, "text": {"type": "string", "minLength": 3}}, "required": ["room", "text"], "additionalProperties": false}},
+        "start_self_run": {"type": ["object", "null"], "properties": {"brief": {"type": "string"}}}},
+        "required": ["say"], "additionalProperties": false});
+    let session = "5c5c5c5c-1111-4222-8333-444455556666";
+    let schema_text = schema.to_string();
+    let mut claude = Claude::start(
+        &bin,
+        &h.base_url(),
+        session,
+        &[],
+        &["--json-schema", &schema_text],
+    );
+    let (first, _) = claude.turn("[general] alice: hello");
+    let (second, _) = claude.turn("[general] bob: again");
+    claude.finish();
+    for result in [&first, &second] {
+        // The CLI validated our call against the schema itself and accepted it.
+        assert_eq!(
+            result["structured_output"],
+            muninn_backend::schema::generate(&schema),
+            "{result}"
+        );
+        assert_eq!(
+            muninn_backend::schema::validate(&schema, &result["structured_output"]),
+            Ok(())
+        );
+    }
+    let records: Vec<_> = h
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/messages")
+        .collect();
+    assert_eq!(
+        records.len(),
+        2,
+        "one request per turn: the call ends the turn"
+    );
+    let expected = recompute(&records);
+    for (result, exp) in [&first, &second].iter().zip(&expected) {
+        assert_eq!(pick(&result["usage"]), usage_json(exp));
+    }
+    assert!(expected[1].cache_read > 0);
+    eprintln!("Claude Code CLI 2.1.332 (--json-schema): 2 of 2 result.usage equal the cache model");
 }
