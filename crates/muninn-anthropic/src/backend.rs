@@ -24,7 +24,7 @@
 //! A failed turn leaves the history unchanged: the caller's transcript is the truth, and it may
 //! send the turn again.
 
-use crate::client::AnthropicClient;
+use crate::client::{AnthropicClient, Completed, Failed};
 use crate::clock::Clock;
 use crate::prompt::shape;
 use crate::wire::{
@@ -50,10 +50,32 @@ pub const STRUCTURED_OUTPUT_DESCRIPTION: &str = "Use this tool to return your fi
 /// What the CLI answers a valid structured-output call with.
 const STRUCTURED_OUTPUT_ACK: &str = "Structured output provided successfully";
 
-/// The Anthropic Messages API as a [`Backend`].
+/// How a rendered request reaches a model: the HTTPS client, or a simulator in the same
+/// process (`muninn_sim::InProcess`). The backend's rendering, prediction and ledger events are
+/// the same over either.
+pub trait Transport: Send + Sync + std::fmt::Debug {
+    /// Sends one request; `safe_to_repeat` allows a retry after reply content began.
+    fn send(
+        &self,
+        request: &MessagesRequest,
+        safe_to_repeat: bool,
+    ) -> impl std::future::Future<Output = Result<Completed, Failed>> + Send;
+}
+
+impl Transport for AnthropicClient {
+    fn send(
+        &self,
+        request: &MessagesRequest,
+        safe_to_repeat: bool,
+    ) -> impl std::future::Future<Output = Result<Completed, Failed>> + Send {
+        self.messages(request, safe_to_repeat)
+    }
+}
+
+/// The Anthropic Messages API as a [`Backend`], over the HTTPS client by default.
 #[derive(Debug)]
-pub struct AnthropicBackend {
-    client: AnthropicClient,
+pub struct AnthropicBackend<T: Transport = AnthropicClient> {
+    client: T,
     clock: Arc<dyn Clock>,
     prices: PriceTable,
     rules: CacheRules,
@@ -70,13 +92,9 @@ struct Session {
     pending_ack: Option<String>,
 }
 
-impl AnthropicBackend {
+impl<T: Transport> AnthropicBackend<T> {
     /// A backend over `client`, reading time from `clock`, pricing cache sizes from `prices`.
-    pub fn new(
-        client: AnthropicClient,
-        clock: Arc<dyn Clock>,
-        prices: PriceTable,
-    ) -> AnthropicBackend {
+    pub fn new(client: T, clock: Arc<dyn Clock>, prices: PriceTable) -> AnthropicBackend<T> {
         AnthropicBackend {
             client,
             clock,
@@ -185,7 +203,7 @@ fn user_message(input: &TurnInput, pending_ack: Option<&str>) -> Result<Message,
     })
 }
 
-impl Backend for AnthropicBackend {
+impl<T: Transport> Backend for AnthropicBackend<T> {
     fn name(&self) -> &str {
         "anthropic"
     }
@@ -230,7 +248,7 @@ impl Backend for AnthropicBackend {
 
         let completed = self
             .client
-            .messages(&request, input.safe_to_repeat)
+            .send(&request, input.safe_to_repeat)
             .await
             .map_err(|f| {
                 tracing::warn!(retries = f.retries.len(), error = %f.error, "turn failed");

@@ -11,6 +11,8 @@
 //! - [`sim`] — [`sim::Simulator`]: the shared cache, virtual clock, faults and request log, and
 //!   the transport-free request handling.
 //! - [`server`] — the axum router: the API routes and the admin routes.
+//! - [`inprocess`] — the simulator as a transport of the Anthropic backend, without HTTP
+//!   ([`inprocess::SimBackend`]).
 //! - this module — [`spawn`] (an in-process server on an ephemeral port, for tests) and
 //!   [`serve`] (the CLI's long-running server).
 //!
@@ -22,6 +24,7 @@
 //! - The same request body always gets the same reply content.
 //! - Credentials are never recorded.
 
+pub mod inprocess;
 pub mod reply;
 pub mod server;
 pub mod sim;

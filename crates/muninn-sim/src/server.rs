@@ -119,7 +119,8 @@ fn check_headers(sim: &Simulator, headers: &HeaderMap) -> Result<&'static str, A
     Ok(scheme)
 }
 
-fn fault_error(kind: &FaultKind) -> Option<ApiError> {
+/// The refusal a fault stands for, if it is one (stream faults are not).
+pub(crate) fn fault_error(kind: &FaultKind) -> Option<ApiError> {
     Some(match kind {
         FaultKind::RateLimit { retry_after_s } => ApiError {
             retry_after_s: *retry_after_s,

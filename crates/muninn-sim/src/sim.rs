@@ -62,7 +62,7 @@ impl Default for SimConfig {
             api_key: None,
             prices: PriceTable::embedded(),
             rules: CacheRules::default(),
-            max_recorded: 10_000,
+            max_recorded: 1_000,
             honour_1h: true,
         }
     }

@@ -156,70 +156,152 @@ fn line_reader(stdout: std::process::ChildStdout) -> mpsc::Receiver<String> {
     rx
 }
 
-#[test]
-fn the_real_claude_code_cli() {
+/// The pinned CLI, or `None` after reporting it missing.
+fn find_claude() -> Option<PathBuf> {
     let Some(bin) = claude_bin() else {
-        return missing_peer(
+        missing_peer(
             "Claude Code CLI not found (run scripts/install-claude-cli.sh, or set MUNINN_CLAUDE_BIN)",
         );
+        return None;
     };
-    let version = Command::new(&bin).arg("--version").output();
-    match version {
-        Ok(o) if String::from_utf8_lossy(&o.stdout).starts_with("2.1.332 ") => {}
+    match Command::new(&bin).arg("--version").output() {
+        Ok(o) if String::from_utf8_lossy(&o.stdout).starts_with("2.1.332 ") => Some(bin),
         other => {
-            return missing_peer(&format!(
+            missing_peer(&format!(
                 "{} is not Claude Code 2.1.332: {other:?}",
                 bin.display()
             ));
+            None
         }
     }
+}
+
+/// One long-lived `claude -p` stream-json session against the simulator, in a fresh HOME.
+struct Claude {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: mpsc::Receiver<String>,
+    home: tempfile::TempDir,
+}
+
+impl Claude {
+    fn start(
+        bin: &std::path::Path,
+        base_url: &str,
+        session: &str,
+        extra_env: &[(&str, &str)],
+        extra_args: &[&str],
+    ) -> Claude {
+        let home = tempfile::tempdir().unwrap();
+        for d in [".claude", "tmp", "proj"] {
+            std::fs::create_dir_all(home.path().join(d)).unwrap();
+        }
+        // Long enough to be cacheable on its own (over the model's 512-token minimum).
+        let system: String = format!(
+            "You are MUNINN-PEER, a test Mind. {}",
+            (0..400)
+                .map(|i| format!("Doctrine line {i}: keep the cache warm."))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let mut command = Command::new(bin);
+        command
+            .args([
+                "-p",
+                "--input-format",
+                "stream-json",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--session-id",
+                session,
+                "--system-prompt",
+                &system,
+                "--tools",
+                "",
+            ])
+            .current_dir(home.path().join("proj"))
+            .env_clear()
+            .env("ANTHROPIC_BASE_URL", base_url)
+            .env("ANTHROPIC_API_KEY", "sk-test")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("CLAUDE_CODE_ATTRIBUTION_HEADER", "0")
+            .env("HOME", home.path())
+            .env("CLAUDE_CONFIG_DIR", home.path().join(".claude"))
+            .env("TMPDIR", home.path().join("tmp"))
+            .env("PATH", std::env::var("PATH").unwrap_or_default());
+        for (k, v) in extra_env {
+            command.env(k, v);
+        }
+        command.args(extra_args);
+        // stderr goes to a file in the temporary HOME: a pipe nobody drains could fill and
+        // stall the child.
+        let stderr = std::fs::File::create(home.path().join("stderr.log")).unwrap();
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = line_reader(child.stdout.take().unwrap());
+        Claude {
+            child,
+            stdin,
+            lines,
+            home,
+        }
+    }
+
+    /// Sends one user line; returns its `result` and the `api_retry` events before it.
+    fn turn(&mut self, text: &str) -> (Value, Vec<Value>) {
+        let line = json!({"type": "user", "message": {"role": "user", "content": text}});
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut retries = Vec::new();
+        loop {
+            let l = self
+                .lines
+                .recv_timeout(Duration::from_secs(90))
+                .unwrap_or_else(|e| panic!("no result for {text:?}: {e}"));
+            let Ok(event) = serde_json::from_str::<Value>(&l) else {
+                continue;
+            };
+            if event["type"] == json!("system") && event["subtype"] == json!("api_retry") {
+                retries.push(event.clone());
+            }
+            if event["type"] == json!("result") {
+                assert_eq!(event["is_error"], json!(false), "{event}");
+                return (event, retries);
+            }
+        }
+    }
+
+    /// Closes stdin and waits for a clean exit; returns the HOME for the transcript.
+    fn finish(self) -> tempfile::TempDir {
+        let Claude {
+            mut child,
+            stdin,
+            home,
+            ..
+        } = self;
+        drop(stdin);
+        let status = child.wait().unwrap();
+        assert!(
+            status.success(),
+            "claude exited {status:?}: {}",
+            std::fs::read_to_string(home.path().join("stderr.log")).unwrap_or_default()
+        );
+        home
+    }
+}
+
+#[test]
+fn the_real_claude_code_cli() {
+    let Some(bin) = find_claude() else { return };
     let (_rt, h) = sim_on_thread();
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path();
-    std::fs::create_dir_all(home.join(".claude")).unwrap();
-    std::fs::create_dir_all(home.join("tmp")).unwrap();
-    std::fs::create_dir_all(home.join("proj")).unwrap();
     let session = "7e1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a5b";
-    let system: String = format!(
-        "You are MUNINN-PEER, a test Mind. {}",
-        (0..400)
-            .map(|i| format!("Doctrine line {i}: keep the cache warm."))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    let path = std::env::var("PATH").unwrap_or_default();
-    let mut child = Command::new(&bin)
-        .args([
-            "-p",
-            "--input-format",
-            "stream-json",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--session-id",
-            session,
-            "--system-prompt",
-            &system,
-            "--tools",
-            "",
-        ])
-        .current_dir(home.join("proj"))
-        .env_clear()
-        .env("ANTHROPIC_BASE_URL", h.base_url())
-        .env("ANTHROPIC_API_KEY", "sk-test")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("CLAUDE_CODE_ATTRIBUTION_HEADER", "0")
-        .env("HOME", home)
-        .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
-        .env("TMPDIR", home.join("tmp"))
-        .env("PATH", path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let lines = line_reader(child.stdout.take().unwrap());
+    let mut claude = Claude::start(&bin, &h.base_url(), session, &[], &[]);
     // Six turns; a 429 with retry-after before the third; /compact after the sixth, then one
     // more turn on the compacted history.
     let lines_in = [
@@ -243,29 +325,12 @@ fn the_real_claude_code_cli() {
                 times: 1,
             }]);
         }
-        let line = json!({"type": "user", "message": {"role": "user", "content": text}});
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-        loop {
-            let l = lines
-                .recv_timeout(Duration::from_secs(90))
-                .unwrap_or_else(|e| panic!("no result for {text:?}: {e}"));
-            let Ok(event) = serde_json::from_str::<Value>(&l) else {
-                continue;
-            };
-            if event["type"] == json!("system") && event["subtype"] == json!("api_retry") {
-                retries.push(event.clone());
-            }
-            if event["type"] == json!("result") {
-                assert_eq!(event["is_error"], json!(false), "{event}");
-                results.push((*text, event));
-                break;
-            }
-        }
+        let (result, r) = claude.turn(text);
+        retries.extend(r);
+        results.push((*text, result));
     }
-    drop(stdin);
-    let status = child.wait().unwrap();
-    assert!(status.success(), "claude exited {status:?}");
+    let home_dir = claude.finish();
+    let home = home_dir.path();
 
     // The CLI saw our 429 and honoured its retry-after.
     assert_eq!(retries.len(), 1, "{retries:?}");
@@ -406,4 +471,132 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[test]
+fn the_real_claude_code_cli_with_a_1h_ttl_and_count_tokens() {
+    let Some(bin) = find_claude() else { return };
+    let (_rt, h) = sim_on_thread();
+    let session = "0f0e0d0c-0b0a-4908-8706-050403020100";
+    let mut claude = Claude::start(
+        &bin,
+        &h.base_url(),
+        session,
+        &[("CLAUDE_CODE_PROMPT_CACHE_TTL", "1h")],
+        &[],
+    );
+    let turns = ["one hour, first", "one hour, second", "one hour, third"];
+    let mut results = Vec::new();
+    for t in turns {
+        results.push(claude.turn(t).0);
+    }
+    let (context, _) = claude.turn("/context");
+    claude.finish();
+    let records = h.sim.requests();
+    let messages: Vec<_> = records
+        .iter()
+        .filter(|r| r.path == "/v1/messages")
+        .cloned()
+        .collect();
+    assert_eq!(messages.len(), 3);
+    for r in &messages {
+        // The CLI asked for 1h on its three markers, with the beta.
+        assert_eq!(
+            r.body.to_string().matches(r#""ttl":"1h""#).count(),
+            3,
+            "{}",
+            r.body
+        );
+        assert!(
+            r.anthropic_beta
+                .as_deref()
+                .unwrap_or("")
+                .contains("extended-cache-ttl-2025-04-11")
+        );
+    }
+    let expected = recompute(&messages);
+    for (result, exp) in results.iter().zip(&expected) {
+        assert_eq!(pick(&result["usage"]), usage_json(exp));
+        assert_eq!(exp.cache_write_5m, 0, "every write is a 1h write");
+        assert!(exp.cache_write_1h > 0);
+    }
+    // /context asked count_tokens, and got the mapping's totals.
+    let counts: Vec<_> = records
+        .iter()
+        .filter(|r| r.path == "/v1/messages/count_tokens")
+        .collect();
+    assert!(
+        !counts.is_empty() && counts.iter().all(|r| r.status == 200),
+        "{counts:?}"
+    );
+    for r in &counts {
+        let total = muninn_anthropic::prompt::shape(&r.body)
+            .unwrap()
+            .total_tokens;
+        assert!(total > 0);
+    }
+    assert!(
+        context["result"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Context Usage"),
+        "{context}"
+    );
+    eprintln!(
+        "Claude Code CLI 2.1.332 (1h TTL): {} of {} result.usage equal the cache model; {} count_tokens calls answered",
+        results.len(),
+        expected.len(),
+        counts.len()
+    );
+}
+
+#[test]
+fn the_real_claude_code_cli_gets_schema_valid_structured_output() {
+    let Some(bin) = find_claude() else { return };
+    let (_rt, h) = sim_on_thread();
+    let schema = json!({"type": "object", "properties": {
+        "say": {"type": "array", "items": {"type": "object", "properties": {"room": {"enum": ["general", "dm"]}, "text": {"type": "string", "minLength": 3}}, "required": ["room", "text"], "additionalProperties": false}},
+        "start_self_run": {"type": ["object", "null"], "properties": {"brief": {"type": "string"}}}},
+        "required": ["say"], "additionalProperties": false});
+    let session = "5c5c5c5c-1111-4222-8333-444455556666";
+    let schema_text = schema.to_string();
+    let mut claude = Claude::start(
+        &bin,
+        &h.base_url(),
+        session,
+        &[],
+        &["--json-schema", &schema_text],
+    );
+    let (first, _) = claude.turn("[general] alice: hello");
+    let (second, _) = claude.turn("[general] bob: again");
+    claude.finish();
+    for result in [&first, &second] {
+        // The CLI validated our call against the schema itself and accepted it.
+        assert_eq!(
+            result["structured_output"],
+            muninn_backend::schema::generate(&schema),
+            "{result}"
+        );
+        assert_eq!(
+            muninn_backend::schema::validate(&schema, &result["structured_output"]),
+            Ok(())
+        );
+    }
+    let records: Vec<_> = h
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/messages")
+        .collect();
+    assert_eq!(
+        records.len(),
+        2,
+        "one request per turn: the call ends the turn"
+    );
+    let expected = recompute(&records);
+    for (result, exp) in [&first, &second].iter().zip(&expected) {
+        assert_eq!(pick(&result["usage"]), usage_json(exp));
+    }
+    assert!(expected[1].cache_read > 0);
+    eprintln!("Claude Code CLI 2.1.332 (--json-schema): 2 of 2 result.usage equal the cache model");
 }

@@ -58,3 +58,55 @@ async fn the_anthropic_backend_passes_the_suite() {
     );
     assert!(report.skipped.is_empty());
 }
+
+struct InProcessHarness {
+    sim: Arc<muninn_sim::sim::Simulator>,
+    clock: ManualClock,
+}
+
+impl SuiteHarness for InProcessHarness {
+    type B = muninn_sim::inprocess::SimBackend;
+
+    async fn backend(&self) -> Self::B {
+        AnthropicBackend::new(
+            muninn_sim::inprocess::InProcess::new(self.sim.clone()),
+            Arc::new(self.clock.clone()),
+            PriceTable::embedded(),
+        )
+    }
+
+    fn model(&self) -> String {
+        "claude-opus-5-5".to_string()
+    }
+
+    fn nonce(&self) -> String {
+        format!("in-process-{}", std::process::id())
+    }
+
+    async fn advance_clock(&self, ms: u64) -> bool {
+        self.clock.advance(ms as i64);
+        self.sim.advance_clock(ms as i64);
+        true
+    }
+}
+
+#[tokio::test]
+async fn the_in_process_simulator_passes_the_suite() {
+    let h = InProcessHarness {
+        sim: Arc::new(muninn_sim::sim::Simulator::new(
+            muninn_sim::sim::SimConfig {
+                frozen_at_ms: Some(T0),
+                ..Default::default()
+            },
+        )),
+        clock: ManualClock::new(T0),
+    };
+    let report = run_backend_suite(&h).await.unwrap();
+    assert_eq!(report.passed.len(), 4);
+    // Same requests, same usage as over HTTP: the recorded log agrees with the cache model.
+    let records = h.sim.requests();
+    assert_eq!(
+        crate::support::recompute(&records),
+        records.iter().filter_map(|r| r.usage).collect::<Vec<_>>()
+    );
+}

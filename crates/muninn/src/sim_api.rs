@@ -16,6 +16,10 @@ pub struct SimApiArgs {
     /// Accept only this API key. By default any non-empty key is accepted.
     #[arg(long, env = "MUNINN_SIM_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Cache `ttl: "1h"` breakpoints for 5 minutes, like a provider that ignores the 1h TTL, so
+    /// clients can test their honoured-TTL detection.
+    #[arg(long)]
+    ignore_1h: bool,
     /// A price table (TOML) for minimum cacheable sizes; default: the embedded one.
     #[arg(long)]
     prices: Option<std::path::PathBuf>,
@@ -35,6 +39,7 @@ pub fn run(args: SimApiArgs) -> anyhow::Result<()> {
         frozen_at_ms: args.frozen_clock_ms,
         api_key: args.api_key,
         prices,
+        honour_1h: !args.ignore_1h,
         ..Default::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
