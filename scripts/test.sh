@@ -18,4 +18,10 @@ if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
   fi
 fi
 
+# The real peers the simulator is checked against: the official Anthropic Python SDK and the Claude
+# Code CLI 2.1.332, both pinned.
+bash scripts/install-python-peers.sh
+MUNINN_CLAUDE_BIN="$(bash scripts/install-claude-cli.sh)"
+export MUNINN_CLAUDE_BIN
+
 cargo test --workspace --locked
