@@ -233,6 +233,52 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
 
     async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
         let request = self.render(&input)?;
+        self.exchange(request, input.safe_to_repeat, true).await
+    }
+
+    async fn ping(&mut self) -> Result<TurnOutcome, BackendError> {
+        let session = self
+            .session
+            .as_ref()
+            .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
+        if session.history.is_empty() {
+            return Err(BackendError::Invalid("nothing to keep warm yet".to_string()));
+        }
+        // The prefix exactly as the next turn will send it, the breakpoint on its last block,
+        // then a tiny uncached question. Nothing of it joins the session.
+        let mut request = self.render(&TurnInput::text("(keep-warm: answer with one word)"))?;
+        let n = request.messages.len();
+        if let Some(Message {
+            content: Content::Blocks(blocks),
+            ..
+        }) = request.messages.last_mut()
+            && let Some(last) = blocks.last_mut()
+        {
+            last.set_cache_control(None);
+        }
+        if n >= 2
+            && let Some(Message {
+                content: Content::Blocks(blocks),
+                ..
+            }) = request.messages.get_mut(n - 2)
+            && let Some(last) = blocks.last_mut()
+        {
+            last.set_cache_control(Some(CacheControl::with_ttl(session.spec.conversation_ttl)));
+        }
+        request.max_tokens = 1;
+        self.exchange(request, true, false).await
+    }
+}
+
+impl<T: Transport> AnthropicBackend<T> {
+    /// Sends a rendered request, predicts and checks its usage, and — for a turn — commits the
+    /// exchange to the session.
+    async fn exchange(
+        &mut self,
+        request: MessagesRequest,
+        safe_to_repeat: bool,
+        commit: bool,
+    ) -> Result<TurnOutcome, BackendError> {
         let session = self
             .session
             .as_mut()
@@ -248,7 +294,7 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
 
         let completed = self
             .client
-            .send(&request, input.safe_to_repeat)
+            .send(&request, safe_to_repeat)
             .await
             .map_err(|f| {
                 tracing::warn!(retries = f.retries.len(), error = %f.error, "turn failed");
@@ -308,7 +354,23 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
             }
         }
         // Commit the turn to the session: the user message without its marker, the reply
-        // verbatim.
+        // verbatim. A ping leaves the session as it was.
+        if !commit {
+            return Ok(TurnOutcome {
+                text,
+                tool_calls,
+                structured,
+                stop_reason: response.stop_reason.unwrap_or_default(),
+                usage,
+                raw_usage: completed.raw_usage,
+                predicted: Some(predicted),
+                miss,
+                ttl,
+                retries: completed.retries,
+                events,
+                request_id: completed.request_id,
+            });
+        }
         let mut sent = request.messages;
         if let Some(Message {
             content: Content::Blocks(blocks),

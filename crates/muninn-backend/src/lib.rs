@@ -268,4 +268,11 @@ pub trait Backend: Send {
         &mut self,
         input: TurnInput,
     ) -> impl Future<Output = Result<TurnOutcome, BackendError>> + Send;
+
+    /// A keep-warm request: the session's prefix as it stands, with its breakpoint, then a
+    /// one-token reply that is *not* added to the session. It refreshes the cached prefix's TTL
+    /// for the price of a read. Backends that cannot ping say so with [`BackendError::Invalid`].
+    fn ping(&mut self) -> impl Future<Output = Result<TurnOutcome, BackendError>> + Send {
+        async { Err(BackendError::Invalid("this backend cannot ping".to_string())) }
+    }
 }
