@@ -3,8 +3,9 @@
 //!
 //! # Rendering
 //!
-//! Layers by volatility (DESIGN §3.3): tools → system layers → conversation. Two breakpoints:
-//! the last system block (at [`SessionSpec::system_ttl`]) and the last block of the last message
+//! Layers by volatility (DESIGN §3.3): tools → system layers → conversation. A breakpoint closes
+//! each system layer (the last three at most, at [`SessionSpec::system_ttl`]), and one sits on the
+//! last block of the last message
 //! (at [`SessionSpec::conversation_ttl`], moved forward every turn). Older messages are re-sent
 //! byte-identical without markers, so request N+1 begins with request N up to its last
 //! breakpoint. A session with an output schema offers the Claude Code CLI's `StructuredOutput`
@@ -123,13 +124,16 @@ impl<T: Transport> AnthropicBackend<T> {
         }
         let spec = &session.spec;
         let n = spec.system.len();
+        // Every system layer closes with its own breakpoint (the last three, leaving the fourth
+        // for the conversation): a layer that stays the same across segments — the doctrine —
+        // is then read from cache by a new segment even when a later layer changed.
         let system = spec
             .system
             .iter()
             .enumerate()
             .map(|(i, text)| ContentBlock::Text {
                 text: text.clone(),
-                cache_control: (i + 1 == n).then(|| CacheControl::with_ttl(spec.system_ttl)),
+                cache_control: (i + 3 >= n).then(|| CacheControl::with_ttl(spec.system_ttl)),
             })
             .collect::<Vec<_>>();
         let mut tools: Vec<Tool> = spec
@@ -242,7 +246,9 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
             .as_ref()
             .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
         if session.history.is_empty() {
-            return Err(BackendError::Invalid("nothing to keep warm yet".to_string()));
+            return Err(BackendError::Invalid(
+                "nothing to keep warm yet".to_string(),
+            ));
         }
         // The prefix exactly as the next turn will send it, the breakpoint on its last block,
         // then a tiny uncached question. Nothing of it joins the session.

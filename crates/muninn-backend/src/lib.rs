@@ -273,6 +273,10 @@ pub trait Backend: Send {
     /// one-token reply that is *not* added to the session. It refreshes the cached prefix's TTL
     /// for the price of a read. Backends that cannot ping say so with [`BackendError::Invalid`].
     fn ping(&mut self) -> impl Future<Output = Result<TurnOutcome, BackendError>> + Send {
-        async { Err(BackendError::Invalid("this backend cannot ping".to_string())) }
+        async {
+            Err(BackendError::Invalid(
+                "this backend cannot ping".to_string(),
+            ))
+        }
     }
 }

@@ -1,1 +1,1386 @@
-//! The runtime (being written).
+//! The runtime: each Mind's Persona and Self as persistent, append-only sessions.
+//!
+//! # A Persona turn, end to end
+//!
+//! mailbox (durable, with seq) → [`next_batch`] (the oldest prefix sharing a conversation: all
+//! public-room deliveries together, or one DM room alone) → brakes and spend cap → the decider
+//! (`muninn_core::decide::decide`, unchanged from replay: append, or refresh into a new segment)
+//! → the renderer (notices for changed layers, history shown once) → the transcript, *before* the
+//! call → the backend → the reply validated against the reply schema (retried once, then a
+//! recorded failure) → one transaction: transcript, outbox rows with request ids
+//! `<batch>-<index>`, the ledger row, `remember[]` memory notes, `start_self_run` briefs, and the
+//! mailbox ack through the batch's max seq. A crash anywhere before that transaction re-delivers
+//! the batch; a crash after it leaves nothing to redo. Request ids make a re-sent reply the same
+//! message.
+//!
+//! # The Self
+//!
+//! Briefs (from a Persona's `start_self_run` or the operator) queue for the Mind's one Self
+//! session. Each brief is a turn; its end is a task boundary where the decider may refresh. Its
+//! result is posted back to the Persona as a delivery from room `self`.
+//!
+//! # Refresh, flush and rehydrate
+//!
+//! A Persona writes memory as it happens (`remember[]`), so its refresh needs no flush request: the
+//! new segment starts from the doctrine, the persona state and the memory selected for the batch
+//! (about its senders, the newest, within `memory_tokens`). A Self refresh asks the session to
+//! flush its memory (goal, open tasks, constraints, done markers, facts); if a pinned item is
+//! missing, the new segment carries the previous segment's tail verbatim instead.
+//!
+//! # Keeping warm
+//!
+//! Shortly before the tail's TTL runs out the decider is asked again (`Event::Expiring`): it may
+//! ping (a one-token request that leaves the session unchanged), or let the cache expire.
+//!
+//! # One writer per Mind
+//!
+//! Every write carries the Mind's lease fencing token; a host that cannot take the lease does not
+//! run the Mind, and a host whose token went stale stops at its next write.
+
+use crate::Host;
+use crate::config::MindConfig;
+use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
+use muninn_core::cache::Ttl;
+use muninn_core::decide::{
+    Action, Bounds, Decision, Event, GapStats, Policy, Rates, SessionView, decide,
+};
+use muninn_core::ledger::LedgerRow;
+use muninn_core::money::{MicroUsd, Tokens};
+use muninn_core::price::{ModelPrice, PriceTable};
+use muninn_core::render::{self, Layers, Renderer};
+use muninn_core::tokenize::count;
+use muninn_store::{
+    BriefOrigin, BriefStatus, Delivery, FencingToken, Lease, NewBrief, NewDelivery, NewMemoryNote,
+    NewOutboxMessage, NewSegment, NewTranscriptItem, Role, StoreError, TranscriptKind, TurnRecord,
+};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// How long a lease lasts; it is renewed when less than a third is left.
+pub const LEASE_TTL_MS: i64 = 30_000;
+/// The decider is asked this long before the tail's TTL runs out.
+pub const DECIDE_BEFORE_EXPIRY_MS: i64 = 30_000;
+/// A `remember[]` note's byte limit, and how many a reply may carry.
+pub const MEMORY_NOTE_BYTES: usize = 1_000;
+/// See [`MEMORY_NOTE_BYTES`].
+pub const MEMORY_NOTES_PER_REPLY: usize = 8;
+/// A `start_self_run` brief's character limit.
+pub const BRIEF_CHARS: usize = 1_000;
+/// The room a Self run's result reaches the Persona from.
+pub const SELF_ROOM: &str = "self";
+/// The reply-schema room meaning "the DM room of this batch".
+pub const DM_ROOM: &str = "@dm";
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The store failed; [`StoreError::is_retryable`] says whether to try again.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// The backend failed; the batch stays in the mailbox and is re-delivered.
+    #[error("backend: {0}")]
+    Backend(#[from] BackendError),
+    /// The configuration cannot be run (an unknown model, an unreadable doctrine file, …).
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// What one call of [`MindRunner::step`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Another host holds this Mind's lease.
+    NotLeader,
+    /// The operator brake is on: no call, no send.
+    Braked,
+    /// The spend cap for the window is reached: no call.
+    OverBudget,
+    /// A Persona turn was recorded (ack position after it).
+    PersonaTurn {
+        /// The mailbox position acknowledged.
+        acked_through: i64,
+        /// Whether the reply was valid (otherwise a failure was recorded).
+        valid: bool,
+    },
+    /// A Self brief was run.
+    SelfTurn {
+        /// The brief's seq.
+        brief: i64,
+    },
+    /// A keep-warm ping was sent.
+    Ping,
+    /// Nothing to do until the given time (or a wake-up).
+    Idle {
+        /// When to look again, Unix ms (`None`: only on a wake-up).
+        until_ms: Option<i64>,
+    },
+}
+
+/// A Persona's reply, as the reply schema types it.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct PersonaReply {
+    /// What to say, where.
+    #[serde(default)]
+    pub say: Vec<Say>,
+    /// A Self run to start.
+    #[serde(default)]
+    pub start_self_run: Option<SelfRun>,
+    /// What to remember from this turn.
+    #[serde(default)]
+    pub remember: Vec<Remember>,
+}
+
+/// One message to send.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct Say {
+    /// The room (one the Persona may speak in, or [`DM_ROOM`]).
+    pub room: String,
+    /// The text.
+    pub text: String,
+}
+
+/// A Self run the Persona asks for.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct SelfRun {
+    /// The brief (≤ 1000 characters).
+    pub brief: String,
+    /// The repository, if any.
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// The campaign, if any.
+    #[serde(default)]
+    pub campaign: Option<String>,
+}
+
+/// A memory note the Persona writes.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct Remember {
+    /// The note (≤ 1000 bytes).
+    pub text: String,
+    /// Whom it is about (sender ids).
+    #[serde(default)]
+    pub about: Vec<String>,
+    /// How much it matters.
+    #[serde(default)]
+    pub salience: i64,
+}
+
+/// The reply schema of a Mind's Persona: stable for a segment (the room enum covers every room
+/// allowed in it; the batch's narrower rules are checked in code).
+pub fn reply_schema(mind: &MindConfig) -> Value {
+    let mut rooms: Vec<Value> = mind.rooms.iter().map(|r| json!(r)).collect();
+    rooms.push(json!(DM_ROOM));
+    let campaigns: Vec<Value> = mind.campaigns.iter().map(|c| json!(c.slug)).collect();
+    let mut self_run = json!({
+        "type": "object",
+        "required": ["brief"],
+        "additionalProperties": false,
+        "properties": {
+            "brief": {"type": "string", "maxLength": BRIEF_CHARS},
+            "repo": {"type": "string"},
+        }
+    });
+    if !campaigns.is_empty() {
+        self_run["properties"]["campaign"] = json!({"type": "string", "enum": campaigns});
+    }
+    json!({
+        "type": "object",
+        "required": ["say", "remember"],
+        "additionalProperties": false,
+        "properties": {
+            "say": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["room", "text"],
+                    "additionalProperties": false,
+                    "properties": {
+                        "room": {"type": "string", "enum": rooms},
+                        "text": {"type": "string", "minLength": 1},
+                    }
+                }
+            },
+            // `null` first: no Self run unless the model asks for one.
+            "start_self_run": {"anyOf": [{"type": "null"}, self_run]},
+            "remember": {
+                "type": "array",
+                "maxItems": MEMORY_NOTES_PER_REPLY,
+                "items": {
+                    "type": "object",
+                    "required": ["text", "about", "salience"],
+                    "additionalProperties": false,
+                    "properties": {
+                        "text": {"type": "string", "maxLength": MEMORY_NOTE_BYTES},
+                        "about": {"type": "array", "items": {"type": "string"}},
+                        "salience": {"type": "integer", "minimum": 0, "maximum": 10},
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Validates a structured reply for a batch: the schema, then what the schema cannot say (a DM
+/// reply only in a DM batch, byte limits). Returns the rooms resolved.
+pub fn validate_reply(
+    mind: &MindConfig,
+    batch: &[Delivery],
+    value: &Value,
+) -> Result<PersonaReply, String> {
+    muninn_backend::schema::validate(&reply_schema(mind), value)?;
+    let mut reply: PersonaReply =
+        serde_json::from_value(value.clone()).map_err(|e| format!("reply: {e}"))?;
+    let dm_room = batch.iter().find(|d| d.is_direct).map(|d| d.room.clone());
+    for say in &mut reply.say {
+        if say.room == DM_ROOM {
+            match &dm_room {
+                Some(room) => say.room = room.clone(),
+                None => return Err("say: @dm in a batch with no direct message".to_string()),
+            }
+        } else if !mind.rooms.contains(&say.room) {
+            return Err(format!(
+                "say: room {:?} is not one this Persona may speak in",
+                say.room
+            ));
+        }
+    }
+    if let Some(run) = &reply.start_self_run
+        && run.brief.chars().count() > BRIEF_CHARS
+    {
+        return Err(format!(
+            "start_self_run: brief longer than {BRIEF_CHARS} characters"
+        ));
+    }
+    if reply.remember.len() > MEMORY_NOTES_PER_REPLY {
+        return Err(format!(
+            "remember: more than {MEMORY_NOTES_PER_REPLY} notes"
+        ));
+    }
+    if let Some(note) = reply
+        .remember
+        .iter()
+        .find(|n| n.text.len() > MEMORY_NOTE_BYTES)
+    {
+        return Err(format!(
+            "remember: a note of {} bytes (limit {MEMORY_NOTE_BYTES})",
+            note.text.len()
+        ));
+    }
+    Ok(reply)
+}
+
+/// The seed's `next_batch`: the oldest prefix of the pending deliveries that shares a
+/// conversation — all public-room deliveries together, or one DM room alone — cut at the first
+/// delivery that switches between public and direct or, for DMs, changes room.
+pub fn next_batch(pending: &[Delivery]) -> &[Delivery] {
+    let Some(first) = pending.first() else {
+        return pending;
+    };
+    let end = pending
+        .iter()
+        .position(|d| d.is_direct != first.is_direct || (first.is_direct && d.room != first.room))
+        .unwrap_or(pending.len());
+    &pending[..end]
+}
+
+/// One role's live session.
+struct Session<B> {
+    role: Role,
+    backend: B,
+    renderer: Option<Renderer>,
+    segment: Option<i64>,
+    /// Requests sent in the current segment.
+    requests: u32,
+    /// Tokens of the cached prefix after the last request.
+    prefix_tokens: Tokens,
+    /// Tokens the segment was rehydrated with (reported on its first ledger row).
+    rehydration: Tokens,
+    last_request_ms: i64,
+    warm_until_ms: Option<i64>,
+    head_warm_until_ms: Option<i64>,
+    read_excess: MicroUsd,
+    gap_pings: u32,
+    gap_ping_spend: MicroUsd,
+    /// The decider was asked about this gap's expiry and let it go.
+    let_expire: bool,
+    gaps: GapStats,
+    /// The session must be rebuilt from the transcript (a failed call left it out of step).
+    broken: bool,
+}
+
+impl<B> Session<B> {
+    fn new(role: Role, backend: B) -> Session<B> {
+        Session {
+            role,
+            backend,
+            renderer: None,
+            segment: None,
+            requests: 0,
+            prefix_tokens: 0,
+            rehydration: 0,
+            last_request_ms: 0,
+            warm_until_ms: None,
+            head_warm_until_ms: None,
+            read_excess: MicroUsd::ZERO,
+            gap_pings: 0,
+            gap_ping_spend: MicroUsd::ZERO,
+            let_expire: false,
+            gaps: GapStats::default(),
+            broken: false,
+        }
+    }
+}
+
+/// One Mind's runner: owns its two sessions and is the only task that writes for it.
+pub struct MindRunner<B: Backend> {
+    host: Host,
+    mind: MindConfig,
+    holder: String,
+    price: ModelPrice,
+    policy: Policy,
+    lease: Option<Lease>,
+    persona: Session<B>,
+    selfs: Session<B>,
+    turns_this_wake: u32,
+}
+
+impl<B: Backend> std::fmt::Debug for MindRunner<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MindRunner")
+            .field("mind", &self.mind.id)
+            .field("holder", &self.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> MindRunner<B> {
+    /// A runner for `mind`, holding leases as `holder`, with one backend per role.
+    pub fn new(
+        host: Host,
+        mind: MindConfig,
+        holder: String,
+        prices: &PriceTable,
+        persona_backend: B,
+        self_backend: B,
+    ) -> Result<MindRunner<B>, RuntimeError> {
+        let price = prices
+            .model(&mind.model)
+            .map_err(|e| RuntimeError::Config(e.to_string()))?
+            .clone();
+        let policy = mind
+            .policy
+            .parse::<Policy>()
+            .map_err(|e| RuntimeError::Config(format!("mind {}: {e}", mind.id)))?;
+        Ok(MindRunner {
+            host,
+            mind,
+            holder,
+            price,
+            policy,
+            lease: None,
+            persona: Session::new(Role::Persona, persona_backend),
+            selfs: Session::new(Role::SelfRole, self_backend),
+            turns_this_wake: 0,
+        })
+    }
+
+    /// The Mind's id.
+    pub fn id(&self) -> &str {
+        &self.mind.id
+    }
+
+    /// Registers the Mind in the store (idempotent).
+    pub async fn register(&self) -> Result<(), RuntimeError> {
+        let now = self.host.clock.now_ms();
+        let config = serde_json::to_value(&self.mind).unwrap_or(Value::Null);
+        self.host
+            .store
+            .create_mind(&muninn_store::Mind {
+                id: self.mind.id.clone(),
+                display_name: self
+                    .mind
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| self.mind.id.clone()),
+                config,
+                created_at_ms: now,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Takes or renews the lease; `None` if another host holds it.
+    async fn token(&mut self, now: i64) -> Result<Option<FencingToken>, RuntimeError> {
+        let store = &self.host.store;
+        if let Some(lease) = &self.lease {
+            if lease.expires_at_ms - now > LEASE_TTL_MS / 3 {
+                return Ok(Some(lease.token));
+            }
+            match store
+                .renew_lease(&self.mind.id, lease.token, LEASE_TTL_MS, now)
+                .await
+            {
+                Ok(renewed) => {
+                    let token = renewed.token;
+                    self.lease = Some(renewed);
+                    return Ok(Some(token));
+                }
+                Err(StoreError::Fenced { .. }) => {
+                    // Someone else took over: our sessions are no longer the Mind's.
+                    self.lease = None;
+                    self.persona.broken = true;
+                    self.selfs.broken = true;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let taken = store
+            .acquire_lease(&self.mind.id, &self.holder, LEASE_TTL_MS, now)
+            .await?;
+        let token = taken.as_ref().map(|l| l.token);
+        if taken.is_some() && self.lease.is_none() {
+            // A new lease: whatever a previous holder left in the provider's session may not
+            // match the transcript, so the next turn starts a fresh segment.
+            self.persona.broken = true;
+            self.selfs.broken = true;
+        }
+        self.lease = taken;
+        Ok(token)
+    }
+
+    /// Lets the lease go (on shutdown).
+    pub async fn release(&mut self) -> Result<(), RuntimeError> {
+        if let Some(lease) = self.lease.take() {
+            self.host
+                .store
+                .release_lease(&self.mind.id, lease.token)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// A new wake (a delivery or brief arrived): the per-wake turn limit starts again.
+    pub fn woken(&mut self) {
+        self.turns_this_wake = 0;
+    }
+
+    /// Does the next piece of work, if any.
+    pub async fn step(&mut self) -> Result<Step, RuntimeError> {
+        let now = self.host.clock.now_ms();
+        let Some(token) = self.token(now).await? else {
+            return Ok(Step::NotLeader);
+        };
+        let settings = self.host.store.settings(&self.mind.id).await?;
+        if settings.brake {
+            return Ok(Step::Braked);
+        }
+        let ack = self.host.store.ack_position(&self.mind.id).await?;
+        let pending = self
+            .host
+            .store
+            .pending_deliveries(&self.mind.id, ack, 200)
+            .await?;
+        let limit = settings
+            .turn_limit
+            .map_or(self.mind.turns_per_wake, |l| l.max(0) as u32);
+        let has_work = !pending.is_empty() && self.turns_this_wake < limit;
+        let queued = self
+            .host
+            .store
+            .briefs(&self.mind.id, Some(BriefStatus::Queued), 1)
+            .await?;
+        if (has_work || !queued.is_empty()) && self.over_budget(now, &settings).await? {
+            return Ok(Step::OverBudget);
+        }
+        if has_work {
+            self.turns_this_wake += 1;
+            return self
+                .persona_turn(token, now, next_batch(&pending).to_vec())
+                .await;
+        }
+        if !queued.is_empty()
+            && let Some(brief) = self
+                .host
+                .store
+                .claim_brief(&self.mind.id, token, now)
+                .await?
+        {
+            return self.self_turn(token, now, brief).await;
+        }
+        self.idle(token, now).await
+    }
+
+    async fn over_budget(
+        &self,
+        now: i64,
+        settings: &muninn_store::MindSettings,
+    ) -> Result<bool, RuntimeError> {
+        let cap = settings
+            .spend_cap
+            .or(self.mind.spend_cap_micro_usd.map(MicroUsd));
+        let Some(cap) = cap else { return Ok(false) };
+        let window = settings
+            .spend_window_ms
+            .unwrap_or(self.mind.spend_window_s as i64 * 1000);
+        let spent = self
+            .host
+            .store
+            .spend(&self.mind.id, now - window, now + 1)
+            .await?;
+        Ok(spent >= cap)
+    }
+
+    /// The layers as they are now: doctrine and persona state re-read (an edit shows up as a
+    /// notice), campaigns from the configuration, memory as selected at segment start.
+    fn layers(&self, memory: String) -> Result<Layers, RuntimeError> {
+        let mut doctrine = String::new();
+        for path in &self.mind.doctrine {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| RuntimeError::Config(format!("doctrine {}: {e}", path.display())))?;
+            doctrine.push_str(&text);
+            doctrine.push('\n');
+        }
+        if let Some(text) = &self.mind.doctrine_text {
+            doctrine.push_str(text);
+        }
+        let persona = match &self.mind.persona_state {
+            Some(path) => std::fs::read_to_string(path).map_err(|e| {
+                RuntimeError::Config(format!("persona state {}: {e}", path.display()))
+            })?,
+            None => format!(
+                "{{\"name\": {:?}}}",
+                self.mind
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| self.mind.id.clone())
+            ),
+        };
+        let campaigns = self
+            .mind
+            .campaigns
+            .iter()
+            .map(|c| format!("{}: {}", c.slug, c.title))
+            .collect::<Vec<_>>()
+            .join("\n");
+        Ok(Layers {
+            tools: Vec::new(),
+            doctrine,
+            persona,
+            campaigns,
+            memory,
+        })
+    }
+
+    /// Memory for a new segment: notes about the batch's senders, then the newest, within the
+    /// configured token budget.
+    async fn select_memory(&self, senders: &BTreeSet<String>) -> Result<String, RuntimeError> {
+        let store = &self.host.store;
+        let mut notes = Vec::new();
+        for sender in senders {
+            notes.extend(store.memory_about(&self.mind.id, sender, 6).await?);
+        }
+        notes.extend(store.memory_newest(&self.mind.id, 16).await?);
+        let mut seen = BTreeSet::new();
+        let mut out = String::new();
+        let mut tokens = 0;
+        for note in notes {
+            if !seen.insert(note.id) {
+                continue;
+            }
+            let line = format!("- ({}) {}\n", note.about.join(", "), note.text);
+            let t = count(&line);
+            if tokens + t > self.mind.memory_tokens {
+                continue;
+            }
+            tokens += t;
+            out.push_str(&line);
+        }
+        Ok(out)
+    }
+
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            head_tokens: 0,
+            rehydrate_tokens: self.mind.memory_tokens,
+            flush_prompt_tokens: 0,
+            flush_output_tokens: 0,
+            ping_tokens: 12,
+            min_segment_requests: self.mind.min_segment,
+            ceiling_tokens: self
+                .mind
+                .ceiling_tokens
+                .unwrap_or(self.price.context_window),
+            context_window: self.price.context_window,
+        }
+    }
+
+    fn view(&self, session: &Session<B>, head_tokens: Tokens) -> SessionView {
+        let mut bounds = self.bounds();
+        bounds.head_tokens = head_tokens;
+        if session.role == Role::SelfRole {
+            // The Self flushes through a request at each refresh.
+            bounds.flush_prompt_tokens = count(SELF_FLUSH_PROMPT);
+            bounds.flush_output_tokens = self.mind.memory_tokens;
+        }
+        SessionView {
+            prefix_tokens: session.prefix_tokens,
+            warm_until_ms: session.warm_until_ms,
+            head_ttl: self.mind.head_ttl,
+            head_warm_until_ms: session.head_warm_until_ms,
+            last_request_ms: session.last_request_ms,
+            ttl: self.mind.tail_ttl,
+            segment_requests: session.requests,
+            read_excess: session.read_excess,
+            gap_pings: session.gap_pings,
+            gap_ping_spend: session.gap_ping_spend,
+            flushed: false,
+            rates: Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl),
+            bounds,
+            gaps: session.gaps,
+        }
+    }
+
+    fn head_tokens(&self, renderer: Option<&Renderer>) -> Tokens {
+        renderer.map_or(0, |r| {
+            r.rendered().system.iter().map(|b| count(&b.text)).sum()
+        })
+    }
+
+    /// Opens a new segment for a role: a segment row, a renderer on the current layers, a fresh
+    /// provider session.
+    async fn open_segment(
+        &mut self,
+        role: Role,
+        token: FencingToken,
+        now: i64,
+        memory: String,
+        reason: &str,
+    ) -> Result<(), RuntimeError> {
+        let layers = self.layers(memory)?;
+        let renderer = Renderer::new(layers, self.mind.head_ttl, self.mind.tail_ttl)
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let system: Vec<String> = renderer
+            .rendered()
+            .system
+            .into_iter()
+            .map(|b| b.text)
+            .collect();
+        let rehydration: Tokens = system.iter().map(|t| count(t)).sum();
+        let segment = self
+            .host
+            .store
+            .start_segment(
+                &self.mind.id,
+                token,
+                &NewSegment {
+                    role,
+                    started_at_ms: now,
+                    rehydration_tokens: rehydration as i64,
+                    reason: reason.to_string(),
+                    session_id: None,
+                },
+            )
+            .await?;
+        let spec = SessionSpec {
+            model: self.mind.model.clone(),
+            system,
+            tools: Vec::new(),
+            output_schema: (role == Role::Persona).then(|| reply_schema(&self.mind)),
+            system_ttl: self.mind.head_ttl,
+            conversation_ttl: self.mind.tail_ttl,
+            max_tokens: self.mind.max_output_tokens,
+        };
+        let session = match role {
+            Role::Persona => &mut self.persona,
+            Role::SelfRole => &mut self.selfs,
+        };
+        session.backend.start(spec).await?;
+        session.renderer = Some(renderer);
+        session.segment = Some(segment.number);
+        session.requests = 0;
+        session.read_excess = MicroUsd::ZERO;
+        session.rehydration = rehydration;
+        session.broken = false;
+        Ok(())
+    }
+
+    fn ledger_row(
+        &self,
+        session: &Session<B>,
+        outcome: &TurnOutcome,
+        now: i64,
+        decision: &str,
+        state: &str,
+        boundary: bool,
+    ) -> LedgerRow {
+        let predicted = outcome.predicted.unwrap_or_default();
+        LedgerRow {
+            mind: self.mind.id.clone(),
+            role: session.role.as_str().to_string(),
+            segment: session.segment.unwrap_or(0).max(0) as u64,
+            turn: session.requests as u64,
+            at_ms: now,
+            idle_gap_ms: if session.last_request_ms > 0 {
+                now - session.last_request_ms
+            } else {
+                0
+            },
+            model: self.mind.model.clone(),
+            prefix_tokens: outcome.usage.cache_read + outcome.usage.written(),
+            rehydration_tokens: if session.requests == 0 {
+                session.rehydration
+            } else {
+                0
+            },
+            usage: outcome.usage,
+            raw_usage: Some(outcome.raw_usage.clone()),
+            cost: self.price.cost(&outcome.usage),
+            predicted_read: predicted.cache_read,
+            predicted_write: predicted.written(),
+            cache_state: state.to_string(),
+            miss_cause: outcome.miss,
+            decision: decision.to_string(),
+            boundary,
+        }
+    }
+
+    fn account(
+        session: &mut Session<B>,
+        outcome: &TurnOutcome,
+        now: i64,
+        tail: Ttl,
+        head: Ttl,
+        rates: &Rates,
+        rehydrated: Tokens,
+    ) {
+        if session.requests > 0 && outcome.usage.cache_read > 0 {
+            let excess = outcome.usage.prompt().saturating_sub(rehydrated);
+            session.read_excess += MicroUsd::of(excess, rates.read);
+        }
+        if session.last_request_ms > 0 {
+            session.gaps.observe(now - session.last_request_ms);
+        }
+        session.requests += 1;
+        session.prefix_tokens = outcome.usage.cache_read + outcome.usage.written();
+        session.last_request_ms = now;
+        session.warm_until_ms = Some(now + tail.millis());
+        session.head_warm_until_ms = Some(now + head.millis());
+        session.gap_pings = 0;
+        session.gap_ping_spend = MicroUsd::ZERO;
+        session.let_expire = false;
+    }
+
+    async fn persona_turn(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+        batch: Vec<Delivery>,
+    ) -> Result<Step, RuntimeError> {
+        let senders: BTreeSet<String> = batch.iter().map(|d| d.sender.clone()).collect();
+        let max_seq = batch.iter().map(|d| d.seq).max().unwrap_or(0);
+        let first_seq = batch.iter().map(|d| d.seq).min().unwrap_or(0);
+        let batch_id = format!("{}-{}-{}", self.mind.id, first_seq, max_seq);
+        let input = render::TurnInput {
+            deliveries: batch
+                .iter()
+                .map(|d| render::Delivery {
+                    id: d.source_id.clone(),
+                    room: d.room.clone(),
+                    sender: d.sender.clone(),
+                    is_direct: d.is_direct,
+                    to_you: true,
+                    text: d.text.clone(),
+                    context: Vec::new(),
+                })
+                .collect(),
+            status: String::new(),
+            text: String::new(),
+        };
+
+        // The decider: append, or refresh into a new segment.
+        let head = self.head_tokens(self.persona.renderer.as_ref());
+        let delta: Tokens = batch.iter().map(|d| count(&d.text) + 12).sum();
+        let mut decision: Option<Decision> = None;
+        let (state, reason) = if self.persona.renderer.is_none() || self.persona.broken {
+            (
+                "cold",
+                if self.persona.segment.is_none() {
+                    "start"
+                } else {
+                    "rebuilt from the transcript"
+                },
+            )
+        } else {
+            let view = self.view(&self.persona, head);
+            let d = decide(
+                self.policy,
+                &view,
+                Event::Arrival {
+                    boundary: true,
+                    delta,
+                },
+                now,
+            );
+            decision = Some(d);
+            (if view.warm(now) { "warm" } else { "cold" }, "refresh")
+        };
+        if decision.is_none_or(|d| d.action == Action::Refresh) {
+            let memory = self.select_memory(&senders).await?;
+            self.open_segment(Role::Persona, token, now, memory, reason)
+                .await?;
+        }
+        let decision_text = decision.map_or_else(
+            || format!("start:{reason}"),
+            |d| format!("{}:{:?}", d.action.as_str(), d.reason),
+        );
+        let layers = self.layers(String::new())?;
+        let Some(renderer) = self.persona.renderer.as_mut() else {
+            return Err(RuntimeError::Config("no persona renderer".to_string()));
+        };
+        let rendered = renderer.turn(
+            &Layers {
+                memory: renderer.base().memory.clone(),
+                ..layers
+            },
+            &input,
+        );
+        let user_text = rendered
+            .messages
+            .last()
+            .and_then(|m| m.blocks.last())
+            .map(|b| b.text.clone())
+            .unwrap_or_default();
+        let segment = self.persona.segment.unwrap_or(0);
+
+        // The transcript first: what the Mind is shown is durable before it is acted on.
+        self.host
+            .store
+            .append_transcript(
+                &self.mind.id,
+                token,
+                &[NewTranscriptItem {
+                    role: Role::Persona,
+                    segment,
+                    kind: TranscriptKind::Delivery,
+                    body: json!({"batch": batch_id, "seqs": batch.iter().map(|d| d.seq).collect::<Vec<_>>(), "text": user_text}),
+                    created_at_ms: now,
+                }],
+            )
+            .await?;
+
+        let mut ledger = Vec::new();
+        let mut outcome = match self.persona.backend.turn(TurnInput::text(user_text)).await {
+            Ok(o) => o,
+            Err(e) => {
+                // The provider's session may no longer match the renderer: rebuild next time.
+                self.persona.broken = true;
+                return Err(e.into());
+            }
+        };
+        let rates = Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl);
+        let rehydrated = self.persona.rehydration;
+        ledger.push(self.ledger_row(&self.persona, &outcome, now, &decision_text, state, true));
+        Self::account(
+            &mut self.persona,
+            &outcome,
+            now,
+            self.mind.tail_ttl,
+            self.mind.head_ttl,
+            &rates,
+            rehydrated,
+        );
+        let mut verdict = outcome
+            .structured
+            .as_ref()
+            .ok_or_else(|| "no structured reply".to_string())
+            .and_then(|v| validate_reply(&self.mind, &batch, v));
+        if let Err(problem) = &verdict {
+            // Answered by policy: one retry with the reason, then a recorded failure.
+            let retry = format!(
+                "Your reply was not valid ({problem}). Reply again, following the schema exactly."
+            );
+            let now2 = self.host.clock.now_ms();
+            match self
+                .persona
+                .backend
+                .turn(TurnInput::text(retry.clone()))
+                .await
+            {
+                Ok(second) => {
+                    let current = self.layers(String::new())?;
+                    if let Some(r) = self.persona.renderer.as_mut() {
+                        r.reply(&outcome_text(&outcome));
+                        r.turn(
+                            &Layers {
+                                memory: r.base().memory.clone(),
+                                ..current
+                            },
+                            &render::TurnInput {
+                                text: retry,
+                                ..Default::default()
+                            },
+                        );
+                    }
+                    ledger.push(self.ledger_row(
+                        &self.persona,
+                        &second,
+                        now2,
+                        "retry_invalid_reply",
+                        "warm",
+                        false,
+                    ));
+                    Self::account(
+                        &mut self.persona,
+                        &second,
+                        now2,
+                        self.mind.tail_ttl,
+                        self.mind.head_ttl,
+                        &rates,
+                        rehydrated,
+                    );
+                    verdict = second
+                        .structured
+                        .as_ref()
+                        .ok_or_else(|| "no structured reply".to_string())
+                        .and_then(|v| validate_reply(&self.mind, &batch, v));
+                    outcome = second;
+                }
+                Err(e) => {
+                    self.persona.broken = true;
+                    verdict = Err(format!("retry failed: {e}"));
+                }
+            }
+        }
+        if let Some(r) = self.persona.renderer.as_mut() {
+            r.reply(&outcome_text(&outcome));
+        }
+
+        let mut record = TurnRecord {
+            turn_key: Some(format!("persona-{batch_id}-{}", segment)),
+            ack_through: Some(max_seq),
+            ledger,
+            ..TurnRecord::default()
+        };
+        let valid = verdict.is_ok();
+        match verdict {
+            Ok(reply) => {
+                record.transcript.push(NewTranscriptItem {
+                    role: Role::Persona,
+                    segment,
+                    kind: TranscriptKind::Reply,
+                    body: outcome.structured.clone().unwrap_or(Value::Null),
+                    created_at_ms: now,
+                });
+                for (index, say) in reply.say.iter().enumerate() {
+                    record.outbox.push(NewOutboxMessage {
+                        request_id: format!("{batch_id}-{index}"),
+                        room: say.room.clone(),
+                        text: say.text.clone(),
+                        created_at_ms: now,
+                    });
+                }
+                for note in reply.remember.iter().take(MEMORY_NOTES_PER_REPLY) {
+                    // `about` is limited to the batch's senders and the operators' ids the model
+                    // named; anything else is dropped rather than trusted.
+                    let about: Vec<String> = note
+                        .about
+                        .iter()
+                        .filter(|a| senders.contains(*a))
+                        .cloned()
+                        .collect();
+                    record.memory.push(NewMemoryNote {
+                        about,
+                        salience: note.salience.clamp(0, 10),
+                        text: note.text.clone(),
+                        created_at_ms: now,
+                        source: batch_id.clone(),
+                    });
+                }
+                if let Some(run) = reply.start_self_run {
+                    record.briefs.push(NewBrief {
+                        text: run.brief,
+                        origin: BriefOrigin::Persona,
+                        created_at_ms: now,
+                    });
+                }
+            }
+            Err(problem) => {
+                record.transcript.push(NewTranscriptItem {
+                    role: Role::Persona,
+                    segment,
+                    kind: TranscriptKind::Notice,
+                    body: json!({"failure": "invalid reply", "problem": problem, "reply": outcome.structured, "text": outcome.text}),
+                    created_at_ms: now,
+                });
+            }
+        }
+        match self
+            .host
+            .store
+            .record_turn(&self.mind.id, token, &record)
+            .await
+        {
+            Ok(receipt) => {
+                self.host.signals.outbox.notify_waiters();
+                if !record.briefs.is_empty() {
+                    self.host.signals.inbox.notify_one();
+                }
+                Ok(Step::PersonaTurn {
+                    acked_through: receipt.ack_position,
+                    valid,
+                })
+            }
+            Err(StoreError::TurnAlreadyRecorded { .. }) => Ok(Step::PersonaTurn {
+                acked_through: max_seq,
+                valid,
+            }),
+            Err(e) => {
+                self.persona.broken = true;
+                Err(e.into())
+            }
+        }
+    }
+
+    async fn self_turn(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+        brief: muninn_store::Brief,
+    ) -> Result<Step, RuntimeError> {
+        // A brief's start is a task boundary: the decider may refresh here.
+        let head = self.head_tokens(self.selfs.renderer.as_ref());
+        let delta = count(&brief.text);
+        let mut decision_text = "start".to_string();
+        let refresh = if self.selfs.renderer.is_none() || self.selfs.broken {
+            true
+        } else {
+            let view = self.view(&self.selfs, head);
+            let d = decide(
+                self.policy,
+                &view,
+                Event::Arrival {
+                    boundary: self.mind.refresh_at_task_boundaries,
+                    delta,
+                },
+                now,
+            );
+            decision_text = format!("{}:{:?}", d.action.as_str(), d.reason);
+            d.action == Action::Refresh
+        };
+        if refresh {
+            let memory = if self.selfs.renderer.is_some() && !self.selfs.broken {
+                self.flush_self(token, now).await?
+            } else {
+                self.self_memory_from_briefs().await?
+            };
+            self.open_segment(Role::SelfRole, token, now, memory, "task boundary")
+                .await?;
+        }
+        let segment = self.selfs.segment.unwrap_or(0);
+        let text = format!(
+            "Brief {} (from the {}):\n{}",
+            brief.seq,
+            brief.origin.as_str(),
+            brief.text
+        );
+        self.host
+            .store
+            .append_transcript(
+                &self.mind.id,
+                token,
+                &[NewTranscriptItem {
+                    role: Role::SelfRole,
+                    segment,
+                    kind: TranscriptKind::Brief,
+                    body: json!({"brief": brief.seq, "text": text}),
+                    created_at_ms: now,
+                }],
+            )
+            .await?;
+        if let Some(r) = self.selfs.renderer.as_mut() {
+            r.turn(
+                &r.base().clone(),
+                &render::TurnInput {
+                    text: text.clone(),
+                    ..Default::default()
+                },
+            );
+        }
+        let outcome = match self.selfs.backend.turn(TurnInput::text(text)).await {
+            Ok(o) => o,
+            Err(e) => {
+                self.selfs.broken = true;
+                let message = format!("the Self session failed: {e}");
+                self.host
+                    .store
+                    .finish_brief(
+                        &self.mind.id,
+                        token,
+                        brief.seq,
+                        BriefStatus::Failed,
+                        &message,
+                        now,
+                    )
+                    .await?;
+                return Err(e.into());
+            }
+        };
+        let rates = Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl);
+        let row = self.ledger_row(&self.selfs, &outcome, now, &decision_text, "warm", true);
+        let rehydrated = self.selfs.rehydration;
+        Self::account(
+            &mut self.selfs,
+            &outcome,
+            now,
+            self.mind.tail_ttl,
+            self.mind.head_ttl,
+            &rates,
+            rehydrated,
+        );
+        let result = outcome_text(&outcome);
+        if let Some(r) = self.selfs.renderer.as_mut() {
+            r.reply(&result);
+        }
+        let record = TurnRecord {
+            turn_key: Some(format!("self-{}-brief-{}", self.mind.id, brief.seq)),
+            transcript: vec![NewTranscriptItem {
+                role: Role::SelfRole,
+                segment,
+                kind: TranscriptKind::Result,
+                body: json!({"brief": brief.seq, "text": result}),
+                created_at_ms: now,
+            }],
+            ledger: vec![row],
+            ..TurnRecord::default()
+        };
+        self.host
+            .store
+            .record_turn(&self.mind.id, token, &record)
+            .await?;
+        self.host
+            .store
+            .finish_brief(
+                &self.mind.id,
+                token,
+                brief.seq,
+                BriefStatus::Done,
+                &result,
+                now,
+            )
+            .await?;
+        // The result reaches the Persona as a delivery; the brief's seq makes it idempotent.
+        let excerpt: String = result.chars().take(2_000).collect();
+        self.host
+            .store
+            .post_delivery(
+                &self.mind.id,
+                &NewDelivery {
+                    room: SELF_ROOM.to_string(),
+                    sender: "self".to_string(),
+                    is_direct: true,
+                    text: format!("Self run {} finished: {excerpt}", brief.seq),
+                    source_id: format!("self-brief-{}", brief.seq),
+                    received_at_ms: now,
+                },
+            )
+            .await?;
+        self.host.signals.inbox.notify_one();
+        self.host.signals.outbox.notify_waiters();
+        Ok(Step::SelfTurn { brief: brief.seq })
+    }
+
+    /// Asks the Self to flush its memory; falls back to the previous segment's tail verbatim when
+    /// a pinned item is missing.
+    async fn flush_self(&mut self, token: FencingToken, now: i64) -> Result<String, RuntimeError> {
+        let segment = self.selfs.segment.unwrap_or(0);
+        let outcome = self
+            .selfs
+            .backend
+            .turn(TurnInput::text(SELF_FLUSH_PROMPT))
+            .await;
+        let (memory, how, ledger) = match outcome {
+            Ok(o) => {
+                let row = self.ledger_row(&self.selfs, &o, now, "flush", "warm", true);
+                let parsed = serde_json::from_str::<Value>(o.text.trim()).ok();
+                let pinned = ["goal", "open_tasks", "constraints", "done", "facts"];
+                match parsed.filter(|v| pinned.iter().all(|k| v.get(k).is_some())) {
+                    Some(v) => (v.to_string(), "flush", vec![row]),
+                    None => (
+                        self.self_tail(segment).await?,
+                        "tail (the flush missed a pinned item)",
+                        vec![row],
+                    ),
+                }
+            }
+            Err(_) => (
+                self.self_tail(segment).await?,
+                "tail (the flush failed)",
+                Vec::new(),
+            ),
+        };
+        self.host
+            .store
+            .record_turn(
+                &self.mind.id,
+                token,
+                &TurnRecord {
+                    transcript: vec![NewTranscriptItem {
+                        role: Role::SelfRole,
+                        segment,
+                        kind: TranscriptKind::MemoryFlush,
+                        body: json!({"memory": memory, "from": how}),
+                        created_at_ms: now,
+                    }],
+                    ledger,
+                    ..TurnRecord::default()
+                },
+            )
+            .await?;
+        Ok(memory)
+    }
+
+    async fn self_tail(&self, segment: i64) -> Result<String, RuntimeError> {
+        let tail = self
+            .host
+            .store
+            .transcript_tail(&self.mind.id, Role::SelfRole, 6)
+            .await?;
+        Ok(tail
+            .iter()
+            .filter(|i| i.segment == segment)
+            .map(|i| {
+                i.body
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect::<Vec<_>>()
+            .join("\n"))
+    }
+
+    async fn self_memory_from_briefs(&self) -> Result<String, RuntimeError> {
+        let done = self
+            .host
+            .store
+            .briefs(&self.mind.id, Some(BriefStatus::Done), 5)
+            .await?;
+        Ok(done
+            .iter()
+            .map(|b| {
+                format!(
+                    "- brief {}: {} → {}",
+                    b.seq,
+                    b.text,
+                    b.result.clone().unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"))
+    }
+
+    /// Nothing queued: shortly before the Persona's tail expires, ask the decider whether to
+    /// keep it warm.
+    async fn idle(&mut self, token: FencingToken, now: i64) -> Result<Step, RuntimeError> {
+        let session = &self.persona;
+        let Some(warm_until) = session
+            .warm_until_ms
+            .filter(|_| !session.broken && session.renderer.is_some())
+        else {
+            return Ok(Step::Idle { until_ms: None });
+        };
+        if session.let_expire || warm_until <= now {
+            return Ok(Step::Idle { until_ms: None });
+        }
+        let decide_at = warm_until - DECIDE_BEFORE_EXPIRY_MS;
+        if now < decide_at {
+            return Ok(Step::Idle {
+                until_ms: Some(decide_at),
+            });
+        }
+        let head = self.head_tokens(session.renderer.as_ref());
+        let view = self.view(session, head);
+        let d = decide(self.policy, &view, Event::Expiring, now);
+        if d.action != Action::Ping {
+            self.persona.let_expire = true;
+            return Ok(Step::Idle { until_ms: None });
+        }
+        let outcome = match self.persona.backend.ping().await {
+            Ok(o) => o,
+            Err(BackendError::Invalid(_)) => {
+                self.persona.let_expire = true;
+                return Ok(Step::Idle { until_ms: None });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let row = self.ledger_row(
+            &self.persona,
+            &outcome,
+            now,
+            &format!("ping:{:?}", d.reason),
+            "warm",
+            false,
+        );
+        self.host
+            .store
+            .append_ledger(&self.mind.id, token, &[row])
+            .await?;
+        let cost = self.price.cost(&outcome.usage);
+        let s = &mut self.persona;
+        s.gap_pings += 1;
+        s.gap_ping_spend += cost;
+        s.warm_until_ms = Some(now + self.mind.tail_ttl.millis());
+        s.head_warm_until_ms = Some(now + self.mind.head_ttl.millis());
+        Ok(Step::Ping)
+    }
+}
+
+/// What the Self is asked at a refresh.
+pub const SELF_FLUSH_PROMPT: &str = "Flush your memory now: answer with one JSON object with the keys goal, open_tasks, constraints, done and facts, covering everything the next session must know. Answer with the JSON only.";
+
+fn outcome_text(outcome: &TurnOutcome) -> String {
+    match &outcome.structured {
+        Some(v) => v.to_string(),
+        None => outcome.text.clone(),
+    }
+}
+
+/// Runs a Mind until `shutdown` turns true: steps while there is work, sleeps until the next
+/// decision time or a wake-up otherwise. Errors are logged and retried with a backoff; a fenced
+/// write stops the work until the lease is taken again.
+pub async fn run_mind<B: Backend>(
+    mut runner: MindRunner<B>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), RuntimeError> {
+    runner.register().await?;
+    let signals = runner.host.signals.clone();
+    let clock = runner.host.clock.clone();
+    let mut backoff_ms = 250u64;
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let step = runner.step().await;
+        let wait_ms: u64 = match &step {
+            Ok(Step::PersonaTurn { .. } | Step::SelfTurn { .. } | Step::Ping) => {
+                backoff_ms = 250;
+                continue;
+            }
+            Ok(Step::Idle { until_ms: Some(t) }) => (*t - clock.now_ms()).clamp(10, 60_000) as u64,
+            Ok(Step::Idle { until_ms: None }) => 10_000,
+            Ok(Step::NotLeader) => (LEASE_TTL_MS / 3) as u64,
+            Ok(Step::Braked | Step::OverBudget) => 5_000,
+            Err(e) => {
+                tracing::warn!(mind = runner.id(), error = %e, "step failed; retrying");
+                backoff_ms = (backoff_ms * 2).min(30_000);
+                backoff_ms
+            }
+        };
+        tokio::select! {
+            _ = signals.inbox.notified() => runner.woken(),
+            _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+    runner.release().await
+}

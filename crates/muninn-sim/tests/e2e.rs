@@ -368,7 +368,7 @@ async fn the_backend_renders_append_only_with_at_most_four_breakpoints() {
     let bodies: Vec<serde_json::Value> = h.sim.requests().into_iter().map(|r| r.body).collect();
     for body in &bodies {
         let markers = body.to_string().matches("cache_control").count();
-        assert_eq!(markers, 2, "system + moving tail: {body}");
+        assert_eq!(markers, 3, "one per system layer + the moving tail: {body}");
     }
     for pair in bodies.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);

@@ -1,0 +1,427 @@
+//! The runtime against the in-process simulator and a real SQLite store, on the simulator's
+//! virtual clock.
+
+use muninn_core::price::PriceTable;
+use muninn_host::clock::SimClock;
+use muninn_host::config::{Config, MindConfig};
+use muninn_host::runtime::{MindRunner, Step, next_batch};
+use muninn_host::{Host, Signals};
+use muninn_sim::inprocess::{InProcess, SimBackend};
+use muninn_sim::sim::{SimConfig, Simulator};
+use muninn_store::{BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, Role};
+use std::sync::Arc;
+
+const T0: i64 = 1_800_000_000_000;
+
+struct World {
+    host: Host,
+    sim: Arc<Simulator>,
+    _dir: tempfile::TempDir,
+}
+
+fn mind(extra: &str) -> MindConfig {
+    let text = format!(
+        "id = 'vala'\nrooms = ['#swarm', '#burn']\ndoctrine_text = '''{}'''\n{extra}",
+        "You are Vala, a careful and curious mind. ".repeat(200)
+    );
+    toml::from_str(&text).unwrap()
+}
+
+async fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
+        .await
+        .unwrap();
+    let sim = Arc::new(Simulator::new(SimConfig {
+        frozen_at_ms: Some(T0),
+        ..SimConfig::default()
+    }));
+    let config: Config = toml::from_str("").unwrap();
+    let host = Host {
+        store,
+        config: Arc::new(config),
+        clock: Arc::new(SimClock(sim.clone())),
+        signals: Arc::new(Signals::default()),
+    };
+    World {
+        host,
+        sim,
+        _dir: dir,
+    }
+}
+
+fn runner(w: &World, mind: MindConfig, holder: &str) -> MindRunner<SimBackend> {
+    let backend = || {
+        SimBackend::new(
+            InProcess::new(w.sim.clone()),
+            w.host.clock.clone(),
+            PriceTable::embedded(),
+        )
+    };
+    MindRunner::new(
+        w.host.clone(),
+        mind,
+        holder.to_string(),
+        &PriceTable::embedded(),
+        backend(),
+        backend(),
+    )
+    .unwrap()
+}
+
+async fn post(w: &World, id: &str, room: &str, sender: &str, text: &str) -> i64 {
+    w.host
+        .store
+        .post_delivery(
+            "vala",
+            &NewDelivery {
+                room: room.into(),
+                sender: sender.into(),
+                is_direct: room.starts_with('@'),
+                text: text.into(),
+                source_id: id.into(),
+                received_at_ms: w.sim.now_ms(),
+            },
+        )
+        .await
+        .unwrap()
+        .seq
+}
+
+async fn ledger(w: &World) -> Vec<muninn_core::ledger::LedgerRow> {
+    w.host
+        .store
+        .ledger(&LedgerQuery {
+            mind: Some("vala".into()),
+            ..LedgerQuery::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.row)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_persona_turn_records_reply_outbox_ledger_memory_and_ack_together() {
+    let w = world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello vala").await;
+    post(&w, "e2", "#swarm", "bo", "what are you working on?").await;
+    post(&w, "e3", "#burn", "ari", "and here?").await;
+    assert_eq!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn {
+            acked_through: 3,
+            valid: true
+        }
+    );
+    let store = &w.host.store;
+    assert_eq!(store.ack_position("vala").await.unwrap(), 3);
+    let outbox = store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(outbox.len(), 1);
+    assert_eq!(outbox[0].request_id, "vala-1-3-0");
+    assert_eq!(outbox[0].room, "#swarm");
+    let rows = ledger(&w).await;
+    assert_eq!(rows.len(), 1);
+    // The simulator reports exactly what the cache model predicted for the request as sent.
+    assert_eq!(rows[0].predicted_read, rows[0].usage.cache_read);
+    assert_eq!(rows[0].predicted_write, rows[0].usage.written());
+    assert!(rows[0].raw_usage.is_some());
+    assert!(rows[0].cost.0 > 0);
+    assert_eq!(store.memory_newest("vala", 10).await.unwrap().len(), 1);
+    let transcript = store
+        .transcript_tail("vala", Role::Persona, 10)
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = transcript.iter().map(|i| i.kind.as_str()).collect();
+    assert!(
+        kinds.contains(&"delivery") && kinds.contains(&"reply"),
+        "{kinds:?}"
+    );
+    // Nothing more to do: idle until shortly before the tail's TTL runs out.
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::Idle { until_ms: Some(_) }
+    ));
+}
+
+#[tokio::test]
+async fn cache_reads_grow_turn_by_turn_and_match_the_prediction() {
+    let w = world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    for i in 0..6 {
+        post(
+            &w,
+            &format!("e{i}"),
+            "#swarm",
+            "ari",
+            &format!("message number {i} with some words"),
+        )
+        .await;
+        r.woken();
+        assert!(matches!(
+            r.step().await.unwrap(),
+            Step::PersonaTurn { valid: true, .. }
+        ));
+        w.sim.advance_clock(20_000);
+    }
+    let rows = ledger(&w).await;
+    assert_eq!(rows.len(), 6);
+    for pair in rows.windows(2) {
+        assert!(
+            pair[1].usage.cache_read > pair[0].usage.cache_read,
+            "{rows:#?}"
+        );
+    }
+    for row in &rows {
+        assert_eq!(row.predicted_read, row.usage.cache_read);
+        assert_eq!(row.segment, rows[0].segment, "one segment: append-only");
+    }
+}
+
+#[tokio::test]
+async fn a_dm_is_answered_alone_and_public_rooms_together() {
+    let pending: Vec<muninn_store::Delivery> = [
+        ("#swarm", false),
+        ("#burn", false),
+        ("@ari", true),
+        ("@ari", true),
+        ("@bo", true),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, (room, dm))| muninn_store::Delivery {
+        mind: "vala".into(),
+        seq: i as i64 + 1,
+        room: room.to_string(),
+        sender: "x".into(),
+        is_direct: *dm,
+        text: "t".into(),
+        source_id: format!("s{i}"),
+        received_at_ms: 0,
+    })
+    .collect();
+    assert_eq!(next_batch(&pending).len(), 2);
+    assert_eq!(next_batch(&pending[2..]).len(), 2);
+    assert_eq!(next_batch(&pending[4..]).len(), 1);
+}
+
+#[tokio::test]
+async fn a_second_host_does_not_run_the_mind_and_nothing_is_sent_twice() {
+    let w = world().await;
+    let mut a = runner(&w, mind(""), "host-a");
+    let mut b = runner(&w, mind(""), "host-b");
+    a.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello").await;
+    assert!(matches!(a.step().await.unwrap(), Step::PersonaTurn { .. }));
+    // B is refused while A's lease is live.
+    post(&w, "e2", "#swarm", "ari", "again").await;
+    assert_eq!(b.step().await.unwrap(), Step::NotLeader);
+    // A dies without releasing; once its lease expires B takes over, and A is fenced out.
+    w.sim.advance_clock(31_000);
+    assert!(matches!(
+        b.step().await.unwrap(),
+        Step::PersonaTurn {
+            acked_through: 2,
+            ..
+        }
+    ));
+    assert_eq!(a.step().await.unwrap(), Step::NotLeader);
+    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
+    let ids: Vec<&str> = outbox.iter().map(|m| m.request_id.as_str()).collect();
+    assert_eq!(ids, vec!["vala-1-1-0", "vala-2-2-0"]);
+}
+
+#[tokio::test]
+async fn the_brake_and_the_spend_cap_stop_calls() {
+    let w = world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let now = w.sim.now_ms();
+    w.host
+        .store
+        .put_settings(
+            "vala",
+            &MindSettings {
+                brake: true,
+                ..MindSettings::default()
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello").await;
+    assert_eq!(r.step().await.unwrap(), Step::Braked);
+    assert!(w.sim.requests().is_empty());
+    w.host
+        .store
+        .put_settings(
+            "vala",
+            &MindSettings {
+                spend_cap: Some(muninn_core::money::MicroUsd(1)),
+                ..MindSettings::default()
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    post(&w, "e2", "#swarm", "ari", "more").await;
+    assert_eq!(r.step().await.unwrap(), Step::OverBudget);
+    assert_eq!(w.sim.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn an_invalid_reply_is_retried_once_then_recorded_as_a_failure() {
+    let w = world().await;
+    // No public room: the simulator's schema-valid reply says in "@dm", which a public batch
+    // cannot use, so the reply fails the checks the schema cannot express.
+    let mut config = mind("");
+    config.rooms.clear();
+    let mut r = runner(&w, config, "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello").await;
+    assert_eq!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn {
+            acked_through: 1,
+            valid: false
+        }
+    );
+    assert_eq!(w.sim.requests().len(), 2, "one retry");
+    assert!(
+        w.host
+            .store
+            .unacked_outbox("vala", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let transcript = w
+        .host
+        .store
+        .transcript_tail("vala", Role::Persona, 10)
+        .await
+        .unwrap();
+    assert!(
+        transcript
+            .iter()
+            .any(|i| i.kind.as_str() == "notice" && i.body["failure"] == "invalid reply")
+    );
+    assert_eq!(ledger(&w).await.len(), 2);
+}
+
+#[tokio::test]
+async fn an_operator_brief_runs_in_the_self_and_reports_back_to_the_persona() {
+    let w = world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let brief = w
+        .host
+        .store
+        .enqueue_brief(
+            "vala",
+            &NewBrief {
+                text: "Summarise the open issues.".into(),
+                origin: BriefOrigin::Operator,
+                created_at_ms: w.sim.now_ms(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.step().await.unwrap(), Step::SelfTurn { brief: brief.seq });
+    let done = w
+        .host
+        .store
+        .briefs("vala", Some(muninn_store::BriefStatus::Done), 10)
+        .await
+        .unwrap();
+    assert_eq!(done.len(), 1);
+    let pending = w
+        .host
+        .store
+        .pending_deliveries("vala", 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].room, "self");
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn { valid: true, .. }
+    ));
+    let rows = ledger(&w).await;
+    assert_eq!(rows.iter().filter(|r| r.role == "self").count(), 1);
+}
+
+#[tokio::test]
+async fn a_refresh_rehydrates_from_memory_written_as_it_happened() {
+    let w = world().await;
+    let mut r = runner(&w, mind("policy = 'rebuild'\nmin_segment = 1"), "host-a");
+    r.register().await.unwrap();
+    post(
+        &w,
+        "e1",
+        "@ari",
+        "ari",
+        "remember that I like short answers",
+    )
+    .await;
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn { valid: true, .. }
+    ));
+    w.sim.advance_clock(60_000);
+    post(&w, "e2", "#swarm", "bo", "hi all").await;
+    r.woken();
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn { valid: true, .. }
+    ));
+    let segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
+    assert_eq!(segments.len(), 2);
+    // The second segment's system prompt carries what the first turn remembered.
+    let requests = w.sim.requests();
+    let system = requests.last().unwrap().body["system"].to_string();
+    assert!(system.contains("What you remember"), "{system}");
+    let rows = ledger(&w).await;
+    assert!(
+        rows[1].decision.starts_with("refresh"),
+        "{:?}",
+        rows[1].decision
+    );
+    // The doctrine block, under its 1h breakpoint, was read from cache by the new segment.
+    assert!(rows[1].usage.cache_read > 0);
+}
+
+#[tokio::test]
+async fn keepalive_pings_before_the_tail_expires_without_touching_the_session() {
+    let w = world().await;
+    let mut r = runner(&w, mind("policy = 'keepalive:2'"), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello").await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let Step::Idle { until_ms: Some(at) } = r.step().await.unwrap() else {
+        panic!("expected a timed idle")
+    };
+    w.sim.advance_clock(at - w.sim.now_ms());
+    assert_eq!(r.step().await.unwrap(), Step::Ping);
+    let rows = ledger(&w).await;
+    assert_eq!(rows.len(), 2);
+    assert!(rows[1].decision.starts_with("ping"));
+    // A ping reads the whole prefix; it writes at most the last reply, which the next turn
+    // would have written anyway.
+    assert!(rows[1].usage.cache_read >= rows[0].usage.cache_read + rows[0].usage.written());
+    assert!(rows[1].usage.written() < 400, "{:?}", rows[1].usage);
+    assert_eq!(rows[1].usage.output, 1);
+    // The next turn still reads the whole prefix: the ping kept it warm and left no trace in it.
+    w.sim.advance_clock(200_000);
+    post(&w, "e2", "#swarm", "ari", "still there?").await;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let rows = ledger(&w).await;
+    assert_eq!(rows[2].predicted_read, rows[2].usage.cache_read);
+    assert!(rows[2].usage.cache_read >= rows[0].usage.cache_read + rows[0].usage.written() - 16);
+}
