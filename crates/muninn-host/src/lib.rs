@@ -6,6 +6,7 @@
 //!
 //! - [`config`] — `muninn.toml`: Minds, their doctrine, persona state, rooms, backend, policy and
 //!   bounds; validated at load, with a checked-in JSON Schema.
+//! - [`backends`] — the simulator or the Anthropic API behind the sessions.
 //! - [`clock`] — the injected clock (the system clock, or a manual one for tests).
 //! - [`runtime`] — the Persona and Self loops: mailbox → batch → decider → render → backend →
 //!   ledger → validated reply → outbox → ack, one writer per Mind under a lease.
@@ -19,6 +20,7 @@
 //!   replies in the outbox, with idempotent request ids `<batch>-<index>`.
 //! - One writer per Mind: every write carries the Mind's lease fencing token.
 
+pub mod backends;
 pub mod clock;
 pub mod config;
 pub mod http;

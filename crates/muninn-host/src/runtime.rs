@@ -1384,3 +1384,35 @@ pub async fn run_mind<B: Backend>(
     }
     runner.release().await
 }
+
+/// Runs every configured Mind, one task each, until `shutdown` turns true; each task releases
+/// its lease on the way out.
+pub async fn run_minds(
+    host: Host,
+    factory: crate::backends::BackendFactory,
+    prices: PriceTable,
+    holder: String,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), RuntimeError> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for mind in host.config.minds.iter().cloned() {
+        let persona = factory.make(host.clock.clone(), &prices);
+        let selfs = factory.make(host.clock.clone(), &prices);
+        let runner = MindRunner::new(host.clone(), mind, holder.clone(), &prices, persona, selfs)?;
+        tasks.spawn(run_mind(runner, shutdown.clone()));
+    }
+    let mut first_error = None;
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "a Mind stopped");
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "a Mind's task panicked");
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
