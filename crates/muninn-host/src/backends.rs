@@ -17,7 +17,7 @@ pub enum AnyBackend {
     /// The in-process simulator.
     Sim(SimBackend),
     /// The Anthropic Messages API over HTTPS.
-    Anthropic(AnthropicBackend<AnthropicClient>),
+    Anthropic(Box<AnthropicBackend<AnthropicClient>>),
 }
 
 impl Backend for AnyBackend {
@@ -56,7 +56,7 @@ pub enum BackendFactory {
     /// Sessions on one shared simulator (one provider cache, as on the real API).
     Sim(Arc<Simulator>),
     /// Sessions on the Anthropic API, sharing one HTTPS client.
-    Anthropic(AnthropicClient),
+    Anthropic(Box<AnthropicClient>),
 }
 
 impl std::fmt::Debug for BackendFactory {
@@ -118,7 +118,7 @@ impl BackendFactory {
                 client_config.auth = auth;
                 let client = AnthropicClient::new(client_config, Arc::new(TokioSleeper))
                     .map_err(|e| BackendSetupError::Client(e.to_string()))?;
-                Ok(BackendFactory::Anthropic(client))
+                Ok(BackendFactory::Anthropic(Box::new(client)))
             }
         }
     }
