@@ -55,7 +55,15 @@ fn table(c: &Comparison) {
     let base = mean(c, DEFAULT);
     println!(
         "  {:<14} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9} {:>7} {:>9}",
-        "design", "mean µ$", "p95 µ$", "/default", "written/t", "read/t", "doctrine", "pings", "refreshes"
+        "design",
+        "mean µ$",
+        "p95 µ$",
+        "/default",
+        "written/t",
+        "read/t",
+        "doctrine",
+        "pings",
+        "refreshes"
     );
     for r in &c.results {
         let s = r.summary(c.doctrine_tokens);
@@ -137,7 +145,11 @@ fn main() {
 
     println!(
         "muninn-core persona bench ({}): {turns} turns per stream, seeds {seeds:?}, model {}",
-        if full { "full" } else { "smoke: pass --bench for the full run" },
+        if full {
+            "full"
+        } else {
+            "smoke: pass --bench for the full run"
+        },
         opus.name
     );
     println!("workload parameters:\n{params}");
@@ -174,9 +186,8 @@ fn main() {
             .min(mean(&c, REBUILD_5M))
             .min(mean(&c, NEVER));
         let optimum = mean(&c, OPTIMUM);
-        let per_seed = |f: &dyn Fn(&Comparison) -> bool| {
-            comparisons.iter().filter(|c| f(c)).count()
-        };
+        let per_seed =
+            |f: &dyn Fn(&Comparison) -> bool| comparisons.iter().filter(|c| f(c)).count();
         let c1 = check(
             "default ≤ 1.05 × min(rebuild-1h, rebuild-5m, never)",
             default <= 1.05 * simple,
@@ -184,7 +195,10 @@ fn main() {
                 "{default:.0} vs {simple:.0} µ$/turn (×{:.3}); seeds passing {}/{}",
                 default / simple,
                 per_seed(&|c| mean(c, DEFAULT)
-                    <= 1.05 * mean(c, REBUILD_1H).min(mean(c, REBUILD_5M)).min(mean(c, NEVER))),
+                    <= 1.05
+                        * mean(c, REBUILD_1H)
+                            .min(mean(c, REBUILD_5M))
+                            .min(mean(c, NEVER))),
                 comparisons.len()
             ),
         );

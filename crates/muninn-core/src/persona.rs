@@ -238,10 +238,18 @@ fn rebuild_system(stream: &Stream, i: usize) -> String {
 }
 
 /// Prices today's design: a fresh request per turn, every breakpoint at `ttl`.
-pub fn rebuild(stream: &Stream, price: &ModelPrice, ttl: Ttl, config: &PersonaConfig) -> DesignResult {
+pub fn rebuild(
+    stream: &Stream,
+    price: &ModelPrice,
+    ttl: Ttl,
+    config: &PersonaConfig,
+) -> DesignResult {
     let rules = CacheRules::default();
     let mut cache = CacheState::new();
-    let preamble = (count(&config.preamble), hash_bytes(config.preamble.as_bytes()));
+    let preamble = (
+        count(&config.preamble),
+        hash_bytes(config.preamble.as_bytes()),
+    );
     let mut systems: HashMap<(usize, usize, usize), (Tokens, u64)> = HashMap::new();
     let mut result = DesignResult {
         design: Design::Rebuild(ttl),
@@ -285,7 +293,11 @@ pub fn rebuild(stream: &Stream, price: &ModelPrice, ttl: Ttl, config: &PersonaCo
 /// muninn's session as a trace: the stream rendered as one append-only segment, one request per
 /// turn. Returns the trace and the head's tokens (both system blocks), and the tokens of
 /// `system[1]` alone (persona state and campaigns), which change without the doctrine.
-pub fn session_trace(stream: &Stream, model: &str, config: &PersonaConfig) -> (Trace, Tokens, Tokens) {
+pub fn session_trace(
+    stream: &Stream,
+    model: &str,
+    config: &PersonaConfig,
+) -> (Trace, Tokens, Tokens) {
     let mut requests = Vec::with_capacity(stream.turns.len());
     let first = stream.layers(0);
     let (mut head, mut context) = (0, 0);
@@ -466,10 +478,7 @@ pub fn compare(stream: &Stream, price: &ModelPrice, config: &PersonaConfig) -> C
     for &plan in &config.plans {
         results.push(muninn(stream, &trace, (head, context), price, plan, config));
     }
-    let doctrine_tokens = stream
-        .doctrine
-        .first()
-        .map_or(0, |d| count(d));
+    let doctrine_tokens = stream.doctrine.first().map_or(0, |d| count(d));
     Comparison {
         model: price.name.clone(),
         doctrine_tokens,

@@ -226,9 +226,9 @@ impl Default for PersonaParams {
 }
 
 fn ms(v: u64) -> String {
-    if v >= 3_600_000 && v % 60_000 == 0 {
+    if v >= 3_600_000 {
         format!("{:.1} h", v as f64 / 3_600_000.0)
-    } else if v >= 60_000 && v % 1_000 == 0 {
+    } else if v >= 60_000 {
         format!("{:.1} min", v as f64 / 60_000.0)
     } else {
         format!("{:.1} s", v as f64 / 1_000.0)
@@ -429,13 +429,82 @@ impl Arrival {
 // token (the doctrine must fit its 96 KiB in 25,000 tokens): short words, identifiers with
 // underscores, markdown and punctuation.
 const WORDS: &[&str] = &[
-    "the", "a", "to", "of", "and", "is", "in", "it", "you", "we", "on", "for", "not", "be", "at",
-    "as", "or", "if", "when", "that", "this", "with", "room", "run", "self", "mind", "note", "ask",
-    "keep", "cost", "cache", "turn", "reply", "brief", "repo", "task", "plan", "done", "open",
-    "close", "fix", "test", "build", "doctrine", "persona", "campaign", "operator", "message",
-    "budget", "session", "context", "answer", "because", "never", "always", "before", "after",
-    "start_self_run", "persona_put", "say[]", "remember[]", "e.g.", "i.e.", "(see", "below)",
-    "-", "**", "`x`", "1.", "2.", "3.", "—", ":", "12", "300", "4.5",
+    "the",
+    "a",
+    "to",
+    "of",
+    "and",
+    "is",
+    "in",
+    "it",
+    "you",
+    "we",
+    "on",
+    "for",
+    "not",
+    "be",
+    "at",
+    "as",
+    "or",
+    "if",
+    "when",
+    "that",
+    "this",
+    "with",
+    "room",
+    "run",
+    "self",
+    "mind",
+    "note",
+    "ask",
+    "keep",
+    "cost",
+    "cache",
+    "turn",
+    "reply",
+    "brief",
+    "repo",
+    "task",
+    "plan",
+    "done",
+    "open",
+    "close",
+    "fix",
+    "test",
+    "build",
+    "doctrine",
+    "persona",
+    "campaign",
+    "operator",
+    "message",
+    "budget",
+    "session",
+    "context",
+    "answer",
+    "because",
+    "never",
+    "always",
+    "before",
+    "after",
+    "start_self_run",
+    "persona_put",
+    "say[]",
+    "remember[]",
+    "e.g.",
+    "i.e.",
+    "(see",
+    "below)",
+    "-",
+    "**",
+    "`x`",
+    "1.",
+    "2.",
+    "3.",
+    "—",
+    ":",
+    "12",
+    "300",
+    "4.5",
 ];
 
 /// Exactly `tokens` tokens of word-like text (no leading or trailing whitespace).
@@ -479,11 +548,13 @@ fn draw_band(rng: &mut SplitMix64, bands: &[IdleBand]) -> u64 {
     0
 }
 
-const ARRIVALS_STREAM: u64 = 0x726f_6f6d_73; // "rooms"
+const ARRIVALS_STREAM: u64 = 0x0072_6f6f_6d73; // "rooms"
 const MIND_STREAM: u64 = 0x6d69_6e64; // "mind"
 
 fn room_names(params: &PersonaParams) -> (Vec<String>, Vec<String>) {
-    let public = (0..params.public_rooms).map(|i| format!("#room-{i}")).collect();
+    let public = (0..params.public_rooms)
+        .map(|i| format!("#room-{i}"))
+        .collect();
     let dms = (0..params.dm_rooms).map(|i| format!("dm-{i}")).collect();
     (public, dms)
 }
@@ -494,7 +565,7 @@ fn sender_name(i: usize) -> String {
 
 /// The DM peer of DM room `i`: alternately an operator and a member.
 fn dm_peer(params: &PersonaParams, i: usize) -> usize {
-    if i % 2 == 0 && params.operators > 0 {
+    if i.is_multiple_of(2) && params.operators > 0 {
         (i / 2) % params.operators
     } else {
         (params.operators + i) % params.senders.max(1)
@@ -860,11 +931,7 @@ impl Stream {
         let campaign_phase = phase(&mut rng, params.campaign_change_every_turns);
         let last_turn = scheduled.len().saturating_sub(1);
         let mut doctrine = vec![doctrine_paras.join("\n\n")];
-        let edits = changes_by(
-            last_turn,
-            params.doctrine_edit_every_turns,
-            doctrine_phase,
-        );
+        let edits = changes_by(last_turn, params.doctrine_edit_every_turns, doctrine_phase);
         for k in 0..edits {
             let i = (k * 7 + 3) % doctrine_paras.len().max(1);
             if let Some(p) = doctrine_paras.get_mut(i) {
@@ -915,7 +982,10 @@ impl Stream {
             .into_iter()
             .enumerate()
             .map(|(i, t)| {
-                let status_head = format!("Spend: {} micro-USD of the run cap. Your latest runs:", 1_000 * i);
+                let status_head = format!(
+                    "Spend: {} micro-USD of the run cap. Your latest runs:",
+                    1_000 * i
+                );
                 let status_body = params.status_tokens.saturating_sub(count(&status_head));
                 let status = format!("{status_head}\n{}", words(&mut rng, status_body));
                 let reply_tokens = params.reply_tokens.draw(&mut rng);
@@ -954,9 +1024,8 @@ impl Stream {
     /// framing after it (it never changes, so it belongs under the long-lived head).
     pub fn layers(&self, i: usize) -> Layers {
         let t = self.turns.get(i);
-        let get = |v: &[String], k: Option<usize>| {
-            k.and_then(|k| v.get(k)).cloned().unwrap_or_default()
-        };
+        let get =
+            |v: &[String], k: Option<usize>| k.and_then(|k| v.get(k)).cloned().unwrap_or_default();
         Layers {
             tools: Vec::new(),
             doctrine: format!(
@@ -974,7 +1043,11 @@ impl Stream {
     pub fn input(&self, i: usize) -> TurnInput {
         TurnInput {
             deliveries: self.batch(i).iter().map(Arrival::delivery).collect(),
-            status: self.turns.get(i).map(|t| t.status.clone()).unwrap_or_default(),
+            status: self
+                .turns
+                .get(i)
+                .map(|t| t.status.clone())
+                .unwrap_or_default(),
             text: String::new(),
         }
     }
