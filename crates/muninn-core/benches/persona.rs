@@ -19,7 +19,6 @@
 
 use muninn_core::cache::Ttl;
 use muninn_core::decide::Policy;
-use muninn_core::money::MicroUsd;
 use muninn_core::persona::{Comparison, Design, DesignResult, PersonaConfig, compare};
 use muninn_core::price::PriceTable;
 use muninn_core::replay::Plan;
@@ -119,6 +118,55 @@ fn stream_stats(streams: &[Stream]) -> String {
         hours,
         conversations as f64 / hours.max(1e-9)
     )
+}
+
+/// Where the default loses against the optimum: per band of the idle gap before a turn, the
+/// turns, what each paid (with the pings of that gap) and how many turns rewrote the head.
+fn losses(streams: &[Stream], c: &Comparison) {
+    let (Some(d), Some(o)) = (c.get(DEFAULT), c.get(OPTIMUM)) else {
+        return;
+    };
+    let gaps: Vec<i64> = streams
+        .iter()
+        .flat_map(|s| {
+            let t = &s.turns;
+            (0..t.len()).map(move |i| {
+                if i == 0 {
+                    0
+                } else {
+                    t[i].at_ms - t[i - 1].at_ms
+                }
+            })
+        })
+        .collect();
+    let bands: [(&str, i64, i64); 4] = [
+        ("< 5 min", 0, 300_000),
+        ("5–60 min", 300_000, 3_600_000),
+        ("1–2 h", 3_600_000, 7_200_000),
+        ("> 2 h", 7_200_000, i64::MAX),
+    ];
+    println!("  where default loses to optimum, by the idle gap before the turn:");
+    for (name, lo, hi) in bands {
+        let idx: Vec<usize> = (0..gaps.len())
+            .filter(|&i| gaps[i] >= lo && gaps[i] < hi)
+            .collect();
+        let sum = |r: &DesignResult| idx.iter().map(|&i| r.cost[i].0).sum::<i64>();
+        let cold = |r: &DesignResult| {
+            idx.iter()
+                .filter(|&&i| r.usage[i].written() >= c.head_tokens)
+                .count()
+        };
+        println!(
+            "    {name:<9} {:>5} turns: default {:>12} µ$, optimum {:>12} µ$ (diff {:>+12} µ$, {:>+7.0}/turn overall); head rewrites {} vs {}",
+            idx.len(),
+            sum(d),
+            sum(o),
+            sum(d) - sum(o),
+            (sum(d) - sum(o)) as f64 / gaps.len().max(1) as f64,
+            cold(d),
+            cold(o)
+        );
+    }
 }
 
 fn check(name: &str, ok: bool, detail: String) -> bool {
@@ -225,6 +273,9 @@ fn main() {
                 ),
             )
         });
+        if !c3 {
+            losses(&streams, &c);
+        }
         all_ok &= c1 && c3 && c2.unwrap_or(true);
         checks.push((variant, c1, c3, c2));
     }
@@ -256,5 +307,4 @@ fn main() {
         if all_ok { "PASS" } else { "FAIL" },
         started.elapsed().as_secs_f64()
     );
-    let _ = MicroUsd::ZERO;
 }
