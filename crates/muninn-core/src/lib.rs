@@ -18,6 +18,10 @@
 //! - [`synth`] — seeded synthetic Claude-Code-like traces, for benchmarks and large tests.
 //! - [`tokenize`] — the deterministic tokenizer the renderer and the simulator share.
 //! - [`validate`] — the cache model checked against recorded usage.
+//! - [`workload`] — the seeded Persona workload (`shared/workloads/persona.md`): rooms, deliveries,
+//!   `next_batch`, turns and the Mind's layers.
+//! - [`persona`] — the Persona designs (today's rebuild, muninn's session under every plan) priced
+//!   on one generated stream.
 //!
 //! ## Invariants
 //!
@@ -30,6 +34,7 @@ pub mod decide;
 pub mod ledger;
 pub mod money;
 pub mod optimum;
+pub mod persona;
 pub mod price;
 pub mod render;
 pub mod replay;
@@ -37,3 +42,4 @@ pub mod synth;
 pub mod tokenize;
 pub mod trace;
 pub mod validate;
+pub mod workload;

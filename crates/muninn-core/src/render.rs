@@ -193,6 +193,15 @@ impl Renderer {
     /// Renders the next request: the conversation so far plus a user message for this turn, with
     /// notices for any layer that changed since it was last shown. `layers` are the current ones.
     pub fn turn(&mut self, layers: &Layers, input: &TurnInput) -> Rendered {
+        self.append_turn(layers, input);
+        self.rendered()
+    }
+
+    /// [`Renderer::turn`] without rendering the whole request: appends this turn's user message
+    /// (notices, status, deliveries with history shown once) and returns it. A long replay that
+    /// only needs each turn's new tokens uses this, as cloning the conversation every turn would
+    /// be quadratic.
+    pub fn append_turn(&mut self, layers: &Layers, input: &TurnInput) -> &Message {
         let mut text = String::new();
         let mut notice = |what: &str, body: &str| {
             text.push_str(&format!(
@@ -249,7 +258,7 @@ impl Renderer {
             role: Role::User,
             blocks: vec![Block { text, cache: None }],
         });
-        self.rendered()
+        &self.messages[self.messages.len() - 1]
     }
 
     /// Records the model's reply to the last turn.

@@ -6,3 +6,4 @@ mod cache;
 mod render;
 mod replay;
 mod validate;
+mod workload;

@@ -1,0 +1,310 @@
+//! The Persona workload (`shared/workloads/persona.md`): every design on every variant.
+//!
+//! `cargo bench -p muninn-core --bench persona` generates, for each variant and each seed, a
+//! stream of `MUNINN_PERSONA_TURNS` Persona turns (default 2,000) with [`muninn_core::workload`],
+//! prices today's rebuild (1h and 5m) and muninn's session under every plan with
+//! [`muninn_core::persona`] on `claude-opus-5-5`, and prints every parameter, one table per variant
+//! (the seeds' turns pooled) and the checks:
+//!
+//! 1. the default policy (`ski-rental`) within 1.05× of the cheaper of rebuild (1h, 5m) and `never`
+//!    on every variant;
+//! 2. the default policy cheaper than both rebuilds and `never` on the mix;
+//! 3. the default policy within 1.05× of the replay engine's optimum on the same stream.
+//!
+//! A last table runs the mix once on `claude-sonnet-4-5`. Without `--bench` (as
+//! `cargo test --benches` runs it) one seed of 300 turns keeps the smoke run short.
+//! `MUNINN_PERSONA_SEEDS` (comma-separated) overrides the seeds.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use muninn_core::cache::Ttl;
+use muninn_core::decide::Policy;
+use muninn_core::persona::{Comparison, Design, DesignResult, PersonaConfig, compare};
+use muninn_core::price::PriceTable;
+use muninn_core::replay::Plan;
+use muninn_core::workload::{PersonaParams, Span, Stream, Variant};
+use std::time::Instant;
+
+const DEFAULT: Design = Design::Muninn(Plan::Online(Policy::SkiRental));
+const NEVER: Design = Design::Muninn(Plan::Online(Policy::Never));
+const OPTIMUM: Design = Design::Muninn(Plan::Optimum);
+const REBUILD_1H: Design = Design::Rebuild(Ttl::OneHour);
+const REBUILD_5M: Design = Design::Rebuild(Ttl::FiveMinutes);
+
+/// The seeds' results pooled per design (turns concatenated).
+fn pool(comparisons: &[Comparison]) -> Comparison {
+    let mut pooled = comparisons[0].clone();
+    for c in &comparisons[1..] {
+        for (p, r) in pooled.results.iter_mut().zip(&c.results) {
+            assert_eq!(p.design, r.design);
+            p.cost.extend(&r.cost);
+            p.usage.extend(&r.usage);
+            p.pings += r.pings;
+            p.refreshes += r.refreshes;
+        }
+    }
+    pooled
+}
+
+fn mean(c: &Comparison, d: Design) -> f64 {
+    c.summary(d).map_or(f64::NAN, |s| s.mean)
+}
+
+fn table(c: &Comparison) {
+    let base = mean(c, DEFAULT);
+    println!(
+        "  {:<14} {:>10} {:>10} {:>8} {:>10} {:>10} {:>9} {:>7} {:>9}",
+        "design",
+        "mean µ$",
+        "p95 µ$",
+        "/default",
+        "written/t",
+        "read/t",
+        "doctrine",
+        "pings",
+        "refreshes"
+    );
+    for r in &c.results {
+        let s = r.summary(c.doctrine_tokens);
+        let DesignResult {
+            pings, refreshes, ..
+        } = r;
+        println!(
+            "  {:<14} {:>10.0} {:>10} {:>8.3} {:>10.0} {:>10.0} {:>9} {:>7} {:>9}",
+            r.design.to_string(),
+            s.mean,
+            s.p95.0,
+            s.mean / base,
+            s.written_per_turn,
+            s.read_per_turn,
+            s.doctrine_writes,
+            pings,
+            refreshes
+        );
+    }
+    let rebuild = mean(c, REBUILD_1H).min(mean(c, REBUILD_5M));
+    println!(
+        "  rebuild / default: 1h {:.3}, 5m {:.3}, cheaper rebuild {:.3}",
+        mean(c, REBUILD_1H) / base,
+        mean(c, REBUILD_5M) / base,
+        rebuild / base
+    );
+}
+
+fn stream_stats(streams: &[Stream]) -> String {
+    let turns: usize = streams.iter().map(|s| s.turns.len()).sum();
+    let arrivals: usize = streams.iter().map(|s| s.arrivals.len()).sum();
+    let hours: f64 = streams
+        .iter()
+        .map(|s| {
+            let first = s.arrivals.first().map_or(0, |a| a.at_ms);
+            let last = s.turns.last().map_or(first, |t| t.at_ms);
+            (last - first) as f64 / 3.6e6
+        })
+        .sum();
+    let conversations: usize = streams
+        .iter()
+        .map(|s| s.arrivals.last().map_or(0, |a| a.conversation as usize + 1))
+        .sum();
+    let dm = streams
+        .iter()
+        .flat_map(|s| &s.arrivals)
+        .filter(|a| a.is_direct)
+        .count();
+    format!(
+        "{turns} turns, {arrivals} deliveries ({:.2}/turn, {:.0}% in DMs), {:.1} h, {:.2} conversations/h",
+        arrivals as f64 / turns.max(1) as f64,
+        100.0 * dm as f64 / arrivals.max(1) as f64,
+        hours,
+        conversations as f64 / hours.max(1e-9)
+    )
+}
+
+/// Where the default loses against the optimum: per band of the idle gap before a turn, the
+/// turns, what each paid (with the pings of that gap) and how many turns rewrote the head.
+fn losses(streams: &[Stream], c: &Comparison) {
+    let (Some(d), Some(o)) = (c.get(DEFAULT), c.get(OPTIMUM)) else {
+        return;
+    };
+    let gaps: Vec<i64> = streams
+        .iter()
+        .flat_map(|s| {
+            let t = &s.turns;
+            (0..t.len()).map(move |i| {
+                if i == 0 {
+                    0
+                } else {
+                    t[i].at_ms - t[i - 1].at_ms
+                }
+            })
+        })
+        .collect();
+    let bands: [(&str, i64, i64); 4] = [
+        ("< 5 min", 0, 300_000),
+        ("5–60 min", 300_000, 3_600_000),
+        ("1–2 h", 3_600_000, 7_200_000),
+        ("> 2 h", 7_200_000, i64::MAX),
+    ];
+    println!("  where default loses to optimum, by the idle gap before the turn:");
+    for (name, lo, hi) in bands {
+        let idx: Vec<usize> = (0..gaps.len())
+            .filter(|&i| gaps[i] >= lo && gaps[i] < hi)
+            .collect();
+        let sum = |r: &DesignResult| idx.iter().map(|&i| r.cost[i].0).sum::<i64>();
+        let cold = |r: &DesignResult| {
+            idx.iter()
+                .filter(|&&i| r.usage[i].written() >= c.head_tokens)
+                .count()
+        };
+        println!(
+            "    {name:<9} {:>5} turns: default {:>12} µ$, optimum {:>12} µ$ (diff {:>+12} µ$, {:>+7.0}/turn overall); head rewrites {} vs {}",
+            idx.len(),
+            sum(d),
+            sum(o),
+            sum(d) - sum(o),
+            (sum(d) - sum(o)) as f64 / gaps.len().max(1) as f64,
+            cold(d),
+            cold(o)
+        );
+    }
+}
+
+fn check(name: &str, ok: bool, detail: String) -> bool {
+    println!("  {} {name}: {detail}", if ok { "PASS" } else { "FAIL" });
+    ok
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let turns: usize = std::env::var("MUNINN_PERSONA_TURNS")
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(if full { 2_000 } else { 300 });
+    let seeds: Vec<u64> = std::env::var("MUNINN_PERSONA_SEEDS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| if full { vec![1, 2, 3] } else { vec![1] });
+    let params = PersonaParams::default();
+    let config = PersonaConfig::default();
+    let prices = PriceTable::embedded();
+    let opus = prices.model("claude-opus-5-5").expect("priced");
+    let sonnet = prices.model("claude-sonnet-4-5").expect("priced");
+    let started = Instant::now();
+
+    println!(
+        "muninn-core persona bench ({}): {turns} turns per stream, seeds {seeds:?}, model {}",
+        if full {
+            "full"
+        } else {
+            "smoke: pass --bench for the full run"
+        },
+        opus.name
+    );
+    println!("workload parameters:\n{params}");
+    println!("designs: {config}");
+    println!(
+        "prices ({}): input {:.2}, output {:.2}, read {:.3}, write 5m {:.3}, write 1h {:.3} $/Mtok; min cacheable {}",
+        opus.name,
+        opus.input.usd_per_mtok(),
+        opus.output.usd_per_mtok(),
+        opus.read.usd_per_mtok(),
+        opus.write_5m.usd_per_mtok(),
+        opus.write_1h.usd_per_mtok(),
+        opus.min_cacheable
+    );
+
+    let mut all_ok = true;
+    let mut checks: Vec<(Variant, bool, bool, Option<bool>)> = Vec::new();
+    for variant in Variant::ALL {
+        let streams: Vec<Stream> = seeds
+            .iter()
+            .map(|&seed| Stream::build(&params, variant, seed, Span::Turns(turns)))
+            .collect();
+        let comparisons: Vec<Comparison> =
+            streams.iter().map(|s| compare(s, opus, &config)).collect();
+        let c = pool(&comparisons);
+        println!(
+            "\n== {variant}: {} (head {} tokens)",
+            stream_stats(&streams),
+            c.head_tokens
+        );
+        table(&c);
+        let default = mean(&c, DEFAULT);
+        let simple = mean(&c, REBUILD_1H)
+            .min(mean(&c, REBUILD_5M))
+            .min(mean(&c, NEVER));
+        let optimum = mean(&c, OPTIMUM);
+        let per_seed =
+            |f: &dyn Fn(&Comparison) -> bool| comparisons.iter().filter(|c| f(c)).count();
+        let c1 = check(
+            "default ≤ 1.05 × min(rebuild-1h, rebuild-5m, never)",
+            default <= 1.05 * simple,
+            format!(
+                "{default:.0} vs {simple:.0} µ$/turn (×{:.3}); seeds passing {}/{}",
+                default / simple,
+                per_seed(&|c| mean(c, DEFAULT)
+                    <= 1.05
+                        * mean(c, REBUILD_1H)
+                            .min(mean(c, REBUILD_5M))
+                            .min(mean(c, NEVER))),
+                comparisons.len()
+            ),
+        );
+        let c3 = check(
+            "default ≤ 1.05 × optimum",
+            default <= 1.05 * optimum,
+            format!(
+                "{default:.0} vs {optimum:.0} µ$/turn (×{:.3}); seeds passing {}/{}",
+                default / optimum,
+                per_seed(&|c| mean(c, DEFAULT) <= 1.05 * mean(c, OPTIMUM)),
+                comparisons.len()
+            ),
+        );
+        let c2 = (variant == Variant::Mix).then(|| {
+            let rebuild = mean(&c, REBUILD_1H).min(mean(&c, REBUILD_5M));
+            let never = mean(&c, NEVER);
+            check(
+                "mix: default < both rebuilds and < never",
+                default < rebuild && default < never,
+                format!(
+                    "{default:.0} vs rebuild {rebuild:.0} (×{:.3}), never {never:.0} (×{:.3})",
+                    default / rebuild,
+                    default / never
+                ),
+            )
+        });
+        if !c3 {
+            losses(&streams, &c);
+        }
+        all_ok &= c1 && c3 && c2.unwrap_or(true);
+        checks.push((variant, c1, c3, c2));
+    }
+
+    let stream = Stream::build(&params, Variant::Mix, seeds[0], Span::Turns(turns));
+    let c = compare(&stream, sonnet, &config);
+    println!(
+        "\n== mix on {} (seed {}): {} (head {} tokens)",
+        sonnet.name,
+        seeds[0],
+        stream_stats(std::slice::from_ref(&stream)),
+        c.head_tokens
+    );
+    table(&c);
+
+    println!("\nchecks (opus, seeds pooled):");
+    for (variant, c1, c3, c2) in &checks {
+        let mark = |b: bool| if b { "PASS" } else { "FAIL" };
+        println!(
+            "  {:<10} within 1.05× of simple: {}   within 1.05× of optimum: {}{}",
+            variant.to_string(),
+            mark(*c1),
+            mark(*c3),
+            c2.map_or(String::new(), |b| format!("   beats both: {}", mark(b)))
+        );
+    }
+    println!(
+        "overall: {}; {:.1} s",
+        if all_ok { "PASS" } else { "FAIL" },
+        started.elapsed().as_secs_f64()
+    );
+}
