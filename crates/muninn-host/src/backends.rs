@@ -131,9 +131,9 @@ impl BackendFactory {
                 clock,
                 prices.clone(),
             )),
-            BackendFactory::Anthropic(client) => {
-                AnyBackend::Anthropic(AnthropicBackend::new(client.clone(), clock, prices.clone()))
-            }
+            BackendFactory::Anthropic(client) => AnyBackend::Anthropic(Box::new(
+                AnthropicBackend::new((**client).clone(), clock, prices.clone()),
+            )),
         }
     }
 
