@@ -15,7 +15,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub enum AnyBackend {
     /// The in-process simulator.
-    Sim(SimBackend),
+    Sim(Box<SimBackend>),
     /// The Anthropic Messages API over HTTPS.
     Anthropic(Box<AnthropicBackend<AnthropicClient>>),
 }
@@ -126,11 +126,11 @@ impl BackendFactory {
     /// A backend for one session.
     pub fn make(&self, clock: Arc<dyn Clock>, prices: &PriceTable) -> AnyBackend {
         match self {
-            BackendFactory::Sim(sim) => AnyBackend::Sim(SimBackend::new(
+            BackendFactory::Sim(sim) => AnyBackend::Sim(Box::new(SimBackend::new(
                 InProcess::new(sim.clone()),
                 clock,
                 prices.clone(),
-            )),
+            ))),
             BackendFactory::Anthropic(client) => AnyBackend::Anthropic(Box::new(
                 AnthropicBackend::new((**client).clone(), clock, prices.clone()),
             )),
