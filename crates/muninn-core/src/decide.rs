@@ -362,6 +362,8 @@ pub struct SessionView {
     pub gap_pings: u32,
     /// What those pings cost.
     pub gap_ping_spend: MicroUsd,
+    /// What head-only pings cost in the current idle gap (after the tail was let go).
+    pub gap_head_ping_spend: MicroUsd,
     /// Whether memory was flushed in this gap (a restart needs no further flush).
     pub flushed: bool,
     /// Prices.
@@ -384,6 +386,10 @@ pub enum Event {
     },
     /// The cached prefix is about to expire (the host asks shortly before `warm_until_ms`).
     Expiring,
+    /// The tail has expired (or was let go) and the head, under its own breakpoint, is about to:
+    /// a head-only ping (a request carrying just the head's breakpoint) keeps it for another TTL
+    /// at the price of reading the head alone.
+    HeadExpiring,
 }
 
 impl SessionView {
@@ -412,6 +418,19 @@ impl SessionView {
     /// Whether a refresh needs a flush request (it does not when memory is written as it happens).
     pub fn needs_flush(&self) -> bool {
         self.bounds.flush_prompt_tokens > 0 || self.bounds.flush_output_tokens > 0
+    }
+
+    /// The price of a head-only ping.
+    pub fn head_ping_cost(&self) -> MicroUsd {
+        MicroUsd::of(self.bounds.head_tokens, self.rates.read)
+            + MicroUsd::of(self.bounds.ping_tokens, self.rates.input)
+            + MicroUsd::of(1, self.rates.output)
+    }
+
+    /// What losing the head costs at the wake: rewriting it instead of reading it.
+    pub fn head_rewrite_penalty(&self) -> MicroUsd {
+        MicroUsd::of(self.bounds.head_tokens, self.rates.head_write)
+            .saturating_sub(MicroUsd::of(self.bounds.head_tokens, self.rates.read))
     }
 
     /// The price of a flush: warm, it reads P; cold, it sends P uncached (cheaper than writing it
@@ -487,6 +506,42 @@ pub fn decide(policy: Policy, view: &SessionView, event: Event, now_ms: i64) -> 
     match event {
         Event::Arrival { boundary, delta } => decide_arrival(policy, view, boundary, delta, now_ms),
         Event::Expiring => decide_expiring(policy, view, now_ms),
+        Event::HeadExpiring => decide_head_expiring(policy, view, now_ms),
+    }
+}
+
+/// The ski-rental rule one level down: keep the head alive with head-only pings while their spend
+/// in this gap stays within one rewrite of the head. `predictive` also needs the fitted gap
+/// distribution to make the next ping likely to pay.
+fn decide_head_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision {
+    let ping = Alternative {
+        action: Action::Ping,
+        estimate: view.head_ping_cost(),
+    };
+    let expire = Alternative {
+        action: Action::LetExpire,
+        estimate: MicroUsd::ZERO,
+    };
+    let alts = [ping, expire];
+    let go = |action, reason| Decision::new(action, reason, &alts);
+    match policy {
+        Policy::SkiRental | Policy::Predictive => {
+            let budget = view.head_rewrite_penalty();
+            if view.gap_head_ping_spend + ping.estimate > budget {
+                return go(Action::LetExpire, Reason::RentExhausted);
+            }
+            if policy == Policy::Predictive {
+                let elapsed = now_ms - view.last_request_ms;
+                let horizon = elapsed + view.head_ttl.millis();
+                let p = view.gaps.p_end_by(elapsed, horizon);
+                if p * (budget.0 as f64) <= ping.estimate.0 as f64 {
+                    return go(Action::LetExpire, Reason::ExpectedSavingBelowPing);
+                }
+                return go(Action::Ping, Reason::ExpectedSavingExceedsPing);
+            }
+            go(Action::Ping, Reason::RentWithinBudget)
+        }
+        _ => go(Action::LetExpire, Reason::NoKeepWarm),
     }
 }
 

@@ -318,11 +318,11 @@ struct Model<'t> {
     u: Vec<i128>,
     /// Ways through the gap before request j inside a segment (keep warm, rewrite, keep the head
     /// alive), each a cost linear in the previous cached prefix.
-    gap_options: Vec<Choices<LinearCost, 3>>,
+    gap_options: Vec<Choices<LinearCost, 4>>,
     /// D_j: the part of request j's cost that does not depend on the segmentation.
     fixed: Vec<i128>,
     /// Ways to end a segment before a refresh at s: (cost on the old prefix, head cost at s).
-    end_options: Vec<Choices<(LinearCost, i128), 2>>,
+    end_options: Vec<Choices<(LinearCost, i128), 3>>,
 }
 
 impl Model<'_> {
@@ -387,7 +387,7 @@ impl Model<'_> {
     /// prefix (`gap_rep[j]`, `end_rep[s]`), by the Li Chao program of the module docs.
     fn solve(&self, gap_rep: &[i128], end_rep: &[i128], queue: &mut LineQueue) -> Vec<bool> {
         let n = self.n;
-        let pick = |options: &Choices<LinearCost, 3>, c: i128| -> LinearCost {
+        let pick = |options: &Choices<LinearCost, 4>, c: i128| -> LinearCost {
             options
                 .iter()
                 .copied()
@@ -558,6 +558,17 @@ impl Model<'_> {
     }
 }
 
+/// Head-only pings that keep a head last touched at `t` alive to `t + gap` once the tail is let
+/// go: the first shortly before the head's own expiry, then one per head TTL.
+pub fn head_only_pings(gap_ms: i64, head_ttl: Ttl, before_ms: i64) -> u64 {
+    let step = head_ttl.millis() - before_ms;
+    if gap_ms < head_ttl.millis() {
+        0
+    } else {
+        touches(gap_ms - step, head_ttl.millis(), step)
+    }
+}
+
 /// Computes the optimum's plan for a reconstructed trace.
 ///
 /// The per-gap choices are linear only once a representative prefix is fixed, so the program is
@@ -605,6 +616,8 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
     let mut gap_options = vec![Choices::default(); n + 1];
     let mut fixed = vec![0i128; n + 1];
     let mut end_options = vec![Choices::default(); n + 2];
+    // A head-only ping: the head read, a tiny uncached question, one output token.
+    let head_ping = r * h + phi_ping;
     for j in 1..=n {
         let t = &turns[j - 1];
         len[j] = len[j - 1] + t.delta as i128;
@@ -626,6 +639,9 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
             if head_cacheable {
                 let kh = head_pings_needed(gap, ttl, head_ttl, before) as i128;
                 options.push((kh * r + w, kh * phi_ping - (w - r) * h));
+                // Or let the tail go and keep only the head, with head-only pings.
+                let k = head_only_pings(gap, head_ttl, before) as i128;
+                options.push((w, k * head_ping - (w - r) * h));
             }
         }
         gap_options[j] = options;
@@ -645,6 +661,9 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
                 if k > 0 {
                     ends.push(((flush_read + k * r, phi_flush + k * phi_ping), r * h));
                 }
+                // Or end now and keep only the head alive, with head-only pings.
+                let k = head_only_pings(gap - late_flush, head_ttl, before) as i128;
+                ends.push(((flush_read, phi_flush + k * head_ping), r * h));
             }
         }
         end_options[j] = ends;
@@ -774,7 +793,17 @@ impl OptimumPlan {
                         let k = touches(span, view.head_ttl.millis(), step)
                             - u64::from(view.needs_flush());
                         let keep = MicroUsd(view.ping_cost().0 * k as i64);
-                        if k > 0 && keep < head_saving {
+                        // Ending now and keeping only the head with head-only pings instead.
+                        let head_only = head_deadline.map_or(keep, |d| {
+                            let hstep = view.head_ttl.millis() - before_ms;
+                            let kh = touches(
+                                turn.at_ms - (d - before_ms),
+                                view.head_ttl.millis(),
+                                hstep,
+                            );
+                            MicroUsd(view.head_ping_cost().0 * kh as i64)
+                        });
+                        if k > 0 && keep < head_saving && keep < head_only {
                             return single(Action::Ping, Reason::ExpectedSavingExceedsPing, keep);
                         }
                     }
@@ -794,14 +823,44 @@ impl OptimumPlan {
                 if rewrite < best.0 {
                     best = (rewrite, Action::LetExpire);
                 }
-                if view.head_warm_until_ms.is_some_and(|h| h <= turn.at_ms) {
+                if let Some(head_expiry) = view.head_warm_until_ms.filter(|h| *h <= turn.at_ms) {
                     let k = touches(span, view.head_ttl.millis(), step);
                     let head_kept = MicroUsd(ping * k as i64) + rewrite.saturating_sub(head_saving);
                     if head_kept < best.0 {
                         best = (head_kept, Action::Ping);
                     }
+                    // Let the tail go now; keep the head with head-only pings from its expiry on.
+                    let hstep = view.head_ttl.millis() - before_ms;
+                    let kh = touches(
+                        turn.at_ms - (head_expiry - before_ms),
+                        view.head_ttl.millis(),
+                        hstep,
+                    );
+                    let head_only = MicroUsd(view.head_ping_cost().0 * kh as i64)
+                        + rewrite.saturating_sub(head_saving);
+                    if head_only < best.0 {
+                        best = (head_only, Action::LetExpire);
+                    }
                 }
                 single(best.1, Reason::ExpectedSavingExceedsPing, best.0)
+            }
+            Event::HeadExpiring => {
+                // Keep the head to the next request with head-only pings when that is cheaper than
+                // rewriting it there.
+                let Some(turn) = turns.get(next) else {
+                    return single(Action::LetExpire, Reason::NoKeepWarm, MicroUsd::ZERO);
+                };
+                if view.head_warm_until_ms.is_some_and(|h| h > turn.at_ms) {
+                    return single(Action::LetExpire, Reason::Warm, MicroUsd::ZERO);
+                }
+                let hstep = view.head_ttl.millis() - before_ms;
+                let k = touches(turn.at_ms - now_ms, view.head_ttl.millis(), hstep);
+                let keep = MicroUsd(view.head_ping_cost().0 * k as i64);
+                if keep < view.head_rewrite_penalty() {
+                    single(Action::Ping, Reason::ExpectedSavingExceedsPing, keep)
+                } else {
+                    single(Action::LetExpire, Reason::RentExhausted, MicroUsd::ZERO)
+                }
             }
         }
     }

@@ -500,6 +500,7 @@ struct Engine<'a> {
     // The current gap.
     gap_pings: u32,
     gap_ping_spend: MicroUsd,
+    gap_head_ping_spend: MicroUsd,
     flushed: bool,
     gaps: GapStats,
     rates: Rates,
@@ -533,6 +534,7 @@ impl<'a> Engine<'a> {
             last_request_ms: i64::MIN,
             gap_pings: 0,
             gap_ping_spend: MicroUsd::ZERO,
+            gap_head_ping_spend: MicroUsd::ZERO,
             flushed: false,
             gaps: GapStats::default(),
             rates: Rates::of(config.price, ttl, a.head_ttl.map_or(ttl, |h| h.max(ttl))),
@@ -562,6 +564,7 @@ impl<'a> Engine<'a> {
             read_excess: self.read_excess,
             gap_pings: self.gap_pings,
             gap_ping_spend: self.gap_ping_spend,
+            gap_head_ping_spend: self.gap_head_ping_spend,
             flushed: self.flushed,
             rates: self.rates,
             bounds: self.bounds,
@@ -713,6 +716,46 @@ impl<'a> Engine<'a> {
                         _ => break,
                     }
                 }
+                // The head, under its own breakpoint, may outlive the tail: shortly before it
+                // expires too, the decider may keep it with a head-only ping.
+                let mut guard = 0;
+                while let Some(expiry) = self.cache.expiry(self.model, self.head_fp) {
+                    let at = (expiry - before).max(self.last_request_ms);
+                    // The tail's own loop above has already let it go (or its next decision
+                    // point, and so the head's, lies beyond this request).
+                    if at >= now || expiry <= self.last_request_ms || guard > 10_000 {
+                        break;
+                    }
+                    guard += 1;
+                    let view = self.view(at);
+                    let future = Hindsight {
+                        next: index,
+                        turns,
+                        ttl: self.ttl,
+                        before_ms: before,
+                    };
+                    if driver
+                        .decide(&view, Event::HeadExpiring, at, &future)
+                        .action
+                        != Action::Ping
+                    {
+                        break;
+                    }
+                    self.checkpoints.clear();
+                    self.checkpoints.push(self.head_checkpoint());
+                    let (usage, cost, _) = self.send(self.head + self.bounds.ping_tokens, 1, at);
+                    self.gap_head_ping_spend += cost;
+                    on_step(&Step {
+                        index,
+                        at_ms: at,
+                        kind: StepKind::Ping,
+                        usage,
+                        cost,
+                        gap_ms: 0,
+                        miss: None,
+                        refreshed: false,
+                    });
+                }
             }
             // The arrival.
             let view = self.view(now);
@@ -805,6 +848,7 @@ impl<'a> Engine<'a> {
             self.last_request_ms = now;
             self.gap_pings = 0;
             self.gap_ping_spend = MicroUsd::ZERO;
+            self.gap_head_ping_spend = MicroUsd::ZERO;
             self.flushed = false;
         }
     }

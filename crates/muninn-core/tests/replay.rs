@@ -345,16 +345,24 @@ fn ski_rental_keeps_warm_through_a_short_gap_and_lets_a_long_one_expire() {
         rules: &rules,
     };
     let mut pings_before = [0u32; 16];
+    let mut head_pings_before = [0u32; 16];
     let totals = replay_trace(&t, Plan::Online(Policy::SkiRental), &config, &mut |s| {
         if s.kind == StepKind::Ping {
-            pings_before[s.index] += 1;
+            if s.usage.cache_read > HEAD {
+                pings_before[s.index] += 1;
+            } else {
+                head_pings_before[s.index] += 1;
+            }
         }
     });
     // 15 minutes at TTL 5m, deciding 30 s before expiry: pings at 4.5, 9 and 13.5 minutes.
     assert_eq!(pings_before[6], 3);
+    assert_eq!(head_pings_before[6], 0);
     // 5 hours: pings while their spend stays within one cold-wake penalty (w − r)·P, i.e.
-    // 3.45 / 0.3 ≈ 11 pings of 0.3·P each, then the cache is let go.
+    // 3.45 / 0.3 ≈ 11 pings of 0.3·P each, then the tail is let go; then head-only pings while
+    // they stay within one rewrite of the head, (w − r)·H: again 11, then the head goes too.
     assert_eq!(pings_before[12], 11);
+    assert_eq!(head_pings_before[12], 11);
     assert_eq!(totals.flushes, 0);
     assert_eq!(totals.refreshes, 0);
     // Renting through the 5-hour gap was wasted, so here ski-rental pays a little more than

@@ -633,6 +633,7 @@ impl<B: Backend> MindRunner<B> {
             read_excess: session.read_excess,
             gap_pings: session.gap_pings,
             gap_ping_spend: session.gap_ping_spend,
+            gap_head_ping_spend: MicroUsd::ZERO,
             flushed: false,
             rates: Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl),
             bounds,
