@@ -50,6 +50,8 @@ pub struct Host {
 
 impl std::fmt::Debug for Host {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Host").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Host")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
