@@ -1,3 +1,6 @@
 //! muninn-host's one integration-test binary.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod config;
+mod http;
