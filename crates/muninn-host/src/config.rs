@@ -214,9 +214,12 @@ fn default_max_tokens() -> u64 {
     2_048
 }
 
-/// The schema of [`Ttl`] (which lives in `muninn-core`, free of schemars): `"5m"` or `"1h"`.
+// The schema of `Ttl`, which lives in `muninn-core` and stays free of schemars; only its
+// schema is used.
+/// A prompt-cache TTL: `"5m"` or `"1h"`.
 #[derive(JsonSchema)]
-#[allow(dead_code)] // Only its schema is used.
+#[schemars(rename = "Ttl")]
+#[allow(dead_code)]
 enum TtlSchema {
     /// The default 5-minute TTL.
     #[serde(rename = "5m")]

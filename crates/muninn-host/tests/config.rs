@@ -38,7 +38,11 @@ fn a_valid_file_loads_with_paths_resolved_against_its_directory() {
     assert_eq!(config.data_dir, dir.path().join("data"));
     assert_eq!(
         config.database_url(),
-        dir.path().join("data").join("muninn.db").display().to_string()
+        dir.path()
+            .join("data")
+            .join("muninn.db")
+            .display()
+            .to_string()
     );
     assert_eq!(config.api_token_path(), dir.path().join("data/api-token"));
     let mind = &config.minds[0];
@@ -79,9 +83,15 @@ fn an_unreadable_file_and_bad_toml_name_the_file() {
     let error = Config::load(Some(&path)).unwrap_err();
     assert!(matches!(error, ConfigError::Parse { .. }), "{error}");
     let text = error.to_string();
-    assert!(text.contains("muninn.toml") && text.contains("bogus_field"), "{text}");
+    assert!(
+        text.contains("muninn.toml") && text.contains("bogus_field"),
+        "{text}"
+    );
 
-    let path = write(dir.path(), &VALID.replace("policy = ", "head_ttl = \"2h\"\npolicy = "));
+    let path = write(
+        dir.path(),
+        &VALID.replace("policy = ", "head_ttl = \"2h\"\npolicy = "),
+    );
     let text = Config::load(Some(&path)).unwrap_err().to_string();
     assert!(text.contains("head_ttl") || text.contains("2h"), "{text}");
 }
@@ -92,37 +102,131 @@ fn every_invalid_value_names_its_field() {
     let cases: &[(&str, &str, &str)] = &[
         (r##"id = "vala""##, r##"id = "va la""##, "mind[0].id"),
         (r##"id = "vala""##, r##"id = """##, "mind[0].id"),
-        (r##"rooms = ["#swarm", "!abc:example.org"]"##, r##"rooms = ["swarm"]"##, "mind[0].rooms[0]"),
-        (r##"rooms = ["#swarm", "!abc:example.org"]"##, r##"rooms = ["#swarm", ""]"##, "mind[0].rooms[1]"),
-        (r##"rooms = ["#swarm", "!abc:example.org"]"##, r##"rooms = ["#a", "#a"]"##, "mind[0].rooms[1]"),
-        (r##"policy = "threshold:0.8""##, r##"policy = "sometimes""##, "mind[0].policy"),
-        (r##"policy = "threshold:0.8""##, r##"policy = "threshold:2""##, "mind[0].policy"),
-        (r##"policy = "threshold:0.8""##, "head_ttl = \"5m\"\ntail_ttl = \"1h\"", "mind[0].head_ttl"),
-        (r##"doctrine = ["doctrine.md"]"##, r##"doctrine = ["missing.md"]"##, "mind[0].doctrine[0]"),
-        (r##"doctrine = ["doctrine.md"]"##, "doctrine = []", "mind[0].doctrine"),
-        (r##"persona_state = "persona.json""##, r##"persona_state = "nope.json""##, "mind[0].persona_state"),
-        (r##"policy = "threshold:0.8""##, "spend_cap_micro_usd = 0", "mind[0].spend_cap_micro_usd"),
-        (r##"policy = "threshold:0.8""##, "spend_cap_micro_usd = -5", "mind[0].spend_cap_micro_usd"),
-        (r##"policy = "threshold:0.8""##, "spend_window_s = 0", "mind[0].spend_window_s"),
-        (r##"policy = "threshold:0.8""##, "turns_per_wake = 0", "mind[0].turns_per_wake"),
-        (r##"policy = "threshold:0.8""##, "max_output_tokens = 0", "mind[0].max_output_tokens"),
-        (r##"policy = "threshold:0.8""##, "ceiling_tokens = 0", "mind[0].ceiling_tokens"),
-        (r##"policy = "threshold:0.8""##, r##"model = " ""##, "mind[0].model"),
-        (r##"policy = "threshold:0.8""##, r##"campaigns = [{ slug = "a b", title = "t" }]"##, "mind[0].campaigns[0].slug"),
-        (r##"policy = "threshold:0.8""##, r##"campaigns = [{ slug = "a", title = "" }]"##, "mind[0].campaigns[0].title"),
-        (r##"listen = "127.0.0.1:0""##, r##"listen = "localhost""##, "listen"),
-        (r##"listen = "127.0.0.1:0""##, "listen = \"127.0.0.1:0\"\nprices = \"none.toml\"", "prices"),
-        (r##"listen = "127.0.0.1:0""##, "listen = \"127.0.0.1:0\"\n[backend]\napi_key_env = \"sk-ant-123\"", "backend.api_key_env"),
-        (r##"listen = "127.0.0.1:0""##, "listen = \"127.0.0.1:0\"\n[backend]\nbase_url = \"api.example\"", "backend.base_url"),
+        (
+            r##"rooms = ["#swarm", "!abc:example.org"]"##,
+            r##"rooms = ["swarm"]"##,
+            "mind[0].rooms[0]",
+        ),
+        (
+            r##"rooms = ["#swarm", "!abc:example.org"]"##,
+            r##"rooms = ["#swarm", ""]"##,
+            "mind[0].rooms[1]",
+        ),
+        (
+            r##"rooms = ["#swarm", "!abc:example.org"]"##,
+            r##"rooms = ["#a", "#a"]"##,
+            "mind[0].rooms[1]",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            r##"policy = "sometimes""##,
+            "mind[0].policy",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            r##"policy = "threshold:2""##,
+            "mind[0].policy",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "head_ttl = \"5m\"\ntail_ttl = \"1h\"",
+            "mind[0].head_ttl",
+        ),
+        (
+            r##"doctrine = ["doctrine.md"]"##,
+            r##"doctrine = ["missing.md"]"##,
+            "mind[0].doctrine[0]",
+        ),
+        (
+            r##"doctrine = ["doctrine.md"]"##,
+            "doctrine = []",
+            "mind[0].doctrine",
+        ),
+        (
+            r##"persona_state = "persona.json""##,
+            r##"persona_state = "nope.json""##,
+            "mind[0].persona_state",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "spend_cap_micro_usd = 0",
+            "mind[0].spend_cap_micro_usd",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "spend_cap_micro_usd = -5",
+            "mind[0].spend_cap_micro_usd",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "spend_window_s = 0",
+            "mind[0].spend_window_s",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "turns_per_wake = 0",
+            "mind[0].turns_per_wake",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "max_output_tokens = 0",
+            "mind[0].max_output_tokens",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "ceiling_tokens = 0",
+            "mind[0].ceiling_tokens",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            r##"model = " ""##,
+            "mind[0].model",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            r##"campaigns = [{ slug = "a b", title = "t" }]"##,
+            "mind[0].campaigns[0].slug",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            r##"campaigns = [{ slug = "a", title = "" }]"##,
+            "mind[0].campaigns[0].title",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
+            r##"listen = "localhost""##,
+            "listen",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
+            "listen = \"127.0.0.1:0\"\nprices = \"none.toml\"",
+            "prices",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
+            "listen = \"127.0.0.1:0\"\n[backend]\napi_key_env = \"sk-ant-123\"",
+            "backend.api_key_env",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
+            "listen = \"127.0.0.1:0\"\n[backend]\nbase_url = \"api.example\"",
+            "backend.base_url",
+        ),
     ];
     let dir = tempfile::tempdir().unwrap();
     for (from, to, field) in cases {
-        assert!(VALID.contains(from), "case {field}: {from:?} not in the valid config");
+        assert!(
+            VALID.contains(from),
+            "case {field}: {from:?} not in the valid config"
+        );
         let path = write(dir.path(), &VALID.replacen(from, to, 1));
         let error = Config::load(Some(&path)).unwrap_err();
         assert_eq!(error.fields(), vec![*field], "case {to:?}: {error}");
         let text = error.to_string();
-        assert!(text.contains("muninn.toml") && text.contains(field), "{text}");
+        assert!(
+            text.contains("muninn.toml") && text.contains(field),
+            "{text}"
+        );
     }
     // A duplicate id, and a file with no Mind.
     let two = format!("{VALID}\n[[mind]]\nid = \"vala\"\ndoctrine_text = \"x\"\n");
