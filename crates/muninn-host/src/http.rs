@@ -294,13 +294,40 @@ type ApiResult<T> = Result<T, ApiError>;
 struct AppState {
     host: Host,
     token: Arc<ApiToken>,
+    /// Becomes `true` when the server shuts down, so long polls answer and streams end at once
+    /// instead of holding the graceful shutdown open.
+    closing: Closing,
+    /// Keeps the sender of a router built without [`serve`] alive (a dropped sender would
+    /// make `closing` unusable).
+    _closer: Option<Arc<tokio::sync::watch::Sender<bool>>>,
+}
+
+type Closing = tokio::sync::watch::Receiver<bool>;
+
+/// Completes when the server starts shutting down; never, if it cannot tell.
+async fn closed(closing: &Closing) {
+    if closing.clone().wait_for(|closing| *closing).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// The API as a router (see the [module docs](self) for the routes).
 pub fn router(host: Host, token: ApiToken) -> Router {
+    let (closer, closing) = tokio::sync::watch::channel(false);
+    router_with(host, token, closing, Some(Arc::new(closer)))
+}
+
+fn router_with(
+    host: Host,
+    token: ApiToken,
+    closing: Closing,
+    closer: Option<Arc<tokio::sync::watch::Sender<bool>>>,
+) -> Router {
     let state = AppState {
         host,
         token: Arc::new(token),
+        closing,
+        _closer: closer,
     };
     Router::new()
         .route("/v1/minds", get(list_minds))
@@ -334,16 +361,20 @@ pub fn router(host: Host, token: ApiToken) -> Router {
         .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown` completes (graceful: open requests finish;
-/// long polls end at their deadline).
+/// Serves the API on `listener` until `shutdown` completes. Graceful: requests in flight
+/// finish, waiting long polls answer at once with what they have, and event streams end.
 pub async fn serve(
     host: Host,
     token: ApiToken,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(host, token))
-        .with_graceful_shutdown(shutdown)
+    let (closer, closing) = tokio::sync::watch::channel(false);
+    axum::serve(listener, router_with(host, token, closing, None))
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            let _ = closer.send(true);
+        })
         .await
 }
 
@@ -388,10 +419,15 @@ fn clamp_limit(limit: Option<i64>) -> ApiResult<i64> {
     }
 }
 
-/// Reads with `read` until it returns something or `wait` has passed, sleeping on the outbox
-/// signal in between. The waiter is registered *before* each read, so a notification between
-/// the read and the sleep is not lost.
-async fn long_poll<T, F, Fut>(host: &Host, wait: Duration, mut read: F) -> ApiResult<Vec<T>>
+/// Reads with `read` until it returns something, `wait` has passed or the server is closing,
+/// sleeping on the outbox signal in between. The waiter is registered *before* each read, so a
+/// notification between the read and the sleep is not lost.
+async fn long_poll<T, F, Fut>(
+    host: &Host,
+    closing: &Closing,
+    wait: Duration,
+    mut read: F,
+) -> ApiResult<Vec<T>>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ApiResult<Vec<T>>>,
@@ -403,13 +439,14 @@ where
         notified.as_mut().enable();
         let items = read().await?;
         let now = Instant::now();
-        if !items.is_empty() || now >= deadline {
+        if !items.is_empty() || now >= deadline || *closing.borrow() {
             return Ok(items);
         }
         let slice = deadline.min(now + POLL_SLICE);
         tokio::select! {
             () = &mut notified => {}
             () = tokio::time::sleep_until(slice) => {}
+            () = closed(closing) => {}
         }
     }
 }
@@ -620,7 +657,10 @@ async fn get_outbox(
     let after = query.after.unwrap_or(0);
     let limit = clamp_limit(query.limit)?;
     let wait = Duration::from_secs(query.wait_s.unwrap_or(0));
-    let messages = long_poll(host, wait, || outbox_after(host, &mind, after, limit)).await?;
+    let messages = long_poll(host, &state.closing, wait, || {
+        outbox_after(host, &mind, after, limit)
+    })
+    .await?;
     let next_after = messages.last().map_or(after, |m| m.seq);
     Ok(Json(OutboxResponse {
         messages,
@@ -645,9 +685,16 @@ async fn stream_outbox(
         .or(query.after)
         .unwrap_or(0);
     let host = state.host.clone();
-    let start = (host, mind, after, VecDeque::<OutboxMessage>::new());
-    let events =
-        futures_util::stream::unfold(start, |(host, mind, mut after, mut pending)| async move {
+    let start = (
+        host,
+        state.closing.clone(),
+        mind,
+        after,
+        VecDeque::<OutboxMessage>::new(),
+    );
+    let events = futures_util::stream::unfold(
+        start,
+        |(host, closing, mind, mut after, mut pending)| async move {
             loop {
                 if let Some(message) = pending.pop_front() {
                     after = message.seq;
@@ -658,10 +705,13 @@ async fn stream_outbox(
                         .unwrap_or_else(|_| Event::default().event("error"));
                     return Some((
                         Ok::<Event, std::convert::Infallible>(event),
-                        (host, mind, after, pending),
+                        (host, closing, mind, after, pending),
                     ));
                 }
-                match long_poll(&host, MAX_WAIT, || {
+                if *closing.borrow() {
+                    return None;
+                }
+                match long_poll(&host, &closing, MAX_WAIT, || {
                     outbox_after(&host, &mind, after, DEFAULT_LIMIT)
                 })
                 .await
@@ -674,7 +724,8 @@ async fn stream_outbox(
                     }
                 }
             }
-        });
+        },
+    );
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response())
@@ -775,7 +826,7 @@ async fn get_transcript(
         }
         None => {
             let wait = Duration::from_secs(query.wait_s.unwrap_or(0));
-            long_poll(host, wait, || async {
+            long_poll(host, &state.closing, wait, || async {
                 Ok(host
                     .store
                     .transcript_range(&mind, role, after.saturating_add(1), None, limit)

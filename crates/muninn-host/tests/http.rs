@@ -741,3 +741,52 @@ async fn settings_round_trip_and_the_brake_reaches_every_mind() {
     assert_eq!(server.client.settings("vala").await.unwrap(), wanted);
     assert!(!server.client.settings("huginn").await.unwrap().brake);
 }
+
+#[tokio::test]
+async fn shutdown_ends_open_streams_and_long_polls_instead_of_waiting_for_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::demo();
+    config.data_dir = dir.path().to_owned();
+    let store = muninn_store::open(&config.database_url()).await.unwrap();
+    store
+        .create_mind(&Mind {
+            id: "vala".into(),
+            display_name: "Vala".into(),
+            config: serde_json::json!({}),
+            created_at_ms: T0,
+        })
+        .await
+        .unwrap();
+    let host = Host {
+        store,
+        config: Arc::new(config),
+        clock: Arc::new(ManualClock::new(T0)),
+        signals: Arc::new(Signals::default()),
+    };
+    let token = ApiToken::new("t0k3n");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(host, token.clone(), listener, async {
+        let _ = stopped.await;
+    }));
+    let client = ApiClient::new(&addr.to_string(), token.clone()).unwrap();
+    let mut stream = reqwest::Client::new()
+        .get(format!("http://{addr}/v1/minds/vala/outbox/stream"))
+        .bearer_auth(token.expose())
+        .send()
+        .await
+        .unwrap();
+    let poll = tokio::spawn(async move { client.outbox("vala", 0, 60).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("the server did not stop")
+        .unwrap()
+        .unwrap();
+    let answer = poll.await.unwrap().unwrap();
+    assert!(answer.messages.is_empty());
+    // The stream ended cleanly (or its connection closed).
+    while let Ok(Some(_)) = stream.chunk().await {}
+}

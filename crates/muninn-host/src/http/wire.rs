@@ -2,7 +2,7 @@
 //!
 //! Inputs are strict (`deny_unknown_fields`): a misspelt field is a 400, not a silently ignored
 //! option. Outputs reuse the store's documented rows ([`OutboxMessage`], [`Segment`], [`Lease`],
-//! [`Brief`]) and the ledger's [`LedgerRow`] where those are already serde types; everything
+//! [`Brief`](muninn_store::Brief)) and the ledger's [`LedgerRow`] where those are already serde types; everything
 //! else is defined here. Money is integer micro-dollars, times are Unix ms.
 //!
 //! Every error is `{"error": {"type": …, "message": …}}` ([`ErrorResponse`]).
