@@ -1,14 +1,44 @@
-//! `muninn.toml`: what a host runs. Loaded and validated once at start; with no file, a built-in
-//! demo Mind on the simulator.
+//! `muninn.toml`: what a host runs. Loaded and validated once at start ([`Config::load`]); with
+//! no file, a built-in demo Mind on the simulator ([`Config::demo`]).
 //!
-//! (Being completed: loading, validation, the demo default, the checked-in JSON Schema.)
+//! ## Paths
+//!
+//! Relative paths in a file (`data_dir`, `prices`, doctrine and persona state files, a SQLite
+//! `database` path) are resolved against the directory of the file, so a configuration means the
+//! same thing whatever directory `muninn` is started from. The demo's paths are relative to the
+//! working directory.
+//!
+//! ## Validation
+//!
+//! [`Config::validate`] checks everything that can be checked before the first turn — ids,
+//! rooms, policies, TTL order, bounds, and that every referenced file exists and reads — and
+//! reports *all* problems at once, each naming the file and the field (`mind[0].rooms[1]`), so an
+//! operator fixes a configuration in one pass rather than one error per start.
+//!
+//! ## Schema
+//!
+//! [`json_schema`] is generated from these types (schemars) and checked in at
+//! `crates/muninn-host/muninn.schema.json`; a test regenerates it and fails on drift
+//! (`MUNINN_BLESS=1` rewrites it).
 
 use muninn_core::cache::Ttl;
+use muninn_core::decide::Policy;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// The name shown in errors about the built-in demo configuration.
+pub const DEMO_SOURCE: &str = "<built-in demo>";
+
+/// The file name of the API token inside the data directory.
+pub const API_TOKEN_FILE: &str = "api-token";
+
+/// The longest Mind id or campaign slug.
+const MAX_ID_LEN: usize = 64;
 
 /// The whole configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Where the database file, the API token and child session homes live.
@@ -32,7 +62,7 @@ pub struct Config {
 }
 
 /// Which backend serves the Minds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum BackendKind {
     /// The in-process simulator (deterministic replies, usage from the cache model).
@@ -42,7 +72,7 @@ pub enum BackendKind {
 }
 
 /// The backend.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
     /// `sim` or `anthropic`. Default: `anthropic` when the credential variable is set, else `sim`.
@@ -67,7 +97,7 @@ impl Default for BackendConfig {
 }
 
 /// A campaign in force.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Campaign {
     /// Its slug (the reply schema's campaign enum).
@@ -77,7 +107,7 @@ pub struct Campaign {
 }
 
 /// One Mind.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MindConfig {
     /// Stable id (URL-safe).
@@ -98,6 +128,9 @@ pub struct MindConfig {
     /// The persona state file (JSON).
     #[serde(default)]
     pub persona_state: Option<PathBuf>,
+    /// The persona state given inline (a table), instead of a file.
+    #[serde(default)]
+    pub persona_state_inline: Option<serde_json::Value>,
     /// Public rooms the Persona may speak in.
     #[serde(default)]
     pub rooms: Vec<String>,
@@ -109,9 +142,11 @@ pub struct MindConfig {
     pub policy: String,
     /// TTL of the head breakpoints (doctrine, persona).
     #[serde(default = "default_head_ttl")]
+    #[schemars(with = "TtlSchema")]
     pub head_ttl: Ttl,
     /// TTL of the conversation tail.
     #[serde(default = "default_tail_ttl")]
+    #[schemars(with = "TtlSchema")]
     pub tail_ttl: Ttl,
     /// Turns a segment holds before a voluntary refresh.
     #[serde(default = "default_min_segment")]
@@ -177,4 +212,482 @@ fn default_turns_per_wake() -> u32 {
 }
 fn default_max_tokens() -> u64 {
     2_048
+}
+
+// The schema of `Ttl`, which lives in `muninn-core` and stays free of schemars; only its
+// schema is used.
+/// A prompt-cache TTL: `"5m"` or `"1h"`.
+#[derive(JsonSchema)]
+#[schemars(rename = "Ttl")]
+#[allow(dead_code)]
+enum TtlSchema {
+    /// The default 5-minute TTL.
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    /// The extended 1-hour TTL.
+    #[serde(rename = "1h")]
+    OneHour,
+}
+
+/// Why a configuration could not be used. Every variant names the file (or [`DEMO_SOURCE`]);
+/// none is retryable without editing the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML of the configuration's shape (the message names the line and
+    /// the key: an unknown field, a wrong type).
+    #[error("{file}: {message}")]
+    Parse {
+        /// The file.
+        file: PathBuf,
+        /// The TOML parser's message.
+        message: String,
+    },
+    /// The file parsed, but some values are not acceptable; every problem found is listed.
+    #[error("{}: invalid configuration:{}", file.display(), list(problems))]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// Each problem, with the field it is about.
+        problems: Vec<Problem>,
+    },
+}
+
+fn list(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("\n  {}: {}", p.field, p.message))
+        .collect()
+}
+
+/// One thing wrong with a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The field, as a TOML path: `listen`, `mind[0].rooms[1]`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// The fields named by an [`Invalid`](ConfigError::Invalid) error (empty for the others).
+    pub fn fields(&self) -> Vec<&str> {
+        match self {
+            ConfigError::Invalid { problems, .. } => {
+                problems.iter().map(|p| p.field.as_str()).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads and validates `path`, or returns the validated [demo](Config::demo) when `None`.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let Some(path) = path else {
+            let demo = Config::demo();
+            demo.validate(Path::new(DEMO_SOURCE))?;
+            return Ok(demo);
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let config = Config::parse(&text, path, base)?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// Parses TOML text (not yet validated), resolving relative paths against `base`; `file`
+    /// only names the source in errors.
+    pub fn parse(text: &str, file: &Path, base: &Path) -> Result<Config, ConfigError> {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            file: file.to_owned(),
+            message: e.to_string(),
+        })?;
+        config.resolve_paths(base);
+        Ok(config)
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        let resolve = |p: &mut PathBuf| {
+            if p.is_relative() && !p.as_os_str().is_empty() {
+                *p = base.join(&*p);
+            }
+        };
+        resolve(&mut self.data_dir);
+        if let Some(prices) = &mut self.prices {
+            resolve(prices);
+        }
+        // A SQLite file path is a path like the others; URLs are left alone.
+        if let Some(database) = &mut self.database
+            && !database.contains("://")
+            && !database.starts_with("sqlite:")
+            && Path::new(database.as_str()).is_relative()
+            && !database.is_empty()
+        {
+            *database = base.join(database.as_str()).display().to_string();
+        }
+        for mind in &mut self.minds {
+            mind.doctrine.iter_mut().for_each(resolve);
+            if let Some(state) = &mut mind.persona_state {
+                resolve(state);
+            }
+        }
+    }
+
+    /// The built-in demo: one Mind, `vala`, on the simulator, with a short inline doctrine and
+    /// persona, in `#swarm`, `#burn` and `#minds`. Used when no configuration file is given.
+    pub fn demo() -> Config {
+        Config {
+            data_dir: default_data_dir(),
+            database: None,
+            listen: default_listen(),
+            prices: None,
+            backend: BackendConfig {
+                kind: Some(BackendKind::Sim),
+                ..BackendConfig::default()
+            },
+            minds: vec![MindConfig {
+                id: "vala".into(),
+                name: Some("Vala".into()),
+                model: default_model(),
+                doctrine: Vec::new(),
+                doctrine_text: Some(
+                    "You are Vala, a seeress who keeps the swarm's memory. Speak briefly and \
+                     plainly, in the room you were addressed in. Answer what is asked; when work \
+                     is needed, start a Self run with a clear brief instead of promising it."
+                        .into(),
+                ),
+                persona_state: None,
+                persona_state_inline: Some(serde_json::json!({
+                    "name": "Vala",
+                    "mood": "watchful",
+                    "voice": "terse, dry, kind",
+                })),
+                rooms: vec!["#swarm".into(), "#burn".into(), "#minds".into()],
+                campaigns: vec![Campaign {
+                    slug: "demo".into(),
+                    title: "Show the operator how muninn keeps a session warm".into(),
+                }],
+                policy: default_policy(),
+                head_ttl: default_head_ttl(),
+                tail_ttl: default_tail_ttl(),
+                min_segment: default_min_segment(),
+                ceiling_tokens: None,
+                refresh_at_task_boundaries: true,
+                memory_tokens: default_memory_tokens(),
+                spend_cap_micro_usd: Some(5_000_000),
+                spend_window_s: default_window_s(),
+                turns_per_wake: default_turns_per_wake(),
+                max_output_tokens: default_max_tokens(),
+            }],
+        }
+    }
+
+    /// The store to open (for [`muninn_store::open`]): `database` if set, else the SQLite file
+    /// `<data_dir>/muninn.db`.
+    pub fn database_url(&self) -> String {
+        match &self.database {
+            Some(database) => database.clone(),
+            None => self.data_dir.join("muninn.db").display().to_string(),
+        }
+    }
+
+    /// Where the HTTP API's bearer token is kept: `<data_dir>/api-token`.
+    pub fn api_token_path(&self) -> PathBuf {
+        self.data_dir.join(API_TOKEN_FILE)
+    }
+
+    /// The Mind with this id.
+    pub fn mind(&self, id: &str) -> Option<&MindConfig> {
+        self.minds.iter().find(|m| m.id == id)
+    }
+
+    /// Checks every value; `file` names the source in the error. See the [module docs](self).
+    pub fn validate(&self, file: &Path) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        let mut bad = |field: String, message: String| problems.push(Problem { field, message });
+
+        if self.data_dir.as_os_str().is_empty() {
+            bad("data_dir".into(), "must not be empty".into());
+        }
+        if let Some(database) = &self.database
+            && database.trim().is_empty()
+        {
+            bad(
+                "database".into(),
+                "must not be empty (leave it out for <data_dir>/muninn.db)".into(),
+            );
+        }
+        match self.listen.parse::<std::net::SocketAddr>() {
+            Ok(_) => {}
+            Err(_) => bad(
+                "listen".into(),
+                format!("{:?} is not an IP:port address", self.listen),
+            ),
+        }
+        if let Some(prices) = &self.prices
+            && let Err(e) = std::fs::read_to_string(prices)
+        {
+            bad(
+                "prices".into(),
+                format!("cannot read {}: {e}", prices.display()),
+            );
+        }
+        if let Some(url) = &self.backend.base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            bad(
+                "backend.base_url".into(),
+                format!("{url:?} must start with http:// or https://"),
+            );
+        }
+        let env = &self.backend.api_key_env;
+        if env.is_empty()
+            || !env
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        {
+            bad(
+                "backend.api_key_env".into(),
+                format!(
+                    "{env:?} must be an environment variable name (A-Z, 0-9, _), not a key itself"
+                ),
+            );
+        }
+
+        if self.minds.is_empty() {
+            bad(
+                "mind".into(),
+                "at least one [[mind]] is needed: a host without Minds runs nothing".into(),
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, mind) in self.minds.iter().enumerate() {
+            let at = |field: &str| format!("mind[{i}].{field}");
+            if let Err(message) = check_id(&mind.id) {
+                bad(at("id"), message);
+            } else if !seen.insert(mind.id.as_str()) {
+                bad(
+                    at("id"),
+                    format!("{:?} is used by an earlier Mind", mind.id),
+                );
+            }
+            if mind.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+                bad(
+                    at("name"),
+                    "must not be empty (leave it out to use the id)".into(),
+                );
+            }
+            if mind.model.trim().is_empty() {
+                bad(at("model"), "must not be empty".into());
+            }
+            for (j, path) in mind.doctrine.iter().enumerate() {
+                if let Err(e) = std::fs::read_to_string(path) {
+                    bad(
+                        at(&format!("doctrine[{j}]")),
+                        format!("cannot read {}: {e}", path.display()),
+                    );
+                }
+            }
+            if mind.doctrine.is_empty()
+                && mind
+                    .doctrine_text
+                    .as_deref()
+                    .is_none_or(|t| t.trim().is_empty())
+            {
+                bad(
+                    at("doctrine"),
+                    "a Mind needs a doctrine: give doctrine files or doctrine_text".into(),
+                );
+            }
+            match (&mind.persona_state, &mind.persona_state_inline) {
+                (Some(_), Some(_)) => bad(
+                    at("persona_state_inline"),
+                    "give persona_state (a file) or persona_state_inline, not both".into(),
+                ),
+                (Some(path), None) => match std::fs::read_to_string(path) {
+                    Err(e) => bad(
+                        at("persona_state"),
+                        format!("cannot read {}: {e}", path.display()),
+                    ),
+                    Ok(text) => {
+                        if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
+                            bad(
+                                at("persona_state"),
+                                format!("{} is not JSON: {e}", path.display()),
+                            );
+                        }
+                    }
+                },
+                (None, Some(value)) if !value.is_object() => {
+                    bad(at("persona_state_inline"), "must be a table".into())
+                }
+                _ => {}
+            }
+            let mut rooms = std::collections::HashSet::new();
+            for (j, room) in mind.rooms.iter().enumerate() {
+                if let Err(message) = check_room(room) {
+                    bad(at(&format!("rooms[{j}]")), message);
+                } else if !rooms.insert(room.as_str()) {
+                    bad(
+                        at(&format!("rooms[{j}]")),
+                        format!("{room:?} is listed twice"),
+                    );
+                }
+            }
+            let mut slugs = std::collections::HashSet::new();
+            for (j, campaign) in mind.campaigns.iter().enumerate() {
+                if let Err(message) = check_id(&campaign.slug) {
+                    bad(at(&format!("campaigns[{j}].slug")), message);
+                } else if !slugs.insert(campaign.slug.as_str()) {
+                    bad(
+                        at(&format!("campaigns[{j}].slug")),
+                        format!("{:?} is listed twice", campaign.slug),
+                    );
+                }
+                if campaign.title.trim().is_empty() {
+                    bad(
+                        at(&format!("campaigns[{j}].title")),
+                        "must not be empty".into(),
+                    );
+                }
+            }
+            if let Err(e) = Policy::from_str(&mind.policy) {
+                bad(at("policy"), e);
+            }
+            // A 1h breakpoint after a 5m one is refused by the provider (design §3.3): the head,
+            // which comes first, must live at least as long as the tail.
+            if mind.head_ttl < mind.tail_ttl {
+                bad(
+                    at("head_ttl"),
+                    format!(
+                        "{} is shorter than tail_ttl {}: a 1h breakpoint may not follow a 5m one",
+                        mind.head_ttl.label(),
+                        mind.tail_ttl.label()
+                    ),
+                );
+            }
+            if mind.ceiling_tokens == Some(0) {
+                bad(at("ceiling_tokens"), "must be positive".into());
+            }
+            if let Some(cap) = mind.spend_cap_micro_usd
+                && cap <= 0
+            {
+                bad(
+                    at("spend_cap_micro_usd"),
+                    format!("{cap} must be positive (leave it out for no cap)"),
+                );
+            }
+            if mind.spend_window_s == 0 {
+                bad(at("spend_window_s"), "must be positive".into());
+            }
+            if mind.turns_per_wake == 0 {
+                bad(at("turns_per_wake"), "must be at least 1".into());
+            }
+            if mind.max_output_tokens == 0 {
+                bad(at("max_output_tokens"), "must be at least 1".into());
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                file: file.to_owned(),
+                problems,
+            })
+        }
+    }
+}
+
+impl MindConfig {
+    /// The name shown to people: `name`, or the id.
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.id)
+    }
+
+    /// The decider's policy. Validation guarantees it parses.
+    pub fn parsed_policy(&self) -> Result<Policy, String> {
+        Policy::from_str(&self.policy)
+    }
+
+    /// The doctrine as the Mind sees it now: the files in order, then the inline text, separated
+    /// by blank lines. Read afresh on each call (the runtime calls it at each segment start).
+    pub fn read_doctrine(&self) -> std::io::Result<String> {
+        let mut parts = Vec::new();
+        for path in &self.doctrine {
+            parts.push(std::fs::read_to_string(path)?.trim_end().to_owned());
+        }
+        if let Some(text) = &self.doctrine_text {
+            parts.push(text.trim_end().to_owned());
+        }
+        Ok(parts.join("\n\n"))
+    }
+
+    /// The persona state now: the file's JSON, the inline table, or `None`.
+    pub fn read_persona_state(&self) -> std::io::Result<Option<serde_json::Value>> {
+        match (&self.persona_state, &self.persona_state_inline) {
+            (Some(path), _) => {
+                let text = std::fs::read_to_string(path)?;
+                serde_json::from_str(&text)
+                    .map(Some)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            }
+            (None, inline) => Ok(inline.clone()),
+        }
+    }
+}
+
+/// Whether `id` is a URL-safe identifier: 1–64 of `A-Z a-z 0-9 - _`, starting with a letter or
+/// digit. Mind ids appear in URL paths and file names, so nothing there needs escaping.
+pub fn check_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_ID_LEN {
+        return Err(format!("{id:?} must be 1 to {MAX_ID_LEN} characters"));
+    }
+    let ok = id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !ok || !id.as_bytes()[0].is_ascii_alphanumeric() {
+        return Err(format!(
+            "{id:?} must be URL-safe: letters, digits, '-' and '_', starting with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `room` names a room: `#alias`, `!room-id` or `@user` (a DM), without whitespace.
+pub fn check_room(room: &str) -> Result<(), String> {
+    let Some(first) = room.chars().next() else {
+        return Err("a room must not be empty".into());
+    };
+    if !matches!(first, '#' | '!' | '@') || room.len() < 2 {
+        return Err(format!(
+            "{room:?} must start with '#' (an alias), '!' (a room id) or '@' (a DM) and name something"
+        ));
+    }
+    if room.chars().any(char::is_whitespace) {
+        return Err(format!("{room:?} must not contain whitespace"));
+    }
+    Ok(())
+}
+
+/// The JSON Schema of `muninn.toml` (draft 2020-12), generated from [`Config`].
+pub fn json_schema() -> serde_json::Value {
+    schemars::schema_for!(Config).to_value()
+}
+
+/// [`json_schema`] as the checked-in file's text: pretty JSON and a final newline.
+pub fn json_schema_text() -> String {
+    let mut text = serde_json::to_string_pretty(&json_schema()).unwrap_or_default();
+    text.push('\n');
+    text
 }

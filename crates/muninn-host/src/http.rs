@@ -1,1 +1,937 @@
-//! The HTTP API (being written).
+//! The HTTP API: how deliveries come in, replies go out, and operators look and steer.
+//!
+//! axum on loopback by default (`listen` in the configuration). Every route — including unknown
+//! ones — requires `Authorization: Bearer <token>`, compared in constant time; the token is
+//! created on first start in `<data_dir>/api-token` (mode 0600) and never logged, echoed or put
+//! in an error. Bodies are JSON ([`wire`]); every error is `{"error":{"type","message"}}`.
+//!
+//! ## Routes
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /v1/minds/{mind}/deliveries` | a message for the Mind → mailbox (idempotent by `source_id`); wakes the runtime |
+//! | `GET /v1/minds/{mind}/outbox?after&wait_s&limit` | unacknowledged replies; long-polls up to `wait_s` |
+//! | `GET /v1/minds/{mind}/outbox/stream?after` | the same as Server-Sent Events (`event: outbox`, `id: <seq>`) |
+//! | `POST /v1/minds/{mind}/outbox/{request_id}/ack` | the transport delivered it (idempotent) |
+//! | `POST /v1/minds/{mind}/briefs` | an operator brief for the Self; wakes the runtime |
+//! | `GET /v1/minds`, `GET /v1/minds/{mind}` | config summary, settings, lease, segments, spend |
+//! | `GET /v1/minds/{mind}/segments` | every segment of both roles |
+//! | `GET /v1/minds/{mind}/transcript?role&after&last&limit&wait_s` | transcript items; long-polls |
+//! | `GET /v1/minds/{mind}/ledger?from_ms&to_ms&after_id&limit&format=json\|jsonl` | ledger rows |
+//! | `GET`/`PUT /v1/minds/{mind}/settings` | spend cap, window, brake, turn limit |
+//! | `POST`/`DELETE /v1/brake` | the operator brake on/off for every Mind |
+//!
+//! ## Wake-ups
+//!
+//! Intake (deliveries, briefs, settings, brake) calls `signals.inbox.notify_one()` after the
+//! store committed. Long polls and streams wait on `signals.outbox`, which the runtime fires with
+//! `notify_waiters()` after it records outbox messages or transcript items; they also re-read
+//! every [`POLL_SLICE`], so a write by another host (PostgreSQL) or a missed wake-up costs at
+//! most that much latency, never a hang. Times written to the store come from `host.clock`.
+
+pub mod client;
+pub mod wire;
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use muninn_store::{
+    BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, OutboxMessage, Role, StoreError,
+};
+use std::collections::VecDeque;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+use crate::Host;
+use wire::*;
+
+/// The longest a long poll waits (`wait_s` is clamped to it).
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+/// How often a waiting long poll or stream re-reads the store without a wake-up.
+pub const POLL_SLICE: Duration = Duration::from_secs(2);
+/// Default and largest page of outbox messages and transcript items.
+const DEFAULT_LIMIT: i64 = 100;
+const MAX_LIMIT: i64 = 1000;
+/// Bytes of entropy in a new API token (hex-encoded: 64 characters).
+const TOKEN_BYTES: usize = 32;
+
+// ----- The token -----
+
+/// The API's bearer token. Its `Debug` is redacted, and it has no `Display`, so it cannot end
+/// up in a log line or an error by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiToken(String);
+
+impl std::fmt::Debug for ApiToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiToken(<redacted>)")
+    }
+}
+
+/// Why the API token could not be created or read. Messages name the file, never its content.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Reading, writing or creating the file (or its directory) failed.
+    #[error("API token file {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file exists but holds no usable token (empty, or not one line of visible ASCII).
+    #[error("API token file {} holds no usable token (delete it to make a new one)", path.display())]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+impl ApiToken {
+    /// A token with this value (tests, or a token handed over by other means).
+    pub fn new(value: impl Into<String>) -> ApiToken {
+        ApiToken(value.into())
+    }
+
+    /// The value, for an `Authorization` header. Do not log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Reads the token at `path`, or creates it (mode 0600, from the OS's random source) if the
+    /// file does not exist, creating its directory as needed. Two hosts starting at once agree:
+    /// the file is created exclusively and the loser reads the winner's.
+    pub fn load_or_create(path: &FsPath) -> Result<ApiToken, TokenError> {
+        let io = |source| TokenError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        match ApiToken::read(path) {
+            Err(TokenError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            }
+            other => return other,
+        }
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let mut random = [0u8; TOKEN_BYTES];
+        {
+            use std::io::Read;
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| f.read_exact(&mut random))
+                .map_err(io)?;
+        }
+        let token: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        match options.open(path) {
+            Ok(mut file) => {
+                use std::io::Write;
+                file.write_all(format!("{token}\n").as_bytes())
+                    .and_then(|()| file.sync_all())
+                    .map_err(io)?;
+                tracing::info!(path = %path.display(), "created the API token");
+                Ok(ApiToken(token))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => ApiToken::read(path),
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    /// Reads an existing token file (what the CLI does).
+    pub fn read(path: &FsPath) -> Result<ApiToken, TokenError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TokenError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let token = text.trim();
+        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(TokenError::Malformed {
+                path: path.to_owned(),
+            });
+        }
+        Ok(ApiToken(token.to_owned()))
+    }
+
+    /// Whether `presented` is the token, in time independent of where they differ (the length
+    /// may leak; it is public anyway).
+    fn matches(&self, presented: &[u8]) -> bool {
+        let expected = self.0.as_bytes();
+        if expected.len() != presented.len() {
+            return false;
+        }
+        expected
+            .iter()
+            .zip(presented)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
+}
+
+// ----- Errors -----
+
+/// An error on its way to the client: a status, a class and a safe message.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+    fn unprocessable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "unprocessable", message)
+    }
+    fn mind_not_found(mind: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "mind_not_found",
+            format!("no Mind {mind:?}"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorResponse {
+            error: ErrorDetail {
+                kind: self.kind.to_owned(),
+                message: self.message,
+            },
+        };
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+// Store errors become a small wire-level error: the contract's own classes pass through, while
+// database internals (SQL text, connection details) are logged and replaced by a generic message.
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> ApiError {
+        match &error {
+            StoreError::NotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", error.to_string())
+            }
+            StoreError::Invalid(_) => ApiError::unprocessable(error.to_string()),
+            StoreError::Fenced { .. } | StoreError::TurnAlreadyRecorded { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", error.to_string())
+            }
+            _ if error.is_retryable() => {
+                tracing::warn!(%error, "store unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the store is busy or unreachable; retry",
+                )
+            }
+            _ => {
+                tracing::error!(%error, "store error");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error (logged by the host)",
+                )
+            }
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> ApiError {
+        ApiError::bad_request(rejection.body_text())
+    }
+}
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> ApiError {
+        ApiError::bad_request(rejection.body_text())
+    }
+}
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> ApiError {
+        ApiError::bad_request(rejection.body_text())
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+// ----- The router -----
+
+#[derive(Clone)]
+struct AppState {
+    host: Host,
+    token: Arc<ApiToken>,
+    /// Becomes `true` when the server shuts down, so long polls answer and streams end at once
+    /// instead of holding the graceful shutdown open.
+    closing: Closing,
+    /// Keeps the sender of a router built without [`serve`] alive (a dropped sender would
+    /// make `closing` unusable).
+    _closer: Option<Arc<tokio::sync::watch::Sender<bool>>>,
+}
+
+type Closing = tokio::sync::watch::Receiver<bool>;
+
+/// Completes when the server starts shutting down; never, if it cannot tell.
+async fn closed(closing: &Closing) {
+    if closing.clone().wait_for(|closing| *closing).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The API as a router (see the [module docs](self) for the routes).
+pub fn router(host: Host, token: ApiToken) -> Router {
+    let (closer, closing) = tokio::sync::watch::channel(false);
+    router_with(host, token, closing, Some(Arc::new(closer)))
+}
+
+fn router_with(
+    host: Host,
+    token: ApiToken,
+    closing: Closing,
+    closer: Option<Arc<tokio::sync::watch::Sender<bool>>>,
+) -> Router {
+    let state = AppState {
+        host,
+        token: Arc::new(token),
+        closing,
+        _closer: closer,
+    };
+    Router::new()
+        .route("/v1/minds", get(list_minds))
+        .route("/v1/minds/{mind}", get(get_mind))
+        .route("/v1/minds/{mind}/deliveries", post(post_delivery))
+        .route("/v1/minds/{mind}/outbox", get(get_outbox))
+        .route("/v1/minds/{mind}/outbox/stream", get(stream_outbox))
+        .route("/v1/minds/{mind}/outbox/{request_id}/ack", post(ack_outbox))
+        .route("/v1/minds/{mind}/briefs", post(post_brief))
+        .route("/v1/minds/{mind}/segments", get(get_segments))
+        .route("/v1/minds/{mind}/transcript", get(get_transcript))
+        .route("/v1/minds/{mind}/ledger", get(get_ledger))
+        .route(
+            "/v1/minds/{mind}/settings",
+            get(get_settings).put(put_settings),
+        )
+        .route("/v1/brake", post(brake_on).delete(brake_off))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request",
+                "method not allowed on this route",
+            )
+        })
+        // Outermost, so every route and the fallbacks are behind the token.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_token,
+        ))
+        .with_state(state)
+}
+
+/// Serves the API on `listener` until `shutdown` completes. Graceful: requests in flight
+/// finish, waiting long polls answer at once with what they have, and event streams end.
+pub async fn serve(
+    host: Host,
+    token: ApiToken,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (closer, closing) = tokio::sync::watch::channel(false);
+    axum::serve(listener, router_with(host, token, closing, None))
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            let _ = closer.send(true);
+        })
+        .await
+}
+
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|value| value.as_bytes())
+        .and_then(|value| value.strip_prefix(b"Bearer "));
+    match presented {
+        None => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing bearer token (Authorization: Bearer <token from <data_dir>/api-token>)",
+        )
+        .into_response(),
+        Some(presented) if !state.token.matches(presented) => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "invalid bearer token",
+        )
+        .into_response(),
+        Some(_) => next.run(request).await,
+    }
+}
+
+// ----- Helpers -----
+
+/// Fails with `mind_not_found` unless the store has the Mind.
+async fn require_mind(host: &Host, mind: &str) -> ApiResult<muninn_store::Mind> {
+    host.store
+        .mind(mind)
+        .await?
+        .ok_or_else(|| ApiError::mind_not_found(mind))
+}
+
+fn clamp_limit(limit: Option<i64>) -> ApiResult<i64> {
+    match limit {
+        None => Ok(DEFAULT_LIMIT),
+        Some(n) if n <= 0 => Err(ApiError::bad_request("limit must be positive")),
+        Some(n) => Ok(n.min(MAX_LIMIT)),
+    }
+}
+
+/// Reads with `read` until it returns something, `wait` has passed or the server is closing,
+/// sleeping on the outbox signal in between. The waiter is registered *before* each read, so a
+/// notification between the read and the sleep is not lost.
+async fn long_poll<T, F, Fut>(
+    host: &Host,
+    closing: &Closing,
+    wait: Duration,
+    mut read: F,
+) -> ApiResult<Vec<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ApiResult<Vec<T>>>,
+{
+    let deadline = Instant::now() + wait.min(MAX_WAIT);
+    loop {
+        let notified = host.signals.outbox.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let items = read().await?;
+        let now = Instant::now();
+        if !items.is_empty() || now >= deadline || *closing.borrow() {
+            return Ok(items);
+        }
+        let slice = deadline.min(now + POLL_SLICE);
+        tokio::select! {
+            () = &mut notified => {}
+            () = tokio::time::sleep_until(slice) => {}
+            () = closed(closing) => {}
+        }
+    }
+}
+
+async fn outbox_after(
+    host: &Host,
+    mind: &str,
+    after: i64,
+    limit: i64,
+) -> ApiResult<Vec<OutboxMessage>> {
+    // The store pages unacknowledged messages from the oldest; those at or before `after` are
+    // skipped here. Unacked messages are few (the transport acks as it sends), so the over-read
+    // is small.
+    let all = host.store.unacked_outbox(mind, MAX_LIMIT * 10).await?;
+    Ok(all
+        .into_iter()
+        .filter(|m| m.seq > after)
+        .take(usize::try_from(limit).unwrap_or(usize::MAX))
+        .collect())
+}
+
+fn to_settings(settings: &MindSettings) -> Settings {
+    Settings {
+        spend_cap_micro_usd: settings.spend_cap.map(|c| c.0),
+        spend_window_ms: settings.spend_window_ms,
+        brake: settings.brake,
+        turn_limit: settings.turn_limit,
+    }
+}
+
+fn from_settings(settings: &Settings) -> ApiResult<MindSettings> {
+    let positive = |name: &str, value: Option<i64>| match value {
+        Some(v) if v <= 0 => Err(ApiError::unprocessable(format!(
+            "{name} must be positive (or null)"
+        ))),
+        _ => Ok(()),
+    };
+    positive("spend_cap_micro_usd", settings.spend_cap_micro_usd)?;
+    positive("spend_window_ms", settings.spend_window_ms)?;
+    positive("turn_limit", settings.turn_limit)?;
+    Ok(MindSettings {
+        spend_cap: settings
+            .spend_cap_micro_usd
+            .map(muninn_core::money::MicroUsd),
+        spend_window_ms: settings.spend_window_ms,
+        brake: settings.brake,
+        turn_limit: settings.turn_limit,
+    })
+}
+
+async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus> {
+    let stored = host.store.mind(id).await?;
+    let config = host.config.mind(id).cloned();
+    if stored.is_none() && config.is_none() {
+        return Err(ApiError::mind_not_found(id));
+    }
+    let now = host.clock.now_ms();
+    let display_name = match (&stored, &config) {
+        (Some(mind), _) => mind.display_name.clone(),
+        (None, Some(config)) => config.display_name().to_owned(),
+        (None, None) => id.to_owned(),
+    };
+    let settings = if stored.is_some() {
+        host.store.settings(id).await?
+    } else {
+        MindSettings::default()
+    };
+    let default_window_s = config.as_ref().map_or(86_400, |c| c.spend_window_s);
+    let window_ms = settings.spend_window_ms.unwrap_or_else(|| {
+        i64::try_from(default_window_s.saturating_mul(1000)).unwrap_or(i64::MAX)
+    });
+    let from_ms = now.saturating_sub(window_ms);
+    let (lease, segments, spent, ack_position) = if stored.is_some() {
+        (
+            host.store.lease(id).await?,
+            CurrentSegments {
+                persona: host.store.current_segment(id, Role::Persona).await?,
+                self_role: host.store.current_segment(id, Role::SelfRole).await?,
+            },
+            host.store.spend(id, from_ms, now).await?.0,
+            host.store.ack_position(id).await?,
+        )
+    } else {
+        (None, CurrentSegments::default(), 0, 0)
+    };
+    Ok(MindStatus {
+        id: id.to_owned(),
+        display_name,
+        registered: stored.is_some(),
+        lease_live: lease.as_ref().is_some_and(|l| l.expires_at_ms > now),
+        lease,
+        segments,
+        spend: SpendSummary {
+            window_ms,
+            from_ms,
+            to_ms: now,
+            spent_micro_usd: spent,
+            cap_micro_usd: settings
+                .spend_cap
+                .map(|c| c.0)
+                .or(config.as_ref().and_then(|c| c.spend_cap_micro_usd)),
+        },
+        settings: to_settings(&settings),
+        ack_position,
+        config,
+    })
+}
+
+async fn set_brake(host: &Host, brake: bool) -> ApiResult<BrakeResponse> {
+    let now = host.clock.now_ms();
+    let mut minds = Vec::new();
+    for mind in host.store.minds().await? {
+        let mut settings = host.store.settings(&mind.id).await?;
+        if settings.brake != brake {
+            settings.brake = brake;
+            host.store.put_settings(&mind.id, &settings, now).await?;
+        }
+        minds.push(mind.id);
+    }
+    tracing::info!(brake, minds = minds.len(), "operator brake");
+    host.signals.inbox.notify_one();
+    Ok(BrakeResponse { brake, minds })
+}
+
+// ----- Handlers -----
+
+async fn list_minds(State(state): State<AppState>) -> ApiResult<Json<MindsResponse>> {
+    let host = &state.host;
+    let mut ids: Vec<String> = host.config.minds.iter().map(|m| m.id.clone()).collect();
+    ids.extend(host.store.minds().await?.into_iter().map(|m| m.id));
+    ids.sort();
+    ids.dedup();
+    let mut minds = Vec::with_capacity(ids.len());
+    for id in &ids {
+        minds.push(mind_status(host, id).await?);
+    }
+    Ok(Json(MindsResponse { minds }))
+}
+
+async fn get_mind(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Json<MindStatus>> {
+    let Path(mind) = path?;
+    Ok(Json(mind_status(&state.host, &mind).await?))
+}
+
+async fn post_delivery(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<PostDeliveryRequest>, JsonRejection>,
+) -> ApiResult<Response> {
+    let Path(mind) = path?;
+    let Json(request) = body?;
+    crate::config::check_room(&request.room).map_err(ApiError::unprocessable)?;
+    for (name, value) in [
+        ("sender", &request.sender),
+        ("text", &request.text),
+        ("source_id", &request.source_id),
+    ] {
+        if value.trim().is_empty() {
+            return Err(ApiError::unprocessable(format!("{name} must not be empty")));
+        }
+    }
+    // The store's delivery row has no place for these yet; refusing is better than accepting
+    // and silently dropping what the Mind was meant to see.
+    if request.to_you || !request.context.is_empty() {
+        return Err(ApiError::unprocessable(
+            "to_you and context are not stored yet: send to_you=false and no context",
+        ));
+    }
+    require_mind(&state.host, &mind).await?;
+    let delivery = NewDelivery {
+        room: request.room,
+        sender: request.sender,
+        is_direct: request.is_direct,
+        text: request.text,
+        source_id: request.source_id,
+        received_at_ms: state.host.clock.now_ms(),
+    };
+    let posted = state.host.store.post_delivery(&mind, &delivery).await?;
+    // Durable first, then the wake-up: the runtime reads the mailbox, not the notification.
+    state.host.signals.inbox.notify_one();
+    let status = if posted.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(PostDeliveryResponse {
+            seq: posted.seq,
+            created: posted.created,
+        }),
+    )
+        .into_response())
+}
+
+async fn get_outbox(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<OutboxQuery>, QueryRejection>,
+) -> ApiResult<Json<OutboxResponse>> {
+    let Path(mind) = path?;
+    let Query(query) = query?;
+    let host = &state.host;
+    require_mind(host, &mind).await?;
+    let after = query.after.unwrap_or(0);
+    let limit = clamp_limit(query.limit)?;
+    let wait = Duration::from_secs(query.wait_s.unwrap_or(0));
+    let messages = long_poll(host, &state.closing, wait, || {
+        outbox_after(host, &mind, after, limit)
+    })
+    .await?;
+    let next_after = messages.last().map_or(after, |m| m.seq);
+    Ok(Json(OutboxResponse {
+        messages,
+        next_after,
+    }))
+}
+
+async fn stream_outbox(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<OutboxQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let Path(mind) = path?;
+    let Query(query) = query?;
+    require_mind(&state.host, &mind).await?;
+    // A reconnecting EventSource resumes after the last event it saw.
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .or(query.after)
+        .unwrap_or(0);
+    let host = state.host.clone();
+    let start = (
+        host,
+        state.closing.clone(),
+        mind,
+        after,
+        VecDeque::<OutboxMessage>::new(),
+    );
+    let events = futures_util::stream::unfold(
+        start,
+        |(host, closing, mind, mut after, mut pending)| async move {
+            loop {
+                if let Some(message) = pending.pop_front() {
+                    after = message.seq;
+                    let event = Event::default()
+                        .event("outbox")
+                        .id(message.seq.to_string())
+                        .json_data(&message)
+                        .unwrap_or_else(|_| Event::default().event("error"));
+                    return Some((
+                        Ok::<Event, std::convert::Infallible>(event),
+                        (host, closing, mind, after, pending),
+                    ));
+                }
+                if *closing.borrow() {
+                    return None;
+                }
+                match long_poll(&host, &closing, MAX_WAIT, || {
+                    outbox_after(&host, &mind, after, DEFAULT_LIMIT)
+                })
+                .await
+                {
+                    Ok(messages) => pending.extend(messages),
+                    // A store error ends the stream; the client reconnects with Last-Event-ID.
+                    Err(error) => {
+                        tracing::warn!(?error, "outbox stream ended");
+                        return None;
+                    }
+                }
+            }
+        },
+    );
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+async fn ack_outbox(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> ApiResult<Json<OutboxMessage>> {
+    let Path((mind, request_id)) = path?;
+    let host = &state.host;
+    require_mind(host, &mind).await?;
+    // The store fences outbox writes by the Mind's lease; a transport's ack is not the
+    // runtime's write, so it presents whatever token is current. If the lease changes hands
+    // between the read and the write, read it again once.
+    for _ in 0..2 {
+        let Some(lease) = host.store.lease(&mind).await? else {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("Mind {mind:?} holds no lease (is it running?); retry the ack later"),
+            ));
+        };
+        match host
+            .store
+            .ack_outbox(&mind, lease.token, &request_id, host.clock.now_ms())
+            .await
+        {
+            Err(StoreError::Fenced { .. }) => continue,
+            other => return Ok(Json(other?)),
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "conflict",
+        "the Mind's lease changed hands during the ack; retry",
+    ))
+}
+
+async fn post_brief(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<PostBriefRequest>, JsonRejection>,
+) -> ApiResult<Response> {
+    let Path(mind) = path?;
+    let Json(request) = body?;
+    if request.text.trim().is_empty() {
+        return Err(ApiError::unprocessable("text must not be empty"));
+    }
+    require_mind(&state.host, &mind).await?;
+    let brief = state
+        .host
+        .store
+        .enqueue_brief(
+            &mind,
+            &NewBrief {
+                text: request.text,
+                origin: BriefOrigin::Operator,
+                created_at_ms: state.host.clock.now_ms(),
+            },
+        )
+        .await?;
+    state.host.signals.inbox.notify_one();
+    Ok((StatusCode::CREATED, Json(brief)).into_response())
+}
+
+async fn get_segments(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Json<SegmentsResponse>> {
+    let Path(mind) = path?;
+    let host = &state.host;
+    require_mind(host, &mind).await?;
+    Ok(Json(SegmentsResponse {
+        persona: host.store.segments(&mind, Role::Persona).await?,
+        self_role: host.store.segments(&mind, Role::SelfRole).await?,
+    }))
+}
+
+async fn get_transcript(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<TranscriptQuery>, QueryRejection>,
+) -> ApiResult<Json<TranscriptResponse>> {
+    let Path(mind) = path?;
+    let Query(query) = query?;
+    let host = &state.host;
+    require_mind(host, &mind).await?;
+    let role = query.role.unwrap_or(Role::Persona);
+    let limit = clamp_limit(query.limit)?;
+    let after = query.after.unwrap_or(0);
+    let items = match query.last {
+        Some(last) if last <= 0 => return Err(ApiError::bad_request("last must be positive")),
+        Some(last) => {
+            host.store
+                .transcript_tail(&mind, role, last.min(MAX_LIMIT))
+                .await?
+        }
+        None => {
+            let wait = Duration::from_secs(query.wait_s.unwrap_or(0));
+            long_poll(host, &state.closing, wait, || async {
+                Ok(host
+                    .store
+                    .transcript_range(&mind, role, after.saturating_add(1), None, limit)
+                    .await?)
+            })
+            .await?
+        }
+    };
+    let items: Vec<TranscriptItemBody> = items
+        .into_iter()
+        .map(|item| TranscriptItemBody {
+            role: item.role,
+            seq: item.seq,
+            segment: item.segment,
+            kind: item.kind.as_str().to_owned(),
+            body: item.body,
+            created_at_ms: item.created_at_ms,
+        })
+        .collect();
+    let next_after = items.last().map_or(after, |i| i.seq);
+    Ok(Json(TranscriptResponse { items, next_after }))
+}
+
+async fn get_ledger(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<LedgerParams>, QueryRejection>,
+) -> ApiResult<Response> {
+    let Path(mind) = path?;
+    let Query(params) = query?;
+    let host = &state.host;
+    require_mind(host, &mind).await?;
+    if params.limit.is_some_and(|n| n <= 0) {
+        return Err(ApiError::bad_request("limit must be positive"));
+    }
+    let entries = host
+        .store
+        .ledger(&LedgerQuery {
+            mind: Some(mind),
+            from_ms: params.from_ms,
+            to_ms: params.to_ms,
+            after_id: params.after_id,
+            limit: params.limit,
+        })
+        .await?;
+    match params.format.unwrap_or_default() {
+        LedgerFormat::Json => Ok(Json(LedgerResponse {
+            rows: entries
+                .into_iter()
+                .map(|e| LedgerEntryBody {
+                    id: e.id,
+                    row: e.row,
+                })
+                .collect(),
+        })
+        .into_response()),
+        LedgerFormat::Jsonl => {
+            let mut text = String::new();
+            for entry in &entries {
+                let line = serde_json::to_string(&entry.row).map_err(|e| {
+                    tracing::error!(error = %e, "ledger row did not serialize");
+                    ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal",
+                        "internal error",
+                    )
+                })?;
+                text.push_str(&line);
+                text.push('\n');
+            }
+            Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response())
+        }
+    }
+}
+
+async fn get_settings(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Json<Settings>> {
+    let Path(mind) = path?;
+    require_mind(&state.host, &mind).await?;
+    Ok(Json(to_settings(&state.host.store.settings(&mind).await?)))
+}
+
+async fn put_settings(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Json<Settings>, JsonRejection>,
+) -> ApiResult<Json<Settings>> {
+    let Path(mind) = path?;
+    let Json(request) = body?;
+    let settings = from_settings(&request)?;
+    let host = &state.host;
+    require_mind(host, &mind).await?;
+    host.store
+        .put_settings(&mind, &settings, host.clock.now_ms())
+        .await?;
+    host.signals.inbox.notify_one();
+    Ok(Json(to_settings(&host.store.settings(&mind).await?)))
+}
+
+async fn brake_on(State(state): State<AppState>) -> ApiResult<Json<BrakeResponse>> {
+    Ok(Json(set_brake(&state.host, true).await?))
+}
+
+async fn brake_off(State(state): State<AppState>) -> ApiResult<Json<BrakeResponse>> {
+    Ok(Json(set_brake(&state.host, false).await?))
+}

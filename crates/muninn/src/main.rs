@@ -5,6 +5,7 @@
 //! `muninn_core::validate`. Results go to stdout; progress and diagnostics go to stderr.
 
 mod check;
+mod host_cli;
 mod import;
 mod replay;
 mod sim_api;
@@ -32,6 +33,18 @@ enum Command {
     CheckCache(check::CheckArgs),
     /// Serve an Anthropic-compatible Messages API with exact cache accounting, for tests.
     SimApi(sim_api::SimApiArgs),
+    /// Post a message to a Mind through the running host's API.
+    Say(host_cli::SayArgs),
+    /// Print a Mind's transcript and outbox; with --follow, as they come.
+    Tail(host_cli::TailArgs),
+    /// Show every Mind: lease holder, segments, spend, brake.
+    Status(host_cli::StatusArgs),
+    /// Print a Mind's ledger as a table or as JSON Lines.
+    Ledger(host_cli::LedgerArgs),
+    /// Set the operator brake on or off for every Mind.
+    Brake(host_cli::BrakeArgs),
+    /// Show or change a Mind's spend cap, window and turn limit.
+    Caps(host_cli::CapsArgs),
 }
 
 /// Options shared by every command that reads transcripts.
@@ -93,6 +106,12 @@ fn main() -> ExitCode {
         Command::Import(args) => import::run(args),
         Command::CheckCache(args) => check::run(args),
         Command::SimApi(args) => sim_api::run(args),
+        Command::Say(args) => host_cli::say(args),
+        Command::Tail(args) => host_cli::tail(args),
+        Command::Status(args) => host_cli::status(args),
+        Command::Ledger(args) => host_cli::ledger(args),
+        Command::Brake(args) => host_cli::brake(args),
+        Command::Caps(args) => host_cli::caps(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

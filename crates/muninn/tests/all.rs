@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod host_cli;
+
 use muninn_core::replay::Plan;
 use muninn_core::synth::{SynthParams, session};
 use muninn_core::trace::Trace;

@@ -1,0 +1,308 @@
+//! A typed client of the HTTP API, for the CLI (`muninn say`, `tail`, `status`, …) and tests.
+//!
+//! Plain HTTP to the host (loopback by default) with the bearer token; bodies are the
+//! [`wire`](super::wire) types. API errors come back as [`ClientError::Api`] with the server's
+//! class and message; the token appears in no error.
+
+use muninn_store::{Brief, OutboxMessage, Role};
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::ApiToken;
+use super::wire::*;
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The host could not be reached, or the connection broke. Retry when the host is up.
+    #[error("cannot reach the muninn host at {base}: {message}")]
+    Transport {
+        /// The API's base URL.
+        base: String,
+        /// What the HTTP stack said.
+        message: String,
+    },
+    /// The host answered with an API error.
+    #[error("{status}: {kind}: {message}")]
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The error class (`unauthorized`, `mind_not_found`, …).
+        kind: String,
+        /// The host's message.
+        message: String,
+    },
+    /// The host answered something that is not the expected JSON.
+    #[error("unexpected answer from the host ({status}): {message}")]
+    Decode {
+        /// The HTTP status.
+        status: u16,
+        /// What did not parse.
+        message: String,
+    },
+}
+
+/// A client of one host's API.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    http: reqwest::Client,
+    base: String,
+    token: ApiToken,
+}
+
+/// Percent-encodes a path segment (request ids are chosen by the runtime, room names by users).
+fn segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// A query string from `(name, value)` pairs whose value is set (values here are numbers and
+/// enum words, which need no escaping).
+fn query(pairs: &[(&str, Option<String>)]) -> String {
+    let parts: Vec<String> = pairs
+        .iter()
+        .filter_map(|(name, value)| value.as_ref().map(|v| format!("{name}={}", segment(v))))
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
+}
+
+impl ApiClient {
+    /// A client of the host at `addr` (`127.0.0.1:7676`, or a full `http://…` base URL).
+    pub fn new(addr: &str, token: ApiToken) -> Result<ApiClient, ClientError> {
+        let base = if addr.contains("://") {
+            addr.trim_end_matches('/').to_owned()
+        } else {
+            format!("http://{addr}")
+        };
+        // reqwest is built without a default TLS provider; install ring's even though loopback
+        // HTTP needs no TLS, because the builder refuses to build without one.
+        muninn_anthropic::client::install_ring_provider();
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("muninn/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .build()
+            .map_err(|e| ClientError::Transport {
+                base: base.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(ApiClient { http, base, token })
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, bytes::Bytes), ClientError> {
+        let transport = |e: reqwest::Error| ClientError::Transport {
+            base: self.base.clone(),
+            // Without the URL: it is ours anyway, and errors stay short.
+            message: e.without_url().to_string(),
+        };
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(self.token.expose());
+        if let Some(body) = body {
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
+        }
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(transport)?;
+        if status.is_success() {
+            return Ok((status, bytes));
+        }
+        Err(match serde_json::from_slice::<ErrorResponse>(&bytes) {
+            Ok(body) => ClientError::Api {
+                status: status.as_u16(),
+                kind: body.error.kind,
+                message: body.error.message,
+            },
+            Err(_) => ClientError::Decode {
+                status: status.as_u16(),
+                message: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
+            },
+        })
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<T, ClientError> {
+        let body = body
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|e| ClientError::Decode {
+                status: 0,
+                message: e.to_string(),
+            })?;
+        let (status, bytes) = self.send(method, path, body).await?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
+            status: status.as_u16(),
+            message: e.to_string(),
+        })
+    }
+
+    /// `POST /v1/minds/{mind}/deliveries`.
+    pub async fn post_delivery(
+        &self,
+        mind: &str,
+        delivery: &PostDeliveryRequest,
+    ) -> Result<PostDeliveryResponse, ClientError> {
+        let path = format!("/v1/minds/{}/deliveries", segment(mind));
+        self.call(Method::POST, &path, Some(delivery)).await
+    }
+
+    /// `GET /v1/minds/{mind}/outbox`.
+    pub async fn outbox(
+        &self,
+        mind: &str,
+        after: i64,
+        wait_s: u64,
+    ) -> Result<OutboxResponse, ClientError> {
+        let path = format!(
+            "/v1/minds/{}/outbox{}",
+            segment(mind),
+            query(&[
+                ("after", Some(after.to_string())),
+                ("wait_s", Some(wait_s.to_string()))
+            ])
+        );
+        self.call(Method::GET, &path, None::<&()>).await
+    }
+
+    /// `POST /v1/minds/{mind}/outbox/{request_id}/ack`.
+    pub async fn ack(&self, mind: &str, request_id: &str) -> Result<OutboxMessage, ClientError> {
+        let path = format!(
+            "/v1/minds/{}/outbox/{}/ack",
+            segment(mind),
+            segment(request_id)
+        );
+        self.call(Method::POST, &path, None::<&()>).await
+    }
+
+    /// `POST /v1/minds/{mind}/briefs`.
+    pub async fn post_brief(&self, mind: &str, text: &str) -> Result<Brief, ClientError> {
+        let path = format!("/v1/minds/{}/briefs", segment(mind));
+        let body = PostBriefRequest {
+            text: text.to_owned(),
+        };
+        self.call(Method::POST, &path, Some(&body)).await
+    }
+
+    /// `GET /v1/minds`.
+    pub async fn minds(&self) -> Result<MindsResponse, ClientError> {
+        self.call(Method::GET, "/v1/minds", None::<&()>).await
+    }
+
+    /// `GET /v1/minds/{mind}`.
+    pub async fn mind(&self, mind: &str) -> Result<MindStatus, ClientError> {
+        let path = format!("/v1/minds/{}", segment(mind));
+        self.call(Method::GET, &path, None::<&()>).await
+    }
+
+    /// `GET /v1/minds/{mind}/segments`.
+    pub async fn segments(&self, mind: &str) -> Result<SegmentsResponse, ClientError> {
+        let path = format!("/v1/minds/{}/segments", segment(mind));
+        self.call(Method::GET, &path, None::<&()>).await
+    }
+
+    /// `GET /v1/minds/{mind}/transcript`.
+    pub async fn transcript(
+        &self,
+        mind: &str,
+        role: Role,
+        query_: &TranscriptQuery,
+    ) -> Result<TranscriptResponse, ClientError> {
+        let path = format!(
+            "/v1/minds/{}/transcript{}",
+            segment(mind),
+            query(&[
+                ("role", Some(role.as_str().to_owned())),
+                ("after", query_.after.map(|v| v.to_string())),
+                ("limit", query_.limit.map(|v| v.to_string())),
+                ("last", query_.last.map(|v| v.to_string())),
+                ("wait_s", query_.wait_s.map(|v| v.to_string())),
+            ])
+        );
+        self.call(Method::GET, &path, None::<&()>).await
+    }
+
+    fn ledger_path(mind: &str, params: &LedgerParams, format: &str) -> String {
+        format!(
+            "/v1/minds/{}/ledger{}",
+            segment(mind),
+            query(&[
+                ("from_ms", params.from_ms.map(|v| v.to_string())),
+                ("to_ms", params.to_ms.map(|v| v.to_string())),
+                ("after_id", params.after_id.map(|v| v.to_string())),
+                ("limit", params.limit.map(|v| v.to_string())),
+                ("format", Some(format.to_owned())),
+            ])
+        )
+    }
+
+    /// `GET /v1/minds/{mind}/ledger?format=json`.
+    pub async fn ledger(
+        &self,
+        mind: &str,
+        params: &LedgerParams,
+    ) -> Result<LedgerResponse, ClientError> {
+        let path = ApiClient::ledger_path(mind, params, "json");
+        self.call(Method::GET, &path, None::<&()>).await
+    }
+
+    /// `GET /v1/minds/{mind}/ledger?format=jsonl`: the JSON Lines text, verbatim.
+    pub async fn ledger_jsonl(
+        &self,
+        mind: &str,
+        params: &LedgerParams,
+    ) -> Result<String, ClientError> {
+        let path = ApiClient::ledger_path(mind, params, "jsonl");
+        let (_, bytes) = self.send(Method::GET, &path, None).await?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// `GET /v1/minds/{mind}/settings`.
+    pub async fn settings(&self, mind: &str) -> Result<Settings, ClientError> {
+        let path = format!("/v1/minds/{}/settings", segment(mind));
+        self.call(Method::GET, &path, None::<&()>).await
+    }
+
+    /// `PUT /v1/minds/{mind}/settings`.
+    pub async fn put_settings(
+        &self,
+        mind: &str,
+        settings: &Settings,
+    ) -> Result<Settings, ClientError> {
+        let path = format!("/v1/minds/{}/settings", segment(mind));
+        self.call(Method::PUT, &path, Some(settings)).await
+    }
+
+    /// `POST /v1/brake` (`on`) or `DELETE /v1/brake`.
+    pub async fn brake(&self, on: bool) -> Result<BrakeResponse, ClientError> {
+        let method = if on { Method::POST } else { Method::DELETE };
+        self.call(method, "/v1/brake", None::<&()>).await
+    }
+}

@@ -1,0 +1,322 @@
+//! The HTTP API's wire types: every request body, query and response of `/v1`.
+//!
+//! Inputs are strict (`deny_unknown_fields`): a misspelt field is a 400, not a silently ignored
+//! option. Outputs reuse the store's documented rows ([`OutboxMessage`], [`Segment`], [`Lease`],
+//! [`Brief`](muninn_store::Brief)) and the ledger's [`LedgerRow`] where those are already serde types; everything
+//! else is defined here. Money is integer micro-dollars, times are Unix ms.
+//!
+//! Every error is `{"error": {"type": …, "message": …}}` ([`ErrorResponse`]).
+
+use muninn_core::ledger::LedgerRow;
+use muninn_store::{Lease, OutboxMessage, Role, Segment};
+use serde::{Deserialize, Serialize};
+
+use crate::config::MindConfig;
+
+/// The body of every error response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorResponse {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong, machine- and human-readable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorDetail {
+    /// A stable snake_case class: `unauthorized` (401), `not_found` (404: no such route or
+    /// row), `mind_not_found` (404), `invalid_request` (400: malformed body or query),
+    /// `unprocessable` (422: well-formed but refused), `conflict` (409), `unavailable` (503:
+    /// retry later), `internal` (500).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A sentence for people. Never contains a credential.
+    pub message: String,
+}
+
+/// `POST /v1/minds/{mind}/deliveries`: a message arriving for a Mind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostDeliveryRequest {
+    /// The room it arrived in: `#alias`, `!room-id`, or `@user` for a DM.
+    pub room: String,
+    /// Who sent it.
+    pub sender: String,
+    /// Whether it arrived in a DM room.
+    #[serde(default)]
+    pub is_direct: bool,
+    /// Whether it mentions the Mind. Only `false` is accepted until the store's delivery row
+    /// can hold it (refused with 422 rather than silently dropped).
+    #[serde(default)]
+    pub to_you: bool,
+    /// The message text.
+    pub text: String,
+    /// The source's id for it (a Matrix event id, a client-chosen request id). Intake is
+    /// idempotent by it: posting the same id again returns the first seq with `created: false`.
+    pub source_id: String,
+    /// Room history before the message, oldest first. Only an empty list is accepted until the
+    /// store's delivery row can hold it (refused with 422 rather than silently dropped).
+    #[serde(default)]
+    pub context: Vec<ContextLine>,
+}
+
+/// One line of room history sent with a delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextLine {
+    /// The room event id, if known.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Who said it.
+    pub sender: String,
+    /// What was said.
+    pub text: String,
+}
+
+/// The answer to a delivery: `201 Created` when new, `200 OK` when the source id was seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostDeliveryResponse {
+    /// The delivery's mailbox seq (the first one's, for a repeated source id).
+    pub seq: i64,
+    /// Whether this call added it.
+    pub created: bool,
+}
+
+/// Query of `GET /v1/minds/{mind}/outbox` and `…/outbox/stream`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxQuery {
+    /// Only messages with `seq > after` (default 0: all unacknowledged). For the stream, the
+    /// `Last-Event-ID` header takes precedence.
+    #[serde(default)]
+    pub after: Option<i64>,
+    /// When nothing matches, wait up to this many seconds for a message (long poll; at most
+    /// 60; default 0: answer at once). Ignored by the stream, which waits forever.
+    #[serde(default)]
+    pub wait_s: Option<u64>,
+    /// At most this many messages (default 100, at most 1000).
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+/// The answer to `GET /v1/minds/{mind}/outbox`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxResponse {
+    /// Unacknowledged messages with `seq > after`, in recording order.
+    pub messages: Vec<OutboxMessage>,
+    /// The `after` to pass next time: the last message's seq, or the `after` given.
+    pub next_after: i64,
+}
+
+/// `POST /v1/minds/{mind}/briefs`: an operator brief for the Mind's Self.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostBriefRequest {
+    /// What to do.
+    pub text: String,
+}
+
+/// The answer to `GET /v1/minds`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MindsResponse {
+    /// Every Mind that is configured or stored, by id.
+    pub minds: Vec<MindStatus>,
+}
+
+/// A Mind as an operator sees it: `GET /v1/minds/{mind}`, and each entry of `GET /v1/minds`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MindStatus {
+    /// The Mind's id.
+    pub id: String,
+    /// Its display name.
+    pub display_name: String,
+    /// Whether the store has the Mind (the runtime registers configured Minds at start).
+    pub registered: bool,
+    /// Its configuration, if this host's configuration has it.
+    pub config: Option<MindConfig>,
+    /// The operator settings (defaults if unregistered).
+    pub settings: Settings,
+    /// The lease, if one is held (possibly expired: see `lease_live`).
+    pub lease: Option<Lease>,
+    /// Whether the lease is held and unexpired now.
+    pub lease_live: bool,
+    /// Each role's newest segment.
+    pub segments: CurrentSegments,
+    /// Spend in the current window.
+    pub spend: SpendSummary,
+    /// The mailbox ack position: deliveries up to this seq have been answered.
+    pub ack_position: i64,
+}
+
+/// Each role's newest segment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CurrentSegments {
+    /// The Persona's.
+    pub persona: Option<Segment>,
+    /// The Self's.
+    #[serde(rename = "self")]
+    pub self_role: Option<Segment>,
+}
+
+/// Spend over the window ending now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpendSummary {
+    /// The window's length, ms (the setting, else the configuration's `spend_window_s`).
+    pub window_ms: i64,
+    /// The window's start, Unix ms (inclusive).
+    pub from_ms: i64,
+    /// Now, Unix ms (exclusive).
+    pub to_ms: i64,
+    /// Cost of the ledger rows in the window, micro-dollars.
+    pub spent_micro_usd: i64,
+    /// The cap in force (the setting, else the configuration's), micro-dollars.
+    pub cap_micro_usd: Option<i64>,
+}
+
+/// The answer to `GET /v1/minds/{mind}/segments`: every segment, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentsResponse {
+    /// The Persona's segments.
+    pub persona: Vec<Segment>,
+    /// The Self's segments.
+    #[serde(rename = "self")]
+    pub self_role: Vec<Segment>,
+}
+
+/// Query of `GET /v1/minds/{mind}/transcript`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TranscriptQuery {
+    /// `persona` (default) or `self`.
+    #[serde(default)]
+    pub role: Option<Role>,
+    /// Only items with `seq > after` (default 0).
+    #[serde(default)]
+    pub after: Option<i64>,
+    /// At most this many items (default 100, at most 1000).
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// Instead of `after`: the last `last` items.
+    #[serde(default)]
+    pub last: Option<i64>,
+    /// When nothing matches `after`, wait up to this many seconds (long poll; at most 60).
+    #[serde(default)]
+    pub wait_s: Option<u64>,
+}
+
+/// One transcript item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TranscriptItemBody {
+    /// `persona` or `self`.
+    pub role: Role,
+    /// 1-based, gap-free per role.
+    pub seq: i64,
+    /// The segment it belongs to.
+    pub segment: i64,
+    /// What it is: `delivery`, `reply`, `brief`, `result`, `notice`, `memory_flush`,
+    /// `outside_event`, or a kind a newer muninn wrote.
+    pub kind: String,
+    /// Its content, as the runtime recorded it.
+    pub body: serde_json::Value,
+    /// When it was appended, Unix ms.
+    pub created_at_ms: i64,
+}
+
+/// The answer to `GET /v1/minds/{mind}/transcript`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TranscriptResponse {
+    /// Items, ascending by seq.
+    pub items: Vec<TranscriptItemBody>,
+    /// The `after` to pass next time: the last item's seq, or the `after` given.
+    pub next_after: i64,
+}
+
+/// How `GET /v1/minds/{mind}/ledger` answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LedgerFormat {
+    /// One JSON document, [`LedgerResponse`].
+    #[default]
+    Json,
+    /// JSON Lines (`application/x-ndjson`): one [`LedgerRow`] per line, in append order —
+    /// the format `muninn import` and `muninn replay` read.
+    Jsonl,
+}
+
+/// Query of `GET /v1/minds/{mind}/ledger`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerParams {
+    /// Rows with `at_ms >= from_ms`.
+    #[serde(default)]
+    pub from_ms: Option<i64>,
+    /// Rows with `at_ms < to_ms`.
+    #[serde(default)]
+    pub to_ms: Option<i64>,
+    /// Rows with `id > after_id` (paging).
+    #[serde(default)]
+    pub after_id: Option<i64>,
+    /// At most this many rows (default: all).
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// `json` (default) or `jsonl`.
+    #[serde(default)]
+    pub format: Option<LedgerFormat>,
+}
+
+/// The answer to `GET /v1/minds/{mind}/ledger?format=json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerResponse {
+    /// Rows in append order.
+    pub rows: Vec<LedgerEntryBody>,
+}
+
+/// A ledger row with its id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerEntryBody {
+    /// Store-assigned, increasing in append order (pass as `after_id` to page).
+    pub id: i64,
+    /// The row.
+    pub row: LedgerRow,
+}
+
+/// A Mind's operator settings: `GET` answers them, `PUT` replaces them whole.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// The most the Mind may spend per window, micro-dollars (positive); `null`: the
+    /// configuration's cap applies.
+    #[serde(default)]
+    pub spend_cap_micro_usd: Option<i64>,
+    /// The spend window, ms (positive); `null`: the configuration's window applies.
+    #[serde(default)]
+    pub spend_window_ms: Option<i64>,
+    /// The brake: when on, the host runs no turn for the Mind.
+    #[serde(default)]
+    pub brake: bool,
+    /// The most turns per start (positive); `null`: no limit.
+    #[serde(default)]
+    pub turn_limit: Option<i64>,
+}
+
+/// The answer to `POST /v1/brake` and `DELETE /v1/brake`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrakeResponse {
+    /// The brake now set on every listed Mind.
+    pub brake: bool,
+    /// The Minds it was set on (every registered Mind), by id.
+    pub minds: Vec<String>,
+}

@@ -1,0 +1,279 @@
+//! `muninn.toml`: loading, validation (every problem names its field), the demo, the checked-in
+//! JSON Schema and the example file.
+
+use muninn_host::config::{Config, ConfigError, DEMO_SOURCE};
+use pretty_assertions::assert_eq;
+use std::path::{Path, PathBuf};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+const VALID: &str = r##"
+data_dir = "data"
+listen = "127.0.0.1:0"
+
+[[mind]]
+id = "vala"
+doctrine = ["doctrine.md"]
+persona_state = "persona.json"
+rooms = ["#swarm", "!abc:example.org"]
+policy = "threshold:0.8"
+"##;
+
+/// A directory with the files VALID refers to, and the config file itself.
+fn write(dir: &Path, text: &str) -> PathBuf {
+    std::fs::write(dir.join("doctrine.md"), "Be brief.\n").unwrap();
+    std::fs::write(dir.join("persona.json"), r#"{"mood":"calm"}"#).unwrap();
+    let path = dir.join("muninn.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn a_valid_file_loads_with_paths_resolved_against_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), VALID);
+    let config = Config::load(Some(&path)).unwrap();
+    assert_eq!(config.data_dir, dir.path().join("data"));
+    assert_eq!(
+        config.database_url(),
+        dir.path()
+            .join("data")
+            .join("muninn.db")
+            .display()
+            .to_string()
+    );
+    assert_eq!(config.api_token_path(), dir.path().join("data/api-token"));
+    let mind = &config.minds[0];
+    assert_eq!(mind.doctrine, vec![dir.path().join("doctrine.md")]);
+    assert_eq!(mind.read_doctrine().unwrap(), "Be brief.");
+    assert_eq!(
+        mind.read_persona_state().unwrap(),
+        Some(serde_json::json!({"mood": "calm"}))
+    );
+    assert_eq!(mind.display_name(), "vala");
+}
+
+#[test]
+fn no_file_means_the_valid_demo() {
+    let config = Config::load(None).unwrap();
+    assert_eq!(config, Config::demo());
+    let vala = config.mind("vala").unwrap();
+    assert_eq!(vala.rooms, ["#swarm", "#burn", "#minds"]);
+    assert_eq!(
+        config.backend.kind,
+        Some(muninn_host::config::BackendKind::Sim)
+    );
+    assert!(vala.read_persona_state().unwrap().is_some());
+    assert!(!vala.read_doctrine().unwrap().is_empty());
+    assert_eq!(config.database_url(), "muninn-data/muninn.db");
+    config.validate(Path::new(DEMO_SOURCE)).unwrap();
+}
+
+#[test]
+fn an_unreadable_file_and_bad_toml_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    let error = Config::load(Some(&missing)).unwrap_err();
+    assert!(matches!(error, ConfigError::Read { .. }), "{error}");
+    assert!(error.to_string().contains("nope.toml"), "{error}");
+
+    let path = write(dir.path(), &format!("{VALID}\nbogus_field = 1\n"));
+    let error = Config::load(Some(&path)).unwrap_err();
+    assert!(matches!(error, ConfigError::Parse { .. }), "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains("muninn.toml") && text.contains("bogus_field"),
+        "{text}"
+    );
+
+    let path = write(
+        dir.path(),
+        &VALID.replace("policy = ", "head_ttl = \"2h\"\npolicy = "),
+    );
+    let text = Config::load(Some(&path)).unwrap_err().to_string();
+    assert!(text.contains("head_ttl") || text.contains("2h"), "{text}");
+}
+
+/// Each invalid case, the field its error must name, and a word of the message.
+#[test]
+fn every_invalid_value_names_its_field() {
+    let cases: &[(&str, &str, &str)] = &[
+        (r##"id = "vala""##, r##"id = "va la""##, "mind[0].id"),
+        (r##"id = "vala""##, r##"id = """##, "mind[0].id"),
+        (
+            r##"rooms = ["#swarm", "!abc:example.org"]"##,
+            r##"rooms = ["swarm"]"##,
+            "mind[0].rooms[0]",
+        ),
+        (
+            r##"rooms = ["#swarm", "!abc:example.org"]"##,
+            r##"rooms = ["#swarm", ""]"##,
+            "mind[0].rooms[1]",
+        ),
+        (
+            r##"rooms = ["#swarm", "!abc:example.org"]"##,
+            r##"rooms = ["#a", "#a"]"##,
+            "mind[0].rooms[1]",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            r##"policy = "sometimes""##,
+            "mind[0].policy",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            r##"policy = "threshold:2""##,
+            "mind[0].policy",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "head_ttl = \"5m\"\ntail_ttl = \"1h\"",
+            "mind[0].head_ttl",
+        ),
+        (
+            r##"doctrine = ["doctrine.md"]"##,
+            r##"doctrine = ["missing.md"]"##,
+            "mind[0].doctrine[0]",
+        ),
+        (
+            r##"doctrine = ["doctrine.md"]"##,
+            "doctrine = []",
+            "mind[0].doctrine",
+        ),
+        (
+            r##"persona_state = "persona.json""##,
+            r##"persona_state = "nope.json""##,
+            "mind[0].persona_state",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "spend_cap_micro_usd = 0",
+            "mind[0].spend_cap_micro_usd",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "spend_cap_micro_usd = -5",
+            "mind[0].spend_cap_micro_usd",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "spend_window_s = 0",
+            "mind[0].spend_window_s",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "turns_per_wake = 0",
+            "mind[0].turns_per_wake",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "max_output_tokens = 0",
+            "mind[0].max_output_tokens",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "ceiling_tokens = 0",
+            "mind[0].ceiling_tokens",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            r##"model = " ""##,
+            "mind[0].model",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            r##"campaigns = [{ slug = "a b", title = "t" }]"##,
+            "mind[0].campaigns[0].slug",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            r##"campaigns = [{ slug = "a", title = "" }]"##,
+            "mind[0].campaigns[0].title",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
+            r##"listen = "localhost""##,
+            "listen",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
+            "listen = \"127.0.0.1:0\"\nprices = \"none.toml\"",
+            "prices",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
+            "listen = \"127.0.0.1:0\"\n[backend]\napi_key_env = \"sk-ant-123\"",
+            "backend.api_key_env",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
+            "listen = \"127.0.0.1:0\"\n[backend]\nbase_url = \"api.example\"",
+            "backend.base_url",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (from, to, field) in cases {
+        assert!(
+            VALID.contains(from),
+            "case {field}: {from:?} not in the valid config"
+        );
+        let path = write(dir.path(), &VALID.replacen(from, to, 1));
+        let error = Config::load(Some(&path)).unwrap_err();
+        assert_eq!(error.fields(), vec![*field], "case {to:?}: {error}");
+        let text = error.to_string();
+        assert!(
+            text.contains("muninn.toml") && text.contains(field),
+            "{text}"
+        );
+    }
+    // A duplicate id, and a file with no Mind.
+    let two = format!("{VALID}\n[[mind]]\nid = \"vala\"\ndoctrine_text = \"x\"\n");
+    let error = Config::load(Some(&write(dir.path(), &two))).unwrap_err();
+    assert_eq!(error.fields(), vec!["mind[1].id"], "{error}");
+    let none = "listen = \"127.0.0.1:0\"\n";
+    let error = Config::load(Some(&write(dir.path(), none))).unwrap_err();
+    assert_eq!(error.fields(), vec!["mind"], "{error}");
+}
+
+#[test]
+fn all_problems_are_reported_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = VALID
+        .replace(r#"id = "vala""#, r#"id = "v/a""#)
+        .replace(r#"policy = "threshold:0.8""#, r#"policy = "x""#);
+    let error = Config::load(Some(&write(dir.path(), &text))).unwrap_err();
+    assert_eq!(error.fields(), vec!["mind[0].id", "mind[0].policy"]);
+}
+
+#[test]
+fn the_example_file_loads_and_validates() {
+    let config = Config::load(Some(&repo_root().join("muninn.example.toml"))).unwrap();
+    assert_eq!(config.minds.len(), 1);
+    assert_eq!(config.minds[0].id, "vala");
+}
+
+/// The checked-in schema is what the types generate. `MUNINN_BLESS=1` rewrites it.
+#[test]
+fn the_checked_in_json_schema_has_not_drifted() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("muninn.schema.json");
+    let generated = muninn_host::config::json_schema_text();
+    if std::env::var_os("MUNINN_BLESS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "{} is stale: rerun with MUNINN_BLESS=1 and commit it",
+        path.display()
+    );
+    // And it describes what the loader accepts: the demo's own serialization round-trips.
+    let schema = muninn_host::config::json_schema();
+    let mind = &schema["$defs"]["MindConfig"]["properties"];
+    assert_eq!(mind["head_ttl"]["default"], "1h");
+    assert!(mind["policy"]["description"].is_string());
+    let demo = toml::to_string(&Config::demo()).unwrap();
+    let back = Config::parse(&demo, Path::new("demo"), Path::new("")).unwrap();
+    assert_eq!(back, Config::demo());
+}
