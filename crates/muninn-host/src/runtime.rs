@@ -533,27 +533,15 @@ impl<B: Backend> MindRunner<B> {
     /// The layers as they are now: doctrine and persona state re-read (an edit shows up as a
     /// notice), campaigns from the configuration, memory as selected at segment start.
     fn layers(&self, memory: String) -> Result<Layers, RuntimeError> {
-        let mut doctrine = String::new();
-        for path in &self.mind.doctrine {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| RuntimeError::Config(format!("doctrine {}: {e}", path.display())))?;
-            doctrine.push_str(&text);
-            doctrine.push('\n');
-        }
-        if let Some(text) = &self.mind.doctrine_text {
-            doctrine.push_str(text);
-        }
-        let persona = match &self.mind.persona_state {
-            Some(path) => std::fs::read_to_string(path).map_err(|e| {
-                RuntimeError::Config(format!("persona state {}: {e}", path.display()))
-            })?,
-            None => format!(
-                "{{\"name\": {:?}}}",
-                self.mind
-                    .name
-                    .clone()
-                    .unwrap_or_else(|| self.mind.id.clone())
-            ),
+        let doctrine = self
+            .mind
+            .read_doctrine()
+            .map_err(|e| RuntimeError::Config(format!("mind {}: doctrine: {e}", self.mind.id)))?;
+        let persona = match self.mind.read_persona_state().map_err(|e| {
+            RuntimeError::Config(format!("mind {}: persona state: {e}", self.mind.id))
+        })? {
+            Some(state) => serde_json::to_string_pretty(&state).unwrap_or_default(),
+            None => format!("{{\"name\": {:?}}}", self.mind.display_name()),
         };
         let campaigns = self
             .mind

@@ -8,6 +8,7 @@ mod check;
 mod host_cli;
 mod import;
 mod replay;
+mod serve;
 mod sim_api;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +26,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the host: every configured Mind as a persistent session, and the HTTP API.
+    Serve(serve::ServeArgs),
     /// Replay real transcripts under every policy and compare each with the hindsight optimum.
     Replay(replay::ReplayArgs),
     /// Import transcripts into muninn's stored trace format, for later replays.
@@ -102,6 +105,7 @@ impl InputArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Import(args) => import::run(args),
         Command::CheckCache(args) => check::run(args),
