@@ -559,11 +559,22 @@ impl<B: Backend> MindRunner<B> {
         })
     }
 
-    /// Memory for a new segment: notes about the batch's senders, then the newest, within the
-    /// configured token budget.
-    async fn select_memory(&self, senders: &BTreeSet<String>) -> Result<String, RuntimeError> {
+    /// Memory for a new segment (seed A6): notes relevant to the batch (matching its most
+    /// distinctive words), about its senders, then the newest — within the configured token
+    /// budget, most relevant first.
+    async fn select_memory(&self, senders: &BTreeSet<String>, texts: &[&str]) -> Result<String, RuntimeError> {
         let store = &self.host.store;
         let mut notes = Vec::new();
+        let mut words: Vec<&str> = texts
+            .iter()
+            .flat_map(|t| t.split(|c: char| !c.is_alphanumeric()))
+            .filter(|w| w.chars().count() >= 5)
+            .collect();
+        words.sort_by_key(|w| std::cmp::Reverse(w.len()));
+        words.dedup();
+        for word in words.iter().take(3) {
+            notes.extend(store.memory_search(&self.mind.id, word, 4).await?);
+        }
         for sender in senders {
             notes.extend(store.memory_about(&self.mind.id, sender, 6).await?);
         }
@@ -814,7 +825,8 @@ impl<B: Backend> MindRunner<B> {
             (if view.warm(now) { "warm" } else { "cold" }, "refresh")
         };
         if decision.is_none_or(|d| d.action == Action::Refresh) {
-            let memory = self.select_memory(&senders).await?;
+            let texts: Vec<&str> = batch.iter().map(|d| d.text.as_str()).collect();
+            let memory = self.select_memory(&senders, &texts).await?;
             self.open_segment(Role::Persona, token, now, memory, reason)
                 .await?;
         }
