@@ -425,3 +425,26 @@ async fn keepalive_pings_before_the_tail_expires_without_touching_the_session() 
     assert_eq!(rows[2].predicted_read, rows[2].usage.cache_read);
     assert!(rows[2].usage.cache_read >= rows[0].usage.cache_read + rows[0].usage.written() - 16);
 }
+
+#[tokio::test]
+async fn after_a_restart_the_persona_knows_what_a_dm_taught_her() {
+    // Seed A6's scenario: a DM writes a memory, the host restarts (the session is gone), a
+    // public question follows — the new segment is rehydrated with the memory.
+    let w = world().await;
+    let mut a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    post(&w, "e1", "@ari", "ari", "please remember: the archive key is under the blue stone").await;
+    assert!(matches!(a.step().await.unwrap(), Step::PersonaTurn { valid: true, .. }));
+    let remembered = w.host.store.memory_newest("vala", 5).await.unwrap();
+    assert_eq!(remembered.len(), 1);
+    a.release().await.unwrap();
+    drop(a);
+    let mut b = runner(&w, mind(""), "host-a");
+    w.sim.advance_clock(3_600_000);
+    post(&w, "e2", "#swarm", "bo", "does anyone know where the archive key is?").await;
+    assert!(matches!(b.step().await.unwrap(), Step::PersonaTurn { valid: true, .. }));
+    let system = w.sim.requests().last().unwrap().body["system"].to_string();
+    assert!(system.contains("What you remember") && system.contains(&remembered[0].text), "{system}");
+    let segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
+    assert_eq!(segments.len(), 2);
+}
