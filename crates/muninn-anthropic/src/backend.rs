@@ -274,6 +274,20 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
         request.max_tokens = 1;
         self.exchange(request, true, false).await
     }
+
+    async fn ping_head(&mut self) -> Result<TurnOutcome, BackendError> {
+        let mut request = self.render(&TurnInput::text("(keep-warm: answer with one word)"))?;
+        // The head alone: no conversation (and so no pending structured-output answer).
+        request.messages = vec![Message {
+            role: Role::User,
+            content: Content::Blocks(vec![ContentBlock::text(
+                "(keep-warm: answer with one word)",
+            )]),
+            extra: Map::new(),
+        }];
+        request.max_tokens = 1;
+        self.exchange(request, true, false).await
+    }
 }
 
 impl<T: Transport> AnthropicBackend<T> {

@@ -279,4 +279,15 @@ pub trait Backend: Send {
             ))
         }
     }
+
+    /// A head-only keep-warm request: the session's system layers with their breakpoints and a
+    /// tiny question, no conversation. Once the conversation tail has been let go, it keeps the
+    /// head (under its own, longer TTL) cached for the price of reading the head alone.
+    fn ping_head(&mut self) -> impl Future<Output = Result<TurnOutcome, BackendError>> + Send {
+        async {
+            Err(BackendError::Invalid(
+                "this backend cannot ping".to_string(),
+            ))
+        }
+    }
 }

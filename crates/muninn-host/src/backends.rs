@@ -48,6 +48,13 @@ impl Backend for AnyBackend {
             AnyBackend::Anthropic(b) => b.ping().await,
         }
     }
+
+    async fn ping_head(&mut self) -> Result<TurnOutcome, BackendError> {
+        match self {
+            AnyBackend::Sim(b) => b.ping_head().await,
+            AnyBackend::Anthropic(b) => b.ping_head().await,
+        }
+    }
 }
 
 /// Builds a fresh backend per session.

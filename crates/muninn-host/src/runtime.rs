@@ -303,6 +303,10 @@ struct Session<B> {
     gap_ping_spend: MicroUsd,
     /// The decider was asked about this gap's expiry and let it go.
     let_expire: bool,
+    /// The same for the head, once the tail was let go.
+    head_let_expire: bool,
+    /// What head-only pings cost in this gap.
+    gap_head_ping_spend: MicroUsd,
     gaps: GapStats,
     /// The session must be rebuilt from the transcript (a failed call left it out of step).
     broken: bool,
@@ -325,6 +329,8 @@ impl<B> Session<B> {
             gap_pings: 0,
             gap_ping_spend: MicroUsd::ZERO,
             let_expire: false,
+            head_let_expire: false,
+            gap_head_ping_spend: MicroUsd::ZERO,
             gaps: GapStats::default(),
             broken: false,
         }
@@ -562,7 +568,11 @@ impl<B: Backend> MindRunner<B> {
     /// Memory for a new segment (seed A6): notes relevant to the batch (matching its most
     /// distinctive words), about its senders, then the newest — within the configured token
     /// budget, most relevant first.
-    async fn select_memory(&self, senders: &BTreeSet<String>, texts: &[&str]) -> Result<String, RuntimeError> {
+    async fn select_memory(
+        &self,
+        senders: &BTreeSet<String>,
+        texts: &[&str],
+    ) -> Result<String, RuntimeError> {
         let store = &self.host.store;
         let mut notes = Vec::new();
         let mut words: Vec<&str> = texts
@@ -632,7 +642,7 @@ impl<B: Backend> MindRunner<B> {
             read_excess: session.read_excess,
             gap_pings: session.gap_pings,
             gap_ping_spend: session.gap_ping_spend,
-            gap_head_ping_spend: MicroUsd::ZERO,
+            gap_head_ping_spend: session.gap_head_ping_spend,
             flushed: false,
             rates: Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl),
             bounds,
@@ -768,6 +778,8 @@ impl<B: Backend> MindRunner<B> {
         session.gap_pings = 0;
         session.gap_ping_spend = MicroUsd::ZERO;
         session.let_expire = false;
+        session.head_let_expire = false;
+        session.gap_head_ping_spend = MicroUsd::ZERO;
     }
 
     async fn persona_turn(
@@ -1284,16 +1296,25 @@ impl<B: Backend> MindRunner<B> {
     /// keep it warm.
     async fn idle(&mut self, token: FencingToken, now: i64) -> Result<Step, RuntimeError> {
         let session = &self.persona;
-        let Some(warm_until) = session
-            .warm_until_ms
-            .filter(|_| !session.broken && session.renderer.is_some())
-        else {
-            return Ok(Step::Idle { until_ms: None });
-        };
-        if session.let_expire || warm_until <= now {
+        if session.broken || session.renderer.is_none() {
             return Ok(Step::Idle { until_ms: None });
         }
-        let decide_at = warm_until - DECIDE_BEFORE_EXPIRY_MS;
+        let tail_live = session.warm_until_ms.is_some_and(|t| t > now) && !session.let_expire;
+        let (event, expiry) = if tail_live {
+            (Event::Expiring, session.warm_until_ms)
+        } else if !session.head_let_expire {
+            // The tail is gone (or let go): the head, under its own longer TTL, may still be kept.
+            (
+                Event::HeadExpiring,
+                session.head_warm_until_ms.filter(|t| *t > now),
+            )
+        } else {
+            (Event::HeadExpiring, None)
+        };
+        let Some(expiry) = expiry else {
+            return Ok(Step::Idle { until_ms: None });
+        };
+        let decide_at = expiry - DECIDE_BEFORE_EXPIRY_MS;
         if now < decide_at {
             return Ok(Step::Idle {
                 until_ms: Some(decide_at),
@@ -1301,24 +1322,45 @@ impl<B: Backend> MindRunner<B> {
         }
         let head = self.head_tokens(session.renderer.as_ref());
         let view = self.view(session, head);
-        let d = decide(self.policy, &view, Event::Expiring, now);
+        let d = decide(self.policy, &view, event, now);
         if d.action != Action::Ping {
-            self.persona.let_expire = true;
-            return Ok(Step::Idle { until_ms: None });
+            return Ok(match event {
+                Event::Expiring => {
+                    // The tail goes; the head's own decision comes next.
+                    self.persona.let_expire = true;
+                    Step::Idle {
+                        until_ms: Some(now),
+                    }
+                }
+                _ => {
+                    self.persona.head_let_expire = true;
+                    Step::Idle { until_ms: None }
+                }
+            });
         }
-        let outcome = match self.persona.backend.ping().await {
+        let sent = match event {
+            Event::Expiring => self.persona.backend.ping().await,
+            _ => self.persona.backend.ping_head().await,
+        };
+        let outcome = match sent {
             Ok(o) => o,
             Err(BackendError::Invalid(_)) => {
                 self.persona.let_expire = true;
+                self.persona.head_let_expire = true;
                 return Ok(Step::Idle { until_ms: None });
             }
             Err(e) => return Err(e.into()),
+        };
+        let label = if event == Event::Expiring {
+            "ping"
+        } else {
+            "ping_head"
         };
         let row = self.ledger_row(
             &self.persona,
             &outcome,
             now,
-            &format!("ping:{:?}", d.reason),
+            &format!("{label}:{:?}", d.reason),
             "warm",
             false,
         );
@@ -1328,9 +1370,13 @@ impl<B: Backend> MindRunner<B> {
             .await?;
         let cost = self.price.cost(&outcome.usage);
         let s = &mut self.persona;
-        s.gap_pings += 1;
-        s.gap_ping_spend += cost;
-        s.warm_until_ms = Some(now + self.mind.tail_ttl.millis());
+        if event == Event::Expiring {
+            s.gap_pings += 1;
+            s.gap_ping_spend += cost;
+            s.warm_until_ms = Some(now + self.mind.tail_ttl.millis());
+        } else {
+            s.gap_head_ping_spend += cost;
+        }
         s.head_warm_until_ms = Some(now + self.mind.head_ttl.millis());
         Ok(Step::Ping)
     }

@@ -433,18 +433,90 @@ async fn after_a_restart_the_persona_knows_what_a_dm_taught_her() {
     let w = world().await;
     let mut a = runner(&w, mind(""), "host-a");
     a.register().await.unwrap();
-    post(&w, "e1", "@ari", "ari", "please remember: the archive key is under the blue stone").await;
-    assert!(matches!(a.step().await.unwrap(), Step::PersonaTurn { valid: true, .. }));
+    post(
+        &w,
+        "e1",
+        "@ari",
+        "ari",
+        "please remember: the archive key is under the blue stone",
+    )
+    .await;
+    assert!(matches!(
+        a.step().await.unwrap(),
+        Step::PersonaTurn { valid: true, .. }
+    ));
     let remembered = w.host.store.memory_newest("vala", 5).await.unwrap();
     assert_eq!(remembered.len(), 1);
     a.release().await.unwrap();
     drop(a);
     let mut b = runner(&w, mind(""), "host-a");
     w.sim.advance_clock(3_600_000);
-    post(&w, "e2", "#swarm", "bo", "does anyone know where the archive key is?").await;
-    assert!(matches!(b.step().await.unwrap(), Step::PersonaTurn { valid: true, .. }));
+    post(
+        &w,
+        "e2",
+        "#swarm",
+        "bo",
+        "does anyone know where the archive key is?",
+    )
+    .await;
+    assert!(matches!(
+        b.step().await.unwrap(),
+        Step::PersonaTurn { valid: true, .. }
+    ));
     let system = w.sim.requests().last().unwrap().body["system"].to_string();
-    assert!(system.contains("What you remember") && system.contains(&remembered[0].text), "{system}");
+    assert!(
+        system.contains("What you remember") && system.contains(&remembered[0].text),
+        "{system}"
+    );
     let segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
     assert_eq!(segments.len(), 2);
+}
+
+#[tokio::test]
+async fn once_the_tail_is_let_go_the_head_is_kept_with_head_only_pings() {
+    let w = world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello").await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    // Walk the idle decision points: the tail (5m) is let go or kept by the decider; once it is
+    // gone, the head (1h) gets its own decision shortly before it expires.
+    let mut head_pings = 0;
+    for _ in 0..40 {
+        match r.step().await.unwrap() {
+            Step::Idle { until_ms: Some(at) } => {
+                w.sim.advance_clock(at - w.sim.now_ms());
+            }
+            Step::Ping => {}
+            Step::Idle { until_ms: None } => break,
+            other => panic!("unexpected {other:?}"),
+        }
+        head_pings = ledger(&w)
+            .await
+            .iter()
+            .filter(|row| row.decision.starts_with("ping_head"))
+            .count();
+        if head_pings > 0 {
+            break;
+        }
+    }
+    assert_eq!(head_pings, 1);
+    let rows = ledger(&w).await;
+    let ping = rows
+        .iter()
+        .find(|row| row.decision.starts_with("ping_head"))
+        .unwrap();
+    assert_eq!(ping.usage.written(), 0, "{:?}", ping.usage);
+    assert!(ping.usage.cache_read > 0);
+    assert!(
+        ping.usage.cache_read < rows[0].usage.cache_read + rows[0].usage.written(),
+        "the head alone"
+    );
+    // A wake after the tail expired but within the kept head reads the head from cache.
+    w.sim.advance_clock(40 * 60_000);
+    post(&w, "e2", "#swarm", "ari", "back again").await;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let last = ledger(&w).await.pop().unwrap();
+    assert!(last.usage.cache_read >= ping.usage.cache_read, "{last:?}");
 }
