@@ -520,3 +520,93 @@ async fn once_the_tail_is_let_go_the_head_is_kept_with_head_only_pings() {
     let last = ledger(&w).await.pop().unwrap();
     assert!(last.usage.cache_read >= ping.usage.cache_read, "{last:?}");
 }
+
+#[tokio::test]
+async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
+    use muninn_host::backends::{AnyBackend, BackendFactory};
+    use muninn_host::config::BackendConfig;
+    const SECRET: &str = "sk-ant-secret-key-do-not-leak-7731";
+    let dir = tempfile::tempdir().unwrap();
+    let server = muninn_sim::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        SimConfig {
+            frozen_at_ms: Some(T0),
+            api_key: Some(SECRET.to_string()),
+            ..SimConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut config: Config = toml::from_str("").unwrap();
+    config.backend = BackendConfig {
+        kind: Some(muninn_host::config::BackendKind::Anthropic),
+        base_url: Some(server.base_url()),
+        api_key_env: "MUNINN_TEST_KEY".into(),
+    };
+    let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| SECRET.to_string());
+    let factory = BackendFactory::from_config(&config, env).unwrap();
+    assert!(!format!("{factory:?}").contains(SECRET));
+    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
+        .await
+        .unwrap();
+    let host = Host {
+        store,
+        config: Arc::new(config),
+        clock: Arc::new(SimClock(server.sim.clone())),
+        signals: Arc::new(Signals::default()),
+    };
+    let make = || factory.make(host.clock.clone(), &PriceTable::embedded());
+    let persona: AnyBackend = make();
+    // Found by this test: the simulator's own configured key reached `{:?}` through the clock.
+    assert!(!format!("{persona:?}").contains(SECRET));
+    let mut r = MindRunner::new(
+        host.clone(),
+        mind(""),
+        "host-a".into(),
+        &PriceTable::embedded(),
+        persona,
+        make(),
+    )
+    .unwrap();
+    r.register().await.unwrap();
+    host.store
+        .post_delivery(
+            "vala",
+            &NewDelivery {
+                room: "#swarm".into(),
+                sender: "ari".into(),
+                is_direct: false,
+                text: "hello".into(),
+                source_id: "e1".into(),
+                received_at_ms: T0,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn { valid: true, .. }
+    ));
+    let transcript = host
+        .store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    let ledger = host.store.ledger(&LedgerQuery::default()).await.unwrap();
+    let outbox = host.store.unacked_outbox("vala", 100).await.unwrap();
+    let everything = format!(
+        "{:?}{}{:?}{:?}",
+        transcript,
+        serde_json::to_string(&ledger.iter().map(|e| &e.row).collect::<Vec<_>>()).unwrap(),
+        outbox,
+        server
+            .sim
+            .requests()
+            .iter()
+            .map(|r| &r.body)
+            .collect::<Vec<_>>()
+    );
+    assert!(!everything.contains(SECRET));
+    assert!(!ledger.is_empty() && !transcript.is_empty());
+    server.stop().await.unwrap();
+}
