@@ -611,21 +611,24 @@ async fn post_delivery(
             return Err(ApiError::unprocessable(format!("{name} must not be empty")));
         }
     }
-    // The store's delivery row has no place for these yet; refusing is better than accepting
-    // and silently dropping what the Mind was meant to see.
-    if request.to_you || !request.context.is_empty() {
-        return Err(ApiError::unprocessable(
-            "to_you and context are not stored yet: send to_you=false and no context",
-        ));
-    }
     require_mind(&state.host, &mind).await?;
     let delivery = NewDelivery {
         room: request.room,
         sender: request.sender,
         is_direct: request.is_direct,
+        to_you: request.to_you,
         text: request.text,
         source_id: request.source_id,
         received_at_ms: state.host.clock.now_ms(),
+        context: request
+            .context
+            .into_iter()
+            .map(|line| muninn_store::ContextLine {
+                id: line.id,
+                sender: line.sender,
+                text: line.text,
+            })
+            .collect(),
     };
     let posted = state.host.store.post_delivery(&mind, &delivery).await?;
     // Durable first, then the wake-up: the runtime reads the mailbox, not the notification.

@@ -158,6 +158,7 @@ fn ledger_row(mind: &str, at_ms: i64, cost: i64) -> LedgerRow {
         miss_cause: Some(MissCause::ColdStart),
         decision: "append".into(),
         boundary: true,
+        events: Vec::new(),
     }
 }
 
@@ -296,22 +297,73 @@ async fn deliveries_are_idempotent_by_source_id_and_wake_the_runtime() {
         .await
         .unwrap();
     assert_eq!(stored.len(), 2);
-    assert_eq!(stored[0].source_id, "ev-1");
-    assert_eq!(stored[0].received_at_ms, T0);
-    assert_eq!(stored[0].sender, "@ada:example.org");
+    assert_eq!(
+        stored[0],
+        muninn_store::Delivery {
+            mind: "vala".into(),
+            seq: 1,
+            room: "#swarm".into(),
+            sender: "@ada:example.org".into(),
+            is_direct: false,
+            to_you: false,
+            text: "hello, Vala".into(),
+            source_id: "ev-1".into(),
+            received_at_ms: T0,
+            context: Vec::new(),
+        }
+    );
+
+    // A mention with room history: both are stored with the delivery, lines in order.
+    let mut with_context = delivery("ev-3");
+    with_context.to_you = true;
+    with_context.context = vec![
+        ContextLine {
+            id: Some("$ev-0".into()),
+            sender: "@bo:example.org".into(),
+            text: "earlier".into(),
+        },
+        ContextLine {
+            id: None,
+            sender: "@cy:example.org".into(),
+            text: "just before".into(),
+        },
+    ];
+    let third = server
+        .client
+        .post_delivery("vala", &with_context)
+        .await
+        .unwrap();
+    assert_eq!(third.seq, 3);
+    let stored = server
+        .host
+        .store
+        .pending_deliveries("vala", 2, 10)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert!(stored[0].to_you);
+    assert_eq!(
+        stored[0].context,
+        vec![
+            muninn_store::ContextLine {
+                id: Some("$ev-0".into()),
+                sender: "@bo:example.org".into(),
+                text: "earlier".into(),
+            },
+            muninn_store::ContextLine {
+                id: None,
+                sender: "@cy:example.org".into(),
+                text: "just before".into(),
+            },
+        ]
+    );
 
     // Refusals, each in the API's error shape.
-    let mut bad_room = delivery("ev-3");
+    let mut bad_room = delivery("ev-4");
     bad_room.room = "swarm".into();
-    let mut empty_text = delivery("ev-3");
+    let mut empty_text = delivery("ev-4");
     empty_text.text = " ".into();
-    let mut with_context = delivery("ev-3");
-    with_context.context.push(ContextLine {
-        id: None,
-        sender: "@bo".into(),
-        text: "earlier".into(),
-    });
-    for request in [bad_room, empty_text, with_context] {
+    for request in [bad_room, empty_text] {
         let error = server
             .client
             .post_delivery("vala", &request)
@@ -321,7 +373,7 @@ async fn deliveries_are_idempotent_by_source_id_and_wake_the_runtime() {
     }
     let error = server
         .client
-        .post_delivery("nobody", &delivery("ev-3"))
+        .post_delivery("nobody", &delivery("ev-4"))
         .await
         .unwrap_err();
     assert_eq!(api_error(error), (404, "mind_not_found".into()));
