@@ -508,15 +508,27 @@ async fn ack_is_idempotent_and_removes_the_message_from_the_outbox() {
 
     let error = server.client.ack("vala", "no-such").await.unwrap_err();
     assert_eq!(api_error(error), (404, "not_found".into()));
-    // A Mind that holds no lease (not running) cannot be acked yet: a conflict to retry.
+    // The ack is the transport's, not the runtime's: it needs no lease, so it lands while
+    // the Mind is not running (a host restarting, the lease changing hands).
+    server.enqueue("vala", token, "b1-1").await;
     server
         .host
         .store
         .release_lease("vala", token)
         .await
         .unwrap();
-    let error = server.client.ack("vala", "b1-0").await.unwrap_err();
-    assert_eq!(api_error(error), (409, "conflict".into()));
+    server.clock.advance(500);
+    let acked = server.client.ack("vala", "b1-1").await.unwrap();
+    assert_eq!(acked.acked_at_ms, Some(T0 + 1_500));
+    assert!(
+        server
+            .client
+            .outbox("vala", 0, 0)
+            .await
+            .unwrap()
+            .messages
+            .is_empty()
+    );
 }
 
 #[tokio::test]

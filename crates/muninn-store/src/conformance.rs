@@ -484,7 +484,6 @@ async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
         store.mark_outbox_sent(m, stale, "b1-0", None, 5).await,
         "mark sent",
     );
-    assert_fenced(store.ack_outbox(m, stale, "b1-0", 5).await, "ack outbox");
     assert_fenced(
         store.append_ledger(m, stale, &[ledger_row(m, 1, 1)]).await,
         "ledger",
@@ -555,6 +554,10 @@ async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
         let mut s = ok(store.segments(m, Role::Persona).await, "segments");
         s.pop()
     });
+
+    // An outbox ack is not fenced: it comes from the transport, not from a lease holder.
+    let acked = ok(store.ack_outbox(m, "b1-0", 5).await, "ack outbox");
+    assert_eq!(acked.acked_at_ms, Some(5));
 
     // The fresh holder writes fine, and the seq continues without a gap.
     let seqs = ok(
@@ -911,12 +914,60 @@ async fn outbox(factory: &dyn StoreFactory) {
     assert_eq!(unsent, vec!["b1-1", "b2-0"]);
     assert_eq!(ok(store.unacked_outbox("m", 10).await, "unacked").len(), 3);
 
-    let acked = ok(store.ack_outbox("m", token, "b1-0", 70).await, "ack");
+    // A page after a seq: unacknowledged, seq > after, in seq order, at most `limit`.
+    let seqs = |page: Vec<OutboxMessage>| page.iter().map(|m| m.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 0, 10).await, "after 0")),
+        vec![1, 2, 3]
+    );
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 1, 10).await, "after 1")),
+        vec![2, 3]
+    );
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 0, 2).await, "limit 2")),
+        vec![1, 2]
+    );
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 3, 10).await, "after last")),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 0, 0).await, "limit 0")),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        ok(store.outbox_after("m", 0, 10).await, "whole rows"),
+        ok(store.unacked_outbox("m", 10).await, "unacked")
+    );
+
+    let acked = ok(store.ack_outbox("m", "b1-0", 70).await, "ack");
     assert_eq!(acked.acked_at_ms, Some(70));
     assert_eq!(acked.sent_at_ms, Some(50));
-    // Acknowledging an unsent message implies it was sent.
-    let acked2 = ok(store.ack_outbox("m", token, "b1-1", 80).await, "ack unsent");
+    assert_eq!(
+        ok(store.ack_outbox("m", "b1-0", 75).await, "ack again"),
+        acked,
+        "acking twice keeps the first"
+    );
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 0, 10).await, "acked skipped")),
+        vec![2, 3]
+    );
+    // An ack needs no lease: the transport acks while no host holds the Mind. Acknowledging
+    // an unsent message implies it was sent.
+    ok(store.release_lease("m", token).await, "release");
+    let acked2 = ok(
+        store.ack_outbox("m", "b1-1", 80).await,
+        "ack unsent, no lease",
+    );
     assert_eq!(acked2.sent_at_ms, Some(80));
+    assert_eq!(acked2.acked_at_ms, Some(80));
+    let token = ok(
+        store.acquire_lease("m", "h", 60_000, 90).await,
+        "re-acquire",
+    )
+    .unwrap_or_else(|| panic!("lease refused after release"))
+    .token;
     let unacked: Vec<String> = ok(store.unacked_outbox("m", 10).await, "unacked")
         .into_iter()
         .map(|m| m.request_id)
@@ -927,10 +978,7 @@ async fn outbox(factory: &dyn StoreFactory) {
         store.mark_outbox_sent("m", token, "nope", None, 1).await,
         "unknown id",
     );
-    assert_not_found(
-        store.ack_outbox("m", token, "nope", 1).await,
-        "unknown id ack",
-    );
+    assert_not_found(store.ack_outbox("m", "nope", 1).await, "unknown id ack");
     store.close().await;
 }
 
@@ -1658,6 +1706,11 @@ async fn unknown_mind(factory: &dyn StoreFactory) {
     );
     assert_eq!(ok(store.ack_position("zz").await, "ack"), 0);
     assert_eq!(ok(store.unsent_outbox("zz", 5).await, "outbox"), vec![]);
+    assert_eq!(
+        ok(store.outbox_after("zz", 0, 5).await, "outbox after"),
+        vec![]
+    );
+    assert_not_found(store.ack_outbox("zz", "b1-0", 1).await, "ack");
     assert_eq!(
         ok(store.spend("zz", 0, i64::MAX).await, "spend"),
         MicroUsd::ZERO

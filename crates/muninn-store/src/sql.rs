@@ -1167,6 +1167,26 @@ macro_rules! impl_sql_store {
                 rows.iter().map(outbox_from).collect()
             }
 
+            async fn outbox_after(
+                &self,
+                mind: &str,
+                after_seq: i64,
+                limit: i64,
+            ) -> Result<Vec<OutboxMessage>> {
+                let rows = sqlx::query(
+                    "SELECT mind_id, request_id, seq, room, text, created_at_ms, sent_at_ms, \
+                     remote_id, acked_at_ms FROM outbox \
+                     WHERE mind_id = $1 AND seq > $2 AND acked_at_ms IS NULL \
+                     ORDER BY seq LIMIT $3",
+                )
+                .bind(mind)
+                .bind(after_seq)
+                .bind(limit.max(0))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter().map(outbox_from).collect()
+            }
+
             async fn mark_outbox_sent(
                 &self,
                 mind: &str,
@@ -1197,12 +1217,12 @@ macro_rules! impl_sql_store {
             async fn ack_outbox(
                 &self,
                 mind: &str,
-                token: FencingToken,
                 request_id: &str,
                 acked_at_ms: i64,
             ) -> Result<OutboxMessage> {
+                // Not fenced: the transport acknowledges, whichever host holds the lease.
+                // COALESCE keeps the first ack time, so a repeat or a race changes nothing.
                 let mut tx = self.begin_write().await?;
-                fence(&mut tx, mind, token).await?;
                 sqlx::query(
                     "UPDATE outbox SET acked_at_ms = COALESCE(acked_at_ms, $3), \
                      sent_at_ms = COALESCE(sent_at_ms, $3) \
