@@ -64,6 +64,10 @@ pub struct LedgerRow {
     /// Whether this request began a new turn (as opposed to a tool-loop step).
     #[serde(default = "default_true")]
     pub boundary: bool,
+    /// Flagged events of the request: every retry the backend made (status, delay, kind), a
+    /// TTL the provider did not honour, a read shortfall against the prediction.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<serde_json::Value>,
 }
 
 fn default_true() -> bool {

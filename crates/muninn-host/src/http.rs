@@ -12,7 +12,7 @@
 //! | `POST /v1/minds/{mind}/deliveries` | a message for the Mind → mailbox (idempotent by `source_id`); wakes the runtime |
 //! | `GET /v1/minds/{mind}/outbox?after&wait_s&limit` | unacknowledged replies; long-polls up to `wait_s` |
 //! | `GET /v1/minds/{mind}/outbox/stream?after` | the same as Server-Sent Events (`event: outbox`, `id: <seq>`) |
-//! | `POST /v1/minds/{mind}/outbox/{request_id}/ack` | the transport delivered it (idempotent) |
+//! | `POST /v1/minds/{mind}/outbox/{request_id}/ack` | the transport delivered it (idempotent; needs no lease) |
 //! | `POST /v1/minds/{mind}/briefs` | an operator brief for the Self; wakes the runtime |
 //! | `GET /v1/minds`, `GET /v1/minds/{mind}` | config summary, settings, lease, segments, spend |
 //! | `GET /v1/minds/{mind}/segments` | every segment of both roles |
@@ -451,23 +451,6 @@ where
     }
 }
 
-async fn outbox_after(
-    host: &Host,
-    mind: &str,
-    after: i64,
-    limit: i64,
-) -> ApiResult<Vec<OutboxMessage>> {
-    // The store pages unacknowledged messages from the oldest; those at or before `after` are
-    // skipped here. Unacked messages are few (the transport acks as it sends), so the over-read
-    // is small.
-    let all = host.store.unacked_outbox(mind, MAX_LIMIT * 10).await?;
-    Ok(all
-        .into_iter()
-        .filter(|m| m.seq > after)
-        .take(usize::try_from(limit).unwrap_or(usize::MAX))
-        .collect())
-}
-
 fn to_settings(settings: &MindSettings) -> Settings {
     Settings {
         spend_cap_micro_usd: settings.spend_cap.map(|c| c.0),
@@ -611,21 +594,24 @@ async fn post_delivery(
             return Err(ApiError::unprocessable(format!("{name} must not be empty")));
         }
     }
-    // The store's delivery row has no place for these yet; refusing is better than accepting
-    // and silently dropping what the Mind was meant to see.
-    if request.to_you || !request.context.is_empty() {
-        return Err(ApiError::unprocessable(
-            "to_you and context are not stored yet: send to_you=false and no context",
-        ));
-    }
     require_mind(&state.host, &mind).await?;
     let delivery = NewDelivery {
         room: request.room,
         sender: request.sender,
         is_direct: request.is_direct,
+        to_you: request.to_you,
         text: request.text,
         source_id: request.source_id,
         received_at_ms: state.host.clock.now_ms(),
+        context: request
+            .context
+            .into_iter()
+            .map(|line| muninn_store::ContextLine {
+                id: line.id,
+                sender: line.sender,
+                text: line.text,
+            })
+            .collect(),
     };
     let posted = state.host.store.post_delivery(&mind, &delivery).await?;
     // Durable first, then the wake-up: the runtime reads the mailbox, not the notification.
@@ -657,8 +643,8 @@ async fn get_outbox(
     let after = query.after.unwrap_or(0);
     let limit = clamp_limit(query.limit)?;
     let wait = Duration::from_secs(query.wait_s.unwrap_or(0));
-    let messages = long_poll(host, &state.closing, wait, || {
-        outbox_after(host, &mind, after, limit)
+    let messages = long_poll(host, &state.closing, wait, || async {
+        Ok(host.store.outbox_after(&mind, after, limit).await?)
     })
     .await?;
     let next_after = messages.last().map_or(after, |m| m.seq);
@@ -711,8 +697,8 @@ async fn stream_outbox(
                 if *closing.borrow() {
                     return None;
                 }
-                match long_poll(&host, &closing, MAX_WAIT, || {
-                    outbox_after(&host, &mind, after, DEFAULT_LIMIT)
+                match long_poll(&host, &closing, MAX_WAIT, || async {
+                    Ok(host.store.outbox_after(&mind, after, DEFAULT_LIMIT).await?)
                 })
                 .await
                 {
@@ -738,31 +724,13 @@ async fn ack_outbox(
     let Path((mind, request_id)) = path?;
     let host = &state.host;
     require_mind(host, &mind).await?;
-    // The store fences outbox writes by the Mind's lease; a transport's ack is not the
-    // runtime's write, so it presents whatever token is current. If the lease changes hands
-    // between the read and the write, read it again once.
-    for _ in 0..2 {
-        let Some(lease) = host.store.lease(&mind).await? else {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "conflict",
-                format!("Mind {mind:?} holds no lease (is it running?); retry the ack later"),
-            ));
-        };
-        match host
-            .store
-            .ack_outbox(&mind, lease.token, &request_id, host.clock.now_ms())
-            .await
-        {
-            Err(StoreError::Fenced { .. }) => continue,
-            other => return Ok(Json(other?)),
-        }
-    }
-    Err(ApiError::new(
-        StatusCode::CONFLICT,
-        "conflict",
-        "the Mind's lease changed hands during the ack; retry",
-    ))
+    // Not fenced: the ack is the transport's word, not the Mind's writer's, so it lands
+    // whether or not a host holds the Mind's lease right now.
+    let message = host
+        .store
+        .ack_outbox(&mind, &request_id, host.clock.now_ms())
+        .await?;
+    Ok(Json(message))
 }
 
 async fn post_brief(

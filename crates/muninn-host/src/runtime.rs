@@ -751,6 +751,10 @@ impl<B: Backend> MindRunner<B> {
             miss_cause: outcome.miss,
             decision: decision.to_string(),
             boundary,
+            events: (outcome.retries.iter().map(serde_json::to_value))
+                .chain(outcome.events.iter().map(serde_json::to_value))
+                .filter_map(Result::ok)
+                .collect(),
         }
     }
 
@@ -1191,9 +1195,11 @@ impl<B: Backend> MindRunner<B> {
                     room: SELF_ROOM.to_string(),
                     sender: "self".to_string(),
                     is_direct: true,
+                    to_you: true,
                     text: format!("Self run {} finished: {excerpt}", brief.seq),
                     source_id: format!("self-brief-{}", brief.seq),
                     received_at_ms: now,
+                    context: Vec::new(),
                 },
             )
             .await?;

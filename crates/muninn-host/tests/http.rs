@@ -158,6 +158,7 @@ fn ledger_row(mind: &str, at_ms: i64, cost: i64) -> LedgerRow {
         miss_cause: Some(MissCause::ColdStart),
         decision: "append".into(),
         boundary: true,
+        events: Vec::new(),
     }
 }
 
@@ -296,22 +297,73 @@ async fn deliveries_are_idempotent_by_source_id_and_wake_the_runtime() {
         .await
         .unwrap();
     assert_eq!(stored.len(), 2);
-    assert_eq!(stored[0].source_id, "ev-1");
-    assert_eq!(stored[0].received_at_ms, T0);
-    assert_eq!(stored[0].sender, "@ada:example.org");
+    assert_eq!(
+        stored[0],
+        muninn_store::Delivery {
+            mind: "vala".into(),
+            seq: 1,
+            room: "#swarm".into(),
+            sender: "@ada:example.org".into(),
+            is_direct: false,
+            to_you: false,
+            text: "hello, Vala".into(),
+            source_id: "ev-1".into(),
+            received_at_ms: T0,
+            context: Vec::new(),
+        }
+    );
+
+    // A mention with room history: both are stored with the delivery, lines in order.
+    let mut with_context = delivery("ev-3");
+    with_context.to_you = true;
+    with_context.context = vec![
+        ContextLine {
+            id: Some("$ev-0".into()),
+            sender: "@bo:example.org".into(),
+            text: "earlier".into(),
+        },
+        ContextLine {
+            id: None,
+            sender: "@cy:example.org".into(),
+            text: "just before".into(),
+        },
+    ];
+    let third = server
+        .client
+        .post_delivery("vala", &with_context)
+        .await
+        .unwrap();
+    assert_eq!(third.seq, 3);
+    let stored = server
+        .host
+        .store
+        .pending_deliveries("vala", 2, 10)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert!(stored[0].to_you);
+    assert_eq!(
+        stored[0].context,
+        vec![
+            muninn_store::ContextLine {
+                id: Some("$ev-0".into()),
+                sender: "@bo:example.org".into(),
+                text: "earlier".into(),
+            },
+            muninn_store::ContextLine {
+                id: None,
+                sender: "@cy:example.org".into(),
+                text: "just before".into(),
+            },
+        ]
+    );
 
     // Refusals, each in the API's error shape.
-    let mut bad_room = delivery("ev-3");
+    let mut bad_room = delivery("ev-4");
     bad_room.room = "swarm".into();
-    let mut empty_text = delivery("ev-3");
+    let mut empty_text = delivery("ev-4");
     empty_text.text = " ".into();
-    let mut with_context = delivery("ev-3");
-    with_context.context.push(ContextLine {
-        id: None,
-        sender: "@bo".into(),
-        text: "earlier".into(),
-    });
-    for request in [bad_room, empty_text, with_context] {
+    for request in [bad_room, empty_text] {
         let error = server
             .client
             .post_delivery("vala", &request)
@@ -321,7 +373,7 @@ async fn deliveries_are_idempotent_by_source_id_and_wake_the_runtime() {
     }
     let error = server
         .client
-        .post_delivery("nobody", &delivery("ev-3"))
+        .post_delivery("nobody", &delivery("ev-4"))
         .await
         .unwrap_err();
     assert_eq!(api_error(error), (404, "mind_not_found".into()));
@@ -456,15 +508,27 @@ async fn ack_is_idempotent_and_removes_the_message_from_the_outbox() {
 
     let error = server.client.ack("vala", "no-such").await.unwrap_err();
     assert_eq!(api_error(error), (404, "not_found".into()));
-    // A Mind that holds no lease (not running) cannot be acked yet: a conflict to retry.
+    // The ack is the transport's, not the runtime's: it needs no lease, so it lands while
+    // the Mind is not running (a host restarting, the lease changing hands).
+    server.enqueue("vala", token, "b1-1").await;
     server
         .host
         .store
         .release_lease("vala", token)
         .await
         .unwrap();
-    let error = server.client.ack("vala", "b1-0").await.unwrap_err();
-    assert_eq!(api_error(error), (409, "conflict".into()));
+    server.clock.advance(500);
+    let acked = server.client.ack("vala", "b1-1").await.unwrap();
+    assert_eq!(acked.acked_at_ms, Some(T0 + 1_500));
+    assert!(
+        server
+            .client
+            .outbox("vala", 0, 0)
+            .await
+            .unwrap()
+            .messages
+            .is_empty()
+    );
 }
 
 #[tokio::test]

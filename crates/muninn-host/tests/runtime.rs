@@ -78,9 +78,11 @@ async fn post(w: &World, id: &str, room: &str, sender: &str, text: &str) -> i64 
                 room: room.into(),
                 sender: sender.into(),
                 is_direct: room.starts_with('@'),
+                to_you: false,
                 text: text.into(),
                 source_id: id.into(),
                 received_at_ms: w.sim.now_ms(),
+                context: Vec::new(),
             },
         )
         .await
@@ -199,9 +201,11 @@ async fn a_dm_is_answered_alone_and_public_rooms_together() {
         room: room.to_string(),
         sender: "x".into(),
         is_direct: *dm,
+        to_you: false,
         text: "t".into(),
         source_id: format!("s{i}"),
         received_at_ms: 0,
+        context: Vec::new(),
     })
     .collect();
     assert_eq!(next_batch(&pending).len(), 2);

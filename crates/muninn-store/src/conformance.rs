@@ -10,7 +10,8 @@
 //! append-only, gap-free, ordered seqs; the ack position never moving backwards;
 //! `record_turn` being all-or-nothing (failures injected after earlier writes of the same
 //! transaction); lease fencing of every fenced method; distinct gap-free seqs under concurrent
-//! writers; reopening keeping everything; migrations being idempotent on reopen.
+//! writers; reopening keeping everything; migrations being idempotent on reopen; rows written
+//! before a migration reading back with its documented defaults.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,6 +35,14 @@ pub trait StoreFactory: Send + Sync {
     /// name again after [`Store::close`] must reopen the same database (the reopen case checks
     /// that nothing was lost).
     async fn open(&self, name: &str) -> Result<Arc<dyn Store>>;
+
+    /// Creates the database called `name` as an older build left it: the backend's migrations
+    /// up to and including `version` applied and recorded in `schema_version`, then `sql` (one
+    /// or more statements in the dialect both backends share) run on it — without opening a
+    /// store. The next [`open`](Self::open) of `name` must migrate it forward. The suite uses
+    /// this to check that rows written before a migration read back with the documented
+    /// defaults.
+    async fn create_at_version(&self, name: &str, version: i64, sql: &str) -> Result<()>;
 }
 
 type Case = for<'a> fn(&'a dyn StoreFactory) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
@@ -61,6 +70,7 @@ const CASES: &[(&str, Case)] = cases![
     record_turn_all_or_nothing,
     concurrent_writers_get_gap_free_seqs,
     reopen_keeps_everything,
+    rows_from_schema_2_migrate_forward,
     unknown_mind,
 ];
 
@@ -163,9 +173,28 @@ fn delivery(n: i64) -> NewDelivery {
         room: "#swarm".into(),
         sender: format!("@user{}:example.org", n % 3),
         is_direct: n % 2 == 0,
+        to_you: n % 3 == 0,
         text: format!("message {n}"),
         source_id: format!("$event{n}"),
         received_at_ms: 30_000 + n,
+        // Every third delivery brings the room history before it; one line has no event id,
+        // one has text that needs escaping in JSON.
+        context: if n % 3 == 0 {
+            vec![
+                ContextLine {
+                    id: Some(format!("$before{n}")),
+                    sender: "@ann:example.org".into(),
+                    text: "earlier, \"quoted\"\nand on two lines — ünïcode".into(),
+                },
+                ContextLine {
+                    id: None,
+                    sender: "@bob:example.org".into(),
+                    text: format!("just before {n}"),
+                },
+            ]
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -212,6 +241,7 @@ fn ledger_row(mind: &str, at_ms: i64, cost: i64) -> LedgerRow {
         miss_cause: Some(MissCause::TtlExpiry),
         decision: "append".into(),
         boundary: true,
+        events: Vec::new(),
     }
 }
 
@@ -454,7 +484,6 @@ async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
         store.mark_outbox_sent(m, stale, "b1-0", None, 5).await,
         "mark sent",
     );
-    assert_fenced(store.ack_outbox(m, stale, "b1-0", 5).await, "ack outbox");
     assert_fenced(
         store.append_ledger(m, stale, &[ledger_row(m, 1, 1)]).await,
         "ledger",
@@ -525,6 +554,10 @@ async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
         let mut s = ok(store.segments(m, Role::Persona).await, "segments");
         s.pop()
     });
+
+    // An outbox ack is not fenced: it comes from the transport, not from a lease holder.
+    let acked = ok(store.ack_outbox(m, "b1-0", 5).await, "ack outbox");
+    assert_eq!(acked.acked_at_ms, Some(5));
 
     // The fresh holder writes fine, and the seq continues without a gap.
     let seqs = ok(
@@ -789,14 +822,25 @@ async fn mailbox(factory: &dyn StoreFactory) {
         pending.iter().map(|d| d.seq).collect::<Vec<_>>(),
         vec![1, 2, 3, 4, 5, 6]
     );
-    let third = &pending[2];
-    assert_eq!(third.text, "message 3");
-    assert_eq!(third.source_id, "$event3");
-    assert_eq!(third.sender, "@user0:example.org");
-    assert!(!third.is_direct);
-    assert!(pending[1].is_direct);
-    assert_eq!(third.received_at_ms, 30_003);
-    assert_eq!(third.mind, "m");
+    // Whole rows round-trip, mention flag and room history included (the first row has
+    // neither, the third both).
+    let stored = |n: i64, posted: NewDelivery| Delivery {
+        mind: "m".into(),
+        seq: n,
+        room: posted.room,
+        sender: posted.sender,
+        is_direct: posted.is_direct,
+        to_you: posted.to_you,
+        text: posted.text,
+        source_id: posted.source_id,
+        received_at_ms: posted.received_at_ms,
+        context: posted.context,
+    };
+    assert_eq!(pending[0], stored(1, delivery(1)));
+    assert_eq!(pending[2], stored(3, delivery(3)));
+    assert!(!pending[0].to_you && pending[0].context.is_empty());
+    assert!(pending[2].to_you && pending[2].context.len() == 2);
+    assert!(pending[1].is_direct && !pending[2].is_direct);
     let page = ok(store.pending_deliveries("m", 2, 2).await, "page");
     assert_eq!(page.iter().map(|d| d.seq).collect::<Vec<_>>(), vec![3, 4]);
 
@@ -870,12 +914,60 @@ async fn outbox(factory: &dyn StoreFactory) {
     assert_eq!(unsent, vec!["b1-1", "b2-0"]);
     assert_eq!(ok(store.unacked_outbox("m", 10).await, "unacked").len(), 3);
 
-    let acked = ok(store.ack_outbox("m", token, "b1-0", 70).await, "ack");
+    // A page after a seq: unacknowledged, seq > after, in seq order, at most `limit`.
+    let seqs = |page: Vec<OutboxMessage>| page.iter().map(|m| m.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 0, 10).await, "after 0")),
+        vec![1, 2, 3]
+    );
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 1, 10).await, "after 1")),
+        vec![2, 3]
+    );
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 0, 2).await, "limit 2")),
+        vec![1, 2]
+    );
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 3, 10).await, "after last")),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 0, 0).await, "limit 0")),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        ok(store.outbox_after("m", 0, 10).await, "whole rows"),
+        ok(store.unacked_outbox("m", 10).await, "unacked")
+    );
+
+    let acked = ok(store.ack_outbox("m", "b1-0", 70).await, "ack");
     assert_eq!(acked.acked_at_ms, Some(70));
     assert_eq!(acked.sent_at_ms, Some(50));
-    // Acknowledging an unsent message implies it was sent.
-    let acked2 = ok(store.ack_outbox("m", token, "b1-1", 80).await, "ack unsent");
+    assert_eq!(
+        ok(store.ack_outbox("m", "b1-0", 75).await, "ack again"),
+        acked,
+        "acking twice keeps the first"
+    );
+    assert_eq!(
+        seqs(ok(store.outbox_after("m", 0, 10).await, "acked skipped")),
+        vec![2, 3]
+    );
+    // An ack needs no lease: the transport acks while no host holds the Mind. Acknowledging
+    // an unsent message implies it was sent.
+    ok(store.release_lease("m", token).await, "release");
+    let acked2 = ok(
+        store.ack_outbox("m", "b1-1", 80).await,
+        "ack unsent, no lease",
+    );
     assert_eq!(acked2.sent_at_ms, Some(80));
+    assert_eq!(acked2.acked_at_ms, Some(80));
+    let token = ok(
+        store.acquire_lease("m", "h", 60_000, 90).await,
+        "re-acquire",
+    )
+    .unwrap_or_else(|| panic!("lease refused after release"))
+    .token;
     let unacked: Vec<String> = ok(store.unacked_outbox("m", 10).await, "unacked")
         .into_iter()
         .map(|m| m.request_id)
@@ -886,10 +978,7 @@ async fn outbox(factory: &dyn StoreFactory) {
         store.mark_outbox_sent("m", token, "nope", None, 1).await,
         "unknown id",
     );
-    assert_not_found(
-        store.ack_outbox("m", token, "nope", 1).await,
-        "unknown id ack",
-    );
+    assert_not_found(store.ack_outbox("m", "nope", 1).await, "unknown id ack");
     store.close().await;
 }
 
@@ -901,11 +990,16 @@ async fn ledger(factory: &dyn StoreFactory) {
     no_raw.raw_usage = None;
     no_raw.miss_cause = None;
     no_raw.boundary = false;
-    let a_rows = vec![
-        ledger_row("a", 1_000, 100),
-        ledger_row("a", 2_000, 250),
-        no_raw,
+    // A request with flagged events: two retries, a TTL the provider did not honour, a read
+    // shortfall. They come back as written, in order.
+    let mut flagged = ledger_row("a", 2_000, 250);
+    flagged.events = vec![
+        json!({"attempt": 1, "delay_ms": 500, "status": 529, "kind": "overloaded_error", "retry_after_ms": null}),
+        json!({"attempt": 2, "delay_ms": 1_000, "status": null, "kind": "transport", "retry_after_ms": 1_000}),
+        json!({"type": "ttl_mismatch", "check": {"expected_5m": 0, "expected_1h": 300, "honoured_5m": 300, "honoured_1h": 0}}),
+        json!({"type": "read_shortfall", "predicted": 12_000, "reported": 0, "note": "ünïcode \"q\""}),
     ];
+    let a_rows = vec![ledger_row("a", 1_000, 100), flagged, no_raw];
     let a_ids = ok(store.append_ledger("a", ta, &a_rows).await, "append a");
     let b_ids = ok(
         store
@@ -1525,6 +1619,81 @@ async fn reopen_keeps_everything(factory: &dyn StoreFactory) {
     store.close().await;
 }
 
+/// Rows as a build at schema version 2 wrote them: a delivery (before `to_you` and `context`)
+/// and a ledger row (before `events`). Plain SQL both backends accept.
+const ROWS_AT_SCHEMA_2: &str = "\
+    INSERT INTO minds (id, display_name, config, created_at_ms) VALUES ('m', 'M', '{}', 1);\
+    INSERT INTO counters (mind_id, name, value) VALUES ('m', 'delivery', 1);\
+    INSERT INTO deliveries (mind_id, seq, room, sender, is_direct, text, source_id, \
+        received_at_ms) VALUES ('m', 1, '#swarm', '@ann:example.org', TRUE, 'old message', \
+        '$old1', 30001);\
+    INSERT INTO ledger (mind_id, role, segment, turn, at_ms, idle_gap_ms, model, \
+        prefix_tokens, rehydration_tokens, usage_input, usage_cache_write_5m, \
+        usage_cache_write_1h, usage_cache_read, usage_output, raw_usage, cost_micro_usd, \
+        predicted_read, predicted_write, cache_state, miss_cause, decision, boundary) \
+        VALUES ('m', 'persona', 0, 1, 5000, 0, 'sim', 10, 10, 10, 0, 0, 0, 5, NULL, 42, 0, 10, \
+        'cold', 'cold_start', 'append', TRUE);";
+
+async fn rows_from_schema_2_migrate_forward(factory: &dyn StoreFactory) {
+    ok(
+        factory
+            .create_at_version("schema_2", 2, ROWS_AT_SCHEMA_2)
+            .await,
+        "create at schema 2",
+    );
+    let store = open(factory, "schema_2").await;
+    assert!(
+        ok(store.schema_version().await, "version") > 2,
+        "migrated forward"
+    );
+    // The old delivery: not addressed to the Mind, no room history.
+    let old = Delivery {
+        mind: "m".into(),
+        seq: 1,
+        room: "#swarm".into(),
+        sender: "@ann:example.org".into(),
+        is_direct: true,
+        to_you: false,
+        text: "old message".into(),
+        source_id: "$old1".into(),
+        received_at_ms: 30_001,
+        context: Vec::new(),
+    };
+    assert_eq!(
+        ok(store.pending_deliveries("m", 0, 10).await, "pending"),
+        vec![old.clone()]
+    );
+    // The old ledger row: no events.
+    let ledger = ok(store.ledger(&LedgerQuery::default()).await, "ledger");
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0].row.events, Vec::<serde_json::Value>::new());
+    assert_eq!(ledger[0].row.cost, MicroUsd(42));
+    assert_eq!(ledger[0].row.miss_cause, Some(MissCause::ColdStart));
+    // New rows beside the old ones carry the new fields.
+    assert_eq!(
+        ok(store.post_delivery("m", &delivery(3)).await, "post").seq,
+        2
+    );
+    let pending = ok(store.pending_deliveries("m", 0, 10).await, "pending");
+    assert_eq!(pending[0], old);
+    assert_eq!(pending[1].context, delivery(3).context);
+    assert!(pending[1].to_you);
+    let token = match ok(store.acquire_lease("m", "h", 60_000, 10_000).await, "lease") {
+        Some(lease) => lease.token,
+        None => panic!("lease refused"),
+    };
+    let mut row = ledger_row("m", 6_000, 1);
+    row.events = vec![json!({"type": "read_shortfall", "predicted": 10, "reported": 0})];
+    ok(
+        store.append_ledger("m", token, &[row.clone()]).await,
+        "append",
+    );
+    let ledger = ok(store.ledger(&LedgerQuery::default()).await, "ledger");
+    assert_eq!(ledger.len(), 2);
+    assert_eq!(ledger[1].row, row);
+    store.close().await;
+}
+
 async fn unknown_mind(factory: &dyn StoreFactory) {
     let store = open(factory, "unknown_mind").await;
     assert_eq!(
@@ -1537,6 +1706,11 @@ async fn unknown_mind(factory: &dyn StoreFactory) {
     );
     assert_eq!(ok(store.ack_position("zz").await, "ack"), 0);
     assert_eq!(ok(store.unsent_outbox("zz", 5).await, "outbox"), vec![]);
+    assert_eq!(
+        ok(store.outbox_after("zz", 0, 5).await, "outbox after"),
+        vec![]
+    );
+    assert_not_found(store.ack_outbox("zz", "b1-0", 1).await, "ack");
     assert_eq!(
         ok(store.spend("zz", 0, i64::MAX).await, "spend"),
         MicroUsd::ZERO

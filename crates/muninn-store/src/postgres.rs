@@ -35,6 +35,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "turn_keys",
         include_str!("../migrations/postgres/0002_turn_keys.sql"),
     ),
+    (
+        3,
+        "delivery_context_ledger_events",
+        include_str!("../migrations/postgres/0003_delivery_context_ledger_events.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migrations ("muninn" in ASCII).

@@ -49,6 +49,17 @@ pub(crate) fn parse_json(text: &str, what: &str) -> Result<serde_json::Value> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
+/// Serialises a list (delivery context, ledger events) for a TEXT column.
+pub(crate) fn list_text<T: serde::Serialize>(items: &[T], what: &str) -> Result<String> {
+    serde_json::to_string(items)
+        .map_err(|e| StoreError::invalid(format!("unserialisable {what}: {e}")))
+}
+
+/// Parses a TEXT column holding a JSON list.
+pub(crate) fn parse_list<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<Vec<T>> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
 /// `%needle%` for a `LIKE … ESCAPE '\'` over lower-cased text.
 pub(crate) fn like_pattern(needle: &str) -> String {
     let mut pattern = String::with_capacity(needle.len() + 2);
@@ -97,8 +108,8 @@ macro_rules! impl_sql_store {
     ($store:ident, $db:ty, $conn:ty, $name:literal) => {
         use $crate::error::{Result, StoreError};
         use $crate::sql::{
-            check_note, json_text, like_pattern, miss_cause_text, parse_json, parse_miss_cause,
-            to_i64, to_u64,
+            check_note, json_text, like_pattern, list_text, miss_cause_text, parse_json,
+            parse_list, parse_miss_cause, to_i64, to_u64,
         };
         use $crate::types::*;
         use muninn_core::ledger::LedgerRow;
@@ -150,9 +161,11 @@ macro_rules! impl_sql_store {
                 room: row.try_get("room")?,
                 sender: row.try_get("sender")?,
                 is_direct: row.try_get("is_direct")?,
+                to_you: row.try_get("to_you")?,
                 text: row.try_get("text")?,
                 source_id: row.try_get("source_id")?,
                 received_at_ms: row.try_get("received_at_ms")?,
+                context: parse_list(&row.try_get::<String, _>("context")?, "delivery context")?,
             })
         }
 
@@ -217,6 +230,7 @@ macro_rules! impl_sql_store {
                     miss_cause: miss_cause.map(|text| parse_miss_cause(&text)).transpose()?,
                     decision: row.try_get("decision")?,
                     boundary: row.try_get("boundary")?,
+                    events: parse_list(&row.try_get::<String, _>("events")?, "ledger events")?,
                 },
             })
         }
@@ -398,8 +412,9 @@ macro_rules! impl_sql_store {
                      prefix_tokens, rehydration_tokens, usage_input, usage_cache_write_5m, \
                      usage_cache_write_1h, usage_cache_read, usage_output, raw_usage, \
                      cost_micro_usd, predicted_read, predicted_write, cache_state, miss_cause, \
-                     decision, boundary) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
-                     $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) RETURNING id",
+                     decision, boundary, events) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+                     $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) \
+                     RETURNING id",
                 )
                 .bind(mind)
                 .bind(&row.role)
@@ -423,6 +438,7 @@ macro_rules! impl_sql_store {
                 .bind(miss_cause)
                 .bind(&row.decision)
                 .bind(row.boundary)
+                .bind(list_text(&row.events, "ledger events")?)
                 .fetch_one(&mut *conn)
                 .await?;
                 ids.push(inserted.try_get("id")?);
@@ -1054,17 +1070,20 @@ macro_rules! impl_sql_store {
                     });
                 }
                 sqlx::query(
-                    "INSERT INTO deliveries (mind_id, seq, room, sender, is_direct, text, \
-                     source_id, received_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    "INSERT INTO deliveries (mind_id, seq, room, sender, is_direct, to_you, \
+                     text, source_id, received_at_ms, context) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                 )
                 .bind(mind)
                 .bind(seq)
                 .bind(&delivery.room)
                 .bind(&delivery.sender)
                 .bind(delivery.is_direct)
+                .bind(delivery.to_you)
                 .bind(&delivery.text)
                 .bind(&delivery.source_id)
                 .bind(delivery.received_at_ms)
+                .bind(list_text(&delivery.context, "delivery context")?)
                 .execute(&mut *tx)
                 .await?;
                 tx.commit().await?;
@@ -1078,8 +1097,8 @@ macro_rules! impl_sql_store {
                 limit: i64,
             ) -> Result<Vec<Delivery>> {
                 let rows = sqlx::query(
-                    "SELECT mind_id, seq, room, sender, is_direct, text, source_id, \
-                     received_at_ms FROM deliveries WHERE mind_id = $1 AND seq > $2 \
+                    "SELECT mind_id, seq, room, sender, is_direct, to_you, text, source_id, \
+                     received_at_ms, context FROM deliveries WHERE mind_id = $1 AND seq > $2 \
                      ORDER BY seq LIMIT $3",
                 )
                 .bind(mind)
@@ -1148,6 +1167,26 @@ macro_rules! impl_sql_store {
                 rows.iter().map(outbox_from).collect()
             }
 
+            async fn outbox_after(
+                &self,
+                mind: &str,
+                after_seq: i64,
+                limit: i64,
+            ) -> Result<Vec<OutboxMessage>> {
+                let rows = sqlx::query(
+                    "SELECT mind_id, request_id, seq, room, text, created_at_ms, sent_at_ms, \
+                     remote_id, acked_at_ms FROM outbox \
+                     WHERE mind_id = $1 AND seq > $2 AND acked_at_ms IS NULL \
+                     ORDER BY seq LIMIT $3",
+                )
+                .bind(mind)
+                .bind(after_seq)
+                .bind(limit.max(0))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter().map(outbox_from).collect()
+            }
+
             async fn mark_outbox_sent(
                 &self,
                 mind: &str,
@@ -1178,12 +1217,12 @@ macro_rules! impl_sql_store {
             async fn ack_outbox(
                 &self,
                 mind: &str,
-                token: FencingToken,
                 request_id: &str,
                 acked_at_ms: i64,
             ) -> Result<OutboxMessage> {
+                // Not fenced: the transport acknowledges, whichever host holds the lease.
+                // COALESCE keeps the first ack time, so a repeat or a race changes nothing.
                 let mut tx = self.begin_write().await?;
-                fence(&mut tx, mind, token).await?;
                 sqlx::query(
                     "UPDATE outbox SET acked_at_ms = COALESCE(acked_at_ms, $3), \
                      sent_at_ms = COALESCE(sent_at_ms, $3) \
@@ -1289,8 +1328,8 @@ macro_rules! impl_sql_store {
                              prefix_tokens, rehydration_tokens, usage_input, \
                              usage_cache_write_5m, usage_cache_write_1h, usage_cache_read, \
                              usage_output, raw_usage, cost_micro_usd, predicted_read, \
-                             predicted_write, cache_state, miss_cause, decision, boundary \
-                             FROM ledger WHERE at_ms >= $1 AND at_ms < $2 AND id > $3 \
+                             predicted_write, cache_state, miss_cause, decision, boundary, \
+                             events FROM ledger WHERE at_ms >= $1 AND at_ms < $2 AND id > $3 \
                              AND mind_id = $5 ORDER BY id LIMIT $4",
                         )
                         .bind(from)
@@ -1307,8 +1346,8 @@ macro_rules! impl_sql_store {
                              prefix_tokens, rehydration_tokens, usage_input, \
                              usage_cache_write_5m, usage_cache_write_1h, usage_cache_read, \
                              usage_output, raw_usage, cost_micro_usd, predicted_read, \
-                             predicted_write, cache_state, miss_cause, decision, boundary \
-                             FROM ledger WHERE at_ms >= $1 AND at_ms < $2 AND id > $3 \
+                             predicted_write, cache_state, miss_cause, decision, boundary, \
+                             events FROM ledger WHERE at_ms >= $1 AND at_ms < $2 AND id > $3 \
                              ORDER BY id LIMIT $4",
                         )
                         .bind(from)

@@ -43,6 +43,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "turn_keys",
         include_str!("../migrations/sqlite/0002_turn_keys.sql"),
     ),
+    (
+        3,
+        "delivery_context_ledger_events",
+        include_str!("../migrations/sqlite/0003_delivery_context_ledger_events.sql"),
+    ),
 ];
 
 /// How long a writer waits for another writer's lock before giving up with `Busy`.

@@ -12,8 +12,8 @@
 //!   runs a Mind. Each checks, inside its own transaction, that the token is the Mind's current
 //!   lease token and fails with [`StoreError::Fenced`](crate::StoreError::Fenced) otherwise, so a
 //!   host that lost its lease cannot write even one row after the new holder's first.
-//!   Methods without a token are intake or operator actions (deliveries, operator briefs,
-//!   settings) that any host may perform.
+//!   Methods without a token are intake, transport or operator actions (deliveries, outbox
+//!   acks, operator briefs, settings) that any host may perform.
 //! - **Append-only.** Transcript, deliveries and the ledger have no update or delete method;
 //!   their seqs (and ledger ids) only grow. Transcript, delivery and brief seqs are 1-based and
 //!   gap-free per Mind (per role for the transcript), including under concurrent writers.
@@ -179,6 +179,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn unsent_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>>;
     /// Messages not yet acknowledged (sent or not), in recording order, at most `limit`.
     async fn unacked_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>>;
+    /// Messages not yet acknowledged with `seq > after_seq`, in seq (recording) order, at most
+    /// `limit`: a transport's or API client's next page, read from the `(mind, seq)` index.
+    async fn outbox_after(
+        &self,
+        mind: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboxMessage>>;
     /// Marks a message sent (idempotent: the first send time and remote id stay). Fenced.
     async fn mark_outbox_sent(
         &self,
@@ -188,11 +196,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         remote_id: Option<&str>,
         sent_at_ms: i64,
     ) -> Result<OutboxMessage>;
-    /// Marks a message acknowledged by the peer (idempotent; implies sent). Fenced.
+    /// Marks a message acknowledged by the peer (idempotent: the first ack time stays; implies
+    /// sent). Not fenced: the acknowledgement comes from the transport (the Matrix mouth), not
+    /// from the Mind's writer, and must land even while no host holds the lease or the lease
+    /// is changing hands. `NotFound` if the message is unknown.
     async fn ack_outbox(
         &self,
         mind: &str,
-        token: FencingToken,
         request_id: &str,
         acked_at_ms: i64,
     ) -> Result<OutboxMessage>;

@@ -203,12 +203,32 @@ pub struct NewDelivery {
     pub sender: String,
     /// Whether it arrived in a DM.
     pub is_direct: bool,
+    /// Whether it mentions the Mind (absent in older rows: `false`).
+    #[serde(default)]
+    pub to_you: bool,
     /// The message text.
     pub text: String,
     /// The source's id for it (Matrix event id, API request id): intake is idempotent by it.
     pub source_id: String,
     /// When it was received, Unix ms.
     pub received_at_ms: i64,
+    /// The room history that came with it, oldest first (absent in older rows: empty).
+    #[serde(default)]
+    pub context: Vec<ContextLine>,
+}
+
+/// A line of room history that came with a delivery. The renderer shows each line once per
+/// segment (by `id`), however many deliveries carry it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextLine {
+    /// The room event id, if the source gave one (a line without one cannot be recognised
+    /// when a later delivery carries it again).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Who said it.
+    pub sender: String,
+    /// What was said.
+    pub text: String,
 }
 
 /// A delivery in a Mind's mailbox.
@@ -224,12 +244,19 @@ pub struct Delivery {
     pub sender: String,
     /// Whether it arrived in a DM.
     pub is_direct: bool,
+    /// Whether it mentions the Mind (`false` for rows stored before migration 3).
+    #[serde(default)]
+    pub to_you: bool,
     /// The text.
     pub text: String,
     /// The source's id.
     pub source_id: String,
     /// When it was received, Unix ms.
     pub received_at_ms: i64,
+    /// The room history that came with it, oldest first (empty for rows stored before
+    /// migration 3).
+    #[serde(default)]
+    pub context: Vec<ContextLine>,
 }
 
 /// The answer to a delivery intake.

@@ -38,6 +38,62 @@ impl StoreFactory for SqliteFactory {
         let path = self.dir.path().join(format!("{name}.db"));
         Ok(Arc::new(SqliteStore::open(path).await?))
     }
+
+    async fn create_at_version(
+        &self,
+        name: &str,
+        version: i64,
+        sql: &str,
+    ) -> muninn_store::Result<()> {
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(self.dir.path().join(format!("{name}.db")))
+            .create_if_missing(true)
+            .foreign_keys(true);
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await?;
+        sqlx::raw_sql(
+            "CREATE TABLE schema_version (version INTEGER PRIMARY KEY NOT NULL, \
+             name TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+        )
+        .execute(&pool)
+        .await?;
+        apply_migrations_through(&pool, muninn_store::sqlite::MIGRATIONS, version).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&pool)
+            .await?;
+        pool.close().await;
+        Ok(())
+    }
+}
+
+/// Applies `migrations` up to and including `version` on a raw pool, recording each, as the
+/// build that stopped at `version` did.
+async fn apply_migrations_through<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+    migrations: &[(i64, &'static str, &'static str)],
+    version: i64,
+) -> muninn_store::Result<()>
+where
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    <DB as sqlx::Database>::Arguments: sqlx::IntoArguments<DB>,
+    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    assert!(
+        migrations.iter().any(|m| m.0 == version),
+        "no migration {version}"
+    );
+    for (number, name, sql) in migrations.iter().filter(|m| m.0 <= version) {
+        sqlx::raw_sql(*sql).execute(pool).await?;
+        sqlx::query("INSERT INTO schema_version (version, name) VALUES ($1, $2)")
+            .bind(*number)
+            .bind(*name)
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
 }
 
 fn print_timings(backend: &str, timings: &[(&str, Duration)], total: Duration) {
@@ -86,6 +142,7 @@ fn ledger_row(mind: &str) -> muninn_core::ledger::LedgerRow {
         miss_cause: Some(muninn_core::ledger::MissCause::ColdStart),
         decision: "append".into(),
         boundary: true,
+        events: Vec::new(),
     }
 }
 
@@ -447,6 +504,33 @@ impl StoreFactory for PostgresFactory {
         Ok(Arc::new(
             PostgresStore::connect_in_schema(&postgres_url(), &schema).await?,
         ))
+    }
+
+    async fn create_at_version(
+        &self,
+        name: &str,
+        version: i64,
+        sql: &str,
+    ) -> muninn_store::Result<()> {
+        let schema = self.schema_for(name).await;
+        let options = sqlx::postgres::PgConnectOptions::from_str(&postgres_url())?
+            .options([("search_path", schema.as_str())]);
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await?;
+        sqlx::raw_sql(
+            "CREATE TABLE schema_version (version BIGINT PRIMARY KEY NOT NULL, \
+             name TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT CAST(CURRENT_TIMESTAMP AS TEXT))",
+        )
+        .execute(&pool)
+        .await?;
+        apply_migrations_through(&pool, muninn_store::postgres::MIGRATIONS, version).await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&pool)
+            .await?;
+        pool.close().await;
+        Ok(())
     }
 }
 

@@ -46,8 +46,7 @@ pub struct PostDeliveryRequest {
     /// Whether it arrived in a DM room.
     #[serde(default)]
     pub is_direct: bool,
-    /// Whether it mentions the Mind. Only `false` is accepted until the store's delivery row
-    /// can hold it (refused with 422 rather than silently dropped).
+    /// Whether it mentions the Mind (default `false`). Stored with the delivery.
     #[serde(default)]
     pub to_you: bool,
     /// The message text.
@@ -55,8 +54,9 @@ pub struct PostDeliveryRequest {
     /// The source's id for it (a Matrix event id, a client-chosen request id). Intake is
     /// idempotent by it: posting the same id again returns the first seq with `created: false`.
     pub source_id: String,
-    /// Room history before the message, oldest first. Only an empty list is accepted until the
-    /// store's delivery row can hold it (refused with 422 rather than silently dropped).
+    /// Room history before the message, oldest first (default empty). Stored with the
+    /// delivery; the Mind is shown each line once per segment, recognised by its `id`, however
+    /// many deliveries carry it — so send the room event id whenever there is one.
     #[serde(default)]
     pub context: Vec<ContextLine>,
 }
@@ -65,7 +65,8 @@ pub struct PostDeliveryRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContextLine {
-    /// The room event id, if known.
+    /// The room event id, if known. A line without one cannot be recognised when a later
+    /// delivery carries it again.
     #[serde(default)]
     pub id: Option<String>,
     /// Who said it.
