@@ -804,9 +804,22 @@ impl<B: Backend> MindRunner<B> {
                     room: d.room.clone(),
                     sender: d.sender.clone(),
                     is_direct: d.is_direct,
-                    to_you: true,
+                    to_you: d.to_you,
                     text: d.text.clone(),
-                    context: Vec::new(),
+                    // A line without an id cannot be recognised when a later delivery repeats it;
+                    // its text stands in for the id, so an identical line is shown once.
+                    context: d
+                        .context
+                        .iter()
+                        .map(|line| render::HistoryLine {
+                            id: line
+                                .id
+                                .clone()
+                                .unwrap_or_else(|| format!("text:{}:{}", line.sender, line.text)),
+                            sender: line.sender.clone(),
+                            text: line.text.clone(),
+                        })
+                        .collect(),
                 })
                 .collect(),
             status: String::new(),
@@ -815,7 +828,14 @@ impl<B: Backend> MindRunner<B> {
 
         // The decider: append, or refresh into a new segment.
         let head = self.head_tokens(self.persona.renderer.as_ref());
-        let delta: Tokens = batch.iter().map(|d| count(&d.text) + 12).sum();
+        // New tokens this turn: the messages, and their context lines (an upper bound: lines the
+        // segment has shown already are not repeated).
+        let delta: Tokens = batch
+            .iter()
+            .map(|d| {
+                count(&d.text) + 12 + d.context.iter().map(|l| count(&l.text) + 8).sum::<Tokens>()
+            })
+            .sum();
         let mut decision: Option<Decision> = None;
         let (state, reason) = if self.persona.renderer.is_none() || self.persona.broken {
             (

@@ -583,6 +583,8 @@ async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
                 text: "hello".into(),
                 source_id: "e1".into(),
                 received_at_ms: T0,
+                to_you: false,
+                context: Vec::new(),
             },
         )
         .await
@@ -613,4 +615,69 @@ async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
     assert!(!everything.contains(SECRET));
     assert!(!ledger.is_empty() && !transcript.is_empty());
     server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn room_history_that_came_with_deliveries_is_shown_once_per_segment() {
+    let w = world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let line = |id: &str, text: &str| muninn_store::ContextLine {
+        id: Some(id.into()),
+        sender: "bo".into(),
+        text: text.into(),
+    };
+    let deliver = |id: &str, text: &str, context: Vec<muninn_store::ContextLine>| NewDelivery {
+        room: "#swarm".into(),
+        sender: "ari".into(),
+        is_direct: false,
+        text: text.into(),
+        source_id: id.into(),
+        received_at_ms: w.sim.now_ms(),
+        to_you: true,
+        context,
+    };
+    let store = &w.host.store;
+    store
+        .post_delivery(
+            "vala",
+            &deliver(
+                "m3",
+                "third",
+                vec![line("m1", "history one"), line("m2", "history two")],
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    store
+        .post_delivery(
+            "vala",
+            &deliver(
+                "m5",
+                "fifth",
+                vec![
+                    line("m2", "history two"),
+                    line("m3", "third"),
+                    line("m4", "history four"),
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let requests = w.sim.requests();
+    let last_user = |i: usize| {
+        let messages = requests[i].body["messages"].as_array().unwrap();
+        messages.last().unwrap()["content"].to_string()
+    };
+    assert!(last_user(0).contains("history one") && last_user(0).contains("history two"));
+    let second = last_user(1);
+    assert!(second.contains("history four"), "{second}");
+    assert!(
+        !second.contains("history two") && !second.contains("history one"),
+        "{second}"
+    );
+    assert!(second.contains("to you"));
 }
