@@ -551,6 +551,8 @@ async fn set_brake(host: &Host, brake: bool) -> ApiResult<BrakeResponse> {
     }
     tracing::info!(brake, minds = minds.len(), "operator brake");
     host.signals.inbox.notify_one();
+    // Released: waiting transports pick up what the brake held back.
+    host.signals.outbox.notify_waiters();
     Ok(BrakeResponse { brake, minds })
 }
 
@@ -631,6 +633,20 @@ async fn post_delivery(
         .into_response())
 }
 
+/// The outbox messages the transport may send now: none while the operator brake is on (it stops
+/// sends at once, not only new model calls); they are handed out when it is released.
+async fn sendable(
+    host: &Host,
+    mind: &str,
+    after: i64,
+    limit: i64,
+) -> ApiResult<Vec<OutboxMessage>> {
+    if host.store.settings(mind).await?.brake {
+        return Ok(Vec::new());
+    }
+    Ok(host.store.outbox_after(mind, after, limit).await?)
+}
+
 async fn get_outbox(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -644,7 +660,7 @@ async fn get_outbox(
     let limit = clamp_limit(query.limit)?;
     let wait = Duration::from_secs(query.wait_s.unwrap_or(0));
     let messages = long_poll(host, &state.closing, wait, || async {
-        Ok(host.store.outbox_after(&mind, after, limit).await?)
+        sendable(host, &mind, after, limit).await
     })
     .await?;
     let next_after = messages.last().map_or(after, |m| m.seq);
@@ -698,7 +714,7 @@ async fn stream_outbox(
                     return None;
                 }
                 match long_poll(&host, &closing, MAX_WAIT, || async {
-                    Ok(host.store.outbox_after(&mind, after, DEFAULT_LIMIT).await?)
+                    sendable(&host, &mind, after, DEFAULT_LIMIT).await
                 })
                 .await
                 {

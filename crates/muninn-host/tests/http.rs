@@ -854,3 +854,35 @@ async fn shutdown_ends_open_streams_and_long_polls_instead_of_waiting_for_them()
     // The stream ended cleanly (or its connection closed).
     while let Ok(Some(_)) = stream.chunk().await {}
 }
+
+#[tokio::test]
+async fn the_brake_holds_back_sends_until_it_is_released() {
+    let server = Server::start().await;
+    let token = server.lease("vala").await;
+    server.enqueue("vala", token, "b1-0").await;
+    assert_eq!(
+        server
+            .client
+            .outbox("vala", 0, 0)
+            .await
+            .unwrap()
+            .messages
+            .len(),
+        1
+    );
+    server.client.brake(true).await.unwrap();
+    assert!(
+        server
+            .client
+            .outbox("vala", 0, 0)
+            .await
+            .unwrap()
+            .messages
+            .is_empty(),
+        "no send while braked"
+    );
+    server.client.brake(false).await.unwrap();
+    let released = server.client.outbox("vala", 0, 0).await.unwrap();
+    assert_eq!(released.messages.len(), 1);
+    assert_eq!(released.messages[0].request_id, "b1-0");
+}
