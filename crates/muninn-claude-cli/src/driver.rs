@@ -50,6 +50,7 @@ pub(crate) fn spawn(
         session_id,
         established,
         reseeds: 0,
+        launches: 0,
         child: None,
         interrupts_sent: 0,
     };
@@ -83,6 +84,8 @@ struct Driver {
     /// Whether the session has a transcript the CLI should resume.
     established: bool,
     reseeds: u32,
+    /// Children launched so far.
+    launches: u32,
     child: Option<Live>,
     interrupts_sent: u64,
 }
@@ -226,11 +229,14 @@ impl Driver {
         let ring = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_LINES)));
         tokio::spawn(drain_stderr(stderr, ring.clone()));
         tracing::debug!(session = %self.session_id, resume, pid = ?child.id(), "claude-cli: launched");
-        if resume && self.child.is_some() {
+        // A resume after an earlier launch is a relaunch (the first launch may resume a session a
+        // previous host run left, which is not news).
+        if resume && self.launches > 0 {
             events.push(SessionEvent::Relaunched {
                 session_id: self.session_id.clone(),
             });
         }
+        self.launches += 1;
         self.child = Some(Live {
             pid: child.id(),
             child,
