@@ -404,3 +404,64 @@ async fn an_interrupt_stops_a_slow_turn_and_keeps_the_process() {
     assert_eq!(o.stop_reason, "end_turn");
     assert_eq!(b.last_report().unwrap().pid, pid, "the same process");
 }
+
+struct Harness {
+    bin: PathBuf,
+    base_url: String,
+    dir: tempfile::TempDir,
+    sessions: std::sync::atomic::AtomicU32,
+}
+
+impl muninn_backend::suite::SuiteHarness for Harness {
+    type B = ClaudeCliBackend;
+
+    async fn backend(&self) -> ClaudeCliBackend {
+        let n = self
+            .sessions
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ClaudeCliBackend::new(CliConfig::new(
+            &self.bin,
+            self.dir.path(),
+            &self.base_url,
+            Secret::new("sk-test-cli"),
+            format!("5017e000-0000-4000-8000-{n:012x}"),
+        ))
+    }
+
+    fn model(&self) -> String {
+        // The CLI's default model (what it sends when not told otherwise).
+        String::new()
+    }
+
+    fn nonce(&self) -> String {
+        "claude-cli-suite".to_string()
+    }
+
+    async fn advance_clock(&self, _ms: u64) -> bool {
+        // The CLI runs on the wall clock; the TTL case is skipped.
+        false
+    }
+}
+
+/// The behaviour suite: `append_reads_grow` passes; `tool_round_trip` cannot, by design — the
+/// backend runs the CLI with `--tools=` and refuses custom tools at `start` (offering muninn's
+/// tools would need an MCP bridge). The test pins exactly that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_suite_passes_up_to_custom_tools() {
+    let Some(bin) = claude_bin() else { return };
+    let sim = sim().await;
+    let h = Harness {
+        bin,
+        base_url: sim.base_url(),
+        dir: tempfile::tempdir().unwrap(),
+        sessions: std::sync::atomic::AtomicU32::new(0),
+    };
+    let failure = muninn_backend::suite::run_backend_suite(&h)
+        .await
+        .unwrap_err();
+    assert_eq!(failure.case, "tool_round_trip", "{failure}");
+    assert!(
+        failure.message.contains("cannot offer custom tools"),
+        "{failure}"
+    );
+}
