@@ -36,17 +36,24 @@ fn claude_bin() -> Option<PathBuf> {
             );
             p.exists().then_some(p)
         });
-    if found.is_none() {
+    // Only the pinned version: the driver relies on its observed protocol.
+    let pinned = found.filter(|bin| {
+        std::process::Command::new(bin)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).starts_with("2.1.332 "))
+    });
+    if pinned.is_none() {
         if std::env::var("MUNINN_REQUIRE_PEERS").as_deref() == Ok("1") {
             panic!(
-                "MUNINN_REQUIRE_PEERS=1 but the Claude Code CLI is missing (set MUNINN_CLAUDE_BIN)"
+                "MUNINN_REQUIRE_PEERS=1 but Claude Code CLI 2.1.332 is missing (set MUNINN_CLAUDE_BIN)"
             );
         }
         eprintln!(
-            "SKIP: Claude Code CLI not found (run scripts/install-claude-cli.sh, or set MUNINN_CLAUDE_BIN)"
+            "SKIP: Claude Code CLI 2.1.332 not found (run scripts/install-claude-cli.sh, or set MUNINN_CLAUDE_BIN)"
         );
     }
-    found
+    pinned
 }
 
 async fn sim() -> SimHandle {
