@@ -126,8 +126,8 @@ impl Driver {
             tokio::select! {
                 command = commands.recv() => match command {
                     None => break,
-                    Some(Command::Turn { input, called_at, reply }) => {
-                        let done = self.turn(input, called_at, &mut interrupts).await;
+                    Some(Command::Turn { input, reply }) => {
+                        let done = self.turn(input, &mut interrupts).await;
                         // The caller may have given up on the turn; the driver has still read
                         // it to its end, so the next turn starts clean.
                         let _ = reply.send(done);
@@ -266,19 +266,13 @@ impl Driver {
         });
     }
 
-    async fn turn(
-        &mut self,
-        input: TurnInput,
-        called_at: Instant,
-        interrupts: &mut mpsc::Receiver<()>,
-    ) -> TurnDone {
+    async fn turn(&mut self, input: TurnInput, interrupts: &mut mpsc::Receiver<()>) -> TurnDone {
         let mut report = TurnReport::default();
         let mut written_at = None;
         let mut result_read_at = None;
         let result = self
             .turn_inner(
                 &input,
-                called_at,
                 interrupts,
                 &mut report,
                 &mut written_at,
@@ -298,7 +292,6 @@ impl Driver {
     async fn turn_inner(
         &mut self,
         input: &TurnInput,
-        _called_at: Instant,
         interrupts: &mut mpsc::Receiver<()>,
         report: &mut TurnReport,
         written_at: &mut Option<Instant>,

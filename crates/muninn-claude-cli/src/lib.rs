@@ -239,7 +239,6 @@ pub struct TurnReport {
 pub(crate) enum Command {
     Turn {
         input: TurnInput,
-        called_at: Instant,
         reply: oneshot::Sender<TurnDone>,
     },
     Pid {
@@ -365,13 +364,9 @@ impl Backend for ClaudeCliBackend {
             return Err(BackendError::Invalid("no session started".into()));
         };
         let (reply, rx) = oneshot::channel();
-        tx.send(Command::Turn {
-            input,
-            called_at,
-            reply,
-        })
-        .await
-        .map_err(|_| BackendError::Transport("the claude-cli driver has stopped".into()))?;
+        tx.send(Command::Turn { input, reply })
+            .await
+            .map_err(|_| BackendError::Transport("the claude-cli driver has stopped".into()))?;
         let done = rx
             .await
             .map_err(|_| BackendError::Transport("the claude-cli driver has stopped".into()))?;
