@@ -1,0 +1,690 @@
+//! The one task that owns a CLI child: launches it, writes its stdin, reads its stdout, relaunches
+//! or reseeds it, and stops it. Everything else talks to it through [`Command`]s.
+//!
+//! A turn is: make sure a child is alive (launching it with `--session-id` for a new session or
+//! `--resume` for a known one), write one validated user line, then read events to that turn's
+//! `result` — while also listening for interrupts and a timeout. A child that ends the stream
+//! before it began the turn (no `system/init`) is relaunched and the line written again, at most
+//! [`MAX_ATTEMPTS`] times; once the turn began, a death is an error, because the request may
+//! already have reached the API.
+
+use crate::event::{CliEvent, ResultEvent, decode};
+use crate::{CliConfig, Command, SessionEvent, TurnDone, TurnReport, derive_session_id};
+use crate::{parse_usage, transcript_path};
+use muninn_backend::{
+    BackendError, InputPart, RetryEvent, SessionSpec, ToolCall, TtlCheck, TurnInput, TurnOutcome,
+};
+use muninn_core::cache::Ttl;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::sync::mpsc;
+
+/// Launch-and-write attempts per turn (a dead child, then a lost session, then give up).
+const MAX_ATTEMPTS: u32 = 3;
+/// stderr lines kept for error messages.
+const STDERR_LINES: usize = 64;
+/// Longest stderr line kept.
+const STDERR_LINE_CHARS: usize = 2_000;
+
+/// Starts the driver task; returns the command and interrupt senders.
+pub(crate) fn spawn(
+    config: CliConfig,
+    spec: SessionSpec,
+) -> Result<(mpsc::Sender<Command>, mpsc::Sender<()>), BackendError> {
+    for dir in [config.config_dir(), config.tmp_dir(), config.work_dir()] {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| BackendError::Invalid(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let established = transcript_path(&config, &config.session_id).is_some();
+    let session_id = config.session_id.clone();
+    let (commands, command_rx) = mpsc::channel(8);
+    let (interrupts, interrupt_rx) = mpsc::channel(4);
+    let driver = Driver {
+        config,
+        spec,
+        session_id,
+        established,
+        reseeds: 0,
+        launches: 0,
+        child: None,
+        interrupts_sent: 0,
+    };
+    tokio::spawn(driver.run(command_rx, interrupt_rx));
+    Ok((commands, interrupts))
+}
+
+/// A live child and its pipes.
+struct Live {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    pid: Option<u32>,
+}
+
+impl Live {
+    fn stderr_tail(&self) -> String {
+        self.stderr
+            .lock()
+            .map(|l| l.iter().cloned().collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default()
+    }
+}
+
+struct Driver {
+    config: CliConfig,
+    spec: SessionSpec,
+    /// The session the CLI writes now (changes on a reseed).
+    session_id: String,
+    /// Whether the session has a transcript the CLI should resume.
+    established: bool,
+    reseeds: u32,
+    /// Children launched so far.
+    launches: u32,
+    child: Option<Live>,
+    interrupts_sent: u64,
+}
+
+/// How reading a turn ended.
+enum ReadEnd {
+    Result {
+        result: Box<ResultEvent>,
+        raw: Value,
+        read_at: Instant,
+    },
+    /// stdout closed (the child died or exited).
+    Eof,
+    TimedOut,
+}
+
+/// What the turn's events carried besides the `result`.
+#[derive(Default)]
+struct Collected {
+    saw_init: bool,
+    text: Vec<String>,
+    tool_calls: Vec<ToolCall>,
+    request_id: Option<String>,
+}
+
+impl Driver {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut interrupts: mpsc::Receiver<()>,
+    ) {
+        // Start the child now: the CLI does most of its ~0.6 s start-up before its first input
+        // line, so launching at `start` hides it from the first turn.
+        if let Err(e) = self.launch(&mut Vec::new()) {
+            tracing::warn!(error = %e, "claude-cli: launch at start failed; retrying on the first turn");
+        }
+        loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    None => break,
+                    Some(Command::Turn { input, reply }) => {
+                        let done = self.turn(input, &mut interrupts).await;
+                        // The caller may have given up on the turn; the driver has still read
+                        // it to its end, so the next turn starts clean.
+                        let _ = reply.send(done);
+                    }
+                    Some(Command::Pid { reply }) => {
+                        let _ = reply.send(self.live_pid());
+                    }
+                    Some(Command::Shutdown { reply }) => {
+                        let status = self.shutdown().await;
+                        let _ = reply.send(status);
+                        return;
+                    }
+                },
+                // An interrupt while idle has nothing to stop.
+                Some(()) = interrupts.recv() => {}
+            }
+        }
+        // The handle was dropped: `kill_on_drop` ends the child with the `Live`.
+    }
+
+    fn live_pid(&mut self) -> Option<u32> {
+        let live = self.child.as_mut()?;
+        match live.child.try_wait() {
+            Ok(None) => live.pid,
+            _ => None,
+        }
+    }
+
+    /// Launches a child for the current session: `--resume` when a transcript exists,
+    /// `--session-id` for a new session, a reseed when an established session lost its file.
+    fn launch(&mut self, events: &mut Vec<SessionEvent>) -> Result<(), BackendError> {
+        let resume = if transcript_path(&self.config, &self.session_id).is_some() {
+            true
+        } else if self.established {
+            self.reseed("the session transcript is missing", events);
+            false
+        } else {
+            false
+        };
+        let c = &self.config;
+        let mut command = tokio::process::Command::new(&c.bin);
+        command.args([
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+        ]);
+        command
+            .arg(if resume { "--resume" } else { "--session-id" })
+            .arg(&self.session_id);
+        command
+            .arg("--system-prompt")
+            .arg(self.spec.system.join("\n\n"));
+        // `--tools` is variadic: the `=` form keeps it from swallowing the next argument.
+        command.arg("--tools=");
+        if let Some(schema) = &self.spec.output_schema {
+            command.arg("--json-schema").arg(schema.to_string());
+        }
+        if !self.spec.model.is_empty() {
+            command.arg("--model").arg(&self.spec.model);
+        }
+        let ttl = match self.spec.conversation_ttl {
+            Ttl::FiveMinutes => "5m",
+            Ttl::OneHour => "1h",
+        };
+        command
+            .current_dir(c.work_dir())
+            .env_clear()
+            .env("PATH", &c.path)
+            .env("HOME", c.home_dir())
+            .env("CLAUDE_CONFIG_DIR", c.config_dir())
+            .env("TMPDIR", c.tmp_dir())
+            .env("ANTHROPIC_BASE_URL", &c.base_url)
+            .env("ANTHROPIC_API_KEY", c.api_key.expose())
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("CLAUDE_CODE_ATTRIBUTION_HEADER", "0")
+            .env("CLAUDE_CODE_PROMPT_CACHE_TTL", ttl)
+            .env("DISABLE_AUTO_COMPACT", "1")
+            .env("DISABLE_TELEMETRY", "1")
+            .env("DISABLE_AUTOUPDATER", "1");
+        if let Some(n) = c.max_retries {
+            command.env("CLAUDE_CODE_MAX_RETRIES", n.to_string());
+        }
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|e| {
+            BackendError::Transport(format!("cannot start {}: {e}", c.bin.display()))
+        })?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(BackendError::Transport("the child has no pipes".into()));
+        };
+        let ring = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_LINES)));
+        tokio::spawn(drain_stderr(stderr, ring.clone()));
+        tracing::debug!(session = %self.session_id, resume, pid = ?child.id(), "claude-cli: launched");
+        // A resume after an earlier launch is a relaunch (the first launch may resume a session a
+        // previous host run left, which is not news).
+        if resume && self.launches > 0 {
+            events.push(SessionEvent::Relaunched {
+                session_id: self.session_id.clone(),
+            });
+        }
+        self.launches += 1;
+        self.child = Some(Live {
+            pid: child.id(),
+            child,
+            stdin: Some(stdin),
+            stdout: BufReader::new(stdout).lines(),
+            stderr: ring,
+        });
+        Ok(())
+    }
+
+    /// Replaces a lost session with a fresh id (skipping ids that already have a transcript).
+    fn reseed(&mut self, reason: &str, events: &mut Vec<SessionEvent>) {
+        let old = self.session_id.clone();
+        loop {
+            self.reseeds += 1;
+            self.session_id = derive_session_id(&self.config.session_id, self.reseeds);
+            if transcript_path(&self.config, &self.session_id).is_none() {
+                break;
+            }
+        }
+        self.established = false;
+        tracing::warn!(old = %old, new = %self.session_id, reason, "claude-cli: session reseeded");
+        events.push(SessionEvent::Reseeded {
+            old_session_id: old,
+            new_session_id: self.session_id.clone(),
+            reason: reason.to_string(),
+        });
+    }
+
+    async fn turn(&mut self, input: TurnInput, interrupts: &mut mpsc::Receiver<()>) -> TurnDone {
+        let mut report = TurnReport::default();
+        let mut written_at = None;
+        let mut result_read_at = None;
+        let result = self
+            .turn_inner(
+                &input,
+                interrupts,
+                &mut report,
+                &mut written_at,
+                &mut result_read_at,
+            )
+            .await;
+        report.session_id = self.session_id.clone();
+        report.pid = self.live_pid();
+        TurnDone {
+            result,
+            report,
+            result_read_at,
+            written_at,
+        }
+    }
+
+    async fn turn_inner(
+        &mut self,
+        input: &TurnInput,
+        interrupts: &mut mpsc::Receiver<()>,
+        report: &mut TurnReport,
+        written_at: &mut Option<Instant>,
+        result_read_at: &mut Option<Instant>,
+    ) -> Result<TurnOutcome, BackendError> {
+        let line = user_line(input)?;
+        // Interrupts sent before this turn began are stale.
+        while interrupts.try_recv().is_ok() {}
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let alive = match self.child.as_mut() {
+                Some(live) => matches!(live.child.try_wait(), Ok(None)),
+                None => false,
+            };
+            if !alive {
+                self.launch(&mut report.session_events)?;
+            }
+            let Some(live) = self.child.as_mut() else {
+                return Err(BackendError::Transport("no child after launch".into()));
+            };
+            // A write to a child that just died fails with EPIPE; reading then finds the end of
+            // its stdout and the stderr explains it, so the error is not returned here.
+            if let Some(stdin) = live.stdin.as_mut()
+                && let Err(e) = write_line(stdin, &line).await
+            {
+                tracing::debug!(error = %e, "claude-cli: stdin write failed");
+            }
+            *written_at = Some(Instant::now());
+            let mut collected = Collected::default();
+            let end = self.read_turn(interrupts, report, &mut collected).await;
+            match end {
+                ReadEnd::Result {
+                    result,
+                    raw,
+                    read_at,
+                } => {
+                    *result_read_at = Some(read_at);
+                    let lost = result
+                        .errors
+                        .iter()
+                        .find(|e| e.contains("No conversation found"));
+                    if let Some(reason) = lost
+                        && !collected.saw_init
+                    {
+                        let reason = reason.clone();
+                        self.stop_child().await;
+                        self.reseed(&reason, &mut report.session_events);
+                        if attempt < MAX_ATTEMPTS {
+                            continue;
+                        }
+                        return Err(BackendError::Transport(format!(
+                            "the session could not be started: {reason}"
+                        )));
+                    }
+                    self.established = true;
+                    report.model_usage_since_last_result =
+                        result.model_usage_since_last_result.clone();
+                    report.result = Some(raw);
+                    return self.outcome(*result, collected, report);
+                }
+                ReadEnd::TimedOut => {
+                    self.stop_child().await;
+                    return Err(BackendError::Transport(format!(
+                        "no result within {:?}; the child was killed",
+                        self.config.turn_timeout
+                    )));
+                }
+                ReadEnd::Eof => {
+                    let (status, tail) = self.reap().await;
+                    let lost =
+                        tail.contains("already in use") || tail.contains("No conversation found");
+                    if lost && attempt < MAX_ATTEMPTS {
+                        let reason = tail.lines().last().unwrap_or("").to_string();
+                        self.reseed(&reason, &mut report.session_events);
+                        continue;
+                    }
+                    if !collected.saw_init && attempt < MAX_ATTEMPTS {
+                        // Died before the turn began (killed while idle, or between our
+                        // liveness check and the write): the line never ran, so resend it.
+                        continue;
+                    }
+                    return Err(BackendError::Transport(format!(
+                        "claude exited during the turn ({status:?}): {tail}"
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Reads events to the turn's `result`, forwarding interrupts as `control_request`s.
+    async fn read_turn(
+        &mut self,
+        interrupts: &mut mpsc::Receiver<()>,
+        report: &mut TurnReport,
+        collected: &mut Collected,
+    ) -> ReadEnd {
+        let deadline = tokio::time::sleep(self.config.turn_timeout);
+        tokio::pin!(deadline);
+        let Some(live) = self.child.as_mut() else {
+            return ReadEnd::Eof;
+        };
+        loop {
+            tokio::select! {
+                line = live.stdout.next_line() => {
+                    let line = match line {
+                        Ok(Some(l)) => l,
+                        Ok(None) | Err(_) => return ReadEnd::Eof,
+                    };
+                    let Some(event) = decode(&line) else {
+                        tracing::warn!(line = %truncate(&line, 200), "claude-cli: stdout line is not JSON");
+                        continue;
+                    };
+                    match event {
+                        CliEvent::Init { .. } => collected.saw_init = true,
+                        CliEvent::Assistant(a) => {
+                            if a.message.model == "<synthetic>" {
+                                continue;
+                            }
+                            collected.request_id = a.request_id.or(collected.request_id.take());
+                            for block in a.message.content {
+                                match block.get("type").and_then(Value::as_str) {
+                                    Some("text") => collected.text.push(
+                                        block.get("text").and_then(Value::as_str).unwrap_or("").to_string(),
+                                    ),
+                                    Some("tool_use") => {
+                                        let name = block.get("name").and_then(Value::as_str).unwrap_or("");
+                                        if name != "StructuredOutput" {
+                                            collected.tool_calls.push(ToolCall {
+                                                id: block.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+                                                name: name.to_string(),
+                                                input: block.get("input").cloned().unwrap_or(Value::Null),
+                                            });
+                                        }
+                                    }
+                                    _ => {}
+                                }
+                            }
+                        }
+                        CliEvent::ApiRetry(r) => report.retries.push(RetryEvent {
+                            attempt: r.attempt,
+                            delay_ms: r.retry_delay_ms,
+                            status: r.error_status,
+                            kind: r.error.unwrap_or_else(|| "unknown".to_string()),
+                            retry_after_ms: None,
+                        }),
+                        CliEvent::ControlResponse(v) => {
+                            tracing::debug!(response = %v, "claude-cli: control response");
+                        }
+                        CliEvent::Result(result) => {
+                            let raw = serde_json::from_str(&line).unwrap_or(Value::Null);
+                            return ReadEnd::Result { result, raw, read_at: Instant::now() };
+                        }
+                        CliEvent::Unknown(v) => {
+                            tracing::trace!(event = %v, "claude-cli: other event");
+                        }
+                    }
+                }
+                Some(()) = interrupts.recv() => {
+                    self.interrupts_sent += 1;
+                    let request = json!({
+                        "type": "control_request",
+                        "request_id": format!("muninn-interrupt-{}", self.interrupts_sent),
+                        "request": {"subtype": "interrupt"},
+                    });
+                    if let Some(stdin) = live.stdin.as_mut()
+                        && let Err(e) = write_line(stdin, &request.to_string()).await
+                    {
+                        tracing::debug!(error = %e, "claude-cli: interrupt write failed");
+                    }
+                }
+                _ = &mut deadline => return ReadEnd::TimedOut,
+            }
+        }
+    }
+
+    /// Turns a `result` into the turn's outcome or error.
+    fn outcome(
+        &self,
+        result: ResultEvent,
+        collected: Collected,
+        report: &TurnReport,
+    ) -> Result<TurnOutcome, BackendError> {
+        let interrupted = result.subtype == "error_during_execution"
+            && result
+                .terminal_reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("aborted"));
+        if result.is_error && !interrupted {
+            let status = result.api_error_status.unwrap_or(0);
+            let mut message = result.text();
+            if message.is_empty() {
+                message = result.errors.join("; ");
+            }
+            return Err(BackendError::Api {
+                status,
+                kind: result
+                    .terminal_reason
+                    .clone()
+                    .unwrap_or_else(|| result.subtype.clone()),
+                message,
+                retryable: status == 429 || status >= 500,
+                retry_after_ms: None,
+            });
+        }
+        let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;
+        let usage = parse_usage(&result.usage, requested_1h);
+        let structured = result.structured_output.clone().filter(|v| !v.is_null());
+        let mut text = collected.text.join("");
+        if text.is_empty() && structured.is_none() {
+            text = result.text();
+        }
+        if self.spec.output_schema.is_some() && structured.is_none() && !interrupted {
+            // The CLI ends such a turn as a success (the model answered in text even after its
+            // one enforcement nudge); for muninn a schema turn without a value failed.
+            return Err(BackendError::Protocol(format!(
+                "the session has an output schema but the model gave no structured output; its text: {}",
+                truncate(&text, 500)
+            )));
+        }
+        let written = usage.written();
+        let ttl = TtlCheck {
+            expected_5m: if requested_1h { 0 } else { written },
+            expected_1h: if requested_1h { written } else { 0 },
+            honoured_5m: usage.cache_write_5m,
+            honoured_1h: usage.cache_write_1h,
+        };
+        let mut events = Vec::new();
+        if ttl.mismatch() {
+            events.push(muninn_backend::TurnEvent::TtlMismatch { check: ttl });
+        }
+        Ok(TurnOutcome {
+            text,
+            tool_calls: collected.tool_calls,
+            structured,
+            stop_reason: if interrupted {
+                "interrupted".to_string()
+            } else {
+                result.stop_reason.clone().unwrap_or_default()
+            },
+            usage,
+            raw_usage: result.usage,
+            predicted: None,
+            miss: None,
+            ttl,
+            retries: report.retries.clone(),
+            events,
+            request_id: collected.request_id,
+        })
+    }
+
+    /// Waits for a child whose stdout ended; returns its status and stderr tail.
+    async fn reap(&mut self) -> (Option<ExitStatus>, String) {
+        let Some(mut live) = self.child.take() else {
+            return (None, String::new());
+        };
+        live.stdin = None;
+        let status =
+            match tokio::time::timeout(self.config.shutdown_timeout, live.child.wait()).await {
+                Ok(Ok(s)) => Some(s),
+                _ => {
+                    let _ = live.child.kill().await;
+                    None
+                }
+            };
+        // The stderr task may still be draining the last lines.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        (status, live.stderr_tail())
+    }
+
+    /// Kills the current child (used when its session is abandoned or a turn timed out).
+    async fn stop_child(&mut self) {
+        if let Some(mut live) = self.child.take() {
+            let _ = live.child.kill().await;
+        }
+    }
+
+    /// Closes stdin and waits; SIGTERM after the timeout; SIGKILL after as long again.
+    async fn shutdown(&mut self) -> Option<ExitStatus> {
+        let mut live = self.child.take()?;
+        live.stdin = None;
+        let wait = self.config.shutdown_timeout;
+        if let Ok(Ok(s)) = tokio::time::timeout(wait, live.child.wait()).await {
+            return Some(s);
+        }
+        if let Some(pid) = live
+            .pid
+            .and_then(|p| i32::try_from(p).ok())
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        if let Ok(Ok(s)) = tokio::time::timeout(wait, live.child.wait()).await {
+            return Some(s);
+        }
+        let _ = live.child.kill().await;
+        live.child.wait().await.ok()
+    }
+}
+
+/// The stdin line for a user turn, validated: one object, one line, parseable — one bad line
+/// kills the CLI.
+fn user_line(input: &TurnInput) -> Result<String, BackendError> {
+    if input.parts.is_empty() {
+        return Err(BackendError::Invalid(
+            "a turn needs at least one part".into(),
+        ));
+    }
+    let content = match input.parts.as_slice() {
+        [InputPart::Text { text }] => Value::String(text.clone()),
+        parts => Value::Array(
+            parts
+                .iter()
+                .map(|p| match p {
+                    InputPart::Text { text } => json!({"type": "text", "text": text}),
+                    InputPart::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error,
+                    } => json!({"type": "tool_result", "tool_use_id": tool_use_id,
+                                "content": content, "is_error": is_error}),
+                })
+                .collect(),
+        ),
+    };
+    let line = json!({"type": "user", "message": {"role": "user", "content": content}}).to_string();
+    let valid = !line.contains('\n')
+        && serde_json::from_str::<Value>(&line).is_ok_and(|v| v["type"] == "user");
+    if !valid {
+        return Err(BackendError::Invalid(
+            "the turn did not serialise to one JSON line".into(),
+        ));
+    }
+    Ok(line)
+}
+
+async fn write_line(stdin: &mut ChildStdin, line: &str) -> std::io::Result<()> {
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    bytes.extend_from_slice(line.as_bytes());
+    bytes.push(b'\n');
+    stdin.write_all(&bytes).await?;
+    stdin.flush().await
+}
+
+/// Keeps the child's last stderr lines; draining also keeps a full pipe from stalling it.
+async fn drain_stderr(stderr: tokio::process::ChildStderr, ring: Arc<Mutex<VecDeque<String>>>) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::debug!(line = %truncate(&line, 300), "claude-cli stderr");
+        if let Ok(mut ring) = ring.lock() {
+            if ring.len() == STDERR_LINES {
+                ring.pop_front();
+            }
+            ring.push_back(truncate(&line, STDERR_LINE_CHARS));
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_lines_are_one_valid_json_line() {
+        let line = user_line(&TurnInput::text("two\nlines \"quoted\"")).unwrap();
+        assert!(!line.contains('\n'));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["message"]["content"], json!("two\nlines \"quoted\""));
+        let multi = TurnInput {
+            parts: vec![
+                InputPart::Text { text: "a".into() },
+                InputPart::Text { text: "b".into() },
+            ],
+            safe_to_repeat: false,
+        };
+        let v: Value = serde_json::from_str(&user_line(&multi).unwrap()).unwrap();
+        assert_eq!(
+            v["message"]["content"][1],
+            json!({"type":"text","text":"b"})
+        );
+        assert!(
+            user_line(&TurnInput {
+                parts: vec![],
+                safe_to_repeat: true
+            })
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,472 @@
+//! # muninn-claude-cli
+//!
+//! The Claude Code CLI backend: one long-lived
+//! `claude -p --input-format stream-json --output-format stream-json --verbose` process per
+//! session, driven over its stdin/stdout protocol (observed in
+//! `reference/claude-cli-2.1.332.md`). A long-lived process answers a later turn in about 60 ms
+//! where spawning `claude -p --resume` per turn costs about 0.7 s of start-up
+//! (`reference/claude-cli-2.1.332-performance.md`).
+//!
+//! ## Layout
+//!
+//! - this module — [`CliConfig`], [`ClaudeCliBackend`] (the [`Backend`] handle),
+//!   [`InterruptHandle`], [`TurnReport`], [`SessionEvent`], [`derive_session_id`].
+//! - [`event`] — the stdout stream-json events, decoded.
+//! - `driver` — the one task that owns the child process.
+//!
+//! ## Invariants
+//!
+//! - **One task owns the child.** [`ClaudeCliBackend`] holds only channel ends: turns and
+//!   shutdown go over a bounded `mpsc` with a `oneshot` for the answer, interrupts over a second
+//!   bounded `mpsc` the driver also listens to while a turn runs. stderr is drained by its own
+//!   task into a bounded ring, so a chatty child never stalls and its last lines explain a crash.
+//! - **Exactly one turn in flight.** `turn` takes `&mut self`; the driver reads to the turn's
+//!   `result` before it takes the next command, so queued lines are never merged by the CLI.
+//! - **stdin lines are validated before they are written:** one malformed line kills the CLI.
+//! - **Only an explicit environment reaches the child** (`env_clear` + an allowlist, see
+//!   [`CliConfig`]); the credential goes by environment only, never argv or a file.
+//! - **Lifecycle.** A child that died is relaunched with `--resume <id>` on the next turn. A lost
+//!   session (transcript missing, corrupt — the CLI then says `No conversation found` — or
+//!   `already in use`) is replaced by a fresh session with a new id, seeded from the turn input,
+//!   and reported as [`SessionEvent::Reseeded`]. The host is expected to seed the new session
+//!   from its own transcript (a caller-supplied seed is a later step). Interrupts use the
+//!   stream-json `control_request` `interrupt`, never SIGINT (which exits the CLI). Shutdown
+//!   closes stdin and waits, then SIGTERM after a timeout; dropping the handle kills the child.
+//! - **Usage** is the `result` line's per-turn `usage`, parsed into [`Usage`] and kept verbatim in
+//!   [`TurnOutcome::raw_usage`].
+//! - **Auto-compaction is off** (`DISABLE_AUTO_COMPACT=1`): muninn decides when a conversation is
+//!   summarised, and a compaction the CLI starts by itself would rewrite the cached prefix.
+//!
+//! Not supported: [`Backend::ping`] (a CLI turn always appends to the session), custom tools
+//! (`SessionSpec::tools` must be empty: the CLI runs with `--tools=`), `max_tokens` (the CLI has
+//! no flag for it), and different TTLs for the system and conversation breakpoints (the CLI puts
+//! one TTL on all three markers; `conversation_ttl` wins).
+
+#![deny(clippy::print_stdout)]
+
+mod driver;
+pub mod event;
+
+use muninn_backend::{Backend, BackendError, RetryEvent, SessionSpec, TurnInput, TurnOutcome};
+use muninn_core::trace::Usage;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// A credential that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a credential.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// How to run the CLI for one session.
+///
+/// The child's environment is exactly: `PATH` (= [`CliConfig::path`]), `HOME`
+/// (`<data_dir>/home`), `CLAUDE_CONFIG_DIR` (`$HOME/.claude`), `TMPDIR` (`<data_dir>/tmp`, where
+/// the CLI leaves sockets and probe directories), `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`,
+/// `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` (only the Messages API is called),
+/// `CLAUDE_CODE_ATTRIBUTION_HEADER=0` (no billing-header block, whose content varies with the
+/// first message and would break prefix stability), `CLAUDE_CODE_PROMPT_CACHE_TTL`,
+/// `DISABLE_AUTO_COMPACT=1`, `DISABLE_TELEMETRY=1`, `DISABLE_AUTOUPDATER=1`, and
+/// `CLAUDE_CODE_MAX_RETRIES` when [`CliConfig::max_retries`] is set. Nothing else is inherited.
+#[derive(Debug, Clone)]
+pub struct CliConfig {
+    /// The `claude` binary (pinned 2.1.332).
+    pub bin: PathBuf,
+    /// Where HOME, TMPDIR and the per-session working directories live.
+    pub data_dir: PathBuf,
+    /// The Messages API base URL.
+    pub base_url: String,
+    /// The API key (sent as `ANTHROPIC_API_KEY`).
+    pub api_key: Secret,
+    /// The session id (a UUID; muninn derives it from the Mind and segment).
+    pub session_id: String,
+    /// The child's `PATH`; minimal by default, since `--tools=` runs no commands.
+    pub path: String,
+    /// The CLI's own retry budget for 5xx and 429 (`None`: its default of 10).
+    pub max_retries: Option<u32>,
+    /// The longest a turn may take before the driver gives up on it (and kills the child).
+    pub turn_timeout: Duration,
+    /// How long shutdown waits after closing stdin before SIGTERM (and as long again before
+    /// SIGKILL).
+    pub shutdown_timeout: Duration,
+}
+
+impl CliConfig {
+    /// A config with the defaults: `PATH=/usr/bin:/bin`, the CLI's retry budget, a 10-minute
+    /// turn timeout (the CLI's full 5xx backoff takes about 3 minutes), 5 s to shut down.
+    pub fn new(
+        bin: impl Into<PathBuf>,
+        data_dir: impl Into<PathBuf>,
+        base_url: impl Into<String>,
+        api_key: Secret,
+        session_id: impl Into<String>,
+    ) -> CliConfig {
+        CliConfig {
+            bin: bin.into(),
+            data_dir: data_dir.into(),
+            base_url: base_url.into(),
+            api_key,
+            session_id: session_id.into(),
+            path: "/usr/bin:/bin".to_string(),
+            max_retries: None,
+            turn_timeout: Duration::from_secs(600),
+            shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// `$HOME` of the child.
+    pub fn home_dir(&self) -> PathBuf {
+        self.data_dir.join("home")
+    }
+
+    /// `$CLAUDE_CONFIG_DIR` of the child (transcripts live under `projects/`).
+    pub fn config_dir(&self) -> PathBuf {
+        self.home_dir().join(".claude")
+    }
+
+    /// `$TMPDIR` of the child.
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.data_dir.join("tmp")
+    }
+
+    /// The session's working directory. Named after the *configured* id and kept when the
+    /// session is reseeded, because the CLI files transcripts under a slug of the cwd.
+    pub fn work_dir(&self) -> PathBuf {
+        self.data_dir.join("sessions").join(&self.session_id)
+    }
+}
+
+/// The CLI's transcript file for `session_id`, if it exists: `projects/<cwd slug>/<id>.jsonl`
+/// under the config dir. The slug directory is searched rather than recomputed, so a slug rule
+/// the CLI changes (or shortens for long paths) does not lose the file.
+pub fn transcript_path(config: &CliConfig, session_id: &str) -> Option<PathBuf> {
+    let projects = config.config_dir().join("projects");
+    let name = format!("{session_id}.jsonl");
+    std::fs::read_dir(projects)
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join(&name))
+        .find(|p| p.is_file())
+}
+
+/// A new session id for the `n`th reseed of `base`: deterministic (so a restarted host derives
+/// the same one), shaped as a UUID (version nibble 5, RFC 4122 variant). Not a cryptographic
+/// derivation — uniqueness within one data directory is all the CLI needs.
+pub fn derive_session_id(base: &str, n: u32) -> String {
+    use std::hash::{Hash, Hasher};
+    let half = |salt: u8| {
+        // `DefaultHasher::new()` has fixed keys, so this is stable within a build.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (base, n, salt, "muninn-claude-cli-reseed").hash(&mut h);
+        h.finish()
+    };
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&half(1).to_be_bytes());
+    bytes[8..].copy_from_slice(&half(2).to_be_bytes());
+    bytes[6] = (bytes[6] & 0x0f) | 0x50;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// Something that happened to the session (not to one reply) that the host must know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// The child was (re)started with `--resume`, after it had died.
+    Relaunched {
+        /// The session resumed.
+        session_id: String,
+    },
+    /// The session was lost and a fresh one started, seeded from the turn input only. The
+    /// conversation so far is *not* in the new session: the host must reseed it from its own
+    /// transcript if it matters.
+    Reseeded {
+        /// The lost session.
+        old_session_id: String,
+        /// The new one.
+        new_session_id: String,
+        /// What the CLI (or the file check) said.
+        reason: String,
+    },
+}
+
+/// What the driver saw of one turn, beside the [`TurnOutcome`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnReport {
+    /// The session the turn ran in (after any reseed).
+    pub session_id: String,
+    /// The child's pid when the turn ended.
+    pub pid: Option<u32>,
+    /// Retries the CLI reported (`system/api_retry`), also when the turn failed.
+    pub retries: Vec<RetryEvent>,
+    /// The `result` line's `model_usage_since_last_result` (per model, including compaction).
+    pub model_usage_since_last_result: Option<Value>,
+    /// The `result` line, verbatim.
+    pub result: Option<Value>,
+    /// Relaunches and reseeds this turn caused.
+    pub session_events: Vec<SessionEvent>,
+    /// From the `turn()` call to the stdin write completing (includes a relaunch, if any).
+    pub to_write: Duration,
+    /// From reading the `result` line to `turn()` returning.
+    pub from_result: Duration,
+}
+
+/// Commands to the driver.
+pub(crate) enum Command {
+    Turn {
+        input: TurnInput,
+        reply: oneshot::Sender<TurnDone>,
+    },
+    Pid {
+        reply: oneshot::Sender<Option<u32>>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<Option<std::process::ExitStatus>>,
+    },
+}
+
+/// What the driver sends back for a turn.
+pub(crate) struct TurnDone {
+    pub result: Result<TurnOutcome, BackendError>,
+    pub report: TurnReport,
+    pub result_read_at: Option<Instant>,
+    pub written_at: Option<Instant>,
+}
+
+/// Interrupts the running turn from anywhere (the turn itself holds `&mut` on the backend).
+#[derive(Debug, Clone)]
+pub struct InterruptHandle {
+    tx: Option<mpsc::Sender<()>>,
+}
+
+impl InterruptHandle {
+    /// Asks the CLI to stop the running turn (`control_request` `interrupt`); the turn then
+    /// returns with `stop_reason == "interrupted"` and the partial text, and the process stays
+    /// usable. Returns `false` when there is no session. Idle interrupts are ignored.
+    pub async fn interrupt(&self) -> bool {
+        match &self.tx {
+            Some(tx) => tx.send(()).await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// The claude-cli [`Backend`]: a handle to the task that owns one long-lived CLI child.
+#[derive(Debug)]
+pub struct ClaudeCliBackend {
+    config: CliConfig,
+    commands: Option<mpsc::Sender<Command>>,
+    interrupts: Option<mpsc::Sender<()>>,
+    last_report: Option<TurnReport>,
+}
+
+impl ClaudeCliBackend {
+    /// A backend with no session yet; [`Backend::start`] launches the child.
+    pub fn new(config: CliConfig) -> ClaudeCliBackend {
+        ClaudeCliBackend {
+            config,
+            commands: None,
+            interrupts: None,
+            last_report: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CliConfig {
+        &self.config
+    }
+
+    /// A handle that interrupts this backend's running turn.
+    pub fn interrupter(&self) -> InterruptHandle {
+        InterruptHandle {
+            tx: self.interrupts.clone(),
+        }
+    }
+
+    /// What the driver saw of the last turn (retries also of a failed turn, session events,
+    /// the raw `result`, the driver's own overhead).
+    pub fn last_report(&self) -> Option<&TurnReport> {
+        self.last_report.as_ref()
+    }
+
+    /// The live child's pid, if one is running.
+    pub async fn child_pid(&self) -> Option<u32> {
+        let tx = self.commands.as_ref()?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Pid { reply }).await.ok()?;
+        rx.await.ok().flatten()
+    }
+
+    /// Closes the child's stdin and waits for it to exit (the CLI finishes a running turn
+    /// first), then SIGTERM after [`CliConfig::shutdown_timeout`], then SIGKILL. Returns the
+    /// exit status when there was a child.
+    pub async fn shutdown(&mut self) -> Option<std::process::ExitStatus> {
+        self.interrupts = None;
+        let tx = self.commands.take()?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Shutdown { reply }).await.ok()?;
+        rx.await.ok().flatten()
+    }
+}
+
+impl Backend for ClaudeCliBackend {
+    fn name(&self) -> &str {
+        "claude-cli"
+    }
+
+    async fn start(&mut self, spec: SessionSpec) -> Result<(), BackendError> {
+        if !spec.tools.is_empty() {
+            return Err(BackendError::Invalid(
+                "the claude-cli backend runs with --tools= and cannot offer custom tools".into(),
+            ));
+        }
+        if let Some(schema) = &spec.output_schema
+            && !schema.is_object()
+        {
+            return Err(BackendError::Invalid(
+                "the output schema must be a JSON object".into(),
+            ));
+        }
+        self.shutdown().await;
+        let (commands, interrupts) = driver::spawn(self.config.clone(), spec)?;
+        self.commands = Some(commands);
+        self.interrupts = Some(interrupts);
+        Ok(())
+    }
+
+    async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
+        let called_at = Instant::now();
+        let Some(tx) = &self.commands else {
+            return Err(BackendError::Invalid("no session started".into()));
+        };
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Turn { input, reply })
+            .await
+            .map_err(|_| BackendError::Transport("the claude-cli driver has stopped".into()))?;
+        let done = rx
+            .await
+            .map_err(|_| BackendError::Transport("the claude-cli driver has stopped".into()))?;
+        let mut report = done.report;
+        if let Some(w) = done.written_at {
+            report.to_write = w.saturating_duration_since(called_at);
+        }
+        if let Some(r) = done.result_read_at {
+            report.from_result = r.elapsed();
+        }
+        self.last_report = Some(report);
+        done.result
+    }
+}
+
+/// Parses a `result` line's `usage` into [`Usage`]. Without a 5m/1h split, all writes are put
+/// under the TTL the session asked for.
+pub fn parse_usage(raw: &Value, requested_1h: bool) -> Usage {
+    let n = |k: &str| raw.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let split = |k: &str| {
+        raw.get("cache_creation")
+            .and_then(|c| c.get(k))
+            .and_then(Value::as_u64)
+    };
+    let written = n("cache_creation_input_tokens");
+    let (w5, w1) = match (
+        split("ephemeral_5m_input_tokens"),
+        split("ephemeral_1h_input_tokens"),
+    ) {
+        (Some(a), Some(b)) => (a, b),
+        _ if requested_1h => (0, written),
+        _ => (written, 0),
+    };
+    Usage {
+        input: n("input_tokens"),
+        cache_write_5m: w5,
+        cache_write_1h: w1,
+        cache_read: n("cache_read_input_tokens"),
+        output: n("output_tokens"),
+    }
+}
+
+/// Reads a process's resident memory (`VmRSS`, kB) from `/proc`.
+pub fn vm_rss_kb(pid: u32) -> Option<u64> {
+    let status =
+        std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn derived_ids_are_uuid_shaped_stable_and_distinct() {
+        let a = derive_session_id("7e1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a5b", 1);
+        assert_eq!(
+            a,
+            derive_session_id("7e1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a5b", 1)
+        );
+        assert_ne!(
+            a,
+            derive_session_id("7e1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a5b", 2)
+        );
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "5");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
+    }
+
+    #[test]
+    fn usage_parses_with_and_without_a_split() {
+        let raw = json!({"input_tokens":5,"cache_creation_input_tokens":211,"cache_read_input_tokens":2022,
+            "output_tokens":22,"cache_creation":{"ephemeral_1h_input_tokens":14,"ephemeral_5m_input_tokens":197}});
+        assert_eq!(
+            parse_usage(&raw, false),
+            Usage {
+                input: 5,
+                cache_write_5m: 197,
+                cache_write_1h: 14,
+                cache_read: 2022,
+                output: 22
+            }
+        );
+        let bare = json!({"input_tokens":1,"cache_creation_input_tokens":10,"output_tokens":2});
+        assert_eq!(parse_usage(&bare, true).cache_write_1h, 10);
+    }
+
+    #[test]
+    fn the_secret_never_prints() {
+        let c = CliConfig::new(
+            "claude",
+            "/d",
+            "http://x",
+            Secret::new("sk-very-secret"),
+            "id",
+        );
+        assert!(!format!("{c:?}").contains("sk-very-secret"));
+    }
+}
