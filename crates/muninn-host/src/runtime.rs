@@ -57,7 +57,8 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// How long a lease lasts; it is renewed when less than a third is left.
+/// How long a lease lasts by default (`lease_ttl_ms` in the configuration); it is renewed when
+/// less than a third is left.
 pub const LEASE_TTL_MS: i64 = 30_000;
 /// The decider is asked this long before the tail's TTL runs out.
 pub const DECIDE_BEFORE_EXPIRY_MS: i64 = 30_000;
@@ -412,12 +413,13 @@ impl<B: Backend> MindRunner<B> {
     /// Takes or renews the lease; `None` if another host holds it.
     async fn token(&mut self, now: i64) -> Result<Option<FencingToken>, RuntimeError> {
         let store = &self.host.store;
+        let ttl = self.host.config.lease_ttl_ms;
         if let Some(lease) = &self.lease {
-            if lease.expires_at_ms - now > LEASE_TTL_MS / 3 {
+            if lease.expires_at_ms - now > ttl / 3 {
                 return Ok(Some(lease.token));
             }
             match store
-                .renew_lease(&self.mind.id, lease.token, LEASE_TTL_MS, now)
+                .renew_lease(&self.mind.id, lease.token, ttl, now)
                 .await
             {
                 Ok(renewed) => {
@@ -435,7 +437,7 @@ impl<B: Backend> MindRunner<B> {
             }
         }
         let taken = store
-            .acquire_lease(&self.mind.id, &self.holder, LEASE_TTL_MS, now)
+            .acquire_lease(&self.mind.id, &self.holder, ttl, now)
             .await?;
         let token = taken.as_ref().map(|l| l.token);
         if taken.is_some() && self.lease.is_none() {
@@ -1357,7 +1359,7 @@ pub async fn run_mind<B: Backend>(
             }
             Ok(Step::Idle { until_ms: Some(t) }) => (*t - clock.now_ms()).clamp(10, 60_000) as u64,
             Ok(Step::Idle { until_ms: None }) => 10_000,
-            Ok(Step::NotLeader) => (LEASE_TTL_MS / 3) as u64,
+            Ok(Step::NotLeader) => (runner.host.config.lease_ttl_ms / 3) as u64,
             Ok(Step::Braked | Step::OverBudget) => 5_000,
             Err(e) => {
                 tracing::warn!(mind = runner.id(), error = %e, "step failed; retrying");
