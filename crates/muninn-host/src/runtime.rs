@@ -1347,6 +1347,10 @@ pub async fn run_mind<B: Backend>(
     let signals = runner.host.signals.clone();
     let clock = runner.host.clock.clone();
     let mut backoff_ms = 250u64;
+    // An idle holder steps at least every third of the lease: it renews the lease before it runs
+    // out (or another host would take the Mind over and rebuild its session) and sees deliveries
+    // posted through other hosts on the same database, which cannot signal it.
+    let lease_third = (runner.host.config.lease_ttl_ms / 3).max(10) as u64;
     loop {
         if *shutdown.borrow() {
             break;
@@ -1357,9 +1361,10 @@ pub async fn run_mind<B: Backend>(
                 backoff_ms = 250;
                 continue;
             }
-            Ok(Step::Idle { until_ms: Some(t) }) => (*t - clock.now_ms()).clamp(10, 60_000) as u64,
-            Ok(Step::Idle { until_ms: None }) => 10_000,
-            Ok(Step::NotLeader) => (runner.host.config.lease_ttl_ms / 3) as u64,
+            Ok(Step::Idle { until_ms: Some(t) }) => {
+                ((*t - clock.now_ms()).clamp(10, 60_000) as u64).min(lease_third)
+            }
+            Ok(Step::Idle { until_ms: None } | Step::NotLeader) => lease_third,
             Ok(Step::Braked | Step::OverBudget) => 5_000,
             Err(e) => {
                 tracing::warn!(mind = runner.id(), error = %e, "step failed; retrying");
