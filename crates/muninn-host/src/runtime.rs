@@ -343,6 +343,8 @@ pub struct MindRunner<B: Backend> {
     persona: Session<B>,
     selfs: Session<B>,
     turns_this_wake: u32,
+    /// The newest delivery seq seen: a newer one is an arrival, so a new wake.
+    newest_seen: i64,
 }
 
 impl<B: Backend> std::fmt::Debug for MindRunner<B> {
@@ -382,6 +384,7 @@ impl<B: Backend> MindRunner<B> {
             persona: Session::new(Role::Persona, persona_backend),
             selfs: Session::new(Role::SelfRole, self_backend),
             turns_this_wake: 0,
+            newest_seen: 0,
         })
     }
 
@@ -482,6 +485,15 @@ impl<B: Backend> MindRunner<B> {
             .store
             .pending_deliveries(&self.mind.id, ack, 200)
             .await?;
+        // A delivery not seen before is a new wake however it arrived: through this host's API
+        // (which also signals `inbox`) or through another host on the same database, which
+        // cannot signal this one.
+        if let Some(newest) = pending.last().map(|d| d.seq)
+            && newest > self.newest_seen
+        {
+            self.newest_seen = newest;
+            self.woken();
+        }
         let limit = settings
             .turn_limit
             .map_or(self.mind.turns_per_wake, |l| l.max(0) as u32);
