@@ -50,6 +50,12 @@ pub struct Config {
     /// Where the HTTP API listens. Loopback by default.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// How long a host's lease on a Mind lasts, ms (at least 1000). The holder renews it when a
+    /// third is left; if the holder dies, another host on the same database takes the Mind over
+    /// at most this long (plus a third, its retry interval) later. Every host sharing a
+    /// database should use the same value.
+    #[serde(default = "default_lease_ttl_ms")]
+    pub lease_ttl_ms: i64,
     /// A price table replacing the embedded one.
     #[serde(default)]
     pub prices: Option<PathBuf>,
@@ -179,6 +185,9 @@ fn default_data_dir() -> PathBuf {
 }
 fn default_listen() -> String {
     "127.0.0.1:7676".into()
+}
+fn default_lease_ttl_ms() -> i64 {
+    crate::runtime::LEASE_TTL_MS
 }
 fn default_key_env() -> String {
     "ANTHROPIC_API_KEY".into()
@@ -351,6 +360,7 @@ impl Config {
             data_dir: default_data_dir(),
             database: None,
             listen: default_listen(),
+            lease_ttl_ms: default_lease_ttl_ms(),
             prices: None,
             backend: BackendConfig {
                 kind: Some(BackendKind::Sim),
@@ -434,6 +444,12 @@ impl Config {
                 "listen".into(),
                 format!("{:?} is not an IP:port address", self.listen),
             ),
+        }
+        if self.lease_ttl_ms < 1_000 {
+            bad(
+                "lease_ttl_ms".into(),
+                format!("{} is below the minimum of 1000", self.lease_ttl_ms),
+            );
         }
         if let Some(prices) = &self.prices
             && let Err(e) = std::fs::read_to_string(prices)

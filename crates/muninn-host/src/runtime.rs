@@ -57,7 +57,8 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// How long a lease lasts; it is renewed when less than a third is left.
+/// How long a lease lasts by default (`lease_ttl_ms` in the configuration); it is renewed when
+/// less than a third is left.
 pub const LEASE_TTL_MS: i64 = 30_000;
 /// The decider is asked this long before the tail's TTL runs out.
 pub const DECIDE_BEFORE_EXPIRY_MS: i64 = 30_000;
@@ -348,6 +349,8 @@ pub struct MindRunner<B: Backend> {
     persona: Session<B>,
     selfs: Session<B>,
     turns_this_wake: u32,
+    /// The newest delivery seq seen: a newer one is an arrival, so a new wake.
+    newest_seen: i64,
 }
 
 impl<B: Backend> std::fmt::Debug for MindRunner<B> {
@@ -387,6 +390,7 @@ impl<B: Backend> MindRunner<B> {
             persona: Session::new(Role::Persona, persona_backend),
             selfs: Session::new(Role::SelfRole, self_backend),
             turns_this_wake: 0,
+            newest_seen: 0,
         })
     }
 
@@ -418,12 +422,13 @@ impl<B: Backend> MindRunner<B> {
     /// Takes or renews the lease; `None` if another host holds it.
     async fn token(&mut self, now: i64) -> Result<Option<FencingToken>, RuntimeError> {
         let store = &self.host.store;
+        let ttl = self.host.config.lease_ttl_ms;
         if let Some(lease) = &self.lease {
-            if lease.expires_at_ms - now > LEASE_TTL_MS / 3 {
+            if lease.expires_at_ms - now > ttl / 3 {
                 return Ok(Some(lease.token));
             }
             match store
-                .renew_lease(&self.mind.id, lease.token, LEASE_TTL_MS, now)
+                .renew_lease(&self.mind.id, lease.token, ttl, now)
                 .await
             {
                 Ok(renewed) => {
@@ -441,7 +446,7 @@ impl<B: Backend> MindRunner<B> {
             }
         }
         let taken = store
-            .acquire_lease(&self.mind.id, &self.holder, LEASE_TTL_MS, now)
+            .acquire_lease(&self.mind.id, &self.holder, ttl, now)
             .await?;
         let token = taken.as_ref().map(|l| l.token);
         if taken.is_some() && self.lease.is_none() {
@@ -486,6 +491,15 @@ impl<B: Backend> MindRunner<B> {
             .store
             .pending_deliveries(&self.mind.id, ack, 200)
             .await?;
+        // A delivery not seen before is a new wake however it arrived: through this host's API
+        // (which also signals `inbox`) or through another host on the same database, which
+        // cannot signal this one.
+        if let Some(newest) = pending.last().map(|d| d.seq)
+            && newest > self.newest_seen
+        {
+            self.newest_seen = newest;
+            self.woken();
+        }
         let limit = settings
             .turn_limit
             .map_or(self.mind.turns_per_wake, |l| l.max(0) as u32);
@@ -1429,6 +1443,10 @@ pub async fn run_mind<B: Backend>(
     let signals = runner.host.signals.clone();
     let clock = runner.host.clock.clone();
     let mut backoff_ms = 250u64;
+    // An idle holder steps at least every third of the lease: it renews the lease before it runs
+    // out (or another host would take the Mind over and rebuild its session) and sees deliveries
+    // posted through other hosts on the same database, which cannot signal it.
+    let lease_third = (runner.host.config.lease_ttl_ms / 3).max(10) as u64;
     loop {
         if *shutdown.borrow() {
             break;
@@ -1439,9 +1457,10 @@ pub async fn run_mind<B: Backend>(
                 backoff_ms = 250;
                 continue;
             }
-            Ok(Step::Idle { until_ms: Some(t) }) => (*t - clock.now_ms()).clamp(10, 60_000) as u64,
-            Ok(Step::Idle { until_ms: None }) => 10_000,
-            Ok(Step::NotLeader) => (LEASE_TTL_MS / 3) as u64,
+            Ok(Step::Idle { until_ms: Some(t) }) => {
+                ((*t - clock.now_ms()).clamp(10, 60_000) as u64).min(lease_third)
+            }
+            Ok(Step::Idle { until_ms: None } | Step::NotLeader) => lease_third,
             Ok(Step::Braked | Step::OverBudget) => 5_000,
             Err(e) => {
                 tracing::warn!(mind = runner.id(), error = %e, "step failed; retrying");

@@ -204,6 +204,11 @@ fn every_invalid_value_names_its_field() {
         ),
         (
             r##"listen = "127.0.0.1:0""##,
+            "listen = \"127.0.0.1:0\"\nlease_ttl_ms = 999",
+            "lease_ttl_ms",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
             "listen = \"127.0.0.1:0\"\n[backend]\napi_key_env = \"sk-ant-123\"",
             "backend.api_key_env",
         ),

@@ -681,3 +681,32 @@ async fn room_history_that_came_with_deliveries_is_shown_once_per_segment() {
     );
     assert!(second.contains("to you"));
 }
+
+#[tokio::test]
+async fn a_delivery_posted_through_another_host_is_a_new_wake() {
+    // Another host on the same database posts to the store and cannot signal this runner, so
+    // a delivery newer than any seen must start a new wake by itself.
+    let w = world().await;
+    let mut r = runner(&w, mind("turns_per_wake = 1"), "host-a");
+    r.register().await.unwrap();
+    post(&w, "d1", "@ada", "@ada", "first").await;
+    post(&w, "d2", "@bo", "@bo", "second").await;
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn {
+            acked_through: 1,
+            ..
+        }
+    ));
+    // The wake's one turn is spent: the second, already waiting, stays until a new arrival.
+    assert!(matches!(r.step().await.unwrap(), Step::Idle { .. }));
+    post(&w, "d3", "@cy", "@cy", "third").await;
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn {
+            acked_through: 2,
+            ..
+        }
+    ));
+    assert!(matches!(r.step().await.unwrap(), Step::Idle { .. }));
+}

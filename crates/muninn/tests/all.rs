@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod host_cli;
+mod two_hosts;
 
 use muninn_core::replay::Plan;
 use muninn_core::synth::{SynthParams, session};

@@ -1,0 +1,409 @@
+//! The host's own cost per turn: throughput, added latency and memory per idle Mind.
+//!
+//! `cargo bench -p muninn-host --bench host`. Every run prints its parameters, then one table row
+//! per store (SQLite, then PostgreSQL when `psql` reaches 127.0.0.1):
+//!
+//! - **turns/s** — `MUNINN_BENCH_MINDS` Minds (default 50), each with `MUNINN_BENCH_DELIVERIES`
+//!   (default 40) deliveries pre-posted, each a DM in its own room so every delivery is its own
+//!   batch and its own Persona turn. One task per Mind calls [`MindRunner::step`] until the Mind
+//!   is idle; Persona turns completed over wall time.
+//! - **added latency** — per Persona turn, the time of `step()` minus the time spent inside the
+//!   backend (`start`, `turn`, `ping` of a wrapping [`Backend`]), p50 / p99 / max in ms: under the
+//!   load above, and for one Mind stepping alone (`MUNINN_BENCH_SOLO`, default 300 turns), which
+//!   is the host's cost without queueing behind other Minds. The backend's time includes the
+//!   Anthropic backend's request building and reply parsing (the simulator runs behind the same
+//!   `AnthropicBackend` as the real API), so "added" is the runtime and the store.
+//! - **memory per idle Mind** — `MUNINN_BENCH_IDLE` Minds (default `1000,10000`, cumulative)
+//!   registered, given one delivery and stepped once each (one turn), then kept idle; growth of
+//!   `VmRSS` (`/proc/self/status`) per Mind, and the projection for 10,000. The in-process
+//!   simulator's provider-side cache lives in the same process and is included: a host on the
+//!   real API would not hold it.
+//!
+//! The simulator's clock is frozen (`T0`), so the decider sees no idle gaps and the lease never
+//! expires; the store is the default: SQLite in WAL mode with `synchronous=FULL` (every commit
+//! fsynced) in `MUNINN_BENCH_DIR` (default the system temp dir), and PostgreSQL with its
+//! defaults in a fresh database created and dropped with `psql`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
+use muninn_core::price::PriceTable;
+use muninn_host::clock::SimClock;
+use muninn_host::config::{Config, MindConfig};
+use muninn_host::runtime::{MindRunner, Step};
+use muninn_host::{Host, Signals};
+use muninn_sim::inprocess::{InProcess, SimBackend};
+use muninn_sim::sim::{SimConfig, Simulator};
+use muninn_store::{NewDelivery, Store};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const T0: i64 = 1_800_000_000_000;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A backend that records the time spent inside it.
+struct Timed<B> {
+    inner: B,
+    spent_ns: Arc<AtomicU64>,
+}
+
+impl<B: Backend> Timed<B> {
+    fn add(&self, started: Instant) {
+        self.spent_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+impl<B: Backend> Backend for Timed<B> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn start(&mut self, spec: SessionSpec) -> Result<(), BackendError> {
+        let started = Instant::now();
+        let result = self.inner.start(spec).await;
+        self.add(started);
+        result
+    }
+
+    async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
+        let started = Instant::now();
+        let result = self.inner.turn(input).await;
+        self.add(started);
+        result
+    }
+
+    async fn ping(&mut self) -> Result<TurnOutcome, BackendError> {
+        let started = Instant::now();
+        let result = self.inner.ping().await;
+        self.add(started);
+        result
+    }
+}
+
+/// One Mind under test, with its backend-time counter.
+struct Driven {
+    runner: MindRunner<Timed<SimBackend>>,
+    spent_ns: Arc<AtomicU64>,
+}
+
+impl Driven {
+    /// Steps once; returns the step and (whole step, time in the backend).
+    async fn step(&mut self) -> (Step, Duration, Duration) {
+        let before = self.spent_ns.load(Ordering::Relaxed);
+        let started = Instant::now();
+        let step = self.runner.step().await.unwrap();
+        let total = started.elapsed();
+        let backend = Duration::from_nanos(self.spent_ns.load(Ordering::Relaxed) - before);
+        (step, total, backend)
+    }
+}
+
+struct Bench {
+    host: Host,
+    sim: Arc<Simulator>,
+    doctrine: String,
+}
+
+impl Bench {
+    fn mind(&self, id: &str) -> MindConfig {
+        let mut mind: MindConfig = toml::from_str(&format!(
+            "id = '{id}'\nrooms = ['#swarm']\nturns_per_wake = 1000000\n"
+        ))
+        .unwrap();
+        mind.doctrine_text = Some(self.doctrine.clone());
+        mind
+    }
+
+    async fn driven(&self, id: &str) -> Driven {
+        let spent_ns = Arc::new(AtomicU64::new(0));
+        let backend = || Timed {
+            inner: SimBackend::new(
+                InProcess::new(self.sim.clone()),
+                self.host.clock.clone(),
+                PriceTable::embedded(),
+            ),
+            spent_ns: spent_ns.clone(),
+        };
+        let runner = MindRunner::new(
+            self.host.clone(),
+            self.mind(id),
+            "bench-host".to_string(),
+            &PriceTable::embedded(),
+            backend(),
+            backend(),
+        )
+        .unwrap();
+        runner.register().await.unwrap();
+        Driven { runner, spent_ns }
+    }
+
+    /// Posts `n` deliveries to `mind`, each a DM in its own room (so each is its own batch).
+    async fn post(&self, mind: &str, n: usize) {
+        for i in 0..n {
+            let room = format!("@user{i}:example.org");
+            self.host
+                .store
+                .post_delivery(
+                    mind,
+                    &NewDelivery {
+                        room: room.clone(),
+                        sender: room,
+                        is_direct: true,
+                        text: format!("message {i}: what did we decide about the release?"),
+                        source_id: format!("{mind}-{i}"),
+                        received_at_ms: T0,
+                    },
+                )
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Steps until idle; returns the added latency (step − backend) of each Persona turn.
+async fn drain(mut driven: Driven) -> (Driven, Vec<Duration>) {
+    let mut added = Vec::new();
+    loop {
+        match driven.step().await {
+            (Step::PersonaTurn { valid, .. }, total, backend) => {
+                assert!(valid);
+                added.push(total.saturating_sub(backend));
+            }
+            (Step::Idle { .. }, _, _) => return (driven, added),
+            (other, _, _) => panic!("unexpected step {other:?}"),
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e3
+}
+
+fn latency(mut added: Vec<Duration>) -> String {
+    added.sort();
+    format!(
+        "{:.2} / {:.2} / {:.2}",
+        percentile(&added, 0.5),
+        percentile(&added, 0.99),
+        percentile(&added, 1.0)
+    )
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+struct Row {
+    store: String,
+    turns_per_s: f64,
+    loaded: String,
+    solo: String,
+    memory: Vec<(usize, f64)>,
+}
+
+async fn run(store_name: &str, store: Arc<dyn Store>, minds: usize, deliveries: usize) -> Row {
+    let sim = Arc::new(Simulator::new(SimConfig {
+        frozen_at_ms: Some(T0),
+        ..SimConfig::default()
+    }));
+    let config: Config = toml::from_str("").unwrap();
+    let bench = Arc::new(Bench {
+        host: Host {
+            store,
+            config: Arc::new(config),
+            clock: Arc::new(SimClock(sim.clone())),
+            signals: Arc::new(Signals::default()),
+        },
+        sim,
+        doctrine: "You are a careful and curious mind of the swarm. ".repeat(40),
+    });
+
+    // (b, solo) One Mind alone: the host's cost without queueing.
+    let solo_turns = env_or("MUNINN_BENCH_SOLO", 300);
+    let solo = bench.driven("solo").await;
+    bench.post("solo", solo_turns).await;
+    let (_, solo_added) = drain(solo).await;
+    assert_eq!(solo_added.len(), solo_turns);
+
+    // (a) and (b, loaded): N Minds stepping concurrently.
+    let mut driven = Vec::new();
+    for m in 0..minds {
+        let id = format!("m{m}");
+        driven.push(bench.driven(&id).await);
+        bench.post(&id, deliveries).await;
+    }
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for d in driven {
+        tasks.spawn(drain(d));
+    }
+    let mut loaded = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        loaded.extend(done.unwrap().1);
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(loaded.len(), minds * deliveries);
+    let turns_per_s = loaded.len() as f64 / elapsed.as_secs_f64();
+
+    // (c) Memory per idle Mind: cumulative steps of registered, stepped-once, idle Minds.
+    let idle_steps: Vec<usize> = std::env::var("MUNINN_BENCH_IDLE")
+        .unwrap_or_else(|_| "1000,10000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let mut idle: Vec<Driven> = Vec::new();
+    let mut memory = Vec::new();
+    let base = rss_kib();
+    for &target in &idle_steps {
+        let mut fresh = Vec::new();
+        for m in idle.len()..target {
+            let id = format!("idle{m}");
+            fresh.push(bench.driven(&id).await);
+            bench.post(&id, 1).await;
+        }
+        // Step them, a few tasks at a time, each once (one turn), and keep them.
+        let chunk = fresh.len().div_ceil(8).max(1);
+        let mut tasks = tokio::task::JoinSet::new();
+        while !fresh.is_empty() {
+            let part: Vec<Driven> = fresh.drain(..chunk.min(fresh.len())).collect();
+            tasks.spawn(async move {
+                let mut out = Vec::with_capacity(part.len());
+                for mut d in part {
+                    assert!(matches!(d.step().await.0, Step::PersonaTurn { .. }));
+                    assert!(matches!(d.step().await.0, Step::Idle { .. }));
+                    out.push(d);
+                }
+                out
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            idle.extend(done.unwrap());
+        }
+        let grown = rss_kib().saturating_sub(base);
+        memory.push((idle.len(), grown as f64 / 1024.0 / idle.len() as f64));
+    }
+    drop(idle);
+    bench.host.store.close().await;
+    Row {
+        store: store_name.to_string(),
+        turns_per_s,
+        loaded: latency(loaded),
+        solo: latency(solo_added),
+        memory,
+    }
+}
+
+fn psql(sql: &str) -> Result<(), String> {
+    match Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ])
+        .output()
+    {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        Err(e) => Err(format!("psql: {e}")),
+    }
+}
+
+fn main() {
+    let minds = env_or("MUNINN_BENCH_MINDS", 50);
+    let deliveries = env_or("MUNINN_BENCH_DELIVERIES", 40);
+    let workers = env_or("MUNINN_BENCH_WORKERS", 2);
+    let dir = tempfile::tempdir_in(
+        std::env::var("MUNINN_BENCH_DIR")
+            .unwrap_or_else(|_| std::env::temp_dir().display().to_string()),
+    )
+    .unwrap();
+    println!(
+        "muninn-host bench: the host's own cost per turn (in-process simulator, frozen clock)"
+    );
+    println!(
+        "  minds={minds} deliveries/mind={deliveries} (one DM batch each) solo_turns={} idle={} \
+         tokio_workers={workers} doctrine_bytes={}",
+        env_or("MUNINN_BENCH_SOLO", 300),
+        std::env::var("MUNINN_BENCH_IDLE").unwrap_or_else(|_| "1000,10000".into()),
+        "You are a careful and curious mind of the swarm. ".len() * 40,
+    );
+    println!(
+        "  sqlite: {} (WAL, synchronous=FULL); postgres: fresh database on 127.0.0.1 via psql",
+        dir.path().join("bench.db").display()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut rows = Vec::new();
+    runtime.block_on(async {
+        let path = dir.path().join("bench.db");
+        let store = muninn_store::open(path.to_str().unwrap()).await.unwrap();
+        rows.push(run("sqlite", store, minds, deliveries).await);
+        let name = format!("muninn_bench_{}", std::process::id());
+        match psql(&format!("CREATE DATABASE {name}")) {
+            Ok(()) => {
+                let url = format!("postgres://postgres@127.0.0.1:5432/{name}");
+                let store = muninn_store::open(&url).await.unwrap();
+                rows.push(run("postgres", store, minds, deliveries).await);
+                let _ = psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+            }
+            Err(e) => println!("  SKIP postgres: {e}"),
+        }
+    });
+    println!();
+    println!(
+        "{:<9} {:>8} {:>26} {:>26} {:>34}",
+        "store",
+        "turns/s",
+        "added ms p50/p99/max (N)",
+        "added ms p50/p99/max (1)",
+        "MiB per idle Mind (Minds)"
+    );
+    for row in &rows {
+        let memory = row
+            .memory
+            .iter()
+            .map(|(n, per)| format!("{per:.3} ({n})"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        println!(
+            "{:<9} {:>8.0} {:>26} {:>26} {:>34}",
+            row.store, row.turns_per_s, row.loaded, row.solo, memory
+        );
+    }
+    for row in &rows {
+        if let Some((_, per)) = row.memory.last() {
+            println!(
+                "{}: 10,000 idle Minds ≈ {:.0} MiB (aim < 1024)",
+                row.store,
+                per * 10_000.0
+            );
+        }
+    }
+    println!("aims: >= 2000 turns/s, p99 added < 2 ms, 10,000 idle Minds < 1 GiB");
+}
