@@ -68,6 +68,9 @@ pub const MEMORY_NOTE_BYTES: usize = 1_000;
 pub const MEMORY_NOTES_PER_REPLY: usize = 8;
 /// A `start_self_run` brief's character limit.
 pub const BRIEF_CHARS: usize = 1_000;
+/// Pending deliveries read per step: a batch is a prefix of them, so a small page keeps a deep
+/// mailbox from being re-read whole on every turn (a longer batch continues next turn).
+pub const PENDING_PAGE: i64 = 32;
 /// The room a Self run's result reaches the Persona from.
 pub const SELF_ROOM: &str = "self";
 /// The reply-schema room meaning "the DM room of this batch".
@@ -489,7 +492,7 @@ impl<B: Backend> MindRunner<B> {
         let pending = self
             .host
             .store
-            .pending_deliveries(&self.mind.id, ack, 200)
+            .pending_deliveries(&self.mind.id, ack, PENDING_PAGE)
             .await?;
         // A delivery not seen before is a new wake however it arrived: through this host's API
         // (which also signals `inbox`) or through another host on the same database, which
@@ -504,12 +507,19 @@ impl<B: Backend> MindRunner<B> {
             .turn_limit
             .map_or(self.mind.turns_per_wake, |l| l.max(0) as u32);
         let has_work = !pending.is_empty() && self.turns_this_wake < limit;
-        let queued = self
-            .host
-            .store
-            .briefs(&self.mind.id, Some(BriefStatus::Queued), 1)
-            .await?;
-        if (has_work || !queued.is_empty()) && self.over_budget(now, &settings).await? {
+        if has_work && self.over_budget(now, &settings).await? {
+            return Ok(Step::OverBudget);
+        }
+        // Briefs are looked at only when no Persona turn is due (one query less per turn).
+        let queued = if has_work {
+            Vec::new()
+        } else {
+            self.host
+                .store
+                .briefs(&self.mind.id, Some(BriefStatus::Queued), 1)
+                .await?
+        };
+        if !queued.is_empty() && self.over_budget(now, &settings).await? {
             return Ok(Step::OverBudget);
         }
         if has_work {
