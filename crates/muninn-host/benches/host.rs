@@ -161,6 +161,8 @@ impl Bench {
                         text: format!("message {i}: what did we decide about the release?"),
                         source_id: format!("{mind}-{i}"),
                         received_at_ms: T0,
+                        to_you: true,
+                        context: Vec::new(),
                     },
                 )
                 .await
