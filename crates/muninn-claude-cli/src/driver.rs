@@ -32,30 +32,52 @@ const STDERR_LINES: usize = 64;
 const STDERR_LINE_CHARS: usize = 2_000;
 
 /// Starts the driver task; returns the command and interrupt senders.
+///
+/// `plan` says which session to continue, or why none may be resumed (see [`crate::binding`]).
 pub(crate) fn spawn(
     config: CliConfig,
     spec: SessionSpec,
+    plan: StartPlan,
 ) -> Result<(mpsc::Sender<Command>, mpsc::Sender<()>), BackendError> {
     for dir in [config.config_dir(), config.tmp_dir(), config.work_dir()] {
         std::fs::create_dir_all(&dir)
             .map_err(|e| BackendError::Invalid(format!("cannot create {}: {e}", dir.display())))?;
     }
-    let established = transcript_path(&config, &config.session_id).is_some();
-    let session_id = config.session_id.clone();
+    // A verified handle vouches that the session exists: if its transcript is gone, `launch`
+    // reseeds rather than silently starting an empty session under the old id.
+    let established = plan.vouched || transcript_path(&config, &plan.session_id).is_some();
     let (commands, command_rx) = mpsc::channel(8);
     let (interrupts, interrupt_rx) = mpsc::channel(4);
-    let driver = Driver {
+    let mut driver = Driver {
         config,
         spec,
-        session_id,
+        session_id: plan.session_id,
         established,
         reseeds: 0,
         launches: 0,
         child: None,
         interrupts_sent: 0,
+        pending_events: Vec::new(),
     };
+    if let Some(reason) = plan.refuse_resume {
+        let mut events = Vec::new();
+        driver.reseed(&reason, &mut events);
+        driver.pending_events = events;
+    }
     tokio::spawn(driver.run(command_rx, interrupt_rx));
     Ok((commands, interrupts))
+}
+
+/// Which session a driver starts on.
+#[derive(Debug)]
+pub(crate) struct StartPlan {
+    /// The session to continue (resumed when its transcript exists).
+    pub session_id: String,
+    /// Set when that session must not be resumed (its binding did not verify): a fresh session
+    /// is seeded instead, and the reason reported as [`SessionEvent::Reseeded`].
+    pub refuse_resume: Option<String>,
+    /// A verified handle names this session, so it must have a transcript.
+    pub vouched: bool,
 }
 
 /// A live child and its pipes.
@@ -88,6 +110,8 @@ struct Driver {
     launches: u32,
     child: Option<Live>,
     interrupts_sent: u64,
+    /// Events from outside a turn (at start, at a park), reported with the next turn.
+    pending_events: Vec<SessionEvent>,
 }
 
 /// How reading a turn ended.
@@ -119,7 +143,10 @@ impl Driver {
     ) {
         // Start the child now: the CLI does most of its ~0.6 s start-up before its first input
         // line, so launching at `start` hides it from the first turn.
-        if let Err(e) = self.launch(&mut Vec::new()) {
+        let mut events = std::mem::take(&mut self.pending_events);
+        let launched = self.launch(&mut events);
+        self.pending_events = events;
+        if let Err(e) = launched {
             tracing::warn!(error = %e, "claude-cli: launch at start failed; retrying on the first turn");
         }
         loop {
@@ -267,7 +294,10 @@ impl Driver {
     }
 
     async fn turn(&mut self, input: TurnInput, interrupts: &mut mpsc::Receiver<()>) -> TurnDone {
-        let mut report = TurnReport::default();
+        let mut report = TurnReport {
+            session_events: std::mem::take(&mut self.pending_events),
+            ..TurnReport::default()
+        };
         let mut written_at = None;
         let mut result_read_at = None;
         let result = self

@@ -11,7 +11,7 @@ use muninn_anthropic::prompt::shape;
 use muninn_anthropic::wire::MessagesRequest;
 use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
 use muninn_claude_cli::{
-    ClaudeCliBackend, CliConfig, Secret, SessionEvent, transcript_path, vm_rss_kb,
+    BindingKey, ClaudeCliBackend, CliConfig, Secret, SessionEvent, transcript_path, vm_rss_kb,
 };
 use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::price::PriceTable;
@@ -471,4 +471,118 @@ async fn the_backend_suite_passes_up_to_custom_tools() {
         failure.message.contains("cannot offer custom tools"),
         "{failure}"
     );
+}
+
+/// The caller's transcript items, in the bytes a handle is minted over.
+fn items(pairs: &[(&str, &str)]) -> Vec<String> {
+    pairs
+        .iter()
+        .flat_map(|(u, a)| [format!("user:{u}"), format!("assistant:{a}")])
+        .collect()
+}
+
+/// The user messages of the last request whose last user message carries `text` (the CLI also
+/// sends a `system` message of its own, which is left out).
+fn user_messages_sent_with(sim: &SimHandle, text: &str) -> Vec<String> {
+    let body = sim
+        .sim
+        .requests()
+        .into_iter()
+        .rev()
+        .filter(|r| r.path == "/v1/messages")
+        .find(|r| last_user(&r.body).contains(text))
+        .unwrap_or_else(|| panic!("no request for {text:?}"))
+        .body;
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == json!("user"))
+        .map(|m| m["content"].to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_resumes_only_through_a_handle_that_verifies() {
+    let Some(bin) = claude_bin() else { return };
+    let mut r = rig(bin, "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a52").await;
+    r.config.binding_key = Some(BindingKey::new(&[7u8; 32]).unwrap());
+
+    // A first start: two turns, then the handle over the transcript so far.
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("bind")).await.unwrap();
+    let a1 = ok(b.turn(TurnInput::text("bind one")).await).text;
+    let a2 = ok(b.turn(TurnInput::text("bind two")).await).text;
+    let transcript = items(&[("bind one", &a1), ("bind two", &a2)]);
+    let handle = b.mint_handle(&transcript).unwrap();
+    assert_eq!(handle.session_id, r.config.session_id);
+    b.shutdown().await;
+
+    // It verifies: the session is resumed, with its history and a warm cache.
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.resume_with(handle.clone(), &transcript);
+    b.start(spec("bind")).await.unwrap();
+    let o = ok(b.turn(TurnInput::text("bind three")).await);
+    let report = b.last_report().unwrap();
+    assert_eq!(report.session_events, vec![]);
+    assert_eq!(report.session_id, r.config.session_id);
+    // The history went with it.
+    let sent = user_messages_sent_with(&r.sim, "bind three");
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert!(sent[0].contains("bind one") && sent[1].contains("bind two"));
+    assert!(o.usage.cache_read > 0, "{:?}", o.usage);
+    let a3 = o.text;
+    let transcript = items(&[("bind one", &a1), ("bind two", &a2), ("bind three", &a3)]);
+    let handle = b.mint_handle(&transcript).unwrap();
+    b.shutdown().await;
+
+    // An item changed (the caller's transcript diverged): a fresh session, and it says so.
+    let mut edited = transcript.clone();
+    edited[1] = "assistant:something else".to_string();
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.resume_with(handle.clone(), &edited);
+    b.start(spec("bind")).await.unwrap();
+    ok(b.turn(TurnInput::text("bind four")).await);
+    let report = b.last_report().unwrap().clone();
+    let [
+        SessionEvent::Reseeded {
+            old_session_id,
+            new_session_id,
+            reason,
+        },
+    ] = report.session_events.as_slice()
+    else {
+        panic!("{:?}", report.session_events)
+    };
+    assert_eq!(old_session_id, &r.config.session_id);
+    assert_eq!(new_session_id, &report.session_id);
+    assert_ne!(new_session_id, &r.config.session_id);
+    assert!(reason.contains("did not verify"), "{reason}");
+    assert_eq!(user_messages_sent_with(&r.sim, "bind four").len(), 1);
+    b.shutdown().await;
+
+    // The instructions changed: the same transcript no longer vouches for the session.
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.resume_with(handle.clone(), &transcript);
+    b.start(spec("bind, new doctrine")).await.unwrap();
+    ok(b.turn(TurnInput::text("bind five")).await);
+    let report = b.last_report().unwrap();
+    assert!(
+        matches!(report.session_events.as_slice(), [SessionEvent::Reseeded { reason, .. }] if reason.contains("did not verify")),
+        "{:?}",
+        report.session_events
+    );
+    assert_eq!(user_messages_sent_with(&r.sim, "bind five").len(), 1);
+    b.shutdown().await;
+
+    // No handle at all for a session on disk: not resumed either.
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("bind")).await.unwrap();
+    ok(b.turn(TurnInput::text("bind six")).await);
+    assert!(matches!(
+        b.last_report().unwrap().session_events.as_slice(),
+        [SessionEvent::Reseeded { .. }]
+    ));
+    assert_eq!(user_messages_sent_with(&r.sim, "bind six").len(), 1);
+    b.shutdown().await;
 }
