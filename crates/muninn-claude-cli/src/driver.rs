@@ -9,7 +9,9 @@
 //! already have reached the API.
 
 use crate::event::{CliEvent, ResultEvent, decode};
-use crate::{CliConfig, Command, SessionEvent, TurnDone, TurnReport, derive_session_id};
+use crate::{
+    CliConfig, Command, ParkReport, SessionEvent, TurnDone, TurnReport, derive_session_id,
+};
 use crate::{parse_usage, transcript_path};
 use muninn_backend::{
     BackendError, InputPart, RetryEvent, SessionSpec, ToolCall, TtlCheck, TurnInput, TurnOutcome,
@@ -58,6 +60,7 @@ pub(crate) fn spawn(
         child: None,
         interrupts_sent: 0,
         pending_events: Vec::new(),
+        parked: false,
     };
     if let Some(reason) = plan.refuse_resume {
         let mut events = Vec::new();
@@ -112,6 +115,8 @@ struct Driver {
     interrupts_sent: u64,
     /// Events from outside a turn (at start, at a park), reported with the next turn.
     pending_events: Vec<SessionEvent>,
+    /// The child was stopped on purpose ([`Command::Park`]); the next launch is an unpark.
+    parked: bool,
 }
 
 /// How reading a turn ended.
@@ -161,6 +166,9 @@ impl Driver {
                     }
                     Some(Command::Pid { reply }) => {
                         let _ = reply.send(self.live_pid());
+                    }
+                    Some(Command::Park { reply }) => {
+                        let _ = reply.send(self.park().await);
                     }
                     Some(Command::Shutdown { reply }) => {
                         let status = self.shutdown().await;
@@ -258,11 +266,16 @@ impl Driver {
         tracing::debug!(session = %self.session_id, resume, pid = ?child.id(), "claude-cli: launched");
         // A resume after an earlier launch is a relaunch (the first launch may resume a session a
         // previous host run left, which is not news).
-        if resume && self.launches > 0 {
+        if resume && self.parked {
+            events.push(SessionEvent::Unparked {
+                session_id: self.session_id.clone(),
+            });
+        } else if resume && self.launches > 0 {
             events.push(SessionEvent::Relaunched {
                 session_id: self.session_id.clone(),
             });
         }
+        self.parked = false;
         self.launches += 1;
         self.child = Some(Live {
             pid: child.id(),
@@ -597,6 +610,22 @@ impl Driver {
         if let Some(mut live) = self.child.take() {
             let _ = live.child.kill().await;
         }
+    }
+
+    /// Stops the child the way shutdown does but keeps the driver: the next turn resumes the
+    /// session with `--resume`. Returns what was parked, or `None` when no child was running.
+    async fn park(&mut self) -> Option<ParkReport> {
+        let pid = self.live_pid()?;
+        let rss_kib = crate::vm_rss_kb(pid);
+        let status = self.shutdown().await;
+        self.parked = true;
+        let event = SessionEvent::Parked {
+            session_id: self.session_id.clone(),
+            pid,
+            rss_kib,
+        };
+        self.pending_events.push(event.clone());
+        Some(ParkReport { event, status })
     }
 
     /// Closes stdin and waits; SIGTERM after the timeout; SIGKILL after as long again.

@@ -14,6 +14,8 @@
 //! - [`binding`] — [`SessionBinding`]: the HMAC [`Handle`] that lets a session be resumed only
 //!   while the CLI's copy of the conversation still matches the caller's transcript.
 //! - [`event`] — the stdout stream-json events, decoded.
+//! - [`pool`] — [`pool::ProcessPool`]: live sessions under a process and memory budget, parking
+//!   idle ones when holding their memory costs more than resuming them.
 //! - `driver` — the one task that owns the child process.
 //!
 //! ## Invariants
@@ -52,6 +54,7 @@
 pub mod binding;
 mod driver;
 pub mod event;
+pub mod pool;
 
 pub use binding::{BindingError, BindingKey, Handle, SessionBinding};
 
@@ -214,6 +217,20 @@ pub enum SessionEvent {
         /// The session resumed.
         session_id: String,
     },
+    /// The child was stopped on purpose to free its memory (its session kept on disk).
+    Parked {
+        /// The session parked.
+        session_id: String,
+        /// The child that exited.
+        pid: u32,
+        /// Its resident memory just before, if `/proc` said.
+        rss_kib: Option<u64>,
+    },
+    /// A parked session got a child again (`--resume`), for the turn that carries this event.
+    Unparked {
+        /// The session resumed.
+        session_id: String,
+    },
     /// The session was lost and a fresh one started, seeded from the turn input only. The
     /// conversation so far is *not* in the new session: the host must reseed it from its own
     /// transcript if it matters.
@@ -257,9 +274,21 @@ pub(crate) enum Command {
     Pid {
         reply: oneshot::Sender<Option<u32>>,
     },
+    Park {
+        reply: oneshot::Sender<Option<ParkReport>>,
+    },
     Shutdown {
         reply: oneshot::Sender<Option<std::process::ExitStatus>>,
     },
+}
+
+/// What [`ClaudeCliBackend::park`] stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParkReport {
+    /// The [`SessionEvent::Parked`] also reported with the next turn.
+    pub event: SessionEvent,
+    /// The child's exit status (`None` if it had to be killed and could not be reaped).
+    pub status: Option<std::process::ExitStatus>,
 }
 
 /// What the driver sends back for a turn.
@@ -419,6 +448,17 @@ impl ClaudeCliBackend {
         let tx = self.commands.as_ref()?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Pid { reply }).await.ok()?;
+        rx.await.ok().flatten()
+    }
+
+    /// Parks the session: stops the child as [`ClaudeCliBackend::shutdown`] does (stdin closed,
+    /// then SIGTERM, then SIGKILL) but keeps the session, so the next turn relaunches it with
+    /// `--resume` (about 0.8 s) and reports [`SessionEvent::Unparked`]. `None` when no child was
+    /// running.
+    pub async fn park(&mut self) -> Option<ParkReport> {
+        let tx = self.commands.as_ref()?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Park { reply }).await.ok()?;
         rx.await.ok().flatten()
     }
 

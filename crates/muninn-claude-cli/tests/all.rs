@@ -10,6 +10,7 @@
 use muninn_anthropic::prompt::shape;
 use muninn_anthropic::wire::MessagesRequest;
 use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
+use muninn_claude_cli::pool::{ParkReason, PoolConfig, PoolEvent, ProcessPool};
 use muninn_claude_cli::{
     BindingKey, ClaudeCliBackend, CliConfig, Secret, SessionEvent, transcript_path, vm_rss_kb,
 };
@@ -585,4 +586,99 @@ async fn a_session_resumes_only_through_a_handle_that_verifies() {
     ));
     assert_eq!(user_messages_sent_with(&r.sim, "bind six").len(), 1);
     b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() {
+    let Some(bin) = claude_bin() else { return };
+    let r = rig(bin, "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
+    let mut pool = ProcessPool::new(PoolConfig {
+        max_processes: 2,
+        ..PoolConfig::default()
+    });
+    let t0 = std::time::Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let ids = [
+        "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a",
+        "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5b",
+        "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5c",
+    ];
+    let mut pids = Vec::new();
+    for (i, (key, id)) in ["a", "b", "c"].into_iter().zip(ids).enumerate() {
+        let config = CliConfig {
+            session_id: id.to_string(),
+            ..r.config.clone()
+        };
+        let mut b = ClaudeCliBackend::new(config);
+        b.start(spec(key)).await.unwrap();
+        pids.push(b.child_pid().await.unwrap());
+        pool.insert(key, b, at(10 * i as u64)).await;
+        let o = pool
+            .turn(
+                key,
+                TurnInput::text(format!("pool {key} one")),
+                at(10 * i as u64 + 1),
+            )
+            .await
+            .unwrap();
+        assert!(o.text.contains(&format!("pool {key} one")));
+    }
+    // Inserting c needed a second slot: a, least recently used, was parked and its child ended.
+    let live = pool.live().await;
+    for (key, pid, mib) in &live {
+        eprintln!("FIGURE live session {key} pid {pid}: {mib:.0} MiB resident");
+    }
+    let live_keys: Vec<&str> = live.iter().map(|(k, _, _)| k.as_str()).collect();
+    assert_eq!(live_keys, ["b", "c"]);
+    wait_dead(pids[0]).await;
+    assert!(
+        matches!(
+            pool.events(),
+            [PoolEvent::Parked { key, reason: ParkReason::ProcessBudget, event: SessionEvent::Parked { pid, .. } }]
+                if key == "a" && *pid == pids[0]
+        ),
+        "{:?}",
+        pool.events()
+    );
+
+    // a's next turn resumes it (parking b, now the least recently used), history intact.
+    let o = pool
+        .turn("a", TurnInput::text("pool a two"), at(40))
+        .await
+        .unwrap();
+    assert!(o.usage.cache_read > 0, "{:?}", o.usage);
+    let sent = user_messages_sent_with(&r.sim, "pool a two");
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(sent[0].contains("pool a one"));
+    let report = pool.backend("a").unwrap().last_report().unwrap();
+    assert!(
+        matches!(
+            report.session_events.as_slice(),
+            [SessionEvent::Parked { .. }, SessionEvent::Unparked { session_id }] if session_id == ids[0]
+        ),
+        "{:?}",
+        report.session_events
+    );
+    let events = pool.events();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(
+        matches!(&events[1], PoolEvent::Parked { key, reason: ParkReason::ProcessBudget, .. } if key == "b")
+    );
+    assert_eq!(
+        events[2],
+        PoolEvent::Resumed {
+            key: "a".into(),
+            session_id: ids[0].into()
+        }
+    );
+    wait_dead(pids[1]).await;
+
+    // An idle sweep: c has been idle far longer than any gap it had; a just spoke.
+    pool.sweep(at(41)).await;
+    let live_keys: Vec<String> = pool.live().await.into_iter().map(|(k, _, _)| k).collect();
+    assert_eq!(live_keys, ["a"], "{:?}", pool.events());
+    assert!(
+        matches!(pool.events().last(), Some(PoolEvent::Parked { key, reason: ParkReason::Idle(_), .. }) if key == "c")
+    );
+    pool.shutdown().await;
 }
