@@ -642,10 +642,12 @@ async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() 
     );
 
     // a's next turn resumes it (parking b, now the least recently used), history intact.
+    let resumed_at = std::time::Instant::now();
     let o = pool
         .turn("a", TurnInput::text("pool a two"), at(40))
         .await
         .unwrap();
+    let resumed_turn = resumed_at.elapsed();
     assert!(o.usage.cache_read > 0, "{:?}", o.usage);
     let sent = user_messages_sent_with(&r.sim, "pool a two");
     assert_eq!(sent.len(), 2, "{sent:?}");
@@ -679,6 +681,55 @@ async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() 
     assert_eq!(live_keys, ["a"], "{:?}", pool.events());
     assert!(
         matches!(pool.events().last(), Some(PoolEvent::Parked { key, reason: ParkReason::Idle(_), .. }) if key == "c")
+    );
+    // A warm turn on the live child, for comparison with the resumed one.
+    let warm_at = std::time::Instant::now();
+    pool.turn("a", TurnInput::text("pool a three"), at(42))
+        .await
+        .unwrap();
+    eprintln!(
+        "FIGURE turn on a parked session (resume): {resumed_turn:?}; on a live one: {:?}",
+        warm_at.elapsed()
+    );
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_budget_parks_the_least_recently_used_session() {
+    let Some(bin) = claude_bin() else { return };
+    let r = rig(bin, "d1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
+    // Room for one child (~190 MiB measured) but not for a second at the 300 MiB estimate.
+    let mut pool = ProcessPool::new(PoolConfig {
+        max_processes: 8,
+        memory_budget_mib: 400,
+        per_process_mib: 300,
+        ..PoolConfig::default()
+    });
+    let now = std::time::Instant::now();
+    let ids = [
+        "d1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a",
+        "d1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5b",
+    ];
+    for (key, id) in ["a", "b"].into_iter().zip(ids) {
+        let mut b = ClaudeCliBackend::new(CliConfig {
+            session_id: id.to_string(),
+            ..r.config.clone()
+        });
+        b.start(spec(key)).await.unwrap();
+        pool.insert(key, b, now).await;
+        pool.turn(key, TurnInput::text(format!("mem {key}")), now)
+            .await
+            .unwrap();
+    }
+    let live: Vec<String> = pool.live().await.into_iter().map(|(k, _, _)| k).collect();
+    assert_eq!(live, ["b"]);
+    assert!(
+        matches!(
+            pool.events(),
+            [PoolEvent::Parked { key, reason: ParkReason::MemoryBudget, .. }] if key == "a"
+        ),
+        "{:?}",
+        pool.events()
     );
     pool.shutdown().await;
 }
