@@ -9,7 +9,9 @@
 //! already have reached the API.
 
 use crate::event::{CliEvent, ResultEvent, decode};
-use crate::{CliConfig, Command, SessionEvent, TurnDone, TurnReport, derive_session_id};
+use crate::{
+    CliConfig, Command, ParkReport, SessionEvent, TurnDone, TurnReport, derive_session_id,
+};
 use crate::{parse_usage, transcript_path};
 use muninn_backend::{
     BackendError, InputPart, RetryEvent, SessionSpec, ToolCall, TtlCheck, TurnInput, TurnOutcome,
@@ -32,30 +34,53 @@ const STDERR_LINES: usize = 64;
 const STDERR_LINE_CHARS: usize = 2_000;
 
 /// Starts the driver task; returns the command and interrupt senders.
+///
+/// `plan` says which session to continue, or why none may be resumed (see [`crate::binding`]).
 pub(crate) fn spawn(
     config: CliConfig,
     spec: SessionSpec,
+    plan: StartPlan,
 ) -> Result<(mpsc::Sender<Command>, mpsc::Sender<()>), BackendError> {
     for dir in [config.config_dir(), config.tmp_dir(), config.work_dir()] {
         std::fs::create_dir_all(&dir)
             .map_err(|e| BackendError::Invalid(format!("cannot create {}: {e}", dir.display())))?;
     }
-    let established = transcript_path(&config, &config.session_id).is_some();
-    let session_id = config.session_id.clone();
+    // A verified handle vouches that the session exists: if its transcript is gone, `launch`
+    // reseeds rather than silently starting an empty session under the old id.
+    let established = plan.vouched || transcript_path(&config, &plan.session_id).is_some();
     let (commands, command_rx) = mpsc::channel(8);
     let (interrupts, interrupt_rx) = mpsc::channel(4);
-    let driver = Driver {
+    let mut driver = Driver {
         config,
         spec,
-        session_id,
+        session_id: plan.session_id,
         established,
         reseeds: 0,
         launches: 0,
         child: None,
         interrupts_sent: 0,
+        pending_events: Vec::new(),
+        parked: false,
     };
+    if let Some(reason) = plan.refuse_resume {
+        let mut events = Vec::new();
+        driver.reseed(&reason, &mut events);
+        driver.pending_events = events;
+    }
     tokio::spawn(driver.run(command_rx, interrupt_rx));
     Ok((commands, interrupts))
+}
+
+/// Which session a driver starts on.
+#[derive(Debug)]
+pub(crate) struct StartPlan {
+    /// The session to continue (resumed when its transcript exists).
+    pub session_id: String,
+    /// Set when that session must not be resumed (its binding did not verify): a fresh session
+    /// is seeded instead, and the reason reported as [`SessionEvent::Reseeded`].
+    pub refuse_resume: Option<String>,
+    /// A verified handle names this session, so it must have a transcript.
+    pub vouched: bool,
 }
 
 /// A live child and its pipes.
@@ -88,6 +113,10 @@ struct Driver {
     launches: u32,
     child: Option<Live>,
     interrupts_sent: u64,
+    /// Events from outside a turn (at start, at a park), reported with the next turn.
+    pending_events: Vec<SessionEvent>,
+    /// The child was stopped on purpose ([`Command::Park`]); the next launch is an unpark.
+    parked: bool,
 }
 
 /// How reading a turn ended.
@@ -119,7 +148,10 @@ impl Driver {
     ) {
         // Start the child now: the CLI does most of its ~0.6 s start-up before its first input
         // line, so launching at `start` hides it from the first turn.
-        if let Err(e) = self.launch(&mut Vec::new()) {
+        let mut events = std::mem::take(&mut self.pending_events);
+        let launched = self.launch(&mut events);
+        self.pending_events = events;
+        if let Err(e) = launched {
             tracing::warn!(error = %e, "claude-cli: launch at start failed; retrying on the first turn");
         }
         loop {
@@ -134,6 +166,9 @@ impl Driver {
                     }
                     Some(Command::Pid { reply }) => {
                         let _ = reply.send(self.live_pid());
+                    }
+                    Some(Command::Park { reply }) => {
+                        let _ = reply.send(self.park().await);
                     }
                     Some(Command::Shutdown { reply }) => {
                         let status = self.shutdown().await;
@@ -231,11 +266,16 @@ impl Driver {
         tracing::debug!(session = %self.session_id, resume, pid = ?child.id(), "claude-cli: launched");
         // A resume after an earlier launch is a relaunch (the first launch may resume a session a
         // previous host run left, which is not news).
-        if resume && self.launches > 0 {
+        if resume && self.parked {
+            events.push(SessionEvent::Unparked {
+                session_id: self.session_id.clone(),
+            });
+        } else if resume && self.launches > 0 {
             events.push(SessionEvent::Relaunched {
                 session_id: self.session_id.clone(),
             });
         }
+        self.parked = false;
         self.launches += 1;
         self.child = Some(Live {
             pid: child.id(),
@@ -267,7 +307,10 @@ impl Driver {
     }
 
     async fn turn(&mut self, input: TurnInput, interrupts: &mut mpsc::Receiver<()>) -> TurnDone {
-        let mut report = TurnReport::default();
+        let mut report = TurnReport {
+            session_events: std::mem::take(&mut self.pending_events),
+            ..TurnReport::default()
+        };
         let mut written_at = None;
         let mut result_read_at = None;
         let result = self
@@ -567,6 +610,22 @@ impl Driver {
         if let Some(mut live) = self.child.take() {
             let _ = live.child.kill().await;
         }
+    }
+
+    /// Stops the child the way shutdown does but keeps the driver: the next turn resumes the
+    /// session with `--resume`. Returns what was parked, or `None` when no child was running.
+    async fn park(&mut self) -> Option<ParkReport> {
+        let pid = self.live_pid()?;
+        let rss_kib = crate::vm_rss_kb(pid);
+        let status = self.shutdown().await;
+        self.parked = true;
+        let event = SessionEvent::Parked {
+            session_id: self.session_id.clone(),
+            pid,
+            rss_kib,
+        };
+        self.pending_events.push(event.clone());
+        Some(ParkReport { event, status })
     }
 
     /// Closes stdin and waits; SIGTERM after the timeout; SIGKILL after as long again.

@@ -11,7 +11,11 @@
 //!
 //! - this module — [`CliConfig`], [`ClaudeCliBackend`] (the [`Backend`] handle),
 //!   [`InterruptHandle`], [`TurnReport`], [`SessionEvent`], [`derive_session_id`].
+//! - [`binding`] — [`SessionBinding`]: the HMAC [`Handle`] that lets a session be resumed only
+//!   while the CLI's copy of the conversation still matches the caller's transcript.
 //! - [`event`] — the stdout stream-json events, decoded.
+//! - [`pool`] — [`pool::ProcessPool`]: live sessions under a process and memory budget, parking
+//!   idle ones when holding their memory costs more than resuming them.
 //! - `driver` — the one task that owns the child process.
 //!
 //! ## Invariants
@@ -28,7 +32,10 @@
 //! - **Lifecycle.** A child that died is relaunched with `--resume <id>` on the next turn. A lost
 //!   session (transcript missing, corrupt — the CLI then says `No conversation found` — or
 //!   `already in use`) is replaced by a fresh session with a new id, seeded from the turn input,
-//!   and reported as [`SessionEvent::Reseeded`]. The host is expected to seed the new session
+//!   and reported as [`SessionEvent::Reseeded`]. With a [`CliConfig::binding_key`], a session
+//!   left by an earlier start is resumed only through a [`Handle`] that verifies over the
+//!   caller's transcript ([`ClaudeCliBackend::resume_with`]); otherwise it is reseeded the same
+//!   way, because the CLI's copy may have diverged from the truth. The host is expected to seed the new session
 //!   from its own transcript (a caller-supplied seed is a later step). Interrupts use the
 //!   stream-json `control_request` `interrupt`, never SIGINT (which exits the CLI). Shutdown
 //!   closes stdin and waits, then SIGTERM after a timeout; dropping the handle kills the child.
@@ -44,8 +51,12 @@
 
 #![deny(clippy::print_stdout)]
 
+pub mod binding;
 mod driver;
 pub mod event;
+pub mod pool;
+
+pub use binding::{BindingError, BindingKey, Handle, SessionBinding};
 
 use muninn_backend::{Backend, BackendError, RetryEvent, SessionSpec, TurnInput, TurnOutcome};
 use muninn_core::trace::Usage;
@@ -106,6 +117,10 @@ pub struct CliConfig {
     /// How long shutdown waits after closing stdin before SIGTERM (and as long again before
     /// SIGKILL).
     pub shutdown_timeout: Duration,
+    /// The key session handles are minted with. When set, a session found on disk at
+    /// [`Backend::start`] is resumed only through a verified [`Handle`]; when `None`, any
+    /// transcript found is resumed (the caller vouches for it).
+    pub binding_key: Option<BindingKey>,
 }
 
 impl CliConfig {
@@ -128,6 +143,7 @@ impl CliConfig {
             max_retries: None,
             turn_timeout: Duration::from_secs(600),
             shutdown_timeout: Duration::from_secs(5),
+            binding_key: None,
         }
     }
 
@@ -201,6 +217,20 @@ pub enum SessionEvent {
         /// The session resumed.
         session_id: String,
     },
+    /// The child was stopped on purpose to free its memory (its session kept on disk).
+    Parked {
+        /// The session parked.
+        session_id: String,
+        /// The child that exited.
+        pid: u32,
+        /// Its resident memory just before, if `/proc` said.
+        rss_kib: Option<u64>,
+    },
+    /// A parked session got a child again (`--resume`), for the turn that carries this event.
+    Unparked {
+        /// The session resumed.
+        session_id: String,
+    },
     /// The session was lost and a fresh one started, seeded from the turn input only. The
     /// conversation so far is *not* in the new session: the host must reseed it from its own
     /// transcript if it matters.
@@ -244,9 +274,21 @@ pub(crate) enum Command {
     Pid {
         reply: oneshot::Sender<Option<u32>>,
     },
+    Park {
+        reply: oneshot::Sender<Option<ParkReport>>,
+    },
     Shutdown {
         reply: oneshot::Sender<Option<std::process::ExitStatus>>,
     },
+}
+
+/// What [`ClaudeCliBackend::park`] stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParkReport {
+    /// The [`SessionEvent::Parked`] also reported with the next turn.
+    pub event: SessionEvent,
+    /// The child's exit status (`None` if it had to be killed and could not be reaped).
+    pub status: Option<std::process::ExitStatus>,
 }
 
 /// What the driver sends back for a turn.
@@ -282,16 +324,104 @@ pub struct ClaudeCliBackend {
     commands: Option<mpsc::Sender<Command>>,
     interrupts: Option<mpsc::Sender<()>>,
     last_report: Option<TurnReport>,
+    /// The session spec of the running session (what a handle binds).
+    spec: Option<SessionSpec>,
+    /// The session the CLI writes now (the configured one until a resume or reseed moves it).
+    session_id: String,
+    /// A handle and the transcript it is claimed over, for the next [`Backend::start`].
+    claim: Option<(Handle, Vec<Vec<u8>>)>,
 }
 
 impl ClaudeCliBackend {
     /// A backend with no session yet; [`Backend::start`] launches the child.
     pub fn new(config: CliConfig) -> ClaudeCliBackend {
         ClaudeCliBackend {
+            session_id: config.session_id.clone(),
             config,
             commands: None,
             interrupts: None,
             last_report: None,
+            spec: None,
+            claim: None,
+        }
+    }
+
+    /// Asks the next [`Backend::start`] to resume `handle`'s session, if `handle` verifies over
+    /// the session spec given to `start` and `items` (the caller's transcript now, each item in
+    /// the bytes it was minted over). If it does not, a fresh session is seeded instead and the
+    /// first turn's report carries [`SessionEvent::Reseeded`] saying why.
+    pub fn resume_with<I, B>(&mut self, handle: Handle, items: I)
+    where
+        I: IntoIterator<Item = B>,
+        B: AsRef<[u8]>,
+    {
+        let items = items.into_iter().map(|i| i.as_ref().to_vec()).collect();
+        self.claim = Some((handle, items));
+    }
+
+    /// Mints the handle of the current session over `items` (the caller's transcript including
+    /// the turn just taken). `None` without a [`CliConfig::binding_key`] or a started session.
+    pub fn mint_handle<I, B>(&self, items: I) -> Option<Handle>
+    where
+        I: IntoIterator<Item = B>,
+        B: AsRef<[u8]>,
+    {
+        let key = self.config.binding_key.as_ref()?;
+        let spec = self.spec.as_ref()?;
+        let instructions = spec.system.join("\n\n");
+        Some(binding_of(spec, &instructions, &self.session_id).mint(key, items))
+    }
+
+    /// The session the CLI writes now.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// Decides which session `start` continues: the claimed one when its handle verifies, the
+    /// configured one when there is no key (or nothing on disk), else a fresh one.
+    fn start_plan(&mut self, spec: &SessionSpec) -> driver::StartPlan {
+        let configured = self.config.session_id.clone();
+        let Some(key) = &self.config.binding_key else {
+            return driver::StartPlan {
+                session_id: configured,
+                refuse_resume: None,
+                vouched: false,
+            };
+        };
+        let instructions = spec.system.join("\n\n");
+        match self.claim.take() {
+            Some((handle, items)) => {
+                if binding_of(spec, &instructions, &handle.session_id).verify(key, &handle, &items)
+                {
+                    driver::StartPlan {
+                        session_id: handle.session_id,
+                        refuse_resume: None,
+                        vouched: true,
+                    }
+                } else {
+                    driver::StartPlan {
+                        session_id: handle.session_id,
+                        refuse_resume: Some(
+                            "the session binding did not verify: the transcript, instructions, \
+                             model or tools changed since the handle was minted"
+                                .to_string(),
+                        ),
+                        vouched: false,
+                    }
+                }
+            }
+            None if transcript_path(&self.config, &configured).is_some() => driver::StartPlan {
+                session_id: configured,
+                refuse_resume: Some(
+                    "a session exists on disk but no handle vouches for it".to_string(),
+                ),
+                vouched: false,
+            },
+            None => driver::StartPlan {
+                session_id: configured,
+                refuse_resume: None,
+                vouched: false,
+            },
         }
     }
 
@@ -318,6 +448,17 @@ impl ClaudeCliBackend {
         let tx = self.commands.as_ref()?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Pid { reply }).await.ok()?;
+        rx.await.ok().flatten()
+    }
+
+    /// Parks the session: stops the child as [`ClaudeCliBackend::shutdown`] does (stdin closed,
+    /// then SIGTERM, then SIGKILL) but keeps the session, so the next turn relaunches it with
+    /// `--resume` (about 0.8 s) and reports [`SessionEvent::Unparked`]. `None` when no child was
+    /// running.
+    pub async fn park(&mut self) -> Option<ParkReport> {
+        let tx = self.commands.as_ref()?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Park { reply }).await.ok()?;
         rx.await.ok().flatten()
     }
 
@@ -352,9 +493,14 @@ impl Backend for ClaudeCliBackend {
             ));
         }
         self.shutdown().await;
-        let (commands, interrupts) = driver::spawn(self.config.clone(), spec)?;
+        let plan = self.start_plan(&spec);
+        // The driver may still move off this id (a refused resume, a lost session); reports
+        // carry the id it really used.
+        self.session_id = plan.session_id.clone();
+        let (commands, interrupts) = driver::spawn(self.config.clone(), spec.clone(), plan)?;
         self.commands = Some(commands);
         self.interrupts = Some(interrupts);
+        self.spec = Some(spec);
         Ok(())
     }
 
@@ -377,8 +523,26 @@ impl Backend for ClaudeCliBackend {
         if let Some(r) = done.result_read_at {
             report.from_result = r.elapsed();
         }
+        if !report.session_id.is_empty() {
+            self.session_id = report.session_id.clone();
+        }
         self.last_report = Some(report);
         done.result
+    }
+}
+
+/// What a handle of `session_id` binds under `spec` (`instructions` is the joined system prompt,
+/// exactly as the CLI receives it).
+fn binding_of<'a>(
+    spec: &'a SessionSpec,
+    instructions: &'a str,
+    session_id: &'a str,
+) -> SessionBinding<'a> {
+    SessionBinding {
+        session_id,
+        instructions,
+        model: &spec.model,
+        tools: &spec.tools,
     }
 }
 

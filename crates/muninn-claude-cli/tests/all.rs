@@ -10,8 +10,9 @@
 use muninn_anthropic::prompt::shape;
 use muninn_anthropic::wire::MessagesRequest;
 use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
+use muninn_claude_cli::pool::{ParkReason, PoolConfig, PoolEvent, ProcessPool};
 use muninn_claude_cli::{
-    ClaudeCliBackend, CliConfig, Secret, SessionEvent, transcript_path, vm_rss_kb,
+    BindingKey, ClaudeCliBackend, CliConfig, Secret, SessionEvent, transcript_path, vm_rss_kb,
 };
 use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::price::PriceTable;
@@ -471,4 +472,264 @@ async fn the_backend_suite_passes_up_to_custom_tools() {
         failure.message.contains("cannot offer custom tools"),
         "{failure}"
     );
+}
+
+/// The caller's transcript items, in the bytes a handle is minted over.
+fn items(pairs: &[(&str, &str)]) -> Vec<String> {
+    pairs
+        .iter()
+        .flat_map(|(u, a)| [format!("user:{u}"), format!("assistant:{a}")])
+        .collect()
+}
+
+/// The user messages of the last request whose last user message carries `text` (the CLI also
+/// sends a `system` message of its own, which is left out).
+fn user_messages_sent_with(sim: &SimHandle, text: &str) -> Vec<String> {
+    let body = sim
+        .sim
+        .requests()
+        .into_iter()
+        .rev()
+        .filter(|r| r.path == "/v1/messages")
+        .find(|r| last_user(&r.body).contains(text))
+        .unwrap_or_else(|| panic!("no request for {text:?}"))
+        .body;
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == json!("user"))
+        .map(|m| m["content"].to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_resumes_only_through_a_handle_that_verifies() {
+    let Some(bin) = claude_bin() else { return };
+    let mut r = rig(bin, "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a52").await;
+    r.config.binding_key = Some(BindingKey::new(&[7u8; 32]).unwrap());
+
+    // A first start: two turns, then the handle over the transcript so far.
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("bind")).await.unwrap();
+    let a1 = ok(b.turn(TurnInput::text("bind one")).await).text;
+    let a2 = ok(b.turn(TurnInput::text("bind two")).await).text;
+    let transcript = items(&[("bind one", &a1), ("bind two", &a2)]);
+    let handle = b.mint_handle(&transcript).unwrap();
+    assert_eq!(handle.session_id, r.config.session_id);
+    b.shutdown().await;
+
+    // It verifies: the session is resumed, with its history and a warm cache.
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.resume_with(handle.clone(), &transcript);
+    b.start(spec("bind")).await.unwrap();
+    let o = ok(b.turn(TurnInput::text("bind three")).await);
+    let report = b.last_report().unwrap();
+    assert_eq!(report.session_events, vec![]);
+    assert_eq!(report.session_id, r.config.session_id);
+    // The history went with it.
+    let sent = user_messages_sent_with(&r.sim, "bind three");
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert!(sent[0].contains("bind one") && sent[1].contains("bind two"));
+    assert!(o.usage.cache_read > 0, "{:?}", o.usage);
+    let a3 = o.text;
+    let transcript = items(&[("bind one", &a1), ("bind two", &a2), ("bind three", &a3)]);
+    let handle = b.mint_handle(&transcript).unwrap();
+    b.shutdown().await;
+
+    // An item changed (the caller's transcript diverged): a fresh session, and it says so.
+    let mut edited = transcript.clone();
+    edited[1] = "assistant:something else".to_string();
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.resume_with(handle.clone(), &edited);
+    b.start(spec("bind")).await.unwrap();
+    ok(b.turn(TurnInput::text("bind four")).await);
+    let report = b.last_report().unwrap().clone();
+    let [
+        SessionEvent::Reseeded {
+            old_session_id,
+            new_session_id,
+            reason,
+        },
+    ] = report.session_events.as_slice()
+    else {
+        panic!("{:?}", report.session_events)
+    };
+    assert_eq!(old_session_id, &r.config.session_id);
+    assert_eq!(new_session_id, &report.session_id);
+    assert_ne!(new_session_id, &r.config.session_id);
+    assert!(reason.contains("did not verify"), "{reason}");
+    assert_eq!(user_messages_sent_with(&r.sim, "bind four").len(), 1);
+    b.shutdown().await;
+
+    // The instructions changed: the same transcript no longer vouches for the session.
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.resume_with(handle.clone(), &transcript);
+    b.start(spec("bind, new doctrine")).await.unwrap();
+    ok(b.turn(TurnInput::text("bind five")).await);
+    let report = b.last_report().unwrap();
+    assert!(
+        matches!(report.session_events.as_slice(), [SessionEvent::Reseeded { reason, .. }] if reason.contains("did not verify")),
+        "{:?}",
+        report.session_events
+    );
+    assert_eq!(user_messages_sent_with(&r.sim, "bind five").len(), 1);
+    b.shutdown().await;
+
+    // No handle at all for a session on disk: not resumed either.
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("bind")).await.unwrap();
+    ok(b.turn(TurnInput::text("bind six")).await);
+    assert!(matches!(
+        b.last_report().unwrap().session_events.as_slice(),
+        [SessionEvent::Reseeded { .. }]
+    ));
+    assert_eq!(user_messages_sent_with(&r.sim, "bind six").len(), 1);
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() {
+    let Some(bin) = claude_bin() else { return };
+    let r = rig(bin, "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
+    let mut pool = ProcessPool::new(PoolConfig {
+        max_processes: 2,
+        ..PoolConfig::default()
+    });
+    let t0 = std::time::Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let ids = [
+        "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a",
+        "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5b",
+        "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5c",
+    ];
+    let mut pids = Vec::new();
+    for (i, (key, id)) in ["a", "b", "c"].into_iter().zip(ids).enumerate() {
+        let config = CliConfig {
+            session_id: id.to_string(),
+            ..r.config.clone()
+        };
+        let mut b = ClaudeCliBackend::new(config);
+        b.start(spec(key)).await.unwrap();
+        pids.push(b.child_pid().await.unwrap());
+        pool.insert(key, b, at(10 * i as u64)).await;
+        let o = pool
+            .turn(
+                key,
+                TurnInput::text(format!("pool {key} one")),
+                at(10 * i as u64 + 1),
+            )
+            .await
+            .unwrap();
+        assert!(o.text.contains(&format!("pool {key} one")));
+    }
+    // Inserting c needed a second slot: a, least recently used, was parked and its child ended.
+    let live = pool.live().await;
+    for (key, pid, mib) in &live {
+        eprintln!("FIGURE live session {key} pid {pid}: {mib:.0} MiB resident");
+    }
+    let live_keys: Vec<&str> = live.iter().map(|(k, _, _)| k.as_str()).collect();
+    assert_eq!(live_keys, ["b", "c"]);
+    wait_dead(pids[0]).await;
+    assert!(
+        matches!(
+            pool.events(),
+            [PoolEvent::Parked { key, reason: ParkReason::ProcessBudget, event: SessionEvent::Parked { pid, .. } }]
+                if key == "a" && *pid == pids[0]
+        ),
+        "{:?}",
+        pool.events()
+    );
+
+    // a's next turn resumes it (parking b, now the least recently used), history intact.
+    let resumed_at = std::time::Instant::now();
+    let o = pool
+        .turn("a", TurnInput::text("pool a two"), at(40))
+        .await
+        .unwrap();
+    let resumed_turn = resumed_at.elapsed();
+    assert!(o.usage.cache_read > 0, "{:?}", o.usage);
+    let sent = user_messages_sent_with(&r.sim, "pool a two");
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(sent[0].contains("pool a one"));
+    let report = pool.backend("a").unwrap().last_report().unwrap();
+    assert!(
+        matches!(
+            report.session_events.as_slice(),
+            [SessionEvent::Parked { .. }, SessionEvent::Unparked { session_id }] if session_id == ids[0]
+        ),
+        "{:?}",
+        report.session_events
+    );
+    let events = pool.events();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(
+        matches!(&events[1], PoolEvent::Parked { key, reason: ParkReason::ProcessBudget, .. } if key == "b")
+    );
+    assert_eq!(
+        events[2],
+        PoolEvent::Resumed {
+            key: "a".into(),
+            session_id: ids[0].into()
+        }
+    );
+    wait_dead(pids[1]).await;
+
+    // An idle sweep: c has been idle far longer than any gap it had; a just spoke.
+    pool.sweep(at(41)).await;
+    let live_keys: Vec<String> = pool.live().await.into_iter().map(|(k, _, _)| k).collect();
+    assert_eq!(live_keys, ["a"], "{:?}", pool.events());
+    assert!(
+        matches!(pool.events().last(), Some(PoolEvent::Parked { key, reason: ParkReason::Idle(_), .. }) if key == "c")
+    );
+    // A warm turn on the live child, for comparison with the resumed one.
+    let warm_at = std::time::Instant::now();
+    pool.turn("a", TurnInput::text("pool a three"), at(42))
+        .await
+        .unwrap();
+    eprintln!(
+        "FIGURE turn on a parked session (resume): {resumed_turn:?}; on a live one: {:?}",
+        warm_at.elapsed()
+    );
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_budget_parks_the_least_recently_used_session() {
+    let Some(bin) = claude_bin() else { return };
+    let r = rig(bin, "d1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
+    // Room for one child (~190 MiB measured) but not for a second at the 300 MiB estimate.
+    let mut pool = ProcessPool::new(PoolConfig {
+        max_processes: 8,
+        memory_budget_mib: 400,
+        per_process_mib: 300,
+        ..PoolConfig::default()
+    });
+    let now = std::time::Instant::now();
+    let ids = [
+        "d1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a",
+        "d1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5b",
+    ];
+    for (key, id) in ["a", "b"].into_iter().zip(ids) {
+        let mut b = ClaudeCliBackend::new(CliConfig {
+            session_id: id.to_string(),
+            ..r.config.clone()
+        });
+        b.start(spec(key)).await.unwrap();
+        pool.insert(key, b, now).await;
+        pool.turn(key, TurnInput::text(format!("mem {key}")), now)
+            .await
+            .unwrap();
+    }
+    let live: Vec<String> = pool.live().await.into_iter().map(|(k, _, _)| k).collect();
+    assert_eq!(live, ["b"]);
+    assert!(
+        matches!(
+            pool.events(),
+            [PoolEvent::Parked { key, reason: ParkReason::MemoryBudget, .. }] if key == "a"
+        ),
+        "{:?}",
+        pool.events()
+    );
+    pool.shutdown().await;
 }

@@ -75,13 +75,17 @@ pub enum BackendKind {
     Sim,
     /// The Anthropic Messages API.
     Anthropic,
+    /// The Claude Code CLI (`claude -p`, one long-lived process per session), talking to the
+    /// Messages API at `base_url` with the key from `api_key_env`.
+    ClaudeCli,
 }
 
 /// The backend.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
-    /// `sim` or `anthropic`. Default: `anthropic` when the credential variable is set, else `sim`.
+    /// `sim`, `anthropic` or `claude-cli`. Default: `anthropic` when the credential variable is
+    /// set, else `sim` (`claude-cli` is only used when asked for).
     #[serde(default)]
     pub kind: Option<BackendKind>,
     /// The API base URL (default `https://api.anthropic.com`).
@@ -90,6 +94,11 @@ pub struct BackendConfig {
     /// The environment variable holding the API key (never the key itself).
     #[serde(default = "default_key_env")]
     pub api_key_env: String,
+    /// `claude-cli` only: the `claude` binary (pinned 2.1.332). Default: `$MUNINN_CLAUDE_BIN`,
+    /// else where `scripts/install-claude-cli.sh` installs it. Each session's CLI state lives
+    /// under `<data_dir>/claude-cli/<mind>/<role>`.
+    #[serde(default)]
+    pub claude_bin: Option<PathBuf>,
 }
 
 impl Default for BackendConfig {
@@ -98,6 +107,7 @@ impl Default for BackendConfig {
             kind: None,
             base_url: None,
             api_key_env: default_key_env(),
+            claude_bin: None,
         }
     }
 }
@@ -333,6 +343,9 @@ impl Config {
             }
         };
         resolve(&mut self.data_dir);
+        if let Some(bin) = &mut self.backend.claude_bin {
+            resolve(bin);
+        }
         if let Some(prices) = &mut self.prices {
             resolve(prices);
         }

@@ -1498,8 +1498,8 @@ pub async fn run_minds(
 ) -> Result<(), RuntimeError> {
     let mut tasks = tokio::task::JoinSet::new();
     for mind in host.config.minds.iter().cloned() {
-        let persona = factory.make(host.clock.clone(), &prices);
-        let selfs = factory.make(host.clock.clone(), &prices);
+        let persona = factory.make(host.clock.clone(), &prices, &format!("{}/persona", mind.id));
+        let selfs = factory.make(host.clock.clone(), &prices, &format!("{}/self", mind.id));
         let runner = MindRunner::new(host.clone(), mind, holder.clone(), &prices, persona, selfs)?;
         tasks.spawn(run_mind(runner, shutdown.clone()));
     }

@@ -546,6 +546,7 @@ async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
         kind: Some(muninn_host::config::BackendKind::Anthropic),
         base_url: Some(server.base_url()),
         api_key_env: "MUNINN_TEST_KEY".into(),
+        claude_bin: None,
     };
     let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| SECRET.to_string());
     let factory = BackendFactory::from_config(&config, env).unwrap();
@@ -559,7 +560,7 @@ async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
         clock: Arc::new(SimClock(server.sim.clone())),
         signals: Arc::new(Signals::default()),
     };
-    let make = || factory.make(host.clock.clone(), &PriceTable::embedded());
+    let make = || factory.make(host.clock.clone(), &PriceTable::embedded(), "vala/persona");
     let persona: AnyBackend = make();
     // Found by this test: the simulator's own configured key reached `{:?}` through the clock.
     assert!(!format!("{persona:?}").contains(SECRET));
@@ -709,4 +710,141 @@ async fn a_delivery_posted_through_another_host_is_a_new_wake() {
         }
     ));
     assert!(matches!(r.step().await.unwrap(), Step::Idle { .. }));
+}
+
+/// The pinned Claude Code CLI, if installed (`MUNINN_CLAUDE_BIN`, else the install script's
+/// place); `None` prints SKIP, and `MUNINN_REQUIRE_PEERS=1` makes a missing CLI a failure.
+fn claude_bin() -> Option<std::path::PathBuf> {
+    let found = std::env::var("MUNINN_CLAUDE_BIN")
+        .ok()
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            let home = std::env::var("HOME").ok()?;
+            let p = std::path::PathBuf::from(home).join(
+                ".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
+            );
+            p.exists().then_some(p)
+        });
+    let pinned = found.filter(|bin| {
+        std::process::Command::new(bin)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).starts_with("2.1.332 "))
+    });
+    if pinned.is_none() {
+        assert!(
+            std::env::var("MUNINN_REQUIRE_PEERS").as_deref() != Ok("1"),
+            "MUNINN_REQUIRE_PEERS=1 but Claude Code CLI 2.1.332 is missing (set MUNINN_CLAUDE_BIN)"
+        );
+        eprintln!("SKIP: Claude Code CLI 2.1.332 not found");
+    }
+    pinned
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported() {
+    use muninn_host::backends::{AnyBackend, BackendFactory};
+    use muninn_host::config::{BackendConfig, BackendKind};
+    let Some(bin) = claude_bin() else { return };
+    const KEY: &str = "sk-test-claude-cli-host";
+    let dir = tempfile::tempdir().unwrap();
+    let server = muninn_sim::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        SimConfig {
+            frozen_at_ms: Some(T0),
+            ..SimConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut config: Config = toml::from_str("").unwrap();
+    config.data_dir = dir.path().join("data");
+    config.backend = BackendConfig {
+        kind: Some(BackendKind::ClaudeCli),
+        base_url: Some(server.base_url()),
+        api_key_env: "MUNINN_TEST_KEY".into(),
+        claude_bin: Some(bin),
+    };
+    let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| KEY.to_string());
+    let factory = BackendFactory::from_config(&config, env).unwrap();
+    assert!(!format!("{factory:?}").contains(KEY));
+    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
+        .await
+        .unwrap();
+    let host = Host {
+        store,
+        config: Arc::new(config),
+        clock: Arc::new(SimClock(server.sim.clone())),
+        signals: Arc::new(Signals::default()),
+    };
+    let prices = PriceTable::embedded();
+    let persona = factory.make(host.clock.clone(), &prices, "vala/persona");
+    assert!(matches!(persona, AnyBackend::ClaudeCli(_)));
+    let selfs = factory.make(host.clock.clone(), &prices, "vala/self");
+    let mut r = MindRunner::new(
+        host.clone(),
+        mind(""),
+        "host-a".into(),
+        &prices,
+        persona,
+        selfs,
+    )
+    .unwrap();
+    r.register().await.unwrap();
+    host.store
+        .post_delivery(
+            "vala",
+            &NewDelivery {
+                room: "#swarm".into(),
+                sender: "ari".into(),
+                is_direct: false,
+                text: "hello vala".into(),
+                source_id: "e1".into(),
+                received_at_ms: T0,
+                to_you: true,
+                context: Vec::new(),
+            },
+        )
+        .await
+        .unwrap();
+    let step = r.step().await.unwrap();
+    assert!(matches!(step, Step::PersonaTurn { .. }), "{step:?}");
+    let rows: Vec<_> = host
+        .store
+        .ledger(&LedgerQuery::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.row)
+        .collect();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let row = &rows[0];
+    // What the CLI reported is its `result` usage, kept verbatim; the parsed numbers are it.
+    let raw = row.raw_usage.clone().unwrap();
+    assert_eq!(row.usage, muninn_claude_cli::parse_usage(&raw, false));
+    // And the CLI reported what the API (the simulator) answered, summed over the turn's
+    // requests (a schema turn may take more than one).
+    let answered: Vec<_> = server
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|q| q.path == "/v1/messages")
+        .filter_map(|q| q.usage)
+        .collect();
+    assert!(!answered.is_empty());
+    let sum = answered
+        .iter()
+        .fold(muninn_core::trace::Usage::default(), |a, u| {
+            muninn_core::trace::Usage {
+                input: a.input + u.input,
+                cache_write_5m: a.cache_write_5m + u.cache_write_5m,
+                cache_write_1h: a.cache_write_1h + u.cache_write_1h,
+                cache_read: a.cache_read + u.cache_read,
+                output: a.output + u.output,
+            }
+        });
+    assert_eq!(row.usage, sum, "{raw}");
+    assert!(row.cost.0 > 0);
+    r.release().await.unwrap();
+    server.stop().await.unwrap();
 }
