@@ -280,6 +280,31 @@ pub trait Backend: Send {
         }
     }
 
+    /// Whether this backend binds its provider session to the caller's transcript: if so, the
+    /// caller hands it the transcript after each turn ([`Backend::session_handle`]) and before a
+    /// restart ([`Backend::resume_session`]). Backends whose sessions live only in memory (or
+    /// are stateless) return `false`, and the caller skips reading the transcript.
+    fn binds_sessions(&self) -> bool {
+        false
+    }
+
+    /// A handle for the provider session as it stands, bound to `items` (the caller's own
+    /// transcript of the session, each item in the caller's canonical bytes, in order), for the
+    /// caller to store beside that transcript. `None` when the backend has nothing to bind.
+    fn session_handle(&self, items: &[Vec<u8>]) -> Option<String> {
+        let _ = items;
+        None
+    }
+
+    /// Asks the next [`Backend::start`] to continue the session `handle` names instead of a
+    /// fresh one, if `handle` still verifies over the session spec given to `start` and `items`
+    /// (the caller's transcript now); if it does not, `start` seeds a fresh session. Returns
+    /// whether the handle could be read at all (a backend that cannot resume returns `false`).
+    fn resume_session(&mut self, handle: &str, items: &[Vec<u8>]) -> bool {
+        let _ = (handle, items);
+        false
+    }
+
     /// A head-only keep-warm request: the session's system layers with their breakpoints and a
     /// tiny question, no conversation. Once the conversation tail has been let go, it keeps the
     /// head (under its own, longer TTL) cached for the price of reading the head alone.

@@ -32,6 +32,9 @@ pub enum BindingError {
         /// The given length.
         got: usize,
     },
+    /// A stored handle was not `<session id>#<64 hex digits>`.
+    #[error("a session handle must be <session id>#<64 hex digits>")]
+    MalformedHandle,
 }
 
 /// The MAC key, already keyed into HMAC state (so minting cannot fail later). Never printed.
@@ -78,6 +81,30 @@ impl Handle {
     /// The tag as lowercase hex (for storing beside the transcript).
     pub fn tag_hex(&self) -> String {
         self.tag.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The handle as one line of text, `<session id>#<tag hex>`, for storing beside the
+    /// transcript (a segment's `session_id`). The tag is not a secret: it proves nothing without
+    /// the key.
+    pub fn encode(&self) -> String {
+        format!("{}#{}", self.session_id, self.tag_hex())
+    }
+
+    /// Reads what [`Handle::encode`] wrote.
+    pub fn decode(text: &str) -> Result<Handle, BindingError> {
+        let (session_id, hex) = text.rsplit_once('#').ok_or(BindingError::MalformedHandle)?;
+        if session_id.is_empty() || hex.len() != 64 || !hex.is_ascii() {
+            return Err(BindingError::MalformedHandle);
+        }
+        let mut tag = [0u8; 32];
+        for (i, byte) in tag.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                .map_err(|_| BindingError::MalformedHandle)?;
+        }
+        Ok(Handle {
+            session_id: session_id.to_string(),
+            tag,
+        })
     }
 }
 
@@ -208,6 +235,15 @@ mod tests {
             binding("a", &[]).mint(&key, ["bc"]).tag
         );
         assert_eq!(h.tag_hex().len(), 64);
+        assert_eq!(Handle::decode(&h.encode()), Ok(h.clone()));
+        for bad in ["", "#", "abc", "s#12", &format!("#{}", h.tag_hex())] {
+            assert_eq!(
+                Handle::decode(bad),
+                Err(BindingError::MalformedHandle),
+                "{bad}"
+            );
+        }
+        assert!(Handle::decode(&format!("s#{}", "zz".repeat(32))).is_err());
         assert!(!format!("{key:?}").contains("0123"));
     }
 }

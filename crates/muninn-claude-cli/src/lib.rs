@@ -529,6 +529,26 @@ impl Backend for ClaudeCliBackend {
         self.last_report = Some(report);
         done.result
     }
+
+    fn binds_sessions(&self) -> bool {
+        self.config.binding_key.is_some()
+    }
+
+    fn session_handle(&self, items: &[Vec<u8>]) -> Option<String> {
+        self.mint_handle(items).map(|h| h.encode())
+    }
+
+    fn resume_session(&mut self, handle: &str, items: &[Vec<u8>]) -> bool {
+        match Handle::decode(handle) {
+            Ok(handle) => {
+                self.resume_with(handle, items);
+                true
+            }
+            // An unreadable handle vouches for nothing: `start` then treats a session on disk
+            // as unvouched and seeds a fresh one.
+            Err(_) => false,
+        }
+    }
 }
 
 /// What a handle of `session_id` binds under `spec` (`instructions` is the joined system prompt,
