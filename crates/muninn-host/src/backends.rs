@@ -7,11 +7,11 @@ use muninn_anthropic::backend::AnthropicBackend;
 use muninn_anthropic::client::{AnthropicClient, ClientConfig, credentials_from_env};
 use muninn_anthropic::clock::{Clock, TokioSleeper};
 use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
-use muninn_claude_cli::{ClaudeCliBackend, CliConfig, Secret};
+use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, Secret};
 use muninn_core::price::PriceTable;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A backend of either kind.
@@ -65,6 +65,30 @@ impl Backend for AnyBackend {
             AnyBackend::ClaudeCli(b) => b.ping_head().await,
         }
     }
+
+    fn binds_sessions(&self) -> bool {
+        match self {
+            AnyBackend::Sim(b) => b.binds_sessions(),
+            AnyBackend::Anthropic(b) => b.binds_sessions(),
+            AnyBackend::ClaudeCli(b) => b.binds_sessions(),
+        }
+    }
+
+    fn session_handle(&self, items: &[Vec<u8>]) -> Option<String> {
+        match self {
+            AnyBackend::Sim(b) => b.session_handle(items),
+            AnyBackend::Anthropic(b) => b.session_handle(items),
+            AnyBackend::ClaudeCli(b) => b.session_handle(items),
+        }
+    }
+
+    fn resume_session(&mut self, handle: &str, items: &[Vec<u8>]) -> bool {
+        match self {
+            AnyBackend::Sim(b) => b.resume_session(handle, items),
+            AnyBackend::Anthropic(b) => b.resume_session(handle, items),
+            AnyBackend::ClaudeCli(b) => b.resume_session(handle, items),
+        }
+    }
 }
 
 /// Builds a fresh backend per session.
@@ -85,7 +109,77 @@ pub enum BackendFactory {
         base_url: String,
         /// The credential, passed to each child by environment only.
         api_key: Secret,
+        /// The host's own session-binding key (`<data_dir>/session-binding.key`): a session left
+        /// on disk is resumed only through a handle minted with it. Boxed: keyed HMAC state is
+        /// large, and the factory is cloned per Mind.
+        binding_key: Box<BindingKey>,
     },
+}
+
+/// The file, under the host's data directory, that holds the session-binding key.
+pub const BINDING_KEY_FILE: &str = "session-binding.key";
+
+/// Reads the session-binding key at `path`, or creates it (32 bytes from `/dev/urandom`, mode
+/// 0600) when there is none, creating its directory as needed. The file is written under a
+/// temporary name and hard-linked into place, so a host starting at the same time never reads
+/// a half-written key: the loser of the race reads the winner's. The key is never logged.
+pub fn load_or_create_binding_key(path: &Path) -> Result<BindingKey, BackendSetupError> {
+    let io = |source: std::io::Error| BackendSetupError::BindingKey {
+        path: path.to_owned(),
+        reason: source.to_string(),
+    };
+    match std::fs::read(path) {
+        Ok(bytes) => return parse_binding_key(path, &bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let mut random = [0u8; BindingKey::MIN_LEN];
+    {
+        use std::io::Read;
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut random))
+            .map_err(io)?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp.{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let written = options.open(&tmp).and_then(|mut file| {
+        use std::io::Write;
+        file.write_all(&random).and_then(|()| file.sync_all())
+    });
+    // `hard_link` fails when the name exists, which makes creation exclusive and atomic.
+    let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "created the session-binding key");
+            parse_binding_key(path, &random)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let bytes = std::fs::read(path).map_err(io)?;
+            parse_binding_key(path, &bytes)
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+fn parse_binding_key(path: &Path, bytes: &[u8]) -> Result<BindingKey, BackendSetupError> {
+    BindingKey::new(bytes).map_err(|e| BackendSetupError::BindingKey {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 impl std::fmt::Debug for BackendFactory {
@@ -113,6 +207,14 @@ pub enum BackendSetupError {
         "backend claude-cli: no claude binary (set backend.claude_bin or $MUNINN_CLAUDE_BIN, or run scripts/install-claude-cli.sh)"
     )]
     MissingClaudeBin,
+    /// The session-binding key could not be read or created (the message never holds the key).
+    #[error("session-binding key {}: {reason}", path.display())]
+    BindingKey {
+        /// The key file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
     /// The HTTPS client could not be built.
     #[error("backend anthropic: {0}")]
     Client(String),
@@ -157,11 +259,14 @@ impl BackendFactory {
                     })
                     .filter(|p| p.is_file())
                     .ok_or(BackendSetupError::MissingClaudeBin)?;
+                let binding_key =
+                    load_or_create_binding_key(&config.data_dir.join(BINDING_KEY_FILE))?;
                 Ok(BackendFactory::ClaudeCli {
                     bin,
                     data_dir: config.data_dir.join("claude-cli"),
                     base_url: base,
                     api_key: Secret::new(key),
+                    binding_key: Box::new(binding_key),
                 })
             }
             BackendKind::Sim => Ok(BackendFactory::Sim(Arc::new(Simulator::new(
@@ -204,16 +309,18 @@ impl BackendFactory {
                 data_dir,
                 base_url,
                 api_key,
+                binding_key,
             } => {
                 // One directory per session: the CLI keeps HOME, config and transcripts there,
                 // and two children must never share a config directory.
-                let config = CliConfig::new(
+                let mut config = CliConfig::new(
                     bin,
                     data_dir.join(session),
                     base_url.clone(),
                     api_key.clone(),
                     muninn_claude_cli::derive_session_id(session, 0),
                 );
+                config.binding_key = Some((**binding_key).clone());
                 AnyBackend::ClaudeCli(Box::new(ClaudeCliBackend::new(config)))
             }
         }
@@ -225,5 +332,60 @@ impl BackendFactory {
             BackendFactory::Sim(sim) => Some(sim),
             BackendFactory::Anthropic(_) | BackendFactory::ClaudeCli { .. } => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use muninn_claude_cli::SessionBinding;
+
+    fn tag(key: &BindingKey) -> [u8; 32] {
+        SessionBinding {
+            session_id: "s",
+            instructions: "i",
+            model: "m",
+            tools: &[],
+        }
+        .mint(key, ["item"])
+        .tag
+    }
+
+    #[test]
+    fn the_binding_key_is_created_once_private_and_then_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data").join(BINDING_KEY_FILE);
+        let first = load_or_create_binding_key(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len(), BindingKey::MIN_LEN);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        // Loading again reads the same key: handles minted before a restart still verify.
+        let again = load_or_create_binding_key(&path).unwrap();
+        assert_eq!(tag(&first), tag(&again));
+        // No temporary file is left behind.
+        assert_eq!(
+            std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+            1
+        );
+        // Another data directory gets another key.
+        let other =
+            load_or_create_binding_key(&dir.path().join("other").join(BINDING_KEY_FILE)).unwrap();
+        assert_ne!(tag(&first), tag(&other));
+    }
+
+    #[test]
+    fn a_short_key_file_is_an_error_that_does_not_show_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(BINDING_KEY_FILE);
+        std::fs::write(&path, b"secret-but-short").unwrap();
+        let err = load_or_create_binding_key(&path).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("at least 32 bytes"), "{text}");
+        assert!(!text.contains("secret-but-short"), "{text}");
     }
 }

@@ -314,6 +314,9 @@ struct Session<B> {
     gaps: GapStats,
     /// The session must be rebuilt from the transcript (a failed call left it out of step).
     broken: bool,
+    /// Where reading this role's transcript for the current segment starts: no later than the
+    /// segment's first item, so binding a session never rescans earlier segments twice.
+    bind_from: i64,
 }
 
 impl<B> Session<B> {
@@ -337,6 +340,7 @@ impl<B> Session<B> {
             gap_head_ping_spend: MicroUsd::ZERO,
             gaps: GapStats::default(),
             broken: false,
+            bind_from: 1,
         }
     }
 }
@@ -678,6 +682,72 @@ impl<B: Backend> MindRunner<B> {
         renderer.map_or(0, |r| {
             r.rendered().system.iter().map(|b| count(&b.text)).sum()
         })
+    }
+
+    /// The role's transcript items of `segment`, each in the canonical bytes a session handle is
+    /// bound over ([`binding_bytes`]), oldest first.
+    async fn segment_items(
+        &mut self,
+        role: Role,
+        segment: i64,
+    ) -> Result<Vec<Vec<u8>>, RuntimeError> {
+        const PAGE: i64 = 500;
+        let mut from = match role {
+            Role::Persona => self.persona.bind_from,
+            Role::SelfRole => self.selfs.bind_from,
+        };
+        let mut first = None;
+        let mut items = Vec::new();
+        loop {
+            let page = self
+                .host
+                .store
+                .transcript_range(&self.mind.id, role, from, None, PAGE)
+                .await?;
+            for item in page.iter().filter(|i| i.segment == segment) {
+                first.get_or_insert(item.seq);
+                items.push(binding_bytes(item));
+            }
+            match page.last() {
+                Some(last) if page.len() as i64 == PAGE => from = last.seq + 1,
+                _ => break,
+            }
+        }
+        if let Some(first) = first {
+            match role {
+                Role::Persona => self.persona.bind_from = first,
+                Role::SelfRole => self.selfs.bind_from = first,
+            }
+        }
+        Ok(items)
+    }
+
+    /// Stores the role's session handle with its segment, bound to the segment's transcript as
+    /// it now stands, so a restarted runner can tell whether the provider's copy of the
+    /// conversation is still muninn's. A no-op for backends that bind nothing.
+    async fn bind_session(&mut self, role: Role, token: FencingToken) -> Result<(), RuntimeError> {
+        let session = match role {
+            Role::Persona => &self.persona,
+            Role::SelfRole => &self.selfs,
+        };
+        let Some(segment) = session.segment else {
+            return Ok(());
+        };
+        if !session.backend.binds_sessions() || session.broken {
+            return Ok(());
+        }
+        let items = self.segment_items(role, segment).await?;
+        let session = match role {
+            Role::Persona => &self.persona,
+            Role::SelfRole => &self.selfs,
+        };
+        if let Some(handle) = session.backend.session_handle(&items) {
+            self.host
+                .store
+                .set_segment_session(&self.mind.id, token, role, segment, &handle)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Opens a new segment for a role: a segment row, a renderer on the current layers, a fresh
@@ -1082,6 +1152,7 @@ impl<B: Backend> MindRunner<B> {
             .await
         {
             Ok(receipt) => {
+                self.bind_session(Role::Persona, token).await?;
                 self.host.signals.outbox.notify_waiters();
                 if !record.briefs.is_empty() {
                     self.host.signals.inbox.notify_one();
@@ -1218,6 +1289,7 @@ impl<B: Backend> MindRunner<B> {
             .store
             .record_turn(&self.mind.id, token, &record)
             .await?;
+        self.bind_session(Role::SelfRole, token).await?;
         self.host
             .store
             .finish_brief(
@@ -1434,6 +1506,16 @@ impl<B: Backend> MindRunner<B> {
 
 /// What the Self is asked at a refresh.
 pub const SELF_FLUSH_PROMPT: &str = "Flush your memory now: answer with one JSON object with the keys goal, open_tasks, constraints, done and facts, covering everything the next session must know. Answer with the JSON only.";
+
+/// A transcript item's canonical bytes for a session binding: its seq, kind and body (JSON with
+/// sorted keys, as `serde_json` writes a `Value`), so an item edited, dropped, reordered or
+/// re-kinded no longer verifies.
+fn binding_bytes(item: &muninn_store::TranscriptItem) -> Vec<u8> {
+    let mut bytes = format!("{}\n{}\n", item.seq, item.kind.as_str()).into_bytes();
+    // Serialising a `Value` cannot fail; an empty body would only make the binding not verify.
+    bytes.extend(serde_json::to_vec(&item.body).unwrap_or_default());
+    bytes
+}
 
 fn outcome_text(outcome: &TurnOutcome) -> String {
     match &outcome.structured {

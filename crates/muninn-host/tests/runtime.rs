@@ -845,6 +845,29 @@ async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported(
         });
     assert_eq!(row.usage, sum, "{raw}");
     assert!(row.cost.0 > 0);
+    // The host's binding key was created, private, and the turn left a handle with the segment,
+    // bound to the segment's transcript (issue 5).
+    let key_file = host.config.data_dir.join("session-binding.key");
+    assert_eq!(std::fs::read(&key_file).unwrap().len(), 32);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let segment = host
+        .store
+        .current_segment("vala", Role::Persona)
+        .await
+        .unwrap()
+        .unwrap();
+    let stored = segment
+        .session_id
+        .expect("a handle stored with the segment");
+    let handle = muninn_claude_cli::Handle::decode(&stored).unwrap();
+    assert_eq!(
+        handle.session_id,
+        muninn_claude_cli::derive_session_id("vala/persona", 0)
+    );
     r.release().await.unwrap();
     server.stop().await.unwrap();
 }
