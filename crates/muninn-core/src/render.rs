@@ -373,6 +373,24 @@ impl Rendered {
     }
 }
 
+/// The seed's `next_batch` rule, for any kind of pending delivery: the length of the oldest prefix
+/// that shares a conversation — all public-room deliveries together, or one DM room alone — cut at
+/// the first delivery that switches between public and direct or, for DMs, changes room.
+/// `conversation(d)` gives a delivery's `(is_direct, room)`.
+pub fn next_batch_len<T>(pending: &[T], conversation: impl Fn(&T) -> (bool, &str)) -> usize {
+    let Some(first) = pending.first() else {
+        return 0;
+    };
+    let (direct, room) = conversation(first);
+    pending
+        .iter()
+        .position(|d| {
+            let (is_direct, r) = conversation(d);
+            is_direct != direct || (direct && r != room)
+        })
+        .unwrap_or(pending.len())
+}
+
 /// Whether `next` extends `prev` append-only: the same tools and system, and `prev`'s messages
 /// as a prefix of `next`'s, identical but for breakpoint markers.
 pub fn extends(prev: &Rendered, next: &Rendered) -> bool {

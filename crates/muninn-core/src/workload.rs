@@ -785,14 +785,7 @@ pub fn generate(params: &PersonaParams, variant: Variant, seed: u64, span: Span)
 /// truncated at the first delivery that switches `is_direct` or, for DMs, room. Empty only when
 /// `pending` is.
 pub fn next_batch(pending: &[Arrival]) -> &[Arrival] {
-    let Some(first) = pending.first() else {
-        return pending;
-    };
-    let end = pending
-        .iter()
-        .position(|d| d.is_direct != first.is_direct || (first.is_direct && d.room != first.room))
-        .unwrap_or(pending.len());
-    &pending[..end]
+    &pending[..crate::render::next_batch_len(pending, |d| (d.is_direct, d.room.as_str()))]
 }
 
 /// One Persona turn of the schedule: when it is taken and which arrivals it answers.

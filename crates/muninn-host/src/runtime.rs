@@ -277,14 +277,7 @@ pub fn validate_reply(
 /// conversation — all public-room deliveries together, or one DM room alone — cut at the first
 /// delivery that switches between public and direct or, for DMs, changes room.
 pub fn next_batch(pending: &[Delivery]) -> &[Delivery] {
-    let Some(first) = pending.first() else {
-        return pending;
-    };
-    let end = pending
-        .iter()
-        .position(|d| d.is_direct != first.is_direct || (first.is_direct && d.room != first.room))
-        .unwrap_or(pending.len());
-    &pending[..end]
+    &pending[..render::next_batch_len(pending, |d| (d.is_direct, d.room.as_str()))]
 }
 
 /// One role's live session.
