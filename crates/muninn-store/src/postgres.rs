@@ -103,33 +103,7 @@ impl PostgresStore {
         )
         .execute(&mut *tx)
         .await?;
-        let current: i64 = sqlx::query(
-            "SELECT CAST(COALESCE(MAX(version), 0) AS BIGINT) AS v FROM schema_version",
-        )
-        .fetch_one(&mut *tx)
-        .await?
-        .try_get("v")?;
-        let newest = MIGRATIONS.last().map(|m| m.0).unwrap_or(0);
-        if current > newest {
-            return Err(StoreError::SchemaTooNew {
-                found: current,
-                supported: newest,
-            });
-        }
-        for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
-            sqlx::raw_sql(*sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| StoreError::Migration {
-                    version: *version,
-                    message: e.to_string(),
-                })?;
-            sqlx::query("INSERT INTO schema_version (version, name) VALUES ($1, $2)")
-                .bind(version)
-                .bind(name)
-                .execute(&mut *tx)
-                .await?;
-        }
+        crate::sql::apply_migrations!(tx, MIGRATIONS);
         tx.commit().await?;
         Ok(())
     }

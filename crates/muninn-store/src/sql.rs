@@ -1561,3 +1561,39 @@ macro_rules! impl_sql_store {
 }
 
 pub(crate) use impl_sql_store;
+
+/// Applies the numbered migrations newer than the recorded schema version, inside the open
+/// transaction `$tx`, recording each; a database newer than this build is refused. A macro, like
+/// [`impl_sql_store`], so one text serves both backends' transaction types.
+macro_rules! apply_migrations {
+    ($tx:ident, $migrations:expr) => {
+        let current: i64 = sqlx::query(
+            "SELECT CAST(COALESCE(MAX(version), 0) AS BIGINT) AS v FROM schema_version",
+        )
+        .fetch_one(&mut *$tx)
+        .await?
+        .try_get("v")?;
+        let newest = $migrations.last().map(|m| m.0).unwrap_or(0);
+        if current > newest {
+            return Err(StoreError::SchemaTooNew {
+                found: current,
+                supported: newest,
+            });
+        }
+        for (version, name, sql) in $migrations.iter().filter(|m| m.0 > current) {
+            sqlx::raw_sql(*sql)
+                .execute(&mut *$tx)
+                .await
+                .map_err(|e| StoreError::Migration {
+                    version: *version,
+                    message: e.to_string(),
+                })?;
+            sqlx::query("INSERT INTO schema_version (version, name) VALUES ($1, $2)")
+                .bind(version)
+                .bind(name)
+                .execute(&mut *$tx)
+                .await?;
+        }
+    };
+}
+pub(crate) use apply_migrations;
