@@ -211,6 +211,56 @@ pub struct TurnOutcome {
     pub request_id: Option<String>,
 }
 
+/// The flush protocol of a long run (seed A2), every timing from configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlushProtocol {
+    /// The context size (tokens of one request's prompt: input + cache read + cache write) the
+    /// session must not pass.
+    pub ceiling_tokens: u64,
+    /// The flush is asked for this many tokens before the ceiling, so the answer still fits.
+    pub headroom_tokens: u64,
+    /// What the session is told when the flush is asked for.
+    pub message: String,
+    /// How long the run may take to finish after the flush was asked for.
+    pub grace: std::time::Duration,
+    /// After the interrupt, how long before the process is terminated.
+    pub escalate_after: std::time::Duration,
+    /// After SIGTERM, how long before SIGKILL.
+    pub exit_drain: std::time::Duration,
+}
+
+impl FlushProtocol {
+    /// The context size at which the flush is asked for.
+    pub fn trigger_tokens(&self) -> u64 {
+        self.ceiling_tokens.saturating_sub(self.headroom_tokens)
+    }
+}
+
+/// How far the flush protocol went in one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlushStage {
+    /// The run ended below the trigger.
+    NotNeeded,
+    /// The flush was asked for and the run ended within the grace period (the reply is the
+    /// flush's answer).
+    Flushed,
+    /// The grace period ran out; the run was interrupted and ended.
+    Interrupted,
+    /// The interrupt did not end it either; the process was terminated (its session is
+    /// resumed or reseeded on the next turn).
+    Terminated,
+}
+
+/// What one long run produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunOutcome {
+    /// The run's last reply and its usage (the sum over the run's requests).
+    pub outcome: TurnOutcome,
+    /// How far the flush protocol went.
+    pub flush: FlushStage,
+}
+
 /// Why a turn failed. Each variant says whether trying again later could help.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
@@ -298,11 +348,70 @@ pub trait Backend: Send {
 
     /// Asks the next [`Backend::start`] to continue the session `handle` names instead of a
     /// fresh one, if `handle` still verifies over the session spec given to `start` and `items`
-    /// (the caller's transcript now); if it does not, `start` seeds a fresh session. Returns
-    /// whether the handle could be read at all (a backend that cannot resume returns `false`).
-    fn resume_session(&mut self, handle: &str, items: &[Vec<u8>]) -> bool {
-        let _ = (handle, items);
+    /// (the caller's transcript now); if it does not, `start` seeds a fresh session. With `fork`
+    /// (another writer may still hold the provider session — a lease taken over from a host
+    /// that may be alive), the backend continues a *copy* of it under a new id (Claude Code
+    /// `--resume <id> --fork-session`), so two writers never append to one session file.
+    /// Returns whether the handle could be read at all (a backend that cannot resume returns
+    /// `false`).
+    fn resume_session(&mut self, handle: &str, items: &[Vec<u8>], fork: bool) -> bool {
+        let _ = (handle, items, fork);
         false
+    }
+
+    /// The text a fresh provider session starts from when the next [`Backend::start`] (or a
+    /// session lost later, e.g. a deleted or corrupt session file) cannot continue the
+    /// provider's copy: muninn's own transcript of the segment, rendered. The backend sends it
+    /// ahead of the first turn's input in the new session and reports the rehydration in
+    /// [`Backend::take_session_events`]. `None` clears it. Backends that never lose a session
+    /// ignore it.
+    fn set_seed(&mut self, seed: Option<String>) {
+        let _ = seed;
+    }
+
+    /// Summarises the session in place on the provider side (Claude Code `/compact`): the
+    /// session continues from the summary. The outcome's usage is the compaction's own (which
+    /// Claude Code leaves out of the turn's `usage`), so its cost is recorded; `text` is the
+    /// summary when the backend can see it. Backends that cannot compact say so with
+    /// [`BackendError::Invalid`].
+    fn compact(
+        &mut self,
+        instructions: &str,
+    ) -> impl Future<Output = Result<TurnOutcome, BackendError>> + Send {
+        let _ = instructions;
+        async {
+            Err(BackendError::Invalid(
+                "this backend cannot compact".to_string(),
+            ))
+        }
+    }
+
+    /// Runs one long turn (a Self run: a tool loop of many requests) under the flush protocol
+    /// (seed A2): once the session's context reaches `ceiling − headroom` the backend asks for
+    /// the flush (writes [`FlushProtocol::message`] into the running loop), waits
+    /// [`FlushProtocol::grace`] for the run to end, then interrupts it, then after
+    /// [`FlushProtocol::escalate_after`] terminates the process (SIGTERM, and SIGKILL after
+    /// [`FlushProtocol::exit_drain`]). Backends whose turns are single requests run the turn
+    /// as [`Backend::turn`] and report no flush.
+    fn run(
+        &mut self,
+        input: TurnInput,
+        protocol: &FlushProtocol,
+    ) -> impl Future<Output = Result<RunOutcome, BackendError>> + Send {
+        let _ = protocol;
+        async move {
+            Ok(RunOutcome {
+                outcome: self.turn(input).await?,
+                flush: FlushStage::NotNeeded,
+            })
+        }
+    }
+
+    /// What happened to the session itself (not to one reply) since the last call — a relaunch,
+    /// a park or resume, a reseed with its rehydration, a fork, a compaction the provider side
+    /// ran on its own — as JSON objects with a `type`, for the ledger. Drained by the call.
+    fn take_session_events(&mut self) -> Vec<Value> {
+        Vec::new()
     }
 
     /// A head-only keep-warm request: the session's system layers with their breakpoints and a

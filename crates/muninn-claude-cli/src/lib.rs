@@ -538,7 +538,9 @@ impl Backend for ClaudeCliBackend {
         self.mint_handle(items).map(|h| h.encode())
     }
 
-    fn resume_session(&mut self, handle: &str, items: &[Vec<u8>]) -> bool {
+    fn resume_session(&mut self, handle: &str, items: &[Vec<u8>], fork: bool) -> bool {
+        // Forking is not wired yet: a resume continues the session itself.
+        let _ = fork;
         match Handle::decode(handle) {
             Ok(handle) => {
                 self.resume_with(handle, items);

@@ -6,7 +6,9 @@ use crate::config::{BackendKind, Config};
 use muninn_anthropic::backend::AnthropicBackend;
 use muninn_anthropic::client::{AnthropicClient, ClientConfig, credentials_from_env};
 use muninn_anthropic::clock::{Clock, TokioSleeper};
-use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
+use muninn_backend::{
+    Backend, BackendError, FlushProtocol, RunOutcome, SessionSpec, TurnInput, TurnOutcome,
+};
 use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, Secret};
 use muninn_core::price::PriceTable;
 use muninn_sim::inprocess::{InProcess, SimBackend};
@@ -82,11 +84,47 @@ impl Backend for AnyBackend {
         }
     }
 
-    fn resume_session(&mut self, handle: &str, items: &[Vec<u8>]) -> bool {
+    fn resume_session(&mut self, handle: &str, items: &[Vec<u8>], fork: bool) -> bool {
         match self {
-            AnyBackend::Sim(b) => b.resume_session(handle, items),
-            AnyBackend::Anthropic(b) => b.resume_session(handle, items),
-            AnyBackend::ClaudeCli(b) => b.resume_session(handle, items),
+            AnyBackend::Sim(b) => b.resume_session(handle, items, fork),
+            AnyBackend::Anthropic(b) => b.resume_session(handle, items, fork),
+            AnyBackend::ClaudeCli(b) => b.resume_session(handle, items, fork),
+        }
+    }
+
+    fn set_seed(&mut self, seed: Option<String>) {
+        match self {
+            AnyBackend::Sim(b) => b.set_seed(seed),
+            AnyBackend::Anthropic(b) => b.set_seed(seed),
+            AnyBackend::ClaudeCli(b) => b.set_seed(seed),
+        }
+    }
+
+    async fn compact(&mut self, instructions: &str) -> Result<TurnOutcome, BackendError> {
+        match self {
+            AnyBackend::Sim(b) => b.compact(instructions).await,
+            AnyBackend::Anthropic(b) => b.compact(instructions).await,
+            AnyBackend::ClaudeCli(b) => b.compact(instructions).await,
+        }
+    }
+
+    async fn run(
+        &mut self,
+        input: TurnInput,
+        protocol: &FlushProtocol,
+    ) -> Result<RunOutcome, BackendError> {
+        match self {
+            AnyBackend::Sim(b) => b.run(input, protocol).await,
+            AnyBackend::Anthropic(b) => b.run(input, protocol).await,
+            AnyBackend::ClaudeCli(b) => b.run(input, protocol).await,
+        }
+    }
+
+    fn take_session_events(&mut self) -> Vec<serde_json::Value> {
+        match self {
+            AnyBackend::Sim(b) => b.take_session_events(),
+            AnyBackend::Anthropic(b) => b.take_session_events(),
+            AnyBackend::ClaudeCli(b) => b.take_session_events(),
         }
     }
 }
