@@ -11,12 +11,19 @@
 //!    `--json-schema`): if the message has text, a call of that tool whose input is generated
 //!    from its `input_schema` ([`muninn_backend::schema::generate`], schema-valid); if it holds
 //!    only tool results, the text `Done.`.
-//! 3. **Tool results** — the message holds `tool_result` blocks and no text: a text reply quoting
+//! 3. **Tool loop** — the message holds `tool_result` blocks and no text, the user text that
+//!    opened the loop (the last user message with text) carries the marker
+//!    `[sim: tool rounds N]`, and fewer than N assistant messages since that text called a tool:
+//!    the tool the previous assistant message called is called again, with a generated input.
+//!    This gives a deterministic tool loop of N rounds (a long Claude Code run); once a user
+//!    message of the loop carries text as well (a line the CLI absorbed mid-loop), rules 4–6
+//!    answer it instead, which ends the loop.
+//! 4. **Tool results** — the message holds `tool_result` blocks and no text: a text reply quoting
 //!    the first result.
-//! 4. **Tool call** — tools are offered and the text names one exactly (case-sensitive, as a
+//! 5. **Tool call** — tools are offered and the text names one exactly (case-sensitive, as a
 //!    whole word) together with one of the words `use`, `call`, `run` or `invoke`: a short text
 //!    then a call of that tool with a generated input; `stop_reason: "tool_use"`.
-//! 5. **Text** — `Reply to turn N: '<text>'`, where N counts the user messages and the text is
+//! 6. **Text** — `Reply to turn N: '<text>'`, where N counts the user messages and the text is
 //!    the message's first 200 characters.
 //!
 //! Output tokens are counted with [`muninn_core::tokenize::count`]: a text block its text, a
@@ -35,6 +42,9 @@ pub const COMPACTION_MARKERS: &[&str] = &[
     "an <analysis> block followed by a <summary> block",
     "Your task is to create a detailed summary of the conversation",
 ];
+
+/// The marker a user text opens a tool loop with: `[sim: tool rounds N]` (see the module docs).
+pub const TOOL_ROUNDS_MARKER: &str = "[sim: tool rounds ";
 
 /// The Claude Code CLI's structured-output tool name.
 pub const STRUCTURED_OUTPUT: &str = "StructuredOutput";
@@ -105,6 +115,43 @@ fn mentions(text: &str, name: &str) -> bool {
         .any(|w| w == name)
 }
 
+/// N of a `[sim: tool rounds N]` marker in `text`.
+fn tool_rounds(text: &str) -> Option<usize> {
+    let rest = &text[text.find(TOOL_ROUNDS_MARKER)? + TOOL_ROUNDS_MARKER.len()..];
+    rest[..rest.find(']')?].trim().parse().ok()
+}
+
+/// The next call of a `[sim: tool rounds N]` loop, if the loop is still running: the tool the
+/// previous assistant message called, when fewer than N assistant messages since the opening
+/// text called a tool.
+fn next_loop_call(request: &MessagesRequest) -> Option<(String, Value)> {
+    let opener = request.messages.iter().rposition(|m| {
+        m.role == Role::User && texts_of(&m.content).0.iter().any(|t| !t.trim().is_empty())
+    })?;
+    let rounds = tool_rounds(&texts_of(&request.messages[opener].content).0.join("\n"))?;
+    let calls: Vec<&str> = request.messages[opener..]
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .filter_map(|m| match &m.content {
+            Content::Blocks(blocks) => blocks.iter().find_map(|b| match b {
+                ContentBlock::ToolUse { name, .. } => Some(name.as_str()),
+                _ => None,
+            }),
+            Content::Text(_) => None,
+        })
+        .collect();
+    let last = *calls.last()?;
+    if calls.len() >= rounds {
+        return None;
+    }
+    let tool = request.tools.iter().find(|t| t.name == last)?;
+    let schema_value = tool
+        .input_schema
+        .clone()
+        .unwrap_or(json!({"type": "object"}));
+    Some((tool.name.clone(), schema::generate(&schema_value)))
+}
+
 /// The reply to `request`. `id_seed` makes tool-call ids unique per conversation (the caller
 /// passes the prompt's fingerprint), so the reply stays a function of the request.
 pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
@@ -153,6 +200,16 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
         } else {
             vec![ContentBlock::text("Done.")]
         }
+    } else if let Some((name, input)) = (texts.is_empty() && !results.is_empty())
+        .then(|| next_loop_call(request))
+        .flatten()
+    {
+        vec![ContentBlock::ToolUse {
+            id: tool_id,
+            name,
+            input,
+            cache_control: None,
+        }]
     } else if texts.is_empty() && !results.is_empty() {
         vec![ContentBlock::text(format!(
             "Tool result received: {}",
@@ -235,5 +292,58 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
         output_tokens: output_tokens(&content),
         content,
         stop_reason: "max_tokens",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(messages: Value) -> MessagesRequest {
+        serde_json::from_value(json!({
+            "model": "claude-opus-5-5", "max_tokens": 500,
+            "tools": [{"name": "Read", "description": "reads",
+                       "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}},
+                                        "required": ["file_path"]}}],
+            "messages": messages,
+        }))
+        .unwrap()
+    }
+
+    fn call(id: &str) -> Value {
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "Read", "input": {}}]})
+    }
+
+    fn result(id: &str) -> Value {
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "ok"}]})
+    }
+
+    #[test]
+    fn a_tool_loop_runs_its_rounds_then_answers() {
+        let opener = json!({"role": "user", "content": "use Read please [sim: tool rounds 3]"});
+        let first = reply(&request(json!([opener])), 1);
+        assert_eq!(first.stop_reason, "tool_use");
+        // Rounds 2 and 3 call the tool again; after the third result the loop answers in text.
+        let mut messages = vec![opener.clone()];
+        for (i, expected) in ["tool_use", "tool_use", "end_turn"].into_iter().enumerate() {
+            let id = format!("t{i}");
+            messages.push(call(&id));
+            messages.push(result(&id));
+            let r = reply(&request(Value::Array(messages.clone())), i as u64);
+            assert_eq!(r.stop_reason, expected, "after {} rounds", i + 1);
+        }
+        // A text absorbed into the loop ends it at once.
+        let mut absorbed = vec![opener, call("a")];
+        absorbed.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "a", "content": "ok"},
+            {"type": "text", "text": "wrap up now"}]}));
+        let r = reply(&request(Value::Array(absorbed)), 9);
+        assert_eq!(r.stop_reason, "end_turn");
+        assert!(
+            matches!(&r.content[0], ContentBlock::Text { text, .. } if text.contains("wrap up now"))
+        );
+        // Without the marker a tool result is quoted, as before.
+        let plain = json!([{"role": "user", "content": "use Read"}, call("b"), result("b")]);
+        assert_eq!(reply(&request(plain), 2).stop_reason, "end_turn");
     }
 }
