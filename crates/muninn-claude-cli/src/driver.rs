@@ -7,16 +7,22 @@
 //! before it began the turn (no `system/init`) is relaunched and the line written again, at most
 //! [`MAX_ATTEMPTS`] times; once the turn began, a death is an error, because the request may
 //! already have reached the API.
+//!
+//! A run under the flush protocol ([`crate::flush`]) is the same read with a timer beside it:
+//! after each event or deadline the driver asks [`crate::flush::decide`] what to do and does it.
 
 use crate::event::{CliEvent, ResultEvent, decode};
+use crate::flush::{FlushAction, FlushState, decide, prompt_tokens};
 use crate::{
     CliConfig, Command, ParkReport, SessionEvent, TurnDone, TurnReport, derive_session_id,
 };
 use crate::{parse_usage, transcript_path};
 use muninn_backend::{
-    BackendError, InputPart, RetryEvent, SessionSpec, ToolCall, TtlCheck, TurnInput, TurnOutcome,
+    BackendError, FlushProtocol, FlushStage, InputPart, RetryEvent, SessionSpec, ToolCall,
+    TtlCheck, TurnInput, TurnOutcome,
 };
 use muninn_core::cache::Ttl;
+use muninn_core::trace::Usage;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::process::{ExitStatus, Stdio};
@@ -40,6 +46,7 @@ pub(crate) fn spawn(
     config: CliConfig,
     spec: SessionSpec,
     plan: StartPlan,
+    seed: Arc<Mutex<Option<String>>>,
 ) -> Result<(mpsc::Sender<Command>, mpsc::Sender<()>), BackendError> {
     for dir in [config.config_dir(), config.tmp_dir(), config.work_dir()] {
         std::fs::create_dir_all(&dir)
@@ -61,6 +68,10 @@ pub(crate) fn spawn(
         interrupts_sent: 0,
         pending_events: Vec::new(),
         parked: false,
+        forking: plan.fork,
+        seed,
+        log: Vec::new(),
+        pending_seed: None,
     };
     if let Some(reason) = plan.refuse_resume {
         let mut events = Vec::new();
@@ -81,6 +92,8 @@ pub(crate) struct StartPlan {
     pub refuse_resume: Option<String>,
     /// A verified handle names this session, so it must have a transcript.
     pub vouched: bool,
+    /// Continue a copy of the session (`--fork-session`) instead of the session itself.
+    pub fork: bool,
 }
 
 /// A live child and its pipes.
@@ -117,6 +130,15 @@ struct Driver {
     pending_events: Vec<SessionEvent>,
     /// The child was stopped on purpose ([`Command::Park`]); the next launch is an unpark.
     parked: bool,
+    /// Launches `--resume` with `--fork-session` until the CLI reports the copy's id.
+    forking: bool,
+    /// The host's seed, shared with the backend handle.
+    seed: Arc<Mutex<Option<String>>>,
+    /// This start's turns, as (input text, reply text): what a reseed rebuilds from.
+    log: Vec<(String, String)>,
+    /// The seed a reseed rendered, sent ahead of the next turn's input until a turn succeeds in
+    /// the new session.
+    pending_seed: Option<String>,
 }
 
 /// How reading a turn ended.
@@ -129,6 +151,18 @@ enum ReadEnd {
     /// stdout closed (the child died or exited).
     Eof,
     TimedOut,
+    /// The flush protocol terminated the child (stdout ended after SIGTERM/SIGKILL).
+    Terminated,
+}
+
+/// The flush protocol's bookkeeping during one run.
+struct RunFlush {
+    protocol: FlushProtocol,
+    started: Instant,
+    state: FlushState,
+    /// The CLI took the flush line (its `--replay-user-messages` echo was seen): absorbed into
+    /// the running loop, or begun as its own turn.
+    taken: bool,
 }
 
 /// What the turn's events carried besides the `result`.
@@ -138,6 +172,9 @@ struct Collected {
     text: Vec<String>,
     tool_calls: Vec<ToolCall>,
     request_id: Option<String>,
+    /// Usage of the run's results before the last (a run whose flush line became its own turn
+    /// has two).
+    earlier: Usage,
 }
 
 impl Driver {
@@ -158,8 +195,8 @@ impl Driver {
             tokio::select! {
                 command = commands.recv() => match command {
                     None => break,
-                    Some(Command::Turn { input, reply }) => {
-                        let done = self.turn(input, &mut interrupts).await;
+                    Some(Command::Turn { input, flush, reply }) => {
+                        let done = self.turn(input, flush, &mut interrupts).await;
                         // The caller may have given up on the turn; the driver has still read
                         // it to its end, so the next turn starts clean.
                         let _ = reply.send(done);
@@ -215,11 +252,32 @@ impl Driver {
         command
             .arg(if resume { "--resume" } else { "--session-id" })
             .arg(&self.session_id);
+        if resume && self.forking {
+            // The CLI copies the history into a file under a new id it picks (reported by the
+            // turn's `system/init`); the original file is not written again.
+            command.arg("--fork-session");
+        }
+        // The echo of each user line as the CLI takes it tells the flush protocol whether its
+        // line was absorbed into the running loop or queued as a turn of its own.
+        command.arg("--replay-user-messages");
         command
             .arg("--system-prompt")
             .arg(self.spec.system.join("\n\n"));
         // `--tools` is variadic: the `=` form keeps it from swallowing the next argument.
-        command.arg("--tools=");
+        command.arg(format!("--tools={}", c.tools.join(",")));
+        if let Some(mode) = &c.permission_mode {
+            command.arg("--permission-mode").arg(mode);
+        }
+        if let Some(micros) = c.max_budget_micro_usd {
+            command.arg("--max-budget-usd").arg(format!(
+                "{}.{:06}",
+                micros / 1_000_000,
+                micros % 1_000_000
+            ));
+        }
+        if let Some(n) = c.max_turns {
+            command.arg("--max-turns").arg(n.to_string());
+        }
         if let Some(schema) = &self.spec.output_schema {
             command.arg("--json-schema").arg(schema.to_string());
         }
@@ -298,34 +356,65 @@ impl Driver {
             }
         }
         self.established = false;
-        tracing::warn!(old = %old, new = %self.session_id, reason, "claude-cli: session reseeded");
+        // A fresh session is not a copy of anything.
+        self.forking = false;
+        let host_seed = self.seed.lock().ok().and_then(|s| s.clone());
+        self.pending_seed = render_seed(host_seed.as_deref(), &self.log);
+        let seed_tokens = self
+            .pending_seed
+            .as_deref()
+            .map_or(0, muninn_core::tokenize::count);
+        tracing::warn!(old = %old, new = %self.session_id, reason, seed_tokens, "claude-cli: session reseeded");
         events.push(SessionEvent::Reseeded {
             old_session_id: old,
             new_session_id: self.session_id.clone(),
             reason: reason.to_string(),
+            seed_tokens,
         });
     }
 
-    async fn turn(&mut self, input: TurnInput, interrupts: &mut mpsc::Receiver<()>) -> TurnDone {
+    async fn turn(
+        &mut self,
+        input: TurnInput,
+        flush: Option<FlushProtocol>,
+        interrupts: &mut mpsc::Receiver<()>,
+    ) -> TurnDone {
         let mut report = TurnReport {
             session_events: std::mem::take(&mut self.pending_events),
             ..TurnReport::default()
         };
         let mut written_at = None;
         let mut result_read_at = None;
+        let mut run_flush = flush.map(|protocol| RunFlush {
+            protocol,
+            started: Instant::now(),
+            state: FlushState::default(),
+            taken: false,
+        });
         let result = self
             .turn_inner(
                 &input,
                 interrupts,
+                &mut run_flush,
                 &mut report,
                 &mut written_at,
                 &mut result_read_at,
             )
             .await;
+        if let Ok(outcome) = &result {
+            let reply = match &outcome.structured {
+                Some(v) if outcome.text.is_empty() => v.to_string(),
+                _ => outcome.text.clone(),
+            };
+            self.log.push((input_text(&input), reply));
+        }
         report.session_id = self.session_id.clone();
         report.pid = self.live_pid();
         TurnDone {
             result,
+            flush: run_flush
+                .as_ref()
+                .map_or(FlushStage::NotNeeded, |f| crate::flush::stage(&f.state)),
             report,
             result_read_at,
             written_at,
@@ -336,11 +425,13 @@ impl Driver {
         &mut self,
         input: &TurnInput,
         interrupts: &mut mpsc::Receiver<()>,
+        run_flush: &mut Option<RunFlush>,
         report: &mut TurnReport,
         written_at: &mut Option<Instant>,
         result_read_at: &mut Option<Instant>,
     ) -> Result<TurnOutcome, BackendError> {
-        let line = user_line(input)?;
+        // Validated up front, so a bad turn fails before anything is launched.
+        user_line(input, None)?;
         // Interrupts sent before this turn began are stale.
         while interrupts.try_recv().is_ok() {}
         let mut attempt = 0;
@@ -353,6 +444,8 @@ impl Driver {
             if !alive {
                 self.launch(&mut report.session_events)?;
             }
+            // Built per attempt: a reseed on the way may have rendered a seed to send first.
+            let line = user_line(input, self.pending_seed.as_deref())?;
             let Some(live) = self.child.as_mut() else {
                 return Err(BackendError::Transport("no child after launch".into()));
             };
@@ -365,7 +458,9 @@ impl Driver {
             }
             *written_at = Some(Instant::now());
             let mut collected = Collected::default();
-            let end = self.read_turn(interrupts, report, &mut collected).await;
+            let end = self
+                .read_turn(interrupts, run_flush, report, &mut collected)
+                .await;
             match end {
                 ReadEnd::Result {
                     result,
@@ -391,6 +486,9 @@ impl Driver {
                         )));
                     }
                     self.established = true;
+                    // The seed is in the new session now (even a failed turn's line is kept by
+                    // the CLI and merged into the next one).
+                    self.pending_seed = None;
                     report.model_usage_since_last_result =
                         result.model_usage_since_last_result.clone();
                     report.result = Some(raw);
@@ -402,6 +500,30 @@ impl Driver {
                         "no result within {:?}; the child was killed",
                         self.config.turn_timeout
                     )));
+                }
+                ReadEnd::Terminated => {
+                    // The next turn relaunches with `--resume`, as after any crash.
+                    let (status, _) = self.reap().await;
+                    tracing::warn!(?status, "claude-cli: the flush protocol terminated the run");
+                    return Ok(TurnOutcome {
+                        text: collected.text.join(""),
+                        tool_calls: collected.tool_calls,
+                        structured: None,
+                        stop_reason: "terminated".to_string(),
+                        usage: collected.earlier,
+                        raw_usage: Value::Null,
+                        predicted: None,
+                        miss: None,
+                        ttl: TtlCheck {
+                            expected_5m: 0,
+                            expected_1h: 0,
+                            honoured_5m: 0,
+                            honoured_1h: 0,
+                        },
+                        retries: report.retries.clone(),
+                        events: Vec::new(),
+                        request_id: collected.request_id,
+                    });
                 }
                 ReadEnd::Eof => {
                     let (status, tail) = self.reap().await;
@@ -425,34 +547,115 @@ impl Driver {
         }
     }
 
-    /// Reads events to the turn's `result`, forwarding interrupts as `control_request`s.
+    /// Reads events to the turn's `result`, forwarding interrupts as `control_request`s and,
+    /// for a run, carrying out the flush protocol's actions.
     async fn read_turn(
         &mut self,
         interrupts: &mut mpsc::Receiver<()>,
+        run_flush: &mut Option<RunFlush>,
         report: &mut TurnReport,
         collected: &mut Collected,
     ) -> ReadEnd {
         let deadline = tokio::time::sleep(self.config.turn_timeout);
         tokio::pin!(deadline);
+        let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;
         let Some(live) = self.child.as_mut() else {
             return ReadEnd::Eof;
         };
         loop {
+            // Carry out whatever the flush protocol says is due, then sleep until its next
+            // deadline or the next event, whichever comes first.
+            let mut wake = None;
+            if let Some(f) = run_flush.as_mut() {
+                loop {
+                    let now = f.started.elapsed();
+                    match decide(&f.state, &f.protocol, now) {
+                        FlushAction::Wait { until } => {
+                            wake = until.map(|u| f.started + u);
+                            break;
+                        }
+                        FlushAction::AskFlush => {
+                            f.state.asked_at = Some(now);
+                            let line =
+                                user_line(&TurnInput::text(f.protocol.message.clone()), None);
+                            if let (Some(stdin), Ok(line)) = (live.stdin.as_mut(), line)
+                                && let Err(e) = write_line(stdin, &line).await
+                            {
+                                tracing::debug!(error = %e, "claude-cli: flush write failed");
+                            }
+                            tracing::info!(session = %self.session_id, "claude-cli: flush asked");
+                        }
+                        FlushAction::Interrupt => {
+                            f.state.interrupted_at = Some(now);
+                            self.interrupts_sent += 1;
+                            write_interrupt(live, self.interrupts_sent).await;
+                            tracing::info!(session = %self.session_id, "claude-cli: flush grace ran out; interrupted");
+                        }
+                        FlushAction::Terminate => {
+                            f.state.terminated_at = Some(now);
+                            if let Some(pid) = live
+                                .pid
+                                .and_then(|p| i32::try_from(p).ok())
+                                .and_then(rustix::process::Pid::from_raw)
+                            {
+                                let _ = rustix::process::kill_process(
+                                    pid,
+                                    rustix::process::Signal::TERM,
+                                );
+                            }
+                            tracing::warn!(session = %self.session_id, "claude-cli: the interrupt did not end the run; SIGTERM");
+                        }
+                        FlushAction::Kill => {
+                            f.state.killed_at = Some(now);
+                            let _ = live.child.start_kill();
+                            tracing::warn!(session = %self.session_id, "claude-cli: SIGTERM did not end the run; SIGKILL");
+                        }
+                    }
+                }
+            }
+            let flush_timer = async move {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 line = live.stdout.next_line() => {
                     let line = match line {
                         Ok(Some(l)) => l,
-                        Ok(None) | Err(_) => return ReadEnd::Eof,
+                        Ok(None) | Err(_) => {
+                            let terminated = run_flush
+                                .as_ref()
+                                .is_some_and(|f| f.state.terminated_at.is_some());
+                            return if terminated { ReadEnd::Terminated } else { ReadEnd::Eof };
+                        }
                     };
                     let Some(event) = decode(&line) else {
                         tracing::warn!(line = %truncate(&line, 200), "claude-cli: stdout line is not JSON");
                         continue;
                     };
                     match event {
-                        CliEvent::Init { .. } => collected.saw_init = true,
+                        CliEvent::Init { session_id } => {
+                            collected.saw_init = true;
+                            if self.forking && session_id != self.session_id {
+                                tracing::info!(from = %self.session_id, to = %session_id, "claude-cli: session forked");
+                                report.session_events.push(SessionEvent::Forked {
+                                    from: std::mem::replace(&mut self.session_id, session_id.clone()),
+                                    to: session_id,
+                                });
+                                self.forking = false;
+                            }
+                        }
                         CliEvent::Assistant(a) => {
                             if a.message.model == "<synthetic>" {
                                 continue;
+                            }
+                            if let Some(f) = run_flush.as_mut()
+                                && a.parent_tool_use_id.is_none()
+                                && f.state.reached_at.is_none()
+                                && prompt_tokens(&a.message.usage) >= f.protocol.trigger_tokens()
+                            {
+                                f.state.reached_at = Some(f.started.elapsed());
                             }
                             collected.request_id = a.request_id.or(collected.request_id.take());
                             for block in a.message.content {
@@ -485,28 +688,38 @@ impl Driver {
                             tracing::debug!(response = %v, "claude-cli: control response");
                         }
                         CliEvent::Result(result) => {
+                            // A flush line the CLI has not taken yet was queued behind this
+                            // result: it runs as a turn of its own next, and its reply is the
+                            // run's answer, so read on.
+                            if let Some(f) = run_flush.as_ref()
+                                && f.state.asked_at.is_some()
+                                && !f.taken
+                            {
+                                collected.earlier.add(&parse_usage(&result.usage, requested_1h));
+                                collected.text.clear();
+                                collected.tool_calls.clear();
+                                continue;
+                            }
                             let raw = serde_json::from_str(&line).unwrap_or(Value::Null);
                             return ReadEnd::Result { result, raw, read_at: Instant::now() };
                         }
                         CliEvent::Unknown(v) => {
+                            if let Some(f) = run_flush.as_mut()
+                                && f.state.asked_at.is_some()
+                                && replayed_text(&v).is_some_and(|t| t == f.protocol.message)
+                            {
+                                f.taken = true;
+                            }
                             tracing::trace!(event = %v, "claude-cli: other event");
                         }
                     }
                 }
                 Some(()) = interrupts.recv() => {
                     self.interrupts_sent += 1;
-                    let request = json!({
-                        "type": "control_request",
-                        "request_id": format!("muninn-interrupt-{}", self.interrupts_sent),
-                        "request": {"subtype": "interrupt"},
-                    });
-                    if let Some(stdin) = live.stdin.as_mut()
-                        && let Err(e) = write_line(stdin, &request.to_string()).await
-                    {
-                        tracing::debug!(error = %e, "claude-cli: interrupt write failed");
-                    }
+                    write_interrupt(live, self.interrupts_sent).await;
                 }
                 _ = &mut deadline => return ReadEnd::TimedOut,
+                _ = flush_timer => {}
             }
         }
     }
@@ -529,6 +742,20 @@ impl Driver {
             if message.is_empty() {
                 message = result.errors.join("; ");
             }
+            // The session's own limits: not the API's doing, and no later attempt helps until
+            // the limit is raised.
+            match result.subtype.as_str() {
+                "error_max_budget_usd" => {
+                    message = format!(
+                        "the session's budget (--max-budget-usd) is spent: {message}; the CLI \
+                         refuses every later turn of this process"
+                    );
+                }
+                "error_max_turns" => {
+                    message = format!("the run reached --max-turns: {message}");
+                }
+                _ => {}
+            }
             return Err(BackendError::Api {
                 status,
                 kind: result
@@ -541,7 +768,8 @@ impl Driver {
             });
         }
         let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;
-        let usage = parse_usage(&result.usage, requested_1h);
+        let mut usage = parse_usage(&result.usage, requested_1h);
+        usage.add(&collected.earlier);
         let structured = result.structured_output.clone().filter(|v| !v.is_null());
         let mut text = collected.text.join("");
         if text.is_empty() && structured.is_none() {
@@ -652,19 +880,19 @@ impl Driver {
 }
 
 /// The stdin line for a user turn, validated: one object, one line, parseable — one bad line
-/// kills the CLI.
-fn user_line(input: &TurnInput) -> Result<String, BackendError> {
+/// kills the CLI. A `seed` goes first, as its own text block.
+fn user_line(input: &TurnInput, seed: Option<&str>) -> Result<String, BackendError> {
     if input.parts.is_empty() {
         return Err(BackendError::Invalid(
             "a turn needs at least one part".into(),
         ));
     }
-    let content = match input.parts.as_slice() {
-        [InputPart::Text { text }] => Value::String(text.clone()),
-        parts => Value::Array(
-            parts
-                .iter()
-                .map(|p| match p {
+    let content = match (seed, input.parts.as_slice()) {
+        (None, [InputPart::Text { text }]) => Value::String(text.clone()),
+        (seed, parts) => Value::Array(
+            seed.map(|s| json!({"type": "text", "text": s}))
+                .into_iter()
+                .chain(parts.iter().map(|p| match p {
                     InputPart::Text { text } => json!({"type": "text", "text": text}),
                     InputPart::ToolResult {
                         tool_use_id,
@@ -672,7 +900,7 @@ fn user_line(input: &TurnInput) -> Result<String, BackendError> {
                         is_error,
                     } => json!({"type": "tool_result", "tool_use_id": tool_use_id,
                                 "content": content, "is_error": is_error}),
-                })
+                }))
                 .collect(),
         ),
     };
@@ -685,6 +913,83 @@ fn user_line(input: &TurnInput) -> Result<String, BackendError> {
         ));
     }
     Ok(line)
+}
+
+/// A turn's input as plain text, for the driver's log: text parts as they are, tool results
+/// marked as such.
+fn input_text(input: &TurnInput) -> String {
+    input
+        .parts
+        .iter()
+        .map(|p| match p {
+            InputPart::Text { text } => text.clone(),
+            InputPart::ToolResult {
+                content, is_error, ..
+            } => format!(
+                "[tool {}: {content}]",
+                if *is_error { "error" } else { "result" }
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The seed a reseeded session starts from: the host's rendering of what preceded this start,
+/// then this start's turns, under a preamble that says what it is. `None` when there is nothing
+/// to seed.
+fn render_seed(host: Option<&str>, log: &[(String, String)]) -> Option<String> {
+    let host = host.filter(|h| !h.trim().is_empty());
+    if host.is_none() && log.is_empty() {
+        return None;
+    }
+    let mut seed = String::from(
+        "[muninn] The session that held this conversation was lost. It continues here from \
+         muninn's own transcript. The conversation so far:\n",
+    );
+    if let Some(host) = host {
+        seed.push('\n');
+        seed.push_str(host);
+        seed.push('\n');
+    }
+    for (user, assistant) in log {
+        seed.push_str(&format!("\nUser: {user}\n\nAssistant: {assistant}\n"));
+    }
+    seed.push_str("\n[muninn] End of the conversation so far. The new message follows.");
+    Some(seed)
+}
+
+/// The text of a `--replay-user-messages` echo (`user` with `isReplay: true`), if `event` is one.
+fn replayed_text(event: &Value) -> Option<String> {
+    if event.get("type").and_then(Value::as_str) != Some("user")
+        || event.get("isReplay").and_then(Value::as_bool) != Some(true)
+    {
+        return None;
+    }
+    match event.get("message")?.get("content")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(blocks) => Some(
+            blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(""),
+        ),
+        _ => None,
+    }
+}
+
+/// Writes the stream-json `interrupt` control request (SIGINT would end the process).
+async fn write_interrupt(live: &mut Live, n: u64) {
+    let request = json!({
+        "type": "control_request",
+        "request_id": format!("muninn-interrupt-{n}"),
+        "request": {"subtype": "interrupt"},
+    });
+    if let Some(stdin) = live.stdin.as_mut()
+        && let Err(e) = write_line(stdin, &request.to_string()).await
+    {
+        tracing::debug!(error = %e, "claude-cli: interrupt write failed");
+    }
 }
 
 async fn write_line(stdin: &mut ChildStdin, line: &str) -> std::io::Result<()> {
@@ -722,7 +1027,7 @@ mod tests {
 
     #[test]
     fn user_lines_are_one_valid_json_line() {
-        let line = user_line(&TurnInput::text("two\nlines \"quoted\"")).unwrap();
+        let line = user_line(&TurnInput::text("two\nlines \"quoted\""), None).unwrap();
         assert!(!line.contains('\n'));
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["message"]["content"], json!("two\nlines \"quoted\""));
@@ -733,17 +1038,55 @@ mod tests {
             ],
             safe_to_repeat: false,
         };
-        let v: Value = serde_json::from_str(&user_line(&multi).unwrap()).unwrap();
+        let v: Value = serde_json::from_str(&user_line(&multi, None).unwrap()).unwrap();
         assert_eq!(
             v["message"]["content"][1],
             json!({"type":"text","text":"b"})
         );
         assert!(
-            user_line(&TurnInput {
-                parts: vec![],
-                safe_to_repeat: true
-            })
+            user_line(
+                &TurnInput {
+                    parts: vec![],
+                    safe_to_repeat: true
+                },
+                None
+            )
             .is_err()
         );
+        // A seed goes first, as its own block.
+        let v: Value =
+            serde_json::from_str(&user_line(&TurnInput::text("now"), Some("so far")).unwrap())
+                .unwrap();
+        assert_eq!(
+            v["message"]["content"],
+            json!([{"type":"text","text":"so far"},{"type":"text","text":"now"}])
+        );
+    }
+
+    #[test]
+    fn a_seed_renders_the_host_seed_then_the_log() {
+        assert_eq!(render_seed(None, &[]), None);
+        assert_eq!(render_seed(Some("  "), &[]), None);
+        let seed = render_seed(
+            Some("HOST TRANSCRIPT"),
+            &[("q1".into(), "a1".into()), ("q2".into(), "a2".into())],
+        )
+        .unwrap();
+        let at = |s: &str| seed.find(s).unwrap();
+        assert!(seed.starts_with("[muninn] The session that held this conversation was lost."));
+        assert!(at("HOST TRANSCRIPT") < at("User: q1") && at("User: q1") < at("Assistant: a1"));
+        assert!(at("Assistant: a1") < at("User: q2") && at("User: q2") < at("Assistant: a2"));
+    }
+
+    #[test]
+    fn replay_echoes_are_recognised() {
+        let echo =
+            json!({"type":"user","message":{"role":"user","content":"flush now"},"isReplay":true});
+        assert_eq!(replayed_text(&echo).as_deref(), Some("flush now"));
+        let blocks = json!({"type":"user","message":{"role":"user","content":[{"type":"text","text":"a"}]},"isReplay":true});
+        assert_eq!(replayed_text(&blocks).as_deref(), Some("a"));
+        // A tool result the CLI reports is not an echo.
+        let tool = json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"x"}]}});
+        assert_eq!(replayed_text(&tool), None);
     }
 }

@@ -41,6 +41,9 @@ pub struct AssistantEvent {
     /// The server's `request-id` header.
     #[serde(default)]
     pub request_id: Option<String>,
+    /// The tool call a subagent's message belongs to; `None` on the main thread.
+    #[serde(default)]
+    pub parent_tool_use_id: Option<String>,
 }
 
 /// The message inside an `assistant` line.
@@ -52,6 +55,9 @@ pub struct AssistantMessage {
     /// The content blocks (usually one per line).
     #[serde(default)]
     pub content: Vec<Value>,
+    /// `message_start`'s usage (input and cache numbers final, `output_tokens: 1`).
+    #[serde(default)]
+    pub usage: Value,
 }
 
 /// A `system/api_retry` line.

@@ -14,6 +14,7 @@
 //! - [`binding`] — [`SessionBinding`]: the HMAC [`Handle`] that lets a session be resumed only
 //!   while the CLI's copy of the conversation still matches the caller's transcript.
 //! - [`event`] — the stdout stream-json events, decoded.
+//! - [`flush`] — the flush protocol of a long run as one pure decision ([`flush::decide`]).
 //! - [`pool`] — [`pool::ProcessPool`]: live sessions under a process and memory budget, parking
 //!   idle ones when holding their memory costs more than resuming them.
 //! - `driver` — the one task that owns the child process.
@@ -31,12 +32,19 @@
 //!   [`CliConfig`]); the credential goes by environment only, never argv or a file.
 //! - **Lifecycle.** A child that died is relaunched with `--resume <id>` on the next turn. A lost
 //!   session (transcript missing, corrupt — the CLI then says `No conversation found` — or
-//!   `already in use`) is replaced by a fresh session with a new id, seeded from the turn input,
-//!   and reported as [`SessionEvent::Reseeded`]. With a [`CliConfig::binding_key`], a session
-//!   left by an earlier start is resumed only through a [`Handle`] that verifies over the
-//!   caller's transcript ([`ClaudeCliBackend::resume_with`]); otherwise it is reseeded the same
-//!   way, because the CLI's copy may have diverged from the truth. The host is expected to seed the new session
-//!   from its own transcript (a caller-supplied seed is a later step). Interrupts use the
+//!   `already in use`) is replaced by a fresh session with a new id, reported as
+//!   [`SessionEvent::Reseeded`]. With a [`CliConfig::binding_key`], a session left by an earlier
+//!   start is resumed only through a [`Handle`] that verifies over the caller's transcript
+//!   ([`ClaudeCliBackend::resume_with`]); otherwise it is reseeded the same way, because the
+//!   CLI's copy may have diverged from the truth. A handle claimed with `fork` (another writer
+//!   may still hold the session) continues a copy: `--resume <id> --fork-session`, a new id the
+//!   CLI picks, reported as [`SessionEvent::Forked`]; the original file is never written again.
+//! - **Seeds.** A reseeded session starts from muninn's transcript, not from nothing: the seed
+//!   is the host's rendering ([`Backend::set_seed`], for what preceded this start) followed by
+//!   the backend's own log of this start's turns (each turn's input and reply text), so a session
+//!   lost mid-segment is rebuilt without the host pushing its transcript every turn. The seed
+//!   goes as a separate text block ahead of the first turn's input in the new session, and its
+//!   size (`seed_tokens`) is reported so the rehydration cost can be recorded. Interrupts use the
 //!   stream-json `control_request` `interrupt`, never SIGINT (which exits the CLI). Shutdown
 //!   closes stdin and waits, then SIGTERM after a timeout; dropping the handle kills the child.
 //! - **Usage** is the `result` line's per-turn `usage`, parsed into [`Usage`] and kept verbatim in
@@ -44,8 +52,14 @@
 //! - **Auto-compaction is off** (`DISABLE_AUTO_COMPACT=1`): muninn decides when a conversation is
 //!   summarised, and a compaction the CLI starts by itself would rewrite the cached prefix.
 //!
+//! - **Flush protocol** ([`Backend::run`]): see [`flush`]. The child runs with
+//!   `--replay-user-messages`, so the driver sees when the CLI takes the flush line: echoed before
+//!   the run's `result`, it was absorbed into the loop; otherwise it runs as its own turn right
+//!   after, and the driver reads that turn too (its reply is the flush's answer).
+//!
 //! Not supported: [`Backend::ping`] (a CLI turn always appends to the session), custom tools
-//! (`SessionSpec::tools` must be empty: the CLI runs with `--tools=`), `max_tokens` (the CLI has
+//! (`SessionSpec::tools` must be empty: muninn's tools would need an MCP bridge; the CLI's own
+//! built-in tools are chosen with [`CliConfig::tools`]), `max_tokens` (the CLI has
 //! no flag for it), and different TTLs for the system and conversation breakpoints (the CLI puts
 //! one TTL on all three markers; `conversation_ttl` wins).
 
@@ -54,14 +68,19 @@
 pub mod binding;
 mod driver;
 pub mod event;
+pub mod flush;
 pub mod pool;
 
 pub use binding::{BindingError, BindingKey, Handle, SessionBinding};
 
-use muninn_backend::{Backend, BackendError, RetryEvent, SessionSpec, TurnInput, TurnOutcome};
+use muninn_backend::{
+    Backend, BackendError, FlushProtocol, FlushStage, RetryEvent, RunOutcome, SessionSpec,
+    TurnInput, TurnOutcome,
+};
 use muninn_core::trace::Usage;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
@@ -121,6 +140,19 @@ pub struct CliConfig {
     /// [`Backend::start`] is resumed only through a verified [`Handle`]; when `None`, any
     /// transcript found is resumed (the caller vouches for it).
     pub binding_key: Option<BindingKey>,
+    /// The CLI's built-in tools the session may use (`--tools Read,Grep`); empty (the default)
+    /// runs with `--tools=`, none. A tool that runs commands also needs them on [`CliConfig::path`].
+    pub tools: Vec<String>,
+    /// `--permission-mode` (`acceptEdits`, `auto`, `bypassPermissions`, `manual`, `dontAsk`,
+    /// `plan`); `None` leaves the CLI's default.
+    pub permission_mode: Option<String>,
+    /// `--max-budget-usd`, in micro-dollars: the CLI stops a turn that crosses it (after the
+    /// request that crossed it) and refuses later ones; both come back as
+    /// [`BackendError::Api`] with kind `budget_exhausted`.
+    pub max_budget_micro_usd: Option<u64>,
+    /// `--max-turns`: the most requests one turn (tool loop) may make; running out comes back as
+    /// [`BackendError::Api`] with kind `max_turns`.
+    pub max_turns: Option<u32>,
 }
 
 impl CliConfig {
@@ -144,6 +176,10 @@ impl CliConfig {
             turn_timeout: Duration::from_secs(600),
             shutdown_timeout: Duration::from_secs(5),
             binding_key: None,
+            tools: Vec::new(),
+            permission_mode: None,
+            max_budget_micro_usd: None,
+            max_turns: None,
         }
     }
 
@@ -231,9 +267,9 @@ pub enum SessionEvent {
         /// The session resumed.
         session_id: String,
     },
-    /// The session was lost and a fresh one started, seeded from the turn input only. The
-    /// conversation so far is *not* in the new session: the host must reseed it from its own
-    /// transcript if it matters.
+    /// The session was lost (or could not be vouched for) and a fresh one started, seeded
+    /// from muninn's transcript: the host's seed ([`Backend::set_seed`]) and the turns of this
+    /// start, sent ahead of the next turn's input.
     Reseeded {
         /// The lost session.
         old_session_id: String,
@@ -241,6 +277,18 @@ pub enum SessionEvent {
         new_session_id: String,
         /// What the CLI (or the file check) said.
         reason: String,
+        /// The seed's size under `muninn_core::tokenize::count` (0: nothing to seed): the
+        /// rehydration the new session pays for on top of its input.
+        seed_tokens: u64,
+    },
+    /// A claimed session was continued as a copy (`--resume <from> --fork-session`), because
+    /// another writer may still hold it; the CLI picked the new id, and `from`'s file is left
+    /// as it was.
+    Forked {
+        /// The session copied.
+        from: String,
+        /// The copy this backend now writes.
+        to: String,
     },
 }
 
@@ -269,6 +317,8 @@ pub struct TurnReport {
 pub(crate) enum Command {
     Turn {
         input: TurnInput,
+        /// Run the turn under the flush protocol ([`Backend::run`]).
+        flush: Option<FlushProtocol>,
         reply: oneshot::Sender<TurnDone>,
     },
     Pid {
@@ -294,6 +344,7 @@ pub struct ParkReport {
 /// What the driver sends back for a turn.
 pub(crate) struct TurnDone {
     pub result: Result<TurnOutcome, BackendError>,
+    pub flush: FlushStage,
     pub report: TurnReport,
     pub result_read_at: Option<Instant>,
     pub written_at: Option<Instant>,
@@ -328,8 +379,20 @@ pub struct ClaudeCliBackend {
     spec: Option<SessionSpec>,
     /// The session the CLI writes now (the configured one until a resume or reseed moves it).
     session_id: String,
-    /// A handle and the transcript it is claimed over, for the next [`Backend::start`].
-    claim: Option<(Handle, Vec<Vec<u8>>)>,
+    /// A handle, the transcript it is claimed over and whether to fork it, for the next
+    /// [`Backend::start`].
+    claim: Option<Claim>,
+    /// The host's seed ([`Backend::set_seed`]), shared with the driver, which renders it when a
+    /// session has to be reseeded.
+    seed: Arc<Mutex<Option<String>>>,
+}
+
+/// A handle claimed for the next start.
+#[derive(Debug)]
+struct Claim {
+    handle: Handle,
+    items: Vec<Vec<u8>>,
+    fork: bool,
 }
 
 impl ClaudeCliBackend {
@@ -343,6 +406,7 @@ impl ClaudeCliBackend {
             last_report: None,
             spec: None,
             claim: None,
+            seed: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -355,8 +419,31 @@ impl ClaudeCliBackend {
         I: IntoIterator<Item = B>,
         B: AsRef<[u8]>,
     {
+        self.claim_handle(handle, items, false);
+    }
+
+    /// As [`ClaudeCliBackend::resume_with`], but the session is continued as a copy under a new
+    /// id (`--resume <id> --fork-session`) when the handle verifies: for a session another
+    /// writer may still hold. The first turn reports [`SessionEvent::Forked`].
+    pub fn fork_with<I, B>(&mut self, handle: Handle, items: I)
+    where
+        I: IntoIterator<Item = B>,
+        B: AsRef<[u8]>,
+    {
+        self.claim_handle(handle, items, true);
+    }
+
+    fn claim_handle<I, B>(&mut self, handle: Handle, items: I, fork: bool)
+    where
+        I: IntoIterator<Item = B>,
+        B: AsRef<[u8]>,
+    {
         let items = items.into_iter().map(|i| i.as_ref().to_vec()).collect();
-        self.claim = Some((handle, items));
+        self.claim = Some(Claim {
+            handle,
+            items,
+            fork,
+        });
     }
 
     /// Mints the handle of the current session over `items` (the caller's transcript including
@@ -386,17 +473,23 @@ impl ClaudeCliBackend {
                 session_id: configured,
                 refuse_resume: None,
                 vouched: false,
+                fork: false,
             };
         };
         let instructions = spec.system.join("\n\n");
         match self.claim.take() {
-            Some((handle, items)) => {
+            Some(Claim {
+                handle,
+                items,
+                fork,
+            }) => {
                 if binding_of(spec, &instructions, &handle.session_id).verify(key, &handle, &items)
                 {
                     driver::StartPlan {
                         session_id: handle.session_id,
                         refuse_resume: None,
                         vouched: true,
+                        fork,
                     }
                 } else {
                     driver::StartPlan {
@@ -407,6 +500,7 @@ impl ClaudeCliBackend {
                                 .to_string(),
                         ),
                         vouched: false,
+                        fork: false,
                     }
                 }
             }
@@ -416,11 +510,13 @@ impl ClaudeCliBackend {
                     "a session exists on disk but no handle vouches for it".to_string(),
                 ),
                 vouched: false,
+                fork: false,
             },
             None => driver::StartPlan {
                 session_id: configured,
                 refuse_resume: None,
                 vouched: false,
+                fork: false,
             },
         }
     }
@@ -482,7 +578,9 @@ impl Backend for ClaudeCliBackend {
     async fn start(&mut self, spec: SessionSpec) -> Result<(), BackendError> {
         if !spec.tools.is_empty() {
             return Err(BackendError::Invalid(
-                "the claude-cli backend runs with --tools= and cannot offer custom tools".into(),
+                "the claude-cli backend cannot offer custom tools (only the CLI's built-in ones, \
+                 CliConfig::tools)"
+                    .into(),
             ));
         }
         if let Some(schema) = &spec.output_schema
@@ -497,7 +595,8 @@ impl Backend for ClaudeCliBackend {
         // The driver may still move off this id (a refused resume, a lost session); reports
         // carry the id it really used.
         self.session_id = plan.session_id.clone();
-        let (commands, interrupts) = driver::spawn(self.config.clone(), spec.clone(), plan)?;
+        let (commands, interrupts) =
+            driver::spawn(self.config.clone(), spec.clone(), plan, self.seed.clone())?;
         self.commands = Some(commands);
         self.interrupts = Some(interrupts);
         self.spec = Some(spec);
@@ -505,29 +604,7 @@ impl Backend for ClaudeCliBackend {
     }
 
     async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
-        let called_at = Instant::now();
-        let Some(tx) = &self.commands else {
-            return Err(BackendError::Invalid("no session started".into()));
-        };
-        let (reply, rx) = oneshot::channel();
-        tx.send(Command::Turn { input, reply })
-            .await
-            .map_err(|_| BackendError::Transport("the claude-cli driver has stopped".into()))?;
-        let done = rx
-            .await
-            .map_err(|_| BackendError::Transport("the claude-cli driver has stopped".into()))?;
-        let mut report = done.report;
-        if let Some(w) = done.written_at {
-            report.to_write = w.saturating_duration_since(called_at);
-        }
-        if let Some(r) = done.result_read_at {
-            report.from_result = r.elapsed();
-        }
-        if !report.session_id.is_empty() {
-            self.session_id = report.session_id.clone();
-        }
-        self.last_report = Some(report);
-        done.result
+        self.send_turn(input, None).await.0
     }
 
     fn binds_sessions(&self) -> bool {
@@ -539,17 +616,85 @@ impl Backend for ClaudeCliBackend {
     }
 
     fn resume_session(&mut self, handle: &str, items: &[Vec<u8>], fork: bool) -> bool {
-        // Forking is not wired yet: a resume continues the session itself.
-        let _ = fork;
         match Handle::decode(handle) {
             Ok(handle) => {
-                self.resume_with(handle, items);
+                self.claim_handle(handle, items, fork);
                 true
             }
             // An unreadable handle vouches for nothing: `start` then treats a session on disk
             // as unvouched and seeds a fresh one.
             Err(_) => false,
         }
+    }
+
+    fn set_seed(&mut self, seed: Option<String>) {
+        if let Ok(mut slot) = self.seed.lock() {
+            *slot = seed;
+        }
+    }
+
+    async fn run(
+        &mut self,
+        input: TurnInput,
+        protocol: &FlushProtocol,
+    ) -> Result<RunOutcome, BackendError> {
+        let (result, flush) = self.send_turn(input, Some(protocol.clone())).await;
+        Ok(RunOutcome {
+            outcome: result?,
+            flush,
+        })
+    }
+}
+
+impl ClaudeCliBackend {
+    /// Sends one turn (under the flush protocol when given) and records its report.
+    async fn send_turn(
+        &mut self,
+        input: TurnInput,
+        flush: Option<FlushProtocol>,
+    ) -> (Result<TurnOutcome, BackendError>, FlushStage) {
+        let stopped = || {
+            (
+                Err(BackendError::Transport(
+                    "the claude-cli driver has stopped".into(),
+                )),
+                FlushStage::NotNeeded,
+            )
+        };
+        let called_at = Instant::now();
+        let Some(tx) = &self.commands else {
+            return (
+                Err(BackendError::Invalid("no session started".into())),
+                FlushStage::NotNeeded,
+            );
+        };
+        let (reply, rx) = oneshot::channel();
+        if tx
+            .send(Command::Turn {
+                input,
+                flush,
+                reply,
+            })
+            .await
+            .is_err()
+        {
+            return stopped();
+        }
+        let Ok(done) = rx.await else {
+            return stopped();
+        };
+        let mut report = done.report;
+        if let Some(w) = done.written_at {
+            report.to_write = w.saturating_duration_since(called_at);
+        }
+        if let Some(r) = done.result_read_at {
+            report.from_result = r.elapsed();
+        }
+        if !report.session_id.is_empty() {
+            self.session_id = report.session_id.clone();
+        }
+        self.last_report = Some(report);
+        (done.result, done.flush)
     }
 }
 

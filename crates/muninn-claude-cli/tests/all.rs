@@ -9,10 +9,13 @@
 
 use muninn_anthropic::prompt::shape;
 use muninn_anthropic::wire::MessagesRequest;
-use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
+use muninn_backend::{
+    Backend, BackendError, FlushProtocol, FlushStage, SessionSpec, TurnInput, TurnOutcome,
+};
 use muninn_claude_cli::pool::{ParkReason, PoolConfig, PoolEvent, ProcessPool};
 use muninn_claude_cli::{
-    BindingKey, ClaudeCliBackend, CliConfig, Secret, SessionEvent, transcript_path, vm_rss_kb,
+    BindingKey, ClaudeCliBackend, CliConfig, Handle, Secret, SessionEvent, transcript_path,
+    vm_rss_kb,
 };
 use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::price::PriceTable;
@@ -265,6 +268,7 @@ async fn a_killed_child_is_resumed_and_a_lost_session_is_reseeded() {
             old_session_id,
             new_session_id,
             reason,
+            seed_tokens,
         },
     ] = report.session_events.as_slice()
     else {
@@ -274,9 +278,31 @@ async fn a_killed_child_is_resumed_and_a_lost_session_is_reseeded() {
     assert_ne!(new_session_id, session);
     assert_eq!(&report.session_id, new_session_id);
     assert!(reason.contains("missing"), "{reason}");
-    let last = r.sim.sim.requests().last().unwrap().body.to_string();
-    assert!(!last.contains("k1: before the kill"), "a fresh session");
+    // A fresh session, seeded from the backend's log of the turns so far: one user message
+    // whose first block is the seed carrying every earlier turn, then the new input.
+    let sent = user_messages_sent_with(&r.sim, "k4: after the delete");
+    assert_eq!(sent.len(), 1, "a fresh session: {sent:?}");
+    let blocks: Value = serde_json::from_str(&sent[0]).unwrap();
+    let seed = blocks[0]["text"].as_str().unwrap();
+    for earlier in [
+        "k1: before the kill",
+        "k2: still before",
+        "k3: after the kill",
+    ] {
+        assert!(seed.contains(earlier), "{earlier} in the seed: {seed}");
+    }
+    assert_eq!(*seed_tokens, muninn_core::tokenize::count(seed));
+    assert!(*seed_tokens > 0);
+    assert_eq!(blocks[1]["text"], json!("k4: after the delete"));
     ok(b.turn(TurnInput::text("k5: in the new session")).await);
+    // The seed went once: the next turn is a plain append.
+    let sent = user_messages_sent_with(&r.sim, "k5: in the new session");
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(
+        sent[1].contains("k5: in the new session") && !sent[1].contains("[muninn]"),
+        "{}",
+        sent[1]
+    );
 
     // Corrupt the (new) transcript, kill → the CLI says "No conversation found" → reseeded.
     let second = report.session_id.clone();
@@ -294,15 +320,27 @@ async fn a_killed_child_is_resumed_and_a_lost_session_is_reseeded() {
             SessionEvent::Reseeded {
                 old_session_id,
                 reason,
+                seed_tokens,
                 ..
             },
         ] => {
             assert_eq!(old_session_id, &second);
             assert!(reason.contains("No conversation found"), "{reason}");
+            assert!(*seed_tokens > 0);
         }
         other => panic!("{other:?}"),
     }
     assert_ne!(report.session_id, second);
+    // Seeded again from the whole log, including the turns of the session just lost.
+    let sent = user_messages_sent_with(&r.sim, "k6: after the corruption");
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    for earlier in [
+        "k1: before the kill",
+        "k4: after the delete",
+        "k5: in the new session",
+    ] {
+        assert!(sent[0].contains(earlier), "{earlier} in {}", sent[0]);
+    }
     eprintln!("relaunch and reseeds: {:?}", report.session_events);
 }
 
@@ -550,6 +588,7 @@ async fn a_session_resumes_only_through_a_handle_that_verifies() {
             old_session_id,
             new_session_id,
             reason,
+            ..
         },
     ] = report.session_events.as_slice()
     else {
@@ -732,4 +771,349 @@ async fn a_memory_budget_parks_the_least_recently_used_session() {
         pool.events()
     );
     pool.shutdown().await;
+}
+
+fn bytes(items: &[String]) -> Vec<Vec<u8>> {
+    items.iter().map(|i| i.as_bytes().to_vec()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_resume_continues_a_copy_and_leaves_the_original_untouched() {
+    let Some(bin) = claude_bin() else { return };
+    let session = "f1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a51";
+    let mut r = rig(bin, session).await;
+    r.config.binding_key = Some(BindingKey::new(&[9u8; 32]).unwrap());
+
+    // The first writer: two turns, a handle, and it stays alive (it may still be running when a
+    // lease is taken over).
+    let mut first = ClaudeCliBackend::new(r.config.clone());
+    first.start(spec("fork")).await.unwrap();
+    let a1 = ok(first.turn(TurnInput::text("fork one")).await).text;
+    let a2 = ok(first.turn(TurnInput::text("fork two")).await).text;
+    let transcript = bytes(&items(&[("fork one", &a1), ("fork two", &a2)]));
+    let handle = first.session_handle(&transcript).unwrap();
+    let original = transcript_path(&r.config, session).unwrap();
+    let before = std::fs::read(&original).unwrap();
+
+    // The second writer forks it.
+    let mut fork = ClaudeCliBackend::new(r.config.clone());
+    assert!(fork.resume_session(&handle, &transcript, true));
+    fork.start(spec("fork")).await.unwrap();
+    let o = ok(fork.turn(TurnInput::text("fork three")).await);
+    let report = fork.last_report().unwrap().clone();
+    let [SessionEvent::Forked { from, to }] = report.session_events.as_slice() else {
+        panic!("{:?}", report.session_events)
+    };
+    assert_eq!(from, session);
+    assert_ne!(to, session);
+    assert_eq!(&report.session_id, to);
+    assert_eq!(fork.session_id(), to);
+    // The copy's first request carries the whole history, from the cache.
+    let sent = user_messages_sent_with(&r.sim, "fork three");
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert!(sent[0].contains("fork one") && sent[1].contains("fork two"));
+    assert!(o.usage.cache_read > 0, "{:?}", o.usage);
+    // The original file is byte for byte what it was; the copy has its own.
+    assert_eq!(std::fs::read(&original).unwrap(), before);
+    assert!(transcript_path(&r.config, to).is_some());
+    // Handles are minted over the copy from now on.
+    let transcript = bytes(&items(&[
+        ("fork one", &a1),
+        ("fork two", &a2),
+        ("fork three", &o.text),
+    ]));
+    let next = Handle::decode(&fork.session_handle(&transcript).unwrap()).unwrap();
+    assert_eq!(&next.session_id, to);
+    // Later turns continue the copy, with nothing more to report.
+    ok(fork.turn(TurnInput::text("fork four")).await);
+    let report = fork.last_report().unwrap();
+    assert_eq!(report.session_events, vec![]);
+    assert_eq!(&report.session_id, to);
+    assert_eq!(std::fs::read(&original).unwrap(), before);
+
+    // A handle that does not verify is seeded as before, fork or not.
+    let mut stale = ClaudeCliBackend::new(r.config.clone());
+    assert!(stale.resume_session(&handle, &transcript, true));
+    stale.start(spec("fork")).await.unwrap();
+    ok(stale.turn(TurnInput::text("fork five")).await);
+    assert!(
+        matches!(
+            stale.last_report().unwrap().session_events.as_slice(),
+            [SessionEvent::Reseeded { reason, .. }] if reason.contains("did not verify")
+        ),
+        "{:?}",
+        stale.last_report().unwrap().session_events
+    );
+    for b in [&mut first, &mut fork, &mut stale] {
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_resume_is_seeded_from_the_hosts_seed() {
+    let Some(bin) = claude_bin() else { return };
+    let mut r = rig(bin, "5eed0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a51").await;
+    r.config.binding_key = Some(BindingKey::new(&[5u8; 32]).unwrap());
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("seed")).await.unwrap();
+    let a1 = ok(b.turn(TurnInput::text("seed one")).await).text;
+    let handle = b
+        .session_handle(&bytes(&items(&[("seed one", &a1)])))
+        .unwrap();
+    b.shutdown().await;
+
+    // The host's transcript no longer matches the handle: the session is refused, and the new
+    // one starts from the seed the host rendered.
+    let host_seed = "User: seed one\n\nAssistant: (the host's own record of the reply)";
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    assert!(b.resume_session(&handle, &bytes(&items(&[("seed one", "edited")])), false));
+    b.set_seed(Some(host_seed.to_string()));
+    b.start(spec("seed")).await.unwrap();
+    ok(b.turn(TurnInput::text("seed two")).await);
+    let report = b.last_report().unwrap().clone();
+    let [
+        SessionEvent::Reseeded {
+            reason,
+            seed_tokens,
+            ..
+        },
+    ] = report.session_events.as_slice()
+    else {
+        panic!("{:?}", report.session_events)
+    };
+    assert!(reason.contains("did not verify"), "{reason}");
+    let sent = user_messages_sent_with(&r.sim, "seed two");
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let blocks: Value = serde_json::from_str(&sent[0]).unwrap();
+    let seed = blocks[0]["text"].as_str().unwrap();
+    assert!(seed.contains(host_seed), "{seed}");
+    assert_eq!(*seed_tokens, muninn_core::tokenize::count(seed));
+    assert_eq!(blocks[1]["text"], json!("seed two"));
+    // Sent once.
+    ok(b.turn(TurnInput::text("seed three")).await);
+    let sent = user_messages_sent_with(&r.sim, "seed three");
+    assert_eq!(sent.len(), 2);
+    assert!(!sent[1].contains(host_seed));
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_budget_is_an_error_not_a_success() {
+    let Some(bin) = claude_bin() else { return };
+    let mut r = rig(bin, "b0d9e7c2-5b4d-4e6f-8a9b-0c1d2e3f4a51").await;
+    // One micro-dollar: the first request crosses it.
+    r.config.max_budget_micro_usd = Some(1);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("budget")).await.unwrap();
+    let err = b.turn(TurnInput::text("budget one")).await.unwrap_err();
+    let BackendError::Api {
+        kind,
+        message,
+        retryable,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(kind, "budget_exhausted");
+    assert!(!retryable);
+    assert!(message.contains("--max-budget-usd"), "{message}");
+    // The crossing request ran; the next turn is refused without one.
+    let count = || {
+        r.sim
+            .sim
+            .requests()
+            .iter()
+            .filter(|q| q.path == "/v1/messages")
+            .count()
+    };
+    assert_eq!(count(), 1);
+    let err = b.turn(TurnInput::text("budget two")).await.unwrap_err();
+    assert!(
+        matches!(&err, BackendError::Api { kind, .. } if kind == "budget_exhausted"),
+        "{err:?}"
+    );
+    assert_eq!(count(), 1);
+}
+
+const FLUSH_MESSAGE: &str = "MUNINN FLUSH: write your memory now and stop";
+
+fn protocol(ceiling_tokens: u64) -> FlushProtocol {
+    FlushProtocol {
+        ceiling_tokens,
+        headroom_tokens: 0,
+        message: FLUSH_MESSAGE.to_string(),
+        grace: Duration::from_secs(30),
+        escalate_after: Duration::from_secs(30),
+        exit_drain: Duration::from_secs(5),
+    }
+}
+
+/// The messages requests recorded from index `from` on.
+fn messages_from(sim: &SimHandle, from: usize) -> Vec<RecordedRequest> {
+    sim.sim
+        .requests()
+        .into_iter()
+        .filter(|q| q.path == "/v1/messages")
+        .skip(from)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_below_the_trigger_needs_no_flush_and_a_long_tool_loop_is_flushed() {
+    let Some(bin) = claude_bin() else { return };
+    let mut r = rig(bin, "f1a5b000-5b4d-4e6f-8a9b-0c1d2e3f4a51").await;
+    r.config.tools = vec!["Read".to_string()];
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("flush")).await.unwrap();
+
+    // (a) Far below the ceiling: a plain turn.
+    let a = b
+        .run(TurnInput::text("flush a: hello"), &protocol(10_000_000))
+        .await
+        .unwrap();
+    assert_eq!(a.flush, FlushStage::NotNeeded);
+    assert!(a.outcome.text.contains("flush a: hello"));
+    let pid = b.last_report().unwrap().pid;
+
+    // (b) A tool loop of up to 8 rounds; each round adds a tool call and its result (about 240
+    // tokens with the sim's Read input), so a trigger 150 tokens above the last prompt is
+    // crossed by the loop's second request, not its first.
+    let trigger = a.outcome.usage.prompt() + 150;
+    let before = messages_from(&r.sim, 0).len();
+    let run = b
+        .run(
+            TurnInput::text("use Read to look around [sim: tool rounds 8]"),
+            &protocol(trigger),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.flush, FlushStage::Flushed, "{:?}", run.outcome);
+    assert!(
+        run.outcome.text.contains(FLUSH_MESSAGE),
+        "{}",
+        run.outcome.text
+    );
+    let requests = messages_from(&r.sim, before);
+    let prompts: Vec<u64> = requests.iter().map(|q| q.usage.unwrap().prompt()).collect();
+    eprintln!("FIGURE flush run: trigger {trigger}, request prompts {prompts:?}");
+    assert!(prompts[0] < trigger, "{prompts:?}");
+    // The flush reached the sim inside the loop: beside a tool result, in a request after the
+    // one that crossed the trigger, and it ended the loop before its 8 rounds.
+    let flushed_at = requests
+        .iter()
+        .position(|q| {
+            let last = last_user(&q.body);
+            last.contains(FLUSH_MESSAGE) && last.contains("tool_result")
+        })
+        .unwrap_or_else(|| panic!("no request carried the flush inside the loop"));
+    assert!(flushed_at >= 2, "{flushed_at}");
+    assert!(prompts[flushed_at - 1] >= trigger, "{prompts:?}");
+    assert_eq!(
+        flushed_at,
+        requests.len() - 1,
+        "the flush answer ended the run"
+    );
+    assert!(requests.len() < 9, "{}", requests.len());
+    // The run's usage is the sum over its requests.
+    let summed = requests
+        .iter()
+        .fold(muninn_core::trace::Usage::default(), |mut u, q| {
+            u.add(&q.usage.unwrap());
+            u
+        });
+    assert_eq!(run.outcome.usage, summed);
+
+    // The process carries on.
+    ok(b.turn(TurnInput::text("flush c: after")).await);
+    assert_eq!(b.last_report().unwrap().pid, pid);
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_flush_is_interrupted_after_its_grace_and_terminated_when_told() {
+    let Some(bin) = claude_bin() else { return };
+    let mut r = rig(bin, "f1a5b000-5b4d-4e6f-8a9b-0c1d2e3f4a52").await;
+    r.config.tools = vec!["Read".to_string()];
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("slow flush")).await.unwrap();
+    ok(b.turn(TurnInput::text("slow warm")).await);
+    let pid = b.last_report().unwrap().pid;
+
+    // The loop's first request crosses a trigger of 1 token, so the flush is asked at once;
+    // the next request streams one event a second, far past a 1 s grace.
+    let slow = || {
+        [
+            Fault {
+                kind: FaultKind::Slow {
+                    first_byte_ms: 0,
+                    event_ms: 0,
+                },
+                times: 1,
+            },
+            Fault {
+                kind: FaultKind::Slow {
+                    first_byte_ms: 0,
+                    event_ms: 1_000,
+                },
+                times: 1,
+            },
+        ]
+    };
+    r.sim.sim.push_faults(slow());
+    let short = FlushProtocol {
+        grace: Duration::from_secs(1),
+        ..protocol(1)
+    };
+    let started = std::time::Instant::now();
+    let run = b
+        .run(
+            TurnInput::text("use Read to look [sim: tool rounds 3]"),
+            &short,
+        )
+        .await
+        .unwrap();
+    eprintln!("FIGURE interrupted flush run took {:?}", started.elapsed());
+    assert_eq!(run.flush, FlushStage::Interrupted, "{:?}", run.outcome);
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    // The process stays usable.
+    ok(b.turn(TurnInput::text("slow after the interrupt")).await);
+    assert_eq!(b.last_report().unwrap().pid, pid, "the same process");
+
+    // No time to wait after the interrupt: the child is terminated, and the next turn
+    // relaunches it with `--resume`, the history intact.
+    r.sim.sim.clear_faults();
+    r.sim.sim.push_faults(slow());
+    let hasty = FlushProtocol {
+        grace: Duration::from_secs(1),
+        escalate_after: Duration::ZERO,
+        ..protocol(1)
+    };
+    let run = b
+        .run(
+            TurnInput::text("use Read to peek [sim: tool rounds 3]"),
+            &hasty,
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.flush, FlushStage::Terminated, "{:?}", run.outcome);
+    if let Some(pid) = pid {
+        wait_dead(pid).await;
+    }
+    r.sim.sim.clear_faults();
+    ok(b.turn(TurnInput::text("slow after the termination")).await);
+    let report = b.last_report().unwrap();
+    assert!(
+        matches!(report.session_events.as_slice(), [SessionEvent::Relaunched { session_id }] if session_id == &r.config.session_id),
+        "{:?}",
+        report.session_events
+    );
+    assert_ne!(report.pid, pid);
+    let sent = user_messages_sent_with(&r.sim, "slow after the termination");
+    assert!(sent.iter().any(|m| m.contains("slow warm")), "{sent:?}");
+    b.shutdown().await;
 }
