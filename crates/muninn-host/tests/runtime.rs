@@ -547,6 +547,7 @@ async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
         base_url: Some(server.base_url()),
         api_key_env: "MUNINN_TEST_KEY".into(),
         claude_bin: None,
+        ..BackendConfig::default()
     };
     let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| SECRET.to_string());
     let factory = BackendFactory::from_config(&config, env).unwrap();
@@ -764,6 +765,7 @@ async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported(
         base_url: Some(server.base_url()),
         api_key_env: "MUNINN_TEST_KEY".into(),
         claude_bin: Some(bin),
+        ..BackendConfig::default()
     };
     let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| KEY.to_string());
     let factory = BackendFactory::from_config(&config, env).unwrap();
