@@ -288,7 +288,12 @@ fn a_renderer_rebuilt_from_recorded_turns_renders_the_next_turn_identically() {
         let user = live.append_turn(&current, &input).blocks[0].text.clone();
         let reply = format!("reply {turn}");
         live.reply(&reply);
-        recorded.push((user, Renderer::shown_keys(&input), live.shown().clone(), reply));
+        recorded.push((
+            user,
+            Renderer::shown_keys(&input),
+            live.shown().clone(),
+            reply,
+        ));
     }
     let mut rebuilt = Renderer::new(start, Ttl::OneHour, Ttl::FiveMinutes).unwrap();
     for (user, keys, shown, reply) in recorded {

@@ -319,8 +319,7 @@ impl BackendFactory {
                             .minds
                             .iter()
                             .map(|m| {
-                                let resolved =
-                                    m.self_session.resolve(&config.backend.self_session);
+                                let resolved = m.self_session.resolve(&config.backend.self_session);
                                 (m.id.clone(), resolved)
                             })
                             .collect(),

@@ -909,15 +909,15 @@ impl<B: Backend> MindRunner<B> {
             return Ok(false);
         };
         let bytes: Vec<Vec<u8>> = items.iter().map(binding_bytes).collect();
-        let last_ms = items.last().map_or(segment.started_at_ms, |i| i.created_at_ms);
+        let last_ms = items
+            .last()
+            .map_or(segment.started_at_ms, |i| i.created_at_ms);
         let (tail, head) = (self.mind.tail_ttl, self.mind.head_ttl);
         let session = self.session_mut(role);
         if !session.backend.resume_session(&handle, &bytes, fork) {
             return Ok(false);
         }
-        session
-            .backend
-            .set_seed(Some(renderer.conversation_text()));
+        session.backend.set_seed(Some(renderer.conversation_text()));
         let started = session.backend.start(spec).await;
         session.collect_events();
         started?;
@@ -1476,8 +1476,7 @@ impl<B: Backend> MindRunner<B> {
         let delta = count(&brief.text);
         let mut decision_text = "start".to_string();
         let flushed = self.selfs.flushed_memory.take();
-        let refresh = if flushed.is_some() || self.selfs.renderer.is_none() || self.selfs.broken
-        {
+        let refresh = if flushed.is_some() || self.selfs.renderer.is_none() || self.selfs.broken {
             true
         } else {
             let view = self.view(&self.selfs, head);
@@ -1508,7 +1507,10 @@ impl<B: Backend> MindRunner<B> {
                     .store
                     .transcript_tail(&self.mind.id, Role::SelfRole, 1)
                     .await?;
-                match tail.last().filter(|i| i.kind == TranscriptKind::MemoryFlush) {
+                match tail
+                    .last()
+                    .filter(|i| i.kind == TranscriptKind::MemoryFlush)
+                {
                     Some(item) => (
                         item.body["memory"].as_str().unwrap_or_default().to_string(),
                         "flushed",
@@ -1545,7 +1547,12 @@ impl<B: Backend> MindRunner<B> {
             r.push_user(&text);
         }
         let protocol = self.flush_protocol();
-        let run = match self.selfs.backend.run(TurnInput::text(text), &protocol).await {
+        let run = match self
+            .selfs
+            .backend
+            .run(TurnInput::text(text), &protocol)
+            .await
+        {
             Ok(run) => run,
             Err(e) => {
                 self.selfs.broken = true;
@@ -1917,11 +1924,7 @@ fn shown_changed(r: &Renderer) -> bool {
 /// replies, or `None` when the transcript holds something a renderer cannot replay — a
 /// flushed Self segment (it ends there), an item of a kind this build does not write into a
 /// conversation, or a last turn never answered (the provider may or may not have it).
-fn replay(
-    role: Role,
-    mut renderer: Renderer,
-    items: &[TranscriptItem],
-) -> Option<(Renderer, u32)> {
+fn replay(role: Role, mut renderer: Renderer, items: &[TranscriptItem]) -> Option<(Renderer, u32)> {
     let text = |v: &Value| v.as_str().map(str::to_string);
     let mut replies = 0u32;
     let mut awaiting_reply = false;

@@ -628,7 +628,11 @@ async fn segments(factory: &dyn StoreFactory) {
         "start self 0",
     );
     assert_eq!(self_first.number, 0);
-    assert_eq!(self_first.memory.as_deref(), Some(""), "empty memory is not none");
+    assert_eq!(
+        self_first.memory.as_deref(),
+        Some(""),
+        "empty memory is not none"
+    );
     let second = ok(
         store
             .start_segment(
