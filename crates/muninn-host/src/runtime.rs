@@ -27,6 +27,23 @@
 //! flush its memory (goal, open tasks, constraints, done markers, facts); if a pinned item is
 //! missing, the new segment carries the previous segment's tail verbatim instead.
 //!
+//! A Self brief runs under the flush protocol ([`muninn_backend::Backend::run`]): a run that
+//! neared the context ceiling and was asked to flush (or was interrupted or terminated) records
+//! its memory (`memory_flush`, ledger decision `flush:<stage>`), and the next brief opens a new
+//! segment from it. With `refresh = "compact"` a Persona refresh compacts the provider session
+//! in place ([`muninn_backend::Backend::compact`]; ledger decision `compact`, a new segment with
+//! reason `compact` whose memory is the summary), falling back to a rebuild when the backend
+//! cannot compact.
+//!
+//! # Resuming after a restart or takeover
+//!
+//! A segment row keeps its memory layer and a digest of its session spec; after each turn the
+//! backend's session handle is stored with it, bound to the segment's transcript. A new lease
+//! rebuilds the renderer from the start layers and the transcript replayed, and resumes the
+//! provider session through the handle (forked unless the previous holder released the lease
+//! cleanly), seeded from the rendered transcript if the handle no longer verifies. A spec that
+//! changed, a missing handle or an unanswered last turn opens a fresh segment instead.
+//!
 //! # Keeping warm
 //!
 //! Shortly before the tail's TTL runs out the decider is asked again (`Event::Expiring`): it may
