@@ -28,6 +28,15 @@
 //! consecutive turns in a busy room re-send the same lines). The renderer shows each history line
 //! once per segment: a line already shown — as history or as a delivery — is not shown again.
 //!
+//! # Rebuilding a segment's renderer
+//!
+//! A host that restarts in the middle of a segment rebuilds the renderer from the segment's start
+//! layers and replays what was sent, verbatim: [`Renderer::push_user`] for each user message as
+//! recorded, [`Renderer::mark_shown`] with the keys the turn showed ([`Renderer::shown_keys`]),
+//! [`Renderer::restore_shown`] when a notice had changed the layers shown, and
+//! [`Renderer::reply`] for each reply. The rebuilt renderer then renders the next turn exactly
+//! as the original would have: the same prefix bytes, history still shown once.
+//!
 //! Every block's tokens are counted with [`crate::tokenize::count`]: text blocks by their text,
 //! tool definitions by their JSON. The simulator counts the same way, so the ledger's predicted
 //! usage and the simulator's reported usage agree exactly.
@@ -190,6 +199,70 @@ impl Renderer {
         &self.base
     }
 
+    /// The layers as last shown to the model (the start layers, or what a notice announced since);
+    /// memory is always the start's.
+    pub fn shown(&self) -> &Layers {
+        &self.shown
+    }
+
+    /// The keys a turn with `input` marks as shown (each delivery and each of its history
+    /// lines), for [`Renderer::mark_shown`] when the turn is replayed. Marking a key twice is
+    /// harmless, so these are all of the turn's keys, not only the ones it showed first.
+    pub fn shown_keys(input: &TurnInput) -> Vec<String> {
+        let mut keys = Vec::new();
+        for d in &input.deliveries {
+            keys.extend(d.context.iter().map(|line| shown_key(&d.room, &line.id)));
+            keys.push(shown_key(&d.room, &d.id));
+        }
+        keys
+    }
+
+    /// Marks history keys (from [`Renderer::shown_keys`]) as shown in this segment.
+    pub fn mark_shown(&mut self, keys: impl IntoIterator<Item = String>) {
+        self.seen.extend(keys);
+    }
+
+    /// Sets the layers last shown (a replayed turn that carried a notice); memory stays the
+    /// start's, as it is never noticed.
+    pub fn restore_shown(&mut self, layers: Layers) {
+        self.shown = Layers {
+            memory: self.shown.memory.clone(),
+            ..layers
+        };
+    }
+
+    /// Appends a user message exactly as it was sent: a recorded turn replayed into a rebuilt
+    /// renderer, or a message composed outside the renderer (a retry prompt, a brief).
+    pub fn push_user(&mut self, text: &str) {
+        self.messages.push(Message {
+            role: Role::User,
+            blocks: vec![Block {
+                text: text.to_string(),
+                cache: None,
+            }],
+        });
+    }
+
+    /// The conversation so far as plain text, each message headed by its speaker: what a fresh
+    /// provider session is seeded with when the provider's own copy cannot be continued.
+    pub fn conversation_text(&self) -> String {
+        let mut out = String::new();
+        for m in &self.messages {
+            out.push_str(match m.role {
+                Role::User => "[user]\n",
+                Role::Assistant => "[assistant]\n",
+            });
+            for b in &m.blocks {
+                out.push_str(&b.text);
+                if !b.text.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+
     /// Renders the next request: the conversation so far plus a user message for this turn, with
     /// notices for any layer that changed since it was last shown. `layers` are the current ones.
     pub fn turn(&mut self, layers: &Layers, input: &TurnInput) -> Rendered {
@@ -236,11 +309,11 @@ impl Renderer {
         }
         for d in &input.deliveries {
             for line in &d.context {
-                if self.seen.insert(format!("{}\u{1f}{}", d.room, line.id)) {
+                if self.seen.insert(shown_key(&d.room, &line.id)) {
                     text.push_str(&format!("  ({}) {}: {}\n", d.room, line.sender, line.text));
                 }
             }
-            self.seen.insert(format!("{}\u{1f}{}", d.room, d.id));
+            self.seen.insert(shown_key(&d.room, &d.id));
             text.push_str(&format!(
                 "[{}{}{}] {}: {}\n",
                 d.room,
@@ -304,6 +377,11 @@ impl Renderer {
             messages,
         }
     }
+}
+
+/// The key of a room event shown in a segment.
+fn shown_key(room: &str, id: &str) -> String {
+    format!("{room}\u{1f}{id}")
 }
 
 impl Rendered {

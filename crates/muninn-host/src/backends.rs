@@ -2,7 +2,7 @@
 //! the Anthropic Messages API when they are, or — when asked for — the Claude Code CLI, one
 //! long-lived `claude -p` process per session. One enum so a host runs any without boxing.
 
-use crate::config::{BackendKind, Config};
+use crate::config::{BackendKind, Config, PoolSettings, SelfSession};
 use muninn_anthropic::backend::AnthropicBackend;
 use muninn_anthropic::client::{AnthropicClient, ClientConfig, credentials_from_env};
 use muninn_anthropic::clock::{Clock, TokioSleeper};
@@ -13,6 +13,7 @@ use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, Secret};
 use muninn_core::price::PriceTable;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -151,6 +152,14 @@ pub enum BackendFactory {
         /// on disk is resumed only through a handle minted with it. Boxed: keyed HMAC state is
         /// large, and the factory is cloned per Mind.
         binding_key: Box<BindingKey>,
+        /// Each Mind's Self session resolved (its `[mind.self_session]` over
+        /// `[backend.self_session]` over the defaults), by Mind id: the CLI tools, permission
+        /// mode and per-brief budget its `<mind>/self` child runs with, and its flush timings.
+        self_sessions: Box<BTreeMap<String, SelfSession>>,
+        /// `[backend.pool]`: the claude-cli factory joins each session's child to one shared
+        /// process pool built from these budgets, so idle sessions are parked and the host
+        /// never holds more children or memory than configured.
+        pool: PoolSettings,
     },
 }
 
@@ -305,6 +314,17 @@ impl BackendFactory {
                     base_url: base,
                     api_key: Secret::new(key),
                     binding_key: Box::new(binding_key),
+                    self_sessions: Box::new(
+                        config
+                            .minds
+                            .iter()
+                            .map(|m| {
+                                let resolved = m.self_session.resolve(&config.backend.self_session);
+                                (m.id.clone(), resolved)
+                            })
+                            .collect(),
+                    ),
+                    pool: config.backend.pool.clone(),
                 })
             }
             BackendKind::Sim => Ok(BackendFactory::Sim(Arc::new(Simulator::new(
@@ -348,6 +368,7 @@ impl BackendFactory {
                 base_url,
                 api_key,
                 binding_key,
+                ..
             } => {
                 // One directory per session: the CLI keeps HOME, config and transcripts there,
                 // and two children must never share a config directory.
@@ -361,6 +382,22 @@ impl BackendFactory {
                 config.binding_key = Some((**binding_key).clone());
                 AnyBackend::ClaudeCli(Box::new(ClaudeCliBackend::new(config)))
             }
+        }
+    }
+
+    /// The Self session configured for `mind`, when this is the claude-cli factory.
+    pub fn self_session(&self, mind: &str) -> Option<&SelfSession> {
+        match self {
+            BackendFactory::ClaudeCli { self_sessions, .. } => self_sessions.get(mind),
+            BackendFactory::Sim(_) | BackendFactory::Anthropic(_) => None,
+        }
+    }
+
+    /// The process pool's settings, when this is the claude-cli factory.
+    pub fn pool_settings(&self) -> Option<&PoolSettings> {
+        match self {
+            BackendFactory::ClaudeCli { pool, .. } => Some(pool),
+            BackendFactory::Sim(_) | BackendFactory::Anthropic(_) => None,
         }
     }
 

@@ -27,6 +27,23 @@
 //! flush its memory (goal, open tasks, constraints, done markers, facts); if a pinned item is
 //! missing, the new segment carries the previous segment's tail verbatim instead.
 //!
+//! A Self brief runs under the flush protocol ([`muninn_backend::Backend::run`]): a run that
+//! neared the context ceiling and was asked to flush (or was interrupted or terminated) records
+//! its memory (`memory_flush`, ledger decision `flush:<stage>`), and the next brief opens a new
+//! segment from it. With `refresh = "compact"` a Persona refresh compacts the provider session
+//! in place ([`muninn_backend::Backend::compact`]; ledger decision `compact`, a new segment with
+//! reason `compact` whose memory is the summary), falling back to a rebuild when the backend
+//! cannot compact.
+//!
+//! # Resuming after a restart or takeover
+//!
+//! A segment row keeps its memory layer and a digest of its session spec; after each turn the
+//! backend's session handle is stored with it, bound to the segment's transcript. A new lease
+//! rebuilds the renderer from the start layers and the transcript replayed, and resumes the
+//! provider session through the handle (forked unless the previous holder released the lease
+//! cleanly), seeded from the rendered transcript if the handle no longer verifies. A spec that
+//! changed, a missing handle or an unanswered last turn opens a fresh segment instead.
+//!
 //! # Keeping warm
 //!
 //! Shortly before the tail's TTL runs out the decider is asked again (`Event::Expiring`): it may
@@ -38,8 +55,10 @@
 //! run the Mind, and a host whose token went stale stops at its next write.
 
 use crate::Host;
-use crate::config::MindConfig;
-use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
+use crate::config::{MindConfig, RefreshMode};
+use muninn_backend::{
+    Backend, BackendError, FlushProtocol, FlushStage, SessionSpec, TurnInput, TurnOutcome,
+};
 use muninn_core::cache::Ttl;
 use muninn_core::decide::{
     Action, Bounds, Decision, Event, GapStats, Policy, Rates, SessionView, decide,
@@ -51,7 +70,8 @@ use muninn_core::render::{self, Layers, Renderer};
 use muninn_core::tokenize::count;
 use muninn_store::{
     BriefOrigin, BriefStatus, Delivery, FencingToken, Lease, NewBrief, NewDelivery, NewMemoryNote,
-    NewOutboxMessage, NewSegment, NewTranscriptItem, Role, StoreError, TranscriptKind, TurnRecord,
+    NewOutboxMessage, NewSegment, NewTranscriptItem, Role, StoreError, TranscriptItem,
+    TranscriptKind, TurnRecord,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -310,6 +330,15 @@ struct Session<B> {
     /// Where reading this role's transcript for the current segment starts: no later than the
     /// segment's first item, so binding a session never rescans earlier segments twice.
     bind_from: i64,
+    /// Set when a new lease was taken: the role's open segment may be resumed through its stored
+    /// handle, forking the provider session when the value is `true` (another writer may
+    /// exist). Taken by the next turn.
+    resume: Option<bool>,
+    /// Session events (the backend's, and the host's own resume) not yet on a ledger row.
+    pending_events: Vec<Value>,
+    /// The Self only: memory a run flushed under the flush protocol; the next brief opens a new
+    /// segment from it.
+    flushed_memory: Option<String>,
 }
 
 impl<B> Session<B> {
@@ -334,7 +363,29 @@ impl<B> Session<B> {
             gaps: GapStats::default(),
             broken: false,
             bind_from: 1,
+            resume: None,
+            pending_events: Vec::new(),
+            flushed_memory: None,
         }
+    }
+
+    /// Moves the backend's session events into [`Session::pending_events`] (after a call that
+    /// leaves no ledger row, e.g. a failed one).
+    fn collect_events(&mut self)
+    where
+        B: Backend,
+    {
+        let events = self.backend.take_session_events();
+        self.pending_events.extend(events);
+    }
+
+    /// Puts every pending session event on `row` (the row of the call that just returned).
+    fn attach_events(&mut self, row: &mut LedgerRow)
+    where
+        B: Backend,
+    {
+        self.collect_events();
+        row.events.append(&mut self.pending_events);
     }
 }
 
@@ -445,15 +496,25 @@ impl<B: Backend> MindRunner<B> {
                 Err(e) => return Err(e.into()),
             }
         }
+        // Whether the lease was released by a clean shutdown (no holder) or is still held, live
+        // or lapsed: in the second case its holder — another host, or this host's previous
+        // process — may still be writing to the provider's session.
+        let previous = store.lease(&self.mind.id).await?;
         let taken = store
             .acquire_lease(&self.mind.id, &self.holder, ttl, now)
             .await?;
         let token = taken.as_ref().map(|l| l.token);
         if taken.is_some() && self.lease.is_none() {
-            // A new lease: whatever a previous holder left in the provider's session may not
-            // match the transcript, so the next turn starts a fresh segment.
-            self.persona.broken = true;
-            self.selfs.broken = true;
+            // A new lease: the sessions in memory (if any) are not known to match the
+            // transcript. The next turn resumes the open segment through its stored handle when
+            // that still lines up, forking the provider session unless the previous holder
+            // let go cleanly (forking costs nothing in cache: the copy has the same prefix);
+            // otherwise it starts a fresh segment.
+            let fork = previous.is_some();
+            for session in [&mut self.persona, &mut self.selfs] {
+                session.broken = true;
+                session.resume = Some(fork);
+            }
         }
         self.lease = taken;
         Ok(token)
@@ -677,19 +738,14 @@ impl<B: Backend> MindRunner<B> {
         })
     }
 
-    /// The role's transcript items of `segment`, each in the canonical bytes a session handle is
-    /// bound over ([`binding_bytes`]), oldest first.
-    async fn segment_items(
+    /// The role's transcript items of `segment`, oldest first.
+    async fn segment_transcript(
         &mut self,
         role: Role,
         segment: i64,
-    ) -> Result<Vec<Vec<u8>>, RuntimeError> {
+    ) -> Result<Vec<TranscriptItem>, RuntimeError> {
         const PAGE: i64 = 500;
-        let mut from = match role {
-            Role::Persona => self.persona.bind_from,
-            Role::SelfRole => self.selfs.bind_from,
-        };
-        let mut first = None;
+        let mut from = self.session_mut(role).bind_from;
         let mut items = Vec::new();
         loop {
             let page = self
@@ -697,22 +753,29 @@ impl<B: Backend> MindRunner<B> {
                 .store
                 .transcript_range(&self.mind.id, role, from, None, PAGE)
                 .await?;
-            for item in page.iter().filter(|i| i.segment == segment) {
-                first.get_or_insert(item.seq);
-                items.push(binding_bytes(item));
-            }
-            match page.last() {
-                Some(last) if page.len() as i64 == PAGE => from = last.seq + 1,
+            let full = page.len() as i64 == PAGE;
+            let next = page.last().map(|i| i.seq + 1);
+            items.extend(page.into_iter().filter(|i| i.segment == segment));
+            match next {
+                Some(next) if full => from = next,
                 _ => break,
             }
         }
-        if let Some(first) = first {
-            match role {
-                Role::Persona => self.persona.bind_from = first,
-                Role::SelfRole => self.selfs.bind_from = first,
-            }
+        if let Some(first) = items.first() {
+            self.session_mut(role).bind_from = first.seq;
         }
         Ok(items)
+    }
+
+    /// The role's transcript items of `segment`, each in the canonical bytes a session handle is
+    /// bound over ([`binding_bytes`]), oldest first.
+    async fn segment_items(
+        &mut self,
+        role: Role,
+        segment: i64,
+    ) -> Result<Vec<Vec<u8>>, RuntimeError> {
+        let items = self.segment_transcript(role, segment).await?;
+        Ok(items.iter().map(binding_bytes).collect())
     }
 
     /// Stores the role's session handle with its segment, bound to the segment's transcript as
@@ -743,6 +806,31 @@ impl<B: Backend> MindRunner<B> {
         Ok(())
     }
 
+    fn session_mut(&mut self, role: Role) -> &mut Session<B> {
+        match role {
+            Role::Persona => &mut self.persona,
+            Role::SelfRole => &mut self.selfs,
+        }
+    }
+
+    /// The session spec of a role's segment rendered by `renderer`.
+    fn spec_for(&self, role: Role, renderer: &Renderer) -> SessionSpec {
+        SessionSpec {
+            model: self.mind.model.clone(),
+            system: renderer
+                .rendered()
+                .system
+                .into_iter()
+                .map(|b| b.text)
+                .collect(),
+            tools: Vec::new(),
+            output_schema: (role == Role::Persona).then(|| reply_schema(&self.mind)),
+            system_ttl: self.mind.head_ttl,
+            conversation_ttl: self.mind.tail_ttl,
+            max_tokens: self.mind.max_output_tokens,
+        }
+    }
+
     /// Opens a new segment for a role: a segment row, a renderer on the current layers, a fresh
     /// provider session.
     async fn open_segment(
@@ -753,16 +841,11 @@ impl<B: Backend> MindRunner<B> {
         memory: String,
         reason: &str,
     ) -> Result<(), RuntimeError> {
-        let layers = self.layers(memory)?;
+        let layers = self.layers(memory.clone())?;
         let renderer = Renderer::new(layers, self.mind.head_ttl, self.mind.tail_ttl)
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
-        let system: Vec<String> = renderer
-            .rendered()
-            .system
-            .into_iter()
-            .map(|b| b.text)
-            .collect();
-        let rehydration: Tokens = system.iter().map(|t| count(t)).sum();
+        let spec = self.spec_for(role, &renderer);
+        let rehydration: Tokens = spec.system.iter().map(|t| count(t)).sum();
         let segment = self
             .host
             .store
@@ -775,30 +858,106 @@ impl<B: Backend> MindRunner<B> {
                     rehydration_tokens: rehydration as i64,
                     reason: reason.to_string(),
                     session_id: None,
+                    memory: Some(memory),
+                    spec_digest: Some(spec_digest(&spec)),
                 },
             )
             .await?;
-        let spec = SessionSpec {
-            model: self.mind.model.clone(),
-            system,
-            tools: Vec::new(),
-            output_schema: (role == Role::Persona).then(|| reply_schema(&self.mind)),
-            system_ttl: self.mind.head_ttl,
-            conversation_ttl: self.mind.tail_ttl,
-            max_tokens: self.mind.max_output_tokens,
-        };
-        let session = match role {
-            Role::Persona => &mut self.persona,
-            Role::SelfRole => &mut self.selfs,
-        };
-        session.backend.start(spec).await?;
+        let session = self.session_mut(role);
+        // A fresh segment is never seeded from an earlier conversation (a resume that did not
+        // go through may have left a seed behind).
+        session.backend.set_seed(None);
+        let started = session.backend.start(spec).await;
+        session.collect_events();
+        started?;
         session.renderer = Some(renderer);
         session.segment = Some(segment.number);
         session.requests = 0;
         session.read_excess = MicroUsd::ZERO;
         session.rehydration = rehydration;
         session.broken = false;
+        session.resume = None;
         Ok(())
+    }
+
+    /// Continues the role's open segment after a new lease, through the provider session
+    /// handle stored with it: the renderer is rebuilt from the segment's start layers (its
+    /// stored memory, the doctrine and persona state as they are now) with the segment's
+    /// transcript replayed, and the backend resumes (with `fork`, a copy of) the provider
+    /// session — or, when the handle no longer verifies over that transcript, starts a fresh
+    /// provider session seeded with the transcript rendered. Returns `false`, changing nothing,
+    /// when the segment cannot be continued: a backend that binds no sessions, no handle, a
+    /// segment stored before migration 4, a compacted or flushed segment, a transcript that
+    /// ends in a turn never answered, or a session spec that differs from the segment's (an
+    /// edited doctrine or persona state, another model or reply schema).
+    async fn resume_segment(
+        &mut self,
+        role: Role,
+        fork: bool,
+        now: i64,
+    ) -> Result<bool, RuntimeError> {
+        if !self.session_mut(role).backend.binds_sessions() {
+            return Ok(false);
+        }
+        let Some(segment) = self.host.store.current_segment(&self.mind.id, role).await? else {
+            return Ok(false);
+        };
+        let (Some(handle), Some(memory), Some(digest)) = (
+            segment.session_id.clone(),
+            segment.memory.clone(),
+            segment.spec_digest.clone(),
+        ) else {
+            return Ok(false);
+        };
+        // A compacted segment's provider session runs under the spec from before the
+        // compaction, which the row does not hold.
+        if segment.ended_at_ms.is_some() || segment.reason == COMPACT_REASON {
+            return Ok(false);
+        }
+        let layers = self.layers(memory)?;
+        let renderer = Renderer::new(layers, self.mind.head_ttl, self.mind.tail_ttl)
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let spec = self.spec_for(role, &renderer);
+        if spec_digest(&spec) != digest {
+            return Ok(false);
+        }
+        let items = self.segment_transcript(role, segment.number).await?;
+        let Some((renderer, replies)) = replay(role, renderer, &items) else {
+            return Ok(false);
+        };
+        let bytes: Vec<Vec<u8>> = items.iter().map(binding_bytes).collect();
+        let last_ms = items
+            .last()
+            .map_or(segment.started_at_ms, |i| i.created_at_ms);
+        let (tail, head) = (self.mind.tail_ttl, self.mind.head_ttl);
+        let session = self.session_mut(role);
+        if !session.backend.resume_session(&handle, &bytes, fork) {
+            return Ok(false);
+        }
+        session.backend.set_seed(Some(renderer.conversation_text()));
+        let started = session.backend.start(spec).await;
+        session.collect_events();
+        started?;
+        session.prefix_tokens = renderer.rendered().checkpoints().1;
+        session.renderer = Some(renderer);
+        session.segment = Some(segment.number);
+        session.requests = replies;
+        session.rehydration = 0;
+        session.read_excess = MicroUsd::ZERO;
+        // The provider's cache outlives a host restart: the segment's last request may still be
+        // warm, which the decider is told (its own clock decides).
+        session.last_request_ms = last_ms;
+        session.warm_until_ms = Some(last_ms + tail.millis());
+        session.head_warm_until_ms = Some(last_ms + head.millis());
+        session.broken = false;
+        session.pending_events.push(json!({
+            "type": "resumed_segment",
+            "segment": segment.number,
+            "fork": fork,
+            "items": items.len(),
+            "at_ms": now,
+        }));
+        Ok(true)
     }
 
     fn ledger_row(
@@ -913,6 +1072,12 @@ impl<B: Backend> MindRunner<B> {
             text: String::new(),
         };
 
+        // A new lease: continue the open segment through its stored handle, if it lines up.
+        if self.persona.broken
+            && let Some(fork) = self.persona.resume.take()
+        {
+            self.resume_segment(Role::Persona, fork, now).await?;
+        }
         // The decider: append, or refresh into a new segment.
         let head = self.head_tokens(self.persona.renderer.as_ref());
         // New tokens this turn: the messages, and their context lines (an upper bound: lines the
@@ -948,10 +1113,17 @@ impl<B: Backend> MindRunner<B> {
             (if view.warm(now) { "warm" } else { "cold" }, "refresh")
         };
         if decision.is_none_or(|d| d.action == Action::Refresh) {
-            let texts: Vec<&str> = batch.iter().map(|d| d.text.as_str()).collect();
-            let memory = self.select_memory(&senders, &texts).await?;
-            self.open_segment(Role::Persona, token, now, memory, reason)
-                .await?;
+            // A refresh the decider chose may compact the live session in place; a cold start
+            // or a rebuild after a failure always starts from the layers.
+            let compacted = decision.is_some()
+                && self.mind.refresh == RefreshMode::Compact
+                && self.compact_persona(token, now).await?;
+            if !compacted {
+                let texts: Vec<&str> = batch.iter().map(|d| d.text.as_str()).collect();
+                let memory = self.select_memory(&senders, &texts).await?;
+                self.open_segment(Role::Persona, token, now, memory, reason)
+                    .await?;
+            }
         }
         let decision_text = decision.map_or_else(
             || format!("start:{reason}"),
@@ -975,6 +1147,17 @@ impl<B: Backend> MindRunner<B> {
             .map(|b| b.text.clone())
             .unwrap_or_default();
         let segment = self.persona.segment.unwrap_or(0);
+        // What a rebuilt renderer needs to replay this turn (see `replay`): the history keys it
+        // showed and, after a notice, the layers it showed.
+        let mut delivery_body = json!({
+            "batch": batch_id,
+            "seqs": batch.iter().map(|d| d.seq).collect::<Vec<_>>(),
+            "text": user_text,
+            "seen": Renderer::shown_keys(&input),
+        });
+        if shown_changed(renderer) {
+            delivery_body["shown"] = serde_json::to_value(renderer.shown()).unwrap_or_default();
+        }
 
         // The transcript first: what the Mind is shown is durable before it is acted on.
         self.host
@@ -986,7 +1169,7 @@ impl<B: Backend> MindRunner<B> {
                     role: Role::Persona,
                     segment,
                     kind: TranscriptKind::Delivery,
-                    body: json!({"batch": batch_id, "seqs": batch.iter().map(|d| d.seq).collect::<Vec<_>>(), "text": user_text}),
+                    body: delivery_body,
                     created_at_ms: now,
                 }],
             )
@@ -998,12 +1181,15 @@ impl<B: Backend> MindRunner<B> {
             Err(e) => {
                 // The provider's session may no longer match the renderer: rebuild next time.
                 self.persona.broken = true;
+                self.persona.collect_events();
                 return Err(e.into());
             }
         };
         let rates = Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl);
         let rehydrated = self.persona.rehydration;
-        ledger.push(self.ledger_row(&self.persona, &outcome, now, &decision_text, state, true));
+        let mut row = self.ledger_row(&self.persona, &outcome, now, &decision_text, state, true);
+        self.persona.attach_events(&mut row);
+        ledger.push(row);
         Self::account(
             &mut self.persona,
             &outcome,
@@ -1018,6 +1204,9 @@ impl<B: Backend> MindRunner<B> {
             .as_ref()
             .ok_or_else(|| "no structured reply".to_string())
             .and_then(|v| validate_reply(&self.mind, &batch, v));
+        // The invalid first reply and the retry prompt, when a retry was answered: the
+        // provider's session holds both, so the transcript does too.
+        let mut retried: Option<Value> = None;
         if let Err(problem) = &verdict {
             // Answered by policy: one retry with the reason, then a recorded failure.
             let retry = format!(
@@ -1031,28 +1220,29 @@ impl<B: Backend> MindRunner<B> {
                 .await
             {
                 Ok(second) => {
-                    let current = self.layers(String::new())?;
                     if let Some(r) = self.persona.renderer.as_mut() {
                         r.reply(&outcome_text(&outcome));
-                        r.turn(
-                            &Layers {
-                                memory: r.base().memory.clone(),
-                                ..current
-                            },
-                            &render::TurnInput {
-                                text: retry,
-                                ..Default::default()
-                            },
-                        );
+                        // The retry prompt goes as sent, with no notices: the renderer holds
+                        // exactly what the provider's session holds.
+                        r.push_user(&retry);
                     }
-                    ledger.push(self.ledger_row(
+                    retried = Some(json!({
+                        "failure": "invalid reply",
+                        "problem": problem,
+                        "reply": outcome.structured,
+                        "text": outcome.text,
+                        "retry": retry,
+                    }));
+                    let mut row = self.ledger_row(
                         &self.persona,
                         &second,
                         now2,
                         "retry_invalid_reply",
                         "warm",
                         false,
-                    ));
+                    );
+                    self.persona.attach_events(&mut row);
+                    ledger.push(row);
                     Self::account(
                         &mut self.persona,
                         &second,
@@ -1071,6 +1261,7 @@ impl<B: Backend> MindRunner<B> {
                 }
                 Err(e) => {
                     self.persona.broken = true;
+                    self.persona.collect_events();
                     verdict = Err(format!("retry failed: {e}"));
                 }
             }
@@ -1086,6 +1277,15 @@ impl<B: Backend> MindRunner<B> {
             ..TurnRecord::default()
         };
         let valid = verdict.is_ok();
+        if let Some(body) = retried {
+            record.transcript.push(NewTranscriptItem {
+                role: Role::Persona,
+                segment,
+                kind: TranscriptKind::Notice,
+                body,
+                created_at_ms: now,
+            });
+        }
         match verdict {
             Ok(reply) => {
                 record.transcript.push(NewTranscriptItem {
@@ -1166,17 +1366,134 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
+    /// A Persona refresh by compaction (`refresh = "compact"`): the provider summarises the
+    /// session in place. The compaction's request is ledgered on the segment it summarised
+    /// (decision `compact`, its own usage and cost); a new segment (reason `compact`) then
+    /// continues the same provider session, its renderer restarted on the summary as memory.
+    /// Returns `false` — nothing recorded, the caller rebuilds — when the backend cannot compact
+    /// ([`BackendError::Invalid`]) or the compaction failed (the session is then rebuilt, which
+    /// never depends on the provider's copy).
+    async fn compact_persona(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<bool, RuntimeError> {
+        let outcome = match self
+            .persona
+            .backend
+            .compact(PERSONA_COMPACT_INSTRUCTIONS)
+            .await
+        {
+            Ok(o) => o,
+            Err(BackendError::Invalid(_)) => {
+                self.persona.collect_events();
+                return Ok(false);
+            }
+            Err(e) => {
+                tracing::warn!(mind = %self.mind.id, error = %e, "compaction failed; rebuilding");
+                self.persona.collect_events();
+                self.persona
+                    .pending_events
+                    .push(json!({"type": "compact_failed", "error": e.to_string()}));
+                return Ok(false);
+            }
+        };
+        let mut row = self.ledger_row(&self.persona, &outcome, now, "compact", "warm", true);
+        self.persona.attach_events(&mut row);
+        self.host
+            .store
+            .append_ledger(&self.mind.id, token, &[row])
+            .await?;
+        let summary = outcome.text.clone();
+        let layers = self.layers(summary.clone())?;
+        let renderer = Renderer::new(layers, self.mind.head_ttl, self.mind.tail_ttl)
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let spec = self.spec_for(Role::Persona, &renderer);
+        let rehydration = count(&summary);
+        let segment = self
+            .host
+            .store
+            .start_segment(
+                &self.mind.id,
+                token,
+                &NewSegment {
+                    role: Role::Persona,
+                    started_at_ms: now,
+                    rehydration_tokens: rehydration as i64,
+                    reason: COMPACT_REASON.to_string(),
+                    session_id: None,
+                    memory: Some(summary.clone()),
+                    spec_digest: Some(spec_digest(&spec)),
+                },
+            )
+            .await?;
+        self.host
+            .store
+            .append_transcript(
+                &self.mind.id,
+                token,
+                &[NewTranscriptItem {
+                    role: Role::Persona,
+                    segment: segment.number,
+                    kind: TranscriptKind::MemoryFlush,
+                    body: json!({"memory": summary, "from": "compact"}),
+                    created_at_ms: now,
+                }],
+            )
+            .await?;
+        let head = self.head_tokens(Some(&renderer));
+        let s = &mut self.persona;
+        s.renderer = Some(renderer);
+        s.segment = Some(segment.number);
+        s.requests = 0;
+        s.read_excess = MicroUsd::ZERO;
+        s.rehydration = rehydration;
+        // The session now starts from its head and the summary.
+        s.prefix_tokens = head;
+        s.last_request_ms = now;
+        s.warm_until_ms = Some(now + self.mind.tail_ttl.millis());
+        s.head_warm_until_ms = Some(now + self.mind.head_ttl.millis());
+        Ok(true)
+    }
+
+    /// The flush protocol of this Mind's Self runs: the Mind's ceiling (else the model's
+    /// window) and the configured headroom and timings.
+    pub fn flush_protocol(&self) -> FlushProtocol {
+        let session = self
+            .mind
+            .self_session
+            .resolve(&self.host.config.backend.self_session);
+        FlushProtocol {
+            ceiling_tokens: self
+                .mind
+                .ceiling_tokens
+                .unwrap_or(self.price.context_window),
+            headroom_tokens: session.flush_headroom_tokens,
+            message: SELF_RUN_FLUSH_MESSAGE.to_string(),
+            grace: session.flush_grace,
+            escalate_after: session.flush_escalate_after,
+            exit_drain: session.flush_exit_drain,
+        }
+    }
+
     async fn self_turn(
         &mut self,
         token: FencingToken,
         now: i64,
         brief: muninn_store::Brief,
     ) -> Result<Step, RuntimeError> {
+        // A new lease: continue the open segment through its stored handle, if it lines up.
+        if self.selfs.broken
+            && let Some(fork) = self.selfs.resume.take()
+        {
+            self.resume_segment(Role::SelfRole, fork, now).await?;
+        }
         // A brief's start is a task boundary: the decider may refresh here.
         let head = self.head_tokens(self.selfs.renderer.as_ref());
         let delta = count(&brief.text);
         let mut decision_text = "start".to_string();
-        let refresh = if self.selfs.renderer.is_none() || self.selfs.broken {
+        let flushed = self.selfs.flushed_memory.take();
+        let refresh = if flushed.is_some() || self.selfs.renderer.is_none() || self.selfs.broken {
             true
         } else {
             let view = self.view(&self.selfs, head);
@@ -1193,12 +1510,32 @@ impl<B: Backend> MindRunner<B> {
             d.action == Action::Refresh
         };
         if refresh {
-            let memory = if self.selfs.renderer.is_some() && !self.selfs.broken {
-                self.flush_self(token, now).await?
+            let (memory, reason) = if let Some(memory) = flushed {
+                // The last run flushed under the flush protocol: its memory is the new start.
+                decision_text = "start:flushed".to_string();
+                (memory, "flushed")
+            } else if self.selfs.renderer.is_some() && !self.selfs.broken {
+                (self.flush_self(token, now).await?, "task boundary")
             } else {
-                self.self_memory_from_briefs().await?
+                // A host that stopped after a run flushed left the flush as the segment's last
+                // item: it is the memory to start from.
+                let tail = self
+                    .host
+                    .store
+                    .transcript_tail(&self.mind.id, Role::SelfRole, 1)
+                    .await?;
+                match tail
+                    .last()
+                    .filter(|i| i.kind == TranscriptKind::MemoryFlush)
+                {
+                    Some(item) => (
+                        item.body["memory"].as_str().unwrap_or_default().to_string(),
+                        "flushed",
+                    ),
+                    None => (self.self_memory_from_briefs().await?, "task boundary"),
+                }
             };
-            self.open_segment(Role::SelfRole, token, now, memory, "task boundary")
+            self.open_segment(Role::SelfRole, token, now, memory, reason)
                 .await?;
         }
         let segment = self.selfs.segment.unwrap_or(0);
@@ -1223,18 +1560,20 @@ impl<B: Backend> MindRunner<B> {
             )
             .await?;
         if let Some(r) = self.selfs.renderer.as_mut() {
-            r.turn(
-                &r.base().clone(),
-                &render::TurnInput {
-                    text: text.clone(),
-                    ..Default::default()
-                },
-            );
+            // As sent: the renderer holds what the provider's session holds.
+            r.push_user(&text);
         }
-        let outcome = match self.selfs.backend.turn(TurnInput::text(text)).await {
-            Ok(o) => o,
+        let protocol = self.flush_protocol();
+        let run = match self
+            .selfs
+            .backend
+            .run(TurnInput::text(text), &protocol)
+            .await
+        {
+            Ok(run) => run,
             Err(e) => {
                 self.selfs.broken = true;
+                self.selfs.collect_events();
                 let message = format!("the Self session failed: {e}");
                 self.host
                     .store
@@ -1250,8 +1589,14 @@ impl<B: Backend> MindRunner<B> {
                 return Err(e.into());
             }
         };
+        let outcome = run.outcome;
+        let stage = flush_stage_name(run.flush);
+        if run.flush != FlushStage::NotNeeded {
+            decision_text = format!("flush:{stage}");
+        }
         let rates = Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl);
-        let row = self.ledger_row(&self.selfs, &outcome, now, &decision_text, "warm", true);
+        let mut row = self.ledger_row(&self.selfs, &outcome, now, &decision_text, "warm", true);
+        self.selfs.attach_events(&mut row);
         let rehydrated = self.selfs.rehydration;
         Self::account(
             &mut self.selfs,
@@ -1266,15 +1611,49 @@ impl<B: Backend> MindRunner<B> {
         if let Some(r) = self.selfs.renderer.as_mut() {
             r.reply(&result);
         }
-        let record = TurnRecord {
-            turn_key: Some(format!("self-{}-brief-{}", self.mind.id, brief.seq)),
-            transcript: vec![NewTranscriptItem {
+        let mut transcript = vec![NewTranscriptItem {
+            role: Role::SelfRole,
+            segment,
+            kind: TranscriptKind::Result,
+            body: json!({"brief": brief.seq, "text": result}),
+            created_at_ms: now,
+        }];
+        // A run the flush protocol ended has flushed (or failed to): its memory, or the
+        // segment's tail when the answer lacks a pinned item, starts the next segment.
+        let (status, verb) = match run.flush {
+            FlushStage::NotNeeded => (BriefStatus::Done, "finished"),
+            FlushStage::Flushed => (BriefStatus::Done, "stopped at the context ceiling"),
+            FlushStage::Interrupted | FlushStage::Terminated => {
+                (BriefStatus::Failed, "was cut off at the context ceiling")
+            }
+        };
+        if run.flush != FlushStage::NotNeeded {
+            let (memory, from) = match pinned_memory(&outcome.text) {
+                Some(memory) => (memory, format!("flush:{stage}")),
+                None => {
+                    let mut tail = self.self_tail(segment).await?;
+                    if !tail.is_empty() {
+                        tail.push('\n');
+                    }
+                    tail.push_str(&result);
+                    (
+                        tail,
+                        format!("tail (flush:{stage}: the answer missed a pinned item)"),
+                    )
+                }
+            };
+            transcript.push(NewTranscriptItem {
                 role: Role::SelfRole,
                 segment,
-                kind: TranscriptKind::Result,
-                body: json!({"brief": brief.seq, "text": result}),
+                kind: TranscriptKind::MemoryFlush,
+                body: json!({"memory": memory, "from": from, "stage": stage}),
                 created_at_ms: now,
-            }],
+            });
+            self.selfs.flushed_memory = Some(memory);
+        }
+        let record = TurnRecord {
+            turn_key: Some(format!("self-{}-brief-{}", self.mind.id, brief.seq)),
+            transcript,
             ledger: vec![row],
             ..TurnRecord::default()
         };
@@ -1282,17 +1661,12 @@ impl<B: Backend> MindRunner<B> {
             .store
             .record_turn(&self.mind.id, token, &record)
             .await?;
-        self.bind_session(Role::SelfRole, token).await?;
+        if run.flush == FlushStage::NotNeeded {
+            self.bind_session(Role::SelfRole, token).await?;
+        }
         self.host
             .store
-            .finish_brief(
-                &self.mind.id,
-                token,
-                brief.seq,
-                BriefStatus::Done,
-                &result,
-                now,
-            )
+            .finish_brief(&self.mind.id, token, brief.seq, status, &result, now)
             .await?;
         // The result reaches the Persona as a delivery; the brief's seq makes it idempotent.
         let excerpt: String = result.chars().take(2_000).collect();
@@ -1305,7 +1679,7 @@ impl<B: Backend> MindRunner<B> {
                     sender: "self".to_string(),
                     is_direct: true,
                     to_you: true,
-                    text: format!("Self run {} finished: {excerpt}", brief.seq),
+                    text: format!("Self run {} {verb}: {excerpt}", brief.seq),
                     source_id: format!("self-brief-{}", brief.seq),
                     received_at_ms: now,
                     context: Vec::new(),
@@ -1328,11 +1702,10 @@ impl<B: Backend> MindRunner<B> {
             .await;
         let (memory, how, ledger) = match outcome {
             Ok(o) => {
-                let row = self.ledger_row(&self.selfs, &o, now, "flush", "warm", true);
-                let parsed = serde_json::from_str::<Value>(o.text.trim()).ok();
-                let pinned = ["goal", "open_tasks", "constraints", "done", "facts"];
-                match parsed.filter(|v| pinned.iter().all(|k| v.get(k).is_some())) {
-                    Some(v) => (v.to_string(), "flush", vec![row]),
+                let mut row = self.ledger_row(&self.selfs, &o, now, "flush", "warm", true);
+                self.selfs.attach_events(&mut row);
+                match pinned_memory(&o.text) {
+                    Some(memory) => (memory, "flush", vec![row]),
                     None => (
                         self.self_tail(segment).await?,
                         "tail (the flush missed a pinned item)",
@@ -1340,11 +1713,14 @@ impl<B: Backend> MindRunner<B> {
                     ),
                 }
             }
-            Err(_) => (
-                self.self_tail(segment).await?,
-                "tail (the flush failed)",
-                Vec::new(),
-            ),
+            Err(_) => {
+                self.selfs.collect_events();
+                (
+                    self.self_tail(segment).await?,
+                    "tail (the flush failed)",
+                    Vec::new(),
+                )
+            }
         };
         self.host
             .store
@@ -1471,7 +1847,7 @@ impl<B: Backend> MindRunner<B> {
         } else {
             "ping_head"
         };
-        let row = self.ledger_row(
+        let mut row = self.ledger_row(
             &self.persona,
             &outcome,
             now,
@@ -1479,6 +1855,7 @@ impl<B: Backend> MindRunner<B> {
             "warm",
             false,
         );
+        self.persona.attach_events(&mut row);
         self.host
             .store
             .append_ledger(&self.mind.id, token, &[row])
@@ -1497,6 +1874,15 @@ impl<B: Backend> MindRunner<B> {
     }
 }
 
+/// The reason of a segment opened by a compaction.
+pub const COMPACT_REASON: &str = "compact";
+
+/// What the Persona's session is told to keep when it is compacted.
+pub const PERSONA_COMPACT_INSTRUCTIONS: &str = "Summarise this conversation for your own later use: who said what that still matters, what you promised or asked for, open questions, and each person's preferences. Keep names and room names exactly.";
+
+/// What a long Self run is told when its context nears the ceiling (the flush protocol).
+pub const SELF_RUN_FLUSH_MESSAGE: &str = "Your context is nearly full. Stop the work now and flush your memory: answer with one JSON object with the keys goal, open_tasks, constraints, done and facts, covering everything the next session must know to continue. Answer with the JSON only.";
+
 /// What the Self is asked at a refresh.
 pub const SELF_FLUSH_PROMPT: &str = "Flush your memory now: answer with one JSON object with the keys goal, open_tasks, constraints, done and facts, covering everything the next session must know. Answer with the JSON only.";
 
@@ -1508,6 +1894,102 @@ fn binding_bytes(item: &muninn_store::TranscriptItem) -> Vec<u8> {
     // Serialising a `Value` cannot fail; an empty body would only make the binding not verify.
     bytes.extend(serde_json::to_vec(&item.body).unwrap_or_default());
     bytes
+}
+
+/// The memory in a flush's answer: one JSON object with every pinned key (goal, open tasks,
+/// constraints, done markers, facts), or `None`.
+fn pinned_memory(answer: &str) -> Option<String> {
+    let parsed = serde_json::from_str::<Value>(answer.trim()).ok()?;
+    let pinned = ["goal", "open_tasks", "constraints", "done", "facts"];
+    pinned
+        .iter()
+        .all(|k| parsed.get(k).is_some())
+        .then(|| parsed.to_string())
+}
+
+/// The ledger's name of a flush stage.
+fn flush_stage_name(stage: FlushStage) -> &'static str {
+    match stage {
+        FlushStage::NotNeeded => "not_needed",
+        FlushStage::Flushed => "flushed",
+        FlushStage::Interrupted => "interrupted",
+        FlushStage::Terminated => "terminated",
+    }
+}
+
+/// A digest of a session spec (every field: model, system layers, tools, reply schema, TTLs,
+/// output limit), kept with the segment so a restarted host resumes it only while the spec it
+/// would send now is the same. Not a security boundary (the handle's HMAC is): a change
+/// detector.
+fn spec_digest(spec: &SessionSpec) -> String {
+    // Serialising a spec of strings and JSON values cannot fail.
+    let bytes = serde_json::to_vec(spec).unwrap_or_default();
+    format!("{:016x}", muninn_core::cache::hash_bytes(&bytes))
+}
+
+/// Whether a renderer's shown layers differ from its start layers (a notice changed them).
+fn shown_changed(r: &Renderer) -> bool {
+    let (shown, base) = (r.shown(), r.base());
+    shown.doctrine != base.doctrine
+        || shown.persona != base.persona
+        || shown.campaigns != base.campaigns
+        || shown.tools != base.tools
+}
+
+/// Rebuilds a segment's renderer from its transcript: each user message and reply as sent,
+/// each turn's shown history keys and noticed layers. Returns the renderer and the number of
+/// replies, or `None` when the transcript holds something a renderer cannot replay — a
+/// flushed Self segment (it ends there), an item of a kind this build does not write into a
+/// conversation, or a last turn never answered (the provider may or may not have it).
+fn replay(role: Role, mut renderer: Renderer, items: &[TranscriptItem]) -> Option<(Renderer, u32)> {
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    let mut replies = 0u32;
+    let mut awaiting_reply = false;
+    for item in items {
+        let body = &item.body;
+        match (role, &item.kind) {
+            (Role::Persona, TranscriptKind::Delivery) => {
+                renderer.push_user(&text(&body["text"])?);
+                let keys = body["seen"].as_array().map_or(Vec::new(), |keys| {
+                    keys.iter().filter_map(text).collect::<Vec<_>>()
+                });
+                renderer.mark_shown(keys);
+                if let Some(shown) = body.get("shown") {
+                    renderer.restore_shown(serde_json::from_value(shown.clone()).ok()?);
+                }
+                awaiting_reply = true;
+            }
+            (Role::Persona, TranscriptKind::Reply) => {
+                renderer.reply(&body.to_string());
+                replies += 1;
+                awaiting_reply = false;
+            }
+            (Role::Persona, TranscriptKind::Notice) if body.get("failure").is_some() => {
+                let reply = match &body["reply"] {
+                    Value::Null => text(&body["text"]).unwrap_or_default(),
+                    v => v.to_string(),
+                };
+                renderer.reply(&reply);
+                replies += 1;
+                awaiting_reply = false;
+                if let Some(retry) = body.get("retry") {
+                    renderer.push_user(&text(retry)?);
+                    awaiting_reply = true;
+                }
+            }
+            (Role::SelfRole, TranscriptKind::Brief) => {
+                renderer.push_user(&text(&body["text"])?);
+                awaiting_reply = true;
+            }
+            (Role::SelfRole, TranscriptKind::Result) => {
+                renderer.reply(&text(&body["text"])?);
+                replies += 1;
+                awaiting_reply = false;
+            }
+            _ => return None,
+        }
+    }
+    (!awaiting_reply).then_some((renderer, replies))
 }
 
 fn outcome_text(outcome: &TurnOutcome) -> String {

@@ -4,4 +4,6 @@
 
 mod config;
 mod http;
+mod resume;
 mod runtime;
+mod scripted;

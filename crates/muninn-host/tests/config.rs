@@ -1,9 +1,12 @@
 //! `muninn.toml`: loading, validation (every problem names its field), the demo, the checked-in
 //! JSON Schema and the example file.
 
-use muninn_host::config::{Config, ConfigError, DEMO_SOURCE};
+use muninn_host::config::{
+    Config, ConfigError, DEMO_SOURCE, PermissionMode, PoolSettings, RefreshMode,
+};
 use pretty_assertions::assert_eq;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -96,6 +99,62 @@ fn an_unreadable_file_and_bad_toml_name_the_file() {
     assert!(text.contains("head_ttl") || text.contains("2h"), "{text}");
 }
 
+#[test]
+fn self_sessions_resolve_mind_over_backend_over_defaults_and_the_pool_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = VALID.replace(
+        "listen = \"127.0.0.1:0\"",
+        "listen = \"127.0.0.1:0\"\n\
+         [backend.self_session]\n\
+         cli_tools = [\"Read\", \"Bash\"]\n\
+         permission_mode = \"acceptEdits\"\n\
+         flush_grace_s = 600\n\
+         [backend.pool]\n\
+         max_processes = 3\n\
+         memory_budget_mib = 1024\n",
+    ) + "refresh = \"compact\"\nself_session = { flush_grace_s = 30, brief_budget_micro_usd = 2000000 }\n";
+    let path = write(dir.path(), &text);
+    let config = Config::load(Some(&path)).unwrap();
+    let mind = &config.minds[0];
+    assert_eq!(mind.refresh, RefreshMode::Compact);
+    let session = mind.self_session.resolve(&config.backend.self_session);
+    assert_eq!(session.cli_tools, ["Read", "Bash"]);
+    assert_eq!(session.permission_mode, PermissionMode::AcceptEdits);
+    assert_eq!(session.permission_mode.as_str(), "acceptEdits");
+    assert_eq!(session.brief_budget_micro_usd, Some(2_000_000));
+    assert_eq!(
+        session.flush_grace,
+        Duration::from_secs(30),
+        "the Mind's wins"
+    );
+    assert_eq!(session.flush_headroom_tokens, 60_000, "the default");
+    assert_eq!(session.flush_escalate_after, Duration::from_secs(120));
+    assert_eq!(session.flush_exit_drain, Duration::from_millis(2_000));
+    assert_eq!(config.backend.pool.max_processes, 3);
+    assert_eq!(config.backend.pool.memory_budget_mib, 1_024);
+    assert_eq!(config.backend.pool.per_process_mib, 300, "the default");
+    // Left out, everything has its default.
+    let plain = Config::load(Some(&write(dir.path(), VALID))).unwrap();
+    assert_eq!(plain.minds[0].refresh, RefreshMode::Rebuild);
+    let session = plain.minds[0]
+        .self_session
+        .resolve(&plain.backend.self_session);
+    assert!(session.cli_tools.is_empty());
+    assert_eq!(session.permission_mode, PermissionMode::Default);
+    assert_eq!(session.flush_grace, Duration::from_secs(900));
+    assert_eq!(plain.backend.pool, PoolSettings::default());
+    // An unknown permission mode is a parse error naming it.
+    let bad = write(
+        dir.path(),
+        &(VALID.to_string() + "self_session = { permission_mode = \"yolo\" }\n"),
+    );
+    let text = Config::load(Some(&bad)).unwrap_err().to_string();
+    assert!(
+        text.contains("yolo") || text.contains("permission_mode"),
+        "{text}"
+    );
+}
+
 /// Each invalid case, the field its error must name, and a word of the message.
 #[test]
 fn every_invalid_value_names_its_field() {
@@ -176,6 +235,41 @@ fn every_invalid_value_names_its_field() {
             r##"policy = "threshold:0.8""##,
             "ceiling_tokens = 0",
             "mind[0].ceiling_tokens",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "self_session = { flush_grace_s = 0 }",
+            "mind[0].self_session.flush_grace_s",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            r##"self_session = { cli_tools = ["Read", "Bash, Edit"] }"##,
+            "mind[0].self_session.cli_tools[1]",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "self_session = { brief_budget_micro_usd = 0 }",
+            "mind[0].self_session.brief_budget_micro_usd",
+        ),
+        (
+            r##"policy = "threshold:0.8""##,
+            "ceiling_tokens = 50000",
+            "mind[0].self_session.flush_headroom_tokens",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
+            "listen = \"127.0.0.1:0\"\nbackend.self_session.flush_headroom_tokens = 0",
+            "backend.self_session.flush_headroom_tokens",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
+            "listen = \"127.0.0.1:0\"\nbackend.pool.max_processes = 0",
+            "backend.pool.max_processes",
+        ),
+        (
+            r##"listen = "127.0.0.1:0""##,
+            "listen = \"127.0.0.1:0\"\nbackend.pool = { memory_budget_mib = 100, per_process_mib = 300 }",
+            "backend.pool.memory_budget_mib",
         ),
         (
             r##"policy = "threshold:0.8""##,

@@ -568,6 +568,8 @@ async fn status_shows_settings_lease_segments_and_spend() {
                 rehydration_tokens: 4_000,
                 reason: "cold start".into(),
                 session_id: None,
+                memory: None,
+                spec_digest: None,
             },
         )
         .await

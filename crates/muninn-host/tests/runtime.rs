@@ -11,15 +11,15 @@ use muninn_sim::sim::{SimConfig, Simulator};
 use muninn_store::{BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, Role};
 use std::sync::Arc;
 
-const T0: i64 = 1_800_000_000_000;
+pub(crate) const T0: i64 = 1_800_000_000_000;
 
-struct World {
-    host: Host,
-    sim: Arc<Simulator>,
+pub(crate) struct World {
+    pub(crate) host: Host,
+    pub(crate) sim: Arc<Simulator>,
     _dir: tempfile::TempDir,
 }
 
-fn mind(extra: &str) -> MindConfig {
+pub(crate) fn mind(extra: &str) -> MindConfig {
     let text = format!(
         "id = 'vala'\nrooms = ['#swarm', '#burn']\ndoctrine_text = '''{}'''\n{extra}",
         "You are Vala, a careful and curious mind. ".repeat(200)
@@ -27,7 +27,7 @@ fn mind(extra: &str) -> MindConfig {
     toml::from_str(&text).unwrap()
 }
 
-async fn world() -> World {
+pub(crate) async fn world() -> World {
     let dir = tempfile::tempdir().unwrap();
     let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
         .await
@@ -69,7 +69,7 @@ fn runner(w: &World, mind: MindConfig, holder: &str) -> MindRunner<SimBackend> {
     .unwrap()
 }
 
-async fn post(w: &World, id: &str, room: &str, sender: &str, text: &str) -> i64 {
+pub(crate) async fn post(w: &World, id: &str, room: &str, sender: &str, text: &str) -> i64 {
     w.host
         .store
         .post_delivery(
@@ -90,7 +90,7 @@ async fn post(w: &World, id: &str, room: &str, sender: &str, text: &str) -> i64 
         .seq
 }
 
-async fn ledger(w: &World) -> Vec<muninn_core::ledger::LedgerRow> {
+pub(crate) async fn ledger(w: &World) -> Vec<muninn_core::ledger::LedgerRow> {
     w.host
         .store
         .ledger(&LedgerQuery {
@@ -547,6 +547,7 @@ async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
         base_url: Some(server.base_url()),
         api_key_env: "MUNINN_TEST_KEY".into(),
         claude_bin: None,
+        ..BackendConfig::default()
     };
     let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| SECRET.to_string());
     let factory = BackendFactory::from_config(&config, env).unwrap();
@@ -714,7 +715,7 @@ async fn a_delivery_posted_through_another_host_is_a_new_wake() {
 
 /// The pinned Claude Code CLI, if installed (`MUNINN_CLAUDE_BIN`, else the install script's
 /// place); `None` prints SKIP, and `MUNINN_REQUIRE_PEERS=1` makes a missing CLI a failure.
-fn claude_bin() -> Option<std::path::PathBuf> {
+pub(crate) fn claude_bin() -> Option<std::path::PathBuf> {
     let found = std::env::var("MUNINN_CLAUDE_BIN")
         .ok()
         .map(std::path::PathBuf::from)
@@ -764,6 +765,7 @@ async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported(
         base_url: Some(server.base_url()),
         api_key_env: "MUNINN_TEST_KEY".into(),
         claude_bin: Some(bin),
+        ..BackendConfig::default()
     };
     let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| KEY.to_string());
     let factory = BackendFactory::from_config(&config, env).unwrap();

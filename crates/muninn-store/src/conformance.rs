@@ -451,6 +451,8 @@ async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
         rehydration_tokens: 100,
         reason: "cold start".into(),
         session_id: None,
+        memory: None,
+        spec_digest: None,
     };
     ok(store.start_segment("m", stale, &seg).await, "segment");
     ok(
@@ -588,6 +590,8 @@ async fn segments(factory: &dyn StoreFactory) {
                     rehydration_tokens: 5_000,
                     reason: "cold start".into(),
                     session_id: None,
+                    memory: None,
+                    spec_digest: None,
                 },
             )
             .await,
@@ -602,6 +606,8 @@ async fn segments(factory: &dyn StoreFactory) {
         "set session",
     );
     assert_eq!(with_session.session_id.as_deref(), Some("sess-0"));
+    assert_eq!(with_session.memory, None, "no memory stays none");
+    assert_eq!(with_session.spec_digest, None);
     // The Self's segments are numbered independently.
     let self_first = ok(
         store
@@ -614,12 +620,19 @@ async fn segments(factory: &dyn StoreFactory) {
                     rehydration_tokens: 9_000,
                     reason: "brief".into(),
                     session_id: Some("self-sess".into()),
+                    memory: Some(String::new()),
+                    spec_digest: Some("self-digest".into()),
                 },
             )
             .await,
         "start self 0",
     );
     assert_eq!(self_first.number, 0);
+    assert_eq!(
+        self_first.memory.as_deref(),
+        Some(""),
+        "empty memory is not none"
+    );
     let second = ok(
         store
             .start_segment(
@@ -631,6 +644,10 @@ async fn segments(factory: &dyn StoreFactory) {
                     rehydration_tokens: 4_000,
                     reason: "growth: read excess reached rebuild".into(),
                     session_id: Some("sess-1".into()),
+                    // Memory is kept byte for byte: a restarted host rebuilds the segment's
+                    // system prompt from it.
+                    memory: Some("- (ari) likes \"rye\" bread\n- (bo) ßø 🦜\n".into()),
+                    spec_digest: Some("0123456789abcdef".into()),
                 },
             )
             .await,
@@ -646,6 +663,13 @@ async fn segments(factory: &dyn StoreFactory) {
     );
     assert_eq!(all[0].session_id.as_deref(), Some("sess-0"));
     assert_eq!(all[1], second);
+    assert_eq!(
+        all[1].memory.as_deref(),
+        Some("- (ari) likes \"rye\" bread\n- (bo) ßø 🦜\n")
+    );
+    assert_eq!(all[1].spec_digest.as_deref(), Some("0123456789abcdef"));
+    let self_read = ok(store.current_segment("m", Role::SelfRole).await, "self");
+    assert_eq!(self_read.and_then(|s| s.memory).as_deref(), Some(""));
     let ended = ok(
         store.end_segment("m", token, Role::Persona, 1, 300).await,
         "end",
@@ -1632,7 +1656,9 @@ const ROWS_AT_SCHEMA_2: &str = "\
         usage_cache_write_1h, usage_cache_read, usage_output, raw_usage, cost_micro_usd, \
         predicted_read, predicted_write, cache_state, miss_cause, decision, boundary) \
         VALUES ('m', 'persona', 0, 1, 5000, 0, 'sim', 10, 10, 10, 0, 0, 0, 5, NULL, 42, 0, 10, \
-        'cold', 'cold_start', 'append', TRUE);";
+        'cold', 'cold_start', 'append', TRUE);\
+    INSERT INTO segments (mind_id, role, number, started_at_ms, rehydration_tokens, reason, \
+        session_id) VALUES ('m', 'persona', 0, 4000, 10, 'start', 'old-handle');";
 
 async fn rows_from_schema_2_migrate_forward(factory: &dyn StoreFactory) {
     ok(
@@ -1669,6 +1695,11 @@ async fn rows_from_schema_2_migrate_forward(factory: &dyn StoreFactory) {
     assert_eq!(ledger[0].row.events, Vec::<serde_json::Value>::new());
     assert_eq!(ledger[0].row.cost, MicroUsd(42));
     assert_eq!(ledger[0].row.miss_cause, Some(MissCause::ColdStart));
+    // The old segment: its handle kept, no memory and no spec digest (so it is never resumed).
+    let segment = ok(store.current_segment("m", Role::Persona).await, "segment");
+    let segment = segment.unwrap_or_else(|| panic!("the old segment is gone"));
+    assert_eq!(segment.session_id.as_deref(), Some("old-handle"));
+    assert_eq!((segment.memory, segment.spec_digest), (None, None));
     // New rows beside the old ones carry the new fields.
     assert_eq!(
         ok(store.post_delivery("m", &delivery(3)).await, "post").seq,

@@ -40,6 +40,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "delivery_context_ledger_events",
         include_str!("../migrations/postgres/0003_delivery_context_ledger_events.sql"),
     ),
+    (
+        4,
+        "segment_memory",
+        include_str!("../migrations/postgres/0004_segment_memory.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migrations ("muninn" in ASCII).

@@ -139,6 +139,8 @@ macro_rules! impl_sql_store {
                 reason: row.try_get("reason")?,
                 session_id: row.try_get("session_id")?,
                 ended_at_ms: row.try_get("ended_at_ms")?,
+                memory: row.try_get("memory")?,
+                spec_digest: row.try_get("spec_digest")?,
             })
         }
 
@@ -540,7 +542,7 @@ macro_rules! impl_sql_store {
         ) -> Result<Segment> {
             let row = sqlx::query(
                 "SELECT mind_id, role, number, started_at_ms, rehydration_tokens, reason, \
-                 session_id, ended_at_ms FROM segments \
+                 session_id, ended_at_ms, memory, spec_digest FROM segments \
                  WHERE mind_id = $1 AND role = $2 AND number = $3",
             )
             .bind(mind)
@@ -890,7 +892,8 @@ macro_rules! impl_sql_store {
                 let number: i64 = row.try_get("next")?;
                 sqlx::query(
                     "INSERT INTO segments (mind_id, role, number, started_at_ms, \
-                     rehydration_tokens, reason, session_id) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                     rehydration_tokens, reason, session_id, memory, spec_digest) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 )
                 .bind(mind)
                 .bind(role)
@@ -899,6 +902,8 @@ macro_rules! impl_sql_store {
                 .bind(segment.rehydration_tokens)
                 .bind(&segment.reason)
                 .bind(segment.session_id.as_deref())
+                .bind(segment.memory.as_deref())
+                .bind(segment.spec_digest.as_deref())
                 .execute(&mut *tx)
                 .await?;
                 tx.commit().await?;
@@ -911,6 +916,8 @@ macro_rules! impl_sql_store {
                     reason: segment.reason.clone(),
                     session_id: segment.session_id.clone(),
                     ended_at_ms: None,
+                    memory: segment.memory.clone(),
+                    spec_digest: segment.spec_digest.clone(),
                 })
             }
 
@@ -967,7 +974,7 @@ macro_rules! impl_sql_store {
             async fn current_segment(&self, mind: &str, role: Role) -> Result<Option<Segment>> {
                 let row = sqlx::query(
                     "SELECT mind_id, role, number, started_at_ms, rehydration_tokens, reason, \
-                     session_id, ended_at_ms FROM segments WHERE mind_id = $1 AND role = $2 \
+                     session_id, ended_at_ms, memory, spec_digest FROM segments WHERE mind_id = $1 AND role = $2 \
                      ORDER BY number DESC LIMIT 1",
                 )
                 .bind(mind)
@@ -980,7 +987,7 @@ macro_rules! impl_sql_store {
             async fn segments(&self, mind: &str, role: Role) -> Result<Vec<Segment>> {
                 let rows = sqlx::query(
                     "SELECT mind_id, role, number, started_at_ms, rehydration_tokens, reason, \
-                     session_id, ended_at_ms FROM segments WHERE mind_id = $1 AND role = $2 \
+                     session_id, ended_at_ms, memory, spec_digest FROM segments WHERE mind_id = $1 AND role = $2 \
                      ORDER BY number",
                 )
                 .bind(mind)

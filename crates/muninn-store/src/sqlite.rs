@@ -48,6 +48,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "delivery_context_ledger_events",
         include_str!("../migrations/sqlite/0003_delivery_context_ledger_events.sql"),
     ),
+    (
+        4,
+        "segment_memory",
+        include_str!("../migrations/sqlite/0004_segment_memory.sql"),
+    ),
 ];
 
 /// How long a writer waits for another writer's lock before giving up with `Busy`.

@@ -90,6 +90,12 @@ pub struct Segment {
     pub session_id: Option<String>,
     /// When the segment ended, Unix ms; `None` for the open segment.
     pub ended_at_ms: Option<i64>,
+    /// The memory layer the segment was rehydrated with, kept so a restarted host can rebuild
+    /// the segment's requests byte for byte; `None` for segments stored before migration 4.
+    pub memory: Option<String>,
+    /// A digest of the segment's session spec (opaque to the store): a restarted host resumes
+    /// the segment only while the spec it would send now has the same digest.
+    pub spec_digest: Option<String>,
 }
 
 /// How a segment starts.
@@ -105,6 +111,10 @@ pub struct NewSegment {
     pub reason: String,
     /// The provider session id, if already known.
     pub session_id: Option<String>,
+    /// The memory layer it is rehydrated with (see [`Segment::memory`]).
+    pub memory: Option<String>,
+    /// A digest of its session spec (see [`Segment::spec_digest`]).
+    pub spec_digest: Option<String>,
 }
 
 /// What a transcript item is. Stored as its snake_case name; names this build does not know

@@ -1,0 +1,395 @@
+//! The runtime against a scripted backend: the in-process simulator for turns, with `run`'s
+//! flush stage and `compact`'s outcome scripted, so the Self's flush path and the Persona's
+//! compaction are checked without a CLI.
+
+use crate::runtime::{World, ledger, mind, post, world};
+use muninn_backend::{
+    Backend, BackendError, FlushProtocol, FlushStage, RunOutcome, SessionSpec, TurnInput,
+    TurnOutcome,
+};
+use muninn_core::price::PriceTable;
+use muninn_core::trace::Usage;
+use muninn_host::config::MindConfig;
+use muninn_host::runtime::{COMPACT_REASON, MindRunner, Step};
+use muninn_sim::inprocess::{InProcess, SimBackend};
+use muninn_store::{BriefOrigin, BriefStatus, NewBrief, Role};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the scripted backend saw and will answer.
+#[derive(Default)]
+struct Script {
+    /// The stage `run` reports.
+    stage: Option<FlushStage>,
+    /// The text `run` answers with (the simulator's reply otherwise).
+    answer: Option<String>,
+    /// The protocols `run` was given.
+    protocols: Vec<FlushProtocol>,
+    /// What `compact` returns (`None`: the backend cannot compact).
+    compact: Option<TurnOutcome>,
+    /// The instructions `compact` was given.
+    compacted: Vec<String>,
+    /// `start` calls.
+    starts: u32,
+    /// Session events handed out on the next `take_session_events`.
+    events: Vec<Value>,
+}
+
+struct Scripted {
+    inner: SimBackend,
+    script: Arc<Mutex<Script>>,
+}
+
+impl Backend for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    async fn start(&mut self, spec: SessionSpec) -> Result<(), BackendError> {
+        self.script.lock().unwrap().starts += 1;
+        self.inner.start(spec).await
+    }
+
+    async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
+        self.inner.turn(input).await
+    }
+
+    async fn run(
+        &mut self,
+        input: TurnInput,
+        protocol: &FlushProtocol,
+    ) -> Result<RunOutcome, BackendError> {
+        let mut outcome = self.inner.turn(input).await?;
+        let mut script = self.script.lock().unwrap();
+        script.protocols.push(protocol.clone());
+        if let Some(answer) = &script.answer {
+            outcome.text = answer.clone();
+        }
+        Ok(RunOutcome {
+            outcome,
+            flush: script.stage.unwrap_or(FlushStage::NotNeeded),
+        })
+    }
+
+    async fn compact(&mut self, instructions: &str) -> Result<TurnOutcome, BackendError> {
+        let mut script = self.script.lock().unwrap();
+        script.compacted.push(instructions.to_string());
+        script
+            .compact
+            .clone()
+            .ok_or_else(|| BackendError::Invalid("cannot compact".into()))
+    }
+
+    fn take_session_events(&mut self) -> Vec<Value> {
+        std::mem::take(&mut self.script.lock().unwrap().events)
+    }
+}
+
+fn scripted(w: &World, mind: MindConfig) -> (MindRunner<Scripted>, Arc<Mutex<Script>>) {
+    let script = Arc::new(Mutex::new(Script::default()));
+    let make = || Scripted {
+        inner: SimBackend::new(
+            InProcess::new(w.sim.clone()),
+            w.host.clock.clone(),
+            PriceTable::embedded(),
+        ),
+        script: script.clone(),
+    };
+    let runner = MindRunner::new(
+        w.host.clone(),
+        mind,
+        "host-a".into(),
+        &PriceTable::embedded(),
+        make(),
+        make(),
+    )
+    .unwrap();
+    (runner, script)
+}
+
+async fn brief(w: &World, text: &str) -> i64 {
+    w.host
+        .store
+        .enqueue_brief(
+            "vala",
+            &NewBrief {
+                text: text.into(),
+                origin: BriefOrigin::Operator,
+                created_at_ms: w.sim.now_ms(),
+            },
+        )
+        .await
+        .unwrap()
+        .seq
+}
+
+/// Steps until the Self ran `seq` (Persona turns for its reports may come first).
+async fn run_brief(r: &mut MindRunner<Scripted>, seq: i64) {
+    for _ in 0..6 {
+        r.woken();
+        if r.step().await.unwrap() == (Step::SelfTurn { brief: seq }) {
+            return;
+        }
+    }
+    panic!("brief {seq} did not run");
+}
+
+const PINNED: &str = r#"{"goal":"map the archive","open_tasks":["shelf 3"],"constraints":["read only"],"done":["shelf 1","shelf 2"],"facts":["shelf 2 is damp"]}"#;
+
+#[tokio::test]
+async fn a_self_run_the_flush_protocol_ended_starts_the_next_brief_from_its_memory() {
+    for (stage, name, answer, from_flush, status) in [
+        (
+            FlushStage::Flushed,
+            "flushed",
+            PINNED,
+            true,
+            BriefStatus::Done,
+        ),
+        (
+            FlushStage::Interrupted,
+            "interrupted",
+            "half way through shelf 3, then",
+            false,
+            BriefStatus::Failed,
+        ),
+        (
+            FlushStage::Terminated,
+            "terminated",
+            PINNED,
+            true,
+            BriefStatus::Failed,
+        ),
+    ] {
+        let w = world().await;
+        let (mut r, script) = scripted(&w, mind("ceiling_tokens = 150000"));
+        r.register().await.unwrap();
+        script.lock().unwrap().stage = Some(stage);
+        script.lock().unwrap().answer = Some(answer.into());
+        script
+            .lock()
+            .unwrap()
+            .events
+            .push(json!({"type": "relaunched", "session_id": "s-1"}));
+        let first = brief(&w, "Map the archive.").await;
+        run_brief(&mut r, first).await;
+
+        // The run was given the configured protocol: the Mind's ceiling, the default timings.
+        let protocol = script.lock().unwrap().protocols[0].clone();
+        assert_eq!(protocol.ceiling_tokens, 150_000);
+        assert_eq!(protocol.headroom_tokens, 60_000);
+        assert_eq!(protocol.trigger_tokens(), 90_000);
+        assert_eq!(protocol.grace, Duration::from_secs(900));
+        assert_eq!(protocol.escalate_after, Duration::from_secs(120));
+        assert_eq!(protocol.exit_drain, Duration::from_secs(2));
+
+        // Its ledger row says how far the protocol went, with the backend's session events.
+        let rows = ledger(&w).await;
+        let row = rows.iter().find(|r| r.role == "self").unwrap();
+        assert_eq!(row.decision, format!("flush:{name}"), "{row:#?}");
+        assert!(row.events.iter().any(|e| e["type"] == "relaunched"));
+        // The transcript: the brief, the result, the memory flushed (or the tail).
+        let transcript = w
+            .host
+            .store
+            .transcript_tail("vala", Role::SelfRole, 10)
+            .await
+            .unwrap();
+        let kinds: Vec<_> = transcript.iter().map(|i| i.kind.as_str()).collect();
+        assert_eq!(kinds, ["brief", "result", "memory_flush"], "{name}");
+        let flush = &transcript[2].body;
+        assert_eq!(flush["stage"], name);
+        let memory = flush["memory"].as_str().unwrap().to_string();
+        if from_flush {
+            assert_eq!(flush["from"], format!("flush:{name}"));
+            assert!(memory.contains("shelf 2 is damp"));
+        } else {
+            assert!(
+                flush["from"].as_str().unwrap().starts_with("tail"),
+                "{flush}"
+            );
+            assert!(memory.contains("Map the archive.") && memory.contains("half way"));
+        }
+        let briefs = w.host.store.briefs("vala", None, 10).await.unwrap();
+        let done = briefs.iter().find(|b| b.seq == first).unwrap();
+        assert_eq!(done.status, status, "{name}");
+
+        // The next brief opens a new segment from that memory, without asking for a flush.
+        script.lock().unwrap().stage = None;
+        script.lock().unwrap().answer = None;
+        let second = brief(&w, "Carry on.").await;
+        run_brief(&mut r, second).await;
+        let segments = w.host.store.segments("vala", Role::SelfRole).await.unwrap();
+        assert_eq!(segments.len(), 2, "{name}");
+        assert_eq!(segments[1].reason, "flushed");
+        assert_eq!(segments[1].memory.as_deref(), Some(memory.as_str()));
+        let rows = ledger(&w).await;
+        let self_rows: Vec<_> = rows.iter().filter(|r| r.role == "self").collect();
+        assert_eq!(
+            self_rows.len(),
+            2,
+            "no flush request of its own: {self_rows:#?}"
+        );
+        assert_eq!(self_rows[1].decision, "start:flushed");
+        assert_eq!(self_rows[1].segment, 1);
+        let system = w.sim.requests().last().unwrap().body["system"].to_string();
+        let needle = if from_flush {
+            "shelf 2 is damp"
+        } else {
+            "half way"
+        };
+        assert!(system.contains(needle), "{name}: {system}");
+    }
+}
+
+#[tokio::test]
+async fn a_self_run_below_the_trigger_finishes_as_before() {
+    let w = world().await;
+    let (mut r, script) = scripted(&w, mind(""));
+    r.register().await.unwrap();
+    let first = brief(&w, "Count the shelves.").await;
+    run_brief(&mut r, first).await;
+    let rows = ledger(&w).await;
+    let row = rows.iter().find(|r| r.role == "self").unwrap();
+    assert_eq!(row.decision, "start");
+    let transcript = w
+        .host
+        .store
+        .transcript_tail("vala", Role::SelfRole, 10)
+        .await
+        .unwrap();
+    assert_eq!(transcript.len(), 2);
+    // The default ceiling is the model's window.
+    let window = PriceTable::embedded()
+        .model(&mind("").model)
+        .unwrap()
+        .context_window;
+    assert_eq!(script.lock().unwrap().protocols[0].ceiling_tokens, window);
+    let briefs = w.host.store.briefs("vala", None, 10).await.unwrap();
+    assert_eq!(briefs[0].status, BriefStatus::Done);
+}
+
+/// Two Persona turns a minute apart under a policy that refreshes at once.
+async fn refresh_twice(w: &World, r: &mut MindRunner<Scripted>) {
+    post(w, "e1", "#swarm", "ari", "hello vala, the river is high").await;
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn { valid: true, .. }
+    ));
+    w.sim.advance_clock(60_000);
+    post(w, "e2", "#swarm", "bo", "hi all").await;
+    r.woken();
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn { valid: true, .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_compact_refresh_on_a_backend_that_cannot_compact_rebuilds() {
+    let w = world().await;
+    let (mut r, script) = scripted(
+        &w,
+        mind("policy = 'rebuild'\nmin_segment = 1\nrefresh = 'compact'"),
+    );
+    r.register().await.unwrap();
+    refresh_twice(&w, &mut r).await;
+    assert_eq!(
+        script.lock().unwrap().compacted.len(),
+        1,
+        "compaction tried"
+    );
+    let segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
+    assert_eq!(segments.len(), 2);
+    assert_eq!(segments[1].reason, "refresh");
+    let rows = ledger(&w).await;
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.decision != "compact"));
+    assert!(rows[1].decision.starts_with("refresh"));
+    assert_eq!(script.lock().unwrap().starts, 2, "a fresh session");
+}
+
+#[tokio::test]
+async fn a_compact_refresh_ledgers_the_compaction_and_continues_the_session_from_the_summary() {
+    let w = world().await;
+    let (mut r, script) = scripted(
+        &w,
+        mind("policy = 'rebuild'\nmin_segment = 1\nrefresh = 'compact'"),
+    );
+    let usage = Usage {
+        input: 40,
+        cache_write_5m: 0,
+        cache_write_1h: 0,
+        cache_read: 9_000,
+        output: 300,
+    };
+    script.lock().unwrap().compact = Some(TurnOutcome {
+        text: "Ari said the river is high.".into(),
+        tool_calls: Vec::new(),
+        structured: None,
+        stop_reason: "end_turn".into(),
+        usage,
+        raw_usage: json!({"input_tokens": 40, "cache_read_input_tokens": 9000, "output_tokens": 300}),
+        predicted: None,
+        miss: None,
+        ttl: muninn_backend::TtlCheck {
+            expected_5m: 0,
+            expected_1h: 0,
+            honoured_5m: 0,
+            honoured_1h: 0,
+        },
+        retries: Vec::new(),
+        events: Vec::new(),
+        request_id: None,
+    });
+    r.register().await.unwrap();
+    refresh_twice(&w, &mut r).await;
+    let instructions = script.lock().unwrap().compacted.clone();
+    assert_eq!(instructions.len(), 1);
+    assert_eq!(
+        instructions[0],
+        muninn_host::runtime::PERSONA_COMPACT_INSTRUCTIONS
+    );
+    // The provider session was not restarted: the compaction continues it.
+    assert_eq!(script.lock().unwrap().starts, 1);
+    let segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
+    assert_eq!(segments.len(), 2);
+    assert_eq!(segments[1].reason, COMPACT_REASON);
+    assert_eq!(
+        segments[1].memory.as_deref(),
+        Some("Ari said the river is high.")
+    );
+    assert!(segments[0].ended_at_ms.is_some());
+    // Three rows: the first turn, the compaction (on the segment it summarised, with its own
+    // usage and cost), the turn after it in the new segment.
+    let rows = ledger(&w).await;
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let compaction = &rows[1];
+    assert_eq!(compaction.decision, "compact");
+    assert_eq!(compaction.segment, 0);
+    assert_eq!(compaction.usage, usage);
+    assert_eq!(
+        compaction.cost,
+        PriceTable::embedded()
+            .model(&mind("").model)
+            .unwrap()
+            .cost(&usage)
+    );
+    assert!(compaction.cost.0 > 0);
+    assert!(rows[2].decision.starts_with("refresh"), "{:?}", rows[2]);
+    assert_eq!(rows[2].segment, 1);
+    // The summary is in the transcript at the new segment's start.
+    let transcript = w
+        .host
+        .store
+        .transcript_tail("vala", Role::Persona, 10)
+        .await
+        .unwrap();
+    let flush = transcript
+        .iter()
+        .find(|i| i.kind.as_str() == "memory_flush")
+        .unwrap();
+    assert_eq!(flush.segment, 1);
+    assert_eq!(flush.body["from"], "compact");
+}
