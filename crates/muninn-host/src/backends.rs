@@ -368,6 +368,7 @@ impl BackendFactory {
                 base_url,
                 api_key,
                 binding_key,
+                self_sessions,
                 ..
             } => {
                 // One directory per session: the CLI keeps HOME, config and transcripts there,
@@ -380,6 +381,18 @@ impl BackendFactory {
                     muninn_claude_cli::derive_session_id(session, 0),
                 );
                 config.binding_key = Some((**binding_key).clone());
+                // A Self session (`<mind>/self`) runs with its configured CLI tools, permission
+                // mode and per-brief budget; a Persona session keeps `--tools=` and no budget
+                // (its replies are schema-checked JSON, never tool calls).
+                if let Some((mind, "self")) = session.rsplit_once('/')
+                    && let Some(options) = self_sessions.get(mind)
+                {
+                    config.tools = options.cli_tools.clone();
+                    config.permission_mode = Some(options.permission_mode.as_str().to_string());
+                    config.max_budget_micro_usd = options
+                        .brief_budget_micro_usd
+                        .and_then(|b| u64::try_from(b).ok());
+                }
                 AnyBackend::ClaudeCli(Box::new(ClaudeCliBackend::new(config)))
             }
         }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 /// Flip to `true` once `resume_session(.., fork = true)` is wired in muninn-claude-cli
 /// (`--resume <id> --fork-session`): a takeover then continues a copy under a new session id.
-const FORK_WIRED: bool = false;
+const FORK_WIRED: bool = true;
 
 struct CliWorld {
     server: muninn_sim::SimHandle,
