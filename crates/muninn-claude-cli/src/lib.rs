@@ -14,8 +14,9 @@
 //! - [`binding`] — [`SessionBinding`]: the HMAC [`Handle`] that lets a session be resumed only
 //!   while the CLI's copy of the conversation still matches the caller's transcript.
 //! - [`event`] — the stdout stream-json events, decoded.
-//! - [`pool`] — [`pool::ProcessPool`]: live sessions under a process and memory budget, parking
-//!   idle ones when holding their memory costs more than resuming them.
+//! - [`pool`] — [`pool::SharedPool`]: a coordinator that backends owned elsewhere join
+//!   ([`ClaudeCliBackend::join_pool`]) to share a process and memory budget; it parks idle
+//!   sessions when holding their memory costs more than resuming them.
 //! - `driver` — the one task that owns the child process.
 //!
 //! ## Invariants
@@ -330,6 +331,8 @@ pub struct ClaudeCliBackend {
     session_id: String,
     /// A handle and the transcript it is claimed over, for the next [`Backend::start`].
     claim: Option<(Handle, Vec<Vec<u8>>)>,
+    /// The pool this session shares budgets in, and its key there.
+    pool: Option<(pool::SharedPool, String)>,
 }
 
 impl ClaudeCliBackend {
@@ -343,7 +346,17 @@ impl ClaudeCliBackend {
             last_report: None,
             spec: None,
             claim: None,
+            pool: None,
         }
+    }
+
+    /// Joins `pool` under `key` (unique in the pool): from now on a start or a turn that needs a
+    /// new child first waits for room in the pool's budgets, and the pool may park this session
+    /// between turns (never during one). Works before or after [`Backend::start`].
+    pub fn join_pool(&mut self, pool: pool::SharedPool, key: impl Into<String>) {
+        let key = key.into();
+        pool.register(&key, self.commands.as_ref().map(mpsc::Sender::downgrade));
+        self.pool = Some((pool, key));
     }
 
     /// Asks the next [`Backend::start`] to resume `handle`'s session, if `handle` verifies over
@@ -469,8 +482,15 @@ impl ClaudeCliBackend {
         self.interrupts = None;
         let tx = self.commands.take()?;
         let (reply, rx) = oneshot::channel();
-        tx.send(Command::Shutdown { reply }).await.ok()?;
-        rx.await.ok().flatten()
+        let sent = tx.send(Command::Shutdown { reply }).await;
+        let status = match sent {
+            Ok(()) => rx.await.ok().flatten(),
+            Err(_) => None,
+        };
+        if let Some((pool, key)) = &self.pool {
+            pool.mark_down(key);
+        }
+        status
     }
 }
 
@@ -497,8 +517,17 @@ impl Backend for ClaudeCliBackend {
         // The driver may still move off this id (a refused resume, a lost session); reports
         // carry the id it really used.
         self.session_id = plan.session_id.clone();
+        // The driver launches the child at once, so a pooled session needs room first.
+        let ticket = match &self.pool {
+            Some((pool, key)) => Some(pool.acquire(key).await),
+            None => None,
+        };
         let (commands, interrupts) = driver::spawn(self.config.clone(), spec.clone(), plan)?;
+        let weak = commands.downgrade();
         self.commands = Some(commands);
+        if let Some(ticket) = ticket {
+            ticket.started(weak, self.child_pid().await);
+        }
         self.interrupts = Some(interrupts);
         self.spec = Some(spec);
         Ok(())
@@ -508,6 +537,11 @@ impl Backend for ClaudeCliBackend {
         let called_at = Instant::now();
         let Some(tx) = &self.commands else {
             return Err(BackendError::Invalid("no session started".into()));
+        };
+        // Held until the turn ends, so the pool never parks this session mid-turn.
+        let ticket = match &self.pool {
+            Some((pool, key)) => Some(pool.acquire(key).await),
+            None => None,
         };
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Turn { input, reply })
@@ -525,6 +559,9 @@ impl Backend for ClaudeCliBackend {
         }
         if !report.session_id.is_empty() {
             self.session_id = report.session_id.clone();
+        }
+        if let Some(ticket) = ticket {
+            ticket.turn_ended(report.pid, &report.session_events);
         }
         self.last_report = Some(report);
         done.result
