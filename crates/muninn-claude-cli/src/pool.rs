@@ -15,8 +15,9 @@
 //!   the pool for room: while the other live children plus this one would exceed
 //!   [`PoolConfig::max_processes`], or their memory plus [`PoolConfig::per_process_mib`] would
 //!   exceed [`PoolConfig::memory_budget_mib`], the pool parks the least-recently-used *idle*
-//!   live session. Memory is the sum of the children's `VmRSS` from `/proc`, or
-//!   [`PoolConfig::per_process_mib`] for a child `/proc` does not answer for. A turn on a live
+//!   live session. Memory is the sum of the children's `VmRSS` from `/proc`, each counted at no
+//!   less than [`PoolConfig::per_process_mib`] (a child that just launched has not grown yet;
+//!   without that floor a burst of starts all fit while each is still small). A turn on a live
 //!   child needs no room; it waits only when others are already waiting for room (it queues
 //!   behind them, so a session that talks without pause cannot starve them).
 //! - **Idleness.** [`SharedPool::sweep`] (the host calls it periodically) parks each idle
@@ -349,7 +350,9 @@ impl Registry {
                 Phase::Idle | Phase::Busy | Phase::Parking => {}
             }
             count += 1;
-            memory += e.rss_mib(config);
+            // A child that just launched has not grown yet (it reaches ~200 MiB after its first
+            // turns), so it is counted at no less than the estimate a new child is given.
+            memory += e.rss_mib(config).max(config.per_process_mib as f64);
             if e.phase == Phase::Idle && lru.is_none_or(|(t, _)| e.last_used < t) {
                 lru = Some((e.last_used, k));
             }
