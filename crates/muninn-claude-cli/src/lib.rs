@@ -15,8 +15,9 @@
 //!   while the CLI's copy of the conversation still matches the caller's transcript.
 //! - [`event`] — the stdout stream-json events, decoded.
 //! - [`flush`] — the flush protocol of a long run as one pure decision ([`flush::decide`]).
-//! - [`pool`] — [`pool::ProcessPool`]: live sessions under a process and memory budget, parking
-//!   idle ones when holding their memory costs more than resuming them.
+//! - [`pool`] — [`pool::SharedPool`]: a coordinator that backends owned elsewhere join
+//!   ([`ClaudeCliBackend::join_pool`]) to share a process and memory budget; it parks idle
+//!   sessions when holding their memory costs more than resuming them.
 //! - `driver` — the one task that owns the child process.
 //!
 //! ## Invariants
@@ -382,6 +383,8 @@ pub struct ClaudeCliBackend {
     /// A handle, the transcript it is claimed over and whether to fork it, for the next
     /// [`Backend::start`].
     claim: Option<Claim>,
+    /// The pool this session shares budgets in, and its key there.
+    pool: Option<(pool::SharedPool, String)>,
     /// The host's seed ([`Backend::set_seed`]), shared with the driver, which renders it when a
     /// session has to be reseeded.
     seed: Arc<Mutex<Option<String>>>,
@@ -407,7 +410,17 @@ impl ClaudeCliBackend {
             spec: None,
             claim: None,
             seed: Arc::new(Mutex::new(None)),
+            pool: None,
         }
+    }
+
+    /// Joins `pool` under `key` (unique in the pool): from now on a start or a turn that needs a
+    /// new child first waits for room in the pool's budgets, and the pool may park this session
+    /// between turns (never during one). Works before or after [`Backend::start`].
+    pub fn join_pool(&mut self, pool: pool::SharedPool, key: impl Into<String>) {
+        let key = key.into();
+        pool.register(&key, self.commands.as_ref().map(mpsc::Sender::downgrade));
+        self.pool = Some((pool, key));
     }
 
     /// Asks the next [`Backend::start`] to resume `handle`'s session, if `handle` verifies over
@@ -565,8 +578,15 @@ impl ClaudeCliBackend {
         self.interrupts = None;
         let tx = self.commands.take()?;
         let (reply, rx) = oneshot::channel();
-        tx.send(Command::Shutdown { reply }).await.ok()?;
-        rx.await.ok().flatten()
+        let sent = tx.send(Command::Shutdown { reply }).await;
+        let status = match sent {
+            Ok(()) => rx.await.ok().flatten(),
+            Err(_) => None,
+        };
+        if let Some((pool, key)) = &self.pool {
+            pool.mark_down(key);
+        }
+        status
     }
 }
 
@@ -595,9 +615,18 @@ impl Backend for ClaudeCliBackend {
         // The driver may still move off this id (a refused resume, a lost session); reports
         // carry the id it really used.
         self.session_id = plan.session_id.clone();
+        // The driver launches the child at once, so a pooled session needs room first.
+        let ticket = match &self.pool {
+            Some((pool, key)) => Some(pool.acquire(key).await),
+            None => None,
+        };
         let (commands, interrupts) =
             driver::spawn(self.config.clone(), spec.clone(), plan, self.seed.clone())?;
+        let weak = commands.downgrade();
         self.commands = Some(commands);
+        if let Some(ticket) = ticket {
+            ticket.started(weak, self.child_pid().await);
+        }
         self.interrupts = Some(interrupts);
         self.spec = Some(spec);
         Ok(())
@@ -668,6 +697,12 @@ impl ClaudeCliBackend {
                 FlushStage::NotNeeded,
             );
         };
+        // Held until the turn ends, so the pool never parks this session mid-turn (a long
+        // flush-protocol run included).
+        let ticket = match &self.pool {
+            Some((pool, key)) => Some(pool.acquire(key).await),
+            None => None,
+        };
         let (reply, rx) = oneshot::channel();
         if tx
             .send(Command::Turn {
@@ -692,6 +727,9 @@ impl ClaudeCliBackend {
         }
         if !report.session_id.is_empty() {
             self.session_id = report.session_id.clone();
+        }
+        if let Some(ticket) = ticket {
+            ticket.turn_ended(report.pid, &report.session_events);
         }
         self.last_report = Some(report);
         (done.result, done.flush)

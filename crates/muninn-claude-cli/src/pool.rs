@@ -1,29 +1,59 @@
-//! A pool of CLI sessions under a process budget and a memory budget.
+//! A shared coordinator for CLI sessions under a process budget and a memory budget.
 //!
 //! A live CLI child holds about 200–300 MiB (`reference/claude-cli-2.1.332-performance.md`); a
 //! session whose child is stopped costs nothing but its transcript on disk, and resuming it
-//! (`--resume`) costs about 0.8 s on its next turn. [`ProcessPool`] keeps sessions live while
-//! that trade is worth it:
+//! (`--resume`) costs about 0.8 s on its next turn. [`SharedPool`] keeps sessions live while
+//! that trade is worth it. It does **not** own the sessions: each [`ClaudeCliBackend`](crate::ClaudeCliBackend) stays
+//! with whoever runs its turns (in the host, one Mind's runner task) and joins the pool with
+//! [`ClaudeCliBackend::join_pool`](crate::ClaudeCliBackend::join_pool). The pool keeps, per key, a *weak* clone of the backend's
+//! driver command sender (so it can park the session without owning it, and a dropped backend
+//! still ends its driver), the session's phase, its child's pid, its last use and its recent
+//! inter-turn gaps.
 //!
-//! - **Budgets.** Before a parked session's turn (and when a session is inserted) the pool
-//!   makes room: while the live count would exceed [`PoolConfig::max_processes`], or the live
-//!   children's memory plus one more would exceed [`PoolConfig::memory_budget_mib`], it parks
-//!   the least-recently-used live session. Memory is the sum of the children's `VmRSS` from
-//!   `/proc`, or [`PoolConfig::per_process_mib`] for a child `/proc` does not answer for.
-//! - **Idleness.** [`ProcessPool::sweep`] parks each idle session for which
-//!   [`decide_park`] says holding costs more than resuming — a pure function of the idle time,
-//!   the child's memory and the session's own recent inter-turn gaps, so it is tested without
-//!   processes or clocks.
-//! - **Park** is [`ClaudeCliBackend::park`]: stdin closed, the child exits (SIGTERM, then
-//!   SIGKILL, after a timeout). The next turn resumes it. Every park and resume is recorded as a
-//!   [`PoolEvent`].
+//! - **Budgets.** Before a turn whose child is not live (parked, exited, never started) — and
+//!   before [`Backend::start`](muninn_backend::Backend::start) launches one — the backend asks
+//!   the pool for room: while the other live children plus this one would exceed
+//!   [`PoolConfig::max_processes`], or their memory plus [`PoolConfig::per_process_mib`] would
+//!   exceed [`PoolConfig::memory_budget_mib`], the pool parks the least-recently-used *idle*
+//!   live session. Memory is the sum of the children's `VmRSS` from `/proc`, each counted at no
+//!   less than [`PoolConfig::per_process_mib`] (a child that just launched has not grown yet;
+//!   without that floor a burst of starts all fit while each is still small). A turn on a live
+//!   child needs no room; it waits only when others are already waiting for room (it queues
+//!   behind them, so a session that talks without pause cannot starve them).
+//! - **Idleness.** [`SharedPool::sweep`] (the host calls it periodically) parks each idle
+//!   session for which [`decide_park`] says holding costs more than resuming — a pure function
+//!   of the idle time, the child's memory and the session's own recent inter-turn gaps, so it is
+//!   tested without processes or clocks.
+//! - **Park** is the driver's `Command::Park`: stdin closed, the child exits (SIGTERM, then
+//!   SIGKILL, after a timeout); the next turn resumes it with `--resume`. Every park and resume
+//!   is recorded as a [`PoolEvent`], and the driver also reports [`SessionEvent::Parked`] and
+//!   [`SessionEvent::Unparked`] with the parked session's own next turn.
 //!
-//! Time is passed in (`now`), never read inside the decision, so tests control it.
+//! ## Concurrency
+//!
+//! - **The registry lock is a plain mutex held only for bookkeeping**, never across an await:
+//!   not across a turn, not across a park. A park is *sent* under the lock (`try_send`, which
+//!   does not wait) and *awaited* outside it, by a spawned task that books the result and wakes
+//!   waiters — so a caller that gives up waiting never leaves a session stuck half-parked.
+//! - **Never parked mid-turn.** Only a session in the idle phase is chosen, and a turn moves
+//!   its session out of that phase under the same lock before it sends its line. Because the
+//!   park is enqueued on the victim's driver under the lock, a turn the owner starts afterwards
+//!   queues behind it in the driver (which takes one command at a time) and simply relaunches.
+//! - **One room-maker at a time, first come first served.** Sessions that need room wait in a
+//!   FIFO queue; only its head parks victims or takes the freed room. Two sessions making room at
+//!   once therefore never park for each other's benefit or steal each other's freed slot, and the
+//!   head waits only on drivers finishing a park or a turn — drivers never wait on the pool — so
+//!   there is no cycle to deadlock on. When every other live session is in a turn, the head
+//!   waits for one to end: under a budget of one process, concurrent turns serialise.
+//!
+//! Time is read through the pool's clock ([`SharedPool::with_clock`]); the decision itself is
+//! given `now`, so tests control it.
 
-use crate::{ClaudeCliBackend, SessionEvent, vm_rss_kb};
-use muninn_backend::{Backend, BackendError, TurnInput, TurnOutcome};
+use crate::{Command, ParkReport, SessionEvent, vm_rss_kb};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 /// What parking is worth: prices in one arbitrary cost unit, so only their ratio matters.
 #[derive(Debug, Clone, PartialEq)]
@@ -181,22 +211,71 @@ pub enum PoolEvent {
     },
 }
 
-/// Errors of [`ProcessPool`].
-#[derive(Debug, thiserror::Error)]
-pub enum PoolError {
-    /// No session under that key (a caller bug; not retryable).
-    #[error("no session {0:?} in the pool")]
-    UnknownSession(String),
-    /// The backend failed the turn (retry as its error says).
-    #[error(transparent)]
-    Backend(#[from] BackendError),
+/// How long a session waiting for room sleeps at most before it looks again. Every change that
+/// can free room wakes the waiters; this only bounds the cost of a wake-up that could not be
+/// delivered (a park that could not be enqueued because the victim's command queue was full).
+const RECHECK: Duration = Duration::from_millis(250);
+
+/// The pool's clock (tests and benches may run it faster than the wall clock).
+pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+/// A live child as the pool sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveSession {
+    /// The pool key.
+    pub key: String,
+    /// The child's pid (`None` while a turn is launching a new one).
+    pub pid: Option<u32>,
+    /// Its resident memory in MiB (the configured estimate when `/proc` does not say).
+    pub rss_mib: f64,
+    /// Whether a turn (or a start) is running in it.
+    pub in_turn: bool,
 }
 
-/// One pooled session.
-#[derive(Debug)]
-struct Pooled {
-    backend: ClaudeCliBackend,
-    /// When it last took a turn or was inserted (for least-recently-used).
+/// A coordinator that sessions owned elsewhere join (see the module docs). Cheap to clone: all
+/// clones are the same pool.
+#[derive(Clone)]
+pub struct SharedPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: PoolConfig,
+    clock: Clock,
+    registry: Mutex<Registry>,
+    /// Woken whenever room may have been freed or the queue moved.
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct Registry {
+    sessions: BTreeMap<String, Entry>,
+    events: Vec<PoolEvent>,
+    /// Sessions waiting for room, by ticket number, first come first served.
+    queue: VecDeque<u64>,
+    next_ticket: u64,
+}
+
+/// Where a session is, as far as the budgets care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No child: never started, parked, or exited.
+    Down,
+    /// A child between turns — the only phase a session is parked from.
+    Idle,
+    /// A turn or a start holds it: its child counts (or is about to launch) and is never parked.
+    Busy,
+    /// A park was enqueued and has not finished: its child still counts.
+    Parking,
+}
+
+struct Entry {
+    /// The backend's driver; weak, so the pool never keeps a dropped backend's driver alive.
+    commands: Option<mpsc::WeakSender<Command>>,
+    phase: Phase,
+    /// The child's pid, when known.
+    pid: Option<u32>,
+    /// When it last asked for a turn or finished one (least-recently-used order).
     last_used: Instant,
     /// When its last turn ended.
     last_turn_end: Option<Instant>,
@@ -204,190 +283,510 @@ struct Pooled {
     gaps: VecDeque<Duration>,
 }
 
-/// Started sessions under a process and a memory budget (see the module docs).
-#[derive(Debug)]
-pub struct ProcessPool {
-    config: PoolConfig,
-    sessions: BTreeMap<String, Pooled>,
-    events: Vec<PoolEvent>,
+impl Entry {
+    fn new(now: Instant) -> Entry {
+        Entry {
+            commands: None,
+            phase: Phase::Down,
+            pid: None,
+            last_used: now,
+            last_turn_end: None,
+            gaps: VecDeque::new(),
+        }
+    }
+
+    /// Whether its child still runs: `/proc` answers for a known pid (a zombie has no
+    /// `VmRSS`); an unknown pid is assumed live while the driver is, and a park finds out.
+    fn child_alive(&self) -> bool {
+        match self.pid {
+            Some(pid) => vm_rss_kb(pid).is_some(),
+            None => self
+                .commands
+                .as_ref()
+                .is_some_and(|c| c.upgrade().is_some()),
+        }
+    }
+
+    fn rss_mib(&self, config: &PoolConfig) -> f64 {
+        self.pid
+            .and_then(vm_rss_kb)
+            .map_or(config.per_process_mib as f64, |kb| kb as f64 / 1024.0)
+    }
 }
 
-impl ProcessPool {
-    /// An empty pool.
-    pub fn new(config: PoolConfig) -> ProcessPool {
-        ProcessPool {
-            config,
-            sessions: BTreeMap::new(),
-            events: Vec::new(),
-        }
-    }
+/// What the head of the queue may do now.
+enum Room {
+    Fits,
+    Park(String, ParkReason),
+    Wait,
+}
 
-    /// Adds a started session (whose child is live) under `key`, parking least-recently-used
-    /// others if it does not fit.
-    pub async fn insert(
-        &mut self,
-        key: impl Into<String>,
-        backend: ClaudeCliBackend,
-        now: Instant,
-    ) {
-        let key = key.into();
-        // The new child is live but not yet in the map, so it counts as the one extra.
-        self.make_room(&key, 1).await;
-        self.sessions.insert(
-            key,
-            Pooled {
-                backend,
-                last_used: now,
-                last_turn_end: None,
-                gaps: VecDeque::new(),
-            },
-        );
-    }
+/// A park enqueued on a driver, to be awaited outside the lock.
+struct PendingPark {
+    key: String,
+    reason: ParkReason,
+    reply: oneshot::Receiver<Option<ParkReport>>,
+}
 
-    /// Runs a turn in `key`'s session, making room first if its child is parked.
-    pub async fn turn(
-        &mut self,
-        key: &str,
-        input: TurnInput,
-        now: Instant,
-    ) -> Result<TurnOutcome, PoolError> {
-        let live = match self.sessions.get(key) {
-            Some(p) => p.backend.child_pid().await.is_some(),
-            None => return Err(PoolError::UnknownSession(key.to_string())),
-        };
-        if !live {
-            self.make_room(key, 1).await;
-        }
-        let window = self.config.policy.gap_window.max(1);
-        let pooled = self
-            .sessions
-            .get_mut(key)
-            .ok_or_else(|| PoolError::UnknownSession(key.to_string()))?;
-        if let Some(end) = pooled.last_turn_end {
-            if pooled.gaps.len() == window {
-                pooled.gaps.pop_front();
-            }
-            pooled.gaps.push_back(now.saturating_duration_since(end));
-        }
-        pooled.last_used = now;
-        // The turn's own duration is measured, then added to the caller's `now`, so gaps stay
-        // on the caller's clock.
-        let started = Instant::now();
-        let result = pooled.backend.turn(input).await;
-        pooled.last_turn_end = Some(now + started.elapsed());
-        let resumed = pooled.backend.last_report().into_iter().flat_map(|r| {
-            r.session_events.iter().filter_map(|e| match e {
-                SessionEvent::Unparked { session_id } => Some(PoolEvent::Resumed {
-                    key: key.to_string(),
-                    session_id: session_id.clone(),
-                }),
-                _ => None,
-            })
-        });
-        self.events.extend(resumed);
-        Ok(result?)
-    }
-
-    /// Parks every live session that [`decide_park`] says is idle longer than it is worth.
-    pub async fn sweep(&mut self, now: Instant) {
-        let mut to_park = Vec::new();
-        for (key, p) in &self.sessions {
-            let Some(pid) = p.backend.child_pid().await else {
+impl Registry {
+    /// Whether one more child fits beside the live ones other than `key`'s, and if not, which
+    /// idle session to park.
+    fn room_for(&mut self, key: &str, config: &PoolConfig) -> Room {
+        let mut count = 0usize;
+        let mut memory = 0.0;
+        let mut lru: Option<(Instant, &String)> = None;
+        for (k, e) in self.sessions.iter_mut() {
+            if k == key {
                 continue;
-            };
-            let idle = now.saturating_duration_since(p.last_turn_end.unwrap_or(p.last_used));
-            let gaps: Vec<Duration> = p.gaps.iter().copied().collect();
-            let decision = decide_park(&self.config.policy, idle, self.rss_mib(pid), &gaps);
-            if decision.park {
-                to_park.push((key.clone(), decision));
+            }
+            match e.phase {
+                Phase::Down => continue,
+                Phase::Idle if !e.child_alive() => {
+                    // Exited by itself (or was never launched): it holds nothing.
+                    e.phase = Phase::Down;
+                    e.pid = None;
+                    continue;
+                }
+                Phase::Idle | Phase::Busy | Phase::Parking => {}
+            }
+            count += 1;
+            // A child that just launched has not grown yet (it reaches ~200 MiB after its first
+            // turns), so it is counted at no less than the estimate a new child is given.
+            memory += e.rss_mib(config).max(config.per_process_mib as f64);
+            if e.phase == Phase::Idle && lru.is_none_or(|(t, _)| e.last_used < t) {
+                lru = Some((e.last_used, k));
             }
         }
-        for (key, decision) in to_park {
-            self.park(&key, ParkReason::Idle(decision)).await;
+        let reason = if count + 1 > config.max_processes.max(1) {
+            ParkReason::ProcessBudget
+        } else if count > 0
+            && memory + config.per_process_mib as f64 > config.memory_budget_mib as f64
+        {
+            // With nothing else live the session runs even if the estimate alone is over the
+            // budget: waiting would never make room.
+            ParkReason::MemoryBudget
+        } else {
+            return Room::Fits;
+        };
+        match lru {
+            Some((_, victim)) => Room::Park(victim.clone(), reason),
+            // Every other live child is in a turn or already being parked: wait for one.
+            None => Room::Wait,
         }
     }
 
-    /// The backend under `key`.
-    pub fn backend(&self, key: &str) -> Option<&ClaudeCliBackend> {
-        self.sessions.get(key).map(|p| &p.backend)
+    /// Enqueues a park on `key`'s driver without waiting. `None` when there is nothing to park
+    /// (the backend or its driver is gone, or its queue is full — then a later look retries).
+    fn begin_park(&mut self, key: &str, reason: ParkReason) -> Option<PendingPark> {
+        let entry = self.sessions.get_mut(key)?;
+        let Some(tx) = entry.commands.as_ref().and_then(mpsc::WeakSender::upgrade) else {
+            entry.phase = Phase::Down;
+            entry.pid = None;
+            return None;
+        };
+        let (reply, rx) = oneshot::channel();
+        match tx.try_send(Command::Park { reply }) {
+            Ok(()) => {
+                entry.phase = Phase::Parking;
+                Some(PendingPark {
+                    key: key.to_string(),
+                    reason,
+                    reply: rx,
+                })
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => None,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                entry.phase = Phase::Down;
+                entry.pid = None;
+                None
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for SharedPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let reg = self.lock();
+        f.debug_struct("SharedPool")
+            .field("config", &self.inner.config)
+            .field("sessions", &reg.sessions.len())
+            .field("waiting", &reg.queue.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedPool {
+    /// An empty pool on the wall clock.
+    pub fn new(config: PoolConfig) -> SharedPool {
+        SharedPool::with_clock(config, Arc::new(Instant::now))
     }
 
-    /// Every park and resume so far.
-    pub fn events(&self) -> &[PoolEvent] {
-        &self.events
+    /// An empty pool reading time from `clock` (a bench runs idle time faster than real time;
+    /// the clock must not go backwards).
+    pub fn with_clock(config: PoolConfig, clock: Clock) -> SharedPool {
+        SharedPool {
+            inner: Arc::new(Inner {
+                config,
+                clock,
+                registry: Mutex::new(Registry::default()),
+                changed: Notify::new(),
+            }),
+        }
     }
 
-    /// The live children and their resident memory in MiB.
-    pub async fn live(&self) -> Vec<(String, u32, f64)> {
+    /// The budgets and policy.
+    pub fn config(&self) -> &PoolConfig {
+        &self.inner.config
+    }
+
+    /// The pool's clock now (what to pass to [`SharedPool::sweep`]).
+    pub fn now(&self) -> Instant {
+        (self.inner.clock)()
+    }
+
+    /// Parks every idle live session that [`decide_park`] says is not worth holding at `now`;
+    /// returns the parks it made, once their children have exited. Sessions in a turn are never
+    /// considered.
+    pub async fn sweep(&self, now: Instant) -> Vec<PoolEvent> {
+        let config = &self.inner.config;
+        let pending: Vec<PendingPark> = {
+            let mut reg = self.lock();
+            let decisions: Vec<(String, ParkDecision)> = reg
+                .sessions
+                .iter_mut()
+                .filter_map(|(key, e)| {
+                    if e.phase != Phase::Idle {
+                        return None;
+                    }
+                    if !e.child_alive() {
+                        e.phase = Phase::Down;
+                        e.pid = None;
+                        return None;
+                    }
+                    let idle =
+                        now.saturating_duration_since(e.last_turn_end.unwrap_or(e.last_used));
+                    let gaps: Vec<Duration> = e.gaps.iter().copied().collect();
+                    let decision = decide_park(&config.policy, idle, e.rss_mib(config), &gaps);
+                    decision.park.then(|| (key.clone(), decision))
+                })
+                .collect();
+            decisions
+                .into_iter()
+                .filter_map(|(key, d)| reg.begin_park(&key, ParkReason::Idle(d)))
+                .collect()
+        };
+        // The parks run on their drivers in parallel; each books itself when done.
+        let tasks: Vec<_> = pending
+            .into_iter()
+            .map(|p| tokio::spawn(self.clone().finish_park(p)))
+            .collect();
+        let mut events = Vec::new();
+        for task in tasks {
+            if let Ok(Some(event)) = task.await {
+                events.push(event);
+            }
+        }
+        events
+    }
+
+    /// Every park and resume since the pool was made (or since [`SharedPool::take_events`]).
+    pub fn events(&self) -> Vec<PoolEvent> {
+        self.lock().events.clone()
+    }
+
+    /// Drains the parks and resumes recorded so far.
+    pub fn take_events(&self) -> Vec<PoolEvent> {
+        std::mem::take(&mut self.lock().events)
+    }
+
+    /// The sessions whose child is live (or being launched for a turn), by key.
+    pub fn live(&self) -> Vec<LiveSession> {
+        let config = &self.inner.config;
+        let mut reg = self.lock();
         let mut out = Vec::new();
-        for (key, p) in &self.sessions {
-            if let Some(pid) = p.backend.child_pid().await {
-                out.push((key.clone(), pid, self.rss_mib(pid)));
+        for (key, e) in reg.sessions.iter_mut() {
+            let live = match e.phase {
+                Phase::Down => false,
+                Phase::Idle => e.child_alive(),
+                Phase::Busy | Phase::Parking => true,
+            };
+            if live {
+                out.push(LiveSession {
+                    key: key.clone(),
+                    pid: e.pid,
+                    rss_mib: e.rss_mib(config),
+                    in_turn: e.phase == Phase::Busy,
+                });
             }
         }
         out
     }
 
-    /// Shuts every session down.
-    pub async fn shutdown(&mut self) {
-        for p in self.sessions.values_mut() {
-            p.backend.shutdown().await;
-        }
-    }
-
-    /// Parks least-recently-used live sessions other than `key` until `extra` more children
-    /// fit both budgets.
-    async fn make_room(&mut self, key: &str, extra: usize) {
-        loop {
-            let live: Vec<_> = self
-                .live()
-                .await
-                .into_iter()
-                .filter(|(k, _, _)| k != key)
-                .collect();
-            let memory: f64 = live.iter().map(|(_, _, mib)| mib).sum();
-            let needed = memory + (extra as f64) * self.config.per_process_mib as f64;
-            let reason = if live.len() + extra > self.config.max_processes {
-                ParkReason::ProcessBudget
-            } else if needed > self.config.memory_budget_mib as f64 {
-                ParkReason::MemoryBudget
-            } else {
-                return;
-            };
-            let lru = live
-                .iter()
-                .filter_map(|(k, _, _)| self.sessions.get(k).map(|p| (p.last_used, k.clone())))
-                .min();
-            let Some((_, victim)) = lru else { return };
-            if !self.park(&victim, reason).await {
-                // It died by itself meanwhile; the next round recounts.
-                continue;
-            }
-        }
-    }
-
-    /// Parks `key`; whether a live child was stopped.
-    async fn park(&mut self, key: &str, reason: ParkReason) -> bool {
-        let Some(p) = self.sessions.get_mut(key) else {
-            return false;
+    /// Registers `key`'s driver (`None` before the backend is started). Joining again under
+    /// the same key replaces the earlier backend's registration.
+    pub(crate) fn register(&self, key: &str, commands: Option<mpsc::WeakSender<Command>>) {
+        let now = self.now();
+        let mut reg = self.lock();
+        let entry = reg
+            .sessions
+            .entry(key.to_string())
+            .or_insert_with(|| Entry::new(now));
+        // A started backend launched its child at start; its pid is learnt at the next turn.
+        entry.phase = if commands.is_some() {
+            Phase::Idle
+        } else {
+            Phase::Down
         };
-        match p.backend.park().await {
-            Some(report) => {
-                tracing::info!(key, ?reason, "claude-cli pool: parked");
-                self.events.push(PoolEvent::Parked {
-                    key: key.to_string(),
-                    event: report.event,
-                    reason,
-                });
-                true
+        entry.pid = None;
+        entry.commands = commands;
+        drop(reg);
+        self.inner.changed.notify_waiters();
+    }
+
+    /// `key`'s child was shut down by its owner.
+    pub(crate) fn mark_down(&self, key: &str) {
+        let mut reg = self.lock();
+        if let Some(e) = reg.sessions.get_mut(key)
+            && e.phase != Phase::Parking
+        {
+            e.phase = Phase::Down;
+            e.pid = None;
+            e.commands = None;
+        }
+        drop(reg);
+        self.inner.changed.notify_waiters();
+    }
+
+    /// Takes `key`'s session into a turn (or a start): at once if its child is live and nobody
+    /// waits for room, otherwise after waiting in line for room, parking least-recently-used idle sessions to make it.
+    /// The [`Ticket`] keeps the session from being parked until it is closed or dropped.
+    pub(crate) async fn acquire(&self, key: &str) -> Ticket {
+        let ticket_no = {
+            let now = self.now();
+            let window = self.inner.config.policy.gap_window.max(1);
+            let mut reg = self.lock();
+            let nobody_waits = reg.queue.is_empty();
+            let entry = reg
+                .sessions
+                .entry(key.to_string())
+                .or_insert_with(|| Entry::new(now));
+            if let Some(end) = entry.last_turn_end.take() {
+                if entry.gaps.len() >= window {
+                    entry.gaps.pop_front();
+                }
+                entry.gaps.push_back(now.saturating_duration_since(end));
             }
-            None => false,
+            entry.last_used = now;
+            // A live session goes straight to its turn — unless others wait for room: then it
+            // queues behind them, so a session that talks without pause cannot starve them.
+            if entry.phase == Phase::Idle && entry.child_alive() && nobody_waits {
+                entry.phase = Phase::Busy;
+                return Ticket::new(self, key);
+            }
+            let n = reg.next_ticket;
+            reg.next_ticket += 1;
+            reg.queue.push_back(n);
+            n
+        };
+        let mut in_line = InLine {
+            pool: self,
+            ticket_no,
+        };
+        loop {
+            // Registered before looking, so a change made after the look still wakes us.
+            let notified = self.inner.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let pending = {
+                let mut reg = self.lock();
+                if reg.queue.front() == Some(&ticket_no) {
+                    // Still live (it queued only for fairness): it needs no new room.
+                    let live = reg
+                        .sessions
+                        .get(key)
+                        .is_some_and(|e| e.phase == Phase::Idle && e.child_alive());
+                    let room = if live {
+                        Room::Fits
+                    } else {
+                        reg.room_for(key, &self.inner.config)
+                    };
+                    match room {
+                        Room::Fits => {
+                            reg.queue.pop_front();
+                            if let Some(e) = reg.sessions.get_mut(key) {
+                                e.phase = Phase::Busy;
+                                if !live {
+                                    // A new child will launch; its pid comes with the turn's end.
+                                    e.pid = None;
+                                }
+                            }
+                            drop(reg);
+                            in_line.ticket_no = u64::MAX;
+                            // The next in line may look now.
+                            self.inner.changed.notify_waiters();
+                            return Ticket::new(self, key);
+                        }
+                        Room::Park(victim, reason) => reg.begin_park(&victim, reason),
+                        Room::Wait => None,
+                    }
+                } else {
+                    None
+                }
+            };
+            if let Some(p) = pending {
+                // Awaited by its own task: a caller that stops waiting never strands a park.
+                tokio::spawn(self.clone().finish_park(p));
+            }
+            let _ = tokio::time::timeout(RECHECK, notified).await;
         }
     }
 
-    /// A child's resident memory in MiB, or the configured estimate.
-    fn rss_mib(&self, pid: u32) -> f64 {
-        vm_rss_kb(pid).map_or(self.config.per_process_mib as f64, |kb| kb as f64 / 1024.0)
+    /// Waits for a park to finish, books it and wakes the waiters.
+    async fn finish_park(self, p: PendingPark) -> Option<PoolEvent> {
+        let report = p.reply.await.ok().flatten();
+        let event = {
+            let mut reg = self.lock();
+            if let Some(e) = reg.sessions.get_mut(&p.key)
+                && e.phase == Phase::Parking
+            {
+                // (A turn the owner started meanwhile is Busy and relaunches after the park.)
+                e.phase = Phase::Down;
+                e.pid = None;
+            }
+            let event = report.map(|r| PoolEvent::Parked {
+                key: p.key.clone(),
+                event: r.event,
+                reason: p.reason,
+            });
+            if let Some(e) = &event {
+                tracing::info!(key = %p.key, event = ?e, "claude-cli pool: parked");
+                reg.events.push(e.clone());
+            }
+            event
+        };
+        self.inner.changed.notify_waiters();
+        event
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        // The registry stays consistent between statements, so a panic elsewhere while it was
+        // held leaves nothing half-done worth refusing to go on with.
+        self.inner
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A place in the room queue; leaving it (also by dropping a waiting call) lets the next look.
+struct InLine<'a> {
+    pool: &'a SharedPool,
+    /// `u64::MAX` once served.
+    ticket_no: u64,
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        if self.ticket_no == u64::MAX {
+            return;
+        }
+        let mut reg = self.pool.lock();
+        reg.queue.retain(|n| *n != self.ticket_no);
+        drop(reg);
+        self.pool.inner.changed.notify_waiters();
+    }
+}
+
+/// A session held out of parking for a turn or a start. Close it with [`Ticket::started`] or
+/// [`Ticket::turn_ended`]; dropped unclosed (the caller gave up on the turn, which the driver
+/// still finishes), the session becomes idle with its child unknown.
+pub(crate) struct Ticket {
+    pool: SharedPool,
+    key: String,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket").field("key", &self.key).finish()
+    }
+}
+
+impl Ticket {
+    fn new(pool: &SharedPool, key: &str) -> Ticket {
+        Ticket {
+            pool: pool.clone(),
+            key: key.to_string(),
+            closed: false,
+        }
+    }
+
+    /// The backend started: its driver and the child it launched (`None`: none is running).
+    pub(crate) fn started(mut self, commands: mpsc::WeakSender<Command>, pid: Option<u32>) {
+        self.close(Some(commands), pid, None);
+    }
+
+    /// The turn ended; `pid` is the child live after it, `events` the turn's session events
+    /// (an [`SessionEvent::Unparked`] among them is recorded as a resume).
+    pub(crate) fn turn_ended(mut self, pid: Option<u32>, events: &[SessionEvent]) {
+        self.close(None, pid, Some(events));
+    }
+
+    fn close(
+        &mut self,
+        commands: Option<mpsc::WeakSender<Command>>,
+        pid: Option<u32>,
+        turn_events: Option<&[SessionEvent]>,
+    ) {
+        self.closed = true;
+        let now = self.pool.now();
+        let mut reg = self.pool.lock();
+        let Registry {
+            sessions, events, ..
+        } = &mut *reg;
+        if let Some(e) = sessions.get_mut(&self.key) {
+            if commands.is_some() {
+                e.commands = commands;
+            }
+            e.phase = if pid.is_some() {
+                Phase::Idle
+            } else {
+                Phase::Down
+            };
+            e.pid = pid;
+            e.last_used = now;
+            if let Some(turn_events) = turn_events {
+                e.last_turn_end = Some(now);
+                for ev in turn_events {
+                    if let SessionEvent::Unparked { session_id } = ev {
+                        tracing::info!(key = %self.key, "claude-cli pool: resumed");
+                        events.push(PoolEvent::Resumed {
+                            key: self.key.clone(),
+                            session_id: session_id.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        drop(reg);
+        self.pool.inner.changed.notify_waiters();
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        let mut reg = self.pool.lock();
+        if let Some(e) = reg.sessions.get_mut(&self.key)
+            && e.phase == Phase::Busy
+        {
+            e.phase = Phase::Idle;
+            e.pid = None;
+        }
+        drop(reg);
+        self.pool.inner.changed.notify_waiters();
     }
 }
 
