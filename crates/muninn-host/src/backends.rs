@@ -9,6 +9,7 @@ use muninn_anthropic::clock::{Clock, TokioSleeper};
 use muninn_backend::{
     Backend, BackendError, FlushProtocol, RunOutcome, SessionSpec, TurnInput, TurnOutcome,
 };
+use muninn_claude_cli::pool::{ParkPolicy, PoolConfig, SharedPool};
 use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, Secret};
 use muninn_core::price::PriceTable;
 use muninn_sim::inprocess::{InProcess, SimBackend};
@@ -160,7 +161,25 @@ pub enum BackendFactory {
         /// process pool built from these budgets, so idle sessions are parked and the host
         /// never holds more children or memory than configured.
         pool: PoolSettings,
+        /// The pool itself, built from `pool`: every session `make` builds joins it under its
+        /// session name, and [`crate::runtime::run_minds`] sweeps it.
+        shared_pool: SharedPool,
     },
+}
+
+/// The pool's budgets and park policy from `[backend.pool]`; the policy's prices stay at their
+/// defaults (a break-even of about a minute for a 250 MiB child).
+pub fn pool_config(settings: &PoolSettings) -> PoolConfig {
+    PoolConfig {
+        max_processes: settings.max_processes.max(1) as usize,
+        memory_budget_mib: settings.memory_budget_mib,
+        per_process_mib: settings.per_process_mib,
+        policy: ParkPolicy {
+            min_idle: std::time::Duration::from_secs(settings.park_min_idle_s),
+            horizon: std::time::Duration::from_secs(settings.park_horizon_s.max(1)),
+            ..ParkPolicy::default()
+        },
+    }
 }
 
 /// The file, under the host's data directory, that holds the session-binding key.
@@ -325,6 +344,7 @@ impl BackendFactory {
                             .collect(),
                     ),
                     pool: config.backend.pool.clone(),
+                    shared_pool: SharedPool::new(pool_config(&config.backend.pool)),
                 })
             }
             BackendKind::Sim => Ok(BackendFactory::Sim(Arc::new(Simulator::new(
@@ -369,6 +389,7 @@ impl BackendFactory {
                 api_key,
                 binding_key,
                 self_sessions,
+                shared_pool,
                 ..
             } => {
                 // One directory per session: the CLI keeps HOME, config and transcripts there,
@@ -393,7 +414,9 @@ impl BackendFactory {
                         .brief_budget_micro_usd
                         .and_then(|b| u64::try_from(b).ok());
                 }
-                AnyBackend::ClaudeCli(Box::new(ClaudeCliBackend::new(config)))
+                let mut backend = ClaudeCliBackend::new(config);
+                backend.join_pool(shared_pool.clone(), session);
+                AnyBackend::ClaudeCli(Box::new(backend))
             }
         }
     }
@@ -402,6 +425,14 @@ impl BackendFactory {
     pub fn self_session(&self, mind: &str) -> Option<&SelfSession> {
         match self {
             BackendFactory::ClaudeCli { self_sessions, .. } => self_sessions.get(mind),
+            BackendFactory::Sim(_) | BackendFactory::Anthropic(_) => None,
+        }
+    }
+
+    /// The shared process pool every claude-cli session joins, when this is that factory.
+    pub fn process_pool(&self) -> Option<&SharedPool> {
+        match self {
+            BackendFactory::ClaudeCli { shared_pool, .. } => Some(shared_pool),
             BackendFactory::Sim(_) | BackendFactory::Anthropic(_) => None,
         }
     }

@@ -2060,6 +2060,29 @@ pub async fn run_minds(
         let runner = MindRunner::new(host.clone(), mind, holder.clone(), &prices, persona, selfs)?;
         tasks.spawn(run_mind(runner, shutdown.clone()));
     }
+    // The claude-cli sessions share one process pool: a sweeper parks the children idle longer
+    // than they are worth. It runs beside the Minds and stops with them.
+    let sweeper = factory.process_pool().cloned().map(|pool| {
+        let mut shutdown = shutdown.clone();
+        let every = pool.config().policy.min_idle.clamp(
+            Duration::from_millis(500),
+            Duration::from_secs(POOL_SWEEP_EVERY_S),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = shutdown.changed() => {}
+                }
+                if *shutdown.borrow() {
+                    break;
+                }
+                for event in pool.sweep(pool.now()).await {
+                    tracing::info!(?event, "claude-cli pool");
+                }
+            }
+        })
+    });
     let mut first_error = None;
     while let Some(done) = tasks.join_next().await {
         match done {
@@ -2073,5 +2096,12 @@ pub async fn run_minds(
             }
         }
     }
+    if let Some(sweeper) = sweeper {
+        sweeper.abort();
+    }
     first_error.map_or(Ok(()), Err)
 }
+
+/// How often, at most, the claude-cli process pool is swept for idle children (more often when
+/// the pool's `park_min_idle_s` is shorter).
+const POOL_SWEEP_EVERY_S: u64 = 15;
