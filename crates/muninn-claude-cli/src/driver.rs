@@ -311,7 +311,10 @@ impl Driver {
                 // afterwards: with `--tools=` the CLI starts no subprocesses, and the pipe is
                 // empty once read.
                 let fd = credential_pipe(c.api_key.expose())?;
-                command.env(c.credential_kind.descriptor_var(), fd.as_raw_fd().to_string());
+                command.env(
+                    c.credential_kind.descriptor_var(),
+                    fd.as_raw_fd().to_string(),
+                );
                 // Clears FD_CLOEXEC on this one descriptor in the child (after the fork, so no
                 // other child spawned meanwhile inherits it); every other descriptor of ours
                 // keeps CLOEXEC. The parent's copy closes when `command` is dropped below.
@@ -528,8 +531,12 @@ impl Driver {
                             let turn = parse_usage(&result.usage, requested_1h);
                             Usage {
                                 input: all.input.saturating_sub(turn.input),
-                                cache_write_5m: all.cache_write_5m.saturating_sub(turn.cache_write_5m),
-                                cache_write_1h: all.cache_write_1h.saturating_sub(turn.cache_write_1h),
+                                cache_write_5m: all
+                                    .cache_write_5m
+                                    .saturating_sub(turn.cache_write_5m),
+                                cache_write_1h: all
+                                    .cache_write_1h
+                                    .saturating_sub(turn.cache_write_1h),
                                 cache_read: all.cache_read.saturating_sub(turn.cache_read),
                                 output: all.output.saturating_sub(turn.output),
                             }
@@ -981,6 +988,22 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_lines_carry_the_instructions() {
+        let line = Exchange::Compact("  keep \"the\"\nravens ".into())
+            .line()
+            .unwrap();
+        assert!(!line.contains('\n'));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            v["message"]["content"],
+            json!("/compact keep \"the\"\nravens")
+        );
+        let bare = Exchange::Compact(String::new()).line().unwrap();
+        let v: Value = serde_json::from_str(&bare).unwrap();
+        assert_eq!(v["message"]["content"], json!("/compact"));
+    }
 
     #[test]
     fn user_lines_are_one_valid_json_line() {

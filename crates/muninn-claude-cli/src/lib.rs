@@ -610,12 +610,8 @@ impl Backend for ClaudeCliBackend {
         // The driver may still move off this id (a refused resume, a lost session); reports
         // carry the id it really used.
         self.session_id = plan.session_id.clone();
-        let (commands, interrupts) = driver::spawn(
-            self.config.clone(),
-            spec.clone(),
-            plan,
-            self.events.clone(),
-        )?;
+        let (commands, interrupts) =
+            driver::spawn(self.config.clone(), spec.clone(), plan, self.events.clone())?;
         self.commands = Some(commands);
         self.interrupts = Some(interrupts);
         self.spec = Some(spec);

@@ -733,3 +733,6 @@ async fn a_memory_budget_parks_the_least_recently_used_session() {
     );
     pool.shutdown().await;
 }
+
+mod compaction;
+mod credentials;
