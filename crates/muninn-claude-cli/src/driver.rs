@@ -11,12 +11,14 @@
 //! A run under the flush protocol ([`crate::flush`]) is the same read with a timer beside it:
 //! after each event or deadline the driver asks [`crate::flush::decide`] what to do and does it.
 
-use crate::event::{CliEvent, ResultEvent, decode};
+use crate::event::{CliEvent, CompactMetadata, ResultEvent, decode};
 use crate::flush::{FlushAction, FlushState, decide, prompt_tokens};
 use crate::{
-    CliConfig, Command, ParkReport, SessionEvent, TurnDone, TurnReport, derive_session_id,
+    CliConfig, Command, CredentialPassing, EventQueue, ParkReport, SessionEvent, TurnDone,
+    TurnReport, derive_session_id,
 };
-use crate::{parse_usage, transcript_path};
+use crate::{parse_model_usage, parse_usage, transcript_path};
+use command_fds::CommandFdExt;
 use muninn_backend::{
     BackendError, FlushProtocol, FlushStage, InputPart, RetryEvent, SessionSpec, ToolCall,
     TtlCheck, TurnInput, TurnOutcome,
@@ -25,6 +27,8 @@ use muninn_core::cache::Ttl;
 use muninn_core::trace::Usage;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -38,6 +42,9 @@ const MAX_ATTEMPTS: u32 = 3;
 const STDERR_LINES: usize = 64;
 /// Longest stderr line kept.
 const STDERR_LINE_CHARS: usize = 2_000;
+/// The longest credential passed through a pipe. It is written before the child exists, so it
+/// must fit the pipe's buffer (at least a page on Linux) or the write would never finish.
+const MAX_CREDENTIAL_BYTES: usize = 4_000;
 
 /// Starts the driver task; returns the command and interrupt senders.
 ///
@@ -47,6 +54,7 @@ pub(crate) fn spawn(
     spec: SessionSpec,
     plan: StartPlan,
     seed: Arc<Mutex<Option<String>>>,
+    queue: EventQueue,
 ) -> Result<(mpsc::Sender<Command>, mpsc::Sender<()>), BackendError> {
     for dir in [config.config_dir(), config.tmp_dir(), config.work_dir()] {
         std::fs::create_dir_all(&dir)
@@ -72,6 +80,7 @@ pub(crate) fn spawn(
         seed,
         log: Vec::new(),
         pending_seed: None,
+        queue,
     };
     if let Some(reason) = plan.refuse_resume {
         let mut events = Vec::new();
@@ -139,6 +148,32 @@ struct Driver {
     /// The seed a reseed rendered, sent ahead of the next turn's input until a turn succeeds in
     /// the new session.
     pending_seed: Option<String>,
+    /// Every session event, queued as it happens, for [`muninn_backend::Backend::take_session_events`].
+    queue: EventQueue,
+}
+
+/// What a turn-like command writes.
+enum Exchange {
+    Turn(TurnInput),
+    /// `/compact <instructions>`.
+    Compact(String),
+}
+
+impl Exchange {
+    fn line(&self) -> Result<String, BackendError> {
+        match self {
+            Exchange::Turn(input) => user_line(input, None),
+            Exchange::Compact(instructions) => {
+                let instructions = instructions.trim();
+                let text = if instructions.is_empty() {
+                    "/compact".to_string()
+                } else {
+                    format!("/compact {instructions}")
+                };
+                validated_line(Value::String(text))
+            }
+        }
+    }
 }
 
 /// How reading a turn ended.
@@ -175,6 +210,11 @@ struct Collected {
     /// Usage of the run's results before the last (a run whose flush line became its own turn
     /// has two).
     earlier: Usage,
+    /// `system/compact_boundary` events seen, in order.
+    boundaries: Vec<CompactMetadata>,
+    /// The first non-replay `user` event after a boundary: the summary the session continues
+    /// from.
+    summary: Option<String>,
 }
 
 impl Driver {
@@ -196,7 +236,13 @@ impl Driver {
                 command = commands.recv() => match command {
                     None => break,
                     Some(Command::Turn { input, flush, reply }) => {
-                        let done = self.turn(input, flush, &mut interrupts).await;
+                        let done = self.turn(Exchange::Turn(input), flush, &mut interrupts).await;
+                        // The caller may have given up on the turn; the driver has still read
+                        // it to its end, so the next turn starts clean.
+                        let _ = reply.send(done);
+                    }
+                    Some(Command::Compact { instructions, reply }) => {
+                        let done = self.turn(Exchange::Compact(instructions), None, &mut interrupts).await;
                         // The caller may have given up on the turn; the driver has still read
                         // it to its end, so the next turn starts clean.
                         let _ = reply.send(done);
@@ -288,6 +334,7 @@ impl Driver {
             Ttl::FiveMinutes => "5m",
             Ttl::OneHour => "1h",
         };
+        write_settings(c)?;
         command
             .current_dir(c.work_dir())
             .env_clear()
@@ -296,22 +343,50 @@ impl Driver {
             .env("CLAUDE_CONFIG_DIR", c.config_dir())
             .env("TMPDIR", c.tmp_dir())
             .env("ANTHROPIC_BASE_URL", &c.base_url)
-            .env("ANTHROPIC_API_KEY", c.api_key.expose())
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .env("CLAUDE_CODE_ATTRIBUTION_HEADER", "0")
             .env("CLAUDE_CODE_PROMPT_CACHE_TTL", ttl)
-            .env("DISABLE_AUTO_COMPACT", "1")
             .env("DISABLE_TELEMETRY", "1")
             .env("DISABLE_AUTOUPDATER", "1");
+        if !c.allow_cli_auto_compaction {
+            command.env("DISABLE_AUTO_COMPACT", "1");
+        }
         if let Some(n) = c.max_retries {
             command.env("CLAUDE_CODE_MAX_RETRIES", n.to_string());
+        }
+        match c.credential_passing {
+            CredentialPassing::Environment => {
+                command.env(c.credential_kind.environment_var(), c.api_key.expose());
+            }
+            CredentialPassing::FileDescriptor => {
+                // The CLI reads `/proc/self/fd/<n>` to its end and keeps the credential in
+                // memory. It would copy a credential it read from a descriptor to a "handoff"
+                // file (`/home/claude/.claude/remote/.api_key` or `.oauth_token`, "Persisted …
+                // for subprocess access") only when `CLAUDE_CODE_REMOTE` is set, which the
+                // cleared environment guarantees it is not (checked by a test: no file under
+                // the data dir, nor that path, ever holds the key). Nothing else needs the fd
+                // afterwards: with `--tools=` the CLI starts no subprocesses, and the pipe is
+                // empty once read.
+                let fd = credential_pipe(c.api_key.expose())?;
+                command.env(
+                    c.credential_kind.descriptor_var(),
+                    fd.as_raw_fd().to_string(),
+                );
+                // Clears FD_CLOEXEC on this one descriptor in the child (after the fork, so no
+                // other child spawned meanwhile inherits it); every other descriptor of ours
+                // keeps CLOEXEC. The parent's copy closes when `command` is dropped below.
+                command.preserved_fds(vec![fd]);
+            }
         }
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|e| {
+        let spawned = command.spawn();
+        // Closes the parent's read end of the credential pipe: the child holds the only one.
+        drop(command);
+        let mut child = spawned.map_err(|e| {
             BackendError::Transport(format!("cannot start {}: {e}", c.bin.display()))
         })?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
@@ -325,13 +400,19 @@ impl Driver {
         // A resume after an earlier launch is a relaunch (the first launch may resume a session a
         // previous host run left, which is not news).
         if resume && self.parked {
-            events.push(SessionEvent::Unparked {
-                session_id: self.session_id.clone(),
-            });
+            self.emit(
+                events,
+                SessionEvent::Unparked {
+                    session_id: self.session_id.clone(),
+                },
+            );
         } else if resume && self.launches > 0 {
-            events.push(SessionEvent::Relaunched {
-                session_id: self.session_id.clone(),
-            });
+            self.emit(
+                events,
+                SessionEvent::Relaunched {
+                    session_id: self.session_id.clone(),
+                },
+            );
         }
         self.parked = false;
         self.launches += 1;
@@ -365,17 +446,59 @@ impl Driver {
             .as_deref()
             .map_or(0, muninn_core::tokenize::count);
         tracing::warn!(old = %old, new = %self.session_id, reason, seed_tokens, "claude-cli: session reseeded");
-        events.push(SessionEvent::Reseeded {
-            old_session_id: old,
-            new_session_id: self.session_id.clone(),
-            reason: reason.to_string(),
-            seed_tokens,
-        });
+        self.emit(
+            events,
+            SessionEvent::Reseeded {
+                old_session_id: old,
+                new_session_id: self.session_id.clone(),
+                reason: reason.to_string(),
+                seed_tokens,
+            },
+        );
+    }
+
+    /// Records a session event: in `events` (the report it comes with) and, at once, in the
+    /// queue [`muninn_backend::Backend::take_session_events`] drains — each event exactly once.
+    fn emit(&self, events: &mut Vec<SessionEvent>, event: SessionEvent) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.push_back(event.clone());
+        }
+        events.push(event);
+    }
+
+    /// Records the compactions a turn saw. `usage` is the compaction's own when it could be
+    /// told apart; `requested` when the exchange was [`Exchange::Compact`].
+    fn note_compactions(
+        &self,
+        collected: &Collected,
+        usage: Option<Usage>,
+        requested: bool,
+        events: &mut Vec<SessionEvent>,
+    ) {
+        // One usage figure cannot be split between several boundaries.
+        let usage = usage.filter(|_| collected.boundaries.len() == 1);
+        for b in &collected.boundaries {
+            if !requested {
+                tracing::warn!(trigger = %b.trigger, pre_tokens = ?b.pre_tokens,
+                    "claude-cli: the CLI compacted the session by itself");
+            }
+            self.emit(
+                events,
+                SessionEvent::Compacted {
+                    session_id: self.session_id.clone(),
+                    trigger: b.trigger.clone(),
+                    pre_tokens: b.pre_tokens,
+                    post_tokens: b.post_tokens,
+                    outside: !requested,
+                    usage,
+                },
+            );
+        }
     }
 
     async fn turn(
         &mut self,
-        input: TurnInput,
+        exchange: Exchange,
         flush: Option<FlushProtocol>,
         interrupts: &mut mpsc::Receiver<()>,
     ) -> TurnDone {
@@ -393,7 +516,7 @@ impl Driver {
         });
         let result = self
             .turn_inner(
-                &input,
+                &exchange,
                 interrupts,
                 &mut run_flush,
                 &mut report,
@@ -406,7 +529,9 @@ impl Driver {
                 Some(v) if outcome.text.is_empty() => v.to_string(),
                 _ => outcome.text.clone(),
             };
-            self.log.push((input_text(&input), reply));
+            if let Exchange::Turn(input) = &exchange {
+                self.log.push((input_text(input), reply));
+            }
         }
         report.session_id = self.session_id.clone();
         report.pid = self.live_pid();
@@ -423,7 +548,7 @@ impl Driver {
 
     async fn turn_inner(
         &mut self,
-        input: &TurnInput,
+        exchange: &Exchange,
         interrupts: &mut mpsc::Receiver<()>,
         run_flush: &mut Option<RunFlush>,
         report: &mut TurnReport,
@@ -431,7 +556,8 @@ impl Driver {
         result_read_at: &mut Option<Instant>,
     ) -> Result<TurnOutcome, BackendError> {
         // Validated up front, so a bad turn fails before anything is launched.
-        user_line(input, None)?;
+        exchange.line()?;
+        let compacting = matches!(exchange, Exchange::Compact(_));
         // Interrupts sent before this turn began are stale.
         while interrupts.try_recv().is_ok() {}
         let mut attempt = 0;
@@ -445,7 +571,11 @@ impl Driver {
                 self.launch(&mut report.session_events)?;
             }
             // Built per attempt: a reseed on the way may have rendered a seed to send first.
-            let line = user_line(input, self.pending_seed.as_deref())?;
+            let line = match exchange {
+                Exchange::Turn(input) => user_line(input, self.pending_seed.as_deref())?,
+                // A compaction only follows a turn that succeeded, so no seed is pending.
+                Exchange::Compact(_) => exchange.line()?,
+            };
             let Some(live) = self.child.as_mut() else {
                 return Err(BackendError::Transport("no child after launch".into()));
             };
@@ -461,6 +591,9 @@ impl Driver {
             let end = self
                 .read_turn(interrupts, run_flush, report, &mut collected)
                 .await;
+            if !matches!(end, ReadEnd::Result { .. }) {
+                self.note_compactions(&collected, None, compacting, &mut report.session_events);
+            }
             match end {
                 ReadEnd::Result {
                     result,
@@ -491,7 +624,37 @@ impl Driver {
                     self.pending_seed = None;
                     report.model_usage_since_last_result =
                         result.model_usage_since_last_result.clone();
+                    let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;
+                    let compaction_usage = result.model_usage_since_last_result.as_ref().map(|m| {
+                        let all = parse_model_usage(m, requested_1h);
+                        if compacting {
+                            all
+                        } else {
+                            // `usage` is the turn's own requests; the rest was compaction.
+                            let turn = parse_usage(&result.usage, requested_1h);
+                            Usage {
+                                input: all.input.saturating_sub(turn.input),
+                                cache_write_5m: all
+                                    .cache_write_5m
+                                    .saturating_sub(turn.cache_write_5m),
+                                cache_write_1h: all
+                                    .cache_write_1h
+                                    .saturating_sub(turn.cache_write_1h),
+                                cache_read: all.cache_read.saturating_sub(turn.cache_read),
+                                output: all.output.saturating_sub(turn.output),
+                            }
+                        }
+                    });
+                    self.note_compactions(
+                        &collected,
+                        compaction_usage,
+                        compacting,
+                        &mut report.session_events,
+                    );
                     report.result = Some(raw);
+                    if compacting {
+                        return self.compaction_outcome(*result, collected, report);
+                    }
                     return self.outcome(*result, collected, report);
                 }
                 ReadEnd::TimedOut => {
@@ -687,6 +850,17 @@ impl Driver {
                         CliEvent::ControlResponse(v) => {
                             tracing::debug!(response = %v, "claude-cli: control response");
                         }
+                        CliEvent::CompactBoundary(b) => {
+                            collected.boundaries.push(b.compact_metadata);
+                        }
+                        CliEvent::Unknown(v)
+                            if v.get("type").and_then(Value::as_str) == Some("user")
+                                && !collected.boundaries.is_empty()
+                                && collected.summary.is_none()
+                                && v.get("isReplay").and_then(Value::as_bool) != Some(true) =>
+                        {
+                            collected.summary = Some(message_text(&v["message"]["content"]));
+                        }
                         CliEvent::Result(result) => {
                             // A flush line the CLI has not taken yet was queued behind this
                             // result: it runs as a turn of its own next, and its reply is the
@@ -814,6 +988,57 @@ impl Driver {
         })
     }
 
+    /// Turns the `result` of a `/compact` into its outcome: the compaction request's usage (the
+    /// `result`'s own `usage` is all zeros for a local command) and the summary.
+    fn compaction_outcome(
+        &self,
+        result: ResultEvent,
+        collected: Collected,
+        report: &TurnReport,
+    ) -> Result<TurnOutcome, BackendError> {
+        if result.is_error {
+            return self.outcome(result, collected, report);
+        }
+        if collected.boundaries.is_empty() {
+            // E.g. a conversation too short to summarise: the CLI answers in text.
+            return Err(BackendError::Invalid(format!(
+                "the CLI did not compact the session: {}",
+                truncate(&result.text(), 500)
+            )));
+        }
+        let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;
+        let raw = result
+            .model_usage_since_last_result
+            .clone()
+            .unwrap_or(Value::Null);
+        let usage = parse_model_usage(&raw, requested_1h);
+        let written = usage.written();
+        let ttl = TtlCheck {
+            expected_5m: if requested_1h { 0 } else { written },
+            expected_1h: if requested_1h { written } else { 0 },
+            honoured_5m: usage.cache_write_5m,
+            honoured_1h: usage.cache_write_1h,
+        };
+        let mut events = Vec::new();
+        if ttl.mismatch() {
+            events.push(muninn_backend::TurnEvent::TtlMismatch { check: ttl });
+        }
+        Ok(TurnOutcome {
+            text: collected.summary.unwrap_or_default(),
+            tool_calls: Vec::new(),
+            structured: None,
+            stop_reason: "compacted".to_string(),
+            usage,
+            raw_usage: raw,
+            predicted: None,
+            miss: None,
+            ttl,
+            retries: report.retries.clone(),
+            events,
+            request_id: collected.request_id,
+        })
+    }
+
     /// Waits for a child whose stdout ended; returns its status and stderr tail.
     async fn reap(&mut self) -> (Option<ExitStatus>, String) {
         let Some(mut live) = self.child.take() else {
@@ -852,7 +1077,9 @@ impl Driver {
             pid,
             rss_kib,
         };
-        self.pending_events.push(event.clone());
+        let mut pending = std::mem::take(&mut self.pending_events);
+        self.emit(&mut pending, event.clone());
+        self.pending_events = pending;
         Some(ParkReport { event, status })
     }
 
@@ -904,6 +1131,11 @@ fn user_line(input: &TurnInput, seed: Option<&str>) -> Result<String, BackendErr
                 .collect(),
         ),
     };
+    validated_line(content)
+}
+
+/// A stdin user line with `content`, checked to be one JSON object on one line.
+fn validated_line(content: Value) -> Result<String, BackendError> {
     let line = json!({"type": "user", "message": {"role": "user", "content": content}}).to_string();
     let valid = !line.contains('\n')
         && serde_json::from_str::<Value>(&line).is_ok_and(|v| v["type"] == "user");
@@ -992,6 +1224,48 @@ async fn write_interrupt(live: &mut Live, n: u64) {
     }
 }
 
+/// The text of a message's `content` (a string, or its text blocks joined).
+fn message_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// A pipe holding `secret`, its write end already closed: the child reads it to the end.
+fn credential_pipe(secret: &str) -> Result<OwnedFd, BackendError> {
+    if secret.len() > MAX_CREDENTIAL_BYTES {
+        return Err(BackendError::Invalid(
+            "the credential is too long to pass through a pipe".into(),
+        ));
+    }
+    // Both ends are created close-on-exec; only the child's copy of the read end loses it.
+    let (reader, mut writer) = std::io::pipe()
+        .map_err(|e| BackendError::Transport(format!("cannot create the credential pipe: {e}")))?;
+    writer
+        .write_all(secret.as_bytes())
+        .map_err(|e| BackendError::Transport(format!("cannot fill the credential pipe: {e}")))?;
+    drop(writer);
+    Ok(reader.into())
+}
+
+/// Writes the child's `settings.json` (the config dir is muninn's own, so it is overwritten):
+/// auto-compaction and idle compaction off, unless a test asks to leave auto-compaction on.
+fn write_settings(c: &CliConfig) -> Result<(), BackendError> {
+    let settings = json!({
+        "autoCompactEnabled": c.allow_cli_auto_compaction,
+        "idleCompaction": false,
+    });
+    let path = c.config_dir().join("settings.json");
+    std::fs::write(&path, format!("{settings:#}\n"))
+        .map_err(|e| BackendError::Invalid(format!("cannot write {}: {e}", path.display())))
+}
+
 async fn write_line(stdin: &mut ChildStdin, line: &str) -> std::io::Result<()> {
     let mut bytes = Vec::with_capacity(line.len() + 1);
     bytes.extend_from_slice(line.as_bytes());
@@ -1024,6 +1298,22 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_lines_carry_the_instructions() {
+        let line = Exchange::Compact("  keep \"the\"\nravens ".into())
+            .line()
+            .unwrap();
+        assert!(!line.contains('\n'));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            v["message"]["content"],
+            json!("/compact keep \"the\"\nravens")
+        );
+        let bare = Exchange::Compact(String::new()).line().unwrap();
+        let v: Value = serde_json::from_str(&bare).unwrap();
+        assert_eq!(v["message"]["content"], json!("/compact"));
+    }
 
     #[test]
     fn user_lines_are_one_valid_json_line() {

@@ -1,7 +1,7 @@
 //! The CLI's stream-json stdout, decoded one line at a time.
 //!
 //! Only what the driver acts on is typed; everything else — `user` echoes, `system/status`,
-//! `compact_boundary`, event types a later CLI release adds — lands in [`CliEvent::Unknown`] and
+//! event types a later CLI release adds — lands in [`CliEvent::Unknown`] and
 //! is never fatal. A known type whose fields do not parse is also kept as `Unknown` (with a
 //! warning), because one odd line must not cost the session.
 //!
@@ -27,6 +27,8 @@ pub enum CliEvent {
     ApiRetry(ApiRetryEvent),
     /// `control_response`: the answer to a `control_request` line (an interrupt).
     ControlResponse(Value),
+    /// `system/compact_boundary`: the CLI compacted the session.
+    CompactBoundary(CompactBoundaryEvent),
     /// `result`: the end of a turn.
     Result(Box<ResultEvent>),
     /// Anything else, verbatim.
@@ -77,6 +79,27 @@ pub struct ApiRetryEvent {
     /// The CLI's error class (`rate_limit`, `authentication_failed`, …).
     #[serde(default)]
     pub error: Option<String>,
+}
+
+/// A `system/compact_boundary` line.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct CompactBoundaryEvent {
+    /// What the compaction was.
+    pub compact_metadata: CompactMetadata,
+}
+
+/// The `compact_metadata` of a boundary.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct CompactMetadata {
+    /// `manual` (`/compact`) or `auto` (usage-triggered, idle, or reactive after a
+    /// "prompt is too long").
+    pub trigger: String,
+    /// The context size before, as the CLI measured it (from the last reported usage).
+    #[serde(default)]
+    pub pre_tokens: Option<u64>,
+    /// The context size after.
+    #[serde(default)]
+    pub post_tokens: Option<u64>,
 }
 
 /// A `result` line: the end of a turn.
@@ -153,6 +176,9 @@ pub fn decode(line: &str) -> Option<CliEvent> {
         ("system", "api_retry") => serde_json::from_value(value.clone())
             .ok()
             .map(CliEvent::ApiRetry),
+        ("system", "compact_boundary") => serde_json::from_value(value.clone())
+            .ok()
+            .map(CliEvent::CompactBoundary),
         ("assistant", _) => serde_json::from_value(value.clone())
             .ok()
             .map(CliEvent::Assistant),
@@ -188,11 +214,30 @@ mod tests {
 
     #[test]
     fn unknown_and_odd_lines_are_kept_not_fatal() {
-        let v = json!({"type":"system","subtype":"compact_boundary","x":1});
+        let v = json!({"type":"system","subtype":"status","status":"compacting"});
         assert_eq!(decode(&v.to_string()), Some(CliEvent::Unknown(v)));
+        let odd = json!({"type":"system","subtype":"compact_boundary","x":1});
+        assert_eq!(decode(&odd.to_string()), Some(CliEvent::Unknown(odd)));
         let odd = json!({"type":"system","subtype":"api_retry","attempt":"one"});
         assert_eq!(decode(&odd.to_string()), Some(CliEvent::Unknown(odd)));
         assert_eq!(decode("not json"), None);
+    }
+
+    #[test]
+    fn a_compact_boundary_is_typed() {
+        let v = json!({"type":"system","subtype":"compact_boundary","session_id":"s",
+            "compact_metadata":{"trigger":"auto","pre_tokens":975028,"post_tokens":532,
+            "cumulative_dropped_tokens":974496,"duration_ms":96}});
+        assert_eq!(
+            decode(&v.to_string()),
+            Some(CliEvent::CompactBoundary(CompactBoundaryEvent {
+                compact_metadata: CompactMetadata {
+                    trigger: "auto".into(),
+                    pre_tokens: Some(975_028),
+                    post_tokens: Some(532),
+                }
+            }))
+        );
     }
 
     #[test]

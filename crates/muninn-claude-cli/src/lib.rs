@@ -30,7 +30,14 @@
 //!   `result` before it takes the next command, so queued lines are never merged by the CLI.
 //! - **stdin lines are validated before they are written:** one malformed line kills the CLI.
 //! - **Only an explicit environment reaches the child** (`env_clear` + an allowlist, see
-//!   [`CliConfig`]); the credential goes by environment only, never argv or a file.
+//!   [`CliConfig`]). **The credential goes through a pipe** by default
+//!   ([`CredentialPassing::FileDescriptor`]): muninn writes it into a fresh pipe and closes the
+//!   write end; the child inherits only the read end (FD_CLOEXEC cleared on that one fd in the
+//!   child) and its number in `CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR` (or
+//!   `CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR`), reads it to the end and keeps it in memory. So
+//!   the credential is in no argv, no environment (`/proc/<pid>/environ` holds a number) and no
+//!   file. [`CredentialPassing::Environment`] is the fallback for CLIs without the descriptor
+//!   variables.
 //! - **Lifecycle.** A child that died is relaunched with `--resume <id>` on the next turn. A lost
 //!   session (transcript missing, corrupt — the CLI then says `No conversation found` — or
 //!   `already in use`) is replaced by a fresh session with a new id, reported as
@@ -49,9 +56,26 @@
 //!   stream-json `control_request` `interrupt`, never SIGINT (which exits the CLI). Shutdown
 //!   closes stdin and waits, then SIGTERM after a timeout; dropping the handle kills the child.
 //! - **Usage** is the `result` line's per-turn `usage`, parsed into [`Usage`] and kept verbatim in
-//!   [`TurnOutcome::raw_usage`].
-//! - **Auto-compaction is off** (`DISABLE_AUTO_COMPACT=1`): muninn decides when a conversation is
-//!   summarised, and a compaction the CLI starts by itself would rewrite the cached prefix.
+//!   [`TurnOutcome::raw_usage`]. That `usage` leaves compaction requests out; a compaction's own
+//!   usage is the difference to `model_usage_since_last_result` ([`parse_model_usage`]).
+//! - **The CLI never compacts by itself.** muninn decides when a conversation is summarised, and
+//!   a compaction the CLI starts on its own would rewrite the cached prefix behind muninn's back.
+//!   Two switches, each enough alone, both set: `DISABLE_AUTO_COMPACT=1` in the environment, and
+//!   a `settings.json` in the child's `CLAUDE_CONFIG_DIR` with `"autoCompactEnabled": false`
+//!   (the CLI's gate for usage-triggered auto-compaction, which it reads together with that
+//!   variable) and `"idleCompaction": false` (compaction while idle before a 1h cache expires,
+//!   gated by the same switch and by this one). `DISABLE_COMPACT` is *not* set: it would also
+//!   disable `/compact`, which [`Backend::compact`] uses. Should a compaction happen anyway
+//!   (a reactive one after a "prompt is too long" 400), its `system/compact_boundary` is
+//!   reported as [`SessionEvent::Compacted`] with `outside: true`.
+//! - **Compaction on request.** [`Backend::compact`] writes `/compact <instructions>` as a user
+//!   line and reads `system/status compacting` → `system/compact_boundary` → the summary `user`
+//!   event → `result` (`num_turns: 0`). Its outcome's usage is the compaction request's own
+//!   (from `model_usage_since_last_result`, since the `result`'s `usage` is all zeros), its text
+//!   the summary message the session continues from.
+//! - **Session events** (relaunch, park, unpark, reseed, compaction) are queued the moment they
+//!   happen and drained by [`Backend::take_session_events`] as JSON objects with a `type`; each
+//!   is also listed in the [`TurnReport`] of the turn it came with.
 //!
 //! - **Flush protocol** ([`Backend::run`]): see [`flush`]. The child runs with
 //!   `--replay-user-messages`, so the driver sees when the CLI takes the flush line: echoed before
@@ -79,7 +103,9 @@ use muninn_backend::{
     TurnInput, TurnOutcome,
 };
 use muninn_core::trace::Usage;
+use serde::Serialize;
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -110,7 +136,9 @@ impl std::fmt::Debug for Secret {
 ///
 /// The child's environment is exactly: `PATH` (= [`CliConfig::path`]), `HOME`
 /// (`<data_dir>/home`), `CLAUDE_CONFIG_DIR` (`$HOME/.claude`), `TMPDIR` (`<data_dir>/tmp`, where
-/// the CLI leaves sockets and probe directories), `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`,
+/// the CLI leaves sockets and probe directories), `ANTHROPIC_BASE_URL`, the credential variable
+/// ([`CredentialKind::descriptor_var`] holding a descriptor number, or with
+/// [`CredentialPassing::Environment`] [`CredentialKind::environment_var`] holding the secret),
 /// `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` (only the Messages API is called),
 /// `CLAUDE_CODE_ATTRIBUTION_HEADER=0` (no billing-header block, whose content varies with the
 /// first message and would break prefix stability), `CLAUDE_CODE_PROMPT_CACHE_TTL`,
@@ -124,8 +152,12 @@ pub struct CliConfig {
     pub data_dir: PathBuf,
     /// The Messages API base URL.
     pub base_url: String,
-    /// The API key (sent as `ANTHROPIC_API_KEY`).
+    /// The credential: an API key or an OAuth token, as [`CliConfig::credential_kind`] says.
     pub api_key: Secret,
+    /// What the credential is (sent as `x-api-key` or as `authorization: Bearer`).
+    pub credential_kind: CredentialKind,
+    /// How the credential reaches the child.
+    pub credential_passing: CredentialPassing,
     /// The session id (a UUID; muninn derives it from the Mind and segment).
     pub session_id: String,
     /// The child's `PATH`; minimal by default, since `--tools=` runs no commands.
@@ -154,11 +186,56 @@ pub struct CliConfig {
     /// `--max-turns`: the most requests one turn (tool loop) may make; running out comes back as
     /// [`BackendError::Api`] with kind `max_turns`.
     pub max_turns: Option<u32>,
+    /// **Tests only**: leave the CLI's own auto-compaction on (no `DISABLE_AUTO_COMPACT`,
+    /// `"autoCompactEnabled": true`), to show that the switches muninn sets are what stops it.
+    /// muninn never sets this.
+    pub allow_cli_auto_compaction: bool,
 }
 
+/// What kind of credential [`CliConfig::api_key`] is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CredentialKind {
+    /// A Console API key, sent as `x-api-key`.
+    #[default]
+    ApiKey,
+    /// An OAuth access token (`claude setup-token`), sent as `authorization: Bearer`. With it the
+    /// CLI defaults to the subscription's model, so give [`SessionSpec::model`] explicitly.
+    OAuthToken,
+}
+
+impl CredentialKind {
+    /// The variable naming the inherited descriptor the CLI reads the credential from.
+    pub fn descriptor_var(self) -> &'static str {
+        match self {
+            CredentialKind::ApiKey => "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
+            CredentialKind::OAuthToken => "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR",
+        }
+    }
+
+    /// The variable holding the credential itself ([`CredentialPassing::Environment`]).
+    pub fn environment_var(self) -> &'static str {
+        match self {
+            CredentialKind::ApiKey => "ANTHROPIC_API_KEY",
+            CredentialKind::OAuthToken => "CLAUDE_CODE_OAUTH_TOKEN",
+        }
+    }
+}
+
+/// How the credential reaches the child.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CredentialPassing {
+    /// Through an inherited pipe, read to its end by the CLI (2.1.332 reads
+    /// `/proc/self/fd/<n>`): the secret is never in the child's environment, argv or a file.
+    #[default]
+    FileDescriptor,
+    /// In the child's environment (readable in `/proc/<pid>/environ` by the same user): for CLI
+    /// versions without the descriptor variables.
+    Environment,
+}
 impl CliConfig {
-    /// A config with the defaults: `PATH=/usr/bin:/bin`, the CLI's retry budget, a 10-minute
-    /// turn timeout (the CLI's full 5xx backoff takes about 3 minutes), 5 s to shut down.
+    /// A config with the defaults: an API key passed through a descriptor,
+    /// `PATH=/usr/bin:/bin`, the CLI's retry budget, a 10-minute turn timeout (the CLI's full 5xx
+    /// backoff takes about 3 minutes), 5 s to shut down.
     pub fn new(
         bin: impl Into<PathBuf>,
         data_dir: impl Into<PathBuf>,
@@ -181,6 +258,9 @@ impl CliConfig {
             permission_mode: None,
             max_budget_micro_usd: None,
             max_turns: None,
+            credential_kind: CredentialKind::ApiKey,
+            credential_passing: CredentialPassing::FileDescriptor,
+            allow_cli_auto_compaction: false,
         }
     }
 
@@ -246,8 +326,10 @@ pub fn derive_session_id(base: &str, n: u32) -> String {
     )
 }
 
-/// Something that happened to the session (not to one reply) that the host must know.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Something that happened to the session (not to one reply) that the host must know. Serialised
+/// for the ledger as an object with a `type` (`relaunched`, `parked`, …).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum SessionEvent {
     /// The child was (re)started with `--resume`, after it had died.
     Relaunched {
@@ -291,6 +373,25 @@ pub enum SessionEvent {
         /// The copy this backend now writes.
         to: String,
     },
+    /// The CLI compacted the session (a `system/compact_boundary`): the conversation now
+    /// continues from a summary, and the cached prefix was rewritten.
+    Compacted {
+        /// The session compacted.
+        session_id: String,
+        /// `manual` (a `/compact`) or `auto` (the CLI decided by itself).
+        trigger: String,
+        /// The context size the CLI measured before, if it said.
+        pre_tokens: Option<u64>,
+        /// And after.
+        post_tokens: Option<u64>,
+        /// Not asked for through [`Backend::compact`]: a compaction from outside muninn's
+        /// decisions (the CLI's auto- or reactive compaction), which muninn's switches should
+        /// have prevented.
+        outside: bool,
+        /// The compaction request's own usage, when the turn's `result` allowed telling it
+        /// apart (`model_usage_since_last_result` less the turn's `usage`).
+        usage: Option<Usage>,
+    },
 }
 
 /// What the driver saw of one turn, beside the [`TurnOutcome`].
@@ -320,6 +421,10 @@ pub(crate) enum Command {
         input: TurnInput,
         /// Run the turn under the flush protocol ([`Backend::run`]).
         flush: Option<FlushProtocol>,
+        reply: oneshot::Sender<TurnDone>,
+    },
+    Compact {
+        instructions: String,
         reply: oneshot::Sender<TurnDone>,
     },
     Pid {
@@ -388,6 +493,9 @@ pub struct ClaudeCliBackend {
     /// The host's seed ([`Backend::set_seed`]), shared with the driver, which renders it when a
     /// session has to be reseeded.
     seed: Arc<Mutex<Option<String>>>,
+    /// Session events as they happen, shared with every driver this backend starts; drained by
+    /// [`Backend::take_session_events`].
+    events: EventQueue,
 }
 
 /// A handle claimed for the next start.
@@ -397,6 +505,9 @@ struct Claim {
     items: Vec<Vec<u8>>,
     fork: bool,
 }
+
+/// Where the driver queues [`SessionEvent`]s the moment they happen.
+pub(crate) type EventQueue = Arc<Mutex<VecDeque<SessionEvent>>>;
 
 impl ClaudeCliBackend {
     /// A backend with no session yet; [`Backend::start`] launches the child.
@@ -411,6 +522,7 @@ impl ClaudeCliBackend {
             claim: None,
             seed: Arc::new(Mutex::new(None)),
             pool: None,
+            events: EventQueue::default(),
         }
     }
 
@@ -620,8 +732,13 @@ impl Backend for ClaudeCliBackend {
             Some((pool, key)) => Some(pool.acquire(key).await),
             None => None,
         };
-        let (commands, interrupts) =
-            driver::spawn(self.config.clone(), spec.clone(), plan, self.seed.clone())?;
+        let (commands, interrupts) = driver::spawn(
+            self.config.clone(),
+            spec.clone(),
+            plan,
+            self.seed.clone(),
+            self.events.clone(),
+        )?;
         let weak = commands.downgrade();
         self.commands = Some(commands);
         if let Some(ticket) = ticket {
@@ -634,6 +751,28 @@ impl Backend for ClaudeCliBackend {
 
     async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
         self.send_turn(input, None).await.0
+    }
+
+    async fn compact(&mut self, instructions: &str) -> Result<TurnOutcome, BackendError> {
+        let instructions = instructions.to_string();
+        self.exchange(|reply| Command::Compact {
+            instructions,
+            reply,
+        })
+        .await
+        .0
+    }
+
+    fn take_session_events(&mut self) -> Vec<Value> {
+        let drained: Vec<SessionEvent> = match self.events.lock() {
+            Ok(mut q) => q.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        drained
+            .iter()
+            // A `SessionEvent` is plain data: serialising it cannot fail.
+            .filter_map(|e| serde_json::to_value(e).ok())
+            .collect()
     }
 
     fn binds_sessions(&self) -> bool {
@@ -682,6 +821,19 @@ impl ClaudeCliBackend {
         input: TurnInput,
         flush: Option<FlushProtocol>,
     ) -> (Result<TurnOutcome, BackendError>, FlushStage) {
+        self.exchange(|reply| Command::Turn {
+            input,
+            flush,
+            reply,
+        })
+        .await
+    }
+
+    /// Sends one command that ends in a `result` (a turn, a run, a compaction) and waits for it.
+    async fn exchange(
+        &mut self,
+        command: impl FnOnce(oneshot::Sender<TurnDone>) -> Command,
+    ) -> (Result<TurnOutcome, BackendError>, FlushStage) {
         let stopped = || {
             (
                 Err(BackendError::Transport(
@@ -697,22 +849,14 @@ impl ClaudeCliBackend {
                 FlushStage::NotNeeded,
             );
         };
-        // Held until the turn ends, so the pool never parks this session mid-turn (a long
-        // flush-protocol run included).
+        // Held until the command ends, so the pool never parks this session mid-turn (a long
+        // flush-protocol run and a compaction included).
         let ticket = match &self.pool {
             Some((pool, key)) => Some(pool.acquire(key).await),
             None => None,
         };
         let (reply, rx) = oneshot::channel();
-        if tx
-            .send(Command::Turn {
-                input,
-                flush,
-                reply,
-            })
-            .await
-            .is_err()
-        {
+        if tx.send(command(reply)).await.is_err() {
             return stopped();
         }
         let Ok(done) = rx.await else {
@@ -778,6 +922,34 @@ pub fn parse_usage(raw: &Value, requested_1h: bool) -> Usage {
     }
 }
 
+/// Parses a `result` line's `model_usage_since_last_result` (per model, camelCase, including
+/// compaction requests) into one [`Usage`], summed over models. Without a 5m/1h split, all
+/// writes are put under the TTL the session asked for.
+pub fn parse_model_usage(raw: &Value, requested_1h: bool) -> Usage {
+    let mut total = Usage::default();
+    let Some(models) = raw.as_object() else {
+        return total;
+    };
+    for m in models.values() {
+        let n = |k: &str| m.get(k).and_then(Value::as_u64);
+        let written = n("cacheCreationInputTokens").unwrap_or(0);
+        let (w5, w1) = match (
+            n("cacheCreationEphemeral5mInputTokens"),
+            n("cacheCreationEphemeral1hInputTokens"),
+        ) {
+            (Some(a), Some(b)) => (a, b),
+            _ if requested_1h => (0, written),
+            _ => (written, 0),
+        };
+        total.input += n("inputTokens").unwrap_or(0);
+        total.cache_write_5m += w5;
+        total.cache_write_1h += w1;
+        total.cache_read += n("cacheReadInputTokens").unwrap_or(0);
+        total.output += n("outputTokens").unwrap_or(0);
+    }
+    total
+}
+
 /// Reads a process's resident memory (`VmRSS`, kB) from `/proc`.
 pub fn vm_rss_kb(pid: u32) -> Option<u64> {
     let status =
@@ -825,6 +997,52 @@ mod tests {
         );
         let bare = json!({"input_tokens":1,"cache_creation_input_tokens":10,"output_tokens":2});
         assert_eq!(parse_usage(&bare, true).cache_write_1h, 10);
+    }
+
+    #[test]
+    fn model_usage_sums_models_and_splits_writes() {
+        let raw = json!({
+            "claude-opus-5-5": {"inputTokens":7,"outputTokens":24,"cacheReadInputTokens":4022,
+                "cacheCreationInputTokens":411,"cacheCreationEphemeral5mInputTokens":383,
+                "cacheCreationEphemeral1hInputTokens":28,"costUSD":0.0034514},
+            "claude-haiku-4-5": {"inputTokens":1,"outputTokens":2,"cacheReadInputTokens":0,
+                "cacheCreationInputTokens":10}
+        });
+        assert_eq!(
+            parse_model_usage(&raw, false),
+            Usage {
+                input: 8,
+                cache_write_5m: 393,
+                cache_write_1h: 28,
+                cache_read: 4022,
+                output: 26
+            }
+        );
+        assert_eq!(parse_model_usage(&json!({}), false), Usage::default());
+    }
+
+    #[test]
+    fn session_events_serialise_with_a_type() {
+        let e = SessionEvent::Compacted {
+            session_id: "s".into(),
+            trigger: "auto".into(),
+            pre_tokens: Some(975_028),
+            post_tokens: None,
+            outside: true,
+            usage: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&e).unwrap(),
+            json!({"type":"compacted","session_id":"s","trigger":"auto","pre_tokens":975028,
+                   "post_tokens":null,"outside":true,"usage":null})
+        );
+        let r = SessionEvent::Relaunched {
+            session_id: "s".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"type":"relaunched","session_id":"s"})
+        );
     }
 
     #[test]

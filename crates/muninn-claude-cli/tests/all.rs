@@ -1332,3 +1332,6 @@ async fn a_slow_flush_is_interrupted_after_its_grace_and_terminated_when_told() 
     assert!(sent.iter().any(|m| m.contains("slow warm")), "{sent:?}");
     b.shutdown().await;
 }
+
+mod compaction;
+mod credentials;

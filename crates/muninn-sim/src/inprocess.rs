@@ -80,10 +80,11 @@ impl Transport for InProcess {
         if let Some(FaultKind::Slow { first_byte_ms, .. }) = fault {
             tokio::time::sleep(std::time::Duration::from_millis(first_byte_ms)).await;
         }
-        let answer = match self.sim.messages(&body, seq, at_ms) {
+        let mut answer = match self.sim.messages(&body, seq, at_ms) {
             Ok(a) => a,
             Err(e) => return Err(self.refuse(record, e)),
         };
+        answer.apply_report_fault(fault.as_ref());
         record.usage = Some(answer.usage);
         record.miss = answer.miss;
         self.sim.record(record);

@@ -18,7 +18,9 @@
 //! # Admin routes (tests only; no authentication — bind to loopback)
 //!
 //! - `GET|POST|DELETE /admin/faults` — the fault queue; POST takes one [`Fault`] or a list, e.g.
-//!   `{"kind":"rate_limit","retry_after_s":2,"times":2}`.
+//!   `{"kind":"rate_limit","retry_after_s":2,"times":2}`, or
+//!   `{"kind":"inflate_usage","cache_read_tokens":970000}` to make a client believe its context
+//!   is nearly full.
 //! - `GET|POST /admin/clock` — `{"now_ms":…}`; POST `{"advance_ms":N}` moves virtual time.
 //! - `GET|DELETE /admin/requests` — the recorded [`crate::sim::RecordedRequest`]s.
 //! - `POST /admin/reset` — empties the cache, the faults and the log.
@@ -136,7 +138,10 @@ pub(crate) fn fault_error(kind: &FaultKind) -> Option<ApiError> {
             ApiError::new(400, "invalid_request_error", message.clone())
         }
         FaultKind::Unauthorized => ApiError::new(401, "authentication_error", "invalid x-api-key"),
-        FaultKind::MidStreamError { .. } | FaultKind::Truncate { .. } | FaultKind::Slow { .. } => {
+        FaultKind::MidStreamError { .. }
+        | FaultKind::Truncate { .. }
+        | FaultKind::Slow { .. }
+        | FaultKind::InflateUsage { .. } => {
             return None;
         }
     })
@@ -191,10 +196,11 @@ async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: B
     if let Some(e) = fault.as_ref().and_then(fault_error) {
         return refuse(record, e);
     }
-    let answer = match sim.messages(&value, seq, at_ms) {
+    let mut answer = match sim.messages(&value, seq, at_ms) {
         Ok(a) => a,
         Err(e) => return refuse(record, e),
     };
+    answer.apply_report_fault(fault.as_ref());
     record.usage = Some(answer.usage);
     record.miss = answer.miss;
     let stream = value

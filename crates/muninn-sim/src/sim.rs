@@ -125,6 +125,14 @@ pub enum FaultKind {
         #[serde(default)]
         event_ms: u64,
     },
+    /// A normal answer whose *reported* usage claims `cache_read_tokens` more cache reads than
+    /// the cache model computed, so a client that sizes its context from reported usage (the
+    /// Claude Code CLI's auto-compaction) believes the window is nearly full. The cache itself
+    /// is updated as for any request; only the reply's and the log's usage are inflated.
+    InflateUsage {
+        /// Tokens added to `cache_read_input_tokens`.
+        cache_read_tokens: u64,
+    },
 }
 
 fn overloaded() -> String {
@@ -212,6 +220,14 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// Applies a fault that changes what is reported rather than whether it is answered
+    /// ([`FaultKind::InflateUsage`]); other faults leave the answer as it is.
+    pub fn apply_report_fault(&mut self, fault: Option<&FaultKind>) {
+        if let Some(FaultKind::InflateUsage { cache_read_tokens }) = fault {
+            self.usage.cache_read = self.usage.cache_read.saturating_add(*cache_read_tokens);
+        }
+    }
+
     /// The usage as the wire reports it.
     pub fn wire_usage(&self) -> WireUsage {
         WireUsage::from_core(&self.usage)

@@ -338,6 +338,49 @@ async fn admin_moves_the_clock_and_queues_faults() {
     assert_eq!(s, 400);
 }
 
+#[tokio::test]
+async fn an_inflate_usage_fault_inflates_only_the_reported_cache_read() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
+    let system = long_system("inflate", 2);
+    let (s, _, text) = http
+        .post(
+            "/admin/faults",
+            "{\"kind\":\"inflate_usage\",\"cache_read_tokens\":970000}",
+            &[],
+        )
+        .await;
+    assert_eq!(s, 200, "{text}");
+    let (s, _, body) = http
+        .api("/v1/messages", &request(&system, &["one"], true))
+        .await;
+    assert_eq!(s, 200, "{body}");
+    let StreamEvent::MessageDelta { usage, .. } = sse_events(&body)
+        .into_iter()
+        .find(|e| e.name() == "message_delta")
+        .unwrap()
+    else {
+        panic!()
+    };
+    // The next request is reported as computed: the fault hit one request, and the cache
+    // model's state is the real one (the second request reads what the first wrote).
+    let (_, _, body) = http
+        .api("/v1/messages", &request(&system, &["one", "two"], false))
+        .await;
+    let second: Value = serde_json::from_str(&body).unwrap();
+    let records = h.sim.requests();
+    let expected = recompute(&records);
+    let mut inflated = expected[0];
+    inflated.cache_read += 970_000;
+    assert_eq!(usage.to_core(), inflated);
+    assert_eq!(records[0].usage, Some(inflated));
+    assert_eq!(
+        second["usage"]["cache_read_input_tokens"].as_u64(),
+        Some(expected[1].cache_read)
+    );
+    assert!(expected[1].cache_read > 1000);
+}
+
 /// A real streamed tool-use reply, decoded and assembled from arbitrary chunk boundaries, is
 /// always the same message.
 #[test]
