@@ -10,7 +10,7 @@ use muninn_backend::{
     Backend, BackendError, FlushProtocol, RunOutcome, SessionSpec, TurnInput, TurnOutcome,
 };
 use muninn_claude_cli::pool::{ParkPolicy, PoolConfig, SharedPool};
-use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, Secret};
+use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, CredentialKind, Secret};
 use muninn_core::price::PriceTable;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
@@ -147,8 +147,11 @@ pub enum BackendFactory {
         data_dir: PathBuf,
         /// The Messages API base URL the CLI calls.
         base_url: String,
-        /// The credential, passed to each child by environment only.
+        /// The credential, passed to each child through an inherited pipe
+        /// (`CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR` / `CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR`).
         api_key: Secret,
+        /// Whether `api_key` is an API key or an OAuth token.
+        credential_kind: CredentialKind,
         /// The host's own session-binding key (`<data_dir>/session-binding.key`): a session left
         /// on disk is resumed only through a handle minted with it. Boxed: keyed HMAC state is
         /// large, and the factory is cloned per Mind.
@@ -308,9 +311,16 @@ impl BackendFactory {
             .unwrap_or_else(|| "https://api.anthropic.com".to_string());
         match kind {
             BackendKind::ClaudeCli => {
-                let key = env(var)
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(|| BackendSetupError::MissingCredential(var.clone()))?;
+                // An API key from the configured variable, else a Claude subscription's OAuth
+                // token (the CLI sends that as a bearer); either reaches the child through an
+                // inherited pipe, never its environment or argv.
+                let (key, credential_kind) = match env(var).filter(|v| !v.is_empty()) {
+                    Some(key) => (key, CredentialKind::ApiKey),
+                    None => env("CLAUDE_CODE_OAUTH_TOKEN")
+                        .filter(|v| !v.is_empty())
+                        .map(|t| (t, CredentialKind::OAuthToken))
+                        .ok_or_else(|| BackendSetupError::MissingCredential(var.clone()))?,
+                };
                 let bin = config
                     .backend
                     .claude_bin
@@ -332,6 +342,7 @@ impl BackendFactory {
                     data_dir: config.data_dir.join("claude-cli"),
                     base_url: base,
                     api_key: Secret::new(key),
+                    credential_kind,
                     binding_key: Box::new(binding_key),
                     self_sessions: Box::new(
                         config
@@ -387,6 +398,7 @@ impl BackendFactory {
                 data_dir,
                 base_url,
                 api_key,
+                credential_kind,
                 binding_key,
                 self_sessions,
                 shared_pool,
@@ -402,6 +414,7 @@ impl BackendFactory {
                     muninn_claude_cli::derive_session_id(session, 0),
                 );
                 config.binding_key = Some((**binding_key).clone());
+                config.credential_kind = *credential_kind;
                 // A Self session (`<mind>/self`) runs with its configured CLI tools, permission
                 // mode and per-brief budget; a Persona session keeps `--tools=` and no budget
                 // (its replies are schema-checked JSON, never tool calls).

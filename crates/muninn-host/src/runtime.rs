@@ -1179,8 +1179,17 @@ impl<B: Backend> MindRunner<B> {
         let mut outcome = match self.persona.backend.turn(TurnInput::text(user_text)).await {
             Ok(o) => o,
             Err(e) => {
-                // The provider's session may no longer match the renderer: rebuild next time.
-                self.persona.broken = true;
+                // A backend that keeps its own durable session (the CLI) relaunches it by itself
+                // on the next turn (`--resume`) when its child died or hung: the session then
+                // holds this turn's user line unanswered, as the transcript holds the delivery,
+                // and the retry appends the batch again on both sides, so the segment (and its
+                // cached prefix) continues. Any other failure may have left the provider's
+                // session out of step with the renderer: rebuild next time.
+                let relaunches = self.persona.backend.binds_sessions()
+                    && matches!(e, BackendError::Transport(_));
+                if !relaunches {
+                    self.persona.broken = true;
+                }
                 self.persona.collect_events();
                 return Err(e.into());
             }

@@ -26,6 +26,10 @@ struct CliWorld {
 }
 
 async fn cli_world(bin: std::path::PathBuf) -> CliWorld {
+    cli_world_with(bin, |_| {}).await
+}
+
+async fn cli_world_with(bin: std::path::PathBuf, edit: impl FnOnce(&mut Config)) -> CliWorld {
     let dir = tempfile::tempdir().unwrap();
     let server = muninn_sim::spawn(
         "127.0.0.1:0".parse().unwrap(),
@@ -45,6 +49,7 @@ async fn cli_world(bin: std::path::PathBuf) -> CliWorld {
         claude_bin: Some(bin),
         ..BackendConfig::default()
     };
+    edit(&mut config);
     let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| "sk-test-resume".to_string());
     let factory = BackendFactory::from_config(&config, env).unwrap();
     let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
@@ -292,4 +297,183 @@ async fn an_edited_persona_layer_opens_a_fresh_segment_after_a_restart() {
     );
     b.release().await.unwrap();
     w.server.stop().await.unwrap();
+}
+
+/// The pid of the live CLI child the pool knows under `key`.
+fn child_pid(w: &CliWorld, key: &str) -> Option<u32> {
+    let pool = w.factory.process_pool()?;
+    pool.live()
+        .into_iter()
+        .find(|l| l.key == key)
+        .and_then(|l| l.pid)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_turns_ledger_what_the_cli_reported_and_a_parked_child_resumes_on_the_next() {
+    let Some(bin) = claude_bin() else { return };
+    let w = cli_world_with(bin, |c| {
+        c.backend.pool.park_min_idle_s = 1;
+    })
+    .await;
+    let mut r = w.runner(persona("steady"), "host-a");
+    r.register().await.unwrap();
+    for (i, text) in ["one", "two", "three", "four", "five"].iter().enumerate() {
+        w.say(&format!("f{i}"), &format!("turn {text}: keep count"))
+            .await;
+        turn(&mut r).await;
+    }
+    let rows = w.rows().await;
+    assert_eq!(rows.len(), 5, "{rows:#?}");
+    // Each row's usage is what the CLI's `result` reported for the turn, verbatim.
+    for row in &rows {
+        let raw = row.raw_usage.as_ref().unwrap();
+        assert_eq!(
+            row.usage,
+            muninn_claude_cli::parse_usage(raw, false),
+            "{row:#?}"
+        );
+    }
+    // One process, one segment: the cached prefix is read, and reads grow turn by turn.
+    let reads: Vec<u64> = rows.iter().map(|r| r.usage.cache_read).collect();
+    assert!(reads.windows(2).skip(1).all(|p| p[1] > p[0]), "{reads:?}");
+    assert!(rows.iter().all(|r| r.segment == 0));
+
+    // The pool parks the idle child (the sweep looks ten minutes ahead of the last turn) …
+    let pool = w.factory.process_pool().unwrap().clone();
+    let pid = child_pid(&w, "vala/persona").expect("a live persona child");
+    let events = pool
+        .sweep(pool.now() + std::time::Duration::from_secs(600))
+        .await;
+    assert!(
+        events
+            .iter()
+            .any(|e| format!("{e:?}").contains("vala/persona")),
+        "{events:?}"
+    );
+    assert_eq!(child_pid(&w, "vala/persona"), None);
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists() || {
+            // A zombie not yet reaped counts as gone.
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .map(|s| s.contains("State:\tZ"))
+                .unwrap_or(true)
+        }
+    );
+    // … and the next turn resumes it with the whole conversation, recorded on its ledger row.
+    let before = w.messages_requests().len();
+    w.say("f5", "turn six: how many so far?").await;
+    turn(&mut r).await;
+    let first = w.messages_requests()[before].to_string();
+    assert!(
+        first.contains("turn one") && first.contains("turn five"),
+        "{first}"
+    );
+    let last = w.rows().await.pop().unwrap();
+    let types: Vec<_> = last.events.iter().map(|e| e["type"].clone()).collect();
+    assert!(types.contains(&serde_json::json!("parked")), "{types:?}");
+    assert!(types.contains(&serde_json::json!("unparked")), "{types:?}");
+    assert!(last.usage.cache_read > 0, "{last:#?}");
+    assert_eq!(
+        w.host
+            .store
+            .segments("vala", Role::Persona)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_killed_mid_turn_loses_no_delivery_and_sends_nothing_twice() {
+    use muninn_sim::sim::{Fault, FaultKind};
+    let Some(bin) = claude_bin() else { return };
+    let w = Arc::new(cli_world(bin).await);
+    let mut r = w.runner(persona("steady"), "host-a");
+    r.register().await.unwrap();
+    w.say("k1", "kilo-one: hello").await;
+    turn(&mut r).await;
+    let pid = child_pid(&w, "vala/persona").expect("a live persona child");
+    // The next reply is slow, so the child is certainly mid-turn when it is killed.
+    w.server.sim.push_faults([Fault {
+        kind: FaultKind::Slow {
+            first_byte_ms: 20_000,
+            event_ms: 0,
+        },
+        times: 1,
+    }]);
+    let before = w.messages_requests().len();
+    w.say("k2", "kilo-two: are you there?").await;
+    r.woken();
+    let stepping = tokio::spawn(async move {
+        let step = r.step().await;
+        (r, step)
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while w.messages_requests().len() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the turn never reached the sim"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // SIGKILL: no chance to finish the turn or write anything more.
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status();
+    let (mut r, step) = stepping.await.unwrap();
+    assert!(step.is_err(), "{step:?}");
+    // The delivery was not acknowledged: the next step answers it, in the same segment, the
+    // child relaunched with `--resume`: its first request carries the conversation so far.
+    let before = w.messages_requests().len();
+    turn(&mut r).await;
+    let first = w.messages_requests()[before].to_string();
+    assert!(first.contains("kilo-one"), "{first}");
+    assert_eq!(
+        w.host
+            .store
+            .segments("vala", Role::Persona)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let last = w.rows().await.pop().unwrap();
+    assert!(
+        last.events.iter().any(|e| e["type"] == "relaunched"),
+        "{:?}",
+        last.events
+    );
+    let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
+    let ids: BTreeSet<_> = outbox.iter().map(|m| m.request_id.clone()).collect();
+    assert_eq!(ids.len(), outbox.len(), "{outbox:#?}");
+    // One batch per delivery answered: k1's and k2's, no other.
+    let batches: BTreeSet<_> = outbox
+        .iter()
+        .map(|m| m.request_id.rsplit_once('-').unwrap().0.to_string())
+        .collect();
+    assert_eq!(batches.len(), 2, "{outbox:#?}");
+    // The transcript is whole: the delivery shown to the killed turn stays, then the retry and
+    // its reply; nothing was removed.
+    let transcript = w
+        .host
+        .store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    let kinds: Vec<_> = transcript.iter().map(|i| i.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["delivery", "reply", "delivery", "delivery", "reply"],
+        "{transcript:#?}"
+    );
+    assert!(transcript.windows(2).all(|p| p[1].seq == p[0].seq + 1));
+    assert!(
+        transcript[4].body.to_string().len() > 2,
+        "{:?}",
+        transcript[4]
+    );
+    r.release().await.unwrap();
 }
