@@ -957,17 +957,7 @@ impl Driver {
                 truncate(&text, 500)
             )));
         }
-        let written = usage.written();
-        let ttl = TtlCheck {
-            expected_5m: if requested_1h { 0 } else { written },
-            expected_1h: if requested_1h { written } else { 0 },
-            honoured_5m: usage.cache_write_5m,
-            honoured_1h: usage.cache_write_1h,
-        };
-        let mut events = Vec::new();
-        if ttl.mismatch() {
-            events.push(muninn_backend::TurnEvent::TtlMismatch { check: ttl });
-        }
+        let (ttl, events) = ttl_check(&usage, requested_1h);
         Ok(TurnOutcome {
             text,
             tool_calls: collected.tool_calls,
@@ -1012,17 +1002,7 @@ impl Driver {
             .clone()
             .unwrap_or(Value::Null);
         let usage = parse_model_usage(&raw, requested_1h);
-        let written = usage.written();
-        let ttl = TtlCheck {
-            expected_5m: if requested_1h { 0 } else { written },
-            expected_1h: if requested_1h { written } else { 0 },
-            honoured_5m: usage.cache_write_5m,
-            honoured_1h: usage.cache_write_1h,
-        };
-        let mut events = Vec::new();
-        if ttl.mismatch() {
-            events.push(muninn_backend::TurnEvent::TtlMismatch { check: ttl });
-        }
+        let (ttl, events) = ttl_check(&usage, requested_1h);
         Ok(TurnOutcome {
             text: collected.summary.unwrap_or_default(),
             tool_calls: Vec::new(),
@@ -1132,6 +1112,24 @@ fn user_line(input: &TurnInput, seed: Option<&str>) -> Result<String, BackendErr
         ),
     };
     validated_line(content)
+}
+
+/// The TTL the session asked for against the split the CLI reported, and the mismatch event
+/// when they differ (the CLI puts one TTL on every marker, so all writes should be under it).
+fn ttl_check(usage: &Usage, requested_1h: bool) -> (TtlCheck, Vec<muninn_backend::TurnEvent>) {
+    let written = usage.written();
+    let ttl = TtlCheck {
+        expected_5m: if requested_1h { 0 } else { written },
+        expected_1h: if requested_1h { written } else { 0 },
+        honoured_5m: usage.cache_write_5m,
+        honoured_1h: usage.cache_write_1h,
+    };
+    let events = if ttl.mismatch() {
+        vec![muninn_backend::TurnEvent::TtlMismatch { check: ttl }]
+    } else {
+        Vec::new()
+    };
+    (ttl, events)
 }
 
 /// A stdin user line with `content`, checked to be one JSON object on one line.
