@@ -1387,9 +1387,9 @@ impl<B: Backend> MindRunner<B> {
     /// session in place. The compaction's request is ledgered on the segment it summarised
     /// (decision `compact`, its own usage and cost); a new segment (reason `compact`) then
     /// continues the same provider session, its renderer restarted on the summary as memory.
-    /// Returns `false` — nothing recorded, the caller rebuilds — when the backend cannot compact
-    /// ([`BackendError::Invalid`]) or the compaction failed (the session is then rebuilt, which
-    /// never depends on the provider's copy).
+    /// Returns `false` — the caller rebuilds, the next row carries a `compact_failed` event —
+    /// when the backend cannot compact ([`BackendError::Invalid`]) or the compaction failed (the
+    /// session is then rebuilt, which never depends on the provider's copy).
     async fn compact_persona(
         &mut self,
         token: FencingToken,
@@ -1402,12 +1402,13 @@ impl<B: Backend> MindRunner<B> {
             .await
         {
             Ok(o) => o,
-            Err(BackendError::Invalid(_)) => {
-                self.persona.collect_events();
-                return Ok(false);
-            }
             Err(e) => {
-                tracing::warn!(mind = %self.mind.id, error = %e, "compaction failed; rebuilding");
+                // `Invalid` is also what the CLI's `/compact` ends in when its summary request
+                // failed (it answers in text, no boundary): either way the configured refresh did
+                // not happen, which the rebuilt turn's row says.
+                if !matches!(e, BackendError::Invalid(_)) {
+                    tracing::warn!(mind = %self.mind.id, error = %e, "compaction failed; rebuilding");
+                }
                 self.persona.collect_events();
                 self.persona
                     .pending_events
