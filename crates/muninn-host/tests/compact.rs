@@ -280,3 +280,119 @@ async fn a_compact_refresh_summarises_the_live_cli_session_and_continues_it() {
     r.release().await.unwrap();
     w.server.stop().await.unwrap();
 }
+
+/// How many times the pinned CLI sends a `/compact` request that the API refuses before giving
+/// up on the compaction (measured: with fewer refusals the next attempt's answer is used).
+const CLI_COMPACT_ATTEMPTS: u32 = 8;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_the_cli_cannot_finish_falls_back_to_a_rebuild() {
+    use muninn_sim::sim::{Fault, FaultKind};
+    let Some(bin) = claude_bin() else { return };
+    let w = cli_world(bin).await;
+    // A refresh at the first turn it is allowed.
+    let mut r = w.runner(compacting(1), "host-a");
+    r.register().await.unwrap();
+    w.say("h1", "h1: the ravens nest by the old mill").await;
+    turn(&mut r).await;
+    let pid = child_pid(&w, "vala/persona").expect("a live persona child");
+    let session = w.stored_session_id().await;
+    w.server.sim.advance_clock(30_000);
+    // Every compaction request the CLI sends is refused, and nothing after them.
+    w.server.sim.push_faults([Fault {
+        kind: FaultKind::BadRequest {
+            message: "compaction refused".into(),
+        },
+        times: CLI_COMPACT_ATTEMPTS,
+    }]);
+    let before = answered(&w).len();
+    w.say("h2", "h2: and the crows?").await;
+    turn(&mut r).await;
+
+    // The CLI tried to compact and failed: no request of it was answered.
+    let requests: Vec<_> = w
+        .server
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|q| q.path == "/v1/messages")
+        .collect();
+    let refused: Vec<_> = requests.iter().filter(|q| is_compaction(&q.body)).collect();
+    assert_eq!(
+        refused.len(),
+        CLI_COMPACT_ATTEMPTS as usize,
+        "{requests:#?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .all(|q| q.usage.is_none() && q.error.is_some())
+    );
+    // The host rebuilt instead: a fresh segment from the layers, in a new CLI session.
+    let segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
+    assert_eq!(segments.len(), 2, "{segments:#?}");
+    assert_eq!(segments[1].reason, "refresh");
+    assert!(segments[0].ended_at_ms.is_some());
+    assert_ne!(w.stored_session_id().await, session);
+    assert_ne!(child_pid(&w, "vala/persona"), Some(pid), "a new process");
+    let fresh = answered(&w);
+    assert_eq!(fresh.len(), before + 1, "{fresh:#?}");
+    let after = request_with(&w, "h2: and the crows?");
+    assert!(
+        !after.body.to_string().contains("old mill"),
+        "{}",
+        after.body
+    );
+    assert!(
+        !after
+            .body
+            .to_string()
+            .contains("This session is being continued")
+    );
+    // Nothing ledgered for the failed compaction (it cost nothing); its failure is recorded on
+    // the rebuilt turn's row, which is priced as the simulator priced it.
+    let rows = w.rows().await;
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert!(rows.iter().all(|r| r.decision != "compact"));
+    let rebuilt = &rows[1];
+    assert!(rebuilt.decision.starts_with("refresh"), "{rebuilt:#?}");
+    assert_eq!(rebuilt.segment, 1);
+    assert_eq!(Some(rebuilt.usage), after.usage);
+    assert_eq!(
+        rebuilt.rehydration_tokens,
+        segments[1].rehydration_tokens as u64
+    );
+    let failed: Vec<_> = rebuilt
+        .events
+        .iter()
+        .filter(|e| e["type"] == "compact_failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", rebuilt.events);
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("compaction refused"),
+        "{failed:?}"
+    );
+    // The transcript: no summary, one delivery and one reply per segment.
+    let transcript = w
+        .host
+        .store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    let kinds: Vec<_> = transcript
+        .iter()
+        .map(|i| (i.kind.as_str(), i.segment))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("delivery", 0), ("reply", 0), ("delivery", 1), ("reply", 1)]
+    );
+    let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
+    let ids: BTreeSet<_> = outbox.iter().map(|m| m.request_id.clone()).collect();
+    assert_eq!(ids.len(), outbox.len(), "{outbox:#?}");
+    r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
