@@ -312,6 +312,10 @@ struct Session<B> {
     prefix_tokens: Tokens,
     /// Tokens the segment was rehydrated with (reported on its first ledger row).
     rehydration: Tokens,
+    /// Tokens of the system prompt the provider session was started (or resumed) with. A
+    /// compaction keeps it: the session continues under the system it was launched with, so a
+    /// segment opened by compaction is rehydrated with it and the summary.
+    launched_system: Tokens,
     last_request_ms: i64,
     warm_until_ms: Option<i64>,
     head_warm_until_ms: Option<i64>,
@@ -351,6 +355,7 @@ impl<B> Session<B> {
             requests: 0,
             prefix_tokens: 0,
             rehydration: 0,
+            launched_system: 0,
             last_request_ms: 0,
             warm_until_ms: None,
             head_warm_until_ms: None,
@@ -875,6 +880,7 @@ impl<B: Backend> MindRunner<B> {
         session.requests = 0;
         session.read_excess = MicroUsd::ZERO;
         session.rehydration = rehydration;
+        session.launched_system = rehydration;
         session.broken = false;
         session.resume = None;
         Ok(())
@@ -921,6 +927,7 @@ impl<B: Backend> MindRunner<B> {
         if spec_digest(&spec) != digest {
             return Ok(false);
         }
+        let launched_system: Tokens = spec.system.iter().map(|t| count(t)).sum();
         let items = self.segment_transcript(role, segment.number).await?;
         let Some((renderer, replies)) = replay(role, renderer, &items) else {
             return Ok(false);
@@ -943,6 +950,7 @@ impl<B: Backend> MindRunner<B> {
         session.segment = Some(segment.number);
         session.requests = replies;
         session.rehydration = 0;
+        session.launched_system = launched_system;
         session.read_excess = MicroUsd::ZERO;
         // The provider's cache outlives a host restart: the segment's last request may still be
         // warm, which the decider is told (its own clock decides).
@@ -1379,9 +1387,9 @@ impl<B: Backend> MindRunner<B> {
     /// session in place. The compaction's request is ledgered on the segment it summarised
     /// (decision `compact`, its own usage and cost); a new segment (reason `compact`) then
     /// continues the same provider session, its renderer restarted on the summary as memory.
-    /// Returns `false` — nothing recorded, the caller rebuilds — when the backend cannot compact
-    /// ([`BackendError::Invalid`]) or the compaction failed (the session is then rebuilt, which
-    /// never depends on the provider's copy).
+    /// Returns `false` — the caller rebuilds, the next row carries a `compact_failed` event —
+    /// when the backend cannot compact ([`BackendError::Invalid`]) or the compaction failed (the
+    /// session is then rebuilt, which never depends on the provider's copy).
     async fn compact_persona(
         &mut self,
         token: FencingToken,
@@ -1394,12 +1402,13 @@ impl<B: Backend> MindRunner<B> {
             .await
         {
             Ok(o) => o,
-            Err(BackendError::Invalid(_)) => {
-                self.persona.collect_events();
-                return Ok(false);
-            }
             Err(e) => {
-                tracing::warn!(mind = %self.mind.id, error = %e, "compaction failed; rebuilding");
+                // `Invalid` is also what the CLI's `/compact` ends in when its summary request
+                // failed (it answers in text, no boundary): either way the configured refresh did
+                // not happen, which the rebuilt turn's row says.
+                if !matches!(e, BackendError::Invalid(_)) {
+                    tracing::warn!(mind = %self.mind.id, error = %e, "compaction failed; rebuilding");
+                }
                 self.persona.collect_events();
                 self.persona
                     .pending_events
@@ -1418,7 +1427,11 @@ impl<B: Backend> MindRunner<B> {
         let renderer = Renderer::new(layers, self.mind.head_ttl, self.mind.tail_ttl)
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
         let spec = self.spec_for(Role::Persona, &renderer);
-        let rehydration = count(&summary);
+        // The session continues from the system it was launched with (the CLI keeps its launch
+        // flags across a compaction) and the summary: that is what the new segment was
+        // rehydrated with, and what its reads are measured against (not the summary alone, which
+        // would count the whole head as growth and bring the next refresh early).
+        let rehydration = self.persona.launched_system + count(&summary);
         let segment = self
             .host
             .store
@@ -1450,15 +1463,14 @@ impl<B: Backend> MindRunner<B> {
                 }],
             )
             .await?;
-        let head = self.head_tokens(Some(&renderer));
         let s = &mut self.persona;
         s.renderer = Some(renderer);
         s.segment = Some(segment.number);
         s.requests = 0;
         s.read_excess = MicroUsd::ZERO;
         s.rehydration = rehydration;
-        // The session now starts from its head and the summary.
-        s.prefix_tokens = head;
+        // The session now starts from its system and the summary.
+        s.prefix_tokens = rehydration;
         s.last_request_ms = now;
         s.warm_until_ms = Some(now + self.mind.tail_ttl.millis());
         s.head_warm_until_ms = Some(now + self.mind.head_ttl.millis());

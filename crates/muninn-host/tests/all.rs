@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod compact;
 mod config;
 mod http;
 mod resume;

@@ -307,6 +307,14 @@ async fn a_compact_refresh_on_a_backend_that_cannot_compact_rebuilds() {
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r.decision != "compact"));
     assert!(rows[1].decision.starts_with("refresh"));
+    // Why the configured compaction did not happen is on the rebuilt turn's row.
+    let failed: Vec<_> = rows[1]
+        .events
+        .iter()
+        .filter(|e| e["type"] == "compact_failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", rows[1].events);
+    assert_eq!(failed[0]["error"], "invalid turn: cannot compact");
     assert_eq!(script.lock().unwrap().starts, 2, "a fresh session");
 }
 

@@ -1,0 +1,398 @@
+//! A Persona refresh by compaction (`refresh = "compact"`) on the real Claude Code CLI against
+//! the simulator: the host asks the live CLI session to `/compact`, ledgers the compaction
+//! request at what the simulator priced it, opens a segment on the summary and continues the
+//! same CLI process; when the CLI cannot compact, the host rebuilds instead.
+
+use crate::resume::{CliWorld, child_pid, cli_world, persona, turn};
+use crate::runtime::claude_bin;
+use muninn_core::price::PriceTable;
+use muninn_core::tokenize::count;
+use muninn_host::config::{MindConfig, RefreshMode};
+use muninn_host::http::client::ApiClient;
+use muninn_host::http::wire::LedgerParams;
+use muninn_host::http::{ApiToken, serve};
+use muninn_host::runtime::{COMPACT_REASON, PERSONA_COMPACT_INSTRUCTIONS};
+use muninn_sim::reply::COMPACTION_MARKERS;
+use muninn_sim::sim::RecordedRequest;
+use muninn_store::Role;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// A Persona that refreshes at every boundary once its segment holds `min_segment` turns, and
+/// refreshes by compaction.
+fn compacting(min_segment: u32) -> MindConfig {
+    let mut m = persona("steady");
+    m.policy = "rebuild".into();
+    m.min_segment = min_segment;
+    m.refresh = RefreshMode::Compact;
+    m
+}
+
+fn last_user(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .map(Value::to_string)
+        .unwrap_or_default()
+}
+
+fn is_compaction(body: &Value) -> bool {
+    let last = last_user(body);
+    COMPACTION_MARKERS.iter().any(|m| last.contains(m))
+}
+
+/// The answered `/v1/messages` requests the simulator recorded, in order.
+fn answered(w: &CliWorld) -> Vec<RecordedRequest> {
+    w.server
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/messages" && r.usage.is_some())
+        .collect()
+}
+
+/// The (last) answered request whose last user message carries `text`.
+fn request_with(w: &CliWorld, text: &str) -> RecordedRequest {
+    answered(w)
+        .into_iter()
+        .rev()
+        .find(|r| last_user(&r.body).contains(text))
+        .unwrap_or_else(|| panic!("no request for {text:?}"))
+}
+
+/// Serves the host's HTTP API on a loopback port: what `muninn ledger` and `muninn status` call.
+async fn api(w: &CliWorld) -> (ApiClient, tokio::sync::oneshot::Sender<()>) {
+    let token = ApiToken::new("compact-test-token");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve(w.host.clone(), token.clone(), listener, async {
+        let _ = stopped.await;
+    }));
+    (ApiClient::new(&addr.to_string(), token).unwrap(), stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compact_refresh_summarises_the_live_cli_session_and_continues_it() {
+    let Some(bin) = claude_bin() else { return };
+    let w = cli_world(bin).await;
+    let mut r = w.runner(compacting(3), "host-a");
+    r.register().await.unwrap();
+    let texts = [
+        "g1: the ravens nest by the old mill",
+        "g2: the middle of it, the ferry timetable",
+        "g3: the crows came back at dusk",
+    ];
+    for (i, text) in texts.iter().enumerate() {
+        w.say(&format!("g{i}"), text).await;
+        turn(&mut r).await;
+        w.server.sim.advance_clock(30_000);
+    }
+    let pid = child_pid(&w, "vala/persona").expect("a live persona child");
+    let outbox_before = w.host.store.unacked_outbox("vala", 100).await.unwrap();
+    assert!(answered(&w).iter().all(|q| !is_compaction(&q.body)));
+
+    // The fourth turn: three turns in, the decider refreshes, and the session is compacted.
+    w.say("g3", "g4: what did the ravens do?").await;
+    turn(&mut r).await;
+
+    // The simulator received exactly one compaction request, carrying the host's instructions.
+    let compactions: Vec<_> = answered(&w)
+        .into_iter()
+        .filter(|q| is_compaction(&q.body))
+        .collect();
+    assert_eq!(compactions.len(), 1);
+    let compaction = &compactions[0];
+    let instructions = PERSONA_COMPACT_INSTRUCTIONS.split(':').next().unwrap();
+    assert!(
+        last_user(&compaction.body).contains(instructions),
+        "{}",
+        last_user(&compaction.body)
+    );
+
+    // Its ledger row: decision `compact`, on the segment it summarised, at the usage the
+    // simulator's cache model priced that request at.
+    let rows = w.rows().await;
+    assert_eq!(rows.len(), 5, "{rows:#?}");
+    let row = &rows[3];
+    assert_eq!(row.decision, "compact");
+    assert_eq!(row.segment, 0);
+    assert_eq!(row.turn, 3);
+    assert_eq!(Some(row.usage), compaction.usage, "{row:#?}");
+    assert!(row.usage.cache_read > 0, "{row:#?}");
+    let price = PriceTable::embedded();
+    let model = price.model(&row.model).unwrap();
+    assert_eq!(row.cost, model.cost(&row.usage));
+    assert_eq!(row.rehydration_tokens, 0, "not a segment start");
+    let compacted: Vec<_> = row
+        .events
+        .iter()
+        .filter(|e| e["type"] == "compacted")
+        .collect();
+    assert_eq!(compacted.len(), 1, "{:?}", row.events);
+    assert_eq!(compacted[0]["trigger"], "manual");
+    assert_eq!(compacted[0]["outside"], false);
+
+    // A new segment on the summary.
+    let segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
+    assert_eq!(segments.len(), 2, "{segments:#?}");
+    assert!(segments[0].ended_at_ms.is_some());
+    let fresh = &segments[1];
+    assert_eq!(fresh.reason, COMPACT_REASON);
+    let summary = fresh.memory.clone().unwrap();
+    assert!(summary.contains("Summary"), "{summary}");
+
+    // The turn after it went to the same CLI process, its request starting from the summary
+    // instead of the whole history.
+    assert_eq!(child_pid(&w, "vala/persona"), Some(pid), "no relaunch");
+    let after = request_with(&w, "g4: what did the ravens do?");
+    assert!(after.seq > compaction.seq);
+    let first_user = after.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap()
+        .to_string();
+    assert!(
+        first_user.contains("This session is being continued"),
+        "{first_user}"
+    );
+    assert!(!after.body.to_string().contains("ferry timetable"));
+    let next = &rows[4];
+    assert!(next.decision.starts_with("refresh"), "{next:#?}");
+    assert_eq!(next.segment, 1);
+    assert_eq!(Some(next.usage), after.usage, "{next:#?}");
+    assert_eq!(next.rehydration_tokens, fresh.rehydration_tokens as u64);
+    assert!(
+        rows[..3].iter().all(|r| r.segment == 0) && rows[3].decision == "compact",
+        "{rows:#?}"
+    );
+
+    // The new segment's rehydration is what the session continues from: the head it was
+    // launched with and the summary (the request after it adds only the CLI's wrapper, the
+    // new message and what the CLI adds to every request).
+    let rehydration = fresh.rehydration_tokens as u64;
+    assert_eq!(rehydration, rows[0].rehydration_tokens + count(&summary));
+    let overhead = |prompt: u64, rehydrated: u64| prompt.saturating_sub(rehydrated);
+    let cold = overhead(rows[0].usage.prompt(), rows[0].rehydration_tokens);
+    let warm = overhead(next.usage.prompt(), rehydration);
+    assert!(next.usage.prompt() >= rehydration, "{next:#?}");
+    assert!(
+        warm <= cold + 600,
+        "rehydration {rehydration} against a prompt of {}: {warm} unaccounted vs {cold} at start",
+        next.usage.prompt()
+    );
+
+    // One more turn: still the same process and segment.
+    w.server.sim.advance_clock(30_000);
+    w.say("g5", "g5: and the crows?").await;
+    turn(&mut r).await;
+    assert_eq!(child_pid(&w, "vala/persona"), Some(pid), "no relaunch");
+    let rows = w.rows().await;
+    assert_eq!(rows.len(), 6);
+    assert_eq!(rows[5].segment, 1);
+    assert_eq!(
+        Some(rows[5].usage),
+        request_with(&w, "g5: and the crows?").usage
+    );
+    assert!(rows[5].usage.cache_read > 0, "{:#?}", rows[5]);
+    assert_eq!(
+        answered(&w)
+            .iter()
+            .filter(|q| is_compaction(&q.body))
+            .count(),
+        1
+    );
+
+    // Nothing sent twice.
+    let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
+    let ids: BTreeSet<_> = outbox.iter().map(|m| m.request_id.clone()).collect();
+    assert_eq!(ids.len(), outbox.len(), "{outbox:#?}");
+    let batches: BTreeSet<_> = outbox
+        .iter()
+        .map(|m| m.request_id.rsplit_once('-').unwrap().0.to_string())
+        .collect();
+    assert_eq!(batches.len(), 5, "{outbox:#?}");
+    assert!(outbox_before.iter().all(|m| {
+        outbox
+            .iter()
+            .filter(|o| o.request_id == m.request_id)
+            .count()
+            == 1
+    }));
+    // The transcript is whole: the summary opens the new segment, between the two halves.
+    let transcript = w
+        .host
+        .store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    let kinds: Vec<_> = transcript
+        .iter()
+        .map(|i| (i.kind.as_str(), i.segment))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("delivery", 0),
+            ("reply", 0),
+            ("delivery", 0),
+            ("reply", 0),
+            ("delivery", 0),
+            ("reply", 0),
+            ("memory_flush", 1),
+            ("delivery", 1),
+            ("reply", 1),
+            ("delivery", 1),
+            ("reply", 1),
+        ],
+        "{transcript:#?}"
+    );
+    assert!(transcript.windows(2).all(|p| p[1].seq == p[0].seq + 1));
+    assert_eq!(transcript[6].body["memory"], summary.as_str());
+
+    // What `muninn ledger` and `muninn status` read: the compaction is there, and the spend is
+    // every row's cost, the compaction's included.
+    w.server.sim.advance_clock(1_000);
+    let (client, _stop) = api(&w).await;
+    let ledger = client
+        .ledger("vala", &LedgerParams::default())
+        .await
+        .unwrap();
+    let served: Vec<_> = ledger.rows.iter().map(|e| e.row.clone()).collect();
+    assert_eq!(served, rows);
+    let jsonl = client
+        .ledger_jsonl("vala", &LedgerParams::default())
+        .await
+        .unwrap();
+    assert_eq!(jsonl.lines().count(), 6);
+    assert!(jsonl.contains("\"decision\":\"compact\""), "{jsonl}");
+    let minds = client.minds().await.unwrap().minds;
+    let status = minds.iter().find(|m| m.id == "vala").unwrap();
+    assert_eq!(
+        status.spend.spent_micro_usd,
+        rows.iter().map(|r| r.cost.0).sum::<i64>()
+    );
+    let open = status.segments.persona.as_ref().unwrap();
+    assert_eq!((open.number, open.ended_at_ms), (1, None));
+    assert_eq!(open.reason, COMPACT_REASON);
+    r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
+
+/// How many times the pinned CLI sends a `/compact` request that the API refuses before giving
+/// up on the compaction (measured: with fewer refusals the next attempt's answer is used).
+const CLI_COMPACT_ATTEMPTS: u32 = 8;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_the_cli_cannot_finish_falls_back_to_a_rebuild() {
+    use muninn_sim::sim::{Fault, FaultKind};
+    let Some(bin) = claude_bin() else { return };
+    let w = cli_world(bin).await;
+    // A refresh at the first turn it is allowed.
+    let mut r = w.runner(compacting(1), "host-a");
+    r.register().await.unwrap();
+    w.say("h1", "h1: the ravens nest by the old mill").await;
+    turn(&mut r).await;
+    let pid = child_pid(&w, "vala/persona").expect("a live persona child");
+    let session = w.stored_session_id().await;
+    w.server.sim.advance_clock(30_000);
+    // Every compaction request the CLI sends is refused, and nothing after them.
+    w.server.sim.push_faults([Fault {
+        kind: FaultKind::BadRequest {
+            message: "compaction refused".into(),
+        },
+        times: CLI_COMPACT_ATTEMPTS,
+    }]);
+    let before = answered(&w).len();
+    w.say("h2", "h2: and the crows?").await;
+    turn(&mut r).await;
+
+    // The CLI tried to compact and failed: no request of it was answered.
+    let requests: Vec<_> = w
+        .server
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|q| q.path == "/v1/messages")
+        .collect();
+    let refused: Vec<_> = requests.iter().filter(|q| is_compaction(&q.body)).collect();
+    assert_eq!(
+        refused.len(),
+        CLI_COMPACT_ATTEMPTS as usize,
+        "{requests:#?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .all(|q| q.usage.is_none() && q.error.is_some())
+    );
+    // The host rebuilt instead: a fresh segment from the layers, in a new CLI session.
+    let segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
+    assert_eq!(segments.len(), 2, "{segments:#?}");
+    assert_eq!(segments[1].reason, "refresh");
+    assert!(segments[0].ended_at_ms.is_some());
+    assert_ne!(w.stored_session_id().await, session);
+    assert_ne!(child_pid(&w, "vala/persona"), Some(pid), "a new process");
+    let fresh = answered(&w);
+    assert_eq!(fresh.len(), before + 1, "{fresh:#?}");
+    let after = request_with(&w, "h2: and the crows?");
+    assert!(
+        !after.body.to_string().contains("old mill"),
+        "{}",
+        after.body
+    );
+    assert!(
+        !after
+            .body
+            .to_string()
+            .contains("This session is being continued")
+    );
+    // Nothing ledgered for the failed compaction (it cost nothing); its failure is recorded on
+    // the rebuilt turn's row, which is priced as the simulator priced it.
+    let rows = w.rows().await;
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert!(rows.iter().all(|r| r.decision != "compact"));
+    let rebuilt = &rows[1];
+    assert!(rebuilt.decision.starts_with("refresh"), "{rebuilt:#?}");
+    assert_eq!(rebuilt.segment, 1);
+    assert_eq!(Some(rebuilt.usage), after.usage);
+    assert_eq!(
+        rebuilt.rehydration_tokens,
+        segments[1].rehydration_tokens as u64
+    );
+    let failed: Vec<_> = rebuilt
+        .events
+        .iter()
+        .filter(|e| e["type"] == "compact_failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", rebuilt.events);
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("compaction refused"),
+        "{failed:?}"
+    );
+    // The transcript: no summary, one delivery and one reply per segment.
+    let transcript = w
+        .host
+        .store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    let kinds: Vec<_> = transcript
+        .iter()
+        .map(|i| (i.kind.as_str(), i.segment))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("delivery", 0), ("reply", 0), ("delivery", 1), ("reply", 1)]
+    );
+    let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
+    let ids: BTreeSet<_> = outbox.iter().map(|m| m.request_id.clone()).collect();
+    assert_eq!(ids.len(), outbox.len(), "{outbox:#?}");
+    r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
