@@ -330,6 +330,75 @@ mod ledger {
     }
 }
 
+mod ledger_compaction {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn row(segment: u64, seconds: i64, decision: &str, u: Usage) -> String {
+        let row = muninn_core::ledger::LedgerRow {
+            mind: "vala".into(),
+            role: "persona".into(),
+            segment,
+            turn: 0,
+            at_ms: 1_770_717_600_000 + seconds * 1000,
+            idle_gap_ms: 0,
+            model: OPUS.into(),
+            prefix_tokens: 0,
+            rehydration_tokens: 0,
+            usage: u,
+            raw_usage: None,
+            cost: muninn_core::money::MicroUsd(0),
+            predicted_read: 0,
+            predicted_write: 0,
+            cache_state: "warm".into(),
+            miss_cause: None,
+            decision: decision.into(),
+            boundary: true,
+            events: Vec::new(),
+        };
+        serde_json::to_string(&row).unwrap()
+    }
+
+    /// A `compact` row is the compaction request itself: its own thread, of the compaction
+    /// kind, so a replay counts it for what was recorded and never as a turn of the Mind.
+    #[test]
+    fn a_compaction_row_is_a_compaction_thread_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.jsonl");
+        let lines = [
+            row(0, 0, "append:Continue", usage(3, 0, 5000, 0, 100)),
+            row(0, 30, "compact", usage(2080, 127, 0, 3797, 400)),
+            row(1, 40, "refresh:Compact", usage(3, 200, 0, 3055, 90)),
+        ];
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let got = import(std::slice::from_ref(&path));
+        assert_eq!(
+            got.traces,
+            vec![
+                trace(
+                    "vala",
+                    "persona/compaction",
+                    ThreadKind::Compaction,
+                    OPUS,
+                    path.clone(),
+                    vec![request(30, usage(2080, 127, 0, 3797, 400), false, false, 0)]
+                ),
+                trace(
+                    "vala",
+                    "persona",
+                    ThreadKind::Mind,
+                    OPUS,
+                    path,
+                    vec![
+                        request(0, usage(3, 0, 5000, 0, 100), true, false, 0),
+                        request(40, usage(3, 200, 0, 3055, 90), true, true, 0),
+                    ]
+                ),
+            ]
+        );
+    }
+}
+
 mod stored {
     use super::*;
     use pretty_assertions::assert_eq;
