@@ -374,6 +374,16 @@ impl<B> Session<B> {
         }
     }
 
+    /// Starts counting a new segment on `renderer`: its number, no requests yet, and the tokens
+    /// it was rehydrated with.
+    fn begin_segment(&mut self, renderer: Renderer, number: i64, rehydration: Tokens) {
+        self.renderer = Some(renderer);
+        self.segment = Some(number);
+        self.requests = 0;
+        self.read_excess = MicroUsd::ZERO;
+        self.rehydration = rehydration;
+    }
+
     /// Moves the backend's session events into [`Session::pending_events`] (after a call that
     /// leaves no ledger row, e.g. a failed one).
     fn collect_events(&mut self)
@@ -875,11 +885,7 @@ impl<B: Backend> MindRunner<B> {
         let started = session.backend.start(spec).await;
         session.collect_events();
         started?;
-        session.renderer = Some(renderer);
-        session.segment = Some(segment.number);
-        session.requests = 0;
-        session.read_excess = MicroUsd::ZERO;
-        session.rehydration = rehydration;
+        session.begin_segment(renderer, segment.number, rehydration);
         session.launched_system = rehydration;
         session.broken = false;
         session.resume = None;
@@ -1464,11 +1470,7 @@ impl<B: Backend> MindRunner<B> {
             )
             .await?;
         let s = &mut self.persona;
-        s.renderer = Some(renderer);
-        s.segment = Some(segment.number);
-        s.requests = 0;
-        s.read_excess = MicroUsd::ZERO;
-        s.rehydration = rehydration;
+        s.begin_segment(renderer, segment.number, rehydration);
         // The session now starts from its system and the summary.
         s.prefix_tokens = rehydration;
         s.last_request_ms = now;
