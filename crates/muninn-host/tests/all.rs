@@ -7,3 +7,4 @@ mod http;
 mod resume;
 mod runtime;
 mod scripted;
+mod self_flush;

@@ -18,10 +18,10 @@ use std::sync::Arc;
 /// (`--resume <id> --fork-session`): a takeover then continues a copy under a new session id.
 const FORK_WIRED: bool = true;
 
-struct CliWorld {
-    server: muninn_sim::SimHandle,
-    host: Host,
-    factory: BackendFactory,
+pub(crate) struct CliWorld {
+    pub(crate) server: muninn_sim::SimHandle,
+    pub(crate) host: Host,
+    pub(crate) factory: BackendFactory,
     _dir: tempfile::TempDir,
 }
 
@@ -29,7 +29,10 @@ async fn cli_world(bin: std::path::PathBuf) -> CliWorld {
     cli_world_with(bin, |_| {}).await
 }
 
-async fn cli_world_with(bin: std::path::PathBuf, edit: impl FnOnce(&mut Config)) -> CliWorld {
+pub(crate) async fn cli_world_with(
+    bin: std::path::PathBuf,
+    edit: impl FnOnce(&mut Config),
+) -> CliWorld {
     let dir = tempfile::tempdir().unwrap();
     let server = muninn_sim::spawn(
         "127.0.0.1:0".parse().unwrap(),
@@ -70,7 +73,7 @@ async fn cli_world_with(bin: std::path::PathBuf, edit: impl FnOnce(&mut Config))
 }
 
 impl CliWorld {
-    fn runner(&self, mind: MindConfig, holder: &str) -> MindRunner<AnyBackend> {
+    pub(crate) fn runner(&self, mind: MindConfig, holder: &str) -> MindRunner<AnyBackend> {
         let prices = PriceTable::embedded();
         let make = |s: &str| self.factory.make(self.host.clock.clone(), &prices, s);
         MindRunner::new(
@@ -105,7 +108,7 @@ impl CliWorld {
     }
 
     /// The `/v1/messages` bodies the simulator received, in order.
-    fn messages_requests(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn messages_requests(&self) -> Vec<serde_json::Value> {
         self.server
             .sim
             .requests()
@@ -115,7 +118,7 @@ impl CliWorld {
             .collect()
     }
 
-    async fn rows(&self) -> Vec<muninn_core::ledger::LedgerRow> {
+    pub(crate) async fn rows(&self) -> Vec<muninn_core::ledger::LedgerRow> {
         self.host
             .store
             .ledger(&LedgerQuery::default())
@@ -300,7 +303,7 @@ async fn an_edited_persona_layer_opens_a_fresh_segment_after_a_restart() {
 }
 
 /// The pid of the live CLI child the pool knows under `key`.
-fn child_pid(w: &CliWorld, key: &str) -> Option<u32> {
+pub(crate) fn child_pid(w: &CliWorld, key: &str) -> Option<u32> {
     let pool = w.factory.process_pool()?;
     pool.live()
         .into_iter()
