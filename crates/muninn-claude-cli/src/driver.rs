@@ -81,6 +81,8 @@ pub(crate) fn spawn(
         log: Vec::new(),
         pending_seed: None,
         queue,
+        served: false,
+        renewing: false,
     };
     if let Some(reason) = plan.refuse_resume {
         let mut events = Vec::new();
@@ -150,6 +152,11 @@ struct Driver {
     pending_seed: Option<String>,
     /// Every session event, queued as it happens, for [`muninn_backend::Backend::take_session_events`].
     queue: EventQueue,
+    /// The live child has been sent an exchange: its `--max-budget-usd` count (per process)
+    /// is no longer whole, so a run under [`CliConfig::run_budget_micro_usd`] relaunches it.
+    served: bool,
+    /// The next launch is a budget relaunch: planned, so no [`SessionEvent::Relaunched`].
+    renewing: bool,
 }
 
 /// What a turn-like command writes.
@@ -314,7 +321,7 @@ impl Driver {
         if let Some(mode) = &c.permission_mode {
             command.arg("--permission-mode").arg(mode);
         }
-        if let Some(micros) = c.max_budget_micro_usd {
+        if let Some(micros) = c.run_budget_micro_usd.or(c.max_budget_micro_usd) {
             command.arg("--max-budget-usd").arg(format!(
                 "{}.{:06}",
                 micros / 1_000_000,
@@ -406,7 +413,7 @@ impl Driver {
                     session_id: self.session_id.clone(),
                 },
             );
-        } else if resume && self.launches > 0 {
+        } else if resume && self.launches > 0 && !self.renewing {
             self.emit(
                 events,
                 SessionEvent::Relaunched {
@@ -415,6 +422,8 @@ impl Driver {
             );
         }
         self.parked = false;
+        self.renewing = false;
+        self.served = false;
         self.launches += 1;
         self.child = Some(Live {
             pid: child.id(),
@@ -560,6 +569,16 @@ impl Driver {
         let compacting = matches!(exchange, Exchange::Compact(_));
         // Interrupts sent before this turn began are stale.
         while interrupts.try_recv().is_ok() {}
+        if self.config.run_budget_micro_usd.is_some() && self.served && self.live_pid().is_some() {
+            // The CLI counts `--max-budget-usd` from its process's start, so a child that
+            // served an earlier run has less than this run's budget left. Stopping it the way
+            // shutdown does (the CLI writes its `cost-state`, keeping `total_cost_usd` whole)
+            // and resuming gives this run the whole budget on the same session.
+            self.shutdown().await;
+            self.renewing = true;
+            report.budget_relaunch = true;
+            tracing::debug!(session = %self.session_id, "claude-cli: relaunching for a fresh run budget");
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -587,6 +606,7 @@ impl Driver {
                 tracing::debug!(error = %e, "claude-cli: stdin write failed");
             }
             *written_at = Some(Instant::now());
+            self.served = true;
             let mut collected = Collected::default();
             let end = self
                 .read_turn(interrupts, run_flush, report, &mut collected)
@@ -919,6 +939,12 @@ impl Driver {
             // The session's own limits: not the API's doing, and no later attempt helps until
             // the limit is raised.
             match result.subtype.as_str() {
+                "error_max_budget_usd" if self.config.run_budget_micro_usd.is_some() => {
+                    message = format!(
+                        "the run's budget (--max-budget-usd, run_budget_micro_usd) is spent: \
+                         {message}; the next run gets a fresh one"
+                    );
+                }
                 "error_max_budget_usd" => {
                     message = format!(
                         "the session's budget (--max-budget-usd) is spent: {message}; the CLI \

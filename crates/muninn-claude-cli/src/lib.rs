@@ -47,6 +47,11 @@
 //!   CLI's copy may have diverged from the truth. A handle claimed with `fork` (another writer
 //!   may still hold the session) continues a copy: `--resume <id> --fork-session`, a new id the
 //!   CLI picks, reported as [`SessionEvent::Forked`]; the original file is never written again.
+//! - **Budgets per run.** The CLI counts `--max-budget-usd` from its process's start (the
+//!   session's `total_cost_usd` survives `--resume`, the budget's count does not), so a
+//!   long-lived child would share one budget over all its runs. With
+//!   [`CliConfig::run_budget_micro_usd`] a run whose child already served one first relaunches
+//!   it with `--resume` (about 0.7 s), so each run gets the whole budget.
 //! - **Seeds.** A reseeded session starts from muninn's transcript, not from nothing: the seed
 //!   is the host's rendering ([`Backend::set_seed`], for what preceded this start) followed by
 //!   the backend's own log of this start's turns (each turn's input and reply text), so a session
@@ -179,10 +184,25 @@ pub struct CliConfig {
     /// `--permission-mode` (`acceptEdits`, `auto`, `bypassPermissions`, `manual`, `dontAsk`,
     /// `plan`); `None` leaves the CLI's default.
     pub permission_mode: Option<String>,
-    /// `--max-budget-usd`, in micro-dollars: the CLI stops a turn that crosses it (after the
-    /// request that crossed it) and refuses later ones; both come back as
-    /// [`BackendError::Api`] with kind `budget_exhausted`.
+    /// `--max-budget-usd`, in micro-dollars, for each child **process**: the CLI stops a turn
+    /// that crosses it (after the request that crossed it) and refuses later ones; both come
+    /// back as [`BackendError::Api`] with kind `budget_exhausted`. The CLI counts it from the
+    /// process's start, not over the session — `total_cost_usd` is restored on `--resume`, the
+    /// budget's count is not (measured on 2.1.332) — so a relaunch (a crash, an unpark) starts
+    /// it afresh, and a long-lived child spends it across all its turns. For a budget per unit
+    /// of work use [`CliConfig::run_budget_micro_usd`]; the two cannot be combined.
     pub max_budget_micro_usd: Option<u64>,
+    /// The most one run may spend, micro-dollars: each [`Backend::run`] (a Self brief, its
+    /// flush included) — and each [`Backend::turn`] or [`Backend::compact`], which are runs of
+    /// their own — gets this whole budget. Since the CLI counts `--max-budget-usd` per process
+    /// (see [`CliConfig::max_budget_micro_usd`]), the driver gives a run a fresh count by
+    /// relaunching the child (`--resume`, about 0.7 s, reported as
+    /// [`TurnReport::budget_relaunch`]) when the live child has already served a run; a child
+    /// launched at start or after a park, crash or earlier relaunch is used as it is. A run
+    /// that crosses it ends as [`BackendError::Api`] with kind `budget_exhausted`; the next
+    /// run gets a fresh budget. Meant for the Self, whose runs are minutes long; a session
+    /// without it (the Persona) keeps its one long-lived process.
+    pub run_budget_micro_usd: Option<u64>,
     /// `--max-turns`: the most requests one turn (tool loop) may make; running out comes back as
     /// [`BackendError::Api`] with kind `max_turns`.
     pub max_turns: Option<u32>,
@@ -257,6 +277,7 @@ impl CliConfig {
             tools: Vec::new(),
             permission_mode: None,
             max_budget_micro_usd: None,
+            run_budget_micro_usd: None,
             max_turns: None,
             credential_kind: CredentialKind::ApiKey,
             credential_passing: CredentialPassing::FileDescriptor,
@@ -413,6 +434,10 @@ pub struct TurnReport {
     pub to_write: Duration,
     /// From reading the `result` line to `turn()` returning.
     pub from_result: Duration,
+    /// The live child was restarted (`--resume`, no session event) before this exchange, to
+    /// give it a fresh [`CliConfig::run_budget_micro_usd`]; the time is in
+    /// [`TurnReport::to_write`].
+    pub budget_relaunch: bool,
 }
 
 /// Commands to the driver.
@@ -712,6 +737,14 @@ impl Backend for ClaudeCliBackend {
             return Err(BackendError::Invalid(
                 "the claude-cli backend cannot offer custom tools (only the CLI's built-in ones, \
                  CliConfig::tools)"
+                    .into(),
+            ));
+        }
+        if self.config.max_budget_micro_usd.is_some() && self.config.run_budget_micro_usd.is_some()
+        {
+            return Err(BackendError::Invalid(
+                "max_budget_micro_usd (per process) and run_budget_micro_usd (per run) cannot \
+                 both be set: the CLI takes one --max-budget-usd"
                     .into(),
             ));
         }

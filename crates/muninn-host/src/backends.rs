@@ -423,7 +423,10 @@ impl BackendFactory {
                 {
                     config.tools = options.cli_tools.clone();
                     config.permission_mode = Some(options.permission_mode.as_str().to_string());
-                    config.max_budget_micro_usd = options
+                    // Per brief, not per process: each Self run gets the whole budget (the
+                    // driver relaunches a child that already served a run, since the CLI
+                    // counts `--max-budget-usd` from its process's start).
+                    config.run_budget_micro_usd = options
                         .brief_budget_micro_usd
                         .and_then(|b| u64::try_from(b).ok());
                 }

@@ -136,7 +136,9 @@ pub struct SelfSessionConfig {
     #[serde(default)]
     pub permission_mode: Option<PermissionMode>,
     /// `claude-cli` only: the most one brief may spend, micro-dollars (`--max-budget-usd`; the
-    /// CLI ends the run once it is crossed). Default: no limit beyond the Mind's spend cap.
+    /// CLI ends the run once it is crossed). Each brief gets the whole budget, however many
+    /// briefs one Self segment runs (`CliConfig::run_budget_micro_usd`). Default: no limit
+    /// beyond the Mind's spend cap.
     #[serde(default)]
     pub brief_budget_micro_usd: Option<i64>,
     /// The flush is asked for this many tokens before the context ceiling (the Mind's

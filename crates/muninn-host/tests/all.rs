@@ -8,3 +8,4 @@ mod http;
 mod resume;
 mod runtime;
 mod scripted;
+mod self_flush;
