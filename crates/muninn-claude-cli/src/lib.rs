@@ -43,8 +43,10 @@
 //!   `already in use`) is replaced by a fresh session with a new id, reported as
 //!   [`SessionEvent::Reseeded`]. With a [`CliConfig::binding_key`], a session left by an earlier
 //!   start is resumed only through a [`Handle`] that verifies over the caller's transcript
-//!   ([`ClaudeCliBackend::resume_with`]); otherwise it is reseeded the same way, because the
-//!   CLI's copy may have diverged from the truth. A handle claimed with `fork` (another writer
+//!   ([`ClaudeCliBackend::resume_with`]); a handle that does not verify is reseeded the same
+//!   way, because the CLI's copy may have diverged from the truth, and a start with no handle
+//!   claimed is a fresh session under the next unused derived id (a new segment: nothing lost,
+//!   no event). A handle claimed with `fork` (another writer
 //!   may still hold the session) continues a copy: `--resume <id> --fork-session`, a new id the
 //!   CLI picks, reported as [`SessionEvent::Forked`]; the original file is never written again.
 //! - **Budgets per run.** The CLI counts `--max-budget-usd` from its process's start (the
@@ -174,9 +176,10 @@ pub struct CliConfig {
     /// How long shutdown waits after closing stdin before SIGTERM (and as long again before
     /// SIGKILL).
     pub shutdown_timeout: Duration,
-    /// The key session handles are minted with. When set, a session found on disk at
-    /// [`Backend::start`] is resumed only through a verified [`Handle`]; when `None`, any
-    /// transcript found is resumed (the caller vouches for it).
+    /// The key session handles are minted with. When set, a session found on disk is resumed
+    /// only through a verified [`Handle`] ([`ClaudeCliBackend::resume_with`]), and a
+    /// [`Backend::start`] with no handle claimed starts a fresh session under the next unused
+    /// derived id; when `None`, any transcript found is resumed (the caller vouches for it).
     pub binding_key: Option<BindingKey>,
     /// The CLI's built-in tools the session may use (`--tools Read,Grep`); empty (the default)
     /// runs with `--tools=`, none. A tool that runs commands also needs them on [`CliConfig::path`].
@@ -345,6 +348,15 @@ pub fn derive_session_id(base: &str, n: u32) -> String {
         &hex[16..20],
         &hex[20..32]
     )
+}
+
+/// The first session id derived from the configured one that has no transcript on disk: where a
+/// fresh session starts when the configured one is taken by an earlier segment.
+fn fresh_session_id(config: &CliConfig) -> String {
+    (1..)
+        .map(|n| derive_session_id(&config.session_id, n))
+        .find(|id| transcript_path(config, id).is_none())
+        .unwrap_or_else(|| config.session_id.clone())
 }
 
 /// Something that happened to the session (not to one reply) that the host must know. Serialised
@@ -654,11 +666,12 @@ impl ClaudeCliBackend {
                     }
                 }
             }
+            // No claim is a fresh session by the caller's choice (a new segment): the next
+            // unused derived id, never the one on disk (which no handle vouches for), and no
+            // reseed event — nothing was lost.
             None if transcript_path(&self.config, &configured).is_some() => driver::StartPlan {
-                session_id: configured,
-                refuse_resume: Some(
-                    "a session exists on disk but no handle vouches for it".to_string(),
-                ),
+                session_id: fresh_session_id(&self.config),
+                refuse_resume: None,
                 vouched: false,
                 fork: false,
             },

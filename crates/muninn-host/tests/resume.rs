@@ -291,6 +291,13 @@ async fn an_edited_persona_layer_opens_a_fresh_segment_after_a_restart() {
             .all(|e| e["type"] != "resumed_segment"),
         "{rows:#?}"
     );
+    // A new segment is a fresh session by choice, not a lost one: no reseed is recorded.
+    assert!(
+        rows.iter()
+            .flat_map(|r| &r.events)
+            .all(|e| e["type"] != "reseeded"),
+        "{rows:#?}"
+    );
     // The new session starts from the layers: the old conversation is not in its request.
     let first = w.messages_requests()[before].to_string();
     assert!(!first.contains("beta-one"), "{first}");
