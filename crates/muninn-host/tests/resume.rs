@@ -487,3 +487,110 @@ async fn a_child_killed_mid_turn_loses_no_delivery_and_sends_nothing_twice() {
     );
     r.release().await.unwrap();
 }
+
+/// Every CLI session file (`projects/<cwd slug>/<id>.jsonl`) the Persona's child has written.
+fn persona_session_files(w: &CliWorld) -> Vec<std::path::PathBuf> {
+    let projects = w
+        .host
+        .config
+        .data_dir
+        .join("claude-cli/vala/persona/home/.claude/projects");
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(projects).unwrap().flatten() {
+        for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            if f.path().extension().is_some_and(|e| e == "jsonl") {
+                files.push(f.path());
+            }
+        }
+    }
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_cli_session_is_seeded_from_muninns_transcript_mid_run_and_after_a_restart() {
+    let Some(bin) = claude_bin() else { return };
+    let w = cli_world(bin).await;
+    let mut a = w.runner(persona("steady"), "host-a");
+    a.register().await.unwrap();
+    w.say("s1", "sierra-one: the key is under the oak").await;
+    turn(&mut a).await;
+    w.say("s2", "sierra-two: and the gate code is 4471").await;
+    turn(&mut a).await;
+
+    // The CLI's session file goes (a wiped disk, an operator's clean-up), the child with it.
+    let pid = child_pid(&w, "vala/persona").unwrap();
+    for f in persona_session_files(&w) {
+        std::fs::remove_file(f).unwrap();
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status();
+    let before = w.messages_requests().len();
+    w.say("s3", "sierra-three: where is the key?").await;
+    turn(&mut a).await;
+    // The fresh session's first request carries the conversation so far, from muninn's side.
+    let first = w.messages_requests()[before].to_string();
+    for earlier in ["sierra-one", "4471", "sierra-three"] {
+        assert!(first.contains(earlier), "{earlier} missing from {first}");
+    }
+    let row = w.rows().await.pop().unwrap();
+    let reseeded: Vec<_> = row
+        .events
+        .iter()
+        .filter(|e| e["type"] == "reseeded")
+        .collect();
+    assert_eq!(reseeded.len(), 1, "{:?}", row.events);
+    assert!(
+        reseeded[0]["seed_tokens"].as_u64().unwrap() > 20,
+        "{reseeded:?}"
+    );
+    // Still one segment: the loss was the provider's, not a decision.
+    assert_eq!(
+        w.host
+            .store
+            .segments("vala", Role::Persona)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // A restart finds a handle that verifies but no session file: seeded from the transcript
+    // the new runner rendered (it has no log of its own).
+    a.release().await.unwrap();
+    drop(a);
+    for f in persona_session_files(&w) {
+        std::fs::remove_file(f).unwrap();
+    }
+    let mut b = w.runner(persona("steady"), "host-b");
+    let before = w.messages_requests().len();
+    w.say("s4", "sierra-four: and the code?").await;
+    turn(&mut b).await;
+    let first = w.messages_requests()[before].to_string();
+    for earlier in ["sierra-one", "4471", "sierra-three", "sierra-four"] {
+        assert!(first.contains(earlier), "{earlier} missing from {first}");
+    }
+    let row = w.rows().await.pop().unwrap();
+    assert!(
+        row.events
+            .iter()
+            .any(|e| e["type"] == "reseeded" && e["seed_tokens"].as_u64().is_some_and(|t| t > 20)),
+        "{:?}",
+        row.events
+    );
+    assert_eq!(
+        w.host
+            .store
+            .segments("vala", Role::Persona)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // Nothing was sent twice through all of it.
+    let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
+    let ids: BTreeSet<_> = outbox.iter().map(|m| m.request_id.clone()).collect();
+    assert_eq!(ids.len(), outbox.len(), "{outbox:#?}");
+    b.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
