@@ -822,10 +822,17 @@ impl Driver {
                             collected.saw_init = true;
                             if self.forking && session_id != self.session_id {
                                 tracing::info!(from = %self.session_id, to = %session_id, "claude-cli: session forked");
-                                report.session_events.push(SessionEvent::Forked {
+                                let event = SessionEvent::Forked {
                                     from: std::mem::replace(&mut self.session_id, session_id.clone()),
                                     to: session_id,
-                                });
+                                };
+                                // Queued like every other session event (the host records only
+                                // what `take_session_events` drains); not through `emit`, which
+                                // would borrow all of `self` while `live` holds the child.
+                                if let Ok(mut q) = self.queue.lock() {
+                                    q.push_back(event.clone());
+                                }
+                                report.session_events.push(event);
                                 self.forking = false;
                             }
                         }

@@ -1027,6 +1027,11 @@ async fn a_forked_resume_continues_a_copy_and_leaves_the_original_untouched() {
     assert_ne!(to, session);
     assert_eq!(&report.session_id, to);
     assert_eq!(fork.session_id(), to);
+    // The host records session events from the queue: the fork is there, once.
+    assert_eq!(
+        fork.take_session_events(),
+        vec![json!({"type": "forked", "from": session, "to": to})]
+    );
     // The copy's first request carries the whole history, from the cache.
     let sent = user_messages_sent_with(&r.sim, "fork three");
     assert_eq!(sent.len(), 3, "{sent:?}");
@@ -1505,3 +1510,4 @@ async fn a_slow_flush_is_interrupted_after_its_grace_and_terminated_when_told() 
 
 mod compaction;
 mod credentials;
+mod interactions;

@@ -1,0 +1,90 @@
+//! Features that meet in the one driver task: a reseed's pending seed against a compaction and
+//! against a turn that began but never finished; a fork's event in the session-event queue.
+
+use super::*;
+use pretty_assertions::assert_eq;
+
+/// The preamble every rendered seed starts with.
+const SEED_MARK: &str = "[muninn] The session that held this conversation was lost.";
+
+/// A backend whose start reseeds (a handle that does not verify) with `host_seed` pending, so
+/// the next turn's line must carry the seed exactly once.
+async fn reseeding(r: &Rig, config: CliConfig, tag: &str, host_seed: &str) -> ClaudeCliBackend {
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec(tag)).await.unwrap();
+    let a1 = ok(b.turn(TurnInput::text(format!("{tag} one"))).await).text;
+    let handle = b
+        .session_handle(&bytes(&items(&[(&format!("{tag} one"), &a1)])))
+        .unwrap();
+    b.shutdown().await;
+    let mut b = ClaudeCliBackend::new(config);
+    assert!(b.resume_session(
+        &handle,
+        &bytes(&items(&[(&format!("{tag} one"), "edited")])),
+        false
+    ));
+    b.set_seed(Some(host_seed.to_string()));
+    b.start(spec(tag)).await.unwrap();
+    b
+}
+
+/// Requests whose body carries `text`, and how often the seed preamble occurs in the last one.
+fn seeds_in_request_with(sim: &SimHandle, text: &str) -> usize {
+    let body = sim
+        .sim
+        .requests()
+        .into_iter()
+        .rev()
+        .filter(|r| r.path == "/v1/messages")
+        .find(|r| last_user(&r.body).contains(text))
+        .unwrap_or_else(|| panic!("no request for {text:?}"))
+        .body
+        .to_string();
+    body.matches(SEED_MARK).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_before_the_first_turn_does_not_drop_a_pending_seed() {
+    let Some(bin) = claude_bin() else { return };
+    let mut r = rig(bin, "c5ed0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a51").await;
+    r.config.binding_key = Some(BindingKey::new(&[6u8; 32]).unwrap());
+    let host_seed = "User: cs one\n\nAssistant: HOST-RECORD-CS";
+    let mut b = reseeding(&r, r.config.clone(), "cs", host_seed).await;
+    // The new session is empty: whatever `/compact` answers, it carried no seed.
+    let _ = b.compact("").await;
+    ok(b.turn(TurnInput::text("cs two")).await);
+    let sent = user_messages_sent_with(&r.sim, "cs two").join("\n");
+    assert!(sent.contains("HOST-RECORD-CS"), "the seed was lost: {sent}");
+    assert_eq!(seeds_in_request_with(&r.sim, "cs two"), 1);
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_whose_turn_began_is_not_sent_again_after_the_child_dies() {
+    let Some(bin) = claude_bin() else { return };
+    let mut r = rig(bin, "c5ed0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a52").await;
+    r.config.binding_key = Some(BindingKey::new(&[7u8; 32]).unwrap());
+    let host_seed = "User: ks one\n\nAssistant: HOST-RECORD-KS";
+    let mut config = r.config.clone();
+    // The seeded turn hangs on the API and is given up on: the child is killed after the CLI
+    // took the line (and stored it in the new session's transcript).
+    config.turn_timeout = Duration::from_secs(6);
+    let mut b = reseeding(&r, config, "ks", host_seed).await;
+    r.sim.sim.push_faults([Fault {
+        kind: FaultKind::Slow {
+            first_byte_ms: 60_000,
+            event_ms: 0,
+        },
+        times: 1,
+    }]);
+    let e = b.turn(TurnInput::text("ks two")).await.unwrap_err();
+    assert!(e.to_string().contains("no result within"), "{e}");
+    ok(b.turn(TurnInput::text("ks three")).await);
+    assert_eq!(
+        seeds_in_request_with(&r.sim, "ks three"),
+        1,
+        "{:?}",
+        user_messages_sent_with(&r.sim, "ks three")
+    );
+    b.shutdown().await;
+}
