@@ -592,7 +592,9 @@ impl Driver {
             // Built per attempt: a reseed on the way may have rendered a seed to send first.
             let line = match exchange {
                 Exchange::Turn(input) => user_line(input, self.pending_seed.as_deref())?,
-                // A compaction only follows a turn that succeeded, so no seed is pending.
+                // A `/compact` cannot carry a seed (it is a command line, not a message); a seed
+                // pending (a reseed at start, or on this exchange's launch) waits for the next
+                // turn.
                 Exchange::Compact(_) => exchange.line()?,
             };
             let Some(live) = self.child.as_mut() else {
@@ -613,6 +615,15 @@ impl Driver {
                 .await;
             if !matches!(end, ReadEnd::Result { .. }) {
                 self.note_compactions(&collected, None, compacting, &mut report.session_events);
+            }
+            if collected.saw_init && !compacting {
+                // The turn began, so the CLI has stored the line, seed and all, in the session's
+                // transcript (it keeps the user line even when killed mid-request): a turn that
+                // then dies or times out must not send the seed again with the next input, and
+                // the session now has a transcript to resume (or, if that goes missing, to
+                // reseed from the log).
+                self.established = true;
+                self.pending_seed = None;
             }
             match end {
                 ReadEnd::Result {
@@ -640,8 +651,12 @@ impl Driver {
                     }
                     self.established = true;
                     // The seed is in the new session now (even a failed turn's line is kept by
-                    // the CLI and merged into the next one).
-                    self.pending_seed = None;
+                    // the CLI and merged into the next one) — unless this was a `/compact`,
+                    // whose line carried none: clearing it then would start the next turn in
+                    // the fresh session without its history.
+                    if !compacting {
+                        self.pending_seed = None;
+                    }
                     report.model_usage_since_last_result =
                         result.model_usage_since_last_result.clone();
                     let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;
