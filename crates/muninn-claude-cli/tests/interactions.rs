@@ -68,7 +68,8 @@ async fn a_seed_whose_turn_began_is_not_sent_again_after_the_child_dies() {
     let mut config = r.config.clone();
     // The seeded turn hangs on the API and is given up on: the child is killed after the CLI
     // took the line (and stored it in the new session's transcript).
-    config.turn_timeout = Duration::from_secs(6);
+    // (10 s: the line is taken within a second of the write, even on loaded cores.)
+    config.turn_timeout = Duration::from_secs(10);
     let mut b = reseeding(&r, config, "ks", host_seed).await;
     r.sim.sim.push_faults([Fault {
         kind: FaultKind::Slow {
