@@ -201,6 +201,14 @@ async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
     assert_eq!(resumed.len(), 1, "{rows:#?}");
     assert_eq!(resumed[0]["fork"], true);
     assert_eq!(resumed[0]["segment"], 0);
+    // The CLI's side of it: the copy's new id, on the same row.
+    let forked: Vec<_> = rows
+        .iter()
+        .flat_map(|r| &r.events)
+        .filter(|e| e["type"] == "forked")
+        .collect();
+    assert_eq!(forked.len(), 1, "{rows:#?}");
+    assert_eq!(forked[0]["from"], original.as_str());
     assert!(rows.iter().all(|r| r.segment == 0));
     // Nothing sent twice: the earlier batches' messages are still the only ones for them.
     let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
