@@ -118,6 +118,23 @@ impl CliWorld {
             .collect()
     }
 
+    /// How many Persona segments the store holds.
+    pub(crate) async fn persona_segments(&self) -> usize {
+        self.host
+            .store
+            .segments("vala", Role::Persona)
+            .await
+            .unwrap()
+            .len()
+    }
+
+    /// No outbox message was recorded twice (each request id once).
+    pub(crate) async fn assert_nothing_sent_twice(&self) {
+        let outbox = self.host.store.unacked_outbox("vala", 100).await.unwrap();
+        let ids: BTreeSet<_> = outbox.iter().map(|m| m.request_id.clone()).collect();
+        assert_eq!(ids.len(), outbox.len(), "{outbox:#?}");
+    }
+
     pub(crate) async fn rows(&self) -> Vec<muninn_core::ledger::LedgerRow> {
         self.host
             .store
@@ -211,9 +228,8 @@ async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
     assert_eq!(forked[0]["from"], original.as_str());
     assert!(rows.iter().all(|r| r.segment == 0));
     // Nothing sent twice: the earlier batches' messages are still the only ones for them.
+    w.assert_nothing_sent_twice().await;
     let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
-    let ids: BTreeSet<_> = outbox.iter().map(|m| m.request_id.clone()).collect();
-    assert_eq!(ids.len(), outbox.len(), "{outbox:#?}");
     assert!(outbox_before.iter().all(|m| {
         outbox
             .iter()
@@ -256,15 +272,7 @@ async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
         .find(|e| e["type"] == "resumed_segment")
         .unwrap_or_else(|| panic!("{last:#?}"));
     assert_eq!(event["fork"], false);
-    assert_eq!(
-        w.host
-            .store
-            .segments("vala", Role::Persona)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(w.persona_segments().await, 1);
     c.release().await.unwrap();
     w.server.stop().await.unwrap();
 }
@@ -391,15 +399,7 @@ async fn five_turns_ledger_what_the_cli_reported_and_a_parked_child_resumes_on_t
     assert!(types.contains(&serde_json::json!("parked")), "{types:?}");
     assert!(types.contains(&serde_json::json!("unparked")), "{types:?}");
     assert!(last.usage.cache_read > 0, "{last:#?}");
-    assert_eq!(
-        w.host
-            .store
-            .segments("vala", Role::Persona)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(w.persona_segments().await, 1);
     r.release().await.unwrap();
     w.server.stop().await.unwrap();
 }
@@ -449,24 +449,15 @@ async fn a_child_killed_mid_turn_loses_no_delivery_and_sends_nothing_twice() {
     turn(&mut r).await;
     let first = w.messages_requests()[before].to_string();
     assert!(first.contains("kilo-one"), "{first}");
-    assert_eq!(
-        w.host
-            .store
-            .segments("vala", Role::Persona)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(w.persona_segments().await, 1);
     let last = w.rows().await.pop().unwrap();
     assert!(
         last.events.iter().any(|e| e["type"] == "relaunched"),
         "{:?}",
         last.events
     );
+    w.assert_nothing_sent_twice().await;
     let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
-    let ids: BTreeSet<_> = outbox.iter().map(|m| m.request_id.clone()).collect();
-    assert_eq!(ids.len(), outbox.len(), "{outbox:#?}");
     // One batch per delivery answered: k1's and k2's, no other.
     let batches: BTreeSet<_> = outbox
         .iter()
@@ -553,15 +544,7 @@ async fn a_lost_cli_session_is_seeded_from_muninns_transcript_mid_run_and_after_
         "{reseeded:?}"
     );
     // Still one segment: the loss was the provider's, not a decision.
-    assert_eq!(
-        w.host
-            .store
-            .segments("vala", Role::Persona)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(w.persona_segments().await, 1);
 
     // A restart finds a handle that verifies but no session file: seeded from the transcript
     // the new runner rendered (it has no log of its own).
@@ -586,19 +569,9 @@ async fn a_lost_cli_session_is_seeded_from_muninns_transcript_mid_run_and_after_
         "{:?}",
         row.events
     );
-    assert_eq!(
-        w.host
-            .store
-            .segments("vala", Role::Persona)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(w.persona_segments().await, 1);
     // Nothing was sent twice through all of it.
-    let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
-    let ids: BTreeSet<_> = outbox.iter().map(|m| m.request_id.clone()).collect();
-    assert_eq!(ids.len(), outbox.len(), "{outbox:#?}");
+    w.assert_nothing_sent_twice().await;
     b.release().await.unwrap();
     w.server.stop().await.unwrap();
 }
