@@ -251,12 +251,7 @@ fn touches(span: i64, life: i64, step: i64) -> u64 {
 /// Pings needed to carry a prefix written at `t` warm to `t + gap` when the host decides
 /// `before_ms` ahead of each expiry (the first ping at `t + ttl − before`).
 pub fn pings_needed(gap_ms: i64, ttl: Ttl, before_ms: i64) -> u64 {
-    let step = ttl.millis() - before_ms;
-    if gap_ms < ttl.millis() {
-        0
-    } else {
-        touches(gap_ms - step, ttl.millis(), step)
-    }
+    head_pings_needed(gap_ms, ttl, ttl, before_ms)
 }
 
 /// Pings (at the tail's decision points) needed to keep a head with its own, longer TTL alive
@@ -561,12 +556,8 @@ impl Model<'_> {
 /// Head-only pings that keep a head last touched at `t` alive to `t + gap` once the tail is let
 /// go: the first shortly before the head's own expiry, then one per head TTL.
 pub fn head_only_pings(gap_ms: i64, head_ttl: Ttl, before_ms: i64) -> u64 {
-    let step = head_ttl.millis() - before_ms;
-    if gap_ms < head_ttl.millis() {
-        0
-    } else {
-        touches(gap_ms - step, head_ttl.millis(), step)
-    }
+    // Head-only pings are paced by the head's own decision points.
+    head_pings_needed(gap_ms, head_ttl, head_ttl, before_ms)
 }
 
 /// Computes the optimum's plan for a reconstructed trace.
@@ -768,9 +759,13 @@ impl OptimumPlan {
                 };
                 let step = ttl.millis() - before_ms;
                 let span = turn.at_ms - now_ms;
-                let head = view.bounds.head_tokens;
-                let head_saving = MicroUsd::of(head, view.rates.head_write)
-                    .saturating_sub(MicroUsd::of(head, view.rates.read));
+                let head_saving = view.head_rewrite_penalty();
+                // Head-only pings that keep a head expiring at `d` alive to the wake.
+                let head_only_from = |d: i64| {
+                    let hstep = view.head_ttl.millis() - before_ms;
+                    let kh = touches(turn.at_ms - (d - before_ms), view.head_ttl.millis(), hstep);
+                    MicroUsd(view.head_ping_cost().0 * kh as i64)
+                };
                 if restart {
                     // The old segment ends here. Ending now (flushing, or with memory written as
                     // it happens doing nothing) touches the head for the last time; if the head
@@ -794,15 +789,7 @@ impl OptimumPlan {
                             - u64::from(view.needs_flush());
                         let keep = MicroUsd(view.ping_cost().0 * k as i64);
                         // Ending now and keeping only the head with head-only pings instead.
-                        let head_only = head_deadline.map_or(keep, |d| {
-                            let hstep = view.head_ttl.millis() - before_ms;
-                            let kh = touches(
-                                turn.at_ms - (d - before_ms),
-                                view.head_ttl.millis(),
-                                hstep,
-                            );
-                            MicroUsd(view.head_ping_cost().0 * kh as i64)
-                        });
+                        let head_only = head_deadline.map_or(keep, head_only_from);
                         if k > 0 && keep < head_saving && keep < head_only {
                             return single(Action::Ping, Reason::ExpectedSavingExceedsPing, keep);
                         }
@@ -830,14 +817,8 @@ impl OptimumPlan {
                         best = (head_kept, Action::Ping);
                     }
                     // Let the tail go now; keep the head with head-only pings from its expiry on.
-                    let hstep = view.head_ttl.millis() - before_ms;
-                    let kh = touches(
-                        turn.at_ms - (head_expiry - before_ms),
-                        view.head_ttl.millis(),
-                        hstep,
-                    );
-                    let head_only = MicroUsd(view.head_ping_cost().0 * kh as i64)
-                        + rewrite.saturating_sub(head_saving);
+                    let head_only =
+                        head_only_from(head_expiry) + rewrite.saturating_sub(head_saving);
                     if head_only < best.0 {
                         best = (head_only, Action::LetExpire);
                     }
