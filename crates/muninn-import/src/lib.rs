@@ -169,23 +169,12 @@ pub fn import_paths(
     }
     // Sorted, so de-duplication (first file wins) and the output are deterministic.
     files.sort();
-    files.dedup();
-    let mut total = 0;
-    for file in &files {
-        total += std::fs::metadata(file)
-            .map_err(|source| io_error(file, source))?
-            .len();
-    }
+    files.dedup_by(|a, b| a.0 == b.0);
+    let total = files.iter().map(|(_, len)| len).sum();
 
-    let mut importer = Importer {
-        opts,
-        sink: sink::TraceSet::default(),
-        claude_seen: HashSet::new(),
-        warnings: Vec::new(),
-        stats: ImportStats::default(),
-    };
+    let mut importer = Importer::new(opts);
     let mut done = 0;
-    for file in &files {
+    for (file, _) in &files {
         let read = importer.import_file(file, None, &mut |bytes| progress(done + bytes, total))?;
         done += read;
         progress(done, total);
@@ -202,13 +191,7 @@ pub fn import_paths(
 /// format gives no traces and one warning.
 pub fn read_trace_file(path: &Path) -> Result<Import, ImportError> {
     let opts = ImportOptions::default();
-    let mut importer = Importer {
-        opts: &opts,
-        sink: sink::TraceSet::default(),
-        claude_seen: HashSet::new(),
-        warnings: Vec::new(),
-        stats: ImportStats::default(),
-    };
+    let mut importer = Importer::new(&opts);
     importer.import_file(path, Some(Format::Stored), &mut |_| {})?;
     Ok(importer.finish())
 }
@@ -220,13 +203,14 @@ fn io_error(path: &Path, source: io::Error) -> ImportError {
     }
 }
 
-/// Adds `path` (if a file) or the `*.jsonl` files under it (if a directory) to `out`. Symlinked
-/// directories below the top are not followed, so a link cycle cannot make the walk endless.
-fn collect_files(path: &Path, top: bool, out: &mut Vec<PathBuf>) -> Result<(), ImportError> {
+/// Adds `path` (if a file) or the `*.jsonl` files under it (if a directory) to `out`, each with
+/// its size (for progress; the walk has the metadata anyway). Symlinked directories below the top
+/// are not followed, so a link cycle cannot make the walk endless.
+fn collect_files(path: &Path, top: bool, out: &mut Vec<(PathBuf, u64)>) -> Result<(), ImportError> {
     let meta = std::fs::metadata(path).map_err(|source| io_error(path, source))?;
     if meta.is_file() {
         if top || path.extension().is_some_and(|e| e == "jsonl") {
-            out.push(path.to_path_buf());
+            out.push((path.to_path_buf(), meta.len()));
         }
         return Ok(());
     }
@@ -244,9 +228,11 @@ fn collect_files(path: &Path, top: bool, out: &mut Vec<PathBuf>) -> Result<(), I
             collect_files(&child, false, out)?;
         } else if (kind.is_file() || kind.is_symlink())
             && child.extension().is_some_and(|e| e == "jsonl")
-            && std::fs::metadata(&child).is_ok_and(|m| m.is_file())
         {
-            out.push(child);
+            // Followed, so a link to a file counts as the file (and a dangling one is passed over).
+            if let Some(meta) = std::fs::metadata(&child).ok().filter(|m| m.is_file()) {
+                out.push((child, meta.len()));
+            }
         }
     }
     Ok(())
@@ -296,7 +282,17 @@ struct Importer<'o> {
     stats: ImportStats,
 }
 
-impl Importer<'_> {
+impl<'o> Importer<'o> {
+    fn new(opts: &'o ImportOptions) -> Importer<'o> {
+        Importer {
+            opts,
+            sink: sink::TraceSet::default(),
+            claude_seen: HashSet::new(),
+            warnings: Vec::new(),
+            stats: ImportStats::default(),
+        }
+    }
+
     /// Imports one file; returns the bytes read. `force` skips detection.
     fn import_file(
         &mut self,
