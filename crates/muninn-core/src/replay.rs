@@ -474,6 +474,10 @@ impl Driver {
     }
 }
 
+/// A bound on the decisions of one gap, per entry: each ping moves the decision point on by
+/// nearly a TTL, so only a degenerate configuration (a zero-length step) gets near it.
+const IDLE_DECISIONS_MAX: u32 = 10_000;
+
 struct Engine<'a> {
     config: &'a ReplayConfig<'a>,
     model: &'a str,
@@ -551,8 +555,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn view(&self, now_ms: i64) -> SessionView {
-        let _ = now_ms;
+    fn view(&self) -> SessionView {
         SessionView {
             prefix_tokens: self.prefix_tokens,
             warm_until_ms: self.cache.expiry(self.model, self.prefix_fp),
@@ -570,6 +573,16 @@ impl<'a> Engine<'a> {
             bounds: self.bounds,
             gaps: self.gaps,
         }
+    }
+
+    /// When to decide about the entry `fingerprint` in the gap before a request at `now_ms`:
+    /// shortly before it expires (not before the last request), if that falls inside the gap and
+    /// the entry outlived the last request. `None` ends the gap's decisions about it.
+    fn decision_point(&self, fingerprint: Fingerprint, now_ms: i64) -> Option<i64> {
+        let expiry = self.cache.expiry(self.model, fingerprint)?;
+        let before = self.config.assumptions.decide_before_expiry_ms;
+        let at = (expiry - before).max(self.last_request_ms);
+        (at < now_ms && expiry > self.last_request_ms).then_some(at)
     }
 
     fn conversation_fp(&self, index: usize) -> Fingerprint {
@@ -684,23 +697,20 @@ impl<'a> Engine<'a> {
             } else {
                 now - self.last_request_ms
             };
+            let future = Hindsight {
+                next: index,
+                turns,
+                ttl: self.ttl,
+                before_ms: before,
+            };
             // The idle phase: decide shortly before each expiry that falls before this request.
             if index > 0 {
                 self.gaps.observe(gap);
-                let mut guard = 0;
-                while let Some(expiry) = self.cache.expiry(self.model, self.prefix_fp) {
-                    let at = (expiry - before).max(self.last_request_ms);
-                    if at >= now || expiry <= self.last_request_ms || guard > 10_000 {
+                for _ in 0..=IDLE_DECISIONS_MAX {
+                    let Some(at) = self.decision_point(self.prefix_fp, now) else {
                         break;
-                    }
-                    guard += 1;
-                    let view = self.view(at);
-                    let future = Hindsight {
-                        next: index,
-                        turns,
-                        ttl: self.ttl,
-                        before_ms: before,
                     };
+                    let view = self.view();
                     let decision = driver.decide(&view, Event::Expiring, at, &future);
                     match decision.action {
                         Action::Ping => {
@@ -717,23 +727,14 @@ impl<'a> Engine<'a> {
                     }
                 }
                 // The head, under its own breakpoint, may outlive the tail: shortly before it
-                // expires too, the decider may keep it with a head-only ping.
-                let mut guard = 0;
-                while let Some(expiry) = self.cache.expiry(self.model, self.head_fp) {
-                    let at = (expiry - before).max(self.last_request_ms);
-                    // The tail's own loop above has already let it go (or its next decision
-                    // point, and so the head's, lies beyond this request).
-                    if at >= now || expiry <= self.last_request_ms || guard > 10_000 {
+                // expires too, the decider may keep it with a head-only ping. (The tail's own
+                // loop above has already let it go, or its next decision point, and so the
+                // head's, lies beyond this request.)
+                for _ in 0..=IDLE_DECISIONS_MAX {
+                    let Some(at) = self.decision_point(self.head_fp, now) else {
                         break;
-                    }
-                    guard += 1;
-                    let view = self.view(at);
-                    let future = Hindsight {
-                        next: index,
-                        turns,
-                        ttl: self.ttl,
-                        before_ms: before,
                     };
+                    let view = self.view();
                     if driver
                         .decide(&view, Event::HeadExpiring, at, &future)
                         .action
@@ -758,7 +759,7 @@ impl<'a> Engine<'a> {
                 }
             }
             // The arrival.
-            let view = self.view(now);
+            let view = self.view();
             let decision = driver.decide(
                 &view,
                 Event::Arrival {
@@ -766,12 +767,7 @@ impl<'a> Engine<'a> {
                     delta: turn.delta,
                 },
                 now,
-                &Hindsight {
-                    next: index,
-                    turns,
-                    ttl: self.ttl,
-                    before_ms: before,
-                },
+                &future,
             );
             let mut refreshed = false;
             if decision.action == Action::Refresh && index > 0 {
