@@ -284,6 +284,13 @@ pub struct Bounds {
     pub context_window: Tokens,
 }
 
+impl Bounds {
+    /// Whether a refresh needs a flush request (it does not when memory is written as it happens).
+    pub fn needs_flush(&self) -> bool {
+        self.flush_prompt_tokens > 0 || self.flush_output_tokens > 0
+    }
+}
+
 /// Idle gaps seen so far, in log₂-second buckets: bucket i holds gaps in [2^i, 2^(i+1)) seconds
 /// (bucket 0 also holds gaps under a second). Fitted from the ledger (live) or from the trace so
 /// far (replay).
@@ -417,7 +424,7 @@ impl SessionView {
 
     /// Whether a refresh needs a flush request (it does not when memory is written as it happens).
     pub fn needs_flush(&self) -> bool {
-        self.bounds.flush_prompt_tokens > 0 || self.bounds.flush_output_tokens > 0
+        self.bounds.needs_flush()
     }
 
     /// The price of a head-only ping.

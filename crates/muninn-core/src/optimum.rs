@@ -583,22 +583,25 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
         price.output.0 as i128,
     );
     let h = head as i128;
-    let ceiling = a.ceiling_tokens.unwrap_or(price.context_window) as i128;
+    let bounds = a.bounds(head, price);
+    let ceiling = bounds.ceiling_tokens as i128;
     let before = a.decide_before_expiry_ms;
     let step = ttl.millis() - before;
     let phi_ping = inp * a.ping_tokens as i128 + out;
-    let flush_output = a.flush_output_tokens.unwrap_or(a.rehydrate_tokens) as i128;
     // With memory written as it happens there is no flush request: a refresh costs only the
     // rewrite of the new segment.
-    let needs_flush = a.flush_prompt_tokens > 0 || flush_output > 0;
+    let needs_flush = bounds.needs_flush();
     let (flush_read, phi_flush) = if needs_flush {
-        (r, inp * a.flush_prompt_tokens as i128 + out * flush_output)
+        (
+            r,
+            inp * bounds.flush_prompt_tokens as i128 + out * bounds.flush_output_tokens as i128,
+        )
     } else {
         (0, 0)
     };
     let head_cacheable = head >= price.min_cacheable;
     // The head sits under its own breakpoint, possibly with a longer TTL than the tail's.
-    let head_ttl = a.head_ttl.map_or(ttl, |t| t.max(ttl));
+    let head_ttl = a.head_ttl_for(ttl);
     let w_head = price.write(head_ttl).0 as i128;
     let head_warm_after = |gap: i64| head_cacheable && gap < head_ttl.millis();
 

@@ -85,6 +85,29 @@ impl Default for Assumptions {
     }
 }
 
+impl Assumptions {
+    /// The TTL of the head's breakpoint in a session written at `ttl`: never shorter than `ttl`.
+    pub fn head_ttl_for(&self, ttl: Ttl) -> Ttl {
+        self.head_ttl.map_or(ttl, |h| h.max(ttl))
+    }
+
+    /// The decider's bounds for a trace of `head` tokens on the model priced by `price`, the
+    /// defaults filled in. The engine and the optimum both take them from here, so that the plan
+    /// is computed for the session the engine then runs.
+    pub fn bounds(&self, head: Tokens, price: &ModelPrice) -> Bounds {
+        Bounds {
+            head_tokens: head,
+            rehydrate_tokens: self.rehydrate_tokens,
+            flush_prompt_tokens: self.flush_prompt_tokens,
+            flush_output_tokens: self.flush_output_tokens.unwrap_or(self.rehydrate_tokens),
+            ping_tokens: self.ping_tokens,
+            min_segment_requests: self.min_segment_requests,
+            ceiling_tokens: self.ceiling_tokens.unwrap_or(price.context_window),
+            context_window: price.context_window,
+        }
+    }
+}
+
 impl fmt::Display for Assumptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let head = self.head_tokens.map_or(
@@ -515,11 +538,12 @@ impl<'a> Engine<'a> {
     fn new(trace: &'a Trace, head: Tokens, ttl: Ttl, config: &'a ReplayConfig<'a>) -> Engine<'a> {
         let a = config.assumptions;
         let trace_fp = hash_bytes(trace.id.as_bytes());
+        let head_ttl = a.head_ttl_for(ttl);
         Engine {
             config,
             model: &trace.model,
             ttl,
-            head_ttl: a.head_ttl.map_or(ttl, |h| h.max(ttl)),
+            head_ttl,
             head,
             head_fp: extend(trace_fp, hash_bytes(b"head")),
             trace_fp,
@@ -541,17 +565,8 @@ impl<'a> Engine<'a> {
             gap_head_ping_spend: MicroUsd::ZERO,
             flushed: false,
             gaps: GapStats::default(),
-            rates: Rates::of(config.price, ttl, a.head_ttl.map_or(ttl, |h| h.max(ttl))),
-            bounds: Bounds {
-                head_tokens: head,
-                rehydrate_tokens: a.rehydrate_tokens,
-                flush_prompt_tokens: a.flush_prompt_tokens,
-                flush_output_tokens: a.flush_output_tokens.unwrap_or(a.rehydrate_tokens),
-                ping_tokens: a.ping_tokens,
-                min_segment_requests: a.min_segment_requests,
-                ceiling_tokens: a.ceiling_tokens.unwrap_or(config.price.context_window),
-                context_window: config.price.context_window,
-            },
+            rates: Rates::of(config.price, ttl, head_ttl),
+            bounds: a.bounds(head, config.price),
         }
     }
 
