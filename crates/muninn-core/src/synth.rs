@@ -220,7 +220,9 @@ pub fn session(seed: u64, requests: usize, params: &SynthParams) -> Trace {
     }
 }
 
-fn idle_gap(rng: &mut SplitMix64, mix: &[IdleBand], total_weight: u64) -> u64 {
+/// A gap drawn from `mix`: a band picked by weight (`total_weight` is their sum), then a gap
+/// uniformly within it. The Persona workload draws its quiet gaps with it too.
+pub(crate) fn idle_gap(rng: &mut SplitMix64, mix: &[IdleBand], total_weight: u64) -> u64 {
     if total_weight == 0 {
         return 0;
     }

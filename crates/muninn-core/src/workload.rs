@@ -34,7 +34,7 @@
 
 use crate::money::Tokens;
 use crate::render::{Delivery, HistoryLine, Layers, TurnInput};
-use crate::synth::{IdleBand, SplitMix64};
+use crate::synth::{IdleBand, SplitMix64, idle_gap};
 use crate::tokenize::count;
 use std::collections::VecDeque;
 use std::fmt;
@@ -533,21 +533,6 @@ fn chance(rng: &mut SplitMix64, pct: u64) -> bool {
     rng.range(&(0..=99)) < pct
 }
 
-fn draw_band(rng: &mut SplitMix64, bands: &[IdleBand]) -> u64 {
-    let total: u64 = bands.iter().map(|b| u64::from(b.weight)).sum();
-    if total == 0 {
-        return 0;
-    }
-    let mut x = rng.range(&(0..=total - 1));
-    for b in bands {
-        if x < u64::from(b.weight) {
-            return rng.range(&b.gap_ms);
-        }
-        x -= u64::from(b.weight);
-    }
-    0
-}
-
 const ARRIVALS_STREAM: u64 = 0x0072_6f6f_6d73; // "rooms"
 const MIND_STREAM: u64 = 0x6d69_6e64; // "mind"
 
@@ -614,6 +599,7 @@ fn conversations(
     if rooms == 0 || params.senders == 0 {
         return out;
     }
+    let quiet_weight: u64 = params.quiet_gaps.iter().map(|b| u64::from(b.weight)).sum();
     while start < until_ms {
         let shape = phase(params, variant, start);
         let dm_pct = if shape == Variant::DmHeavy {
@@ -672,7 +658,7 @@ fn conversations(
             Variant::Busy => start + every(params.busy_every_ms, &mut rng) as i64,
             Variant::LongGaps => at + rng.range(&params.long_gap_ms) as i64,
             Variant::B6 | Variant::DmHeavy | Variant::Mix => {
-                at + draw_band(&mut rng, &params.quiet_gaps) as i64
+                at + idle_gap(&mut rng, &params.quiet_gaps, quiet_weight) as i64
             }
         }
         .max(start + 1);
