@@ -10,7 +10,8 @@ use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::optimum::OptimumPlan;
 use muninn_core::price::PriceTable;
 use muninn_core::replay::{
-    Assumptions, Plan, ReplayConfig, StepKind, execute_plan, reconstruct, replay_trace,
+    Assumptions, Plan, ReplayConfig, RunTotals, Step, StepKind, Turn, execute_plan, reconstruct,
+    replay_trace,
 };
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use proptest::prelude::*;
@@ -82,37 +83,61 @@ fn variant(head_one_hour: bool, memory_as_it_happens: bool) -> Assumptions {
     a
 }
 
-fn cost(t: &Trace, plan: Plan, a: &Assumptions) -> MicroUsd {
+/// Runs `f` with the replay configuration of `t`'s model (embedded prices, default cache rules)
+/// under `a`.
+fn with_config<R>(t: &Trace, a: &Assumptions, f: impl FnOnce(&ReplayConfig<'_>) -> R) -> R {
     let prices = PriceTable::embedded();
     let price = prices.model(&t.model).expect("priced");
     let rules = CacheRules::default();
-    let config = ReplayConfig {
+    f(&ReplayConfig {
         price,
         assumptions: a,
         rules: &rules,
-    };
-    replay_trace(t, plan, &config, &mut |_| {}).cost
+    })
+}
+
+fn replay(t: &Trace, plan: Plan, a: &Assumptions, on_step: &mut dyn FnMut(&Step)) -> RunTotals {
+    with_config(t, a, |config| replay_trace(t, plan, config, on_step))
+}
+
+fn cost(t: &Trace, plan: Plan, a: &Assumptions) -> MicroUsd {
+    replay(t, plan, a, &mut |_| {}).cost
+}
+
+/// Every segmentation of a small trace that `admissible(turns, head, starts)` accepts, executed
+/// by the same engine; the cheapest, if any was admissible.
+fn cheapest_admissible(
+    t: &Trace,
+    a: &Assumptions,
+    admissible: impl Fn(&[Turn], Tokens, &[bool]) -> bool,
+) -> Option<MicroUsd> {
+    let (head, turns) = reconstruct(t, a.head_tokens);
+    let n = turns.len();
+    with_config(t, a, |config| {
+        (0u32..(1 << (n - 1)))
+            .map(|mask| {
+                (0..n)
+                    .map(|j| j == 0 || mask & (1 << (j - 1)) != 0)
+                    .collect::<Vec<bool>>()
+            })
+            .filter(|starts| admissible(&turns, head, starts))
+            .map(|starts| {
+                let plan = OptimumPlan {
+                    starts,
+                    estimate: MicroUsd::ZERO,
+                };
+                execute_plan(t, plan, config, &mut |_| {}).cost
+            })
+            .min()
+    })
 }
 
 /// Every admissible segmentation of a small trace, executed; the cheapest.
 fn brute_force_min(t: &Trace, a: &Assumptions) -> MicroUsd {
-    let prices = PriceTable::embedded();
-    let price = prices.model(&t.model).expect("priced");
-    let rules = CacheRules::default();
-    let config = ReplayConfig {
-        price,
-        assumptions: a,
-        rules: &rules,
-    };
-    let (_, turns) = reconstruct(t, a.head_tokens);
-    let n = turns.len();
-    let mut best = MicroUsd(i64::MAX);
-    for mask in 0u32..(1 << (n - 1)) {
-        let starts: Vec<bool> = (0..n)
-            .map(|j| j == 0 || mask & (1 << (j - 1)) != 0)
-            .collect();
+    cheapest_admissible(t, a, |turns, _, starts| {
+        let n = turns.len();
         // Admissible: starts at boundaries; every segment followed by a refresh is long enough.
-        let admissible = (1..n).all(|j| !starts[j] || turns[j].boundary) && {
+        (1..n).all(|j| !starts[j] || turns[j].boundary) && {
             let mut ok = true;
             let mut s = 0;
             for (j, &start) in starts.iter().enumerate().skip(1) {
@@ -122,49 +147,28 @@ fn brute_force_min(t: &Trace, a: &Assumptions) -> MicroUsd {
                 }
             }
             ok
-        };
-        if !admissible {
-            continue;
         }
-        let plan = OptimumPlan {
-            starts,
-            estimate: MicroUsd::ZERO,
-        };
-        best = best.min(execute_plan(t, plan, &config, &mut |_| {}).cost);
-    }
-    best
+    })
+    .unwrap_or(MicroUsd(i64::MAX))
 }
 
 /// Like [`brute_force_min`], with a ceiling: a segment must fit under it, and a refresh inside a
 /// tool loop is admissible only when the ceiling forces it.
 fn brute_force_min_with_ceiling(t: &Trace, a: &Assumptions, ceiling: Tokens) -> Option<MicroUsd> {
-    let prices = PriceTable::embedded();
-    let price = prices.model(&t.model).expect("priced");
-    let rules = CacheRules::default();
-    let config = ReplayConfig {
-        price,
-        assumptions: a,
-        rules: &rules,
-    };
-    let (head, turns) = reconstruct(t, a.head_tokens);
-    let n = turns.len();
-    let mut len = vec![0u64; n + 1];
-    for j in 1..=n {
-        len[j] = len[j - 1] + turns[j - 1].delta;
-    }
-    let prompt = |s: usize, e: usize| {
-        let base = if s == 1 {
-            head
-        } else {
-            head + a.rehydrate_tokens
+    cheapest_admissible(t, a, |turns, head, starts| {
+        let n = turns.len();
+        let mut len = vec![0u64; n + 1];
+        for j in 1..=n {
+            len[j] = len[j - 1] + turns[j - 1].delta;
+        }
+        let prompt = |s: usize, e: usize| {
+            let base = if s == 1 {
+                head
+            } else {
+                head + a.rehydrate_tokens
+            };
+            base + len[e] - len[s - 1]
         };
-        base + len[e] - len[s - 1]
-    };
-    let mut best: Option<MicroUsd> = None;
-    for mask in 0u32..(1 << (n - 1)) {
-        let starts: Vec<bool> = (0..n)
-            .map(|j| j == 0 || mask & (1 << (j - 1)) != 0)
-            .collect();
         let mut s = 1;
         let mut ok = true;
         for e in 1..=n {
@@ -176,17 +180,8 @@ fn brute_force_min_with_ceiling(t: &Trace, a: &Assumptions, ceiling: Tokens) -> 
                 s = next;
             }
         }
-        if !ok {
-            continue;
-        }
-        let plan = OptimumPlan {
-            starts,
-            estimate: MicroUsd::ZERO,
-        };
-        let c = execute_plan(t, plan, &config, &mut |_| {}).cost;
-        best = Some(best.map_or(c, |b| b.min(c)));
-    }
-    best
+        ok
+    })
 }
 
 fn steps_strategy(max: usize) -> impl Strategy<Value = Vec<(i64, Tokens, bool)>> {
@@ -300,16 +295,8 @@ fn a_warm_append_only_session_replays_as_recorded() {
         Ttl::FiveMinutes,
     );
     let a = assumptions();
-    let prices = PriceTable::embedded();
-    let price = prices.model(&t.model).expect("priced");
-    let rules = CacheRules::default();
-    let config = ReplayConfig {
-        price,
-        assumptions: &a,
-        rules: &rules,
-    };
     let mut usages = Vec::new();
-    replay_trace(&t, Plan::Online(Policy::Never), &config, &mut |s| {
+    replay(&t, Plan::Online(Policy::Never), &a, &mut |s| {
         usages.push(s.usage)
     });
     let recorded: Vec<Usage> = t.requests.iter().map(|r| r.usage).collect();
@@ -336,17 +323,9 @@ fn ski_rental_keeps_warm_through_a_short_gap_and_lets_a_long_one_expire() {
         rehydrate_tokens: 150_000,
         ..assumptions()
     };
-    let prices = PriceTable::embedded();
-    let price = prices.model(&t.model).expect("priced");
-    let rules = CacheRules::default();
-    let config = ReplayConfig {
-        price,
-        assumptions: &a,
-        rules: &rules,
-    };
     let mut pings_before = [0u32; 16];
     let mut head_pings_before = [0u32; 16];
-    let totals = replay_trace(&t, Plan::Online(Policy::SkiRental), &config, &mut |s| {
+    let totals = replay(&t, Plan::Online(Policy::SkiRental), &a, &mut |s| {
         if s.kind == StepKind::Ping {
             if s.usage.cache_read > HEAD {
                 pings_before[s.index] += 1;
@@ -381,15 +360,7 @@ fn ski_rental_flushes_before_expiry_when_a_restart_will_be_cheaper() {
     // both renting for hours and rewriting 150k tokens.
     let t = trace(&gappy_steps(), Ttl::FiveMinutes);
     let a = assumptions();
-    let prices = PriceTable::embedded();
-    let price = prices.model(&t.model).expect("priced");
-    let rules = CacheRules::default();
-    let config = ReplayConfig {
-        price,
-        assumptions: &a,
-        rules: &rules,
-    };
-    let totals = replay_trace(&t, Plan::Online(Policy::SkiRental), &config, &mut |_| {});
+    let totals = replay(&t, Plan::Online(Policy::SkiRental), &a, &mut |_| {});
     // One flush and restart, at the 15-minute gap; after it the prefix is small, so at the
     // 5-hour gap a restart no longer pays and the cache is simply let go.
     assert_eq!(totals.flushes, 1, "{totals:?}");
@@ -408,15 +379,7 @@ fn ski_rental_refreshes_once_growth_has_paid_for_a_rebuild() {
         .collect();
     let t = trace(&steps, Ttl::FiveMinutes);
     let a = assumptions();
-    let prices = PriceTable::embedded();
-    let price = prices.model(&t.model).expect("priced");
-    let rules = CacheRules::default();
-    let config = ReplayConfig {
-        price,
-        assumptions: &a,
-        rules: &rules,
-    };
-    let totals = replay_trace(&t, Plan::Online(Policy::SkiRental), &config, &mut |_| {});
+    let totals = replay(&t, Plan::Online(Policy::SkiRental), &a, &mut |_| {});
     assert!(totals.refreshes >= 2, "{totals:?}");
     let never = cost(&t, Plan::Online(Policy::Never), &a);
     let optimum = cost(&t, Plan::Optimum, &a);
@@ -439,21 +402,13 @@ fn the_ceiling_forces_a_refresh_even_inside_a_tool_loop() {
         ceiling_tokens: Some(100_000),
         ..assumptions()
     };
-    let prices = PriceTable::embedded();
-    let price = prices.model(&t.model).expect("priced");
-    let rules = CacheRules::default();
-    let config = ReplayConfig {
-        price,
-        assumptions: &a,
-        rules: &rules,
-    };
     for plan in [
         Plan::Online(Policy::Never),
         Plan::Online(Policy::SkiRental),
         Plan::Optimum,
     ] {
         let mut max_prompt = 0;
-        let totals = replay_trace(&t, plan, &config, &mut |s| {
+        let totals = replay(&t, plan, &a, &mut |s| {
             if s.kind == StepKind::Request {
                 max_prompt = max_prompt.max(s.usage.prompt());
             }
@@ -473,15 +428,7 @@ fn rebuild_refreshes_at_every_boundary_after_the_minimum_segment() {
         min_segment_requests: 1,
         ..assumptions()
     };
-    let prices = PriceTable::embedded();
-    let price = prices.model(&t.model).expect("priced");
-    let rules = CacheRules::default();
-    let config = ReplayConfig {
-        price,
-        assumptions: &a,
-        rules: &rules,
-    };
-    let totals = replay_trace(&t, Plan::Online(Policy::Rebuild), &config, &mut |_| {});
+    let totals = replay(&t, Plan::Online(Policy::Rebuild), &a, &mut |_| {});
     assert_eq!(totals.refreshes, 11);
     assert_eq!(totals.flushes, 11);
 }
