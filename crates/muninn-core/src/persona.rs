@@ -320,12 +320,13 @@ pub fn session_trace(
             renderer.reply(&t.reply);
             previous_reply = output;
             let usage = if i == 0 {
-                Usage {
-                    cache_write_1h: head,
+                let mut first = Usage {
                     cache_write_5m: prompt - head,
                     output,
                     ..Usage::default()
-                }
+                };
+                written_at(&mut first, config.head_ttl, head);
+                first
             } else {
                 Usage {
                     cache_read: before,
@@ -426,7 +427,7 @@ pub fn muninn(
                 segment_layers = now;
                 if changed > 0 && usage.cache_read >= head_tokens {
                     usage.cache_read -= changed;
-                    usage.cache_write_1h += changed;
+                    written_at(&mut usage, config.head_ttl, changed);
                     cost = cost + MicroUsd::of(changed, extra_rate)
                         - MicroUsd::of(changed, price.read);
                 }
@@ -484,5 +485,14 @@ pub fn compare(stream: &Stream, price: &ModelPrice, config: &PersonaConfig) -> C
         doctrine_tokens,
         head_tokens: head,
         results,
+    }
+}
+
+/// Counts `tokens` written under `ttl`: the head is written at the configured head TTL, so its
+/// usage and its price (`price.write(head_ttl)`) agree.
+fn written_at(usage: &mut Usage, ttl: Ttl, tokens: Tokens) {
+    match ttl {
+        Ttl::FiveMinutes => usage.cache_write_5m += tokens,
+        Ttl::OneHour => usage.cache_write_1h += tokens,
     }
 }
