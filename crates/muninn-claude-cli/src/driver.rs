@@ -786,16 +786,7 @@ impl Driver {
                         }
                         FlushAction::Terminate => {
                             f.state.terminated_at = Some(now);
-                            if let Some(pid) = live
-                                .pid
-                                .and_then(|p| i32::try_from(p).ok())
-                                .and_then(rustix::process::Pid::from_raw)
-                            {
-                                let _ = rustix::process::kill_process(
-                                    pid,
-                                    rustix::process::Signal::TERM,
-                                );
-                            }
+                            sigterm(live.pid);
                             tracing::warn!(session = %self.session_id, "claude-cli: the interrupt did not end the run; SIGTERM");
                         }
                         FlushAction::Kill => {
@@ -1108,13 +1099,7 @@ impl Driver {
         if let Ok(Ok(s)) = tokio::time::timeout(wait, live.child.wait()).await {
             return Some(s);
         }
-        if let Some(pid) = live
-            .pid
-            .and_then(|p| i32::try_from(p).ok())
-            .and_then(rustix::process::Pid::from_raw)
-        {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        }
+        sigterm(live.pid);
         if let Ok(Ok(s)) = tokio::time::timeout(wait, live.child.wait()).await {
             return Some(s);
         }
@@ -1242,16 +1227,17 @@ fn replayed_text(event: &Value) -> Option<String> {
     {
         return None;
     }
-    match event.get("message")?.get("content")? {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(blocks) => Some(
-            blocks
-                .iter()
-                .filter_map(|b| b.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join(""),
-        ),
-        _ => None,
+    let content = event.get("message")?.get("content")?;
+    (content.is_string() || content.is_array()).then(|| message_text(content))
+}
+
+/// Sends SIGTERM to the child `pid`, if known (the CLI then writes its state and exits).
+fn sigterm(pid: Option<u32>) {
+    if let Some(pid) = pid
+        .and_then(|p| i32::try_from(p).ok())
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
     }
 }
 
