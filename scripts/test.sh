@@ -1,27 +1,49 @@
 #!/usr/bin/env bash
 # Runs muninn's whole test suite on a fresh machine: installs what the tests need, starts the
 # services they talk to, then runs every crate's tests. Safe to run again.
+#
+# With MUNINN_REQUIRE_PEERS=1 (as CI sets it) a set-up step that fails stops the run here, since
+# the tests would otherwise skip what it was for; without it, the run goes on with a note.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+need() {
+  if [ "${MUNINN_REQUIRE_PEERS:-}" = 1 ]; then
+    echo "test.sh: $1 is missing and MUNINN_REQUIRE_PEERS=1" >&2
+    exit 1
+  fi
+  echo "note: $1 is missing; the tests that need it will skip" >&2
+}
+
 # Fonts for PNG plots (Debian's DejaVu); the SVG path needs none.
-if [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] && command -v apt-get >/dev/null; then
-  (apt-get update -qq && apt-get install -y -qq fonts-dejavu-core) >/dev/null 2>&1 || echo "note: could not install fonts-dejavu-core; PNG plot tests will skip"
+FONT=/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf
+if [ -z "${MUNINN_FONT:-}" ] && [ ! -f "$FONT" ]; then
+  if command -v apt-get >/dev/null; then
+    log="$(mktemp)"
+    (apt-get update -qq && apt-get install -y -qq fonts-dejavu-core) >"$log" 2>&1 || cat "$log" >&2
+    rm -f "$log"
+  fi
+  [ -f "$FONT" ] || need "the DejaVu Sans font (Debian's fonts-dejavu-core) for the PNG plots"
 fi
 
-# PostgreSQL for the store's conformance suite (this kind of machine runs it on 127.0.0.1:5432 with
-# trust auth and a database `test`; start it if it stopped).
-if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
-  if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
-    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
-    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
-  fi
+# PostgreSQL for the store's conformance suite and the two-host tests: this kind of machine runs it
+# on 127.0.0.1:5432 with trust auth; start it if it stopped, and make the database `test`.
+pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
+if ! pg_up && command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  for _ in $(seq 1 30); do pg_up && break; sleep 1; done
+fi
+if pg_up; then
+  psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" | grep -q 1 \
+    || psql -h 127.0.0.1 -U postgres -d postgres -qc 'CREATE DATABASE test'
+else
+  need "PostgreSQL on 127.0.0.1:5432"
 fi
 
 # The real peers the simulator is checked against: the official Anthropic Python SDK and the Claude
-# Code CLI 2.1.332, both pinned.
-bash scripts/install-python-peers.sh
+# Code CLI 2.1.332, both pinned. A failed install stops the run (set -e).
+MUNINN_PYTHON="$(bash scripts/install-python-peers.sh)"
 MUNINN_CLAUDE_BIN="$(bash scripts/install-claude-cli.sh)"
-export MUNINN_CLAUDE_BIN
+export MUNINN_PYTHON MUNINN_CLAUDE_BIN
 
 cargo test --workspace --locked

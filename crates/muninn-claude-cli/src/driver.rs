@@ -407,14 +407,16 @@ impl Driver {
         // A resume after an earlier launch is a relaunch (the first launch may resume a session a
         // previous host run left, which is not news).
         if resume && self.parked {
-            self.emit(
+            emit(
+                &self.queue,
                 events,
                 SessionEvent::Unparked {
                     session_id: self.session_id.clone(),
                 },
             );
         } else if resume && self.launches > 0 && !self.renewing {
-            self.emit(
+            emit(
+                &self.queue,
                 events,
                 SessionEvent::Relaunched {
                     session_id: self.session_id.clone(),
@@ -455,7 +457,8 @@ impl Driver {
             .as_deref()
             .map_or(0, muninn_core::tokenize::count);
         tracing::warn!(old = %old, new = %self.session_id, reason, seed_tokens, "claude-cli: session reseeded");
-        self.emit(
+        emit(
+            &self.queue,
             events,
             SessionEvent::Reseeded {
                 old_session_id: old,
@@ -464,15 +467,6 @@ impl Driver {
                 seed_tokens,
             },
         );
-    }
-
-    /// Records a session event: in `events` (the report it comes with) and, at once, in the
-    /// queue [`muninn_backend::Backend::take_session_events`] drains — each event exactly once.
-    fn emit(&self, events: &mut Vec<SessionEvent>, event: SessionEvent) {
-        if let Ok(mut q) = self.queue.lock() {
-            q.push_back(event.clone());
-        }
-        events.push(event);
     }
 
     /// Records the compactions a turn saw. `usage` is the compaction's own when it could be
@@ -491,7 +485,8 @@ impl Driver {
                 tracing::warn!(trigger = %b.trigger, pre_tokens = ?b.pre_tokens,
                     "claude-cli: the CLI compacted the session by itself");
             }
-            self.emit(
+            emit(
+                &self.queue,
                 events,
                 SessionEvent::Compacted {
                     session_id: self.session_id.clone(),
@@ -791,16 +786,7 @@ impl Driver {
                         }
                         FlushAction::Terminate => {
                             f.state.terminated_at = Some(now);
-                            if let Some(pid) = live
-                                .pid
-                                .and_then(|p| i32::try_from(p).ok())
-                                .and_then(rustix::process::Pid::from_raw)
-                            {
-                                let _ = rustix::process::kill_process(
-                                    pid,
-                                    rustix::process::Signal::TERM,
-                                );
-                            }
+                            sigterm(live.pid);
                             tracing::warn!(session = %self.session_id, "claude-cli: the interrupt did not end the run; SIGTERM");
                         }
                         FlushAction::Kill => {
@@ -841,13 +827,9 @@ impl Driver {
                                     from: std::mem::replace(&mut self.session_id, session_id.clone()),
                                     to: session_id,
                                 };
-                                // Queued like every other session event (the host records only
-                                // what `take_session_events` drains); not through `emit`, which
-                                // would borrow all of `self` while `live` holds the child.
-                                if let Ok(mut q) = self.queue.lock() {
-                                    q.push_back(event.clone());
-                                }
-                                report.session_events.push(event);
+                                // Queued like every other session event: the host records only
+                                // what `take_session_events` drains.
+                                emit(&self.queue, &mut report.session_events, event);
                                 self.forking = false;
                             }
                         }
@@ -1105,9 +1087,7 @@ impl Driver {
             pid,
             rss_kib,
         };
-        let mut pending = std::mem::take(&mut self.pending_events);
-        self.emit(&mut pending, event.clone());
-        self.pending_events = pending;
+        emit(&self.queue, &mut self.pending_events, event.clone());
         Some(ParkReport { event, status })
     }
 
@@ -1119,19 +1099,23 @@ impl Driver {
         if let Ok(Ok(s)) = tokio::time::timeout(wait, live.child.wait()).await {
             return Some(s);
         }
-        if let Some(pid) = live
-            .pid
-            .and_then(|p| i32::try_from(p).ok())
-            .and_then(rustix::process::Pid::from_raw)
-        {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        }
+        sigterm(live.pid);
         if let Ok(Ok(s)) = tokio::time::timeout(wait, live.child.wait()).await {
             return Some(s);
         }
         let _ = live.child.kill().await;
         live.child.wait().await.ok()
     }
+}
+
+/// Records a session event: in `events` (the report it comes with) and, at once, in the queue
+/// [`muninn_backend::Backend::take_session_events`] drains — each event exactly once. A function
+/// of the queue alone, not of the driver, so it can be called while the live child is borrowed.
+fn emit(queue: &EventQueue, events: &mut Vec<SessionEvent>, event: SessionEvent) {
+    if let Ok(mut q) = queue.lock() {
+        q.push_back(event.clone());
+    }
+    events.push(event);
 }
 
 /// The stdin line for a user turn, validated: one object, one line, parseable — one bad line
@@ -1243,16 +1227,17 @@ fn replayed_text(event: &Value) -> Option<String> {
     {
         return None;
     }
-    match event.get("message")?.get("content")? {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(blocks) => Some(
-            blocks
-                .iter()
-                .filter_map(|b| b.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join(""),
-        ),
-        _ => None,
+    let content = event.get("message")?.get("content")?;
+    (content.is_string() || content.is_array()).then(|| message_text(content))
+}
+
+/// Sends SIGTERM to the child `pid`, if known (the CLI then writes its state and exits).
+fn sigterm(pid: Option<u32>) {
+    if let Some(pid) = pid
+        .and_then(|p| i32::try_from(p).ok())
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
     }
 }
 

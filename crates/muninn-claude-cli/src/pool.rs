@@ -307,10 +307,25 @@ impl Entry {
         }
     }
 
+    /// The child's resident memory in MiB if it still runs (as [`Entry::child_alive`] tells),
+    /// from the same one read of `/proc`; the configured estimate when `/proc` cannot say.
+    fn resident_mib(&self, config: &PoolConfig) -> Option<f64> {
+        match self.pid {
+            Some(pid) => vm_rss_kb(pid).map(|kb| kb as f64 / 1024.0),
+            None => self.child_alive().then_some(config.per_process_mib as f64),
+        }
+    }
+
+    /// The child's resident memory in MiB, or the configured estimate when `/proc` does not say.
     fn rss_mib(&self, config: &PoolConfig) -> f64 {
-        self.pid
-            .and_then(vm_rss_kb)
-            .map_or(config.per_process_mib as f64, |kb| kb as f64 / 1024.0)
+        self.resident_mib(config)
+            .unwrap_or(config.per_process_mib as f64)
+    }
+
+    /// No child any more: never started, parked, or exited.
+    fn set_down(&mut self) {
+        self.phase = Phase::Down;
+        self.pid = None;
     }
 }
 
@@ -339,20 +354,22 @@ impl Registry {
             if k == key {
                 continue;
             }
-            match e.phase {
+            let rss = match e.phase {
                 Phase::Down => continue,
-                Phase::Idle if !e.child_alive() => {
-                    // Exited by itself (or was never launched): it holds nothing.
-                    e.phase = Phase::Down;
-                    e.pid = None;
-                    continue;
-                }
-                Phase::Idle | Phase::Busy | Phase::Parking => {}
-            }
+                Phase::Idle => match e.resident_mib(config) {
+                    Some(rss) => rss,
+                    None => {
+                        // Exited by itself (or was never launched): it holds nothing.
+                        e.set_down();
+                        continue;
+                    }
+                },
+                Phase::Busy | Phase::Parking => e.rss_mib(config),
+            };
             count += 1;
             // A child that just launched has not grown yet (it reaches ~200 MiB after its first
             // turns), so it is counted at no less than the estimate a new child is given.
-            memory += e.rss_mib(config).max(config.per_process_mib as f64);
+            memory += rss.max(config.per_process_mib as f64);
             if e.phase == Phase::Idle && lru.is_none_or(|(t, _)| e.last_used < t) {
                 lru = Some((e.last_used, k));
             }
@@ -380,8 +397,7 @@ impl Registry {
     fn begin_park(&mut self, key: &str, reason: ParkReason) -> Option<PendingPark> {
         let entry = self.sessions.get_mut(key)?;
         let Some(tx) = entry.commands.as_ref().and_then(mpsc::WeakSender::upgrade) else {
-            entry.phase = Phase::Down;
-            entry.pid = None;
+            entry.set_down();
             return None;
         };
         let (reply, rx) = oneshot::channel();
@@ -396,8 +412,7 @@ impl Registry {
             }
             Err(mpsc::error::TrySendError::Full(_)) => None,
             Err(mpsc::error::TrySendError::Closed(_)) => {
-                entry.phase = Phase::Down;
-                entry.pid = None;
+                entry.set_down();
                 None
             }
         }
@@ -458,15 +473,13 @@ impl SharedPool {
                     if e.phase != Phase::Idle {
                         return None;
                     }
-                    if !e.child_alive() {
-                        e.phase = Phase::Down;
-                        e.pid = None;
+                    let Some(rss) = e.resident_mib(config) else {
+                        e.set_down();
                         return None;
-                    }
+                    };
                     let idle =
                         now.saturating_duration_since(e.last_turn_end.unwrap_or(e.last_used));
-                    let gaps: Vec<Duration> = e.gaps.iter().copied().collect();
-                    let decision = decide_park(&config.policy, idle, e.rss_mib(config), &gaps);
+                    let decision = decide_park(&config.policy, idle, rss, e.gaps.make_contiguous());
                     decision.park.then(|| (key.clone(), decision))
                 })
                 .collect();
@@ -505,19 +518,20 @@ impl SharedPool {
         let mut reg = self.lock();
         let mut out = Vec::new();
         for (key, e) in reg.sessions.iter_mut() {
-            let live = match e.phase {
-                Phase::Down => false,
-                Phase::Idle => e.child_alive(),
-                Phase::Busy | Phase::Parking => true,
+            let rss_mib = match e.phase {
+                Phase::Down => continue,
+                Phase::Idle => match e.resident_mib(config) {
+                    Some(rss) => rss,
+                    None => continue,
+                },
+                Phase::Busy | Phase::Parking => e.rss_mib(config),
             };
-            if live {
-                out.push(LiveSession {
-                    key: key.clone(),
-                    pid: e.pid,
-                    rss_mib: e.rss_mib(config),
-                    in_turn: e.phase == Phase::Busy,
-                });
-            }
+            out.push(LiveSession {
+                key: key.clone(),
+                pid: e.pid,
+                rss_mib,
+                in_turn: e.phase == Phase::Busy,
+            });
         }
         out
     }
@@ -549,8 +563,7 @@ impl SharedPool {
         if let Some(e) = reg.sessions.get_mut(key)
             && e.phase != Phase::Parking
         {
-            e.phase = Phase::Down;
-            e.pid = None;
+            e.set_down();
             e.commands = None;
         }
         drop(reg);
@@ -650,8 +663,7 @@ impl SharedPool {
                 && e.phase == Phase::Parking
             {
                 // (A turn the owner started meanwhile is Busy and relaunches after the park.)
-                e.phase = Phase::Down;
-                e.pid = None;
+                e.set_down();
             }
             let event = report.map(|r| PoolEvent::Parked {
                 key: p.key.clone(),
