@@ -168,10 +168,8 @@ async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: B
         fault: None,
         error: None,
     };
-    let refuse = |mut record: RecordedRequest, e: ApiError| {
-        record.status = e.status;
-        record.error = Some(format!("{}: {}", e.body.error.kind, e.body.error.message));
-        sim.record(record);
+    let refuse = |record: RecordedRequest, e: ApiError| {
+        record_refusal(&sim, record, &e);
         error_response(&e, &request_id)
     };
     match check_headers(&sim, &headers) {
@@ -188,45 +186,62 @@ async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: B
             ),
         );
     }
-    let fault = sim.take_fault();
-    record.fault = fault.clone();
-    if let Some(FaultKind::Slow { first_byte_ms, .. }) = &fault {
-        tokio::time::sleep(Duration::from_millis(*first_byte_ms)).await;
-    }
-    if let Some(e) = fault.as_ref().and_then(fault_error) {
-        return refuse(record, e);
-    }
-    let mut answer = match sim.messages(&value, seq, at_ms) {
-        Ok(a) => a,
-        Err(e) => return refuse(record, e),
+    let (answer, fault) = match answer(&sim, record).await {
+        Ok(answered) => answered,
+        Err(e) => return error_response(&e, &request_id),
     };
-    answer.apply_report_fault(fault.as_ref());
-    record.usage = Some(answer.usage);
-    record.miss = answer.miss;
     let stream = value
         .get("stream")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    sim.record(record);
     let mut response = if stream {
         stream_response(&answer, fault.as_ref())
     } else {
-        let message = MessagesResponse {
-            id: answer.id.clone(),
-            kind: "message".to_string(),
-            role: Role::Assistant,
-            model: answer.model.clone(),
-            content: answer.reply.content.clone(),
-            stop_reason: Some(answer.reply.stop_reason.to_string()),
-            stop_sequence: None,
-            usage: answer.wire_usage(),
-        };
-        axum::Json(message).into_response()
+        axum::Json(answer.into_message()).into_response()
     };
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert("request-id", v);
     }
     response
+}
+
+/// Records a refused request with the error it was answered.
+pub(crate) fn record_refusal(sim: &Simulator, mut record: RecordedRequest, e: &ApiError) {
+    record.status = e.status;
+    record.error = Some(format!("{}: {}", e.body.error.kind, e.body.error.message));
+    sim.record(record);
+}
+
+/// Answers a messages request whose headers and body were accepted, the same over HTTP and
+/// in-process: takes the next fault (waiting out a slow first byte, refusing for a refusal
+/// fault), asks the simulator, applies a usage-report fault and records the outcome either
+/// way. Returns the answer with the fault, whose stream effects are the caller's to apply.
+pub(crate) async fn answer(
+    sim: &Simulator,
+    mut record: RecordedRequest,
+) -> Result<(Answer, Option<FaultKind>), ApiError> {
+    let fault = sim.take_fault();
+    record.fault = fault.clone();
+    if let Some(FaultKind::Slow { first_byte_ms, .. }) = &fault {
+        tokio::time::sleep(Duration::from_millis(*first_byte_ms)).await;
+    }
+    let outcome = match fault.as_ref().and_then(fault_error) {
+        Some(e) => Err(e),
+        None => sim.messages(&record.body, record.seq, record.at_ms),
+    };
+    match outcome {
+        Ok(mut answer) => {
+            answer.apply_report_fault(fault.as_ref());
+            record.usage = Some(answer.usage);
+            record.miss = answer.miss;
+            sim.record(record);
+            Ok((answer, fault))
+        }
+        Err(e) => {
+            record_refusal(sim, record, &e);
+            Err(e)
+        }
+    }
 }
 
 /// The events of a streamed answer, in order, each flagged when it is a content delta.
