@@ -147,27 +147,47 @@ pub(crate) fn fault_error(kind: &FaultKind) -> Option<ApiError> {
     })
 }
 
-async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
-    let seq = sim.next_seq();
-    let at_ms = sim.now_ms();
-    let request_id = format!("req_sim_{seq:08}");
-    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let mut record = RecordedRequest {
-        seq,
-        at_ms,
-        path: "/v1/messages".to_string(),
+/// A request as received, before it is checked: its record (body `null` when not JSON) and,
+/// when the body is not JSON, the 400 it will be refused with (after the header checks).
+fn receive(
+    sim: &Simulator,
+    path: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (RecordedRequest, Option<ApiError>) {
+    let (body, invalid) = match serde_json::from_slice::<Value>(body) {
+        Ok(value) => (value, None),
+        Err(e) => (
+            Value::Null,
+            Some(ApiError::new(
+                400,
+                "invalid_request_error",
+                format!("invalid JSON body: {e}"),
+            )),
+        ),
+    };
+    let record = RecordedRequest {
+        seq: sim.next_seq(),
+        at_ms: sim.now_ms(),
+        path: path.to_string(),
         auth: "none".to_string(),
         anthropic_beta: headers
             .get("anthropic-beta")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
-        body: value.clone(),
+        body,
         status: 200,
         usage: None,
         miss: None,
         fault: None,
         error: None,
     };
+    (record, invalid)
+}
+
+async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
+    let (mut record, invalid) = receive(&sim, "/v1/messages", &headers, &body);
+    let request_id = format!("req_sim_{:08}", record.seq);
     let refuse = |record: RecordedRequest, e: ApiError| {
         record_refusal(&sim, record, &e);
         error_response(&e, &request_id)
@@ -176,24 +196,18 @@ async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: B
         Ok(scheme) => record.auth = scheme.to_string(),
         Err(e) => return refuse(record, e),
     }
-    if let Err(e) = serde_json::from_slice::<Value>(&body) {
-        return refuse(
-            record,
-            ApiError::new(
-                400,
-                "invalid_request_error",
-                format!("invalid JSON body: {e}"),
-            ),
-        );
+    if let Some(e) = invalid {
+        return refuse(record, e);
     }
+    let stream = record
+        .body
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let (answer, fault) = match answer(&sim, record).await {
         Ok(answered) => answered,
         Err(e) => return error_response(&e, &request_id),
     };
-    let stream = value
-        .get("stream")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
     let mut response = if stream {
         stream_response(&answer, fault.as_ref())
     } else {
@@ -415,38 +429,14 @@ async fn count_tokens(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let seq = sim.next_seq();
-    let at_ms = sim.now_ms();
-    let request_id = format!("req_sim_{seq:08}");
-    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let mut record = RecordedRequest {
-        seq,
-        at_ms,
-        path: "/v1/messages/count_tokens".to_string(),
-        auth: "none".to_string(),
-        anthropic_beta: headers
-            .get("anthropic-beta")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-        body: value.clone(),
-        status: 200,
-        usage: None,
-        miss: None,
-        fault: None,
-        error: None,
-    };
+    let (mut record, invalid) = receive(&sim, "/v1/messages/count_tokens", &headers, &body);
+    let request_id = format!("req_sim_{:08}", record.seq);
     let result = check_headers(&sim, &headers)
         .and_then(|scheme| {
             record.auth = scheme.to_string();
-            serde_json::from_slice::<Value>(&body).map_err(|e| {
-                ApiError::new(
-                    400,
-                    "invalid_request_error",
-                    format!("invalid JSON body: {e}"),
-                )
-            })
+            invalid.map_or(Ok(()), Err)
         })
-        .and_then(|v| sim.count_tokens(&v, at_ms));
+        .and_then(|()| sim.count_tokens(&record.body, record.at_ms));
     match result {
         Ok(n) => {
             sim.record(record);
