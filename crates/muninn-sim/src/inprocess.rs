@@ -9,7 +9,7 @@
 
 use crate::sim::{ApiError, RecordedRequest, Simulator};
 use muninn_anthropic::backend::{AnthropicBackend, Transport};
-use muninn_anthropic::client::{Completed, Failed};
+use muninn_anthropic::client::{Completed, Failed, retryable_status};
 use muninn_anthropic::wire::MessagesRequest;
 use muninn_backend::BackendError;
 use std::sync::Arc;
@@ -32,7 +32,7 @@ impl InProcess {
 
 /// The error the HTTP client would report for a refusal (retryable by the same statuses).
 fn failed(e: ApiError) -> Failed {
-    let retryable = matches!(e.status, 408 | 409 | 429) || e.status >= 500;
+    let retryable = retryable_status(e.status);
     Failed {
         error: BackendError::Api {
             status: e.status,
