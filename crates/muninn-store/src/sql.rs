@@ -547,6 +547,18 @@ macro_rules! impl_sql_store {
             })
         }
 
+        /// The mailbox ack position: the last acknowledged delivery seq, 0 if none yet.
+        async fn acked(conn: &mut $conn, mind: &str) -> Result<i64> {
+            let row = sqlx::query("SELECT acked_seq FROM mailbox_acks WHERE mind_id = $1")
+                .bind(mind)
+                .fetch_optional(&mut *conn)
+                .await?;
+            match row {
+                Some(row) => Ok(row.try_get("acked_seq")?),
+                None => Ok(0),
+            }
+        }
+
         /// Moves the ack position to `max(position, seq)`; refuses a seq never delivered, which
         /// would silently skip mail that arrives later.
         async fn advance_ack(conn: &mut $conn, mind: &str, seq: i64) -> Result<i64> {
@@ -1188,14 +1200,8 @@ macro_rules! impl_sql_store {
             }
 
             async fn ack_position(&self, mind: &str) -> Result<i64> {
-                let row = sqlx::query("SELECT acked_seq FROM mailbox_acks WHERE mind_id = $1")
-                    .bind(mind)
-                    .fetch_optional(&self.pool)
-                    .await?;
-                match row {
-                    Some(row) => Ok(row.try_get("acked_seq")?),
-                    None => Ok(0),
-                }
+                let mut conn = self.pool.acquire().await?;
+                acked(&mut conn, mind).await
             }
 
             async fn ack_through(&self, mind: &str, token: FencingToken, seq: i64) -> Result<i64> {
@@ -1366,17 +1372,7 @@ macro_rules! impl_sql_store {
                 // The ack goes last: it is the one write that, alone, would lose mail.
                 let ack_position = match turn.ack_through {
                     Some(seq) => advance_ack(&mut tx, mind, seq).await?,
-                    None => {
-                        let row =
-                            sqlx::query("SELECT acked_seq FROM mailbox_acks WHERE mind_id = $1")
-                                .bind(mind)
-                                .fetch_optional(&mut *tx)
-                                .await?;
-                        match row {
-                            Some(row) => row.try_get("acked_seq")?,
-                            None => 0,
-                        }
-                    }
+                    None => acked(&mut tx, mind).await?,
                 };
                 tx.commit().await?;
                 Ok(TurnReceipt {
