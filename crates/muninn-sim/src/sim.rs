@@ -471,7 +471,7 @@ impl Simulator {
         // The mapping first: its errors name the field the way the API does.
         let mut shaped =
             shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
-        let request: MessagesRequest = serde_json::from_value(body.clone())
+        let request = MessagesRequest::deserialize(body)
             .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
         if request.messages.is_empty() {
             return Err(ApiError::new(
