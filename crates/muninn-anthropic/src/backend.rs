@@ -114,14 +114,10 @@ impl<T: Transport> AnthropicBackend<T> {
             .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
         let mut messages = session.history.clone();
         messages.push(user_message(input, session.pending_ack.as_deref())?);
-        if let Some(Message {
-            content: Content::Blocks(blocks),
-            ..
-        }) = messages.last_mut()
-            && let Some(last) = blocks.last_mut()
-        {
-            last.set_cache_control(Some(CacheControl::with_ttl(session.spec.conversation_ttl)));
-        }
+        set_last_marker(
+            &mut messages,
+            Some(CacheControl::with_ttl(session.spec.conversation_ttl)),
+        );
         let spec = &session.spec;
         let n = spec.system.len();
         // Every system layer closes with its own breakpoint (the last three, leaving the fourth
@@ -167,6 +163,19 @@ impl<T: Transport> AnthropicBackend<T> {
             stream: true,
             extra: Map::new(),
         })
+    }
+}
+
+/// Sets (or with `None` clears) the cache marker on the last block of the last message, when
+/// that message is made of blocks.
+fn set_last_marker(messages: &mut [Message], marker: Option<CacheControl>) {
+    if let Some(Message {
+        content: Content::Blocks(blocks),
+        ..
+    }) = messages.last_mut()
+        && let Some(last) = blocks.last_mut()
+    {
+        last.set_cache_control(marker);
     }
 }
 
@@ -253,24 +262,12 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
         // The prefix exactly as the next turn will send it, the breakpoint on its last block,
         // then a tiny uncached question. Nothing of it joins the session.
         let mut request = self.render(&TurnInput::text("(keep-warm: answer with one word)"))?;
-        let n = request.messages.len();
-        if let Some(Message {
-            content: Content::Blocks(blocks),
-            ..
-        }) = request.messages.last_mut()
-            && let Some(last) = blocks.last_mut()
-        {
-            last.set_cache_control(None);
-        }
-        if n >= 2
-            && let Some(Message {
-                content: Content::Blocks(blocks),
-                ..
-            }) = request.messages.get_mut(n - 2)
-            && let Some(last) = blocks.last_mut()
-        {
-            last.set_cache_control(Some(CacheControl::with_ttl(session.spec.conversation_ttl)));
-        }
+        set_last_marker(&mut request.messages, None);
+        let prefix = request.messages.len().saturating_sub(1);
+        set_last_marker(
+            &mut request.messages[..prefix],
+            Some(CacheControl::with_ttl(session.spec.conversation_ttl)),
+        );
         request.max_tokens = 1;
         self.exchange(request, true, false).await
     }
@@ -375,39 +372,17 @@ impl<T: Transport> AnthropicBackend<T> {
         }
         // Commit the turn to the session: the user message without its marker, the reply
         // verbatim. A ping leaves the session as it was.
-        if !commit {
-            return Ok(TurnOutcome {
-                text,
-                tool_calls,
-                structured,
-                stop_reason: response.stop_reason.unwrap_or_default(),
-                usage,
-                raw_usage: completed.raw_usage,
-                predicted: Some(predicted),
-                miss,
-                ttl,
-                retries: completed.retries,
-                events,
-                request_id: completed.request_id,
+        if commit {
+            let mut sent = request.messages;
+            set_last_marker(&mut sent, None);
+            session.history = sent;
+            session.history.push(Message {
+                role: Role::Assistant,
+                content: Content::Blocks(response.content.clone()),
+                extra: Map::new(),
             });
+            session.pending_ack = pending_ack;
         }
-        let mut sent = request.messages;
-        if let Some(Message {
-            content: Content::Blocks(blocks),
-            ..
-        }) = sent.last_mut()
-            && let Some(last) = blocks.last_mut()
-        {
-            last.set_cache_control(None);
-        }
-        session.history = sent;
-        session.history.push(Message {
-            role: Role::Assistant,
-            content: Content::Blocks(response.content.clone()),
-            extra: Map::new(),
-        });
-        session.pending_ack = pending_ack;
-
         Ok(TurnOutcome {
             text,
             tool_calls,

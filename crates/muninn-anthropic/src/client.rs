@@ -359,7 +359,7 @@ impl AnthropicClient {
                     text.chars().take(500).collect::<String>(),
                 ),
             };
-            let retryable = matches!(status, 408 | 409 | 429) || status >= 500;
+            let retryable = retryable_status(status);
             return Err(AttemptError {
                 error: BackendError::Api {
                     status,
@@ -413,6 +413,11 @@ impl AnthropicClient {
             assembler.content_started,
         ))
     }
+}
+
+/// Whether an HTTP error status is worth retrying (see the module docs): 408, 409, 429, 5xx.
+pub fn retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 409 | 429) || status >= 500
 }
 
 fn protocol(message: String, after_content: bool) -> AttemptError {

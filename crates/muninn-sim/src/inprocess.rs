@@ -7,10 +7,10 @@
 //! reports, without retries (there is no wait to be had in-process); stream faults (a mid-stream
 //! error, a cut, a slow stream) have no meaning without a stream and are consumed unapplied.
 
-use crate::sim::{ApiError, FaultKind, RecordedRequest, Simulator};
+use crate::sim::{ApiError, RecordedRequest, Simulator};
 use muninn_anthropic::backend::{AnthropicBackend, Transport};
-use muninn_anthropic::client::{Completed, Failed};
-use muninn_anthropic::wire::{MessagesRequest, MessagesResponse, Role};
+use muninn_anthropic::client::{Completed, Failed, retryable_status};
+use muninn_anthropic::wire::MessagesRequest;
 use muninn_backend::BackendError;
 use std::sync::Arc;
 
@@ -28,22 +28,20 @@ impl InProcess {
     pub fn new(sim: Arc<Simulator>) -> InProcess {
         InProcess { sim }
     }
+}
 
-    fn refuse(&self, mut record: RecordedRequest, e: ApiError) -> Failed {
-        record.status = e.status;
-        record.error = Some(format!("{}: {}", e.body.error.kind, e.body.error.message));
-        self.sim.record(record);
-        let retryable = matches!(e.status, 408 | 409 | 429) || e.status >= 500;
-        Failed {
-            error: BackendError::Api {
-                status: e.status,
-                kind: e.body.error.kind,
-                message: e.body.error.message,
-                retryable,
-                retry_after_ms: e.retry_after_s.map(|s| (s * 1000.0) as u64),
-            },
-            retries: Vec::new(),
-        }
+/// The error the HTTP client would report for a refusal (retryable by the same statuses).
+fn failed(e: ApiError) -> Failed {
+    let retryable = retryable_status(e.status);
+    Failed {
+        error: BackendError::Api {
+            status: e.status,
+            kind: e.body.error.kind,
+            message: e.body.error.message,
+            retryable,
+            retry_after_ms: e.retry_after_s.map(|s| (s * 1000.0) as u64),
+        },
+        retries: Vec::new(),
     }
 }
 
@@ -59,48 +57,26 @@ impl Transport for InProcess {
             error: BackendError::Invalid(format!("request does not serialise: {e}")),
             retries: Vec::new(),
         })?;
-        let mut record = RecordedRequest {
+        let record = RecordedRequest {
             seq,
             at_ms,
             path: "/v1/messages".to_string(),
             auth: "in-process".to_string(),
             anthropic_beta: None,
-            body: body.clone(),
+            body,
             status: 200,
             usage: None,
             miss: None,
             fault: None,
             error: None,
         };
-        let fault = self.sim.take_fault();
-        record.fault = fault.clone();
-        if let Some(e) = fault.as_ref().and_then(crate::server::fault_error) {
-            return Err(self.refuse(record, e));
-        }
-        if let Some(FaultKind::Slow { first_byte_ms, .. }) = fault {
-            tokio::time::sleep(std::time::Duration::from_millis(first_byte_ms)).await;
-        }
-        let mut answer = match self.sim.messages(&body, seq, at_ms) {
-            Ok(a) => a,
-            Err(e) => return Err(self.refuse(record, e)),
-        };
-        answer.apply_report_fault(fault.as_ref());
-        record.usage = Some(answer.usage);
-        record.miss = answer.miss;
-        self.sim.record(record);
-        let usage = answer.wire_usage();
-        let raw_usage = serde_json::to_value(&usage).unwrap_or_default();
+        // Stream faults have no stream to act on here and are dropped with the fault.
+        let (answer, _fault) = crate::server::answer(&self.sim, record)
+            .await
+            .map_err(failed)?;
+        let raw_usage = serde_json::to_value(answer.wire_usage()).unwrap_or_default();
         Ok(Completed {
-            response: MessagesResponse {
-                id: answer.id,
-                kind: "message".to_string(),
-                role: Role::Assistant,
-                model: answer.model,
-                content: answer.reply.content,
-                stop_reason: Some(answer.reply.stop_reason.to_string()),
-                stop_sequence: None,
-                usage,
-            },
+            response: answer.into_message(),
             raw_usage,
             request_id: Some(format!("req_sim_{seq:08}")),
             retries: Vec::new(),

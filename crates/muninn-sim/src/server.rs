@@ -147,86 +147,115 @@ pub(crate) fn fault_error(kind: &FaultKind) -> Option<ApiError> {
     })
 }
 
-async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
-    let seq = sim.next_seq();
-    let at_ms = sim.now_ms();
-    let request_id = format!("req_sim_{seq:08}");
-    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let mut record = RecordedRequest {
-        seq,
-        at_ms,
-        path: "/v1/messages".to_string(),
+/// A request as received, before it is checked: its record (body `null` when not JSON) and,
+/// when the body is not JSON, the 400 it will be refused with (after the header checks).
+fn receive(
+    sim: &Simulator,
+    path: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (RecordedRequest, Option<ApiError>) {
+    let (body, invalid) = match serde_json::from_slice::<Value>(body) {
+        Ok(value) => (value, None),
+        Err(e) => (
+            Value::Null,
+            Some(ApiError::new(
+                400,
+                "invalid_request_error",
+                format!("invalid JSON body: {e}"),
+            )),
+        ),
+    };
+    let record = RecordedRequest {
+        seq: sim.next_seq(),
+        at_ms: sim.now_ms(),
+        path: path.to_string(),
         auth: "none".to_string(),
         anthropic_beta: headers
             .get("anthropic-beta")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
-        body: value.clone(),
+        body,
         status: 200,
         usage: None,
         miss: None,
         fault: None,
         error: None,
     };
-    let refuse = |mut record: RecordedRequest, e: ApiError| {
-        record.status = e.status;
-        record.error = Some(format!("{}: {}", e.body.error.kind, e.body.error.message));
-        sim.record(record);
+    (record, invalid)
+}
+
+async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
+    let (mut record, invalid) = receive(&sim, "/v1/messages", &headers, &body);
+    let request_id = format!("req_sim_{:08}", record.seq);
+    let refuse = |record: RecordedRequest, e: ApiError| {
+        record_refusal(&sim, record, &e);
         error_response(&e, &request_id)
     };
     match check_headers(&sim, &headers) {
         Ok(scheme) => record.auth = scheme.to_string(),
         Err(e) => return refuse(record, e),
     }
-    if let Err(e) = serde_json::from_slice::<Value>(&body) {
-        return refuse(
-            record,
-            ApiError::new(
-                400,
-                "invalid_request_error",
-                format!("invalid JSON body: {e}"),
-            ),
-        );
-    }
-    let fault = sim.take_fault();
-    record.fault = fault.clone();
-    if let Some(FaultKind::Slow { first_byte_ms, .. }) = &fault {
-        tokio::time::sleep(Duration::from_millis(*first_byte_ms)).await;
-    }
-    if let Some(e) = fault.as_ref().and_then(fault_error) {
+    if let Some(e) = invalid {
         return refuse(record, e);
     }
-    let mut answer = match sim.messages(&value, seq, at_ms) {
-        Ok(a) => a,
-        Err(e) => return refuse(record, e),
-    };
-    answer.apply_report_fault(fault.as_ref());
-    record.usage = Some(answer.usage);
-    record.miss = answer.miss;
-    let stream = value
+    let stream = record
+        .body
         .get("stream")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    sim.record(record);
+    let (answer, fault) = match answer(&sim, record).await {
+        Ok(answered) => answered,
+        Err(e) => return error_response(&e, &request_id),
+    };
     let mut response = if stream {
         stream_response(&answer, fault.as_ref())
     } else {
-        let message = MessagesResponse {
-            id: answer.id.clone(),
-            kind: "message".to_string(),
-            role: Role::Assistant,
-            model: answer.model.clone(),
-            content: answer.reply.content.clone(),
-            stop_reason: Some(answer.reply.stop_reason.to_string()),
-            stop_sequence: None,
-            usage: answer.wire_usage(),
-        };
-        axum::Json(message).into_response()
+        axum::Json(answer.into_message()).into_response()
     };
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert("request-id", v);
     }
     response
+}
+
+/// Records a refused request with the error it was answered.
+pub(crate) fn record_refusal(sim: &Simulator, mut record: RecordedRequest, e: &ApiError) {
+    record.status = e.status;
+    record.error = Some(format!("{}: {}", e.body.error.kind, e.body.error.message));
+    sim.record(record);
+}
+
+/// Answers a messages request whose headers and body were accepted, the same over HTTP and
+/// in-process: takes the next fault (waiting out a slow first byte, refusing for a refusal
+/// fault), asks the simulator, applies a usage-report fault and records the outcome either
+/// way. Returns the answer with the fault, whose stream effects are the caller's to apply.
+pub(crate) async fn answer(
+    sim: &Simulator,
+    mut record: RecordedRequest,
+) -> Result<(Answer, Option<FaultKind>), ApiError> {
+    let fault = sim.take_fault();
+    record.fault = fault.clone();
+    if let Some(FaultKind::Slow { first_byte_ms, .. }) = &fault {
+        tokio::time::sleep(Duration::from_millis(*first_byte_ms)).await;
+    }
+    let outcome = match fault.as_ref().and_then(fault_error) {
+        Some(e) => Err(e),
+        None => sim.messages(&record.body, record.seq, record.at_ms),
+    };
+    match outcome {
+        Ok(mut answer) => {
+            answer.apply_report_fault(fault.as_ref());
+            record.usage = Some(answer.usage);
+            record.miss = answer.miss;
+            sim.record(record);
+            Ok((answer, fault))
+        }
+        Err(e) => {
+            record_refusal(sim, record, &e);
+            Err(e)
+        }
+    }
 }
 
 /// The events of a streamed answer, in order, each flagged when it is a content delta.
@@ -400,38 +429,14 @@ async fn count_tokens(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let seq = sim.next_seq();
-    let at_ms = sim.now_ms();
-    let request_id = format!("req_sim_{seq:08}");
-    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let mut record = RecordedRequest {
-        seq,
-        at_ms,
-        path: "/v1/messages/count_tokens".to_string(),
-        auth: "none".to_string(),
-        anthropic_beta: headers
-            .get("anthropic-beta")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-        body: value.clone(),
-        status: 200,
-        usage: None,
-        miss: None,
-        fault: None,
-        error: None,
-    };
+    let (mut record, invalid) = receive(&sim, "/v1/messages/count_tokens", &headers, &body);
+    let request_id = format!("req_sim_{:08}", record.seq);
     let result = check_headers(&sim, &headers)
         .and_then(|scheme| {
             record.auth = scheme.to_string();
-            serde_json::from_slice::<Value>(&body).map_err(|e| {
-                ApiError::new(
-                    400,
-                    "invalid_request_error",
-                    format!("invalid JSON body: {e}"),
-                )
-            })
+            invalid.map_or(Ok(()), Err)
         })
-        .and_then(|v| sim.count_tokens(&v, at_ms));
+        .and_then(|()| sim.count_tokens(&record.body, record.at_ms));
     match result {
         Ok(n) => {
             sim.record(record);

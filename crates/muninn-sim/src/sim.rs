@@ -23,7 +23,9 @@
 
 use crate::reply::{Reply, reply};
 use muninn_anthropic::prompt::shape;
-use muninn_anthropic::wire::{ErrorResponse, MessagesRequest, Usage as WireUsage};
+use muninn_anthropic::wire::{
+    ErrorResponse, MessagesRequest, MessagesResponse, Role, Usage as WireUsage,
+};
 use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::ledger::MissCause;
 use muninn_core::price::PriceTable;
@@ -231,6 +233,21 @@ impl Answer {
     /// The usage as the wire reports it.
     pub fn wire_usage(&self) -> WireUsage {
         WireUsage::from_core(&self.usage)
+    }
+
+    /// The whole reply as one (non-streamed) message.
+    pub fn into_message(self) -> MessagesResponse {
+        let usage = self.wire_usage();
+        MessagesResponse {
+            id: self.id,
+            kind: "message".to_string(),
+            role: Role::Assistant,
+            model: self.model,
+            content: self.reply.content,
+            stop_reason: Some(self.reply.stop_reason.to_string()),
+            stop_sequence: None,
+            usage,
+        }
     }
 }
 
@@ -454,7 +471,7 @@ impl Simulator {
         // The mapping first: its errors name the field the way the API does.
         let mut shaped =
             shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
-        let request: MessagesRequest = serde_json::from_value(body.clone())
+        let request = MessagesRequest::deserialize(body)
             .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
         if request.messages.is_empty() {
             return Err(ApiError::new(

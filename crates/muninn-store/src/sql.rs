@@ -102,6 +102,41 @@ pub(crate) fn check_note(note: &crate::types::NewMemoryNote) -> Result<()> {
     Ok(())
 }
 
+/// The columns each row type is read from (by its `*_from` reader below), one list per table,
+/// so a migration that adds a column changes one list rather than every query reading the
+/// table. A macro rather than consts so `concat!` keeps each query a `&'static str`.
+macro_rules! columns {
+    (mind) => {
+        "id, display_name, config, created_at_ms"
+    };
+    (segment) => {
+        "mind_id, role, number, started_at_ms, rehydration_tokens, reason, session_id, \
+         ended_at_ms, memory, spec_digest"
+    };
+    (transcript) => {
+        "mind_id, role, seq, segment, kind, body, created_at_ms"
+    };
+    (delivery) => {
+        "mind_id, seq, room, sender, is_direct, to_you, text, source_id, received_at_ms, context"
+    };
+    (outbox) => {
+        "mind_id, request_id, seq, room, text, created_at_ms, sent_at_ms, remote_id, acked_at_ms"
+    };
+    (brief) => {
+        "mind_id, seq, text, origin, status, result, created_at_ms, started_at_ms, finished_at_ms"
+    };
+    (ledger) => {
+        "id, mind_id, role, segment, turn, at_ms, idle_gap_ms, model, prefix_tokens, \
+         rehydration_tokens, usage_input, usage_cache_write_5m, usage_cache_write_1h, \
+         usage_cache_read, usage_output, raw_usage, cost_micro_usd, predicted_read, \
+         predicted_write, cache_state, miss_cause, decision, boundary, events"
+    };
+    (memory) => {
+        "id, mind_id, salience, text, created_at_ms, source"
+    };
+}
+pub(crate) use columns;
+
 /// Implements [`Store`](crate::Store) for `$store`, a struct with a `pool: sqlx::Pool<$db>`
 /// field, a `begin_write()` method and a `LEASE_LOCK_SQL` constant (see the module docs).
 macro_rules! impl_sql_store {
@@ -342,8 +377,11 @@ macro_rules! impl_sql_store {
             request_id: &str,
         ) -> Result<Option<OutboxMessage>> {
             let row = sqlx::query(
-                "SELECT mind_id, request_id, seq, room, text, created_at_ms, sent_at_ms, \
-                 remote_id, acked_at_ms FROM outbox WHERE mind_id = $1 AND request_id = $2",
+                concat!(
+                    "SELECT ",
+                    $crate::sql::columns!(outbox),
+                    " FROM outbox WHERE mind_id = $1 AND request_id = $2",
+                ),
             )
                 .bind(mind)
                 .bind(request_id)
@@ -509,6 +547,18 @@ macro_rules! impl_sql_store {
             })
         }
 
+        /// The mailbox ack position: the last acknowledged delivery seq, 0 if none yet.
+        async fn acked(conn: &mut $conn, mind: &str) -> Result<i64> {
+            let row = sqlx::query("SELECT acked_seq FROM mailbox_acks WHERE mind_id = $1")
+                .bind(mind)
+                .fetch_optional(&mut *conn)
+                .await?;
+            match row {
+                Some(row) => Ok(row.try_get("acked_seq")?),
+                None => Ok(0),
+            }
+        }
+
         /// Moves the ack position to `max(position, seq)`; refuses a seq never delivered, which
         /// would silently skip mail that arrives later.
         async fn advance_ack(conn: &mut $conn, mind: &str, seq: i64) -> Result<i64> {
@@ -541,9 +591,11 @@ macro_rules! impl_sql_store {
             number: i64,
         ) -> Result<Segment> {
             let row = sqlx::query(
-                "SELECT mind_id, role, number, started_at_ms, rehydration_tokens, reason, \
-                 session_id, ended_at_ms, memory, spec_digest FROM segments \
-                 WHERE mind_id = $1 AND role = $2 AND number = $3",
+                concat!(
+                    "SELECT ",
+                    $crate::sql::columns!(segment),
+                    " FROM segments WHERE mind_id = $1 AND role = $2 AND number = $3",
+                ),
             )
             .bind(mind)
             .bind(role.as_str())
@@ -561,8 +613,11 @@ macro_rules! impl_sql_store {
 
         async fn fetch_brief(conn: &mut $conn, mind: &str, seq: i64) -> Result<Brief> {
             let row = sqlx::query(
-                "SELECT mind_id, seq, text, origin, status, result, created_at_ms, \
-                 started_at_ms, finished_at_ms FROM briefs WHERE mind_id = $1 AND seq = $2",
+                concat!(
+                    "SELECT ",
+                    $crate::sql::columns!(brief),
+                    " FROM briefs WHERE mind_id = $1 AND seq = $2",
+                ),
             )
             .bind(mind)
             .bind(seq)
@@ -649,7 +704,11 @@ macro_rules! impl_sql_store {
                 .execute(&mut *tx)
                 .await?;
                 let row = sqlx::query(
-                    "SELECT id, display_name, config, created_at_ms FROM minds WHERE id = $1",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(mind),
+                        " FROM minds WHERE id = $1",
+                    ),
                 )
                 .bind(&mind.id)
                 .fetch_one(&mut *tx)
@@ -661,7 +720,11 @@ macro_rules! impl_sql_store {
 
             async fn mind(&self, id: &str) -> Result<Option<Mind>> {
                 let row = sqlx::query(
-                    "SELECT id, display_name, config, created_at_ms FROM minds WHERE id = $1",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(mind),
+                        " FROM minds WHERE id = $1",
+                    ),
                 )
                 .bind(id)
                 .fetch_optional(&self.pool)
@@ -671,7 +734,11 @@ macro_rules! impl_sql_store {
 
             async fn minds(&self) -> Result<Vec<Mind>> {
                 let rows = sqlx::query(
-                    "SELECT id, display_name, config, created_at_ms FROM minds ORDER BY id",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(mind),
+                        " FROM minds ORDER BY id",
+                    ),
                 )
                 .fetch_all(&self.pool)
                 .await?;
@@ -686,8 +753,10 @@ macro_rules! impl_sql_store {
             ) -> Result<Mind> {
                 let mut tx = self.begin_write().await?;
                 let row = sqlx::query(
-                    "UPDATE minds SET display_name = $2, config = $3 WHERE id = $1 \
-                     RETURNING id, display_name, config, created_at_ms",
+                    concat!(
+                        "UPDATE minds SET display_name = $2, config = $3 WHERE id = $1 RETURNING ",
+                        $crate::sql::columns!(mind),
+                    ),
                 )
                 .bind(id)
                 .bind(display_name)
@@ -973,9 +1042,12 @@ macro_rules! impl_sql_store {
 
             async fn current_segment(&self, mind: &str, role: Role) -> Result<Option<Segment>> {
                 let row = sqlx::query(
-                    "SELECT mind_id, role, number, started_at_ms, rehydration_tokens, reason, \
-                     session_id, ended_at_ms, memory, spec_digest FROM segments WHERE mind_id = $1 AND role = $2 \
-                     ORDER BY number DESC LIMIT 1",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(segment),
+                        " FROM segments WHERE mind_id = $1 AND role = $2 ORDER BY number DESC \
+                         LIMIT 1",
+                    ),
                 )
                 .bind(mind)
                 .bind(role.as_str())
@@ -986,9 +1058,11 @@ macro_rules! impl_sql_store {
 
             async fn segments(&self, mind: &str, role: Role) -> Result<Vec<Segment>> {
                 let rows = sqlx::query(
-                    "SELECT mind_id, role, number, started_at_ms, rehydration_tokens, reason, \
-                     session_id, ended_at_ms, memory, spec_digest FROM segments WHERE mind_id = $1 AND role = $2 \
-                     ORDER BY number",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(segment),
+                        " FROM segments WHERE mind_id = $1 AND role = $2 ORDER BY number",
+                    ),
                 )
                 .bind(mind)
                 .bind(role.as_str())
@@ -1019,9 +1093,12 @@ macro_rules! impl_sql_store {
                 limit: i64,
             ) -> Result<Vec<TranscriptItem>> {
                 let rows = sqlx::query(
-                    "SELECT mind_id, role, seq, segment, kind, body, created_at_ms FROM transcript \
-                     WHERE mind_id = $1 AND role = $2 AND seq >= $3 AND seq < $4 \
-                     ORDER BY seq LIMIT $5",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(transcript),
+                        " FROM transcript WHERE mind_id = $1 AND role = $2 \
+                         AND seq >= $3 AND seq < $4 ORDER BY seq LIMIT $5",
+                    ),
                 )
                 .bind(mind)
                 .bind(role.as_str())
@@ -1040,8 +1117,12 @@ macro_rules! impl_sql_store {
                 count: i64,
             ) -> Result<Vec<TranscriptItem>> {
                 let rows = sqlx::query(
-                    "SELECT mind_id, role, seq, segment, kind, body, created_at_ms FROM transcript \
-                     WHERE mind_id = $1 AND role = $2 ORDER BY seq DESC LIMIT $3",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(transcript),
+                        " FROM transcript WHERE mind_id = $1 AND role = $2 ORDER BY seq DESC \
+                         LIMIT $3",
+                    ),
                 )
                 .bind(mind)
                 .bind(role.as_str())
@@ -1104,9 +1185,11 @@ macro_rules! impl_sql_store {
                 limit: i64,
             ) -> Result<Vec<Delivery>> {
                 let rows = sqlx::query(
-                    "SELECT mind_id, seq, room, sender, is_direct, to_you, text, source_id, \
-                     received_at_ms, context FROM deliveries WHERE mind_id = $1 AND seq > $2 \
-                     ORDER BY seq LIMIT $3",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(delivery),
+                        " FROM deliveries WHERE mind_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                    ),
                 )
                 .bind(mind)
                 .bind(after_seq)
@@ -1117,14 +1200,8 @@ macro_rules! impl_sql_store {
             }
 
             async fn ack_position(&self, mind: &str) -> Result<i64> {
-                let row = sqlx::query("SELECT acked_seq FROM mailbox_acks WHERE mind_id = $1")
-                    .bind(mind)
-                    .fetch_optional(&self.pool)
-                    .await?;
-                match row {
-                    Some(row) => Ok(row.try_get("acked_seq")?),
-                    None => Ok(0),
-                }
+                let mut conn = self.pool.acquire().await?;
+                acked(&mut conn, mind).await
             }
 
             async fn ack_through(&self, mind: &str, token: FencingToken, seq: i64) -> Result<i64> {
@@ -1150,9 +1227,12 @@ macro_rules! impl_sql_store {
 
             async fn unsent_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>> {
                 let rows = sqlx::query(
-                    "SELECT mind_id, request_id, seq, room, text, created_at_ms, sent_at_ms, \
-                     remote_id, acked_at_ms FROM outbox \
-                     WHERE mind_id = $1 AND sent_at_ms IS NULL ORDER BY seq LIMIT $2",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(outbox),
+                        " FROM outbox WHERE mind_id = $1 AND sent_at_ms IS NULL ORDER BY seq \
+                         LIMIT $2",
+                    ),
                 )
                 .bind(mind)
                 .bind(limit.max(0))
@@ -1163,9 +1243,12 @@ macro_rules! impl_sql_store {
 
             async fn unacked_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>> {
                 let rows = sqlx::query(
-                    "SELECT mind_id, request_id, seq, room, text, created_at_ms, sent_at_ms, \
-                     remote_id, acked_at_ms FROM outbox \
-                     WHERE mind_id = $1 AND acked_at_ms IS NULL ORDER BY seq LIMIT $2",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(outbox),
+                        " FROM outbox WHERE mind_id = $1 AND acked_at_ms IS NULL ORDER BY seq \
+                         LIMIT $2",
+                    ),
                 )
                 .bind(mind)
                 .bind(limit.max(0))
@@ -1181,10 +1264,12 @@ macro_rules! impl_sql_store {
                 limit: i64,
             ) -> Result<Vec<OutboxMessage>> {
                 let rows = sqlx::query(
-                    "SELECT mind_id, request_id, seq, room, text, created_at_ms, sent_at_ms, \
-                     remote_id, acked_at_ms FROM outbox \
-                     WHERE mind_id = $1 AND seq > $2 AND acked_at_ms IS NULL \
-                     ORDER BY seq LIMIT $3",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(outbox),
+                        " FROM outbox WHERE mind_id = $1 AND seq > $2 AND acked_at_ms IS NULL \
+                         ORDER BY seq LIMIT $3",
+                    ),
                 )
                 .bind(mind)
                 .bind(after_seq)
@@ -1287,17 +1372,7 @@ macro_rules! impl_sql_store {
                 // The ack goes last: it is the one write that, alone, would lose mail.
                 let ack_position = match turn.ack_through {
                     Some(seq) => advance_ack(&mut tx, mind, seq).await?,
-                    None => {
-                        let row =
-                            sqlx::query("SELECT acked_seq FROM mailbox_acks WHERE mind_id = $1")
-                                .bind(mind)
-                                .fetch_optional(&mut *tx)
-                                .await?;
-                        match row {
-                            Some(row) => row.try_get("acked_seq")?,
-                            None => 0,
-                        }
-                    }
+                    None => acked(&mut tx, mind).await?,
                 };
                 tx.commit().await?;
                 Ok(TurnReceipt {
@@ -1331,13 +1406,12 @@ macro_rules! impl_sql_store {
                 let rows = match &query.mind {
                     Some(mind) => {
                         sqlx::query(
-                            "SELECT id, mind_id, role, segment, turn, at_ms, idle_gap_ms, model, \
-                             prefix_tokens, rehydration_tokens, usage_input, \
-                             usage_cache_write_5m, usage_cache_write_1h, usage_cache_read, \
-                             usage_output, raw_usage, cost_micro_usd, predicted_read, \
-                             predicted_write, cache_state, miss_cause, decision, boundary, \
-                             events FROM ledger WHERE at_ms >= $1 AND at_ms < $2 AND id > $3 \
-                             AND mind_id = $5 ORDER BY id LIMIT $4",
+                            concat!(
+                                "SELECT ",
+                                $crate::sql::columns!(ledger),
+                                " FROM ledger WHERE at_ms >= $1 AND at_ms < $2 AND id > $3 \
+                                 AND mind_id = $5 ORDER BY id LIMIT $4",
+                            ),
                         )
                         .bind(from)
                         .bind(to)
@@ -1349,13 +1423,12 @@ macro_rules! impl_sql_store {
                     }
                     None => {
                         sqlx::query(
-                            "SELECT id, mind_id, role, segment, turn, at_ms, idle_gap_ms, model, \
-                             prefix_tokens, rehydration_tokens, usage_input, \
-                             usage_cache_write_5m, usage_cache_write_1h, usage_cache_read, \
-                             usage_output, raw_usage, cost_micro_usd, predicted_read, \
-                             predicted_write, cache_state, miss_cause, decision, boundary, \
-                             events FROM ledger WHERE at_ms >= $1 AND at_ms < $2 AND id > $3 \
-                             ORDER BY id LIMIT $4",
+                            concat!(
+                                "SELECT ",
+                                $crate::sql::columns!(ledger),
+                                " FROM ledger WHERE at_ms >= $1 AND at_ms < $2 AND id > $3 \
+                                 ORDER BY id LIMIT $4",
+                            ),
                         )
                         .bind(from)
                         .bind(to)
@@ -1398,8 +1471,12 @@ macro_rules! impl_sql_store {
             async fn memory_newest(&self, mind: &str, limit: i64) -> Result<Vec<MemoryNote>> {
                 let mut conn = self.pool.acquire().await?;
                 let rows = sqlx::query(
-                    "SELECT id, mind_id, salience, text, created_at_ms, source FROM memory_notes \
-                     WHERE mind_id = $1 ORDER BY created_at_ms DESC, id DESC LIMIT $2",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(memory),
+                        " FROM memory_notes WHERE mind_id = $1 \
+                         ORDER BY created_at_ms DESC, id DESC LIMIT $2",
+                    ),
                 )
                 .bind(mind)
                 .bind(limit.max(0))
@@ -1416,10 +1493,13 @@ macro_rules! impl_sql_store {
             ) -> Result<Vec<MemoryNote>> {
                 let mut conn = self.pool.acquire().await?;
                 let rows = sqlx::query(
-                    "SELECT id, mind_id, salience, text, created_at_ms, source FROM memory_notes \
-                     WHERE mind_id = $1 AND id IN \
-                     (SELECT note_id FROM memory_about WHERE sender = $2) \
-                     ORDER BY created_at_ms DESC, id DESC LIMIT $3",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(memory),
+                        " FROM memory_notes WHERE mind_id = $1 AND id IN \
+                         (SELECT note_id FROM memory_about WHERE sender = $2) \
+                         ORDER BY created_at_ms DESC, id DESC LIMIT $3",
+                    ),
                 )
                 .bind(mind)
                 .bind(sender)
@@ -1437,9 +1517,12 @@ macro_rules! impl_sql_store {
             ) -> Result<Vec<MemoryNote>> {
                 let mut conn = self.pool.acquire().await?;
                 let rows = sqlx::query(
-                    "SELECT id, mind_id, salience, text, created_at_ms, source FROM memory_notes \
-                     WHERE mind_id = $1 AND lower(text) LIKE $2 ESCAPE '\\' \
-                     ORDER BY created_at_ms DESC, id DESC LIMIT $3",
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(memory),
+                        " FROM memory_notes WHERE mind_id = $1 AND lower(text) LIKE $2 ESCAPE '\\' \
+                         ORDER BY created_at_ms DESC, id DESC LIMIT $3",
+                    ),
                 )
                 .bind(mind)
                 .bind(like_pattern(needle))
@@ -1539,9 +1622,12 @@ macro_rules! impl_sql_store {
                 let rows = match status {
                     Some(status) => {
                         sqlx::query(
-                            "SELECT mind_id, seq, text, origin, status, result, created_at_ms, \
-                             started_at_ms, finished_at_ms FROM briefs \
-                             WHERE mind_id = $1 AND status = $3 ORDER BY seq LIMIT $2",
+                            concat!(
+                                "SELECT ",
+                                $crate::sql::columns!(brief),
+                                " FROM briefs WHERE mind_id = $1 AND status = $3 ORDER BY seq \
+                                 LIMIT $2",
+                            ),
                         )
                         .bind(mind)
                         .bind(limit.max(0))
@@ -1551,9 +1637,11 @@ macro_rules! impl_sql_store {
                     }
                     None => {
                         sqlx::query(
-                            "SELECT mind_id, seq, text, origin, status, result, created_at_ms, \
-                             started_at_ms, finished_at_ms FROM briefs \
-                             WHERE mind_id = $1 ORDER BY seq LIMIT $2",
+                            concat!(
+                                "SELECT ",
+                                $crate::sql::columns!(brief),
+                                " FROM briefs WHERE mind_id = $1 ORDER BY seq LIMIT $2",
+                            ),
                         )
                         .bind(mind)
                         .bind(limit.max(0))
