@@ -334,6 +334,9 @@ struct Session<B> {
     /// Where reading this role's transcript for the current segment starts: no later than the
     /// segment's first item, so binding a session never rescans earlier segments twice.
     bind_from: i64,
+    /// The transcript the session handle was last bound over, so the binding after the next
+    /// turn reads only the items that turn added (not the whole segment again).
+    bound: Option<Bound>,
     /// Set when a new lease was taken: the role's open segment may be resumed through its stored
     /// handle, forking the provider session when the value is `true` (another writer may
     /// exist). Taken by the next turn.
@@ -368,6 +371,7 @@ impl<B> Session<B> {
             gaps: GapStats::default(),
             broken: false,
             bind_from: 1,
+            bound: None,
             resume: None,
             pending_events: Vec::new(),
             flushed_memory: None,
@@ -402,6 +406,15 @@ impl<B> Session<B> {
         self.collect_events();
         row.events.append(&mut self.pending_events);
     }
+}
+
+/// A segment's transcript as read for a session binding.
+struct Bound {
+    segment: i64,
+    /// Each item's [`binding_bytes`], oldest first.
+    items: Vec<Vec<u8>>,
+    /// Where the next read starts: after the last item read (of any segment).
+    next: i64,
 }
 
 /// One Mind's runner: owns its two sessions and is the only task that writes for it.
@@ -753,14 +766,15 @@ impl<B: Backend> MindRunner<B> {
         })
     }
 
-    /// The role's transcript items of `segment`, oldest first.
+    /// The role's transcript items of `segment` from seq `from` on, oldest first, and the seq
+    /// after the last item read (`from` when there was none).
     async fn segment_transcript(
-        &mut self,
+        &self,
         role: Role,
         segment: i64,
-    ) -> Result<Vec<TranscriptItem>, RuntimeError> {
+        mut from: i64,
+    ) -> Result<(Vec<TranscriptItem>, i64), RuntimeError> {
         const PAGE: i64 = 500;
-        let mut from = self.session_mut(role).bind_from;
         let mut items = Vec::new();
         loop {
             let page = self
@@ -769,50 +783,49 @@ impl<B: Backend> MindRunner<B> {
                 .transcript_range(&self.mind.id, role, from, None, PAGE)
                 .await?;
             let full = page.len() as i64 == PAGE;
-            let next = page.last().map(|i| i.seq + 1);
+            if let Some(last) = page.last() {
+                from = last.seq + 1;
+            }
             items.extend(page.into_iter().filter(|i| i.segment == segment));
-            match next {
-                Some(next) if full => from = next,
-                _ => break,
+            if !full {
+                return Ok((items, from));
             }
         }
-        if let Some(first) = items.first() {
-            self.session_mut(role).bind_from = first.seq;
-        }
-        Ok(items)
-    }
-
-    /// The role's transcript items of `segment`, each in the canonical bytes a session handle is
-    /// bound over ([`binding_bytes`]), oldest first.
-    async fn segment_items(
-        &mut self,
-        role: Role,
-        segment: i64,
-    ) -> Result<Vec<Vec<u8>>, RuntimeError> {
-        let items = self.segment_transcript(role, segment).await?;
-        Ok(items.iter().map(binding_bytes).collect())
     }
 
     /// Stores the role's session handle with its segment, bound to the segment's transcript as
     /// it now stands, so a restarted runner can tell whether the provider's copy of the
-    /// conversation is still muninn's. A no-op for backends that bind nothing.
+    /// conversation is still muninn's. A no-op for backends that bind nothing. The transcript is
+    /// append-only and this runner its only writer under the lease, so the items bound last time
+    /// still stand: only the ones after them are read.
     async fn bind_session(&mut self, role: Role, token: FencingToken) -> Result<(), RuntimeError> {
-        let session = match role {
-            Role::Persona => &self.persona,
-            Role::SelfRole => &self.selfs,
-        };
+        let session = self.session_mut(role);
         let Some(segment) = session.segment else {
             return Ok(());
         };
         if !session.backend.binds_sessions() || session.broken {
             return Ok(());
         }
-        let items = self.segment_items(role, segment).await?;
-        let session = match role {
-            Role::Persona => &self.persona,
-            Role::SelfRole => &self.selfs,
+        let mut bound = match session.bound.take() {
+            Some(bound) if bound.segment == segment => bound,
+            _ => Bound {
+                segment,
+                items: Vec::new(),
+                next: session.bind_from,
+            },
         };
-        if let Some(handle) = session.backend.session_handle(&items) {
+        let (items, next) = self.segment_transcript(role, segment, bound.next).await?;
+        let session = self.session_mut(role);
+        if bound.items.is_empty()
+            && let Some(first) = items.first()
+        {
+            session.bind_from = first.seq;
+        }
+        bound.items.extend(items.iter().map(binding_bytes));
+        bound.next = next;
+        let handle = session.backend.session_handle(&bound.items);
+        session.bound = Some(bound);
+        if let Some(handle) = handle {
             self.host
                 .store
                 .set_segment_session(&self.mind.id, token, role, segment, &handle)
@@ -934,7 +947,11 @@ impl<B: Backend> MindRunner<B> {
             return Ok(false);
         }
         let launched_system: Tokens = spec.system.iter().map(|t| count(t)).sum();
-        let items = self.segment_transcript(role, segment.number).await?;
+        let from = self.session_mut(role).bind_from;
+        let (items, next) = self.segment_transcript(role, segment.number, from).await?;
+        if let Some(first) = items.first() {
+            self.session_mut(role).bind_from = first.seq;
+        }
         let Some((renderer, replies)) = replay(role, renderer, &items) else {
             return Ok(false);
         };
@@ -964,6 +981,11 @@ impl<B: Backend> MindRunner<B> {
         session.warm_until_ms = Some(last_ms + tail.millis());
         session.head_warm_until_ms = Some(last_ms + head.millis());
         session.broken = false;
+        session.bound = Some(Bound {
+            segment: segment.number,
+            items: bytes,
+            next,
+        });
         session.pending_events.push(json!({
             "type": "resumed_segment",
             "segment": segment.number,
