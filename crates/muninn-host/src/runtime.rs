@@ -1169,17 +1169,13 @@ impl<B: Backend> MindRunner<B> {
         let Some(renderer) = self.persona.renderer.as_mut() else {
             return Err(RuntimeError::Config("no persona renderer".to_string()));
         };
-        let rendered = renderer.turn(
-            &Layers {
-                memory: renderer.base().memory.clone(),
-                ..layers
-            },
-            &input,
-        );
-        let user_text = rendered
-            .messages
+        // Only this turn's user message is sent (the provider's session holds the rest), so the
+        // whole request is not rendered.
+        let memory = renderer.base().memory.clone();
+        let user_text = renderer
+            .append_turn(&Layers { memory, ..layers }, &input)
+            .blocks
             .last()
-            .and_then(|m| m.blocks.last())
             .map(|b| b.text.clone())
             .unwrap_or_default();
         let segment = self.persona.segment.unwrap_or(0);
