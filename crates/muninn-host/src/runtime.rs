@@ -733,9 +733,12 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    fn view(&self, session: &Session<B>, head_tokens: Tokens) -> SessionView {
+    /// What the decider sees of a session; its head is the renderer's system prompt.
+    fn view(&self, session: &Session<B>) -> SessionView {
         let mut bounds = self.bounds();
-        bounds.head_tokens = head_tokens;
+        bounds.head_tokens = session.renderer.as_ref().map_or(0, |r| {
+            r.rendered().system.iter().map(|b| count(&b.text)).sum()
+        });
         if session.role == Role::SelfRole {
             // The Self flushes through a request at each refresh.
             bounds.flush_prompt_tokens = count(SELF_FLUSH_PROMPT);
@@ -758,12 +761,6 @@ impl<B: Backend> MindRunner<B> {
             bounds,
             gaps: session.gaps,
         }
-    }
-
-    fn head_tokens(&self, renderer: Option<&Renderer>) -> Tokens {
-        renderer.map_or(0, |r| {
-            r.rendered().system.iter().map(|b| count(&b.text)).sum()
-        })
     }
 
     /// The role's transcript items of `segment` from seq `from` on, oldest first, and the seq
@@ -1115,7 +1112,6 @@ impl<B: Backend> MindRunner<B> {
             self.resume_segment(Role::Persona, fork, now).await?;
         }
         // The decider: append, or refresh into a new segment.
-        let head = self.head_tokens(self.persona.renderer.as_ref());
         // New tokens this turn: the messages, and their context lines (an upper bound: lines the
         // segment has shown already are not repeated).
         let delta: Tokens = batch
@@ -1135,7 +1131,7 @@ impl<B: Backend> MindRunner<B> {
                 },
             )
         } else {
-            let view = self.view(&self.persona, head);
+            let view = self.view(&self.persona);
             let d = decide(
                 self.policy,
                 &view,
@@ -1530,14 +1526,13 @@ impl<B: Backend> MindRunner<B> {
             self.resume_segment(Role::SelfRole, fork, now).await?;
         }
         // A brief's start is a task boundary: the decider may refresh here.
-        let head = self.head_tokens(self.selfs.renderer.as_ref());
         let delta = count(&brief.text);
         let mut decision_text = "start".to_string();
         let flushed = self.selfs.flushed_memory.take();
         let refresh = if flushed.is_some() || self.selfs.renderer.is_none() || self.selfs.broken {
             true
         } else {
-            let view = self.view(&self.selfs, head);
+            let view = self.view(&self.selfs);
             let d = decide(
                 self.policy,
                 &view,
@@ -1852,8 +1847,7 @@ impl<B: Backend> MindRunner<B> {
                 until_ms: Some(decide_at),
             });
         }
-        let head = self.head_tokens(session.renderer.as_ref());
-        let view = self.view(session, head);
+        let view = self.view(session);
         let d = decide(self.policy, &view, event, now);
         if d.action != Action::Ping {
             return Ok(match event {
