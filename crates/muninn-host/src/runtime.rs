@@ -59,7 +59,6 @@ use crate::config::{MindConfig, RefreshMode};
 use muninn_backend::{
     Backend, BackendError, FlushProtocol, FlushStage, SessionSpec, TurnInput, TurnOutcome,
 };
-use muninn_core::cache::Ttl;
 use muninn_core::decide::{
     Action, Bounds, Decision, Event, GapStats, Policy, Rates, SessionView, decide,
 };
@@ -1037,17 +1036,28 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    fn account(
-        session: &mut Session<B>,
+    /// The ledger row of a turn the role's session answered (with its pending session events),
+    /// after which the session counts the request: its prefix, warmth and gap statistics.
+    fn answered(
+        &mut self,
+        role: Role,
         outcome: &TurnOutcome,
         now: i64,
-        tail: Ttl,
-        head: Ttl,
-        rates: &Rates,
-        rehydrated: Tokens,
-    ) {
+        decision: &str,
+        state: &str,
+        boundary: bool,
+    ) -> LedgerRow {
+        let session = match role {
+            Role::Persona => &self.persona,
+            Role::SelfRole => &self.selfs,
+        };
+        let mut row = self.ledger_row(session, outcome, now, decision, state, boundary);
+        let rates = Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl);
+        let (tail, head) = (self.mind.tail_ttl, self.mind.head_ttl);
+        let session = self.session_mut(role);
+        session.attach_events(&mut row);
         if session.requests > 0 && outcome.usage.cache_read > 0 {
-            let excess = outcome.usage.prompt().saturating_sub(rehydrated);
+            let excess = outcome.usage.prompt().saturating_sub(session.rehydration);
             session.read_excess += MicroUsd::of(excess, rates.read);
         }
         if session.last_request_ms > 0 {
@@ -1063,6 +1073,7 @@ impl<B: Backend> MindRunner<B> {
         session.let_expire = false;
         session.head_let_expire = false;
         session.gap_head_ping_spend = MicroUsd::ZERO;
+        row
     }
 
     async fn persona_turn(
@@ -1222,20 +1233,7 @@ impl<B: Backend> MindRunner<B> {
                 return Err(e.into());
             }
         };
-        let rates = Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl);
-        let rehydrated = self.persona.rehydration;
-        let mut row = self.ledger_row(&self.persona, &outcome, now, &decision_text, state, true);
-        self.persona.attach_events(&mut row);
-        ledger.push(row);
-        Self::account(
-            &mut self.persona,
-            &outcome,
-            now,
-            self.mind.tail_ttl,
-            self.mind.head_ttl,
-            &rates,
-            rehydrated,
-        );
+        ledger.push(self.answered(Role::Persona, &outcome, now, &decision_text, state, true));
         let mut verdict = outcome
             .structured
             .as_ref()
@@ -1270,25 +1268,15 @@ impl<B: Backend> MindRunner<B> {
                         "text": outcome.text,
                         "retry": retry,
                     }));
-                    let mut row = self.ledger_row(
-                        &self.persona,
+                    let row = self.answered(
+                        Role::Persona,
                         &second,
                         now2,
                         "retry_invalid_reply",
                         "warm",
                         false,
                     );
-                    self.persona.attach_events(&mut row);
                     ledger.push(row);
-                    Self::account(
-                        &mut self.persona,
-                        &second,
-                        now2,
-                        self.mind.tail_ttl,
-                        self.mind.head_ttl,
-                        &rates,
-                        rehydrated,
-                    );
                     verdict = second
                         .structured
                         .as_ref()
@@ -1630,19 +1618,7 @@ impl<B: Backend> MindRunner<B> {
         if run.flush != FlushStage::NotNeeded {
             decision_text = format!("flush:{stage}");
         }
-        let rates = Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl);
-        let mut row = self.ledger_row(&self.selfs, &outcome, now, &decision_text, "warm", true);
-        self.selfs.attach_events(&mut row);
-        let rehydrated = self.selfs.rehydration;
-        Self::account(
-            &mut self.selfs,
-            &outcome,
-            now,
-            self.mind.tail_ttl,
-            self.mind.head_ttl,
-            &rates,
-            rehydrated,
-        );
+        let row = self.answered(Role::SelfRole, &outcome, now, &decision_text, "warm", true);
         let result = outcome_text(&outcome);
         if let Some(r) = self.selfs.renderer.as_mut() {
             r.reply(&result);
