@@ -965,12 +965,11 @@ impl<B: Backend> MindRunner<B> {
         session.collect_events();
         started?;
         session.prefix_tokens = renderer.rendered().checkpoints().1;
-        session.renderer = Some(renderer);
-        session.segment = Some(segment.number);
+        // No rehydration on the ledger: the provider's session continues (a fresh one seeded
+        // from the transcript reports its seeding among the backend's session events).
+        session.begin_segment(renderer, segment.number, 0);
         session.requests = replies;
-        session.rehydration = 0;
         session.launched_system = launched_system;
-        session.read_excess = MicroUsd::ZERO;
         // The provider's cache outlives a host restart: the segment's last request may still be
         // warm, which the decider is told (its own clock decides).
         session.last_request_ms = last_ms;
