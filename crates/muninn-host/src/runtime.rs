@@ -59,7 +59,6 @@ use crate::config::{MindConfig, RefreshMode};
 use muninn_backend::{
     Backend, BackendError, FlushProtocol, FlushStage, SessionSpec, TurnInput, TurnOutcome,
 };
-use muninn_core::cache::Ttl;
 use muninn_core::decide::{
     Action, Bounds, Decision, Event, GapStats, Policy, Rates, SessionView, decide,
 };
@@ -334,6 +333,9 @@ struct Session<B> {
     /// Where reading this role's transcript for the current segment starts: no later than the
     /// segment's first item, so binding a session never rescans earlier segments twice.
     bind_from: i64,
+    /// The transcript the session handle was last bound over, so the binding after the next
+    /// turn reads only the items that turn added (not the whole segment again).
+    bound: Option<Bound>,
     /// Set when a new lease was taken: the role's open segment may be resumed through its stored
     /// handle, forking the provider session when the value is `true` (another writer may
     /// exist). Taken by the next turn.
@@ -368,6 +370,7 @@ impl<B> Session<B> {
             gaps: GapStats::default(),
             broken: false,
             bind_from: 1,
+            bound: None,
             resume: None,
             pending_events: Vec::new(),
             flushed_memory: None,
@@ -402,6 +405,15 @@ impl<B> Session<B> {
         self.collect_events();
         row.events.append(&mut self.pending_events);
     }
+}
+
+/// A segment's transcript as read for a session binding.
+struct Bound {
+    segment: i64,
+    /// Each item's [`binding_bytes`], oldest first.
+    items: Vec<Vec<u8>>,
+    /// Where the next read starts: after the last item read (of any segment).
+    next: i64,
 }
 
 /// One Mind's runner: owns its two sessions and is the only task that writes for it.
@@ -720,9 +732,12 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    fn view(&self, session: &Session<B>, head_tokens: Tokens) -> SessionView {
+    /// What the decider sees of a session; its head is the renderer's system prompt.
+    fn view(&self, session: &Session<B>) -> SessionView {
         let mut bounds = self.bounds();
-        bounds.head_tokens = head_tokens;
+        bounds.head_tokens = session.renderer.as_ref().map_or(0, |r| {
+            r.rendered().system.iter().map(|b| count(&b.text)).sum()
+        });
         if session.role == Role::SelfRole {
             // The Self flushes through a request at each refresh.
             bounds.flush_prompt_tokens = count(SELF_FLUSH_PROMPT);
@@ -747,20 +762,15 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    fn head_tokens(&self, renderer: Option<&Renderer>) -> Tokens {
-        renderer.map_or(0, |r| {
-            r.rendered().system.iter().map(|b| count(&b.text)).sum()
-        })
-    }
-
-    /// The role's transcript items of `segment`, oldest first.
+    /// The role's transcript items of `segment` from seq `from` on, oldest first, and the seq
+    /// after the last item read (`from` when there was none).
     async fn segment_transcript(
-        &mut self,
+        &self,
         role: Role,
         segment: i64,
-    ) -> Result<Vec<TranscriptItem>, RuntimeError> {
+        mut from: i64,
+    ) -> Result<(Vec<TranscriptItem>, i64), RuntimeError> {
         const PAGE: i64 = 500;
-        let mut from = self.session_mut(role).bind_from;
         let mut items = Vec::new();
         loop {
             let page = self
@@ -769,50 +779,49 @@ impl<B: Backend> MindRunner<B> {
                 .transcript_range(&self.mind.id, role, from, None, PAGE)
                 .await?;
             let full = page.len() as i64 == PAGE;
-            let next = page.last().map(|i| i.seq + 1);
+            if let Some(last) = page.last() {
+                from = last.seq + 1;
+            }
             items.extend(page.into_iter().filter(|i| i.segment == segment));
-            match next {
-                Some(next) if full => from = next,
-                _ => break,
+            if !full {
+                return Ok((items, from));
             }
         }
-        if let Some(first) = items.first() {
-            self.session_mut(role).bind_from = first.seq;
-        }
-        Ok(items)
-    }
-
-    /// The role's transcript items of `segment`, each in the canonical bytes a session handle is
-    /// bound over ([`binding_bytes`]), oldest first.
-    async fn segment_items(
-        &mut self,
-        role: Role,
-        segment: i64,
-    ) -> Result<Vec<Vec<u8>>, RuntimeError> {
-        let items = self.segment_transcript(role, segment).await?;
-        Ok(items.iter().map(binding_bytes).collect())
     }
 
     /// Stores the role's session handle with its segment, bound to the segment's transcript as
     /// it now stands, so a restarted runner can tell whether the provider's copy of the
-    /// conversation is still muninn's. A no-op for backends that bind nothing.
+    /// conversation is still muninn's. A no-op for backends that bind nothing. The transcript is
+    /// append-only and this runner its only writer under the lease, so the items bound last time
+    /// still stand: only the ones after them are read.
     async fn bind_session(&mut self, role: Role, token: FencingToken) -> Result<(), RuntimeError> {
-        let session = match role {
-            Role::Persona => &self.persona,
-            Role::SelfRole => &self.selfs,
-        };
+        let session = self.session_mut(role);
         let Some(segment) = session.segment else {
             return Ok(());
         };
         if !session.backend.binds_sessions() || session.broken {
             return Ok(());
         }
-        let items = self.segment_items(role, segment).await?;
-        let session = match role {
-            Role::Persona => &self.persona,
-            Role::SelfRole => &self.selfs,
+        let mut bound = match session.bound.take() {
+            Some(bound) if bound.segment == segment => bound,
+            _ => Bound {
+                segment,
+                items: Vec::new(),
+                next: session.bind_from,
+            },
         };
-        if let Some(handle) = session.backend.session_handle(&items) {
+        let (items, next) = self.segment_transcript(role, segment, bound.next).await?;
+        let session = self.session_mut(role);
+        if bound.items.is_empty()
+            && let Some(first) = items.first()
+        {
+            session.bind_from = first.seq;
+        }
+        bound.items.extend(items.iter().map(binding_bytes));
+        bound.next = next;
+        let handle = session.backend.session_handle(&bound.items);
+        session.bound = Some(bound);
+        if let Some(handle) = handle {
             self.host
                 .store
                 .set_segment_session(&self.mind.id, token, role, segment, &handle)
@@ -934,7 +943,11 @@ impl<B: Backend> MindRunner<B> {
             return Ok(false);
         }
         let launched_system: Tokens = spec.system.iter().map(|t| count(t)).sum();
-        let items = self.segment_transcript(role, segment.number).await?;
+        let from = self.session_mut(role).bind_from;
+        let (items, next) = self.segment_transcript(role, segment.number, from).await?;
+        if let Some(first) = items.first() {
+            self.session_mut(role).bind_from = first.seq;
+        }
         let Some((renderer, replies)) = replay(role, renderer, &items) else {
             return Ok(false);
         };
@@ -952,18 +965,22 @@ impl<B: Backend> MindRunner<B> {
         session.collect_events();
         started?;
         session.prefix_tokens = renderer.rendered().checkpoints().1;
-        session.renderer = Some(renderer);
-        session.segment = Some(segment.number);
+        // No rehydration on the ledger: the provider's session continues (a fresh one seeded
+        // from the transcript reports its seeding among the backend's session events).
+        session.begin_segment(renderer, segment.number, 0);
         session.requests = replies;
-        session.rehydration = 0;
         session.launched_system = launched_system;
-        session.read_excess = MicroUsd::ZERO;
         // The provider's cache outlives a host restart: the segment's last request may still be
         // warm, which the decider is told (its own clock decides).
         session.last_request_ms = last_ms;
         session.warm_until_ms = Some(last_ms + tail.millis());
         session.head_warm_until_ms = Some(last_ms + head.millis());
         session.broken = false;
+        session.bound = Some(Bound {
+            segment: segment.number,
+            items: bytes,
+            next,
+        });
         session.pending_events.push(json!({
             "type": "resumed_segment",
             "segment": segment.number,
@@ -1018,17 +1035,28 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    fn account(
-        session: &mut Session<B>,
+    /// The ledger row of a turn the role's session answered (with its pending session events),
+    /// after which the session counts the request: its prefix, warmth and gap statistics.
+    fn answered(
+        &mut self,
+        role: Role,
         outcome: &TurnOutcome,
         now: i64,
-        tail: Ttl,
-        head: Ttl,
-        rates: &Rates,
-        rehydrated: Tokens,
-    ) {
+        decision: &str,
+        state: &str,
+        boundary: bool,
+    ) -> LedgerRow {
+        let session = match role {
+            Role::Persona => &self.persona,
+            Role::SelfRole => &self.selfs,
+        };
+        let mut row = self.ledger_row(session, outcome, now, decision, state, boundary);
+        let rates = Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl);
+        let (tail, head) = (self.mind.tail_ttl, self.mind.head_ttl);
+        let session = self.session_mut(role);
+        session.attach_events(&mut row);
         if session.requests > 0 && outcome.usage.cache_read > 0 {
-            let excess = outcome.usage.prompt().saturating_sub(rehydrated);
+            let excess = outcome.usage.prompt().saturating_sub(session.rehydration);
             session.read_excess += MicroUsd::of(excess, rates.read);
         }
         if session.last_request_ms > 0 {
@@ -1044,6 +1072,7 @@ impl<B: Backend> MindRunner<B> {
         session.let_expire = false;
         session.head_let_expire = false;
         session.gap_head_ping_spend = MicroUsd::ZERO;
+        row
     }
 
     async fn persona_turn(
@@ -1093,7 +1122,6 @@ impl<B: Backend> MindRunner<B> {
             self.resume_segment(Role::Persona, fork, now).await?;
         }
         // The decider: append, or refresh into a new segment.
-        let head = self.head_tokens(self.persona.renderer.as_ref());
         // New tokens this turn: the messages, and their context lines (an upper bound: lines the
         // segment has shown already are not repeated).
         let delta: Tokens = batch
@@ -1113,7 +1141,7 @@ impl<B: Backend> MindRunner<B> {
                 },
             )
         } else {
-            let view = self.view(&self.persona, head);
+            let view = self.view(&self.persona);
             let d = decide(
                 self.policy,
                 &view,
@@ -1147,17 +1175,13 @@ impl<B: Backend> MindRunner<B> {
         let Some(renderer) = self.persona.renderer.as_mut() else {
             return Err(RuntimeError::Config("no persona renderer".to_string()));
         };
-        let rendered = renderer.turn(
-            &Layers {
-                memory: renderer.base().memory.clone(),
-                ..layers
-            },
-            &input,
-        );
-        let user_text = rendered
-            .messages
+        // Only this turn's user message is sent (the provider's session holds the rest), so the
+        // whole request is not rendered.
+        let memory = renderer.base().memory.clone();
+        let user_text = renderer
+            .append_turn(&Layers { memory, ..layers }, &input)
+            .blocks
             .last()
-            .and_then(|m| m.blocks.last())
             .map(|b| b.text.clone())
             .unwrap_or_default();
         let segment = self.persona.segment.unwrap_or(0);
@@ -1208,20 +1232,7 @@ impl<B: Backend> MindRunner<B> {
                 return Err(e.into());
             }
         };
-        let rates = Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl);
-        let rehydrated = self.persona.rehydration;
-        let mut row = self.ledger_row(&self.persona, &outcome, now, &decision_text, state, true);
-        self.persona.attach_events(&mut row);
-        ledger.push(row);
-        Self::account(
-            &mut self.persona,
-            &outcome,
-            now,
-            self.mind.tail_ttl,
-            self.mind.head_ttl,
-            &rates,
-            rehydrated,
-        );
+        ledger.push(self.answered(Role::Persona, &outcome, now, &decision_text, state, true));
         let mut verdict = outcome
             .structured
             .as_ref()
@@ -1256,25 +1267,15 @@ impl<B: Backend> MindRunner<B> {
                         "text": outcome.text,
                         "retry": retry,
                     }));
-                    let mut row = self.ledger_row(
-                        &self.persona,
+                    let row = self.answered(
+                        Role::Persona,
                         &second,
                         now2,
                         "retry_invalid_reply",
                         "warm",
                         false,
                     );
-                    self.persona.attach_events(&mut row);
                     ledger.push(row);
-                    Self::account(
-                        &mut self.persona,
-                        &second,
-                        now2,
-                        self.mind.tail_ttl,
-                        self.mind.head_ttl,
-                        &rates,
-                        rehydrated,
-                    );
                     verdict = second
                         .structured
                         .as_ref()
@@ -1512,14 +1513,13 @@ impl<B: Backend> MindRunner<B> {
             self.resume_segment(Role::SelfRole, fork, now).await?;
         }
         // A brief's start is a task boundary: the decider may refresh here.
-        let head = self.head_tokens(self.selfs.renderer.as_ref());
         let delta = count(&brief.text);
         let mut decision_text = "start".to_string();
         let flushed = self.selfs.flushed_memory.take();
         let refresh = if flushed.is_some() || self.selfs.renderer.is_none() || self.selfs.broken {
             true
         } else {
-            let view = self.view(&self.selfs, head);
+            let view = self.view(&self.selfs);
             let d = decide(
                 self.policy,
                 &view,
@@ -1617,19 +1617,7 @@ impl<B: Backend> MindRunner<B> {
         if run.flush != FlushStage::NotNeeded {
             decision_text = format!("flush:{stage}");
         }
-        let rates = Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl);
-        let mut row = self.ledger_row(&self.selfs, &outcome, now, &decision_text, "warm", true);
-        self.selfs.attach_events(&mut row);
-        let rehydrated = self.selfs.rehydration;
-        Self::account(
-            &mut self.selfs,
-            &outcome,
-            now,
-            self.mind.tail_ttl,
-            self.mind.head_ttl,
-            &rates,
-            rehydrated,
-        );
+        let row = self.answered(Role::SelfRole, &outcome, now, &decision_text, "warm", true);
         let result = outcome_text(&outcome);
         if let Some(r) = self.selfs.renderer.as_mut() {
             r.reply(&result);
@@ -1834,8 +1822,7 @@ impl<B: Backend> MindRunner<B> {
                 until_ms: Some(decide_at),
             });
         }
-        let head = self.head_tokens(session.renderer.as_ref());
-        let view = self.view(session, head);
+        let view = self.view(session);
         let d = decide(self.policy, &view, event, now);
         if d.action != Action::Ping {
             return Ok(match event {
