@@ -1,0 +1,441 @@
+//! The runtime: each Mind's Persona and Self as persistent, append-only sessions.
+//!
+//! # A Persona turn, end to end
+//!
+//! mailbox (durable, with seq) → [`next_batch`] (the oldest prefix sharing a conversation: all
+//! public-room deliveries together, or one DM room alone) → brakes and spend cap → the decider
+//! (`muninn_core::decide::decide`, unchanged from replay: append, or refresh into a new segment)
+//! → the renderer (notices for changed layers, history shown once) → the transcript, *before* the
+//! call → the backend → the reply validated against the reply schema (retried once, then a
+//! recorded failure) → one transaction: transcript, outbox rows with request ids
+//! `<batch>-<index>`, the ledger row, `remember[]` memory notes, `start_self_run` briefs, and the
+//! mailbox ack through the batch's max seq. A crash anywhere before that transaction re-delivers
+//! the batch; a crash after it leaves nothing to redo. Request ids make a re-sent reply the same
+//! message.
+//!
+//! # The Self
+//!
+//! Briefs (from a Persona's `start_self_run` or the operator) queue for the Mind's one Self
+//! session. Each brief is a turn; its end is a task boundary where the decider may refresh. Its
+//! result is posted back to the Persona as a delivery from room `self`.
+//!
+//! # Refresh, flush and rehydrate
+//!
+//! A Persona writes memory as it happens (`remember[]`), so its refresh needs no flush request: the
+//! new segment starts from the doctrine, the persona state and the memory selected for the batch
+//! (about its senders, the newest, within `memory_tokens`). A Self refresh asks the session to
+//! flush its memory (goal, open tasks, constraints, done markers, facts); if a pinned item is
+//! missing, the new segment carries the previous segment's tail verbatim instead.
+//!
+//! A Self brief runs under the flush protocol ([`muninn_backend::Backend::run`]): a run that
+//! neared the context ceiling and was asked to flush (or was interrupted or terminated) records
+//! its memory (`memory_flush`, ledger decision `flush:<stage>`), and the next brief opens a new
+//! segment from it. With `refresh = "compact"` a Persona refresh compacts the provider session
+//! in place ([`muninn_backend::Backend::compact`]; ledger decision `compact`, a new segment with
+//! reason `compact` whose memory is the summary), falling back to a rebuild when the backend
+//! cannot compact.
+//!
+//! # Resuming after a restart or takeover
+//!
+//! A segment row keeps its memory layer and a digest of its session spec; after each turn the
+//! backend's session handle is stored with it, bound to the segment's transcript. A new lease
+//! rebuilds the renderer from the start layers and the transcript replayed, and resumes the
+//! provider session through the handle (forked unless the previous holder released the lease
+//! cleanly), seeded from the rendered transcript if the handle no longer verifies. A spec that
+//! changed, a missing handle or an unanswered last turn opens a fresh segment instead.
+//!
+//! # Keeping warm
+//!
+//! Shortly before the tail's TTL runs out the decider is asked again (`Event::Expiring`): it may
+//! ping (a one-token request that leaves the session unchanged), or let the cache expire.
+//!
+//! # One writer per Mind
+//!
+//! Every write carries the Mind's lease fencing token; a host that cannot take the lease does not
+//! run the Mind, and a host whose token went stale stops at its next write.
+
+mod accounting;
+mod idle;
+mod lease;
+mod persona;
+mod prompts;
+mod reply;
+mod segment;
+mod self_run;
+mod session;
+
+pub use persona::next_batch;
+use persona::outcome_text;
+use segment::{shown_changed, spec_digest};
+
+pub use prompts::*;
+pub use reply::*;
+use session::{Bound, Session};
+
+use crate::Host;
+use crate::config::{MindConfig, RefreshMode};
+use muninn_backend::{
+    Backend, BackendError, FlushProtocol, FlushStage, SessionSpec, TurnInput, TurnOutcome,
+};
+use muninn_core::decide::{
+    Action, Bounds, Decision, Event, GapStats, Policy, Rates, SessionView, decide,
+};
+use muninn_core::ledger::LedgerRow;
+use muninn_core::money::{MicroUsd, Tokens};
+use muninn_core::price::{ModelPrice, PriceTable};
+use muninn_core::render::{self, Layers, Renderer};
+use muninn_core::tokenize::count;
+use muninn_store::{
+    BriefOrigin, BriefStatus, Delivery, FencingToken, Lease, NewBrief, NewDelivery, NewMemoryNote,
+    NewOutboxMessage, NewSegment, NewTranscriptItem, Role, StoreError, TranscriptItem,
+    TranscriptKind, TurnRecord,
+};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// How long a lease lasts by default (`lease_ttl_ms` in the configuration); it is renewed when
+/// less than a third is left.
+pub const LEASE_TTL_MS: i64 = 30_000;
+
+/// The decider is asked this long before the tail's TTL runs out.
+pub const DECIDE_BEFORE_EXPIRY_MS: i64 = 30_000;
+
+/// A `remember[]` note's byte limit, and how many a reply may carry.
+pub const MEMORY_NOTE_BYTES: usize = 1_000;
+
+/// See [`MEMORY_NOTE_BYTES`].
+pub const MEMORY_NOTES_PER_REPLY: usize = 8;
+
+/// A `start_self_run` brief's character limit.
+pub const BRIEF_CHARS: usize = 1_000;
+
+/// Pending deliveries read per step: a batch is a prefix of them, so a small page keeps a deep
+/// mailbox from being re-read whole on every turn (a longer batch continues next turn).
+pub const PENDING_PAGE: i64 = 32;
+
+/// The room a Self run's result reaches the Persona from.
+pub const SELF_ROOM: &str = "self";
+
+/// The reply-schema room meaning "the DM room of this batch".
+pub const DM_ROOM: &str = "@dm";
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The store failed; [`StoreError::is_retryable`] says whether to try again.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// The backend failed; the batch stays in the mailbox and is re-delivered.
+    #[error("backend: {0}")]
+    Backend(#[from] BackendError),
+    /// The configuration cannot be run (an unknown model, an unreadable doctrine file, …).
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// What one call of [`MindRunner::step`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Another host holds this Mind's lease.
+    NotLeader,
+    /// The operator brake is on: no call, no send.
+    Braked,
+    /// The spend cap for the window is reached: no call.
+    OverBudget,
+    /// A Persona turn was recorded (ack position after it).
+    PersonaTurn {
+        /// The mailbox position acknowledged.
+        acked_through: i64,
+        /// Whether the reply was valid (otherwise a failure was recorded).
+        valid: bool,
+    },
+    /// A Self brief was run.
+    SelfTurn {
+        /// The brief's seq.
+        brief: i64,
+    },
+    /// A keep-warm ping was sent.
+    Ping,
+    /// Nothing to do until the given time (or a wake-up).
+    Idle {
+        /// When to look again, Unix ms (`None`: only on a wake-up).
+        until_ms: Option<i64>,
+    },
+}
+
+/// One Mind's runner: owns its two sessions and is the only task that writes for it.
+pub struct MindRunner<B: Backend> {
+    host: Host,
+    mind: MindConfig,
+    holder: String,
+    price: ModelPrice,
+    policy: Policy,
+    lease: Option<Lease>,
+    persona: Session<B>,
+    selfs: Session<B>,
+    turns_this_wake: u32,
+    /// The newest delivery seq seen: a newer one is an arrival, so a new wake.
+    newest_seen: i64,
+}
+
+impl<B: Backend> std::fmt::Debug for MindRunner<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MindRunner")
+            .field("mind", &self.mind.id)
+            .field("holder", &self.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> MindRunner<B> {
+    /// A runner for `mind`, holding leases as `holder`, with one backend per role.
+    pub fn new(
+        host: Host,
+        mind: MindConfig,
+        holder: String,
+        prices: &PriceTable,
+        persona_backend: B,
+        self_backend: B,
+    ) -> Result<MindRunner<B>, RuntimeError> {
+        let price = prices
+            .model(&mind.model)
+            .map_err(|e| RuntimeError::Config(e.to_string()))?
+            .clone();
+        let policy = mind
+            .policy
+            .parse::<Policy>()
+            .map_err(|e| RuntimeError::Config(format!("mind {}: {e}", mind.id)))?;
+        Ok(MindRunner {
+            host,
+            mind,
+            holder,
+            price,
+            policy,
+            lease: None,
+            persona: Session::new(Role::Persona, persona_backend),
+            selfs: Session::new(Role::SelfRole, self_backend),
+            turns_this_wake: 0,
+            newest_seen: 0,
+        })
+    }
+
+    /// The Mind's id.
+    pub fn id(&self) -> &str {
+        &self.mind.id
+    }
+
+    /// Registers the Mind in the store (idempotent).
+    pub async fn register(&self) -> Result<(), RuntimeError> {
+        let now = self.host.clock.now_ms();
+        let config = serde_json::to_value(&self.mind).unwrap_or(Value::Null);
+        self.host
+            .store
+            .create_mind(&muninn_store::Mind {
+                id: self.mind.id.clone(),
+                display_name: self
+                    .mind
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| self.mind.id.clone()),
+                config,
+                created_at_ms: now,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// A new wake (a delivery or brief arrived): the per-wake turn limit starts again.
+    pub fn woken(&mut self) {
+        self.turns_this_wake = 0;
+    }
+
+    /// Does the next piece of work, if any.
+    pub async fn step(&mut self) -> Result<Step, RuntimeError> {
+        let now = self.host.clock.now_ms();
+        let Some(token) = self.token(now).await? else {
+            return Ok(Step::NotLeader);
+        };
+        let settings = self.host.store.settings(&self.mind.id).await?;
+        if settings.brake {
+            return Ok(Step::Braked);
+        }
+        let ack = self.host.store.ack_position(&self.mind.id).await?;
+        let pending = self
+            .host
+            .store
+            .pending_deliveries(&self.mind.id, ack, PENDING_PAGE)
+            .await?;
+        // A delivery not seen before is a new wake however it arrived: through this host's API
+        // (which also signals `inbox`) or through another host on the same database, which
+        // cannot signal this one.
+        if let Some(newest) = pending.last().map(|d| d.seq)
+            && newest > self.newest_seen
+        {
+            self.newest_seen = newest;
+            self.woken();
+        }
+        let limit = settings
+            .turn_limit
+            .map_or(self.mind.turns_per_wake, |l| l.max(0) as u32);
+        let has_work = !pending.is_empty() && self.turns_this_wake < limit;
+        if has_work && self.over_budget(now, &settings).await? {
+            return Ok(Step::OverBudget);
+        }
+        // Briefs are looked at only when no Persona turn is due (one query less per turn).
+        let queued = if has_work {
+            Vec::new()
+        } else {
+            self.host
+                .store
+                .briefs(&self.mind.id, Some(BriefStatus::Queued), 1)
+                .await?
+        };
+        if !queued.is_empty() && self.over_budget(now, &settings).await? {
+            return Ok(Step::OverBudget);
+        }
+        if has_work {
+            self.turns_this_wake += 1;
+            return self
+                .persona_turn(token, now, next_batch(&pending).to_vec())
+                .await;
+        }
+        if !queued.is_empty()
+            && let Some(brief) = self
+                .host
+                .store
+                .claim_brief(&self.mind.id, token, now)
+                .await?
+        {
+            return self.self_turn(token, now, brief).await;
+        }
+        self.idle(token, now).await
+    }
+
+    pub(super) async fn over_budget(
+        &self,
+        now: i64,
+        settings: &muninn_store::MindSettings,
+    ) -> Result<bool, RuntimeError> {
+        let cap = settings
+            .spend_cap
+            .or(self.mind.spend_cap_micro_usd.map(MicroUsd));
+        let Some(cap) = cap else { return Ok(false) };
+        let window = settings
+            .spend_window_ms
+            .unwrap_or(self.mind.spend_window_s as i64 * 1000);
+        let spent = self
+            .host
+            .store
+            .spend(&self.mind.id, now - window, now + 1)
+            .await?;
+        Ok(spent >= cap)
+    }
+}
+
+/// Runs a Mind until `shutdown` turns true: steps while there is work, sleeps until the next
+/// decision time or a wake-up otherwise. Errors are logged and retried with a backoff; a fenced
+/// write stops the work until the lease is taken again.
+pub async fn run_mind<B: Backend>(
+    mut runner: MindRunner<B>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), RuntimeError> {
+    runner.register().await?;
+    let signals = runner.host.signals.clone();
+    let clock = runner.host.clock.clone();
+    let mut backoff_ms = 250u64;
+    // An idle holder steps at least every third of the lease: it renews the lease before it runs
+    // out (or another host would take the Mind over and rebuild its session) and sees deliveries
+    // posted through other hosts on the same database, which cannot signal it.
+    let lease_third = (runner.host.config.lease_ttl_ms / 3).max(10) as u64;
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let step = runner.step().await;
+        let wait_ms: u64 = match &step {
+            Ok(Step::PersonaTurn { .. } | Step::SelfTurn { .. } | Step::Ping) => {
+                backoff_ms = 250;
+                continue;
+            }
+            Ok(Step::Idle { until_ms: Some(t) }) => {
+                ((*t - clock.now_ms()).clamp(10, 60_000) as u64).min(lease_third)
+            }
+            Ok(Step::Idle { until_ms: None } | Step::NotLeader) => lease_third,
+            Ok(Step::Braked | Step::OverBudget) => 5_000,
+            Err(e) => {
+                tracing::warn!(mind = runner.id(), error = %e, "step failed; retrying");
+                backoff_ms = (backoff_ms * 2).min(30_000);
+                backoff_ms
+            }
+        };
+        tokio::select! {
+            _ = signals.inbox.notified() => runner.woken(),
+            _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+    runner.release().await
+}
+
+/// Runs every configured Mind, one task each, until `shutdown` turns true; each task releases
+/// its lease on the way out.
+pub async fn run_minds(
+    host: Host,
+    factory: crate::backends::BackendFactory,
+    prices: PriceTable,
+    holder: String,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), RuntimeError> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for mind in host.config.minds.iter().cloned() {
+        let persona = factory.make(host.clock.clone(), &prices, &format!("{}/persona", mind.id));
+        let selfs = factory.make(host.clock.clone(), &prices, &format!("{}/self", mind.id));
+        let runner = MindRunner::new(host.clone(), mind, holder.clone(), &prices, persona, selfs)?;
+        tasks.spawn(run_mind(runner, shutdown.clone()));
+    }
+    // The claude-cli sessions share one process pool: a sweeper parks the children idle longer
+    // than they are worth. It runs beside the Minds and stops with them.
+    let sweeper = factory.process_pool().cloned().map(|pool| {
+        let mut shutdown = shutdown.clone();
+        let every = pool.config().policy.min_idle.clamp(
+            Duration::from_millis(500),
+            Duration::from_secs(POOL_SWEEP_EVERY_S),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = shutdown.changed() => {}
+                }
+                if *shutdown.borrow() {
+                    break;
+                }
+                for event in pool.sweep(pool.now()).await {
+                    tracing::info!(?event, "claude-cli pool");
+                }
+            }
+        })
+    });
+    let mut first_error = None;
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "a Mind stopped");
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "a Mind's task panicked");
+            }
+        }
+    }
+    if let Some(sweeper) = sweeper {
+        sweeper.abort();
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// How often, at most, the claude-cli process pool is swept for idle children (more often when
+/// the pool's `park_min_idle_s` is shorter).
+const POOL_SWEEP_EVERY_S: u64 = 15;
