@@ -192,6 +192,8 @@ pub enum Reason {
     PingAllowanceSpent,
     /// Memory was already flushed this gap; the session will restart.
     AlreadyFlushed,
+    /// The session's backend cannot send this kind of keep-warm ping.
+    CannotPing,
 }
 
 /// An alternative the decider priced.
@@ -379,10 +381,37 @@ pub struct SessionView {
     pub bounds: Bounds,
     /// Idle gaps seen so far.
     pub gaps: GapStats,
+    /// What the session's backend can do: an action it cannot take is never chosen.
+    pub can: Capabilities,
+}
+
+/// What a session's backend can do besides answering turns. The replay engine assumes a backend
+/// that can do everything; the host says what its backend and role allow, so the decider never
+/// chooses an action that would not happen (and replaying the host's ledger sees the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Keep-warm pings through the whole prefix.
+    pub ping: bool,
+    /// Head-only keep-warm pings.
+    pub ping_head: bool,
+    /// A memory flush while idle, before the cache expires (a refresh at a turn boundary may
+    /// still flush).
+    pub idle_flush: bool,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities {
+            ping: true,
+            ping_head: true,
+            idle_flush: true,
+        }
+    }
 }
 
 /// What the decider is asked about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     /// A request is ready to go (a batch of deliveries, a brief, a user turn, a tool step).
     Arrival {
@@ -532,6 +561,9 @@ fn decide_head_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Deci
     let alts = [ping, expire];
     let go = |action, reason| Decision::new(action, reason, &alts);
     match policy {
+        Policy::SkiRental | Policy::Predictive if !view.can.ping_head => {
+            go(Action::LetExpire, Reason::CannotPing)
+        }
         Policy::SkiRental | Policy::Predictive => {
             let budget = view.head_rewrite_penalty();
             if view.gap_head_ping_spend + ping.estimate > budget {
@@ -656,6 +688,7 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
         Policy::Never | Policy::Rebuild | Policy::Threshold(_) | Policy::Ceiling(_) => {
             go(Action::LetExpire, Reason::NoKeepWarm)
         }
+        Policy::Keepalive(_) if !view.can.ping => go(Action::LetExpire, Reason::CannotPing),
         Policy::Keepalive(n) => {
             if view.gap_pings < n {
                 go(Action::Ping, Reason::RentWithinBudget)
@@ -676,7 +709,7 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
             } else {
                 true
             };
-            if within && worth {
+            if within && worth && view.can.ping {
                 let reason = if policy == Policy::Predictive {
                     Reason::ExpectedSavingExceedsPing
                 } else {
@@ -684,7 +717,9 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
                 };
                 return go(Action::Ping, reason);
             }
-            let reason = if !within {
+            let reason = if !view.can.ping {
+                Reason::CannotPing
+            } else if !within {
                 Reason::RentExhausted
             } else {
                 Reason::ExpectedSavingBelowPing
@@ -694,6 +729,7 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
             let restart = flush.estimate + view.restart_write(0, now_ms);
             let rewrite = view.append_cost(false, 0, now_ms);
             if view.needs_flush()
+                && view.can.idle_flush
                 && restart < rewrite
                 && view.segment_requests >= view.bounds.min_segment_requests
             {

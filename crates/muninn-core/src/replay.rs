@@ -27,11 +27,12 @@ use crate::cache::{
     CacheRules, CacheState, Checkpoint, Fingerprint, Prediction, Prompt, Ttl, extend, hash_bytes,
 };
 use crate::decide::{
-    Action, Bounds, Decision, Event, GapStats, Policy, Rates, SessionView, decide,
+    Action, Bounds, Capabilities, Decision, Event, Policy, Rates, SessionView, decide,
 };
 use crate::ledger::MissCause;
 use crate::money::{MicroUsd, Tokens};
 use crate::price::ModelPrice;
+use crate::session::{Accounting, Keep, Params};
 use crate::trace::{Trace, Usage};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -501,6 +502,8 @@ impl Driver {
 /// nearly a TTL, so only a degenerate configuration (a zero-length step) gets near it.
 const IDLE_DECISIONS_MAX: u32 = 10_000;
 
+/// The replay engine's session: the cache model's state and the synthetic prompt structure it
+/// prices, around the session's [`Accounting`] (every counter the decider reads lives there).
 struct Engine<'a> {
     config: &'a ReplayConfig<'a>,
     model: &'a str,
@@ -512,26 +515,17 @@ struct Engine<'a> {
     cache: CacheState,
     prediction: Prediction,
     checkpoints: Vec<Checkpoint>,
-    // The current segment.
+    acc: Accounting,
+    // The current segment's synthetic structure.
     segment: u64,
     segment_base: Tokens,
     segment_start_len: Tokens,
-    segment_requests: u32,
     segment_blocks: u32,
-    read_excess: MicroUsd,
-    // The last request's cached prefix.
-    prefix_tokens: Tokens,
-    prefix_fp: Fingerprint,
-    prefix_block: u32,
-    last_request_ms: i64,
-    // The current gap.
-    gap_pings: u32,
-    gap_ping_spend: MicroUsd,
-    gap_head_ping_spend: MicroUsd,
-    flushed: bool,
-    gaps: GapStats,
-    rates: Rates,
-    bounds: Bounds,
+    // Where the last request's cached prefix ends: its tokens, fingerprint and block (0: the
+    // prefix is the head).
+    end_tokens: Tokens,
+    end_fp: Fingerprint,
+    end_block: u32,
 }
 
 impl<'a> Engine<'a> {
@@ -539,6 +533,15 @@ impl<'a> Engine<'a> {
         let a = config.assumptions;
         let trace_fp = hash_bytes(trace.id.as_bytes());
         let head_ttl = a.head_ttl_for(ttl);
+        let params = Params {
+            ttl,
+            head_ttl,
+            rates: Rates::of(config.price, ttl, head_ttl),
+            bounds: a.bounds(head, config.price),
+            min_cacheable: config.price.min_cacheable,
+            decide_before_expiry_ms: a.decide_before_expiry_ms,
+            can: Capabilities::default(),
+        };
         Engine {
             config,
             model: &trace.model,
@@ -550,54 +553,15 @@ impl<'a> Engine<'a> {
             cache: CacheState::new(),
             prediction: Prediction::default(),
             checkpoints: Vec::with_capacity(4),
+            acc: Accounting::new(params),
             segment: 0,
             segment_base: head,
             segment_start_len: 0,
-            segment_requests: 0,
             segment_blocks: 1,
-            read_excess: MicroUsd::ZERO,
-            prefix_tokens: 0,
-            prefix_fp: 0,
-            prefix_block: 0,
-            last_request_ms: i64::MIN,
-            gap_pings: 0,
-            gap_ping_spend: MicroUsd::ZERO,
-            gap_head_ping_spend: MicroUsd::ZERO,
-            flushed: false,
-            gaps: GapStats::default(),
-            rates: Rates::of(config.price, ttl, head_ttl),
-            bounds: a.bounds(head, config.price),
+            end_tokens: 0,
+            end_fp: 0,
+            end_block: 0,
         }
-    }
-
-    fn view(&self) -> SessionView {
-        SessionView {
-            prefix_tokens: self.prefix_tokens,
-            warm_until_ms: self.cache.expiry(self.model, self.prefix_fp),
-            head_ttl: self.head_ttl,
-            head_warm_until_ms: self.cache.expiry(self.model, self.head_fp),
-            last_request_ms: self.last_request_ms,
-            ttl: self.ttl,
-            segment_requests: self.segment_requests,
-            read_excess: self.read_excess,
-            gap_pings: self.gap_pings,
-            gap_ping_spend: self.gap_ping_spend,
-            gap_head_ping_spend: self.gap_head_ping_spend,
-            flushed: self.flushed,
-            rates: self.rates,
-            bounds: self.bounds,
-            gaps: self.gaps,
-        }
-    }
-
-    /// When to decide about the entry `fingerprint` in the gap before a request at `now_ms`:
-    /// shortly before it expires (not before the last request), if that falls inside the gap and
-    /// the entry outlived the last request. `None` ends the gap's decisions about it.
-    fn decision_point(&self, fingerprint: Fingerprint, now_ms: i64) -> Option<i64> {
-        let expiry = self.cache.expiry(self.model, fingerprint)?;
-        let before = self.config.assumptions.decide_before_expiry_ms;
-        let at = (expiry - before).max(self.last_request_ms);
-        (at < now_ms && expiry > self.last_request_ms).then_some(at)
     }
 
     fn conversation_fp(&self, index: usize) -> Fingerprint {
@@ -655,40 +619,46 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// A ping or flush: the cached prefix (read if warm) plus `extra` uncached tokens.
+    /// A ping or flush: the cached prefix (read if warm) plus a few uncached tokens; a head-only
+    /// ping: the head alone. Reports the step and returns its usage and cost.
     fn side_request(
         &mut self,
         kind: StepKind,
+        keep: Keep,
         index: usize,
         now_ms: i64,
         on_step: &mut dyn FnMut(&Step),
-    ) -> MicroUsd {
-        let warm = self
-            .cache
-            .expiry(self.model, self.prefix_fp)
-            .is_some_and(|t| t > now_ms);
-        self.checkpoints.clear();
+    ) -> (Usage, MicroUsd) {
+        let bounds = &self.acc.params().bounds;
         let (extra, output) = match kind {
-            StepKind::Flush => (
-                self.bounds.flush_prompt_tokens,
-                self.bounds.rehydrate_tokens,
-            ),
-            _ => (self.bounds.ping_tokens, 1),
+            StepKind::Flush => (bounds.flush_prompt_tokens, bounds.flush_output_tokens),
+            _ => (bounds.ping_tokens, 1),
         };
-        if warm || kind == StepKind::Ping {
+        self.checkpoints.clear();
+        let total = if keep == Keep::Head {
             self.checkpoints.push(self.head_checkpoint());
-            if self.prefix_block > 0 {
-                self.checkpoints.push(Checkpoint {
-                    block: self.prefix_block,
-                    tokens: self.prefix_tokens,
-                    fingerprint: self.prefix_fp,
-                    breakpoint: Some(self.ttl),
-                });
+            self.head + extra
+        } else {
+            let warm = self
+                .cache
+                .expiry(self.model, self.end_fp)
+                .is_some_and(|t| t > now_ms);
+            // A cold flush carries no breakpoint: nothing of this segment will be read again, so
+            // sending it uncached (1×) is cheaper than writing it (1.25× or 2×).
+            if warm || kind == StepKind::Ping {
+                self.checkpoints.push(self.head_checkpoint());
+                if self.end_block > 0 {
+                    self.checkpoints.push(Checkpoint {
+                        block: self.end_block,
+                        tokens: self.end_tokens,
+                        fingerprint: self.end_fp,
+                        breakpoint: Some(self.ttl),
+                    });
+                }
             }
-        }
-        // A cold flush carries no breakpoint: nothing of this segment will be read again, so
-        // sending it uncached (1×) is cheaper than writing it (1.25× or 2×).
-        let (usage, cost, _) = self.send(self.prefix_tokens + extra, output, now_ms);
+            self.end_tokens + extra
+        };
+        let (usage, cost, _) = self.send(total, output, now_ms);
         on_step(&Step {
             index,
             at_ms: now_ms,
@@ -699,7 +669,39 @@ impl<'a> Engine<'a> {
             miss: None,
             refreshed: false,
         });
-        cost
+        (usage, cost)
+    }
+
+    /// The idle gap before request `index` at `now`: every decision the accounting schedules
+    /// before it, carried out.
+    fn idle(
+        &mut self,
+        index: usize,
+        now: i64,
+        driver: &Driver,
+        future: &Hindsight<'_>,
+        on_step: &mut dyn FnMut(&Step),
+    ) {
+        for _ in 0..=IDLE_DECISIONS_MAX {
+            let Some(point) = self.acc.next_decision().filter(|p| p.at_ms < now) else {
+                return;
+            };
+            let at = point.at_ms;
+            let view = self.acc.view();
+            let decision = driver.decide(&view, point.keep.event(), at, future);
+            match (point.keep, decision.action) {
+                (keep, Action::Ping) => {
+                    let (usage, cost) = self.side_request(StepKind::Ping, keep, index, at, on_step);
+                    self.acc.ping(at, keep, &usage, cost);
+                }
+                (Keep::Tail, Action::Flush) if !view.flushed && view.needs_flush() => {
+                    let (usage, _) =
+                        self.side_request(StepKind::Flush, Keep::Tail, index, at, on_step);
+                    self.acc.flush(at, &usage);
+                }
+                (keep, _) => self.acc.let_go(keep),
+            }
+        }
     }
 
     fn run(&mut self, turns: &[Turn], driver: &mut Driver, on_step: &mut dyn FnMut(&Step)) {
@@ -707,74 +709,18 @@ impl<'a> Engine<'a> {
         let mut length: Tokens = 0; // L: the logical conversation so far
         for (index, turn) in turns.iter().enumerate() {
             let now = turn.at_ms;
-            let gap = if index == 0 {
-                0
-            } else {
-                now - self.last_request_ms
-            };
+            let gap = self.acc.last_request_ms().map_or(0, |last| now - last);
             let future = Hindsight {
                 next: index,
                 turns,
                 ttl: self.ttl,
                 before_ms: before,
             };
-            // The idle phase: decide shortly before each expiry that falls before this request.
             if index > 0 {
-                self.gaps.observe(gap);
-                for _ in 0..=IDLE_DECISIONS_MAX {
-                    let Some(at) = self.decision_point(self.prefix_fp, now) else {
-                        break;
-                    };
-                    let view = self.view();
-                    let decision = driver.decide(&view, Event::Expiring, at, &future);
-                    match decision.action {
-                        Action::Ping => {
-                            let cost = self.side_request(StepKind::Ping, index, at, on_step);
-                            self.gap_pings += 1;
-                            self.gap_ping_spend += cost;
-                        }
-                        Action::Flush if !self.flushed && view.needs_flush() => {
-                            self.side_request(StepKind::Flush, index, at, on_step);
-                            self.flushed = true;
-                            break;
-                        }
-                        _ => break,
-                    }
-                }
-                // The head, under its own breakpoint, may outlive the tail: shortly before it
-                // expires too, the decider may keep it with a head-only ping. (The tail's own
-                // loop above has already let it go, or its next decision point, and so the
-                // head's, lies beyond this request.)
-                for _ in 0..=IDLE_DECISIONS_MAX {
-                    let Some(at) = self.decision_point(self.head_fp, now) else {
-                        break;
-                    };
-                    let view = self.view();
-                    if driver
-                        .decide(&view, Event::HeadExpiring, at, &future)
-                        .action
-                        != Action::Ping
-                    {
-                        break;
-                    }
-                    self.checkpoints.clear();
-                    self.checkpoints.push(self.head_checkpoint());
-                    let (usage, cost, _) = self.send(self.head + self.bounds.ping_tokens, 1, at);
-                    self.gap_head_ping_spend += cost;
-                    on_step(&Step {
-                        index,
-                        at_ms: at,
-                        kind: StepKind::Ping,
-                        usage,
-                        cost,
-                        gap_ms: 0,
-                        miss: None,
-                        refreshed: false,
-                    });
-                }
+                self.idle(index, now, driver, &future, on_step);
             }
             // The arrival.
-            let view = self.view();
+            let view = self.acc.view();
             let decision = driver.decide(
                 &view,
                 Event::Arrival {
@@ -784,29 +730,29 @@ impl<'a> Engine<'a> {
                 now,
                 &future,
             );
-            let mut refreshed = false;
-            if decision.action == Action::Refresh && index > 0 {
-                if !self.flushed && view.needs_flush() {
-                    self.side_request(StepKind::Flush, index, now, on_step);
+            let refreshed = decision.action == Action::Refresh && index > 0;
+            if refreshed {
+                if !view.flushed && view.needs_flush() {
+                    let (usage, _) =
+                        self.side_request(StepKind::Flush, Keep::Tail, index, now, on_step);
+                    self.acc.flush(now, &usage);
                 }
                 self.segment += 1;
-                self.segment_base = self.head + self.bounds.rehydrate_tokens;
+                self.segment_base = self.head + self.acc.params().bounds.rehydrate_tokens;
                 self.segment_start_len = length;
-                self.segment_requests = 0;
                 self.segment_blocks = 2;
-                self.read_excess = MicroUsd::ZERO;
-                refreshed = true;
+                self.acc.begin_segment(self.head);
             }
             length += turn.delta;
             let prompt_tokens = self.segment_base + (length - self.segment_start_len);
             let cached = prompt_tokens - turn.uncached;
             self.checkpoints.clear();
             self.checkpoints.push(self.head_checkpoint());
-            if self.segment_requests > 0 && self.prefix_block > 0 {
+            if self.acc.segment_requests() > 0 && self.end_block > 0 {
                 self.checkpoints.push(Checkpoint {
-                    block: self.prefix_block,
-                    tokens: self.prefix_tokens,
-                    fingerprint: self.prefix_fp,
+                    block: self.end_block,
+                    tokens: self.end_tokens,
+                    fingerprint: self.end_fp,
                     breakpoint: None,
                 });
             } else if self.segment > 0 {
@@ -828,7 +774,8 @@ impl<'a> Engine<'a> {
                     breakpoint: Some(self.ttl),
                 });
             }
-            let (mut usage, mut cost, mut miss) = self.send(prompt_tokens, turn.output, now);
+            let (priced, mut cost, mut miss) = self.send(prompt_tokens, turn.output, now);
+            let mut usage = priced;
             if index == 0 {
                 // The first request meets whatever the provider's cache held before the trace
                 // began (a head warmed by another session, say): no policy can change it, so
@@ -836,10 +783,6 @@ impl<'a> Engine<'a> {
                 usage = turn.recorded;
                 cost = self.config.price.cost(&usage);
                 miss = None;
-            }
-            if self.segment_requests > 0 && usage.cache_read > 0 {
-                let excess = prompt_tokens.saturating_sub(self.head + self.bounds.rehydrate_tokens);
-                self.read_excess += MicroUsd::of(excess, self.rates.read);
             }
             on_step(&Step {
                 index,
@@ -851,16 +794,12 @@ impl<'a> Engine<'a> {
                 miss,
                 refreshed,
             });
-            self.segment_requests += 1;
+            // The accounting follows the cache model's state, which the priced request built.
+            self.acc.request(now, &priced);
             self.segment_blocks = block;
-            self.prefix_tokens = cached.max(self.head);
-            self.prefix_fp = if cached > self.head { fp } else { self.head_fp };
-            self.prefix_block = if cached > self.head { block } else { 0 };
-            self.last_request_ms = now;
-            self.gap_pings = 0;
-            self.gap_ping_spend = MicroUsd::ZERO;
-            self.gap_head_ping_spend = MicroUsd::ZERO;
-            self.flushed = false;
+            self.end_tokens = cached.max(self.head);
+            self.end_fp = if cached > self.head { fp } else { self.head_fp };
+            self.end_block = if cached > self.head { block } else { 0 };
         }
     }
 }

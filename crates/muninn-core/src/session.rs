@@ -1,0 +1,325 @@
+//! Session accounting: the one owner of every counter the decider reads.
+//!
+//! The decider ([`crate::decide::decide`]) is pure; what it decides from is a [`SessionView`]:
+//! the cached prefix, when it and the head expire, the requests of the segment, the reads paid
+//! above a rehydration since the segment began, what this idle gap has spent on pings, the gaps
+//! seen so far. [`Accounting`] is the only place those numbers are kept. The live host and the
+//! replay engine both drive it with the same events — a segment begins, a request was answered,
+//! a ping or a flush was sent, the decider let an entry go — and both ask it for the view and for
+//! the next idle decision point ([`Accounting::next_decision`]). Neither keeps a counter of its
+//! own, so what `muninn replay` measures about a policy is what the host does (DESIGN
+//! invariant 9).
+//!
+//! # Warmth from usage
+//!
+//! What is cached after a request follows from its usage and the TTLs alone, the same way for
+//! the host (the provider's reported usage) and for the replay (the cache model's):
+//!
+//! - the cached prefix is everything up to the request's last breakpoint, `read + written`;
+//! - a prefix no longer than the head *is* the head, and lives as long as the head does;
+//! - any other cached prefix lives `ttl` from the request's start (a hit refreshes, a write sets);
+//! - the head, under its own breakpoint, lives `head_ttl` from the request's start when the
+//!   request reached it and it is at least the model's minimum cacheable size.
+//!
+//! A keep-warm ping through the prefix refreshes both entries; a head-only ping the head alone;
+//! a flush that read the prefix (a warm flush) refreshes both like a ping, a cold one nothing.
+//!
+//! # Idle decision points
+//!
+//! While nothing arrives, the decider is asked shortly before the tail expires
+//! ([`Event::Expiring`]): ping, flush or let it go. Once the tail is let go (or was already the
+//! head), it is asked the same shortly before the head expires ([`Event::HeadExpiring`]). A
+//! decision point never lies before the last request, and an entry that did not outlive the last
+//! request has none.
+
+use crate::cache::Ttl;
+use crate::decide::{Bounds, Capabilities, Event, GapStats, Rates, SessionView};
+use crate::ledger::{RowKind, SegmentStart};
+use crate::money::{MicroUsd, Tokens};
+use crate::trace::Usage;
+use serde::{Deserialize, Serialize};
+
+/// Which cache entry a ping keeps, or an idle decision is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Keep {
+    /// The whole cached prefix (head and conversation).
+    Tail,
+    /// The head alone (tools and system, under its own breakpoint).
+    Head,
+}
+
+impl Keep {
+    /// The decider's event for a decision about this entry.
+    pub fn event(self) -> Event {
+        match self {
+            Keep::Tail => Event::Expiring,
+            Keep::Head => Event::HeadExpiring,
+        }
+    }
+}
+
+/// What the accounting of one session is configured with: prices, TTLs, bounds, what the backend
+/// can do, and how long before an expiry the decider is asked. Everything here is configuration
+/// or measurement, never a literal in logic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// The TTL the conversation tail is written at.
+    pub ttl: Ttl,
+    /// The TTL of the head's own breakpoint (never shorter than `ttl`).
+    pub head_ttl: Ttl,
+    /// Prices of the session's model.
+    pub rates: Rates,
+    /// Sizes and quality bounds; `head_tokens` is replaced by each segment's own head.
+    pub bounds: Bounds,
+    /// The model's minimum cacheable prefix.
+    pub min_cacheable: Tokens,
+    /// How long before an entry expires the decider is asked about it.
+    pub decide_before_expiry_ms: i64,
+    /// What the session's backend can do.
+    pub can: Capabilities,
+}
+
+/// An idle decision to take: about which entry, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecisionPoint {
+    /// The entry the decision is about.
+    pub keep: Keep,
+    /// When to decide, Unix ms.
+    pub at_ms: i64,
+    /// When the entry expires, Unix ms.
+    pub expires_at_ms: i64,
+}
+
+/// What the current idle gap has seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Gap {
+    pings: u32,
+    ping_spend: MicroUsd,
+    head_ping_spend: MicroUsd,
+    flushed: bool,
+    tail_let_go: bool,
+    head_let_go: bool,
+}
+
+/// One session's counters, driven by events; see the module documentation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accounting {
+    params: Params,
+    head_tokens: Tokens,
+    segment_requests: u32,
+    prefix_tokens: Tokens,
+    warm_until_ms: Option<i64>,
+    head_warm_until_ms: Option<i64>,
+    last_request_ms: Option<i64>,
+    read_excess: MicroUsd,
+    gap: Gap,
+    gaps: GapStats,
+}
+
+impl Accounting {
+    /// A session that has sent nothing yet.
+    pub fn new(params: Params) -> Accounting {
+        Accounting {
+            head_tokens: params.bounds.head_tokens,
+            params,
+            segment_requests: 0,
+            prefix_tokens: 0,
+            warm_until_ms: None,
+            head_warm_until_ms: None,
+            last_request_ms: None,
+            read_excess: MicroUsd::ZERO,
+            gap: Gap::default(),
+            gaps: GapStats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Replaces the configuration (a Mind's settings changed, or a ledger row says what the
+    /// host ran with); the counters stay.
+    pub fn set_params(&mut self, params: Params) {
+        self.params = params;
+    }
+
+    /// A new segment begins on a head of `head_tokens`: its requests and the read excess start
+    /// again. What is cached is whatever the provider still holds, so warmth is unchanged.
+    pub fn begin_segment(&mut self, head_tokens: Tokens) {
+        self.head_tokens = head_tokens;
+        self.segment_requests = 0;
+        self.read_excess = MicroUsd::ZERO;
+    }
+
+    /// A request of the segment was answered at `at_ms` with `usage`. It ends the idle gap (whose
+    /// length joins the gap statistics), counts the reads above a rehydration (the growth rule's
+    /// Σ r·(Pₜ − R)), and leaves its cached prefix warm.
+    pub fn request(&mut self, at_ms: i64, usage: &Usage) {
+        if let Some(last) = self.last_request_ms {
+            self.gaps.observe(at_ms - last);
+        }
+        if self.segment_requests > 0 && usage.cache_read > 0 {
+            let excess = usage.prompt().saturating_sub(self.rehydrated());
+            self.read_excess += MicroUsd::of(excess, self.params.rates.read);
+        }
+        self.segment_requests += 1;
+        self.last_request_ms = Some(at_ms);
+        self.gap = Gap::default();
+        self.cached(at_ms, usage);
+    }
+
+    /// A keep-warm ping was answered at `at_ms`: a tail ping keeps the whole prefix (and the head
+    /// under it), a head-only ping the head. `cost` counts against this gap's budget.
+    pub fn ping(&mut self, at_ms: i64, keep: Keep, usage: &Usage, cost: MicroUsd) {
+        match keep {
+            Keep::Tail => {
+                self.gap.pings += 1;
+                self.gap.ping_spend += cost;
+                self.cached(at_ms, usage);
+            }
+            Keep::Head => {
+                self.gap.head_ping_spend += cost;
+                self.head_cached(at_ms);
+            }
+        }
+    }
+
+    /// Memory was flushed at `at_ms` (the session wrote what the next segment starts from). A
+    /// flush that read the prefix refreshed it like a ping; the decider lets the tail go after it.
+    pub fn flush(&mut self, at_ms: i64, usage: &Usage) {
+        self.gap.flushed = true;
+        self.gap.tail_let_go = true;
+        if usage.cache_read > 0 {
+            self.cached(at_ms, usage);
+        }
+    }
+
+    /// The decider let `keep` go for the rest of this gap.
+    pub fn let_go(&mut self, keep: Keep) {
+        match keep {
+            Keep::Tail => self.gap.tail_let_go = true,
+            Keep::Head => self.gap.head_let_go = true,
+        }
+    }
+
+    /// Requests sent in the current segment.
+    pub fn segment_requests(&self) -> u32 {
+        self.segment_requests
+    }
+
+    /// When the last request was sent.
+    pub fn last_request_ms(&self) -> Option<i64> {
+        self.last_request_ms
+    }
+
+    /// The current segment's head.
+    pub fn head_tokens(&self) -> Tokens {
+        self.head_tokens
+    }
+
+    /// The rehydration size R = head + memory (the configured or measured estimate of what a
+    /// refresh brings) that the growth rule measures reads against.
+    pub fn rehydrated(&self) -> Tokens {
+        self.head_tokens + self.params.bounds.rehydrate_tokens
+    }
+
+    /// The next idle decision, if any: shortly before the tail expires (unless it was let go),
+    /// then shortly before the head does (unless it was let go).
+    pub fn next_decision(&self) -> Option<DecisionPoint> {
+        let last = self.last_request_ms?;
+        let point = |keep, expiry: Option<i64>| {
+            let expires_at_ms = expiry.filter(|e| *e > last)?;
+            let at_ms = (expires_at_ms - self.params.decide_before_expiry_ms).max(last);
+            Some(DecisionPoint {
+                keep,
+                at_ms,
+                expires_at_ms,
+            })
+        };
+        if !self.gap.tail_let_go
+            && let Some(p) = point(Keep::Tail, self.warm_until_ms)
+        {
+            return Some(p);
+        }
+        if self.gap.head_let_go {
+            return None;
+        }
+        point(Keep::Head, self.head_warm_until_ms)
+    }
+
+    /// What the decider sees.
+    pub fn view(&self) -> SessionView {
+        SessionView {
+            prefix_tokens: self.prefix_tokens,
+            warm_until_ms: self.warm_until_ms,
+            head_ttl: self.params.head_ttl,
+            head_warm_until_ms: self.head_warm_until_ms,
+            last_request_ms: self.last_request_ms.unwrap_or(i64::MIN),
+            ttl: self.params.ttl,
+            segment_requests: self.segment_requests,
+            read_excess: self.read_excess,
+            gap_pings: self.gap.pings,
+            gap_ping_spend: self.gap.ping_spend,
+            gap_head_ping_spend: self.gap.head_ping_spend,
+            flushed: self.gap.flushed,
+            rates: self.params.rates,
+            bounds: self.bounds(),
+            gaps: self.gaps,
+            can: self.params.can,
+        }
+    }
+
+    /// The decider's bounds: the configured ones with the segment's head.
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            head_tokens: self.head_tokens,
+            ..self.params.bounds
+        }
+    }
+
+    /// What one ledger row did to the session: the one way a row reaches the accounting, for
+    /// the host as it writes the row, for the host restoring a session from its ledger after a
+    /// new lease, and for `muninn replay --closed-loop`. `segment` is the segment the row began,
+    /// if it began one.
+    pub fn record(
+        &mut self,
+        kind: RowKind,
+        at_ms: i64,
+        usage: &Usage,
+        cost: MicroUsd,
+        segment: Option<&SegmentStart>,
+    ) {
+        if let Some(start) = segment {
+            self.begin_segment(start.head);
+        }
+        match kind {
+            RowKind::Request => self.request(at_ms, usage),
+            RowKind::Ping => self.ping(at_ms, Keep::Tail, usage, cost),
+            RowKind::HeadPing => self.ping(at_ms, Keep::Head, usage, cost),
+            RowKind::Flush => self.flush(at_ms, usage),
+        }
+    }
+
+    /// The prefix of `usage` is cached from `at_ms` on (see the module docs for the rule).
+    fn cached(&mut self, at_ms: i64, usage: &Usage) {
+        self.prefix_tokens = usage.cache_read + usage.written();
+        if self.prefix_tokens >= self.head_tokens {
+            self.head_cached(at_ms);
+        }
+        self.warm_until_ms = if self.prefix_tokens == 0 {
+            None
+        } else if self.prefix_tokens <= self.head_tokens {
+            self.head_warm_until_ms
+        } else {
+            Some(at_ms + self.params.ttl.millis())
+        };
+    }
+
+    fn head_cached(&mut self, at_ms: i64) {
+        if self.head_tokens > 0 && self.head_tokens >= self.params.min_cacheable {
+            self.head_warm_until_ms = Some(at_ms + self.params.head_ttl.millis());
+        }
+    }
+}
