@@ -4,6 +4,8 @@
 //! reads them back as traces, one per Mind, role and model, so muninn's own history can be
 //! replayed under every policy like any Claude Code transcript.
 
+use crate::cache::Ttl;
+use crate::decide::{Action, Bounds, Capabilities, Event, Reason};
 use crate::money::{MicroUsd, Tokens};
 use crate::trace::Usage;
 use serde::{Deserialize, Serialize};
@@ -68,6 +70,106 @@ pub struct LedgerRow {
     /// TTL the provider did not honour, a read shortfall against the prediction.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<serde_json::Value>,
+    /// What the session accounting and the decider made of this request: its kind, the
+    /// question the decider was asked and its answer, a segment it began, and the policy and
+    /// parameters in force. Rows written before this field existed (and rows of sessions that
+    /// keep no accounting) have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided: Option<Decided>,
+}
+
+/// What a request was to its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowKind {
+    /// A turn (or a tool-loop step, or a retry) of the session's conversation.
+    Request,
+    /// A keep-warm ping through the whole cached prefix.
+    Ping,
+    /// A head-only keep-warm ping.
+    HeadPing,
+    /// A memory flush or a compaction: the session writes what its next segment starts from.
+    Flush,
+}
+
+impl RowKind {
+    /// The kind of a row written before decision records existed, from its decision text.
+    pub fn of_decision(decision: &str) -> RowKind {
+        if decision.starts_with("ping_head") {
+            RowKind::HeadPing
+        } else if decision.starts_with("ping") {
+            RowKind::Ping
+        } else if decision == "flush" || decision == "compact" {
+            RowKind::Flush
+        } else {
+            RowKind::Request
+        }
+    }
+}
+
+/// Why a segment began although the decider did not choose it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForcedStart {
+    /// The role's first segment.
+    First,
+    /// The provider session was lost — a restart or a lease taken over that could not continue
+    /// the segment, or a failed call that left it out of step — and was rebuilt from the
+    /// transcript.
+    Rebuilt,
+    /// A long run flushed its memory under the flush protocol; the next one starts from it.
+    Flushed,
+}
+
+/// A segment that begins with this row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentStart {
+    /// Tokens of the head (tools and the first system layer) every segment shares.
+    pub head: Tokens,
+    /// Tokens the segment was rehydrated with: the whole system, memory included (and a
+    /// compaction's summary).
+    pub rehydration: Tokens,
+    /// Set when the segment began without the decider choosing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced: Option<ForcedStart>,
+    /// For a rebuilt session: when the previous provider session stopped being kept (the host
+    /// lost it), so a replay makes no idle decision for it from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_at_ms: Option<i64>,
+}
+
+/// The decider's question and answer behind a ledger row, and everything a replay of the
+/// ledger needs to ask the same question: `muninn replay --closed-loop` re-derives the session's
+/// state from the rows before this one and checks the decision against [`Decided::action`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decided {
+    /// What the request was.
+    pub kind: RowKind,
+    /// The question, when the decider was asked one (none for a forced segment start or a
+    /// retry inside a turn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<Event>,
+    /// The decider's action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Action>,
+    /// The decider's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Reason>,
+    /// When the row began a segment: its head and rehydration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<SegmentStart>,
+    /// The policy (as `--policy` spells it).
+    pub policy: String,
+    /// The tail's TTL.
+    pub ttl: Ttl,
+    /// The head's TTL.
+    pub head_ttl: Ttl,
+    /// The decider's bounds (`head_tokens` is the segment's).
+    pub bounds: Bounds,
+    /// How long before an expiry the decider is asked.
+    pub decide_before_expiry_ms: i64,
+    /// What the backend could do.
+    pub can: Capabilities,
 }
 
 fn default_true() -> bool {

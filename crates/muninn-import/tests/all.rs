@@ -355,6 +355,7 @@ mod ledger_compaction {
             decision: decision.into(),
             boundary: true,
             events: Vec::new(),
+            decided: None,
         };
         serde_json::to_string(&row).unwrap()
     }

@@ -242,6 +242,7 @@ fn ledger_row(mind: &str, at_ms: i64, cost: i64) -> LedgerRow {
         decision: "append".into(),
         boundary: true,
         events: Vec::new(),
+        decided: None,
     }
 }
 
@@ -1023,7 +1024,39 @@ async fn ledger(factory: &dyn StoreFactory) {
         json!({"type": "ttl_mismatch", "check": {"expected_5m": 0, "expected_1h": 300, "honoured_5m": 300, "honoured_1h": 0}}),
         json!({"type": "read_shortfall", "predicted": 12_000, "reported": 0, "note": "ünïcode \"q\""}),
     ];
-    let a_rows = vec![ledger_row("a", 1_000, 100), flagged, no_raw];
+    // The accounting's record of a decision comes back whole.
+    let mut decided = ledger_row("a", 1_000, 100);
+    decided.decided = Some(muninn_core::ledger::Decided {
+        kind: muninn_core::ledger::RowKind::Request,
+        event: Some(muninn_core::decide::Event::Arrival {
+            boundary: true,
+            delta: 420,
+        }),
+        action: Some(muninn_core::decide::Action::Refresh),
+        reason: Some(muninn_core::decide::Reason::GrowthBreakEven),
+        segment: Some(muninn_core::ledger::SegmentStart {
+            head: 4_000,
+            rehydration: 6_500,
+            forced: Some(muninn_core::ledger::ForcedStart::Rebuilt),
+            lost_at_ms: Some(900),
+        }),
+        policy: "ski-rental".to_string(),
+        ttl: muninn_core::cache::Ttl::FiveMinutes,
+        head_ttl: muninn_core::cache::Ttl::OneHour,
+        bounds: muninn_core::decide::Bounds {
+            head_tokens: 4_000,
+            rehydrate_tokens: 2_500,
+            flush_prompt_tokens: 0,
+            flush_output_tokens: 0,
+            ping_tokens: 12,
+            min_segment_requests: 4,
+            ceiling_tokens: 200_000,
+            context_window: 200_000,
+        },
+        decide_before_expiry_ms: 30_000,
+        can: muninn_core::decide::Capabilities::default(),
+    });
+    let a_rows = vec![decided, flagged, no_raw];
     let a_ids = ok(store.append_ledger("a", ta, &a_rows).await, "append a");
     let b_ids = ok(
         store

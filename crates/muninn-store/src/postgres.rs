@@ -45,6 +45,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "segment_memory",
         include_str!("../migrations/postgres/0004_segment_memory.sql"),
     ),
+    (
+        5,
+        "ledger_decided",
+        include_str!("../migrations/postgres/0005_ledger_decided.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migrations ("muninn" in ASCII).

@@ -39,13 +39,13 @@ pub(crate) fn to_u64(value: i64, what: &str) -> Result<u64> {
 }
 
 /// Serialises JSON for a TEXT column.
-pub(crate) fn json_text(value: &serde_json::Value) -> Result<String> {
+pub(crate) fn json_text<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value)
         .map_err(|e| StoreError::invalid(format!("unserialisable JSON: {e}")))
 }
 
 /// Parses a TEXT column holding JSON.
-pub(crate) fn parse_json(text: &str, what: &str) -> Result<serde_json::Value> {
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
@@ -129,7 +129,7 @@ macro_rules! columns {
         "id, mind_id, role, segment, turn, at_ms, idle_gap_ms, model, prefix_tokens, \
          rehydration_tokens, usage_input, usage_cache_write_5m, usage_cache_write_1h, \
          usage_cache_read, usage_output, raw_usage, cost_micro_usd, predicted_read, \
-         predicted_write, cache_state, miss_cause, decision, boundary, events"
+         predicted_write, cache_state, miss_cause, decision, boundary, events, decided"
     };
     (memory) => {
         "id, mind_id, salience, text, created_at_ms, source"
@@ -238,6 +238,7 @@ macro_rules! impl_sql_store {
             let tokens = |column: &str| -> Result<u64> { to_u64(row.try_get(column)?, column) };
             let raw_usage: Option<String> = row.try_get("raw_usage")?;
             let miss_cause: Option<String> = row.try_get("miss_cause")?;
+            let decided: Option<String> = row.try_get("decided")?;
             Ok(LedgerEntry {
                 id: row.try_get("id")?,
                 row: LedgerRow {
@@ -268,6 +269,9 @@ macro_rules! impl_sql_store {
                     decision: row.try_get("decision")?,
                     boundary: row.try_get("boundary")?,
                     events: parse_list(&row.try_get::<String, _>("events")?, "ledger events")?,
+                    decided: decided
+                        .map(|text| parse_json(&text, "ledger decision"))
+                        .transpose()?,
                 },
             })
         }
@@ -447,14 +451,15 @@ macro_rules! impl_sql_store {
                 }
                 let raw_usage = row.raw_usage.as_ref().map(json_text).transpose()?;
                 let miss_cause = row.miss_cause.map(miss_cause_text).transpose()?;
+                let decided = row.decided.as_ref().map(json_text).transpose()?;
                 let inserted = sqlx::query(
                     "INSERT INTO ledger (mind_id, role, segment, turn, at_ms, idle_gap_ms, model, \
                      prefix_tokens, rehydration_tokens, usage_input, usage_cache_write_5m, \
                      usage_cache_write_1h, usage_cache_read, usage_output, raw_usage, \
                      cost_micro_usd, predicted_read, predicted_write, cache_state, miss_cause, \
-                     decision, boundary, events) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-                     $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) \
-                     RETURNING id",
+                     decision, boundary, events, decided) VALUES ($1, $2, $3, $4, $5, $6, $7, \
+                     $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, \
+                     $23, $24) RETURNING id",
                 )
                 .bind(mind)
                 .bind(&row.role)
@@ -479,6 +484,7 @@ macro_rules! impl_sql_store {
                 .bind(&row.decision)
                 .bind(row.boundary)
                 .bind(list_text(&row.events, "ledger events")?)
+                .bind(decided)
                 .fetch_one(&mut *conn)
                 .await?;
                 ids.push(inserted.try_get("id")?);

@@ -53,6 +53,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "segment_memory",
         include_str!("../migrations/sqlite/0004_segment_memory.sql"),
     ),
+    (
+        5,
+        "ledger_decided",
+        include_str!("../migrations/sqlite/0005_ledger_decided.sql"),
+    ),
 ];
 
 /// How long a writer waits for another writer's lock before giving up with `Busy`.

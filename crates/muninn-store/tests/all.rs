@@ -143,6 +143,7 @@ fn ledger_row(mind: &str) -> muninn_core::ledger::LedgerRow {
         decision: "append".into(),
         boundary: true,
         events: Vec::new(),
+        decided: None,
     }
 }
 
