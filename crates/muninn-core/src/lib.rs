@@ -12,8 +12,11 @@
 //! - [`trace`] — normalised traces, the importers' output and the replay engine's input.
 //! - [`ledger`] — the ledger row written for every request.
 //! - [`decide`] — the pure decider and the online policies.
+//! - [`session`] — the session accounting every decision is made from, driven alike by the
+//!   live host and by the replay engine.
 //! - [`render`] — layers, breakpoints and the append-only rendering of a segment.
 //! - [`replay`] — the replay engine that runs a trace under a policy.
+//! - [`closed_loop`] — replaying the host's own ledger: every decision and the cost reproduced.
 //! - [`optimum`] — the hindsight optimum, an O(n log n) dynamic program.
 //! - [`synth`] — seeded synthetic Claude-Code-like traces, for benchmarks and large tests.
 //! - [`tokenize`] — the deterministic tokenizer the renderer and the simulator share.
@@ -30,6 +33,7 @@
 //! - For every request the cache model prices: `uncached + written + read == prompt`.
 
 pub mod cache;
+pub mod closed_loop;
 pub mod decide;
 pub mod ledger;
 pub mod money;
@@ -38,6 +42,7 @@ pub mod persona;
 pub mod price;
 pub mod render;
 pub mod replay;
+pub mod session;
 pub mod synth;
 pub mod tokenize;
 pub mod trace;

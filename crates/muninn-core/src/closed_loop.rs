@@ -1,0 +1,444 @@
+//! The closed loop: replaying the host's own ledger reproduces the host's decisions and cost.
+//!
+//! Every ledger row the host writes carries a [`Decided`] record: what the request was, the
+//! question the decider was asked and its answer, the segment the row began, and the policy and
+//! parameters in force. [`verify`] walks one session's rows in order, in lockstep with what the
+//! host did, and for each row
+//!
+//! 1. asks the decider, exactly as the host does, at every idle decision point the session's
+//!    [`Accounting`] schedules before the row (shortly before the tail, then the head, expires):
+//!    a ping or flush the replay chooses must be the next recorded row, and a recorded ping or
+//!    flush must be one the replay chooses;
+//! 2. asks the decider the row's own question (a turn's arrival) and compares the answer with
+//!    the recorded action and reason;
+//! 3. prices the row itself with the cache model, from its own cache state, on the request's
+//!    shape rebuilt from sizes alone — the head and the system under their breakpoints, the
+//!    segment's earlier cached ends as lookup boundaries, the conversation's end under the tail's
+//!    breakpoint — and feeds that priced usage (not the recorded one) to its accounting.
+//!
+//! The replay's state is its own: its accounting is fed only by its own pricing, its cache
+//! state only by the requests it priced. The host's state is what the host kept while it ran,
+//! across restarts and lease takeovers (restored from its ledger). Agreement on every decision
+//! and on the cost therefore says the two keep one economy (DESIGN invariant 9): what replay
+//! proves about a policy holds for the running host.
+//!
+//! Against the simulator, whose usage comes from the same cache model, the cost comparison is a
+//! consistency check (it catches a host whose requests do not have the shape the replay prices,
+//! a state the host forgot to count, a decision point it missed); against the real API it
+//! compares the cache model with what the provider billed.
+
+use crate::cache::{CacheRules, CacheState, Checkpoint, Fingerprint, Prompt, extend, hash_bytes};
+use crate::decide::{Action, Decision, Event, Policy, Rates, decide};
+use crate::ledger::{Decided, LedgerRow, RowKind, SegmentStart};
+use crate::money::{MicroUsd, Tokens};
+use crate::price::{ModelPrice, PriceTable};
+use crate::session::{Accounting, DecisionPoint, Keep, Params};
+use crate::trace::Usage;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One place where the replay and the host parted ways.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Disagreement {
+    /// The Mind.
+    pub mind: String,
+    /// The role.
+    pub role: String,
+    /// When (the row's time, or the replay's decision point).
+    pub at_ms: i64,
+    /// The row's position in the session's rows, when a row is concerned.
+    pub row: Option<usize>,
+    /// What the host recorded.
+    pub recorded: String,
+    /// What the replay decided.
+    pub replayed: String,
+}
+
+/// The result of replaying a ledger in closed loop.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ClosedLoop {
+    /// Sessions (Mind and role) replayed.
+    pub sessions: usize,
+    /// Rows replayed.
+    pub rows: usize,
+    /// Rows left out: no decision record (written before the record existed), or a model the
+    /// price table does not know.
+    pub rows_unchecked: usize,
+    /// Decisions compared: every recorded decision, and every idle decision point the replay
+    /// reached.
+    pub decisions: usize,
+    /// Of those, the ones the replay took exactly as the host did.
+    pub agreed: usize,
+    /// Every difference, in order.
+    pub disagreements: Vec<Disagreement>,
+    /// What the host recorded, over the rows replayed.
+    pub recorded_cost: MicroUsd,
+    /// What the replay priced the same rows at.
+    pub replayed_cost: MicroUsd,
+}
+
+impl ClosedLoop {
+    /// `(replayed − recorded) / recorded`.
+    pub fn cost_difference(&self) -> f64 {
+        if self.recorded_cost.0 == 0 {
+            return if self.replayed_cost.0 == 0 { 0.0 } else { 1.0 };
+        }
+        (self.replayed_cost.0 - self.recorded_cost.0) as f64 / self.recorded_cost.0 as f64
+    }
+
+    /// Whether every decision agreed and the cost is within `tolerance` (a fraction).
+    pub fn holds(&self, tolerance: f64) -> bool {
+        self.disagreements.is_empty() && self.cost_difference().abs() <= tolerance
+    }
+}
+
+/// Replays ledger rows in closed loop: one lockstep replay per (Mind, role), rows in the order
+/// given (the ledger's own order). Rows without a decision record, or of a model `prices` does
+/// not know, are counted as unchecked.
+pub fn verify(rows: &[LedgerRow], prices: &PriceTable, rules: &CacheRules) -> ClosedLoop {
+    let mut sessions: BTreeMap<(&str, &str), Vec<&LedgerRow>> = BTreeMap::new();
+    for row in rows {
+        sessions
+            .entry((row.mind.as_str(), row.role.as_str()))
+            .or_default()
+            .push(row);
+    }
+    let mut report = ClosedLoop {
+        sessions: sessions.len(),
+        ..ClosedLoop::default()
+    };
+    for rows in sessions.values() {
+        Lockstep::new(prices, rules).run(rows, &mut report);
+    }
+    report
+}
+
+/// How a row's decision is shown in a disagreement.
+fn shown(action: Option<Action>, reason: Option<crate::decide::Reason>) -> String {
+    match (action, reason) {
+        (Some(a), Some(r)) => format!("{}:{r:?}", a.as_str()),
+        (Some(a), None) => a.as_str().to_string(),
+        _ => "no decision".to_string(),
+    }
+}
+
+/// One session's lockstep replay.
+struct Lockstep<'a> {
+    prices: &'a PriceTable,
+    rules: &'a CacheRules,
+    acc: Option<Accounting>,
+    cache: CacheState,
+    /// Segments begun so far (the synthetic system's identity).
+    segments: u64,
+    /// The current segment's head and system (rehydration) tokens.
+    head: Tokens,
+    system: Tokens,
+    /// The current segment's cached ends so far: block, tokens, fingerprint.
+    ends: Vec<(u32, Tokens, Fingerprint)>,
+    /// When the host lost its session, if the next row says so.
+    lost_at_ms: Option<i64>,
+    /// The arrival decided on the row before (a refresh's flush), carried to the turn's request.
+    pending_arrival: Option<(i64, Event)>,
+}
+
+impl<'a> Lockstep<'a> {
+    fn new(prices: &'a PriceTable, rules: &'a CacheRules) -> Lockstep<'a> {
+        Lockstep {
+            prices,
+            rules,
+            acc: None,
+            cache: CacheState::new(),
+            segments: 0,
+            head: 0,
+            system: 0,
+            ends: Vec::new(),
+            lost_at_ms: None,
+            pending_arrival: None,
+        }
+    }
+
+    fn run(&mut self, rows: &[&LedgerRow], report: &mut ClosedLoop) {
+        for (index, row) in rows.iter().enumerate() {
+            let (Some(decided), Ok(price)) = (&row.decided, self.prices.model(&row.model)) else {
+                report.rows_unchecked += 1;
+                continue;
+            };
+            let Ok(policy) = decided.policy.parse::<Policy>() else {
+                report.rows_unchecked += 1;
+                continue;
+            };
+            let params = params_of(decided, price);
+            let acc = self.acc.get_or_insert_with(|| Accounting::new(params));
+            acc.set_params(params);
+            self.lost_at_ms = decided.segment.and_then(|s| s.lost_at_ms);
+            let cx = Cx {
+                row,
+                index,
+                decided,
+                policy,
+            };
+            let matched = self.idle_before(&cx, report);
+            if !matched && idle_kind(decided).is_some() {
+                report.decisions += 1;
+                report.disagreements.push(cx.disagreement(
+                    row.at_ms,
+                    shown(decided.action, decided.reason),
+                    "no idle decision due".to_string(),
+                ));
+            }
+            self.arrival(&cx, report);
+            self.price(&cx, price, report);
+        }
+    }
+
+    /// The idle decision points before the row, decided as the replay would. Returns whether the
+    /// row itself is the idle step of one of them.
+    fn idle_before(&mut self, cx: &Cx<'_>, report: &mut ClosedLoop) -> bool {
+        let Some(acc) = self.acc.as_mut() else {
+            return false;
+        };
+        // Bounded: each ping moves the decision point on by nearly a TTL.
+        for _ in 0..10_000 {
+            let Some(point) = acc.next_decision() else {
+                return false;
+            };
+            let is_row = cx.is_step_of(&point);
+            if !is_row
+                && (point.at_ms >= cx.row.at_ms
+                    || self.lost_at_ms.is_some_and(|lost| point.at_ms >= lost))
+            {
+                return false;
+            }
+            let at = if is_row { cx.row.at_ms } else { point.at_ms };
+            let view = acc.view();
+            let decision = decide(cx.policy, &view, point.keep.event(), at);
+            let acts = match (point.keep, decision.action) {
+                (_, Action::Ping) => true,
+                (Keep::Tail, Action::Flush) => !view.flushed && view.needs_flush(),
+                _ => false,
+            };
+            report.decisions += 1;
+            if is_row {
+                if acts && same(&decision, cx.decided) {
+                    report.agreed += 1;
+                } else {
+                    report.disagreements.push(cx.disagreement(
+                        at,
+                        shown(cx.decided.action, cx.decided.reason),
+                        shown(Some(decision.action), Some(decision.reason)),
+                    ));
+                }
+                return true;
+            }
+            if acts {
+                // The replay would act here, but the row is not that step.
+                report.disagreements.push(Disagreement {
+                    row: None,
+                    ..cx.disagreement(
+                        point.at_ms,
+                        format!("nothing until row {}", cx.index),
+                        shown(Some(decision.action), Some(decision.reason)),
+                    )
+                });
+            } else {
+                report.agreed += 1;
+            }
+            acc.let_go(point.keep);
+        }
+        false
+    }
+
+    /// A turn's arrival: the decider's answer against the recorded one. A refresh's flush row
+    /// carries the arrival it was decided at; the turn's request after it is not asked again.
+    fn arrival(&mut self, cx: &Cx<'_>, report: &mut ClosedLoop) {
+        let Some(event @ Event::Arrival { .. }) = cx.decided.event else {
+            return;
+        };
+        if cx.decided.kind == RowKind::Request
+            && self.pending_arrival.take() == Some((cx.row.at_ms, event))
+        {
+            return;
+        }
+        if cx.decided.kind == RowKind::Flush {
+            self.pending_arrival = Some((cx.row.at_ms, event));
+        }
+        let Some(acc) = self.acc.as_ref() else { return };
+        let decision = decide(cx.policy, &acc.view(), event, cx.row.at_ms);
+        report.decisions += 1;
+        if same(&decision, cx.decided) {
+            report.agreed += 1;
+        } else {
+            report.disagreements.push(cx.disagreement(
+                cx.row.at_ms,
+                shown(cx.decided.action, cx.decided.reason),
+                shown(Some(decision.action), Some(decision.reason)),
+            ));
+        }
+    }
+
+    /// Prices the row from the replay's own cache state and feeds the result to its accounting.
+    fn price(&mut self, cx: &Cx<'_>, price: &ModelPrice, report: &mut ClosedLoop) {
+        let row = cx.row;
+        if let Some(start) = &cx.decided.segment {
+            self.begin_segment(start);
+        }
+        let checkpoints = self.shape(cx.decided.kind, &row.usage, cx.decided);
+        let prompt = Prompt {
+            model: &row.model,
+            checkpoints: &checkpoints,
+            total_tokens: row.usage.prompt(),
+        };
+        let priced = match self
+            .cache
+            .apply(&prompt, row.at_ms, price.min_cacheable, self.rules)
+        {
+            Ok(outcome) => outcome.usage(row.usage.output),
+            // A shape the cache model refuses is a bug here; price it uncached, loudly different.
+            Err(_) => Usage {
+                input: row.usage.prompt(),
+                output: row.usage.output,
+                ..Usage::default()
+            },
+        };
+        let cost = price.cost(&priced);
+        report.rows += 1;
+        report.recorded_cost += row.cost;
+        report.replayed_cost += cost;
+        if let Some(acc) = self.acc.as_mut() {
+            acc.record(
+                cx.decided.kind,
+                row.at_ms,
+                &priced,
+                cost,
+                cx.decided.segment.as_ref(),
+            );
+        }
+    }
+
+    fn begin_segment(&mut self, start: &SegmentStart) {
+        self.segments += 1;
+        self.head = start.head;
+        self.system = start.rehydration.max(start.head);
+        self.ends.clear();
+    }
+
+    /// The request's shape from sizes: the head and the system under their breakpoints, the
+    /// segment's earlier cached ends (lookup boundaries), and its own cached end under the
+    /// tail's breakpoint. A request grows its segment by two blocks (a reply and a message), a
+    /// ping by one (the reply it caches).
+    fn shape(&mut self, kind: RowKind, usage: &Usage, decided: &Decided) -> Vec<Checkpoint> {
+        let mut checkpoints = Vec::with_capacity(4 + self.ends.len());
+        let head_fp = extend(hash_bytes(b"head"), self.head);
+        let system_fp = extend(extend(hash_bytes(b"system"), self.segments), self.system);
+        if self.head > 0 {
+            checkpoints.push(Checkpoint {
+                block: 0,
+                tokens: self.head,
+                fingerprint: head_fp,
+                breakpoint: Some(decided.head_ttl),
+            });
+        }
+        if self.system > self.head {
+            checkpoints.push(Checkpoint {
+                block: 1,
+                tokens: self.system,
+                fingerprint: system_fp,
+                breakpoint: Some(decided.head_ttl),
+            });
+        }
+        if kind == RowKind::HeadPing {
+            return checkpoints;
+        }
+        let end = usage.cache_read + usage.written();
+        let last_block = self.ends.last().map_or(1, |e| e.0);
+        let block = last_block + if kind == RowKind::Ping { 1 } else { 2 };
+        let lowest = block.saturating_sub(self.rules.lookback_blocks);
+        for &(b, tokens, fp) in &self.ends {
+            let above = checkpoints.last().map_or(0, |c| c.tokens);
+            if b >= lowest && tokens > above && tokens <= end {
+                checkpoints.push(Checkpoint {
+                    block: b,
+                    tokens,
+                    fingerprint: fp,
+                    breakpoint: None,
+                });
+            }
+        }
+        if end > self.system && checkpoints.last().is_none_or(|c| c.tokens < end) {
+            let fp = extend(extend(hash_bytes(b"end"), self.segments), end);
+            checkpoints.push(Checkpoint {
+                block,
+                tokens: end,
+                fingerprint: fp,
+                breakpoint: Some(decided.ttl),
+            });
+            self.ends.push((block, end, fp));
+        } else if let Some(last) = checkpoints.last_mut()
+            && last.tokens == end
+            && last.breakpoint.is_none()
+        {
+            // The same end as an earlier request (a retry that added nothing): its breakpoint.
+            last.breakpoint = Some(decided.ttl);
+        }
+        // Keep the boundaries the lookback can still reach.
+        let keep_from = block.saturating_sub(self.rules.lookback_blocks);
+        self.ends.retain(|e| e.0 >= keep_from);
+        checkpoints
+    }
+}
+
+/// The row being replayed, with what it says.
+struct Cx<'a> {
+    row: &'a LedgerRow,
+    index: usize,
+    decided: &'a Decided,
+    policy: Policy,
+}
+
+impl Cx<'_> {
+    /// Whether the row is the idle step (ping, head ping or flush) of this decision point.
+    fn is_step_of(&self, point: &DecisionPoint) -> bool {
+        idle_kind(self.decided) == Some(point.keep)
+            && self.row.at_ms >= point.at_ms
+            && self.row.at_ms < point.expires_at_ms
+    }
+
+    fn disagreement(&self, at_ms: i64, recorded: String, replayed: String) -> Disagreement {
+        Disagreement {
+            mind: self.row.mind.clone(),
+            role: self.row.role.clone(),
+            at_ms,
+            row: Some(self.index),
+            recorded,
+            replayed,
+        }
+    }
+}
+
+/// Which entry an idle row keeps, when the row is an idle step (a ping, a head ping, or a flush
+/// decided at an expiry).
+fn idle_kind(decided: &Decided) -> Option<Keep> {
+    match (decided.kind, decided.event) {
+        (RowKind::Ping, _) => Some(Keep::Tail),
+        (RowKind::HeadPing, _) => Some(Keep::Head),
+        (RowKind::Flush, Some(Event::Expiring)) => Some(Keep::Tail),
+        _ => None,
+    }
+}
+
+fn same(decision: &Decision, decided: &Decided) -> bool {
+    decided.action == Some(decision.action) && decided.reason == Some(decision.reason)
+}
+
+/// The accounting parameters a row was decided under.
+pub fn params_of(decided: &Decided, price: &ModelPrice) -> Params {
+    Params {
+        ttl: decided.ttl,
+        head_ttl: decided.head_ttl,
+        rates: Rates::of(price, decided.ttl, decided.head_ttl),
+        bounds: decided.bounds,
+        min_cacheable: price.min_cacheable,
+        decide_before_expiry_ms: decided.decide_before_expiry_ms,
+        can: decided.can,
+    }
+}
