@@ -249,6 +249,10 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
         self.exchange(request, input.safe_to_repeat, true).await
     }
 
+    fn can_ping(&self) -> bool {
+        true
+    }
+
     async fn ping(&mut self) -> Result<TurnOutcome, BackendError> {
         let session = self
             .session
@@ -396,6 +400,13 @@ impl<T: Transport> AnthropicBackend<T> {
             retries: completed.retries,
             events,
             request_id: completed.request_id,
+            breakpoints: shaped
+                .prompt()
+                .checkpoints
+                .iter()
+                .filter(|c| c.breakpoint.is_some())
+                .map(|c| c.tokens)
+                .collect(),
         })
     }
 }

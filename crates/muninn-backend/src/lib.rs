@@ -209,6 +209,11 @@ pub struct TurnOutcome {
     pub events: Vec<TurnEvent>,
     /// The provider's request id, when it gives one.
     pub request_id: Option<String>,
+    /// The request's shape as sent: the prompt tokens through each cache breakpoint, in order
+    /// (for a Persona turn: the head, the whole system, the conversation's end). Empty when the
+    /// backend cannot see the request (the Claude Code CLI builds its own).
+    #[serde(default)]
+    pub breakpoints: Vec<u64>,
 }
 
 /// The flush protocol of a long run (seed A2), every timing from configuration.
@@ -328,6 +333,12 @@ pub trait Backend: Send {
                 "this backend cannot ping".to_string(),
             ))
         }
+    }
+
+    /// Whether [`Backend::ping`] and [`Backend::ping_head`] can keep this backend's cache warm.
+    /// The host tells the decider, which then never chooses a ping that would not happen.
+    fn can_ping(&self) -> bool {
+        false
     }
 
     /// Whether this backend binds its provider session to the caller's transcript: if so, the

@@ -716,6 +716,7 @@ impl Driver {
                         retries: report.retries.clone(),
                         events: Vec::new(),
                         request_id: collected.request_id,
+                        breakpoints: Vec::new(),
                     });
                 }
                 ReadEnd::Eof => {
@@ -1005,6 +1006,7 @@ impl Driver {
             retries: report.retries.clone(),
             events,
             request_id: collected.request_id,
+            breakpoints: Vec::new(),
         })
     }
 
@@ -1046,6 +1048,7 @@ impl Driver {
             retries: report.retries.clone(),
             events,
             request_id: collected.request_id,
+            breakpoints: Vec::new(),
         })
     }
 

@@ -70,6 +70,14 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn can_ping(&self) -> bool {
+        match self {
+            AnyBackend::Sim(b) => b.can_ping(),
+            AnyBackend::Anthropic(b) => b.can_ping(),
+            AnyBackend::ClaudeCli(b) => b.can_ping(),
+        }
+    }
+
     fn binds_sessions(&self) -> bool {
         match self {
             AnyBackend::Sim(b) => b.binds_sessions(),

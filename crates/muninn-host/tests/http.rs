@@ -159,6 +159,7 @@ fn ledger_row(mind: &str, at_ms: i64, cost: i64) -> LedgerRow {
         decision: "append".into(),
         boundary: true,
         events: Vec::new(),
+        decided: None,
     }
 }
 

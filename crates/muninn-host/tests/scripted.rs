@@ -350,6 +350,7 @@ async fn a_compact_refresh_ledgers_the_compaction_and_continues_the_session_from
         retries: Vec::new(),
         events: Vec::new(),
         request_id: None,
+        breakpoints: Vec::new(),
     });
     r.register().await.unwrap();
     refresh_twice(&w, &mut r).await;

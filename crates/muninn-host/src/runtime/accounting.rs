@@ -1,52 +1,170 @@
 //! What the decider sees of a session, and the ledger rows of its requests.
+//!
+//! The counters live in [`muninn_core::session::Accounting`], the type the replay engine drives
+//! too. The host feeds it one way only: each ledger row, as it is written, goes through
+//! [`Accounting::record`] — the very call `muninn replay --closed-loop` makes for the same row —
+//! and after a new lease the role's ledger is read back through it ([`MindRunner::restore`]). So
+//! a restart or a takeover continues the counts where they were, and replaying the ledger
+//! re-derives every decision the host took.
 
-#[allow(unused_imports)]
-use super::*;
+use super::prompts::{PERSONA_COMPACT_INSTRUCTIONS, SELF_FLUSH_PROMPT};
+use super::session::Session;
+use super::{MindRunner, RuntimeError};
+use crate::config::{MindConfig, RefreshMode};
+use muninn_backend::{Backend, TurnOutcome};
+use muninn_core::decide::{Bounds, Capabilities, Decision, Event, Rates};
+use muninn_core::ledger::{Decided, ForcedStart, LedgerRow, RowKind, SegmentStart};
+use muninn_core::money::Tokens;
+use muninn_core::price::ModelPrice;
+use muninn_core::render::Renderer;
+use muninn_core::session::{Accounting, Params};
+use muninn_core::tokenize::count;
+use muninn_store::{LedgerQuery, Role};
+
+/// The decision a ledger row records: what the request was, and what the decider was asked
+/// and answered (none for a forced start or a retry).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Asked<'a> {
+    /// What the request was.
+    pub(super) kind: RowKind,
+    /// The bounds the decider was asked with (the accounting's at the time, when it was not).
+    pub(super) bounds: Option<Bounds>,
+    /// The question, if the decider was asked one.
+    pub(super) event: Option<Event>,
+    /// Its answer.
+    pub(super) decision: Option<&'a Decision>,
+    /// The ledger's `decision` text.
+    pub(super) label: &'a str,
+    /// `warm` or `cold`, as the decider saw the cache.
+    pub(super) state: &'a str,
+    /// Whether the request began a turn.
+    pub(super) boundary: bool,
+}
+
+/// Ledger rows read per page when a session's accounting is restored.
+const RESTORE_PAGE: i64 = 1_000;
+
+/// Tokens a keep-warm ping sends after the cached prefix (the backend's short question and the
+/// structured-output acknowledgement): an estimate for pricing pings, not a limit.
+const PING_TOKENS: Tokens = 12;
+
+/// The accounting parameters of a role's session: the Mind's TTLs and bounds, its model's
+/// prices, and what the role's backend can do.
+pub(super) fn session_params(
+    mind: &MindConfig,
+    price: &ModelPrice,
+    role: Role,
+    can_ping: bool,
+) -> Params {
+    let (flush_prompt_tokens, flush_output_tokens) = match role {
+        // The Self flushes through a request at each refresh.
+        Role::SelfRole => (count(SELF_FLUSH_PROMPT), mind.memory_tokens),
+        // A compacting Persona's refresh is a compaction: a request reading the session and
+        // writing its summary. Otherwise it writes memory as it happens and a refresh sends
+        // nothing first.
+        Role::Persona if mind.refresh == RefreshMode::Compact => {
+            (count(PERSONA_COMPACT_INSTRUCTIONS), mind.memory_tokens)
+        }
+        Role::Persona => (0, 0),
+    };
+    Params {
+        ttl: mind.tail_ttl,
+        head_ttl: mind.head_ttl,
+        rates: Rates::of(price, mind.tail_ttl, mind.head_ttl),
+        bounds: Bounds {
+            head_tokens: 0,
+            rehydrate_tokens: mind.memory_tokens,
+            flush_prompt_tokens,
+            flush_output_tokens,
+            ping_tokens: PING_TOKENS,
+            min_segment_requests: mind.min_segment,
+            ceiling_tokens: mind.ceiling_tokens.unwrap_or(price.context_window),
+            context_window: price.context_window,
+        },
+        min_cacheable: price.min_cacheable,
+        decide_before_expiry_ms: super::DECIDE_BEFORE_EXPIRY_MS,
+        can: Capabilities {
+            ping: can_ping,
+            ping_head: can_ping,
+            // Only the Self flushes while idle; a Persona writes memory as it happens, and a
+            // compacting one compacts at its next turn, not in the gap.
+            idle_flush: role == Role::SelfRole,
+        },
+    }
+}
 
 impl<B: Backend> MindRunner<B> {
-    pub(super) fn bounds(&self) -> Bounds {
-        Bounds {
-            head_tokens: 0,
-            rehydrate_tokens: self.mind.memory_tokens,
-            flush_prompt_tokens: 0,
-            flush_output_tokens: 0,
-            ping_tokens: 12,
-            min_segment_requests: self.mind.min_segment,
-            ceiling_tokens: self
-                .mind
-                .ceiling_tokens
-                .unwrap_or(self.price.context_window),
-            context_window: self.price.context_window,
+    /// The accounting parameters of a role's session.
+    pub(super) fn params(&self, role: Role, can_ping: bool) -> Params {
+        session_params(&self.mind, &self.price, role, can_ping)
+    }
+
+    /// The record a segment rendered by `renderer` starts with, estimated from its layers: the
+    /// head (the first system layer) and the whole system, as the segment row counts them. The
+    /// first request's shape replaces the estimate when the backend reports it (it also counts
+    /// the tools the backend adds, such as the reply schema).
+    pub(super) fn segment_start(
+        &self,
+        renderer: &Renderer,
+        forced: Option<ForcedStart>,
+        lost_at_ms: Option<i64>,
+    ) -> SegmentStart {
+        let system: Vec<Tokens> = renderer
+            .rendered()
+            .system
+            .iter()
+            .map(|b| count(&b.text))
+            .collect();
+        SegmentStart {
+            head: system.first().copied().unwrap_or(0),
+            rehydration: system.iter().sum(),
+            forced,
+            lost_at_ms,
         }
     }
 
-    /// What the decider sees of a session; its head is the renderer's system prompt.
-    pub(super) fn view(&self, session: &Session<B>) -> SessionView {
-        let mut bounds = self.bounds();
-        bounds.head_tokens = session.renderer.as_ref().map_or(0, |r| {
-            r.rendered().system.iter().map(|b| count(&b.text)).sum()
-        });
-        if session.role == Role::SelfRole {
-            // The Self flushes through a request at each refresh.
-            bounds.flush_prompt_tokens = count(SELF_FLUSH_PROMPT);
-            bounds.flush_output_tokens = self.mind.memory_tokens;
-        }
-        SessionView {
-            prefix_tokens: session.prefix_tokens,
-            warm_until_ms: session.warm_until_ms,
-            head_ttl: self.mind.head_ttl,
-            head_warm_until_ms: session.head_warm_until_ms,
-            last_request_ms: session.last_request_ms,
-            ttl: self.mind.tail_ttl,
-            segment_requests: session.requests,
-            read_excess: session.read_excess,
-            gap_pings: session.gap_pings,
-            gap_ping_spend: session.gap_ping_spend,
-            gap_head_ping_spend: session.gap_head_ping_spend,
-            flushed: false,
-            rates: Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl),
-            bounds,
-            gaps: session.gaps,
+    /// What a refresh is expected to bring beyond the head, as measured on the segment
+    /// `renderer` starts: the layers after the first (persona state, campaigns) as they are,
+    /// and the memory budget in place of the memory this segment happened to select.
+    pub(super) fn rehydrate_estimate(&self, renderer: &Renderer) -> Tokens {
+        let layers: Tokens = renderer
+            .rendered()
+            .system
+            .iter()
+            .skip(1)
+            .map(|b| count(&b.text))
+            .sum();
+        layers.saturating_sub(count(&renderer.base().memory)) + self.mind.memory_tokens
+    }
+
+    /// Sets the role's rehydration estimate for the segment `renderer` starts.
+    pub(super) fn estimate_rehydration(&mut self, role: Role, renderer: &Renderer) {
+        let estimate = self.rehydrate_estimate(renderer);
+        let acc = &mut self.session_mut(role).acc;
+        let mut params = *acc.params();
+        params.bounds.rehydrate_tokens = estimate;
+        acc.set_params(params);
+    }
+
+    fn decided(
+        &self,
+        acc: &Accounting,
+        asked: &Asked<'_>,
+        segment: Option<SegmentStart>,
+    ) -> Decided {
+        let params = acc.params();
+        Decided {
+            kind: asked.kind,
+            event: asked.event,
+            action: asked.decision.map(|d| d.action),
+            reason: asked.decision.map(|d| d.reason),
+            segment,
+            policy: self.policy.to_string(),
+            ttl: params.ttl,
+            head_ttl: params.head_ttl,
+            bounds: asked.bounds.unwrap_or_else(|| acc.bounds()),
+            decide_before_expiry_ms: params.decide_before_expiry_ms,
+            can: params.can,
         }
     }
 
@@ -60,24 +178,17 @@ impl<B: Backend> MindRunner<B> {
         boundary: bool,
     ) -> LedgerRow {
         let predicted = outcome.predicted.unwrap_or_default();
+        let last = session.acc.last_request_ms();
         LedgerRow {
             mind: self.mind.id.clone(),
             role: session.role.as_str().to_string(),
             segment: session.segment.unwrap_or(0).max(0) as u64,
-            turn: session.requests as u64,
+            turn: session.acc.segment_requests() as u64,
             at_ms: now,
-            idle_gap_ms: if session.last_request_ms > 0 {
-                now - session.last_request_ms
-            } else {
-                0
-            },
+            idle_gap_ms: last.map_or(0, |last| now - last),
             model: self.mind.model.clone(),
             prefix_tokens: outcome.usage.cache_read + outcome.usage.written(),
-            rehydration_tokens: if session.requests == 0 {
-                session.rehydration
-            } else {
-                0
-            },
+            rehydration_tokens: 0,
             usage: outcome.usage,
             raw_usage: Some(outcome.raw_usage.clone()),
             cost: self.price.cost(&outcome.usage),
@@ -91,46 +202,105 @@ impl<B: Backend> MindRunner<B> {
                 .chain(outcome.events.iter().map(serde_json::to_value))
                 .filter_map(Result::ok)
                 .collect(),
+            decided: None,
         }
     }
 
-    /// The ledger row of a turn the role's session answered (with its pending session events),
-    /// after which the session counts the request: its prefix, warmth and gap statistics.
+    /// The ledger row of a request the role's session answered — with its decision record, the
+    /// segment it began (if it is the segment's first) and the pending session events — after
+    /// which the session's accounting counts it exactly as a replay of the row will.
     pub(super) fn answered(
         &mut self,
         role: Role,
         outcome: &TurnOutcome,
         now: i64,
-        decision: &str,
-        state: &str,
-        boundary: bool,
+        asked: Asked<'_>,
     ) -> LedgerRow {
-        let session = match role {
-            Role::Persona => &self.persona,
-            Role::SelfRole => &self.selfs,
+        let session = self.session(role);
+        let mut row = self.ledger_row(
+            session,
+            outcome,
+            now,
+            asked.label,
+            asked.state,
+            asked.boundary,
+        );
+        let start = match (asked.kind, session.starting) {
+            (RowKind::Request, Some(starting)) => Some(starting.measured(&outcome.breakpoints)),
+            _ => None,
         };
-        let mut row = self.ledger_row(session, outcome, now, decision, state, boundary);
-        let rates = Rates::of(&self.price, self.mind.tail_ttl, self.mind.head_ttl);
-        let (tail, head) = (self.mind.tail_ttl, self.mind.head_ttl);
+        if let Some(start) = &start {
+            row.rehydration_tokens = start.rehydration;
+            row.turn = 0;
+        }
+        let decided = self.decided(&session.acc, &asked, start);
         let session = self.session_mut(role);
+        if start.is_some() {
+            session.starting = None;
+        }
         session.attach_events(&mut row);
-        if session.requests > 0 && outcome.usage.cache_read > 0 {
-            let excess = outcome.usage.prompt().saturating_sub(session.rehydration);
-            session.read_excess += MicroUsd::of(excess, rates.read);
-        }
-        if session.last_request_ms > 0 {
-            session.gaps.observe(now - session.last_request_ms);
-        }
-        session.requests += 1;
-        session.prefix_tokens = outcome.usage.cache_read + outcome.usage.written();
-        session.last_request_ms = now;
-        session.warm_until_ms = Some(now + tail.millis());
-        session.head_warm_until_ms = Some(now + head.millis());
-        session.gap_pings = 0;
-        session.gap_ping_spend = MicroUsd::ZERO;
-        session.let_expire = false;
-        session.head_let_expire = false;
-        session.gap_head_ping_spend = MicroUsd::ZERO;
+        session
+            .acc
+            .record(asked.kind, now, &outcome.usage, row.cost, start.as_ref());
+        row.decided = Some(decided);
         row
+    }
+
+    /// Rebuilds a role's accounting from its ledger (after a new lease): every row of the role
+    /// through [`Accounting::record`], under the parameters it was written with, then the
+    /// current ones. Rows written before decision records existed count by their decision text.
+    pub(super) async fn restore(&mut self, role: Role) -> Result<(), RuntimeError> {
+        let can_ping = self.session(role).backend.can_ping();
+        let params = self.params(role, can_ping);
+        let mut acc = Accounting::new(params);
+        let mut after = None;
+        let mut segment = None;
+        loop {
+            let page = self
+                .host
+                .store
+                .ledger(&LedgerQuery {
+                    mind: Some(self.mind.id.clone()),
+                    after_id: after,
+                    limit: Some(RESTORE_PAGE),
+                    ..LedgerQuery::default()
+                })
+                .await?;
+            let full = page.len() as i64 == RESTORE_PAGE;
+            after = page.last().map(|e| e.id).or(after);
+            for entry in page.iter().filter(|e| e.row.role == role.as_str()) {
+                let row = &entry.row;
+                let (kind, start) = match &row.decided {
+                    Some(d) => {
+                        acc.set_params(muninn_core::closed_loop::params_of(d, &self.price));
+                        (d.kind, d.segment)
+                    }
+                    None => {
+                        // Before decision records: the segment's first row says its size.
+                        let new = segment != Some(row.segment);
+                        let start = new.then_some(SegmentStart {
+                            head: acc.head_tokens(),
+                            rehydration: row.rehydration_tokens.max(acc.head_tokens()),
+                            forced: None,
+                            lost_at_ms: None,
+                        });
+                        (RowKind::of_decision(&row.decision), start)
+                    }
+                };
+                segment = Some(row.segment);
+                acc.record(kind, row.at_ms, &row.usage, row.cost, start.as_ref());
+            }
+            if !full {
+                break;
+            }
+        }
+        // The current configuration, with the estimate the last segment was measured at.
+        let mut current = params;
+        current.bounds.rehydrate_tokens = acc.params().bounds.rehydrate_tokens;
+        acc.set_params(current);
+        let session = self.session_mut(role);
+        session.acc = acc;
+        session.restore = false;
+        Ok(())
     }
 }

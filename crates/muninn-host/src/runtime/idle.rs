@@ -1,99 +1,166 @@
-//! Idle: shortly before the tail (then the head) expires, keep it warm or let it go.
+//! Idle: shortly before a session's tail (then its head) expires, the decider keeps it warm,
+//! flushes memory while it is warm (the Self), or lets it go.
+//!
+//! When to ask is the session accounting's answer ([`muninn_core::session::Accounting::
+//! next_decision`]), the same schedule the replay engine follows, so the host takes its idle
+//! decisions exactly where replay takes them.
 
-#[allow(unused_imports)]
-use super::*;
+use super::accounting::Asked;
+use super::{MindRunner, RuntimeError, Step};
+use muninn_backend::{Backend, BackendError};
+use muninn_core::decide::{Action, Bounds, Decision, decide};
+use muninn_core::ledger::RowKind;
+use muninn_core::session::{DecisionPoint, Keep};
+use muninn_store::{FencingToken, Role};
+
+/// What one session's idle check came to.
+enum Idle {
+    /// A ping or a flush was sent.
+    Acted,
+    /// Nothing to do until then (`None`: until something arrives).
+    Until(Option<i64>),
+}
 
 impl<B: Backend> MindRunner<B> {
-    /// Nothing queued: shortly before the Persona's tail expires, ask the decider whether to
-    /// keep it warm.
+    /// Nothing queued: each session's next idle decision, if it is due.
     pub(super) async fn idle(
         &mut self,
         token: FencingToken,
         now: i64,
     ) -> Result<Step, RuntimeError> {
-        let session = &self.persona;
-        if session.broken || session.renderer.is_none() {
-            return Ok(Step::Idle { until_ms: None });
+        let mut until: Option<i64> = None;
+        for role in [Role::Persona, Role::SelfRole] {
+            match self.idle_session(role, token, now).await? {
+                Idle::Acted => return Ok(Step::Ping),
+                Idle::Until(Some(t)) => until = Some(until.map_or(t, |u| u.min(t))),
+                Idle::Until(None) => {}
+            }
         }
-        let tail_live = session.warm_until_ms.is_some_and(|t| t > now) && !session.let_expire;
-        let (event, expiry) = if tail_live {
-            (Event::Expiring, session.warm_until_ms)
-        } else if !session.head_let_expire {
-            // The tail is gone (or let go): the head, under its own longer TTL, may still be kept.
-            (
-                Event::HeadExpiring,
-                session.head_warm_until_ms.filter(|t| *t > now),
-            )
-        } else {
-            (Event::HeadExpiring, None)
-        };
-        let Some(expiry) = expiry else {
-            return Ok(Step::Idle { until_ms: None });
-        };
-        let decide_at = expiry - DECIDE_BEFORE_EXPIRY_MS;
-        if now < decide_at {
-            return Ok(Step::Idle {
-                until_ms: Some(decide_at),
-            });
+        Ok(Step::Idle { until_ms: until })
+    }
+
+    async fn idle_session(
+        &mut self,
+        role: Role,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<Idle, RuntimeError> {
+        // A decision that lets an entry go moves on to the next one at once (the head's).
+        for _ in 0..3 {
+            let session = self.session(role);
+            if !session.live() {
+                return Ok(Idle::Until(None));
+            }
+            let Some(point) = session.acc.next_decision() else {
+                return Ok(Idle::Until(None));
+            };
+            if now < point.at_ms {
+                return Ok(Idle::Until(Some(point.at_ms)));
+            }
+            if now >= point.expires_at_ms {
+                // Too late to keep it (the runner was busy or asleep past the expiry).
+                tracing::warn!(mind = %self.mind.id, role = role.as_str(), ?point, "an idle decision came after its expiry");
+                self.session_mut(role).acc.let_go(point.keep);
+                continue;
+            }
+            let view = session.acc.view();
+            let decision = decide(self.policy, &view, point.keep.event(), now);
+            let flush = point.keep == Keep::Tail
+                && decision.action == Action::Flush
+                && !view.flushed
+                && view.needs_flush();
+            if decision.action == Action::Ping {
+                return self
+                    .ping(role, token, now, point, &decision, view.bounds)
+                    .await;
+            }
+            if flush && role == Role::SelfRole {
+                return self.idle_flush(token, now, &decision, view.bounds).await;
+            }
+            self.session_mut(role).acc.let_go(point.keep);
         }
-        let view = self.view(session);
-        let d = decide(self.policy, &view, event, now);
-        if d.action != Action::Ping {
-            return Ok(match event {
-                Event::Expiring => {
-                    // The tail goes; the head's own decision comes next.
-                    self.persona.let_expire = true;
-                    Step::Idle {
-                        until_ms: Some(now),
-                    }
-                }
-                _ => {
-                    self.persona.head_let_expire = true;
-                    Step::Idle { until_ms: None }
-                }
-            });
-        }
-        let sent = match event {
-            Event::Expiring => self.persona.backend.ping().await,
-            _ => self.persona.backend.ping_head().await,
+        Ok(Idle::Until(Some(now)))
+    }
+
+    /// A keep-warm ping the decider chose: through the whole prefix (the tail) or the head
+    /// alone. It is ledgered, and counted against this gap's budget.
+    async fn ping(
+        &mut self,
+        role: Role,
+        token: FencingToken,
+        now: i64,
+        point: DecisionPoint,
+        decision: &Decision,
+        bounds: Bounds,
+    ) -> Result<Idle, RuntimeError> {
+        let session = self.session_mut(role);
+        let sent = match point.keep {
+            Keep::Tail => session.backend.ping().await,
+            Keep::Head => session.backend.ping_head().await,
         };
         let outcome = match sent {
             Ok(o) => o,
-            Err(BackendError::Invalid(_)) => {
-                self.persona.let_expire = true;
-                self.persona.head_let_expire = true;
-                return Ok(Step::Idle { until_ms: None });
+            Err(BackendError::Invalid(e)) => {
+                // The backend cannot keep this session warm after all: let both go.
+                tracing::warn!(mind = %self.mind.id, role = role.as_str(), error = %e, "a keep-warm ping was refused");
+                let session = self.session_mut(role);
+                session.acc.let_go(Keep::Tail);
+                session.acc.let_go(Keep::Head);
+                return Ok(Idle::Until(None));
             }
             Err(e) => return Err(e.into()),
         };
-        let label = if event == Event::Expiring {
-            "ping"
-        } else {
-            "ping_head"
+        let (kind, name) = match point.keep {
+            Keep::Tail => (RowKind::Ping, "ping"),
+            Keep::Head => (RowKind::HeadPing, "ping_head"),
         };
-        let mut row = self.ledger_row(
-            &self.persona,
+        let label = format!("{name}:{:?}", decision.reason);
+        let row = self.answered(
+            role,
             &outcome,
             now,
-            &format!("{label}:{:?}", d.reason),
-            "warm",
-            false,
+            Asked {
+                kind,
+                bounds: Some(bounds),
+                event: Some(point.keep.event()),
+                decision: Some(decision),
+                label: &label,
+                state: "warm",
+                boundary: false,
+            },
         );
-        self.persona.attach_events(&mut row);
         self.host
             .store
             .append_ledger(&self.mind.id, token, &[row])
             .await?;
-        let cost = self.price.cost(&outcome.usage);
-        let s = &mut self.persona;
-        if event == Event::Expiring {
-            s.gap_pings += 1;
-            s.gap_ping_spend += cost;
-            s.warm_until_ms = Some(now + self.mind.tail_ttl.millis());
-        } else {
-            s.gap_head_ping_spend += cost;
-        }
-        s.head_warm_until_ms = Some(now + self.mind.head_ttl.millis());
-        Ok(Step::Ping)
+        Ok(Idle::Acted)
+    }
+
+    /// The Self writes its memory while the cache is still warm; the next brief decides whether
+    /// to start from it.
+    async fn idle_flush(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+        decision: &Decision,
+        bounds: Bounds,
+    ) -> Result<Idle, RuntimeError> {
+        let asked = Asked {
+            kind: RowKind::Flush,
+            bounds: Some(bounds),
+            event: Some(Keep::Tail.event()),
+            decision: Some(decision),
+            label: "flush",
+            state: "warm",
+            boundary: false,
+        };
+        let memory = self.flush_self(token, now, asked).await?;
+        // A flush that failed left no row: the accounting still lets the tail go.
+        self.selfs.acc.let_go(Keep::Tail);
+        self.selfs.flushed = Some(super::session::Flushed {
+            memory,
+            forced: false,
+        });
+        Ok(Idle::Acted)
     }
 }

@@ -1,7 +1,8 @@
 //! The Mind's lease: one writer per Mind, fenced.
 
-#[allow(unused_imports)]
-use super::*;
+use super::{MindRunner, RuntimeError};
+use muninn_backend::Backend;
+use muninn_store::{FencingToken, StoreError};
 
 impl<B: Backend> MindRunner<B> {
     /// Takes or renews the lease; `None` if another host holds it.
@@ -24,8 +25,8 @@ impl<B: Backend> MindRunner<B> {
                 Err(StoreError::Fenced { .. }) => {
                     // Someone else took over: our sessions are no longer the Mind's.
                     self.lease = None;
-                    self.persona.broken = true;
-                    self.selfs.broken = true;
+                    self.persona.mark_broken(now);
+                    self.selfs.mark_broken(now);
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -43,11 +44,13 @@ impl<B: Backend> MindRunner<B> {
             // transcript. The next turn resumes the open segment through its stored handle when
             // that still lines up, forking the provider session unless the previous holder
             // let go cleanly (forking costs nothing in cache: the copy has the same prefix);
-            // otherwise it starts a fresh segment.
+            // otherwise it starts a fresh segment. Either way the accounting is read back
+            // from the ledger first, so the counts continue where the last holder left them.
             let fork = previous.is_some();
             for session in [&mut self.persona, &mut self.selfs] {
-                session.broken = true;
+                session.mark_broken(now);
                 session.resume = Some(fork);
+                session.restore = true;
             }
         }
         self.lease = taken;

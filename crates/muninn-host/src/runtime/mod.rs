@@ -2,57 +2,64 @@
 //!
 //! # A Persona turn, end to end
 //!
-//! mailbox (durable, with seq) → [`next_batch`] (the oldest prefix sharing a conversation: all
-//! public-room deliveries together, or one DM room alone) → brakes and spend cap → the decider
-//! (`muninn_core::decide::decide`, unchanged from replay: append, or refresh into a new segment)
-//! → the renderer (notices for changed layers, history shown once) → the transcript, *before* the
-//! call → the backend → the reply validated against the reply schema (retried once, then a
-//! recorded failure) → one transaction: transcript, outbox rows with request ids
-//! `<batch>-<index>`, the ledger row, `remember[]` memory notes, `start_self_run` briefs, and the
-//! mailbox ack through the batch's max seq. A crash anywhere before that transaction re-delivers
-//! the batch; a crash after it leaves nothing to redo. Request ids make a re-sent reply the same
-//! message.
+//! [`MindRunner::step`] takes the next piece of work: a Persona turn when deliveries are
+//! pending, else a queued Self brief, else an idle decision. A Persona turn
+//! (`persona.rs`) is a short pipeline:
+//!
+//! 1. **batch** — the mailbox's oldest deliveries sharing a conversation ([`next_batch`]: all
+//!    public rooms together, or one DM room alone), with their ids, senders and size;
+//! 2. **plan** — the decider (`muninn_core::decide::decide`, the function replay runs) on the
+//!    session's accounting: append, or refresh into a new segment (compacting the provider
+//!    session in place with `refresh = "compact"`); a first turn or a lost session starts a
+//!    segment without asking;
+//! 3. **render** — the turn's user message (notices for changed layers, room history shown once
+//!    per segment);
+//! 4. **record the delivery** — the message goes into the transcript *before* the call;
+//! 5. **ask** — the backend's turn, the reply checked against the reply contract (`reply.rs`),
+//!    one retry with the reason, then a recorded failure;
+//! 6. **build the turn's record** — transcript, outbox rows with request ids `<batch>-<index>`,
+//!    the ledger rows, `remember[]` notes, `start_self_run` briefs, the ack through the batch's
+//!    max seq — a pure builder;
+//! 7. **commit** — one transaction. A crash anywhere before it re-delivers the batch; after it
+//!    nothing is left to redo, and request ids make a re-sent reply the same message.
 //!
 //! # The Self
 //!
 //! Briefs (from a Persona's `start_self_run` or the operator) queue for the Mind's one Self
-//! session. Each brief is a turn; its end is a task boundary where the decider may refresh. Its
-//! result is posted back to the Persona as a delivery from room `self`.
+//! session (`self_run.rs`). Each brief is a turn; its start is a task boundary where the decider
+//! may refresh (flushing the session's memory first). A run that nears the context ceiling is
+//! flushed under the flush protocol ([`muninn_backend::Backend::run`]) and the next brief opens
+//! a new segment from that memory. The result reaches the Persona as a delivery from room
+//! `self`.
 //!
-//! # Refresh, flush and rehydrate
+//! # Idle
 //!
-//! A Persona writes memory as it happens (`remember[]`), so its refresh needs no flush request: the
-//! new segment starts from the doctrine, the persona state and the memory selected for the batch
-//! (about its senders, the newest, within `memory_tokens`). A Self refresh asks the session to
-//! flush its memory (goal, open tasks, constraints, done markers, facts); if a pinned item is
-//! missing, the new segment carries the previous segment's tail verbatim instead.
+//! With nothing to do, each session's accounting names its next decision point (`idle.rs`):
+//! shortly before the tail's TTL runs out the decider may ping (keep it warm), flush (the Self:
+//! write memory while the cache is warm), or let it go; then shortly before the head's, a
+//! head-only ping or nothing.
 //!
-//! A Self brief runs under the flush protocol ([`muninn_backend::Backend::run`]): a run that
-//! neared the context ceiling and was asked to flush (or was interrupted or terminated) records
-//! its memory (`memory_flush`, ledger decision `flush:<stage>`), and the next brief opens a new
-//! segment from it. With `refresh = "compact"` a Persona refresh compacts the provider session
-//! in place ([`muninn_backend::Backend::compact`]; ledger decision `compact`, a new segment with
-//! reason `compact` whose memory is the summary), falling back to a rebuild when the backend
-//! cannot compact.
+//! # One economy
+//!
+//! Every counter the decider reads is kept by [`muninn_core::session::Accounting`], the type
+//! the replay engine drives (`accounting.rs`). Each ledger row carries its decision record and
+//! reaches the accounting through the same call a replay of the row makes; a new lease reads
+//! the role's ledger back through it. `muninn replay --closed-loop` on the host's ledger export
+//! therefore reproduces every decision the host recorded, and its cost.
 //!
 //! # Resuming after a restart or takeover
 //!
 //! A segment row keeps its memory layer and a digest of its session spec; after each turn the
-//! backend's session handle is stored with it, bound to the segment's transcript. A new lease
-//! rebuilds the renderer from the start layers and the transcript replayed, and resumes the
-//! provider session through the handle (forked unless the previous holder released the lease
-//! cleanly), seeded from the rendered transcript if the handle no longer verifies. A spec that
-//! changed, a missing handle or an unanswered last turn opens a fresh segment instead.
-//!
-//! # Keeping warm
-//!
-//! Shortly before the tail's TTL runs out the decider is asked again (`Event::Expiring`): it may
-//! ping (a one-token request that leaves the session unchanged), or let the cache expire.
+//! backend's session handle is stored with it, bound to the segment's transcript (`segment.rs`).
+//! A new lease rebuilds the renderer from the start layers and the transcript replayed, and
+//! resumes the provider session through the handle (forked unless the previous holder released
+//! the lease cleanly), seeded from the rendered transcript if the handle no longer verifies. A
+//! spec that changed, a missing handle or an unanswered last turn opens a fresh segment.
 //!
 //! # One writer per Mind
 //!
-//! Every write carries the Mind's lease fencing token; a host that cannot take the lease does not
-//! run the Mind, and a host whose token went stale stops at its next write.
+//! Every write carries the Mind's lease fencing token (`lease.rs`); a host that cannot take the
+//! lease does not run the Mind, and a host whose token went stale stops at its next write.
 
 mod accounting;
 mod idle;
@@ -65,33 +72,18 @@ mod self_run;
 mod session;
 
 pub use persona::next_batch;
-use persona::outcome_text;
-use segment::{shown_changed, spec_digest};
-
 pub use prompts::*;
 pub use reply::*;
-use session::{Bound, Session};
 
 use crate::Host;
-use crate::config::{MindConfig, RefreshMode};
-use muninn_backend::{
-    Backend, BackendError, FlushProtocol, FlushStage, SessionSpec, TurnInput, TurnOutcome,
-};
-use muninn_core::decide::{
-    Action, Bounds, Decision, Event, GapStats, Policy, Rates, SessionView, decide,
-};
-use muninn_core::ledger::LedgerRow;
-use muninn_core::money::{MicroUsd, Tokens};
+use crate::config::MindConfig;
+use muninn_backend::{Backend, BackendError};
+use muninn_core::decide::Policy;
+use muninn_core::money::MicroUsd;
 use muninn_core::price::{ModelPrice, PriceTable};
-use muninn_core::render::{self, Layers, Renderer};
-use muninn_core::tokenize::count;
-use muninn_store::{
-    BriefOrigin, BriefStatus, Delivery, FencingToken, Lease, NewBrief, NewDelivery, NewMemoryNote,
-    NewOutboxMessage, NewSegment, NewTranscriptItem, Role, StoreError, TranscriptItem,
-    TranscriptKind, TurnRecord,
-};
-use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use muninn_store::{BriefStatus, Lease, Role, StoreError};
+use serde_json::Value;
+use session::Session;
 use std::time::Duration;
 
 /// How long a lease lasts by default (`lease_ttl_ms` in the configuration); it is renewed when
@@ -101,24 +93,12 @@ pub const LEASE_TTL_MS: i64 = 30_000;
 /// The decider is asked this long before the tail's TTL runs out.
 pub const DECIDE_BEFORE_EXPIRY_MS: i64 = 30_000;
 
-/// A `remember[]` note's byte limit, and how many a reply may carry.
-pub const MEMORY_NOTE_BYTES: usize = 1_000;
-
-/// See [`MEMORY_NOTE_BYTES`].
-pub const MEMORY_NOTES_PER_REPLY: usize = 8;
-
-/// A `start_self_run` brief's character limit.
-pub const BRIEF_CHARS: usize = 1_000;
-
 /// Pending deliveries read per step: a batch is a prefix of them, so a small page keeps a deep
 /// mailbox from being re-read whole on every turn (a longer batch continues next turn).
 pub const PENDING_PAGE: i64 = 32;
 
 /// The room a Self run's result reaches the Persona from.
 pub const SELF_ROOM: &str = "self";
-
-/// The reply-schema room meaning "the DM room of this batch".
-pub const DM_ROOM: &str = "@dm";
 
 /// Why a step failed.
 #[derive(Debug, thiserror::Error)]
@@ -206,6 +186,18 @@ impl<B: Backend> MindRunner<B> {
             .policy
             .parse::<Policy>()
             .map_err(|e| RuntimeError::Config(format!("mind {}: {e}", mind.id)))?;
+        let params =
+            |role, backend: &B| accounting::session_params(&mind, &price, role, backend.can_ping());
+        let persona = Session::new(
+            Role::Persona,
+            params(Role::Persona, &persona_backend),
+            persona_backend,
+        );
+        let selfs = Session::new(
+            Role::SelfRole,
+            params(Role::SelfRole, &self_backend),
+            self_backend,
+        );
         Ok(MindRunner {
             host,
             mind,
@@ -213,11 +205,27 @@ impl<B: Backend> MindRunner<B> {
             price,
             policy,
             lease: None,
-            persona: Session::new(Role::Persona, persona_backend),
-            selfs: Session::new(Role::SelfRole, self_backend),
+            persona,
+            selfs,
             turns_this_wake: 0,
             newest_seen: 0,
         })
+    }
+
+    /// A role's session.
+    fn session(&self, role: Role) -> &Session<B> {
+        match role {
+            Role::Persona => &self.persona,
+            Role::SelfRole => &self.selfs,
+        }
+    }
+
+    /// A role's session, to change.
+    fn session_mut(&mut self, role: Role) -> &mut Session<B> {
+        match role {
+            Role::Persona => &mut self.persona,
+            Role::SelfRole => &mut self.selfs,
+        }
     }
 
     /// The Mind's id.
@@ -256,6 +264,11 @@ impl<B: Backend> MindRunner<B> {
         let Some(token) = self.token(now).await? else {
             return Ok(Step::NotLeader);
         };
+        for role in [Role::Persona, Role::SelfRole] {
+            if self.session(role).restore {
+                self.restore(role).await?;
+            }
+        }
         let settings = self.host.store.settings(&self.mind.id).await?;
         if settings.brake {
             return Ok(Step::Braked);
@@ -312,7 +325,7 @@ impl<B: Backend> MindRunner<B> {
         self.idle(token, now).await
     }
 
-    pub(super) async fn over_budget(
+    async fn over_budget(
         &self,
         now: i64,
         settings: &muninn_store::MindSettings,

@@ -1,7 +1,25 @@
-//! A Persona turn: batch, decide, render, record the delivery, ask, validate, commit.
+//! A Persona turn, as a pipeline: batch → plan → render → record the delivery → ask (with one
+//! retry) → build the turn's record → one commit. Each step is a pure builder or one I/O call.
 
-#[allow(unused_imports)]
-use super::*;
+use super::accounting::Asked;
+use super::prompts::{COMPACT_REASON, PERSONA_COMPACT_INSTRUCTIONS};
+use super::reply::{MEMORY_NOTES_PER_REPLY, PersonaReply, validate_reply};
+use super::segment::shown_changed;
+use super::session::Starting;
+use super::{MindRunner, RuntimeError, Step};
+use crate::config::RefreshMode;
+use muninn_backend::{Backend, BackendError, TurnInput, TurnOutcome};
+use muninn_core::decide::{Action, Bounds, Decision, Event, decide};
+use muninn_core::ledger::{ForcedStart, LedgerRow, RowKind, SegmentStart};
+use muninn_core::money::Tokens;
+use muninn_core::render::{self, Layers, Renderer};
+use muninn_core::tokenize::count;
+use muninn_store::{
+    BriefOrigin, Delivery, FencingToken, NewBrief, NewMemoryNote, NewOutboxMessage, NewSegment,
+    NewTranscriptItem, Role, StoreError, TranscriptKind, TurnRecord,
+};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 /// The seed's `next_batch`: the oldest prefix of the pending deliveries that shares a
 /// conversation — all public-room deliveries together, or one DM room alone — cut at the first
@@ -10,147 +28,294 @@ pub fn next_batch(pending: &[Delivery]) -> &[Delivery] {
     &pending[..render::next_batch_len(pending, |d| (d.is_direct, d.room.as_str()))]
 }
 
-impl<B: Backend> MindRunner<B> {
-    pub(super) async fn persona_turn(
-        &mut self,
-        token: FencingToken,
-        now: i64,
-        batch: Vec<Delivery>,
-    ) -> Result<Step, RuntimeError> {
-        let senders: BTreeSet<String> = batch.iter().map(|d| d.sender.clone()).collect();
-        let max_seq = batch.iter().map(|d| d.seq).max().unwrap_or(0);
-        let first_seq = batch.iter().map(|d| d.seq).min().unwrap_or(0);
-        let batch_id = format!("{}-{}-{}", self.mind.id, first_seq, max_seq);
-        let input = render::TurnInput {
-            deliveries: batch
-                .iter()
-                .map(|d| render::Delivery {
-                    id: d.source_id.clone(),
-                    room: d.room.clone(),
-                    sender: d.sender.clone(),
-                    is_direct: d.is_direct,
-                    to_you: d.to_you,
-                    text: d.text.clone(),
-                    // A line without an id cannot be recognised when a later delivery repeats it;
-                    // its text stands in for the id, so an identical line is shown once.
-                    context: d
-                        .context
-                        .iter()
-                        .map(|line| render::HistoryLine {
-                            id: line
-                                .id
-                                .clone()
-                                .unwrap_or_else(|| format!("text:{}:{}", line.sender, line.text)),
-                            sender: line.sender.clone(),
-                            text: line.text.clone(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-            status: String::new(),
-            text: String::new(),
-        };
+/// A batch of deliveries made ready for a turn.
+struct Batch {
+    deliveries: Vec<Delivery>,
+    /// `<mind>-<first seq>-<max seq>`: the turn's key and the outbox request ids' stem.
+    id: String,
+    max_seq: i64,
+    senders: BTreeSet<String>,
+    /// What the renderer shows of it.
+    input: render::TurnInput,
+    /// Tokens the turn adds to the prompt: the messages and their context lines (an upper
+    /// bound: lines the segment has shown already are not repeated).
+    delta: Tokens,
+}
 
-        // A new lease: continue the open segment through its stored handle, if it lines up.
-        if self.persona.broken
-            && let Some(fork) = self.persona.resume.take()
-        {
-            self.resume_segment(Role::Persona, fork, now).await?;
-        }
-        // The decider: append, or refresh into a new segment.
-        // New tokens this turn: the messages, and their context lines (an upper bound: lines the
-        // segment has shown already are not repeated).
-        let delta: Tokens = batch
+impl Batch {
+    fn new(mind: &str, deliveries: Vec<Delivery>) -> Batch {
+        let max_seq = deliveries.iter().map(|d| d.seq).max().unwrap_or(0);
+        let first_seq = deliveries.iter().map(|d| d.seq).min().unwrap_or(0);
+        let delta = deliveries
             .iter()
             .map(|d| {
                 count(&d.text) + 12 + d.context.iter().map(|l| count(&l.text) + 8).sum::<Tokens>()
             })
             .sum();
-        let mut decision: Option<Decision> = None;
-        let (state, reason) = if self.persona.renderer.is_none() || self.persona.broken {
-            (
-                "cold",
-                if self.persona.segment.is_none() {
-                    "start"
-                } else {
-                    "rebuilt from the transcript"
-                },
-            )
-        } else {
-            let view = self.view(&self.persona);
-            let d = decide(
-                self.policy,
-                &view,
-                Event::Arrival {
-                    boundary: true,
-                    delta,
-                },
-                now,
-            );
-            decision = Some(d);
-            (if view.warm(now) { "warm" } else { "cold" }, "refresh")
-        };
-        if decision.is_none_or(|d| d.action == Action::Refresh) {
-            // A refresh the decider chose may compact the live session in place; a cold start
-            // or a rebuild after a failure always starts from the layers.
-            let compacted = decision.is_some()
-                && self.mind.refresh == RefreshMode::Compact
-                && self.compact_persona(token, now).await?;
-            if !compacted {
-                let texts: Vec<&str> = batch.iter().map(|d| d.text.as_str()).collect();
-                let memory = self.select_memory(&senders, &texts).await?;
-                self.open_segment(Role::Persona, token, now, memory, reason)
-                    .await?;
-            }
+        Batch {
+            id: format!("{mind}-{first_seq}-{max_seq}"),
+            max_seq,
+            senders: deliveries.iter().map(|d| d.sender.clone()).collect(),
+            input: render::TurnInput {
+                deliveries: deliveries.iter().map(render_delivery).collect(),
+                status: String::new(),
+                text: String::new(),
+            },
+            delta,
+            deliveries,
         }
-        let decision_text = decision.map_or_else(
-            || format!("start:{reason}"),
-            |d| format!("{}:{:?}", d.action.as_str(), d.reason),
-        );
+    }
+
+    fn texts(&self) -> Vec<&str> {
+        self.deliveries.iter().map(|d| d.text.as_str()).collect()
+    }
+}
+
+fn render_delivery(d: &Delivery) -> render::Delivery {
+    render::Delivery {
+        id: d.source_id.clone(),
+        room: d.room.clone(),
+        sender: d.sender.clone(),
+        is_direct: d.is_direct,
+        to_you: d.to_you,
+        text: d.text.clone(),
+        // A line without an id cannot be recognised when a later delivery repeats it; its text
+        // stands in for the id, so an identical line is shown once.
+        context: d
+            .context
+            .iter()
+            .map(|line| render::HistoryLine {
+                id: line
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("text:{}:{}", line.sender, line.text)),
+                sender: line.sender.clone(),
+                text: line.text.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// What a turn does before it asks: the decider's answer, or a segment started without asking
+/// (the first, or one rebuilt after the provider session was lost).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Plan {
+    /// The decider's answer, when it was asked.
+    pub(super) decision: Option<Decision>,
+    /// The question it was (or would have been) asked.
+    pub(super) event: Event,
+    /// `warm` or `cold` as the decider saw the cache.
+    pub(super) state: &'static str,
+    /// The bounds the decider saw.
+    pub(super) bounds: Bounds,
+    /// A start without asking: its reason and record.
+    pub(super) forced: Option<(&'static str, ForcedStart)>,
+}
+
+impl Plan {
+    /// Whether the turn starts a new segment.
+    pub(super) fn refreshes(&self) -> bool {
+        self.decision.is_none_or(|d| d.action == Action::Refresh)
+    }
+
+    /// The ledger's text for the decision.
+    pub(super) fn label(&self) -> String {
+        match (&self.decision, self.forced) {
+            (Some(d), _) => format!("{}:{:?}", d.action.as_str(), d.reason),
+            (None, Some((reason, _))) => format!("start:{reason}"),
+            (None, None) => "start".to_string(),
+        }
+    }
+
+    /// What the turn's first ledger row records of it.
+    pub(super) fn asked<'a>(&'a self, kind: RowKind, label: &'a str, boundary: bool) -> Asked<'a> {
+        Asked {
+            kind,
+            bounds: Some(self.bounds),
+            event: self.decision.map(|_| self.event),
+            decision: self.decision.as_ref(),
+            label,
+            state: self.state,
+            boundary,
+        }
+    }
+}
+
+/// What the backend answered a turn, checked against the reply contract.
+struct Answer {
+    outcome: TurnOutcome,
+    verdict: Result<PersonaReply, String>,
+    /// The invalid first reply and the retry prompt, when a retry was answered: the provider's
+    /// session holds both, so the transcript does too.
+    retried: Option<Value>,
+    ledger: Vec<LedgerRow>,
+}
+
+impl<B: Backend> MindRunner<B> {
+    /// One Persona turn over `deliveries` (a [`next_batch`]).
+    pub(super) async fn persona_turn(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+        deliveries: Vec<Delivery>,
+    ) -> Result<Step, RuntimeError> {
+        let batch = Batch::new(&self.mind.id, deliveries);
+        self.resume_on_new_lease(Role::Persona, now).await?;
+        let plan = self.plan(Role::Persona, batch.delta, true, now);
+        if plan.refreshes() {
+            self.start_persona_segment(&plan, &batch, token, now)
+                .await?;
+        }
+        let (text, body) = self.render_persona(&batch)?;
+        let segment = self.persona.segment.unwrap_or(0);
+        self.record_item(
+            token,
+            Role::Persona,
+            segment,
+            TranscriptKind::Delivery,
+            body,
+            now,
+        )
+        .await?;
+        let answer = self.ask_persona(&batch, &plan, text, now).await?;
+        let valid = answer.verdict.is_ok();
+        let record = persona_record(&batch, segment, answer, now);
+        self.commit_persona(token, &batch, &record, valid).await
+    }
+
+    /// The decider's plan for a role's next request (a turn's arrival), or a forced start when
+    /// the session has no segment or lost it.
+    pub(super) fn plan(&self, role: Role, delta: Tokens, boundary: bool, now: i64) -> Plan {
+        let session = self.session(role);
+        let event = Event::Arrival { boundary, delta };
+        let bounds = session.acc.bounds();
+        if !session.live() {
+            let forced = if session.segment.is_none() {
+                ("start", ForcedStart::First)
+            } else {
+                ("rebuilt from the transcript", ForcedStart::Rebuilt)
+            };
+            return Plan {
+                decision: None,
+                event,
+                state: "cold",
+                bounds,
+                forced: Some(forced),
+            };
+        }
+        let view = session.acc.view();
+        Plan {
+            decision: Some(decide(self.policy, &view, event, now)),
+            event,
+            state: if view.warm(now) { "warm" } else { "cold" },
+            bounds,
+            forced: None,
+        }
+    }
+
+    /// A new lease: continue the role's open segment through its stored handle, if it lines up.
+    pub(super) async fn resume_on_new_lease(
+        &mut self,
+        role: Role,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        let session = self.session_mut(role);
+        if session.broken
+            && let Some(fork) = session.resume.take()
+        {
+            self.resume_segment(role, fork, now).await?;
+        }
+        Ok(())
+    }
+
+    /// A refresh the decider chose may compact the live session in place; a forced start or a
+    /// rebuild always starts from the layers, with memory selected for the batch.
+    async fn start_persona_segment(
+        &mut self,
+        plan: &Plan,
+        batch: &Batch,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        let compacted = plan.decision.is_some()
+            && self.mind.refresh == RefreshMode::Compact
+            && self.compact_persona(plan, token, now).await?;
+        if compacted {
+            return Ok(());
+        }
+        let memory = self.select_memory(&batch.senders, &batch.texts()).await?;
+        let (reason, forced) = match plan.forced {
+            Some((reason, forced)) => (reason, Some(forced)),
+            None => ("refresh", None),
+        };
+        self.open_segment(Role::Persona, token, now, memory, reason, forced)
+            .await
+    }
+
+    /// The turn's user message, and the transcript body a rebuilt renderer replays it from (the
+    /// history keys it showed and, after a notice, the layers it showed). Only this message is
+    /// sent — the provider's session holds the rest — so the whole request is not rendered.
+    fn render_persona(&mut self, batch: &Batch) -> Result<(String, Value), RuntimeError> {
         let layers = self.layers(String::new())?;
         let Some(renderer) = self.persona.renderer.as_mut() else {
             return Err(RuntimeError::Config("no persona renderer".to_string()));
         };
-        // Only this turn's user message is sent (the provider's session holds the rest), so the
-        // whole request is not rendered.
         let memory = renderer.base().memory.clone();
-        let user_text = renderer
-            .append_turn(&Layers { memory, ..layers }, &input)
+        let text = renderer
+            .append_turn(&Layers { memory, ..layers }, &batch.input)
             .blocks
             .last()
             .map(|b| b.text.clone())
             .unwrap_or_default();
-        let segment = self.persona.segment.unwrap_or(0);
-        // What a rebuilt renderer needs to replay this turn (see `replay`): the history keys it
-        // showed and, after a notice, the layers it showed.
-        let mut delivery_body = json!({
-            "batch": batch_id,
-            "seqs": batch.iter().map(|d| d.seq).collect::<Vec<_>>(),
-            "text": user_text,
-            "seen": Renderer::shown_keys(&input),
+        let mut body = json!({
+            "batch": batch.id,
+            "seqs": batch.deliveries.iter().map(|d| d.seq).collect::<Vec<_>>(),
+            "text": text,
+            "seen": Renderer::shown_keys(&batch.input),
         });
         if shown_changed(renderer) {
-            delivery_body["shown"] = serde_json::to_value(renderer.shown()).unwrap_or_default();
+            body["shown"] = serde_json::to_value(renderer.shown()).unwrap_or_default();
         }
+        Ok((text, body))
+    }
 
-        // The transcript first: what the Mind is shown is durable before it is acted on.
+    /// Appends one transcript item on its own: what the Mind is shown is durable before it is
+    /// acted on.
+    pub(super) async fn record_item(
+        &self,
+        token: FencingToken,
+        role: Role,
+        segment: i64,
+        kind: TranscriptKind,
+        body: Value,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
         self.host
             .store
             .append_transcript(
                 &self.mind.id,
                 token,
                 &[NewTranscriptItem {
-                    role: Role::Persona,
+                    role,
                     segment,
-                    kind: TranscriptKind::Delivery,
-                    body: delivery_body,
+                    kind,
+                    body,
                     created_at_ms: now,
                 }],
             )
             .await?;
+        Ok(())
+    }
 
-        let mut ledger = Vec::new();
-        let mut outcome = match self.persona.backend.turn(TurnInput::text(user_text)).await {
+    /// Asks the backend and checks the reply; an invalid reply is retried once with the reason.
+    async fn ask_persona(
+        &mut self,
+        batch: &Batch,
+        plan: &Plan,
+        text: String,
+        now: i64,
+    ) -> Result<Answer, RuntimeError> {
+        let outcome = match self.persona.backend.turn(TurnInput::text(text)).await {
             Ok(o) => o,
             Err(e) => {
                 // A backend that keeps its own durable session (the CLI) relaunches it by itself
@@ -162,146 +327,108 @@ impl<B: Backend> MindRunner<B> {
                 let relaunches = self.persona.backend.binds_sessions()
                     && matches!(e, BackendError::Transport(_));
                 if !relaunches {
-                    self.persona.broken = true;
+                    self.persona.mark_broken(now);
                 }
                 self.persona.collect_events();
                 return Err(e.into());
             }
         };
-        ledger.push(self.answered(Role::Persona, &outcome, now, &decision_text, state, true));
-        let mut verdict = outcome
+        let label = plan.label();
+        let row = self.answered(
+            Role::Persona,
+            &outcome,
+            now,
+            plan.asked(RowKind::Request, &label, true),
+        );
+        let verdict = self.check_reply(batch, &outcome);
+        let mut answer = Answer {
+            outcome,
+            verdict,
+            retried: None,
+            ledger: vec![row],
+        };
+        if let Err(problem) = answer.verdict.clone() {
+            self.retry_persona(batch, &mut answer, &problem).await;
+        }
+        if let Some(r) = self.persona.renderer.as_mut() {
+            r.reply(&outcome_text(&answer.outcome));
+        }
+        Ok(answer)
+    }
+
+    fn check_reply(&self, batch: &Batch, outcome: &TurnOutcome) -> Result<PersonaReply, String> {
+        outcome
             .structured
             .as_ref()
             .ok_or_else(|| "no structured reply".to_string())
-            .and_then(|v| validate_reply(&self.mind, &batch, v));
-        // The invalid first reply and the retry prompt, when a retry was answered: the
-        // provider's session holds both, so the transcript does too.
-        let mut retried: Option<Value> = None;
-        if let Err(problem) = &verdict {
-            // Answered by policy: one retry with the reason, then a recorded failure.
-            let retry = format!(
-                "Your reply was not valid ({problem}). Reply again, following the schema exactly."
-            );
-            let now2 = self.host.clock.now_ms();
-            match self
-                .persona
-                .backend
-                .turn(TurnInput::text(retry.clone()))
-                .await
-            {
-                Ok(second) => {
-                    if let Some(r) = self.persona.renderer.as_mut() {
-                        r.reply(&outcome_text(&outcome));
-                        // The retry prompt goes as sent, with no notices: the renderer holds
-                        // exactly what the provider's session holds.
-                        r.push_user(&retry);
-                    }
-                    retried = Some(json!({
-                        "failure": "invalid reply",
-                        "problem": problem,
-                        "reply": outcome.structured,
-                        "text": outcome.text,
-                        "retry": retry,
-                    }));
-                    let row = self.answered(
-                        Role::Persona,
-                        &second,
-                        now2,
-                        "retry_invalid_reply",
-                        "warm",
-                        false,
-                    );
-                    ledger.push(row);
-                    verdict = second
-                        .structured
-                        .as_ref()
-                        .ok_or_else(|| "no structured reply".to_string())
-                        .and_then(|v| validate_reply(&self.mind, &batch, v));
-                    outcome = second;
-                }
-                Err(e) => {
-                    self.persona.broken = true;
-                    self.persona.collect_events();
-                    verdict = Err(format!("retry failed: {e}"));
-                }
-            }
-        }
-        if let Some(r) = self.persona.renderer.as_mut() {
-            r.reply(&outcome_text(&outcome));
-        }
+            .and_then(|v| validate_reply(&self.mind, &batch.deliveries, v))
+    }
 
-        let mut record = TurnRecord {
-            turn_key: Some(format!("persona-{batch_id}-{}", segment)),
-            ack_through: Some(max_seq),
-            ledger,
-            ..TurnRecord::default()
-        };
-        let valid = verdict.is_ok();
-        if let Some(body) = retried {
-            record.transcript.push(NewTranscriptItem {
-                role: Role::Persona,
-                segment,
-                kind: TranscriptKind::Notice,
-                body,
-                created_at_ms: now,
-            });
-        }
-        match verdict {
-            Ok(reply) => {
-                record.transcript.push(NewTranscriptItem {
-                    role: Role::Persona,
-                    segment,
-                    kind: TranscriptKind::Reply,
-                    body: outcome.structured.clone().unwrap_or(Value::Null),
-                    created_at_ms: now,
-                });
-                for (index, say) in reply.say.iter().enumerate() {
-                    record.outbox.push(NewOutboxMessage {
-                        request_id: format!("{batch_id}-{index}"),
-                        room: say.room.clone(),
-                        text: say.text.clone(),
-                        created_at_ms: now,
-                    });
+    /// The one retry of an invalid reply, answered by policy: the reason, then a recorded
+    /// failure if it fails again.
+    async fn retry_persona(&mut self, batch: &Batch, answer: &mut Answer, problem: &str) {
+        let retry = format!(
+            "Your reply was not valid ({problem}). Reply again, following the schema exactly."
+        );
+        let now = self.host.clock.now_ms();
+        match self
+            .persona
+            .backend
+            .turn(TurnInput::text(retry.clone()))
+            .await
+        {
+            Ok(second) => {
+                if let Some(r) = self.persona.renderer.as_mut() {
+                    r.reply(&outcome_text(&answer.outcome));
+                    // The retry prompt goes as sent, with no notices: the renderer holds
+                    // exactly what the provider's session holds.
+                    r.push_user(&retry);
                 }
-                for note in reply.remember.iter().take(MEMORY_NOTES_PER_REPLY) {
-                    // `about` is limited to the batch's senders and the operators' ids the model
-                    // named; anything else is dropped rather than trusted.
-                    let about: Vec<String> = note
-                        .about
-                        .iter()
-                        .filter(|a| senders.contains(*a))
-                        .cloned()
-                        .collect();
-                    record.memory.push(NewMemoryNote {
-                        about,
-                        salience: note.salience.clamp(0, 10),
-                        text: note.text.clone(),
-                        created_at_ms: now,
-                        source: batch_id.clone(),
-                    });
-                }
-                if let Some(run) = reply.start_self_run {
-                    record.briefs.push(NewBrief {
-                        text: run.brief,
-                        origin: BriefOrigin::Persona,
-                        created_at_ms: now,
-                    });
-                }
+                answer.retried = Some(json!({
+                    "failure": "invalid reply",
+                    "problem": problem,
+                    "reply": answer.outcome.structured,
+                    "text": answer.outcome.text,
+                    "retry": retry,
+                }));
+                let row = self.answered(
+                    Role::Persona,
+                    &second,
+                    now,
+                    Asked {
+                        kind: RowKind::Request,
+                        bounds: None,
+                        event: None,
+                        decision: None,
+                        label: "retry_invalid_reply",
+                        state: "warm",
+                        boundary: false,
+                    },
+                );
+                answer.ledger.push(row);
+                answer.verdict = self.check_reply(batch, &second);
+                answer.outcome = second;
             }
-            Err(problem) => {
-                record.transcript.push(NewTranscriptItem {
-                    role: Role::Persona,
-                    segment,
-                    kind: TranscriptKind::Notice,
-                    body: json!({"failure": "invalid reply", "problem": problem, "reply": outcome.structured, "text": outcome.text}),
-                    created_at_ms: now,
-                });
+            Err(e) => {
+                self.persona.mark_broken(now);
+                self.persona.collect_events();
+                answer.verdict = Err(format!("retry failed: {e}"));
             }
         }
+    }
+
+    /// The turn's one transaction; then the session is bound to the transcript it now stands on.
+    async fn commit_persona(
+        &mut self,
+        token: FencingToken,
+        batch: &Batch,
+        record: &TurnRecord,
+        valid: bool,
+    ) -> Result<Step, RuntimeError> {
         match self
             .host
             .store
-            .record_turn(&self.mind.id, token, &record)
+            .record_turn(&self.mind.id, token, record)
             .await
         {
             Ok(receipt) => {
@@ -316,11 +443,12 @@ impl<B: Backend> MindRunner<B> {
                 })
             }
             Err(StoreError::TurnAlreadyRecorded { .. }) => Ok(Step::PersonaTurn {
-                acked_through: max_seq,
+                acked_through: batch.max_seq,
                 valid,
             }),
             Err(e) => {
-                self.persona.broken = true;
+                let now = self.host.clock.now_ms();
+                self.persona.mark_broken(now);
                 Err(e.into())
             }
         }
@@ -328,13 +456,15 @@ impl<B: Backend> MindRunner<B> {
 
     /// A Persona refresh by compaction (`refresh = "compact"`): the provider summarises the
     /// session in place. The compaction's request is ledgered on the segment it summarised
-    /// (decision `compact`, its own usage and cost); a new segment (reason `compact`) then
-    /// continues the same provider session, its renderer restarted on the summary as memory.
-    /// Returns `false` — the caller rebuilds, the next row carries a `compact_failed` event —
-    /// when the backend cannot compact ([`BackendError::Invalid`]) or the compaction failed (the
-    /// session is then rebuilt, which never depends on the provider's copy).
-    pub(super) async fn compact_persona(
+    /// (decision `compact`, a flush in the accounting, its own usage and cost); a new segment
+    /// (reason `compact`) then continues the same provider session, its renderer restarted on
+    /// the summary as memory. Returns `false` — the caller rebuilds, the next row carries a
+    /// `compact_failed` event — when the backend cannot compact ([`BackendError::Invalid`]) or
+    /// the compaction failed (the session is then rebuilt, which never depends on the
+    /// provider's copy).
+    async fn compact_persona(
         &mut self,
+        plan: &Plan,
         token: FencingToken,
         now: i64,
     ) -> Result<bool, RuntimeError> {
@@ -359,8 +489,12 @@ impl<B: Backend> MindRunner<B> {
                 return Ok(false);
             }
         };
-        let mut row = self.ledger_row(&self.persona, &outcome, now, "compact", "warm", true);
-        self.persona.attach_events(&mut row);
+        let row = self.answered(
+            Role::Persona,
+            &outcome,
+            now,
+            plan.asked(RowKind::Flush, "compact", true),
+        );
         self.host
             .store
             .append_ledger(&self.mind.id, token, &[row])
@@ -388,75 +522,109 @@ impl<B: Backend> MindRunner<B> {
                     reason: COMPACT_REASON.to_string(),
                     session_id: None,
                     memory: Some(summary.clone()),
-                    spec_digest: Some(spec_digest(&spec)),
+                    spec_digest: Some(super::segment::spec_digest(&spec)),
                 },
             )
             .await?;
-        self.host
-            .store
-            .append_transcript(
-                &self.mind.id,
-                token,
-                &[NewTranscriptItem {
-                    role: Role::Persona,
-                    segment: segment.number,
-                    kind: TranscriptKind::MemoryFlush,
-                    body: json!({"memory": summary, "from": "compact"}),
-                    created_at_ms: now,
-                }],
-            )
-            .await?;
-        let s = &mut self.persona;
-        s.begin_segment(renderer, segment.number, rehydration);
-        // The session now starts from its system and the summary.
-        s.prefix_tokens = rehydration;
-        s.last_request_ms = now;
-        s.warm_until_ms = Some(now + self.mind.tail_ttl.millis());
-        s.head_warm_until_ms = Some(now + self.mind.head_ttl.millis());
+        self.record_item(
+            token,
+            Role::Persona,
+            segment.number,
+            TranscriptKind::MemoryFlush,
+            json!({"memory": summary, "from": "compact"}),
+            now,
+        )
+        .await?;
+        let head = self.persona.acc.head_tokens();
+        let start = SegmentStart {
+            head,
+            rehydration: rehydration.max(head),
+            forced: None,
+            lost_at_ms: None,
+        };
+        self.estimate_rehydration(Role::Persona, &renderer);
+        // The record is the compaction's own measure: the first request's breakpoints show the
+        // launched system, not the summary after it.
+        self.persona.begin_segment(
+            renderer,
+            segment.number,
+            Starting {
+                start,
+                measured: true,
+            },
+        );
         Ok(true)
     }
+}
 
-    /// Memory for a new segment (seed A6): notes relevant to the batch (matching its most
-    /// distinctive words), about its senders, then the newest — within the configured token
-    /// budget, most relevant first.
-    pub(super) async fn select_memory(
-        &self,
-        senders: &BTreeSet<String>,
-        texts: &[&str],
-    ) -> Result<String, RuntimeError> {
-        let store = &self.host.store;
-        let mut notes = Vec::new();
-        let mut words: Vec<&str> = texts
-            .iter()
-            .flat_map(|t| t.split(|c: char| !c.is_alphanumeric()))
-            .filter(|w| w.chars().count() >= 5)
-            .collect();
-        words.sort_by_key(|w| std::cmp::Reverse(w.len()));
-        words.dedup();
-        for word in words.iter().take(3) {
-            notes.extend(store.memory_search(&self.mind.id, word, 4).await?);
-        }
-        for sender in senders {
-            notes.extend(store.memory_about(&self.mind.id, sender, 6).await?);
-        }
-        notes.extend(store.memory_newest(&self.mind.id, 16).await?);
-        let mut seen = BTreeSet::new();
-        let mut out = String::new();
-        let mut tokens = 0;
-        for note in notes {
-            if !seen.insert(note.id) {
-                continue;
-            }
-            let line = format!("- ({}) {}\n", note.about.join(", "), note.text);
-            let t = count(&line);
-            if tokens + t > self.mind.memory_tokens {
-                continue;
-            }
-            tokens += t;
-            out.push_str(&line);
-        }
-        Ok(out)
+/// The turn's one record: the reply (or the failure) and what it causes — outbox messages with
+/// idempotent request ids, memory notes about the batch's senders, a Self brief — the ledger
+/// rows, and the ack through the batch's max seq.
+fn persona_record(batch: &Batch, segment: i64, answer: Answer, now: i64) -> TurnRecord {
+    let item = |kind, body| NewTranscriptItem {
+        role: Role::Persona,
+        segment,
+        kind,
+        body,
+        created_at_ms: now,
+    };
+    let mut record = TurnRecord {
+        turn_key: Some(format!("persona-{}-{segment}", batch.id)),
+        ack_through: Some(batch.max_seq),
+        ledger: answer.ledger,
+        ..TurnRecord::default()
+    };
+    if let Some(body) = answer.retried {
+        record.transcript.push(item(TranscriptKind::Notice, body));
     }
+    let outcome = answer.outcome;
+    let reply = match answer.verdict {
+        Ok(reply) => reply,
+        Err(problem) => {
+            record.transcript.push(item(
+                TranscriptKind::Notice,
+                json!({"failure": "invalid reply", "problem": problem, "reply": outcome.structured, "text": outcome.text}),
+            ));
+            return record;
+        }
+    };
+    record.transcript.push(item(
+        TranscriptKind::Reply,
+        outcome.structured.clone().unwrap_or(Value::Null),
+    ));
+    for (index, say) in reply.say.iter().enumerate() {
+        record.outbox.push(NewOutboxMessage {
+            request_id: format!("{}-{index}", batch.id),
+            room: say.room.clone(),
+            text: say.text.clone(),
+            created_at_ms: now,
+        });
+    }
+    for note in reply.remember.iter().take(MEMORY_NOTES_PER_REPLY) {
+        // `about` is limited to the batch's senders; anything else the model named is dropped
+        // rather than trusted.
+        let about: Vec<String> = note
+            .about
+            .iter()
+            .filter(|a| batch.senders.contains(*a))
+            .cloned()
+            .collect();
+        record.memory.push(NewMemoryNote {
+            about,
+            salience: note.salience.clamp(0, 10),
+            text: note.text.clone(),
+            created_at_ms: now,
+            source: batch.id.clone(),
+        });
+    }
+    if let Some(run) = reply.start_self_run {
+        record.briefs.push(NewBrief {
+            text: run.brief,
+            origin: BriefOrigin::Persona,
+            created_at_ms: now,
+        });
+    }
+    record
 }
 
 pub(super) fn outcome_text(outcome: &TurnOutcome) -> String {

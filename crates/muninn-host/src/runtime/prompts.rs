@@ -1,8 +1,5 @@
 //! What the sessions are told.
 
-#[allow(unused_imports)]
-use super::*;
-
 /// The reason of a segment opened by a compaction.
 pub const COMPACT_REASON: &str = "compact";
 

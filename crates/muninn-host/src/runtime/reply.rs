@@ -1,7 +1,20 @@
 //! The Persona's reply contract: the reply schema and its checks.
 
-#[allow(unused_imports)]
-use super::*;
+use crate::config::MindConfig;
+use muninn_store::Delivery;
+use serde_json::{Value, json};
+
+/// A `remember[]` note's byte limit, and how many a reply may carry.
+pub const MEMORY_NOTE_BYTES: usize = 1_000;
+
+/// See [`MEMORY_NOTE_BYTES`].
+pub const MEMORY_NOTES_PER_REPLY: usize = 8;
+
+/// A `start_self_run` brief's character limit.
+pub const BRIEF_CHARS: usize = 1_000;
+
+/// The reply-schema room meaning "the DM room of this batch".
+pub const DM_ROOM: &str = "@dm";
 
 /// A Persona's reply, as the reply schema types it.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]

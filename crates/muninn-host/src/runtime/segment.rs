@@ -1,7 +1,17 @@
-//! Segments: opening one, resuming one after a new lease (the renderer rebuilt from the transcript), and binding the provider session to the transcript.
+//! Segments: opening one, resuming one after a new lease (the renderer rebuilt from the
+//! transcript), and binding the provider session to the transcript.
 
-#[allow(unused_imports)]
-use super::*;
+use super::prompts::COMPACT_REASON;
+use super::session::{Bound, Starting};
+use super::{MindRunner, RuntimeError, reply_schema};
+use muninn_backend::{Backend, SessionSpec};
+use muninn_core::ledger::ForcedStart;
+use muninn_core::money::Tokens;
+use muninn_core::render::{Layers, Renderer};
+use muninn_core::tokenize::count;
+use muninn_store::{FencingToken, NewSegment, Role, TranscriptItem, TranscriptKind};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 impl<B: Backend> MindRunner<B> {
     /// The layers as they are now: doctrine and persona state re-read (an edit shows up as a
@@ -33,6 +43,48 @@ impl<B: Backend> MindRunner<B> {
         })
     }
 
+    /// Memory for a new segment (seed A6): notes relevant to the batch (matching its most
+    /// distinctive words), about its senders, then the newest — within the configured token
+    /// budget, most relevant first.
+    pub(super) async fn select_memory(
+        &self,
+        senders: &BTreeSet<String>,
+        texts: &[&str],
+    ) -> Result<String, RuntimeError> {
+        let store = &self.host.store;
+        let mut notes = Vec::new();
+        let mut words: Vec<&str> = texts
+            .iter()
+            .flat_map(|t| t.split(|c: char| !c.is_alphanumeric()))
+            .filter(|w| w.chars().count() >= 5)
+            .collect();
+        words.sort_by_key(|w| std::cmp::Reverse(w.len()));
+        words.dedup();
+        for word in words.iter().take(3) {
+            notes.extend(store.memory_search(&self.mind.id, word, 4).await?);
+        }
+        for sender in senders {
+            notes.extend(store.memory_about(&self.mind.id, sender, 6).await?);
+        }
+        notes.extend(store.memory_newest(&self.mind.id, 16).await?);
+        let mut seen = BTreeSet::new();
+        let mut out = String::new();
+        let mut tokens = 0;
+        for note in notes {
+            if !seen.insert(note.id) {
+                continue;
+            }
+            let line = format!("- ({}) {}\n", note.about.join(", "), note.text);
+            let t = count(&line);
+            if tokens + t > self.mind.memory_tokens {
+                continue;
+            }
+            tokens += t;
+            out.push_str(&line);
+        }
+        Ok(out)
+    }
+
     /// The session spec of a role's segment rendered by `renderer`.
     pub(super) fn spec_for(&self, role: Role, renderer: &Renderer) -> SessionSpec {
         SessionSpec {
@@ -52,7 +104,8 @@ impl<B: Backend> MindRunner<B> {
     }
 
     /// Opens a new segment for a role: a segment row, a renderer on the current layers, a fresh
-    /// provider session.
+    /// provider session. `forced` says why, when the decider did not choose it; the segment's
+    /// first ledger row carries its head and rehydration.
     pub(super) async fn open_segment(
         &mut self,
         role: Role,
@@ -60,6 +113,7 @@ impl<B: Backend> MindRunner<B> {
         now: i64,
         memory: String,
         reason: &str,
+        forced: Option<ForcedStart>,
     ) -> Result<(), RuntimeError> {
         let layers = self.layers(memory.clone())?;
         let renderer = Renderer::new(layers, self.mind.head_ttl, self.mind.tail_ttl)
@@ -83,6 +137,9 @@ impl<B: Backend> MindRunner<B> {
                 },
             )
             .await?;
+        let lost_at_ms = self.session(role).lost_at_ms;
+        let start = self.segment_start(&renderer, forced, lost_at_ms);
+        self.estimate_rehydration(role, &renderer);
         let session = self.session_mut(role);
         // A fresh segment is never seeded from an earlier conversation (a resume that did not
         // go through may have left a seed behind).
@@ -90,9 +147,15 @@ impl<B: Backend> MindRunner<B> {
         let started = session.backend.start(spec).await;
         session.collect_events();
         started?;
-        session.begin_segment(renderer, segment.number, rehydration);
+        session.begin_segment(
+            renderer,
+            segment.number,
+            Starting {
+                start,
+                measured: false,
+            },
+        );
         session.launched_system = rehydration;
-        session.broken = false;
         session.resume = None;
         Ok(())
     }
@@ -144,14 +207,11 @@ impl<B: Backend> MindRunner<B> {
         if let Some(first) = items.first() {
             self.session_mut(role).bind_from = first.seq;
         }
-        let Some((renderer, replies)) = replay(role, renderer, &items) else {
+        let Some(renderer) = replay(role, renderer, &items) else {
             return Ok(false);
         };
         let bytes: Vec<Vec<u8>> = items.iter().map(binding_bytes).collect();
-        let last_ms = items
-            .last()
-            .map_or(segment.started_at_ms, |i| i.created_at_ms);
-        let (tail, head) = (self.mind.tail_ttl, self.mind.head_ttl);
+        self.estimate_rehydration(role, &renderer);
         let session = self.session_mut(role);
         if !session.backend.resume_session(&handle, &bytes, fork) {
             return Ok(false);
@@ -160,18 +220,16 @@ impl<B: Backend> MindRunner<B> {
         let started = session.backend.start(spec).await;
         session.collect_events();
         started?;
-        session.prefix_tokens = renderer.rendered().checkpoints().1;
-        // No rehydration on the ledger: the provider's session continues (a fresh one seeded
-        // from the transcript reports its seeding among the backend's session events).
-        session.begin_segment(renderer, segment.number, 0);
-        session.requests = replies;
-        session.launched_system = launched_system;
-        // The provider's cache outlives a host restart: the segment's last request may still be
-        // warm, which the decider is told (its own clock decides).
-        session.last_request_ms = last_ms;
-        session.warm_until_ms = Some(last_ms + tail.millis());
-        session.head_warm_until_ms = Some(last_ms + head.millis());
+        // The segment continues: no new segment on the ledger (a fresh provider session seeded
+        // from the transcript reports its seeding among the backend's session events), and the
+        // accounting, read back from the ledger, carries on where the last holder left it — its
+        // requests, reads, and the cache the provider still holds.
+        session.renderer = Some(renderer);
+        session.segment = Some(segment.number);
+        session.starting = None;
         session.broken = false;
+        session.lost_at_ms = None;
+        session.launched_system = launched_system;
         session.bound = Some(Bound {
             segment: segment.number,
             items: bytes,
@@ -290,17 +348,16 @@ pub(super) fn shown_changed(r: &Renderer) -> bool {
 }
 
 /// Rebuilds a segment's renderer from its transcript: each user message and reply as sent,
-/// each turn's shown history keys and noticed layers. Returns the renderer and the number of
-/// replies, or `None` when the transcript holds something a renderer cannot replay — a
+/// each turn's shown history keys and noticed layers. Returns the renderer, or `None` when the
+/// transcript holds something a renderer cannot replay — a
 /// flushed Self segment (it ends there), an item of a kind this build does not write into a
 /// conversation, or a last turn never answered (the provider may or may not have it).
 pub(super) fn replay(
     role: Role,
     mut renderer: Renderer,
     items: &[TranscriptItem],
-) -> Option<(Renderer, u32)> {
+) -> Option<Renderer> {
     let text = |v: &Value| v.as_str().map(str::to_string);
-    let mut replies = 0u32;
     let mut awaiting_reply = false;
     for item in items {
         let body = &item.body;
@@ -318,7 +375,6 @@ pub(super) fn replay(
             }
             (Role::Persona, TranscriptKind::Reply) => {
                 renderer.reply(&body.to_string());
-                replies += 1;
                 awaiting_reply = false;
             }
             (Role::Persona, TranscriptKind::Notice) if body.get("failure").is_some() => {
@@ -327,7 +383,6 @@ pub(super) fn replay(
                     v => v.to_string(),
                 };
                 renderer.reply(&reply);
-                replies += 1;
                 awaiting_reply = false;
                 if let Some(retry) = body.get("retry") {
                     renderer.push_user(&text(retry)?);
@@ -340,11 +395,10 @@ pub(super) fn replay(
             }
             (Role::SelfRole, TranscriptKind::Result) => {
                 renderer.reply(&text(&body["text"])?);
-                replies += 1;
                 awaiting_reply = false;
             }
             _ => return None,
         }
     }
-    (!awaiting_reply).then_some((renderer, replies))
+    (!awaiting_reply).then_some(renderer)
 }

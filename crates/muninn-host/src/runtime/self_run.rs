@@ -1,7 +1,24 @@
-//! A Self brief: decide at the task boundary, run under the flush protocol, report back.
+//! A Self brief, as a pipeline: plan at the task boundary → (flush and) start a segment if
+//! planned → record the brief → run it under the flush protocol → build the record → commit,
+//! then report back to the Persona.
 
-#[allow(unused_imports)]
-use super::*;
+use super::accounting::Asked;
+use super::persona::{Plan, outcome_text};
+use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
+use super::session::Flushed;
+use super::{MindRunner, RuntimeError, SELF_ROOM, Step};
+use muninn_backend::{Backend, FlushProtocol, FlushStage, RunOutcome, TurnInput};
+use muninn_core::decide::Event;
+use muninn_core::ledger::{ForcedStart, LedgerRow, RowKind};
+use muninn_core::tokenize::count;
+use muninn_store::{
+    Brief, BriefStatus, FencingToken, NewDelivery, NewTranscriptItem, Role, TranscriptKind,
+    TurnRecord,
+};
+use serde_json::{Value, json};
+
+/// How much of a Self result reaches the Persona.
+const RESULT_EXCERPT_CHARS: usize = 2_000;
 
 impl<B: Backend> MindRunner<B> {
     /// The flush protocol of this Mind's Self runs: the Mind's ceiling (else the model's
@@ -24,66 +41,20 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
+    /// One Self brief.
     pub(super) async fn self_turn(
         &mut self,
         token: FencingToken,
         now: i64,
-        brief: muninn_store::Brief,
+        brief: Brief,
     ) -> Result<Step, RuntimeError> {
-        // A new lease: continue the open segment through its stored handle, if it lines up.
-        if self.selfs.broken
-            && let Some(fork) = self.selfs.resume.take()
-        {
-            self.resume_segment(Role::SelfRole, fork, now).await?;
-        }
-        // A brief's start is a task boundary: the decider may refresh here.
-        let delta = count(&brief.text);
-        let mut decision_text = "start".to_string();
-        let flushed = self.selfs.flushed_memory.take();
-        let refresh = if flushed.is_some() || self.selfs.renderer.is_none() || self.selfs.broken {
-            true
+        self.resume_on_new_lease(Role::SelfRole, now).await?;
+        let plan = self.plan_self(&brief, now);
+        if plan.refreshes() {
+            self.start_self_segment(&plan, token, now).await?;
         } else {
-            let view = self.view(&self.selfs);
-            let d = decide(
-                self.policy,
-                &view,
-                Event::Arrival {
-                    boundary: self.mind.refresh_at_task_boundaries,
-                    delta,
-                },
-                now,
-            );
-            decision_text = format!("{}:{:?}", d.action.as_str(), d.reason);
-            d.action == Action::Refresh
-        };
-        if refresh {
-            let (memory, reason) = if let Some(memory) = flushed {
-                // The last run flushed under the flush protocol: its memory is the new start.
-                decision_text = "start:flushed".to_string();
-                (memory, "flushed")
-            } else if self.selfs.renderer.is_some() && !self.selfs.broken {
-                (self.flush_self(token, now).await?, "task boundary")
-            } else {
-                // A host that stopped after a run flushed left the flush as the segment's last
-                // item: it is the memory to start from.
-                let tail = self
-                    .host
-                    .store
-                    .transcript_tail(&self.mind.id, Role::SelfRole, 1)
-                    .await?;
-                match tail
-                    .last()
-                    .filter(|i| i.kind == TranscriptKind::MemoryFlush)
-                {
-                    Some(item) => (
-                        item.body["memory"].as_str().unwrap_or_default().to_string(),
-                        "flushed",
-                    ),
-                    None => (self.self_memory_from_briefs().await?, "task boundary"),
-                }
-            };
-            self.open_segment(Role::SelfRole, token, now, memory, reason)
-                .await?;
+            // An idle flush the segment outlived: its memory is stale now.
+            self.selfs.flushed = None;
         }
         let segment = self.selfs.segment.unwrap_or(0);
         let text = format!(
@@ -92,34 +63,156 @@ impl<B: Backend> MindRunner<B> {
             brief.origin.as_str(),
             brief.text
         );
-        self.host
-            .store
-            .append_transcript(
-                &self.mind.id,
-                token,
-                &[NewTranscriptItem {
-                    role: Role::SelfRole,
-                    segment,
-                    kind: TranscriptKind::Brief,
-                    body: json!({"brief": brief.seq, "text": text}),
-                    created_at_ms: now,
-                }],
-            )
-            .await?;
+        let body = json!({"brief": brief.seq, "text": text});
+        self.record_item(
+            token,
+            Role::SelfRole,
+            segment,
+            TranscriptKind::Brief,
+            body,
+            now,
+        )
+        .await?;
         if let Some(r) = self.selfs.renderer.as_mut() {
             // As sent: the renderer holds what the provider's session holds.
             r.push_user(&text);
         }
+        let run = self.run_self(&brief, text, token, now).await?;
+        let stage = flush_stage_name(run.flush);
+        let label = match run.flush {
+            FlushStage::NotNeeded => self_label(&plan),
+            _ => format!("flush:{stage}"),
+        };
+        let row = self.answered(
+            Role::SelfRole,
+            &run.outcome,
+            now,
+            plan.asked(RowKind::Request, &label, true),
+        );
+        let result = outcome_text(&run.outcome);
+        if let Some(r) = self.selfs.renderer.as_mut() {
+            r.reply(&result);
+        }
+        let memory = match run.flush {
+            FlushStage::NotNeeded => None,
+            _ => Some(self.run_memory(segment, &run, &result).await?),
+        };
+        let record = self_record(
+            &self.mind.id,
+            &brief,
+            segment,
+            &result,
+            row,
+            &memory,
+            stage,
+            now,
+        );
+        self.host
+            .store
+            .record_turn(&self.mind.id, token, &record)
+            .await?;
+        match memory {
+            Some((memory, _)) => {
+                self.selfs.flushed = Some(Flushed {
+                    memory,
+                    forced: true,
+                });
+            }
+            None => self.bind_session(Role::SelfRole, token).await?,
+        }
+        self.report_back(token, &brief, run.flush, &result, now)
+            .await?;
+        Ok(Step::SelfTurn { brief: brief.seq })
+    }
+
+    /// A brief's start is a task boundary: the decider may refresh here. A run the flush
+    /// protocol ended starts the next segment from its memory without asking.
+    fn plan_self(&mut self, brief: &Brief, now: i64) -> Plan {
+        let delta = count(&brief.text);
+        if self.selfs.flushed.as_ref().is_some_and(|f| f.forced) {
+            return Plan {
+                decision: None,
+                event: Event::Arrival {
+                    boundary: true,
+                    delta,
+                },
+                state: "cold",
+                bounds: self.selfs.acc.bounds(),
+                forced: Some(("flushed", ForcedStart::Flushed)),
+            };
+        }
+        self.plan(
+            Role::SelfRole,
+            delta,
+            self.mind.refresh_at_task_boundaries,
+            now,
+        )
+    }
+
+    /// The memory a new Self segment starts from, and the segment opened on it: a flush's
+    /// (the protocol's, or the idle one the decider chose), a flush asked for now, or — after a
+    /// lost session — the last flush left in the transcript, else the latest briefs' results.
+    async fn start_self_segment(
+        &mut self,
+        plan: &Plan,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        let flushed = self.selfs.flushed.take();
+        let (memory, reason) = if let Some(flushed) = flushed {
+            (flushed.memory, "flushed")
+        } else if self.selfs.live() {
+            let asked = plan.asked(RowKind::Flush, "flush", true);
+            (self.flush_self(token, now, asked).await?, "task boundary")
+        } else {
+            self.lost_self_memory().await?
+        };
+        let forced = plan.forced.map(|(_, forced)| forced);
+        self.open_segment(Role::SelfRole, token, now, memory, reason, forced)
+            .await
+    }
+
+    /// A host that stopped after a run flushed left the flush as the segment's last item: it is
+    /// the memory to start from; otherwise the latest briefs' results.
+    async fn lost_self_memory(&self) -> Result<(String, &'static str), RuntimeError> {
+        let tail = self
+            .host
+            .store
+            .transcript_tail(&self.mind.id, Role::SelfRole, 1)
+            .await?;
+        Ok(
+            match tail
+                .last()
+                .filter(|i| i.kind == TranscriptKind::MemoryFlush)
+            {
+                Some(item) => (
+                    item.body["memory"].as_str().unwrap_or_default().to_string(),
+                    "flushed",
+                ),
+                None => (self.self_memory_from_briefs().await?, "task boundary"),
+            },
+        )
+    }
+
+    /// Runs the brief under the flush protocol; a failed run fails the brief and breaks the
+    /// session (the next brief rebuilds it).
+    async fn run_self(
+        &mut self,
+        brief: &Brief,
+        text: String,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<RunOutcome, RuntimeError> {
         let protocol = self.flush_protocol();
-        let run = match self
+        match self
             .selfs
             .backend
             .run(TurnInput::text(text), &protocol)
             .await
         {
-            Ok(run) => run,
+            Ok(run) => Ok(run),
             Err(e) => {
-                self.selfs.broken = true;
+                self.selfs.mark_broken(now);
                 self.selfs.collect_events();
                 let message = format!("the Self session failed: {e}");
                 self.host
@@ -133,78 +226,57 @@ impl<B: Backend> MindRunner<B> {
                         now,
                     )
                     .await?;
-                return Err(e.into());
+                Err(e.into())
             }
-        };
-        let outcome = run.outcome;
+        }
+    }
+
+    /// The memory a run the flush protocol ended leaves for the next segment: its answer when it
+    /// holds every pinned item, else the segment's tail verbatim. With where it came from.
+    async fn run_memory(
+        &self,
+        segment: i64,
+        run: &RunOutcome,
+        result: &str,
+    ) -> Result<(String, String), RuntimeError> {
         let stage = flush_stage_name(run.flush);
-        if run.flush != FlushStage::NotNeeded {
-            decision_text = format!("flush:{stage}");
+        if let Some(memory) = pinned_memory(&run.outcome.text) {
+            return Ok((memory, format!("flush:{stage}")));
         }
-        let row = self.answered(Role::SelfRole, &outcome, now, &decision_text, "warm", true);
-        let result = outcome_text(&outcome);
-        if let Some(r) = self.selfs.renderer.as_mut() {
-            r.reply(&result);
+        let mut tail = self.self_tail(segment).await?;
+        if !tail.is_empty() {
+            tail.push('\n');
         }
-        let mut transcript = vec![NewTranscriptItem {
-            role: Role::SelfRole,
-            segment,
-            kind: TranscriptKind::Result,
-            body: json!({"brief": brief.seq, "text": result}),
-            created_at_ms: now,
-        }];
-        // A run the flush protocol ended has flushed (or failed to): its memory, or the
-        // segment's tail when the answer lacks a pinned item, starts the next segment.
-        let (status, verb) = match run.flush {
+        tail.push_str(result);
+        Ok((
+            tail,
+            format!("tail (flush:{stage}: the answer missed a pinned item)"),
+        ))
+    }
+
+    /// Finishes the brief and posts its result to the Persona as a delivery (the brief's seq
+    /// makes it idempotent).
+    async fn report_back(
+        &self,
+        token: FencingToken,
+        brief: &Brief,
+        flush: FlushStage,
+        result: &str,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        // A run the flush protocol ended has flushed (or failed to).
+        let (status, verb) = match flush {
             FlushStage::NotNeeded => (BriefStatus::Done, "finished"),
             FlushStage::Flushed => (BriefStatus::Done, "stopped at the context ceiling"),
             FlushStage::Interrupted | FlushStage::Terminated => {
                 (BriefStatus::Failed, "was cut off at the context ceiling")
             }
         };
-        if run.flush != FlushStage::NotNeeded {
-            let (memory, from) = match pinned_memory(&outcome.text) {
-                Some(memory) => (memory, format!("flush:{stage}")),
-                None => {
-                    let mut tail = self.self_tail(segment).await?;
-                    if !tail.is_empty() {
-                        tail.push('\n');
-                    }
-                    tail.push_str(&result);
-                    (
-                        tail,
-                        format!("tail (flush:{stage}: the answer missed a pinned item)"),
-                    )
-                }
-            };
-            transcript.push(NewTranscriptItem {
-                role: Role::SelfRole,
-                segment,
-                kind: TranscriptKind::MemoryFlush,
-                body: json!({"memory": memory, "from": from, "stage": stage}),
-                created_at_ms: now,
-            });
-            self.selfs.flushed_memory = Some(memory);
-        }
-        let record = TurnRecord {
-            turn_key: Some(format!("self-{}-brief-{}", self.mind.id, brief.seq)),
-            transcript,
-            ledger: vec![row],
-            ..TurnRecord::default()
-        };
         self.host
             .store
-            .record_turn(&self.mind.id, token, &record)
+            .finish_brief(&self.mind.id, token, brief.seq, status, result, now)
             .await?;
-        if run.flush == FlushStage::NotNeeded {
-            self.bind_session(Role::SelfRole, token).await?;
-        }
-        self.host
-            .store
-            .finish_brief(&self.mind.id, token, brief.seq, status, &result, now)
-            .await?;
-        // The result reaches the Persona as a delivery; the brief's seq makes it idempotent.
-        let excerpt: String = result.chars().take(2_000).collect();
+        let excerpt: String = result.chars().take(RESULT_EXCERPT_CHARS).collect();
         self.host
             .store
             .post_delivery(
@@ -223,16 +295,20 @@ impl<B: Backend> MindRunner<B> {
             .await?;
         self.host.signals.inbox.notify_one();
         self.host.signals.outbox.notify_waiters();
-        Ok(Step::SelfTurn { brief: brief.seq })
+        Ok(())
     }
 
-    /// Asks the Self to flush its memory; falls back to the previous segment's tail verbatim when
-    /// a pinned item is missing.
+    /// Asks the Self to flush its memory — at a refresh, or while idle (the decider chose to
+    /// flush before the cache expires; `asked` says which) — and records it. Falls back to the
+    /// segment's tail verbatim when a pinned item is missing. After an idle flush the segment
+    /// may continue, so the renderer takes the exchange as the provider's session did.
     pub(super) async fn flush_self(
         &mut self,
         token: FencingToken,
         now: i64,
+        asked: Asked<'_>,
     ) -> Result<String, RuntimeError> {
+        let idle = asked.event == Some(Event::Expiring);
         let segment = self.selfs.segment.unwrap_or(0);
         let outcome = self
             .selfs
@@ -241,8 +317,11 @@ impl<B: Backend> MindRunner<B> {
             .await;
         let (memory, how, ledger) = match outcome {
             Ok(o) => {
-                let mut row = self.ledger_row(&self.selfs, &o, now, "flush", "warm", true);
-                self.selfs.attach_events(&mut row);
+                let row = self.answered(Role::SelfRole, &o, now, asked);
+                if idle && let Some(r) = self.selfs.renderer.as_mut() {
+                    r.push_user(SELF_FLUSH_PROMPT);
+                    r.reply(&outcome_text(&o));
+                }
                 match pinned_memory(&o.text) {
                     Some(memory) => (memory, "flush", vec![row]),
                     None => (
@@ -282,7 +361,7 @@ impl<B: Backend> MindRunner<B> {
         Ok(memory)
     }
 
-    pub(super) async fn self_tail(&self, segment: i64) -> Result<String, RuntimeError> {
+    async fn self_tail(&self, segment: i64) -> Result<String, RuntimeError> {
         let tail = self
             .host
             .store
@@ -302,7 +381,7 @@ impl<B: Backend> MindRunner<B> {
             .join("\n"))
     }
 
-    pub(super) async fn self_memory_from_briefs(&self) -> Result<String, RuntimeError> {
+    async fn self_memory_from_briefs(&self) -> Result<String, RuntimeError> {
         let done = self
             .host
             .store
@@ -323,9 +402,57 @@ impl<B: Backend> MindRunner<B> {
     }
 }
 
+/// The ledger's text for a Self run's decision: `start` for a segment started without asking
+/// (`start:flushed` after the flush protocol), else the decider's.
+fn self_label(plan: &Plan) -> String {
+    match (&plan.decision, plan.forced) {
+        (None, Some((reason @ "flushed", _))) => format!("start:{reason}"),
+        (None, _) => "start".to_string(),
+        (Some(_), _) => plan.label(),
+    }
+}
+
+/// A brief's record: its result, the run's flushed memory when the flush protocol ended it, and
+/// the run's ledger row.
+#[allow(clippy::too_many_arguments)]
+fn self_record(
+    mind: &str,
+    brief: &Brief,
+    segment: i64,
+    result: &str,
+    row: LedgerRow,
+    memory: &Option<(String, String)>,
+    stage: &str,
+    now: i64,
+) -> TurnRecord {
+    let item = |kind, body| NewTranscriptItem {
+        role: Role::SelfRole,
+        segment,
+        kind,
+        body,
+        created_at_ms: now,
+    };
+    let mut transcript = vec![item(
+        TranscriptKind::Result,
+        json!({"brief": brief.seq, "text": result}),
+    )];
+    if let Some((memory, from)) = memory {
+        transcript.push(item(
+            TranscriptKind::MemoryFlush,
+            json!({"memory": memory, "from": from, "stage": stage}),
+        ));
+    }
+    TurnRecord {
+        turn_key: Some(format!("self-{mind}-brief-{}", brief.seq)),
+        transcript,
+        ledger: vec![row],
+        ..TurnRecord::default()
+    }
+}
+
 /// The memory in a flush's answer: one JSON object with every pinned key (goal, open tasks,
 /// constraints, done markers, facts), or `None`.
-pub(super) fn pinned_memory(answer: &str) -> Option<String> {
+fn pinned_memory(answer: &str) -> Option<String> {
     let parsed = serde_json::from_str::<Value>(answer.trim()).ok()?;
     let pinned = ["goal", "open_tasks", "constraints", "done", "facts"];
     pinned
@@ -335,7 +462,7 @@ pub(super) fn pinned_memory(answer: &str) -> Option<String> {
 }
 
 /// The ledger's name of a flush stage.
-pub(super) fn flush_stage_name(stage: FlushStage) -> &'static str {
+fn flush_stage_name(stage: FlushStage) -> &'static str {
     match stage {
         FlushStage::NotNeeded => "not_needed",
         FlushStage::Flushed => "flushed",

@@ -1,7 +1,13 @@
-//! One role's live session: its backend, renderer, segment and counters.
+//! One role's live session: its backend, its renderer and segment, its accounting, and what
+//! its provider session is bound over.
 
-#[allow(unused_imports)]
-use super::*;
+use muninn_backend::Backend;
+use muninn_core::ledger::{LedgerRow, SegmentStart};
+use muninn_core::money::Tokens;
+use muninn_core::render::Renderer;
+use muninn_core::session::{Accounting, Params};
+use muninn_store::Role;
+use serde_json::Value;
 
 /// One role's live session.
 pub(super) struct Session<B> {
@@ -9,31 +15,22 @@ pub(super) struct Session<B> {
     pub(super) backend: B,
     pub(super) renderer: Option<Renderer>,
     pub(super) segment: Option<i64>,
-    /// Requests sent in the current segment.
-    pub(super) requests: u32,
-    /// Tokens of the cached prefix after the last request.
-    pub(super) prefix_tokens: Tokens,
-    /// Tokens the segment was rehydrated with (reported on its first ledger row).
-    pub(super) rehydration: Tokens,
+    /// Every counter the decider reads: the same type the replay engine drives, fed here by
+    /// each ledger row as it is written ([`Accounting::record`]) and, after a new lease, by the
+    /// role's ledger read back.
+    pub(super) acc: Accounting,
+    /// The segment the next ledger row begins, set when a segment opens.
+    pub(super) starting: Option<Starting>,
     /// Tokens of the system prompt the provider session was started (or resumed) with. A
     /// compaction keeps it: the session continues under the system it was launched with, so a
     /// segment opened by compaction is rehydrated with it and the summary.
     pub(super) launched_system: Tokens,
-    pub(super) last_request_ms: i64,
-    pub(super) warm_until_ms: Option<i64>,
-    pub(super) head_warm_until_ms: Option<i64>,
-    pub(super) read_excess: MicroUsd,
-    pub(super) gap_pings: u32,
-    pub(super) gap_ping_spend: MicroUsd,
-    /// The decider was asked about this gap's expiry and let it go.
-    pub(super) let_expire: bool,
-    /// The same for the head, once the tail was let go.
-    pub(super) head_let_expire: bool,
-    /// What head-only pings cost in this gap.
-    pub(super) gap_head_ping_spend: MicroUsd,
-    pub(super) gaps: GapStats,
-    /// The session must be rebuilt from the transcript (a failed call left it out of step).
+    /// The session must be rebuilt from the transcript (a failed call left it out of step, or a
+    /// new lease found it unknown).
     pub(super) broken: bool,
+    /// When it broke: the next segment's record says so, so a replay of the ledger keeps no
+    /// idle decision for the lost session past it.
+    pub(super) lost_at_ms: Option<i64>,
     /// Where reading this role's transcript for the current segment starts: no later than the
     /// segment's first item, so binding a session never rescans earlier segments twice.
     pub(super) bind_from: i64,
@@ -44,51 +41,91 @@ pub(super) struct Session<B> {
     /// handle, forking the provider session when the value is `true` (another writer may
     /// exist). Taken by the next turn.
     pub(super) resume: Option<bool>,
+    /// Set when a new lease was taken: the accounting is rebuilt from the role's ledger before
+    /// the next decision.
+    pub(super) restore: bool,
     /// Session events (the backend's, and the host's own resume) not yet on a ledger row.
     pub(super) pending_events: Vec<Value>,
-    /// The Self only: memory a run flushed under the flush protocol; the next brief opens a new
-    /// segment from it.
-    pub(super) flushed_memory: Option<String>,
+    /// The Self only: memory a run or an idle flush wrote; the next brief may open a segment
+    /// from it.
+    pub(super) flushed: Option<Flushed>,
+}
+
+/// A segment opened and not yet on a ledger row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Starting {
+    /// The record's head and rehydration as estimated from the spec; the first request's shape,
+    /// when the backend reports it, replaces them ([`Starting::measured`]).
+    pub(super) start: SegmentStart,
+    /// Whether the head and rehydration are the backend's own measure rather than estimates.
+    pub(super) measured: bool,
+}
+
+impl Starting {
+    /// The segment's record, measured by the breakpoints of its first request when the backend
+    /// reports them (the head's end and the whole system's end, before the conversation's).
+    pub(super) fn measured(self, breakpoints: &[u64]) -> SegmentStart {
+        let mut start = self.start;
+        if !self.measured
+            && let [head, system, _, ..] = breakpoints
+        {
+            start.head = *head;
+            start.rehydration = *system;
+        }
+        start
+    }
+}
+
+/// Memory a Self flush wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Flushed {
+    /// The memory.
+    pub(super) memory: String,
+    /// The flush protocol ended the run: the next brief must start from it. Otherwise the
+    /// decider flushed while idle and decides at the next brief whether to use it.
+    pub(super) forced: bool,
 }
 
 impl<B> Session<B> {
-    pub(super) fn new(role: Role, backend: B) -> Session<B> {
+    pub(super) fn new(role: Role, params: Params, backend: B) -> Session<B> {
         Session {
             role,
             backend,
             renderer: None,
             segment: None,
-            requests: 0,
-            prefix_tokens: 0,
-            rehydration: 0,
+            acc: Accounting::new(params),
+            starting: None,
             launched_system: 0,
-            last_request_ms: 0,
-            warm_until_ms: None,
-            head_warm_until_ms: None,
-            read_excess: MicroUsd::ZERO,
-            gap_pings: 0,
-            gap_ping_spend: MicroUsd::ZERO,
-            let_expire: false,
-            head_let_expire: false,
-            gap_head_ping_spend: MicroUsd::ZERO,
-            gaps: GapStats::default(),
             broken: false,
+            lost_at_ms: None,
             bind_from: 1,
             bound: None,
             resume: None,
+            restore: false,
             pending_events: Vec::new(),
-            flushed_memory: None,
+            flushed: None,
         }
     }
 
-    /// Starts counting a new segment on `renderer`: its number, no requests yet, and the tokens
-    /// it was rehydrated with.
-    pub(super) fn begin_segment(&mut self, renderer: Renderer, number: i64, rehydration: Tokens) {
+    /// Starts a new segment on `renderer`; its first ledger row will carry `start`.
+    pub(super) fn begin_segment(&mut self, renderer: Renderer, number: i64, start: Starting) {
         self.renderer = Some(renderer);
         self.segment = Some(number);
-        self.requests = 0;
-        self.read_excess = MicroUsd::ZERO;
-        self.rehydration = rehydration;
+        self.starting = Some(start);
+        self.broken = false;
+        self.lost_at_ms = None;
+    }
+
+    /// The session is out of step with the transcript from `now_ms` on; the next turn rebuilds
+    /// it.
+    pub(super) fn mark_broken(&mut self, now_ms: i64) {
+        self.broken = true;
+        self.lost_at_ms.get_or_insert(now_ms);
+    }
+
+    /// Whether the session can be asked anything now (not broken, a segment open).
+    pub(super) fn live(&self) -> bool {
+        !self.broken && self.renderer.is_some()
     }
 
     /// Moves the backend's session events into [`Session::pending_events`] (after a call that
@@ -114,17 +151,8 @@ impl<B> Session<B> {
 /// A segment's transcript as read for a session binding.
 pub(super) struct Bound {
     pub(super) segment: i64,
-    /// Each item's [`binding_bytes`], oldest first.
+    /// Each item's binding bytes, oldest first.
     pub(super) items: Vec<Vec<u8>>,
     /// Where the next read starts: after the last item read (of any segment).
     pub(super) next: i64,
-}
-
-impl<B: Backend> MindRunner<B> {
-    pub(super) fn session_mut(&mut self, role: Role) -> &mut Session<B> {
-        match role {
-            Role::Persona => &mut self.persona,
-            Role::SelfRole => &mut self.selfs,
-        }
-    }
 }
