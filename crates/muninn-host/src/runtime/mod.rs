@@ -101,15 +101,6 @@ pub const LEASE_TTL_MS: i64 = 30_000;
 /// The decider is asked this long before the tail's TTL runs out.
 pub const DECIDE_BEFORE_EXPIRY_MS: i64 = 30_000;
 
-/// A `remember[]` note's byte limit, and how many a reply may carry.
-pub const MEMORY_NOTE_BYTES: usize = 1_000;
-
-/// See [`MEMORY_NOTE_BYTES`].
-pub const MEMORY_NOTES_PER_REPLY: usize = 8;
-
-/// A `start_self_run` brief's character limit.
-pub const BRIEF_CHARS: usize = 1_000;
-
 /// Pending deliveries read per step: a batch is a prefix of them, so a small page keeps a deep
 /// mailbox from being re-read whole on every turn (a longer batch continues next turn).
 pub const PENDING_PAGE: i64 = 32;

@@ -263,7 +263,7 @@ impl<B: Backend> MindRunner<B> {
                         created_at_ms: now,
                     });
                 }
-                for note in reply.remember.iter().take(MEMORY_NOTES_PER_REPLY) {
+                for note in &reply.remember {
                     // `about` is limited to the batch's senders and the operators' ids the model
                     // named; anything else is dropped rather than trusted.
                     let about: Vec<String> = note
@@ -274,7 +274,7 @@ impl<B: Backend> MindRunner<B> {
                         .collect();
                     record.memory.push(NewMemoryNote {
                         about,
-                        salience: note.salience.clamp(0, 10),
+                        salience: note.salience,
                         text: note.text.clone(),
                         created_at_ms: now,
                         source: batch_id.clone(),
