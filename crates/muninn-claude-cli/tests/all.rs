@@ -176,6 +176,14 @@ fn ok(r: Result<TurnOutcome, BackendError>) -> TurnOutcome {
     r.unwrap_or_else(|e| panic!("turn failed: {e}"))
 }
 
+/// The backend's session events as the host ledgers them: JSON objects with a `type`.
+fn session_events_json(b: &mut ClaudeCliBackend) -> Vec<Value> {
+    b.take_session_events()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_turns_in_one_process_report_the_cache_models_usage() {
     let Some(bin) = claude_bin() else { return };
@@ -1029,7 +1037,7 @@ async fn a_forked_resume_continues_a_copy_and_leaves_the_original_untouched() {
     assert_eq!(fork.session_id(), to);
     // The host records session events from the queue: the fork is there, once.
     assert_eq!(
-        fork.take_session_events(),
+        session_events_json(&mut fork),
         vec![json!({"type": "forked", "from": session, "to": to})]
     );
     // The copy's first request carries the whole history, from the cache.

@@ -59,7 +59,7 @@ impl<B: Backend> MindRunner<B> {
         };
         let outcome = match sent {
             Ok(o) => o,
-            Err(BackendError::Invalid(_)) => {
+            Err(BackendError::Unsupported { .. }) => {
                 self.persona.let_expire = true;
                 self.persona.head_let_expire = true;
                 return Ok(Step::Idle { until_ms: None });

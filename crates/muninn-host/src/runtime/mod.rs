@@ -75,7 +75,8 @@ use session::{Bound, Session};
 use crate::Host;
 use crate::config::{MindConfig, RefreshMode};
 use muninn_backend::{
-    Backend, BackendError, FlushProtocol, FlushStage, SessionSpec, TurnInput, TurnOutcome,
+    Backend, BackendError, FlushProtocol, FlushStage, SessionEvent, SessionSpec, TurnInput,
+    TurnOutcome,
 };
 use muninn_core::decide::{
     Action, Bounds, Decision, Event, GapStats, Policy, Rates, SessionView, decide,

@@ -331,8 +331,8 @@ impl<B: Backend> MindRunner<B> {
     /// (decision `compact`, its own usage and cost); a new segment (reason `compact`) then
     /// continues the same provider session, its renderer restarted on the summary as memory.
     /// Returns `false` — the caller rebuilds, the next row carries a `compact_failed` event —
-    /// when the backend cannot compact ([`BackendError::Invalid`]) or the compaction failed (the
-    /// session is then rebuilt, which never depends on the provider's copy).
+    /// when the backend cannot compact ([`BackendError::Unsupported`]) or the compaction failed
+    /// (the session is then rebuilt, which never depends on the provider's copy).
     pub(super) async fn compact_persona(
         &mut self,
         token: FencingToken,
@@ -346,16 +346,17 @@ impl<B: Backend> MindRunner<B> {
         {
             Ok(o) => o,
             Err(e) => {
-                // `Invalid` is also what the CLI's `/compact` ends in when its summary request
-                // failed (it answers in text, no boundary): either way the configured refresh did
-                // not happen, which the rebuilt turn's row says.
-                if !matches!(e, BackendError::Invalid(_)) {
+                // A backend that cannot compact, or a compaction that failed: either way the
+                // configured refresh did not happen, which the rebuilt turn's row says.
+                if !matches!(e, BackendError::Unsupported { .. }) {
                     tracing::warn!(mind = %self.mind.id, error = %e, "compaction failed; rebuilding");
                 }
                 self.persona.collect_events();
                 self.persona
                     .pending_events
-                    .push(json!({"type": "compact_failed", "error": e.to_string()}));
+                    .push(SessionEvent::CompactFailed {
+                        error: e.to_string(),
+                    });
                 return Ok(false);
             }
         };

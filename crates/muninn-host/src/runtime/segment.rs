@@ -177,13 +177,12 @@ impl<B: Backend> MindRunner<B> {
             items: bytes,
             next,
         });
-        session.pending_events.push(json!({
-            "type": "resumed_segment",
-            "segment": segment.number,
-            "fork": fork,
-            "items": items.len(),
-            "at_ms": now,
-        }));
+        session.pending_events.push(SessionEvent::ResumedSegment {
+            segment: segment.number,
+            fork,
+            items: items.len() as u64,
+            at_ms: now,
+        });
         Ok(true)
     }
 

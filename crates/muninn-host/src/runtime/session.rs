@@ -45,7 +45,7 @@ pub(super) struct Session<B> {
     /// exist). Taken by the next turn.
     pub(super) resume: Option<bool>,
     /// Session events (the backend's, and the host's own resume) not yet on a ledger row.
-    pub(super) pending_events: Vec<Value>,
+    pub(super) pending_events: Vec<SessionEvent>,
     /// The Self only: memory a run flushed under the flush protocol; the next brief opens a new
     /// segment from it.
     pub(super) flushed_memory: Option<String>,
@@ -107,7 +107,10 @@ impl<B> Session<B> {
         B: Backend,
     {
         self.collect_events();
-        row.events.append(&mut self.pending_events);
+        // A `SessionEvent` is plain data: serialising it cannot fail.
+        let events = self.pending_events.drain(..);
+        row.events
+            .extend(events.filter_map(|e| serde_json::to_value(e).ok()));
     }
 }
 
