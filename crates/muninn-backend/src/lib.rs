@@ -8,7 +8,8 @@
 //!
 //! ## Layout
 //!
-//! - this module — [`Backend`], [`SessionSpec`], [`TurnInput`], [`TurnOutcome`], [`BackendError`].
+//! - this module — [`Backend`], [`SessionSpec`], [`TurnInput`], [`TurnOutcome`], [`BackendError`]
+//!   (with [`Capability`]: what a backend may be unable to do), [`SessionEvent`].
 //! - [`schema`] — the small JSON Schema subset structured output uses: a deterministic example
 //!   generator and a validator.
 //! - [`suite`] — the behaviour suite.
@@ -20,6 +21,9 @@
 //! - Every outcome carries the provider's usage parsed *and* its raw JSON verbatim, every retry
 //!   the backend made, and the TTL the provider actually honoured.
 //! - Credentials never appear in any value this crate defines (errors included).
+//! - A backend that cannot do something at all says so with [`BackendError::Unsupported`],
+//!   naming the [`Capability`], and without side effects: the session is as it was.
+//!   [`BackendError::Invalid`] is kept for a turn that is wrong as given.
 
 pub mod schema;
 pub mod suite;
@@ -29,6 +33,7 @@ use muninn_core::ledger::MissCause;
 use muninn_core::trace::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::fmt;
 use std::future::Future;
 
 /// A tool the model may call.
@@ -181,6 +186,99 @@ pub enum TurnEvent {
     },
 }
 
+/// Something that happened to a session itself (not to one reply), as the ledger records it: a
+/// row's `events` hold each as a JSON object with a `type` (`{"type": "relaunched",
+/// "session_id": "…"}`), beside the turn's own events. Backends raise them through
+/// [`Backend::take_session_events`]; the host raises [`SessionEvent::ResumedSegment`] and
+/// [`SessionEvent::CompactFailed`] itself. Every variant is ours (no provider stream is decoded
+/// into it), so there is no catch-all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SessionEvent {
+    /// The provider session's process was (re)started with its session kept (Claude Code
+    /// `--resume`), after it had died.
+    Relaunched {
+        /// The session resumed.
+        session_id: String,
+    },
+    /// The session's process was stopped on purpose to free its memory (its session kept on
+    /// disk).
+    Parked {
+        /// The session parked.
+        session_id: String,
+        /// The process that exited.
+        pid: u32,
+        /// Its resident memory just before, if `/proc` said.
+        rss_kib: Option<u64>,
+    },
+    /// A parked session got a process again (`--resume`), for the turn that carries this
+    /// event.
+    Unparked {
+        /// The session resumed.
+        session_id: String,
+    },
+    /// The session was lost (or could not be vouched for) and a fresh one started, seeded from
+    /// muninn's transcript: the caller's seed ([`Backend::set_seed`]) and the turns of this
+    /// start, sent ahead of the next turn's input.
+    Reseeded {
+        /// The lost session.
+        old_session_id: String,
+        /// The new one.
+        new_session_id: String,
+        /// What the provider (or the file check) said.
+        reason: String,
+        /// The seed's size under `muninn_core::tokenize::count` (0: nothing to seed): the
+        /// rehydration the new session pays for on top of its input.
+        seed_tokens: u64,
+    },
+    /// A claimed session was continued as a copy (Claude Code `--resume <from>
+    /// --fork-session`), because another writer may still hold it; the provider picked the new
+    /// id, and `from` is left as it was.
+    Forked {
+        /// The session copied.
+        from: String,
+        /// The copy this backend now writes.
+        to: String,
+    },
+    /// The provider compacted the session (Claude Code's `system/compact_boundary`): the
+    /// conversation now continues from a summary, and the cached prefix was rewritten.
+    Compacted {
+        /// The session compacted.
+        session_id: String,
+        /// `manual` (asked for) or `auto` (the provider decided by itself).
+        trigger: String,
+        /// The context size the provider measured before, if it said.
+        pre_tokens: Option<u64>,
+        /// And after.
+        post_tokens: Option<u64>,
+        /// Not asked for through [`Backend::compact`]: a compaction from outside muninn's
+        /// decisions (an auto- or reactive compaction), which muninn's settings should have
+        /// prevented.
+        outside: bool,
+        /// The compaction request's own usage, when the turn's report allowed telling it apart.
+        usage: Option<Usage>,
+    },
+    /// Raised by the host: after a new lease it continued a role's open segment through the
+    /// provider session handle stored with it.
+    ResumedSegment {
+        /// The segment continued.
+        segment: i64,
+        /// Whether the provider session was continued as a copy (another writer may exist).
+        fork: bool,
+        /// Transcript items the session handle was verified over.
+        items: u64,
+        /// When, Unix ms.
+        at_ms: i64,
+    },
+    /// Raised by the host: a configured compaction did not happen (the backend cannot compact,
+    /// or the compaction failed), so the segment was rebuilt instead; carried by the rebuilt
+    /// turn's row.
+    CompactFailed {
+        /// The backend's error, as displayed.
+        error: String,
+    },
+}
+
 /// What one turn produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnOutcome {
@@ -266,6 +364,31 @@ pub struct RunOutcome {
     pub flush: FlushStage,
 }
 
+/// Something a backend may be unable to do at all, named in [`BackendError::Unsupported`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capability {
+    /// [`Backend::ping`]: a keep-warm request that leaves the session unchanged.
+    Ping,
+    /// [`Backend::ping_head`]: a keep-warm request of the system layers alone.
+    PingHead,
+    /// [`Backend::compact`]: summarising the session in place on the provider side.
+    Compact,
+    /// Tools of muninn's own in [`SessionSpec::tools`].
+    CustomTools,
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Capability::Ping => "ping",
+            Capability::PingHead => "ping the head",
+            Capability::Compact => "compact",
+            Capability::CustomTools => "offer custom tools",
+        })
+    }
+}
+
 /// Why a turn failed. Each variant says whether trying again later could help.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
@@ -307,6 +430,21 @@ pub enum BackendError {
     /// retryable.
     #[error("invalid turn: {0}")]
     Invalid(String),
+    /// This backend cannot do this at all (the [`Backend`] trait's defaults, and every backend
+    /// that lacks the capability). Nothing was sent and the session is as it was. Never
+    /// retryable: the caller does without (lets the cache expire, rebuilds instead of
+    /// compacting).
+    #[error("this backend cannot {capability}")]
+    Unsupported {
+        /// What it cannot do.
+        capability: Capability,
+    },
+    /// The backend can compact, but this compaction did not happen: the provider side answered
+    /// the request without summarising (Claude Code's `/compact` answered in text, with no
+    /// `compact_boundary`: its summary request failed, or the conversation was too short to
+    /// summarise). The session was not compacted. A later attempt may succeed.
+    #[error("compaction failed: {0}")]
+    CompactionFailed(String),
 }
 
 /// A model behind a session.
@@ -326,12 +464,13 @@ pub trait Backend: Send {
 
     /// A keep-warm request: the session's prefix as it stands, with its breakpoint, then a
     /// one-token reply that is *not* added to the session. It refreshes the cached prefix's TTL
-    /// for the price of a read. Backends that cannot ping say so with [`BackendError::Invalid`].
+    /// for the price of a read. Backends that cannot ping say so with
+    /// [`BackendError::Unsupported`] ([`Capability::Ping`]).
     fn ping(&mut self) -> impl Future<Output = Result<TurnOutcome, BackendError>> + Send {
         async {
-            Err(BackendError::Invalid(
-                "this backend cannot ping".to_string(),
-            ))
+            Err(BackendError::Unsupported {
+                capability: Capability::Ping,
+            })
         }
     }
 
@@ -384,16 +523,17 @@ pub trait Backend: Send {
     /// session continues from the summary. The outcome's usage is the compaction's own (which
     /// Claude Code leaves out of the turn's `usage`), so its cost is recorded; `text` is the
     /// summary when the backend can see it. Backends that cannot compact say so with
-    /// [`BackendError::Invalid`].
+    /// [`BackendError::Unsupported`] ([`Capability::Compact`]); a compaction that was tried and
+    /// did not happen is [`BackendError::CompactionFailed`].
     fn compact(
         &mut self,
         instructions: &str,
     ) -> impl Future<Output = Result<TurnOutcome, BackendError>> + Send {
         let _ = instructions;
         async {
-            Err(BackendError::Invalid(
-                "this backend cannot compact".to_string(),
-            ))
+            Err(BackendError::Unsupported {
+                capability: Capability::Compact,
+            })
         }
     }
 
@@ -420,19 +560,129 @@ pub trait Backend: Send {
 
     /// What happened to the session itself (not to one reply) since the last call — a relaunch,
     /// a park or resume, a reseed with its rehydration, a fork, a compaction the provider side
-    /// ran on its own — as JSON objects with a `type`, for the ledger. Drained by the call.
-    fn take_session_events(&mut self) -> Vec<Value> {
+    /// ran on its own — in order, for the ledger. Drained by the call.
+    fn take_session_events(&mut self) -> Vec<SessionEvent> {
         Vec::new()
     }
 
     /// A head-only keep-warm request: the session's system layers with their breakpoints and a
     /// tiny question, no conversation. Once the conversation tail has been let go, it keeps the
     /// head (under its own, longer TTL) cached for the price of reading the head alone.
+    /// Backends that cannot say so with [`BackendError::Unsupported`]
+    /// ([`Capability::PingHead`]).
     fn ping_head(&mut self) -> impl Future<Output = Result<TurnOutcome, BackendError>> + Send {
         async {
-            Err(BackendError::Invalid(
-                "this backend cannot ping".to_string(),
-            ))
+            Err(BackendError::Unsupported {
+                capability: Capability::PingHead,
+            })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The ledger's `events` hold these objects: their shape is a stored format.
+    #[test]
+    fn session_events_serialise_as_the_ledger_stores_them() {
+        let usage = Usage {
+            input: 1,
+            cache_write_5m: 2,
+            cache_write_1h: 0,
+            cache_read: 3,
+            output: 4,
+        };
+        let cases = [
+            (
+                SessionEvent::Relaunched {
+                    session_id: "s".into(),
+                },
+                json!({"type": "relaunched", "session_id": "s"}),
+            ),
+            (
+                SessionEvent::Parked {
+                    session_id: "s".into(),
+                    pid: 7,
+                    rss_kib: None,
+                },
+                json!({"type": "parked", "session_id": "s", "pid": 7, "rss_kib": null}),
+            ),
+            (
+                SessionEvent::Unparked {
+                    session_id: "s".into(),
+                },
+                json!({"type": "unparked", "session_id": "s"}),
+            ),
+            (
+                SessionEvent::Reseeded {
+                    old_session_id: "a".into(),
+                    new_session_id: "b".into(),
+                    reason: "gone".into(),
+                    seed_tokens: 42,
+                },
+                json!({"type": "reseeded", "old_session_id": "a", "new_session_id": "b",
+                       "reason": "gone", "seed_tokens": 42}),
+            ),
+            (
+                SessionEvent::Forked {
+                    from: "a".into(),
+                    to: "b".into(),
+                },
+                json!({"type": "forked", "from": "a", "to": "b"}),
+            ),
+            (
+                SessionEvent::Compacted {
+                    session_id: "s".into(),
+                    trigger: "auto".into(),
+                    pre_tokens: Some(975_028),
+                    post_tokens: None,
+                    outside: true,
+                    usage: Some(usage),
+                },
+                json!({"type": "compacted", "session_id": "s", "trigger": "auto",
+                       "pre_tokens": 975028, "post_tokens": null, "outside": true,
+                       "usage": serde_json::to_value(usage).unwrap()}),
+            ),
+            (
+                SessionEvent::ResumedSegment {
+                    segment: 3,
+                    fork: false,
+                    items: 12,
+                    at_ms: 1_000,
+                },
+                json!({"type": "resumed_segment", "segment": 3, "fork": false, "items": 12,
+                       "at_ms": 1000}),
+            ),
+            (
+                SessionEvent::CompactFailed {
+                    error: "this backend cannot compact".into(),
+                },
+                json!({"type": "compact_failed", "error": "this backend cannot compact"}),
+            ),
+        ];
+        for (event, expected) in cases {
+            assert_eq!(serde_json::to_value(&event).unwrap(), expected);
+            assert_eq!(
+                serde_json::from_value::<SessionEvent>(expected).unwrap(),
+                event
+            );
+        }
+    }
+
+    #[test]
+    fn unsupported_names_the_capability() {
+        let e = BackendError::Unsupported {
+            capability: Capability::Compact,
+        };
+        assert_eq!(e.to_string(), "this backend cannot compact");
+        assert_eq!(
+            BackendError::Unsupported {
+                capability: Capability::CustomTools
+            }
+            .to_string(),
+            "this backend cannot offer custom tools"
+        );
     }
 }

@@ -10,6 +10,9 @@
 //! subset, and a schema that leans on unsupported keywords may produce a value the real
 //! validator rejects.
 //!
+//! [`check_subset`] tells whether a schema stays within the subset (a schema derived from types,
+//! e.g. with schemars, is checked with it before it is handed to a model).
+//!
 //! The generator is pure: the same schema always gives the same value. It fills every declared
 //! property (required or not), strings with `"<name>-value"` padded or cut to the length bounds,
 //! numbers with 42 clamped into range, booleans with `true`, arrays with `max(minItems, 1)` items
@@ -164,6 +167,93 @@ fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize) -> Value {
             Value::String(s)
         }
     }
+}
+
+/// The keywords of the subset (see the module docs), and the annotations both sides may ignore
+/// because they never change which values are valid.
+const SUBSET_KEYWORDS: &[&str] = &[
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$ref",
+    "$defs",
+    "definitions",
+    "$schema",
+    "$id",
+    "$comment",
+    "title",
+    "description",
+    "default",
+    "examples",
+];
+
+/// Checks that `schema` uses only the subset in the module docs (its keywords, plus the
+/// annotations `$schema`, `$id`, `$comment`, `title`, `description`, `default` and `examples`),
+/// with `additionalProperties` only as a boolean and `$ref`s only local (`#…`) and resolvable,
+/// so that [`generate`] and [`validate`] mean what a full validator would. The error names the
+/// first offending location as a JSON pointer, like `/properties/age: unsupported keyword
+/// 'format'`.
+pub fn check_subset(schema: &Value) -> Result<(), String> {
+    subset_at(schema, schema, "")
+}
+
+fn subset_at(root: &Value, schema: &Value, at: &str) -> Result<(), String> {
+    let here = if at.is_empty() { "root" } else { at };
+    let object = match schema {
+        Value::Object(object) => object,
+        Value::Bool(_) => return Ok(()),
+        _ => return Err(format!("{here}: a schema must be an object or a boolean")),
+    };
+    for (key, value) in object {
+        if !SUBSET_KEYWORDS.contains(&key.as_str()) {
+            return Err(format!("{here}: unsupported keyword '{key}'"));
+        }
+        let child = |name: &str| format!("{at}/{key}/{name}");
+        match (key.as_str(), value) {
+            ("properties" | "$defs" | "definitions", Value::Object(subs)) => {
+                for (name, sub) in subs {
+                    subset_at(root, sub, &child(name))?;
+                }
+            }
+            ("anyOf" | "oneOf" | "allOf", Value::Array(subs)) => {
+                for (i, sub) in subs.iter().enumerate() {
+                    subset_at(root, sub, &child(&i.to_string()))?;
+                }
+            }
+            ("items", sub) => subset_at(root, sub, &format!("{at}/items"))?,
+            ("additionalProperties", Value::Bool(_)) => {}
+            ("additionalProperties", _) => {
+                return Err(format!("{here}: additionalProperties must be a boolean"));
+            }
+            ("$ref", Value::String(reference)) => {
+                let resolves = reference
+                    .strip_prefix('#')
+                    .is_some_and(|pointer| root.pointer(pointer).is_some());
+                if !resolves {
+                    return Err(format!(
+                        "{here}: $ref {reference:?} is not a local reference"
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Checks `value` against `schema` (the subset in the module docs). The error names the first
@@ -332,6 +422,35 @@ mod tests {
         assert_eq!(value["mood"], json!("calm"));
         assert_eq!(value["say"].as_array().map(Vec::len), Some(2));
         assert_eq!(value["say"][0]["room"], json!("roo"));
+    }
+
+    #[test]
+    fn the_subset_check_names_what_lies_outside() {
+        let inside = json!({
+            "title": "Reply", "type": "object", "additionalProperties": false,
+            "properties": {"line": {"$ref": "#/$defs/line"}, "n": {"anyOf": [{"type": "null"}, {"type": "integer", "maximum": 3}]}},
+            "$defs": {"line": {"type": "array", "items": {"type": "string", "minLength": 1}}}
+        });
+        assert_eq!(check_subset(&inside), Ok(()));
+        let format = json!({"type": "object", "properties": {"age": {"type": "integer", "format": "int64"}}});
+        assert_eq!(
+            check_subset(&format),
+            Err("/properties/age: unsupported keyword 'format'".to_string())
+        );
+        let nested = json!({"anyOf": [{"type": "null"}, {"items": {"pattern": "a+"}}]});
+        assert_eq!(
+            check_subset(&nested),
+            Err("/anyOf/1/items: unsupported keyword 'pattern'".to_string())
+        );
+        let open = json!({"type": "object", "additionalProperties": {"type": "string"}});
+        assert_eq!(
+            check_subset(&open),
+            Err("root: additionalProperties must be a boolean".to_string())
+        );
+        let remote = json!({"$ref": "https://example.com/s.json"});
+        assert!(check_subset(&remote).is_err());
+        let dangling = json!({"$ref": "#/$defs/missing"});
+        assert!(check_subset(&dangling).is_err());
     }
 
     #[test]

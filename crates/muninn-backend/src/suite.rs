@@ -11,12 +11,21 @@
 //! 1. `append_reads_grow` — five text turns: the first writes and reads nothing, each later turn
 //!    reads strictly more than the one before, usage is conserved against the raw JSON.
 //! 2. `tool_round_trip` — a turn asking for a tool gets a call with a schema-valid input; its
-//!    result sent back gets a text reply.
+//!    result sent back gets a text reply. Skipped by a backend that cannot offer custom tools
+//!    ([`Capability::CustomTools`]).
 //! 3. `structured_output` — a session with an output schema gets a schema-valid value.
 //! 4. `ttl_expiry` (only with a clock) — an idle gap past the 5-minute TTL makes the next turn
 //!    read nothing of the expired conversation, attributed to `ttl_expiry`.
+//! 5. `capabilities` — after a turn, `ping`, `ping_head` and then `compact` are each either done
+//!    (a ping's usage is conserved) or refused with [`BackendError::Unsupported`] naming that
+//!    capability and without side effects: no session event, and the next turn continues the
+//!    session as it was, reading more than the turn before. A compaction may also fail
+//!    ([`BackendError::CompactionFailed`]). Which were unsupported is in
+//!    [`SuiteReport::unsupported`].
 
-use crate::{Backend, InputPart, SessionSpec, ToolSpec, TurnInput, TurnOutcome};
+use crate::{
+    Backend, BackendError, Capability, InputPart, SessionSpec, ToolSpec, TurnInput, TurnOutcome,
+};
 use muninn_core::cache::Ttl;
 use muninn_core::ledger::MissCause;
 use serde_json::{Value, json};
@@ -56,8 +65,10 @@ pub struct SuiteFailure {
 pub struct SuiteReport {
     /// Cases that passed.
     pub passed: Vec<&'static str>,
-    /// Cases skipped because the harness does not support them.
+    /// Cases skipped because the harness or the backend does not support them.
     pub skipped: Vec<&'static str>,
+    /// What the backend said it cannot do (`capabilities`), in the order asked.
+    pub unsupported: Vec<Capability>,
 }
 
 fn fail(case: &'static str, message: impl Into<String>) -> SuiteFailure {
@@ -189,7 +200,7 @@ pub async fn run_backend_suite<H: SuiteHarness>(h: &H) -> Result<SuiteReport, Su
     }
 
     // 2. tool_round_trip
-    {
+    'tools: {
         const CASE: &str = "tool_round_trip";
         let schema = json!({"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}}, "required": ["query"]});
         let mut s = spec(h.model(), &nonce, CASE);
@@ -199,7 +210,16 @@ pub async fn run_backend_suite<H: SuiteHarness>(h: &H) -> Result<SuiteReport, Su
             input_schema: schema.clone(),
         }];
         let mut b = h.backend().await;
-        b.start(s).await.map_err(|e| fail(CASE, e.to_string()))?;
+        match b.start(s).await {
+            Ok(()) => {}
+            Err(BackendError::Unsupported {
+                capability: Capability::CustomTools,
+            }) => {
+                report.skipped.push(CASE);
+                break 'tools;
+            }
+            Err(e) => return Err(fail(CASE, e.to_string())),
+        }
         let o = b
             .turn(TurnInput::text(
                 "Please use the lookup tool to find 'raven'.",
@@ -297,6 +317,59 @@ pub async fn run_backend_suite<H: SuiteHarness>(h: &H) -> Result<SuiteReport, Su
         } else {
             report.skipped.push(CASE);
         }
+    }
+
+    // 5. capabilities
+    {
+        const CASE: &str = "capabilities";
+        let mut b = h.backend().await;
+        b.start(spec(h.model(), &nonce, CASE))
+            .await
+            .map_err(|e| fail(CASE, e.to_string()))?;
+        let mut last = b
+            .turn(TurnInput::text("capabilities: the first turn"))
+            .await
+            .map_err(|e| fail(CASE, e.to_string()))?;
+        b.take_session_events();
+        // Compaction last: done, it changes the session.
+        for capability in [Capability::Ping, Capability::PingHead, Capability::Compact] {
+            let tried = match capability {
+                Capability::Ping => b.ping().await,
+                Capability::PingHead => b.ping_head().await,
+                _ => b.compact("Keep every rule.").await,
+            };
+            match tried {
+                Ok(o) if capability != Capability::Compact => check_conservation(CASE, &o)?,
+                Ok(_) | Err(BackendError::CompactionFailed(_)) => {}
+                Err(BackendError::Unsupported { capability: said }) if said == capability => {
+                    let events = b.take_session_events();
+                    if !events.is_empty() {
+                        return Err(fail(
+                            CASE,
+                            format!("cannot {capability}, yet raised {events:?}"),
+                        ));
+                    }
+                    let next = b
+                        .turn(TurnInput::text(format!("capabilities: after {capability}")))
+                        .await
+                        .map_err(|e| fail(CASE, format!("after {capability}: {e}")))?;
+                    if next.usage.cache_read <= last.usage.cache_read {
+                        return Err(fail(
+                            CASE,
+                            format!(
+                                "after the unsupported {capability} the next turn read {}, not \
+                                 more than {}: the session was disturbed",
+                                next.usage.cache_read, last.usage.cache_read
+                            ),
+                        ));
+                    }
+                    last = next;
+                    report.unsupported.push(capability);
+                }
+                Err(e) => return Err(fail(CASE, format!("{capability}: {e}"))),
+            }
+        }
+        report.passed.push(CASE);
     }
     Ok(report)
 }

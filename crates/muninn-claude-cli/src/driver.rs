@@ -1022,8 +1022,9 @@ impl Driver {
             return self.outcome(result, collected, report);
         }
         if collected.boundaries.is_empty() {
-            // E.g. a conversation too short to summarise: the CLI answers in text.
-            return Err(BackendError::Invalid(format!(
+            // The CLI answered in text instead: its summary request failed (the API refused it
+            // every time), or the conversation is too short to summarise.
+            return Err(BackendError::CompactionFailed(format!(
                 "the CLI did not compact the session: {}",
                 truncate(&result.text(), 500)
             )));

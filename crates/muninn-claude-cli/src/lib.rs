@@ -80,18 +80,19 @@
 //!   event → `result` (`num_turns: 0`). Its outcome's usage is the compaction request's own
 //!   (from `model_usage_since_last_result`, since the `result`'s `usage` is all zeros), its text
 //!   the summary message the session continues from.
-//! - **Session events** (relaunch, park, unpark, reseed, compaction) are queued the moment they
-//!   happen and drained by [`Backend::take_session_events`] as JSON objects with a `type`; each
-//!   is also listed in the [`TurnReport`] of the turn it came with.
+//! - **Session events** (relaunch, park, unpark, reseed, fork, compaction) are queued the moment
+//!   they happen and drained by [`Backend::take_session_events`] as [`SessionEvent`]s; each is
+//!   also listed in the [`TurnReport`] of the turn it came with.
 //!
 //! - **Flush protocol** ([`Backend::run`]): see [`flush`]. The child runs with
 //!   `--replay-user-messages`, so the driver sees when the CLI takes the flush line: echoed before
 //!   the run's `result`, it was absorbed into the loop; otherwise it runs as its own turn right
 //!   after, and the driver reads that turn too (its reply is the flush's answer).
 //!
-//! Not supported: [`Backend::ping`] (a CLI turn always appends to the session), custom tools
+//! Not supported, said with [`BackendError::Unsupported`]: [`Backend::ping`] and
+//! [`Backend::ping_head`] (a CLI turn always appends to the session), custom tools
 //! (`SessionSpec::tools` must be empty: muninn's tools would need an MCP bridge; the CLI's own
-//! built-in tools are chosen with [`CliConfig::tools`]), `max_tokens` (the CLI has
+//! built-in tools are chosen with [`CliConfig::tools`]). Ignored: `max_tokens` (the CLI has
 //! no flag for it), and different TTLs for the system and conversation breakpoints (the CLI puts
 //! one TTL on all three markers; `conversation_ttl` wins).
 
@@ -104,13 +105,15 @@ pub mod flush;
 pub mod pool;
 
 pub use binding::{BindingError, BindingKey, Handle, SessionBinding};
+/// The session events this backend raises (relaunched, parked, unparked, reseeded, forked,
+/// compacted), defined with the [`Backend`] trait.
+pub use muninn_backend::SessionEvent;
 
 use muninn_backend::{
-    Backend, BackendError, FlushProtocol, FlushStage, RetryEvent, RunOutcome, SessionSpec,
-    TurnInput, TurnOutcome,
+    Backend, BackendError, Capability, FlushProtocol, FlushStage, RetryEvent, RunOutcome,
+    SessionSpec, TurnInput, TurnOutcome,
 };
 use muninn_core::trace::Usage;
-use serde::Serialize;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -357,74 +360,6 @@ fn fresh_session_id(config: &CliConfig) -> String {
         .map(|n| derive_session_id(&config.session_id, n))
         .find(|id| transcript_path(config, id).is_none())
         .unwrap_or_else(|| config.session_id.clone())
-}
-
-/// Something that happened to the session (not to one reply) that the host must know. Serialised
-/// for the ledger as an object with a `type` (`relaunched`, `parked`, …).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum SessionEvent {
-    /// The child was (re)started with `--resume`, after it had died.
-    Relaunched {
-        /// The session resumed.
-        session_id: String,
-    },
-    /// The child was stopped on purpose to free its memory (its session kept on disk).
-    Parked {
-        /// The session parked.
-        session_id: String,
-        /// The child that exited.
-        pid: u32,
-        /// Its resident memory just before, if `/proc` said.
-        rss_kib: Option<u64>,
-    },
-    /// A parked session got a child again (`--resume`), for the turn that carries this event.
-    Unparked {
-        /// The session resumed.
-        session_id: String,
-    },
-    /// The session was lost (or could not be vouched for) and a fresh one started, seeded
-    /// from muninn's transcript: the host's seed ([`Backend::set_seed`]) and the turns of this
-    /// start, sent ahead of the next turn's input.
-    Reseeded {
-        /// The lost session.
-        old_session_id: String,
-        /// The new one.
-        new_session_id: String,
-        /// What the CLI (or the file check) said.
-        reason: String,
-        /// The seed's size under `muninn_core::tokenize::count` (0: nothing to seed): the
-        /// rehydration the new session pays for on top of its input.
-        seed_tokens: u64,
-    },
-    /// A claimed session was continued as a copy (`--resume <from> --fork-session`), because
-    /// another writer may still hold it; the CLI picked the new id, and `from`'s file is left
-    /// as it was.
-    Forked {
-        /// The session copied.
-        from: String,
-        /// The copy this backend now writes.
-        to: String,
-    },
-    /// The CLI compacted the session (a `system/compact_boundary`): the conversation now
-    /// continues from a summary, and the cached prefix was rewritten.
-    Compacted {
-        /// The session compacted.
-        session_id: String,
-        /// `manual` (a `/compact`) or `auto` (the CLI decided by itself).
-        trigger: String,
-        /// The context size the CLI measured before, if it said.
-        pre_tokens: Option<u64>,
-        /// And after.
-        post_tokens: Option<u64>,
-        /// Not asked for through [`Backend::compact`]: a compaction from outside muninn's
-        /// decisions (the CLI's auto- or reactive compaction), which muninn's switches should
-        /// have prevented.
-        outside: bool,
-        /// The compaction request's own usage, when the turn's `result` allowed telling it
-        /// apart (`model_usage_since_last_result` less the turn's `usage`).
-        usage: Option<Usage>,
-    },
 }
 
 /// What the driver saw of one turn, beside the [`TurnOutcome`].
@@ -747,11 +682,10 @@ impl Backend for ClaudeCliBackend {
 
     async fn start(&mut self, spec: SessionSpec) -> Result<(), BackendError> {
         if !spec.tools.is_empty() {
-            return Err(BackendError::Invalid(
-                "the claude-cli backend cannot offer custom tools (only the CLI's built-in ones, \
-                 CliConfig::tools)"
-                    .into(),
-            ));
+            // Only the CLI's built-in ones, `CliConfig::tools`: muninn's would need an MCP bridge.
+            return Err(BackendError::Unsupported {
+                capability: Capability::CustomTools,
+            });
         }
         if self.config.max_budget_micro_usd.is_some() && self.config.run_budget_micro_usd.is_some()
         {
@@ -809,16 +743,11 @@ impl Backend for ClaudeCliBackend {
         .0
     }
 
-    fn take_session_events(&mut self) -> Vec<Value> {
-        let drained: Vec<SessionEvent> = match self.events.lock() {
+    fn take_session_events(&mut self) -> Vec<SessionEvent> {
+        match self.events.lock() {
             Ok(mut q) => q.drain(..).collect(),
             Err(_) => Vec::new(),
-        };
-        drained
-            .iter()
-            // A `SessionEvent` is plain data: serialising it cannot fail.
-            .filter_map(|e| serde_json::to_value(e).ok())
-            .collect()
+        }
     }
 
     fn binds_sessions(&self) -> bool {
@@ -1065,30 +994,6 @@ mod tests {
             }
         );
         assert_eq!(parse_model_usage(&json!({}), false), Usage::default());
-    }
-
-    #[test]
-    fn session_events_serialise_with_a_type() {
-        let e = SessionEvent::Compacted {
-            session_id: "s".into(),
-            trigger: "auto".into(),
-            pre_tokens: Some(975_028),
-            post_tokens: None,
-            outside: true,
-            usage: None,
-        };
-        assert_eq!(
-            serde_json::to_value(&e).unwrap(),
-            json!({"type":"compacted","session_id":"s","trigger":"auto","pre_tokens":975028,
-                   "post_tokens":null,"outside":true,"usage":null})
-        );
-        let r = SessionEvent::Relaunched {
-            session_id: "s".into(),
-        };
-        assert_eq!(
-            serde_json::to_value(&r).unwrap(),
-            json!({"type":"relaunched","session_id":"s"})
-        );
     }
 
     #[test]

@@ -44,7 +44,7 @@ async fn inflated_run(r: &Rig, config: CliConfig) -> Vec<Value> {
     );
     let third = ok(b.turn(TurnInput::text("n3: after")).await);
     assert!(third.text.contains("n3: after"));
-    let events = b.take_session_events();
+    let events = session_events_json(&mut b);
     b.shutdown().await;
     events
 }
@@ -161,7 +161,7 @@ async fn compact_summarises_in_place_and_events_are_reported_once() {
     );
 
     // Each event once, in order, then nothing.
-    let events = b.take_session_events();
+    let events = session_events_json(&mut b);
     assert_eq!(
         events,
         vec![
@@ -172,6 +172,6 @@ async fn compact_summarises_in_place_and_events_are_reported_once() {
         ]
     );
     assert!(events[0]["pre_tokens"].as_u64().unwrap() > 0);
-    assert_eq!(b.take_session_events(), Vec::<Value>::new());
+    assert_eq!(b.take_session_events(), Vec::new());
     b.shutdown().await;
 }

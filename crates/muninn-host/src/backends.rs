@@ -7,7 +7,8 @@ use muninn_anthropic::backend::AnthropicBackend;
 use muninn_anthropic::client::{AnthropicClient, ClientConfig, credentials_from_env};
 use muninn_anthropic::clock::{Clock, TokioSleeper};
 use muninn_backend::{
-    Backend, BackendError, FlushProtocol, RunOutcome, SessionSpec, TurnInput, TurnOutcome,
+    Backend, BackendError, FlushProtocol, RunOutcome, SessionEvent, SessionSpec, TurnInput,
+    TurnOutcome,
 };
 use muninn_claude_cli::pool::{ParkPolicy, PoolConfig, SharedPool};
 use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, CredentialKind, Secret};
@@ -130,7 +131,7 @@ impl Backend for AnyBackend {
         }
     }
 
-    fn take_session_events(&mut self) -> Vec<serde_json::Value> {
+    fn take_session_events(&mut self) -> Vec<SessionEvent> {
         match self {
             AnyBackend::Sim(b) => b.take_session_events(),
             AnyBackend::Anthropic(b) => b.take_session_events(),

@@ -5,6 +5,7 @@
 mod compact;
 mod config;
 mod http;
+mod reply;
 mod resume;
 mod runtime;
 mod scripted;

@@ -4,8 +4,8 @@
 
 use crate::runtime::{World, ledger, mind, post, world};
 use muninn_backend::{
-    Backend, BackendError, FlushProtocol, FlushStage, RunOutcome, SessionSpec, TurnInput,
-    TurnOutcome,
+    Backend, BackendError, Capability, FlushProtocol, FlushStage, RunOutcome, SessionEvent,
+    SessionSpec, TurnInput, TurnOutcome,
 };
 use muninn_core::price::PriceTable;
 use muninn_core::trace::Usage;
@@ -13,7 +13,7 @@ use muninn_host::config::MindConfig;
 use muninn_host::runtime::{COMPACT_REASON, MindRunner, Step};
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_store::{BriefOrigin, BriefStatus, NewBrief, Role};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,7 +33,7 @@ struct Script {
     /// `start` calls.
     starts: u32,
     /// Session events handed out on the next `take_session_events`.
-    events: Vec<Value>,
+    events: Vec<SessionEvent>,
 }
 
 struct Scripted {
@@ -75,13 +75,12 @@ impl Backend for Scripted {
     async fn compact(&mut self, instructions: &str) -> Result<TurnOutcome, BackendError> {
         let mut script = self.script.lock().unwrap();
         script.compacted.push(instructions.to_string());
-        script
-            .compact
-            .clone()
-            .ok_or_else(|| BackendError::Invalid("cannot compact".into()))
+        script.compact.clone().ok_or(BackendError::Unsupported {
+            capability: Capability::Compact,
+        })
     }
 
-    fn take_session_events(&mut self) -> Vec<Value> {
+    fn take_session_events(&mut self) -> Vec<SessionEvent> {
         std::mem::take(&mut self.script.lock().unwrap().events)
     }
 }
@@ -171,7 +170,9 @@ async fn a_self_run_the_flush_protocol_ended_starts_the_next_brief_from_its_memo
             .lock()
             .unwrap()
             .events
-            .push(json!({"type": "relaunched", "session_id": "s-1"}));
+            .push(SessionEvent::Relaunched {
+                session_id: "s-1".into(),
+            });
         let first = brief(&w, "Map the archive.").await;
         run_brief(&mut r, first).await;
 
@@ -314,7 +315,7 @@ async fn a_compact_refresh_on_a_backend_that_cannot_compact_rebuilds() {
         .filter(|e| e["type"] == "compact_failed")
         .collect();
     assert_eq!(failed.len(), 1, "{:?}", rows[1].events);
-    assert_eq!(failed[0]["error"], "invalid turn: cannot compact");
+    assert_eq!(failed[0]["error"], "this backend cannot compact");
     assert_eq!(script.lock().unwrap().starts, 2, "a fresh session");
 }
 

@@ -3,6 +3,7 @@
 use crate::support::{T0, sim};
 use muninn_anthropic::backend::AnthropicBackend;
 use muninn_anthropic::clock::{ManualClock, RecordingSleeper};
+use muninn_backend::Capability;
 use muninn_backend::suite::{SuiteHarness, run_backend_suite};
 use muninn_core::price::PriceTable;
 use muninn_sim::SimHandle;
@@ -53,10 +54,13 @@ async fn the_anthropic_backend_passes_the_suite() {
             "append_reads_grow",
             "tool_round_trip",
             "structured_output",
-            "ttl_expiry"
+            "ttl_expiry",
+            "capabilities"
         ]
     );
     assert!(report.skipped.is_empty());
+    // It pings (the tail and the head) but cannot compact.
+    assert_eq!(report.unsupported, vec![Capability::Compact]);
 }
 
 struct InProcessHarness {
@@ -102,7 +106,8 @@ async fn the_in_process_simulator_passes_the_suite() {
         clock: ManualClock::new(T0),
     };
     let report = run_backend_suite(&h).await.unwrap();
-    assert_eq!(report.passed.len(), 4);
+    assert_eq!(report.passed.len(), 5);
+    assert_eq!(report.unsupported, vec![Capability::Compact]);
     // Same requests, same usage as over HTTP: the recorded log agrees with the cache model.
     let records = h.sim.requests();
     assert_eq!(

@@ -100,7 +100,7 @@ impl<B: Backend> MindRunner<B> {
         };
         let outcome = match sent {
             Ok(o) => o,
-            Err(BackendError::Invalid(e)) => {
+            Err(e @ (BackendError::Unsupported { .. } | BackendError::Invalid(_))) => {
                 // The backend cannot keep this session warm after all: let both go.
                 tracing::warn!(mind = %self.mind.id, role = role.as_str(), error = %e, "a keep-warm ping was refused");
                 let session = self.session_mut(role);

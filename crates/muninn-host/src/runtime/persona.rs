@@ -3,12 +3,12 @@
 
 use super::accounting::Asked;
 use super::prompts::{COMPACT_REASON, PERSONA_COMPACT_INSTRUCTIONS};
-use super::reply::{MEMORY_NOTES_PER_REPLY, PersonaReply, validate_reply};
+use super::reply::{PersonaReply, validate_reply};
 use super::segment::shown_changed;
 use super::session::Starting;
 use super::{MindRunner, RuntimeError, Step};
 use crate::config::RefreshMode;
-use muninn_backend::{Backend, BackendError, TurnInput, TurnOutcome};
+use muninn_backend::{Backend, BackendError, SessionEvent, TurnInput, TurnOutcome};
 use muninn_core::decide::{Action, Bounds, Decision, Event, decide};
 use muninn_core::ledger::{ForcedStart, LedgerRow, RowKind, SegmentStart};
 use muninn_core::money::Tokens;
@@ -459,8 +459,8 @@ impl<B: Backend> MindRunner<B> {
     /// (decision `compact`, a flush in the accounting, its own usage and cost); a new segment
     /// (reason `compact`) then continues the same provider session, its renderer restarted on
     /// the summary as memory. Returns `false` — the caller rebuilds, the next row carries a
-    /// `compact_failed` event — when the backend cannot compact ([`BackendError::Invalid`]) or
-    /// the compaction failed (the session is then rebuilt, which never depends on the
+    /// `compact_failed` event — when the backend cannot compact ([`BackendError::Unsupported`])
+    /// or the compaction failed (the session is then rebuilt, which never depends on the
     /// provider's copy).
     async fn compact_persona(
         &mut self,
@@ -476,16 +476,17 @@ impl<B: Backend> MindRunner<B> {
         {
             Ok(o) => o,
             Err(e) => {
-                // `Invalid` is also what the CLI's `/compact` ends in when its summary request
-                // failed (it answers in text, no boundary): either way the configured refresh did
-                // not happen, which the rebuilt turn's row says.
-                if !matches!(e, BackendError::Invalid(_)) {
+                // A backend that cannot compact, or a compaction that failed: either way the
+                // configured refresh did not happen, which the rebuilt turn's row says.
+                if !matches!(e, BackendError::Unsupported { .. }) {
                     tracing::warn!(mind = %self.mind.id, error = %e, "compaction failed; rebuilding");
                 }
                 self.persona.collect_events();
                 self.persona
                     .pending_events
-                    .push(json!({"type": "compact_failed", "error": e.to_string()}));
+                    .push(SessionEvent::CompactFailed {
+                        error: e.to_string(),
+                    });
                 return Ok(false);
             }
         };
@@ -600,7 +601,7 @@ fn persona_record(batch: &Batch, segment: i64, answer: Answer, now: i64) -> Turn
             created_at_ms: now,
         });
     }
-    for note in reply.remember.iter().take(MEMORY_NOTES_PER_REPLY) {
+    for note in &reply.remember {
         // `about` is limited to the batch's senders; anything else the model named is dropped
         // rather than trusted.
         let about: Vec<String> = note
@@ -611,7 +612,7 @@ fn persona_record(batch: &Batch, segment: i64, answer: Answer, now: i64) -> Turn
             .collect();
         record.memory.push(NewMemoryNote {
             about,
-            salience: note.salience.clamp(0, 10),
+            salience: note.salience,
             text: note.text.clone(),
             created_at_ms: now,
             source: batch.id.clone(),

@@ -4,13 +4,13 @@
 use super::prompts::COMPACT_REASON;
 use super::session::{Bound, Starting};
 use super::{MindRunner, RuntimeError, reply_schema};
-use muninn_backend::{Backend, SessionSpec};
+use muninn_backend::{Backend, SessionEvent, SessionSpec};
 use muninn_core::ledger::ForcedStart;
 use muninn_core::money::Tokens;
 use muninn_core::render::{Layers, Renderer};
 use muninn_core::tokenize::count;
 use muninn_store::{FencingToken, NewSegment, Role, TranscriptItem, TranscriptKind};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeSet;
 
 impl<B: Backend> MindRunner<B> {
@@ -235,13 +235,12 @@ impl<B: Backend> MindRunner<B> {
             items: bytes,
             next,
         });
-        session.pending_events.push(json!({
-            "type": "resumed_segment",
-            "segment": segment.number,
-            "fork": fork,
-            "items": items.len(),
-            "at_ms": now,
-        }));
+        session.pending_events.push(SessionEvent::ResumedSegment {
+            segment: segment.number,
+            fork,
+            items: items.len() as u64,
+            at_ms: now,
+        });
         Ok(true)
     }
 

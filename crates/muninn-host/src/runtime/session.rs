@@ -1,13 +1,12 @@
 //! One role's live session: its backend, its renderer and segment, its accounting, and what
 //! its provider session is bound over.
 
-use muninn_backend::Backend;
+use muninn_backend::{Backend, SessionEvent};
 use muninn_core::ledger::{LedgerRow, SegmentStart};
 use muninn_core::money::Tokens;
 use muninn_core::render::Renderer;
 use muninn_core::session::{Accounting, Params};
 use muninn_store::Role;
-use serde_json::Value;
 
 /// One role's live session.
 pub(super) struct Session<B> {
@@ -45,7 +44,7 @@ pub(super) struct Session<B> {
     /// the next decision.
     pub(super) restore: bool,
     /// Session events (the backend's, and the host's own resume) not yet on a ledger row.
-    pub(super) pending_events: Vec<Value>,
+    pub(super) pending_events: Vec<SessionEvent>,
     /// The Self only: memory a run or an idle flush wrote; the next brief may open a segment
     /// from it.
     pub(super) flushed: Option<Flushed>,
@@ -144,7 +143,10 @@ impl<B> Session<B> {
         B: Backend,
     {
         self.collect_events();
-        row.events.append(&mut self.pending_events);
+        // A `SessionEvent` is plain data: serialising it cannot fail.
+        let events = self.pending_events.drain(..);
+        row.events
+            .extend(events.filter_map(|e| serde_json::to_value(e).ok()));
     }
 }
 
