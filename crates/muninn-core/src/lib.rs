@@ -15,13 +15,11 @@
 //! - [`render`] — layers, breakpoints and the append-only rendering of a segment.
 //! - [`replay`] — the replay engine that runs a trace under a policy.
 //! - [`optimum`] — the hindsight optimum, an O(n log n) dynamic program.
-//! - [`synth`] — seeded synthetic Claude-Code-like traces, for benchmarks and large tests.
 //! - [`tokenize`] — the deterministic tokenizer the renderer and the simulator share.
 //! - [`validate`] — the cache model checked against recorded usage.
-//! - [`workload`] — the seeded Persona workload (`shared/workloads/persona.md`): rooms, deliveries,
-//!   `next_batch`, turns and the Mind's layers.
-//! - [`persona`] — the Persona designs (today's rebuild, muninn's session under every plan) priced
-//!   on one generated stream.
+//!
+//! The generators benches and tests run these on (synthetic traces, the Persona workload) live in
+//! `muninn-workload`, outside the core: no production path uses them.
 //!
 //! ## Invariants
 //!
@@ -34,12 +32,9 @@ pub mod decide;
 pub mod ledger;
 pub mod money;
 pub mod optimum;
-pub mod persona;
 pub mod price;
 pub mod render;
 pub mod replay;
-pub mod synth;
 pub mod tokenize;
 pub mod trace;
 pub mod validate;
-pub mod workload;
