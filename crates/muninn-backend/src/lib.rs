@@ -9,6 +9,8 @@
 //! ## Layout
 //!
 //! - this module — [`Backend`], [`SessionSpec`], [`TurnInput`], [`TurnOutcome`], [`BackendError`].
+//! - [`clock`] — injected time: the [`clock::Clock`] and [`clock::Sleeper`] traits every crate
+//!   reads the time and waits through, with the system clock and the manual test doubles.
 //! - [`schema`] — the small JSON Schema subset structured output uses: a deterministic example
 //!   generator and a validator.
 //! - [`suite`] — the behaviour suite.
@@ -21,6 +23,7 @@
 //!   the backend made, and the TTL the provider actually honoured.
 //! - Credentials never appear in any value this crate defines (errors included).
 
+pub mod clock;
 pub mod schema;
 pub mod suite;
 

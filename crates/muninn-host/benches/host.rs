@@ -28,10 +28,10 @@
 
 use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
 use muninn_core::price::PriceTable;
-use muninn_host::clock::SimClock;
 use muninn_host::config::{Config, MindConfig};
 use muninn_host::runtime::{MindRunner, Step};
 use muninn_host::{Host, Signals};
+use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
 use muninn_store::{NewDelivery, Store};

@@ -2,10 +2,10 @@
 //! loopback port, called through the crate's own client (and raw reqwest where the wire itself
 //! is the point: auth, SSE, JSON Lines).
 
+use muninn_backend::clock::ManualClock;
 use muninn_core::ledger::{LedgerRow, MissCause};
 use muninn_core::money::MicroUsd;
 use muninn_core::trace::Usage;
-use muninn_host::clock::ManualClock;
 use muninn_host::config::Config;
 use muninn_host::http::client::{ApiClient, ClientError};
 use muninn_host::http::wire::*;
@@ -109,7 +109,7 @@ trait Now {
 }
 impl Now for ManualClock {
     fn now(&self) -> i64 {
-        muninn_host::clock::Clock::now_ms(self)
+        muninn_backend::clock::Clock::now_ms(self)
     }
 }
 

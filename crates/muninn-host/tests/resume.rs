@@ -5,10 +5,10 @@
 use crate::runtime::{T0, claude_bin, mind};
 use muninn_core::price::PriceTable;
 use muninn_host::backends::{AnyBackend, BackendFactory};
-use muninn_host::clock::SimClock;
 use muninn_host::config::{BackendConfig, BackendKind, Config, MindConfig};
 use muninn_host::runtime::{MindRunner, Step};
 use muninn_host::{Host, Signals};
+use muninn_sim::SimClock;
 use muninn_sim::sim::SimConfig;
 use muninn_store::{LedgerQuery, NewDelivery, Role};
 use std::collections::BTreeSet;

@@ -2,10 +2,10 @@
 //! virtual clock.
 
 use muninn_core::price::PriceTable;
-use muninn_host::clock::SimClock;
 use muninn_host::config::{Config, MindConfig};
 use muninn_host::runtime::{MindRunner, Step, next_batch};
 use muninn_host::{Host, Signals};
+use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
 use muninn_store::{BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, Role};

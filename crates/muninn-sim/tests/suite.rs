@@ -2,7 +2,7 @@
 
 use crate::support::{T0, sim};
 use muninn_anthropic::backend::AnthropicBackend;
-use muninn_anthropic::clock::{ManualClock, RecordingSleeper};
+use muninn_backend::clock::{ManualClock, RecordingSleeper};
 use muninn_backend::suite::{SuiteHarness, run_backend_suite};
 use muninn_core::price::PriceTable;
 use muninn_sim::SimHandle;
