@@ -11,6 +11,8 @@
 //! - [`cache`] — the prompt-cache model: reads, writes 5m/1h, uncached input, miss causes.
 //! - [`trace`] — normalised traces, the importers' output and the replay engine's input.
 //! - [`ledger`] — the ledger row written for every request.
+//! - [`records`] — a Mind's records shared by the store, the runtime and the HTTP API: roles,
+//!   segments, leases, outbox messages, briefs.
 //! - [`decide`] — the pure decider and the online policies.
 //! - [`render`] — layers, breakpoints and the append-only rendering of a segment.
 //! - [`replay`] — the replay engine that runs a trace under a policy.
@@ -33,6 +35,7 @@ pub mod ledger;
 pub mod money;
 pub mod optimum;
 pub mod price;
+pub mod records;
 pub mod render;
 pub mod replay;
 pub mod tokenize;
