@@ -9,7 +9,8 @@
 //! - [`backends`] — the simulator or the Anthropic API behind the sessions.
 //! - [`runtime`] — the Persona and Self loops: mailbox → batch → decider → render → backend →
 //!   ledger → validated reply → outbox → ack, one writer per Mind under a lease.
-//! - [`http`] — the HTTP API (axum, loopback, bearer token).
+//! - [`http`] — the HTTP API's server (axum, loopback, bearer token). Its wire types, token and
+//!   client are in `muninn-api`, which clients use without linking the server.
 //!
 //! ## Invariants
 //!

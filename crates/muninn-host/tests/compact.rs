@@ -5,12 +5,13 @@
 
 use crate::resume::{CliWorld, child_pid, cli_world, persona, turn};
 use crate::runtime::claude_bin;
+use muninn_api::ApiToken;
+use muninn_api::client::ApiClient;
+use muninn_api::wire::LedgerParams;
 use muninn_core::price::PriceTable;
 use muninn_core::tokenize::count;
 use muninn_host::config::{MindConfig, RefreshMode};
-use muninn_host::http::client::ApiClient;
-use muninn_host::http::wire::LedgerParams;
-use muninn_host::http::{ApiToken, serve};
+use muninn_host::http::serve;
 use muninn_host::runtime::{COMPACT_REASON, PERSONA_COMPACT_INSTRUCTIONS};
 use muninn_sim::reply::COMPACTION_MARKERS;
 use muninn_sim::sim::RecordedRequest;
