@@ -16,7 +16,7 @@
 //! 4. `ttl_expiry` (only with a clock) — an idle gap past the 5-minute TTL makes the next turn
 //!    read nothing of the expired conversation, attributed to `ttl_expiry`.
 
-use crate::{Backend, InputPart, SessionSpec, ToolSpec, TurnInput, TurnOutcome};
+use muninn_backend::{Backend, InputPart, SessionSpec, ToolSpec, TurnInput, TurnOutcome};
 use muninn_core::cache::Ttl;
 use muninn_core::ledger::MissCause;
 use serde_json::{Value, json};
@@ -216,7 +216,7 @@ pub async fn run_backend_suite<H: SuiteHarness>(h: &H) -> Result<SuiteReport, Su
                 format!("unexpected call {call:?} ({})", o.stop_reason),
             ));
         }
-        crate::schema::validate(&schema, &call.input).map_err(|e| fail(CASE, e))?;
+        muninn_backend::schema::validate(&schema, &call.input).map_err(|e| fail(CASE, e))?;
         let o = b
             .turn(TurnInput {
                 parts: vec![InputPart::ToolResult {
@@ -251,7 +251,7 @@ pub async fn run_backend_suite<H: SuiteHarness>(h: &H) -> Result<SuiteReport, Su
         let Some(value) = &o.structured else {
             return Err(fail(CASE, format!("no structured reply in {o:?}")));
         };
-        crate::schema::validate(&schema, value).map_err(|e| fail(CASE, e))?;
+        muninn_backend::schema::validate(&schema, value).map_err(|e| fail(CASE, e))?;
         // The next turn still works (the structured call is answered in the history).
         let o = b
             .turn(TurnInput::text("[general] bob: and again"))
