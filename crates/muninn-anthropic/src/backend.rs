@@ -26,11 +26,11 @@
 //! send the turn again.
 
 use crate::client::{AnthropicClient, Completed, Failed};
-use crate::clock::Clock;
 use crate::prompt::shape;
 use crate::wire::{
     CacheControl, Content, ContentBlock, Message, MessagesRequest, Role, System, Tool,
 };
+use muninn_backend::clock::Clock;
 use muninn_backend::{
     Backend, BackendError, InputPart, SessionSpec, ToolCall, TtlCheck, TurnEvent, TurnInput,
     TurnOutcome,

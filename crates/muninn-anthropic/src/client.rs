@@ -26,13 +26,13 @@
 //! first client is built (reqwest 0.13 without a default provider panics at build time
 //! otherwise). No aws-lc, no OpenSSL.
 
-use crate::clock::Sleeper;
 use crate::secret::ApiKey;
 use crate::sse::SseDecoder;
 use crate::wire::{
     API_VERSION, ContentBlock, Delta, ErrorResponse, MessagesRequest, MessagesResponse, Role,
     StreamEvent, Usage,
 };
+use muninn_backend::clock::Sleeper;
 use muninn_backend::{BackendError, RetryEvent};
 use serde_json::{Map, Value};
 use std::sync::{Arc, Mutex};
@@ -166,6 +166,19 @@ pub enum BuildError {
     /// reqwest refused the configuration.
     #[error("building the HTTP client: {0}")]
     Http(#[from] reqwest::Error),
+}
+
+/// Tokio's timer: the [`Sleeper`] the client waits on between attempts outside tests.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioSleeper;
+
+impl Sleeper for TokioSleeper {
+    fn sleep(
+        &self,
+        duration: Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }
 
 /// Installs rustls's `ring` provider as the process default, once; a provider installed

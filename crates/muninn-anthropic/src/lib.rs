@@ -9,8 +9,8 @@
 //! - [`prompt`] — the one mapping from a request body to the cache model's checkpoints, shared
 //!   by the simulator and by the client's predictions.
 //! - [`secret`] — [`secret::ApiKey`], redacted everywhere.
-//! - [`clock`] — injected time: clocks and sleepers, real and manual.
-//! - [`client`] — [`client::AnthropicClient`]: HTTPS (rustls + ring), SSE assembly, retries.
+//! - [`client`] — [`client::AnthropicClient`]: HTTPS (rustls + ring), SSE assembly, retries that
+//!   wait on an injected [`muninn_backend::clock::Sleeper`] ([`client::TokioSleeper`] outside tests).
 //! - [`backend`] — [`backend::AnthropicBackend`], the [`muninn_backend::Backend`] over the client.
 //!
 //! ## Invariants
@@ -21,7 +21,6 @@
 
 pub mod backend;
 pub mod client;
-pub mod clock;
 pub mod prompt;
 pub mod secret;
 pub mod sse;

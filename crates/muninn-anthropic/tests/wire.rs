@@ -2,9 +2,9 @@
 //! the redacting key, assembly of a whole stream, and the backoff schedule.
 
 use muninn_anthropic::client::{AnthropicClient, ClientConfig, RetryPolicy, assemble};
-use muninn_anthropic::clock::RecordingSleeper;
 use muninn_anthropic::secret::ApiKey;
 use muninn_anthropic::wire::{ContentBlock, EventError, StreamEvent, Usage};
+use muninn_backend::clock::RecordingSleeper;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use std::sync::Arc;

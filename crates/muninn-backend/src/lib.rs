@@ -1,18 +1,19 @@
 //! # muninn-backend
 //!
-//! The contract between muninn and the model behind a session: one [`Backend`] trait, the
-//! types a turn goes in and comes out with, and the behaviour suite
-//! ([`suite::run_backend_suite`]) that every implementation passes — the Anthropic Messages API
-//! client (`muninn-anthropic`) against `muninn sim-api`, and later the Claude Code CLI driver and
-//! the in-process simulator.
+//! The contract between muninn and the model behind a session: one [`Backend`] trait and the
+//! types a turn goes in and comes out with, and the time every crate reads through ([`clock`]).
+//! Every implementation — the Anthropic Messages API client (`muninn-anthropic`) against
+//! `muninn sim-api`, the in-process simulator, the Claude Code CLI driver — passes the behaviour
+//! suite, `muninn_testkit::run_backend_suite`, kept in the dev-only test kit.
 //!
 //! ## Layout
 //!
 //! - this module — [`Backend`], [`SessionSpec`], [`TurnInput`], [`TurnOutcome`], [`BackendError`]
 //!   (with [`Capability`]: what a backend may be unable to do), [`SessionEvent`].
+//! - [`clock`] — injected time: the [`clock::Clock`] and [`clock::Sleeper`] traits every crate
+//!   reads the time and waits through, with the system clock and the manual test doubles.
 //! - [`schema`] — the small JSON Schema subset structured output uses: a deterministic example
 //!   generator and a validator.
-//! - [`suite`] — the behaviour suite.
 //!
 //! ## Invariants
 //!
@@ -25,8 +26,8 @@
 //!   naming the [`Capability`], and without side effects: the session is as it was.
 //!   [`BackendError::Invalid`] is kept for a turn that is wrong as given.
 
+pub mod clock;
 pub mod schema;
-pub mod suite;
 
 use muninn_core::cache::Ttl;
 use muninn_core::ledger::MissCause;

@@ -35,6 +35,7 @@ use muninn_claude_cli::pool::{ParkReason, PoolConfig, PoolEvent, SharedPool};
 use muninn_claude_cli::{ClaudeCliBackend, CliConfig, Secret, SessionEvent};
 use muninn_core::cache::Ttl;
 use muninn_sim::sim::SimConfig;
+use muninn_testkit::peers::claude_cli_path;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,18 +43,6 @@ use std::time::{Duration, Instant};
 const KEY: &str = "sk-bench";
 /// The budget the extrapolation is for.
 const TARGET_MIB: f64 = 4096.0;
-
-fn claude_bin() -> Option<PathBuf> {
-    std::env::var("MUNINN_CLAUDE_BIN")
-        .ok()
-        .map(PathBuf::from)
-        .or_else(|| {
-            let p = PathBuf::from(std::env::var("HOME").ok()?).join(
-                ".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
-            );
-            p.exists().then_some(p)
-        })
-}
 
 fn env_f64(name: &str, default: f64) -> f64 {
     std::env::var(name)
@@ -129,7 +118,7 @@ fn binomial_tail(n: usize, p: f64, c: usize) -> f64 {
 }
 
 fn main() {
-    let Some(bin) = claude_bin() else {
+    let Some(bin) = claude_cli_path() else {
         eprintln!("pool_capacity: SKIP, Claude Code CLI not found (set MUNINN_CLAUDE_BIN)");
         return;
     };

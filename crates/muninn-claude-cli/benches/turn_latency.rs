@@ -12,23 +12,12 @@ use muninn_backend::{Backend, SessionSpec, TurnInput};
 use muninn_claude_cli::{ClaudeCliBackend, CliConfig, Secret, vm_rss_kb};
 use muninn_core::cache::Ttl;
 use muninn_sim::sim::SimConfig;
-use std::path::{Path, PathBuf};
+use muninn_testkit::peers::claude_cli_path;
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const KEY: &str = "sk-bench";
-
-fn claude_bin() -> Option<PathBuf> {
-    std::env::var("MUNINN_CLAUDE_BIN")
-        .ok()
-        .map(PathBuf::from)
-        .or_else(|| {
-            let p = PathBuf::from(std::env::var("HOME").ok()?).join(
-                ".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
-            );
-            p.exists().then_some(p)
-        })
-}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -151,7 +140,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn main() {
-    let Some(bin) = claude_bin() else {
+    let Some(bin) = claude_cli_path() else {
         eprintln!("turn_latency: SKIP, Claude Code CLI not found (set MUNINN_CLAUDE_BIN)");
         return;
     };

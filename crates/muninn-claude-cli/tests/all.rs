@@ -23,43 +23,13 @@ use muninn_core::price::PriceTable;
 use muninn_core::trace::Usage;
 use muninn_sim::SimHandle;
 use muninn_sim::sim::{Fault, FaultKind, RecordedRequest, SimConfig};
+use muninn_testkit::peers::claude_cli;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
 
 const T0: i64 = 1_796_000_000_000;
-
-fn claude_bin() -> Option<PathBuf> {
-    let found = std::env::var("MUNINN_CLAUDE_BIN")
-        .ok()
-        .map(PathBuf::from)
-        .or_else(|| {
-            let home = std::env::var("HOME").ok()?;
-            let p = PathBuf::from(home).join(
-                ".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
-            );
-            p.exists().then_some(p)
-        });
-    // Only the pinned version: the driver relies on its observed protocol.
-    let pinned = found.filter(|bin| {
-        std::process::Command::new(bin)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).starts_with("2.1.332 "))
-    });
-    if pinned.is_none() {
-        if std::env::var("MUNINN_REQUIRE_PEERS").as_deref() == Ok("1") {
-            panic!(
-                "MUNINN_REQUIRE_PEERS=1 but Claude Code CLI 2.1.332 is missing (set MUNINN_CLAUDE_BIN)"
-            );
-        }
-        eprintln!(
-            "SKIP: Claude Code CLI 2.1.332 not found (run scripts/install-claude-cli.sh, or set MUNINN_CLAUDE_BIN)"
-        );
-    }
-    pinned
-}
 
 async fn sim() -> SimHandle {
     muninn_sim::spawn(
@@ -187,7 +157,7 @@ fn session_events_json(b: &mut ClaudeCliBackend) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_turns_in_one_process_report_the_cache_models_usage() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a51").await;
     let mut b = ClaudeCliBackend::new(r.config.clone());
     b.start(spec("six")).await.unwrap();
@@ -237,7 +207,7 @@ async fn six_turns_in_one_process_report_the_cache_models_usage() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_child_is_resumed_and_a_lost_session_is_reseeded() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let session = "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a52";
     let r = rig(bin, session).await;
     let mut b = ClaudeCliBackend::new(r.config.clone());
@@ -355,7 +325,7 @@ async fn a_killed_child_is_resumed_and_a_lost_session_is_reseeded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_errors_come_back_as_the_cli_reports_them() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a53").await;
     r.config.max_retries = Some(2);
     let mut b = ClaudeCliBackend::new(r.config.clone());
@@ -409,7 +379,7 @@ async fn api_errors_come_back_as_the_cli_reports_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_session_returns_structured_output() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a54").await;
     let schema = json!({
         "type": "object",
@@ -429,7 +399,7 @@ async fn a_schema_session_returns_structured_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupt_stops_a_slow_turn_and_keeps_the_process() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a55").await;
     let mut b = ClaudeCliBackend::new(r.config.clone());
     b.start(spec("interrupt")).await.unwrap();
@@ -467,7 +437,7 @@ struct Harness {
     sessions: std::sync::atomic::AtomicU32,
 }
 
-impl muninn_backend::suite::SuiteHarness for Harness {
+impl muninn_testkit::SuiteHarness for Harness {
     type B = ClaudeCliBackend;
 
     async fn backend(&self) -> ClaudeCliBackend {
@@ -503,7 +473,7 @@ impl muninn_backend::suite::SuiteHarness for Harness {
 /// would need an MCP bridge); nor can it ping. The test pins exactly that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backend_suite_passes_without_custom_tools_and_pings() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let sim = sim().await;
     let h = Harness {
         bin,
@@ -511,7 +481,7 @@ async fn the_backend_suite_passes_without_custom_tools_and_pings() {
         dir: tempfile::tempdir().unwrap(),
         sessions: std::sync::atomic::AtomicU32::new(0),
     };
-    let report = muninn_backend::suite::run_backend_suite(&h).await.unwrap();
+    let report = muninn_testkit::run_backend_suite(&h).await.unwrap();
     assert_eq!(
         report.passed,
         vec!["append_reads_grow", "structured_output", "capabilities"]
@@ -554,7 +524,7 @@ fn user_messages_sent_with(sim: &SimHandle, text: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_resumes_only_through_a_handle_that_verifies() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let mut r = rig(bin, "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a52").await;
     r.config.binding_key = Some(BindingKey::new(&[7u8; 32]).unwrap());
 
@@ -673,7 +643,7 @@ fn pooled(r: &Rig, pool: &SharedPool, key: &str, id: &str) -> ClaudeCliBackend {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let r = rig(bin, "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
     let (clock, secs) = test_clock();
     let set = |s: u64| secs.store(s, std::sync::atomic::Ordering::SeqCst);
@@ -787,7 +757,7 @@ async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_budget_parks_the_least_recently_used_session() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let r = rig(bin, "d1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
     // Room for one child (~190 MiB measured) but not for a second at the 300 MiB estimate.
     let pool = SharedPool::new(PoolConfig {
@@ -827,7 +797,7 @@ async fn a_memory_budget_parks_the_least_recently_used_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_in_a_turn_is_never_parked_to_make_room() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let r = rig(bin, "e1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
     let pool = SharedPool::new(PoolConfig {
         max_processes: 1,
@@ -912,7 +882,7 @@ fn rig_processes(dir: &std::path::Path) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_turns_under_a_budget_of_one_process_take_turns() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let r = rig(bin, "f1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
     let pool = SharedPool::new(PoolConfig {
         max_processes: 1,
@@ -1009,7 +979,7 @@ fn bytes(items: &[String]) -> Vec<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forked_resume_continues_a_copy_and_leaves_the_original_untouched() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let session = "f1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a51";
     let mut r = rig(bin, session).await;
     r.config.binding_key = Some(BindingKey::new(&[9u8; 32]).unwrap());
@@ -1086,7 +1056,7 @@ async fn a_forked_resume_continues_a_copy_and_leaves_the_original_untouched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_resume_is_seeded_from_the_hosts_seed() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let mut r = rig(bin, "5eed0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a51").await;
     r.config.binding_key = Some(BindingKey::new(&[5u8; 32]).unwrap());
     let mut b = ClaudeCliBackend::new(r.config.clone());
@@ -1134,7 +1104,7 @@ async fn a_refused_resume_is_seeded_from_the_hosts_seed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spent_budget_is_an_error_not_a_success() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let mut r = rig(bin, "b0d9e7c2-5b4d-4e6f-8a9b-0c1d2e3f4a51").await;
     // One micro-dollar: the first request crosses it.
     r.config.max_budget_micro_usd = Some(1);
@@ -1192,7 +1162,7 @@ fn budget_arg(pid: u32) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_budget_is_whole_for_every_run() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let mut r = rig(bin, "b0d9e7c2-5b4d-4e6f-8a9b-0c1d2e3f4a52").await;
     r.config.tools = vec!["Read".to_string()];
     let plain = protocol(10_000_000);
@@ -1362,7 +1332,7 @@ fn messages_from(sim: &SimHandle, from: usize) -> Vec<RecordedRequest> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_below_the_trigger_needs_no_flush_and_a_long_tool_loop_is_flushed() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let mut r = rig(bin, "f1a5b000-5b4d-4e6f-8a9b-0c1d2e3f4a51").await;
     r.config.tools = vec!["Read".to_string()];
     let mut b = ClaudeCliBackend::new(r.config.clone());
@@ -1433,7 +1403,7 @@ async fn a_run_below_the_trigger_needs_no_flush_and_a_long_tool_loop_is_flushed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_flush_is_interrupted_after_its_grace_and_terminated_when_told() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let mut r = rig(bin, "f1a5b000-5b4d-4e6f-8a9b-0c1d2e3f4a52").await;
     r.config.tools = vec!["Read".to_string()];
     let mut b = ClaudeCliBackend::new(r.config.clone());

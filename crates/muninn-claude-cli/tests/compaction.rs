@@ -51,7 +51,7 @@ async fn inflated_run(r: &Rig, config: CliConfig) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_never_compacts_by_itself_under_muninns_switches() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let r = rig(bin, "a7f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a51").await;
     let events = inflated_run(&r, r.config.clone()).await;
     assert_eq!(compaction_requests(&r.sim), 0);
@@ -69,7 +69,7 @@ async fn the_cli_never_compacts_by_itself_under_muninns_switches() {
 /// The control: the same run with the switches left on compacts, so the test above can fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_switches_left_on_the_same_run_compacts() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let r = rig(bin, "a7f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a52").await;
     let config = CliConfig {
         allow_cli_auto_compaction: true,
@@ -98,7 +98,7 @@ async fn with_the_switches_left_on_the_same_run_compacts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compact_summarises_in_place_and_events_are_reported_once() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let session = "a7f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a53";
     let r = rig(bin, session).await;
     let mut b = ClaudeCliBackend::new(r.config.clone());

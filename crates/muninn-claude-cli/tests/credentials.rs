@@ -106,7 +106,7 @@ fn keyed_config(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_key_goes_through_a_descriptor_and_is_left_nowhere() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let logs = captured_logs();
     tracing::info!("capture check");
     assert!(
@@ -185,7 +185,7 @@ async fn the_key_goes_through_a_descriptor_and_is_left_nowhere() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oauth_token_goes_as_a_bearer_and_the_environment_fallback_works() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let token = "sk-ant-oat01-7d2e9b4c1a3f5e6d8c0b2a4f6e8d0c1b";
     let sim = keyed_sim(token).await;
     let dir = tempfile::tempdir().unwrap();

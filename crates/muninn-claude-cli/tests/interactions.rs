@@ -45,7 +45,7 @@ fn seeds_in_request_with(sim: &SimHandle, text: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compaction_before_the_first_turn_does_not_drop_a_pending_seed() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let mut r = rig(bin, "c5ed0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a51").await;
     r.config.binding_key = Some(BindingKey::new(&[6u8; 32]).unwrap());
     let host_seed = "User: cs one\n\nAssistant: HOST-RECORD-CS";
@@ -61,7 +61,7 @@ async fn a_compaction_before_the_first_turn_does_not_drop_a_pending_seed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seed_whose_turn_began_is_not_sent_again_after_the_child_dies() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let mut r = rig(bin, "c5ed0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a52").await;
     r.config.binding_key = Some(BindingKey::new(&[7u8; 32]).unwrap());
     let host_seed = "User: ks one\n\nAssistant: HOST-RECORD-KS";

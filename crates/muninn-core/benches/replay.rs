@@ -1,4 +1,4 @@
-//! Replay throughput and the optimum's scaling, on synthetic traces ([`muninn_core::synth`]).
+//! Replay throughput and the optimum's scaling, on synthetic traces ([`muninn_workload::synth`]).
 //!
 //! `cargo bench -p muninn-core --bench replay` prints two tables:
 //!
@@ -23,8 +23,8 @@ use muninn_core::money::MicroUsd;
 use muninn_core::optimum;
 use muninn_core::price::PriceTable;
 use muninn_core::replay::{Assumptions, Plan, ReplayConfig, reconstruct, replay_trace};
-use muninn_core::synth::{SynthParams, session};
 use muninn_core::trace::Trace;
+use muninn_workload::synth::{SynthParams, session};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -82,7 +82,7 @@ fn main() {
         "nproc {nproc}; single-threaded; {ROUNDS} rounds interleaved across plans, median reported"
     );
     println!(
-        "synthetic trace: muninn_core::synth::session(seed {SEED:#x}, n, SynthParams::default())"
+        "synthetic trace: muninn_workload::synth::session(seed {SEED:#x}, n, SynthParams::default())"
     );
     println!("  {params:?}");
     println!("assumptions: {assumptions}");

@@ -11,6 +11,8 @@
 //! - [`cache`] — the prompt-cache model: reads, writes 5m/1h, uncached input, miss causes.
 //! - [`trace`] — normalised traces, the importers' output and the replay engine's input.
 //! - [`ledger`] — the ledger row written for every request.
+//! - [`records`] — a Mind's records shared by the store, the runtime and the HTTP API: roles,
+//!   segments, leases, outbox messages, briefs.
 //! - [`decide`] — the pure decider and the online policies.
 //! - [`session`] — the session accounting every decision is made from, driven alike by the
 //!   live host and by the replay engine.
@@ -18,13 +20,11 @@
 //! - [`replay`] — the replay engine that runs a trace under a policy.
 //! - [`closed_loop`] — replaying the host's own ledger: every decision and the cost reproduced.
 //! - [`optimum`] — the hindsight optimum, an O(n log n) dynamic program.
-//! - [`synth`] — seeded synthetic Claude-Code-like traces, for benchmarks and large tests.
 //! - [`tokenize`] — the deterministic tokenizer the renderer and the simulator share.
 //! - [`validate`] — the cache model checked against recorded usage.
-//! - [`workload`] — the seeded Persona workload (`shared/workloads/persona.md`): rooms, deliveries,
-//!   `next_batch`, turns and the Mind's layers.
-//! - [`persona`] — the Persona designs (today's rebuild, muninn's session under every plan) priced
-//!   on one generated stream.
+//!
+//! The generators benches and tests run these on (synthetic traces, the Persona workload) live in
+//! `muninn-workload`, outside the core: no production path uses them.
 //!
 //! ## Invariants
 //!
@@ -38,13 +38,11 @@ pub mod decide;
 pub mod ledger;
 pub mod money;
 pub mod optimum;
-pub mod persona;
 pub mod price;
+pub mod records;
 pub mod render;
 pub mod replay;
 pub mod session;
-pub mod synth;
 pub mod tokenize;
 pub mod trace;
 pub mod validate;
-pub mod workload;

@@ -6,4 +6,3 @@ mod cache;
 mod render;
 mod replay;
 mod validate;
-mod workload;

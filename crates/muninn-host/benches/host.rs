@@ -28,14 +28,14 @@
 
 use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
 use muninn_core::price::PriceTable;
-use muninn_host::clock::SimClock;
 use muninn_host::config::{Config, MindConfig};
 use muninn_host::runtime::{MindRunner, Step};
 use muninn_host::{Host, Signals};
+use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
 use muninn_store::{NewDelivery, Store};
-use std::process::Command;
+use muninn_testkit::peers::FreshDatabase;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -313,26 +313,6 @@ async fn run(store_name: &str, store: Arc<dyn Store>, minds: usize, deliveries: 
     }
 }
 
-fn psql(sql: &str) -> Result<(), String> {
-    match Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            sql,
-        ])
-        .output()
-    {
-        Ok(out) if out.status.success() => Ok(()),
-        Ok(out) => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        Err(e) => Err(format!("psql: {e}")),
-    }
-}
-
 fn main() {
     let minds = env_or("MUNINN_BENCH_MINDS", 50);
     let deliveries = env_or("MUNINN_BENCH_DELIVERIES", 40);
@@ -366,13 +346,10 @@ fn main() {
         let path = dir.path().join("bench.db");
         let store = muninn_store::open(path.to_str().unwrap()).await.unwrap();
         rows.push(run("sqlite", store, minds, deliveries).await);
-        let name = format!("muninn_bench_{}", std::process::id());
-        match psql(&format!("CREATE DATABASE {name}")) {
-            Ok(()) => {
-                let url = format!("postgres://postgres@127.0.0.1:5432/{name}");
-                let store = muninn_store::open(&url).await.unwrap();
+        match FreshDatabase::create("muninn_bench") {
+            Ok(database) => {
+                let store = muninn_store::open(&database.url()).await.unwrap();
                 rows.push(run("postgres", store, minds, deliveries).await);
-                let _ = psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
             }
             Err(e) => println!("  SKIP postgres: {e}"),
         }

@@ -4,8 +4,9 @@
 
 use crate::config::{BackendKind, Config, PoolSettings, SelfSession};
 use muninn_anthropic::backend::AnthropicBackend;
+use muninn_anthropic::client::TokioSleeper;
 use muninn_anthropic::client::{AnthropicClient, ClientConfig, credentials_from_env};
-use muninn_anthropic::clock::{Clock, TokioSleeper};
+use muninn_backend::clock::Clock;
 use muninn_backend::{
     Backend, BackendError, FlushProtocol, RunOutcome, SessionEvent, SessionSpec, TurnInput,
     TurnOutcome,

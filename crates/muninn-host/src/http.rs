@@ -2,8 +2,9 @@
 //!
 //! axum on loopback by default (`listen` in the configuration). Every route — including unknown
 //! ones — requires `Authorization: Bearer <token>`, compared in constant time; the token is
-//! created on first start in `<data_dir>/api-token` (mode 0600) and never logged, echoed or put
-//! in an error. Bodies are JSON ([`wire`]); every error is `{"error":{"type","message"}}`.
+//! created on first start in `<data_dir>/api-token` ([`ApiToken`], mode 0600) and never logged,
+//! echoed or put in an error. Bodies are JSON ([`muninn_api::wire`], which the client in
+//! `muninn-api` shares); every error is `{"error":{"type","message"}}`.
 //!
 //! ## Routes
 //!
@@ -29,9 +30,6 @@
 //! every [`POLL_SLICE`], so a write by another host (PostgreSQL) or a missed wake-up costs at
 //! most that much latency, never a hang. Times written to the store come from `host.clock`.
 
-pub mod client;
-pub mod wire;
-
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -44,13 +42,14 @@ use muninn_store::{
     BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, OutboxMessage, Role, StoreError,
 };
 use std::collections::VecDeque;
-use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::Host;
-use wire::*;
+use crate::config::MindConfig;
+use muninn_api::ApiToken;
+use muninn_api::wire::*;
 
 /// The longest a long poll waits (`wait_s` is clamped to it).
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -59,128 +58,6 @@ pub const POLL_SLICE: Duration = Duration::from_secs(2);
 /// Default and largest page of outbox messages and transcript items.
 const DEFAULT_LIMIT: i64 = 100;
 const MAX_LIMIT: i64 = 1000;
-/// Bytes of entropy in a new API token (hex-encoded: 64 characters).
-const TOKEN_BYTES: usize = 32;
-
-// ----- The token -----
-
-/// The API's bearer token. Its `Debug` is redacted, and it has no `Display`, so it cannot end
-/// up in a log line or an error by accident.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiToken(String);
-
-impl std::fmt::Debug for ApiToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiToken(<redacted>)")
-    }
-}
-
-/// Why the API token could not be created or read. Messages name the file, never its content.
-#[derive(Debug, thiserror::Error)]
-pub enum TokenError {
-    /// Reading, writing or creating the file (or its directory) failed.
-    #[error("API token file {}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The file exists but holds no usable token (empty, or not one line of visible ASCII).
-    #[error("API token file {} holds no usable token (delete it to make a new one)", path.display())]
-    Malformed {
-        /// The file.
-        path: PathBuf,
-    },
-}
-
-impl ApiToken {
-    /// A token with this value (tests, or a token handed over by other means).
-    pub fn new(value: impl Into<String>) -> ApiToken {
-        ApiToken(value.into())
-    }
-
-    /// The value, for an `Authorization` header. Do not log it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Reads the token at `path`, or creates it (mode 0600, from the OS's random source) if the
-    /// file does not exist, creating its directory as needed. Two hosts starting at once agree:
-    /// the file is created exclusively and the loser reads the winner's.
-    pub fn load_or_create(path: &FsPath) -> Result<ApiToken, TokenError> {
-        let io = |source| TokenError::Io {
-            path: path.to_owned(),
-            source,
-        };
-        match ApiToken::read(path) {
-            Err(TokenError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            }
-            other => return other,
-        }
-        if let Some(dir) = path.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        let mut random = [0u8; TOKEN_BYTES];
-        {
-            use std::io::Read;
-            std::fs::File::open("/dev/urandom")
-                .and_then(|mut f| f.read_exact(&mut random))
-                .map_err(io)?;
-        }
-        let token: String = random.iter().map(|b| format!("{b:02x}")).collect();
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
-        match options.open(path) {
-            Ok(mut file) => {
-                use std::io::Write;
-                file.write_all(format!("{token}\n").as_bytes())
-                    .and_then(|()| file.sync_all())
-                    .map_err(io)?;
-                tracing::info!(path = %path.display(), "created the API token");
-                Ok(ApiToken(token))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => ApiToken::read(path),
-            Err(e) => Err(io(e)),
-        }
-    }
-
-    /// Reads an existing token file (what the CLI does).
-    pub fn read(path: &FsPath) -> Result<ApiToken, TokenError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TokenError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-        let token = text.trim();
-        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(TokenError::Malformed {
-                path: path.to_owned(),
-            });
-        }
-        Ok(ApiToken(token.to_owned()))
-    }
-
-    /// Whether `presented` is the token, in time independent of where they differ (the length
-    /// may leak; it is public anyway).
-    fn matches(&self, presented: &[u8]) -> bool {
-        let expected = self.0.as_bytes();
-        if expected.len() != presented.len() {
-            return false;
-        }
-        expected
-            .iter()
-            .zip(presented)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
-    }
-}
 
 // ----- Errors -----
 
@@ -480,7 +357,7 @@ fn from_settings(settings: &Settings) -> ApiResult<MindSettings> {
     })
 }
 
-async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus> {
+async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<MindConfig>> {
     let stored = host.store.mind(id).await?;
     let config = host.config.mind(id).cloned();
     if stored.is_none() && config.is_none() {
@@ -558,7 +435,7 @@ async fn set_brake(host: &Host, brake: bool) -> ApiResult<BrakeResponse> {
 
 // ----- Handlers -----
 
-async fn list_minds(State(state): State<AppState>) -> ApiResult<Json<MindsResponse>> {
+async fn list_minds(State(state): State<AppState>) -> ApiResult<Json<MindsResponse<MindConfig>>> {
     let host = &state.host;
     let mut ids: Vec<String> = host.config.minds.iter().map(|m| m.id.clone()).collect();
     ids.extend(host.store.minds().await?.into_iter().map(|m| m.id));
@@ -574,7 +451,7 @@ async fn list_minds(State(state): State<AppState>) -> ApiResult<Json<MindsRespon
 async fn get_mind(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
-) -> ApiResult<Json<MindStatus>> {
+) -> ApiResult<Json<MindStatus<MindConfig>>> {
     let Path(mind) = path?;
     Ok(Json(mind_status(&state.host, &mind).await?))
 }

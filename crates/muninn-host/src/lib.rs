@@ -7,10 +7,10 @@
 //! - [`config`] — `muninn.toml`: Minds, their doctrine, persona state, rooms, backend, policy and
 //!   bounds; validated at load, with a checked-in JSON Schema.
 //! - [`backends`] — the simulator or the Anthropic API behind the sessions.
-//! - [`clock`] — the injected clock (the system clock, or a manual one for tests).
 //! - [`runtime`] — the Persona and Self loops: mailbox → batch → decider → render → backend →
 //!   ledger → validated reply → outbox → ack, one writer per Mind under a lease.
-//! - [`http`] — the HTTP API (axum, loopback, bearer token).
+//! - [`http`] — the HTTP API's server (axum, loopback, bearer token). Its wire types, token and
+//!   client are in `muninn-api`, which clients use without linking the server.
 //!
 //! ## Invariants
 //!
@@ -21,7 +21,6 @@
 //! - One writer per Mind: every write carries the Mind's lease fencing token.
 
 pub mod backends;
-pub mod clock;
 pub mod config;
 pub mod http;
 pub mod runtime;
@@ -45,7 +44,7 @@ pub struct Host {
     /// The validated configuration.
     pub config: Arc<config::Config>,
     /// The clock.
-    pub clock: Arc<dyn clock::Clock>,
+    pub clock: Arc<dyn muninn_backend::clock::Clock>,
     /// Wake-ups.
     pub signals: Arc<Signals>,
 }

@@ -4,17 +4,18 @@
 //! same CLI process; when the CLI cannot compact, the host rebuilds instead.
 
 use crate::resume::{CliWorld, child_pid, cli_world, persona, turn};
-use crate::runtime::claude_bin;
+use muninn_api::ApiToken;
+use muninn_api::client::ApiClient;
+use muninn_api::wire::LedgerParams;
 use muninn_core::price::PriceTable;
 use muninn_core::tokenize::count;
 use muninn_host::config::{MindConfig, RefreshMode};
-use muninn_host::http::client::ApiClient;
-use muninn_host::http::wire::LedgerParams;
-use muninn_host::http::{ApiToken, serve};
+use muninn_host::http::serve;
 use muninn_host::runtime::{COMPACT_REASON, PERSONA_COMPACT_INSTRUCTIONS};
 use muninn_sim::reply::COMPACTION_MARKERS;
 use muninn_sim::sim::RecordedRequest;
 use muninn_store::Role;
+use muninn_testkit::peers::claude_cli;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -74,7 +75,7 @@ async fn api(w: &CliWorld) -> (ApiClient, tokio::sync::oneshot::Sender<()>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compact_refresh_summarises_the_live_cli_session_and_continues_it() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let w = cli_world(bin).await;
     let mut r = w.runner(compacting(3), "host-a");
     r.register().await.unwrap();
@@ -287,7 +288,7 @@ const CLI_COMPACT_ATTEMPTS: u32 = 8;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compaction_the_cli_cannot_finish_falls_back_to_a_rebuild() {
     use muninn_sim::sim::{Fault, FaultKind};
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let w = cli_world(bin).await;
     // A refresh at the first turn it is allowed.
     let mut r = w.runner(compacting(1), "host-a");

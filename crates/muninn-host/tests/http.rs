@@ -2,14 +2,15 @@
 //! loopback port, called through the crate's own client (and raw reqwest where the wire itself
 //! is the point: auth, SSE, JSON Lines).
 
+use muninn_api::ApiToken;
+use muninn_api::client::{ApiClient, ClientError};
+use muninn_api::wire::*;
+use muninn_backend::clock::ManualClock;
 use muninn_core::ledger::{LedgerRow, MissCause};
 use muninn_core::money::MicroUsd;
 use muninn_core::trace::Usage;
-use muninn_host::clock::ManualClock;
 use muninn_host::config::Config;
-use muninn_host::http::client::{ApiClient, ClientError};
-use muninn_host::http::wire::*;
-use muninn_host::http::{ApiToken, serve};
+use muninn_host::http::serve;
 use muninn_host::{Host, Signals};
 use muninn_store::{
     BriefOrigin, BriefStatus, FencingToken, Mind, NewOutboxMessage, NewSegment, NewTranscriptItem,
@@ -109,7 +110,7 @@ trait Now {
 }
 impl Now for ManualClock {
     fn now(&self) -> i64 {
-        muninn_host::clock::Clock::now_ms(self)
+        muninn_backend::clock::Clock::now_ms(self)
     }
 }
 
@@ -589,7 +590,11 @@ async fn status_shows_settings_lease_segments_and_spend() {
     assert_eq!(status.lease.as_ref().unwrap().holder, "test-host");
     assert_eq!(status.segments.persona, Some(segment.clone()));
     assert_eq!(status.segments.self_role, None);
-    assert_eq!(status.config.as_ref().unwrap().id, "vala");
+    assert_eq!(status.config.as_ref().unwrap()["id"], "vala");
+    // The client reads the configuration as JSON; it is the host's typed `[[mind]]` entry.
+    let config: muninn_host::config::MindConfig =
+        serde_json::from_value(status.config.clone().unwrap()).unwrap();
+    assert_eq!(Some(&config), server.host.config.mind("vala"));
     assert_eq!(status.display_name, "VALA");
     assert_eq!(
         status.spend,

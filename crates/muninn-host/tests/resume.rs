@@ -2,15 +2,16 @@
 //! (issue 5), on the real Claude Code CLI against the simulator: the sim backend binds no
 //! sessions, so resuming means nothing there.
 
-use crate::runtime::{T0, claude_bin, mind};
+use crate::runtime::{T0, mind};
 use muninn_core::price::PriceTable;
 use muninn_host::backends::{AnyBackend, BackendFactory};
-use muninn_host::clock::SimClock;
 use muninn_host::config::{BackendConfig, BackendKind, Config, MindConfig};
 use muninn_host::runtime::{MindRunner, Step};
 use muninn_host::{Host, Signals};
+use muninn_sim::SimClock;
 use muninn_sim::sim::SimConfig;
 use muninn_store::{LedgerQuery, NewDelivery, Role};
+use muninn_testkit::peers::claude_cli;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -177,7 +178,7 @@ pub(crate) fn persona(mood: &str) -> MindConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let w = cli_world(bin).await;
     let mut a = w.runner(persona("watchful"), "host-a");
     a.register().await.unwrap();
@@ -279,7 +280,7 @@ async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_persona_layer_opens_a_fresh_segment_after_a_restart() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let w = cli_world(bin).await;
     let mut a = w.runner(persona("watchful"), "host-a");
     a.register().await.unwrap();
@@ -336,7 +337,7 @@ pub(crate) fn child_pid(w: &CliWorld, key: &str) -> Option<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_turns_ledger_what_the_cli_reported_and_a_parked_child_resumes_on_the_next() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let w = cli_world_with(bin, |c| {
         c.backend.pool.park_min_idle_s = 1;
     })
@@ -407,7 +408,7 @@ async fn five_turns_ledger_what_the_cli_reported_and_a_parked_child_resumes_on_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_killed_mid_turn_loses_no_delivery_and_sends_nothing_twice() {
     use muninn_sim::sim::{Fault, FaultKind};
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let w = Arc::new(cli_world(bin).await);
     let mut r = w.runner(persona("steady"), "host-a");
     r.register().await.unwrap();
@@ -507,7 +508,7 @@ fn persona_session_files(w: &CliWorld) -> Vec<std::path::PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_cli_session_is_seeded_from_muninns_transcript_mid_run_and_after_a_restart() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let w = cli_world(bin).await;
     let mut a = w.runner(persona("steady"), "host-a");
     a.register().await.unwrap();

@@ -2,13 +2,14 @@
 //! virtual clock.
 
 use muninn_core::price::PriceTable;
-use muninn_host::clock::SimClock;
 use muninn_host::config::{Config, MindConfig};
 use muninn_host::runtime::{MindRunner, Step, next_batch};
 use muninn_host::{Host, Signals};
+use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
 use muninn_store::{BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, Role};
+use muninn_testkit::peers::claude_cli;
 use std::sync::Arc;
 
 pub(crate) const T0: i64 = 1_800_000_000_000;
@@ -713,40 +714,11 @@ async fn a_delivery_posted_through_another_host_is_a_new_wake() {
     assert!(matches!(r.step().await.unwrap(), Step::Idle { .. }));
 }
 
-/// The pinned Claude Code CLI, if installed (`MUNINN_CLAUDE_BIN`, else the install script's
-/// place); `None` prints SKIP, and `MUNINN_REQUIRE_PEERS=1` makes a missing CLI a failure.
-pub(crate) fn claude_bin() -> Option<std::path::PathBuf> {
-    let found = std::env::var("MUNINN_CLAUDE_BIN")
-        .ok()
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            let home = std::env::var("HOME").ok()?;
-            let p = std::path::PathBuf::from(home).join(
-                ".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
-            );
-            p.exists().then_some(p)
-        });
-    let pinned = found.filter(|bin| {
-        std::process::Command::new(bin)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).starts_with("2.1.332 "))
-    });
-    if pinned.is_none() {
-        assert!(
-            std::env::var("MUNINN_REQUIRE_PEERS").as_deref() != Ok("1"),
-            "MUNINN_REQUIRE_PEERS=1 but Claude Code CLI 2.1.332 is missing (set MUNINN_CLAUDE_BIN)"
-        );
-        eprintln!("SKIP: Claude Code CLI 2.1.332 not found");
-    }
-    pinned
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported() {
     use muninn_host::backends::{AnyBackend, BackendFactory};
     use muninn_host::config::{BackendConfig, BackendKind};
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     const KEY: &str = "sk-test-claude-cli-host";
     let dir = tempfile::tempdir().unwrap();
     let server = muninn_sim::spawn(

@@ -5,11 +5,12 @@
 //! child and only it.
 
 use crate::resume::{CliWorld, child_pid, cli_world_with};
-use crate::runtime::{claude_bin, mind};
+use crate::runtime::mind;
 use muninn_host::backends::AnyBackend;
 use muninn_host::config::MindConfig;
 use muninn_host::runtime::{MindRunner, SELF_RUN_FLUSH_MESSAGE, Step};
 use muninn_store::{BriefOrigin, BriefStatus, NewBrief, Role};
+use muninn_testkit::peers::claude_cli;
 
 const LOOP_BRIEF: &str = "use Read to look around the archive [sim: tool rounds 8]";
 const BUDGET_MICRO_USD: i64 = 1_500_000;
@@ -102,7 +103,7 @@ async fn loop_prompts(bin: std::path::PathBuf) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_self_tool_loop_crossing_the_trigger_is_flushed_and_the_next_brief_starts_from_it() {
-    let Some(bin) = claude_bin() else { return };
+    let Some(bin) = claude_cli() else { return };
     let prompts = loop_prompts(bin.clone()).await;
     // The opening request, eight tool rounds, each round adding a call and its result.
     assert_eq!(prompts.len(), 9, "{prompts:?}");

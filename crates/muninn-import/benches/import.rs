@@ -10,15 +10,15 @@
 //! 2. a generated Claude-Code-format corpus of `MUNINN_BENCH_IMPORT_BYTES` (default 1 GB) written to
 //!    a temporary directory and deleted afterwards: real line shapes (one `assistant` line per
 //!    content block repeating `message.id` and `usage`, `user` lines with `tool_result` blocks and
-//!    the `toolUseResult` copy), usage from [`muninn_core::synth::session`], tool outputs of
+//!    the `toolUseResult` copy), usage from [`muninn_workload::synth::session`], tool outputs of
 //!    2–60 KB with one in a hundred of 1–4 MB.
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) the corpus is 8 MB.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use muninn_core::synth::{SplitMix64, SynthParams, session};
 use muninn_import::{ImportOptions, import_paths};
+use muninn_workload::synth::{SplitMix64, SynthParams, session};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;

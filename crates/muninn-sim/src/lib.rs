@@ -10,6 +10,7 @@
 //! - [`reply`] — the pure reply function (text, tool calls, `StructuredOutput`, compaction).
 //! - [`sim`] — [`sim::Simulator`]: the shared cache, virtual clock, faults and request log, and
 //!   the transport-free request handling.
+//! - [`clock`] — [`SimClock`]: the virtual clock as the injected [`muninn_backend::clock::Clock`].
 //! - [`server`] — the axum router: the API routes and the admin routes.
 //! - [`inprocess`] — the simulator as a transport of the Anthropic backend, without HTTP
 //!   ([`inprocess::SimBackend`]).
@@ -24,11 +25,13 @@
 //! - The same request body always gets the same reply content.
 //! - Credentials are never recorded.
 
+pub mod clock;
 pub mod inprocess;
 pub mod reply;
 pub mod server;
 pub mod sim;
 
+pub use clock::SimClock;
 use sim::{SimConfig, Simulator};
 use std::net::SocketAddr;
 use std::sync::Arc;

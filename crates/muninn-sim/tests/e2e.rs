@@ -223,11 +223,11 @@ async fn client_errors_surface_at_once_and_leave_the_session_usable() {
 #[tokio::test]
 async fn retries_run_out() {
     let h = sim().await;
-    let sleeper = muninn_anthropic::clock::RecordingSleeper::default();
+    let sleeper = muninn_backend::clock::RecordingSleeper::default();
     let client = crate::support::client(&h, &sleeper, 3);
     let mut b = muninn_anthropic::backend::AnthropicBackend::new(
         client,
-        std::sync::Arc::new(muninn_anthropic::clock::ManualClock::new(T0)),
+        std::sync::Arc::new(muninn_backend::clock::ManualClock::new(T0)),
         muninn_core::price::PriceTable::embedded(),
     );
     b.start(spec("exhaust", Ttl::FiveMinutes)).await.unwrap();
@@ -398,7 +398,7 @@ async fn the_client_speaks_non_streaming_and_bearer_too() {
     config.auth = AuthScheme::Bearer;
     let client = AnthropicClient::new(
         config,
-        std::sync::Arc::new(muninn_anthropic::clock::RecordingSleeper::default()),
+        std::sync::Arc::new(muninn_backend::clock::RecordingSleeper::default()),
     )
     .unwrap();
     let request = MessagesRequest {

@@ -2,14 +2,15 @@
 //! real Claude Code CLI 2.1.332. Each checks that the usage the peer reports equals what the
 //! cache model computes, independently, for the requests the peer actually sent.
 //!
-//! Peers are found through `MUNINN_PYTHON` (default `python3`, with `anthropic` importable; see
-//! `scripts/install-python-peers.sh`) and `MUNINN_CLAUDE_BIN` (default: where
-//! `scripts/install-claude-cli.sh` installs it). A missing peer prints `SKIP` — or fails the test
-//! when `MUNINN_REQUIRE_PEERS=1`, as CI sets it.
+//! Peers are found by `muninn_testkit::peers`: `MUNINN_PYTHON` (default `python3`, with
+//! `anthropic` importable; see `scripts/install-python-peers.sh`) and `MUNINN_CLAUDE_BIN`
+//! (default: where `scripts/install-claude-cli.sh` installs it). A missing peer prints `SKIP` — or
+//! fails the test when `MUNINN_REQUIRE_PEERS=1`, as CI sets it.
 
 use crate::support::{T0, recompute};
 use muninn_core::trace::Usage;
 use muninn_sim::sim::SimConfig;
+use muninn_testkit::peers::{claude_cli, python_sdk};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -17,13 +18,6 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
-
-fn missing_peer(what: &str) {
-    if std::env::var("MUNINN_REQUIRE_PEERS").as_deref() == Ok("1") {
-        panic!("peer missing and MUNINN_REQUIRE_PEERS=1: {what}");
-    }
-    eprintln!("SKIP: {what}");
-}
 
 fn usage_json(u: &Usage) -> Value {
     json!({
@@ -65,15 +59,7 @@ fn sim_on_thread() -> (tokio::runtime::Runtime, muninn_sim::SimHandle) {
 
 #[test]
 fn the_official_python_sdk() {
-    let python = std::env::var("MUNINN_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let probe = Command::new(&python)
-        .args(["-c", "import anthropic"])
-        .output();
-    if !probe.map(|o| o.status.success()).unwrap_or(false) {
-        return missing_peer(&format!(
-            "{python} cannot import anthropic (run scripts/install-python-peers.sh, or set MUNINN_PYTHON)"
-        ));
-    }
+    let Some(python) = python_sdk() else { return };
     let (_rt, h) = sim_on_thread();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_sdk.py");
     let out = Command::new(&python)
@@ -133,16 +119,6 @@ fn the_official_python_sdk() {
     );
 }
 
-fn claude_bin() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("MUNINN_CLAUDE_BIN") {
-        return Some(PathBuf::from(p));
-    }
-    let home = std::env::var("HOME").ok()?;
-    let p = PathBuf::from(home)
-        .join(".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe");
-    p.exists().then_some(p)
-}
-
 /// Reads stdout lines of the child on a thread, so the test can wait with a timeout.
 fn line_reader(stdout: std::process::ChildStdout) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
@@ -154,26 +130,6 @@ fn line_reader(stdout: std::process::ChildStdout) -> mpsc::Receiver<String> {
         }
     });
     rx
-}
-
-/// The pinned CLI, or `None` after reporting it missing.
-fn find_claude() -> Option<PathBuf> {
-    let Some(bin) = claude_bin() else {
-        missing_peer(
-            "Claude Code CLI not found (run scripts/install-claude-cli.sh, or set MUNINN_CLAUDE_BIN)",
-        );
-        return None;
-    };
-    match Command::new(&bin).arg("--version").output() {
-        Ok(o) if String::from_utf8_lossy(&o.stdout).starts_with("2.1.332 ") => Some(bin),
-        other => {
-            missing_peer(&format!(
-                "{} is not Claude Code 2.1.332: {other:?}",
-                bin.display()
-            ));
-            None
-        }
-    }
 }
 
 /// One long-lived `claude -p` stream-json session against the simulator, in a fresh HOME.
@@ -298,7 +254,7 @@ impl Claude {
 
 #[test]
 fn the_real_claude_code_cli() {
-    let Some(bin) = find_claude() else { return };
+    let Some(bin) = claude_cli() else { return };
     let (_rt, h) = sim_on_thread();
     let session = "7e1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a5b";
     let mut claude = Claude::start(&bin, &h.base_url(), session, &[], &[]);
@@ -475,7 +431,7 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
 
 #[test]
 fn the_real_claude_code_cli_with_a_1h_ttl_and_count_tokens() {
-    let Some(bin) = find_claude() else { return };
+    let Some(bin) = claude_cli() else { return };
     let (_rt, h) = sim_on_thread();
     let session = "0f0e0d0c-0b0a-4908-8706-050403020100";
     let mut claude = Claude::start(
@@ -552,7 +508,7 @@ fn the_real_claude_code_cli_with_a_1h_ttl_and_count_tokens() {
 
 #[test]
 fn the_real_claude_code_cli_gets_schema_valid_structured_output() {
-    let Some(bin) = find_claude() else { return };
+    let Some(bin) = claude_cli() else { return };
     let (_rt, h) = sim_on_thread();
     let schema = json!({"type": "object", "properties": {
         "say": {"type": "array", "items": {"type": "object", "properties": {"room": {"enum": ["general", "dm"]}, "text": {"type": "string", "minLength": 3}}, "required": ["room", "text"], "additionalProperties": false}},

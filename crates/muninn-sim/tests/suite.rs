@@ -2,11 +2,11 @@
 
 use crate::support::{T0, sim};
 use muninn_anthropic::backend::AnthropicBackend;
-use muninn_anthropic::clock::{ManualClock, RecordingSleeper};
 use muninn_backend::Capability;
-use muninn_backend::suite::{SuiteHarness, run_backend_suite};
+use muninn_backend::clock::{ManualClock, RecordingSleeper};
 use muninn_core::price::PriceTable;
 use muninn_sim::SimHandle;
+use muninn_testkit::{SuiteHarness, run_backend_suite};
 use std::sync::Arc;
 
 struct Harness {

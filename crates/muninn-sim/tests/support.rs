@@ -4,10 +4,10 @@
 
 use muninn_anthropic::backend::AnthropicBackend;
 use muninn_anthropic::client::{AnthropicClient, ClientConfig};
-use muninn_anthropic::clock::{ManualClock, RecordingSleeper};
 use muninn_anthropic::prompt::shape;
 use muninn_anthropic::secret::ApiKey;
 use muninn_anthropic::wire::MessagesRequest;
+use muninn_backend::clock::{ManualClock, RecordingSleeper};
 use muninn_core::cache::{CacheRules, CacheState};
 use muninn_core::price::PriceTable;
 use muninn_core::trace::Usage;

@@ -117,6 +117,13 @@ impl StoreError {
     }
 }
 
+// A stored spelling this build does not know is a corrupt row ("unknown role \"x\"").
+impl From<muninn_core::records::UnknownName> for StoreError {
+    fn from(error: muninn_core::records::UnknownName) -> StoreError {
+        StoreError::Corrupt(error.to_string())
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> StoreError {
         match &error {

@@ -11,8 +11,10 @@
 //! - [`error`] — [`StoreError`], with a retry hint per variant.
 //! - [`sqlite`] — [`SqliteStore`], the embedded default (one WAL file, `synchronous=FULL`).
 //! - [`postgres`] — [`PostgresStore`], for several hosts on one database.
-//! - [`conformance`] — [`run_conformance`], the suite every backend passes.
 //! - `sql` (private) — the SQL both backends share.
+//!
+//! The conformance suite every backend passes is `muninn_testkit::run_conformance`, in the
+//! dev-only test kit.
 //!
 //! ## Invariants
 //!
@@ -25,7 +27,6 @@
 //!   and the provider's raw usage JSON is stored verbatim.
 //! - Each backend has numbered migrations, applied at open and recorded in `schema_version`.
 
-pub mod conformance;
 pub mod error;
 pub mod postgres;
 mod sql;
@@ -33,7 +34,6 @@ pub mod sqlite;
 pub mod store;
 pub mod types;
 
-pub use conformance::{StoreFactory, run_conformance};
 pub use error::{Result, StoreError};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;

@@ -1,7 +1,7 @@
 //! The storage contract of `muninn serve`.
 //!
 //! One trait, [`Store`], implemented by every backend and checked by one suite,
-//! [`run_conformance`](crate::conformance::run_conformance). The host holds an
+//! `muninn_testkit::run_conformance` (in the dev-only test kit). The host holds an
 //! `Arc<dyn Store>` and never knows which database is behind it.
 //!
 //! ## Contract

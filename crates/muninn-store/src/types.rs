@@ -5,58 +5,20 @@
 //! caller (the store never reads a clock); tokens and money are integers (money in
 //! micro-dollars, [`MicroUsd`]). JSON bodies are kept as the exact text `serde_json` wrote, never
 //! as a database JSON type that would reorder keys or renormalise numbers.
+//!
+//! The records the HTTP API also shows as they are — [`Role`], [`Segment`], [`Lease`] and its
+//! [`FencingToken`], [`OutboxMessage`], [`Brief`] — are defined in [`muninn_core::records`], below
+//! both the store and `muninn-api`, and re-exported here.
 
 use muninn_core::money::MicroUsd;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
-use crate::error::{Result, StoreError};
+pub use muninn_core::records::{
+    Brief, BriefOrigin, BriefStatus, FencingToken, Lease, OutboxMessage, Role, Segment, UnknownName,
+};
 
 /// The longest memory note, in bytes of UTF-8 (seed A6: `text <= 1000 B`).
 pub const MEMORY_NOTE_MAX_BYTES: usize = 1000;
-
-/// A lease's fencing token. Strictly increases each time the lease changes hands (or is taken
-/// again after it expired or was released); every fenced write presents it and is refused with
-/// [`StoreError::Fenced`] once a newer one exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct FencingToken(pub i64);
-
-impl fmt::Display for FencingToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-/// Which of a Mind's two sessions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// The voice in rooms and DMs.
-    Persona,
-    /// The hands: tool-using, works on briefs.
-    #[serde(rename = "self")]
-    SelfRole,
-}
-
-impl Role {
-    /// The stored spelling: `persona` or `self`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Persona => "persona",
-            Role::SelfRole => "self",
-        }
-    }
-
-    /// Parses the stored spelling.
-    pub fn parse(text: &str) -> Result<Role> {
-        match text {
-            "persona" => Ok(Role::Persona),
-            "self" => Ok(Role::SelfRole),
-            other => Err(StoreError::Corrupt(format!("unknown role {other:?}"))),
-        }
-    }
-}
 
 /// A Mind: the unit the host runs, leases and accounts for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,33 +31,6 @@ pub struct Mind {
     pub config: serde_json::Value,
     /// When the Mind was created, Unix ms.
     pub created_at_ms: i64,
-}
-
-/// A segment of one role's session: the span between two rehydrations.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Segment {
-    /// The Mind.
-    pub mind: String,
-    /// Persona or Self.
-    pub role: Role,
-    /// 0-based, consecutive per (mind, role); matches `LedgerRow::segment`.
-    pub number: i64,
-    /// When the segment started, Unix ms.
-    pub started_at_ms: i64,
-    /// Tokens the segment was rehydrated with.
-    pub rehydration_tokens: i64,
-    /// Why the segment started (the decider's reason).
-    pub reason: String,
-    /// The provider's session id or handle, opaque; set when the provider reports it.
-    pub session_id: Option<String>,
-    /// When the segment ended, Unix ms; `None` for the open segment.
-    pub ended_at_ms: Option<i64>,
-    /// The memory layer the segment was rehydrated with, kept so a restarted host can rebuild
-    /// the segment's requests byte for byte; `None` for segments stored before migration 4.
-    pub memory: Option<String>,
-    /// A digest of the segment's session spec (opaque to the store): a restarted host resumes
-    /// the segment only while the spec it would send now has the same digest.
-    pub spec_digest: Option<String>,
 }
 
 /// How a segment starts.
@@ -291,29 +226,6 @@ pub struct NewOutboxMessage {
     pub created_at_ms: i64,
 }
 
-/// An outbound message as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutboxMessage {
-    /// The Mind.
-    pub mind: String,
-    /// The idempotent request id.
-    pub request_id: String,
-    /// Store-assigned order of recording, per Mind.
-    pub seq: i64,
-    /// Where it goes.
-    pub room: String,
-    /// What it says.
-    pub text: String,
-    /// When it was recorded, Unix ms.
-    pub created_at_ms: i64,
-    /// When the transport accepted it, Unix ms.
-    pub sent_at_ms: Option<i64>,
-    /// The transport's id for it (e.g. the Matrix event id), if it gave one.
-    pub remote_id: Option<String>,
-    /// When the peer confirmed it, Unix ms.
-    pub acked_at_ms: Option<i64>,
-}
-
 /// A memory note to write (seed A6 `remember[]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewMemoryNote {
@@ -348,76 +260,6 @@ pub struct MemoryNote {
     pub source: String,
 }
 
-/// Who asked for a brief.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BriefOrigin {
-    /// The Mind's own Persona (`start_self_run`).
-    Persona,
-    /// The operator.
-    Operator,
-}
-
-impl BriefOrigin {
-    /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BriefOrigin::Persona => "persona",
-            BriefOrigin::Operator => "operator",
-        }
-    }
-
-    /// Parses the stored spelling.
-    pub fn parse(text: &str) -> Result<BriefOrigin> {
-        match text {
-            "persona" => Ok(BriefOrigin::Persona),
-            "operator" => Ok(BriefOrigin::Operator),
-            other => Err(StoreError::Corrupt(format!(
-                "unknown brief origin {other:?}"
-            ))),
-        }
-    }
-}
-
-/// Where a brief is in its life: `queued → running → done | failed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BriefStatus {
-    /// Waiting for the Self.
-    Queued,
-    /// Claimed by the Self.
-    Running,
-    /// Finished with a result.
-    Done,
-    /// Finished without one.
-    Failed,
-}
-
-impl BriefStatus {
-    /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BriefStatus::Queued => "queued",
-            BriefStatus::Running => "running",
-            BriefStatus::Done => "done",
-            BriefStatus::Failed => "failed",
-        }
-    }
-
-    /// Parses the stored spelling.
-    pub fn parse(text: &str) -> Result<BriefStatus> {
-        match text {
-            "queued" => Ok(BriefStatus::Queued),
-            "running" => Ok(BriefStatus::Running),
-            "done" => Ok(BriefStatus::Done),
-            "failed" => Ok(BriefStatus::Failed),
-            other => Err(StoreError::Corrupt(format!(
-                "unknown brief status {other:?}"
-            ))),
-        }
-    }
-}
-
 /// A brief to queue for the Self.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewBrief {
@@ -427,42 +269,6 @@ pub struct NewBrief {
     pub origin: BriefOrigin,
     /// When it was queued, Unix ms.
     pub created_at_ms: i64,
-}
-
-/// A brief in the Self queue.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Brief {
-    /// The Mind.
-    pub mind: String,
-    /// Store-assigned, 1-based, gap-free per Mind; the queue order.
-    pub seq: i64,
-    /// What to do.
-    pub text: String,
-    /// Who asked.
-    pub origin: BriefOrigin,
-    /// Where it is.
-    pub status: BriefStatus,
-    /// The result (or failure reason) once finished.
-    pub result: Option<String>,
-    /// When it was queued, Unix ms.
-    pub created_at_ms: i64,
-    /// When it was claimed, Unix ms.
-    pub started_at_ms: Option<i64>,
-    /// When it finished, Unix ms.
-    pub finished_at_ms: Option<i64>,
-}
-
-/// A held lease on a Mind.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lease {
-    /// The Mind.
-    pub mind: String,
-    /// Who holds it (host id, process id).
-    pub holder: String,
-    /// The fencing token every fenced write presents.
-    pub token: FencingToken,
-    /// When it lapses unless renewed, Unix ms.
-    pub expires_at_ms: i64,
 }
 
 /// Operator settings of a Mind. A Mind without a stored row has [`MindSettings::default`].
@@ -482,7 +288,7 @@ pub struct MindSettings {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnRecord {
     /// The turn's idempotency key (the batch label): a turn whose key was recorded before is
-    /// refused with [`StoreError::TurnAlreadyRecorded`]. `None` records without a key.
+    /// refused with [`StoreError::TurnAlreadyRecorded`](crate::StoreError::TurnAlreadyRecorded). `None` records without a key.
     pub turn_key: Option<String>,
     /// Transcript items, appended in order.
     pub transcript: Vec<NewTranscriptItem>,

@@ -1,12 +1,14 @@
 //! muninn-store's one integration-test binary.
 //!
-//! Runs the conformance suite against SQLite (a file in a tempdir) and PostgreSQL (each case in
-//! its own schema, dropped afterwards), plus checks that only make sense for one backend:
-//! durability pragmas, the database-level append-only triggers, refusing a newer schema, and two
-//! OS processes contending for one Mind's lease on one SQLite file.
+//! Runs the conformance suite (`muninn_testkit::run_conformance`) against SQLite (a file in a
+//! tempdir) and PostgreSQL (each case in its own schema, dropped afterwards), plus checks that
+//! only make sense for one backend: durability pragmas, the database-level append-only triggers,
+//! refusing a newer schema, and two OS processes contending for one Mind's lease on one SQLite
+//! file.
 //!
-//! PostgreSQL: `MUNINN_TEST_POSTGRES` (default `postgres://postgres@127.0.0.1:5432/test`). If it
-//! cannot be reached the PostgreSQL tests print SKIP and pass, unless `MUNINN_REQUIRE_PEERS=1`.
+//! PostgreSQL: `MUNINN_TEST_POSTGRES` (default `postgres://postgres@127.0.0.1:5432/test`; see
+//! `muninn_testkit::peers`). If it cannot be reached the PostgreSQL tests print SKIP and pass,
+//! unless `MUNINN_REQUIRE_PEERS=1`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,8 +23,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use muninn_store::{
     FencingToken, Mind, NewTranscriptItem, PostgresStore, Role, SqliteStore, Store, StoreError,
-    StoreFactory, TranscriptKind, run_conformance,
+    TranscriptKind,
 };
+use muninn_testkit::peers::{postgres_admin, postgres_url};
+use muninn_testkit::{StoreFactory, run_conformance};
 use pretty_assertions::assert_eq;
 use sqlx::Row;
 
@@ -407,41 +411,6 @@ async fn two_processes_contend_for_one_lease() {
 }
 
 // ----- PostgreSQL -----
-
-fn postgres_url() -> String {
-    std::env::var("MUNINN_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
-}
-
-/// Connects an admin pool, or returns `None` (after printing SKIP) when PostgreSQL is not
-/// reachable and `MUNINN_REQUIRE_PEERS` is not `1`.
-async fn postgres_admin(test: &str) -> Option<sqlx::PgPool> {
-    let options = match sqlx::postgres::PgConnectOptions::from_str(&postgres_url()) {
-        Ok(options) => options,
-        Err(error) => panic!("bad MUNINN_TEST_POSTGRES: {error}"),
-    };
-    let connected = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(2)
-        .acquire_timeout(Duration::from_secs(3))
-        .connect_with(options)
-        .await;
-    match connected {
-        Ok(pool) => Some(pool),
-        Err(error) => {
-            if std::env::var("MUNINN_REQUIRE_PEERS").as_deref() == Ok("1") {
-                panic!(
-                    "{test}: PostgreSQL at {} unreachable: {error}",
-                    postgres_url()
-                );
-            }
-            eprintln!(
-                "SKIP {test}: PostgreSQL at {} unreachable: {error}",
-                postgres_url()
-            );
-            None
-        }
-    }
-}
 
 /// Each case gets its own schema, created on first open and dropped by `cleanup`.
 struct PostgresFactory {

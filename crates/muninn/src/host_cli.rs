@@ -1,19 +1,19 @@
 //! The operator's commands against a running host's HTTP API: `say`, `tail`, `status`,
 //! `ledger`, `brake`, `caps`.
 //!
-//! Each is a thin layer over [`muninn_host::http::client::ApiClient`]. The address and the
-//! bearer token come from flags (`--addr`, `--token-file`) or, failing those, from the host's
-//! configuration (`--config`, else the built-in demo): `listen` and `<data_dir>/api-token`. The
-//! token is read from its file and never printed. Results go to stdout, diagnostics to stderr.
+//! Each is a thin layer over [`muninn_api::ApiClient`]; of the server's crate only its
+//! configuration file format (`muninn_host::config`) is used, to find the host. The address and
+//! the bearer token come from flags (`--addr`, `--token-file`) or, failing those, from the host's
+//! configuration (`--config`, else the built-in demo): `listen` and `<data_dir>/api-token`. The token is read from its file and never printed. Results go to
+//! stdout, diagnostics to stderr.
 
 use anyhow::Context;
-use muninn_host::config::Config;
-use muninn_host::http::ApiToken;
-use muninn_host::http::client::ApiClient;
-use muninn_host::http::wire::{
-    LedgerParams, PostDeliveryRequest, Settings, TranscriptItemBody, TranscriptQuery,
+use muninn_api::ApiToken;
+use muninn_api::client::ApiClient;
+use muninn_api::wire::{
+    LedgerParams, PostDeliveryRequest, Role, Segment, Settings, TranscriptItemBody, TranscriptQuery,
 };
-use muninn_store::Role;
+use muninn_host::config::Config;
 use std::path::PathBuf;
 
 /// How to reach the host: shared by every command here.
@@ -101,7 +101,9 @@ pub fn say(args: SayArgs) -> anyhow::Result<()> {
                 let status = client.mind(&args.mind).await?;
                 status
                     .config
-                    .and_then(|c| c.rooms.into_iter().next())
+                    .as_ref()
+                    .and_then(|c| c["rooms"][0].as_str())
+                    .map(str::to_owned)
                     .context("the Mind has no configured room: pass --room")?
             }
         };
@@ -270,7 +272,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
                 None if mind.registered => "-".into(),
                 None => "(not registered)".into(),
             };
-            let segment = |s: &Option<muninn_store::Segment>| match s {
+            let segment = |s: &Option<Segment>| match s {
                 Some(s) if s.ended_at_ms.is_none() => format!("#{} open", s.number),
                 Some(s) => format!("#{} ended", s.number),
                 None => "-".into(),

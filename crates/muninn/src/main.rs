@@ -2,7 +2,9 @@
 //!
 //! `main` lives here and only here; every subcommand is a thin layer over the library crates:
 //! `replay` and `import` over `muninn-import` + `muninn-core`'s replay engine, `check-cache` over
-//! `muninn_core::validate`. Results go to stdout; progress and diagnostics go to stderr.
+//! `muninn_core::validate`, `serve` over `muninn-host`, `sim-api` over `muninn-sim`, and the
+//! operator commands (`say`, `tail`, `status`, `ledger`, `brake`, `caps`) over `muninn-api`'s
+//! client. Results go to stdout; progress and diagnostics go to stderr.
 
 mod check;
 mod host_cli;

@@ -2,13 +2,15 @@
 //! creates the API token on first start, runs every Mind and serves the HTTP API until Ctrl-C.
 
 use anyhow::Context;
+use muninn_api::ApiToken;
+use muninn_backend::clock::{Clock, SystemClock};
 use muninn_core::price::PriceTable;
 use muninn_host::backends::BackendFactory;
-use muninn_host::clock::{Clock, SimClock, SystemClock};
 use muninn_host::config::Config;
-use muninn_host::http::{ApiToken, serve};
+use muninn_host::http::serve;
 use muninn_host::runtime::run_minds;
 use muninn_host::{Host, Signals};
+use muninn_sim::SimClock;
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! The `muninn` binary end to end: the one integration-test binary of this crate.
 //!
 //! Every test runs the built binary (`CARGO_BIN_EXE_muninn`) on Claude Code transcripts it writes
-//! itself into a temporary directory: sessions drawn from [`muninn_core::synth`] and written line by
+//! itself into a temporary directory: sessions drawn from [`muninn_workload::synth`] and written line by
 //! line in Claude Code's JSONL shape (one `assistant` line per content block repeating `message.id`
 //! and `usage`, `user` lines with text or `tool_result` blocks, `compact_boundary` system lines).
 //! Nothing is copied from outside the repository.
@@ -12,9 +12,9 @@ mod host_cli;
 mod two_hosts;
 
 use muninn_core::replay::Plan;
-use muninn_core::synth::{SynthParams, session};
 use muninn_core::trace::Trace;
 use muninn_report::ReplayReport;
+use muninn_workload::synth::{SynthParams, session};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,9 +1,10 @@
 //! `muninn say`, `status`, `brake`, `caps`, `ledger` and `tail` against the host's router served
 //! on an ephemeral loopback port with a real SQLite store.
 
-use muninn_host::clock::ManualClock;
+use muninn_api::ApiToken;
+use muninn_backend::clock::ManualClock;
 use muninn_host::config::Config;
-use muninn_host::http::{ApiToken, serve};
+use muninn_host::http::serve;
 use muninn_host::{Host, Signals};
 use muninn_store::{Mind, NewOutboxMessage};
 use std::path::PathBuf;

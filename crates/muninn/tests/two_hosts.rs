@@ -11,10 +11,12 @@
 //!
 //! The hosts run with `lease_ttl_ms = 3000` so a takeover takes seconds, not half a minute.
 //! SQLite runs on a temporary file; PostgreSQL on a fresh database created with `psql` and
-//! dropped afterwards (skipped with a note when `psql` cannot reach 127.0.0.1, unless
-//! `MUNINN_REQUIRE_PEERS=1`). Every child is killed on the way out, pass or fail.
+//! dropped afterwards (`muninn_testkit::peers::FreshDatabase`: skipped with a note when `psql`
+//! cannot reach 127.0.0.1, unless `MUNINN_REQUIRE_PEERS=1`). Every child is killed on the way
+//! out, pass or fail.
 
 use muninn_store::{LedgerQuery, Store};
+use muninn_testkit::peers::FreshDatabase;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -316,62 +318,12 @@ async fn two_hosts_on_one_sqlite_file_run_each_mind_once() {
     two_hosts_run_each_mind_once(&database, dir.path()).await;
 }
 
-/// A fresh PostgreSQL database, dropped when this is.
-struct FreshDatabase {
-    name: String,
-}
-
-impl FreshDatabase {
-    fn psql(sql: &str) -> Result<(), String> {
-        match Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-c",
-                sql,
-            ])
-            .output()
-        {
-            Ok(out) if out.status.success() => Ok(()),
-            Ok(out) => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
-            Err(e) => Err(format!("psql: {e}")),
-        }
-    }
-
-    fn create() -> Option<FreshDatabase> {
-        let name = format!("muninn_two_hosts_{}", std::process::id());
-        match FreshDatabase::psql(&format!("CREATE DATABASE {name}")) {
-            Ok(()) => Some(FreshDatabase { name }),
-            Err(e) if std::env::var("MUNINN_REQUIRE_PEERS").as_deref() == Ok("1") => {
-                panic!("PostgreSQL at 127.0.0.1 unavailable and MUNINN_REQUIRE_PEERS=1: {e}")
-            }
-            Err(e) => {
-                eprintln!("SKIP two hosts on PostgreSQL: cannot create a database: {e}");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for FreshDatabase {
-    fn drop(&mut self) {
-        let _ = FreshDatabase::psql(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hosts_on_one_postgres_database_run_each_mind_once() {
-    let Some(db) = FreshDatabase::create() else {
+    let Some(db) = FreshDatabase::for_test("muninn_two_hosts", "two hosts on PostgreSQL") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("postgres://postgres@127.0.0.1:5432/{}", db.name);
+    let url = db.url();
     two_hosts_run_each_mind_once(&url, dir.path()).await;
 }

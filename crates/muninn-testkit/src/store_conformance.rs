@@ -2,9 +2,9 @@
 //!
 //! [`run_conformance`] runs every case against stores made by a [`StoreFactory`] and panics,
 //! naming the case, at the first broken expectation. Each case opens its own database (by a
-//! name unique to the case), so cases never see each other's rows. The suite is compiled into
-//! the crate (not behind a feature) so that any crate providing a backend can run it from its
-//! own tests.
+//! name unique to the case), so cases never see each other's rows. It lives in the test kit, not
+//! in `muninn-store`, so that no production build carries it; any crate providing a backend runs
+//! it from its own tests with this crate as a dev-dependency.
 //!
 //! What it pins down: every method's happy path and errors; idempotent intake and outbox;
 //! append-only, gap-free, ordered seqs; the ack position never moving backwards;
@@ -24,9 +24,8 @@ use muninn_core::money::MicroUsd;
 use muninn_core::trace::Usage;
 use serde_json::json;
 
-use crate::error::{Result, StoreError};
-use crate::store::Store;
-use crate::types::*;
+use muninn_store::types::*;
+use muninn_store::{Result, Store, StoreError};
 
 /// Makes the stores the suite runs against.
 #[async_trait]

@@ -1,16 +1,15 @@
 //! A typed client of the HTTP API, for the CLI (`muninn say`, `tail`, `status`, …) and tests.
 //!
 //! Plain HTTP to the host (loopback by default) with the bearer token; bodies are the
-//! [`wire`](super::wire) types. API errors come back as [`ClientError::Api`] with the server's
+//! [`wire`](crate::wire) types. API errors come back as [`ClientError::Api`] with the server's
 //! class and message; the token appears in no error.
 
-use muninn_store::{Brief, OutboxMessage, Role};
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::ApiToken;
-use super::wire::*;
+use crate::token::ApiToken;
+use crate::wire::*;
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -87,8 +86,10 @@ impl ApiClient {
             format!("http://{addr}")
         };
         // reqwest is built without a default TLS provider; install ring's even though loopback
-        // HTTP needs no TLS, because the builder refuses to build without one.
-        muninn_anthropic::client::install_ring_provider();
+        // HTTP needs no TLS, because the builder refuses to build without one. (The same call as
+        // `muninn_anthropic::client::install_ring_provider`: whichever runs first wins, and both
+        // install ring.)
+        let _already_installed = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .user_agent(concat!("muninn/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(std::time::Duration::from_secs(5))

@@ -2,11 +2,11 @@
 //! and history shown once making muninn's turns smaller than rebuild's.
 
 use muninn_core::cache::Ttl;
-use muninn_core::persona::{self, Design, PersonaConfig, rebuild_message, session_trace};
 use muninn_core::price::PriceTable;
 use muninn_core::render::Renderer;
 use muninn_core::tokenize::count;
-use muninn_core::workload::{
+use muninn_workload::persona::{self, Design, PersonaConfig, rebuild_message, session_trace};
+use muninn_workload::workload::{
     Arrival, PersonaParams, Span, Stream, Variant, generate, next_batch, schedule,
 };
 

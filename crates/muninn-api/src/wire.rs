@@ -1,17 +1,19 @@
 //! The HTTP API's wire types: every request body, query and response of `/v1`.
 //!
 //! Inputs are strict (`deny_unknown_fields`): a misspelt field is a 400, not a silently ignored
-//! option. Outputs reuse the store's documented rows ([`OutboxMessage`], [`Segment`], [`Lease`],
-//! [`Brief`](muninn_store::Brief)) and the ledger's [`LedgerRow`] where those are already serde types; everything
-//! else is defined here. Money is integer micro-dollars, times are Unix ms.
+//! option. Outputs reuse the records the store keeps ([`OutboxMessage`], [`Segment`], [`Lease`],
+//! [`Brief`], defined in [`muninn_core::records`] and re-exported here) and the ledger's
+//! [`LedgerRow`]; everything else is defined here. A Mind's configuration is the host's
+//! (`muninn.schema.json`), passed through as JSON ([`MindStatus`]). Money is integer
+//! micro-dollars, times are Unix ms.
 //!
 //! Every error is `{"error": {"type": …, "message": …}}` ([`ErrorResponse`]).
 
-use muninn_core::ledger::LedgerRow;
-use muninn_store::{Lease, OutboxMessage, Role, Segment};
+pub use muninn_core::ledger::LedgerRow;
+pub use muninn_core::records::{
+    Brief, BriefOrigin, BriefStatus, FencingToken, Lease, OutboxMessage, Role, Segment,
+};
 use serde::{Deserialize, Serialize};
-
-use crate::config::MindConfig;
 
 /// The body of every error response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,26 +122,32 @@ pub struct PostBriefRequest {
     pub text: String,
 }
 
-/// The answer to `GET /v1/minds`.
+/// The answer to `GET /v1/minds`. `C` is as in [`MindStatus`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MindsResponse {
+pub struct MindsResponse<C = serde_json::Value> {
     /// Every Mind that is configured or stored, by id.
-    pub minds: Vec<MindStatus>,
+    pub minds: Vec<MindStatus<C>>,
 }
 
 /// A Mind as an operator sees it: `GET /v1/minds/{mind}`, and each entry of `GET /v1/minds`.
+///
+/// `C` is the type the Mind's configuration is read as. The host serves its own typed
+/// `[[mind]]` entry (`muninn_host::config::MindConfig`); a client reads it as JSON (the default),
+/// which keeps it working against a host whose configuration grew a field, and keeps this crate
+/// free of the server's configuration code.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MindStatus {
+pub struct MindStatus<C = serde_json::Value> {
     /// The Mind's id.
     pub id: String,
     /// Its display name.
     pub display_name: String,
     /// Whether the store has the Mind (the runtime registers configured Minds at start).
     pub registered: bool,
-    /// Its configuration, if this host's configuration has it.
-    pub config: Option<MindConfig>,
+    /// Its configuration (the `[[mind]]` entry of the host's `muninn.toml`, as its
+    /// `muninn.schema.json` describes it), if this host's configuration has it.
+    pub config: Option<C>,
     /// The operator settings (defaults if unregistered).
     pub settings: Settings,
     /// The lease, if one is held (possibly expired: see `lease_live`).

@@ -1,5 +1,12 @@
-//! Time, injected: the client reads the clock and sleeps only through these traits, so tests run
-//! retries without waiting and move a virtual clock past cache TTLs.
+//! Time, injected (STYLE 7): everything that reads the wall clock or waits does so through these
+//! two traits, so tests run retries without waiting and move a virtual clock past cache TTLs.
+//!
+//! One trait per job, shared by every crate: the host, its runtime and the backends' cache-model
+//! mirrors read a [`Clock`]; the Anthropic client's retries wait on a [`Sleeper`]. The
+//! implementations here need nothing but `std`: the system clock, a manual clock and a recording
+//! sleeper for tests. Those that need more live beside what they need and implement the same
+//! traits: `muninn_anthropic::client::TokioSleeper` (Tokio's timer) and `muninn_sim::SimClock`
+//! (the simulator's virtual clock).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -51,16 +58,6 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.0.load(Ordering::SeqCst)
-    }
-}
-
-/// Tokio's timer.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TokioSleeper;
-
-impl Sleeper for TokioSleeper {
-    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        Box::pin(tokio::time::sleep(duration))
     }
 }
 

@@ -1,9 +1,9 @@
 //! The Persona workload (`shared/workloads/persona.md`): every design on every variant.
 //!
-//! `cargo bench -p muninn-core --bench persona` generates, for each variant and each seed, a
-//! stream of `MUNINN_PERSONA_TURNS` Persona turns (default 2,000) with [`muninn_core::workload`],
+//! `cargo bench -p muninn-workload --bench persona` generates, for each variant and each seed, a
+//! stream of `MUNINN_PERSONA_TURNS` Persona turns (default 2,000) with [`muninn_workload::workload`],
 //! prices today's rebuild (1h and 5m) and muninn's session under every plan with
-//! [`muninn_core::persona`] on `claude-opus-5-5`, and prints every parameter, one table per variant
+//! [`muninn_workload::persona`] on `claude-opus-5-5`, and prints every parameter, one table per variant
 //! (the seeds' turns pooled) and the checks:
 //!
 //! 1. the default policy (`ski-rental`) within 1.05× of the cheaper of rebuild (1h, 5m) and `never`
@@ -19,10 +19,10 @@
 
 use muninn_core::cache::Ttl;
 use muninn_core::decide::Policy;
-use muninn_core::persona::{Comparison, Design, DesignResult, PersonaConfig, compare};
 use muninn_core::price::PriceTable;
 use muninn_core::replay::Plan;
-use muninn_core::workload::{PersonaParams, Span, Stream, Variant};
+use muninn_workload::persona::{Comparison, Design, DesignResult, PersonaConfig, compare};
+use muninn_workload::workload::{PersonaParams, Span, Stream, Variant};
 use std::time::Instant;
 
 const DEFAULT: Design = Design::Muninn(Plan::Online(Policy::SkiRental));

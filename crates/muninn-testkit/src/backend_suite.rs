@@ -23,7 +23,7 @@
 //!    ([`BackendError::CompactionFailed`]). Which were unsupported is in
 //!    [`SuiteReport::unsupported`].
 
-use crate::{
+use muninn_backend::{
     Backend, BackendError, Capability, InputPart, SessionSpec, ToolSpec, TurnInput, TurnOutcome,
 };
 use muninn_core::cache::Ttl;
@@ -236,7 +236,7 @@ pub async fn run_backend_suite<H: SuiteHarness>(h: &H) -> Result<SuiteReport, Su
                 format!("unexpected call {call:?} ({})", o.stop_reason),
             ));
         }
-        crate::schema::validate(&schema, &call.input).map_err(|e| fail(CASE, e))?;
+        muninn_backend::schema::validate(&schema, &call.input).map_err(|e| fail(CASE, e))?;
         let o = b
             .turn(TurnInput {
                 parts: vec![InputPart::ToolResult {
@@ -271,7 +271,7 @@ pub async fn run_backend_suite<H: SuiteHarness>(h: &H) -> Result<SuiteReport, Su
         let Some(value) = &o.structured else {
             return Err(fail(CASE, format!("no structured reply in {o:?}")));
         };
-        crate::schema::validate(&schema, value).map_err(|e| fail(CASE, e))?;
+        muninn_backend::schema::validate(&schema, value).map_err(|e| fail(CASE, e))?;
         // The next turn still works (the structured call is answered in the history).
         let o = b
             .turn(TurnInput::text("[general] bob: and again"))

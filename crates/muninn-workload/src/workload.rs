@@ -29,13 +29,13 @@
 //!   period (a seeded phase), the framing, a status block (spend line and latest runs) new every
 //!   turn, and a reply per turn.
 //!
-//! Text is made of words whose tokens under [`crate::tokenize::count`] add up exactly, so every
+//! Text is made of words whose tokens under [`muninn_core::tokenize::count`] add up exactly, so every
 //! generated part has the token count the params ask for (checked by tests).
 
-use crate::money::Tokens;
-use crate::render::{Delivery, HistoryLine, Layers, TurnInput};
 use crate::synth::{IdleBand, SplitMix64, idle_gap};
-use crate::tokenize::count;
+use muninn_core::money::Tokens;
+use muninn_core::render::{Delivery, HistoryLine, Layers, TurnInput};
+use muninn_core::tokenize::count;
 use std::collections::VecDeque;
 use std::fmt;
 use std::ops::{Range, RangeInclusive};
@@ -771,7 +771,7 @@ pub fn generate(params: &PersonaParams, variant: Variant, seed: u64, span: Span)
 /// truncated at the first delivery that switches `is_direct` or, for DMs, room. Empty only when
 /// `pending` is.
 pub fn next_batch(pending: &[Arrival]) -> &[Arrival] {
-    &pending[..crate::render::next_batch_len(pending, |d| (d.is_direct, d.room.as_str()))]
+    &pending[..muninn_core::render::next_batch_len(pending, |d| (d.is_direct, d.room.as_str()))]
 }
 
 /// One Persona turn of the schedule: when it is taken and which arrivals it answers.

@@ -24,8 +24,8 @@
 //!   request) everything cached is written. After a compaction only the head is read (if warm): the
 //!   conversation prefix changed.
 
-use crate::money::Tokens;
-use crate::trace::{ThreadKind, Trace, TraceRequest, Usage};
+use muninn_core::money::Tokens;
+use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use std::ops::RangeInclusive;
 
 /// SplitMix64 (Steele, Lea & Flood 2014): one 64-bit state, one add and a mix per draw. Not
@@ -215,7 +215,7 @@ pub fn session(seed: u64, requests: usize, params: &SynthParams) -> Trace {
         thread: "main".to_string(),
         kind: ThreadKind::Main,
         model: params.model.clone(),
-        source: format!("muninn_core::synth::session({seed}, {requests})"),
+        source: format!("muninn_workload::synth::session({seed}, {requests})"),
         requests: out,
     }
 }

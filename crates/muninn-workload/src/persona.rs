@@ -9,7 +9,7 @@
 //! state and campaigns in one block — with a breakpoint; and one user message with rows 4–9
 //! (framing, spend line and runs, then per delivery its context lines and the message line) with
 //! the breakpoint on it. All three breakpoints carry the same TTL: 1h (a subscription) or 5m (an
-//! API key). Each request is priced by the cache model ([`crate::cache`]) against one cache that
+//! API key). Each request is priced by the cache model ([`muninn_core::cache`]) against one cache that
 //! lives across turns, so the system prefix is read when warm and written when cold — and written
 //! again whenever the persona state, campaigns or doctrine change, since they share its block.
 //!
@@ -38,15 +38,17 @@
 //! pings and flushes of the gap before it), tokens written and read per turn, and how many turns
 //! paid a cold write of the doctrine (wrote at least the doctrine's tokens).
 
-use crate::cache::{CacheRules, CacheState, Prompt, Ttl, checkpoints_from_blocks, hash_bytes};
-use crate::decide::Policy;
-use crate::money::{MicroUsd, Tokens};
-use crate::price::ModelPrice;
-use crate::render::{Renderer, Role};
-use crate::replay::{Assumptions, Plan, ReplayConfig, StepKind, replay_trace};
-use crate::tokenize::count;
-use crate::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use crate::workload::Stream;
+use muninn_core::cache::{
+    CacheRules, CacheState, Prompt, Ttl, checkpoints_from_blocks, hash_bytes,
+};
+use muninn_core::decide::Policy;
+use muninn_core::money::{MicroUsd, Tokens};
+use muninn_core::price::ModelPrice;
+use muninn_core::render::{Renderer, Role};
+use muninn_core::replay::{Assumptions, Plan, ReplayConfig, StepKind, replay_trace};
+use muninn_core::tokenize::count;
+use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -279,7 +281,7 @@ pub fn rebuild(
         };
         let outcome = cache
             .apply(&prompt, t.at_ms, price.min_cacheable, &rules)
-            .unwrap_or(crate::cache::CacheOutcome {
+            .unwrap_or(muninn_core::cache::CacheOutcome {
                 uncached: total,
                 ..Default::default()
             });
@@ -352,7 +354,7 @@ pub fn session_trace(
             thread: "main".into(),
             kind: ThreadKind::Mind,
             model: model.to_string(),
-            source: "muninn_core::workload".into(),
+            source: "muninn_workload::workload".into(),
             requests,
         },
         head,

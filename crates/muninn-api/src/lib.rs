@@ -1,0 +1,28 @@
+//! # muninn-api
+//!
+//! The HTTP API of `muninn serve` as a library for its clients: what goes over the wire, the
+//! bearer token, and a typed client. The server (`muninn_host::http`) serves these types; the
+//! CLI's operator commands (`muninn say`, `tail`, `status`, `ledger`, `brake`, `caps`) and the
+//! tests call it through [`ApiClient`] without linking anything of the server.
+//!
+//! ## Layout
+//!
+//! - [`wire`] — every request body, query and response of `/v1`, and the error body.
+//! - [`token`] — [`ApiToken`]: created by the host in `<data_dir>/api-token`, read by clients.
+//! - [`client`] — [`ApiClient`]: plain HTTP with the bearer token, API errors as
+//!   [`ClientError::Api`].
+//!
+//! ## Invariants
+//!
+//! - Depends on nothing of the server: no axum, no store, no runtime, no configuration. The
+//!   records the API shows as they are come from [`muninn_core::records`], the ledger row from
+//!   [`muninn_core::ledger`].
+//! - The token appears in no `Debug`, error or log line.
+//! - Inputs are strict (`deny_unknown_fields`); money is integer micro-dollars, times Unix ms.
+
+pub mod client;
+pub mod token;
+pub mod wire;
+
+pub use client::{ApiClient, ClientError};
+pub use token::{ApiToken, TokenError};

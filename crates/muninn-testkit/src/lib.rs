@@ -1,0 +1,26 @@
+//! # muninn-testkit
+//!
+//! What muninn's tests share, written once and kept out of every production crate (STYLE 9, 15):
+//! crates take it as a dev-dependency only (`publish = false`).
+//!
+//! ## Layout
+//!
+//! - [`store_conformance`] — [`run_conformance`]: the behaviour every `muninn_store::Store`
+//!   backend must show, run by the store's tests against SQLite and PostgreSQL.
+//! - [`backend_suite`] — [`run_backend_suite`]: the behaviour every `muninn_backend::Backend`
+//!   passes, run by the simulator's and the Claude Code CLI driver's tests.
+//! - [`peers`] — finding the real peers (the Claude Code CLI, the Python SDK, PostgreSQL) and
+//!   `MUNINN_REQUIRE_PEERS`: a missing peer is a `SKIP`, or a failure when peers are required.
+//!
+//! ## Invariants
+//!
+//! - Nothing here is linked into a binary muninn ships.
+//! - The suites panic (naming the case) or return a failure naming the case; they never skip
+//!   silently.
+
+pub mod backend_suite;
+pub mod peers;
+pub mod store_conformance;
+
+pub use backend_suite::{SuiteHarness, run_backend_suite};
+pub use store_conformance::{StoreFactory, run_conformance};

@@ -1,0 +1,190 @@
+//! Finding the real peers the tests run against (STYLE 10): the Claude Code CLI, the official
+//! Anthropic Python SDK and PostgreSQL — written once here instead of in every test file.
+//!
+//! | peer | found through | installed by |
+//! |---|---|---|
+//! | Claude Code CLI 2.1.332 | `MUNINN_CLAUDE_BIN`, else the install script's place under `~/.cache/muninn` | `scripts/install-claude-cli.sh` |
+//! | Python with `anthropic` | `MUNINN_PYTHON`, else `python3` | `scripts/install-python-peers.sh` |
+//! | PostgreSQL | `MUNINN_TEST_POSTGRES` (an admin URL), else `postgres://postgres@127.0.0.1:5432/test`; `psql` on 127.0.0.1 for whole databases | `scripts/test.sh` starts it |
+//!
+//! A test whose peer is missing returns early after [`missing_peer`] printed `SKIP` — unless
+//! `MUNINN_REQUIRE_PEERS=1` (as CI and `scripts/test.sh` on a prepared machine set it), when the
+//! missing peer fails the test instead. Benchmarks use the unchecked lookups
+//! ([`claude_cli_path`], [`FreshDatabase::create`]) and report a missing peer themselves.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The one Claude Code CLI version the driver and the tests rely on (its observed protocol).
+pub const CLAUDE_CLI_VERSION: &str = "2.1.332";
+
+/// Where `scripts/install-claude-cli.sh` puts the CLI, under `$HOME`.
+const CLAUDE_CLI_INSTALLED: &str =
+    ".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe";
+
+/// The admin URL the store's PostgreSQL tests use when `MUNINN_TEST_POSTGRES` is not set.
+const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// Whether a missing peer fails the test: `MUNINN_REQUIRE_PEERS=1`.
+pub fn peers_required() -> bool {
+    std::env::var("MUNINN_REQUIRE_PEERS").as_deref() == Ok("1")
+}
+
+/// Reports a missing peer: panics when [`peers_required`], else prints `SKIP: <what>` to stderr
+/// (the caller then returns without testing anything).
+#[track_caller]
+pub fn missing_peer(what: &str) {
+    if peers_required() {
+        panic!("peer missing and MUNINN_REQUIRE_PEERS=1: {what}");
+    }
+    eprintln!("SKIP: {what}");
+}
+
+/// Where the Claude Code CLI would be: `MUNINN_CLAUDE_BIN`, else the install script's place if
+/// something is there. Neither its version nor `MUNINN_REQUIRE_PEERS` is checked (benchmarks).
+pub fn claude_cli_path() -> Option<PathBuf> {
+    std::env::var("MUNINN_CLAUDE_BIN")
+        .ok()
+        .map(PathBuf::from)
+        .or_else(|| {
+            let installed = PathBuf::from(std::env::var("HOME").ok()?).join(CLAUDE_CLI_INSTALLED);
+            installed.exists().then_some(installed)
+        })
+}
+
+/// The Claude Code CLI, if it is [`CLAUDE_CLI_VERSION`] (only the pinned version: the driver
+/// relies on its observed protocol); `None` after [`missing_peer`].
+#[track_caller]
+pub fn claude_cli() -> Option<PathBuf> {
+    let pinned = claude_cli_path().filter(|bin| {
+        Command::new(bin).arg("--version").output().is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout).starts_with(&format!("{CLAUDE_CLI_VERSION} "))
+        })
+    });
+    if pinned.is_none() {
+        missing_peer(&format!(
+            "Claude Code CLI {CLAUDE_CLI_VERSION} not found (run scripts/install-claude-cli.sh, or set MUNINN_CLAUDE_BIN)"
+        ));
+    }
+    pinned
+}
+
+/// A Python that can `import anthropic` (`MUNINN_PYTHON`, else `python3`); `None` after
+/// [`missing_peer`].
+#[track_caller]
+pub fn python_sdk() -> Option<String> {
+    let python = std::env::var("MUNINN_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let probe = Command::new(&python)
+        .args(["-c", "import anthropic"])
+        .output();
+    if probe.is_ok_and(|o| o.status.success()) {
+        return Some(python);
+    }
+    missing_peer(&format!(
+        "{python} cannot import anthropic (run scripts/install-python-peers.sh, or set MUNINN_PYTHON)"
+    ));
+    None
+}
+
+/// The admin URL of the PostgreSQL the store's tests use: `MUNINN_TEST_POSTGRES`, else
+/// `postgres://postgres@127.0.0.1:5432/test`.
+pub fn postgres_url() -> String {
+    std::env::var("MUNINN_TEST_POSTGRES").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_string())
+}
+
+/// An admin pool on [`postgres_url`], or `None` after [`missing_peer`] when it cannot be
+/// reached. `test` names the test in the message.
+pub async fn postgres_admin(test: &str) -> Option<sqlx::PgPool> {
+    let options = match sqlx::postgres::PgConnectOptions::from_str(&postgres_url()) {
+        Ok(options) => options,
+        Err(error) => panic!("bad MUNINN_TEST_POSTGRES: {error}"),
+    };
+    let connected = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect_with(options)
+        .await;
+    match connected {
+        Ok(pool) => Some(pool),
+        Err(error) => {
+            missing_peer(&format!(
+                "{test}: PostgreSQL at {} unreachable: {error}",
+                postgres_url()
+            ));
+            None
+        }
+    }
+}
+
+/// Runs one SQL command through `psql` as `postgres` on 127.0.0.1 (the machine's trust-auth
+/// cluster), for what a pool cannot do on itself: creating and dropping whole databases.
+pub fn psql(sql: &str) -> Result<(), String> {
+    match Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ])
+        .output()
+    {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        Err(e) => Err(format!("psql: {e}")),
+    }
+}
+
+/// A fresh PostgreSQL database on 127.0.0.1, dropped (with its connections) when this is.
+#[derive(Debug)]
+pub struct FreshDatabase {
+    name: String,
+}
+
+impl FreshDatabase {
+    /// Creates `<prefix>_<pid>`, or says why it could not.
+    pub fn create(prefix: &str) -> Result<FreshDatabase, String> {
+        let name = format!("{prefix}_{}", std::process::id());
+        psql(&format!("CREATE DATABASE {name}"))?;
+        Ok(FreshDatabase { name })
+    }
+
+    /// [`create`](Self::create) for a test: `None` after [`missing_peer`] when PostgreSQL is not
+    /// there. `test` names the test in the message.
+    #[track_caller]
+    pub fn for_test(prefix: &str, test: &str) -> Option<FreshDatabase> {
+        match FreshDatabase::create(prefix) {
+            Ok(database) => Some(database),
+            Err(e) => {
+                missing_peer(&format!(
+                    "{test}: cannot create a database on PostgreSQL at 127.0.0.1: {e}"
+                ));
+                None
+            }
+        }
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its URL, as `postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
+    }
+}
+
+impl Drop for FreshDatabase {
+    fn drop(&mut self) {
+        let _ = psql(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
+    }
+}
