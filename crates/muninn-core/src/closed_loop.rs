@@ -75,6 +75,33 @@ pub struct ClosedLoop {
     pub recorded_cost: MicroUsd,
     /// What the replay priced the same rows at.
     pub replayed_cost: MicroUsd,
+    /// Rows the replay priced differently from what was recorded.
+    pub rows_priced_apart: usize,
+    /// The rows priced furthest apart, largest difference first (at most
+    /// [`LARGEST_SHOWN`]), to say where a cost difference comes from.
+    pub largest: Vec<RowPricedApart>,
+}
+
+/// How many of the rows priced furthest apart a [`ClosedLoop`] keeps.
+pub const LARGEST_SHOWN: usize = 5;
+
+/// A row the replay priced differently from what was recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RowPricedApart {
+    /// The Mind.
+    pub mind: String,
+    /// The role.
+    pub role: String,
+    /// The row's position in its session's rows.
+    pub row: usize,
+    /// When it was sent.
+    pub at_ms: i64,
+    /// The usage recorded.
+    pub recorded: Usage,
+    /// The usage the replay priced.
+    pub replayed: Usage,
+    /// Replayed cost minus recorded cost.
+    pub difference: MicroUsd,
 }
 
 impl ClosedLoop {
@@ -84,6 +111,14 @@ impl ClosedLoop {
             return if self.replayed_cost.0 == 0 { 0.0 } else { 1.0 };
         }
         (self.replayed_cost.0 - self.recorded_cost.0) as f64 / self.recorded_cost.0 as f64
+    }
+
+    fn note_priced_apart(&mut self, row: RowPricedApart) {
+        self.rows_priced_apart += 1;
+        self.largest.push(row);
+        self.largest
+            .sort_by_key(|r| std::cmp::Reverse(r.difference.0.unsigned_abs()));
+        self.largest.truncate(LARGEST_SHOWN);
     }
 
     /// Whether every decision agreed and the cost is within `tolerance` (a fraction).
@@ -130,9 +165,12 @@ struct Lockstep<'a> {
     cache: CacheState,
     /// Segments begun so far (the synthetic system's identity).
     segments: u64,
-    /// The current segment's head and system (rehydration) tokens.
+    /// The current segment's head and system (rehydration) tokens, and their prefixes'
+    /// fingerprints (by content digest when the record has one, else by size and segment).
     head: Tokens,
     system: Tokens,
+    head_fp: Fingerprint,
+    system_fp: Fingerprint,
     /// The current segment's cached ends so far: block, tokens, fingerprint.
     ends: Vec<(u32, Tokens, Fingerprint)>,
     /// When the host lost its session, if the next row says so.
@@ -151,6 +189,8 @@ impl<'a> Lockstep<'a> {
             segments: 0,
             head: 0,
             system: 0,
+            head_fp: 0,
+            system_fp: 0,
             ends: Vec::new(),
             lost_at_ms: None,
             pending_arrival: None,
@@ -170,7 +210,7 @@ impl<'a> Lockstep<'a> {
             let params = params_of(decided, price);
             let acc = self.acc.get_or_insert_with(|| Accounting::new(params));
             acc.set_params(params);
-            self.lost_at_ms = decided.segment.and_then(|s| s.lost_at_ms);
+            self.lost_at_ms = decided.lost_at_ms;
             let cx = Cx {
                 row,
                 index,
@@ -301,6 +341,17 @@ impl<'a> Lockstep<'a> {
             },
         };
         let cost = price.cost(&priced);
+        if priced != row.usage {
+            report.note_priced_apart(RowPricedApart {
+                mind: row.mind.clone(),
+                role: row.role.clone(),
+                row: cx.index,
+                at_ms: row.at_ms,
+                recorded: row.usage,
+                replayed: priced,
+                difference: cost - row.cost,
+            });
+        }
         report.rows += 1;
         report.recorded_cost += row.cost;
         report.replayed_cost += cost;
@@ -319,6 +370,11 @@ impl<'a> Lockstep<'a> {
         self.segments += 1;
         self.head = start.head;
         self.system = start.rehydration.max(start.head);
+        self.head_fp = extend(hash_bytes(b"head"), start.head_digest.unwrap_or(self.head));
+        self.system_fp = match start.system_digest {
+            Some(digest) => extend(extend(hash_bytes(b"system"), digest), self.system),
+            None => extend(extend(hash_bytes(b"segment"), self.segments), self.system),
+        };
         self.ends.clear();
     }
 
@@ -328,8 +384,7 @@ impl<'a> Lockstep<'a> {
     /// ping by one (the reply it caches).
     fn shape(&mut self, kind: RowKind, usage: &Usage, decided: &Decided) -> Vec<Checkpoint> {
         let mut checkpoints = Vec::with_capacity(4 + self.ends.len());
-        let head_fp = extend(hash_bytes(b"head"), self.head);
-        let system_fp = extend(extend(hash_bytes(b"system"), self.segments), self.system);
+        let (head_fp, system_fp) = (self.head_fp, self.system_fp);
         if self.head > 0 {
             checkpoints.push(Checkpoint {
                 block: 0,

@@ -132,10 +132,14 @@ pub struct SegmentStart {
     /// Set when the segment began without the decider choosing it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forced: Option<ForcedStart>,
-    /// For a rebuilt session: when the previous provider session stopped being kept (the host
-    /// lost it), so a replay makes no idle decision for it from then on.
+    /// A digest of the head's content ([`crate::cache::hash_bytes`]): two segments whose heads
+    /// have the same digest share the provider's cache entry for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lost_at_ms: Option<i64>,
+    pub head_digest: Option<u64>,
+    /// A digest of the whole system's content: a segment rebuilt on the very layers of an
+    /// earlier one reads them from the provider's cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_digest: Option<u64>,
 }
 
 /// The decider's question and answer behind a ledger row, and everything a replay of the
@@ -158,6 +162,12 @@ pub struct Decided {
     /// When the row began a segment: its head and rehydration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segment: Option<SegmentStart>,
+    /// Set on the first row after the host lost the session — a failed call, a restart, a lease
+    /// taken over — to when it was last known to be kept (the failure, or the previous holder's
+    /// last row). Between then and this row no host was there to decide anything, so a replay
+    /// takes no idle decision in that span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_at_ms: Option<i64>,
     /// The policy (as `--policy` spells it).
     pub policy: String,
     /// The tail's TTL.

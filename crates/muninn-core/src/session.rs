@@ -112,6 +112,7 @@ pub struct Accounting {
     warm_until_ms: Option<i64>,
     head_warm_until_ms: Option<i64>,
     last_request_ms: Option<i64>,
+    last_activity_ms: Option<i64>,
     read_excess: MicroUsd,
     gap: Gap,
     gaps: GapStats,
@@ -128,6 +129,7 @@ impl Accounting {
             warm_until_ms: None,
             head_warm_until_ms: None,
             last_request_ms: None,
+            last_activity_ms: None,
             read_excess: MicroUsd::ZERO,
             gap: Gap::default(),
             gaps: GapStats::default(),
@@ -214,6 +216,11 @@ impl Accounting {
         self.last_request_ms
     }
 
+    /// When the session last sent anything (a request, a ping, a flush).
+    pub fn last_activity_ms(&self) -> Option<i64> {
+        self.last_activity_ms
+    }
+
     /// The current segment's head.
     pub fn head_tokens(&self) -> Tokens {
         self.head_tokens
@@ -294,6 +301,7 @@ impl Accounting {
         if let Some(start) = segment {
             self.begin_segment(start.head);
         }
+        self.last_activity_ms = Some(self.last_activity_ms.map_or(at_ms, |t| t.max(at_ms)));
         match kind {
             RowKind::Request => self.request(at_ms, usage),
             RowKind::Ping => self.ping(at_ms, Keep::Tail, usage, cost),

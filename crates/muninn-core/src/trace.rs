@@ -66,7 +66,9 @@ pub enum ThreadKind {
     Main,
     /// A sub-agent (Claude Code `Task`/`Agent` tool, `isSidechain: true`).
     Subagent,
-    /// A compaction request's own thread (Claude Code `agent-acompact-*`).
+    /// A compaction request's own thread (Claude Code `agent-acompact-*`), or another kind of
+    /// the recorded policy's own side requests (muninn's keep-warm pings and memory flushes):
+    /// counted for `recorded` only.
     Compaction,
     /// A thread from muninn's own ledger (Persona or Self of a Mind).
     Mind,

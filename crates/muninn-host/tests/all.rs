@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod closed_loop;
 mod compact;
 mod config;
 mod http;

@@ -274,6 +274,20 @@ async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
         .unwrap_or_else(|| panic!("{last:#?}"));
     assert_eq!(event["fork"], false);
     assert_eq!(w.persona_segments().await, 1);
+    // One accounting across the three hosts: each took the segment's counts back from the
+    // ledger (a resumed segment used to restart them), so the turns count on, and replaying
+    // the ledger in closed loop takes every decision the hosts took. (The CLI's requests carry
+    // its own system and tools, whose shape the ledger does not know: the cost is not checked.)
+    let turns: Vec<u64> = rows.iter().map(|r| r.turn).collect();
+    assert_eq!(turns, [0, 1, 2, 3], "{rows:#?}");
+    let report = muninn_core::closed_loop::verify(
+        &rows,
+        &muninn_core::price::PriceTable::embedded(),
+        &Default::default(),
+    );
+    assert!(report.disagreements.is_empty(), "{report:#?}");
+    assert_eq!(report.decisions, 3, "{report:#?}");
+    assert_eq!(report.agreed, 3, "{report:#?}");
     c.release().await.unwrap();
     w.server.stop().await.unwrap();
 }

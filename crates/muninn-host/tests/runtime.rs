@@ -29,6 +29,11 @@ pub(crate) fn mind(extra: &str) -> MindConfig {
 }
 
 pub(crate) async fn world() -> World {
+    world_with("").await
+}
+
+/// A world whose host runs with the configuration `config` (TOML).
+pub(crate) async fn world_with(config: &str) -> World {
     let dir = tempfile::tempdir().unwrap();
     let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
         .await
@@ -37,7 +42,7 @@ pub(crate) async fn world() -> World {
         frozen_at_ms: Some(T0),
         ..SimConfig::default()
     }));
-    let config: Config = toml::from_str("").unwrap();
+    let config: Config = toml::from_str(config).unwrap();
     let host = Host {
         store,
         config: Arc::new(config),
@@ -51,7 +56,7 @@ pub(crate) async fn world() -> World {
     }
 }
 
-fn runner(w: &World, mind: MindConfig, holder: &str) -> MindRunner<SimBackend> {
+pub(crate) fn runner(w: &World, mind: MindConfig, holder: &str) -> MindRunner<SimBackend> {
     let backend = || {
         SimBackend::new(
             InProcess::new(w.sim.clone()),

@@ -4,18 +4,19 @@
 //!
 //! Mapping: session = Mind, thread = role, kind = [`ThreadKind::Mind`]. A row whose segment
 //! differs from the previous row of the same (Mind, role) is marked `compacted`: a new segment is
-//! a rewrite of the conversation (rehydration from memory), which is what the flag records. A row
-//! whose decision is `compact` (the compaction request itself) goes to a thread of its own,
-//! `<role>/compaction`, of kind [`ThreadKind::Compaction`].
+//! a rewrite of the conversation (rehydration from memory), which is what the flag records.
+//!
+//! The recorded policy's own side requests are not turns of the Mind: a compaction or memory
+//! flush goes to a thread of its own, `<role>/compaction`, and a keep-warm ping (tail or head) to
+//! `<role>/keep-warm`, both of kind [`ThreadKind::Compaction`] — a replay counts them for what
+//! was recorded only, and every other plan makes its own. A row's kind is its decision record's
+//! ([`muninn_core::ledger::Decided::kind`]), else its decision text.
 
 use crate::lines::{Line, parse_line};
 use crate::{FormatReader, LineContext};
-use muninn_core::ledger::LedgerRow;
+use muninn_core::ledger::{LedgerRow, RowKind};
 use muninn_core::trace::{ThreadKind, TraceRequest};
 use std::collections::HashMap;
-
-/// The ledger decision of a compaction's own row (the host's `compact`).
-const COMPACTION_DECISION: &str = "compact";
 
 /// Reads ledger rows.
 #[derive(Debug, Default)]
@@ -29,10 +30,20 @@ impl FormatReader for LedgerReader {
         let Some(row) = parse_line::<LedgerRow>(line, cx.diag) else {
             return;
         };
-        if row.decision == COMPACTION_DECISION {
-            // A compaction muninn asked the provider for (Claude Code `/compact`) is its own
-            // request beside the conversation, like Claude Code's `agent-acompact-*` threads: a
-            // replay counts it for what was recorded only, never as a turn every policy pays.
+        let kind = row
+            .decided
+            .as_ref()
+            .map_or_else(|| RowKind::of_decision(&row.decision), |d| d.kind);
+        let side = match kind {
+            RowKind::Request => None,
+            RowKind::Flush => Some("compaction"),
+            RowKind::Ping | RowKind::HeadPing => Some("keep-warm"),
+        };
+        if let Some(side) = side {
+            // A compaction or flush muninn asked the provider for (Claude Code `/compact`) is
+            // its own request beside the conversation, like Claude Code's `agent-acompact-*`
+            // threads, and so is a keep-warm ping: a replay counts them for what was recorded
+            // only, never as a turn every policy pays.
             let request = TraceRequest {
                 at_ms: row.at_ms,
                 usage: row.usage,
@@ -40,7 +51,7 @@ impl FormatReader for LedgerReader {
                 compacted: false,
                 blocks_added: 0,
             };
-            let thread = format!("{}/compaction", row.role);
+            let thread = format!("{}/{side}", row.role);
             cx.push(
                 &row.mind,
                 &thread,

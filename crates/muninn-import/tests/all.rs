@@ -360,14 +360,16 @@ mod ledger_compaction {
         serde_json::to_string(&row).unwrap()
     }
 
-    /// A `compact` row is the compaction request itself: its own thread, of the compaction
-    /// kind, so a replay counts it for what was recorded and never as a turn of the Mind.
+    /// A `compact` row is the compaction request itself, and a ping the recorded policy's own
+    /// keep-warm request: each in a thread of its own, of the compaction kind, so a replay counts
+    /// them for what was recorded and never as turns of the Mind.
     #[test]
     fn a_compaction_row_is_a_compaction_thread_of_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.jsonl");
         let lines = [
             row(0, 0, "append:Continue", usage(3, 0, 5000, 0, 100)),
+            row(0, 20, "ping:RentWithinBudget", usage(8, 0, 0, 5000, 1)),
             row(0, 30, "compact", usage(2080, 127, 0, 3797, 400)),
             row(1, 40, "refresh:Compact", usage(3, 200, 0, 3055, 90)),
         ];
@@ -383,6 +385,14 @@ mod ledger_compaction {
                     OPUS,
                     path.clone(),
                     vec![request(30, usage(2080, 127, 0, 3797, 400), false, false, 0)]
+                ),
+                trace(
+                    "vala",
+                    "persona/keep-warm",
+                    ThreadKind::Compaction,
+                    OPUS,
+                    path.clone(),
+                    vec![request(20, usage(8, 0, 0, 5000, 1), false, false, 0)]
                 ),
                 trace(
                     "vala",

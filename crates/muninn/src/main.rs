@@ -7,6 +7,7 @@
 //! client. Results go to stdout; progress and diagnostics go to stderr.
 
 mod check;
+mod closed_loop;
 mod host_cli;
 mod import;
 mod replay;

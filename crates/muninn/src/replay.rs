@@ -62,6 +62,14 @@ pub struct ReplayArgs {
     /// TTL of the head's own breakpoint: 5m or 1h [default: the session's TTL].
     #[arg(long)]
     head_ttl: Option<Ttl>,
+    /// Replay a muninn ledger export in closed loop: under the policy and parameters each row
+    /// records, every decision the host took must come out the same and the cost within
+    /// --tolerance, or the command fails.
+    #[arg(long)]
+    closed_loop: bool,
+    /// The cost difference --closed-loop accepts, as a fraction (0.001 = 0.1%).
+    #[arg(long, default_value_t = 0.001)]
+    tolerance: f64,
 }
 
 fn parse_plans(specs: &[String]) -> anyhow::Result<Vec<Plan>> {
@@ -97,6 +105,14 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         }
         None => PriceTable::embedded(),
     };
+    if args.closed_loop {
+        return crate::closed_loop::run(
+            &args.input.paths,
+            &prices,
+            args.format == "json",
+            args.tolerance,
+        );
+    }
     let assumptions = Assumptions {
         head_tokens: args.head_tokens,
         rehydrate_tokens: args.rehydrate_tokens,

@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod closed_loop;
 mod host_cli;
 mod two_hosts;
 

@@ -12,6 +12,7 @@ use super::session::Session;
 use super::{MindRunner, RuntimeError};
 use crate::config::{MindConfig, RefreshMode};
 use muninn_backend::{Backend, TurnOutcome};
+use muninn_core::cache::hash_bytes;
 use muninn_core::decide::{Bounds, Capabilities, Decision, Event, Rates};
 use muninn_core::ledger::{Decided, ForcedStart, LedgerRow, RowKind, SegmentStart};
 use muninn_core::money::Tokens;
@@ -105,21 +106,35 @@ impl<B: Backend> MindRunner<B> {
     /// the tools the backend adds, such as the reply schema).
     pub(super) fn segment_start(
         &self,
+        role: Role,
         renderer: &Renderer,
         forced: Option<ForcedStart>,
-        lost_at_ms: Option<i64>,
     ) -> SegmentStart {
-        let system: Vec<Tokens> = renderer
+        let system: Vec<String> = renderer
             .rendered()
             .system
-            .iter()
-            .map(|b| count(&b.text))
+            .into_iter()
+            .map(|b| b.text)
             .collect();
+        // The digests cover what the provider caches before each breakpoint: the reply schema
+        // the backend offers as a tool, then the system layers.
+        let tools = match role {
+            Role::Persona => super::reply_schema(&self.mind).to_string(),
+            Role::SelfRole => String::new(),
+        };
+        let mut content = tools.into_bytes();
+        content.extend(system.first().map_or(&[][..], |s| s.as_bytes()));
+        let head_digest = hash_bytes(&content);
+        for layer in system.iter().skip(1) {
+            content.push(0);
+            content.extend(layer.as_bytes());
+        }
         SegmentStart {
-            head: system.first().copied().unwrap_or(0),
-            rehydration: system.iter().sum(),
+            head: system.first().map_or(0, |s| count(s)),
+            rehydration: system.iter().map(|s| count(s)).sum(),
             forced,
-            lost_at_ms,
+            head_digest: Some(head_digest),
+            system_digest: Some(hash_bytes(&content)),
         }
     }
 
@@ -151,6 +166,7 @@ impl<B: Backend> MindRunner<B> {
         acc: &Accounting,
         asked: &Asked<'_>,
         segment: Option<SegmentStart>,
+        lost_at_ms: Option<i64>,
     ) -> Decided {
         let params = acc.params();
         Decided {
@@ -159,6 +175,7 @@ impl<B: Backend> MindRunner<B> {
             action: asked.decision.map(|d| d.action),
             reason: asked.decision.map(|d| d.reason),
             segment,
+            lost_at_ms,
             policy: self.policy.to_string(),
             ttl: params.ttl,
             head_ttl: params.head_ttl,
@@ -233,8 +250,9 @@ impl<B: Backend> MindRunner<B> {
             row.rehydration_tokens = start.rehydration;
             row.turn = 0;
         }
-        let decided = self.decided(&session.acc, &asked, start);
+        let decided = self.decided(&session.acc, &asked, start, session.lost_at_ms);
         let session = self.session_mut(role);
+        session.lost_at_ms = None;
         if start.is_some() {
             session.starting = None;
         }
@@ -282,7 +300,8 @@ impl<B: Backend> MindRunner<B> {
                             head: acc.head_tokens(),
                             rehydration: row.rehydration_tokens.max(acc.head_tokens()),
                             forced: None,
-                            lost_at_ms: None,
+                            head_digest: None,
+                            system_digest: None,
                         });
                         (RowKind::of_decision(&row.decision), start)
                     }
@@ -299,6 +318,8 @@ impl<B: Backend> MindRunner<B> {
         current.bounds.rehydrate_tokens = acc.params().bounds.rehydrate_tokens;
         acc.set_params(current);
         let session = self.session_mut(role);
+        // No host kept the session since the last row: the next row says so.
+        session.lost_at_ms = acc.last_activity_ms();
         session.acc = acc;
         session.restore = false;
         Ok(())

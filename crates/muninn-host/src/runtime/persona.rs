@@ -509,7 +509,7 @@ impl<B: Backend> MindRunner<B> {
         // flags across a compaction) and the summary: that is what the new segment was
         // rehydrated with, and what its reads are measured against (not the summary alone, which
         // would count the whole head as growth and bring the next refresh early).
-        let rehydration = self.persona.launched_system + count(&summary);
+        let rehydration = self.persona.launched.rehydration + count(&summary);
         let segment = self
             .host
             .store
@@ -536,12 +536,12 @@ impl<B: Backend> MindRunner<B> {
             now,
         )
         .await?;
-        let head = self.persona.acc.head_tokens();
+        // The session keeps the system it was launched with; the summary follows it.
+        let launched = self.persona.launched;
         let start = SegmentStart {
-            head,
-            rehydration: rehydration.max(head),
+            rehydration: rehydration.max(launched.head),
             forced: None,
-            lost_at_ms: None,
+            ..launched
         };
         self.estimate_rehydration(Role::Persona, &renderer);
         // The record is the compaction's own measure: the first request's breakpoints show the

@@ -137,8 +137,7 @@ impl<B: Backend> MindRunner<B> {
                 },
             )
             .await?;
-        let lost_at_ms = self.session(role).lost_at_ms;
-        let start = self.segment_start(&renderer, forced, lost_at_ms);
+        let start = self.segment_start(role, &renderer, forced);
         self.estimate_rehydration(role, &renderer);
         let session = self.session_mut(role);
         // A fresh segment is never seeded from an earlier conversation (a resume that did not
@@ -155,7 +154,7 @@ impl<B: Backend> MindRunner<B> {
                 measured: false,
             },
         );
-        session.launched_system = rehydration;
+        session.launched = start;
         session.resume = None;
         Ok(())
     }
@@ -201,7 +200,7 @@ impl<B: Backend> MindRunner<B> {
         if spec_digest(&spec) != digest {
             return Ok(false);
         }
-        let launched_system: Tokens = spec.system.iter().map(|t| count(t)).sum();
+        let launched = self.segment_start(role, &renderer, None);
         let from = self.session_mut(role).bind_from;
         let (items, next) = self.segment_transcript(role, segment.number, from).await?;
         if let Some(first) = items.first() {
@@ -228,8 +227,7 @@ impl<B: Backend> MindRunner<B> {
         session.segment = Some(segment.number);
         session.starting = None;
         session.broken = false;
-        session.lost_at_ms = None;
-        session.launched_system = launched_system;
+        session.launched = launched;
         session.bound = Some(Bound {
             segment: segment.number,
             items: bytes,

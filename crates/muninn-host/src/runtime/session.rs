@@ -3,7 +3,6 @@
 
 use muninn_backend::{Backend, SessionEvent};
 use muninn_core::ledger::{LedgerRow, SegmentStart};
-use muninn_core::money::Tokens;
 use muninn_core::render::Renderer;
 use muninn_core::session::{Accounting, Params};
 use muninn_store::Role;
@@ -20,15 +19,16 @@ pub(super) struct Session<B> {
     pub(super) acc: Accounting,
     /// The segment the next ledger row begins, set when a segment opens.
     pub(super) starting: Option<Starting>,
-    /// Tokens of the system prompt the provider session was started (or resumed) with. A
+    /// The system the provider session was started (or resumed) with: its size and digests. A
     /// compaction keeps it: the session continues under the system it was launched with, so a
     /// segment opened by compaction is rehydrated with it and the summary.
-    pub(super) launched_system: Tokens,
+    pub(super) launched: SegmentStart,
     /// The session must be rebuilt from the transcript (a failed call left it out of step, or a
     /// new lease found it unknown).
     pub(super) broken: bool,
-    /// When it broke: the next segment's record says so, so a replay of the ledger keeps no
-    /// idle decision for the lost session past it.
+    /// When the session was last known to be kept, if it was lost since (a failed call, or a
+    /// new lease: the last row written for it): the next ledger row says so, so a replay of the
+    /// ledger takes no idle decision between the two.
     pub(super) lost_at_ms: Option<i64>,
     /// Where reading this role's transcript for the current segment starts: no later than the
     /// segment's first item, so binding a session never rescans earlier segments twice.
@@ -94,7 +94,13 @@ impl<B> Session<B> {
             segment: None,
             acc: Accounting::new(params),
             starting: None,
-            launched_system: 0,
+            launched: SegmentStart {
+                head: 0,
+                rehydration: 0,
+                forced: None,
+                head_digest: None,
+                system_digest: None,
+            },
             broken: false,
             lost_at_ms: None,
             bind_from: 1,
@@ -112,7 +118,6 @@ impl<B> Session<B> {
         self.segment = Some(number);
         self.starting = Some(start);
         self.broken = false;
-        self.lost_at_ms = None;
     }
 
     /// The session is out of step with the transcript from `now_ms` on; the next turn rebuilds
