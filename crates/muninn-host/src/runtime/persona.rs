@@ -500,7 +500,19 @@ impl<B: Backend> MindRunner<B> {
             .store
             .append_ledger(&self.mind.id, token, &[row])
             .await?;
-        let summary = outcome.text.clone();
+        self.open_compacted_segment(token, now, outcome.text)
+            .await?;
+        Ok(true)
+    }
+
+    /// The segment a compaction opens: the same provider session, its renderer restarted on
+    /// the summary as memory, rehydrated with the launched system and the summary.
+    async fn open_compacted_segment(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+        summary: String,
+    ) -> Result<(), RuntimeError> {
         let layers = self.layers(summary.clone())?;
         let renderer = Renderer::new(layers, self.mind.head_ttl, self.mind.tail_ttl)
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
@@ -554,7 +566,7 @@ impl<B: Backend> MindRunner<B> {
                 measured: true,
             },
         );
-        Ok(true)
+        Ok(())
     }
 }
 

@@ -78,9 +78,25 @@ impl<B: Backend> MindRunner<B> {
             r.push_user(&text);
         }
         let run = self.run_self(&brief, text, token, now).await?;
+        self.finish_self_run(token, &brief, segment, &plan, run, now)
+            .await?;
+        Ok(Step::SelfTurn { brief: brief.seq })
+    }
+
+    /// A run's end: its ledger row and result in one record (with the memory the flush protocol
+    /// left, if it ended the run), the session bound to it, and the result reported back.
+    async fn finish_self_run(
+        &mut self,
+        token: FencingToken,
+        brief: &Brief,
+        segment: i64,
+        plan: &Plan,
+        run: RunOutcome,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
         let stage = flush_stage_name(run.flush);
         let label = match run.flush {
-            FlushStage::NotNeeded => self_label(&plan),
+            FlushStage::NotNeeded => self_label(plan),
             _ => format!("flush:{stage}"),
         };
         let row = self.answered(
@@ -99,7 +115,7 @@ impl<B: Backend> MindRunner<B> {
         };
         let record = self_record(
             &self.mind.id,
-            &brief,
+            brief,
             segment,
             &result,
             row,
@@ -120,9 +136,8 @@ impl<B: Backend> MindRunner<B> {
             }
             None => self.bind_session(Role::SelfRole, token).await?,
         }
-        self.report_back(token, &brief, run.flush, &result, now)
-            .await?;
-        Ok(Step::SelfTurn { brief: brief.seq })
+        self.report_back(token, brief, run.flush, &result, now)
+            .await
     }
 
     /// A brief's start is a task boundary: the decider may refresh here. A run the flush
