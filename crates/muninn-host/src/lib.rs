@@ -7,8 +7,9 @@
 //! - [`config`] — `muninn.toml`: Minds, their doctrine, persona state, rooms, backend, policy and
 //!   bounds; validated at load, with a checked-in JSON Schema.
 //! - [`backends`] — the simulator or the Anthropic API behind the sessions.
-//! - [`runtime`] — the Persona and Self loops: mailbox → batch → decider → render → backend →
-//!   ledger → validated reply → outbox → ack, one writer per Mind under a lease.
+//! - [`runtime`] — the Persona and Self loops, a file per job: mailbox → batch → decider →
+//!   render → backend → ledger → validated reply → outbox → ack, one writer per Mind under a
+//!   lease, every decision taken from the core's session accounting.
 //! - [`http`] — the HTTP API's server (axum, loopback, bearer token). Its wire types, token and
 //!   client are in `muninn-api`, which clients use without linking the server.
 //!
@@ -19,6 +20,9 @@
 //! - Exactly-once effects: a batch is acknowledged only in the same transaction that records its
 //!   replies in the outbox, with idempotent request ids `<batch>-<index>`.
 //! - One writer per Mind: every write carries the Mind's lease fencing token.
+//! - One economy: the decider's counters are `muninn_core::session::Accounting`, fed by each
+//!   ledger row as it is written (and read back from the ledger after a new lease), so replaying
+//!   the ledger (`muninn replay --closed-loop`) reproduces every decision the host took.
 
 pub mod backends;
 pub mod config;
