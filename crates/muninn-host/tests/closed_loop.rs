@@ -8,14 +8,14 @@
 //! and sleeps (advances the frozen clock) to the next decision time the runner names, or to the
 //! next event of the workload, whichever comes first.
 
-use crate::runtime::{T0, World, mind, post, runner, world_with};
+use crate::runtime::{T0, World, ledger, mind, post, runner, world_with};
 use muninn_core::closed_loop::{ClosedLoop, verify};
 use muninn_core::ledger::LedgerRow;
 use muninn_core::price::PriceTable;
 use muninn_host::config::MindConfig;
 use muninn_host::runtime::{MindRunner, Step};
 use muninn_sim::inprocess::SimBackend;
-use muninn_store::{BriefOrigin, LedgerQuery, NewBrief};
+use muninn_store::{BriefOrigin, NewBrief};
 use proptest::prelude::*;
 
 /// One event of a workload.
@@ -161,21 +161,6 @@ impl Harness {
             }
         }
     }
-
-    async fn ledger(&self) -> Vec<LedgerRow> {
-        self.w
-            .host
-            .store
-            .ledger(&LedgerQuery {
-                mind: Some("vala".into()),
-                ..LedgerQuery::default()
-            })
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.row)
-            .collect()
-    }
 }
 
 fn words_of(n: u16, salt: u32) -> String {
@@ -195,7 +180,7 @@ async fn closed_loop(extra: &str, acts: &[Act]) -> (ClosedLoop, Vec<LedgerRow>) 
     // The tail of the workload: the last gap's decisions, up to both expiries.
     let end = h.now() + 2 * 3_600_000;
     h.run_until(end).await;
-    let rows = h.ledger().await;
+    let rows = ledger(&h.w).await;
     (
         verify(&rows, &PriceTable::embedded(), &Default::default()),
         rows,

@@ -157,13 +157,14 @@ async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails(
     assert!(decisions.contains(&"ping"), "no ping in {jsonl}");
     let file = dir.path().join("vala.jsonl");
     std::fs::write(&file, &jsonl).unwrap();
-    let replay = muninn(vec![
-        "replay".into(),
-        "--closed-loop".into(),
-        file.display().to_string(),
-    ])
-    .await
-    .unwrap();
+    let replay_closed_loop = || {
+        muninn(vec![
+            "replay".into(),
+            "--closed-loop".into(),
+            file.display().to_string(),
+        ])
+    };
+    let replay = replay_closed_loop().await.unwrap();
     let out = String::from_utf8_lossy(&replay.stdout).into_owned();
     assert!(
         replay.status.success(),
@@ -186,13 +187,7 @@ async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails(
         .map(|(_, l)| format!("{l}\n"))
         .collect();
     std::fs::write(&file, changed).unwrap();
-    let replay = muninn(vec![
-        "replay".into(),
-        "--closed-loop".into(),
-        file.display().to_string(),
-    ])
-    .await
-    .unwrap();
+    let replay = replay_closed_loop().await.unwrap();
     let out = String::from_utf8_lossy(&replay.stdout).into_owned();
     assert!(!replay.status.success(), "{out}");
     assert!(out.contains("FAIL"), "{out}");

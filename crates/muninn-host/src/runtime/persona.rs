@@ -15,7 +15,7 @@ use muninn_core::money::Tokens;
 use muninn_core::render::{self, Layers, Renderer};
 use muninn_core::tokenize::count;
 use muninn_store::{
-    BriefOrigin, Delivery, FencingToken, NewBrief, NewMemoryNote, NewOutboxMessage, NewSegment,
+    BriefOrigin, Delivery, FencingToken, NewBrief, NewMemoryNote, NewOutboxMessage,
     NewTranscriptItem, Role, StoreError, TranscriptKind, TurnRecord,
 };
 use serde_json::{Value, json};
@@ -513,36 +513,27 @@ impl<B: Backend> MindRunner<B> {
         now: i64,
         summary: String,
     ) -> Result<(), RuntimeError> {
-        let layers = self.layers(summary.clone())?;
-        let renderer = Renderer::new(layers, self.mind.head_ttl, self.mind.tail_ttl)
-            .map_err(|e| RuntimeError::Config(e.to_string()))?;
-        let spec = self.spec_for(Role::Persona, &renderer);
+        let (renderer, spec) = self.renderer_on(Role::Persona, summary.clone())?;
         // The session continues from the system it was launched with (the CLI keeps its launch
         // flags across a compaction) and the summary: that is what the new segment was
         // rehydrated with, and what its reads are measured against (not the summary alone, which
         // would count the whole head as growth and bring the next refresh early).
         let rehydration = self.persona.launched.rehydration + count(&summary);
-        let segment = self
-            .host
-            .store
-            .start_segment(
-                &self.mind.id,
+        let number = self
+            .store_segment(
                 token,
-                &NewSegment {
-                    role: Role::Persona,
-                    started_at_ms: now,
-                    rehydration_tokens: rehydration as i64,
-                    reason: COMPACT_REASON.to_string(),
-                    session_id: None,
-                    memory: Some(summary.clone()),
-                    spec_digest: Some(super::segment::spec_digest(&spec)),
-                },
+                Role::Persona,
+                now,
+                rehydration,
+                COMPACT_REASON,
+                summary.clone(),
+                &spec,
             )
             .await?;
         self.record_item(
             token,
             Role::Persona,
-            segment.number,
+            number,
             TranscriptKind::MemoryFlush,
             json!({"memory": summary, "from": "compact"}),
             now,
@@ -560,7 +551,7 @@ impl<B: Backend> MindRunner<B> {
         // launched system, not the summary after it.
         self.persona.begin_segment(
             renderer,
-            segment.number,
+            number,
             Starting {
                 start,
                 measured: true,

@@ -103,23 +103,33 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// Opens a new segment for a role: a segment row, a renderer on the current layers, a fresh
-    /// provider session. `forced` says why, when the decider did not choose it; the segment's
-    /// first ledger row carries its head and rehydration.
-    pub(super) async fn open_segment(
-        &mut self,
+    /// A renderer on the current layers with `memory`, and the session spec it renders.
+    pub(super) fn renderer_on(
+        &self,
         role: Role,
-        token: FencingToken,
-        now: i64,
         memory: String,
-        reason: &str,
-        forced: Option<ForcedStart>,
-    ) -> Result<(), RuntimeError> {
-        let layers = self.layers(memory.clone())?;
+    ) -> Result<(Renderer, SessionSpec), RuntimeError> {
+        let layers = self.layers(memory)?;
         let renderer = Renderer::new(layers, self.mind.head_ttl, self.mind.tail_ttl)
             .map_err(|e| RuntimeError::Config(e.to_string()))?;
         let spec = self.spec_for(role, &renderer);
-        let rehydration: Tokens = spec.system.iter().map(|t| count(t)).sum();
+        Ok((renderer, spec))
+    }
+
+    /// Stores a role's new segment row — what it was rehydrated with, why, its memory layer and
+    /// its spec's digest (a restarted host resumes it only under the same spec) — and returns
+    /// its number.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn store_segment(
+        &self,
+        token: FencingToken,
+        role: Role,
+        now: i64,
+        rehydration: Tokens,
+        reason: &str,
+        memory: String,
+        spec: &SessionSpec,
+    ) -> Result<i64, RuntimeError> {
         let segment = self
             .host
             .store
@@ -133,9 +143,29 @@ impl<B: Backend> MindRunner<B> {
                     reason: reason.to_string(),
                     session_id: None,
                     memory: Some(memory),
-                    spec_digest: Some(spec_digest(&spec)),
+                    spec_digest: Some(spec_digest(spec)),
                 },
             )
+            .await?;
+        Ok(segment.number)
+    }
+
+    /// Opens a new segment for a role: a segment row, a renderer on the current layers, a fresh
+    /// provider session. `forced` says why, when the decider did not choose it; the segment's
+    /// first ledger row carries its head and rehydration.
+    pub(super) async fn open_segment(
+        &mut self,
+        role: Role,
+        token: FencingToken,
+        now: i64,
+        memory: String,
+        reason: &str,
+        forced: Option<ForcedStart>,
+    ) -> Result<(), RuntimeError> {
+        let (renderer, spec) = self.renderer_on(role, memory.clone())?;
+        let rehydration: Tokens = spec.system.iter().map(|t| count(t)).sum();
+        let number = self
+            .store_segment(token, role, now, rehydration, reason, memory, &spec)
             .await?;
         let start = self.segment_start(role, &renderer, forced);
         self.estimate_rehydration(role, &renderer);
@@ -148,7 +178,7 @@ impl<B: Backend> MindRunner<B> {
         started?;
         session.begin_segment(
             renderer,
-            segment.number,
+            number,
             Starting {
                 start,
                 measured: false,
@@ -193,10 +223,7 @@ impl<B: Backend> MindRunner<B> {
         if segment.ended_at_ms.is_some() || segment.reason == COMPACT_REASON {
             return Ok(false);
         }
-        let layers = self.layers(memory)?;
-        let renderer = Renderer::new(layers, self.mind.head_ttl, self.mind.tail_ttl)
-            .map_err(|e| RuntimeError::Config(e.to_string()))?;
-        let spec = self.spec_for(role, &renderer);
+        let (renderer, spec) = self.renderer_on(role, memory)?;
         if spec_digest(&spec) != digest {
             return Ok(false);
         }
