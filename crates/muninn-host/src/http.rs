@@ -24,11 +24,13 @@
 //!
 //! ## Wake-ups
 //!
-//! Intake (deliveries, briefs, settings, brake) calls `signals.inbox.notify_one()` after the
-//! store committed. Long polls and streams wait on `signals.outbox`, which the runtime fires with
-//! `notify_waiters()` after it records outbox messages or transcript items; they also re-read
-//! every [`POLL_SLICE`], so a write by another host (PostgreSQL) or a missed wake-up costs at
-//! most that much latency, never a hang. Times written to the store come from `host.clock`.
+//! Intake (deliveries, briefs, settings) calls `signals.wake(mind)` after the store committed,
+//! which wakes that Mind's runner and no other; the brake wakes every Mind it set. Long polls
+//! and streams wait on `signals.outbox`, which the runtime fires with `notify_waiters()` (every
+//! waiter, whichever Mind it reads) after it records outbox messages or transcript items; they
+//! also re-read every [`POLL_SLICE`], so a write by another host (PostgreSQL) or a missed
+//! wake-up costs at most that much latency, never a hang. Times written to the store come from
+//! `host.clock`.
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
@@ -427,7 +429,9 @@ async fn set_brake(host: &Host, brake: bool) -> ApiResult<BrakeResponse> {
         minds.push(mind.id);
     }
     tracing::info!(brake, minds = minds.len(), "operator brake");
-    host.signals.inbox.notify_one();
+    for mind in &minds {
+        host.signals.wake(mind);
+    }
     // Released: waiting transports pick up what the brake held back.
     host.signals.outbox.notify_waiters();
     Ok(BrakeResponse { brake, minds })
@@ -494,7 +498,7 @@ async fn post_delivery(
     };
     let posted = state.host.store.post_delivery(&mind, &delivery).await?;
     // Durable first, then the wake-up: the runtime reads the mailbox, not the notification.
-    state.host.signals.inbox.notify_one();
+    state.host.signals.wake(&mind);
     let status = if posted.created {
         StatusCode::CREATED
     } else {
@@ -649,7 +653,7 @@ async fn post_brief(
             },
         )
         .await?;
-    state.host.signals.inbox.notify_one();
+    state.host.signals.wake(&mind);
     Ok((StatusCode::CREATED, Json(brief)).into_response())
 }
 
@@ -785,7 +789,7 @@ async fn put_settings(
     host.store
         .put_settings(&mind, &settings, host.clock.now_ms())
         .await?;
-    host.signals.inbox.notify_one();
+    host.signals.wake(&mind);
     Ok(Json(to_settings(&host.store.settings(&mind).await?)))
 }
 

@@ -29,15 +29,47 @@ pub mod config;
 pub mod http;
 pub mod runtime;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::Notify;
 
 /// Wake-ups between the HTTP layer and the runtime.
+///
+/// Each Mind has its own wake-up ([`Signals::wake`] / [`Signals::waiter`]), so a delivery wakes
+/// the one runner that will answer it. (One `Notify` shared by every runner woke an arbitrary
+/// one; the Mind concerned then looked only on its own timer, a third of the lease, 10 s by
+/// default.) A wake-up is a [`Notify`] permit: sent while the runner is busy, or before
+/// it first waits (even before it started), it is kept, and the runner's next wait returns at
+/// once, so none is lost; several in a row collapse into one, which is enough because the
+/// runner reads the store, not the wake-up.
 #[derive(Debug, Default)]
 pub struct Signals {
-    /// Something arrived for the runtime: a delivery, a brief, a settings change.
-    pub inbox: tokio::sync::Notify,
-    /// The runtime recorded outbox messages or transcript items: long-polls re-read.
-    pub outbox: tokio::sync::Notify,
+    /// Each Mind's wake-up by Mind id, made by whichever comes first: its runner asking for it
+    /// or a wake-up sent to it. One entry per Mind that exists (intake checks the Mind first).
+    minds: Mutex<HashMap<String, Arc<Notify>>>,
+    /// The runtime recorded outbox messages or transcript items: long-polls re-read. Shared by
+    /// every Mind and fired with `notify_waiters`, which wakes every waiting long poll, each of
+    /// which re-reads its own Mind; so none waits for a wake-up meant for another.
+    pub outbox: Notify,
+}
+
+impl Signals {
+    /// Something arrived for `mind` (a delivery, a brief, a settings change, the brake): its
+    /// runner looks at the store now, or right after the step it is in.
+    pub fn wake(&self, mind: &str) {
+        self.waiter(mind).notify_one();
+    }
+
+    /// The wake-up `mind`'s runner waits on (`waiter.notified().await`); the same one on every
+    /// call, so take it once, before the first look at the store.
+    pub fn waiter(&self, mind: &str) -> Arc<Notify> {
+        // No code panics while holding the lock, but a poisoned map is still a valid map.
+        let mut minds = self.minds.lock().unwrap_or_else(PoisonError::into_inner);
+        match minds.get(mind) {
+            Some(waiter) => waiter.clone(),
+            None => minds.entry(mind.to_owned()).or_default().clone(),
+        }
+    }
 }
 
 /// What every part of a running host shares.

@@ -11,3 +11,4 @@ mod resume;
 mod runtime;
 mod scripted;
 mod self_flush;
+mod wake;

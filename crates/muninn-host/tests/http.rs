@@ -2,6 +2,7 @@
 //! loopback port, called through the crate's own client (and raw reqwest where the wire itself
 //! is the point: auth, SSE, JSON Lines).
 
+use futures_util::FutureExt;
 use muninn_api::ApiToken;
 use muninn_api::client::{ApiClient, ClientError};
 use muninn_api::wire::*;
@@ -112,6 +113,11 @@ impl Now for ManualClock {
     fn now(&self) -> i64 {
         muninn_backend::clock::Clock::now_ms(self)
     }
+}
+
+/// Whether `mind`'s runner has a wake-up waiting (taking it).
+fn woken(server: &Server, mind: &str) -> Option<()> {
+    server.host.signals.waiter(mind).notified().now_or_never()
 }
 
 fn delivery(source_id: &str) -> PostDeliveryRequest {
@@ -263,10 +269,15 @@ async fn deliveries_are_idempotent_by_source_id_and_wake_the_runtime() {
             created: true
         }
     );
-    // The runtime's wake-up was stored as a permit: it completes at once.
-    tokio::time::timeout(Duration::from_secs(1), server.host.signals.inbox.notified())
-        .await
-        .unwrap();
+    // The Mind's own wake-up was stored as a permit: it completes at once; the other Mind's
+    // runner was not woken.
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        server.host.signals.waiter("vala").notified(),
+    )
+    .await
+    .unwrap();
+    assert!(woken(&server, "huginn").is_none());
     let again = server
         .client
         .post_delivery("vala", &delivery("ev-1"))
@@ -545,9 +556,8 @@ async fn operator_briefs_are_queued_for_the_self() {
     assert_eq!(brief.origin, BriefOrigin::Operator);
     assert_eq!(brief.status, BriefStatus::Queued);
     assert_eq!(brief.created_at_ms, T0);
-    tokio::time::timeout(Duration::from_secs(1), server.host.signals.inbox.notified())
-        .await
-        .unwrap();
+    assert!(woken(&server, "vala").is_some());
+    assert!(woken(&server, "huginn").is_none());
     let queued = server.host.store.briefs("vala", None, 10).await.unwrap();
     assert_eq!(queued, vec![brief]);
     let error = server.client.post_brief("vala", "").await.unwrap_err();
@@ -788,7 +798,15 @@ async fn settings_round_trip_and_the_brake_reaches_every_mind() {
         .unwrap_err();
     assert_eq!(api_error(error), (422, "unprocessable".into()));
 
+    assert!(
+        woken(&server, "vala").is_some(),
+        "a settings change wakes its Mind"
+    );
+    assert!(woken(&server, "huginn").is_none());
     let on = server.client.brake(true).await.unwrap();
+    for mind in ["vala", "huginn"] {
+        assert!(woken(&server, mind).is_some(), "the brake wakes {mind}");
+    }
     assert_eq!(
         on,
         BrakeResponse {

@@ -280,7 +280,7 @@ impl<B: Backend> MindRunner<B> {
             .pending_deliveries(&self.mind.id, ack, PENDING_PAGE)
             .await?;
         // A delivery not seen before is a new wake however it arrived: through this host's API
-        // (which also signals `inbox`) or through another host on the same database, which
+        // (which also wakes this runner) or through another host on the same database, which
         // cannot signal this one.
         if let Some(newest) = pending.last().map(|d| d.seq)
             && newest > self.newest_seen
@@ -349,12 +349,16 @@ impl<B: Backend> MindRunner<B> {
 /// Runs a Mind until `shutdown` turns true: steps while there is work, sleeps until the next
 /// decision time or a wake-up otherwise. Errors are logged and retried with a backoff; a fenced
 /// write stops the work until the lease is taken again.
+///
+/// The wake-up is the Mind's own ([`crate::Signals::waiter`]), taken before the first step: a
+/// delivery, brief or settings change for this Mind wakes this task and no other, and one sent
+/// while it steps (or before it started) is kept and ends its next sleep at once.
 pub async fn run_mind<B: Backend>(
     mut runner: MindRunner<B>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), RuntimeError> {
     runner.register().await?;
-    let signals = runner.host.signals.clone();
+    let wake = runner.host.signals.waiter(runner.id());
     let clock = runner.host.clock.clone();
     let mut backoff_ms = 250u64;
     // An idle holder steps at least every third of the lease: it renews the lease before it runs
@@ -383,7 +387,7 @@ pub async fn run_mind<B: Backend>(
             }
         };
         tokio::select! {
-            _ = signals.inbox.notified() => runner.woken(),
+            _ = wake.notified() => runner.woken(),
             _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
             _ = shutdown.changed() => {}
         }

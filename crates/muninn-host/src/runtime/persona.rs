@@ -435,7 +435,7 @@ impl<B: Backend> MindRunner<B> {
                 self.bind_session(Role::Persona, token).await?;
                 self.host.signals.outbox.notify_waiters();
                 if !record.briefs.is_empty() {
-                    self.host.signals.inbox.notify_one();
+                    self.host.signals.wake(&self.mind.id);
                 }
                 Ok(Step::PersonaTurn {
                     acked_through: receipt.ack_position,

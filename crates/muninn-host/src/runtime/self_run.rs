@@ -308,7 +308,7 @@ impl<B: Backend> MindRunner<B> {
                 },
             )
             .await?;
-        self.host.signals.inbox.notify_one();
+        self.host.signals.wake(&self.mind.id);
         self.host.signals.outbox.notify_waiters();
         Ok(())
     }
