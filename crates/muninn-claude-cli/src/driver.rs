@@ -4,9 +4,10 @@
 //! A turn is: make sure a child is alive (launching it with `--session-id` for a new session or
 //! `--resume` for a known one), write one validated user line, then read events to that turn's
 //! `result` — while also listening for interrupts and a timeout. A child that ends the stream
-//! before it began the turn (no `system/init`) is relaunched and the line written again, at most
-//! [`MAX_ATTEMPTS`] times; once the turn began, a death is an error, because the request may
-//! already have reached the API.
+//! before it began the turn (no `system/init`, and nothing added to the CLI's own transcript of
+//! the session — the init line may die in the child's stdout buffer) is relaunched and the line
+//! written again, at most [`MAX_ATTEMPTS`] times; once the turn began, a death is an error,
+//! because the request may already have reached the API.
 //!
 //! A run under the flush protocol ([`crate::flush`]) is the same read with a timer beside it:
 //! after each event or deadline the driver asks [`crate::flush::decide`] what to do and does it.
@@ -592,6 +593,9 @@ impl Driver {
                 // turn.
                 Exchange::Compact(_) => exchange.line()?,
             };
+            // What the CLI has stored of the session before this line: if it grows, the CLI took
+            // the line, whether or not its `system/init` reached us before it died.
+            let stored_before = self.stored_len();
             let Some(live) = self.child.as_mut() else {
                 return Err(BackendError::Transport("no child after launch".into()));
             };
@@ -608,6 +612,14 @@ impl Driver {
             let end = self
                 .read_turn(interrupts, run_flush, report, &mut collected)
                 .await;
+            if !collected.saw_init
+                && matches!(end, ReadEnd::Eof)
+                && self.stored_len() > stored_before
+            {
+                // Killed with its `system/init` still in its stdout buffer: the CLI had stored
+                // the line (and may have sent the request), so the turn began.
+                collected.saw_init = true;
+            }
             if !matches!(end, ReadEnd::Result { .. }) {
                 self.note_compactions(&collected, None, compacting, &mut report.session_events);
             }
@@ -739,6 +751,13 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// The size of the CLI's own transcript of the session (0 when it has none yet).
+    fn stored_len(&self) -> u64 {
+        transcript_path(&self.config, &self.session_id)
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map_or(0, |m| m.len())
     }
 
     /// Reads events to the turn's `result`, forwarding interrupts as `control_request`s and,
