@@ -314,9 +314,11 @@ impl Driver {
         // The echo of each user line as the CLI takes it tells the flush protocol whether its
         // line was absorbed into the running loop or queued as a turn of its own.
         command.arg("--replay-user-messages");
-        command
-            .arg("--system-prompt")
-            .arg(self.spec.system.join("\n\n"));
+        // The system prompt goes through a file only this user can read: on argv it would be
+        // readable by every local user (`/proc/<pid>/cmdline`), and Linux refuses one argument
+        // over 128 KiB (a doctrine alone may be 96 KiB).
+        let prompt = write_system_prompt(c, &self.spec.system.join("\n\n"))?;
+        command.arg("--system-prompt-file").arg(prompt);
         // `--tools` is variadic: the `=` form keeps it from swallowing the next argument.
         command.arg(format!("--tools={}", c.tools.join(",")));
         if let Some(mode) = &c.permission_mode {
@@ -1318,6 +1320,29 @@ fn write_settings(c: &CliConfig) -> Result<(), BackendError> {
     let path = c.config_dir().join("settings.json");
     std::fs::write(&path, format!("{settings:#}\n"))
         .map_err(|e| BackendError::Invalid(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Writes the session's system prompt to `system-prompt.md` in the child's working directory,
+/// readable by this user only, replacing it whole (a new file renamed over the old one, so a
+/// child launching at the same moment never reads half of it). Returns its path.
+fn write_system_prompt(c: &CliConfig, text: &str) -> Result<std::path::PathBuf, BackendError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = c.work_dir();
+    let path = dir.join("system-prompt.md");
+    let partial = dir.join(".system-prompt.md.partial");
+    let failed =
+        |e: std::io::Error| BackendError::Invalid(format!("cannot write {}: {e}", path.display()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&partial)
+        .map_err(failed)?;
+    file.write_all(text.as_bytes()).map_err(failed)?;
+    file.sync_all().map_err(failed)?;
+    std::fs::rename(&partial, &path).map_err(failed)?;
+    Ok(path)
 }
 
 async fn write_line(stdin: &mut ChildStdin, line: &str) -> std::io::Result<()> {

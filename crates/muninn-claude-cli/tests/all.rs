@@ -1492,3 +1492,40 @@ async fn a_slow_flush_is_interrupted_after_its_grace_and_terminated_when_told() 
 mod compaction;
 mod credentials;
 mod interactions;
+
+/// The system prompt reaches the CLI through a file only this user can read, not argv: a
+/// doctrine over Linux's 128 KiB argument limit starts a session (on argv the launch failed with
+/// E2BIG), the model is given it whole, and no other local user can read it from the child's
+/// `/proc/<pid>/cmdline`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_doctrine_over_the_argument_limit_goes_through_a_private_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(bin) = claude_cli() else { return };
+    let r = rig(bin, "5a7c0e2f-5b4d-4e6f-8a9b-0c1d2e3f4a53").await;
+    let doctrine = format!(
+        "DOCTRINE-MARKER. {}",
+        (0..6_000)
+            .map(|i| format!("Rule {i}: keep the cache warm."))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    assert!(doctrine.len() > 150 * 1024, "{}", doctrine.len());
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    let mut big = spec("big");
+    big.system[0] = doctrine.clone();
+    b.start(big).await.unwrap();
+    ok(b.turn(TurnInput::text("big one")).await);
+    let sent = r.sim.sim.requests().last().unwrap().body.to_string();
+    assert!(
+        sent.contains("Rule 5999: keep the cache warm."),
+        "the whole doctrine was sent"
+    );
+    let pid = b.child_pid().await.unwrap();
+    let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap())
+        .into_owned();
+    assert!(!cmdline.contains("DOCTRINE-MARKER"), "{cmdline}");
+    let file = r.config.work_dir().join("system-prompt.md");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    b.shutdown().await.unwrap();
+}
