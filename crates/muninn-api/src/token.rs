@@ -75,6 +75,10 @@ impl ApiToken {
                 .map_err(io)?;
         }
         let token: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        // Written whole under a name of its own, then linked into place: a second host starting
+        // at the same moment either links first (and this one reads its complete file) or finds
+        // the complete file — never an empty one it would take for the token.
+        let partial = path.with_extension(format!("partial-{}", &token[..16]));
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]
@@ -82,12 +86,16 @@ impl ApiToken {
             use std::os::unix::fs::OpenOptionsExt;
             options.mode(0o600);
         }
-        match options.open(path) {
-            Ok(mut file) => {
-                use std::io::Write;
-                file.write_all(format!("{token}\n").as_bytes())
-                    .and_then(|()| file.sync_all())
-                    .map_err(io)?;
+        let written = options.open(&partial).and_then(|mut file| {
+            use std::io::Write;
+            file.write_all(format!("{token}\n").as_bytes())?;
+            file.sync_all()
+        });
+        let linked = written.and_then(|()| std::fs::hard_link(&partial, path));
+        // The partial name is only a step: gone whether the link was made or not.
+        let _ = std::fs::remove_file(&partial);
+        match linked {
+            Ok(()) => {
                 tracing::info!(path = %path.display(), "created the API token");
                 Ok(ApiToken(token))
             }
@@ -123,5 +131,29 @@ impl ApiToken {
             .zip(presented)
             .fold(0u8, |acc, (a, b)| acc | (a ^ b))
             == 0
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::ApiToken;
+
+    /// Hosts starting at once on one data directory all end up with the one token, complete:
+    /// none reads the file while another is still writing it.
+    #[test]
+    fn concurrent_creators_all_read_the_same_complete_token() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("api-token");
+            let tokens: Vec<ApiToken> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..8)
+                    .map(|_| s.spawn(|| ApiToken::load_or_create(&path).unwrap()))
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert!(tokens.windows(2).all(|w| w[0] == w[1]), "{tokens:?}");
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        }
     }
 }

@@ -327,19 +327,14 @@ pub fn transcript_path(config: &CliConfig, session_id: &str) -> Option<PathBuf> 
 }
 
 /// A new session id for the `n`th reseed of `base`: deterministic (so a restarted host derives
-/// the same one), shaped as a UUID (version nibble 5, RFC 4122 variant). Not a cryptographic
-/// derivation — uniqueness within one data directory is all the CLI needs.
+/// the same one, whatever Rust it was built with: SHA-256, not the standard library's
+/// `DefaultHasher`, whose output may change between releases), shaped as a UUID (version nibble
+/// 5, RFC 4122 variant). Uniqueness within one data directory is all the CLI needs.
 pub fn derive_session_id(base: &str, n: u32) -> String {
-    use std::hash::{Hash, Hasher};
-    let half = |salt: u8| {
-        // `DefaultHasher::new()` has fixed keys, so this is stable within a build.
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (base, n, salt, "muninn-claude-cli-reseed").hash(&mut h);
-        h.finish()
-    };
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("muninn-claude-cli-session\0{base}\0{n}"));
     let mut bytes = [0u8; 16];
-    bytes[..8].copy_from_slice(&half(1).to_be_bytes());
-    bytes[8..].copy_from_slice(&half(2).to_be_bytes());
+    bytes.copy_from_slice(&digest[..16]);
     bytes[6] = (bytes[6] & 0x0f) | 0x50;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -953,6 +948,12 @@ mod tests {
         );
         assert_eq!(a.len(), 36);
         assert_eq!(&a[14..15], "5");
+        // Pinned (computed independently with Python's hashlib): a host built by another Rust
+        // release derives the ids its sessions already have.
+        assert_eq!(
+            derive_session_id("vala/persona", 0),
+            "990089ca-9e84-5b53-90a0-9e0df53c87a0"
+        );
         assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
     }
 
