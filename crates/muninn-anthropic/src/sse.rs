@@ -11,7 +11,13 @@
 //! blank line dispatches the event; `event:` names it, `data:` lines are joined with `\n`; lines
 //! starting with `:` are comments; one leading space after the colon is dropped; other fields
 //! (`id:`, `retry:`) are ignored. [`SseDecoder::finish`] reports a stream that ended inside an
-//! event, so a truncated stream is an error rather than a lost event.
+//! event, so a truncated stream is an error rather than a lost event. An event is bounded
+//! ([`MAX_EVENT_BYTES`]): a stream that never ends its line is refused, not buffered.
+
+/// The most bytes one event may hold (its unfinished line and its data so far). The API's
+/// events are kilobytes (a whole message of `max_tokens` output is well under this); anything
+/// larger is a broken or hostile stream.
+pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
 /// One dispatched event: its name and its (joined) data.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +36,13 @@ pub enum SseError {
     NotUtf8 {
         /// 1-based line number in the stream.
         line: u64,
+    },
+    /// One event (its lines and data so far) passed [`MAX_EVENT_BYTES`]: a stream gone wrong,
+    /// refused rather than buffered without end.
+    #[error("an SSE event passed {limit} bytes")]
+    TooLarge {
+        /// The limit.
+        limit: usize,
     },
     /// The stream ended inside an event (no blank line after its fields).
     #[error("SSE stream ended inside an event ({pending} bytes pending)")]
@@ -73,7 +86,15 @@ impl SseDecoder {
                     self.after_cr = true;
                     self.end_line(&mut out)?;
                 }
-                _ => self.line.push(b),
+                _ => {
+                    self.line.push(b);
+                    if self.line.len() + self.data.as_ref().map_or(0, String::len) > MAX_EVENT_BYTES
+                    {
+                        return Err(SseError::TooLarge {
+                            limit: MAX_EVENT_BYTES,
+                        });
+                    }
+                }
             }
         }
         Ok(out)

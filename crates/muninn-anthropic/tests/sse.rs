@@ -88,3 +88,40 @@ proptest! {
         prop_assert_eq!(decode_all(&singles).unwrap(), decode_all(&[bytes]).unwrap());
     }
 }
+
+/// A stream that never ends its line (or piles up data lines without a blank line) is refused
+/// once the event passes the limit, instead of being buffered without end; a large but bounded
+/// event still decodes.
+#[test]
+fn an_event_past_the_limit_is_refused() {
+    use muninn_anthropic::sse::{MAX_EVENT_BYTES, SseDecoder, SseError};
+    let mut d = SseDecoder::new();
+    let chunk = vec![b'x'; 1024 * 1024];
+    let mut refused = None;
+    for i in 0..=(MAX_EVENT_BYTES / chunk.len()) + 1 {
+        if let Err(e) = d.push(if i == 0 { b"data: " } else { &chunk }) {
+            refused = Some(e);
+            break;
+        }
+    }
+    assert_eq!(
+        refused,
+        Some(SseError::TooLarge {
+            limit: MAX_EVENT_BYTES
+        })
+    );
+    // Data lines adding up past the limit, each short.
+    let mut d = SseDecoder::new();
+    let line = format!("data: {}\n", "y".repeat(64 * 1024));
+    let refused = (0..(MAX_EVENT_BYTES / line.len()) + 2)
+        .map(|_| d.push(line.as_bytes()))
+        .find_map(Result::err);
+    assert!(
+        matches!(refused, Some(SseError::TooLarge { .. })),
+        "{refused:?}"
+    );
+    // Bounded: 4 MiB of data in one event decodes.
+    let big = format!("event: e\ndata: {}\n\n", "z".repeat(4 * 1024 * 1024));
+    let frames = SseDecoder::new().push(big.as_bytes()).unwrap();
+    assert_eq!(frames[0].data.len(), 4 * 1024 * 1024);
+}

@@ -14,6 +14,7 @@
 
 use crate::event::{CliEvent, CompactMetadata, ResultEvent, decode};
 use crate::flush::{FlushAction, FlushState, decide, prompt_tokens};
+use crate::lines::{BoundedLines, Line, MAX_LINE_BYTES};
 use crate::{
     CliConfig, Command, CredentialPassing, EventQueue, ParkReport, SessionEvent, TurnDone,
     TurnReport, derive_session_id,
@@ -33,7 +34,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
@@ -112,7 +113,7 @@ pub(crate) struct StartPlan {
 struct Live {
     child: Child,
     stdin: Option<ChildStdin>,
-    stdout: Lines<BufReader<ChildStdout>>,
+    stdout: BoundedLines<BufReader<ChildStdout>>,
     stderr: Arc<Mutex<VecDeque<String>>>,
     pid: Option<u32>,
 }
@@ -434,7 +435,7 @@ impl Driver {
             pid: child.id(),
             child,
             stdin: Some(stdin),
-            stdout: BufReader::new(stdout).lines(),
+            stdout: BoundedLines::new(BufReader::new(stdout), MAX_LINE_BYTES),
             stderr: ring,
         });
         Ok(())
@@ -828,7 +829,11 @@ impl Driver {
             tokio::select! {
                 line = live.stdout.next_line() => {
                     let line = match line {
-                        Ok(Some(l)) => l,
+                        Ok(Some(Line::Text(l))) => l,
+                        Ok(Some(Line::Skipped(bytes))) => {
+                            tracing::warn!(bytes, limit = MAX_LINE_BYTES, "claude-cli: a stdout line past the limit was skipped");
+                            continue;
+                        }
                         Ok(None) | Err(_) => {
                             let terminated = run_flush
                                 .as_ref()

@@ -102,6 +102,7 @@ pub mod binding;
 mod driver;
 pub mod event;
 pub mod flush;
+mod lines;
 pub mod pool;
 
 pub use binding::{BindingError, BindingKey, Handle, SessionBinding};
