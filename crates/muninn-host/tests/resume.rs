@@ -479,8 +479,8 @@ async fn a_child_killed_mid_turn_loses_no_delivery_and_sends_nothing_twice() {
         .map(|m| m.request_id.rsplit_once('-').unwrap().0.to_string())
         .collect();
     assert_eq!(batches.len(), 2, "{outbox:#?}");
-    // The transcript is whole: the delivery shown to the killed turn stays, then the retry and
-    // its reply; nothing was removed.
+    // The transcript is whole: the delivery shown to the killed turn stays, then why that
+    // attempt failed, then the retry and its reply; nothing was removed.
     let transcript = w
         .host
         .store
@@ -490,14 +490,15 @@ async fn a_child_killed_mid_turn_loses_no_delivery_and_sends_nothing_twice() {
     let kinds: Vec<_> = transcript.iter().map(|i| i.kind.as_str()).collect();
     assert_eq!(
         kinds,
-        ["delivery", "reply", "delivery", "delivery", "reply"],
+        ["delivery", "reply", "delivery", "notice", "delivery", "reply"],
         "{transcript:#?}"
     );
+    assert!(transcript[3].body.get("attempt_failed").is_some());
     assert!(transcript.windows(2).all(|p| p[1].seq == p[0].seq + 1));
     assert!(
-        transcript[4].body.to_string().len() > 2,
+        transcript[5].body.to_string().len() > 2,
         "{:?}",
-        transcript[4]
+        transcript[5]
     );
     r.release().await.unwrap();
 }

@@ -850,3 +850,73 @@ async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported(
     r.release().await.unwrap();
     server.stop().await.unwrap();
 }
+
+/// A turn the provider refuses (a rotated key: 401, which the client does not retry) is tried
+/// again on the runner's own steps until it goes through — it does not count against the wake's
+/// turn limit, so no new delivery is needed to wake it — and each attempt is in the transcript:
+/// the delivery as it was sent, then why it failed.
+#[tokio::test]
+async fn a_refused_turn_is_retried_until_it_goes_through_and_each_attempt_is_recorded() {
+    use muninn_sim::sim::{Fault, FaultKind};
+    let w = world().await;
+    let mut r = runner(&w, mind("turns_per_wake = 1"), "host-a");
+    r.register().await.unwrap();
+    post(
+        &w,
+        "k1",
+        "#swarm",
+        "ari",
+        "are you there after the key change?",
+    )
+    .await;
+    w.sim.push_faults([Fault {
+        kind: FaultKind::Unauthorized,
+        times: 3,
+    }]);
+    for _ in 0..3 {
+        assert!(r.step().await.is_err());
+        w.sim.advance_clock(1_000);
+    }
+    // The key works again: the next step answers, with no new delivery and no wake-up.
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn { valid: true, .. }
+    ));
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 1);
+    let transcript = w
+        .host
+        .store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    let kinds: Vec<String> = transcript
+        .iter()
+        .map(|i| match i.body.get("attempt_failed") {
+            Some(_) => "attempt_failed".to_string(),
+            None => i.kind.as_str().to_string(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "delivery",
+            "attempt_failed",
+            "delivery",
+            "attempt_failed",
+            "delivery",
+            "attempt_failed",
+            "delivery",
+            "reply"
+        ],
+        "{transcript:#?}"
+    );
+    assert!(
+        transcript[1].body["attempt_failed"]
+            .as_str()
+            .unwrap()
+            .contains("401"),
+        "{:?}",
+        transcript[1]
+    );
+    assert_eq!(ledger(&w).await.len(), 1);
+}

@@ -308,10 +308,16 @@ impl<B: Backend> MindRunner<B> {
             return Ok(Step::OverBudget);
         }
         if has_work {
-            self.turns_this_wake += 1;
-            return self
+            // Only a turn that was recorded counts against the wake's limit: a failed one is
+            // retried on the runner's own backoff until it goes through, not left for the next
+            // delivery to wake it.
+            let step = self
                 .persona_turn(token, now, next_batch(&pending).to_vec())
                 .await;
+            if step.is_ok() {
+                self.turns_this_wake += 1;
+            }
+            return step;
         }
         if !queued.is_empty()
             && let Some(brief) = self

@@ -330,6 +330,7 @@ impl<B: Backend> MindRunner<B> {
                     self.persona.mark_broken(now);
                 }
                 self.persona.collect_events();
+                self.record_failed_attempt(batch, &e, now).await;
                 return Err(e.into());
             }
         };
@@ -354,6 +355,31 @@ impl<B: Backend> MindRunner<B> {
             r.reply(&outcome_text(&answer.outcome));
         }
         Ok(answer)
+    }
+
+    /// Records that an attempt at the batch failed, after its delivery: each attempt's
+    /// delivery stays in the transcript (it says what was sent, even when the provider refused
+    /// it), followed by why the attempt failed; the batch is tried again. Best effort — the
+    /// failure may be the store's own.
+    async fn record_failed_attempt(&self, batch: &Batch, error: &BackendError, now: i64) {
+        let Some(token) = self.lease.as_ref().map(|l| l.token) else {
+            return;
+        };
+        let segment = self.persona.segment.unwrap_or(0);
+        let body = json!({"attempt_failed": error.to_string(), "batch": batch.id});
+        if let Err(e) = self
+            .record_item(
+                token,
+                Role::Persona,
+                segment,
+                TranscriptKind::Notice,
+                body,
+                now,
+            )
+            .await
+        {
+            tracing::warn!(mind = %self.mind.id, error = %e, "a failed attempt was not recorded");
+        }
     }
 
     fn check_reply(&self, batch: &Batch, outcome: &TurnOutcome) -> Result<PersonaReply, String> {

@@ -401,6 +401,9 @@ pub(super) fn replay(
                 renderer.reply(&body.to_string());
                 awaiting_reply = false;
             }
+            // A failed attempt: the provider answered nothing; its delivery stays unanswered
+            // (the CLI's session holds its line too) and the retry follows.
+            (Role::Persona, TranscriptKind::Notice) if body.get("attempt_failed").is_some() => {}
             (Role::Persona, TranscriptKind::Notice) if body.get("failure").is_some() => {
                 let reply = match &body["reply"] {
                     Value::Null => text(&body["text"]).unwrap_or_default(),
