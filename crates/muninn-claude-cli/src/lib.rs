@@ -750,6 +750,10 @@ impl Backend for ClaudeCliBackend {
         }
     }
 
+    async fn close(&mut self) {
+        self.shutdown().await;
+    }
+
     fn binds_sessions(&self) -> bool {
         self.config.binding_key.is_some()
     }

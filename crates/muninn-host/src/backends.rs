@@ -139,6 +139,14 @@ impl Backend for AnyBackend {
             AnyBackend::ClaudeCli(b) => b.take_session_events(),
         }
     }
+
+    async fn close(&mut self) {
+        match self {
+            AnyBackend::Sim(b) => b.close().await,
+            AnyBackend::Anthropic(b) => b.close().await,
+            AnyBackend::ClaudeCli(b) => b.close().await,
+        }
+    }
 }
 
 /// Builds a fresh backend per session.
@@ -277,10 +285,17 @@ impl std::fmt::Debug for BackendFactory {
 /// Why a backend could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendSetupError {
-    /// `kind = "anthropic"` but the credential variable is unset or empty. The message names the
-    /// variable, never a value.
-    #[error("backend anthropic: no credential in ${0} (or ANTHROPIC_AUTH_TOKEN)")]
-    MissingCredential(String),
+    /// The configured backend needs a credential and its variable is unset or empty. The
+    /// message names the backend and the variables it reads, never a value.
+    #[error("backend {backend}: no credential in ${var} (or {fallback})")]
+    MissingCredential {
+        /// The backend configured (`anthropic`, `claude-cli`).
+        backend: &'static str,
+        /// The configured variable (`backend.api_key_env`).
+        var: String,
+        /// The other variable that backend accepts instead.
+        fallback: &'static str,
+    },
     /// `kind = "claude-cli"` but no `claude` binary was configured or found.
     #[error(
         "backend claude-cli: no claude binary (set backend.claude_bin or $MUNINN_CLAUDE_BIN, or run scripts/install-claude-cli.sh)"
@@ -329,7 +344,11 @@ impl BackendFactory {
                     None => env("CLAUDE_CODE_OAUTH_TOKEN")
                         .filter(|v| !v.is_empty())
                         .map(|t| (t, CredentialKind::OAuthToken))
-                        .ok_or_else(|| BackendSetupError::MissingCredential(var.clone()))?,
+                        .ok_or_else(|| BackendSetupError::MissingCredential {
+                            backend: "claude-cli",
+                            var: var.clone(),
+                            fallback: "CLAUDE_CODE_OAUTH_TOKEN",
+                        })?,
                 };
                 let bin = config
                     .backend
@@ -379,8 +398,13 @@ impl BackendFactory {
                         env(name)
                     }
                 };
-                let (key, auth) = credentials_from_env(lookup)
-                    .map_err(|_| BackendSetupError::MissingCredential(var.clone()))?;
+                let (key, auth) = credentials_from_env(lookup).map_err(|_| {
+                    BackendSetupError::MissingCredential {
+                        backend: "anthropic",
+                        var: var.clone(),
+                        fallback: "ANTHROPIC_AUTH_TOKEN",
+                    }
+                })?;
                 let mut client_config = ClientConfig::new(base, key);
                 client_config.auth = auth;
                 let client = AnthropicClient::new(client_config, Arc::new(TokioSleeper))
@@ -468,6 +492,19 @@ impl BackendFactory {
         match self {
             BackendFactory::ClaudeCli { pool, .. } => Some(pool),
             BackendFactory::Sim(_) | BackendFactory::Anthropic(_) => None,
+        }
+    }
+
+    /// What the Minds run on, for people: the startup banner and `muninn doctor`.
+    pub fn describe(&self) -> String {
+        match self {
+            BackendFactory::Sim(_) => "the built-in simulator".to_string(),
+            BackendFactory::Anthropic(client) => {
+                format!("the Anthropic API at {}", client.config().base_url)
+            }
+            BackendFactory::ClaudeCli { bin, base_url, .. } => {
+                format!("the Claude Code CLI ({}) against {base_url}", bin.display())
+            }
         }
     }
 
