@@ -11,6 +11,7 @@ use muninn_backend::{
     Backend, BackendError, FlushProtocol, RunOutcome, SessionEvent, SessionSpec, TurnInput,
     TurnOutcome,
 };
+pub use muninn_claude_cli::PINNED_VERSION as PINNED_CLAUDE_CLI;
 use muninn_claude_cli::pool::{ParkPolicy, PoolConfig, SharedPool};
 use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, CredentialKind, Secret};
 use muninn_core::price::PriceTable;
@@ -203,6 +204,37 @@ pub fn pool_config(settings: &PoolSettings) -> PoolConfig {
     }
 }
 
+/// Where the `claude` binary is looked for: `backend.claude_bin`, else `$MUNINN_CLAUDE_BIN`,
+/// else where `scripts/install-claude-cli.sh` installs it under `$HOME` (whether or not a file
+/// is there).
+pub fn claude_bin(config: &Config, env: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    config
+        .backend
+        .claude_bin
+        .clone()
+        .or_else(|| env("MUNINN_CLAUDE_BIN").map(PathBuf::from))
+        .or_else(|| {
+            env("HOME").map(|home| {
+                PathBuf::from(home).join(
+                    ".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
+                )
+            })
+        })
+}
+
+/// The backend `config` asks for: `backend.kind`, else `anthropic` when a credential variable
+/// is set, else the simulator.
+pub fn backend_kind(config: &Config, env: impl Fn(&str) -> Option<String>) -> BackendKind {
+    let var = &config.backend.api_key_env;
+    let has_key = env(var).is_some_and(|v| !v.is_empty())
+        || env("ANTHROPIC_AUTH_TOKEN").is_some_and(|v| !v.is_empty());
+    config.backend.kind.unwrap_or(if has_key {
+        BackendKind::Anthropic
+    } else {
+        BackendKind::Sim
+    })
+}
+
 /// The file, under the host's data directory, that holds the session-binding key.
 pub const BINDING_KEY_FILE: &str = "session-binding.key";
 
@@ -322,13 +354,7 @@ impl BackendFactory {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<BackendFactory, BackendSetupError> {
         let var = &config.backend.api_key_env;
-        let has_key = env(var).is_some_and(|v| !v.is_empty())
-            || env("ANTHROPIC_AUTH_TOKEN").is_some_and(|v| !v.is_empty());
-        let kind = config.backend.kind.unwrap_or(if has_key {
-            BackendKind::Anthropic
-        } else {
-            BackendKind::Sim
-        });
+        let kind = backend_kind(config, &env);
         let base = config
             .backend
             .base_url
@@ -350,18 +376,7 @@ impl BackendFactory {
                             fallback: "CLAUDE_CODE_OAUTH_TOKEN",
                         })?,
                 };
-                let bin = config
-                    .backend
-                    .claude_bin
-                    .clone()
-                    .or_else(|| env("MUNINN_CLAUDE_BIN").map(PathBuf::from))
-                    .or_else(|| {
-                        env("HOME").map(|home| {
-                            PathBuf::from(home).join(
-                                ".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
-                            )
-                        })
-                    })
+                let bin = claude_bin(config, &env)
                     .filter(|p| p.is_file())
                     .ok_or(BackendSetupError::MissingClaudeBin)?;
                 let binding_key =

@@ -76,8 +76,8 @@ pub use persona::next_batch;
 pub use prompts::*;
 pub use reply::*;
 
-use crate::Host;
 use crate::config::MindConfig;
+use crate::{Activity, Host};
 use muninn_backend::{Backend, BackendError};
 use muninn_core::decide::Policy;
 use muninn_core::price::{ModelPrice, PriceTable};
@@ -311,6 +311,7 @@ impl<B: Backend> MindRunner<B> {
             .map_or(self.mind.turns_per_wake, |l| l.max(0) as u32);
         let has_work = !pending.is_empty() && self.turns_this_wake < limit;
         if has_work {
+            self.report_running(Role::Persona, now);
             let step = self
                 .persona_turn(token, now, next_batch(&pending).to_vec(), &settings)
                 .await?;
@@ -339,10 +340,21 @@ impl<B: Backend> MindRunner<B> {
                 .claim_brief(&self.mind.id, token, now)
                 .await?
             {
+                self.report_running(Role::SelfRole, now);
                 return self.self_turn(token, now, brief).await;
             }
         }
         self.idle(token, now).await
+    }
+}
+
+impl<B: Backend> MindRunner<B> {
+    fn report_running(&self, role: Role, now: i64) {
+        let running = Activity::Running {
+            role,
+            since_ms: now,
+        };
+        self.host.signals.set_activity(&self.mind.id, running);
     }
 }
 
@@ -361,6 +373,7 @@ pub async fn run_mind<B: Backend>(
     let wake = runner.host.signals.waiter(runner.id());
     let clock = runner.host.clock.clone();
     let mut backoff_ms = 250u64;
+    let mut failing: Option<(i64, u32)> = None;
     // An idle holder steps at least every third of the lease: it renews the lease before it runs
     // out (or another host would take the Mind over and rebuild its session) and sees deliveries
     // posted through other hosts on the same database, which cannot signal it.
@@ -370,22 +383,41 @@ pub async fn run_mind<B: Backend>(
             break;
         }
         let step = runner.step().await;
-        let wait_ms: u64 = match &step {
+        let now = clock.now_ms();
+        if step.is_ok() {
+            failing = None;
+        }
+        let (activity, wait_ms) = match &step {
             Ok(Step::PersonaTurn { .. } | Step::SelfTurn { .. } | Step::Ping) => {
                 backoff_ms = 250;
                 continue;
             }
-            Ok(Step::Idle { until_ms: Some(t) }) => {
-                ((*t - clock.now_ms()).clamp(10, 60_000) as u64).min(lease_third)
-            }
-            Ok(Step::Idle { until_ms: None } | Step::NotLeader) => lease_third,
-            Ok(Step::Braked | Step::OverBudget) => 5_000,
+            Ok(Step::Idle { until_ms }) => (
+                Activity::Idle {
+                    until_ms: *until_ms,
+                },
+                until_ms.map_or(lease_third, |t| {
+                    ((t - now).clamp(10, 60_000) as u64).min(lease_third)
+                }),
+            ),
+            Ok(Step::NotLeader) => (Activity::NotLeader, lease_third),
+            Ok(Step::Braked) => (Activity::Braked, 5_000),
+            Ok(Step::OverBudget) => (Activity::Capped, 5_000),
             Err(e) => {
                 tracing::warn!(mind = runner.id(), error = %e, "step failed; retrying");
+                let (since_ms, attempts) = failing.map_or((now, 1), |(s, n)| (s, n + 1));
+                failing = Some((since_ms, attempts));
                 backoff_ms = (backoff_ms * 2).min(30_000);
-                backoff_ms
+                let error = e.to_string();
+                let retrying = Activity::Retrying {
+                    error,
+                    since_ms,
+                    attempts,
+                };
+                (retrying, backoff_ms)
             }
         };
+        runner.host.signals.set_activity(runner.id(), activity);
         tokio::select! {
             _ = wake.notified() => runner.woken(),
             _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
