@@ -57,7 +57,6 @@ fn usage_of(u: &serde_json::Value) -> Usage {
         cache_write_1h: w1,
         cache_read: n("cache_read_input_tokens"),
         output: n("output_tokens"),
-        ..Usage::default()
     }
 }
 
