@@ -89,6 +89,36 @@ pub fn breakdown(
         .collect()
 }
 
+/// A breakdown as CSV: a header, then one line per slice (costs in dollars).
+fn print_csv(slices: &[Slice], names: &[String], by: By) -> anyhow::Result<()> {
+    let columns: Vec<String> = names.iter().map(|n| format!("{n}_usd")).collect();
+    outln!(
+        "{},requests,input_tokens,output_tokens,cache_write_tokens,cache_read_tokens,{}",
+        format!("{by:?}").to_lowercase(),
+        columns.join(",")
+    )?;
+    for s in slices {
+        let costs: Vec<String> = names
+            .iter()
+            .map(|n| {
+                let micro = s.cost_micro_usd.get(n).copied().unwrap_or(0);
+                format!("{:.2}", micro as f64 / 1e6)
+            })
+            .collect();
+        outln!(
+            "{},{},{},{},{},{},{}",
+            s.key,
+            s.requests,
+            s.usage.input,
+            s.usage.output,
+            s.usage.written(),
+            s.usage.cache_read,
+            costs.join(",")
+        )?;
+    }
+    Ok(())
+}
+
 /// Prints a breakdown as a table (with a total line), JSON or CSV.
 pub fn print(slices: &[Slice], plans: &[Plan], by: By, format: &str) -> anyhow::Result<()> {
     let names: Vec<String> = plans.iter().map(Plan::to_string).collect();
@@ -96,28 +126,7 @@ pub fn print(slices: &[Slice], plans: &[Plan], by: By, format: &str) -> anyhow::
     let usd = |m: i64| format!("{:.2}", m as f64 / 1e6);
     match format {
         "json" => return json(&slices),
-        "csv" => {
-            let columns: Vec<String> = names.iter().map(|n| format!("{n}_usd")).collect();
-            outln!(
-                "{:?},requests,input_tokens,output_tokens,cache_write_tokens,cache_read_tokens,{}",
-                by,
-                columns.join(",")
-            )?;
-            for s in slices {
-                let costs: Vec<String> = names.iter().map(|n| usd(cost(s, n))).collect();
-                outln!(
-                    "{},{},{},{},{},{},{}",
-                    s.key,
-                    s.requests,
-                    s.usage.input,
-                    s.usage.output,
-                    s.usage.written(),
-                    s.usage.cache_read,
-                    costs.join(",")
-                )?;
-            }
-            return Ok(());
-        }
+        "csv" => return print_csv(slices, &names, by),
         _ => {}
     }
     let width = slices

@@ -138,22 +138,7 @@ async fn serve_until_stopped(
         holder,
         stopped.clone(),
     ));
-    let host_file = host_file_path(|k| std::env::var(k).ok());
-    if let Some(path) = &host_file {
-        let written = HostFile {
-            api: format!("http://{addr}"),
-            token_file: config.api_token_path(),
-            pid: std::process::id(),
-            config: config_path,
-        }
-        .write(path);
-        if let Err(e) = written {
-            eprintln!(
-                "muninn serve: cannot write {} ({e}): clients need --addr or --config",
-                path.display()
-            );
-        }
-    }
+    let host_file = write_host_file(&config, addr, config_path);
     // The one line a supervising script waits for; logs go to stderr. A closed stdout does not
     // stop the host.
     let _ = crate::output::outln!(
@@ -185,6 +170,30 @@ async fn serve_until_stopped(
         .context("serving the API")?;
     minds_result.context("the Minds' task")??;
     Ok(())
+}
+
+/// Leaves the host file clients find this host by (see `muninn_api::discovery`); returns its
+/// path, to remove it on the way out. A failure is reported, not fatal.
+fn write_host_file(
+    config: &Config,
+    addr: std::net::SocketAddr,
+    config_path: Option<PathBuf>,
+) -> Option<PathBuf> {
+    let path = host_file_path(|k| std::env::var(k).ok())?;
+    let written = HostFile {
+        api: format!("http://{addr}"),
+        token_file: config.api_token_path(),
+        pid: std::process::id(),
+        config: config_path,
+    }
+    .write(&path);
+    if let Err(e) = written {
+        eprintln!(
+            "muninn serve: cannot write {} ({e}): clients need --addr or --config",
+            path.display()
+        );
+    }
+    Some(path)
 }
 
 fn hostname() -> String {
