@@ -14,6 +14,15 @@ use crate::wire::*;
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// Nothing accepts connections at the address: the host is not running there. Start it
+    /// (`muninn serve`) or point the client at the one that runs.
+    #[error(
+        "nothing answers at {base}: start the host with `muninn serve`, or point --addr, MUNINN_ADDR or --config at the one that runs"
+    )]
+    Unreachable {
+        /// The API's base URL.
+        base: String,
+    },
     /// The host could not be reached, or the connection broke. Retry when the host is up.
     #[error("cannot reach the muninn host at {base}: {message}")]
     Transport {
@@ -112,10 +121,17 @@ impl ApiClient {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, bytes::Bytes), ClientError> {
-        let transport = |e: reqwest::Error| ClientError::Transport {
-            base: self.base.clone(),
-            // Without the URL: it is ours anyway, and errors stay short.
-            message: e.without_url().to_string(),
+        let transport = |e: reqwest::Error| {
+            if e.is_connect() {
+                return ClientError::Unreachable {
+                    base: self.base.clone(),
+                };
+            }
+            ClientError::Transport {
+                base: self.base.clone(),
+                // Without the URL: it is ours anyway, and errors stay short.
+                message: e.without_url().to_string(),
+            }
         };
         let mut request = self
             .http

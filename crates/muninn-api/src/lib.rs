@@ -11,6 +11,10 @@
 //! - [`token`] — [`ApiToken`]: created by the host in `<data_dir>/api-token`, read by clients.
 //! - [`client`] — [`ApiClient`]: plain HTTP with the bearer token, API errors as
 //!   [`ClientError::Api`].
+//! - [`discovery`] — [`discovery::HostFile`]: where a running host listens, written by `muninn
+//!   serve` in the user's state directory so clients find it from any directory.
+//! - `openapi.json` (beside `Cargo.toml`) — the API as an OpenAPI 3.1 document, checked against
+//!   the server's routes by the host's tests.
 //!
 //! ## Invariants
 //!
@@ -21,6 +25,7 @@
 //! - Inputs are strict (`deny_unknown_fields`); money is integer micro-dollars, times Unix ms.
 
 pub mod client;
+pub mod discovery;
 pub mod token;
 pub mod wire;
 

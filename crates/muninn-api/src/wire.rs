@@ -160,6 +160,53 @@ pub struct MindStatus<C = serde_json::Value> {
     pub spend: SpendSummary,
     /// The mailbox ack position: deliveries up to this seq have been answered.
     pub ack_position: i64,
+    /// Deliveries past the ack position, waiting for a turn (counted up to
+    /// [`PENDING_COUNT_LIMIT`]).
+    #[serde(default)]
+    pub pending_deliveries: i64,
+    /// When the oldest pending delivery arrived, Unix ms.
+    #[serde(default)]
+    pub oldest_pending_at_ms: Option<i64>,
+    /// What this host's runner for the Mind is doing (`None`: this host does not run it, or
+    /// it has not stepped yet).
+    #[serde(default)]
+    pub activity: Option<Activity>,
+}
+
+/// The most pending deliveries [`MindStatus::pending_deliveries`] counts.
+pub const PENDING_COUNT_LIMIT: i64 = 1_000;
+
+/// What a host's runner for a Mind is doing, as of its last step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Activity {
+    /// A turn is in flight.
+    Running {
+        /// `persona` or `self`.
+        role: Role,
+        /// When it started, Unix ms.
+        since_ms: i64,
+    },
+    /// Nothing to do.
+    Idle {
+        /// The next decision time (a keep-warm ping, a flush), Unix ms, if any.
+        until_ms: Option<i64>,
+    },
+    /// The operator brake is on: no turn runs.
+    Braked,
+    /// The spend cap would be crossed by the next request: it waits for room in the window.
+    Capped,
+    /// Another host holds the lease.
+    NotLeader,
+    /// The last step failed; it is retried with a back-off.
+    Retrying {
+        /// The error, as logged.
+        error: String,
+        /// When the failures began, Unix ms.
+        since_ms: i64,
+        /// Failed steps in a row.
+        attempts: u32,
+    },
 }
 
 /// Each role's newest segment.

@@ -566,6 +566,13 @@ pub trait Backend: Send {
         Vec::new()
     }
 
+    /// Ends the session's resources cleanly when the host stops (a child process: stdin closed,
+    /// then SIGTERM, then SIGKILL). The provider session itself is kept, to be resumed by the
+    /// next host. Backends with nothing to stop keep the default, which does nothing.
+    fn close(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// A head-only keep-warm request: the session's system layers with their breakpoints and a
     /// tiny question, no conversation. Once the conversation tail has been let go, it keeps the
     /// head (under its own, longer TTL) cached for the price of reading the head alone.

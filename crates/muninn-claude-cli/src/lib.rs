@@ -110,6 +110,10 @@ pub use binding::{BindingError, BindingKey, Handle, SessionBinding};
 /// compacted), defined with the [`Backend`] trait.
 pub use muninn_backend::SessionEvent;
 
+/// The Claude Code CLI version this driver is written against (its observed stream-json
+/// protocol); `scripts/install-claude-cli.sh` installs it and `muninn doctor` checks for it.
+pub const PINNED_VERSION: &str = "2.1.332";
+
 use muninn_backend::{
     Backend, BackendError, Capability, FlushProtocol, FlushStage, RetryEvent, RunOutcome,
     SessionSpec, TurnInput, TurnOutcome,
@@ -744,6 +748,10 @@ impl Backend for ClaudeCliBackend {
             Ok(mut q) => q.drain(..).collect(),
             Err(_) => Vec::new(),
         }
+    }
+
+    async fn close(&mut self) {
+        self.shutdown().await;
     }
 
     fn binds_sessions(&self) -> bool {

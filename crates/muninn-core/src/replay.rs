@@ -336,7 +336,10 @@ impl RunTotals {
         }
     }
 
-    fn record(&mut self, step: &Step, ttl: Ttl) {
+    /// Adds one step, the way [`replay_trace`] does (a request after a gap longer than `ttl`
+    /// counts its writes as long-gap writes); for callers that keep only some steps (a time
+    /// window).
+    pub fn record(&mut self, step: &Step, ttl: Ttl) {
         self.cost += step.cost;
         self.usage.add(&step.usage);
         match step.kind {

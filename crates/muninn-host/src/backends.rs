@@ -11,6 +11,7 @@ use muninn_backend::{
     Backend, BackendError, FlushProtocol, RunOutcome, SessionEvent, SessionSpec, TurnInput,
     TurnOutcome,
 };
+pub use muninn_claude_cli::PINNED_VERSION as PINNED_CLAUDE_CLI;
 use muninn_claude_cli::pool::{ParkPolicy, PoolConfig, SharedPool};
 use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, CredentialKind, Secret};
 use muninn_core::price::PriceTable;
@@ -139,6 +140,14 @@ impl Backend for AnyBackend {
             AnyBackend::ClaudeCli(b) => b.take_session_events(),
         }
     }
+
+    async fn close(&mut self) {
+        match self {
+            AnyBackend::Sim(b) => b.close().await,
+            AnyBackend::Anthropic(b) => b.close().await,
+            AnyBackend::ClaudeCli(b) => b.close().await,
+        }
+    }
 }
 
 /// Builds a fresh backend per session.
@@ -193,6 +202,37 @@ pub fn pool_config(settings: &PoolSettings) -> PoolConfig {
             ..ParkPolicy::default()
         },
     }
+}
+
+/// Where the `claude` binary is looked for: `backend.claude_bin`, else `$MUNINN_CLAUDE_BIN`,
+/// else where `scripts/install-claude-cli.sh` installs it under `$HOME` (whether or not a file
+/// is there).
+pub fn claude_bin(config: &Config, env: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    config
+        .backend
+        .claude_bin
+        .clone()
+        .or_else(|| env("MUNINN_CLAUDE_BIN").map(PathBuf::from))
+        .or_else(|| {
+            env("HOME").map(|home| {
+                PathBuf::from(home).join(
+                    ".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
+                )
+            })
+        })
+}
+
+/// The backend `config` asks for: `backend.kind`, else `anthropic` when a credential variable
+/// is set, else the simulator.
+pub fn backend_kind(config: &Config, env: impl Fn(&str) -> Option<String>) -> BackendKind {
+    let var = &config.backend.api_key_env;
+    let has_key = env(var).is_some_and(|v| !v.is_empty())
+        || env("ANTHROPIC_AUTH_TOKEN").is_some_and(|v| !v.is_empty());
+    config.backend.kind.unwrap_or(if has_key {
+        BackendKind::Anthropic
+    } else {
+        BackendKind::Sim
+    })
 }
 
 /// The file, under the host's data directory, that holds the session-binding key.
@@ -277,10 +317,17 @@ impl std::fmt::Debug for BackendFactory {
 /// Why a backend could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendSetupError {
-    /// `kind = "anthropic"` but the credential variable is unset or empty. The message names the
-    /// variable, never a value.
-    #[error("backend anthropic: no credential in ${0} (or ANTHROPIC_AUTH_TOKEN)")]
-    MissingCredential(String),
+    /// The configured backend needs a credential and its variable is unset or empty. The
+    /// message names the backend and the variables it reads, never a value.
+    #[error("backend {backend}: no credential in ${var} (or {fallback})")]
+    MissingCredential {
+        /// The backend configured (`anthropic`, `claude-cli`).
+        backend: &'static str,
+        /// The configured variable (`backend.api_key_env`).
+        var: String,
+        /// The other variable that backend accepts instead.
+        fallback: &'static str,
+    },
     /// `kind = "claude-cli"` but no `claude` binary was configured or found.
     #[error(
         "backend claude-cli: no claude binary (set backend.claude_bin or $MUNINN_CLAUDE_BIN, or run scripts/install-claude-cli.sh)"
@@ -307,13 +354,7 @@ impl BackendFactory {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<BackendFactory, BackendSetupError> {
         let var = &config.backend.api_key_env;
-        let has_key = env(var).is_some_and(|v| !v.is_empty())
-            || env("ANTHROPIC_AUTH_TOKEN").is_some_and(|v| !v.is_empty());
-        let kind = config.backend.kind.unwrap_or(if has_key {
-            BackendKind::Anthropic
-        } else {
-            BackendKind::Sim
-        });
+        let kind = backend_kind(config, &env);
         let base = config
             .backend
             .base_url
@@ -329,20 +370,13 @@ impl BackendFactory {
                     None => env("CLAUDE_CODE_OAUTH_TOKEN")
                         .filter(|v| !v.is_empty())
                         .map(|t| (t, CredentialKind::OAuthToken))
-                        .ok_or_else(|| BackendSetupError::MissingCredential(var.clone()))?,
+                        .ok_or_else(|| BackendSetupError::MissingCredential {
+                            backend: "claude-cli",
+                            var: var.clone(),
+                            fallback: "CLAUDE_CODE_OAUTH_TOKEN",
+                        })?,
                 };
-                let bin = config
-                    .backend
-                    .claude_bin
-                    .clone()
-                    .or_else(|| env("MUNINN_CLAUDE_BIN").map(PathBuf::from))
-                    .or_else(|| {
-                        env("HOME").map(|home| {
-                            PathBuf::from(home).join(
-                                ".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
-                            )
-                        })
-                    })
+                let bin = claude_bin(config, &env)
                     .filter(|p| p.is_file())
                     .ok_or(BackendSetupError::MissingClaudeBin)?;
                 let binding_key =
@@ -379,8 +413,13 @@ impl BackendFactory {
                         env(name)
                     }
                 };
-                let (key, auth) = credentials_from_env(lookup)
-                    .map_err(|_| BackendSetupError::MissingCredential(var.clone()))?;
+                let (key, auth) = credentials_from_env(lookup).map_err(|_| {
+                    BackendSetupError::MissingCredential {
+                        backend: "anthropic",
+                        var: var.clone(),
+                        fallback: "ANTHROPIC_AUTH_TOKEN",
+                    }
+                })?;
                 let mut client_config = ClientConfig::new(base, key);
                 client_config.auth = auth;
                 let client = AnthropicClient::new(client_config, Arc::new(TokioSleeper))
@@ -468,6 +507,19 @@ impl BackendFactory {
         match self {
             BackendFactory::ClaudeCli { pool, .. } => Some(pool),
             BackendFactory::Sim(_) | BackendFactory::Anthropic(_) => None,
+        }
+    }
+
+    /// What the Minds run on, for people: the startup banner and `muninn doctor`.
+    pub fn describe(&self) -> String {
+        match self {
+            BackendFactory::Sim(_) => "the built-in simulator".to_string(),
+            BackendFactory::Anthropic(client) => {
+                format!("the Anthropic API at {}", client.config().base_url)
+            }
+            BackendFactory::ClaudeCli { bin, base_url, .. } => {
+                format!("the Claude Code CLI ({}) against {base_url}", bin.display())
+            }
         }
     }
 

@@ -3,10 +3,13 @@
 //!
 //! ## Paths
 //!
-//! Relative paths in a file (`data_dir`, `prices`, doctrine and persona state files, a SQLite
-//! `database` path) are resolved against the directory of the file, so a configuration means the
-//! same thing whatever directory `muninn` is started from. The demo's paths are relative to the
-//! working directory.
+//! Every path is absolute once loaded. Relative paths in a file (`data_dir`, `prices`,
+//! `backend.claude_bin`, doctrine and persona state files, a SQLite `database` path) are resolved
+//! against the directory of the file, itself made absolute against the working directory, so a
+//! configuration means the same thing whatever directory `muninn` is started from; the demo's
+//! are resolved against the working directory. Nothing downstream sees a relative path: a
+//! Claude Code child runs in its own session directory, where a relative `HOME` or
+//! `CLAUDE_CONFIG_DIR` would name another tree (its settings unread, its session files lost).
 //!
 //! ## Validation
 //!
@@ -525,6 +528,9 @@ pub enum ConfigError {
         /// The TOML parser's message.
         message: String,
     },
+    /// The working directory, against which relative paths are resolved, could not be read.
+    #[error("cannot read the working directory to resolve relative paths: {0}")]
+    WorkingDir(std::io::Error),
     /// The file parsed, but some values are not acceptable; every problem found is listed.
     #[error("{}: invalid configuration:{}", file.display(), list(problems))]
     Invalid {
@@ -564,20 +570,31 @@ impl ConfigError {
 }
 
 impl Config {
-    /// Loads and validates `path`, or returns the validated [demo](Config::demo) when `None`.
+    /// Loads and validates `path`, or returns the validated [demo](Config::demo) when `None`,
+    /// with every path made absolute against the working directory ([`Config::load_in`]).
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let cwd = std::env::current_dir().map_err(ConfigError::WorkingDir)?;
+        Config::load_in(&cwd, path)
+    }
+
+    /// [`Config::load`] with the working directory given (`cwd` must be absolute): a relative
+    /// `path` is read from `cwd`, the file's relative paths resolve against its directory, and
+    /// the demo's against `cwd`.
+    pub fn load_in(cwd: &Path, path: Option<&Path>) -> Result<Config, ConfigError> {
         let Some(path) = path else {
-            let demo = Config::demo();
+            let mut demo = Config::demo();
+            demo.resolve_paths(cwd);
             demo.validate(Path::new(DEMO_SOURCE))?;
             return Ok(demo);
         };
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            file: path.to_owned(),
+        let path = cwd.join(path);
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            file: path.clone(),
             source,
         })?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        let config = Config::parse(&text, path, base)?;
-        config.validate(path)?;
+        let base = path.parent().unwrap_or(cwd);
+        let config = Config::parse(&text, &path, base)?;
+        config.validate(&path)?;
         Ok(config)
     }
 
@@ -592,7 +609,10 @@ impl Config {
         Ok(config)
     }
 
-    fn resolve_paths(&mut self, base: &Path) {
+    /// Resolves every relative path against `base` (absolute, for the result to be): the
+    /// loader's step, and the one `muninn serve` repeats for a `--data-dir` or `--database`
+    /// given on its command line (against the working directory).
+    pub fn resolve_paths(&mut self, base: &Path) {
         let resolve = |p: &mut PathBuf| {
             if p.is_relative() && !p.as_os_str().is_empty() {
                 *p = base.join(&*p);

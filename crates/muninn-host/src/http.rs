@@ -190,6 +190,25 @@ async fn closed(closing: &Closing) {
     }
 }
 
+/// Every `/v1` route [`router`] serves, as `(method, path)`: what the checked-in OpenAPI
+/// document (`crates/muninn-api/openapi.json`) describes. A test compares the three.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/v1/minds"),
+    ("GET", "/v1/minds/{mind}"),
+    ("POST", "/v1/minds/{mind}/deliveries"),
+    ("GET", "/v1/minds/{mind}/outbox"),
+    ("GET", "/v1/minds/{mind}/outbox/stream"),
+    ("POST", "/v1/minds/{mind}/outbox/{request_id}/ack"),
+    ("POST", "/v1/minds/{mind}/briefs"),
+    ("GET", "/v1/minds/{mind}/segments"),
+    ("GET", "/v1/minds/{mind}/transcript"),
+    ("GET", "/v1/minds/{mind}/ledger"),
+    ("GET", "/v1/minds/{mind}/settings"),
+    ("PUT", "/v1/minds/{mind}/settings"),
+    ("POST", "/v1/brake"),
+    ("DELETE", "/v1/brake"),
+];
+
 /// The API as a router (see the [module docs](self) for the routes).
 pub fn router(host: Host, token: ApiToken) -> Router {
     let (closer, closing) = tokio::sync::watch::channel(false);
@@ -394,6 +413,13 @@ async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<MindConfig>>
     } else {
         (None, CurrentSegments::default(), 0, 0)
     };
+    let pending = if stored.is_some() {
+        host.store
+            .pending_deliveries(id, ack_position, PENDING_COUNT_LIMIT)
+            .await?
+    } else {
+        Vec::new()
+    };
     Ok(MindStatus {
         id: id.to_owned(),
         display_name,
@@ -413,6 +439,9 @@ async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<MindConfig>>
         },
         settings: to_settings(&settings),
         ack_position,
+        pending_deliveries: pending.len() as i64,
+        oldest_pending_at_ms: pending.first().map(|d| d.received_at_ms),
+        activity: host.signals.activity(id),
         config,
     })
 }

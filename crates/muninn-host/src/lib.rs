@@ -51,7 +51,12 @@ pub struct Signals {
     /// every Mind and fired with `notify_waiters`, which wakes every waiting long poll, each of
     /// which re-reads its own Mind; so none waits for a wake-up meant for another.
     pub outbox: Notify,
+    /// What each Mind's runner on this host is doing, by Mind id (see [`Signals::set_activity`]).
+    activity: Mutex<HashMap<String, Activity>>,
 }
+
+/// What a runner is doing: [`muninn_api::wire::Activity`], shown by `GET /v1/minds/{mind}`.
+pub use muninn_api::wire::Activity;
 
 impl Signals {
     /// Something arrived for `mind` (a delivery, a brief, a settings change, the brake): its
@@ -69,6 +74,18 @@ impl Signals {
             Some(waiter) => waiter.clone(),
             None => minds.entry(mind.to_owned()).or_default().clone(),
         }
+    }
+
+    /// `mind`'s runner reports what it is doing (after each step, and as a turn starts).
+    pub fn set_activity(&self, mind: &str, activity: Activity) {
+        let mut map = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
+        map.insert(mind.to_owned(), activity);
+    }
+
+    /// What `mind`'s runner on this host last reported, if it runs here.
+    pub fn activity(&self, mind: &str) -> Option<Activity> {
+        let map = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(mind).cloned()
     }
 }
 

@@ -61,7 +61,10 @@ fn a_valid_file_loads_with_paths_resolved_against_its_directory() {
 #[test]
 fn no_file_means_the_valid_demo() {
     let config = Config::load(None).unwrap();
-    assert_eq!(config, Config::demo());
+    let cwd = std::env::current_dir().unwrap();
+    let mut demo = Config::demo();
+    demo.resolve_paths(&cwd);
+    assert_eq!(config, demo);
     let vala = config.mind("vala").unwrap();
     assert_eq!(vala.rooms, ["#swarm", "#burn", "#minds"]);
     assert_eq!(
@@ -70,8 +73,38 @@ fn no_file_means_the_valid_demo() {
     );
     assert!(vala.read_persona_state().unwrap().is_some());
     assert!(!vala.read_doctrine().unwrap().is_empty());
-    assert_eq!(config.database_url(), "muninn-data/muninn.db");
+    assert_eq!(
+        config.database_url(),
+        cwd.join("muninn-data/muninn.db").display().to_string()
+    );
     config.validate(Path::new(DEMO_SOURCE)).unwrap();
+}
+
+/// Issue 10: every path is absolute once loaded, whether the file was named relative to the
+/// working directory or there was no file at all.
+#[test]
+fn paths_are_absolute_after_loading_from_a_relative_file_name() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), VALID);
+    let config = Config::load_in(dir.path(), Some(Path::new("muninn.toml"))).unwrap();
+    assert_eq!(config.data_dir, dir.path().join("data"));
+    assert!(config.data_dir.is_absolute());
+    assert!(Path::new(&config.database_url()).is_absolute());
+    assert_eq!(
+        config.minds[0].doctrine,
+        vec![dir.path().join("doctrine.md")]
+    );
+    let nested = dir.path().join("etc");
+    std::fs::create_dir(&nested).unwrap();
+    write(&nested, VALID);
+    let config = Config::load_in(dir.path(), Some(Path::new("etc/muninn.toml"))).unwrap();
+    assert_eq!(config.data_dir, nested.join("data"));
+    let demo = Config::load_in(dir.path(), None).unwrap();
+    assert_eq!(demo.data_dir, dir.path().join("muninn-data"));
+    assert_eq!(
+        demo.api_token_path(),
+        dir.path().join("muninn-data/api-token")
+    );
 }
 
 #[test]

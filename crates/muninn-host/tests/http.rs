@@ -912,3 +912,75 @@ async fn the_brake_holds_back_sends_until_it_is_released() {
     assert_eq!(released.messages.len(), 1);
     assert_eq!(released.messages[0].request_id, "b1-0");
 }
+
+/// The checked-in OpenAPI document describes exactly the routes the router serves: the same
+/// paths and methods as `muninn_host::http::ROUTES`, each of which the server answers (not its
+/// "no such route" fallback), and no other method on those paths.
+#[tokio::test]
+async fn the_openapi_document_matches_the_routes() {
+    use std::collections::BTreeSet;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../muninn-api/openapi.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let methods = ["GET", "POST", "PUT", "DELETE"];
+    let mut documented = BTreeSet::new();
+    for (route, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            documented.insert((method.to_uppercase(), route.clone()));
+        }
+    }
+    let served: BTreeSet<_> = muninn_host::http::ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(documented, served);
+    // Every referenced schema exists.
+    let text = doc.to_string();
+    for reference in text.split("\"#/components/schemas/").skip(1) {
+        let name = reference.split('"').next().unwrap();
+        assert!(doc["components"]["schemas"][name].is_object(), "{name}");
+    }
+
+    let s = Server::start().await;
+    let http = reqwest::Client::new();
+    let paths: BTreeSet<&str> = served.iter().map(|(_, p)| p.as_str()).collect();
+    for route in paths {
+        let url = format!(
+            "{}{}",
+            s.base,
+            route
+                .replace("{mind}", "vala")
+                .replace("{request_id}", "no-such-request")
+        );
+        for method in methods {
+            let response = http
+                .request(method.parse().unwrap(), &url)
+                .bearer_auth(s.token.expose())
+                .header("content-type", "application/json")
+                .body("{}")
+                .timeout(Duration::from_secs(5))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let listed = served.contains(&(method.to_string(), route.to_string()));
+            let body = if route.ends_with("/stream") && listed {
+                String::new()
+            } else {
+                response.text().await.unwrap_or_default()
+            };
+            if listed {
+                assert!(
+                    status != 405 && !body.contains("no such route"),
+                    "{method} {route}: {status} {body}"
+                );
+            } else {
+                assert_eq!(
+                    status, 405,
+                    "{method} {route} is served but not documented: {body}"
+                );
+            }
+        }
+    }
+}

@@ -490,7 +490,9 @@ async fn a_child_killed_mid_turn_loses_no_delivery_and_sends_nothing_twice() {
     let kinds: Vec<_> = transcript.iter().map(|i| i.kind.as_str()).collect();
     assert_eq!(
         kinds,
-        ["delivery", "reply", "delivery", "notice", "delivery", "reply"],
+        [
+            "delivery", "reply", "delivery", "notice", "delivery", "reply"
+        ],
         "{transcript:#?}"
     );
     assert!(transcript[3].body.get("attempt_failed").is_some());
@@ -589,5 +591,118 @@ async fn a_lost_cli_session_is_seeded_from_muninns_transcript_mid_run_and_after_
     // Nothing was sent twice through all of it.
     w.assert_nothing_sent_twice().await;
     b.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
+
+/// A variable of a live process's environment.
+fn environ(pid: u32, name: &str) -> Option<String> {
+    let bytes = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    bytes.split(|b| *b == 0).find_map(|entry| {
+        let entry = String::from_utf8_lossy(entry);
+        entry.strip_prefix(&format!("{name}=")).map(str::to_string)
+    })
+}
+
+/// Issue 10: the example configuration keeps `data_dir = "muninn-data"`, relative. Loaded from
+/// its own directory with a relative `--config` (`cd dir && muninn serve --config muninn.toml`)
+/// and run on the Claude Code CLI, every path the child gets is absolute: it reads the
+/// `settings.json` muninn wrote (auto-compaction off), writes its session where muninn looks
+/// for it, and a child killed between turns is resumed (`--resume`), not re-seeded. (A relative
+/// `CLAUDE_CONFIG_DIR` inside the child's own working directory named another tree.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_configuration_with_a_relative_data_dir_resumes_a_killed_child() {
+    let Some(bin) = claude_cli() else { return };
+    let server = muninn_sim::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        SimConfig {
+            frozen_at_ms: Some(T0),
+            ..SimConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let example = include_str!("../../../muninn.example.toml");
+    assert!(
+        example.contains("\ndata_dir = \"muninn-data\"\n"),
+        "the example's data_dir"
+    );
+    let edited = example
+        .replace(
+            "kind = \"sim\"",
+            &format!(
+                "kind = \"claude-cli\"\nbase_url = \"{}\"\nclaude_bin = {:?}",
+                server.base_url(),
+                bin.display().to_string()
+            ),
+        )
+        .replace("\"ANTHROPIC_API_KEY\"", "\"MUNINN_TEST_KEY\"");
+    std::fs::write(dir.path().join("muninn.toml"), edited).unwrap();
+    let config = Config::load_in(dir.path(), Some(std::path::Path::new("muninn.toml"))).unwrap();
+    assert_eq!(config.data_dir, dir.path().join("muninn-data"));
+    let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| "sk-test-example".to_string());
+    let factory = BackendFactory::from_config(&config, env).unwrap();
+    let store = muninn_store::open(&config.database_url()).await.unwrap();
+    let mind = config.minds[0].clone();
+    let host = Host {
+        store,
+        config: Arc::new(config),
+        clock: Arc::new(SimClock(server.sim.clone())),
+        signals: Arc::new(Signals::default()),
+    };
+    let w = CliWorld {
+        server,
+        host,
+        factory,
+        _dir: dir,
+    };
+    let mut r = w.runner(mind, "host-a");
+    r.register().await.unwrap();
+    w.say("x1", "xray-one: the lantern is lit").await;
+    turn(&mut r).await;
+
+    // The child's HOME and CLAUDE_CONFIG_DIR are absolute, and the settings muninn wrote are
+    // where the child, from its own working directory, reads them.
+    let pid = child_pid(&w, "vala/persona").expect("a live persona child");
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
+    for name in ["HOME", "CLAUDE_CONFIG_DIR", "TMPDIR"] {
+        let value = environ(pid, name).unwrap_or_default();
+        assert!(
+            std::path::Path::new(&value).is_absolute(),
+            "{name}={value} (cwd {})",
+            cwd.display()
+        );
+    }
+    let config_dir = cwd.join(environ(pid, "CLAUDE_CONFIG_DIR").unwrap());
+    let settings: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(config_dir.join("settings.json")).unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    assert_eq!(
+        settings["autoCompactEnabled"],
+        false,
+        "{}",
+        config_dir.display()
+    );
+    assert!(!persona_session_files(&w).is_empty());
+
+    // Killed between turns: the next turn relaunches the child on the same session.
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status();
+    let before = w.messages_requests().len();
+    w.say("x2", "xray-two: is it still lit?").await;
+    turn(&mut r).await;
+    let first = w.messages_requests()[before].to_string();
+    assert!(first.contains("xray-one"), "{first}");
+    let row = w.rows().await.pop().unwrap();
+    let types: Vec<_> = row.events.iter().map(|e| e["type"].clone()).collect();
+    assert!(
+        types.contains(&serde_json::json!("relaunched")),
+        "{types:?}"
+    );
+    assert!(!types.contains(&serde_json::json!("reseeded")), "{types:?}");
+    assert_eq!(w.persona_segments().await, 1);
+    r.release().await.unwrap();
     w.server.stop().await.unwrap();
 }

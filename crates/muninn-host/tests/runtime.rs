@@ -278,12 +278,151 @@ async fn the_brake_and_the_spend_cap_stop_calls() {
         )
         .await
         .unwrap();
-    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
-    post(&w, "e2", "#swarm", "ari", "more").await;
+    // A cap below what one request can cost: nothing starts (it used to start, and overshoot).
     assert_eq!(r.step().await.unwrap(), Step::OverBudget);
-    assert_eq!(w.sim.requests().len(), 1);
+    assert!(w.sim.requests().is_empty());
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 0);
 }
 
+async fn set_cap(w: &World, cap: Option<i64>) {
+    w.host
+        .store
+        .put_settings(
+            "vala",
+            &MindSettings {
+                spend_cap: cap.map(muninn_core::money::MicroUsd),
+                ..MindSettings::default()
+            },
+            w.sim.now_ms(),
+        )
+        .await
+        .unwrap();
+}
+
+async fn spent(w: &World) -> i64 {
+    let now = w.sim.now_ms();
+    w.host
+        .store
+        .spend("vala", now - 86_400_000, now + 1)
+        .await
+        .unwrap()
+        .0
+}
+
+#[tokio::test]
+async fn a_turn_whose_worst_case_would_cross_the_cap_does_not_start() {
+    let w = world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello").await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let first = spent(&w).await;
+    assert!(first > 0);
+    // Room for a cheap warm turn's prompt, not for 2,048 tokens of output on top of it: the
+    // spend is under the cap, and still the turn does not start.
+    let cap = first + 1_000;
+    set_cap(&w, Some(cap)).await;
+    post(&w, "e2", "#swarm", "ari", "more").await;
+    r.woken();
+    assert_eq!(r.step().await.unwrap(), Step::OverBudget);
+    assert_eq!(w.sim.requests().len(), 1);
+    assert!(spent(&w).await <= cap);
+    // A queued brief is priced before it is claimed, and stays queued.
+    let brief = w
+        .host
+        .store
+        .enqueue_brief(
+            "vala",
+            &NewBrief {
+                text: "tidy the archive".into(),
+                origin: BriefOrigin::Operator,
+                created_at_ms: w.sim.now_ms(),
+            },
+        )
+        .await
+        .unwrap();
+    let queued = w
+        .host
+        .store
+        .briefs("vala", Some(muninn_store::BriefStatus::Queued), 10)
+        .await
+        .unwrap();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0].seq, brief.seq);
+    // With room for the worst case, the turn runs, and the cap holds.
+    let cap = first + 1_000_000;
+    set_cap(&w, Some(cap)).await;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    assert!(spent(&w).await <= cap);
+    set_cap(&w, Some(spent(&w).await + 1_000)).await;
+    r.woken();
+    assert_eq!(r.step().await.unwrap(), Step::OverBudget);
+    let queued = w
+        .host
+        .store
+        .briefs("vala", Some(muninn_store::BriefStatus::Queued), 10)
+        .await
+        .unwrap();
+    assert_eq!(queued.len(), 1, "the brief was not claimed");
+}
+
+/// A world on the simulator's real-time clock (the lease keeper races real time).
+async fn live_world(config: &str) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
+        .await
+        .unwrap();
+    let sim = Arc::new(Simulator::new(SimConfig::default()));
+    let config: Config = toml::from_str(config).unwrap();
+    let host = Host {
+        store,
+        config: Arc::new(config),
+        clock: Arc::new(SimClock(sim.clone())),
+        signals: Arc::new(Signals::default()),
+    };
+    World {
+        host,
+        sim,
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_is_renewed_while_a_turn_outlasts_it() {
+    use muninn_sim::sim::{Fault, FaultKind};
+    let w = live_world("lease_ttl_ms = 1000").await;
+    let mut a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "take your time").await;
+    // The model takes 2.5 lease lifetimes to answer.
+    w.sim.push_faults([Fault {
+        kind: FaultKind::Slow {
+            first_byte_ms: 2_500,
+            event_ms: 0,
+        },
+        times: 1,
+    }]);
+    let turn = tokio::spawn(async move {
+        let step = a.step().await;
+        (a, step)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(1_600)).await;
+    // Another host looks while the turn is in flight, past the first lease's end: the lease
+    // was renewed, so it does not take the Mind over.
+    let mut b = runner(&w, mind(""), "host-b");
+    assert_eq!(b.step().await.unwrap(), Step::NotLeader);
+    let (mut a, step) = turn.await.unwrap();
+    assert!(
+        matches!(step, Ok(Step::PersonaTurn { valid: true, .. })),
+        "{step:?}"
+    );
+    let lease = w.host.store.lease("vala").await.unwrap().unwrap();
+    assert_eq!(lease.holder, "host-a");
+    assert!(lease.expires_at_ms > w.sim.now_ms());
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 1);
+    a.release().await.unwrap();
+}
 #[tokio::test]
 async fn an_invalid_reply_is_retried_once_then_recorded_as_a_failure() {
     let w = world().await;

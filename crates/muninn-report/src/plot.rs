@@ -1,7 +1,11 @@
 //! Plots of a replay: one image, two panels.
 //!
-//! - **Top:** cumulative cost in dollars per policy over time (x: hours since the earliest point
-//!   of any series; one coloured line per series, with a legend).
+//! - **Top:** what each policy would have cost, one horizontal bar per policy, cheapest at the
+//!   bottom, each labelled with its dollars and its saving (or extra cost) in percent against
+//!   the `recorded` series when there is one — green cheaper, red dearer, grey the recorded
+//!   cost itself, with a line at the recorded total. (It used to be one cumulative line per
+//!   policy over time: nine lines within a few percent of each other, which no reader could
+//!   tell apart.) A series' total is its last finite point.
 //! - **Bottom:** the idle-gap histogram. One category per [`GapBucket`] (labels such as `<1s`,
 //!   `1–2s`, `5m–1h`, `1h+`), two bars per category: the requests that followed a gap of that
 //!   length (left axis) and the cache-write tokens of those requests in millions (right axis).
@@ -289,92 +293,89 @@ fn draw_costs<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     series: &[CostSeries],
 ) -> DrawResult<DB> {
-    const CAPTION: &str = "Cumulative cost by policy";
-    let finite = |s: &CostSeries| {
-        s.points
-            .iter()
-            .copied()
-            .filter(|(_, usd)| usd.is_finite())
-            .collect::<Vec<_>>()
-    };
-    let cleaned: Vec<(&str, Vec<(i64, f64)>)> = series
+    const CAPTION: &str = "What each policy would have cost, against what was recorded";
+    // Each series' total: its last finite point.
+    let mut totals: Vec<(&str, f64)> = series
         .iter()
-        .map(|s| (s.label.as_str(), finite(s)))
+        .filter_map(|s| {
+            let last = s.points.iter().rev().find(|p| p.1.is_finite())?;
+            Some((s.label.as_str(), last.1))
+        })
         .collect();
-    let all_points = || {
-        cleaned
-            .iter()
-            .flat_map(|(_, points)| points.iter().copied())
-    };
-    let (Some(t0), Some(t1)) = (
-        all_points().map(|p| p.0).min(),
-        all_points().map(|p| p.0).max(),
-    ) else {
+    if totals.is_empty() {
         return draw_note(area, CAPTION, "no cost data to plot");
+    }
+    totals.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let recorded = totals
+        .iter()
+        .find(|(label, _)| *label == "recorded")
+        .map(|t| t.1)
+        .filter(|r| *r > 0.0);
+    let max_usd = totals.iter().map(|t| t.1).fold(0.0_f64, f64::max);
+    // Room to the right of the longest bar for its label.
+    let x_max = if max_usd > 0.0 { max_usd * 1.45 } else { 1.0 };
+    let n = totals.len();
+    let names: Vec<String> = totals.iter().map(|t| t.0.to_string()).collect();
+    let name_of = |y: &f64| {
+        let i = y.round();
+        if i < 0.0 || (y - i).abs() > 1e-6 {
+            String::new()
+        } else {
+            names.get(i as usize).cloned().unwrap_or_default()
+        }
     };
-    let hours = |t: i64| t.saturating_sub(t0) as f64 / 3_600_000.0;
-    let span = hours(t1);
-    let max_usd = all_points().map(|p| p.1).fold(0.0_f64, f64::max);
-    let min_usd = all_points().map(|p| p.1).fold(0.0_f64, f64::min);
-    // Degenerate ranges (one instant, all zero) still need a non-empty axis.
-    let x_max = if span > 0.0 { span } else { 1.0 };
-    let y_max = if max_usd > min_usd {
-        max_usd * 1.05
-    } else {
-        min_usd + 1.0
-    };
-    let x_decimals = if x_max >= 10.0 {
-        0
-    } else if x_max >= 1.0 {
-        1
-    } else {
-        2
-    };
-    let y_decimals = if y_max >= 100.0 { 0 } else { 2 };
-
     let mut chart = ChartBuilder::on(area)
         .caption(CAPTION, ("sans-serif", 20))
         .margin(12)
         .margin_right(30)
         .x_label_area_size(45)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..x_max, min_usd..y_max)?;
+        .y_label_area_size(130)
+        .build_cartesian_2d(0.0..x_max, -0.5..n as f64 - 0.5)?;
     chart
         .configure_mesh()
-        .x_desc("hours since the first request")
-        .y_desc("dollars")
-        .x_label_formatter(&|x| format!("{x:.x_decimals$}"))
-        .y_label_formatter(&|y| format!("${y:.y_decimals$}"))
+        .disable_y_mesh()
+        .y_labels(n)
+        .y_label_formatter(&name_of)
+        .x_desc("dollars over the whole replay")
+        .x_label_formatter(&|x| format!("${x:.2}"))
         .label_style(("sans-serif", 14))
         .axis_desc_style(("sans-serif", 15))
-        .light_line_style(RGBColor(235, 235, 235))
-        .bold_line_style(RGBColor(215, 215, 215))
+        .light_line_style(RGBColor(240, 240, 240))
+        .bold_line_style(RGBColor(220, 220, 220))
         .draw()?;
-
-    for (i, (label, points)) in cleaned.iter().enumerate() {
-        let colour = PALETTE[i % PALETTE.len()];
-        let line = LineSeries::new(
-            points.iter().map(|&(t, usd)| (hours(t), usd)),
-            colour.stroke_width(2),
+    // Green: cheaper than recorded; red: dearer; grey: recorded itself (or nothing to compare).
+    let colour = |label: &str, usd: f64| match recorded {
+        Some(_) if label == "recorded" => RGBColor(127, 127, 127),
+        Some(r) if usd < r => RGBColor(44, 160, 44),
+        Some(_) => RGBColor(214, 39, 40),
+        None => PALETTE[0],
+    };
+    chart.draw_series(totals.iter().enumerate().map(|(i, &(label, usd))| {
+        let y = i as f64;
+        Rectangle::new(
+            [(0.0, y - 0.35), (usd, y + 0.35)],
+            colour(label, usd).filled(),
         )
-        // A single point draws no line segment; give it a visible dot.
-        .point_size(if points.len() == 1 { 4 } else { 0 });
-        chart
-            .draw_series(line)?
-            .label(*label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], colour.stroke_width(3))
-            });
+    }))?;
+    let style =
+        TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    chart.draw_series(totals.iter().enumerate().map(|(i, &(label, usd))| {
+        let saving = match recorded {
+            Some(r) if label != "recorded" => {
+                let change = (usd / r - 1.0) * 100.0;
+                let word = if change <= 0.0 { "saves" } else { "costs" };
+                format!("  ${usd:.2} — {word} {:.1}% vs recorded", change.abs())
+            }
+            _ => format!("  ${usd:.2}"),
+        };
+        Text::new(saving, (usd, i as f64), style.clone())
+    }))?;
+    if let Some(r) = recorded {
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(r, -0.5), (r, n as f64 - 0.5)],
+            RGBColor(60, 60, 60).stroke_width(1),
+        )))?;
     }
-    // Cumulative costs start at the bottom left and rise, so the upper left is free.
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.9))
-        .border_style(RGBColor(180, 180, 180))
-        .margin(12)
-        .draw()?;
     Ok(())
 }
 

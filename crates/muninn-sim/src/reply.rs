@@ -10,7 +10,12 @@
 //! 2. **Structured output** — a tool named `StructuredOutput` is offered (the CLI's
 //!    `--json-schema`): if the message has text, a call of that tool whose input is generated
 //!    from its `input_schema` ([`muninn_backend::schema::generate`], schema-valid); if it holds
-//!    only tool results, the text `Done.`.
+//!    only tool results, the text `Done.`. When the schema is a Persona's reply (`say[]` of
+//!    `room` and `text`, `remember[]`) and the message holds a delivery line as muninn renders
+//!    it (`[#room, direct, to you] sender: text`), the reply answers like a Mind
+//!    ([`answer_like_a_mind`]): one readable sentence to the first delivery's sender, in its
+//!    room — `@dm` for a direct message, when the schema offers it — and one note, about its
+//!    sender, of who wrote where (not the words, which stay in the conversation).
 //! 3. **Tool loop** — the message holds `tool_result` blocks and no text, the user text that
 //!    opened the loop (the last user message with text) carries the marker
 //!    `[sim: tool rounds N]`, and fewer than N assistant messages since that text called a tool:
@@ -152,6 +157,122 @@ fn next_loop_call(request: &MessagesRequest) -> Option<(String, Value)> {
     Some((tool.name.clone(), schema::generate(&schema_value)))
 }
 
+/// A delivery line as muninn's renderer writes it: `[<room>(, direct)?(, to you)?] <sender>:
+/// <text>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DeliveryLine<'a> {
+    room: &'a str,
+    direct: bool,
+    sender: &'a str,
+    text: &'a str,
+}
+
+fn delivery_line(line: &str) -> Option<DeliveryLine<'_>> {
+    let rest = line.strip_prefix('[')?;
+    let (tags, said) = rest.split_once("] ")?;
+    let mut tags = tags.split(", ");
+    let room = tags.next().filter(|r| !r.is_empty() && !r.contains(' '))?;
+    let mut direct = false;
+    for tag in tags {
+        match tag {
+            "direct" => direct = true,
+            "to you" => {}
+            _ => return None,
+        }
+    }
+    let (sender, text) = said.split_once(": ")?;
+    (!sender.contains(' ')).then_some(DeliveryLine {
+        room,
+        direct,
+        sender,
+        text,
+    })
+}
+
+/// A name to address `sender` by: `@ada:example.org` → `Ada`.
+fn addressed(sender: &str) -> String {
+    let name = sender.trim_start_matches('@');
+    let name = name.split(':').next().unwrap_or(name);
+    let mut chars = name.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => "friend".to_string(),
+    }
+}
+
+/// A readable, deterministic answer to `said` by `sender` (the choice of phrasing is a hash of
+/// the text, so the same message always gets the same sentence).
+fn sentence(sender: &str, said: &str) -> String {
+    let name = addressed(sender);
+    let quoted = first_chars(said.trim(), 80);
+    let hash = said.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let pick = (hash % 3) as usize;
+    if said.trim_end().ends_with('?') {
+        [
+            format!("Good question, {name}. You asked \"{quoted}\" — I am keeping the session warm and will answer it properly once I have looked."),
+            format!("{name}, you asked \"{quoted}\". Give me a moment to look; I will come back with what I find."),
+            format!("I hear you, {name}: \"{quoted}\" I have the thread and will answer it shortly."),
+        ][pick]
+            .clone()
+    } else {
+        [
+            format!("Noted, {name}: \"{quoted}\" I will keep it in mind."),
+            format!(
+                "Thank you, {name}. I have written down \"{quoted}\" and will carry it forward."
+            ),
+            format!("{name}, I have it: \"{quoted}\" Tell me if there is more."),
+        ][pick]
+            .clone()
+    }
+}
+
+/// Fills a generated Persona reply (see the module docs, rule 2) the way a Mind would: one
+/// sentence to the first delivery in the message, in its room (`@dm` for a direct message when
+/// the room enum offers it; else the delivery's room if offered; else the enum's first), and
+/// one note about its sender saying who wrote where. Anything else is left as generated; a message
+/// without a delivery line leaves the reply as generated.
+pub fn answer_like_a_mind(schema_value: &Value, text: &str, reply: &mut Value) {
+    let Some(first) = text.lines().find_map(delivery_line) else {
+        return;
+    };
+    let rooms: Vec<&str> = schema_value
+        .pointer("/properties/say/items/properties/room/enum")
+        .and_then(Value::as_array)
+        .map(|e| e.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let room = if first.direct && rooms.contains(&"@dm") {
+        "@dm"
+    } else if rooms.is_empty() || rooms.contains(&first.room) {
+        first.room
+    } else {
+        rooms[0]
+    };
+    if let Some(say) = reply.get_mut("say").and_then(Value::as_array_mut)
+        && say
+            .first()
+            .is_some_and(|s| s.get("room").is_some() && s.get("text").is_some())
+    {
+        *say = vec![json!({"room": room, "text": sentence(first.sender, first.text)})];
+    }
+    if let Some(notes) = reply.get_mut("remember").and_then(Value::as_array_mut)
+        && let Some(note) = notes.first_mut().and_then(Value::as_object_mut)
+    {
+        // Who spoke and where, not what: the words stay in the conversation, so a new segment's
+        // memory does not carry the old one's text.
+        let place = if first.direct {
+            "a direct message".to_string()
+        } else {
+            first.room.to_string()
+        };
+        let said = format!("{} wrote to me in {place}.", addressed(first.sender));
+        note.insert("text".to_string(), json!(said));
+        note.insert("about".to_string(), json!([first.sender]));
+        notes.truncate(1);
+    }
+}
+
 /// The reply to `request`. `id_seed` makes tool-call ids unique per conversation (the caller
 /// passes the prompt's fingerprint), so the reply stays a function of the request.
 pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
@@ -191,10 +312,12 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
                 .input_schema
                 .clone()
                 .unwrap_or(json!({"type": "object"}));
+            let mut input = schema::generate(&schema_value);
+            answer_like_a_mind(&schema_value, &text, &mut input);
             vec![ContentBlock::ToolUse {
                 id: tool_id,
                 name: STRUCTURED_OUTPUT.to_string(),
-                input: schema::generate(&schema_value),
+                input,
                 cache_control: None,
             }]
         } else {
@@ -316,6 +439,46 @@ mod tests {
 
     fn result(id: &str) -> Value {
         json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "ok"}]})
+    }
+
+    #[test]
+    fn a_persona_reply_is_a_sentence_in_the_room_it_was_addressed_in() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "say": {"type": "array", "items": {"type": "object", "properties": {
+                    "room": {"enum": ["#swarm", "#burn", "@dm"]}, "text": {"type": "string", "minLength": 1}},
+                    "required": ["room", "text"]}},
+                "remember": {"type": "array", "maxItems": 8, "items": {"type": "object", "properties": {
+                    "text": {"type": "string"}, "about": {"type": "array", "items": {"type": "string"}},
+                    "salience": {"type": "integer", "minimum": 0, "maximum": 10}},
+                    "required": ["text", "about", "salience"]}}
+            },
+            "required": ["say", "remember"]
+        });
+        let mut reply = schema::generate(&schema);
+        let text = "  (#burn) bo: earlier\n[#burn, to you] @bo:example.org: what is the plan?\n[#swarm] ari: and here";
+        answer_like_a_mind(&schema, text, &mut reply);
+        assert_eq!(schema::validate(&schema, &reply), Ok(()));
+        assert_eq!(reply["say"][0]["room"], "#burn");
+        let said = reply["say"][0]["text"].as_str().unwrap();
+        assert!(
+            said.contains("Bo") && said.contains("what is the plan?"),
+            "{said}"
+        );
+        assert_eq!(reply["remember"][0]["about"], json!(["@bo:example.org"]));
+        // The same message, the same sentence.
+        let mut again = schema::generate(&schema);
+        answer_like_a_mind(&schema, text, &mut again);
+        assert_eq!(again, reply);
+        // A direct message is answered in @dm.
+        let mut dm = schema::generate(&schema);
+        answer_like_a_mind(&schema, "[@ada, direct] @ada: psst", &mut dm);
+        assert_eq!(dm["say"][0]["room"], "@dm");
+        // A room the schema does not offer: its first room.
+        let mut elsewhere = schema::generate(&schema);
+        answer_like_a_mind(&schema, "[#other] cy: hi", &mut elsewhere);
+        assert_eq!(elsewhere["say"][0]["room"], "#swarm");
     }
 
     #[test]

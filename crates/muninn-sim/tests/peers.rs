@@ -526,13 +526,15 @@ fn the_real_claude_code_cli_gets_schema_valid_structured_output() {
     let (first, _) = claude.turn("[general] alice: hello");
     let (second, _) = claude.turn("[general] bob: again");
     claude.finish();
-    for result in [&first, &second] {
-        // The CLI validated our call against the schema itself and accepted it.
-        assert_eq!(
-            result["structured_output"],
-            muninn_backend::schema::generate(&schema),
-            "{result}"
-        );
+    for (result, said) in [
+        (&first, "[general] alice: hello"),
+        (&second, "[general] bob: again"),
+    ] {
+        // The CLI validated our call against the schema itself and accepted it: the generated
+        // reply, answered like a Mind (a sentence to the sender, in the room addressed).
+        let mut expected = muninn_backend::schema::generate(&schema);
+        muninn_sim::reply::answer_like_a_mind(&schema, said, &mut expected);
+        assert_eq!(result["structured_output"], expected, "{result}");
         assert_eq!(
             muninn_backend::schema::validate(&schema, &result["structured_output"]),
             Ok(())

@@ -1,6 +1,7 @@
 //! `muninn check-cache`: the cache model against recorded usage, beside the naive TTL rule.
 
 use crate::InputArgs;
+use crate::output::outln;
 use muninn_core::validate::{Aggregate, ValidateOptions, validate};
 
 /// Arguments of `muninn check-cache`.
@@ -28,26 +29,29 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     };
     let report = validate(&import.traces, &options);
     match args.format.as_str() {
-        "json" => println!("{}", serde_json::to_string_pretty(&report)?),
+        "json" => outln!("{}", serde_json::to_string_pretty(&report)?)?,
         "table" => {
-            println!(
+            outln!(
                 "{:<24} {:>10} {:>12} {:>14}",
-                "predictor / threads", "requests", "agreement", "read error"
-            );
+                "predictor / threads",
+                "requests",
+                "agreement",
+                "read error"
+            )?;
             let line = |label: &str, a: &Aggregate| {
-                println!(
+                outln!(
                     "{label:<24} {:>10} {:>11.2}% {:>13.3}%",
                     a.requests,
                     100.0 * a.agreement,
                     100.0 * a.read_error
-                );
+                )
             };
-            line("cache model / main", &report.model.main);
-            line("cache model / all", &report.model.all);
-            line("naive TTL rule / main", &report.naive.main);
-            line("naive TTL rule / all", &report.naive.all);
-            println!();
-            println!("disagreements by class (all threads): cache model | naive rule");
+            line("cache model / main", &report.model.main)?;
+            line("cache model / all", &report.model.all)?;
+            line("naive TTL rule / main", &report.naive.main)?;
+            line("naive TTL rule / all", &report.naive.all)?;
+            outln!()?;
+            outln!("disagreements by class (all threads): cache model | naive rule")?;
             let mut classes: Vec<_> = report
                 .model
                 .all
@@ -58,7 +62,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
             classes.sort();
             classes.dedup();
             for class in classes {
-                println!(
+                outln!(
                     "  {:<24} {:>5} | {:>5}",
                     format!("{class:?}"),
                     report
@@ -75,12 +79,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
                         .get(class)
                         .copied()
                         .unwrap_or(0)
-                );
+                )?;
             }
             if args.disagreements {
-                println!();
+                outln!()?;
                 for r in report.rows.iter().filter(|r| !r.cache_model.agree) {
-                    println!(
+                    outln!(
                         "{} #{} gap {} s: recorded read {} ({:?}), model {} ({:?}) — {:?}",
                         r.trace,
                         r.index,
@@ -90,7 +94,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
                         r.cache_model.read,
                         r.cache_model.class,
                         r.cache_model.disagreement
-                    );
+                    )?;
                 }
             }
         }

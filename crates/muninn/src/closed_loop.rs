@@ -2,6 +2,7 @@
 //! and parameters (read from each row's decision record). Every decision the host recorded must
 //! come out the same and the cost within the tolerance, or the command fails.
 
+use crate::output::outln;
 use anyhow::Context;
 use muninn_core::cache::CacheRules;
 use muninn_core::closed_loop::{ClosedLoop, verify};
@@ -32,9 +33,9 @@ pub fn run(
     }
     let report = verify(&rows, prices, &CacheRules::default());
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_table(&report, malformed, tolerance);
+        print_table(&report, malformed, tolerance)?;
     }
     if report.rows == 0 {
         anyhow::bail!("no ledger row with a decision record to replay");
@@ -51,52 +52,66 @@ pub fn run(
     Ok(())
 }
 
-fn print_table(report: &ClosedLoop, malformed: usize, tolerance: f64) {
-    println!(
+fn print_table(report: &ClosedLoop, malformed: usize, tolerance: f64) -> std::io::Result<()> {
+    outln!(
         "closed loop: {} sessions, {} rows replayed ({} without a decision record or price, {} malformed lines)",
-        report.sessions, report.rows, report.rows_unchecked, malformed
-    );
-    println!(
+        report.sessions,
+        report.rows,
+        report.rows_unchecked,
+        malformed
+    )?;
+    outln!(
         "decisions: {} of {} reproduced",
-        report.agreed, report.decisions
-    );
-    println!(
+        report.agreed,
+        report.decisions
+    )?;
+    outln!(
         "cost: recorded {}, replayed {} ({:+.4}%, tolerance {:.4}%)",
         report.recorded_cost,
         report.replayed_cost,
         report.cost_difference() * 100.0,
         tolerance * 100.0
-    );
+    )?;
     if report.rows_priced_apart > 0 {
-        println!(
+        outln!(
             "{} rows priced apart from the ledger; the largest:",
             report.rows_priced_apart
-        );
+        )?;
         for r in &report.largest {
-            println!(
+            outln!(
                 "  {}/{} row {} at {}: recorded {:?}, replayed {:?} ({})",
-                r.mind, r.role, r.row, r.at_ms, r.recorded, r.replayed, r.difference
-            );
+                r.mind,
+                r.role,
+                r.row,
+                r.at_ms,
+                r.recorded,
+                r.replayed,
+                r.difference
+            )?;
         }
     }
     for d in report.disagreements.iter().take(SHOWN) {
         let row = d.row.map_or("-".to_string(), |r| r.to_string());
-        println!(
+        outln!(
             "  {}/{} at {} (row {row}): recorded {}, replayed {}",
-            d.mind, d.role, d.at_ms, d.recorded, d.replayed
-        );
+            d.mind,
+            d.role,
+            d.at_ms,
+            d.recorded,
+            d.replayed
+        )?;
     }
     if report.disagreements.len() > SHOWN {
-        println!("  … and {} more", report.disagreements.len() - SHOWN);
+        outln!("  … and {} more", report.disagreements.len() - SHOWN)?;
     }
-    println!(
+    outln!(
         "{}",
         if report.holds(tolerance) {
             "PASS"
         } else {
             "FAIL"
         }
-    );
+    )
 }
 
 /// The files to read: each path itself, or every `.jsonl` file under a directory.

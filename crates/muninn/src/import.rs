@@ -1,6 +1,7 @@
 //! `muninn import`: transcripts in, muninn's stored trace format out.
 
 use crate::InputArgs;
+use crate::output::outln;
 use anyhow::Context;
 use std::io::Write;
 use std::path::PathBuf;
@@ -48,7 +49,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
     }
-    println!(
+    outln!(
         "imported {} requests in {} traces from {} files into {} ({} sessions); {} warnings, {} duplicates and {} synthetic rows dropped",
         import.stats.requests,
         import.traces.len(),
@@ -58,6 +59,6 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         import.warnings.len(),
         import.stats.duplicates_dropped,
         import.stats.synthetic_dropped,
-    );
+    )?;
     Ok(())
 }

@@ -2,17 +2,32 @@
 //!
 //! `main` lives here and only here; every subcommand is a thin layer over the library crates:
 //! `replay` and `import` over `muninn-import` + `muninn-core`'s replay engine, `check-cache` over
-//! `muninn_core::validate`, `serve` over `muninn-host`, `sim-api` over `muninn-sim`, and the
-//! operator commands (`say`, `tail`, `status`, `ledger`, `brake`, `caps`) over `muninn-api`'s
-//! client. Results go to stdout; progress and diagnostics go to stderr.
+//! `muninn_core::validate`, `serve` over `muninn-host`, `sim-api` over `muninn-sim`, `doctor`
+//! over the host's configuration, and the operator commands (`say`, `tail`, `status`,
+//! `ledger`, `brake`, `caps`) over `muninn-api`'s client.
+//!
+//! Results go to stdout, only through `output` (a closed pipe ends the command quietly, never a
+//! panic: `clippy::print_stdout` is denied); progress and diagnostics go to stderr. Every
+//! command that prints data takes `--format json`.
 
+#![deny(clippy::print_stdout)]
+
+mod output;
+
+mod breakdown;
+mod ccusage;
 mod check;
 mod closed_loop;
-mod host_cli;
+mod connect;
+mod doctor;
 mod import;
+mod ledger;
 mod replay;
+mod say;
 mod serve;
 mod sim_api;
+mod status;
+mod time;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -39,18 +54,20 @@ enum Command {
     CheckCache(check::CheckArgs),
     /// Serve an Anthropic-compatible Messages API with exact cache accounting, for tests.
     SimApi(sim_api::SimApiArgs),
-    /// Post a message to a Mind through the running host's API.
-    Say(host_cli::SayArgs),
+    /// Post a message to a Mind through the running host's API; --wait prints the reply.
+    Say(say::SayArgs),
     /// Print a Mind's transcript and outbox; with --follow, as they come.
-    Tail(host_cli::TailArgs),
-    /// Show every Mind: lease holder, segments, spend, brake.
-    Status(host_cli::StatusArgs),
-    /// Print a Mind's ledger as a table or as JSON Lines.
-    Ledger(host_cli::LedgerArgs),
+    Tail(say::TailArgs),
+    /// Show every Mind: state (BRAKED, CAPPED, RETRYING…), lease, pending deliveries, spend.
+    Status(status::StatusArgs),
+    /// Print a Mind's ledger as a table, JSON, JSON Lines or CSV.
+    Ledger(ledger::LedgerArgs),
     /// Set the operator brake on or off for every Mind.
-    Brake(host_cli::BrakeArgs),
+    Brake(status::BrakeArgs),
     /// Show or change a Mind's spend cap, window and turn limit.
-    Caps(host_cli::CapsArgs),
+    Caps(status::CapsArgs),
+    /// Check the configuration, data directory, store and backend, and say what to fix.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Options shared by every command that reads transcripts.
@@ -113,15 +130,18 @@ fn main() -> ExitCode {
         Command::Import(args) => import::run(args),
         Command::CheckCache(args) => check::run(args),
         Command::SimApi(args) => sim_api::run(args),
-        Command::Say(args) => host_cli::say(args),
-        Command::Tail(args) => host_cli::tail(args),
-        Command::Status(args) => host_cli::status(args),
-        Command::Ledger(args) => host_cli::ledger(args),
-        Command::Brake(args) => host_cli::brake(args),
-        Command::Caps(args) => host_cli::caps(args),
+        Command::Say(args) => say::say(args),
+        Command::Tail(args) => say::tail(args),
+        Command::Status(args) => status::status(args),
+        Command::Ledger(args) => ledger::ledger(args),
+        Command::Brake(args) => status::brake(args),
+        Command::Caps(args) => status::caps(args),
+        Command::Doctor(args) => doctor::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`muninn ledger | head -1`): nothing more to say.
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("muninn: {e:#}");
             ExitCode::FAILURE

@@ -2,6 +2,7 @@
 //! hindsight optimum and against what was recorded.
 
 use crate::InputArgs;
+use crate::output::{out, outln};
 use anyhow::Context;
 use muninn_core::cache::{CacheRules, Ttl};
 use muninn_core::money::{MicroUsd, Tokens};
@@ -20,12 +21,26 @@ pub struct ReplayArgs {
     input: InputArgs,
     /// Policies to run: `all`, or one or more of recorded, ski-rental, predictive, rebuild, never,
     /// threshold:F, ceiling:N, keepalive:N, optimum (repeat the flag or separate with commas).
-    #[arg(long, default_value = "all", value_delimiter = ',')]
+    /// Default: all (with --by: recorded, ski-rental and optimum).
+    #[arg(long, value_delimiter = ',')]
     policy: Vec<String>,
+    /// Break the replay down by UTC day, by session or by model (as ccusage does), one row each
+    /// with its recorded tokens and each policy's cost.
+    #[arg(long, value_enum)]
+    by: Option<crate::breakdown::By>,
+    /// Count only what happens at or after this time (the sessions are still replayed from
+    /// their start, so the cache state is right): `7d`, `2026-01-31`, an RFC 3339 time.
+    #[arg(long)]
+    since: Option<crate::time::HumanTime>,
+    /// Read the Claude Code files both ways — muninn's and ccusage's — and report where the two
+    /// totals differ (output tokens from a message's first streamed line; 1h writes priced as 5m).
+    #[arg(long)]
+    vs_ccusage: bool,
     /// Output format: table, json or csv.
     #[arg(long, default_value = "table")]
     format: String,
-    /// Also draw the cumulative cost per policy and the idle-gap histogram (.svg or .png).
+    /// Also draw each policy's cost against the recorded cost, and the idle-gap histogram (.svg
+    /// or .png).
     #[arg(long)]
     plot: Option<PathBuf>,
     /// A price table (TOML) to use instead of the embedded one.
@@ -90,7 +105,16 @@ fn parse_plans(specs: &[String]) -> anyhow::Result<Vec<Plan>> {
 const GAP_EDGES_S: [u64; 10] = [0, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200];
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
-    let plans = parse_plans(&args.policy)?;
+    let specs = match (&args.policy[..], args.by) {
+        ([], Some(_)) => vec!["recorded,ski-rental,optimum".to_string()],
+        ([], None) => vec!["all".to_string()],
+        (given, _) => given.to_vec(),
+    };
+    let specs: Vec<String> = specs
+        .iter()
+        .flat_map(|s| s.split(',').map(str::to_owned))
+        .collect();
+    let plans = parse_plans(&specs)?;
     if !matches!(args.format.as_str(), "table" | "json" | "csv") {
         anyhow::bail!(
             "unknown format {:?}: expected table, json or csv",
@@ -113,6 +137,13 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             args.tolerance,
         );
     }
+    if args.vs_ccusage {
+        let comparison = crate::ccusage::compare(&args.input.paths, &prices)?;
+        return crate::ccusage::print(&comparison, &args.format);
+    }
+    let since_ms = args
+        .since
+        .map(|t| t.at(jiff::Timestamp::now().as_millisecond()));
     let assumptions = Assumptions {
         head_tokens: args.head_tokens,
         rehydrate_tokens: args.rehydrate_tokens,
@@ -145,9 +176,19 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         );
     }
 
+    if let Some(by) = args.by {
+        let slices = crate::breakdown::breakdown(
+            by,
+            &plans,
+            &priced,
+            &assumptions,
+            since_ms.unwrap_or(i64::MIN),
+        );
+        return crate::breakdown::print(&slices, &plans, by, &args.format);
+    }
     let rules = CacheRules::default();
     let want_plot = args.plot.is_some();
-    let results = run_plans(&plans, &priced, &assumptions, &rules, want_plot);
+    let results = run_plans(&plans, &priced, &assumptions, &rules, want_plot, since_ms);
 
     let optimum = results
         .iter()
@@ -174,7 +215,11 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let report = ReplayReport {
         assumptions: assumptions.to_string(),
         traces: priced.len() as u64,
-        requests: priced.iter().map(|(t, _)| t.requests.len() as u64).sum(),
+        requests: priced
+            .iter()
+            .flat_map(|(t, _)| &t.requests)
+            .filter(|r| since_ms.is_none_or(|s| r.at_ms >= s))
+            .count() as u64,
         warnings: import.warnings.len() as u64,
         unpriced: unpriced
             .into_iter()
@@ -183,9 +228,9 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         rows,
     };
     match args.format.as_str() {
-        "json" => println!("{}", serde_json::to_string_pretty(&report)?),
-        "csv" => print!("{}", report.csv()),
-        _ => print!("{}", report.table()),
+        "json" => outln!("{}", serde_json::to_string_pretty(&report)?)?,
+        "csv" => out!("{}", report.csv())?,
+        _ => out!("{}", report.table())?,
     }
 
     if let Some(path) = &args.plot {
@@ -198,7 +243,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             .collect();
         write_plot(
             path,
-            "muninn replay: cumulative cost per policy",
+            "muninn replay: each policy's cost against the recorded cost",
             &series,
             &gap_histogram(&priced),
         )
@@ -222,6 +267,7 @@ fn run_plans(
     assumptions: &Assumptions,
     rules: &CacheRules,
     want_timeline: bool,
+    since_ms: Option<i64>,
 ) -> Vec<PlanResult> {
     let run_one = |plan: Plan| -> PlanResult {
         let mut totals = RunTotals::default();
@@ -232,12 +278,20 @@ fn run_plans(
                 assumptions,
                 rules,
             };
+            // With --since the whole trace is replayed (the cache state needs its history) and
+            // only the steps in the window are counted.
+            let ttl = assumptions.ttl.unwrap_or_else(|| trace.recorded_ttl());
+            let mut kept = RunTotals::default();
             let t = replay_trace(trace, plan, &config, &mut |step| {
+                if since_ms.is_some_and(|s| step.at_ms < s) {
+                    return;
+                }
+                kept.record(step, ttl);
                 if want_timeline {
                     timeline.push((step.at_ms, step.cost));
                 }
             });
-            totals.add(&t);
+            totals.add(if since_ms.is_some() { &kept } else { &t });
         }
         PlanResult {
             plan,

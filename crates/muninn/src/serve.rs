@@ -1,8 +1,13 @@
 //! `muninn serve`: the host. Loads the configuration (or the built-in demo Mind), opens the store,
-//! creates the API token on first start, runs every Mind and serves the HTTP API until Ctrl-C.
+//! creates the API token on first start, runs every Mind and serves the HTTP API until Ctrl-C
+//! or SIGTERM — either stops it the same way: the API stops taking requests, each Mind finishes
+//! the step it is in, stops its backend's children cleanly and releases its lease. While it
+//! runs, a host file in the user's state directory (`muninn_api::discovery`) tells client
+//! commands where it is, from any directory.
 
 use anyhow::Context;
 use muninn_api::ApiToken;
+use muninn_api::discovery::{HostFile, host_file_path};
 use muninn_backend::clock::{Clock, SystemClock};
 use muninn_core::price::PriceTable;
 use muninn_host::backends::BackendFactory;
@@ -30,22 +35,48 @@ pub struct ServeArgs {
     /// Override the database (`database`: a `postgres://` URL or a SQLite file).
     #[arg(long)]
     database: Option<String>,
-    /// Stop after this many seconds (for smoke tests and benchmarks); by default run until Ctrl-C.
+    /// Stop after this many seconds (for smoke tests and benchmarks); by default run until Ctrl-C
+    /// or SIGTERM.
     #[arg(long)]
     for_s: Option<u64>,
 }
 
+/// The configuration with the command line's overrides, every path absolute.
+fn configuration(args: &ServeArgs) -> anyhow::Result<Config> {
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    let mut config = Config::load_in(&cwd, args.config.as_deref())?;
+    if let Some(listen) = &args.listen {
+        config.listen = listen.clone();
+    }
+    if let Some(dir) = &args.data_dir {
+        config.data_dir = cwd.join(dir);
+    }
+    if let Some(db) = &args.database {
+        config.database = Some(db.clone());
+        // A SQLite path given here is relative to where the command runs.
+        config.resolve_paths(&cwd);
+    }
+    Ok(config)
+}
+
+/// Completes on Ctrl-C or SIGTERM (what a service manager sends), naming which.
+pub async fn stop_signal() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            eprintln!("muninn serve: cannot watch SIGTERM ({e}); stop with Ctrl-C");
+            let _ = tokio::signal::ctrl_c().await;
+            return "Ctrl-C";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "Ctrl-C",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let mut config = Config::load(args.config.as_deref())?;
-    if let Some(listen) = args.listen {
-        config.listen = listen;
-    }
-    if let Some(dir) = args.data_dir {
-        config.data_dir = dir;
-    }
-    if let Some(db) = args.database {
-        config.database = Some(db);
-    }
+    let config = configuration(&args)?;
     let prices = match &config.prices {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -63,66 +94,106 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
-        // The token first: creating it also creates the data directory.
-        let token = ApiToken::load_or_create(&config.api_token_path())
-            .with_context(|| format!("API token {}", config.api_token_path().display()))?;
-        let store = muninn_store::open(&config.database_url())
-            .await
-            .context("opening the store")?;
-        let factory = BackendFactory::from_config(&config, |k| std::env::var(k).ok())?;
-        let clock: Arc<dyn Clock> = match factory.simulator() {
-            Some(sim) => Arc::new(SimClock(sim.clone())),
-            None => Arc::new(SystemClock),
-        };
-        let backend = if factory.simulator().is_some() {
-            "the built-in simulator"
-        } else {
-            "the Anthropic API"
-        };
-        let host = Host {
-            store,
-            config: Arc::new(config.clone()),
-            clock,
-            signals: Arc::new(Signals::default()),
-        };
-        let listener = tokio::net::TcpListener::bind(&config.listen)
-            .await
-            .with_context(|| format!("binding {}", config.listen))?;
-        let addr = listener.local_addr()?;
-        let holder = format!("{}-{}", hostname(), std::process::id());
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let minds = tokio::spawn(run_minds(
-            host.clone(),
-            factory,
-            prices,
-            holder,
-            stopped.clone(),
-        ));
-        // The one line a supervising script waits for; logs go to stderr.
-        println!(
-            "muninn serve: {} Mind(s) on {backend}, API on http://{addr} (token in {})",
-            config.minds.len(),
-            config.api_token_path().display()
-        );
-        let for_s = args.for_s;
-        let mut api_stopped = stopped.clone();
-        let api = tokio::spawn(serve(host, token, listener, async move {
-            let _ = api_stopped.changed().await;
-        }));
-        match for_s {
-            Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
-            None => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    let config_path = args
+        .config
+        .as_ref()
+        .and_then(|p| std::env::current_dir().ok().map(|cwd| cwd.join(p)));
+    runtime.block_on(serve_until_stopped(config, prices, config_path, args.for_s))
+}
+
+async fn serve_until_stopped(
+    config: Config,
+    prices: PriceTable,
+    config_path: Option<PathBuf>,
+    for_s: Option<u64>,
+) -> anyhow::Result<()> {
+    // The token first: creating it also creates the data directory.
+    let token = ApiToken::load_or_create(&config.api_token_path())
+        .with_context(|| format!("API token {}", config.api_token_path().display()))?;
+    let store = muninn_store::open(&config.database_url())
+        .await
+        .context("opening the store")?;
+    let factory = BackendFactory::from_config(&config, |k| std::env::var(k).ok())?;
+    let clock: Arc<dyn Clock> = match factory.simulator() {
+        Some(sim) => Arc::new(SimClock(sim.clone())),
+        None => Arc::new(SystemClock),
+    };
+    let backend = factory.describe();
+    let host = Host {
+        store,
+        config: Arc::new(config.clone()),
+        clock,
+        signals: Arc::new(Signals::default()),
+    };
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let holder = format!("{}-{}", hostname(), std::process::id());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let minds = tokio::spawn(run_minds(
+        host.clone(),
+        factory,
+        prices,
+        holder,
+        stopped.clone(),
+    ));
+    let host_file = write_host_file(&config, addr, config_path);
+    // The one line a supervising script waits for; logs go to stderr. A closed stdout does not
+    // stop the host.
+    let _ = crate::output::outln!(
+        "muninn serve: {} Mind(s) on {backend}, API on http://{addr} (token in {})",
+        config.minds.len(),
+        config.api_token_path().display()
+    );
+    let mut api_stopped = stopped.clone();
+    let api = tokio::spawn(serve(host, token, listener, async move {
+        let _ = api_stopped.changed().await;
+    }));
+    match for_s {
+        Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
+        None => {
+            let signal = stop_signal().await;
+            eprintln!(
+                "muninn serve: {signal}: stopping (finishing turns in flight, releasing leases)"
+            );
         }
-        let _ = stop.send(true);
-        api.await
-            .context("the API task")?
-            .context("serving the API")?;
-        minds.await.context("the Minds' task")??;
-        Ok(())
-    })
+    }
+    let _ = stop.send(true);
+    let api_result = api.await;
+    let minds_result = minds.await;
+    if let Some(path) = &host_file {
+        HostFile::remove_own(path);
+    }
+    api_result
+        .context("the API task")?
+        .context("serving the API")?;
+    minds_result.context("the Minds' task")??;
+    Ok(())
+}
+
+/// Leaves the host file clients find this host by (see `muninn_api::discovery`); returns its
+/// path, to remove it on the way out. A failure is reported, not fatal.
+fn write_host_file(
+    config: &Config,
+    addr: std::net::SocketAddr,
+    config_path: Option<PathBuf>,
+) -> Option<PathBuf> {
+    let path = host_file_path(|k| std::env::var(k).ok())?;
+    let written = HostFile {
+        api: format!("http://{addr}"),
+        token_file: config.api_token_path(),
+        pid: std::process::id(),
+        config: config_path,
+    }
+    .write(&path);
+    if let Err(e) = written {
+        eprintln!(
+            "muninn serve: cannot write {} ({e}): clients need --addr or --config",
+            path.display()
+        );
+    }
+    Some(path)
 }
 
 fn hostname() -> String {

@@ -1,4 +1,5 @@
-//! `muninn sim-api`: serve the simulated Anthropic Messages API (see `muninn_sim`) until Ctrl-C.
+//! `muninn sim-api`: serve the simulated Anthropic Messages API (see `muninn_sim`) until Ctrl-C
+//! or SIGTERM.
 
 use anyhow::Context;
 use std::net::SocketAddr;
@@ -52,9 +53,9 @@ pub fn run(args: SimApiArgs) -> anyhow::Result<()> {
             .with_context(|| format!("binding {}", args.addr))?;
         let local = listener.local_addr()?;
         // The one line a supervising script waits for; everything else goes to stderr.
-        println!("muninn sim-api listening on http://{local}");
+        let _ = crate::output::outln!("muninn sim-api listening on http://{local}");
         muninn_sim::serve(listener, config, async {
-            let _ = tokio::signal::ctrl_c().await;
+            crate::serve::stop_signal().await;
         })
         .await
         .context("serving")

@@ -380,3 +380,78 @@ fn check_cache_prints_the_agreement_table() {
     }
     assert!(stdout.contains("disagreements by class"), "{stdout}");
 }
+
+#[test]
+fn replay_breaks_down_by_day_session_and_model_and_the_rows_add_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let (report, _) = replay_json(&[&dir], &["--policy", "recorded"]);
+    let recorded = report.rows[0].cost_micro_usd;
+    for by in ["day", "session", "model"] {
+        let (stdout, _) = ok(&muninn(&[
+            "replay",
+            "--quiet",
+            "--by",
+            by,
+            "--format",
+            "json",
+            dir.to_str().unwrap(),
+        ]));
+        let slices: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+        let total: i64 = slices
+            .iter()
+            .map(|s| s["cost_micro_usd"]["recorded"].as_i64().unwrap())
+            .sum();
+        assert_eq!(total, recorded, "--by {by}");
+        let requests: u64 = slices.iter().map(|s| s["requests"].as_u64().unwrap()).sum();
+        assert_eq!(requests, CLEAN_REQUESTS as u64, "--by {by}");
+        assert!(
+            slices[0]["cost_micro_usd"]["ski-rental"].is_i64(),
+            "{stdout}"
+        );
+    }
+    let (models, _) = ok(&muninn(&[
+        "replay",
+        "--quiet",
+        "--by",
+        "model",
+        dir.to_str().unwrap(),
+    ]));
+    assert!(
+        models.contains("claude-sonnet-4-5") && models.contains("total"),
+        "{models}"
+    );
+    // --since far in the future leaves nothing; far in the past, everything.
+    let (later, _) = replay_json(&[&dir], &["--since", "2100-01-01", "--policy", "recorded"]);
+    assert_eq!((later.requests, later.rows[0].cost_micro_usd), (0, 0));
+    let (all, _) = replay_json(&[&dir], &["--since", "2000-01-01", "--policy", "recorded"]);
+    assert_eq!(all.rows[0].cost_micro_usd, recorded);
+}
+
+#[test]
+fn replay_vs_ccusage_reads_the_files_both_ways() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let (report, _) = replay_json(&[&dir], &["--policy", "recorded"]);
+    let (stdout, _) = ok(&muninn(&[
+        "replay",
+        "--quiet",
+        "--vs-ccusage",
+        "--format",
+        "json",
+        dir.to_str().unwrap(),
+    ]));
+    let c: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(c["requests"], CLEAN_REQUESTS as u64);
+    // muninn's reading is what replay reports as recorded.
+    assert_eq!(
+        c["muninn_micro_usd"].as_i64(),
+        Some(report.rows[0].cost_micro_usd)
+    );
+    let parts = c["from_output_micro_usd"].as_i64().unwrap()
+        + c["from_1h_writes_micro_usd"].as_i64().unwrap();
+    assert_eq!(
+        c["muninn_micro_usd"].as_i64().unwrap() - c["ccusage_micro_usd"].as_i64().unwrap(),
+        parts
+    );
+}

@@ -210,3 +210,215 @@ async fn status_brake_caps_ledger_and_tail_print_what_the_host_has() {
     let out = stdout(&served.muninn(&["tail", "vala"]).await);
     assert!(out.contains("outbox b1-0 → #swarm: well met"), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_printing_command_speaks_json_and_the_ledger_csv() {
+    let served = served().await;
+    let status: serde_json::Value = serde_json::from_str(&stdout(
+        &served.muninn(&["status", "--format", "json"]).await,
+    ))
+    .unwrap();
+    assert_eq!(status["minds"][0]["id"], "vala");
+    assert_eq!(status["minds"][0]["pending_deliveries"], 0);
+    let caps: serde_json::Value = serde_json::from_str(&stdout(
+        &served
+            .muninn(&["caps", "vala", "--window", "6h", "--format", "json"])
+            .await,
+    ))
+    .unwrap();
+    assert_eq!(caps["spend_window_ms"], 6 * 3_600_000);
+    let said: serde_json::Value = serde_json::from_str(&stdout(
+        &served
+            .muninn(&[
+                "say",
+                "vala",
+                "hi",
+                "--source-id",
+                "j-1",
+                "--format",
+                "json",
+            ])
+            .await,
+    ))
+    .unwrap();
+    assert_eq!(
+        (said["seq"].as_i64(), said["room"].as_str()),
+        (Some(1), Some("#swarm"))
+    );
+    // No host holds the lease in this fixture: `say` says the Mind will not answer now.
+    assert!(
+        said["warning"].as_str().unwrap().contains("lease"),
+        "{said}"
+    );
+    let ledger: serde_json::Value = serde_json::from_str(&stdout(
+        &served
+            .muninn(&["ledger", "vala", "--format", "json", "--since", "1d"])
+            .await,
+    ))
+    .unwrap();
+    assert_eq!(ledger["rows"], serde_json::json!([]));
+    let csv = stdout(
+        &served
+            .muninn(&["ledger", "vala", "--format", "csv", "--since", "2026-01-31"])
+            .await,
+    );
+    assert!(csv.starts_with("at_ms,at,mind,role,"), "{csv}");
+    let tail = stdout(&served.muninn(&["tail", "vala", "--format", "json"]).await);
+    assert!(
+        tail.lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+    );
+    // Not a date: refused, with the text named.
+    let out = served
+        .muninn(&["ledger", "vala", "--since", "2026-02-31"])
+        .await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2026-02-31"));
+}
+
+/// `muninn status | head -1` and friends: a reader that goes away ends the command quietly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_a_command_quietly() {
+    let served = served().await;
+    for args in [
+        vec!["status"],
+        vec!["ledger", "vala"],
+        vec!["ledger", "vala", "--format", "csv"],
+        vec!["caps", "vala"],
+    ] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_muninn"));
+        command
+            .args(&args)
+            .arg("--addr")
+            .arg(&served.addr)
+            .arg("--token-file")
+            .arg(&served.token_file)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let output = tokio::task::spawn_blocking(move || {
+            let mut child = command.spawn().unwrap();
+            // The reader is gone before the first line is written.
+            drop(child.stdout.take());
+            child.wait_with_output().unwrap()
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// The demo end to end, as a new user runs it: `muninn serve` in one directory, client
+/// commands from another with no address or token given (they find the host through the file
+/// it leaves in the state directory); `say --wait` prints the Mind's reply, a DM is answered in
+/// its DM room, text comes from stdin with `-`; SIGTERM stops the host like Ctrl-C (lease
+/// released, host file removed); then "connection refused" says to start `muninn serve`.
+#[test]
+fn the_demo_answers_and_stops_cleanly_on_sigterm() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_muninn"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env("MUNINN_STATE_DIR", &state)
+        .env_remove("MUNINN_CONFIG")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut banner = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    assert!(
+        banner.contains("1 Mind(s) on the built-in simulator"),
+        "{banner}"
+    );
+    let client = |args: &[&str], stdin: Option<&str>| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_muninn"))
+            .args(args)
+            .current_dir(&elsewhere)
+            .env("MUNINN_STATE_DIR", &state)
+            .env_remove("MUNINN_CONFIG")
+            .env_remove("MUNINN_ADDR")
+            .env_remove("MUNINN_TOKEN_FILE")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+        drop(input);
+        child.wait_with_output().unwrap()
+    };
+    let out = client(&["say", "vala", "what are you working on?", "--wait"], None);
+    let text = stdout(&out);
+    let reply = text.lines().nth(1).unwrap_or_default();
+    assert!(reply.starts_with("vala → #swarm: "), "{text}");
+    assert!(reply.split_whitespace().count() > 4, "a sentence: {reply}");
+    let out = client(
+        &["say", "vala", "-", "--dm", "--sender", "@ada", "--wait"],
+        Some("a word in private, please\n"),
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("vala → @ada: "),
+        "the DM is answered in its DM room: {text}"
+    );
+    let status = stdout(&client(&["status"], None));
+    assert!(status.contains("vala"), "{status}");
+
+    // SIGTERM: a clean stop, like Ctrl-C.
+    let _ = Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let exit = loop {
+        if let Some(status) = serve.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut serve.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(exit.success(), "{exit:?}: {stderr}");
+    assert!(stderr.contains("SIGTERM"), "{stderr}");
+    assert!(
+        !state.join("host.json").exists(),
+        "the host file is removed"
+    );
+    let released = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let store = muninn_store::open(dir.path().join("muninn-data/muninn.db").to_str().unwrap())
+            .await
+            .unwrap();
+        store.lease("vala").await.unwrap()
+    });
+    assert!(released.is_none(), "the lease was released: {released:?}");
+
+    // Nothing listens now: the error says what to do.
+    let token = dir.path().join("muninn-data/api-token");
+    let out = client(
+        &[
+            "status",
+            "--addr",
+            "127.0.0.1:9",
+            "--token-file",
+            token.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("muninn serve"), "{stderr}");
+}

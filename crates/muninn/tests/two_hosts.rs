@@ -138,10 +138,14 @@ fn muninn(dir: &Path, addr: &str, args: &[&str]) -> String {
 
 /// The live lease holder `muninn status` shows for the Mind (`None`: none, or expired).
 fn status_holder(dir: &Path, addr: &str) -> Option<String> {
-    let out = muninn(dir, addr, &["status"]);
-    let line = out.lines().find(|l| l.starts_with(MIND))?;
-    let holder = line.split_whitespace().nth(1)?;
-    (holder != "-" && !holder.starts_with('(')).then(|| holder.to_string())
+    let out = muninn(dir, addr, &["status", "--format", "json"]);
+    let status: serde_json::Value = serde_json::from_str(&out).ok()?;
+    let mind = status["minds"]
+        .as_array()?
+        .iter()
+        .find(|m| m["id"] == MIND)?;
+    let holder = mind["lease"]["holder"].as_str()?;
+    (mind["lease_live"] == true).then(|| holder.to_string())
 }
 
 /// Posts delivery `i` through the host at `addr`: public messages in `#swarm`, every third a

@@ -1,8 +1,77 @@
 //! The Mind's lease: one writer per Mind, fenced.
+//!
+//! The runner takes or renews the lease before each step ([`MindRunner::token`]) and keeps it
+//! renewed *while* the step runs ([`LeaseKeeper`]): a turn may wait on its backend for minutes
+//! (retries with back-off, a slow model, a CLI child that relaunches), longer than the lease
+//! lasts. Without the keeper another host would take the Mind over mid-turn; fencing would keep
+//! the transcript whole, but the turn would be paid for and thrown away.
 
 use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
-use muninn_store::{FencingToken, StoreError};
+use muninn_backend::clock::Clock;
+use muninn_store::{FencingToken, Lease, Store, StoreError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// Renews a lease while a step runs: every sixth of the lease it looks at the clock, and once a
+/// third or less is left it renews (the same rule as between steps). It owns clones of what it
+/// needs, so it runs beside the step (`tokio::select!`) without borrowing the runner; the newest
+/// lease it obtained is read back after the step ([`LeaseKeeper::renewed`]).
+pub(super) struct LeaseKeeper {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    mind: String,
+    ttl_ms: i64,
+    /// The lease as last taken or renewed; `None` once a renewal was fenced.
+    lease: Mutex<Option<Lease>>,
+}
+
+impl LeaseKeeper {
+    /// Renews forever (the step it runs beside ends it by finishing first). A renewal refused
+    /// by fencing stops it: another host holds the Mind, and the step's next write fails.
+    pub(super) async fn run(&self) -> std::convert::Infallible {
+        let every = Duration::from_millis((self.ttl_ms / 6).max(10) as u64);
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(lease) = self.current() else {
+                continue;
+            };
+            let now = self.clock.now_ms();
+            if lease.expires_at_ms - now > self.ttl_ms / 3 {
+                continue;
+            }
+            match self
+                .store
+                .renew_lease(&self.mind, lease.token, self.ttl_ms, now)
+                .await
+            {
+                Ok(renewed) => self.set(Some(renewed)),
+                Err(StoreError::Fenced { .. }) => {
+                    tracing::warn!(mind = %self.mind, "lease taken over while a step ran");
+                    self.set(None);
+                }
+                // Retried at the next look; the lease still has a third left.
+                Err(e) => tracing::warn!(mind = %self.mind, error = %e, "lease renewal failed"),
+            }
+        }
+    }
+
+    fn current(&self) -> Option<Lease> {
+        self.lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, lease: Option<Lease>) {
+        *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
+    }
+
+    /// The lease the keeper ended with: renewed, as taken, or `None` if fenced.
+    pub(super) fn renewed(&self) -> Option<Lease> {
+        self.current()
+    }
+}
 
 impl<B: Backend> MindRunner<B> {
     /// Takes or renews the lease; `None` if another host holds it.
@@ -55,6 +124,35 @@ impl<B: Backend> MindRunner<B> {
         }
         self.lease = taken;
         Ok(token)
+    }
+
+    /// A keeper for the lease held now (see [`LeaseKeeper`]).
+    pub(super) fn lease_keeper(&self) -> LeaseKeeper {
+        LeaseKeeper {
+            store: self.host.store.clone(),
+            clock: self.host.clock.clone(),
+            mind: self.mind.id.clone(),
+            ttl_ms: self.host.config.lease_ttl_ms,
+            lease: Mutex::new(self.lease.clone()),
+        }
+    }
+
+    /// Takes back what the keeper renewed while the step ran. A fenced renewal leaves the lease
+    /// as it was: the next [`MindRunner::token`] meets the fence and marks the sessions lost.
+    pub(super) fn adopt_renewed(&mut self, keeper: &LeaseKeeper) {
+        if let (Some(renewed), Some(held)) = (keeper.renewed(), self.lease.as_ref())
+            && renewed.token == held.token
+            && renewed.expires_at_ms > held.expires_at_ms
+        {
+            self.lease = Some(renewed);
+        }
+    }
+
+    /// Stops both sessions' resources cleanly (a CLI child: stdin closed, SIGTERM, SIGKILL),
+    /// on shutdown, before the lease is released.
+    pub async fn close(&mut self) {
+        self.persona.backend.close().await;
+        self.selfs.backend.close().await;
     }
 
     /// Lets the lease go (on shutdown).

@@ -62,6 +62,7 @@
 //! lease does not run the Mind, and a host whose token went stale stops at its next write.
 
 mod accounting;
+mod budget;
 mod idle;
 mod lease;
 mod persona;
@@ -75,13 +76,12 @@ pub use persona::next_batch;
 pub use prompts::*;
 pub use reply::*;
 
-use crate::Host;
 use crate::config::MindConfig;
+use crate::{Activity, Host};
 use muninn_backend::{Backend, BackendError};
 use muninn_core::decide::Policy;
-use muninn_core::money::MicroUsd;
 use muninn_core::price::{ModelPrice, PriceTable};
-use muninn_store::{BriefStatus, Lease, Role, StoreError};
+use muninn_store::{BriefStatus, FencingToken, Lease, Role, StoreError};
 use serde_json::Value;
 use session::Session;
 use std::time::Duration;
@@ -121,7 +121,8 @@ pub enum Step {
     NotLeader,
     /// The operator brake is on: no call, no send.
     Braked,
-    /// The spend cap for the window is reached: no call.
+    /// The spend cap would be crossed: the spend in the window plus the most the next request
+    /// can cost (`budget.rs`) is over it. No call, nothing recorded.
     OverBudget,
     /// A Persona turn was recorded (ack position after it).
     PersonaTurn {
@@ -258,12 +259,29 @@ impl<B: Backend> MindRunner<B> {
         self.turns_this_wake = 0;
     }
 
-    /// Does the next piece of work, if any.
+    /// Does the next piece of work, if any, keeping the lease renewed while it runs (however
+    /// long the backend takes: see `lease.rs`).
     pub async fn step(&mut self) -> Result<Step, RuntimeError> {
         let now = self.host.clock.now_ms();
         let Some(token) = self.token(now).await? else {
             return Ok(Step::NotLeader);
         };
+        let keeper = self.lease_keeper();
+        let result = {
+            let work = self.work(token, now);
+            tokio::pin!(work);
+            tokio::select! {
+                biased;
+                result = &mut work => result,
+                never = keeper.run() => match never {},
+            }
+        };
+        self.adopt_renewed(&keeper);
+        result
+    }
+
+    /// The step's work under a lease taken at `now`.
+    async fn work(&mut self, token: FencingToken, now: i64) -> Result<Step, RuntimeError> {
         for role in [Role::Persona, Role::SelfRole] {
             if self.session(role).restore {
                 self.restore(role).await?;
@@ -292,63 +310,54 @@ impl<B: Backend> MindRunner<B> {
             .turn_limit
             .map_or(self.mind.turns_per_wake, |l| l.max(0) as u32);
         let has_work = !pending.is_empty() && self.turns_this_wake < limit;
-        if has_work && self.over_budget(now, &settings).await? {
-            return Ok(Step::OverBudget);
-        }
-        // Briefs are looked at only when no Persona turn is due (one query less per turn).
-        let queued = if has_work {
-            Vec::new()
-        } else {
-            self.host
-                .store
-                .briefs(&self.mind.id, Some(BriefStatus::Queued), 1)
-                .await?
-        };
-        if !queued.is_empty() && self.over_budget(now, &settings).await? {
-            return Ok(Step::OverBudget);
-        }
         if has_work {
-            // Only a turn that was recorded counts against the wake's limit: a failed one is
-            // retried on the runner's own backoff until it goes through, not left for the next
-            // delivery to wake it.
+            self.report_running(Role::Persona, now);
+            // Only a turn that was recorded counts against the wake's limit: a failed one (`?`)
+            // is retried on the runner's own backoff until it goes through, not left for the
+            // next delivery to wake it.
             let step = self
-                .persona_turn(token, now, next_batch(&pending).to_vec())
-                .await;
-            if step.is_ok() {
+                .persona_turn(token, now, next_batch(&pending).to_vec(), &settings)
+                .await?;
+            if step != Step::OverBudget {
                 self.turns_this_wake += 1;
             }
-            return step;
+            return Ok(step);
         }
-        if !queued.is_empty()
-            && let Some(brief) = self
+        // Briefs are looked at only when no Persona turn is due (one query less per turn).
+        let queued = self
+            .host
+            .store
+            .briefs(&self.mind.id, Some(BriefStatus::Queued), 1)
+            .await?;
+        if let Some(next) = queued.first() {
+            // Priced before the brief is claimed: a brief refused for the cap stays queued.
+            self.resume_on_new_lease(Role::SelfRole, now).await?;
+            let plan = self.plan_self(next, now);
+            let worst = self.worst_case(Role::SelfRole, &plan, now);
+            if self.would_cross_cap(now, &settings, worst).await? {
+                return Ok(Step::OverBudget);
+            }
+            if let Some(brief) = self
                 .host
                 .store
                 .claim_brief(&self.mind.id, token, now)
                 .await?
-        {
-            return self.self_turn(token, now, brief).await;
+            {
+                self.report_running(Role::SelfRole, now);
+                return self.self_turn(token, now, brief).await;
+            }
         }
         self.idle(token, now).await
     }
+}
 
-    async fn over_budget(
-        &self,
-        now: i64,
-        settings: &muninn_store::MindSettings,
-    ) -> Result<bool, RuntimeError> {
-        let cap = settings
-            .spend_cap
-            .or(self.mind.spend_cap_micro_usd.map(MicroUsd));
-        let Some(cap) = cap else { return Ok(false) };
-        let window = settings
-            .spend_window_ms
-            .unwrap_or(self.mind.spend_window_s as i64 * 1000);
-        let spent = self
-            .host
-            .store
-            .spend(&self.mind.id, now - window, now + 1)
-            .await?;
-        Ok(spent >= cap)
+impl<B: Backend> MindRunner<B> {
+    fn report_running(&self, role: Role, now: i64) {
+        let running = Activity::Running {
+            role,
+            since_ms: now,
+        };
+        self.host.signals.set_activity(&self.mind.id, running);
     }
 }
 
@@ -367,6 +376,7 @@ pub async fn run_mind<B: Backend>(
     let wake = runner.host.signals.waiter(runner.id());
     let clock = runner.host.clock.clone();
     let mut backoff_ms = 250u64;
+    let mut failing: Option<(i64, u32)> = None;
     // An idle holder steps at least every third of the lease: it renews the lease before it runs
     // out (or another host would take the Mind over and rebuild its session) and sees deliveries
     // posted through other hosts on the same database, which cannot signal it.
@@ -376,28 +386,48 @@ pub async fn run_mind<B: Backend>(
             break;
         }
         let step = runner.step().await;
-        let wait_ms: u64 = match &step {
+        let now = clock.now_ms();
+        if step.is_ok() {
+            failing = None;
+        }
+        let (activity, wait_ms) = match &step {
             Ok(Step::PersonaTurn { .. } | Step::SelfTurn { .. } | Step::Ping) => {
                 backoff_ms = 250;
                 continue;
             }
-            Ok(Step::Idle { until_ms: Some(t) }) => {
-                ((*t - clock.now_ms()).clamp(10, 60_000) as u64).min(lease_third)
-            }
-            Ok(Step::Idle { until_ms: None } | Step::NotLeader) => lease_third,
-            Ok(Step::Braked | Step::OverBudget) => 5_000,
+            Ok(Step::Idle { until_ms }) => (
+                Activity::Idle {
+                    until_ms: *until_ms,
+                },
+                until_ms.map_or(lease_third, |t| {
+                    ((t - now).clamp(10, 60_000) as u64).min(lease_third)
+                }),
+            ),
+            Ok(Step::NotLeader) => (Activity::NotLeader, lease_third),
+            Ok(Step::Braked) => (Activity::Braked, 5_000),
+            Ok(Step::OverBudget) => (Activity::Capped, 5_000),
             Err(e) => {
                 tracing::warn!(mind = runner.id(), error = %e, "step failed; retrying");
+                let (since_ms, attempts) = failing.map_or((now, 1), |(s, n)| (s, n + 1));
+                failing = Some((since_ms, attempts));
                 backoff_ms = (backoff_ms * 2).min(30_000);
-                backoff_ms
+                let error = e.to_string();
+                let retrying = Activity::Retrying {
+                    error,
+                    since_ms,
+                    attempts,
+                };
+                (retrying, backoff_ms)
             }
         };
+        runner.host.signals.set_activity(runner.id(), activity);
         tokio::select! {
             _ = wake.notified() => runner.woken(),
             _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
             _ = shutdown.changed() => {}
         }
     }
+    runner.close().await;
     runner.release().await
 }
 

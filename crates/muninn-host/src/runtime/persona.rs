@@ -15,7 +15,7 @@ use muninn_core::money::Tokens;
 use muninn_core::render::{self, Layers, Renderer};
 use muninn_core::tokenize::count;
 use muninn_store::{
-    BriefOrigin, Delivery, FencingToken, NewBrief, NewMemoryNote, NewOutboxMessage,
+    BriefOrigin, Delivery, FencingToken, MindSettings, NewBrief, NewMemoryNote, NewOutboxMessage,
     NewTranscriptItem, Role, StoreError, TranscriptKind, TurnRecord,
 };
 use serde_json::{Value, json};
@@ -158,10 +158,15 @@ impl<B: Backend> MindRunner<B> {
         token: FencingToken,
         now: i64,
         deliveries: Vec<Delivery>,
+        settings: &MindSettings,
     ) -> Result<Step, RuntimeError> {
         let batch = Batch::new(&self.mind.id, deliveries);
         self.resume_on_new_lease(Role::Persona, now).await?;
         let plan = self.plan(Role::Persona, batch.delta, true, now);
+        let worst = self.worst_case(Role::Persona, &plan, now);
+        if self.would_cross_cap(now, settings, worst).await? {
+            return Ok(Step::OverBudget);
+        }
         if plan.refreshes() {
             self.start_persona_segment(&plan, &batch, token, now)
                 .await?;
@@ -397,6 +402,25 @@ impl<B: Backend> MindRunner<B> {
             "Your reply was not valid ({problem}). Reply again, following the schema exactly."
         );
         let now = self.host.clock.now_ms();
+        let delta = count(&retry) + answer.outcome.usage.output;
+        let worst = self.follow_up_worst_case(Role::Persona, delta, now);
+        let crosses = match self.host.store.settings(&self.mind.id).await {
+            Ok(settings) => self.would_cross_cap(now, &settings, worst).await,
+            Err(e) => Err(e.into()),
+        };
+        match crosses {
+            Ok(false) => {}
+            Ok(true) => {
+                answer.verdict = Err(format!(
+                    "{problem}; not retried: the retry could cross the spend cap"
+                ));
+                return;
+            }
+            Err(e) => {
+                answer.verdict = Err(format!("{problem}; not retried: {e}"));
+                return;
+            }
+        }
         match self
             .persona
             .backend

@@ -142,7 +142,7 @@ impl<B: Backend> MindRunner<B> {
 
     /// A brief's start is a task boundary: the decider may refresh here. A run the flush
     /// protocol ended starts the next segment from its memory without asking.
-    fn plan_self(&mut self, brief: &Brief, now: i64) -> Plan {
+    pub(super) fn plan_self(&mut self, brief: &Brief, now: i64) -> Plan {
         let delta = count(&brief.text);
         if self.selfs.flushed.as_ref().is_some_and(|f| f.forced) {
             return Plan {

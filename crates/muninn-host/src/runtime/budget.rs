@@ -1,0 +1,96 @@
+//! The spend cap, never overshot: a request starts only if the most it can cost still fits.
+//!
+//! The most a turn's request can cost is its prompt at the cache state the decider expects —
+//! reading the cached prefix and writing the new tail when warm, rewriting it when cold, a
+//! flush and a fresh segment when the plan refreshes — plus `max_output_tokens` of output at the
+//! model's output rate. The prompt is priced with the same [`SessionView`] methods the decider
+//! prices its alternatives with. When the spend already in the window plus that worst case
+//! would cross the cap, the turn does not start ([`Step::OverBudget`](super::Step::OverBudget)):
+//! nothing is recorded, the deliveries stay in the mailbox, and the turn runs once the window
+//! has room (or the operator raises the cap). An invalid reply's one retry is priced the same
+//! way before it is sent.
+
+use super::persona::Plan;
+use super::{MindRunner, RuntimeError};
+use muninn_backend::Backend;
+use muninn_core::decide::{Event, SessionView};
+use muninn_core::money::{MicroUsd, Tokens};
+use muninn_core::tokenize::count;
+use muninn_store::{MindSettings, Role};
+
+impl<B: Backend> MindRunner<B> {
+    /// The most the request `plan` leads to can cost for `role` at `now` (see the module docs).
+    pub(super) fn worst_case(&self, role: Role, plan: &Plan, now: i64) -> MicroUsd {
+        let mut view = self.session(role).acc.view();
+        let delta = match plan.event {
+            Event::Arrival { delta, .. } => delta,
+            Event::Expiring | Event::HeadExpiring => 0,
+        };
+        let warm = view.warm(now);
+        let prompt = if plan.refreshes() {
+            // A session never started (or lost) knows no head yet: the layers it will start
+            // from stand in for it.
+            view.bounds.head_tokens = view.bounds.head_tokens.max(self.layer_tokens());
+            let flush = match plan.decision {
+                Some(_) => view.flush_cost(warm),
+                None => MicroUsd::ZERO,
+            };
+            flush + view.restart_write(delta, now)
+        } else {
+            view.append_cost(warm, delta, now)
+        };
+        prompt + self.output_worst_case(&view)
+    }
+
+    /// The most a follow-up request in the live session can cost (the invalid reply's retry):
+    /// appending `delta` to the prefix as it stands, plus the output bound.
+    pub(super) fn follow_up_worst_case(&self, role: Role, delta: Tokens, now: i64) -> MicroUsd {
+        let view = self.session(role).acc.view();
+        view.append_cost(view.warm(now), delta, now) + self.output_worst_case(&view)
+    }
+
+    /// `max_output_tokens` of output at the model's rate.
+    fn output_worst_case(&self, view: &SessionView) -> MicroUsd {
+        MicroUsd::of(self.mind.max_output_tokens, view.rates.output)
+    }
+
+    /// Tokens of the Mind's system layers as they read now (doctrine, persona, campaigns).
+    fn layer_tokens(&self) -> Tokens {
+        self.layers(String::new()).map_or(0, |l| {
+            count(&l.doctrine) + count(&l.persona) + count(&l.campaigns)
+        })
+    }
+
+    /// Whether spending `worst` more now would cross the cap in force (the operator's setting,
+    /// else the configuration's) over the spend window ending now.
+    pub(super) async fn would_cross_cap(
+        &self,
+        now: i64,
+        settings: &MindSettings,
+        worst: MicroUsd,
+    ) -> Result<bool, RuntimeError> {
+        let cap = settings
+            .spend_cap
+            .or(self.mind.spend_cap_micro_usd.map(MicroUsd));
+        let Some(cap) = cap else { return Ok(false) };
+        let window = settings
+            .spend_window_ms
+            .unwrap_or(self.mind.spend_window_s as i64 * 1000);
+        let spent = self
+            .host
+            .store
+            .spend(&self.mind.id, now - window, now + 1)
+            .await?;
+        let crosses = spent.0.saturating_add(worst.0) > cap.0;
+        if crosses {
+            tracing::info!(
+                mind = %self.mind.id,
+                spent = spent.0,
+                worst_case = worst.0,
+                cap = cap.0,
+                "spend cap: the next request could cross it; not starting"
+            );
+        }
+        Ok(crosses)
+    }
+}

@@ -1,0 +1,174 @@
+//! `muninn replay --vs-ccusage`: why muninn's recorded totals differ from ccusage's on the same
+//! Claude Code files, measured on them.
+//!
+//! Claude Code writes one JSONL line per content block of a response, each repeating
+//! `message.id` and `usage`; the input-side numbers are final on every line, but
+//! `output_tokens` is the count at the time the line was written — only the last line carries
+//! the final output. muninn takes the last line's usage; ccusage keeps the first line of each
+//! message (it de-duplicates by message and request id) and so the first, partial output
+//! count. ccusage also prices every cache write at the 5-minute rate (1.25×), where muninn
+//! prices 1-hour writes at their own rate (2×). This module reads the files both ways, prices
+//! both with muninn's price table (so only those two differences remain) and reports each.
+
+use crate::output::{json, outln};
+use muninn_core::money::MicroUsd;
+use muninn_core::price::PriceTable;
+use muninn_core::trace::Usage;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The two readings of the same files.
+#[derive(Debug, Default, Serialize)]
+pub struct Comparison {
+    /// API responses read (distinct message and request ids, placeholders left out).
+    pub requests: u64,
+    /// Responses whose model the price table does not know (left out of both).
+    pub unpriced: u64,
+    /// Output tokens as ccusage counts them: each response's first line.
+    pub output_first_line: u64,
+    /// Output tokens as muninn counts them: each response's last line.
+    pub output_last_line: u64,
+    /// 1-hour cache-write tokens (ccusage prices them at the 5-minute rate).
+    pub write_1h_tokens: u64,
+    /// Cost read ccusage's way.
+    pub ccusage_micro_usd: i64,
+    /// Cost read muninn's way (what `muninn replay` reports as `recorded`).
+    pub muninn_micro_usd: i64,
+    /// The part of the difference due to output counted from the first line.
+    pub from_output_micro_usd: i64,
+    /// The part due to 1-hour writes priced as 5-minute writes.
+    pub from_1h_writes_micro_usd: i64,
+}
+
+fn usage_of(u: &serde_json::Value) -> Usage {
+    let n = |k: &str| u[k].as_u64().unwrap_or(0);
+    let created = n("cache_creation_input_tokens");
+    let (w5, w1) = match u.get("cache_creation") {
+        Some(c) => (
+            c["ephemeral_5m_input_tokens"].as_u64().unwrap_or(0),
+            c["ephemeral_1h_input_tokens"].as_u64().unwrap_or(0),
+        ),
+        None => (created, 0),
+    };
+    Usage {
+        input: n("input_tokens"),
+        cache_write_5m: w5,
+        cache_write_1h: w1,
+        cache_read: n("cache_read_input_tokens"),
+        output: n("output_tokens"),
+    }
+}
+
+fn jsonl_files(path: &Path, out: &mut Vec<PathBuf>) {
+    if path.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        entries.sort();
+        for entry in entries {
+            jsonl_files(&entry, out);
+        }
+    } else if path.extension().is_some_and(|e| e == "jsonl") {
+        out.push(path.to_owned());
+    }
+}
+
+/// Reads the Claude Code files under `paths` both ways.
+pub fn compare(paths: &[PathBuf], prices: &PriceTable) -> anyhow::Result<Comparison> {
+    let mut files = Vec::new();
+    for path in paths {
+        jsonl_files(path, &mut files);
+    }
+    // Per response: model, first line's usage, last line's usage.
+    let mut seen: HashMap<String, (String, Usage, Usage)> = HashMap::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file)?;
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let message = &v["message"];
+            let (Some(id), Some(model)) = (message["id"].as_str(), message["model"].as_str())
+            else {
+                continue;
+            };
+            if v["type"] != "assistant" || model == "<synthetic>" || message["usage"].is_null() {
+                continue;
+            }
+            let key = format!("{id}:{}", v["requestId"].as_str().unwrap_or(""));
+            let usage = usage_of(&message["usage"]);
+            seen.entry(key)
+                .and_modify(|e| e.2 = usage)
+                .or_insert((model.to_owned(), usage, usage));
+        }
+    }
+    let mut c = Comparison::default();
+    for (model, first, last) in seen.values() {
+        let Ok(price) = prices.model(model) else {
+            c.unpriced += 1;
+            continue;
+        };
+        c.requests += 1;
+        c.output_first_line += first.output;
+        c.output_last_line += last.output;
+        c.write_1h_tokens += last.cache_write_1h;
+        let muninn = price.cost(last);
+        let as_5m = Usage {
+            cache_write_5m: first.cache_write_5m + first.cache_write_1h,
+            cache_write_1h: 0,
+            ..*first
+        };
+        let ccusage = price.cost(&as_5m);
+        let output =
+            MicroUsd::of(last.output, price.output).0 - MicroUsd::of(first.output, price.output).0;
+        c.muninn_micro_usd += muninn.0;
+        c.ccusage_micro_usd += ccusage.0;
+        c.from_output_micro_usd += output;
+    }
+    c.from_1h_writes_micro_usd = c.muninn_micro_usd - c.ccusage_micro_usd - c.from_output_micro_usd;
+    Ok(c)
+}
+
+/// Prints the comparison.
+pub fn print(c: &Comparison, format: &str) -> anyhow::Result<()> {
+    if format == "json" {
+        return json(c);
+    }
+    let usd = |m: i64| format!("${:.2}", m as f64 / 1e6);
+    let share = |m: i64| 100.0 * m as f64 / c.ccusage_micro_usd.max(1) as f64;
+    let diff = c.muninn_micro_usd - c.ccusage_micro_usd;
+    outln!(
+        "{} responses read ({} on models without a price, left out)",
+        c.requests,
+        c.unpriced
+    )?;
+    outln!(
+        "read ccusage's way (first line's output, 1h writes at the 5m rate): {}",
+        usd(c.ccusage_micro_usd)
+    )?;
+    outln!(
+        "read muninn's way (last line's output, 1h writes at 2x):            {}",
+        usd(c.muninn_micro_usd)
+    )?;
+    outln!(
+        "difference: {} ({:+.1}% of ccusage's figure), of which",
+        usd(diff),
+        share(diff)
+    )?;
+    outln!(
+        "  output counted from the last line: {} ({} output tokens against {} on first lines)",
+        usd(c.from_output_micro_usd),
+        c.output_last_line,
+        c.output_first_line
+    )?;
+    outln!(
+        "  1h cache writes at their own rate: {} ({} tokens written at 1h)",
+        usd(c.from_1h_writes_micro_usd),
+        c.write_1h_tokens
+    )?;
+    Ok(())
+}

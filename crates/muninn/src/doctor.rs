@@ -1,0 +1,353 @@
+//! `muninn doctor`: checks what `muninn serve` needs before it runs — the configuration, the
+//! data directory, the store, the backend (its credential, its endpoint, the pinned Claude Code
+//! CLI) — and says what to do about each failure. It changes nothing: no directory, database
+//! or key is created, and no model request is made (the endpoint check is a TCP connect).
+//! Exits non-zero when any check fails.
+
+use crate::output::{json, outln};
+use crate::status::Format;
+use muninn_host::backends::{PINNED_CLAUDE_CLI, backend_kind, claude_bin};
+use muninn_host::config::{BackendKind, Config};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Arguments of `muninn doctor`.
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// The configuration to check; default: the built-in demo's.
+    #[arg(long, env = "MUNINN_CONFIG")]
+    config: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+}
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Outcome {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// One check: what was looked at, what was found, and what to do about it.
+#[derive(Debug, Serialize)]
+struct Check {
+    name: &'static str,
+    outcome: Outcome,
+    found: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fix: Option<String>,
+}
+
+fn ok(name: &'static str, found: impl Into<String>) -> Check {
+    Check {
+        name,
+        outcome: Outcome::Ok,
+        found: found.into(),
+        fix: None,
+    }
+}
+
+fn bad(
+    name: &'static str,
+    outcome: Outcome,
+    found: impl Into<String>,
+    fix: impl Into<String>,
+) -> Check {
+    Check {
+        name,
+        outcome,
+        found: found.into(),
+        fix: Some(fix.into()),
+    }
+}
+
+/// `muninn doctor`.
+pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
+    let env = |k: &str| std::env::var(k).ok();
+    let mut checks = Vec::new();
+    match Config::load(args.config.as_deref()) {
+        Ok(config) => {
+            let source = args
+                .config
+                .as_ref()
+                .map_or("the built-in demo".to_string(), |p| p.display().to_string());
+            checks.push(ok("configuration", format!("{source}: {} Mind(s), valid", config.minds.len())));
+            checks.extend(data_dir(&config.data_dir));
+            checks.push(store(&config));
+            checks.extend(backend(&config, env));
+        }
+        Err(e) => checks.push(bad(
+            "configuration",
+            Outcome::Fail,
+            e.to_string(),
+            "fix each field named above (see muninn.example.toml and crates/muninn-host/muninn.schema.json)",
+        )),
+    }
+    let failed = checks.iter().filter(|c| c.outcome == Outcome::Fail).count();
+    match args.format {
+        Format::Json => json(&checks)?,
+        Format::Text => {
+            for check in &checks {
+                let mark = match check.outcome {
+                    Outcome::Ok => "ok  ",
+                    Outcome::Warn => "warn",
+                    Outcome::Fail => "FAIL",
+                };
+                outln!("{mark} {:<15} {}", check.name, check.found)?;
+                if let Some(fix) = &check.fix {
+                    outln!("     {:<15} → {fix}", "")?;
+                }
+            }
+        }
+    }
+    anyhow::ensure!(failed == 0, "{failed} check(s) failed");
+    Ok(())
+}
+
+/// The data directory: present (or creatable), writable, private, and the token file private.
+fn data_dir(dir: &Path) -> Vec<Check> {
+    use std::os::unix::fs::PermissionsExt;
+    let name = "data directory";
+    let Ok(meta) = std::fs::metadata(dir) else {
+        let parent = dir.parent().unwrap_or(Path::new("/"));
+        return vec![match writable(parent) {
+            Ok(()) => ok(
+                name,
+                format!(
+                    "{} does not exist yet; `muninn serve` creates it",
+                    dir.display()
+                ),
+            ),
+            Err(e) => bad(
+                name,
+                Outcome::Fail,
+                format!(
+                    "{} does not exist and {} is not writable: {e}",
+                    dir.display(),
+                    parent.display()
+                ),
+                format!(
+                    "create it (`mkdir -p {}`) as the user that runs muninn, or set data_dir",
+                    dir.display()
+                ),
+            ),
+        }];
+    };
+    let mut checks = Vec::new();
+    checks.push(match writable(dir) {
+        Ok(()) => ok(name, format!("{} is writable", dir.display())),
+        Err(e) => bad(
+            name,
+            Outcome::Fail,
+            format!("{} is not writable: {e}", dir.display()),
+            format!(
+                "`chown` it to the user that runs muninn, or `chmod u+w {}`",
+                dir.display()
+            ),
+        ),
+    });
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o022 != 0 {
+        checks.push(bad(
+            "permissions",
+            Outcome::Warn,
+            format!("{} is writable by others (mode {mode:o})", dir.display()),
+            format!(
+                "`chmod go-w {}`: it holds the API token and session keys",
+                dir.display()
+            ),
+        ));
+    }
+    let token = dir.join(muninn_host::config::API_TOKEN_FILE);
+    if let Ok(meta) = std::fs::metadata(&token) {
+        let mode = meta.permissions().mode() & 0o777;
+        checks.push(if mode & 0o077 == 0 {
+            ok("API token", format!("{} (mode {mode:o})", token.display()))
+        } else {
+            bad(
+                "API token",
+                Outcome::Fail,
+                format!("{} is readable by others (mode {mode:o})", token.display()),
+                format!(
+                    "`chmod 600 {}` (or delete it: the next start makes a new one)",
+                    token.display()
+                ),
+            )
+        });
+    }
+    checks
+}
+
+/// Whether a file can be created in `dir` (created and removed at once).
+fn writable(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".muninn-doctor-{}", std::process::id()));
+    std::fs::write(&probe, b"")?;
+    std::fs::remove_file(&probe)
+}
+
+/// The store: a SQLite file that exists opens, a PostgreSQL URL connects.
+fn store(config: &Config) -> Check {
+    let url = config.database_url();
+    let shown = match url.find('@') {
+        Some(at) if url.contains("://") => format!("postgres://…{}", &url[at..]),
+        _ => url.clone(),
+    };
+    let is_postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    if !is_postgres && !Path::new(&url).exists() {
+        return ok(
+            "store",
+            format!("{shown} does not exist yet; `muninn serve` creates it"),
+        );
+    }
+    let opened = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(async {
+                let store = tokio::time::timeout(Duration::from_secs(5), muninn_store::open(&url))
+                    .await
+                    .map_err(|_| "no answer within 5 s".to_string())?
+                    .map_err(|e| e.to_string())?;
+                let version = store.schema_version().await.map_err(|e| e.to_string());
+                store.close().await;
+                version
+            })
+        });
+    match opened {
+        Ok(version) => ok("store", format!("{shown} opens (schema version {version})")),
+        Err(e) => bad(
+            "store",
+            Outcome::Fail,
+            format!("{shown}: {e}"),
+            if is_postgres {
+                "start PostgreSQL or fix `database` (a postgres:// URL the host's user can log in with)"
+            } else {
+                "check the file's owner and permissions, or move it aside to start a fresh store"
+            },
+        ),
+    }
+}
+
+/// The backend the configuration asks for: its credential, its endpoint, the CLI's version.
+fn backend(config: &Config, env: impl Fn(&str) -> Option<String>) -> Vec<Check> {
+    let kind = backend_kind(config, &env);
+    let var = &config.backend.api_key_env;
+    let mut checks = Vec::new();
+    let key_fallback = match kind {
+        BackendKind::Sim => {
+            checks.push(ok(
+                "backend",
+                "sim: the built-in simulator (no key, no network)",
+            ));
+            return checks;
+        }
+        BackendKind::Anthropic => "ANTHROPIC_AUTH_TOKEN",
+        BackendKind::ClaudeCli => "CLAUDE_CODE_OAUTH_TOKEN",
+    };
+    let label = match kind {
+        BackendKind::ClaudeCli => "claude-cli",
+        _ => "anthropic",
+    };
+    checks.push(ok("backend", label));
+    let has = |name: &str| env(name).is_some_and(|v| !v.is_empty());
+    checks.push(if has(var) || has(key_fallback) {
+        let which = if has(var) { var.as_str() } else { key_fallback };
+        ok("credential", format!("${which} is set"))
+    } else {
+        bad(
+            "credential",
+            Outcome::Fail,
+            format!("neither ${var} nor ${key_fallback} is set"),
+            format!(
+                "export {var}=… in the host's environment (backend.api_key_env names the variable)"
+            ),
+        )
+    });
+    let base = config
+        .backend
+        .base_url
+        .clone()
+        .unwrap_or_else(|| "https://api.anthropic.com".into());
+    checks.push(endpoint(&base));
+    if kind == BackendKind::ClaudeCli {
+        checks.push(cli_version(claude_bin(config, &env)));
+    }
+    checks
+}
+
+/// Whether the endpoint's host accepts a TCP connection (no request is sent).
+fn endpoint(base: &str) -> Check {
+    let rest = base.split("://").nth(1).unwrap_or(base);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let default_port = if base.starts_with("https://") {
+        443
+    } else {
+        80
+    };
+    let target = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        authority.to_string()
+    } else {
+        format!("{authority}:{default_port}")
+    };
+    let connected = std::net::ToSocketAddrs::to_socket_addrs(&target)
+        .map_err(|e| e.to_string())
+        .and_then(|mut addrs| addrs.next().ok_or_else(|| "no address".to_string()))
+        .and_then(|addr| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+                .map_err(|e| e.to_string())
+        });
+    match connected {
+        Ok(_) => ok("endpoint", format!("{base} accepts connections")),
+        Err(e) => bad(
+            "endpoint",
+            Outcome::Fail,
+            format!("{base}: {e}"),
+            "check the network or backend.base_url (the host retries, but no turn runs until it answers)",
+        ),
+    }
+}
+
+/// The `claude` binary is there and is the pinned version.
+fn cli_version(bin: Option<PathBuf>) -> Check {
+    let install = "run scripts/install-claude-cli.sh and point backend.claude_bin or MUNINN_CLAUDE_BIN at the path it prints";
+    let Some(bin) = bin.filter(|b| b.is_file()) else {
+        return bad(
+            "claude CLI",
+            Outcome::Fail,
+            "no claude binary found",
+            install,
+        );
+    };
+    let version = std::process::Command::new(&bin)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match version {
+        Ok(v) if v.starts_with(&format!("{PINNED_CLAUDE_CLI} ")) => {
+            ok("claude CLI", format!("{} is {v}", bin.display()))
+        }
+        Ok(v) => bad(
+            "claude CLI",
+            Outcome::Fail,
+            format!(
+                "{} is {v:?}, not the pinned {PINNED_CLAUDE_CLI}",
+                bin.display()
+            ),
+            install,
+        ),
+        Err(e) => bad(
+            "claude CLI",
+            Outcome::Fail,
+            format!("{}: {e}", bin.display()),
+            install,
+        ),
+    }
+}

@@ -1,0 +1,298 @@
+//! `muninn status`, `brake` and `caps`: what each Mind is doing and the operator's controls.
+
+use crate::connect::{ApiArgs, block_on};
+use crate::output::{json, outln};
+use crate::time::{clock_time, span};
+use muninn_api::wire::{Activity, MindStatus, Segment, Settings};
+
+/// How a client command prints: `text` for people (also `table`), `json` for programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Lines and aligned columns for people.
+    #[value(alias = "table")]
+    Text,
+    /// The API's JSON, pretty-printed (one document; `tail` prints one per line).
+    Json,
+}
+
+/// Arguments of `muninn status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    #[command(flatten)]
+    api: ApiArgs,
+}
+
+pub fn usd(micro: i64) -> String {
+    format!("${:.4}", micro as f64 / 1e6)
+}
+
+/// A Mind's state in one word: what stops it answering first (BRAKED, CAPPED, RETRYING), else
+/// what it is doing (RUNNING, IDLE), else who runs it (ELSEWHERE, NO HOST).
+pub fn state(mind: &MindStatus) -> &'static str {
+    let capped = mind
+        .spend
+        .cap_micro_usd
+        .is_some_and(|cap| mind.spend.spent_micro_usd >= cap);
+    match (&mind.activity, mind.lease_live) {
+        _ if mind.settings.brake => "BRAKED",
+        (Some(Activity::Capped), _) => "CAPPED",
+        _ if capped => "CAPPED",
+        (Some(Activity::Retrying { .. }), _) => "RETRYING",
+        (_, false) => "NO HOST",
+        (Some(Activity::Running { .. }), _) => "RUNNING",
+        (Some(Activity::Idle { .. } | Activity::Braked), _) => "IDLE",
+        (Some(Activity::NotLeader) | None, true) => "ELSEWHERE",
+    }
+}
+
+/// Why a delivery to `mind` will not be answered now, if it will not (what `say` warns of).
+pub fn will_not_answer(mind: &MindStatus) -> Option<String> {
+    let id = &mind.id;
+    let spend = &mind.spend;
+    match state(mind) {
+        "BRAKED" => Some(format!(
+            "the brake is on: {id} will not answer until `muninn brake off`"
+        )),
+        "CAPPED" => Some(format!(
+            "{id}'s spend cap is reached ({} of {} per {}, or the next turn could cross it): it answers when the window has room, or raise the cap with `muninn caps {id} --spend-cap-usd N`",
+            usd(spend.spent_micro_usd),
+            spend.cap_micro_usd.map_or_else(|| "no cap".into(), usd),
+            span(spend.window_ms),
+        )),
+        "RETRYING" => match &mind.activity {
+            Some(Activity::Retrying {
+                error, attempts, ..
+            }) => Some(format!(
+                "{id}'s host is retrying after {attempts} failed step(s): {error}"
+            )),
+            _ => None,
+        },
+        "NO HOST" if !mind.registered => Some(format!(
+            "{id} is not registered: no host has run it (is `muninn serve` running with it configured?)"
+        )),
+        "NO HOST" => Some(format!(
+            "no host holds {id}'s lease: it answers once `muninn serve` runs it"
+        )),
+        _ => None,
+    }
+}
+
+fn lease_column(mind: &MindStatus) -> String {
+    match &mind.lease {
+        Some(lease) if mind.lease_live => lease.holder.clone(),
+        Some(lease) => format!("({} expired)", lease.holder),
+        None if mind.registered => "-".into(),
+        None => "(not registered)".into(),
+    }
+}
+
+fn segment_column(segment: &Option<Segment>) -> String {
+    match segment {
+        Some(s) if s.ended_at_ms.is_none() => format!("#{} open", s.number),
+        Some(s) => format!("#{} ended", s.number),
+        None => "-".into(),
+    }
+}
+
+/// `muninn status`: every Mind with its state, lease holder, pending deliveries, segments and
+/// spend in its window; a line per Mind that is retrying, with the error.
+pub fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let client = args.api.client()?;
+    block_on(async move {
+        let response = client.minds().await?;
+        if args.format == Format::Json {
+            return json(&response);
+        }
+        let minds = response.minds;
+        outln!(
+            "{:<14} {:<9} {:<20} {:>12} {:<10} {:<10} {:>26}",
+            "MIND",
+            "STATE",
+            "LEASE",
+            "PENDING",
+            "PERSONA",
+            "SELF",
+            "SPEND / CAP (WINDOW)"
+        )?;
+        for mind in &minds {
+            let pending = match mind.oldest_pending_at_ms {
+                Some(at) if mind.pending_deliveries > 0 => format!(
+                    "{} ({})",
+                    mind.pending_deliveries,
+                    span(mind.spend.to_ms - at)
+                ),
+                _ => mind.pending_deliveries.to_string(),
+            };
+            let cap = mind
+                .spend
+                .cap_micro_usd
+                .map_or_else(|| "no cap".into(), usd);
+            outln!(
+                "{:<14} {:<9} {:<20} {:>12} {:<10} {:<10} {:>26}",
+                mind.id,
+                state(mind),
+                lease_column(mind),
+                pending,
+                segment_column(&mind.segments.persona),
+                segment_column(&mind.segments.self_role),
+                format!(
+                    "{} / {cap} ({})",
+                    usd(mind.spend.spent_micro_usd),
+                    span(mind.spend.window_ms)
+                ),
+            )?;
+        }
+        for mind in &minds {
+            if let Some(Activity::Retrying {
+                error,
+                since_ms,
+                attempts,
+            }) = &mind.activity
+            {
+                outln!(
+                    "{}: retrying since {} ({attempts} failed steps): {error}",
+                    mind.id,
+                    clock_time(*since_ms)
+                )?;
+            }
+        }
+        let braked = minds.iter().filter(|m| m.settings.brake).count();
+        outln!(
+            "brake: {}",
+            match braked {
+                0 => "off".to_owned(),
+                n if n == minds.len() => "on for every Mind".to_owned(),
+                n => format!("on for {n} of {} Minds", minds.len()),
+            }
+        )?;
+        Ok(())
+    })
+}
+
+/// `on` or `off`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum OnOff {
+    /// Stop every Mind's turns.
+    On,
+    /// Let them run again.
+    Off,
+}
+
+/// Arguments of `muninn brake`.
+#[derive(Debug, clap::Args)]
+pub struct BrakeArgs {
+    /// `on` stops every Mind's turns; `off` releases them.
+    #[arg(value_enum)]
+    state: OnOff,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    #[command(flatten)]
+    api: ApiArgs,
+}
+
+/// `muninn brake on|off`: the operator brake for every Mind at once.
+pub fn brake(args: BrakeArgs) -> anyhow::Result<()> {
+    let client = args.api.client()?;
+    block_on(async move {
+        let answer = client.brake(matches!(args.state, OnOff::On)).await?;
+        if args.format == Format::Json {
+            return json(&answer);
+        }
+        outln!(
+            "brake {} for {} Minds: {}",
+            if answer.brake { "on" } else { "off" },
+            answer.minds.len(),
+            answer.minds.join(", ")
+        )?;
+        Ok(())
+    })
+}
+
+/// Arguments of `muninn caps`.
+#[derive(Debug, clap::Args)]
+pub struct CapsArgs {
+    /// The Mind.
+    mind: String,
+    /// The spend cap per window, in dollars.
+    #[arg(long, conflicts_with = "no_spend_cap")]
+    spend_cap_usd: Option<f64>,
+    /// Remove the operator's spend cap (the configuration's applies).
+    #[arg(long)]
+    no_spend_cap: bool,
+    /// The spend window: `90s`, `15m`, `6h`, `1d`, `1w`.
+    #[arg(long, value_parser = crate::time::parse_duration)]
+    window: Option<i64>,
+    /// The most turns per start.
+    #[arg(long, conflicts_with = "no_turn_limit")]
+    turn_limit: Option<i64>,
+    /// Remove the turn limit.
+    #[arg(long)]
+    no_turn_limit: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    #[command(flatten)]
+    api: ApiArgs,
+}
+
+impl CapsArgs {
+    /// `settings` with the changes asked for.
+    fn apply(&self, mut settings: Settings) -> anyhow::Result<Settings> {
+        if let Some(usd) = self.spend_cap_usd {
+            anyhow::ensure!(
+                usd.is_finite() && usd > 0.0,
+                "--spend-cap-usd must be positive"
+            );
+            settings.spend_cap_micro_usd = Some((usd * 1e6).round() as i64);
+        }
+        if self.no_spend_cap {
+            settings.spend_cap_micro_usd = None;
+        }
+        if let Some(window) = self.window {
+            anyhow::ensure!(window > 0, "--window must be positive");
+            settings.spend_window_ms = Some(window);
+        }
+        if let Some(limit) = self.turn_limit {
+            settings.turn_limit = Some(limit);
+        }
+        if self.no_turn_limit {
+            settings.turn_limit = None;
+        }
+        Ok(settings)
+    }
+}
+
+/// `muninn caps`: changes the given settings and leaves the rest (and the brake) as they are;
+/// with no option, prints them.
+pub fn caps(args: CapsArgs) -> anyhow::Result<()> {
+    let client = args.api.client()?;
+    block_on(async move {
+        let before: Settings = client.settings(&args.mind).await?;
+        let mut settings = args.apply(before.clone())?;
+        if settings != before {
+            settings = client.put_settings(&args.mind, &settings).await?;
+        }
+        if args.format == Format::Json {
+            return json(&settings);
+        }
+        outln!(
+            "{}: spend cap {}, window {}, turn limit {}, brake {}",
+            args.mind,
+            settings
+                .spend_cap_micro_usd
+                .map_or_else(|| "from config".into(), usd),
+            settings
+                .spend_window_ms
+                .map_or_else(|| "from config".into(), span),
+            settings
+                .turn_limit
+                .map_or_else(|| "none".into(), |n| n.to_string()),
+            if settings.brake { "on" } else { "off" },
+        )?;
+        Ok(())
+    })
+}
