@@ -631,6 +631,20 @@ fn live_keys(pool: &SharedPool) -> Vec<String> {
     pool.live().into_iter().map(|s| s.key).collect()
 }
 
+/// The pool's live keys once they are `expected`: a park the pool asked for completes in the
+/// parked session's own driver task, which a loaded machine may run a moment later (the
+/// session shows as parking until then).
+async fn live_keys_settle(pool: &SharedPool, expected: &[&str]) -> Vec<String> {
+    for _ in 0..500 {
+        let live = live_keys(pool);
+        if live == expected {
+            return live;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    live_keys(pool)
+}
+
 /// A backend of `r`'s sim under session `id`, in `pool` as `key`.
 fn pooled(r: &Rig, pool: &SharedPool, key: &str, id: &str) -> ClaudeCliBackend {
     let mut b = ClaudeCliBackend::new(CliConfig {
@@ -684,7 +698,7 @@ async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() 
             s.key, s.pid, s.rss_mib
         );
     }
-    assert_eq!(live_keys(&pool), ["b", "c"]);
+    assert_eq!(live_keys_settle(&pool, &["b", "c"]).await, ["b", "c"]);
     wait_dead(pids[0]).await;
     assert!(
         matches!(
@@ -727,7 +741,7 @@ async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() 
         }
     );
     wait_dead(pids[1]).await;
-    assert_eq!(live_keys(&pool), ["a", "c"]);
+    assert_eq!(live_keys_settle(&pool, &["a", "c"]).await, ["a", "c"]);
 
     // An idle sweep: c has been idle 20 s with no gaps to go by (a coin flip over the horizon,
     // so parked); a spoke a second ago.

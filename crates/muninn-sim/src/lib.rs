@@ -12,6 +12,8 @@
 //!   the transport-free request handling.
 //! - [`clock`] — [`SimClock`]: the virtual clock as the injected [`muninn_backend::clock::Clock`].
 //! - [`server`] — the axum router: the API routes and the admin routes.
+//! - [`strict`] — what the API refuses and the simulator refuses alike (unknown fields, out of
+//!   range values, a prompt past the context window, a body past 32 MB).
 //! - [`inprocess`] — the simulator as a transport of the Anthropic backend, without HTTP
 //!   ([`inprocess::SimBackend`]).
 //! - this module — [`spawn`] (an in-process server on an ephemeral port, for tests) and
@@ -30,6 +32,7 @@ pub mod inprocess;
 pub mod reply;
 pub mod server;
 pub mod sim;
+pub mod strict;
 
 pub use clock::SimClock;
 use sim::{SimConfig, Simulator};

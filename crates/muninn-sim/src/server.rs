@@ -26,9 +26,11 @@
 //! - `POST /admin/reset` — empties the cache, the faults and the log.
 
 use crate::sim::{Answer, ApiError, Fault, FaultKind, RecordedRequest, Simulator};
+use crate::strict::MAX_BODY_BYTES;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -54,6 +56,7 @@ pub fn router(sim: Arc<Simulator>) -> Router {
         .route("/admin/requests", get(get_requests).delete(delete_requests))
         .route("/admin/reset", post(reset))
         .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(sim)
 }
 
@@ -185,7 +188,30 @@ fn receive(
     (record, invalid)
 }
 
-async fn messages(State(sim): State<Arc<Simulator>>, headers: HeaderMap, body: Bytes) -> Response {
+/// The API's answer to a body it would not read: 413 `request_too_large` past
+/// [`MAX_BODY_BYTES`], as JSON like every other error.
+fn unread_body(rejection: BytesRejection) -> Response {
+    let e = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            413,
+            "request_too_large",
+            format!("Request exceeds the maximum allowed number of bytes ({MAX_BODY_BYTES})"),
+        )
+    } else {
+        ApiError::new(400, "invalid_request_error", rejection.body_text())
+    };
+    error_response(&e, "req_sim_unread")
+}
+
+async fn messages(
+    State(sim): State<Arc<Simulator>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return unread_body(rejection),
+    };
     let (mut record, invalid) = receive(&sim, "/v1/messages", &headers, &body);
     let request_id = format!("req_sim_{:08}", record.seq);
     let refuse = |record: RecordedRequest, e: ApiError| {
@@ -241,7 +267,12 @@ pub(crate) async fn answer(
     }
     let outcome = match fault.as_ref().and_then(fault_error) {
         Some(e) => Err(e),
-        None => sim.messages(&record.body, record.seq, record.at_ms),
+        None => sim.messages(
+            &record.body,
+            record.anthropic_beta.as_deref(),
+            record.seq,
+            record.at_ms,
+        ),
     };
     match outcome {
         Ok(mut answer) => {
@@ -427,8 +458,12 @@ fn stream_response(answer: &Answer, fault: Option<&FaultKind>) -> Response {
 async fn count_tokens(
     State(sim): State<Arc<Simulator>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return unread_body(rejection),
+    };
     let (mut record, invalid) = receive(&sim, "/v1/messages/count_tokens", &headers, &body);
     let request_id = format!("req_sim_{:08}", record.seq);
     let result = check_headers(&sim, &headers)

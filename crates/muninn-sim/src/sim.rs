@@ -51,6 +51,9 @@ pub struct SimConfig {
     pub rules: CacheRules,
     /// Keep at most this many recorded requests (oldest dropped first).
     pub max_recorded: usize,
+    /// Keep recorded bodies up to about this many bytes in all (oldest dropped first; the
+    /// newest is always kept).
+    pub max_recorded_bytes: usize,
     /// Whether `ttl: "1h"` is honoured. `false` emulates a provider that ignores it (a missing
     /// beta, a policy) and caches every breakpoint for 5 minutes, so clients can test their
     /// honoured-TTL detection.
@@ -65,6 +68,7 @@ impl Default for SimConfig {
             prices: PriceTable::embedded(),
             rules: CacheRules::default(),
             max_recorded: 1_000,
+            max_recorded_bytes: 64 * 1024 * 1024,
             honour_1h: true,
         }
     }
@@ -78,6 +82,7 @@ impl std::fmt::Debug for SimConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("rules", &self.rules)
             .field("max_recorded", &self.max_recorded)
+            .field("max_recorded_bytes", &self.max_recorded_bytes)
             .field("honour_1h", &self.honour_1h)
             .finish_non_exhaustive()
     }
@@ -337,7 +342,8 @@ pub struct Simulator {
     config: SimConfig,
     cache: Mutex<CacheState>,
     faults: Mutex<VecDeque<Fault>>,
-    requests: Mutex<VecDeque<RecordedRequest>>,
+    /// The request log, each entry with its body's approximate size, and their total.
+    requests: Mutex<(VecDeque<(RecordedRequest, usize)>, usize)>,
     seq: AtomicU64,
     started: Instant,
     base_ms: i64,
@@ -356,7 +362,7 @@ impl Simulator {
             config,
             cache: Mutex::new(CacheState::new()),
             faults: Mutex::new(VecDeque::new()),
-            requests: Mutex::new(VecDeque::new()),
+            requests: Mutex::new((VecDeque::new(), 0)),
             seq: AtomicU64::new(0),
             started: Instant::now(),
             base_ms,
@@ -427,9 +433,17 @@ impl Simulator {
     /// Records a request.
     pub fn record(&self, r: RecordedRequest) {
         if let Ok(mut log) = self.requests.lock() {
-            log.push_back(r);
-            while log.len() > self.config.max_recorded {
-                log.pop_front();
+            let (entries, bytes) = &mut *log;
+            let size = approx_size(&r.body);
+            entries.push_back((r, size));
+            *bytes += size;
+            // Bounded by count and by the bodies' size, the oldest dropped first.
+            while entries.len() > self.config.max_recorded
+                || (*bytes > self.config.max_recorded_bytes && entries.len() > 1)
+            {
+                if let Some((_, dropped)) = entries.pop_front() {
+                    *bytes -= dropped;
+                }
             }
         }
     }
@@ -438,14 +452,15 @@ impl Simulator {
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.requests
             .lock()
-            .map(|l| l.iter().cloned().collect())
+            .map(|l| l.0.iter().map(|(r, _)| r.clone()).collect())
             .unwrap_or_default()
     }
 
     /// Forgets the recorded requests.
     pub fn clear_requests(&self) {
         if let Ok(mut l) = self.requests.lock() {
-            l.clear();
+            // A new log, so the memory the old one held goes back too.
+            *l = (VecDeque::new(), 0);
         }
     }
 
@@ -467,12 +482,28 @@ impl Simulator {
     }
 
     /// Answers a messages request body at `now_ms`, updating the shared cache.
-    pub fn messages(&self, body: &Value, seq: u64, now_ms: i64) -> Result<Answer, ApiError> {
+    /// `betas` is the request's `anthropic-beta` header.
+    pub fn messages(
+        &self,
+        body: &Value,
+        betas: Option<&str>,
+        seq: u64,
+        now_ms: i64,
+    ) -> Result<Answer, ApiError> {
         // The mapping first: its errors name the field the way the API does.
         let mut shaped =
             shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
         let request = MessagesRequest::deserialize(body)
             .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        let context_window = self
+            .config
+            .prices
+            .model(&shaped.model)
+            .map(|p| p.context_window)
+            .map_err(|_| {
+                ApiError::new(404, "not_found_error", format!("model: {}", shaped.model))
+            })?;
+        crate::strict::check(body, &request, betas, shaped.total_tokens, context_window)?;
         if request.messages.is_empty() {
             return Err(ApiError::new(
                 400,
@@ -530,5 +561,20 @@ impl Simulator {
             .predict(&shaped.prompt(), now_ms, min_cacheable, &self.config.rules)
             .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
         Ok(shaped.total_tokens)
+    }
+}
+
+/// About how many bytes a JSON value holds: its strings and numbers, and a little per node.
+fn approx_size(value: &Value) -> usize {
+    match value {
+        Value::String(s) => s.len() + 8,
+        Value::Array(items) => 16 + items.iter().map(approx_size).sum::<usize>(),
+        Value::Object(fields) => {
+            16 + fields
+                .iter()
+                .map(|(k, v)| k.len() + 8 + approx_size(v))
+                .sum::<usize>()
+        }
+        _ => 8,
     }
 }

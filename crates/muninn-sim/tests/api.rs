@@ -422,3 +422,110 @@ fn a_sim_stream_assembles_the_same_from_any_chunks() {
         prop_assert_eq!(assemble(&chunks), whole.clone());
     });
 }
+
+/// The simulator refuses what the API refuses, in the API's shape: unknown top-level fields,
+/// `max_tokens` past any model's output, sampling values out of range, a `system` role in
+/// `messages` without the beta that allows it, an empty text block, a prompt past the model's
+/// context window, and a body past 32 MB (a JSON 413, not plain text).
+#[tokio::test]
+async fn what_the_api_refuses_the_simulator_refuses() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
+    let base = request("short", &["x"], false);
+    let with = |patch: &dyn Fn(&mut Value)| {
+        let mut v = base.clone();
+        patch(&mut v);
+        v
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            with(&|v| v["surprise"] = json!(1)),
+            "surprise: Extra inputs are not permitted",
+        ),
+        (
+            with(&|v| v["max_tokens"] = json!(1_000_000_000_000u64)),
+            "max_tokens: 1000000000000 > 128000",
+        ),
+        (
+            with(&|v| v["temperature"] = json!(5)),
+            "temperature: Input should be less than or equal to 1",
+        ),
+        (
+            with(&|v| v["top_p"] = json!(-0.5)),
+            "top_p: Input should be less than or equal to 1",
+        ),
+        (
+            with(&|v| {
+                v["messages"]
+                    .as_array_mut()
+                    .unwrap()
+                    .insert(0, json!({"role": "system", "content": "be brief"}))
+            }),
+            "messages.0.role: Input should be 'user' or 'assistant'",
+        ),
+        (
+            with(&|v| {
+                v["messages"][0]["content"] =
+                    json!([{"type": "text", "text": "", "cache_control": {"type": "ephemeral"}}])
+            }),
+            "messages.0: text content blocks must be non-empty",
+        ),
+        (
+            with(&|v| {
+                v["messages"][0]["content"] =
+                    json!([{"type": "text", "text": "word ".repeat(1_100_000)}])
+            }),
+            "prompt is too long",
+        ),
+    ];
+    for (body, message) in cases {
+        let (status, _, text) = http.api("/v1/messages", &body).await;
+        assert_eq!(status, 400, "{message}: {}", &text[..text.len().min(300)]);
+        let e: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(e["error"]["type"], json!("invalid_request_error"));
+        let got = e["error"]["message"].as_str().unwrap();
+        assert!(got.contains(message), "{got} (wanted {message})");
+    }
+    // Within range everything is answered, and `system` messages are fine under their beta.
+    let fine = with(&|v| {
+        v["temperature"] = json!(0.7);
+        v["metadata"] = json!({"user_id": "u"});
+    });
+    assert_eq!(http.api("/v1/messages", &fine).await.0, 200);
+    let system_turn = with(&|v| {
+        v["messages"]
+            .as_array_mut()
+            .unwrap()
+            .insert(0, json!({"role": "system", "content": "be brief"}))
+    });
+    let (status, _, text) = http
+        .post(
+            "/v1/messages",
+            &system_turn.to_string(),
+            &[
+                ("x-api-key", "sk-test"),
+                ("anthropic-version", "2023-06-01"),
+                (
+                    "anthropic-beta",
+                    "claude-code-20250219,per-turn-control-2026-07-01",
+                ),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    // A body past the API's 32 MB: 413, as JSON.
+    let huge = format!("{{\"pad\":\"{}\"}}", "x".repeat(33 * 1024 * 1024));
+    let (status, _, text) = http
+        .post(
+            "/v1/messages",
+            &huge,
+            &[
+                ("x-api-key", "sk-test"),
+                ("anthropic-version", "2023-06-01"),
+            ],
+        )
+        .await;
+    assert_eq!(status, 413);
+    let e: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(e["error"]["type"], json!("request_too_large"));
+}
