@@ -117,7 +117,7 @@ fn check_sampling(body: &Value) -> Result<(), ApiError> {
         }
     }
     if let Some(v) = body.get("top_k")
-        && !v.as_u64().is_some()
+        && v.as_u64().is_none()
     {
         return Err(refuse("top_k: Input should be greater than or equal to 0"));
     }
