@@ -28,16 +28,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         by_session.entry(&trace.session).or_default().push(trace);
     }
     for (session, traces) in &by_session {
-        let name: String = session
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let name = stored_name(session);
         let path = dir.join(format!("{name}.jsonl"));
         // Write to a temporary name and rename, so a crash never leaves a torn stored file.
         let tmp = dir.join(format!(".{name}.jsonl.tmp"));
@@ -61,4 +52,47 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         import.stats.synthetic_dropped,
     )?;
     Ok(())
+}
+
+/// The stored file name of a session: its id with every byte outside `[A-Za-z0-9-]` written as
+/// `_xx` (so `a/b`, `a_b` and `a:b` stay three files, not one), and a long id cut with a digest
+/// of the whole appended (file names are limited to 255 bytes).
+fn stored_name(session: &str) -> String {
+    const KEPT: usize = 120;
+    let mut name = String::with_capacity(session.len());
+    for b in session.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' {
+            name.push(b as char);
+        } else {
+            name.push_str(&format!("_{b:02x}"));
+        }
+    }
+    if name.len() > KEPT {
+        let digest = muninn_core::cache::hash_bytes(session.as_bytes());
+        name.truncate(KEPT);
+        name.push_str(&format!("_{digest:016x}"));
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stored_name;
+
+    #[test]
+    fn distinct_sessions_get_distinct_names() {
+        let ids = ["a/b", "a_b", "a:b", "a b", "a%2fb", "ab", "A-b", "é"];
+        let names: std::collections::BTreeSet<String> =
+            ids.iter().map(|s| stored_name(s)).collect();
+        assert_eq!(names.len(), ids.len(), "{names:?}");
+        assert_eq!(stored_name("a_b"), "a_5fb");
+        assert!(names.iter().all(|n| {
+            n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        }));
+        let long = "x/".repeat(400);
+        let other = format!("{}y", "x/".repeat(400));
+        assert!(stored_name(&long).len() < 200);
+        assert_ne!(stored_name(&long), stored_name(&other));
+    }
 }
