@@ -33,6 +33,7 @@ mod sql;
 pub mod sqlite;
 pub mod store;
 pub mod types;
+mod write;
 
 pub use error::{Result, StoreError};
 pub use postgres::PostgresStore;

@@ -19,7 +19,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Row};
 
 use crate::error::{Result, StoreError};
 
@@ -95,8 +95,8 @@ impl PostgresStore {
     }
 
     /// Starts a write transaction (READ COMMITTED; fenced writes lock the lease row).
-    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>> {
-        Ok(self.pool.begin().await?)
+    async fn begin_write(&self) -> Result<crate::write::WriteTx<Postgres>> {
+        crate::write::WriteTx::begin(&self.pool, "BEGIN").await
     }
 
     /// Applies pending migrations in one transaction under an advisory lock.

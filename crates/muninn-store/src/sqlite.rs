@@ -24,7 +24,7 @@ use std::time::Duration;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::{Row, Sqlite};
 
 use crate::error::{Result, StoreError};
 
@@ -130,8 +130,8 @@ impl SqliteStore {
     }
 
     /// Starts a write transaction holding the database's write lock.
-    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    async fn begin_write(&self) -> Result<crate::write::WriteTx<Sqlite>> {
+        crate::write::WriteTx::begin(&self.pool, "BEGIN IMMEDIATE").await
     }
 
     /// Applies pending migrations in one `BEGIN IMMEDIATE` transaction, so two processes

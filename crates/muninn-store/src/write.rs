@@ -1,0 +1,98 @@
+//! A write transaction that cannot poison the pool.
+//!
+//! sqlx's own `Transaction` hands its connection back to the pool whatever happened. When a
+//! `COMMIT` fails — a full disk, an I/O error — the connection goes back with the transaction in
+//! an unknown state, and sqlx's bookkeeping then refuses every later `BEGIN` on it
+//! ("attempted to call begin_with at non-zero transaction depth"): every write failed until the
+//! host restarted, even after the disk had room again. [`WriteTx`] begins and ends the
+//! transaction itself, on a connection it owns, and takes that connection out of the pool
+//! whenever the transaction does not end in a successful `COMMIT` — a failed commit, a rollback
+//! that failed, or a transaction dropped by an early return. The connection is detached from
+//! the pool and dropped on the spot: SQLite's connection worker closes its handle on its own
+//! thread and PostgreSQL's socket closes, so the write lock goes at once (an asynchronous
+//! close would wait for the runtime, holding the database's write lock meanwhile), and both
+//! engines roll back a transaction whose connection goes. The pool opens a fresh connection
+//! for the next writer.
+
+use crate::error::Result;
+use sqlx::pool::PoolConnection;
+use sqlx::{Database, Executor, Pool};
+use std::ops::{Deref, DerefMut};
+
+/// A write transaction on a pooled connection; see the module documentation.
+pub(crate) struct WriteTx<DB: Database> {
+    /// The connection: taken only by `drop`.
+    conn: Option<PoolConnection<DB>>,
+    /// Whether the transaction ended cleanly (committed or rolled back): only then does the
+    /// connection go back to the pool.
+    ended: bool,
+}
+
+impl<DB: Database> WriteTx<DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    /// Takes a connection and begins a transaction on it with `begin` (`BEGIN IMMEDIATE` on
+    /// SQLite, `BEGIN` on PostgreSQL).
+    pub(crate) async fn begin(pool: &Pool<DB>, begin: &'static str) -> Result<WriteTx<DB>> {
+        let mut tx = WriteTx {
+            conn: Some(pool.acquire().await?),
+            ended: false,
+        };
+        sqlx::raw_sql(begin).execute(&mut *tx).await?;
+        Ok(tx)
+    }
+
+    /// Commits. On failure the connection is closed (after a best-effort rollback), never
+    /// handed back to the pool.
+    pub(crate) async fn commit(mut self) -> Result<()> {
+        match sqlx::raw_sql("COMMIT").execute(&mut *self).await {
+            Ok(_) => {
+                self.ended = true;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = sqlx::raw_sql("ROLLBACK").execute(&mut *self).await;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Rolls back (an idempotent write that found its work already done).
+    pub(crate) async fn rollback(mut self) -> Result<()> {
+        sqlx::raw_sql("ROLLBACK").execute(&mut *self).await?;
+        self.ended = true;
+        Ok(())
+    }
+}
+
+impl<DB: Database> Drop for WriteTx<DB> {
+    fn drop(&mut self) {
+        if !self.ended
+            && let Some(conn) = self.conn.take()
+        {
+            drop(conn.detach());
+        }
+    }
+}
+
+// The connection is `Some` from `begin` until `drop` takes it: nothing can reach a `WriteTx`
+// in between without one.
+#[allow(clippy::expect_used)]
+impl<DB: Database> Deref for WriteTx<DB> {
+    type Target = DB::Connection;
+    fn deref(&self) -> &DB::Connection {
+        self.conn
+            .as_ref()
+            .expect("a write transaction has its connection")
+    }
+}
+
+#[allow(clippy::expect_used)]
+impl<DB: Database> DerefMut for WriteTx<DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        self.conn
+            .as_mut()
+            .expect("a write transaction has its connection")
+    }
+}
