@@ -119,13 +119,15 @@ impl<T: Transport> AnthropicBackend<T> {
             Some(CacheControl::with_ttl(session.spec.conversation_ttl)),
         );
         let spec = &session.spec;
-        let n = spec.system.len();
+        // An empty layer (no doctrine configured, say) is left out: the API refuses an empty
+        // text block.
+        let layers: Vec<&String> = spec.system.iter().filter(|t| !t.is_empty()).collect();
+        let n = layers.len();
         // Every system layer closes with its own breakpoint (the last three, leaving the fourth
         // for the conversation): a layer that stays the same across segments — the doctrine —
         // is then read from cache by a new segment even when a later layer changed.
-        let system = spec
-            .system
-            .iter()
+        let system = layers
+            .into_iter()
             .enumerate()
             .map(|(i, text)| ContentBlock::Text {
                 text: text.clone(),
