@@ -11,4 +11,5 @@ mod resume;
 mod runtime;
 mod scripted;
 mod self_flush;
+mod telemetry;
 mod wake;

@@ -4,12 +4,14 @@
 //! `replay` and `import` over `muninn-import` + `muninn-core`'s replay engine, `check-cache` over
 //! `muninn_core::validate`, `serve` over `muninn-host`, `sim-api` over `muninn-sim`, and the
 //! operator commands (`say`, `tail`, `status`, `ledger`, `brake`, `caps`) over `muninn-api`'s
-//! client. Results go to stdout; progress and diagnostics go to stderr.
+//! client. Results go to stdout; progress, diagnostics and logs (`logs`: `RUST_LOG`,
+//! `--log-format text|json`) go to stderr.
 
 mod check;
 mod closed_loop;
 mod host_cli;
 mod import;
+mod logs;
 mod replay;
 mod serve;
 mod sim_api;
@@ -23,6 +25,9 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "muninn", version, about, long_about = None)]
 struct Cli {
+    /// How log lines on stderr are written (`RUST_LOG` filters them; default `info`).
+    #[arg(long, global = true, value_enum, default_value_t = logs::LogFormat::Text, env = "MUNINN_LOG_FORMAT")]
+    log_format: logs::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -107,6 +112,7 @@ impl InputArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logs::init(cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Replay(args) => replay::run(args),

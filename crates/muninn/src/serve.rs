@@ -5,11 +5,11 @@ use anyhow::Context;
 use muninn_api::ApiToken;
 use muninn_backend::clock::{Clock, SystemClock};
 use muninn_core::price::PriceTable;
+use muninn_host::Host;
 use muninn_host::backends::BackendFactory;
 use muninn_host::config::Config;
 use muninn_host::http::serve;
 use muninn_host::runtime::run_minds;
-use muninn_host::{Host, Signals};
 use muninn_sim::SimClock;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -70,6 +70,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let store = muninn_store::open(&config.database_url())
             .await
             .context("opening the store")?;
+        let store_kind = store.backend();
         let factory = BackendFactory::from_config(&config, |k| std::env::var(k).ok())?;
         let clock: Arc<dyn Clock> = match factory.simulator() {
             Some(sim) => Arc::new(SimClock(sim.clone())),
@@ -80,12 +81,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         } else {
             "the Anthropic API"
         };
-        let host = Host {
-            store,
-            config: Arc::new(config.clone()),
-            clock,
-            signals: Arc::new(Signals::default()),
-        };
+        let host = Host::new(store, config.clone(), clock).with_prices(prices.clone());
         let listener = tokio::net::TcpListener::bind(&config.listen)
             .await
             .with_context(|| format!("binding {}", config.listen))?;
@@ -99,6 +95,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             holder,
             stopped.clone(),
         ));
+        tracing::info!(
+            minds = config.minds.len(),
+            backend,
+            listen = %addr,
+            store = store_kind,
+            data_dir = %config.data_dir.display(),
+            "muninn serve started"
+        );
         // The one line a supervising script waits for; logs go to stderr.
         println!(
             "muninn serve: {} Mind(s) on {backend}, API on http://{addr} (token in {})",
@@ -116,6 +120,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 let _ = tokio::signal::ctrl_c().await;
             }
         }
+        tracing::info!("stopping: releasing leases, ending streams");
         let _ = stop.send(true);
         api.await
             .context("the API task")?

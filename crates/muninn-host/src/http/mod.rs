@@ -6,6 +6,8 @@
 //! echoed or put in an error. Bodies are JSON ([`muninn_api::wire`], which the client in
 //! `muninn-api` shares); every error is `{"error":{"type","message"}}`.
 //!
+//! Three probes need no token: `GET /healthz`, `GET /readyz` and `GET /metrics` (`ops.rs`).
+//!
 //! ## Routes
 //!
 //! | route | what |
@@ -21,6 +23,7 @@
 //! | `GET /v1/minds/{mind}/ledger?from_ms&to_ms&after_id&limit&format=json\|jsonl` | ledger rows |
 //! | `GET`/`PUT /v1/minds/{mind}/settings` | spend cap, window, brake, turn limit |
 //! | `POST`/`DELETE /v1/brake` | the operator brake on/off for every Mind |
+//! | `GET /healthz`, `GET /readyz`, `GET /metrics` | liveness, readiness (503 with the reasons), Prometheus (no token) |
 //!
 //! ## Wake-ups
 //!
@@ -34,14 +37,14 @@
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use muninn_store::{
-    BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, OutboxMessage, Role, StoreError,
+    BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, OutboxMessage, Role,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -53,6 +56,9 @@ use crate::config::MindConfig;
 use muninn_api::ApiToken;
 use muninn_api::wire::*;
 
+mod error;
+mod ops;
+
 /// The longest a long poll waits (`wait_s` is clamped to it).
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 /// How often a waiting long poll or stream re-reads the store without a wake-up.
@@ -61,111 +67,8 @@ pub const POLL_SLICE: Duration = Duration::from_secs(2);
 const DEFAULT_LIMIT: i64 = 100;
 const MAX_LIMIT: i64 = 1000;
 
-// ----- Errors -----
-
-/// An error on its way to the client: a status, a class and a safe message.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    kind: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            kind,
-            message: message.into(),
-        }
-    }
-    fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
-    }
-    fn unprocessable(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "unprocessable", message)
-    }
-    fn mind_not_found(mind: &str) -> ApiError {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "mind_not_found",
-            format!("no Mind {mind:?}"),
-        )
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = ErrorResponse {
-            error: ErrorDetail {
-                kind: self.kind.to_owned(),
-                message: self.message,
-            },
-        };
-        let mut response = (self.status, Json(body)).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        response
-    }
-}
-
-// Store errors become a small wire-level error: the contract's own classes pass through, while
-// database internals (SQL text, connection details) are logged and replaced by a generic message.
-impl From<StoreError> for ApiError {
-    fn from(error: StoreError) -> ApiError {
-        match &error {
-            StoreError::NotFound { .. } => {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", error.to_string())
-            }
-            StoreError::Invalid(_) => ApiError::unprocessable(error.to_string()),
-            StoreError::Fenced { .. } | StoreError::TurnAlreadyRecorded { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "conflict", error.to_string())
-            }
-            _ if error.is_retryable() => {
-                tracing::warn!(%error, "store unavailable");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "the store is busy or unreachable; retry",
-                )
-            }
-            _ => {
-                tracing::error!(%error, "store error");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "internal error (logged by the host)",
-                )
-            }
-        }
-    }
-}
-
-impl From<JsonRejection> for ApiError {
-    fn from(rejection: JsonRejection) -> ApiError {
-        ApiError::bad_request(rejection.body_text())
-    }
-}
-impl From<QueryRejection> for ApiError {
-    fn from(rejection: QueryRejection) -> ApiError {
-        ApiError::bad_request(rejection.body_text())
-    }
-}
-impl From<PathRejection> for ApiError {
-    fn from(rejection: PathRejection) -> ApiError {
-        ApiError::bad_request(rejection.body_text())
-    }
-}
-
-type ApiResult<T> = Result<T, ApiError>;
+pub use error::ApiError;
+pub(crate) use error::ApiResult;
 
 // ----- The router -----
 
@@ -224,6 +127,8 @@ fn router_with(
             get(get_settings).put(put_settings),
         )
         .route("/v1/brake", post(brake_on).delete(brake_off))
+        .with_state(state.clone())
+        .merge(ops::router(state.host.clone()))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -232,12 +137,8 @@ fn router_with(
                 "method not allowed on this route",
             )
         })
-        // Outermost, so every route and the fallbacks are behind the token.
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            require_token,
-        ))
-        .with_state(state)
+        // Outermost, so every route and the fallbacks are behind the token (but the probes).
+        .layer(axum::middleware::from_fn_with_state(state, require_token))
 }
 
 /// Serves the API on `listener` until `shutdown` completes. Graceful: requests in flight
@@ -258,6 +159,10 @@ pub async fn serve(
 }
 
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if ops::PUBLIC_PATHS.contains(&path) {
+        return next.run(request).await;
+    }
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -359,7 +264,8 @@ fn from_settings(settings: &Settings) -> ApiResult<MindSettings> {
     })
 }
 
-async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<MindConfig>> {
+/// A Mind's status as `GET /v1/minds/{mind}` shows it (the dashboard shows the same).
+pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<MindConfig>> {
     let stored = host.store.mind(id).await?;
     let config = host.config.mind(id).cloned();
     if stored.is_none() && config.is_none() {
@@ -423,8 +329,11 @@ async fn set_brake(host: &Host, brake: bool) -> ApiResult<BrakeResponse> {
     for mind in host.store.minds().await? {
         let mut settings = host.store.settings(&mind.id).await?;
         if settings.brake != brake {
+            let before = settings.clone();
             settings.brake = brake;
             host.store.put_settings(&mind.id, &settings, now).await?;
+            host.telemetry
+                .settings_changed(&mind.id, &before, &settings, "/v1/brake");
         }
         minds.push(mind.id);
     }
@@ -786,9 +695,12 @@ async fn put_settings(
     let settings = from_settings(&request)?;
     let host = &state.host;
     require_mind(host, &mind).await?;
+    let before = host.store.settings(&mind).await?;
     host.store
         .put_settings(&mind, &settings, host.clock.now_ms())
         .await?;
+    host.telemetry
+        .settings_changed(&mind, &before, &settings, "/v1/minds/{mind}/settings");
     host.signals.wake(&mind);
     Ok(Json(to_settings(&host.store.settings(&mind).await?)))
 }

@@ -1,6 +1,7 @@
 //! The Mind's lease: one writer per Mind, fenced.
 
 use super::{MindRunner, RuntimeError};
+use crate::telemetry::LeaseChange;
 use muninn_backend::Backend;
 use muninn_store::{FencingToken, StoreError};
 
@@ -25,6 +26,7 @@ impl<B: Backend> MindRunner<B> {
                 Err(StoreError::Fenced { .. }) => {
                     // Someone else took over: our sessions are no longer the Mind's.
                     self.lease = None;
+                    self.host.telemetry.lease(&self.mind.id, LeaseChange::Lost);
                     self.persona.mark_broken(now);
                     self.selfs.mark_broken(now);
                 }
@@ -47,6 +49,11 @@ impl<B: Backend> MindRunner<B> {
             // otherwise it starts a fresh segment. Either way the accounting is read back
             // from the ledger first, so the counts continue where the last holder left them.
             let fork = previous.is_some();
+            if let Some(lease) = &taken {
+                let token = lease.token.0;
+                let change = LeaseChange::Taken { token, fork };
+                self.host.telemetry.lease(&self.mind.id, change);
+            }
             for session in [&mut self.persona, &mut self.selfs] {
                 session.mark_broken(now);
                 session.resume = Some(fork);
@@ -64,6 +71,9 @@ impl<B: Backend> MindRunner<B> {
                 .store
                 .release_lease(&self.mind.id, lease.token)
                 .await?;
+            self.host
+                .telemetry
+                .lease(&self.mind.id, LeaseChange::Released);
         }
         Ok(())
     }

@@ -85,6 +85,7 @@ use muninn_store::{BriefStatus, Lease, Role, StoreError};
 use serde_json::Value;
 use session::Session;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// How long a lease lasts by default (`lease_ttl_ms` in the configuration); it is renewed when
 /// less than a third is left.
@@ -157,6 +158,11 @@ pub struct MindRunner<B: Backend> {
     turns_this_wake: u32,
     /// The newest delivery seq seen: a newer one is an arrival, so a new wake.
     newest_seen: i64,
+    /// When the current step began (a request's latency is measured from it).
+    step_started: tokio::time::Instant,
+    /// The session the current step works on, once it is known (a failed step's backend error
+    /// is counted against it).
+    working: Option<Role>,
 }
 
 impl<B: Backend> std::fmt::Debug for MindRunner<B> {
@@ -209,6 +215,8 @@ impl<B: Backend> MindRunner<B> {
             selfs,
             turns_this_wake: 0,
             newest_seen: 0,
+            step_started: tokio::time::Instant::now(),
+            working: None,
         })
     }
 
@@ -258,9 +266,16 @@ impl<B: Backend> MindRunner<B> {
         self.turns_this_wake = 0;
     }
 
+    /// The session the last step worked on, once it got that far (for telemetry).
+    pub fn working_role(&self) -> Option<Role> {
+        self.working
+    }
+
     /// Does the next piece of work, if any.
     pub async fn step(&mut self) -> Result<Step, RuntimeError> {
         let now = self.host.clock.now_ms();
+        self.step_started = tokio::time::Instant::now();
+        self.working = None;
         let Some(token) = self.token(now).await? else {
             return Ok(Step::NotLeader);
         };
@@ -309,6 +324,7 @@ impl<B: Backend> MindRunner<B> {
         }
         if has_work {
             self.turns_this_wake += 1;
+            self.working = Some(Role::Persona);
             return self
                 .persona_turn(token, now, next_batch(&pending).to_vec())
                 .await;
@@ -320,6 +336,7 @@ impl<B: Backend> MindRunner<B> {
                 .claim_brief(&self.mind.id, token, now)
                 .await?
         {
+            self.working = Some(Role::SelfRole);
             return self.self_turn(token, now, brief).await;
         }
         self.idle(token, now).await
@@ -360,6 +377,10 @@ pub async fn run_mind<B: Backend>(
     runner.register().await?;
     let wake = runner.host.signals.waiter(runner.id());
     let clock = runner.host.clock.clone();
+    let telemetry = runner.host.telemetry.clone();
+    let _up = telemetry.runner_started(runner.id());
+    // Every event of a step — the backend's own retries included — names the Mind.
+    let span = tracing::info_span!("mind", mind = %runner.id());
     let mut backoff_ms = 250u64;
     // An idle holder steps at least every third of the lease: it renews the lease before it runs
     // out (or another host would take the Mind over and rebuild its session) and sees deliveries
@@ -369,7 +390,9 @@ pub async fn run_mind<B: Backend>(
         if *shutdown.borrow() {
             break;
         }
-        let step = runner.step().await;
+        telemetry.step_began(runner.id(), clock.now_ms());
+        let step = runner.step().instrument(span.clone()).await;
+        telemetry.stepped(runner.id(), runner.working_role(), &step, clock.now_ms());
         let wait_ms: u64 = match &step {
             Ok(Step::PersonaTurn { .. } | Step::SelfTurn { .. } | Step::Ping) => {
                 backoff_ms = 250;
@@ -380,8 +403,8 @@ pub async fn run_mind<B: Backend>(
             }
             Ok(Step::Idle { until_ms: None } | Step::NotLeader) => lease_third,
             Ok(Step::Braked | Step::OverBudget) => 5_000,
-            Err(e) => {
-                tracing::warn!(mind = runner.id(), error = %e, "step failed; retrying");
+            Err(_) => {
+                // Logged and counted by `telemetry.stepped`.
                 backoff_ms = (backoff_ms * 2).min(30_000);
                 backoff_ms
             }
@@ -413,6 +436,9 @@ pub async fn run_minds(
     }
     // The claude-cli sessions share one process pool: a sweeper parks the children idle longer
     // than they are worth. It runs beside the Minds and stops with them.
+    if let Some(pool) = factory.process_pool() {
+        host.telemetry.set_pool(pool.clone());
+    }
     let sweeper = factory.process_pool().cloned().map(|pool| {
         let mut shutdown = shutdown.clone();
         let every = pool.config().policy.min_idle.clamp(
