@@ -25,6 +25,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The Mind [`workload`] runs: a small memory budget, so the cold wake after the hour-long gap
+/// starts a fresh segment (the timeline has more than one).
+pub(crate) const WORKLOAD_MIND: &str = "memory_tokens = 300";
+
 /// The idle gaps of [`workload`], ms: inside the 5-minute TTL, around it, and past the hour.
 const GAPS_MS: [i64; 10] = [
     20_000, 45_000, 240_000, 400_000, 30_000, 90_000, 4_000_000, 15_000, 200_000, 60_000,
@@ -129,10 +133,62 @@ fn is_turn(row: &LedgerRow) -> bool {
             .is_some_and(|d| d.kind == muninn_core::ledger::RowKind::Request)
 }
 
+/// The metrics of one role's session equal its ledger rows: requests, turns, tokens by kind,
+/// cost (exactly), decisions and misses.
+fn role_equals_the_ledger(
+    samples: &BTreeMap<(String, String), f64>,
+    text: &str,
+    rows: &[LedgerRow],
+    role: &str,
+) {
+    let of_role: Vec<&LedgerRow> = rows.iter().filter(|r| r.role == role).collect();
+    let label = format!("role=\"{role}\"");
+    assert_eq!(
+        sum(samples, "muninn_requests_total", &[&label]),
+        of_role.len() as f64,
+        "{role}"
+    );
+    assert_eq!(
+        sum(samples, "muninn_turns_total", &[&label]),
+        of_role.iter().filter(|r| is_turn(r)).count() as f64,
+        "{role}"
+    );
+    let tokens = |kind: &str| {
+        sum(
+            samples,
+            "muninn_tokens_total",
+            &[&label, &format!("kind=\"{kind}\"")],
+        )
+    };
+    let total = |f: fn(&LedgerRow) -> u64| of_role.iter().map(|r| f(r)).sum::<u64>() as f64;
+    assert_eq!(tokens("uncached"), total(|r| r.usage.input));
+    assert_eq!(tokens("cache_write_5m"), total(|r| r.usage.cache_write_5m));
+    assert_eq!(tokens("cache_write_1h"), total(|r| r.usage.cache_write_1h));
+    assert_eq!(tokens("cache_read"), total(|r| r.usage.cache_read));
+    assert_eq!(tokens("output"), total(|r| r.usage.output));
+    let cost: i64 = of_role.iter().map(|r| r.cost.0).sum();
+    // Exact: the exposition writes micro-dollars as dollars with six decimals.
+    let line = format!(
+        "muninn_cost_usd_total{{mind=\"vala\",{label}}} {}.{:06}",
+        cost / 1_000_000,
+        cost % 1_000_000
+    );
+    assert!(text.contains(&line), "{line} not in\n{text}");
+    assert_eq!(
+        sum(samples, "muninn_decisions_total", &[&label]),
+        of_role.len() as f64
+    );
+    let misses = of_role.iter().filter(|r| r.miss_cause.is_some()).count();
+    assert_eq!(
+        sum(samples, "muninn_cache_misses_total", &[&label]),
+        misses as f64
+    );
+}
+
 #[tokio::test]
 async fn metrics_after_a_workload_equal_the_ledger() {
     let w = world().await;
-    let mut r = runner(&w, mind(""), "host-a");
+    let mut r = runner(&w, mind(WORKLOAD_MIND), "host-a");
     let steps = workload(&w, &mut r).await;
     assert!(steps.contains(&Step::Ping), "the workload pings: {steps:?}");
     assert!(steps.iter().any(|s| matches!(s, Step::SelfTurn { .. })));
@@ -155,48 +211,7 @@ async fn metrics_after_a_workload_equal_the_ledger() {
         rows.len() as f64
     );
     for role in ["persona", "self"] {
-        let of_role: Vec<&LedgerRow> = rows.iter().filter(|r| r.role == role).collect();
-        let label = format!("role=\"{role}\"");
-        assert_eq!(
-            sum(&samples, "muninn_requests_total", &[&label]),
-            of_role.len() as f64,
-            "{role}"
-        );
-        assert_eq!(
-            sum(&samples, "muninn_turns_total", &[&label]),
-            of_role.iter().filter(|r| is_turn(r)).count() as f64,
-            "{role}"
-        );
-        let tokens = |kind: &str| {
-            sum(
-                &samples,
-                "muninn_tokens_total",
-                &[&label, &format!("kind=\"{kind}\"")],
-            )
-        };
-        let total = |f: fn(&LedgerRow) -> u64| of_role.iter().map(|r| f(r)).sum::<u64>() as f64;
-        assert_eq!(tokens("uncached"), total(|r| r.usage.input));
-        assert_eq!(tokens("cache_write_5m"), total(|r| r.usage.cache_write_5m));
-        assert_eq!(tokens("cache_write_1h"), total(|r| r.usage.cache_write_1h));
-        assert_eq!(tokens("cache_read"), total(|r| r.usage.cache_read));
-        assert_eq!(tokens("output"), total(|r| r.usage.output));
-        let cost: i64 = of_role.iter().map(|r| r.cost.0).sum();
-        // Exact: the exposition writes micro-dollars as dollars with six decimals.
-        let line = format!(
-            "muninn_cost_usd_total{{mind=\"vala\",{label}}} {}.{:06}",
-            cost / 1_000_000,
-            cost % 1_000_000
-        );
-        assert!(text.contains(&line), "{line} not in\n{text}");
-        assert_eq!(
-            sum(&samples, "muninn_decisions_total", &[&label]),
-            of_role.len() as f64
-        );
-        let misses = of_role.iter().filter(|r| r.miss_cause.is_some()).count();
-        assert_eq!(
-            sum(&samples, "muninn_cache_misses_total", &[&label]),
-            misses as f64
-        );
+        role_equals_the_ledger(&samples, &text, &rows, role);
     }
     let pings = rows
         .iter()
@@ -373,29 +388,75 @@ async fn until_status(http: &reqwest::Client, url: &str, want: u16) -> String {
     }
 }
 
+/// Posts a delivery for the test Mind; returns its seq.
+async fn deliver(host: &Host, sim: &muninn_sim::sim::Simulator, source_id: &str) -> i64 {
+    host.store
+        .post_delivery(
+            "vala",
+            &muninn_store::NewDelivery {
+                room: "#swarm".into(),
+                sender: "ari".into(),
+                is_direct: false,
+                to_you: true,
+                text: "anyone there?".into(),
+                source_id: source_id.into(),
+                received_at_ms: sim.now_ms(),
+                context: Vec::new(),
+            },
+        )
+        .await
+        .unwrap()
+        .seq
+}
+
+/// A host configured with the test Mind (no runner yet), its API on loopback.
+struct ProbeHost {
+    host: Host,
+    sim: Arc<muninn_sim::sim::Simulator>,
+    base: String,
+    stop: tokio::sync::watch::Sender<bool>,
+    stopped: tokio::sync::watch::Receiver<bool>,
+    _dir: tempfile::TempDir,
+}
+
+impl ProbeHost {
+    async fn start() -> ProbeHost {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config: Config = toml::from_str("").unwrap();
+        config.data_dir = dir.path().to_owned();
+        config.minds.push(mind(""));
+        let store = muninn_store::open(&config.database_url()).await.unwrap();
+        let sim = Arc::new(muninn_sim::sim::Simulator::new(
+            muninn_sim::sim::SimConfig {
+                frozen_at_ms: Some(crate::runtime::T0),
+                ..Default::default()
+            },
+        ));
+        let host = Host::new(store, config, Arc::new(SimClock(sim.clone())));
+        let token = ApiToken::new("probe-test-token");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mut api_stopped = stopped.clone();
+        tokio::spawn(serve(host.clone(), token, listener, async move {
+            let _ = api_stopped.changed().await;
+        }));
+        muninn_anthropic::client::install_ring_provider();
+        ProbeHost {
+            host,
+            sim,
+            base,
+            stop,
+            stopped,
+            _dir: dir,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_need_no_token_and_readiness_names_what_fails() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config: Config = toml::from_str("").unwrap();
-    config.data_dir = dir.path().to_owned();
-    config.minds.push(mind(""));
-    let store = muninn_store::open(&config.database_url()).await.unwrap();
-    let sim = Arc::new(muninn_sim::sim::Simulator::new(
-        muninn_sim::sim::SimConfig {
-            frozen_at_ms: Some(crate::runtime::T0),
-            ..Default::default()
-        },
-    ));
-    let host = Host::new(store, config, Arc::new(SimClock(sim.clone())));
-    let token = ApiToken::new("probe-test-token");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut api_stopped = stopped.clone();
-    tokio::spawn(serve(host.clone(), token, listener, async move {
-        let _ = api_stopped.changed().await;
-    }));
-    muninn_anthropic::client::install_ring_provider();
+    let probe = ProbeHost::start().await;
+    let (host, sim, base, stopped) = (&probe.host, &probe.sim, &probe.base, &probe.stopped);
     let http = reqwest::Client::new();
 
     assert_eq!(
@@ -436,24 +497,7 @@ async fn probes_need_no_token_and_readiness_names_what_fails() {
 
     // An outage: the delivery's turn fails, is retried, and readiness says why.
     down.store(true, Ordering::SeqCst);
-    let seq = host
-        .store
-        .post_delivery(
-            "vala",
-            &muninn_store::NewDelivery {
-                room: "#swarm".into(),
-                sender: "ari".into(),
-                is_direct: false,
-                to_you: true,
-                text: "anyone there?".into(),
-                source_id: "outage-1".into(),
-                received_at_ms: sim.now_ms(),
-                context: Vec::new(),
-            },
-        )
-        .await
-        .unwrap()
-        .seq;
+    let seq = deliver(host, sim, "outage-1").await;
     host.signals.wake("vala");
     let body = until_status(&http, &format!("{base}/readyz"), 503).await;
     assert!(
@@ -492,6 +536,6 @@ async fn probes_need_no_token_and_readiness_names_what_fails() {
     host.store.close().await;
     let body = until_status(&http, &format!("{base}/readyz"), 503).await;
     assert!(body.contains("store: the query failed"), "{body}");
-    stop.send(true).unwrap();
+    probe.stop.send(true).unwrap();
     let _ = running.await;
 }

@@ -209,21 +209,48 @@ pub async fn render(host: &Host) -> String {
     out.text
 }
 
+/// Each session's counters with its Mind and role.
+type Sessions<'a> = [(&'a str, &'a str, &'a SessionCounters)];
+
 fn write_counters(out: &mut Exposition, snapshot: &Snapshot) {
     let sessions: Vec<(&str, &str, &SessionCounters)> = snapshot
         .sessions
         .iter()
         .map(|((mind, role), c)| (mind.as_str(), *role, c))
         .collect();
-    out.family("muninn_requests_total");
+    write_usage(out, &sessions);
+    write_decisions(out, &sessions);
+    write_latency(out, &sessions);
+    out.family("muninn_prefix_tokens");
     for (mind, role, c) in &sessions {
+        let labels = [("mind", *mind), ("role", role)];
+        out.sample("muninn_prefix_tokens", &labels, c.prefix_tokens);
+    }
+    out.family("muninn_context_ceiling_tokens");
+    for (mind, role, c) in &sessions {
+        let labels = [("mind", *mind), ("role", role)];
+        out.sample("muninn_context_ceiling_tokens", &labels, c.ceiling_tokens);
+    }
+    out.family("muninn_step_failures_total");
+    for (mind, live) in &snapshot.minds {
+        for (cause, n) in &live.step_failures {
+            let labels = [("mind", mind.as_str()), ("cause", cause)];
+            out.sample("muninn_step_failures_total", &labels, n);
+        }
+    }
+}
+
+/// Requests, turns, tokens and cost.
+fn write_usage(out: &mut Exposition, sessions: &Sessions<'_>) {
+    out.family("muninn_requests_total");
+    for (mind, role, c) in sessions {
         for (kind, n) in &c.requests {
             let labels = [("mind", *mind), ("role", role), ("kind", kind)];
             out.sample("muninn_requests_total", &labels, n);
         }
     }
     out.family("muninn_turns_total");
-    for (mind, role, c) in &sessions {
+    for (mind, role, c) in sessions {
         out.sample(
             "muninn_turns_total",
             &[("mind", mind), ("role", role)],
@@ -231,19 +258,23 @@ fn write_counters(out: &mut Exposition, snapshot: &Snapshot) {
         );
     }
     out.family("muninn_tokens_total");
-    for (mind, role, c) in &sessions {
+    for (mind, role, c) in sessions {
         for (kind, n) in TOKEN_KINDS.iter().zip(c.tokens) {
             let labels = [("mind", *mind), ("role", role), ("kind", kind)];
             out.sample("muninn_tokens_total", &labels, n);
         }
     }
     out.family("muninn_cost_usd_total");
-    for (mind, role, c) in &sessions {
+    for (mind, role, c) in sessions {
         let labels = [("mind", *mind), ("role", role)];
         out.sample("muninn_cost_usd_total", &labels, usd(c.cost_micro_usd));
     }
+}
+
+/// Decisions, misses, retries, errors and session events.
+fn write_decisions(out: &mut Exposition, sessions: &Sessions<'_>) {
     out.family("muninn_decisions_total");
-    for (mind, role, c) in &sessions {
+    for (mind, role, c) in sessions {
         for ((action, reason), n) in &c.decisions {
             let labels = [
                 ("mind", *mind),
@@ -255,33 +286,37 @@ fn write_counters(out: &mut Exposition, snapshot: &Snapshot) {
         }
     }
     out.family("muninn_cache_misses_total");
-    for (mind, role, c) in &sessions {
+    for (mind, role, c) in sessions {
         for (cause, n) in &c.misses {
             let labels = [("mind", *mind), ("role", role), ("cause", cause)];
             out.sample("muninn_cache_misses_total", &labels, n);
         }
     }
     out.family("muninn_backend_retries_total");
-    for (mind, role, c) in &sessions {
+    for (mind, role, c) in sessions {
         let labels = [("mind", *mind), ("role", role)];
         out.sample("muninn_backend_retries_total", &labels, c.retries);
     }
     out.family("muninn_backend_errors_total");
-    for (mind, role, c) in &sessions {
+    for (mind, role, c) in sessions {
         for (kind, n) in &c.backend_errors {
             let labels = [("mind", *mind), ("role", role), ("kind", kind)];
             out.sample("muninn_backend_errors_total", &labels, n);
         }
     }
     out.family("muninn_session_events_total");
-    for (mind, role, c) in &sessions {
+    for (mind, role, c) in sessions {
         for (event, n) in &c.session_events {
             let labels = [("mind", *mind), ("role", role), ("event", event)];
             out.sample("muninn_session_events_total", &labels, n);
         }
     }
+}
+
+/// The turn latency histogram.
+fn write_latency(out: &mut Exposition, sessions: &Sessions<'_>) {
     out.family("muninn_turn_latency_seconds");
-    for (mind, role, c) in &sessions {
+    for (mind, role, c) in sessions {
         let mut cumulative = 0;
         for (bound, n) in LATENCY_BUCKETS_S.iter().zip(c.latency.buckets) {
             cumulative += n;
@@ -302,23 +337,6 @@ fn write_counters(out: &mut Exposition, snapshot: &Snapshot) {
             &labels,
             c.latency.count,
         );
-    }
-    out.family("muninn_prefix_tokens");
-    for (mind, role, c) in &sessions {
-        let labels = [("mind", *mind), ("role", role)];
-        out.sample("muninn_prefix_tokens", &labels, c.prefix_tokens);
-    }
-    out.family("muninn_context_ceiling_tokens");
-    for (mind, role, c) in &sessions {
-        let labels = [("mind", *mind), ("role", role)];
-        out.sample("muninn_context_ceiling_tokens", &labels, c.ceiling_tokens);
-    }
-    out.family("muninn_step_failures_total");
-    for (mind, live) in &snapshot.minds {
-        for (cause, n) in &live.step_failures {
-            let labels = [("mind", mind.as_str()), ("cause", cause)];
-            out.sample("muninn_step_failures_total", &labels, n);
-        }
     }
 }
 

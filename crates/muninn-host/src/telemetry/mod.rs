@@ -185,6 +185,9 @@ pub struct MindLive {
     pub runner_up: bool,
     /// What the runner is doing.
     pub activity: Activity,
+    /// What its last step came to ([`Activity::name`]; empty before the first): a change of it
+    /// is logged once, not at every step that finds the Mind still braked.
+    pub last_outcome: &'static str,
     /// Set while steps fail (the runner retries with a backoff).
     pub failing: Option<Failing>,
     /// Whether this host holds the Mind's lease.
@@ -329,52 +332,56 @@ impl Telemetry {
         result: &Result<Step, RuntimeError>,
         now_ms: i64,
     ) {
+        match result {
+            Ok(step) => self.succeeded(mind, step, now_ms),
+            Err(error) => self.failed(mind, role, error, now_ms),
+        }
+    }
+
+    fn failed(&self, mind: &str, role: Option<Role>, error: &RuntimeError, now_ms: i64) {
+        let cause = error_cause(error);
         let mut state = self.lock();
         let live = state.minds.entry(mind.to_owned()).or_default();
-        let before = live.activity;
-        let step = match result {
-            Ok(step) => step,
-            Err(error) => {
-                let cause = error_cause(error);
-                *live.step_failures.entry(cause).or_default() += 1;
-                let failing = live.failing.get_or_insert(Failing {
-                    since_ms: now_ms,
-                    failures: 0,
-                    cause,
-                    last_error: String::new(),
-                });
-                failing.failures += 1;
-                failing.cause = cause;
-                failing.last_error = match error {
-                    RuntimeError::Backend(backend) => backend.to_string(),
-                    other => other.to_string(),
-                };
-                let failures = failing.failures;
-                let since_ms = failing.since_ms;
-                if let RuntimeError::Backend(backend) = error {
-                    let role = role.map_or("unknown", Role::as_str);
-                    let counters = state.sessions.entry((mind.to_owned(), role)).or_default();
-                    *counters
-                        .backend_errors
-                        .entry(backend_error_kind(backend))
-                        .or_default() += 1;
-                    if let BackendError::RetriesExhausted { attempts, .. } = backend {
-                        counters.retries += u64::from(attempts.saturating_sub(1));
-                    }
-                }
-                drop(state);
-                tracing::warn!(
-                    mind,
-                    role = role.map(Role::as_str),
-                    cause,
-                    failures,
-                    failing_for_ms = now_ms - since_ms,
-                    error = %error,
-                    "step failed; retrying"
-                );
-                return;
-            }
+        *live.step_failures.entry(cause).or_default() += 1;
+        let failing = live.failing.get_or_insert(Failing {
+            since_ms: now_ms,
+            failures: 0,
+            cause,
+            last_error: String::new(),
+        });
+        failing.failures += 1;
+        failing.cause = cause;
+        failing.last_error = match error {
+            RuntimeError::Backend(backend) => backend.to_string(),
+            other => other.to_string(),
         };
+        let (failures, since_ms) = (failing.failures, failing.since_ms);
+        if let RuntimeError::Backend(backend) = error {
+            let role = role.map_or("unknown", Role::as_str);
+            let counters = state.sessions.entry((mind.to_owned(), role)).or_default();
+            *counters
+                .backend_errors
+                .entry(backend_error_kind(backend))
+                .or_default() += 1;
+            if let BackendError::RetriesExhausted { attempts, .. } = backend {
+                counters.retries += u64::from(attempts.saturating_sub(1));
+            }
+        }
+        drop(state);
+        tracing::warn!(
+            mind,
+            role = role.map(Role::as_str),
+            cause,
+            failures,
+            failing_for_ms = now_ms - since_ms,
+            error = %error,
+            "step failed; retrying"
+        );
+    }
+
+    fn succeeded(&self, mind: &str, step: &Step, now_ms: i64) {
+        let mut state = self.lock();
+        let live = state.minds.entry(mind.to_owned()).or_default();
         live.activity = match step {
             Step::NotLeader => Activity::NotLeader,
             Step::Braked => Activity::Braked,
@@ -387,6 +394,7 @@ impl Telemetry {
             }
         };
         let after = live.activity;
+        let before = std::mem::replace(&mut live.last_outcome, after.name());
         let recovered = live.failing.take();
         drop(state);
         if let Some(failing) = recovered {
@@ -398,7 +406,7 @@ impl Telemetry {
                 "recovered"
             );
         }
-        if after.name() != before.name() {
+        if after.name() != before {
             match after {
                 Activity::Braked => tracing::info!(mind, "braked: no turns until released"),
                 Activity::Capped => {
