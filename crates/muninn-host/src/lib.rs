@@ -12,10 +12,12 @@
 //!   lease, every decision taken from the core's session accounting.
 //! - [`http`] — the HTTP API's server (axum, loopback, bearer token). Its wire types, token and
 //!   client are in `muninn-api`, which clients use without linking the server. Beside the API:
-//!   `/healthz`, `/readyz` and `/metrics` (no token).
+//!   `/healthz`, `/readyz` and `/metrics` (no token) and the [`dashboard`].
 //! - [`telemetry`] — what the host tells its operator: one log event and one set of counters per
 //!   request, retry, session event, failed step and lease or settings change, fed from a few
 //!   named points of the runtime; the Prometheus exposition and the readiness checks.
+//! - [`dashboard`] — server-rendered pages (HTML, inline SVG charts) over the store and the
+//!   telemetry: each Mind's state, segments, costs against the simple designs, decisions, ledger.
 //!
 //! ## Invariants
 //!
@@ -30,6 +32,7 @@
 
 pub mod backends;
 pub mod config;
+pub mod dashboard;
 pub mod http;
 pub mod runtime;
 pub mod telemetry;

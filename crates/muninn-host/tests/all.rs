@@ -2,9 +2,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod browser;
 mod closed_loop;
 mod compact;
 mod config;
+mod dashboard;
 mod http;
 mod reply;
 mod resume;

@@ -20,12 +20,16 @@ pub(crate) struct World {
     _dir: tempfile::TempDir,
 }
 
-pub(crate) fn mind(extra: &str) -> MindConfig {
-    let text = format!(
+/// The test Mind's configuration as TOML, with `extra` lines.
+pub(crate) fn mind_toml(extra: &str) -> String {
+    format!(
         "id = 'vala'\nrooms = ['#swarm', '#burn']\ndoctrine_text = '''{}'''\n{extra}",
         "You are Vala, a careful and curious mind. ".repeat(200)
-    );
-    toml::from_str(&text).unwrap()
+    )
+}
+
+pub(crate) fn mind(extra: &str) -> MindConfig {
+    toml::from_str(&mind_toml(extra)).unwrap()
 }
 
 pub(crate) async fn world() -> World {

@@ -6,7 +6,12 @@
 //! echoed or put in an error. Bodies are JSON ([`muninn_api::wire`], which the client in
 //! `muninn-api` shares); every error is `{"error":{"type","message"}}`.
 //!
-//! Three probes need no token: `GET /healthz`, `GET /readyz` and `GET /metrics` (`ops.rs`).
+//! Three probes need no token: `GET /healthz`, `GET /readyz` and `GET /metrics` (`ops.rs`). The
+//! [`dashboard`](crate::dashboard) (`/dashboard…`) takes the bearer token or the dashboard's
+//! cookie (set by its login page, `HttpOnly`, `SameSite=Strict`); the `/v1` routes accept that
+//! cookie too, but only on requests carrying `X-Muninn-Dashboard: 1` — a header a cross-site page
+//! cannot send without a CORS preflight this server never grants — which is how the dashboard's
+//! brake and caps controls call the API.
 //!
 //! ## Routes
 //!
@@ -24,6 +29,7 @@
 //! | `GET`/`PUT /v1/minds/{mind}/settings` | spend cap, window, brake, turn limit |
 //! | `POST`/`DELETE /v1/brake` | the operator brake on/off for every Mind |
 //! | `GET /healthz`, `GET /readyz`, `GET /metrics` | liveness, readiness (503 with the reasons), Prometheus (no token) |
+//! | `GET /dashboard`, `GET /dashboard/minds/{mind}`, `/dashboard/login` | the dashboard (HTML) |
 //!
 //! ## Wake-ups
 //!
@@ -129,6 +135,10 @@ fn router_with(
         .route("/v1/brake", post(brake_on).delete(brake_off))
         .with_state(state.clone())
         .merge(ops::router(state.host.clone()))
+        .merge(crate::dashboard::router(
+            state.host.clone(),
+            state.token.clone(),
+        ))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -137,7 +147,8 @@ fn router_with(
                 "method not allowed on this route",
             )
         })
-        // Outermost, so every route and the fallbacks are behind the token (but the probes).
+        // Outermost, so every route and the fallbacks are behind the token (but the probes and
+        // the dashboard's login page).
         .layer(axum::middleware::from_fn_with_state(state, require_token))
 }
 
@@ -158,9 +169,13 @@ pub async fn serve(
         .await
 }
 
+/// The request header the dashboard's own API calls carry: with it (and only with it) a `/v1`
+/// route accepts the dashboard's cookie instead of the bearer token.
+pub const DASHBOARD_HEADER: &str = "x-muninn-dashboard";
+
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
-    if ops::PUBLIC_PATHS.contains(&path) {
+    if ops::PUBLIC_PATHS.contains(&path) || path == crate::dashboard::LOGIN_PATH {
         return next.run(request).await;
     }
     let presented = request
@@ -168,6 +183,17 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
         .get(header::AUTHORIZATION)
         .map(|value| value.as_bytes())
         .and_then(|value| value.strip_prefix(b"Bearer "));
+    let dashboard = crate::dashboard::is_dashboard_path(path);
+    if presented.is_none() {
+        let cookie = crate::dashboard::cookie_token(request.headers());
+        let by_cookie = dashboard || request.headers().contains_key(DASHBOARD_HEADER);
+        if by_cookie && cookie.is_some_and(|c| state.token.matches(c.as_bytes())) {
+            return next.run(request).await;
+        }
+        if dashboard {
+            return crate::dashboard::to_login();
+        }
+    }
     match presented {
         None => ApiError::new(
             StatusCode::UNAUTHORIZED,
