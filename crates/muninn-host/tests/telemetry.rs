@@ -539,3 +539,102 @@ async fn probes_need_no_token_and_readiness_names_what_fails() {
     probe.stop.send(true).unwrap();
     let _ = running.await;
 }
+
+/// Every metric the checked-in Grafana dashboard (`deploy/grafana/muninn.json`) queries is one
+/// `/metrics` exposes, with the labels the dashboard groups by.
+#[tokio::test]
+async fn the_grafana_dashboard_queries_only_exposed_metrics() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana/muninn.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            queries.push(target["expr"].as_str().unwrap().to_string());
+        }
+    }
+    for variable in dashboard["templating"]["list"].as_array().unwrap() {
+        if let Some(query) = variable["query"]["query"].as_str() {
+            queries.push(query.to_string());
+        }
+    }
+    assert!(queries.len() > 20, "{queries:?}");
+
+    let w = world().await;
+    let mut r = runner(&w, mind(WORKLOAD_MIND), "host-a");
+    r.register().await.unwrap();
+    post(&w, "g1", "#swarm", "ari", "hello").await;
+    r.step().await.unwrap();
+    let text = metrics::render(&w.host).await;
+    let (samples, families) = parse_exposition(&text);
+    let histograms: Vec<&str> = FAMILIES
+        .iter()
+        .filter(|f| f.1 == "histogram")
+        .map(|f| f.0)
+        .collect();
+    let mut used = std::collections::BTreeSet::new();
+    for query in &queries {
+        for (at, _) in query.match_indices("muninn_") {
+            let name: String = query[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let family = histograms
+                .iter()
+                .find(|h| {
+                    name.strip_prefix(**h)
+                        .is_some_and(|s| ["_bucket", "_sum", "_count"].contains(&s))
+                })
+                .map_or(name.clone(), |h| h.to_string());
+            assert!(
+                families.contains(&family),
+                "{name} (in {query}) is not exposed"
+            );
+            used.insert(family);
+        }
+        // Grouping labels exist on the metric (`by (mind, role)`, `by (kind)`, …).
+        for by in query.match_indices("by (") {
+            let labels = &query[by.0 + 4..];
+            for label in labels[..labels.find(')').unwrap()]
+                .split(',')
+                .map(str::trim)
+            {
+                assert!(
+                    [
+                        "mind", "role", "kind", "action", "reason", "cause", "event", "le",
+                        "version", "state"
+                    ]
+                    .contains(&label),
+                    "{label} in {query}"
+                );
+            }
+        }
+    }
+    // The dashboard covers the families a per-Mind view needs.
+    for needed in [
+        "muninn_turns_total",
+        "muninn_tokens_total",
+        "muninn_cost_usd_total",
+        "muninn_decisions_total",
+        "muninn_cache_misses_total",
+        "muninn_backend_errors_total",
+        "muninn_backend_retries_total",
+        "muninn_turn_latency_seconds",
+        "muninn_mailbox_depth",
+        "muninn_mailbox_oldest_age_seconds",
+        "muninn_lease_held",
+        "muninn_claude_cli_processes",
+        "muninn_claude_cli_resident_bytes",
+    ] {
+        assert!(
+            used.contains(needed),
+            "the dashboard does not show {needed}"
+        );
+    }
+    // And the labels it groups by are on the samples.
+    assert!(
+        samples
+            .keys()
+            .any(|(n, l)| n == "muninn_tokens_total" && l.contains("kind=\"cache_read\""))
+    );
+}
