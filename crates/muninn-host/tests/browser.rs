@@ -9,6 +9,7 @@ use crate::runtime::ledger;
 use base64::Engine;
 use muninn_testkit::peers::{Browser, chromium};
 use serde_json::{Value, json};
+use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,9 +41,21 @@ async fn wire(
 struct Driver {
     http: reqwest::Client,
     base: String,
+    port: u16,
     session: String,
-    child: Child,
+    /// Killed when the driver drops, after `Drop` ended the session.
+    _child: Killed,
     _profile: tempfile::TempDir,
+}
+
+/// chromedriver, killed when dropped (also when the session could not be made).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 impl Driver {
@@ -52,12 +65,14 @@ impl Driver {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new(&browser.chromedriver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = Killed(
+            Command::new(&browser.chromedriver)
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
         let http = reqwest::Client::new();
         let base = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -91,8 +106,9 @@ impl Driver {
         Driver {
             http,
             base,
+            port,
             session,
-            child,
+            _child: child,
             _profile: profile,
         }
     }
@@ -183,10 +199,20 @@ impl Driver {
 }
 
 impl Drop for Driver {
+    /// Ends the session — chromedriver then quits the browser it started (killing chromedriver
+    /// alone would leave the browser running) — and then chromedriver (its field's drop). Plain blocking HTTP, so
+    /// it also runs when a failed assertion unwinds.
     fn drop(&mut self) {
-        // The session ends with its driver: chromedriver stops the browser it started.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+            let request = format!(
+                "DELETE /session/{} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                self.session, self.port
+            );
+            let _ = stream.write_all(request.as_bytes());
+            let _ = stream.read_to_end(&mut Vec::new());
+        }
+        // Then the fields drop: chromedriver is killed.
     }
 }
 
