@@ -46,4 +46,9 @@ MUNINN_PYTHON="$(bash scripts/install-python-peers.sh)"
 MUNINN_CLAUDE_BIN="$(bash scripts/install-claude-cli.sh)"
 export MUNINN_PYTHON MUNINN_CLAUDE_BIN
 
+# The browser the dashboard is tested in: Debian's headless Chromium and its chromedriver.
+if ! bash scripts/install-browser-peers.sh >/dev/null; then
+  need "Chromium and chromedriver (Debian's chromium, chromium-driver)"
+fi
+
 cargo test --workspace --locked

@@ -891,13 +891,21 @@ impl Driver {
                                 }
                             }
                         }
-                        CliEvent::ApiRetry(r) => report.retries.push(RetryEvent {
-                            attempt: r.attempt,
-                            delay_ms: r.retry_delay_ms,
-                            status: r.error_status,
-                            kind: r.error.unwrap_or_else(|| "unknown".to_string()),
-                            retry_after_ms: None,
-                        }),
+                        CliEvent::ApiRetry(r) => {
+                            // Logged as it happens: during an outage the turn returns only when
+                            // the CLI's retries end, and its ledger row only after that.
+                            tracing::warn!(session = %self.session_id, attempt = r.attempt,
+                                max_retries = r.max_retries, delay_ms = r.retry_delay_ms,
+                                status = r.error_status, error = r.error.as_deref(),
+                                "claude-cli: the CLI retries a failed API request");
+                            report.retries.push(RetryEvent {
+                                attempt: r.attempt,
+                                delay_ms: r.retry_delay_ms,
+                                status: r.error_status,
+                                kind: r.error.unwrap_or_else(|| "unknown".to_string()),
+                                retry_after_ms: None,
+                            })
+                        }
                         CliEvent::ControlResponse(v) => {
                             tracing::debug!(response = %v, "claude-cli: control response");
                         }

@@ -28,9 +28,9 @@
 
 use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput, TurnOutcome};
 use muninn_core::price::PriceTable;
+use muninn_host::Host;
 use muninn_host::config::{Config, MindConfig};
 use muninn_host::runtime::{MindRunner, Step};
-use muninn_host::{Host, Signals};
 use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
@@ -228,12 +228,7 @@ async fn run(store_name: &str, store: Arc<dyn Store>, minds: usize, deliveries: 
     }));
     let config: Config = toml::from_str("").unwrap();
     let bench = Arc::new(Bench {
-        host: Host {
-            store,
-            config: Arc::new(config),
-            clock: Arc::new(SimClock(sim.clone())),
-            signals: Arc::new(Signals::default()),
-        },
+        host: Host::new(store, config, Arc::new(SimClock(sim.clone()))),
         sim,
         doctrine: "You are a careful and curious mind of the swarm. ".repeat(40),
     });

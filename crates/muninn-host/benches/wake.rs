@@ -26,10 +26,10 @@ use muninn_backend::{
     TurnOutcome,
 };
 use muninn_core::price::PriceTable;
+use muninn_host::Host;
 use muninn_host::config::Config;
 use muninn_host::http::serve;
 use muninn_host::runtime::{MindRunner, run_mind};
-use muninn_host::{Host, Signals};
 use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
@@ -156,12 +156,7 @@ async fn bench(
         frozen_at_ms: Some(T0),
         ..SimConfig::default()
     }));
-    let host = Host {
-        store,
-        config: Arc::new(config),
-        clock: Arc::new(SimClock(sim.clone())),
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config, Arc::new(SimClock(sim.clone())));
 
     let token = ApiToken::new("wake-bench");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -11,7 +11,13 @@
 //!   render → backend → ledger → validated reply → outbox → ack, one writer per Mind under a
 //!   lease, every decision taken from the core's session accounting.
 //! - [`http`] — the HTTP API's server (axum, loopback, bearer token). Its wire types, token and
-//!   client are in `muninn-api`, which clients use without linking the server.
+//!   client are in `muninn-api`, which clients use without linking the server. Beside the API:
+//!   `/healthz`, `/readyz` and `/metrics` (no token) and the [`dashboard`].
+//! - [`telemetry`] — what the host tells its operator: one log event and one set of counters per
+//!   request, retry, session event, failed step and lease or settings change, fed from a few
+//!   named points of the runtime; the Prometheus exposition and the readiness checks.
+//! - [`dashboard`] — server-rendered pages (HTML, inline SVG charts) over the store and the
+//!   telemetry: each Mind's state, segments, costs against the simple designs, decisions, ledger.
 //!
 //! ## Invariants
 //!
@@ -26,8 +32,10 @@
 
 pub mod backends;
 pub mod config;
+pub mod dashboard;
 pub mod http;
 pub mod runtime;
+pub mod telemetry;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -100,6 +108,38 @@ pub struct Host {
     pub clock: Arc<dyn muninn_backend::clock::Clock>,
     /// Wake-ups.
     pub signals: Arc<Signals>,
+    /// Logs and counters (see [`telemetry`]).
+    pub telemetry: Arc<telemetry::Telemetry>,
+    /// The prices the Minds' models are charged at (the dashboard prices the simple designs
+    /// with them).
+    pub prices: Arc<muninn_core::price::PriceTable>,
+}
+
+impl Host {
+    /// A host over `store` with `config` and `clock`, the embedded prices, no wake-up pending
+    /// and its counters at zero.
+    pub fn new(
+        store: Arc<dyn muninn_store::Store>,
+        config: config::Config,
+        clock: Arc<dyn muninn_backend::clock::Clock>,
+    ) -> Host {
+        Host {
+            store,
+            config: Arc::new(config),
+            clock,
+            signals: Arc::new(Signals::default()),
+            telemetry: Arc::new(telemetry::Telemetry::default()),
+            prices: Arc::new(muninn_core::price::PriceTable::embedded()),
+        }
+    }
+
+    /// The same host charging `prices` (a configured price table).
+    pub fn with_prices(self, prices: muninn_core::price::PriceTable) -> Host {
+        Host {
+            prices: Arc::new(prices),
+            ..self
+        }
+    }
 }
 
 impl std::fmt::Debug for Host {

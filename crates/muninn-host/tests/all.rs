@@ -2,13 +2,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod browser;
 mod closed_loop;
 mod compact;
 mod config;
+mod dashboard;
 mod http;
 mod reply;
 mod resume;
 mod runtime;
 mod scripted;
 mod self_flush;
+mod telemetry;
 mod wake;

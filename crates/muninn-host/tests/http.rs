@@ -10,9 +10,9 @@ use muninn_backend::clock::ManualClock;
 use muninn_core::ledger::{LedgerRow, MissCause};
 use muninn_core::money::MicroUsd;
 use muninn_core::trace::Usage;
+use muninn_host::Host;
 use muninn_host::config::Config;
 use muninn_host::http::serve;
-use muninn_host::{Host, Signals};
 use muninn_store::{
     BriefOrigin, BriefStatus, FencingToken, Mind, NewOutboxMessage, NewSegment, NewTranscriptItem,
     Role, TranscriptKind,
@@ -51,12 +51,7 @@ impl Server {
                 .unwrap();
         }
         let clock = Arc::new(ManualClock::new(T0));
-        let host = Host {
-            store,
-            config: Arc::new(config),
-            clock: clock.clone(),
-            signals: Arc::new(Signals::default()),
-        };
+        let host = Host::new(store, config, clock.clone());
         let token = ApiToken::load_or_create(&host.config.api_token_path()).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -847,12 +842,7 @@ async fn shutdown_ends_open_streams_and_long_polls_instead_of_waiting_for_them()
         })
         .await
         .unwrap();
-    let host = Host {
-        store,
-        config: Arc::new(config),
-        clock: Arc::new(ManualClock::new(T0)),
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config, Arc::new(ManualClock::new(T0)));
     let token = ApiToken::new("t0k3n");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

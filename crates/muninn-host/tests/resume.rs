@@ -4,10 +4,10 @@
 
 use crate::runtime::{T0, mind};
 use muninn_core::price::PriceTable;
+use muninn_host::Host;
 use muninn_host::backends::{AnyBackend, BackendFactory};
 use muninn_host::config::{BackendConfig, BackendKind, Config, MindConfig};
 use muninn_host::runtime::{MindRunner, Step};
-use muninn_host::{Host, Signals};
 use muninn_sim::SimClock;
 use muninn_sim::sim::SimConfig;
 use muninn_store::{LedgerQuery, NewDelivery, Role};
@@ -59,12 +59,7 @@ pub(crate) async fn cli_world_with(
     let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
         .await
         .unwrap();
-    let host = Host {
-        store,
-        config: Arc::new(config),
-        clock: Arc::new(SimClock(server.sim.clone())),
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config, Arc::new(SimClock(server.sim.clone())));
     CliWorld {
         server,
         host,
@@ -644,12 +639,7 @@ async fn the_example_configuration_with_a_relative_data_dir_resumes_a_killed_chi
     let factory = BackendFactory::from_config(&config, env).unwrap();
     let store = muninn_store::open(&config.database_url()).await.unwrap();
     let mind = config.minds[0].clone();
-    let host = Host {
-        store,
-        config: Arc::new(config),
-        clock: Arc::new(SimClock(server.sim.clone())),
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config, Arc::new(SimClock(server.sim.clone())));
     let w = CliWorld {
         server,
         host,

@@ -2,9 +2,9 @@
 //! virtual clock.
 
 use muninn_core::price::PriceTable;
+use muninn_host::Host;
 use muninn_host::config::{Config, MindConfig};
 use muninn_host::runtime::{MindRunner, Step, next_batch};
-use muninn_host::{Host, Signals};
 use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
@@ -20,12 +20,16 @@ pub(crate) struct World {
     _dir: tempfile::TempDir,
 }
 
-pub(crate) fn mind(extra: &str) -> MindConfig {
-    let text = format!(
+/// The test Mind's configuration as TOML, with `extra` lines.
+pub(crate) fn mind_toml(extra: &str) -> String {
+    format!(
         "id = 'vala'\nrooms = ['#swarm', '#burn']\ndoctrine_text = '''{}'''\n{extra}",
         "You are Vala, a careful and curious mind. ".repeat(200)
-    );
-    toml::from_str(&text).unwrap()
+    )
+}
+
+pub(crate) fn mind(extra: &str) -> MindConfig {
+    toml::from_str(&mind_toml(extra)).unwrap()
 }
 
 pub(crate) async fn world() -> World {
@@ -43,12 +47,7 @@ pub(crate) async fn world_with(config: &str) -> World {
         ..SimConfig::default()
     }));
     let config: Config = toml::from_str(config).unwrap();
-    let host = Host {
-        store,
-        config: Arc::new(config),
-        clock: Arc::new(SimClock(sim.clone())),
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config, Arc::new(SimClock(sim.clone())));
     World {
         host,
         sim,
@@ -375,12 +374,7 @@ async fn live_world(config: &str) -> World {
         .unwrap();
     let sim = Arc::new(Simulator::new(SimConfig::default()));
     let config: Config = toml::from_str(config).unwrap();
-    let host = Host {
-        store,
-        config: Arc::new(config),
-        clock: Arc::new(SimClock(sim.clone())),
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config, Arc::new(SimClock(sim.clone())));
     World {
         host,
         sim,
@@ -700,12 +694,7 @@ async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
     let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
         .await
         .unwrap();
-    let host = Host {
-        store,
-        config: Arc::new(config),
-        clock: Arc::new(SimClock(server.sim.clone())),
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config, Arc::new(SimClock(server.sim.clone())));
     let make = || factory.make(host.clock.clone(), &PriceTable::embedded(), "vala/persona");
     let persona: AnyBackend = make();
     // Found by this test: the simulator's own configured key reached `{:?}` through the clock.
@@ -889,12 +878,7 @@ async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported(
     let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
         .await
         .unwrap();
-    let host = Host {
-        store,
-        config: Arc::new(config),
-        clock: Arc::new(SimClock(server.sim.clone())),
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config, Arc::new(SimClock(server.sim.clone())));
     let prices = PriceTable::embedded();
     let persona = factory.make(host.clock.clone(), &prices, "vala/persona");
     assert!(matches!(persona, AnyBackend::ClaudeCli(_)));

@@ -2,11 +2,11 @@
 //! the HTTP API on loopback, called with raw reqwest.
 
 use muninn_api::ApiToken;
+use muninn_host::Host;
 use muninn_host::backends::BackendFactory;
 use muninn_host::config::Config;
 use muninn_host::http::serve;
 use muninn_host::runtime::run_minds;
-use muninn_host::{Host, Signals};
 use muninn_sim::SimClock;
 use muninn_sim::sim::{SimConfig, Simulator};
 use serde_json::{Value, json};
@@ -38,12 +38,7 @@ async fn a_delivery_wakes_its_own_idle_mind_among_several() {
         frozen_at_ms: Some(1_800_000_000_000),
         ..SimConfig::default()
     }));
-    let host = Host {
-        store,
-        config: Arc::new(config),
-        clock: Arc::new(SimClock(sim.clone())),
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config, Arc::new(SimClock(sim.clone())));
     let token = ApiToken::new("wake-test");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

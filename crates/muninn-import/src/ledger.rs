@@ -15,21 +15,20 @@
 use crate::lines::{Line, parse_line};
 use crate::{FormatReader, LineContext};
 use muninn_core::ledger::{LedgerRow, RowKind};
-use muninn_core::trace::{ThreadKind, TraceRequest};
+use muninn_core::trace::{ThreadKind, Trace, TraceRequest};
 use std::collections::HashMap;
 
-/// Reads ledger rows.
+/// Where ledger rows go: the mapping in the module docs, shared by the export's reader and
+/// [`ledger_traces`].
 #[derive(Debug, Default)]
-pub(crate) struct LedgerReader {
+struct Mapper {
     /// The last segment seen per (Mind, role).
     segments: HashMap<(String, String), u64>,
 }
 
-impl FormatReader for LedgerReader {
-    fn line(&mut self, line: &Line<'_>, cx: &mut LineContext<'_, '_>) {
-        let Some(row) = parse_line::<LedgerRow>(line, cx.diag) else {
-            return;
-        };
+impl Mapper {
+    /// The thread, its kind and the request one row becomes (rows in ledger order).
+    fn place(&mut self, row: &LedgerRow) -> (String, ThreadKind, TraceRequest) {
         let kind = row
             .decided
             .as_ref()
@@ -52,14 +51,7 @@ impl FormatReader for LedgerReader {
                 blocks_added: 0,
             };
             let thread = format!("{}/{side}", row.role);
-            cx.push(
-                &row.mind,
-                &thread,
-                ThreadKind::Compaction,
-                &row.model,
-                request,
-            );
-            return;
+            return (thread, ThreadKind::Compaction, request);
         }
         let previous = self
             .segments
@@ -71,8 +63,73 @@ impl FormatReader for LedgerReader {
             compacted: previous.is_some_and(|s| s != row.segment),
             blocks_added: 0,
         };
-        cx.push(&row.mind, &row.role, ThreadKind::Mind, &row.model, request);
+        (row.role.clone(), ThreadKind::Mind, request)
+    }
+}
+
+/// Reads ledger rows.
+#[derive(Debug, Default)]
+pub(crate) struct LedgerReader {
+    mapper: Mapper,
+}
+
+impl FormatReader for LedgerReader {
+    fn line(&mut self, line: &Line<'_>, cx: &mut LineContext<'_, '_>) {
+        let Some(row) = parse_line::<LedgerRow>(line, cx.diag) else {
+            return;
+        };
+        let (thread, kind, request) = self.mapper.place(&row);
+        cx.push(&row.mind, &thread, kind, &row.model, request);
     }
 
     fn finish(self, _: &mut LineContext<'_, '_>) {}
+}
+
+/// A trace made of ledger rows, with the rows it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerTrace {
+    /// The trace, as importing the rows' export would make it.
+    pub trace: Trace,
+    /// For each of its requests, the index of its row in the rows given.
+    pub rows: Vec<usize>,
+}
+
+/// The traces of ledger rows already in memory (a host's own ledger, in ledger order), mapped
+/// exactly as importing their export maps them (see the module docs), each with the rows its
+/// requests came from. Traces come in the order their first row appears.
+pub fn ledger_traces(rows: &[LedgerRow]) -> Vec<LedgerTrace> {
+    let mut mapper = Mapper::default();
+    let mut index: HashMap<(String, String, String), usize> = HashMap::new();
+    let mut traces: Vec<LedgerTrace> = Vec::new();
+    for (at, row) in rows.iter().enumerate() {
+        let (thread, kind, request) = mapper.place(row);
+        let key = (row.mind.clone(), thread, row.model.clone());
+        let slot = *index
+            .entry(key)
+            .or_insert_with_key(|(mind, thread, model)| {
+                traces.push(LedgerTrace {
+                    trace: Trace {
+                        id: format!("{mind}/{thread}/{model}"),
+                        session: mind.clone(),
+                        thread: thread.clone(),
+                        kind,
+                        model: model.clone(),
+                        source: "ledger".to_string(),
+                        requests: Vec::new(),
+                    },
+                    rows: Vec::new(),
+                });
+                traces.len() - 1
+            });
+        traces[slot].trace.requests.push(request);
+        traces[slot].rows.push(at);
+    }
+    // By time, as an import sorts them (stable: rows at the same time keep ledger order).
+    for t in &mut traces {
+        let mut order: Vec<usize> = (0..t.rows.len()).collect();
+        order.sort_by_key(|&i| t.trace.requests[i].at_ms);
+        t.trace.requests = order.iter().map(|&i| t.trace.requests[i]).collect();
+        t.rows = order.iter().map(|&i| t.rows[i]).collect();
+    }
+    traces
 }

@@ -41,6 +41,7 @@ mod lines;
 mod sink;
 mod stored;
 
+pub use ledger::{LedgerTrace, ledger_traces};
 pub use stored::write_trace;
 
 use lines::{Line, LineReader};

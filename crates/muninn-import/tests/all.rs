@@ -408,6 +408,46 @@ mod ledger_compaction {
             ]
         );
     }
+
+    /// Rows already in memory (a host's own ledger) become the traces their export does, each
+    /// request pointing back at its row.
+    #[test]
+    fn rows_in_memory_map_as_their_export_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.jsonl");
+        let lines = [
+            row(0, 0, "append:Continue", usage(3, 0, 5000, 0, 100)),
+            row(0, 20, "ping:RentWithinBudget", usage(8, 0, 0, 5000, 1)),
+            row(0, 30, "compact", usage(2080, 127, 0, 3797, 400)),
+            row(1, 40, "refresh:Compact", usage(3, 200, 0, 3055, 90)),
+        ];
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let rows: Vec<muninn_core::ledger::LedgerRow> = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let mut got = muninn_import::ledger_traces(&rows);
+        let placed: Vec<(String, Vec<usize>)> = got
+            .iter()
+            .map(|t| (t.trace.thread.clone(), t.rows.clone()))
+            .collect();
+        assert_eq!(
+            placed,
+            vec![
+                ("persona".to_string(), vec![0, 3]),
+                ("persona/keep-warm".to_string(), vec![1]),
+                ("persona/compaction".to_string(), vec![2]),
+            ]
+        );
+        let mut imported = import(std::slice::from_ref(&path)).traces;
+        for t in &mut imported {
+            t.source = "ledger".into();
+        }
+        got.sort_by(|a, b| a.trace.thread.cmp(&b.trace.thread));
+        imported.sort_by(|a, b| a.thread.cmp(&b.thread));
+        let got: Vec<_> = got.into_iter().map(|t| t.trace).collect();
+        assert_eq!(got, imported);
+    }
 }
 
 mod stored {

@@ -1210,6 +1210,24 @@ macro_rules! impl_sql_store {
                 acked(&mut conn, mind).await
             }
 
+            async fn mailbox(&self, mind: &str) -> Result<Mailbox> {
+                let mut conn = self.pool.acquire().await?;
+                let after = acked(&mut conn, mind).await?;
+                // COUNT is BIGINT on PostgreSQL and INTEGER on SQLite; both read as i64.
+                let row = sqlx::query(
+                    "SELECT CAST(COUNT(*) AS BIGINT) AS pending, MIN(received_at_ms) AS oldest \
+                     FROM deliveries WHERE mind_id = $1 AND seq > $2",
+                )
+                .bind(mind)
+                .bind(after)
+                .fetch_one(&mut *conn)
+                .await?;
+                Ok(Mailbox {
+                    pending: row.try_get("pending")?,
+                    oldest_received_at_ms: row.try_get("oldest")?,
+                })
+            }
+
             async fn ack_through(&self, mind: &str, token: FencingToken, seq: i64) -> Result<i64> {
                 let mut tx = self.begin_write().await?;
                 fence(&mut tx, mind, token).await?;

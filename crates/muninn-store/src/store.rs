@@ -162,6 +162,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<Delivery>>;
     /// The mailbox ack position (0 before any ack).
     async fn ack_position(&self, mind: &str) -> Result<i64>;
+    /// How much mail waits past the ack position: one count and the oldest arrival, for
+    /// metrics and status (a Mind that is not there has an empty mailbox).
+    async fn mailbox(&self, mind: &str) -> Result<Mailbox>;
     /// Moves the ack position to `max(position, seq)` and returns it; `Invalid` if `seq` is
     /// beyond the last delivered seq. Fenced.
     async fn ack_through(&self, mind: &str, token: FencingToken, seq: i64) -> Result<i64>;

@@ -213,6 +213,15 @@ pub struct Posted {
     pub created: bool,
 }
 
+/// The mail waiting for a Mind, past its ack position.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mailbox {
+    /// Deliveries not yet acknowledged.
+    pub pending: i64,
+    /// When the oldest of them was received, Unix ms (`None` when none waits).
+    pub oldest_received_at_ms: Option<i64>,
+}
+
 /// An outbound message to record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewOutboxMessage {

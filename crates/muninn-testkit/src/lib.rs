@@ -9,7 +9,8 @@
 //!   backend must show, run by the store's tests against SQLite and PostgreSQL.
 //! - [`backend_suite`] — [`run_backend_suite`]: the behaviour every `muninn_backend::Backend`
 //!   passes, run by the simulator's and the Claude Code CLI driver's tests.
-//! - [`peers`] — finding the real peers (the Claude Code CLI, the Python SDK, PostgreSQL) and
+//! - [`peers`] — finding the real peers (the Claude Code CLI, the Python SDK, PostgreSQL,
+//!   headless Chromium with its chromedriver) and
 //!   `MUNINN_REQUIRE_PEERS`: a missing peer is a `SKIP`, or a failure when peers are required.
 //!
 //! ## Invariants

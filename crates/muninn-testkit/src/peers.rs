@@ -1,11 +1,13 @@
 //! Finding the real peers the tests run against (STYLE 10): the Claude Code CLI, the official
-//! Anthropic Python SDK and PostgreSQL — written once here instead of in every test file.
+//! Anthropic Python SDK, PostgreSQL and a headless browser — written once here instead of in
+//! every test file.
 //!
 //! | peer | found through | installed by |
 //! |---|---|---|
 //! | Claude Code CLI 2.1.332 | `MUNINN_CLAUDE_BIN`, else the install script's place under `~/.cache/muninn` | `scripts/install-claude-cli.sh` |
 //! | Python with `anthropic` | `MUNINN_PYTHON`, else `python3` | `scripts/install-python-peers.sh` |
 //! | PostgreSQL | `MUNINN_TEST_POSTGRES` (an admin URL), else `postgres://postgres@127.0.0.1:5432/test`; `psql` on 127.0.0.1 for whole databases | `scripts/test.sh` starts it |
+//! | headless Chromium and chromedriver (Debian's `chromium`, `chromium-driver`) | `MUNINN_CHROMIUM` and `MUNINN_CHROMEDRIVER`, else `/usr/bin/chromium` and `/usr/bin/chromedriver` | `scripts/install-browser-peers.sh` |
 //!
 //! A test whose peer is missing returns early after [`missing_peer`] printed `SKIP` — unless
 //! `MUNINN_REQUIRE_PEERS=1` (as CI and `scripts/test.sh` on a prepared machine set it), when the
@@ -86,6 +88,70 @@ pub fn python_sdk() -> Option<String> {
         "{python} cannot import anthropic (run scripts/install-python-peers.sh, or set MUNINN_PYTHON)"
     ));
     None
+}
+
+/// A browser the dashboard's tests drive over WebDriver: Debian's Chromium, run headless, and
+/// its chromedriver (the same build, from `chromium-driver`). Nothing here downloads a browser.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Browser {
+    /// The Chromium binary.
+    pub chromium: PathBuf,
+    /// The chromedriver binary.
+    pub chromedriver: PathBuf,
+}
+
+impl Browser {
+    /// The arguments the tests launch Chromium with: headless, no sandbox (tests run as root in
+    /// containers), no GPU, and nothing that reaches the network on its own; `profile` is a
+    /// fresh user-data directory.
+    pub fn args(profile: &std::path::Path) -> Vec<String> {
+        [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,1700",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([format!("--user-data-dir={}", profile.display())])
+        .collect()
+    }
+}
+
+/// Chromium and chromedriver (`MUNINN_CHROMIUM`, `MUNINN_CHROMEDRIVER`, else Debian's
+/// `/usr/bin/chromium` and `/usr/bin/chromedriver`), if both answer `--version`; `None` after
+/// [`missing_peer`].
+#[track_caller]
+pub fn chromium() -> Option<Browser> {
+    let find = |var: &str, default: &str| {
+        let path = std::env::var(var).map_or_else(|_| PathBuf::from(default), PathBuf::from);
+        Command::new(&path)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+            .then_some(path)
+    };
+    match (
+        find("MUNINN_CHROMIUM", "/usr/bin/chromium"),
+        find("MUNINN_CHROMEDRIVER", "/usr/bin/chromedriver"),
+    ) {
+        (Some(chromium), Some(chromedriver)) => Some(Browser {
+            chromium,
+            chromedriver,
+        }),
+        _ => {
+            missing_peer(
+                "Chromium and chromedriver not found (run scripts/install-browser-peers.sh, or set MUNINN_CHROMIUM and MUNINN_CHROMEDRIVER)",
+            );
+            None
+        }
+    }
 }
 
 /// The admin URL of the PostgreSQL the store's tests use: `MUNINN_TEST_POSTGRES`, else

@@ -869,7 +869,25 @@ async fn mailbox(factory: &dyn StoreFactory) {
     assert_eq!(page.iter().map(|d| d.seq).collect::<Vec<_>>(), vec![3, 4]);
 
     assert_eq!(ok(store.ack_position("m").await, "initial ack"), 0);
+    assert_eq!(
+        ok(store.mailbox("m").await, "mailbox before acks"),
+        Mailbox {
+            pending: 6,
+            oldest_received_at_ms: Some(delivery(1).received_at_ms),
+        }
+    );
     assert_eq!(ok(store.ack_through("m", token, 4).await, "ack 4"), 4);
+    assert_eq!(
+        ok(store.mailbox("m").await, "mailbox after ack 4"),
+        Mailbox {
+            pending: 2,
+            oldest_received_at_ms: Some(delivery(5).received_at_ms),
+        }
+    );
+    assert_eq!(
+        ok(store.mailbox("nobody").await, "an unknown Mind's mailbox"),
+        Mailbox::default()
+    );
     assert_eq!(
         ok(store.ack_through("m", token, 2).await, "ack 2"),
         4,

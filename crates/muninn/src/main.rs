@@ -7,7 +7,8 @@
 //! `ledger`, `brake`, `caps`) over `muninn-api`'s client.
 //!
 //! Results go to stdout, only through `output` (a closed pipe ends the command quietly, never a
-//! panic: `clippy::print_stdout` is denied); progress and diagnostics go to stderr. Every
+//! panic: `clippy::print_stdout` is denied); progress, diagnostics and logs (`logs`: `RUST_LOG`,
+//! `--log-format text|json`) go to stderr. Every
 //! command that prints data takes `--format json`.
 
 #![deny(clippy::print_stdout)]
@@ -22,6 +23,7 @@ mod connect;
 mod doctor;
 mod import;
 mod ledger;
+mod logs;
 mod replay;
 mod say;
 mod serve;
@@ -38,6 +40,9 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "muninn", version, about, long_about = None)]
 struct Cli {
+    /// How log lines on stderr are written (`RUST_LOG` filters them; default `info`).
+    #[arg(long, global = true, value_enum, default_value_t = logs::LogFormat::Text, env = "MUNINN_LOG_FORMAT")]
+    log_format: logs::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -124,6 +129,7 @@ impl InputArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logs::init(cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Replay(args) => replay::run(args),

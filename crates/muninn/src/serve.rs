@@ -10,11 +10,11 @@ use muninn_api::ApiToken;
 use muninn_api::discovery::{HostFile, host_file_path};
 use muninn_backend::clock::{Clock, SystemClock};
 use muninn_core::price::PriceTable;
+use muninn_host::Host;
 use muninn_host::backends::BackendFactory;
 use muninn_host::config::Config;
 use muninn_host::http::serve;
 use muninn_host::runtime::run_minds;
-use muninn_host::{Host, Signals};
 use muninn_sim::SimClock;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -113,18 +113,14 @@ async fn serve_until_stopped(
     let store = muninn_store::open(&config.database_url())
         .await
         .context("opening the store")?;
+    let store_kind = store.backend();
     let factory = BackendFactory::from_config(&config, |k| std::env::var(k).ok())?;
     let clock: Arc<dyn Clock> = match factory.simulator() {
         Some(sim) => Arc::new(SimClock(sim.clone())),
         None => Arc::new(SystemClock),
     };
     let backend = factory.describe();
-    let host = Host {
-        store,
-        config: Arc::new(config.clone()),
-        clock,
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config.clone(), clock).with_prices(prices.clone());
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
@@ -139,6 +135,14 @@ async fn serve_until_stopped(
         stopped.clone(),
     ));
     let host_file = write_host_file(&config, addr, config_path);
+    tracing::info!(
+        minds = config.minds.len(),
+        backend = backend.as_str(),
+        listen = %addr,
+        store = store_kind,
+        data_dir = %config.data_dir.display(),
+        "muninn serve started"
+    );
     // The one line a supervising script waits for; logs go to stderr. A closed stdout does not
     // stop the host.
     let _ = crate::output::outln!(
@@ -159,6 +163,7 @@ async fn serve_until_stopped(
             );
         }
     }
+    tracing::info!("stopping: releasing leases, ending streams");
     let _ = stop.send(true);
     let api_result = api.await;
     let minds_result = minds.await;

@@ -5,10 +5,10 @@
 
 use muninn_api::ApiToken;
 use muninn_core::price::PriceTable;
+use muninn_host::Host;
 use muninn_host::config::{Config, MindConfig};
 use muninn_host::http::serve;
 use muninn_host::runtime::{MindRunner, Step};
-use muninn_host::{Host, Signals};
 use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
@@ -47,12 +47,7 @@ async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails(
         frozen_at_ms: Some(T0),
         ..SimConfig::default()
     }));
-    let host = Host {
-        store,
-        config: Arc::new(config),
-        clock: Arc::new(SimClock(sim.clone())),
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config, Arc::new(SimClock(sim.clone())));
     let mind: MindConfig = toml::from_str(&format!(
         "id = 'vala'\nrooms = ['#swarm']\nmin_segment = 2\ndoctrine_text = '''{}'''",
         "You are Vala, a careful and curious mind. ".repeat(200)

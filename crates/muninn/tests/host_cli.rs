@@ -3,9 +3,9 @@
 
 use muninn_api::ApiToken;
 use muninn_backend::clock::ManualClock;
+use muninn_host::Host;
 use muninn_host::config::Config;
 use muninn_host::http::serve;
-use muninn_host::{Host, Signals};
 use muninn_store::{Mind, NewOutboxMessage};
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -33,12 +33,7 @@ async fn served() -> Served {
         })
         .await
         .unwrap();
-    let host = Host {
-        store,
-        config: Arc::new(config),
-        clock: Arc::new(ManualClock::new(1_750_000_000_000)),
-        signals: Arc::new(Signals::default()),
-    };
+    let host = Host::new(store, config, Arc::new(ManualClock::new(1_750_000_000_000)));
     let token_file = host.config.api_token_path();
     let token = ApiToken::load_or_create(&token_file).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

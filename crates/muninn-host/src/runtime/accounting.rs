@@ -11,6 +11,7 @@ use super::prompts::{PERSONA_COMPACT_INSTRUCTIONS, SELF_FLUSH_PROMPT};
 use super::session::Session;
 use super::{MindRunner, RuntimeError};
 use crate::config::{MindConfig, RefreshMode};
+use crate::telemetry::Answered;
 use muninn_backend::{Backend, TurnOutcome};
 use muninn_core::cache::hash_bytes;
 use muninn_core::decide::{Bounds, Capabilities, Decision, Event, Rates};
@@ -225,7 +226,8 @@ impl<B: Backend> MindRunner<B> {
 
     /// The ledger row of a request the role's session answered — with its decision record, the
     /// segment it began (if it is the segment's first) and the pending session events — after
-    /// which the session's accounting counts it exactly as a replay of the row will.
+    /// which the session's accounting counts it exactly as a replay of the row will, and the
+    /// host's telemetry logs and counts it (every row passes here).
     pub(super) fn answered(
         &mut self,
         role: Role,
@@ -256,11 +258,17 @@ impl<B: Backend> MindRunner<B> {
         if start.is_some() {
             session.starting = None;
         }
-        session.attach_events(&mut row);
+        let events = session.attach_events(&mut row);
         session
             .acc
             .record(asked.kind, now, &outcome.usage, row.cost, start.as_ref());
         row.decided = Some(decided);
+        self.host.telemetry.answered(&Answered {
+            row: &row,
+            latency: self.step_started.elapsed(),
+            retries: &outcome.retries,
+            session_events: &events,
+        });
         row
     }
 

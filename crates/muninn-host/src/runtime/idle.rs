@@ -45,6 +45,7 @@ impl<B: Backend> MindRunner<B> {
         token: FencingToken,
         now: i64,
     ) -> Result<Idle, RuntimeError> {
+        self.working = Some(role);
         // A decision that lets an entry go moves on to the next one at once (the head's).
         for _ in 0..3 {
             let session = self.session(role);

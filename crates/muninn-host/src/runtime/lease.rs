@@ -7,6 +7,7 @@
 //! the transcript whole, but the turn would be paid for and thrown away.
 
 use super::{MindRunner, RuntimeError};
+use crate::telemetry::LeaseChange;
 use muninn_backend::Backend;
 use muninn_backend::clock::Clock;
 use muninn_store::{FencingToken, Lease, Store, StoreError};
@@ -94,6 +95,7 @@ impl<B: Backend> MindRunner<B> {
                 Err(StoreError::Fenced { .. }) => {
                     // Someone else took over: our sessions are no longer the Mind's.
                     self.lease = None;
+                    self.host.telemetry.lease(&self.mind.id, LeaseChange::Lost);
                     self.persona.mark_broken(now);
                     self.selfs.mark_broken(now);
                 }
@@ -116,6 +118,11 @@ impl<B: Backend> MindRunner<B> {
             // otherwise it starts a fresh segment. Either way the accounting is read back
             // from the ledger first, so the counts continue where the last holder left them.
             let fork = previous.is_some();
+            if let Some(lease) = &taken {
+                let token = lease.token.0;
+                let change = LeaseChange::Taken { token, fork };
+                self.host.telemetry.lease(&self.mind.id, change);
+            }
             for session in [&mut self.persona, &mut self.selfs] {
                 session.mark_broken(now);
                 session.resume = Some(fork);
@@ -162,6 +169,9 @@ impl<B: Backend> MindRunner<B> {
                 .store
                 .release_lease(&self.mind.id, lease.token)
                 .await?;
+            self.host
+                .telemetry
+                .lease(&self.mind.id, LeaseChange::Released);
         }
         Ok(())
     }

@@ -85,6 +85,7 @@ use muninn_store::{BriefStatus, FencingToken, Lease, Role, StoreError};
 use serde_json::Value;
 use session::Session;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// How long a lease lasts by default (`lease_ttl_ms` in the configuration); it is renewed when
 /// less than a third is left.
@@ -158,6 +159,11 @@ pub struct MindRunner<B: Backend> {
     turns_this_wake: u32,
     /// The newest delivery seq seen: a newer one is an arrival, so a new wake.
     newest_seen: i64,
+    /// When the current step began (a request's latency is measured from it).
+    step_started: tokio::time::Instant,
+    /// The session the current step works on, once it is known (a failed step's backend error
+    /// is counted against it).
+    working: Option<Role>,
 }
 
 impl<B: Backend> std::fmt::Debug for MindRunner<B> {
@@ -210,6 +216,8 @@ impl<B: Backend> MindRunner<B> {
             selfs,
             turns_this_wake: 0,
             newest_seen: 0,
+            step_started: tokio::time::Instant::now(),
+            working: None,
         })
     }
 
@@ -259,10 +267,17 @@ impl<B: Backend> MindRunner<B> {
         self.turns_this_wake = 0;
     }
 
+    /// The session the last step worked on, once it got that far (for telemetry).
+    pub fn working_role(&self) -> Option<Role> {
+        self.working
+    }
+
     /// Does the next piece of work, if any, keeping the lease renewed while it runs (however
     /// long the backend takes: see `lease.rs`).
     pub async fn step(&mut self) -> Result<Step, RuntimeError> {
         let now = self.host.clock.now_ms();
+        self.step_started = tokio::time::Instant::now();
+        self.working = None;
         let Some(token) = self.token(now).await? else {
             return Ok(Step::NotLeader);
         };
@@ -312,6 +327,7 @@ impl<B: Backend> MindRunner<B> {
         let has_work = !pending.is_empty() && self.turns_this_wake < limit;
         if has_work {
             self.report_running(Role::Persona, now);
+            self.working = Some(Role::Persona);
             // Only a turn that was recorded counts against the wake's limit: a failed one (`?`)
             // is retried on the runner's own backoff until it goes through, not left for the
             // next delivery to wake it.
@@ -344,6 +360,7 @@ impl<B: Backend> MindRunner<B> {
                 .await?
             {
                 self.report_running(Role::SelfRole, now);
+                self.working = Some(Role::SelfRole);
                 return self.self_turn(token, now, brief).await;
             }
         }
@@ -375,6 +392,10 @@ pub async fn run_mind<B: Backend>(
     runner.register().await?;
     let wake = runner.host.signals.waiter(runner.id());
     let clock = runner.host.clock.clone();
+    let telemetry = runner.host.telemetry.clone();
+    let _up = telemetry.runner_started(runner.id());
+    // Every event of a step — the backend's own retries included — names the Mind.
+    let span = tracing::info_span!("mind", mind = %runner.id());
     let mut backoff_ms = 250u64;
     let mut failing: Option<(i64, u32)> = None;
     // An idle holder steps at least every third of the lease: it renews the lease before it runs
@@ -385,7 +406,9 @@ pub async fn run_mind<B: Backend>(
         if *shutdown.borrow() {
             break;
         }
-        let step = runner.step().await;
+        telemetry.step_began(runner.id(), clock.now_ms());
+        let step = runner.step().instrument(span.clone()).await;
+        telemetry.stepped(runner.id(), runner.working_role(), &step, clock.now_ms());
         let now = clock.now_ms();
         if step.is_ok() {
             failing = None;
@@ -407,7 +430,7 @@ pub async fn run_mind<B: Backend>(
             Ok(Step::Braked) => (Activity::Braked, 5_000),
             Ok(Step::OverBudget) => (Activity::Capped, 5_000),
             Err(e) => {
-                tracing::warn!(mind = runner.id(), error = %e, "step failed; retrying");
+                // Logged and counted by `telemetry.stepped`.
                 let (since_ms, attempts) = failing.map_or((now, 1), |(s, n)| (s, n + 1));
                 failing = Some((since_ms, attempts));
                 backoff_ms = (backoff_ms * 2).min(30_000);
@@ -449,6 +472,9 @@ pub async fn run_minds(
     }
     // The claude-cli sessions share one process pool: a sweeper parks the children idle longer
     // than they are worth. It runs beside the Minds and stops with them.
+    if let Some(pool) = factory.process_pool() {
+        host.telemetry.set_pool(pool.clone());
+    }
     let sweeper = factory.process_pool().cloned().map(|pool| {
         let mut shutdown = shutdown.clone();
         let every = pool.config().policy.min_idle.clamp(

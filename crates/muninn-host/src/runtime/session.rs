@@ -142,16 +142,18 @@ impl<B> Session<B> {
         self.pending_events.extend(events);
     }
 
-    /// Puts every pending session event on `row` (the row of the call that just returned).
-    pub(super) fn attach_events(&mut self, row: &mut LedgerRow)
+    /// Puts every pending session event on `row` (the row of the call that just returned), and
+    /// returns them.
+    pub(super) fn attach_events(&mut self, row: &mut LedgerRow) -> Vec<SessionEvent>
     where
         B: Backend,
     {
         self.collect_events();
+        let events = std::mem::take(&mut self.pending_events);
         // A `SessionEvent` is plain data: serialising it cannot fail.
-        let events = self.pending_events.drain(..);
         row.events
-            .extend(events.filter_map(|e| serde_json::to_value(e).ok()));
+            .extend(events.iter().filter_map(|e| serde_json::to_value(e).ok()));
+        events
     }
 }
 

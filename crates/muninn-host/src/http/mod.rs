@@ -6,6 +6,13 @@
 //! echoed or put in an error. Bodies are JSON ([`muninn_api::wire`], which the client in
 //! `muninn-api` shares); every error is `{"error":{"type","message"}}`.
 //!
+//! Three probes need no token: `GET /healthz`, `GET /readyz` and `GET /metrics` (`ops.rs`). The
+//! [`dashboard`](crate::dashboard) (`/dashboard…`) takes the bearer token or the dashboard's
+//! cookie (set by its login page, `HttpOnly`, `SameSite=Strict`); the `/v1` routes accept that
+//! cookie too, but only on requests carrying `X-Muninn-Dashboard: 1` — a header a cross-site page
+//! cannot send without a CORS preflight this server never grants — which is how the dashboard's
+//! brake and caps controls call the API.
+//!
 //! ## Routes
 //!
 //! | route | what |
@@ -21,6 +28,8 @@
 //! | `GET /v1/minds/{mind}/ledger?from_ms&to_ms&after_id&limit&format=json\|jsonl` | ledger rows |
 //! | `GET`/`PUT /v1/minds/{mind}/settings` | spend cap, window, brake, turn limit |
 //! | `POST`/`DELETE /v1/brake` | the operator brake on/off for every Mind |
+//! | `GET /healthz`, `GET /readyz`, `GET /metrics` | liveness, readiness (503 with the reasons), Prometheus (no token) |
+//! | `GET /dashboard`, `GET /dashboard/minds/{mind}`, `/dashboard/login` | the dashboard (HTML) |
 //!
 //! ## Wake-ups
 //!
@@ -34,14 +43,14 @@
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use muninn_store::{
-    BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, OutboxMessage, Role, StoreError,
+    BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, OutboxMessage, Role,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -53,6 +62,9 @@ use crate::config::MindConfig;
 use muninn_api::ApiToken;
 use muninn_api::wire::*;
 
+mod error;
+mod ops;
+
 /// The longest a long poll waits (`wait_s` is clamped to it).
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 /// How often a waiting long poll or stream re-reads the store without a wake-up.
@@ -61,111 +73,8 @@ pub const POLL_SLICE: Duration = Duration::from_secs(2);
 const DEFAULT_LIMIT: i64 = 100;
 const MAX_LIMIT: i64 = 1000;
 
-// ----- Errors -----
-
-/// An error on its way to the client: a status, a class and a safe message.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    kind: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            kind,
-            message: message.into(),
-        }
-    }
-    fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
-    }
-    fn unprocessable(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "unprocessable", message)
-    }
-    fn mind_not_found(mind: &str) -> ApiError {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "mind_not_found",
-            format!("no Mind {mind:?}"),
-        )
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = ErrorResponse {
-            error: ErrorDetail {
-                kind: self.kind.to_owned(),
-                message: self.message,
-            },
-        };
-        let mut response = (self.status, Json(body)).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        response
-    }
-}
-
-// Store errors become a small wire-level error: the contract's own classes pass through, while
-// database internals (SQL text, connection details) are logged and replaced by a generic message.
-impl From<StoreError> for ApiError {
-    fn from(error: StoreError) -> ApiError {
-        match &error {
-            StoreError::NotFound { .. } => {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", error.to_string())
-            }
-            StoreError::Invalid(_) => ApiError::unprocessable(error.to_string()),
-            StoreError::Fenced { .. } | StoreError::TurnAlreadyRecorded { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "conflict", error.to_string())
-            }
-            _ if error.is_retryable() => {
-                tracing::warn!(%error, "store unavailable");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "the store is busy or unreachable; retry",
-                )
-            }
-            _ => {
-                tracing::error!(%error, "store error");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "internal error (logged by the host)",
-                )
-            }
-        }
-    }
-}
-
-impl From<JsonRejection> for ApiError {
-    fn from(rejection: JsonRejection) -> ApiError {
-        ApiError::bad_request(rejection.body_text())
-    }
-}
-impl From<QueryRejection> for ApiError {
-    fn from(rejection: QueryRejection) -> ApiError {
-        ApiError::bad_request(rejection.body_text())
-    }
-}
-impl From<PathRejection> for ApiError {
-    fn from(rejection: PathRejection) -> ApiError {
-        ApiError::bad_request(rejection.body_text())
-    }
-}
-
-type ApiResult<T> = Result<T, ApiError>;
+pub use error::ApiError;
+pub(crate) use error::ApiResult;
 
 // ----- The router -----
 
@@ -243,6 +152,12 @@ fn router_with(
             get(get_settings).put(put_settings),
         )
         .route("/v1/brake", post(brake_on).delete(brake_off))
+        .with_state(state.clone())
+        .merge(ops::router(state.host.clone()))
+        .merge(crate::dashboard::router(
+            state.host.clone(),
+            state.token.clone(),
+        ))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -251,12 +166,9 @@ fn router_with(
                 "method not allowed on this route",
             )
         })
-        // Outermost, so every route and the fallbacks are behind the token.
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            require_token,
-        ))
-        .with_state(state)
+        // Outermost, so every route and the fallbacks are behind the token (but the probes and
+        // the dashboard's login page).
+        .layer(axum::middleware::from_fn_with_state(state, require_token))
 }
 
 /// Serves the API on `listener` until `shutdown` completes. Graceful: requests in flight
@@ -276,12 +188,31 @@ pub async fn serve(
         .await
 }
 
+/// The request header the dashboard's own API calls carry: with it (and only with it) a `/v1`
+/// route accepts the dashboard's cookie instead of the bearer token.
+pub const DASHBOARD_HEADER: &str = "x-muninn-dashboard";
+
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if ops::PUBLIC_PATHS.contains(&path) || path == crate::dashboard::LOGIN_PATH {
+        return next.run(request).await;
+    }
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .map(|value| value.as_bytes())
         .and_then(|value| value.strip_prefix(b"Bearer "));
+    let dashboard = crate::dashboard::is_dashboard_path(path);
+    if presented.is_none() {
+        let cookie = crate::dashboard::cookie_token(request.headers());
+        let by_cookie = dashboard || request.headers().contains_key(DASHBOARD_HEADER);
+        if by_cookie && cookie.is_some_and(|c| state.token.matches(c.as_bytes())) {
+            return next.run(request).await;
+        }
+        if dashboard {
+            return crate::dashboard::to_login();
+        }
+    }
     match presented {
         None => ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -378,7 +309,8 @@ fn from_settings(settings: &Settings) -> ApiResult<MindSettings> {
     })
 }
 
-async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<MindConfig>> {
+/// A Mind's status as `GET /v1/minds/{mind}` shows it (the dashboard shows the same).
+pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<MindConfig>> {
     let stored = host.store.mind(id).await?;
     let config = host.config.mind(id).cloned();
     if stored.is_none() && config.is_none() {
@@ -452,8 +384,11 @@ async fn set_brake(host: &Host, brake: bool) -> ApiResult<BrakeResponse> {
     for mind in host.store.minds().await? {
         let mut settings = host.store.settings(&mind.id).await?;
         if settings.brake != brake {
+            let before = settings.clone();
             settings.brake = brake;
             host.store.put_settings(&mind.id, &settings, now).await?;
+            host.telemetry
+                .settings_changed(&mind.id, &before, &settings, "/v1/brake");
         }
         minds.push(mind.id);
     }
@@ -815,9 +750,12 @@ async fn put_settings(
     let settings = from_settings(&request)?;
     let host = &state.host;
     require_mind(host, &mind).await?;
+    let before = host.store.settings(&mind).await?;
     host.store
         .put_settings(&mind, &settings, host.clock.now_ms())
         .await?;
+    host.telemetry
+        .settings_changed(&mind, &before, &settings, "/v1/minds/{mind}/settings");
     host.signals.wake(&mind);
     Ok(Json(to_settings(&host.store.settings(&mind).await?)))
 }

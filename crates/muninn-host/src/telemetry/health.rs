@@ -1,0 +1,81 @@
+//! `GET /healthz` and `GET /readyz`.
+//!
+//! `/healthz` answers while the process serves HTTP. `/readyz` answers 200 only when the host
+//! can do its work: the store answers a real query (its schema version) within
+//! [`STORE_TIMEOUT`], every configured Mind's runner task runs in this host, and no runner's
+//! steps are failing (a backend outage, a store that refuses writes, a Mind that cannot run);
+//! otherwise 503 with every reason. A Mind whose lease another host holds is ready: that host
+//! runs it.
+//!
+//! Neither needs a token (orchestrators and load balancers probe them). Their answers name
+//! Minds, counts and the backend's last error — the provider's message, which never carries a
+//! credential — but not the store's errors, which may name database hosts (those are logged).
+
+use crate::Host;
+use serde::Serialize;
+use std::time::Duration;
+
+/// How long `/readyz` waits for the store's answer.
+pub const STORE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest backend error text `/readyz` repeats.
+const ERROR_CHARS: usize = 300;
+
+/// The answer of `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Readiness {
+    /// Whether every check passed.
+    pub ready: bool,
+    /// What is not ready, one sentence each (empty when ready).
+    pub reasons: Vec<String>,
+}
+
+/// Runs every readiness check.
+pub async fn readiness(host: &Host) -> Readiness {
+    let mut reasons = Vec::new();
+    match tokio::time::timeout(STORE_TIMEOUT, host.store.schema_version()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "readiness: the store did not answer");
+            reasons.push("store: the query failed (the error is in the host's log)".to_string());
+        }
+        Err(_) => reasons.push(format!(
+            "store: no answer within {} s",
+            STORE_TIMEOUT.as_secs()
+        )),
+    }
+    for mind in &host.config.minds {
+        let live = host.telemetry.mind(&mind.id);
+        if !live.runner_up {
+            reasons.push(format!("mind {}: its runner is not running", mind.id));
+        }
+        if let Some(failing) = live.failing {
+            let what = match failing.cause {
+                "backend" => format!(
+                    "the backend is failing: {}",
+                    truncate(&failing.last_error, ERROR_CHARS)
+                ),
+                "store" => "the store refuses its steps (the error is in the host's log)".into(),
+                _ => format!(
+                    "it cannot run: {}",
+                    truncate(&failing.last_error, ERROR_CHARS)
+                ),
+            };
+            reasons.push(format!(
+                "mind {}: {what} ({} steps failed in a row, retrying)",
+                mind.id, failing.failures
+            ));
+        }
+    }
+    Readiness {
+        ready: reasons.is_empty(),
+        reasons,
+    }
+}
+
+fn truncate(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
