@@ -20,6 +20,7 @@
 //! - [`replay`] — the replay engine that runs a trace under a policy.
 //! - [`closed_loop`] — replaying the host's own ledger: every decision and the cost reproduced.
 //! - [`optimum`] — the hindsight optimum, an O(n log n) dynamic program.
+//! - [`split`] — the fixed split of sessions into a tuning part and a set-aside part.
 //! - [`tokenize`] — the deterministic tokenizer the renderer and the simulator share.
 //! - [`validate`] — the cache model checked against recorded usage.
 //!
@@ -43,6 +44,7 @@ pub mod records;
 pub mod render;
 pub mod replay;
 pub mod session;
+pub mod split;
 pub mod tokenize;
 pub mod trace;
 pub mod validate;
