@@ -62,7 +62,10 @@ pub struct Assumptions {
     pub ceiling_tokens: Option<Tokens>,
     /// How long before the cache expires the host decides (and pings). Default 30 s.
     pub decide_before_expiry_ms: i64,
-    /// The TTL tier the session writes at. Default: the tier the trace recorded (1h if any 1h write).
+    /// The TTL tier the session writes at. Default: the tier the trace recorded, judged over the
+    /// whole trace (1h if any 1h write, [`Trace::whole_trace_ttl`]) — an assumption about the
+    /// session's configuration, taken with hindsight; it prices the counterfactual and predicts
+    /// nothing of the recorded usage.
     pub ttl: Option<Ttl>,
     /// The TTL of the head's own breakpoint. Default: the session's TTL. A head TTL shorter than
     /// the session's is raised to it (a 1h breakpoint may not follow a 5m one).
@@ -380,7 +383,7 @@ pub fn replay_trace(
     let ttl = config
         .assumptions
         .ttl
-        .unwrap_or_else(|| trace.recorded_ttl());
+        .unwrap_or_else(|| trace.whole_trace_ttl());
     let mut totals = RunTotals::default();
     if let Plan::Recorded = plan {
         let mut previous: Option<i64> = None;
@@ -432,7 +435,7 @@ pub fn execute_plan(
     let ttl = config
         .assumptions
         .ttl
-        .unwrap_or_else(|| trace.recorded_ttl());
+        .unwrap_or_else(|| trace.whole_trace_ttl());
     let (head, turns) = reconstruct(trace, config.assumptions.head_tokens);
     let mut totals = RunTotals::default();
     run_driver(

@@ -138,8 +138,14 @@ pub struct Trace {
 }
 
 impl Trace {
-    /// The TTL the trace's writes used: 1h if any request wrote at 1h, else 5m.
-    pub fn recorded_ttl(&self) -> crate::cache::Ttl {
+    /// The TTL the trace's writes used, judged over the whole trace: 1h if any request wrote at
+    /// 1h, else 5m.
+    ///
+    /// This looks at every request, later ones included, so it is hindsight: the replay engine
+    /// may take it as its documented default assumption (the session's tier, `--ttl` overrides
+    /// it), but no prediction of a request's usage may use it ([`crate::validate`] takes the tier
+    /// of the latest *earlier* write instead).
+    pub fn whole_trace_ttl(&self) -> crate::cache::Ttl {
         if self.requests.iter().any(|r| r.usage.cache_write_1h > 0) {
             crate::cache::Ttl::OneHour
         } else {

@@ -1,7 +1,12 @@
-//! `muninn check-cache`: the cache model against recorded usage, beside the naive TTL rule.
+//! `muninn check-cache`: the cache model against recorded usage, beside the naive TTL rule, on
+//! the tuning and set-aside parts of the data side by side (`muninn_core::split`), with goals
+//! that fail the command when missed.
 
 use crate::InputArgs;
-use muninn_core::validate::{Aggregate, ValidateOptions, validate};
+use muninn_core::split::Part;
+use muninn_core::validate::{
+    Aggregate, Figures, Side, ValidateOptions, ValidationReport, validate,
+};
 
 /// Arguments of `muninn check-cache`.
 #[derive(Debug, clap::Args)]
@@ -18,6 +23,14 @@ pub struct CheckArgs {
     /// provider's organisation-wide cache does).
     #[arg(long)]
     no_shared_head: bool,
+    /// Goal: the cache model's agreement on main threads, as a fraction (0.98), on each part of
+    /// the split. A part that misses it prints FAIL and the command exits non-zero.
+    #[arg(long)]
+    goal_agreement: Option<f64>,
+    /// Goal: the cache model's read-token error on main threads, as a fraction (0.01), on each
+    /// part of the split. A part above it prints FAIL and the command exits non-zero.
+    #[arg(long)]
+    goal_read_error: Option<f64>,
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<()> {
@@ -29,72 +42,144 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     let report = validate(&import.traces, &options);
     match args.format.as_str() {
         "json" => println!("{}", serde_json::to_string_pretty(&report)?),
-        "table" => {
-            println!(
-                "{:<24} {:>10} {:>12} {:>14}",
-                "predictor / threads", "requests", "agreement", "read error"
-            );
-            let line = |label: &str, a: &Aggregate| {
-                println!(
-                    "{label:<24} {:>10} {:>11.2}% {:>13.3}%",
-                    a.requests,
-                    100.0 * a.agreement,
-                    100.0 * a.read_error
-                );
-            };
-            line("cache model / main", &report.model.main);
-            line("cache model / all", &report.model.all);
-            line("naive TTL rule / main", &report.naive.main);
-            line("naive TTL rule / all", &report.naive.all);
-            println!();
-            println!("disagreements by class (all threads): cache model | naive rule");
-            let mut classes: Vec<_> = report
-                .model
-                .all
-                .disagreements
-                .keys()
-                .chain(report.naive.all.disagreements.keys())
-                .collect();
-            classes.sort();
-            classes.dedup();
-            for class in classes {
-                println!(
-                    "  {:<24} {:>5} | {:>5}",
-                    format!("{class:?}"),
-                    report
-                        .model
-                        .all
-                        .disagreements
-                        .get(class)
-                        .copied()
-                        .unwrap_or(0),
-                    report
-                        .naive
-                        .all
-                        .disagreements
-                        .get(class)
-                        .copied()
-                        .unwrap_or(0)
-                );
-            }
-            if args.disagreements {
-                println!();
-                for r in report.rows.iter().filter(|r| !r.cache_model.agree) {
-                    println!(
-                        "{} #{} gap {} s: recorded read {} ({:?}), model {} ({:?}) — {:?}",
-                        r.trace,
-                        r.index,
-                        r.gap_ms.map_or(0, |g| g / 1000),
-                        r.recorded_read,
-                        r.recorded_class,
-                        r.cache_model.read,
-                        r.cache_model.class,
-                        r.cache_model.disagreement
-                    );
-                }
-            }
-        }
+        "table" => print_table(&report, args.disagreements),
         other => anyhow::bail!("unknown format {other:?}: expected table or json"),
+    }
+    check_goals(&report, args.goal_agreement, args.goal_read_error)
+}
+
+/// The figures of a part, or empty ones when the part has no request.
+fn part<'a>(report: &'a ValidationReport, part: Part, empty: &'a Figures) -> &'a Figures {
+    report.parts.get(&part).unwrap_or(empty)
+}
+
+fn print_table(report: &ValidationReport, list_disagreements: bool) {
+    let empty = Figures::default();
+    let tuning = part(report, Part::Tuning, &empty);
+    let set_aside = part(report, Part::SetAside, &empty);
+    println!(
+        "{:<22} | {:<33} | {:<33} | {:<33}",
+        "", "tuning part", "set-aside part", "all"
+    );
+    let columns = format!("{:>8} {:>11} {:>12}", "requests", "agreement", "read error");
+    println!(
+        "{:<22} | {columns} | {columns} | {columns}",
+        "predictor / threads"
+    );
+    let cell = |a: &Aggregate| {
+        format!(
+            "{:>8} {:>10.2}% {:>11.3}%",
+            a.requests,
+            100.0 * a.agreement,
+            100.0 * a.read_error
+        )
+    };
+    let line = |label: &str, pick: &dyn Fn(&Figures) -> (&Side, bool)| {
+        let agg = |f: &Figures| {
+            let (side, main) = pick(f);
+            if main {
+                side.main.clone()
+            } else {
+                side.all.clone()
+            }
+        };
+        let all = Figures {
+            model: report.model.clone(),
+            naive: report.naive.clone(),
+        };
+        println!(
+            "{label:<22} | {} | {} | {}",
+            cell(&agg(tuning)),
+            cell(&agg(set_aside)),
+            cell(&agg(&all))
+        );
+    };
+    line("cache model / main", &|f| (&f.model, true));
+    line("cache model / all", &|f| (&f.model, false));
+    line("naive TTL rule / main", &|f| (&f.naive, true));
+    line("naive TTL rule / all", &|f| (&f.naive, false));
+    println!();
+    println!("disagreements by class (all threads): cache model | naive rule");
+    let mut classes: Vec<_> = report
+        .model
+        .all
+        .disagreements
+        .keys()
+        .chain(report.naive.all.disagreements.keys())
+        .collect();
+    classes.sort();
+    classes.dedup();
+    for class in classes {
+        let count = |a: &Aggregate| a.disagreements.get(class).copied().unwrap_or(0);
+        println!(
+            "  {:<24} {:>5} | {:>5}",
+            format!("{class:?}"),
+            count(&report.model.all),
+            count(&report.naive.all)
+        );
+    }
+    if list_disagreements {
+        println!();
+        for r in report.rows.iter().filter(|r| !r.cache_model.agree) {
+            println!(
+                "{} #{} ({}) gap {} s: recorded read {} ({:?}), model {} ({:?}) — {:?}",
+                r.trace,
+                r.index,
+                r.part.label(),
+                r.gap_ms.map_or(0, |g| g / 1000),
+                r.recorded_read,
+                r.recorded_class,
+                r.cache_model.read,
+                r.cache_model.class,
+                r.cache_model.disagreement
+            );
+        }
+    }
+}
+
+/// Checks the cache model's main-thread figures on each part against the goals: PASS or FAIL
+/// per part and goal, an error (a non-zero exit) if any part missed one.
+fn check_goals(
+    report: &ValidationReport,
+    agreement: Option<f64>,
+    read_error: Option<f64>,
+) -> anyhow::Result<()> {
+    if agreement.is_none() && read_error.is_none() {
+        return Ok(());
+    }
+    let mut failed = 0;
+    println!();
+    for (part, figures) in &report.parts {
+        let main = &figures.model.main;
+        if main.requests == 0 {
+            println!("SKIP {}: no main-thread request", part.label());
+            continue;
+        }
+        if let Some(goal) = agreement {
+            let ok = main.agreement >= goal;
+            failed += usize::from(!ok);
+            println!(
+                "{} {} part: agreement on main threads {:.2}% (goal ≥ {:.2}%)",
+                if ok { "PASS" } else { "FAIL" },
+                part.label(),
+                100.0 * main.agreement,
+                100.0 * goal
+            );
+        }
+        if let Some(goal) = read_error {
+            let ok = main.read_error < goal;
+            failed += usize::from(!ok);
+            println!(
+                "{} {} part: read-token error on main threads {:.3}% (goal < {:.3}%)",
+                if ok { "PASS" } else { "FAIL" },
+                part.label(),
+                100.0 * main.read_error,
+                100.0 * goal
+            );
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("FAIL: {failed} goal(s) missed");
     }
     Ok(())
 }

@@ -362,8 +362,15 @@ fn check_cache_prints_the_agreement_table() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = clean_project(tmp.path());
     let (stdout, _) = ok(&muninn(&["check-cache", "--quiet", dir.to_str().unwrap()]));
-    let header = stdout.lines().next().unwrap();
-    for column in ["predictor / threads", "requests", "agreement", "read error"] {
+    let parts = stdout.lines().next().unwrap();
+    for part in ["tuning part", "set-aside part", "all"] {
+        assert!(parts.contains(part), "{parts}");
+    }
+    let header = stdout
+        .lines()
+        .find(|l| l.starts_with("predictor / threads"))
+        .unwrap_or_else(|| panic!("no header:\n{stdout}"));
+    for column in ["requests", "agreement", "read error"] {
         assert!(header.contains(column), "{header}");
     }
     for label in [
@@ -376,7 +383,33 @@ fn check_cache_prints_the_agreement_table() {
             .lines()
             .find(|l| l.starts_with(label))
             .unwrap_or_else(|| panic!("no {label} row:\n{stdout}"));
-        assert!(line.contains('%'), "{line}");
+        assert_eq!(line.matches('%').count(), 6, "{line}");
     }
     assert!(stdout.contains("disagreements by class"), "{stdout}");
+    assert!(!stdout.contains("PASS"), "no goal, no verdict:\n{stdout}");
+}
+
+#[test]
+fn check_cache_fails_on_a_missed_goal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let dir = dir.to_str().unwrap();
+    let (stdout, _) = ok(&muninn(&[
+        "check-cache",
+        "--quiet",
+        "--goal-agreement",
+        "0",
+        "--goal-read-error",
+        "1e9",
+        dir,
+    ]));
+    assert!(stdout.contains("PASS") && !stdout.contains("FAIL"), "{stdout}");
+    let out = muninn(&["check-cache", "--quiet", "--goal-agreement", "1.01", dir]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(!out.status.success(), "a goal above 100% must fail:\n{stdout}");
+    assert!(stdout.contains("FAIL"), "{stdout}");
+    assert!(
+        String::from_utf8(out.stderr).unwrap().contains("goal(s) missed"),
+        "the exit says why"
+    );
 }
