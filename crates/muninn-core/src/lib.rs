@@ -11,6 +11,8 @@
 //! - [`cache`] — the prompt-cache model: reads, writes 5m/1h, uncached input, miss causes.
 //! - [`trace`] — normalised traces, the importers' output and the replay engine's input.
 //! - [`ledger`] — the ledger row written for every request.
+//! - [`miss`] — one vocabulary of cache-miss causes, mapped to the provider's diagnosis and to
+//!   Claude Code's `/usage` causes.
 //! - [`records`] — a Mind's records shared by the store, the runtime and the HTTP API: roles,
 //!   segments, leases, outbox messages, briefs.
 //! - [`decide`] — the pure decider and the online policies.
@@ -37,6 +39,7 @@ pub mod cache;
 pub mod closed_loop;
 pub mod decide;
 pub mod ledger;
+pub mod miss;
 pub mod money;
 pub mod optimum;
 pub mod price;

@@ -300,8 +300,8 @@ pub struct RunTotals {
     pub refreshes: u64,
     /// Tokens written by requests that followed an idle gap longer than the TTL.
     pub writes_after_long_gap: Tokens,
-    /// Requests that missed, per cause: cold start, TTL expiry, prefix change, eviction/unknown.
-    pub misses: [u64; 4],
+    /// Requests that missed, per cause (indexed by `cause as usize`, see [`MissCause::ALL`]).
+    pub misses: [u64; MissCause::COUNT],
 }
 
 impl RunTotals {

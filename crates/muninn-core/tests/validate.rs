@@ -25,6 +25,7 @@ fn req(at_ms: i64, read: u64, write: u64, one_hour: bool) -> TraceRequest {
         boundary: false,
         compacted: false,
         blocks_added: 3,
+        provider_miss: None,
     }
 }
 

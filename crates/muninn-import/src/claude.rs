@@ -318,6 +318,7 @@ impl FormatReader for ClaudeReader<'_> {
                             boundary: state.human_turn,
                             compacted: state.compacted,
                             blocks_added: state.blocks,
+                            provider_miss: None,
                         };
                         state.human_turn = false;
                         state.compacted = false;

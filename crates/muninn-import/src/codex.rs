@@ -196,6 +196,7 @@ impl FormatReader for CodexReader {
                         boundary: self.human_turn,
                         compacted: self.compacted,
                         blocks_added: 0,
+                        provider_miss: None,
                     };
                     self.human_turn = false;
                     self.compacted = false;

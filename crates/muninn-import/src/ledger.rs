@@ -50,6 +50,7 @@ impl FormatReader for LedgerReader {
                 boundary: false,
                 compacted: false,
                 blocks_added: 0,
+                provider_miss: row.provider_miss,
             };
             let thread = format!("{}/{side}", row.role);
             cx.push(
@@ -70,6 +71,7 @@ impl FormatReader for LedgerReader {
             boundary: row.boundary,
             compacted: previous.is_some_and(|s| s != row.segment),
             blocks_added: 0,
+            provider_miss: row.provider_miss,
         };
         cx.push(&row.mind, &row.role, ThreadKind::Mind, &row.model, request);
     }

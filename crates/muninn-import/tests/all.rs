@@ -51,6 +51,7 @@ fn request(
         boundary,
         compacted,
         blocks_added: blocks,
+        provider_miss: None,
     }
 }
 
@@ -356,6 +357,7 @@ mod ledger_compaction {
             boundary: true,
             events: Vec::new(),
             decided: None,
+            provider_miss: None,
         };
         serde_json::to_string(&row).unwrap()
     }

@@ -403,13 +403,21 @@ fn check_cache_fails_on_a_missed_goal() {
         "1e9",
         dir,
     ]));
-    assert!(stdout.contains("PASS") && !stdout.contains("FAIL"), "{stdout}");
+    assert!(
+        stdout.contains("PASS") && !stdout.contains("FAIL"),
+        "{stdout}"
+    );
     let out = muninn(&["check-cache", "--quiet", "--goal-agreement", "1.01", dir]);
     let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(!out.status.success(), "a goal above 100% must fail:\n{stdout}");
+    assert!(
+        !out.status.success(),
+        "a goal above 100% must fail:\n{stdout}"
+    );
     assert!(stdout.contains("FAIL"), "{stdout}");
     assert!(
-        String::from_utf8(out.stderr).unwrap().contains("goal(s) missed"),
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("goal(s) missed"),
         "the exit says why"
     );
 }

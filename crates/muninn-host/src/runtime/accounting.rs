@@ -220,6 +220,7 @@ impl<B: Backend> MindRunner<B> {
                 .filter_map(Result::ok)
                 .collect(),
             decided: None,
+            provider_miss: None,
         }
     }
 
