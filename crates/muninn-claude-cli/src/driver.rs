@@ -729,6 +729,7 @@ impl Driver {
                         events: Vec::new(),
                         request_id: collected.request_id,
                         breakpoints: Vec::new(),
+                        provider_miss: None,
                     });
                 }
                 ReadEnd::Eof => {
@@ -1026,6 +1027,7 @@ impl Driver {
             events,
             request_id: collected.request_id,
             breakpoints: Vec::new(),
+            provider_miss: None,
         })
     }
 
@@ -1069,6 +1071,7 @@ impl Driver {
             events,
             request_id: collected.request_id,
             breakpoints: Vec::new(),
+            provider_miss: None,
         })
     }
 

@@ -671,3 +671,40 @@ mod real {
         }
     }
 }
+
+/// Claude Code 2.1.282+ stores the API's cache diagnosis on assistant lines: each becomes its
+/// request's label; a line without one labels nothing.
+#[test]
+fn claude_code_diagnostics_become_provider_labels() {
+    use muninn_core::miss::{ProviderMiss, ProviderMissReason as R};
+    let import = import(&[fixture("claude-diagnostics")]);
+    assert!(import.warnings.is_empty(), "{:?}", import.warnings);
+    let labels = |id: &str| -> Vec<Option<ProviderMiss>> {
+        let t = import.traces.iter().find(|t| t.id == id).unwrap();
+        t.requests.iter().map(|r| r.provider_miss).collect()
+    };
+    let miss = |reason, missed_tokens| {
+        Some(ProviderMiss {
+            reason,
+            missed_tokens,
+        })
+    };
+    assert_eq!(
+        labels("d1/main/claude-opus-4-6"),
+        vec![
+            None,
+            None,
+            miss(R::ToolsChanged, Some(20_500)),
+            None,
+            miss(R::MessagesChanged, Some(21_000)),
+        ]
+    );
+    assert_eq!(
+        labels("d1/main/claude-sonnet-4-6"),
+        vec![
+            miss(R::ModelChanged, Some(9_000)),
+            miss(R::Pending, None),
+            miss(R::Other, None),
+        ]
+    );
+}

@@ -5,7 +5,7 @@
 use crate::InputArgs;
 use muninn_core::split::Part;
 use muninn_core::validate::{
-    Aggregate, Figures, Side, ValidateOptions, ValidationReport, validate,
+    Aggregate, CauseFigures, Figures, Side, ValidateOptions, ValidationReport, validate,
 };
 
 /// Arguments of `muninn check-cache`.
@@ -31,6 +31,11 @@ pub struct CheckArgs {
     /// part of the split. A part above it prints FAIL and the command exits non-zero.
     #[arg(long)]
     goal_read_error: Option<f64>,
+    /// Goal: the share of requests with a conclusive provider label (`cache_miss_reason`) whose
+    /// cause agrees with it, as a fraction, over all threads of each part that has labels. No
+    /// label at all is a FAIL: the goal cannot be checked on these traces.
+    #[arg(long)]
+    goal_cause_agreement: Option<f64>,
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<()> {
@@ -45,7 +50,40 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
         "table" => print_table(&report, args.disagreements),
         other => anyhow::bail!("unknown format {other:?}: expected table or json"),
     }
-    check_goals(&report, args.goal_agreement, args.goal_read_error)
+    let mut failed = check_goals(&report, args.goal_agreement, args.goal_read_error);
+    if let Some(goal) = args.goal_cause_agreement {
+        failed += check_cause_goal(&report, goal);
+    }
+    if failed > 0 {
+        anyhow::bail!("FAIL: {failed} goal(s) missed");
+    }
+    Ok(())
+}
+
+/// PASS or FAIL per part with labels; FAIL when no request carries a conclusive label.
+fn check_cause_goal(report: &ValidationReport, goal: f64) -> usize {
+    let mut failed = 0;
+    if report.causes.labelled == 0 {
+        println!("FAIL miss causes: no request carries a conclusive provider label");
+        return 1;
+    }
+    for (part, figures) in &report.parts {
+        let Some(agreement) = figures.causes.agreement() else {
+            continue;
+        };
+        let ok = agreement >= goal;
+        failed += usize::from(!ok);
+        println!(
+            "{} {} part: causes agree with the provider's labels on {} of {} ({:.2}%, goal ≥ {:.2}%)",
+            if ok { "PASS" } else { "FAIL" },
+            part.label(),
+            figures.causes.agree,
+            figures.causes.labelled,
+            100.0 * agreement,
+            100.0 * goal
+        );
+    }
+    failed
 }
 
 /// The figures of a part, or empty ones when the part has no request.
@@ -67,6 +105,9 @@ fn print_table(report: &ValidationReport, list_disagreements: bool) {
         "predictor / threads"
     );
     let cell = |a: &Aggregate| {
+        if a.requests == 0 {
+            return format!("{:>8} {:>11} {:>12}", 0, "–", "–");
+        }
         format!(
             "{:>8} {:>10.2}% {:>11.3}%",
             a.requests,
@@ -86,6 +127,7 @@ fn print_table(report: &ValidationReport, list_disagreements: bool) {
         let all = Figures {
             model: report.model.clone(),
             naive: report.naive.clone(),
+            causes: report.causes.clone(),
         };
         println!(
             "{label:<22} | {} | {} | {}",
@@ -118,6 +160,8 @@ fn print_table(report: &ValidationReport, list_disagreements: bool) {
             count(&report.naive.all)
         );
     }
+    println!();
+    print_causes(report, tuning, set_aside);
     if list_disagreements {
         println!();
         for r in report.rows.iter().filter(|r| !r.cache_model.agree) {
@@ -137,15 +181,44 @@ fn print_table(report: &ValidationReport, list_disagreements: bool) {
     }
 }
 
+/// The cache model's causes against the provider's labels, where the traces carry any.
+fn print_causes(report: &ValidationReport, tuning: &Figures, set_aside: &Figures) {
+    let causes = &report.causes;
+    if causes.labels.is_empty() {
+        println!(
+            "miss causes: no request carries the provider's diagnosis (Claude Code 2.1.282+ \
+             stores it; muninn's ledger has it when the backend asked)"
+        );
+        return;
+    }
+    let share = |c: &CauseFigures| {
+        c.agreement().map_or("–".to_string(), |a| {
+            format!("{} of {} ({:.2}%)", c.agree, c.labelled, 100.0 * a)
+        })
+    };
+    println!(
+        "miss causes against the provider's labels: tuning {} | set aside {} | all {}",
+        share(&tuning.causes),
+        share(&set_aside.causes),
+        share(causes)
+    );
+    let labels: Vec<String> = causes
+        .labels
+        .iter()
+        .map(|(label, n)| format!("{label} {n}"))
+        .collect();
+    println!("  labels: {}", labels.join(", "));
+}
+
 /// Checks the cache model's main-thread figures on each part against the goals: PASS or FAIL
-/// per part and goal, an error (a non-zero exit) if any part missed one.
+/// per part and goal; returns how many were missed.
 fn check_goals(
     report: &ValidationReport,
     agreement: Option<f64>,
     read_error: Option<f64>,
-) -> anyhow::Result<()> {
+) -> usize {
     if agreement.is_none() && read_error.is_none() {
-        return Ok(());
+        return 0;
     }
     let mut failed = 0;
     println!();
@@ -178,8 +251,5 @@ fn check_goals(
             );
         }
     }
-    if failed > 0 {
-        anyhow::bail!("FAIL: {failed} goal(s) missed");
-    }
-    Ok(())
+    failed
 }

@@ -4,6 +4,7 @@
 
 use super::{ReadClass, ValidateOptions, cached_part, classify};
 use crate::cache::{CacheState, Checkpoint, Fingerprint, Prompt, Ttl, extend, hash_bytes};
+use crate::miss::MissCause;
 use crate::money::Tokens;
 use crate::trace::{ThreadKind, Trace};
 use std::collections::HashMap;
@@ -72,8 +73,8 @@ pub(super) struct ModelReplay {
 }
 
 impl ModelReplay {
-    /// Predicts the read of `trace.requests[index]`, commits it to the cache, and learns from the
-    /// recorded usage afterwards.
+    /// Predicts the read of `trace.requests[index]` and the cache model's miss cause, commits it
+    /// to the cache, and learns from the recorded usage afterwards.
     ///
     /// Strictly causal: the read predicted for request k depends only on requests before k and
     /// on what the client knew before sending k — its time, its prompt's size and where its last
@@ -90,9 +91,9 @@ impl ModelReplay {
         reference: Tokens,
         fallback_ttl: Ttl,
         options: &ValidateOptions,
-    ) -> Tokens {
+    ) -> (Tokens, Option<MissCause>) {
         let Some(req) = trace.requests.get(index) else {
-            return 0;
+            return (0, None);
         };
         let key: GroupKey = (
             trace.session.clone(),
@@ -201,16 +202,17 @@ impl ModelReplay {
             checkpoints: &cps,
             total_tokens: prompt_tokens,
         };
-        let read = match self
-            .cache
-            .apply(&prompt, req.at_ms, options.min_cacheable, &options.rules)
-        {
-            Ok(outcome) => outcome.read,
-            Err(_) => {
-                self.errors += 1;
-                0
-            }
-        };
+        let (read, miss) =
+            match self
+                .cache
+                .apply(&prompt, req.at_ms, options.min_cacheable, &options.rules)
+            {
+                Ok(outcome) => (outcome.read, outcome.miss),
+                Err(_) => {
+                    self.errors += 1;
+                    (0, None)
+                }
+            };
 
         // Learn from what was recorded, for the requests that follow.
         let recorded = req.usage.cache_read;
@@ -239,7 +241,7 @@ impl ModelReplay {
             updated.last_cached = cached_part(req);
         }
         self.groups.insert(key, updated);
-        read
+        (read, miss)
     }
 
     /// The reference prefix of a request before it is stepped.

@@ -63,6 +63,7 @@
 //! This module is pure: no I/O, no clock.
 
 use crate::cache::{CacheRules, Ttl};
+use crate::miss::{MissCause, ProviderMiss, agrees};
 use crate::money::Tokens;
 use crate::split::{Part, part_of};
 use crate::trace::{ThreadKind, Trace, TraceRequest};
@@ -170,6 +171,17 @@ pub struct RequestRow {
     pub cache_model: Prediction,
     /// The naive rule's prediction.
     pub naive: Prediction,
+    /// The cache model's miss cause: a model switch or a recorded compaction names its level,
+    /// otherwise the cache model's own (cold start, TTL expiry, prefix change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<MissCause>,
+    /// The provider's diagnosis the source recorded, if any (the label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_miss: Option<ProviderMiss>,
+    /// Whether `cause` agrees with the label ([`crate::miss::agrees`]); none without a
+    /// conclusive label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause_agrees: Option<bool>,
 }
 
 /// One predictor's view of a request.
@@ -245,10 +257,41 @@ pub struct Figures {
     pub model: Side,
     /// The naive rule's figures.
     pub naive: Side,
+    /// The cache model's causes against the provider's labels.
+    pub causes: CauseFigures,
+}
+
+/// Miss causes against the provider's own labels, over the requests that carry a conclusive one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CauseFigures {
+    /// Requests with a conclusive label.
+    pub labelled: usize,
+    /// Of those, requests whose cause agrees.
+    pub agree: usize,
+    /// Labels by reason (`messages_changed`, `no_divergence`, …), conclusive or not.
+    pub labels: BTreeMap<String, usize>,
+}
+
+impl CauseFigures {
+    /// `agree / labelled`, `None` with no label.
+    pub fn agreement(&self) -> Option<f64> {
+        (self.labelled > 0).then(|| self.agree as f64 / self.labelled as f64)
+    }
 }
 
 impl Figures {
     fn add(&mut self, row: &RequestRow) {
+        if let Some(label) = row.provider_miss {
+            *self
+                .causes
+                .labels
+                .entry(label.reason.as_str().to_string())
+                .or_default() += 1;
+        }
+        if let Some(agree) = row.cause_agrees {
+            self.causes.labelled += 1;
+            self.causes.agree += usize::from(agree);
+        }
         if row.kind == ThreadKind::Main {
             self.model.main.add(row.recorded_read, &row.cache_model);
             self.naive.main.add(row.recorded_read, &row.naive);
@@ -278,6 +321,8 @@ pub struct ValidationReport {
     pub model: Side,
     /// The naive rule's figures over every request.
     pub naive: Side,
+    /// The cache model's causes against the provider's labels, over every request.
+    pub causes: CauseFigures,
     /// Both predictors' figures on each part of the split ([`crate::split`]); a part with no
     /// request is absent.
     pub parts: BTreeMap<Part, Figures>,
@@ -382,13 +427,22 @@ pub fn validate(traces: &[Trace], options: &ValidateOptions) -> ValidationReport
         last_model.insert(thread_key, trace.model.clone());
         let fallback_ttl = last_ttl.get(&t).copied().unwrap_or(Ttl::FiveMinutes);
 
-        let model_read = replay.step(trace, i, reference, fallback_ttl, options);
+        let (model_read, model_miss) = replay.step(trace, i, reference, fallback_ttl, options);
+        // The level a change is known at: a model switch, a recorded compaction (a rewrite of
+        // the messages); otherwise what the cache model says.
+        let cause = if switched {
+            Some(MissCause::ModelChange)
+        } else if req.compacted {
+            Some(MissCause::MessagesChange)
+        } else {
+            model_miss
+        };
         let naive = naive_read(trace, i, fallback_ttl);
         // The answer to this request is read from here on only.
         if let Some(ttl) = req.write_ttl() {
             last_ttl.insert(t, ttl);
         }
-        let row = compare(
+        let mut row = compare(
             trace,
             req,
             i,
@@ -396,6 +450,8 @@ pub fn validate(traces: &[Trace], options: &ValidateOptions) -> ValidationReport
             (model_read, naive),
             options,
         );
+        row.cause = cause;
+        row.cause_agrees = req.provider_miss.and_then(|label| agrees(cause, &label));
         report.parts.entry(row.part).or_default().add(&row);
         all.add(&row);
         report.rows.push(row);
@@ -403,6 +459,7 @@ pub fn validate(traces: &[Trace], options: &ValidateOptions) -> ValidationReport
     all.finish();
     report.model = all.model;
     report.naive = all.naive;
+    report.causes = all.causes;
     for figures in report.parts.values_mut() {
         figures.finish();
     }
@@ -451,5 +508,8 @@ fn compare(
         recorded_class,
         cache_model: predict(model_read),
         naive: predict(naive_read),
+        cause: None,
+        provider_miss: req.provider_miss,
+        cause_agrees: None,
     }
 }

@@ -220,7 +220,7 @@ impl<B: Backend> MindRunner<B> {
                 .filter_map(Result::ok)
                 .collect(),
             decided: None,
-            provider_miss: None,
+            provider_miss: outcome.provider_miss,
         }
     }
 
