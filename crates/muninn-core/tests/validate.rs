@@ -520,3 +520,65 @@ proptest! {
         prop_assert_eq!(&predictions(&before)[..k], &predictions(&after)[..k]);
     }
 }
+
+/// A Codex-like request: a prompt of `prompt` tokens of which `cached` were read, `output` out.
+fn codex(at_ms: i64, prompt: u64, cached: u64, output: u64, boundary: bool) -> TraceRequest {
+    TraceRequest {
+        at_ms,
+        usage: Usage {
+            input: prompt - cached,
+            cache_read: cached,
+            output,
+            ..Usage::default()
+        },
+        boundary,
+        ..TraceRequest::default()
+    }
+}
+
+/// OpenAI's automatic cache: the previous prompt and its output are read back in 128-token
+/// steps; past the retention only the shared head (the first request's read) survives; a prompt
+/// that shrank reads back to the start of its turn.
+#[test]
+fn codex_rollouts_are_predicted_by_the_automatic_cache_model() {
+    let requests = vec![
+        codex(0, 17_091, 3_456, 463, true),
+        codex(7_000, 19_268, 17_536, 239, false),
+        codex(13_000, 21_312, 19_456, 304, false),
+        // Twenty minutes idle: past the 600 s retention.
+        codex(13_000 + 20 * MIN, 22_000, 3_456, 100, true),
+        codex(13_000 + 20 * MIN + 5_000, 30_000, 22_016, 100, false),
+        // A new turn whose prompt shrank (earlier reasoning dropped): back to the turn start.
+        codex(13_000 + 21 * MIN, 29_000, 21_888, 100, true),
+    ];
+    let t = trace("cx", "main", ThreadKind::Main, "gpt-5-codex", requests);
+    let report = validate(&[t], &ValidateOptions::default());
+    let reads: Vec<(u64, ReadClass)> = report
+        .rows
+        .iter()
+        .map(|r| (r.cache_model.read, r.cache_model.class))
+        .collect();
+    assert_eq!(
+        reads,
+        vec![
+            (0, ReadClass::None),
+            // floor128(min(19_268, 17_091 + 463)) = 17_536.
+            (17_536, ReadClass::Prefix),
+            (19_456, ReadClass::Prefix),
+            (3_456, ReadClass::Head),
+            (22_016, ReadClass::Prefix),
+            // The turn began at 22_000 tokens: 21_888 once rounded down.
+            (21_888, ReadClass::Head),
+        ]
+    );
+    assert_eq!(
+        report.rows[0].cache_model.disagreement,
+        Some(Disagreement::ExternalWarmHead)
+    );
+    assert_eq!(report.model.all.agree, 5);
+    // The reference is the previous prompt rounded down to the step.
+    assert_eq!(report.rows[1].reference, 17_024);
+    // The naive rule reads the previous prompt within the retention, nothing past it.
+    assert_eq!(report.rows[1].naive.read, 17_024);
+    assert_eq!(report.rows[3].naive.read, 0);
+}

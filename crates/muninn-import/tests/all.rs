@@ -708,3 +708,18 @@ fn claude_code_diagnostics_become_provider_labels() {
         ]
     );
 }
+
+/// Newer Codex versions log `cache_write_input_tokens` for models that bill a write premium:
+/// it becomes the request's cache write, out of the uncached input.
+#[test]
+fn codex_cache_writes_are_read_where_logged() {
+    let import = import(&[fixture("codex-writes")]);
+    assert!(import.warnings.is_empty(), "{:?}", import.warnings);
+    let t = &import.traces[0];
+    assert_eq!(t.model, "gpt-5.6");
+    let usages: Vec<Usage> = t.requests.iter().map(|r| r.usage).collect();
+    assert_eq!(
+        usages,
+        vec![usage(80, 12_800, 0, 0, 328), usage(52, 512, 0, 13_056, 100)]
+    );
+}

@@ -3,6 +3,8 @@
 //! that fail the command when missed.
 
 use crate::InputArgs;
+use anyhow::Context;
+use muninn_core::price::PriceTable;
 use muninn_core::split::Part;
 use muninn_core::validate::{
     Aggregate, CauseFigures, Figures, Side, ValidateOptions, ValidationReport, validate,
@@ -23,6 +25,10 @@ pub struct CheckArgs {
     /// provider's organisation-wide cache does).
     #[arg(long)]
     no_shared_head: bool,
+    /// A price table (TOML) to use instead of the embedded one: it says which provider's cache
+    /// each model sits behind, and that cache's parameters (OpenAI's retention and step).
+    #[arg(long)]
+    prices: Option<std::path::PathBuf>,
     /// Goal: the cache model's agreement on main threads, as a fraction (0.98), on each part of
     /// the split. A part that misses it prints FAIL and the command exits non-zero.
     #[arg(long)]
@@ -40,8 +46,17 @@ pub struct CheckArgs {
 
 pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     let import = args.input.import()?;
+    let prices = match &args.prices {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            PriceTable::parse(&text, &path.display().to_string())?
+        }
+        None => PriceTable::embedded(),
+    };
     let options = ValidateOptions {
         share_tools_head: !args.no_shared_head,
+        prices,
         ..ValidateOptions::default()
     };
     let report = validate(&import.traces, &options);

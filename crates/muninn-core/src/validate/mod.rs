@@ -65,16 +65,19 @@
 use crate::cache::{CacheRules, Ttl};
 use crate::miss::{MissCause, ProviderMiss, agrees};
 use crate::money::Tokens;
+use crate::price::{ModelPrice, PriceTable, Provider};
 use crate::split::{Part, part_of};
 use crate::trace::{ThreadKind, Trace, TraceRequest};
 use anthropic::ModelReplay;
+use openai::OpenAiReplay;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
 mod anthropic;
+mod openai;
 
 /// Parameters of a validation run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ValidateOptions {
     /// The cache rules the model runs with.
     pub rules: CacheRules,
@@ -84,6 +87,10 @@ pub struct ValidateOptions {
     pub tolerance: Tokens,
     /// Whether the tools head is shared across sessions (see the module docs).
     pub share_tools_head: bool,
+    /// Which provider each model sits behind, and that provider's cache parameters: a trace on
+    /// an OpenAI model is predicted by the OpenAI cache model (`openai`), every other by the
+    /// Anthropic one.
+    pub prices: PriceTable,
 }
 
 impl Default for ValidateOptions {
@@ -93,6 +100,7 @@ impl Default for ValidateOptions {
             min_cacheable: 1024,
             tolerance: 64,
             share_tools_head: true,
+            prices: PriceTable::embedded(),
         }
     }
 }
@@ -406,52 +414,14 @@ pub fn validate(traces: &[Trace], options: &ValidateOptions) -> ValidationReport
         .collect();
     order.sort_by_key(|&(at, t, i)| (at, t, i));
 
-    // A model switch shows as the same session and thread continuing on another model: remember the
-    // model of each (session, thread)'s latest request.
-    let mut last_model: HashMap<(String, String), String> = HashMap::new();
-    // The TTL tier of each trace's latest write so far (the causal fallback).
-    let mut last_ttl: HashMap<usize, Ttl> = HashMap::new();
-    let mut replay = ModelReplay::default();
+    let mut predictors = Predictors::default();
     let mut report = ValidationReport::default();
     let mut all = Figures::default();
     for (_, t, i) in order {
         let Some(trace) = traces.get(t) else { continue };
-        let Some(req) = trace.requests.get(i) else {
+        let Some(row) = predictors.row(trace, t, i, options) else {
             continue;
         };
-        let reference = replay.reference(trace, i);
-        let thread_key = (trace.session.clone(), trace.thread.clone());
-        let switched = last_model
-            .get(&thread_key)
-            .is_some_and(|m| *m != trace.model);
-        last_model.insert(thread_key, trace.model.clone());
-        let fallback_ttl = last_ttl.get(&t).copied().unwrap_or(Ttl::FiveMinutes);
-
-        let (model_read, model_miss) = replay.step(trace, i, reference, fallback_ttl, options);
-        // The level a change is known at: a model switch, a recorded compaction (a rewrite of
-        // the messages); otherwise what the cache model says.
-        let cause = if switched {
-            Some(MissCause::ModelChange)
-        } else if req.compacted {
-            Some(MissCause::MessagesChange)
-        } else {
-            model_miss
-        };
-        let naive = naive_read(trace, i, fallback_ttl);
-        // The answer to this request is read from here on only.
-        if let Some(ttl) = req.write_ttl() {
-            last_ttl.insert(t, ttl);
-        }
-        let mut row = compare(
-            trace,
-            req,
-            i,
-            (reference, switched),
-            (model_read, naive),
-            options,
-        );
-        row.cause = cause;
-        row.cause_agrees = req.provider_miss.and_then(|label| agrees(cause, &label));
         report.parts.entry(row.part).or_default().add(&row);
         all.add(&row);
         report.rows.push(row);
@@ -463,8 +433,93 @@ pub fn validate(traces: &[Trace], options: &ValidateOptions) -> ValidationReport
     for figures in report.parts.values_mut() {
         figures.finish();
     }
-    report.model_errors = replay.errors;
+    report.model_errors = predictors.anthropic.errors;
     report
+}
+
+/// Both predictors' state across the requests replayed so far (every trace, in time order).
+#[derive(Debug, Default)]
+struct Predictors {
+    anthropic: ModelReplay,
+    openai: OpenAiReplay,
+    /// The model of each (session, thread)'s latest request: a model switch shows as the same
+    /// session and thread continuing on another model.
+    last_model: HashMap<(String, String), String>,
+    /// The TTL tier of each trace's latest write so far (the causal fallback).
+    last_ttl: HashMap<usize, Ttl>,
+}
+
+impl Predictors {
+    /// Predicts request `index` of trace `t` with both predictors, compares the predictions with
+    /// the recorded read, and only then reads the provider's answer for what follows.
+    fn row(
+        &mut self,
+        trace: &Trace,
+        t: usize,
+        index: usize,
+        options: &ValidateOptions,
+    ) -> Option<RequestRow> {
+        let req = trace.requests.get(index)?;
+        let thread_key = (trace.session.clone(), trace.thread.clone());
+        let switched = self
+            .last_model
+            .get(&thread_key)
+            .is_some_and(|m| *m != trace.model);
+        self.last_model.insert(thread_key, trace.model.clone());
+        let fallback_ttl = self.last_ttl.get(&t).copied().unwrap_or(Ttl::FiveMinutes);
+
+        let (reference, tolerance, (model_read, model_miss), naive) =
+            match openai_price(options, &trace.model) {
+                Some(price) => (
+                    openai::reference(trace, index, price),
+                    options.tolerance.max(price.cache_step),
+                    self.openai.step(trace, index, price),
+                    openai::naive_read(trace, index, price),
+                ),
+                None => {
+                    let reference = self.anthropic.reference(trace, index);
+                    (
+                        reference,
+                        options.tolerance,
+                        (self.anthropic).step(trace, index, reference, fallback_ttl, options),
+                        naive_read(trace, index, fallback_ttl),
+                    )
+                }
+            };
+        // The level a change is known at: a model switch, a recorded compaction (a rewrite of
+        // the messages); otherwise what the cache model says.
+        let cause = if switched {
+            Some(MissCause::ModelChange)
+        } else if req.compacted {
+            Some(MissCause::MessagesChange)
+        } else {
+            model_miss
+        };
+        // The answer to this request is read from here on only.
+        if let Some(ttl) = req.write_ttl() {
+            self.last_ttl.insert(t, ttl);
+        }
+        let mut row = compare(
+            trace,
+            req,
+            index,
+            (reference, switched),
+            (model_read, naive),
+            tolerance,
+        );
+        row.cause = cause;
+        row.cause_agrees = req.provider_miss.and_then(|label| agrees(cause, &label));
+        Some(row)
+    }
+}
+
+/// The prices of `model` when it sits behind OpenAI's automatic cache.
+fn openai_price<'a>(options: &'a ValidateOptions, model: &str) -> Option<&'a ModelPrice> {
+    options
+        .prices
+        .model(model)
+        .ok()
+        .filter(|p| p.provider == Provider::OpenAi)
 }
 
 /// One request's row: both predictions classed against the recorded read.
@@ -474,16 +529,16 @@ fn compare(
     index: usize,
     (reference, switched): (Tokens, bool),
     (model_read, naive_read): (Tokens, Tokens),
-    options: &ValidateOptions,
+    tolerance: Tokens,
 ) -> RequestRow {
     let gap_ms = index
         .checked_sub(1)
         .and_then(|p| trace.requests.get(p))
         .map(|p| req.at_ms - p.at_ms);
     let recorded = req.usage.cache_read;
-    let recorded_class = classify(recorded, reference, options.tolerance);
+    let recorded_class = classify(recorded, reference, tolerance);
     let predict = |read: Tokens| {
-        let class = classify(read, reference, options.tolerance);
+        let class = classify(read, reference, tolerance);
         Prediction {
             read,
             class,
