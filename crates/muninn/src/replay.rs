@@ -70,6 +70,13 @@ pub struct ReplayArgs {
     /// The cost difference --closed-loop accepts, as a fraction (0.001 = 0.1%).
     #[arg(long, default_value_t = 0.001)]
     tolerance: f64,
+    /// Goal: the default policy (ski-rental) costs at most this multiple of the optimum; missed,
+    /// the command prints FAIL and exits non-zero.
+    #[arg(long)]
+    goal_vs_optimum: Option<f64>,
+    /// Goal: the default policy costs at most this multiple of what was recorded.
+    #[arg(long)]
+    goal_vs_recorded: Option<f64>,
 }
 
 fn parse_plans(specs: &[String]) -> anyhow::Result<Vec<Plan>> {
@@ -204,6 +211,45 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         )
         .with_context(|| format!("drawing {}", path.display()))?;
         eprintln!("plot written to {}", path.display());
+    }
+    check_goals(&report, &args)
+}
+
+/// Checks the default policy's ratios against the goals given: PASS or FAIL for each, an error
+/// (a non-zero exit) if one is missed or cannot be measured.
+fn check_goals(report: &ReplayReport, args: &ReplayArgs) -> anyhow::Result<()> {
+    let default = Plan::Online(muninn_core::decide::Policy::SkiRental).to_string();
+    let row = report.rows.iter().find(|r| r.policy == default);
+    let mut failed = 0;
+    for (goal, what, ratio) in [
+        (
+            args.goal_vs_optimum,
+            "optimum",
+            row.and_then(|r| r.ratio_to_optimum),
+        ),
+        (
+            args.goal_vs_recorded,
+            "recorded",
+            row.and_then(|r| r.ratio_to_recorded),
+        ),
+    ] {
+        let Some(goal) = goal else { continue };
+        match ratio {
+            Some(ratio) if ratio <= goal => {
+                println!("PASS {default} ÷ {what} = {ratio:.3} (goal ≤ {goal:.3})")
+            }
+            Some(ratio) => {
+                failed += 1;
+                println!("FAIL {default} ÷ {what} = {ratio:.3} (goal ≤ {goal:.3})");
+            }
+            None => {
+                failed += 1;
+                println!("FAIL {default} ÷ {what}: not measured (run both plans)");
+            }
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("FAIL: {failed} goal(s) missed");
     }
     Ok(())
 }

@@ -468,3 +468,38 @@ fn check_cache_scores_causes_against_the_providers_labels() {
         "{stdout}"
     );
 }
+
+#[test]
+fn replay_goals_print_pass_or_fail_and_set_the_exit_status() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let dir = dir.to_str().unwrap();
+    let (stdout, _) = ok(&muninn(&[
+        "replay",
+        "--quiet",
+        "--goal-vs-optimum",
+        "100",
+        "--goal-vs-recorded",
+        "100",
+        dir,
+    ]));
+    assert_eq!(stdout.matches("PASS ski-rental").count(), 2, "{stdout}");
+    let out = muninn(&["replay", "--quiet", "--goal-vs-optimum", "0.5", dir]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !out.status.success(),
+        "nothing beats the optimum by half:\n{stdout}"
+    );
+    assert!(stdout.contains("FAIL ski-rental ÷ optimum"), "{stdout}");
+    // A goal on a ratio the run did not measure fails rather than passing silently.
+    let out = muninn(&[
+        "replay",
+        "--quiet",
+        "--policy",
+        "ski-rental",
+        "--goal-vs-recorded",
+        "9",
+        dir,
+    ]);
+    assert!(!out.status.success());
+}

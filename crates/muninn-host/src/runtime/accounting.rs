@@ -91,6 +91,7 @@ pub(super) fn session_params(
             // compacting one compacts at its next turn, not in the gap.
             idle_flush: role == Role::SelfRole,
         },
+        lifetime_ms: None,
     }
 }
 
