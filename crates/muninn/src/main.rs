@@ -11,6 +11,7 @@ mod closed_loop;
 mod host_cli;
 mod import;
 mod replay;
+mod sensitivity;
 mod serve;
 mod sim_api;
 

@@ -6,7 +6,7 @@ use anyhow::Context;
 use muninn_core::cache::{CacheRules, Ttl};
 use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::price::{PriceError, PriceTable};
-use muninn_core::replay::{Assumptions, Plan, ReplayConfig, RunTotals, replay_trace};
+use muninn_core::replay::{Assumptions, Plan, ReplayConfig, RunTotals, rehydration, replay_trace};
 use muninn_core::trace::Trace;
 use muninn_report::plot::{CostSeries, GapBucket, write_plot};
 use muninn_report::{PolicyRow, ReplayReport, Unpriced};
@@ -34,9 +34,10 @@ pub struct ReplayArgs {
     /// Head (tools + system) tokens [default: estimated per trace].
     #[arg(long)]
     head_tokens: Option<Tokens>,
-    /// Memory/summary tokens a refreshed segment starts with (and the flush writes).
-    #[arg(long, default_value_t = Assumptions::default().rehydrate_tokens)]
-    rehydrate_tokens: Tokens,
+    /// Memory/summary tokens a refreshed segment starts with (and the flush writes) [default:
+    /// the median rehydration the traces' own compactions measured, else 4000].
+    #[arg(long)]
+    rehydrate_tokens: Option<Tokens>,
     /// Tokens of the flush instruction.
     #[arg(long, default_value_t = Assumptions::default().flush_prompt_tokens)]
     flush_prompt_tokens: Tokens,
@@ -120,9 +121,15 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             args.tolerance,
         );
     }
+    let import = args.input.import()?;
+    // Rehydration measured, not assumed: the traces' own compactions, unless given.
+    let measured = rehydration::median(&rehydration::measured_rehydrations(&import.traces));
     let assumptions = Assumptions {
         head_tokens: args.head_tokens,
-        rehydrate_tokens: args.rehydrate_tokens,
+        rehydrate_tokens: args
+            .rehydrate_tokens
+            .or(measured)
+            .unwrap_or(Assumptions::default().rehydrate_tokens),
         flush_prompt_tokens: args.flush_prompt_tokens,
         flush_output_tokens: args.flush_output_tokens,
         ping_tokens: args.ping_tokens,
@@ -132,7 +139,18 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         ttl: args.ttl,
         head_ttl: args.head_ttl,
     };
-    let import = args.input.import()?;
+    if args.rehydrate_tokens.is_none() {
+        let samples = rehydration::measured_rehydrations(&import.traces).len();
+        match measured {
+            Some(m) => eprintln!(
+                "rehydration: {m} tokens, the median of {samples} compactions measured in these traces"
+            ),
+            None => eprintln!(
+                "rehydration: no compaction in these traces to measure; assuming {} tokens",
+                assumptions.rehydrate_tokens
+            ),
+        }
+    }
 
     // Traces whose model has no price are left out, and the report says so.
     let mut unpriced: BTreeMap<String, u64> = BTreeMap::new();
@@ -192,7 +210,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     match args.format.as_str() {
         "json" => println!("{}", serde_json::to_string_pretty(&report)?),
         "csv" => print!("{}", report.csv()),
-        _ => print!("{}", report.table()),
+        _ => {
+            print!("{}", report.table());
+            crate::sensitivity::print(&priced, &assumptions, &rules, measured);
+        }
     }
 
     if let Some(path) = &args.plot {

@@ -177,6 +177,29 @@ fn replay_table_has_every_policy_row_and_the_assumptions() {
     }
 }
 
+/// Every table report carries the sensitivity of the default policy to the rehydration and the
+/// minimum segment, and says where its advantage over recorded disappears; with no compaction in
+/// the traces the rehydration is assumed and stderr says so.
+#[test]
+fn replay_table_prints_the_sensitivity_to_rehydration() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let (stdout, stderr) = ok(&muninn(&["replay", "--quiet", dir.to_str().unwrap()]));
+    assert!(stdout.contains("sensitivity: the default policy"), "{stdout}");
+    for size in ["4000", "10000", "20000", "40000", "80000"] {
+        assert!(
+            stdout.lines().any(|l| l.trim_start().starts_with(size) && l.contains('|')),
+            "no row for {size}:\n{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("disappears from a rehydration of")
+            || stdout.contains("costs less than recorded at every rehydration"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("rehydration:"), "{stderr}");
+}
+
 #[test]
 fn replay_json_parses_and_no_policy_beats_the_optimum() {
     let tmp = tempfile::tempdir().unwrap();

@@ -37,6 +37,7 @@ use std::fmt;
 use std::str::FromStr;
 
 mod assumptions;
+pub mod rehydration;
 
 pub use assumptions::Assumptions;
 
