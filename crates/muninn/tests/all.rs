@@ -185,10 +185,15 @@ fn replay_table_prints_the_sensitivity_to_rehydration() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = clean_project(tmp.path());
     let (stdout, stderr) = ok(&muninn(&["replay", "--quiet", dir.to_str().unwrap()]));
-    assert!(stdout.contains("sensitivity: the default policy"), "{stdout}");
+    assert!(
+        stdout.contains("sensitivity: the default policy"),
+        "{stdout}"
+    );
     for size in ["4000", "10000", "20000", "40000", "80000"] {
         assert!(
-            stdout.lines().any(|l| l.trim_start().starts_with(size) && l.contains('|')),
+            stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with(size) && l.contains('|')),
             "no row for {size}:\n{stdout}"
         );
     }
