@@ -22,13 +22,27 @@
 //! less than predicted), the requested-versus-honoured TTL split (a mismatch is a flagged
 //! [`TurnEvent::TtlMismatch`]), and every retry.
 //!
+//! # Cache diagnostics
+//!
+//! Every request asks the provider why its cache missed (`diagnostics.previous_message_id`, beta
+//! [`crate::wire::CACHE_DIAGNOSIS_BETA`]), naming the response of the last turn sent through
+//! this backend — across segments, so a new segment's first request is compared with the old
+//! segment's last. The provider's answer is recorded beside muninn's own cause
+//! ([`TurnOutcome::provider_miss`]). muninn's cause combines its cache mirror with the same
+//! structural comparison ([`crate::prompt::diverge`]): a request that diverged from the last
+//! turn is attributed to the level it diverged at (model, tools, system, messages); one that did
+//! not, to what the mirror says (cold start, TTL expiry), or to eviction when the provider read
+//! less than the mirror predicted. Pings ask too, but the next turn is compared with the last
+//! turn, not with a ping.
+//!
 //! A failed turn leaves the history unchanged: the caller's transcript is the truth, and it may
 //! send the turn again.
 
 use crate::client::{AnthropicClient, Completed, Failed};
-use crate::prompt::shape;
+use crate::prompt::{PromptShape, diverge, shape};
 use crate::wire::{
-    CacheControl, Content, ContentBlock, Message, MessagesRequest, Role, System, Tool,
+    CacheControl, Content, ContentBlock, Diagnostics, DiagnosticsRequest, Message, MessagesRequest,
+    Role, System, Tool,
 };
 use muninn_backend::clock::Clock;
 use muninn_backend::{
@@ -82,6 +96,9 @@ pub struct AnthropicBackend<T: Transport = AnthropicClient> {
     rules: CacheRules,
     mirror: CacheState,
     session: Option<Session>,
+    /// The last turn's response id and its request's shape: what the next request is compared
+    /// with, by the provider's diagnostics and by muninn's own cause.
+    last_turn: Option<(String, PromptShape)>,
 }
 
 #[derive(Debug)]
@@ -103,6 +120,7 @@ impl<T: Transport> AnthropicBackend<T> {
             rules: CacheRules::default(),
             mirror: CacheState::new(),
             session: None,
+            last_turn: None,
         }
     }
 
@@ -163,6 +181,7 @@ impl<T: Transport> AnthropicBackend<T> {
             tool_choice: None,
             cache_control: None,
             stream: true,
+            diagnostics: None,
             extra: Map::new(),
         })
     }
@@ -298,7 +317,7 @@ impl<T: Transport> AnthropicBackend<T> {
     /// exchange to the session.
     async fn exchange(
         &mut self,
-        request: MessagesRequest,
+        mut request: MessagesRequest,
         safe_to_repeat: bool,
         commit: bool,
     ) -> Result<TurnOutcome, BackendError> {
@@ -306,6 +325,9 @@ impl<T: Transport> AnthropicBackend<T> {
             .session
             .as_mut()
             .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
+        request.diagnostics = Some(DiagnosticsRequest {
+            previous_message_id: self.last_turn.as_ref().map(|(id, _)| id.clone()),
+        });
         let body = serde_json::to_value(&request)
             .map_err(|e| BackendError::Invalid(format!("request does not serialise: {e}")))?;
         let shaped = shape(&body).map_err(|e| BackendError::Invalid(e.to_string()))?;
@@ -330,15 +352,21 @@ impl<T: Transport> AnthropicBackend<T> {
         let usage = response.usage.to_core();
         let predicted = prediction.outcome.usage(usage.output);
         let mut events = Vec::new();
+        let previous = self.last_turn.as_ref().map(|(_, shape)| shape);
         let miss = if usage.cache_read < predicted.cache_read {
             events.push(TurnEvent::ReadShortfall {
                 predicted: predicted.cache_read,
                 reported: usage.cache_read,
             });
             Some(MissCause::EvictionOrUnknown)
+        } else if let Some((level, _)) = previous.and_then(|p| diverge(p, &shaped)) {
+            Some(MissCause::of_level(level))
         } else {
             prediction.outcome.miss
         };
+        let provider_miss = previous
+            .is_some()
+            .then(|| Diagnostics::provider_miss(response.diagnostics.as_ref()));
         let ttl = TtlCheck {
             expected_5m: predicted.cache_write_5m,
             expected_1h: predicted.cache_write_1h,
@@ -388,6 +416,7 @@ impl<T: Transport> AnthropicBackend<T> {
                 extra: Map::new(),
             });
             session.pending_ack = pending_ack;
+            self.last_turn = Some((response.id.clone(), shaped.clone()));
         }
         Ok(TurnOutcome {
             text,
@@ -398,6 +427,7 @@ impl<T: Transport> AnthropicBackend<T> {
             raw_usage: completed.raw_usage,
             predicted: Some(predicted),
             miss,
+            provider_miss,
             ttl,
             retries: completed.retries,
             events,

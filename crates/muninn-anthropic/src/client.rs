@@ -112,14 +112,18 @@ pub fn credentials_from_env(
 }
 
 impl ClientConfig {
-    /// Defaults for `base_url` and `api_key`: x-api-key auth, the 1h-TTL beta, default retries,
+    /// Defaults for `base_url` and `api_key`: x-api-key auth, the 1h-TTL and cache-diagnosis
+    /// betas, default retries,
     /// 10 s connect and 600 s read timeouts (the CLI's `x-stainless-timeout`).
     pub fn new(base_url: impl Into<String>, api_key: ApiKey) -> ClientConfig {
         ClientConfig {
             base_url: base_url.into(),
             api_key,
             auth: AuthScheme::ApiKeyHeader,
-            betas: vec!["extended-cache-ttl-2025-04-11".to_string()],
+            betas: vec![
+                "extended-cache-ttl-2025-04-11".to_string(),
+                crate::wire::CACHE_DIAGNOSIS_BETA.to_string(),
+            ],
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(600),

@@ -27,6 +27,7 @@
 //! ([`muninn_core::cache::CacheError`]), whose messages are the API's 400 wording.
 
 use muninn_core::cache::{Checkpoint, Prompt, Ttl, checkpoints_from_blocks, hash_bytes};
+use muninn_core::miss::Level;
 use muninn_core::money::Tokens;
 use muninn_core::tokenize;
 use serde_json::Value;
@@ -60,6 +61,10 @@ pub struct PromptShape {
     pub checkpoints: Vec<Checkpoint>,
     /// All prompt tokens.
     pub total_tokens: Tokens,
+    /// How many of the blocks are tool definitions (they come first).
+    pub tool_blocks: usize,
+    /// How many blocks of the system prompt follow them.
+    pub system_blocks: usize,
 }
 
 impl PromptShape {
@@ -110,6 +115,7 @@ pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
         }
     }
 
+    let tool_blocks = blocks.len();
     match body.get("system") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => blocks.push(text_block(s, "s")),
@@ -120,6 +126,7 @@ pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
         }
         Some(_) => return Err(invalid("system", "Input should be a string or a list")),
     }
+    let system_blocks = blocks.len() - tool_blocks;
 
     let mut salt = String::new();
     for key in ["tool_choice", "thinking"] {
@@ -170,7 +177,47 @@ pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
         model,
         checkpoints,
         total_tokens,
+        tool_blocks,
+        system_blocks,
     })
+}
+
+/// Where `current` first diverges from `previous`, the way the provider's cache diagnostics
+/// compare a request with the one named by `diagnostics.previous_message_id`: the model, then
+/// the tool definitions, then the system prompt, then the message history (`previous`'s blocks
+/// must be a prefix of `current`'s). `None` when `current` is `previous` plus new content.
+///
+/// The magnitude is the provider's `cache_missed_input_tokens`: the tokens of `previous` past the
+/// last block the two share.
+pub fn diverge(previous: &PromptShape, current: &PromptShape) -> Option<(Level, Tokens)> {
+    let shared = previous
+        .checkpoints
+        .iter()
+        .zip(&current.checkpoints)
+        .take_while(|(a, b)| a.fingerprint == b.fingerprint)
+        .count();
+    let missed = |blocks: usize| {
+        let kept = blocks
+            .checked_sub(1)
+            .and_then(|i| previous.checkpoints.get(i))
+            .map_or(0, |c| c.tokens);
+        previous.total_tokens.saturating_sub(kept)
+    };
+    if previous.model != current.model {
+        return Some((Level::Model, previous.total_tokens));
+    }
+    let tools = previous.tool_blocks;
+    if tools != current.tool_blocks || shared < tools {
+        return Some((Level::Tools, missed(shared.min(tools))));
+    }
+    let system = tools + previous.system_blocks;
+    if previous.system_blocks != current.system_blocks || shared < system {
+        return Some((Level::System, missed(shared.min(system))));
+    }
+    if shared < previous.checkpoints.len() {
+        return Some((Level::Messages, missed(shared)));
+    }
+    None
 }
 
 fn invalid(path: &str, message: &str) -> ShapeError {

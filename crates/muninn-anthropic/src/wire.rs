@@ -13,6 +13,7 @@
 //! `Unknown`.
 
 use muninn_core::cache::Ttl;
+use muninn_core::miss::{ProviderMiss, ProviderMissReason};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -221,10 +222,74 @@ pub struct MessagesRequest {
     /// Whether to answer with an SSE stream.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
+    /// Cache diagnostics (beta `cache-diagnosis-2026-04-07`): the opt-in, and the previous
+    /// response to compare this request with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<DiagnosticsRequest>,
     /// Fields this crate does not name (`thinking`, `metadata`, `output_config`,
     /// `context_management`, `temperature`, …), kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// The beta that enables cache diagnostics.
+pub const CACHE_DIAGNOSIS_BETA: &str = "cache-diagnosis-2026-04-07";
+
+/// A request's `diagnostics` object. Its presence opts in: the provider keeps a fingerprint of
+/// the request under the response's id, and compares it with the fingerprint of
+/// `previous_message_id` (`null` on a first turn: nothing to compare with yet).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiagnosticsRequest {
+    /// The id of the response whose request this one should extend.
+    pub previous_message_id: Option<String>,
+}
+
+/// A response's `diagnostics`: why the cache could not reuse the prefix of the request named by
+/// `previous_message_id`. The object is absent (or `null`) when the comparison found no
+/// divergence; `cache_miss_reason: null` means the comparison was still running.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnostics {
+    /// The first divergence, or `null` while pending.
+    pub cache_miss_reason: Option<CacheMissReason>,
+}
+
+/// `diagnostics.cache_miss_reason`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheMissReason {
+    /// `model_changed`, `system_changed`, `tools_changed`, `messages_changed`,
+    /// `previous_message_not_found` or `unavailable` (others may be added: kept verbatim).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// For the `*_changed` types: how many input tokens the divergence cost (a magnitude, not a
+    /// billing figure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_missed_input_tokens: Option<u64>,
+}
+
+impl Diagnostics {
+    /// The provider's diagnosis as the ledger records it, for a request that asked with a
+    /// previous message id and got `diagnostics` (`None`: the object was absent or `null`,
+    /// which is no divergence).
+    pub fn provider_miss(diagnostics: Option<&Diagnostics>) -> ProviderMiss {
+        match diagnostics {
+            None => ProviderMiss {
+                reason: ProviderMissReason::NoDivergence,
+                missed_tokens: None,
+            },
+            Some(Diagnostics {
+                cache_miss_reason: None,
+            }) => ProviderMiss {
+                reason: ProviderMissReason::Pending,
+                missed_tokens: None,
+            },
+            Some(Diagnostics {
+                cache_miss_reason: Some(r),
+            }) => ProviderMiss {
+                reason: ProviderMissReason::from_wire(&r.kind),
+                missed_tokens: r.cache_missed_input_tokens,
+            },
+        }
+    }
 }
 
 /// The body of `POST /v1/messages/count_tokens`: a messages request without `max_tokens`.
@@ -383,6 +448,10 @@ pub struct MessagesResponse {
     pub stop_sequence: Option<String>,
     /// Token usage.
     pub usage: Usage,
+    /// Cache diagnostics, when asked for and the comparison found a divergence (or is
+    /// pending); on a stream, in `message_start`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<Diagnostics>,
 }
 
 fn message_type() -> String {

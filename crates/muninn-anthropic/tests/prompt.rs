@@ -87,3 +87,50 @@ fn bad_requests_name_the_field() {
         "messages.0.content: Input should be a string or a list"
     );
 }
+
+#[test]
+fn divergence_is_named_at_the_first_level_that_differs() {
+    use muninn_anthropic::prompt::diverge;
+    use muninn_core::miss::Level;
+    let before = shape(&req(json!([{"role":"user","content":"hello world"}]))).unwrap();
+    assert_eq!((before.tool_blocks, before.system_blocks), (1, 2));
+    // Appending (a moved marker included) is no divergence.
+    let appended = shape(&req(json!([
+        {"role":"user","content":[{"type":"text","text":"hello world"}]},
+        {"role":"assistant","content":"hi"},
+        {"role":"user","content":[{"type":"text","text":"more","cache_control":{"type":"ephemeral"}}]}
+    ])))
+    .unwrap();
+    assert_eq!(diverge(&before, &appended), None);
+    let tool = before.checkpoints[0].tokens;
+    let system = before.checkpoints[2].tokens;
+    // A rewritten message: the history past the system is missed.
+    let rewritten = shape(&req(json!([{"role":"user","content":"hello there"}]))).unwrap();
+    assert_eq!(
+        diverge(&before, &rewritten),
+        Some((Level::Messages, before.total_tokens - system))
+    );
+    // A changed system block: everything past the tools.
+    let mut body = req(json!([{"role":"user","content":"hello world"}]));
+    body["system"][0]["text"] = json!("You are Y.");
+    let resystemed = shape(&body).unwrap();
+    assert_eq!(
+        diverge(&before, &resystemed),
+        Some((Level::System, before.total_tokens - tool))
+    );
+    // An added tool, even one appended after the old ones: the tools changed, whatever follows.
+    let mut body = req(json!([{"role":"user","content":"hello world"}]));
+    body["tools"] = json!([{"name":"t","input_schema":{"type":"object"}}, {"name":"u","input_schema":{"type":"object"}}]);
+    assert_eq!(
+        diverge(&before, &shape(&body).unwrap()).map(|d| d.0),
+        Some(Level::Tools)
+    );
+    // Another model, first of all.
+    let mut body = req(json!([{"role":"user","content":"hello world"}]));
+    body["model"] = json!("n");
+    body["system"][0]["text"] = json!("You are Y.");
+    assert_eq!(
+        diverge(&before, &shape(&body).unwrap()),
+        Some((Level::Model, before.total_tokens))
+    );
+}

@@ -30,7 +30,7 @@ pub mod clock;
 pub mod schema;
 
 use muninn_core::cache::Ttl;
-use muninn_core::ledger::MissCause;
+use muninn_core::ledger::{MissCause, ProviderMiss};
 use muninn_core::trace::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -298,8 +298,12 @@ pub struct TurnOutcome {
     pub raw_usage: Value,
     /// What the cache model predicted for the request as sent, when the backend predicts.
     pub predicted: Option<Usage>,
-    /// Why the request read less than it could have, if it did.
+    /// Why the request read less than it could have, if it did (muninn's cause).
     pub miss: Option<MissCause>,
+    /// The provider's own diagnosis of the request, when the backend asked for one with a
+    /// previous response to compare against (the Anthropic backend's cache diagnostics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_miss: Option<ProviderMiss>,
     /// Requested against honoured TTL.
     pub ttl: TtlCheck,
     /// Every retry made, in order.

@@ -732,6 +732,7 @@ impl Driver {
                         events: Vec::new(),
                         request_id: collected.request_id,
                         breakpoints: Vec::new(),
+                        provider_miss: None,
                     });
                 }
                 ReadEnd::Eof => {
@@ -1041,6 +1042,7 @@ impl Driver {
             events,
             request_id: collected.request_id,
             breakpoints: Vec::new(),
+            provider_miss: None,
         })
     }
 
@@ -1084,6 +1086,7 @@ impl Driver {
             events,
             request_id: collected.request_id,
             breakpoints: Vec::new(),
+            provider_miss: None,
         })
     }
 

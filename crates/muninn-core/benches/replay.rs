@@ -166,7 +166,7 @@ fn main() {
     for &n in &sizes {
         let trace = session(SEED, n, &params);
         let reps = (large / n.max(1)).max(1);
-        let ttl = assumptions.ttl.unwrap_or_else(|| trace.recorded_ttl());
+        let ttl = assumptions.ttl.unwrap_or_else(|| trace.whole_trace_ttl());
         let (head, turns) = reconstruct(&trace, assumptions.head_tokens);
         let mut plan_times = Vec::new();
         let mut full_times = Vec::new();

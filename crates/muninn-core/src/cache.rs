@@ -135,6 +135,17 @@ pub struct CacheRules {
     pub lookback_blocks: u32,
     /// Entries kept per model before expired ones are pruned.
     pub max_entries_per_model: usize,
+    /// An automatic cache's retention: every entry lives this long after its last use, whatever
+    /// the tier of the breakpoint that wrote it (OpenAI's best-effort retention). `None`: the
+    /// tier decides (Anthropic).
+    pub lifetime_ms: Option<i64>,
+}
+
+impl CacheRules {
+    /// How long an entry written or refreshed at `ttl` lives.
+    pub fn lifetime(&self, ttl: Ttl) -> i64 {
+        self.lifetime_ms.unwrap_or_else(|| ttl.millis())
+    }
 }
 
 impl Default for CacheRules {
@@ -143,6 +154,7 @@ impl Default for CacheRules {
             max_breakpoints: 4,
             lookback_blocks: 20,
             max_entries_per_model: 4096,
+            lifetime_ms: None,
         }
     }
 }
@@ -341,7 +353,7 @@ impl CacheState {
                         out.updates.push((
                             cp.fingerprint,
                             Entry {
-                                expires_at_ms: now_ms + entry.ttl.millis(),
+                                expires_at_ms: now_ms + rules.lifetime(entry.ttl),
                                 ..*entry
                             },
                         ));
@@ -363,7 +375,7 @@ impl CacheState {
             let entry = Entry {
                 tokens: bp.tokens,
                 ttl,
-                expires_at_ms: now_ms + ttl.millis(),
+                expires_at_ms: now_ms + rules.lifetime(ttl),
             };
             if bp.tokens > covered {
                 let span = bp.tokens - covered;
@@ -383,13 +395,13 @@ impl CacheState {
                     .filter(|e| e.expires_at_ms > now_ms);
                 let stamped = match live {
                     Some(e) => Some(Entry {
-                        expires_at_ms: now_ms + e.ttl.millis(),
+                        expires_at_ms: now_ms + rules.lifetime(e.ttl),
                         ..*e
                     }),
                     None => read_ttl.map(|ttl| Entry {
                         tokens: bp.tokens,
                         ttl,
-                        expires_at_ms: now_ms + ttl.millis(),
+                        expires_at_ms: now_ms + rules.lifetime(ttl),
                     }),
                 };
                 if let Some(entry) = stamped {

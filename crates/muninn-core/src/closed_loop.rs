@@ -495,5 +495,6 @@ pub fn params_of(decided: &Decided, price: &ModelPrice) -> Params {
         min_cacheable: price.min_cacheable,
         decide_before_expiry_ms: decided.decide_before_expiry_ms,
         can: decided.can,
+        lifetime_ms: None,
     }
 }

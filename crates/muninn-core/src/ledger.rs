@@ -10,19 +10,7 @@ use crate::money::{MicroUsd, Tokens};
 use crate::trace::Usage;
 use serde::{Deserialize, Serialize};
 
-/// Why a request did not read the prefix it could have read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MissCause {
-    /// Nothing was cached for this model yet.
-    ColdStart,
-    /// The matching entry existed but its TTL had run out.
-    TtlExpiry,
-    /// Entries existed, but none matched this prompt's prefix (the content changed).
-    PrefixChange,
-    /// The model predicted a hit the provider did not report (eviction, routing, or unknown).
-    EvictionOrUnknown,
-}
+pub use crate::miss::{MissCause, ProviderMiss};
 
 /// One request's row in the ledger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,9 +46,15 @@ pub struct LedgerRow {
     pub predicted_write: Tokens,
     /// `warm` or `cold`, as the cache model saw it before the request.
     pub cache_state: String,
-    /// Why the request missed, if it did.
+    /// Why the request missed, if it did: muninn's cause, predicted from its cache model and
+    /// from what the request changed against its predecessor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub miss_cause: Option<MissCause>,
+    /// The provider's own diagnosis of the request (`diagnostics.cache_miss_reason`, asked for
+    /// with the previous response's id), beside muninn's cause; none when the backend did not
+    /// ask for one or the provider gave none. See [`crate::miss`] for how the two compare.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_miss: Option<ProviderMiss>,
     /// The decider's action for this request.
     pub decision: String,
     /// Whether this request began a new turn (as opposed to a tool-loop step).

@@ -11,6 +11,8 @@
 //! - [`cache`] — the prompt-cache model: reads, writes 5m/1h, uncached input, miss causes.
 //! - [`trace`] — normalised traces, the importers' output and the replay engine's input.
 //! - [`ledger`] — the ledger row written for every request.
+//! - [`miss`] — one vocabulary of cache-miss causes, mapped to the provider's diagnosis and to
+//!   Claude Code's `/usage` causes.
 //! - [`records`] — a Mind's records shared by the store, the runtime and the HTTP API: roles,
 //!   segments, leases, outbox messages, briefs.
 //! - [`decide`] — the pure decider and the online policies.
@@ -20,6 +22,7 @@
 //! - [`replay`] — the replay engine that runs a trace under a policy.
 //! - [`closed_loop`] — replaying the host's own ledger: every decision and the cost reproduced.
 //! - [`optimum`] — the hindsight optimum, an O(n log n) dynamic program.
+//! - [`split`] — the fixed split of sessions into a tuning part and a set-aside part.
 //! - [`tokenize`] — the deterministic tokenizer the renderer and the simulator share.
 //! - [`validate`] — the cache model checked against recorded usage.
 //!
@@ -36,6 +39,7 @@ pub mod cache;
 pub mod closed_loop;
 pub mod decide;
 pub mod ledger;
+pub mod miss;
 pub mod money;
 pub mod optimum;
 pub mod price;
@@ -43,6 +47,7 @@ pub mod records;
 pub mod render;
 pub mod replay;
 pub mod session;
+pub mod split;
 pub mod tokenize;
 pub mod trace;
 pub mod validate;

@@ -44,6 +44,52 @@ pub enum PriceError {
     },
 }
 
+/// Whose prompt cache a model sits behind: each provider caches differently, and muninn has one
+/// cache model per provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    /// Anthropic: explicit breakpoints (at most 4), TTL 5m refreshed on a hit or 1h, writes at a
+    /// premium (1.25× / 2×), reads at 0.1× or less ([`crate::cache`]).
+    #[default]
+    Anthropic,
+    /// OpenAI: automatic prefix caching of every prompt of at least `min_cacheable` tokens, in
+    /// `cache_step`-token steps, no breakpoints and no TTL to choose, best-effort retention
+    /// (`retention_s` of inactivity), a read discount per model and a write premium only where
+    /// the model bills one ([`crate::validate`]'s OpenAI predictor; the replay engine prices it
+    /// with one breakpoint at the cached extent and no keep-warm pings).
+    #[serde(rename = "openai")]
+    OpenAi,
+}
+
+impl Provider {
+    /// `anthropic` or `openai`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic",
+            Provider::OpenAi => "openai",
+        }
+    }
+
+    /// What a session on this provider's cache can do besides answering turns: OpenAI offers no
+    /// TTL to extend, so no keep-warm pings (a request that only keeps a best-effort cache warm
+    /// buys nothing the provider promises).
+    pub const fn capabilities(self) -> crate::decide::Capabilities {
+        match self {
+            Provider::Anthropic => crate::decide::Capabilities {
+                ping: true,
+                ping_head: true,
+                idle_flush: true,
+            },
+            Provider::OpenAi => crate::decide::Capabilities {
+                ping: false,
+                ping_head: false,
+                idle_flush: true,
+            },
+        }
+    }
+}
+
 /// One model's resolved prices and cache parameters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ModelPrice {
@@ -63,9 +109,26 @@ pub struct ModelPrice {
     pub min_cacheable: Tokens,
     /// The model's context window, in tokens.
     pub context_window: Tokens,
+    /// Whose cache the model sits behind.
+    pub provider: Provider,
+    /// The granularity of cached prefixes, in tokens (OpenAI: 128; Anthropic: 1, a breakpoint
+    /// caches exactly its prefix).
+    pub cache_step: Tokens,
+    /// How long an unused prefix stays cached where the provider sets no TTL (OpenAI's
+    /// best-effort retention), in milliseconds; 0 where the request's TTL decides (Anthropic).
+    pub retention_ms: i64,
 }
 
 impl ModelPrice {
+    /// The part of a `prompt`-token prompt the provider's automatic cache can hold: rounded
+    /// down to the cache step, nothing below the minimum cacheable size.
+    pub fn cacheable(&self, prompt: Tokens) -> Tokens {
+        if prompt < self.min_cacheable {
+            return 0;
+        }
+        let step = self.cache_step.max(1);
+        prompt / step * step
+    }
     /// The cost of a request's usage under these prices.
     pub fn cost(&self, usage: &crate::trace::Usage) -> MicroUsd {
         MicroUsd::of(usage.input, self.input)
@@ -106,6 +169,16 @@ struct Defaults {
     min_cacheable: u64,
     #[serde(default = "default_window")]
     context_window: u64,
+    #[serde(default)]
+    provider: Provider,
+    #[serde(default = "default_cache_step")]
+    cache_step: u64,
+    #[serde(default)]
+    retention_s: u64,
+}
+
+fn default_cache_step() -> u64 {
+    1
 }
 
 fn default_read() -> f64 {
@@ -132,6 +205,9 @@ impl Default for Defaults {
             write_1h: default_write_1h(),
             min_cacheable: default_min_cacheable(),
             context_window: default_window(),
+            provider: Provider::default(),
+            cache_step: default_cache_step(),
+            retention_s: 0,
         }
     }
 }
@@ -149,6 +225,9 @@ struct ModelEntry {
     write_1h: Option<f64>,
     min_cacheable: Option<u64>,
     context_window: Option<u64>,
+    provider: Option<Provider>,
+    cache_step: Option<u64>,
+    retention_s: Option<u64>,
 }
 
 /// A validated price table. Cheap to clone (shared).
@@ -213,6 +292,17 @@ impl PriceTable {
             if window == 0 {
                 return Err(invalid("context_window must be positive"));
             }
+            let provider = entry.provider.unwrap_or(d.provider);
+            let cache_step = entry.cache_step.unwrap_or(d.cache_step);
+            if cache_step == 0 {
+                return Err(invalid("cache_step must be positive"));
+            }
+            let retention_s = entry.retention_s.unwrap_or(d.retention_s);
+            if provider == Provider::OpenAi && retention_s == 0 {
+                return Err(invalid(
+                    "an openai model needs retention_s: its cache has no TTL to take it from",
+                ));
+            }
             let input = Rate::from_usd_per_mtok(entry.input);
             let ppm = |m: f64| (m * 1_000_000.0).round() as u64;
             let index = models.len();
@@ -225,6 +315,9 @@ impl PriceTable {
                 write_1h: input.scaled_ppm(ppm(write_1h)),
                 min_cacheable: entry.min_cacheable.unwrap_or(d.min_cacheable),
                 context_window: window,
+                provider,
+                cache_step,
+                retention_ms: (retention_s as i64).saturating_mul(1000),
             };
             if exact.insert(entry.name.clone(), index).is_some() {
                 return Err(invalid("the model is listed twice"));

@@ -78,6 +78,21 @@ pub struct Params {
     pub decide_before_expiry_ms: i64,
     /// What the session's backend can do.
     pub can: Capabilities,
+    /// An automatic cache's retention, which replaces both TTLs' lifetimes (OpenAI); `None`
+    /// where the TTL tiers decide.
+    pub lifetime_ms: Option<i64>,
+}
+
+impl Params {
+    /// How long the tail stays cached after a use.
+    pub fn tail_life_ms(&self) -> i64 {
+        self.lifetime_ms.unwrap_or_else(|| self.ttl.millis())
+    }
+
+    /// How long the head stays cached after a use.
+    pub fn head_life_ms(&self) -> i64 {
+        self.lifetime_ms.unwrap_or_else(|| self.head_ttl.millis())
+    }
 }
 
 /// An idle decision to take: about which entry, and when.
@@ -321,13 +336,13 @@ impl Accounting {
         } else if self.prefix_tokens <= self.head_tokens {
             self.head_warm_until_ms
         } else {
-            Some(at_ms + self.params.ttl.millis())
+            Some(at_ms + self.params.tail_life_ms())
         };
     }
 
     fn head_cached(&mut self, at_ms: i64) {
         if self.head_tokens > 0 && self.head_tokens >= self.params.min_cacheable {
-            self.head_warm_until_ms = Some(at_ms + self.params.head_ttl.millis());
+            self.head_warm_until_ms = Some(at_ms + self.params.head_life_ms());
         }
     }
 }

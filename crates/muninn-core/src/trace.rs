@@ -95,6 +95,11 @@ pub struct TraceRequest {
     /// (0 = unknown). Used by the cache model's 20-block lookback.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub blocks_added: u32,
+    /// The provider's diagnosis of this request's cache use, where the source recorded one
+    /// (Claude Code 2.1.282 on stores `message.diagnostics.cache_miss_reason`; muninn's ledger
+    /// rows carry it when the backend asked): a ground-truth label for `muninn check-cache`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_miss: Option<crate::miss::ProviderMiss>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -138,8 +143,14 @@ pub struct Trace {
 }
 
 impl Trace {
-    /// The TTL the trace's writes used: 1h if any request wrote at 1h, else 5m.
-    pub fn recorded_ttl(&self) -> crate::cache::Ttl {
+    /// The TTL the trace's writes used, judged over the whole trace: 1h if any request wrote at
+    /// 1h, else 5m.
+    ///
+    /// This looks at every request, later ones included, so it is hindsight: the replay engine
+    /// may take it as its documented default assumption (the session's tier, `--ttl` overrides
+    /// it), but no prediction of a request's usage may use it ([`crate::validate`] takes the tier
+    /// of the latest *earlier* write instead).
+    pub fn whole_trace_ttl(&self) -> crate::cache::Ttl {
         if self.requests.iter().any(|r| r.usage.cache_write_1h > 0) {
             crate::cache::Ttl::OneHour
         } else {

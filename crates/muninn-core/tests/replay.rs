@@ -47,6 +47,7 @@ fn trace(steps: &[(i64, Tokens, bool)], ttl: Ttl) -> Trace {
             boundary: boundary || i == 0,
             compacted: false,
             blocks_added: 0,
+            provider_miss: None,
         });
     }
     Trace {
@@ -452,4 +453,82 @@ fn policies_parse_and_print() {
     assert!("sometimes".parse::<Policy>().is_err());
     assert_eq!("optimum".parse::<Plan>(), Ok(Plan::Optimum));
     assert_eq!("recorded".parse::<Plan>(), Ok(Plan::Recorded));
+}
+
+/// A Codex-like trace on an OpenAI model: every request read back the previous prompt, some
+/// after eight idle minutes (inside OpenAI's retention, past Anthropic's 5m TTL).
+fn codex_trace(gaps_s: &[i64]) -> Trace {
+    let mut at = 1_800_000_000_000i64;
+    let mut prompt: Tokens = 20_000;
+    let mut requests = Vec::new();
+    for (i, gap) in gaps_s.iter().enumerate() {
+        at += gap * 1000;
+        let read = if i == 0 { 0 } else { prompt / 128 * 128 };
+        prompt += 3_000;
+        requests.push(TraceRequest {
+            at_ms: at,
+            usage: Usage {
+                input: prompt - read,
+                cache_read: read,
+                output: 300,
+                ..Usage::default()
+            },
+            boundary: true,
+            ..TraceRequest::default()
+        });
+    }
+    Trace {
+        id: "cx/main/gpt-5-codex".into(),
+        session: "cx".into(),
+        thread: "main".into(),
+        kind: ThreadKind::Main,
+        model: "gpt-5-codex".into(),
+        source: "test".into(),
+        requests,
+    }
+}
+
+/// On OpenAI's automatic cache no plan pings (the provider has no TTL to extend), a prefix
+/// survives the provider's retention rather than a 5m tier, and a write costs no premium.
+#[test]
+fn an_openai_trace_replays_under_openais_cache() {
+    let prices = PriceTable::embedded();
+    let price = prices.model("gpt-5-codex").unwrap();
+    let a = Assumptions {
+        head_tokens: Some(4_096),
+        ..Assumptions::default()
+    };
+    let rules = CacheRules::default();
+    let config = ReplayConfig {
+        price,
+        assumptions: &a,
+        rules: &rules,
+    };
+    let t = codex_trace(&[0, 30, 480, 30, 480, 30, 3_600, 30]);
+    for plan in Plan::all() {
+        let mut steps: Vec<Step> = Vec::new();
+        let totals = replay_trace(&t, plan, &config, &mut |s| steps.push(*s));
+        assert_eq!(
+            totals.pings, 0,
+            "{plan}: no keep-warm on an automatic cache"
+        );
+        if plan == Plan::Online(Policy::Never) {
+            let requests: Vec<&Step> = steps
+                .iter()
+                .filter(|s| s.kind == StepKind::Request)
+                .collect();
+            // Eight minutes idle: still cached (600 s retention); an hour: cold, head and all
+            // (a replay models one session: no other keeps the head warm).
+            assert!(requests[2].usage.cache_read > 20_000, "{:?}", requests[2]);
+            assert_eq!(requests[6].usage.cache_read, 0, "{:?}", requests[6]);
+            // Writes are priced as plain input (no premium).
+            assert_eq!(price.write_5m, price.input);
+            // After the first (priced as recorded), each request caches its whole prompt rounded
+            // down to 128 tokens: less than a step is left uncached.
+            assert!(
+                requests[1..].iter().all(|s| s.usage.input < 128),
+                "{requests:?}"
+            );
+        }
+    }
 }

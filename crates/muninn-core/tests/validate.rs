@@ -1,9 +1,11 @@
 //! The validation of the cache model against recorded usage, on synthetic traces.
 
+use muninn_core::cache::Ttl;
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use muninn_core::validate::{
     Disagreement, ReadClass, ValidateOptions, ValidationReport, classify, naive_read, validate,
 };
+use proptest::prelude::*;
 
 const MIN: i64 = 60_000;
 const H1: u64 = 17_842;
@@ -23,6 +25,7 @@ fn req(at_ms: i64, read: u64, write: u64, one_hour: bool) -> TraceRequest {
         boundary: false,
         compacted: false,
         blocks_added: 3,
+        provider_miss: None,
     }
 }
 
@@ -105,9 +108,13 @@ fn naive_rule_hits_within_the_previous_ttl_only() {
             req(10 * MIN, 0, 30_101, false),
         ],
     );
-    assert_eq!(naive_read(&t, 0), 0);
-    assert_eq!(naive_read(&t, 1), 30_000);
-    assert_eq!(naive_read(&t, 2), 0, "6 minutes after a 5m write");
+    assert_eq!(naive_read(&t, 0, Ttl::FiveMinutes), 0);
+    assert_eq!(naive_read(&t, 1, Ttl::FiveMinutes), 30_000);
+    assert_eq!(
+        naive_read(&t, 2, Ttl::FiveMinutes),
+        0,
+        "6 minutes after a 5m write"
+    );
     let h = trace(
         "s",
         "main",
@@ -115,7 +122,11 @@ fn naive_rule_hits_within_the_previous_ttl_only() {
         "m",
         vec![req(0, 0, 30_000, true), req(50 * MIN, 30_000, 1, true)],
     );
-    assert_eq!(naive_read(&h, 1), 30_000, "50 minutes after a 1h write");
+    assert_eq!(
+        naive_read(&h, 1, Ttl::FiveMinutes),
+        30_000,
+        "50 minutes after a 1h write"
+    );
 }
 
 #[test]
@@ -374,4 +385,200 @@ fn aggregates_and_json() {
     ));
     let empty = validate(&[], &ValidateOptions::default());
     assert_eq!(empty.model.all.agreement, 1.0);
+}
+
+/// One generated request: gap since the previous request of its trace, growth of the cached
+/// part, the share of it the provider said it read, tier, a compaction before it.
+type GenRequest = (i64, u64, u8, bool, bool, u32);
+
+fn gen_trace() -> impl Strategy<Value = Vec<GenRequest>> {
+    prop::collection::vec(
+        (
+            prop_oneof![1_000i64..60_000, 60_000i64..600_000, 600_000i64..5_000_000],
+            0u64..30_000,
+            // Often a full read (nothing written, so a tier must be assumed), often a 5m write.
+            prop_oneof![Just(100u8), 0u8..=100],
+            prop::bool::weighted(0.2),
+            prop::bool::weighted(0.05),
+            0u32..30,
+        ),
+        1..25,
+    )
+}
+
+/// Builds a trace from generated requests, starting at `start` with a first prompt of `first`.
+fn build(start: i64, first: u64, generated: &[GenRequest]) -> Vec<TraceRequest> {
+    let mut at = start;
+    let mut cached = first;
+    let mut out = Vec::new();
+    for &(gap, growth, read_pct, one_hour, compacted, blocks) in generated {
+        at += gap;
+        cached += growth;
+        let read = cached * read_pct as u64 / 100;
+        let mut r = req(at, read, cached - read, one_hour);
+        r.compacted = compacted;
+        r.blocks_added = blocks;
+        out.push(r);
+    }
+    out
+}
+
+/// The predictions of every row, in replay order: read and class of both predictors.
+fn predictions(report: &ValidationReport) -> Vec<(String, usize, u64, ReadClass, u64, ReadClass)> {
+    report
+        .rows
+        .iter()
+        .map(|r| {
+            (
+                r.trace.clone(),
+                r.index,
+                r.cache_model.read,
+                r.cache_model.class,
+                r.naive.read,
+                r.naive.class,
+            )
+        })
+        .collect()
+}
+
+/// Generated traces: two sessions on one model, a main thread each, the first with a
+/// compaction agent and a sub-agent on another model.
+fn traces_of(parts: &[Vec<GenRequest>; 4]) -> Vec<Trace> {
+    vec![
+        trace(
+            "a",
+            "main",
+            ThreadKind::Main,
+            "opus",
+            build(0, 20_000, &parts[0]),
+        ),
+        trace(
+            "b",
+            "main",
+            ThreadKind::Main,
+            "opus",
+            build(7_000, 25_000, &parts[1]),
+        ),
+        trace(
+            "a",
+            "agent-acompact-1",
+            ThreadKind::Compaction,
+            "opus",
+            build(300_000, 40_000, &parts[2]),
+        ),
+        trace(
+            "a",
+            "agent-x",
+            ThreadKind::Subagent,
+            "haiku",
+            build(3_000, 9_000, &parts[3]),
+        ),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Strict causality: perturbing the provider's answer to request k — any split of its
+    /// cached part into read, 5m and 1h writes, any output — moves no prediction at or before k.
+    /// Perturbing its whole usage (the prompt's size included) moves none before k.
+    #[test]
+    fn no_prediction_looks_ahead(
+        parts in [gen_trace(), gen_trace(), gen_trace(), gen_trace()],
+        which in any::<prop::sample::Index>(),
+        read_pct in 0u8..=100,
+        five_pct in 0u8..=100,
+        output in 0u64..5_000,
+        input in 0u64..5_000,
+        extra in 0u64..50_000,
+    ) {
+        let traces = traces_of(&parts);
+        let before = validate(&traces, &ValidateOptions::default());
+        let k = which.index(before.rows.len());
+        let (t_id, index) = (before.rows[k].trace.clone(), before.rows[k].index);
+        let t = traces.iter().position(|t| t.id == t_id).unwrap();
+
+        // The answer perturbed: same prompt, same uncached tail.
+        let mut answered = traces.clone();
+        let u = &mut answered[t].requests[index].usage;
+        let cached = u.cache_read + u.written();
+        let read = cached * read_pct as u64 / 100;
+        let five = (cached - read) * five_pct as u64 / 100;
+        u.cache_read = read;
+        u.cache_write_5m = five;
+        u.cache_write_1h = cached - read - five;
+        u.output = output;
+        let after = validate(&answered, &ValidateOptions::default());
+        prop_assert_eq!(&predictions(&before)[..=k], &predictions(&after)[..=k]);
+
+        // The whole usage perturbed, the prompt's size included.
+        let mut rewritten = answered;
+        let u = &mut rewritten[t].requests[index].usage;
+        u.input = input;
+        u.cache_write_1h += extra;
+        let after = validate(&rewritten, &ValidateOptions::default());
+        prop_assert_eq!(&predictions(&before)[..k], &predictions(&after)[..k]);
+    }
+}
+
+/// A Codex-like request: a prompt of `prompt` tokens of which `cached` were read, `output` out.
+fn codex(at_ms: i64, prompt: u64, cached: u64, output: u64, boundary: bool) -> TraceRequest {
+    TraceRequest {
+        at_ms,
+        usage: Usage {
+            input: prompt - cached,
+            cache_read: cached,
+            output,
+            ..Usage::default()
+        },
+        boundary,
+        ..TraceRequest::default()
+    }
+}
+
+/// OpenAI's automatic cache: the previous prompt and its output are read back in 128-token
+/// steps; past the retention only the shared head (the first request's read) survives; a prompt
+/// that shrank reads back to the start of its turn.
+#[test]
+fn codex_rollouts_are_predicted_by_the_automatic_cache_model() {
+    let requests = vec![
+        codex(0, 17_091, 3_456, 463, true),
+        codex(7_000, 19_268, 17_536, 239, false),
+        codex(13_000, 21_312, 19_456, 304, false),
+        // Twenty minutes idle: past the 600 s retention.
+        codex(13_000 + 20 * MIN, 22_000, 3_456, 100, true),
+        codex(13_000 + 20 * MIN + 5_000, 30_000, 22_016, 100, false),
+        // A new turn whose prompt shrank (earlier reasoning dropped): back to the turn start.
+        codex(13_000 + 21 * MIN, 29_000, 21_888, 100, true),
+    ];
+    let t = trace("cx", "main", ThreadKind::Main, "gpt-5-codex", requests);
+    let report = validate(&[t], &ValidateOptions::default());
+    let reads: Vec<(u64, ReadClass)> = report
+        .rows
+        .iter()
+        .map(|r| (r.cache_model.read, r.cache_model.class))
+        .collect();
+    assert_eq!(
+        reads,
+        vec![
+            (0, ReadClass::None),
+            // floor128(min(19_268, 17_091 + 463)) = 17_536.
+            (17_536, ReadClass::Prefix),
+            (19_456, ReadClass::Prefix),
+            (3_456, ReadClass::Head),
+            (22_016, ReadClass::Prefix),
+            // The turn began at 22_000 tokens: 21_888 once rounded down.
+            (21_888, ReadClass::Head),
+        ]
+    );
+    assert_eq!(
+        report.rows[0].cache_model.disagreement,
+        Some(Disagreement::ExternalWarmHead)
+    );
+    assert_eq!(report.model.all.agree, 5);
+    // The reference is the previous prompt rounded down to the step.
+    assert_eq!(report.rows[1].reference, 17_024);
+    // The naive rule reads the previous prompt within the retention, nothing past it.
+    assert_eq!(report.rows[1].naive.read, 17_024);
+    assert_eq!(report.rows[3].naive.read, 0);
 }

@@ -162,6 +162,7 @@ fn ledger_row(mind: &str, at_ms: i64, cost: i64) -> LedgerRow {
         boundary: true,
         events: Vec::new(),
         decided: None,
+        provider_miss: None,
     }
 }
 

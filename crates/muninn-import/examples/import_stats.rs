@@ -72,7 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 format!("{:?}", t.kind),
                 t.requests.len(),
                 boundaries,
-                t.recorded_ttl()
+                t.whole_trace_ttl()
             );
         }
     }

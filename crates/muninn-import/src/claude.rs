@@ -28,6 +28,12 @@
 //! - `blocks_added`: content blocks of `user` and `assistant` lines (array elements; a plain string
 //!   is one) since the previous request of the thread. The request's own assistant blocks count
 //!   towards the next request, since that is the prompt they join.
+//! - `provider_miss`: from 2.1.282 on, an assistant line may carry the API's cache diagnosis,
+//!   `message.diagnostics.cache_miss_reason` (`{"type": "messages_changed",
+//!   "cache_missed_input_tokens": N}`; `null` while the comparison was pending). It becomes the
+//!   request's label. A line without `diagnostics` (or with `"diagnostics": null`) labels
+//!   nothing: the API omits the object when it found no divergence, and older versions never
+//!   asked, so absence cannot be told apart from either.
 //!
 //! Per-file state (open responses, thread state) lives in [`ClaudeReader`] and is dropped with it;
 //! only the hash set of imported ids outlives a file.
@@ -36,6 +42,7 @@ use crate::json::{ContentShape, Str, parse_timestamp_ms};
 use crate::lines::{Line, parse_line};
 use crate::sink::RequestSlot;
 use crate::{FormatReader, ImportOptions, LineContext};
+use muninn_core::miss::{ProviderMiss, ProviderMissReason};
 use muninn_core::trace::{ThreadKind, TraceRequest, Usage};
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
@@ -73,6 +80,39 @@ struct ClaudeMessage<'a> {
     model: Option<Str<'a>>,
     usage: Option<ClaudeUsage>,
     content: Option<ContentShape>,
+    #[serde(borrow)]
+    diagnostics: Option<ClaudeDiagnostics<'a>>,
+}
+
+/// `message.diagnostics`: the API's cache diagnosis as Claude Code stored it.
+#[derive(Deserialize)]
+struct ClaudeDiagnostics<'a> {
+    #[serde(borrow)]
+    cache_miss_reason: Option<ClaudeMissReason<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ClaudeMissReason<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Str<'a>>,
+    cache_missed_input_tokens: Option<u64>,
+}
+
+impl ClaudeDiagnostics<'_> {
+    fn label(&self) -> ProviderMiss {
+        match &self.cache_miss_reason {
+            None => ProviderMiss {
+                reason: ProviderMissReason::Pending,
+                missed_tokens: None,
+            },
+            Some(r) => ProviderMiss {
+                reason: r.kind.as_ref().map_or(ProviderMissReason::Other, |k| {
+                    ProviderMissReason::from_wire(k.as_str())
+                }),
+                missed_tokens: r.cache_missed_input_tokens,
+            },
+        }
+    }
 }
 
 /// Anthropic's `usage` object. Fields are optional (and tolerate `null`) because older transcripts
@@ -278,6 +318,9 @@ impl FormatReader for ClaudeReader<'_> {
                             if let Some(usage) = &message.usage {
                                 request.usage = usage.to_usage();
                             }
+                            if let Some(d) = &message.diagnostics {
+                                request.provider_miss = Some(d.label());
+                            }
                             if let Some(at_ms) = at_ms {
                                 request.at_ms = request.at_ms.min(at_ms);
                             }
@@ -318,6 +361,7 @@ impl FormatReader for ClaudeReader<'_> {
                             boundary: state.human_turn,
                             compacted: state.compacted,
                             blocks_added: state.blocks,
+                            provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
                         };
                         state.human_turn = false;
                         state.compacted = false;

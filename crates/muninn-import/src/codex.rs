@@ -18,8 +18,10 @@
 //!   when the next request was answering, which is used as its `at_ms`; without one the
 //!   `token_count` line's own timestamp is used.
 //!
-//! Usage mapping: `cached_input_tokens` → cache read, `input_tokens − cached_input_tokens` →
-//! input, no cache writes (OpenAI caches implicitly and does not bill writes). `output_tokens`
+//! Usage mapping: `cached_input_tokens` → cache read, `cache_write_input_tokens` (logged by newer
+//! Codex versions, for models that bill a write premium) → cache write (OpenAI has no TTL tiers:
+//! the 5m column), the rest of `input_tokens` → input. Older rollouts log no writes (OpenAI
+//! caches implicitly and did not bill them). `output_tokens`
 //! already includes reasoning in OpenAI's accounting; `reasoning_output_tokens` is added only when
 //! `total_tokens` shows it was counted separately.
 //!
@@ -66,6 +68,7 @@ struct TokenInfo {
 struct TokenUsage {
     input_tokens: Option<u64>,
     cached_input_tokens: Option<u64>,
+    cache_write_input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     reasoning_output_tokens: Option<u64>,
     total_tokens: Option<u64>,
@@ -75,12 +78,16 @@ impl TokenUsage {
     fn to_usage(self) -> Usage {
         let input = self.input_tokens.unwrap_or(0);
         let cached = self.cached_input_tokens.unwrap_or(0).min(input);
+        let written = self
+            .cache_write_input_tokens
+            .unwrap_or(0)
+            .min(input - cached);
         let output = self.output_tokens.unwrap_or(0);
         let reasoning = self.reasoning_output_tokens.unwrap_or(0);
         let separate = reasoning > 0 && self.total_tokens == Some(input + output + reasoning);
         Usage {
-            input: input - cached,
-            cache_write_5m: 0,
+            input: input - cached - written,
+            cache_write_5m: written,
             cache_write_1h: 0,
             cache_read: cached,
             output: if separate { output + reasoning } else { output },
@@ -196,6 +203,7 @@ impl FormatReader for CodexReader {
                         boundary: self.human_turn,
                         compacted: self.compacted,
                         blocks_added: 0,
+                        provider_miss: None,
                     };
                     self.human_turn = false;
                     self.compacted = false;

@@ -49,6 +49,7 @@ impl Mapper {
                 boundary: false,
                 compacted: false,
                 blocks_added: 0,
+                provider_miss: row.provider_miss,
             };
             let thread = format!("{}/{side}", row.role);
             return (thread, ThreadKind::Compaction, request);
@@ -62,6 +63,7 @@ impl Mapper {
             boundary: row.boundary,
             compacted: previous.is_some_and(|s| s != row.segment),
             blocks_added: 0,
+            provider_miss: row.provider_miss,
         };
         (row.role.clone(), ThreadKind::Mind, request)
     }

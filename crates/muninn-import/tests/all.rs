@@ -51,6 +51,7 @@ fn request(
         boundary,
         compacted,
         blocks_added: blocks,
+        provider_miss: None,
     }
 }
 
@@ -356,6 +357,7 @@ mod ledger_compaction {
             boundary: true,
             events: Vec::new(),
             decided: None,
+            provider_miss: None,
         };
         serde_json::to_string(&row).unwrap()
     }
@@ -708,4 +710,56 @@ mod real {
             assert!(first.boundary, "{session}/{thread} starts mid-turn");
         }
     }
+}
+
+/// Claude Code 2.1.282+ stores the API's cache diagnosis on assistant lines: each becomes its
+/// request's label; a line without one labels nothing.
+#[test]
+fn claude_code_diagnostics_become_provider_labels() {
+    use muninn_core::miss::{ProviderMiss, ProviderMissReason as R};
+    let import = import(&[fixture("claude-diagnostics")]);
+    assert!(import.warnings.is_empty(), "{:?}", import.warnings);
+    let labels = |id: &str| -> Vec<Option<ProviderMiss>> {
+        let t = import.traces.iter().find(|t| t.id == id).unwrap();
+        t.requests.iter().map(|r| r.provider_miss).collect()
+    };
+    let miss = |reason, missed_tokens| {
+        Some(ProviderMiss {
+            reason,
+            missed_tokens,
+        })
+    };
+    assert_eq!(
+        labels("d1/main/claude-opus-4-6"),
+        vec![
+            None,
+            None,
+            miss(R::ToolsChanged, Some(20_500)),
+            None,
+            miss(R::MessagesChanged, Some(21_000)),
+        ]
+    );
+    assert_eq!(
+        labels("d1/main/claude-sonnet-4-6"),
+        vec![
+            miss(R::ModelChanged, Some(9_000)),
+            miss(R::Pending, None),
+            miss(R::Other, None),
+        ]
+    );
+}
+
+/// Newer Codex versions log `cache_write_input_tokens` for models that bill a write premium:
+/// it becomes the request's cache write, out of the uncached input.
+#[test]
+fn codex_cache_writes_are_read_where_logged() {
+    let import = import(&[fixture("codex-writes")]);
+    assert!(import.warnings.is_empty(), "{:?}", import.warnings);
+    let t = &import.traces[0];
+    assert_eq!(t.model, "gpt-5.6");
+    let usages: Vec<Usage> = t.requests.iter().map(|r| r.usage).collect();
+    assert_eq!(
+        usages,
+        vec![usage(80, 12_800, 0, 0, 328), usage(52, 512, 0, 13_056, 100)]
+    );
 }

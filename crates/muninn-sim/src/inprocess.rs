@@ -69,6 +69,7 @@ impl Transport for InProcess {
             miss: None,
             fault: None,
             error: None,
+            provider_miss: None,
         };
         // Stream faults have no stream to act on here and are dropped with the fault.
         let (answer, _fault) = crate::server::answer(&self.sim, record)

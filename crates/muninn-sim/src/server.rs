@@ -184,6 +184,7 @@ fn receive(
         miss: None,
         fault: None,
         error: None,
+        provider_miss: None,
     };
     (record, invalid)
 }
@@ -279,6 +280,7 @@ pub(crate) async fn answer(
             answer.apply_report_fault(fault.as_ref());
             record.usage = Some(answer.usage);
             record.miss = answer.miss;
+            record.provider_miss = answer.provider_miss;
             sim.record(record);
             Ok((answer, fault))
         }
@@ -308,6 +310,7 @@ fn events(answer: &Answer) -> Vec<(StreamEvent, bool)> {
                     stop_reason: None,
                     stop_sequence: None,
                     usage: start_usage,
+                    diagnostics: answer.diagnostics.clone(),
                 },
             },
             false,

@@ -16,23 +16,37 @@
 //! does not process a refused request; a stream that fails midway was processed, so its cache
 //! writes stand.
 //!
+//! # Cache diagnostics
+//!
+//! A request with a `diagnostics` object (beta `cache-diagnosis-2026-04-07`; the header is not
+//! required) opts in: the simulator keeps the request's shape under the response's id (the
+//! newest [`SimConfig::max_recorded`] of them) and compares the request with the shape of
+//! `diagnostics.previous_message_id` by [`muninn_anthropic::prompt::diverge`] — model, tools,
+//! system, then messages. A divergence is answered as `diagnostics.cache_miss_reason` with its
+//! `cache_missed_input_tokens`; an unknown previous id as `previous_message_not_found`; no
+//! divergence, or no previous id, as no `diagnostics` at all. Streaming carries it on
+//! `message_start`. The comparison is structural, as the provider's is: it says nothing of the
+//! TTL, which shows in the usage alone.
+//!
 //! # Clock
 //!
 //! `now = base + (real time elapsed, unless frozen) + offset`; tests move `offset` forward to
 //! expire cache entries without waiting.
 
 use crate::reply::{Reply, reply};
-use muninn_anthropic::prompt::shape;
+use muninn_anthropic::prompt::{PromptShape, diverge, shape};
 use muninn_anthropic::wire::{
-    ErrorResponse, MessagesRequest, MessagesResponse, Role, Usage as WireUsage,
+    CacheMissReason, Diagnostics, DiagnosticsRequest, ErrorResponse, MessagesRequest,
+    MessagesResponse, Role, Usage as WireUsage,
 };
 use muninn_core::cache::{CacheRules, CacheState, Ttl};
-use muninn_core::ledger::MissCause;
+use muninn_core::ledger::{MissCause, ProviderMiss};
+use muninn_core::miss::ProviderMissReason;
 use muninn_core::price::PriceTable;
 use muninn_core::trace::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
@@ -183,6 +197,9 @@ pub struct RecordedRequest {
     pub usage: Option<Usage>,
     /// Why the request read less than it could have.
     pub miss: Option<MissCause>,
+    /// The diagnosis answered, for a request that asked with a previous message id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_miss: Option<ProviderMiss>,
     /// The fault applied, if any.
     pub fault: Option<FaultKind>,
     /// The error answered, if any.
@@ -224,6 +241,10 @@ pub struct Answer {
     pub usage: Usage,
     /// The miss cause.
     pub miss: Option<MissCause>,
+    /// The cache diagnostics answered (`None`: not asked, or no divergence).
+    pub diagnostics: Option<Diagnostics>,
+    /// The diagnosis as recorded, for a request that asked with a previous message id.
+    pub provider_miss: Option<ProviderMiss>,
 }
 
 impl Answer {
@@ -252,6 +273,7 @@ impl Answer {
             stop_reason: Some(self.reply.stop_reason.to_string()),
             stop_sequence: None,
             usage,
+            diagnostics: self.diagnostics,
         }
     }
 }
@@ -336,6 +358,25 @@ fn check_tool_pairing(request: &MessagesRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The shapes of the requests that opted into diagnostics, by response id, the newest kept.
+#[derive(Debug, Default)]
+struct Fingerprints {
+    shapes: HashMap<String, PromptShape>,
+    order: VecDeque<String>,
+}
+
+impl Fingerprints {
+    fn keep(&mut self, id: &str, shape: PromptShape, max: usize) {
+        self.shapes.insert(id.to_string(), shape);
+        self.order.push_back(id.to_string());
+        while self.order.len() > max {
+            if let Some(old) = self.order.pop_front() {
+                self.shapes.remove(&old);
+            }
+        }
+    }
+}
+
 /// The simulator.
 #[derive(Debug)]
 pub struct Simulator {
@@ -344,6 +385,7 @@ pub struct Simulator {
     faults: Mutex<VecDeque<Fault>>,
     /// The request log, each entry with its body's approximate size, and their total.
     requests: Mutex<(VecDeque<(RecordedRequest, usize)>, usize)>,
+    fingerprints: Mutex<Fingerprints>,
     seq: AtomicU64,
     started: Instant,
     base_ms: i64,
@@ -363,6 +405,7 @@ impl Simulator {
             cache: Mutex::new(CacheState::new()),
             faults: Mutex::new(VecDeque::new()),
             requests: Mutex::new((VecDeque::new(), 0)),
+            fingerprints: Mutex::new(Fingerprints::default()),
             seq: AtomicU64::new(0),
             started: Instant::now(),
             base_ms,
@@ -464,10 +507,13 @@ impl Simulator {
         }
     }
 
-    /// Empties the cache, the faults and the log.
+    /// Empties the cache, the diagnostics' fingerprints, the faults and the log.
     pub fn reset(&self) {
         if let Ok(mut c) = self.cache.lock() {
             *c = CacheState::new();
+        }
+        if let Ok(mut f) = self.fingerprints.lock() {
+            *f = Fingerprints::default();
         }
         self.clear_faults();
         self.clear_requests();
@@ -538,13 +584,60 @@ impl Simulator {
         };
         let seed = shaped.checkpoints.last().map_or(0, |c| c.fingerprint);
         let reply = reply(&request, seed);
+        let id = format!("msg_sim_{seq:08}");
+        let (diagnostics, provider_miss) = match &request.diagnostics {
+            Some(asked) => self.diagnose(asked, &id, shaped),
+            None => (None, None),
+        };
         Ok(Answer {
-            id: format!("msg_sim_{seq:08}"),
+            id,
             model: request.model,
             usage: outcome.usage(reply.output_tokens),
             miss: outcome.miss,
             reply,
+            diagnostics,
+            provider_miss,
         })
+    }
+
+    /// Compares a request that opted into diagnostics with its previous message's shape, then
+    /// keeps its own shape under `id` for the request that will name it.
+    fn diagnose(
+        &self,
+        asked: &DiagnosticsRequest,
+        id: &str,
+        shaped: PromptShape,
+    ) -> (Option<Diagnostics>, Option<ProviderMiss>) {
+        let Ok(mut fingerprints) = self.fingerprints.lock() else {
+            return (None, None);
+        };
+        let answer = asked.previous_message_id.as_deref().map(|previous| {
+            let (kind, missed) = match fingerprints.shapes.get(previous) {
+                None => (ProviderMissReason::PreviousMessageNotFound, None),
+                Some(before) => match diverge(before, &shaped) {
+                    None => (ProviderMissReason::NoDivergence, None),
+                    Some((level, tokens)) => {
+                        (ProviderMissReason::of_level(Some(level)), Some(tokens))
+                    }
+                },
+            };
+            let diagnostics = (kind != ProviderMissReason::NoDivergence).then(|| Diagnostics {
+                cache_miss_reason: Some(CacheMissReason {
+                    kind: kind.as_str().to_string(),
+                    cache_missed_input_tokens: missed,
+                }),
+            });
+            let recorded = ProviderMiss {
+                reason: kind,
+                missed_tokens: missed,
+            };
+            (diagnostics, recorded)
+        });
+        fingerprints.keep(id, shaped, self.config.max_recorded.max(1));
+        match answer {
+            Some((diagnostics, recorded)) => (diagnostics, Some(recorded)),
+            None => (None, None),
+        }
     }
 
     /// Answers a `count_tokens` body: the prompt's tokens, the limits checked, the cache

@@ -529,3 +529,116 @@ async fn what_the_api_refuses_the_simulator_refuses() {
     let e: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(e["error"]["type"], json!("request_too_large"));
 }
+
+/// `request` opted into cache diagnostics with `previous` as the message to compare with.
+fn diagnosed(mut body: Value, previous: Option<&str>) -> Value {
+    body["diagnostics"] = json!({ "previous_message_id": previous });
+    body
+}
+
+#[tokio::test]
+async fn cache_diagnostics_name_the_first_divergence_streaming_and_not() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
+    let system = long_system("diagnosed", 2);
+    let beta = [
+        ("x-api-key", "sk-test"),
+        ("anthropic-version", "2023-06-01"),
+        ("anthropic-beta", "cache-diagnosis-2026-04-07"),
+    ];
+    let post = |body: Value| {
+        let http = &http;
+        async move {
+            let (status, _, text) = http.post("/v1/messages", &body.to_string(), &beta).await;
+            assert_eq!(status, 200, "{text}");
+            text
+        }
+    };
+    let message = |text: &str| -> Value { serde_json::from_str(text).unwrap() };
+
+    // A first turn opts in with no previous message: nothing to compare, no diagnostics.
+    let first = message(&post(diagnosed(request(&system, &["one"], false), None)).await);
+    assert_eq!(first.get("diagnostics"), None);
+    let id1 = first["id"].as_str().unwrap().to_string();
+    // Appending to it: no divergence, no diagnostics.
+    let second = message(
+        &post(diagnosed(
+            request(&system, &["one", "two"], false),
+            Some(&id1),
+        ))
+        .await,
+    );
+    assert_eq!(second.get("diagnostics"), None, "{second}");
+    let id2 = second["id"].as_str().unwrap().to_string();
+
+    // Every level, compared with the second turn. Streaming: on `message_start`.
+    let other_system = long_system("rewritten", 2);
+    let streamed = post(diagnosed(
+        request(&other_system, &["one", "two", "three"], true),
+        Some(&id2),
+    ))
+    .await;
+    let StreamEvent::MessageStart { message: start } = &sse_events(&streamed)[0] else {
+        panic!("{streamed}")
+    };
+    let reason = start
+        .diagnostics
+        .as_ref()
+        .unwrap()
+        .cache_miss_reason
+        .as_ref();
+    assert_eq!(reason.map(|r| r.kind.as_str()), Some("system_changed"));
+    assert!(reason.unwrap().cache_missed_input_tokens.unwrap() > 1_000);
+
+    let mut with_tools = request(&system, &["one", "two", "three"], false);
+    with_tools["tools"] =
+        json!([{"name": "look", "description": "d", "input_schema": {"type": "object"}}]);
+    let mut other_model = request(&system, &["one", "two", "three"], false);
+    other_model["model"] = json!("claude-sonnet-4-5");
+    let cases = [
+        (with_tools, Some(id2.as_str()), "tools_changed"),
+        (
+            request(&system, &["uno", "two", "three"], false),
+            Some(id2.as_str()),
+            "messages_changed",
+        ),
+        (other_model, Some(id2.as_str()), "model_changed"),
+        (
+            request(&system, &["one", "two", "three"], false),
+            Some("msg_unknown"),
+            "previous_message_not_found",
+        ),
+    ];
+    for (body, previous, expected) in cases {
+        let m = message(&post(diagnosed(body, previous)).await);
+        assert_eq!(
+            m["diagnostics"]["cache_miss_reason"]["type"],
+            json!(expected),
+            "{m}"
+        );
+    }
+    // Not opted in: no diagnostics, whatever changed.
+    let plain = message(&post(request(&other_system, &["x"], false)).await);
+    assert_eq!(plain.get("diagnostics"), None);
+
+    // The log records each diagnosis beside the simulator's own cause.
+    let recorded: Vec<Option<&str>> = h
+        .sim
+        .requests()
+        .iter()
+        .map(|r| r.provider_miss.map(|p| p.reason.as_str()))
+        .collect();
+    assert_eq!(
+        recorded,
+        vec![
+            None,
+            Some("no_divergence"),
+            Some("system_changed"),
+            Some("tools_changed"),
+            Some("messages_changed"),
+            Some("model_changed"),
+            Some("previous_message_not_found"),
+            None,
+        ]
+    );
+}

@@ -415,6 +415,7 @@ async fn the_client_speaks_non_streaming_and_bearer_too() {
         cache_control: None,
         stream: false,
         extra: Default::default(),
+        diagnostics: None,
     };
     let done = client.messages(&request, false).await.unwrap();
     assert_eq!(done.response.stop_reason.as_deref(), Some("end_turn"));

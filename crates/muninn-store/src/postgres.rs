@@ -50,6 +50,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ledger_decided",
         include_str!("../migrations/postgres/0005_ledger_decided.sql"),
     ),
+    (
+        6,
+        "ledger_provider_miss",
+        include_str!("../migrations/postgres/0006_ledger_provider_miss.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migrations ("muninn" in ASCII).

@@ -129,7 +129,8 @@ macro_rules! columns {
         "id, mind_id, role, segment, turn, at_ms, idle_gap_ms, model, prefix_tokens, \
          rehydration_tokens, usage_input, usage_cache_write_5m, usage_cache_write_1h, \
          usage_cache_read, usage_output, raw_usage, cost_micro_usd, predicted_read, \
-         predicted_write, cache_state, miss_cause, decision, boundary, events, decided"
+         predicted_write, cache_state, miss_cause, decision, boundary, events, decided, \
+         provider_miss_reason, provider_missed_tokens"
     };
     (memory) => {
         "id, mind_id, salience, text, created_at_ms, source"
@@ -148,6 +149,7 @@ macro_rules! impl_sql_store {
         };
         use $crate::types::*;
         use muninn_core::ledger::LedgerRow;
+        use muninn_core::miss::{ProviderMiss, ProviderMissReason};
         use muninn_core::money::MicroUsd;
         use muninn_core::trace::Usage;
         use sqlx::Row;
@@ -239,6 +241,19 @@ macro_rules! impl_sql_store {
             let raw_usage: Option<String> = row.try_get("raw_usage")?;
             let miss_cause: Option<String> = row.try_get("miss_cause")?;
             let decided: Option<String> = row.try_get("decided")?;
+            let provider_reason: Option<String> = row.try_get("provider_miss_reason")?;
+            let provider_missed: Option<i64> = row.try_get("provider_missed_tokens")?;
+            let provider_miss = provider_reason
+                .map(|reason| -> Result<ProviderMiss> {
+                    // A reason a newer build wrote reads as `Other`, never as corruption.
+                    Ok(ProviderMiss {
+                        reason: ProviderMissReason::from_wire(&reason),
+                        missed_tokens: provider_missed
+                            .map(|t| to_u64(t, "provider_missed_tokens"))
+                            .transpose()?,
+                    })
+                })
+                .transpose()?;
             Ok(LedgerEntry {
                 id: row.try_get("id")?,
                 row: LedgerRow {
@@ -272,6 +287,7 @@ macro_rules! impl_sql_store {
                     decided: decided
                         .map(|text| parse_json(&text, "ledger decision"))
                         .transpose()?,
+                    provider_miss,
                 },
             })
         }
@@ -452,14 +468,18 @@ macro_rules! impl_sql_store {
                 let raw_usage = row.raw_usage.as_ref().map(json_text).transpose()?;
                 let miss_cause = row.miss_cause.map(miss_cause_text).transpose()?;
                 let decided = row.decided.as_ref().map(json_text).transpose()?;
+                let provider_missed = (row.provider_miss.and_then(|p| p.missed_tokens))
+                    .map(|t| to_i64(t, "provider_miss.missed_tokens"))
+                    .transpose()?;
                 let inserted = sqlx::query(
                     "INSERT INTO ledger (mind_id, role, segment, turn, at_ms, idle_gap_ms, model, \
                      prefix_tokens, rehydration_tokens, usage_input, usage_cache_write_5m, \
                      usage_cache_write_1h, usage_cache_read, usage_output, raw_usage, \
                      cost_micro_usd, predicted_read, predicted_write, cache_state, miss_cause, \
-                     decision, boundary, events, decided) VALUES ($1, $2, $3, $4, $5, $6, $7, \
-                     $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, \
-                     $23, $24) RETURNING id",
+                     decision, boundary, events, decided, provider_miss_reason, \
+                     provider_missed_tokens) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+                     $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, \
+                     $26) RETURNING id",
                 )
                 .bind(mind)
                 .bind(&row.role)
@@ -485,6 +505,8 @@ macro_rules! impl_sql_store {
                 .bind(row.boundary)
                 .bind(list_text(&row.events, "ledger events")?)
                 .bind(decided)
+                .bind(row.provider_miss.map(|p| p.reason.as_str()))
+                .bind(provider_missed)
                 .fetch_one(&mut *conn)
                 .await?;
                 ids.push(inserted.try_get("id")?);

@@ -58,6 +58,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ledger_decided",
         include_str!("../migrations/sqlite/0005_ledger_decided.sql"),
     ),
+    (
+        6,
+        "ledger_provider_miss",
+        include_str!("../migrations/sqlite/0006_ledger_provider_miss.sql"),
+    ),
 ];
 
 /// How long a writer waits for another writer's lock before giving up with `Busy`.

@@ -148,6 +148,7 @@ fn ledger_row(mind: &str) -> muninn_core::ledger::LedgerRow {
         boundary: true,
         events: Vec::new(),
         decided: None,
+        provider_miss: None,
     }
 }
 

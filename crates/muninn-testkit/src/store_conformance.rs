@@ -242,6 +242,7 @@ fn ledger_row(mind: &str, at_ms: i64, cost: i64) -> LedgerRow {
         boundary: true,
         events: Vec::new(),
         decided: None,
+        provider_miss: None,
     }
 }
 
@@ -1075,6 +1076,22 @@ async fn ledger(factory: &dyn StoreFactory) {
         decide_before_expiry_ms: 30_000,
         can: muninn_core::decide::Capabilities::default(),
     });
+    // The provider's diagnosis beside muninn's cause comes back whole: a change with its
+    // magnitude on one row, a label without one on another, a reason this build does not know
+    // (kept as `other`) on a third.
+    decided.miss_cause = Some(MissCause::SystemChange);
+    decided.provider_miss = Some(muninn_core::miss::ProviderMiss {
+        reason: muninn_core::miss::ProviderMissReason::SystemChanged,
+        missed_tokens: Some(u64::from(u32::MAX) + 7),
+    });
+    flagged.provider_miss = Some(muninn_core::miss::ProviderMiss {
+        reason: muninn_core::miss::ProviderMissReason::NoDivergence,
+        missed_tokens: None,
+    });
+    no_raw.provider_miss = Some(muninn_core::miss::ProviderMiss {
+        reason: muninn_core::miss::ProviderMissReason::Other,
+        missed_tokens: None,
+    });
     let a_rows = vec![decided, flagged, no_raw];
     let a_ids = ok(store.append_ledger("a", ta, &a_rows).await, "append a");
     let b_ids = ok(
@@ -1747,6 +1764,10 @@ async fn rows_from_schema_2_migrate_forward(factory: &dyn StoreFactory) {
     assert_eq!(ledger[0].row.events, Vec::<serde_json::Value>::new());
     assert_eq!(ledger[0].row.cost, MicroUsd(42));
     assert_eq!(ledger[0].row.miss_cause, Some(MissCause::ColdStart));
+    assert_eq!(
+        ledger[0].row.provider_miss, None,
+        "no diagnosis before migration 6"
+    );
     // The old segment: its handle kept, no memory and no spec digest (so it is never resumed).
     let segment = ok(store.current_segment("m", Role::Persona).await, "segment");
     let segment = segment.unwrap_or_else(|| panic!("the old segment is gone"));

@@ -343,6 +343,7 @@ pub fn session_trace(
                 boundary: true,
                 compacted: false,
                 blocks_added: 2,
+                provider_miss: None,
             });
         }
     }

@@ -202,6 +202,7 @@ pub fn session(seed: u64, requests: usize, params: &SynthParams) -> Trace {
             compacted,
             // An assistant reply and the next user message (tool result or human text).
             blocks_added: 2,
+            provider_miss: None,
         });
         previous_cached = cached;
         if prompt > params.compact_at_tokens {

@@ -26,6 +26,7 @@ mod ledger;
 mod logs;
 mod replay;
 mod say;
+mod sensitivity;
 mod serve;
 mod sim_api;
 mod status;

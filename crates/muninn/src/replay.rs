@@ -7,7 +7,7 @@ use anyhow::Context;
 use muninn_core::cache::{CacheRules, Ttl};
 use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::price::{PriceError, PriceTable};
-use muninn_core::replay::{Assumptions, Plan, ReplayConfig, RunTotals, replay_trace};
+use muninn_core::replay::{Assumptions, Plan, ReplayConfig, RunTotals, rehydration, replay_trace};
 use muninn_core::trace::Trace;
 use muninn_report::plot::{CostSeries, GapBucket, write_plot};
 use muninn_report::{PolicyRow, ReplayReport, Unpriced};
@@ -49,9 +49,10 @@ pub struct ReplayArgs {
     /// Head (tools + system) tokens [default: estimated per trace].
     #[arg(long)]
     head_tokens: Option<Tokens>,
-    /// Memory/summary tokens a refreshed segment starts with (and the flush writes).
-    #[arg(long, default_value_t = Assumptions::default().rehydrate_tokens)]
-    rehydrate_tokens: Tokens,
+    /// Memory/summary tokens a refreshed segment starts with (and the flush writes) [default:
+    /// the median rehydration the traces' own compactions measured, else 4000].
+    #[arg(long)]
+    rehydrate_tokens: Option<Tokens>,
     /// Tokens of the flush instruction.
     #[arg(long, default_value_t = Assumptions::default().flush_prompt_tokens)]
     flush_prompt_tokens: Tokens,
@@ -85,6 +86,13 @@ pub struct ReplayArgs {
     /// The cost difference --closed-loop accepts, as a fraction (0.001 = 0.1%).
     #[arg(long, default_value_t = 0.001)]
     tolerance: f64,
+    /// Goal: the default policy (ski-rental) costs at most this multiple of the optimum; missed,
+    /// the command prints FAIL and exits non-zero.
+    #[arg(long)]
+    goal_vs_optimum: Option<f64>,
+    /// Goal: the default policy costs at most this multiple of what was recorded.
+    #[arg(long)]
+    goal_vs_recorded: Option<f64>,
 }
 
 fn parse_plans(specs: &[String]) -> anyhow::Result<Vec<Plan>> {
@@ -144,9 +152,15 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let since_ms = args
         .since
         .map(|t| t.at(jiff::Timestamp::now().as_millisecond()));
+    let import = args.input.import()?;
+    // Rehydration measured, not assumed: the traces' own compactions, unless given.
+    let measured = rehydration::median(&rehydration::measured_rehydrations(&import.traces));
     let assumptions = Assumptions {
         head_tokens: args.head_tokens,
-        rehydrate_tokens: args.rehydrate_tokens,
+        rehydrate_tokens: args
+            .rehydrate_tokens
+            .or(measured)
+            .unwrap_or(Assumptions::default().rehydrate_tokens),
         flush_prompt_tokens: args.flush_prompt_tokens,
         flush_output_tokens: args.flush_output_tokens,
         ping_tokens: args.ping_tokens,
@@ -156,7 +170,18 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         ttl: args.ttl,
         head_ttl: args.head_ttl,
     };
-    let import = args.input.import()?;
+    if args.rehydrate_tokens.is_none() {
+        let samples = rehydration::measured_rehydrations(&import.traces).len();
+        match measured {
+            Some(m) => eprintln!(
+                "rehydration: {m} tokens, the median of {samples} compactions measured in these traces"
+            ),
+            None => eprintln!(
+                "rehydration: no compaction in these traces to measure; assuming {} tokens",
+                assumptions.rehydrate_tokens
+            ),
+        }
+    }
 
     // Traces whose model has no price are left out, and the report says so.
     let mut unpriced: BTreeMap<String, u64> = BTreeMap::new();
@@ -230,7 +255,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     match args.format.as_str() {
         "json" => outln!("{}", serde_json::to_string_pretty(&report)?)?,
         "csv" => out!("{}", report.csv())?,
-        _ => out!("{}", report.table())?,
+        _ => {
+            out!("{}", report.table())?;
+            crate::sensitivity::print(&priced, &assumptions, &rules, measured)?;
+        }
     }
 
     if let Some(path) = &args.plot {
@@ -249,6 +277,45 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         )
         .with_context(|| format!("drawing {}", path.display()))?;
         eprintln!("plot written to {}", path.display());
+    }
+    check_goals(&report, &args)
+}
+
+/// Checks the default policy's ratios against the goals given: PASS or FAIL for each, an error
+/// (a non-zero exit) if one is missed or cannot be measured.
+fn check_goals(report: &ReplayReport, args: &ReplayArgs) -> anyhow::Result<()> {
+    let default = Plan::Online(muninn_core::decide::Policy::SkiRental).to_string();
+    let row = report.rows.iter().find(|r| r.policy == default);
+    let mut failed = 0;
+    for (goal, what, ratio) in [
+        (
+            args.goal_vs_optimum,
+            "optimum",
+            row.and_then(|r| r.ratio_to_optimum),
+        ),
+        (
+            args.goal_vs_recorded,
+            "recorded",
+            row.and_then(|r| r.ratio_to_recorded),
+        ),
+    ] {
+        let Some(goal) = goal else { continue };
+        match ratio {
+            Some(ratio) if ratio <= goal => {
+                outln!("PASS {default} ÷ {what} = {ratio:.3} (goal ≤ {goal:.3})")?
+            }
+            Some(ratio) => {
+                failed += 1;
+                outln!("FAIL {default} ÷ {what} = {ratio:.3} (goal ≤ {goal:.3})")?;
+            }
+            None => {
+                failed += 1;
+                outln!("FAIL {default} ÷ {what}: not measured (run both plans)")?;
+            }
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("FAIL: {failed} goal(s) missed");
     }
     Ok(())
 }
@@ -280,7 +347,7 @@ fn run_plans(
             };
             // With --since the whole trace is replayed (the cache state needs its history) and
             // only the steps in the window are counted.
-            let ttl = assumptions.ttl.unwrap_or_else(|| trace.recorded_ttl());
+            let ttl = assumptions.ttl.unwrap_or_else(|| trace.whole_trace_ttl());
             let mut kept = RunTotals::default();
             let t = replay_trace(trace, plan, &config, &mut |step| {
                 if since_ms.is_some_and(|s| step.at_ms < s) {

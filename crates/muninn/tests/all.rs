@@ -178,6 +178,34 @@ fn replay_table_has_every_policy_row_and_the_assumptions() {
     }
 }
 
+/// Every table report carries the sensitivity of the default policy to the rehydration and the
+/// minimum segment, and says where its advantage over recorded disappears; with no compaction in
+/// the traces the rehydration is assumed and stderr says so.
+#[test]
+fn replay_table_prints_the_sensitivity_to_rehydration() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let (stdout, stderr) = ok(&muninn(&["replay", "--quiet", dir.to_str().unwrap()]));
+    assert!(
+        stdout.contains("sensitivity: the default policy"),
+        "{stdout}"
+    );
+    for size in ["4000", "10000", "20000", "40000", "80000"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with(size) && l.contains('|')),
+            "no row for {size}:\n{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("disappears from a rehydration of")
+            || stdout.contains("costs less than recorded at every rehydration"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("rehydration:"), "{stderr}");
+}
+
 #[test]
 fn replay_json_parses_and_no_policy_beats_the_optimum() {
     let tmp = tempfile::tempdir().unwrap();
@@ -363,8 +391,15 @@ fn check_cache_prints_the_agreement_table() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = clean_project(tmp.path());
     let (stdout, _) = ok(&muninn(&["check-cache", "--quiet", dir.to_str().unwrap()]));
-    let header = stdout.lines().next().unwrap();
-    for column in ["predictor / threads", "requests", "agreement", "read error"] {
+    let parts = stdout.lines().next().unwrap();
+    for part in ["tuning part", "set-aside part", "all"] {
+        assert!(parts.contains(part), "{parts}");
+    }
+    let header = stdout
+        .lines()
+        .find(|l| l.starts_with("predictor / threads"))
+        .unwrap_or_else(|| panic!("no header:\n{stdout}"));
+    for column in ["requests", "agreement", "read error"] {
         assert!(header.contains(column), "{header}");
     }
     for label in [
@@ -377,9 +412,125 @@ fn check_cache_prints_the_agreement_table() {
             .lines()
             .find(|l| l.starts_with(label))
             .unwrap_or_else(|| panic!("no {label} row:\n{stdout}"));
-        assert!(line.contains('%'), "{line}");
+        // Two cells of figures (a part without requests shows dashes) and the total.
+        assert!(line.matches('%').count() >= 4, "{line}");
+        assert_eq!(line.matches('|').count(), 3, "{line}");
     }
     assert!(stdout.contains("disagreements by class"), "{stdout}");
+    assert!(!stdout.contains("PASS"), "no goal, no verdict:\n{stdout}");
+}
+
+#[test]
+fn check_cache_fails_on_a_missed_goal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let dir = dir.to_str().unwrap();
+    let (stdout, _) = ok(&muninn(&[
+        "check-cache",
+        "--quiet",
+        "--goal-agreement",
+        "0",
+        "--goal-read-error",
+        "1e9",
+        dir,
+    ]));
+    assert!(
+        stdout.contains("PASS") && !stdout.contains("FAIL"),
+        "{stdout}"
+    );
+    let out = muninn(&["check-cache", "--quiet", "--goal-agreement", "1.01", dir]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !out.status.success(),
+        "a goal above 100% must fail:\n{stdout}"
+    );
+    assert!(stdout.contains("FAIL"), "{stdout}");
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("goal(s) missed"),
+        "the exit says why"
+    );
+}
+
+#[test]
+fn check_cache_scores_causes_against_the_providers_labels() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../muninn-import/tests/fixtures/claude-diagnostics");
+    let fixture = fixture.to_str().unwrap();
+    let (stdout, _) = ok(&muninn(&[
+        "check-cache",
+        "--quiet",
+        "--goal-cause-agreement",
+        "0.6",
+        fixture,
+    ]));
+    // A compaction and a model switch are named as the API named them; a tool change no
+    // transcript line shows is not.
+    assert!(stdout.contains("all 2 of 3 (66.67%)"), "{stdout}");
+    assert!(
+        stdout.contains("PASS set aside part: causes agree"),
+        "{stdout}"
+    );
+    let out = muninn(&[
+        "check-cache",
+        "--quiet",
+        "--goal-cause-agreement",
+        "0.9",
+        fixture,
+    ]);
+    assert!(!out.status.success());
+    // Traces without any label cannot meet a cause goal.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let out = muninn(&[
+        "check-cache",
+        "--quiet",
+        "--goal-cause-agreement",
+        "0",
+        dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("FAIL miss causes: no request carries"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn replay_goals_print_pass_or_fail_and_set_the_exit_status() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let dir = dir.to_str().unwrap();
+    let (stdout, _) = ok(&muninn(&[
+        "replay",
+        "--quiet",
+        "--goal-vs-optimum",
+        "100",
+        "--goal-vs-recorded",
+        "100",
+        dir,
+    ]));
+    assert_eq!(stdout.matches("PASS ski-rental").count(), 2, "{stdout}");
+    let out = muninn(&["replay", "--quiet", "--goal-vs-optimum", "0.5", dir]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !out.status.success(),
+        "nothing beats the optimum by half:\n{stdout}"
+    );
+    assert!(stdout.contains("FAIL ski-rental ÷ optimum"), "{stdout}");
+    // A goal on a ratio the run did not measure fails rather than passing silently.
+    let out = muninn(&[
+        "replay",
+        "--quiet",
+        "--policy",
+        "ski-rental",
+        "--goal-vs-recorded",
+        "9",
+        dir,
+    ]);
+    assert!(!out.status.success());
 }
 
 #[test]

@@ -92,6 +92,7 @@ pub(super) fn session_params(
             // compacting one compacts at its next turn, not in the gap.
             idle_flush: role == Role::SelfRole,
         },
+        lifetime_ms: None,
     }
 }
 
@@ -221,6 +222,7 @@ impl<B: Backend> MindRunner<B> {
                 .filter_map(Result::ok)
                 .collect(),
             decided: None,
+            provider_miss: outcome.provider_miss,
         }
     }
 

@@ -644,12 +644,7 @@ pub fn kind_name(kind: RowKind) -> &'static str {
 
 /// A miss cause's name, as the ledger spells it.
 pub fn miss_name(cause: MissCause) -> &'static str {
-    match cause {
-        MissCause::ColdStart => "cold_start",
-        MissCause::TtlExpiry => "ttl_expiry",
-        MissCause::PrefixChange => "prefix_change",
-        MissCause::EvictionOrUnknown => "eviction_or_unknown",
-    }
+    cause.as_str()
 }
 
 /// A decision reason's name, as the ledger's decision record spells it (`growth_break_even`).

@@ -37,9 +37,10 @@
 //! admissible segmentation of small traces, and check that no online policy ever beats it.
 
 use crate::cache::Ttl;
-use crate::decide::{Action, Alternative, Decision, Event, Reason, SessionView};
 use crate::money::{MicroUsd, Tokens};
-use crate::replay::{Hindsight, ReplayConfig, Turn};
+use crate::replay::{ReplayConfig, Turn};
+
+mod execute;
 
 /// The optimum's plan: which requests start a new segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -586,7 +587,7 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
     let bounds = a.bounds(head, price);
     let ceiling = bounds.ceiling_tokens as i128;
     let before = a.decide_before_expiry_ms;
-    let step = ttl.millis() - before;
+    let step = config.rules.lifetime_ms.unwrap_or_else(|| ttl.millis()) - before;
     let phi_ping = inp * a.ping_tokens as i128 + out;
     // With memory written as it happens there is no flush request: a refresh costs only the
     // rewrite of the new segment.
@@ -603,7 +604,11 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
     // The head sits under its own breakpoint, possibly with a longer TTL than the tail's.
     let head_ttl = a.head_ttl_for(ttl);
     let w_head = price.write(head_ttl).0 as i128;
-    let head_warm_after = |gap: i64| head_cacheable && gap < head_ttl.millis();
+    // An automatic cache's retention replaces both tiers' lifetimes (OpenAI).
+    let life = |tier: Ttl| config.rules.lifetime_ms.unwrap_or_else(|| tier.millis());
+    let head_warm_after = |gap: i64| head_cacheable && gap < life(head_ttl);
+    // What the provider lets a session do: no keep-warm pings where it has no TTL to extend.
+    let can = price.provider.capabilities();
 
     let mut len = vec![0i128; n + 1];
     let mut u = vec![0i128; n + 1];
@@ -623,19 +628,29 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
         // Inside a segment: keep the prefix warm with k pings; let it expire and rewrite it,
         // reading the head if its own TTL outlived the gap; or ping only as long as it takes to
         // keep the head alive, then rewrite the tail.
-        let k = pings_needed(gap, ttl, before) as i128;
+        let k = if gap < life(ttl) {
+            0
+        } else {
+            pings_needed(gap, ttl, before) as i128
+        };
         let mut options = Choices::default();
-        options.push(((k + 1) * r, k * phi_ping));
+        if k == 0 || can.ping {
+            options.push(((k + 1) * r, k * phi_ping));
+        }
         if head_warm_after(gap) {
             options.push((w, -(w - r) * h));
         } else {
             options.push((w, (w_head - w) * h));
             if head_cacheable {
                 let kh = head_pings_needed(gap, ttl, head_ttl, before) as i128;
-                options.push((kh * r + w, kh * phi_ping - (w - r) * h));
+                if kh == 0 || can.ping {
+                    options.push((kh * r + w, kh * phi_ping - (w - r) * h));
+                }
                 // Or let the tail go and keep only the head, with head-only pings.
                 let k = head_only_pings(gap, head_ttl, before) as i128;
-                options.push((w, k * head_ping - (w - r) * h));
+                if k == 0 || can.ping_head {
+                    options.push((w, k * head_ping - (w - r) * h));
+                }
             }
         }
         gap_options[j] = options;
@@ -652,12 +667,14 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
             if head_cacheable {
                 let k =
                     touches(gap - step, head_ttl.millis(), step) as i128 - i128::from(needs_flush);
-                if k > 0 {
+                if k > 0 && can.ping {
                     ends.push(((flush_read + k * r, phi_flush + k * phi_ping), r * h));
                 }
                 // Or end now and keep only the head alive, with head-only pings.
                 let k = head_only_pings(gap - late_flush, head_ttl, before) as i128;
-                ends.push(((flush_read, phi_flush + k * head_ping), r * h));
+                if k == 0 || can.ping_head {
+                    ends.push(((flush_read, phi_flush + k * head_ping), r * h));
+                }
             }
         }
         end_options[j] = ends;
@@ -719,133 +736,5 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
     OptimumPlan {
         starts,
         estimate: MicroUsd(((estimate.max(0) + 500_000) / 1_000_000) as i64),
-    }
-}
-
-impl OptimumPlan {
-    /// The plan's decision, answering the engine's events with hindsight: refresh where the plan
-    /// starts a segment (flushing at the latest warm moment before it), and keep the cache warm
-    /// through a gap exactly when that is cheaper than the cold rewrite it prevents.
-    pub(crate) fn decide(
-        &self,
-        view: &SessionView,
-        event: Event,
-        now_ms: i64,
-        future: &Hindsight<'_>,
-    ) -> Decision {
-        let Hindsight {
-            next,
-            turns,
-            ttl,
-            before_ms,
-        } = *future;
-        let restart = next > 0 && self.starts.get(next).copied().unwrap_or(false);
-        let single = |action, reason, estimate| Decision {
-            action,
-            reason,
-            alternatives: [Some(Alternative { action, estimate }), None, None],
-        };
-        match event {
-            Event::Arrival { .. } => {
-                if restart {
-                    single(Action::Refresh, Reason::GrowthBreakEven, MicroUsd::ZERO)
-                } else {
-                    single(Action::Append, Reason::Warm, MicroUsd::ZERO)
-                }
-            }
-            Event::Expiring => {
-                let Some(expiry) = view.warm_until_ms else {
-                    return single(Action::LetExpire, Reason::NoKeepWarm, MicroUsd::ZERO);
-                };
-                let Some(turn) = turns.get(next) else {
-                    return single(Action::LetExpire, Reason::NoKeepWarm, MicroUsd::ZERO);
-                };
-                let step = ttl.millis() - before_ms;
-                let span = turn.at_ms - now_ms;
-                let head_saving = view.head_rewrite_penalty();
-                // Head-only pings that keep a head expiring at `d` alive to the wake.
-                let head_only_from = |d: i64| {
-                    let hstep = view.head_ttl.millis() - before_ms;
-                    let kh = touches(turn.at_ms - (d - before_ms), view.head_ttl.millis(), hstep);
-                    MicroUsd(view.head_ping_cost().0 * kh as i64)
-                };
-                if restart {
-                    // The old segment ends here. Ending now (flushing, or with memory written as
-                    // it happens doing nothing) touches the head for the last time; if the head
-                    // would then be cold at the restart and keeping it alive with pings is
-                    // cheaper than rewriting it, ping instead.
-                    let end = if view.needs_flush() {
-                        Action::Flush
-                    } else {
-                        Action::LetExpire
-                    };
-                    let head_deadline = if view.needs_flush() {
-                        Some(now_ms + view.head_ttl.millis())
-                    } else {
-                        view.head_warm_until_ms
-                    };
-                    if view.head_warm_until_ms.is_some()
-                        && head_deadline.is_none_or(|d| d <= turn.at_ms)
-                        && expiry <= turn.at_ms
-                    {
-                        let k = touches(span, view.head_ttl.millis(), step)
-                            - u64::from(view.needs_flush());
-                        let keep = MicroUsd(view.ping_cost().0 * k as i64);
-                        // Ending now and keeping only the head with head-only pings instead.
-                        let head_only = head_deadline.map_or(keep, head_only_from);
-                        if k > 0 && keep < head_saving && keep < head_only {
-                            return single(Action::Ping, Reason::ExpectedSavingExceedsPing, keep);
-                        }
-                    }
-                    return single(end, Reason::ColdRestartCheaper, view.flush_cost(true));
-                }
-                if expiry > turn.at_ms {
-                    return single(Action::LetExpire, Reason::Warm, MicroUsd::ZERO);
-                }
-                // Keep the tail warm (W), keep only the head alive (H), or let both go (N): the
-                // cheapest from now to the wake, with hindsight.
-                let ping = view.ping_cost().0;
-                let tail = touches(span, ttl.millis(), step);
-                let warm = MicroUsd(ping * tail as i64)
-                    + MicroUsd::of(view.prefix_tokens, view.rates.read);
-                let rewrite = view.append_cost(false, 0, turn.at_ms);
-                let mut best = (warm, Action::Ping);
-                if rewrite < best.0 {
-                    best = (rewrite, Action::LetExpire);
-                }
-                if let Some(head_expiry) = view.head_warm_until_ms.filter(|h| *h <= turn.at_ms) {
-                    let k = touches(span, view.head_ttl.millis(), step);
-                    let head_kept = MicroUsd(ping * k as i64) + rewrite.saturating_sub(head_saving);
-                    if head_kept < best.0 {
-                        best = (head_kept, Action::Ping);
-                    }
-                    // Let the tail go now; keep the head with head-only pings from its expiry on.
-                    let head_only =
-                        head_only_from(head_expiry) + rewrite.saturating_sub(head_saving);
-                    if head_only < best.0 {
-                        best = (head_only, Action::LetExpire);
-                    }
-                }
-                single(best.1, Reason::ExpectedSavingExceedsPing, best.0)
-            }
-            Event::HeadExpiring => {
-                // Keep the head to the next request with head-only pings when that is cheaper than
-                // rewriting it there.
-                let Some(turn) = turns.get(next) else {
-                    return single(Action::LetExpire, Reason::NoKeepWarm, MicroUsd::ZERO);
-                };
-                if view.head_warm_until_ms.is_some_and(|h| h > turn.at_ms) {
-                    return single(Action::LetExpire, Reason::Warm, MicroUsd::ZERO);
-                }
-                let hstep = view.head_ttl.millis() - before_ms;
-                let k = touches(turn.at_ms - now_ms, view.head_ttl.millis(), hstep);
-                let keep = MicroUsd(view.head_ping_cost().0 * k as i64);
-                if keep < view.head_rewrite_penalty() {
-                    single(Action::Ping, Reason::ExpectedSavingExceedsPing, keep)
-                } else {
-                    single(Action::LetExpire, Reason::RentExhausted, MicroUsd::ZERO)
-                }
-            }
-        }
     }
 }

@@ -26,114 +26,20 @@
 use crate::cache::{
     CacheRules, CacheState, Checkpoint, Fingerprint, Prediction, Prompt, Ttl, extend, hash_bytes,
 };
-use crate::decide::{
-    Action, Bounds, Capabilities, Decision, Event, Policy, Rates, SessionView, decide,
-};
+use crate::decide::{Action, Decision, Event, Policy, Rates, SessionView, decide};
 use crate::ledger::MissCause;
 use crate::money::{MicroUsd, Tokens};
-use crate::price::ModelPrice;
+use crate::price::{ModelPrice, Provider};
 use crate::session::{Accounting, Keep, Params};
 use crate::trace::{Trace, Usage};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// The assumptions a counterfactual replay needs. Defaults are documented on each field and are
-/// printed with every report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Assumptions {
-    /// Head (tools + system) tokens. Default: estimated per trace as the smallest cached prefix any
-    /// request of the trace had, an upper bound of the real head.
-    pub head_tokens: Option<Tokens>,
-    /// Tokens of memory a refreshed segment starts with beyond the head, and the output tokens of
-    /// the flush that writes them. Default 4,000 (a structured memory note or compaction summary).
-    pub rehydrate_tokens: Tokens,
-    /// Tokens of the flush instruction. Default 300.
-    pub flush_prompt_tokens: Tokens,
-    /// Output tokens of the flush. Default: the rehydration size (the flush writes the memory the
-    /// next segment starts from). With memory written as it happens, 0 together with
-    /// `flush_prompt_tokens`: a refresh then sends no flush request at all.
-    pub flush_output_tokens: Option<Tokens>,
-    /// Uncached tokens a keep-warm ping adds after the cached prefix. Default 8.
-    pub ping_tokens: Tokens,
-    /// Requests a segment must hold before a voluntary refresh. Default 4.
-    pub min_segment_requests: u32,
-    /// The context ceiling in tokens. Default: the model's context window from the price table.
-    pub ceiling_tokens: Option<Tokens>,
-    /// How long before the cache expires the host decides (and pings). Default 30 s.
-    pub decide_before_expiry_ms: i64,
-    /// The TTL tier the session writes at. Default: the tier the trace recorded (1h if any 1h write).
-    pub ttl: Option<Ttl>,
-    /// The TTL of the head's own breakpoint. Default: the session's TTL. A head TTL shorter than
-    /// the session's is raised to it (a 1h breakpoint may not follow a 5m one).
-    pub head_ttl: Option<Ttl>,
-}
+mod assumptions;
+pub mod rehydration;
 
-impl Default for Assumptions {
-    fn default() -> Self {
-        Assumptions {
-            head_tokens: None,
-            rehydrate_tokens: 4_000,
-            flush_prompt_tokens: 300,
-            flush_output_tokens: None,
-            ping_tokens: 8,
-            min_segment_requests: 4,
-            ceiling_tokens: None,
-            decide_before_expiry_ms: 30_000,
-            ttl: None,
-            head_ttl: None,
-        }
-    }
-}
-
-impl Assumptions {
-    /// The TTL of the head's breakpoint in a session written at `ttl`: never shorter than `ttl`.
-    pub fn head_ttl_for(&self, ttl: Ttl) -> Ttl {
-        self.head_ttl.map_or(ttl, |h| h.max(ttl))
-    }
-
-    /// The decider's bounds for a trace of `head` tokens on the model priced by `price`, the
-    /// defaults filled in. The engine and the optimum both take them from here, so that the plan
-    /// is computed for the session the engine then runs.
-    pub fn bounds(&self, head: Tokens, price: &ModelPrice) -> Bounds {
-        Bounds {
-            head_tokens: head,
-            rehydrate_tokens: self.rehydrate_tokens,
-            flush_prompt_tokens: self.flush_prompt_tokens,
-            flush_output_tokens: self.flush_output_tokens.unwrap_or(self.rehydrate_tokens),
-            ping_tokens: self.ping_tokens,
-            min_segment_requests: self.min_segment_requests,
-            ceiling_tokens: self.ceiling_tokens.unwrap_or(price.context_window),
-            context_window: price.context_window,
-        }
-    }
-}
-
-impl fmt::Display for Assumptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let head = self.head_tokens.map_or(
-            "estimated per trace (smallest cached prefix)".to_string(),
-            |h| h.to_string(),
-        );
-        let ceiling = self
-            .ceiling_tokens
-            .map_or("the model's context window".to_string(), |c| c.to_string());
-        let ttl = self.ttl.map_or("as recorded per trace", |t| t.label());
-        let head_ttl = self.head_ttl.map_or("as the session", |t| t.label());
-        write!(
-            f,
-            "head tokens: {head}; rehydration (memory/summary) tokens: {}; flush instruction tokens: {}; \
-             flush output tokens: {}; ping tail tokens: {}; minimum segment: {} requests; ceiling: {ceiling}; \
-             decide {} s before expiry; TTL: {ttl}; head TTL: {head_ttl}",
-            self.rehydrate_tokens,
-            self.flush_prompt_tokens,
-            self.flush_output_tokens.unwrap_or(self.rehydrate_tokens),
-            self.ping_tokens,
-            self.min_segment_requests,
-            self.decide_before_expiry_ms / 1000,
-        )
-    }
-}
+pub use assumptions::Assumptions;
 
 /// What to replay a trace under.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -247,6 +153,31 @@ pub fn reconstruct(trace: &Trace, head: Option<Tokens>) -> (Tokens, Vec<Turn>) {
     (head, turns)
 }
 
+/// The cache rules of the trace model's provider: on an automatic cache (OpenAI) every entry
+/// lives the provider's retention after its last use, whatever tier the session writes at.
+fn provider_rules(config: &ReplayConfig<'_>) -> CacheRules {
+    let mut rules = *config.rules;
+    if config.price.provider == Provider::OpenAi {
+        rules.lifetime_ms = Some(config.price.retention_ms);
+    }
+    rules
+}
+
+/// [`reconstruct`], then fitted to the provider's cache: on an automatic cache (OpenAI) every
+/// request caches its whole prompt, rounded down to the cache step, so only the remainder is
+/// left uncached — not what the recorded request happened to miss.
+fn reconstruct_for(trace: &Trace, config: &ReplayConfig<'_>) -> (Tokens, Vec<Turn>) {
+    let (head, mut turns) = reconstruct(trace, config.assumptions.head_tokens);
+    let price = config.price;
+    if price.provider == Provider::OpenAi {
+        for turn in &mut turns {
+            let prompt = turn.recorded.prompt();
+            turn.uncached = (prompt - price.cacheable(prompt)).min(turn.delta);
+        }
+    }
+    (head, turns)
+}
+
 /// What kind of request a step was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -297,8 +228,8 @@ pub struct RunTotals {
     pub refreshes: u64,
     /// Tokens written by requests that followed an idle gap longer than the TTL.
     pub writes_after_long_gap: Tokens,
-    /// Requests that missed, per cause: cold start, TTL expiry, prefix change, eviction/unknown.
-    pub misses: [u64; 4],
+    /// Requests that missed, per cause (indexed by `cause as usize`, see [`MissCause::ALL`]).
+    pub misses: [u64; MissCause::COUNT],
 }
 
 impl RunTotals {
@@ -380,10 +311,15 @@ pub fn replay_trace(
     config: &ReplayConfig<'_>,
     on_step: &mut dyn FnMut(&Step),
 ) -> RunTotals {
+    let rules = provider_rules(config);
+    let config = &ReplayConfig {
+        rules: &rules,
+        ..*config
+    };
     let ttl = config
         .assumptions
         .ttl
-        .unwrap_or_else(|| trace.recorded_ttl());
+        .unwrap_or_else(|| trace.whole_trace_ttl());
     let mut totals = RunTotals::default();
     if let Plan::Recorded = plan {
         let mut previous: Option<i64> = None;
@@ -409,7 +345,7 @@ pub fn replay_trace(
         // request); every other plan pays for its own flushes on the main thread instead.
         return totals;
     }
-    let (head, turns) = reconstruct(trace, config.assumptions.head_tokens);
+    let (head, turns) = reconstruct_for(trace, config);
     let driver = match plan {
         Plan::Online(policy) => Driver::Online(policy),
         // `Plan::Recorded` returned above.
@@ -432,11 +368,16 @@ pub fn execute_plan(
     config: &ReplayConfig<'_>,
     on_step: &mut dyn FnMut(&Step),
 ) -> RunTotals {
+    let rules = provider_rules(config);
+    let config = &ReplayConfig {
+        rules: &rules,
+        ..*config
+    };
     let ttl = config
         .assumptions
         .ttl
-        .unwrap_or_else(|| trace.recorded_ttl());
-    let (head, turns) = reconstruct(trace, config.assumptions.head_tokens);
+        .unwrap_or_else(|| trace.whole_trace_ttl());
+    let (head, turns) = reconstruct_for(trace, config);
     let mut totals = RunTotals::default();
     run_driver(
         trace,
@@ -543,7 +484,8 @@ impl<'a> Engine<'a> {
             bounds: a.bounds(head, config.price),
             min_cacheable: config.price.min_cacheable,
             decide_before_expiry_ms: a.decide_before_expiry_ms,
-            can: Capabilities::default(),
+            can: config.price.provider.capabilities(),
+            lifetime_ms: config.rules.lifetime_ms,
         };
         Engine {
             config,

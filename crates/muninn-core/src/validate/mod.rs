@@ -3,10 +3,28 @@
 //! Every request of a set of normalised [`Trace`]s is predicted twice, from the earlier requests
 //! only, and compared with the cache read the provider reported:
 //!
-//! - **the cache model**: the request is rebuilt as [`Checkpoint`]s and sent through a
-//!   [`CacheState`] that has seen every earlier request (of every thread, in time order);
+//! - **the cache model**: the request is rebuilt as [`crate::cache::Checkpoint`]s and sent through
+//!   a [`crate::cache::CacheState`] that has seen every earlier request (of every thread, in time
+//!   order);
 //! - **the naive rule**: read the previous request's cached part (read + written) when the gap since
 //!   the previous request of the same trace is within that request's TTL, else read nothing.
+//!
+//! # Strictly causal
+//!
+//! Neither predictor looks ahead. The prediction for request k uses the requests before k (in
+//! time order, across every trace) and what the client knew before sending k: its time, its
+//! prompt's size, where its last breakpoint sat, the blocks it added, a compaction before it.
+//! The provider's answer to k (how the cached part split into read and written tokens, the TTL
+//! tier it was written at, the output) is read only after k is predicted. Where a TTL is needed
+//! and the previous request wrote nothing, the tier of the trace's latest earlier write stands in
+//! (5m before any): never a tier seen later in the trace. A property test perturbs request k's
+//! answer and checks that no prediction at or before k moves.
+//!
+//! # Tuning and set-aside parts
+//!
+//! Every row carries the [`Part`] of its session ([`crate::split`]); the report's figures are
+//! given for all requests and for each part, so that agreement on the sessions set aside from
+//! tuning stands beside agreement on the sessions tuned on.
 //!
 //! # How a request is rebuilt
 //!
@@ -44,14 +62,22 @@
 //!
 //! This module is pure: no I/O, no clock.
 
-use crate::cache::{CacheRules, CacheState, Checkpoint, Fingerprint, Prompt, extend, hash_bytes};
+use crate::cache::{CacheRules, Ttl};
+use crate::miss::{MissCause, ProviderMiss, agrees};
 use crate::money::Tokens;
+use crate::price::{ModelPrice, PriceTable, Provider};
+use crate::split::{Part, part_of};
 use crate::trace::{ThreadKind, Trace, TraceRequest};
+use anthropic::ModelReplay;
+use openai::OpenAiReplay;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
+mod anthropic;
+mod openai;
+
 /// Parameters of a validation run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ValidateOptions {
     /// The cache rules the model runs with.
     pub rules: CacheRules,
@@ -61,6 +87,10 @@ pub struct ValidateOptions {
     pub tolerance: Tokens,
     /// Whether the tools head is shared across sessions (see the module docs).
     pub share_tools_head: bool,
+    /// Which provider each model sits behind, and that provider's cache parameters: a trace on
+    /// an OpenAI model is predicted by the OpenAI cache model (`openai`), every other by the
+    /// Anthropic one.
+    pub prices: PriceTable,
 }
 
 impl Default for ValidateOptions {
@@ -70,6 +100,7 @@ impl Default for ValidateOptions {
             min_cacheable: 1024,
             tolerance: 64,
             share_tools_head: true,
+            prices: PriceTable::embedded(),
         }
     }
 }
@@ -126,6 +157,8 @@ pub struct RequestRow {
     pub kind: ThreadKind,
     /// The model.
     pub model: String,
+    /// The part of the split the session belongs to.
+    pub part: Part,
     /// Index of the request in its trace.
     pub index: usize,
     /// When the request was made (Unix ms).
@@ -146,6 +179,17 @@ pub struct RequestRow {
     pub cache_model: Prediction,
     /// The naive rule's prediction.
     pub naive: Prediction,
+    /// The cache model's miss cause: a model switch or a recorded compaction names its level,
+    /// otherwise the cache model's own (cold start, TTL expiry, prefix change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<MissCause>,
+    /// The provider's diagnosis the source recorded, if any (the label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_miss: Option<ProviderMiss>,
+    /// Whether `cause` agrees with the label ([`crate::miss::agrees`]); none without a
+    /// conclusive label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause_agrees: Option<bool>,
 }
 
 /// One predictor's view of a request.
@@ -214,15 +258,82 @@ pub struct Side {
     pub all: Aggregate,
 }
 
+/// Both predictors' figures over one set of requests.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    /// The cache model's figures.
+    pub model: Side,
+    /// The naive rule's figures.
+    pub naive: Side,
+    /// The cache model's causes against the provider's labels.
+    pub causes: CauseFigures,
+}
+
+/// Miss causes against the provider's own labels, over the requests that carry a conclusive one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CauseFigures {
+    /// Requests with a conclusive label.
+    pub labelled: usize,
+    /// Of those, requests whose cause agrees.
+    pub agree: usize,
+    /// Labels by reason (`messages_changed`, `no_divergence`, …), conclusive or not.
+    pub labels: BTreeMap<String, usize>,
+}
+
+impl CauseFigures {
+    /// `agree / labelled`, `None` with no label.
+    pub fn agreement(&self) -> Option<f64> {
+        (self.labelled > 0).then(|| self.agree as f64 / self.labelled as f64)
+    }
+}
+
+impl Figures {
+    fn add(&mut self, row: &RequestRow) {
+        if let Some(label) = row.provider_miss {
+            *self
+                .causes
+                .labels
+                .entry(label.reason.as_str().to_string())
+                .or_default() += 1;
+        }
+        if let Some(agree) = row.cause_agrees {
+            self.causes.labelled += 1;
+            self.causes.agree += usize::from(agree);
+        }
+        if row.kind == ThreadKind::Main {
+            self.model.main.add(row.recorded_read, &row.cache_model);
+            self.naive.main.add(row.recorded_read, &row.naive);
+        }
+        self.model.all.add(row.recorded_read, &row.cache_model);
+        self.naive.all.add(row.recorded_read, &row.naive);
+    }
+
+    fn finish(&mut self) {
+        for agg in [
+            &mut self.model.main,
+            &mut self.model.all,
+            &mut self.naive.main,
+            &mut self.naive.all,
+        ] {
+            agg.finish();
+        }
+    }
+}
+
 /// The result of [`validate`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ValidationReport {
     /// One row per request, in replay (time) order.
     pub rows: Vec<RequestRow>,
-    /// The cache model's figures.
+    /// The cache model's figures over every request.
     pub model: Side,
-    /// The naive rule's figures.
+    /// The naive rule's figures over every request.
     pub naive: Side,
+    /// The cache model's causes against the provider's labels, over every request.
+    pub causes: CauseFigures,
+    /// Both predictors' figures on each part of the split ([`crate::split`]); a part with no
+    /// request is absent.
+    pub parts: BTreeMap<Part, Figures>,
     /// Requests the cache model refused (malformed reconstruction); counted as predicting 0.
     pub model_errors: usize,
 }
@@ -239,15 +350,17 @@ pub fn classify(read: Tokens, reference: Tokens, tolerance: Tokens) -> ReadClass
 }
 
 /// The naive rule for request `index` of `trace`: the previous request's cached part if the gap is
-/// within the previous write's TTL, else 0.
-pub fn naive_read(trace: &Trace, index: usize) -> Tokens {
+/// within the previous write's TTL, else 0. A previous request that wrote nothing counts at
+/// `fallback_ttl` (the caller passes the tier of the trace's latest earlier write: see the
+/// module docs on causality).
+pub fn naive_read(trace: &Trace, index: usize, fallback_ttl: Ttl) -> Tokens {
     let Some(prev) = index.checked_sub(1).and_then(|i| trace.requests.get(i)) else {
         return 0;
     };
     let Some(cur) = trace.requests.get(index) else {
         return 0;
     };
-    let ttl = prev.write_ttl().unwrap_or_else(|| trace.recorded_ttl());
+    let ttl = prev.write_ttl().unwrap_or(fallback_ttl);
     if cur.at_ms - prev.at_ms <= ttl.millis() {
         cached_part(prev)
     } else {
@@ -256,248 +369,8 @@ pub fn naive_read(trace: &Trace, index: usize) -> Tokens {
 }
 
 /// The part of a request's prompt up to its last breakpoint.
-fn cached_part(r: &TraceRequest) -> Tokens {
+pub(crate) fn cached_part(r: &TraceRequest) -> Tokens {
     r.usage.cache_read + r.usage.written()
-}
-
-/// Block index of the tools head, the system head, and the first conversation block.
-const H1_BLOCK: u32 = 1;
-const H2_BLOCK: u32 = 2;
-const CONVERSATION_BLOCK: u32 = 3;
-
-/// The key of a thread group's state: session, group, model. The main thread and its compaction
-/// agents form one group (same system prompt, same conversation).
-type GroupKey = (String, String, String);
-
-/// Where a thread's conversation ended at its last request.
-#[derive(Debug, Clone, Copy)]
-struct Tail {
-    fingerprint: Fingerprint,
-    tokens: Tokens,
-    block: u32,
-}
-
-/// Per thread group: the learned head sizes, the conversation segment and its last tail.
-#[derive(Debug, Clone, Default)]
-struct Group {
-    h1: Option<Tokens>,
-    h2: Option<Tokens>,
-    segment: u32,
-    tail: Option<Tail>,
-    /// The cached part of the group's latest request (the reference for a forked thread).
-    last_cached: Tokens,
-}
-
-fn group_name(trace: &Trace) -> &str {
-    match trace.kind {
-        ThreadKind::Main | ThreadKind::Compaction => "main",
-        ThreadKind::Subagent | ThreadKind::Mind => &trace.thread,
-    }
-}
-
-/// Whether a trace belongs to the main group (for head estimates across sessions).
-fn is_main_group(trace: &Trace) -> bool {
-    matches!(trace.kind, ThreadKind::Main | ThreadKind::Compaction)
-}
-
-fn hash_parts(parts: &[&str]) -> Fingerprint {
-    let mut bytes = Vec::new();
-    for p in parts {
-        bytes.extend_from_slice(p.as_bytes());
-        bytes.push(0);
-    }
-    hash_bytes(&bytes)
-}
-
-/// The replay state of the cache model.
-#[derive(Debug, Default)]
-struct ModelReplay {
-    cache: CacheState,
-    groups: HashMap<GroupKey, Group>,
-    /// Latest observed head sizes per (model, main group?), for sessions without their own.
-    h1_estimate: HashMap<(String, bool), Tokens>,
-    h2_estimate: HashMap<(String, bool), Tokens>,
-    /// Tail of a compaction (or other forked) thread's own previous request.
-    thread_tails: HashMap<String, Tail>,
-    errors: usize,
-}
-
-impl ModelReplay {
-    /// Predicts the read of `trace.requests[index]`, commits it to the cache, and learns from the
-    /// recorded usage afterwards.
-    fn step(
-        &mut self,
-        trace: &Trace,
-        index: usize,
-        reference: Tokens,
-        options: &ValidateOptions,
-    ) -> Tokens {
-        let Some(req) = trace.requests.get(index) else {
-            return 0;
-        };
-        let key: GroupKey = (
-            trace.session.clone(),
-            group_name(trace).to_string(),
-            trace.model.clone(),
-        );
-        let est_key = (trace.model.clone(), is_main_group(trace));
-        let group = self.groups.get(&key).cloned().unwrap_or_default();
-        let ttl = req.write_ttl().unwrap_or_else(|| trace.recorded_ttl());
-        let prompt_tokens = req.usage.prompt();
-        // Where the last breakpoint sits: everything but the uncached tail. Known to the client
-        // before sending; it only places the new entry and never decides this request's read.
-        let end_tokens = prompt_tokens.saturating_sub(req.usage.input);
-
-        // Heads: this session's own observation, else the latest of an earlier session.
-        let h1 = group.h1.or_else(|| {
-            options
-                .share_tools_head
-                .then(|| self.h1_estimate.get(&est_key).copied())
-                .flatten()
-        });
-        let h2 = group.h2.or_else(|| self.h2_estimate.get(&est_key).copied());
-        let kind = if is_main_group(trace) { "main" } else { "sub" };
-        let h1_fp = if options.share_tools_head {
-            h1.map(|t| hash_parts(&["h1", &trace.model, kind, &t.to_string()]))
-        } else {
-            Some(hash_parts(&["h1", &key.0, &key.1, &key.2]))
-        };
-        // The size is part of the key: when a better size is learned, entries stamped with the
-        // old guess must not be read back with the old token count.
-        let h2_fp = h2.map(|t| hash_parts(&["h2", &key.0, &key.1, &key.2, &t.to_string()]));
-
-        // The conversation: a fork (compaction agent's first request) continues the main group's
-        // tail; a compaction restarts the segment; otherwise the thread's own previous tail.
-        let forked = trace.kind == ThreadKind::Compaction;
-        let mut segment = group.segment;
-        let previous: Option<Tail> = if forked {
-            self.thread_tails.get(&trace.id).copied().or(group.tail)
-        } else if req.compacted {
-            segment += 1;
-            None
-        } else {
-            group.tail
-        };
-        let segment_fp = if forked {
-            hash_parts(&["fork", &trace.id])
-        } else {
-            hash_parts(&["seg", &key.0, &key.1, &key.2, &segment.to_string()])
-        };
-
-        let mut cps: Vec<Checkpoint> = Vec::with_capacity(4);
-        let mut floor: Tokens = 0;
-        if let (Some(t), Some(fp)) = (h1, h1_fp)
-            && t < end_tokens
-        {
-            cps.push(Checkpoint {
-                block: H1_BLOCK,
-                tokens: t,
-                fingerprint: fp,
-                breakpoint: Some(ttl),
-            });
-            floor = t;
-        }
-        if let (Some(t), Some(h2_fp)) = (h2, h2_fp)
-            && t > floor
-            && t < end_tokens
-        {
-            cps.push(Checkpoint {
-                block: H2_BLOCK,
-                tokens: t,
-                fingerprint: h2_fp,
-                breakpoint: Some(ttl),
-            });
-            floor = t;
-        }
-        let mut end_block = CONVERSATION_BLOCK;
-        if let Some(p) = previous
-            && p.tokens > floor
-            && p.tokens <= end_tokens
-        {
-            cps.push(Checkpoint {
-                block: p.block,
-                tokens: p.tokens,
-                fingerprint: p.fingerprint,
-                breakpoint: None,
-            });
-            end_block = p.block;
-        }
-        // Unknown block counts are taken as one block: the common case of a short turn.
-        end_block += req.blocks_added.max(1);
-        let end = Tail {
-            fingerprint: extend(segment_fp, end_tokens),
-            tokens: end_tokens,
-            block: end_block,
-        };
-        if end_tokens > floor {
-            cps.push(Checkpoint {
-                block: end.block,
-                tokens: end.tokens,
-                fingerprint: end.fingerprint,
-                breakpoint: Some(ttl),
-            });
-        }
-        let prompt = Prompt {
-            model: &trace.model,
-            checkpoints: &cps,
-            total_tokens: prompt_tokens,
-        };
-        let read = match self
-            .cache
-            .apply(&prompt, req.at_ms, options.min_cacheable, &options.rules)
-        {
-            Ok(outcome) => outcome.read,
-            Err(_) => {
-                self.errors += 1;
-                0
-            }
-        };
-
-        // Learn from what was recorded, for the requests that follow.
-        let recorded = req.usage.cache_read;
-        let mut updated = group;
-        updated.segment = segment;
-        if classify(recorded, reference, options.tolerance) == ReadClass::Head {
-            let first = index == 0;
-            let within_h1 = updated
-                .h1
-                .is_some_and(|t| recorded <= t + options.tolerance);
-            // A thread's first request can only have found a head some other thread or session
-            // wrote: the tools head. A fork's first request normally reads the forked prefix, so
-            // a head there is the tools head only when none is known yet.
-            if first && (!forked || updated.h1.is_none()) {
-                updated.h1 = Some(recorded);
-                self.h1_estimate.insert(est_key.clone(), recorded);
-            } else if !within_h1 {
-                updated.h2 = Some(recorded);
-                self.h2_estimate.insert(est_key.clone(), recorded);
-            }
-        }
-        if forked {
-            self.thread_tails.insert(trace.id.clone(), end);
-        } else {
-            updated.tail = Some(end);
-            updated.last_cached = cached_part(req);
-        }
-        self.groups.insert(key, updated);
-        read
-    }
-
-    /// The reference prefix of a request before it is stepped.
-    fn reference(&self, trace: &Trace, index: usize) -> Tokens {
-        if let Some(prev) = index.checked_sub(1).and_then(|i| trace.requests.get(i)) {
-            return cached_part(prev);
-        }
-        if trace.kind == ThreadKind::Compaction {
-            let key: GroupKey = (
-                trace.session.clone(),
-                group_name(trace).to_string(),
-                trace.model.clone(),
-            );
-            return self.groups.get(&key).map_or(0, |g| g.last_cached);
-        }
-        0
-    }
 }
 
 /// Names a disagreement from the predicted and recorded classes and the context.
@@ -541,73 +414,157 @@ pub fn validate(traces: &[Trace], options: &ValidateOptions) -> ValidationReport
         .collect();
     order.sort_by_key(|&(at, t, i)| (at, t, i));
 
-    // A model switch shows as the same session and thread continuing on another model: remember the
-    // model of each (session, thread)'s latest request.
-    let mut last_model: HashMap<(String, String), String> = HashMap::new();
-    let mut replay = ModelReplay::default();
+    let mut predictors = Predictors::default();
     let mut report = ValidationReport::default();
+    let mut all = Figures::default();
     for (_, t, i) in order {
         let Some(trace) = traces.get(t) else { continue };
-        let Some(req) = trace.requests.get(i) else {
+        let Some(row) = predictors.row(trace, t, i, options) else {
             continue;
         };
-        let reference = replay.reference(trace, i);
-        let gap_ms = i
-            .checked_sub(1)
-            .and_then(|p| trace.requests.get(p))
-            .map(|p| req.at_ms - p.at_ms);
-        let thread_key = (trace.session.clone(), trace.thread.clone());
-        let switched = last_model
-            .get(&thread_key)
-            .is_some_and(|m| *m != trace.model);
-        last_model.insert(thread_key, trace.model.clone());
-
-        let model_read = replay.step(trace, i, reference, options);
-        let naive = naive_read(trace, i);
-        let recorded = req.usage.cache_read;
-        let recorded_class = classify(recorded, reference, options.tolerance);
-        let predict = |read: Tokens| {
-            let class = classify(read, reference, options.tolerance);
-            Prediction {
-                read,
-                class,
-                agree: class == recorded_class,
-                disagreement: label(class, recorded_class, i, req.compacted || switched),
-            }
-        };
-        let row = RequestRow {
-            trace: trace.id.clone(),
-            session: trace.session.clone(),
-            thread: trace.thread.clone(),
-            kind: trace.kind,
-            model: trace.model.clone(),
-            index: i,
-            at_ms: req.at_ms,
-            gap_ms,
-            compacted: req.compacted,
-            prompt: req.usage.prompt(),
-            reference,
-            recorded_read: recorded,
-            recorded_class,
-            cache_model: predict(model_read),
-            naive: predict(naive),
-        };
-        if trace.kind == ThreadKind::Main {
-            report.model.main.add(recorded, &row.cache_model);
-            report.naive.main.add(recorded, &row.naive);
-        }
-        report.model.all.add(recorded, &row.cache_model);
-        report.naive.all.add(recorded, &row.naive);
+        report.parts.entry(row.part).or_default().add(&row);
+        all.add(&row);
         report.rows.push(row);
     }
-    for agg in [
-        &mut report.model.main,
-        &mut report.model.all,
-        &mut report.naive.main,
-        &mut report.naive.all,
-    ] {
-        agg.finish();
+    all.finish();
+    report.model = all.model;
+    report.naive = all.naive;
+    report.causes = all.causes;
+    for figures in report.parts.values_mut() {
+        figures.finish();
     }
-    report.model_errors = replay.errors;
+    report.model_errors = predictors.anthropic.errors;
     report
+}
+
+/// Both predictors' state across the requests replayed so far (every trace, in time order).
+#[derive(Debug, Default)]
+struct Predictors {
+    anthropic: ModelReplay,
+    openai: OpenAiReplay,
+    /// The model of each (session, thread)'s latest request: a model switch shows as the same
+    /// session and thread continuing on another model.
+    last_model: HashMap<(String, String), String>,
+    /// The TTL tier of each trace's latest write so far (the causal fallback).
+    last_ttl: HashMap<usize, Ttl>,
+}
+
+impl Predictors {
+    /// Predicts request `index` of trace `t` with both predictors, compares the predictions with
+    /// the recorded read, and only then reads the provider's answer for what follows.
+    fn row(
+        &mut self,
+        trace: &Trace,
+        t: usize,
+        index: usize,
+        options: &ValidateOptions,
+    ) -> Option<RequestRow> {
+        let req = trace.requests.get(index)?;
+        let thread_key = (trace.session.clone(), trace.thread.clone());
+        let switched = self
+            .last_model
+            .get(&thread_key)
+            .is_some_and(|m| *m != trace.model);
+        self.last_model.insert(thread_key, trace.model.clone());
+        let fallback_ttl = self.last_ttl.get(&t).copied().unwrap_or(Ttl::FiveMinutes);
+
+        let (reference, tolerance, (model_read, model_miss), naive) =
+            match openai_price(options, &trace.model) {
+                Some(price) => (
+                    openai::reference(trace, index, price),
+                    options.tolerance.max(price.cache_step),
+                    self.openai.step(trace, index, price),
+                    openai::naive_read(trace, index, price),
+                ),
+                None => {
+                    let reference = self.anthropic.reference(trace, index);
+                    (
+                        reference,
+                        options.tolerance,
+                        (self.anthropic).step(trace, index, reference, fallback_ttl, options),
+                        naive_read(trace, index, fallback_ttl),
+                    )
+                }
+            };
+        // The level a change is known at: a model switch, a recorded compaction (a rewrite of
+        // the messages); otherwise what the cache model says.
+        let cause = if switched {
+            Some(MissCause::ModelChange)
+        } else if req.compacted {
+            Some(MissCause::MessagesChange)
+        } else {
+            model_miss
+        };
+        // The answer to this request is read from here on only.
+        if let Some(ttl) = req.write_ttl() {
+            self.last_ttl.insert(t, ttl);
+        }
+        let mut row = compare(
+            trace,
+            req,
+            index,
+            (reference, switched),
+            (model_read, naive),
+            tolerance,
+        );
+        row.cause = cause;
+        row.cause_agrees = req.provider_miss.and_then(|label| agrees(cause, &label));
+        Some(row)
+    }
+}
+
+/// The prices of `model` when it sits behind OpenAI's automatic cache.
+fn openai_price<'a>(options: &'a ValidateOptions, model: &str) -> Option<&'a ModelPrice> {
+    options
+        .prices
+        .model(model)
+        .ok()
+        .filter(|p| p.provider == Provider::OpenAi)
+}
+
+/// One request's row: both predictions classed against the recorded read.
+fn compare(
+    trace: &Trace,
+    req: &TraceRequest,
+    index: usize,
+    (reference, switched): (Tokens, bool),
+    (model_read, naive_read): (Tokens, Tokens),
+    tolerance: Tokens,
+) -> RequestRow {
+    let gap_ms = index
+        .checked_sub(1)
+        .and_then(|p| trace.requests.get(p))
+        .map(|p| req.at_ms - p.at_ms);
+    let recorded = req.usage.cache_read;
+    let recorded_class = classify(recorded, reference, tolerance);
+    let predict = |read: Tokens| {
+        let class = classify(read, reference, tolerance);
+        Prediction {
+            read,
+            class,
+            agree: class == recorded_class,
+            disagreement: label(class, recorded_class, index, req.compacted || switched),
+        }
+    };
+    RequestRow {
+        trace: trace.id.clone(),
+        session: trace.session.clone(),
+        thread: trace.thread.clone(),
+        kind: trace.kind,
+        model: trace.model.clone(),
+        part: part_of(&trace.session),
+        index,
+        at_ms: req.at_ms,
+        gap_ms,
+        compacted: req.compacted,
+        prompt: req.usage.prompt(),
+        reference,
+        recorded_read: recorded,
+        recorded_class,
+        cache_model: predict(model_read),
+        naive: predict(naive_read),
+        cause: None,
+        provider_miss: req.provider_miss,
+        cause_agrees: None,
+    }
 }

@@ -1,0 +1,174 @@
+//! The optimum's executor: the plan's decisions, answering the replay engine's events with
+//! hindsight.
+
+use super::{OptimumPlan, touches};
+use crate::decide::{Action, Alternative, Decision, Event, Reason, SessionView};
+use crate::money::MicroUsd;
+use crate::replay::Hindsight;
+
+impl OptimumPlan {
+    /// The plan's decision, answering the engine's events with hindsight: refresh where the plan
+    /// starts a segment (flushing at the latest warm moment before it), and keep the cache warm
+    /// through a gap exactly when that is cheaper than the cold rewrite it prevents — and when
+    /// the session can ping at all ([`SessionView::can`]): without it the plan ends the gap as it
+    /// would have after its pings (a flush before a restart, else letting the cache go), as the
+    /// program that chose it assumed.
+    pub(crate) fn decide(
+        &self,
+        view: &SessionView,
+        event: Event,
+        now_ms: i64,
+        future: &Hindsight<'_>,
+    ) -> Decision {
+        let decision = self.decide_with_pings(view, event, now_ms, future);
+        let allowed = match event {
+            Event::HeadExpiring => view.can.ping_head,
+            _ => view.can.ping,
+        };
+        if decision.action != Action::Ping || allowed {
+            return decision;
+        }
+        let next = future.next;
+        let restart = next > 0 && self.starts.get(next).copied().unwrap_or(false);
+        let action = if event == Event::Expiring && restart && view.needs_flush() {
+            Action::Flush
+        } else {
+            Action::LetExpire
+        };
+        Decision {
+            action,
+            reason: Reason::CannotPing,
+            alternatives: [
+                Some(Alternative {
+                    action,
+                    estimate: MicroUsd::ZERO,
+                }),
+                None,
+                None,
+            ],
+        }
+    }
+
+    fn decide_with_pings(
+        &self,
+        view: &SessionView,
+        event: Event,
+        now_ms: i64,
+        future: &Hindsight<'_>,
+    ) -> Decision {
+        let Hindsight {
+            next,
+            turns,
+            ttl,
+            before_ms,
+        } = *future;
+        let restart = next > 0 && self.starts.get(next).copied().unwrap_or(false);
+        let single = |action, reason, estimate| Decision {
+            action,
+            reason,
+            alternatives: [Some(Alternative { action, estimate }), None, None],
+        };
+        match event {
+            Event::Arrival { .. } => {
+                if restart {
+                    single(Action::Refresh, Reason::GrowthBreakEven, MicroUsd::ZERO)
+                } else {
+                    single(Action::Append, Reason::Warm, MicroUsd::ZERO)
+                }
+            }
+            Event::Expiring => {
+                let Some(expiry) = view.warm_until_ms else {
+                    return single(Action::LetExpire, Reason::NoKeepWarm, MicroUsd::ZERO);
+                };
+                let Some(turn) = turns.get(next) else {
+                    return single(Action::LetExpire, Reason::NoKeepWarm, MicroUsd::ZERO);
+                };
+                let step = ttl.millis() - before_ms;
+                let span = turn.at_ms - now_ms;
+                let head_saving = view.head_rewrite_penalty();
+                // Head-only pings that keep a head expiring at `d` alive to the wake.
+                let head_only_from = |d: i64| {
+                    let hstep = view.head_ttl.millis() - before_ms;
+                    let kh = touches(turn.at_ms - (d - before_ms), view.head_ttl.millis(), hstep);
+                    MicroUsd(view.head_ping_cost().0 * kh as i64)
+                };
+                if restart {
+                    // The old segment ends here. Ending now (flushing, or with memory written as
+                    // it happens doing nothing) touches the head for the last time; if the head
+                    // would then be cold at the restart and keeping it alive with pings is
+                    // cheaper than rewriting it, ping instead.
+                    let end = if view.needs_flush() {
+                        Action::Flush
+                    } else {
+                        Action::LetExpire
+                    };
+                    let head_deadline = if view.needs_flush() {
+                        Some(now_ms + view.head_ttl.millis())
+                    } else {
+                        view.head_warm_until_ms
+                    };
+                    if view.head_warm_until_ms.is_some()
+                        && head_deadline.is_none_or(|d| d <= turn.at_ms)
+                        && expiry <= turn.at_ms
+                    {
+                        let k = touches(span, view.head_ttl.millis(), step)
+                            - u64::from(view.needs_flush());
+                        let keep = MicroUsd(view.ping_cost().0 * k as i64);
+                        // Ending now and keeping only the head with head-only pings instead.
+                        let head_only = head_deadline.map_or(keep, head_only_from);
+                        if k > 0 && keep < head_saving && keep < head_only {
+                            return single(Action::Ping, Reason::ExpectedSavingExceedsPing, keep);
+                        }
+                    }
+                    return single(end, Reason::ColdRestartCheaper, view.flush_cost(true));
+                }
+                if expiry > turn.at_ms {
+                    return single(Action::LetExpire, Reason::Warm, MicroUsd::ZERO);
+                }
+                // Keep the tail warm (W), keep only the head alive (H), or let both go (N): the
+                // cheapest from now to the wake, with hindsight.
+                let ping = view.ping_cost().0;
+                let tail = touches(span, ttl.millis(), step);
+                let warm = MicroUsd(ping * tail as i64)
+                    + MicroUsd::of(view.prefix_tokens, view.rates.read);
+                let rewrite = view.append_cost(false, 0, turn.at_ms);
+                let mut best = (warm, Action::Ping);
+                if rewrite < best.0 {
+                    best = (rewrite, Action::LetExpire);
+                }
+                if let Some(head_expiry) = view.head_warm_until_ms.filter(|h| *h <= turn.at_ms) {
+                    let k = touches(span, view.head_ttl.millis(), step);
+                    let head_kept = MicroUsd(ping * k as i64) + rewrite.saturating_sub(head_saving);
+                    if head_kept < best.0 {
+                        best = (head_kept, Action::Ping);
+                    }
+                    // Let the tail go now; keep the head with head-only pings from its expiry on.
+                    let head_only =
+                        head_only_from(head_expiry) + rewrite.saturating_sub(head_saving);
+                    if head_only < best.0 {
+                        best = (head_only, Action::LetExpire);
+                    }
+                }
+                single(best.1, Reason::ExpectedSavingExceedsPing, best.0)
+            }
+            Event::HeadExpiring => {
+                // Keep the head to the next request with head-only pings when that is cheaper than
+                // rewriting it there.
+                let Some(turn) = turns.get(next) else {
+                    return single(Action::LetExpire, Reason::NoKeepWarm, MicroUsd::ZERO);
+                };
+                if view.head_warm_until_ms.is_some_and(|h| h > turn.at_ms) {
+                    return single(Action::LetExpire, Reason::Warm, MicroUsd::ZERO);
+                }
+                let hstep = view.head_ttl.millis() - before_ms;
+                let k = touches(turn.at_ms - now_ms, view.head_ttl.millis(), hstep);
+                let keep = MicroUsd(view.head_ping_cost().0 * k as i64);
+                if keep < view.head_rewrite_penalty() {
+                    single(Action::Ping, Reason::ExpectedSavingExceedsPing, keep)
+                } else {
+                    single(Action::LetExpire, Reason::RentExhausted, MicroUsd::ZERO)
+                }
+            }
+        }
+    }
+}

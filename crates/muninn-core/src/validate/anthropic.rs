@@ -1,0 +1,262 @@
+//! The Anthropic cache model's side of the check: each request rebuilt as checkpoints (see the
+//! parent module's docs, "How a request is rebuilt") and sent through a [`CacheState`] that has
+//! seen every earlier request.
+
+use super::{ReadClass, ValidateOptions, cached_part, classify};
+use crate::cache::{CacheState, Checkpoint, Fingerprint, Prompt, Ttl, extend, hash_bytes};
+use crate::miss::MissCause;
+use crate::money::Tokens;
+use crate::trace::{ThreadKind, Trace};
+use std::collections::HashMap;
+
+/// Block index of the tools head, the system head, and the first conversation block.
+const H1_BLOCK: u32 = 1;
+const H2_BLOCK: u32 = 2;
+const CONVERSATION_BLOCK: u32 = 3;
+
+/// The key of a thread group's state: session, group, model. The main thread and its compaction
+/// agents form one group (same system prompt, same conversation).
+type GroupKey = (String, String, String);
+
+/// Where a thread's conversation ended at its last request.
+#[derive(Debug, Clone, Copy)]
+struct Tail {
+    fingerprint: Fingerprint,
+    tokens: Tokens,
+    block: u32,
+}
+
+/// Per thread group: the learned head sizes, the conversation segment and its last tail.
+#[derive(Debug, Clone, Default)]
+struct Group {
+    h1: Option<Tokens>,
+    h2: Option<Tokens>,
+    segment: u32,
+    tail: Option<Tail>,
+    /// The cached part of the group's latest request (the reference for a forked thread).
+    last_cached: Tokens,
+}
+
+fn group_name(trace: &Trace) -> &str {
+    match trace.kind {
+        ThreadKind::Main | ThreadKind::Compaction => "main",
+        ThreadKind::Subagent | ThreadKind::Mind => &trace.thread,
+    }
+}
+
+/// Whether a trace belongs to the main group (for head estimates across sessions).
+fn is_main_group(trace: &Trace) -> bool {
+    matches!(trace.kind, ThreadKind::Main | ThreadKind::Compaction)
+}
+
+fn hash_parts(parts: &[&str]) -> Fingerprint {
+    let mut bytes = Vec::new();
+    for p in parts {
+        bytes.extend_from_slice(p.as_bytes());
+        bytes.push(0);
+    }
+    hash_bytes(&bytes)
+}
+
+/// The replay state of the cache model.
+#[derive(Debug, Default)]
+pub(super) struct ModelReplay {
+    cache: CacheState,
+    groups: HashMap<GroupKey, Group>,
+    /// Latest observed head sizes per (model, main group?), for sessions without their own.
+    h1_estimate: HashMap<(String, bool), Tokens>,
+    h2_estimate: HashMap<(String, bool), Tokens>,
+    /// Tail of a compaction (or other forked) thread's own previous request.
+    thread_tails: HashMap<String, Tail>,
+    /// Requests the cache model refused (a malformed reconstruction).
+    pub(super) errors: usize,
+}
+
+impl ModelReplay {
+    /// Predicts the read of `trace.requests[index]` and the cache model's miss cause, commits it
+    /// to the cache, and learns from the recorded usage afterwards.
+    ///
+    /// Strictly causal: the read predicted for request k depends only on requests before k and
+    /// on what the client knew before sending k — its time, its prompt's size and where its last
+    /// breakpoint sat (everything but the uncached tail), the blocks it added and whether a
+    /// compaction preceded it. The provider's answer (how the cached part split into read,
+    /// 5m and 1h writes) is read only after the prediction, to place the entries k wrote at the
+    /// tier it wrote them in and to learn head sizes for the requests that follow. A request that
+    /// wrote nothing writes, in the model, at `fallback_ttl`: the tier of the trace's latest
+    /// earlier write.
+    pub(super) fn step(
+        &mut self,
+        trace: &Trace,
+        index: usize,
+        reference: Tokens,
+        fallback_ttl: Ttl,
+        options: &ValidateOptions,
+    ) -> (Tokens, Option<MissCause>) {
+        let Some(req) = trace.requests.get(index) else {
+            return (0, None);
+        };
+        let key: GroupKey = (
+            trace.session.clone(),
+            group_name(trace).to_string(),
+            trace.model.clone(),
+        );
+        let est_key = (trace.model.clone(), is_main_group(trace));
+        let group = self.groups.get(&key).cloned().unwrap_or_default();
+        let ttl = req.write_ttl().unwrap_or(fallback_ttl);
+        let prompt_tokens = req.usage.prompt();
+        // Where the last breakpoint sits: everything but the uncached tail. Known to the client
+        // before sending; it only places the new entry and never decides this request's read.
+        let end_tokens = prompt_tokens.saturating_sub(req.usage.input);
+
+        // Heads: this session's own observation, else the latest of an earlier session.
+        let h1 = group.h1.or_else(|| {
+            options
+                .share_tools_head
+                .then(|| self.h1_estimate.get(&est_key).copied())
+                .flatten()
+        });
+        let h2 = group.h2.or_else(|| self.h2_estimate.get(&est_key).copied());
+        let kind = if is_main_group(trace) { "main" } else { "sub" };
+        let h1_fp = if options.share_tools_head {
+            h1.map(|t| hash_parts(&["h1", &trace.model, kind, &t.to_string()]))
+        } else {
+            Some(hash_parts(&["h1", &key.0, &key.1, &key.2]))
+        };
+        // The size is part of the key: when a better size is learned, entries stamped with the
+        // old guess must not be read back with the old token count.
+        let h2_fp = h2.map(|t| hash_parts(&["h2", &key.0, &key.1, &key.2, &t.to_string()]));
+
+        // The conversation: a fork (compaction agent's first request) continues the main group's
+        // tail; a compaction restarts the segment; otherwise the thread's own previous tail.
+        let forked = trace.kind == ThreadKind::Compaction;
+        let mut segment = group.segment;
+        let previous: Option<Tail> = if forked {
+            self.thread_tails.get(&trace.id).copied().or(group.tail)
+        } else if req.compacted {
+            segment += 1;
+            None
+        } else {
+            group.tail
+        };
+        let segment_fp = if forked {
+            hash_parts(&["fork", &trace.id])
+        } else {
+            hash_parts(&["seg", &key.0, &key.1, &key.2, &segment.to_string()])
+        };
+
+        let mut cps: Vec<Checkpoint> = Vec::with_capacity(4);
+        let mut floor: Tokens = 0;
+        if let (Some(t), Some(fp)) = (h1, h1_fp)
+            && t < end_tokens
+        {
+            cps.push(Checkpoint {
+                block: H1_BLOCK,
+                tokens: t,
+                fingerprint: fp,
+                breakpoint: Some(ttl),
+            });
+            floor = t;
+        }
+        if let (Some(t), Some(h2_fp)) = (h2, h2_fp)
+            && t > floor
+            && t < end_tokens
+        {
+            cps.push(Checkpoint {
+                block: H2_BLOCK,
+                tokens: t,
+                fingerprint: h2_fp,
+                breakpoint: Some(ttl),
+            });
+            floor = t;
+        }
+        let mut end_block = CONVERSATION_BLOCK;
+        if let Some(p) = previous
+            && p.tokens > floor
+            && p.tokens <= end_tokens
+        {
+            cps.push(Checkpoint {
+                block: p.block,
+                tokens: p.tokens,
+                fingerprint: p.fingerprint,
+                breakpoint: None,
+            });
+            end_block = p.block;
+        }
+        // Unknown block counts are taken as one block: the common case of a short turn.
+        end_block += req.blocks_added.max(1);
+        let end = Tail {
+            fingerprint: extend(segment_fp, end_tokens),
+            tokens: end_tokens,
+            block: end_block,
+        };
+        if end_tokens > floor {
+            cps.push(Checkpoint {
+                block: end.block,
+                tokens: end.tokens,
+                fingerprint: end.fingerprint,
+                breakpoint: Some(ttl),
+            });
+        }
+        let prompt = Prompt {
+            model: &trace.model,
+            checkpoints: &cps,
+            total_tokens: prompt_tokens,
+        };
+        let (read, miss) =
+            match self
+                .cache
+                .apply(&prompt, req.at_ms, options.min_cacheable, &options.rules)
+            {
+                Ok(outcome) => (outcome.read, outcome.miss),
+                Err(_) => {
+                    self.errors += 1;
+                    (0, None)
+                }
+            };
+
+        // Learn from what was recorded, for the requests that follow.
+        let recorded = req.usage.cache_read;
+        let mut updated = group;
+        updated.segment = segment;
+        if classify(recorded, reference, options.tolerance) == ReadClass::Head {
+            let first = index == 0;
+            let within_h1 = updated
+                .h1
+                .is_some_and(|t| recorded <= t + options.tolerance);
+            // A thread's first request can only have found a head some other thread or session
+            // wrote: the tools head. A fork's first request normally reads the forked prefix, so
+            // a head there is the tools head only when none is known yet.
+            if first && (!forked || updated.h1.is_none()) {
+                updated.h1 = Some(recorded);
+                self.h1_estimate.insert(est_key.clone(), recorded);
+            } else if !within_h1 {
+                updated.h2 = Some(recorded);
+                self.h2_estimate.insert(est_key.clone(), recorded);
+            }
+        }
+        if forked {
+            self.thread_tails.insert(trace.id.clone(), end);
+        } else {
+            updated.tail = Some(end);
+            updated.last_cached = cached_part(req);
+        }
+        self.groups.insert(key, updated);
+        (read, miss)
+    }
+
+    /// The reference prefix of a request before it is stepped.
+    pub(super) fn reference(&self, trace: &Trace, index: usize) -> Tokens {
+        if let Some(prev) = index.checked_sub(1).and_then(|i| trace.requests.get(i)) {
+            return cached_part(prev);
+        }
+        if trace.kind == ThreadKind::Compaction {
+            let key: GroupKey = (
+                trace.session.clone(),
+                group_name(trace).to_string(),
+                trace.model.clone(),
+            );
+            return self.groups.get(&key).map_or(0, |g| g.last_cached);
+        }
+        0
+    }
+}

@@ -1,0 +1,149 @@
+//! The OpenAI cache model's side of the check: automatic prefix caching, as Codex rollouts see it.
+//!
+//! OpenAI caches every prompt of at least `min_cacheable` tokens on its own, in `cache_step`-token
+//! steps, with no breakpoint and no TTL to choose; an unused prefix survives a best-effort
+//! `retention` of inactivity. A rollout records, per request, the prompt's size and the cached
+//! part (`cached_input_tokens`) — nothing else. The model predicts request k's read from the
+//! requests before k and from what the client knew before sending k (its prompt's size, a new
+//! turn, a compaction):
+//!
+//! - **Appending** (the prompt did not shrink): the previous request's prompt *and its output*
+//!   are cached (the provider caches the prefix it processed, the generated tokens included), so
+//!   k reads `min(Pₖ, Pₖ₋₁ + Oₖ₋₁)` rounded down to the step, less the thread's *tail deficit* —
+//!   how far short of that the last such read fell (after a compaction Codex re-sends a tail that
+//!   differs on every request, so reads then fall short by a steady amount).
+//! - **A shrunk prompt** (Codex dropped earlier reasoning items, or rewrote the history): the
+//!   prefix survives up to the start of the current turn, so k reads the turn's first prompt,
+//!   rounded down.
+//! - **A compaction, or a gap past the retention**: only the *shared head* survives — the
+//!   instructions every session of the model sends first, which the first request of a thread
+//!   reveals (its read). Every Codex session of the organisation sends it, so it is taken to be
+//!   always warm (on the tuning part of the rollouts it was read after gaps of up to 12 hours).
+//!
+//! Classes are measured against the previous request's prompt rounded down to the step, with a
+//! tolerance of one step (reads are quantised; the exact boundary inside the previous output
+//! varies by a step).
+
+use crate::miss::MissCause;
+use crate::money::Tokens;
+use crate::price::ModelPrice;
+use crate::trace::Trace;
+use std::collections::HashMap;
+
+/// What the model remembers of a thread.
+#[derive(Debug, Clone, Copy, Default)]
+struct Thread {
+    prompt: Tokens,
+    output: Tokens,
+    at_ms: i64,
+    /// The prompt of the current turn's first request.
+    turn_start: Tokens,
+    /// How far short of the appended prefix the last two appending reads fell.
+    deficits: [Tokens; 2],
+}
+
+impl Thread {
+    /// The tail deficit believed in: the smaller of the last two, so that one short read (a
+    /// routing hiccup) does not move the next prediction, while a steady one does.
+    fn deficit(&self) -> Tokens {
+        self.deficits[0].min(self.deficits[1])
+    }
+}
+
+/// The replay state of the OpenAI cache model.
+#[derive(Debug, Default)]
+pub(super) struct OpenAiReplay {
+    threads: HashMap<String, Thread>,
+    /// Per model: the shared head's size, as the latest first request of a thread read it.
+    heads: HashMap<String, Tokens>,
+}
+
+/// The most a tail deficit is believed to be: beyond it a short read is taken for a
+/// divergence, not a steady tail.
+const MAX_DEFICIT: Tokens = 8_192;
+
+impl OpenAiReplay {
+    /// Predicts request `index` of `trace` and the cache's miss cause, then learns from what the
+    /// provider answered.
+    pub(super) fn step(
+        &mut self,
+        trace: &Trace,
+        index: usize,
+        price: &ModelPrice,
+    ) -> (Tokens, Option<MissCause>) {
+        let Some(req) = trace.requests.get(index) else {
+            return (0, None);
+        };
+        let prompt = req.usage.prompt();
+        let at = req.at_ms;
+        let head = self.heads.get(&trace.model).copied().unwrap_or(0);
+        let thread = self.threads.get(&trace.id).copied();
+        let (predicted, appended, miss) = match thread {
+            None if head > 0 => (head, None, None),
+            None => (0, None, Some(MissCause::ColdStart)),
+            Some(t) if at - t.at_ms > price.retention_ms => {
+                (head, None, Some(MissCause::TtlExpiry))
+            }
+            Some(_) if req.compacted => (head, None, Some(MissCause::MessagesChange)),
+            Some(t) if prompt < t.prompt => (
+                price.cacheable(t.turn_start.min(prompt)),
+                None,
+                Some(MissCause::MessagesChange),
+            ),
+            Some(t) => {
+                let full = price.cacheable(prompt.min(t.prompt + t.output));
+                (full.saturating_sub(t.deficit()), Some(full), None)
+            }
+        };
+        let read = predicted.min(price.cacheable(prompt));
+        let read = if read < price.min_cacheable { 0 } else { read };
+
+        // Learn from the answer, for the requests that follow.
+        let recorded = req.usage.cache_read;
+        let mut next = thread.unwrap_or_default();
+        if let Some(full) = appended {
+            let short = full.saturating_sub(recorded);
+            if recorded > 0 && short <= MAX_DEFICIT {
+                next.deficits = [next.deficits[1], short];
+            }
+        }
+        if thread.is_none() || req.boundary {
+            next.turn_start = prompt;
+        }
+        if thread.is_none() && recorded > 0 {
+            self.heads.insert(trace.model.clone(), recorded);
+        }
+        next.prompt = prompt;
+        next.output = req.usage.output;
+        next.at_ms = at;
+        self.threads.insert(trace.id.clone(), next);
+        (read, miss)
+    }
+}
+
+/// The reference prefix of request `index`: the previous request's prompt, rounded down to the
+/// cache step.
+pub(super) fn reference(trace: &Trace, index: usize, price: &ModelPrice) -> Tokens {
+    index
+        .checked_sub(1)
+        .and_then(|i| trace.requests.get(i))
+        .map_or(0, |prev| price.cacheable(prev.usage.prompt()))
+}
+
+/// The naive rule on an automatic cache: the previous request's prompt (rounded down) if the gap
+/// is within the retention, else nothing.
+pub(super) fn naive_read(trace: &Trace, index: usize, price: &ModelPrice) -> Tokens {
+    let (Some(prev), Some(cur)) = (
+        index.checked_sub(1).and_then(|i| trace.requests.get(i)),
+        trace.requests.get(index),
+    ) else {
+        return 0;
+    };
+    if cur.at_ms - prev.at_ms <= price.retention_ms {
+        price
+            .cacheable(prev.usage.prompt())
+            .min(price.cacheable(cur.usage.prompt()))
+    } else {
+        0
+    }
+}
