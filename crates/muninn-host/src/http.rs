@@ -625,7 +625,7 @@ async fn ack_outbox(
     // whether or not a host holds the Mind's lease right now.
     let message = host
         .store
-        .ack_outbox(&mind, &request_id, host.clock.now_ms())
+        .ack_outbox(&mind, &request_id, None, host.clock.now_ms())
         .await?;
     Ok(Json(message))
 }

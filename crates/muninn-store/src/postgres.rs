@@ -50,6 +50,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ledger_decided",
         include_str!("../migrations/postgres/0005_ledger_decided.sql"),
     ),
+    (
+        7,
+        "cursors_failed_sends",
+        include_str!("../migrations/postgres/0007_cursors_failed_sends.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migrations ("muninn" in ASCII).
