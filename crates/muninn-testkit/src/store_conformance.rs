@@ -979,7 +979,10 @@ async fn outbox(factory: &dyn StoreFactory) {
     assert_eq!(acked.acked_at_ms, Some(70));
     assert_eq!(acked.sent_at_ms, Some(50));
     assert_eq!(
-        ok(store.ack_outbox("m", "b1-0", Some("$late"), 75).await, "ack again"),
+        ok(
+            store.ack_outbox("m", "b1-0", Some("$late"), 75).await,
+            "ack again"
+        ),
         acked,
         "acking twice keeps the first"
     );
@@ -1013,7 +1016,10 @@ async fn outbox(factory: &dyn StoreFactory) {
         store.mark_outbox_sent("m", token, "nope", None, 1).await,
         "unknown id",
     );
-    assert_not_found(store.ack_outbox("m", "nope", None, 1).await, "unknown id ack");
+    assert_not_found(
+        store.ack_outbox("m", "nope", None, 1).await,
+        "unknown id ack",
+    );
     store.close().await;
 }
 

@@ -22,7 +22,11 @@ fn seqs(posted: &[Posted]) -> Vec<(i64, bool)> {
 pub(super) async fn intake_batch_moves_mail_and_cursor_together(factory: &dyn StoreFactory) {
     let store = open(factory, "intake_batch").await;
     mind_with_lease(store.as_ref(), "m", "h").await;
-    assert_eq!(ok(store.cursor("m", "matrix:sync").await, "none yet"), None, "fresh");
+    assert_eq!(
+        ok(store.cursor("m", "matrix:sync").await, "none yet"),
+        None,
+        "fresh"
+    );
     assert_not_found(
         store
             .post_batch("zz", &IntakeBatch::default())
@@ -36,7 +40,11 @@ pub(super) async fn intake_batch_moves_mail_and_cursor_together(factory: &dyn St
         deliveries: Vec::new(),
         cursor: Some(cursor("s1", 100)),
     };
-    assert_eq!(ok(store.post_batch("m", &first).await, "first"), vec![], "no mail");
+    assert_eq!(
+        ok(store.post_batch("m", &first).await, "first"),
+        vec![],
+        "no mail"
+    );
     let stored = ok(store.cursor("m", "matrix:sync").await, "cursor");
     assert_eq!(
         stored,
@@ -167,7 +175,11 @@ pub(super) async fn failed_sends_are_kept_and_never_offered_again(factory: &dyn 
     let token = mind_with_lease(store.as_ref(), "m", "h").await;
     ok(
         store
-            .enqueue_outbox("m", token, &[out("b-0", "a"), out("b-1", "b"), out("b-2", "c")])
+            .enqueue_outbox(
+                "m",
+                token,
+                &[out("b-0", "a"), out("b-1", "b"), out("b-2", "c")],
+            )
             .await,
         "enqueue",
     );
@@ -221,9 +233,15 @@ pub(super) async fn failed_sends_are_kept_and_never_offered_again(factory: &dyn 
         store.ack_outbox("m", "b-1", Some("$event1"), 30).await,
         "ack",
     );
-    let unchanged = ok(store.fail_outbox("m", "b-1", "too late", 40).await, "fail acked");
+    let unchanged = ok(
+        store.fail_outbox("m", "b-1", "too late", 40).await,
+        "fail acked",
+    );
     assert_eq!(unchanged, acked, "ack wins");
-    ok(store.fail_outbox("m", "b-2", "M_TOO_LARGE", 50).await, "fail 2");
+    ok(
+        store.fail_outbox("m", "b-2", "M_TOO_LARGE", 50).await,
+        "fail 2",
+    );
     // Listed newest failure first, whole rows.
     let listed = ok(store.failed_outbox("m", 10).await, "failed");
     assert_eq!(ids(listed.clone()), vec!["b-2", "b-0"], "newest first");
@@ -249,7 +267,10 @@ pub(super) async fn failed_sends_are_kept_and_never_offered_again(factory: &dyn 
         store.enqueue_outbox("m", token, &[out("b-4", "e")]).await,
         "released",
     );
-    let late = ok(store.fail_outbox("m", "b-3", "no lease needed", 60).await, "fail, no lease");
+    let late = ok(
+        store.fail_outbox("m", "b-3", "no lease needed", 60).await,
+        "fail, no lease",
+    );
     assert_eq!(late.failed_at_ms, Some(60));
     store.close().await;
 }
@@ -288,8 +309,16 @@ pub(super) async fn outbox_rows_from_schema_5_migrate_to_failures(factory: &dyn 
         }],
         "an old row has no failure and is still offered"
     );
-    assert_eq!(ok(store.cursor("m", "matrix:sync").await, "cursor"), None, "no cursor");
+    assert_eq!(
+        ok(store.cursor("m", "matrix:sync").await, "cursor"),
+        None,
+        "no cursor"
+    );
     ok(store.fail_outbox("m", "old-0", "gone", 9).await, "fail old");
-    assert_eq!(ok(store.failed_outbox("m", 5).await, "failed").len(), 1, "old row fails");
+    assert_eq!(
+        ok(store.failed_outbox("m", 5).await, "failed").len(),
+        1,
+        "old row fails"
+    );
     store.close().await;
 }
