@@ -10,7 +10,13 @@
 //! 2. **Structured output** — a tool named `StructuredOutput` is offered (the CLI's
 //!    `--json-schema`): if the message has text, a call of that tool whose input is generated
 //!    from its `input_schema` ([`muninn_backend::schema::generate`], schema-valid); if it holds
-//!    only tool results, the text `Done.`.
+//!    only tool results, the text `Done.`. A Persona's reply (muninn's reply schema: a `say`
+//!    array whose `room` is an enum) answers where it was addressed: for each room among the
+//!    message's delivery lines (`[room(, direct)(, to you)] sender: text`), in order of first
+//!    appearance, one `say` in that room (`@dm` for a direct one) — when the schema allows it —
+//!    with the text `Reply to <sender>: '<text>'` for the room's last line (its first 200
+//!    characters); the other fields generated as above. A value the schema refuses falls back
+//!    to the generated one.
 //! 3. **Tool loop** — the message holds `tool_result` blocks and no text, the user text that
 //!    opened the loop (the last user message with text) carries the marker
 //!    `[sim: tool rounds N]`, and fewer than N assistant messages since that text called a tool:
@@ -152,6 +158,52 @@ fn next_loop_call(request: &MessagesRequest) -> Option<(String, Value)> {
     Some((tool.name.clone(), schema::generate(&schema_value)))
 }
 
+/// Rule 2's Persona reply (see the module docs): one `say` per room addressed in `text`'s
+/// delivery lines, or `None` when the schema is not a Persona's or no line is in a room it
+/// allows.
+fn persona_reply(schema_value: &Value, text: &str) -> Option<Value> {
+    let allowed: Vec<&str> = schema_value
+        .pointer("/properties/say/items/properties/room/enum")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut says: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        let Some((head, body)) = line.strip_prefix('[').and_then(|l| l.split_once("] ")) else {
+            continue;
+        };
+        let mut parts = head.split(", ");
+        let room = parts.next().unwrap_or_default();
+        let target = if parts.any(|p| p == "direct") {
+            "@dm"
+        } else {
+            room
+        };
+        if !allowed.contains(&target) {
+            continue;
+        }
+        let (sender, said) = body.split_once(": ").unwrap_or(("someone", body));
+        let answer = format!("Reply to {sender}: '{}'", first_chars(said, 200));
+        match says.iter_mut().find(|(r, _)| r == target) {
+            Some(say) => say.1 = answer,
+            None => says.push((target.to_owned(), answer)),
+        }
+    }
+    if says.is_empty() {
+        return None;
+    }
+    let mut value = schema::generate(schema_value);
+    value["say"] = Value::Array(
+        says.into_iter()
+            .map(|(room, text)| json!({"room": room, "text": text}))
+            .collect(),
+    );
+    schema::validate(schema_value, &value)
+        .is_ok()
+        .then_some(value)
+}
+
 /// The reply to `request`. `id_seed` makes tool-call ids unique per conversation (the caller
 /// passes the prompt's fingerprint), so the reply stays a function of the request.
 pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
@@ -191,10 +243,12 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
                 .input_schema
                 .clone()
                 .unwrap_or(json!({"type": "object"}));
+            let input = persona_reply(&schema_value, &text)
+                .unwrap_or_else(|| schema::generate(&schema_value));
             vec![ContentBlock::ToolUse {
                 id: tool_id,
                 name: STRUCTURED_OUTPUT.to_string(),
-                input: schema::generate(&schema_value),
+                input,
                 cache_control: None,
             }]
         } else {
@@ -298,6 +352,34 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_persona_reply_answers_each_room_where_it_was_addressed() {
+        let schema = json!({"type": "object", "properties": {
+            "say": {"type": "array", "items": {"type": "object", "properties": {
+                "room": {"type": "string", "enum": ["#swarm", "#burn", "@dm"]},
+                "text": {"type": "string", "minLength": 1}}, "required": ["room", "text"]}},
+            "remember": {"type": "array", "maxItems": 8, "items": {"type": "string"}}},
+            "required": ["say", "remember"]});
+        let text = "[notice: the doctrine changed; from now on it reads]\nBe brief.\n\n  (#burn) @bo:hs: context, not addressed\n[#burn] @ann:hs: first\n[#swarm, to you] @bo:hs: hello: there\n[#burn] @ann:hs: second\n[!x:hs] @cy:hs: a room not allowed\n";
+        let value = persona_reply(&schema, text).unwrap();
+        assert_eq!(
+            value["say"],
+            json!([
+                {"room": "#burn", "text": "Reply to @ann:hs: 'second'"},
+                {"room": "#swarm", "text": "Reply to @bo:hs: 'hello: there'"},
+            ])
+        );
+        assert_eq!(value["remember"], schema::generate(&schema)["remember"]);
+        let direct = persona_reply(&schema, "[!dm:hs, direct] @ann:hs: psst\n").unwrap();
+        assert_eq!(
+            direct["say"],
+            json!([{"room": "@dm", "text": "Reply to @ann:hs: 'psst'"}])
+        );
+        // Not a Persona's schema, or nothing addressed in an allowed room: generated as before.
+        assert_eq!(persona_reply(&json!({"type": "object"}), text), None);
+        assert_eq!(persona_reply(&schema, "just text"), None);
+    }
 
     fn request(messages: Value) -> MessagesRequest {
         serde_json::from_value(json!({
