@@ -160,7 +160,15 @@ pub struct MindStatus<C = serde_json::Value> {
     pub spend: SpendSummary,
     /// The mailbox ack position: deliveries up to this seq have been answered.
     pub ack_position: i64,
+    /// Outbox messages a transport gave up on for good (the Matrix connector: a room the
+    /// account may not post in, a message too large), the newest first, at most
+    /// [`FAILED_SENDS_SHOWN`]; each with when and why.
+    #[serde(default)]
+    pub failed_sends: Vec<OutboxMessage>,
 }
+
+/// The most failed sends [`MindStatus::failed_sends`] lists.
+pub const FAILED_SENDS_SHOWN: i64 = 10;
 
 /// Each role's newest segment.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -381,7 +381,7 @@ async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<MindConfig>>
         i64::try_from(default_window_s.saturating_mul(1000)).unwrap_or(i64::MAX)
     });
     let from_ms = now.saturating_sub(window_ms);
-    let (lease, segments, spent, ack_position) = if stored.is_some() {
+    let (lease, segments, spent, ack_position, failed_sends) = if stored.is_some() {
         (
             host.store.lease(id).await?,
             CurrentSegments {
@@ -390,9 +390,12 @@ async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<MindConfig>>
             },
             host.store.spend(id, from_ms, now).await?.0,
             host.store.ack_position(id).await?,
+            host.store
+                .failed_outbox(id, muninn_api::wire::FAILED_SENDS_SHOWN)
+                .await?,
         )
     } else {
-        (None, CurrentSegments::default(), 0, 0)
+        (None, CurrentSegments::default(), 0, 0, Vec::new())
     };
     Ok(MindStatus {
         id: id.to_owned(),
@@ -413,6 +416,7 @@ async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<MindConfig>>
         },
         settings: to_settings(&settings),
         ack_position,
+        failed_sends,
         config,
     })
 }

@@ -256,7 +256,8 @@ pub struct StatusArgs {
     api: ApiArgs,
 }
 
-/// `muninn status`: every Mind with its lease holder, open segments, spend and brake.
+/// `muninn status`: every Mind with its lease holder, open segments, spend and brake, then each
+/// send a transport gave up on (when and why).
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     block_on(async move {
@@ -290,6 +291,20 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
                 format!("{} / {cap}", usd(mind.spend.spent_micro_usd)),
                 if mind.settings.brake { "ON" } else { "off" },
             );
+        }
+        for mind in &minds {
+            for failed in &mind.failed_sends {
+                println!(
+                    "{}: send {} to {} failed{}: {}",
+                    mind.id,
+                    failed.request_id,
+                    failed.room,
+                    failed
+                        .failed_at_ms
+                        .map_or_else(String::new, |at| format!(" at {}", clock_time(at))),
+                    failed.failure.as_deref().unwrap_or("(no reason given)")
+                );
+            }
         }
         let braked = minds.iter().filter(|m| m.settings.brake).count();
         println!(

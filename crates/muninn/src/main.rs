@@ -10,6 +10,7 @@ mod check;
 mod closed_loop;
 mod host_cli;
 mod import;
+mod matrix;
 mod replay;
 mod serve;
 mod sim_api;

@@ -1,5 +1,6 @@
 //! `muninn serve`: the host. Loads the configuration (or the built-in demo Mind), opens the store,
-//! creates the API token on first start, runs every Mind and serves the HTTP API until Ctrl-C.
+//! creates the API token on first start, runs every Mind, the Matrix connector when `[matrix]` is
+//! configured, and serves the HTTP API until Ctrl-C.
 
 use anyhow::Context;
 use muninn_api::ApiToken;
@@ -59,6 +60,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .model(&mind.model)
             .with_context(|| format!("mind {}", mind.id))?;
     }
+    let matrix = crate::matrix::connector_config(&config, &|k| std::env::var(k).ok())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -99,9 +101,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             holder,
             stopped.clone(),
         ));
+        let matrix_line = matrix.as_ref().map_or_else(String::new, |m| {
+            format!("; Matrix: {} account(s) on {}", m.accounts.len(), m.homeserver)
+        });
+        let connector = matrix.map(|m| crate::matrix::spawn(&host, m, stopped.clone()));
         // The one line a supervising script waits for; logs go to stderr.
         println!(
-            "muninn serve: {} Mind(s) on {backend}, API on http://{addr} (token in {})",
+            "muninn serve: {} Mind(s) on {backend}, API on http://{addr} (token in {}){matrix_line}",
             config.minds.len(),
             config.api_token_path().display()
         );
@@ -121,6 +127,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .context("the API task")?
             .context("serving the API")?;
         minds.await.context("the Minds' task")??;
+        if let Some(connector) = connector {
+            connector.await.context("the Matrix connector")?;
+        }
         Ok(())
     })
 }
