@@ -10,6 +10,7 @@
 
 mod closed_loop;
 mod host_cli;
+mod matrix;
 mod two_hosts;
 
 use muninn_core::replay::Plan;
