@@ -17,7 +17,7 @@
 //! within seconds. Rooms are read with `/messages` (Synapse's two-minute `/sync` cache would
 //! serve a repeated `/sync` stale). Every child is killed on the way out, pass or fail.
 
-use muninn_store::{SqliteStore, Store};
+use muninn_store::{Role, SqliteStore, Store};
 use muninn_testkit::synapse::{self, MatrixUser, RoomMessage, Synapse};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -389,6 +389,32 @@ async fn a_conversation_across_two_rooms_and_a_dm_and_the_reply_latency() {
     assert_eq!(mail.len(), asked.len());
     assert!(mail.iter().any(|d| d.is_direct && d.room == dm));
     assert!(store.unacked_outbox("vala", 10).await.unwrap().is_empty());
+    // Context from what the Mind already saw: none of its own words from the segment that
+    // was open when a question came (that segment's transcript holds them as its replies).
+    let segments = store.segments("vala", Role::Persona).await.unwrap();
+    let mut bot_said = std::collections::HashMap::new();
+    for room in [&room_a, &room_b, &dm] {
+        for m in human.messages(room).await {
+            if m.sender == bot {
+                bot_said.insert(m.event_id, m.ts);
+            }
+        }
+    }
+    for delivery in &mail {
+        let open_since = segments
+            .iter()
+            .filter(|s| s.started_at_ms <= delivery.received_at_ms)
+            .map(|s| s.started_at_ms)
+            .max();
+        for line in delivery.context.iter().filter(|l| l.sender == bot) {
+            let said = bot_said[line.id.as_deref().unwrap()];
+            assert!(
+                open_since.is_none_or(|start| said < start),
+                "{:?} repeats the Mind's own words of its open segment: {line:?}",
+                delivery.text
+            );
+        }
+    }
     latencies.sort_unstable();
     let pick = |q: f64| {
         latencies[((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1]
