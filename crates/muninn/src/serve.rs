@@ -47,19 +47,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(db) = args.database {
         config.database = Some(db);
     }
-    let prices = match &config.prices {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            PriceTable::parse(&text, &path.display().to_string())?
-        }
-        None => PriceTable::embedded(),
-    };
-    for mind in &config.minds {
-        prices
-            .model(&mind.model)
-            .with_context(|| format!("mind {}", mind.id))?;
-    }
+    let prices = prices(&config)?;
     let matrix = crate::matrix::connector_config(&config, &|k| std::env::var(k).ok())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -132,6 +120,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// The price table (`prices`, else the embedded one), checked to price every Mind's model.
+fn prices(config: &Config) -> anyhow::Result<PriceTable> {
+    let prices = match &config.prices {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            PriceTable::parse(&text, &path.display().to_string())?
+        }
+        None => PriceTable::embedded(),
+    };
+    for mind in &config.minds {
+        prices
+            .model(&mind.model)
+            .with_context(|| format!("mind {}", mind.id))?;
+    }
+    Ok(prices)
 }
 
 fn hostname() -> String {

@@ -313,6 +313,68 @@ async fn replies(human: &MatrixUser, room: &str, bot: &str, questions: &[String]
         .collect()
 }
 
+/// Each question asked in `room` has exactly one reply there, and the bot said nothing else.
+async fn answered_once_in_its_room(
+    human: &MatrixUser,
+    room: &str,
+    bot: &str,
+    asked: &[(String, String)],
+) {
+    let questions: Vec<String> = asked
+        .iter()
+        .filter(|(r, _)| r == room)
+        .map(|(_, q)| q.clone())
+        .collect();
+    assert!(
+        replies(human, room, bot, &questions)
+            .await
+            .iter()
+            .all(|n| *n == 1)
+    );
+    let from_bot = human
+        .messages(room)
+        .await
+        .into_iter()
+        .filter(|m| m.sender == bot)
+        .count();
+    assert_eq!(from_bot, questions.len(), "only answers, in the room asked");
+}
+
+/// Context from what the Mind already saw: no delivery carries the Mind's own words from the
+/// segment that was open when it came (that segment's transcript holds them as its replies).
+async fn no_own_words_of_the_open_segment(
+    store: &SqliteStore,
+    mail: &[muninn_store::Delivery],
+    human: &MatrixUser,
+    rooms: &[&String],
+    bot: &str,
+) {
+    let segments = store.segments("vala", Role::Persona).await.unwrap();
+    let mut bot_said = std::collections::HashMap::new();
+    for room in rooms {
+        for m in human.messages(room).await {
+            if m.sender == bot {
+                bot_said.insert(m.event_id, m.ts);
+            }
+        }
+    }
+    for delivery in mail {
+        let open_since = segments
+            .iter()
+            .filter(|s| s.started_at_ms <= delivery.received_at_ms)
+            .map(|s| s.started_at_ms)
+            .max();
+        for line in delivery.context.iter().filter(|l| l.sender == bot) {
+            let said = bot_said[line.id.as_deref().unwrap()];
+            assert!(
+                open_since.is_none_or(|start| said < start),
+                "{:?} repeats the Mind's own words of its open segment: {line:?}",
+                delivery.text
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_across_two_rooms_and_a_dm_and_the_reply_latency() {
     let Some(synapse) = synapse::shared() else {
@@ -357,26 +419,8 @@ async fn a_conversation_across_two_rooms_and_a_dm_and_the_reply_latency() {
         latencies.push(reply.ts - asked_at);
         asked.push((room.clone(), question));
     }
-    // Exactly one reply per question, in its own room, and nothing else from the bot.
     for room in [&room_a, &room_b, &dm] {
-        let questions: Vec<String> = asked
-            .iter()
-            .filter(|(r, _)| r == room)
-            .map(|(_, q)| q.clone())
-            .collect();
-        assert!(
-            replies(&human, room, &bot, &questions)
-                .await
-                .iter()
-                .all(|n| *n == 1)
-        );
-        let from_bot = human
-            .messages(room)
-            .await
-            .into_iter()
-            .filter(|m| m.sender == bot)
-            .count();
-        assert_eq!(from_bot, questions.len(), "only answers, in the room asked");
+        answered_once_in_its_room(&human, room, &bot, &asked).await;
     }
     let status = host.muninn(&["status"]);
     assert!(!status.contains("failed"), "{status}");
@@ -389,32 +433,7 @@ async fn a_conversation_across_two_rooms_and_a_dm_and_the_reply_latency() {
     assert_eq!(mail.len(), asked.len());
     assert!(mail.iter().any(|d| d.is_direct && d.room == dm));
     assert!(store.unacked_outbox("vala", 10).await.unwrap().is_empty());
-    // Context from what the Mind already saw: none of its own words from the segment that
-    // was open when a question came (that segment's transcript holds them as its replies).
-    let segments = store.segments("vala", Role::Persona).await.unwrap();
-    let mut bot_said = std::collections::HashMap::new();
-    for room in [&room_a, &room_b, &dm] {
-        for m in human.messages(room).await {
-            if m.sender == bot {
-                bot_said.insert(m.event_id, m.ts);
-            }
-        }
-    }
-    for delivery in &mail {
-        let open_since = segments
-            .iter()
-            .filter(|s| s.started_at_ms <= delivery.received_at_ms)
-            .map(|s| s.started_at_ms)
-            .max();
-        for line in delivery.context.iter().filter(|l| l.sender == bot) {
-            let said = bot_said[line.id.as_deref().unwrap()];
-            assert!(
-                open_since.is_none_or(|start| said < start),
-                "{:?} repeats the Mind's own words of its open segment: {line:?}",
-                delivery.text
-            );
-        }
-    }
+    no_own_words_of_the_open_segment(&store, &mail, &human, &[&room_a, &room_b, &dm], &bot).await;
     latencies.sort_unstable();
     let pick = |q: f64| {
         latencies[((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1]
