@@ -526,13 +526,15 @@ fn the_real_claude_code_cli_gets_schema_valid_structured_output() {
     let (first, _) = claude.turn("[general] alice: hello");
     let (second, _) = claude.turn("[general] bob: again");
     claude.finish();
-    for result in [&first, &second] {
-        // The CLI validated our call against the schema itself and accepted it.
-        assert_eq!(
-            result["structured_output"],
-            muninn_backend::schema::generate(&schema),
-            "{result}"
-        );
+    for (result, answer) in [
+        (&first, "Reply to alice: 'hello'"),
+        (&second, "Reply to bob: 'again'"),
+    ] {
+        // The CLI validated our call against the schema itself and accepted it: a Persona's
+        // reply in the room addressed, the other fields generated.
+        let mut expected = muninn_backend::schema::generate(&schema);
+        expected["say"] = json!([{"room": "general", "text": answer}]);
+        assert_eq!(result["structured_output"], expected, "{result}");
         assert_eq!(
             muninn_backend::schema::validate(&schema, &result["structured_output"]),
             Ok(())
