@@ -162,6 +162,10 @@ impl Ear {
         let response = synced?;
         let next = response.next_batch.clone();
         let deliveries = self.read(since, response).await?;
+        if deliveries.is_empty() && since == Some(next.as_str()) {
+            // A long poll that timed out: nothing to commit, and no write to make.
+            return Ok(next);
+        }
         if !deliveries.is_empty() {
             crash_if_armed(self.context.config.fault, FaultPoint::SyncedBeforeCommit);
         }
