@@ -41,7 +41,7 @@ else
 fi
 
 # The real peers the simulator is checked against: the official Anthropic Python SDK and the Claude
-# Code CLI 2.1.332, both pinned. A failed install stops the run (set -e).
+# Code CLI 2.1.332, both pinned. A failed install stops the run (set -e), as for Synapse below.
 MUNINN_PYTHON="$(bash scripts/install-python-peers.sh)"
 MUNINN_CLAUDE_BIN="$(bash scripts/install-claude-cli.sh)"
 export MUNINN_PYTHON MUNINN_CLAUDE_BIN
@@ -50,5 +50,9 @@ export MUNINN_PYTHON MUNINN_CLAUDE_BIN
 if ! bash scripts/install-browser-peers.sh >/dev/null; then
   need "Chromium and chromedriver (Debian's chromium, chromium-driver)"
 fi
+# The Matrix homeserver the Matrix connector's tests start (one per test binary or test, each on
+# its own loopback port): Synapse 1.163.2 from PyPI in a cached virtual environment.
+MUNINN_SYNAPSE_PYTHON="$(bash scripts/install-synapse.sh)"
+export MUNINN_SYNAPSE_PYTHON
 
 cargo test --workspace --locked

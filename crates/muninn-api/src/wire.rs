@@ -171,6 +171,11 @@ pub struct MindStatus<C = serde_json::Value> {
     /// it has not stepped yet).
     #[serde(default)]
     pub activity: Option<Activity>,
+    /// Outbox messages a transport gave up on for good (the Matrix connector: a room the
+    /// account may not post in, a message too large), the newest first, at most
+    /// [`FAILED_SENDS_SHOWN`]; each with when and why.
+    #[serde(default)]
+    pub failed_sends: Vec<OutboxMessage>,
 }
 
 /// The most pending deliveries [`MindStatus::pending_deliveries`] counts.
@@ -208,6 +213,9 @@ pub enum Activity {
         attempts: u32,
     },
 }
+
+/// The most failed sends [`MindStatus::failed_sends`] lists.
+pub const FAILED_SENDS_SHOWN: i64 = 10;
 
 /// Each role's newest segment.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -119,6 +119,14 @@ pub struct OutboxMessage {
     pub remote_id: Option<String>,
     /// When the peer confirmed it, Unix ms.
     pub acked_at_ms: Option<i64>,
+    /// When the transport gave up on it for good (a refusal no retry can change, e.g. a room
+    /// the Mind's account may not post in), Unix ms; such a message is offered to no transport
+    /// again. Absent from the JSON while it has not failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at_ms: Option<i64>,
+    /// Why it failed, as the transport reported it (never a credential).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 /// Who asked for a brief.

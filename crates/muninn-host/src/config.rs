@@ -4,10 +4,10 @@
 //! ## Paths
 //!
 //! Every path is absolute once loaded. Relative paths in a file (`data_dir`, `prices`,
-//! `backend.claude_bin`, doctrine and persona state files, a SQLite `database` path) are resolved
-//! against the directory of the file, itself made absolute against the working directory, so a
-//! configuration means the same thing whatever directory `muninn` is started from; the demo's
-//! are resolved against the working directory. Nothing downstream sees a relative path: a
+//! `backend.claude_bin`, doctrine and persona state files, a SQLite `database` path, a Matrix
+//! secret's `file`) are resolved against the directory of the file, itself made absolute against
+//! the working directory, so a configuration means the same thing whatever directory `muninn` is
+//! started from; the demo's are resolved against the working directory. Nothing downstream sees a relative path: a
 //! Claude Code child runs in its own session directory, where a relative `HOME` or
 //! `CLAUDE_CONFIG_DIR` would name another tree (its settings unread, its session files lost).
 //!
@@ -18,11 +18,20 @@
 //! reports *all* problems at once, each naming the file and the field (`mind[0].rooms[1]`), so an
 //! operator fixes a configuration in one pass rather than one error per start.
 //!
+//! ## Matrix
+//!
+//! [`matrix`]: `[matrix]` (the homeserver) and each Mind's `[mind.matrix]` account, whose
+//! credential is read from a file or an environment variable, never written in the file.
+//!
 //! ## Schema
 //!
 //! [`json_schema`] is generated from these types (schemars) and checked in at
 //! `crates/muninn-host/muninn.schema.json`; a test regenerates it and fails on drift
 //! (`MUNINN_BLESS=1` rewrites it).
+
+pub mod matrix;
+
+pub use matrix::{MatrixConfig, MindMatrixConfig, SecretSource};
 
 use muninn_core::cache::Ttl;
 use muninn_core::decide::Policy;
@@ -65,6 +74,10 @@ pub struct Config {
     /// The model behind every Mind.
     #[serde(default)]
     pub backend: BackendConfig,
+    /// The Matrix homeserver the Minds' `[mind.matrix]` accounts are on; with it, `muninn
+    /// serve` runs the Matrix connector beside the Minds.
+    #[serde(default)]
+    pub matrix: Option<MatrixConfig>,
     /// The Minds this host runs.
     #[serde(default, rename = "mind")]
     pub minds: Vec<MindConfig>,
@@ -447,6 +460,9 @@ pub struct MindConfig {
     /// This Mind's Self session, over `[backend.self_session]`.
     #[serde(default)]
     pub self_session: SelfSessionConfig,
+    /// The Mind's Matrix account; its `rooms` are then Matrix rooms (needs `[matrix]`).
+    #[serde(default)]
+    pub matrix: Option<MindMatrixConfig>,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -639,6 +655,14 @@ impl Config {
             if let Some(state) = &mut mind.persona_state {
                 resolve(state);
             }
+            if let Some(account) = &mut mind.matrix {
+                for secret in [&mut account.access_token, &mut account.password]
+                    .into_iter()
+                    .flatten()
+                {
+                    secret.resolve_paths(base);
+                }
+            }
         }
     }
 
@@ -655,6 +679,7 @@ impl Config {
                 kind: Some(BackendKind::Sim),
                 ..BackendConfig::default()
             },
+            matrix: None,
             minds: vec![MindConfig {
                 id: "vala".into(),
                 name: Some("Vala".into()),
@@ -690,6 +715,7 @@ impl Config {
                 max_output_tokens: default_max_tokens(),
                 refresh: RefreshMode::Rebuild,
                 self_session: SelfSessionConfig::default(),
+                matrix: None,
             }],
         }
     }
@@ -759,11 +785,7 @@ impl Config {
             );
         }
         let env = &self.backend.api_key_env;
-        if env.is_empty()
-            || !env
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-        {
+        if !is_env_name(env) {
             bad(
                 "backend.api_key_env".into(),
                 format!(
@@ -951,6 +973,7 @@ impl Config {
                 );
             }
         }
+        matrix::check(self.matrix.as_ref(), &self.minds, &mut problems);
         if problems.is_empty() {
             Ok(())
         } else {
@@ -1015,6 +1038,14 @@ pub fn check_id(id: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Whether `name` can be an environment variable's name: `A-Z`, `0-9` and `_`, not empty.
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// Whether `room` names a room: `#alias`, `!room-id` or `@user` (a DM), without whitespace.

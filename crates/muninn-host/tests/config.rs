@@ -409,3 +409,150 @@ fn the_checked_in_json_schema_has_not_drifted() {
     let back = Config::parse(&demo, Path::new("demo"), Path::new("")).unwrap();
     assert_eq!(back, Config::demo());
 }
+
+/// A Mind with a Matrix account whose password is in a file beside the configuration.
+const MATRIX: &str = r##"
+listen = "127.0.0.1:0"
+
+[matrix]
+homeserver = "http://127.0.0.1:8008"
+max_pending = 7
+
+[[mind]]
+id = "vala"
+doctrine_text = "Be brief."
+rooms = ["#swarm", "#burn:example.org", "!abc:example.org"]
+
+[mind.matrix]
+user_id = "@vala:example.org"
+device_id = "MUNINN_VALA"
+password = { file = "vala.password" }
+"##;
+
+#[test]
+fn matrix_sections_load_with_defaults_and_the_secret_is_read_from_its_source() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("vala.password"), "hunter2\n").unwrap();
+    let path = write(dir.path(), MATRIX);
+    let config = Config::load(Some(&path)).unwrap();
+    let matrix = config.matrix.clone().unwrap();
+    assert_eq!(
+        (
+            matrix.sync_timeout_ms,
+            matrix.timeline_limit,
+            matrix.max_pending,
+            matrix.context_lines,
+            matrix.context_bytes
+        ),
+        (30_000, 50, 7, 20, 16_384)
+    );
+    let account = config.minds[0].matrix.clone().unwrap();
+    assert!(account.accept_dm_invites);
+    let password = account.password.unwrap();
+    assert_eq!(password.file, Some(dir.path().join("vala.password")));
+    assert_eq!(password.read(&|_| None).unwrap(), "hunter2");
+    let from_env = muninn_host::config::SecretSource {
+        file: None,
+        env: Some("VALA_TOKEN".into()),
+    };
+    let env = |name: &str| (name == "VALA_TOKEN").then(|| " syt_abc ".to_string());
+    assert_eq!(from_env.read(&env).unwrap(), "syt_abc");
+    assert_eq!(
+        from_env.read(&|_| None).unwrap_err(),
+        "$VALA_TOKEN is not set"
+    );
+    // A configuration without Matrix has none.
+    assert_eq!(Config::demo().matrix, None);
+}
+
+#[test]
+fn every_bad_matrix_value_names_its_field_and_never_shows_the_secret() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            r##"homeserver = "http://127.0.0.1:8008""##,
+            r##"homeserver = "127.0.0.1:8008""##,
+            "matrix.homeserver",
+        ),
+        ("max_pending = 7", "max_pending = 0", "matrix.max_pending"),
+        (
+            "max_pending = 7",
+            "timeline_limit = 0",
+            "matrix.timeline_limit",
+        ),
+        (
+            "max_pending = 7",
+            "sync_timeout_ms = 999",
+            "matrix.sync_timeout_ms",
+        ),
+        (
+            "max_pending = 7",
+            "context_bytes = 0",
+            "matrix.context_bytes",
+        ),
+        (
+            r##"user_id = "@vala:example.org""##,
+            r##"user_id = "vala""##,
+            "mind[0].matrix.user_id",
+        ),
+        (
+            r##"device_id = "MUNINN_VALA""##,
+            r##"device_id = "has space""##,
+            "mind[0].matrix.device_id",
+        ),
+        (
+            r##"password = { file = "vala.password" }"##,
+            r##"password = { file = "missing.password" }"##,
+            "mind[0].matrix.password.file",
+        ),
+        (
+            r##"password = { file = "vala.password" }"##,
+            r##"password = { file = "empty.password" }"##,
+            "mind[0].matrix.password.file",
+        ),
+        (
+            r##"password = { file = "vala.password" }"##,
+            r##"password = { env = "syt_secret-token" }"##,
+            "mind[0].matrix.password.env",
+        ),
+        (
+            r##"password = { file = "vala.password" }"##,
+            r##"password = { file = "vala.password", env = "X" }"##,
+            "mind[0].matrix.password",
+        ),
+        (
+            r##"password = { file = "vala.password" }"##,
+            "password = { file = \"vala.password\" }\naccess_token = { env = \"T\" }",
+            "mind[0].matrix",
+        ),
+        (
+            r##"rooms = ["#swarm", "#burn:example.org", "!abc:example.org"]"##,
+            r##"rooms = ["#swarm", "@ann:example.org"]"##,
+            "mind[0].rooms[1]",
+        ),
+        (
+            "[matrix]\nhomeserver = \"http://127.0.0.1:8008\"\nmax_pending = 7\n",
+            "",
+            "mind[0].matrix",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("vala.password"), "hunter2").unwrap();
+    std::fs::write(dir.path().join("empty.password"), "\n").unwrap();
+    for (from, to, field) in cases {
+        assert!(
+            MATRIX.contains(from),
+            "case {field}: {from:?} not in the config"
+        );
+        let path = write(dir.path(), &MATRIX.replacen(from, to, 1));
+        let error = Config::load(Some(&path)).unwrap_err();
+        assert_eq!(error.fields(), vec![*field], "case {to:?}: {error}");
+        let text = error.to_string();
+        assert!(!text.contains("hunter2"), "the secret leaked: {text}");
+    }
+    // One account, one Mind.
+    let two = format!(
+        "{MATRIX}\n[[mind]]\nid = \"eir\"\ndoctrine_text = \"x\"\n[mind.matrix]\nuser_id = \"@vala:example.org\"\ndevice_id = \"D\"\naccess_token = {{ env = \"T\" }}\n"
+    );
+    let error = Config::load(Some(&write(dir.path(), &two))).unwrap_err();
+    assert_eq!(error.fields(), vec!["mind[1].matrix.user_id"], "{error}");
+}

@@ -126,10 +126,24 @@ async fn a_persona_turn_records_reply_outbox_ledger_memory_and_ack_together() {
     );
     let store = &w.host.store;
     assert_eq!(store.ack_position("vala").await.unwrap(), 3);
+    // The simulator answers each room where it was addressed, the room's last message.
+    use muninn_sim::reply::sentence;
     let outbox = store.unacked_outbox("vala", 10).await.unwrap();
-    assert_eq!(outbox.len(), 1);
-    assert_eq!(outbox[0].request_id, "vala-1-3-0");
-    assert_eq!(outbox[0].room, "#swarm");
+    let sent: Vec<(&str, &str, &str)> = outbox
+        .iter()
+        .map(|m| (m.request_id.as_str(), m.room.as_str(), m.text.as_str()))
+        .collect();
+    assert_eq!(
+        sent,
+        vec![
+            (
+                "vala-1-3-0",
+                "#swarm",
+                sentence("bo", "what are you working on?").as_str()
+            ),
+            ("vala-1-3-1", "#burn", sentence("ari", "and here?").as_str()),
+        ]
+    );
     let rows = ledger(&w).await;
     assert_eq!(rows.len(), 1);
     // The simulator reports exactly what the cache model predicted for the request as sent.

@@ -11,11 +11,13 @@
 //!    `--json-schema`): if the message has text, a call of that tool whose input is generated
 //!    from its `input_schema` ([`muninn_backend::schema::generate`], schema-valid); if it holds
 //!    only tool results, the text `Done.`. When the schema is a Persona's reply (`say[]` of
-//!    `room` and `text`, `remember[]`) and the message holds a delivery line as muninn renders
-//!    it (`[#room, direct, to you] sender: text`), the reply answers like a Mind
-//!    ([`answer_like_a_mind`]): one readable sentence to the first delivery's sender, in its
-//!    room — `@dm` for a direct message, when the schema offers it — and one note, about its
-//!    sender, of who wrote where (not the words, which stay in the conversation).
+//!    `room` and `text`, `remember[]`) and the message holds delivery lines as muninn renders
+//!    them (`[#room, direct, to you] sender: text`), the reply answers like a Mind
+//!    ([`answer_like_a_mind`]): for each room addressed, in order of first appearance, one
+//!    readable sentence ([`sentence`]) to the sender of the room's last line, in that room —
+//!    `@dm` for a direct message, when the schema offers it — and one note, about the first
+//!    sender, of who wrote where (not the words, which stay in the conversation). A value the
+//!    schema refuses falls back to the generated one.
 //! 3. **Tool loop** — the message holds `tool_result` blocks and no text, the user text that
 //!    opened the loop (the last user message with text) carries the marker
 //!    `[sim: tool rounds N]`, and fewer than N assistant messages since that text called a tool:
@@ -202,7 +204,7 @@ fn addressed(sender: &str) -> String {
 
 /// A readable, deterministic answer to `said` by `sender` (the choice of phrasing is a hash of
 /// the text, so the same message always gets the same sentence).
-fn sentence(sender: &str, said: &str) -> String {
+pub fn sentence(sender: &str, said: &str) -> String {
     let name = addressed(sender);
     let quoted = first_chars(said.trim(), 80);
     let hash = said.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
@@ -229,12 +231,14 @@ fn sentence(sender: &str, said: &str) -> String {
 }
 
 /// Fills a generated Persona reply (see the module docs, rule 2) the way a Mind would: one
-/// sentence to the first delivery in the message, in its room (`@dm` for a direct message when
-/// the room enum offers it; else the delivery's room if offered; else the enum's first), and
-/// one note about its sender saying who wrote where. Anything else is left as generated; a message
-/// without a delivery line leaves the reply as generated.
+/// sentence per room addressed in `text` (to the sender of the room's last line; `@dm` for a
+/// direct message when the room enum offers it; a room the enum does not offer is not answered),
+/// and one note about the first sender saying who wrote where. Anything else is left as
+/// generated; a message without a delivery line in an offered room leaves `reply` as it was, and
+/// so does a result the schema would refuse.
 pub fn answer_like_a_mind(schema_value: &Value, text: &str, reply: &mut Value) {
-    let Some(first) = text.lines().find_map(delivery_line) else {
+    let lines: Vec<DeliveryLine<'_>> = text.lines().filter_map(delivery_line).collect();
+    let Some(first) = lines.first() else {
         return;
     };
     let rooms: Vec<&str> = schema_value
@@ -242,21 +246,36 @@ pub fn answer_like_a_mind(schema_value: &Value, text: &str, reply: &mut Value) {
         .and_then(Value::as_array)
         .map(|e| e.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let room = if first.direct && rooms.contains(&"@dm") {
-        "@dm"
-    } else if rooms.is_empty() || rooms.contains(&first.room) {
-        first.room
-    } else {
-        rooms[0]
+    let target = |line: &DeliveryLine<'_>| -> Option<String> {
+        let room = if line.direct && rooms.contains(&"@dm") {
+            "@dm"
+        } else {
+            line.room
+        };
+        (rooms.is_empty() || rooms.contains(&room)).then(|| room.to_string())
     };
-    if let Some(say) = reply.get_mut("say").and_then(Value::as_array_mut)
+    let mut says: Vec<(String, String)> = Vec::new();
+    for line in &lines {
+        let Some(room) = target(line) else { continue };
+        let answer = sentence(line.sender, line.text);
+        match says.iter_mut().find(|(r, _)| *r == room) {
+            Some(say) => say.1 = answer,
+            None => says.push((room, answer)),
+        }
+    }
+    let mut answered = reply.clone();
+    if let Some(say) = answered.get_mut("say").and_then(Value::as_array_mut)
+        && !says.is_empty()
         && say
             .first()
             .is_some_and(|s| s.get("room").is_some() && s.get("text").is_some())
     {
-        *say = vec![json!({"room": room, "text": sentence(first.sender, first.text)})];
+        *say = says
+            .into_iter()
+            .map(|(room, text)| json!({"room": room, "text": text}))
+            .collect();
     }
-    if let Some(notes) = reply.get_mut("remember").and_then(Value::as_array_mut)
+    if let Some(notes) = answered.get_mut("remember").and_then(Value::as_array_mut)
         && let Some(note) = notes.first_mut().and_then(Value::as_object_mut)
     {
         // Who spoke and where, not what: the words stay in the conversation, so a new segment's
@@ -270,6 +289,9 @@ pub fn answer_like_a_mind(schema_value: &Value, text: &str, reply: &mut Value) {
         note.insert("text".to_string(), json!(said));
         note.insert("about".to_string(), json!([first.sender]));
         notes.truncate(1);
+    }
+    if schema::validate(schema_value, &answered).is_ok() {
+        *reply = answered;
     }
 }
 
@@ -421,6 +443,40 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_persona_reply_answers_each_room_where_it_was_addressed() {
+        let schema = json!({"type": "object", "properties": {
+            "say": {"type": "array", "items": {"type": "object", "properties": {
+                "room": {"type": "string", "enum": ["#swarm", "#burn", "@dm"]},
+                "text": {"type": "string", "minLength": 1}}, "required": ["room", "text"]}},
+            "remember": {"type": "array", "maxItems": 8, "items": {"type": "string"}}},
+            "required": ["say", "remember"]});
+        let text = "[notice: the doctrine changed; from now on it reads]\nBe brief.\n\n  (#burn) @bo:hs: context, not addressed\n[#burn] @ann:hs: first\n[#swarm, to you] @bo:hs: hello: there\n[#burn] @ann:hs: second\n[!x:hs] @cy:hs: a room not allowed\n";
+        let answered = |schema: &Value, text: &str| {
+            let mut value = schema::generate(schema);
+            answer_like_a_mind(schema, text, &mut value);
+            value
+        };
+        let value = answered(&schema, text);
+        assert_eq!(
+            value["say"],
+            json!([
+                {"room": "#burn", "text": sentence("@ann:hs", "second")},
+                {"room": "#swarm", "text": sentence("@bo:hs", "hello: there")},
+            ])
+        );
+        assert_eq!(value["remember"], schema::generate(&schema)["remember"]);
+        let direct = answered(&schema, "[!dm:hs, direct] @ann:hs: psst\n");
+        assert_eq!(
+            direct["say"],
+            json!([{"room": "@dm", "text": sentence("@ann:hs", "psst")}])
+        );
+        // Not a Persona's schema, or nothing addressed in an allowed room: generated as before.
+        let plain = json!({"type": "object"});
+        assert_eq!(answered(&plain, text), schema::generate(&plain));
+        assert_eq!(answered(&schema, "just text"), schema::generate(&schema));
+    }
 
     fn request(messages: Value) -> MessagesRequest {
         serde_json::from_value(json!({

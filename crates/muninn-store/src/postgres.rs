@@ -55,6 +55,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ledger_provider_miss",
         include_str!("../migrations/postgres/0006_ledger_provider_miss.sql"),
     ),
+    (
+        7,
+        "cursors_failed_sends",
+        include_str!("../migrations/postgres/0007_cursors_failed_sends.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migrations ("muninn" in ASCII).

@@ -120,7 +120,8 @@ macro_rules! columns {
         "mind_id, seq, room, sender, is_direct, to_you, text, source_id, received_at_ms, context"
     };
     (outbox) => {
-        "mind_id, request_id, seq, room, text, created_at_ms, sent_at_ms, remote_id, acked_at_ms"
+        "mind_id, request_id, seq, room, text, created_at_ms, sent_at_ms, remote_id, acked_at_ms, \
+         failed_at_ms, failure"
     };
     (brief) => {
         "mind_id, seq, text, origin, status, result, created_at_ms, started_at_ms, finished_at_ms"
@@ -219,6 +220,17 @@ macro_rules! impl_sql_store {
                 sent_at_ms: row.try_get("sent_at_ms")?,
                 remote_id: row.try_get("remote_id")?,
                 acked_at_ms: row.try_get("acked_at_ms")?,
+                failed_at_ms: row.try_get("failed_at_ms")?,
+                failure: row.try_get("failure")?,
+            })
+        }
+
+        fn cursor_from(row: &DbRow) -> Result<Cursor> {
+            Ok(Cursor {
+                mind: row.try_get("mind_id")?,
+                name: row.try_get("name")?,
+                value: row.try_get("value")?,
+                updated_at_ms: row.try_get("updated_at_ms")?,
             })
         }
 
@@ -391,6 +403,85 @@ macro_rules! impl_sql_store {
             Ok(seqs)
         }
 
+        /// Locks the Mind's delivery counter for the rest of the transaction (creating it at 0),
+        /// so one Mind's intake is serialised: a duplicate check after it sees any concurrent
+        /// intake of the same source id that committed first (READ COMMITTED reads a fresh
+        /// snapshot per statement; on SQLite the write lock already serialises).
+        async fn lock_intake(conn: &mut $conn, mind: &str) -> Result<()> {
+            sqlx::query(
+                "INSERT INTO counters (mind_id, name, value) VALUES ($1, 'delivery', 0) \
+                 ON CONFLICT (mind_id, name) DO UPDATE SET value = counters.value",
+            )
+            .bind(mind)
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        }
+
+        /// Intake of one delivery under [`lock_intake`]: a known source id answers its seq
+        /// and adds nothing; a new one gets the next seq.
+        async fn intake(conn: &mut $conn, mind: &str, delivery: &NewDelivery) -> Result<Posted> {
+            let existing = sqlx::query(
+                "SELECT seq FROM deliveries WHERE mind_id = $1 AND source_id = $2",
+            )
+            .bind(mind)
+            .bind(&delivery.source_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if let Some(row) = existing {
+                return Ok(Posted {
+                    seq: row.try_get("seq")?,
+                    created: false,
+                });
+            }
+            let seq = bump(conn, mind, "delivery").await?;
+            sqlx::query(
+                "INSERT INTO deliveries (mind_id, seq, room, sender, is_direct, to_you, \
+                 text, source_id, received_at_ms, context) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            )
+            .bind(mind)
+            .bind(seq)
+            .bind(&delivery.room)
+            .bind(&delivery.sender)
+            .bind(delivery.is_direct)
+            .bind(delivery.to_you)
+            .bind(&delivery.text)
+            .bind(&delivery.source_id)
+            .bind(delivery.received_at_ms)
+            .bind(list_text(&delivery.context, "delivery context")?)
+            .execute(&mut *conn)
+            .await?;
+            Ok(Posted { seq, created: true })
+        }
+
+        /// Writes a transport's cursor (validated here, after the batch's deliveries: the
+        /// cursor is the one write that, alone, would skip mail).
+        async fn write_cursor(conn: &mut $conn, mind: &str, cursor: &NewCursor) -> Result<()> {
+            if cursor.name.is_empty() {
+                return Err(StoreError::invalid("a cursor needs a name"));
+            }
+            if cursor.value.len() > CURSOR_MAX_BYTES {
+                return Err(StoreError::invalid(format!(
+                    "cursor {} of {} bytes exceeds {CURSOR_MAX_BYTES} bytes",
+                    cursor.name,
+                    cursor.value.len()
+                )));
+            }
+            sqlx::query(
+                "INSERT INTO cursors (mind_id, name, value, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (mind_id, name) \
+                 DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
+            )
+            .bind(mind)
+            .bind(&cursor.name)
+            .bind(&cursor.value)
+            .bind(cursor.updated_at_ms)
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        }
+
         async fn find_outbox(
             conn: &mut $conn,
             mind: &str,
@@ -447,6 +538,8 @@ macro_rules! impl_sql_store {
                     sent_at_ms: None,
                     remote_id: None,
                     acked_at_ms: None,
+                    failed_at_ms: None,
+                    failure: None,
                 });
             }
             Ok(rows)
@@ -1165,45 +1258,39 @@ macro_rules! impl_sql_store {
             async fn post_delivery(&self, mind: &str, delivery: &NewDelivery) -> Result<Posted> {
                 let mut tx = self.begin_write().await?;
                 require_mind(&mut tx, mind).await?;
-                // Bump first: the counter row's lock serialises one Mind's intake, so the
-                // duplicate check below sees any concurrent intake of the same source id that
-                // committed first (READ COMMITTED reads a fresh snapshot per statement).
-                let seq = bump(&mut tx, mind, "delivery").await?;
-                let existing = sqlx::query(
-                    "SELECT seq FROM deliveries WHERE mind_id = $1 AND source_id = $2",
-                )
-                .bind(mind)
-                .bind(&delivery.source_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if let Some(row) = existing {
-                    // Rolling back undoes the bump: no gap.
-                    let seq: i64 = row.try_get("seq")?;
-                    tx.rollback().await?;
-                    return Ok(Posted {
-                        seq,
-                        created: false,
-                    });
-                }
-                sqlx::query(
-                    "INSERT INTO deliveries (mind_id, seq, room, sender, is_direct, to_you, \
-                     text, source_id, received_at_ms, context) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                )
-                .bind(mind)
-                .bind(seq)
-                .bind(&delivery.room)
-                .bind(&delivery.sender)
-                .bind(delivery.is_direct)
-                .bind(delivery.to_you)
-                .bind(&delivery.text)
-                .bind(&delivery.source_id)
-                .bind(delivery.received_at_ms)
-                .bind(list_text(&delivery.context, "delivery context")?)
-                .execute(&mut *tx)
-                .await?;
+                lock_intake(&mut tx, mind).await?;
+                let posted = intake(&mut tx, mind, delivery).await?;
                 tx.commit().await?;
-                Ok(Posted { seq, created: true })
+                Ok(posted)
+            }
+
+            async fn post_batch(&self, mind: &str, batch: &IntakeBatch) -> Result<Vec<Posted>> {
+                // One transaction: an error anywhere drops `tx`, which rolls back every
+                // delivery and counter bump before it, so the cursor and the mail move together.
+                let mut tx = self.begin_write().await?;
+                require_mind(&mut tx, mind).await?;
+                lock_intake(&mut tx, mind).await?;
+                let mut posted = Vec::with_capacity(batch.deliveries.len());
+                for delivery in &batch.deliveries {
+                    posted.push(intake(&mut tx, mind, delivery).await?);
+                }
+                if let Some(cursor) = &batch.cursor {
+                    write_cursor(&mut tx, mind, cursor).await?;
+                }
+                tx.commit().await?;
+                Ok(posted)
+            }
+
+            async fn cursor(&self, mind: &str, name: &str) -> Result<Option<Cursor>> {
+                let row = sqlx::query(
+                    "SELECT mind_id, name, value, updated_at_ms FROM cursors \
+                     WHERE mind_id = $1 AND name = $2",
+                )
+                .bind(mind)
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
+                row.as_ref().map(cursor_from).transpose()
             }
 
             async fn pending_deliveries(
@@ -1276,7 +1363,8 @@ macro_rules! impl_sql_store {
                     concat!(
                         "SELECT ",
                         $crate::sql::columns!(outbox),
-                        " FROM outbox WHERE mind_id = $1 AND sent_at_ms IS NULL ORDER BY seq \
+                        " FROM outbox WHERE mind_id = $1 AND sent_at_ms IS NULL \
+                         AND failed_at_ms IS NULL ORDER BY seq \
                          LIMIT $2",
                     ),
                 )
@@ -1292,7 +1380,8 @@ macro_rules! impl_sql_store {
                     concat!(
                         "SELECT ",
                         $crate::sql::columns!(outbox),
-                        " FROM outbox WHERE mind_id = $1 AND acked_at_ms IS NULL ORDER BY seq \
+                        " FROM outbox WHERE mind_id = $1 AND acked_at_ms IS NULL \
+                         AND failed_at_ms IS NULL ORDER BY seq \
                          LIMIT $2",
                     ),
                 )
@@ -1314,7 +1403,7 @@ macro_rules! impl_sql_store {
                         "SELECT ",
                         $crate::sql::columns!(outbox),
                         " FROM outbox WHERE mind_id = $1 AND seq > $2 AND acked_at_ms IS NULL \
-                         ORDER BY seq LIMIT $3",
+                         AND failed_at_ms IS NULL ORDER BY seq LIMIT $3",
                     ),
                 )
                 .bind(mind)
@@ -1356,19 +1445,22 @@ macro_rules! impl_sql_store {
                 &self,
                 mind: &str,
                 request_id: &str,
+                remote_id: Option<&str>,
                 acked_at_ms: i64,
             ) -> Result<OutboxMessage> {
-                // Not fenced: the transport acknowledges, whichever host holds the lease.
-                // COALESCE keeps the first ack time, so a repeat or a race changes nothing.
+                // Not fenced: the transport acks, whichever host holds the lease.
+                // COALESCE keeps the first ack time and remote id, so a repeat or a race
+                // changes nothing.
                 let mut tx = self.begin_write().await?;
                 sqlx::query(
                     "UPDATE outbox SET acked_at_ms = COALESCE(acked_at_ms, $3), \
-                     sent_at_ms = COALESCE(sent_at_ms, $3) \
+                     sent_at_ms = COALESCE(sent_at_ms, $3), remote_id = COALESCE(remote_id, $4) \
                      WHERE mind_id = $1 AND request_id = $2",
                 )
                 .bind(mind)
                 .bind(request_id)
                 .bind(acked_at_ms)
+                .bind(remote_id)
                 .execute(&mut *tx)
                 .await?;
                 let message = find_outbox(&mut tx, mind, request_id)
@@ -1376,6 +1468,50 @@ macro_rules! impl_sql_store {
                     .ok_or_else(|| StoreError::not_found("outbox message", request_id))?;
                 tx.commit().await?;
                 Ok(message)
+            }
+
+            async fn fail_outbox(
+                &self,
+                mind: &str,
+                request_id: &str,
+                failure: &str,
+                failed_at_ms: i64,
+            ) -> Result<OutboxMessage> {
+                // Not fenced, like the ack. The first failure stays; an acked message keeps
+                // its ack and gets none.
+                let mut tx = self.begin_write().await?;
+                sqlx::query(
+                    "UPDATE outbox SET failed_at_ms = COALESCE(failed_at_ms, $3), \
+                     failure = COALESCE(failure, $4) \
+                     WHERE mind_id = $1 AND request_id = $2 AND acked_at_ms IS NULL",
+                )
+                .bind(mind)
+                .bind(request_id)
+                .bind(failed_at_ms)
+                .bind(failure)
+                .execute(&mut *tx)
+                .await?;
+                let message = find_outbox(&mut tx, mind, request_id)
+                    .await?
+                    .ok_or_else(|| StoreError::not_found("outbox message", request_id))?;
+                tx.commit().await?;
+                Ok(message)
+            }
+
+            async fn failed_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>> {
+                let rows = sqlx::query(
+                    concat!(
+                        "SELECT ",
+                        $crate::sql::columns!(outbox),
+                        " FROM outbox WHERE mind_id = $1 AND failed_at_ms IS NOT NULL \
+                         ORDER BY failed_at_ms DESC, seq DESC LIMIT $2",
+                    ),
+                )
+                .bind(mind)
+                .bind(limit.max(0))
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter().map(outbox_from).collect()
             }
 
             async fn record_turn(

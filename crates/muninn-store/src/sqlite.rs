@@ -63,6 +63,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ledger_provider_miss",
         include_str!("../migrations/sqlite/0006_ledger_provider_miss.sql"),
     ),
+    (
+        7,
+        "cursors_failed_sends",
+        include_str!("../migrations/sqlite/0007_cursors_failed_sends.sql"),
+    ),
 ];
 
 /// How long a writer waits for another writer's lock before giving up with `Busy`.

@@ -19,6 +19,9 @@
 //!   gap-free per Mind (per role for the transcript), including under concurrent writers.
 //! - **Idempotent intake and output.** A delivery's `source_id` and an outbox message's
 //!   `request_id` are unique per Mind; repeating one returns the existing row and adds nothing.
+//! - **A transport's position moves with its intake.** [`Store::post_batch`] writes a batch of
+//!   deliveries and the transport's cursor (a Matrix sync token) in one transaction, so a
+//!   position is never stored past a delivery that is not.
 //! - **Monotonic ack.** The mailbox ack position never moves backwards.
 //! - **No clock.** Every time is a Unix-ms argument.
 
@@ -153,6 +156,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Puts a delivery in the Mind's mailbox; the same `source_id` again returns the existing
     /// seq with `created: false`. Not fenced (intake). `NotFound` if the Mind is unknown.
     async fn post_delivery(&self, mind: &str, delivery: &NewDelivery) -> Result<Posted>;
+    /// Posts a transport's batch of deliveries and moves its named cursor, in one transaction:
+    /// both or neither. Each delivery is intake as by [`post_delivery`](Store::post_delivery)
+    /// (a known source id, in the mailbox or earlier in the batch, adds nothing and answers
+    /// `created: false`), in order; the cursor is written last, so a crash or an error at any
+    /// point leaves the mailbox and the cursor as they were, and the transport re-reads the
+    /// same batch. Returns one [`Posted`] per delivery. Not fenced (intake). `NotFound` if the
+    /// Mind is unknown; `Invalid` for an empty cursor name or a value over
+    /// [`CURSOR_MAX_BYTES`](crate::CURSOR_MAX_BYTES).
+    async fn post_batch(&self, mind: &str, batch: &IntakeBatch) -> Result<Vec<Posted>>;
+    /// The Mind's cursor called `name`, if one was ever written.
+    async fn cursor(&self, mind: &str, name: &str) -> Result<Option<Cursor>>;
     /// Deliveries with `seq > after_seq`, ascending, at most `limit`.
     async fn pending_deliveries(
         &self,
@@ -178,12 +192,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         token: FencingToken,
         messages: &[NewOutboxMessage],
     ) -> Result<Vec<OutboxMessage>>;
-    /// Messages not yet sent, in recording order, at most `limit`.
+    /// Messages not yet sent (nor failed), in recording order, at most `limit`.
     async fn unsent_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>>;
-    /// Messages not yet acknowledged (sent or not), in recording order, at most `limit`.
+    /// Messages not yet acknowledged (sent or not) nor failed, in recording order, at most
+    /// `limit`.
     async fn unacked_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>>;
-    /// Messages not yet acknowledged with `seq > after_seq`, in seq (recording) order, at most
-    /// `limit`: a transport's or API client's next page, read from the `(mind, seq)` index.
+    /// Messages not yet acknowledged nor failed with `seq > after_seq`, in seq (recording)
+    /// order, at most `limit`: a transport's or API client's next page, read from the
+    /// `(mind, seq)` index.
     async fn outbox_after(
         &self,
         mind: &str,
@@ -199,16 +215,33 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         remote_id: Option<&str>,
         sent_at_ms: i64,
     ) -> Result<OutboxMessage>;
-    /// Marks a message acknowledged by the peer (idempotent: the first ack time stays; implies
-    /// sent). Not fenced: the acknowledgement comes from the transport (the Matrix mouth), not
-    /// from the Mind's writer, and must land even while no host holds the lease or the lease
-    /// is changing hands. `NotFound` if the message is unknown.
+    /// Marks a message acknowledged by the peer, with the peer's id for it if it gave one (the
+    /// Matrix event id) (idempotent: the first ack time and remote id stay; implies sent). Not
+    /// fenced: the acknowledgement comes from the transport (the Matrix connector), not from the
+    /// Mind's writer, and must land even while no host holds the lease or the lease is changing
+    /// hands. `NotFound` if the message is unknown.
     async fn ack_outbox(
         &self,
         mind: &str,
         request_id: &str,
+        remote_id: Option<&str>,
         acked_at_ms: i64,
     ) -> Result<OutboxMessage>;
+    /// Records that the transport gave up on a message for good (a refusal no retry can
+    /// change), with why: it is offered to no transport again and is listed by
+    /// [`failed_outbox`](Store::failed_outbox) — never silently dropped. Idempotent: the first
+    /// failure stays; a message already acknowledged stays acknowledged and gets no failure.
+    /// Not fenced (the transport's word, as [`ack_outbox`](Store::ack_outbox)). `NotFound` if
+    /// the message is unknown.
+    async fn fail_outbox(
+        &self,
+        mind: &str,
+        request_id: &str,
+        failure: &str,
+        failed_at_ms: i64,
+    ) -> Result<OutboxMessage>;
+    /// Messages a transport gave up on, the newest failure first, at most `limit`.
+    async fn failed_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>>;
 
     // ----- Turns -----
 

@@ -222,6 +222,45 @@ pub struct Mailbox {
     pub oldest_received_at_ms: Option<i64>,
 }
 
+/// The longest cursor value a store keeps, in bytes (a Matrix sync token is about 50).
+pub const CURSOR_MAX_BYTES: usize = 4096;
+
+/// What one read of a transport (a Matrix `/sync` response) brings: its deliveries, and the
+/// transport's position after them. [`Store::post_batch`](crate::Store::post_batch) commits
+/// both in one transaction, so the position never moves past a delivery that is not durable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IntakeBatch {
+    /// The deliveries, in the order they get seqs; a source id already in the mailbox (or
+    /// earlier in the batch) adds nothing.
+    pub deliveries: Vec<NewDelivery>,
+    /// The position to store with them, if it moves.
+    pub cursor: Option<NewCursor>,
+}
+
+/// A named position of a transport, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewCursor {
+    /// Its name, unique per Mind (`matrix:sync`); not empty.
+    pub name: String,
+    /// The position, opaque to the store; at most [`CURSOR_MAX_BYTES`] bytes.
+    pub value: String,
+    /// When it was written, Unix ms.
+    pub updated_at_ms: i64,
+}
+
+/// A named position of a transport, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// The Mind.
+    pub mind: String,
+    /// Its name.
+    pub name: String,
+    /// The position.
+    pub value: String,
+    /// When it was last written, Unix ms.
+    pub updated_at_ms: i64,
+}
+
 /// An outbound message to record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewOutboxMessage {

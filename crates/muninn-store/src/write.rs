@@ -57,13 +57,6 @@ where
             }
         }
     }
-
-    /// Rolls back (an idempotent write that found its work already done).
-    pub(crate) async fn rollback(mut self) -> Result<()> {
-        sqlx::raw_sql("ROLLBACK").execute(&mut *self).await?;
-        self.ended = true;
-        Ok(())
-    }
 }
 
 impl<DB: Database> Drop for WriteTx<DB> {

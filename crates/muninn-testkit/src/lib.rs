@@ -10,8 +10,9 @@
 //! - [`backend_suite`] — [`run_backend_suite`]: the behaviour every `muninn_backend::Backend`
 //!   passes, run by the simulator's and the Claude Code CLI driver's tests.
 //! - [`peers`] — finding the real peers (the Claude Code CLI, the Python SDK, PostgreSQL,
-//!   headless Chromium with its chromedriver) and
-//!   `MUNINN_REQUIRE_PEERS`: a missing peer is a `SKIP`, or a failure when peers are required.
+//!   headless Chromium with its chromedriver, Synapse) and `MUNINN_REQUIRE_PEERS`: a missing
+//!   peer is a `SKIP`, or a failure when peers are required.
+//! - [`synapse`] — a real Synapse per test binary or per test, and a person's Matrix client.
 //!
 //! ## Invariants
 //!
@@ -22,6 +23,7 @@
 pub mod backend_suite;
 pub mod peers;
 pub mod store_conformance;
+pub mod synapse;
 
 pub use backend_suite::{SuiteHarness, run_backend_suite};
 pub use store_conformance::{StoreFactory, run_conformance};

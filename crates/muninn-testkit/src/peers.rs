@@ -1,6 +1,6 @@
 //! Finding the real peers the tests run against (STYLE 10): the Claude Code CLI, the official
-//! Anthropic Python SDK, PostgreSQL and a headless browser — written once here instead of in
-//! every test file.
+//! Anthropic Python SDK, PostgreSQL, a headless browser and Synapse — written once here instead
+//! of in every test file.
 //!
 //! | peer | found through | installed by |
 //! |---|---|---|
@@ -8,6 +8,7 @@
 //! | Python with `anthropic` | `MUNINN_PYTHON`, else `python3` | `scripts/install-python-peers.sh` |
 //! | PostgreSQL | `MUNINN_TEST_POSTGRES` (an admin URL), else `postgres://postgres@127.0.0.1:5432/test`; `psql` on 127.0.0.1 for whole databases | `scripts/test.sh` starts it |
 //! | headless Chromium and chromedriver (Debian's `chromium`, `chromium-driver`) | `MUNINN_CHROMIUM` and `MUNINN_CHROMEDRIVER`, else `/usr/bin/chromium` and `/usr/bin/chromedriver` | `scripts/install-browser-peers.sh` |
+//! | Synapse 1.163.2 (a Matrix homeserver) | `MUNINN_SYNAPSE_PYTHON`, else the install script's environment under `~/.cache/muninn/synapse`; each test starts its own (`crate::synapse`) | `scripts/install-synapse.sh` |
 //!
 //! A test whose peer is missing returns early after [`missing_peer`] printed `SKIP` — unless
 //! `MUNINN_REQUIRE_PEERS=1` (as CI and `scripts/test.sh` on a prepared machine set it), when the
@@ -25,6 +26,12 @@ pub const CLAUDE_CLI_VERSION: &str = "2.1.332";
 /// Where `scripts/install-claude-cli.sh` puts the CLI, under `$HOME`.
 const CLAUDE_CLI_INSTALLED: &str =
     ".cache/muninn/claude-cli/node_modules/@anthropic-ai/claude-code/bin/claude.exe";
+
+/// The Synapse version the Matrix connector is tested against.
+pub const SYNAPSE_VERSION: &str = "1.163.2";
+
+/// Where `scripts/install-synapse.sh` puts the environment's interpreter, under `$HOME`.
+const SYNAPSE_INSTALLED: &str = ".cache/muninn/synapse/bin/python";
 
 /// The admin URL the store's PostgreSQL tests use when `MUNINN_TEST_POSTGRES` is not set.
 const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -152,6 +159,33 @@ pub fn chromium() -> Option<Browser> {
             None
         }
     }
+}
+
+/// The interpreter of a Python environment with Synapse [`SYNAPSE_VERSION`]
+/// (`MUNINN_SYNAPSE_PYTHON`, else the install script's place); `None` after [`missing_peer`].
+#[track_caller]
+pub fn synapse_python() -> Option<PathBuf> {
+    let python = std::env::var("MUNINN_SYNAPSE_PYTHON")
+        .ok()
+        .map(PathBuf::from)
+        .or_else(|| Some(PathBuf::from(std::env::var("HOME").ok()?).join(SYNAPSE_INSTALLED)));
+    let pinned = python.filter(|python| {
+        Command::new(python)
+            .args([
+                "-c",
+                &format!(
+                    "import synapse, sys; sys.exit(synapse.__version__ != '{SYNAPSE_VERSION}')"
+                ),
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if pinned.is_none() {
+        missing_peer(&format!(
+            "Synapse {SYNAPSE_VERSION} not found (run scripts/install-synapse.sh, or set MUNINN_SYNAPSE_PYTHON)"
+        ));
+    }
+    pinned
 }
 
 /// The admin URL of the PostgreSQL the store's tests use: `MUNINN_TEST_POSTGRES`, else

@@ -27,6 +27,12 @@ use serde_json::json;
 use muninn_store::types::*;
 use muninn_store::{Result, Store, StoreError};
 
+mod transports;
+use transports::{
+    failed_sends_are_kept_and_never_offered_again, intake_batch_is_all_or_nothing,
+    intake_batch_moves_mail_and_cursor_together, outbox_rows_from_schema_5_migrate_to_failures,
+};
+
 /// Makes the stores the suite runs against.
 #[async_trait]
 pub trait StoreFactory: Send + Sync {
@@ -71,6 +77,10 @@ const CASES: &[(&str, Case)] = cases![
     reopen_keeps_everything,
     rows_from_schema_2_migrate_forward,
     unknown_mind,
+    intake_batch_moves_mail_and_cursor_together,
+    intake_batch_is_all_or_nothing,
+    failed_sends_are_kept_and_never_offered_again,
+    outbox_rows_from_schema_5_migrate_to_failures,
 ];
 
 /// The names of the cases [`run_conformance`] runs, in order.
@@ -559,7 +569,7 @@ async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
     });
 
     // An outbox ack is not fenced: it comes from the transport, not from a lease holder.
-    let acked = ok(store.ack_outbox(m, "b1-0", 5).await, "ack outbox");
+    let acked = ok(store.ack_outbox(m, "b1-0", None, 5).await, "ack outbox");
     assert_eq!(acked.acked_at_ms, Some(5));
 
     // The fresh holder writes fine, and the seq continues without a gap.
@@ -984,11 +994,14 @@ async fn outbox(factory: &dyn StoreFactory) {
         ok(store.unacked_outbox("m", 10).await, "unacked")
     );
 
-    let acked = ok(store.ack_outbox("m", "b1-0", 70).await, "ack");
+    let acked = ok(store.ack_outbox("m", "b1-0", None, 70).await, "ack");
     assert_eq!(acked.acked_at_ms, Some(70));
     assert_eq!(acked.sent_at_ms, Some(50));
     assert_eq!(
-        ok(store.ack_outbox("m", "b1-0", 75).await, "ack again"),
+        ok(
+            store.ack_outbox("m", "b1-0", Some("$late"), 75).await,
+            "ack again"
+        ),
         acked,
         "acking twice keeps the first"
     );
@@ -1000,11 +1013,12 @@ async fn outbox(factory: &dyn StoreFactory) {
     // an unsent message implies it was sent.
     ok(store.release_lease("m", token).await, "release");
     let acked2 = ok(
-        store.ack_outbox("m", "b1-1", 80).await,
+        store.ack_outbox("m", "b1-1", Some("$event-b1-1"), 80).await,
         "ack unsent, no lease",
     );
     assert_eq!(acked2.sent_at_ms, Some(80));
     assert_eq!(acked2.acked_at_ms, Some(80));
+    assert_eq!(acked2.remote_id.as_deref(), Some("$event-b1-1"));
     let token = ok(
         store.acquire_lease("m", "h", 60_000, 90).await,
         "re-acquire",
@@ -1021,7 +1035,10 @@ async fn outbox(factory: &dyn StoreFactory) {
         store.mark_outbox_sent("m", token, "nope", None, 1).await,
         "unknown id",
     );
-    assert_not_found(store.ack_outbox("m", "nope", 1).await, "unknown id ack");
+    assert_not_found(
+        store.ack_outbox("m", "nope", None, 1).await,
+        "unknown id ack",
+    );
     store.close().await;
 }
 
@@ -1814,7 +1831,7 @@ async fn unknown_mind(factory: &dyn StoreFactory) {
         ok(store.outbox_after("zz", 0, 5).await, "outbox after"),
         vec![]
     );
-    assert_not_found(store.ack_outbox("zz", "b1-0", 1).await, "ack");
+    assert_not_found(store.ack_outbox("zz", "b1-0", None, 1).await, "ack");
     assert_eq!(
         ok(store.spend("zz", 0, i64::MAX).await, "spend"),
         MicroUsd::ZERO

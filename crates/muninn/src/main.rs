@@ -24,6 +24,7 @@ mod doctor;
 mod import;
 mod ledger;
 mod logs;
+mod matrix;
 mod replay;
 mod say;
 mod sensitivity;

@@ -1,9 +1,9 @@
 //! `muninn serve`: the host. Loads the configuration (or the built-in demo Mind), opens the store,
-//! creates the API token on first start, runs every Mind and serves the HTTP API until Ctrl-C
-//! or SIGTERM — either stops it the same way: the API stops taking requests, each Mind finishes
-//! the step it is in, stops its backend's children cleanly and releases its lease. While it
-//! runs, a host file in the user's state directory (`muninn_api::discovery`) tells client
-//! commands where it is, from any directory.
+//! creates the API token on first start, runs every Mind, the Matrix connector when `[matrix]` is
+//! configured, and serves the HTTP API until Ctrl-C or SIGTERM — either stops it the same way:
+//! the API stops taking requests, each Mind finishes the step it is in, stops its backend's
+//! children cleanly and releases its lease. While it runs, a host file in the user's state
+//! directory (`muninn_api::discovery`) tells client commands where it is, from any directory.
 
 use anyhow::Context;
 use muninn_api::ApiToken;
@@ -77,19 +77,8 @@ pub async fn stop_signal() -> &'static str {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = configuration(&args)?;
-    let prices = match &config.prices {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            PriceTable::parse(&text, &path.display().to_string())?
-        }
-        None => PriceTable::embedded(),
-    };
-    for mind in &config.minds {
-        prices
-            .model(&mind.model)
-            .with_context(|| format!("mind {}", mind.id))?;
-    }
+    let prices = prices(&config)?;
+    let matrix = crate::matrix::connector_config(&config, &|k| std::env::var(k).ok())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -98,12 +87,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .config
         .as_ref()
         .and_then(|p| std::env::current_dir().ok().map(|cwd| cwd.join(p)));
-    runtime.block_on(serve_until_stopped(config, prices, config_path, args.for_s))
+    runtime.block_on(serve_until_stopped(
+        config,
+        prices,
+        matrix,
+        config_path,
+        args.for_s,
+    ))
 }
 
 async fn serve_until_stopped(
     config: Config,
     prices: PriceTable,
+    matrix: Option<muninn_matrix::ConnectorConfig>,
     config_path: Option<PathBuf>,
     for_s: Option<u64>,
 ) -> anyhow::Result<()> {
@@ -134,6 +130,14 @@ async fn serve_until_stopped(
         holder,
         stopped.clone(),
     ));
+    let matrix_line = matrix.as_ref().map_or_else(String::new, |m| {
+        format!(
+            "; Matrix: {} account(s) on {}",
+            m.accounts.len(),
+            m.homeserver
+        )
+    });
+    let connector = matrix.map(|m| crate::matrix::spawn(&host, m, stopped.clone()));
     let host_file = write_host_file(&config, addr, config_path);
     tracing::info!(
         minds = config.minds.len(),
@@ -146,7 +150,7 @@ async fn serve_until_stopped(
     // The one line a supervising script waits for; logs go to stderr. A closed stdout does not
     // stop the host.
     let _ = crate::output::outln!(
-        "muninn serve: {} Mind(s) on {backend}, API on http://{addr} (token in {})",
+        "muninn serve: {} Mind(s) on {backend}, API on http://{addr} (token in {}){matrix_line}",
         config.minds.len(),
         config.api_token_path().display()
     );
@@ -174,6 +178,9 @@ async fn serve_until_stopped(
         .context("the API task")?
         .context("serving the API")?;
     minds_result.context("the Minds' task")??;
+    if let Some(connector) = connector {
+        connector.await.context("the Matrix connector")?;
+    }
     Ok(())
 }
 
@@ -199,6 +206,24 @@ fn write_host_file(
         );
     }
     Some(path)
+}
+
+/// The price table (`prices`, else the embedded one), checked to price every Mind's model.
+fn prices(config: &Config) -> anyhow::Result<PriceTable> {
+    let prices = match &config.prices {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            PriceTable::parse(&text, &path.display().to_string())?
+        }
+        None => PriceTable::embedded(),
+    };
+    for mind in &config.minds {
+        prices
+            .model(&mind.model)
+            .with_context(|| format!("mind {}", mind.id))?;
+    }
+    Ok(prices)
 }
 
 fn hostname() -> String {

@@ -98,7 +98,8 @@ fn segment_column(segment: &Option<Segment>) -> String {
 }
 
 /// `muninn status`: every Mind with its state, lease holder, pending deliveries, segments and
-/// spend in its window; a line per Mind that is retrying, with the error.
+/// spend in its window; a line per Mind that is retrying, with the error, then each send a
+/// transport gave up on (when and why).
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     block_on(async move {
@@ -156,6 +157,20 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
                     "{}: retrying since {} ({attempts} failed steps): {error}",
                     mind.id,
                     clock_time(*since_ms)
+                )?;
+            }
+        }
+        for mind in &minds {
+            for failed in &mind.failed_sends {
+                outln!(
+                    "{}: send {} to {} failed{}: {}",
+                    mind.id,
+                    failed.request_id,
+                    failed.room,
+                    failed
+                        .failed_at_ms
+                        .map_or_else(String::new, |at| format!(" at {}", clock_time(at))),
+                    failed.failure.as_deref().unwrap_or("(no reason given)")
                 )?;
             }
         }

@@ -11,6 +11,7 @@
 mod closed_loop;
 mod host_cli;
 mod logs;
+mod matrix;
 mod two_hosts;
 
 use muninn_core::replay::Plan;

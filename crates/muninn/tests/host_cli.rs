@@ -204,6 +204,26 @@ async fn status_brake_caps_ledger_and_tail_print_what_the_host_has() {
         .unwrap();
     let out = stdout(&served.muninn(&["tail", "vala"]).await);
     assert!(out.contains("outbox b1-0 → #swarm: well met"), "{out}");
+
+    // A send the transport gave up on is listed with when and why.
+    served
+        .host
+        .store
+        .fail_outbox(
+            "vala",
+            "b1-0",
+            "M_FORBIDDEN: not in the room",
+            1_750_000_000_000,
+        )
+        .await
+        .unwrap();
+    let out = stdout(&served.muninn(&["status"]).await);
+    assert!(
+        out.contains(
+            "vala: send b1-0 to #swarm failed at 2025-06-15 15:06:40: M_FORBIDDEN: not in the room"
+        ),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -332,7 +332,7 @@ pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<M
         i64::try_from(default_window_s.saturating_mul(1000)).unwrap_or(i64::MAX)
     });
     let from_ms = now.saturating_sub(window_ms);
-    let (lease, segments, spent, ack_position) = if stored.is_some() {
+    let (lease, segments, spent, ack_position, failed_sends) = if stored.is_some() {
         (
             host.store.lease(id).await?,
             CurrentSegments {
@@ -341,9 +341,12 @@ pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<M
             },
             host.store.spend(id, from_ms, now).await?.0,
             host.store.ack_position(id).await?,
+            host.store
+                .failed_outbox(id, muninn_api::wire::FAILED_SENDS_SHOWN)
+                .await?,
         )
     } else {
-        (None, CurrentSegments::default(), 0, 0)
+        (None, CurrentSegments::default(), 0, 0, Vec::new())
     };
     let pending = if stored.is_some() {
         host.store
@@ -374,6 +377,7 @@ pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<M
         pending_deliveries: pending.len() as i64,
         oldest_pending_at_ms: pending.first().map(|d| d.received_at_ms),
         activity: host.signals.activity(id),
+        failed_sends,
         config,
     })
 }
@@ -589,7 +593,7 @@ async fn ack_outbox(
     // whether or not a host holds the Mind's lease right now.
     let message = host
         .store
-        .ack_outbox(&mind, &request_id, host.clock.now_ms())
+        .ack_outbox(&mind, &request_id, None, host.clock.now_ms())
         .await?;
     Ok(Json(message))
 }

@@ -1,0 +1,195 @@
+//! One account: log in on its fixed device, learn and join its rooms, then run its ear (the
+//! `/sync` loop) and its mouth (the sender) side by side until the connector stops.
+
+use crate::client::MatrixClient;
+use crate::config::{Account, ConnectorConfig, Credential};
+use crate::error::MatrixError;
+use crate::rooms::Directory;
+use crate::{OnDelivered, Stats, ear, mouth};
+use muninn_backend::clock::Clock;
+use muninn_store::Store;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// What an account's tasks share.
+#[derive(Clone)]
+pub(crate) struct Context {
+    pub(crate) config: ConnectorConfig,
+    pub(crate) account: Account,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) stats: Arc<Stats>,
+}
+
+/// A logged-in account with its rooms.
+pub(crate) struct Opened {
+    pub(crate) client: MatrixClient,
+    pub(crate) directory: Arc<Mutex<Directory>>,
+    /// Rooms the account was in before it joined its configured rooms at this start: a room
+    /// not among them is new to it, and its history before the join is context.
+    pub(crate) joined: HashSet<String>,
+}
+
+/// Runs the account until `stop`: opens it (retrying with backoff), then its ear and mouth.
+pub(crate) async fn run(
+    context: Context,
+    on_delivered: OnDelivered,
+    outbox_changed: watch::Receiver<u64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mind = context.account.mind.clone();
+    let mut backoff = Backoff::default();
+    let opened = loop {
+        match open(&context).await {
+            Ok(opened) => break opened,
+            Err(error) => {
+                let wait = backoff.after(&error);
+                tracing::error!(%mind, %error, "matrix: cannot open the account; retrying in {wait:?}");
+                if pause(&mut stop, wait).await {
+                    return;
+                }
+            }
+        }
+    };
+    tracing::info!(%mind, user = %context.account.user_id, "matrix: account open");
+    let ear = ear::Ear::new(context.clone(), &opened, on_delivered);
+    let mouth = mouth::Mouth::new(context, &opened, outbox_changed);
+    tokio::join!(ear.run(stop.clone()), mouth.run(stop));
+}
+
+/// Logs in and learns the account's rooms.
+async fn open(context: &Context) -> Result<Opened, MatrixError> {
+    let account = &context.account;
+    let client = login(&context.config.homeserver, account).await?;
+    let mut directory = Directory::default();
+    // Before joining anything: what the account was already in.
+    let joined: HashSet<String> = client.joined_rooms().await?.into_iter().collect();
+    for name in &account.rooms {
+        match join_configured(&client, account, name).await {
+            Ok(room_id) => directory.add_public(name, &room_id),
+            Err(error) if error.retry_after().is_none() => {
+                // One bad room must not keep the Mind deaf in the others: it is skipped, loudly.
+                tracing::error!(mind = %account.mind, room = %name, %error,
+                    "matrix: cannot join a configured room; it is skipped until the next start");
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    if let Some(direct) = client.account_data(&account.user_id, "m.direct").await? {
+        directory.set_direct(&direct);
+    }
+    for room in &joined {
+        if directory.needs_members(room) {
+            let count = client.joined_member_count(room).await?;
+            directory.set_members(room, u64::try_from(count).unwrap_or(u64::MAX));
+        }
+    }
+    Ok(Opened {
+        client,
+        directory: Arc::new(Mutex::new(directory)),
+        joined,
+    })
+}
+
+/// A client logged in as the account on its fixed device: with the password, or with a token
+/// checked to be the account's and the device's.
+async fn login(homeserver: &str, account: &Account) -> Result<MatrixClient, MatrixError> {
+    let client = MatrixClient::new(homeserver)?;
+    match &account.credential {
+        Credential::Password(password) => {
+            let login = client
+                .login(&account.user_id, password.expose(), &account.device_id)
+                .await?;
+            if login.user_id != account.user_id || login.device_id != account.device_id {
+                return Err(MatrixError::Config(format!(
+                    "logged in as {} on device {}, configured {} on {}",
+                    login.user_id, login.device_id, account.user_id, account.device_id
+                )));
+            }
+            Ok(client.with_token(&login.access_token))
+        }
+        Credential::AccessToken(token) => {
+            let client = client.with_token(token.expose());
+            let me = client.whoami().await?;
+            if me.user_id != account.user_id {
+                return Err(MatrixError::Config(format!(
+                    "the access token is {}'s, configured {}",
+                    me.user_id, account.user_id
+                )));
+            }
+            if let Some(device) = me.device_id.filter(|d| *d != account.device_id) {
+                return Err(MatrixError::Config(format!(
+                    "the access token is device {device}'s, configured {}: transaction ids \
+                     (idempotent sends) are scoped per device",
+                    account.device_id
+                )));
+            }
+            Ok(client)
+        }
+    }
+}
+
+/// Joins a configured room (`!id`, `#alias:server`, or `#alias` on the account's server) and
+/// returns its room id.
+async fn join_configured(
+    client: &MatrixClient,
+    account: &Account,
+    name: &str,
+) -> Result<String, MatrixError> {
+    let address = match (name.starts_with('#'), name.contains(':')) {
+        (true, false) => {
+            let server = account.user_id.split_once(':').map_or("", |(_, s)| s);
+            format!("{name}:{server}")
+        }
+        _ => name.to_owned(),
+    };
+    client.join(&address).await
+}
+
+/// Waits `wait`, or until `stop`; returns whether the connector is stopping.
+pub(crate) async fn pause(stop: &mut watch::Receiver<bool>, wait: Duration) -> bool {
+    if *stop.borrow() {
+        return true;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => *stop.borrow(),
+        _ = stop.changed() => true,
+    }
+}
+
+/// Exponential backoff from 1 s to 30 s; a rate limit's own wait wins.
+#[derive(Debug, Default)]
+pub(crate) struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    /// The wait after `error`: its `retry_after` if it names one, else the next step; an error
+    /// no retry can fix (a configuration error) waits the longest.
+    pub(crate) fn after(&mut self, error: &MatrixError) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        let step =
+            Duration::from_secs(1 << self.failures.min(6).saturating_sub(1)).min(MAX_BACKOFF);
+        match error.retry_after() {
+            Some(wait) if !wait.is_zero() => wait,
+            Some(_) => step,
+            None => MAX_BACKOFF,
+        }
+    }
+
+    /// Clears the failures after a success.
+    pub(crate) fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
+/// The longest backoff.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Locks the directory (a poisoned lock still holds a valid directory: nothing panics while
+/// holding it).
+pub(crate) fn lock(directory: &Mutex<Directory>) -> std::sync::MutexGuard<'_, Directory> {
+    directory.lock().unwrap_or_else(PoisonError::into_inner)
+}

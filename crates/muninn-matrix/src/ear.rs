@@ -1,0 +1,452 @@
+//! An account's ear: one `/sync` long poll at a time, each answer turned into one
+//! [`IntakeBatch`] — the mail of every room the Mind listens in, with context — committed with
+//! the answer's `next_batch` by [`Store::post_batch`](muninn_store::Store::post_batch).
+//!
+//! The position advances only by that commit. An answer that fails anywhere before it (the
+//! homeserver, a `/messages` page, the store, a crash) leaves the stored position where it
+//! was, and the same `since` is asked again. (Synapse may answer a repeated `since` from its
+//! two-minute response cache; the answer is then the very batch that was lost, which is what
+//! is wanted.)
+
+use crate::account::{Backoff, Context, Opened, lock, pause};
+use crate::client::{Direction, MatrixClient};
+use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
+use crate::error::MatrixError;
+use crate::history::{Chunk, Limits, Line, Window, mail_start, merge_rooms, read_chunk};
+use crate::rooms::{Directory, RoomKind};
+use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse, membership_of};
+use crate::{OnDelivered, Stats};
+use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+
+/// Events per `/messages` page.
+const PAGE: u32 = 100;
+
+/// The most events paged back to fill one gap; beyond it the gap's oldest events are skipped,
+/// loudly (a connector down for days in a very busy room).
+const MAX_GAP_EVENTS: usize = 5_000;
+
+/// How often a held sync looks whether the Mind caught up.
+const HOLD_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The event types read: messages, and memberships (to find where a new room's mail starts).
+const EVENT_TYPES: &str = r#"["m.room.message","m.room.member"]"#;
+
+/// An account's `/sync` loop.
+pub(crate) struct Ear {
+    context: Context,
+    client: MatrixClient,
+    directory: Arc<Mutex<Directory>>,
+    joined: HashSet<String>,
+    windows: HashMap<String, Window>,
+    on_delivered: OnDelivered,
+    filter: String,
+    page_filter: String,
+}
+
+impl Ear {
+    pub(crate) fn new(context: Context, opened: &Opened, on_delivered: OnDelivered) -> Ear {
+        let limit = context.config.timeline_limit;
+        Ear {
+            filter: format!(
+                r#"{{"presence":{{"not_types":["*"]}},"account_data":{{"types":["m.direct"]}},"room":{{"timeline":{{"limit":{limit},"types":{EVENT_TYPES}}},"state":{{"lazy_load_members":true,"types":["m.room.member"]}},"ephemeral":{{"not_types":["*"]}},"account_data":{{"not_types":["*"]}}}}}}"#
+            ),
+            page_filter: format!(r#"{{"types":{EVENT_TYPES}}}"#),
+            client: opened.client.clone(),
+            directory: opened.directory.clone(),
+            joined: opened.joined.clone(),
+            windows: HashMap::new(),
+            on_delivered,
+            context,
+        }
+    }
+
+    fn mind(&self) -> &str {
+        &self.context.account.mind
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            lines: self.context.config.context_lines,
+            bytes: self.context.config.context_bytes,
+        }
+    }
+
+    /// Syncs until `stop`: hold while the Mind is behind, sync, commit, repeat; every failure
+    /// logged and retried with backoff.
+    pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let mut backoff = Backoff::default();
+        let mut since = loop {
+            match self.context.store.cursor(self.mind(), SYNC_CURSOR).await {
+                Ok(cursor) => break cursor.map(|c| c.value),
+                Err(error) => {
+                    let error = MatrixError::from(error);
+                    tracing::error!(mind = %self.mind(), %error, "matrix: cannot read the sync position");
+                    if pause(&mut stop, backoff.after(&error)).await {
+                        return;
+                    }
+                }
+            }
+        };
+        loop {
+            if self.hold(&mut stop).await {
+                return;
+            }
+            let timeout = match since {
+                Some(_) => self.context.config.sync_timeout,
+                None => std::time::Duration::ZERO,
+            };
+            let synced = tokio::select! {
+                synced = self.client.sync(since.as_deref(), &self.filter, timeout) => synced,
+                _ = stop.changed() => return,
+            };
+            match self.commit(since.as_deref(), synced).await {
+                Ok(next) => {
+                    since = Some(next);
+                    backoff.reset();
+                }
+                Err(error) => {
+                    let wait = backoff.after(&error);
+                    tracing::warn!(mind = %self.mind(), %error, "matrix: sync failed; retrying in {wait:?}");
+                    if pause(&mut stop, wait).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits while the Mind has `max_pending` or more unanswered deliveries (the sync position
+    /// stays); returns whether the connector is stopping.
+    async fn hold(&self, stop: &mut watch::Receiver<bool>) -> bool {
+        let max = self.context.config.max_pending;
+        let mut held = false;
+        loop {
+            let pending = self.pending(max).await;
+            if pending.is_ok_and(|n| n < max) {
+                return *stop.borrow();
+            }
+            if !held {
+                held = true;
+                Stats::add(&self.context.stats.holds, 1);
+                tracing::info!(mind = %self.mind(), max_pending = max,
+                    "matrix: the Mind is {max}+ deliveries behind; holding the sync position");
+            }
+            if pause(stop, HOLD_POLL).await {
+                return true;
+            }
+        }
+    }
+
+    /// How many deliveries are past the ack position (counting up to `max`).
+    async fn pending(&self, max: usize) -> Result<usize, MatrixError> {
+        let store = &self.context.store;
+        let acked = store.ack_position(self.mind()).await?;
+        let limit = i64::try_from(max).unwrap_or(i64::MAX);
+        Ok(store
+            .pending_deliveries(self.mind(), acked, limit)
+            .await?
+            .len())
+    }
+
+    /// Reads one `/sync` answer and commits its mail with its `next_batch`; returns the new
+    /// position.
+    async fn commit(
+        &mut self,
+        since: Option<&str>,
+        synced: Result<SyncResponse, MatrixError>,
+    ) -> Result<String, MatrixError> {
+        let response = synced?;
+        let next = response.next_batch.clone();
+        let deliveries = self.read(since, response).await?;
+        if deliveries.is_empty() && since == Some(next.as_str()) {
+            // A long poll that timed out: nothing to commit, and no write to make.
+            return Ok(next);
+        }
+        if !deliveries.is_empty() {
+            crash_if_armed(self.context.config.fault, FaultPoint::SyncedBeforeCommit);
+        }
+        let batch = IntakeBatch {
+            deliveries,
+            cursor: Some(NewCursor {
+                name: SYNC_CURSOR.to_owned(),
+                value: next.clone(),
+                updated_at_ms: self.context.clock.now_ms(),
+            }),
+        };
+        let posted = self.context.store.post_batch(self.mind(), &batch).await?;
+        let created = posted.iter().filter(|p| p.created).count();
+        Stats::add(&self.context.stats.syncs, 1);
+        Stats::add(&self.context.stats.delivered, created as u64);
+        if created > 0 {
+            tracing::debug!(mind = %self.mind(), created, "matrix: mail committed");
+            (self.on_delivered)(self.mind());
+        }
+        Ok(next)
+    }
+
+    /// The mail of one `/sync` answer: each room's in its timeline's order, rooms interleaved
+    /// by time.
+    async fn read(
+        &mut self,
+        since: Option<&str>,
+        response: SyncResponse,
+    ) -> Result<Vec<NewDelivery>, MatrixError> {
+        if let Some(direct) = response
+            .account_data
+            .events
+            .iter()
+            .rfind(|e| e.kind == "m.direct")
+        {
+            lock(&self.directory).set_direct(&direct.content);
+        }
+        self.accept_invites(&response.rooms.invite).await?;
+        let segment_start = self.segment_start().await?;
+        let own = self.context.account.user_id.clone();
+        let held =
+            move |line: &Line| line.sender == own && segment_start.is_some_and(|s| line.ts >= s);
+        let mut mail = Vec::new();
+        for (room_id, room) in response.rooms.join {
+            if let Some(joined) = room.summary.joined_member_count {
+                lock(&self.directory).set_members(&room_id, joined);
+            }
+            let newly = since.is_some() && !self.joined.contains(&room_id);
+            self.joined.insert(room_id.clone());
+            let Some(kind) = self.kind_of(&room_id).await? else {
+                continue;
+            };
+            mail.push(
+                self.read_room(since, &room_id, &kind, room, newly, &held)
+                    .await?,
+            );
+        }
+        Ok(merge_rooms(mail))
+    }
+
+    /// When the Mind's open Persona segment began (`None`: no open segment), which says which
+    /// of the account's own messages its transcript holds.
+    async fn segment_start(&self) -> Result<Option<i64>, MatrixError> {
+        let segment = self
+            .context
+            .store
+            .current_segment(self.mind(), Role::Persona)
+            .await?;
+        Ok(segment
+            .filter(|s| s.ended_at_ms.is_none())
+            .map(|s| s.started_at_ms))
+    }
+
+    /// What the room is to the Mind, looking its members up once if nothing else says.
+    async fn kind_of(&self, room_id: &str) -> Result<Option<RoomKind>, MatrixError> {
+        let needs = lock(&self.directory).needs_members(room_id);
+        if needs {
+            let count = self.client.joined_member_count(room_id).await?;
+            lock(&self.directory).set_members(room_id, u64::try_from(count).unwrap_or(u64::MAX));
+        }
+        Ok(lock(&self.directory).kind(room_id))
+    }
+
+    /// One room's mail: its events gathered, read into its window (with history fetched once
+    /// if the window holds too little for context), each message from someone else after the
+    /// history a delivery with its context.
+    async fn read_room(
+        &mut self,
+        since: Option<&str>,
+        room_id: &str,
+        kind: &RoomKind,
+        room: JoinedRoom,
+        newly: bool,
+        held: &(dyn Fn(&Line) -> bool + Sync),
+    ) -> Result<Vec<(i64, NewDelivery)>, MatrixError> {
+        let own = self.context.account.user_id.clone();
+        let (events, mail_from, back) = self.gather(since, room_id, room, newly).await?;
+        let has_mail = events[mail_from.min(events.len())..]
+            .iter()
+            .any(|e| e.sender != own && Line::of(e).is_some());
+        let limits = self.limits();
+        let window = self
+            .windows
+            .entry(room_id.to_owned())
+            .or_insert_with(|| Window::new(limits.lines.max(1) * 4, back));
+        let backfill = window.needs_backfill(limits).map(str::to_owned);
+        if let (true, Some(from)) = (has_mail, backfill) {
+            let limit = u32::try_from(limits.lines).unwrap_or(PAGE);
+            let page = self
+                .client
+                .messages(
+                    room_id,
+                    &from,
+                    None,
+                    Direction::Backward,
+                    limit,
+                    &self.page_filter,
+                )
+                .await?;
+            Stats::add(&self.context.stats.context_fetches, 1);
+            let older: Vec<Line> = page.chunk.iter().rev().filter_map(Line::of).collect();
+            self.windows
+                .entry(room_id.to_owned())
+                .or_default()
+                .prepend(older, None);
+        }
+        let chunk = Chunk {
+            room_id,
+            kind,
+            events: &events,
+            mail_from,
+        };
+        let now = self.context.clock.now_ms();
+        let window = self.windows.entry(room_id.to_owned()).or_default();
+        Ok(read_chunk(window, &chunk, &own, limits, held, now))
+    }
+
+    /// A room's events from one sync, oldest first, where its mail starts, and the token
+    /// before the oldest: a `limited` timeline with the gap since the last sync paged back; for
+    /// a room the account joined since, mail from its invite or join on (paged back to find
+    /// it); on the first sync, no mail at all.
+    async fn gather(
+        &self,
+        since: Option<&str>,
+        room_id: &str,
+        room: JoinedRoom,
+        newly: bool,
+    ) -> Result<(Vec<RoomEvent>, usize, Option<String>), MatrixError> {
+        let own = &self.context.account.user_id;
+        let timeline = room.timeline;
+        let mut events = timeline.events;
+        // A whole (not `limited`) timeline of a first sync or a new room goes back to the
+        // room's start: there is no older history to read.
+        let whole = !timeline.limited && (since.is_none() || newly);
+        let back = timeline.prev_batch.filter(|_| !whole);
+        let paging = match (&back, timeline.limited) {
+            (Some(from), true) => Some(from.as_str()),
+            _ => None,
+        };
+        match (since, newly) {
+            (None, _) => {
+                let history = events.len();
+                Ok((events, history, back))
+            }
+            (Some(_), true) => {
+                if let Some(start) = mail_start(&events, own) {
+                    return Ok((events, start, back));
+                }
+                let Some(from) = paging else {
+                    return Ok((events, 0, back));
+                };
+                let is_own = |e: &RoomEvent| membership_of(e, own).is_some();
+                let (older, token) = self.page_back(room_id, from, None, &is_own).await?;
+                events.splice(0..0, older);
+                let start = mail_start(&events, own).unwrap_or(0);
+                Ok((events, start, token))
+            }
+            (Some(since), false) => {
+                let Some(from) = paging else {
+                    return Ok((events, 0, back));
+                };
+                let window = self.windows.get(room_id);
+                let seen = |e: &RoomEvent| window.is_some_and(|w| w.holds(&e.event_id));
+                let (older, token) = self.page_back(room_id, from, Some(since), &seen).await?;
+                events.splice(0..0, older);
+                Ok((events, 0, token))
+            }
+        }
+    }
+
+    /// Pages a room back from `from` (to `to`, if given) until an event `stop` accepts
+    /// (included), the start of the room, or [`MAX_GAP_EVENTS`]; returns the events oldest
+    /// first and the token before the oldest.
+    async fn page_back(
+        &self,
+        room_id: &str,
+        from: &str,
+        to: Option<&str>,
+        stop: &(dyn Fn(&RoomEvent) -> bool + Sync),
+    ) -> Result<(Vec<RoomEvent>, Option<String>), MatrixError> {
+        let mut newest_first = Vec::new();
+        let mut token = from.to_owned();
+        loop {
+            let page = self
+                .client
+                .messages(
+                    room_id,
+                    &token,
+                    to,
+                    Direction::Backward,
+                    PAGE,
+                    &self.page_filter,
+                )
+                .await?;
+            Stats::add(&self.context.stats.pages, 1);
+            let empty = page.chunk.is_empty();
+            let mut hit = false;
+            for event in page.chunk {
+                hit = stop(&event);
+                newest_first.push(event);
+                if hit {
+                    break;
+                }
+            }
+            let end = page.end.filter(|_| !empty);
+            match end {
+                Some(end) if !hit && newest_first.len() < MAX_GAP_EVENTS => token = end,
+                end => {
+                    if newest_first.len() >= MAX_GAP_EVENTS {
+                        tracing::error!(mind = %self.mind(), room = %room_id,
+                            "matrix: a gap of {MAX_GAP_EVENTS}+ events; older ones are skipped");
+                    }
+                    newest_first.reverse();
+                    return Ok((newest_first, end.or_else(|| to.map(str::to_owned))));
+                }
+            }
+        }
+    }
+
+    /// Accepts invites to direct chats (recording them in `m.direct`) and to configured rooms;
+    /// other invites are left alone.
+    async fn accept_invites(
+        &self,
+        invites: &BTreeMap<String, InvitedRoom>,
+    ) -> Result<(), MatrixError> {
+        let own = &self.context.account.user_id;
+        for (room_id, invited) in invites {
+            let Some(invite) = invited.invite_state.events.iter().find(|e| {
+                e.kind == "m.room.member"
+                    && e.state_key.as_deref() == Some(own.as_str())
+                    && e.content.get("membership").and_then(Value::as_str) == Some("invite")
+            }) else {
+                continue;
+            };
+            let direct = invite.content.get("is_direct").and_then(Value::as_bool) == Some(true);
+            let configured = matches!(
+                lock(&self.directory).kind(room_id),
+                Some(RoomKind::Public { .. })
+            );
+            if !(configured || direct && self.context.account.accept_dm_invites) {
+                tracing::info!(mind = %self.mind(), room = %room_id, "matrix: invite left alone");
+                continue;
+            }
+            match self.client.join(room_id).await {
+                Ok(_) => {}
+                Err(error) if error.retry_after().is_none() => {
+                    tracing::warn!(mind = %self.mind(), room = %room_id, %error, "matrix: cannot accept an invite");
+                    continue;
+                }
+                Err(error) => return Err(error),
+            }
+            if direct {
+                let changed = lock(&self.directory).add_direct(&invite.sender, room_id);
+                if let Some(content) = changed {
+                    self.client
+                        .set_account_data(own, "m.direct", &content)
+                        .await?;
+                }
+                tracing::info!(mind = %self.mind(), room = %room_id, with = %invite.sender, "matrix: direct chat accepted");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,206 @@
+//! # muninn-matrix
+//!
+//! Matrix rooms as a Mind's ears and mouth (seed A4). A [`Connector`] runs, for each Mind with a
+//! Matrix account, one `/sync` long poll that puts every message from its rooms and its direct
+//! chats into the Mind's mailbox, and one sender that posts the Mind's outbox into the rooms.
+//! It speaks only to the store's mailbox and outbox (and wakes the Mind through a callback):
+//! nothing here knows the runtime, and the runtime knows nothing of Matrix.
+//!
+//! ## Layout
+//!
+//! - [`config`] — what a connector runs with (accounts, secrets, bounds, the test fault points).
+//! - [`client`] — the Client-Server API calls, over reqwest; [`wire`] — their JSON.
+//! - [`rooms`] — which rooms an account listens in and what each is: public or direct.
+//! - [`history`] — a room's recent history, mail and context read from a sync.
+//! - `account` (private) — login on the fixed device, the configured rooms joined.
+//! - `ear` (private) — the `/sync` loop; `mouth` (private) — the outbox sender.
+//! - [`error`] — [`MatrixError`].
+//!
+//! ## Guarantees
+//!
+//! - **Exactly once in.** A delivery's `source_id` is its event id, so intake is idempotent;
+//!   the sync position is a store cursor written by [`Store::post_batch`] in the transaction
+//!   that makes the batch durable. A crash before that commit re-reads the same batch from the
+//!   old position; a crash after it reads on from the new one. A `limited` timeline is paged
+//!   back with `/messages` to the previous position, so nothing between two syncs is skipped.
+//!   The first sync (no stored position) is history: context, not mail.
+//! - **Exactly once out.** Each outbox message is `PUT …/send/m.room.message/{txn}` with its
+//!   request id as the transaction id, from the account's fixed device, then acknowledged
+//!   with its event id; a crash between the two sends it again, which the homeserver answers
+//!   with the same event. A rate limit (`M_LIMIT_EXCEEDED`) is waited out for its
+//!   `retry_after_ms`; a transient failure is retried with backoff; a refusal no retry can
+//!   change is recorded on the message ([`Store::fail_outbox`]), listed by `muninn status`,
+//!   and never silently dropped.
+//! - **Unanswered mail is not outrun.** While the Mind has `max_pending` or more deliveries
+//!   past its ack position, the account does not sync: its position stays until the Mind
+//!   catches up.
+//! - **Secrets stay out.** Tokens and passwords travel only in the login body and the
+//!   `Authorization` header; [`config::Secret`] prints as `Secret(…)`, and errors never carry
+//!   a request body.
+//!
+//! [`Store::post_batch`]: muninn_store::Store::post_batch
+//! [`Store::fail_outbox`]: muninn_store::Store::fail_outbox
+
+mod account;
+pub mod client;
+pub mod config;
+mod ear;
+pub mod error;
+pub mod history;
+mod mouth;
+pub mod rooms;
+pub mod wire;
+
+pub use config::{Account, ConnectorConfig, Credential, FaultPoint, Secret};
+pub use error::MatrixError;
+
+use muninn_backend::clock::Clock;
+use muninn_store::Store;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Called with a Mind's id after a batch with new mail for it was committed (`muninn serve`
+/// passes the host's `signals.wake`).
+pub type OnDelivered = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// What the connector did so far, summed over its accounts.
+#[derive(Debug, Default)]
+pub struct Stats {
+    syncs: AtomicU64,
+    delivered: AtomicU64,
+    holds: AtomicU64,
+    pages: AtomicU64,
+    context_fetches: AtomicU64,
+    sent: AtomicU64,
+    rate_limited: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// A copy of [`Stats`] at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// `/sync` answers committed.
+    pub syncs: u64,
+    /// New deliveries committed.
+    pub delivered: u64,
+    /// Times a sync was held back by `max_pending`.
+    pub holds: u64,
+    /// `/messages` pages read to fill a `limited` timeline's gap or find a join.
+    pub pages: u64,
+    /// `/messages` pages read for context the account never saw.
+    pub context_fetches: u64,
+    /// Outbox messages the homeserver accepted and the outbox acknowledged.
+    pub sent: u64,
+    /// Sends answered with a rate limit (and retried after its wait).
+    pub rate_limited: u64,
+    /// Outbox messages recorded as failed.
+    pub failed: u64,
+}
+
+impl Stats {
+    /// The counts now.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            syncs: get(&self.syncs),
+            delivered: get(&self.delivered),
+            holds: get(&self.holds),
+            pages: get(&self.pages),
+            context_fetches: get(&self.context_fetches),
+            sent: get(&self.sent),
+            rate_limited: get(&self.rate_limited),
+            failed: get(&self.failed),
+        }
+    }
+
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The Matrix connector of a host: every configured account's `/sync` loop and sender.
+pub struct Connector {
+    config: ConnectorConfig,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    on_delivered: OnDelivered,
+    outbox_changed: Option<watch::Receiver<u64>>,
+    stats: Arc<Stats>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often a sender looks at the outbox when nothing told it to.
+const OUTBOX_POLL: Duration = Duration::from_secs(2);
+
+impl Connector {
+    /// A connector over `store`, reading the time from `clock`.
+    pub fn new(config: ConnectorConfig, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Connector {
+        Connector {
+            config,
+            store,
+            clock,
+            on_delivered: Arc::new(|_| {}),
+            outbox_changed: None,
+            stats: Arc::new(Stats::default()),
+        }
+    }
+
+    /// Calls `wake` with the Mind's id after each committed batch that brought it new mail.
+    pub fn on_delivered(mut self, wake: OnDelivered) -> Connector {
+        self.on_delivered = wake;
+        self
+    }
+
+    /// Senders look at the outbox whenever `changed` changes (the host bumps it after a turn
+    /// recorded replies), besides every couple of seconds.
+    pub fn outbox_changed(mut self, changed: watch::Receiver<u64>) -> Connector {
+        self.outbox_changed = Some(changed);
+        self
+    }
+
+    /// The connector's counts, live.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Runs every account until `stop` turns true (or its sender is dropped). An account whose
+    /// login or rooms fail keeps retrying with backoff, each failure logged with its cause; no
+    /// failure of one account stops another.
+    pub async fn run(self, stop: watch::Receiver<bool>) {
+        let Connector {
+            config,
+            store,
+            clock,
+            on_delivered,
+            outbox_changed,
+            stats,
+        } = self;
+        let outbox_changed = outbox_changed.unwrap_or_else(|| watch::channel(0).1);
+        let mut tasks = tokio::task::JoinSet::new();
+        for account in config.accounts.clone() {
+            let context = account::Context {
+                config: config.clone(),
+                account,
+                store: store.clone(),
+                clock: clock.clone(),
+                stats: stats.clone(),
+            };
+            tasks.spawn(account::run(
+                context,
+                on_delivered.clone(),
+                outbox_changed.clone(),
+                stop.clone(),
+            ));
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+}

@@ -1,0 +1,503 @@
+//! muninn-matrix's one integration-test binary: the connector against a real Synapse
+//! (`muninn_testkit::synapse`, one homeserver for the whole binary), with a SQLite store and
+//! the test itself standing in for the Mind (reading the mailbox, writing the outbox, acking).
+//! The Mind's runtime and the real binary are exercised by the `muninn` crate's tests
+//! (`matrix.rs` there: a conversation, `kill -9` at each crash point, a homeserver restart).
+//!
+//! Each test registers its own person and bot (cheap: the test homeserver hashes with 4 bcrypt
+//! rounds) and its own rooms, so tests run in parallel without seeing each other's mail. Rooms
+//! are read with `/messages`: Synapse's two-minute `/sync` cache would show a second `/sync`
+//! with the same token a stale answer.
+//!
+//! Without Synapse (`scripts/install-synapse.sh`) every test prints SKIP, unless
+//! `MUNINN_REQUIRE_PEERS=1`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use muninn_backend::clock::SystemClock;
+use muninn_matrix::config::SYNC_CURSOR;
+use muninn_matrix::{
+    Account, Connector, ConnectorConfig, Credential, Secret, Stats, StatsSnapshot,
+};
+use muninn_store::{Delivery, FencingToken, Mind, NewOutboxMessage, SqliteStore, Store};
+use muninn_testkit::synapse::{self, MatrixUser, Synapse};
+use pretty_assertions::assert_eq;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+const MIND: &str = "vala";
+const PASSWORD: &str = "muninn-test-password";
+
+/// One test's world: a person, a bot account, a store with the Mind, and the connector's knobs.
+struct Rig {
+    synapse: &'static Synapse,
+    human: MatrixUser,
+    bot: String,
+    store: Arc<dyn Store>,
+    token: FencingToken,
+    _dir: tempfile::TempDir,
+}
+
+/// A running connector.
+struct Running {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    stats: Arc<Stats>,
+    outbox: watch::Sender<u64>,
+}
+
+impl Running {
+    async fn stop(self) -> StatsSnapshot {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("the connector stops within 10 s")
+            .unwrap();
+        self.stats.snapshot()
+    }
+
+    fn outbox_changed(&self) {
+        self.outbox.send_modify(|n| *n += 1);
+    }
+}
+
+static USERS: AtomicU64 = AtomicU64::new(0);
+
+async fn rig(test: &str) -> Option<Rig> {
+    let synapse = synapse::shared()?;
+    let n = USERS.fetch_add(1, Ordering::Relaxed);
+    let human = synapse.register(&format!("ann-{test}-{n}"), PASSWORD).await;
+    let bot = synapse
+        .register(&format!("vala-{test}-{n}"), PASSWORD)
+        .await
+        .user_id;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_in(dir.path()).await.unwrap());
+    store
+        .create_mind(&Mind {
+            id: MIND.into(),
+            display_name: "Vala".into(),
+            config: serde_json::json!({}),
+            created_at_ms: 0,
+        })
+        .await
+        .unwrap();
+    let token = store
+        .acquire_lease(MIND, "test", 3_600_000, 0)
+        .await
+        .unwrap()
+        .unwrap()
+        .token;
+    Some(Rig {
+        synapse,
+        human,
+        bot,
+        store,
+        token,
+        _dir: dir,
+    })
+}
+
+impl Rig {
+    /// Starts a connector for the bot in `rooms`, its configuration adjusted by `tweak`.
+    fn start(&self, rooms: &[&str], tweak: impl FnOnce(&mut ConnectorConfig)) -> Running {
+        let mut config = ConnectorConfig::new(self.synapse.url());
+        config.sync_timeout = Duration::from_secs(5);
+        config.accounts.push(Account {
+            mind: MIND.into(),
+            user_id: self.bot.clone(),
+            device_id: "MUNINNTEST".into(),
+            credential: Credential::Password(Secret::new(PASSWORD)),
+            rooms: rooms.iter().map(|r| r.to_string()).collect(),
+            accept_dm_invites: true,
+        });
+        tweak(&mut config);
+        let (outbox, outbox_rx) = watch::channel(0);
+        let connector = Connector::new(config, self.store.clone(), Arc::new(SystemClock))
+            .outbox_changed(outbox_rx);
+        let stats = connector.stats();
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(connector.run(stopped));
+        Running {
+            stop,
+            task,
+            stats,
+            outbox,
+        }
+    }
+
+    async fn mail(&self) -> Vec<Delivery> {
+        self.store
+            .pending_deliveries(MIND, 0, 10_000)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until the mailbox holds `n` deliveries.
+    async fn mail_count(&self, n: usize) -> Vec<Delivery> {
+        eventually(
+            &format!("{n} deliveries"),
+            Duration::from_secs(30),
+            || async {
+                let mail = self.mail().await;
+                (mail.len() >= n).then_some(mail)
+            },
+        )
+        .await
+    }
+
+    /// Records outbox messages as the Mind's turn would.
+    async fn say(&self, messages: &[(&str, &str, &str)]) {
+        let now = now_ms();
+        let rows: Vec<NewOutboxMessage> = messages
+            .iter()
+            .map(|(id, room, text)| NewOutboxMessage {
+                request_id: id.to_string(),
+                room: room.to_string(),
+                text: text.to_string(),
+                created_at_ms: now,
+            })
+            .collect();
+        self.store
+            .enqueue_outbox(MIND, self.token, &rows)
+            .await
+            .unwrap();
+    }
+
+    /// The human's room, public with an alias, the bot invited.
+    async fn public_room(&self, alias: &str) -> String {
+        self.human
+            .create_room(Some(alias), &[&self.bot], false)
+            .await
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Polls `check` every 50 ms until it gives a value, failing after `within`.
+async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A unique alias localpart.
+fn alias(test: &str) -> String {
+    format!(
+        "{test}-{}-{}",
+        std::process::id(),
+        USERS.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_sync_is_history_then_each_message_is_mail_once_with_its_context() {
+    let Some(rig) = rig("first").await else {
+        return;
+    };
+    let name = alias("first");
+    let room = rig.public_room(&name).await;
+    for text in ["old one", "old two", "old three"] {
+        rig.human.send(&room, text, &[]).await;
+    }
+    // `#alias` without a server: the account's own.
+    let running = rig.start(&[&format!("#{name}")], |_| {});
+    eventually("the bot joined", Duration::from_secs(30), || async {
+        let members = rig.human.joined_members(&room).await;
+        members.contains(&rig.bot).then_some(())
+    })
+    .await;
+    let first = rig.human.send(&room, "new one", &[]).await;
+    let second = rig.human.send(&room, "new two, vala?", &[&rig.bot]).await;
+    let mail = rig.mail_count(2).await;
+    assert_eq!(
+        mail.iter()
+            .map(|d| d.source_id.as_str())
+            .collect::<Vec<_>>(),
+        vec![first.as_str(), second.as_str()],
+        "the history before was not mail"
+    );
+    assert_eq!(
+        mail[0].room,
+        format!("#{name}"),
+        "named as the Mind names it"
+    );
+    assert!(!mail[0].is_direct && !mail[0].to_you && mail[1].to_you);
+    let texts = |d: &Delivery| d.context.iter().map(|l| l.text.clone()).collect::<Vec<_>>();
+    assert_eq!(texts(&mail[0]), vec!["old one", "old two", "old three"]);
+    assert_eq!(
+        texts(&mail[1]),
+        vec!["old one", "old two", "old three", "new one"]
+    );
+    assert!(
+        mail[1].context.iter().all(|l| l.id.is_some()),
+        "every line has its event id"
+    );
+    // The Mind answers; its own message is never mail.
+    rig.say(&[("vala-1-2-0", &format!("#{name}"), "an answer")])
+        .await;
+    running.outbox_changed();
+    eventually(
+        "the answer in the room",
+        Duration::from_secs(30),
+        || async {
+            let messages = rig.human.messages(&room).await;
+            messages.iter().any(|m| m.sender == rig.bot).then_some(())
+        },
+    )
+    .await;
+    let stats = running.stop().await;
+    assert_eq!(
+        stats.context_fetches, 0,
+        "the first sync's history was enough"
+    );
+    assert_eq!(stats.sent, 1);
+
+    // After a restart the position is the stored one: only what is new is mail, and the
+    // history the process never saw is fetched once.
+    let third = rig.human.send(&room, "new three", &[]).await;
+    let running = rig.start(&[&format!("#{name}")], |_| {});
+    let mail = rig.mail_count(3).await;
+    let stats = running.stop().await;
+    assert_eq!(mail.len(), 3, "nothing delivered twice: {mail:#?}");
+    assert_eq!(mail[2].source_id, third);
+    let context = texts(&mail[2]);
+    assert_eq!(
+        context[context.len() - 3..],
+        ["new one", "new two, vala?", "an answer"],
+        "the Mind's own words are context (no segment of its holds them)"
+    );
+    assert_eq!(stats.context_fetches, 1);
+    assert_eq!(stats.delivered, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_chat_is_accepted_and_what_was_sent_while_invited_is_mail() {
+    let Some(rig) = rig("dm").await else { return };
+    // The person opens a direct chat and writes before the bot has joined (before its
+    // connector even runs).
+    let room = rig.human.create_room(None, &[&rig.bot], true).await;
+    let early = rig.human.send(&room, "are you there?", &[]).await;
+    let running = rig.start(&[], |_| {});
+    let mail = rig.mail_count(1).await;
+    assert_eq!(mail[0].source_id, early);
+    assert!(mail[0].is_direct);
+    assert_eq!(mail[0].room, room, "a direct chat is named by its room id");
+    let late = rig.human.send(&room, "hello?", &[]).await;
+    let mail = rig.mail_count(2).await;
+    assert_eq!(mail[1].source_id, late);
+    assert_eq!(
+        mail[1]
+            .context
+            .iter()
+            .map(|l| l.text.as_str())
+            .collect::<Vec<_>>(),
+        vec!["are you there?"]
+    );
+    // The reply goes to the DM by its room id, or by the person's user id (m.direct).
+    rig.say(&[
+        ("vala-1-1-0", &room, "yes, by room"),
+        ("vala-2-2-0", &rig.human.user_id, "yes, by person"),
+    ])
+    .await;
+    running.outbox_changed();
+    let seen = eventually("both answers", Duration::from_secs(30), || async {
+        let bodies: Vec<String> = rig
+            .human
+            .messages(&room)
+            .await
+            .into_iter()
+            .filter(|m| m.sender == rig.bot)
+            .map(|m| m.body)
+            .collect();
+        (bodies.len() >= 2).then_some(bodies)
+    })
+    .await;
+    assert_eq!(seen, vec!["yes, by room", "yes, by person"]);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_200_is_paged_back_and_delivered_whole_in_order() {
+    let Some(rig) = rig("burst").await else {
+        return;
+    };
+    let name = alias("burst");
+    let room = rig.public_room(&name).await;
+    let small = |c: &mut ConnectorConfig| {
+        c.timeline_limit = 10;
+        c.max_pending = 1_000;
+    };
+    let running = rig.start(&[&format!("#{name}")], small);
+    eventually("the first sync", Duration::from_secs(30), || async {
+        let cursor = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
+        cursor.map(|_| ())
+    })
+    .await;
+    running.stop().await;
+    // 200 messages while the connector is down: the next sync's timeline is `limited`.
+    let senders: Vec<_> = (0..4)
+        .map(|lane| {
+            let human = rig.human.clone();
+            let room = room.clone();
+            tokio::spawn(async move {
+                for i in 0..50 {
+                    human.send(&room, &format!("burst {lane}-{i}"), &[]).await;
+                }
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.await.unwrap();
+    }
+    let running = rig.start(&[&format!("#{name}")], small);
+    let mail = rig.mail_count(200).await;
+    let stats = running.stop().await;
+    let in_room: Vec<String> = rig
+        .human
+        .messages(&room)
+        .await
+        .into_iter()
+        .map(|m| m.event_id)
+        .collect();
+    let delivered: Vec<String> = mail.iter().map(|d| d.source_id.clone()).collect();
+    assert_eq!(
+        delivered, in_room,
+        "every message, once, in the room's order"
+    );
+    assert!(stats.pages >= 2, "the gap was paged back: {stats:?}");
+    assert_eq!(stats.delivered, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn above_max_pending_the_sync_position_stays_until_the_mind_catches_up() {
+    let Some(rig) = rig("pending").await else {
+        return;
+    };
+    let name = alias("pending");
+    let room = rig.public_room(&name).await;
+    let running = rig.start(&[&format!("#{name}")], |c| c.max_pending = 3);
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    for i in 0..3 {
+        rig.human.send(&room, &format!("first {i}"), &[]).await;
+    }
+    rig.mail_count(3).await;
+    let held_at = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap().unwrap();
+    for i in 0..2 {
+        rig.human.send(&room, &format!("second {i}"), &[]).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        rig.mail().await.len(),
+        3,
+        "nothing read while the Mind is behind"
+    );
+    assert_eq!(
+        rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap().unwrap(),
+        held_at,
+        "the position stayed"
+    );
+    // The Mind answers the three: the account reads on.
+    rig.store.ack_through(MIND, rig.token, 3).await.unwrap();
+    let mail = rig.mail_count(5).await;
+    assert_eq!(mail[4].text, "second 1");
+    let stats = running.stop().await;
+    assert!(stats.holds >= 1, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_wait_out_rate_limits_keep_their_order_and_refusals_are_recorded() {
+    let Some(rig) = rig("send").await else { return };
+    let admin = rig
+        .synapse
+        .register_admin(&format!("admin-{}", alias("send")), PASSWORD)
+        .await;
+    admin.override_ratelimit(&rig.bot, 1, 1).await;
+    let name = alias("send");
+    let room = rig.public_room(&name).await;
+    let public = format!("#{name}");
+    let running = rig.start(&[&public], |_| {});
+    eventually("the bot joined", Duration::from_secs(30), || async {
+        rig.human
+            .joined_members(&room)
+            .await
+            .contains(&rig.bot)
+            .then_some(())
+    })
+    .await;
+    let big = "x".repeat(70_000);
+    rig.say(&[
+        ("vala-1-1-0", &public, "one"),
+        ("vala-1-1-1", &public, "two"),
+        ("vala-1-1-2", "#nowhere", "lost?"),
+        ("vala-1-1-3", &public, &big),
+        ("vala-1-1-4", &public, "three"),
+        ("vala-1-1-5", &public, "four"),
+    ])
+    .await;
+    running.outbox_changed();
+    let bodies = eventually("four messages", Duration::from_secs(60), || async {
+        let bodies: Vec<String> = rig
+            .human
+            .messages(&room)
+            .await
+            .into_iter()
+            .filter(|m| m.sender == rig.bot)
+            .map(|m| m.body)
+            .collect();
+        (bodies.len() >= 4).then_some(bodies)
+    })
+    .await;
+    assert_eq!(
+        bodies,
+        vec!["one", "two", "three", "four"],
+        "once each, in order"
+    );
+    let stats = running.stop().await;
+    assert!(stats.rate_limited >= 1, "the limit was hit: {stats:?}");
+    assert_eq!((stats.sent, stats.failed), (4, 2));
+    let failed = rig.store.failed_outbox(MIND, 10).await.unwrap();
+    let mut reasons: Vec<(String, String)> = failed
+        .iter()
+        .map(|m| (m.request_id.clone(), m.failure.clone().unwrap_or_default()))
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons[0].0, "vala-1-1-2");
+    assert!(
+        reasons[0].1.contains("#nowhere is not a room"),
+        "{reasons:?}"
+    );
+    assert_eq!(reasons[1].0, "vala-1-1-3");
+    assert!(reasons[1].1.contains("M_TOO_LARGE"), "{reasons:?}");
+    assert_eq!(rig.store.unacked_outbox(MIND, 10).await.unwrap(), vec![]);
+    let acked = rig
+        .store
+        .ack_outbox(MIND, "vala-1-1-0", None, 0)
+        .await
+        .unwrap();
+    assert!(acked.remote_id.is_some_and(|id| id.starts_with('$')));
+}

@@ -1,0 +1,100 @@
+//! `muninn serve`'s Matrix connector: built from `[matrix]` and the Minds' `[mind.matrix]`
+//! accounts (secrets read here, at the edge, from their files or variables), run beside the
+//! Minds until shutdown. It reaches the Minds only through the store's mailbox and outbox and
+//! two signals: a committed batch wakes its Mind (`signals.wake`), and a turn that recorded
+//! replies wakes the senders (`signals.outbox`, bridged to a counter the connector watches).
+//!
+//! `MUNINN_FAULT` arms one of the connector's crash points (tests only: `muninn-matrix`'s
+//! `FaultPoint`); unset, nothing is armed.
+
+use anyhow::Context;
+use muninn_host::Host;
+use muninn_host::config::Config;
+use muninn_matrix::{Account, Connector, ConnectorConfig, Credential, FaultPoint, Secret};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The connector's configuration, or `None` without `[matrix]`. `env` reads the environment
+/// (secrets in variables, `MUNINN_FAULT`).
+pub fn connector_config(
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Option<ConnectorConfig>> {
+    let Some(matrix) = &config.matrix else {
+        return Ok(None);
+    };
+    let mut connector = ConnectorConfig::new(matrix.homeserver.clone());
+    connector.sync_timeout = Duration::from_millis(matrix.sync_timeout_ms);
+    connector.timeline_limit = matrix.timeline_limit;
+    connector.max_pending = usize::try_from(matrix.max_pending)?;
+    connector.context_lines = usize::try_from(matrix.context_lines)?;
+    connector.context_bytes = usize::try_from(matrix.context_bytes)?;
+    for mind in &config.minds {
+        let Some(account) = &mind.matrix else {
+            continue;
+        };
+        let secret = |source: &muninn_host::config::SecretSource, what: &str| {
+            source
+                .read(env)
+                .map(|text| Secret::new(&text))
+                .map_err(|e| anyhow::anyhow!("mind {}: matrix {what}: {e}", mind.id))
+        };
+        let credential = match (&account.access_token, &account.password) {
+            (Some(token), _) => Credential::AccessToken(secret(token, "access_token")?),
+            (None, Some(password)) => Credential::Password(secret(password, "password")?),
+            (None, None) => anyhow::bail!("mind {}: matrix: no credential", mind.id),
+        };
+        connector.accounts.push(Account {
+            mind: mind.id.clone(),
+            user_id: account.user_id.clone(),
+            device_id: account.device_id.clone(),
+            credential,
+            rooms: mind.rooms.clone(),
+            accept_dm_invites: account.accept_dm_invites,
+        });
+    }
+    if let Some(name) = env("MUNINN_FAULT").filter(|n| !n.is_empty()) {
+        let point = FaultPoint::parse(&name).with_context(|| {
+            let known: Vec<&str> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
+            format!(
+                "MUNINN_FAULT={name} names no fault point ({})",
+                known.join(", ")
+            )
+        })?;
+        connector.fault = Some(point);
+    }
+    Ok(Some(connector))
+}
+
+/// Runs the connector for `host` until `stopped` turns true.
+pub fn spawn(
+    host: &Host,
+    config: ConnectorConfig,
+    stopped: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let (changed, outbox_changed) = watch::channel(0u64);
+    let signals = host.signals.clone();
+    let mut bridge_stopped = stopped.clone();
+    tokio::spawn(async move {
+        // `notify_waiters` wakes only futures already waiting: the next one is enabled before
+        // the counter moves, so a turn recorded while the counter moves is not missed (the
+        // senders read the outbox after they see the move).
+        let mut next = Box::pin(signals.outbox.notified());
+        next.as_mut().enable();
+        loop {
+            tokio::select! {
+                _ = &mut next => {}
+                _ = bridge_stopped.changed() => return,
+            }
+            next = Box::pin(signals.outbox.notified());
+            next.as_mut().enable();
+            changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    });
+    let signals = host.signals.clone();
+    let connector = Connector::new(config, host.store.clone(), host.clock.clone())
+        .on_delivered(Arc::new(move |mind| signals.wake(mind)))
+        .outbox_changed(outbox_changed);
+    tokio::spawn(connector.run(stopped))
+}
