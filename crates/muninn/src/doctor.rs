@@ -1,7 +1,10 @@
 //! `muninn doctor`: checks what `muninn serve` needs before it runs — the configuration, the
 //! data directory, the store, the backend (its credential, its endpoint, the pinned Claude Code
-//! CLI) — and says what to do about each failure. It changes nothing: no directory, database
-//! or key is created, and no model request is made (the endpoint check is a TCP connect).
+//! CLI), and with `[matrix]` the homeserver and each account's credential — and says what to do
+//! about each failure. It changes nothing: no directory, database or key is created, no model
+//! request is made (the endpoint check is a TCP connect), and no Matrix login is attempted (a
+//! password login on an account's fixed device would replace the running host's token; an access
+//! token is checked with the read-only `whoami`).
 //! Exits non-zero when any check fails.
 
 use crate::output::{json, outln};
@@ -79,6 +82,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
             checks.extend(data_dir(&config.data_dir));
             checks.push(store(&config));
             checks.extend(backend(&config, env));
+            checks.extend(matrix(&config, &env));
         }
         Err(e) => checks.push(bad(
             "configuration",
@@ -348,6 +352,107 @@ fn cli_version(bin: Option<PathBuf>) -> Check {
             Outcome::Fail,
             format!("{}: {e}", bin.display()),
             install,
+        ),
+    }
+}
+
+/// With `[matrix]`: the homeserver accepts connections, every account's secret reads, and an
+/// access token is the configured account's on its fixed device (`whoami`, read-only).
+fn matrix(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Vec<Check> {
+    let Some(matrix) = &config.matrix else {
+        return Vec::new();
+    };
+    let mut reachable = endpoint(&matrix.homeserver);
+    reachable.name = "homeserver";
+    let mut checks = vec![reachable];
+    let connector = match crate::matrix::connector_config(config, env) {
+        Ok(Some(connector)) => connector,
+        Ok(None) => return checks,
+        Err(e) => {
+            checks.push(bad(
+                "matrix account",
+                Outcome::Fail,
+                format!("{e:#}"),
+                "make the secret's file readable by the host, or export its variable",
+            ));
+            return checks;
+        }
+    };
+    for account in &connector.accounts {
+        checks.push(match &account.credential {
+            muninn_matrix::Credential::Password(_) => ok(
+                "matrix account",
+                format!(
+                    "{}: the password reads; a login is not tried (it would replace the running \
+                     host's token on device {})",
+                    account.user_id, account.device_id
+                ),
+            ),
+            muninn_matrix::Credential::AccessToken(token) => {
+                whoami(&matrix.homeserver, account, token.expose())
+            }
+        });
+    }
+    checks
+}
+
+/// Checks an access token with `GET /account/whoami`: the account's, on its fixed device.
+fn whoami(homeserver: &str, account: &muninn_matrix::Account, token: &str) -> Check {
+    let name = "matrix account";
+    let asked = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(async {
+                let client = muninn_matrix::client::MatrixClient::new(homeserver)
+                    .map_err(|e| e.to_string())?
+                    .with_token(token);
+                tokio::time::timeout(Duration::from_secs(10), client.whoami())
+                    .await
+                    .map_err(|_| "no answer within 10 s".to_string())?
+                    .map_err(|e| e.to_string())
+            })
+        });
+    match asked {
+        Err(e) => bad(
+            name,
+            Outcome::Fail,
+            format!("{}: whoami: {e}", account.user_id),
+            "check the homeserver URL and the access token (a token refused with 401 was logged out or revoked)",
+        ),
+        Ok(me) if me.user_id != account.user_id => bad(
+            name,
+            Outcome::Fail,
+            format!(
+                "the access token is {}'s, configured {}",
+                me.user_id, account.user_id
+            ),
+            "use a token of the configured account, or fix user_id",
+        ),
+        Ok(me)
+            if me
+                .device_id
+                .as_ref()
+                .is_some_and(|d| *d != account.device_id) =>
+        {
+            bad(
+                name,
+                Outcome::Fail,
+                format!(
+                    "the access token is device {}'s, configured {}",
+                    me.device_id.unwrap_or_default(),
+                    account.device_id
+                ),
+                "log in on the configured device_id: transaction ids (idempotent sends) are per device",
+            )
+        }
+        Ok(_) => ok(
+            name,
+            format!(
+                "{}: the access token is the account's on device {}",
+                account.user_id, account.device_id
+            ),
         ),
     }
 }
