@@ -176,6 +176,9 @@ pub struct MindStatus<C = serde_json::Value> {
     /// [`FAILED_SENDS_SHOWN`]; each with when and why.
     #[serde(default)]
     pub failed_sends: Vec<OutboxMessage>,
+    /// The transport that brings its mail, as this host last heard (`None`: none runs here).
+    #[serde(default)]
+    pub transport: Option<TransportStatus>,
 }
 
 /// The most pending deliveries [`MindStatus::pending_deliveries`] counts.
@@ -211,6 +214,44 @@ pub enum Activity {
         since_ms: i64,
         /// Failed steps in a row.
         attempts: u32,
+    },
+}
+
+/// The transport that brings a Mind its mail and carries its replies (the Matrix connector's
+/// account), as it last reported to this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportStatus {
+    /// Which transport: `matrix`.
+    pub transport: String,
+    /// Its state.
+    #[serde(flatten)]
+    pub state: TransportState,
+    /// Since when it is in this state (for a failure: since the first of the run), Unix ms.
+    pub since_ms: i64,
+}
+
+/// What a transport is doing for a Mind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum TransportState {
+    /// Logging in, joining its rooms.
+    Opening,
+    /// Reading and sending.
+    Open,
+    /// The Mind has too many unanswered deliveries: intake waits (its position stays) until it
+    /// catches up. Not a failure.
+    Held {
+        /// Deliveries waiting when it began to hold.
+        pending: u64,
+    },
+    /// It cannot do its work and retries with a backoff.
+    Failing {
+        /// Where: `login` (opening the account), `sync` (reading), `store` (its position).
+        stage: String,
+        /// The last error, as logged (never a credential).
+        error: String,
+        /// Failures in a row in this stage.
+        failures: u64,
     },
 }
 

@@ -975,3 +975,74 @@ async fn the_openapi_document_matches_the_routes() {
         }
     }
 }
+
+/// A Mind's status as served carries exactly the fields the OpenAPI document lists for it (and
+/// every required one), with a failed send and a failing transport present, so a field added to
+/// the wire type without the document — or the reverse — fails here.
+#[tokio::test]
+async fn a_minds_status_has_the_fields_the_openapi_document_lists() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../muninn-api/openapi.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let schema = |name: &str| doc["components"]["schemas"][name].clone();
+    let s = Server::start().await;
+    let token = s.lease("vala").await;
+    s.enqueue("vala", token, "f1-0").await;
+    s.host
+        .store
+        .fail_outbox(
+            "vala",
+            "f1-0",
+            "M_FORBIDDEN: not in the room",
+            s.clock.now(),
+        )
+        .await
+        .unwrap();
+    s.host.telemetry.transport(
+        "vala",
+        "matrix",
+        muninn_api::wire::TransportState::Failing {
+            stage: "sync".into(),
+            error: "connection refused".into(),
+            failures: 1,
+        },
+        s.clock.now(),
+    );
+    let body = reqwest::Client::new()
+        .get(format!("{}/v1/minds/vala", s.base))
+        .bearer_auth(s.token.expose())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let served: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let check = |value: &serde_json::Value, name: &str| {
+        let schema = schema(name);
+        let listed = schema["properties"].as_object().unwrap();
+        let object = value.as_object().unwrap();
+        for key in object.keys() {
+            assert!(
+                listed.contains_key(key),
+                "{name}.{key} is served but not documented"
+            );
+        }
+        for required in schema["required"].as_array().unwrap() {
+            let required = required.as_str().unwrap();
+            assert!(
+                object.contains_key(required),
+                "{name}.{required} is required but not served"
+            );
+        }
+    };
+    check(&served, "MindStatus");
+    let failed = &served["failed_sends"][0];
+    assert_eq!(
+        failed["failure"], "M_FORBIDDEN: not in the room",
+        "{served}"
+    );
+    check(failed, "OutboxMessage");
+    assert_eq!(served["transport"]["state"], "failing", "{served}");
+    check(&served["transport"], "TransportStatus");
+}

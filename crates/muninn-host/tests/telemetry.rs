@@ -276,8 +276,14 @@ async fn a_turn_is_one_json_log_event_with_its_fields() {
         .with_writer(move || writer.clone())
         .with_max_level(tracing::Level::INFO)
         .finish();
+    // Tracing caches each callsite's interest once, process-wide. With at most one dispatcher
+    // alive it asks the *registering* thread's default: a sibling test (no subscriber) reaching
+    // a callsite first would cache "never" and hide this test's events. A second, inert
+    // dispatcher kept alive makes registration ask every live dispatcher, this one included.
+    let _anchor = tracing::Dispatch::new(tracing_subscriber::registry());
     // This test's runtime runs on this thread: the subscriber sees every event of the step.
     let _guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
     let w = world().await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
@@ -637,4 +643,55 @@ async fn the_grafana_dashboard_queries_only_exposed_metrics() {
             .keys()
             .any(|(n, l)| n == "muninn_tokens_total" && l.contains("kind=\"cache_read\""))
     );
+}
+
+#[test]
+fn a_transport_failing_in_one_stage_counts_up_from_its_first_failure() {
+    use muninn_api::wire::TransportState;
+    use muninn_host::telemetry::Telemetry;
+    let telemetry = Telemetry::default();
+    let failing = |error: &str| TransportState::Failing {
+        stage: "sync".into(),
+        error: error.into(),
+        failures: 1,
+    };
+    telemetry.transport("vala", "matrix", TransportState::Open, 1_000);
+    telemetry.transport("vala", "matrix", failing("connection refused"), 2_000);
+    telemetry.transport("vala", "matrix", failing("connection reset"), 3_000);
+    let live = telemetry.mind("vala").transport.unwrap();
+    assert_eq!(
+        live.since_ms, 2_000,
+        "a failure's clock starts at the first"
+    );
+    assert_eq!(
+        live.state,
+        TransportState::Failing {
+            stage: "sync".into(),
+            error: "connection reset".into(),
+            failures: 2,
+        }
+    );
+    // Another stage starts the count again; recovery clears it.
+    telemetry.transport(
+        "vala",
+        "matrix",
+        TransportState::Failing {
+            stage: "login".into(),
+            error: "forbidden".into(),
+            failures: 1,
+        },
+        4_000,
+    );
+    let live = telemetry.mind("vala").transport.unwrap();
+    assert_eq!(live.since_ms, 4_000);
+    assert!(matches!(
+        live.state,
+        TransportState::Failing { failures: 1, .. }
+    ));
+    telemetry.transport("vala", "matrix", TransportState::Open, 5_000);
+    let live = telemetry.mind("vala").transport.unwrap();
+    assert_eq!((live.state, live.since_ms), (TransportState::Open, 5_000));
+    // Open again is no change: its time stays.
+    telemetry.transport("vala", "matrix", TransportState::Open, 6_000);
+    assert_eq!(telemetry.mind("vala").transport.unwrap().since_ms, 5_000);
 }

@@ -21,6 +21,14 @@ pub(crate) struct Context {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) stats: Arc<Stats>,
+    pub(crate) on_health: crate::OnHealth,
+}
+
+impl Context {
+    /// Reports the account's health for its Mind.
+    pub(crate) fn health(&self, health: crate::AccountHealth) {
+        (self.on_health)(&self.account.mind, health);
+    }
 }
 
 /// A logged-in account with its rooms.
@@ -41,10 +49,15 @@ pub(crate) async fn run(
 ) {
     let mind = context.account.mind.clone();
     let mut backoff = Backoff::default();
+    context.health(crate::AccountHealth::Opening);
     let opened = loop {
         match open(&context).await {
             Ok(opened) => break opened,
             Err(error) => {
+                context.health(crate::AccountHealth::Failing {
+                    stage: "login",
+                    error: error.to_string(),
+                });
                 let wait = backoff.after(&error);
                 tracing::error!(%mind, %error, "matrix: cannot open the account; retrying in {wait:?}");
                 if pause(&mut stop, wait).await {
@@ -54,6 +67,7 @@ pub(crate) async fn run(
         }
     };
     tracing::info!(%mind, user = %context.account.user_id, "matrix: account open");
+    context.health(crate::AccountHealth::Open);
     let ear = ear::Ear::new(context.clone(), &opened, on_delivered);
     let mouth = mouth::Mouth::new(context, &opened, outbox_changed);
     tokio::join!(ear.run(stop.clone()), mouth.run(stop));

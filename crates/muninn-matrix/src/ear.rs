@@ -8,6 +8,7 @@
 //! two-minute response cache; the answer is then the very batch that was lost, which is what
 //! is wanted.)
 
+use crate::AccountHealth;
 use crate::account::{Backoff, Context, Opened, lock, pause};
 use crate::client::{Direction, MatrixClient};
 use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
@@ -85,12 +86,19 @@ impl Ear {
                 Err(error) => {
                     let error = MatrixError::from(error);
                     tracing::error!(mind = %self.mind(), %error, "matrix: cannot read the sync position");
+                    self.context.health(AccountHealth::Failing {
+                        stage: "store",
+                        error: error.to_string(),
+                    });
                     if pause(&mut stop, backoff.after(&error)).await {
                         return;
                     }
                 }
             }
         };
+        // A failure of the sync position's read above is over once it was read.
+        let mut failing = false;
+        self.context.health(AccountHealth::Open);
         loop {
             if self.hold(&mut stop).await {
                 return;
@@ -107,8 +115,16 @@ impl Ear {
                 Ok(next) => {
                     since = Some(next);
                     backoff.reset();
+                    if std::mem::take(&mut failing) {
+                        self.context.health(AccountHealth::Open);
+                    }
                 }
                 Err(error) => {
+                    failing = true;
+                    self.context.health(AccountHealth::Failing {
+                        stage: "sync",
+                        error: error.to_string(),
+                    });
                     let wait = backoff.after(&error);
                     tracing::warn!(mind = %self.mind(), %error, "matrix: sync failed; retrying in {wait:?}");
                     if pause(&mut stop, wait).await {
@@ -126,11 +142,17 @@ impl Ear {
         let mut held = false;
         loop {
             let pending = self.pending(max).await;
-            if pending.is_ok_and(|n| n < max) {
+            if pending.as_ref().is_ok_and(|n| *n < max) {
+                if held {
+                    self.context.health(AccountHealth::Open);
+                }
                 return *stop.borrow();
             }
             if !held {
                 held = true;
+                self.context.health(AccountHealth::Held {
+                    pending: pending.unwrap_or(max),
+                });
                 Stats::add(&self.context.stats.holds, 1);
                 tracing::info!(mind = %self.mind(), max_pending = max,
                     "matrix: the Mind is {max}+ deliveries behind; holding the sync position");

@@ -65,6 +65,32 @@ use tokio::sync::watch;
 /// passes the host's `signals.wake`).
 pub type OnDelivered = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// How an account is doing, reported when it changes (`muninn serve` hands it to the host's
+/// telemetry, so `muninn status` and `/readyz` show an account that cannot log in or sync).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccountHealth {
+    /// Logging in and joining its rooms.
+    Opening,
+    /// Syncing and sending.
+    Open,
+    /// The Mind has `max_pending` or more unanswered deliveries: the sync position stays.
+    Held {
+        /// Deliveries waiting.
+        pending: usize,
+    },
+    /// Failing, retried with a backoff: `stage` is `login`, `sync` or `store`.
+    Failing {
+        /// Where it fails.
+        stage: &'static str,
+        /// The error, as logged (never a credential).
+        error: String,
+    },
+}
+
+/// Called with a Mind's id and its account's health whenever that changes (and at every
+/// failure, so a count of failures in a row can be kept).
+pub type OnHealth = Arc<dyn Fn(&str, AccountHealth) + Send + Sync>;
+
 /// What the connector did so far, summed over its accounts.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -126,6 +152,7 @@ pub struct Connector {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     on_delivered: OnDelivered,
+    on_health: OnHealth,
     outbox_changed: Option<watch::Receiver<u64>>,
     stats: Arc<Stats>,
 }
@@ -149,6 +176,7 @@ impl Connector {
             store,
             clock,
             on_delivered: Arc::new(|_| {}),
+            on_health: Arc::new(|_, _| {}),
             outbox_changed: None,
             stats: Arc::new(Stats::default()),
         }
@@ -157,6 +185,12 @@ impl Connector {
     /// Calls `wake` with the Mind's id after each committed batch that brought it new mail.
     pub fn on_delivered(mut self, wake: OnDelivered) -> Connector {
         self.on_delivered = wake;
+        self
+    }
+
+    /// Calls `report` with a Mind's id and its account's health as it changes.
+    pub fn on_health(mut self, report: OnHealth) -> Connector {
+        self.on_health = report;
         self
     }
 
@@ -181,6 +215,7 @@ impl Connector {
             store,
             clock,
             on_delivered,
+            on_health,
             outbox_changed,
             stats,
         } = self;
@@ -193,6 +228,7 @@ impl Connector {
                 store: store.clone(),
                 clock: clock.clone(),
                 stats: stats.clone(),
+                on_health: on_health.clone(),
             };
             tasks.spawn(account::run(
                 context,

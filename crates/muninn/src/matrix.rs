@@ -3,14 +3,18 @@
 //! Minds until shutdown. It reaches the Minds only through the store's mailbox and outbox and
 //! two signals: a committed batch wakes its Mind (`signals.wake`), and a turn that recorded
 //! replies wakes the senders (`signals.outbox`, bridged to a counter the connector watches).
+//! Each account's health goes to the host's telemetry (`muninn status`, `/readyz`, `/metrics`).
 //!
 //! `MUNINN_FAULT` arms one of the connector's crash points (tests only: `muninn-matrix`'s
 //! `FaultPoint`); unset, nothing is armed.
 
 use anyhow::Context;
+use muninn_api::wire::TransportState;
 use muninn_host::Host;
 use muninn_host::config::Config;
-use muninn_matrix::{Account, Connector, ConnectorConfig, Credential, FaultPoint, Secret};
+use muninn_matrix::{
+    Account, AccountHealth, Connector, ConnectorConfig, Credential, FaultPoint, Secret,
+};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -93,8 +97,29 @@ pub fn spawn(
         }
     });
     let signals = host.signals.clone();
+    let (telemetry, clock) = (host.telemetry.clone(), host.clock.clone());
     let connector = Connector::new(config, host.store.clone(), host.clock.clone())
         .on_delivered(Arc::new(move |mind| signals.wake(mind)))
+        .on_health(Arc::new(move |mind, health| {
+            telemetry.transport(mind, "matrix", transport_state(health), clock.now_ms())
+        }))
         .outbox_changed(outbox_changed);
     tokio::spawn(connector.run(stopped))
+}
+
+/// The connector's account health in the host's words.
+fn transport_state(health: AccountHealth) -> TransportState {
+    match health {
+        AccountHealth::Opening => TransportState::Opening,
+        AccountHealth::Open => TransportState::Open,
+        AccountHealth::Held { pending } => TransportState::Held {
+            pending: pending as u64,
+        },
+        AccountHealth::Failing { stage, error } => TransportState::Failing {
+            stage: stage.to_owned(),
+            error,
+            // Counted by the telemetry, which knows the previous report.
+            failures: 1,
+        },
+    }
 }

@@ -3,7 +3,7 @@
 use crate::connect::{ApiArgs, block_on};
 use crate::output::{json, outln};
 use crate::time::{clock_time, span};
-use muninn_api::wire::{Activity, MindStatus, Segment, Settings};
+use muninn_api::wire::{Activity, MindStatus, Segment, Settings, TransportState, TransportStatus};
 
 /// How a client command prints: `text` for people (also `table`), `json` for programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -158,6 +158,34 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
                     mind.id,
                     clock_time(*since_ms)
                 )?;
+            }
+        }
+        for mind in &minds {
+            match &mind.transport {
+                Some(TransportStatus {
+                    transport,
+                    state:
+                        TransportState::Failing {
+                            stage,
+                            error,
+                            failures,
+                        },
+                    since_ms,
+                }) => outln!(
+                    "{}: {transport} failing ({stage}) since {} ({failures} in a row): {error}",
+                    mind.id,
+                    clock_time(*since_ms)
+                )?,
+                Some(TransportStatus {
+                    transport,
+                    state: TransportState::Held { pending },
+                    since_ms,
+                }) => outln!(
+                    "{}: {transport} holding its intake since {} ({pending}+ deliveries unanswered)",
+                    mind.id,
+                    clock_time(*since_ms)
+                )?,
+                _ => {}
             }
         }
         for mind in &minds {

@@ -210,6 +210,27 @@ password = {{ env = "VALA_MATRIX_PASSWORD" }}
         String::from_utf8(output.stdout).unwrap()
     }
 
+    /// `GET path` on the host's API without a token: (status code, body).
+    fn get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&self.addr).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.addr
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let code = answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        (code, body.to_owned())
+    }
+
     async fn store(&self) -> SqliteStore {
         SqliteStore::open_in(self.dir.path().join("data"))
             .await
@@ -550,7 +571,25 @@ async fn the_homeserver_restarted_mid_run_delays_a_reply_and_loses_none() {
         (!outbox.is_empty()).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The outage is loud: `muninn status` names it, `/readyz` is not ready and says why.
+    wait_for(
+        "status naming the sync failure",
+        Duration::from_secs(60),
+        || async {
+            let status = host.muninn(&["status"]);
+            status
+                .lines()
+                .any(|l| l.starts_with("vala: matrix failing (sync) since"))
+                .then_some(())
+        },
+    )
+    .await;
+    let (code, body) = host.get("/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("mind vala: matrix is failing to read its rooms"),
+        "{body}"
+    );
     synapse.restart();
     let expected = reply_to(&human, "during the restart");
     wait_for(
@@ -568,6 +607,9 @@ async fn the_homeserver_restarted_mid_run_delays_a_reply_and_loses_none() {
     .await;
     // And the sync loop is back: a new question is answered.
     ask(&human, &room, &bot, "after the restart").await;
+    assert!(!host.muninn(&["status"]).contains("matrix failing"));
+    let (code, body) = host.get("/readyz");
+    assert_eq!(code, 200, "{body}");
     host.stop();
     let questions: Vec<String> = [
         "before the restart",
@@ -709,4 +751,56 @@ async fn doctor_checks_the_homeserver_and_each_accounts_token_without_logging_in
         out.lines().any(|l| l.starts_with("FAIL homeserver")),
         "{out}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_that_cannot_log_in_is_loud_in_status_readyz_and_metrics() {
+    let Some(synapse) = synapse::shared() else {
+        return;
+    };
+    let (_human, bot) = accounts(synapse, "login").await;
+    let mut host = Host::new(&synapse.url(), &bot, &["#nowhere".to_string()]);
+    let path = host.dir.path().join("muninn.toml");
+    let config = std::fs::read_to_string(&path).unwrap().replace(
+        r#"password = { env = "VALA_MATRIX_PASSWORD" }"#,
+        r#"password = { file = "wrong-password" }"#,
+    );
+    std::fs::write(&path, config).unwrap();
+    std::fs::write(host.dir.path().join("wrong-password"), "not the password").unwrap();
+    host.start(None);
+    let line = wait_for(
+        "status naming the login failure",
+        Duration::from_secs(60),
+        || async {
+            host.muninn(&["status"])
+                .lines()
+                .find(|l| l.starts_with("vala: matrix failing (login) since"))
+                .map(str::to_owned)
+        },
+    )
+    .await;
+    assert!(
+        line.contains("M_FORBIDDEN") || line.contains("403"),
+        "{line}"
+    );
+    assert!(!line.contains("not the password"), "{line}");
+    let (code, body) = host.get("/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("mind vala: matrix is failing to open the account"),
+        "{body}"
+    );
+    let (_, metrics) = host.get("/metrics");
+    assert!(
+        metrics.contains(
+            r#"muninn_transport_state{mind="vala",transport="matrix",state="failing"} 1"#
+        ),
+        "{metrics}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&host.muninn(&["status", "--format", "json"])).unwrap();
+    let transport = &json["minds"][0]["transport"];
+    assert_eq!(transport["state"], "failing", "{json}");
+    assert_eq!(transport["stage"], "login", "{json}");
+    host.stop();
 }

@@ -378,6 +378,7 @@ pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<M
         oldest_pending_at_ms: pending.first().map(|d| d.received_at_ms),
         activity: host.signals.activity(id),
         failed_sends,
+        transport: host.telemetry.mind(id).transport,
         config,
     })
 }

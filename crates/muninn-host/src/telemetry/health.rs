@@ -2,9 +2,9 @@
 //!
 //! `/healthz` answers while the process serves HTTP. `/readyz` answers 200 only when the host
 //! can do its work: the store answers a real query (its schema version) within
-//! [`STORE_TIMEOUT`], every configured Mind's runner task runs in this host, and no runner's
-//! steps are failing (a backend outage, a store that refuses writes, a Mind that cannot run);
-//! otherwise 503 with every reason. A Mind whose lease another host holds is ready: that host
+//! [`STORE_TIMEOUT`], every configured Mind's runner task runs in this host, no runner's steps
+//! are failing (a backend outage, a store that refuses writes, a Mind that cannot run) and no
+//! Mind's transport (its Matrix account) is failing; otherwise 503 with every reason. A Mind whose lease another host holds is ready: that host
 //! runs it.
 //!
 //! Neither needs a token (orchestrators and load balancers probe them). Their answers name
@@ -64,6 +64,28 @@ pub async fn readiness(host: &Host) -> Readiness {
             reasons.push(format!(
                 "mind {}: {what} ({} steps failed in a row, retrying)",
                 mind.id, failing.failures
+            ));
+        }
+        if let Some(muninn_api::wire::TransportStatus {
+            transport,
+            state:
+                muninn_api::wire::TransportState::Failing {
+                    stage,
+                    error,
+                    failures,
+                },
+            ..
+        }) = live.transport
+        {
+            reasons.push(format!(
+                "mind {}: {transport} is failing to {}: {} ({failures} failures in a row, retrying)",
+                mind.id,
+                match stage.as_str() {
+                    "login" => "open the account",
+                    "sync" => "read its rooms",
+                    _ => "keep its position",
+                },
+                truncate(&error, ERROR_CHARS)
             ));
         }
     }

@@ -103,6 +103,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "1 while this host holds the Mind's lease, by Mind.",
     ),
     (
+        "muninn_transport_state",
+        "gauge",
+        "1 for the state a Mind's transport (its Matrix account) is in, by Mind, transport and state (opening, open, held, failing).",
+    ),
+    (
         "muninn_brake",
         "gauge",
         "1 while the operator brake is on, by Mind.",
@@ -346,6 +351,28 @@ fn write_live(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<String>)
     for id in ids {
         let held = u8::from(live(id).lease_held);
         out.sample("muninn_lease_held", &[("mind", id)], held);
+    }
+    out.family("muninn_transport_state");
+    for id in ids {
+        if let Some(transport) = live(id).transport {
+            let current = match transport.state {
+                muninn_api::wire::TransportState::Opening => "opening",
+                muninn_api::wire::TransportState::Open => "open",
+                muninn_api::wire::TransportState::Held { .. } => "held",
+                muninn_api::wire::TransportState::Failing { .. } => "failing",
+            };
+            for state in ["opening", "open", "held", "failing"] {
+                out.sample(
+                    "muninn_transport_state",
+                    &[
+                        ("mind", id),
+                        ("transport", &transport.transport),
+                        ("state", state),
+                    ],
+                    u8::from(state == current),
+                );
+            }
+        }
     }
     out.family("muninn_runner_up");
     for id in ids {

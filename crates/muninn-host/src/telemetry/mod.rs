@@ -28,6 +28,7 @@
 
 pub mod health;
 pub mod metrics;
+mod transport;
 
 use crate::runtime::{RuntimeError, Step};
 use muninn_backend::{BackendError, RetryEvent, SessionEvent};
@@ -194,6 +195,8 @@ pub struct MindLive {
     pub lease_held: bool,
     /// Failed steps, by cause.
     pub step_failures: BTreeMap<&'static str, u64>,
+    /// The transport that brings its mail (the Matrix connector), as it last reported.
+    pub transport: Option<muninn_api::wire::TransportStatus>,
 }
 
 /// Everything [`Telemetry`] holds, copied out at one instant (for `/metrics` and the dashboard).
