@@ -432,15 +432,17 @@ async fn a_child_killed_mid_turn_loses_no_delivery_and_sends_nothing_twice() {
         },
         times: 1,
     }]);
-    let before = w.messages_requests().len();
     w.say("k2", "kilo-two: are you there?").await;
     r.woken();
     let stepping = tokio::spawn(async move {
         let step = r.step().await;
         (r, step)
     });
+    // The sim takes the fault when the request arrives and records the request only once it
+    // is answered: an empty fault queue is the sign that the child is waiting on its reply.
+    // (Waiting for the record instead raced the kill against the child's finishing the turn.)
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while w.messages_requests().len() == before {
+    while !w.server.sim.faults().is_empty() {
         assert!(
             std::time::Instant::now() < deadline,
             "the turn never reached the sim"
