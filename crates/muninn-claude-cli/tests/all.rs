@@ -1,7 +1,7 @@
 //! The claude-cli backend against the REAL Claude Code CLI 2.1.332 and `muninn_sim::spawn`.
 //!
 //! The CLI is found through `MUNINN_CLAUDE_BIN` (default: where `scripts/install-claude-cli.sh`
-//! installs it). A missing CLI prints `SKIP` — or fails when `MUNINN_REQUIRE_PEERS=1`.
+//! installs it). A missing CLI fails the tests (prints `SKIP` when `MUNINN_SKIP_PEERS=1`).
 //!
 //! Usage is checked against an independent recomputation of the cache model over the requests
 //! the CLI actually sent (the sim's request log), as the sim's own peer test does.

@@ -9,8 +9,8 @@
 //! are read with `/messages`: Synapse's two-minute `/sync` cache would show a second `/sync`
 //! with the same token a stale answer.
 //!
-//! Without Synapse (`scripts/install-synapse.sh`) every test prints SKIP, unless
-//! `MUNINN_REQUIRE_PEERS=1`.
+//! Without Synapse (`scripts/install-synapse.sh`) every test fails (prints SKIP only
+//! under `MUNINN_SKIP_PEERS=1`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

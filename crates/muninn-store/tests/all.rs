@@ -7,8 +7,8 @@
 //! file.
 //!
 //! PostgreSQL: `MUNINN_TEST_POSTGRES` (default `postgres://postgres@127.0.0.1:5432/test`; see
-//! `muninn_testkit::peers`). If it cannot be reached the PostgreSQL tests print SKIP and pass,
-//! unless `MUNINN_REQUIRE_PEERS=1`.
+//! `muninn_testkit::peers`). If it cannot be reached the PostgreSQL tests fail (print SKIP and
+//! pass only under `MUNINN_SKIP_PEERS=1`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -602,7 +602,7 @@ struct SmallDisk {
 
 impl SmallDisk {
     /// A `bytes`-sized tmpfs; `None` after `missing_peer` where mounting is not allowed (not
-    /// root), which fails the test under `MUNINN_REQUIRE_PEERS=1`.
+    /// root), which fails the test unless `MUNINN_SKIP_PEERS=1`.
     fn mount(bytes: u64) -> Option<SmallDisk> {
         let dir = tempfile::tempdir().unwrap();
         let mounted = Command::new("mount")

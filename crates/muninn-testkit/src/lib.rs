@@ -10,8 +10,8 @@
 //! - [`backend_suite`] — [`run_backend_suite`]: the behaviour every `muninn_backend::Backend`
 //!   passes, run by the simulator's and the Claude Code CLI driver's tests.
 //! - [`peers`] — finding the real peers (the Claude Code CLI, the Python SDK, PostgreSQL,
-//!   headless Chromium with its chromedriver, Synapse) and `MUNINN_REQUIRE_PEERS`: a missing
-//!   peer is a `SKIP`, or a failure when peers are required.
+//!   headless Chromium with its chromedriver, Synapse) and `MUNINN_SKIP_PEERS`: a missing
+//!   peer fails the test, or is a `SKIP` when skipping is asked for.
 //! - [`synapse`] — a real Synapse per test binary or per test, and a person's Matrix client.
 //!
 //! ## Invariants

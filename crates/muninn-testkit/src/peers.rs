@@ -10,10 +10,11 @@
 //! | headless Chromium and chromedriver (Debian's `chromium`, `chromium-driver`) | `MUNINN_CHROMIUM` and `MUNINN_CHROMEDRIVER`, else `/usr/bin/chromium` and `/usr/bin/chromedriver` | `scripts/install-browser-peers.sh` |
 //! | Synapse 1.163.2 (a Matrix homeserver) | `MUNINN_SYNAPSE_PYTHON`, else the install script's environment under `~/.cache/muninn/synapse`; each test starts its own (`crate::synapse`) | `scripts/install-synapse.sh` |
 //!
-//! A test whose peer is missing returns early after [`missing_peer`] printed `SKIP` — unless
-//! `MUNINN_REQUIRE_PEERS=1` (as CI and `scripts/test.sh` on a prepared machine set it), when the
-//! missing peer fails the test instead. Benchmarks use the unchecked lookups
-//! ([`claude_cli_path`], [`FreshDatabase::create`]) and report a missing peer themselves.
+//! A test whose peer is missing **fails** ([`missing_peer`]), so a green `cargo test` on a machine
+//! without the peers cannot hide that it tested nothing of them. Skipping is asked for explicitly
+//! with `MUNINN_SKIP_PEERS=1`: then the test prints `SKIP: <what>` and returns early. Benchmarks
+//! use the unchecked lookups ([`claude_cli_path`], [`FreshDatabase::create`]) and report a
+//! missing peer themselves.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -36,9 +37,9 @@ const SYNAPSE_INSTALLED: &str = ".cache/muninn/synapse/bin/python";
 /// The admin URL the store's PostgreSQL tests use when `MUNINN_TEST_POSTGRES` is not set.
 const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-/// Whether a missing peer fails the test: `MUNINN_REQUIRE_PEERS=1`.
+/// Whether a missing peer fails the test: always, unless `MUNINN_SKIP_PEERS=1` asks to skip.
 pub fn peers_required() -> bool {
-    std::env::var("MUNINN_REQUIRE_PEERS").as_deref() == Ok("1")
+    std::env::var("MUNINN_SKIP_PEERS").as_deref() != Ok("1")
 }
 
 /// Reports a missing peer: panics when [`peers_required`], else prints `SKIP: <what>` to stderr
@@ -46,13 +47,15 @@ pub fn peers_required() -> bool {
 #[track_caller]
 pub fn missing_peer(what: &str) {
     if peers_required() {
-        panic!("peer missing and MUNINN_REQUIRE_PEERS=1: {what}");
+        panic!(
+            "peer missing: {what} (scripts/test.sh installs every peer; MUNINN_SKIP_PEERS=1 skips the tests that need one)"
+        );
     }
     eprintln!("SKIP: {what}");
 }
 
 /// Where the Claude Code CLI would be: `MUNINN_CLAUDE_BIN`, else the install script's place if
-/// something is there. Neither its version nor `MUNINN_REQUIRE_PEERS` is checked (benchmarks).
+/// something is there. Neither its version nor `MUNINN_SKIP_PEERS` is checked (benchmarks).
 pub fn claude_cli_path() -> Option<PathBuf> {
     std::env::var("MUNINN_CLAUDE_BIN")
         .ok()

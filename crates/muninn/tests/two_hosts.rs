@@ -11,8 +11,8 @@
 //!
 //! The hosts run with `lease_ttl_ms = 3000` so a takeover takes seconds, not half a minute.
 //! SQLite runs on a temporary file; PostgreSQL on a fresh database created with `psql` and
-//! dropped afterwards (`muninn_testkit::peers::FreshDatabase`: skipped with a note when `psql`
-//! cannot reach 127.0.0.1, unless `MUNINN_REQUIRE_PEERS=1`). Every child is killed on the way
+//! dropped afterwards (`muninn_testkit::peers::FreshDatabase`: a failure when `psql` cannot reach
+//! 127.0.0.1, a skip with a note only under `MUNINN_SKIP_PEERS=1`). Every child is killed on the way
 //! out, pass or fail.
 
 use muninn_store::{LedgerQuery, Store};
