@@ -57,3 +57,5 @@ MUNINN_SYNAPSE_PYTHON="$(bash scripts/install-synapse.sh)"
 export MUNINN_SYNAPSE_PYTHON
 
 cargo test --workspace --locked
+# The Persona benchmark at its smoke size (one seed, 300 turns): it exits 1 on any FAIL.
+cargo test --locked -p muninn-workload --bench persona

@@ -12,7 +12,8 @@
 //! 3. the default policy within 1.05× of the replay engine's optimum on the same stream.
 //!
 //! A last table runs the mix once on `claude-sonnet-4-5`. Without `--bench` (as
-//! `cargo test --benches` runs it) one seed of 300 turns keeps the smoke run short.
+//! `cargo test --bench persona` runs it, and `scripts/test.sh` does in CI) one seed of 300 turns
+//! keeps the smoke run short. Any FAIL makes the run exit 1.
 //! `MUNINN_PERSONA_SEEDS` (comma-separated) overrides the seeds.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -307,4 +308,8 @@ fn main() {
         if all_ok { "PASS" } else { "FAIL" },
         started.elapsed().as_secs_f64()
     );
+    // A FAIL is a result, not a remark: the run fails with it (CI runs the smoke size).
+    if !all_ok {
+        std::process::exit(1);
+    }
 }
