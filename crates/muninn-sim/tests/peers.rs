@@ -113,7 +113,7 @@ fn the_official_python_sdk() {
         "{reads:?}"
     );
     eprintln!(
-        "python SDK: {} of {} usages equal the cache model; reads {reads:?}",
+        "python SDK passes the simulator's usage through: {} of {} as recomputed (consistency, not validation of the cache model); reads grow {reads:?}",
         reported.len(),
         reported.len()
     );
@@ -407,7 +407,7 @@ fn the_real_claude_code_cli() {
     let want: Vec<Value> = turn_usages.iter().map(usage_json).collect();
     assert_eq!(transcript_usages, want);
     eprintln!(
-        "Claude Code CLI 2.1.332: {equal} of {} answered requests equal the cache model; {result_equal} of {result_equal} turn result.usage and {} of {} transcript usages equal it; reads {reads:?}",
+        "Claude Code CLI 2.1.332 passes the simulator's usage through (consistency, not validation): {equal} of {} answered requests as recomputed; {result_equal} of {result_equal} turn result.usage and {} of {} transcript usages carry it unchanged; reads grow {reads:?}",
         answered.len(),
         transcript_usages.len(),
         want.len()
@@ -499,7 +499,7 @@ fn the_real_claude_code_cli_with_a_1h_ttl_and_count_tokens() {
         "{context}"
     );
     eprintln!(
-        "Claude Code CLI 2.1.332 (1h TTL): {} of {} result.usage equal the cache model; {} count_tokens calls answered",
+        "Claude Code CLI 2.1.332 (1h TTL) passes the usage through: {} of {} result.usage as recomputed; {} count_tokens calls answered",
         results.len(),
         expected.len(),
         counts.len()
@@ -556,5 +556,5 @@ fn the_real_claude_code_cli_gets_schema_valid_structured_output() {
         assert_eq!(pick(&result["usage"]), usage_json(exp));
     }
     assert!(expected[1].cache_read > 0);
-    eprintln!("Claude Code CLI 2.1.332 (--json-schema): 2 of 2 result.usage equal the cache model");
+    eprintln!("Claude Code CLI 2.1.332 (--json-schema) passes the usage through: 2 of 2 result.usage as recomputed");
 }
