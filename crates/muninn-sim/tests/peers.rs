@@ -556,5 +556,7 @@ fn the_real_claude_code_cli_gets_schema_valid_structured_output() {
         assert_eq!(pick(&result["usage"]), usage_json(exp));
     }
     assert!(expected[1].cache_read > 0);
-    eprintln!("Claude Code CLI 2.1.332 (--json-schema) passes the usage through: 2 of 2 result.usage as recomputed");
+    eprintln!(
+        "Claude Code CLI 2.1.332 (--json-schema) passes the usage through: 2 of 2 result.usage as recomputed"
+    );
 }
