@@ -113,13 +113,18 @@ pub(crate) async fn quick_check(pool: &SqlitePool, db: &Path) -> Result<()> {
     ))
 }
 
-/// An error from opening, checking or migrating an existing file, as a refusal naming it
-/// (busy stays busy: another process holds the lock, nothing is wrong with the file).
+/// An error from opening, checking or migrating an existing file: a file that is not a
+/// database, or is malformed, becomes a refusal naming it; anything else (busy, permissions,
+/// I/O) stays what it is — nothing says the file itself is broken.
 pub(crate) fn refusal(db: &Path, error: StoreError) -> StoreError {
-    match error {
-        StoreError::Busy(_) | StoreError::Refused { .. } | StoreError::SchemaTooNew { .. } => error,
-        other => StoreError::refused(db, format!("the database cannot be read ({other})"), REMEDY),
+    let text = error.to_string();
+    let broken = ["not a database", "malformed", "corrupt"]
+        .iter()
+        .any(|sign| text.contains(sign));
+    if broken && !matches!(error, StoreError::Refused { .. }) {
+        return StoreError::refused(db, format!("the database cannot be read ({text})"), REMEDY);
     }
+    error
 }
 
 /// After migrating: compares the counters with the identity file (see the module docs),
