@@ -93,6 +93,22 @@ pub enum StoreError {
     #[error("corrupt row: {0}")]
     Corrupt(String),
 
+    /// The storage is not what it was: at start-up, a data directory that held a database (its
+    /// identity file `store.id` says so) whose database file is missing, empty, truncated or
+    /// corrupt, or whose counters went back (committed writes were lost, e.g. with a deleted
+    /// WAL). Returned by the checked open. Not retryable: the operator restores the files or
+    /// asks for a fresh store explicitly; continuing silently would reissue seqs and request
+    /// ids that were already answered.
+    #[error("refusing the store {path}: {problem}; {remedy}")]
+    Refused {
+        /// The file at fault.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+        /// What the operator can do.
+        remedy: String,
+    },
+
     /// Any other database error (constraint violations the API should have prevented, SQL
     /// errors). Not retryable.
     #[error("database error: {0}")]
@@ -107,6 +123,18 @@ impl StoreError {
 
     pub(crate) fn invalid(message: impl Into<String>) -> StoreError {
         StoreError::Invalid(message.into())
+    }
+
+    pub(crate) fn refused(
+        path: &std::path::Path,
+        problem: impl Into<String>,
+        remedy: impl Into<String>,
+    ) -> StoreError {
+        StoreError::Refused {
+            path: path.display().to_string(),
+            problem: problem.into(),
+            remedy: remedy.into(),
+        }
     }
 
     pub(crate) fn not_found(what: &'static str, key: impl Into<String>) -> StoreError {

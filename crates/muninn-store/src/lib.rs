@@ -11,6 +11,9 @@
 //! - [`error`] — [`StoreError`], with a retry hint per variant.
 //! - [`sqlite`] — [`SqliteStore`], the embedded default (one WAL file, `synchronous=FULL`).
 //! - [`postgres`] — [`PostgresStore`], for several hosts on one database.
+//! - [`startup`] — SQLite's start-up checks: broken storage is refused, not silently replaced.
+//! - [`marker`] — the identity file (`store.id`) holding the high-water mark of issued ids;
+//!   `id_guard` (private) reserves ids there before each SQLite commit.
 //! - `sql` (private) — the SQL both backends share.
 //!
 //! The conformance suite every backend passes is `muninn_testkit::run_conformance`, in the
@@ -19,7 +22,9 @@
 //! ## Invariants
 //!
 //! - A mutator that returns `Ok` has committed durably; one that returns `Err` wrote nothing.
-//! - The transcript, the mailbox and the ledger are append-only; seqs are gap-free per Mind.
+//! - The transcript, the mailbox and the ledger are append-only; seqs are gap-free per Mind
+//!   while the store runs, and never issued twice: after a crash or lost commits (SQLite) a
+//!   counter may skip ahead, never back.
 //! - Fenced writes are refused once a newer lease token exists, checked in the same transaction.
 //! - [`Store::record_turn`] commits a turn's transcript, outbox, ledger, memory, briefs and ack
 //!   together or not at all (design §3.6, exactly-once effects).
@@ -28,9 +33,12 @@
 //! - Each backend has numbered migrations, applied at open and recorded in `schema_version`.
 
 pub mod error;
+mod id_guard;
+pub mod marker;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
+pub mod startup;
 pub mod store;
 pub mod types;
 mod write;
@@ -38,6 +46,7 @@ mod write;
 pub use error::{Result, StoreError};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+pub use startup::StartOptions;
 pub use store::Store;
 pub use types::*;
 
@@ -47,13 +56,19 @@ use std::sync::Arc;
 /// PostgreSQL; a `sqlite:` URL or anything else is a SQLite file path (a directory means
 /// `muninn.db` inside it).
 pub async fn open(spec: &str) -> Result<Arc<dyn Store>> {
+    open_with(spec, StartOptions::default()).await
+}
+
+/// [`open`] with the operator's start-up overrides (SQLite only: see [`startup`]).
+pub async fn open_with(spec: &str, options: StartOptions) -> Result<Arc<dyn Store>> {
     if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
         Ok(Arc::new(PostgresStore::connect(spec).await?))
     } else if spec.starts_with("sqlite:") {
-        Ok(Arc::new(SqliteStore::open_url(spec).await?))
+        Ok(Arc::new(SqliteStore::open_url_with(spec, options).await?))
     } else if std::path::Path::new(spec).is_dir() {
-        Ok(Arc::new(SqliteStore::open_in(spec).await?))
+        let path = std::path::Path::new(spec).join(sqlite::DEFAULT_FILE_NAME);
+        Ok(Arc::new(SqliteStore::open_with(path, options).await?))
     } else {
-        Ok(Arc::new(SqliteStore::open(spec).await?))
+        Ok(Arc::new(SqliteStore::open_with(spec, options).await?))
     }
 }

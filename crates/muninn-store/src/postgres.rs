@@ -60,6 +60,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "cursors_failed_sends",
         include_str!("../migrations/postgres/0007_cursors_failed_sends.sql"),
     ),
+    (
+        8,
+        "counter_floors",
+        include_str!("../migrations/postgres/0008_counter_floors.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migrations ("muninn" in ASCII).
@@ -105,8 +110,11 @@ impl PostgresStore {
     }
 
     /// Starts a write transaction (READ COMMITTED; fenced writes lock the lease row).
+    /// Nothing to record at close: PostgreSQL keeps its own counters durable.
+    async fn before_close(&self) {}
+
     async fn begin_write(&self) -> Result<crate::write::WriteTx<Postgres>> {
-        crate::write::WriteTx::begin(&self.pool, "BEGIN").await
+        crate::write::WriteTx::begin(&self.pool, "BEGIN", None).await
     }
 
     /// Applies pending migrations in one transaction under an advisory lock.

@@ -343,10 +343,12 @@ macro_rules! impl_sql_store {
             }
         }
 
-        /// Bumps a per-Mind counter and returns the new value (the next seq).
+        /// Bumps a per-Mind counter and returns the new value (the next seq). A new counter
+        /// starts above its floor, if an earlier store in this place left one.
         async fn bump(conn: &mut $conn, mind: &str, name: &str) -> Result<i64> {
             let row = sqlx::query(
-                "INSERT INTO counters (mind_id, name, value) VALUES ($1, $2, 1) \
+                "INSERT INTO counters (mind_id, name, value) VALUES ($1, $2, 1 + COALESCE(\
+                 (SELECT value FROM counter_floors WHERE mind_id = $1 AND name = $2), 0)) \
                  ON CONFLICT (mind_id, name) DO UPDATE SET value = counters.value + 1 \
                  RETURNING value",
             )
@@ -409,7 +411,8 @@ macro_rules! impl_sql_store {
         /// snapshot per statement; on SQLite the write lock already serialises).
         async fn lock_intake(conn: &mut $conn, mind: &str) -> Result<()> {
             sqlx::query(
-                "INSERT INTO counters (mind_id, name, value) VALUES ($1, 'delivery', 0) \
+                "INSERT INTO counters (mind_id, name, value) VALUES ($1, 'delivery', COALESCE(\
+                 (SELECT value FROM counter_floors WHERE mind_id = $1 AND name = 'delivery'), 0)) \
                  ON CONFLICT (mind_id, name) DO UPDATE SET value = counters.value",
             )
             .bind(mind)
@@ -806,6 +809,7 @@ macro_rules! impl_sql_store {
             }
 
             async fn close(&self) {
+                self.before_close().await;
                 self.pool.close().await;
             }
 

@@ -27,6 +27,10 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite};
 
 use crate::error::{Result, StoreError};
+use crate::id_guard::IdGuard;
+use crate::marker::{StoreMarker, marker_path};
+use crate::startup::{self, StartOptions};
+use std::sync::Arc;
 
 /// The database file's name inside a data directory.
 pub const DEFAULT_FILE_NAME: &str = "muninn.db";
@@ -68,6 +72,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "cursors_failed_sends",
         include_str!("../migrations/sqlite/0007_cursors_failed_sends.sql"),
     ),
+    (
+        8,
+        "counter_floors",
+        include_str!("../migrations/sqlite/0008_counter_floors.sql"),
+    ),
 ];
 
 /// How long a writer waits for another writer's lock before giving up with `Busy`.
@@ -78,6 +87,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct SqliteStore {
     pool: SqlitePool,
     path: PathBuf,
+    /// Reserves ids in the identity file before each commit (see [`crate::id_guard`]).
+    guard: Arc<IdGuard>,
 }
 
 impl SqliteStore {
@@ -85,10 +96,21 @@ impl SqliteStore {
     const LEASE_LOCK_SQL: &'static str =
         "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1";
 
-    /// Opens (creating if missing) the database file at `path` and applies pending migrations.
+    /// Opens (creating if missing) the database file at `path` and applies pending migrations,
+    /// with the start-up checks of [`crate::startup`] and no operator overrides.
     pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
+        SqliteStore::open_with(path, StartOptions::default()).await
+    }
+
+    /// Opens the database file at `path`: refuses a missing, empty, truncated or corrupt file
+    /// where the identity file says a store was, and counters that went back after a clean
+    /// stop, unless `options` allow it (see [`crate::startup`]).
+    pub async fn open_with(path: impl AsRef<Path>, options: StartOptions) -> Result<SqliteStore> {
         let path = path.as_ref().to_path_buf();
-        let options = SqliteConnectOptions::new()
+        let marker = StoreMarker::read(&marker_path(&path))?;
+        startup::before_open(&path, marker.as_ref(), options)?;
+        let existed = std::fs::metadata(&path).is_ok_and(|m| m.len() > 0);
+        let options_db = SqliteConnectOptions::new()
             .filename(&path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -98,12 +120,39 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(BUSY_TIMEOUT)
-            .connect_with(options)
+            .connect_with(options_db)
             .await
-            .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
-        let store = SqliteStore { pool, path };
-        store.migrate().await?;
-        Ok(store)
+            .map_err(|e| {
+                startup::refusal(
+                    &path,
+                    StoreError::Unavailable(format!("{}: {e}", path.display())),
+                )
+            })?;
+        let checked = async {
+            if existed {
+                startup::quick_check(&pool, &path).await?;
+            }
+            SqliteStore::migrate(&pool).await?;
+            startup::reconcile(&pool, &path, marker, options).await
+        };
+        let guard = match checked.await {
+            Ok(guard) => guard,
+            Err(e) => {
+                pool.close().await;
+                let e = if existed {
+                    startup::refusal(&path, e)
+                } else {
+                    e
+                };
+                tracing::error!(database = %path.display(), error = %e, "the store was not opened");
+                return Err(e);
+            }
+        };
+        Ok(SqliteStore {
+            pool,
+            path,
+            guard: Arc::new(guard),
+        })
     }
 
     /// Opens `muninn.db` inside `data_dir` (which must exist).
@@ -113,10 +162,15 @@ impl SqliteStore {
 
     /// Opens a `sqlite://path` (or `sqlite:path`) URL.
     pub async fn open_url(url: &str) -> Result<SqliteStore> {
+        SqliteStore::open_url_with(url, StartOptions::default()).await
+    }
+
+    /// [`SqliteStore::open_url`] with the operator's start-up overrides.
+    pub async fn open_url_with(url: &str, start: StartOptions) -> Result<SqliteStore> {
         // Parse only to validate; the path is what we keep.
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|e| StoreError::invalid(format!("bad sqlite URL {url:?}: {e}")))?;
-        SqliteStore::open(options.get_filename()).await
+        SqliteStore::open_with(options.get_filename(), start).await
     }
 
     /// The database file.
@@ -139,16 +193,38 @@ impl SqliteStore {
         Ok((mode, synchronous))
     }
 
-    /// Starts a write transaction holding the database's write lock.
+    /// Starts a write transaction holding the database's write lock; its commit first
+    /// reserves the ids it issued in the identity file.
     async fn begin_write(&self) -> Result<crate::write::WriteTx<Sqlite>> {
-        crate::write::WriteTx::begin(&self.pool, "BEGIN IMMEDIATE").await
+        let hook: Arc<dyn crate::write::CommitHook<Sqlite>> = self.guard.clone();
+        crate::write::WriteTx::begin(&self.pool, "BEGIN IMMEDIATE", Some(hook)).await
+    }
+
+    /// The identity file beside the database (`store.id`).
+    pub fn marker_path(&self) -> &Path {
+        self.guard.path()
+    }
+
+    /// On a clean close: under the write lock, the identity file takes exactly the database's
+    /// counters, so the next open can tell lost commits from a crash. A failure is logged: the
+    /// file then still bounds every id issued, it only cannot prove a clean stop.
+    async fn before_close(&self) {
+        let exact = async {
+            let mut tx = crate::write::WriteTx::begin(&self.pool, "BEGIN IMMEDIATE", None).await?;
+            self.guard.write_exact(&mut tx).await?;
+            tx.commit().await
+        };
+        if let Err(e) = exact.await {
+            tracing::warn!(database = %self.path.display(), error = %e,
+                "could not record a clean stop in the store's identity file");
+        }
     }
 
     /// Applies pending migrations in one `BEGIN IMMEDIATE` transaction, so two processes
     /// opening a new file at once migrate it exactly once (the second sees the first's
     /// `schema_version` rows). Re-opening a current database applies nothing.
-    async fn migrate(&self) -> Result<()> {
-        let mut tx = self.begin_write().await?;
+    async fn migrate(pool: &SqlitePool) -> Result<()> {
+        let mut tx = crate::write::WriteTx::begin(pool, "BEGIN IMMEDIATE", None).await?;
         sqlx::raw_sql(
             "CREATE TABLE IF NOT EXISTS schema_version (\
              version INTEGER PRIMARY KEY NOT NULL, name TEXT NOT NULL, \

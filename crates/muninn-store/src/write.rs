@@ -18,6 +18,17 @@ use crate::error::Result;
 use sqlx::pool::PoolConnection;
 use sqlx::{Database, Executor, Pool};
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+/// Work done inside every write transaction just before its `COMMIT`, on the same connection
+/// and still under the write lock: SQLite's [`crate::id_guard::IdGuard`] reserves the ids the
+/// transaction issued in the store's identity file there, so no id is committed before the
+/// file covers it. An error aborts the transaction.
+#[async_trait::async_trait]
+pub(crate) trait CommitHook<DB: Database>: Send + Sync {
+    /// Called once, before `COMMIT`.
+    async fn before_commit(&self, conn: &mut DB::Connection) -> Result<()>;
+}
 
 /// A write transaction on a pooled connection; see the module documentation.
 pub(crate) struct WriteTx<DB: Database> {
@@ -26,6 +37,8 @@ pub(crate) struct WriteTx<DB: Database> {
     /// Whether the transaction ended cleanly (committed or rolled back): only then does the
     /// connection go back to the pool.
     ended: bool,
+    /// Run before `COMMIT` (see [`CommitHook`]).
+    hook: Option<Arc<dyn CommitHook<DB>>>,
 }
 
 impl<DB: Database> WriteTx<DB>
@@ -34,10 +47,15 @@ where
 {
     /// Takes a connection and begins a transaction on it with `begin` (`BEGIN IMMEDIATE` on
     /// SQLite, `BEGIN` on PostgreSQL).
-    pub(crate) async fn begin(pool: &Pool<DB>, begin: &'static str) -> Result<WriteTx<DB>> {
+    pub(crate) async fn begin(
+        pool: &Pool<DB>,
+        begin: &'static str,
+        hook: Option<Arc<dyn CommitHook<DB>>>,
+    ) -> Result<WriteTx<DB>> {
         let mut tx = WriteTx {
             conn: Some(pool.acquire().await?),
             ended: false,
+            hook,
         };
         sqlx::raw_sql(begin).execute(&mut *tx).await?;
         Ok(tx)
@@ -46,6 +64,10 @@ where
     /// Commits. On failure the connection is closed (after a best-effort rollback), never
     /// handed back to the pool.
     pub(crate) async fn commit(mut self) -> Result<()> {
+        if let Some(hook) = self.hook.clone() {
+            // Dropping `self` on this error closes the connection, rolling back.
+            hook.before_commit(&mut self).await?;
+        }
         match sqlx::raw_sql("COMMIT").execute(&mut *self).await {
             Ok(_) => {
                 self.ended = true;

@@ -21,6 +21,7 @@ mod check;
 mod closed_loop;
 mod connect;
 mod doctor;
+mod file_limit;
 mod import;
 mod ledger;
 mod logs;

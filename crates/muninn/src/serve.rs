@@ -35,6 +35,15 @@ pub struct ServeArgs {
     /// Override the database (`database`: a `postgres://` URL or a SQLite file).
     #[arg(long)]
     database: Option<String>,
+    /// Start an empty store even though the data directory held one whose database is now
+    /// missing, empty, truncated or corrupt: the old files are moved aside (never deleted) and
+    /// ids continue above every one the old store issued. SQLite only.
+    #[arg(long)]
+    fresh_store: bool,
+    /// Continue on a SQLite database that lost committed writes since its last clean stop (e.g.
+    /// a deleted WAL): its counters are raised past every id issued, so none repeats.
+    #[arg(long)]
+    accept_rollback: bool,
     /// Stop after this many seconds (for smoke tests and benchmarks); by default run until Ctrl-C
     /// or SIGTERM.
     #[arg(long)]
@@ -87,13 +96,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .config
         .as_ref()
         .and_then(|p| std::env::current_dir().ok().map(|cwd| cwd.join(p)));
-    runtime.block_on(serve_until_stopped(
-        config,
-        prices,
-        matrix,
-        config_path,
-        args.for_s,
-    ))
+    let start = muninn_store::StartOptions {
+        fresh_store: args.fresh_store,
+        accept_rollback: args.accept_rollback,
+    };
+    runtime.block_on(async {
+        crate::file_limit::survive_file_size_limit();
+        serve_until_stopped(config, prices, matrix, config_path, args.for_s, start).await
+    })
 }
 
 async fn serve_until_stopped(
@@ -102,11 +112,12 @@ async fn serve_until_stopped(
     matrix: Option<muninn_matrix::ConnectorConfig>,
     config_path: Option<PathBuf>,
     for_s: Option<u64>,
+    start: muninn_store::StartOptions,
 ) -> anyhow::Result<()> {
     // The token first: creating it also creates the data directory.
     let token = ApiToken::load_or_create(&config.api_token_path())
         .with_context(|| format!("API token {}", config.api_token_path().display()))?;
-    let store = muninn_store::open(&config.database_url())
+    let store = muninn_store::open_with(&config.database_url(), start)
         .await
         .context("opening the store")?;
     let store_kind = store.backend();
@@ -116,7 +127,7 @@ async fn serve_until_stopped(
         None => Arc::new(SystemClock),
     };
     let backend = factory.describe();
-    let host = Host::new(store, config.clone(), clock).with_prices(prices.clone());
+    let host = Host::new(store.clone(), config.clone(), clock).with_prices(prices.clone());
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
@@ -181,6 +192,9 @@ async fn serve_until_stopped(
     if let Some(connector) = connector {
         connector.await.context("the Matrix connector")?;
     }
+    // A clean close records it (SQLite's identity file), so the next start can tell lost
+    // commits from a crash.
+    store.close().await;
     Ok(())
 }
 
