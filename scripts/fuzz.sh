@@ -21,6 +21,7 @@ run() {
     grep '^fuzz ' "$out" | grep -v ' selftest' || true
 }
 run -p muninn-testkit --lib fuzz::
+run -p muninn-claude-cli --lib lines::tests::any_stdout
 for crate in muninn-anthropic muninn-claude-cli muninn-import muninn-host; do
     run -p "$crate" --test all fuzz::
 done
