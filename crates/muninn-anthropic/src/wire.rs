@@ -391,9 +391,15 @@ impl Usage {
         let total_write = self.cache_creation_input_tokens.unwrap_or(0);
         let (w5, w1) = match self.cache_creation {
             Some(split) => {
-                let named = split.ephemeral_5m_input_tokens + split.ephemeral_1h_input_tokens;
+                // Saturating: these are the server's numbers, and a broken or hostile stream
+                // may send any u64 (found by fuzzing: two near-maximal tiers overflowed).
+                let named = split
+                    .ephemeral_5m_input_tokens
+                    .saturating_add(split.ephemeral_1h_input_tokens);
                 (
-                    split.ephemeral_5m_input_tokens + total_write.saturating_sub(named),
+                    split
+                        .ephemeral_5m_input_tokens
+                        .saturating_add(total_write.saturating_sub(named)),
                     split.ephemeral_1h_input_tokens,
                 )
             }

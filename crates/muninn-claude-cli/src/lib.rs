@@ -920,11 +920,14 @@ pub fn parse_model_usage(raw: &Value, requested_1h: bool) -> Usage {
             _ if requested_1h => (0, written),
             _ => (written, 0),
         };
-        total.input += n("inputTokens").unwrap_or(0);
-        total.cache_write_5m += w5;
-        total.cache_write_1h += w1;
-        total.cache_read += n("cacheReadInputTokens").unwrap_or(0);
-        total.output += n("outputTokens").unwrap_or(0);
+        // Saturating (`Usage::add`): the numbers are the CLI's, any u64.
+        total.add(&Usage {
+            input: n("inputTokens").unwrap_or(0),
+            cache_write_5m: w5,
+            cache_write_1h: w1,
+            cache_read: n("cacheReadInputTokens").unwrap_or(0),
+            output: n("outputTokens").unwrap_or(0),
+        });
     }
     total
 }

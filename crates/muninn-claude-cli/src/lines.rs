@@ -45,7 +45,7 @@ impl<R: AsyncBufRead + Unpin> BoundedLines<R> {
     }
 
     /// The next line; `None` at the end of the stream (a last line without a line end is
-    /// returned first).
+    /// returned first). Blank lines are passed over.
     pub async fn next_line(&mut self) -> std::io::Result<Option<Line>> {
         loop {
             let available = self.reader.fill_buf().await?;
@@ -63,8 +63,13 @@ impl<R: AsyncBufRead + Unpin> BoundedLines<R> {
                 self.dropped += std::mem::take(&mut self.line).len() + taken;
             }
             self.reader.consume(ended.unwrap_or(taken));
-            if ended.is_some() {
-                return Ok(self.finish());
+            // A blank line is passed over: `finish` gives `None` for it, which is the end of
+            // the stream to the caller (found by fuzzing: the driver took a live child for dead
+            // at the first empty stdout line, and every line after it was lost).
+            if ended.is_some()
+                && let Some(line) = self.finish()
+            {
+                return Ok(Some(line));
             }
         }
     }
@@ -117,5 +122,69 @@ mod tests {
         let endless = vec![b'x'; 1 << 20];
         let got = all(&endless, 1024).await;
         assert_eq!(got, vec![Line::Skipped(1 << 20)]);
+    }
+
+    /// What the reader must give for `input`: every line (split at `\n`, one trailing `\r`
+    /// dropped, invalid UTF-8 replaced), a line over `max` bytes as its size, blank lines
+    /// passed over, a last line without a line end included.
+    fn model(input: &[u8], max: usize) -> Vec<Line> {
+        input
+            .split(|b| *b == b'\n')
+            .filter(|piece| !piece.is_empty())
+            .map(|piece| {
+                if piece.len() > max {
+                    Line::Skipped(piece.len())
+                } else {
+                    let text = piece.strip_suffix(b"\r").unwrap_or(piece);
+                    Line::Text(String::from_utf8_lossy(text).into_owned())
+                }
+            })
+            .collect()
+    }
+
+    /// Fuzzed (`muninn_testkit::fuzz`, seeds in `fuzz/corpus/cli-stdout-lines/`): whatever the
+    /// bytes, the limit and the reader's buffer size, the lines are the model's. It found a blank
+    /// line read as the end of the stream (the driver then took a live child for dead).
+    #[test]
+    fn any_stdout_reads_as_the_model_says() {
+        use muninn_testkit::fuzz::{
+            FuzzConfig, FuzzRng, Verdict, corpus_dir, fnv1a, fuzz, load_corpus,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let seeds = load_corpus(&corpus_dir("cli-stdout-lines"));
+        let report = fuzz(
+            "cli-stdout-lines",
+            &seeds,
+            &[b"\n\n", b"\r\n", b"\r", b"\xff\xfe"],
+            &FuzzConfig::from_env(64 * 1024),
+            |input| {
+                let mut rng = FuzzRng::new(fnv1a(input));
+                let max = 1 + rng.below(512);
+                let capacity = 1 + rng.below(64);
+                let got = runtime.block_on(async {
+                    let reader = tokio::io::BufReader::with_capacity(capacity, input);
+                    let mut lines = BoundedLines::new(reader, max);
+                    let mut out = Vec::new();
+                    while let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? {
+                        out.push(line);
+                    }
+                    Ok::<_, String>(out)
+                })?;
+                let expected = model(input, max);
+                if got != expected {
+                    return Err(format!(
+                        "max {max}, buffer {capacity}: read {got:?}, expected {expected:?}"
+                    ));
+                }
+                Ok(if got.is_empty() {
+                    Verdict::Refused
+                } else {
+                    Verdict::Accepted
+                })
+            },
+        );
+        assert!(report.accepted > 0, "{report}");
     }
 }

@@ -1505,6 +1505,7 @@ async fn a_slow_flush_is_interrupted_after_its_grace_and_terminated_when_told() 
 
 mod compaction;
 mod credentials;
+mod fuzz;
 mod interactions;
 
 /// The system prompt reaches the CLI through a file only this user can read, not argv: a

@@ -32,32 +32,34 @@ impl MicroUsd {
     /// `tokens` priced at `rate` micro-dollars per million tokens, rounded half up.
     pub fn of(tokens: Tokens, rate: Rate) -> MicroUsd {
         let product = tokens as u128 * rate.0 as u128;
-        MicroUsd(((product + 500_000) / 1_000_000) as i64)
+        // Saturates, as the sums below do: token counts come from outside (a provider, a
+        // transcript), and `u64::MAX` tokens once wrapped to a small, plausible price.
+        MicroUsd(i64::try_from((product + 500_000) / 1_000_000).unwrap_or(i64::MAX))
     }
 
     /// Saturating difference, floored at zero.
     pub fn saturating_sub(self, other: MicroUsd) -> MicroUsd {
-        MicroUsd((self.0 - other.0).max(0))
+        MicroUsd(self.0.saturating_sub(other.0).max(0))
     }
 }
 
 impl Add for MicroUsd {
     type Output = MicroUsd;
     fn add(self, rhs: MicroUsd) -> MicroUsd {
-        MicroUsd(self.0 + rhs.0)
+        MicroUsd(self.0.saturating_add(rhs.0))
     }
 }
 
 impl AddAssign for MicroUsd {
     fn add_assign(&mut self, rhs: MicroUsd) {
-        self.0 += rhs.0;
+        self.0 = self.0.saturating_add(rhs.0);
     }
 }
 
 impl Sub for MicroUsd {
     type Output = MicroUsd;
     fn sub(self, rhs: MicroUsd) -> MicroUsd {
-        MicroUsd(self.0 - rhs.0)
+        MicroUsd(self.0.saturating_sub(rhs.0))
     }
 }
 
@@ -116,5 +118,16 @@ mod tests {
             Rate::from_usd_per_mtok(3.0).scaled_ppm(1_250_000),
             Rate(3_750_000)
         );
+    }
+
+    #[test]
+    fn absurd_token_counts_saturate_instead_of_wrapping() {
+        let price = MicroUsd::of(u64::MAX, Rate::from_usd_per_mtok(75.0));
+        assert_eq!(price, MicroUsd(i64::MAX));
+        assert_eq!(price + MicroUsd(1), MicroUsd(i64::MAX));
+        let mut total = price;
+        total += price;
+        assert_eq!(total, MicroUsd(i64::MAX));
+        assert_eq!(MicroUsd(i64::MIN) - MicroUsd(1), MicroUsd(i64::MIN));
     }
 }

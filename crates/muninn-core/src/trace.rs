@@ -38,23 +38,30 @@ pub struct Usage {
 }
 
 impl Usage {
+    // The sums saturate rather than overflow: usage comes from providers, transcripts and
+    // ledgers muninn does not control, and fuzzing fed `u64::MAX` through every importer and
+    // decoder. A saturated sum is absurd but visible; an overflow panicked (debug) or wrapped
+    // to a small, plausible number (release).
+
     /// The whole prompt: uncached + written + read.
     pub fn prompt(&self) -> Tokens {
-        self.input + self.cache_write_5m + self.cache_write_1h + self.cache_read
+        self.input
+            .saturating_add(self.written())
+            .saturating_add(self.cache_read)
     }
 
     /// All tokens written to the cache.
     pub fn written(&self) -> Tokens {
-        self.cache_write_5m + self.cache_write_1h
+        self.cache_write_5m.saturating_add(self.cache_write_1h)
     }
 
     /// Component-wise sum.
     pub fn add(&mut self, other: &Usage) {
-        self.input += other.input;
-        self.cache_write_5m += other.cache_write_5m;
-        self.cache_write_1h += other.cache_write_1h;
-        self.cache_read += other.cache_read;
-        self.output += other.output;
+        self.input = self.input.saturating_add(other.input);
+        self.cache_write_5m = self.cache_write_5m.saturating_add(other.cache_write_5m);
+        self.cache_write_1h = self.cache_write_1h.saturating_add(other.cache_write_1h);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.output = self.output.saturating_add(other.output);
     }
 }
 

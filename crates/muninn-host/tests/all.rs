@@ -7,6 +7,7 @@ mod closed_loop;
 mod compact;
 mod config;
 mod dashboard;
+mod fuzz;
 mod http;
 mod reply;
 mod resume;

@@ -140,7 +140,9 @@ impl ClaudeUsage {
                 let w5m = c.ephemeral_5m_input_tokens.unwrap_or(0);
                 let w1h = c.ephemeral_1h_input_tokens.unwrap_or(0);
                 // Writes the breakdown does not account for went in at the default (5m) TTL.
-                (w5m + written.saturating_sub(w5m + w1h), w1h)
+                // Saturating: the numbers are the transcript's, any u64.
+                let unaccounted = written.saturating_sub(w5m.saturating_add(w1h));
+                (w5m.saturating_add(unaccounted), w1h)
             }
             // No breakdown: before 1h caching existed, every write was 5m.
             None => (written, 0),

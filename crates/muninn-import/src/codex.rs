@@ -84,13 +84,23 @@ impl TokenUsage {
             .min(input - cached);
         let output = self.output_tokens.unwrap_or(0);
         let reasoning = self.reasoning_output_tokens.unwrap_or(0);
-        let separate = reasoning > 0 && self.total_tokens == Some(input + output + reasoning);
+        // Checked and saturating: the counts are the rollout's, any u64 (fuzzing found the
+        // overflow of `input + output + reasoning`). A sum that overflows matches no total.
+        let separate = reasoning > 0
+            && input
+                .checked_add(output)
+                .and_then(|n| n.checked_add(reasoning))
+                == self.total_tokens;
         Usage {
             input: input - cached - written,
             cache_write_5m: written,
             cache_write_1h: 0,
             cache_read: cached,
-            output: if separate { output + reasoning } else { output },
+            output: if separate {
+                output.saturating_add(reasoning)
+            } else {
+                output
+            },
         }
     }
 }

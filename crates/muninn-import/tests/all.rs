@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A failed unwrap is a failed test.
 
+mod fuzz;
+
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use muninn_import::{
     Import, ImportError, ImportOptions, import_paths, read_trace_file, write_traces,

@@ -13,6 +13,8 @@
 //!   headless Chromium with its chromedriver, Synapse) and `MUNINN_SKIP_PEERS`: a missing
 //!   peer fails the test, or is a `SKIP` when skipping is asked for.
 //! - [`synapse`] — a real Synapse per test binary or per test, and a person's Matrix client.
+//! - [`fuzz`] — a coverage-free mutation fuzzer for stable Rust: seed corpora under
+//!   `fuzz/corpus/<target>/`, run as ordinary tests (`MUNINN_FUZZ_SECS` for a long run).
 //!
 //! ## Invariants
 //!
@@ -21,6 +23,7 @@
 //!   silently.
 
 pub mod backend_suite;
+pub mod fuzz;
 pub mod peers;
 pub mod store_conformance;
 pub mod synapse;
