@@ -223,6 +223,30 @@ fn shape(request: &ApiRequest) -> Shape {
     }
 }
 
+impl ApiLogReader<'_> {
+    /// The thread of `session` whose head is `head`, named on first sight: the session's first
+    /// head is `main`, later ones `head-<hash>`.
+    fn thread(&mut self, session: &str, head: u64) -> &mut ThreadState {
+        let heads = &mut self.heads_per_session;
+        self.threads
+            .entry((session.to_owned(), head))
+            .or_insert_with(|| {
+                let n = heads.entry(session.to_owned()).or_insert(0);
+                *n += 1;
+                let name = if *n == 1 {
+                    "main".to_owned()
+                } else {
+                    format!("head-{:08x}", head >> 32)
+                };
+                ThreadState {
+                    name,
+                    messages: Vec::new(),
+                    blocks: 0,
+                }
+            })
+    }
+}
+
 impl FormatReader for ApiLogReader<'_> {
     fn line(&mut self, line: &Line<'_>, cx: &mut LineContext<'_, '_>) {
         let Some(parsed) = parse_line::<ApiLogLine<'_>>(line, cx.diag) else {
@@ -275,22 +299,7 @@ impl FormatReader for ApiLogReader<'_> {
             .map(|s| s.as_str().to_owned())
             .or_else(|| request.metadata.as_ref().and_then(|m| m.user_id.clone()))
             .unwrap_or_else(|| self.file_stem.clone());
-        let key = (session.clone(), shape.head);
-        let heads = &mut self.heads_per_session;
-        let state = self.threads.entry(key).or_insert_with(|| {
-            let n = heads.entry(session.clone()).or_insert(0);
-            *n += 1;
-            let name = if *n == 1 {
-                "main".to_owned()
-            } else {
-                format!("head-{:08x}", shape.head >> 32)
-            };
-            ThreadState {
-                name,
-                messages: Vec::new(),
-                blocks: 0,
-            }
-        });
+        let state = self.thread(&session, shape.head);
         let first = state.messages.is_empty();
         let continues = shape.messages.len() >= state.messages.len()
             && shape.messages[..state.messages.len()] == state.messages[..];

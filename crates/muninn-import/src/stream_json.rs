@@ -213,57 +213,68 @@ impl<'s> StreamJsonReader<'s> {
                     request.provider_miss = Some(d.label());
                 }
             }
-            None => {
-                if self.seen.contains(&hash) {
-                    cx.stats.duplicates_dropped += 1;
-                    self.responses.insert(hash, None);
-                    *self.thread(&thread) = ThreadState {
-                        human_turn: false,
-                        compacted: false,
-                        blocks,
-                    };
-                    return;
-                }
-                let (Some(model), Some(usage)) = (&message.model, &message.usage) else {
-                    cx.diag.warn(
-                        line.number,
-                        "assistant event without message.model or message.usage, skipped",
-                    );
-                    return;
-                };
-                if model.as_str() == "<synthetic>" {
-                    cx.stats.synthetic_dropped += 1;
-                    self.responses.insert(hash, None);
-                    return;
-                }
-                let at_ms = self.clock_ms + i64::try_from(self.turn.len()).unwrap_or(0);
-                let state = self.thread(&thread);
-                let request = TraceRequest {
-                    at_ms,
-                    usage: usage.to_usage(),
-                    boundary: state.human_turn,
-                    compacted: state.compacted,
-                    blocks_added: state.blocks,
-                    provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
-                };
-                *state = ThreadState {
-                    human_turn: false,
-                    compacted: false,
-                    blocks,
-                };
-                let main = thread == "main";
-                let kind = if main {
-                    ThreadKind::Main
-                } else {
-                    ThreadKind::Subagent
-                };
-                let session = self.session.clone();
-                let slot = cx.push(&session, &thread, kind, model.as_str(), request);
-                self.seen.insert(hash);
-                self.responses.insert(hash, Some(slot));
-                self.turn.push(TurnRequest { slot, main });
-            }
+            None => self.new_response(&thread, hash, blocks, message, line, cx),
         }
+    }
+
+    /// The first event of a response: a new request, unless it is a duplicate or a placeholder.
+    fn new_response(
+        &mut self,
+        thread: &str,
+        hash: u64,
+        blocks: u32,
+        message: &StreamMessage<'_>,
+        line: &Line<'_>,
+        cx: &mut LineContext<'_, '_>,
+    ) {
+        if self.seen.contains(&hash) {
+            cx.stats.duplicates_dropped += 1;
+            self.responses.insert(hash, None);
+            *self.thread(thread) = ThreadState {
+                human_turn: false,
+                compacted: false,
+                blocks,
+            };
+            return;
+        }
+        let (Some(model), Some(usage)) = (&message.model, &message.usage) else {
+            cx.diag.warn(
+                line.number,
+                "assistant event without message.model or message.usage, skipped",
+            );
+            return;
+        };
+        if model.as_str() == "<synthetic>" {
+            cx.stats.synthetic_dropped += 1;
+            self.responses.insert(hash, None);
+            return;
+        }
+        let at_ms = self.clock_ms + i64::try_from(self.turn.len()).unwrap_or(0);
+        let state = self.thread(thread);
+        let request = TraceRequest {
+            at_ms,
+            usage: usage.to_usage(),
+            boundary: state.human_turn,
+            compacted: state.compacted,
+            blocks_added: state.blocks,
+            provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
+        };
+        *state = ThreadState {
+            human_turn: false,
+            compacted: false,
+            blocks,
+        };
+        let main = thread == "main";
+        let kind = if main {
+            ThreadKind::Main
+        } else {
+            ThreadKind::Subagent
+        };
+        let session = self.session.clone();
+        let slot = cx.push(&session, thread, kind, model.as_str(), request);
+        self.seen.insert(hash);
+        self.responses.insert(hash, Some(slot));
+        self.turn.push(TurnRequest { slot, main });
     }
 }
 

@@ -144,6 +144,21 @@ fn parse_row<'a>(fields: &'a [String], columns: &[usize; 6]) -> Result<Row<'a>, 
     Ok(row)
 }
 
+/// Where each of [`TRACELAB_COLUMNS`] sits in the header's `fields`; all `usize::MAX` (every row
+/// skipped) with a warning if one is missing.
+fn header_columns(fields: &[String], line: u64, cx: &mut LineContext<'_, '_>) -> [usize; 6] {
+    let mut columns = [0; 6];
+    for (i, name) in TRACELAB_COLUMNS.iter().enumerate() {
+        let Some(at) = fields.iter().position(|f| f.trim() == *name) else {
+            cx.diag
+                .warn(line, format!("header has no {name} column, file skipped"));
+            return [usize::MAX; 6];
+        };
+        columns[i] = at;
+    }
+    columns
+}
+
 impl FormatReader for TraceLabReader {
     fn line(&mut self, line: &Line<'_>, cx: &mut LineContext<'_, '_>) {
         if line.oversized {
@@ -170,19 +185,7 @@ impl FormatReader for TraceLabReader {
             return;
         };
         let Some(columns) = &self.columns else {
-            let mut columns = [0; 6];
-            for (i, name) in TRACELAB_COLUMNS.iter().enumerate() {
-                let Some(at) = fields.iter().position(|f| f.trim() == *name) else {
-                    cx.diag.warn(
-                        line.number,
-                        format!("header has no {name} column, file skipped"),
-                    );
-                    self.columns = Some([usize::MAX; 6]);
-                    return;
-                };
-                columns[i] = at;
-            }
-            self.columns = Some(columns);
+            self.columns = Some(header_columns(&fields, line.number, cx));
             return;
         };
         if columns[0] == usize::MAX {
