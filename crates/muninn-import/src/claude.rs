@@ -86,7 +86,7 @@ struct ClaudeMessage<'a> {
 
 /// `message.diagnostics`: the API's cache diagnosis as Claude Code stored it.
 #[derive(Deserialize)]
-struct ClaudeDiagnostics<'a> {
+pub(crate) struct ClaudeDiagnostics<'a> {
     #[serde(borrow)]
     cache_miss_reason: Option<ClaudeMissReason<'a>>,
 }
@@ -99,7 +99,7 @@ struct ClaudeMissReason<'a> {
 }
 
 impl ClaudeDiagnostics<'_> {
-    fn label(&self) -> ProviderMiss {
+    pub(crate) fn label(&self) -> ProviderMiss {
         match &self.cache_miss_reason {
             None => ProviderMiss {
                 reason: ProviderMissReason::Pending,
@@ -118,7 +118,7 @@ impl ClaudeDiagnostics<'_> {
 /// Anthropic's `usage` object. Fields are optional (and tolerate `null`) because older transcripts
 /// lack the per-TTL breakdown.
 #[derive(Deserialize)]
-struct ClaudeUsage {
+pub(crate) struct ClaudeUsage {
     input_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
     cache_read_input_tokens: Option<u64>,
@@ -133,7 +133,7 @@ struct CacheCreation {
 }
 
 impl ClaudeUsage {
-    fn to_usage(&self) -> Usage {
+    pub(crate) fn to_usage(&self) -> Usage {
         let written = self.cache_creation_input_tokens.unwrap_or(0);
         let (w5m, w1h) = match &self.cache_creation {
             Some(c) => {
@@ -227,7 +227,7 @@ impl<'s> ClaudeReader<'s> {
     }
 }
 
-fn id_hash(id: &str) -> u64 {
+pub(crate) fn id_hash(id: &str) -> u64 {
     // SipHash with fixed keys: stable across runs, which keeps de-duplication deterministic.
     let mut h = std::hash::DefaultHasher::new();
     id.hash(&mut h);

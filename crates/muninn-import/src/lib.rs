@@ -1,13 +1,19 @@
 //! Streaming importers: real transcripts in, normalised [`Trace`]s out.
 //!
 //! [`import_paths`] takes files and directories, detects each file's format from its first
-//! non-empty lines, and turns every API request it finds into a [`TraceRequest`] of the
-//! [`Trace`] for its (session, thread, model). Four formats are read:
+//! non-empty lines (or takes the one [`ImportOptions::format`] names), and turns every API
+//! request it finds into a [`TraceRequest`] of the [`Trace`] for its (session, thread, model).
+//! Seven formats are read ([`InputFormat`]):
 //!
 //! - **Claude Code transcripts** (`~/.claude/projects/**/*.jsonl`, sub-agents included);
 //! - **Codex CLI rollouts** (`~/.codex/sessions/**/rollout-*.jsonl`);
 //! - **muninn ledger exports** (JSON Lines of [`muninn_core::ledger::LedgerRow`]);
-//! - **muninn's stored trace format** (what `muninn import` writes), see [`write_trace`].
+//! - **muninn's stored trace format** (what `muninn import` writes), see [`write_trace`];
+//! - **`claude -p --output-format stream-json` output** (one run or several concatenated);
+//! - **Messages API request/response logs** (JSON Lines of `{request, response}`, as logging
+//!   proxies write them);
+//! - **TraceLab per-round CSV** (`session_id,round_idx,prefix_len,input_len,output_len,
+//!   tool_wait_after_ms`).
 //!
 //! # Invariants
 //!
@@ -24,8 +30,9 @@
 //! - `lines`: the line reader and the per-file warning sink;
 //! - `json`: borrowed strings, content-block counting, timestamps;
 //! - `sink`: the traces under construction;
-//! - `claude`, `codex`, `ledger`, `stored`: one reader per format; each module's docs describe
-//!   its format as far as the importer reads it and how it maps onto [`Trace`].
+//! - `claude`, `codex`, `ledger`, `stored`, `stream_json`, `api_log`, `tracelab`: one reader per
+//!   format; each module's docs describe its format as far as the importer reads it and how it
+//!   maps onto [`Trace`].
 
 use muninn_core::trace::{Trace, TraceRequest};
 use std::collections::HashSet;
@@ -33,13 +40,19 @@ use std::fs::File;
 use std::io::{self, BufReader, Seek, Write};
 use std::path::{Path, PathBuf};
 
+mod api_log;
 mod claude;
 mod codex;
+mod format;
 mod json;
 mod ledger;
 mod lines;
 mod sink;
 mod stored;
+mod stream_json;
+mod tracelab;
+
+pub use format::InputFormat;
 
 pub use ledger::{LedgerTrace, ledger_traces};
 pub use stored::write_trace;
@@ -52,12 +65,20 @@ pub struct ImportOptions {
     /// Import Claude Code sub-agent and compaction threads (`isSidechain: true`), not only the
     /// main threads. Default `true`.
     pub include_subagents: bool,
+    /// Read every file in this format instead of detecting it; a file whose first lines do not
+    /// look like it is skipped with a warning. Default `None` (detect each file's format).
+    pub format: Option<InputFormat>,
+    /// The model of requests whose format records none (TraceLab CSV). Default `None`: such
+    /// traces are on the model `unknown`.
+    pub model: Option<String>,
 }
 
 impl Default for ImportOptions {
     fn default() -> Self {
         ImportOptions {
             include_subagents: true,
+            format: None,
+            model: None,
         }
     }
 }
@@ -136,24 +157,11 @@ fn paths_list(paths: &[PathBuf]) -> String {
     shown.join(", ")
 }
 
-/// The formats a file may be in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
-    ClaudeCode,
-    Codex,
-    Ledger,
-    Stored,
-}
-
-/// How many non-empty lines are looked at to detect a file's format. Claude Code files may open
-/// with a few lines of no particular shape (snapshots, queue operations), but every one of those
-/// already carries a recognisable `type`, so a handful is plenty.
-const SNIFF_LINES: u32 = 16;
-
 /// Progress is reported at most once per this many bytes (and at the end of every file).
 const PROGRESS_STEP: u64 = 1 << 20;
 
-/// Imports every file under `paths` (files, or directories searched recursively for `*.jsonl`).
+/// Imports every file under `paths` (files, or directories searched recursively for `*.jsonl`
+/// and `*.csv`).
 ///
 /// `progress(done, total)` is called as bytes are read; `total` is the size of all files found.
 /// Files explicitly named are read whatever their extension. Errors: [`ImportError::Io`] if a
@@ -176,7 +184,9 @@ pub fn import_paths(
     let mut importer = Importer::new(opts);
     let mut done = 0;
     for (file, _) in &files {
-        let read = importer.import_file(file, None, &mut |bytes| progress(done + bytes, total))?;
+        let read = importer.import_file(file, opts.format, &mut |bytes| {
+            progress(done + bytes, total)
+        })?;
         done += read;
         progress(done, total);
     }
@@ -193,7 +203,7 @@ pub fn import_paths(
 pub fn read_trace_file(path: &Path) -> Result<Import, ImportError> {
     let opts = ImportOptions::default();
     let mut importer = Importer::new(&opts);
-    importer.import_file(path, Some(Format::Stored), &mut |_| {})?;
+    importer.import_file(path, Some(InputFormat::Stored), &mut |_| {})?;
     Ok(importer.finish())
 }
 
@@ -204,13 +214,13 @@ fn io_error(path: &Path, source: io::Error) -> ImportError {
     }
 }
 
-/// Adds `path` (if a file) or the `*.jsonl` files under it (if a directory) to `out`, each with
+/// Adds `path` (if a file) or the `*.jsonl` and `*.csv` files under it (if a directory) to `out`, each with
 /// its size (for progress; the walk has the metadata anyway). Symlinked directories below the top
 /// are not followed, so a link cycle cannot make the walk endless.
 fn collect_files(path: &Path, top: bool, out: &mut Vec<(PathBuf, u64)>) -> Result<(), ImportError> {
     let meta = std::fs::metadata(path).map_err(|source| io_error(path, source))?;
     if meta.is_file() {
-        if top || path.extension().is_some_and(|e| e == "jsonl") {
+        if top || walked_extension(path) {
             out.push((path.to_path_buf(), meta.len()));
         }
         return Ok(());
@@ -227,9 +237,7 @@ fn collect_files(path: &Path, top: bool, out: &mut Vec<(PathBuf, u64)>) -> Resul
             .map_err(|source| io_error(&child, source))?;
         if kind.is_dir() {
             collect_files(&child, false, out)?;
-        } else if (kind.is_file() || kind.is_symlink())
-            && child.extension().is_some_and(|e| e == "jsonl")
-        {
+        } else if (kind.is_file() || kind.is_symlink()) && walked_extension(&child) {
             // Followed, so a link to a file counts as the file (and a dangling one is passed over).
             if let Some(meta) = std::fs::metadata(&child).ok().filter(|m| m.is_file()) {
                 out.push((child, meta.len()));
@@ -237,6 +245,11 @@ fn collect_files(path: &Path, top: bool, out: &mut Vec<(PathBuf, u64)>) -> Resul
         }
     }
     Ok(())
+}
+
+/// Whether a directory walk reads a file of this name: JSON Lines, or CSV (TraceLab).
+fn walked_extension(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "jsonl" || e == "csv")
 }
 
 /// One reader per format, fed one line at a time by [`Importer::import_file`].
@@ -298,17 +311,18 @@ impl<'o> Importer<'o> {
     fn import_file(
         &mut self,
         path: &Path,
-        force: Option<Format>,
+        force: Option<InputFormat>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, ImportError> {
         let file = File::open(path).map_err(|source| io_error(path, source))?;
         let mut reader = BufReader::with_capacity(256 << 10, file);
         let mut diag = lines::Diagnostics::new(path, &mut self.warnings);
-        let (detected, blank) = sniff(&mut reader).map_err(|source| io_error(path, source))?;
+        let (detected, blank) =
+            format::sniff(&mut reader).map_err(|source| io_error(path, source))?;
         let format = match (force, detected) {
             (Some(forced), Some(found)) if forced == found => forced,
-            (Some(_), _) => {
-                diag.warn(0, "not in muninn's stored trace format, skipped");
+            (Some(forced), _) => {
+                diag.warn(0, format!("not in the {} format, skipped", forced.name()));
                 diag.finish();
                 self.stats.files_skipped += 1;
                 return Ok(0);
@@ -335,18 +349,34 @@ impl<'o> Importer<'o> {
         };
         let mut lines = LineReader::new(reader);
         let result = match format {
-            Format::ClaudeCode => {
+            InputFormat::ClaudeCode => {
                 let r = claude::ClaudeReader::new(path, self.opts, &mut self.claude_seen);
                 drive(&mut lines, r, &mut cx, progress)
             }
-            Format::Codex => drive(&mut lines, codex::CodexReader::new(path), &mut cx, progress),
-            Format::Ledger => drive(
+            InputFormat::StreamJson => {
+                let r = stream_json::StreamJsonReader::new(path, self.opts, &mut self.claude_seen);
+                drive(&mut lines, r, &mut cx, progress)
+            }
+            InputFormat::ApiLog => {
+                let r = api_log::ApiLogReader::new(path, &mut self.claude_seen);
+                drive(&mut lines, r, &mut cx, progress)
+            }
+            InputFormat::TraceLab => drive(
+                &mut lines,
+                tracelab::TraceLabReader::new(self.opts.model.as_deref()),
+                &mut cx,
+                progress,
+            ),
+            InputFormat::Codex => {
+                drive(&mut lines, codex::CodexReader::new(path), &mut cx, progress)
+            }
+            InputFormat::Ledger => drive(
                 &mut lines,
                 ledger::LedgerReader::default(),
                 &mut cx,
                 progress,
             ),
-            Format::Stored => drive(
+            InputFormat::Stored => drive(
                 &mut lines,
                 stored::StoredReader::default(),
                 &mut cx,
@@ -391,69 +421,6 @@ fn drive<R: io::BufRead>(
     }
     reader.finish(cx);
     Ok(())
-}
-
-/// Detects the format from the first non-empty lines: `None` if none is recognised, and whether
-/// the file holds no non-blank line at all (skipped without a warning: Claude Code leaves empty
-/// files behind). Lines that fail to parse are passed over here; the real pass reports them.
-fn sniff(reader: &mut BufReader<File>) -> io::Result<(Option<Format>, bool)> {
-    #[derive(serde::Deserialize)]
-    struct Probe<'a> {
-        #[serde(rename = "type", borrow)]
-        kind: Option<json::Str<'a>>,
-        payload: Option<serde::de::IgnoredAny>,
-        mind: Option<serde::de::IgnoredAny>,
-        role: Option<serde::de::IgnoredAny>,
-        usage: Option<serde::de::IgnoredAny>,
-        id: Option<serde::de::IgnoredAny>,
-        session: Option<serde::de::IgnoredAny>,
-        #[serde(rename = "sessionId")]
-        session_id: Option<serde::de::IgnoredAny>,
-    }
-
-    let mut lines = LineReader::new(&mut *reader);
-    let mut seen = 0;
-    while seen < SNIFF_LINES {
-        let Some(line) = lines.next_line()? else {
-            break;
-        };
-        if line.oversized || line.is_blank() {
-            continue;
-        }
-        seen += 1;
-        let Ok(probe) = serde_json::from_slice::<Probe<'_>>(line.bytes) else {
-            continue;
-        };
-        let kind = probe.kind.as_ref().map(json::Str::as_str);
-        let format = match kind {
-            Some("trace") if probe.id.is_some() && probe.session.is_some() => Some(Format::Stored),
-            // A stored file whose header line was damaged.
-            Some("request") if probe.usage.is_some() => Some(Format::Stored),
-            Some("session_meta" | "turn_context" | "event_msg" | "response_item" | "compacted")
-                if probe.payload.is_some() =>
-            {
-                Some(Format::Codex)
-            }
-            _ if probe.mind.is_some() && probe.role.is_some() && probe.usage.is_some() => {
-                Some(Format::Ledger)
-            }
-            Some(
-                "user"
-                | "assistant"
-                | "system"
-                | "summary"
-                | "progress"
-                | "file-history-snapshot"
-                | "queue-operation",
-            ) => Some(Format::ClaudeCode),
-            _ if probe.session_id.is_some() => Some(Format::ClaudeCode),
-            _ => None,
-        };
-        if format.is_some() {
-            return Ok((format, false));
-        }
-    }
-    Ok((None, seen == 0))
 }
 
 /// Writes `traces` in the stored format, one after another (header, requests, header, …).

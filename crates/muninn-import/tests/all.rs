@@ -76,6 +76,8 @@ fn trace(
     }
 }
 
+mod formats;
+
 const OPUS: &str = "claude-opus-4-6";
 const HAIKU: &str = "claude-haiku-4-5-20251001";
 const SONNET: &str = "claude-sonnet-4-5-20250929";
@@ -182,6 +184,7 @@ mod claude {
     fn main_threads_only_without_subagents() {
         let opts = ImportOptions {
             include_subagents: false,
+            ..ImportOptions::default()
         };
         let got = import_paths(&[fixture("claude")], &opts, &mut |_, _| {}).unwrap();
         let threads: Vec<(&str, &str)> = got
@@ -624,7 +627,7 @@ mod damaged {
         /// importable"), and every warning points at a line that exists.
         #[test]
         fn damaged_files_never_panic(
-            which in 0usize..4,
+            which in 0usize..7,
             edits in edits(),
             truncate in any::<Option<usize>>(),
         ) {
@@ -633,6 +636,9 @@ mod damaged {
                 "codex/sessions/2026/02/10/rollout-2026-02-10T10-00-00-cx1.jsonl",
                 "ledger/ledger.jsonl",
                 "broken/broken.jsonl",
+                "stream-json/runs.jsonl",
+                "api-log/proxy.jsonl",
+                "tracelab/rounds.csv",
             ][which];
             let mut bytes = std::fs::read(fixture(source)).unwrap();
             for edit in &edits {

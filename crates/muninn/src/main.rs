@@ -82,9 +82,20 @@ enum Command {
 #[derive(Debug, clap::Args)]
 struct InputArgs {
     /// Transcript files or directories: Claude Code JSONL (a file, a project directory, or
-    /// ~/.claude/projects), Codex CLI rollouts, a muninn ledger export, or stored traces.
+    /// ~/.claude/projects), Codex CLI rollouts, a muninn ledger export, stored traces,
+    /// `claude -p --output-format stream-json` logs, Messages API request/response logs, or
+    /// TraceLab per-round CSV. Directories are searched for *.jsonl and *.csv.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
+    /// Read every file as this format instead of detecting each one's: claude-code, codex,
+    /// ledger, stored, stream-json, api-log or tracelab-csv. A file that does not look like it
+    /// is skipped with a warning.
+    #[arg(long)]
+    input_format: Option<muninn_import::InputFormat>,
+    /// The model of requests whose format records none (TraceLab CSV) [default: unknown, which
+    /// a replay reports as unpriced].
+    #[arg(long)]
+    model: Option<String>,
     /// Leave out Claude Code sub-agent and compaction threads.
     #[arg(long)]
     main_only: bool,
@@ -113,6 +124,8 @@ impl InputArgs {
         };
         let options = muninn_import::ImportOptions {
             include_subagents: !self.main_only,
+            format: self.input_format,
+            model: self.model.clone(),
         };
         let import = muninn_import::import_paths(&self.paths, &options, &mut |done, total| {
             bar.set_length(total);

@@ -10,6 +10,7 @@
 
 mod closed_loop;
 mod host_cli;
+mod input_formats;
 mod logs;
 mod matrix;
 mod storage_faults;

@@ -1,0 +1,330 @@
+//! Messages API request/response logs, as logging proxies write them: JSON Lines of
+//!
+//! ```text
+//! {"timestamp": "<RFC 3339, when the request was sent>", "session_id": "…" (optional),
+//!  "request": {<the POST /v1/messages body>}, "response": {<the Message answered>}}
+//! ```
+//!
+//! # How a line becomes a request
+//!
+//! - `response.usage` is the recorded usage; `response.id` de-duplicates (across files too, and
+//!   against transcripts of the same session); `response.diagnostics.cache_miss_reason`, where the
+//!   cache-diagnosis beta was on, is the provider's label. An error response (`"type": "error"`)
+//!   or a line without usage or a valid `timestamp` is skipped with a warning.
+//! - The model is `request.model` (what was asked), else `response.model`.
+//! - The session is the line's `session_id`, else `request.metadata.user_id` (Claude Code puts
+//!   the session there), else the file name.
+//! - The thread is found from the exact blocks: the *head* (`tools` and `system`, with
+//!   `cache_control` markers removed) names it. The first head of a session is `main`; a request
+//!   with another head (a sub-agent's system prompt) goes to a thread `head-<hash>`.
+//! - Within a thread, each message is fingerprinted with its `cache_control` markers removed and a
+//!   plain-string `content` read as one text block (Claude Code moves the last breakpoint and
+//!   collapses the previous last message to a string; neither changes the cached bytes'
+//!   identity here). A request whose messages begin with all of the previous request's messages
+//!   continues the conversation, and `blocks_added` is the exact number of content blocks it
+//!   added — the input of the cache model's 20-block lookback. A request that does not is a
+//!   rewrite of the conversation and is marked `compacted`.
+//! - `boundary`: the last message is the user's and holds no `tool_result` block.
+//!
+//! # Breakpoints
+//!
+//! The request's `cache_control` markers are counted and checked (at most 4, as the API
+//! enforces; a 1h one never after a 5m one); a request breaking either rule gets a warning,
+//! since the provider would have refused it and its usage cannot be what the log says. The
+//! normalised [`muninn_core::trace::Trace`] keeps no per-request breakpoint list: what
+//! `check-cache` reconstructs a request from is its prompt size, its blocks added, the
+//! compaction flag and the usage, all of which are exact here.
+//!
+//! Unlike the other readers this one decodes every message (to fingerprint it), so memory per
+//! line is proportional to the line; still one line at a time.
+
+use crate::claude::{ClaudeDiagnostics, ClaudeUsage, id_hash};
+use crate::json::{Str, parse_timestamp_ms};
+use crate::lines::{Line, parse_line};
+use crate::{FormatReader, LineContext};
+use muninn_core::cache::hash_bytes;
+use muninn_core::trace::{ThreadKind, TraceRequest};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// The API's limit on `cache_control` markers per request.
+const MAX_BREAKPOINTS: usize = 4;
+
+#[derive(Deserialize)]
+struct ApiLogLine<'a> {
+    #[serde(borrow)]
+    timestamp: Option<Str<'a>>,
+    #[serde(borrow)]
+    session_id: Option<Str<'a>>,
+    request: Option<ApiRequest>,
+    #[serde(borrow)]
+    response: Option<ApiResponse<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ApiRequest {
+    model: Option<String>,
+    system: Option<Value>,
+    tools: Option<Value>,
+    #[serde(default)]
+    messages: Vec<ApiMessage>,
+    metadata: Option<ApiMetadata>,
+}
+
+#[derive(Deserialize)]
+struct ApiMessage {
+    role: Option<String>,
+    content: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ApiMetadata {
+    user_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ApiResponse<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    id: Option<Str<'a>>,
+    #[serde(borrow)]
+    model: Option<Str<'a>>,
+    usage: Option<ClaudeUsage>,
+    #[serde(borrow)]
+    diagnostics: Option<ClaudeDiagnostics<'a>>,
+}
+
+/// A thread's conversation so far.
+#[derive(Debug)]
+struct ThreadState {
+    name: String,
+    /// Fingerprints of the previous request's messages.
+    messages: Vec<u64>,
+    /// Content blocks of the previous request's messages.
+    blocks: u32,
+}
+
+/// Reads one request/response log.
+#[derive(Debug)]
+pub(crate) struct ApiLogReader<'s> {
+    file_stem: String,
+    seen: &'s mut HashSet<u64>,
+    /// By (session, head fingerprint).
+    threads: HashMap<(String, u64), ThreadState>,
+    /// Threads per session so far, to name the next one.
+    heads_per_session: HashMap<String, u32>,
+}
+
+impl<'s> ApiLogReader<'s> {
+    pub fn new(path: &Path, seen: &'s mut HashSet<u64>) -> Self {
+        ApiLogReader {
+            file_stem: path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            seen,
+            threads: HashMap::new(),
+            heads_per_session: HashMap::new(),
+        }
+    }
+}
+
+/// A content field as blocks: a string is one text block.
+fn blocks_of(content: Option<&Value>) -> Vec<Value> {
+    match content {
+        Some(Value::String(text)) => vec![serde_json::json!({"type": "text", "text": text})],
+        Some(Value::Array(blocks)) => blocks.clone(),
+        Some(Value::Null) | None => Vec::new(),
+        Some(other) => vec![other.clone()],
+    }
+}
+
+/// The blocks without their `cache_control` markers, and the markers' TTLs in order (`None` =
+/// the default 5m).
+fn strip_markers(blocks: &mut [Value], markers: &mut Vec<Option<String>>) {
+    for block in blocks {
+        if let Value::Object(map) = block
+            && let Some(marker) = map.remove("cache_control")
+        {
+            markers.push(marker.get("ttl").and_then(Value::as_str).map(str::to_owned));
+        }
+    }
+}
+
+fn fingerprint(value: &Value) -> u64 {
+    hash_bytes(value.to_string().as_bytes())
+}
+
+/// Why a request's breakpoints are ones the API refuses, if they are.
+fn breakpoint_problem(markers: &[Option<String>]) -> Option<String> {
+    if markers.len() > MAX_BREAKPOINTS {
+        return Some(format!(
+            "{} cache_control markers (the API accepts at most {MAX_BREAKPOINTS})",
+            markers.len()
+        ));
+    }
+    let first_5m = markers.iter().position(|m| m.as_deref() != Some("1h"));
+    let last_1h = markers.iter().rposition(|m| m.as_deref() == Some("1h"));
+    match (first_5m, last_1h) {
+        (Some(short), Some(long)) if long > short => {
+            Some("a 1h cache_control marker follows a 5m one (the API refuses it)".to_owned())
+        }
+        _ => None,
+    }
+}
+
+/// What the importer takes from a request's body.
+struct Shape {
+    head: u64,
+    messages: Vec<u64>,
+    blocks: u32,
+    boundary: bool,
+    markers: Vec<Option<String>>,
+}
+
+fn shape(request: &ApiRequest) -> Shape {
+    let mut markers = Vec::new();
+    let mut tools = match &request.tools {
+        Some(Value::Array(tools)) => tools.clone(),
+        _ => Vec::new(),
+    };
+    strip_markers(&mut tools, &mut markers);
+    let mut system = blocks_of(request.system.as_ref());
+    strip_markers(&mut system, &mut markers);
+    let head = fingerprint(&Value::Array(vec![
+        Value::Array(tools),
+        Value::Array(system),
+    ]));
+    let mut messages = Vec::with_capacity(request.messages.len());
+    let mut blocks = 0u32;
+    let mut boundary = false;
+    for message in &request.messages {
+        let mut content = blocks_of(message.content.as_ref());
+        strip_markers(&mut content, &mut markers);
+        blocks = blocks.saturating_add(u32::try_from(content.len()).unwrap_or(u32::MAX));
+        let role = message.role.as_deref().unwrap_or("");
+        boundary = role == "user"
+            && !content
+                .iter()
+                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"));
+        messages.push(fingerprint(
+            &serde_json::json!({"role": role, "content": content}),
+        ));
+    }
+    Shape {
+        head,
+        messages,
+        blocks,
+        boundary,
+        markers,
+    }
+}
+
+impl ApiLogReader<'_> {
+    /// The thread of `session` whose head is `head`, named on first sight: the session's first
+    /// head is `main`, later ones `head-<hash>`.
+    fn thread(&mut self, session: &str, head: u64) -> &mut ThreadState {
+        let heads = &mut self.heads_per_session;
+        self.threads
+            .entry((session.to_owned(), head))
+            .or_insert_with(|| {
+                let n = heads.entry(session.to_owned()).or_insert(0);
+                *n += 1;
+                let name = if *n == 1 {
+                    "main".to_owned()
+                } else {
+                    format!("head-{:08x}", head >> 32)
+                };
+                ThreadState {
+                    name,
+                    messages: Vec::new(),
+                    blocks: 0,
+                }
+            })
+    }
+}
+
+impl FormatReader for ApiLogReader<'_> {
+    fn line(&mut self, line: &Line<'_>, cx: &mut LineContext<'_, '_>) {
+        let Some(parsed) = parse_line::<ApiLogLine<'_>>(line, cx.diag) else {
+            return;
+        };
+        let (Some(request), Some(response)) = (&parsed.request, &parsed.response) else {
+            cx.diag
+                .warn(line.number, "line without request or response, skipped");
+            return;
+        };
+        if response
+            .kind
+            .as_ref()
+            .is_some_and(|k| k.as_str() == "error")
+        {
+            cx.diag
+                .warn(line.number, "error response (no usage), skipped");
+            return;
+        }
+        let at_ms = parsed
+            .timestamp
+            .as_ref()
+            .and_then(|t| parse_timestamp_ms(t.as_str()));
+        let model = request
+            .model
+            .as_deref()
+            .or(response.model.as_ref().map(Str::as_str));
+        let (Some(usage), Some(at_ms), Some(model)) = (&response.usage, at_ms, model) else {
+            cx.diag.warn(
+                line.number,
+                "line without response.usage, a model or a valid timestamp, skipped",
+            );
+            return;
+        };
+        if let Some(id) = &response.id {
+            let hash = id_hash(id.as_str());
+            if !self.seen.insert(hash) {
+                cx.stats.duplicates_dropped += 1;
+                return;
+            }
+        }
+        let shape = shape(request);
+        if let Some(problem) = breakpoint_problem(&shape.markers) {
+            cx.diag
+                .warn(line.number, format!("{problem}; imported as logged"));
+        }
+        let session = parsed
+            .session_id
+            .as_ref()
+            .map(|s| s.as_str().to_owned())
+            .or_else(|| request.metadata.as_ref().and_then(|m| m.user_id.clone()))
+            .unwrap_or_else(|| self.file_stem.clone());
+        let state = self.thread(&session, shape.head);
+        let first = state.messages.is_empty();
+        let continues = shape.messages.len() >= state.messages.len()
+            && shape.messages[..state.messages.len()] == state.messages[..];
+        let request = TraceRequest {
+            at_ms,
+            usage: usage.to_usage(),
+            boundary: first || shape.boundary,
+            compacted: !continues,
+            blocks_added: if continues {
+                shape.blocks.saturating_sub(state.blocks)
+            } else {
+                shape.blocks
+            },
+            provider_miss: response.diagnostics.as_ref().map(|d| d.label()),
+        };
+        state.messages = shape.messages;
+        state.blocks = shape.blocks;
+        let kind = if state.name == "main" {
+            ThreadKind::Main
+        } else {
+            ThreadKind::Subagent
+        };
+        let thread = state.name.clone();
+        cx.push(&session, &thread, kind, model, request);
+    }
+
+    fn finish(self, _: &mut LineContext<'_, '_>) {}
+}

@@ -1,0 +1,348 @@
+//! `claude -p --output-format stream-json --verbose` output, as agent hosts log a run's stdout.
+//!
+//! # The format, as far as the importer cares
+//!
+//! One event per line (see `reference/claude-cli-2.1.332.md`, §3.2–3.3); several runs may be
+//! concatenated in one file. Every event carries `session_id` (snake case, unlike a transcript's
+//! `sessionId`), which is the session of the requests that follow.
+//!
+//! - `system` / `init` opens a turn: the user's message (not echoed on stdout) is one block and
+//!   makes the next request a `boundary`.
+//! - `assistant`: one event per content block of an API response, every one repeating
+//!   `message.id`, `message.model` and `message.usage`; they are merged into one request. The
+//!   usage is the `message_start` usage, so its `output_tokens` is a placeholder (1).
+//!   `parent_tool_use_id` names the sub-agent whose request it was (its own thread); `null` is the
+//!   main thread.
+//! - `user`: tool results (`tool_result` blocks make the next request a tool-loop continuation)
+//!   or, with `isReplay`, the echo of the prompt (already counted at `init`).
+//! - `system` / `compact_boundary`: the conversation was compacted; the next request is
+//!   `compacted`.
+//! - `result` closes the turn. Its `usage` is the sum over the turn's main-thread requests and
+//!   is final (the `message_delta` numbers, real output): with one main-thread request it
+//!   replaces that request's usage; with several, the output the `assistant` events could not
+//!   know goes to the last request (the input side of each is exact already).
+//!
+//! # What cannot be known: time
+//!
+//! stream-json events carry no timestamps. Request times are synthesized: turns follow one
+//! another back to back from the Unix epoch, each lasting its `result.duration_ms`, and a turn's
+//! requests are spread evenly over it. Idle gaps between turns are therefore unknown (zero),
+//! so TTL expiries cannot be seen in such a log; what is exact is each request's usage, its
+//! order, its thread, and where turns and compactions begin.
+//!
+//! A run cut off before its last `result` (a killed process, a torn last line) keeps every
+//! request it recorded, with `message_start` usage, and gets one warning.
+
+use crate::claude::{ClaudeDiagnostics, ClaudeUsage, id_hash};
+use crate::json::{ContentShape, Str};
+use crate::lines::{Line, parse_line};
+use crate::sink::RequestSlot;
+use crate::{FormatReader, ImportOptions, LineContext};
+use muninn_core::trace::{ThreadKind, TraceRequest};
+use serde::Deserialize;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// The fields of an event the importer reads.
+#[derive(Deserialize)]
+struct StreamEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    subtype: Option<Str<'a>>,
+    #[serde(borrow)]
+    session_id: Option<Str<'a>>,
+    #[serde(borrow)]
+    parent_tool_use_id: Option<Str<'a>>,
+    #[serde(rename = "isReplay")]
+    is_replay: Option<bool>,
+    #[serde(borrow)]
+    message: Option<StreamMessage<'a>>,
+    /// `result` only: the turn's usage.
+    usage: Option<ClaudeUsage>,
+    /// `result` only: the turn's wall time.
+    duration_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct StreamMessage<'a> {
+    #[serde(borrow)]
+    id: Option<Str<'a>>,
+    #[serde(borrow)]
+    model: Option<Str<'a>>,
+    usage: Option<ClaudeUsage>,
+    content: Option<ContentShape>,
+    #[serde(borrow)]
+    diagnostics: Option<ClaudeDiagnostics<'a>>,
+}
+
+/// Per-thread state, as in the transcript reader.
+#[derive(Debug)]
+struct ThreadState {
+    human_turn: bool,
+    compacted: bool,
+    blocks: u32,
+}
+
+impl Default for ThreadState {
+    fn default() -> Self {
+        ThreadState {
+            human_turn: true,
+            compacted: false,
+            blocks: 0,
+        }
+    }
+}
+
+/// A request of the open turn.
+#[derive(Debug, Clone, Copy)]
+struct TurnRequest {
+    slot: RequestSlot,
+    main: bool,
+}
+
+/// Reads one stream-json log.
+#[derive(Debug)]
+pub(crate) struct StreamJsonReader<'s> {
+    include_subagents: bool,
+    /// The session of the events that carry none: the last one seen, first the file stem.
+    session: String,
+    /// Ids imported by this and earlier files (shared with the transcript reader: the same
+    /// response in a transcript and in a stdout log is one request).
+    seen: &'s mut HashSet<u64>,
+    /// This file's responses by id hash: `Some` if imported, `None` if dropped.
+    responses: HashMap<u64, Option<RequestSlot>>,
+    threads: HashMap<(String, String), ThreadState>,
+    /// The synthesized start of the open (or next) turn, Unix ms.
+    clock_ms: i64,
+    /// The open turn's requests, in order.
+    turn: Vec<TurnRequest>,
+}
+
+impl<'s> StreamJsonReader<'s> {
+    pub fn new(path: &Path, opts: &ImportOptions, seen: &'s mut HashSet<u64>) -> Self {
+        StreamJsonReader {
+            include_subagents: opts.include_subagents,
+            session: path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            seen,
+            responses: HashMap::new(),
+            threads: HashMap::new(),
+            clock_ms: 0,
+            turn: Vec::new(),
+        }
+    }
+
+    fn thread(&mut self, thread: &str) -> &mut ThreadState {
+        self.threads
+            .entry((self.session.clone(), thread.to_owned()))
+            .or_default()
+    }
+
+    /// Ends the open turn: reconciles the main-thread usage with the result's (if any) and
+    /// spreads the turn's requests over its duration.
+    fn close_turn(&mut self, result: Option<&StreamEvent<'_>>, cx: &mut LineContext<'_, '_>) {
+        let duration = result.and_then(|r| r.duration_ms).unwrap_or(0);
+        let duration = i64::try_from(duration).unwrap_or(i64::MAX / 4);
+        if let Some(total) = result.and_then(|r| r.usage.as_ref()).map(|u| u.to_usage()) {
+            let main: Vec<RequestSlot> = self
+                .turn
+                .iter()
+                .filter(|r| r.main)
+                .map(|r| r.slot)
+                .collect();
+            if let [only] = main[..] {
+                if let Some(request) = cx.sink.get_mut(only) {
+                    request.usage = total;
+                }
+            } else if let Some((&last, earlier)) = main.split_last() {
+                let known: u64 = earlier
+                    .iter()
+                    .filter_map(|&s| cx.sink.get_mut(s).map(|r| r.usage.output))
+                    .sum();
+                if let Some(request) = cx.sink.get_mut(last) {
+                    request.usage.output = total.output.saturating_sub(known);
+                }
+            }
+        }
+        let n = i64::try_from(self.turn.len()).unwrap_or(i64::MAX).max(1);
+        for (i, r) in (0i64..).zip(&self.turn) {
+            if let Some(request) = cx.sink.get_mut(r.slot) {
+                // Evenly spread, and at least 1 ms apart so the order survives the sort by time.
+                request.at_ms = self.clock_ms + (i * duration / n).max(i);
+            }
+        }
+        self.clock_ms += duration.max(n);
+        self.turn.clear();
+    }
+
+    fn assistant(
+        &mut self,
+        event: &StreamEvent<'_>,
+        line: &Line<'_>,
+        cx: &mut LineContext<'_, '_>,
+    ) {
+        let Some(message) = &event.message else {
+            cx.diag
+                .warn(line.number, "assistant event without a message, skipped");
+            return;
+        };
+        let Some(id) = &message.id else {
+            cx.diag
+                .warn(line.number, "assistant event without message.id, skipped");
+            return;
+        };
+        let thread = event
+            .parent_tool_use_id
+            .as_ref()
+            .map_or("main", Str::as_str)
+            .to_owned();
+        let blocks = message.content.map_or(1, |c| c.blocks);
+        let hash = id_hash(id.as_str());
+        match self.responses.get(&hash) {
+            Some(None) => {}
+            Some(Some(slot)) => {
+                let slot = *slot;
+                let state = self.thread(&thread);
+                state.blocks = state.blocks.saturating_add(blocks);
+                if let Some(request) = cx.sink.get_mut(slot)
+                    && let Some(d) = &message.diagnostics
+                {
+                    request.provider_miss = Some(d.label());
+                }
+            }
+            None => self.new_response(&thread, hash, blocks, message, line, cx),
+        }
+    }
+
+    /// The first event of a response: a new request, unless it is a duplicate or a placeholder.
+    fn new_response(
+        &mut self,
+        thread: &str,
+        hash: u64,
+        blocks: u32,
+        message: &StreamMessage<'_>,
+        line: &Line<'_>,
+        cx: &mut LineContext<'_, '_>,
+    ) {
+        if self.seen.contains(&hash) {
+            cx.stats.duplicates_dropped += 1;
+            self.responses.insert(hash, None);
+            *self.thread(thread) = ThreadState {
+                human_turn: false,
+                compacted: false,
+                blocks,
+            };
+            return;
+        }
+        let (Some(model), Some(usage)) = (&message.model, &message.usage) else {
+            cx.diag.warn(
+                line.number,
+                "assistant event without message.model or message.usage, skipped",
+            );
+            return;
+        };
+        if model.as_str() == "<synthetic>" {
+            cx.stats.synthetic_dropped += 1;
+            self.responses.insert(hash, None);
+            return;
+        }
+        let at_ms = self.clock_ms + i64::try_from(self.turn.len()).unwrap_or(0);
+        let state = self.thread(thread);
+        let request = TraceRequest {
+            at_ms,
+            usage: usage.to_usage(),
+            boundary: state.human_turn,
+            compacted: state.compacted,
+            blocks_added: state.blocks,
+            provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
+        };
+        *state = ThreadState {
+            human_turn: false,
+            compacted: false,
+            blocks,
+        };
+        let main = thread == "main";
+        let kind = if main {
+            ThreadKind::Main
+        } else {
+            ThreadKind::Subagent
+        };
+        let session = self.session.clone();
+        let slot = cx.push(&session, thread, kind, model.as_str(), request);
+        self.seen.insert(hash);
+        self.responses.insert(hash, Some(slot));
+        self.turn.push(TurnRequest { slot, main });
+    }
+}
+
+impl FormatReader for StreamJsonReader<'_> {
+    fn line(&mut self, line: &Line<'_>, cx: &mut LineContext<'_, '_>) {
+        let Some(event) = parse_line::<StreamEvent<'_>>(line, cx.diag) else {
+            return;
+        };
+        if let Some(session) = &event.session_id
+            && session.as_str() != self.session
+        {
+            self.session = session.as_str().to_owned();
+        }
+        if event.parent_tool_use_id.is_some() && !self.include_subagents {
+            return;
+        }
+        match (
+            event.kind.as_ref().map(Str::as_str),
+            event.subtype.as_ref().map(Str::as_str),
+        ) {
+            (Some("system"), Some("init")) => {
+                if !self.turn.is_empty() {
+                    // The previous turn ended without a result (an API error, an interrupt).
+                    self.close_turn(None, cx);
+                }
+                let state = self.thread("main");
+                state.human_turn = true;
+                state.blocks = state.blocks.saturating_add(1);
+            }
+            (Some("system"), Some("compact_boundary")) => {
+                let state = self.thread("main");
+                state.compacted = true;
+                state.blocks = 0;
+            }
+            (Some("user"), _) if event.is_replay != Some(true) => {
+                let thread = event
+                    .parent_tool_use_id
+                    .as_ref()
+                    .map_or("main", Str::as_str)
+                    .to_owned();
+                let shape = event
+                    .message
+                    .as_ref()
+                    .and_then(|m| m.content)
+                    .unwrap_or_default();
+                let state = self.thread(&thread);
+                state.blocks = state.blocks.saturating_add(shape.blocks);
+                if shape.blocks > 0 {
+                    state.human_turn = shape.tool_results == 0;
+                }
+            }
+            (Some("assistant"), _) => self.assistant(&event, line, cx),
+            (Some("result"), _) => self.close_turn(Some(&event), cx),
+            _ => {}
+        }
+    }
+
+    fn finish(mut self, cx: &mut LineContext<'_, '_>) {
+        if !self.turn.is_empty() {
+            let n = self.turn.len();
+            self.close_turn(None, cx);
+            cx.diag.warn(
+                0,
+                format!(
+                    "the log ends inside a turn (no result): its {n} request(s) are kept with \
+                     their message_start usage (output unknown)"
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! The formats beyond transcripts and rollouts through the binary: detection, `--input-format`
+//! and `--model`, on `muninn-import`'s fixtures (stream-json from the real CLI, an API log from
+//! `muninn sim-api`, a TraceLab CSV).
+
+use super::*;
+
+fn import_fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../muninn-import/tests/fixtures")
+        .join(rel)
+}
+
+#[test]
+fn import_detects_each_new_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let files = [
+        import_fixture("stream-json/runs.jsonl"),
+        import_fixture("api-log/proxy.jsonl"),
+        import_fixture("tracelab/rounds.csv"),
+    ];
+    let mut args = vec!["import", "--quiet", "--data-dir", data.to_str().unwrap()];
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    let (stdout, stderr) = ok(&muninn(&args));
+    // 4 requests in 2 runs, 9 in a main thread and a sub-agent, 6 rounds in 2 sessions.
+    assert!(
+        stdout.starts_with("imported 19 requests in 6 traces from 3 files"),
+        "{stdout}"
+    );
+    assert_eq!(stderr, "");
+}
+
+#[test]
+fn input_format_forces_a_format_and_refuses_others() {
+    let csv = import_fixture("tracelab/rounds.csv");
+    let csv = csv.to_str().unwrap();
+    let out = muninn(&[
+        "check-cache",
+        "--quiet",
+        "--input-format",
+        "stream-json",
+        csv,
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("no importable file found"), "{stderr}");
+
+    let out = muninn(&["replay", "--quiet", "--input-format", "csv", csv]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("tracelab-csv"), "{stderr}");
+}
+
+/// TraceLab records no model: without `--model` its rounds are unpriced (left out, and said so),
+/// with it they are replayed.
+#[test]
+fn model_names_the_model_of_a_tracelab_csv() {
+    let csv = import_fixture("tracelab/rounds.csv");
+    let (unnamed, _) = replay_json(&[&csv], &["--policy", "recorded"]);
+    assert_eq!(unnamed.unpriced.len(), 1);
+    assert_eq!(unnamed.unpriced[0].model, "unknown");
+    assert_eq!(unnamed.unpriced[0].requests, 6);
+    let (named, _) = replay_json(
+        &[&csv],
+        &[
+            "--policy",
+            "recorded",
+            "--input-format",
+            "tracelab-csv",
+            "--model",
+            "claude-sonnet-4-6",
+        ],
+    );
+    assert!(named.unpriced.is_empty());
+    assert_eq!(named.requests, 6);
+    assert!(named.rows[0].cost_micro_usd > 0);
+}
