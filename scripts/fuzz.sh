@@ -23,6 +23,7 @@ run() {
 }
 run -p muninn-testkit --lib fuzz::
 run -p muninn-claude-cli --lib lines::tests::any_stdout
+run -p muninn-import --lib json::tests::timestamps_agree
 for crate in muninn-anthropic muninn-claude-cli muninn-import muninn-host; do
     run -p "$crate" --test all fuzz::
 done
