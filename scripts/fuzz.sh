@@ -18,10 +18,12 @@ run() {
         echo "FAIL: fuzzing ($*)"
         status=1
     fi
-    grep '^fuzz ' "$out" | grep -v ' selftest' || true
+    # `-q` prints a test's dot on the same line, so match the report anywhere in a line.
+    grep -o 'fuzz [a-z-]*: [0-9]* executions.*' "$out" | grep -v '^fuzz selftest' || true
 }
 run -p muninn-testkit --lib fuzz::
 run -p muninn-claude-cli --lib lines::tests::any_stdout
+run -p muninn-import --lib json::tests::timestamps_agree
 for crate in muninn-anthropic muninn-claude-cli muninn-import muninn-host; do
     run -p "$crate" --test all fuzz::
 done

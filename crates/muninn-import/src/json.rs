@@ -165,8 +165,10 @@ pub(crate) fn parse_timestamp_ms(s: &str) -> Option<i64> {
     }
     let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
     let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    // The day is checked against its month (found by fuzzing against jiff: 30 February was
+    // accepted and became 2 March).
     if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
+        || !(1..=days_in_month(year, month)).contains(&day)
         || hour > 23
         || minute > 59
         || second > 60
@@ -194,14 +196,32 @@ pub(crate) fn parse_timestamp_ms(s: &str) -> Option<i64> {
     let offset_minutes = match b.get(i) {
         Some(b'Z' | b'z') if i + 1 == b.len() => 0,
         Some(&sign @ (b'+' | b'-')) if i + 6 == b.len() && b[i + 3] == b':' => {
-            let minutes = digits(i + 1..i + 3)? * 60 + digits(i + 4..i + 6)?;
+            let (hours, minutes) = (digits(i + 1..i + 3)?, digits(i + 4..i + 6)?);
+            // A real offset (`+99:99` was accepted before fuzzing found it).
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            let minutes = hours * 60 + minutes;
             if sign == b'+' { minutes } else { -minutes }
         }
         _ => return None,
     };
+    // A leap second (`:60`) is read as `:59`, as jiff does: it stays inside its minute, so the
+    // lines of that minute keep their order.
+    let second = second.min(59);
     let days = days_from_civil(year, month, day);
     let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset_minutes * 60;
     Some(seconds * 1_000 + millis)
+}
+
+/// The days of `month` (1–12) in the proleptic Gregorian `year`.
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
@@ -265,5 +285,52 @@ mod tests {
                 tool_results: 1
             }
         );
+    }
+
+    /// Fuzzed (`muninn_testkit::fuzz`, seeds in `fuzz/corpus/import-timestamps/`) against
+    /// `jiff`: every line this parser accepts, `jiff` parses to the same millisecond (floored).
+    /// The parser stays hand-written for speed (it runs once per transcript line), so this is
+    /// what keeps it honest; it found 31 February and a `+99:99` offset accepted.
+    #[test]
+    fn timestamps_agree_with_jiff() {
+        use muninn_testkit::fuzz::{FuzzConfig, Verdict, corpus_dir, fuzz, load_corpus};
+        let seeds = load_corpus(&corpus_dir("import-timestamps"));
+        let report = fuzz(
+            "import-timestamps",
+            &seeds,
+            &[
+                b"-02-29T", b"-02-30T", b"-04-31T", b"+23:59", b"+99:99", b":60Z", b".", b"Z",
+            ],
+            &FuzzConfig::from_env(4 * 1024),
+            |input| {
+                let mut accepted = false;
+                for line in String::from_utf8_lossy(input).lines() {
+                    let Some(ours) = parse_timestamp_ms(line) else {
+                        continue;
+                    };
+                    let fraction = line
+                        .get(20..)
+                        .map_or(0, |f| f.bytes().take_while(u8::is_ascii_digit).count());
+                    if line.starts_with("9999-") || fraction > 9 {
+                        // Where jiff is narrower than RFC 3339: its timestamps end a day early
+                        // (room for any offset), and it reads at most 9 fraction digits.
+                        continue;
+                    }
+                    let theirs = line
+                        .parse::<jiff::Timestamp>()
+                        .map(|t| t.as_nanosecond().div_euclid(1_000_000));
+                    if theirs.as_ref().ok() != Some(&i128::from(ours)) {
+                        return Err(format!("{line:?}: ours {ours}, jiff {theirs:?}"));
+                    }
+                    accepted = true;
+                }
+                Ok(if accepted {
+                    Verdict::Accepted
+                } else {
+                    Verdict::Refused
+                })
+            },
+        );
+        assert!(report.accepted > 0, "{report}");
     }
 }
