@@ -11,6 +11,8 @@
 //! - [`error`] — [`StoreError`], with a retry hint per variant.
 //! - [`sqlite`] — [`SqliteStore`], the embedded default (one WAL file, `synchronous=FULL`).
 //! - [`postgres`] — [`PostgresStore`], for several hosts on one database.
+//! - [`hosts`] — what hosts sharing a database tell each other: wake-ups (`LISTEN/NOTIFY`) and
+//!   presence (session advisory locks), so a dead holder's leases are taken over at once.
 //! - `sql` (private) — the SQL both backends share.
 //!
 //! The conformance suite every backend passes is `muninn_testkit::run_conformance`, in the
@@ -28,6 +30,7 @@
 //! - Each backend has numbered migrations, applied at open and recorded in `schema_version`.
 
 pub mod error;
+pub mod hosts;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
@@ -36,6 +39,7 @@ pub mod types;
 mod write;
 
 pub use error::{Result, StoreError};
+pub use hosts::{Wake, WakeListener};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use store::Store;
