@@ -60,6 +60,8 @@
 //!
 //! Every write carries the Mind's lease fencing token (`lease.rs`); a host that cannot take the
 //! lease does not run the Mind, and a host whose token went stale stops at its next write.
+//! A live lease whose holder is provably gone (this data directory's crashed earlier process,
+//! or a host whose database session ended) is taken over at once (`takeover.rs`).
 
 mod accounting;
 mod budget;
@@ -71,6 +73,7 @@ mod reply;
 mod segment;
 mod self_run;
 mod session;
+mod takeover;
 
 pub use persona::next_batch;
 pub use prompts::*;
