@@ -69,6 +69,8 @@ pub struct Cluster {
     instance: Option<Instance>,
     /// Holders being watched, each with the local Minds to wake when it goes.
     watched: Mutex<HashMap<String, Vec<String>>>,
+    /// Why this host's presence lock is not held, while it is not (`/readyz` says so).
+    presence_failure: Mutex<Option<String>>,
 }
 
 impl Cluster {
@@ -76,8 +78,24 @@ impl Cluster {
     pub fn new(instance: Instance) -> Cluster {
         Cluster {
             instance: Some(instance),
-            watched: Mutex::default(),
+            ..Cluster::default()
         }
+    }
+
+    /// Why this host's presence lock is not held, if it is not: other hosts may then take its
+    /// Minds over (and fence it). `None` while held, or where the store has no presence.
+    pub fn presence_failure(&self) -> Option<String> {
+        self.presence_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_presence_failure(&self, failure: Option<String>) {
+        *self
+            .presence_failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = failure;
     }
 
     /// Whether `holder`, refused to us as a live lease holder, is provably gone. Free of I/O
@@ -151,9 +169,9 @@ pub async fn spawn(host: &Host, holder: &str, shutdown: tokio::sync::watch::Rece
     host.signals.announce_to(tx);
     tokio::spawn(publish(host.store.clone(), holder.to_owned(), rx));
     tokio::spawn(listen(host.clone(), holder.to_owned(), shutdown.clone()));
-    let store = host.store.clone();
+    let (store, cluster) = (host.store.clone(), host.cluster.clone());
     let holder = holder.to_owned();
-    if !keep_presence(store.as_ref(), &holder).await {
+    if !keep_presence(store.as_ref(), &cluster, &holder).await {
         return;
     }
     let mut shutdown = shutdown;
@@ -163,15 +181,21 @@ pub async fn spawn(host: &Host, holder: &str, shutdown: tokio::sync::watch::Rece
                 _ = tokio::time::sleep(PRESENCE_CHECK) => {}
                 _ = shutdown.changed() => return,
             }
-            keep_presence(store.as_ref(), &holder).await;
+            keep_presence(store.as_ref(), &cluster, &holder).await;
         }
     });
 }
 
-/// One presence check; `false` if the store has none (nothing to keep).
-async fn keep_presence(store: &dyn Store, holder: &str) -> bool {
+/// One presence check, its outcome kept for `/readyz`; `false` if the store has none.
+async fn keep_presence(store: &dyn Store, cluster: &Cluster, holder: &str) -> bool {
     match store.hold_presence(holder).await {
-        Ok(held) => held,
+        Ok(held) => {
+            if cluster.presence_failure().is_some() {
+                tracing::info!(%holder, "presence lock held again");
+            }
+            cluster.set_presence_failure(None);
+            held
+        }
         Err(e) => {
             tracing::error!(
                 %holder,
@@ -179,6 +203,7 @@ async fn keep_presence(store: &dyn Store, holder: &str) -> bool {
                 "presence lock not held: other hosts may take this host's Minds over (fencing \
                  stops its writes); retrying"
             );
+            cluster.set_presence_failure(Some(e.to_string()));
             true
         }
     }
