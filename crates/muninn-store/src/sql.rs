@@ -994,8 +994,15 @@ macro_rules! impl_sql_store {
                 let expires_at_ms: i64 = row.try_get("expires_at_ms")?;
                 let live = expires_at_ms > now_ms;
                 let new_token = match current_holder {
-                    // Another holder's live lease: refused.
-                    Some(current) if live && current != holder => return Ok(None),
+                    // Another holder's live lease: refused. Ended with a commit (of at most
+                    // the empty row above), not by dropping the transaction: a dropped one
+                    // closes its connection (see `write.rs`), and a host that is refused at
+                    // every look would open a new database connection each time — tens of
+                    // milliseconds on its next write, a delivery posted through it.
+                    Some(current) if live && current != holder => {
+                        tx.commit().await?;
+                        return Ok(None);
+                    }
                     // The same holder while live: a renewal, same token.
                     Some(_) if live => token,
                     // Free, released or expired: a new, strictly greater token.
@@ -1082,6 +1089,8 @@ macro_rules! impl_sql_store {
                     .await?;
                 let current: Option<i64> = row.map(|r| r.try_get("token")).transpose()?;
                 if current != Some(previous.0) {
+                    // Nothing written; committed to keep the connection (as in acquire).
+                    tx.commit().await?;
                     return Ok(None);
                 }
                 let token = previous.0 + 1;

@@ -49,6 +49,22 @@ async fn postgres_presence_ends_with_the_session_and_wakes_cross_stores() {
         })
     );
 
+    // The notification's own latency, announce to receipt, over 50 wake-ups.
+    let mut took = Vec::new();
+    for _ in 0..50 {
+        let started = Instant::now();
+        a.announce_wake("vala", &holder_a).await.unwrap();
+        let wake = tokio::time::timeout(Duration::from_secs(5), listener.recv()).await;
+        assert!(matches!(wake, Ok(Ok(Some(_)))), "{wake:?}");
+        took.push(started.elapsed());
+    }
+    took.sort();
+    eprintln!(
+        "NOTIFY announce-to-receipt over 50: p50 {:?}, max {:?}",
+        took[25], took[49]
+    );
+    assert!(took[49] < Duration::from_secs(1), "{took:?}");
+
     // Presence: a holds it, b sees it alive; a second session cannot take it for a.
     assert!(a.hold_presence(&holder_a).await.unwrap());
     assert_eq!(b.holder_gone(&holder_a).await.unwrap(), Some(false));
