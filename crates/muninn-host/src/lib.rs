@@ -79,11 +79,20 @@ impl Signals {
     /// runner looks at the store now, or right after the step it is in.
     /// Other hosts on the database are told too ([`cluster`]), so the holder of the Mind's
     /// lease wakes wherever it runs.
+    ///
+    /// With other hosts to tell, a local runner that another host holds the Mind from is not
+    /// woken: it could only be refused again (a lease and a presence query on every delivery
+    /// posted through this host, beside the holder's turn). It moves when the holder goes — its
+    /// watch on the holder's presence, or the holder's release announcing a wake-up.
     pub fn wake(&self, mind: &str) {
-        self.wake_local(mind);
-        if let Some(announce) = self.announce.get()
-            && announce.try_send(mind.to_owned()).is_err()
-        {
+        let Some(announce) = self.announce.get() else {
+            self.wake_local(mind);
+            return;
+        };
+        if self.activity(mind) != Some(Activity::NotLeader) {
+            self.wake_local(mind);
+        }
+        if announce.try_send(mind.to_owned()).is_err() {
             // Full (or stopped): the holder's periodic look still finds the work.
             tracing::debug!(mind, "cross-host wake-up dropped");
         }

@@ -178,6 +178,16 @@ impl<B: Backend> MindRunner<B> {
             self.host
                 .telemetry
                 .lease(&self.mind.id, LeaseChange::Released);
+            // Another host's runner waiting for the Mind takes it now, not at its next look.
+            // Awaited here, not queued: the process is on its way out.
+            if let Err(e) = self
+                .host
+                .store
+                .announce_wake(&self.mind.id, &self.holder)
+                .await
+            {
+                tracing::warn!(mind = %self.mind.id, error = %e, "announcing the release failed");
+            }
         }
         Ok(())
     }
