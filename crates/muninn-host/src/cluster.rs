@@ -1,8 +1,8 @@
 //! Hosts sharing one database: cross-host wake-ups, presence, and proof that a lease's holder
 //! is gone.
 //!
-//! - **Wake-ups.** [`crate::Signals::wake`] hands the Mind to the publisher
-//!   ([`spawn`]), which announces it through the store (PostgreSQL `NOTIFY`); the listener
+//! - **Wake-ups.** Once this host listens ([`spawn`]), [`crate::Signals::wake`] hands the Mind
+//!   to the publisher, which announces it through the store (PostgreSQL `NOTIFY`); the listener
 //!   wakes the local runner of every Mind announced by *another* host. The holder of a Mind's
 //!   lease therefore answers a delivery posted anywhere within milliseconds, not at its next
 //!   periodic look. A lost notification costs only latency: runners read the mailbox, and an
@@ -165,9 +165,6 @@ impl Cluster {
 /// listener, and the presence keeper, for `holder` (this process's holder name). Returns once
 /// the first presence check ran, so no lease is taken before this host is seen present.
 pub async fn spawn(host: &Host, holder: &str, shutdown: tokio::sync::watch::Receiver<bool>) {
-    let (tx, rx) = mpsc::channel(ANNOUNCE_QUEUE);
-    host.signals.announce_to(tx);
-    tokio::spawn(publish(host.store.clone(), holder.to_owned(), rx));
     tokio::spawn(listen(host.clone(), holder.to_owned(), shutdown.clone()));
     let (store, cluster) = (host.store.clone(), host.cluster.clone());
     let holder = holder.to_owned();
@@ -218,7 +215,9 @@ async fn publish(store: Arc<dyn Store>, holder: String, mut rx: mpsc::Receiver<S
     }
 }
 
-/// Wakes local runners for wake-ups other hosts announce, until `shutdown`.
+/// Wakes local runners for wake-ups other hosts announce, until `shutdown`. Only once it
+/// listens does this host announce its own (a store without a listener, SQLite, has no one
+/// to tell, and [`crate::Signals::wake`] then keeps waking every local runner itself).
 async fn listen(host: Host, holder: String, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut listener = loop {
         match host.store.listen_wakes().await {
@@ -231,6 +230,9 @@ async fn listen(host: Host, holder: String, mut shutdown: tokio::sync::watch::Re
             _ = shutdown.changed() => return,
         }
     };
+    let (tx, rx) = mpsc::channel(ANNOUNCE_QUEUE);
+    host.signals.announce_to(tx);
+    tokio::spawn(publish(host.store.clone(), holder.clone(), rx));
     let local: Vec<String> = host.config.minds.iter().map(|m| m.id.clone()).collect();
     loop {
         let received = tokio::select! {

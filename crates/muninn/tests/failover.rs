@@ -5,8 +5,11 @@
 //!   host that does *not* hold the Mind's lease, one at a time. Each one's latency runs from
 //!   the POST to the moment the Mind's ack position covers it (the turn is recorded), polled
 //!   on the store every 2 ms. Printed as p50/p99; the goal is p99 < 100 ms on the simulator,
-//!   and the test fails above [`WAKE_P99_FAIL`]. Without cross-host wake-ups the holder sees
-//!   a delivery only at its next periodic look, a third of the lease (10 s here).
+//!   and the test fails when the cross-host p99 is over [`WAKE_P99_FAIL`] beyond the p99 of the
+//!   same deliveries posted through the holder itself, alternating with them (so a loaded
+//!   machine's slow turns do not fail it; a missing wake-up does). Without cross-host wake-ups
+//!   the holder sees a delivery only at its next periodic look, a third of the lease (10 s
+//!   here).
 //! - **Failover.** The holder is killed with SIGKILL while the other host waits; the first
 //!   turn for a delivery posted right after must come within [`STALL_FAIL`] (goal 2 s) — the
 //!   lease (30 s) is far from run out, so only the dead host's freed presence lets it move.
@@ -33,7 +36,8 @@ use std::time::{Duration, Instant};
 const MIND: &str = "vala";
 /// Long, so that waiting out a lease (or a third of it) cannot pass for a fast move.
 const LEASE_TTL_MS: u64 = 30_000;
-/// Wake-up latency p99 above this fails (the goal is 100 ms).
+/// A cross-host p99 more than this above the same-host p99 fails (the goal is a cross-host p99
+/// under 100 ms; a missed wake-up costs up to a third of the lease, 10 s).
 const WAKE_P99_FAIL: Duration = Duration::from_secs(1);
 /// A first turn after a kill later than this fails (the goal is 2 s).
 const STALL_FAIL: Duration = Duration::from_secs(5);
@@ -290,7 +294,7 @@ async fn postgres_hosts_wake_each_other_and_take_over_without_stalls() {
         p99.as_millis() as i128 - same_p99.as_millis() as i128,
     );
     assert!(
-        p99 < WAKE_P99_FAIL,
+        p99 < same_p99 + WAKE_P99_FAIL,
         "cross-host p99 {p99:?}\n{}",
         hosts.stderr()
     );
