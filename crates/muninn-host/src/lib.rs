@@ -16,6 +16,9 @@
 //! - [`telemetry`] — what the host tells its operator: one log event and one set of counters per
 //!   request, retry, session event, failed step and lease or settings change, fed from a few
 //!   named points of the runtime; the Prometheus exposition and the readiness checks.
+//! - [`cluster`] and [`instance`] — several hosts on one database: wake-ups across hosts,
+//!   presence, and the proof that a lease's holder is gone (a crashed earlier process of this
+//!   data directory, or a host whose database session ended), so its Minds move at once.
 //! - [`dashboard`] — server-rendered pages (HTML, inline SVG charts) over the store and the
 //!   telemetry: each Mind's state, segments, costs against the simple designs, decisions, ledger.
 //!
@@ -31,15 +34,17 @@
 //!   the ledger (`muninn replay --closed-loop`) reproduces every decision the host took.
 
 pub mod backends;
+pub mod cluster;
 pub mod config;
 pub mod dashboard;
 pub mod http;
+pub mod instance;
 pub mod runtime;
 pub mod telemetry;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use tokio::sync::Notify;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use tokio::sync::{Notify, mpsc};
 
 /// Wake-ups between the HTTP layer and the runtime.
 ///
@@ -61,6 +66,9 @@ pub struct Signals {
     pub outbox: Notify,
     /// What each Mind's runner on this host is doing, by Mind id (see [`Signals::set_activity`]).
     activity: Mutex<HashMap<String, Activity>>,
+    /// Where wake-ups go to reach the other hosts on the database ([`cluster`]); unset for a
+    /// host alone.
+    announce: OnceLock<mpsc::Sender<String>>,
 }
 
 /// What a runner is doing: [`muninn_api::wire::Activity`], shown by `GET /v1/minds/{mind}`.
@@ -69,8 +77,38 @@ pub use muninn_api::wire::Activity;
 impl Signals {
     /// Something arrived for `mind` (a delivery, a brief, a settings change, the brake): its
     /// runner looks at the store now, or right after the step it is in.
+    /// Other hosts on the database are told too ([`cluster`]), so the holder of the Mind's
+    /// lease wakes wherever it runs.
+    ///
+    /// With other hosts to tell, a local runner that another host holds the Mind from is not
+    /// woken: it could only be refused again (a lease and a presence query on every delivery
+    /// posted through this host, beside the holder's turn). It moves when the holder goes — its
+    /// watch on the holder's presence, or the holder's release announcing a wake-up.
     pub fn wake(&self, mind: &str) {
+        let Some(announce) = self.announce.get() else {
+            self.wake_local(mind);
+            return;
+        };
+        if self.activity(mind) != Some(Activity::NotLeader) {
+            self.wake_local(mind);
+        }
+        if announce.try_send(mind.to_owned()).is_err() {
+            // Full (or stopped): the holder's periodic look still finds the work.
+            tracing::debug!(mind, "cross-host wake-up dropped");
+        }
+    }
+
+    /// Wakes `mind`'s runner on this host only (a wake-up from another host, or the runner
+    /// waking itself).
+    pub fn wake_local(&self, mind: &str) {
         self.waiter(mind).notify_one();
+    }
+
+    /// Sends every later [`Signals::wake`] to `announce` as well (set once, at start).
+    pub fn announce_to(&self, announce: mpsc::Sender<String>) {
+        if self.announce.set(announce).is_err() {
+            tracing::warn!("cross-host wake-ups were already set up");
+        }
     }
 
     /// The wake-up `mind`'s runner waits on (`waiter.notified().await`); the same one on every
@@ -113,6 +151,8 @@ pub struct Host {
     /// The prices the Minds' models are charged at (the dashboard prices the simple designs
     /// with them).
     pub prices: Arc<muninn_core::price::PriceTable>,
+    /// This host among the hosts on its database ([`cluster`]).
+    pub cluster: Arc<cluster::Cluster>,
 }
 
 impl Host {
@@ -130,6 +170,15 @@ impl Host {
             signals: Arc::new(Signals::default()),
             telemetry: Arc::new(telemetry::Telemetry::default()),
             prices: Arc::new(muninn_core::price::PriceTable::embedded()),
+            cluster: Arc::new(cluster::Cluster::default()),
+        }
+    }
+
+    /// The same host running as `instance` (its holder name and restart proof).
+    pub fn with_instance(self, instance: instance::Instance) -> Host {
+        Host {
+            cluster: Arc::new(cluster::Cluster::new(instance)),
+            ..self
         }
     }
 

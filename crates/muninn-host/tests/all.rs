@@ -4,6 +4,7 @@
 
 mod browser;
 mod closed_loop;
+mod cluster;
 mod compact;
 mod config;
 mod dashboard;

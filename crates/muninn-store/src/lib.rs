@@ -14,6 +14,8 @@
 //! - [`startup`] — SQLite's start-up checks: broken storage is refused, not silently replaced.
 //! - [`marker`] — the identity file (`store.id`) holding the high-water mark of issued ids;
 //!   `id_guard` (private) reserves ids there before each SQLite commit.
+//! - [`hosts`] — what hosts sharing a database tell each other: wake-ups (`LISTEN/NOTIFY`) and
+//!   presence (session advisory locks), so a dead holder's leases are taken over at once.
 //! - `sql` (private) — the SQL both backends share.
 //!
 //! The conformance suite every backend passes is `muninn_testkit::run_conformance`, in the
@@ -35,6 +37,7 @@
 pub mod error;
 mod id_guard;
 pub mod marker;
+pub mod hosts;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
@@ -44,6 +47,7 @@ pub mod types;
 mod write;
 
 pub use error::{Result, StoreError};
+pub use hosts::{Wake, WakeListener};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use startup::StartOptions;

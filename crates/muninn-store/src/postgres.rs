@@ -73,7 +73,11 @@ const MIGRATION_LOCK_KEY: i64 = 0x6d75_6e69_6e6e;
 /// The PostgreSQL store. Cheap to share behind an `Arc`; holds a connection pool.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
-    pool: PgPool,
+    pub(crate) pool: PgPool,
+    /// How to open the dedicated sessions of [`crate::hosts`] (presence, listener, watchers).
+    pub(crate) options: PgConnectOptions,
+    /// This host's presence session, once held (see [`crate::hosts`]).
+    pub(crate) presence: crate::hosts::PresenceCell,
 }
 
 impl PostgresStore {
@@ -101,10 +105,14 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let store = PostgresStore { pool };
+        let store = PostgresStore {
+            pool,
+            options,
+            presence: Default::default(),
+        };
         store.migrate().await?;
         Ok(store)
     }

@@ -810,7 +810,28 @@ macro_rules! impl_sql_store {
 
             async fn close(&self) {
                 self.before_close().await;
+                self.drop_presence().await;
                 self.pool.close().await;
+            }
+
+            async fn announce_wake(&self, mind: &str, from: &str) -> Result<()> {
+                self.announce_wake_impl(mind, from).await
+            }
+
+            async fn listen_wakes(&self) -> Result<Option<$crate::WakeListener>> {
+                self.listen_wakes_impl().await
+            }
+
+            async fn hold_presence(&self, holder: &str) -> Result<bool> {
+                self.hold_presence_impl(holder).await
+            }
+
+            async fn holder_gone(&self, holder: &str) -> Result<Option<bool>> {
+                self.holder_gone_impl(holder).await
+            }
+
+            async fn await_holder_gone(&self, holder: &str) -> Result<bool> {
+                self.await_holder_gone_impl(holder).await
             }
 
             async fn create_mind(&self, mind: &Mind) -> Result<Mind> {
@@ -977,8 +998,15 @@ macro_rules! impl_sql_store {
                 let expires_at_ms: i64 = row.try_get("expires_at_ms")?;
                 let live = expires_at_ms > now_ms;
                 let new_token = match current_holder {
-                    // Another holder's live lease: refused.
-                    Some(current) if live && current != holder => return Ok(None),
+                    // Another holder's live lease: refused. Ended with a commit (of at most
+                    // the empty row above), not by dropping the transaction: a dropped one
+                    // closes its connection (see `write.rs`), and a host that is refused at
+                    // every look would open a new database connection each time — tens of
+                    // milliseconds on its next write, a delivery posted through it.
+                    Some(current) if live && current != holder => {
+                        tx.commit().await?;
+                        return Ok(None);
+                    }
                     // The same holder while live: a renewal, same token.
                     Some(_) if live => token,
                     // Free, released or expired: a new, strictly greater token.
@@ -1042,6 +1070,52 @@ macro_rules! impl_sql_store {
                     .await?;
                 tx.commit().await?;
                 Ok(())
+            }
+
+            async fn take_over_lease(
+                &self,
+                mind: &str,
+                holder: &str,
+                previous: FencingToken,
+                ttl_ms: i64,
+                now_ms: i64,
+            ) -> Result<Option<Lease>> {
+                if ttl_ms <= 0 {
+                    return Err(StoreError::invalid(format!("lease ttl {ttl_ms} ms")));
+                }
+                let mut tx = self.begin_write().await?;
+                require_mind(&mut tx, mind).await?;
+                // The fence's own lock: a write of the old holder in flight commits first, and
+                // every later one sees the new token.
+                let row = sqlx::query($store::LEASE_LOCK_SQL)
+                    .bind(mind)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let current: Option<i64> = row.map(|r| r.try_get("token")).transpose()?;
+                if current != Some(previous.0) {
+                    // Nothing written; committed to keep the connection (as in acquire).
+                    tx.commit().await?;
+                    return Ok(None);
+                }
+                let token = previous.0 + 1;
+                let expires = now_ms.saturating_add(ttl_ms);
+                sqlx::query(
+                    "UPDATE leases SET holder = $2, token = $3, expires_at_ms = $4 \
+                     WHERE mind_id = $1",
+                )
+                .bind(mind)
+                .bind(holder)
+                .bind(token)
+                .bind(expires)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(Some(Lease {
+                    mind: mind.to_owned(),
+                    holder: holder.to_owned(),
+                    token: FencingToken(token),
+                    expires_at_ms: expires,
+                }))
             }
 
             async fn lease(&self, mind: &str) -> Result<Option<Lease>> {

@@ -91,6 +91,38 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn release_lease(&self, mind: &str, token: FencingToken) -> Result<()>;
     /// The Mind's held lease (possibly expired), if any.
     async fn lease(&self, mind: &str) -> Result<Option<Lease>>;
+    /// Takes the Mind's lease from a holder the caller has *proven gone* (its presence lock is
+    /// free, or it was this host's own previous process), live or not: a new, strictly greater
+    /// token, if and only if the current token is still `previous` (compare-and-set, so two
+    /// hosts taking over at once get one lease between them). `None` if the lease moved on.
+    /// The old holder's writes are fenced from then on. `NotFound` if the Mind is unknown.
+    async fn take_over_lease(
+        &self,
+        mind: &str,
+        holder: &str,
+        previous: FencingToken,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<Lease>>;
+
+    // ----- Hosts on one database (see `crate::hosts`) -----
+
+    /// Tells every host on the database that something arrived for `mind` (PostgreSQL
+    /// `NOTIFY`; nothing on SQLite). `from` is the sender's holder name.
+    async fn announce_wake(&self, mind: &str, from: &str) -> Result<()>;
+    /// A listener for [`Store::announce_wake`]s on a connection of its own; `None` where the
+    /// backend has none (SQLite).
+    async fn listen_wakes(&self) -> Result<Option<crate::WakeListener>>;
+    /// Holds (or re-checks and re-takes) the presence lock for `holder` on a dedicated session
+    /// until [`Store::close`]; call it again periodically to repair a broken session. `false`
+    /// where the backend has no presence (SQLite). `Busy` if another session holds it.
+    async fn hold_presence(&self, holder: &str) -> Result<bool>;
+    /// Whether `holder`'s presence lock is free now (`Some(true)`: its host is gone), or `None`
+    /// where the backend cannot tell (SQLite).
+    async fn holder_gone(&self, holder: &str) -> Result<Option<bool>>;
+    /// Completes once `holder`'s presence lock is free (at once if it is), blocking on a
+    /// dedicated session: `true`. `false` at once where the backend cannot tell (SQLite).
+    async fn await_holder_gone(&self, holder: &str) -> Result<bool>;
 
     // ----- Segments -----
 

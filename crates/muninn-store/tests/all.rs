@@ -28,6 +28,8 @@ use muninn_store::{
 use muninn_testkit::peers::{postgres_admin, postgres_url};
 use muninn_testkit::{StoreFactory, run_conformance};
 use pretty_assertions::assert_eq;
+
+mod hosts;
 use sqlx::Row;
 
 mod startup;

@@ -11,7 +11,8 @@
 //! `record_turn` being all-or-nothing (failures injected after earlier writes of the same
 //! transaction); lease fencing of every fenced method; distinct gap-free seqs under concurrent
 //! writers; reopening keeping everything; migrations being idempotent on reopen; rows written
-//! before a migration reading back with its documented defaults.
+//! before a migration reading back with its documented defaults; a lease taken over from a
+//! holder proven gone fencing that holder; presence and wake-ups answering consistently.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,7 +28,9 @@ use serde_json::json;
 use muninn_store::types::*;
 use muninn_store::{Result, Store, StoreError};
 
+mod takeover;
 mod transports;
+use takeover::{presence_and_wakes_answer_consistently, take_over_fences_the_old_holder};
 use transports::{
     failed_sends_are_kept_and_never_offered_again, intake_batch_is_all_or_nothing,
     intake_batch_moves_mail_and_cursor_together, outbox_rows_from_schema_5_migrate_to_failures,
@@ -81,6 +84,8 @@ const CASES: &[(&str, Case)] = cases![
     intake_batch_is_all_or_nothing,
     failed_sends_are_kept_and_never_offered_again,
     outbox_rows_from_schema_5_migrate_to_failures,
+    take_over_fences_the_old_holder,
+    presence_and_wakes_answer_consistently,
 ];
 
 /// The names of the cases [`run_conformance`] runs, in order.

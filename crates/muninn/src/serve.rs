@@ -14,6 +14,7 @@ use muninn_host::Host;
 use muninn_host::backends::BackendFactory;
 use muninn_host::config::Config;
 use muninn_host::http::serve;
+use muninn_host::instance::Instance;
 use muninn_host::runtime::run_minds;
 use muninn_sim::SimClock;
 use std::path::PathBuf;
@@ -127,13 +128,21 @@ async fn serve_until_stopped(
         None => Arc::new(SystemClock),
     };
     let backend = factory.describe();
-    let host = Host::new(store.clone(), config.clone(), clock).with_prices(prices.clone());
+    // The holder name carries the data directory's instance id, and the instance's lock is held
+    // until this process ends: a restart proves its crashed predecessor gone (`instance`).
+    let instance = Instance::claim(&config.data_dir, &hostname(), std::process::id())
+        .context("claiming the data directory's host instance")?;
+    let holder = instance.holder.clone();
+    let host = Host::new(store.clone(), config.clone(), clock)
+        .with_prices(prices.clone())
+        .with_instance(instance);
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
-    let holder = format!("{}-{}", hostname(), std::process::id());
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    // Wake-ups across hosts and this host's presence, before any lease is taken.
+    muninn_host::cluster::spawn(&host, &holder, stopped.clone()).await;
     let minds = tokio::spawn(run_minds(
         host.clone(),
         factory,

@@ -106,9 +106,15 @@ impl<B: Backend> MindRunner<B> {
         // or lapsed: in the second case its holder — another host, or this host's previous
         // process — may still be writing to the provider's session.
         let previous = store.lease(&self.mind.id).await?;
-        let taken = store
+        let mut taken = store
             .acquire_lease(&self.mind.id, &self.holder, ttl, now)
             .await?;
+        if taken.is_none()
+            && let Some(previous) = previous.as_ref().filter(|p| p.holder != self.holder)
+        {
+            // Refused: a live holder — unless it is provably gone (see `takeover.rs`).
+            taken = self.take_over(previous, now).await?;
+        }
         let token = taken.as_ref().map(|l| l.token);
         if taken.is_some() && self.lease.is_none() {
             // A new lease: the sessions in memory (if any) are not known to match the
@@ -172,6 +178,16 @@ impl<B: Backend> MindRunner<B> {
             self.host
                 .telemetry
                 .lease(&self.mind.id, LeaseChange::Released);
+            // Another host's runner waiting for the Mind takes it now, not at its next look.
+            // Awaited here, not queued: the process is on its way out.
+            if let Err(e) = self
+                .host
+                .store
+                .announce_wake(&self.mind.id, &self.holder)
+                .await
+            {
+                tracing::warn!(mind = %self.mind.id, error = %e, "announcing the release failed");
+            }
         }
         Ok(())
     }

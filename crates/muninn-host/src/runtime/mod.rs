@@ -60,6 +60,8 @@
 //!
 //! Every write carries the Mind's lease fencing token (`lease.rs`); a host that cannot take the
 //! lease does not run the Mind, and a host whose token went stale stops at its next write.
+//! A live lease whose holder is provably gone (this data directory's crashed earlier process,
+//! or a host whose database session ended) is taken over at once (`takeover.rs`).
 
 mod accounting;
 mod budget;
@@ -71,6 +73,7 @@ mod reply;
 mod segment;
 mod self_run;
 mod session;
+mod takeover;
 
 pub use persona::next_batch;
 pub use prompts::*;
@@ -400,7 +403,8 @@ pub async fn run_mind<B: Backend>(
     let mut failing: Option<(i64, u32)> = None;
     // An idle holder steps at least every third of the lease: it renews the lease before it runs
     // out (or another host would take the Mind over and rebuild its session) and sees deliveries
-    // posted through other hosts on the same database, which cannot signal it.
+    // posted through other hosts on the same database whose wake-up did not reach it (SQLite
+    // hosts cannot signal each other; a PostgreSQL notification can be lost with a connection).
     let lease_third = (runner.host.config.lease_ttl_ms / 3).max(10) as u64;
     loop {
         if *shutdown.borrow() {

@@ -485,7 +485,7 @@ impl<B: Backend> MindRunner<B> {
                 self.bind_session(Role::Persona, token).await?;
                 self.host.signals.outbox.notify_waiters();
                 if !record.briefs.is_empty() {
-                    self.host.signals.wake(&self.mind.id);
+                    self.host.signals.wake_local(&self.mind.id);
                 }
                 Ok(Step::PersonaTurn {
                     acked_through: receipt.ack_position,

@@ -308,7 +308,7 @@ impl<B: Backend> MindRunner<B> {
                 },
             )
             .await?;
-        self.host.signals.wake(&self.mind.id);
+        self.host.signals.wake_local(&self.mind.id);
         self.host.signals.outbox.notify_waiters();
         Ok(())
     }

@@ -4,7 +4,8 @@
 //! can do its work: the store answers a real query (its schema version) within
 //! [`STORE_TIMEOUT`], every configured Mind's runner task runs in this host, no runner's steps
 //! are failing (a backend outage, a store that refuses writes, a Mind that cannot run) and no
-//! Mind's transport (its Matrix account) is failing; otherwise 503 with every reason. A Mind whose lease another host holds is ready: that host
+//! Mind's transport (its Matrix account) is failing, and the host holds its presence lock on a
+//! shared database (see [`crate::cluster`]); otherwise 503 with every reason. A Mind whose lease another host holds is ready: that host
 //! runs it.
 //!
 //! Neither needs a token (orchestrators and load balancers probe them). Their answers name
@@ -43,6 +44,13 @@ pub async fn readiness(host: &Host) -> Readiness {
             "store: no answer within {} s",
             STORE_TIMEOUT.as_secs()
         )),
+    }
+    if host.cluster.presence_failure().is_some() {
+        reasons.push(
+            "presence: this host's presence lock on the database is not held, so other hosts may \
+             take its Minds over (the error is in the host's log; retrying)"
+                .to_string(),
+        );
     }
     for mind in &host.config.minds {
         let live = host.telemetry.mind(&mind.id);

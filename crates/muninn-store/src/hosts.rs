@@ -1,0 +1,279 @@
+//! What several hosts on one database tell each other: wake-ups and presence.
+//!
+//! ## Wake-ups (PostgreSQL `LISTEN/NOTIFY`)
+//!
+//! A delivery, brief, settings change or brake posted through one host must wake the runner of
+//! that Mind on whichever host holds its lease. [`Store::announce_wake`](crate::Store) sends a
+//! `NOTIFY` on [`WAKE_CHANNEL`] with the Mind and the sending host; every host listens
+//! ([`Store::listen_wakes`](crate::Store)) on a connection of its own and wakes its local runner.
+//! A notification is a hint, never the truth: the runner reads the mailbox, so a lost one (a
+//! dropped listener connection) costs latency until the holder's next periodic look, not data.
+//! `NOTIFY` channels are per database, not per schema: hosts on two schemas of one database wake
+//! each other spuriously, which costs one extra read each.
+//!
+//! SQLite has no cross-process notification; its hosts keep their in-process wake-ups and the
+//! periodic look.
+//!
+//! ## Presence (PostgreSQL session advisory locks)
+//!
+//! Each host holds, on a dedicated connection, a session-scoped advisory lock named by its
+//! holder name ([`Store::hold_presence`](crate::Store)). PostgreSQL drops it the moment that
+//! session ends — a clean exit, `kill -9`, a lost machine once TCP gives up — so another host
+//! that can take the lock knows the holder is gone and may take its leases over at once
+//! ([`Store::take_over_lease`](crate::Store)) instead of waiting out the lease TTL. Fencing stays
+//! the guard: a holder that is in fact alive (its presence connection broke and it has not yet
+//! re-locked) has its next write refused, and never interleaves with the new holder.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use sqlx::postgres::{PgConnection, PgListener, PgPoolOptions};
+use sqlx::{Connection, Row};
+
+use crate::error::{Result, StoreError};
+use crate::postgres::PostgresStore;
+use crate::sqlite::SqliteStore;
+
+/// The `NOTIFY` channel wake-ups travel on.
+pub const WAKE_CHANNEL: &str = "muninn_wake";
+
+/// The advisory-lock namespace of presence locks (`pg_advisory_lock(int4, int4)`'s first key,
+/// "mu" in ASCII), so a presence lock never collides with the migration lock (one `int8` key).
+const PRESENCE_NAMESPACE: i32 = 0x6d75;
+
+/// A wake-up from another host (or this one: the listener hears its own host too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wake {
+    /// The Mind something arrived for.
+    pub mind: String,
+    /// The holder name of the host that announced it.
+    pub from: String,
+}
+
+impl Wake {
+    /// The payload: `from`, a newline, `mind` (a holder name has no newline).
+    fn payload(&self) -> String {
+        format!("{}\n{}", self.from, self.mind)
+    }
+
+    fn parse(payload: &str) -> Option<Wake> {
+        let (from, mind) = payload.split_once('\n')?;
+        Some(Wake {
+            mind: mind.to_owned(),
+            from: from.to_owned(),
+        })
+    }
+}
+
+/// Wake-ups announced through the database, on a connection of their own.
+#[derive(Debug)]
+pub struct WakeListener {
+    listener: PgListener,
+}
+
+impl WakeListener {
+    /// The next wake-up. `Ok(None)`: the connection was lost and has been re-established, and
+    /// wake-ups sent meanwhile are gone — the caller should look at every Mind once.
+    /// `Unavailable` if it cannot reconnect (retry later).
+    pub async fn recv(&mut self) -> Result<Option<Wake>> {
+        loop {
+            match self.listener.try_recv().await? {
+                None => return Ok(None),
+                Some(note) => match Wake::parse(note.payload()) {
+                    Some(wake) => return Ok(Some(wake)),
+                    // Not ours (someone else's NOTIFY on the channel): skip it.
+                    None => continue,
+                },
+            }
+        }
+    }
+}
+
+/// A presence lock's second key: the holder name's 32-bit FNV-1a hash. Two holders sharing a
+/// hash would only make one look alive while the other lives (a takeover waits out the TTL);
+/// with a handful of hosts per database the chance is about one in a billion.
+fn presence_key(holder: &str) -> i32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in holder.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash as i32
+}
+
+/// The dedicated session holding this host's presence lock, and the holder it is held for.
+#[derive(Debug, Default)]
+pub(crate) struct Presence {
+    held: Option<(String, PgConnection)>,
+}
+
+/// Shared between clones of one store.
+pub(crate) type PresenceCell = Arc<Mutex<Presence>>;
+
+impl PostgresStore {
+    pub(crate) async fn announce_wake_impl(&self, mind: &str, from: &str) -> Result<()> {
+        let wake = Wake {
+            mind: mind.to_owned(),
+            from: from.to_owned(),
+        };
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(WAKE_CHANNEL)
+            .bind(wake.payload())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn listen_wakes_impl(&self) -> Result<Option<WakeListener>> {
+        // A one-connection pool of its own: the listener holds its connection for good, and
+        // the pool is how `PgListener` reconnects after a loss.
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_with(self.options.clone())
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let mut listener = PgListener::connect_with(&pool).await?;
+        listener.listen(WAKE_CHANNEL).await?;
+        Ok(Some(WakeListener { listener }))
+    }
+
+    /// Takes (or checks) the presence lock for `holder` on the dedicated session: a held,
+    /// answering session is kept; a broken one is replaced and the lock taken again.
+    pub(crate) async fn hold_presence_impl(&self, holder: &str) -> Result<bool> {
+        let held = self.take_presence();
+        if let Some((name, mut conn)) = held {
+            if name == holder && sqlx::query("SELECT 1").execute(&mut conn).await.is_ok() {
+                self.put_presence(name, conn);
+                return Ok(true);
+            }
+            // A broken session (its lock is gone with it) or another name: start again.
+            let _ = conn.close().await;
+        }
+        let mut conn = PgConnection::connect_with(&self.options)
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let row = sqlx::query("SELECT pg_try_advisory_lock($1, $2) AS locked")
+            .bind(PRESENCE_NAMESPACE)
+            .bind(presence_key(holder))
+            .fetch_one(&mut conn)
+            .await?;
+        let locked: bool = row.try_get("locked")?;
+        if !locked {
+            // Another live session holds it: the previous session of this very host, not yet
+            // seen dead by the server, or another host with the same name (a configuration
+            // error). Either way this host cannot prove it is present.
+            return Err(StoreError::Busy(format!(
+                "presence lock for {holder} is held by another session"
+            )));
+        }
+        self.put_presence(holder.to_owned(), conn);
+        Ok(true)
+    }
+
+    fn take_presence(&self) -> Option<(String, PgConnection)> {
+        let mut cell = self.presence.lock().unwrap_or_else(PoisonError::into_inner);
+        cell.held.take()
+    }
+
+    fn put_presence(&self, holder: String, conn: PgConnection) {
+        let mut cell = self.presence.lock().unwrap_or_else(PoisonError::into_inner);
+        cell.held = Some((holder, conn));
+    }
+
+    /// Ends the presence session (on close): the lock goes with it.
+    pub(crate) async fn drop_presence(&self) {
+        if let Some((_, conn)) = self.take_presence() {
+            let _ = conn.close().await;
+        }
+    }
+
+    pub(crate) async fn holder_gone_impl(&self, holder: &str) -> Result<Option<bool>> {
+        // Try the lock on one pooled connection and give it straight back on the same one: a
+        // session lock taken and kept would make the holder look alive to everyone else.
+        let mut conn = self.pool.acquire().await?;
+        let row = sqlx::query("SELECT pg_try_advisory_lock($1, $2) AS free")
+            .bind(PRESENCE_NAMESPACE)
+            .bind(presence_key(holder))
+            .fetch_one(&mut *conn)
+            .await?;
+        let free: bool = row.try_get("free")?;
+        if free {
+            sqlx::query("SELECT pg_advisory_unlock($1, $2)")
+                .bind(PRESENCE_NAMESPACE)
+                .bind(presence_key(holder))
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(Some(free))
+    }
+
+    pub(crate) async fn await_holder_gone_impl(&self, holder: &str) -> Result<bool> {
+        // A session of its own that blocks in `pg_advisory_lock` until the holder's session
+        // ends; the server wakes it at that instant. Then the lock is let go at once.
+        let mut conn = PgConnection::connect_with(&self.options)
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        sqlx::query("SELECT pg_advisory_lock($1, $2)")
+            .bind(PRESENCE_NAMESPACE)
+            .bind(presence_key(holder))
+            .execute(&mut conn)
+            .await?;
+        let _ = sqlx::query("SELECT pg_advisory_unlock($1, $2)")
+            .bind(PRESENCE_NAMESPACE)
+            .bind(presence_key(holder))
+            .execute(&mut conn)
+            .await;
+        let _ = conn.close().await;
+        Ok(true)
+    }
+}
+
+/// SQLite: one machine, no sessions to watch. Wake-ups stay in process; presence is proved by
+/// the host's own data-directory lock (see `muninn-host`), not by the store.
+impl SqliteStore {
+    pub(crate) async fn announce_wake_impl(&self, _mind: &str, _from: &str) -> Result<()> {
+        Ok(())
+    }
+
+    pub(crate) async fn listen_wakes_impl(&self) -> Result<Option<WakeListener>> {
+        Ok(None)
+    }
+
+    pub(crate) async fn hold_presence_impl(&self, _holder: &str) -> Result<bool> {
+        Ok(false)
+    }
+
+    pub(crate) async fn holder_gone_impl(&self, _holder: &str) -> Result<Option<bool>> {
+        Ok(None)
+    }
+
+    pub(crate) async fn await_holder_gone_impl(&self, _holder: &str) -> Result<bool> {
+        Ok(false)
+    }
+
+    pub(crate) async fn drop_presence(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_payload_round_trips_and_foreign_payloads_are_skipped() {
+        let wake = Wake {
+            mind: "vala".into(),
+            from: "box-1a2b-77".into(),
+        };
+        assert_eq!(Wake::parse(&wake.payload()), Some(wake));
+        assert_eq!(Wake::parse("no newline"), None);
+    }
+
+    #[test]
+    fn presence_keys_differ_by_holder_and_are_stable() {
+        assert_eq!(presence_key("a"), presence_key("a"));
+        assert_ne!(presence_key("box-1-10"), presence_key("box-1-11"));
+        // FNV-1a of the empty string is its offset basis.
+        assert_eq!(presence_key("") as u32, 0x811c_9dc5);
+    }
+}
