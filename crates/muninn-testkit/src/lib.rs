@@ -12,6 +12,8 @@
 //! - [`peers`] — finding the real peers (the Claude Code CLI, the Python SDK, PostgreSQL,
 //!   headless Chromium with its chromedriver, Synapse) and `MUNINN_REQUIRE_PEERS`: a missing
 //!   peer is a `SKIP`, or a failure when peers are required.
+//! - [`private_postgres`] — a private PostgreSQL cluster per test (`initdb` in a temporary
+//!   directory, its own port) that a test may stop and restart under load.
 //! - [`synapse`] — a real Synapse per test binary or per test, and a person's Matrix client.
 //!
 //! ## Invariants
@@ -22,6 +24,7 @@
 
 pub mod backend_suite;
 pub mod peers;
+pub mod private_postgres;
 pub mod store_conformance;
 pub mod synapse;
 

@@ -13,6 +13,8 @@ mod host_cli;
 mod logs;
 mod matrix;
 mod storage_faults;
+mod storage_postgres;
+mod storage_runtime;
 mod two_hosts;
 
 use muninn_core::replay::Plan;
