@@ -2,7 +2,9 @@
 //! real `muninn serve` with its data directory on a small filesystem of its own (tmpfs) that
 //! fills up. While full, a delivery is refused with a 5xx (never accepted and then silently
 //! dropped), `/readyz` answers 503 naming the fault ("the disk is full"), and the host logs
-//! the cause; once space is freed the same process answers again.
+//! the cause; once space is freed the same process answers again. A database whose pages are
+//! corrupted under a running host refuses the next delivery with a 5xx and `/readyz` names
+//! the corruption; the next start refuses the file.
 //!
 //! Mounting needs root (as on CI); elsewhere the test prints SKIP, unless
 //! `MUNINN_REQUIRE_PEERS=1`.
@@ -124,4 +126,50 @@ fn a_full_disk_is_loud_and_the_host_answers_again_once_there_is_room() {
     say_answered(dir.path(), &serve, 100);
     readyz_until(&serve.addr, "ready again", |code, _| code == 200);
     stop(serve);
+}
+
+#[test]
+fn a_database_corrupted_under_a_running_host_is_loud() {
+    let dir = tempfile::tempdir().unwrap();
+    // A clean first run (its writes checkpointed into muninn.db), then a second host that
+    // starts on the intact file (its integrity check passes).
+    let serve = start(dir.path(), serve_command(dir.path(), &[])).unwrap();
+    say_answered(dir.path(), &serve, 0);
+    stop(serve);
+    let serve = start(dir.path(), serve_command(dir.path(), &[])).unwrap();
+    readyz_until(&serve.addr, "ready at first", |code, _| code == 200);
+    // Every page but the first (the schema) scribbled over, under the running host.
+    let db = dir.path().join("data").join("muninn.db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    for b in &mut bytes[4096..] {
+        *b = 0xA5;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    // A delivery is refused with a 5xx, not accepted and then silently left unanswered ...
+    let out = client(
+        dir.path(),
+        &serve,
+        &["say", "vala", "are you there?", "--source-id", "corrupt-1"],
+    );
+    assert!(
+        !out.status.success(),
+        "a delivery into a corrupt database was accepted"
+    );
+    let error = String::from_utf8_lossy(&out.stderr);
+    assert!(error.contains("500") || error.contains("503"), "{error}");
+    // ... and /readyz names the fault.
+    let body = readyz_until(
+        &serve.addr,
+        "503 naming the corrupt database",
+        |code, body| code == 503 && body.contains("the database is corrupt"),
+    );
+    eprintln!("corrupt under a running host: /readyz 503 {body}");
+    let log = std::fs::read_to_string(&serve.stderr).unwrap();
+    assert!(log.contains("malformed"), "the cause is logged: {log}");
+    stop(serve);
+    // The next start refuses the file, naming it.
+    let refused = start(dir.path(), serve_command(dir.path(), &[]))
+        .err()
+        .unwrap();
+    assert!(refused.contains(&db.display().to_string()), "{refused}");
 }
