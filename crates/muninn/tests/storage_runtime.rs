@@ -173,3 +173,44 @@ fn a_database_corrupted_under_a_running_host_is_loud() {
         .unwrap();
     assert!(refused.contains(&db.display().to_string()), "{refused}");
 }
+
+#[test]
+fn a_read_only_data_directory_is_refused_at_start_naming_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = start(dir.path(), serve_command(dir.path(), &[])).unwrap();
+    say_answered(dir.path(), &serve, 0);
+    stop(serve);
+    // The data directory made read-only the way root cannot bypass: a read-only bind mount.
+    let data = dir.path().join("data");
+    let bound = Command::new("mount")
+        .arg("--bind")
+        .arg(&data)
+        .arg(&data)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !bound {
+        muninn_testkit::peers::missing_peer("a bind mount (the test runs as root on CI)");
+        return;
+    }
+    let disk = SmallDisk(&data);
+    let read_only = Command::new("mount")
+        .args(["-o", "remount,bind,ro"])
+        .arg(&data)
+        .status()
+        .unwrap();
+    assert!(read_only.success());
+    let refused = start(dir.path(), serve_command(dir.path(), &[]))
+        .err()
+        .unwrap();
+    let db = data.join("muninn.db");
+    assert!(refused.contains(&db.display().to_string()), "{refused}");
+    assert!(
+        refused.contains("unable to open database file"),
+        "{refused}"
+    );
+    // Writable again: the same directory starts and answers.
+    drop(disk);
+    let serve = start(dir.path(), serve_command(dir.path(), &[])).unwrap();
+    say_answered(dir.path(), &serve, 1);
+    stop(serve);
+}
