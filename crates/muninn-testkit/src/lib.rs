@@ -12,6 +12,8 @@
 //! - [`peers`] — finding the real peers (the Claude Code CLI, the Python SDK, PostgreSQL,
 //!   headless Chromium with its chromedriver, Synapse) and `MUNINN_SKIP_PEERS`: a missing
 //!   peer fails the test, or is a `SKIP` when skipping is asked for.
+//! - [`private_postgres`] — a private PostgreSQL cluster per test (`initdb` in a temporary
+//!   directory, its own port) that a test may stop and restart under load.
 //! - [`synapse`] — a real Synapse per test binary or per test, and a person's Matrix client.
 //! - [`fuzz`] — a coverage-free mutation fuzzer for stable Rust: seed corpora under
 //!   `fuzz/corpus/<target>/`, run as ordinary tests (`MUNINN_FUZZ_SECS` for a long run).
@@ -25,6 +27,7 @@
 pub mod backend_suite;
 pub mod fuzz;
 pub mod peers;
+pub mod private_postgres;
 pub mod store_conformance;
 pub mod synapse;
 

@@ -15,6 +15,8 @@ mod input_formats;
 mod logs;
 mod matrix;
 mod storage_faults;
+mod storage_postgres;
+mod storage_runtime;
 mod two_hosts;
 
 use muninn_core::replay::Plan;

@@ -15,10 +15,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// One running `muninn serve`, killed when dropped.
-struct Serve {
-    child: Child,
-    addr: String,
-    stderr: PathBuf,
+pub(crate) struct Serve {
+    pub(crate) child: Child,
+    pub(crate) addr: String,
+    pub(crate) stderr: PathBuf,
 }
 
 impl Drop for Serve {
@@ -29,7 +29,7 @@ impl Drop for Serve {
 }
 
 /// The `muninn serve` command for the demo in `dir` (`extra` flags after).
-fn serve_command(dir: &Path, extra: &[&str]) -> Command {
+pub(crate) fn serve_command(dir: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_muninn"));
     command
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
@@ -45,7 +45,7 @@ fn serve_command(dir: &Path, extra: &[&str]) -> Command {
 }
 
 /// Starts `command` and waits for its ready line; `Err(stderr)` if it exits instead.
-fn start(dir: &Path, mut command: Command) -> Result<Serve, String> {
+pub(crate) fn start(dir: &Path, mut command: Command) -> Result<Serve, String> {
     let stderr = unique(dir.join("serve"));
     let mut child = command
         .stdin(Stdio::null())
@@ -92,7 +92,7 @@ fn unique(path: PathBuf) -> PathBuf {
 }
 
 /// `muninn <args>` against `serve`.
-fn client(dir: &Path, serve: &Serve, args: &[&str]) -> Output {
+pub(crate) fn client(dir: &Path, serve: &Serve, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_muninn"))
         .args(args)
         .args(["--addr", &serve.addr])
@@ -104,7 +104,7 @@ fn client(dir: &Path, serve: &Serve, args: &[&str]) -> Output {
 }
 
 /// Says message `i` and waits for the answer: (delivery seq, the reply's request ids).
-fn say_answered(dir: &Path, serve: &Serve, i: usize) -> (i64, Vec<String>) {
+pub(crate) fn say_answered(dir: &Path, serve: &Serve, i: usize) -> (i64, Vec<String>) {
     let text = format!("message {i}: what do you remember?");
     let source = format!("storage-{i}");
     let out = client(
@@ -144,7 +144,7 @@ fn say_answered(dir: &Path, serve: &Serve, i: usize) -> (i64, Vec<String>) {
 }
 
 /// Stops `serve` with SIGTERM (a clean stop) and waits for it.
-fn stop(mut serve: Serve) {
+pub(crate) fn stop(mut serve: Serve) {
     let _ = Command::new("kill")
         .args(["-TERM", &serve.child.id().to_string()])
         .status();
@@ -156,7 +156,7 @@ fn stop(mut serve: Serve) {
 }
 
 /// Every request id in the outbox so far (unacknowledged ones are all of them here).
-fn request_ids(dir: &Path, serve: &Serve) -> BTreeSet<String> {
+pub(crate) fn request_ids(dir: &Path, serve: &Serve) -> BTreeSet<String> {
     let out = client(dir, serve, &["tail", "vala", "--format", "json", "-n", "1"]);
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -339,7 +339,7 @@ fn a_file_size_limit_fails_writes_loudly_and_the_host_survives_and_recovers() {
     stop(serve);
 }
 
-fn serve_alive(serve: &Serve) -> bool {
+pub(crate) fn serve_alive(serve: &Serve) -> bool {
     Path::new(&format!("/proc/{}", serve.child.id())).exists()
         && !std::fs::read_to_string(format!("/proc/{}/stat", serve.child.id()))
             .unwrap_or_default()

@@ -181,7 +181,7 @@ async fn drained(store: &Arc<dyn Store>, seq: i64, hosts: &Hosts) {
 
 /// Every delivery 1..=`seqs` answered exactly once: the outbox's batches partition the seqs,
 /// request ids are unique, one message per batch, one Persona turn row per batch.
-async fn answered_once(store: &Arc<dyn Store>, seqs: i64) {
+pub(crate) async fn answered_once(store: &Arc<dyn Store>, seqs: i64) {
     let outbox = store.unacked_outbox(MIND, 10_000).await.unwrap();
     let ids: Vec<&str> = outbox.iter().map(|m| m.request_id.as_str()).collect();
     let unique: BTreeSet<&str> = ids.iter().copied().collect();

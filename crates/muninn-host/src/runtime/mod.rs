@@ -392,10 +392,13 @@ pub async fn run_mind<B: Backend>(
     mut runner: MindRunner<B>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), RuntimeError> {
-    runner.register().await?;
     let wake = runner.host.signals.waiter(runner.id());
     let clock = runner.host.clock.clone();
     let telemetry = runner.host.telemetry.clone();
+    // Up (for `/readyz`) once registered: until then readiness names the failing cause.
+    if !register_until_done(&mut runner, &mut shutdown).await {
+        return Ok(());
+    }
     let _up = telemetry.runner_started(runner.id());
     // Every event of a step — the backend's own retries included — names the Mind.
     let span = tracing::info_span!("mind", mind = %runner.id());
@@ -456,6 +459,48 @@ pub async fn run_mind<B: Backend>(
     }
     runner.close().await;
     runner.release().await
+}
+
+/// Registers the Mind, retrying with backoff while the store refuses (a read-only data
+/// directory, a full disk, a database server that is down): the Mind is marked failing with the
+/// cause meanwhile (status, `/readyz`, metrics, a warning per attempt), and runs once the fault
+/// clears — a host that gave up here ran no Mind and said nothing. False if stopped first.
+async fn register_until_done<B: Backend>(
+    runner: &mut MindRunner<B>,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    let clock = runner.host.clock.clone();
+    let mut backoff_ms = 250u64;
+    let mut attempts = 0u32;
+    let since_ms = clock.now_ms();
+    loop {
+        if *shutdown.borrow() {
+            return false;
+        }
+        let Err(error) = runner.register().await else {
+            return true;
+        };
+        let failed: Result<Step, RuntimeError> = Err(error);
+        runner
+            .host
+            .telemetry
+            .stepped(runner.id(), None, &failed, clock.now_ms());
+        attempts += 1;
+        let error = failed.err().map(|e| e.to_string()).unwrap_or_default();
+        runner.host.signals.set_activity(
+            runner.id(),
+            Activity::Retrying {
+                error,
+                since_ms,
+                attempts,
+            },
+        );
+        backoff_ms = (backoff_ms * 2).min(30_000);
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
 }
 
 /// Runs every configured Mind, one task each, until `shutdown` turns true; each task releases

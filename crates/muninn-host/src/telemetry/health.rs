@@ -38,7 +38,11 @@ pub async fn readiness(host: &Host) -> Readiness {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => {
             tracing::warn!(%error, "readiness: the store did not answer");
-            reasons.push("store: the query failed (the error is in the host's log)".to_string());
+            let kind = super::store_fault::store_fault(&error.to_string())
+                .map_or_else(String::new, |kind| format!(": {kind}"));
+            reasons.push(format!(
+                "store: the query failed{kind} (the error is in the host's log)"
+            ));
         }
         Err(_) => reasons.push(format!(
             "store: no answer within {} s",
@@ -63,7 +67,14 @@ pub async fn readiness(host: &Host) -> Readiness {
                     "the backend is failing: {}",
                     truncate(&failing.last_error, ERROR_CHARS)
                 ),
-                "store" => "the store refuses its steps (the error is in the host's log)".into(),
+                "store" => match super::store_fault::store_fault(&failing.last_error) {
+                    Some(kind) => {
+                        format!(
+                            "the store refuses its steps: {kind} (the error is in the host's log)"
+                        )
+                    }
+                    None => "the store refuses its steps (the error is in the host's log)".into(),
+                },
                 _ => format!(
                     "it cannot run: {}",
                     truncate(&failing.last_error, ERROR_CHARS)

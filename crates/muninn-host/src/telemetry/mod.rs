@@ -28,6 +28,7 @@
 
 pub mod health;
 pub mod metrics;
+pub mod store_fault;
 mod transport;
 
 use crate::runtime::{RuntimeError, Step};
