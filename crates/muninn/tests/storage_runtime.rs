@@ -6,8 +6,8 @@
 //! corrupted under a running host refuses the next delivery with a 5xx and `/readyz` names
 //! the corruption; the next start refuses the file.
 //!
-//! Mounting needs root (as on CI); elsewhere the test prints SKIP, unless
-//! `MUNINN_REQUIRE_PEERS=1`.
+//! Mounting needs root (as on CI); elsewhere the test fails, or prints SKIP under
+//! `MUNINN_SKIP_PEERS=1`.
 
 use std::io::{Read, Write};
 use std::path::Path;
