@@ -8,6 +8,7 @@ mod compact;
 mod config;
 mod dashboard;
 mod http;
+mod limits;
 mod reply;
 mod resume;
 mod runtime;

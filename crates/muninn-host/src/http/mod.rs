@@ -62,8 +62,10 @@ use crate::config::MindConfig;
 use muninn_api::ApiToken;
 use muninn_api::wire::*;
 
+mod body;
 mod error;
 mod ops;
+mod server;
 
 /// The longest a long poll waits (`wait_s` is clamped to it).
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -166,13 +168,19 @@ fn router_with(
                 "method not allowed on this route",
             )
         })
+        // Inside the token check: an unauthenticated client's body is never read.
+        .layer(axum::middleware::from_fn_with_state(
+            body::BodyLimits::new(&state.host.config.api),
+            body::limit_body,
+        ))
         // Outermost, so every route and the fallbacks are behind the token (but the probes and
         // the dashboard's login page).
         .layer(axum::middleware::from_fn_with_state(state, require_token))
 }
 
-/// Serves the API on `listener` until `shutdown` completes. Graceful: requests in flight
-/// finish, waiting long polls answer at once with what they have, and event streams end.
+/// Serves the API on `listener` until `shutdown` completes, under the `[api]` bounds (see
+/// `server.rs`). Graceful: requests in flight finish, waiting long polls answer at once with
+/// what they have, and event streams end.
 pub async fn serve(
     host: Host,
     token: ApiToken,
@@ -180,12 +188,13 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (closer, closing) = tokio::sync::watch::channel(false);
-    axum::serve(listener, router_with(host, token, closing, None))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            let _ = closer.send(true);
-        })
-        .await
+    let limits = host.config.api.clone();
+    let router = router_with(host, token, closing.clone(), None);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = closer.send(true);
+    });
+    server::accept_loop(listener, router, &limits, closing).await
 }
 
 /// The request header the dashboard's own API calls carry: with it (and only with it) a `/v1`
