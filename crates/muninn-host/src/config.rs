@@ -30,6 +30,7 @@
 //! (`MUNINN_BLESS=1` rewrites it).
 
 pub mod api;
+mod bounds;
 pub mod matrix;
 
 pub use api::ApiConfig;
@@ -769,6 +770,7 @@ impl Config {
             ),
         }
         self.api.check(&mut bad);
+        bounds::check(self, &mut bad);
         if self.lease_ttl_ms < 1_000 {
             bad(
                 "lease_ttl_ms".into(),

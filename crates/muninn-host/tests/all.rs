@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod bounds;
 mod browser;
 mod closed_loop;
 mod compact;

@@ -14,14 +14,15 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-struct Limited {
-    addr: SocketAddr,
-    token: String,
+pub(crate) struct Limited {
+    pub(crate) addr: SocketAddr,
+    pub(crate) token: String,
     _dir: tempfile::TempDir,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-async fn start(api: ApiConfig) -> Limited {
+pub(crate) async fn start(api: ApiConfig) -> Limited {
+    muninn_anthropic::client::install_ring_provider();
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::demo();
     config.data_dir = dir.path().to_owned();

@@ -308,6 +308,7 @@ fn from_settings(settings: &Settings) -> ApiResult<MindSettings> {
     positive("spend_cap_micro_usd", settings.spend_cap_micro_usd)?;
     positive("spend_window_ms", settings.spend_window_ms)?;
     positive("turn_limit", settings.turn_limit)?;
+    muninn_api::limits::check_settings(settings).map_err(ApiError::limit)?;
     Ok(MindSettings {
         spend_cap: settings
             .spend_cap_micro_usd
@@ -445,6 +446,8 @@ async fn post_delivery(
 ) -> ApiResult<Response> {
     let Path(mind) = path?;
     let Json(request) = body?;
+    // Bounds first, so no error below echoes an oversized value.
+    muninn_api::limits::check_delivery(&request).map_err(ApiError::limit)?;
     crate::config::check_room(&request.room).map_err(ApiError::unprocessable)?;
     for (name, value) in [
         ("sender", &request.sender),
@@ -597,6 +600,7 @@ async fn ack_outbox(
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> ApiResult<Json<OutboxMessage>> {
     let Path((mind, request_id)) = path?;
+    muninn_api::limits::check_request_id(&request_id).map_err(ApiError::limit)?;
     let host = &state.host;
     require_mind(host, &mind).await?;
     // Not fenced: the ack is the transport's word, not the Mind's writer's, so it lands
@@ -615,6 +619,7 @@ async fn post_brief(
 ) -> ApiResult<Response> {
     let Path(mind) = path?;
     let Json(request) = body?;
+    muninn_api::limits::check_brief(&request).map_err(ApiError::limit)?;
     if request.text.trim().is_empty() {
         return Err(ApiError::unprocessable("text must not be empty"));
     }

@@ -321,9 +321,11 @@ impl<B: Backend> MindRunner<B> {
             self.newest_seen = newest;
             self.woken();
         }
-        let limit = settings
-            .turn_limit
-            .map_or(self.mind.turns_per_wake, |l| l.max(0) as u32);
+        // Clamped, not cast: a stored value from before the API bounded it (4294967296 once
+        // wrapped to 0 and stopped the Mind) still means "many", never "none".
+        let limit = settings.turn_limit.map_or(self.mind.turns_per_wake, |l| {
+            u32::try_from(l.clamp(1, muninn_api::limits::MAX_TURNS_PER_WAKE)).unwrap_or(1)
+        });
         let has_work = !pending.is_empty() && self.turns_this_wake < limit;
         if has_work {
             self.report_running(Role::Persona, now);
