@@ -31,6 +31,7 @@ mod sensitivity;
 mod serve;
 mod sim_api;
 mod status;
+mod terminal;
 mod time;
 
 use clap::{Parser, Subcommand};
@@ -120,7 +121,7 @@ impl InputArgs {
         bar.finish_and_clear();
         const SHOWN: usize = 10;
         for warning in import.warnings.iter().take(SHOWN) {
-            eprintln!("warning: {warning}");
+            eprintln!("warning: {}", terminal::sanitize(&warning.to_string()));
         }
         if import.warnings.len() > SHOWN {
             eprintln!("warning: … and {} more", import.warnings.len() - SHOWN);
@@ -151,7 +152,8 @@ fn main() -> ExitCode {
         // The reader went away (`muninn ledger | head -1`): nothing more to say.
         Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("muninn: {e:#}");
+            // An error may carry a server's message or a file's text: escaped like stdout.
+            eprintln!("muninn: {}", terminal::sanitize(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

@@ -12,6 +12,7 @@ mod closed_loop;
 mod host_cli;
 mod logs;
 mod matrix;
+mod terminal;
 mod two_hosts;
 
 use muninn_core::replay::Plan;
