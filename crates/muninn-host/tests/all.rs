@@ -17,3 +17,4 @@ mod scripted;
 mod self_flush;
 mod telemetry;
 mod wake;
+mod window;

@@ -71,6 +71,7 @@ mod reply;
 mod segment;
 mod self_run;
 mod session;
+mod window;
 
 pub use persona::next_batch;
 pub use prompts::*;
@@ -113,6 +114,19 @@ pub enum RuntimeError {
     /// The configuration cannot be run (an unknown model, an unreadable doctrine file, …).
     #[error("configuration: {0}")]
     Config(String),
+    /// The turn's prompt and reply cannot fit the model's context window (`window.rs`):
+    /// nothing was sent, the deliveries stay queued.
+    #[error(
+        "prompt too large: {prompt} tokens + {max_output} of reply exceed the model's context window of {window}; not sent, the deliveries stay queued"
+    )]
+    PromptTooLarge {
+        /// Tokens the prompt would have.
+        prompt: u64,
+        /// The reply's bound (`max_output_tokens`).
+        max_output: u64,
+        /// The model's context window.
+        window: u64,
+    },
 }
 
 /// What one call of [`MindRunner::step`] did.
