@@ -14,6 +14,7 @@
 #![deny(clippy::print_stdout)]
 
 mod output;
+mod private;
 
 mod breakdown;
 mod ccusage;
@@ -133,6 +134,10 @@ impl InputArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logs::init(cli.log_format);
+    if matches!(cli.command, Command::Serve(_) | Command::Import(_)) {
+        // Before anything is created: these commands write conversations to disk.
+        private::set_private_umask();
+    }
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Replay(args) => replay::run(args),

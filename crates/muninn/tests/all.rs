@@ -12,6 +12,7 @@ mod closed_loop;
 mod host_cli;
 mod logs;
 mod matrix;
+mod security;
 mod terminal;
 mod two_hosts;
 
