@@ -178,8 +178,11 @@ fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
-#[test]
-fn a_fake_key_is_left_nowhere_and_conversation_files_are_private() {
+/// A whole conversation (two deliveries, answered) on `backend` (TOML lines of `[backend]`)
+/// against `muninn sim-api` accepting only [`CANARY`]; `while_running` looks at the serve
+/// process (by pid) before it stops. Then: no file of the data or state directory, no ledger
+/// export and no log line holds the key or a piece of it, and the data directory is private.
+fn canary_conversation(backend: &str, while_running: impl FnOnce(u32)) {
     let dir = tempfile::tempdir().unwrap();
     let mut sim = Command::new(env!("CARGO_BIN_EXE_muninn"))
         .args(["sim-api", "--addr", "127.0.0.1:0", "--api-key", CANARY])
@@ -194,7 +197,7 @@ fn a_fake_key_is_left_nowhere_and_conversation_files_are_private() {
     let sim_url = line.trim().rsplit(' ').next().unwrap().to_owned();
     assert!(sim_url.starts_with("http://"), "{line}");
     let config = format!(
-        "data_dir = 'data'\nlisten = '127.0.0.1:0'\n[backend]\nkind = 'anthropic'\nbase_url = '{sim_url}'\napi_key_env = 'MUNINN_CANARY_KEY'\n[[mind]]\nid = 'vala'\nrooms = ['#swarm']\ndoctrine_text = 'You are Vala. Answer briefly.'\n"
+        "data_dir = 'data'\nlisten = '127.0.0.1:0'\n[backend]\n{backend}\nbase_url = '{sim_url}'\napi_key_env = 'MUNINN_CANARY_KEY'\n[[mind]]\nid = 'vala'\nrooms = ['#swarm']\ndoctrine_text = 'You are Vala. Answer briefly.'\n"
     );
     std::fs::write(dir.path().join("muninn.toml"), config).unwrap();
     let serve = Serve::start(
@@ -218,13 +221,13 @@ fn a_fake_key_is_left_nowhere_and_conversation_files_are_private() {
     let ledger = serve.muninn(&["ledger", "vala", "--format", "jsonl"]);
     let ledger = String::from_utf8(ledger.stdout).unwrap();
     assert!(ledger.lines().count() >= 2, "{ledger}");
+    while_running(serve.child.id());
 
     // Private while it runs: the directory 0700, every file 0600 (the database, its WAL and
-    // shared memory, the token), every directory 0700.
+    // shared memory, the token, a CLI child's session files), every directory 0700.
     let data = dir.path().join("data");
     assert_eq!(mode(&data), 0o700);
-    let db = data.join("muninn.db");
-    assert!(db.exists() && data.join("muninn.db-wal").exists());
+    assert!(data.join("muninn.db").exists() && data.join("muninn.db-wal").exists());
     for path in walk(&data) {
         let expected = if path.is_dir() { 0o700 } else { 0o600 };
         assert_eq!(mode(&path), expected, "{}", path.display());
@@ -252,6 +255,68 @@ fn a_fake_key_is_left_nowhere_and_conversation_files_are_private() {
             Vec::<PathBuf>::new()
         );
     }
+}
+
+#[test]
+fn a_fake_key_is_left_nowhere_and_conversation_files_are_private() {
+    canary_conversation("kind = 'anthropic'", |_| {});
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid …`: the comm may hold spaces, so split after its `)`.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            children.push(child);
+        }
+    }
+    children
+}
+
+/// The same with the claude-cli backend, the real CLI as the child: the key is in no child's
+/// argv or environment, and the child's environment holds only allowlisted names.
+#[test]
+fn on_the_claude_cli_backend_no_child_sees_the_key() {
+    let Some(bin) = muninn_testkit::peers::claude_cli() else {
+        return;
+    };
+    let backend = format!("kind = 'claude-cli'\nclaude_bin = '{}'", bin.display());
+    canary_conversation(&backend, |serve_pid| {
+        let children = children_of(serve_pid);
+        assert!(!children.is_empty(), "no CLI child is running");
+        for child in children {
+            let read = |name: &str| {
+                String::from_utf8_lossy(
+                    &std::fs::read(format!("/proc/{child}/{name}")).unwrap_or_default(),
+                )
+                .into_owned()
+            };
+            let (cmdline, environ) = (read("cmdline"), read("environ"));
+            assert!(cmdline.contains("stream-json"), "{cmdline}");
+            for needle in [CANARY, "MUNINNCANARY"] {
+                assert!(!cmdline.contains(needle), "argv holds the key");
+                assert!(!environ.contains(needle), "the environment holds the key");
+            }
+            for var in environ.split('\0').filter(|v| !v.is_empty()) {
+                let name = var.split('=').next().unwrap_or_default();
+                assert!(
+                    name.starts_with("CLAUDE_")
+                        || name.starts_with("DISABLE_")
+                        || ["PATH", "HOME", "TMPDIR", "ANTHROPIC_BASE_URL"].contains(&name),
+                    "{name} is not on the allowlist"
+                );
+                assert!(!name.starts_with("MUNINN_"), "{name} leaked from the host");
+            }
+        }
+    });
 }
 
 #[test]
