@@ -102,6 +102,10 @@ impl ApiClient {
         let http = reqwest::Client::builder()
             .user_agent(concat!("muninn/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(std::time::Duration::from_secs(5))
+            // Below the host's idle keep-alive limit (`[api] header_read_timeout_s`, at least
+            // 1 s, default 10): a pooled connection is dropped here before the host closes it,
+            // so a request is not sent on a connection the host is closing.
+            .pool_idle_timeout(std::time::Duration::from_millis(900))
             .build()
             .map_err(|e| ClientError::Transport {
                 base: base.clone(),

@@ -26,6 +26,7 @@
 
 pub mod client;
 pub mod discovery;
+pub mod limits;
 pub mod token;
 pub mod wire;
 

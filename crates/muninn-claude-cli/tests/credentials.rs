@@ -145,6 +145,31 @@ async fn the_key_goes_through_a_descriptor_and_is_left_nowhere() {
             .any(|v| v.starts_with("CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR=")),
         "{environ}"
     );
+    // Exactly the allowlist the driver sets (`env_clear` first): nothing of the test
+    // process's own environment, no credential variable.
+    let names: std::collections::BTreeSet<&str> = environ
+        .split('\0')
+        .filter(|v| !v.is_empty())
+        .filter_map(|v| v.split('=').next())
+        .collect();
+    let allowlist: std::collections::BTreeSet<&str> = [
+        "PATH",
+        "HOME",
+        "CLAUDE_CONFIG_DIR",
+        "TMPDIR",
+        "ANTHROPIC_BASE_URL",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+        "CLAUDE_CODE_ATTRIBUTION_HEADER",
+        "CLAUDE_CODE_PROMPT_CACHE_TTL",
+        "DISABLE_TELEMETRY",
+        "DISABLE_AUTOUPDATER",
+        "DISABLE_AUTO_COMPACT",
+        "CLAUDE_CODE_MAX_RETRIES",
+        "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(names, allowlist, "{environ}");
     // The pipe is drained: nothing left for a later reader of the child's descriptors.
     assert_eq!(files_containing(dir.path(), key), Vec::<PathBuf>::new());
     // A relaunch passes it again (a fresh pipe).

@@ -29,8 +29,11 @@
 //! `crates/muninn-host/muninn.schema.json`; a test regenerates it and fails on drift
 //! (`MUNINN_BLESS=1` rewrites it).
 
+pub mod api;
+mod bounds;
 pub mod matrix;
 
+pub use api::ApiConfig;
 pub use matrix::{MatrixConfig, MindMatrixConfig, SecretSource};
 
 use muninn_core::cache::Ttl;
@@ -62,6 +65,9 @@ pub struct Config {
     /// Where the HTTP API listens. Loopback by default.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// The HTTP server's limits: connections, header and body read time, body size.
+    #[serde(default)]
+    pub api: ApiConfig,
     /// How long a host's lease on a Mind lasts, ms (at least 1000). The holder renews it when a
     /// third is left; if the holder dies, another host on the same database takes the Mind over
     /// at most this long (plus a third, its retry interval) later. Every host sharing a
@@ -673,6 +679,7 @@ impl Config {
             data_dir: default_data_dir(),
             database: None,
             listen: default_listen(),
+            api: ApiConfig::default(),
             lease_ttl_ms: default_lease_ttl_ms(),
             prices: None,
             backend: BackendConfig {
@@ -762,6 +769,8 @@ impl Config {
                 format!("{:?} is not an IP:port address", self.listen),
             ),
         }
+        self.api.check(&mut bad);
+        bounds::check(self, &mut bad);
         if self.lease_ttl_ms < 1_000 {
             bad(
                 "lease_ttl_ms".into(),

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod bounds;
 mod browser;
 mod closed_loop;
 mod cluster;
@@ -10,6 +11,7 @@ mod config;
 mod dashboard;
 mod fuzz;
 mod http;
+mod limits;
 mod reply;
 mod resume;
 mod runtime;
@@ -17,3 +19,4 @@ mod scripted;
 mod self_flush;
 mod telemetry;
 mod wake;
+mod window;

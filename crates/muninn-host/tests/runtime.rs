@@ -297,7 +297,7 @@ async fn the_brake_and_the_spend_cap_stop_calls() {
     assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 0);
 }
 
-async fn set_cap(w: &World, cap: Option<i64>) {
+pub(crate) async fn set_cap(w: &World, cap: Option<i64>) {
     w.host
         .store
         .put_settings(
@@ -312,7 +312,7 @@ async fn set_cap(w: &World, cap: Option<i64>) {
         .unwrap();
 }
 
-async fn spent(w: &World) -> i64 {
+pub(crate) async fn spent(w: &World) -> i64 {
     let now = w.sim.now_ms();
     w.host
         .store

@@ -14,6 +14,7 @@
 #![deny(clippy::print_stdout)]
 
 mod output;
+mod private;
 
 mod breakdown;
 mod ccusage;
@@ -32,6 +33,7 @@ mod sensitivity;
 mod serve;
 mod sim_api;
 mod status;
+mod terminal;
 mod time;
 
 use clap::{Parser, Subcommand};
@@ -134,7 +136,7 @@ impl InputArgs {
         bar.finish_and_clear();
         const SHOWN: usize = 10;
         for warning in import.warnings.iter().take(SHOWN) {
-            eprintln!("warning: {warning}");
+            eprintln!("warning: {}", terminal::sanitize(&warning.to_string()));
         }
         if import.warnings.len() > SHOWN {
             eprintln!("warning: … and {} more", import.warnings.len() - SHOWN);
@@ -146,6 +148,10 @@ impl InputArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logs::init(cli.log_format);
+    if matches!(cli.command, Command::Serve(_) | Command::Import(_)) {
+        // Before anything is created: these commands write conversations to disk.
+        private::set_private_umask();
+    }
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Replay(args) => replay::run(args),
@@ -165,7 +171,8 @@ fn main() -> ExitCode {
         // The reader went away (`muninn ledger | head -1`): nothing more to say.
         Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("muninn: {e:#}");
+            // An error may carry a server's message or a file's text: escaped like stdout.
+            eprintln!("muninn: {}", terminal::sanitize(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

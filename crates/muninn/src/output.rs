@@ -7,10 +7,13 @@
 
 use std::io::Write;
 
-/// Writes to stdout, returning the I/O error (a closed pipe) rather than panicking.
+/// Writes to stdout, returning the I/O error (a closed pipe) rather than panicking. Control
+/// characters are escaped on the way ([`crate::terminal::sanitize`]): much of what is printed
+/// was written by someone else.
 pub fn write(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+    let text = std::fmt::format(args);
     let mut out = std::io::stdout().lock();
-    out.write_fmt(args)?;
+    out.write_all(crate::terminal::sanitize(&text).as_bytes())?;
     out.flush()
 }
 

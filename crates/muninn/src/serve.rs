@@ -121,6 +121,7 @@ async fn serve_until_stopped(
     let store = muninn_store::open_with(&config.database_url(), start)
         .await
         .context("opening the store")?;
+    crate::private::tighten_data_dir(&config.data_dir, &config.database_url());
     let store_kind = store.backend();
     let factory = BackendFactory::from_config(&config, |k| std::env::var(k).ok())?;
     let clock: Arc<dyn Clock> = match factory.simulator() {
@@ -158,6 +159,16 @@ async fn serve_until_stopped(
         )
     });
     let connector = matrix.map(|m| crate::matrix::spawn(&host, m, stopped.clone()));
+    // Reachable from the network: only the bearer token, over plain HTTP, stands in the way.
+    let exposed = if addr.ip().is_loopback() {
+        String::new()
+    } else {
+        tracing::warn!(listen = %addr, "the API listens on a non-loopback address");
+        format!(
+            "; WARNING: listening on {} (not loopback): the API is reachable from the network over plain HTTP",
+            addr.ip()
+        )
+    };
     let host_file = write_host_file(&config, addr, config_path);
     tracing::info!(
         minds = config.minds.len(),
@@ -170,7 +181,7 @@ async fn serve_until_stopped(
     // The one line a supervising script waits for; logs go to stderr. A closed stdout does not
     // stop the host.
     let _ = crate::output::outln!(
-        "muninn serve: {} Mind(s) on {backend}, API on http://{addr} (token in {}){matrix_line}",
+        "muninn serve: {} Mind(s) on {backend}, API on http://{addr} (token in {}){matrix_line}{exposed}",
         config.minds.len(),
         config.api_token_path().display()
     );

@@ -17,6 +17,8 @@ mod matrix;
 mod storage_faults;
 mod storage_postgres;
 mod storage_runtime;
+mod security;
+mod terminal;
 mod two_hosts;
 
 use muninn_core::replay::Plan;

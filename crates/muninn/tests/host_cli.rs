@@ -11,15 +11,15 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-struct Served {
-    host: Host,
+pub(crate) struct Served {
+    pub(crate) host: Host,
     addr: String,
     token_file: PathBuf,
     _dir: tempfile::TempDir,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-async fn served() -> Served {
+pub(crate) async fn served() -> Served {
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::demo();
     config.data_dir = dir.path().to_owned();
@@ -53,7 +53,7 @@ async fn served() -> Served {
 
 impl Served {
     /// Runs the binary off the runtime's threads, so the server keeps answering.
-    async fn muninn(&self, args: &[&str]) -> Output {
+    pub(crate) async fn muninn(&self, args: &[&str]) -> Output {
         let mut command = Command::new(env!("CARGO_BIN_EXE_muninn"));
         command
             .args(args)
@@ -67,7 +67,7 @@ impl Served {
     }
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     assert!(
         output.status.success(),
         "muninn failed: {}",

@@ -34,6 +34,15 @@ impl ApiError {
     pub(crate) fn unprocessable(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "unprocessable", message)
     }
+    /// An input over one of the bounds in [`muninn_api::limits`]: `400`, naming the field
+    /// and the limit.
+    pub(crate) fn limit(exceeded: muninn_api::limits::LimitExceeded) -> ApiError {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "limit_exceeded",
+            exceeded.to_string(),
+        )
+    }
     pub(crate) fn mind_not_found(mind: &str) -> ApiError {
         ApiError::new(
             StatusCode::NOT_FOUND,

@@ -62,8 +62,10 @@ use crate::config::MindConfig;
 use muninn_api::ApiToken;
 use muninn_api::wire::*;
 
+mod body;
 mod error;
 mod ops;
+mod server;
 
 /// The longest a long poll waits (`wait_s` is clamped to it).
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -166,13 +168,19 @@ fn router_with(
                 "method not allowed on this route",
             )
         })
+        // Inside the token check: an unauthenticated client's body is never read.
+        .layer(axum::middleware::from_fn_with_state(
+            body::BodyLimits::new(&state.host.config.api),
+            body::limit_body,
+        ))
         // Outermost, so every route and the fallbacks are behind the token (but the probes and
         // the dashboard's login page).
         .layer(axum::middleware::from_fn_with_state(state, require_token))
 }
 
-/// Serves the API on `listener` until `shutdown` completes. Graceful: requests in flight
-/// finish, waiting long polls answer at once with what they have, and event streams end.
+/// Serves the API on `listener` until `shutdown` completes, under the `[api]` bounds (see
+/// `server.rs`). Graceful: requests in flight finish, waiting long polls answer at once with
+/// what they have, and event streams end.
 pub async fn serve(
     host: Host,
     token: ApiToken,
@@ -180,12 +188,13 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (closer, closing) = tokio::sync::watch::channel(false);
-    axum::serve(listener, router_with(host, token, closing, None))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            let _ = closer.send(true);
-        })
-        .await
+    let limits = host.config.api.clone();
+    let router = router_with(host, token, closing.clone(), None);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = closer.send(true);
+    });
+    server::accept_loop(listener, router, &limits, closing).await
 }
 
 /// The request header the dashboard's own API calls carry: with it (and only with it) a `/v1`
@@ -299,6 +308,7 @@ fn from_settings(settings: &Settings) -> ApiResult<MindSettings> {
     positive("spend_cap_micro_usd", settings.spend_cap_micro_usd)?;
     positive("spend_window_ms", settings.spend_window_ms)?;
     positive("turn_limit", settings.turn_limit)?;
+    muninn_api::limits::check_settings(settings).map_err(ApiError::limit)?;
     Ok(MindSettings {
         spend_cap: settings
             .spend_cap_micro_usd
@@ -436,6 +446,8 @@ async fn post_delivery(
 ) -> ApiResult<Response> {
     let Path(mind) = path?;
     let Json(request) = body?;
+    // Bounds first, so no error below echoes an oversized value.
+    muninn_api::limits::check_delivery(&request).map_err(ApiError::limit)?;
     crate::config::check_room(&request.room).map_err(ApiError::unprocessable)?;
     for (name, value) in [
         ("sender", &request.sender),
@@ -588,6 +600,7 @@ async fn ack_outbox(
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> ApiResult<Json<OutboxMessage>> {
     let Path((mind, request_id)) = path?;
+    muninn_api::limits::check_request_id(&request_id).map_err(ApiError::limit)?;
     let host = &state.host;
     require_mind(host, &mind).await?;
     // Not fenced: the ack is the transport's word, not the Mind's writer's, so it lands
@@ -606,6 +619,7 @@ async fn post_brief(
 ) -> ApiResult<Response> {
     let Path(mind) = path?;
     let Json(request) = body?;
+    muninn_api::limits::check_brief(&request).map_err(ApiError::limit)?;
     if request.text.trim().is_empty() {
         return Err(ApiError::unprocessable("text must not be empty"));
     }

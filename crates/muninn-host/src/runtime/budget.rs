@@ -55,7 +55,7 @@ impl<B: Backend> MindRunner<B> {
     }
 
     /// Tokens of the Mind's system layers as they read now (doctrine, persona, campaigns).
-    fn layer_tokens(&self) -> Tokens {
+    pub(super) fn layer_tokens(&self) -> Tokens {
         self.layers(String::new()).map_or(0, |l| {
             count(&l.doctrine) + count(&l.persona) + count(&l.campaigns)
         })

@@ -74,6 +74,7 @@ mod segment;
 mod self_run;
 mod session;
 mod takeover;
+mod window;
 
 pub use persona::next_batch;
 pub use prompts::*;
@@ -116,6 +117,19 @@ pub enum RuntimeError {
     /// The configuration cannot be run (an unknown model, an unreadable doctrine file, …).
     #[error("configuration: {0}")]
     Config(String),
+    /// The turn's prompt and reply cannot fit the model's context window (`window.rs`):
+    /// nothing was sent, the deliveries stay queued.
+    #[error(
+        "prompt too large: {prompt} tokens + {max_output} of reply exceed the model's context window of {window}; not sent, the deliveries stay queued"
+    )]
+    PromptTooLarge {
+        /// Tokens the prompt would have.
+        prompt: u64,
+        /// The reply's bound (`max_output_tokens`).
+        max_output: u64,
+        /// The model's context window.
+        window: u64,
+    },
 }
 
 /// What one call of [`MindRunner::step`] did.
@@ -324,9 +338,11 @@ impl<B: Backend> MindRunner<B> {
             self.newest_seen = newest;
             self.woken();
         }
-        let limit = settings
-            .turn_limit
-            .map_or(self.mind.turns_per_wake, |l| l.max(0) as u32);
+        // Clamped, not cast: a stored value from before the API bounded it (4294967296 once
+        // wrapped to 0 and stopped the Mind) still means "many", never "none".
+        let limit = settings.turn_limit.map_or(self.mind.turns_per_wake, |l| {
+            u32::try_from(l.clamp(1, muninn_api::limits::MAX_TURNS_PER_WAKE)).unwrap_or(1)
+        });
         let has_work = !pending.is_empty() && self.turns_this_wake < limit;
         if has_work {
             self.report_running(Role::Persona, now);

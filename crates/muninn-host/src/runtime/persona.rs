@@ -163,6 +163,7 @@ impl<B: Backend> MindRunner<B> {
         let batch = Batch::new(&self.mind.id, deliveries);
         self.resume_on_new_lease(Role::Persona, now).await?;
         let plan = self.plan(Role::Persona, batch.delta, true, now);
+        self.check_window(Role::Persona, &plan)?;
         let worst = self.worst_case(Role::Persona, &plan, now);
         if self.would_cross_cap(now, settings, worst).await? {
             return Ok(Step::OverBudget);

@@ -686,6 +686,7 @@ fn error_cause(error: &RuntimeError) -> &'static str {
         RuntimeError::Store(_) => "store",
         RuntimeError::Backend(_) => "backend",
         RuntimeError::Config(_) => "config",
+        RuntimeError::PromptTooLarge { .. } => "prompt_too_large",
     }
 }
 
