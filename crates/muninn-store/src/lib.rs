@@ -35,9 +35,9 @@
 //! - Each backend has numbered migrations, applied at open and recorded in `schema_version`.
 
 pub mod error;
+pub mod hosts;
 mod id_guard;
 pub mod marker;
-pub mod hosts;
 pub mod postgres;
 mod sql;
 pub mod sqlite;

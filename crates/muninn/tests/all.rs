@@ -14,10 +14,10 @@ mod host_cli;
 mod input_formats;
 mod logs;
 mod matrix;
+mod security;
 mod storage_faults;
 mod storage_postgres;
 mod storage_runtime;
-mod security;
 mod terminal;
 mod two_hosts;
 
