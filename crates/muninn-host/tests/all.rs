@@ -10,6 +10,7 @@ mod dashboard;
 mod http;
 mod reply;
 mod resume;
+mod retry;
 mod runtime;
 mod scripted;
 mod self_flush;
