@@ -13,6 +13,8 @@
 //!   headless Chromium with its chromedriver, Synapse) and `MUNINN_REQUIRE_PEERS`: a missing
 //!   peer is a `SKIP`, or a failure when peers are required.
 //! - [`synapse`] — a real Synapse per test binary or per test, and a person's Matrix client.
+//! - [`crash`] — the crash harness's checker: every delivery answered exactly once, the
+//!   transcript replaying to the store's state, the ledger agreeing with the transcript.
 //!
 //! ## Invariants
 //!
@@ -21,6 +23,7 @@
 //!   silently.
 
 pub mod backend_suite;
+pub mod crash;
 pub mod peers;
 pub mod store_conformance;
 pub mod synapse;
