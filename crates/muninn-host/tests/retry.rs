@@ -327,3 +327,55 @@ async fn a_request_that_times_out_is_bounded_logged_and_retried_until_answered()
     assert_eq!(outbox.len(), 1, "{outbox:?}");
     server.stop().await.unwrap();
 }
+
+/// A Claude Code child that hangs (the API it calls never answers): the turn is given up after
+/// `backend.cli_turn_timeout_s` and the child stopped (bounded), the runner says `retrying`
+/// with the cause (loud), and the next attempt — a relaunched child resuming the session —
+/// answers the delivery once (recovered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_cli_child_that_hangs_is_timed_out_and_the_turn_retried() {
+    let Some(bin) = muninn_testkit::peers::claude_cli() else {
+        return;
+    };
+    let w = crate::resume::cli_world_with(bin, |c| c.backend.cli_turn_timeout_s = Some(5)).await;
+    let mut first = w.runner(mind("turns_per_wake = 1"), "host-a");
+    first.register().await.unwrap();
+    drop(first);
+    w.say("h1", "hotel-one: are you there?").await;
+    w.server.sim.push_faults([Fault {
+        kind: FaultKind::Slow {
+            first_byte_ms: 120_000,
+            event_ms: 0,
+        },
+        times: 1,
+    }]);
+    let started = tokio::time::Instant::now();
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(run_mind(
+        w.runner(mind("turns_per_wake = 1"), "host-a"),
+        shutdown,
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let mut retrying = None;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(a @ Activity::Retrying { .. }) = w.host.signals.activity("vala") {
+            retrying.get_or_insert((a, started.elapsed()));
+        }
+        if w.host.store.ack_position("vala").await.unwrap() >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.send(true).unwrap();
+    task.await.unwrap().unwrap();
+    let Some((Activity::Retrying { error, .. }, failed_after)) = retrying else {
+        panic!("never seen retrying");
+    };
+    assert!(error.contains("no result within"), "{error}");
+    // The 5 s timeout, a child's start and stop: nowhere near the 120 s hang.
+    assert!(failed_after < Duration::from_secs(30), "{failed_after:?}");
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 1);
+    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(outbox.len(), 1, "{outbox:?}");
+    w.server.stop().await.unwrap();
+}
