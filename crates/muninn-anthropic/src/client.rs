@@ -353,8 +353,7 @@ impl AnthropicClient {
             req = req.header("anthropic-beta", self.config.betas.join(","));
         }
         let transport = |e: reqwest::Error| AttemptError {
-            // reqwest's Display never includes header values, so the key cannot leak here.
-            error: BackendError::Transport(e.without_url().to_string()),
+            error: BackendError::Transport(transport_cause(e)),
             retryable: true,
             retry_after: None,
             after_content: false,
@@ -639,4 +638,27 @@ pub fn assemble(events_data: &[String]) -> Result<(MessagesResponse, Value, Usag
     let (m, raw) = a.finish().map_err(|f| f.error)?;
     let usage = m.usage.clone();
     Ok((m, raw, usage))
+}
+
+/// A transport failure in words, with its causes: reqwest's own text is only "error sending
+/// request"; why (a read timeout, a refused connection) is further down its source chain, and an
+/// operator reading `muninn status` needs it. reqwest's errors and their sources never include
+/// header values, so the key cannot leak here.
+fn transport_cause(e: reqwest::Error) -> String {
+    let timed_out = e.is_timeout();
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    if timed_out && !text.contains("timed out") {
+        text.push_str(" (timed out)");
+    }
+    text
 }

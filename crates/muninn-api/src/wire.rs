@@ -214,6 +214,9 @@ pub enum Activity {
         since_ms: i64,
         /// Failed steps in a row.
         attempts: u32,
+        /// When the next attempt is due, Unix ms (the runner's backoff, never before the
+        /// provider's `retry-after`).
+        next_attempt_ms: i64,
     },
 }
 

@@ -179,6 +179,9 @@ pub enum BackendFactory {
         /// `[backend.self_session]` over the defaults), by Mind id: the CLI tools, permission
         /// mode and per-brief budget its `<mind>/self` child runs with, and its flush timings.
         self_sessions: Box<BTreeMap<String, SelfSession>>,
+        /// `backend.cli_turn_timeout_s`: how long a turn waits for the CLI's result (the
+        /// driver's default when unset).
+        turn_timeout: Option<std::time::Duration>,
         /// `[backend.pool]`: the claude-cli factory joins each session's child to one shared
         /// process pool built from these budgets, so idle sessions are parked and the host
         /// never holds more children or memory than configured.
@@ -400,6 +403,10 @@ impl BackendFactory {
                     ),
                     pool: config.backend.pool.clone(),
                     shared_pool: SharedPool::new(pool_config(&config.backend.pool)),
+                    turn_timeout: config
+                        .backend
+                        .cli_turn_timeout_s
+                        .map(|s| std::time::Duration::from_secs(s.max(1))),
                 })
             }
             BackendKind::Sim => Ok(BackendFactory::Sim(Arc::new(Simulator::new(
@@ -451,6 +458,7 @@ impl BackendFactory {
                 binding_key,
                 self_sessions,
                 shared_pool,
+                turn_timeout,
                 ..
             } => {
                 // One directory per session: the CLI keeps HOME, config and transcripts there,
@@ -464,6 +472,9 @@ impl BackendFactory {
                 );
                 config.binding_key = Some((**binding_key).clone());
                 config.credential_kind = *credential_kind;
+                if let Some(timeout) = turn_timeout {
+                    config.turn_timeout = *timeout;
+                }
                 // A Self session (`<mind>/self`) runs with its configured CLI tools, permission
                 // mode and per-brief budget; a Persona session keeps `--tools=` and no budget
                 // (its replies are schema-checked JSON, never tool calls).

@@ -128,6 +128,12 @@ pub struct BackendConfig {
     /// `claude-cli` only: the one process pool every session's CLI child joins.
     #[serde(default)]
     pub pool: PoolSettings,
+    /// `claude-cli` only: seconds a turn waits for the CLI's `result` before the child is
+    /// stopped and the turn fails (the Mind then retries it on its own backoff). Default 600,
+    /// which the CLI's own retries of a failing API fit in; a child that hangs holds its Mind
+    /// no longer than this.
+    #[serde(default)]
+    pub cli_turn_timeout_s: Option<u64>,
 }
 
 impl Default for BackendConfig {
@@ -139,6 +145,7 @@ impl Default for BackendConfig {
             claude_bin: None,
             self_session: SelfSessionConfig::default(),
             pool: PoolSettings::default(),
+            cli_turn_timeout_s: None,
         }
     }
 }

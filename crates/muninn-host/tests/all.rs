@@ -14,6 +14,7 @@ mod http;
 mod limits;
 mod reply;
 mod resume;
+mod retry;
 mod runtime;
 mod scripted;
 mod self_flush;

@@ -17,6 +17,8 @@
 //! - [`synapse`] — a real Synapse per test binary or per test, and a person's Matrix client.
 //! - [`fuzz`] — a coverage-free mutation fuzzer for stable Rust: seed corpora under
 //!   `fuzz/corpus/<target>/`, run as ordinary tests (`MUNINN_FUZZ_SECS` for a long run).
+//! - [`crash`] — the crash harness's checker: every delivery answered exactly once, the
+//!   transcript replaying to the store's state, the ledger agreeing with the transcript.
 //!
 //! ## Invariants
 //!
@@ -25,6 +27,7 @@
 //!   silently.
 
 pub mod backend_suite;
+pub mod crash;
 pub mod fuzz;
 pub mod peers;
 pub mod private_postgres;

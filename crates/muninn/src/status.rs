@@ -64,9 +64,13 @@ pub fn will_not_answer(mind: &MindStatus) -> Option<String> {
         )),
         "RETRYING" => match &mind.activity {
             Some(Activity::Retrying {
-                error, attempts, ..
+                error,
+                attempts,
+                next_attempt_ms,
+                ..
             }) => Some(format!(
-                "{id}'s host is retrying after {attempts} failed step(s): {error}"
+                "{id}'s host is retrying after {attempts} failed step(s), next at {}: {error}",
+                clock_time(*next_attempt_ms)
             )),
             _ => None,
         },
@@ -151,12 +155,14 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
                 error,
                 since_ms,
                 attempts,
+                next_attempt_ms,
             }) = &mind.activity
             {
                 outln!(
-                    "{}: retrying since {} ({attempts} failed steps): {error}",
+                    "{}: retrying since {} ({attempts} failed steps, next attempt at {}): {error}",
                     mind.id,
-                    clock_time(*since_ms)
+                    clock_time(*since_ms),
+                    clock_time(*next_attempt_ms)
                 )?;
             }
         }

@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod closed_loop;
+mod crash;
 mod failover;
 mod host_cli;
 mod input_formats;

@@ -64,12 +64,14 @@
 //! or a host whose database session ended) is taken over at once (`takeover.rs`).
 
 mod accounting;
+mod attempt;
 mod budget;
 mod idle;
 mod lease;
 mod persona;
 mod prompts;
 mod reply;
+mod retry;
 mod segment;
 mod self_run;
 mod session;
@@ -79,6 +81,7 @@ mod window;
 pub use persona::next_batch;
 pub use prompts::*;
 pub use reply::*;
+pub use retry::{Failing, RETRY_BASE_MS, RETRY_CAP_MS, RetryPolicy};
 
 use crate::config::MindConfig;
 use crate::{Activity, Host};
@@ -181,6 +184,9 @@ pub struct MindRunner<B: Backend> {
     /// The session the current step works on, once it is known (a failed step's backend error
     /// is counted against it).
     working: Option<Role>,
+    /// The Persona batch whose delivery this segment holds but no attempt has answered yet
+    /// (`attempt.rs`): a retry re-sends it instead of recording it again.
+    attempt: Option<attempt::Attempt>,
 }
 
 impl<B: Backend> std::fmt::Debug for MindRunner<B> {
@@ -235,6 +241,7 @@ impl<B: Backend> MindRunner<B> {
             newest_seen: 0,
             step_started: tokio::time::Instant::now(),
             working: None,
+            attempt: None,
         })
     }
 
@@ -398,12 +405,15 @@ impl<B: Backend> MindRunner<B> {
 }
 
 /// Runs a Mind until `shutdown` turns true: steps while there is work, sleeps until the next
-/// decision time or a wake-up otherwise. Errors are logged and retried with a backoff; a fenced
-/// write stops the work until the lease is taken again.
+/// decision time or a wake-up otherwise. A failed step is tried again on the Mind's own
+/// schedule (`retry.rs`: exponential backoff with a cap, never before the provider's
+/// `retry-after`), whether or not new mail arrives; a fenced write stops the work until the
+/// lease is taken again.
 ///
 /// The wake-up is the Mind's own ([`crate::Signals::waiter`]), taken before the first step: a
 /// delivery, brief or settings change for this Mind wakes this task and no other, and one sent
-/// while it steps (or before it started) is kept and ends its next sleep at once.
+/// while it steps (or before it started) is kept and ends its next sleep at once — except a
+/// retry's wait, which only its due time (or shutdown) ends.
 pub async fn run_mind<B: Backend>(
     mut runner: MindRunner<B>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
@@ -418,8 +428,8 @@ pub async fn run_mind<B: Backend>(
     let _up = telemetry.runner_started(runner.id());
     // Every event of a step — the backend's own retries included — names the Mind.
     let span = tracing::info_span!("mind", mind = %runner.id());
-    let mut backoff_ms = 250u64;
-    let mut failing: Option<(i64, u32)> = None;
+    let retry = RetryPolicy::default();
+    let mut failing: Option<Failing> = None;
     // An idle holder steps at least every third of the lease: it renews the lease before it runs
     // out (or another host would take the Mind over and rebuild its session) and sees deliveries
     // posted through other hosts on the same database whose wake-up did not reach it (SQLite
@@ -437,10 +447,7 @@ pub async fn run_mind<B: Backend>(
             failing = None;
         }
         let (activity, wait_ms) = match &step {
-            Ok(Step::PersonaTurn { .. } | Step::SelfTurn { .. } | Step::Ping) => {
-                backoff_ms = 250;
-                continue;
-            }
+            Ok(Step::PersonaTurn { .. } | Step::SelfTurn { .. } | Step::Ping) => continue,
             Ok(Step::Idle { until_ms }) => (
                 Activity::Idle {
                     until_ms: *until_ms,
@@ -454,23 +461,35 @@ pub async fn run_mind<B: Backend>(
             Ok(Step::OverBudget) => (Activity::Capped, 5_000),
             Err(e) => {
                 // Logged and counted by `telemetry.stepped`.
-                let (since_ms, attempts) = failing.map_or((now, 1), |(s, n)| (s, n + 1));
-                failing = Some((since_ms, attempts));
-                backoff_ms = (backoff_ms * 2).min(30_000);
-                let error = e.to_string();
-                let retrying = Activity::Retrying {
-                    error,
-                    since_ms,
-                    attempts,
+                let hint = match e {
+                    RuntimeError::Backend(b) => retry::retry_after_ms(b),
+                    _ => None,
                 };
-                (retrying, backoff_ms)
+                let next = Failing::after(failing.as_ref(), &retry, hint, now);
+                let wait = (next.next_attempt_ms - now).max(0) as u64;
+                let retrying = Activity::Retrying {
+                    error: e.to_string(),
+                    since_ms: next.since_ms,
+                    attempts: next.attempts,
+                    next_attempt_ms: next.next_attempt_ms,
+                };
+                failing = Some(next);
+                (retrying, wait)
             }
         };
         runner.host.signals.set_activity(runner.id(), activity);
-        tokio::select! {
-            _ = wake.notified() => runner.woken(),
-            _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
-            _ = shutdown.changed() => {}
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+        loop {
+            tokio::select! {
+                _ = wake.notified() => {
+                    runner.woken();
+                    if failing.is_none() {
+                        break;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = shutdown.changed() => break,
+            }
         }
     }
     runner.close().await;

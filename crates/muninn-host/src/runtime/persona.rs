@@ -2,6 +2,7 @@
 //! retry) → build the turn's record → one commit. Each step is a pure builder or one I/O call.
 
 use super::accounting::Asked;
+use super::attempt::Attempt;
 use super::prompts::{COMPACT_REASON, PERSONA_COMPACT_INSTRUCTIONS};
 use super::reply::{PersonaReply, validate_reply};
 use super::segment::shown_changed;
@@ -168,22 +169,33 @@ impl<B: Backend> MindRunner<B> {
         if self.would_cross_cap(now, settings, worst).await? {
             return Ok(Step::OverBudget);
         }
-        if plan.refreshes() {
-            self.start_persona_segment(&plan, &batch, token, now)
+        // A retry of a batch this segment already holds re-sends the recorded message; anything
+        // else records the delivery first (the policy is in `retry.rs`).
+        let text = match self.resend(&batch.id, plan.refreshes()) {
+            Some(text) => text,
+            None => {
+                if plan.refreshes() {
+                    self.start_persona_segment(&plan, &batch, token, now)
+                        .await?;
+                }
+                let (text, body) = self.render_persona(&batch)?;
+                let segment = self.persona.segment.unwrap_or(0);
+                self.record_item(
+                    token,
+                    Role::Persona,
+                    segment,
+                    TranscriptKind::Delivery,
+                    body,
+                    now,
+                )
                 .await?;
-        }
-        let (text, body) = self.render_persona(&batch)?;
+                self.attempt = Some(Attempt::new(&batch.id, segment, &text));
+                text
+            }
+        };
         let segment = self.persona.segment.unwrap_or(0);
-        self.record_item(
-            token,
-            Role::Persona,
-            segment,
-            TranscriptKind::Delivery,
-            body,
-            now,
-        )
-        .await?;
         let answer = self.ask_persona(&batch, &plan, text, now).await?;
+        self.attempt = None;
         let valid = answer.verdict.is_ok();
         let record = persona_record(&batch, segment, answer, now);
         self.commit_persona(token, &batch, &record, valid).await
@@ -330,13 +342,23 @@ impl<B: Backend> MindRunner<B> {
                 // and the retry appends the batch again on both sides, so the segment (and its
                 // cached prefix) continues. Any other failure may have left the provider's
                 // session out of step with the renderer: rebuild next time.
-                let relaunches = self.persona.backend.binds_sessions()
-                    && matches!(e, BackendError::Transport(_));
-                if !relaunches {
-                    self.persona.mark_broken(now);
+                // A backend whose session lives here (the Messages API, the simulator) adds an
+                // exchange to it only when it succeeds: the session is as it was, and the next
+                // attempt re-sends the recorded message (`retry.rs`).
+                let binds = self.persona.backend.binds_sessions();
+                let relaunches = binds && matches!(e, BackendError::Transport(_));
+                if binds {
+                    self.attempt = None;
+                    if !relaunches {
+                        self.persona.mark_broken(now);
+                    }
                 }
                 self.persona.collect_events();
-                self.record_failed_attempt(batch, &e, now).await;
+                let error = e.to_string();
+                let new_error = self.attempt.as_mut().is_none_or(|a| a.failed_with(&error));
+                if new_error {
+                    self.record_failed_attempt(batch, &e, now).await;
+                }
                 return Err(e.into());
             }
         };

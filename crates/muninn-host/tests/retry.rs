@@ -1,0 +1,381 @@
+//! A failed turn is retried on the Mind's own schedule — exponential backoff with a cap, never
+//! before the provider's `retry-after` — by the real `run_mind` loop, with no new mail to wake
+//! it; the runner's activity says `retrying`, why and when the next attempt is due; the delivery
+//! is answered exactly once and is in the transcript once (one notice per distinct failure).
+//!
+//! The backend is the Anthropic backend over the in-process simulator, whose refusals (401, 429
+//! with `retry-after`, 500, 529) come back as the HTTP client reports them once its own retries
+//! ran out. The simulator's clock is frozen at `T0`, so every scheduled time is exact.
+
+use crate::runtime::{T0, World, ledger, mind, post, runner, world};
+use muninn_host::Activity;
+use muninn_host::runtime::{RetryPolicy, run_mind};
+use muninn_sim::sim::{Fault, FaultKind};
+use muninn_store::Role;
+use std::time::Duration;
+
+/// The transcript's kinds in order, a failed attempt's notice as `attempt_failed`.
+async fn transcript_kinds(w: &World) -> Vec<String> {
+    let items = w
+        .host
+        .store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    items
+        .iter()
+        .map(|i| match i.body.get("attempt_failed") {
+            Some(_) => "attempt_failed".to_string(),
+            None => i.kind.as_str().to_string(),
+        })
+        .collect()
+}
+
+/// Polls the runner's activity until `done` holds for it (at most `within`).
+async fn activity_until(
+    w: &World,
+    within: Duration,
+    done: impl Fn(&Activity) -> bool,
+) -> Option<Activity> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let seen = w.host.signals.activity("vala");
+        if seen.as_ref().is_some_and(&done) {
+            return seen;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the mailbox is acknowledged through `seq` (at most `within`).
+async fn acked(w: &World, seq: i64, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if w.host.store.ack_position("vala").await.unwrap() >= seq {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// Registers the Mind, so mail can be posted to it before its loop runs.
+async fn register(w: &World) {
+    runner(w, mind(""), "host-a").register().await.unwrap();
+}
+
+/// Runs the real loop over the world's Mind; the sender stops it.
+fn spawn_mind(
+    w: &World,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let r = runner(w, mind("turns_per_wake = 1"), "host-a");
+    let task = tokio::spawn(async move {
+        run_mind(r, shutdown).await.unwrap();
+    });
+    (stop, task)
+}
+
+/// The pending delivery was answered once: one reply in the outbox, one ledger row, and the
+/// transcript holds it once with one notice of the failure.
+async fn answered_once(w: &World) {
+    assert_eq!(
+        transcript_kinds(w).await,
+        ["delivery", "attempt_failed", "reply"]
+    );
+    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
+    let ids: Vec<&str> = outbox.iter().map(|m| m.request_id.as_str()).collect();
+    assert_eq!(ids, ["vala-1-1-0"]);
+    assert_eq!(ledger(w).await.len(), 1);
+    let answered = w.sim.requests().iter().filter(|r| r.status == 200).count();
+    assert_eq!(answered, 1, "one request went through");
+}
+
+/// The key is rotated (401 on every request, which no client retries): the runner backs off
+/// on its own clock — 250 ms, 500 ms, 1 s, … — and says so; the key is fixed, and the pending
+/// delivery is answered with no new mail, exactly once.
+#[tokio::test]
+async fn a_rotated_key_backs_off_then_the_delivery_is_answered_once_without_new_mail() {
+    let w = world().await;
+    w.sim.push_faults([Fault {
+        kind: FaultKind::Unauthorized,
+        times: 1_000,
+    }]);
+    register(&w).await;
+    post(
+        &w,
+        "k1",
+        "#swarm",
+        "ari",
+        "are you there after the key change?",
+    )
+    .await;
+    let (stop, task) = spawn_mind(&w);
+    let seen = activity_until(
+        &w,
+        Duration::from_secs(20),
+        |a| matches!(a, Activity::Retrying { attempts, .. } if *attempts >= 3),
+    )
+    .await;
+    let Some(Activity::Retrying {
+        error,
+        since_ms,
+        attempts,
+        next_attempt_ms,
+    }) = seen
+    else {
+        panic!("not retrying: {seen:?}");
+    };
+    assert!(error.contains("401"), "{error}");
+    assert_eq!(since_ms, T0);
+    // The frozen clock makes the schedule exact: the n-th failure waits base · 2ⁿ⁻¹.
+    assert_eq!(
+        next_attempt_ms,
+        T0 + RetryPolicy::default().delay_ms(attempts, None)
+    );
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 0);
+    // Many attempts, one delivery and one notice in the transcript.
+    assert_eq!(transcript_kinds(&w).await, ["delivery", "attempt_failed"]);
+
+    w.sim.clear_faults();
+    assert!(
+        acked(&w, 1, Duration::from_secs(20)).await,
+        "never answered"
+    );
+    let idle = activity_until(&w, Duration::from_secs(5), |a| {
+        matches!(a, Activity::Idle { .. })
+    })
+    .await;
+    assert!(matches!(idle, Some(Activity::Idle { .. })), "{idle:?}");
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    answered_once(&w).await;
+}
+
+/// 429 with `retry-after`, 500 and 529 once their retries ran out: each is logged in the
+/// runner's activity with its status, the next attempt is scheduled no earlier than the
+/// provider asked, and the delivery is answered once when the provider recovers.
+#[tokio::test]
+async fn refusals_429_500_529_are_retried_on_schedule_and_recover() {
+    let cases = [
+        (
+            FaultKind::RateLimit {
+                retry_after_s: Some(2.0),
+            },
+            "429",
+            Some(2_000u64),
+        ),
+        (FaultKind::ServerError, "500", None),
+        (FaultKind::Overloaded, "529", None),
+    ];
+    for (kind, status, retry_after) in cases {
+        let w = world().await;
+        w.sim.push_faults([Fault { kind, times: 2 }]);
+        register(&w).await;
+        post(&w, "k1", "#swarm", "ari", "still there?").await;
+        let started = tokio::time::Instant::now();
+        let (stop, task) = spawn_mind(&w);
+        let seen = activity_until(&w, Duration::from_secs(10), |a| {
+            matches!(a, Activity::Retrying { .. })
+        })
+        .await;
+        let Some(Activity::Retrying {
+            error,
+            attempts,
+            next_attempt_ms,
+            ..
+        }) = seen
+        else {
+            panic!("{status}: not retrying: {seen:?}");
+        };
+        assert!(error.contains(status), "{status}: {error}");
+        assert_eq!(
+            next_attempt_ms,
+            T0 + RetryPolicy::default().delay_ms(attempts, retry_after),
+            "{status}"
+        );
+        assert!(
+            acked(&w, 1, Duration::from_secs(20)).await,
+            "{status}: never answered"
+        );
+        if let Some(ms) = retry_after {
+            // Two refusals, each asking for `retry-after`: the answer came no sooner.
+            assert!(
+                started.elapsed() >= Duration::from_millis(2 * ms),
+                "{status}: retried before retry-after ({:?})",
+                started.elapsed()
+            );
+        }
+        stop.send(true).unwrap();
+        task.await.unwrap();
+        answered_once(&w).await;
+    }
+}
+
+/// A request that times out: the simulator's HTTP endpoint holds its answer back longer than
+/// the client's read timeout, on both of the client's attempts. The turn fails with the
+/// timeout (bounded: no attempt waits longer than the read timeout), the runner says so and
+/// schedules its own retry, and when the endpoint answers again the delivery is answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_times_out_is_bounded_logged_and_retried_until_answered() {
+    use muninn_anthropic::backend::AnthropicBackend;
+    use muninn_anthropic::client::{AnthropicClient, ClientConfig, TokioSleeper};
+    use muninn_anthropic::secret::ApiKey;
+    use muninn_core::price::PriceTable;
+    use muninn_host::runtime::MindRunner;
+    use muninn_sim::sim::SimConfig;
+    use std::sync::Arc;
+
+    let server = muninn_sim::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        SimConfig {
+            frozen_at_ms: Some(T0),
+            ..SimConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
+        .await
+        .unwrap();
+    let host = muninn_host::Host::new(
+        store,
+        toml::from_str("").unwrap(),
+        Arc::new(muninn_sim::SimClock(server.sim.clone())),
+    );
+    let backend = || {
+        let mut config =
+            ClientConfig::new(server.base_url(), ApiKey::new("sk-test-timeout").unwrap());
+        config.read_timeout = Duration::from_millis(500);
+        config.retry.max_retries = 1;
+        config.retry.base_delay = Duration::from_millis(10);
+        let client = AnthropicClient::new(config, Arc::new(TokioSleeper)).unwrap();
+        AnthropicBackend::new(client, host.clock.clone(), PriceTable::embedded())
+    };
+    let make = || {
+        MindRunner::new(
+            host.clone(),
+            mind("turns_per_wake = 1"),
+            "host-a".to_string(),
+            &PriceTable::embedded(),
+            backend(),
+            backend(),
+        )
+        .unwrap()
+    };
+    make().register().await.unwrap();
+    host.store
+        .post_delivery(
+            "vala",
+            &muninn_store::NewDelivery {
+                room: "#swarm".into(),
+                sender: "ari".into(),
+                is_direct: false,
+                to_you: false,
+                text: "are you slow today?".into(),
+                source_id: "t1".into(),
+                received_at_ms: T0,
+                context: Vec::new(),
+            },
+        )
+        .await
+        .unwrap();
+    server.sim.push_faults([Fault {
+        kind: FaultKind::Slow {
+            first_byte_ms: 5_000,
+            event_ms: 0,
+        },
+        times: 2,
+    }]);
+    let started = tokio::time::Instant::now();
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(run_mind(make(), shutdown));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut seen_retrying = None;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(a @ Activity::Retrying { .. }) = host.signals.activity("vala") {
+            seen_retrying = Some((a, started.elapsed()));
+        }
+        if host.store.ack_position("vala").await.unwrap() >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(true).unwrap();
+    task.await.unwrap().unwrap();
+    let Some((Activity::Retrying { error, .. }, failed_after)) = seen_retrying else {
+        panic!("never seen retrying");
+    };
+    assert!(
+        error.contains("transport") && error.to_lowercase().contains("time"),
+        "{error}"
+    );
+    // Two attempts of at most the read timeout each (and a 10 ms backoff), not the 5 s hang.
+    assert!(
+        failed_after < Duration::from_millis(3_000),
+        "{failed_after:?}"
+    );
+    assert_eq!(host.store.ack_position("vala").await.unwrap(), 1);
+    let outbox = host.store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(outbox.len(), 1, "{outbox:?}");
+    server.stop().await.unwrap();
+}
+
+/// A Claude Code child that hangs (the API it calls never answers): the turn is given up after
+/// `backend.cli_turn_timeout_s` and the child stopped (bounded), the runner says `retrying`
+/// with the cause (loud), and the next attempt — a relaunched child resuming the session —
+/// answers the delivery once (recovered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_cli_child_that_hangs_is_timed_out_and_the_turn_retried() {
+    let Some(bin) = muninn_testkit::peers::claude_cli() else {
+        return;
+    };
+    let w = crate::resume::cli_world_with(bin, |c| c.backend.cli_turn_timeout_s = Some(5)).await;
+    let first = w.runner(mind("turns_per_wake = 1"), "host-a");
+    first.register().await.unwrap();
+    drop(first);
+    w.say("h1", "hotel-one: are you there?").await;
+    w.server.sim.push_faults([Fault {
+        kind: FaultKind::Slow {
+            first_byte_ms: 120_000,
+            event_ms: 0,
+        },
+        times: 1,
+    }]);
+    let started = tokio::time::Instant::now();
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(run_mind(
+        w.runner(mind("turns_per_wake = 1"), "host-a"),
+        shutdown,
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let mut retrying = None;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(a @ Activity::Retrying { .. }) = w.host.signals.activity("vala") {
+            retrying.get_or_insert((a, started.elapsed()));
+        }
+        if w.host.store.ack_position("vala").await.unwrap() >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.send(true).unwrap();
+    task.await.unwrap().unwrap();
+    let Some((Activity::Retrying { error, .. }, failed_after)) = retrying else {
+        panic!("never seen retrying");
+    };
+    assert!(error.contains("no result within"), "{error}");
+    // The 5 s timeout, a child's start and stop: nowhere near the 120 s hang.
+    assert!(failed_after < Duration::from_secs(30), "{failed_after:?}");
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 1);
+    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(outbox.len(), 1, "{outbox:?}");
+    w.server.stop().await.unwrap();
+}
