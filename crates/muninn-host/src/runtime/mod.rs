@@ -522,15 +522,16 @@ async fn register_until_done<B: Backend>(
             .stepped(runner.id(), None, &failed, clock.now_ms());
         attempts += 1;
         let error = failed.err().map(|e| e.to_string()).unwrap_or_default();
+        backoff_ms = (backoff_ms * 2).min(30_000);
         runner.host.signals.set_activity(
             runner.id(),
             Activity::Retrying {
                 error,
                 since_ms,
                 attempts,
+                next_attempt_ms: clock.now_ms() + backoff_ms as i64,
             },
         );
-        backoff_ms = (backoff_ms * 2).min(30_000);
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
             _ = shutdown.changed() => {}
