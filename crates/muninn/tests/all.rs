@@ -16,6 +16,7 @@ mod input_formats;
 mod logs;
 mod matrix;
 mod security;
+mod serving;
 mod storage_faults;
 mod storage_postgres;
 mod storage_runtime;

@@ -18,15 +18,15 @@
 //! unless `MUNINN_REQUIRE_PEERS=1`); the Claude Code variant needs the pinned CLI
 //! (`MUNINN_CLAUDE_BIN`).
 
+use crate::serving::{Spawned, spawn_ready};
 use muninn_api::client::ApiClient;
 use muninn_api::token::ApiToken;
 use muninn_api::wire::PostDeliveryRequest;
 use muninn_testkit::crash::{MindCheck, SplitMix64, check_mind};
 use muninn_testkit::peers::{FreshDatabase, claude_cli};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -108,29 +108,15 @@ impl Hosts {
             .env_remove("MUNINN_TOKEN_FILE")
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("ANTHROPIC_AUTH_TOKEN")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap());
+            .env("RUST_LOG", "warn");
         for (k, v) in &self.env {
             command.env(k, v);
         }
-        let mut child = command.spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let first = lines.next().and_then(Result::ok).unwrap_or_default();
-            let _ = tx.send(first);
-            // Keep draining, so the host never blocks on a full pipe.
-            for _ in lines {}
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-        let addr = line
-            .split("API on http://")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .map(str::to_string);
+        let Spawned {
+            mut child,
+            line,
+            addr,
+        } = spawn_ready(&mut command, &stderr);
         let Some(addr) = addr else {
             let _ = child.kill();
             panic!(

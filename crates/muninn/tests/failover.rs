@@ -21,15 +21,15 @@
 //! Every delivery is answered exactly once throughout: outbox request ids are unique, and
 //! the old holder's token is fenced (a new, greater token after each move).
 
+use crate::serving::{Spawned, spawn_ready};
 use muninn_api::ApiToken;
 use muninn_api::client::ApiClient;
 use muninn_api::wire::PostDeliveryRequest;
 use muninn_store::Store;
 use muninn_testkit::peers::FreshDatabase;
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -71,7 +71,8 @@ impl Hosts {
     fn start(&mut self, config: &Path, data_dir: &Path, database: &str) -> usize {
         let index = self.0.len();
         let stderr = data_dir.with_extension(format!("{index}.stderr"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_muninn"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_muninn"));
+        command
             .args(["serve", "--listen", "127.0.0.1:0", "--database", database])
             .arg("--config")
             .arg(config)
@@ -81,25 +82,8 @@ impl Hosts {
             .env_remove("MUNINN_TOKEN_FILE")
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("ANTHROPIC_AUTH_TOKEN")
-            .env("RUST_LOG", "warn,muninn_host::runtime::takeover=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-        let addr = line
-            .split("API on http://")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .map(str::to_string);
+            .env("RUST_LOG", "warn,muninn_host::runtime::takeover=info");
+        let Spawned { child, line, addr } = spawn_ready(&mut command, &stderr);
         self.0.push(Served {
             child,
             addr: addr.clone().unwrap_or_default(),

@@ -19,10 +19,10 @@
 //! within seconds. Rooms are read with `/messages` (Synapse's two-minute `/sync` cache would
 //! serve a repeated `/sync` stale). Every child is killed on the way out, pass or fail.
 
+use crate::serving::{Spawned, spawn_ready};
 use muninn_store::{Role, SqliteStore, Store};
 use muninn_testkit::synapse::{self, MatrixUser, RoomMessage, Synapse};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -109,32 +109,17 @@ password = {{ env = "VALA_MATRIX_PASSWORD" }}
             .env("VALA_MATRIX_PASSWORD", PASSWORD)
             .env_remove("MUNINN_FAULT")
             .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("MUNINN_CONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap());
+            .env_remove("MUNINN_CONFIG");
         if let Some(fault) = fault {
             command.env("MUNINN_FAULT", fault);
         }
-        let mut child = command.spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-        let addr = line
-            .split("API on http://")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next());
+        let Spawned { child, line, addr } = spawn_ready(&mut command, &stderr);
         assert!(
             addr.is_some() && line.contains("Matrix: 1 account(s)"),
             "no ready line ({line:?}); stderr:\n{}",
             std::fs::read_to_string(&stderr).unwrap_or_default()
         );
-        self.addr = addr.unwrap_or_default().to_owned();
+        self.addr = addr.unwrap_or_default();
         self.child = Some(child);
     }
 

@@ -8,10 +8,10 @@
 //! Each host is the built-in demo (one Mind, `vala`, on the simulator) in its own temporary
 //! data directory, listening on an ephemeral loopback port read from its ready line.
 
+use crate::serving::{Spawned, spawn_ready};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 /// One running `muninn serve`, killed when dropped.
@@ -47,25 +47,7 @@ pub(crate) fn serve_command(dir: &Path, extra: &[&str]) -> Command {
 /// Starts `command` and waits for its ready line; `Err(stderr)` if it exits instead.
 pub(crate) fn start(dir: &Path, mut command: Command) -> Result<Serve, String> {
     let stderr = unique(dir.join("serve"));
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-    let addr = line
-        .split("API on http://")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .map(str::to_string);
+    let Spawned { child, addr, .. } = spawn_ready(&mut command, &stderr);
     let serve = Serve {
         child,
         addr: addr.unwrap_or_default(),

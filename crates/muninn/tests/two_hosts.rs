@@ -15,12 +15,12 @@
 //! 127.0.0.1, a skip with a note only under `MUNINN_SKIP_PEERS=1`). Every child is killed on the way
 //! out, pass or fail.
 
+use crate::serving::{Spawned, spawn_ready};
 use muninn_store::{LedgerQuery, Store};
 use muninn_testkit::peers::FreshDatabase;
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,7 +59,8 @@ impl Hosts {
     fn start(&mut self, dir: &Path, database: &str) -> usize {
         let index = self.0.len();
         let stderr = dir.join(format!("serve-{index}.stderr"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_muninn"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_muninn"));
+        command
             .args(["serve", "--listen", "127.0.0.1:0", "--database", database])
             .arg("--config")
             .arg(dir.join("muninn.toml"))
@@ -69,27 +70,8 @@ impl Hosts {
             .env_remove("MUNINN_TOKEN_FILE")
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("ANTHROPIC_AUTH_TOKEN")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        // Read the ready line on a thread, so a host that never gets ready fails the test
-        // instead of hanging it.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-        let addr = line
-            .split("API on http://")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .map(str::to_string);
+            .env("RUST_LOG", "warn");
+        let Spawned { child, line, addr } = spawn_ready(&mut command, &stderr);
         self.0.push(Served {
             child,
             addr: addr.clone().unwrap_or_default(),
