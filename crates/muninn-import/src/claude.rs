@@ -157,15 +157,15 @@ impl ClaudeUsage {
     }
 }
 
-/// Per-thread state while reading a file.
+/// Per-thread state while reading a file (the stream-json reader keeps the same).
 #[derive(Debug)]
-struct ThreadState {
+pub(crate) struct ThreadState {
     /// The last relevant `user` line was human input (true before any request).
-    human_turn: bool,
+    pub(crate) human_turn: bool,
     /// A compaction was seen since the last request.
-    compacted: bool,
+    pub(crate) compacted: bool,
     /// Content blocks since the last request.
-    blocks: u32,
+    pub(crate) blocks: u32,
 }
 
 impl Default for ThreadState {

@@ -76,23 +76,8 @@ struct StreamMessage<'a> {
     diagnostics: Option<ClaudeDiagnostics<'a>>,
 }
 
-/// Per-thread state, as in the transcript reader.
-#[derive(Debug)]
-struct ThreadState {
-    human_turn: bool,
-    compacted: bool,
-    blocks: u32,
-}
-
-impl Default for ThreadState {
-    fn default() -> Self {
-        ThreadState {
-            human_turn: true,
-            compacted: false,
-            blocks: 0,
-        }
-    }
-}
+// Per-thread state: the transcript reader's.
+use crate::claude::ThreadState;
 
 /// A request of the open turn.
 #[derive(Debug, Clone, Copy)]
