@@ -343,6 +343,32 @@ macro_rules! impl_sql_store {
             }
         }
 
+        /// Hands `mind`'s lease to `holder` under `token` until `expires` (an acquire or a
+        /// takeover, inside the caller's transaction, after its own checks).
+        async fn hand_lease(
+            conn: &mut $conn,
+            mind: &str,
+            holder: &str,
+            token: i64,
+            expires: i64,
+        ) -> Result<Lease> {
+            sqlx::query(
+                "UPDATE leases SET holder = $2, token = $3, expires_at_ms = $4 WHERE mind_id = $1",
+            )
+            .bind(mind)
+            .bind(holder)
+            .bind(token)
+            .bind(expires)
+            .execute(&mut *conn)
+            .await?;
+            Ok(Lease {
+                mind: mind.to_owned(),
+                holder: holder.to_owned(),
+                token: FencingToken(token),
+                expires_at_ms: expires,
+            })
+        }
+
         /// Bumps a per-Mind counter and returns the new value (the next seq). A new counter
         /// starts above its floor, if an earlier store in this place left one.
         async fn bump(conn: &mut $conn, mind: &str, name: &str) -> Result<i64> {
@@ -1013,23 +1039,9 @@ macro_rules! impl_sql_store {
                     _ => token + 1,
                 };
                 let expires = now_ms.saturating_add(ttl_ms);
-                sqlx::query(
-                    "UPDATE leases SET holder = $2, token = $3, expires_at_ms = $4 \
-                     WHERE mind_id = $1",
-                )
-                .bind(mind)
-                .bind(holder)
-                .bind(new_token)
-                .bind(expires)
-                .execute(&mut *tx)
-                .await?;
+                let lease = hand_lease(&mut tx, mind, holder, new_token, expires).await?;
                 tx.commit().await?;
-                Ok(Some(Lease {
-                    mind: mind.to_owned(),
-                    holder: holder.to_owned(),
-                    token: FencingToken(new_token),
-                    expires_at_ms: expires,
-                }))
+                Ok(Some(lease))
             }
 
             async fn renew_lease(
@@ -1099,23 +1111,9 @@ macro_rules! impl_sql_store {
                 }
                 let token = previous.0 + 1;
                 let expires = now_ms.saturating_add(ttl_ms);
-                sqlx::query(
-                    "UPDATE leases SET holder = $2, token = $3, expires_at_ms = $4 \
-                     WHERE mind_id = $1",
-                )
-                .bind(mind)
-                .bind(holder)
-                .bind(token)
-                .bind(expires)
-                .execute(&mut *tx)
-                .await?;
+                let lease = hand_lease(&mut tx, mind, holder, token, expires).await?;
                 tx.commit().await?;
-                Ok(Some(Lease {
-                    mind: mind.to_owned(),
-                    holder: holder.to_owned(),
-                    token: FencingToken(token),
-                    expires_at_ms: expires,
-                }))
+                Ok(Some(lease))
             }
 
             async fn lease(&self, mind: &str) -> Result<Option<Lease>> {
