@@ -150,9 +150,13 @@ async fn an_unauthenticated_body_is_not_read() {
 }
 
 async fn get_minds(addr: SocketAddr, token: &str) -> String {
+    get(addr, "/v1/minds", token).await
+}
+
+async fn get(addr: SocketAddr, path: &str, token: &str) -> String {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "GET /v1/minds HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     read_until_closed(&mut stream, Duration::from_secs(5)).await
@@ -211,6 +215,12 @@ async fn slow_headers_are_closed_and_connections_over_the_cap_refused() {
         get_minds(server.addr, &server.token)
             .await
             .starts_with("HTTP/1.1 200")
+    );
+    // The refusal is counted where an operator looks.
+    let metrics = get(server.addr, "/metrics", &server.token).await;
+    assert!(
+        metrics.contains("\nmuninn_api_connections_refused_total 1\n"),
+        "{metrics}"
     );
 
     // Idle keep-alive: one answered request, then nothing; closed after the timeout.

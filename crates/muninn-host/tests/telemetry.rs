@@ -241,6 +241,24 @@ async fn metrics_after_a_workload_equal_the_ledger() {
         0.0
     );
     assert_eq!(sum(&samples, "muninn_store_up", &[]), 1.0);
+    // One runner took the free lease once and kept it.
+    assert_eq!(
+        sum(&samples, "muninn_lease_changes_total", &["mind=\"vala\""]),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sum(
+            &samples,
+            "muninn_lease_changes_total",
+            &["mind=\"vala\"", "change=\"taken\""]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sum(&samples, "muninn_api_connections_refused_total", &[]),
+        0.0
+    );
 }
 
 /// A `tracing` writer into a shared buffer.

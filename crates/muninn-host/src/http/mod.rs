@@ -189,12 +189,13 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let (closer, closing) = tokio::sync::watch::channel(false);
     let limits = host.config.api.clone();
+    let refused = host.telemetry.api_refused_counter();
     let router = router_with(host, token, closing.clone(), None);
     tokio::spawn(async move {
         shutdown.await;
         let _ = closer.send(true);
     });
-    server::accept_loop(listener, router, &limits, closing).await
+    server::accept_loop(listener, router, &limits, refused, closing).await
 }
 
 /// The request header the dashboard's own API calls carry: with it (and only with it) a `/v1`

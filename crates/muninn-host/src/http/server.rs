@@ -36,10 +36,11 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// does not spin while the condition lasts.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Counts connections refused over the cap and logs them at most once a second.
+/// Counts connections refused over the cap (the count is `/metrics`'
+/// `muninn_api_connections_refused_total`) and logs them at most once a second.
 #[derive(Debug)]
 struct Refusals {
-    total: AtomicU64,
+    total: Arc<AtomicU64>,
     logged_at: std::sync::Mutex<Option<Instant>>,
 }
 
@@ -66,12 +67,13 @@ pub(super) async fn accept_loop(
     listener: tokio::net::TcpListener,
     router: Router,
     limits: &ApiConfig,
+    refused: Arc<AtomicU64>,
     closing: Closing,
 ) -> std::io::Result<()> {
     let max = limits.max_connections.max(1);
     let permits = Arc::new(Semaphore::new(max as usize));
     let refusals = Refusals {
-        total: AtomicU64::new(0),
+        total: refused,
         logged_at: std::sync::Mutex::new(None),
     };
     let mut http = hyper::server::conn::http1::Builder::new();

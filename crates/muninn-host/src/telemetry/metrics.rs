@@ -103,6 +103,16 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "1 while this host holds the Mind's lease, by Mind.",
     ),
     (
+        "muninn_lease_changes_total",
+        "counter",
+        "Lease changes this host saw, by Mind and change (taken, taken_over from a holder that had not released it, lost, released).",
+    ),
+    (
+        "muninn_api_connections_refused_total",
+        "counter",
+        "Connections the API closed at once because it already served its [api] max_connections.",
+    ),
+    (
         "muninn_transport_state",
         "gauge",
         "1 for the state a Mind's transport (its Matrix account) is in, by Mind, transport and state (opening, open, held, failing).",
@@ -352,6 +362,22 @@ fn write_live(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<String>)
         let held = u8::from(live(id).lease_held);
         out.sample("muninn_lease_held", &[("mind", id)], held);
     }
+    out.family("muninn_lease_changes_total");
+    for id in ids {
+        for (change, n) in &live(id).lease_changes {
+            out.sample(
+                "muninn_lease_changes_total",
+                &[("mind", id.as_str()), ("change", change)],
+                n,
+            );
+        }
+    }
+    out.family("muninn_api_connections_refused_total");
+    out.sample(
+        "muninn_api_connections_refused_total",
+        &[],
+        snapshot.api_refused,
+    );
     out.family("muninn_transport_state");
     for id in ids {
         if let Some(transport) = live(id).transport {

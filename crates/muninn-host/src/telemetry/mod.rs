@@ -38,6 +38,7 @@ use muninn_core::decide::Reason;
 use muninn_core::ledger::{ForcedStart, LedgerRow, MissCause, RowKind};
 use muninn_store::{MindSettings, Role};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -54,6 +55,8 @@ pub const LATENCY_BUCKETS_S: [f64; 12] = [
 pub struct Telemetry {
     state: Mutex<State>,
     pool: OnceLock<SharedPool>,
+    /// Connections the API refused over its `max_connections` (counted by its accept loop).
+    api_refused: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -198,6 +201,8 @@ pub struct MindLive {
     pub step_failures: BTreeMap<&'static str, u64>,
     /// The transport that brings its mail (the Matrix connector), as it last reported.
     pub transport: Option<muninn_api::wire::TransportStatus>,
+    /// Lease changes seen by this host, by [`LeaseChange::name`].
+    pub lease_changes: BTreeMap<&'static str, u64>,
 }
 
 /// Everything [`Telemetry`] holds, copied out at one instant (for `/metrics` and the dashboard).
@@ -209,6 +214,8 @@ pub struct Snapshot {
     pub minds: BTreeMap<String, MindLive>,
     /// Each live claude-cli child: (Mind, role, resident bytes).
     pub processes: Vec<(String, String, u64)>,
+    /// Connections the API refused over its `max_connections`.
+    pub api_refused: u64,
 }
 
 /// A ledger row as the backend answered it, with what the row's JSON does not type.
@@ -241,6 +248,20 @@ pub enum LeaseChange {
     Released,
 }
 
+impl LeaseChange {
+    /// The metric label: `taken` (free or released before), `taken_over` (from a holder that
+    /// had not released it: expired, proven gone, or this host's earlier process), `lost`,
+    /// `released`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LeaseChange::Taken { fork: false, .. } => "taken",
+            LeaseChange::Taken { fork: true, .. } => "taken_over",
+            LeaseChange::Lost => "lost",
+            LeaseChange::Released => "released",
+        }
+    }
+}
+
 /// Marks a Mind's runner stopped when dropped: on its return, and when its task panics or is
 /// aborted.
 #[derive(Debug)]
@@ -262,6 +283,11 @@ impl Telemetry {
     fn lock(&self) -> MutexGuard<'_, State> {
         // No code panics while holding the lock; a poisoned state is still valid.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The counter the API's accept loop adds a refused connection to.
+    pub fn api_refused_counter(&self) -> Arc<AtomicU64> {
+        self.api_refused.clone()
     }
 
     /// The claude-cli process pool, whose children `/metrics` reports (set once).
@@ -425,11 +451,12 @@ impl Telemetry {
     /// A Mind's lease changed.
     pub fn lease(&self, mind: &str, change: LeaseChange) {
         let held = matches!(change, LeaseChange::Taken { .. });
-        self.lock()
-            .minds
-            .entry(mind.to_owned())
-            .or_default()
-            .lease_held = held;
+        {
+            let mut state = self.lock();
+            let live = state.minds.entry(mind.to_owned()).or_default();
+            live.lease_held = held;
+            *live.lease_changes.entry(change.name()).or_default() += 1;
+        }
         match change {
             LeaseChange::Taken { token, fork } => {
                 tracing::info!(mind, token, fork, "lease taken")
@@ -495,6 +522,7 @@ impl Telemetry {
             sessions: state.sessions.clone(),
             minds: state.minds.clone(),
             processes: Vec::new(),
+            api_refused: self.api_refused.load(Ordering::Relaxed),
         };
         drop(state);
         if let Some(pool) = self.pool.get() {
