@@ -18,7 +18,7 @@
 //! unless `MUNINN_REQUIRE_PEERS=1`); the Claude Code variant needs the pinned CLI
 //! (`MUNINN_CLAUDE_BIN`).
 
-use crate::serving::{Spawned, spawn_ready};
+use crate::serving::{Spawned, serve_command, spawn_ready};
 use muninn_api::client::ApiClient;
 use muninn_api::token::ApiToken;
 use muninn_api::wire::PostDeliveryRequest;
@@ -91,24 +91,12 @@ impl Hosts {
         let index = self.started;
         self.started += 1;
         let stderr = self.dir.join(format!("serve-{index}.stderr"));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_muninn"));
-        command
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--database",
-                &self.database,
-            ])
-            .arg("--config")
-            .arg(self.dir.join("muninn.toml"))
-            .arg("--data-dir")
-            .arg(&self.dir)
-            .env_remove("MUNINN_ADDR")
-            .env_remove("MUNINN_TOKEN_FILE")
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("ANTHROPIC_AUTH_TOKEN")
-            .env("RUST_LOG", "warn");
+        let mut command = serve_command(
+            &self.dir.join("muninn.toml"),
+            &self.dir,
+            &self.database,
+            "warn",
+        );
         for (k, v) in &self.env {
             command.env(k, v);
         }

@@ -24,7 +24,7 @@
 //! Every delivery is answered exactly once throughout: outbox request ids are unique, and
 //! the old holder's token is fenced (a new, greater token after each move).
 
-use crate::serving::{Spawned, spawn_ready};
+use crate::serving::{Spawned, serve_command, spawn_ready};
 use muninn_api::ApiToken;
 use muninn_api::client::ApiClient;
 use muninn_api::wire::PostDeliveryRequest;
@@ -32,7 +32,7 @@ use muninn_store::Store;
 use muninn_testkit::peers::FreshDatabase;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,18 +74,12 @@ impl Hosts {
     fn start(&mut self, config: &Path, data_dir: &Path, database: &str) -> usize {
         let index = self.0.len();
         let stderr = data_dir.with_extension(format!("{index}.stderr"));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_muninn"));
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--database", database])
-            .arg("--config")
-            .arg(config)
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env_remove("MUNINN_ADDR")
-            .env_remove("MUNINN_TOKEN_FILE")
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("ANTHROPIC_AUTH_TOKEN")
-            .env("RUST_LOG", "warn,muninn_host::runtime::takeover=info");
+        let mut command = serve_command(
+            config,
+            data_dir,
+            database,
+            "warn,muninn_host::runtime::takeover=info",
+        );
         let Spawned { child, line, addr } = spawn_ready(&mut command, &stderr);
         self.0.push(Served {
             child,

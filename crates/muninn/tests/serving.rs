@@ -15,6 +15,30 @@ pub(crate) struct Spawned {
     pub addr: Option<String>,
 }
 
+/// `muninn serve` on an ephemeral loopback port with this configuration, data directory and
+/// database, logging at `rust_log`, and none of the caller's environment that would point it
+/// elsewhere (a host address or token file, a real API key).
+pub(crate) fn serve_command(
+    config: &Path,
+    data_dir: &Path,
+    database: &str,
+    rust_log: &str,
+) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_muninn"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--database", database])
+        .arg("--config")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env_remove("MUNINN_ADDR")
+        .env_remove("MUNINN_TOKEN_FILE")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .env("RUST_LOG", rust_log);
+    command
+}
+
 /// Spawns `command` with stdin closed and stderr into the file `stderr`, and waits up to 60 s for
 /// its first stdout line — the ready line. The line is read on a thread, so a host that never gets
 /// ready fails the test instead of hanging it, and stdout is drained afterwards, so the host never

@@ -15,7 +15,7 @@
 //! 127.0.0.1, a skip with a note only under `MUNINN_SKIP_PEERS=1`). Every child is killed on the way
 //! out, pass or fail.
 
-use crate::serving::{Spawned, spawn_ready};
+use crate::serving::{Spawned, serve_command, spawn_ready};
 use muninn_store::{LedgerQuery, Store};
 use muninn_testkit::peers::FreshDatabase;
 use std::collections::BTreeSet;
@@ -59,18 +59,7 @@ impl Hosts {
     fn start(&mut self, dir: &Path, database: &str) -> usize {
         let index = self.0.len();
         let stderr = dir.join(format!("serve-{index}.stderr"));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_muninn"));
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--database", database])
-            .arg("--config")
-            .arg(dir.join("muninn.toml"))
-            .arg("--data-dir")
-            .arg(dir)
-            .env_remove("MUNINN_ADDR")
-            .env_remove("MUNINN_TOKEN_FILE")
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("ANTHROPIC_AUTH_TOKEN")
-            .env("RUST_LOG", "warn");
+        let mut command = serve_command(&dir.join("muninn.toml"), dir, database, "warn");
         let Spawned { child, line, addr } = spawn_ready(&mut command, &stderr);
         self.0.push(Served {
             child,
