@@ -72,16 +72,17 @@ struct ClaudeLine<'a> {
     message: Option<ClaudeMessage<'a>>,
 }
 
+/// An `assistant` line's message (the stream-json reader reads the same).
 #[derive(Deserialize)]
-struct ClaudeMessage<'a> {
+pub(crate) struct ClaudeMessage<'a> {
     #[serde(borrow)]
-    id: Option<Str<'a>>,
+    pub(crate) id: Option<Str<'a>>,
     #[serde(borrow)]
-    model: Option<Str<'a>>,
-    usage: Option<ClaudeUsage>,
-    content: Option<ContentShape>,
+    pub(crate) model: Option<Str<'a>>,
+    pub(crate) usage: Option<ClaudeUsage>,
+    pub(crate) content: Option<ContentShape>,
     #[serde(borrow)]
-    diagnostics: Option<ClaudeDiagnostics<'a>>,
+    pub(crate) diagnostics: Option<ClaudeDiagnostics<'a>>,
 }
 
 /// `message.diagnostics`: the API's cache diagnosis as Claude Code stored it.

@@ -33,8 +33,8 @@
 //! A run cut off before its last `result` (a killed process, a torn last line) keeps every
 //! request it recorded, with `message_start` usage, and gets one warning.
 
-use crate::claude::{ClaudeDiagnostics, ClaudeUsage, id_hash};
-use crate::json::{ContentShape, Str};
+use crate::claude::{ClaudeUsage, id_hash};
+use crate::json::Str;
 use crate::lines::{Line, parse_line};
 use crate::sink::RequestSlot;
 use crate::{FormatReader, ImportOptions, LineContext};
@@ -64,17 +64,8 @@ struct StreamEvent<'a> {
     duration_ms: Option<u64>,
 }
 
-#[derive(Deserialize)]
-struct StreamMessage<'a> {
-    #[serde(borrow)]
-    id: Option<Str<'a>>,
-    #[serde(borrow)]
-    model: Option<Str<'a>>,
-    usage: Option<ClaudeUsage>,
-    content: Option<ContentShape>,
-    #[serde(borrow)]
-    diagnostics: Option<ClaudeDiagnostics<'a>>,
-}
+// A stream-json `assistant` line's message is the transcript's message.
+use crate::claude::ClaudeMessage as StreamMessage;
 
 // Per-thread state: the transcript reader's.
 use crate::claude::ThreadState;
