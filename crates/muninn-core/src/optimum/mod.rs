@@ -57,10 +57,12 @@ use crate::replay::{ReplayConfig, Turn};
 mod execute;
 mod lines;
 mod model;
+mod options;
 mod solve;
 
 use lines::TierStack;
-use model::{Choices, Ending, LinearCost, Model};
+use model::{Choices, Model};
+use options::GapRates;
 
 /// The optimum's plan: which requests start a new segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,47 +178,13 @@ fn build_model<'t>(
 ) -> Model<'t> {
     let n = turns.len();
     let a = config.assumptions;
-    let price = config.price;
-    let (r, w, inp, out) = (
-        price.read.0 as i128,
-        price.write(ttl).0 as i128,
-        price.input.0 as i128,
-        price.output.0 as i128,
-    );
+    let rates = GapRates::new(head, ttl, config);
     let h = head as i128;
-    let bounds = a.bounds(head, price);
-    let ceiling = bounds.ceiling_tokens as i128;
-    let before = a.decide_before_expiry_ms;
-    let step = config.rules.lifetime_ms.unwrap_or_else(|| ttl.millis()) - before;
-    let phi_ping = inp * a.ping_tokens as i128 + out;
-    // With memory written as it happens there is no flush request: a refresh costs only the
-    // rewrite of the new segment.
-    let needs_flush = bounds.needs_flush();
-    let (flush_read, phi_flush) = if needs_flush {
-        (
-            r,
-            inp * bounds.flush_prompt_tokens as i128 + out * bounds.flush_output_tokens as i128,
-        )
-    } else {
-        (0, 0)
-    };
-    let head_cacheable = head >= price.min_cacheable;
-    // The head sits under its own breakpoint, possibly with a longer TTL than the tail's.
-    let head_ttl = a.head_ttl_for(ttl);
-    let w_head = price.write(head_ttl).0 as i128;
-    // An automatic cache's retention replaces both tiers' lifetimes (OpenAI).
-    let life = |tier: Ttl| config.rules.lifetime_ms.unwrap_or_else(|| tier.millis());
-    let head_warm_after = |gap: i64| head_cacheable && gap < life(head_ttl);
-    // What the provider lets a session do: no keep-warm pings where it has no TTL to extend.
-    let can = price.provider.capabilities();
-
     let mut len = vec![0i128; n + 1];
     let mut u = vec![0i128; n + 1];
     let mut gap_options = vec![Choices::default(); n + 1];
     let mut fixed = vec![0i128; n + 1];
     let mut end_options = vec![Choices::default(); n + 2];
-    // A head-only ping: the head read, a tiny uncached question, one output token.
-    let head_ping = r * h + phi_ping;
     for j in 1..=n {
         let t = &turns[j - 1];
         len[j] = len[j - 1] + t.delta as i128;
@@ -225,68 +193,9 @@ fn build_model<'t>(
             continue;
         }
         let gap = t.at_ms - turns[j - 2].at_ms;
-        // Inside a segment: keep the prefix warm with k pings; let it expire and rewrite it,
-        // reading the head if its own TTL outlived the gap; or ping only as long as it takes to
-        // keep the head alive, then rewrite the tail.
-        let k = if gap < life(ttl) {
-            0
-        } else {
-            pings_needed(gap, ttl, before) as i128
-        };
-        let mut options = Choices::default();
-        if k == 0 || can.ping {
-            options.push(((k + 1) * r, k * phi_ping));
-        }
-        if head_warm_after(gap) {
-            options.push((w, -(w - r) * h));
-        } else {
-            options.push((w, (w_head - w) * h));
-            if head_cacheable {
-                let kh = head_pings_needed(gap, ttl, head_ttl, before) as i128;
-                if kh == 0 || can.ping {
-                    options.push((kh * r + w, kh * phi_ping - (w - r) * h));
-                }
-                // Or let the tail go and keep only the head, with head-only pings.
-                let k = head_only_pings(gap, head_ttl, before) as i128;
-                if k == 0 || can.ping_head {
-                    options.push((w, k * head_ping - (w - r) * h));
-                }
-            }
-        }
-        gap_options[j] = options;
-        fixed[j] = w * ((len[j] - u[j]) - (len[j - 1] - u[j - 1])) + inp * u[j];
-        // Ending the segment before a refresh at j: the flush (if any) at the latest warm moment
-        // touches the head once more; if the head is cold at j anyway, touching it with pings
-        // (the flush the last of them) until j may be cheaper than rewriting it.
-        let late_flush = if needs_flush && gap >= step { step } else { 0 };
-        let mut ends = Choices::default();
-        let reading = |close: LinearCost| Ending {
-            close,
-            head: r * h,
-            reads_head: true,
-        };
-        if head_warm_after(gap - late_flush) {
-            ends.push(reading((flush_read, phi_flush)));
-        } else {
-            ends.push(Ending {
-                close: (flush_read, phi_flush),
-                head: w_head * h,
-                reads_head: false,
-            });
-            if head_cacheable {
-                let k =
-                    touches(gap - step, head_ttl.millis(), step) as i128 - i128::from(needs_flush);
-                if k > 0 && can.ping {
-                    ends.push(reading((flush_read + k * r, phi_flush + k * phi_ping)));
-                }
-                // Or end now and keep only the head alive, with head-only pings.
-                let k = head_only_pings(gap - late_flush, head_ttl, before) as i128;
-                if k == 0 || can.ping_head {
-                    ends.push(reading((flush_read, phi_flush + k * head_ping)));
-                }
-            }
-        }
-        end_options[j] = ends;
+        gap_options[j] = rates.inside(gap);
+        fixed[j] = rates.w * ((len[j] - u[j]) - (len[j - 1] - u[j - 1])) + rates.inp * u[j];
+        end_options[j] = rates.ending(gap);
     }
     let mut changes = vec![0i128; n + 1];
     for (j, &d) in head_changes.iter().enumerate().take(n).skip(1) {
@@ -295,11 +204,11 @@ fn build_model<'t>(
     Model {
         n,
         turns,
-        w,
-        inp,
+        w: rates.w,
+        inp: rates.inp,
         h,
         x_mem: a.rehydrate_tokens as i128,
-        ceiling,
+        ceiling: a.bounds(head, config.price).ceiling_tokens as i128,
         min_seg: a.min_segment_requests.max(1) as usize,
         len,
         u,
@@ -307,7 +216,7 @@ fn build_model<'t>(
         fixed,
         end_options,
         changes,
-        head_change_rate: (w_head - r).max(0),
+        head_change_rate: (rates.w_head - rates.r).max(0),
     }
 }
 
