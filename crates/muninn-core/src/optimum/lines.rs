@@ -333,3 +333,83 @@ impl TierStack {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Line, TierStack};
+
+    /// A deterministic stream of numbers (no dependency needed for a test's choices).
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self, below: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (self.0 >> 33) % below
+        }
+    }
+
+    /// The stack against a plain list of (line, tier), oldest first, under random pushes, pops,
+    /// raises and queries: each group's minimum must be the list's minimum over that tier, whatever
+    /// merges (appending or prepending) the raises caused.
+    #[test]
+    fn the_tier_stack_answers_like_a_plain_list() {
+        let xs: Vec<i128> = (0..16).map(|i| i * 7 - 40).collect();
+        let tiers = [0i128, 5, 10, 20, 40];
+        for seed in 0..200 {
+            let mut rng = Lcg(seed);
+            let mut stack = TierStack::new();
+            stack.reset(&xs);
+            let mut plain: Vec<(Line, i128)> = Vec::new();
+            let mut id = 0;
+            for _ in 0..300 {
+                match rng.next(10) {
+                    0..=4 => {
+                        let youngest = plain.last().map_or(i128::MAX, |&(_, t)| t);
+                        let allowed: Vec<i128> =
+                            tiers.iter().copied().filter(|&t| t <= youngest).collect();
+                        let tier = allowed[rng.next(allowed.len() as u64) as usize];
+                        let line = Line {
+                            k: rng.next(2_000) as i128 - 1_000,
+                            m: rng.next(60) as i64 - 30,
+                            id,
+                        };
+                        id += 1;
+                        stack.push(line, tier);
+                        plain.push((line, tier));
+                    }
+                    5..=6 => {
+                        if let Some((oldest, tier)) = stack.oldest() {
+                            assert_eq!((oldest.id, tier), (plain[0].0.id, plain[0].1));
+                            stack.pop_front();
+                            plain.remove(0);
+                        }
+                    }
+                    _ => {
+                        let delta = tiers[rng.next(tiers.len() as u64) as usize];
+                        stack.raise(delta);
+                        if delta > 0 {
+                            for (_, t) in plain.iter_mut().filter(|(_, t)| *t <= delta) {
+                                *t = delta;
+                            }
+                        }
+                    }
+                }
+                let xi = |tier: i128| (tier as usize * 3 + 1) % xs.len();
+                let mut seen = Vec::new();
+                stack.each_best(xi, |tier, v, _| seen.push((tier, v)));
+                let mut expected: Vec<(i128, i128)> = Vec::new();
+                for &(line, tier) in &plain {
+                    let v = line.at(xs[xi(tier)]);
+                    match expected.iter_mut().find(|(t, _)| *t == tier) {
+                        Some((_, best)) => *best = (*best).min(v),
+                        None => expected.push((tier, v)),
+                    }
+                }
+                assert_eq!(seen, expected, "seed {seed}");
+            }
+        }
+    }
+}
