@@ -10,8 +10,8 @@ use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::optimum::OptimumPlan;
 use muninn_core::price::PriceTable;
 use muninn_core::replay::{
-    Assumptions, Plan, ReplayConfig, RunTotals, Step, StepKind, Turn, execute_plan, reconstruct,
-    replay_trace,
+    Assumptions, Plan, ReplayConfig, RunTotals, Step, StepKind, Turn, execute_plan, optimum_plan,
+    reconstruct, replay_trace,
 };
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use proptest::prelude::*;
@@ -105,37 +105,79 @@ fn cost(t: &Trace, plan: Plan, a: &Assumptions) -> MicroUsd {
     replay(t, plan, a, &mut |_| {}).cost
 }
 
+/// What a run costs when the head's layers change (`changes[j]`: head tokens, from its end, that
+/// request j made new): every refresh that read the head also writes, at the head's TTL, the
+/// largest change since its segment began instead of reading it — as the Persona workload charges.
+fn charged_cost(
+    t: &Trace,
+    a: &Assumptions,
+    changes: &[Tokens],
+    run: impl FnOnce(&ReplayConfig<'_>, &mut dyn FnMut(&Step)),
+) -> MicroUsd {
+    let head_ttl = a.head_ttl_for(a.ttl.unwrap_or_else(|| t.whole_trace_ttl()));
+    with_config(t, a, |config| {
+        let price = config.price;
+        let mut total = MicroUsd::ZERO;
+        let mut since: Tokens = 0;
+        run(config, &mut |step| {
+            total += step.cost;
+            if step.kind != StepKind::Request {
+                return;
+            }
+            // The first request meets the layers as they are: a change there is no change.
+            if step.index > 0 {
+                since = since.max(changes.get(step.index).copied().unwrap_or(0));
+            }
+            if step.refreshed {
+                let changed = std::mem::take(&mut since);
+                if step.usage.cache_read >= HEAD {
+                    total = total + MicroUsd::of(changed, price.write(head_ttl))
+                        - MicroUsd::of(changed, price.read);
+                }
+            }
+        });
+        total
+    })
+}
+
+/// The optimum told of the head's layer changes, executed and charged for them.
+fn optimum_charged(t: &Trace, a: &Assumptions, changes: &[Tokens]) -> MicroUsd {
+    charged_cost(t, a, changes, |config, on_step| {
+        let plan = optimum_plan(t, config, changes);
+        execute_plan(t, plan, config, on_step);
+    })
+}
+
 /// Every segmentation of a small trace that `admissible(turns, head, starts)` accepts, executed
-/// by the same engine; the cheapest, if any was admissible.
+/// by the same engine (and charged for the head's layer changes, if any); the cheapest, if any was
+/// admissible.
 fn cheapest_admissible(
     t: &Trace,
     a: &Assumptions,
+    changes: &[Tokens],
     admissible: impl Fn(&[Turn], Tokens, &[bool]) -> bool,
 ) -> Option<MicroUsd> {
     let (head, turns) = reconstruct(t, a.head_tokens);
     let n = turns.len();
-    with_config(t, a, |config| {
-        (0u32..(1 << (n - 1)))
-            .map(|mask| {
-                (0..n)
-                    .map(|j| j == 0 || mask & (1 << (j - 1)) != 0)
-                    .collect::<Vec<bool>>()
+    (0u32..(1 << (n - 1)))
+        .map(|mask| {
+            (0..n)
+                .map(|j| j == 0 || mask & (1 << (j - 1)) != 0)
+                .collect::<Vec<bool>>()
+        })
+        .filter(|starts| admissible(&turns, head, starts))
+        .map(|starts| {
+            let plan = OptimumPlan::for_starts(starts, changes);
+            charged_cost(t, a, changes, |config, on_step| {
+                execute_plan(t, plan, config, on_step);
             })
-            .filter(|starts| admissible(&turns, head, starts))
-            .map(|starts| {
-                let plan = OptimumPlan {
-                    starts,
-                    estimate: MicroUsd::ZERO,
-                };
-                execute_plan(t, plan, config, &mut |_| {}).cost
-            })
-            .min()
-    })
+        })
+        .min()
 }
 
 /// Every admissible segmentation of a small trace, executed; the cheapest.
-fn brute_force_min(t: &Trace, a: &Assumptions) -> MicroUsd {
-    cheapest_admissible(t, a, |turns, _, starts| {
+fn brute_force_min(t: &Trace, a: &Assumptions, changes: &[Tokens]) -> MicroUsd {
+    cheapest_admissible(t, a, changes, |turns, _, starts| {
         let n = turns.len();
         // Admissible: starts at boundaries; every segment followed by a refresh is long enough.
         (1..n).all(|j| !starts[j] || turns[j].boundary) && {
@@ -156,7 +198,7 @@ fn brute_force_min(t: &Trace, a: &Assumptions) -> MicroUsd {
 /// Like [`brute_force_min`], with a ceiling: a segment must fit under it, and a refresh inside a
 /// tool loop is admissible only when the ceiling forces it.
 fn brute_force_min_with_ceiling(t: &Trace, a: &Assumptions, ceiling: Tokens) -> Option<MicroUsd> {
-    cheapest_admissible(t, a, |turns, head, starts| {
+    cheapest_admissible(t, a, &[], |turns, head, starts| {
         let n = turns.len();
         let mut len = vec![0u64; n + 1];
         for j in 1..=n {
@@ -210,8 +252,28 @@ proptest! {
         let t = trace(&steps, ttl);
         let a = variant(head_one_hour, memory_as_it_happens);
         let optimum = cost(&t, Plan::Optimum, &a);
-        let brute = brute_force_min(&t, &a);
+        let brute = brute_force_min(&t, &a, &[]);
         // The program chooses per-gap keep-warm lines at a representative prefix; allow 0.1%.
+        prop_assert!(optimum.0 <= brute.0 + brute.0 / 1000 + 5, "optimum {optimum} > brute force {brute}");
+    }
+
+    #[test]
+    fn the_optimum_sees_the_head_change_charge(
+        steps in steps_strategy(9),
+        changes in prop::collection::vec(prop_oneof![3 => Just(0u64), 1 => Just(HEAD / 4), 1 => Just(HEAD)], 9),
+        one_hour in any::<bool>(),
+        memory_as_it_happens in any::<bool>(),
+    ) {
+        // A head under its own 1h breakpoint whose layers change (a quarter of it, or all of it)
+        // at random requests: every refresh that reads the head writes what changed since its
+        // segment began. The program is told the changes; brute force executes and charges every
+        // admissible segmentation.
+        let ttl = if one_hour { Ttl::OneHour } else { Ttl::FiveMinutes };
+        let t = trace(&steps, ttl);
+        let a = variant(true, memory_as_it_happens);
+        let changes = &changes[..steps.len()];
+        let optimum = optimum_charged(&t, &a, changes);
+        let brute = brute_force_min(&t, &a, changes);
         prop_assert!(optimum.0 <= brute.0 + brute.0 / 1000 + 5, "optimum {optimum} > brute force {brute}");
     }
 
@@ -244,6 +306,28 @@ proptest! {
                 continue;
             }
             let c = cost(&t, plan, &a);
+            prop_assert!(c.0 + c.0 / 1000 + 5 >= optimum.0, "{plan} {c} < optimum {optimum}");
+        }
+    }
+
+    #[test]
+    fn no_online_policy_beats_the_optimum_with_head_changes(
+        steps in steps_strategy(60),
+        changes in prop::collection::vec(prop_oneof![6 => Just(0u64), 1 => Just(HEAD / 4), 1 => Just(HEAD)], 60),
+        one_hour in any::<bool>(),
+    ) {
+        let ttl = if one_hour { Ttl::OneHour } else { Ttl::FiveMinutes };
+        let t = trace(&steps, ttl);
+        let a = variant(true, true);
+        let changes = &changes[..steps.len()];
+        let optimum = optimum_charged(&t, &a, changes);
+        for plan in Plan::all() {
+            if matches!(plan, Plan::Recorded | Plan::Optimum) {
+                continue;
+            }
+            let c = charged_cost(&t, &a, changes, |config, on_step| {
+                replay_trace(&t, plan, config, on_step);
+            });
             prop_assert!(c.0 + c.0 / 1000 + 5 >= optimum.0, "{plan} {c} < optimum {optimum}");
         }
     }

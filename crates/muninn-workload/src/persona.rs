@@ -29,7 +29,10 @@
 //! - **A new segment meets the layers as they are now.** The engine's head is one fixed prefix. When
 //!   a segment starts after the doctrine changed, the whole head is new; after only the persona
 //!   state or campaigns changed, `system[1]` is. If the engine read the head there (it was warm),
-//!   the changed tokens are charged as a 1h write instead of a read.
+//!   the changed tokens are charged as a 1h write instead of a read. The optimum sees this charge:
+//!   its program is told each turn's change ([`head_changes`]) and places refreshes with it
+//!   ([`muninn_core::optimum::plan_with_head_changes`]), so it pays every charge the policies pay
+//!   and is checked against brute force over every segmentation, charged the same way.
 //! - **History after a refresh.** The trace's deltas come from one rendering, so history already
 //!   shown is not shown again after a refresh; the memory a refresh carries
 //!   ([`PersonaConfig::rehydrate_tokens`]) stands for what the new segment needs of it.
@@ -44,9 +47,12 @@ use muninn_core::cache::{
 };
 use muninn_core::decide::Policy;
 use muninn_core::money::{MicroUsd, Tokens};
+use muninn_core::optimum::OptimumPlan;
 use muninn_core::price::ModelPrice;
 use muninn_core::render::{Renderer, Role};
-use muninn_core::replay::{Assumptions, Plan, ReplayConfig, StepKind, replay_trace};
+use muninn_core::replay::{
+    Assumptions, Plan, ReplayConfig, Step, StepKind, execute_plan, optimum_plan, replay_trace,
+};
 use muninn_core::tokenize::count;
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use std::collections::HashMap;
@@ -377,7 +383,29 @@ pub fn assumptions(head: Tokens, config: &PersonaConfig) -> Assumptions {
     }
 }
 
-/// Prices muninn's session under `plan` (see the module docs for the layer-change charge).
+/// The head's tokens each turn's layers made new, counted from the head's end: all of it after a
+/// doctrine edit (`system[0]` changed, and `system[1]` after it), `system[1]` (`context`) after a
+/// persona state or campaign change, 0 otherwise. A refresh that reads the head writes the largest
+/// of these since its segment began (the layer-change charge of the module docs).
+pub fn head_changes(stream: &Stream, head: (Tokens, Tokens)) -> Vec<Tokens> {
+    let (head_tokens, context_tokens) = head;
+    let version = |t: &crate::workload::PersonaTurn| (t.doctrine, t.persona, t.campaigns);
+    let mut changes = vec![0; stream.turns.len()];
+    for (i, pair) in stream.turns.windows(2).enumerate() {
+        let (before, now) = (version(&pair[0]), version(&pair[1]));
+        changes[i + 1] = if now.0 != before.0 {
+            head_tokens
+        } else if (now.1, now.2) != (before.1, before.2) {
+            context_tokens
+        } else {
+            0
+        };
+    }
+    changes
+}
+
+/// Prices muninn's session under `plan` (see the module docs for the layer-change charge). The
+/// optimum's program is told the layer changes, so it weighs the charge when it places refreshes.
 pub fn muninn(
     stream: &Stream,
     trace: &Trace,
@@ -386,7 +414,58 @@ pub fn muninn(
     plan: Plan,
     config: &PersonaConfig,
 ) -> DesignResult {
-    let (head_tokens, context_tokens) = head;
+    let changes = head_changes(stream, head);
+    charged(
+        (Design::Muninn(plan), &changes),
+        head.0,
+        price,
+        config,
+        |replay, on_step| match plan {
+            Plan::Optimum => {
+                let optimum = optimum_plan(trace, replay, &changes);
+                execute_plan(trace, optimum, replay, on_step);
+            }
+            other => {
+                replay_trace(trace, other, replay, on_step);
+            }
+        },
+    )
+}
+
+/// Prices muninn's session under a given segmentation (`starts[i]`: turn i begins a segment),
+/// executed by the optimum's executor with hindsight keep-warm choices and charged like every plan:
+/// what a brute force over every segmentation compares the optimum with.
+pub fn muninn_segmented(
+    stream: &Stream,
+    trace: &Trace,
+    head: (Tokens, Tokens),
+    price: &ModelPrice,
+    starts: Vec<bool>,
+    config: &PersonaConfig,
+) -> DesignResult {
+    let changes = head_changes(stream, head);
+    let plan = OptimumPlan::for_starts(starts, &changes);
+    charged(
+        (Design::Muninn(Plan::Optimum), &changes),
+        head.0,
+        price,
+        config,
+        |replay, on_step| {
+            execute_plan(trace, plan, replay, on_step);
+        },
+    )
+}
+
+/// Runs `run` under the session's replay configuration and adds the layer-change charge to every
+/// refresh that read the head: the tokens the layers changed since the segment began (the largest
+/// of `changes` since then) are written at the head's TTL instead of read.
+fn charged(
+    (design, changes): (Design, &[Tokens]),
+    head_tokens: Tokens,
+    price: &ModelPrice,
+    config: &PersonaConfig,
+    run: impl FnOnce(&ReplayConfig<'_>, &mut dyn FnMut(&Step)),
+) -> DesignResult {
     let assumptions = assumptions(head_tokens, config);
     let rules = CacheRules::default();
     let replay = ReplayConfig {
@@ -394,48 +473,36 @@ pub fn muninn(
         assumptions: &assumptions,
         rules: &rules,
     };
-    let n = stream.turns.len();
+    let n = changes.len();
     let mut result = DesignResult {
-        design: Design::Muninn(plan),
+        design,
         cost: vec![MicroUsd::ZERO; n],
         usage: vec![Usage::default(); n],
         pings: 0,
         refreshes: 0,
     };
-    let version = |i: usize| {
-        stream
-            .turns
-            .get(i)
-            .map_or((0, 0, 0), |t| (t.doctrine, t.persona, t.campaigns))
-    };
-    let mut segment_layers = version(0);
+    let mut since: Tokens = 0;
     let extra_rate = price.write(config.head_ttl);
-    replay_trace(trace, plan, &replay, &mut |step| {
+    run(&replay, &mut |step| {
         let i = step.index.min(n.saturating_sub(1));
         let mut usage = step.usage;
         let mut cost = step.cost;
         match step.kind {
             StepKind::Ping => result.pings += 1,
             StepKind::Flush => {}
-            StepKind::Request if step.refreshed => {
-                result.refreshes += 1;
-                let now = version(i);
-                let changed = if now.0 != segment_layers.0 {
-                    head_tokens
-                } else if (now.1, now.2) != (segment_layers.1, segment_layers.2) {
-                    context_tokens
-                } else {
-                    0
-                };
-                segment_layers = now;
-                if changed > 0 && usage.cache_read >= head_tokens {
-                    usage.cache_read -= changed;
-                    written_at(&mut usage, config.head_ttl, changed);
-                    cost = cost + MicroUsd::of(changed, extra_rate)
-                        - MicroUsd::of(changed, price.read);
+            StepKind::Request => {
+                since = since.max(changes.get(i).copied().unwrap_or(0));
+                if step.refreshed {
+                    result.refreshes += 1;
+                    let changed = std::mem::take(&mut since);
+                    if changed > 0 && usage.cache_read >= head_tokens {
+                        usage.cache_read -= changed;
+                        written_at(&mut usage, config.head_ttl, changed);
+                        cost = cost + MicroUsd::of(changed, extra_rate)
+                            - MicroUsd::of(changed, price.read);
+                    }
                 }
             }
-            StepKind::Request => {}
         }
         if let Some(c) = result.cost.get_mut(i) {
             *c += cost;

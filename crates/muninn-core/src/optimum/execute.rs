@@ -49,6 +49,15 @@ impl OptimumPlan {
         }
     }
 
+    /// What a warm head saves at a refresh at request `next`: the rewrite of the head's tokens
+    /// that are still as they were (the layers changed since the segment began are written anyway).
+    fn restart_head_saving(&self, view: &SessionView, next: usize) -> MicroUsd {
+        let changed = self.head_rewritten.get(next).copied().unwrap_or(0);
+        let kept = view.bounds.head_tokens.saturating_sub(changed);
+        MicroUsd::of(kept, view.rates.head_write)
+            .saturating_sub(MicroUsd::of(kept, view.rates.read))
+    }
+
     fn decide_with_pings(
         &self,
         view: &SessionView,
@@ -85,7 +94,11 @@ impl OptimumPlan {
                 };
                 let step = ttl.millis() - before_ms;
                 let span = turn.at_ms - now_ms;
-                let head_saving = view.head_rewrite_penalty();
+                let head_saving = if restart {
+                    self.restart_head_saving(view, next)
+                } else {
+                    view.head_rewrite_penalty()
+                };
                 // Head-only pings that keep a head expiring at `d` alive to the wake.
                 let head_only_from = |d: i64| {
                     let hstep = view.head_ttl.millis() - before_ms;
@@ -163,7 +176,12 @@ impl OptimumPlan {
                 let hstep = view.head_ttl.millis() - before_ms;
                 let k = touches(turn.at_ms - now_ms, view.head_ttl.millis(), hstep);
                 let keep = MicroUsd(view.head_ping_cost().0 * k as i64);
-                if keep < view.head_rewrite_penalty() {
+                let saving = if restart {
+                    self.restart_head_saving(view, next)
+                } else {
+                    view.head_rewrite_penalty()
+                };
+                if keep < saving {
                     single(Action::Ping, Reason::ExpectedSavingExceedsPing, keep)
                 } else {
                     single(Action::LetExpire, Reason::RentExhausted, MicroUsd::ZERO)

@@ -360,6 +360,28 @@ pub fn replay_trace(
     totals
 }
 
+/// The optimum's plan for a trace whose head is rendered from layers that change
+/// (`head_changes[j]`: the head's tokens, from its end, that request j's layers made new; see
+/// [`crate::optimum::plan_with_head_changes`]), to be run by [`execute_plan`] — with the caller
+/// charging each refresh that reads the head for the changed tokens, as the program assumed.
+pub fn optimum_plan(
+    trace: &Trace,
+    config: &ReplayConfig<'_>,
+    head_changes: &[Tokens],
+) -> crate::optimum::OptimumPlan {
+    let rules = provider_rules(config);
+    let config = &ReplayConfig {
+        rules: &rules,
+        ..*config
+    };
+    let ttl = config
+        .assumptions
+        .ttl
+        .unwrap_or_else(|| trace.whole_trace_ttl());
+    let (head, turns) = reconstruct_for(trace, config);
+    crate::optimum::plan_with_head_changes(&turns, head, ttl, config, head_changes)
+}
+
 /// Executes a given segmentation (`plan.starts`) with hindsight keep-warm choices: the optimum's
 /// executor, public so that tests can price every possible plan of a small trace.
 pub fn execute_plan(
