@@ -73,6 +73,14 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn ping_output_tokens(&self) -> u64 {
+        match self {
+            AnyBackend::Sim(b) => b.ping_output_tokens(),
+            AnyBackend::Anthropic(b) => b.ping_output_tokens(),
+            AnyBackend::ClaudeCli(b) => b.ping_output_tokens(),
+        }
+    }
+
     fn can_ping(&self) -> bool {
         match self {
             AnyBackend::Sim(b) => b.can_ping(),

@@ -12,6 +12,8 @@
 //!   the transport-free request handling.
 //! - [`clock`] — [`SimClock`]: the virtual clock as the injected [`muninn_backend::clock::Clock`].
 //! - [`server`] — the axum router: the API routes and the admin routes.
+//! - [`context`] — the provider's own context tools: on-demand compaction (signed blocks,
+//!   billed in `usage.iterations[]`) and tool-result clearing.
 //! - [`strict`] — what the API refuses and the simulator refuses alike (unknown fields, out of
 //!   range values, a prompt past the context window, a body past 32 MB).
 //! - [`inprocess`] — the simulator as a transport of the Anthropic backend, without HTTP
@@ -28,6 +30,7 @@
 //! - Credentials are never recorded.
 
 pub mod clock;
+pub mod context;
 pub mod inprocess;
 pub mod reply;
 pub mod server;

@@ -311,6 +311,8 @@ fn events(answer: &Answer) -> Vec<(StreamEvent, bool)> {
                     stop_sequence: None,
                     usage: start_usage,
                     diagnostics: answer.diagnostics.clone(),
+                    // Like the diagnostics, the applied edits are known before any output.
+                    context_management: answer.context_management.clone(),
                 },
             },
             false,
@@ -365,7 +367,14 @@ fn events(answer: &Answer) -> Vec<(StreamEvent, bool)> {
                     ));
                 }
             }
-            _ => continue,
+            // A block without deltas (a compaction's signed summary) starts whole.
+            other => out.push((
+                StreamEvent::ContentBlockStart {
+                    index,
+                    content_block: other.clone(),
+                },
+                false,
+            )),
         }
         out.push((StreamEvent::ContentBlockStop { index }, false));
     }

@@ -588,7 +588,7 @@ pub fn plan(turns: &[Turn], head: Tokens, ttl: Ttl, config: &ReplayConfig<'_>) -
     let ceiling = bounds.ceiling_tokens as i128;
     let before = a.decide_before_expiry_ms;
     let step = config.rules.lifetime_ms.unwrap_or_else(|| ttl.millis()) - before;
-    let phi_ping = inp * a.ping_tokens as i128 + out;
+    let phi_ping = inp * a.ping_tokens as i128 + out * a.ping_output_tokens as i128;
     // With memory written as it happens there is no flush request: a refresh costs only the
     // rewrite of the new segment.
     let needs_flush = bounds.needs_flush();
