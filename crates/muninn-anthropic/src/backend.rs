@@ -64,8 +64,8 @@ use crate::wire::{
 };
 use muninn_backend::clock::Clock;
 use muninn_backend::{
-    Backend, BackendError, Capability, InputPart, SessionSpec, ToolCall, TtlCheck, TurnEvent,
-    TurnInput, TurnOutcome,
+    Backend, BackendError, Capability, InputPart, SessionEvent, SessionSpec, ToolCall, TtlCheck,
+    TurnEvent, TurnInput, TurnOutcome,
 };
 use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::ledger::MissCause;
@@ -145,6 +145,8 @@ enum Commit {
 pub struct AnthropicBackend<T: Transport = AnthropicClient> {
     client: T,
     tools: ContextTools,
+    /// Session events not yet taken: a server compaction's [`SessionEvent::Compacted`].
+    events: Vec<SessionEvent>,
     clock: Arc<dyn Clock>,
     prices: PriceTable,
     rules: CacheRules,
@@ -170,6 +172,7 @@ impl<T: Transport> AnthropicBackend<T> {
         AnthropicBackend {
             client,
             tools: ContextTools::default(),
+            events: Vec::new(),
             clock,
             prices,
             rules: CacheRules::default(),
@@ -409,12 +412,25 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
         let request = self.render_compaction(instructions)?;
         // Nothing of the session changes until the compaction block arrives, so it is safe to
         // send again.
-        match self.exchange(request, true, Commit::Compaction).await {
+        let outcome = match self.exchange(request, true, Commit::Compaction).await {
             Err(BackendError::Api { kind, message, .. }) if kind.starts_with("compaction_") => {
-                Err(BackendError::CompactionFailed(format!("{kind}: {message}")))
+                return Err(BackendError::CompactionFailed(format!("{kind}: {message}")));
             }
-            other => other,
-        }
+            other => other?,
+        };
+        self.events.push(SessionEvent::Compacted {
+            session_id: outcome.request_id.clone().unwrap_or_default(),
+            trigger: "manual".to_string(),
+            pre_tokens: Some(outcome.usage.prompt()),
+            post_tokens: Some(outcome.usage.output),
+            outside: false,
+            usage: Some(outcome.usage),
+        });
+        Ok(outcome)
+    }
+
+    fn take_session_events(&mut self) -> Vec<SessionEvent> {
+        std::mem::take(&mut self.events)
     }
 
     fn can_ping(&self) -> bool {

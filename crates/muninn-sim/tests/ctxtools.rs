@@ -85,6 +85,12 @@ async fn a_zero_token_ping_pays_the_read_and_no_output() {
             assert_eq!(sent["max_tokens"], json!(1));
         }
         assert_eq!(ping.usage.output, b.ping_output_tokens(), "zero: {zero}");
+        println!(
+            "ping max_tokens {}: {:?}, {} µ$",
+            u64::from(!zero),
+            ping.usage,
+            cost(&ping.usage).0
+        );
         assert_eq!(ping.usage.output, u64::from(!zero));
         // The ping read the whole prefix the last turn cached, and was predicted exactly.
         assert_eq!(ping.usage.cache_read, prefix);
@@ -184,6 +190,13 @@ async fn a_server_compaction_is_billed_from_its_iterations() {
         .fold(MicroUsd::ZERO, |a, b| a + b);
     assert!(priced > MicroUsd::ZERO);
     assert_eq!(cost(&compacted.usage), priced);
+    println!(
+        "compaction: top-level {} µ$, iterations {:?} = {} µ$, ledger {} µ$",
+        cost(&raw.top_level()).0,
+        compacted.usage,
+        priced.0,
+        cost(&compacted.usage).0
+    );
     assert_eq!(
         h.sim.requests().last().unwrap().usage,
         Some(compacted.usage)
@@ -472,5 +485,11 @@ async fn a_tool_result_clear_is_priced_as_the_simulator_bills_it() {
     let previous = outcomes[first - 1].usage.prompt();
     let price = PriceTable::embedded().model(MODEL).unwrap().clone();
     let n = mask_break_even(&masked, previous, &price).unwrap();
+    println!(
+        "mask: uncleared {} tokens, kept {kept}, cleared {cleared_input_tokens}, cached before the clear {cached_before_clear}; billed {billed:?} = {} µ$; model {} µ$; pays back after {n} warm requests",
+        masked.uncleared_tokens,
+        cost(&billed).0,
+        cost(&masked_usage(&masked)).0
+    );
     assert!(n > 0, "a clear is never free at once here");
 }
