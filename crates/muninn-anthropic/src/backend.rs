@@ -59,8 +59,8 @@ use crate::context::{apply_edits, kept_tokens};
 use crate::prompt::{PromptShape, diverge, shape};
 use crate::wire::{
     CacheControl, ClearToolUses, CompactionRequest, Content, ContentBlock, ContextEdit,
-    ContextManagementRequest, Diagnostics, DiagnosticsRequest, Message, MessagesRequest, Role,
-    STOP_COMPACTION, System, Tool,
+    ContextManagementRequest, Diagnostics, DiagnosticsRequest, Message, MessagesRequest,
+    MessagesResponse, Role, STOP_COMPACTION, System, Tool,
 };
 use muninn_backend::clock::Clock;
 use muninn_backend::{
@@ -480,6 +480,70 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
     }
 }
 
+/// The prompt the provider reads of `request` — after its context edits — mapped for the cache
+/// model, and, when an edit cleared something, the tokens it left as they were (the prompt is
+/// rewritten from there on).
+fn as_read(request: &MessagesRequest) -> Result<(PromptShape, Option<Tokens>), BackendError> {
+    let invalid = |e: String| BackendError::Invalid(e);
+    let shape_of = |r: &MessagesRequest| {
+        serde_json::to_value(r)
+            .map_err(|e| invalid(format!("request does not serialise: {e}")))
+            .and_then(|body| shape(&body).map_err(|e| invalid(e.to_string())))
+    };
+    let (read, cleared) = apply_edits(request).map_err(|e| invalid(e.to_string()))?;
+    let shaped = shape_of(&read)?;
+    let kept = if cleared.is_empty() {
+        None
+    } else {
+        Some(kept_tokens(&shape_of(request)?, &shaped))
+    };
+    Ok((shaped, kept))
+}
+
+/// What a reply says, read from its blocks.
+struct ReplyParts {
+    /// Text blocks (and a compaction's summary) joined.
+    text: String,
+    /// Tool calls other than the structured-output call.
+    tool_calls: Vec<ToolCall>,
+    /// The structured-output call's input.
+    structured: Option<Value>,
+    /// That call's id, to acknowledge in the next user message.
+    pending_ack: Option<String>,
+}
+
+impl ReplyParts {
+    fn of(content: &[ContentBlock]) -> ReplyParts {
+        let mut parts = ReplyParts {
+            text: String::new(),
+            tool_calls: Vec::new(),
+            structured: None,
+            pending_ack: None,
+        };
+        for block in content {
+            match block {
+                ContentBlock::Text { text, .. } => parts.text.push_str(text),
+                ContentBlock::Compaction { content, .. } => parts.text.push_str(content),
+                ContentBlock::ToolUse {
+                    id, name, input, ..
+                } if name == STRUCTURED_OUTPUT_TOOL => {
+                    parts.structured = Some(input.clone());
+                    parts.pending_ack = Some(id.clone());
+                }
+                ContentBlock::ToolUse {
+                    id, name, input, ..
+                } => parts.tool_calls.push(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                }),
+                _ => {}
+            }
+        }
+        parts
+    }
+}
+
 impl<T: Transport> AnthropicBackend<T> {
     /// A ping generates nothing with `max_tokens: 0` (which the API takes only without
     /// streaming), else one token.
@@ -500,32 +564,15 @@ impl<T: Transport> AnthropicBackend<T> {
         safe_to_repeat: bool,
         commit: Commit,
     ) -> Result<TurnOutcome, BackendError> {
-        let session = self
-            .session
-            .as_mut()
-            .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
+        let min_cacheable = self.session()?.min_cacheable;
         request.diagnostics = Some(DiagnosticsRequest {
             previous_message_id: self.last_turn.as_ref().map(|(id, _)| id.clone()),
         });
-        // The provider reads the prompt after its context edits: predict from that one.
-        let (read, cleared) =
-            apply_edits(&request).map_err(|e| BackendError::Invalid(e.to_string()))?;
-        let shape_of = |r: &MessagesRequest| {
-            serde_json::to_value(r)
-                .map_err(|e| BackendError::Invalid(format!("request does not serialise: {e}")))
-                .and_then(|body| shape(&body).map_err(|e| BackendError::Invalid(e.to_string())))
-        };
-        let shaped = shape_of(&read)?;
-        // Where the clear rewrote the prompt from, as this request was sent.
-        let kept = if cleared.is_empty() {
-            None
-        } else {
-            Some(kept_tokens(&shape_of(&request)?, &shaped))
-        };
+        let (shaped, kept) = as_read(&request)?;
         let now = self.clock.now_ms();
         let prediction = self
             .mirror
-            .predict(&shaped.prompt(), now, session.min_cacheable, &self.rules)
+            .predict(&shaped.prompt(), now, min_cacheable, &self.rules)
             .map_err(|e| BackendError::Invalid(e.to_string()))?;
 
         let completed = self
@@ -564,18 +611,18 @@ impl<T: Transport> AnthropicBackend<T> {
             honoured_5m: usage.cache_write_5m,
             honoured_1h: usage.cache_write_1h,
         };
-        for edit in response
-            .context_management
-            .iter()
-            .flat_map(|c| &c.applied_edits)
-        {
-            events.push(TurnEvent::ContextEdited {
-                edit: edit.kind.clone(),
-                cleared_tool_uses: edit.cleared_tool_uses,
-                cleared_input_tokens: edit.cleared_input_tokens,
-                kept_tokens: kept,
-            });
-        }
+        events.extend(
+            response
+                .context_management
+                .iter()
+                .flat_map(|c| &c.applied_edits)
+                .map(|edit| TurnEvent::ContextEdited {
+                    edit: edit.kind.clone(),
+                    cleared_tool_uses: edit.cleared_tool_uses,
+                    cleared_input_tokens: edit.cleared_input_tokens,
+                    kept_tokens: kept,
+                }),
+        );
         if ttl.mismatch() {
             tracing::warn!(
                 ?ttl,
@@ -584,68 +631,21 @@ impl<T: Transport> AnthropicBackend<T> {
             events.push(TurnEvent::TtlMismatch { check: ttl });
         }
 
-        let mut text = String::new();
-        let mut tool_calls = Vec::new();
-        let mut structured = None;
-        let mut pending_ack = None;
-        for block in &response.content {
-            match block {
-                ContentBlock::Text { text: t, .. } => text.push_str(t),
-                ContentBlock::Compaction { content, .. } => text.push_str(content),
-                ContentBlock::ToolUse {
-                    id, name, input, ..
-                } if name == STRUCTURED_OUTPUT_TOOL => {
-                    structured = Some(input.clone());
-                    pending_ack = Some(id.clone());
-                }
-                ContentBlock::ToolUse {
-                    id, name, input, ..
-                } => tool_calls.push(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    input: input.clone(),
-                }),
-                _ => {}
-            }
-        }
+        let ReplyParts {
+            text,
+            tool_calls,
+            structured,
+            pending_ack,
+        } = ReplyParts::of(&response.content);
         let stop_reason = response.stop_reason.clone().unwrap_or_default();
-        match commit {
-            // The user message without its marker, the reply verbatim.
-            Commit::Turn => {
-                let mut sent = request.messages;
-                set_last_marker(&mut sent, None);
-                session.history = sent;
-                session.history.push(Message {
-                    role: Role::Assistant,
-                    content: Content::Blocks(response.content.clone()),
-                    extra: Map::new(),
-                });
-                session.pending_ack = pending_ack;
-                self.last_turn = Some((response.id.clone(), shaped.clone()));
-            }
-            Commit::Ping => {}
-            // The signed block alone: the provider reads it in place of everything before it,
-            // so nothing before it is sent again. Its acknowledgement went with the request.
-            Commit::Compaction => {
-                let compacted = stop_reason == STOP_COMPACTION
-                    && matches!(
-                        response.content.first(),
-                        Some(ContentBlock::Compaction { .. })
-                    );
-                if !compacted {
-                    return Err(BackendError::CompactionFailed(format!(
-                        "the provider answered without a compaction block (stop reason {stop_reason:?})"
-                    )));
-                }
-                session.history = vec![Message {
-                    role: Role::Assistant,
-                    content: Content::Blocks(response.content.clone()),
-                    extra: Map::new(),
-                }];
-                session.pending_ack = None;
-                self.last_turn = Some((response.id.clone(), shaped.clone()));
-            }
-        }
+        let breakpoints = shaped
+            .prompt()
+            .checkpoints
+            .iter()
+            .filter(|c| c.breakpoint.is_some())
+            .map(|c| c.tokens)
+            .collect();
+        self.commit(commit, request.messages, &response, pending_ack, shaped)?;
         Ok(TurnOutcome {
             text,
             tool_calls,
@@ -660,13 +660,57 @@ impl<T: Transport> AnthropicBackend<T> {
             retries: completed.retries,
             events,
             request_id: completed.request_id,
-            breakpoints: shaped
-                .prompt()
-                .checkpoints
-                .iter()
-                .filter(|c| c.breakpoint.is_some())
-                .map(|c| c.tokens)
-                .collect(),
+            breakpoints,
         })
+    }
+
+    /// What an answered exchange does to the session (see [`Commit`]). A compaction answered
+    /// without its block is [`BackendError::CompactionFailed`], the session unchanged.
+    fn commit(
+        &mut self,
+        commit: Commit,
+        mut sent: Vec<Message>,
+        response: &MessagesResponse,
+        pending_ack: Option<String>,
+        shaped: PromptShape,
+    ) -> Result<(), BackendError> {
+        let session = self
+            .session
+            .as_mut()
+            .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
+        let reply = Message {
+            role: Role::Assistant,
+            content: Content::Blocks(response.content.clone()),
+            extra: Map::new(),
+        };
+        match commit {
+            Commit::Ping => return Ok(()),
+            // The user message without its marker, the reply verbatim.
+            Commit::Turn => {
+                set_last_marker(&mut sent, None);
+                session.history = sent;
+                session.history.push(reply);
+                session.pending_ack = pending_ack;
+            }
+            // The signed block alone: the provider reads it in place of everything before it,
+            // so nothing before it is sent again. Its acknowledgement went with the request.
+            Commit::Compaction => {
+                let stop = response.stop_reason.as_deref();
+                let compacted = stop == Some(STOP_COMPACTION)
+                    && matches!(
+                        response.content.first(),
+                        Some(ContentBlock::Compaction { .. })
+                    );
+                if !compacted {
+                    return Err(BackendError::CompactionFailed(format!(
+                        "the provider answered without a compaction block (stop reason {stop:?})"
+                    )));
+                }
+                session.history = vec![reply];
+                session.pending_ack = None;
+            }
+        }
+        self.last_turn = Some((response.id.clone(), shaped));
+        Ok(())
     }
 }
