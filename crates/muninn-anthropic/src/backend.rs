@@ -413,10 +413,13 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
         // Nothing of the session changes until the compaction block arrives, so it is safe to
         // send again.
         let outcome = match self.exchange(request, true, Commit::Compaction).await {
-            Err(BackendError::Api { kind, message, .. }) if kind.starts_with("compaction_") => {
-                return Err(BackendError::CompactionFailed(format!("{kind}: {message}")));
+            Err(e) => {
+                return Err(match compaction_refusal(&e) {
+                    Some(said) => BackendError::CompactionFailed(said),
+                    None => e,
+                });
             }
-            other => other?,
+            Ok(outcome) => outcome,
         };
         self.events.push(SessionEvent::Compacted {
             session_id: outcome.request_id.clone().unwrap_or_default(),
@@ -477,6 +480,19 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
         request.context_management = None;
         self.set_ping_budget(&mut request);
         self.exchange(request, true, Commit::Ping).await
+    }
+}
+
+/// The provider's refusal of a compaction (`compaction_nothing_to_summarize`, a 529
+/// `compaction_unavailable` after the retries, …), in words: the compaction did not happen, and
+/// the caller rebuilds instead.
+fn compaction_refusal(e: &BackendError) -> Option<String> {
+    match e {
+        BackendError::Api { kind, message, .. } if kind.starts_with("compaction_") => {
+            Some(format!("{kind}: {message}"))
+        }
+        BackendError::RetriesExhausted { last, .. } => compaction_refusal(last),
+        _ => None,
     }
 }
 

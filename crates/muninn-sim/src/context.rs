@@ -13,7 +13,8 @@
 //! Refused with a 400: without the beta; together with `context_management`; instructions
 //! longer than 16,384 characters; a tool call still open (the last message is an assistant's
 //! with a `tool_use`); `compaction_nothing_to_summarize` when no message follows the last
-//! compaction block.
+//! compaction block. A 529 `compaction_unavailable` is an injected fault
+//! ([`crate::sim::FaultKind::CompactionUnavailable`]).
 //!
 //! A compaction block sent back must be the first block of an assistant message
 //! (`compaction_block_misplaced`) and carry the simulator's signature of its content

@@ -24,7 +24,9 @@
 //! ## Invariants
 //!
 //! - For every answered request: `input + cache writes + cache read == prompt tokens` of
-//!   [`muninn_anthropic::prompt::shape`], and the numbers are those of
+//!   [`muninn_anthropic::prompt::shape`] on the prompt as the provider reads it (from the last
+//!   compaction block sent back, after the context edits — the request as sent otherwise), and
+//!   the numbers are those of
 //!   [`muninn_core::cache::CacheState::apply`] at the virtual time of arrival.
 //! - The same request body always gets the same reply content.
 //! - Credentials are never recorded.

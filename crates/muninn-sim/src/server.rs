@@ -136,6 +136,11 @@ pub(crate) fn fault_error(kind: &FaultKind) -> Option<ApiError> {
             )
         },
         FaultKind::Overloaded => ApiError::new(529, "overloaded_error", "Overloaded"),
+        FaultKind::CompactionUnavailable => ApiError::new(
+            529,
+            "compaction_unavailable",
+            "Compaction is temporarily unavailable (simulated).",
+        ),
         FaultKind::ServerError => ApiError::new(500, "api_error", "Internal server error"),
         FaultKind::BadRequest { message } => {
             ApiError::new(400, "invalid_request_error", message.clone())

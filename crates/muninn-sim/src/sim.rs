@@ -16,6 +16,14 @@
 //! does not process a refused request; a stream that fails midway was processed, so its cache
 //! writes stand.
 //!
+//! # The provider's context tools
+//!
+//! Before it is shaped, a request is read as the provider reads it ([`crate::context`]): the
+//! messages before the last compaction block sent back are dropped, and `context_management`
+//! edits (tool-result clearing) are applied; an on-demand compaction is answered with the
+//! signed summary and billed in `usage.iterations[]`. `max_tokens: 0` (a keep-warm ping) is
+//! answered with no content and no output, except with streaming or thinking.
+//!
 //! # Cache diagnostics
 //!
 //! A request with a `diagnostics` object (beta `cache-diagnosis-2026-04-07`; the header is not
@@ -149,6 +157,8 @@ pub enum FaultKind {
         #[serde(default)]
         event_ms: u64,
     },
+    /// 529 `compaction_unavailable`: the provider cannot compact right now (retryable).
+    CompactionUnavailable,
     /// A normal answer whose *reported* usage claims `cache_read_tokens` more cache reads than
     /// the cache model computed, so a client that sizes its context from reported usage (the
     /// Claude Code CLI's auto-compaction) believes the window is nearly full. The cache itself

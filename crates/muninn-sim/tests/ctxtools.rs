@@ -243,6 +243,34 @@ async fn a_server_compaction_is_billed_from_its_iterations() {
     }
 }
 
+/// A provider that cannot compact right now (529 `compaction_unavailable`, retried until the
+/// retries run out) is a failed compaction: the session is as it was, and the next turn goes on.
+#[tokio::test]
+async fn an_unavailable_compaction_fails_and_leaves_the_session() {
+    let h = sim().await;
+    let mut b = backend_with(
+        &h,
+        ContextTools {
+            server_compaction: true,
+            ..ContextTools::default()
+        },
+    );
+    b.start(spec(0)).await.unwrap();
+    let one = b.turn(TurnInput::text("one")).await.unwrap();
+    h.sim.push_faults([muninn_sim::sim::Fault {
+        kind: muninn_sim::sim::FaultKind::CompactionUnavailable,
+        times: 1,
+    }]);
+    match b.compact("").await {
+        Err(BackendError::CompactionFailed(m)) => {
+            assert!(m.contains("compaction_unavailable"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let two = b.turn(TurnInput::text("two")).await.unwrap();
+    assert_eq!(two.usage.cache_read, one.usage.prompt());
+}
+
 /// Off by default: a backend not configured for server compaction cannot compact.
 #[tokio::test]
 async fn server_compaction_is_off_by_default() {
