@@ -35,19 +35,37 @@
 //! less than the mirror predicted. Pings ask too, but the next turn is compared with the last
 //! turn, not with a ping.
 //!
+//! # The provider's own context tools ([`ContextTools`])
+//!
+//! - **Keep-warm pings with `max_tokens: 0`** (on by default): a ping is sent non-streaming
+//!   with `max_tokens: 0`, which refreshes the cached prefix and generates nothing — it pays the
+//!   read and no output ([`AnthropicBackend::ping_output_tokens`] tells the decider).
+//! - **Server compaction** (off by default): [`Backend::compact`] sends the session with a
+//!   top-level `compaction` (beta [`crate::wire::COMPACTION_BETA`]); the reply's signed
+//!   `compaction` block becomes the whole history, which the provider reads in place of
+//!   everything before it. The outcome's usage is the billed usage, read from
+//!   `usage.iterations[]` ([`crate::wire::Usage::to_core`]): the top-level counts of an
+//!   on-demand compaction are 0.
+//! - **Tool-result clearing** (off by default; the `mask` action): every turn carries a
+//!   `clear_tool_uses_20250919` edit; the cache mirror predicts from the prompt as cleared
+//!   ([`crate::context::apply_edits`]), and the provider's `applied_edits` are recorded as
+//!   [`TurnEvent::ContextEdited`].
+//!
 //! A failed turn leaves the history unchanged: the caller's transcript is the truth, and it may
 //! send the turn again.
 
 use crate::client::{AnthropicClient, Completed, Failed};
+use crate::context::{apply_edits, kept_tokens};
 use crate::prompt::{PromptShape, diverge, shape};
 use crate::wire::{
-    CacheControl, Content, ContentBlock, Diagnostics, DiagnosticsRequest, Message, MessagesRequest,
-    Role, System, Tool,
+    CacheControl, ClearToolUses, CompactionRequest, Content, ContentBlock, ContextEdit,
+    ContextManagementRequest, Diagnostics, DiagnosticsRequest, Message, MessagesRequest,
+    MessagesResponse, Role, STOP_COMPACTION, System, Tool,
 };
 use muninn_backend::clock::Clock;
 use muninn_backend::{
-    Backend, BackendError, InputPart, SessionSpec, ToolCall, TtlCheck, TurnEvent, TurnInput,
-    TurnOutcome,
+    Backend, BackendError, Capability, InputPart, SessionEvent, SessionSpec, ToolCall, TtlCheck,
+    TurnEvent, TurnInput, TurnOutcome,
 };
 use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::ledger::MissCause;
@@ -87,10 +105,48 @@ impl Transport for AnthropicClient {
     }
 }
 
+/// Which of the provider's own context tools the backend uses (see the module docs). A real
+/// account may lack a beta, so the two that need one are off unless configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextTools {
+    /// Keep-warm pings send `max_tokens: 0`, non-streaming (the API refuses it with streaming
+    /// or extended thinking, neither of which a ping uses). Default on.
+    pub ping_max_tokens_zero: bool,
+    /// [`Backend::compact`] asks the provider for an on-demand compaction. Default off: the
+    /// backend then cannot compact ([`Capability::Compact`]).
+    pub server_compaction: bool,
+    /// Every turn asks the provider to clear old tool results. Default off.
+    pub clear_tool_uses: Option<ClearToolUses>,
+}
+
+impl Default for ContextTools {
+    fn default() -> Self {
+        ContextTools {
+            ping_max_tokens_zero: true,
+            server_compaction: false,
+            clear_tool_uses: None,
+        }
+    }
+}
+
+/// What an exchange does to the session once answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// A turn: the user message and the reply join the history.
+    Turn,
+    /// A ping: nothing changes.
+    Ping,
+    /// A compaction: the reply's compaction block becomes the whole history.
+    Compaction,
+}
+
 /// The Anthropic Messages API as a [`Backend`], over the HTTPS client by default.
 #[derive(Debug)]
 pub struct AnthropicBackend<T: Transport = AnthropicClient> {
     client: T,
+    tools: ContextTools,
+    /// Session events not yet taken: a server compaction's [`SessionEvent::Compacted`].
+    events: Vec<SessionEvent>,
     clock: Arc<dyn Clock>,
     prices: PriceTable,
     rules: CacheRules,
@@ -115,6 +171,8 @@ impl<T: Transport> AnthropicBackend<T> {
     pub fn new(client: T, clock: Arc<dyn Clock>, prices: PriceTable) -> AnthropicBackend<T> {
         AnthropicBackend {
             client,
+            tools: ContextTools::default(),
+            events: Vec::new(),
             clock,
             prices,
             rules: CacheRules::default(),
@@ -124,18 +182,80 @@ impl<T: Transport> AnthropicBackend<T> {
         }
     }
 
+    /// The backend using `tools` of the provider's context tools.
+    pub fn with_context_tools(mut self, tools: ContextTools) -> AnthropicBackend<T> {
+        self.tools = tools;
+        self
+    }
+
+    /// The context tools in use.
+    pub fn context_tools(&self) -> &ContextTools {
+        &self.tools
+    }
+
+    /// Output tokens a keep-warm ping pays: 0 with `max_tokens: 0`, else the one token it asks
+    /// for.
+    pub fn ping_output_tokens(&self) -> u64 {
+        if self.tools.ping_max_tokens_zero {
+            0
+        } else {
+            1
+        }
+    }
+
+    fn session(&self) -> Result<&Session, BackendError> {
+        self.session
+            .as_ref()
+            .ok_or_else(|| BackendError::Invalid("no session started".to_string()))
+    }
+
     /// The request the next turn with `input` would send (for inspection and tests).
     pub fn render(&self, input: &TurnInput) -> Result<MessagesRequest, BackendError> {
-        let session = self
-            .session
-            .as_ref()
-            .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
+        let session = self.session()?;
         let mut messages = session.history.clone();
         messages.push(user_message(input, session.pending_ack.as_deref())?);
         set_last_marker(
             &mut messages,
             Some(CacheControl::with_ttl(session.spec.conversation_ttl)),
         );
+        let mut request = self.request_with(messages)?;
+        request.context_management =
+            self.tools
+                .clear_tool_uses
+                .clone()
+                .map(|clear| ContextManagementRequest {
+                    edits: vec![ContextEdit::ClearToolUses(clear)],
+                });
+        Ok(request)
+    }
+
+    /// The request that asks the provider to compact the session as it stands: the history
+    /// (with the pending structured-output acknowledgement, so no tool call is left open) under
+    /// the conversation breakpoint, and a top-level `compaction`.
+    pub fn render_compaction(&self, instructions: &str) -> Result<MessagesRequest, BackendError> {
+        let session = self.session()?;
+        let mut messages = session.history.clone();
+        if let Some(id) = &session.pending_ack {
+            messages.push(Message {
+                role: Role::User,
+                content: Content::Blocks(vec![ack(id)]),
+                extra: Map::new(),
+            });
+        }
+        set_last_marker(
+            &mut messages,
+            Some(CacheControl::with_ttl(session.spec.conversation_ttl)),
+        );
+        let mut request = self.request_with(messages)?;
+        request.compaction = Some(CompactionRequest::summarize(
+            (!instructions.is_empty()).then(|| instructions.to_string()),
+        ));
+        Ok(request)
+    }
+
+    /// The session's tools and system layers around `messages`.
+    fn request_with(&self, messages: Vec<Message>) -> Result<MessagesRequest, BackendError> {
+        let session = self.session()?;
         let spec = &session.spec;
         // An empty layer (no doctrine configured, say) is left out: the API refuses an empty
         // text block.
@@ -182,6 +302,8 @@ impl<T: Transport> AnthropicBackend<T> {
             cache_control: None,
             stream: true,
             diagnostics: None,
+            compaction: None,
+            context_management: None,
             extra: Map::new(),
         })
     }
@@ -200,15 +322,20 @@ fn set_last_marker(messages: &mut [Message], marker: Option<CacheControl>) {
     }
 }
 
+/// The acknowledgement of a structured-output call, as the CLI answers it.
+fn ack(id: &str) -> ContentBlock {
+    ContentBlock::ToolResult {
+        tool_use_id: id.to_string(),
+        content: Some(Value::String(STRUCTURED_OUTPUT_ACK.to_string())),
+        is_error: None,
+        cache_control: None,
+    }
+}
+
 fn user_message(input: &TurnInput, pending_ack: Option<&str>) -> Result<Message, BackendError> {
     let mut blocks = Vec::new();
     if let Some(id) = pending_ack {
-        blocks.push(ContentBlock::ToolResult {
-            tool_use_id: id.to_string(),
-            content: Some(Value::String(STRUCTURED_OUTPUT_ACK.to_string())),
-            is_error: None,
-            cache_control: None,
-        });
+        blocks.push(ack(id));
     }
     for part in &input.parts {
         blocks.push(match part {
@@ -267,11 +394,54 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
 
     async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
         let request = self.render(&input)?;
-        self.exchange(request, input.safe_to_repeat, true).await
+        self.exchange(request, input.safe_to_repeat, Commit::Turn)
+            .await
+    }
+
+    async fn compact(&mut self, instructions: &str) -> Result<TurnOutcome, BackendError> {
+        if !self.tools.server_compaction {
+            return Err(BackendError::Unsupported {
+                capability: Capability::Compact,
+            });
+        }
+        if self.session()?.history.is_empty() {
+            return Err(BackendError::CompactionFailed(
+                "nothing to compact yet".to_string(),
+            ));
+        }
+        let request = self.render_compaction(instructions)?;
+        // Nothing of the session changes until the compaction block arrives, so it is safe to
+        // send again.
+        let outcome = match self.exchange(request, true, Commit::Compaction).await {
+            Err(e) => {
+                return Err(match compaction_refusal(&e) {
+                    Some(said) => BackendError::CompactionFailed(said),
+                    None => e,
+                });
+            }
+            Ok(outcome) => outcome,
+        };
+        self.events.push(SessionEvent::Compacted {
+            session_id: outcome.request_id.clone().unwrap_or_default(),
+            trigger: "manual".to_string(),
+            pre_tokens: Some(outcome.usage.prompt()),
+            post_tokens: Some(outcome.usage.output),
+            outside: false,
+            usage: Some(outcome.usage),
+        });
+        Ok(outcome)
+    }
+
+    fn take_session_events(&mut self) -> Vec<SessionEvent> {
+        std::mem::take(&mut self.events)
     }
 
     fn can_ping(&self) -> bool {
         true
+    }
+
+    fn ping_output_tokens(&self) -> u64 {
+        AnthropicBackend::ping_output_tokens(self)
     }
 
     async fn ping(&mut self) -> Result<TurnOutcome, BackendError> {
@@ -293,8 +463,8 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
             &mut request.messages[..prefix],
             Some(CacheControl::with_ttl(session.spec.conversation_ttl)),
         );
-        request.max_tokens = 1;
-        self.exchange(request, true, false).await
+        self.set_ping_budget(&mut request);
+        self.exchange(request, true, Commit::Ping).await
     }
 
     async fn ping_head(&mut self) -> Result<TurnOutcome, BackendError> {
@@ -307,34 +477,118 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
             )]),
             extra: Map::new(),
         }];
-        request.max_tokens = 1;
-        self.exchange(request, true, false).await
+        request.context_management = None;
+        self.set_ping_budget(&mut request);
+        self.exchange(request, true, Commit::Ping).await
+    }
+}
+
+/// The provider's refusal of a compaction (`compaction_nothing_to_summarize`, a 529
+/// `compaction_unavailable` after the retries, …), in words: the compaction did not happen, and
+/// the caller rebuilds instead.
+fn compaction_refusal(e: &BackendError) -> Option<String> {
+    match e {
+        BackendError::Api { kind, message, .. } if kind.starts_with("compaction_") => {
+            Some(format!("{kind}: {message}"))
+        }
+        BackendError::RetriesExhausted { last, .. } => compaction_refusal(last),
+        _ => None,
+    }
+}
+
+/// The prompt the provider reads of `request` — after its context edits — mapped for the cache
+/// model, and, when an edit cleared something, the tokens it left as they were (the prompt is
+/// rewritten from there on).
+fn as_read(request: &MessagesRequest) -> Result<(PromptShape, Option<Tokens>), BackendError> {
+    let invalid = |e: String| BackendError::Invalid(e);
+    let shape_of = |r: &MessagesRequest| {
+        serde_json::to_value(r)
+            .map_err(|e| invalid(format!("request does not serialise: {e}")))
+            .and_then(|body| shape(&body).map_err(|e| invalid(e.to_string())))
+    };
+    let (read, cleared) = apply_edits(request).map_err(|e| invalid(e.to_string()))?;
+    let shaped = shape_of(&read)?;
+    let kept = if cleared.is_empty() {
+        None
+    } else {
+        Some(kept_tokens(&shape_of(request)?, &shaped))
+    };
+    Ok((shaped, kept))
+}
+
+/// What a reply says, read from its blocks.
+struct ReplyParts {
+    /// Text blocks (and a compaction's summary) joined.
+    text: String,
+    /// Tool calls other than the structured-output call.
+    tool_calls: Vec<ToolCall>,
+    /// The structured-output call's input.
+    structured: Option<Value>,
+    /// That call's id, to acknowledge in the next user message.
+    pending_ack: Option<String>,
+}
+
+impl ReplyParts {
+    fn of(content: &[ContentBlock]) -> ReplyParts {
+        let mut parts = ReplyParts {
+            text: String::new(),
+            tool_calls: Vec::new(),
+            structured: None,
+            pending_ack: None,
+        };
+        for block in content {
+            match block {
+                ContentBlock::Text { text, .. } => parts.text.push_str(text),
+                ContentBlock::Compaction { content, .. } => parts.text.push_str(content),
+                ContentBlock::ToolUse {
+                    id, name, input, ..
+                } if name == STRUCTURED_OUTPUT_TOOL => {
+                    parts.structured = Some(input.clone());
+                    parts.pending_ack = Some(id.clone());
+                }
+                ContentBlock::ToolUse {
+                    id, name, input, ..
+                } => parts.tool_calls.push(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                }),
+                _ => {}
+            }
+        }
+        parts
     }
 }
 
 impl<T: Transport> AnthropicBackend<T> {
+    /// A ping generates nothing with `max_tokens: 0` (which the API takes only without
+    /// streaming), else one token.
+    fn set_ping_budget(&self, request: &mut MessagesRequest) {
+        if self.tools.ping_max_tokens_zero {
+            request.max_tokens = 0;
+            request.stream = false;
+        } else {
+            request.max_tokens = 1;
+        }
+    }
+
     /// Sends a rendered request, predicts and checks its usage, and — for a turn — commits the
     /// exchange to the session.
     async fn exchange(
         &mut self,
         mut request: MessagesRequest,
         safe_to_repeat: bool,
-        commit: bool,
+        commit: Commit,
     ) -> Result<TurnOutcome, BackendError> {
-        let session = self
-            .session
-            .as_mut()
-            .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
+        let min_cacheable = self.session()?.min_cacheable;
         request.diagnostics = Some(DiagnosticsRequest {
             previous_message_id: self.last_turn.as_ref().map(|(id, _)| id.clone()),
         });
-        let body = serde_json::to_value(&request)
-            .map_err(|e| BackendError::Invalid(format!("request does not serialise: {e}")))?;
-        let shaped = shape(&body).map_err(|e| BackendError::Invalid(e.to_string()))?;
+        let (shaped, kept) = as_read(&request)?;
         let now = self.clock.now_ms();
         let prediction = self
             .mirror
-            .predict(&shaped.prompt(), now, session.min_cacheable, &self.rules)
+            .predict(&shaped.prompt(), now, min_cacheable, &self.rules)
             .map_err(|e| BackendError::Invalid(e.to_string()))?;
 
         let completed = self
@@ -373,6 +627,18 @@ impl<T: Transport> AnthropicBackend<T> {
             honoured_5m: usage.cache_write_5m,
             honoured_1h: usage.cache_write_1h,
         };
+        events.extend(
+            response
+                .context_management
+                .iter()
+                .flat_map(|c| &c.applied_edits)
+                .map(|edit| TurnEvent::ContextEdited {
+                    edit: edit.kind.clone(),
+                    cleared_tool_uses: edit.cleared_tool_uses,
+                    cleared_input_tokens: edit.cleared_input_tokens,
+                    kept_tokens: kept,
+                }),
+        );
         if ttl.mismatch() {
             tracing::warn!(
                 ?ttl,
@@ -381,48 +647,26 @@ impl<T: Transport> AnthropicBackend<T> {
             events.push(TurnEvent::TtlMismatch { check: ttl });
         }
 
-        let mut text = String::new();
-        let mut tool_calls = Vec::new();
-        let mut structured = None;
-        let mut pending_ack = None;
-        for block in &response.content {
-            match block {
-                ContentBlock::Text { text: t, .. } => text.push_str(t),
-                ContentBlock::ToolUse {
-                    id, name, input, ..
-                } if name == STRUCTURED_OUTPUT_TOOL => {
-                    structured = Some(input.clone());
-                    pending_ack = Some(id.clone());
-                }
-                ContentBlock::ToolUse {
-                    id, name, input, ..
-                } => tool_calls.push(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    input: input.clone(),
-                }),
-                _ => {}
-            }
-        }
-        // Commit the turn to the session: the user message without its marker, the reply
-        // verbatim. A ping leaves the session as it was.
-        if commit {
-            let mut sent = request.messages;
-            set_last_marker(&mut sent, None);
-            session.history = sent;
-            session.history.push(Message {
-                role: Role::Assistant,
-                content: Content::Blocks(response.content.clone()),
-                extra: Map::new(),
-            });
-            session.pending_ack = pending_ack;
-            self.last_turn = Some((response.id.clone(), shaped.clone()));
-        }
+        let ReplyParts {
+            text,
+            tool_calls,
+            structured,
+            pending_ack,
+        } = ReplyParts::of(&response.content);
+        let stop_reason = response.stop_reason.clone().unwrap_or_default();
+        let breakpoints = shaped
+            .prompt()
+            .checkpoints
+            .iter()
+            .filter(|c| c.breakpoint.is_some())
+            .map(|c| c.tokens)
+            .collect();
+        self.commit(commit, request.messages, &response, pending_ack, shaped)?;
         Ok(TurnOutcome {
             text,
             tool_calls,
             structured,
-            stop_reason: response.stop_reason.unwrap_or_default(),
+            stop_reason,
             usage,
             raw_usage: completed.raw_usage,
             predicted: Some(predicted),
@@ -432,13 +676,57 @@ impl<T: Transport> AnthropicBackend<T> {
             retries: completed.retries,
             events,
             request_id: completed.request_id,
-            breakpoints: shaped
-                .prompt()
-                .checkpoints
-                .iter()
-                .filter(|c| c.breakpoint.is_some())
-                .map(|c| c.tokens)
-                .collect(),
+            breakpoints,
         })
+    }
+
+    /// What an answered exchange does to the session (see [`Commit`]). A compaction answered
+    /// without its block is [`BackendError::CompactionFailed`], the session unchanged.
+    fn commit(
+        &mut self,
+        commit: Commit,
+        mut sent: Vec<Message>,
+        response: &MessagesResponse,
+        pending_ack: Option<String>,
+        shaped: PromptShape,
+    ) -> Result<(), BackendError> {
+        let session = self
+            .session
+            .as_mut()
+            .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
+        let reply = Message {
+            role: Role::Assistant,
+            content: Content::Blocks(response.content.clone()),
+            extra: Map::new(),
+        };
+        match commit {
+            Commit::Ping => return Ok(()),
+            // The user message without its marker, the reply verbatim.
+            Commit::Turn => {
+                set_last_marker(&mut sent, None);
+                session.history = sent;
+                session.history.push(reply);
+                session.pending_ack = pending_ack;
+            }
+            // The signed block alone: the provider reads it in place of everything before it,
+            // so nothing before it is sent again. Its acknowledgement went with the request.
+            Commit::Compaction => {
+                let stop = response.stop_reason.as_deref();
+                let compacted = stop == Some(STOP_COMPACTION)
+                    && matches!(
+                        response.content.first(),
+                        Some(ContentBlock::Compaction { .. })
+                    );
+                if !compacted {
+                    return Err(BackendError::CompactionFailed(format!(
+                        "the provider answered without a compaction block (stop reason {stop:?})"
+                    )));
+                }
+                session.history = vec![reply];
+                session.pending_ack = None;
+            }
+        }
+        self.last_turn = Some((response.id.clone(), shaped));
+        Ok(())
     }
 }

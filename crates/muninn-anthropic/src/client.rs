@@ -264,10 +264,18 @@ impl AnthropicClient {
                 });
             }
         };
+        // The configured betas, and those this request's own fields need (compaction, context
+        // edits), so a caller never sends a beta field without its header.
+        let mut betas = self.config.betas.clone();
+        for beta in crate::context::betas_for(request) {
+            if !betas.iter().any(|b| b == beta) {
+                betas.push(beta.to_string());
+            }
+        }
         let mut retries = Vec::new();
         let mut attempt: u32 = 0;
         loop {
-            let failure = match self.attempt(&body, request.stream).await {
+            let failure = match self.attempt(&body, request.stream, &betas).await {
                 Ok((response, raw_usage, request_id)) => {
                     return Ok(Completed {
                         response,
@@ -327,6 +335,7 @@ impl AnthropicClient {
         &self,
         body: &[u8],
         stream: bool,
+        betas: &[String],
     ) -> Result<(MessagesResponse, Value, Option<String>), AttemptError> {
         let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
         let mut req = self
@@ -349,8 +358,8 @@ impl AnthropicClient {
                 format!("Bearer {}", self.config.api_key.expose()),
             ),
         };
-        if !self.config.betas.is_empty() {
-            req = req.header("anthropic-beta", self.config.betas.join(","));
+        if !betas.is_empty() {
+            req = req.header("anthropic-beta", betas.join(","));
         }
         let transport = |e: reqwest::Error| AttemptError {
             error: BackendError::Transport(transport_cause(e)),

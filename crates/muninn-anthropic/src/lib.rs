@@ -6,6 +6,8 @@
 //!
 //! - [`wire`] — request, response, stream-event, usage and error types, forward-compatible.
 //! - [`sse`] — an incremental SSE decoder (any chunk boundaries) and encoder.
+//! - [`context`] — the provider's context edits (tool-result clearing) applied as the provider
+//!   applies them, shared by the simulator and the backend's predictions.
 //! - [`prompt`] — the one mapping from a request body to the cache model's checkpoints, shared
 //!   by the simulator and by the client's predictions.
 //! - [`secret`] — [`secret::ApiKey`], redacted everywhere.
@@ -21,6 +23,7 @@
 
 pub mod backend;
 pub mod client;
+pub mod context;
 pub mod prompt;
 pub mod secret;
 pub mod sse;

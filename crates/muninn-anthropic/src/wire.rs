@@ -12,6 +12,9 @@
 //! event type with a malformed body is an error ([`StreamEvent::parse`]), never silently
 //! `Unknown`.
 
+mod context;
+
+pub use context::*;
 use muninn_core::cache::Ttl;
 use muninn_core::miss::{ProviderMiss, ProviderMissReason};
 use serde::{Deserialize, Serialize};
@@ -114,6 +117,15 @@ pub enum ContentBlock {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
     },
+    /// A provider-side compaction's summary (beta [`COMPACTION_BETA`]): the reply to a request
+    /// with a top-level `compaction`, sent back as the first block of an assistant message; the
+    /// provider then ignores every message before it.
+    Compaction {
+        /// The summary.
+        content: String,
+        /// The provider's signature over the summary (checked when sent back).
+        signature: String,
+    },
     /// The model's visible reasoning.
     Thinking {
         /// The reasoning text.
@@ -142,7 +154,9 @@ impl ContentBlock {
             ContentBlock::Text { cache_control, .. }
             | ContentBlock::ToolUse { cache_control, .. }
             | ContentBlock::ToolResult { cache_control, .. } => *cache_control = marker,
-            ContentBlock::Thinking { .. } | ContentBlock::Unknown(_) => {}
+            ContentBlock::Thinking { .. }
+            | ContentBlock::Compaction { .. }
+            | ContentBlock::Unknown(_) => {}
         }
     }
 }
@@ -226,8 +240,14 @@ pub struct MessagesRequest {
     /// response to compare this request with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<DiagnosticsRequest>,
+    /// On-demand compaction (beta [`COMPACTION_BETA`]): the reply is the conversation's summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<CompactionRequest>,
+    /// Context edits (beta [`CONTEXT_MANAGEMENT_BETA`]), such as tool-result clearing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_management: Option<ContextManagementRequest>,
     /// Fields this crate does not name (`thinking`, `metadata`, `output_config`,
-    /// `context_management`, `temperature`, …), kept verbatim.
+    /// `temperature`, …), kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -351,6 +371,9 @@ pub struct Usage {
     /// `standard`, `priority` or `batch`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_tier: Option<String>,
+    /// Per-pass usage: where a compaction's own tokens are reported (and only there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<Vec<UsageIteration>>,
     /// Fields this crate does not name (`server_tool_use`, `inference_geo`, …), kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -378,16 +401,38 @@ impl Usage {
         if later.service_tier.is_some() {
             self.service_tier.clone_from(&later.service_tier);
         }
+        if later.iterations.is_some() {
+            self.iterations.clone_from(&later.iterations);
+        }
         for (k, v) in &later.extra {
             self.extra.insert(k.clone(), v.clone());
         }
     }
 
-    /// The parsed numbers muninn's ledger keeps. When the server gives no `cache_creation`
-    /// split, every written token is counted as a 5-minute write (the API's default TTL).
-    /// When the split disagrees with the total, the split wins for each tier and any remainder
-    /// of the total is a 5-minute write.
+    /// The parsed numbers muninn's ledger keeps: what the request is billed, which is the
+    /// top-level counts plus every `iterations[]` entry billed separately (a compaction's,
+    /// which the top-level counts exclude; an iteration's writes count as 5-minute writes).
+    /// When the server gives no `cache_creation` split, every written token is counted as a
+    /// 5-minute write (the API's default TTL). When the split disagrees with the total, the
+    /// split wins for each tier and any remainder of the total is a 5-minute write.
     pub fn to_core(&self) -> muninn_core::trace::Usage {
+        let mut usage = self.top_level();
+        for it in self.iterations.iter().flatten() {
+            if it.billed_separately() {
+                usage.input = usage.input.saturating_add(it.input_tokens);
+                usage.output = usage.output.saturating_add(it.output_tokens);
+                usage.cache_read = usage.cache_read.saturating_add(it.cache_read_input_tokens);
+                usage.cache_write_5m = usage
+                    .cache_write_5m
+                    .saturating_add(it.cache_creation_input_tokens);
+            }
+        }
+        usage
+    }
+
+    /// The top-level counts alone, without `iterations[]`: what a ledger that ignored the
+    /// iterations would record (it under-counts a compaction).
+    pub fn top_level(&self) -> muninn_core::trace::Usage {
         let total_write = self.cache_creation_input_tokens.unwrap_or(0);
         let (w5, w1) = match self.cache_creation {
             Some(split) => {
@@ -426,6 +471,7 @@ impl Usage {
             }),
             output_tokens: Some(usage.output),
             service_tier: Some("standard".to_string()),
+            iterations: None,
             extra: Map::new(),
         }
     }
@@ -446,7 +492,7 @@ pub struct MessagesResponse {
     /// The reply's blocks (empty in `message_start`).
     pub content: Vec<ContentBlock>,
     /// Why generation stopped: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`, `refusal`,
-    /// `pause_turn`; `null` in `message_start`.
+    /// `pause_turn`, `compaction`; `null` in `message_start`.
     #[serde(default)]
     pub stop_reason: Option<String>,
     /// The stop sequence that matched, if any.
@@ -458,6 +504,9 @@ pub struct MessagesResponse {
     /// pending); on a stream, in `message_start`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnostics: Option<Diagnostics>,
+    /// The context edits applied to the request (beta [`CONTEXT_MANAGEMENT_BETA`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_management: Option<ContextManagementResponse>,
 }
 
 fn message_type() -> String {

@@ -178,6 +178,21 @@ pub enum TurnEvent {
         /// What was expected and what was reported.
         check: TtlCheck,
     },
+    /// The provider edited the prompt before reading it (Anthropic `context_management`:
+    /// tool-result clearing, the `mask` action). The clear rewrote the prompt from the first
+    /// cleared block on, so this request wrote the cache from there.
+    ContextEdited {
+        /// The edit's type (`clear_tool_uses_20250919`).
+        edit: String,
+        /// Tool uses whose results were cleared.
+        cleared_tool_uses: u64,
+        /// Prompt tokens the edit removed.
+        cleared_input_tokens: u64,
+        /// Prompt tokens before the first cleared block, as muninn applied the same edit to
+        /// predict the cache (`None` when its own application cleared nothing).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kept_tokens: Option<u64>,
+    },
     /// The provider read less than the cache model predicted.
     ReadShortfall {
         /// Predicted cache read.
@@ -477,6 +492,12 @@ pub trait Backend: Send {
                 capability: Capability::Ping,
             })
         }
+    }
+
+    /// Output tokens one keep-warm ping pays (the decider prices pings with it): 1 by default,
+    /// 0 for a backend whose pings send `max_tokens: 0`.
+    fn ping_output_tokens(&self) -> u64 {
+        1
     }
 
     /// Whether [`Backend::ping`] and [`Backend::ping_head`] can keep this backend's cache warm.

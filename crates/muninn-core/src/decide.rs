@@ -11,7 +11,7 @@
 //! |---|---|---|
 //! | [`Action::Append`] | sends the next request on the current segment | read P (warm) or write P (cold), plus the new tail |
 //! | [`Action::Refresh`] | flushes memory (if not already flushed) and starts a new segment from head + memory | flush (read P + instruction + memory output) + write R |
-//! | [`Action::Ping`] | keep-warm request, `max_tokens: 1`, breakpoint on the cached prefix | read P + a tiny uncached tail + 1 output token |
+//! | [`Action::Ping`] | keep-warm request, `max_tokens: 0` (or 1), breakpoint on the cached prefix | read P + a tiny uncached tail + [`Bounds::ping_output_tokens`] (0 or 1) |
 //! | [`Action::Flush`] | writes memory now, while the cache is warm, so that a cold wake can restart cheaply; then lets the cache expire | read P + instruction + memory output |
 //! | [`Action::LetExpire`] | nothing: the cache is allowed to expire | 0 now |
 //!
@@ -278,12 +278,21 @@ pub struct Bounds {
     pub flush_output_tokens: Tokens,
     /// Uncached tail of a keep-warm ping.
     pub ping_tokens: Tokens,
+    /// Output tokens a keep-warm ping pays: 1 for a `max_tokens: 1` ping, 0 for a backend that
+    /// pings with `max_tokens: 0` (the Anthropic backend's default). Rows stored before this
+    /// field existed priced 1.
+    #[serde(default = "one_token")]
+    pub ping_output_tokens: Tokens,
     /// Requests a segment must hold before a (voluntary) refresh.
     pub min_segment_requests: u32,
     /// The context ceiling: no request may exceed it.
     pub ceiling_tokens: Tokens,
     /// The model's context window (for `threshold:F`).
     pub context_window: Tokens,
+}
+
+fn one_token() -> Tokens {
+    1
 }
 
 impl Bounds {
@@ -443,7 +452,7 @@ impl SessionView {
     pub fn ping_cost(&self) -> MicroUsd {
         MicroUsd::of(self.prefix_tokens, self.rates.read)
             + MicroUsd::of(self.bounds.ping_tokens, self.rates.input)
-            + MicroUsd::of(1, self.rates.output)
+            + MicroUsd::of(self.bounds.ping_output_tokens, self.rates.output)
     }
 
     /// Whether the head is alive at `now_ms`.
@@ -460,7 +469,7 @@ impl SessionView {
     pub fn head_ping_cost(&self) -> MicroUsd {
         MicroUsd::of(self.bounds.head_tokens, self.rates.read)
             + MicroUsd::of(self.bounds.ping_tokens, self.rates.input)
-            + MicroUsd::of(1, self.rates.output)
+            + MicroUsd::of(self.bounds.ping_output_tokens, self.rates.output)
     }
 
     /// What losing the head costs at the wake: rewriting it instead of reading it.

@@ -11,6 +11,8 @@
 //! - [`cache`] — the prompt-cache model: reads, writes 5m/1h, uncached input, miss causes.
 //! - [`trace`] — normalised traces, the importers' output and the replay engine's input.
 //! - [`ledger`] — the ledger row written for every request.
+//! - [`mask`] — pricing the `mask` action (the provider's tool-result clearing): the clearing
+//!   request's rewrite and the later requests it pays back over.
 //! - [`miss`] — one vocabulary of cache-miss causes, mapped to the provider's diagnosis and to
 //!   Claude Code's `/usage` causes.
 //! - [`records`] — a Mind's records shared by the store, the runtime and the HTTP API: roles,
@@ -39,6 +41,7 @@ pub mod cache;
 pub mod closed_loop;
 pub mod decide;
 pub mod ledger;
+pub mod mask;
 pub mod miss;
 pub mod money;
 pub mod optimum;

@@ -616,3 +616,88 @@ fn an_openai_trace_replays_under_openais_cache() {
         }
     }
 }
+
+/// A keep-warm ping pays the output the backend's pings generate: none with `max_tokens: 0`
+/// (the Anthropic backend's default), one token with `max_tokens: 1` — in the replay's steps
+/// and in its total.
+#[test]
+fn pings_are_priced_at_the_backends_ping_output() {
+    let t = trace(&gappy_steps(), Ttl::FiveMinutes);
+    let price = PriceTable::embedded().model(&t.model).unwrap().clone();
+    let run = |ping_output_tokens: Tokens| {
+        let a = Assumptions {
+            rehydrate_tokens: 150_000,
+            ping_output_tokens,
+            ..assumptions()
+        };
+        let mut outputs = Vec::new();
+        let totals = replay(&t, Plan::Online(Policy::SkiRental), &a, &mut |s| {
+            if s.kind == StepKind::Ping {
+                outputs.push(s.usage.output);
+            }
+        });
+        (totals, outputs)
+    };
+    let (zero, zero_outputs) = run(0);
+    let (one, one_outputs) = run(1);
+    assert!(!zero_outputs.is_empty());
+    assert!(zero_outputs.iter().all(|&o| o == 0), "{zero_outputs:?}");
+    assert!(one_outputs.iter().all(|&o| o == 1), "{one_outputs:?}");
+    // The same decisions (one output token does not move a break-even here), each ping one
+    // output token cheaper.
+    assert_eq!(zero.pings, one.pings);
+    assert_eq!(
+        one.cost.0 - zero.cost.0,
+        MicroUsd::of(one.pings, price.output).0
+    );
+    assert_eq!(Assumptions::default().ping_output_tokens, 0);
+}
+
+/// The `mask` action's price: the clearing request reads the prefix cached before the clear and
+/// writes the rest; it pays back once the later warm requests' smaller reads (r·C each) have
+/// covered its rewrite premium, w·(P − C − R₀) − r·(P − R₀) — the closed form, checked against
+/// the function that prices the two requests' usage.
+#[test]
+fn a_mask_pays_back_after_its_break_even_requests() {
+    use muninn_core::mask::{MaskedRequest, mask_break_even, masked_usage, unmasked_usage};
+    let price = PriceTable::embedded()
+        .model("claude-opus-5-5")
+        .unwrap()
+        .clone();
+    let (p, delta, c, r0) = (100_000u64, 1_000u64, 30_000u64, 20_000u64);
+    let request = MaskedRequest {
+        uncleared_tokens: p + delta,
+        kept_tokens: 25_000,
+        cleared_tokens: c,
+        cached_before_clear: r0,
+        ttl: Ttl::FiveMinutes,
+        output: 0,
+    };
+    let masked = masked_usage(&request);
+    assert_eq!(masked.cache_read, r0);
+    assert_eq!(masked.cache_write_5m, p + delta - c - r0);
+    assert_eq!(unmasked_usage(&request, p).cache_write_5m, delta);
+    let w = price.write_5m;
+    let r = price.read;
+    let extra = MicroUsd::of(p - c - r0, w).0 - MicroUsd::of(p - r0, r).0;
+    let each = MicroUsd::of(c, r).0;
+    let n = mask_break_even(&request, p, &price).unwrap();
+    assert_eq!(
+        n as i64,
+        (extra + each - 1) / each,
+        "extra {extra}, each {each}"
+    );
+    assert!(n > 0);
+    // Nothing cached before the clear: a dearer rewrite, a later break-even.
+    let cold = MaskedRequest {
+        cached_before_clear: 0,
+        ..request
+    };
+    assert!(mask_break_even(&cold, p, &price).unwrap() > n);
+    // Nothing cleared: it never pays.
+    let nothing = MaskedRequest {
+        cleared_tokens: 0,
+        ..request
+    };
+    assert_eq!(mask_break_even(&nothing, p, &price), None);
+}

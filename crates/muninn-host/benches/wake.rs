@@ -96,6 +96,10 @@ impl Backend for Probe {
         self.inner.can_ping()
     }
 
+    fn ping_output_tokens(&self) -> u64 {
+        self.inner.ping_output_tokens()
+    }
+
     fn binds_sessions(&self) -> bool {
         self.inner.binds_sessions()
     }

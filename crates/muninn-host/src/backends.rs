@@ -3,7 +3,7 @@
 //! long-lived `claude -p` process per session. One enum so a host runs any without boxing.
 
 use crate::config::{BackendKind, Config, PoolSettings, SelfSession};
-use muninn_anthropic::backend::AnthropicBackend;
+use muninn_anthropic::backend::{AnthropicBackend, ContextTools};
 use muninn_anthropic::client::TokioSleeper;
 use muninn_anthropic::client::{AnthropicClient, ClientConfig, credentials_from_env};
 use muninn_backend::clock::Clock;
@@ -70,6 +70,14 @@ impl Backend for AnyBackend {
             AnyBackend::Sim(b) => b.ping_head().await,
             AnyBackend::Anthropic(b) => b.ping_head().await,
             AnyBackend::ClaudeCli(b) => b.ping_head().await,
+        }
+    }
+
+    fn ping_output_tokens(&self) -> u64 {
+        match self {
+            AnyBackend::Sim(b) => b.ping_output_tokens(),
+            AnyBackend::Anthropic(b) => b.ping_output_tokens(),
+            AnyBackend::ClaudeCli(b) => b.ping_output_tokens(),
         }
     }
 
@@ -155,8 +163,9 @@ impl Backend for AnyBackend {
 pub enum BackendFactory {
     /// Sessions on one shared simulator (one provider cache, as on the real API).
     Sim(Arc<Simulator>),
-    /// Sessions on the Anthropic API, sharing one HTTPS client.
-    Anthropic(Box<AnthropicClient>),
+    /// Sessions on the Anthropic API, sharing one HTTPS client, using the provider's context
+    /// tools as `[backend]` says.
+    Anthropic(Box<AnthropicClient>, ContextTools),
     /// Sessions on the Claude Code CLI: one child per session, each with its own state
     /// directory under `data_dir`.
     ClaudeCli {
@@ -308,7 +317,7 @@ impl std::fmt::Debug for BackendFactory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             BackendFactory::Sim(_) => f.write_str("BackendFactory::Sim"),
-            BackendFactory::Anthropic(_) => f.write_str("BackendFactory::Anthropic"),
+            BackendFactory::Anthropic(..) => f.write_str("BackendFactory::Anthropic"),
             BackendFactory::ClaudeCli { bin, .. } => f
                 .debug_struct("BackendFactory::ClaudeCli")
                 .field("bin", bin)
@@ -431,7 +440,10 @@ impl BackendFactory {
                 client_config.auth = auth;
                 let client = AnthropicClient::new(client_config, Arc::new(TokioSleeper))
                     .map_err(|e| BackendSetupError::Client(e.to_string()))?;
-                Ok(BackendFactory::Anthropic(Box::new(client)))
+                Ok(BackendFactory::Anthropic(
+                    Box::new(client),
+                    config.backend.context_tools(),
+                ))
             }
         }
     }
@@ -446,8 +458,9 @@ impl BackendFactory {
                 clock,
                 prices.clone(),
             ))),
-            BackendFactory::Anthropic(client) => AnyBackend::Anthropic(Box::new(
-                AnthropicBackend::new((**client).clone(), clock, prices.clone()),
+            BackendFactory::Anthropic(client, tools) => AnyBackend::Anthropic(Box::new(
+                AnthropicBackend::new((**client).clone(), clock, prices.clone())
+                    .with_context_tools(tools.clone()),
             )),
             BackendFactory::ClaudeCli {
                 bin,
@@ -501,7 +514,7 @@ impl BackendFactory {
     pub fn self_session(&self, mind: &str) -> Option<&SelfSession> {
         match self {
             BackendFactory::ClaudeCli { self_sessions, .. } => self_sessions.get(mind),
-            BackendFactory::Sim(_) | BackendFactory::Anthropic(_) => None,
+            BackendFactory::Sim(_) | BackendFactory::Anthropic(..) => None,
         }
     }
 
@@ -509,7 +522,7 @@ impl BackendFactory {
     pub fn process_pool(&self) -> Option<&SharedPool> {
         match self {
             BackendFactory::ClaudeCli { shared_pool, .. } => Some(shared_pool),
-            BackendFactory::Sim(_) | BackendFactory::Anthropic(_) => None,
+            BackendFactory::Sim(_) | BackendFactory::Anthropic(..) => None,
         }
     }
 
@@ -517,7 +530,7 @@ impl BackendFactory {
     pub fn pool_settings(&self) -> Option<&PoolSettings> {
         match self {
             BackendFactory::ClaudeCli { pool, .. } => Some(pool),
-            BackendFactory::Sim(_) | BackendFactory::Anthropic(_) => None,
+            BackendFactory::Sim(_) | BackendFactory::Anthropic(..) => None,
         }
     }
 
@@ -525,7 +538,7 @@ impl BackendFactory {
     pub fn describe(&self) -> String {
         match self {
             BackendFactory::Sim(_) => "the built-in simulator".to_string(),
-            BackendFactory::Anthropic(client) => {
+            BackendFactory::Anthropic(client, _) => {
                 format!("the Anthropic API at {}", client.config().base_url)
             }
             BackendFactory::ClaudeCli { bin, base_url, .. } => {
@@ -538,7 +551,7 @@ impl BackendFactory {
     pub fn simulator(&self) -> Option<&Arc<Simulator>> {
         match self {
             BackendFactory::Sim(sim) => Some(sim),
-            BackendFactory::Anthropic(_) | BackendFactory::ClaudeCli { .. } => None,
+            BackendFactory::Anthropic(..) | BackendFactory::ClaudeCli { .. } => None,
         }
     }
 }

@@ -134,6 +134,16 @@ pub struct BackendConfig {
     /// no longer than this.
     #[serde(default)]
     pub cli_turn_timeout_s: Option<u64>,
+    /// `anthropic` only: keep-warm pings send `max_tokens: 0` (non-streaming), paying the
+    /// prefix's read and no output. Default true; set false for an endpoint that refuses it.
+    #[serde(default)]
+    pub ping_max_tokens_zero: Option<bool>,
+    /// `anthropic` only: a compaction (a Persona's `refresh = "compact"`) is the provider's
+    /// on-demand server compaction (beta `compact-2026-09-04`), billed from
+    /// `usage.iterations[]`. Default false: the backend cannot compact, and such a refresh
+    /// rebuilds the segment instead.
+    #[serde(default)]
+    pub server_compaction: Option<bool>,
 }
 
 impl Default for BackendConfig {
@@ -146,6 +156,22 @@ impl Default for BackendConfig {
             self_session: SelfSessionConfig::default(),
             pool: PoolSettings::default(),
             cli_turn_timeout_s: None,
+            ping_max_tokens_zero: None,
+            server_compaction: None,
+        }
+    }
+}
+
+impl BackendConfig {
+    /// The provider's context tools the `anthropic` backend uses, defaults filled in.
+    pub fn context_tools(&self) -> muninn_anthropic::backend::ContextTools {
+        let defaults = muninn_anthropic::backend::ContextTools::default();
+        muninn_anthropic::backend::ContextTools {
+            ping_max_tokens_zero: self
+                .ping_max_tokens_zero
+                .unwrap_or(defaults.ping_max_tokens_zero),
+            server_compaction: self.server_compaction.unwrap_or(defaults.server_compaction),
+            clear_tool_uses: defaults.clear_tool_uses,
         }
     }
 }

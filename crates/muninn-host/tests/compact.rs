@@ -394,3 +394,72 @@ async fn a_compaction_the_cli_cannot_finish_falls_back_to_a_rebuild() {
     r.release().await.unwrap();
     w.server.stop().await.unwrap();
 }
+
+/// A compact refresh on the Anthropic API backend with the provider's on-demand compaction
+/// (`[backend] server_compaction = true`), against the simulator over HTTP: the provider reports
+/// the compaction's tokens only in `usage.iterations[]`, and the ledger row counts them — its
+/// usage is the simulator's bill for that request and its cost the iterations priced, where a
+/// ledger that read the top-level counts (all 0) would have recorded nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_compaction_is_ledgered_at_its_iterations() {
+    let w = crate::resume::cli_world_with("unused".into(), |c| {
+        c.backend.kind = Some(muninn_host::config::BackendKind::Anthropic);
+        c.backend.server_compaction = Some(true);
+    })
+    .await;
+    let mut r = w.runner(compacting(3), "host-a");
+    r.register().await.unwrap();
+    for i in 0..5 {
+        w.say(
+            &format!("s{i}"),
+            &format!("s{i}: the ravens by the mill, part {i}"),
+        )
+        .await;
+        turn(&mut r).await;
+        w.server.sim.advance_clock(30_000);
+    }
+    let compactions: Vec<_> = answered(&w)
+        .into_iter()
+        .filter(|q| q.body.get("compaction").is_some())
+        .collect();
+    let rows = w.rows().await;
+    assert_eq!(
+        compactions.len(),
+        1,
+        "{rows:#?} {:#?}",
+        answered(&w)
+            .iter()
+            .map(|q| (q.seq, q.usage, q.body.get("compaction").is_some()))
+            .collect::<Vec<_>>()
+    );
+    let rows = w.rows().await;
+    let row = rows.iter().find(|r| r.decision == "compact").unwrap();
+    let billed = compactions[0].usage.unwrap();
+    assert_eq!(row.usage, billed, "{row:#?}");
+    assert!(row.usage.output > 0 && row.usage.cache_read > 0, "{row:#?}");
+    let price = PriceTable::embedded();
+    let model = price.model(&row.model).unwrap();
+    assert_eq!(row.cost, model.cost(&billed));
+    assert!(row.cost.0 > 0);
+    let compacted: Vec<_> = row
+        .events
+        .iter()
+        .filter(|e| e["type"] == "compacted")
+        .collect();
+    assert_eq!(compacted.len(), 1, "{:?}", row.events);
+    // The turn after it sent the signed block back, not the history before it.
+    let after = answered(&w)
+        .into_iter()
+        .find(|q| q.seq > compactions[0].seq)
+        .unwrap();
+    assert_eq!(
+        after.body["messages"][0]["content"][0]["type"],
+        serde_json::json!("compaction")
+    );
+    assert_eq!(
+        after.body["messages"].as_array().unwrap().len(),
+        2,
+        "{}",
+        after.body
+    );
+}

@@ -572,7 +572,10 @@ async fn keepalive_pings_before_the_tail_expires_without_touching_the_session() 
     // would have written anyway.
     assert!(rows[1].usage.cache_read >= rows[0].usage.cache_read + rows[0].usage.written());
     assert!(rows[1].usage.written() < 400, "{:?}", rows[1].usage);
-    assert_eq!(rows[1].usage.output, 1);
+    // Sent with `max_tokens: 0` (the backend's default): no output paid.
+    assert_eq!(rows[1].usage.output, 0);
+    let sent = w.sim.requests().last().unwrap().body.clone();
+    assert_eq!(sent["max_tokens"], serde_json::json!(0), "{sent}");
     // The next turn still reads the whole prefix: the ping kept it warm and left no trace in it.
     w.sim.advance_clock(200_000);
     post(&w, "e2", "#swarm", "ari", "still there?").await;

@@ -62,7 +62,11 @@ impl Transport for InProcess {
             at_ms,
             path: "/v1/messages".to_string(),
             auth: "in-process".to_string(),
-            anthropic_beta: None,
+            // The betas the HTTP client would send for this request's own fields.
+            anthropic_beta: {
+                let betas = muninn_anthropic::context::betas_for(request);
+                (!betas.is_empty()).then(|| betas.join(","))
+            },
             body,
             status: 200,
             usage: None,

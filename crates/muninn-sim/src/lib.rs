@@ -12,6 +12,8 @@
 //!   the transport-free request handling.
 //! - [`clock`] — [`SimClock`]: the virtual clock as the injected [`muninn_backend::clock::Clock`].
 //! - [`server`] — the axum router: the API routes and the admin routes.
+//! - [`context`] — the provider's own context tools: on-demand compaction (signed blocks,
+//!   billed in `usage.iterations[]`) and tool-result clearing.
 //! - [`strict`] — what the API refuses and the simulator refuses alike (unknown fields, out of
 //!   range values, a prompt past the context window, a body past 32 MB).
 //! - [`inprocess`] — the simulator as a transport of the Anthropic backend, without HTTP
@@ -22,12 +24,15 @@
 //! ## Invariants
 //!
 //! - For every answered request: `input + cache writes + cache read == prompt tokens` of
-//!   [`muninn_anthropic::prompt::shape`], and the numbers are those of
+//!   [`muninn_anthropic::prompt::shape`] on the prompt as the provider reads it (from the last
+//!   compaction block sent back, after the context edits — the request as sent otherwise), and
+//!   the numbers are those of
 //!   [`muninn_core::cache::CacheState::apply`] at the virtual time of arrival.
 //! - The same request body always gets the same reply content.
 //! - Credentials are never recorded.
 
 pub mod clock;
+pub mod context;
 pub mod inprocess;
 pub mod reply;
 pub mod server;

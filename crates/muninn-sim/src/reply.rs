@@ -76,6 +76,7 @@ pub fn output_tokens(content: &[ContentBlock]) -> Tokens {
             ContentBlock::ToolUse { name, input, .. } => {
                 count(name) + count(&canonical_string(input))
             }
+            ContentBlock::Compaction { content, .. } => count(content),
             _ => 0,
         })
         .sum();
@@ -295,9 +296,45 @@ pub fn answer_like_a_mind(schema_value: &Value, text: &str, reply: &mut Value) {
     }
 }
 
+/// The summary of a compaction (rule 1, and the simulator's on-demand compaction): an
+/// `<analysis>` block then a `<summary>` naming the first user request, the number of messages
+/// and the user text before the last.
+pub fn compaction_summary(request: &MessagesRequest) -> String {
+    let user_messages: Vec<&Content> = request
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| &m.content)
+        .collect();
+    let first = user_messages
+        .first()
+        .map(|c| texts_of(c).0.join(" "))
+        .unwrap_or_default();
+    let previous = user_messages
+        .len()
+        .checked_sub(2)
+        .and_then(|i| user_messages.get(i))
+        .map(|c| texts_of(c).0.join(" "))
+        .unwrap_or_default();
+    format!(
+        "<analysis>The conversation has {} messages.</analysis>\n<summary>1. Primary Request and Intent: {}\n2. Most recent user message: {}\n3. Pending tasks: none recorded.</summary>",
+        request.messages.len(),
+        first_chars(&first, 200),
+        first_chars(&previous, 200),
+    )
+}
+
 /// The reply to `request`. `id_seed` makes tool-call ids unique per conversation (the caller
 /// passes the prompt's fingerprint), so the reply stays a function of the request.
 pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
+    // `max_tokens: 0` (a keep-warm ping): nothing is generated.
+    if request.max_tokens == 0 {
+        return Reply {
+            content: Vec::new(),
+            stop_reason: "max_tokens",
+            output_tokens: 0,
+        };
+    }
     let user_messages: Vec<&Content> = request
         .messages
         .iter()
@@ -312,22 +349,7 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
     let tool_id = format!("toolu_sim_{id_seed:016x}");
 
     let content = if COMPACTION_MARKERS.iter().any(|m| text.contains(m)) {
-        let first = user_messages
-            .first()
-            .map(|c| texts_of(c).0.join(" "))
-            .unwrap_or_default();
-        let previous = user_messages
-            .len()
-            .checked_sub(2)
-            .and_then(|i| user_messages.get(i))
-            .map(|c| texts_of(c).0.join(" "))
-            .unwrap_or_default();
-        vec![ContentBlock::text(format!(
-            "<analysis>The conversation has {} messages.</analysis>\n<summary>1. Primary Request and Intent: {}\n2. Most recent user message: {}\n3. Pending tasks: none recorded.</summary>",
-            request.messages.len(),
-            first_chars(&first, 200),
-            first_chars(&previous, 200),
-        ))]
+        vec![ContentBlock::text(compaction_summary(request))]
     } else if let Some(tool) = request.tools.iter().find(|t| t.name == STRUCTURED_OUTPUT) {
         if texts.iter().any(|t| !t.trim().is_empty()) {
             let schema_value = tool

@@ -136,6 +136,11 @@ pub(crate) fn fault_error(kind: &FaultKind) -> Option<ApiError> {
             )
         },
         FaultKind::Overloaded => ApiError::new(529, "overloaded_error", "Overloaded"),
+        FaultKind::CompactionUnavailable => ApiError::new(
+            529,
+            "compaction_unavailable",
+            "Compaction is temporarily unavailable (simulated).",
+        ),
         FaultKind::ServerError => ApiError::new(500, "api_error", "Internal server error"),
         FaultKind::BadRequest { message } => {
             ApiError::new(400, "invalid_request_error", message.clone())
@@ -311,6 +316,8 @@ fn events(answer: &Answer) -> Vec<(StreamEvent, bool)> {
                     stop_sequence: None,
                     usage: start_usage,
                     diagnostics: answer.diagnostics.clone(),
+                    // Like the diagnostics, the applied edits are known before any output.
+                    context_management: answer.context_management.clone(),
                 },
             },
             false,
@@ -365,7 +372,14 @@ fn events(answer: &Answer) -> Vec<(StreamEvent, bool)> {
                     ));
                 }
             }
-            _ => continue,
+            // A block without deltas (a compaction's signed summary) starts whole.
+            other => out.push((
+                StreamEvent::ContentBlockStart {
+                    index,
+                    content_block: other.clone(),
+                },
+                false,
+            )),
         }
         out.push((StreamEvent::ContentBlockStop { index }, false));
     }

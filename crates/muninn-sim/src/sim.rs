@@ -16,6 +16,14 @@
 //! does not process a refused request; a stream that fails midway was processed, so its cache
 //! writes stand.
 //!
+//! # The provider's context tools
+//!
+//! Before it is shaped, a request is read as the provider reads it ([`crate::context`]): the
+//! messages before the last compaction block sent back are dropped, and `context_management`
+//! edits (tool-result clearing) are applied; an on-demand compaction is answered with the
+//! signed summary and billed in `usage.iterations[]`. `max_tokens: 0` (a keep-warm ping) is
+//! answered with no content and no output, except with streaming or thinking.
+//!
 //! # Cache diagnostics
 //!
 //! A request with a `diagnostics` object (beta `cache-diagnosis-2026-04-07`; the header is not
@@ -33,11 +41,14 @@
 //! `now = base + (real time elapsed, unless frozen) + offset`; tests move `offset` forward to
 //! expire cache entries without waiting.
 
-use crate::reply::{Reply, reply};
+use crate::context;
+use crate::reply::{Reply, compaction_summary, reply};
+use muninn_anthropic::context::apply_edits;
 use muninn_anthropic::prompt::{PromptShape, diverge, shape};
 use muninn_anthropic::wire::{
-    CacheMissReason, Diagnostics, DiagnosticsRequest, ErrorResponse, MessagesRequest,
-    MessagesResponse, Role, Usage as WireUsage,
+    CacheMissReason, ContentBlock, ContextManagementResponse, Diagnostics, DiagnosticsRequest,
+    ErrorResponse, MessagesRequest, MessagesResponse, Role, STOP_COMPACTION, Usage as WireUsage,
+    UsageIteration,
 };
 use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::ledger::{MissCause, ProviderMiss};
@@ -146,6 +157,8 @@ pub enum FaultKind {
         #[serde(default)]
         event_ms: u64,
     },
+    /// 529 `compaction_unavailable`: the provider cannot compact right now (retryable).
+    CompactionUnavailable,
     /// A normal answer whose *reported* usage claims `cache_read_tokens` more cache reads than
     /// the cache model computed, so a client that sizes its context from reported usage (the
     /// Claude Code CLI's auto-compaction) believes the window is nearly full. The cache itself
@@ -245,6 +258,10 @@ pub struct Answer {
     pub diagnostics: Option<Diagnostics>,
     /// The diagnosis as recorded, for a request that asked with a previous message id.
     pub provider_miss: Option<ProviderMiss>,
+    /// Whether this is a compaction: its usage is then reported in `usage.iterations[]` alone.
+    pub compaction: bool,
+    /// The context edits applied, for `context_management.applied_edits[]` (`None`: none).
+    pub context_management: Option<ContextManagementResponse>,
 }
 
 impl Answer {
@@ -256,9 +273,23 @@ impl Answer {
         }
     }
 
-    /// The usage as the wire reports it.
+    /// The usage as the wire reports it. A compaction's is reported only as one `compaction`
+    /// entry of `iterations[]`, the top-level counts 0 — as the API does, which is why a ledger
+    /// must read the iterations.
     pub fn wire_usage(&self) -> WireUsage {
-        WireUsage::from_core(&self.usage)
+        if !self.compaction {
+            return WireUsage::from_core(&self.usage);
+        }
+        let mut wire = WireUsage::from_core(&Usage::default());
+        wire.iterations = Some(vec![UsageIteration {
+            kind: "compaction".to_string(),
+            input_tokens: self.usage.input,
+            output_tokens: self.usage.output,
+            cache_read_input_tokens: self.usage.cache_read,
+            cache_creation_input_tokens: self.usage.written(),
+            extra: serde_json::Map::new(),
+        }]);
+        wire
     }
 
     /// The whole reply as one (non-streamed) message.
@@ -274,6 +305,7 @@ impl Answer {
             stop_sequence: None,
             usage,
             diagnostics: self.diagnostics,
+            context_management: self.context_management,
         }
     }
 }
@@ -537,10 +569,25 @@ impl Simulator {
         now_ms: i64,
     ) -> Result<Answer, ApiError> {
         // The mapping first: its errors name the field the way the API does.
-        let mut shaped =
-            shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
         let request = MessagesRequest::deserialize(body)
             .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        // What the provider reads: from the last compaction block sent back, after the
+        // context edits.
+        let (body, request) = context::receive_compactions(body, request)?;
+        context::check_fields(&body, &request, betas)?;
+        context::check_compaction(&request, betas)?;
+        let (request, applied) = apply_edits(&request)
+            .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        let body = if applied.is_empty() {
+            body
+        } else {
+            serde_json::to_value(&request)
+                .map_err(|e| ApiError::new(500, "api_error", e.to_string()))?
+        };
+        let body = &body;
+        let mut shaped =
+            shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
         let context_window = self
             .config
             .prices
@@ -555,13 +602,6 @@ impl Simulator {
                 400,
                 "invalid_request_error",
                 "messages: at least one message is required",
-            ));
-        }
-        if request.max_tokens == 0 {
-            return Err(ApiError::new(
-                400,
-                "invalid_request_error",
-                "max_tokens: must be greater than or equal to 1",
             ));
         }
         check_tool_pairing(&request)?;
@@ -583,7 +623,12 @@ impl Simulator {
                 .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?
         };
         let seed = shaped.checkpoints.last().map_or(0, |c| c.fingerprint);
-        let reply = reply(&request, seed);
+        let compaction = request.compaction.is_some();
+        let reply = if compaction {
+            compaction_reply(&request)
+        } else {
+            reply(&request, seed)
+        };
         let id = format!("msg_sim_{seq:08}");
         let (diagnostics, provider_miss) = match &request.diagnostics {
             Some(asked) => self.diagnose(asked, &id, shaped),
@@ -597,6 +642,10 @@ impl Simulator {
             reply,
             diagnostics,
             provider_miss,
+            compaction,
+            context_management: (!applied.is_empty()).then_some(ContextManagementResponse {
+                applied_edits: applied,
+            }),
         })
     }
 
@@ -654,6 +703,20 @@ impl Simulator {
             .predict(&shaped.prompt(), now_ms, min_cacheable, &self.config.rules)
             .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
         Ok(shaped.total_tokens)
+    }
+}
+
+/// The answer to an on-demand compaction: the summary in one signed block.
+fn compaction_reply(request: &MessagesRequest) -> Reply {
+    let summary = compaction_summary(request);
+    let content = vec![ContentBlock::Compaction {
+        signature: context::sign(&summary),
+        content: summary,
+    }];
+    Reply {
+        output_tokens: crate::reply::output_tokens(&content),
+        content,
+        stop_reason: STOP_COMPACTION,
     }
 }
 

@@ -43,6 +43,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "container",
     "mcp_servers",
     "diagnostics",
+    "compaction",
 ];
 
 fn refuse(message: impl Into<String>) -> ApiError {

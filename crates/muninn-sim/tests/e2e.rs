@@ -416,6 +416,8 @@ async fn the_client_speaks_non_streaming_and_bearer_too() {
         stream: false,
         extra: Default::default(),
         diagnostics: None,
+        compaction: None,
+        context_management: None,
     };
     let done = client.messages(&request, false).await.unwrap();
     assert_eq!(done.response.stop_reason.as_deref(), Some("end_turn"));

@@ -17,7 +17,8 @@
 //! 4. `ttl_expiry` (only with a clock) — an idle gap past the 5-minute TTL makes the next turn
 //!    read nothing of the expired conversation, attributed to `ttl_expiry`.
 //! 5. `capabilities` — after a turn, `ping`, `ping_head` and then `compact` are each either done
-//!    (a ping's usage is conserved) or refused with [`BackendError::Unsupported`] naming that
+//!    (a ping's usage is conserved, its output 0 exactly when the backend says its pings
+//!    generate nothing) or refused with [`BackendError::Unsupported`] naming that
 //!    capability and without side effects: no session event, and the next turn continues the
 //!    session as it was, reading more than the turn before. A compaction may also fail
 //!    ([`BackendError::CompactionFailed`]). Which were unsupported is in
@@ -103,6 +104,17 @@ fn spec(harness_model: String, nonce: &str, case: &str) -> SessionSpec {
 }
 
 fn check_conservation(case: &'static str, o: &TurnOutcome) -> Result<(), SuiteFailure> {
+    check_usage(case, o, None)
+}
+
+/// Conservation of a reply's usage; `ping_output` is, for a keep-warm ping, the output the
+/// backend says a ping pays ([`muninn_backend::Backend::ping_output_tokens`]): with 0
+/// (`max_tokens: 0`) the ping must have generated nothing, else it must have generated something.
+fn check_usage(
+    case: &'static str,
+    o: &TurnOutcome,
+    ping_output: Option<u64>,
+) -> Result<(), SuiteFailure> {
     let raw = |k: &str| o.raw_usage.get(k).and_then(Value::as_u64).unwrap_or(0);
     let raw_split = |k: &str| {
         o.raw_usage
@@ -130,8 +142,15 @@ fn check_conservation(case: &'static str, o: &TurnOutcome) -> Result<(), SuiteFa
     {
         return Err(fail(case, "the 5m/1h split differs from the raw usage"));
     }
-    if o.usage.prompt() == 0 || o.usage.output == 0 {
-        return Err(fail(case, format!("empty usage {:?}", o.usage)));
+    let output_as_said = match ping_output {
+        Some(0) => o.usage.output == 0,
+        _ => o.usage.output > 0,
+    };
+    if o.usage.prompt() == 0 || !output_as_said {
+        return Err(fail(
+            case,
+            format!("empty usage {:?} (ping output {ping_output:?})", o.usage),
+        ));
     }
     if let Some(p) = &o.predicted
         && p.prompt() != o.usage.prompt()
@@ -339,7 +358,9 @@ pub async fn run_backend_suite<H: SuiteHarness>(h: &H) -> Result<SuiteReport, Su
                 _ => b.compact("Keep every rule.").await,
             };
             match tried {
-                Ok(o) if capability != Capability::Compact => check_conservation(CASE, &o)?,
+                Ok(o) if capability != Capability::Compact => {
+                    check_usage(CASE, &o, Some(b.ping_output_tokens()))?
+                }
                 Ok(_) | Err(BackendError::CompactionFailed(_)) => {}
                 Err(BackendError::Unsupported { capability: said }) if said == capability => {
                     let events = b.take_session_events();

@@ -1091,6 +1091,7 @@ async fn ledger(factory: &dyn StoreFactory) {
             flush_prompt_tokens: 0,
             flush_output_tokens: 0,
             ping_tokens: 12,
+            ping_output_tokens: 1,
             min_segment_requests: 4,
             ceiling_tokens: 200_000,
             context_window: 200_000,

@@ -63,6 +63,10 @@ pub struct ReplayArgs {
     /// Uncached tail tokens of a keep-warm ping.
     #[arg(long, default_value_t = Assumptions::default().ping_tokens)]
     ping_tokens: Tokens,
+    /// Output tokens of a keep-warm ping: 0 for muninn's Anthropic backend, whose pings send
+    /// `max_tokens: 0`; 1 for a backend that pings with `max_tokens: 1`.
+    #[arg(long, default_value_t = Assumptions::default().ping_output_tokens)]
+    ping_output_tokens: Tokens,
     /// Requests a segment must hold before a voluntary refresh.
     #[arg(long, default_value_t = Assumptions::default().min_segment_requests)]
     min_segment: u32,
@@ -164,6 +168,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         flush_prompt_tokens: args.flush_prompt_tokens,
         flush_output_tokens: args.flush_output_tokens,
         ping_tokens: args.ping_tokens,
+        ping_output_tokens: args.ping_output_tokens,
         min_segment_requests: args.min_segment,
         ceiling_tokens: args.ceiling,
         decide_before_expiry_ms: args.decide_before_s * 1000,

@@ -45,7 +45,7 @@ impl GapRates {
         let h = head as i128;
         let bounds = a.bounds(head, price);
         let before = a.decide_before_expiry_ms;
-        let phi_ping = inp * a.ping_tokens as i128 + out;
+        let phi_ping = inp * a.ping_tokens as i128 + out * a.ping_output_tokens as i128;
         // With memory written as it happens there is no flush request: a refresh costs only the
         // rewrite of the new segment.
         let needs_flush = bounds.needs_flush();

@@ -25,6 +25,10 @@ pub struct Assumptions {
     pub flush_output_tokens: Option<Tokens>,
     /// Uncached tokens a keep-warm ping adds after the cached prefix. Default 8.
     pub ping_tokens: Tokens,
+    /// Output tokens a keep-warm ping pays. Default 0: muninn's Anthropic backend pings with
+    /// `max_tokens: 0` (1 for a backend that cannot).
+    #[serde(default)]
+    pub ping_output_tokens: Tokens,
     /// Requests a segment must hold before a voluntary refresh. Default 4.
     pub min_segment_requests: u32,
     /// The context ceiling in tokens. Default: the model's context window from the price table.
@@ -49,6 +53,7 @@ impl Default for Assumptions {
             flush_prompt_tokens: 300,
             flush_output_tokens: None,
             ping_tokens: 8,
+            ping_output_tokens: 0,
             min_segment_requests: 4,
             ceiling_tokens: None,
             decide_before_expiry_ms: 30_000,
@@ -74,6 +79,7 @@ impl Assumptions {
             flush_prompt_tokens: self.flush_prompt_tokens,
             flush_output_tokens: self.flush_output_tokens.unwrap_or(self.rehydrate_tokens),
             ping_tokens: self.ping_tokens,
+            ping_output_tokens: self.ping_output_tokens,
             min_segment_requests: self.min_segment_requests,
             ceiling_tokens: self.ceiling_tokens.unwrap_or(price.context_window),
             context_window: price.context_window,
@@ -95,12 +101,13 @@ impl fmt::Display for Assumptions {
         write!(
             f,
             "head tokens: {head}; rehydration (memory/summary) tokens: {}; flush instruction tokens: {}; \
-             flush output tokens: {}; ping tail tokens: {}; minimum segment: {} requests; ceiling: {ceiling}; \
+             flush output tokens: {}; ping tail tokens: {}; ping output tokens: {}; minimum segment: {} requests; ceiling: {ceiling}; \
              decide {} s before expiry; TTL: {ttl}; head TTL: {head_ttl}",
             self.rehydrate_tokens,
             self.flush_prompt_tokens,
             self.flush_output_tokens.unwrap_or(self.rehydrate_tokens),
             self.ping_tokens,
+            self.ping_output_tokens,
             self.min_segment_requests,
             self.decide_before_expiry_ms / 1000,
         )

@@ -599,7 +599,7 @@ impl<'a> Engine<'a> {
         let bounds = &self.acc.params().bounds;
         let (extra, output) = match kind {
             StepKind::Flush => (bounds.flush_prompt_tokens, bounds.flush_output_tokens),
-            _ => (bounds.ping_tokens, 1),
+            _ => (bounds.ping_tokens, bounds.ping_output_tokens),
         };
         self.checkpoints.clear();
         let total = if keep == Keep::Head {

@@ -50,13 +50,19 @@ const RESTORE_PAGE: i64 = 1_000;
 /// structured-output acknowledgement): an estimate for pricing pings, not a limit.
 const PING_TOKENS: Tokens = 12;
 
+/// What a role's backend can do about keep-warm pings: whether it pings at all, and the output
+/// tokens one ping pays ([`Backend::ping_output_tokens`]).
+pub(super) fn pinging<B: Backend>(backend: &B) -> (bool, Tokens) {
+    (backend.can_ping(), backend.ping_output_tokens())
+}
+
 /// The accounting parameters of a role's session: the Mind's TTLs and bounds, its model's
-/// prices, and what the role's backend can do.
+/// prices, and what the role's backend can do (`(can_ping, ping_output_tokens)`).
 pub(super) fn session_params(
     mind: &MindConfig,
     price: &ModelPrice,
     role: Role,
-    can_ping: bool,
+    (can_ping, ping_output_tokens): (bool, Tokens),
 ) -> Params {
     let (flush_prompt_tokens, flush_output_tokens) = match role {
         // The Self flushes through a request at each refresh.
@@ -79,6 +85,7 @@ pub(super) fn session_params(
             flush_prompt_tokens,
             flush_output_tokens,
             ping_tokens: PING_TOKENS,
+            ping_output_tokens,
             min_segment_requests: mind.min_segment,
             ceiling_tokens: mind.ceiling_tokens.unwrap_or(price.context_window),
             context_window: price.context_window,
@@ -98,8 +105,8 @@ pub(super) fn session_params(
 
 impl<B: Backend> MindRunner<B> {
     /// The accounting parameters of a role's session.
-    pub(super) fn params(&self, role: Role, can_ping: bool) -> Params {
-        session_params(&self.mind, &self.price, role, can_ping)
+    pub(super) fn params(&self, role: Role, pinging: (bool, Tokens)) -> Params {
+        session_params(&self.mind, &self.price, role, pinging)
     }
 
     /// The record a segment rendered by `renderer` starts with, estimated from its layers: the
@@ -278,8 +285,7 @@ impl<B: Backend> MindRunner<B> {
     /// through [`Accounting::record`], under the parameters it was written with, then the
     /// current ones. Rows written before decision records existed count by their decision text.
     pub(super) async fn restore(&mut self, role: Role) -> Result<(), RuntimeError> {
-        let can_ping = self.session(role).backend.can_ping();
-        let params = self.params(role, can_ping);
+        let params = self.params(role, pinging(&self.session(role).backend));
         let mut acc = Accounting::new(params);
         let mut after = None;
         let mut segment = None;

@@ -216,8 +216,9 @@ impl<B: Backend> MindRunner<B> {
             .policy
             .parse::<Policy>()
             .map_err(|e| RuntimeError::Config(format!("mind {}: {e}", mind.id)))?;
-        let params =
-            |role, backend: &B| accounting::session_params(&mind, &price, role, backend.can_ping());
+        let params = |role, backend: &B| {
+            accounting::session_params(&mind, &price, role, accounting::pinging(backend))
+        };
         let persona = Session::new(
             Role::Persona,
             params(Role::Persona, &persona_backend),

@@ -1,0 +1,523 @@
+//! The provider's own context tools, the Anthropic backend against the real `muninn-sim`
+//! server: keep-warm pings with `max_tokens: 0`, on-demand server compaction billed in
+//! `usage.iterations[]`, and tool-result clearing (the `mask` action) priced by
+//! `muninn_core::mask` exactly as the simulator bills it.
+
+use crate::support::{T0, client, long_system, sim, wired};
+use muninn_anthropic::backend::{AnthropicBackend, ContextTools};
+use muninn_anthropic::client::AnthropicClient;
+use muninn_anthropic::context::{apply_edits, kept_tokens};
+use muninn_anthropic::prompt::shape;
+use muninn_anthropic::wire::{ClearToolUses, EditAmount, MessagesRequest, Usage as WireUsage};
+use muninn_backend::clock::{ManualClock, RecordingSleeper};
+use muninn_backend::{
+    Backend, BackendError, Capability, InputPart, SessionSpec, ToolSpec, TurnEvent, TurnInput,
+};
+use muninn_core::cache::Ttl;
+use muninn_core::mask::{MaskedRequest, mask_break_even, masked_usage};
+use muninn_core::money::MicroUsd;
+use muninn_core::price::PriceTable;
+use muninn_core::trace::Usage;
+use muninn_sim::SimHandle;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+const MODEL: &str = "claude-opus-5-5";
+
+fn spec(tools: usize) -> SessionSpec {
+    SessionSpec {
+        model: MODEL.to_string(),
+        system: vec![long_system("ctxtools", 2)],
+        tools: (0..tools)
+            .map(|i| ToolSpec {
+                name: format!("tool{i}"),
+                description: format!("does thing {i}"),
+                input_schema: json!({"type": "object"}),
+            })
+            .collect(),
+        output_schema: None,
+        system_ttl: Ttl::FiveMinutes,
+        conversation_ttl: Ttl::FiveMinutes,
+        max_tokens: 512,
+    }
+}
+
+fn backend_with(h: &SimHandle, tools: ContextTools) -> AnthropicBackend {
+    let sleeper = RecordingSleeper::default();
+    AnthropicBackend::new(
+        client(h, &sleeper, 0),
+        Arc::new(ManualClock::new(T0)),
+        PriceTable::embedded(),
+    )
+    .with_context_tools(tools)
+}
+
+fn cost(usage: &Usage) -> MicroUsd {
+    PriceTable::embedded().model(MODEL).unwrap().cost(usage)
+}
+
+/// A ping sends `max_tokens: 0` without streaming and pays the prefix's read and no output;
+/// the backend tells the decider so. With the option off, it asks for (and pays) one token.
+#[tokio::test]
+async fn a_zero_token_ping_pays_the_read_and_no_output() {
+    for zero in [true, false] {
+        let h = sim().await;
+        let mut b = backend_with(
+            &h,
+            ContextTools {
+                ping_max_tokens_zero: zero,
+                ..ContextTools::default()
+            },
+        );
+        b.start(spec(0)).await.unwrap();
+        b.turn(TurnInput::text("one")).await.unwrap();
+        let two = b.turn(TurnInput::text("two")).await.unwrap();
+        let ping = b.ping().await.unwrap();
+        let sent = h.sim.requests().last().unwrap().body.clone();
+        let prefix = two.usage.prompt();
+        if zero {
+            assert_eq!(sent["max_tokens"], json!(0));
+            assert_eq!(sent.get("stream"), None, "{sent}");
+            assert_eq!(ping.stop_reason, "max_tokens");
+            assert_eq!(ping.text, "");
+        } else {
+            assert_eq!(sent["max_tokens"], json!(1));
+        }
+        assert_eq!(ping.usage.output, b.ping_output_tokens(), "zero: {zero}");
+        println!(
+            "ping max_tokens {}: {:?}, {} µ$",
+            u64::from(!zero),
+            ping.usage,
+            cost(&ping.usage).0
+        );
+        assert_eq!(ping.usage.output, u64::from(!zero));
+        // The ping read the whole prefix the last turn cached, and was predicted exactly.
+        assert_eq!(ping.usage.cache_read, prefix);
+        assert_eq!(ping.predicted, Some(ping.usage));
+        // The session is as it was: the next turn reads what the ping kept warm.
+        let three = b.turn(TurnInput::text("three")).await.unwrap();
+        assert_eq!(three.usage.cache_read, prefix + ping.usage.written());
+    }
+}
+
+async fn post(h: &SimHandle, body: &Value, beta: Option<&str>) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{}/v1/messages", h.base_url()))
+        .header("x-api-key", "k")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(body).unwrap());
+    if let Some(beta) = beta {
+        req = req.header("anthropic-beta", beta);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// `max_tokens: 0` is answered without streaming — empty content, `stop_reason: "max_tokens"`,
+/// no output billed — and refused with streaming, as the API refuses it.
+#[tokio::test]
+async fn max_tokens_zero_is_answered_and_refused_with_streaming() {
+    let h = sim().await;
+    let body = json!({"model": MODEL, "max_tokens": 0,
+        "messages": [{"role": "user", "content": "keep warm"}]});
+    let (status, reply) = post(&h, &body, None).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["content"], json!([]));
+    assert_eq!(reply["stop_reason"], json!("max_tokens"));
+    assert_eq!(reply["usage"]["output_tokens"], json!(0));
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (status, reply) = post(&h, &streamed, None).await;
+    assert_eq!(status, 400, "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens: 0"),
+        "{reply}"
+    );
+}
+
+/// The backend's compaction: the reply is one signed block with `stop_reason: "compaction"`,
+/// whose usage the provider reports only in `usage.iterations[]`. The ledger's usage (the
+/// outcome's) is the iterations' — a ledger that read the top-level counts would record 0 — and
+/// the session goes on from the block, which the simulator accepts back.
+#[tokio::test]
+async fn a_server_compaction_is_billed_from_its_iterations() {
+    let h = sim().await;
+    let mut b = backend_with(
+        &h,
+        ContextTools {
+            server_compaction: true,
+            ..ContextTools::default()
+        },
+    );
+    b.start(spec(0)).await.unwrap();
+    for text in [
+        "the mill by the river",
+        "and the crows",
+        "what of the bridge",
+    ] {
+        b.turn(TurnInput::text(text)).await.unwrap();
+    }
+    let compacted = b.compact("Keep the places.").await.unwrap();
+    assert_eq!(compacted.stop_reason, "compaction");
+    assert!(compacted.text.contains("<summary>"), "{}", compacted.text);
+    let raw: WireUsage = serde_json::from_value(compacted.raw_usage.clone()).unwrap();
+    let iterations = raw.iterations.clone().unwrap();
+    assert_eq!(iterations.len(), 1);
+    assert_eq!(iterations[0].kind, "compaction");
+    // The top-level counts say nothing; the iterations say everything.
+    assert_eq!(cost(&raw.top_level()), MicroUsd::ZERO);
+    let priced: MicroUsd = iterations
+        .iter()
+        .map(|it| {
+            cost(&Usage {
+                input: it.input_tokens,
+                cache_write_5m: it.cache_creation_input_tokens,
+                cache_write_1h: 0,
+                cache_read: it.cache_read_input_tokens,
+                output: it.output_tokens,
+            })
+        })
+        .fold(MicroUsd::ZERO, |a, b| a + b);
+    assert!(priced > MicroUsd::ZERO);
+    assert_eq!(cost(&compacted.usage), priced);
+    println!(
+        "compaction: top-level {} µ$, iterations {:?} = {} µ$, ledger {} µ$",
+        cost(&raw.top_level()).0,
+        compacted.usage,
+        priced.0,
+        cost(&compacted.usage).0
+    );
+    assert_eq!(
+        h.sim.requests().last().unwrap().usage,
+        Some(compacted.usage)
+    );
+    // The compaction read the session's cached prefix, as predicted.
+    assert!(compacted.usage.cache_read > 0);
+    assert_eq!(
+        compacted.predicted.map(|p| p.cache_read),
+        Some(compacted.usage.cache_read)
+    );
+    let sent = h.sim.requests().last().unwrap().clone();
+    assert_eq!(sent.body["compaction"]["type"], json!("summarize"));
+    assert!(
+        sent.anthropic_beta
+            .as_deref()
+            .unwrap()
+            .contains("compact-2026-09-04")
+    );
+    // The session continues from the block alone.
+    let next = b.turn(TurnInput::text("and now?")).await.unwrap();
+    let body = h.sim.requests().last().unwrap().body.clone();
+    assert_eq!(
+        body["messages"][0]["content"][0]["type"],
+        json!("compaction")
+    );
+    assert_eq!(body["messages"].as_array().unwrap().len(), 2);
+    assert_eq!(next.stop_reason, "end_turn");
+    // Nothing new to summarize right after a compaction is the provider's refusal.
+    let mut again = backend_with(
+        &h,
+        ContextTools {
+            server_compaction: true,
+            ..ContextTools::default()
+        },
+    );
+    again.start(spec(0)).await.unwrap();
+    again.turn(TurnInput::text("one")).await.unwrap();
+    again.compact("").await.unwrap();
+    match again.compact("").await {
+        Err(BackendError::CompactionFailed(m)) => {
+            assert!(m.contains("compaction_nothing_to_summarize"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A provider that cannot compact right now (529 `compaction_unavailable`, retried until the
+/// retries run out) is a failed compaction: the session is as it was, and the next turn goes on.
+#[tokio::test]
+async fn an_unavailable_compaction_fails_and_leaves_the_session() {
+    let h = sim().await;
+    let mut b = backend_with(
+        &h,
+        ContextTools {
+            server_compaction: true,
+            ..ContextTools::default()
+        },
+    );
+    b.start(spec(0)).await.unwrap();
+    let one = b.turn(TurnInput::text("one")).await.unwrap();
+    h.sim.push_faults([muninn_sim::sim::Fault {
+        kind: muninn_sim::sim::FaultKind::CompactionUnavailable,
+        times: 1,
+    }]);
+    match b.compact("").await {
+        Err(BackendError::CompactionFailed(m)) => {
+            assert!(m.contains("compaction_unavailable"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let two = b.turn(TurnInput::text("two")).await.unwrap();
+    assert_eq!(two.usage.cache_read, one.usage.prompt());
+}
+
+/// Off by default: a backend not configured for server compaction cannot compact.
+#[tokio::test]
+async fn server_compaction_is_off_by_default() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend.start(spec(0)).await.unwrap();
+    w.backend.turn(TurnInput::text("one")).await.unwrap();
+    assert_eq!(
+        w.backend.compact("x").await.unwrap_err(),
+        BackendError::Unsupported {
+            capability: Capability::Compact
+        }
+    );
+}
+
+/// The compaction request without streaming, through the client: the same block and the same
+/// billing in `iterations[]` as the stream carries.
+#[tokio::test]
+async fn a_compaction_without_streaming_reads_alike() {
+    let h = sim().await;
+    let mut b = backend_with(
+        &h,
+        ContextTools {
+            server_compaction: true,
+            ..ContextTools::default()
+        },
+    );
+    b.start(spec(0)).await.unwrap();
+    b.turn(TurnInput::text("one")).await.unwrap();
+    b.turn(TurnInput::text("two")).await.unwrap();
+    let mut request = b.render_compaction("").unwrap();
+    request.stream = false;
+    let plain: AnthropicClient = client(&h, &RecordingSleeper::default(), 0);
+    let done = plain.messages(&request, true).await.unwrap();
+    assert_eq!(done.response.stop_reason.as_deref(), Some("compaction"));
+    let usage = done.response.usage.to_core();
+    assert_eq!(done.response.usage.top_level(), Usage::default());
+    assert_eq!(usage.output, {
+        let it = &done.response.usage.iterations.as_ref().unwrap()[0];
+        it.output_tokens
+    });
+    assert!(usage.cache_read > 0);
+    assert_eq!(done.raw_usage["iterations"][0]["type"], json!("compaction"));
+}
+
+/// What the API refuses of a compaction, the simulator refuses: without the beta, with
+/// `context_management`, with a tool call open, with nothing new to summarize, and a block sent
+/// back misplaced, with a forged signature or with other content than it signed.
+#[tokio::test]
+async fn what_the_api_refuses_of_a_compaction_the_simulator_refuses() {
+    let h = sim().await;
+    let beta = Some("compact-2026-09-04,context-management-2025-06-27");
+    let talk = json!([{"role": "user", "content": "one"},
+        {"role": "assistant", "content": "two"}]);
+    let compaction = |messages: Value| {
+        json!({"model": MODEL, "max_tokens": 256, "messages": messages,
+            "compaction": {"type": "summarize"}})
+    };
+    let (status, ok) = post(&h, &compaction(talk.clone()), beta).await;
+    assert_eq!(status, 200, "{ok}");
+    let block = ok["content"][0].clone();
+    assert_eq!(block["type"], json!("compaction"));
+    assert_eq!(ok["stop_reason"], json!("compaction"));
+    assert_eq!(ok["usage"]["input_tokens"], json!(0));
+    assert_eq!(ok["usage"]["output_tokens"], json!(0));
+    assert!(
+        ok["usage"]["iterations"][0]["output_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let with = |patch: &dyn Fn(&mut Value)| {
+        let mut v = compaction(talk.clone());
+        patch(&mut v);
+        v
+    };
+    let back = |b: Value| {
+        json!([{"role": "assistant", "content": [b]},
+        {"role": "user", "content": "three"}])
+    };
+    let mut forged = block.clone();
+    forged["signature"] = json!("not-ours");
+    let mut other = block.clone();
+    other["content"] = json!("another summary");
+    let open = json!([{"role": "user", "content": "one"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]}]);
+    let cases: Vec<(Value, Option<&str>, &str)> = vec![
+        (
+            compaction(talk.clone()),
+            None,
+            "requires the anthropic-beta header",
+        ),
+        (
+            with(&|v| v["context_management"] = json!({"edits": []})),
+            beta,
+            "cannot be combined with context_management",
+        ),
+        (compaction(open), beta, "toolu_1 is still open"),
+        (
+            compaction(json!([{"role": "assistant", "content": [block.clone()]}])),
+            beta,
+            "compaction_nothing_to_summarize",
+        ),
+        (
+            compaction(json!([{"role": "user", "content": [block.clone()]}])),
+            beta,
+            "compaction_block_misplaced",
+        ),
+        (
+            compaction(back(forged)),
+            beta,
+            "compaction_signature_invalid",
+        ),
+        (compaction(back(other)), beta, "compaction_content_mismatch"),
+    ];
+    for (body, beta, expected) in cases {
+        let (status, reply) = post(&h, &body, beta).await;
+        assert_eq!(status, 400, "{expected}: {reply}");
+        let said = format!("{} {}", reply["error"]["type"], reply["error"]["message"]);
+        assert!(said.contains(expected), "{expected}: {said}");
+    }
+    // The block sent back unchanged is accepted, and what came before it is not read.
+    let mut long = talk.as_array().unwrap().clone();
+    long.extend(back(block).as_array().unwrap().iter().cloned());
+    let body = json!({"model": MODEL, "max_tokens": 256, "messages": long});
+    let (status, reply) = post(&h, &body, None).await;
+    assert_eq!(status, 200, "{reply}");
+    let plain = json!({"model": MODEL, "max_tokens": 256,
+        "messages": back(ok["content"][0].clone())});
+    let (_, alone) = post(&h, &plain, None).await;
+    assert_eq!(
+        reply["usage"]["input_tokens"],
+        alone["usage"]["input_tokens"]
+    );
+}
+
+/// A tool loop of `rounds` tool uses: each a call asked for in text, then its result.
+async fn tool_rounds(b: &mut AnthropicBackend, rounds: usize) -> Vec<muninn_backend::TurnOutcome> {
+    let mut out = Vec::new();
+    for round in 0..rounds {
+        let call = b
+            .turn(TurnInput::text(format!(
+                "please use tool0 for step {round}"
+            )))
+            .await
+            .unwrap();
+        let id = call.tool_calls[0].id.clone();
+        out.push(call);
+        let result = "result line of a long listing. ".repeat(60);
+        out.push(
+            b.turn(TurnInput {
+                parts: vec![InputPart::ToolResult {
+                    tool_use_id: id,
+                    content: format!("{round}: {result}"),
+                    is_error: false,
+                }],
+                safe_to_repeat: false,
+            })
+            .await
+            .unwrap(),
+        );
+    }
+    out
+}
+
+/// Tool-result clearing as the `mask` action: the provider clears all but the last tool use's
+/// result; the backend records the applied edit and predicted the cleared prompt's usage
+/// exactly; and `muninn_core::mask` prices the clearing request as the simulator billed it —
+/// a read up to the clear, a write from it on.
+#[tokio::test]
+async fn a_tool_result_clear_is_priced_as_the_simulator_bills_it() {
+    let h = sim().await;
+    let clear = ClearToolUses {
+        trigger: Some(EditAmount::tokens(1_000)),
+        keep: Some(EditAmount::tool_uses(1)),
+        clear_at_least: Some(EditAmount::tokens(200)),
+        ..ClearToolUses::default()
+    };
+    let mut b = backend_with(
+        &h,
+        ContextTools {
+            clear_tool_uses: Some(clear),
+            ..ContextTools::default()
+        },
+    );
+    b.start(spec(1)).await.unwrap();
+    let outcomes = tool_rounds(&mut b, 3).await;
+    let edited: Vec<(usize, &TurnEvent)> = outcomes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, o)| o.events.iter().map(move |e| (i, e)))
+        .filter(|(_, e)| matches!(e, TurnEvent::ContextEdited { .. }))
+        .collect();
+    assert!(!edited.is_empty(), "{outcomes:#?}");
+    for o in &outcomes {
+        // Predicted from the prompt as the provider read it: no shortfall, exact usage.
+        assert_eq!(o.predicted, Some(o.usage), "{:?}", o.events);
+    }
+    // The first clearing request, priced by the core's mask model.
+    let (first, event) = edited[0];
+    let TurnEvent::ContextEdited {
+        cleared_input_tokens,
+        kept_tokens: Some(kept),
+        ..
+    } = event
+    else {
+        panic!("{event:?}")
+    };
+    let records: Vec<_> = h
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/messages")
+        .collect();
+    let sent: MessagesRequest = serde_json::from_value(records[first].body.clone()).unwrap();
+    let uncleared = shape(&records[first].body).unwrap();
+    let (read, _) = apply_edits(&sent).unwrap();
+    let cleared = shape(&serde_json::to_value(&read).unwrap()).unwrap();
+    assert_eq!(*kept, kept_tokens(&uncleared, &cleared));
+    // The longest prefix an earlier request cached that ends at or before the clear.
+    let cached_before_clear = records[..first]
+        .iter()
+        .flat_map(|r| shape(&r.body).unwrap().checkpoints)
+        .filter(|c| c.breakpoint.is_some() && c.tokens <= *kept)
+        .map(|c| c.tokens)
+        .max()
+        .unwrap_or(0);
+    let masked = MaskedRequest {
+        uncleared_tokens: uncleared.total_tokens,
+        kept_tokens: *kept,
+        cleared_tokens: *cleared_input_tokens,
+        cached_before_clear,
+        ttl: Ttl::FiveMinutes,
+        output: outcomes[first].usage.output,
+    };
+    let billed = records[first].usage.unwrap();
+    assert_eq!(masked_usage(&masked), billed);
+    assert_eq!(cost(&masked_usage(&masked)), cost(&billed));
+    // A clear breaks the cache: it wrote more than appending would have.
+    let previous = outcomes[first - 1].usage.prompt();
+    let price = PriceTable::embedded().model(MODEL).unwrap().clone();
+    let n = mask_break_even(&masked, previous, &price).unwrap();
+    println!(
+        "mask: uncleared {} tokens, kept {kept}, cleared {cleared_input_tokens}, cached before the clear {cached_before_clear}; billed {billed:?} = {} µ$; model {} µ$; pays back after {n} warm requests",
+        masked.uncleared_tokens,
+        cost(&billed).0,
+        cost(&masked_usage(&masked)).0
+    );
+    assert!(n > 0, "a clear is never free at once here");
+}
