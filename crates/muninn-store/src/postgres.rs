@@ -145,6 +145,17 @@ impl PostgresStore {
     }
 }
 
+/// What the shared SQL of [`crate::sql`] needs from this store.
+impl crate::sql::Backend for PostgresStore {
+    type Db = Postgres;
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+    async fn begin_write(&self) -> Result<crate::write::WriteTx<Postgres>> {
+        PostgresStore::begin_write(self).await
+    }
+}
+
 /// The [`Store`](crate::Store) implementation: the shared SQL of [`crate::sql`].
 mod store_impl {
     use super::PostgresStore;

@@ -238,6 +238,17 @@ impl SqliteStore {
     }
 }
 
+/// What the shared SQL of [`crate::sql`] needs from this store.
+impl crate::sql::Backend for SqliteStore {
+    type Db = Sqlite;
+    fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+    async fn begin_write(&self) -> Result<crate::write::WriteTx<Sqlite>> {
+        SqliteStore::begin_write(self).await
+    }
+}
+
 /// The [`Store`](crate::Store) implementation: the shared SQL of [`crate::sql`].
 mod store_impl {
     use super::SqliteStore;

@@ -28,6 +28,11 @@
 
 use crate::error::{Result, StoreError};
 
+pub(crate) mod engine;
+pub(crate) mod minds;
+
+pub(crate) use engine::Backend;
+
 /// Converts a token count or other `u64` into the database's `i64`.
 pub(crate) fn to_i64(value: u64, what: &str) -> Result<i64> {
     i64::try_from(value).map_err(|_| StoreError::invalid(format!("{what} {value} exceeds i64")))
@@ -157,15 +162,6 @@ macro_rules! impl_sql_store {
 
         type DbRow = <$db as sqlx::Database>::Row;
 
-
-        fn mind_from(row: &DbRow) -> Result<Mind> {
-            Ok(Mind {
-                id: row.try_get("id")?,
-                display_name: row.try_get("display_name")?,
-                config: parse_json(&row.try_get::<String, _>("config")?, "mind config")?,
-                created_at_ms: row.try_get("created_at_ms")?,
-            })
-        }
 
         fn segment_from(row: &DbRow) -> Result<Segment> {
             Ok(Segment {
@@ -304,16 +300,8 @@ macro_rules! impl_sql_store {
             })
         }
 
-        /// `NotFound` unless the Mind exists.
         async fn require_mind(conn: &mut $conn, mind: &str) -> Result<()> {
-            let found = sqlx::query("SELECT 1 FROM minds WHERE id = $1")
-                .bind(mind)
-                .fetch_optional(&mut *conn)
-                .await?;
-            match found {
-                Some(_) => Ok(()),
-                None => Err(StoreError::not_found("mind", mind)),
-            }
+            $crate::sql::minds::require::<$db>(conn, mind).await
         }
 
         /// The fence: fails with `Fenced` unless `token` is the Mind's current lease token.
@@ -861,60 +849,15 @@ macro_rules! impl_sql_store {
             }
 
             async fn create_mind(&self, mind: &Mind) -> Result<Mind> {
-                if mind.id.is_empty() {
-                    return Err(StoreError::invalid("empty mind id"));
-                }
-                let mut tx = self.begin_write().await?;
-                sqlx::query(
-                    "INSERT INTO minds (id, display_name, config, created_at_ms) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING",
-                )
-                .bind(&mind.id)
-                .bind(&mind.display_name)
-                .bind(json_text(&mind.config)?)
-                .bind(mind.created_at_ms)
-                .execute(&mut *tx)
-                .await?;
-                let row = sqlx::query(
-                    concat!(
-                        "SELECT ",
-                        $crate::sql::columns!(mind),
-                        " FROM minds WHERE id = $1",
-                    ),
-                )
-                .bind(&mind.id)
-                .fetch_one(&mut *tx)
-                .await?;
-                let stored = mind_from(&row)?;
-                tx.commit().await?;
-                Ok(stored)
+                $crate::sql::minds::create(self, mind).await
             }
 
             async fn mind(&self, id: &str) -> Result<Option<Mind>> {
-                let row = sqlx::query(
-                    concat!(
-                        "SELECT ",
-                        $crate::sql::columns!(mind),
-                        " FROM minds WHERE id = $1",
-                    ),
-                )
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
-                row.as_ref().map(mind_from).transpose()
+                $crate::sql::minds::get(self, id).await
             }
 
             async fn minds(&self) -> Result<Vec<Mind>> {
-                let rows = sqlx::query(
-                    concat!(
-                        "SELECT ",
-                        $crate::sql::columns!(mind),
-                        " FROM minds ORDER BY id",
-                    ),
-                )
-                .fetch_all(&self.pool)
-                .await?;
-                rows.iter().map(mind_from).collect()
+                $crate::sql::minds::list(self).await
             }
 
             async fn update_mind(
@@ -923,47 +866,11 @@ macro_rules! impl_sql_store {
                 display_name: &str,
                 config: &serde_json::Value,
             ) -> Result<Mind> {
-                let mut tx = self.begin_write().await?;
-                let row = sqlx::query(
-                    concat!(
-                        "UPDATE minds SET display_name = $2, config = $3 WHERE id = $1 RETURNING ",
-                        $crate::sql::columns!(mind),
-                    ),
-                )
-                .bind(id)
-                .bind(display_name)
-                .bind(json_text(config)?)
-                .fetch_optional(&mut *tx)
-                .await?;
-                let mind = match row {
-                    Some(row) => mind_from(&row)?,
-                    None => return Err(StoreError::not_found("mind", id)),
-                };
-                tx.commit().await?;
-                Ok(mind)
+                $crate::sql::minds::update(self, id, display_name, config).await
             }
 
             async fn settings(&self, mind: &str) -> Result<MindSettings> {
-                let mut conn = self.pool.acquire().await?;
-                require_mind(&mut conn, mind).await?;
-                let row = sqlx::query(
-                    "SELECT spend_cap_micro_usd, spend_window_ms, brake, turn_limit \
-                     FROM settings WHERE mind_id = $1",
-                )
-                .bind(mind)
-                .fetch_optional(&mut *conn)
-                .await?;
-                match row {
-                    Some(row) => Ok(MindSettings {
-                        spend_cap: row
-                            .try_get::<Option<i64>, _>("spend_cap_micro_usd")?
-                            .map(MicroUsd),
-                        spend_window_ms: row.try_get("spend_window_ms")?,
-                        brake: row.try_get("brake")?,
-                        turn_limit: row.try_get("turn_limit")?,
-                    }),
-                    None => Ok(MindSettings::default()),
-                }
+                $crate::sql::minds::settings(self, mind).await
             }
 
             async fn put_settings(
@@ -972,26 +879,7 @@ macro_rules! impl_sql_store {
                 settings: &MindSettings,
                 now_ms: i64,
             ) -> Result<()> {
-                let mut tx = self.begin_write().await?;
-                require_mind(&mut tx, mind).await?;
-                sqlx::query(
-                    "INSERT INTO settings (mind_id, spend_cap_micro_usd, spend_window_ms, brake, \
-                     turn_limit, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6) \
-                     ON CONFLICT (mind_id) DO UPDATE SET \
-                     spend_cap_micro_usd = excluded.spend_cap_micro_usd, \
-                     spend_window_ms = excluded.spend_window_ms, brake = excluded.brake, \
-                     turn_limit = excluded.turn_limit, updated_at_ms = excluded.updated_at_ms",
-                )
-                .bind(mind)
-                .bind(settings.spend_cap.map(|cap| cap.0))
-                .bind(settings.spend_window_ms)
-                .bind(settings.brake)
-                .bind(settings.turn_limit)
-                .bind(now_ms)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(())
+                $crate::sql::minds::put_settings(self, mind, settings, now_ms).await
             }
 
             async fn acquire_lease(
