@@ -120,9 +120,7 @@ pub(crate) async fn settings<B: Backend>(store: &B, mind: &str) -> Result<MindSe
     .await?;
     match row {
         Some(row) => Ok(MindSettings {
-            spend_cap: row
-                .col::<Option<i64>>("spend_cap_micro_usd")?
-                .map(MicroUsd),
+            spend_cap: row.col::<Option<i64>>("spend_cap_micro_usd")?.map(MicroUsd),
             spend_window_ms: row.col("spend_window_ms")?,
             brake: row.col("brake")?,
             turn_limit: row.col("turn_limit")?,
