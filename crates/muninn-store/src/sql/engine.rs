@@ -176,6 +176,8 @@ pub(crate) trait Engine: Database {
     /// How a fenced transaction reads a Mind's lease row (see [`crate::sql::leases`]).
     const LEASE_LOCK_SQL: &'static str;
 
+    // The plumbing behind [`Stmt`] and [`RowExt::col`]: the aggregate modules call those.
+
     fn bind(
         query: Query<'static, Self, Self::Arguments>,
         value: Param<'_>,
