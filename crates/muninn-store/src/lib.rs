@@ -16,7 +16,10 @@
 //!   `id_guard` (private) reserves ids there before each SQLite commit.
 //! - [`hosts`] — what hosts sharing a database tell each other: wake-ups (`LISTEN/NOTIFY`) and
 //!   presence (session advisory locks), so a dead holder's leases are taken over at once.
-//! - `sql` (private) — the SQL both backends share.
+//! - `sql` (private) — the SQL both backends share, one file per aggregate (minds, leases,
+//!   counters, segments, transcript, mailbox, outbox, ledger, memory, briefs, turn,
+//!   migrations); its module docs hold the map from each file to its tables, and
+//!   `sql/store_impl.rs` maps every [`Store`] method to the function that runs it.
 //!
 //! The conformance suite every backend passes is `muninn_testkit::run_conformance`, in the
 //! dev-only test kit.

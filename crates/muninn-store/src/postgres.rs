@@ -18,8 +18,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Row};
 
 use crate::error::{Result, StoreError};
 
@@ -81,10 +81,6 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// Locks the lease row for the rest of the transaction (see the module docs).
-    const LEASE_LOCK_SQL: &'static str =
-        "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1 FOR UPDATE";
-
     /// Connects to `url` (`postgres://user@host:port/db`) and applies pending migrations.
     pub async fn connect(url: &str) -> Result<PostgresStore> {
         let options = PgConnectOptions::from_str(url)
@@ -139,19 +135,40 @@ impl PostgresStore {
         )
         .execute(&mut *tx)
         .await?;
-        crate::sql::apply_migrations!(tx, MIGRATIONS);
+        crate::sql::migrations::apply(&mut tx, MIGRATIONS).await?;
         tx.commit().await?;
         Ok(())
     }
 }
 
-/// The [`Store`](crate::Store) implementation: the shared SQL of [`crate::sql`].
-mod store_impl {
-    use super::PostgresStore;
-    crate::sql::impl_sql_store!(
-        PostgresStore,
-        sqlx::Postgres,
-        sqlx::postgres::PgConnection,
-        "postgres"
-    );
+/// What the shared SQL of [`crate::sql`] needs from this store; [`crate::Store`] follows.
+impl crate::sql::Backend for PostgresStore {
+    type Db = Postgres;
+    const NAME: &'static str = "postgres";
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+    async fn begin_write(&self) -> Result<crate::write::WriteTx<Postgres>> {
+        PostgresStore::begin_write(self).await
+    }
+    async fn shut_down(&self) {
+        self.before_close().await;
+        self.drop_presence().await;
+        self.pool.close().await;
+    }
+    async fn announce_wake(&self, mind: &str, from: &str) -> Result<()> {
+        self.announce_wake_impl(mind, from).await
+    }
+    async fn listen_wakes(&self) -> Result<Option<crate::WakeListener>> {
+        self.listen_wakes_impl().await
+    }
+    async fn hold_presence(&self, holder: &str) -> Result<bool> {
+        self.hold_presence_impl(holder).await
+    }
+    async fn holder_gone(&self, holder: &str) -> Result<Option<bool>> {
+        self.holder_gone_impl(holder).await
+    }
+    async fn await_holder_gone(&self, holder: &str) -> Result<bool> {
+        self.await_holder_gone_impl(holder).await
+    }
 }

@@ -92,10 +92,6 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// The lease row read inside fenced transactions; the write lock already makes it stable.
-    const LEASE_LOCK_SQL: &'static str =
-        "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1";
-
     /// Opens (creating if missing) the database file at `path` and applies pending migrations,
     /// with the start-up checks of [`crate::startup`] and no operator overrides.
     pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
@@ -232,19 +228,40 @@ impl SqliteStore {
         )
         .execute(&mut *tx)
         .await?;
-        crate::sql::apply_migrations!(tx, MIGRATIONS);
+        crate::sql::migrations::apply(&mut tx, MIGRATIONS).await?;
         tx.commit().await?;
         Ok(())
     }
 }
 
-/// The [`Store`](crate::Store) implementation: the shared SQL of [`crate::sql`].
-mod store_impl {
-    use super::SqliteStore;
-    crate::sql::impl_sql_store!(
-        SqliteStore,
-        sqlx::Sqlite,
-        sqlx::sqlite::SqliteConnection,
-        "sqlite"
-    );
+/// What the shared SQL of [`crate::sql`] needs from this store; [`crate::Store`] follows.
+impl crate::sql::Backend for SqliteStore {
+    type Db = Sqlite;
+    const NAME: &'static str = "sqlite";
+    fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+    async fn begin_write(&self) -> Result<crate::write::WriteTx<Sqlite>> {
+        SqliteStore::begin_write(self).await
+    }
+    async fn shut_down(&self) {
+        self.before_close().await;
+        self.drop_presence().await;
+        self.pool.close().await;
+    }
+    async fn announce_wake(&self, mind: &str, from: &str) -> Result<()> {
+        self.announce_wake_impl(mind, from).await
+    }
+    async fn listen_wakes(&self) -> Result<Option<crate::WakeListener>> {
+        self.listen_wakes_impl().await
+    }
+    async fn hold_presence(&self, holder: &str) -> Result<bool> {
+        self.hold_presence_impl(holder).await
+    }
+    async fn holder_gone(&self, holder: &str) -> Result<Option<bool>> {
+        self.holder_gone_impl(holder).await
+    }
+    async fn await_holder_gone(&self, holder: &str) -> Result<bool> {
+        self.await_holder_gone_impl(holder).await
+    }
 }

@@ -1,0 +1,162 @@
+//! The ledger: rows read back whole, queried by time and id, and summed into spend.
+
+use super::{assert_invalid, ledger_row, mind_with_lease, ok, open};
+use crate::StoreFactory;
+use muninn_core::ledger::{LedgerRow, MissCause};
+use muninn_core::money::MicroUsd;
+use muninn_store::types::*;
+use serde_json::json;
+
+pub(super) async fn ledger(factory: &dyn StoreFactory) {
+    let store = open(factory, "ledger").await;
+    let ta = mind_with_lease(store.as_ref(), "a", "h").await;
+    let tb = mind_with_lease(store.as_ref(), "b", "h").await;
+    let mut no_raw = ledger_row("a", 3_000, 7);
+    no_raw.raw_usage = None;
+    no_raw.miss_cause = None;
+    no_raw.boundary = false;
+    // A request with flagged events: two retries, a TTL the provider did not honour, a read
+    // shortfall. They come back as written, in order.
+    let mut flagged = ledger_row("a", 2_000, 250);
+    flagged.events = vec![
+        json!({"attempt": 1, "delay_ms": 500, "status": 529, "kind": "overloaded_error", "retry_after_ms": null}),
+        json!({"attempt": 2, "delay_ms": 1_000, "status": null, "kind": "transport", "retry_after_ms": 1_000}),
+        json!({"type": "ttl_mismatch", "check": {"expected_5m": 0, "expected_1h": 300, "honoured_5m": 300, "honoured_1h": 0}}),
+        json!({"type": "read_shortfall", "predicted": 12_000, "reported": 0, "note": "ünïcode \"q\""}),
+    ];
+    // The accounting's record of a decision comes back whole.
+    let mut decided = ledger_row("a", 1_000, 100);
+    decided.decided = Some(muninn_core::ledger::Decided {
+        kind: muninn_core::ledger::RowKind::Request,
+        event: Some(muninn_core::decide::Event::Arrival {
+            boundary: true,
+            delta: 420,
+        }),
+        action: Some(muninn_core::decide::Action::Refresh),
+        reason: Some(muninn_core::decide::Reason::GrowthBreakEven),
+        segment: Some(muninn_core::ledger::SegmentStart {
+            head: 4_000,
+            rehydration: 6_500,
+            forced: Some(muninn_core::ledger::ForcedStart::Rebuilt),
+            head_digest: Some(0x9e37_79b9_7f4a_7c15),
+            system_digest: Some(u64::MAX),
+        }),
+        lost_at_ms: Some(900),
+        policy: "ski-rental".to_string(),
+        ttl: muninn_core::cache::Ttl::FiveMinutes,
+        head_ttl: muninn_core::cache::Ttl::OneHour,
+        bounds: muninn_core::decide::Bounds {
+            head_tokens: 4_000,
+            rehydrate_tokens: 2_500,
+            flush_prompt_tokens: 0,
+            flush_output_tokens: 0,
+            ping_tokens: 12,
+            ping_output_tokens: 1,
+            min_segment_requests: 4,
+            ceiling_tokens: 200_000,
+            context_window: 200_000,
+        },
+        decide_before_expiry_ms: 30_000,
+        can: muninn_core::decide::Capabilities::default(),
+    });
+    // The provider's diagnosis beside muninn's cause comes back whole: a change with its
+    // magnitude on one row, a label without one on another, a reason this build does not know
+    // (kept as `other`) on a third.
+    decided.miss_cause = Some(MissCause::SystemChange);
+    decided.provider_miss = Some(muninn_core::miss::ProviderMiss {
+        reason: muninn_core::miss::ProviderMissReason::SystemChanged,
+        missed_tokens: Some(u64::from(u32::MAX) + 7),
+    });
+    flagged.provider_miss = Some(muninn_core::miss::ProviderMiss {
+        reason: muninn_core::miss::ProviderMissReason::NoDivergence,
+        missed_tokens: None,
+    });
+    no_raw.provider_miss = Some(muninn_core::miss::ProviderMiss {
+        reason: muninn_core::miss::ProviderMissReason::Other,
+        missed_tokens: None,
+    });
+    let a_rows = vec![decided, flagged, no_raw];
+    let a_ids = ok(store.append_ledger("a", ta, &a_rows).await, "append a");
+    let b_ids = ok(
+        store
+            .append_ledger("b", tb, &[ledger_row("b", 1_500, 1_000)])
+            .await,
+        "b",
+    );
+    let a4 = ok(
+        store
+            .append_ledger("a", ta, &[ledger_row("a", 4_000, 1)])
+            .await,
+        "a4",
+    );
+    assert!(a_ids.windows(2).all(|w| w[0] < w[1]));
+    assert!(
+        a_ids[2] < b_ids[0] && b_ids[0] < a4[0],
+        "ids follow append order"
+    );
+
+    // Export: every row, in append order, exactly as written (raw usage verbatim).
+    let export = ok(store.ledger(&LedgerQuery::default()).await, "export");
+    let rows: Vec<LedgerRow> = export.iter().map(|e| e.row.clone()).collect();
+    let mut expected = a_rows.clone();
+    expected.push(ledger_row("b", 1_500, 1_000));
+    expected.push(ledger_row("a", 4_000, 1));
+    assert_eq!(rows, expected);
+
+    let a_only = ok(
+        store
+            .ledger(&LedgerQuery {
+                mind: Some("a".into()),
+                from_ms: Some(2_000),
+                to_ms: Some(4_000),
+                ..LedgerQuery::default()
+            })
+            .await,
+        "query a",
+    );
+    assert_eq!(
+        a_only.iter().map(|e| e.row.at_ms).collect::<Vec<_>>(),
+        vec![2_000, 3_000]
+    );
+    let paged = ok(
+        store
+            .ledger(&LedgerQuery {
+                after_id: Some(export[1].id),
+                limit: Some(2),
+                ..LedgerQuery::default()
+            })
+            .await,
+        "page",
+    );
+    assert_eq!(paged, export[2..4].to_vec());
+
+    assert_eq!(
+        ok(store.spend("a", 0, 10_000).await, "spend a"),
+        MicroUsd(358)
+    );
+    assert_eq!(
+        ok(store.spend("a", 1_000, 3_000).await, "window"),
+        MicroUsd(350)
+    );
+    assert_eq!(
+        ok(store.spend("b", 0, 10_000).await, "spend b"),
+        MicroUsd(1_000)
+    );
+    assert_eq!(
+        ok(store.spend("a", 5_000, 6_000).await, "empty window"),
+        MicroUsd::ZERO
+    );
+
+    assert_invalid(
+        store.append_ledger("a", ta, &[ledger_row("b", 1, 1)]).await,
+        "wrong mind",
+    );
+    let mut huge = ledger_row("a", 1, 1);
+    huge.prefix_tokens = u64::MAX;
+    assert_invalid(store.append_ledger("a", ta, &[huge]).await, "u64 overflow");
+    assert_eq!(
+        ok(store.ledger(&LedgerQuery::default()).await, "unchanged").len(),
+        5
+    );
+    store.close().await;
+}

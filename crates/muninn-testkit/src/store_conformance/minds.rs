@@ -1,0 +1,108 @@
+//! Minds and their settings, and every method's answer for a Mind that does not exist.
+
+use super::{assert_invalid, assert_not_found, mind, ok, open};
+use crate::StoreFactory;
+use muninn_core::money::MicroUsd;
+use muninn_store::types::*;
+use serde_json::json;
+
+pub(super) async fn minds(factory: &dyn StoreFactory) {
+    let store = open(factory, "minds").await;
+    assert_eq!(ok(store.minds().await, "minds"), vec![]);
+    let created = ok(store.create_mind(&mind("b")).await, "create b");
+    assert_eq!(created, mind("b"));
+    ok(store.create_mind(&mind("a")).await, "create a");
+    let mut changed = mind("b");
+    changed.display_name = "other".into();
+    changed.config = json!({});
+    assert_eq!(
+        ok(store.create_mind(&changed).await, "create b again"),
+        mind("b"),
+        "creating an existing mind returns it unchanged"
+    );
+    assert_eq!(ok(store.mind("b").await, "get b"), Some(mind("b")));
+    assert_eq!(ok(store.mind("zz").await, "get zz"), None);
+    let ids: Vec<String> = ok(store.minds().await, "minds")
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(ids, vec!["a", "b"]);
+    let updated = ok(
+        store.update_mind("a", "Alpha", &json!({"x": 1})).await,
+        "update",
+    );
+    assert_eq!(updated.display_name, "Alpha");
+    assert_eq!(updated.config, json!({"x": 1}));
+    assert_eq!(updated.created_at_ms, 1_000);
+    assert_eq!(ok(store.mind("a").await, "get a"), Some(updated));
+    assert_not_found(
+        store.update_mind("zz", "x", &json!({})).await,
+        "update unknown",
+    );
+    let mut empty = mind("x");
+    empty.id = String::new();
+    assert_invalid(store.create_mind(&empty).await, "empty id");
+    assert!(ok(store.schema_version().await, "schema version") >= 1);
+    assert!(!store.backend().is_empty());
+    store.close().await;
+}
+
+pub(super) async fn settings(factory: &dyn StoreFactory) {
+    let store = open(factory, "settings").await;
+    ok(store.create_mind(&mind("m")).await, "create");
+    assert_eq!(
+        ok(store.settings("m").await, "default"),
+        MindSettings::default()
+    );
+    let set = MindSettings {
+        spend_cap: Some(MicroUsd(5_000_000)),
+        spend_window_ms: Some(86_400_000),
+        brake: true,
+        turn_limit: Some(4),
+    };
+    ok(store.put_settings("m", &set, 2_000).await, "put");
+    assert_eq!(ok(store.settings("m").await, "get"), set);
+    let unset = MindSettings {
+        brake: false,
+        ..MindSettings::default()
+    };
+    ok(store.put_settings("m", &unset, 3_000).await, "put again");
+    assert_eq!(ok(store.settings("m").await, "get again"), unset);
+    assert_not_found(store.settings("zz").await, "settings of unknown");
+    assert_not_found(
+        store.put_settings("zz", &set, 1).await,
+        "put settings of unknown",
+    );
+    store.close().await;
+}
+
+pub(super) async fn unknown_mind(factory: &dyn StoreFactory) {
+    let store = open(factory, "unknown_mind").await;
+    assert_eq!(
+        ok(store.transcript_tail("zz", Role::Persona, 5).await, "tail"),
+        vec![]
+    );
+    assert_eq!(
+        ok(store.pending_deliveries("zz", 0, 5).await, "pending"),
+        vec![]
+    );
+    assert_eq!(ok(store.ack_position("zz").await, "ack"), 0);
+    assert_eq!(ok(store.unsent_outbox("zz", 5).await, "outbox"), vec![]);
+    assert_eq!(
+        ok(store.outbox_after("zz", 0, 5).await, "outbox after"),
+        vec![]
+    );
+    assert_not_found(store.ack_outbox("zz", "b1-0", None, 1).await, "ack");
+    assert_eq!(
+        ok(store.spend("zz", 0, i64::MAX).await, "spend"),
+        MicroUsd::ZERO
+    );
+    assert_eq!(ok(store.memory_newest("zz", 5).await, "memory"), vec![]);
+    assert_eq!(ok(store.briefs("zz", None, 5).await, "briefs"), vec![]);
+    assert_eq!(ok(store.lease("zz").await, "lease"), None);
+    assert_eq!(
+        ok(store.segments("zz", Role::SelfRole).await, "segments"),
+        vec![]
+    );
+    store.close().await;
+}

@@ -1,0 +1,110 @@
+//! The transcript: append-only, gap-free, ordered seqs per role.
+
+use super::{item, mind_with_lease, ok, open};
+use crate::StoreFactory;
+use muninn_store::types::*;
+use serde_json::json;
+
+pub(super) async fn transcript_append_only(factory: &dyn StoreFactory) {
+    let store = open(factory, "transcript").await;
+    let token = mind_with_lease(store.as_ref(), "m", "h").await;
+    let kinds = [
+        TranscriptKind::Delivery,
+        TranscriptKind::Reply,
+        TranscriptKind::Brief,
+        TranscriptKind::Result,
+        TranscriptKind::Notice,
+        TranscriptKind::MemoryFlush,
+        TranscriptKind::OutsideEvent,
+        TranscriptKind::Other("future_kind".into()),
+    ];
+    let items: Vec<NewTranscriptItem> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, kind)| NewTranscriptItem {
+            role: Role::Persona,
+            segment: (i / 4) as i64,
+            kind: kind.clone(),
+            body: json!({"i": i, "unicode": "ünïcødé ✓", "deep": {"a": [1, {"b": null}]}, "big": 9_007_199_254_740_993u64}),
+            created_at_ms: 1_000 + i as i64,
+        })
+        .collect();
+    let seqs = ok(store.append_transcript("m", token, &items).await, "append");
+    assert_eq!(seqs, (1..=8).collect::<Vec<i64>>());
+    // The Self's transcript has its own seqs.
+    let self_seqs = ok(
+        store
+            .append_transcript(
+                "m",
+                token,
+                &[item(Role::SelfRole, 1), item(Role::SelfRole, 2)],
+            )
+            .await,
+        "append self",
+    );
+    assert_eq!(self_seqs, vec![1, 2]);
+    let more = ok(
+        store
+            .append_transcript("m", token, &[item(Role::Persona, 9)])
+            .await,
+        "more",
+    );
+    assert_eq!(more, vec![9]);
+    assert_eq!(
+        ok(store.append_transcript("m", token, &[]).await, "empty"),
+        Vec::<i64>::new()
+    );
+
+    let all = ok(
+        store
+            .transcript_range("m", Role::Persona, 1, None, 100)
+            .await,
+        "range",
+    );
+    assert_eq!(all.len(), 9);
+    for (i, stored) in all.iter().take(8).enumerate() {
+        assert_eq!(stored.seq, i as i64 + 1);
+        assert_eq!(stored.mind, "m");
+        assert_eq!(stored.role, Role::Persona);
+        assert_eq!(stored.kind, items[i].kind);
+        assert_eq!(stored.body, items[i].body);
+        assert_eq!(stored.segment, items[i].segment);
+        assert_eq!(stored.created_at_ms, items[i].created_at_ms);
+    }
+    let window = ok(
+        store
+            .transcript_range("m", Role::Persona, 3, Some(6), 100)
+            .await,
+        "window",
+    );
+    assert_eq!(
+        window.iter().map(|t| t.seq).collect::<Vec<_>>(),
+        vec![3, 4, 5]
+    );
+    let limited = ok(
+        store.transcript_range("m", Role::Persona, 3, None, 2).await,
+        "limited",
+    );
+    assert_eq!(
+        limited.iter().map(|t| t.seq).collect::<Vec<_>>(),
+        vec![3, 4]
+    );
+    let tail = ok(store.transcript_tail("m", Role::Persona, 3).await, "tail");
+    assert_eq!(
+        tail.iter().map(|t| t.seq).collect::<Vec<_>>(),
+        vec![7, 8, 9]
+    );
+    let self_tail = ok(
+        store.transcript_tail("m", Role::SelfRole, 10).await,
+        "self tail",
+    );
+    assert_eq!(
+        self_tail.iter().map(|t| t.seq).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert_eq!(
+        ok(store.transcript_tail("m", Role::Persona, 0).await, "tail 0"),
+        vec![]
+    );
+    store.close().await;
+}
