@@ -38,6 +38,7 @@
 pub mod cache;
 pub mod closed_loop;
 pub mod decide;
+pub mod learn;
 pub mod ledger;
 pub mod miss;
 pub mod money;
