@@ -8,7 +8,8 @@
 //! a ping or a flush was sent, the decider let an entry go — and both ask it for the view and for
 //! the next idle decision point ([`Accounting::next_decision`]). Neither keeps a counter of its
 //! own, so what `muninn replay` measures about a policy is what the host does (DESIGN
-//! invariant 9).
+//! invariant 9). The same events teach the Mind whether its refreshes and pings pay back
+//! ([`crate::learn`]); that state outlives segments, and the host rebuilds it from the ledger.
 //!
 //! # Warmth from usage
 //!
