@@ -22,7 +22,10 @@
 //!   of a cold wake over a warm one; then let the cache expire, flushing first if a restart from
 //!   memory will be cheaper than rewriting P at the cold wake. *Growth*: once the read excess
 //!   accumulated since the last rehydration, Σ r·(Pₜ − R), reaches the cost of one rebuild
-//!   (flush + write R), refresh at the next turn boundary.
+//!   (flush + write R), refresh at the next turn boundary. *Learning*: both break-evens are
+//!   scaled by what the Mind's earlier refreshes and pings paid back ([`crate::learn`]): a
+//!   refresh waits for as many rebuilds as one has been worth, a gap's ping budget shrinks by
+//!   the share of ping spend that kept a wake warm.
 //! - `predictive`: the same actions, but an idle ping is sent only while its expected saving under
 //!   the idle-gap distribution fitted so far exceeds its price; the ski-rental budget stays as a
 //!   guard, so it is never worse than ski-rental's 2× bound on pings.
@@ -37,6 +40,7 @@
 //! the context ceiling.
 
 use crate::cache::Ttl;
+use crate::learn::Learned;
 use crate::money::{MicroUsd, Rate, Tokens};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -188,6 +192,11 @@ pub enum Reason {
     ExpectedSavingBelowPing,
     /// The policy never pings.
     NoKeepWarm,
+    /// The reads above a rehydration reached one rebuild, but the refreshes paid so far did
+    /// not pay back: the break-even is raised by their payback ([`crate::learn`]).
+    RefreshesDidNotPayBack,
+    /// Another ping fits one cold wake, but not the budget the pings' payback so far leaves.
+    PingsDidNotPayBack,
     /// The policy's ping allowance for this gap is spent.
     PingAllowanceSpent,
     /// Memory was already flushed this gap; the session will restart.
@@ -392,6 +401,8 @@ pub struct SessionView {
     pub gaps: GapStats,
     /// What the session's backend can do: an action it cannot take is never chosen.
     pub can: Capabilities,
+    /// What the Mind learned from the refreshes and pings it paid for ([`crate::learn`]).
+    pub learned: Learned,
 }
 
 /// What a session's backend can do besides answering turns. The replay engine assumes a backend
@@ -578,6 +589,9 @@ fn decide_head_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Deci
             if view.gap_head_ping_spend + ping.estimate > budget {
                 return go(Action::LetExpire, Reason::RentExhausted);
             }
+            if view.gap_head_ping_spend + ping.estimate > view.learned.ping_budget(budget) {
+                return go(Action::LetExpire, Reason::PingsDidNotPayBack);
+            }
             if policy == Policy::Predictive {
                 let elapsed = now_ms - view.last_request_ms;
                 let horizon = elapsed + view.head_ttl.millis();
@@ -664,12 +678,15 @@ fn decide_arrival(
                     go(Action::Append, Reason::ColdAppendCheaper)
                 };
             }
-            // Growth: the reads paid above R since the last rehydration have bought one rebuild.
+            // Growth: the reads paid above R since the last rehydration have bought one rebuild —
+            // or as many as the refreshes paid so far say one is worth.
             let rebuild = view.flush_cost(true) + view.restart_write(0, now_ms);
-            if view.read_excess >= rebuild && view.prefix_tokens > view.rehydrated() {
-                go(Action::Refresh, Reason::GrowthBreakEven)
-            } else {
+            if view.read_excess < rebuild || view.prefix_tokens <= view.rehydrated() {
                 go(Action::Append, Reason::Warm)
+            } else if view.read_excess < view.learned.refresh_break_even(rebuild) {
+                go(Action::Append, Reason::RefreshesDidNotPayBack)
+            } else {
+                go(Action::Refresh, Reason::GrowthBreakEven)
             }
         }
     }
@@ -706,15 +723,17 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
             }
         }
         Policy::SkiRental | Policy::Predictive => {
-            let budget = view.cold_wake_penalty();
+            let penalty = view.cold_wake_penalty();
+            let budget = view.learned.ping_budget(penalty);
             let within = view.gap_ping_spend + ping.estimate <= budget;
+            let within_penalty = view.gap_ping_spend + ping.estimate <= penalty;
             let worth = if policy == Policy::Predictive {
                 // Expected saving of one more ping: it matters only if the wake comes before the
                 // next expiry, when it saves the cold-wake penalty.
                 let elapsed = now_ms - view.last_request_ms;
                 let horizon = elapsed + view.ttl.millis();
                 let p = view.gaps.p_end_by(elapsed, horizon);
-                (p * budget.0 as f64) > ping.estimate.0 as f64
+                (p * penalty.0 as f64) > ping.estimate.0 as f64
             } else {
                 true
             };
@@ -728,8 +747,10 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
             }
             let reason = if !view.can.ping {
                 Reason::CannotPing
-            } else if !within {
+            } else if !within_penalty {
                 Reason::RentExhausted
+            } else if !within {
+                Reason::PingsDidNotPayBack
             } else {
                 Reason::ExpectedSavingBelowPing
             };

@@ -40,6 +40,7 @@
 pub mod cache;
 pub mod closed_loop;
 pub mod decide;
+pub mod learn;
 pub mod ledger;
 pub mod mask;
 pub mod miss;

@@ -8,7 +8,8 @@
 //! a ping or a flush was sent, the decider let an entry go — and both ask it for the view and for
 //! the next idle decision point ([`Accounting::next_decision`]). Neither keeps a counter of its
 //! own, so what `muninn replay` measures about a policy is what the host does (DESIGN
-//! invariant 9).
+//! invariant 9). The same events teach the Mind whether its refreshes and pings pay back
+//! ([`crate::learn`]); that state outlives segments, and the host rebuilds it from the ledger.
 //!
 //! # Warmth from usage
 //!
@@ -34,6 +35,7 @@
 
 use crate::cache::Ttl;
 use crate::decide::{Bounds, Capabilities, Event, GapStats, Rates, SessionView};
+use crate::learn::{Learned, OpenRefresh};
 use crate::ledger::{RowKind, SegmentStart};
 use crate::money::{MicroUsd, Tokens};
 use crate::trace::Usage;
@@ -112,9 +114,22 @@ struct Gap {
     pings: u32,
     ping_spend: MicroUsd,
     head_ping_spend: MicroUsd,
+    flush_spend: MicroUsd,
     flushed: bool,
     tail_let_go: bool,
     head_let_go: bool,
+}
+
+/// Why a segment began, as far as learning is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentCause {
+    /// The decider chose to refresh (growth, a cold restart, a size threshold): its payback is
+    /// learned from when the refresh left a warm cache.
+    Chosen,
+    /// The first segment, the context ceiling, a rebuild after a lost session, a flush
+    /// protocol: no choice, nothing to learn.
+    Forced,
 }
 
 /// One session's counters, driven by events; see the module documentation.
@@ -131,6 +146,12 @@ pub struct Accounting {
     read_excess: MicroUsd,
     gap: Gap,
     gaps: GapStats,
+    /// What the Mind has learned so far (see [`crate::learn`]); it outlives segments.
+    learned: Learned,
+    /// A chosen refresh whose first request has not been answered yet.
+    pending_refresh: Option<OpenRefresh>,
+    /// The warm voluntary refresh that opened the current segment, still counting savings.
+    open_refresh: Option<OpenRefresh>,
 }
 
 impl Accounting {
@@ -148,7 +169,23 @@ impl Accounting {
             read_excess: MicroUsd::ZERO,
             gap: Gap::default(),
             gaps: GapStats::default(),
+            learned: Learned::default(),
+            pending_refresh: None,
+            open_refresh: None,
         }
+    }
+
+    /// A session that starts with what its Mind learned in earlier sessions.
+    pub fn with_learned(params: Params, learned: Learned) -> Accounting {
+        Accounting {
+            learned,
+            ..Accounting::new(params)
+        }
+    }
+
+    /// What the Mind has learned so far, to carry into its next session.
+    pub fn learned(&self) -> Learned {
+        self.learned
     }
 
     /// The configuration.
@@ -163,11 +200,22 @@ impl Accounting {
     }
 
     /// A new segment begins on a head of `head_tokens`: its requests and the read excess start
-    /// again. What is cached is whatever the provider still holds, so warmth is unchanged.
-    pub fn begin_segment(&mut self, head_tokens: Tokens) {
+    /// again. What is cached is whatever the provider still holds, so warmth is unchanged. A
+    /// segment the decider chose is a refresh whose payback is learned (if it left a warm cache:
+    /// its first request says).
+    pub fn begin_segment(&mut self, head_tokens: Tokens, cause: SegmentCause) {
+        let old_prefix = self.prefix_tokens;
+        let had_requests = self.segment_requests > 0;
         self.head_tokens = head_tokens;
         self.segment_requests = 0;
         self.read_excess = MicroUsd::ZERO;
+        self.open_refresh = None;
+        self.pending_refresh =
+            (cause == SegmentCause::Chosen && had_requests).then(|| OpenRefresh {
+                old_prefix,
+                head: head_tokens,
+                rehydrated: self.rehydrated(),
+            });
     }
 
     /// A request of the segment was answered at `at_ms` with `usage`. It ends the idle gap (whose
@@ -177,6 +225,7 @@ impl Accounting {
         if let Some(last) = self.last_request_ms {
             self.gaps.observe(at_ms - last);
         }
+        self.learn_from_request(at_ms, usage);
         if self.segment_requests > 0 && usage.cache_read > 0 {
             let excess = usage.prompt().saturating_sub(self.rehydrated());
             self.read_excess += MicroUsd::of(excess, self.params.rates.read);
@@ -194,6 +243,10 @@ impl Accounting {
             Keep::Tail => {
                 self.gap.pings += 1;
                 self.gap.ping_spend += cost;
+                if let Some(open) = &self.open_refresh {
+                    // A ping on the refreshed segment reads less than one on the old prefix.
+                    self.learned.refreshes.saved += open.later(self.params.rates.read);
+                }
                 self.cached(at_ms, usage);
             }
             Keep::Head => {
@@ -203,10 +256,12 @@ impl Accounting {
         }
     }
 
-    /// Memory was flushed at `at_ms` (the session wrote what the next segment starts from). A
-    /// flush that read the prefix refreshed it like a ping; the decider lets the tail go after it.
-    pub fn flush(&mut self, at_ms: i64, usage: &Usage) {
+    /// Memory was flushed at `at_ms` for `cost` (the session wrote what the next segment starts
+    /// from). A flush that read the prefix refreshed it like a ping; the decider lets the tail go
+    /// after it. Its cost counts against the refresh it precedes.
+    pub fn flush(&mut self, at_ms: i64, usage: &Usage, cost: MicroUsd) {
         self.gap.flushed = true;
+        self.gap.flush_spend += cost;
         self.gap.tail_let_go = true;
         if usage.cache_read > 0 {
             self.cached(at_ms, usage);
@@ -290,6 +345,7 @@ impl Accounting {
             bounds: self.bounds(),
             gaps: self.gaps,
             can: self.params.can,
+            learned: self.learned,
         }
     }
 
@@ -314,14 +370,70 @@ impl Accounting {
         segment: Option<&SegmentStart>,
     ) {
         if let Some(start) = segment {
-            self.begin_segment(start.head);
+            let cause = self.cause_of(start, usage);
+            self.begin_segment(start.head, cause);
         }
         self.last_activity_ms = Some(self.last_activity_ms.map_or(at_ms, |t| t.max(at_ms)));
         match kind {
             RowKind::Request => self.request(at_ms, usage),
             RowKind::Ping => self.ping(at_ms, Keep::Tail, usage, cost),
             RowKind::HeadPing => self.ping(at_ms, Keep::Head, usage, cost),
-            RowKind::Flush => self.flush(at_ms, usage),
+            RowKind::Flush => self.flush(at_ms, usage, cost),
+        }
+    }
+
+    /// Why the segment a row begins began: forced when its record says so, or when the old
+    /// prefix plus what the row added (its prompt beyond the rehydration) would have passed the
+    /// ceiling — the decider's ceiling rule, checked on the row itself because a ledger row
+    /// carries the refresh's question, not always its reason.
+    fn cause_of(&self, start: &SegmentStart, usage: &Usage) -> SegmentCause {
+        let delta = usage.prompt().saturating_sub(start.rehydration);
+        if start.forced.is_some()
+            || self.prefix_tokens.saturating_add(delta) > self.params.bounds.ceiling_tokens
+        {
+            SegmentCause::Forced
+        } else {
+            SegmentCause::Chosen
+        }
+    }
+
+    /// What a request teaches, before it changes the state: the first request after a chosen
+    /// refresh books what the refresh paid and first saved (if it left a warm cache; a cold
+    /// restart was chosen on its immediate price and teaches nothing), a later one what
+    /// continuing on the old prefix would have paid more; a wake after pings books what they
+    /// spent and, if they kept the entry warm, the rewrite they spared.
+    fn learn_from_request(&mut self, at_ms: i64, usage: &Usage) {
+        let rates = self.params.rates;
+        let warm = self.warm_until_ms.is_some_and(|t| t > at_ms);
+        if let Some(open) = self.pending_refresh.take()
+            && warm
+            && open.old_prefix > open.rehydrated
+        {
+            let (paid, saved) = open.first(self.gap.flush_spend, rates.read, rates.write);
+            let refreshes = &mut self.learned.refreshes;
+            refreshes.count += 1;
+            refreshes.paid += paid;
+            refreshes.saved += saved;
+            self.open_refresh = Some(open);
+        } else if let Some(open) = &self.open_refresh {
+            let rate = if usage.cache_read > self.head_tokens {
+                rates.read
+            } else {
+                rates.write
+            };
+            self.learned.refreshes.saved += open.later(rate);
+        }
+        let spent = self.gap.ping_spend + self.gap.head_ping_spend;
+        if spent > MicroUsd::ZERO {
+            let view = self.view();
+            let kept = if self.gap.pings > 0 && warm && self.prefix_tokens > self.head_tokens {
+                view.cold_wake_penalty()
+            } else if view.head_warm(at_ms) && self.gap.head_ping_spend > MicroUsd::ZERO {
+                view.head_rewrite_penalty()
+            } else {
+                MicroUsd::ZERO
+            };
+            self.learned.pings.observe_recent(spent, kept);
         }
     }
 

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cache;
+mod learn;
 mod render;
 mod replay;
 mod validate;

@@ -7,7 +7,7 @@ use crate::time::day;
 use muninn_core::cache::CacheRules;
 use muninn_core::money::MicroUsd;
 use muninn_core::price::ModelPrice;
-use muninn_core::replay::{Assumptions, Plan, ReplayConfig, replay_trace};
+use muninn_core::replay::{Assumptions, Plan, replay_traces};
 use muninn_core::trace::{Trace, Usage};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -65,22 +65,16 @@ pub fn breakdown(
     }
     for &plan in plans {
         let name = plan.to_string();
-        for &(trace, price) in priced {
-            let config = ReplayConfig {
-                price,
-                assumptions,
-                rules: &rules,
-            };
-            let mut costs: BTreeMap<String, MicroUsd> = BTreeMap::new();
-            replay_trace(trace, plan, &config, &mut |step| {
-                if step.at_ms >= since_ms {
-                    *costs.entry(key(by, trace, step.at_ms)).or_default() += step.cost;
-                }
-            });
-            for (k, cost) in costs {
-                let slice = slices.entry(k).or_default();
-                *slice.cost_micro_usd.entry(name.clone()).or_default() += cost.0;
+        // Each Mind's traces in time order, carrying what it learned (as the table does).
+        let mut costs: BTreeMap<String, MicroUsd> = BTreeMap::new();
+        replay_traces(priced, plan, assumptions, &rules, &mut |i, step| {
+            if step.at_ms >= since_ms {
+                *costs.entry(key(by, priced[i].0, step.at_ms)).or_default() += step.cost;
             }
+        });
+        for (k, cost) in costs {
+            let slice = slices.entry(k).or_default();
+            *slice.cost_micro_usd.entry(name.clone()).or_default() += cost.0;
         }
     }
     slices

@@ -7,7 +7,7 @@ use anyhow::Context;
 use muninn_core::cache::{CacheRules, Ttl};
 use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::price::{PriceError, PriceTable};
-use muninn_core::replay::{Assumptions, Plan, ReplayConfig, RunTotals, rehydration, replay_trace};
+use muninn_core::replay::{Assumptions, Plan, RunTotals, rehydration, replay_traces};
 use muninn_core::trace::Trace;
 use muninn_report::plot::{CostSeries, GapBucket, write_plot};
 use muninn_report::{PolicyRow, ReplayReport, Unpriced};
@@ -97,6 +97,10 @@ pub struct ReplayArgs {
     /// Goal: the default policy costs at most this multiple of what was recorded.
     #[arg(long)]
     goal_vs_recorded: Option<f64>,
+    /// Goal: at every cell of the sensitivity grid (each rehydration by each minimum segment)
+    /// the default policy costs at most this multiple of `never` (no voluntary refresh).
+    #[arg(long)]
+    goal_vs_never: Option<f64>,
 }
 
 fn parse_plans(specs: &[String]) -> anyhow::Result<Vec<Plan>> {
@@ -257,12 +261,18 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             .collect(),
         rows,
     };
+    let table = !matches!(args.format.as_str(), "json" | "csv");
+    let grid = if table || args.goal_vs_never.is_some() {
+        crate::sensitivity::grid(&priced, &assumptions, &rules, measured)
+    } else {
+        Vec::new()
+    };
     match args.format.as_str() {
         "json" => outln!("{}", serde_json::to_string_pretty(&report)?)?,
         "csv" => out!("{}", report.csv())?,
         _ => {
             out!("{}", report.table())?;
-            crate::sensitivity::print(&priced, &assumptions, &rules, measured)?;
+            crate::sensitivity::print(&grid, measured)?;
         }
     }
 
@@ -283,12 +293,16 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         .with_context(|| format!("drawing {}", path.display()))?;
         eprintln!("plot written to {}", path.display());
     }
-    check_goals(&report, &args)
+    check_goals(&report, &args, crate::sensitivity::worst_vs_never(&grid))
 }
 
 /// Checks the default policy's ratios against the goals given: PASS or FAIL for each, an error
 /// (a non-zero exit) if one is missed or cannot be measured.
-fn check_goals(report: &ReplayReport, args: &ReplayArgs) -> anyhow::Result<()> {
+fn check_goals(
+    report: &ReplayReport,
+    args: &ReplayArgs,
+    worst: Option<crate::sensitivity::Cell>,
+) -> anyhow::Result<()> {
     let default = Plan::Online(muninn_core::decide::Policy::SkiRental).to_string();
     let row = report.rows.iter().find(|r| r.policy == default);
     let mut failed = 0;
@@ -302,6 +316,11 @@ fn check_goals(report: &ReplayReport, args: &ReplayArgs) -> anyhow::Result<()> {
             args.goal_vs_recorded,
             "recorded",
             row.and_then(|r| r.ratio_to_recorded),
+        ),
+        (
+            args.goal_vs_never,
+            "never at every rehydration and minimum segment",
+            worst.map(|c| c.vs_never),
         ),
     ] {
         let Some(goal) = goal else { continue };
@@ -344,26 +363,28 @@ fn run_plans(
     let run_one = |plan: Plan| -> PlanResult {
         let mut totals = RunTotals::default();
         let mut timeline = Vec::new();
-        for &(trace, price) in priced {
-            let config = ReplayConfig {
-                price,
-                assumptions,
-                rules,
-            };
-            // With --since the whole trace is replayed (the cache state needs its history) and
-            // only the steps in the window are counted.
-            let ttl = assumptions.ttl.unwrap_or_else(|| trace.whole_trace_ttl());
-            let mut kept = RunTotals::default();
-            let t = replay_trace(trace, plan, &config, &mut |step| {
-                if since_ms.is_some_and(|s| step.at_ms < s) {
-                    return;
-                }
-                kept.record(step, ttl);
-                if want_timeline {
-                    timeline.push((step.at_ms, step.cost));
-                }
-            });
-            totals.add(if since_ms.is_some() { &kept } else { &t });
+        // With --since the whole trace is replayed (the cache state needs its history) and only
+        // the steps in the window are counted. Each Mind's traces run in time order, carrying
+        // what it learned of its refreshes and pings.
+        let mut kept = RunTotals::default();
+        let whole = replay_traces(priced, plan, assumptions, rules, &mut |i, step| {
+            if since_ms.is_some_and(|s| step.at_ms < s) {
+                return;
+            }
+            let ttl = assumptions
+                .ttl
+                .unwrap_or_else(|| priced[i].0.whole_trace_ttl());
+            kept.record(step, ttl);
+            if want_timeline {
+                timeline.push((step.at_ms, step.cost));
+            }
+        });
+        if since_ms.is_some() {
+            totals = kept;
+        } else {
+            for t in &whole {
+                totals.add(t);
+            }
         }
         PlanResult {
             plan,

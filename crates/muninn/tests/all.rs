@@ -13,6 +13,7 @@ mod crash;
 mod failover;
 mod host_cli;
 mod input_formats;
+mod learning;
 mod logs;
 mod matrix;
 mod security;

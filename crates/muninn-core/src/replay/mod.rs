@@ -26,20 +26,23 @@
 use crate::cache::{
     CacheRules, CacheState, Checkpoint, Fingerprint, Prediction, Prompt, Ttl, extend, hash_bytes,
 };
-use crate::decide::{Action, Decision, Event, Policy, Rates, SessionView, decide};
+use crate::decide::{Action, Decision, Event, Policy, Rates, Reason, SessionView, decide};
+use crate::learn::Learned;
 use crate::ledger::MissCause;
 use crate::money::{MicroUsd, Tokens};
 use crate::price::{ModelPrice, Provider};
-use crate::session::{Accounting, Keep, Params};
+use crate::session::{Accounting, Keep, Params, SegmentCause};
 use crate::trace::{Trace, Usage};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
 mod assumptions;
+mod minds;
 pub mod rehydration;
 
 pub use assumptions::Assumptions;
+pub use minds::{mind_of, replay_traces};
 
 /// What to replay a trace under.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -304,11 +307,24 @@ pub struct ReplayConfig<'a> {
 }
 
 /// Replays one trace under one plan, calling `on_step` for every priced request, and returns the
-/// totals.
+/// totals. The session starts knowing nothing of earlier ones; [`replay_traces`] carries what a
+/// Mind learned across its traces.
 pub fn replay_trace(
     trace: &Trace,
     plan: Plan,
     config: &ReplayConfig<'_>,
+    on_step: &mut dyn FnMut(&Step),
+) -> RunTotals {
+    replay_trace_learning(trace, plan, config, &mut Learned::default(), on_step)
+}
+
+/// [`replay_trace`] for a session that starts with what its Mind learned before (`learned`),
+/// which it leaves holding what the Mind knows after the session.
+pub fn replay_trace_learning(
+    trace: &Trace,
+    plan: Plan,
+    config: &ReplayConfig<'_>,
+    learned: &mut Learned,
     on_step: &mut dyn FnMut(&Step),
 ) -> RunTotals {
     let rules = provider_rules(config);
@@ -346,17 +362,19 @@ pub fn replay_trace(
         return totals;
     }
     let (head, turns) = reconstruct_for(trace, config);
-    let driver = match plan {
+    let mut driver = match plan {
         Plan::Online(policy) => Driver::Online(policy),
         // `Plan::Recorded` returned above.
         Plan::Optimum | Plan::Recorded => {
             Driver::Optimum(crate::optimum::plan(&turns, head, ttl, config))
         }
     };
-    run_driver(trace, head, &turns, ttl, driver, config, &mut |step| {
+    let mut engine = Engine::new(trace, head, ttl, config, *learned);
+    engine.run(&turns, &mut driver, &mut |step| {
         totals.record(step, ttl);
         on_step(step);
     });
+    *learned = engine.acc.learned();
     totals
 }
 
@@ -401,32 +419,12 @@ pub fn execute_plan(
         .unwrap_or_else(|| trace.whole_trace_ttl());
     let (head, turns) = reconstruct_for(trace, config);
     let mut totals = RunTotals::default();
-    run_driver(
-        trace,
-        head,
-        &turns,
-        ttl,
-        Driver::Optimum(plan),
-        config,
-        &mut |step| {
-            totals.record(step, ttl);
-            on_step(step);
-        },
-    );
+    let mut engine = Engine::new(trace, head, ttl, config, Learned::default());
+    engine.run(&turns, &mut Driver::Optimum(plan), &mut |step| {
+        totals.record(step, ttl);
+        on_step(step);
+    });
     totals
-}
-
-fn run_driver(
-    trace: &Trace,
-    head: Tokens,
-    turns: &[Turn],
-    ttl: Ttl,
-    mut driver: Driver,
-    config: &ReplayConfig<'_>,
-    on_step: &mut dyn FnMut(&Step),
-) {
-    let mut engine = Engine::new(trace, head, ttl, config);
-    engine.run(turns, &mut driver, on_step);
 }
 
 /// What only hindsight knows: the requests still to come. Online policies never see it.
@@ -495,7 +493,13 @@ struct Engine<'a> {
 }
 
 impl<'a> Engine<'a> {
-    fn new(trace: &'a Trace, head: Tokens, ttl: Ttl, config: &'a ReplayConfig<'a>) -> Engine<'a> {
+    fn new(
+        trace: &'a Trace,
+        head: Tokens,
+        ttl: Ttl,
+        config: &'a ReplayConfig<'a>,
+        learned: Learned,
+    ) -> Engine<'a> {
         let a = config.assumptions;
         let trace_fp = hash_bytes(trace.id.as_bytes());
         let head_ttl = a.head_ttl_for(ttl);
@@ -520,7 +524,7 @@ impl<'a> Engine<'a> {
             cache: CacheState::new(),
             prediction: Prediction::default(),
             checkpoints: Vec::with_capacity(4),
-            acc: Accounting::new(params),
+            acc: Accounting::with_learned(params, learned),
             segment: 0,
             segment_base: head,
             segment_start_len: 0,
@@ -662,9 +666,9 @@ impl<'a> Engine<'a> {
                     self.acc.ping(at, keep, &usage, cost);
                 }
                 (Keep::Tail, Action::Flush) if !view.flushed && view.needs_flush() => {
-                    let (usage, _) =
+                    let (usage, cost) =
                         self.side_request(StepKind::Flush, Keep::Tail, index, at, on_step);
-                    self.acc.flush(at, &usage);
+                    self.acc.flush(at, &usage, cost);
                 }
                 (keep, _) => self.acc.let_go(keep),
             }
@@ -700,15 +704,20 @@ impl<'a> Engine<'a> {
             let refreshed = decision.action == Action::Refresh && index > 0;
             if refreshed {
                 if !view.flushed && view.needs_flush() {
-                    let (usage, _) =
+                    let (usage, cost) =
                         self.side_request(StepKind::Flush, Keep::Tail, index, now, on_step);
-                    self.acc.flush(now, &usage);
+                    self.acc.flush(now, &usage, cost);
                 }
                 self.segment += 1;
                 self.segment_base = self.head + self.acc.params().bounds.rehydrate_tokens;
                 self.segment_start_len = length;
                 self.segment_blocks = 2;
-                self.acc.begin_segment(self.head);
+                let cause = if decision.reason == Reason::Ceiling {
+                    SegmentCause::Forced
+                } else {
+                    SegmentCause::Chosen
+                };
+                self.acc.begin_segment(self.head, cause);
             }
             length += turn.delta;
             let prompt_tokens = self.segment_base + (length - self.segment_start_len);

@@ -1,0 +1,326 @@
+//! The default learns from the refreshes and pings it has paid for ([`muninn_core::learn`]):
+//! across a Mind's sessions it stops a gamble that did not pay back and keeps one that did.
+
+use muninn_core::cache::{CacheRules, Ttl};
+use muninn_core::decide::{Capabilities, Policy, Rates};
+use muninn_core::learn::Learned;
+use muninn_core::ledger::{RowKind, SegmentStart};
+use muninn_core::money::{MicroUsd, Tokens};
+use muninn_core::price::{ModelPrice, PriceTable};
+use muninn_core::replay::{
+    Assumptions, Plan, ReplayConfig, RunTotals, StepKind, replay_trace_learning, replay_traces,
+};
+use muninn_core::session::{Accounting, Params};
+use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
+
+const HEAD: Tokens = 12_000;
+const MODEL: &str = "claude-sonnet-4-5";
+/// Sessions of one Mind start a day apart: nothing of one is cached at the next.
+const DAY_MS: i64 = 86_400_000;
+
+/// Session `n` of the Mind in project `proj`: request i comes `gaps_s[i]` seconds after the
+/// previous one, begins a turn, and adds `delta` tokens; the recorded usage is a warm append.
+fn session(proj: &str, n: i64, gaps_s: &[i64], delta: Tokens) -> Trace {
+    let mut at = 1_800_000_000_000i64 + n * DAY_MS;
+    let mut prompt = HEAD;
+    let requests = gaps_s
+        .iter()
+        .enumerate()
+        .map(|(i, &gap_s)| {
+            at += gap_s * 1000;
+            let read = if i == 0 { 0 } else { prompt - 3 };
+            prompt += delta;
+            TraceRequest {
+                at_ms: at,
+                usage: Usage {
+                    input: 3,
+                    cache_write_5m: prompt - read - 3,
+                    cache_read: read,
+                    output: 200,
+                    ..Usage::default()
+                },
+                boundary: true,
+                ..TraceRequest::default()
+            }
+        })
+        .collect();
+    Trace {
+        id: format!("{proj}-{n}/main/{MODEL}"),
+        session: format!("{proj}-{n}"),
+        thread: "main".into(),
+        kind: ThreadKind::Main,
+        model: MODEL.into(),
+        source: format!("{proj}/{n}.jsonl"),
+        requests,
+    }
+}
+
+fn assumptions() -> Assumptions {
+    Assumptions {
+        head_tokens: Some(HEAD),
+        rehydrate_tokens: 8_000,
+        min_segment_requests: 4,
+        ttl: Some(Ttl::FiveMinutes),
+        ..Assumptions::default()
+    }
+}
+
+fn price() -> ModelPrice {
+    PriceTable::embedded().model(MODEL).expect("priced").clone()
+}
+
+/// Every session of one Mind replayed under `plan` in time order, learning carried across.
+fn replay_mind(sessions: &[Trace], plan: Plan) -> Vec<RunTotals> {
+    let price = price();
+    let priced: Vec<(&Trace, &ModelPrice)> = sessions.iter().map(|t| (t, &price)).collect();
+    replay_traces(
+        &priced,
+        plan,
+        &assumptions(),
+        &CacheRules::default(),
+        &mut |_, _| {},
+    )
+}
+
+/// One session replayed on its own, starting from `learned`, which it leaves updated.
+fn replay_one(t: &Trace, learned: &mut Learned) -> RunTotals {
+    let price = price();
+    let a = assumptions();
+    let config = ReplayConfig {
+        price: &price,
+        assumptions: &a,
+        rules: &CacheRules::default(),
+    };
+    replay_trace_learning(
+        t,
+        Plan::Online(Policy::SkiRental),
+        &config,
+        learned,
+        &mut |_| {},
+    )
+}
+
+/// The request at which the default first refreshes a session that knows nothing yet.
+fn first_refresh(t: &Trace) -> usize {
+    let price = price();
+    let a = assumptions();
+    let config = ReplayConfig {
+        price: &price,
+        assumptions: &a,
+        rules: &CacheRules::default(),
+    };
+    let mut at = None;
+    replay_trace_learning(
+        t,
+        Plan::Online(Policy::SkiRental),
+        &config,
+        &mut Learned::default(),
+        &mut |s| {
+            if s.kind == StepKind::Request && s.refreshed && at.is_none() {
+                at = Some(s.index);
+            }
+        },
+    );
+    at.expect("the growth rule refreshes a long enough session")
+}
+
+fn total(runs: &[RunTotals]) -> MicroUsd {
+    runs.iter().map(|r| r.cost).sum()
+}
+
+/// Sessions that end one request after the growth rule's refresh: the refresh pays its flush
+/// and rehydration and saves one request's reads. The first session refreshes (nothing is known
+/// yet), the later ones do not, and from then on the default costs what `never` does.
+#[test]
+fn refreshes_that_did_not_pay_back_stop_in_the_minds_later_sessions() {
+    let long = session("p", 0, &[10; 60], 6_000);
+    let k = first_refresh(&long);
+    let sessions: Vec<Trace> = (0..5)
+        .map(|n| session("p", n, &vec![10; k + 2], 6_000))
+        .collect();
+    let default = replay_mind(&sessions, Plan::Online(Policy::SkiRental));
+    let never = replay_mind(&sessions, Plan::Online(Policy::Never));
+    assert_eq!(default[0].refreshes, 1, "the first session refreshes");
+    assert!(
+        default[1..].iter().all(|r| r.refreshes == 0),
+        "{:?}",
+        default.iter().map(|r| r.refreshes).collect::<Vec<_>>()
+    );
+    assert!(
+        default[0].cost > never[0].cost,
+        "the first refresh lost money"
+    );
+    assert_eq!(total(&default[1..]), total(&never[1..]));
+    // What the Mind learned says why.
+    let mut learned = Learned::default();
+    replay_one(&sessions[0], &mut learned);
+    assert_eq!(learned.refreshes.count, 1);
+    assert!(learned.refreshes.ratio() < 1.0, "{learned:?}");
+}
+
+/// Without carrying what was learned, every such session loses again: the saving above comes
+/// from the Mind's memory, not from a change of the rule within a session.
+#[test]
+fn a_session_that_knows_nothing_refreshes_and_loses_again() {
+    let long = session("p", 0, &[10; 60], 6_000);
+    let k = first_refresh(&long);
+    let one = session("p", 1, &vec![10; k + 2], 6_000);
+    let mut fresh = Learned::default();
+    assert_eq!(replay_one(&one, &mut fresh).refreshes, 1);
+}
+
+/// Sessions that run long after each refresh: every refresh pays back many times over, so the
+/// later sessions refresh at least as often as the first (which waited for its unproven first
+/// refresh) and beat `never`.
+#[test]
+fn refreshes_that_pay_back_go_on_in_the_minds_later_sessions() {
+    let sessions: Vec<Trace> = (0..4).map(|n| session("q", n, &[10; 80], 6_000)).collect();
+    let default = replay_mind(&sessions, Plan::Online(Policy::SkiRental));
+    let never = replay_mind(&sessions, Plan::Online(Policy::Never));
+    let first = default[0].refreshes;
+    assert!(first >= 2, "{first} refreshes");
+    for (n, run) in default.iter().enumerate() {
+        assert!(run.refreshes >= first, "session {n}: {}", run.refreshes);
+        assert!(run.cost < never[n].cost, "session {n}");
+    }
+    let mut learned = Learned::default();
+    replay_one(&sessions[0], &mut learned);
+    assert!(learned.refreshes.ratio() > 1.0, "{learned:?}");
+}
+
+/// Gaps of two hours on a 5-minute cache: every ping of a gap is spent and the wake is cold
+/// anyway. The first session pings its budget out; the later ones barely ping.
+#[test]
+fn pings_that_never_keep_a_wake_warm_stop() {
+    let gaps = [0, 10, 7_200, 10, 7_200, 10, 7_200, 10];
+    let sessions: Vec<Trace> = (0..4).map(|n| session("r", n, &gaps, 2_000)).collect();
+    let default = replay_mind(&sessions, Plan::Online(Policy::SkiRental));
+    let never = replay_mind(&sessions, Plan::Online(Policy::Never));
+    assert!(default[0].pings >= 6, "{} pings", default[0].pings);
+    assert!(default[0].cost > never[0].cost);
+    for (n, run) in default.iter().enumerate().skip(1) {
+        assert_eq!(run.pings, 0, "session {n}");
+        assert_eq!(run.cost, never[n].cost, "session {n}");
+    }
+}
+
+/// Gaps of twelve minutes: a few pings keep each wake warm, which spares a rewrite worth more
+/// than they cost, so the later sessions ping as much as the first.
+#[test]
+fn pings_that_keep_wakes_warm_go_on() {
+    let gaps = [0, 10, 720, 10, 720, 10, 720, 10];
+    let sessions: Vec<Trace> = (0..4).map(|n| session("s", n, &gaps, 2_000)).collect();
+    let default = replay_mind(&sessions, Plan::Online(Policy::SkiRental));
+    let never = replay_mind(&sessions, Plan::Online(Policy::Never));
+    let first = default[0].pings;
+    assert!(first >= 3, "{first} pings");
+    for (n, run) in default.iter().enumerate() {
+        assert_eq!(run.pings, first, "session {n}");
+        assert!(run.cost < never[n].cost, "session {n}");
+    }
+}
+
+/// A refresh forced by the context ceiling is not a choice: it teaches nothing.
+#[test]
+fn a_ceiling_refresh_teaches_nothing() {
+    let t = session("c", 0, &[10; 30], 6_000);
+    let price = price();
+    let a = Assumptions {
+        // No voluntary refresh fits in; the ceiling comes first.
+        min_segment_requests: 1_000,
+        ceiling_tokens: Some(HEAD + 60_000),
+        ..assumptions()
+    };
+    let config = ReplayConfig {
+        price: &price,
+        assumptions: &a,
+        rules: &CacheRules::default(),
+    };
+    let mut learned = Learned::default();
+    let run = replay_trace_learning(
+        &t,
+        Plan::Online(Policy::SkiRental),
+        &config,
+        &mut learned,
+        &mut |_| {},
+    );
+    assert!(run.refreshes >= 2, "{} refreshes", run.refreshes);
+    assert_eq!(learned.refreshes.count, 0);
+}
+
+/// A session that overlaps an earlier one of the same Mind does not see what the earlier one
+/// learned after it began: the carry is causal.
+#[test]
+fn an_overlapping_session_does_not_learn_from_the_future() {
+    let long = session("o", 0, &[10; 60], 6_000);
+    let k = first_refresh(&long);
+    let a = session("o", 0, &vec![10; k + 2], 6_000);
+    let mut b = session("o", 0, &vec![10; k + 2], 6_000);
+    // b begins while a is still running.
+    for r in &mut b.requests {
+        r.at_ms += 20_000;
+    }
+    b.source = "o/b.jsonl".into();
+    let runs = replay_mind(&[a, b], Plan::Online(Policy::SkiRental));
+    assert_eq!(runs[0].refreshes, 1);
+    assert_eq!(runs[1].refreshes, 1, "b learned from a's future");
+}
+
+/// The host teaches its accounting through ledger rows ([`Accounting::record`], also how it
+/// rebuilds a Mind's accounting after a restart): fed the replay's own steps as rows, it learns
+/// exactly what the replay engine learned — including which refreshes were chosen, which it
+/// infers from the rows alone.
+#[test]
+fn ledger_rows_teach_what_the_replay_learned() {
+    let gaps: Vec<i64> = (0..80).map(|i| if i % 5 == 4 { 720 } else { 10 }).collect();
+    let t = session("h", 0, &gaps, 6_000);
+    let price = price();
+    let a = assumptions();
+    let config = ReplayConfig {
+        price: &price,
+        assumptions: &a,
+        rules: &CacheRules::default(),
+    };
+    let mut steps = Vec::new();
+    let mut learned = Learned::default();
+    let run = replay_trace_learning(
+        &t,
+        Plan::Online(Policy::SkiRental),
+        &config,
+        &mut learned,
+        &mut |s| steps.push(*s),
+    );
+    assert!(run.refreshes >= 2 && run.pings >= 2, "{run:?}");
+    assert!(
+        learned.refreshes.count >= 2 && learned.pings.count >= 2,
+        "{learned:?}"
+    );
+    let ttl = Ttl::FiveMinutes;
+    let head_ttl = a.head_ttl_for(ttl);
+    let mut acc = Accounting::new(Params {
+        ttl,
+        head_ttl,
+        rates: Rates::of(&price, ttl, head_ttl),
+        bounds: a.bounds(HEAD, &price),
+        min_cacheable: price.min_cacheable,
+        decide_before_expiry_ms: a.decide_before_expiry_ms,
+        can: Capabilities::default(),
+        lifetime_ms: None,
+    });
+    for s in &steps {
+        let kind = match s.kind {
+            StepKind::Request => RowKind::Request,
+            StepKind::Ping => RowKind::Ping,
+            StepKind::Flush => RowKind::Flush,
+        };
+        let start = s.refreshed.then_some(SegmentStart {
+            head: HEAD,
+            rehydration: HEAD + a.rehydrate_tokens,
+            forced: None,
+            head_digest: None,
+            system_digest: None,
+        });
+        acc.record(kind, s.at_ms, &s.usage, s.cost, start.as_ref());
+    }
+    assert_eq!(acc.learned(), learned);
+}
