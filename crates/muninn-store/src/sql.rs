@@ -1072,6 +1072,37 @@ macro_rules! impl_sql_store {
                 Ok(lease)
             }
 
+            // groupcommit: per-host lease renewal, one statement for every lease a host holds
+            // (the same SQL on both engines).
+            async fn renew_leases(
+                &self,
+                holder: &str,
+                ttl_ms: i64,
+                now_ms: i64,
+            ) -> Result<Vec<Lease>> {
+                if ttl_ms <= 0 {
+                    return Err(StoreError::invalid(format!("lease ttl {ttl_ms} ms")));
+                }
+                let mut tx = self.begin_write().await?;
+                let rows = sqlx::query(
+                    "UPDATE leases SET expires_at_ms = $2 WHERE holder = $1 \
+                     RETURNING mind_id, holder, token, expires_at_ms",
+                )
+                .bind(holder)
+                .bind(now_ms.saturating_add(ttl_ms))
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut leases = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let mind: String = row.try_get("mind_id")?;
+                    leases.extend(lease_from(&mind, row)?);
+                }
+                tx.commit().await?;
+                leases.sort_by(|a, b| a.mind.cmp(&b.mind));
+                Ok(leases)
+            }
+            // groupcommit: end of per-host lease renewal.
+
             async fn release_lease(&self, mind: &str, token: FencingToken) -> Result<()> {
                 let mut tx = self.begin_write().await?;
                 fence(&mut tx, mind, token).await?;
