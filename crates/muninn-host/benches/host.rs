@@ -1,7 +1,8 @@
 //! The host's own cost per turn: throughput, added latency and memory per idle Mind.
 //!
 //! `cargo bench -p muninn-host --bench host`. Every run prints its parameters, then one table row
-//! per store (SQLite, then PostgreSQL when `psql` reaches 127.0.0.1):
+//! per store in `MUNINN_BENCH_STORES` (default `sqlite-full,sqlite,postgres`: SQLite as it was
+//! before group commit, SQLite with it, then PostgreSQL when `psql` reaches 127.0.0.1):
 //!
 //! - **turns/s** — `MUNINN_BENCH_MINDS` Minds (default 50), each with `MUNINN_BENCH_DELIVERIES`
 //!   (default 40) deliveries pre-posted, each a DM in its own room so every delivery is its own
@@ -13,6 +14,8 @@
 //!   is the host's cost without queueing behind other Minds. The backend's time includes the
 //!   Anthropic backend's request building and reply parsing (the simulator runs behind the same
 //!   `AnthropicBackend` as the real API), so "added" is the runtime and the store.
+//! - **fsyncs/turn** — the group commit's WAL fsyncs per Persona turn under that load (SQLite
+//!   with group commit only: `synchronous=FULL` syncs inside SQLite, once per commit).
 //! - **memory per idle Mind** — `MUNINN_BENCH_IDLE` Minds (default `1000,10000`, cumulative)
 //!   registered, given one delivery and stepped once each (one turn), then kept idle; growth of
 //!   `VmRSS` (`/proc/self/status`) per Mind, and the projection for 10,000. The in-process
@@ -20,9 +23,9 @@
 //!   real API would not hold it.
 //!
 //! The simulator's clock is frozen (`T0`), so the decider sees no idle gaps and the lease never
-//! expires; the store is the default: SQLite in WAL mode with `synchronous=FULL` (every commit
-//! fsynced) in `MUNINN_BENCH_DIR` (default the system temp dir), and PostgreSQL with its
-//! defaults in a fresh database created and dropped with `psql`.
+//! expires; every commit is durable: SQLite in WAL mode in `MUNINN_BENCH_DIR` (default the
+//! system temp dir), and PostgreSQL with its defaults in a fresh database created and dropped
+//! with `psql`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -34,7 +37,7 @@ use muninn_host::runtime::{MindRunner, Step};
 use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
-use muninn_store::{NewDelivery, Store};
+use muninn_store::{NewDelivery, SqliteStore, StartOptions, Store, SyncMode};
 use muninn_testkit::peers::FreshDatabase;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -216,12 +219,23 @@ fn rss_kib() -> u64 {
 struct Row {
     store: String,
     turns_per_s: f64,
+    /// WAL fsyncs of the group commit per Persona turn under load (SQLite grouped only).
+    fsyncs_per_turn: Option<f64>,
     loaded: String,
     solo: String,
     memory: Vec<(usize, f64)>,
 }
 
-async fn run(store_name: &str, store: Arc<dyn Store>, minds: usize, deliveries: usize) -> Row {
+/// The group commit's fsync counter, for stores that have one.
+type Fsyncs = Option<Box<dyn Fn() -> u64>>;
+
+async fn run(
+    store_name: &str,
+    store: Arc<dyn Store>,
+    fsyncs: Fsyncs,
+    minds: usize,
+    deliveries: usize,
+) -> Row {
     let sim = Arc::new(Simulator::new(SimConfig {
         frozen_at_ms: Some(T0),
         ..SimConfig::default()
@@ -247,6 +261,7 @@ async fn run(store_name: &str, store: Arc<dyn Store>, minds: usize, deliveries: 
         driven.push(bench.driven(&id).await);
         bench.post(&id, deliveries).await;
     }
+    let fsyncs_before = fsyncs.as_ref().map(|f| f());
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for d in driven {
@@ -259,6 +274,10 @@ async fn run(store_name: &str, store: Arc<dyn Store>, minds: usize, deliveries: 
     let elapsed = started.elapsed();
     assert_eq!(loaded.len(), minds * deliveries);
     let turns_per_s = loaded.len() as f64 / elapsed.as_secs_f64();
+    let fsyncs_per_turn = fsyncs
+        .as_ref()
+        .zip(fsyncs_before)
+        .map(|(f, before)| (f() - before) as f64 / loaded.len() as f64);
 
     // (c) Memory per idle Mind: cumulative steps of registered, stepped-once, idle Minds.
     let idle_steps: Vec<usize> = std::env::var("MUNINN_BENCH_IDLE")
@@ -302,6 +321,7 @@ async fn run(store_name: &str, store: Arc<dyn Store>, minds: usize, deliveries: 
     Row {
         store: store_name.to_string(),
         turns_per_s,
+        fsyncs_per_turn,
         loaded: latency(loaded),
         solo: latency(solo_added),
         memory,
@@ -328,8 +348,10 @@ fn main() {
         "You are a careful and curious mind of the swarm. ".len() * 40,
     );
     println!(
-        "  sqlite: {} (WAL, synchronous=FULL); postgres: fresh database on 127.0.0.1 via psql",
-        dir.path().join("bench.db").display()
+        "  sqlite-full: WAL, synchronous=FULL (an fsync inside every commit, as before group \
+         commit); sqlite: WAL, synchronous=NORMAL + group commit (a shared fsync after commits); \
+         in {}; postgres: fresh database on 127.0.0.1 via psql",
+        dir.path().display()
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -337,23 +359,48 @@ fn main() {
         .build()
         .unwrap();
     let mut rows = Vec::new();
+    let stores = std::env::var("MUNINN_BENCH_STORES")
+        .unwrap_or_else(|_| "sqlite-full,sqlite,postgres".into());
     runtime.block_on(async {
-        let path = dir.path().join("bench.db");
-        let store = muninn_store::open(path.to_str().unwrap()).await.unwrap();
-        rows.push(run("sqlite", store, minds, deliveries).await);
-        match FreshDatabase::create("muninn_bench") {
-            Ok(database) => {
-                let store = muninn_store::open(&database.url()).await.unwrap();
-                rows.push(run("postgres", store, minds, deliveries).await);
+        for name in stores.split(',').map(str::trim) {
+            let sqlite = |sync| {
+                let path = dir.path().join(format!("{name}.db"));
+                async move {
+                    Arc::new(
+                        SqliteStore::open_with_sync(path, StartOptions::default(), sync)
+                            .await
+                            .unwrap(),
+                    )
+                }
+            };
+            match name {
+                "sqlite-full" => {
+                    let store = sqlite(SyncMode::EveryCommit).await;
+                    rows.push(run(name, store, None, minds, deliveries).await);
+                }
+                "sqlite" => {
+                    let store = sqlite(SyncMode::Grouped).await;
+                    let counter = store.clone();
+                    let fsyncs: Fsyncs = Some(Box::new(move || counter.fsyncs()));
+                    rows.push(run(name, store, fsyncs, minds, deliveries).await);
+                }
+                "postgres" => match FreshDatabase::create("muninn_bench") {
+                    Ok(database) => {
+                        let store = muninn_store::open(&database.url()).await.unwrap();
+                        rows.push(run(name, store, None, minds, deliveries).await);
+                    }
+                    Err(e) => println!("  SKIP postgres: {e}"),
+                },
+                other => panic!("unknown store {other:?} in MUNINN_BENCH_STORES"),
             }
-            Err(e) => println!("  SKIP postgres: {e}"),
         }
     });
     println!();
     println!(
-        "{:<9} {:>8} {:>26} {:>26} {:>34}",
+        "{:<11} {:>8} {:>12} {:>26} {:>26} {:>34}",
         "store",
         "turns/s",
+        "fsyncs/turn",
         "added ms p50/p99/max (N)",
         "added ms p50/p99/max (1)",
         "MiB per idle Mind (Minds)"
@@ -365,9 +412,12 @@ fn main() {
             .map(|(n, per)| format!("{per:.3} ({n})"))
             .collect::<Vec<_>>()
             .join(", ");
+        let fsyncs = row
+            .fsyncs_per_turn
+            .map_or("-".to_string(), |f| format!("{f:.3}"));
         println!(
-            "{:<9} {:>8.0} {:>26} {:>26} {:>34}",
-            row.store, row.turns_per_s, row.loaded, row.solo, memory
+            "{:<11} {:>8.0} {:>12} {:>26} {:>26} {:>34}",
+            row.store, row.turns_per_s, fsyncs, row.loaded, row.solo, memory
         );
     }
     for row in &rows {

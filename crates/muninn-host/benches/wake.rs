@@ -2,8 +2,8 @@
 //!
 //! `cargo bench -p muninn-host --bench wake`. `MUNINN_BENCH_MINDS` Minds (default 50), each in
 //! its own [`run_mind`] task as `muninn serve` runs them, on the in-process simulator (frozen
-//! clock, so model time is zero) and SQLite (WAL, `synchronous=FULL`) in a temporary directory
-//! under `MUNINN_BENCH_DIR` (default the system temp dir), with the HTTP API served on loopback.
+//! clock, so model time is zero) and SQLite (WAL, group commit: every commit fsynced) in a
+//! temporary directory under `MUNINN_BENCH_DIR` (default the system temp dir), with the HTTP API served on loopback.
 //! Once every Mind holds its lease and is idle, one DM is posted to each Mind in turn through
 //! `POST /v1/minds/{mind}/deliveries` (a shuffled order, not the order the Minds started in),
 //! `MUNINN_BENCH_ROUNDS` rounds (default 4; the first turn of a Mind opens its segment, later
@@ -280,7 +280,7 @@ fn main() {
          Mind in turn"
     );
     println!(
-        "  minds={minds} rounds={rounds} pause_ms={} sqlite={} (WAL, synchronous=FULL) lease_ttl_ms={} \
+        "  minds={minds} rounds={rounds} pause_ms={} sqlite={} (WAL, group commit) lease_ttl_ms={} \
          tokio_workers=2",
         pause.as_millis(),
         dir.path().join("muninn.db").display(),

@@ -43,6 +43,7 @@ pub mod runtime;
 pub mod telemetry;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use tokio::sync::{Notify, mpsc};
 
@@ -66,6 +67,9 @@ pub struct Signals {
     pub outbox: Notify,
     /// What each Mind's runner on this host is doing, by Mind id (see [`Signals::set_activity`]).
     activity: Mutex<HashMap<String, Activity>>,
+    /// How many wake-ups each Mind was sent on this host, by Mind id ([`Signals::wakes`]): a
+    /// runner keeps what it read of the store between turns only while this stays put.
+    wakes: Mutex<HashMap<String, Arc<AtomicU64>>>,
     /// Where wake-ups go to reach the other hosts on the database ([`cluster`]); unset for a
     /// host alone.
     announce: OnceLock<mpsc::Sender<String>>,
@@ -101,7 +105,17 @@ impl Signals {
     /// Wakes `mind`'s runner on this host only (a wake-up from another host, or the runner
     /// waking itself).
     pub fn wake_local(&self, mind: &str) {
+        // Counted before the permit, so a runner woken by it sees the new count.
+        self.wakes(mind).fetch_add(1, Ordering::SeqCst);
         self.waiter(mind).notify_one();
+    }
+
+    /// The count of wake-ups sent to `mind` on this host (the same counter on every call): a
+    /// change means a delivery, brief, settings change or brake may be waiting for it, so its
+    /// runner re-reads what it held (`runtime/held.rs`).
+    pub fn wakes(&self, mind: &str) -> Arc<AtomicU64> {
+        let mut wakes = self.wakes.lock().unwrap_or_else(PoisonError::into_inner);
+        wakes.entry(mind.to_owned()).or_default().clone()
     }
 
     /// Sends every later [`Signals::wake`] to `announce` as well (set once, at start).
@@ -153,6 +167,8 @@ pub struct Host {
     pub prices: Arc<muninn_core::price::PriceTable>,
     /// This host among the hosts on its database ([`cluster`]).
     pub cluster: Arc<cluster::Cluster>,
+    /// The leases the host renewed for all its Minds at once ([`runtime::HostLeases`]).
+    pub leases: Arc<runtime::HostLeases>,
 }
 
 impl Host {
@@ -171,6 +187,7 @@ impl Host {
             telemetry: Arc::new(telemetry::Telemetry::default()),
             prices: Arc::new(muninn_core::price::PriceTable::embedded()),
             cluster: Arc::new(cluster::Cluster::default()),
+            leases: Arc::new(runtime::HostLeases::default()),
         }
     }
 

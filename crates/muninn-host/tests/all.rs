@@ -15,6 +15,7 @@ mod limits;
 mod reply;
 mod resume;
 mod retry;
+mod round_trips;
 mod runtime;
 mod scripted;
 mod self_flush;

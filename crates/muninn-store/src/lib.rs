@@ -9,7 +9,8 @@
 //! - [`store`] — the [`Store`] trait: the contract every backend keeps.
 //! - [`types`] — the rows it holds.
 //! - [`error`] — [`StoreError`], with a retry hint per variant.
-//! - [`sqlite`] — [`SqliteStore`], the embedded default (one WAL file, `synchronous=FULL`).
+//! - [`sqlite`] — [`SqliteStore`], the embedded default (one WAL file, every commit fsynced:
+//!   group commit, `wal_sync` (private), shares one fsync among concurrent writers).
 //! - [`postgres`] — [`PostgresStore`], for several hosts on one database.
 //! - [`startup`] — SQLite's start-up checks: broken storage is refused, not silently replaced.
 //! - [`marker`] — the identity file (`store.id`) holding the high-water mark of issued ids;
@@ -47,12 +48,13 @@ pub mod sqlite;
 pub mod startup;
 pub mod store;
 pub mod types;
+mod wal_sync;
 mod write;
 
 pub use error::{Result, StoreError};
 pub use hosts::{Wake, WakeListener};
 pub use postgres::PostgresStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, SyncMode};
 pub use startup::StartOptions;
 pub use store::Store;
 pub use types::*;

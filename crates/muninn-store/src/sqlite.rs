@@ -2,9 +2,13 @@
 //!
 //! ## Durability
 //!
-//! - `journal_mode=WAL` and `synchronous=FULL`: a commit has reached the disk (the WAL is
-//!   fsynced) before `commit()` returns, so an acknowledged write survives power loss, not only
-//!   a process crash. (`NORMAL` would only survive the latter.)
+//! - `journal_mode=WAL` and group commit: a commit has reached the disk (the WAL is fsynced)
+//!   before `commit()` returns, so an acknowledged write survives power loss, not only a
+//!   process crash. SQLite runs `synchronous=NORMAL` (commits atomic and ordered, not synced)
+//!   and every write transaction then waits, after its `COMMIT` and outside the write lock, for
+//!   a shared `fdatasync` of the WAL that began after it ([`crate::wal_sync`]): concurrent
+//!   writers share one fsync instead of queueing behind one each. [`SyncMode::EveryCommit`]
+//!   keeps the old way (`synchronous=FULL`, one fsync inside every `COMMIT`) for comparison.
 //! - `foreign_keys=ON`, so per-Mind rows cannot outlive or precede their Mind.
 //! - The file is created on first open and migrated (see [`MIGRATIONS`]) before anything else.
 //!
@@ -30,6 +34,7 @@ use crate::error::{Result, StoreError};
 use crate::id_guard::IdGuard;
 use crate::marker::{StoreMarker, marker_path};
 use crate::startup::{self, StartOptions};
+use crate::wal_sync::WalSync;
 use std::sync::Arc;
 
 /// The database file's name inside a data directory.
@@ -79,6 +84,39 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
 ];
 
+/// How a SQLite store makes each commit durable (see the module docs); both fsync the WAL
+/// before a write returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// `synchronous=NORMAL` and a shared fsync after the commit (group commit): the default.
+    #[default]
+    Grouped,
+    /// `synchronous=FULL`: SQLite fsyncs inside every `COMMIT`, under the write lock.
+    EveryCommit,
+}
+
+/// Work around each write transaction's `COMMIT`: ids reserved before it, durability after.
+#[derive(Debug)]
+struct SqliteCommit {
+    guard: Arc<IdGuard>,
+    /// `None` under [`SyncMode::EveryCommit`]: SQLite synced inside the commit.
+    wal: Option<Arc<WalSync>>,
+}
+
+#[async_trait::async_trait]
+impl crate::write::CommitHook<Sqlite> for SqliteCommit {
+    async fn before_commit(&self, conn: &mut sqlx::sqlite::SqliteConnection) -> Result<()> {
+        crate::write::CommitHook::<Sqlite>::before_commit(self.guard.as_ref(), conn).await
+    }
+
+    async fn after_commit(&self) -> Result<()> {
+        match &self.wal {
+            Some(wal) => wal.wait_durable().await,
+            None => Ok(()),
+        }
+    }
+}
+
 /// How long a writer waits for another writer's lock before giving up with `Busy`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -87,8 +125,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct SqliteStore {
     pool: SqlitePool,
     path: PathBuf,
-    /// Reserves ids in the identity file before each commit (see [`crate::id_guard`]).
-    guard: Arc<IdGuard>,
+    /// Reserves ids in the identity file before each commit (see [`crate::id_guard`]) and
+    /// waits for the commit's fsync after it (see [`crate::wal_sync`]).
+    commit: Arc<SqliteCommit>,
 }
 
 impl SqliteStore {
@@ -102,6 +141,15 @@ impl SqliteStore {
     /// where the identity file says a store was, and counters that went back after a clean
     /// stop, unless `options` allow it (see [`crate::startup`]).
     pub async fn open_with(path: impl AsRef<Path>, options: StartOptions) -> Result<SqliteStore> {
+        SqliteStore::open_with_sync(path, options, SyncMode::default()).await
+    }
+
+    /// [`SqliteStore::open_with`], making commits durable the way `sync` says.
+    pub async fn open_with_sync(
+        path: impl AsRef<Path>,
+        options: StartOptions,
+        sync: SyncMode,
+    ) -> Result<SqliteStore> {
         let path = path.as_ref().to_path_buf();
         let marker = StoreMarker::read(&marker_path(&path))?;
         startup::before_open(&path, marker.as_ref(), options)?;
@@ -110,7 +158,10 @@ impl SqliteStore {
             .filename(&path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
+            .synchronous(match sync {
+                SyncMode::Grouped => SqliteSynchronous::Normal,
+                SyncMode::EveryCommit => SqliteSynchronous::Full,
+            })
             .foreign_keys(true)
             .busy_timeout(BUSY_TIMEOUT);
         let pool = SqlitePoolOptions::new()
@@ -144,10 +195,19 @@ impl SqliteStore {
                 return Err(e);
             }
         };
+        let wal = (sync == SyncMode::Grouped).then(|| Arc::new(WalSync::for_database(&path)));
+        if let Some(wal) = &wal {
+            // The migrations and start-up repairs committed without the barrier: one sync
+            // covers them before anything is served.
+            wal.wait_durable().await?;
+        }
         Ok(SqliteStore {
             pool,
             path,
-            guard: Arc::new(guard),
+            commit: Arc::new(SqliteCommit {
+                guard: Arc::new(guard),
+                wal,
+            }),
         })
     }
 
@@ -175,7 +235,8 @@ impl SqliteStore {
     }
 
     /// The durability settings in force on a pooled connection: `(journal_mode, synchronous)`,
-    /// e.g. `("wal", 2)` (2 is `FULL`). For `muninn status` and the tests.
+    /// e.g. `("wal", 1)` (1 is `NORMAL`, made durable by group commit; 2 is `FULL`). For
+    /// `muninn status` and the tests.
     pub async fn durability(&self) -> Result<(String, i64)> {
         let mut conn = self.pool.acquire().await?;
         let mode: String = sqlx::query("PRAGMA journal_mode")
@@ -192,13 +253,20 @@ impl SqliteStore {
     /// Starts a write transaction holding the database's write lock; its commit first
     /// reserves the ids it issued in the identity file.
     async fn begin_write(&self) -> Result<crate::write::WriteTx<Sqlite>> {
-        let hook: Arc<dyn crate::write::CommitHook<Sqlite>> = self.guard.clone();
+        let hook: Arc<dyn crate::write::CommitHook<Sqlite>> = self.commit.clone();
         crate::write::WriteTx::begin(&self.pool, "BEGIN IMMEDIATE", Some(hook)).await
     }
 
     /// The identity file beside the database (`store.id`).
     pub fn marker_path(&self) -> &Path {
-        self.guard.path()
+        self.commit.guard.path()
+    }
+
+    /// The WAL fsyncs the group commit has run since the store opened (0 under
+    /// [`SyncMode::EveryCommit`], where SQLite syncs inside each commit): the bench's "fsyncs
+    /// per turn".
+    pub fn fsyncs(&self) -> u64 {
+        self.commit.wal.as_ref().map_or(0, |wal| wal.fsyncs())
     }
 
     /// On a clean close: under the write lock, the identity file takes exactly the database's
@@ -206,8 +274,9 @@ impl SqliteStore {
     /// file then still bounds every id issued, it only cannot prove a clean stop.
     async fn before_close(&self) {
         let exact = async {
+            // No barrier: closing the pool checkpoints the WAL into the database, synced.
             let mut tx = crate::write::WriteTx::begin(&self.pool, "BEGIN IMMEDIATE", None).await?;
-            self.guard.write_exact(&mut tx).await?;
+            self.commit.guard.write_exact(&mut tx).await?;
             tx.commit().await
         };
         if let Err(e) = exact.await {

@@ -87,6 +87,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Result<Lease>;
+    /// Extends every lease `holder` holds to `now_ms + ttl_ms` in one statement — the host's
+    /// renewal, one per host instead of one per Mind — and returns them, by Mind. A lease another
+    /// holder took over (or that was released) is not `holder`'s and is left alone, so this
+    /// cannot revive a fenced token; an expired lease still held is renewed, as
+    /// [`renew_lease`](Store::renew_lease) does (nobody acquired it in between). `Invalid` for a
+    /// ttl ≤ 0.
+    async fn renew_leases(&self, holder: &str, ttl_ms: i64, now_ms: i64) -> Result<Vec<Lease>>;
     /// Gives the lease up; the next acquire gets a newer token. `Fenced` unless current.
     async fn release_lease(&self, mind: &str, token: FencingToken) -> Result<()>;
     /// The Mind's held lease (possibly expired), if any.

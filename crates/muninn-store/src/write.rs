@@ -20,14 +20,22 @@ use sqlx::{Database, Executor, Pool};
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-/// Work done inside every write transaction just before its `COMMIT`, on the same connection
-/// and still under the write lock: SQLite's [`crate::id_guard::IdGuard`] reserves the ids the
+/// Work done around every write transaction's `COMMIT`. Before it, on the same connection and
+/// still under the write lock: SQLite's [`crate::id_guard::IdGuard`] reserves the ids the
 /// transaction issued in the store's identity file there, so no id is committed before the
-/// file covers it. An error aborts the transaction.
+/// file covers it; an error aborts the transaction. After it, with the connection back in the
+/// pool and the write lock released: SQLite's durability barrier ([`crate::wal_sync`]) waits
+/// for a shared fsync that covers the commit, so [`WriteTx::commit`] returns only once the
+/// commit is on disk, while the next writer already works.
 #[async_trait::async_trait]
 pub(crate) trait CommitHook<DB: Database>: Send + Sync {
     /// Called once, before `COMMIT`.
     async fn before_commit(&self, conn: &mut DB::Connection) -> Result<()>;
+
+    /// Called once after a successful `COMMIT`; an error means the commit may not be durable.
+    async fn after_commit(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A write transaction on a pooled connection; see the module documentation.
@@ -71,7 +79,14 @@ where
         match sqlx::raw_sql("COMMIT").execute(&mut *self).await {
             Ok(_) => {
                 self.ended = true;
-                Ok(())
+                match self.hook.clone() {
+                    Some(hook) => {
+                        // Back to the pool first: the next writer need not wait for our fsync.
+                        drop(self.conn.take());
+                        hook.after_commit().await
+                    }
+                    None => Ok(()),
+                }
             }
             Err(e) => {
                 let _ = sqlx::raw_sql("ROLLBACK").execute(&mut *self).await;

@@ -248,8 +248,9 @@ async fn sqlite_open_forms_and_durability() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open_in(dir.path()).await.unwrap();
     assert_eq!(store.path(), dir.path().join("muninn.db"));
-    // WAL, and synchronous = 2 (FULL): a commit is on disk when it returns.
-    assert_eq!(store.durability().await.unwrap(), ("wal".to_string(), 2));
+    // WAL, and synchronous = 1 (NORMAL): a commit is on disk when it returns through the group
+    // commit's fsync (see `sqlite_group_commit_*`), not SQLite's own.
+    assert_eq!(store.durability().await.unwrap(), ("wal".to_string(), 1));
     let url = format!("sqlite://{}", dir.path().join("other.db").display());
     let by_url = muninn_store::open(&url).await.unwrap();
     assert_eq!(
@@ -264,6 +265,70 @@ async fn sqlite_open_forms_and_durability() {
     store.close().await;
     by_url.close().await;
     by_path.close().await;
+}
+
+/// Group commit: 32 concurrent writers share fewer than 32 fsyncs of the WAL, and each write
+/// returns only after a sync that completed after the write began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_group_commit_shares_fsyncs_among_concurrent_writers() {
+    const WRITERS: usize = 32;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open_in(dir.path()).await.unwrap());
+    store.create_mind(&mind("m")).await.unwrap();
+    let token = store
+        .acquire_lease("m", "h", 60_000, 0)
+        .await
+        .unwrap()
+        .unwrap()
+        .token;
+    let before = store.fsyncs();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..WRITERS {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let began = store.fsyncs();
+            store
+                .append_transcript("m", token, &[item(i as i64)])
+                .await
+                .unwrap();
+            (began, store.fsyncs())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (began, returned) = done.unwrap();
+        assert!(
+            returned > began,
+            "a write returned without a sync completing after it began ({began} → {returned})"
+        );
+    }
+    let fsyncs = store.fsyncs() - before;
+    assert!(
+        (1..WRITERS as u64).contains(&fsyncs),
+        "{fsyncs} fsyncs for {WRITERS} concurrent commits"
+    );
+    let items = store
+        .transcript_range("m", Role::Persona, 0, None, 100)
+        .await
+        .unwrap();
+    assert_eq!(items.len(), WRITERS);
+    store.close().await;
+}
+
+/// `SyncMode::EveryCommit` is SQLite's own `synchronous=FULL`, with no barrier of ours.
+#[tokio::test]
+async fn sqlite_every_commit_mode_syncs_inside_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_with_sync(
+        dir.path().join("full.db"),
+        muninn_store::StartOptions::default(),
+        muninn_store::SyncMode::EveryCommit,
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.durability().await.unwrap(), ("wal".to_string(), 2));
+    store.create_mind(&mind("m")).await.unwrap();
+    assert_eq!(store.fsyncs(), 0);
+    store.close().await;
 }
 
 #[tokio::test]

@@ -62,7 +62,10 @@ use memory::memory;
 use minds::{minds, settings, unknown_mind};
 use outbox::outbox;
 use segments::segments;
-use takeover::{presence_and_wakes_answer_consistently, take_over_fences_the_old_holder};
+use takeover::{
+    presence_and_wakes_answer_consistently, renew_leases_extends_only_the_holders_leases,
+    take_over_fences_the_old_holder,
+};
 use transcript::transcript_append_only;
 use transports::{
     failed_sends_are_kept_and_never_offered_again, intake_batch_is_all_or_nothing,
@@ -119,6 +122,7 @@ const CASES: &[(&str, Case)] = cases![
     failed_sends_are_kept_and_never_offered_again,
     outbox_rows_from_schema_5_migrate_to_failures,
     take_over_fences_the_old_holder,
+    renew_leases_extends_only_the_holders_leases,
     presence_and_wakes_answer_consistently,
 ];
 

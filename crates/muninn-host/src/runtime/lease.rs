@@ -4,7 +4,8 @@
 //! renewed *while* the step runs ([`LeaseKeeper`]): a turn may wait on its backend for minutes
 //! (retries with back-off, a slow model, a CLI child that relaunches), longer than the lease
 //! lasts. Without the keeper another host would take the Mind over mid-turn; fencing would keep
-//! the transcript whole, but the turn would be paid for and thrown away.
+//! the transcript whole, but the turn would be paid for and thrown away. Both first adopt the
+//! host's renewal of all its leases (`host_lease.rs`) and renew alone only when it is late.
 
 use super::{MindRunner, RuntimeError};
 use crate::telemetry::LeaseChange;
@@ -23,6 +24,8 @@ pub(super) struct LeaseKeeper {
     clock: Arc<dyn Clock>,
     mind: String,
     ttl_ms: i64,
+    /// The host's renewals (`host_lease.rs`), adopted before renewing alone.
+    host_leases: Arc<super::HostLeases>,
     /// The lease as last taken or renewed; `None` once a renewal was fenced.
     lease: Mutex<Option<Lease>>,
 }
@@ -39,6 +42,12 @@ impl LeaseKeeper {
             };
             let now = self.clock.now_ms();
             if lease.expires_at_ms - now > self.ttl_ms / 3 {
+                continue;
+            }
+            if let Some(renewed) = self.host_leases.newer(&lease)
+                && renewed.expires_at_ms - now > self.ttl_ms / 3
+            {
+                self.set(Some(renewed));
                 continue;
             }
             match self
@@ -82,6 +91,15 @@ impl<B: Backend> MindRunner<B> {
         if let Some(lease) = &self.lease {
             if lease.expires_at_ms - now > ttl / 3 {
                 return Ok(Some(lease.token));
+            }
+            // The host's renewal of every lease it holds (`host_lease.rs`) usually got there
+            // first: adopt it, no write of our own.
+            if let Some(renewed) = self.host.leases.newer(lease)
+                && renewed.expires_at_ms - now > ttl / 3
+            {
+                let token = renewed.token;
+                self.lease = Some(renewed);
+                return Ok(Some(token));
             }
             match store
                 .renew_lease(&self.mind.id, lease.token, ttl, now)
@@ -146,6 +164,7 @@ impl<B: Backend> MindRunner<B> {
             clock: self.host.clock.clone(),
             mind: self.mind.id.clone(),
             ttl_ms: self.host.config.lease_ttl_ms,
+            host_leases: self.host.leases.clone(),
             lease: Mutex::new(self.lease.clone()),
         }
     }

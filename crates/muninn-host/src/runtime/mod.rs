@@ -66,6 +66,8 @@
 mod accounting;
 mod attempt;
 mod budget;
+mod held;
+mod host_lease;
 mod idle;
 mod lease;
 mod persona;
@@ -78,6 +80,7 @@ mod session;
 mod takeover;
 mod window;
 
+pub use host_lease::{HostLeases, renew_host_leases, spawn_renewer};
 pub use persona::next_batch;
 pub use prompts::*;
 pub use reply::*;
@@ -187,6 +190,12 @@ pub struct MindRunner<B: Backend> {
     /// The Persona batch whose delivery this segment holds but no attempt has answered yet
     /// (`attempt.rs`): a retry re-sends it instead of recording it again.
     attempt: Option<attempt::Attempt>,
+    /// The settings and ack position held between consecutive Persona turns (`held.rs`).
+    held: Option<held::Held>,
+    /// The Mind's wake-up count on this host ([`crate::Signals::wakes`]).
+    wakes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Steps that used `held` instead of reading the store.
+    held_reads_saved: u64,
 }
 
 impl<B: Backend> std::fmt::Debug for MindRunner<B> {
@@ -195,6 +204,13 @@ impl<B: Backend> std::fmt::Debug for MindRunner<B> {
             .field("mind", &self.mind.id)
             .field("holder", &self.holder)
             .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Drop for MindRunner<B> {
+    fn drop(&mut self) {
+        // The host's lease renewal keeps only Minds that have a runner here (`host_lease.rs`).
+        self.host.leases.runner_stopped(&self.holder, &self.mind.id);
     }
 }
 
@@ -229,6 +245,8 @@ impl<B: Backend> MindRunner<B> {
             params(Role::SelfRole, &self_backend),
             self_backend,
         );
+        let wakes = host.signals.wakes(&mind.id);
+        host.leases.runner_started(&holder, &mind.id);
         Ok(MindRunner {
             host,
             mind,
@@ -243,6 +261,9 @@ impl<B: Backend> MindRunner<B> {
             step_started: tokio::time::Instant::now(),
             working: None,
             attempt: None,
+            held: None,
+            wakes,
+            held_reads_saved: 0,
         })
     }
 
@@ -287,9 +308,11 @@ impl<B: Backend> MindRunner<B> {
         Ok(())
     }
 
-    /// A new wake (a delivery or brief arrived): the per-wake turn limit starts again.
+    /// A new wake (a delivery, brief or settings change arrived): the per-wake turn limit
+    /// starts again, and the settings and ack position are read again (`held.rs`).
     pub fn woken(&mut self) {
         self.turns_this_wake = 0;
+        self.forget_held();
     }
 
     /// The session the last step worked on, once it got that far (for telemetry).
@@ -317,6 +340,11 @@ impl<B: Backend> MindRunner<B> {
             }
         };
         self.adopt_renewed(&keeper);
+        // Only a streak of Persona turns keeps what it read (`held.rs`).
+        match &result {
+            Ok(Step::PersonaTurn { acked_through, .. }) => self.ack_moved(*acked_through),
+            _ => self.forget_held(),
+        }
         result
     }
 
@@ -327,11 +355,10 @@ impl<B: Backend> MindRunner<B> {
                 self.restore(role).await?;
             }
         }
-        let settings = self.host.store.settings(&self.mind.id).await?;
+        let (settings, ack) = self.settings_and_ack(token, now).await?;
         if settings.brake {
             return Ok(Step::Braked);
         }
-        let ack = self.host.store.ack_position(&self.mind.id).await?;
         let pending = self
             .host
             .store
@@ -344,7 +371,8 @@ impl<B: Backend> MindRunner<B> {
             && newest > self.newest_seen
         {
             self.newest_seen = newest;
-            self.woken();
+            // A new wake for the turn limit; the settings just read stay good.
+            self.turns_this_wake = 0;
         }
         // Clamped, not cast: a stored value from before the API bounded it (4294967296 once
         // wrapped to 0 and stopped the Mind) still means "many", never "none".
@@ -556,6 +584,8 @@ pub async fn run_minds(
         let runner = MindRunner::new(host.clone(), mind, holder.clone(), &prices, persona, selfs)?;
         tasks.spawn(run_mind(runner, shutdown.clone()));
     }
+    // One renewal for every lease this host holds, instead of one per Mind (`host_lease.rs`).
+    let renewer = spawn_renewer(host.clone(), holder.clone(), shutdown.clone());
     // The claude-cli sessions share one process pool: a sweeper parks the children idle longer
     // than they are worth. It runs beside the Minds and stops with them.
     if let Some(pool) = factory.process_pool() {
@@ -598,6 +628,7 @@ pub async fn run_minds(
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }
+    renewer.abort();
     first_error.map_or(Ok(()), Err)
 }
 

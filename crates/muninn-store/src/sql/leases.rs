@@ -163,6 +163,35 @@ pub(crate) async fn renew<B: Backend>(
     Ok(lease)
 }
 
+/// Renews every lease `holder` holds in one statement (the host renews for all its runners at
+/// once, instead of one transaction per Mind). A lease taken over meanwhile is not the holder's
+/// any more and is not renewed; the leases renewed are returned, by Mind.
+pub(crate) async fn renew_all<B: Backend>(
+    store: &B,
+    holder: &str,
+    ttl_ms: i64,
+    now_ms: i64,
+) -> Result<Vec<Lease>> {
+    check_ttl(ttl_ms)?;
+    let mut tx = store.begin_write().await?;
+    let rows = query::<B::Db>(
+        "UPDATE leases SET expires_at_ms = $2 WHERE holder = $1 \
+         RETURNING mind_id, holder, token, expires_at_ms",
+    )
+    .bind(holder)
+    .bind(now_ms.saturating_add(ttl_ms))
+    .fetch_all(&mut tx)
+    .await?;
+    let mut leases = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let mind: String = row.col("mind_id")?;
+        leases.extend(lease_from(&mind, row)?);
+    }
+    B::Db::commit(tx).await?;
+    leases.sort_by(|a, b| a.mind.cmp(&b.mind));
+    Ok(leases)
+}
+
 pub(crate) async fn release<B: Backend>(store: &B, mind: &str, token: FencingToken) -> Result<()> {
     let mut tx = store.begin_write().await?;
     fence::<B::Db>(&mut tx, mind, token).await?;

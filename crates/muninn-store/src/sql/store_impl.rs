@@ -78,6 +78,10 @@ impl<B: Backend> Store for B {
         leases::renew(self, mind, token, ttl_ms, now_ms).await
     }
 
+    async fn renew_leases(&self, holder: &str, ttl_ms: i64, now_ms: i64) -> Result<Vec<Lease>> {
+        leases::renew_all(self, holder, ttl_ms, now_ms).await
+    }
+
     async fn release_lease(&self, mind: &str, token: FencingToken) -> Result<()> {
         leases::release(self, mind, token).await
     }

@@ -6,6 +6,77 @@ use super::{assert_fenced, assert_invalid, assert_not_found, item, mind_with_lea
 use crate::StoreFactory;
 use muninn_store::types::*;
 
+/// The host's renewal (`renew_leases`): one call extends exactly the leases the holder holds —
+/// live or lapsed — to `now + ttl`, leaves another holder's, a taken-over one and a released
+/// one alone (so a fenced token is never revived), and refuses a bad TTL.
+pub(super) async fn renew_leases_extends_only_the_holders_leases(factory: &dyn StoreFactory) {
+    let store = open(factory, "renew_leases").await;
+    // host-a holds a1 and a2 (taken at 10 000 for 60 000 ms), host-b holds b.
+    let a1 = mind_with_lease(store.as_ref(), "a1", "host-a").await;
+    let a2 = mind_with_lease(store.as_ref(), "a2", "host-a").await;
+    let b = mind_with_lease(store.as_ref(), "b", "host-b").await;
+    // a3: host-a's, released; a4: host-a's, taken over by host-b.
+    let a3 = mind_with_lease(store.as_ref(), "a3", "host-a").await;
+    ok(store.release_lease("a3", a3).await, "release a3");
+    let a4 = mind_with_lease(store.as_ref(), "a4", "host-a").await;
+    let taken = ok(
+        store
+            .take_over_lease("a4", "host-b", a4, 60_000, 20_000)
+            .await,
+        "take over a4",
+    );
+    let taken = taken.unwrap_or_else(|| panic!("take over refused"));
+    // Past the leases' expiry (70 000): still host-a's, so renewed.
+    let now = 80_000;
+    let renewed = ok(
+        store.renew_leases("host-a", 30_000, now).await,
+        "renew host-a",
+    );
+    let lease = |mind: &str, holder: &str, token: FencingToken, expires_at_ms: i64| Lease {
+        mind: mind.into(),
+        holder: holder.into(),
+        token,
+        expires_at_ms,
+    };
+    assert_eq!(
+        renewed,
+        vec![
+            lease("a1", "host-a", a1, now + 30_000),
+            lease("a2", "host-a", a2, now + 30_000),
+        ]
+    );
+    assert_eq!(
+        ok(store.lease("a1").await, "a1"),
+        Some(lease("a1", "host-a", a1, now + 30_000))
+    );
+    assert_eq!(
+        ok(store.lease("b").await, "b"),
+        Some(lease("b", "host-b", b, 70_000)),
+        "another holder's lease is left alone"
+    );
+    assert_eq!(
+        ok(store.lease("a3").await, "a3"),
+        None,
+        "released stays released"
+    );
+    assert_eq!(ok(store.lease("a4").await, "a4"), Some(taken.clone()));
+    // The taken-over token stays fenced.
+    assert_fenced(
+        store
+            .append_transcript("a4", a4, &[item(Role::Persona, 1)])
+            .await,
+        "taken-over holder writes after a host renewal",
+    );
+    assert_eq!(
+        ok(
+            store.renew_leases("host-c", 30_000, now).await,
+            "nothing held"
+        ),
+        Vec::new()
+    );
+    assert_invalid(store.renew_leases("host-a", 0, now).await, "zero ttl");
+}
+
 /// A live lease taken over by compare-and-set on its token: a new token, the old holder fenced
 /// from every write at once (renew, release, transcript), a second taker with the same stale
 /// token refused, and nothing for an unknown Mind or a bad TTL.
