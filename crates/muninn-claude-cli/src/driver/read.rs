@@ -1,0 +1,272 @@
+//! Reading one exchange's events to its `result`: collecting text and tool calls, forwarding
+//! interrupts, noticing forks and compactions, and carrying out the flush protocol's actions.
+
+use super::stdin::{message_text, replayed_text, user_line, write_interrupt, write_line};
+use super::{Collected, Driver, ReadEnd, RunFlush, emit, sigterm, truncate};
+use crate::event::{ApiRetryEvent, CliEvent, ResultEvent, decode};
+use crate::flush::{FlushAction, decide, prompt_tokens};
+use crate::lines::{Line, MAX_LINE_BYTES};
+use crate::{SessionEvent, TurnReport, parse_usage};
+use muninn_backend::{RetryEvent, ToolCall, TurnInput};
+use muninn_core::cache::Ttl;
+use serde_json::Value;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+impl Driver {
+    /// Reads events to the turn's `result`, forwarding interrupts as `control_request`s and,
+    /// for a run, carrying out the flush protocol's actions.
+    pub(super) async fn read_turn(
+        &mut self,
+        interrupts: &mut mpsc::Receiver<()>,
+        run_flush: &mut Option<RunFlush>,
+        report: &mut TurnReport,
+        collected: &mut Collected,
+    ) -> ReadEnd {
+        let deadline = tokio::time::sleep(self.config.turn_timeout);
+        tokio::pin!(deadline);
+        let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;
+        if self.child.is_none() {
+            return ReadEnd::Eof;
+        }
+        loop {
+            // Carry out whatever the flush protocol says is due, then sleep until its next
+            // deadline or the next event, whichever comes first.
+            let wake = self.step_flush(run_flush).await;
+            let flush_timer = async move {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let Some(live) = self.child.as_mut() else {
+                return ReadEnd::Eof;
+            };
+            tokio::select! {
+                line = live.stdout.next_line() => {
+                    let line = match line {
+                        Ok(Some(Line::Text(l))) => l,
+                        Ok(Some(Line::Skipped(bytes))) => {
+                            tracing::warn!(bytes, limit = MAX_LINE_BYTES, "claude-cli: a stdout line past the limit was skipped");
+                            continue;
+                        }
+                        Ok(None) | Err(_) => {
+                            let terminated = run_flush
+                                .as_ref()
+                                .is_some_and(|f| f.state.terminated_at.is_some());
+                            return if terminated { ReadEnd::Terminated } else { ReadEnd::Eof };
+                        }
+                    };
+                    let Some(event) = decode(&line) else {
+                        tracing::warn!(line = %truncate(&line, 200), "claude-cli: stdout line is not JSON");
+                        continue;
+                    };
+                    let read = Read { line: &line, requested_1h };
+                    if let Some(end) = self.on_event(event, read, run_flush, report, collected) {
+                        return end;
+                    }
+                }
+                Some(()) = interrupts.recv() => {
+                    self.interrupts_sent += 1;
+                    write_interrupt(live, self.interrupts_sent).await;
+                }
+                _ = &mut deadline => return ReadEnd::TimedOut,
+                _ = flush_timer => {}
+            }
+        }
+    }
+
+    /// Carries out every flush action due now; returns when the next one falls due (`None`:
+    /// none is scheduled, or this is not a run).
+    async fn step_flush(&mut self, run_flush: &mut Option<RunFlush>) -> Option<Instant> {
+        let f = run_flush.as_mut()?;
+        let live = self.child.as_mut()?;
+        loop {
+            let now = f.started.elapsed();
+            match decide(&f.state, &f.protocol, now) {
+                FlushAction::Wait { until } => {
+                    return until.map(|u| f.started + u);
+                }
+                FlushAction::AskFlush => {
+                    f.state.asked_at = Some(now);
+                    let line = user_line(&TurnInput::text(f.protocol.message.clone()), None);
+                    if let (Some(stdin), Ok(line)) = (live.stdin.as_mut(), line)
+                        && let Err(e) = write_line(stdin, &line).await
+                    {
+                        tracing::debug!(error = %e, "claude-cli: flush write failed");
+                    }
+                    tracing::info!(session = %self.session_id, "claude-cli: flush asked");
+                }
+                FlushAction::Interrupt => {
+                    f.state.interrupted_at = Some(now);
+                    self.interrupts_sent += 1;
+                    write_interrupt(live, self.interrupts_sent).await;
+                    tracing::info!(session = %self.session_id, "claude-cli: flush grace ran out; interrupted");
+                }
+                FlushAction::Terminate => {
+                    f.state.terminated_at = Some(now);
+                    sigterm(live.pid);
+                    tracing::warn!(session = %self.session_id, "claude-cli: the interrupt did not end the run; SIGTERM");
+                }
+                FlushAction::Kill => {
+                    f.state.killed_at = Some(now);
+                    let _ = live.child.start_kill();
+                    tracing::warn!(session = %self.session_id, "claude-cli: SIGTERM did not end the run; SIGKILL");
+                }
+            }
+        }
+    }
+
+    /// Logs and reports one of the CLI's retries of a failed API request.
+    fn note_retry(&self, r: ApiRetryEvent, report: &mut TurnReport) {
+        // Logged as it happens: during an outage the turn returns only when
+        // the CLI's retries end, and its ledger row only after that.
+        tracing::warn!(session = %self.session_id, attempt = r.attempt,
+            max_retries = r.max_retries, delay_ms = r.retry_delay_ms,
+            status = r.error_status, error = r.error.as_deref(),
+            "claude-cli: the CLI retries a failed API request");
+        report.retries.push(RetryEvent {
+            attempt: r.attempt,
+            delay_ms: r.retry_delay_ms,
+            status: r.error_status,
+            kind: r.error.unwrap_or_else(|| "unknown".to_string()),
+            retry_after_ms: None,
+        });
+    }
+
+    /// Takes one decoded stdout event into `collected` (or the flush state, or the report);
+    /// returns how the read ended when the event ends it.
+    fn on_event(
+        &mut self,
+        event: CliEvent,
+        read: Read<'_>,
+        run_flush: &mut Option<RunFlush>,
+        report: &mut TurnReport,
+        collected: &mut Collected,
+    ) -> Option<ReadEnd> {
+        match event {
+            CliEvent::Init { session_id } => {
+                collected.saw_init = true;
+                if self.forking && session_id != self.session_id {
+                    tracing::info!(from = %self.session_id, to = %session_id, "claude-cli: session forked");
+                    let event = SessionEvent::Forked {
+                        from: std::mem::replace(&mut self.session_id, session_id.clone()),
+                        to: session_id,
+                    };
+                    // Queued like every other session event: the host records only
+                    // what `take_session_events` drains.
+                    emit(&self.queue, &mut report.session_events, event);
+                    self.forking = false;
+                }
+            }
+            CliEvent::Assistant(a) => {
+                if a.message.model == "<synthetic>" {
+                    return None;
+                }
+                if let Some(f) = run_flush.as_mut()
+                    && a.parent_tool_use_id.is_none()
+                    && f.state.reached_at.is_none()
+                    && prompt_tokens(&a.message.usage) >= f.protocol.trigger_tokens()
+                {
+                    f.state.reached_at = Some(f.started.elapsed());
+                }
+                collected.request_id = a.request_id.or(collected.request_id.take());
+                collect_blocks(a.message.content, collected);
+            }
+            CliEvent::ApiRetry(r) => self.note_retry(r, report),
+            CliEvent::ControlResponse(v) => {
+                tracing::debug!(response = %v, "claude-cli: control response");
+            }
+            CliEvent::CompactBoundary(b) => {
+                collected.boundaries.push(b.compact_metadata);
+            }
+            CliEvent::Unknown(v)
+                if v.get("type").and_then(Value::as_str) == Some("user")
+                    && !collected.boundaries.is_empty()
+                    && collected.summary.is_none()
+                    && v.get("isReplay").and_then(Value::as_bool) != Some(true) =>
+            {
+                collected.summary = Some(message_text(&v["message"]["content"]));
+            }
+            CliEvent::Result(result) => return result_end(result, read, run_flush, collected),
+            CliEvent::Unknown(v) => {
+                if let Some(f) = run_flush.as_mut()
+                    && f.state.asked_at.is_some()
+                    && replayed_text(&v).is_some_and(|t| t == f.protocol.message)
+                {
+                    f.taken = true;
+                }
+                tracing::trace!(event = %v, "claude-cli: other event");
+            }
+        }
+        None
+    }
+}
+
+/// How a `result` event ends the read: it does, unless a flush line the CLI has not taken yet
+/// is queued behind it.
+fn result_end(
+    result: Box<ResultEvent>,
+    read: Read<'_>,
+    run_flush: &Option<RunFlush>,
+    collected: &mut Collected,
+) -> Option<ReadEnd> {
+    // A flush line the CLI has not taken yet was queued behind this
+    // result: it runs as a turn of its own next, and its reply is the
+    // run's answer, so read on.
+    if let Some(f) = run_flush.as_ref()
+        && f.state.asked_at.is_some()
+        && !f.taken
+    {
+        collected
+            .earlier
+            .add(&parse_usage(&result.usage, read.requested_1h));
+        collected.text.clear();
+        collected.tool_calls.clear();
+        return None;
+    }
+    let raw = serde_json::from_str(read.line).unwrap_or(Value::Null);
+    Some(ReadEnd::Result {
+        result,
+        raw,
+        read_at: Instant::now(),
+    })
+}
+
+/// The stdout line an event was decoded from, and the TTL the session asked for.
+#[derive(Clone, Copy)]
+struct Read<'a> {
+    line: &'a str,
+    requested_1h: bool,
+}
+
+/// An assistant message's text blocks and tool calls (not the CLI's `StructuredOutput` call,
+/// which carries the schema's value and comes back in the `result`).
+fn collect_blocks(content: Vec<Value>, collected: &mut Collected) {
+    for block in content {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => collected.text.push(
+                block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            ),
+            Some("tool_use") => {
+                let name = block.get("name").and_then(Value::as_str).unwrap_or("");
+                if name != "StructuredOutput" {
+                    collected.tool_calls.push(ToolCall {
+                        id: block
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                        name: name.to_string(),
+                        input: block.get("input").cloned().unwrap_or(Value::Null),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+}

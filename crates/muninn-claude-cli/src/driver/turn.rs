@@ -1,0 +1,305 @@
+//! One exchange from the driver's side: make sure a child is alive, write the line, read to
+//! the `result`, and relaunch, reseed or resend when the child died before the turn began.
+
+use super::stdin::{Exchange, user_line, write_line};
+use super::{Collected, Driver, MAX_ATTEMPTS, ReadEnd, RunFlush, emit};
+use crate::event::ResultEvent;
+use crate::{SessionEvent, TurnReport, parse_model_usage, parse_usage};
+use muninn_backend::{BackendError, TtlCheck, TurnOutcome};
+use muninn_core::cache::Ttl;
+use muninn_core::trace::Usage;
+use serde_json::Value;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+impl Driver {
+    pub(super) async fn turn_inner(
+        &mut self,
+        exchange: &Exchange,
+        interrupts: &mut mpsc::Receiver<()>,
+        run_flush: &mut Option<RunFlush>,
+        report: &mut TurnReport,
+        written_at: &mut Option<Instant>,
+        result_read_at: &mut Option<Instant>,
+    ) -> Result<TurnOutcome, BackendError> {
+        // Validated up front, so a bad turn fails before anything is launched.
+        exchange.line()?;
+        let compacting = matches!(exchange, Exchange::Compact(_));
+        // Interrupts sent before this turn began are stale.
+        while interrupts.try_recv().is_ok() {}
+        self.renew_budget(report).await;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let stored_before = self.write_exchange(exchange, report).await?;
+            *written_at = Some(Instant::now());
+            let mut collected = Collected::default();
+            let end = self
+                .read_turn(interrupts, run_flush, report, &mut collected)
+                .await;
+            if !collected.saw_init
+                && matches!(end, ReadEnd::Eof)
+                && self.stored_len() > stored_before
+            {
+                // Killed with its `system/init` still in its stdout buffer: the CLI had stored
+                // the line (and may have sent the request), so the turn began.
+                collected.saw_init = true;
+            }
+            if !matches!(end, ReadEnd::Result { .. }) {
+                self.note_compactions(&collected, None, compacting, &mut report.session_events);
+            }
+            if collected.saw_init && !compacting {
+                // The turn began, so the CLI has stored the line, seed and all, in the session's
+                // transcript (it keeps the user line even when killed mid-request): a turn that
+                // then dies or times out must not send the seed again with the next input, and
+                // the session now has a transcript to resume (or, if that goes missing, to
+                // reseed from the log).
+                self.established = true;
+                self.pending_seed = None;
+            }
+            let next = match end {
+                ReadEnd::Result {
+                    result,
+                    raw,
+                    read_at,
+                } => {
+                    *result_read_at = Some(read_at);
+                    self.on_result(*result, raw, collected, compacting, attempt, report)
+                        .await
+                }
+                ReadEnd::TimedOut => {
+                    self.stop_child().await;
+                    Attempt::Done(Box::new(Err(BackendError::Transport(format!(
+                        "no result within {:?}; the child was killed",
+                        self.config.turn_timeout
+                    )))))
+                }
+                ReadEnd::Terminated => {
+                    // The next turn relaunches with `--resume`, as after any crash.
+                    let (status, _) = self.reap().await;
+                    tracing::warn!(?status, "claude-cli: the flush protocol terminated the run");
+                    Attempt::Done(Box::new(Ok(terminated_outcome(collected, report))))
+                }
+                ReadEnd::Eof => self.on_eof(&collected, attempt, report).await,
+            };
+            match next {
+                Attempt::Retry => continue,
+                Attempt::Done(done) => return *done,
+            }
+        }
+    }
+
+    /// Under a per-run budget, stops a child that already served a run, so this run's relaunch
+    /// gets the whole budget.
+    async fn renew_budget(&mut self, report: &mut TurnReport) {
+        if self.config.run_budget_micro_usd.is_some() && self.served && self.live_pid().is_some() {
+            // The CLI counts `--max-budget-usd` from its process's start, so a child that
+            // served an earlier run has less than this run's budget left. Stopping it the way
+            // shutdown does (the CLI writes its `cost-state`, keeping `total_cost_usd` whole)
+            // and resuming gives this run the whole budget on the same session.
+            self.shutdown().await;
+            self.renewing = true;
+            report.budget_relaunch = true;
+            tracing::debug!(session = %self.session_id, "claude-cli: relaunching for a fresh run budget");
+        }
+    }
+
+    /// Makes sure a child is alive (launching one if not) and writes the exchange's line to it.
+    /// Returns the size of the CLI's transcript before the write.
+    async fn write_exchange(
+        &mut self,
+        exchange: &Exchange,
+        report: &mut TurnReport,
+    ) -> Result<u64, BackendError> {
+        let alive = match self.child.as_mut() {
+            Some(live) => matches!(live.child.try_wait(), Ok(None)),
+            None => false,
+        };
+        if !alive {
+            self.launch(&mut report.session_events)?;
+        }
+        // Built per attempt: a reseed on the way may have rendered a seed to send first.
+        let line = match exchange {
+            Exchange::Turn(input) => user_line(input, self.pending_seed.as_deref())?,
+            // A `/compact` cannot carry a seed (it is a command line, not a message); a seed
+            // pending (a reseed at start, or on this exchange's launch) waits for the next
+            // turn.
+            Exchange::Compact(_) => exchange.line()?,
+        };
+        // What the CLI has stored of the session before this line: if it grows, the CLI took
+        // the line, whether or not its `system/init` reached us before it died.
+        let stored_before = self.stored_len();
+        let Some(live) = self.child.as_mut() else {
+            return Err(BackendError::Transport("no child after launch".into()));
+        };
+        // A write to a child that just died fails with EPIPE; reading then finds the end of
+        // its stdout and the stderr explains it, so the error is not returned here.
+        if let Some(stdin) = live.stdin.as_mut()
+            && let Err(e) = write_line(stdin, &line).await
+        {
+            tracing::debug!(error = %e, "claude-cli: stdin write failed");
+        }
+        self.served = true;
+        Ok(stored_before)
+    }
+
+    /// The read ended with the turn's `result`: a session the CLI could not find is reseeded
+    /// (and the exchange retried while attempts remain); otherwise the compactions are
+    /// recorded and the outcome made.
+    async fn on_result(
+        &mut self,
+        result: ResultEvent,
+        raw: Value,
+        collected: Collected,
+        compacting: bool,
+        attempt: u32,
+        report: &mut TurnReport,
+    ) -> Attempt {
+        let lost = result
+            .errors
+            .iter()
+            .find(|e| e.contains("No conversation found"));
+        if let Some(reason) = lost
+            && !collected.saw_init
+        {
+            let reason = reason.clone();
+            self.stop_child().await;
+            self.reseed(&reason, &mut report.session_events);
+            if attempt < MAX_ATTEMPTS {
+                return Attempt::Retry;
+            }
+            return Attempt::Done(Box::new(Err(BackendError::Transport(format!(
+                "the session could not be started: {reason}"
+            )))));
+        }
+        self.established = true;
+        // The seed is in the new session now (even a failed turn's line is kept by
+        // the CLI and merged into the next one) — unless this was a `/compact`,
+        // whose line carried none: clearing it then would start the next turn in
+        // the fresh session without its history.
+        if !compacting {
+            self.pending_seed = None;
+        }
+        report.model_usage_since_last_result = result.model_usage_since_last_result.clone();
+        let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;
+        let usage = compaction_usage(&result, compacting, requested_1h);
+        self.note_compactions(&collected, usage, compacting, &mut report.session_events);
+        report.result = Some(raw);
+        Attempt::Done(Box::new(if compacting {
+            self.compaction_outcome(result, collected, report)
+        } else {
+            self.outcome(result, collected, report)
+        }))
+    }
+
+    /// stdout ended before a `result`: a lost session is reseeded and a line that never ran is
+    /// resent while attempts remain; a turn that began and died is an error.
+    async fn on_eof(
+        &mut self,
+        collected: &Collected,
+        attempt: u32,
+        report: &mut TurnReport,
+    ) -> Attempt {
+        let (status, tail) = self.reap().await;
+        let lost = tail.contains("already in use") || tail.contains("No conversation found");
+        if lost && attempt < MAX_ATTEMPTS {
+            let reason = tail.lines().last().unwrap_or("").to_string();
+            self.reseed(&reason, &mut report.session_events);
+            return Attempt::Retry;
+        }
+        if !collected.saw_init && attempt < MAX_ATTEMPTS {
+            // Died before the turn began (killed while idle, or between our
+            // liveness check and the write): the line never ran, so resend it.
+            return Attempt::Retry;
+        }
+        Attempt::Done(Box::new(Err(BackendError::Transport(format!(
+            "claude exited during the turn ({status:?}): {tail}"
+        )))))
+    }
+
+    /// Records the compactions a turn saw. `usage` is the compaction's own when it could be
+    /// told apart; `requested` when the exchange was [`Exchange::Compact`].
+    pub(super) fn note_compactions(
+        &self,
+        collected: &Collected,
+        usage: Option<Usage>,
+        requested: bool,
+        events: &mut Vec<SessionEvent>,
+    ) {
+        // One usage figure cannot be split between several boundaries.
+        let usage = usage.filter(|_| collected.boundaries.len() == 1);
+        for b in &collected.boundaries {
+            if !requested {
+                tracing::warn!(trigger = %b.trigger, pre_tokens = ?b.pre_tokens,
+                    "claude-cli: the CLI compacted the session by itself");
+            }
+            emit(
+                &self.queue,
+                events,
+                SessionEvent::Compacted {
+                    session_id: self.session_id.clone(),
+                    trigger: b.trigger.clone(),
+                    pre_tokens: b.pre_tokens,
+                    post_tokens: b.post_tokens,
+                    outside: !requested,
+                    usage,
+                },
+            );
+        }
+    }
+}
+
+/// What follows one attempt at an exchange.
+enum Attempt {
+    /// Launch (or relaunch) and write the line again.
+    Retry,
+    /// The exchange is over.
+    Done(Box<Result<TurnOutcome, BackendError>>),
+}
+
+/// What a run the flush protocol terminated produced: the text and tool calls read so far and
+/// the usage of the results before it.
+fn terminated_outcome(collected: Collected, report: &TurnReport) -> TurnOutcome {
+    TurnOutcome {
+        text: collected.text.join(""),
+        tool_calls: collected.tool_calls,
+        structured: None,
+        stop_reason: "terminated".to_string(),
+        usage: collected.earlier,
+        raw_usage: Value::Null,
+        predicted: None,
+        miss: None,
+        ttl: TtlCheck {
+            expected_5m: 0,
+            expected_1h: 0,
+            honoured_5m: 0,
+            honoured_1h: 0,
+        },
+        retries: report.retries.clone(),
+        events: Vec::new(),
+        request_id: collected.request_id,
+        breakpoints: Vec::new(),
+        provider_miss: None,
+    }
+}
+
+/// The usage of the compactions in a `result`'s `model_usage_since_last_result`: all of it for
+/// a `/compact`, else what is left once the turn's own `usage` is taken out.
+fn compaction_usage(result: &ResultEvent, compacting: bool, requested_1h: bool) -> Option<Usage> {
+    result.model_usage_since_last_result.as_ref().map(|m| {
+        let all = parse_model_usage(m, requested_1h);
+        if compacting {
+            all
+        } else {
+            // `usage` is the turn's own requests; the rest was compaction.
+            let turn = parse_usage(&result.usage, requested_1h);
+            Usage {
+                input: all.input.saturating_sub(turn.input),
+                cache_write_5m: all.cache_write_5m.saturating_sub(turn.cache_write_5m),
+                cache_write_1h: all.cache_write_1h.saturating_sub(turn.cache_write_1h),
+                cache_read: all.cache_read.saturating_sub(turn.cache_read),
+                output: all.output.saturating_sub(turn.output),
+            }
+        }
+    })
+}

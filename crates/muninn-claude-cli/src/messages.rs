@@ -1,0 +1,98 @@
+//! What the backend handle and the driver task send each other: [`Command`]s in, [`TurnDone`]
+//! and [`ParkReport`] back, the [`TurnReport`] of what the driver saw, the session-event queue,
+//! and the [`InterruptHandle`] that reaches a running turn.
+
+use crate::SessionEvent;
+use muninn_backend::{BackendError, FlushProtocol, FlushStage, RetryEvent, TurnInput, TurnOutcome};
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// What the driver saw of one turn, beside the [`TurnOutcome`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnReport {
+    /// The session the turn ran in (after any reseed).
+    pub session_id: String,
+    /// The child's pid when the turn ended.
+    pub pid: Option<u32>,
+    /// Retries the CLI reported (`system/api_retry`), also when the turn failed.
+    pub retries: Vec<RetryEvent>,
+    /// The `result` line's `model_usage_since_last_result` (per model, including compaction).
+    pub model_usage_since_last_result: Option<Value>,
+    /// The `result` line, verbatim.
+    pub result: Option<Value>,
+    /// Relaunches and reseeds this turn caused.
+    pub session_events: Vec<SessionEvent>,
+    /// From the `turn()` call to the stdin write completing (includes a relaunch, if any).
+    pub to_write: Duration,
+    /// From reading the `result` line to `turn()` returning.
+    pub from_result: Duration,
+    /// The live child was restarted (`--resume`, no session event) before this exchange, to
+    /// give it a fresh [`CliConfig::run_budget_micro_usd`]; the time is in
+    /// [`TurnReport::to_write`].
+    pub budget_relaunch: bool,
+}
+
+/// Commands to the driver.
+pub(crate) enum Command {
+    Turn {
+        input: TurnInput,
+        /// Run the turn under the flush protocol ([`Backend::run`]).
+        flush: Option<FlushProtocol>,
+        reply: oneshot::Sender<TurnDone>,
+    },
+    Compact {
+        instructions: String,
+        reply: oneshot::Sender<TurnDone>,
+    },
+    Pid {
+        reply: oneshot::Sender<Option<u32>>,
+    },
+    Park {
+        reply: oneshot::Sender<Option<ParkReport>>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<Option<std::process::ExitStatus>>,
+    },
+}
+
+/// What [`ClaudeCliBackend::park`] stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParkReport {
+    /// The [`SessionEvent::Parked`] also reported with the next turn.
+    pub event: SessionEvent,
+    /// The child's exit status (`None` if it had to be killed and could not be reaped).
+    pub status: Option<std::process::ExitStatus>,
+}
+
+/// What the driver sends back for a turn.
+pub(crate) struct TurnDone {
+    pub result: Result<TurnOutcome, BackendError>,
+    pub flush: FlushStage,
+    pub report: TurnReport,
+    pub result_read_at: Option<Instant>,
+    pub written_at: Option<Instant>,
+}
+
+/// Interrupts the running turn from anywhere (the turn itself holds `&mut` on the backend).
+#[derive(Debug, Clone)]
+pub struct InterruptHandle {
+    pub(crate) tx: Option<mpsc::Sender<()>>,
+}
+
+impl InterruptHandle {
+    /// Asks the CLI to stop the running turn (`control_request` `interrupt`); the turn then
+    /// returns with `stop_reason == "interrupted"` and the partial text, and the process stays
+    /// usable. Returns `false` when there is no session. Idle interrupts are ignored.
+    pub async fn interrupt(&self) -> bool {
+        match &self.tx {
+            Some(tx) => tx.send(()).await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// Where the driver queues [`SessionEvent`]s the moment they happen.
+pub(crate) type EventQueue = Arc<Mutex<VecDeque<SessionEvent>>>;
