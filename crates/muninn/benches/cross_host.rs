@@ -59,15 +59,7 @@ impl Drop for Hosts {
 
 impl Hosts {
     fn start(dir: &Path, database: &str, count: usize) -> Hosts {
-        let config = dir.join("muninn.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "lease_ttl_ms = {LEASE_TTL_MS}\n[backend]\nkind = 'sim'\n\n[[mind]]\nid = '{MIND}'\n\
-                 rooms = ['#swarm']\ndoctrine_text = 'You are Vala. Answer briefly.'\n"
-            ),
-        )
-        .unwrap();
+        let config = serving::sim_config(dir, MIND, LEASE_TTL_MS);
         let log = std::env::var("MUNINN_BENCH_LOG").unwrap_or_else(|_| "warn".into());
         let mut hosts = Hosts {
             children: Mutex::new(Vec::new()),

@@ -130,16 +130,7 @@ impl Hosts {
 }
 
 fn config(dir: &Path) -> PathBuf {
-    let path = dir.join("muninn.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "lease_ttl_ms = {LEASE_TTL_MS}\n[backend]\nkind = 'sim'\n\n[[mind]]\nid = '{MIND}'\n\
-             rooms = ['#swarm']\ndoctrine_text = 'You are Vala. Answer briefly.'\n"
-        ),
-    )
-    .unwrap();
-    path
+    crate::serving::sim_config(dir, MIND, LEASE_TTL_MS)
 }
 
 /// Posts delivery `i` (a public message) and returns its seq.

@@ -2,7 +2,7 @@
 //! line, stderr kept in a file for the failure message.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -65,4 +65,19 @@ pub(crate) fn spawn_ready(command: &mut Command, stderr: &Path) -> Spawned {
         .and_then(|rest| rest.split_whitespace().next())
         .map(str::to_string);
     Spawned { child, line, addr }
+}
+
+/// Writes `<dir>/muninn.toml`: one Mind `mind` in `#swarm` on the simulator, with this lease TTL
+/// (the several-host tests and the cross-host bench run the same host).
+pub(crate) fn sim_config(dir: &Path, mind: &str, lease_ttl_ms: u64) -> PathBuf {
+    let path = dir.join("muninn.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "lease_ttl_ms = {lease_ttl_ms}\n[backend]\nkind = 'sim'\n\n[[mind]]\nid = '{mind}'\n\
+             rooms = ['#swarm']\ndoctrine_text = 'You are Vala. Answer briefly.'\n"
+        ),
+    )
+    .expect("write muninn.toml");
+    path
 }
