@@ -24,7 +24,6 @@ mod serving;
 
 use muninn_api::ApiToken;
 use muninn_api::client::ApiClient;
-use muninn_api::wire::PostDeliveryRequest;
 use muninn_store::Store;
 use muninn_testkit::peers::FreshDatabase;
 use serving::{Spawned, serve_command, spawn_ready};
@@ -117,15 +116,7 @@ fn fail(hosts: &Hosts, reason: &str) -> ! {
 /// Posts delivery `i` and waits until the Mind's ack covers it; the time from just before the
 /// POST.
 async fn time_one(store: &Arc<dyn Store>, hosts: &Hosts, via: usize, i: usize) -> Duration {
-    let request = PostDeliveryRequest {
-        room: "#swarm".into(),
-        sender: "@user:example.org".into(),
-        is_direct: false,
-        to_you: true,
-        text: format!("message {i}: what do you remember?"),
-        source_id: format!("cross-host-{i}"),
-        context: Vec::new(),
-    };
+    let request = serving::question("cross-host", i);
     let started = Instant::now();
     let seq = hosts.clients[via]
         .post_delivery(MIND, &request)

@@ -27,7 +27,6 @@
 use crate::serving::{Spawned, serve_command, spawn_ready};
 use muninn_api::ApiToken;
 use muninn_api::client::ApiClient;
-use muninn_api::wire::PostDeliveryRequest;
 use muninn_store::Store;
 use muninn_testkit::peers::FreshDatabase;
 use std::collections::BTreeSet;
@@ -135,15 +134,7 @@ fn config(dir: &Path) -> PathBuf {
 
 /// Posts delivery `i` (a public message) and returns its seq.
 async fn post(client: &ApiClient, i: usize) -> i64 {
-    let request = PostDeliveryRequest {
-        room: "#swarm".into(),
-        sender: "@user:example.org".into(),
-        is_direct: false,
-        to_you: true,
-        text: format!("message {i}: what do you remember?"),
-        source_id: format!("failover-{i}"),
-        context: Vec::new(),
-    };
+    let request = crate::serving::question("failover", i);
     client.post_delivery(MIND, &request).await.unwrap().seq
 }
 

@@ -81,3 +81,17 @@ pub(crate) fn sim_config(dir: &Path, mind: &str, lease_ttl_ms: u64) -> PathBuf {
     .expect("write muninn.toml");
     path
 }
+
+/// Public message `i` in `#swarm` to the Mind, its source id tagged `<tag>-<i>`: what the
+/// several-host tests and the cross-host bench post and time.
+pub(crate) fn question(tag: &str, i: usize) -> muninn_api::wire::PostDeliveryRequest {
+    muninn_api::wire::PostDeliveryRequest {
+        room: "#swarm".into(),
+        sender: "@user:example.org".into(),
+        is_direct: false,
+        to_you: true,
+        text: format!("message {i}: what do you remember?"),
+        source_id: format!("{tag}-{i}"),
+        context: Vec::new(),
+    }
+}

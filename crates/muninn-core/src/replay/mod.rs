@@ -332,10 +332,7 @@ pub fn replay_trace_learning(
         rules: &rules,
         ..*config
     };
-    let ttl = config
-        .assumptions
-        .ttl
-        .unwrap_or_else(|| trace.whole_trace_ttl());
+    let ttl = trace_ttl(trace, config);
     let mut totals = RunTotals::default();
     if let Plan::Recorded = plan {
         let mut previous: Option<i64> = None;
@@ -378,6 +375,14 @@ pub fn replay_trace_learning(
     totals
 }
 
+/// The TTL a trace is replayed at: the assumption's, or the trace's own when none is assumed.
+fn trace_ttl(trace: &Trace, config: &ReplayConfig<'_>) -> Ttl {
+    config
+        .assumptions
+        .ttl
+        .unwrap_or_else(|| trace.whole_trace_ttl())
+}
+
 /// The optimum's plan for a trace whose head is rendered from layers that change
 /// (`head_changes[j]`: the head's tokens, from its end, that request j's layers made new; see
 /// [`crate::optimum::plan_with_head_changes`]), to be run by [`execute_plan`] — with the caller
@@ -392,10 +397,7 @@ pub fn optimum_plan(
         rules: &rules,
         ..*config
     };
-    let ttl = config
-        .assumptions
-        .ttl
-        .unwrap_or_else(|| trace.whole_trace_ttl());
+    let ttl = trace_ttl(trace, config);
     let (head, turns) = reconstruct_for(trace, config);
     crate::optimum::plan_with_head_changes(&turns, head, ttl, config, head_changes)
 }
@@ -413,10 +415,7 @@ pub fn execute_plan(
         rules: &rules,
         ..*config
     };
-    let ttl = config
-        .assumptions
-        .ttl
-        .unwrap_or_else(|| trace.whole_trace_ttl());
+    let ttl = trace_ttl(trace, config);
     let (head, turns) = reconstruct_for(trace, config);
     let mut totals = RunTotals::default();
     let mut engine = Engine::new(trace, head, ttl, config, Learned::default());

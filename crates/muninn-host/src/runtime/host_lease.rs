@@ -99,18 +99,12 @@ pub async fn renew_host_leases(host: &Host, holder: &str) -> Result<Vec<Lease>, 
 pub fn spawn_renewer(
     host: Host,
     holder: String,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let every = Duration::from_millis((host.config.lease_ttl_ms / 4).max(10) as u64);
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = shutdown.changed() => {}
-            }
-            if *shutdown.borrow() {
-                break;
-            }
+    super::spawn_every(every, shutdown, move || {
+        let (host, holder) = (host.clone(), holder.clone());
+        async move {
             if let Err(e) = renew_host_leases(&host, &holder).await {
                 tracing::warn!(error = %e, "the host's lease renewal failed; runners renew their own");
             }

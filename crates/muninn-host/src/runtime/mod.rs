@@ -592,20 +592,13 @@ pub async fn run_minds(
         host.telemetry.set_pool(pool.clone());
     }
     let sweeper = factory.process_pool().cloned().map(|pool| {
-        let mut shutdown = shutdown.clone();
         let every = pool.config().policy.min_idle.clamp(
             Duration::from_millis(500),
             Duration::from_secs(POOL_SWEEP_EVERY_S),
         );
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
-                    _ = shutdown.changed() => {}
-                }
-                if *shutdown.borrow() {
-                    break;
-                }
+        spawn_every(every, shutdown.clone(), move || {
+            let pool = pool.clone();
+            async move {
                 for event in pool.sweep(pool.now()).await {
                     tracing::info!(?event, "claude-cli pool");
                 }
@@ -635,3 +628,28 @@ pub async fn run_minds(
 /// How often, at most, the claude-cli process pool is swept for idle children (more often when
 /// the pool's `park_min_idle_s` is shorter).
 const POOL_SWEEP_EVERY_S: u64 = 15;
+
+/// Runs `tick` every `every` until `shutdown` turns true: the host's periodic chores (the
+/// lease renewal, the process pool's sweep), each stopping with the Minds.
+fn spawn_every<F, Fut>(
+    every: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    mut tick: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = shutdown.changed() => {}
+            }
+            if *shutdown.borrow() {
+                break;
+            }
+            tick().await;
+        }
+    })
+}
