@@ -267,8 +267,12 @@ async fn sqlite_open_forms_and_durability() {
     by_path.close().await;
 }
 
-/// Group commit: 32 concurrent writers share fewer than 32 fsyncs of the WAL, and each write
-/// returns only after a sync that completed after the write began.
+/// Group commit on a real file: each of 32 concurrent writes returns only after an fsync of the
+/// WAL that completed after the write began, and no write runs more than one. How many they
+/// share depends on how long this disk takes to sync against how fast the commits come (a CI
+/// run once had every commit find no sync running), so the sharing itself is asserted in
+/// `wal_sync`'s unit test, whose sync is held until every commit has happened; the bench prints
+/// the fsyncs per turn the real disk gives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_group_commit_shares_fsyncs_among_concurrent_writers() {
     const WRITERS: usize = 32;
@@ -303,7 +307,7 @@ async fn sqlite_group_commit_shares_fsyncs_among_concurrent_writers() {
     }
     let fsyncs = store.fsyncs() - before;
     assert!(
-        (1..WRITERS as u64).contains(&fsyncs),
+        (1..=WRITERS as u64).contains(&fsyncs),
         "{fsyncs} fsyncs for {WRITERS} concurrent commits"
     );
     let items = store
