@@ -56,6 +56,7 @@ fi
 MUNINN_SYNAPSE_PYTHON="$(bash scripts/install-synapse.sh)"
 export MUNINN_SYNAPSE_PYTHON
 
-cargo test --workspace --locked
+# --no-fail-fast: one crate's failure must not hide whether the crates after it pass.
+cargo test --workspace --locked --no-fail-fast
 # The Persona benchmark at its smoke size (one seed, 300 turns): it exits 1 on any FAIL.
 cargo test --locked -p muninn-workload --bench persona
