@@ -351,6 +351,40 @@ fn the_tools_head_is_shared_across_sessions_when_asked() {
     );
 }
 
+/// A head size learned in one session — there from a read a little short of its prefix, which
+/// the classes call a head — is borrowed by another session that has seen no head of its own. It
+/// must not hide that session's cached tail when the borrowed size falls between the tail and
+/// the new end: a head is a prefix of the conversation, never longer than the tail (seen on a
+/// public user's sessions, README "Validation on data nobody tuned on").
+#[test]
+fn a_borrowed_head_longer_than_the_cached_tail_does_not_hide_it() {
+    let mut a = growing(0, 5, 10_000, true);
+    let reference = a[4].usage.cache_read + a[4].usage.cache_write_1h;
+    a.push(req(50_000, reference - 1_200, 1_500, true));
+    let a = trace("a", "main", ThreadKind::Main, "m", a);
+    let b = trace(
+        "b",
+        "main",
+        ThreadKind::Main,
+        "m",
+        growing(5 * MIN, 4, 10_000, true),
+    );
+    let report = validate(&[a, b], &ValidateOptions::default());
+    assert_eq!(
+        row(&report, "a/main/m", 5).recorded_class,
+        ReadClass::Head,
+        "the short read is taken for a head"
+    );
+    // b's second request: its previous tail (H1 + 8,500) lies below a's head (H1 + 8,800), its
+    // own end (H1 + 9,000) above.
+    let r = row(&report, "b/main/m", 2);
+    assert_eq!(r.recorded_read, H1 + 8_500);
+    assert_eq!(
+        (r.cache_model.read, r.cache_model.agree),
+        (H1 + 8_500, true)
+    );
+}
+
 #[test]
 fn aggregates_and_json() {
     let t = trace(

@@ -77,6 +77,7 @@ fn trace(
 }
 
 mod formats;
+mod shapes;
 
 const OPUS: &str = "claude-opus-4-6";
 const HAIKU: &str = "claude-haiku-4-5-20251001";

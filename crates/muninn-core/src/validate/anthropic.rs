@@ -144,10 +144,14 @@ impl ModelReplay {
             hash_parts(&["seg", &key.0, &key.1, &key.2, &segment.to_string()])
         };
 
+        // A head is a prefix of the conversation, so one at or past the thread's previous tail is
+        // wrong for this thread: a size borrowed from another session (where a read a little short
+        // of its prefix was taken for a head) must not hide the tail this session cached.
+        let head_fits = |t: Tokens| t < end_tokens && previous.is_none_or(|p| t < p.tokens);
         let mut cps: Vec<Checkpoint> = Vec::with_capacity(4);
         let mut floor: Tokens = 0;
         if let (Some(t), Some(fp)) = (h1, h1_fp)
-            && t < end_tokens
+            && head_fits(t)
         {
             cps.push(Checkpoint {
                 block: H1_BLOCK,
@@ -159,7 +163,7 @@ impl ModelReplay {
         }
         if let (Some(t), Some(h2_fp)) = (h2, h2_fp)
             && t > floor
-            && t < end_tokens
+            && head_fits(t)
         {
             cps.push(Checkpoint {
                 block: H2_BLOCK,

@@ -49,7 +49,10 @@
 //! Head sizes are learned from earlier observations only: a thread's first request that reads
 //! something short of a prefix it could know reveals `H1`; a later request that reads less than
 //! its previous prefix but more than `H1` reveals `H2`. Until a session has its own observation the
-//! latest one of an earlier session (same model, same thread group kind) stands in.
+//! latest one of an earlier session (same model, same thread group kind) stands in. A head is a
+//! prefix of the conversation, so a head size at or past the thread's previous cached tail is
+//! ignored for that request (a read a little short of its prefix is classed a head, and its size,
+//! borrowed by another session, must not hide that session's tail).
 //!
 //! # Classes and figures
 //!

@@ -1,0 +1,102 @@
+//! Line shapes met in real `~/.claude/projects` folders that the hand-made fixtures did not have
+//! (issue 12: the unseen public transcripts of README "Validation on data nobody tuned on"). Each
+//! test writes a small hand-made file reproducing the shape — never the real data — and pins what
+//! the importer does with it.
+
+use super::*;
+use pretty_assertions::assert_eq;
+
+/// A user line and the assistant line that answers it, of session `session`, `seconds` after
+/// the fixtures' origin, in Claude Code's layout.
+fn turn(session: &str, n: u32, seconds: i64, read: u64) -> String {
+    let ts = |s: i64| {
+        jiff::Timestamp::from_millisecond(at(s))
+            .unwrap()
+            .to_string()
+    };
+    format!(
+        concat!(
+            r#"{{"parentUuid":null,"isSidechain":false,"userType":"external","cwd":"/w","sessionId":"{s}","version":"2.1.87","type":"user","message":{{"role":"user","content":"q{n}"}},"uuid":"u{n}","timestamp":"{t0}"}}"#,
+            "\n",
+            r#"{{"parentUuid":"u{n}","isSidechain":false,"userType":"external","cwd":"/w","sessionId":"{s}","version":"2.1.87","type":"assistant","message":{{"id":"msg_{n}","type":"message","role":"assistant","model":"claude-sonnet-4-6","content":[{{"type":"text","text":"a"}}],"usage":{{"input_tokens":3,"cache_creation_input_tokens":500,"cache_read_input_tokens":{read},"output_tokens":7}}}},"requestId":"req_{n}","uuid":"a{n}","timestamp":"{t1}"}}"#,
+            "\n"
+        ),
+        s = session,
+        n = n,
+        read = read,
+        t0 = ts(seconds),
+        t1 = ts(seconds + 2),
+    )
+}
+
+/// Claude Code 2.1.81's `sdk-ts` entry point sometimes stored an assistant line whose `message`
+/// is the raw SSE stream spread into an object of character-index keys (`{"0":"e","1":"v",…}`),
+/// with no id and no usage to read. It is reported by line and skipped; the turns around it
+/// import.
+#[test]
+fn an_sse_stream_spread_into_the_message_is_skipped_by_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spread.jsonl");
+    let spread: serde_json::Map<String, serde_json::Value> = "event: message_start\ndata: {}\n"
+        .chars()
+        .enumerate()
+        .map(|(i, c)| (i.to_string(), serde_json::Value::from(c.to_string())))
+        .chain([("content".to_string(), serde_json::Value::from("[]"))])
+        .collect();
+    let odd = serde_json::json!({
+        "parentUuid": "request_x", "isSidechain": false, "type": "assistant",
+        "uuid": "odd", "timestamp": "2026-02-10T10:00:30.000Z", "userType": "external",
+        "entrypoint": "sdk-ts", "cwd": "/w", "sessionId": "sp", "version": "2.1.81",
+        "message": spread,
+    });
+    let text = turn("sp", 1, 0, 0) + &odd.to_string() + "\n" + &turn("sp", 2, 60, 500);
+    std::fs::write(&path, text).unwrap();
+
+    let got = import(std::slice::from_ref(&path));
+    let requests: Vec<(i64, u64)> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| (r.at_ms, r.usage.cache_read))
+        .collect();
+    assert_eq!(requests, vec![(at(2), 0), (at(62), 500)]);
+    let warned: Vec<(u64, &str)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.line, w.message.as_str()))
+        .collect();
+    assert_eq!(
+        warned,
+        vec![(3, "assistant line without message.id, skipped")]
+    );
+}
+
+/// A session teleported from the web starts with a `teleported-from` line. Followed by the
+/// session it imports as usual; alone (a teleport that never ran a turn) the file holds no
+/// request and is skipped with a warning, not an error.
+#[test]
+fn a_teleported_from_line_starts_a_session_or_stands_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let teleported =
+        r#"{"type":"teleported-from","remoteSessionId":"session_x","branch":"b","messageCount":0}"#;
+    std::fs::write(dir.path().join("alone.jsonl"), format!("{teleported}\n")).unwrap();
+    std::fs::write(
+        dir.path().join("ran.jsonl"),
+        format!("{teleported}\n{}", turn("tp", 1, 0, 0)),
+    )
+    .unwrap();
+
+    let got = import(&[dir.path().to_path_buf()]);
+    let sessions: Vec<(&str, usize)> = got
+        .traces
+        .iter()
+        .map(|t| (t.session.as_str(), t.requests.len()))
+        .collect();
+    assert_eq!(sessions, vec![("tp", 1)]);
+    assert_eq!((got.stats.files, got.stats.files_skipped), (1, 1));
+    let warned: Vec<(PathBuf, u64)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.path.clone(), w.line))
+        .collect();
+    assert_eq!(warned, vec![(dir.path().join("alone.jsonl"), 0)]);
+}
