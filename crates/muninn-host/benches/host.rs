@@ -16,6 +16,9 @@
 //!   `AnthropicBackend` as the real API), so "added" is the runtime and the store.
 //! - **fsyncs/turn** — the group commit's WAL fsyncs per Persona turn under that load (SQLite
 //!   with group commit only: `synchronous=FULL` syncs inside SQLite, once per commit).
+//! - **id guard** (SQLite, a line under the table) — counters compared with the identity file
+//!   and rewrites of that file per Persona turn under that load: the check follows the counters a
+//!   turn bumps, so a count that grows with `MUNINN_BENCH_MINDS` is issue 13 back.
 //! - **memory per idle Mind** — `MUNINN_BENCH_IDLE` Minds (default `1000,10000`, cumulative)
 //!   registered, given one delivery and stepped once each (one turn), then kept idle; growth of
 //!   `VmRSS` (`/proc/self/status`) per Mind, and the projection for 10,000. The in-process
@@ -37,7 +40,9 @@ use muninn_host::runtime::{MindRunner, RuntimeError, Step};
 use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
-use muninn_store::{NewDelivery, SqliteStore, StartOptions, Store, StoreError, SyncMode};
+use muninn_store::{
+    IdGuardStats, NewDelivery, SqliteStore, StartOptions, Store, StoreError, SyncMode,
+};
 use muninn_testkit::peers::FreshDatabase;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -238,6 +243,8 @@ struct Row {
     fsyncs_per_turn: Option<f64>,
     /// Steps of the loaded run retried after the store was too busy to give a connection.
     busy_retries: u64,
+    /// SQLite: the id guard's counters checked and identity-file rewrites per Persona turn.
+    id_guard_per_turn: Option<(f64, f64)>,
     loaded: String,
     solo: String,
     memory: Vec<(usize, f64)>,
@@ -246,10 +253,14 @@ struct Row {
 /// The group commit's fsync counter, for stores that have one.
 type Fsyncs = Option<Box<dyn Fn() -> u64>>;
 
+/// The id guard's counts, for SQLite stores.
+type IdGuard = Option<Box<dyn Fn() -> IdGuardStats>>;
+
 async fn run(
     store_name: &str,
     store: Arc<dyn Store>,
     fsyncs: Fsyncs,
+    id_guard: IdGuard,
     minds: usize,
     deliveries: usize,
 ) -> Row {
@@ -279,6 +290,7 @@ async fn run(
         bench.post(&id, deliveries).await;
     }
     let fsyncs_before = fsyncs.as_ref().map(|f| f());
+    let id_guard_before = id_guard.as_ref().map(|f| f());
     let busy_before = BUSY_RETRIES.load(Ordering::Relaxed);
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -297,6 +309,14 @@ async fn run(
         .as_ref()
         .zip(fsyncs_before)
         .map(|(f, before)| (f() - before) as f64 / loaded.len() as f64);
+    let id_guard_per_turn = id_guard.as_ref().zip(id_guard_before).map(|(f, before)| {
+        let now = f();
+        let per_turn = |n: u64| n as f64 / loaded.len() as f64;
+        (
+            per_turn(now.counters_checked - before.counters_checked),
+            per_turn(now.reservations - before.reservations),
+        )
+    });
 
     // (c) Memory per idle Mind: cumulative steps of registered, stepped-once, idle Minds.
     let idle_steps: Vec<usize> = std::env::var("MUNINN_BENCH_IDLE")
@@ -342,6 +362,7 @@ async fn run(
         turns_per_s,
         busy_retries,
         fsyncs_per_turn,
+        id_guard_per_turn,
         loaded: latency(loaded),
         solo: latency(solo_added),
         memory,
@@ -396,18 +417,22 @@ fn main() {
             match name {
                 "sqlite-full" => {
                     let store = sqlite(SyncMode::EveryCommit).await;
-                    rows.push(run(name, store, None, minds, deliveries).await);
+                    let counter = store.clone();
+                    let id_guard: IdGuard = Some(Box::new(move || counter.id_guard_stats()));
+                    rows.push(run(name, store, None, id_guard, minds, deliveries).await);
                 }
                 "sqlite" => {
                     let store = sqlite(SyncMode::Grouped).await;
                     let counter = store.clone();
                     let fsyncs: Fsyncs = Some(Box::new(move || counter.fsyncs()));
-                    rows.push(run(name, store, fsyncs, minds, deliveries).await);
+                    let counter = store.clone();
+                    let id_guard: IdGuard = Some(Box::new(move || counter.id_guard_stats()));
+                    rows.push(run(name, store, fsyncs, id_guard, minds, deliveries).await);
                 }
                 "postgres" => match FreshDatabase::create("muninn_bench") {
                     Ok(database) => {
                         let store = muninn_store::open(&database.url()).await.unwrap();
-                        rows.push(run(name, store, None, minds, deliveries).await);
+                        rows.push(run(name, store, None, None, minds, deliveries).await);
                     }
                     Err(e) => println!("  SKIP postgres: {e}"),
                 },
@@ -439,6 +464,15 @@ fn main() {
             "{:<11} {:>8.0} {:>12} {:>26} {:>26} {:>34}",
             row.store, row.turns_per_s, fsyncs, row.loaded, row.solo, memory
         );
+    }
+    for row in &rows {
+        if let Some((checked, reservations)) = row.id_guard_per_turn {
+            println!(
+                "{}: id guard per turn: {checked:.2} counters checked, {reservations:.3} \
+                 identity-file rewrites",
+                row.store
+            );
+        }
     }
     for row in rows.iter().filter(|r| r.busy_retries > 0) {
         println!(

@@ -53,6 +53,7 @@ mod write;
 
 pub use error::{Result, StoreError};
 pub use hosts::{Wake, WakeListener};
+pub use id_guard::IdGuardStats;
 pub use postgres::PostgresStore;
 pub use sqlite::{SqliteStore, SyncMode};
 pub use startup::StartOptions;

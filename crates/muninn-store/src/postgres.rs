@@ -118,7 +118,7 @@ impl PostgresStore {
     async fn before_close(&self) {}
 
     async fn begin_write(&self) -> Result<crate::write::WriteTx<Postgres>> {
-        crate::write::WriteTx::begin(&self.pool, "BEGIN", None).await
+        crate::write::WriteTx::begin(&self.pool, "BEGIN", None, None).await
     }
 
     /// Applies pending migrations in one transaction under an advisory lock.

@@ -47,6 +47,9 @@ pub(crate) struct WriteTx<DB: Database> {
     ended: bool,
     /// Run before `COMMIT` (see [`CommitHook`]).
     hook: Option<Arc<dyn CommitHook<DB>>>,
+    /// This process's turn to write (SQLite: see `crate::sqlite`'s "Concurrency"), given back
+    /// with the connection: at `COMMIT`'s end, or when the transaction is dropped.
+    turn: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl<DB: Database> WriteTx<DB>
@@ -54,16 +57,18 @@ where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     /// Takes a connection and begins a transaction on it with `begin` (`BEGIN IMMEDIATE` on
-    /// SQLite, `BEGIN` on PostgreSQL).
+    /// SQLite, `BEGIN` on PostgreSQL), holding `turn` (if any) until the transaction ends.
     pub(crate) async fn begin(
         pool: &Pool<DB>,
         begin: &'static str,
         hook: Option<Arc<dyn CommitHook<DB>>>,
+        turn: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Result<WriteTx<DB>> {
         let mut tx = WriteTx {
             conn: Some(pool.acquire().await?),
             ended: false,
             hook,
+            turn,
         };
         sqlx::raw_sql(begin).execute(&mut *tx).await?;
         Ok(tx)
@@ -83,9 +88,13 @@ where
                     Some(hook) => {
                         // Back to the pool first: the next writer need not wait for our fsync.
                         drop(self.conn.take());
+                        drop(self.turn.take());
                         hook.after_commit().await
                     }
-                    None => Ok(()),
+                    None => {
+                        drop(self.turn.take());
+                        Ok(())
+                    }
                 }
             }
             Err(e) => {

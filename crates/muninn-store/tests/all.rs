@@ -318,6 +318,69 @@ async fn sqlite_group_commit_shares_fsyncs_among_concurrent_writers() {
     store.close().await;
 }
 
+/// Issue 13: this process's writers wait for their turn without a pooled connection, so while
+/// the file's write lock is held elsewhere (here a raw connection, as another process would)
+/// six writers queue, reads still get connections, and every writer goes through once the lock
+/// is free. Before the queue, four writers took the pool's four connections into SQLite's busy
+/// handler: the reads waited for one until the pool's 10 s, and the writers behind them failed
+/// with `Busy` (this test, run against that code, failed so). Nothing is timed: the pause only
+/// lets the writers reach their waits, and the reads must succeed however long they took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writers_queued_behind_the_lock_leave_connections_for_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("muninn.db");
+    let store = Arc::new(SqliteStore::open(&file).await.unwrap());
+    store.create_mind(&mind("m")).await.unwrap();
+    let other = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(sqlx::sqlite::SqliteConnectOptions::new().filename(&file))
+        .await
+        .unwrap();
+    let mut holder = other.acquire().await.unwrap();
+    sqlx::raw_sql("BEGIN IMMEDIATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let mut writers = tokio::task::JoinSet::new();
+    for i in 0..6 {
+        let store = store.clone();
+        writers.spawn(async move {
+            let delivery = muninn_store::NewDelivery {
+                room: "#swarm".into(),
+                sender: "ari".into(),
+                is_direct: false,
+                to_you: false,
+                text: format!("message {i}"),
+                source_id: format!("queued-{i}"),
+                received_at_ms: i,
+                context: Vec::new(),
+            };
+            store.post_delivery("m", &delivery).await.map(|p| p.seq)
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..4 {
+        let read = store.mind("m").await;
+        assert!(
+            matches!(read, Ok(Some(_))),
+            "a read while writers wait: {read:?}"
+        );
+    }
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    drop(holder);
+    other.close().await;
+    let mut seqs = Vec::new();
+    while let Some(done) = writers.join_next().await {
+        seqs.push(done.unwrap().unwrap());
+    }
+    seqs.sort();
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5, 6]);
+    store.close().await;
+}
+
 /// `SyncMode::EveryCommit` is SQLite's own `synchronous=FULL`, with no barrier of ours.
 #[tokio::test]
 async fn sqlite_every_commit_mode_syncs_inside_sqlite() {
