@@ -14,6 +14,7 @@
 //! | [`Action::Ping`] | keep-warm request, `max_tokens: 0` (or 1), breakpoint on the cached prefix | read P + a tiny uncached tail + [`Bounds::ping_output_tokens`] (0 or 1) |
 //! | [`Action::Flush`] | writes memory now, while the cache is warm, so that a cold wake can restart cheaply; then lets the cache expire | read P + instruction + memory output |
 //! | [`Action::LetExpire`] | nothing: the cache is allowed to expire | 0 now |
+//! | [`Action::Mask`] | sends the next request with the provider's tool-result clear (`clear_tool_uses_20250919`) | read up to the first cleared block + write the rest of the shorter prompt ([`crate::mask`]) |
 //!
 //! # Policies
 //!
@@ -26,6 +27,14 @@
 //!   scaled by what the Mind's earlier refreshes and pings paid back ([`crate::learn`]): a
 //!   refresh waits for as many rebuilds as one has been worth, a gap's ping budget shrinks by
 //!   the share of ping spend that kept a wake warm.
+//!   *Mask*: at a warm request whose prompt holds clearable tool results (all but the last
+//!   [`Bounds::mask_keep_tool_uses`]), clear them when the `r·C` each later request of the
+//!   segment saves, times the requests the segment is expected still to have
+//!   ([`crate::learn::SegmentLengths::remaining`], the Mind's own history), exceeds the clear's
+//!   extra cost now — and exceeds what a refresh would gain over the same horizon when the growth
+//!   rule would refresh. Masking is not a refresh: it keeps the segment, is allowed inside a
+//!   tool loop (the results of the latest tool uses stay), and needs the backend to clear
+//!   ([`Capabilities::mask`]).
 //! - `predictive`: the same actions, but an idle ping is sent only while its expected saving under
 //!   the idle-gap distribution fitted so far exceeds its price; the ski-rental budget stays as a
 //!   guard, so it is never worse than ski-rental's 2× bound on pings.
@@ -37,7 +46,7 @@
 //!
 //! Every policy respects the quality bounds: no refresh before the minimum segment length, none
 //! inside a tool loop (only at a boundary), and a forced refresh when the next request would pass
-//! the context ceiling.
+//! the context ceiling. Only `ski-rental` and `predictive` mask; the baselines never do.
 
 use crate::cache::Ttl;
 use crate::learn::Learned;
@@ -145,6 +154,9 @@ pub enum Action {
     Flush,
     /// Do nothing; let the cache expire.
     LetExpire,
+    /// Send the request with the provider's tool-result clear: old tool results are replaced by
+    /// a placeholder, which rewrites the prompt from the first cleared block on.
+    Mask,
 }
 
 impl Action {
@@ -156,6 +168,7 @@ impl Action {
             Action::Ping => "ping",
             Action::Flush => "flush",
             Action::LetExpire => "let_expire",
+            Action::Mask => "mask",
         }
     }
 }
@@ -203,6 +216,9 @@ pub enum Reason {
     AlreadyFlushed,
     /// The session's backend cannot send this kind of keep-warm ping.
     CannotPing,
+    /// Clearing the old tool results saves more over the requests the segment is expected still
+    /// to have than it costs now, and more than a refresh would.
+    MaskPaysBack,
 }
 
 /// An alternative the decider priced.
@@ -298,6 +314,14 @@ pub struct Bounds {
     pub ceiling_tokens: Tokens,
     /// The model's context window (for `threshold:F`).
     pub context_window: Tokens,
+    /// Tool uses whose results a clear keeps (the latest ones): the edit's `keep`. Rows stored
+    /// before this field existed had no clears; they read the provider's default, 3.
+    #[serde(default = "three_uses")]
+    pub mask_keep_tool_uses: u32,
+}
+
+fn three_uses() -> u32 {
+    3
 }
 
 fn one_token() -> Tokens {
@@ -403,6 +427,14 @@ pub struct SessionView {
     pub can: Capabilities,
     /// What the Mind learned from the refreshes and pings it paid for ([`crate::learn`]).
     pub learned: Learned,
+    /// Tool-result tokens a clear would remove now (C): those of the prompt's tool results but
+    /// the latest [`Bounds::mask_keep_tool_uses`]. 0 when none are known.
+    pub clearable_tokens: Tokens,
+    /// Where the first of them begins (F: the tokens a clear leaves as they were).
+    pub clear_from_tokens: Tokens,
+    /// Requests the segment is expected still to have after the next one
+    /// ([`crate::learn::SegmentLengths::remaining`]).
+    pub remaining_requests: u64,
 }
 
 /// What a session's backend can do besides answering turns. The replay engine assumes a backend
@@ -417,6 +449,10 @@ pub struct Capabilities {
     /// A memory flush while idle, before the cache expires (a refresh at a turn boundary may
     /// still flush).
     pub idle_flush: bool,
+    /// The provider's tool-result clearing, decided per request (the `mask` action). Rows
+    /// stored before this field existed come from hosts that could not.
+    #[serde(default)]
+    pub mask: bool,
 }
 
 impl Default for Capabilities {
@@ -425,6 +461,7 @@ impl Default for Capabilities {
             ping: true,
             ping_head: true,
             idle_flush: true,
+            mask: true,
         }
     }
 }
@@ -546,6 +583,83 @@ impl SessionView {
         rewrite.min(restart).saturating_sub(warm)
     }
 
+    /// The cost of sending the next request (adding `delta`) with a clear at `now_ms`, warm: it
+    /// reads the head when the head is warm and the clear begins after it (the longest cached
+    /// prefix that ends before the first cleared block, R₀), and writes the rest of the shorter
+    /// prompt — [`crate::mask::masked_usage`] priced, without the output both requests pay.
+    pub fn mask_cost(&self, delta: Tokens, now_ms: i64) -> MicroUsd {
+        let head = self.bounds.head_tokens;
+        let kept_read = if self.head_warm(now_ms) && self.clear_from_tokens >= head {
+            head
+        } else {
+            0
+        };
+        let written = (self.prefix_tokens + delta)
+            .saturating_sub(self.clearable_tokens)
+            .saturating_sub(kept_read);
+        MicroUsd::of(kept_read, self.rates.read) + MicroUsd::of(written, self.rates.write)
+    }
+
+    /// What clearing now is expected to gain over appending: `r·C` saved on each later request
+    /// of the segment within [`SessionView::mask_horizon`], less the extra the clear costs now.
+    /// `None` when nothing is clearable or the cache is cold (a cold request rewrites its prompt
+    /// anyway; the rule is kept to the warm case, where the clear's price is a rewrite against a
+    /// read).
+    pub fn mask_gain(&self, warm: bool, delta: Tokens, now_ms: i64) -> Option<i128> {
+        self.mask_gain_over(warm, delta, now_ms, self.mask_horizon(delta, now_ms))
+    }
+
+    /// [`SessionView::mask_gain`] over `horizon` later requests.
+    fn mask_gain_over(&self, warm: bool, delta: Tokens, now_ms: i64, horizon: u64) -> Option<i128> {
+        if !warm || self.clearable_tokens == 0 {
+            return None;
+        }
+        let extra = self.mask_cost(delta, now_ms).0 as i128
+            - self.append_cost(true, delta, now_ms).0 as i128;
+        let each = MicroUsd::of(self.clearable_tokens, self.rates.read).0 as i128;
+        Some(each * horizon as i128 - extra)
+    }
+
+    /// The later requests a clear now can save on: those the segment is expected still to have
+    /// ([`SessionView::remaining_requests`]), but no more than the growth rule leaves it before
+    /// it refreshes — a refresh ends the segment and with it the clear's saving. Each request
+    /// adds about `r·(P + Δ − R)` to the read excess (cleared tokens count as if still read, so
+    /// a clear does not postpone the refresh, [`crate::session`]); the refresh comes once the
+    /// excess reaches the (learned) break-even. Counting that excess as constant, not growing,
+    /// errs towards a longer horizon; the segment-length estimate bounds it.
+    pub fn mask_horizon(&self, delta: Tokens, now_ms: i64) -> u64 {
+        let rebuild = self.flush_cost(true) + self.restart_write(0, now_ms);
+        let left = self.learned.refresh_break_even(rebuild).0 as i128 - self.read_excess.0 as i128;
+        let each = MicroUsd::of(
+            (self.prefix_tokens + delta).saturating_sub(self.rehydrated()),
+            self.rates.read,
+        )
+        .0 as i128;
+        if left <= 0 {
+            // The growth rule is due: it refreshes at this boundary (where the caller weighs
+            // the clear against that refresh) or at the next one, which may come at once.
+            return 0;
+        }
+        if each <= 0 {
+            return self.remaining_requests;
+        }
+        let until_refresh = (left + each - 1) / each;
+        self.remaining_requests
+            .min(u64::try_from(until_refresh).unwrap_or(u64::MAX))
+    }
+
+    /// What refreshing now is expected to gain over appending across the same horizon: each
+    /// later request reads about R instead of P, less the refresh's extra cost now.
+    fn refresh_gain(&self, refresh: MicroUsd, delta: Tokens, now_ms: i64) -> i128 {
+        let extra = refresh.0 as i128 - self.append_cost(true, delta, now_ms).0 as i128;
+        let each = MicroUsd::of(
+            self.prefix_tokens.saturating_sub(self.rehydrated()),
+            self.rates.read,
+        )
+        .0 as i128;
+        each * self.remaining_requests as i128 - extra
+    }
+
     fn refresh_allowed(&self, boundary: bool) -> Result<(), Reason> {
         if !boundary {
             Err(Reason::InsideToolLoop)
@@ -628,8 +742,21 @@ fn decide_arrival(
         action: Action::Refresh,
         estimate: flush + view.restart_write(delta, now_ms),
     };
-    let alts = [append, refresh];
-    let go = |action, reason| Decision::new(action, reason, &alts);
+    let mask_gain = match policy {
+        Policy::SkiRental | Policy::Predictive if view.can.mask => {
+            view.mask_gain(warm, delta, now_ms)
+        }
+        _ => None,
+    };
+    let mask = Alternative {
+        action: Action::Mask,
+        estimate: view.mask_cost(delta, now_ms),
+    };
+    let alts = [append, refresh, mask];
+    let priced = if mask_gain.is_some() { 3 } else { 2 };
+    let go = |action, reason| Decision::new(action, reason, &alts[..priced]);
+    // A clear that pays back within the segment's expected remaining requests.
+    let mask_pays = mask_gain.is_some_and(|g| g > 0);
 
     // The ceiling is a hard bound: it overrides boundaries and the minimum segment.
     if view.segment_requests > 0 && view.prefix_tokens + delta > view.bounds.ceiling_tokens {
@@ -668,6 +795,11 @@ fn decide_arrival(
         },
         Policy::SkiRental | Policy::Predictive => {
             if let Err(r) = allowed {
+                // Refreshes wait; a clear keeps the segment and the latest tool results, so it
+                // does not.
+                if mask_pays {
+                    return go(Action::Mask, Reason::MaskPaysBack);
+                }
                 return go(Action::Append, r);
             }
             if !warm {
@@ -681,12 +813,31 @@ fn decide_arrival(
             // Growth: the reads paid above R since the last rehydration have bought one rebuild —
             // or as many as the refreshes paid so far say one is worth.
             let rebuild = view.flush_cost(true) + view.restart_write(0, now_ms);
-            if view.read_excess < rebuild || view.prefix_tokens <= view.rehydrated() {
-                go(Action::Append, Reason::Warm)
-            } else if view.read_excess < view.learned.refresh_break_even(rebuild) {
-                go(Action::Append, Reason::RefreshesDidNotPayBack)
+            let (action, reason) =
+                if view.read_excess < rebuild || view.prefix_tokens <= view.rehydrated() {
+                    (Action::Append, Reason::Warm)
+                } else if view.read_excess < view.learned.refresh_break_even(rebuild) {
+                    (Action::Append, Reason::RefreshesDidNotPayBack)
+                } else {
+                    (Action::Refresh, Reason::GrowthBreakEven)
+                };
+            // Mask when it pays, unless the refresh the growth rule takes now gains more: then
+            // both are weighed over the segment's expected remaining requests (the refresh
+            // would end the segment; the clear keeps it going).
+            if action == Action::Refresh {
+                let full = view.mask_gain_over(warm, delta, now_ms, view.remaining_requests);
+                let refresh_gain = view.refresh_gain(refresh.estimate, delta, now_ms);
+                return match full {
+                    Some(g) if mask_gain.is_some() && g > 0 && g > refresh_gain => {
+                        go(Action::Mask, Reason::MaskPaysBack)
+                    }
+                    _ => go(action, reason),
+                };
+            }
+            if mask_pays {
+                go(Action::Mask, Reason::MaskPaysBack)
             } else {
-                go(Action::Refresh, Reason::GrowthBreakEven)
+                go(action, reason)
             }
         }
     }

@@ -167,6 +167,8 @@ pub(crate) struct ThreadState {
     pub(crate) compacted: bool,
     /// Content blocks since the last request.
     pub(crate) blocks: u32,
+    /// Tool results since the last request.
+    pub(crate) tools: muninn_core::trace::ToolResults,
 }
 
 impl Default for ThreadState {
@@ -175,6 +177,7 @@ impl Default for ThreadState {
             human_turn: true,
             compacted: false,
             blocks: 0,
+            tools: Default::default(),
         }
     }
 }
@@ -281,6 +284,7 @@ impl FormatReader for ClaudeReader<'_> {
                 {
                     state.compacted = true;
                     state.blocks = 0;
+                    state.tools = Default::default();
                 }
             }
             Some("user") => {
@@ -290,6 +294,8 @@ impl FormatReader for ClaudeReader<'_> {
                     .and_then(|m| m.content)
                     .unwrap_or_default();
                 state.blocks = state.blocks.saturating_add(shape.blocks);
+                state.tools.tokens = state.tools.tokens.saturating_add(shape.tool_result_tokens);
+                state.tools.uses = state.tools.uses.saturating_add(shape.tool_results);
                 if parsed.is_compact_summary == Some(true) {
                     state.compacted = true;
                 } else if parsed.is_meta != Some(true) && shape.blocks > 0 {
@@ -365,10 +371,12 @@ impl FormatReader for ClaudeReader<'_> {
                             compacted: state.compacted,
                             blocks_added: state.blocks,
                             provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
+                            tool_results: state.tools,
                         };
                         state.human_turn = false;
                         state.compacted = false;
                         state.blocks = blocks;
+                        state.tools = Default::default();
                         let kind = if thread == "main" {
                             ThreadKind::Main
                         } else if thread.starts_with("acompact") {

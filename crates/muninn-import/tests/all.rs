@@ -54,6 +54,7 @@ fn request(
         compacted,
         blocks_added: blocks,
         provider_miss: None,
+        tool_results: Default::default(),
     }
 }
 

@@ -58,6 +58,7 @@ fn stream_json_traces(source: &Path, last_output: u64) -> Vec<Trace> {
         compacted: false,
         blocks_added,
         provider_miss: None,
+        tool_results: Default::default(),
     };
     vec![
         trace(
@@ -230,6 +231,7 @@ fn tracelab_traces(source: &Path, model: &str) -> Vec<Trace> {
         compacted,
         blocks_added: 0,
         provider_miss: None,
+        tool_results: Default::default(),
     };
     vec![
         trace(

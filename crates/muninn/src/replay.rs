@@ -441,6 +441,8 @@ fn row(plan: Plan, t: &RunTotals, to_optimum: Option<f64>, to_recorded: Option<f
         pings: t.pings,
         flushes: t.flushes,
         refreshes: t.refreshes,
+        masks: t.masks,
+        cleared_tokens: t.cleared_tokens,
         input_tokens: t.usage.input,
         cache_write_tokens: t.usage.written(),
         cache_read_tokens: t.usage.cache_read,

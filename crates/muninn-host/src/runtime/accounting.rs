@@ -17,6 +17,9 @@ use muninn_core::cache::hash_bytes;
 use muninn_core::decide::{Bounds, Capabilities, Decision, Event, Rates};
 use muninn_core::ledger::{Decided, ForcedStart, LedgerRow, RowKind, SegmentStart};
 use muninn_core::money::Tokens;
+
+/// Tool uses a clear keeps: the provider's default `keep` for `clear_tool_uses_20250919`.
+const MASK_KEEP_TOOL_USES: u32 = 3;
 use muninn_core::price::ModelPrice;
 use muninn_core::render::Renderer;
 use muninn_core::session::{Accounting, Params};
@@ -89,6 +92,7 @@ pub(super) fn session_params(
             min_segment_requests: mind.min_segment,
             ceiling_tokens: mind.ceiling_tokens.unwrap_or(price.context_window),
             context_window: price.context_window,
+            mask_keep_tool_uses: MASK_KEEP_TOOL_USES,
         },
         min_cacheable: price.min_cacheable,
         decide_before_expiry_ms: super::DECIDE_BEFORE_EXPIRY_MS,
@@ -98,6 +102,9 @@ pub(super) fn session_params(
             // Only the Self flushes while idle; a Persona writes memory as it happens, and a
             // compacting one compacts at its next turn, not in the gap.
             idle_flush: role == Role::SelfRole,
+            // The host does not tell the accounting the sizes of the tool results its turns
+            // carry, so it never has anything to clear: it does not offer the decider a mask.
+            mask: false,
         },
         lifetime_ms: None,
     }

@@ -55,6 +55,7 @@ pub(super) async fn ledger(factory: &dyn StoreFactory) {
             min_segment_requests: 4,
             ceiling_tokens: 200_000,
             context_window: 200_000,
+            mask_keep_tool_uses: 3,
         },
         decide_before_expiry_ms: 30_000,
         can: muninn_core::decide::Capabilities::default(),
