@@ -28,6 +28,9 @@
 //! - `blocks_added`: content blocks of `user` and `assistant` lines (array elements; a plain string
 //!   is one) since the previous request of the thread. The request's own assistant blocks count
 //!   towards the next request, since that is the prompt they join.
+//! - `tool_results`: the `tool_result` blocks of `user` lines since the previous request of the
+//!   thread — how many, and the tokens of their text ([`muninn_core::tokenize::count`]; images
+//!   count nothing): what a later tool-result clear (the `mask` action) could remove.
 //! - `provider_miss`: from 2.1.282 on, an assistant line may carry the API's cache diagnosis,
 //!   `message.diagnostics.cache_miss_reason` (`{"type": "messages_changed",
 //!   "cache_missed_input_tokens": N}`; `null` while the comparison was pending). It becomes the
@@ -352,6 +355,7 @@ impl FormatReader for ClaudeReader<'_> {
                                 human_turn: false,
                                 compacted: false,
                                 blocks,
+                                tools: Default::default(),
                             };
                             return;
                         }
