@@ -46,10 +46,12 @@
 //!   everything before it. The outcome's usage is the billed usage, read from
 //!   `usage.iterations[]` ([`crate::wire::Usage::to_core`]): the top-level counts of an
 //!   on-demand compaction are 0.
-//! - **Tool-result clearing** (off by default; the `mask` action): every turn carries a
-//!   `clear_tool_uses_20250919` edit; the cache mirror predicts from the prompt as cleared
-//!   ([`crate::context::apply_edits`]), and the provider's `applied_edits` are recorded as
-//!   [`TurnEvent::ContextEdited`].
+//! - **Tool-result clearing**, two ways. Configured (off by default): every turn carries a
+//!   `clear_tool_uses_20250919` edit. Decided (the decider's `mask`,
+//!   [`Backend::turn_cleared`]): one turn carries an edit that applies at any size, and the
+//!   session continues from the cleared history. Either way the cache mirror predicts from the
+//!   prompt as cleared ([`crate::context::apply_edits`]), and the provider's `applied_edits`
+//!   are recorded as [`TurnEvent::ContextEdited`].
 //!
 //! A failed turn leaves the history unchanged: the caller's transcript is the truth, and it may
 //! send the turn again.
@@ -59,8 +61,8 @@ use crate::context::{apply_edits, kept_tokens};
 use crate::prompt::{PromptShape, diverge, shape};
 use crate::wire::{
     CacheControl, ClearToolUses, CompactionRequest, Content, ContentBlock, ContextEdit,
-    ContextManagementRequest, Diagnostics, DiagnosticsRequest, Message, MessagesRequest,
-    MessagesResponse, Role, STOP_COMPACTION, System, Tool,
+    ContextManagementRequest, Diagnostics, DiagnosticsRequest, EditAmount, Message,
+    MessagesRequest, MessagesResponse, Role, STOP_COMPACTION, System, Tool,
 };
 use muninn_backend::clock::Clock;
 use muninn_backend::{
@@ -138,6 +140,9 @@ enum Commit {
     Ping,
     /// A compaction: the reply's compaction block becomes the whole history.
     Compaction,
+    /// A turn sent with a tool-result clear: the cleared history, the user message and the
+    /// reply become the history.
+    Cleared,
 }
 
 /// The Anthropic Messages API as a [`Backend`], over the HTTPS client by default.
@@ -395,6 +400,34 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
     async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
         let request = self.render(&input)?;
         self.exchange(request, input.safe_to_repeat, Commit::Turn)
+            .await
+    }
+
+    fn can_clear_tool_results(&self) -> bool {
+        true
+    }
+
+    /// The turn carries a `clear_tool_uses_20250919` edit that applies at any size (trigger 0)
+    /// and keeps the latest `keep_tool_uses` uses; once answered, the session's history is the
+    /// cleared one ([`crate::context::apply_edits`], the function the simulator bills by), so
+    /// later turns send the placeholders themselves and read the prefix this turn wrote. That
+    /// the provider caches a cleared result under the same bytes as a placeholder the client
+    /// sends is what the simulator does; against the real API it is unverified here.
+    async fn turn_cleared(
+        &mut self,
+        input: TurnInput,
+        keep_tool_uses: u32,
+    ) -> Result<TurnOutcome, BackendError> {
+        let mut request = self.render(&input)?;
+        let edits = request
+            .context_management
+            .get_or_insert_with(|| ContextManagementRequest { edits: Vec::new() });
+        edits.edits.push(ContextEdit::ClearToolUses(ClearToolUses {
+            trigger: Some(EditAmount::tokens(0)),
+            keep: Some(EditAmount::tool_uses(u64::from(keep_tool_uses))),
+            ..ClearToolUses::default()
+        }));
+        self.exchange(request, input.safe_to_repeat, Commit::Cleared)
             .await
     }
 
@@ -661,7 +694,15 @@ impl<T: Transport> AnthropicBackend<T> {
             .filter(|c| c.breakpoint.is_some())
             .map(|c| c.tokens)
             .collect();
-        self.commit(commit, request.messages, &response, pending_ack, shaped)?;
+        let sent = if commit == Commit::Cleared {
+            apply_edits(&request)
+                .map_err(|e| BackendError::Invalid(e.to_string()))?
+                .0
+                .messages
+        } else {
+            request.messages
+        };
+        self.commit(commit, sent, &response, pending_ack, shaped)?;
         Ok(TurnOutcome {
             text,
             tool_calls,
@@ -701,8 +742,9 @@ impl<T: Transport> AnthropicBackend<T> {
         };
         match commit {
             Commit::Ping => return Ok(()),
-            // The user message without its marker, the reply verbatim.
-            Commit::Turn => {
+            // The user message without its marker, the reply verbatim (after a clear, the
+            // history as cleared).
+            Commit::Turn | Commit::Cleared => {
                 set_last_marker(&mut sent, None);
                 session.history = sent;
                 session.history.push(reply);
