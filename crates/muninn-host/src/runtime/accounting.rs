@@ -53,19 +53,24 @@ const RESTORE_PAGE: i64 = 1_000;
 /// structured-output acknowledgement): an estimate for pricing pings, not a limit.
 const PING_TOKENS: Tokens = 12;
 
-/// What a role's backend can do about keep-warm pings: whether it pings at all, and the output
-/// tokens one ping pays ([`Backend::ping_output_tokens`]).
-pub(super) fn pinging<B: Backend>(backend: &B) -> (bool, Tokens) {
-    (backend.can_ping(), backend.ping_output_tokens())
+/// What a role's backend can do besides turns: whether it pings at all, the output tokens one
+/// ping pays ([`Backend::ping_output_tokens`]), and whether it can clear old tool results
+/// ([`Backend::can_clear_tool_results`]).
+pub(super) fn pinging<B: Backend>(backend: &B) -> (bool, Tokens, bool) {
+    (
+        backend.can_ping(),
+        backend.ping_output_tokens(),
+        backend.can_clear_tool_results(),
+    )
 }
 
 /// The accounting parameters of a role's session: the Mind's TTLs and bounds, its model's
-/// prices, and what the role's backend can do (`(can_ping, ping_output_tokens)`).
+/// prices, and what the role's backend can do (`(can_ping, ping_output_tokens, can_clear)`).
 pub(super) fn session_params(
     mind: &MindConfig,
     price: &ModelPrice,
     role: Role,
-    (can_ping, ping_output_tokens): (bool, Tokens),
+    (can_ping, ping_output_tokens, can_clear): (bool, Tokens, bool),
 ) -> Params {
     let (flush_prompt_tokens, flush_output_tokens) = match role {
         // The Self flushes through a request at each refresh.
@@ -102,9 +107,9 @@ pub(super) fn session_params(
             // Only the Self flushes while idle; a Persona writes memory as it happens, and a
             // compacting one compacts at its next turn, not in the gap.
             idle_flush: role == Role::SelfRole,
-            // The host does not tell the accounting the sizes of the tool results its turns
-            // carry, so it never has anything to clear: it does not offer the decider a mask.
-            mask: false,
+            // The backend can clear; whether there is anything to clear is the accounting's
+            // (the host's turns carry no tool results of their own yet, so today there is not).
+            mask: can_clear,
         },
         lifetime_ms: None,
     }
@@ -112,7 +117,7 @@ pub(super) fn session_params(
 
 impl<B: Backend> MindRunner<B> {
     /// The accounting parameters of a role's session.
-    pub(super) fn params(&self, role: Role, pinging: (bool, Tokens)) -> Params {
+    pub(super) fn params(&self, role: Role, pinging: (bool, Tokens, bool)) -> Params {
         session_params(&self.mind, &self.price, role, pinging)
     }
 
@@ -275,6 +280,13 @@ impl<B: Backend> MindRunner<B> {
             session.starting = None;
         }
         let events = session.attach_events(&mut row);
+        if asked
+            .decision
+            .is_some_and(|d| d.action == muninn_core::decide::Action::Mask)
+        {
+            // The turn was sent with a clear: the accounting drops what it cleared.
+            session.acc.masked();
+        }
         session
             .acc
             .record(asked.kind, now, &outcome.usage, row.cost, start.as_ref());
