@@ -52,93 +52,10 @@ use crate::cache::Ttl;
 use crate::learn::Learned;
 use crate::money::{MicroUsd, Rate, Tokens};
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 
-/// An online policy the decider can run.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "policy", content = "arg")]
-pub enum Policy {
-    /// Break-even rules with a 2× worst-case bound (the default).
-    SkiRental,
-    /// Expected cost under the fitted idle-gap distribution, guarded by ski-rental's bound.
-    Predictive,
-    /// A fresh segment at every boundary.
-    Rebuild,
-    /// Append until the context ceiling.
-    Never,
-    /// Refresh at F × the context window (F in parts per million).
-    Threshold(u32),
-    /// Refresh at N prompt tokens.
-    Ceiling(Tokens),
-    /// Up to N keep-warm pings per idle gap.
-    Keepalive(u32),
-}
+mod policy;
 
-impl fmt::Display for Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Policy::SkiRental => write!(f, "ski-rental"),
-            Policy::Predictive => write!(f, "predictive"),
-            Policy::Rebuild => write!(f, "rebuild"),
-            Policy::Never => write!(f, "never"),
-            Policy::Threshold(ppm) => {
-                let s = format!("{:.6}", *ppm as f64 / 1e6);
-                write!(
-                    f,
-                    "threshold:{}",
-                    s.trim_end_matches('0').trim_end_matches('.')
-                )
-            }
-            Policy::Ceiling(n) => write!(f, "ceiling:{n}"),
-            Policy::Keepalive(n) => write!(f, "keepalive:{n}"),
-        }
-    }
-}
-
-impl FromStr for Policy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Policy, String> {
-        let (name, arg) = match s.split_once(':') {
-            Some((n, a)) => (n, Some(a)),
-            None => (s, None),
-        };
-        let need = |what: &str| format!("policy {name} needs an argument: {name}:{what}");
-        match (name, arg) {
-            ("ski-rental", None) => Ok(Policy::SkiRental),
-            ("predictive", None) => Ok(Policy::Predictive),
-            ("rebuild", None) => Ok(Policy::Rebuild),
-            ("never", None) => Ok(Policy::Never),
-            ("threshold", Some(a)) => {
-                let f: f64 = a
-                    .parse()
-                    .map_err(|_| format!("threshold:{a}: not a number"))?;
-                if !(f > 0.0 && f <= 1.0) {
-                    return Err(format!("threshold:{a}: the fraction must be in (0, 1]"));
-                }
-                Ok(Policy::Threshold((f * 1e6).round() as u32))
-            }
-            ("threshold", None) => Err(need("F")),
-            ("ceiling", Some(a)) => a
-                .replace('_', "")
-                .parse()
-                .ok()
-                .filter(|&n: &Tokens| n > 0)
-                .map(Policy::Ceiling)
-                .ok_or_else(|| format!("ceiling:{a}: expected a positive token count")),
-            ("ceiling", None) => Err(need("N")),
-            ("keepalive", Some(a)) => a
-                .parse()
-                .map(Policy::Keepalive)
-                .map_err(|_| format!("keepalive:{a}: expected a count of pings")),
-            ("keepalive", None) => Err(need("N")),
-            (_, Some(_)) => Err(format!("policy {name} takes no argument")),
-            _ => Err(format!(
-                "unknown policy {s:?}: expected ski-rental, predictive, rebuild, never, threshold:F, ceiling:N, keepalive:N"
-            )),
-        }
-    }
-}
+pub use policy::Policy;
 
 /// What a session can do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -583,83 +500,6 @@ impl SessionView {
         rewrite.min(restart).saturating_sub(warm)
     }
 
-    /// The cost of sending the next request (adding `delta`) with a clear at `now_ms`, warm: it
-    /// reads the head when the head is warm and the clear begins after it (the longest cached
-    /// prefix that ends before the first cleared block, R₀), and writes the rest of the shorter
-    /// prompt — [`crate::mask::masked_usage`] priced, without the output both requests pay.
-    pub fn mask_cost(&self, delta: Tokens, now_ms: i64) -> MicroUsd {
-        let head = self.bounds.head_tokens;
-        let kept_read = if self.head_warm(now_ms) && self.clear_from_tokens >= head {
-            head
-        } else {
-            0
-        };
-        let written = (self.prefix_tokens + delta)
-            .saturating_sub(self.clearable_tokens)
-            .saturating_sub(kept_read);
-        MicroUsd::of(kept_read, self.rates.read) + MicroUsd::of(written, self.rates.write)
-    }
-
-    /// What clearing now is expected to gain over appending: `r·C` saved on each later request
-    /// of the segment within [`SessionView::mask_horizon`], less the extra the clear costs now.
-    /// `None` when nothing is clearable or the cache is cold (a cold request rewrites its prompt
-    /// anyway; the rule is kept to the warm case, where the clear's price is a rewrite against a
-    /// read).
-    pub fn mask_gain(&self, warm: bool, delta: Tokens, now_ms: i64) -> Option<i128> {
-        self.mask_gain_over(warm, delta, now_ms, self.mask_horizon(delta, now_ms))
-    }
-
-    /// [`SessionView::mask_gain`] over `horizon` later requests.
-    fn mask_gain_over(&self, warm: bool, delta: Tokens, now_ms: i64, horizon: u64) -> Option<i128> {
-        if !warm || self.clearable_tokens == 0 {
-            return None;
-        }
-        let extra = self.mask_cost(delta, now_ms).0 as i128
-            - self.append_cost(true, delta, now_ms).0 as i128;
-        let each = MicroUsd::of(self.clearable_tokens, self.rates.read).0 as i128;
-        Some(each * horizon as i128 - extra)
-    }
-
-    /// The later requests a clear now can save on: those the segment is expected still to have
-    /// ([`SessionView::remaining_requests`]), but no more than the growth rule leaves it before
-    /// it refreshes — a refresh ends the segment and with it the clear's saving. Each request
-    /// adds about `r·(P + Δ − R)` to the read excess (cleared tokens count as if still read, so
-    /// a clear does not postpone the refresh, [`crate::session`]); the refresh comes once the
-    /// excess reaches the (learned) break-even. Counting that excess as constant, not growing,
-    /// errs towards a longer horizon; the segment-length estimate bounds it.
-    pub fn mask_horizon(&self, delta: Tokens, now_ms: i64) -> u64 {
-        let rebuild = self.flush_cost(true) + self.restart_write(0, now_ms);
-        let left = self.learned.refresh_break_even(rebuild).0 as i128 - self.read_excess.0 as i128;
-        let each = MicroUsd::of(
-            (self.prefix_tokens + delta).saturating_sub(self.rehydrated()),
-            self.rates.read,
-        )
-        .0 as i128;
-        if left <= 0 {
-            // The growth rule is due: it refreshes at this boundary (where the caller weighs
-            // the clear against that refresh) or at the next one, which may come at once.
-            return 0;
-        }
-        if each <= 0 {
-            return self.remaining_requests;
-        }
-        let until_refresh = (left + each - 1) / each;
-        self.remaining_requests
-            .min(u64::try_from(until_refresh).unwrap_or(u64::MAX))
-    }
-
-    /// What refreshing now is expected to gain over appending across the same horizon: each
-    /// later request reads about R instead of P, less the refresh's extra cost now.
-    fn refresh_gain(&self, refresh: MicroUsd, delta: Tokens, now_ms: i64) -> i128 {
-        let extra = refresh.0 as i128 - self.append_cost(true, delta, now_ms).0 as i128;
-        let each = MicroUsd::of(
-            self.prefix_tokens.saturating_sub(self.rehydrated()),
-            self.rates.read,
-        )
-        .0 as i128;
-        each * self.remaining_requests as i128 - extra
-    }
-
     fn refresh_allowed(&self, boundary: bool) -> Result<(), Reason> {
         if !boundary {
             Err(Reason::InsideToolLoop)
@@ -755,8 +595,6 @@ fn decide_arrival(
     let alts = [append, refresh, mask];
     let priced = if mask_gain.is_some() { 3 } else { 2 };
     let go = |action, reason| Decision::new(action, reason, &alts[..priced]);
-    // A clear that pays back within the segment's expected remaining requests.
-    let mask_pays = mask_gain.is_some_and(|g| g > 0);
 
     // The ceiling is a hard bound: it overrides boundaries and the minimum segment.
     if view.segment_requests > 0 && view.prefix_tokens + delta > view.bounds.ceiling_tokens {
@@ -794,52 +632,85 @@ fn decide_arrival(
             Err(r) => go(Action::Append, r),
         },
         Policy::SkiRental | Policy::Predictive => {
-            if let Err(r) = allowed {
-                // Refreshes wait; a clear keeps the segment and the latest tool results, so it
-                // does not.
-                if mask_pays {
-                    return go(Action::Mask, Reason::MaskPaysBack);
-                }
-                return go(Action::Append, r);
-            }
-            if !warm {
-                // Cold wake: restart if it is cheaper than rewriting the prefix.
-                return if refresh.estimate < append.estimate {
-                    go(Action::Refresh, Reason::ColdRestartCheaper)
-                } else {
-                    go(Action::Append, Reason::ColdAppendCheaper)
-                };
-            }
-            // Growth: the reads paid above R since the last rehydration have bought one rebuild —
-            // or as many as the refreshes paid so far say one is worth.
-            let rebuild = view.flush_cost(true) + view.restart_write(0, now_ms);
-            let (action, reason) =
-                if view.read_excess < rebuild || view.prefix_tokens <= view.rehydrated() {
-                    (Action::Append, Reason::Warm)
-                } else if view.read_excess < view.learned.refresh_break_even(rebuild) {
-                    (Action::Append, Reason::RefreshesDidNotPayBack)
-                } else {
-                    (Action::Refresh, Reason::GrowthBreakEven)
-                };
-            // Mask when it pays, unless the refresh the growth rule takes now gains more: then
-            // both are weighed over the segment's expected remaining requests (the refresh
-            // would end the segment; the clear keeps it going).
-            if action == Action::Refresh {
-                let full = view.mask_gain_over(warm, delta, now_ms, view.remaining_requests);
-                let refresh_gain = view.refresh_gain(refresh.estimate, delta, now_ms);
-                return match full {
-                    Some(g) if mask_gain.is_some() && g > 0 && g > refresh_gain => {
-                        go(Action::Mask, Reason::MaskPaysBack)
-                    }
-                    _ => go(action, reason),
-                };
-            }
-            if mask_pays {
-                go(Action::Mask, Reason::MaskPaysBack)
-            } else {
-                go(action, reason)
-            }
+            let (action, reason) = ski_rental_arrival(
+                view,
+                allowed,
+                Priced {
+                    warm,
+                    delta,
+                    now_ms,
+                    append: append.estimate,
+                    refresh: refresh.estimate,
+                    mask_gain,
+                },
+            );
+            go(action, reason)
         }
+    }
+}
+
+/// What an arrival's rules need, priced once by [`decide_arrival`].
+struct Priced {
+    warm: bool,
+    delta: Tokens,
+    now_ms: i64,
+    append: MicroUsd,
+    refresh: MicroUsd,
+    /// The clear's expected gain within its horizon (`None`: no clear possible).
+    mask_gain: Option<i128>,
+}
+
+/// The default's arrival rules: a cold restart when it is cheaper, the growth rule's refresh,
+/// and a mask when it pays (and beats that refresh).
+fn ski_rental_arrival(
+    view: &SessionView,
+    allowed: Result<(), Reason>,
+    p: Priced,
+) -> (Action, Reason) {
+    let mask_pays = p.mask_gain.is_some_and(|g| g > 0);
+    if let Err(r) = allowed {
+        // Refreshes wait; a clear keeps the segment and the latest tool results, so it does not.
+        return if mask_pays {
+            (Action::Mask, Reason::MaskPaysBack)
+        } else {
+            (Action::Append, r)
+        };
+    }
+    if !p.warm {
+        // Cold wake: restart if it is cheaper than rewriting the prefix.
+        return if p.refresh < p.append {
+            (Action::Refresh, Reason::ColdRestartCheaper)
+        } else {
+            (Action::Append, Reason::ColdAppendCheaper)
+        };
+    }
+    // Growth: the reads paid above R since the last rehydration have bought one rebuild — or as
+    // many as the refreshes paid so far say one is worth.
+    let rebuild = view.flush_cost(true) + view.restart_write(0, p.now_ms);
+    let (action, reason) = if view.read_excess < rebuild || view.prefix_tokens <= view.rehydrated()
+    {
+        (Action::Append, Reason::Warm)
+    } else if view.read_excess < view.learned.refresh_break_even(rebuild) {
+        (Action::Append, Reason::RefreshesDidNotPayBack)
+    } else {
+        (Action::Refresh, Reason::GrowthBreakEven)
+    };
+    if action == Action::Refresh {
+        // The growth rule refreshes now: the clear must gain more over the segment's expected
+        // remaining requests (the refresh would end the segment; the clear keeps it going).
+        let full = view.mask_gain_over(p.warm, p.delta, p.now_ms, view.remaining_requests);
+        let refresh_gain = view.refresh_gain(p.refresh, p.delta, p.now_ms);
+        return match full {
+            Some(g) if p.mask_gain.is_some() && g > 0 && g > refresh_gain => {
+                (Action::Mask, Reason::MaskPaysBack)
+            }
+            _ => (action, reason),
+        };
+    }
+    if mask_pays {
+        (Action::Mask, Reason::MaskPaysBack)
+    } else {
+        (action, reason)
     }
 }
 

@@ -54,9 +54,11 @@ use std::str::FromStr;
 mod assumptions;
 mod minds;
 pub mod rehydration;
+mod totals;
 
 pub use assumptions::Assumptions;
 pub use minds::{mind_of, replay_traces};
+pub use totals::{RunTotals, Step, StepKind};
 
 /// What to replay a trace under.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -199,135 +201,6 @@ fn reconstruct_for(trace: &Trace, config: &ReplayConfig<'_>) -> (Tokens, Vec<Tur
         }
     }
     (head, turns)
-}
-
-/// What kind of request a step was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StepKind {
-    /// One of the trace's requests.
-    Request,
-    /// A keep-warm ping.
-    Ping,
-    /// A memory flush.
-    Flush,
-}
-
-/// One request the replay made, priced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Step {
-    /// Index of the trace request this step belongs to (a ping or flush belongs to the gap before it).
-    pub index: usize,
-    /// When it was sent.
-    pub at_ms: i64,
-    /// What it was.
-    pub kind: StepKind,
-    /// Its usage.
-    pub usage: Usage,
-    /// Its cost.
-    pub cost: MicroUsd,
-    /// For requests: the idle gap since the previous request of the trace.
-    pub gap_ms: i64,
-    /// For requests: why it missed, if it did.
-    pub miss: Option<MissCause>,
-    /// For requests: whether it began a new segment.
-    pub refreshed: bool,
-    /// For a request sent with a clear (the `mask` action): the clear as [`crate::mask`] prices
-    /// it.
-    pub mask: Option<crate::mask::MaskedRequest>,
-}
-
-/// Totals of one trace (or many) under one plan.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunTotals {
-    /// Everything paid.
-    pub cost: MicroUsd,
-    /// All usage, requests + pings + flushes.
-    pub usage: Usage,
-    /// The trace's requests.
-    pub requests: u64,
-    /// Keep-warm pings sent.
-    pub pings: u64,
-    /// Memory flushes.
-    pub flushes: u64,
-    /// New segments started.
-    pub refreshes: u64,
-    /// Requests sent with a tool-result clear (the `mask` action).
-    #[serde(default)]
-    pub masks: u64,
-    /// Tool-result tokens those clears removed.
-    #[serde(default)]
-    pub cleared_tokens: Tokens,
-    /// Tokens written by requests that followed an idle gap longer than the TTL.
-    pub writes_after_long_gap: Tokens,
-    /// Requests that missed, per cause (indexed by `cause as usize`, see [`MissCause::ALL`]).
-    pub misses: [u64; MissCause::COUNT],
-}
-
-impl RunTotals {
-    /// Adds another run's totals.
-    pub fn add(&mut self, other: &RunTotals) {
-        self.cost += other.cost;
-        self.usage.add(&other.usage);
-        self.requests += other.requests;
-        self.pings += other.pings;
-        self.flushes += other.flushes;
-        self.refreshes += other.refreshes;
-        self.masks += other.masks;
-        self.cleared_tokens += other.cleared_tokens;
-        self.writes_after_long_gap += other.writes_after_long_gap;
-        for (a, b) in self.misses.iter_mut().zip(other.misses) {
-            *a += b;
-        }
-    }
-
-    /// Cache reads over all prompt tokens.
-    pub fn hit_ratio(&self) -> f64 {
-        let prompt = self.usage.prompt();
-        if prompt == 0 {
-            0.0
-        } else {
-            self.usage.cache_read as f64 / prompt as f64
-        }
-    }
-
-    /// The share of cache writes that followed an idle gap longer than the TTL.
-    pub fn long_gap_write_share(&self) -> f64 {
-        let w = self.usage.written();
-        if w == 0 {
-            0.0
-        } else {
-            self.writes_after_long_gap as f64 / w as f64
-        }
-    }
-
-    /// Adds one step, the way [`replay_trace`] does (a request after a gap longer than `ttl`
-    /// counts its writes as long-gap writes); for callers that keep only some steps (a time
-    /// window).
-    pub fn record(&mut self, step: &Step, ttl: Ttl) {
-        self.cost += step.cost;
-        self.usage.add(&step.usage);
-        match step.kind {
-            StepKind::Request => {
-                self.requests += 1;
-                if step.gap_ms > ttl.millis() {
-                    self.writes_after_long_gap += step.usage.written();
-                }
-                if let Some(cause) = step.miss {
-                    self.misses[cause as usize] += 1;
-                }
-                if step.refreshed {
-                    self.refreshes += 1;
-                }
-                if let Some(mask) = step.mask {
-                    self.masks += 1;
-                    self.cleared_tokens += mask.cleared_tokens;
-                }
-            }
-            StepKind::Ping => self.pings += 1,
-            StepKind::Flush => self.flushes += 1,
-        }
-    }
 }
 
 /// Everything the engine needs besides the trace and the plan.
@@ -719,6 +592,40 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The request for `turn` is sent with a clear (the `mask` action): the accounting drops
+    /// the clearable results, the segment is that much shorter from now on, and the clear is
+    /// described as [`crate::mask`] prices it — the head read if warm (the longest cached prefix
+    /// before the first cleared block), the rest of the shorter prompt written.
+    fn clear(
+        &mut self,
+        view: &SessionView,
+        turn: &Turn,
+        length: Tokens,
+        now: i64,
+    ) -> crate::mask::MaskedRequest {
+        let head_warm = self
+            .cache
+            .expiry(self.model, self.head_fp)
+            .is_some_and(|t| t > now);
+        let uncleared = self.segment_base + (length + turn.delta - self.segment_start_len)
+            - self.segment_cleared;
+        let kept = view.clear_from_tokens;
+        let cleared = self.acc.masked();
+        self.segment_cleared += cleared;
+        crate::mask::MaskedRequest {
+            uncleared_tokens: uncleared,
+            kept_tokens: kept,
+            cleared_tokens: cleared,
+            cached_before_clear: if head_warm && kept >= self.head {
+                self.head
+            } else {
+                0
+            },
+            ttl: self.ttl,
+            output: turn.output,
+        }
+    }
+
     fn run(&mut self, turns: &[Turn], driver: &mut Driver, on_step: &mut dyn FnMut(&Step)) {
         let before = self.config.assumptions.decide_before_expiry_ms;
         let mut length: Tokens = 0; // L: the logical conversation so far
@@ -765,30 +672,7 @@ impl<'a> Engine<'a> {
                 self.acc.begin_segment(self.head, cause);
             }
             let masked = decision.action == Action::Mask && index > 0;
-            let mut mask = None;
-            if masked {
-                let head_warm = self
-                    .cache
-                    .expiry(self.model, self.head_fp)
-                    .is_some_and(|t| t > now);
-                let uncleared = self.segment_base + (length + turn.delta - self.segment_start_len)
-                    - self.segment_cleared;
-                let kept = view.clear_from_tokens;
-                let cleared = self.acc.masked();
-                self.segment_cleared += cleared;
-                mask = Some(crate::mask::MaskedRequest {
-                    uncleared_tokens: uncleared,
-                    kept_tokens: kept,
-                    cleared_tokens: cleared,
-                    cached_before_clear: if head_warm && kept >= self.head {
-                        self.head
-                    } else {
-                        0
-                    },
-                    ttl: self.ttl,
-                    output: turn.output,
-                });
-            }
+            let mask = masked.then(|| self.clear(&view, turn, length, now));
             length += turn.delta;
             let prompt_tokens =
                 self.segment_base + (length - self.segment_start_len) - self.segment_cleared;
