@@ -73,6 +73,8 @@ use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::ledger::MissCause;
 use muninn_core::money::Tokens;
 use muninn_core::price::PriceTable;
+use muninn_core::tokenize::count;
+use muninn_core::trace::ToolResults;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -325,6 +327,39 @@ fn set_last_marker(messages: &mut [Message], marker: Option<CacheControl>) {
     {
         last.set_cache_control(marker);
     }
+}
+
+/// The tool results a message carries: how many, and the tokens of their text (a string, or the
+/// `text` of each part) by the shared tokenizer.
+fn tool_results_of(message: Option<&Message>) -> ToolResults {
+    let Some(Message {
+        content: Content::Blocks(blocks),
+        ..
+    }) = message
+    else {
+        return ToolResults::default();
+    };
+    let text_tokens = |v: &Value| match v {
+        Value::String(s) => count(s),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(count)
+            .sum(),
+        _ => 0,
+    };
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { content, .. } => {
+                Some(content.as_ref().map_or(0, text_tokens))
+            }
+            _ => None,
+        })
+        .fold(ToolResults::default(), |acc, tokens| ToolResults {
+            tokens: acc.tokens + tokens,
+            uses: acc.uses + 1,
+        })
 }
 
 /// The acknowledgement of a structured-output call, as the CLI answers it.
@@ -687,6 +722,7 @@ impl<T: Transport> AnthropicBackend<T> {
             pending_ack,
         } = ReplyParts::of(&response.content);
         let stop_reason = response.stop_reason.clone().unwrap_or_default();
+        let tool_results = tool_results_of(request.messages.last());
         let breakpoints = shaped
             .prompt()
             .checkpoints
@@ -718,6 +754,7 @@ impl<T: Transport> AnthropicBackend<T> {
             events,
             request_id: completed.request_id,
             breakpoints,
+            tool_results,
         })
     }
 

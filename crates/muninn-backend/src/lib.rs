@@ -332,6 +332,11 @@ pub struct TurnOutcome {
     /// backend cannot see the request (the Claude Code CLI builds its own).
     #[serde(default)]
     pub breakpoints: Vec<u64>,
+    /// The tool results the request's new user message carried (how many, and the tokens of
+    /// their text by `muninn_core::tokenize::count`): what a later clear could remove. Zero when
+    /// there were none, or the backend cannot see the request (the Claude Code CLI).
+    #[serde(default)]
+    pub tool_results: muninn_core::trace::ToolResults,
 }
 
 /// The flush protocol of a long run (seed A2), every timing from configuration.

@@ -356,18 +356,9 @@ impl<'a> Lockstep<'a> {
         report.recorded_cost += row.cost;
         report.replayed_cost += cost;
         if let Some(acc) = self.acc.as_mut() {
-            if cx.decided.kind == RowKind::Request && cx.decided.action == Some(Action::Mask) {
-                // The host sent this turn with a clear: the accounting drops what it cleared,
-                // as the host's did.
-                acc.masked();
-            }
-            acc.record(
-                cx.decided.kind,
-                row.at_ms,
-                &priced,
-                cost,
-                cx.decided.segment.as_ref(),
-            );
+            // As the host's accounting did: a clear drops what it cleared, the row's tool
+            // results join the segment.
+            acc.record_decided(cx.decided, row.at_ms, &priced, cost);
         }
     }
 

@@ -482,6 +482,30 @@ impl Accounting {
         }
     }
 
+    /// [`Accounting::record`] for a row with its decision record: a request sent with a clear
+    /// drops what was cleared ([`Accounting::masked`]), and the tool results it added join the
+    /// segment ([`Accounting::tool_results`]) — the one way the host (as it writes the row, and
+    /// restoring from its ledger) and the closed loop feed a row's clear and tool results.
+    pub fn record_decided(
+        &mut self,
+        decided: &crate::ledger::Decided,
+        at_ms: i64,
+        usage: &Usage,
+        cost: MicroUsd,
+    ) {
+        if decided.kind == RowKind::Request {
+            if decided.action == Some(crate::decide::Action::Mask) {
+                self.masked();
+            }
+            // A segment's first request starts from its rehydration: whatever tool results it
+            // carries (a structured-output acknowledgement) are not placed in the new prompt.
+            if decided.segment.is_none() {
+                self.tool_results(decided.tool_results.tokens, decided.tool_results.uses);
+            }
+        }
+        self.record(decided.kind, at_ms, usage, cost, decided.segment.as_ref());
+    }
+
     /// Why the segment a row begins began: forced when its record says so, or when the old
     /// prefix plus what the row added (its prompt beyond the rehydration) would have passed the
     /// ceiling — the decider's ceiling rule, checked on the row itself because a ledger row

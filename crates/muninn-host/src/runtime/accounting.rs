@@ -203,6 +203,7 @@ impl<B: Backend> MindRunner<B> {
             bounds: asked.bounds.unwrap_or_else(|| acc.bounds()),
             decide_before_expiry_ms: params.decide_before_expiry_ms,
             can: params.can,
+            tool_results: Default::default(),
         }
     }
 
@@ -273,23 +274,20 @@ impl<B: Backend> MindRunner<B> {
             row.rehydration_tokens = start.rehydration;
             row.turn = 0;
         }
-        let decided = self.decided(&session.acc, &asked, start, session.lost_at_ms);
+        let mut decided = self.decided(&session.acc, &asked, start, session.lost_at_ms);
+        if asked.kind == RowKind::Request {
+            decided.tool_results = outcome.tool_results;
+        }
         let session = self.session_mut(role);
         session.lost_at_ms = None;
         if start.is_some() {
             session.starting = None;
         }
         let events = session.attach_events(&mut row);
-        if asked
-            .decision
-            .is_some_and(|d| d.action == muninn_core::decide::Action::Mask)
-        {
-            // The turn was sent with a clear: the accounting drops what it cleared.
-            session.acc.masked();
-        }
+        // A clear drops what it cleared; the turn's tool results join the segment.
         session
             .acc
-            .record(asked.kind, now, &outcome.usage, row.cost, start.as_ref());
+            .record_decided(&decided, now, &outcome.usage, row.cost);
         row.decided = Some(decided);
         self.host.telemetry.answered(&Answered {
             row: &row,
@@ -326,7 +324,9 @@ impl<B: Backend> MindRunner<B> {
                 let (kind, start) = match &row.decided {
                     Some(d) => {
                         acc.set_params(muninn_core::closed_loop::params_of(d, &self.price));
-                        (d.kind, d.segment)
+                        segment = Some(row.segment);
+                        acc.record_decided(d, row.at_ms, &row.usage, row.cost);
+                        continue;
                     }
                     None => {
                         // Before decision records: the segment's first row says its size.
