@@ -470,8 +470,7 @@ impl Accounting {
         segment: Option<&SegmentStart>,
     ) {
         if let Some(start) = segment {
-            let cause = self.cause_of(start, usage);
-            self.begin_segment(start.head, cause);
+            self.start_segment(start, usage);
         }
         self.last_activity_ms = Some(self.last_activity_ms.map_or(at_ms, |t| t.max(at_ms)));
         match kind {
@@ -493,17 +492,24 @@ impl Accounting {
         usage: &Usage,
         cost: MicroUsd,
     ) {
+        // The segment begins first, so that the row's tool results sit after its rehydration,
+        // as the replay engine places them.
+        if let Some(start) = &decided.segment {
+            self.start_segment(start, usage);
+        }
         if decided.kind == RowKind::Request {
             if decided.action == Some(crate::decide::Action::Mask) {
                 self.masked();
             }
-            // A segment's first request starts from its rehydration: whatever tool results it
-            // carries (a structured-output acknowledgement) are not placed in the new prompt.
-            if decided.segment.is_none() {
-                self.tool_results(decided.tool_results.tokens, decided.tool_results.uses);
-            }
+            self.tool_results(decided.tool_results.tokens, decided.tool_results.uses);
         }
-        self.record(decided.kind, at_ms, usage, cost, decided.segment.as_ref());
+        self.record(decided.kind, at_ms, usage, cost, None);
+    }
+
+    /// The segment a row begins, begun (its cause judged from the row, [`Accounting::cause_of`]).
+    fn start_segment(&mut self, start: &SegmentStart, usage: &Usage) {
+        let cause = self.cause_of(start, usage);
+        self.begin_segment(start.head, cause);
     }
 
     /// Why the segment a row begins began: forced when its record says so, or when the old

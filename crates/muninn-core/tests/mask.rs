@@ -374,3 +374,90 @@ fn the_accounting_keeps_the_latest_tool_uses() {
     assert_eq!(acc.masked(), 3_000);
     assert_eq!(acc.view().clearable_tokens, 0);
 }
+
+/// One economy for masks: the replay's steps fed as ledger rows through
+/// `Accounting::record_decided` (the host's path, and the closed loop's) put the same clearable
+/// tokens before every mask as the replay engine cleared, and leave the Mind knowing what the
+/// replay's did.
+#[test]
+fn ledger_rows_clear_what_the_replay_cleared() {
+    use muninn_core::learn::Learned;
+    use muninn_core::ledger::{Decided, RowKind, SegmentStart};
+    use muninn_core::replay::{StepKind, replay_trace_learning};
+    let t = tool_loop(120, 6_000, 5_000);
+    let price = price();
+    let a = assumptions();
+    let config = ReplayConfig {
+        price: &price,
+        assumptions: &a,
+        rules: &CacheRules::default(),
+    };
+    let mut steps = Vec::new();
+    let mut learned = Learned::default();
+    replay_trace_learning(
+        &t,
+        Plan::Online(Policy::SkiRental),
+        &config,
+        &mut learned,
+        &mut |s| steps.push(*s),
+    );
+    let ttl = Ttl::FiveMinutes;
+    let params = Params {
+        ttl,
+        head_ttl: ttl,
+        rates: Rates::of(&price, ttl, ttl),
+        bounds: a.bounds(HEAD, &price),
+        min_cacheable: price.min_cacheable,
+        decide_before_expiry_ms: a.decide_before_expiry_ms,
+        can: Capabilities::default(),
+        lifetime_ms: None,
+    };
+    let mut acc = Accounting::new(params);
+    let mut masks = 0;
+    for s in &steps {
+        let kind = match s.kind {
+            StepKind::Request => RowKind::Request,
+            StepKind::Ping => RowKind::Ping,
+            StepKind::Flush => RowKind::Flush,
+        };
+        if let Some(mask) = s.mask {
+            let view = acc.view();
+            assert_eq!(
+                (view.clearable_tokens, view.clear_from_tokens),
+                (mask.cleared_tokens, mask.kept_tokens),
+                "step {}",
+                s.index
+            );
+            masks += 1;
+        }
+        let decided = Decided {
+            kind,
+            event: None,
+            action: s.mask.map(|_| Action::Mask),
+            reason: None,
+            segment: s.refreshed.then_some(SegmentStart {
+                head: HEAD,
+                rehydration: HEAD + a.rehydrate_tokens,
+                forced: None,
+                head_digest: None,
+                system_digest: None,
+            }),
+            lost_at_ms: None,
+            policy: "ski-rental".into(),
+            ttl,
+            head_ttl: ttl,
+            bounds: a.bounds(HEAD, &price),
+            decide_before_expiry_ms: a.decide_before_expiry_ms,
+            can: Capabilities::default(),
+            tool_results: if kind == RowKind::Request {
+                t.requests[s.index].tool_results
+            } else {
+                ToolResults::default()
+            },
+        };
+        acc.record_decided(&decided, s.at_ms, &s.usage, s.cost);
+    }
+    assert!(masks >= 1);
+    acc.end_session();
+    assert_eq!(acc.learned(), learned);
+}
