@@ -46,10 +46,12 @@
 //!   everything before it. The outcome's usage is the billed usage, read from
 //!   `usage.iterations[]` ([`crate::wire::Usage::to_core`]): the top-level counts of an
 //!   on-demand compaction are 0.
-//! - **Tool-result clearing** (off by default; the `mask` action): every turn carries a
-//!   `clear_tool_uses_20250919` edit; the cache mirror predicts from the prompt as cleared
-//!   ([`crate::context::apply_edits`]), and the provider's `applied_edits` are recorded as
-//!   [`TurnEvent::ContextEdited`].
+//! - **Tool-result clearing**, two ways. Configured (off by default): every turn carries a
+//!   `clear_tool_uses_20250919` edit. Decided (the decider's `mask`,
+//!   [`Backend::turn_cleared`]): one turn carries an edit that applies at any size, and the
+//!   session continues from the cleared history. Either way the cache mirror predicts from the
+//!   prompt as cleared ([`crate::context::apply_edits`]), and the provider's `applied_edits`
+//!   are recorded as [`TurnEvent::ContextEdited`].
 //!
 //! A failed turn leaves the history unchanged: the caller's transcript is the truth, and it may
 //! send the turn again.
@@ -59,8 +61,8 @@ use crate::context::{apply_edits, kept_tokens};
 use crate::prompt::{PromptShape, diverge, shape};
 use crate::wire::{
     CacheControl, ClearToolUses, CompactionRequest, Content, ContentBlock, ContextEdit,
-    ContextManagementRequest, Diagnostics, DiagnosticsRequest, Message, MessagesRequest,
-    MessagesResponse, Role, STOP_COMPACTION, System, Tool,
+    ContextManagementRequest, Diagnostics, DiagnosticsRequest, EditAmount, Message,
+    MessagesRequest, MessagesResponse, Role, STOP_COMPACTION, System, Tool,
 };
 use muninn_backend::clock::Clock;
 use muninn_backend::{
@@ -71,6 +73,8 @@ use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::ledger::MissCause;
 use muninn_core::money::Tokens;
 use muninn_core::price::PriceTable;
+use muninn_core::tokenize::count;
+use muninn_core::trace::ToolResults;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -138,6 +142,9 @@ enum Commit {
     Ping,
     /// A compaction: the reply's compaction block becomes the whole history.
     Compaction,
+    /// A turn sent with a tool-result clear: the cleared history, the user message and the
+    /// reply become the history.
+    Cleared,
 }
 
 /// The Anthropic Messages API as a [`Backend`], over the HTTPS client by default.
@@ -322,6 +329,39 @@ fn set_last_marker(messages: &mut [Message], marker: Option<CacheControl>) {
     }
 }
 
+/// The tool results a message carries: how many, and the tokens of their text (a string, or the
+/// `text` of each part) by the shared tokenizer.
+fn tool_results_of(message: Option<&Message>) -> ToolResults {
+    let Some(Message {
+        content: Content::Blocks(blocks),
+        ..
+    }) = message
+    else {
+        return ToolResults::default();
+    };
+    let text_tokens = |v: &Value| match v {
+        Value::String(s) => count(s),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(count)
+            .sum(),
+        _ => 0,
+    };
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { content, .. } => {
+                Some(content.as_ref().map_or(0, text_tokens))
+            }
+            _ => None,
+        })
+        .fold(ToolResults::default(), |acc, tokens| ToolResults {
+            tokens: acc.tokens + tokens,
+            uses: acc.uses + 1,
+        })
+}
+
 /// The acknowledgement of a structured-output call, as the CLI answers it.
 fn ack(id: &str) -> ContentBlock {
     ContentBlock::ToolResult {
@@ -395,6 +435,34 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
     async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
         let request = self.render(&input)?;
         self.exchange(request, input.safe_to_repeat, Commit::Turn)
+            .await
+    }
+
+    fn can_clear_tool_results(&self) -> bool {
+        true
+    }
+
+    /// The turn carries a `clear_tool_uses_20250919` edit that applies at any size (trigger 0)
+    /// and keeps the latest `keep_tool_uses` uses; once answered, the session's history is the
+    /// cleared one ([`crate::context::apply_edits`], the function the simulator bills by), so
+    /// later turns send the placeholders themselves and read the prefix this turn wrote. That
+    /// the provider caches a cleared result under the same bytes as a placeholder the client
+    /// sends is what the simulator does; against the real API it is unverified here.
+    async fn turn_cleared(
+        &mut self,
+        input: TurnInput,
+        keep_tool_uses: u32,
+    ) -> Result<TurnOutcome, BackendError> {
+        let mut request = self.render(&input)?;
+        let edits = request
+            .context_management
+            .get_or_insert_with(|| ContextManagementRequest { edits: Vec::new() });
+        edits.edits.push(ContextEdit::ClearToolUses(ClearToolUses {
+            trigger: Some(EditAmount::tokens(0)),
+            keep: Some(EditAmount::tool_uses(u64::from(keep_tool_uses))),
+            ..ClearToolUses::default()
+        }));
+        self.exchange(request, input.safe_to_repeat, Commit::Cleared)
             .await
     }
 
@@ -654,6 +722,7 @@ impl<T: Transport> AnthropicBackend<T> {
             pending_ack,
         } = ReplyParts::of(&response.content);
         let stop_reason = response.stop_reason.clone().unwrap_or_default();
+        let tool_results = tool_results_of(request.messages.last());
         let breakpoints = shaped
             .prompt()
             .checkpoints
@@ -661,7 +730,15 @@ impl<T: Transport> AnthropicBackend<T> {
             .filter(|c| c.breakpoint.is_some())
             .map(|c| c.tokens)
             .collect();
-        self.commit(commit, request.messages, &response, pending_ack, shaped)?;
+        let sent = if commit == Commit::Cleared {
+            apply_edits(&request)
+                .map_err(|e| BackendError::Invalid(e.to_string()))?
+                .0
+                .messages
+        } else {
+            request.messages
+        };
+        self.commit(commit, sent, &response, pending_ack, shaped)?;
         Ok(TurnOutcome {
             text,
             tool_calls,
@@ -677,6 +754,7 @@ impl<T: Transport> AnthropicBackend<T> {
             events,
             request_id: completed.request_id,
             breakpoints,
+            tool_results,
         })
     }
 
@@ -701,8 +779,9 @@ impl<T: Transport> AnthropicBackend<T> {
         };
         match commit {
             Commit::Ping => return Ok(()),
-            // The user message without its marker, the reply verbatim.
-            Commit::Turn => {
+            // The user message without its marker, the reply verbatim (after a clear, the
+            // history as cleared).
+            Commit::Turn | Commit::Cleared => {
                 set_last_marker(&mut sent, None);
                 session.history = sent;
                 session.history.push(reply);

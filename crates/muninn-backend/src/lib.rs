@@ -332,6 +332,11 @@ pub struct TurnOutcome {
     /// backend cannot see the request (the Claude Code CLI builds its own).
     #[serde(default)]
     pub breakpoints: Vec<u64>,
+    /// The tool results the request's new user message carried (how many, and the tokens of
+    /// their text by `muninn_core::tokenize::count`): what a later clear could remove. Zero when
+    /// there were none, or the backend cannot see the request (the Claude Code CLI).
+    #[serde(default)]
+    pub tool_results: muninn_core::trace::ToolResults,
 }
 
 /// The flush protocol of a long run (seed A2), every timing from configuration.
@@ -396,6 +401,8 @@ pub enum Capability {
     Compact,
     /// Tools of muninn's own in [`SessionSpec::tools`].
     CustomTools,
+    /// [`Backend::turn_cleared`]: a turn that clears old tool results (the decider's `mask`).
+    ClearToolResults,
 }
 
 impl fmt::Display for Capability {
@@ -405,6 +412,7 @@ impl fmt::Display for Capability {
             Capability::PingHead => "ping the head",
             Capability::Compact => "compact",
             Capability::CustomTools => "offer custom tools",
+            Capability::ClearToolResults => "clear old tool results",
         })
     }
 }
@@ -490,6 +498,31 @@ pub trait Backend: Send {
         async {
             Err(BackendError::Unsupported {
                 capability: Capability::Ping,
+            })
+        }
+    }
+
+    /// Whether [`Backend::turn_cleared`] can clear old tool results. The host tells the decider
+    /// (`Capabilities::mask`), which then never chooses a mask that would not happen.
+    fn can_clear_tool_results(&self) -> bool {
+        false
+    }
+
+    /// [`Backend::turn`] with the provider's tool-result clearing (the decider's `mask`): in
+    /// this request the results of all but the latest `keep_tool_uses` tool uses are replaced
+    /// by a placeholder, which rewrites the prompt from the first cleared block on, and the
+    /// session goes on from the cleared history (every later request is that much shorter).
+    /// Backends that cannot say so with [`BackendError::Unsupported`]
+    /// ([`Capability::ClearToolResults`]), the session unchanged.
+    fn turn_cleared(
+        &mut self,
+        input: TurnInput,
+        keep_tool_uses: u32,
+    ) -> impl Future<Output = Result<TurnOutcome, BackendError>> + Send {
+        let _ = (input, keep_tool_uses);
+        async {
+            Err(BackendError::Unsupported {
+                capability: Capability::ClearToolResults,
             })
         }
     }

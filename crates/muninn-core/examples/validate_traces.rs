@@ -159,6 +159,7 @@ fn load(dir: &Path) -> Result<Loaded, Box<dyn std::error::Error>> {
                 compacted: compact_pending && kind == ThreadKind::Main,
                 blocks_added: blocks_since,
                 provider_miss: None,
+                tool_results: Default::default(),
             });
             compact_pending = false;
             notification = None;

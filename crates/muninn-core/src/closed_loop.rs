@@ -356,13 +356,9 @@ impl<'a> Lockstep<'a> {
         report.recorded_cost += row.cost;
         report.replayed_cost += cost;
         if let Some(acc) = self.acc.as_mut() {
-            acc.record(
-                cx.decided.kind,
-                row.at_ms,
-                &priced,
-                cost,
-                cx.decided.segment.as_ref(),
-            );
+            // As the host's accounting did: a clear drops what it cleared, the row's tool
+            // results join the segment.
+            acc.record_decided(cx.decided, row.at_ms, &priced, cost);
         }
     }
 

@@ -14,6 +14,7 @@
 //! | [`Action::Ping`] | keep-warm request, `max_tokens: 0` (or 1), breakpoint on the cached prefix | read P + a tiny uncached tail + [`Bounds::ping_output_tokens`] (0 or 1) |
 //! | [`Action::Flush`] | writes memory now, while the cache is warm, so that a cold wake can restart cheaply; then lets the cache expire | read P + instruction + memory output |
 //! | [`Action::LetExpire`] | nothing: the cache is allowed to expire | 0 now |
+//! | [`Action::Mask`] | sends the next request with the provider's tool-result clear (`clear_tool_uses_20250919`) | read up to the first cleared block + write the rest of the shorter prompt ([`crate::mask`]) |
 //!
 //! # Policies
 //!
@@ -26,6 +27,14 @@
 //!   scaled by what the Mind's earlier refreshes and pings paid back ([`crate::learn`]): a
 //!   refresh waits for as many rebuilds as one has been worth, a gap's ping budget shrinks by
 //!   the share of ping spend that kept a wake warm.
+//!   *Mask*: at a warm request whose prompt holds clearable tool results (all but the last
+//!   [`Bounds::mask_keep_tool_uses`]), clear them when the `r·C` each later request of the
+//!   segment saves, times the requests the segment is expected still to have
+//!   ([`crate::learn::SegmentLengths::remaining`], the Mind's own history), exceeds the clear's
+//!   extra cost now — and exceeds what a refresh would gain over the same horizon when the growth
+//!   rule would refresh. Masking is not a refresh: it keeps the segment, is allowed inside a
+//!   tool loop (the results of the latest tool uses stay), and needs the backend to clear
+//!   ([`Capabilities::mask`]).
 //! - `predictive`: the same actions, but an idle ping is sent only while its expected saving under
 //!   the idle-gap distribution fitted so far exceeds its price; the ski-rental budget stays as a
 //!   guard, so it is never worse than ski-rental's 2× bound on pings.
@@ -37,99 +46,16 @@
 //!
 //! Every policy respects the quality bounds: no refresh before the minimum segment length, none
 //! inside a tool loop (only at a boundary), and a forced refresh when the next request would pass
-//! the context ceiling.
+//! the context ceiling. Only `ski-rental` and `predictive` mask; the baselines never do.
 
 use crate::cache::Ttl;
 use crate::learn::Learned;
 use crate::money::{MicroUsd, Rate, Tokens};
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 
-/// An online policy the decider can run.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "policy", content = "arg")]
-pub enum Policy {
-    /// Break-even rules with a 2× worst-case bound (the default).
-    SkiRental,
-    /// Expected cost under the fitted idle-gap distribution, guarded by ski-rental's bound.
-    Predictive,
-    /// A fresh segment at every boundary.
-    Rebuild,
-    /// Append until the context ceiling.
-    Never,
-    /// Refresh at F × the context window (F in parts per million).
-    Threshold(u32),
-    /// Refresh at N prompt tokens.
-    Ceiling(Tokens),
-    /// Up to N keep-warm pings per idle gap.
-    Keepalive(u32),
-}
+mod policy;
 
-impl fmt::Display for Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Policy::SkiRental => write!(f, "ski-rental"),
-            Policy::Predictive => write!(f, "predictive"),
-            Policy::Rebuild => write!(f, "rebuild"),
-            Policy::Never => write!(f, "never"),
-            Policy::Threshold(ppm) => {
-                let s = format!("{:.6}", *ppm as f64 / 1e6);
-                write!(
-                    f,
-                    "threshold:{}",
-                    s.trim_end_matches('0').trim_end_matches('.')
-                )
-            }
-            Policy::Ceiling(n) => write!(f, "ceiling:{n}"),
-            Policy::Keepalive(n) => write!(f, "keepalive:{n}"),
-        }
-    }
-}
-
-impl FromStr for Policy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Policy, String> {
-        let (name, arg) = match s.split_once(':') {
-            Some((n, a)) => (n, Some(a)),
-            None => (s, None),
-        };
-        let need = |what: &str| format!("policy {name} needs an argument: {name}:{what}");
-        match (name, arg) {
-            ("ski-rental", None) => Ok(Policy::SkiRental),
-            ("predictive", None) => Ok(Policy::Predictive),
-            ("rebuild", None) => Ok(Policy::Rebuild),
-            ("never", None) => Ok(Policy::Never),
-            ("threshold", Some(a)) => {
-                let f: f64 = a
-                    .parse()
-                    .map_err(|_| format!("threshold:{a}: not a number"))?;
-                if !(f > 0.0 && f <= 1.0) {
-                    return Err(format!("threshold:{a}: the fraction must be in (0, 1]"));
-                }
-                Ok(Policy::Threshold((f * 1e6).round() as u32))
-            }
-            ("threshold", None) => Err(need("F")),
-            ("ceiling", Some(a)) => a
-                .replace('_', "")
-                .parse()
-                .ok()
-                .filter(|&n: &Tokens| n > 0)
-                .map(Policy::Ceiling)
-                .ok_or_else(|| format!("ceiling:{a}: expected a positive token count")),
-            ("ceiling", None) => Err(need("N")),
-            ("keepalive", Some(a)) => a
-                .parse()
-                .map(Policy::Keepalive)
-                .map_err(|_| format!("keepalive:{a}: expected a count of pings")),
-            ("keepalive", None) => Err(need("N")),
-            (_, Some(_)) => Err(format!("policy {name} takes no argument")),
-            _ => Err(format!(
-                "unknown policy {s:?}: expected ski-rental, predictive, rebuild, never, threshold:F, ceiling:N, keepalive:N"
-            )),
-        }
-    }
-}
+pub use policy::Policy;
 
 /// What a session can do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -145,6 +71,9 @@ pub enum Action {
     Flush,
     /// Do nothing; let the cache expire.
     LetExpire,
+    /// Send the request with the provider's tool-result clear: old tool results are replaced by
+    /// a placeholder, which rewrites the prompt from the first cleared block on.
+    Mask,
 }
 
 impl Action {
@@ -156,6 +85,7 @@ impl Action {
             Action::Ping => "ping",
             Action::Flush => "flush",
             Action::LetExpire => "let_expire",
+            Action::Mask => "mask",
         }
     }
 }
@@ -203,6 +133,9 @@ pub enum Reason {
     AlreadyFlushed,
     /// The session's backend cannot send this kind of keep-warm ping.
     CannotPing,
+    /// Clearing the old tool results saves more over the requests the segment is expected still
+    /// to have than it costs now, and more than a refresh would.
+    MaskPaysBack,
 }
 
 /// An alternative the decider priced.
@@ -298,6 +231,14 @@ pub struct Bounds {
     pub ceiling_tokens: Tokens,
     /// The model's context window (for `threshold:F`).
     pub context_window: Tokens,
+    /// Tool uses whose results a clear keeps (the latest ones): the edit's `keep`. Rows stored
+    /// before this field existed had no clears; they read the provider's default, 3.
+    #[serde(default = "three_uses")]
+    pub mask_keep_tool_uses: u32,
+}
+
+fn three_uses() -> u32 {
+    3
 }
 
 fn one_token() -> Tokens {
@@ -403,6 +344,14 @@ pub struct SessionView {
     pub can: Capabilities,
     /// What the Mind learned from the refreshes and pings it paid for ([`crate::learn`]).
     pub learned: Learned,
+    /// Tool-result tokens a clear would remove now (C): those of the prompt's tool results but
+    /// the latest [`Bounds::mask_keep_tool_uses`]. 0 when none are known.
+    pub clearable_tokens: Tokens,
+    /// Where the first of them begins (F: the tokens a clear leaves as they were).
+    pub clear_from_tokens: Tokens,
+    /// Requests the segment is expected still to have after the next one
+    /// ([`crate::learn::SegmentLengths::remaining`]).
+    pub remaining_requests: u64,
 }
 
 /// What a session's backend can do besides answering turns. The replay engine assumes a backend
@@ -417,6 +366,10 @@ pub struct Capabilities {
     /// A memory flush while idle, before the cache expires (a refresh at a turn boundary may
     /// still flush).
     pub idle_flush: bool,
+    /// The provider's tool-result clearing, decided per request (the `mask` action). Rows
+    /// stored before this field existed come from hosts that could not.
+    #[serde(default)]
+    pub mask: bool,
 }
 
 impl Default for Capabilities {
@@ -425,6 +378,7 @@ impl Default for Capabilities {
             ping: true,
             ping_head: true,
             idle_flush: true,
+            mask: true,
         }
     }
 }
@@ -628,8 +582,19 @@ fn decide_arrival(
         action: Action::Refresh,
         estimate: flush + view.restart_write(delta, now_ms),
     };
-    let alts = [append, refresh];
-    let go = |action, reason| Decision::new(action, reason, &alts);
+    let mask_gain = match policy {
+        Policy::SkiRental | Policy::Predictive if view.can.mask => {
+            view.mask_gain(warm, delta, now_ms)
+        }
+        _ => None,
+    };
+    let mask = Alternative {
+        action: Action::Mask,
+        estimate: view.mask_cost(delta, now_ms),
+    };
+    let alts = [append, refresh, mask];
+    let priced = if mask_gain.is_some() { 3 } else { 2 };
+    let go = |action, reason| Decision::new(action, reason, &alts[..priced]);
 
     // The ceiling is a hard bound: it overrides boundaries and the minimum segment.
     if view.segment_requests > 0 && view.prefix_tokens + delta > view.bounds.ceiling_tokens {
@@ -667,28 +632,85 @@ fn decide_arrival(
             Err(r) => go(Action::Append, r),
         },
         Policy::SkiRental | Policy::Predictive => {
-            if let Err(r) = allowed {
-                return go(Action::Append, r);
-            }
-            if !warm {
-                // Cold wake: restart if it is cheaper than rewriting the prefix.
-                return if refresh.estimate < append.estimate {
-                    go(Action::Refresh, Reason::ColdRestartCheaper)
-                } else {
-                    go(Action::Append, Reason::ColdAppendCheaper)
-                };
-            }
-            // Growth: the reads paid above R since the last rehydration have bought one rebuild —
-            // or as many as the refreshes paid so far say one is worth.
-            let rebuild = view.flush_cost(true) + view.restart_write(0, now_ms);
-            if view.read_excess < rebuild || view.prefix_tokens <= view.rehydrated() {
-                go(Action::Append, Reason::Warm)
-            } else if view.read_excess < view.learned.refresh_break_even(rebuild) {
-                go(Action::Append, Reason::RefreshesDidNotPayBack)
-            } else {
-                go(Action::Refresh, Reason::GrowthBreakEven)
-            }
+            let (action, reason) = ski_rental_arrival(
+                view,
+                allowed,
+                Priced {
+                    warm,
+                    delta,
+                    now_ms,
+                    append: append.estimate,
+                    refresh: refresh.estimate,
+                    mask_gain,
+                },
+            );
+            go(action, reason)
         }
+    }
+}
+
+/// What an arrival's rules need, priced once by [`decide_arrival`].
+struct Priced {
+    warm: bool,
+    delta: Tokens,
+    now_ms: i64,
+    append: MicroUsd,
+    refresh: MicroUsd,
+    /// The clear's expected gain within its horizon (`None`: no clear possible).
+    mask_gain: Option<i128>,
+}
+
+/// The default's arrival rules: a cold restart when it is cheaper, the growth rule's refresh,
+/// and a mask when it pays (and beats that refresh).
+fn ski_rental_arrival(
+    view: &SessionView,
+    allowed: Result<(), Reason>,
+    p: Priced,
+) -> (Action, Reason) {
+    let mask_pays = p.mask_gain.is_some_and(|g| g > 0);
+    if let Err(r) = allowed {
+        // Refreshes wait; a clear keeps the segment and the latest tool results, so it does not.
+        return if mask_pays {
+            (Action::Mask, Reason::MaskPaysBack)
+        } else {
+            (Action::Append, r)
+        };
+    }
+    if !p.warm {
+        // Cold wake: restart if it is cheaper than rewriting the prefix.
+        return if p.refresh < p.append {
+            (Action::Refresh, Reason::ColdRestartCheaper)
+        } else {
+            (Action::Append, Reason::ColdAppendCheaper)
+        };
+    }
+    // Growth: the reads paid above R since the last rehydration have bought one rebuild — or as
+    // many as the refreshes paid so far say one is worth.
+    let rebuild = view.flush_cost(true) + view.restart_write(0, p.now_ms);
+    let (action, reason) = if view.read_excess < rebuild || view.prefix_tokens <= view.rehydrated()
+    {
+        (Action::Append, Reason::Warm)
+    } else if view.read_excess < view.learned.refresh_break_even(rebuild) {
+        (Action::Append, Reason::RefreshesDidNotPayBack)
+    } else {
+        (Action::Refresh, Reason::GrowthBreakEven)
+    };
+    if action == Action::Refresh {
+        // The growth rule refreshes now: the clear must gain more over the segment's expected
+        // remaining requests (the refresh would end the segment; the clear keeps it going).
+        let full = view.mask_gain_over(p.warm, p.delta, p.now_ms, view.remaining_requests);
+        let refresh_gain = view.refresh_gain(p.refresh, p.delta, p.now_ms);
+        return match full {
+            Some(g) if p.mask_gain.is_some() && g > 0 && g > refresh_gain => {
+                (Action::Mask, Reason::MaskPaysBack)
+            }
+            _ => (action, reason),
+        };
+    }
+    if mask_pays {
+        (Action::Mask, Reason::MaskPaysBack)
+    } else {
+        (action, reason)
     }
 }
 

@@ -25,6 +25,14 @@
 //! first are not a choice, the second are chosen on their immediate price alone (restarting is
 //! cheaper than rewriting the prefix there and then), which involves no bet on the future.
 //!
+//! - **Segment lengths** (for the `mask` action, [`crate::mask`]): a clear pays back one
+//!   cache read of the cleared tokens on every later request of its segment, so whether it
+//!   pays depends on how many requests the segment still has. The Mind keeps the lengths of the
+//!   segments it has finished ([`SegmentLengths`]) and the decider asks for the median of what
+//!   a segment as long as the current one still had ([`SegmentLengths::remaining`]); without
+//!   [`MIN_SEGMENTS_EVIDENCE`] finished segments, or when none outlived the current one, a
+//!   conservative prior: half as many more requests as the segment has had.
+//!
 //! The learned state belongs to a Mind, not a session: the host rebuilds it from the Mind's
 //! whole ledger (every row goes through [`crate::session::Accounting::record`]), and the replay
 //! carries it across the traces of one project in time order
@@ -48,6 +56,106 @@ pub const MAX_RAISE: i64 = 16;
 /// "Validation on data nobody tuned on": two Claude Code users, 8,226 requests; 15 Codex
 /// rollouts, 1,267 requests): at most 1.000× `never` on every cell of every source's grid.
 pub const UNPROVEN_RAISE: i64 = 3;
+
+/// Finished segments the remaining-requests estimate needs before it replaces the prior.
+pub const MIN_SEGMENTS_EVIDENCE: u32 = 3;
+
+/// Buckets of [`SegmentLengths`]: bucket i holds lengths in [2^i, 2^(i+1)) requests.
+const LENGTH_BUCKETS: usize = 24;
+
+/// The lengths, in requests, of the segments a Mind has finished (ended by a refresh of any
+/// cause, or by the end of the session), in log₂ buckets. What a `mask` is worth depends on how
+/// many requests its segment still has; this is the Mind's own, strictly earlier evidence of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentLengths {
+    /// Counts per bucket.
+    pub buckets: [u32; LENGTH_BUCKETS],
+}
+
+impl SegmentLengths {
+    /// Records a finished segment of `requests` requests (an empty one teaches nothing).
+    pub fn observe(&mut self, requests: u32) {
+        if requests == 0 {
+            return;
+        }
+        let bucket = (31 - requests.leading_zeros() as usize).min(LENGTH_BUCKETS - 1);
+        self.buckets[bucket] = self.buckets[bucket].saturating_add(1);
+    }
+
+    /// Finished segments recorded.
+    pub fn count(&self) -> u32 {
+        self.buckets.iter().fold(0u32, |a, b| a.saturating_add(*b))
+    }
+
+    /// Segments (as a mass: lengths are spread evenly over their bucket) longer than `x`.
+    fn mass_beyond(&self, x: f64) -> f64 {
+        self.buckets
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                let lo = (1u64 << i) as f64;
+                let hi = (1u64 << (i + 1)) as f64;
+                c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
+            })
+            .sum()
+    }
+
+    /// How many more requests a segment that has had `so_far` requests is expected to have: the
+    /// median of what the finished segments longer than `so_far` had left at that point. The
+    /// median, not the mean: segment lengths are heavy-tailed (a few long sessions), and the
+    /// mean would let one of them justify clears that most segments never pay back.
+    ///
+    /// The prior, used until [`MIN_SEGMENTS_EVIDENCE`] segments have finished or when less than
+    /// one finished segment outlived `so_far`: `so_far ÷ 2`. For heavy-tailed lifetimes a
+    /// segment that has lasted k requests is as likely as not to last about k more (the Lindy
+    /// rule); halving it makes a Mind without history mask only when a clear pays back well
+    /// within the requests its segment has already seen — and never in a segment's first
+    /// requests, where nothing says the session will go on.
+    pub fn remaining(&self, so_far: u32) -> u64 {
+        let prior = u64::from(so_far / 2);
+        if self.count() < MIN_SEGMENTS_EVIDENCE {
+            return prior;
+        }
+        let k = f64::from(so_far);
+        let survivors = self.mass_beyond(k);
+        if survivors < 1.0 {
+            return prior;
+        }
+        // Bisect for the length by which half the survivors had ended.
+        let (mut lo, mut hi) = (k, (1u64 << LENGTH_BUCKETS) as f64);
+        for _ in 0..64 {
+            let mid = (lo + hi) / 2.0;
+            if self.mass_beyond(mid) > survivors / 2.0 {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        (hi - k).floor().max(0.0) as u64
+    }
+}
+
+impl std::ops::Add for SegmentLengths {
+    type Output = SegmentLengths;
+    fn add(self, other: SegmentLengths) -> SegmentLengths {
+        let mut sum = self;
+        for (a, b) in sum.buckets.iter_mut().zip(other.buckets) {
+            *a = a.saturating_add(b);
+        }
+        sum
+    }
+}
+
+impl std::ops::Sub for SegmentLengths {
+    type Output = SegmentLengths;
+    fn sub(self, other: SegmentLengths) -> SegmentLengths {
+        let mut diff = self;
+        for (a, b) in diff.buckets.iter_mut().zip(other.buckets) {
+            *a = a.saturating_sub(b);
+        }
+        diff
+    }
+}
 
 /// What a kind of gamble has cost and saved so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,6 +248,9 @@ pub struct Learned {
     pub refreshes: Payback,
     /// Gaps that sent keep-warm pings (tail or head).
     pub pings: Payback,
+    /// The lengths of the segments finished so far (for the `mask` action).
+    #[serde(default)]
+    pub segments: SegmentLengths,
 }
 
 impl std::ops::Add for Learned {
@@ -148,6 +259,7 @@ impl std::ops::Add for Learned {
         Learned {
             refreshes: self.refreshes + other.refreshes,
             pings: self.pings + other.pings,
+            segments: self.segments + other.segments,
         }
     }
 }
@@ -158,6 +270,7 @@ impl std::ops::Sub for Learned {
         Learned {
             refreshes: self.refreshes - other.refreshes,
             pings: self.pings - other.pings,
+            segments: self.segments - other.segments,
         }
     }
 }

@@ -174,6 +174,10 @@ pub struct Decided {
     pub decide_before_expiry_ms: i64,
     /// What the backend could do.
     pub can: Capabilities,
+    /// The tool results the request added (what a later clear could remove), as the backend
+    /// counted them; the accounting learns them from here, live and in replay.
+    #[serde(default, skip_serializing_if = "crate::trace::ToolResults::is_none")]
+    pub tool_results: crate::trace::ToolResults,
 }
 
 fn default_true() -> bool {

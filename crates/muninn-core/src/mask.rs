@@ -17,9 +17,12 @@
 //!
 //! [`masked_usage`] is the usage of the clearing request (the same the simulator bills, which a
 //! test checks against it); [`mask_break_even`] is the number of later warm requests after
-//! which the clear has paid for itself — what a decider weighs against a refresh.
+//! which the clear has paid for itself. The decider's side (what a clear now is expected to
+//! gain over the requests the segment still has, and over a refresh) is the `impl SessionView`
+//! at the end of this module.
 
 use crate::cache::Ttl;
+use crate::decide::SessionView;
 use crate::money::{MicroUsd, Tokens};
 use crate::price::ModelPrice;
 use crate::trace::Usage;
@@ -102,4 +105,90 @@ pub fn mask_break_even(
     let extra = u64::try_from(mask.0 - append.0).unwrap_or(u64::MAX);
     let each = u64::try_from(saved_each.0).unwrap_or(u64::MAX);
     Some(extra.div_ceil(each))
+}
+
+/// What the decider weighs a clear by (see [`crate::decide`]'s *Mask* rule).
+impl SessionView {
+    /// The cost of sending the next request (adding `delta`) with a clear at `now_ms`, warm: it
+    /// reads the head when the head is warm and the clear begins after it (the longest cached
+    /// prefix that ends before the first cleared block, R₀), and writes the rest of the shorter
+    /// prompt — [`crate::mask::masked_usage`] priced, without the output both requests pay.
+    pub fn mask_cost(&self, delta: Tokens, now_ms: i64) -> MicroUsd {
+        let head = self.bounds.head_tokens;
+        let kept_read = if self.head_warm(now_ms) && self.clear_from_tokens >= head {
+            head
+        } else {
+            0
+        };
+        let written = (self.prefix_tokens + delta)
+            .saturating_sub(self.clearable_tokens)
+            .saturating_sub(kept_read);
+        MicroUsd::of(kept_read, self.rates.read) + MicroUsd::of(written, self.rates.write)
+    }
+
+    /// What clearing now is expected to gain over appending: `r·C` saved on each later request
+    /// of the segment within [`SessionView::mask_horizon`], less the extra the clear costs now.
+    /// `None` when nothing is clearable or the cache is cold (a cold request rewrites its prompt
+    /// anyway; the rule is kept to the warm case, where the clear's price is a rewrite against a
+    /// read).
+    pub fn mask_gain(&self, warm: bool, delta: Tokens, now_ms: i64) -> Option<i128> {
+        self.mask_gain_over(warm, delta, now_ms, self.mask_horizon(delta, now_ms))
+    }
+
+    /// [`SessionView::mask_gain`] over `horizon` later requests.
+    pub(crate) fn mask_gain_over(
+        &self,
+        warm: bool,
+        delta: Tokens,
+        now_ms: i64,
+        horizon: u64,
+    ) -> Option<i128> {
+        if !warm || self.clearable_tokens == 0 {
+            return None;
+        }
+        let extra = self.mask_cost(delta, now_ms).0 as i128
+            - self.append_cost(true, delta, now_ms).0 as i128;
+        let each = MicroUsd::of(self.clearable_tokens, self.rates.read).0 as i128;
+        Some(each * horizon as i128 - extra)
+    }
+
+    /// The later requests a clear now can save on: those the segment is expected still to have
+    /// ([`SessionView::remaining_requests`]), but no more than the growth rule leaves it before
+    /// it refreshes — a refresh ends the segment and with it the clear's saving. Each request
+    /// adds about `r·(P + Δ − R)` to the read excess (cleared tokens count as if still read, so
+    /// a clear does not postpone the refresh, [`crate::session`]); the refresh comes once the
+    /// excess reaches the (learned) break-even. Counting that excess as constant, not growing,
+    /// errs towards a longer horizon; the segment-length estimate bounds it.
+    pub fn mask_horizon(&self, delta: Tokens, now_ms: i64) -> u64 {
+        let rebuild = self.flush_cost(true) + self.restart_write(0, now_ms);
+        let left = self.learned.refresh_break_even(rebuild).0 as i128 - self.read_excess.0 as i128;
+        let each = MicroUsd::of(
+            (self.prefix_tokens + delta).saturating_sub(self.rehydrated()),
+            self.rates.read,
+        )
+        .0 as i128;
+        if left <= 0 {
+            // The growth rule is due: it refreshes at this boundary (where the caller weighs
+            // the clear against that refresh) or at the next one, which may come at once.
+            return 0;
+        }
+        if each <= 0 {
+            return self.remaining_requests;
+        }
+        let until_refresh = (left + each - 1) / each;
+        self.remaining_requests
+            .min(u64::try_from(until_refresh).unwrap_or(u64::MAX))
+    }
+
+    /// What refreshing now is expected to gain over appending across the same horizon: each
+    /// later request reads about R instead of P, less the refresh's extra cost now.
+    pub(crate) fn refresh_gain(&self, refresh: MicroUsd, delta: Tokens, now_ms: i64) -> i128 {
+        let extra = refresh.0 as i128 - self.append_cost(true, delta, now_ms).0 as i128;
+        let each = MicroUsd::of(
+            self.prefix_tokens.saturating_sub(self.rehydrated()),
+            self.rates.read,
+        )
+        .0 as i128;
+        each * self.remaining_requests as i128 - extra
+    }
 }

@@ -73,18 +73,21 @@ impl Provider {
 
     /// What a session on this provider's cache can do besides answering turns: OpenAI offers no
     /// TTL to extend, so no keep-warm pings (a request that only keeps a best-effort cache warm
-    /// buys nothing the provider promises).
+    /// buys nothing the provider promises), and no tool-result clearing (the `mask` action is
+    /// Anthropic's `clear_tool_uses_20250919` edit).
     pub const fn capabilities(self) -> crate::decide::Capabilities {
         match self {
             Provider::Anthropic => crate::decide::Capabilities {
                 ping: true,
                 ping_head: true,
                 idle_flush: true,
+                mask: true,
             },
             Provider::OpenAi => crate::decide::Capabilities {
                 ping: false,
                 ping_head: false,
                 idle_flush: true,
+                mask: false,
             },
         }
     }

@@ -25,6 +25,20 @@
 //! A keep-warm ping through the prefix refreshes both entries; a head-only ping the head alone;
 //! a flush that read the prefix (a warm flush) refreshes both like a ping, a cold one nothing.
 //!
+//! # Tool results and the `mask` action
+//!
+//! Where the caller knows how many tool-result tokens a request adds
+//! ([`Accounting::tool_results`], before the request is recorded), the accounting keeps where
+//! each request's results sit in the segment's prompt. What a clear would remove now is all of
+//! them but the latest [`Bounds::mask_keep_tool_uses`] uses, and it would leave the prompt up to
+//! the first of them as it was: the view's `clearable_tokens` and `clear_from_tokens`. A request
+//! sent with a clear ([`Accounting::masked`]) drops those results and shifts the later ones down.
+//! Each request's results are placed where the previous request's prompt ended — at or before
+//! where they really are (the previous reply comes first), so the clear is never priced as
+//! keeping more of the cache than it does. How many requests the segment still has comes from
+//! the lengths of the segments the Mind has finished ([`crate::learn::SegmentLengths`]): a segment
+//! is finished when the next begins, or when the session ends ([`Accounting::end_session`]).
+//!
 //! # Idle decision points
 //!
 //! While nothing arrives, the decider is asked shortly before the tail expires
@@ -120,6 +134,17 @@ struct Gap {
     head_let_go: bool,
 }
 
+/// The tool results one request added to the segment's prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ToolChunk {
+    /// Where they begin in the prompt (tokens before them).
+    at: Tokens,
+    /// Their tokens.
+    tokens: Tokens,
+    /// How many tool uses they answer.
+    uses: u32,
+}
+
 /// Why a segment began, as far as learning is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -152,6 +177,12 @@ pub struct Accounting {
     pending_refresh: Option<OpenRefresh>,
     /// The warm voluntary refresh that opened the current segment, still counting savings.
     open_refresh: Option<OpenRefresh>,
+    /// The last request's whole prompt.
+    prompt_tokens: Tokens,
+    /// Tool results in the current segment's prompt, oldest first.
+    tool_chunks: Vec<ToolChunk>,
+    /// Tokens the current segment's clears removed.
+    segment_cleared: Tokens,
 }
 
 impl Accounting {
@@ -172,6 +203,9 @@ impl Accounting {
             learned: Learned::default(),
             pending_refresh: None,
             open_refresh: None,
+            prompt_tokens: 0,
+            tool_chunks: Vec::new(),
+            segment_cleared: 0,
         }
     }
 
@@ -206,7 +240,12 @@ impl Accounting {
     pub fn begin_segment(&mut self, head_tokens: Tokens, cause: SegmentCause) {
         let old_prefix = self.prefix_tokens;
         let had_requests = self.segment_requests > 0;
+        self.learned.segments.observe(self.segment_requests);
+        self.tool_chunks.clear();
+        self.segment_cleared = 0;
         self.head_tokens = head_tokens;
+        // The new segment's prompt starts from the rehydration: later tool results sit after it.
+        self.prompt_tokens = self.rehydrated();
         self.segment_requests = 0;
         self.read_excess = MicroUsd::ZERO;
         self.open_refresh = None;
@@ -227,13 +266,68 @@ impl Accounting {
         }
         self.learn_from_request(at_ms, usage);
         if self.segment_requests > 0 && usage.cache_read > 0 {
-            let excess = usage.prompt().saturating_sub(self.rehydrated());
+            // Cleared tokens count as if still read: a clear does not postpone the growth
+            // rule's refresh, so what it saves is what the decider priced it on (the requests
+            // before that refresh, `SessionView::mask_horizon`), and the refresh keeps its
+            // ski-rental timing whatever was cleared.
+            let excess = (usage.prompt() + self.segment_cleared).saturating_sub(self.rehydrated());
             self.read_excess += MicroUsd::of(excess, self.params.rates.read);
         }
         self.segment_requests += 1;
+        self.prompt_tokens = usage.prompt();
         self.last_request_ms = Some(at_ms);
         self.gap = Gap::default();
         self.cached(at_ms, usage);
+    }
+
+    /// The next request adds `tokens` of tool results answering `uses` tool uses (call it before
+    /// [`Accounting::request`] records that request). They sit after the previous prompt.
+    pub fn tool_results(&mut self, tokens: Tokens, uses: u32) {
+        if tokens == 0 {
+            return;
+        }
+        self.tool_chunks.push(ToolChunk {
+            at: self.prompt_tokens,
+            tokens,
+            uses,
+        });
+    }
+
+    /// How many of the oldest tool-result chunks a clear would remove now (all but those of the
+    /// latest `mask_keep_tool_uses` uses), and their tokens.
+    fn clearable(&self) -> (usize, Tokens) {
+        let mut kept_uses = 0u32;
+        let mut keep_from = self.tool_chunks.len();
+        for (i, chunk) in self.tool_chunks.iter().enumerate().rev() {
+            if kept_uses >= self.params.bounds.mask_keep_tool_uses {
+                break;
+            }
+            kept_uses = kept_uses.saturating_add(chunk.uses.max(1));
+            keep_from = i;
+        }
+        let tokens = self.tool_chunks[..keep_from].iter().map(|c| c.tokens).sum();
+        (keep_from, tokens)
+    }
+
+    /// The request about to be recorded was sent with a clear: the clearable results are gone
+    /// from the prompt, and what followed them moved down. Returns the tokens cleared.
+    pub fn masked(&mut self) -> Tokens {
+        let (count, cleared) = self.clearable();
+        self.tool_chunks.drain(..count);
+        for chunk in &mut self.tool_chunks {
+            chunk.at = chunk.at.saturating_sub(cleared);
+        }
+        self.prompt_tokens = self.prompt_tokens.saturating_sub(cleared);
+        self.segment_cleared += cleared;
+        cleared
+    }
+
+    /// The session ended: its open segment is finished, and joins the lengths the Mind has
+    /// learned (the replay calls this at the end of a trace; a host's session does not end).
+    pub fn end_session(&mut self) {
+        self.learned.segments.observe(self.segment_requests);
+        self.segment_requests = 0;
+        self.tool_chunks.clear();
     }
 
     /// A keep-warm ping was answered at `at_ms`: a tail ping keeps the whole prefix (and the head
@@ -346,6 +440,12 @@ impl Accounting {
             gaps: self.gaps,
             can: self.params.can,
             learned: self.learned,
+            clearable_tokens: self.clearable().1,
+            clear_from_tokens: self.tool_chunks.first().map_or(0, |c| c.at),
+            remaining_requests: self
+                .learned
+                .segments
+                .remaining(self.segment_requests.saturating_add(1)),
         }
     }
 
@@ -370,8 +470,7 @@ impl Accounting {
         segment: Option<&SegmentStart>,
     ) {
         if let Some(start) = segment {
-            let cause = self.cause_of(start, usage);
-            self.begin_segment(start.head, cause);
+            self.start_segment(start, usage);
         }
         self.last_activity_ms = Some(self.last_activity_ms.map_or(at_ms, |t| t.max(at_ms)));
         match kind {
@@ -380,6 +479,37 @@ impl Accounting {
             RowKind::HeadPing => self.ping(at_ms, Keep::Head, usage, cost),
             RowKind::Flush => self.flush(at_ms, usage, cost),
         }
+    }
+
+    /// [`Accounting::record`] for a row with its decision record: a request sent with a clear
+    /// drops what was cleared ([`Accounting::masked`]), and the tool results it added join the
+    /// segment ([`Accounting::tool_results`]) — the one way the host (as it writes the row, and
+    /// restoring from its ledger) and the closed loop feed a row's clear and tool results.
+    pub fn record_decided(
+        &mut self,
+        decided: &crate::ledger::Decided,
+        at_ms: i64,
+        usage: &Usage,
+        cost: MicroUsd,
+    ) {
+        // The segment begins first, so that the row's tool results sit after its rehydration,
+        // as the replay engine places them.
+        if let Some(start) = &decided.segment {
+            self.start_segment(start, usage);
+        }
+        if decided.kind == RowKind::Request {
+            if decided.action == Some(crate::decide::Action::Mask) {
+                self.masked();
+            }
+            self.tool_results(decided.tool_results.tokens, decided.tool_results.uses);
+        }
+        self.record(decided.kind, at_ms, usage, cost, None);
+    }
+
+    /// The segment a row begins, begun (its cause judged from the row, [`Accounting::cause_of`]).
+    fn start_segment(&mut self, start: &SegmentStart, usage: &Usage) {
+        let cause = self.cause_of(start, usage);
+        self.begin_segment(start.head, cause);
     }
 
     /// Why the segment a row begins began: forced when its record says so, or when the old

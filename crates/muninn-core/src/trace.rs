@@ -107,6 +107,28 @@ pub struct TraceRequest {
     /// rows carry it when the backend asked): a ground-truth label for `muninn check-cache`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_miss: Option<crate::miss::ProviderMiss>,
+    /// The tool results this request added to the prompt, where the source shows them (Claude
+    /// Code transcripts carry `tool_result` blocks): what a later clear (the `mask` action) could
+    /// remove. Zero when none, or unknown.
+    #[serde(default, skip_serializing_if = "ToolResults::is_none")]
+    pub tool_results: ToolResults,
+}
+
+/// Tool results one request added to the prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResults {
+    /// Their content's tokens ([`crate::tokenize::count`] of the text the source recorded: an
+    /// estimate, not the provider's count).
+    pub tokens: Tokens,
+    /// How many `tool_result` blocks (tool uses answered).
+    pub uses: u32,
+}
+
+impl ToolResults {
+    /// Whether none are known.
+    pub fn is_none(&self) -> bool {
+        self.tokens == 0 && self.uses == 0
+    }
 }
 
 fn is_false(b: &bool) -> bool {

@@ -4,6 +4,7 @@
 
 mod cache;
 mod learn;
+mod mask;
 mod render;
 mod replay;
 mod validate;

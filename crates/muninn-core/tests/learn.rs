@@ -322,5 +322,7 @@ fn ledger_rows_teach_what_the_replay_learned() {
         });
         acc.record(kind, s.at_ms, &s.usage, s.cost, start.as_ref());
     }
+    // The replay ended the session with the trace: its last segment is finished.
+    acc.end_session();
     assert_eq!(acc.learned(), learned);
 }

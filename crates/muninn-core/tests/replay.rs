@@ -48,6 +48,7 @@ fn trace(steps: &[(i64, Tokens, bool)], ttl: Ttl) -> Trace {
             compacted: false,
             blocks_added: 0,
             provider_miss: None,
+            tool_results: Default::default(),
         });
     }
     Trace {

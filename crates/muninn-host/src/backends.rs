@@ -81,6 +81,26 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn can_clear_tool_results(&self) -> bool {
+        match self {
+            AnyBackend::Sim(b) => b.can_clear_tool_results(),
+            AnyBackend::Anthropic(b) => b.can_clear_tool_results(),
+            AnyBackend::ClaudeCli(b) => b.can_clear_tool_results(),
+        }
+    }
+
+    async fn turn_cleared(
+        &mut self,
+        input: TurnInput,
+        keep_tool_uses: u32,
+    ) -> Result<TurnOutcome, BackendError> {
+        match self {
+            AnyBackend::Sim(b) => b.turn_cleared(input, keep_tool_uses).await,
+            AnyBackend::Anthropic(b) => b.turn_cleared(input, keep_tool_uses).await,
+            AnyBackend::ClaudeCli(b) => b.turn_cleared(input, keep_tool_uses).await,
+        }
+    }
+
     fn can_ping(&self) -> bool {
         match self {
             AnyBackend::Sim(b) => b.can_ping(),

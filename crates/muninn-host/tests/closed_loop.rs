@@ -329,6 +329,17 @@ async fn a_long_workload_covers_every_decision_and_replays_exactly() {
     ] {
         assert!(kinds.contains_key(expected), "{expected}: {kinds:#?}");
     }
+    // The Persona's turns carry the structured-output acknowledgement as their only tool
+    // result: the rows record it, the closed loop replays it into the accounting, and nothing
+    // that small is ever worth a clear — no mask in the host's ledger (see the README).
+    assert!(
+        rows.iter()
+            .filter(|r| r.role == "persona")
+            .filter_map(|r| r.decided.as_ref())
+            .any(|d| d.tool_results.uses == 1 && d.tool_results.tokens > 0),
+        "{rows:#?}"
+    );
+    assert!(!kinds.keys().any(|k| k.contains(" mask")), "{kinds:#?}");
     // Restarts and takeovers: every later host's first row says when the session was lost.
     assert!(
         rows.iter()

@@ -352,6 +352,7 @@ async fn a_compact_refresh_ledgers_the_compaction_and_continues_the_session_from
         events: Vec::new(),
         request_id: None,
         breakpoints: Vec::new(),
+        tool_results: Default::default(),
         provider_miss: None,
     });
     r.register().await.unwrap();

@@ -314,6 +314,7 @@ impl FormatReader for ApiLogReader<'_> {
                 shape.blocks
             },
             provider_miss: response.diagnostics.as_ref().map(|d| d.label()),
+            tool_results: Default::default(),
         };
         state.messages = shape.messages;
         state.blocks = shape.blocks;

@@ -28,6 +28,9 @@
 //! - `blocks_added`: content blocks of `user` and `assistant` lines (array elements; a plain string
 //!   is one) since the previous request of the thread. The request's own assistant blocks count
 //!   towards the next request, since that is the prompt they join.
+//! - `tool_results`: the `tool_result` blocks of `user` lines since the previous request of the
+//!   thread — how many, and the tokens of their text ([`muninn_core::tokenize::count`]; images
+//!   count nothing): what a later tool-result clear (the `mask` action) could remove.
 //! - `provider_miss`: from 2.1.282 on, an assistant line may carry the API's cache diagnosis,
 //!   `message.diagnostics.cache_miss_reason` (`{"type": "messages_changed",
 //!   "cache_missed_input_tokens": N}`; `null` while the comparison was pending). It becomes the
@@ -167,6 +170,8 @@ pub(crate) struct ThreadState {
     pub(crate) compacted: bool,
     /// Content blocks since the last request.
     pub(crate) blocks: u32,
+    /// Tool results since the last request.
+    pub(crate) tools: muninn_core::trace::ToolResults,
 }
 
 impl Default for ThreadState {
@@ -175,6 +180,7 @@ impl Default for ThreadState {
             human_turn: true,
             compacted: false,
             blocks: 0,
+            tools: Default::default(),
         }
     }
 }
@@ -281,6 +287,7 @@ impl FormatReader for ClaudeReader<'_> {
                 {
                     state.compacted = true;
                     state.blocks = 0;
+                    state.tools = Default::default();
                 }
             }
             Some("user") => {
@@ -290,6 +297,8 @@ impl FormatReader for ClaudeReader<'_> {
                     .and_then(|m| m.content)
                     .unwrap_or_default();
                 state.blocks = state.blocks.saturating_add(shape.blocks);
+                state.tools.tokens = state.tools.tokens.saturating_add(shape.tool_result_tokens);
+                state.tools.uses = state.tools.uses.saturating_add(shape.tool_results);
                 if parsed.is_compact_summary == Some(true) {
                     state.compacted = true;
                 } else if parsed.is_meta != Some(true) && shape.blocks > 0 {
@@ -346,6 +355,7 @@ impl FormatReader for ClaudeReader<'_> {
                                 human_turn: false,
                                 compacted: false,
                                 blocks,
+                                tools: Default::default(),
                             };
                             return;
                         }
@@ -365,10 +375,12 @@ impl FormatReader for ClaudeReader<'_> {
                             compacted: state.compacted,
                             blocks_added: state.blocks,
                             provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
+                            tool_results: state.tools,
                         };
                         state.human_turn = false;
                         state.compacted = false;
                         state.blocks = blocks;
+                        state.tools = Default::default();
                         let kind = if thread == "main" {
                             ThreadKind::Main
                         } else if thread.starts_with("acompact") {

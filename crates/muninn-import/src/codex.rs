@@ -214,6 +214,7 @@ impl FormatReader for CodexReader {
                         compacted: self.compacted,
                         blocks_added: 0,
                         provider_miss: None,
+                        tool_results: Default::default(),
                     };
                     self.human_turn = false;
                     self.compacted = false;

@@ -50,15 +50,40 @@ pub(crate) struct ContentShape {
     pub blocks: u32,
     /// How many of them are `tool_result` blocks.
     pub tool_results: u32,
+    /// The tokens of those blocks' content ([`muninn_core::tokenize::count`] of its text; an
+    /// image or other non-text part counts nothing): what a tool-result clear could remove.
+    pub tool_result_tokens: muninn_core::money::Tokens,
+}
+
+/// The tokens of a `tool_result` block's `content`: a string, or an array of parts whose `text`
+/// is counted.
+fn tool_content_tokens(content: &serde_json::Value) -> muninn_core::money::Tokens {
+    use muninn_core::tokenize::count;
+    match content {
+        serde_json::Value::String(text) => count(text),
+        serde_json::Value::Array(parts) => parts
+            .iter()
+            .map(|part| match part {
+                serde_json::Value::String(text) => count(text),
+                other => other
+                    .get("text")
+                    .and_then(serde_json::Value::as_str)
+                    .map_or(0, count),
+            })
+            .fold(0, |a, b| a.saturating_add(b)),
+        _ => 0,
+    }
 }
 
 impl<'de> Deserialize<'de> for ContentShape {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        /// Only the `type` of a block is read; the rest (text, tool output) is skipped unallocated.
+        /// Only the `type` of a block is read, and a tool result's `content` (to count its
+        /// tokens); the rest (text, tool inputs) is skipped unallocated.
         #[derive(serde::Deserialize)]
         struct Block<'a> {
             #[serde(rename = "type", borrow)]
             kind: Option<Str<'a>>,
+            content: Option<serde_json::Value>,
         }
 
         struct ShapeVisitor;
@@ -70,7 +95,7 @@ impl<'de> Deserialize<'de> for ContentShape {
             fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
                 Ok(ContentShape {
                     blocks: 1,
-                    tool_results: 0,
+                    ..ContentShape::default()
                 })
             }
             fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
@@ -80,11 +105,12 @@ impl<'de> Deserialize<'de> for ContentShape {
                 let mut shape = ContentShape::default();
                 while let Some(block) = seq.next_element::<BlockOrOther<'de>>()? {
                     shape.blocks = shape.blocks.saturating_add(1);
-                    if block
-                        .0
-                        .is_some_and(|b| b.kind.is_some_and(|k| k.as_str() == "tool_result"))
+                    if let Some(b) = block.0
+                        && b.kind.is_some_and(|k| k.as_str() == "tool_result")
                     {
                         shape.tool_results = shape.tool_results.saturating_add(1);
+                        let tokens = b.content.as_ref().map_or(0, tool_content_tokens);
+                        shape.tool_result_tokens = shape.tool_result_tokens.saturating_add(tokens);
                     }
                 }
                 Ok(shape)
@@ -271,7 +297,8 @@ mod tests {
             shape,
             ContentShape {
                 blocks: 1,
-                tool_results: 0
+                tool_results: 0,
+                tool_result_tokens: 0
             }
         );
         let shape: ContentShape = serde_json::from_str(
@@ -282,7 +309,9 @@ mod tests {
             shape,
             ContentShape {
                 blocks: 3,
-                tool_results: 1
+                tool_results: 1,
+                // "x": one token.
+                tool_result_tokens: 1
             }
         );
     }

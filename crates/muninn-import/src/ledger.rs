@@ -50,6 +50,7 @@ impl Mapper {
                 compacted: false,
                 blocks_added: 0,
                 provider_miss: row.provider_miss,
+                tool_results: Default::default(),
             };
             let thread = format!("{}/{side}", row.role);
             return (thread, ThreadKind::Compaction, request);
@@ -64,6 +65,7 @@ impl Mapper {
             compacted: previous.is_some_and(|s| s != row.segment),
             blocks_added: 0,
             provider_miss: row.provider_miss,
+            tool_results: Default::default(),
         };
         (row.role.clone(), ThreadKind::Mind, request)
     }

@@ -210,6 +210,7 @@ impl<'s> StreamJsonReader<'s> {
                 human_turn: false,
                 compacted: false,
                 blocks,
+                tools: Default::default(),
             };
             return;
         }
@@ -234,11 +235,13 @@ impl<'s> StreamJsonReader<'s> {
             compacted: state.compacted,
             blocks_added: state.blocks,
             provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
+            tool_results: state.tools,
         };
         *state = ThreadState {
             human_turn: false,
             compacted: false,
             blocks,
+            tools: Default::default(),
         };
         let main = thread == "main";
         let kind = if main {
@@ -284,6 +287,7 @@ impl FormatReader for StreamJsonReader<'_> {
                 let state = self.thread("main");
                 state.compacted = true;
                 state.blocks = 0;
+                state.tools = Default::default();
             }
             (Some("user"), _) if event.is_replay != Some(true) => {
                 let thread = event
@@ -298,6 +302,8 @@ impl FormatReader for StreamJsonReader<'_> {
                     .unwrap_or_default();
                 let state = self.thread(&thread);
                 state.blocks = state.blocks.saturating_add(shape.blocks);
+                state.tools.tokens = state.tools.tokens.saturating_add(shape.tool_result_tokens);
+                state.tools.uses = state.tools.uses.saturating_add(shape.tool_results);
                 if shape.blocks > 0 {
                     state.human_turn = shape.tool_results == 0;
                 }

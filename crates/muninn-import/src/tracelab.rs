@@ -226,6 +226,7 @@ impl FormatReader for TraceLabReader {
             compacted: state.is_some_and(|s| row.prefix < s.prompt),
             blocks_added: 0,
             provider_miss: None,
+            tool_results: Default::default(),
         };
         let wait = i64::try_from(row.wait_ms).unwrap_or(i64::MAX / 4);
         self.sessions.insert(

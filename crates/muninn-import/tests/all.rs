@@ -54,6 +54,7 @@ fn request(
         compacted,
         blocks_added: blocks,
         provider_miss: None,
+        tool_results: Default::default(),
     }
 }
 
@@ -113,8 +114,15 @@ mod claude {
                 vec![
                     // Four lines of one response: earliest time, last line's usage.
                     request(3, usage(3, 0, 9000, 1000, 120), true, false, 1),
-                    // Tool loop: not a boundary; 4 assistant blocks + 2 tool results since.
-                    request(8, usage(1, 0, 500, 10000, 30), false, false, 6),
+                    // Tool loop: not a boundary; 4 assistant blocks + 2 tool results since
+                    // (100 one-letter lines each: 100 tokens).
+                    TraceRequest {
+                        tool_results: muninn_core::trace::ToolResults {
+                            tokens: 200,
+                            uses: 2,
+                        },
+                        ..request(8, usage(1, 0, 500, 10000, 30), false, false, 6)
+                    },
                     // After compact_boundary + summary: compacted, summary is not a human turn.
                     request(125, usage(3, 0, 4000, 0, 8), false, true, 1),
                     // Text + image blocks from the user: a boundary.
@@ -129,7 +137,13 @@ mod claude {
                 p("s1__agent-a1.jsonl"),
                 vec![
                     request(32, usage(3, 0, 12000, 0, 90), true, false, 1),
-                    request(36, usage(1, 0, 800, 12000, 200), false, false, 3),
+                    TraceRequest {
+                        tool_results: muninn_core::trace::ToolResults {
+                            tokens: 100,
+                            uses: 1,
+                        },
+                        ..request(36, usage(1, 0, 800, 12000, 200), false, false, 3)
+                    },
                 ],
             ),
             trace(
@@ -771,4 +785,43 @@ fn codex_cache_writes_are_read_where_logged() {
         usages,
         vec![usage(80, 12_800, 0, 0, 328), usage(52, 512, 0, 13_056, 100)]
     );
+}
+
+/// Claude Code transcripts carry the `tool_result` blocks each request added: the importer
+/// records their count and the tokens of their text (what a later tool-result clear, the `mask`
+/// action, could remove), string and array content alike; a human turn adds none.
+#[test]
+fn claude_code_tool_results_are_sized() {
+    use muninn_core::trace::ToolResults;
+    let import = import(&[fixture("claude-tools")]);
+    assert!(import.warnings.is_empty(), "{:?}", import.warnings);
+    let t = import
+        .traces
+        .iter()
+        .find(|t| t.id == "t1/main/claude-sonnet-4-5")
+        .unwrap();
+    let sizes: Vec<ToolResults> = t.requests.iter().map(|r| r.tool_results).collect();
+    assert_eq!(
+        sizes,
+        vec![
+            ToolResults::default(),
+            // "Hello, world!": `Hell|o` `,` `worl|d` `!`.
+            ToolResults { tokens: 6, uses: 1 },
+            // "abcd efgh" (2) and "x" (1).
+            ToolResults { tokens: 3, uses: 2 },
+            ToolResults::default(),
+        ]
+    );
+    let boundaries: Vec<bool> = t.requests.iter().map(|r| r.boundary).collect();
+    assert_eq!(boundaries, vec![true, false, false, true]);
+    // The stored trace format keeps them (and omits them where there are none).
+    let mut stored = Vec::new();
+    write_traces(&mut stored, [t]).unwrap();
+    let text = String::from_utf8(stored.clone()).unwrap();
+    assert_eq!(text.matches("\"tool_results\"").count(), 2, "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.jsonl");
+    std::fs::write(&path, &stored).unwrap();
+    let back = read_trace_file(&path).unwrap();
+    assert_eq!(back.traces[0].requests, t.requests);
 }

@@ -58,6 +58,7 @@ fn stream_json_traces(source: &Path, last_output: u64) -> Vec<Trace> {
         compacted: false,
         blocks_added,
         provider_miss: None,
+        tool_results: Default::default(),
     };
     vec![
         trace(
@@ -230,6 +231,7 @@ fn tracelab_traces(source: &Path, model: &str) -> Vec<Trace> {
         compacted,
         blocks_added: 0,
         provider_miss: None,
+        tool_results: Default::default(),
     };
     vec![
         trace(
@@ -313,4 +315,57 @@ fn a_forced_format_skips_files_of_another() {
         .collect();
     assert_eq!(names, InputFormat::ALL.to_vec());
     assert!("csv".parse::<InputFormat>().is_err());
+}
+
+/// A `claude -p` stream-json log sizes the tool results between two requests the way the
+/// transcript reader does: the request after a `user` event of `tool_result` blocks carries
+/// their count and tokens, and is a tool-loop step, not a boundary.
+#[test]
+fn stream_json_tool_results_are_sized() {
+    let usage = |w: u64, r: u64| {
+        format!(
+            r#"{{"input_tokens":0,"cache_creation_input_tokens":{w},"cache_read_input_tokens":{r},"cache_creation":{{"ephemeral_5m_input_tokens":{w},"ephemeral_1h_input_tokens":0}},"output_tokens":5}}"#
+        )
+    };
+    let sid = "5e55a0f1-0000-4000-8000-00000000aaaa";
+    let lines = [
+        format!(
+            r#"{{"type":"system","subtype":"init","session_id":"{sid}","model":"claude-opus-4-6","tools":["Bash"]}}"#
+        ),
+        format!(
+            r#"{{"type":"assistant","message":{{"id":"msg_t_1","type":"message","role":"assistant","model":"claude-opus-4-6","content":[{{"type":"tool_use","id":"toolu_1","name":"Bash","input":{{}}}}],"usage":{}}},"parent_tool_use_id":null,"session_id":"{sid}"}}"#,
+            usage(9000, 0)
+        ),
+        format!(
+            r#"{{"type":"user","message":{{"role":"user","content":[{{"tool_use_id":"toolu_1","type":"tool_result","content":"Hello, world!"}}]}},"parent_tool_use_id":null,"session_id":"{sid}"}}"#
+        ),
+        format!(
+            r#"{{"type":"assistant","message":{{"id":"msg_t_2","type":"message","role":"assistant","model":"claude-opus-4-6","content":[{{"type":"text","text":"done"}}],"usage":{}}},"parent_tool_use_id":null,"session_id":"{sid}"}}"#,
+            usage(40, 9000)
+        ),
+        format!(
+            r#"{{"type":"result","subtype":"success","is_error":false,"duration_ms":2000,"session_id":"{sid}","usage":{}}}"#,
+            usage(9040, 9000)
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let got = with_format(std::slice::from_ref(&path), InputFormat::StreamJson).unwrap();
+    assert_eq!(got.warnings, vec![]);
+    let requests: Vec<_> = got.traces.iter().flat_map(|t| &t.requests).collect();
+    assert_eq!(requests.len(), 2, "{:?}", got.traces);
+    assert_eq!(
+        requests
+            .iter()
+            .map(|r| (r.boundary, r.tool_results))
+            .collect::<Vec<_>>(),
+        vec![
+            (true, muninn_core::trace::ToolResults::default()),
+            (
+                false,
+                muninn_core::trace::ToolResults { tokens: 6, uses: 1 }
+            ),
+        ]
+    );
 }

@@ -33,6 +33,12 @@ pub struct PolicyRow {
     pub flushes: u64,
     /// New segments.
     pub refreshes: u64,
+    /// Requests sent with a tool-result clear (the `mask` action).
+    #[serde(default)]
+    pub masks: u64,
+    /// Tool-result tokens those clears removed.
+    #[serde(default)]
+    pub cleared_tokens: u64,
     /// Tokens: uncached input.
     pub input_tokens: u64,
     /// Tokens written (5m + 1h).
@@ -104,8 +110,9 @@ impl ReplayReport {
             "pings",
             "flushes",
             "refreshes",
+            "masks",
         ];
-        let rows: Vec<[String; 9]> = self
+        let rows: Vec<[String; 10]> = self
             .rows
             .iter()
             .map(|r| {
@@ -120,6 +127,7 @@ impl ReplayReport {
                     r.pings.to_string(),
                     r.flushes.to_string(),
                     r.refreshes.to_string(),
+                    r.masks.to_string(),
                 ]
             })
             .collect();
@@ -150,13 +158,13 @@ impl ReplayReport {
     /// CSV: one header line, one line per policy.
     pub fn csv(&self) -> String {
         let mut out = String::from(
-            "policy,cost_usd,ratio_to_optimum,ratio_to_recorded,cache_hit_ratio,long_gap_write_share,requests,pings,flushes,refreshes,input_tokens,cache_write_tokens,cache_read_tokens,output_tokens\n",
+            "policy,cost_usd,ratio_to_optimum,ratio_to_recorded,cache_hit_ratio,long_gap_write_share,requests,pings,flushes,refreshes,input_tokens,cache_write_tokens,cache_read_tokens,output_tokens,masks,cleared_tokens\n",
         );
         for r in &self.rows {
             let opt = |x: Option<f64>| x.map_or(String::new(), |x| format!("{x:.6}"));
             let _ = writeln!(
                 out,
-                "{},{:.6},{},{},{:.6},{:.6},{},{},{},{},{},{},{},{}",
+                "{},{:.6},{},{},{:.6},{:.6},{},{},{},{},{},{},{},{},{},{}",
                 r.policy,
                 r.cost_micro_usd as f64 / 1e6,
                 opt(r.ratio_to_optimum),
@@ -170,7 +178,9 @@ impl ReplayReport {
                 r.input_tokens,
                 r.cache_write_tokens,
                 r.cache_read_tokens,
-                r.output_tokens
+                r.output_tokens,
+                r.masks,
+                r.cleared_tokens
             );
         }
         out
@@ -194,6 +204,8 @@ mod tests {
             pings: 2,
             flushes: 1,
             refreshes: 0,
+            masks: 1,
+            cleared_tokens: 900,
             input_tokens: 100,
             cache_write_tokens: 2_000,
             cache_read_tokens: 8_000,
@@ -223,10 +235,10 @@ mod tests {
 not priced: model \"mystery\" (4 requests) — add it to the price table
 assumptions: 5m TTL
 
-policy       cost $  ÷ optimum  ÷ recorded  hit ratio  long-gap writes  pings  flushes  refreshes
-recorded     1.5000      1.500       1.000      0.812            40.0%      2        1          0
-optimum      1.0000      1.000       0.667      0.812            40.0%      2        1          0
-ski-rental  12.3457          -           -      0.812            40.0%      2        1          0
+policy       cost $  ÷ optimum  ÷ recorded  hit ratio  long-gap writes  pings  flushes  refreshes  masks
+recorded     1.5000      1.500       1.000      0.812            40.0%      2        1          0      1
+optimum      1.0000      1.000       0.667      0.812            40.0%      2        1          0      1
+ski-rental  12.3457          -           -      0.812            40.0%      2        1          0      1
 ";
         assert_eq!(report().table(), expected);
     }
@@ -234,10 +246,10 @@ ski-rental  12.3457          -           -      0.812            40.0%      2   
     #[test]
     fn csv_has_one_line_per_policy_and_blank_missing_ratios() {
         let expected = "\
-policy,cost_usd,ratio_to_optimum,ratio_to_recorded,cache_hit_ratio,long_gap_write_share,requests,pings,flushes,refreshes,input_tokens,cache_write_tokens,cache_read_tokens,output_tokens
-recorded,1.500000,1.500000,1.000000,0.812500,0.400000,10,2,1,0,100,2000,8000,50
-optimum,1.000000,1.000000,0.666667,0.812500,0.400000,10,2,1,0,100,2000,8000,50
-ski-rental,12.345678,,,0.812500,0.400000,10,2,1,0,100,2000,8000,50
+policy,cost_usd,ratio_to_optimum,ratio_to_recorded,cache_hit_ratio,long_gap_write_share,requests,pings,flushes,refreshes,input_tokens,cache_write_tokens,cache_read_tokens,output_tokens,masks,cleared_tokens
+recorded,1.500000,1.500000,1.000000,0.812500,0.400000,10,2,1,0,100,2000,8000,50,1,900
+optimum,1.000000,1.000000,0.666667,0.812500,0.400000,10,2,1,0,100,2000,8000,50,1,900
+ski-rental,12.345678,,,0.812500,0.400000,10,2,1,0,100,2000,8000,50,1,900
 ";
         assert_eq!(report().csv(), expected);
     }

@@ -521,3 +521,88 @@ async fn a_tool_result_clear_is_priced_as_the_simulator_bills_it() {
     );
     assert!(n > 0, "a clear is never free at once here");
 }
+
+/// The decider's `mask` on the wire ([`Backend::turn_cleared`]): one turn carries a clear that
+/// applies at any size, billed by the simulator exactly as `muninn_core::mask::masked_usage`
+/// prices it; the session then goes on from the cleared history — the next turn sends the
+/// placeholders itself, carries no edit, and reads the whole prefix the clear wrote.
+#[tokio::test]
+async fn a_decided_clear_is_one_turn_and_the_session_goes_on_cleared() {
+    use muninn_anthropic::context::CLEARED_PLACEHOLDER;
+    let h = sim().await;
+    let mut b = backend_with(&h, ContextTools::default());
+    assert!(b.can_clear_tool_results());
+    b.start(spec(1)).await.unwrap();
+    let rounds = tool_rounds(&mut b, 3).await;
+    assert!(
+        rounds
+            .iter()
+            .flat_map(|o| &o.events)
+            .all(|e| !matches!(e, TurnEvent::ContextEdited { .. })),
+        "nothing is cleared unless decided"
+    );
+    let masked = b
+        .turn_cleared(TurnInput::text("now summarise the steps"), 1)
+        .await
+        .unwrap();
+    let Some(TurnEvent::ContextEdited {
+        cleared_input_tokens,
+        cleared_tool_uses,
+        kept_tokens: Some(kept),
+        ..
+    }) = masked
+        .events
+        .iter()
+        .find(|e| matches!(e, TurnEvent::ContextEdited { .. }))
+    else {
+        panic!("{:?}", masked.events)
+    };
+    assert_eq!(*cleared_tool_uses, 2, "all but the latest use");
+    assert_eq!(masked.predicted, Some(masked.usage));
+    let records: Vec<_> = h
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/messages")
+        .collect();
+    let at = records.len() - 1;
+    let billed = records[at].usage.unwrap();
+    assert_eq!(masked.usage, billed);
+    let cached_before_clear = records[..at]
+        .iter()
+        .flat_map(|r| shape(&r.body).unwrap().checkpoints)
+        .filter(|c| c.breakpoint.is_some() && c.tokens <= *kept)
+        .map(|c| c.tokens)
+        .max()
+        .unwrap_or(0);
+    let request = MaskedRequest {
+        uncleared_tokens: shape(&records[at].body).unwrap().total_tokens,
+        kept_tokens: *kept,
+        cleared_tokens: *cleared_input_tokens,
+        cached_before_clear,
+        ttl: Ttl::FiveMinutes,
+        output: masked.usage.output,
+    };
+    assert_eq!(masked_usage(&request), billed);
+
+    let next = b.turn(TurnInput::text("thanks")).await.unwrap();
+    let body = &h
+        .sim
+        .requests()
+        .into_iter()
+        .rfind(|r| r.path == "/v1/messages")
+        .unwrap()
+        .body;
+    assert!(body.get("context_management").is_none(), "{body}");
+    assert_eq!(
+        body.to_string().matches(CLEARED_PLACEHOLDER).count(),
+        2,
+        "the cleared results are sent as cleared"
+    );
+    assert_eq!(next.predicted, Some(next.usage));
+    assert_eq!(
+        next.usage.cache_read,
+        masked.usage.cache_read + masked.usage.written(),
+        "the next turn reads everything the clear wrote"
+    );
+}

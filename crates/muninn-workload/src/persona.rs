@@ -350,6 +350,7 @@ pub fn session_trace(
                 compacted: false,
                 blocks_added: 2,
                 provider_miss: None,
+                tool_results: Default::default(),
             });
         }
     }

@@ -203,6 +203,7 @@ pub fn session(seed: u64, requests: usize, params: &SynthParams) -> Trace {
             // An assistant reply and the next user message (tool result or human text).
             blocks_added: 2,
             provider_miss: None,
+            tool_results: Default::default(),
         });
         previous_cached = cached;
         if prompt > params.compact_at_tokens {

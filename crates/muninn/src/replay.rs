@@ -82,6 +82,13 @@ pub struct ReplayArgs {
     /// TTL of the head's own breakpoint: 5m or 1h [default: the session's TTL].
     #[arg(long)]
     head_ttl: Option<Ttl>,
+    /// Never clear old tool results (the `mask` action): the policies as they run on a backend
+    /// that cannot. By default a policy may mask where the trace records tool-result sizes.
+    #[arg(long)]
+    no_mask: bool,
+    /// Tool uses whose results a clear keeps (the latest).
+    #[arg(long, default_value_t = Assumptions::default().mask_keep_tool_uses)]
+    mask_keep_tool_uses: u32,
     /// Replay a muninn ledger export in closed loop: under the policy and parameters each row
     /// records, every decision the host took must come out the same and the cost within
     /// --tolerance, or the command fails.
@@ -178,6 +185,8 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         decide_before_expiry_ms: args.decide_before_s * 1000,
         ttl: args.ttl,
         head_ttl: args.head_ttl,
+        mask: !args.no_mask,
+        mask_keep_tool_uses: args.mask_keep_tool_uses,
     };
     if args.rehydrate_tokens.is_none() {
         let samples = rehydration::measured_rehydrations(&import.traces).len();
@@ -441,6 +450,8 @@ fn row(plan: Plan, t: &RunTotals, to_optimum: Option<f64>, to_recorded: Option<f
         pings: t.pings,
         flushes: t.flushes,
         refreshes: t.refreshes,
+        masks: t.masks,
+        cleared_tokens: t.cleared_tokens,
         input_tokens: t.usage.input,
         cache_write_tokens: t.usage.written(),
         cache_read_tokens: t.usage.cache_read,

@@ -60,6 +60,7 @@ impl Driver {
             events,
             request_id: collected.request_id,
             breakpoints: Vec::new(),
+            tool_results: Default::default(),
             provider_miss: None,
         })
     }
@@ -144,6 +145,7 @@ impl Driver {
             events,
             request_id: collected.request_id,
             breakpoints: Vec::new(),
+            tool_results: Default::default(),
             provider_miss: None,
         })
     }

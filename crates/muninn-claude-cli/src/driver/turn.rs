@@ -279,6 +279,7 @@ fn terminated_outcome(collected: Collected, report: &TurnReport) -> TurnOutcome 
         events: Vec::new(),
         request_id: collected.request_id,
         breakpoints: Vec::new(),
+        tool_results: Default::default(),
         provider_miss: None,
     }
 }

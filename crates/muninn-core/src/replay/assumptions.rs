@@ -43,6 +43,21 @@ pub struct Assumptions {
     /// The TTL of the head's own breakpoint. Default: the session's TTL. A head TTL shorter than
     /// the session's is raised to it (a 1h breakpoint may not follow a 5m one).
     pub head_ttl: Option<Ttl>,
+    /// Whether the session may clear old tool results (the `mask` action) where the trace says
+    /// how big they are and the provider can. Default on; off replays the policy without it.
+    #[serde(default = "yes")]
+    pub mask: bool,
+    /// Tool uses whose results a clear keeps (the latest). Default 3, the provider's default.
+    #[serde(default = "three")]
+    pub mask_keep_tool_uses: u32,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn three() -> u32 {
+    3
 }
 
 impl Default for Assumptions {
@@ -59,6 +74,8 @@ impl Default for Assumptions {
             decide_before_expiry_ms: 30_000,
             ttl: None,
             head_ttl: None,
+            mask: true,
+            mask_keep_tool_uses: 3,
         }
     }
 }
@@ -83,6 +100,7 @@ impl Assumptions {
             min_segment_requests: self.min_segment_requests,
             ceiling_tokens: self.ceiling_tokens.unwrap_or(price.context_window),
             context_window: price.context_window,
+            mask_keep_tool_uses: self.mask_keep_tool_uses,
         }
     }
 }
@@ -98,11 +116,19 @@ impl fmt::Display for Assumptions {
             .map_or("the model's context window".to_string(), |c| c.to_string());
         let ttl = self.ttl.map_or("as recorded per trace", |t| t.label());
         let head_ttl = self.head_ttl.map_or("as the session", |t| t.label());
+        let mask = if self.mask {
+            format!(
+                "clears keep the latest {} tool uses",
+                self.mask_keep_tool_uses
+            )
+        } else {
+            "no clears".to_string()
+        };
         write!(
             f,
             "head tokens: {head}; rehydration (memory/summary) tokens: {}; flush instruction tokens: {}; \
              flush output tokens: {}; ping tail tokens: {}; ping output tokens: {}; minimum segment: {} requests; ceiling: {ceiling}; \
-             decide {} s before expiry; TTL: {ttl}; head TTL: {head_ttl}",
+             decide {} s before expiry; TTL: {ttl}; head TTL: {head_ttl}; mask: {mask}",
             self.rehydrate_tokens,
             self.flush_prompt_tokens,
             self.flush_output_tokens.unwrap_or(self.rehydrate_tokens),

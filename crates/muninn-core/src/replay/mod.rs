@@ -21,12 +21,26 @@
 //!
 //! The `recorded` plan prices the recorded usage itself; the `optimum` plan is the hindsight
 //! dynamic program of [`crate::optimum`], executed by the same engine so that it is priced exactly
-//! like every online policy.
+//! like every online policy. The optimum chooses among append, ping, flush and refresh only: it
+//! never masks, so it is the optimum *over append/ping/refresh*, and a policy that masks may
+//! cost less than it.
+//!
+//! # Masks
+//!
+//! Where the trace records the tool results each request added ([`crate::trace::ToolResults`]),
+//! the engine tells the accounting ([`Accounting::tool_results`]), and a policy may clear them
+//! ([`Action::Mask`]). A masked request is sent as the provider sends a cleared prompt: the head
+//! (read if warm), then the rest of the prompt without the cleared tokens under a new
+//! fingerprint, written in full (its breakpoint on the last block) — the usage of
+//! [`crate::mask::masked_usage`], which a test checks step by step. Every later request of the
+//! segment is shorter by the cleared tokens.
 
 use crate::cache::{
     CacheRules, CacheState, Checkpoint, Fingerprint, Prediction, Prompt, Ttl, extend, hash_bytes,
 };
-use crate::decide::{Action, Decision, Event, Policy, Rates, Reason, SessionView, decide};
+use crate::decide::{
+    Action, Capabilities, Decision, Event, Policy, Rates, Reason, SessionView, decide,
+};
 use crate::learn::Learned;
 use crate::ledger::MissCause;
 use crate::money::{MicroUsd, Tokens};
@@ -40,9 +54,11 @@ use std::str::FromStr;
 mod assumptions;
 mod minds;
 pub mod rehydration;
+mod totals;
 
 pub use assumptions::Assumptions;
 pub use minds::{mind_of, replay_traces};
+pub use totals::{RunTotals, Step, StepKind};
 
 /// What to replay a trace under.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -111,6 +127,8 @@ pub struct Turn {
     pub blocks: u32,
     /// The recorded usage, for the `recorded` plan and for comparisons.
     pub recorded: Usage,
+    /// The tool results it adds (their tokens at most `delta`).
+    pub tools: crate::trace::ToolResults,
 }
 
 /// Reconstructs a trace's growth: the head size and one [`Turn`] per request.
@@ -151,6 +169,10 @@ pub fn reconstruct(trace: &Trace, head: Option<Tokens>) -> (Tokens, Vec<Turn>) {
                 r.blocks_added.min(1_000_000)
             },
             recorded: r.usage,
+            tools: crate::trace::ToolResults {
+                tokens: r.tool_results.tokens.min(delta),
+                uses: r.tool_results.uses,
+            },
         });
     }
     (head, turns)
@@ -179,120 +201,6 @@ fn reconstruct_for(trace: &Trace, config: &ReplayConfig<'_>) -> (Tokens, Vec<Tur
         }
     }
     (head, turns)
-}
-
-/// What kind of request a step was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StepKind {
-    /// One of the trace's requests.
-    Request,
-    /// A keep-warm ping.
-    Ping,
-    /// A memory flush.
-    Flush,
-}
-
-/// One request the replay made, priced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Step {
-    /// Index of the trace request this step belongs to (a ping or flush belongs to the gap before it).
-    pub index: usize,
-    /// When it was sent.
-    pub at_ms: i64,
-    /// What it was.
-    pub kind: StepKind,
-    /// Its usage.
-    pub usage: Usage,
-    /// Its cost.
-    pub cost: MicroUsd,
-    /// For requests: the idle gap since the previous request of the trace.
-    pub gap_ms: i64,
-    /// For requests: why it missed, if it did.
-    pub miss: Option<MissCause>,
-    /// For requests: whether it began a new segment.
-    pub refreshed: bool,
-}
-
-/// Totals of one trace (or many) under one plan.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunTotals {
-    /// Everything paid.
-    pub cost: MicroUsd,
-    /// All usage, requests + pings + flushes.
-    pub usage: Usage,
-    /// The trace's requests.
-    pub requests: u64,
-    /// Keep-warm pings sent.
-    pub pings: u64,
-    /// Memory flushes.
-    pub flushes: u64,
-    /// New segments started.
-    pub refreshes: u64,
-    /// Tokens written by requests that followed an idle gap longer than the TTL.
-    pub writes_after_long_gap: Tokens,
-    /// Requests that missed, per cause (indexed by `cause as usize`, see [`MissCause::ALL`]).
-    pub misses: [u64; MissCause::COUNT],
-}
-
-impl RunTotals {
-    /// Adds another run's totals.
-    pub fn add(&mut self, other: &RunTotals) {
-        self.cost += other.cost;
-        self.usage.add(&other.usage);
-        self.requests += other.requests;
-        self.pings += other.pings;
-        self.flushes += other.flushes;
-        self.refreshes += other.refreshes;
-        self.writes_after_long_gap += other.writes_after_long_gap;
-        for (a, b) in self.misses.iter_mut().zip(other.misses) {
-            *a += b;
-        }
-    }
-
-    /// Cache reads over all prompt tokens.
-    pub fn hit_ratio(&self) -> f64 {
-        let prompt = self.usage.prompt();
-        if prompt == 0 {
-            0.0
-        } else {
-            self.usage.cache_read as f64 / prompt as f64
-        }
-    }
-
-    /// The share of cache writes that followed an idle gap longer than the TTL.
-    pub fn long_gap_write_share(&self) -> f64 {
-        let w = self.usage.written();
-        if w == 0 {
-            0.0
-        } else {
-            self.writes_after_long_gap as f64 / w as f64
-        }
-    }
-
-    /// Adds one step, the way [`replay_trace`] does (a request after a gap longer than `ttl`
-    /// counts its writes as long-gap writes); for callers that keep only some steps (a time
-    /// window).
-    pub fn record(&mut self, step: &Step, ttl: Ttl) {
-        self.cost += step.cost;
-        self.usage.add(&step.usage);
-        match step.kind {
-            StepKind::Request => {
-                self.requests += 1;
-                if step.gap_ms > ttl.millis() {
-                    self.writes_after_long_gap += step.usage.written();
-                }
-                if let Some(cause) = step.miss {
-                    self.misses[cause as usize] += 1;
-                }
-                if step.refreshed {
-                    self.refreshes += 1;
-                }
-            }
-            StepKind::Ping => self.pings += 1,
-            StepKind::Flush => self.flushes += 1,
-        }
-    }
 }
 
 /// Everything the engine needs besides the trace and the plan.
@@ -346,6 +254,7 @@ pub fn replay_trace_learning(
                 gap_ms: previous.map_or(0, |p| r.at_ms - p),
                 miss: None,
                 refreshed: r.compacted,
+                mask: None,
             };
             previous = Some(r.at_ms);
             totals.record(&step, ttl);
@@ -371,6 +280,8 @@ pub fn replay_trace_learning(
         totals.record(step, ttl);
         on_step(step);
     });
+    // The session is over: its last segment is finished (what masks weigh their payback by).
+    engine.acc.end_session();
     *learned = engine.acc.learned();
     totals
 }
@@ -484,6 +395,8 @@ struct Engine<'a> {
     segment_base: Tokens,
     segment_start_len: Tokens,
     segment_blocks: u32,
+    /// Tool-result tokens the current segment's clears removed.
+    segment_cleared: Tokens,
     // Where the last request's cached prefix ends: its tokens, fingerprint and block (0: the
     // prefix is the head).
     end_tokens: Tokens,
@@ -509,7 +422,10 @@ impl<'a> Engine<'a> {
             bounds: a.bounds(head, config.price),
             min_cacheable: config.price.min_cacheable,
             decide_before_expiry_ms: a.decide_before_expiry_ms,
-            can: config.price.provider.capabilities(),
+            can: Capabilities {
+                mask: a.mask && config.price.provider.capabilities().mask,
+                ..config.price.provider.capabilities()
+            },
             lifetime_ms: config.rules.lifetime_ms,
         };
         Engine {
@@ -528,6 +444,7 @@ impl<'a> Engine<'a> {
             segment_base: head,
             segment_start_len: 0,
             segment_blocks: 1,
+            segment_cleared: 0,
             end_tokens: 0,
             end_fp: 0,
             end_block: 0,
@@ -638,6 +555,7 @@ impl<'a> Engine<'a> {
             gap_ms: 0,
             miss: None,
             refreshed: false,
+            mask: None,
         });
         (usage, cost)
     }
@@ -671,6 +589,40 @@ impl<'a> Engine<'a> {
                 }
                 (keep, _) => self.acc.let_go(keep),
             }
+        }
+    }
+
+    /// The request for `turn` is sent with a clear (the `mask` action): the accounting drops
+    /// the clearable results, the segment is that much shorter from now on, and the clear is
+    /// described as [`crate::mask`] prices it — the head read if warm (the longest cached prefix
+    /// before the first cleared block), the rest of the shorter prompt written.
+    fn clear(
+        &mut self,
+        view: &SessionView,
+        turn: &Turn,
+        length: Tokens,
+        now: i64,
+    ) -> crate::mask::MaskedRequest {
+        let head_warm = self
+            .cache
+            .expiry(self.model, self.head_fp)
+            .is_some_and(|t| t > now);
+        let uncleared = self.segment_base + (length + turn.delta - self.segment_start_len)
+            - self.segment_cleared;
+        let kept = view.clear_from_tokens;
+        let cleared = self.acc.masked();
+        self.segment_cleared += cleared;
+        crate::mask::MaskedRequest {
+            uncleared_tokens: uncleared,
+            kept_tokens: kept,
+            cleared_tokens: cleared,
+            cached_before_clear: if head_warm && kept >= self.head {
+                self.head
+            } else {
+                0
+            },
+            ttl: self.ttl,
+            output: turn.output,
         }
     }
 
@@ -711,6 +663,7 @@ impl<'a> Engine<'a> {
                 self.segment_base = self.head + self.acc.params().bounds.rehydrate_tokens;
                 self.segment_start_len = length;
                 self.segment_blocks = 2;
+                self.segment_cleared = 0;
                 let cause = if decision.reason == Reason::Ceiling {
                     SegmentCause::Forced
                 } else {
@@ -718,12 +671,16 @@ impl<'a> Engine<'a> {
                 };
                 self.acc.begin_segment(self.head, cause);
             }
+            let masked = decision.action == Action::Mask && index > 0;
+            let mask = masked.then(|| self.clear(&view, turn, length, now));
             length += turn.delta;
-            let prompt_tokens = self.segment_base + (length - self.segment_start_len);
-            let cached = prompt_tokens - turn.uncached;
+            let prompt_tokens =
+                self.segment_base + (length - self.segment_start_len) - self.segment_cleared;
+            // A cleared prompt carries its breakpoint on its last block, as the host sends it.
+            let cached = prompt_tokens - if masked { 0 } else { turn.uncached };
             self.checkpoints.clear();
             self.checkpoints.push(self.head_checkpoint());
-            if self.acc.segment_requests() > 0 && self.end_block > 0 {
+            if self.acc.segment_requests() > 0 && self.end_block > 0 && !masked {
                 self.checkpoints.push(Checkpoint {
                     block: self.end_block,
                     tokens: self.end_tokens,
@@ -768,8 +725,10 @@ impl<'a> Engine<'a> {
                 gap_ms: gap,
                 miss,
                 refreshed,
+                mask,
             });
             // The accounting follows the cache model's state, which the priced request built.
+            self.acc.tool_results(turn.tools.tokens, turn.tools.uses);
             self.acc.request(now, &priced);
             self.segment_blocks = block;
             self.end_tokens = cached.max(self.head);

@@ -17,6 +17,9 @@ use muninn_core::cache::hash_bytes;
 use muninn_core::decide::{Bounds, Capabilities, Decision, Event, Rates};
 use muninn_core::ledger::{Decided, ForcedStart, LedgerRow, RowKind, SegmentStart};
 use muninn_core::money::Tokens;
+
+/// Tool uses a clear keeps: the provider's default `keep` for `clear_tool_uses_20250919`.
+const MASK_KEEP_TOOL_USES: u32 = 3;
 use muninn_core::price::ModelPrice;
 use muninn_core::render::Renderer;
 use muninn_core::session::{Accounting, Params};
@@ -50,19 +53,24 @@ const RESTORE_PAGE: i64 = 1_000;
 /// structured-output acknowledgement): an estimate for pricing pings, not a limit.
 const PING_TOKENS: Tokens = 12;
 
-/// What a role's backend can do about keep-warm pings: whether it pings at all, and the output
-/// tokens one ping pays ([`Backend::ping_output_tokens`]).
-pub(super) fn pinging<B: Backend>(backend: &B) -> (bool, Tokens) {
-    (backend.can_ping(), backend.ping_output_tokens())
+/// What a role's backend can do besides turns: whether it pings at all, the output tokens one
+/// ping pays ([`Backend::ping_output_tokens`]), and whether it can clear old tool results
+/// ([`Backend::can_clear_tool_results`]).
+pub(super) fn pinging<B: Backend>(backend: &B) -> (bool, Tokens, bool) {
+    (
+        backend.can_ping(),
+        backend.ping_output_tokens(),
+        backend.can_clear_tool_results(),
+    )
 }
 
 /// The accounting parameters of a role's session: the Mind's TTLs and bounds, its model's
-/// prices, and what the role's backend can do (`(can_ping, ping_output_tokens)`).
+/// prices, and what the role's backend can do (`(can_ping, ping_output_tokens, can_clear)`).
 pub(super) fn session_params(
     mind: &MindConfig,
     price: &ModelPrice,
     role: Role,
-    (can_ping, ping_output_tokens): (bool, Tokens),
+    (can_ping, ping_output_tokens, can_clear): (bool, Tokens, bool),
 ) -> Params {
     let (flush_prompt_tokens, flush_output_tokens) = match role {
         // The Self flushes through a request at each refresh.
@@ -89,6 +97,7 @@ pub(super) fn session_params(
             min_segment_requests: mind.min_segment,
             ceiling_tokens: mind.ceiling_tokens.unwrap_or(price.context_window),
             context_window: price.context_window,
+            mask_keep_tool_uses: MASK_KEEP_TOOL_USES,
         },
         min_cacheable: price.min_cacheable,
         decide_before_expiry_ms: super::DECIDE_BEFORE_EXPIRY_MS,
@@ -98,6 +107,9 @@ pub(super) fn session_params(
             // Only the Self flushes while idle; a Persona writes memory as it happens, and a
             // compacting one compacts at its next turn, not in the gap.
             idle_flush: role == Role::SelfRole,
+            // The backend can clear; whether there is anything to clear is the accounting's
+            // (the host's turns carry no tool results of their own yet, so today there is not).
+            mask: can_clear,
         },
         lifetime_ms: None,
     }
@@ -105,7 +117,7 @@ pub(super) fn session_params(
 
 impl<B: Backend> MindRunner<B> {
     /// The accounting parameters of a role's session.
-    pub(super) fn params(&self, role: Role, pinging: (bool, Tokens)) -> Params {
+    pub(super) fn params(&self, role: Role, pinging: (bool, Tokens, bool)) -> Params {
         session_params(&self.mind, &self.price, role, pinging)
     }
 
@@ -191,6 +203,7 @@ impl<B: Backend> MindRunner<B> {
             bounds: asked.bounds.unwrap_or_else(|| acc.bounds()),
             decide_before_expiry_ms: params.decide_before_expiry_ms,
             can: params.can,
+            tool_results: Default::default(),
         }
     }
 
@@ -261,16 +274,20 @@ impl<B: Backend> MindRunner<B> {
             row.rehydration_tokens = start.rehydration;
             row.turn = 0;
         }
-        let decided = self.decided(&session.acc, &asked, start, session.lost_at_ms);
+        let mut decided = self.decided(&session.acc, &asked, start, session.lost_at_ms);
+        if asked.kind == RowKind::Request {
+            decided.tool_results = outcome.tool_results;
+        }
         let session = self.session_mut(role);
         session.lost_at_ms = None;
         if start.is_some() {
             session.starting = None;
         }
         let events = session.attach_events(&mut row);
+        // A clear drops what it cleared; the turn's tool results join the segment.
         session
             .acc
-            .record(asked.kind, now, &outcome.usage, row.cost, start.as_ref());
+            .record_decided(&decided, now, &outcome.usage, row.cost);
         row.decided = Some(decided);
         self.host.telemetry.answered(&Answered {
             row: &row,
@@ -307,7 +324,9 @@ impl<B: Backend> MindRunner<B> {
                 let (kind, start) = match &row.decided {
                     Some(d) => {
                         acc.set_params(muninn_core::closed_loop::params_of(d, &self.price));
-                        (d.kind, d.segment)
+                        segment = Some(row.segment);
+                        acc.record_decided(d, row.at_ms, &row.usage, row.cost);
+                        continue;
                     }
                     None => {
                         // Before decision records: the segment's first row says its size.

@@ -333,7 +333,15 @@ impl<B: Backend> MindRunner<B> {
         text: String,
         now: i64,
     ) -> Result<Answer, RuntimeError> {
-        let outcome = match self.persona.backend.turn(TurnInput::text(text)).await {
+        let input = TurnInput::text(text);
+        let sent = if plan.decision.is_some_and(|d| d.action == Action::Mask) {
+            // The decider's mask: this turn clears the old tool results.
+            let keep = self.persona.acc.params().bounds.mask_keep_tool_uses;
+            self.persona.backend.turn_cleared(input, keep).await
+        } else {
+            self.persona.backend.turn(input).await
+        };
+        let outcome = match sent {
             Ok(o) => o,
             Err(e) => {
                 // A backend that keeps its own durable session (the CLI) relaunches it by itself

@@ -55,9 +55,14 @@ pub(super) async fn ledger(factory: &dyn StoreFactory) {
             min_segment_requests: 4,
             ceiling_tokens: 200_000,
             context_window: 200_000,
+            mask_keep_tool_uses: 3,
         },
         decide_before_expiry_ms: 30_000,
         can: muninn_core::decide::Capabilities::default(),
+        tool_results: muninn_core::trace::ToolResults {
+            tokens: 1_200,
+            uses: 2,
+        },
     });
     // The provider's diagnosis beside muninn's cause comes back whole: a change with its
     // magnitude on one row, a label without one on another, a reason this build does not know

@@ -1,0 +1,463 @@
+//! The `mask` action: the decider clears old tool results when the segment's expected remaining
+//! requests pay the clear back (and not when they are too few), the remaining-requests measure
+//! learned from finished segments, and the replay engine prices every clear as
+//! [`muninn_core::mask::masked_usage`] does.
+
+use muninn_core::cache::{CacheRules, Ttl};
+use muninn_core::decide::{
+    Action, Capabilities, Event, Policy, Rates, Reason, SessionView, decide,
+};
+use muninn_core::learn::{Learned, MIN_SEGMENTS_EVIDENCE, SegmentLengths};
+use muninn_core::mask::{MaskedRequest, mask_break_even, masked_usage};
+use muninn_core::money::Tokens;
+use muninn_core::price::{ModelPrice, PriceTable};
+use muninn_core::replay::{Assumptions, Plan, ReplayConfig, RunTotals, Step, replay_trace};
+use muninn_core::session::{Accounting, Params};
+use muninn_core::trace::{ThreadKind, ToolResults, Trace, TraceRequest, Usage};
+
+const HEAD: Tokens = 12_000;
+const MODEL: &str = "claude-sonnet-4-5";
+const T0: i64 = 1_800_000_000_000;
+
+fn price() -> ModelPrice {
+    PriceTable::embedded().model(MODEL).expect("priced").clone()
+}
+
+fn assumptions() -> Assumptions {
+    Assumptions {
+        head_tokens: Some(HEAD),
+        rehydrate_tokens: 4_000,
+        ttl: Some(Ttl::FiveMinutes),
+        ..Assumptions::default()
+    }
+}
+
+/// A warm session of `prefix` cached tokens whose prompt holds `cleared` clearable tool-result
+/// tokens from `from` on, expected to have `remaining` more requests.
+fn view(prefix: Tokens, from: Tokens, cleared: Tokens, remaining: u64) -> SessionView {
+    let price = price();
+    let a = assumptions();
+    let ttl = Ttl::FiveMinutes;
+    let mut acc = Accounting::new(Params {
+        ttl,
+        head_ttl: ttl,
+        rates: Rates::of(&price, ttl, ttl),
+        bounds: a.bounds(HEAD, &price),
+        min_cacheable: price.min_cacheable,
+        decide_before_expiry_ms: a.decide_before_expiry_ms,
+        can: Capabilities::default(),
+        lifetime_ms: None,
+    });
+    // Five warm requests growing to `prefix`.
+    let mut prompt = HEAD;
+    for i in 0..5 {
+        let read = if i == 0 { 0 } else { prompt };
+        let next = HEAD + (prefix - HEAD) * (i + 1) / 5;
+        acc.request(
+            T0 + i as i64 * 10_000,
+            &Usage {
+                cache_write_5m: next - read,
+                cache_read: read,
+                ..Usage::default()
+            },
+        );
+        prompt = next;
+    }
+    SessionView {
+        clearable_tokens: cleared,
+        clear_from_tokens: from,
+        remaining_requests: remaining,
+        ..acc.view()
+    }
+}
+
+const NOW: i64 = T0 + 50_000;
+
+fn arrival(delta: Tokens) -> Event {
+    Event::Arrival {
+        boundary: false,
+        delta,
+    }
+}
+
+/// The decider masks exactly when the requests the segment is expected still to have pass
+/// `mask::mask_break_even` for the same clear: one fewer and it appends.
+#[test]
+fn the_decider_masks_when_the_remaining_requests_pass_the_break_even() {
+    let (prefix, from, cleared, delta) = (150_000, 30_000, 90_000, 2_000);
+    let request = MaskedRequest {
+        uncleared_tokens: prefix + delta,
+        kept_tokens: from,
+        cleared_tokens: cleared,
+        cached_before_clear: HEAD,
+        ttl: Ttl::FiveMinutes,
+        output: 0,
+    };
+    let break_even = mask_break_even(&request, prefix, &price()).expect("pays back some time");
+    assert!(
+        break_even >= 2,
+        "a clear of a warm prefix costs extra now: {break_even}"
+    );
+    for policy in [Policy::SkiRental, Policy::Predictive] {
+        let too_few = decide(
+            policy,
+            &view(prefix, from, cleared, break_even - 1),
+            arrival(delta),
+            NOW,
+        );
+        assert_eq!(too_few.action, Action::Append, "{policy}: {too_few:?}");
+        let enough = decide(
+            policy,
+            &view(prefix, from, cleared, break_even + 1),
+            arrival(delta),
+            NOW,
+        );
+        assert_eq!(
+            (enough.action, enough.reason),
+            (Action::Mask, Reason::MaskPaysBack),
+            "{policy}"
+        );
+        // The mask alternative is priced as mask::masked_usage prices the clear.
+        let priced = enough
+            .considered()
+            .find(|a| a.action == Action::Mask)
+            .expect("mask considered")
+            .estimate;
+        assert_eq!(priced, price().cost(&masked_usage(&request)));
+    }
+}
+
+/// Nothing clearable, a backend that cannot clear, or a policy that never masks: no mask,
+/// however long the segment is expected to go on.
+#[test]
+fn policies_and_backends_that_cannot_mask_do_not() {
+    let arrival = arrival(2_000);
+    let paying = view(150_000, 30_000, 90_000, 1_000);
+    assert_eq!(
+        decide(Policy::SkiRental, &paying, arrival, NOW).action,
+        Action::Mask
+    );
+    for policy in [
+        Policy::Never,
+        Policy::Rebuild,
+        Policy::Threshold(800_000),
+        Policy::Ceiling(300_000),
+        Policy::Keepalive(3),
+    ] {
+        let d = decide(policy, &paying, arrival, NOW);
+        assert_ne!(d.action, Action::Mask, "{policy}: {d:?}");
+    }
+    let cannot = SessionView {
+        can: Capabilities {
+            mask: false,
+            ..Capabilities::default()
+        },
+        ..paying
+    };
+    assert_eq!(
+        decide(Policy::SkiRental, &cannot, arrival, NOW).action,
+        Action::Append
+    );
+    let nothing = view(150_000, 0, 0, 1_000);
+    assert_eq!(
+        decide(Policy::SkiRental, &nothing, arrival, NOW).action,
+        Action::Append
+    );
+    // Cold: the request rewrites its prompt anyway; the rule is kept to the warm case.
+    let cold = decide(Policy::SkiRental, &paying, arrival, NOW + 3_600_000);
+    assert_ne!(cold.action, Action::Mask, "{cold:?}");
+}
+
+/// Where the growth rule would refresh, the decider takes whichever gains more over the
+/// segment's expected remaining requests: a refresh that drops far more than the clear would,
+/// or a clear that drops nearly as much as the refresh, more cheaply.
+#[test]
+fn a_mask_is_weighed_against_the_refresh_the_growth_rule_takes() {
+    let arrival = Event::Arrival {
+        boundary: true,
+        delta: 2_000,
+    };
+    let mut small_clear = view(150_000, 140_000, 5_000, 1_000);
+    small_clear.read_excess = muninn_core::money::MicroUsd(1_000_000_000);
+    let d = decide(Policy::SkiRental, &small_clear, arrival, NOW);
+    assert_eq!(
+        (d.action, d.reason),
+        (Action::Refresh, Reason::GrowthBreakEven)
+    );
+    let mut big_clear = view(150_000, 14_000, 134_000, 1_000);
+    big_clear.read_excess = small_clear.read_excess;
+    let d = decide(Policy::SkiRental, &big_clear, arrival, NOW);
+    assert_eq!((d.action, d.reason), (Action::Mask, Reason::MaskPaysBack));
+}
+
+/// The remaining-requests measure: the prior (half the requests so far) until enough segments
+/// have finished, then the median of what the finished segments longer than the current one
+/// still had; more long segments raise it, and it never looks at an unfinished segment.
+#[test]
+fn the_remaining_requests_are_learned_from_finished_segments() {
+    let mut lengths = SegmentLengths::default();
+    assert_eq!(lengths.remaining(0), 0);
+    assert_eq!(lengths.remaining(10), 5);
+    for _ in 0..MIN_SEGMENTS_EVIDENCE - 1 {
+        lengths.observe(100);
+    }
+    assert_eq!(lengths.remaining(10), 5, "too little evidence: the prior");
+    lengths.observe(100);
+    // Three segments of 100 (spread over 64..128): the median survivor of 10 ends at 96.
+    assert_eq!(lengths.remaining(10), 86);
+    // None outlived 500: the prior again.
+    assert_eq!(lengths.remaining(500), 250);
+    // Short segments pull the median of a young segment down, not that of an old one.
+    let mut mixed = lengths;
+    for _ in 0..6 {
+        mixed.observe(6);
+    }
+    assert!(mixed.remaining(2) < lengths.remaining(2), "{mixed:?}");
+    assert_eq!(mixed.remaining(10), lengths.remaining(10));
+    // Evidence adds up across sessions.
+    let sum = Learned {
+        segments: lengths,
+        ..Learned::default()
+    } + Learned {
+        segments: mixed,
+        ..Learned::default()
+    };
+    assert_eq!(sum.segments.count(), lengths.count() + mixed.count());
+}
+
+/// A tool loop of `n` requests, 10 s apart, each adding `delta` tokens of which `tools` are one
+/// tool result; the recorded usage is a warm append with the breakpoint on the last block.
+fn tool_loop(n: usize, delta: Tokens, tools: Tokens) -> Trace {
+    let mut prompt = HEAD;
+    let requests = (0..n)
+        .map(|i| {
+            let read = if i == 0 { 0 } else { prompt };
+            prompt += delta;
+            TraceRequest {
+                at_ms: T0 + i as i64 * 10_000,
+                usage: Usage {
+                    cache_write_5m: prompt - read,
+                    cache_read: read,
+                    output: 300,
+                    ..Usage::default()
+                },
+                boundary: i % 20 == 0,
+                tool_results: ToolResults {
+                    tokens: if i == 0 { 0 } else { tools },
+                    uses: u32::from(i > 0),
+                },
+                ..TraceRequest::default()
+            }
+        })
+        .collect();
+    Trace {
+        id: format!("loop/main/{MODEL}"),
+        session: "loop".into(),
+        thread: "main".into(),
+        kind: ThreadKind::Main,
+        model: MODEL.into(),
+        source: "loop.jsonl".into(),
+        requests,
+    }
+}
+
+fn replay(t: &Trace, plan: Plan, a: &Assumptions, steps: &mut Vec<Step>) -> RunTotals {
+    let price = price();
+    let config = ReplayConfig {
+        price: &price,
+        assumptions: a,
+        rules: &CacheRules::default(),
+    };
+    replay_trace(t, plan, &config, &mut |s| steps.push(*s))
+}
+
+/// On a tool loop whose results dominate its growth, the default masks; every masked request
+/// is billed what `mask::masked_usage` says for its clear, the totals count each mask and the
+/// tokens it cleared, and the run costs less than the same policy without masks. `never` does
+/// not mask.
+#[test]
+fn replay_counts_and_prices_masks_as_masked_usage() {
+    let t = tool_loop(120, 6_000, 5_000);
+    let a = assumptions();
+    let mut steps = Vec::new();
+    let with = replay(&t, Plan::Online(Policy::SkiRental), &a, &mut steps);
+    let masks: Vec<&Step> = steps.iter().filter(|s| s.mask.is_some()).collect();
+    assert!(with.masks >= 1, "{with:?}");
+    assert_eq!(with.masks, masks.len() as u64);
+    let mut cleared = 0;
+    for step in &masks {
+        let mask = step.mask.expect("a mask");
+        assert_eq!(step.usage, masked_usage(&mask), "{step:?}");
+        assert!(
+            mask.cleared_tokens > 0 && mask.kept_tokens >= HEAD,
+            "{mask:?}"
+        );
+        cleared += mask.cleared_tokens;
+    }
+    assert_eq!(with.cleared_tokens, cleared);
+
+    let off = Assumptions { mask: false, ..a };
+    let without = replay(&t, Plan::Online(Policy::SkiRental), &off, &mut Vec::new());
+    assert_eq!(without.masks, 0);
+    assert!(
+        with.cost < without.cost,
+        "with masks {} µ$, without {} µ$",
+        with.cost.0,
+        without.cost.0
+    );
+    let never = replay(&t, Plan::Online(Policy::Never), &a, &mut Vec::new());
+    assert_eq!(never.masks, 0);
+}
+
+/// A masked request's results are gone from the prompt: the next request of the segment reads
+/// a prefix shorter by the cleared tokens, and a segment's first requests never mask (the prior
+/// expects nothing of a segment that has barely begun).
+#[test]
+fn after_a_mask_the_segment_carries_fewer_tokens() {
+    let t = tool_loop(120, 6_000, 5_000);
+    let mut steps = Vec::new();
+    replay(
+        &t,
+        Plan::Online(Policy::SkiRental),
+        &assumptions(),
+        &mut steps,
+    );
+    let first = steps.iter().position(|s| s.mask.is_some()).expect("a mask");
+    assert!(steps[first].index >= 4, "masked at {}", steps[first].index);
+    let mask = steps[first].mask.expect("a mask");
+    let next = &steps[first + 1];
+    assert_eq!(
+        next.usage.prompt(),
+        mask.uncleared_tokens - mask.cleared_tokens + 6_000,
+        "{next:?}"
+    );
+    assert!(next.usage.cache_read > mask.kept_tokens, "{next:?}");
+}
+
+/// Tool results in the accounting: a clear removes all but the latest `mask_keep_tool_uses`
+/// uses, from where the oldest began.
+#[test]
+fn the_accounting_keeps_the_latest_tool_uses() {
+    let price = price();
+    let a = assumptions();
+    let ttl = Ttl::FiveMinutes;
+    let mut acc = Accounting::new(Params {
+        ttl,
+        head_ttl: ttl,
+        rates: Rates::of(&price, ttl, ttl),
+        bounds: a.bounds(HEAD, &price),
+        min_cacheable: price.min_cacheable,
+        decide_before_expiry_ms: a.decide_before_expiry_ms,
+        can: Capabilities::default(),
+        lifetime_ms: None,
+    });
+    let mut prompt = HEAD;
+    for i in 0..6u64 {
+        if i > 0 {
+            acc.tool_results(1_000 * i, 1);
+        }
+        let read = if i == 0 { 0 } else { prompt };
+        prompt += 2_000;
+        acc.request(
+            T0 + i as i64 * 1000,
+            &Usage {
+                cache_write_5m: prompt - read,
+                cache_read: read,
+                ..Usage::default()
+            },
+        );
+    }
+    // Results of 1k..5k tokens; the latest three (3k, 4k, 5k) stay.
+    let view = acc.view();
+    assert_eq!(view.clearable_tokens, 1_000 + 2_000);
+    assert_eq!(view.clear_from_tokens, HEAD + 2_000);
+    assert_eq!(acc.masked(), 3_000);
+    assert_eq!(acc.view().clearable_tokens, 0);
+}
+
+/// One economy for masks: the replay's steps fed as ledger rows through
+/// `Accounting::record_decided` (the host's path, and the closed loop's) put the same clearable
+/// tokens before every mask as the replay engine cleared, and leave the Mind knowing what the
+/// replay's did.
+#[test]
+fn ledger_rows_clear_what_the_replay_cleared() {
+    use muninn_core::learn::Learned;
+    use muninn_core::ledger::{Decided, RowKind, SegmentStart};
+    use muninn_core::replay::{StepKind, replay_trace_learning};
+    let t = tool_loop(120, 6_000, 5_000);
+    let price = price();
+    let a = assumptions();
+    let config = ReplayConfig {
+        price: &price,
+        assumptions: &a,
+        rules: &CacheRules::default(),
+    };
+    let mut steps = Vec::new();
+    let mut learned = Learned::default();
+    replay_trace_learning(
+        &t,
+        Plan::Online(Policy::SkiRental),
+        &config,
+        &mut learned,
+        &mut |s| steps.push(*s),
+    );
+    let ttl = Ttl::FiveMinutes;
+    let params = Params {
+        ttl,
+        head_ttl: ttl,
+        rates: Rates::of(&price, ttl, ttl),
+        bounds: a.bounds(HEAD, &price),
+        min_cacheable: price.min_cacheable,
+        decide_before_expiry_ms: a.decide_before_expiry_ms,
+        can: Capabilities::default(),
+        lifetime_ms: None,
+    };
+    let mut acc = Accounting::new(params);
+    let mut masks = 0;
+    for s in &steps {
+        let kind = match s.kind {
+            StepKind::Request => RowKind::Request,
+            StepKind::Ping => RowKind::Ping,
+            StepKind::Flush => RowKind::Flush,
+        };
+        if let Some(mask) = s.mask {
+            let view = acc.view();
+            assert_eq!(
+                (view.clearable_tokens, view.clear_from_tokens),
+                (mask.cleared_tokens, mask.kept_tokens),
+                "step {}",
+                s.index
+            );
+            masks += 1;
+        }
+        let decided = Decided {
+            kind,
+            event: None,
+            action: s.mask.map(|_| Action::Mask),
+            reason: None,
+            segment: s.refreshed.then_some(SegmentStart {
+                head: HEAD,
+                rehydration: HEAD + a.rehydrate_tokens,
+                forced: None,
+                head_digest: None,
+                system_digest: None,
+            }),
+            lost_at_ms: None,
+            policy: "ski-rental".into(),
+            ttl,
+            head_ttl: ttl,
+            bounds: a.bounds(HEAD, &price),
+            decide_before_expiry_ms: a.decide_before_expiry_ms,
+            can: Capabilities::default(),
+            tool_results: if kind == RowKind::Request {
+                t.requests[s.index].tool_results
+            } else {
+                ToolResults::default()
+            },
+        };
+        acc.record_decided(&decided, s.at_ms, &s.usage, s.cost);
+    }
+    assert!(masks >= 1);
+    acc.end_session();
+    assert_eq!(acc.learned(), learned);
+}
