@@ -32,13 +32,12 @@ fn assumptions() -> Assumptions {
     }
 }
 
-/// A warm session of `prefix` cached tokens whose prompt holds `cleared` clearable tool-result
-/// tokens from `from` on, expected to have `remaining` more requests.
-fn view(prefix: Tokens, from: Tokens, cleared: Tokens, remaining: u64) -> SessionView {
+/// A session's accounting at the 5-minute TTL, able to do everything.
+fn accounting() -> Accounting {
     let price = price();
     let a = assumptions();
     let ttl = Ttl::FiveMinutes;
-    let mut acc = Accounting::new(Params {
+    Accounting::new(Params {
         ttl,
         head_ttl: ttl,
         rates: Rates::of(&price, ttl, ttl),
@@ -47,7 +46,13 @@ fn view(prefix: Tokens, from: Tokens, cleared: Tokens, remaining: u64) -> Sessio
         decide_before_expiry_ms: a.decide_before_expiry_ms,
         can: Capabilities::default(),
         lifetime_ms: None,
-    });
+    })
+}
+
+/// A warm session of `prefix` cached tokens whose prompt holds `cleared` clearable tool-result
+/// tokens from `from` on, expected to have `remaining` more requests.
+fn view(prefix: Tokens, from: Tokens, cleared: Tokens, remaining: u64) -> SessionView {
+    let mut acc = accounting();
     // Five warm requests growing to `prefix`.
     let mut prompt = HEAD;
     for i in 0..5 {
@@ -338,19 +343,7 @@ fn after_a_mask_the_segment_carries_fewer_tokens() {
 /// uses, from where the oldest began.
 #[test]
 fn the_accounting_keeps_the_latest_tool_uses() {
-    let price = price();
-    let a = assumptions();
-    let ttl = Ttl::FiveMinutes;
-    let mut acc = Accounting::new(Params {
-        ttl,
-        head_ttl: ttl,
-        rates: Rates::of(&price, ttl, ttl),
-        bounds: a.bounds(HEAD, &price),
-        min_cacheable: price.min_cacheable,
-        decide_before_expiry_ms: a.decide_before_expiry_ms,
-        can: Capabilities::default(),
-        lifetime_ms: None,
-    });
+    let mut acc = accounting();
     let mut prompt = HEAD;
     for i in 0..6u64 {
         if i > 0 {
