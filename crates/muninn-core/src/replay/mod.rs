@@ -626,12 +626,14 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The trace, turn by turn: the idle gap before it, the decision at its arrival, then its
+    /// request.
     fn run(&mut self, turns: &[Turn], driver: &mut Driver, on_step: &mut dyn FnMut(&Step)) {
         let before = self.config.assumptions.decide_before_expiry_ms;
         let mut length: Tokens = 0; // L: the logical conversation so far
         for (index, turn) in turns.iter().enumerate() {
             let now = turn.at_ms;
-            let gap = self.acc.last_request_ms().map_or(0, |last| now - last);
+            let gap_ms = self.acc.last_request_ms().map_or(0, |last| now - last);
             let future = Hindsight {
                 next: index,
                 turns,
@@ -654,86 +656,132 @@ impl<'a> Engine<'a> {
             );
             let refreshed = decision.action == Action::Refresh && index > 0;
             if refreshed {
-                if !view.flushed && view.needs_flush() {
-                    let (usage, cost) =
-                        self.side_request(StepKind::Flush, Keep::Tail, index, now, on_step);
-                    self.acc.flush(now, &usage, cost);
-                }
-                self.segment += 1;
-                self.segment_base = self.head + self.acc.params().bounds.rehydrate_tokens;
-                self.segment_start_len = length;
-                self.segment_blocks = 2;
-                self.segment_cleared = 0;
-                let cause = if decision.reason == Reason::Ceiling {
-                    SegmentCause::Forced
-                } else {
-                    SegmentCause::Chosen
-                };
-                self.acc.begin_segment(self.head, cause);
+                self.refresh(&view, decision.reason, index, length, now, on_step);
             }
             let masked = decision.action == Action::Mask && index > 0;
             let mask = masked.then(|| self.clear(&view, turn, length, now));
             length += turn.delta;
-            let prompt_tokens =
-                self.segment_base + (length - self.segment_start_len) - self.segment_cleared;
-            // A cleared prompt carries its breakpoint on its last block, as the host sends it.
-            let cached = prompt_tokens - if masked { 0 } else { turn.uncached };
-            self.checkpoints.clear();
-            self.checkpoints.push(self.head_checkpoint());
-            if self.acc.segment_requests() > 0 && self.end_block > 0 && !masked {
-                self.checkpoints.push(Checkpoint {
-                    block: self.end_block,
-                    tokens: self.end_tokens,
-                    fingerprint: self.end_fp,
-                    breakpoint: None,
-                });
-            } else if self.segment > 0 {
-                // The rehydrated memory: a boundary of its own, without a breakpoint.
-                self.checkpoints.push(Checkpoint {
-                    block: 1,
-                    tokens: self.segment_base,
-                    fingerprint: extend(extend(self.trace_fp, self.segment), 0),
-                    breakpoint: None,
-                });
-            }
-            let block = self.segment_blocks + turn.blocks;
-            let fp = self.conversation_fp(index);
-            if cached > self.head {
-                self.checkpoints.push(Checkpoint {
-                    block,
-                    tokens: cached,
-                    fingerprint: fp,
-                    breakpoint: Some(self.ttl),
-                });
-            }
-            let (priced, mut cost, mut miss) = self.send(prompt_tokens, turn.output, now);
-            let mut usage = priced;
-            if index == 0 {
-                // The first request meets whatever the provider's cache held before the trace
-                // began (a head warmed by another session, say): no policy can change it, so
-                // every plan pays what was recorded for it.
-                usage = turn.recorded;
-                cost = self.config.price.cost(&usage);
-                miss = None;
-            }
-            on_step(&Step {
+            let arrived = Arrived {
                 index,
-                at_ms: now,
-                kind: StepKind::Request,
-                usage,
-                cost,
-                gap_ms: gap,
-                miss,
+                gap_ms,
                 refreshed,
                 mask,
-            });
-            // The accounting follows the cache model's state, which the priced request built.
-            self.acc.tool_results(turn.tools.tokens, turn.tools.uses);
-            self.acc.request(now, &priced);
-            self.segment_blocks = block;
-            self.end_tokens = cached.max(self.head);
-            self.end_fp = if cached > self.head { fp } else { self.head_fp };
-            self.end_block = if cached > self.head { block } else { 0 };
+            };
+            self.request(&arrived, turn, length, on_step);
         }
     }
+
+    /// Starts a new segment before request `index` (flushing first if memory needs it).
+    fn refresh(
+        &mut self,
+        view: &SessionView,
+        reason: Reason,
+        index: usize,
+        length: Tokens,
+        now: i64,
+        on_step: &mut dyn FnMut(&Step),
+    ) {
+        if !view.flushed && view.needs_flush() {
+            let (usage, cost) = self.side_request(StepKind::Flush, Keep::Tail, index, now, on_step);
+            self.acc.flush(now, &usage, cost);
+        }
+        self.segment += 1;
+        self.segment_base = self.head + self.acc.params().bounds.rehydrate_tokens;
+        self.segment_start_len = length;
+        self.segment_blocks = 2;
+        self.segment_cleared = 0;
+        let cause = if reason == Reason::Ceiling {
+            SegmentCause::Forced
+        } else {
+            SegmentCause::Chosen
+        };
+        self.acc.begin_segment(self.head, cause);
+    }
+
+    /// Sends the turn's request (the conversation now `length` tokens long), prices it on the
+    /// cache model and feeds the accounting.
+    fn request(
+        &mut self,
+        arrived: &Arrived,
+        turn: &Turn,
+        length: Tokens,
+        on_step: &mut dyn FnMut(&Step),
+    ) {
+        let (index, now) = (arrived.index, turn.at_ms);
+        let masked = arrived.mask.is_some();
+        let prompt_tokens =
+            self.segment_base + (length - self.segment_start_len) - self.segment_cleared;
+        // A cleared prompt carries its breakpoint on its last block, as the host sends it.
+        let cached = prompt_tokens - if masked { 0 } else { turn.uncached };
+        let block = self.segment_blocks + turn.blocks;
+        let fp = self.conversation_fp(index);
+        self.place_checkpoints(masked, cached, block, fp);
+        let (priced, mut cost, mut miss) = self.send(prompt_tokens, turn.output, now);
+        let mut usage = priced;
+        if index == 0 {
+            // The first request meets whatever the provider's cache held before the trace
+            // began (a head warmed by another session, say): no policy can change it, so
+            // every plan pays what was recorded for it.
+            usage = turn.recorded;
+            cost = self.config.price.cost(&usage);
+            miss = None;
+        }
+        on_step(&Step {
+            index,
+            at_ms: now,
+            kind: StepKind::Request,
+            usage,
+            cost,
+            gap_ms: arrived.gap_ms,
+            miss,
+            refreshed: arrived.refreshed,
+            mask: arrived.mask,
+        });
+        // The accounting follows the cache model's state, which the priced request built.
+        self.acc.tool_results(turn.tools.tokens, turn.tools.uses);
+        self.acc.request(now, &priced);
+        self.segment_blocks = block;
+        self.end_tokens = cached.max(self.head);
+        self.end_fp = if cached > self.head { fp } else { self.head_fp };
+        self.end_block = if cached > self.head { block } else { 0 };
+    }
+
+    /// The request's checkpoints: the head, then the previous request's end (or, at a segment's
+    /// start or after a clear, the rehydrated memory), then its own breakpoint.
+    fn place_checkpoints(&mut self, masked: bool, cached: Tokens, block: u32, fp: Fingerprint) {
+        self.checkpoints.clear();
+        self.checkpoints.push(self.head_checkpoint());
+        if self.acc.segment_requests() > 0 && self.end_block > 0 && !masked {
+            self.checkpoints.push(Checkpoint {
+                block: self.end_block,
+                tokens: self.end_tokens,
+                fingerprint: self.end_fp,
+                breakpoint: None,
+            });
+        } else if self.segment > 0 {
+            // The rehydrated memory: a boundary of its own, without a breakpoint.
+            self.checkpoints.push(Checkpoint {
+                block: 1,
+                tokens: self.segment_base,
+                fingerprint: extend(extend(self.trace_fp, self.segment), 0),
+                breakpoint: None,
+            });
+        }
+        if cached > self.head {
+            self.checkpoints.push(Checkpoint {
+                block,
+                tokens: cached,
+                fingerprint: fp,
+                breakpoint: Some(self.ttl),
+            });
+        }
+    }
+}
+
+/// What the arrival of one turn decided, for its request.
+struct Arrived {
+    index: usize,
+    gap_ms: i64,
+    refreshed: bool,
+    mask: Option<crate::mask::MaskedRequest>,
 }
