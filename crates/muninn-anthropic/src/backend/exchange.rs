@@ -1,0 +1,251 @@
+//! One exchange with the provider: the request as the provider reads it (after its context
+//! edits), the cache model's prediction checked against the reply's usage, and the reply
+//! committed to the session — shared by turns, clears, compactions and pings.
+
+use super::*;
+
+/// The prompt the provider reads of `request` — after its context edits — mapped for the cache
+/// model, and, when an edit cleared something, the tokens it left as they were (the prompt is
+/// rewritten from there on).
+fn as_read(request: &MessagesRequest) -> Result<(PromptShape, Option<Tokens>), BackendError> {
+    let invalid = |e: String| BackendError::Invalid(e);
+    let shape_of = |r: &MessagesRequest| {
+        serde_json::to_value(r)
+            .map_err(|e| invalid(format!("request does not serialise: {e}")))
+            .and_then(|body| shape(&body).map_err(|e| invalid(e.to_string())))
+    };
+    let (read, cleared) = apply_edits(request).map_err(|e| invalid(e.to_string()))?;
+    let shaped = shape_of(&read)?;
+    let kept = if cleared.is_empty() {
+        None
+    } else {
+        Some(kept_tokens(&shape_of(request)?, &shaped))
+    };
+    Ok((shaped, kept))
+}
+
+/// What a reply says, read from its blocks.
+struct ReplyParts {
+    /// Text blocks (and a compaction's summary) joined.
+    text: String,
+    /// Tool calls other than the structured-output call.
+    tool_calls: Vec<ToolCall>,
+    /// The structured-output call's input.
+    structured: Option<Value>,
+    /// That call's id, to acknowledge in the next user message.
+    pending_ack: Option<String>,
+}
+
+impl ReplyParts {
+    fn of(content: &[ContentBlock]) -> ReplyParts {
+        let mut parts = ReplyParts {
+            text: String::new(),
+            tool_calls: Vec::new(),
+            structured: None,
+            pending_ack: None,
+        };
+        for block in content {
+            match block {
+                ContentBlock::Text { text, .. } => parts.text.push_str(text),
+                ContentBlock::Compaction { content, .. } => parts.text.push_str(content),
+                ContentBlock::ToolUse {
+                    id, name, input, ..
+                } if name == STRUCTURED_OUTPUT_TOOL => {
+                    parts.structured = Some(input.clone());
+                    parts.pending_ack = Some(id.clone());
+                }
+                ContentBlock::ToolUse {
+                    id, name, input, ..
+                } => parts.tool_calls.push(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                }),
+                _ => {}
+            }
+        }
+        parts
+    }
+}
+
+impl<T: Transport> AnthropicBackend<T> {
+    /// A ping generates nothing with `max_tokens: 0` (which the API takes only without
+    /// streaming), else one token.
+    pub(super) fn set_ping_budget(&self, request: &mut MessagesRequest) {
+        if self.tools.ping_max_tokens_zero {
+            request.max_tokens = 0;
+            request.stream = false;
+        } else {
+            request.max_tokens = 1;
+        }
+    }
+
+    /// Sends a rendered request, predicts and checks its usage, and — for a turn — commits the
+    /// exchange to the session.
+    pub(super) async fn exchange(
+        &mut self,
+        mut request: MessagesRequest,
+        safe_to_repeat: bool,
+        commit: Commit,
+    ) -> Result<TurnOutcome, BackendError> {
+        let min_cacheable = self.session()?.min_cacheable;
+        request.diagnostics = Some(DiagnosticsRequest {
+            previous_message_id: self.last_turn.as_ref().map(|(id, _)| id.clone()),
+        });
+        let (shaped, kept) = as_read(&request)?;
+        let now = self.clock.now_ms();
+        let prediction = self
+            .mirror
+            .predict(&shaped.prompt(), now, min_cacheable, &self.rules)
+            .map_err(|e| BackendError::Invalid(e.to_string()))?;
+
+        let completed = self
+            .client
+            .send(&request, safe_to_repeat)
+            .await
+            .map_err(|f| {
+                tracing::warn!(retries = f.retries.len(), error = %f.error, "turn failed");
+                f.error
+            })?;
+        self.mirror
+            .commit(&shaped.model, &prediction, now, &self.rules);
+
+        let response = completed.response;
+        let usage = response.usage.to_core();
+        let predicted = prediction.outcome.usage(usage.output);
+        let mut events = Vec::new();
+        let previous = self.last_turn.as_ref().map(|(_, shape)| shape);
+        let miss = if usage.cache_read < predicted.cache_read {
+            events.push(TurnEvent::ReadShortfall {
+                predicted: predicted.cache_read,
+                reported: usage.cache_read,
+            });
+            Some(MissCause::EvictionOrUnknown)
+        } else if let Some((level, _)) = previous.and_then(|p| diverge(p, &shaped)) {
+            Some(MissCause::of_level(level))
+        } else {
+            prediction.outcome.miss
+        };
+        let provider_miss = previous
+            .is_some()
+            .then(|| Diagnostics::provider_miss(response.diagnostics.as_ref()));
+        let ttl = TtlCheck {
+            expected_5m: predicted.cache_write_5m,
+            expected_1h: predicted.cache_write_1h,
+            honoured_5m: usage.cache_write_5m,
+            honoured_1h: usage.cache_write_1h,
+        };
+        events.extend(
+            response
+                .context_management
+                .iter()
+                .flat_map(|c| &c.applied_edits)
+                .map(|edit| TurnEvent::ContextEdited {
+                    edit: edit.kind.clone(),
+                    cleared_tool_uses: edit.cleared_tool_uses,
+                    cleared_input_tokens: edit.cleared_input_tokens,
+                    kept_tokens: kept,
+                }),
+        );
+        if ttl.mismatch() {
+            tracing::warn!(
+                ?ttl,
+                "the provider honoured another cache TTL than requested"
+            );
+            events.push(TurnEvent::TtlMismatch { check: ttl });
+        }
+
+        let ReplyParts {
+            text,
+            tool_calls,
+            structured,
+            pending_ack,
+        } = ReplyParts::of(&response.content);
+        let stop_reason = response.stop_reason.clone().unwrap_or_default();
+        let tool_results = tool_results_of(request.messages.last());
+        let breakpoints = shaped
+            .prompt()
+            .checkpoints
+            .iter()
+            .filter(|c| c.breakpoint.is_some())
+            .map(|c| c.tokens)
+            .collect();
+        let sent = if commit == Commit::Cleared {
+            apply_edits(&request)
+                .map_err(|e| BackendError::Invalid(e.to_string()))?
+                .0
+                .messages
+        } else {
+            request.messages
+        };
+        self.commit(commit, sent, &response, pending_ack, shaped)?;
+        Ok(TurnOutcome {
+            text,
+            tool_calls,
+            structured,
+            stop_reason,
+            usage,
+            raw_usage: completed.raw_usage,
+            predicted: Some(predicted),
+            miss,
+            provider_miss,
+            ttl,
+            retries: completed.retries,
+            events,
+            request_id: completed.request_id,
+            breakpoints,
+            tool_results,
+        })
+    }
+
+    /// What an answered exchange does to the session (see [`Commit`]). A compaction answered
+    /// without its block is [`BackendError::CompactionFailed`], the session unchanged.
+    fn commit(
+        &mut self,
+        commit: Commit,
+        mut sent: Vec<Message>,
+        response: &MessagesResponse,
+        pending_ack: Option<String>,
+        shaped: PromptShape,
+    ) -> Result<(), BackendError> {
+        let session = self
+            .session
+            .as_mut()
+            .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
+        let reply = Message {
+            role: Role::Assistant,
+            content: Content::Blocks(response.content.clone()),
+            extra: Map::new(),
+        };
+        match commit {
+            Commit::Ping => return Ok(()),
+            // The user message without its marker, the reply verbatim (after a clear, the
+            // history as cleared).
+            Commit::Turn | Commit::Cleared => {
+                set_last_marker(&mut sent, None);
+                session.history = sent;
+                session.history.push(reply);
+                session.pending_ack = pending_ack;
+            }
+            // The signed block alone: the provider reads it in place of everything before it,
+            // so nothing before it is sent again. Its acknowledgement went with the request.
+            Commit::Compaction => {
+                let stop = response.stop_reason.as_deref();
+                let compacted = stop == Some(STOP_COMPACTION)
+                    && matches!(
+                        response.content.first(),
+                        Some(ContentBlock::Compaction { .. })
+                    );
+                if !compacted {
+                    return Err(BackendError::CompactionFailed(format!(
+                        "the provider answered without a compaction block (stop reason {stop:?})"
+                    )));
+                }
+                session.history = vec![reply];
+                session.pending_ack = None;
+            }
+        }
+        self.last_turn = Some((response.id.clone(), shaped));
+        Ok(())
+    }
+}
