@@ -144,14 +144,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             args.format
         );
     }
-    let prices = match &args.prices {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            PriceTable::parse(&text, &path.display().to_string())?
-        }
-        None => PriceTable::embedded(),
-    };
+    let prices = load_prices(args.prices.as_deref())?;
     if args.closed_loop {
         return crate::closed_loop::run(
             &args.input.paths,
@@ -170,6 +163,72 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let import = args.input.import()?;
     // Rehydration measured, not assumed: the traces' own compactions, unless given.
     let measured = rehydration::median(&rehydration::measured_rehydrations(&import.traces));
+    let assumptions = assumptions_of(&args, measured, &import.traces);
+
+    // Traces whose model has no price are left out, and the report says so.
+    let (priced, unpriced) = priced_traces(&import.traces, &prices)?;
+
+    if let Some(by) = args.by {
+        let slices = crate::breakdown::breakdown(
+            by,
+            &plans,
+            &priced,
+            &assumptions,
+            since_ms.unwrap_or(i64::MIN),
+        );
+        return crate::breakdown::print(&slices, &plans, by, &args.format);
+    }
+    let rules = CacheRules::default();
+    let want_plot = args.plot.is_some();
+    let results = run_plans(&plans, &priced, &assumptions, &rules, want_plot, since_ms);
+
+    let report = report_of(
+        &results,
+        &assumptions,
+        &priced,
+        unpriced,
+        import.warnings.len(),
+        since_ms,
+    );
+    let table = !matches!(args.format.as_str(), "json" | "csv");
+    let grid = if table || args.goal_vs_never.is_some() {
+        crate::sensitivity::grid(&priced, &assumptions, &rules, measured)
+    } else {
+        Vec::new()
+    };
+    match args.format.as_str() {
+        "json" => outln!("{}", serde_json::to_string_pretty(&report)?)?,
+        "csv" => out!("{}", report.csv())?,
+        _ => {
+            out!("{}", report.table())?;
+            crate::sensitivity::print(&grid, measured)?;
+        }
+    }
+
+    if let Some(path) = &args.plot {
+        plot(path, &results, &priced)?;
+    }
+    check_goals(&report, &args, crate::sensitivity::worst_vs_never(&grid))
+}
+
+/// A trace with its model's price.
+type Priced<'a> = (&'a Trace, &'a muninn_core::price::ModelPrice);
+
+/// The price table: the file given, else the embedded one.
+fn load_prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceTable> {
+    Ok(match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            PriceTable::parse(&text, &path.display().to_string())?
+        }
+        None => PriceTable::embedded(),
+    })
+}
+
+/// The replay's assumptions from the command line, the rehydration measured from the traces'
+/// compactions unless one was given (and the choice said on stderr).
+fn assumptions_of(args: &ReplayArgs, measured: Option<Tokens>, traces: &[Trace]) -> Assumptions {
     let assumptions = Assumptions {
         head_tokens: args.head_tokens,
         rehydrate_tokens: args
@@ -189,7 +248,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         mask_keep_tool_uses: args.mask_keep_tool_uses,
     };
     if args.rehydrate_tokens.is_none() {
-        let samples = rehydration::measured_rehydrations(&import.traces).len();
+        let samples = rehydration::measured_rehydrations(traces).len();
         match measured {
             Some(m) => eprintln!(
                 "rehydration: {m} tokens, the median of {samples} compactions measured in these traces"
@@ -200,11 +259,18 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             ),
         }
     }
+    assumptions
+}
 
-    // Traces whose model has no price are left out, and the report says so.
+/// The traces with their model's price, and the requests left out per unpriced model (warned
+/// about on stderr).
+fn priced_traces<'a>(
+    traces: &'a [Trace],
+    prices: &'a PriceTable,
+) -> anyhow::Result<(Vec<Priced<'a>>, BTreeMap<String, u64>)> {
     let mut unpriced: BTreeMap<String, u64> = BTreeMap::new();
-    let mut priced: Vec<(&Trace, &muninn_core::price::ModelPrice)> = Vec::new();
-    for trace in &import.traces {
+    let mut priced = Vec::new();
+    for trace in traces {
         match prices.model(&trace.model) {
             Ok(price) => priced.push((trace, price)),
             Err(PriceError::UnknownModel { model }) => {
@@ -218,29 +284,25 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             "warning: model {model:?} is not in the price table; its {n} requests are left out (see --prices)"
         );
     }
+    Ok((priced, unpriced))
+}
 
-    if let Some(by) = args.by {
-        let slices = crate::breakdown::breakdown(
-            by,
-            &plans,
-            &priced,
-            &assumptions,
-            since_ms.unwrap_or(i64::MIN),
-        );
-        return crate::breakdown::print(&slices, &plans, by, &args.format);
-    }
-    let rules = CacheRules::default();
-    let want_plot = args.plot.is_some();
-    let results = run_plans(&plans, &priced, &assumptions, &rules, want_plot, since_ms);
-
-    let optimum = results
-        .iter()
-        .find(|r| r.plan == Plan::Optimum)
-        .map(|r| r.totals.cost);
-    let recorded = results
-        .iter()
-        .find(|r| r.plan == Plan::Recorded)
-        .map(|r| r.totals.cost);
+/// The report of the plans' results: each plan's totals beside the optimum's and recorded's.
+fn report_of(
+    results: &[PlanResult],
+    assumptions: &Assumptions,
+    priced: &[(&Trace, &muninn_core::price::ModelPrice)],
+    unpriced: BTreeMap<String, u64>,
+    warnings: usize,
+    since_ms: Option<i64>,
+) -> ReplayReport {
+    let cost_of = |plan: Plan| {
+        results
+            .iter()
+            .find(|r| r.plan == plan)
+            .map(|r| r.totals.cost)
+    };
+    let (optimum, recorded) = (cost_of(Plan::Optimum), cost_of(Plan::Recorded));
     let ratio = |c: MicroUsd, base: Option<MicroUsd>| {
         base.filter(|b| b.0 > 0).map(|b| c.0 as f64 / b.0 as f64)
     };
@@ -255,7 +317,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             )
         })
         .collect();
-    let report = ReplayReport {
+    ReplayReport {
         assumptions: assumptions.to_string(),
         traces: priced.len() as u64,
         requests: priced
@@ -263,46 +325,37 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             .flat_map(|(t, _)| &t.requests)
             .filter(|r| since_ms.is_none_or(|s| r.at_ms >= s))
             .count() as u64,
-        warnings: import.warnings.len() as u64,
+        warnings: warnings as u64,
         unpriced: unpriced
             .into_iter()
             .map(|(model, requests)| Unpriced { model, requests })
             .collect(),
         rows,
-    };
-    let table = !matches!(args.format.as_str(), "json" | "csv");
-    let grid = if table || args.goal_vs_never.is_some() {
-        crate::sensitivity::grid(&priced, &assumptions, &rules, measured)
-    } else {
-        Vec::new()
-    };
-    match args.format.as_str() {
-        "json" => outln!("{}", serde_json::to_string_pretty(&report)?)?,
-        "csv" => out!("{}", report.csv())?,
-        _ => {
-            out!("{}", report.table())?;
-            crate::sensitivity::print(&grid, measured)?;
-        }
     }
+}
 
-    if let Some(path) = &args.plot {
-        let series: Vec<CostSeries> = results
-            .iter()
-            .map(|r| CostSeries {
-                label: r.plan.to_string(),
-                points: cumulative(&r.timeline),
-            })
-            .collect();
-        write_plot(
-            path,
-            "muninn replay: each policy's cost against the recorded cost",
-            &series,
-            &gap_histogram(&priced),
-        )
-        .with_context(|| format!("drawing {}", path.display()))?;
-        eprintln!("plot written to {}", path.display());
-    }
-    check_goals(&report, &args, crate::sensitivity::worst_vs_never(&grid))
+/// Draws each plan's cumulative cost and the traces' idle-gap histogram to `path`.
+fn plot(
+    path: &std::path::Path,
+    results: &[PlanResult],
+    priced: &[(&Trace, &muninn_core::price::ModelPrice)],
+) -> anyhow::Result<()> {
+    let series: Vec<CostSeries> = results
+        .iter()
+        .map(|r| CostSeries {
+            label: r.plan.to_string(),
+            points: cumulative(&r.timeline),
+        })
+        .collect();
+    write_plot(
+        path,
+        "muninn replay: each policy's cost against the recorded cost",
+        &series,
+        &gap_histogram(priced),
+    )
+    .with_context(|| format!("drawing {}", path.display()))?;
+    eprintln!("plot written to {}", path.display());
+    Ok(())
 }
 
 /// Checks the default policy's ratios against the goals given: PASS or FAIL for each, an error
