@@ -51,6 +51,7 @@ use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::Path;
+use std::sync::Arc;
 
 /// The fields of a line the importer reads; every other field is skipped by the parser.
 #[derive(Deserialize)]
@@ -185,6 +186,39 @@ impl Default for ThreadState {
     }
 }
 
+impl ThreadState {
+    /// A system line: a compaction boundary starts the thread's count afresh.
+    fn system(&mut self, parsed: &ClaudeLine<'_>) {
+        if parsed
+            .subtype
+            .as_ref()
+            .is_some_and(|s| s.as_str() == "compact_boundary")
+        {
+            self.compacted = true;
+            self.blocks = 0;
+            self.tools = Default::default();
+        }
+    }
+
+    /// A user line: its blocks and tool results join the next request; a person's message (not
+    /// a tool result, not a meta line) makes that request a turn boundary.
+    fn user(&mut self, parsed: &ClaudeLine<'_>) {
+        let shape = parsed
+            .message
+            .as_ref()
+            .and_then(|m| m.content)
+            .unwrap_or_default();
+        self.blocks = self.blocks.saturating_add(shape.blocks);
+        self.tools.tokens = self.tools.tokens.saturating_add(shape.tool_result_tokens);
+        self.tools.uses = self.tools.uses.saturating_add(shape.tool_results);
+        if parsed.is_compact_summary == Some(true) {
+            self.compacted = true;
+        } else if parsed.is_meta != Some(true) && shape.blocks > 0 {
+            self.human_turn = shape.tool_results == 0;
+        }
+    }
+}
+
 /// What became of a `message.id` seen in this file.
 #[derive(Debug, Clone, Copy)]
 enum Response {
@@ -199,9 +233,9 @@ enum Response {
 pub(crate) struct ClaudeReader<'s> {
     include_subagents: bool,
     /// The sub-agent id the file name gives, if any.
-    file_agent: Option<String>,
+    file_agent: Option<Arc<str>>,
     /// The file's name without `.jsonl`, the session of last resort.
-    file_stem: String,
+    file_stem: Arc<str>,
     /// Ids imported by this and earlier files.
     seen: &'s mut HashSet<u64>,
     /// The responses of this file, by id hash.
@@ -222,14 +256,113 @@ impl<'s> ClaudeReader<'s> {
             .map(|(_, id)| id)
             .or_else(|| file_stem.strip_prefix("agent-"))
             .filter(|id| !id.is_empty())
-            .map(str::to_owned);
+            .map(Arc::from);
         ClaudeReader {
             include_subagents: opts.include_subagents,
             file_agent,
-            file_stem,
+            file_stem: Arc::from(file_stem),
             seen,
             responses: HashMap::new(),
             threads: HashMap::new(),
+        }
+    }
+
+    /// An assistant line: the first line of a response makes its request (unless the response
+    /// is synthetic or was imported from another file); later lines of it update its usage —
+    /// the input side is final on every line, the output count only on the last.
+    fn assistant(
+        &mut self,
+        parsed: &ClaudeLine<'_>,
+        key: u64,
+        (session, thread): (&str, &str),
+        line: &Line<'_>,
+        cx: &mut LineContext<'_, '_>,
+    ) {
+        let Some(message) = &parsed.message else {
+            cx.diag
+                .warn(line.number, "assistant line without a message, skipped");
+            return;
+        };
+        let blocks = message.content.map_or(1, |c| c.blocks);
+        let Some(id) = &message.id else {
+            cx.diag
+                .warn(line.number, "assistant line without message.id, skipped");
+            return;
+        };
+        let hash = id_hash(id.as_str());
+        let at_ms = parsed
+            .timestamp
+            .as_ref()
+            .and_then(|t| parse_timestamp_ms(t.as_str()));
+        let state = self.threads.entry(key).or_default();
+        match self.responses.get(&hash) {
+            Some(Response::Dropped) => {}
+            Some(Response::Kept(slot)) => {
+                state.blocks = state.blocks.saturating_add(blocks);
+                if let Some(request) = cx.sink.get_mut(*slot) {
+                    if let Some(usage) = &message.usage {
+                        request.usage = usage.to_usage();
+                    }
+                    if let Some(d) = &message.diagnostics {
+                        request.provider_miss = Some(d.label());
+                    }
+                    if let Some(at_ms) = at_ms {
+                        request.at_ms = request.at_ms.min(at_ms);
+                    }
+                }
+            }
+            None => {
+                let model = message.model.as_ref().map(Str::as_str);
+                if model == Some("<synthetic>") {
+                    cx.stats.synthetic_dropped += 1;
+                    self.responses.insert(hash, Response::Dropped);
+                    return;
+                }
+                if self.seen.contains(&hash) {
+                    // The request happened, just not in this file: the thread moves on as if it
+                    // had been imported, so the next new request's flags and block count start
+                    // from here.
+                    cx.stats.duplicates_dropped += 1;
+                    self.responses.insert(hash, Response::Dropped);
+                    *state = ThreadState {
+                        human_turn: false,
+                        compacted: false,
+                        blocks,
+                        tools: Default::default(),
+                    };
+                    return;
+                }
+                let (Some(model), Some(usage), Some(at_ms)) = (model, &message.usage, at_ms) else {
+                    cx.diag.warn(
+                        line.number,
+                        "assistant line without model, usage or a valid timestamp, skipped",
+                    );
+                    return;
+                };
+                let request = TraceRequest {
+                    at_ms,
+                    usage: usage.to_usage(),
+                    boundary: state.human_turn,
+                    compacted: state.compacted,
+                    blocks_added: state.blocks,
+                    provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
+                    tool_results: state.tools,
+                };
+                state.human_turn = false;
+                state.compacted = false;
+                state.blocks = blocks;
+                state.tools = Default::default();
+                let kind = if thread == "main" {
+                    ThreadKind::Main
+                } else if thread.starts_with("acompact") {
+                    ThreadKind::Compaction
+                } else {
+                    ThreadKind::Subagent
+                };
+                let slot = cx.push(session, thread, kind, model, request);
+                self.seen.insert(hash);
+                self.responses.insert(hash, Response::Kept(slot));
+            }
         }
     }
 }
@@ -260,8 +393,10 @@ impl FormatReader for ClaudeReader<'_> {
         if sidechain && !self.include_subagents {
             return;
         }
+        // A shared handle, not a copy: the thread name below must not borrow `self`.
+        let file_agent = self.file_agent.clone();
         let thread: &str = if sidechain {
-            match (&parsed.agent_id, &self.file_agent) {
+            match (&parsed.agent_id, &file_agent) {
                 (Some(id), _) => id.as_str(),
                 (None, Some(id)) => id,
                 (None, None) => "sidechain",
@@ -269,131 +404,13 @@ impl FormatReader for ClaudeReader<'_> {
         } else {
             "main"
         };
-        let session = parsed
-            .session_id
-            .as_ref()
-            .map_or(self.file_stem.as_str(), Str::as_str);
-        let state = self
-            .threads
-            .entry(thread_hash(session, thread))
-            .or_default();
-
+        let file_stem = self.file_stem.clone();
+        let session = parsed.session_id.as_ref().map_or(&*file_stem, Str::as_str);
+        let key = thread_hash(session, thread);
         match kind {
-            Some("system") => {
-                if parsed
-                    .subtype
-                    .as_ref()
-                    .is_some_and(|s| s.as_str() == "compact_boundary")
-                {
-                    state.compacted = true;
-                    state.blocks = 0;
-                    state.tools = Default::default();
-                }
-            }
-            Some("user") => {
-                let shape = parsed
-                    .message
-                    .as_ref()
-                    .and_then(|m| m.content)
-                    .unwrap_or_default();
-                state.blocks = state.blocks.saturating_add(shape.blocks);
-                state.tools.tokens = state.tools.tokens.saturating_add(shape.tool_result_tokens);
-                state.tools.uses = state.tools.uses.saturating_add(shape.tool_results);
-                if parsed.is_compact_summary == Some(true) {
-                    state.compacted = true;
-                } else if parsed.is_meta != Some(true) && shape.blocks > 0 {
-                    state.human_turn = shape.tool_results == 0;
-                }
-            }
-            _ => {
-                let Some(message) = &parsed.message else {
-                    cx.diag
-                        .warn(line.number, "assistant line without a message, skipped");
-                    return;
-                };
-                let blocks = message.content.map_or(1, |c| c.blocks);
-                let Some(id) = &message.id else {
-                    cx.diag
-                        .warn(line.number, "assistant line without message.id, skipped");
-                    return;
-                };
-                let hash = id_hash(id.as_str());
-                let at_ms = parsed
-                    .timestamp
-                    .as_ref()
-                    .and_then(|t| parse_timestamp_ms(t.as_str()));
-                match self.responses.get(&hash) {
-                    Some(Response::Dropped) => {}
-                    Some(Response::Kept(slot)) => {
-                        state.blocks = state.blocks.saturating_add(blocks);
-                        if let Some(request) = cx.sink.get_mut(*slot) {
-                            if let Some(usage) = &message.usage {
-                                request.usage = usage.to_usage();
-                            }
-                            if let Some(d) = &message.diagnostics {
-                                request.provider_miss = Some(d.label());
-                            }
-                            if let Some(at_ms) = at_ms {
-                                request.at_ms = request.at_ms.min(at_ms);
-                            }
-                        }
-                    }
-                    None => {
-                        let model = message.model.as_ref().map(Str::as_str);
-                        if model == Some("<synthetic>") {
-                            cx.stats.synthetic_dropped += 1;
-                            self.responses.insert(hash, Response::Dropped);
-                            return;
-                        }
-                        if self.seen.contains(&hash) {
-                            // The request happened, just not in this file: the thread moves on
-                            // as if it had been imported, so the next new request's flags and
-                            // block count start from here.
-                            cx.stats.duplicates_dropped += 1;
-                            self.responses.insert(hash, Response::Dropped);
-                            *state = ThreadState {
-                                human_turn: false,
-                                compacted: false,
-                                blocks,
-                                tools: Default::default(),
-                            };
-                            return;
-                        }
-                        let (Some(model), Some(usage), Some(at_ms)) =
-                            (model, &message.usage, at_ms)
-                        else {
-                            cx.diag.warn(
-                                line.number,
-                                "assistant line without model, usage or a valid timestamp, skipped",
-                            );
-                            return;
-                        };
-                        let request = TraceRequest {
-                            at_ms,
-                            usage: usage.to_usage(),
-                            boundary: state.human_turn,
-                            compacted: state.compacted,
-                            blocks_added: state.blocks,
-                            provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
-                            tool_results: state.tools,
-                        };
-                        state.human_turn = false;
-                        state.compacted = false;
-                        state.blocks = blocks;
-                        state.tools = Default::default();
-                        let kind = if thread == "main" {
-                            ThreadKind::Main
-                        } else if thread.starts_with("acompact") {
-                            ThreadKind::Compaction
-                        } else {
-                            ThreadKind::Subagent
-                        };
-                        let slot = cx.push(session, thread, kind, model, request);
-                        self.seen.insert(hash);
-                        self.responses.insert(hash, Response::Kept(slot));
-                    }
-                }
-            }
+            Some("system") => self.threads.entry(key).or_default().system(&parsed),
+            Some("user") => self.threads.entry(key).or_default().user(&parsed),
+            _ => self.assistant(&parsed, key, (session, thread), line, cx),
         }
     }
 
