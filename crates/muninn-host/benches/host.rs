@@ -399,47 +399,68 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let mut rows = Vec::new();
     let stores = std::env::var("MUNINN_BENCH_STORES")
         .unwrap_or_else(|_| "sqlite-full,sqlite,postgres".into());
-    runtime.block_on(async {
+    let rows: Vec<Row> = runtime.block_on(async {
+        let mut rows = Vec::new();
         for name in stores.split(',').map(str::trim) {
-            let sqlite = |sync| {
-                let path = dir.path().join(format!("{name}.db"));
-                async move {
-                    Arc::new(
-                        SqliteStore::open_with_sync(path, StartOptions::default(), sync)
-                            .await
-                            .unwrap(),
-                    )
-                }
-            };
-            match name {
-                "sqlite-full" => {
-                    let store = sqlite(SyncMode::EveryCommit).await;
-                    let counter = store.clone();
-                    let id_guard: IdGuard = Some(Box::new(move || counter.id_guard_stats()));
-                    rows.push(run(name, store, None, id_guard, minds, deliveries).await);
-                }
-                "sqlite" => {
-                    let store = sqlite(SyncMode::Grouped).await;
-                    let counter = store.clone();
-                    let fsyncs: Fsyncs = Some(Box::new(move || counter.fsyncs()));
-                    let counter = store.clone();
-                    let id_guard: IdGuard = Some(Box::new(move || counter.id_guard_stats()));
-                    rows.push(run(name, store, fsyncs, id_guard, minds, deliveries).await);
-                }
-                "postgres" => match FreshDatabase::create("muninn_bench") {
-                    Ok(database) => {
-                        let store = muninn_store::open(&database.url()).await.unwrap();
-                        rows.push(run(name, store, None, None, minds, deliveries).await);
-                    }
-                    Err(e) => println!("  SKIP postgres: {e}"),
-                },
-                other => panic!("unknown store {other:?} in MUNINN_BENCH_STORES"),
-            }
+            rows.extend(bench_store(name, dir.path(), minds, deliveries).await);
         }
+        rows
     });
+    print_rows(&rows);
+    println!("aims: >= 2000 turns/s, p99 added < 2 ms, 10,000 idle Minds < 1 GiB");
+}
+
+/// Runs the bench on one store (`sqlite-full`, `sqlite` or `postgres`); `None` when PostgreSQL
+/// cannot be reached (said on stdout).
+async fn bench_store(
+    name: &str,
+    dir: &std::path::Path,
+    minds: usize,
+    deliveries: usize,
+) -> Option<Row> {
+    let sqlite = |sync| {
+        let path = dir.join(format!("{name}.db"));
+        async move {
+            Arc::new(
+                SqliteStore::open_with_sync(path, StartOptions::default(), sync)
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    Some(match name {
+        "sqlite-full" => {
+            let store = sqlite(SyncMode::EveryCommit).await;
+            let counter = store.clone();
+            let id_guard: IdGuard = Some(Box::new(move || counter.id_guard_stats()));
+            run(name, store, None, id_guard, minds, deliveries).await
+        }
+        "sqlite" => {
+            let store = sqlite(SyncMode::Grouped).await;
+            let counter = store.clone();
+            let fsyncs: Fsyncs = Some(Box::new(move || counter.fsyncs()));
+            let counter = store.clone();
+            let id_guard: IdGuard = Some(Box::new(move || counter.id_guard_stats()));
+            run(name, store, fsyncs, id_guard, minds, deliveries).await
+        }
+        "postgres" => match FreshDatabase::create("muninn_bench") {
+            Ok(database) => {
+                let store = muninn_store::open(&database.url()).await.unwrap();
+                run(name, store, None, None, minds, deliveries).await
+            }
+            Err(e) => {
+                println!("  SKIP postgres: {e}");
+                return None;
+            }
+        },
+        other => panic!("unknown store {other:?} in MUNINN_BENCH_STORES"),
+    })
+}
+
+/// The table of every store's figures, then the lines that only some rows have.
+fn print_rows(rows: &[Row]) {
     println!();
     println!(
         "{:<11} {:>8} {:>12} {:>26} {:>26} {:>34}",
@@ -450,7 +471,7 @@ fn main() {
         "added ms p50/p99/max (1)",
         "MiB per idle Mind (Minds)"
     );
-    for row in &rows {
+    for row in rows {
         let memory = row
             .memory
             .iter()
@@ -465,7 +486,7 @@ fn main() {
             row.store, row.turns_per_s, fsyncs, row.loaded, row.solo, memory
         );
     }
-    for row in &rows {
+    for row in rows {
         if let Some((checked, reservations)) = row.id_guard_per_turn {
             println!(
                 "{}: id guard per turn: {checked:.2} counters checked, {reservations:.3} \
@@ -481,7 +502,7 @@ fn main() {
             row.store, row.busy_retries
         );
     }
-    for row in &rows {
+    for row in rows {
         if let Some((_, per)) = row.memory.last() {
             println!(
                 "{}: 10,000 idle Minds ≈ {:.0} MiB (aim < 1024)",
@@ -490,5 +511,4 @@ fn main() {
             );
         }
     }
-    println!("aims: >= 2000 turns/s, p99 added < 2 ms, 10,000 idle Minds < 1 GiB");
 }
