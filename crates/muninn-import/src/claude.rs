@@ -187,6 +187,39 @@ impl Default for ThreadState {
 }
 
 impl ThreadState {
+    /// The request a new response makes, from what the thread gathered since the last one;
+    /// the thread then goes on from the response's own `blocks`.
+    pub(crate) fn take_request(
+        &mut self,
+        at_ms: i64,
+        usage: Usage,
+        provider_miss: Option<ProviderMiss>,
+        blocks: u32,
+    ) -> TraceRequest {
+        let request = TraceRequest {
+            at_ms,
+            usage,
+            boundary: self.human_turn,
+            compacted: self.compacted,
+            blocks_added: self.blocks,
+            provider_miss,
+            tool_results: self.tools,
+        };
+        self.after_response(blocks);
+        request
+    }
+
+    /// The thread after a response of `blocks` blocks: not a person's turn, not compacted,
+    /// nothing gathered but the response itself.
+    pub(crate) fn after_response(&mut self, blocks: u32) {
+        *self = ThreadState {
+            human_turn: false,
+            compacted: false,
+            blocks,
+            tools: Default::default(),
+        };
+    }
+
     /// A system line: a compaction boundary starts the thread's count afresh.
     fn system(&mut self, parsed: &ClaudeLine<'_>) {
         if parsed
@@ -324,12 +357,7 @@ impl<'s> ClaudeReader<'s> {
                     // from here.
                     cx.stats.duplicates_dropped += 1;
                     self.responses.insert(hash, Response::Dropped);
-                    *state = ThreadState {
-                        human_turn: false,
-                        compacted: false,
-                        blocks,
-                        tools: Default::default(),
-                    };
+                    state.after_response(blocks);
                     return;
                 }
                 let (Some(model), Some(usage), Some(at_ms)) = (model, &message.usage, at_ms) else {
@@ -339,19 +367,12 @@ impl<'s> ClaudeReader<'s> {
                     );
                     return;
                 };
-                let request = TraceRequest {
+                let request = state.take_request(
                     at_ms,
-                    usage: usage.to_usage(),
-                    boundary: state.human_turn,
-                    compacted: state.compacted,
-                    blocks_added: state.blocks,
-                    provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
-                    tool_results: state.tools,
-                };
-                state.human_turn = false;
-                state.compacted = false;
-                state.blocks = blocks;
-                state.tools = Default::default();
+                    usage.to_usage(),
+                    message.diagnostics.as_ref().map(|d| d.label()),
+                    blocks,
+                );
                 let kind = if thread == "main" {
                     ThreadKind::Main
                 } else if thread.starts_with("acompact") {

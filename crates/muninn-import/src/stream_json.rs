@@ -38,7 +38,7 @@ use crate::json::Str;
 use crate::lines::{Line, parse_line};
 use crate::sink::RequestSlot;
 use crate::{FormatReader, ImportOptions, LineContext};
-use muninn_core::trace::{ThreadKind, TraceRequest};
+use muninn_core::trace::ThreadKind;
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -206,12 +206,7 @@ impl<'s> StreamJsonReader<'s> {
         if self.seen.contains(&hash) {
             cx.stats.duplicates_dropped += 1;
             self.responses.insert(hash, None);
-            *self.thread(thread) = ThreadState {
-                human_turn: false,
-                compacted: false,
-                blocks,
-                tools: Default::default(),
-            };
+            self.thread(thread).after_response(blocks);
             return;
         }
         let (Some(model), Some(usage)) = (&message.model, &message.usage) else {
@@ -228,21 +223,12 @@ impl<'s> StreamJsonReader<'s> {
         }
         let at_ms = self.clock_ms + i64::try_from(self.turn.len()).unwrap_or(0);
         let state = self.thread(thread);
-        let request = TraceRequest {
+        let request = state.take_request(
             at_ms,
-            usage: usage.to_usage(),
-            boundary: state.human_turn,
-            compacted: state.compacted,
-            blocks_added: state.blocks,
-            provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
-            tool_results: state.tools,
-        };
-        *state = ThreadState {
-            human_turn: false,
-            compacted: false,
+            usage.to_usage(),
+            message.diagnostics.as_ref().map(|d| d.label()),
             blocks,
-            tools: Default::default(),
-        };
+        );
         let main = thread == "main";
         let kind = if main {
             ThreadKind::Main
