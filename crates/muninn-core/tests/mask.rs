@@ -395,17 +395,7 @@ fn ledger_rows_clear_what_the_replay_cleared() {
         &mut |s| steps.push(*s),
     );
     let ttl = Ttl::FiveMinutes;
-    let params = Params {
-        ttl,
-        head_ttl: ttl,
-        rates: Rates::of(&price, ttl, ttl),
-        bounds: a.bounds(HEAD, &price),
-        min_cacheable: price.min_cacheable,
-        decide_before_expiry_ms: a.decide_before_expiry_ms,
-        can: Capabilities::default(),
-        lifetime_ms: None,
-    };
-    let mut acc = Accounting::new(params);
+    let mut acc = accounting();
     let mut masks = 0;
     for s in &steps {
         let kind = match s.kind {
