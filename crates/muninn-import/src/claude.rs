@@ -73,6 +73,17 @@ struct ClaudeLine<'a> {
     timestamp: Option<Str<'a>>,
     #[serde(borrow)]
     message: Option<ClaudeMessage<'a>>,
+    /// A `system` line's text (other line types may carry anything here).
+    #[serde(borrow)]
+    content: Option<LineText<'a>>,
+}
+
+/// A line's top-level `content`: text where it is text, anything else skipped.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LineText<'a> {
+    Text(#[serde(borrow)] Str<'a>),
+    Other(serde::de::IgnoredAny),
 }
 
 /// An `assistant` line's message (the stream-json reader reads the same).
@@ -168,6 +179,8 @@ pub(crate) struct ThreadState {
     pub(crate) human_turn: bool,
     /// A compaction was seen since the last request.
     pub(crate) compacted: bool,
+    /// The client changed its tool list since the last request (remote control switched on).
+    pub(crate) tools_changed: bool,
     /// Content blocks since the last request.
     pub(crate) blocks: u32,
     /// Tool results since the last request.
@@ -179,6 +192,7 @@ impl Default for ThreadState {
         ThreadState {
             human_turn: true,
             compacted: false,
+            tools_changed: false,
             blocks: 0,
             tools: Default::default(),
         }
@@ -288,6 +302,17 @@ impl FormatReader for ClaudeReader<'_> {
                     state.compacted = true;
                     state.blocks = 0;
                     state.tools = Default::default();
+                } else if parsed
+                    .subtype
+                    .as_ref()
+                    .is_some_and(|s| s.as_str() == "bridge_status")
+                    && matches!(&parsed.content, Some(LineText::Text(t))
+                        if t.as_str().starts_with("/remote-control is active"))
+                {
+                    // Switching remote control on changes the tools Claude Code sends (seen on
+                    // the tuning part of one public user's sessions: every first request after
+                    // it read nothing, and the API labelled those it diagnosed `tools_changed`).
+                    state.tools_changed = true;
                 }
             }
             Some("user") => {
@@ -354,6 +379,7 @@ impl FormatReader for ClaudeReader<'_> {
                             *state = ThreadState {
                                 human_turn: false,
                                 compacted: false,
+                                tools_changed: false,
                                 blocks,
                                 tools: Default::default(),
                             };
@@ -373,12 +399,14 @@ impl FormatReader for ClaudeReader<'_> {
                             usage: usage.to_usage(),
                             boundary: state.human_turn,
                             compacted: state.compacted,
+                            tools_changed: state.tools_changed,
                             blocks_added: state.blocks,
                             provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
                             tool_results: state.tools,
                         };
                         state.human_turn = false;
                         state.compacted = false;
+                        state.tools_changed = false;
                         state.blocks = blocks;
                         state.tools = Default::default();
                         let kind = if thread == "main" {

@@ -209,6 +209,7 @@ impl<'s> StreamJsonReader<'s> {
             *self.thread(thread) = ThreadState {
                 human_turn: false,
                 compacted: false,
+                tools_changed: false,
                 blocks,
                 tools: Default::default(),
             };
@@ -233,6 +234,7 @@ impl<'s> StreamJsonReader<'s> {
             usage: usage.to_usage(),
             boundary: state.human_turn,
             compacted: state.compacted,
+            tools_changed: false,
             blocks_added: state.blocks,
             provider_miss: message.diagnostics.as_ref().map(|d| d.label()),
             tool_results: state.tools,
@@ -240,6 +242,7 @@ impl<'s> StreamJsonReader<'s> {
         *state = ThreadState {
             human_turn: false,
             compacted: false,
+            tools_changed: false,
             blocks,
             tools: Default::default(),
         };

@@ -489,10 +489,12 @@ impl Predictors {
                     )
                 }
             };
-        // The level a change is known at: a model switch, a recorded compaction (a rewrite of
-        // the messages); otherwise what the cache model says.
+        // The level a change is known at: a model switch, a tool list the client changed, a
+        // recorded compaction (a rewrite of the messages); otherwise what the cache model says.
         let cause = if switched {
             Some(MissCause::ModelChange)
+        } else if anthropic::changed_tools(trace, index) {
+            Some(MissCause::ToolsChange)
         } else if req.compacted {
             Some(MissCause::MessagesChange)
         } else {
