@@ -25,6 +25,9 @@
 //!   with whatever came before.
 //! - `compacted`: a `system` line with `subtype: "compact_boundary"`, or a `user` line with
 //!   `isCompactSummary: true`, came after the thread's previous request.
+//! - `tools_changed`: a `system` line with `subtype: "bridge_status"` whose text begins
+//!   "/remote-control is active" came after the thread's previous request (switching remote
+//!   control on changes the tools Claude Code sends).
 //! - `blocks_added`: content blocks of `user` and `assistant` lines (array elements; a plain string
 //!   is one) since the previous request of the thread. The request's own assistant blocks count
 //!   towards the next request, since that is the prompt they join.
