@@ -98,6 +98,13 @@ pub struct TraceRequest {
     /// request.
     #[serde(default, skip_serializing_if = "is_false")]
     pub compacted: bool,
+    /// Whether the client changed the request's tool definitions just before this request, as
+    /// the source records it before the request is sent (Claude Code: a `system` line
+    /// `bridge_status` "/remote-control is active"; the remote-control bridge changes the tool
+    /// list). The whole prefix, tools first, is then new. On a thread's first request it says
+    /// nothing: the tools were so from the start.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tools_changed: bool,
     /// Content blocks added to the prompt since the previous request of the thread, when known
     /// (0 = unknown). Used by the cache model's 20-block lookback.
     #[serde(default, skip_serializing_if = "is_zero")]

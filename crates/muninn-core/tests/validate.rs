@@ -24,6 +24,7 @@ fn req(at_ms: i64, read: u64, write: u64, one_hour: bool) -> TraceRequest {
         },
         boundary: false,
         compacted: false,
+        tools_changed: false,
         blocks_added: 3,
         provider_miss: None,
         tool_results: Default::default(),
@@ -384,6 +385,52 @@ fn a_borrowed_head_longer_than_the_cached_tail_does_not_hide_it() {
         (r.cache_model.read, r.cache_model.agree),
         (H1 + 8_500, true)
     );
+}
+
+/// A tool list the client changed before sending (Claude Code switching remote control on)
+/// invalidates everything cached, tools head included: the request reads nothing and names a
+/// tools change (the provider's `tools_changed`), and the thread goes on from what it wrote. The
+/// same flag on a thread's first request says nothing: another session may have warmed the head.
+#[test]
+fn a_tool_change_the_client_recorded_reads_nothing_and_names_tools() {
+    use muninn_core::miss::{MissCause, ProviderMiss, ProviderMissReason};
+    let mut a = growing(0, 4, 10_000, true);
+    let prefix = a[3].usage.cache_read + a[3].usage.cache_write_1h;
+    let mut changed = req(40_000, 0, prefix + 300, true);
+    changed.tools_changed = true;
+    changed.provider_miss = Some(ProviderMiss {
+        reason: ProviderMissReason::ToolsChanged,
+        missed_tokens: Some(prefix),
+    });
+    a.push(changed);
+    a.push(req(50_000, prefix + 300, 400, true));
+    // b starts later with the flag on its first request: it still reads the shared tools head.
+    let mut b = growing(60_000, 2, 10_000, true);
+    b[0].tools_changed = true;
+    let traces = [
+        trace("a", "main", ThreadKind::Main, "m", a),
+        trace("b", "main", ThreadKind::Main, "m", b),
+    ];
+    let options = ValidateOptions {
+        share_tools_head: true,
+        ..ValidateOptions::default()
+    };
+    let report = validate(&traces, &options);
+    let r = row(&report, "a/main/m", 4);
+    assert_eq!(
+        (r.cache_model.read, r.cache_model.class, r.cache_model.agree),
+        (0, ReadClass::None, true)
+    );
+    assert_eq!(r.cause, Some(MissCause::ToolsChange));
+    assert_eq!(r.cause_agrees, Some(true));
+    let r = row(&report, "a/main/m", 5);
+    assert_eq!(
+        (r.cache_model.read, r.cache_model.agree),
+        (prefix + 300, true)
+    );
+    let r = row(&report, "b/main/m", 0);
+    assert_eq!((r.cache_model.read, r.cache_model.agree), (H1, true));
+    assert_eq!(r.cause, None);
 }
 
 #[test]

@@ -308,6 +308,7 @@ impl FormatReader for ApiLogReader<'_> {
             usage: usage.to_usage(),
             boundary: first || shape.boundary,
             compacted: !continues,
+            tools_changed: false,
             blocks_added: if continues {
                 shape.blocks.saturating_sub(state.blocks)
             } else {

@@ -25,6 +25,9 @@
 //!   with whatever came before.
 //! - `compacted`: a `system` line with `subtype: "compact_boundary"`, or a `user` line with
 //!   `isCompactSummary: true`, came after the thread's previous request.
+//! - `tools_changed`: a `system` line with `subtype: "bridge_status"` whose text begins
+//!   "/remote-control is active" came after the thread's previous request (switching remote
+//!   control on changes the tools Claude Code sends).
 //! - `blocks_added`: content blocks of `user` and `assistant` lines (array elements; a plain string
 //!   is one) since the previous request of the thread. The request's own assistant blocks count
 //!   towards the next request, since that is the prompt they join.
@@ -74,6 +77,17 @@ struct ClaudeLine<'a> {
     timestamp: Option<Str<'a>>,
     #[serde(borrow)]
     message: Option<ClaudeMessage<'a>>,
+    /// A `system` line's text (other line types may carry anything here).
+    #[serde(borrow)]
+    content: Option<LineText<'a>>,
+}
+
+/// A line's top-level `content`: text where it is text, anything else skipped.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LineText<'a> {
+    Text(#[serde(borrow)] Str<'a>),
+    Other(serde::de::IgnoredAny),
 }
 
 /// An `assistant` line's message (the stream-json reader reads the same).
@@ -169,6 +183,8 @@ pub(crate) struct ThreadState {
     pub(crate) human_turn: bool,
     /// A compaction was seen since the last request.
     pub(crate) compacted: bool,
+    /// The client changed its tool list since the last request (remote control switched on).
+    pub(crate) tools_changed: bool,
     /// Content blocks since the last request.
     pub(crate) blocks: u32,
     /// Tool results since the last request.
@@ -180,6 +196,7 @@ impl Default for ThreadState {
         ThreadState {
             human_turn: true,
             compacted: false,
+            tools_changed: false,
             blocks: 0,
             tools: Default::default(),
         }
@@ -201,6 +218,7 @@ impl ThreadState {
             usage,
             boundary: self.human_turn,
             compacted: self.compacted,
+            tools_changed: self.tools_changed,
             blocks_added: self.blocks,
             provider_miss,
             tool_results: self.tools,
@@ -215,21 +233,28 @@ impl ThreadState {
         *self = ThreadState {
             human_turn: false,
             compacted: false,
+            tools_changed: false,
             blocks,
             tools: Default::default(),
         };
     }
 
-    /// A system line: a compaction boundary starts the thread's count afresh.
+    /// A system line: a compaction boundary starts the thread's count afresh; remote control
+    /// switched on changes the tools.
     fn system(&mut self, parsed: &ClaudeLine<'_>) {
-        if parsed
-            .subtype
-            .as_ref()
-            .is_some_and(|s| s.as_str() == "compact_boundary")
-        {
+        let subtype = parsed.subtype.as_ref().map(Str::as_str);
+        if subtype == Some("compact_boundary") {
             self.compacted = true;
             self.blocks = 0;
             self.tools = Default::default();
+        } else if subtype == Some("bridge_status")
+            && matches!(&parsed.content, Some(LineText::Text(t))
+                if t.as_str().starts_with("/remote-control is active"))
+        {
+            // Switching remote control on changes the tools Claude Code sends (seen on the
+            // tuning part of one public user's sessions: every first request after it read
+            // nothing, and the API labelled those it diagnosed `tools_changed`).
+            self.tools_changed = true;
         }
     }
 

@@ -212,6 +212,7 @@ impl FormatReader for CodexReader {
                         usage: last.to_usage(),
                         boundary: self.human_turn,
                         compacted: self.compacted,
+                        tools_changed: false,
                         blocks_added: 0,
                         provider_miss: None,
                         tool_results: Default::default(),

@@ -52,6 +52,7 @@ fn request(
         usage,
         boundary,
         compacted,
+        tools_changed: false,
         blocks_added: blocks,
         provider_miss: None,
         tool_results: Default::default(),

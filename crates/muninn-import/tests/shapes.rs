@@ -100,3 +100,38 @@ fn a_teleported_from_line_starts_a_session_or_stands_alone() {
         .collect();
     assert_eq!(warned, vec![(dir.path().join("alone.jsonl"), 0)]);
 }
+
+/// Claude Code 2.1.2xx writes a `system` line `bridge_status` when remote control is switched
+/// on; the next request of the main thread is sent with a changed tool list (the API labels it
+/// `tools_changed`). The flag goes on that request only; a bridge line saying anything else, or
+/// a `system` line whose `content` is not text, flags nothing and breaks nothing.
+#[test]
+fn remote_control_switched_on_flags_the_next_request_as_a_tool_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bridge.jsonl");
+    let system = |content: serde_json::Value, seconds: i64| {
+        serde_json::json!({
+            "parentUuid": null, "isSidechain": false, "type": "system",
+            "subtype": "bridge_status", "content": content, "sessionId": "br",
+            "uuid": format!("s{seconds}"),
+            "timestamp": jiff::Timestamp::from_millisecond(at(seconds)).unwrap().to_string(),
+        })
+        .to_string()
+            + "\n"
+    };
+    let text = turn("br", 1, 0, 0)
+        + &system("/remote-control is active · Continue here".into(), 10)
+        + &turn("br", 2, 20, 500)
+        + &system("/remote-control reconnecting".into(), 30)
+        + &system(serde_json::json!({"state": "odd"}), 31)
+        + &turn("br", 3, 40, 1_000);
+    std::fs::write(&path, text).unwrap();
+
+    let got = import(std::slice::from_ref(&path));
+    let flags: Vec<bool> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| r.tools_changed)
+        .collect();
+    assert_eq!(flags, vec![false, true, false]);
+}

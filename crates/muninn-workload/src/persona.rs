@@ -348,6 +348,7 @@ pub fn session_trace(
                 usage,
                 boundary: true,
                 compacted: false,
+                tools_changed: false,
                 blocks_added: 2,
                 provider_miss: None,
                 tool_results: Default::default(),

@@ -51,6 +51,7 @@ mod tests {
                 ..Usage::default()
             },
             compacted,
+            tools_changed: false,
             ..TraceRequest::default()
         }
     }

@@ -32,9 +32,22 @@ struct Group {
     h1: Option<Tokens>,
     h2: Option<Tokens>,
     segment: u32,
+    /// How many times the client changed its tool list (`TraceRequest::tools_changed`): this
+    /// session's heads and segments written before a change hold other tools, so their
+    /// fingerprints carry it.
+    tools_epoch: u32,
     tail: Option<Tail>,
     /// The cached part of the group's latest request (the reference for a forked thread).
     last_cached: Tokens,
+}
+
+/// Whether request `index` of `trace` changed its tool list since the thread's previous request.
+/// A thread's first request changed nothing (its tools were so from the start: another session
+/// may have warmed them), and a compaction agent's fork inherits its parent's tools.
+pub(super) fn changed_tools(trace: &Trace, index: usize) -> bool {
+    index > 0
+        && trace.kind != ThreadKind::Compaction
+        && trace.requests.get(index).is_some_and(|r| r.tools_changed)
 }
 
 fn group_name(trace: &Trace) -> &str {
@@ -101,7 +114,15 @@ impl ModelReplay {
             trace.model.clone(),
         );
         let est_key = (trace.model.clone(), is_main_group(trace));
-        let group = self.groups.get(&key).cloned().unwrap_or_default();
+        let mut group = self.groups.get(&key).cloned().unwrap_or_default();
+        // A tool list changed before sending: tools come first, so nothing cached before
+        // matches (known to the client before the request; the fork of a compaction agent
+        // inherits its parent's tools and never carries the flag).
+        let tools_changed = changed_tools(trace, index);
+        if tools_changed {
+            group.tools_epoch += 1;
+        }
+        let epoch = group.tools_epoch.to_string();
         let ttl = req.write_ttl().unwrap_or(fallback_ttl);
         let prompt_tokens = req.usage.prompt();
         // Where the last breakpoint sits: everything but the uncached tail. Known to the client
@@ -120,11 +141,11 @@ impl ModelReplay {
         let h1_fp = if options.share_tools_head {
             h1.map(|t| hash_parts(&["h1", &trace.model, kind, &t.to_string()]))
         } else {
-            Some(hash_parts(&["h1", &key.0, &key.1, &key.2]))
+            Some(hash_parts(&["h1", &key.0, &key.1, &key.2, &epoch]))
         };
         // The size is part of the key: when a better size is learned, entries stamped with the
         // old guess must not be read back with the old token count.
-        let h2_fp = h2.map(|t| hash_parts(&["h2", &key.0, &key.1, &key.2, &t.to_string()]));
+        let h2_fp = h2.map(|t| hash_parts(&["h2", &key.0, &key.1, &key.2, &t.to_string(), &epoch]));
 
         // The conversation: a fork (compaction agent's first request) continues the main group's
         // tail; a compaction restarts the segment; otherwise the thread's own previous tail.
@@ -132,7 +153,7 @@ impl ModelReplay {
         let mut segment = group.segment;
         let previous: Option<Tail> = if forked {
             self.thread_tails.get(&trace.id).copied().or(group.tail)
-        } else if req.compacted {
+        } else if req.compacted || tools_changed {
             segment += 1;
             None
         } else {
@@ -141,13 +162,16 @@ impl ModelReplay {
         let segment_fp = if forked {
             hash_parts(&["fork", &trace.id])
         } else {
-            hash_parts(&["seg", &key.0, &key.1, &key.2, &segment.to_string()])
+            hash_parts(&["seg", &key.0, &key.1, &key.2, &segment.to_string(), &epoch])
         };
 
         // A head is a prefix of the conversation, so one at or past the thread's previous tail is
         // wrong for this thread: a size borrowed from another session (where a read a little short
         // of its prefix was taken for a head) must not hide the tail this session cached.
-        let head_fits = |t: Tokens| t < end_tokens && previous.is_none_or(|p| t < p.tokens);
+        // After a tool change no head of the old tools matches (the shared tools head is keyed
+        // by size, not by tools, so it is skipped for this request rather than re-keyed).
+        let head_fits =
+            |t: Tokens| !tools_changed && t < end_tokens && previous.is_none_or(|p| t < p.tokens);
         let mut cps: Vec<Checkpoint> = Vec::with_capacity(4);
         let mut floor: Tokens = 0;
         if let (Some(t), Some(fp)) = (h1, h1_fp)

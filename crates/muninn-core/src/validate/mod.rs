@@ -44,7 +44,9 @@
 //!
 //! A compaction (`compacted`) starts a new segment: conversation fingerprints restart, only the
 //! heads remain. A compaction agent's first request forks the main thread's conversation of the
-//! same model, so it can read the main thread's prefix.
+//! same model, so it can read the main thread's prefix. A tool list the client changed before
+//! sending (`tools_changed`, on a thread's later request) also starts a new segment under a new
+//! tool epoch, and skips the heads for that request: the tools come first, so nothing matches.
 //!
 //! Head sizes are learned from earlier observations only: a thread's first request that reads
 //! something short of a prefix it could know reveals `H1`; a later request that reads less than
@@ -489,10 +491,12 @@ impl Predictors {
                     )
                 }
             };
-        // The level a change is known at: a model switch, a recorded compaction (a rewrite of
-        // the messages); otherwise what the cache model says.
+        // The level a change is known at: a model switch, a tool list the client changed, a
+        // recorded compaction (a rewrite of the messages); otherwise what the cache model says.
         let cause = if switched {
             Some(MissCause::ModelChange)
+        } else if anthropic::changed_tools(trace, index) {
+            Some(MissCause::ToolsChange)
         } else if req.compacted {
             Some(MissCause::MessagesChange)
         } else {
