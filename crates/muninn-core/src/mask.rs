@@ -53,17 +53,7 @@ pub fn masked_usage(request: &MaskedRequest) -> Usage {
         .uncleared_tokens
         .saturating_sub(request.cleared_tokens);
     let written = total.saturating_sub(read);
-    let (cache_write_5m, cache_write_1h) = match request.ttl {
-        Ttl::FiveMinutes => (written, 0),
-        Ttl::OneHour => (0, written),
-    };
-    Usage {
-        input: 0,
-        cache_write_5m,
-        cache_write_1h,
-        cache_read: read,
-        output: request.output,
-    }
+    billed(request, read, written)
 }
 
 /// The usage the same request is billed without the clear, warm: it reads `cached_prefix`
@@ -71,6 +61,11 @@ pub fn masked_usage(request: &MaskedRequest) -> Usage {
 pub fn unmasked_usage(request: &MaskedRequest, cached_prefix: Tokens) -> Usage {
     let read = cached_prefix.min(request.uncleared_tokens);
     let written = request.uncleared_tokens - read;
+    billed(request, read, written)
+}
+
+/// A request of `request`'s TTL and output that read `read` cached tokens and wrote `written`.
+fn billed(request: &MaskedRequest, read: Tokens, written: Tokens) -> Usage {
     let (cache_write_5m, cache_write_1h) = match request.ttl {
         Ttl::FiveMinutes => (written, 0),
         Ttl::OneHour => (0, written),

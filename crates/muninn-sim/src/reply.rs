@@ -296,16 +296,21 @@ pub fn answer_like_a_mind(schema_value: &Value, text: &str, reply: &mut Value) {
     }
 }
 
-/// The summary of a compaction (rule 1, and the simulator's on-demand compaction): an
-/// `<analysis>` block then a `<summary>` naming the first user request, the number of messages
-/// and the user text before the last.
-pub fn compaction_summary(request: &MessagesRequest) -> String {
-    let user_messages: Vec<&Content> = request
+/// The contents of the request's user messages, in order.
+fn user_contents(request: &MessagesRequest) -> Vec<&Content> {
+    request
         .messages
         .iter()
         .filter(|m| m.role == Role::User)
         .map(|m| &m.content)
-        .collect();
+        .collect()
+}
+
+/// The summary of a compaction (rule 1, and the simulator's on-demand compaction): an
+/// `<analysis>` block then a `<summary>` naming the first user request, the number of messages
+/// and the user text before the last.
+pub fn compaction_summary(request: &MessagesRequest) -> String {
+    let user_messages = user_contents(request);
     let first = user_messages
         .first()
         .map(|c| texts_of(c).0.join(" "))
@@ -335,12 +340,7 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
             output_tokens: 0,
         };
     }
-    let user_messages: Vec<&Content> = request
-        .messages
-        .iter()
-        .filter(|m| m.role == Role::User)
-        .map(|m| &m.content)
-        .collect();
+    let user_messages = user_contents(request);
     let (texts, results) = user_messages
         .last()
         .map(|c| texts_of(c))

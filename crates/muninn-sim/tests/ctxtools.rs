@@ -53,6 +53,17 @@ fn backend_with(h: &SimHandle, tools: ContextTools) -> AnthropicBackend {
     .with_context_tools(tools)
 }
 
+/// A backend that compacts on the server (`compact-2026-09-04`).
+fn compacting_backend(h: &SimHandle) -> AnthropicBackend {
+    backend_with(
+        h,
+        ContextTools {
+            server_compaction: true,
+            ..ContextTools::default()
+        },
+    )
+}
+
 fn cost(usage: &Usage) -> MicroUsd {
     PriceTable::embedded().model(MODEL).unwrap().cost(usage)
 }
@@ -152,13 +163,7 @@ async fn max_tokens_zero_is_answered_and_refused_with_streaming() {
 #[tokio::test]
 async fn a_server_compaction_is_billed_from_its_iterations() {
     let h = sim().await;
-    let mut b = backend_with(
-        &h,
-        ContextTools {
-            server_compaction: true,
-            ..ContextTools::default()
-        },
-    );
+    let mut b = compacting_backend(&h);
     b.start(spec(0)).await.unwrap();
     for text in [
         "the mill by the river",
@@ -225,13 +230,7 @@ async fn a_server_compaction_is_billed_from_its_iterations() {
     assert_eq!(body["messages"].as_array().unwrap().len(), 2);
     assert_eq!(next.stop_reason, "end_turn");
     // Nothing new to summarize right after a compaction is the provider's refusal.
-    let mut again = backend_with(
-        &h,
-        ContextTools {
-            server_compaction: true,
-            ..ContextTools::default()
-        },
-    );
+    let mut again = compacting_backend(&h);
     again.start(spec(0)).await.unwrap();
     again.turn(TurnInput::text("one")).await.unwrap();
     again.compact("").await.unwrap();
@@ -248,13 +247,7 @@ async fn a_server_compaction_is_billed_from_its_iterations() {
 #[tokio::test]
 async fn an_unavailable_compaction_fails_and_leaves_the_session() {
     let h = sim().await;
-    let mut b = backend_with(
-        &h,
-        ContextTools {
-            server_compaction: true,
-            ..ContextTools::default()
-        },
-    );
+    let mut b = compacting_backend(&h);
     b.start(spec(0)).await.unwrap();
     let one = b.turn(TurnInput::text("one")).await.unwrap();
     h.sim.push_faults([muninn_sim::sim::Fault {
@@ -291,13 +284,7 @@ async fn server_compaction_is_off_by_default() {
 #[tokio::test]
 async fn a_compaction_without_streaming_reads_alike() {
     let h = sim().await;
-    let mut b = backend_with(
-        &h,
-        ContextTools {
-            server_compaction: true,
-            ..ContextTools::default()
-        },
-    );
+    let mut b = compacting_backend(&h);
     b.start(spec(0)).await.unwrap();
     b.turn(TurnInput::text("one")).await.unwrap();
     b.turn(TurnInput::text("two")).await.unwrap();

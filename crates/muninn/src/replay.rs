@@ -162,8 +162,9 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         .map(|t| t.at(jiff::Timestamp::now().as_millisecond()));
     let import = args.input.import()?;
     // Rehydration measured, not assumed: the traces' own compactions, unless given.
-    let measured = rehydration::median(&rehydration::measured_rehydrations(&import.traces));
-    let assumptions = assumptions_of(&args, measured, &import.traces);
+    let samples = rehydration::measured_rehydrations(&import.traces);
+    let measured = rehydration::median(&samples);
+    let assumptions = assumptions_of(&args, measured, samples.len());
 
     // Traces whose model has no price are left out, and the report says so.
     let (priced, unpriced) = priced_traces(&import.traces, &prices)?;
@@ -227,8 +228,8 @@ fn load_prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceTable> {
 }
 
 /// The replay's assumptions from the command line, the rehydration measured from the traces'
-/// compactions unless one was given (and the choice said on stderr).
-fn assumptions_of(args: &ReplayArgs, measured: Option<Tokens>, traces: &[Trace]) -> Assumptions {
+/// compactions (the median of `samples`) unless one was given (and the choice said on stderr).
+fn assumptions_of(args: &ReplayArgs, measured: Option<Tokens>, samples: usize) -> Assumptions {
     let assumptions = Assumptions {
         head_tokens: args.head_tokens,
         rehydrate_tokens: args
@@ -248,7 +249,6 @@ fn assumptions_of(args: &ReplayArgs, measured: Option<Tokens>, traces: &[Trace])
         mask_keep_tool_uses: args.mask_keep_tool_uses,
     };
     if args.rehydrate_tokens.is_none() {
-        let samples = rehydration::measured_rehydrations(traces).len();
         match measured {
             Some(m) => eprintln!(
                 "rehydration: {m} tokens, the median of {samples} compactions measured in these traces"
