@@ -286,8 +286,11 @@ impl Accounting {
         if tokens == 0 {
             return;
         }
+        // Before the session's first request there is no previous prompt: the results still
+        // sit after the head (a clear of them would otherwise be described as reading nothing,
+        // while the provider reads the warm head before them).
         self.tool_chunks.push(ToolChunk {
-            at: self.prompt_tokens,
+            at: self.prompt_tokens.max(self.head_tokens),
             tokens,
             uses,
         });

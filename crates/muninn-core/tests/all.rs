@@ -5,6 +5,7 @@
 mod cache;
 mod learn;
 mod mask;
+mod optimum_mask;
 mod render;
 mod replay;
 mod validate;

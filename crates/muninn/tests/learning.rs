@@ -35,6 +35,39 @@ fn the_default_costs_at_most_2_percent_more_than_never_over_the_sensitivity_grid
     );
 }
 
+/// No online policy costs less than the optimum on the shared traces, with masks (where `predictive`
+/// cost 0.996× an optimum that could not mask), on their main threads, and without masks.
+#[test]
+fn no_policy_beats_the_optimum_on_the_shared_traces() {
+    let Some(dir) = shared_traces() else {
+        assert!(
+            std::env::var("MUNINN_SKIP_PEERS").is_ok_and(|v| v == "1"),
+            "the shared traces were not found (MUNINN_SKIP_PEERS=1 skips)"
+        );
+        eprintln!("SKIP: the shared traces were not found");
+        return;
+    };
+    for extra in [&[][..], &["--main-only"], &["--no-mask"]] {
+        let (report, _) = super::replay_json(&[&dir], extra);
+        let optimum = report
+            .rows
+            .iter()
+            .find(|r| r.policy == "optimum")
+            .expect("an optimum row");
+        // `recorded` is what was paid, not a plan of these actions (with `--main-only` its
+        // compactions are on the threads left out, so it may cost less).
+        for row in report.rows.iter().filter(|r| r.policy != "recorded") {
+            assert!(
+                row.cost_micro_usd >= optimum.cost_micro_usd,
+                "{extra:?}: {} costs {} µ$ < optimum {} µ$",
+                row.policy,
+                row.cost_micro_usd,
+                optimum.cost_micro_usd
+            );
+        }
+    }
+}
+
 /// Where the shared Claude Code traces are: they live outside the tree (their source asks that
 /// they be used from there), beside the repository on a developer's machine and at
 /// `/work/shared` on this project's machines, where a CI clone may sit anywhere.

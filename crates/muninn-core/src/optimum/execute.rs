@@ -72,6 +72,10 @@ impl OptimumPlan {
             before_ms,
         } = *future;
         let restart = next > 0 && self.starts.get(next).copied().unwrap_or(false);
+        // A request sent with a clear rewrites its prompt from the head on: like a refresh, it
+        // reads only the head, so the gap before it keeps only the head (no flush).
+        let cleared = next > 0 && !restart && self.masks_at(next);
+        let flushes = restart && view.needs_flush();
         let single = |action, reason, estimate| Decision {
             action,
             reason,
@@ -81,6 +85,8 @@ impl OptimumPlan {
             Event::Arrival { .. } => {
                 if restart {
                     single(Action::Refresh, Reason::GrowthBreakEven, MicroUsd::ZERO)
+                } else if cleared {
+                    single(Action::Mask, Reason::MaskPaysBack, MicroUsd::ZERO)
                 } else {
                     single(Action::Append, Reason::Warm, MicroUsd::ZERO)
                 }
@@ -105,17 +111,17 @@ impl OptimumPlan {
                     let kh = touches(turn.at_ms - (d - before_ms), view.head_ttl.millis(), hstep);
                     MicroUsd(view.head_ping_cost().0 * kh as i64)
                 };
-                if restart {
-                    // The old segment ends here. Ending now (flushing, or with memory written as
-                    // it happens doing nothing) touches the head for the last time; if the head
-                    // would then be cold at the restart and keeping it alive with pings is
-                    // cheaper than rewriting it, ping instead.
-                    let end = if view.needs_flush() {
+                if restart || cleared {
+                    // The old segment ends here (or the clear will rewrite it). Ending now
+                    // (flushing before a refresh, or doing nothing) touches the head for the last
+                    // time; if the head would then be cold at the wake and keeping it alive with
+                    // pings is cheaper than rewriting it, ping instead.
+                    let end = if flushes {
                         Action::Flush
                     } else {
                         Action::LetExpire
                     };
-                    let head_deadline = if view.needs_flush() {
+                    let head_deadline = if flushes {
                         Some(now_ms + view.head_ttl.millis())
                     } else {
                         view.head_warm_until_ms
@@ -124,8 +130,7 @@ impl OptimumPlan {
                         && head_deadline.is_none_or(|d| d <= turn.at_ms)
                         && expiry <= turn.at_ms
                     {
-                        let k = touches(span, view.head_ttl.millis(), step)
-                            - u64::from(view.needs_flush());
+                        let k = touches(span, view.head_ttl.millis(), step) - u64::from(flushes);
                         let keep = MicroUsd(view.ping_cost().0 * k as i64);
                         // Ending now and keeping only the head with head-only pings instead.
                         let head_only = head_deadline.map_or(keep, head_only_from);

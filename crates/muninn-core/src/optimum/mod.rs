@@ -1,6 +1,7 @@
 //! The hindsight optimum: a dynamic program over a reconstructed trace, with full knowledge of
 //! every future gap and size, over the same actions the online policies have (append, ping,
-//! flush, refresh at a boundary), within the same quality bounds (minimum segment, ceiling).
+//! flush, refresh at a boundary, and the `mask` action where the session may clear tool
+//! results), within the same quality bounds (minimum segment, ceiling).
 //!
 //! # The program
 //!
@@ -36,6 +37,20 @@
 //! by the cache model exactly like every online policy. Tests compare it with brute force over every
 //! admissible segmentation of small traces, and check that no online policy ever beats it.
 //!
+//! # The `mask` action
+//!
+//! Where the trace has tool results and the session may clear them ([`crate::decide::Capabilities`]
+//! and the assumptions' `mask`), a second program ([`masks`]) runs over states (segment start,
+//! latest clear): a clear keeps the latest tool uses' results, so what a segment has lost after
+//! any number of clears is fixed by its start and its latest clear. That program is exact over
+//! its model (each state carries its exact prefix), O(Σ states) — at most O(n · S · K) for S
+//! segment starts and K clear points alive under the ceiling — and the cheaper of its plan and
+//! the Li Chao program's is kept. The executor sends the plan's clears as [`Action::Mask`]
+//! decisions, so the replay engine prices them as it prices every policy's, and the gap before a
+//! clear keeps only the head (the clear rewrites the rest).
+//!
+//! [`Action::Mask`]: crate::decide::Action::Mask
+//!
 //! # Layer changes in the head
 //!
 //! A session whose head is rendered from layers that change (the Persona Mind's doctrine, persona
@@ -56,6 +71,7 @@ use crate::replay::{ReplayConfig, Turn};
 
 mod execute;
 mod lines;
+mod masks;
 mod model;
 mod options;
 mod solve;
@@ -76,6 +92,9 @@ pub struct OptimumPlan {
     /// (the layers changed since the segment before it began); empty without layer changes. The
     /// executor weighs keeping the head warm for a refresh against the part it can still read.
     pub head_rewritten: Vec<Tokens>,
+    /// `masks[j]`: request j is sent with the provider's tool-result clear (the `mask` action);
+    /// empty when the plan never clears.
+    pub masks: Vec<bool>,
 }
 
 impl OptimumPlan {
@@ -98,7 +117,18 @@ impl OptimumPlan {
             starts,
             estimate: MicroUsd::ZERO,
             head_rewritten,
+            masks: Vec::new(),
         }
+    }
+
+    /// The same plan, sending the requests `masks` marks with a clear.
+    pub fn with_masks(self, masks: Vec<bool>) -> OptimumPlan {
+        OptimumPlan { masks, ..self }
+    }
+
+    /// Whether request `j` is sent with a clear.
+    pub fn masks_at(&self, j: usize) -> bool {
+        self.masks.get(j).copied().unwrap_or(false)
     }
 }
 
@@ -161,10 +191,24 @@ pub fn plan_with_head_changes(
         return OptimumPlan::for_starts(Vec::new(), head_changes);
     }
     let model = build_model(turns, head, ttl, config, head_changes);
-    let (estimate, starts) = search(&model);
+    let (mut estimate, mut starts) = search(&model);
+    let mut masks = Vec::new();
+    // Clears where the trace has tool results and the provider and assumptions allow them;
+    // not with layer changes in the head (the mask program has no head-change charge, and the
+    // heads that change, the Persona's, carry no tool results worth clearing).
+    if model.can_mask && head_changes.iter().all(|&d| d == 0) {
+        let (cost, with_starts, with_masks) = model.solve_masked();
+        debug_assert_eq!(model.evaluate_masked(&with_starts, &with_masks), cost);
+        // The mask program is exact over a space that holds every plan without clears, so it
+        // is never dearer under the model; kept only if it is cheaper, so that a trace whose
+        // optimum never clears keeps the Li Chao program's plan.
+        if cost < estimate {
+            (estimate, starts, masks) = (cost, with_starts, with_masks);
+        }
+    }
     OptimumPlan {
         estimate: MicroUsd(((estimate.max(0) + 500_000) / 1_000_000) as i64),
-        ..OptimumPlan::for_starts(starts, head_changes)
+        ..OptimumPlan::for_starts(starts, head_changes).with_masks(masks)
     }
 }
 
@@ -217,7 +261,12 @@ fn build_model<'t>(
         end_options,
         changes,
         head_change_rate: (rates.w_head - rates.r).max(0),
+        can_mask: false,
+        tools: Vec::new(),
+        clear_to: Vec::new(),
+        mask_options: Vec::new(),
     }
+    .with_tool_results(turns, &rates, config)
 }
 
 /// The cheapest plan the program finds from a few starting representatives, each refined with the

@@ -72,6 +72,17 @@ pub(super) struct Model<'t> {
     pub(super) changes: Vec<i128>,
     /// What writing a head token costs more than reading it (`w_head − r`).
     pub(super) head_change_rate: i128,
+    /// Whether a plan may clear old tool results (the provider can, the assumptions allow it,
+    /// and the trace says where tool results are).
+    pub(super) can_mask: bool,
+    /// T_j: tool-result tokens of requests 1..=j.
+    pub(super) tools: Vec<i128>,
+    /// B_q = T_{g(q)−1}, where g(q) is the oldest request whose results a clear at q keeps (the
+    /// latest `mask_keep_tool_uses` uses before q): a clear at q leaves every tool result of the
+    /// segment before g(q) cleared. Nondecreasing in q.
+    pub(super) clear_to: Vec<i128>,
+    /// Ways through the gap before a request sent with a clear (only the head is read).
+    pub(super) mask_options: Vec<Choices<Ending, 3>>,
 }
 
 impl Model<'_> {

@@ -123,13 +123,26 @@ impl GapRates {
     /// moment touches the head once more; if the head is cold at the refresh anyway, touching it
     /// with pings (the flush the last of them) until then may be cheaper than rewriting it.
     pub(super) fn ending(&self, gap: i64) -> Choices<Ending, 3> {
+        self.head_only_after(gap, self.needs_flush)
+    }
+
+    /// The gap before a request sent with a clear: the clear rewrites the prompt from the head on,
+    /// so only the head is worth keeping — the ways of [`GapRates::ending`] without a flush.
+    pub(super) fn before_mask(&self, gap: i64) -> Choices<Ending, 3> {
+        self.head_only_after(gap, false)
+    }
+
+    /// The ways through a gap after which only the head is read: let it go, keep it alive with
+    /// tail pings (the flush, if any, the last of them), or keep only the head with head-only
+    /// pings. Each is a cost linear in the prefix before the gap plus the head's cost after it.
+    fn head_only_after(&self, gap: i64, needs_flush: bool) -> Choices<Ending, 3> {
         let (r, h, step) = (self.r, self.h, self.step);
-        let (flush_read, phi_flush) = (self.flush_read, self.phi_flush);
-        let late_flush = if self.needs_flush && gap >= step {
-            step
+        let (flush_read, phi_flush) = if needs_flush {
+            (self.flush_read, self.phi_flush)
         } else {
-            0
+            (0, 0)
         };
+        let late_flush = if needs_flush && gap >= step { step } else { 0 };
         let reading = |close: LinearCost| Ending {
             close,
             head: r * h,
@@ -146,8 +159,8 @@ impl GapRates {
             reads_head: false,
         });
         if self.head_cacheable {
-            let k = touches(gap - step, self.head_ttl.millis(), step) as i128
-                - i128::from(self.needs_flush);
+            let k =
+                touches(gap - step, self.head_ttl.millis(), step) as i128 - i128::from(needs_flush);
             if k > 0 && self.can.ping {
                 ends.push(reading((flush_read + k * r, phi_flush + k * self.phi_ping)));
             }

@@ -21,9 +21,9 @@
 //!
 //! The `recorded` plan prices the recorded usage itself; the `optimum` plan is the hindsight
 //! dynamic program of [`crate::optimum`], executed by the same engine so that it is priced exactly
-//! like every online policy. The optimum chooses among append, ping, flush and refresh only: it
-//! never masks, so it is the optimum *over append/ping/refresh*, and a policy that masks may
-//! cost less than it.
+//! like every online policy. The optimum chooses among the same actions, the `mask` action
+//! included where the session may mask ([`crate::optimum`]'s mask program): its clears are sent by
+//! this engine exactly as a policy's are, so no policy costs less than it.
 //!
 //! # Masks
 //!

@@ -1,0 +1,245 @@
+//! The hindsight optimum with the `mask` action: on small traces with tool results, every
+//! admissible plan (segmentations × sets of requests sent with a clear) executed by the replay
+//! engine costs no less than the optimum's plan; on random traces, no online policy that masks
+//! costs less than the optimum; a clear in the optimum's plan is priced as a policy's is.
+
+use muninn_core::cache::{CacheRules, Ttl};
+use muninn_core::mask::masked_usage;
+use muninn_core::money::{MicroUsd, Tokens};
+use muninn_core::optimum::OptimumPlan;
+use muninn_core::price::PriceTable;
+use muninn_core::replay::{
+    Assumptions, Plan, ReplayConfig, RunTotals, Step, execute_plan, reconstruct, replay_trace,
+};
+use muninn_core::trace::{ThreadKind, ToolResults, Trace, TraceRequest, Usage};
+use proptest::prelude::*;
+
+const HEAD: Tokens = 12_000;
+const MODEL: &str = "claude-sonnet-4-5";
+
+/// One request of a generated trace: seconds since the previous one, tokens it adds, whether it
+/// begins a turn, and the share (in tenths) of its growth that is tool results, and their uses.
+type TestStep = (i64, Tokens, bool, u64, u32);
+
+/// An append-only session (warm appends with a 3-token uncached tail, as recorded) whose requests
+/// carry tool results.
+fn trace(steps: &[TestStep], ttl: Ttl) -> Trace {
+    let mut at = 1_800_000_000_000i64;
+    let mut prompt = HEAD;
+    let mut requests = Vec::new();
+    for (i, &(gap_s, delta, boundary, tenths, uses)) in steps.iter().enumerate() {
+        at += gap_s * 1000;
+        let read = if i == 0 { 0 } else { prompt - 3 };
+        prompt += delta;
+        let written = prompt - read - 3;
+        let (w5, w1) = match ttl {
+            Ttl::FiveMinutes => (written, 0),
+            Ttl::OneHour => (0, written),
+        };
+        requests.push(TraceRequest {
+            at_ms: at,
+            usage: Usage {
+                input: 3,
+                cache_write_5m: w5,
+                cache_write_1h: w1,
+                cache_read: read,
+                output: 200,
+            },
+            boundary: boundary || i == 0,
+            tool_results: ToolResults {
+                tokens: delta * tenths / 10,
+                uses,
+            },
+            ..TraceRequest::default()
+        });
+    }
+    Trace {
+        id: format!("t/main/{MODEL}"),
+        session: "t".into(),
+        thread: "main".into(),
+        kind: ThreadKind::Main,
+        model: MODEL.into(),
+        source: "test".into(),
+        requests,
+    }
+}
+
+fn assumptions(head_one_hour: bool, memory_as_it_happens: bool, keep: u32) -> Assumptions {
+    let mut a = Assumptions {
+        head_tokens: Some(HEAD),
+        rehydrate_tokens: 2_000,
+        min_segment_requests: 2,
+        mask_keep_tool_uses: keep,
+        ..Assumptions::default()
+    };
+    if head_one_hour {
+        a.head_ttl = Some(Ttl::OneHour);
+    }
+    if memory_as_it_happens {
+        a.flush_prompt_tokens = 0;
+        a.flush_output_tokens = Some(0);
+    }
+    a
+}
+
+fn with_config<R>(a: &Assumptions, f: impl FnOnce(&ReplayConfig<'_>) -> R) -> R {
+    let prices = PriceTable::embedded();
+    let price = prices.model(MODEL).expect("priced");
+    let rules = CacheRules::default();
+    f(&ReplayConfig {
+        price,
+        assumptions: a,
+        rules: &rules,
+    })
+}
+
+fn run(t: &Trace, plan: Plan, a: &Assumptions, on_step: &mut dyn FnMut(&Step)) -> RunTotals {
+    with_config(a, |config| replay_trace(t, plan, config, on_step))
+}
+
+/// Every plan of a small trace whose refreshes are admissible (at a boundary, after a segment of
+/// the minimum length; no ceiling here) with every set of the other requests after the first
+/// sent with a clear that removes something, executed by the engine: the cheapest, and how many
+/// requests it clears at.
+fn brute_force(t: &Trace, a: &Assumptions) -> (MicroUsd, usize) {
+    let (_, turns) = reconstruct(t, a.head_tokens);
+    let n = turns.len();
+    let mut best = (MicroUsd(i64::MAX), 0);
+    // Each request after the first: 0 append, 1 refresh before it, 2 sent with a clear.
+    for code in 0..3u32.pow(n as u32 - 1) {
+        let (mut starts, mut masks) = (vec![true], vec![false]);
+        let mut rest = code;
+        for _ in 1..n {
+            starts.push(rest % 3 == 1);
+            masks.push(rest % 3 == 2);
+            rest /= 3;
+        }
+        let mut s = 0;
+        let admissible = (1..n).all(|j| {
+            if !starts[j] {
+                return true;
+            }
+            let ok = turns[j].boundary && j - s >= a.min_segment_requests as usize;
+            s = j;
+            ok
+        });
+        if !admissible {
+            continue;
+        }
+        let count = masks.iter().filter(|&&m| m).count();
+        let plan = OptimumPlan::for_starts(starts, &[]).with_masks(masks);
+        // A clear must remove something, as a policy's does (the decider weighs none where
+        // nothing is clearable): one that removes nothing only moves the breakpoint.
+        let mut clears_nothing = false;
+        let cost = with_config(a, |config| {
+            execute_plan(t, plan, config, &mut |s| {
+                clears_nothing |= s.mask.is_some_and(|m| m.cleared_tokens == 0);
+            })
+            .cost
+        });
+        if !clears_nothing && cost < best.0 {
+            best = (cost, count);
+        }
+    }
+    best
+}
+
+fn steps_strategy(min: usize, max: usize) -> impl Strategy<Value = Vec<TestStep>> {
+    prop::collection::vec(
+        (
+            prop_oneof![3 => 1i64..240, 2 => 240i64..1_200, 1 => 1_200i64..9_000],
+            prop_oneof![3 => 500u64..6_000, 1 => 6_000u64..60_000],
+            prop::bool::weighted(0.5),
+            prop_oneof![1 => Just(0u64), 3 => 5u64..=10],
+            1u32..3,
+        ),
+        min..max,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
+
+    /// Brute force over segmentations × mask sets equals the optimum executed: the optimum's
+    /// plan is one of them (so it cannot cost less), and the program, exact over its model,
+    /// finds the cheapest (so it may not cost more).
+    #[test]
+    fn the_optimum_with_masks_matches_brute_force_on_small_traces(
+        steps in steps_strategy(2, 8),
+        one_hour in any::<bool>(),
+        head_one_hour in any::<bool>(),
+        memory_as_it_happens in any::<bool>(),
+        keep in 0u32..3,
+    ) {
+        let ttl = if one_hour { Ttl::OneHour } else { Ttl::FiveMinutes };
+        let t = trace(&steps, ttl);
+        let a = assumptions(head_one_hour, memory_as_it_happens, keep);
+        let optimum = run(&t, Plan::Optimum, &a, &mut |_| {}).cost;
+        let (brute, masks) = brute_force(&t, &a);
+        prop_assert_eq!(optimum, brute, "brute force's cheapest plan masks {} requests", masks);
+    }
+
+    /// No online policy, masks on, costs less than the optimum; and where a policy masks, the
+    /// optimum's clears are billed as `masked_usage` says, as the policies' are.
+    #[test]
+    fn no_online_policy_beats_the_optimum_with_masks(
+        steps in steps_strategy(20, 90),
+        one_hour in any::<bool>(),
+        head_one_hour in any::<bool>(),
+        memory_as_it_happens in any::<bool>(),
+        keep in 0u32..4,
+    ) {
+        let ttl = if one_hour { Ttl::OneHour } else { Ttl::FiveMinutes };
+        let t = trace(&steps, ttl);
+        let a = assumptions(head_one_hour, memory_as_it_happens, keep);
+        let mut optimum_steps = Vec::new();
+        let optimum = run(&t, Plan::Optimum, &a, &mut |s| optimum_steps.push(*s)).cost;
+        for step in optimum_steps.iter().filter(|s| s.mask.is_some()) {
+            let mask = step.mask.expect("a mask");
+            prop_assert_eq!(step.usage, masked_usage(&mask), "{:?}", step);
+        }
+        for plan in Plan::all() {
+            if matches!(plan, Plan::Recorded | Plan::Optimum) {
+                continue;
+            }
+            let c = run(&t, plan, &a, &mut |_| {}).cost;
+            prop_assert!(c >= optimum, "{} {} < optimum {}", plan, c, optimum);
+        }
+    }
+}
+
+/// A long tool loop whose results dominate its growth (as in the `mask` tests): the default
+/// masks and saves, and the optimum masks too and costs no more than the default; without masks
+/// (`--no-mask`) the optimum clears nothing.
+#[test]
+fn the_optimum_masks_a_tool_loop_and_the_default_does_not_beat_it() {
+    let steps: Vec<TestStep> = (0..120)
+        .map(|i| (10, 6_000, i % 20 == 0, if i == 0 { 0 } else { 9 }, 1))
+        .collect();
+    let t = trace(&steps, Ttl::FiveMinutes);
+    let a = Assumptions {
+        head_tokens: Some(HEAD),
+        rehydrate_tokens: 4_000,
+        ttl: Some(Ttl::FiveMinutes),
+        ..Assumptions::default()
+    };
+    let default = run(
+        &t,
+        Plan::Online(muninn_core::decide::Policy::SkiRental),
+        &a,
+        &mut |_| {},
+    );
+    let optimum = run(&t, Plan::Optimum, &a, &mut |_| {});
+    assert!(default.masks > 0, "{default:?}");
+    assert!(optimum.masks > 0, "{optimum:?}");
+    assert!(
+        optimum.cost <= default.cost,
+        "optimum {} µ$ > default {} µ$",
+        optimum.cost.0,
+        default.cost.0
+    );
+    let off = Assumptions { mask: false, ..a };
+    let unmasked = run(&t, Plan::Optimum, &off, &mut |_| {});
+    assert_eq!(unmasked.masks, 0);
+    assert!(optimum.cost < unmasked.cost);
+}
