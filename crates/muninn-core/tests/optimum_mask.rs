@@ -157,6 +157,20 @@ fn steps_strategy(min: usize, max: usize) -> impl Strategy<Value = Vec<TestStep>
     )
 }
 
+/// Long tool loops: mostly short gaps, growth mostly tool results — where policies mask.
+fn tool_loop_strategy() -> impl Strategy<Value = Vec<TestStep>> {
+    prop::collection::vec(
+        (
+            prop_oneof![6 => 1i64..60, 1 => 60i64..1_200, 1 => 1_200i64..5_000],
+            1_000u64..9_000,
+            prop::bool::weighted(0.15),
+            prop_oneof![1 => Just(0u64), 4 => 7u64..=10],
+            1u32..3,
+        ),
+        60..160,
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
 
@@ -183,15 +197,20 @@ proptest! {
     /// optimum's clears are billed as `masked_usage` says, as the policies' are.
     #[test]
     fn no_online_policy_beats_the_optimum_with_masks(
-        steps in steps_strategy(20, 90),
+        steps in prop_oneof![steps_strategy(20, 90), tool_loop_strategy()],
         one_hour in any::<bool>(),
         head_one_hour in any::<bool>(),
         memory_as_it_happens in any::<bool>(),
         keep in 0u32..4,
+        rehydrate in prop_oneof![Just(2_000u64), Just(15_000), Just(40_000)],
     ) {
         let ttl = if one_hour { Ttl::OneHour } else { Ttl::FiveMinutes };
         let t = trace(&steps, ttl);
-        let a = assumptions(head_one_hour, memory_as_it_happens, keep);
+        // Dear refreshes (a large rehydration) are where clearing pays most against them.
+        let a = Assumptions {
+            rehydrate_tokens: rehydrate,
+            ..assumptions(head_one_hour, memory_as_it_happens, keep)
+        };
         let mut optimum_steps = Vec::new();
         let optimum = run(&t, Plan::Optimum, &a, &mut |s| optimum_steps.push(*s)).cost;
         for step in optimum_steps.iter().filter(|s| s.mask.is_some()) {
