@@ -262,3 +262,34 @@ fn the_optimum_masks_a_tool_loop_and_the_default_does_not_beat_it() {
     assert_eq!(unmasked.masks, 0);
     assert!(optimum.cost < unmasked.cost);
 }
+
+/// Tool results on a session's very first request sit after the head: a clear of them reads the
+/// warm head (as the engine's cache model, and the provider, do) and is described so — it used
+/// to be described as reading nothing, the results placed at token 0.
+#[test]
+fn a_clear_of_the_first_requests_tool_results_reads_the_head() {
+    let steps: Vec<TestStep> = (0..60).map(|i| (10, 6_000, i % 20 == 0, 9, 1)).collect();
+    let t = trace(&steps, Ttl::FiveMinutes);
+    let a = Assumptions {
+        head_tokens: Some(HEAD),
+        rehydrate_tokens: 4_000,
+        ttl: Some(Ttl::FiveMinutes),
+        ..Assumptions::default()
+    };
+    for plan in [
+        Plan::Optimum,
+        Plan::Online(muninn_core::decide::Policy::SkiRental),
+    ] {
+        let mut masks = Vec::new();
+        run(&t, plan, &a, &mut |s| {
+            if let Some(m) = s.mask {
+                masks.push((s.usage, m));
+            }
+        });
+        assert!(!masks.is_empty(), "{plan} never clears");
+        for (usage, mask) in masks {
+            assert!(mask.kept_tokens >= HEAD, "{plan}: {mask:?}");
+            assert_eq!(usage, masked_usage(&mask), "{plan}: {mask:?}");
+        }
+    }
+}
