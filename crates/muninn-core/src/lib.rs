@@ -23,7 +23,8 @@
 //! - [`render`] — layers, breakpoints and the append-only rendering of a segment.
 //! - [`replay`] — the replay engine that runs a trace under a policy.
 //! - [`closed_loop`] — replaying the host's own ledger: every decision and the cost reproduced.
-//! - [`optimum`] — the hindsight optimum, an O(n log n) dynamic program.
+//! - [`optimum`] — the hindsight optimum: an O(n log n) dynamic program, and an exact one over
+//!   (segment start, latest clear) where tool results can be cleared.
 //! - [`split`] — the fixed split of sessions into a tuning part and a set-aside part.
 //! - [`tokenize`] — the deterministic tokenizer the renderer and the simulator share.
 //! - [`validate`] — the cache model checked against recorded usage.
