@@ -9,7 +9,8 @@ use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::optimum::OptimumPlan;
 use muninn_core::price::PriceTable;
 use muninn_core::replay::{
-    Assumptions, Plan, ReplayConfig, RunTotals, Step, execute_plan, reconstruct, replay_trace,
+    Assumptions, Plan, ReplayConfig, RunTotals, Step, StepKind, execute_plan, reconstruct,
+    replay_trace,
 };
 use muninn_core::trace::{ThreadKind, ToolResults, Trace, TraceRequest, Usage};
 use proptest::prelude::*;
@@ -103,6 +104,7 @@ fn run(t: &Trace, plan: Plan, a: &Assumptions, on_step: &mut dyn FnMut(&Step)) -
 /// requests it clears at.
 fn brute_force(t: &Trace, a: &Assumptions) -> (MicroUsd, usize) {
     let (_, turns) = reconstruct(t, a.head_tokens);
+    let ceiling = a.ceiling_tokens.unwrap_or(Tokens::MAX);
     let n = turns.len();
     let mut best = (MicroUsd(i64::MAX), 0);
     // Each request after the first: 0 append, 1 refresh before it, 2 sent with a clear.
@@ -114,30 +116,36 @@ fn brute_force(t: &Trace, a: &Assumptions) -> (MicroUsd, usize) {
             masks.push(rest % 3 == 2);
             rest /= 3;
         }
-        let mut s = 0;
-        let admissible = (1..n).all(|j| {
-            if !starts[j] {
-                return true;
-            }
-            let ok = turns[j].boundary && j - s >= a.min_segment_requests as usize;
-            s = j;
-            ok
-        });
-        if !admissible {
-            continue;
-        }
         let count = masks.iter().filter(|&&m| m).count();
-        let plan = OptimumPlan::for_starts(starts, &[]).with_masks(masks);
+        let plan = OptimumPlan::for_starts(starts.clone(), &[]).with_masks(masks);
         // A clear must remove something, as a policy's does (the decider weighs none where
         // nothing is clearable): one that removes nothing only moves the breakpoint.
         let mut clears_nothing = false;
+        let mut prompts = Vec::new();
         let cost = with_config(a, |config| {
             execute_plan(t, plan, config, &mut |s| {
                 clears_nothing |= s.mask.is_some_and(|m| m.cleared_tokens == 0);
+                if s.kind == StepKind::Request {
+                    prompts.push(s.usage.prompt());
+                }
             })
             .cost
         });
-        if !clears_nothing && cost < best.0 {
+        // Every prompt fits under the ceiling; a refresh comes after a segment of the minimum
+        // length, at a boundary or where appending would pass the ceiling (the clears so far
+        // counted, as the decider's ceiling rule counts them).
+        let mut s = 0;
+        let admissible = prompts.iter().all(|&p| p <= ceiling)
+            && (1..n).all(|j| {
+                if !starts[j] {
+                    return true;
+                }
+                let forced = prompts[j - 1] + turns[j].delta > ceiling;
+                let ok = (turns[j].boundary || forced) && j - s >= a.min_segment_requests as usize;
+                s = j;
+                ok
+            });
+        if admissible && !clears_nothing && cost < best.0 {
             best = (cost, count);
         }
     }
@@ -190,6 +198,28 @@ proptest! {
         let a = assumptions(head_one_hour, memory_as_it_happens, keep);
         let optimum = run(&t, Plan::Optimum, &a, &mut |_| {}).cost;
         let (brute, masks) = brute_force(&t, &a);
+        prop_assert_eq!(optimum, brute, "brute force's cheapest plan masks {} requests", masks);
+    }
+
+    /// The same under a ceiling the clears help keep under: a refresh inside a tool loop only
+    /// where appending would pass it.
+    #[test]
+    fn the_optimum_with_masks_matches_brute_force_under_a_ceiling(
+        steps in steps_strategy(2, 8),
+        keep in 0u32..3,
+        ceiling in 20_000u64..80_000,
+    ) {
+        let t = trace(&steps, Ttl::FiveMinutes);
+        let a = Assumptions {
+            ceiling_tokens: Some(ceiling),
+            ..assumptions(false, false, keep)
+        };
+        // Only traces where every single request fits under the ceiling after a refresh.
+        let (_, turns) = reconstruct(&t, a.head_tokens);
+        prop_assume!(turns.iter().all(|x| HEAD + a.rehydrate_tokens + x.delta <= ceiling));
+        let (brute, masks) = brute_force(&t, &a);
+        prop_assume!(brute.0 < i64::MAX);
+        let optimum = run(&t, Plan::Optimum, &a, &mut |_| {}).cost;
         prop_assert_eq!(optimum, brute, "brute force's cheapest plan masks {} requests", masks);
     }
 

@@ -44,8 +44,8 @@
 //! latest clear): a clear keeps the latest tool uses' results, so what a segment has lost after
 //! any number of clears is fixed by its start and its latest clear. That program is exact over
 //! its model (each state carries its exact prefix), O(Σ states) — at most O(n · S · K) for S
-//! segment starts and K clear points alive under the ceiling — and the cheaper of its plan and
-//! the Li Chao program's is kept. The executor sends the plan's clears as [`Action::Mask`]
+//! segment starts and K clear points alive under the ceiling — and its plan is the optimum's
+//! (its space holds every admissible plan without clears as well). The executor sends the plan's clears as [`Action::Mask`]
 //! decisions, so the replay engine prices them as it prices every policy's, and the gap before a
 //! clear keeps only the head (the clear rewrites the rest).
 //!
@@ -191,21 +191,21 @@ pub fn plan_with_head_changes(
         return OptimumPlan::for_starts(Vec::new(), head_changes);
     }
     let model = build_model(turns, head, ttl, config, head_changes);
-    let (mut estimate, mut starts) = search(&model);
-    let mut masks = Vec::new();
     // Clears where the trace has tool results and the provider and assumptions allow them;
     // not with layer changes in the head (the mask program has no head-change charge, and the
     // heads that change, the Persona's, carry no tool results worth clearing).
-    if model.can_mask && head_changes.iter().all(|&d| d == 0) {
-        let (cost, with_starts, with_masks) = model.solve_masked();
-        debug_assert_eq!(model.evaluate_masked(&with_starts, &with_masks), cost);
-        // The mask program is exact over a space that holds every plan without clears, so it
-        // is never dearer under the model; kept only if it is cheaper, so that a trace whose
-        // optimum never clears keeps the Li Chao program's plan.
-        if cost < estimate {
-            (estimate, starts, masks) = (cost, with_starts, with_masks);
-        }
-    }
+    let (estimate, starts, masks) = if model.can_mask && head_changes.iter().all(|&d| d == 0) {
+        // Exact over a space that holds every admissible plan without clears too, so the Li
+        // Chao program is not needed (its plan could be cheaper only by being inadmissible:
+        // after a refresh the ceiling forces, its "nothing fits" fallback can end a segment
+        // shorter than the minimum).
+        let (cost, starts, masks) = model.solve_masked();
+        debug_assert_eq!(model.evaluate_masked(&starts, &masks), cost);
+        (cost, starts, masks)
+    } else {
+        let (estimate, starts) = search(&model);
+        (estimate, starts, Vec::new())
+    };
     OptimumPlan {
         estimate: MicroUsd(((estimate.max(0) + 500_000) / 1_000_000) as i64),
         ..OptimumPlan::for_starts(starts, head_changes).with_masks(masks)
