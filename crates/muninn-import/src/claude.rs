@@ -219,6 +219,7 @@ impl ThreadState {
             boundary: self.human_turn,
             compacted: self.compacted,
             tools_changed: self.tools_changed,
+            reasoning: false,
             blocks_added: self.blocks,
             provider_miss,
             tool_results: self.tools,

@@ -53,6 +53,7 @@ fn request(
         boundary,
         compacted,
         tools_changed: false,
+        reasoning: false,
         blocks_added: blocks,
         provider_miss: None,
         tool_results: Default::default(),
@@ -302,8 +303,12 @@ mod codex {
                     "gpt-5-codex",
                     file,
                     vec![
-                        // at = first output item; cached split out; reasoning already inside output.
-                        request(3, usage(800, 0, 0, 200, 50), true, false, 0),
+                        // at = first output item; cached split out; reasoning already inside
+                        // output; a `reasoning` item among the output marks the request.
+                        TraceRequest {
+                            reasoning: true,
+                            ..request(3, usage(800, 0, 0, 200, 50), true, false, 0)
+                        },
                         // A tool loop step; total_tokens shows reasoning was counted separately.
                         request(8, usage(500, 0, 0, 1000, 40), false, false, 0),
                     ]
