@@ -5,7 +5,7 @@
 use muninn_anthropic::context::{apply_edits, betas_for, compaction_due, kept_tokens};
 use muninn_anthropic::prompt::shape;
 use muninn_anthropic::wire::{
-    ClearThinking, CompactEdit, ContentBlock, ContextEdit, ContextManagementRequest, Content,
+    ClearThinking, CompactEdit, Content, ContentBlock, ContextEdit, ContextManagementRequest,
     EditAmount, MessagesRequest, ThinkingKeep,
 };
 use pretty_assertions::assert_eq;
@@ -119,7 +119,10 @@ fn thinking_clearing_keeps_the_latest_turns() {
     assert_eq!(applied[0].kind, "clear_thinking_20251015");
     assert_eq!(applied[0].cleared_thinking_turns, 2);
     assert_eq!(applied[0].cleared_tool_uses, 0);
-    assert_eq!(applied[0].cleared_input_tokens, tokens(&sent) - tokens(&read));
+    assert_eq!(
+        applied[0].cleared_input_tokens,
+        tokens(&sent) - tokens(&read)
+    );
     assert!(applied[0].cleared_input_tokens > 500);
     let before = shape(&serde_json::to_value(&sent).unwrap()).unwrap();
     let after = shape(&serde_json::to_value(&read).unwrap()).unwrap();

@@ -342,8 +342,7 @@ pub fn compacted_body(body: &Value, block: &ContentBlock) -> Result<Value, ApiEr
         .filter_map(|m| m.get("content").and_then(Value::as_array))
         .flatten()
         .filter_map(|b| b.get("cache_control"))
-        .filter(|c| !c.is_null())
-        .next_back();
+        .rfind(|c| !c.is_null());
     if let (Some(cc), Value::Object(fields)) = (last_breakpoint, &mut block) {
         fields.insert("cache_control".to_string(), cc.clone());
     }
