@@ -79,6 +79,13 @@ fn iteration(usage: &Value, i: usize) -> Usage {
     }
 }
 
+fn cost(usage: &Usage) -> muninn_core::money::MicroUsd {
+    muninn_core::price::PriceTable::embedded()
+        .model(MODEL)
+        .unwrap()
+        .cost(usage)
+}
+
 fn top_level(usage: &Value) -> Usage {
     serde_json::from_value::<WireUsage>(usage.clone())
         .unwrap()
@@ -142,7 +149,9 @@ async fn a_threshold_compaction_summarises_answers_and_bills_both_passes() {
     billed.add(&compaction);
     assert_eq!(h.sim.requests().last().unwrap().usage, Some(billed));
     println!(
-        "threshold compaction of {prompt} tokens: compaction {compaction:?}, message {message:?}"
+        "threshold compaction of {prompt} tokens: compaction {compaction:?}, message {message:?}; top level {} µ$, billed {} µ$",
+        cost(&message).0,
+        cost(&billed).0
     );
 
     // The block sent back: what came before is not read, the compacted prefix is.
@@ -309,8 +318,9 @@ async fn a_thinking_clear_reports_its_turns_and_is_billed_as_a_rewrite() {
     assert_eq!(billed.cache_read, system);
     assert_eq!(h.sim.requests().last().unwrap().usage, Some(billed));
     println!(
-        "thinking clear: freed {freed} of {} tokens, billed {billed:?}",
-        uncleared.total_tokens
+        "thinking clear: freed {freed} of {} tokens (kept {kept}), billed {billed:?} = {} µ$",
+        uncleared.total_tokens,
+        cost(&billed).0
     );
 
     // Keeping all of it clears nothing: the first request's cache is read whole.
