@@ -105,6 +105,12 @@ pub struct TraceRequest {
     /// nothing: the tools were so from the start.
     #[serde(default, skip_serializing_if = "is_false")]
     pub tools_changed: bool,
+    /// Whether the answer to this request held a thinking block (Claude Code transcripts show
+    /// it). Part of the provider's answer: a prediction of this request never reads it, only
+    /// those of later requests (where a client drops an earlier turn's thinking, the prompt
+    /// diverges at the first request whose answer thought).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub thinking: bool,
     /// Content blocks added to the prompt since the previous request of the thread, when known
     /// (0 = unknown). Used by the cache model's 20-block lookback.
     #[serde(default, skip_serializing_if = "is_zero")]

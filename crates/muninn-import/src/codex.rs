@@ -213,6 +213,7 @@ impl FormatReader for CodexReader {
                         boundary: self.human_turn,
                         compacted: self.compacted,
                         tools_changed: false,
+                        thinking: false,
                         blocks_added: 0,
                         provider_miss: None,
                         tool_results: Default::default(),

@@ -52,6 +52,7 @@ mod tests {
             },
             compacted,
             tools_changed: false,
+            thinking: false,
             ..TraceRequest::default()
         }
     }
