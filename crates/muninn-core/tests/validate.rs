@@ -525,6 +525,28 @@ fn a_client_that_drops_the_last_turns_thinking_is_followed_after_two_drops() {
     );
 }
 
+/// A read that stopped at a dropped thinking block is a prefix of the conversation, not the
+/// system head: it must not be learned as a head size. Otherwise a later compaction, which
+/// reads only the tools head, is predicted to read back to the dropped point (an entry the
+/// mistaken head kept warm).
+#[test]
+fn a_read_at_a_dropped_thinking_point_teaches_no_head_size() {
+    let (mut requests, _) = thinking_turns(&[true, true, true]);
+    let last = requests.last().map_or(0, |r| r.at_ms);
+    let prompt = requests.last().map_or(0, |r| r.usage.prompt());
+    let mut compacted = req(last + 20_000, H1, prompt / 2, true);
+    compacted.compacted = true;
+    compacted.boundary = true;
+    requests.push(compacted);
+    let index = requests.len() - 1;
+    let report = validate(
+        &[trace("s", "main", ThreadKind::Main, "m", requests)],
+        &ValidateOptions::default(),
+    );
+    let r = row(&report, "s/main/m", index);
+    assert_eq!((r.recorded_read, r.cache_model.read), (H1, H1));
+}
+
 #[test]
 fn aggregates_and_json() {
     let t = trace(

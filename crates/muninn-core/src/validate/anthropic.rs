@@ -309,7 +309,14 @@ impl ModelReplay {
         let group_tail = group.tail;
         let mut updated = group;
         updated.segment = segment;
-        if classify(recorded, reference, options.tolerance) == ReadClass::Head {
+        let seen = dropped_at.zip(group_tail).and_then(|(at, t)| {
+            ThinkingDrop::observed(recorded, at.tokens, t.tokens, options.tolerance)
+        });
+        // A read that stopped at a dropped thinking block is a prefix of the conversation, not
+        // a head: it must not teach a head size.
+        if seen != Some(ThinkingDrop::Dropped)
+            && classify(recorded, reference, options.tolerance) == ReadClass::Head
+        {
             let first = index == 0;
             let within_h1 = updated
                 .h1
@@ -328,10 +335,7 @@ impl ModelReplay {
         if forked {
             self.thread_tails.insert(trace.id.clone(), end);
         } else {
-            if let (Some(at), Some(t)) = (dropped_at, group_tail)
-                && let Some(seen) =
-                    ThinkingDrop::observed(recorded, at.tokens, t.tokens, options.tolerance)
-            {
+            if let Some(seen) = seen {
                 updated.thinking_drops = match seen {
                     ThinkingDrop::Dropped => updated.thinking_drops.saturating_add(1),
                     ThinkingDrop::Kept => 0,
