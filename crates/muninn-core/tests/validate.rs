@@ -25,7 +25,7 @@ fn req(at_ms: i64, read: u64, write: u64, one_hour: bool) -> TraceRequest {
         boundary: false,
         compacted: false,
         tools_changed: false,
-        thinking: false,
+        reasoning: false,
         blocks_added: 3,
         provider_miss: None,
         tool_results: Default::default(),
@@ -459,7 +459,7 @@ fn thinking_turns(dropped: &[bool]) -> (Vec<TraceRequest>, Vec<u64>) {
         };
         let mut opening = req(at, read, cached + 900 - read, true);
         opening.boundary = true;
-        opening.thinking = true;
+        opening.reasoning = true;
         cached += 900;
         first_thought = Some(cached);
         out.push(opening);
@@ -618,7 +618,7 @@ fn build(start: i64, first: u64, generated: &[GenRequest]) -> Vec<TraceRequest> 
         r.compacted = compacted;
         r.blocks_added = blocks;
         r.boundary = boundary;
-        r.thinking = thinking;
+        r.reasoning = thinking;
         out.push(r);
     }
     out
@@ -710,7 +710,7 @@ proptest! {
         u.cache_write_5m = five;
         u.cache_write_1h = cached - read - five;
         u.output = output;
-        let thought = &mut answered[t].requests[index].thinking;
+        let thought = &mut answered[t].requests[index].reasoning;
         *thought = !*thought;
         let after = validate(&answered, &ValidateOptions::default());
         prop_assert_eq!(&predictions(&before)[..=k], &predictions(&after)[..=k]);
@@ -785,4 +785,144 @@ fn codex_rollouts_are_predicted_by_the_automatic_cache_model() {
     // The naive rule reads the previous prompt within the retention, nothing past it.
     assert_eq!(report.rows[1].naive.read, 17_024);
     assert_eq!(report.rows[3].naive.read, 0);
+}
+
+/// A Codex-like request whose answer did (or did not) carry reasoning items.
+fn codex_reasoned(
+    at_ms: i64,
+    prompt: u64,
+    cached: u64,
+    boundary: bool,
+    reasoning: bool,
+) -> TraceRequest {
+    TraceRequest {
+        reasoning,
+        ..codex(at_ms, prompt, cached, 200, boundary)
+    }
+}
+
+/// OpenAI's reasoning models leave an earlier turn's reasoning out of the prompt once a new user
+/// message comes: the first request of the next turn reads only up to where that turn's first
+/// reasoning began (the prompt of its first request that reasoned); after a turn that did not
+/// reason the whole previous prompt is read, as before.
+#[test]
+fn a_new_turn_reads_up_to_where_the_last_turn_began_to_reason() {
+    let requests = vec![
+        // Turn 1: its first request answers without reasoning, the second reasons.
+        codex_reasoned(0, 12_000, 3_072, true, false),
+        codex_reasoned(5_000, 14_100, 12_032, false, true),
+        codex_reasoned(10_000, 16_500, 14_208, false, true),
+        // Turn 2: the prompt grew, but turn 1's reasoning (from 14_100 on) is gone.
+        codex_reasoned(60_000, 18_000, 14_080, true, false),
+        codex_reasoned(65_000, 19_000, 18_176, false, false),
+        // Turn 3: turn 2 did not reason, so its whole prefix stays.
+        codex_reasoned(120_000, 20_000, 19_072, true, true),
+    ];
+    let t = trace("cx", "main", ThreadKind::Main, "gpt-5.1-codex", requests);
+    let report = validate(&[t], &ValidateOptions::default());
+    let reads: Vec<(u64, ReadClass)> = report
+        .rows
+        .iter()
+        .map(|r| (r.cache_model.read, r.cache_model.class))
+        .collect();
+    assert_eq!(
+        reads,
+        vec![
+            (0, ReadClass::None),
+            (12_160, ReadClass::Prefix),
+            (14_208, ReadClass::Prefix),
+            // floor128(14_100): where turn 1's first reasoning began.
+            (14_080, ReadClass::Head),
+            (18_176, ReadClass::Prefix),
+            // floor128(min(20_000, 19_000 + 200)).
+            (19_200, ReadClass::Prefix),
+        ]
+    );
+    // Every request after the first agrees with what was recorded.
+    assert_eq!(report.model.all.agree, 5);
+    assert_eq!(
+        report.rows[3].cause,
+        Some(muninn_core::miss::MissCause::MessagesChange)
+    );
+}
+
+/// One generated Codex request: gap, prompt growth (may be negative: reasoning dropped), the share
+/// of the prompt read, output, a new user message, reasoning in the answer, a compaction.
+type GenCodex = (i64, i64, u8, u64, bool, bool, bool);
+
+fn gen_codex() -> impl Strategy<Value = Vec<GenCodex>> {
+    prop::collection::vec(
+        (
+            prop_oneof![1_000i64..30_000, 30_000i64..900_000],
+            -3_000i64..20_000,
+            0u8..=100,
+            0u64..4_000,
+            prop::bool::weighted(0.3),
+            prop::bool::weighted(0.6),
+            prop::bool::weighted(0.05),
+        ),
+        1..30,
+    )
+}
+
+fn build_codex(start: i64, generated: &[GenCodex]) -> Vec<TraceRequest> {
+    let (mut at, mut prompt) = (start, 4_000i64);
+    generated
+        .iter()
+        .map(
+            |&(gap, growth, read_pct, output, boundary, reasoning, compacted)| {
+                at += gap;
+                prompt = (prompt + growth).max(1);
+                let p = prompt as u64;
+                let mut r = codex_reasoned(at, p, p * read_pct as u64 / 100, boundary, reasoning);
+                r.compacted = compacted;
+                r.usage.output = output;
+                r
+            },
+        )
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Strict causality of the OpenAI cache model: perturbing the provider's answer to request k
+    /// — how much of its prompt was read, its output, whether it reasoned — moves no prediction
+    /// at or before k; perturbing its prompt's size moves none before k.
+    #[test]
+    fn no_openai_prediction_looks_ahead(
+        a in gen_codex(),
+        b in gen_codex(),
+        which in any::<prop::sample::Index>(),
+        read_pct in 0u8..=100,
+        output in 0u64..5_000,
+        reasoning in any::<bool>(),
+        prompt in 1u64..200_000,
+    ) {
+        let traces = vec![
+            trace("a", "main", ThreadKind::Main, "gpt-5.1-codex", build_codex(0, &a)),
+            trace("b", "main", ThreadKind::Main, "gpt-5.1-codex", build_codex(2_500, &b)),
+        ];
+        let before = validate(&traces, &ValidateOptions::default());
+        let k = which.index(before.rows.len());
+        let (t_id, index) = (before.rows[k].trace.clone(), before.rows[k].index);
+        let t = traces.iter().position(|t| t.id == t_id).unwrap();
+
+        let mut answered = traces.clone();
+        let r = &mut answered[t].requests[index];
+        let whole = r.usage.prompt();
+        r.usage.cache_read = whole * read_pct as u64 / 100;
+        r.usage.input = whole - r.usage.cache_read;
+        r.usage.output = output;
+        r.reasoning = reasoning;
+        let after = validate(&answered, &ValidateOptions::default());
+        prop_assert_eq!(&predictions(&before)[..=k], &predictions(&after)[..=k]);
+
+        let mut rewritten = answered;
+        let r = &mut rewritten[t].requests[index];
+        r.usage.input = prompt - r.usage.cache_read.min(prompt);
+        r.usage.cache_read = r.usage.cache_read.min(prompt);
+        let after = validate(&rewritten, &ValidateOptions::default());
+        prop_assert_eq!(&predictions(&before)[..k], &predictions(&after)[..k]);
+    }
 }

@@ -34,7 +34,7 @@
 //! - `tool_results`: the `tool_result` blocks of `user` lines since the previous request of the
 //!   thread — how many, and the tokens of their text ([`muninn_core::tokenize::count`]; images
 //!   count nothing): what a later tool-result clear (the `mask` action) could remove.
-//! - `thinking`: one of the response's lines carries a `thinking` or `redacted_thinking` block.
+//! - `reasoning`: one of the response's lines carries a `thinking` or `redacted_thinking` block.
 //!   It is part of the answer, read by the cache model only for the requests that follow (a
 //!   client that drops an earlier turn's thinking rewrites the prompt from there).
 //! - `provider_miss`: from 2.1.282 on, an assistant line may carry the API's cache diagnosis,
@@ -223,7 +223,7 @@ impl ThreadState {
             compacted: self.compacted,
             tools_changed: self.tools_changed,
             // The answer's, set by the caller from the response.
-            thinking: false,
+            reasoning: false,
             blocks_added: self.blocks,
             provider_miss,
             tool_results: self.tools,
@@ -370,7 +370,7 @@ impl<'s> ClaudeReader<'s> {
                         request.provider_miss = Some(d.label());
                     }
                     // One line per content block: any of them may be the thinking.
-                    request.thinking |= message.content.is_some_and(|c| c.thinking > 0);
+                    request.reasoning |= message.content.is_some_and(|c| c.thinking > 0);
                     if let Some(at_ms) = at_ms {
                         request.at_ms = request.at_ms.min(at_ms);
                     }
@@ -405,7 +405,7 @@ impl<'s> ClaudeReader<'s> {
                     message.diagnostics.as_ref().map(|d| d.label()),
                     blocks,
                 );
-                request.thinking = message.content.is_some_and(|c| c.thinking > 0);
+                request.reasoning = message.content.is_some_and(|c| c.thinking > 0);
                 let kind = if thread == "main" {
                     ThreadKind::Main
                 } else if thread.starts_with("acompact") {

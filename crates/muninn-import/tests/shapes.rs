@@ -136,6 +136,70 @@ fn remote_control_switched_on_flags_the_next_request_as_a_tool_change() {
     assert_eq!(flags, vec![false, true, false]);
 }
 
+/// A Codex rollout marks a request `reasoning` when a `reasoning` item is among its output (the
+/// items logged before its `token_count`), and only that request: the OpenAI cache model needs
+/// it to know where the next user message's prompt stops matching.
+#[test]
+fn a_codex_reasoning_item_marks_its_own_request_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rollout-2026-01-01T00-00-00-rx.jsonl");
+    let line = |seconds: i64, kind: &str, payload: serde_json::Value| {
+        serde_json::json!({
+            "timestamp": jiff::Timestamp::from_millisecond(at(seconds)).unwrap().to_string(),
+            "type": kind,
+            "payload": payload,
+        })
+        .to_string()
+            + "\n"
+    };
+    let item = |seconds: i64, kind: &str| {
+        line(
+            seconds,
+            "response_item",
+            serde_json::json!({"type": kind, "call_id": "c"}),
+        )
+    };
+    let count = |seconds: i64, total: u64| {
+        let usage = serde_json::json!({"input_tokens": total, "cached_input_tokens": 0, "output_tokens": 10});
+        line(
+            seconds,
+            "event_msg",
+            serde_json::json!({"type": "token_count", "info": {"total_token_usage": {"input_tokens": total}, "last_token_usage": usage}}),
+        )
+    };
+    let user = |seconds: i64| {
+        line(
+            seconds,
+            "event_msg",
+            serde_json::json!({"type": "user_message", "message": "go"}),
+        )
+    };
+    let text = line(0, "session_meta", serde_json::json!({"id": "rx", "model": "gpt-5.1-codex"}))
+        + &user(0)
+        + &item(1, "reasoning")
+        + &item(2, "function_call")
+        + &count(3, 2_000)
+        + &item(4, "function_call_output")
+        + &item(5, "function_call")
+        + &count(6, 3_000)
+        // A re-emitted count (same total) is no request.
+        + &count(6, 3_000)
+        + &item(7, "function_call_output")
+        + &user(8)
+        + &item(9, "reasoning")
+        + &line(10, "response_item", serde_json::json!({"type": "message", "role": "assistant"}))
+        + &count(11, 4_000);
+    std::fs::write(&path, text).unwrap();
+
+    let got = import(std::slice::from_ref(&path));
+    let flags: Vec<(bool, bool)> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| (r.boundary, r.reasoning))
+        .collect();
+    assert_eq!(flags, vec![(true, true), (false, false), (true, true)]);
+}
+
 /// Claude Code writes a response one content block per line, a `thinking` (or
 /// `redacted_thinking`) block usually on the first. The request is marked as having thought
 /// whichever of its lines carries the block: the cache model reads it for the turns that follow
@@ -176,6 +240,6 @@ fn an_answer_that_thought_is_marked_whichever_line_carries_the_thinking() {
     std::fs::write(&path, content).unwrap();
 
     let got = import(std::slice::from_ref(&path));
-    let marks: Vec<bool> = got.traces[0].requests.iter().map(|r| r.thinking).collect();
+    let marks: Vec<bool> = got.traces[0].requests.iter().map(|r| r.reasoning).collect();
     assert_eq!(marks, vec![false, true, true, false]);
 }

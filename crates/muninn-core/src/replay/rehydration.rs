@@ -52,7 +52,7 @@ mod tests {
             },
             compacted,
             tools_changed: false,
-            thinking: false,
+            reasoning: false,
             ..TraceRequest::default()
         }
     }

@@ -346,7 +346,7 @@ impl ModelReplay {
             if req.boundary || req.compacted || tools_changed {
                 updated.turn_thinking = None;
             }
-            if req.thinking && updated.turn_thinking.is_none() {
+            if req.reasoning && updated.turn_thinking.is_none() {
                 updated.turn_thinking = Some(end);
             }
             updated.tail = Some(end);
