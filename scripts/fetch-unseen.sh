@@ -8,7 +8,8 @@
 #   MUNINN_UNSEEN_GIT=DIR scripts/fetch-unseen.sh OUT     # reads DIR/<owner>+<name>/repo instead
 #
 # Files of 4 MiB and more are left out: the snapshots these figures were measured on lack them
-# (11 of hannibal8856/claude_backup's 62 session files, 5 of LAF-US/IDAHO-VAULT's 124).
+# (11 of hannibal8856/claude_backup's 62 session files, 5 of LAF-US/IDAHO-VAULT's 124, 13 of
+# awesumsawz/dotfiles-universal's 72).
 set -euo pipefail
 out="${1:?usage: fetch-unseen.sh OUT}"
 mkdir -p "$out"
@@ -49,6 +50,13 @@ tree hannibal8856/claude_backup 2e35e2520a2d1ec40b13fb931c06981bc7bb7453 .claude
     "$out/claude-code/claude-backup"
 tree LAF-US/IDAHO-VAULT c1c3fe9b6f274081e0ffbb32e541a9bf32f08892 .claude/projects \
     "$out/claude-code/idaho-vault"
+# Found after the two above were tuned on (README "A third and fourth user"): nobody tuned on them.
+tree JamesTiberiusKirk/dotsv2 c4267e011b9fefb19bcf4f50e7a3e1281b354495 .claude/projects \
+    "$out/claude-code/dotsv2"
+tree 4thehalibit/omarchy-backup 41bb7a1ab482a67e4302082008caaff403d36544 .claude/projects \
+    "$out/claude-code/omarchy"
+tree awesumsawz/dotfiles-universal 49d63c930ee4cdc8db5a394fd579dbe108fae8e0 .claude/projects \
+    "$out/claude-code/dotfiles-universal"
 
 # Codex rollouts: each file at the commit holding its longest version.
 s=.codex/sessions
@@ -191,6 +199,9 @@ while read -r want dir; do
 done <<'EOF'
 5f3567c7ee8984d3 claude-code/claude-backup
 d3f830542c5f5a95 claude-code/idaho-vault
+70606bdf616377f2 claude-code/dotsv2
+5991bac17c7f46f6 claude-code/omarchy
+2a7d4af761905843 claude-code/dotfiles-universal
 d848e505a791bc5f codex/moonmind
 72f4b9439d0a82fc codex/ogekuri
 fda7604bcbef9301 codex/voice

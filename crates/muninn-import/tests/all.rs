@@ -114,8 +114,12 @@ mod claude {
                 OPUS,
                 p("s1.jsonl"),
                 vec![
-                    // Four lines of one response: earliest time, last line's usage.
-                    request(3, usage(3, 0, 9000, 1000, 120), true, false, 1),
+                    // Four lines of one response: earliest time, last line's usage; its
+                    // first line is a thinking block.
+                    TraceRequest {
+                        reasoning: true,
+                        ..request(3, usage(3, 0, 9000, 1000, 120), true, false, 1)
+                    },
                     // Tool loop: not a boundary; 4 assistant blocks + 2 tool results since
                     // (100 one-letter lines each: 100 tokens).
                     TraceRequest {
