@@ -78,6 +78,8 @@ mod segment;
 mod self_run;
 mod session;
 mod takeover;
+mod tool_loop;
+pub mod tools;
 mod window;
 
 pub use host_lease::{HostLeases, renew_host_leases, spawn_renewer};
