@@ -177,8 +177,6 @@ struct Lockstep<'a> {
     lost_at_ms: Option<i64>,
     /// The arrival decided on the row before (a refresh's flush), carried to the turn's request.
     pending_arrival: Option<(i64, Event)>,
-    /// Clears sent so far (part of a cached end's identity: a cleared prompt is a new one).
-    clears: u64,
 }
 
 impl<'a> Lockstep<'a> {
@@ -196,7 +194,6 @@ impl<'a> Lockstep<'a> {
             ends: Vec::new(),
             lost_at_ms: None,
             pending_arrival: None,
-            clears: 0,
         }
     }
 
@@ -325,9 +322,6 @@ impl<'a> Lockstep<'a> {
         if let Some(start) = &cx.decided.segment {
             self.begin_segment(start);
         }
-        if cx.decided.kind == RowKind::Request && cx.decided.action == Some(Action::Mask) {
-            self.cleared();
-        }
         let checkpoints = self.shape(cx.decided.kind, &row.usage, cx.decided);
         let prompt = Prompt {
             model: &row.model,
@@ -366,17 +360,6 @@ impl<'a> Lockstep<'a> {
             // results join the segment.
             acc.record_decided(cx.decided, row.at_ms, &priced, cost);
         }
-    }
-
-    /// The row is sent with a clear: the prompt is rewritten from the first cleared result on
-    /// (where the accounting places it, `clear_from_tokens`), so the segment's cached ends past
-    /// that point no longer prefix any request, and the ends after the clear are new prompts
-    /// (a fresh fingerprint, even at a size an earlier end had).
-    fn cleared(&mut self) {
-        let Some(acc) = self.acc.as_ref() else { return };
-        let kept = acc.view().clear_from_tokens;
-        self.ends.retain(|e| e.1 <= kept);
-        self.clears += 1;
     }
 
     fn begin_segment(&mut self, start: &SegmentStart) {
@@ -433,10 +416,7 @@ impl<'a> Lockstep<'a> {
             }
         }
         if end > self.system && checkpoints.last().is_none_or(|c| c.tokens < end) {
-            let fp = extend(
-                extend(extend(hash_bytes(b"end"), self.segments), self.clears),
-                end,
-            );
+            let fp = extend(extend(hash_bytes(b"end"), self.segments), end);
             checkpoints.push(Checkpoint {
                 block,
                 tokens: end,

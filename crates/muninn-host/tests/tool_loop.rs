@@ -16,8 +16,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Files of the test workspace: each a few thousand tokens of distinct lines, so the results
-/// grow the prompt quickly and the clear has something worth clearing.
-const FILES: usize = 16;
+/// grow the prompt quickly and the clear has something worth clearing. The briefs read the first
+/// [`READ`] of them (the closed loop's brief reads them all).
+const FILES: usize = 28;
+/// Files the usual brief reads.
+const READ: usize = 16;
 
 /// A workspace of [`FILES`] text files under `src/`, and a file beside it (outside it).
 fn workspace(dir: &Path) -> std::path::PathBuf {
@@ -39,11 +42,15 @@ fn workspace(dir: &Path) -> std::path::PathBuf {
     root
 }
 
-/// A brief whose scripted loop lists the workspace, reads every file, tries one path outside
-/// it (after the third read), and greps.
+/// A brief whose scripted loop lists the workspace, reads [`READ`] files, tries one path
+/// outside it (after the third read), and greps.
 fn script() -> Value {
+    script_of(READ)
+}
+
+fn script_of(files: usize) -> Value {
     let mut calls = vec![json!({"name": "list_dir", "input": {"path": "src"}})];
-    for f in 0..FILES {
+    for f in 0..files {
         calls.push(json!({"name": "read_file", "input": {"path": format!("src/f{f:02}.txt")}}));
         if f == 2 {
             calls.push(json!({"name": "read_file", "input": {"path": "../secret.txt"}}));
@@ -344,12 +351,20 @@ async fn the_brief_budget_ends_the_run_before_it_is_crossed() {
 #[tokio::test]
 async fn replaying_a_masking_tool_loop_reproduces_its_decisions() {
     let mut run = setup("", "").await;
-    run_brief(&mut run, &brief_text(&script())).await;
+    // Long enough that the prompts after the clear grow past ends cached before it, which the
+    // replay must not read as prefixes of the cleared prompt.
+    run_brief(&mut run, &brief_text(&script_of(FILES))).await;
     // A second brief in the same segment: its arrival is decided on the accounting the loop
     // (and its clears) left.
     run_brief(&mut run, "Summarise what you read.").await;
     let rows = ledger(&run.w).await;
-    assert!(rows.iter().any(is_mask), "{rows:#?}");
+    let selfs = self_rows(&rows);
+    // A clear inside the loop, and one at the second brief's arrival (its one request).
+    assert!(
+        selfs[..selfs.len() - 1].iter().any(|r| is_mask(r)),
+        "{rows:#?}"
+    );
+    assert!(is_mask(selfs[selfs.len() - 1]), "{rows:#?}");
     let report = verify(&rows, &PriceTable::embedded(), &Default::default());
     assert!(report.holds(0.0), "{report:#?}");
     assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
