@@ -63,6 +63,18 @@ impl Driven {
     }
 }
 
+/// Where a run stood when a cap ended it.
+struct Stopped {
+    /// Requests sent.
+    request: u32,
+    /// Their cost.
+    spent: MicroUsd,
+    /// Whether the last one asked for the flush.
+    flushing: bool,
+    /// When.
+    at: i64,
+}
+
 /// One request of the loop about to be sent.
 struct Next {
     input: TurnInput,
@@ -110,6 +122,7 @@ impl<B: Backend> MindRunner<B> {
             .mind
             .self_session
             .resolve(&self.host.config.backend.self_session);
+        let (max_requests, budget) = (session.max_requests, session.brief_budget_micro_usd);
         let protocol = self.flush_protocol();
         let mut next = Next {
             input: TurnInput::text(text),
@@ -119,103 +132,140 @@ impl<B: Backend> MindRunner<B> {
             flushing: false,
         };
         let mut spent = MicroUsd::ZERO;
-        for request in 1u32.. {
+        let mut request = 0u32;
+        loop {
+            request += 1;
             let now = self.host.clock.now_ms();
             let outcome = match self.send_self(&next).await {
                 Ok(outcome) => outcome,
                 Err(e) => return Err(self.self_run_failed(brief, token, e, now).await),
             };
-            let row = self.answered(
-                Role::SelfRole,
-                &outcome,
-                now,
-                next.plan
-                    .asked(RowKind::Request, &next.label, next.boundary),
-            );
+            let asked = next
+                .plan
+                .asked(RowKind::Request, &next.label, next.boundary);
+            let row = self.answered(Role::SelfRole, &outcome, now, asked);
             spent += row.cost;
+            let flushing = next.flushing;
             if outcome.tool_calls.is_empty() {
-                let flush = if next.flushing {
+                // The answer: the run is over (the flush's answer, if it was asked for).
+                let flush = if flushing {
                     FlushStage::Flushed
                 } else {
                     FlushStage::NotNeeded
                 };
+                let run = RunOutcome { outcome, flush };
                 return Ok(Driven {
-                    run: RunOutcome { outcome, flush },
+                    run,
                     row: Some(row),
                     stopped: None,
                 });
             }
             let results = run_calls(&tools, &outcome.tool_calls).await;
             let after = self.host.clock.now_ms();
-            let stop = if next.flushing {
-                // Asked to flush, it called tools again: the protocol's interrupt.
-                Some("it called tools after the flush was asked for".to_string())
-            } else if request >= session.max_requests {
-                Some(format!(
-                    "it reached its cap of {} requests",
-                    session.max_requests
-                ))
-            } else {
-                None
-            };
-            let stop = match stop {
-                Some(stop) => Some(stop),
+            let following = match self.cap_reached(request, max_requests, flushing) {
+                Some(stop) => Err(stop),
                 None => {
-                    next = self.next_request(&outcome, &results, &protocol, after);
-                    self.over_a_cap(&next, spent, session.brief_budget_micro_usd, after)
-                        .await?
+                    let following = self.next_request(&outcome, &results, &protocol, after);
+                    match self.over_a_cap(&following, spent, budget, after).await? {
+                        Some(stop) => Err(stop),
+                        None => Ok(following),
+                    }
                 }
             };
-            let segment = self.selfs.segment.unwrap_or(0);
-            let sent = if stop.is_some() {
-                &[][..]
-            } else {
-                &results[..]
-            };
-            let record = request_record(
-                &self.mind.id,
-                brief,
-                request,
-                segment,
-                &outcome,
-                sent,
-                row,
-                after,
-            );
-            match self
-                .host
-                .store
-                .record_turn(&self.mind.id, token, &record)
-                .await
-            {
-                Ok(_) | Err(StoreError::TurnAlreadyRecorded { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-            self.render_exchange(&outcome, sent);
-            if let Some(stop) = stop {
-                tracing::warn!(
-                    mind = %self.mind.id,
-                    brief = brief.seq,
-                    requests = request,
-                    spent = spent.0,
-                    "Self run stopped: {stop}"
-                );
-                // Its last calls go unanswered: the provider session cannot take another turn
-                // as it stands, so the next brief rebuilds it.
-                self.selfs.mark_broken(after);
-                let flush = if next.flushing {
-                    FlushStage::Interrupted
-                } else {
-                    FlushStage::NotNeeded
-                };
-                return Ok(Driven {
-                    run: RunOutcome { outcome, flush },
-                    row: None,
-                    stopped: Some(stop),
-                });
+            let sent = if following.is_ok() { &results[..] } else { &[] };
+            self.record_request(token, brief, request, &outcome, sent, row, after)
+                .await?;
+            match following {
+                Ok(following) => next = following,
+                Err(stop) => {
+                    let stopped = Stopped {
+                        request,
+                        spent,
+                        flushing,
+                        at: after,
+                    };
+                    return Ok(self.stop_run(brief, outcome, stopped, stop));
+                }
             }
         }
-        unreachable!("the loop returns from within")
+    }
+
+    /// A run a cap ended: said in the log, the session left to be rebuilt (its last calls go
+    /// unanswered, so the provider session cannot take another turn as it stands).
+    fn stop_run(
+        &mut self,
+        brief: &Brief,
+        outcome: TurnOutcome,
+        at: Stopped,
+        stop: String,
+    ) -> Driven {
+        tracing::warn!(
+            mind = %self.mind.id,
+            brief = brief.seq,
+            requests = at.request,
+            spent = at.spent.0,
+            "Self run stopped: {stop}"
+        );
+        self.selfs.mark_broken(at.at);
+        let flush = if at.flushing {
+            FlushStage::Interrupted
+        } else {
+            FlushStage::NotNeeded
+        };
+        Driven {
+            run: RunOutcome { outcome, flush },
+            row: None,
+            stopped: Some(stop),
+        }
+    }
+
+    /// The caps that end a run whatever the next request would be: the run's requests, and a
+    /// model that called tools again once asked to flush (the protocol's interrupt).
+    fn cap_reached(&self, request: u32, max_requests: u32, flushing: bool) -> Option<String> {
+        if flushing {
+            Some("it called tools after the flush was asked for".to_string())
+        } else if request >= max_requests {
+            Some(format!("it reached its cap of {max_requests} requests"))
+        } else {
+            None
+        }
+    }
+
+    /// Records one request of the loop (see [`request_record`]) — a retried commit is already
+    /// recorded — and renders it.
+    #[allow(clippy::too_many_arguments)]
+    async fn record_request(
+        &mut self,
+        token: FencingToken,
+        brief: &Brief,
+        request: u32,
+        outcome: &TurnOutcome,
+        sent: &[(ToolCall, ToolOutput)],
+        row: LedgerRow,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        let segment = self.selfs.segment.unwrap_or(0);
+        let record = request_record(
+            &self.mind.id,
+            brief,
+            request,
+            segment,
+            outcome,
+            sent,
+            row,
+            now,
+        );
+        match self
+            .host
+            .store
+            .record_turn(&self.mind.id, token, &record)
+            .await
+        {
+            Ok(_) | Err(StoreError::TurnAlreadyRecorded { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.render_exchange(outcome, sent);
+        Ok(())
     }
 
     /// Sends one request of the loop: through [`Backend::turn_cleared`] when the decider
