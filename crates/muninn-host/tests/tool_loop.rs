@@ -326,6 +326,65 @@ async fn the_request_cap_ends_the_run_loudly() {
     assert!(last.starts_with("start"), "{last}");
 }
 
+/// The flush protocol inside the host's loop: once the context reaches the trigger (the
+/// ceiling less the headroom), the flush is asked for with the next results, its answer ends
+/// the run, no request passes the ceiling, and the next brief starts a segment from the memory.
+#[tokio::test]
+async fn the_flush_trigger_ends_the_loop_with_a_flush_and_the_next_brief_starts_from_it() {
+    let mut run = setup("ceiling_tokens = 30000", "flush_headroom_tokens = 10000").await;
+    let seq = run_brief(&mut run, &brief_text(&script())).await;
+    let rows = ledger(&run.w).await;
+    let selfs = self_rows(&rows);
+    assert!(
+        selfs.len() < script().as_array().unwrap().len() + 1,
+        "no flush"
+    );
+    assert!(
+        selfs.iter().all(|r| r.usage.prompt() <= 30_000),
+        "{selfs:#?}"
+    );
+    let last = run
+        .w
+        .sim
+        .requests()
+        .into_iter()
+        .rfind(|q| q.path == "/v1/messages")
+        .unwrap();
+    let sent = last.body["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    let types: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["type"].as_str())
+        .collect();
+    assert_eq!(types, ["tool_result", "text"], "{sent}");
+    assert_eq!(
+        sent[1]["text"],
+        muninn_host::runtime::SELF_RUN_FLUSH_MESSAGE
+    );
+    // The flush went with the first request at or past the trigger (30,000 − 10,000).
+    let n = selfs.len();
+    assert!(
+        selfs[n - 1].usage.prompt() >= 20_000,
+        "{:?}",
+        selfs[n - 1].usage
+    );
+    assert!(
+        selfs[n - 2].usage.prompt() < 20_000,
+        "{:?}",
+        selfs[n - 2].usage
+    );
+    let briefs = run.w.host.store.briefs("vala", None, 10).await.unwrap();
+    let brief = briefs.iter().find(|b| b.seq == seq).unwrap();
+    assert_eq!(brief.status, BriefStatus::Done, "{brief:?}");
+    let items = self_transcript(&run.w).await;
+    assert_eq!(items.last().unwrap().kind, TranscriptKind::MemoryFlush);
+    run_brief(&mut run, "Carry on.").await;
+    let rows = ledger(&run.w).await;
+    let next = self_rows(&rows).last().unwrap().decision.clone();
+    assert_eq!(next, "start:flushed");
+}
+
 /// The brief's budget ends the run before a request that could cross it.
 #[tokio::test]
 async fn the_brief_budget_ends_the_run_before_it_is_crossed() {

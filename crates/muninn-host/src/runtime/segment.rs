@@ -96,8 +96,10 @@ impl<B: Backend> MindRunner<B> {
                 .map(|b| b.text)
                 .collect(),
             // The Self's read-only tools when the host drives its runs as tool loops.
-            tools: match (role, self.self_tools()) {
-                (Role::SelfRole, Ok(Some(_))) => super::tools::WorkspaceTools::specs(),
+            tools: match role {
+                Role::SelfRole if matches!(self.self_tools(), Ok(Some(_))) => {
+                    super::tools::WorkspaceTools::specs()
+                }
                 _ => Vec::new(),
             },
             output_schema: (role == Role::Persona).then(|| reply_schema(&self.mind)),

@@ -49,6 +49,25 @@ impl<B: Backend> MindRunner<B> {
         now: i64,
         brief: Brief,
     ) -> Result<Step, RuntimeError> {
+        // A workspace that cannot be opened (removed since the configuration was checked) fails
+        // the brief, saying why, rather than leaving it claimed.
+        let tools = match self.self_tools() {
+            Ok(tools) => tools,
+            Err(e) => {
+                self.host
+                    .store
+                    .finish_brief(
+                        &self.mind.id,
+                        token,
+                        brief.seq,
+                        BriefStatus::Failed,
+                        &e.to_string(),
+                        now,
+                    )
+                    .await?;
+                return Err(e);
+            }
+        };
         self.resume_on_new_lease(Role::SelfRole, now).await?;
         let plan = self.plan_self(&brief, now);
         if plan.refreshes() {
@@ -80,7 +99,7 @@ impl<B: Backend> MindRunner<B> {
         }
         // With a workspace, the host drives the run as a tool loop (`tool_loop.rs`); else the
         // backend runs it (one request, or the CLI's own loop under the flush protocol).
-        let driven = match self.self_tools()? {
+        let driven = match tools {
             Some(tools) => {
                 self.run_tool_loop(&brief, text, &plan, token, tools)
                     .await?
