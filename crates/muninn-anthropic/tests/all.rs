@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod context;
+mod edits;
 mod fuzz;
 mod prompt;
 mod sse;

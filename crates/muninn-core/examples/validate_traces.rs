@@ -158,6 +158,7 @@ fn load(dir: &Path) -> Result<Loaded, Box<dyn std::error::Error>> {
                 boundary: false,
                 compacted: compact_pending && kind == ThreadKind::Main,
                 tools_changed: false,
+                reasoning: false,
                 blocks_added: blocks_since,
                 provider_miss: None,
                 tool_results: Default::default(),

@@ -105,6 +105,15 @@ pub struct TraceRequest {
     /// nothing: the tools were so from the start.
     #[serde(default, skip_serializing_if = "is_false")]
     pub tools_changed: bool,
+    /// Whether the response to this request carried reasoning that the client may send back
+    /// only until the next user message: Codex's `reasoning` response items, Claude Code's
+    /// `thinking` / `redacted_thinking` blocks. OpenAI's reasoning models drop an earlier turn's
+    /// reasoning from the prompt at the next user message, and some Claude Code clients drop a
+    /// finished turn's thinking the same way, so that prompt differs from the last one where the
+    /// turn's first reasoning began. Part of the provider's answer: a prediction may use it only
+    /// for later requests.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub reasoning: bool,
     /// Content blocks added to the prompt since the previous request of the thread, when known
     /// (0 = unknown). Used by the cache model's 20-block lookback.
     #[serde(default, skip_serializing_if = "is_zero")]

@@ -47,6 +47,7 @@ fn trace(steps: &[(i64, Tokens, bool)], ttl: Ttl) -> Trace {
             boundary: boundary || i == 0,
             compacted: false,
             tools_changed: false,
+            reasoning: false,
             blocks_added: 0,
             provider_miss: None,
             tool_results: Default::default(),

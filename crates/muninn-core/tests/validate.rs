@@ -25,6 +25,7 @@ fn req(at_ms: i64, read: u64, write: u64, one_hour: bool) -> TraceRequest {
         boundary: false,
         compacted: false,
         tools_changed: false,
+        reasoning: false,
         blocks_added: 3,
         provider_miss: None,
         tool_results: Default::default(),
@@ -433,6 +434,119 @@ fn a_tool_change_the_client_recorded_reads_nothing_and_names_tools() {
     assert_eq!(r.cause, None);
 }
 
+/// A main thread of turns, each a thinking first answer and one tool round; `dropped[t]` says
+/// whether turn t + 1 opened without the thinking of turn t (reading only up to the end of the
+/// request whose answer thought), else it read the whole previous prefix. Returns the requests
+/// and, per turn after the first, the prefix the client dropped back to.
+fn thinking_turns(dropped: &[bool]) -> (Vec<TraceRequest>, Vec<u64>) {
+    let mut out = Vec::new();
+    let mut points = Vec::new();
+    let mut cached = H1;
+    let mut at = 0;
+    let mut first_thought = None;
+    for turn in 0..=dropped.len() {
+        // The turn's first request: a person's message, an answer that thinks.
+        let read = match (turn, first_thought) {
+            (0, _) => H1,
+            (t, Some(point)) if dropped[t - 1] => {
+                points.push(point);
+                point
+            }
+            (_, point) => {
+                points.extend(point);
+                cached
+            }
+        };
+        let mut opening = req(at, read, cached + 900 - read, true);
+        opening.boundary = true;
+        opening.reasoning = true;
+        cached += 900;
+        first_thought = Some(cached);
+        out.push(opening);
+        // A tool round, no thinking; the turn ends.
+        at += 10_000;
+        out.push(req(at, cached, 700, true));
+        cached += 700;
+        at += 40_000;
+    }
+    (out, points)
+}
+
+/// Stretches of some Claude Code sessions drop a finished turn's thinking when the person
+/// writes again: the turn's first request then reads only up to the end of the previous turn's
+/// first thinking answer. Two such reads in a row and the model predicts the next one there;
+/// a turn that kept its thinking switches it off again, and one drop alone (an interrupt reads
+/// the same way) is not enough.
+#[test]
+fn a_client_that_drops_the_last_turns_thinking_is_followed_after_two_drops() {
+    let options = ValidateOptions::default();
+    let (requests, points) = thinking_turns(&[true, true, true, false, true, false]);
+    let report = validate(
+        &[trace("s", "main", ThreadKind::Main, "m", requests.clone())],
+        &options,
+    );
+    // Turns 1 and 2 open with a drop the model has not learned yet: it predicts the whole
+    // previous prefix.
+    for (turn, index) in [(1, 2), (2, 4)] {
+        let r = row(&report, "s/main/m", index);
+        assert_eq!(r.recorded_read, points[turn - 1]);
+        assert!(r.cache_model.read > points[turn - 1], "turn {turn}: {r:?}");
+    }
+    // Turn 3 is predicted at the dropped point, to the token.
+    let r = row(&report, "s/main/m", 6);
+    assert_eq!(
+        (r.cache_model.read, r.cache_model.class, r.cache_model.agree),
+        (points[2], ReadClass::Head, true)
+    );
+    // Turn 4 kept its thinking (a miss for the model), which switches the drop off: turn 5,
+    // one drop, is predicted as kept, and turn 6 (kept) agrees.
+    assert!(!row(&report, "s/main/m", 8).cache_model.agree);
+    let r = row(&report, "s/main/m", 10);
+    assert_eq!(r.recorded_read, points[4]);
+    assert!(r.cache_model.read > points[4]);
+    let r = row(&report, "s/main/m", 12);
+    assert_eq!(
+        (r.recorded_read, r.cache_model.read),
+        (requests[12].usage.cache_read, requests[12].usage.cache_read)
+    );
+
+    // A client that keeps its thinking throughout is predicted append-only on every turn.
+    let (requests, _) = thinking_turns(&[false; 5]);
+    let report = validate(
+        &[trace("k", "main", ThreadKind::Main, "m", requests)],
+        &options,
+    );
+    assert!(
+        report
+            .rows
+            .iter()
+            .skip(1)
+            .all(|r| r.cache_model.read == r.recorded_read)
+    );
+}
+
+/// A read that stopped at a dropped thinking block is a prefix of the conversation, not the
+/// system head: it must not be learned as a head size. Otherwise a later compaction, which
+/// reads only the tools head, is predicted to read back to the dropped point (an entry the
+/// mistaken head kept warm).
+#[test]
+fn a_read_at_a_dropped_thinking_point_teaches_no_head_size() {
+    let (mut requests, _) = thinking_turns(&[true, true, true]);
+    let last = requests.last().map_or(0, |r| r.at_ms);
+    let prompt = requests.last().map_or(0, |r| r.usage.prompt());
+    let mut compacted = req(last + 20_000, H1, prompt / 2, true);
+    compacted.compacted = true;
+    compacted.boundary = true;
+    requests.push(compacted);
+    let index = requests.len() - 1;
+    let report = validate(
+        &[trace("s", "main", ThreadKind::Main, "m", requests)],
+        &ValidateOptions::default(),
+    );
+    let r = row(&report, "s/main/m", index);
+    assert_eq!((r.recorded_read, r.cache_model.read), (H1, H1));
+}
+
 #[test]
 fn aggregates_and_json() {
     let t = trace(
@@ -470,8 +584,9 @@ fn aggregates_and_json() {
 }
 
 /// One generated request: gap since the previous request of its trace, growth of the cached
-/// part, the share of it the provider said it read, tier, a compaction before it.
-type GenRequest = (i64, u64, u8, bool, bool, u32);
+/// part, the share of it the provider said it read, tier, a compaction before it, blocks added,
+/// whether it opens a person's turn, whether its answer thought.
+type GenRequest = (i64, u64, u8, bool, bool, u32, bool, bool);
 
 fn gen_trace() -> impl Strategy<Value = Vec<GenRequest>> {
     prop::collection::vec(
@@ -483,6 +598,8 @@ fn gen_trace() -> impl Strategy<Value = Vec<GenRequest>> {
             prop::bool::weighted(0.2),
             prop::bool::weighted(0.05),
             0u32..30,
+            prop::bool::weighted(0.3),
+            prop::bool::weighted(0.5),
         ),
         1..25,
     )
@@ -493,13 +610,15 @@ fn build(start: i64, first: u64, generated: &[GenRequest]) -> Vec<TraceRequest> 
     let mut at = start;
     let mut cached = first;
     let mut out = Vec::new();
-    for &(gap, growth, read_pct, one_hour, compacted, blocks) in generated {
+    for &(gap, growth, read_pct, one_hour, compacted, blocks, boundary, thinking) in generated {
         at += gap;
         cached += growth;
         let read = cached * read_pct as u64 / 100;
         let mut r = req(at, read, cached - read, one_hour);
         r.compacted = compacted;
         r.blocks_added = blocks;
+        r.boundary = boundary;
+        r.reasoning = thinking;
         out.push(r);
     }
     out
@@ -562,7 +681,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     /// Strict causality: perturbing the provider's answer to request k — any split of its
-    /// cached part into read, 5m and 1h writes, any output — moves no prediction at or before k.
+    /// cached part into read, 5m and 1h writes, any output, whether it thought — moves no
+    /// prediction at or before k.
     /// Perturbing its whole usage (the prompt's size included) moves none before k.
     #[test]
     fn no_prediction_looks_ahead(
@@ -590,6 +710,8 @@ proptest! {
         u.cache_write_5m = five;
         u.cache_write_1h = cached - read - five;
         u.output = output;
+        let thought = &mut answered[t].requests[index].reasoning;
+        *thought = !*thought;
         let after = validate(&answered, &ValidateOptions::default());
         prop_assert_eq!(&predictions(&before)[..=k], &predictions(&after)[..=k]);
 
@@ -663,4 +785,144 @@ fn codex_rollouts_are_predicted_by_the_automatic_cache_model() {
     // The naive rule reads the previous prompt within the retention, nothing past it.
     assert_eq!(report.rows[1].naive.read, 17_024);
     assert_eq!(report.rows[3].naive.read, 0);
+}
+
+/// A Codex-like request whose answer did (or did not) carry reasoning items.
+fn codex_reasoned(
+    at_ms: i64,
+    prompt: u64,
+    cached: u64,
+    boundary: bool,
+    reasoning: bool,
+) -> TraceRequest {
+    TraceRequest {
+        reasoning,
+        ..codex(at_ms, prompt, cached, 200, boundary)
+    }
+}
+
+/// OpenAI's reasoning models leave an earlier turn's reasoning out of the prompt once a new user
+/// message comes: the first request of the next turn reads only up to where that turn's first
+/// reasoning began (the prompt of its first request that reasoned); after a turn that did not
+/// reason the whole previous prompt is read, as before.
+#[test]
+fn a_new_turn_reads_up_to_where_the_last_turn_began_to_reason() {
+    let requests = vec![
+        // Turn 1: its first request answers without reasoning, the second reasons.
+        codex_reasoned(0, 12_000, 3_072, true, false),
+        codex_reasoned(5_000, 14_100, 12_032, false, true),
+        codex_reasoned(10_000, 16_500, 14_208, false, true),
+        // Turn 2: the prompt grew, but turn 1's reasoning (from 14_100 on) is gone.
+        codex_reasoned(60_000, 18_000, 14_080, true, false),
+        codex_reasoned(65_000, 19_000, 18_176, false, false),
+        // Turn 3: turn 2 did not reason, so its whole prefix stays.
+        codex_reasoned(120_000, 20_000, 19_072, true, true),
+    ];
+    let t = trace("cx", "main", ThreadKind::Main, "gpt-5.1-codex", requests);
+    let report = validate(&[t], &ValidateOptions::default());
+    let reads: Vec<(u64, ReadClass)> = report
+        .rows
+        .iter()
+        .map(|r| (r.cache_model.read, r.cache_model.class))
+        .collect();
+    assert_eq!(
+        reads,
+        vec![
+            (0, ReadClass::None),
+            (12_160, ReadClass::Prefix),
+            (14_208, ReadClass::Prefix),
+            // floor128(14_100): where turn 1's first reasoning began.
+            (14_080, ReadClass::Head),
+            (18_176, ReadClass::Prefix),
+            // floor128(min(20_000, 19_000 + 200)).
+            (19_200, ReadClass::Prefix),
+        ]
+    );
+    // Every request after the first agrees with what was recorded.
+    assert_eq!(report.model.all.agree, 5);
+    assert_eq!(
+        report.rows[3].cause,
+        Some(muninn_core::miss::MissCause::MessagesChange)
+    );
+}
+
+/// One generated Codex request: gap, prompt growth (may be negative: reasoning dropped), the share
+/// of the prompt read, output, a new user message, reasoning in the answer, a compaction.
+type GenCodex = (i64, i64, u8, u64, bool, bool, bool);
+
+fn gen_codex() -> impl Strategy<Value = Vec<GenCodex>> {
+    prop::collection::vec(
+        (
+            prop_oneof![1_000i64..30_000, 30_000i64..900_000],
+            -3_000i64..20_000,
+            0u8..=100,
+            0u64..4_000,
+            prop::bool::weighted(0.3),
+            prop::bool::weighted(0.6),
+            prop::bool::weighted(0.05),
+        ),
+        1..30,
+    )
+}
+
+fn build_codex(start: i64, generated: &[GenCodex]) -> Vec<TraceRequest> {
+    let (mut at, mut prompt) = (start, 4_000i64);
+    generated
+        .iter()
+        .map(
+            |&(gap, growth, read_pct, output, boundary, reasoning, compacted)| {
+                at += gap;
+                prompt = (prompt + growth).max(1);
+                let p = prompt as u64;
+                let mut r = codex_reasoned(at, p, p * read_pct as u64 / 100, boundary, reasoning);
+                r.compacted = compacted;
+                r.usage.output = output;
+                r
+            },
+        )
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Strict causality of the OpenAI cache model: perturbing the provider's answer to request k
+    /// — how much of its prompt was read, its output, whether it reasoned — moves no prediction
+    /// at or before k; perturbing its prompt's size moves none before k.
+    #[test]
+    fn no_openai_prediction_looks_ahead(
+        a in gen_codex(),
+        b in gen_codex(),
+        which in any::<prop::sample::Index>(),
+        read_pct in 0u8..=100,
+        output in 0u64..5_000,
+        reasoning in any::<bool>(),
+        prompt in 1u64..200_000,
+    ) {
+        let traces = vec![
+            trace("a", "main", ThreadKind::Main, "gpt-5.1-codex", build_codex(0, &a)),
+            trace("b", "main", ThreadKind::Main, "gpt-5.1-codex", build_codex(2_500, &b)),
+        ];
+        let before = validate(&traces, &ValidateOptions::default());
+        let k = which.index(before.rows.len());
+        let (t_id, index) = (before.rows[k].trace.clone(), before.rows[k].index);
+        let t = traces.iter().position(|t| t.id == t_id).unwrap();
+
+        let mut answered = traces.clone();
+        let r = &mut answered[t].requests[index];
+        let whole = r.usage.prompt();
+        r.usage.cache_read = whole * read_pct as u64 / 100;
+        r.usage.input = whole - r.usage.cache_read;
+        r.usage.output = output;
+        r.reasoning = reasoning;
+        let after = validate(&answered, &ValidateOptions::default());
+        prop_assert_eq!(&predictions(&before)[..=k], &predictions(&after)[..=k]);
+
+        let mut rewritten = answered;
+        let r = &mut rewritten[t].requests[index];
+        r.usage.input = prompt - r.usage.cache_read.min(prompt);
+        r.usage.cache_read = r.usage.cache_read.min(prompt);
+        let after = validate(&rewritten, &ValidateOptions::default());
+        prop_assert_eq!(&predictions(&before)[..k], &predictions(&after)[..k]);
+    }
 }

@@ -309,6 +309,7 @@ impl FormatReader for ApiLogReader<'_> {
             boundary: first || shape.boundary,
             compacted: !continues,
             tools_changed: false,
+            reasoning: false,
             blocks_added: if continues {
                 shape.blocks.saturating_sub(state.blocks)
             } else {

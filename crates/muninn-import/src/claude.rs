@@ -34,6 +34,9 @@
 //! - `tool_results`: the `tool_result` blocks of `user` lines since the previous request of the
 //!   thread — how many, and the tokens of their text ([`muninn_core::tokenize::count`]; images
 //!   count nothing): what a later tool-result clear (the `mask` action) could remove.
+//! - `reasoning`: one of the response's lines carries a `thinking` or `redacted_thinking` block.
+//!   It is part of the answer, read by the cache model only for the requests that follow (a
+//!   client that drops an earlier turn's thinking rewrites the prompt from there).
 //! - `provider_miss`: from 2.1.282 on, an assistant line may carry the API's cache diagnosis,
 //!   `message.diagnostics.cache_miss_reason` (`{"type": "messages_changed",
 //!   "cache_missed_input_tokens": N}`; `null` while the comparison was pending). It becomes the
@@ -219,6 +222,8 @@ impl ThreadState {
             boundary: self.human_turn,
             compacted: self.compacted,
             tools_changed: self.tools_changed,
+            // The answer's, set by the caller from the response.
+            reasoning: false,
             blocks_added: self.blocks,
             provider_miss,
             tool_results: self.tools,
@@ -364,6 +369,8 @@ impl<'s> ClaudeReader<'s> {
                     if let Some(d) = &message.diagnostics {
                         request.provider_miss = Some(d.label());
                     }
+                    // One line per content block: any of them may be the thinking.
+                    request.reasoning |= message.content.is_some_and(|c| c.thinking > 0);
                     if let Some(at_ms) = at_ms {
                         request.at_ms = request.at_ms.min(at_ms);
                     }
@@ -392,12 +399,13 @@ impl<'s> ClaudeReader<'s> {
                     );
                     return;
                 };
-                let request = state.take_request(
+                let mut request = state.take_request(
                     at_ms,
                     usage.to_usage(),
                     message.diagnostics.as_ref().map(|d| d.label()),
                     blocks,
                 );
+                request.reasoning = message.content.is_some_and(|c| c.thinking > 0);
                 let kind = if thread == "main" {
                     ThreadKind::Main
                 } else if thread.starts_with("acompact") {

@@ -16,7 +16,9 @@
 //! - `response_item`: model output (`reasoning`, `function_call`, assistant `message`, …) or input
 //!   (user `message`, `function_call_output`, …). The first output item after a request marks
 //!   when the next request was answering, which is used as its `at_ms`; without one the
-//!   `token_count` line's own timestamp is used.
+//!   `token_count` line's own timestamp is used. A `reasoning` item among a request's output
+//!   marks it `reasoning` (OpenAI's reasoning models drop that reasoning from the prompt at the
+//!   next user message, which the OpenAI cache model needs to know).
 //!
 //! Usage mapping: `cached_input_tokens` → cache read, `cache_write_input_tokens` (logged by newer
 //! Codex versions, for models that bill a write premium) → cache write (OpenAI has no TTL tiers:
@@ -115,6 +117,8 @@ pub(crate) struct CodexReader {
     compacted: bool,
     /// The first model-output item since the last request, Unix ms.
     output_started_at: Option<i64>,
+    /// Whether a `reasoning` item was among the output since the last request.
+    reasoning: bool,
     /// The last `total_token_usage` seen, to skip re-emitted counts.
     last_total: Option<TokenUsage>,
 }
@@ -132,6 +136,7 @@ impl CodexReader {
             human_turn: true,
             compacted: false,
             output_started_at: None,
+            reasoning: false,
             last_total: None,
         }
     }
@@ -179,6 +184,7 @@ impl FormatReader for CodexReader {
                 if !is_input && self.output_started_at.is_none() {
                     self.output_started_at = at_ms;
                 }
+                self.reasoning |= payload_kind == Some("reasoning");
             }
             Some("event_msg") => match payload_kind {
                 Some("user_message") => self.human_turn = true,
@@ -213,6 +219,7 @@ impl FormatReader for CodexReader {
                         boundary: self.human_turn,
                         compacted: self.compacted,
                         tools_changed: false,
+                        reasoning: self.reasoning,
                         blocks_added: 0,
                         provider_miss: None,
                         tool_results: Default::default(),
@@ -220,6 +227,7 @@ impl FormatReader for CodexReader {
                     self.human_turn = false;
                     self.compacted = false;
                     self.output_started_at = None;
+                    self.reasoning = false;
                     let model = self.model.as_deref().unwrap_or("unknown");
                     cx.push(&self.session, "main", ThreadKind::Main, model, request);
                 }

@@ -53,6 +53,8 @@ pub(crate) struct ContentShape {
     /// The tokens of those blocks' content ([`muninn_core::tokenize::count`] of its text; an
     /// image or other non-text part counts nothing): what a tool-result clear could remove.
     pub tool_result_tokens: muninn_core::money::Tokens,
+    /// How many are `thinking` or `redacted_thinking` blocks (an answer's reasoning).
+    pub thinking: u32,
 }
 
 /// The tokens of a `tool_result` block's `content`: a string, or an array of parts whose `text`
@@ -105,12 +107,18 @@ impl<'de> Deserialize<'de> for ContentShape {
                 let mut shape = ContentShape::default();
                 while let Some(block) = seq.next_element::<BlockOrOther<'de>>()? {
                     shape.blocks = shape.blocks.saturating_add(1);
-                    if let Some(b) = block.0
-                        && b.kind.is_some_and(|k| k.as_str() == "tool_result")
-                    {
-                        shape.tool_results = shape.tool_results.saturating_add(1);
-                        let tokens = b.content.as_ref().map_or(0, tool_content_tokens);
-                        shape.tool_result_tokens = shape.tool_result_tokens.saturating_add(tokens);
+                    let Some(b) = block.0 else { continue };
+                    match b.kind.as_ref().map(Str::as_str) {
+                        Some("tool_result") => {
+                            shape.tool_results = shape.tool_results.saturating_add(1);
+                            let tokens = b.content.as_ref().map_or(0, tool_content_tokens);
+                            shape.tool_result_tokens =
+                                shape.tool_result_tokens.saturating_add(tokens);
+                        }
+                        Some("thinking" | "redacted_thinking") => {
+                            shape.thinking = shape.thinking.saturating_add(1);
+                        }
+                        _ => {}
                     }
                 }
                 Ok(shape)
@@ -298,20 +306,22 @@ mod tests {
             ContentShape {
                 blocks: 1,
                 tool_results: 0,
-                tool_result_tokens: 0
+                tool_result_tokens: 0,
+                thinking: 0
             }
         );
         let shape: ContentShape = serde_json::from_str(
-            r#"[{"type":"tool_result","content":[{"type":"text","text":"x"}]},{"type":"text","text":"y"},3]"#,
+            r#"[{"type":"tool_result","content":[{"type":"text","text":"x"}]},{"type":"text","text":"y"},{"type":"thinking","thinking":"z"},{"type":"redacted_thinking","data":"w"},3]"#,
         )
         .unwrap();
         assert_eq!(
             shape,
             ContentShape {
-                blocks: 3,
+                blocks: 5,
                 tool_results: 1,
                 // "x": one token.
-                tool_result_tokens: 1
+                tool_result_tokens: 1,
+                thinking: 2
             }
         );
     }

@@ -53,6 +53,7 @@ fn request(
         boundary,
         compacted,
         tools_changed: false,
+        reasoning: false,
         blocks_added: blocks,
         provider_miss: None,
         tool_results: Default::default(),
@@ -113,8 +114,12 @@ mod claude {
                 OPUS,
                 p("s1.jsonl"),
                 vec![
-                    // Four lines of one response: earliest time, last line's usage.
-                    request(3, usage(3, 0, 9000, 1000, 120), true, false, 1),
+                    // Four lines of one response: earliest time, last line's usage; its
+                    // first line is a thinking block.
+                    TraceRequest {
+                        reasoning: true,
+                        ..request(3, usage(3, 0, 9000, 1000, 120), true, false, 1)
+                    },
                     // Tool loop: not a boundary; 4 assistant blocks + 2 tool results since
                     // (100 one-letter lines each: 100 tokens).
                     TraceRequest {
@@ -302,8 +307,12 @@ mod codex {
                     "gpt-5-codex",
                     file,
                     vec![
-                        // at = first output item; cached split out; reasoning already inside output.
-                        request(3, usage(800, 0, 0, 200, 50), true, false, 0),
+                        // at = first output item; cached split out; reasoning already inside
+                        // output; a `reasoning` item among the output marks the request.
+                        TraceRequest {
+                            reasoning: true,
+                            ..request(3, usage(800, 0, 0, 200, 50), true, false, 0)
+                        },
                         // A tool loop step; total_tokens shows reasoning was counted separately.
                         request(8, usage(500, 0, 0, 1000, 40), false, false, 0),
                     ]

@@ -135,3 +135,111 @@ fn remote_control_switched_on_flags_the_next_request_as_a_tool_change() {
         .collect();
     assert_eq!(flags, vec![false, true, false]);
 }
+
+/// A Codex rollout marks a request `reasoning` when a `reasoning` item is among its output (the
+/// items logged before its `token_count`), and only that request: the OpenAI cache model needs
+/// it to know where the next user message's prompt stops matching.
+#[test]
+fn a_codex_reasoning_item_marks_its_own_request_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rollout-2026-01-01T00-00-00-rx.jsonl");
+    let line = |seconds: i64, kind: &str, payload: serde_json::Value| {
+        serde_json::json!({
+            "timestamp": jiff::Timestamp::from_millisecond(at(seconds)).unwrap().to_string(),
+            "type": kind,
+            "payload": payload,
+        })
+        .to_string()
+            + "\n"
+    };
+    let item = |seconds: i64, kind: &str| {
+        line(
+            seconds,
+            "response_item",
+            serde_json::json!({"type": kind, "call_id": "c"}),
+        )
+    };
+    let count = |seconds: i64, total: u64| {
+        let usage = serde_json::json!({"input_tokens": total, "cached_input_tokens": 0, "output_tokens": 10});
+        line(
+            seconds,
+            "event_msg",
+            serde_json::json!({"type": "token_count", "info": {"total_token_usage": {"input_tokens": total}, "last_token_usage": usage}}),
+        )
+    };
+    let user = |seconds: i64| {
+        line(
+            seconds,
+            "event_msg",
+            serde_json::json!({"type": "user_message", "message": "go"}),
+        )
+    };
+    let text = line(0, "session_meta", serde_json::json!({"id": "rx", "model": "gpt-5.1-codex"}))
+        + &user(0)
+        + &item(1, "reasoning")
+        + &item(2, "function_call")
+        + &count(3, 2_000)
+        + &item(4, "function_call_output")
+        + &item(5, "function_call")
+        + &count(6, 3_000)
+        // A re-emitted count (same total) is no request.
+        + &count(6, 3_000)
+        + &item(7, "function_call_output")
+        + &user(8)
+        + &item(9, "reasoning")
+        + &line(10, "response_item", serde_json::json!({"type": "message", "role": "assistant"}))
+        + &count(11, 4_000);
+    std::fs::write(&path, text).unwrap();
+
+    let got = import(std::slice::from_ref(&path));
+    let flags: Vec<(bool, bool)> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| (r.boundary, r.reasoning))
+        .collect();
+    assert_eq!(flags, vec![(true, true), (false, false), (true, true)]);
+}
+
+/// Claude Code writes a response one content block per line, a `thinking` (or
+/// `redacted_thinking`) block usually on the first. The request is marked as having thought
+/// whichever of its lines carries the block: the cache model reads it for the turns that follow
+/// (some clients drop a finished turn's thinking when the person writes again).
+#[test]
+fn an_answer_that_thought_is_marked_whichever_line_carries_the_thinking() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("thinking.jsonl");
+    let line = |id: &str, uuid: &str, block: serde_json::Value, seconds: i64| {
+        serde_json::json!({
+            "parentUuid": null, "isSidechain": false, "type": "assistant", "sessionId": "th",
+            "uuid": uuid,
+            "timestamp": jiff::Timestamp::from_millisecond(at(seconds)).unwrap().to_string(),
+            "message": {
+                "id": id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
+                "content": [block],
+                "usage": {"input_tokens": 3, "cache_creation_input_tokens": 500,
+                          "cache_read_input_tokens": 1_000, "output_tokens": 7},
+            },
+        })
+        .to_string()
+            + "\n"
+    };
+    let thinking = serde_json::json!({"type": "thinking", "thinking": "t", "signature": "s"});
+    let redacted = serde_json::json!({"type": "redacted_thinking", "data": "d"});
+    let text = serde_json::json!({"type": "text", "text": "a"});
+    let tool = serde_json::json!({"type": "tool_use", "id": "t1", "name": "Read", "input": {}});
+    let content = turn("th", 1, 0, 0)
+        // Thinking first, then text: one request, marked.
+        + &line("msg_a", "a1", thinking, 10)
+        + &line("msg_a", "a2", text.clone(), 11)
+        // Text first, redacted thinking on a later line of the same answer: marked.
+        + &line("msg_b", "b1", text.clone(), 20)
+        + &line("msg_b", "b2", redacted, 21)
+        // No thinking at all: not marked.
+        + &line("msg_c", "c1", text, 30)
+        + &line("msg_c", "c2", tool, 31);
+    std::fs::write(&path, content).unwrap();
+
+    let got = import(std::slice::from_ref(&path));
+    let marks: Vec<bool> = got.traces[0].requests.iter().map(|r| r.reasoning).collect();
+    assert_eq!(marks, vec![false, true, true, false]);
+}

@@ -28,11 +28,36 @@
 //! backend predicts with — and the request is then shaped, billed and answered as cleared: the
 //! cache reads up to the first cleared block and writes from it. The response carries
 //! `context_management.applied_edits[]`.
+//!
+//! # Thinking clearing (`clear_thinking_20251015`, same beta)
+//!
+//! Applied by the same function, and billed the same way: the thinking of all but the last
+//! `keep` assistant turns is dropped, the cache reads up to the first dropped block and writes
+//! from it, and the applied edit reports `cleared_thinking_turns` and `cleared_input_tokens`.
+//! Refused unless listed first among the edits, or with a `keep` other than `"all"` or
+//! `{"type": "thinking_turns", "value": N}`.
+//!
+//! # Threshold compaction (`compact_20260112`, beta `compact-2026-01-12`)
+//!
+//! When the prompt (after the other edits) is longer than the edit's `trigger` (default
+//! 150,000 input tokens), the provider first summarises it — the simulator's compaction
+//! summary, signed as an on-demand one — and the reply starts with that `compaction` block, for
+//! the client to send back. With `pause_after_compaction` the reply is that block alone, with
+//! `stop_reason: "compaction"`, billed exactly as an on-demand compaction (top level 0). Else
+//! the model answers from the summary in the same request: the `message` pass's prompt is the
+//! system, the tools and one assistant message holding the block — where the conversation's
+//! last breakpoint moves, so the next request (which sends the block back) reads it — and its
+//! reply is the model's answer to the request. Billing: `usage.iterations[]` holds a
+//! `compaction` entry (the full prompt's read and write, the summary's output) and a `message`
+//! entry (the compacted prompt's, the answer's output); the top-level counts are the `message`
+//! entry's alone. Refused: without the beta, with a trigger below 50,000 input tokens or not
+//! counted in `input_tokens`.
 
 use crate::sim::ApiError;
 use muninn_anthropic::wire::{
-    COMPACTION_BETA, CONTEXT_MANAGEMENT_BETA, Content, ContentBlock,
-    MAX_COMPACTION_INSTRUCTIONS_CHARS, MessagesRequest, Role,
+    CLEAR_THINKING, COMPACT, COMPACTION_BETA, CONTEXT_MANAGEMENT_BETA, CompactEdit, Content,
+    ContentBlock, MAX_COMPACTION_INSTRUCTIONS_CHARS, MessagesRequest, Role,
+    THRESHOLD_COMPACTION_BETA,
 };
 use muninn_core::cache::hash_bytes;
 use serde_json::Value;
@@ -189,15 +214,15 @@ pub fn check_compaction(request: &MessagesRequest, betas: Option<&str>) -> Resul
     Ok(())
 }
 
-/// Refuses `context_management` without its beta, and `max_tokens: 0` where the API refuses
-/// it (with streaming or extended thinking).
+/// Refuses `context_management` edits the API refuses (see the module docs), and
+/// `max_tokens: 0` where the API refuses it (with streaming or extended thinking).
 pub fn check_fields(
     body: &Value,
     request: &MessagesRequest,
     betas: Option<&str>,
 ) -> Result<(), ApiError> {
     if request.context_management.is_some() {
-        require_beta(betas, CONTEXT_MANAGEMENT_BETA, "context_management")?;
+        check_edits(body, betas)?;
     }
     if request.max_tokens == 0 {
         let thinking = body
@@ -213,4 +238,120 @@ pub fn check_fields(
         }
     }
     Ok(())
+}
+
+/// Checks the raw `context_management.edits` (the raw body, so that an error names the field
+/// even where the typed request kept a malformed edit verbatim): each edit's beta — the
+/// threshold-compaction beta for `compact_20260112`, the context-management beta for any
+/// other, and for an empty list — then `clear_thinking_20251015` first and its `keep`, and a
+/// compaction's `trigger`.
+fn check_edits(body: &Value, betas: Option<&str>) -> Result<(), ApiError> {
+    let empty = Vec::new();
+    let edits = body
+        .pointer("/context_management/edits")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    if edits.is_empty() {
+        require_beta(betas, CONTEXT_MANAGEMENT_BETA, "context_management")?;
+    }
+    for (i, edit) in edits.iter().enumerate() {
+        let at = format!("context_management.edits.{i}");
+        let kind = edit.get("type").and_then(Value::as_str).unwrap_or_default();
+        if kind == COMPACT {
+            require_beta(betas, THRESHOLD_COMPACTION_BETA, &at)?;
+            check_trigger(edit, &at)?;
+            continue;
+        }
+        require_beta(betas, CONTEXT_MANAGEMENT_BETA, &at)?;
+        if kind == CLEAR_THINKING {
+            if i != 0 {
+                return Err(refuse(
+                    "invalid_request_error",
+                    format!("{at}: {CLEAR_THINKING} must be the first edit"),
+                ));
+            }
+            check_keep(edit, &at)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_keep(edit: &Value, at: &str) -> Result<(), ApiError> {
+    let ok = match edit.get("keep") {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s == "all",
+        Some(keep) => {
+            keep.get("type").and_then(Value::as_str) == Some("thinking_turns")
+                && keep.get("value").is_some_and(Value::is_u64)
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(refuse(
+            "invalid_request_error",
+            format!(
+                "{at}.keep: Input should be 'all' or {{\"type\": \"thinking_turns\", \"value\": N}}"
+            ),
+        ))
+    }
+}
+
+fn check_trigger(edit: &Value, at: &str) -> Result<(), ApiError> {
+    let Some(trigger) = edit.get("trigger").filter(|t| !t.is_null()) else {
+        return Ok(());
+    };
+    if trigger.get("type").and_then(Value::as_str) != Some("input_tokens") {
+        return Err(refuse(
+            "invalid_request_error",
+            format!("{at}.trigger.type: Input should be 'input_tokens'"),
+        ));
+    }
+    match trigger.get("value").and_then(Value::as_u64) {
+        Some(v) if v >= CompactEdit::MIN_TRIGGER => Ok(()),
+        _ => Err(refuse(
+            "invalid_request_error",
+            format!(
+                "{at}.trigger.value: must be an integer of at least {} input tokens",
+                CompactEdit::MIN_TRIGGER
+            ),
+        )),
+    }
+}
+
+/// The signed block a compaction answers with: the simulator's summary of `request`.
+pub fn compaction_block(request: &MessagesRequest) -> ContentBlock {
+    let summary = crate::reply::compaction_summary(request);
+    ContentBlock::Compaction {
+        signature: sign(&summary),
+        content: summary,
+    }
+}
+
+/// The body of a threshold compaction's `message` pass (see the module docs): `body` with its
+/// messages replaced by one assistant message holding `block`, which carries the `cache_control`
+/// of the conversation's last breakpoint, if any.
+pub fn compacted_body(body: &Value, block: &ContentBlock) -> Result<Value, ApiError> {
+    let internal = |e: serde_json::Error| ApiError::new(500, "api_error", e.to_string());
+    let mut block = serde_json::to_value(block).map_err(internal)?;
+    let last_breakpoint = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("content").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|b| b.get("cache_control"))
+        .rfind(|c| !c.is_null());
+    if let (Some(cc), Value::Object(fields)) = (last_breakpoint, &mut block) {
+        fields.insert("cache_control".to_string(), cc.clone());
+    }
+    let mut body = body.clone();
+    if let Value::Object(fields) = &mut body {
+        fields.insert(
+            "messages".to_string(),
+            serde_json::json!([{"role": "assistant", "content": [block]}]),
+        );
+    }
+    Ok(body)
 }

@@ -12,10 +12,10 @@
 //!   the transport-free request handling.
 //! - [`clock`] — [`SimClock`]: the virtual clock as the injected [`muninn_backend::clock::Clock`].
 //! - [`server`] — the axum router: the API routes and the admin routes.
-//! - [`context`] — the provider's own context tools: on-demand compaction (signed blocks,
-//!   billed in `usage.iterations[]`) and tool-result clearing.
+//! - [`context`] — the provider's own context tools: on-demand and threshold compaction
+//!   (signed blocks, billed in `usage.iterations[]`), tool-result and thinking clearing.
 //! - [`strict`] — what the API refuses and the simulator refuses alike (unknown fields, out of
-//!   range values, a prompt past the context window, a body past 32 MB).
+//!   range values, a prompt past the context window, a body past 32 MB, unpaired tool calls).
 //! - [`inprocess`] — the simulator as a transport of the Anthropic backend, without HTTP
 //!   ([`inprocess::SimBackend`]).
 //! - this module — [`spawn`] (an in-process server on an ephemeral port, for tests) and

@@ -283,7 +283,7 @@ pub(crate) async fn answer(
     match outcome {
         Ok(mut answer) => {
             answer.apply_report_fault(fault.as_ref());
-            record.usage = Some(answer.usage);
+            record.usage = Some(answer.billed());
             record.miss = answer.miss;
             record.provider_miss = answer.provider_miss;
             sim.record(record);

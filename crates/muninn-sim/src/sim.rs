@@ -20,8 +20,9 @@
 //!
 //! Before it is shaped, a request is read as the provider reads it ([`crate::context`]): the
 //! messages before the last compaction block sent back are dropped, and `context_management`
-//! edits (tool-result clearing) are applied; an on-demand compaction is answered with the
-//! signed summary and billed in `usage.iterations[]`. `max_tokens: 0` (a keep-warm ping) is
+//! edits (tool-result and thinking clearing) are applied; an on-demand compaction, and a
+//! threshold compaction (`compact_20260112`) once the prompt passes its trigger, are answered
+//! with the signed summary and billed in `usage.iterations[]`. `max_tokens: 0` (a keep-warm ping) is
 //! answered with no content and no output, except with streaming or thinking.
 //!
 //! # Cache diagnostics
@@ -42,15 +43,14 @@
 //! expire cache entries without waiting.
 
 use crate::context;
-use crate::reply::{Reply, compaction_summary, reply};
-use muninn_anthropic::context::apply_edits;
+use crate::reply::{Reply, reply};
+use muninn_anthropic::context::{apply_edits, compaction_due};
 use muninn_anthropic::prompt::{PromptShape, diverge, shape};
 use muninn_anthropic::wire::{
-    CacheMissReason, ContentBlock, ContextManagementResponse, Diagnostics, DiagnosticsRequest,
-    ErrorResponse, MessagesRequest, MessagesResponse, Role, STOP_COMPACTION, Usage as WireUsage,
-    UsageIteration,
+    CacheMissReason, ContextManagementResponse, Diagnostics, DiagnosticsRequest, ErrorResponse,
+    MessagesRequest, MessagesResponse, Role, STOP_COMPACTION, Usage as WireUsage, UsageIteration,
 };
-use muninn_core::cache::{CacheRules, CacheState, Ttl};
+use muninn_core::cache::{CacheOutcome, CacheRules, CacheState, Ttl};
 use muninn_core::ledger::{MissCause, ProviderMiss};
 use muninn_core::miss::ProviderMissReason;
 use muninn_core::price::PriceTable;
@@ -260,6 +260,9 @@ pub struct Answer {
     pub provider_miss: Option<ProviderMiss>,
     /// Whether this is a compaction: its usage is then reported in `usage.iterations[]` alone.
     pub compaction: bool,
+    /// A threshold compaction that went on to answer: the `compaction` pass's usage, billed on
+    /// top of `usage` (then the `message` pass's).
+    pub compacted: Option<Usage>,
     /// The context edits applied, for `context_management.applied_edits[]` (`None`: none).
     pub context_management: Option<ContextManagementResponse>,
 }
@@ -273,22 +276,33 @@ impl Answer {
         }
     }
 
+    /// What the request is billed: `usage`, and a threshold compaction's own pass.
+    pub fn billed(&self) -> Usage {
+        let mut billed = self.usage;
+        if let Some(compacted) = &self.compacted {
+            billed.add(compacted);
+        }
+        billed
+    }
+
     /// The usage as the wire reports it. A compaction's is reported only as one `compaction`
     /// entry of `iterations[]`, the top-level counts 0 — as the API does, which is why a ledger
-    /// must read the iterations.
+    /// must read the iterations. A threshold compaction that went on to answer reports a
+    /// `compaction` and a `message` entry, the top-level counts the `message` entry's alone.
     pub fn wire_usage(&self) -> WireUsage {
+        if let Some(compacted) = &self.compacted {
+            let mut wire = WireUsage::from_core(&self.usage);
+            wire.iterations = Some(vec![
+                iteration("compaction", compacted),
+                iteration("message", &self.usage),
+            ]);
+            return wire;
+        }
         if !self.compaction {
             return WireUsage::from_core(&self.usage);
         }
         let mut wire = WireUsage::from_core(&Usage::default());
-        wire.iterations = Some(vec![UsageIteration {
-            kind: "compaction".to_string(),
-            input_tokens: self.usage.input,
-            output_tokens: self.usage.output,
-            cache_read_input_tokens: self.usage.cache_read,
-            cache_creation_input_tokens: self.usage.written(),
-            extra: serde_json::Map::new(),
-        }]);
+        wire.iterations = Some(vec![iteration("compaction", &self.usage)]);
         wire
     }
 
@@ -310,84 +324,25 @@ impl Answer {
     }
 }
 
-/// The API's pairing rule: every `tool_use` of an assistant message is answered by a
-/// `tool_result` in the next message, and every `tool_result` answers a `tool_use` of the
-/// assistant message before it. Messages with `role: "system"` (the CLI's) are skipped. The
-/// wording is the API's 400.
-fn check_tool_pairing(request: &MessagesRequest) -> Result<(), ApiError> {
-    use muninn_anthropic::wire::{Content, ContentBlock, Role};
-    let blocks = |c: &Content| -> Vec<ContentBlock> {
-        match c {
-            Content::Text(_) => Vec::new(),
-            Content::Blocks(b) => b.clone(),
-        }
-    };
-    let turns: Vec<(usize, &muninn_anthropic::wire::Message)> = request
-        .messages
-        .iter()
-        .enumerate()
-        .filter(|(_, m)| m.role != Role::System)
-        .collect();
-    let mut open: Vec<String> = Vec::new();
-    for (index, message) in turns {
-        let content = blocks(&message.content);
-        match message.role {
-            Role::Assistant => {
-                if !open.is_empty() {
-                    return Err(ApiError::new(
-                        400,
-                        "invalid_request_error",
-                        format!(
-                            "messages.{index}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
-                            open.join(", ")
-                        ),
-                    ));
-                }
-                open = content
-                    .iter()
-                    .filter_map(|b| match b {
-                        ContentBlock::ToolUse { id, .. } => Some(id.clone()),
-                        _ => None,
-                    })
-                    .collect();
-            }
-            Role::User | Role::System => {
-                let mut answered = Vec::new();
-                for (j, b) in content.iter().enumerate() {
-                    if let ContentBlock::ToolResult { tool_use_id, .. } = b {
-                        if !open.contains(tool_use_id) {
-                            return Err(ApiError::new(
-                                400,
-                                "invalid_request_error",
-                                format!(
-                                    "messages.{index}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {tool_use_id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
-                                ),
-                            ));
-                        }
-                        answered.push(tool_use_id.clone());
-                    }
-                }
-                let missing: Vec<String> = open
-                    .iter()
-                    .filter(|id| !answered.contains(id))
-                    .cloned()
-                    .collect();
-                if !missing.is_empty() {
-                    return Err(ApiError::new(
-                        400,
-                        "invalid_request_error",
-                        format!(
-                            "messages.{}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
-                            index.saturating_sub(1),
-                            missing.join(", ")
-                        ),
-                    ));
-                }
-                open.clear();
-            }
-        }
+/// One `usage.iterations[]` entry (writes as one total: the entry gives no TTL split).
+fn iteration(kind: &str, usage: &Usage) -> UsageIteration {
+    UsageIteration {
+        kind: kind.to_string(),
+        input_tokens: usage.input,
+        output_tokens: usage.output,
+        cache_read_input_tokens: usage.cache_read,
+        cache_creation_input_tokens: usage.written(),
+        extra: serde_json::Map::new(),
     }
-    Ok(())
+}
+
+/// How a request was answered: the reply, the usage of its (last) pass, and a threshold
+/// compaction's own pass when it went on to answer.
+struct Passes {
+    reply: Reply,
+    usage: Usage,
+    compaction: bool,
+    compacted: Option<Usage>,
 }
 
 /// The shapes of the requests that opted into diagnostics, by response id, the newest kept.
@@ -604,7 +559,7 @@ impl Simulator {
                 "messages: at least one message is required",
             ));
         }
-        check_tool_pairing(&request)?;
+        crate::strict::check_tool_pairing(&request)?;
         if !self.config.honour_1h {
             for c in &mut shaped.checkpoints {
                 if c.breakpoint == Some(Ttl::OneHour) {
@@ -613,21 +568,33 @@ impl Simulator {
             }
         }
         let min_cacheable = self.min_cacheable(&shaped.model)?;
-        let outcome = {
-            let mut cache = self
-                .cache
-                .lock()
-                .map_err(|_| ApiError::new(500, "api_error", "simulator state poisoned"))?;
-            cache
-                .apply(&shaped.prompt(), now_ms, min_cacheable, &self.config.rules)
-                .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?
-        };
+        let outcome = self.apply_cache(&shaped, now_ms, min_cacheable)?;
         let seed = shaped.checkpoints.last().map_or(0, |c| c.fingerprint);
-        let compaction = request.compaction.is_some();
-        let reply = if compaction {
-            compaction_reply(&request)
-        } else {
-            reply(&request, seed)
+        let passes = match compaction_due(&request, shaped.total_tokens) {
+            Some(edit) if edit.pause_after_compaction => {
+                let reply = compaction_reply(&request);
+                Passes {
+                    usage: outcome.usage(reply.output_tokens),
+                    reply,
+                    compaction: true,
+                    compacted: None,
+                }
+            }
+            Some(_) => self.answer_from_summary(&request, body, &outcome, seed, now_ms)?,
+            None => {
+                let compaction = request.compaction.is_some();
+                let reply = if compaction {
+                    compaction_reply(&request)
+                } else {
+                    reply(&request, seed)
+                };
+                Passes {
+                    usage: outcome.usage(reply.output_tokens),
+                    reply,
+                    compaction,
+                    compacted: None,
+                }
+            }
         };
         let id = format!("msg_sim_{seq:08}");
         let (diagnostics, provider_miss) = match &request.diagnostics {
@@ -637,15 +604,65 @@ impl Simulator {
         Ok(Answer {
             id,
             model: request.model,
-            usage: outcome.usage(reply.output_tokens),
+            usage: passes.usage,
             miss: outcome.miss,
-            reply,
+            reply: passes.reply,
             diagnostics,
             provider_miss,
-            compaction,
+            compaction: passes.compaction,
+            compacted: passes.compacted,
             context_management: (!applied.is_empty()).then_some(ContextManagementResponse {
                 applied_edits: applied,
             }),
+        })
+    }
+
+    /// Applies a shaped prompt to the shared cache at `now_ms`.
+    fn apply_cache(
+        &self,
+        shaped: &PromptShape,
+        now_ms: i64,
+        min_cacheable: u64,
+    ) -> Result<CacheOutcome, ApiError> {
+        let mut cache = self
+            .cache
+            .lock()
+            .map_err(|_| ApiError::new(500, "api_error", "simulator state poisoned"))?;
+        cache
+            .apply(&shaped.prompt(), now_ms, min_cacheable, &self.config.rules)
+            .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))
+    }
+
+    /// A threshold compaction that goes on to answer ([`crate::context`]): the compaction pass
+    /// was `first` (the full prompt's cache outcome) and outputs the summary; the message pass
+    /// reads the compacted prompt, whose cache it reads and writes in turn, and outputs the
+    /// model's answer to the request. The reply is the summary's block, then that answer.
+    fn answer_from_summary(
+        &self,
+        request: &MessagesRequest,
+        body: &Value,
+        first: &CacheOutcome,
+        seed: u64,
+        now_ms: i64,
+    ) -> Result<Passes, ApiError> {
+        let block = context::compaction_block(request);
+        let compacted = shape(&context::compacted_body(body, &block)?)
+            .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        let min_cacheable = self.min_cacheable(&compacted.model)?;
+        let second = self.apply_cache(&compacted, now_ms, min_cacheable)?;
+        let answer = reply(request, seed);
+        let summary_tokens = crate::reply::output_tokens(std::slice::from_ref(&block));
+        let mut content = vec![block];
+        content.extend(answer.content);
+        Ok(Passes {
+            usage: second.usage(answer.output_tokens),
+            reply: Reply {
+                content,
+                stop_reason: answer.stop_reason,
+                output_tokens: answer.output_tokens,
+            },
+            compaction: false,
+            compacted: Some(first.usage(summary_tokens)),
         })
     }
 
@@ -706,13 +723,10 @@ impl Simulator {
     }
 }
 
-/// The answer to an on-demand compaction: the summary in one signed block.
+/// The answer to an on-demand (or a paused threshold) compaction: the summary in one signed
+/// block.
 fn compaction_reply(request: &MessagesRequest) -> Reply {
-    let summary = compaction_summary(request);
-    let content = vec![ContentBlock::Compaction {
-        signature: context::sign(&summary),
-        content: summary,
-    }];
+    let content = vec![context::compaction_block(request)];
     Reply {
         output_tokens: crate::reply::output_tokens(&content),
         content,

@@ -124,3 +124,83 @@ fn check_sampling(body: &Value) -> Result<(), ApiError> {
     }
     Ok(())
 }
+
+/// The API's pairing rule: every `tool_use` of an assistant message is answered by a
+/// `tool_result` in the next message, and every `tool_result` answers a `tool_use` of the
+/// assistant message before it. Messages with `role: "system"` (the CLI's) are skipped. The
+/// wording is the API's 400.
+pub(crate) fn check_tool_pairing(request: &MessagesRequest) -> Result<(), ApiError> {
+    use muninn_anthropic::wire::{Content, ContentBlock, Role};
+    let blocks = |c: &Content| -> Vec<ContentBlock> {
+        match c {
+            Content::Text(_) => Vec::new(),
+            Content::Blocks(b) => b.clone(),
+        }
+    };
+    let turns: Vec<(usize, &muninn_anthropic::wire::Message)> = request
+        .messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role != Role::System)
+        .collect();
+    let mut open: Vec<String> = Vec::new();
+    for (index, message) in turns {
+        let content = blocks(&message.content);
+        match message.role {
+            Role::Assistant => {
+                if !open.is_empty() {
+                    return Err(ApiError::new(
+                        400,
+                        "invalid_request_error",
+                        format!(
+                            "messages.{index}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+                            open.join(", ")
+                        ),
+                    ));
+                }
+                open = content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::ToolUse { id, .. } => Some(id.clone()),
+                        _ => None,
+                    })
+                    .collect();
+            }
+            Role::User | Role::System => {
+                let mut answered = Vec::new();
+                for (j, b) in content.iter().enumerate() {
+                    if let ContentBlock::ToolResult { tool_use_id, .. } = b {
+                        if !open.contains(tool_use_id) {
+                            return Err(ApiError::new(
+                                400,
+                                "invalid_request_error",
+                                format!(
+                                    "messages.{index}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {tool_use_id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                                ),
+                            ));
+                        }
+                        answered.push(tool_use_id.clone());
+                    }
+                }
+                let missing: Vec<String> = open
+                    .iter()
+                    .filter(|id| !answered.contains(id))
+                    .cloned()
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(ApiError::new(
+                        400,
+                        "invalid_request_error",
+                        format!(
+                            "messages.{}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+                            index.saturating_sub(1),
+                            missing.join(", ")
+                        ),
+                    ));
+                }
+                open.clear();
+            }
+        }
+    }
+    Ok(())
+}

@@ -10,3 +10,4 @@ mod e2e;
 mod peers;
 mod suite;
 mod support;
+mod threshold;

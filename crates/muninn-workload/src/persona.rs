@@ -349,6 +349,7 @@ pub fn session_trace(
                 boundary: true,
                 compacted: false,
                 tools_changed: false,
+                reasoning: false,
                 blocks_added: 2,
                 provider_miss: None,
                 tool_results: Default::default(),

@@ -1,11 +1,13 @@
 //! Wire types of the provider's own context tools (`shared/reference/anthropic-api-context-features.md`):
-//! on-demand server compaction (beta [`COMPACTION_BETA`]), tool-result clearing (beta
-//! [`CONTEXT_MANAGEMENT_BETA`], edit [`CLEAR_TOOL_USES`]), and the per-iteration usage that
-//! carries a compaction's own tokens.
+//! on-demand server compaction (beta [`COMPACTION_BETA`]), threshold-mode server compaction
+//! (edit [`COMPACT`], beta [`THRESHOLD_COMPACTION_BETA`]), tool-result and thinking clearing
+//! (beta [`CONTEXT_MANAGEMENT_BETA`], edits [`CLEAR_TOOL_USES`] and [`CLEAR_THINKING`]), and the
+//! per-iteration usage that carries a compaction's own tokens.
 //!
 //! The billing trap these types exist for: a compaction's tokens appear **only** in
 //! `usage.iterations[]` (entries of type `compaction`); the top-level counts exclude them (they
-//! are 0 for an on-demand compaction). [`super::Usage::to_core`] adds them, so a ledger fed
+//! are 0 for an on-demand compaction, and those of the `message` iteration alone for a
+//! threshold compaction that went on to answer). [`super::Usage::to_core`] adds them, so a ledger fed
 //! from it never under-counts.
 
 use serde::{Deserialize, Serialize};
@@ -19,6 +21,16 @@ pub const CONTEXT_MANAGEMENT_BETA: &str = "context-management-2025-06-27";
 
 /// The type of the tool-result clearing edit.
 pub const CLEAR_TOOL_USES: &str = "clear_tool_uses_20250919";
+
+/// The type of the thinking clearing edit (must be listed first among the edits).
+pub const CLEAR_THINKING: &str = "clear_thinking_20251015";
+
+/// The type of the threshold-mode compaction edit.
+pub const COMPACT: &str = "compact_20260112";
+
+/// The beta that enables threshold-mode compaction (edit [`COMPACT`]). It is not the
+/// on-demand [`COMPACTION_BETA`].
+pub const THRESHOLD_COMPACTION_BETA: &str = "compact-2026-01-12";
 
 /// The longest `compaction.instructions` the API accepts, in characters.
 pub const MAX_COMPACTION_INSTRUCTIONS_CHARS: usize = 16_384;
@@ -63,9 +75,114 @@ pub enum ContextEdit {
     /// Clear old tool results (and optionally their calls' inputs).
     #[serde(rename = "clear_tool_uses_20250919")]
     ClearToolUses(ClearToolUses),
-    /// An edit this crate does not know (`clear_thinking_20251015`, …), kept verbatim.
+    /// Clear the thinking blocks of all but the latest assistant turns.
+    #[serde(rename = "clear_thinking_20251015")]
+    ClearThinking(ClearThinking),
+    /// Summarise the conversation on the provider side once the prompt passes a threshold.
+    #[serde(rename = "compact_20260112")]
+    Compact(CompactEdit),
+    /// An edit this crate does not know, kept verbatim.
     #[serde(untagged)]
     Unknown(Value),
+}
+
+/// `clear_thinking_20251015`: the thinking blocks of every assistant turn but the last
+/// `keep` ones are dropped from the prompt. The API wants it listed first among the edits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ClearThinking {
+    /// The turns whose thinking is kept (default: the last one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<ThinkingKeep>,
+}
+
+impl ClearThinking {
+    /// The documented default: the thinking of the last assistant turn is kept.
+    pub const DEFAULT_KEEP_TURNS: u64 = 1;
+
+    /// The assistant turns whose thinking is kept, newest first (`None`: all of them).
+    pub fn kept_turns(&self) -> Option<u64> {
+        match self.keep {
+            None => Some(Self::DEFAULT_KEEP_TURNS),
+            Some(ThinkingKeep::Turns(t)) => Some(t.value),
+            Some(ThinkingKeep::All(_)) => None,
+        }
+    }
+}
+
+/// What [`ClearThinking`] keeps: `{"type": "thinking_turns", "value": N}` or `"all"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ThinkingKeep {
+    /// The last N assistant turns' thinking.
+    Turns(ThinkingTurns),
+    /// Every turn's thinking (nothing is cleared: the cache is never broken).
+    All(KeepAll),
+}
+
+impl ThinkingKeep {
+    /// The last `n` turns.
+    pub fn turns(n: u64) -> ThinkingKeep {
+        ThinkingKeep::Turns(ThinkingTurns {
+            kind: ThinkingTurnsKind::ThinkingTurns,
+            value: n,
+        })
+    }
+}
+
+/// `{"type": "thinking_turns", "value": N}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThinkingTurns {
+    /// Always `thinking_turns`.
+    #[serde(rename = "type")]
+    pub kind: ThinkingTurnsKind,
+    /// How many turns.
+    pub value: u64,
+}
+
+/// The one kind of [`ThinkingTurns`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ThinkingTurnsKind {
+    /// `thinking_turns`.
+    #[serde(rename = "thinking_turns")]
+    ThinkingTurns,
+}
+
+/// The string `"all"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeepAll {
+    /// `all`.
+    #[serde(rename = "all")]
+    All,
+}
+
+/// `compact_20260112` (beta [`THRESHOLD_COMPACTION_BETA`]): once the prompt passes `trigger`,
+/// the provider summarises the conversation into a signed `compaction` block, put first in the
+/// reply, and answers from the summary — or stops there with `stop_reason: "compaction"` when
+/// `pause_after_compaction`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CompactEdit {
+    /// The prompt size past which the conversation is compacted (default 150,000 input
+    /// tokens, at least [`CompactEdit::MIN_TRIGGER`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<EditAmount>,
+    /// Stop after the compaction block instead of answering.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pause_after_compaction: bool,
+    /// Replaces the provider's default summary prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+impl CompactEdit {
+    /// The documented default trigger, in input tokens.
+    pub const DEFAULT_TRIGGER: u64 = 150_000;
+    /// The smallest trigger the API accepts, in input tokens.
+    pub const MIN_TRIGGER: u64 = 50_000;
+
+    /// The trigger in input tokens.
+    pub fn trigger_tokens(&self) -> u64 {
+        self.trigger.map_or(Self::DEFAULT_TRIGGER, |a| a.value)
+    }
 }
 
 /// An amount in an edit: `{"type": "input_tokens" | "tool_uses", "value": N}`.
@@ -161,12 +278,15 @@ pub struct ContextManagementResponse {
 /// One applied edit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppliedEdit {
-    /// The edit's type (`clear_tool_uses_20250919`).
+    /// The edit's type (`clear_tool_uses_20250919`, `clear_thinking_20251015`).
     #[serde(rename = "type")]
     pub kind: String,
-    /// Tool uses whose results were cleared.
-    #[serde(default)]
+    /// Tool uses whose results were cleared (a tool-result clear's).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cleared_tool_uses: u64,
+    /// Assistant turns whose thinking was cleared (a thinking clear's).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cleared_thinking_turns: u64,
     /// Prompt tokens the clear removed.
     #[serde(default)]
     pub cleared_input_tokens: u64,
@@ -202,4 +322,8 @@ impl UsageIteration {
     pub fn billed_separately(&self) -> bool {
         self.kind != "message"
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

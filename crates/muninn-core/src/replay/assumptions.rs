@@ -36,7 +36,7 @@ pub struct Assumptions {
     /// How long before the cache expires the host decides (and pings). Default 30 s.
     pub decide_before_expiry_ms: i64,
     /// The TTL tier the session writes at. Default: the tier the trace recorded, judged over the
-    /// whole trace (1h if any 1h write, [`Trace::whole_trace_ttl`]) — an assumption about the
+    /// whole trace (1h if any 1h write, [`crate::trace::Trace::whole_trace_ttl`]) — an assumption about the
     /// session's configuration, taken with hindsight; it prices the counterfactual and predicts
     /// nothing of the recorded usage.
     pub ttl: Option<Ttl>,

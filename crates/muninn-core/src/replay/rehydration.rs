@@ -52,6 +52,7 @@ mod tests {
             },
             compacted,
             tools_changed: false,
+            reasoning: false,
             ..TraceRequest::default()
         }
     }

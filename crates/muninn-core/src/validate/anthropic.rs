@@ -39,6 +39,51 @@ struct Group {
     tail: Option<Tail>,
     /// The cached part of the group's latest request (the reference for a forked thread).
     last_cached: Tokens,
+    /// Where the current turn's first thinking sits: the end of the turn's first request whose
+    /// answer held a thinking block (see [`ThinkingDrop`]).
+    turn_thinking: Option<Tail>,
+    /// How many turn-opening requests in a row read as if the client dropped the previous
+    /// turn's thinking (0 after one that read as kept).
+    thinking_drops: u32,
+}
+
+/// Drops seen in a row before the next turn is predicted with the thinking dropped. One is not
+/// enough: on the tuning part of `claude_backup` a single request read exactly such a point
+/// because the person had interrupted the previous answer (which Claude Code then drops), and the
+/// turns after it kept their thinking.
+const DROPS_BEFORE_PREDICTING: u32 = 2;
+
+/// A client that drops a finished turn's thinking when the person writes again.
+///
+/// Some Claude Code sessions (the desktop app and the VS Code extension on `LAF-US/IDAHO-VAULT`,
+/// 2.1.86 and 2.1.92, seen on the tuning part only) send a new turn's first request without the
+/// thinking blocks of the turn before it, for stretches of a session: the prompt then diverges at
+/// the previous turn's first thinking block, and the request reads exactly the cached end of the
+/// request whose answer held it. Other stretches of the same sessions, and other users, keep the
+/// thinking (the prompt grows append-only). Nothing in a transcript line says which is in force,
+/// so the group learns it from what it has seen: turn-opening requests that read exactly that
+/// point ([`DROPS_BEFORE_PREDICTING`] in a row) switch the drop on for the turns that follow; one
+/// that read the whole previous prefix switches it off. Strictly causal: the flag and the point come from earlier answers only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ThinkingDrop {
+    /// The request's read says the client dropped the thinking.
+    Dropped,
+    /// The request's read says the client kept it.
+    Kept,
+}
+
+impl ThinkingDrop {
+    /// What a turn-opening request's recorded read says, given where the previous turn's thinking
+    /// began (`at`) and where the previous request's prompt ended (`previous`).
+    fn observed(recorded: Tokens, at: Tokens, previous: Tokens, tolerance: Tokens) -> Option<Self> {
+        if recorded.abs_diff(at) <= tolerance {
+            Some(ThinkingDrop::Dropped)
+        } else if recorded + tolerance >= previous {
+            Some(ThinkingDrop::Kept)
+        } else {
+            None
+        }
+    }
 }
 
 /// Whether request `index` of `trace` changed its tool list since the thread's previous request.
@@ -151,11 +196,23 @@ impl ModelReplay {
         // tail; a compaction restarts the segment; otherwise the thread's own previous tail.
         let forked = trace.kind == ThreadKind::Compaction;
         let mut segment = group.segment;
+        // A person's new turn on a thread whose previous turn thought: the point the client
+        // would cut the prompt at if it drops that thinking (see `ThinkingDrop`).
+        let opens_turn = index > 0 && req.boundary && !forked && !req.compacted && !tools_changed;
+        let dropped_at = group
+            .turn_thinking
+            .filter(|at| opens_turn && group.tail.is_some_and(|t| at.tokens < t.tokens));
+        let drop = group.thinking_drops >= DROPS_BEFORE_PREDICTING && dropped_at.is_some();
         let previous: Option<Tail> = if forked {
             self.thread_tails.get(&trace.id).copied().or(group.tail)
         } else if req.compacted || tools_changed {
             segment += 1;
             None
+        } else if drop {
+            // The prompt shares the prefix up to the dropped thinking and is new after it: a new
+            // segment, so that its entries cannot be mistaken for the kept branch's.
+            segment += 1;
+            dropped_at
         } else {
             group.tail
         };
@@ -210,6 +267,11 @@ impl ModelReplay {
             });
             end_block = p.block;
         }
+        if drop && let Some(t) = group.tail {
+            // The dropped point lies back in the previous turn; the new end is counted from where
+            // the previous prompt ended (the 20-block lookback may not reach back that far).
+            end_block = end_block.max(t.block);
+        }
         // Unknown block counts are taken as one block: the common case of a short turn.
         end_block += req.blocks_added.max(1);
         let end = Tail {
@@ -244,9 +306,17 @@ impl ModelReplay {
 
         // Learn from what was recorded, for the requests that follow.
         let recorded = req.usage.cache_read;
+        let group_tail = group.tail;
         let mut updated = group;
         updated.segment = segment;
-        if classify(recorded, reference, options.tolerance) == ReadClass::Head {
+        let seen = dropped_at.zip(group_tail).and_then(|(at, t)| {
+            ThinkingDrop::observed(recorded, at.tokens, t.tokens, options.tolerance)
+        });
+        // A read that stopped at a dropped thinking block is a prefix of the conversation, not
+        // a head: it must not teach a head size.
+        if seen != Some(ThinkingDrop::Dropped)
+            && classify(recorded, reference, options.tolerance) == ReadClass::Head
+        {
             let first = index == 0;
             let within_h1 = updated
                 .h1
@@ -265,6 +335,20 @@ impl ModelReplay {
         if forked {
             self.thread_tails.insert(trace.id.clone(), end);
         } else {
+            if let Some(seen) = seen {
+                updated.thinking_drops = match seen {
+                    ThinkingDrop::Dropped => updated.thinking_drops.saturating_add(1),
+                    ThinkingDrop::Kept => 0,
+                };
+            }
+            // A turn starts afresh at a person's message, a compaction or a tool change; its
+            // first answer that thought marks where a later drop would cut.
+            if req.boundary || req.compacted || tools_changed {
+                updated.turn_thinking = None;
+            }
+            if req.reasoning && updated.turn_thinking.is_none() {
+                updated.turn_thinking = Some(end);
+            }
             updated.tail = Some(end);
             updated.last_cached = cached_part(req);
         }

@@ -47,6 +47,10 @@
 //! same model, so it can read the main thread's prefix. A tool list the client changed before
 //! sending (`tools_changed`, on a thread's later request) also starts a new segment under a new
 //! tool epoch, and skips the heads for that request: the tools come first, so nothing matches.
+//! A request that opens a person's turn, on a thread whose client was seen dropping the finished
+//! turn's thinking on the last two turns it opened, continues from the end of that turn's first
+//! request whose answer thought (`TraceRequest::reasoning`) in a new segment: the prompt is the
+//! same up to there and new after it (`anthropic`'s `ThinkingDrop`).
 //!
 //! Head sizes are learned from earlier observations only: a thread's first request that reads
 //! something short of a prefix it could know reveals `H1`; a later request that reads less than

@@ -12,6 +12,14 @@
 //!   k reads `min(Pₖ, Pₖ₋₁ + Oₖ₋₁)` rounded down to the step, less the thread's *tail deficit* —
 //!   how far short of that the last such read fell (after a compaction Codex re-sends a tail that
 //!   differs on every request, so reads then fall short by a steady amount).
+//! - **A new user message after a turn that reasoned**: OpenAI's reasoning models send an earlier
+//!   turn's reasoning items back only until the next user message; from then on they are left out
+//!   of the prompt, so its bytes change where the last turn's first reasoning item sat — right
+//!   after the prompt of the turn's first request that reasoned (`TraceRequest::reasoning`). k
+//!   reads that prompt, rounded down. A turn without reasoning leaves the prefix whole. (On the
+//!   tuning rows of the 15 unseen rollouts, 44 of the 71 first requests of a later turn read
+//!   that prompt to within a step; all 15 that followed a turn without reasoning read the whole
+//!   previous prompt.)
 //! - **A shrunk prompt** (Codex dropped earlier reasoning items, or rewrote the history): the
 //!   prefix survives up to the start of the current turn, so k reads the turn's first prompt,
 //!   rounded down.
@@ -38,6 +46,10 @@ struct Thread {
     at_ms: i64,
     /// The prompt of the current turn's first request.
     turn_start: Tokens,
+    /// The prompt of the current turn's first request whose response reasoned: where the next
+    /// user message's prompt stops matching (see the module docs). `None` while no request of
+    /// the turn has reasoned.
+    reasoning_from: Option<Tokens>,
     /// How far short of the appended prefix the last two appending reads fell.
     deficits: [Tokens; 2],
 }
@@ -85,6 +97,14 @@ impl OpenAiReplay {
                 (head, None, Some(MissCause::TtlExpiry))
             }
             Some(_) if req.compacted => (head, None, Some(MissCause::MessagesChange)),
+            Some(Thread {
+                reasoning_from: Some(from),
+                ..
+            }) if req.boundary => (
+                price.cacheable(from.min(prompt)),
+                None,
+                Some(MissCause::MessagesChange),
+            ),
             Some(t) if prompt < t.prompt => (
                 price.cacheable(t.turn_start.min(prompt)),
                 None,
@@ -109,6 +129,11 @@ impl OpenAiReplay {
         }
         if thread.is_none() || req.boundary {
             next.turn_start = prompt;
+            next.reasoning_from = None;
+        }
+        // Whether this request's answer reasoned is read only now, for the requests after it.
+        if req.reasoning && next.reasoning_from.is_none() {
+            next.reasoning_from = Some(prompt);
         }
         if thread.is_none() && recorded > 0 {
             self.heads.insert(trace.model.clone(), recorded);
