@@ -331,8 +331,11 @@ fn set_last_marker(messages: &mut [Message], marker: Option<CacheControl>) {
     }
 }
 
-/// The tool results a message carries: how many, and the tokens of their text (a string, or the
-/// `text` of each part) by the shared tokenizer.
+/// The tool results a message carries: how many, and the tokens a clear would remove from
+/// them — each block as the cache model counts it ([`crate::prompt::shape`]: the block's
+/// canonical JSON, escapes included) less the same block holding the clear's placeholder. Counting
+/// the text alone would miss the escaping (a numbered file listing's tabs and newlines come to a
+/// fifth of its tokens), so the decider would see less to clear than a clear removes.
 fn tool_results_of(message: Option<&Message>) -> ToolResults {
     let Some(Message {
         content: Content::Blocks(blocks),
@@ -341,20 +344,33 @@ fn tool_results_of(message: Option<&Message>) -> ToolResults {
     else {
         return ToolResults::default();
     };
-    let text_tokens = |v: &Value| match v {
-        Value::String(s) => count(s),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .map(count)
-            .sum(),
-        _ => 0,
+    let tokens = |block: &ContentBlock| {
+        serde_json::to_value(block).map_or(0, |v| count(&crate::prompt::canonical_string(&v)))
     };
     blocks
         .iter()
         .filter_map(|b| match b {
-            ContentBlock::ToolResult { content, .. } => {
-                Some(content.as_ref().map_or(0, text_tokens))
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+                ..
+            } => {
+                let sent = ContentBlock::ToolResult {
+                    tool_use_id: tool_use_id.clone(),
+                    content: content.clone(),
+                    is_error: *is_error,
+                    cache_control: None,
+                };
+                let cleared = ContentBlock::ToolResult {
+                    tool_use_id: tool_use_id.clone(),
+                    content: Some(Value::String(
+                        crate::context::CLEARED_PLACEHOLDER.to_string(),
+                    )),
+                    is_error: *is_error,
+                    cache_control: None,
+                };
+                Some(tokens(&sent).saturating_sub(tokens(&cleared)))
             }
             _ => None,
         })
@@ -441,6 +457,10 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
     }
 
     fn can_clear_tool_results(&self) -> bool {
+        true
+    }
+
+    fn can_offer_tools(&self) -> bool {
         true
     }
 

@@ -502,6 +502,15 @@ pub trait Backend: Send {
         }
     }
 
+    /// Whether the session may offer tools of muninn's own ([`SessionSpec::tools`]) whose calls
+    /// come back in [`TurnOutcome::tool_calls`] for the caller to run and answer with
+    /// [`InputPart::ToolResult`] on the next turn — so a host can drive a tool loop request by
+    /// request. A backend that runs its own tools (the Claude Code CLI) refuses them
+    /// ([`Capability::CustomTools`]) and says `false`.
+    fn can_offer_tools(&self) -> bool {
+        false
+    }
+
     /// Whether [`Backend::turn_cleared`] can clear old tool results. The host tells the decider
     /// (`Capabilities::mask`), which then never chooses a mask that would not happen.
     fn can_clear_tool_results(&self) -> bool {

@@ -81,6 +81,14 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn can_offer_tools(&self) -> bool {
+        match self {
+            AnyBackend::Sim(b) => b.can_offer_tools(),
+            AnyBackend::Anthropic(b) => b.can_offer_tools(),
+            AnyBackend::ClaudeCli(b) => b.can_offer_tools(),
+        }
+    }
+
     fn can_clear_tool_results(&self) -> bool {
         match self {
             AnyBackend::Sim(b) => b.can_clear_tool_results(),

@@ -20,5 +20,6 @@ mod runtime;
 mod scripted;
 mod self_flush;
 mod telemetry;
+mod tool_loop;
 mod wake;
 mod window;

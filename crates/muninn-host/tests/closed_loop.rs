@@ -29,6 +29,9 @@ enum Act {
     Wait { ms: i64 },
     /// The host stops (releasing its lease, or killed holding it) and a new process takes over.
     Restart { clean: bool },
+    /// A brief whose Self run reads `files` files of the workspace, one request each (the
+    /// simulator's scripted loop; only with a workspace, [`Harness::with_workspace`]).
+    ToolBrief { files: u8 },
 }
 
 /// The hosts' lease: an hour.
@@ -59,6 +62,8 @@ fn test_mind(extra: &str) -> MindConfig {
 
 struct Harness {
     w: World,
+    /// The Self's workspace, when its briefs are tool loops.
+    _workspace: Option<tempfile::TempDir>,
     mind: MindConfig,
     runner: Option<MindRunner<SimBackend>>,
     hosts: u32,
@@ -67,14 +72,37 @@ struct Harness {
 
 impl Harness {
     async fn new(extra: &str) -> Harness {
+        Harness::with(test_mind(extra), "", None).await
+    }
+
+    /// A harness whose Self runs its briefs as tool loops over a workspace of text files.
+    async fn with_workspace(extra: &str) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        for f in 0..WORKSPACE_FILES {
+            let text: String = (0..150)
+                .map(|l| format!("file {f} line {l}: entry {} of the ledger\n", l * 3 + f))
+                .collect();
+            std::fs::write(dir.path().join(format!("f{f:02}.txt")), text).unwrap();
+        }
+        let config = format!(
+            "[backend.self_session]\nworkspace = {:?}\nmax_requests = 60",
+            dir.path().display().to_string()
+        );
+        // Small segments, the model's window as the ceiling and the default memory budget: a
+        // smaller one makes a rebuild so cheap that the growth rule leaves a clear no horizon.
+        let mind = mind(&format!("min_segment = 2\n{extra}"));
+        Harness::with(mind, &config, Some(dir)).await
+    }
+
+    async fn with(mind: MindConfig, config: &str, workspace: Option<tempfile::TempDir>) -> Harness {
         // A long lease, so the runner's sleeps (capped at a third of it, as in `run_mind`) are
         // few; a killed host's Minds wait for it to lapse.
-        let w = world_with(&format!("lease_ttl_ms = {LEASE_TTL_MS}")).await;
-        let mind = test_mind(extra);
+        let w = world_with(&format!("lease_ttl_ms = {LEASE_TTL_MS}\n{config}")).await;
         let r = runner(&w, mind.clone(), "host-0");
         r.register().await.unwrap();
         Harness {
             w,
+            _workspace: workspace,
             mind,
             runner: Some(r),
             hosts: 0,
@@ -143,6 +171,33 @@ impl Harness {
                 self.runner.as_mut().unwrap().woken();
                 self.run_until(self.now()).await;
             }
+            Act::ToolBrief { files } => {
+                let calls: Vec<serde_json::Value> = (0..*files)
+                    .map(|f| {
+                        let f = usize::from(f) % WORKSPACE_FILES;
+                        serde_json::json!({"name": "read_file", "input": {"path": format!("f{f:02}.txt")}})
+                    })
+                    .collect();
+                let text = format!(
+                    "Read the ledger files. [sim: tool calls {}]",
+                    serde_json::Value::Array(calls)
+                );
+                self.w
+                    .host
+                    .store
+                    .enqueue_brief(
+                        "vala",
+                        &NewBrief {
+                            text,
+                            origin: BriefOrigin::Operator,
+                            created_at_ms: self.now(),
+                        },
+                    )
+                    .await
+                    .unwrap();
+                self.runner.as_mut().unwrap().woken();
+                self.run_until(self.now()).await;
+            }
             Act::Wait { ms } => {
                 let until = self.now() + ms;
                 self.run_until(until).await;
@@ -170,9 +225,16 @@ fn words_of(n: u16, salt: u32) -> String {
         .join(" ")
 }
 
+/// Files in a tool-loop harness's workspace.
+const WORKSPACE_FILES: usize = 12;
+
 /// Runs a workload and replays the ledger in closed loop.
 async fn closed_loop(extra: &str, acts: &[Act]) -> (ClosedLoop, Vec<LedgerRow>) {
-    let mut h = Harness::new(extra).await;
+    closed_loop_on(Harness::new(extra).await, acts).await
+}
+
+/// Runs a workload on `h` and replays the ledger in closed loop.
+async fn closed_loop_on(mut h: Harness, acts: &[Act]) -> (ClosedLoop, Vec<LedgerRow>) {
     assert_eq!(h.now(), T0);
     for act in acts {
         h.apply(act).await;
@@ -432,4 +494,49 @@ async fn a_ledger_that_is_not_what_the_host_did_fails_the_closed_loop() {
     assert!(report.disagreements.is_empty(), "{report:#?}");
     assert!(report.cost_difference() < -0.009, "{report:#?}");
     assert!(!report.holds(0.001));
+}
+
+/// Self briefs that are tool loops (the host runs the calls; each request decided, a `mask`
+/// sent as a clear), among deliveries, idle gaps around both TTLs and restarts: the closed loop
+/// reproduces every decision, the clears included, across restores of the accounting from the
+/// ledger (the clears and tool results read back through `Accounting::record_decided`).
+#[tokio::test]
+async fn tool_loop_briefs_with_gaps_and_restarts_replay_exactly() {
+    let mut acts = Vec::new();
+    for round in 0..6u16 {
+        acts.push(Act::Deliver {
+            room: (round % 4) as u8,
+            words: 30 + round * 5,
+        });
+        acts.push(Act::ToolBrief {
+            files: 14 + (round % 3) as u8 * 6,
+        });
+        acts.push(Act::Wait {
+            ms: GAPS_MS[(round as usize * 2) % GAPS_MS.len()],
+        });
+        if round % 2 == 1 {
+            acts.push(Act::Restart {
+                clean: round % 4 == 1,
+            });
+        }
+    }
+    let h = Harness::with_workspace("").await;
+    let (report, rows) = closed_loop_on(h, &acts).await;
+    let masks = rows
+        .iter()
+        .filter(|r| r.role == "self" && r.decision.starts_with("mask"))
+        .count();
+    let cleared: u64 = rows
+        .iter()
+        .flat_map(|r| r.events.iter())
+        .filter(|e| e["type"] == "context_edited")
+        .filter_map(|e| e["cleared_input_tokens"].as_u64())
+        .sum();
+    eprintln!(
+        "tool-loop closed loop: {} rows, {masks} masks clearing {cleared} tokens, {} of {} decisions reproduced, cost recorded {} replayed {}",
+        report.rows, report.agreed, report.decisions, report.recorded_cost, report.replayed_cost
+    );
+    assert!(masks > 0, "no mask");
+    assert_holds(&report, &rows);
+    assert_eq!(report.agreed, report.decisions);
 }

@@ -25,6 +25,13 @@
 //!    This gives a deterministic tool loop of N rounds (a long Claude Code run); once a user
 //!    message of the loop carries text as well (a line the CLI absorbed mid-loop), rules 4–6
 //!    answer it instead, which ends the loop.
+//!    **Scripted tool loop** (checked first): the opening text carries `[sim: tool calls <JSON
+//!    array>]`, each entry `{"name": …, "input": …}` of an offered tool. Answering the opening
+//!    text itself, or a message that holds only tool results, the k-th assistant message since
+//!    the opening text calls entry k (one `tool_use` block, no text) while entries remain. This
+//!    plays the model's side of a tool loop with inputs the caller chose (a host's read-only
+//!    tools over a real workspace: which files, which path escapes); once the script is spent,
+//!    rule 4 answers and the loop ends.
 //! 4. **Tool results** — the message holds `tool_result` blocks and no text: a text reply quoting
 //!    the first result.
 //! 5. **Tool call** — tools are offered and the text names one exactly (case-sensitive, as a
@@ -52,6 +59,10 @@ pub const COMPACTION_MARKERS: &[&str] = &[
 
 /// The marker a user text opens a tool loop with: `[sim: tool rounds N]` (see the module docs).
 pub const TOOL_ROUNDS_MARKER: &str = "[sim: tool rounds ";
+
+/// The marker a user text scripts a tool loop with: `[sim: tool calls <JSON array>]` (see the
+/// module docs, rule 3).
+pub const TOOL_CALLS_MARKER: &str = "[sim: tool calls ";
 
 /// The Claude Code CLI's structured-output tool name.
 pub const STRUCTURED_OUTPUT: &str = "StructuredOutput";
@@ -158,6 +169,60 @@ fn next_loop_call(request: &MessagesRequest) -> Option<(String, Value)> {
         .clone()
         .unwrap_or(json!({"type": "object"}));
     Some((tool.name.clone(), schema::generate(&schema_value)))
+}
+
+/// The entries of a `[sim: tool calls <JSON array>]` script in `text`: the array is read as the
+/// first JSON value after the marker (so `]` inside it needs no escaping).
+fn tool_script(text: &str) -> Option<Vec<(String, Value)>> {
+    let rest = &text[text.find(TOOL_CALLS_MARKER)? + TOOL_CALLS_MARKER.len()..];
+    let array = serde_json::Deserializer::from_str(rest)
+        .into_iter::<Value>()
+        .next()?
+        .ok()?;
+    array
+        .as_array()?
+        .iter()
+        .map(|e| {
+            Some((
+                e.get("name")?.as_str()?.to_string(),
+                e.get("input")?.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// The next call of a scripted tool loop (rule 3), if the script has one left: entry k, where
+/// k counts the assistant messages since the opening text that called a tool. Only the opening
+/// text itself, or a message of tool results alone, continues the script.
+fn next_scripted_call(request: &MessagesRequest) -> Option<(String, Value)> {
+    let last = request
+        .messages
+        .iter()
+        .rposition(|m| m.role == Role::User)?;
+    let opener = request.messages.iter().rposition(|m| {
+        m.role == Role::User && texts_of(&m.content).0.iter().any(|t| !t.trim().is_empty())
+    })?;
+    let (texts, _) = texts_of(&request.messages[last].content);
+    if last != opener && texts.iter().any(|t| !t.trim().is_empty()) {
+        return None;
+    }
+    let script = tool_script(&texts_of(&request.messages[opener].content).0.join("\n"))?;
+    let called = request.messages[opener..]
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .filter(|m| match &m.content {
+            Content::Blocks(blocks) => blocks
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolUse { .. })),
+            Content::Text(_) => false,
+        })
+        .count();
+    let (name, input) = script.into_iter().nth(called)?;
+    request
+        .tools
+        .iter()
+        .any(|t| t.name == name)
+        .then_some((name, input))
 }
 
 /// A delivery line as muninn's renderer writes it: `[<room>(, direct)?(, to you)?] <sender>:
@@ -367,10 +432,11 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
         } else {
             vec![ContentBlock::text("Done.")]
         }
-    } else if let Some((name, input)) = (texts.is_empty() && !results.is_empty())
-        .then(|| next_loop_call(request))
-        .flatten()
-    {
+    } else if let Some((name, input)) = next_scripted_call(request).or_else(|| {
+        (texts.is_empty() && !results.is_empty())
+            .then(|| next_loop_call(request))
+            .flatten()
+    }) {
         vec![ContentBlock::ToolUse {
             id: tool_id,
             name,
@@ -586,5 +652,37 @@ mod tests {
         // Without the marker a tool result is quoted, as before.
         let plain = json!([{"role": "user", "content": "use Read"}, call("b"), result("b")]);
         assert_eq!(reply(&request(plain), 2).stop_reason, "end_turn");
+    }
+
+    #[test]
+    fn a_scripted_tool_loop_calls_each_entry_in_order_then_answers() {
+        let opener = json!({"role": "user", "content":
+            "look [sim: tool calls [{\"name\": \"Read\", \"input\": {\"file_path\": \"a]b\"}}, {\"name\": \"Read\", \"input\": {\"file_path\": \"c\"}}, {\"name\": \"Nope\", \"input\": {}}]] thanks"});
+        let called = |r: &Reply| match r.content.as_slice() {
+            [ContentBlock::ToolUse { name, input, .. }] => Some((name.clone(), input.clone())),
+            _ => None,
+        };
+        // The opening text itself calls the first entry, with its input as scripted.
+        let first = reply(&request(json!([opener])), 1);
+        assert_eq!(first.stop_reason, "tool_use");
+        assert_eq!(
+            called(&first),
+            Some(("Read".to_string(), json!({"file_path": "a]b"})))
+        );
+        let mut messages = vec![opener.clone(), call("t0"), result("t0")];
+        let second = reply(&request(Value::Array(messages.clone())), 2);
+        assert_eq!(
+            called(&second),
+            Some(("Read".to_string(), json!({"file_path": "c"})))
+        );
+        // An entry naming a tool not offered ends the script: the result is quoted.
+        messages.extend([call("t1"), result("t1")]);
+        let third = reply(&request(Value::Array(messages)), 3);
+        assert_eq!(third.stop_reason, "end_turn");
+        // A text within the loop (a flush asked for) is answered, not scripted.
+        let absorbed = json!([opener, call("a"), {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "a", "content": "ok"},
+            {"type": "text", "text": "flush now"}]}]);
+        assert_eq!(reply(&request(absorbed), 4).stop_reason, "end_turn");
     }
 }

@@ -70,6 +70,10 @@ pub enum TranscriptKind {
     MemoryFlush,
     /// Something that happened outside the conversation (operator action, restart).
     OutsideEvent,
+    /// A reply that called tools (the host runs them): its text and its calls.
+    ToolUse,
+    /// The result of one tool call the host ran, as sent back to the model.
+    ToolResult,
     /// A kind this build does not know.
     Other(String),
 }
@@ -85,6 +89,8 @@ impl TranscriptKind {
             TranscriptKind::Notice => "notice",
             TranscriptKind::MemoryFlush => "memory_flush",
             TranscriptKind::OutsideEvent => "outside_event",
+            TranscriptKind::ToolUse => "tool_use",
+            TranscriptKind::ToolResult => "tool_result",
             TranscriptKind::Other(name) => name,
         }
     }
@@ -99,6 +105,8 @@ impl TranscriptKind {
             "notice" => TranscriptKind::Notice,
             "memory_flush" => TranscriptKind::MemoryFlush,
             "outside_event" => TranscriptKind::OutsideEvent,
+            "tool_use" => TranscriptKind::ToolUse,
+            "tool_result" => TranscriptKind::ToolResult,
             other => TranscriptKind::Other(other.to_owned()),
         }
     }

@@ -107,12 +107,27 @@ pub struct SelfSessionConfig {
     /// Default: `default` (a tool that needs a permission is refused in a headless run).
     #[serde(default)]
     pub permission_mode: Option<PermissionMode>,
-    /// `claude-cli` only: the most one brief may spend, micro-dollars (`--max-budget-usd`; the
-    /// CLI ends the run once it is crossed). Each brief gets the whole budget, however many
-    /// briefs one Self segment runs (`CliConfig::run_budget_micro_usd`). Default: no limit
-    /// beyond the Mind's spend cap.
+    /// The most one brief may spend, micro-dollars. On `claude-cli` it is `--max-budget-usd`
+    /// (the CLI ends the run once it is crossed; each brief gets the whole budget, however many
+    /// briefs one Self segment runs, `CliConfig::run_budget_micro_usd`). In the host's own tool
+    /// loop (`workspace`), a request is not sent when the run's spend plus the most it can cost
+    /// would cross it, and the run ends, failed, saying so. Default: no limit beyond the Mind's
+    /// spend cap.
     #[serde(default)]
     pub brief_budget_micro_usd: Option<i64>,
+    /// API and simulator backends: the directory the Self's read-only tools (`read_file`,
+    /// `list_dir`, `grep`) are confined to. When set, a brief is a tool loop the host drives
+    /// request by request: each call is run by the host against the real files (paths outside
+    /// the directory refused, every input and output bounded), its result appended to the
+    /// Self's transcript, each request one ledger row decided by the decider (so a `mask`
+    /// clears old results mid-run). Default: none (a brief is one request). Ignored by
+    /// `claude-cli`, whose own tools are `cli_tools`.
+    #[serde(default)]
+    pub workspace: Option<PathBuf>,
+    /// The most requests one brief's tool loop may send (`workspace`); the run ends, failed,
+    /// saying so, when it would send more. Default 40.
+    #[serde(default)]
+    pub max_requests: Option<u32>,
     /// The flush is asked for this many tokens before the context ceiling (the Mind's
     /// `ceiling_tokens`, else the model's window), so the answer still fits. Default 60000.
     #[serde(default)]
@@ -162,6 +177,8 @@ impl PermissionMode {
     }
 }
 
+/// The default cap on one brief's tool-loop requests.
+pub const DEFAULT_MAX_REQUESTS: u32 = 40;
 /// The default flush headroom (seed A2).
 pub const DEFAULT_FLUSH_HEADROOM_TOKENS: u64 = 60_000;
 /// The default flush grace (seed A2).
@@ -178,8 +195,12 @@ pub struct SelfSession {
     pub cli_tools: Vec<String>,
     /// `--permission-mode`.
     pub permission_mode: PermissionMode,
-    /// `--max-budget-usd`, as micro-dollars.
+    /// `--max-budget-usd`, as micro-dollars (and the host tool loop's per-brief spend cap).
     pub brief_budget_micro_usd: Option<i64>,
+    /// See [`SelfSessionConfig::workspace`].
+    pub workspace: Option<PathBuf>,
+    /// See [`SelfSessionConfig::max_requests`].
+    pub max_requests: u32,
     /// See [`SelfSessionConfig::flush_headroom_tokens`].
     pub flush_headroom_tokens: u64,
     /// See [`SelfSessionConfig::flush_grace_s`].
@@ -204,6 +225,11 @@ impl SelfSessionConfig {
                 .or(wide.permission_mode)
                 .unwrap_or(PermissionMode::Default),
             brief_budget_micro_usd: self.brief_budget_micro_usd.or(wide.brief_budget_micro_usd),
+            workspace: self.workspace.clone().or_else(|| wide.workspace.clone()),
+            max_requests: self
+                .max_requests
+                .or(wide.max_requests)
+                .unwrap_or(DEFAULT_MAX_REQUESTS),
             flush_headroom_tokens: self
                 .flush_headroom_tokens
                 .or(wide.flush_headroom_tokens)
@@ -249,6 +275,18 @@ impl SelfSessionConfig {
             bad(
                 format!("{at}.brief_budget_micro_usd"),
                 format!("{budget} must be positive (leave it out for no limit)"),
+            );
+        }
+        if self.max_requests == Some(0) {
+            bad(
+                format!("{at}.max_requests"),
+                "must be at least 1: a run sends its brief".into(),
+            );
+        }
+        if self.workspace.as_ref().is_some_and(|w| !w.is_dir()) {
+            bad(
+                format!("{at}.workspace"),
+                "is not a directory (the Self's read-only tools are confined to it)".into(),
             );
         }
         if self.flush_headroom_tokens == Some(0) {

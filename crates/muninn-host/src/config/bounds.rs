@@ -20,6 +20,8 @@ pub const MAX_LEASE_TTL_MS: i64 = 3_600_000;
 pub const MAX_WAIT_S: u64 = 86_400;
 /// The most turns a segment holds before a voluntary refresh.
 pub const MAX_MIN_SEGMENT: u32 = 100_000;
+/// The most requests one brief's tool loop may be allowed (`self_session.max_requests`).
+pub const MAX_RUN_REQUESTS: u32 = 10_000;
 /// The most live CLI children.
 pub const MAX_PROCESSES: u32 = 1_024;
 /// The largest memory figure, MiB (1 TiB).
@@ -111,6 +113,14 @@ fn check_self_session(s: &SelfSessionConfig, at: &str, bad: &mut impl FnMut(Stri
             field("brief_budget_micro_usd"),
             budget.unsigned_abs(),
             MAX_SPEND_CAP_MICRO_USD.unsigned_abs(),
+        );
+    }
+    if let Some(requests) = s.max_requests {
+        over(
+            bad,
+            field("max_requests"),
+            requests.into(),
+            MAX_RUN_REQUESTS.into(),
         );
     }
     let waits = [

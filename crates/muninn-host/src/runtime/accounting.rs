@@ -108,7 +108,8 @@ pub(super) fn session_params(
             // compacting one compacts at its next turn, not in the gap.
             idle_flush: role == Role::SelfRole,
             // The backend can clear; whether there is anything to clear is the accounting's
-            // (the host's turns carry no tool results of their own yet, so today there is not).
+            // (a Self tool loop's results, `tool_loop.rs`; a Persona's only results are its
+            // structured-output acknowledgements, never worth a clear).
             mask: can_clear,
         },
         lifetime_ms: None,

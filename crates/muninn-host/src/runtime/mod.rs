@@ -30,7 +30,10 @@
 //! may refresh (flushing the session's memory first). A run that nears the context ceiling is
 //! flushed under the flush protocol ([`muninn_backend::Backend::run`]) and the next brief opens
 //! a new segment from that memory. The result reaches the Persona as a delivery from room
-//! `self`.
+//! `self`. With a workspace on a backend that takes muninn's own tools, the host drives the run
+//! itself, request by request, as a bounded tool loop over read-only tools confined to the
+//! workspace (`tool_loop.rs`, `tools.rs`): each request decided (a `mask` clears old results
+//! mid-run) and one ledger row, each call and result recorded once.
 //!
 //! # Idle
 //!
@@ -78,6 +81,8 @@ mod segment;
 mod self_run;
 mod session;
 mod takeover;
+mod tool_loop;
+pub mod tools;
 mod window;
 
 pub use host_lease::{HostLeases, renew_host_leases, spawn_renewer};

@@ -95,7 +95,13 @@ impl<B: Backend> MindRunner<B> {
                 .into_iter()
                 .map(|b| b.text)
                 .collect(),
-            tools: Vec::new(),
+            // The Self's read-only tools when the host drives its runs as tool loops.
+            tools: match role {
+                Role::SelfRole if matches!(self.self_tools(), Ok(Some(_))) => {
+                    super::tools::WorkspaceTools::specs()
+                }
+                _ => Vec::new(),
+            },
             output_schema: (role == Role::Persona).then(|| reply_schema(&self.mind)),
             system_ttl: self.mind.head_ttl,
             conversation_ttl: self.mind.tail_ttl,
@@ -423,6 +429,15 @@ pub(super) fn replay(
             (Role::SelfRole, TranscriptKind::Result) => {
                 renderer.reply(&text(&body["text"])?);
                 awaiting_reply = false;
+            }
+            // A tool loop's reply and each result sent back, as the loop rendered them.
+            (Role::SelfRole, TranscriptKind::ToolUse) => {
+                renderer.reply(&body.to_string());
+                awaiting_reply = false;
+            }
+            (Role::SelfRole, TranscriptKind::ToolResult) => {
+                renderer.push_user(&text(&body["text"])?);
+                awaiting_reply = true;
             }
             _ => return None,
         }

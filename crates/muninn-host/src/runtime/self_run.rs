@@ -6,8 +6,9 @@ use super::accounting::Asked;
 use super::persona::{Plan, outcome_text};
 use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
 use super::session::Flushed;
+use super::tool_loop::Driven;
 use super::{MindRunner, RuntimeError, SELF_ROOM, Step};
-use muninn_backend::{Backend, FlushProtocol, FlushStage, RunOutcome, TurnInput};
+use muninn_backend::{Backend, BackendError, FlushProtocol, FlushStage, RunOutcome, TurnInput};
 use muninn_core::decide::Event;
 use muninn_core::ledger::{ForcedStart, LedgerRow, RowKind};
 use muninn_core::tokenize::count;
@@ -48,6 +49,25 @@ impl<B: Backend> MindRunner<B> {
         now: i64,
         brief: Brief,
     ) -> Result<Step, RuntimeError> {
+        // A workspace that cannot be opened (removed since the configuration was checked) fails
+        // the brief, saying why, rather than leaving it claimed.
+        let tools = match self.self_tools() {
+            Ok(tools) => tools,
+            Err(e) => {
+                self.host
+                    .store
+                    .finish_brief(
+                        &self.mind.id,
+                        token,
+                        brief.seq,
+                        BriefStatus::Failed,
+                        &e.to_string(),
+                        now,
+                    )
+                    .await?;
+                return Err(e);
+            }
+        };
         self.resume_on_new_lease(Role::SelfRole, now).await?;
         let plan = self.plan_self(&brief, now);
         if plan.refreshes() {
@@ -77,40 +97,62 @@ impl<B: Backend> MindRunner<B> {
             // As sent: the renderer holds what the provider's session holds.
             r.push_user(&text);
         }
-        let run = self.run_self(&brief, text, token, now).await?;
-        self.finish_self_run(token, &brief, segment, &plan, run, now)
+        // With a workspace, the host drives the run as a tool loop (`tool_loop.rs`); else the
+        // backend runs it (one request, or the CLI's own loop under the flush protocol).
+        let driven = match tools {
+            Some(tools) => {
+                self.run_tool_loop(&brief, text, &plan, token, tools)
+                    .await?
+            }
+            None => Driven::single(self.run_self(&brief, text, token, now).await?),
+        };
+        self.finish_self_run(token, &brief, segment, &plan, driven, now)
             .await?;
         Ok(Step::SelfTurn { brief: brief.seq })
     }
 
     /// A run's end: its ledger row and result in one record (with the memory the flush protocol
-    /// left, if it ended the run), the session bound to it, and the result reported back.
+    /// left, if it ended the run), the session bound to it, and the result reported back. A
+    /// tool loop wrote its last row already (`driven.row`), or — stopped by a cap — recorded its
+    /// last reply with it, and leaves only the result.
     async fn finish_self_run(
         &mut self,
         token: FencingToken,
         brief: &Brief,
         segment: i64,
         plan: &Plan,
-        run: RunOutcome,
+        driven: Driven,
         now: i64,
     ) -> Result<(), RuntimeError> {
+        let Driven { run, row, stopped } = driven;
         let stage = flush_stage_name(run.flush);
-        let label = match run.flush {
-            FlushStage::NotNeeded => self_label(plan),
-            _ => format!("flush:{stage}"),
+        let row = match (row, &stopped) {
+            (Some(row), _) => Some(row),
+            (None, Some(_)) => None,
+            (None, None) => {
+                let label = match run.flush {
+                    FlushStage::NotNeeded => self_label(plan),
+                    _ => format!("flush:{stage}"),
+                };
+                Some(self.answered(
+                    Role::SelfRole,
+                    &run.outcome,
+                    now,
+                    plan.asked(RowKind::Request, &label, true),
+                ))
+            }
         };
-        let row = self.answered(
-            Role::SelfRole,
-            &run.outcome,
-            now,
-            plan.asked(RowKind::Request, &label, true),
-        );
-        let result = outcome_text(&run.outcome);
-        if let Some(r) = self.selfs.renderer.as_mut() {
+        let result = match &stopped {
+            Some(why) => format!("stopped: {why}. Last reply: {}", outcome_text(&run.outcome)),
+            None => outcome_text(&run.outcome),
+        };
+        if stopped.is_none()
+            && let Some(r) = self.selfs.renderer.as_mut()
+        {
             r.reply(&result);
         }
-        let memory = match run.flush {
-            FlushStage::NotNeeded => None,
+        let memory = match (run.flush, &stopped) {
+            (FlushStage::NotNeeded, _) | (_, Some(_)) => None,
             _ => Some(self.run_memory(segment, &run, &result).await?),
         };
         let record = self_record(
@@ -136,7 +178,7 @@ impl<B: Backend> MindRunner<B> {
             }
             None => self.bind_session(Role::SelfRole, token).await?,
         }
-        self.report_back(token, brief, run.flush, &result, now)
+        self.report_back(token, brief, run.flush, stopped.is_some(), &result, now)
             .await
     }
 
@@ -226,24 +268,38 @@ impl<B: Backend> MindRunner<B> {
             .await
         {
             Ok(run) => Ok(run),
-            Err(e) => {
-                self.selfs.mark_broken(now);
-                self.selfs.collect_events();
-                let message = format!("the Self session failed: {e}");
-                self.host
-                    .store
-                    .finish_brief(
-                        &self.mind.id,
-                        token,
-                        brief.seq,
-                        BriefStatus::Failed,
-                        &message,
-                        now,
-                    )
-                    .await?;
-                Err(e.into())
-            }
+            Err(e) => Err(self.self_run_failed(brief, token, e, now).await),
         }
+    }
+
+    /// A failed request fails the brief and breaks the session (the next brief rebuilds it).
+    /// Returns the error to give up the step with.
+    pub(super) async fn self_run_failed(
+        &mut self,
+        brief: &Brief,
+        token: FencingToken,
+        e: BackendError,
+        now: i64,
+    ) -> RuntimeError {
+        self.selfs.mark_broken(now);
+        self.selfs.collect_events();
+        let message = format!("the Self session failed: {e}");
+        if let Err(store) = self
+            .host
+            .store
+            .finish_brief(
+                &self.mind.id,
+                token,
+                brief.seq,
+                BriefStatus::Failed,
+                &message,
+                now,
+            )
+            .await
+        {
+            return store.into();
+        }
+        e.into()
     }
 
     /// The memory a run the flush protocol ended leaves for the next segment: its answer when it
@@ -276,11 +332,13 @@ impl<B: Backend> MindRunner<B> {
         token: FencingToken,
         brief: &Brief,
         flush: FlushStage,
+        stopped: bool,
         result: &str,
         now: i64,
     ) -> Result<(), RuntimeError> {
-        // A run the flush protocol ended has flushed (or failed to).
+        // A run the flush protocol ended has flushed (or failed to); one a cap ended failed.
         let (status, verb) = match flush {
+            _ if stopped => (BriefStatus::Failed, "was stopped by a cap"),
             FlushStage::NotNeeded => (BriefStatus::Done, "finished"),
             FlushStage::Flushed => (BriefStatus::Done, "stopped at the context ceiling"),
             FlushStage::Interrupted | FlushStage::Terminated => {
@@ -419,7 +477,7 @@ impl<B: Backend> MindRunner<B> {
 
 /// The ledger's text for a Self run's decision: `start` for a segment started without asking
 /// (`start:flushed` after the flush protocol), else the decider's.
-fn self_label(plan: &Plan) -> String {
+pub(super) fn self_label(plan: &Plan) -> String {
     match (&plan.decision, plan.forced) {
         (None, Some((reason @ "flushed", _))) => format!("start:{reason}"),
         (None, _) => "start".to_string(),
@@ -435,7 +493,7 @@ fn self_record(
     brief: &Brief,
     segment: i64,
     result: &str,
-    row: LedgerRow,
+    row: Option<LedgerRow>,
     memory: &Option<(String, String)>,
     stage: &str,
     now: i64,
@@ -460,7 +518,7 @@ fn self_record(
     TurnRecord {
         turn_key: Some(format!("self-{mind}-brief-{}", brief.seq)),
         transcript,
-        ledger: vec![row],
+        ledger: row.into_iter().collect(),
         ..TurnRecord::default()
     }
 }

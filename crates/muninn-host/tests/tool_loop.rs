@@ -1,0 +1,506 @@
+//! The Self's tool loop, driven by the host request by request, on the in-process simulator:
+//! the model's side is the simulator's scripted loop (`[sim: tool calls …]`), the tools are the
+//! host's read-only ones over a real directory, and each request is decided, sent (through
+//! `turn_cleared` when the decider masks), billed and recorded as one ledger row.
+
+use crate::runtime::{T0, World, ledger, mind, runner, world_with};
+use muninn_core::closed_loop::verify;
+use muninn_core::decide::Action;
+use muninn_core::ledger::LedgerRow;
+use muninn_core::price::PriceTable;
+use muninn_host::runtime::{MindRunner, Step};
+use muninn_sim::inprocess::SimBackend;
+use muninn_store::{BriefOrigin, BriefStatus, NewBrief, Role, TranscriptItem, TranscriptKind};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Files of the test workspace: each a few thousand tokens of distinct lines, so the results
+/// grow the prompt quickly and the clear has something worth clearing. The briefs read the first
+/// [`READ`] of them (the closed loop's brief reads them all).
+const FILES: usize = 28;
+/// Files the usual brief reads.
+const READ: usize = 16;
+
+/// A workspace of [`FILES`] text files under `src/`, and a file beside it (outside it).
+fn workspace(dir: &Path) -> std::path::PathBuf {
+    let root = dir.join("ws");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    for f in 0..FILES {
+        let text: String = (0..180)
+            .map(|l| {
+                format!(
+                    "file {f} line {l}: the archive keeps entry {} of {}\n",
+                    l * 7 + f,
+                    f * 13 + l
+                )
+            })
+            .collect();
+        std::fs::write(root.join(format!("src/f{f:02}.txt")), text).unwrap();
+    }
+    std::fs::write(dir.join("secret.txt"), "outside the workspace: s3cret\n").unwrap();
+    root
+}
+
+/// A brief whose scripted loop lists the workspace, reads [`READ`] files, tries one path
+/// outside it (after the third read), and greps.
+fn script() -> Value {
+    script_of(READ)
+}
+
+fn script_of(files: usize) -> Value {
+    let mut calls = vec![json!({"name": "list_dir", "input": {"path": "src"}})];
+    for f in 0..files {
+        calls.push(json!({"name": "read_file", "input": {"path": format!("src/f{f:02}.txt")}}));
+        if f == 2 {
+            calls.push(json!({"name": "read_file", "input": {"path": "../secret.txt"}}));
+        }
+    }
+    calls.push(json!({"name": "grep", "input": {"pattern": "entry 77 "}}));
+    Value::Array(calls)
+}
+
+fn brief_text(calls: &Value) -> String {
+    format!("Survey the archive and report. [sim: tool calls {calls}]")
+}
+
+struct Run {
+    w: World,
+    _dir: tempfile::TempDir,
+    r: MindRunner<SimBackend>,
+}
+
+/// A world whose Self works in a fresh workspace, under `extra` Mind settings and `session`
+/// lines of `[backend.self_session]`.
+async fn setup(extra: &str, session: &str) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    let w = world_with(&format!(
+        "[backend.self_session]\nworkspace = {:?}\n{session}",
+        root.display().to_string()
+    ))
+    .await;
+    let r = runner(&w, mind(extra), "host-a");
+    r.register().await.unwrap();
+    Run { w, _dir: dir, r }
+}
+
+async fn enqueue(w: &World, text: &str) -> i64 {
+    w.host
+        .store
+        .enqueue_brief(
+            "vala",
+            &NewBrief {
+                text: text.into(),
+                origin: BriefOrigin::Operator,
+                created_at_ms: w.sim.now_ms(),
+            },
+        )
+        .await
+        .unwrap()
+        .seq
+}
+
+/// Runs one brief to its end (one step: the whole loop), after the Persona turns that come
+/// first (the reports of earlier runs).
+async fn run_brief(run: &mut Run, text: &str) -> i64 {
+    let seq = enqueue(&run.w, text).await;
+    for _ in 0..4 {
+        run.r.woken();
+        if run.r.step().await.unwrap() == (Step::SelfTurn { brief: seq }) {
+            return seq;
+        }
+    }
+    panic!("brief {seq} did not run");
+}
+
+fn self_rows(rows: &[LedgerRow]) -> Vec<&LedgerRow> {
+    rows.iter().filter(|r| r.role == "self").collect()
+}
+
+async fn self_transcript(w: &World) -> Vec<TranscriptItem> {
+    w.host
+        .store
+        .transcript_range("vala", Role::SelfRole, 1, None, 10_000)
+        .await
+        .unwrap()
+}
+
+fn is_mask(row: &LedgerRow) -> bool {
+    row.decided
+        .as_ref()
+        .is_some_and(|d| d.action == Some(Action::Mask))
+}
+
+/// The decider masks inside the run: the masked request went out with the clear, its ledger row
+/// is the simulator's bill for it (usage and micro-dollars), and the next request reads the
+/// whole prompt the clear wrote.
+#[tokio::test]
+async fn a_self_tool_loop_masks_and_the_row_is_the_simulators_bill() {
+    let mut run = setup("", "").await;
+    let seq = run_brief(&mut run, &brief_text(&script())).await;
+    let rows = ledger(&run.w).await;
+    let rows = self_rows(&rows);
+    let requests: Vec<_> = run
+        .w
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|q| q.path == "/v1/messages")
+        .collect();
+    // Every request is one row, in order: the brief, each call's results, the final answer.
+    let calls = script().as_array().unwrap().len();
+    assert_eq!(requests.len(), calls + 1);
+    assert_eq!(rows.len(), requests.len(), "{rows:#?}");
+    let masks: Vec<usize> = (0..rows.len()).filter(|&i| is_mask(rows[i])).collect();
+    assert!(
+        !masks.is_empty(),
+        "no mask: {:?}",
+        rows.iter().map(|r| &r.decision).collect::<Vec<_>>()
+    );
+    let prices = PriceTable::embedded();
+    let price = prices.model(&rows[0].model).unwrap();
+    for &i in &masks {
+        let (row, sent) = (rows[i], &requests[i]);
+        let billed = sent.usage.unwrap();
+        assert_eq!(row.usage, billed, "row {i}");
+        assert_eq!(row.cost, price.cost(&billed), "row {i}");
+        // Sent with the clear, and the provider applied it.
+        let edits = &sent.body["context_management"]["edits"];
+        assert_eq!(edits[0]["type"], "clear_tool_uses_20250919", "{edits}");
+        let cleared = row
+            .events
+            .iter()
+            .find(|e| e["type"] == "context_edited")
+            .unwrap_or_else(|| panic!("{:#?}", row.events));
+        assert!(cleared["cleared_input_tokens"].as_u64().unwrap() > 0);
+        // The clear rewrote the prompt: it read only what came before the first cleared result.
+        assert!(
+            row.usage.written() > row.usage.cache_read,
+            "{:?}",
+            row.usage
+        );
+        // The next request reads everything the clear wrote.
+        let next = rows[i + 1];
+        assert_eq!(
+            next.usage.cache_read,
+            row.usage.cache_read + row.usage.written(),
+            "row {} after the mask at {i}",
+            i + 1
+        );
+        assert!(!is_mask(next));
+    }
+    let brief = run.w.host.store.briefs("vala", None, 10).await.unwrap();
+    let brief = brief.iter().find(|b| b.seq == seq).unwrap();
+    assert_eq!(brief.status, BriefStatus::Done, "{brief:?}");
+    eprintln!(
+        "masks at requests {masks:?} of {}; decisions {:?}",
+        rows.len(),
+        rows.iter().map(|r| r.decision.as_str()).collect::<Vec<_>>()
+    );
+}
+
+/// The run's transcript holds every call and every result exactly once, in the order they were
+/// made, and each call is the one the model made (the simulator's request log); a path outside
+/// the workspace is a tool error the model reads, and the run goes on past it.
+#[tokio::test]
+async fn the_transcript_holds_each_call_and_result_once_and_an_escape_is_refused() {
+    let mut run = setup("", "").await;
+    run_brief(&mut run, &brief_text(&script())).await;
+    let items = self_transcript(&run.w).await;
+    let kinds: Vec<&TranscriptKind> = items.iter().map(|i| &i.kind).collect();
+    let calls = script().as_array().unwrap().len();
+    assert_eq!(kinds.first(), Some(&&TranscriptKind::Brief));
+    assert_eq!(kinds.last(), Some(&&TranscriptKind::Result));
+    let uses: Vec<&TranscriptItem> = items
+        .iter()
+        .filter(|i| i.kind == TranscriptKind::ToolUse)
+        .collect();
+    let results: Vec<&TranscriptItem> = items
+        .iter()
+        .filter(|i| i.kind == TranscriptKind::ToolResult)
+        .collect();
+    assert_eq!(uses.len(), calls);
+    assert_eq!(results.len(), calls);
+    // Alternating: each reply that called a tool, then its result.
+    for pair in kinds[1..kinds.len() - 1].chunks(2) {
+        assert_eq!(
+            pair,
+            [&TranscriptKind::ToolUse, &TranscriptKind::ToolResult]
+        );
+    }
+    // Each call id once among the calls and once among the results, as the model made them.
+    let mut seen = BTreeMap::<String, (u32, u32)>::new();
+    for u in &uses {
+        for c in u.body["calls"].as_array().unwrap() {
+            seen.entry(c["id"].as_str().unwrap().into()).or_default().0 += 1;
+        }
+    }
+    for r in &results {
+        seen.entry(r.body["tool_use_id"].as_str().unwrap().into())
+            .or_default()
+            .1 += 1;
+    }
+    assert_eq!(seen.len(), calls);
+    assert!(seen.values().all(|&n| n == (1, 1)), "{seen:?}");
+    let made: Vec<String> = run
+        .w
+        .sim
+        .requests()
+        .iter()
+        .filter_map(|q| q.body["messages"].as_array().cloned())
+        .flat_map(|m| m.into_iter())
+        .filter(|m| m["role"] == "assistant")
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_use")
+        .filter_map(|b| b["id"].as_str().map(String::from))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    // Every call was answered by a later request, which carries it in the history.
+    assert_eq!(made.len(), calls, "{made:?}");
+    assert!(made.iter().all(|id| seen.contains_key(id)), "{made:?}");
+    // The escape: refused, said why, nothing of the file read; the next call still ran.
+    let escape = results
+        .iter()
+        .position(|r| r.body["input"]["path"] == "../secret.txt")
+        .unwrap();
+    let refused = &results[escape].body;
+    assert_eq!(refused["is_error"], true, "{refused}");
+    let said = refused["text"].as_str().unwrap();
+    assert!(said.contains("outside the workspace"), "{said}");
+    assert!(!said.contains("s3cret"), "{said}");
+    let after = &results[escape + 1].body;
+    assert_eq!(after["is_error"], false, "{after}");
+    assert!(
+        after["text"].as_str().unwrap().contains("file 3 line 0"),
+        "{after}"
+    );
+    // A real read: the file's own lines, numbered.
+    let first_read = &results[1].body;
+    assert_eq!(first_read["input"]["path"], "src/f00.txt");
+    assert!(
+        first_read["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("     1\tfile 0 line 0: the archive keeps entry 0 of 0\n"),
+        "{first_read}"
+    );
+}
+
+/// The request cap ends the run loudly: no request past it, the brief failed with the cap in
+/// its result, the Persona told, and the next brief still runs (on a rebuilt session, since the
+/// last calls went unanswered).
+#[tokio::test]
+async fn the_request_cap_ends_the_run_loudly() {
+    let mut run = setup("", "max_requests = 4").await;
+    let seq = run_brief(&mut run, &brief_text(&script())).await;
+    let rows = ledger(&run.w).await;
+    assert_eq!(self_rows(&rows).len(), 4, "{rows:#?}");
+    let briefs = run.w.host.store.briefs("vala", None, 10).await.unwrap();
+    let brief = briefs.iter().find(|b| b.seq == seq).unwrap();
+    assert_eq!(brief.status, BriefStatus::Failed);
+    let result = brief.result.as_deref().unwrap();
+    assert!(result.contains("cap of 4 requests"), "{result}");
+    let told = run
+        .w
+        .host
+        .store
+        .pending_deliveries("vala", 0, 10)
+        .await
+        .unwrap();
+    assert!(
+        told.iter()
+            .any(|d| d.room == "self" && d.text.contains("was stopped by a cap")),
+        "{told:#?}"
+    );
+    // The last reply is recorded (its calls, no results), then the run's result.
+    let items = self_transcript(&run.w).await;
+    let n = items.len();
+    assert_eq!(items[n - 2].kind, TranscriptKind::ToolUse);
+    assert_eq!(items[n - 1].kind, TranscriptKind::Result);
+    // The next brief runs on a session rebuilt from the transcript.
+    run_brief(&mut run, "What did you find?").await;
+    let rows = ledger(&run.w).await;
+    let last = self_rows(&rows).last().unwrap().decision.clone();
+    assert!(last.starts_with("start"), "{last}");
+}
+
+/// The flush protocol inside the host's loop: once the context reaches the trigger (the
+/// ceiling less the headroom), the flush is asked for with the next results, its answer ends
+/// the run, no request passes the ceiling, and the next brief starts a segment from the memory.
+#[tokio::test]
+async fn the_flush_trigger_ends_the_loop_with_a_flush_and_the_next_brief_starts_from_it() {
+    let mut run = setup("ceiling_tokens = 30000", "flush_headroom_tokens = 10000").await;
+    let seq = run_brief(&mut run, &brief_text(&script())).await;
+    let rows = ledger(&run.w).await;
+    let selfs = self_rows(&rows);
+    assert!(
+        selfs.len() < script().as_array().unwrap().len() + 1,
+        "no flush"
+    );
+    assert!(
+        selfs.iter().all(|r| r.usage.prompt() <= 30_000),
+        "{selfs:#?}"
+    );
+    let last = run
+        .w
+        .sim
+        .requests()
+        .into_iter()
+        .rfind(|q| q.path == "/v1/messages")
+        .unwrap();
+    let sent = last.body["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    let types: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["type"].as_str())
+        .collect();
+    assert_eq!(types, ["tool_result", "text"], "{sent}");
+    assert_eq!(
+        sent[1]["text"],
+        muninn_host::runtime::SELF_RUN_FLUSH_MESSAGE
+    );
+    // The flush went with the first request at or past the trigger (30,000 − 10,000).
+    let n = selfs.len();
+    assert!(
+        selfs[n - 1].usage.prompt() >= 20_000,
+        "{:?}",
+        selfs[n - 1].usage
+    );
+    assert!(
+        selfs[n - 2].usage.prompt() < 20_000,
+        "{:?}",
+        selfs[n - 2].usage
+    );
+    let briefs = run.w.host.store.briefs("vala", None, 10).await.unwrap();
+    let brief = briefs.iter().find(|b| b.seq == seq).unwrap();
+    assert_eq!(brief.status, BriefStatus::Done, "{brief:?}");
+    let items = self_transcript(&run.w).await;
+    assert_eq!(items.last().unwrap().kind, TranscriptKind::MemoryFlush);
+    run_brief(&mut run, "Carry on.").await;
+    let rows = ledger(&run.w).await;
+    let next = self_rows(&rows).last().unwrap().decision.clone();
+    assert_eq!(next, "start:flushed");
+}
+
+/// The brief's budget ends the run before a request that could cross it.
+#[tokio::test]
+async fn the_brief_budget_ends_the_run_before_it_is_crossed() {
+    let budget = 60_000i64;
+    let mut run = setup("", &format!("brief_budget_micro_usd = {budget}")).await;
+    let seq = run_brief(&mut run, &brief_text(&script())).await;
+    let rows = ledger(&run.w).await;
+    let spent: i64 = self_rows(&rows).iter().map(|r| r.cost.0).sum();
+    assert!(spent <= budget, "{spent} > {budget}");
+    let calls = script().as_array().unwrap().len();
+    assert!(self_rows(&rows).len() < calls + 1, "the budget never bit");
+    let briefs = run.w.host.store.briefs("vala", None, 10).await.unwrap();
+    let brief = briefs.iter().find(|b| b.seq == seq).unwrap();
+    assert_eq!(brief.status, BriefStatus::Failed);
+    assert!(
+        brief.result.as_deref().unwrap().contains("brief's budget"),
+        "{brief:?}"
+    );
+}
+
+/// Replaying the host's ledger in closed loop reproduces every decision of the tool loop, the
+/// masks included, and its cost.
+#[tokio::test]
+async fn replaying_a_masking_tool_loop_reproduces_its_decisions() {
+    let mut run = setup("", "").await;
+    // Long enough that the prompts after the clear grow past ends cached before it, which the
+    // replay must not read as prefixes of the cleared prompt.
+    run_brief(&mut run, &brief_text(&script_of(FILES))).await;
+    // A second brief in the same segment: its arrival is decided on the accounting the loop
+    // (and its clears) left.
+    run_brief(&mut run, "Summarise what you read.").await;
+    let rows = ledger(&run.w).await;
+    let selfs = self_rows(&rows);
+    // A clear inside the loop, and one at the second brief's arrival (its one request).
+    assert!(
+        selfs[..selfs.len() - 1].iter().any(|r| is_mask(r)),
+        "{rows:#?}"
+    );
+    assert!(is_mask(selfs[selfs.len() - 1]), "{rows:#?}");
+    let report = verify(&rows, &PriceTable::embedded(), &Default::default());
+    assert!(report.holds(0.0), "{report:#?}");
+    assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
+    assert_eq!(report.rows, rows.len());
+    assert_eq!(report.rows_unchecked, 0);
+    assert_eq!(report.agreed, report.decisions);
+    assert_eq!(rows[0].at_ms, T0);
+}
+
+/// The measured run (README, "The host"): the same brief over this repository's own source
+/// files, once deciding as configured (masks allowed) and once with `never` (which never
+/// masks, and inside a tool loop decides nothing else differently), side by side.
+#[tokio::test]
+async fn measured_masks_against_no_masks_on_this_repositorys_sources() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../muninn-core/src");
+    let mut files: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let mut calls = vec![json!({"name": "list_dir", "input": {}})];
+    calls.extend(
+        files
+            .iter()
+            .map(|f| json!({"name": "read_file", "input": {"path": f}})),
+    );
+    let text = brief_text(&Value::Array(calls));
+    let mut figures = Vec::new();
+    for policy in ["ski-rental", "never"] {
+        let w = world_with(&format!(
+            "[backend.self_session]\nworkspace = {:?}\nmax_requests = 200",
+            src.canonicalize().unwrap().display().to_string()
+        ))
+        .await;
+        let r = runner(&w, mind(&format!("policy = '{policy}'")), "host-a");
+        r.register().await.unwrap();
+        let mut run = Run {
+            w,
+            _dir: tempfile::tempdir().unwrap(),
+            r,
+        };
+        run_brief(&mut run, &text).await;
+        let rows = ledger(&run.w).await;
+        let rows = self_rows(&rows);
+        let masks = rows.iter().filter(|r| is_mask(r)).count();
+        let at: Vec<usize> = (0..rows.len()).filter(|&i| is_mask(rows[i])).collect();
+        let cleared: u64 = rows
+            .iter()
+            .flat_map(|r| r.events.iter())
+            .filter(|e| e["type"] == "context_edited")
+            .filter_map(|e| e["cleared_input_tokens"].as_u64())
+            .sum();
+        let cost: i64 = rows.iter().map(|r| r.cost.0).sum();
+        let read: u64 = rows.iter().map(|r| r.usage.cache_read).sum();
+        let written: u64 = rows.iter().map(|r| r.usage.written()).sum();
+        figures.push((policy, rows.len(), masks, cleared, read, written, cost, at));
+    }
+    eprintln!(
+        "FIGURE self tool loop over {} files of crates/muninn-core/src:",
+        files.len()
+    );
+    for (policy, requests, masks, cleared, read, written, cost, at) in &figures {
+        eprintln!(
+            "FIGURE   {policy:>10}: {requests} requests, {masks} masks (at requests {at:?}), {cleared} tokens cleared, {read} read, {written} written, {cost} micro-USD"
+        );
+    }
+    let (with, without) = (&figures[0], &figures[1]);
+    assert!(with.2 > 0, "no mask: {figures:?}");
+    assert_eq!(without.2, 0, "{figures:?}");
+    assert_eq!(with.1, without.1, "the same requests: {figures:?}");
+    // What a clear does, whatever it comes to: later requests read less, the clear rewrote.
+    assert!(with.3 > 0 && with.4 < without.4, "{figures:?}");
+    assert!(with.5 > without.5, "{figures:?}");
+    eprintln!(
+        "FIGURE   with masks ÷ without: {:.4}",
+        with.6 as f64 / without.6 as f64
+    );
+}
