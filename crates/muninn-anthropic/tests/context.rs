@@ -145,7 +145,8 @@ fn results(request: &MessagesRequest) -> Vec<String> {
         .collect()
 }
 
-fn tokens(request: &MessagesRequest) -> u64 {
+/// The request's tokens as the cache model counts them.
+pub(crate) fn tokens(request: &MessagesRequest) -> u64 {
     shape(&serde_json::to_value(request).unwrap())
         .unwrap()
         .total_tokens

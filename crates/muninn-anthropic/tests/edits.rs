@@ -98,11 +98,7 @@ fn thinking_left(request: &MessagesRequest) -> Vec<usize> {
         .collect()
 }
 
-fn tokens(request: &MessagesRequest) -> u64 {
-    shape(&serde_json::to_value(request).unwrap())
-        .unwrap()
-        .total_tokens
-}
+use crate::context::tokens;
 
 /// Thinking clearing keeps the last `keep` turns' thinking, never empties a message, reports
 /// the turns and the tokens the cache model counts, and rewrites the prompt from the first

@@ -20,11 +20,11 @@ const MODEL: &str = "claude-sonnet-4-5";
 
 /// One request of a generated trace: seconds since the previous one, tokens it adds, whether it
 /// begins a turn, and the share (in tenths) of its growth that is tool results, and their uses.
-type TestStep = (i64, Tokens, bool, u64, u32);
+pub(crate) type TestStep = (i64, Tokens, bool, u64, u32);
 
 /// An append-only session (warm appends with a 3-token uncached tail, as recorded) whose requests
-/// carry tool results.
-fn trace(steps: &[TestStep], ttl: Ttl) -> Trace {
+/// carry tool results (none where `tenths` is 0; the replay tests' traces).
+pub(crate) fn trace(steps: &[TestStep], ttl: Ttl) -> Trace {
     let mut at = 1_800_000_000_000i64;
     let mut prompt = HEAD;
     let mut requests = Vec::new();

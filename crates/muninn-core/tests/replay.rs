@@ -20,48 +20,10 @@ const HEAD: Tokens = 12_000;
 
 /// A trace of an append-only session: request i comes `gap_s` seconds after the previous one and
 /// adds `delta` tokens; the recorded usage is a warm append (read the previous cached prefix, write
-/// the rest but a 3-token uncached tail).
+/// the rest but a 3-token uncached tail). No request carries tool results.
 fn trace(steps: &[(i64, Tokens, bool)], ttl: Ttl) -> Trace {
-    let mut at = 1_800_000_000_000i64;
-    let mut prompt = HEAD;
-    let mut requests = Vec::new();
-    for (i, &(gap_s, delta, boundary)) in steps.iter().enumerate() {
-        at += gap_s * 1000;
-        // The previous request's cached prefix: everything but its 3-token uncached tail.
-        let read = if i == 0 { 0 } else { prompt - 3 };
-        prompt += delta;
-        let written = prompt - read - 3;
-        let (w5, w1) = match ttl {
-            Ttl::FiveMinutes => (written, 0),
-            Ttl::OneHour => (0, written),
-        };
-        requests.push(TraceRequest {
-            at_ms: at,
-            usage: Usage {
-                input: 3,
-                cache_write_5m: w5,
-                cache_write_1h: w1,
-                cache_read: read,
-                output: 200,
-            },
-            boundary: boundary || i == 0,
-            compacted: false,
-            tools_changed: false,
-            reasoning: false,
-            blocks_added: 0,
-            provider_miss: None,
-            tool_results: Default::default(),
-        });
-    }
-    Trace {
-        id: "s/main/claude-sonnet-4-5".into(),
-        session: "s".into(),
-        thread: "main".into(),
-        kind: ThreadKind::Main,
-        model: "claude-sonnet-4-5".into(),
-        source: "test".into(),
-        requests,
-    }
+    let steps: Vec<_> = steps.iter().map(|&(g, d, b)| (g, d, b, 0, 0)).collect();
+    crate::optimum_mask::trace(&steps, ttl)
 }
 
 fn assumptions() -> Assumptions {

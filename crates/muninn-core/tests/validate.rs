@@ -757,11 +757,7 @@ fn codex_rollouts_are_predicted_by_the_automatic_cache_model() {
     ];
     let t = trace("cx", "main", ThreadKind::Main, "gpt-5-codex", requests);
     let report = validate(&[t], &ValidateOptions::default());
-    let reads: Vec<(u64, ReadClass)> = report
-        .rows
-        .iter()
-        .map(|r| (r.cache_model.read, r.cache_model.class))
-        .collect();
+    let reads = model_reads(&report);
     assert_eq!(
         reads,
         vec![
@@ -785,6 +781,15 @@ fn codex_rollouts_are_predicted_by_the_automatic_cache_model() {
     // The naive rule reads the previous prompt within the retention, nothing past it.
     assert_eq!(report.rows[1].naive.read, 17_024);
     assert_eq!(report.rows[3].naive.read, 0);
+}
+
+/// What the cache model predicted each request reads, and of which kind.
+fn model_reads(report: &ValidationReport) -> Vec<(u64, ReadClass)> {
+    report
+        .rows
+        .iter()
+        .map(|r| (r.cache_model.read, r.cache_model.class))
+        .collect()
 }
 
 /// A Codex-like request whose answer did (or did not) carry reasoning items.
@@ -820,11 +825,7 @@ fn a_new_turn_reads_up_to_where_the_last_turn_began_to_reason() {
     ];
     let t = trace("cx", "main", ThreadKind::Main, "gpt-5.1-codex", requests);
     let report = validate(&[t], &ValidateOptions::default());
-    let reads: Vec<(u64, ReadClass)> = report
-        .rows
-        .iter()
-        .map(|r| (r.cache_model.read, r.cache_model.class))
-        .collect();
+    let reads = model_reads(&report);
     assert_eq!(
         reads,
         vec![

@@ -526,12 +526,7 @@ async fn tool_loop_briefs_with_gaps_and_restarts_replay_exactly() {
         .iter()
         .filter(|r| r.role == "self" && r.decision.starts_with("mask"))
         .count();
-    let cleared: u64 = rows
-        .iter()
-        .flat_map(|r| r.events.iter())
-        .filter(|e| e["type"] == "context_edited")
-        .filter_map(|e| e["cleared_input_tokens"].as_u64())
-        .sum();
+    let cleared = crate::tool_loop::cleared_tokens(&rows);
     eprintln!(
         "tool-loop closed loop: {} rows, {masks} masks clearing {cleared} tokens, {} of {} decisions reproduced, cost recorded {} replayed {}",
         report.rows, report.agreed, report.decisions, report.recorded_cost, report.replayed_cost

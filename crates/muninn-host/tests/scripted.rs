@@ -107,7 +107,8 @@ fn scripted(w: &World, mind: MindConfig) -> (MindRunner<Scripted>, Arc<Mutex<Scr
     (runner, script)
 }
 
-async fn brief(w: &World, text: &str) -> i64 {
+/// Enqueues an operator's brief for the Mind `vala`; its sequence number.
+pub(crate) async fn brief(w: &World, text: &str) -> i64 {
     w.host
         .store
         .enqueue_brief(

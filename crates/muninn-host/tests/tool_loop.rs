@@ -4,13 +4,14 @@
 //! `turn_cleared` when the decider masks), billed and recorded as one ledger row.
 
 use crate::runtime::{T0, World, ledger, mind, runner, world_with};
+use crate::scripted::brief;
 use muninn_core::closed_loop::verify;
 use muninn_core::decide::Action;
 use muninn_core::ledger::LedgerRow;
 use muninn_core::price::PriceTable;
 use muninn_host::runtime::{MindRunner, Step};
 use muninn_sim::inprocess::SimBackend;
-use muninn_store::{BriefOrigin, BriefStatus, NewBrief, Role, TranscriptItem, TranscriptKind};
+use muninn_store::{BriefStatus, Role, TranscriptItem, TranscriptKind};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -85,26 +86,10 @@ async fn setup(extra: &str, session: &str) -> Run {
     Run { w, _dir: dir, r }
 }
 
-async fn enqueue(w: &World, text: &str) -> i64 {
-    w.host
-        .store
-        .enqueue_brief(
-            "vala",
-            &NewBrief {
-                text: text.into(),
-                origin: BriefOrigin::Operator,
-                created_at_ms: w.sim.now_ms(),
-            },
-        )
-        .await
-        .unwrap()
-        .seq
-}
-
 /// Runs one brief to its end (one step: the whole loop), after the Persona turns that come
 /// first (the reports of earlier runs).
 async fn run_brief(run: &mut Run, text: &str) -> i64 {
-    let seq = enqueue(&run.w, text).await;
+    let seq = brief(&run.w, text).await;
     for _ in 0..4 {
         run.r.woken();
         if run.r.step().await.unwrap() == (Step::SelfTurn { brief: seq }) {
@@ -112,6 +97,15 @@ async fn run_brief(run: &mut Run, text: &str) -> i64 {
         }
     }
     panic!("brief {seq} did not run");
+}
+
+/// The tokens the rows' clears removed, as the provider reported them (`context_edited` events).
+pub(crate) fn cleared_tokens<'a>(rows: impl IntoIterator<Item = &'a LedgerRow>) -> u64 {
+    rows.into_iter()
+        .flat_map(|r| r.events.iter())
+        .filter(|e| e["type"] == "context_edited")
+        .filter_map(|e| e["cleared_input_tokens"].as_u64())
+        .sum()
 }
 
 fn self_rows(rows: &[LedgerRow]) -> Vec<&LedgerRow> {
@@ -472,12 +466,7 @@ async fn measured_masks_against_no_masks_on_this_repositorys_sources() {
         let rows = self_rows(&rows);
         let masks = rows.iter().filter(|r| is_mask(r)).count();
         let at: Vec<usize> = (0..rows.len()).filter(|&i| is_mask(rows[i])).collect();
-        let cleared: u64 = rows
-            .iter()
-            .flat_map(|r| r.events.iter())
-            .filter(|e| e["type"] == "context_edited")
-            .filter_map(|e| e["cleared_input_tokens"].as_u64())
-            .sum();
+        let cleared = cleared_tokens(rows.iter().copied());
         let cost: i64 = rows.iter().map(|r| r.cost.0).sum();
         let read: u64 = rows.iter().map(|r| r.usage.cache_read).sum();
         let written: u64 = rows.iter().map(|r| r.usage.written()).sum();

@@ -112,7 +112,9 @@ async fn a_zero_token_ping_pays_the_read_and_no_output() {
     }
 }
 
-async fn post(h: &SimHandle, body: &Value, beta: Option<&str>) -> (u16, Value) {
+/// POSTs `body` to the simulator's Messages endpoint, with `beta` as `anthropic-beta`: the status
+/// and the JSON answer (or its text when it is not JSON).
+pub(crate) async fn post(h: &SimHandle, body: &Value, beta: Option<&str>) -> (u16, Value) {
     // reqwest panics at client build without a TLS provider; installing it here keeps this test
     // from passing only when an earlier test in the binary happened to install it.
     muninn_anthropic::client::install_ring_provider();

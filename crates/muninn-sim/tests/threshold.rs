@@ -13,33 +13,13 @@ use muninn_backend::clock::RecordingSleeper;
 use muninn_core::cache::Ttl;
 use muninn_core::mask::{MaskedRequest, masked_usage};
 use muninn_core::trace::Usage;
-use muninn_sim::SimHandle;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
 const MODEL: &str = "claude-opus-5-5";
 const BOTH: &str = "compact-2026-01-12,context-management-2025-06-27";
 
-async fn post(h: &SimHandle, body: &Value, beta: Option<&str>) -> (u16, Value) {
-    // reqwest is built without a default TLS provider; whichever test runs first installs it.
-    muninn_anthropic::client::install_ring_provider();
-    let mut req = reqwest::Client::new()
-        .post(format!("{}/v1/messages", h.base_url()))
-        .header("x-api-key", "k")
-        .header("anthropic-version", "2023-06-01")
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(body).unwrap());
-    if let Some(beta) = beta {
-        req = req.header("anthropic-beta", beta);
-    }
-    let r = req.send().await.unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
+use crate::ctxtools::post;
 
 /// About `n` thousand tokens of user text, unique to `tag`.
 fn long_text(tag: &str, n: usize) -> String {

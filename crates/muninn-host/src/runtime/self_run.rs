@@ -498,13 +498,7 @@ fn self_record(
     stage: &str,
     now: i64,
 ) -> TurnRecord {
-    let item = |kind, body| NewTranscriptItem {
-        role: Role::SelfRole,
-        segment,
-        kind,
-        body,
-        created_at_ms: now,
-    };
+    let item = |kind, body| self_item(segment, now, kind, body);
     let mut transcript = vec![item(
         TranscriptKind::Result,
         json!({"brief": brief.seq, "text": result}),
@@ -520,6 +514,22 @@ fn self_record(
         transcript,
         ledger: row.into_iter().collect(),
         ..TurnRecord::default()
+    }
+}
+
+/// One transcript item of the Self role's segment `segment`, written at `now`.
+pub(super) fn self_item(
+    segment: i64,
+    now: i64,
+    kind: TranscriptKind,
+    body: Value,
+) -> NewTranscriptItem {
+    NewTranscriptItem {
+        role: Role::SelfRole,
+        segment,
+        kind,
+        body,
+        created_at_ms: now,
     }
 }
 

@@ -36,9 +36,7 @@ use muninn_core::decide::Action;
 use muninn_core::ledger::{LedgerRow, RowKind};
 use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::tokenize::count;
-use muninn_store::{
-    Brief, FencingToken, NewTranscriptItem, Role, StoreError, TranscriptKind, TurnRecord,
-};
+use muninn_store::{Brief, FencingToken, Role, StoreError, TranscriptKind, TurnRecord};
 use serde_json::json;
 
 /// How a Self run ended: its last reply (not yet recorded), that reply's ledger row when the
@@ -423,13 +421,7 @@ fn request_record(
     row: LedgerRow,
     now: i64,
 ) -> TurnRecord {
-    let item = |kind, body| NewTranscriptItem {
-        role: Role::SelfRole,
-        segment,
-        kind,
-        body,
-        created_at_ms: now,
-    };
+    let item = |kind, body| super::self_run::self_item(segment, now, kind, body);
     let mut transcript = vec![item(TranscriptKind::ToolUse, tool_use_body(outcome))];
     transcript.extend(results.iter().map(|(call, out)| {
         item(
