@@ -32,7 +32,10 @@
 //!   segment saves, times the requests the segment is expected still to have
 //!   ([`crate::learn::SegmentLengths::remaining`], the Mind's own history), exceeds the clear's
 //!   extra cost now — and exceeds what a refresh would gain over the same horizon when the growth
-//!   rule would refresh. Masking is not a refresh: it keeps the segment, is allowed inside a
+//!   rule would refresh. A clear that pays still waits until the reads of what it would remove
+//!   since the segment's last clear reach its extra cost ([`SessionView::mask_due`]: each clear
+//!   pays a rewrite, so clearing at every request that pays would clear in small bites), unless
+//!   the growth rule's refresh bounds its horizon. Masking is not a refresh: it keeps the segment, is allowed inside a
 //!   tool loop (the results of the latest tool uses stay), and needs the backend to clear
 //!   ([`Capabilities::mask`]).
 //! - `predictive`: the same actions, but an idle ping is sent only while its expected saving under
@@ -53,8 +56,10 @@ use crate::learn::Learned;
 use crate::money::{MicroUsd, Rate, Tokens};
 use serde::{Deserialize, Serialize};
 
+mod gaps;
 mod policy;
 
+pub use gaps::GapStats;
 pub use policy::Policy;
 
 /// What a session can do.
@@ -252,60 +257,6 @@ impl Bounds {
     }
 }
 
-/// Idle gaps seen so far, in log₂-second buckets: bucket i holds gaps in [2^i, 2^(i+1)) seconds
-/// (bucket 0 also holds gaps under a second). Fitted from the ledger (live) or from the trace so
-/// far (replay).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct GapStats {
-    /// Counts per bucket.
-    pub buckets: [u32; 24],
-}
-
-impl GapStats {
-    /// The bucket of a gap.
-    pub fn bucket(gap_ms: i64) -> usize {
-        let secs = (gap_ms / 1000).max(1) as u64;
-        (63 - secs.leading_zeros() as usize).min(23)
-    }
-
-    /// Records a gap.
-    pub fn observe(&mut self, gap_ms: i64) {
-        let b = GapStats::bucket(gap_ms);
-        self.buckets[b] = self.buckets[b].saturating_add(1);
-    }
-
-    /// The estimated probability, with a uniform-over-buckets prior of weight one, that a gap
-    /// already `elapsed_ms` long ends by `until_ms`.
-    pub fn p_end_by(&self, elapsed_ms: i64, until_ms: i64) -> f64 {
-        // Mass is spread uniformly in log-time within a bucket.
-        let mass_beyond = |t_ms: i64| -> f64 {
-            let secs = (t_ms as f64 / 1000.0).max(1.0);
-            let pos = secs.log2();
-            let mut total = 0.0;
-            let mut beyond = 0.0;
-            for (i, &c) in self.buckets.iter().enumerate() {
-                let w = c as f64 + 1.0 / 24.0;
-                total += w;
-                let (lo, hi) = (i as f64, i as f64 + 1.0);
-                let frac = if pos <= lo {
-                    1.0
-                } else if pos >= hi {
-                    0.0
-                } else {
-                    hi - pos
-                };
-                beyond += w * frac;
-            }
-            beyond / total
-        };
-        let s_now = mass_beyond(elapsed_ms);
-        if s_now <= 0.0 {
-            return 1.0;
-        }
-        ((s_now - mass_beyond(until_ms)) / s_now).clamp(0.0, 1.0)
-    }
-}
-
 /// What the decider knows about a session at the moment of deciding.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SessionView {
@@ -349,6 +300,10 @@ pub struct SessionView {
     pub clearable_tokens: Tokens,
     /// Where the first of them begins (F: the tokens a clear leaves as they were).
     pub clear_from_tokens: Tokens,
+    /// Σ r·C over the warm requests since the segment's last clear (or its start): what the
+    /// tool results a clear could have removed were read for since. A clear waits until it
+    /// reaches the clear's extra cost ([`SessionView::mask_due`]).
+    pub clear_rent: MicroUsd,
     /// Requests the segment is expected still to have after the next one
     /// ([`crate::learn::SegmentLengths::remaining`]).
     pub remaining_requests: u64,
@@ -667,7 +622,7 @@ fn ski_rental_arrival(
     allowed: Result<(), Reason>,
     p: Priced,
 ) -> (Action, Reason) {
-    let mask_pays = p.mask_gain.is_some_and(|g| g > 0);
+    let mask_pays = p.mask_gain.is_some_and(|g| g > 0) && view.mask_due(p.delta, p.now_ms);
     if let Err(r) = allowed {
         // Refreshes wait; a clear keeps the segment and the latest tool results, so it does not.
         return if mask_pays {

@@ -141,10 +141,34 @@ impl SessionView {
         if !warm || self.clearable_tokens == 0 {
             return None;
         }
-        let extra = self.mask_cost(delta, now_ms).0 as i128
-            - self.append_cost(true, delta, now_ms).0 as i128;
+        let extra = self.mask_extra(delta, now_ms);
         let each = MicroUsd::of(self.clearable_tokens, self.rates.read).0 as i128;
         Some(each * horizon as i128 - extra)
+    }
+
+    /// What clearing costs now over appending, warm: the rewrite of the shorter prompt after
+    /// the kept prefix against reading it.
+    pub fn mask_extra(&self, delta: Tokens, now_ms: i64) -> i128 {
+        self.mask_cost(delta, now_ms).0 as i128 - self.append_cost(true, delta, now_ms).0 as i128
+    }
+
+    /// Whether a clear that pays back over its horizon should go now rather than wait for
+    /// more to clear. Each clear rewrites the prompt after the kept prefix whatever it removes,
+    /// so clearing as soon as the horizon pays for one clear clears in small bites, one rewrite
+    /// each, at consecutive requests of a tool loop where more results keep coming (51 clears
+    /// on `../shared/traces/claude-code` where the optimum made 21 of about the same tokens).
+    /// So a clear waits until the rent paid since the segment's last clear on what it would
+    /// remove ([`SessionView::clear_rent`]) reaches its extra cost now: ski-rental's timing for
+    /// a cost paid again at every clear, at most twice the best single clear whatever comes, and
+    /// for results that grow steadily by g a request exactly the economic-order-quantity
+    /// interval √(2K ÷ r·g) that minimises rewrites plus reads. Waiting assumes a later clear
+    /// still has the requests to pay back; it does not when the growth rule's refresh bounds
+    /// the horizon ([`SessionView::mask_horizon`] below the segment's expected remaining
+    /// requests): every request waited is one fewer the clear saves on, and no later clear
+    /// follows in the segment, so there the clear goes as soon as it pays.
+    pub fn mask_due(&self, delta: Tokens, now_ms: i64) -> bool {
+        self.mask_horizon(delta, now_ms) < self.remaining_requests
+            || self.clear_rent.0 as i128 >= self.mask_extra(delta, now_ms)
     }
 
     /// The later requests a clear now can save on: those the segment is expected still to have

@@ -183,6 +183,9 @@ pub struct Accounting {
     tool_chunks: Vec<ToolChunk>,
     /// Tokens the current segment's clears removed.
     segment_cleared: Tokens,
+    /// Σ r·C over the warm requests since the segment's last clear (or its start): the rent
+    /// paid so far on tool results a clear could have removed (the *Mask* rule's timing).
+    clear_rent: MicroUsd,
 }
 
 impl Accounting {
@@ -206,6 +209,7 @@ impl Accounting {
             prompt_tokens: 0,
             tool_chunks: Vec::new(),
             segment_cleared: 0,
+            clear_rent: MicroUsd::ZERO,
         }
     }
 
@@ -243,6 +247,7 @@ impl Accounting {
         self.learned.segments.observe(self.segment_requests);
         self.tool_chunks.clear();
         self.segment_cleared = 0;
+        self.clear_rent = MicroUsd::ZERO;
         self.head_tokens = head_tokens;
         // The new segment's prompt starts from the rehydration: later tool results sit after it.
         self.prompt_tokens = self.rehydrated();
@@ -272,6 +277,8 @@ impl Accounting {
             // ski-rental timing whatever was cleared.
             let excess = (usage.prompt() + self.segment_cleared).saturating_sub(self.rehydrated());
             self.read_excess += MicroUsd::of(excess, self.params.rates.read);
+            // The clearable results this request read again: rent a clear would have saved.
+            self.clear_rent += MicroUsd::of(self.clearable().1, self.params.rates.read);
         }
         self.segment_requests += 1;
         self.prompt_tokens = usage.prompt();
@@ -322,6 +329,7 @@ impl Accounting {
         }
         self.prompt_tokens = self.prompt_tokens.saturating_sub(cleared);
         self.segment_cleared += cleared;
+        self.clear_rent = MicroUsd::ZERO;
         cleared
     }
 
@@ -445,6 +453,7 @@ impl Accounting {
             learned: self.learned,
             clearable_tokens: self.clearable().1,
             clear_from_tokens: self.tool_chunks.first().map_or(0, |c| c.at),
+            clear_rent: self.clear_rent,
             remaining_requests: self
                 .learned
                 .segments

@@ -9,7 +9,7 @@ use muninn_core::decide::{
 };
 use muninn_core::learn::{Learned, MIN_SEGMENTS_EVIDENCE, SegmentLengths};
 use muninn_core::mask::{MaskedRequest, mask_break_even, masked_usage};
-use muninn_core::money::Tokens;
+use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::price::{ModelPrice, PriceTable};
 use muninn_core::replay::{Assumptions, Plan, ReplayConfig, RunTotals, Step, replay_trace};
 use muninn_core::session::{Accounting, Params};
@@ -50,7 +50,9 @@ fn accounting() -> Accounting {
 }
 
 /// A warm session of `prefix` cached tokens whose prompt holds `cleared` clearable tool-result
-/// tokens from `from` on, expected to have `remaining` more requests.
+/// tokens from `from` on, expected to have `remaining` more requests, whose reads of them since
+/// the segment's last clear have long paid for a clear (the timing rule is tested on its own,
+/// `a_clear_waits_until_the_reads_of_what_it_removes_paid_its_rewrite`).
 fn view(prefix: Tokens, from: Tokens, cleared: Tokens, remaining: u64) -> SessionView {
     let mut acc = accounting();
     // Five warm requests growing to `prefix`.
@@ -72,6 +74,7 @@ fn view(prefix: Tokens, from: Tokens, cleared: Tokens, remaining: u64) -> Sessio
         clearable_tokens: cleared,
         clear_from_tokens: from,
         remaining_requests: remaining,
+        clear_rent: MicroUsd(i64::MAX / 2),
         ..acc.view()
     }
 }
@@ -130,6 +133,122 @@ fn the_decider_masks_when_the_remaining_requests_pass_the_break_even() {
             .estimate;
         assert_eq!(priced, price().cost(&masked_usage(&request)));
     }
+}
+
+/// `view` at the start of the growth rule's count (no read excess yet), expected to go on
+/// exactly as long as that rule leaves it: the clear's horizon is the segment's, not bounded by
+/// a refresh that comes first.
+fn uncapped(view: SessionView, delta: Tokens) -> SessionView {
+    let fresh = SessionView {
+        read_excess: MicroUsd::ZERO,
+        ..view
+    };
+    SessionView {
+        remaining_requests: fresh.mask_horizon(delta, NOW),
+        ..fresh
+    }
+}
+
+/// A clear that would pay back over the segment's remaining requests still waits until the
+/// reads of the clearable results since the segment's last clear (its rent) reach the clear's
+/// extra cost now: one micro-dollar short it appends, at the cost it masks. Clearing as soon as
+/// the horizon paid for one clear cleared in small bites, a rewrite each, at consecutive
+/// requests of a tool loop (51 clears where the optimum made 21 on `../shared/traces`).
+#[test]
+fn a_clear_waits_until_the_reads_of_what_it_removes_paid_its_rewrite() {
+    let (prefix, from, cleared, delta) = (150_000, 30_000, 90_000, 2_000);
+    let paying = uncapped(view(prefix, from, cleared, 1_000), delta);
+    let extra = paying.mask_extra(delta, NOW);
+    assert!(extra > 0, "a warm clear costs a rewrite now: {extra}");
+    // The segment's own length bounds the horizon, not the growth rule's refresh.
+    assert_eq!(paying.mask_horizon(delta, NOW), paying.remaining_requests);
+    for policy in [Policy::SkiRental, Policy::Predictive] {
+        let short = SessionView {
+            clear_rent: MicroUsd(extra as i64 - 1),
+            ..paying
+        };
+        let d = decide(policy, &short, arrival(delta), NOW);
+        assert_eq!(d.action, Action::Append, "{policy}: {d:?}");
+        let paid = SessionView {
+            clear_rent: MicroUsd(extra as i64),
+            ..paying
+        };
+        let d = decide(policy, &paid, arrival(delta), NOW);
+        assert_eq!(
+            (d.action, d.reason),
+            (Action::Mask, Reason::MaskPaysBack),
+            "{policy}"
+        );
+    }
+}
+
+/// Where the growth rule's refresh bounds the clear's horizon, no later clear in the segment
+/// would follow and every request waited is one fewer it saves on: a clear that pays goes at
+/// once, whatever rent was paid. The same view with the refresh far away waits.
+#[test]
+fn a_clear_the_growth_rule_bounds_does_not_wait() {
+    let (prefix, from, cleared, delta) = (150_000, 30_000, 90_000, 2_000);
+    let unpaid = SessionView {
+        clear_rent: MicroUsd::ZERO,
+        ..uncapped(view(prefix, from, cleared, 1_000), delta)
+    };
+    assert_eq!(
+        decide(Policy::SkiRental, &unpaid, arrival(delta), NOW).action,
+        Action::Append
+    );
+    // The read excess a few requests short of one rebuild: the refresh comes within a few.
+    let rebuild = unpaid.flush_cost(true) + unpaid.restart_write(0, NOW);
+    let each = MicroUsd::of(prefix + delta - unpaid.rehydrated(), unpaid.rates.read);
+    let near = SessionView {
+        read_excess: MicroUsd(unpaid.learned.refresh_break_even(rebuild).0 - 9 * each.0),
+        ..unpaid
+    };
+    let horizon = near.mask_horizon(delta, NOW);
+    assert!(
+        horizon > 0 && horizon < near.remaining_requests,
+        "bounded by the refresh: {horizon}"
+    );
+    assert!(near.mask_gain(true, delta, NOW).is_some_and(|g| g > 0));
+    let d = decide(Policy::SkiRental, &near, arrival(delta), NOW);
+    assert_eq!((d.action, d.reason), (Action::Mask, Reason::MaskPaysBack));
+}
+
+/// The accounting's rent: r·C for each warm request over the results a clear would have
+/// removed when it was sent, from the segment's last clear on.
+#[test]
+fn the_accounting_counts_the_rent_of_what_a_clear_would_remove() {
+    let mut acc = accounting();
+    let mut prompt = HEAD;
+    let mut send = |acc: &mut Accounting, i: u64, tools: Tokens| {
+        if tools > 0 {
+            acc.tool_results(tools, 1);
+        }
+        let read = if i == 0 { 0 } else { prompt };
+        prompt += 2_000;
+        acc.request(
+            T0 + i as i64 * 1000,
+            &Usage {
+                cache_write_5m: prompt - read,
+                cache_read: read,
+                ..Usage::default()
+            },
+        );
+    };
+    for i in 0..6u64 {
+        send(&mut acc, i, 1_000 * i);
+    }
+    // Clearable when sent: nothing until the fourth result (three uses are kept), then 1k, then
+    // 1k + 2k.
+    let r = price().read;
+    assert_eq!(
+        acc.view().clear_rent,
+        MicroUsd::of(1_000, r) + MicroUsd::of(3_000, r)
+    );
+    acc.masked();
+    assert_eq!(acc.view().clear_rent, MicroUsd::ZERO);
+    send(&mut acc, 6, 6_000);
+    // After the clear the kept 3k, 4k, 5k and the new 6k: the 3k is clearable again.
+    assert_eq!(acc.view().clear_rent, MicroUsd::of(3_000, r));
 }
 
 /// Nothing clearable, a backend that cannot clear, or a policy that never masks: no mask,
