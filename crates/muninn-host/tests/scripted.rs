@@ -34,6 +34,8 @@ struct Script {
     starts: u32,
     /// Session events handed out on the next `take_session_events`.
     events: Vec<SessionEvent>,
+    /// An error `run` fails with instead of answering.
+    fail_run: Option<BackendError>,
 }
 
 struct Scripted {
@@ -60,6 +62,9 @@ impl Backend for Scripted {
         input: TurnInput,
         protocol: &FlushProtocol,
     ) -> Result<RunOutcome, BackendError> {
+        if let Some(e) = self.script.lock().unwrap().fail_run.clone() {
+            return Err(e);
+        }
         let mut outcome = self.inner.turn(input).await?;
         let mut script = self.script.lock().unwrap();
         script.protocols.push(protocol.clone());
@@ -405,4 +410,49 @@ async fn a_compact_refresh_ledgers_the_compaction_and_continues_the_session_from
         .unwrap();
     assert_eq!(flush.segment, 1);
     assert_eq!(flush.body["from"], "compact");
+}
+
+/// A Self run whose request fails fails its brief, and the Persona is told (posted under the
+/// brief's source id, so a retry of the report adds nothing): a failed run is never silent.
+#[tokio::test]
+async fn a_self_run_that_fails_is_reported_to_the_persona() {
+    let w = world().await;
+    let (mut r, script) = scripted(&w, mind(""));
+    r.register().await.unwrap();
+    script.lock().unwrap().fail_run = Some(BackendError::Invalid("the test refuses it".into()));
+    let seq = brief(&w, "Map the archive.").await;
+    let mut failed = false;
+    for _ in 0..6 {
+        r.woken();
+        if r.step().await.is_err() {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed, "the run did not fail");
+    let b = w
+        .host
+        .store
+        .briefs("vala", Some(BriefStatus::Failed), 10)
+        .await
+        .unwrap();
+    assert!(b.iter().any(|b| b.seq == seq), "{b:#?}");
+    let told = w
+        .host
+        .store
+        .pending_deliveries("vala", 0, 100)
+        .await
+        .unwrap();
+    let reports: Vec<_> = told
+        .iter()
+        .filter(|d| d.source_id == format!("self-brief-{seq}"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{told:#?}");
+    assert!(
+        reports[0]
+            .text
+            .starts_with(&format!("Self run {seq} failed: the Self session failed")),
+        "{}",
+        reports[0].text
+    );
 }

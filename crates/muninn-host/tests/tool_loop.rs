@@ -493,3 +493,89 @@ async fn measured_masks_against_no_masks_on_this_repositorys_sources() {
         with.6 as f64 / without.6 as f64
     );
 }
+
+/// A host that dies in the middle of a Self run (here: the brief claimed, then the runner
+/// dropped without releasing its lease, as a `kill -9` leaves it) leaves its brief `running`, and
+/// nothing would ever finish it: the Persona would wait for a report that never comes. The next
+/// runner on the same data fails it loudly, tells the Persona exactly once — a second restart
+/// adds nothing — and the next brief runs.
+#[tokio::test]
+async fn a_run_its_host_abandoned_is_failed_and_reported_once() {
+    let mut run = setup("", "").await;
+    run_brief(&mut run, &brief_text(&script())).await;
+    let seq = brief(&run.w, "Survey it again.").await;
+    let store = run.w.host.store.clone();
+    let lease = store
+        .lease("vala")
+        .await
+        .unwrap()
+        .expect("host-a holds the lease");
+    let claimed = store
+        .claim_brief("vala", lease.token, run.w.sim.now_ms())
+        .await
+        .unwrap()
+        .expect("the brief is queued");
+    assert_eq!(claimed.seq, seq);
+    // The crash: no release, no finish.
+    let Run { w, _dir, r } = run;
+    drop(r);
+    let reported = |w: &World| {
+        let store = w.host.store.clone();
+        async move {
+            store
+                .pending_deliveries("vala", 0, 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|d| d.source_id == format!("self-brief-{seq}"))
+                .count()
+        }
+    };
+    for restart in 0..2 {
+        let mut r = runner(&w, mind(""), "host-a");
+        r.register().await.unwrap();
+        r.woken();
+        r.step().await.unwrap();
+        let brief = store
+            .briefs("vala", None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|b| b.seq == seq)
+            .unwrap();
+        assert_eq!(
+            brief.status,
+            BriefStatus::Failed,
+            "restart {restart}: {brief:?}"
+        );
+        assert!(
+            brief
+                .result
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("was interrupted"),
+            "{brief:?}"
+        );
+        assert_eq!(reported(&w).await, 1, "restart {restart}");
+    }
+    let told = store.pending_deliveries("vala", 0, 100).await.unwrap();
+    assert!(
+        told.iter().any(
+            |d| d.room == "self" && d.text.contains(&format!("Self run {seq} was interrupted"))
+        ),
+        "{told:#?}"
+    );
+    // The Mind goes on: the next brief runs to its end.
+    let mut run = Run {
+        r: runner(&w, mind(""), "host-a"),
+        w,
+        _dir,
+    };
+    run.r.register().await.unwrap();
+    let next = run_brief(&mut run, "What did you find?").await;
+    let done = store
+        .briefs("vala", Some(BriefStatus::Done), 10)
+        .await
+        .unwrap();
+    assert!(done.iter().any(|b| b.seq == next), "{done:#?}");
+}

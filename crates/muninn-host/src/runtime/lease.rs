@@ -152,6 +152,8 @@ impl<B: Backend> MindRunner<B> {
                 session.resume = Some(fork);
                 session.restore = true;
             }
+            // Whoever held the lease before may have died in the middle of a Self run.
+            self.check_stranded = true;
         }
         self.lease = taken;
         Ok(token)

@@ -80,6 +80,7 @@ mod retry;
 mod segment;
 mod self_run;
 mod session;
+mod stranded;
 mod takeover;
 mod tool_loop;
 pub mod tools;
@@ -201,6 +202,9 @@ pub struct MindRunner<B: Backend> {
     wakes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Steps that used `held` instead of reading the store.
     held_reads_saved: u64,
+    /// This runner may have abandoned a Self run (it is new, took a new lease, or a step
+    /// failed): the next step looks for briefs left `running` (`stranded.rs`).
+    check_stranded: bool,
 }
 
 impl<B: Backend> std::fmt::Debug for MindRunner<B> {
@@ -269,6 +273,7 @@ impl<B: Backend> MindRunner<B> {
             held: None,
             wakes,
             held_reads_saved: 0,
+            check_stranded: true,
         })
     }
 
@@ -345,6 +350,10 @@ impl<B: Backend> MindRunner<B> {
             }
         };
         self.adopt_renewed(&keeper);
+        // A failed step may have left its brief running.
+        if result.is_err() {
+            self.check_stranded = true;
+        }
         // Only a streak of Persona turns keeps what it read (`held.rs`).
         match &result {
             Ok(Step::PersonaTurn { acked_through, .. }) => self.ack_moved(*acked_through),
@@ -360,6 +369,7 @@ impl<B: Backend> MindRunner<B> {
                 self.restore(role).await?;
             }
         }
+        self.recover_stranded_briefs(token, now).await?;
         let (settings, ack) = self.settings_and_ack(token, now).await?;
         if settings.brake {
             return Ok(Step::Braked);

@@ -272,8 +272,8 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// A failed request fails the brief and breaks the session (the next brief rebuilds it).
-    /// Returns the error to give up the step with.
+    /// A failed request fails the brief, tells the Persona, and breaks the session (the next
+    /// brief rebuilds it). Returns the error to give up the step with.
     pub(super) async fn self_run_failed(
         &mut self,
         brief: &Brief,
@@ -284,6 +284,13 @@ impl<B: Backend> MindRunner<B> {
         self.selfs.mark_broken(now);
         self.selfs.collect_events();
         let message = format!("the Self session failed: {e}");
+        // The Persona hears of it (posted first: see `stranded.rs` for why the order).
+        if let Err(store) = self
+            .post_self_report(brief.seq, "failed", &message, now)
+            .await
+        {
+            return store;
+        }
         if let Err(store) = self
             .host
             .store
@@ -349,6 +356,19 @@ impl<B: Backend> MindRunner<B> {
             .store
             .finish_brief(&self.mind.id, token, brief.seq, status, result, now)
             .await?;
+        self.post_self_report(brief.seq, verb, result, now).await
+    }
+
+    /// Posts a Self run's report to the Persona as a delivery. Its source id is the brief's, so
+    /// posting it again (a retry, or a recovery after a crash between the post and the brief's
+    /// end) adds nothing.
+    pub(super) async fn post_self_report(
+        &self,
+        seq: i64,
+        verb: &str,
+        result: &str,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
         let excerpt: String = result.chars().take(RESULT_EXCERPT_CHARS).collect();
         self.host
             .store
@@ -359,8 +379,8 @@ impl<B: Backend> MindRunner<B> {
                     sender: "self".to_string(),
                     is_direct: true,
                     to_you: true,
-                    text: format!("Self run {} {verb}: {excerpt}", brief.seq),
-                    source_id: format!("self-brief-{}", brief.seq),
+                    text: format!("Self run {seq} {verb}: {excerpt}"),
+                    source_id: format!("self-brief-{seq}"),
                     received_at_ms: now,
                     context: Vec::new(),
                 },

@@ -1,0 +1,68 @@
+//! Briefs a run left `running`: a host that crashed, was killed or lost its lease in the middle
+//! of a Self run never finishes the brief, and nothing else would — the Persona would wait for a
+//! report that never comes, a silent stall. A step runs a whole brief, so at the start of a step
+//! no brief of this runner is legitimately running; whenever the runner may have abandoned one (a
+//! new lease — a restart or a takeover —, or a step that failed), the next step fails every
+//! `running` brief of the Mind, loudly, and tells the Persona.
+//!
+//! The run is not resumed: its requests and tool results up to the crash are in the ledger and
+//! the transcript exactly once, and re-running the brief would send work the Mind already paid
+//! for; the Persona decides whether to ask again. The report is posted before the brief is
+//! finished, under the brief's own source id: a crash between the two posts nothing twice, and
+//! the next recovery finishes the brief.
+
+use super::{MindRunner, RuntimeError};
+use muninn_backend::Backend;
+use muninn_store::{BriefStatus, FencingToken};
+
+/// The most stranded briefs one step recovers (a Mind runs one brief at a time, so more than
+/// one means several crashes in a row; the rest wait for the next step).
+const RECOVER_AT_MOST: i64 = 16;
+
+/// What the Persona and the brief's result say of a run its host abandoned.
+pub(super) const INTERRUPTED: &str = "was interrupted";
+
+impl<B: Backend> MindRunner<B> {
+    /// Fails the Mind's briefs left `running` by a run that was abandoned (see the module docs),
+    /// if this runner may have abandoned one since the last check.
+    pub(super) async fn recover_stranded_briefs(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        if !self.check_stranded {
+            return Ok(());
+        }
+        let running = self
+            .host
+            .store
+            .briefs(&self.mind.id, Some(BriefStatus::Running), RECOVER_AT_MOST)
+            .await?;
+        for brief in running {
+            let result = "its host stopped (a crash, a kill or a lost lease) before the run \
+                          finished; what it did until then is in the transcript and the ledger, \
+                          and it was not resumed: ask again if it is still wanted";
+            tracing::warn!(
+                mind = %self.mind.id,
+                brief = brief.seq,
+                "Self run {} {INTERRUPTED}: {result}",
+                brief.seq
+            );
+            self.post_self_report(brief.seq, INTERRUPTED, result, now)
+                .await?;
+            self.host
+                .store
+                .finish_brief(
+                    &self.mind.id,
+                    token,
+                    brief.seq,
+                    BriefStatus::Failed,
+                    &format!("{INTERRUPTED}: {result}"),
+                    now,
+                )
+                .await?;
+        }
+        self.check_stranded = false;
+        Ok(())
+    }
+}
