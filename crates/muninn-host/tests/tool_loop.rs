@@ -579,3 +579,50 @@ async fn a_run_its_host_abandoned_is_failed_and_reported_once() {
         .unwrap();
     assert!(done.iter().any(|b| b.seq == next), "{done:#?}");
 }
+
+/// A crash after a run posted its report and before it finished its brief (the report goes
+/// first, so that no crash loses it): the recovery finishes the brief and posts nothing more —
+/// the Persona keeps the one report, the run's own.
+#[tokio::test]
+async fn a_crash_between_the_report_and_the_briefs_end_reports_once() {
+    let run = setup("", "").await;
+    let store = run.w.host.store.clone();
+    let mut r = run.r;
+    r.woken();
+    r.step().await.unwrap();
+    let seq = brief(&run.w, "Survey it.").await;
+    let lease = store
+        .lease("vala")
+        .await
+        .unwrap()
+        .expect("host-a holds the lease");
+    let now = run.w.sim.now_ms();
+    let claimed = store.claim_brief("vala", lease.token, now).await.unwrap();
+    assert_eq!(claimed.map(|b| b.seq), Some(seq));
+    let report = muninn_store::NewDelivery {
+        room: "self".into(),
+        sender: "self".into(),
+        is_direct: true,
+        to_you: true,
+        text: format!("Self run {seq} finished: all surveyed"),
+        source_id: format!("self-brief-{seq}"),
+        received_at_ms: now,
+        context: Vec::new(),
+    };
+    store.post_delivery("vala", &report).await.unwrap();
+    drop(r);
+    let mut r = runner(&run.w, mind(""), "host-a");
+    r.register().await.unwrap();
+    r.woken();
+    r.step().await.unwrap();
+    let briefs = store.briefs("vala", None, 10).await.unwrap();
+    let b = briefs.iter().find(|b| b.seq == seq).unwrap();
+    assert_eq!(b.status, BriefStatus::Failed, "{b:?}");
+    let told = store.pending_deliveries("vala", 0, 100).await.unwrap();
+    let reports: Vec<_> = told
+        .iter()
+        .filter(|d| d.source_id == format!("self-brief-{seq}"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{told:#?}");
+    assert_eq!(reports[0].text, report.text);
+}
