@@ -553,7 +553,7 @@ async fn a_run_its_host_abandoned_is_failed_and_reported_once() {
                 .result
                 .as_deref()
                 .unwrap_or("")
-                .starts_with("was interrupted"),
+                .starts_with("its host stopped"),
             "{brief:?}"
         );
         assert_eq!(reported(&w).await, 1, "restart {restart}");

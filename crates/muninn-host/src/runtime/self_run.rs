@@ -54,16 +54,7 @@ impl<B: Backend> MindRunner<B> {
         let tools = match self.self_tools() {
             Ok(tools) => tools,
             Err(e) => {
-                self.host
-                    .store
-                    .finish_brief(
-                        &self.mind.id,
-                        token,
-                        brief.seq,
-                        BriefStatus::Failed,
-                        &e.to_string(),
-                        now,
-                    )
+                self.fail_brief(token, brief.seq, "failed", &e.to_string(), now)
                     .await?;
                 return Err(e);
             }
@@ -284,27 +275,11 @@ impl<B: Backend> MindRunner<B> {
         self.selfs.mark_broken(now);
         self.selfs.collect_events();
         let message = format!("the Self session failed: {e}");
-        // The Persona hears of it (posted first: see `stranded.rs` for why the order).
         if let Err(store) = self
-            .post_self_report(brief.seq, "failed", &message, now)
+            .fail_brief(token, brief.seq, "failed", &message, now)
             .await
         {
             return store;
-        }
-        if let Err(store) = self
-            .host
-            .store
-            .finish_brief(
-                &self.mind.id,
-                token,
-                brief.seq,
-                BriefStatus::Failed,
-                &message,
-                now,
-            )
-            .await
-        {
-            return store.into();
         }
         e.into()
     }

@@ -48,21 +48,29 @@ impl<B: Backend> MindRunner<B> {
                 "Self run {} {INTERRUPTED}: {result}",
                 brief.seq
             );
-            self.post_self_report(brief.seq, INTERRUPTED, result, now)
-                .await?;
-            self.host
-                .store
-                .finish_brief(
-                    &self.mind.id,
-                    token,
-                    brief.seq,
-                    BriefStatus::Failed,
-                    &format!("{INTERRUPTED}: {result}"),
-                    now,
-                )
+            self.fail_brief(token, brief.seq, INTERRUPTED, result, now)
                 .await?;
         }
         self.check_stranded = false;
+        Ok(())
+    }
+
+    /// Fails a running brief with `result` and tells the Persona (`Self run N {verb}: …`). The
+    /// report goes first: a crash between the two leaves the brief running for the recovery
+    /// above, which posts nothing twice; the other order would lose the report for good.
+    pub(super) async fn fail_brief(
+        &self,
+        token: FencingToken,
+        seq: i64,
+        verb: &str,
+        result: &str,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        self.post_self_report(seq, verb, result, now).await?;
+        self.host
+            .store
+            .finish_brief(&self.mind.id, token, seq, BriefStatus::Failed, result, now)
+            .await?;
         Ok(())
     }
 }
