@@ -8,7 +8,8 @@ use muninn_core::ledger::{RowKind, SegmentStart};
 use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::price::{ModelPrice, PriceTable};
 use muninn_core::replay::{
-    Assumptions, Plan, ReplayConfig, RunTotals, StepKind, replay_trace_learning, replay_traces,
+    Assumptions, Plan, ReplayConfig, RunTotals, Step, StepKind, replay_trace_learning,
+    replay_traces,
 };
 use muninn_core::session::{Accounting, Params};
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
@@ -266,6 +267,50 @@ fn an_overlapping_session_does_not_learn_from_the_future() {
     assert_eq!(runs[1].refreshes, 1, "b learned from a's future");
 }
 
+/// The default policy's replay of `t`, step by step, learning from a fresh state: its totals,
+/// its steps and what it learned.
+pub(crate) fn default_steps(
+    t: &Trace,
+    a: &Assumptions,
+    price: &ModelPrice,
+) -> (RunTotals, Vec<Step>, Learned) {
+    let config = ReplayConfig {
+        price,
+        assumptions: a,
+        rules: &CacheRules::default(),
+    };
+    let mut steps = Vec::new();
+    let mut learned = Learned::default();
+    let run = replay_trace_learning(
+        t,
+        Plan::Online(Policy::SkiRental),
+        &config,
+        &mut learned,
+        &mut |s| steps.push(*s),
+    );
+    (run, steps, learned)
+}
+
+/// The ledger's kind of row for a replayed step.
+pub(crate) fn row_kind(kind: StepKind) -> RowKind {
+    match kind {
+        StepKind::Request => RowKind::Request,
+        StepKind::Ping => RowKind::Ping,
+        StepKind::Flush => RowKind::Flush,
+    }
+}
+
+/// The segment start a replayed refresh's row records (the test traces' head, rehydrated).
+pub(crate) fn segment_start(a: &Assumptions) -> SegmentStart {
+    SegmentStart {
+        head: HEAD,
+        rehydration: HEAD + a.rehydrate_tokens,
+        forced: None,
+        head_digest: None,
+        system_digest: None,
+    }
+}
+
 /// The host teaches its accounting through ledger rows ([`Accounting::record`], also how it
 /// rebuilds a Mind's accounting after a restart): fed the replay's own steps as rows, it learns
 /// exactly what the replay engine learned — including which refreshes were chosen, which it
@@ -276,20 +321,7 @@ fn ledger_rows_teach_what_the_replay_learned() {
     let t = session("h", 0, &gaps, 6_000);
     let price = price();
     let a = assumptions();
-    let config = ReplayConfig {
-        price: &price,
-        assumptions: &a,
-        rules: &CacheRules::default(),
-    };
-    let mut steps = Vec::new();
-    let mut learned = Learned::default();
-    let run = replay_trace_learning(
-        &t,
-        Plan::Online(Policy::SkiRental),
-        &config,
-        &mut learned,
-        &mut |s| steps.push(*s),
-    );
+    let (run, steps, learned) = default_steps(&t, &a, &price);
     assert!(run.refreshes >= 2 && run.pings >= 2, "{run:?}");
     assert!(
         learned.refreshes.count >= 2 && learned.pings.count >= 2,
@@ -308,19 +340,8 @@ fn ledger_rows_teach_what_the_replay_learned() {
         lifetime_ms: None,
     });
     for s in &steps {
-        let kind = match s.kind {
-            StepKind::Request => RowKind::Request,
-            StepKind::Ping => RowKind::Ping,
-            StepKind::Flush => RowKind::Flush,
-        };
-        let start = s.refreshed.then_some(SegmentStart {
-            head: HEAD,
-            rehydration: HEAD + a.rehydrate_tokens,
-            forced: None,
-            head_digest: None,
-            system_digest: None,
-        });
-        acc.record(kind, s.at_ms, &s.usage, s.cost, start.as_ref());
+        let start = s.refreshed.then(|| segment_start(&a));
+        acc.record(row_kind(s.kind), s.at_ms, &s.usage, s.cost, start.as_ref());
     }
     // The replay ended the session with the trace: its last segment is finished.
     acc.end_session();

@@ -493,35 +493,17 @@ fn the_accounting_keeps_the_latest_tool_uses() {
 /// replay's did.
 #[test]
 fn ledger_rows_clear_what_the_replay_cleared() {
-    use muninn_core::learn::Learned;
-    use muninn_core::ledger::{Decided, RowKind, SegmentStart};
-    use muninn_core::replay::{StepKind, replay_trace_learning};
+    use crate::learn::{default_steps, row_kind, segment_start};
+    use muninn_core::ledger::{Decided, RowKind};
     let t = tool_loop(120, 6_000, 5_000);
     let price = price();
     let a = assumptions();
-    let config = ReplayConfig {
-        price: &price,
-        assumptions: &a,
-        rules: &CacheRules::default(),
-    };
-    let mut steps = Vec::new();
-    let mut learned = Learned::default();
-    replay_trace_learning(
-        &t,
-        Plan::Online(Policy::SkiRental),
-        &config,
-        &mut learned,
-        &mut |s| steps.push(*s),
-    );
+    let (_, steps, learned) = default_steps(&t, &a, &price);
     let ttl = Ttl::FiveMinutes;
     let mut acc = accounting();
     let mut masks = 0;
     for s in &steps {
-        let kind = match s.kind {
-            StepKind::Request => RowKind::Request,
-            StepKind::Ping => RowKind::Ping,
-            StepKind::Flush => RowKind::Flush,
-        };
+        let kind = row_kind(s.kind);
         if let Some(mask) = s.mask {
             let view = acc.view();
             assert_eq!(
@@ -537,13 +519,7 @@ fn ledger_rows_clear_what_the_replay_cleared() {
             event: None,
             action: s.mask.map(|_| Action::Mask),
             reason: None,
-            segment: s.refreshed.then_some(SegmentStart {
-                head: HEAD,
-                rehydration: HEAD + a.rehydrate_tokens,
-                forced: None,
-                head_digest: None,
-                system_digest: None,
-            }),
+            segment: s.refreshed.then(|| segment_start(&a)),
             lost_at_ms: None,
             policy: "ski-rental".into(),
             ttl,

@@ -482,14 +482,7 @@ async fn a_tool_result_clear_is_priced_as_the_simulator_bills_it() {
     let (read, _) = apply_edits(&sent).unwrap();
     let cleared = shape(&serde_json::to_value(&read).unwrap()).unwrap();
     assert_eq!(*kept, kept_tokens(&uncleared, &cleared));
-    // The longest prefix an earlier request cached that ends at or before the clear.
-    let cached_before_clear = records[..first]
-        .iter()
-        .flat_map(|r| shape(&r.body).unwrap().checkpoints)
-        .filter(|c| c.breakpoint.is_some() && c.tokens <= *kept)
-        .map(|c| c.tokens)
-        .max()
-        .unwrap_or(0);
+    let cached_before_clear = cached_up_to(&records[..first], *kept);
     let masked = MaskedRequest {
         uncleared_tokens: uncleared.total_tokens,
         kept_tokens: *kept,
@@ -560,13 +553,7 @@ async fn a_decided_clear_is_one_turn_and_the_session_goes_on_cleared() {
     let at = records.len() - 1;
     let billed = records[at].usage.unwrap();
     assert_eq!(masked.usage, billed);
-    let cached_before_clear = records[..at]
-        .iter()
-        .flat_map(|r| shape(&r.body).unwrap().checkpoints)
-        .filter(|c| c.breakpoint.is_some() && c.tokens <= *kept)
-        .map(|c| c.tokens)
-        .max()
-        .unwrap_or(0);
+    let cached_before_clear = cached_up_to(&records[..at], *kept);
     let request = MaskedRequest {
         uncleared_tokens: shape(&records[at].body).unwrap().total_tokens,
         kept_tokens: *kept,
@@ -597,4 +584,16 @@ async fn a_decided_clear_is_one_turn_and_the_session_goes_on_cleared() {
         masked.usage.cache_read + masked.usage.written(),
         "the next turn reads everything the clear wrote"
     );
+}
+
+/// The longest prefix the `earlier` requests cached (at a breakpoint) that ends at or before
+/// `kept` tokens: what a clear that keeps `kept` tokens can still read.
+fn cached_up_to(earlier: &[muninn_sim::sim::RecordedRequest], kept: u64) -> u64 {
+    earlier
+        .iter()
+        .flat_map(|r| shape(&r.body).unwrap().checkpoints)
+        .filter(|c| c.breakpoint.is_some() && c.tokens <= kept)
+        .map(|c| c.tokens)
+        .max()
+        .unwrap_or(0)
 }
