@@ -211,3 +211,20 @@ impl SessionView {
         each * self.remaining_requests as i128 - extra
     }
 }
+
+/// How many of the newest tool-result chunks a clear keeps, given each chunk's uses newest
+/// first: chunks are kept until `keep` uses are (each chunk counts as at least one use). The
+/// accounting and the optimum both clear by this rule, so that the plan clears what the engine
+/// then clears.
+pub(crate) fn kept_newest(uses_newest_first: impl Iterator<Item = u32>, keep: u32) -> usize {
+    let mut kept_uses = 0u32;
+    let mut kept = 0;
+    for uses in uses_newest_first {
+        if kept_uses >= keep {
+            break;
+        }
+        kept_uses = kept_uses.saturating_add(uses.max(1));
+        kept += 1;
+    }
+    kept
+}

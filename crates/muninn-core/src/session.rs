@@ -306,15 +306,9 @@ impl Accounting {
     /// How many of the oldest tool-result chunks a clear would remove now (all but those of the
     /// latest `mask_keep_tool_uses` uses), and their tokens.
     fn clearable(&self) -> (usize, Tokens) {
-        let mut kept_uses = 0u32;
-        let mut keep_from = self.tool_chunks.len();
-        for (i, chunk) in self.tool_chunks.iter().enumerate().rev() {
-            if kept_uses >= self.params.bounds.mask_keep_tool_uses {
-                break;
-            }
-            kept_uses = kept_uses.saturating_add(chunk.uses.max(1));
-            keep_from = i;
-        }
+        let uses = self.tool_chunks.iter().rev().map(|c| c.uses);
+        let kept = crate::mask::kept_newest(uses, self.params.bounds.mask_keep_tool_uses);
+        let keep_from = self.tool_chunks.len() - kept;
         let tokens = self.tool_chunks[..keep_from].iter().map(|c| c.tokens).sum();
         (keep_from, tokens)
     }
@@ -384,6 +378,11 @@ impl Accounting {
     /// Requests sent in the current segment.
     pub fn segment_requests(&self) -> u32 {
         self.segment_requests
+    }
+
+    /// Tool-result tokens the current segment's clears removed.
+    pub fn segment_cleared(&self) -> Tokens {
+        self.segment_cleared
     }
 
     /// When the last request was sent.

@@ -83,9 +83,7 @@ impl Model<'_> {
         for j in 1..=n {
             self.tools[j] = self.tools[j - 1] + turns[j - 1].tools.tokens as i128;
         }
-        self.can_mask = config.assumptions.mask
-            && config.price.provider.capabilities().mask
-            && self.tools[n] > 0;
+        self.can_mask = config.assumptions.capabilities(config.price).mask && self.tools[n] > 0;
         if !self.can_mask {
             return self;
         }
@@ -94,15 +92,13 @@ impl Model<'_> {
         self.clear_to = vec![0; n + 1];
         let mut with_tools: Vec<usize> = Vec::new();
         for q in 1..=n {
-            let mut kept = 0u32;
-            let mut keep_from = q;
-            for &i in with_tools.iter().rev() {
-                if kept >= keep {
-                    break;
-                }
-                kept = kept.saturating_add(turns[i - 1].tools.uses.max(1));
-                keep_from = i;
-            }
+            let uses = with_tools.iter().rev().map(|&i| turns[i - 1].tools.uses);
+            let kept = crate::mask::kept_newest(uses, keep);
+            let keep_from = if kept == 0 {
+                q
+            } else {
+                with_tools[with_tools.len() - kept]
+            };
             self.clear_to[q] = self.tools[keep_from - 1];
             if turns[q - 1].tools.tokens > 0 {
                 with_tools.push(q);

@@ -1,7 +1,7 @@
 //! The assumptions a counterfactual replay rests on, each with its documented default.
 
 use crate::cache::Ttl;
-use crate::decide::Bounds;
+use crate::decide::{Bounds, Capabilities};
 use crate::money::Tokens;
 use crate::price::ModelPrice;
 use serde::{Deserialize, Serialize};
@@ -84,6 +84,17 @@ impl Assumptions {
     /// The TTL of the head's breakpoint in a session written at `ttl`: never shorter than `ttl`.
     pub fn head_ttl_for(&self, ttl: Ttl) -> Ttl {
         self.head_ttl.map_or(ttl, |h| h.max(ttl))
+    }
+
+    /// What the decider may do on the model priced by `price`: its provider's capabilities, and
+    /// no clears where these assumptions turn them off (`--no-mask`). The engine and the optimum
+    /// both take them from here.
+    pub fn capabilities(&self, price: &ModelPrice) -> Capabilities {
+        let can = price.provider.capabilities();
+        Capabilities {
+            mask: self.mask && can.mask,
+            ..can
+        }
     }
 
     /// The decider's bounds for a trace of `head` tokens on the model priced by `price`, the

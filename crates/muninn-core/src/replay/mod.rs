@@ -38,9 +38,7 @@
 use crate::cache::{
     CacheRules, CacheState, Checkpoint, Fingerprint, Prediction, Prompt, Ttl, extend, hash_bytes,
 };
-use crate::decide::{
-    Action, Capabilities, Decision, Event, Policy, Rates, Reason, SessionView, decide,
-};
+use crate::decide::{Action, Decision, Event, Policy, Rates, Reason, SessionView, decide};
 use crate::learn::Learned;
 use crate::ledger::MissCause;
 use crate::money::{MicroUsd, Tokens};
@@ -395,8 +393,6 @@ struct Engine<'a> {
     segment_base: Tokens,
     segment_start_len: Tokens,
     segment_blocks: u32,
-    /// Tool-result tokens the current segment's clears removed.
-    segment_cleared: Tokens,
     // Where the last request's cached prefix ends: its tokens, fingerprint and block (0: the
     // prefix is the head).
     end_tokens: Tokens,
@@ -422,10 +418,7 @@ impl<'a> Engine<'a> {
             bounds: a.bounds(head, config.price),
             min_cacheable: config.price.min_cacheable,
             decide_before_expiry_ms: a.decide_before_expiry_ms,
-            can: Capabilities {
-                mask: a.mask && config.price.provider.capabilities().mask,
-                ..config.price.provider.capabilities()
-            },
+            can: a.capabilities(config.price),
             lifetime_ms: config.rules.lifetime_ms,
         };
         Engine {
@@ -444,7 +437,6 @@ impl<'a> Engine<'a> {
             segment_base: head,
             segment_start_len: 0,
             segment_blocks: 1,
-            segment_cleared: 0,
             end_tokens: 0,
             end_fp: 0,
             end_block: 0,
@@ -607,11 +599,9 @@ impl<'a> Engine<'a> {
             .cache
             .expiry(self.model, self.head_fp)
             .is_some_and(|t| t > now);
-        let uncleared = self.segment_base + (length + turn.delta - self.segment_start_len)
-            - self.segment_cleared;
+        let uncleared = self.prompt_tokens(length + turn.delta);
         let kept = view.clear_from_tokens;
         let cleared = self.acc.masked();
-        self.segment_cleared += cleared;
         crate::mask::MaskedRequest {
             uncleared_tokens: uncleared,
             kept_tokens: kept,
@@ -689,13 +679,19 @@ impl<'a> Engine<'a> {
         self.segment_base = self.head + self.acc.params().bounds.rehydrate_tokens;
         self.segment_start_len = length;
         self.segment_blocks = 2;
-        self.segment_cleared = 0;
         let cause = if reason == Reason::Ceiling {
             SegmentCause::Forced
         } else {
             SegmentCause::Chosen
         };
         self.acc.begin_segment(self.head, cause);
+    }
+
+    /// The prompt of a request in the current segment when the conversation is `length` tokens
+    /// long: the segment's base, what the conversation added since it began, less what its
+    /// clears removed (the accounting counts those).
+    fn prompt_tokens(&self, length: Tokens) -> Tokens {
+        self.segment_base + (length - self.segment_start_len) - self.acc.segment_cleared()
     }
 
     /// Sends the turn's request (the conversation now `length` tokens long), prices it on the
@@ -709,8 +705,7 @@ impl<'a> Engine<'a> {
     ) {
         let (index, now) = (arrived.index, turn.at_ms);
         let masked = arrived.mask.is_some();
-        let prompt_tokens =
-            self.segment_base + (length - self.segment_start_len) - self.segment_cleared;
+        let prompt_tokens = self.prompt_tokens(length);
         // A cleared prompt carries its breakpoint on its last block, as the host sends it.
         let cached = prompt_tokens - if masked { 0 } else { turn.uncached };
         let block = self.segment_blocks + turn.blocks;
