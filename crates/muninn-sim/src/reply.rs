@@ -140,15 +140,14 @@ fn tool_rounds(text: &str) -> Option<usize> {
     rest[..rest.find(']')?].trim().parse().ok()
 }
 
-/// The next call of a `[sim: tool rounds N]` loop, if the loop is still running: the tool the
-/// previous assistant message called, when fewer than N assistant messages since the opening
-/// text called a tool.
-fn next_loop_call(request: &MessagesRequest) -> Option<(String, Value)> {
+/// A tool loop so far: the text of its opening user message (the last with text) and, for each
+/// assistant message since then that called a tool, the first tool it called.
+fn loop_so_far(request: &MessagesRequest) -> Option<(String, Vec<&str>)> {
     let opener = request.messages.iter().rposition(|m| {
         m.role == Role::User && texts_of(&m.content).0.iter().any(|t| !t.trim().is_empty())
     })?;
-    let rounds = tool_rounds(&texts_of(&request.messages[opener].content).0.join("\n"))?;
-    let calls: Vec<&str> = request.messages[opener..]
+    let text = texts_of(&request.messages[opener].content).0.join("\n");
+    let calls = request.messages[opener..]
         .iter()
         .filter(|m| m.role == Role::Assistant)
         .filter_map(|m| match &m.content {
@@ -159,6 +158,15 @@ fn next_loop_call(request: &MessagesRequest) -> Option<(String, Value)> {
             Content::Text(_) => None,
         })
         .collect();
+    Some((text, calls))
+}
+
+/// The next call of a `[sim: tool rounds N]` loop, if the loop is still running: the tool the
+/// previous assistant message called, when fewer than N assistant messages since the opening
+/// text called a tool.
+fn next_loop_call(request: &MessagesRequest) -> Option<(String, Value)> {
+    let (text, calls) = loop_so_far(request)?;
+    let rounds = tool_rounds(&text)?;
     let last = *calls.last()?;
     if calls.len() >= rounds {
         return None;
@@ -195,29 +203,10 @@ fn tool_script(text: &str) -> Option<Vec<(String, Value)>> {
 /// k counts the assistant messages since the opening text that called a tool. Only the opening
 /// text itself, or a message of tool results alone, continues the script.
 fn next_scripted_call(request: &MessagesRequest) -> Option<(String, Value)> {
-    let last = request
-        .messages
-        .iter()
-        .rposition(|m| m.role == Role::User)?;
-    let opener = request.messages.iter().rposition(|m| {
-        m.role == Role::User && texts_of(&m.content).0.iter().any(|t| !t.trim().is_empty())
-    })?;
-    let (texts, _) = texts_of(&request.messages[last].content);
-    if last != opener && texts.iter().any(|t| !t.trim().is_empty()) {
-        return None;
-    }
-    let script = tool_script(&texts_of(&request.messages[opener].content).0.join("\n"))?;
-    let called = request.messages[opener..]
-        .iter()
-        .filter(|m| m.role == Role::Assistant)
-        .filter(|m| match &m.content {
-            Content::Blocks(blocks) => blocks
-                .iter()
-                .any(|b| matches!(b, ContentBlock::ToolUse { .. })),
-            Content::Text(_) => false,
-        })
-        .count();
-    let (name, input) = script.into_iter().nth(called)?;
+    // The opener is the last user message with text, so any later user message holds tool
+    // results alone: the script goes on.
+    let (text, calls) = loop_so_far(request)?;
+    let (name, input) = tool_script(&text)?.into_iter().nth(calls.len())?;
     request
         .tools
         .iter()

@@ -84,17 +84,13 @@ where
         match sqlx::raw_sql("COMMIT").execute(&mut *self).await {
             Ok(_) => {
                 self.ended = true;
-                match self.hook.clone() {
-                    Some(hook) => {
-                        // Back to the pool first: the next writer need not wait for our fsync.
-                        drop(self.conn.take());
-                        drop(self.turn.take());
-                        hook.after_commit().await
-                    }
-                    None => {
-                        drop(self.turn.take());
-                        Ok(())
-                    }
+                // Back to the pool first, and the writers' turn given up: the next writer need
+                // not wait for our fsync.
+                drop(self.conn.take());
+                drop(self.turn.take());
+                match &self.hook {
+                    Some(hook) => hook.after_commit().await,
+                    None => Ok(()),
                 }
             }
             Err(e) => {

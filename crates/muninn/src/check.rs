@@ -4,8 +4,6 @@
 
 use crate::InputArgs;
 use crate::output::outln;
-use anyhow::Context;
-use muninn_core::price::PriceTable;
 use muninn_core::split::Part;
 use muninn_core::validate::{
     Aggregate, CauseFigures, Figures, Side, ValidateOptions, ValidationReport, validate,
@@ -47,14 +45,7 @@ pub struct CheckArgs {
 
 pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     let import = args.input.import()?;
-    let prices = match &args.prices {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            PriceTable::parse(&text, &path.display().to_string())?
-        }
-        None => PriceTable::embedded(),
-    };
+    let prices = crate::replay::load_prices(args.prices.as_deref())?;
     let options = ValidateOptions {
         share_tools_head: !args.no_shared_head,
         prices,

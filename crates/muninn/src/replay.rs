@@ -216,7 +216,9 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
 type Priced<'a> = (&'a Trace, &'a muninn_core::price::ModelPrice);
 
 /// The price table: the file given, else the embedded one.
-fn load_prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceTable> {
+/// The price table in `path` (TOML), else the embedded one. Every command that takes
+/// `--prices` (or `prices =`) reads it through here.
+pub(crate) fn load_prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceTable> {
     Ok(match path {
         Some(path) => {
             let text = std::fs::read_to_string(path)

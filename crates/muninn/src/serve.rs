@@ -244,14 +244,7 @@ fn write_host_file(
 
 /// The price table (`prices`, else the embedded one), checked to price every Mind's model.
 fn prices(config: &Config) -> anyhow::Result<PriceTable> {
-    let prices = match &config.prices {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            PriceTable::parse(&text, &path.display().to_string())?
-        }
-        None => PriceTable::embedded(),
-    };
+    let prices = crate::replay::load_prices(config.prices.as_deref())?;
     for mind in &config.minds {
         prices
             .model(&mind.model)

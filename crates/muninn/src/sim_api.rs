@@ -28,14 +28,7 @@ pub struct SimApiArgs {
 
 /// Runs the server on a multi-threaded runtime.
 pub fn run(args: SimApiArgs) -> anyhow::Result<()> {
-    let prices = match &args.prices {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            muninn_core::price::PriceTable::parse(&text, &path.display().to_string())?
-        }
-        None => muninn_core::price::PriceTable::embedded(),
-    };
+    let prices = crate::replay::load_prices(args.prices.as_deref())?;
     let config = muninn_sim::sim::SimConfig {
         frozen_at_ms: args.frozen_clock_ms,
         api_key: args.api_key,

@@ -4,10 +4,12 @@
 
 use super::*;
 
-/// The prompt the provider reads of `request` — after its context edits — mapped for the cache
-/// model, and, when an edit cleared something, the tokens it left as they were (the prompt is
-/// rewritten from there on).
-fn as_read(request: &MessagesRequest) -> Result<(PromptShape, Option<Tokens>), BackendError> {
+/// `request` as the provider reads it — after its context edits —, that prompt mapped for the
+/// cache model, and, when an edit cleared something, the tokens it left as they were (the prompt
+/// is rewritten from there on).
+fn as_read(
+    request: &MessagesRequest,
+) -> Result<(MessagesRequest, PromptShape, Option<Tokens>), BackendError> {
     let invalid = |e: String| BackendError::Invalid(e);
     let shape_of = |r: &MessagesRequest| {
         serde_json::to_value(r)
@@ -21,7 +23,7 @@ fn as_read(request: &MessagesRequest) -> Result<(PromptShape, Option<Tokens>), B
     } else {
         Some(kept_tokens(&shape_of(request)?, &shaped))
     };
-    Ok((shaped, kept))
+    Ok((read, shaped, kept))
 }
 
 /// What a reply says, read from its blocks.
@@ -92,7 +94,9 @@ impl<T: Transport> AnthropicBackend<T> {
         request.diagnostics = Some(DiagnosticsRequest {
             previous_message_id: self.last_turn.as_ref().map(|(id, _)| id.clone()),
         });
-        let (shaped, kept) = as_read(&request)?;
+        let (read, shaped, kept) = as_read(&request)?;
+        // A clear's history goes on from the messages as the provider read them.
+        let cleared_messages = (commit == Commit::Cleared).then_some(read.messages);
         let now = self.clock.now_ms();
         let prediction = self
             .mirror
@@ -170,14 +174,7 @@ impl<T: Transport> AnthropicBackend<T> {
             .filter(|c| c.breakpoint.is_some())
             .map(|c| c.tokens)
             .collect();
-        let sent = if commit == Commit::Cleared {
-            apply_edits(&request)
-                .map_err(|e| BackendError::Invalid(e.to_string()))?
-                .0
-                .messages
-        } else {
-            request.messages
-        };
+        let sent = cleared_messages.unwrap_or(request.messages);
         self.commit(commit, sent, &response, pending_ack, shaped)?;
         Ok(TurnOutcome {
             text,

@@ -322,26 +322,22 @@ impl<B: Backend> MindRunner<B> {
             after = page.last().map(|e| e.id).or(after);
             for entry in page.iter().filter(|e| e.row.role == role.as_str()) {
                 let row = &entry.row;
-                let (kind, start) = match &row.decided {
-                    Some(d) => {
-                        acc.set_params(muninn_core::closed_loop::params_of(d, &self.price));
-                        segment = Some(row.segment);
-                        acc.record_decided(d, row.at_ms, &row.usage, row.cost);
-                        continue;
-                    }
-                    None => {
-                        // Before decision records: the segment's first row says its size.
-                        let new = segment != Some(row.segment);
-                        let start = new.then_some(SegmentStart {
-                            head: acc.head_tokens(),
-                            rehydration: row.rehydration_tokens.max(acc.head_tokens()),
-                            forced: None,
-                            head_digest: None,
-                            system_digest: None,
-                        });
-                        (RowKind::of_decision(&row.decision), start)
-                    }
-                };
+                if let Some(d) = &row.decided {
+                    acc.set_params(muninn_core::closed_loop::params_of(d, &self.price));
+                    segment = Some(row.segment);
+                    acc.record_decided(d, row.at_ms, &row.usage, row.cost);
+                    continue;
+                }
+                // Before decision records: the segment's first row says its size.
+                let new = segment != Some(row.segment);
+                let start = new.then_some(SegmentStart {
+                    head: acc.head_tokens(),
+                    rehydration: row.rehydration_tokens.max(acc.head_tokens()),
+                    forced: None,
+                    head_digest: None,
+                    system_digest: None,
+                });
+                let kind = RowKind::of_decision(&row.decision);
                 segment = Some(row.segment);
                 acc.record(kind, row.at_ms, &row.usage, row.cost, start.as_ref());
             }

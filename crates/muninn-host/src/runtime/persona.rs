@@ -119,6 +119,11 @@ impl Plan {
         self.decision.is_none_or(|d| d.action == Action::Refresh)
     }
 
+    /// Whether the decider masked the turn: it is sent with the provider's tool-result clear.
+    pub(super) fn masks(&self) -> bool {
+        self.decision.is_some_and(|d| d.action == Action::Mask)
+    }
+
     /// The ledger's text for the decision.
     pub(super) fn label(&self) -> String {
         match (&self.decision, self.forced) {
@@ -333,14 +338,7 @@ impl<B: Backend> MindRunner<B> {
         text: String,
         now: i64,
     ) -> Result<Answer, RuntimeError> {
-        let input = TurnInput::text(text);
-        let sent = if plan.decision.is_some_and(|d| d.action == Action::Mask) {
-            // The decider's mask: this turn clears the old tool results.
-            let keep = self.persona.acc.params().bounds.mask_keep_tool_uses;
-            self.persona.backend.turn_cleared(input, keep).await
-        } else {
-            self.persona.backend.turn(input).await
-        };
+        let sent = self.persona.send(plan, TurnInput::text(text)).await;
         let outcome = match sent {
             Ok(o) => o,
             Err(e) => {

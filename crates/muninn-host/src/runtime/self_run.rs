@@ -327,15 +327,8 @@ impl<B: Backend> MindRunner<B> {
                 (BriefStatus::Failed, "was cut off at the context ceiling")
             }
         };
-        // The report first: a crash between the two leaves the brief running, and the recovery
-        // (`stranded.rs`) finishes it without a second report; the other order would lose the
-        // report for good (a finished brief is never looked at again).
-        self.post_self_report(brief.seq, verb, result, now).await?;
-        self.host
-            .store
-            .finish_brief(&self.mind.id, token, brief.seq, status, result, now)
-            .await?;
-        Ok(())
+        self.report_and_finish(token, brief.seq, status, verb, result, now)
+            .await
     }
 
     /// Posts a Self run's report to the Persona as a delivery. Its source id is the brief's, so

@@ -1,7 +1,8 @@
 //! One role's live session: its backend, its renderer and segment, its accounting, and what
 //! its provider session is bound over.
 
-use muninn_backend::{Backend, SessionEvent};
+use super::persona::Plan;
+use muninn_backend::{Backend, BackendError, SessionEvent, TurnInput, TurnOutcome};
 use muninn_core::ledger::{LedgerRow, SegmentStart};
 use muninn_core::render::Renderer;
 use muninn_core::session::{Accounting, Params};
@@ -83,6 +84,23 @@ pub(super) struct Flushed {
     /// The flush protocol ended the run: the next brief must start from it. Otherwise the
     /// decider flushed while idle and decides at the next brief whether to use it.
     pub(super) forced: bool,
+}
+
+impl<B: Backend> Session<B> {
+    /// Sends one turn as the decider planned it: through [`Backend::turn_cleared`] (keeping the
+    /// latest uses the accounting keeps) when it masked, else as a plain turn.
+    pub(super) async fn send(
+        &mut self,
+        plan: &Plan,
+        input: TurnInput,
+    ) -> Result<TurnOutcome, BackendError> {
+        if plan.masks() {
+            let keep = self.acc.params().bounds.mask_keep_tool_uses;
+            self.backend.turn_cleared(input, keep).await
+        } else {
+            self.backend.turn(input).await
+        }
+    }
 }
 
 impl<B> Session<B> {

@@ -55,9 +55,7 @@ impl<B: Backend> MindRunner<B> {
         Ok(())
     }
 
-    /// Fails a running brief with `result` and tells the Persona (`Self run N {verb}: …`). The
-    /// report goes first: a crash between the two leaves the brief running for the recovery
-    /// above, which posts nothing twice; the other order would lose the report for good.
+    /// Fails a running brief with `result` and tells the Persona (`Self run N {verb}: …`).
     pub(super) async fn fail_brief(
         &self,
         token: FencingToken,
@@ -66,10 +64,27 @@ impl<B: Backend> MindRunner<B> {
         result: &str,
         now: i64,
     ) -> Result<(), RuntimeError> {
+        self.report_and_finish(token, seq, BriefStatus::Failed, verb, result, now)
+            .await
+    }
+
+    /// Ends a running brief as `status` with `result`, and tells the Persona (`Self run N
+    /// {verb}: …`). The report goes first: a crash between the two leaves the brief running for
+    /// the recovery above, which posts nothing twice; the other order would lose the report for
+    /// good (a finished brief is never looked at again).
+    pub(super) async fn report_and_finish(
+        &self,
+        token: FencingToken,
+        seq: i64,
+        status: BriefStatus,
+        verb: &str,
+        result: &str,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
         self.post_self_report(seq, verb, result, now).await?;
         self.host
             .store
-            .finish_brief(&self.mind.id, token, seq, BriefStatus::Failed, result, now)
+            .finish_brief(&self.mind.id, token, seq, status, result, now)
             .await?;
         Ok(())
     }

@@ -32,7 +32,6 @@ use super::{MindRunner, RuntimeError};
 use muninn_backend::{
     Backend, BackendError, FlushStage, InputPart, RunOutcome, ToolCall, TurnInput, TurnOutcome,
 };
-use muninn_core::decide::Action;
 use muninn_core::ledger::{LedgerRow, RowKind};
 use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::tokenize::count;
@@ -266,16 +265,9 @@ impl<B: Backend> MindRunner<B> {
         Ok(())
     }
 
-    /// Sends one request of the loop: through [`Backend::turn_cleared`] when the decider
-    /// masked it.
+    /// Sends one request of the loop (a clear when the decider masked it).
     async fn send_self(&mut self, next: &Next) -> Result<TurnOutcome, BackendError> {
-        let input = next.input.clone();
-        if next.plan.decision.is_some_and(|d| d.action == Action::Mask) {
-            let keep = self.selfs.acc.params().bounds.mask_keep_tool_uses;
-            self.selfs.backend.turn_cleared(input, keep).await
-        } else {
-            self.selfs.backend.turn(input).await
-        }
+        self.selfs.send(&next.plan, next.input.clone()).await
     }
 
     /// The request that answers `outcome`'s calls with `results`: the decider asked at a
@@ -359,21 +351,19 @@ impl<B: Backend> MindRunner<B> {
     /// The most the loop's next request can cost: a clear's rewrite when it masks, else an
     /// append ([`MindRunner::worst_case`]).
     fn next_worst_case(&self, plan: &Plan, now: i64) -> MicroUsd {
-        match plan.decision {
-            Some(d) if d.action == Action::Mask => {
-                let view = self.selfs.acc.view();
-                let delta = match plan.event {
-                    muninn_core::decide::Event::Arrival { delta, .. } => delta,
-                    _ => 0,
-                };
-                let append = self.worst_case(Role::SelfRole, plan, now);
-                append.max(
-                    view.mask_cost(delta, now)
-                        + MicroUsd::of(self.mind.max_output_tokens, view.rates.output),
-                )
-            }
-            _ => self.worst_case(Role::SelfRole, plan, now),
+        let append = self.worst_case(Role::SelfRole, plan, now);
+        if !plan.masks() {
+            return append;
         }
+        let view = self.selfs.acc.view();
+        let delta = match plan.event {
+            muninn_core::decide::Event::Arrival { delta, .. } => delta,
+            _ => 0,
+        };
+        append.max(
+            view.mask_cost(delta, now)
+                + MicroUsd::of(self.mind.max_output_tokens, view.rates.output),
+        )
     }
 
     /// The renderer takes the exchange as the provider's session holds it (for a reseed).
