@@ -9,7 +9,8 @@
 #
 # Files of 4 MiB and more are left out: the snapshots these figures were measured on lack them
 # (11 of hannibal8856/claude_backup's 62 session files, 5 of LAF-US/IDAHO-VAULT's 124, 13 of
-# awesumsawz/dotfiles-universal's 72).
+# awesumsawz/dotfiles-universal's 72; of the fresh group, 10 of pshung/personal_git's 959, 30 of
+# onehandcode-source/claude-config's 705 and 22 of kimjindol2025/home-projects' 515).
 set -euo pipefail
 out="${1:?usage: fetch-unseen.sh OUT}"
 mkdir -p "$out"
@@ -184,6 +185,22 @@ e2f3258fb735f2f2523dd7fe3b8feaca1a0c597f 2025/12/15/rollout-2025-12-15T14-40-50-
 301aad6ef617aa7cfff20e14e94f5970327018bb 2025/12/15/rollout-2025-12-15T15-11-10-019b2259-d29c-7560-9b71-ec4771f1a50a.jsonl
 EOF
 
+# ---- fresh, found 2026-12-01, held out: nobody tunes on these ----
+# More users' committed ~/.claude/projects (README "Fresh held-out users"), found while another
+# engineer tuned the Claude Code cache model on the five users above, to check those rules once
+# afterwards. Only their import and a baseline of the build of then were run on them; no rule or
+# constant may be chosen on them.
+tree pshung/personal_git a8cbef1d282193633e7209e1fc6782cdbe5df19f .claude/projects \
+    "$out/claude-code-fresh/personal-git"
+tree onehandcode-source/claude-config 724d877b18e9551e3e1949ee3212e95622a577ae .claude/projects \
+    "$out/claude-code-fresh/claude-config"
+tree deder01/config_files 20624dfb9e17592bb2aa2bcbe4d7e484aa334fe5 .claude/projects \
+    "$out/claude-code-fresh/config-files"
+tree kimjindol2025/home-projects 5802836097db315206228a5cabb7910447bdb3f9 .claude/projects \
+    "$out/claude-code-fresh/home-projects"
+tree bradymholt/dotfiles 45d7e4b3270155adf58720f0a6cdfeab42f5dc39 .claude/projects \
+    "$out/claude-code-fresh/bradymholt-dotfiles"
+
 find "$out" -name '*.jsonl' -size +4095k -delete
 
 status=0
@@ -208,5 +225,10 @@ fda7604bcbef9301 codex/voice
 f9c92cd195ab301a codex-fresh/knearme
 e4079ea4a6242456 codex-fresh/dotfiles
 b0d09c587ad72f4f codex-fresh/usereq
+cf95ad16767cfbcf claude-code-fresh/personal-git
+e623cbd9a9947c4d claude-code-fresh/claude-config
+bc90280062f55bb8 claude-code-fresh/config-files
+c6ba4074712200c7 claude-code-fresh/home-projects
+590689fb5cefeb91 claude-code-fresh/bradymholt-dotfiles
 EOF
 exit $status
