@@ -186,10 +186,10 @@ e2f3258fb735f2f2523dd7fe3b8feaca1a0c597f 2025/12/15/rollout-2025-12-15T14-40-50-
 EOF
 
 # ---- fresh, found 2026-12-01, held out: nobody tunes on these ----
-# More users' committed ~/.claude/projects (README "Fresh held-out users"), found while another
-# engineer tuned the Claude Code cache model on the five users above, to check those rules once
-# afterwards. Only their import and a baseline of the build of then were run on them; no rule or
-# constant may be chosen on them.
+# More users' committed ~/.claude/projects (README "Validation on data nobody tuned on", the rows
+# marked fresh), found while another engineer tuned the Claude Code cache model on the five users
+# above, to check those rules once afterwards. Only their import and a baseline of the build of
+# then were run on them; no rule or constant may be chosen on them.
 tree pshung/personal_git a8cbef1d282193633e7209e1fc6782cdbe5df19f .claude/projects \
     "$out/claude-code-fresh/personal-git"
 tree onehandcode-source/claude-config 724d877b18e9551e3e1949ee3212e95622a577ae .claude/projects \
