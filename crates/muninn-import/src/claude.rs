@@ -120,6 +120,23 @@ struct ClaudeMissReason<'a> {
     cache_missed_input_tokens: Option<u64>,
 }
 
+impl ClaudeMessage<'_> {
+    /// The content blocks this line (event) of a response carries: one if it names none.
+    pub(crate) fn blocks(&self) -> u32 {
+        self.content.map_or(1, |c| c.blocks)
+    }
+
+    /// What one line (event) of a response tells of its request: the cache diagnosis, if the
+    /// line carries one, and reasoning, if its block is thinking — a response is spread over
+    /// one line per block, so any of them may be the thinking.
+    pub(crate) fn annotate(&self, request: &mut TraceRequest) {
+        if let Some(d) = &self.diagnostics {
+            request.provider_miss = Some(d.label());
+        }
+        request.reasoning |= self.content.is_some_and(|c| c.thinking > 0);
+    }
+}
+
 impl ClaudeDiagnostics<'_> {
     pub(crate) fn label(&self) -> ProviderMiss {
         match &self.cache_miss_reason {
@@ -207,29 +224,41 @@ impl Default for ThreadState {
 }
 
 impl ThreadState {
-    /// The request a new response makes, from what the thread gathered since the last one;
-    /// the thread then goes on from the response's own `blocks`.
+    /// The request a new response makes, from what the thread gathered since the last one and
+    /// what the response's first line tells ([`ClaudeMessage::annotate`]); the thread then goes
+    /// on from that line's blocks.
     pub(crate) fn take_request(
         &mut self,
         at_ms: i64,
         usage: Usage,
-        provider_miss: Option<ProviderMiss>,
-        blocks: u32,
+        message: &ClaudeMessage<'_>,
     ) -> TraceRequest {
-        let request = TraceRequest {
+        let mut request = TraceRequest {
             at_ms,
             usage,
             boundary: self.human_turn,
             compacted: self.compacted,
             tools_changed: self.tools_changed,
-            // The answer's, set by the caller from the response.
             reasoning: false,
             blocks_added: self.blocks,
-            provider_miss,
+            provider_miss: None,
             tool_results: self.tools,
         };
-        self.after_response(blocks);
+        message.annotate(&mut request);
+        self.after_response(message.blocks());
         request
+    }
+
+    /// A later line (event) of a response already imported: its blocks join the next request.
+    pub(crate) fn more_of_response(&mut self, message: &ClaudeMessage<'_>) {
+        self.blocks = self.blocks.saturating_add(message.blocks());
+    }
+
+    /// A compaction boundary: the thread's count starts afresh.
+    pub(crate) fn compact_boundary(&mut self) {
+        self.compacted = true;
+        self.blocks = 0;
+        self.tools = Default::default();
     }
 
     /// The thread after a response of `blocks` blocks: not a person's turn, not compacted,
@@ -249,9 +278,7 @@ impl ThreadState {
     fn system(&mut self, parsed: &ClaudeLine<'_>) {
         let subtype = parsed.subtype.as_ref().map(Str::as_str);
         if subtype == Some("compact_boundary") {
-            self.compacted = true;
-            self.blocks = 0;
-            self.tools = Default::default();
+            self.compact_boundary();
         } else if subtype == Some("bridge_status")
             && matches!(&parsed.content, Some(LineText::Text(t))
                 if t.as_str().starts_with("/remote-control is active"))
@@ -263,22 +290,35 @@ impl ThreadState {
         }
     }
 
-    /// A user line: its blocks and tool results join the next request; a person's message (not
-    /// a tool result, not a meta line) makes that request a turn boundary.
+    /// A user line.
     fn user(&mut self, parsed: &ClaudeLine<'_>) {
-        let shape = parsed
-            .message
-            .as_ref()
-            .and_then(|m| m.content)
-            .unwrap_or_default();
+        let content = parsed.message.as_ref().and_then(|m| m.content);
+        if parsed.is_compact_summary == Some(true) {
+            self.compacted = true;
+            self.user_content(content, false);
+        } else {
+            self.user_content(content, parsed.is_meta != Some(true));
+        }
+    }
+
+    /// A user message's content: its blocks and tool results join the next request; where it
+    /// `may_turn` (not a meta line, not a compaction summary) a person's message (not a tool
+    /// result) makes that request a turn boundary and tool results make it a loop step.
+    pub(crate) fn user_content(&mut self, content: Option<ContentShape>, may_turn: bool) {
+        let shape = content.unwrap_or_default();
         self.blocks = self.blocks.saturating_add(shape.blocks);
         self.tools.tokens = self.tools.tokens.saturating_add(shape.tool_result_tokens);
         self.tools.uses = self.tools.uses.saturating_add(shape.tool_results);
-        if parsed.is_compact_summary == Some(true) {
-            self.compacted = true;
-        } else if parsed.is_meta != Some(true) && shape.blocks > 0 {
+        if may_turn && shape.blocks > 0 {
             self.human_turn = shape.tool_results == 0;
         }
+    }
+
+    /// A person's message the log does not echo (a stream-json run's prompt): one block, and
+    /// the next request is a turn boundary.
+    pub(crate) fn unechoed_prompt(&mut self) {
+        self.human_turn = true;
+        self.blocks = self.blocks.saturating_add(1);
     }
 }
 
@@ -346,7 +386,6 @@ impl<'s> ClaudeReader<'s> {
                 .warn(line.number, "assistant line without a message, skipped");
             return;
         };
-        let blocks = message.content.map_or(1, |c| c.blocks);
         let Some(id) = &message.id else {
             cx.diag
                 .warn(line.number, "assistant line without message.id, skipped");
@@ -361,16 +400,12 @@ impl<'s> ClaudeReader<'s> {
         match self.responses.get(&hash) {
             Some(Response::Dropped) => {}
             Some(Response::Kept(slot)) => {
-                state.blocks = state.blocks.saturating_add(blocks);
+                state.more_of_response(message);
                 if let Some(request) = cx.sink.get_mut(*slot) {
                     if let Some(usage) = &message.usage {
                         request.usage = usage.to_usage();
                     }
-                    if let Some(d) = &message.diagnostics {
-                        request.provider_miss = Some(d.label());
-                    }
-                    // One line per content block: any of them may be the thinking.
-                    request.reasoning |= message.content.is_some_and(|c| c.thinking > 0);
+                    message.annotate(request);
                     if let Some(at_ms) = at_ms {
                         request.at_ms = request.at_ms.min(at_ms);
                     }
@@ -389,7 +424,7 @@ impl<'s> ClaudeReader<'s> {
                     // from here.
                     cx.stats.duplicates_dropped += 1;
                     self.responses.insert(hash, Response::Dropped);
-                    state.after_response(blocks);
+                    state.after_response(message.blocks());
                     return;
                 }
                 let (Some(model), Some(usage), Some(at_ms)) = (model, &message.usage, at_ms) else {
@@ -399,13 +434,7 @@ impl<'s> ClaudeReader<'s> {
                     );
                     return;
                 };
-                let mut request = state.take_request(
-                    at_ms,
-                    usage.to_usage(),
-                    message.diagnostics.as_ref().map(|d| d.label()),
-                    blocks,
-                );
-                request.reasoning = message.content.is_some_and(|c| c.thinking > 0);
+                let request = state.take_request(at_ms, usage.to_usage(), message);
                 let kind = if thread == "main" {
                     ThreadKind::Main
                 } else if thread.starts_with("acompact") {

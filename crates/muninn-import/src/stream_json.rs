@@ -11,6 +11,9 @@
 //! - `assistant`: one event per content block of an API response, every one repeating
 //!   `message.id`, `message.model` and `message.usage`; they are merged into one request. The
 //!   usage is the `message_start` usage, so its `output_tokens` is a placeholder (1).
+//!   A `thinking` or `redacted_thinking` event marks the request `reasoning`, as a transcript's
+//!   line does (the transcript reader's rules for a response's lines are shared, see
+//!   `claude::ThreadState`).
 //!   `parent_tool_use_id` names the sub-agent whose request it was (its own thread); `null` is the
 //!   main thread.
 //! - `user`: tool results (`tool_result` blocks make the next request a tool-loop continuation)
@@ -175,21 +178,17 @@ impl<'s> StreamJsonReader<'s> {
             .as_ref()
             .map_or("main", Str::as_str)
             .to_owned();
-        let blocks = message.content.map_or(1, |c| c.blocks);
         let hash = id_hash(id.as_str());
         match self.responses.get(&hash) {
             Some(None) => {}
             Some(Some(slot)) => {
                 let slot = *slot;
-                let state = self.thread(&thread);
-                state.blocks = state.blocks.saturating_add(blocks);
-                if let Some(request) = cx.sink.get_mut(slot)
-                    && let Some(d) = &message.diagnostics
-                {
-                    request.provider_miss = Some(d.label());
+                self.thread(&thread).more_of_response(message);
+                if let Some(request) = cx.sink.get_mut(slot) {
+                    message.annotate(request);
                 }
             }
-            None => self.new_response(&thread, hash, blocks, message, line, cx),
+            None => self.new_response(&thread, hash, message, line, cx),
         }
     }
 
@@ -198,7 +197,6 @@ impl<'s> StreamJsonReader<'s> {
         &mut self,
         thread: &str,
         hash: u64,
-        blocks: u32,
         message: &StreamMessage<'_>,
         line: &Line<'_>,
         cx: &mut LineContext<'_, '_>,
@@ -206,7 +204,7 @@ impl<'s> StreamJsonReader<'s> {
         if self.seen.contains(&hash) {
             cx.stats.duplicates_dropped += 1;
             self.responses.insert(hash, None);
-            self.thread(thread).after_response(blocks);
+            self.thread(thread).after_response(message.blocks());
             return;
         }
         let (Some(model), Some(usage)) = (&message.model, &message.usage) else {
@@ -223,12 +221,7 @@ impl<'s> StreamJsonReader<'s> {
         }
         let at_ms = self.clock_ms + i64::try_from(self.turn.len()).unwrap_or(0);
         let state = self.thread(thread);
-        let request = state.take_request(
-            at_ms,
-            usage.to_usage(),
-            message.diagnostics.as_ref().map(|d| d.label()),
-            blocks,
-        );
+        let request = state.take_request(at_ms, usage.to_usage(), message);
         let main = thread == "main";
         let kind = if main {
             ThreadKind::Main
@@ -265,34 +258,17 @@ impl FormatReader for StreamJsonReader<'_> {
                     // The previous turn ended without a result (an API error, an interrupt).
                     self.close_turn(None, cx);
                 }
-                let state = self.thread("main");
-                state.human_turn = true;
-                state.blocks = state.blocks.saturating_add(1);
+                self.thread("main").unechoed_prompt();
             }
-            (Some("system"), Some("compact_boundary")) => {
-                let state = self.thread("main");
-                state.compacted = true;
-                state.blocks = 0;
-                state.tools = Default::default();
-            }
+            (Some("system"), Some("compact_boundary")) => self.thread("main").compact_boundary(),
             (Some("user"), _) if event.is_replay != Some(true) => {
                 let thread = event
                     .parent_tool_use_id
                     .as_ref()
                     .map_or("main", Str::as_str)
                     .to_owned();
-                let shape = event
-                    .message
-                    .as_ref()
-                    .and_then(|m| m.content)
-                    .unwrap_or_default();
-                let state = self.thread(&thread);
-                state.blocks = state.blocks.saturating_add(shape.blocks);
-                state.tools.tokens = state.tools.tokens.saturating_add(shape.tool_result_tokens);
-                state.tools.uses = state.tools.uses.saturating_add(shape.tool_results);
-                if shape.blocks > 0 {
-                    state.human_turn = shape.tool_results == 0;
-                }
+                let content = event.message.as_ref().and_then(|m| m.content);
+                self.thread(&thread).user_content(content, true);
             }
             (Some("assistant"), _) => self.assistant(&event, line, cx),
             (Some("result"), _) => self.close_turn(Some(&event), cx),

@@ -115,6 +115,26 @@ fn torn_stream_json_keeps_what_came_before() {
     assert_eq!(got.traces, stream_json_traces(&path, 1));
 }
 
+/// A stream-json answer that thought (a `thinking` or `redacted_thinking` event among its
+/// blocks) marks its request `reasoning`, as the transcript reader does — the cache model's
+/// thinking-drop rule reads that flag — and its every block joins the next request.
+#[test]
+fn stream_json_marks_the_answers_that_thought() {
+    let path = fixture("stream-json/thinking.jsonl");
+    let got = import(std::slice::from_ref(&path));
+    assert_eq!(got.warnings, vec![]);
+    let flags: Vec<(bool, bool, u32)> = got
+        .traces
+        .iter()
+        .flat_map(|t| &t.requests)
+        .map(|r| (r.boundary, r.reasoning, r.blocks_added))
+        .collect();
+    assert_eq!(
+        flags,
+        vec![(true, true, 1), (true, false, 3), (true, true, 2)]
+    );
+}
+
 const API_SESSION: &str = "user_fixture_account__session_5e55a0f1-0000-4000-8000-000000000001";
 
 /// Threads come from the heads, compactions and blocks from the exact messages.
