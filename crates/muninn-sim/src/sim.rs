@@ -541,8 +541,7 @@ impl Simulator {
                 .map_err(|e| ApiError::new(500, "api_error", e.to_string()))?
         };
         let body = &body;
-        let mut shaped =
-            shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        let shaped = self.shape_as_cached(body)?;
         let context_window = self
             .config
             .prices
@@ -560,29 +559,16 @@ impl Simulator {
             ));
         }
         crate::strict::check_tool_pairing(&request)?;
-        if !self.config.honour_1h {
-            for c in &mut shaped.checkpoints {
-                if c.breakpoint == Some(Ttl::OneHour) {
-                    c.breakpoint = Some(Ttl::FiveMinutes);
-                }
-            }
-        }
-        let min_cacheable = self.min_cacheable(&shaped.model)?;
-        let outcome = self.apply_cache(&shaped, now_ms, min_cacheable)?;
+        let outcome = self.apply_cache(&shaped, now_ms)?;
         let seed = shaped.checkpoints.last().map_or(0, |c| c.fingerprint);
         let passes = match compaction_due(&request, shaped.total_tokens) {
-            Some(edit) if edit.pause_after_compaction => {
-                let reply = compaction_reply(&request);
-                Passes {
-                    usage: outcome.usage(reply.output_tokens),
-                    reply,
-                    compaction: true,
-                    compacted: None,
-                }
+            Some(edit) if !edit.pause_after_compaction => {
+                self.answer_from_summary(&request, body, &outcome, seed, now_ms)?
             }
-            Some(_) => self.answer_from_summary(&request, body, &outcome, seed, now_ms)?,
-            None => {
-                let compaction = request.compaction.is_some();
+            // An on-demand compaction and a paused threshold one answer alike: the summary
+            // alone, billed as one compaction pass.
+            due => {
+                let compaction = due.is_some() || request.compaction.is_some();
                 let reply = if compaction {
                     compaction_reply(&request)
                 } else {
@@ -617,13 +603,26 @@ impl Simulator {
         })
     }
 
-    /// Applies a shaped prompt to the shared cache at `now_ms`.
-    fn apply_cache(
-        &self,
-        shaped: &PromptShape,
-        now_ms: i64,
-        min_cacheable: u64,
-    ) -> Result<CacheOutcome, ApiError> {
+    /// A body's prompt as the provider caches it: shaped, and with every 1h breakpoint cached
+    /// for 5 minutes where `ttl: "1h"` is not honoured. Every pass of a request (a threshold
+    /// compaction's message pass too) is shaped here, so no pass caches by other rules.
+    fn shape_as_cached(&self, body: &Value) -> Result<PromptShape, ApiError> {
+        let mut shaped =
+            shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        if !self.config.honour_1h {
+            for c in &mut shaped.checkpoints {
+                if c.breakpoint == Some(Ttl::OneHour) {
+                    c.breakpoint = Some(Ttl::FiveMinutes);
+                }
+            }
+        }
+        Ok(shaped)
+    }
+
+    /// Applies a prompt from [`Simulator::shape_as_cached`] to the shared cache at `now_ms`,
+    /// with its model's minimum cacheable size.
+    fn apply_cache(&self, shaped: &PromptShape, now_ms: i64) -> Result<CacheOutcome, ApiError> {
+        let min_cacheable = self.min_cacheable(&shaped.model)?;
         let mut cache = self
             .cache
             .lock()
@@ -646,10 +645,8 @@ impl Simulator {
         now_ms: i64,
     ) -> Result<Passes, ApiError> {
         let block = context::compaction_block(request);
-        let compacted = shape(&context::compacted_body(body, &block)?)
-            .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
-        let min_cacheable = self.min_cacheable(&compacted.model)?;
-        let second = self.apply_cache(&compacted, now_ms, min_cacheable)?;
+        let compacted = self.shape_as_cached(&context::compacted_body(body, &block)?)?;
+        let second = self.apply_cache(&compacted, now_ms)?;
         let answer = reply(request, seed);
         let summary_tokens = crate::reply::output_tokens(std::slice::from_ref(&block));
         let mut content = vec![block];

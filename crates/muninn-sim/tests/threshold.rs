@@ -5,7 +5,7 @@
 //! clearing (`clear_thinking_20251015`, billed as the tool-result clear is), and what the API
 //! refuses of either.
 
-use crate::support::{client, long_system, sim};
+use crate::support::{T0, client, long_system, sim, sim_with};
 use muninn_anthropic::context::kept_tokens;
 use muninn_anthropic::prompt::shape;
 use muninn_anthropic::wire::{MessagesRequest, Usage as WireUsage};
@@ -13,6 +13,7 @@ use muninn_backend::clock::RecordingSleeper;
 use muninn_core::cache::Ttl;
 use muninn_core::mask::{MaskedRequest, masked_usage};
 use muninn_core::trace::Usage;
+use muninn_sim::sim::SimConfig;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
@@ -186,6 +187,55 @@ async fn a_paused_threshold_compaction_stops_at_the_block() {
     // Only the system was cached before the block (the paused request never read the block).
     let system = shape(&body).unwrap().checkpoints[0].tokens;
     assert_eq!(top_level(&then["usage"]).cache_read, system);
+}
+
+/// Every `cache_control` of `body` with `ttl: "1h"`.
+fn one_hour(mut body: Value) -> Value {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Object(fields) => {
+                if let Some(Value::Object(cc)) = fields.get_mut("cache_control") {
+                    cc.insert("ttl".to_string(), json!("1h"));
+                }
+                fields.values_mut().for_each(walk);
+            }
+            Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut body);
+    body
+}
+
+/// A provider that ignores `ttl: "1h"` caches both passes of a threshold compaction for 5
+/// minutes: the message pass (whose block carries the conversation's 1h breakpoint) writes
+/// nothing at 1h, and the whole request is billed as the same request with 5m breakpoints is
+/// by a provider that honours 1h.
+#[tokio::test]
+async fn an_ignored_1h_ttl_is_ignored_in_both_passes_of_a_threshold_compaction() {
+    let body = long_talk(compact(50_000, false));
+    let hour = one_hour(body.clone());
+    assert!(hour.to_string().contains(r#""ttl":"1h""#));
+    let ignoring = sim_with(SimConfig {
+        frozen_at_ms: Some(T0),
+        honour_1h: false,
+        ..Default::default()
+    })
+    .await;
+    let (status, reply) = post(&ignoring, &hour, Some("compact-2026-01-12")).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["usage"]["iterations"][1]["type"], json!("message"));
+    let billed = ignoring.sim.requests().last().unwrap().usage.unwrap();
+    assert_eq!(billed.cache_write_1h, 0, "{billed:?}");
+
+    let honouring = sim().await;
+    let (status, five) = post(&honouring, &body, Some("compact-2026-01-12")).await;
+    assert_eq!(status, 200, "{five}");
+    assert_eq!(honouring.sim.requests().last().unwrap().usage, Some(billed));
+    assert!(
+        billed.cache_write_5m > 0 && billed.cache_read > 0,
+        "{billed:?}"
+    );
 }
 
 /// The crate's own client, streaming: the ledger row of a threshold-compacted request (what
