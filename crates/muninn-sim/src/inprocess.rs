@@ -7,7 +7,7 @@
 //! reports, without retries (there is no wait to be had in-process); stream faults (a mid-stream
 //! error, a cut, a slow stream) have no meaning without a stream and are consumed unapplied.
 
-use crate::sim::{ApiError, RecordedRequest, Simulator};
+use crate::sim::{ApiError, Simulator};
 use muninn_anthropic::backend::{AnthropicBackend, Transport};
 use muninn_anthropic::client::{Completed, Failed, retryable_status};
 use muninn_anthropic::wire::MessagesRequest;
@@ -51,30 +51,15 @@ impl Transport for InProcess {
         request: &MessagesRequest,
         _safe_to_repeat: bool,
     ) -> Result<Completed, Failed> {
-        let seq = self.sim.next_seq();
-        let at_ms = self.sim.now_ms();
         let body = serde_json::to_value(request).map_err(|e| Failed {
             error: BackendError::Invalid(format!("request does not serialise: {e}")),
             retries: Vec::new(),
         })?;
-        let record = RecordedRequest {
-            seq,
-            at_ms,
-            path: "/v1/messages".to_string(),
-            auth: "in-process".to_string(),
-            // The betas the HTTP client would send for this request's own fields.
-            anthropic_beta: {
-                let betas = muninn_anthropic::context::betas_for(request);
-                (!betas.is_empty()).then(|| betas.join(","))
-            },
-            body,
-            status: 200,
-            usage: None,
-            miss: None,
-            fault: None,
-            error: None,
-            provider_miss: None,
-        };
+        // The betas the HTTP client would send for this request's own fields.
+        let betas = muninn_anthropic::context::betas_for(request);
+        let beta = (!betas.is_empty()).then(|| betas.join(","));
+        let record = self.sim.arrival("/v1/messages", "in-process", beta, body);
+        let seq = record.seq;
         // Stream faults have no stream to act on here and are dropped with the fault.
         let (answer, _fault) = crate::server::answer(&self.sim, record)
             .await

@@ -174,23 +174,11 @@ fn receive(
             )),
         ),
     };
-    let record = RecordedRequest {
-        seq: sim.next_seq(),
-        at_ms: sim.now_ms(),
-        path: path.to_string(),
-        auth: "none".to_string(),
-        anthropic_beta: headers
-            .get("anthropic-beta")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-        body,
-        status: 200,
-        usage: None,
-        miss: None,
-        fault: None,
-        error: None,
-        provider_miss: None,
-    };
+    let beta = headers
+        .get("anthropic-beta")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let record = sim.arrival(path, "none", beta, body);
     (record, invalid)
 }
 

@@ -460,6 +460,31 @@ impl Simulator {
         Some(kind)
     }
 
+    /// A request as it arrives on `path`, before it is answered: the next sequence number, at
+    /// virtual now, status 200 and nothing of an answer yet.
+    pub fn arrival(
+        &self,
+        path: &str,
+        auth: &str,
+        anthropic_beta: Option<String>,
+        body: Value,
+    ) -> RecordedRequest {
+        RecordedRequest {
+            seq: self.next_seq(),
+            at_ms: self.now_ms(),
+            path: path.to_string(),
+            auth: auth.to_string(),
+            anthropic_beta,
+            body,
+            status: 200,
+            usage: None,
+            miss: None,
+            provider_miss: None,
+            fault: None,
+            error: None,
+        }
+    }
+
     /// Records a request.
     pub fn record(&self, r: RecordedRequest) {
         if let Ok(mut log) = self.requests.lock() {
