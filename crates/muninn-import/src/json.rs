@@ -6,7 +6,9 @@
 //! `Option` it would allocate every string of every line. [`Str`] borrows unless the JSON string
 //! holds escapes.
 
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::de::{
+    self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use std::borrow::Cow;
 use std::fmt;
 
@@ -57,35 +59,123 @@ pub(crate) struct ContentShape {
     pub thinking: u32,
 }
 
-/// The tokens of a `tool_result` block's `content`: a string, or an array of parts whose `text`
-/// is counted.
-fn tool_content_tokens(content: &serde_json::Value) -> muninn_core::money::Tokens {
-    use muninn_core::tokenize::count;
-    match content {
-        serde_json::Value::String(text) => count(text),
-        serde_json::Value::Array(parts) => parts
-            .iter()
-            .map(|part| match part {
-                serde_json::Value::String(text) => count(text),
-                other => other
-                    .get("text")
-                    .and_then(serde_json::Value::as_str)
-                    .map_or(0, count),
-            })
-            .fold(0, |a, b| a.saturating_add(b)),
-        _ => 0,
+/// The tokens of a `tool_result` block's `content` ([`muninn_core::tokenize::count`]), counted
+/// as the parser reads it, nothing kept: a string, or an array of parts, each a string or an
+/// object whose `text` is a string (the last `text` where a part repeats the key, as a parsed
+/// `serde_json::Value` keeps it); anything else counts nothing. Every value is read through
+/// `deserialize_any`, as a `Value` is, so the same input is refused (a number out of range, a
+/// nesting too deep) and the same tokens are counted — without building a `Value` per block.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct ToolContentTokens(muninn_core::money::Tokens);
+
+/// Where in a tool result's `content` a value stands, which says what of it counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The `content` itself: a string counts, an array's parts are read.
+    Content,
+    /// An element of the `content` array: a string counts, an object's `text` is read.
+    Part,
+    /// A part's `text`: a string counts.
+    Text,
+    /// Anything else: read (so that it is checked as a `Value` would be) and not counted.
+    Skip,
+}
+
+impl<'de> DeserializeSeed<'de> for Place {
+    type Value = muninn_core::money::Tokens;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Place {
+    type Value = muninn_core::money::Tokens;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(match self {
+            Place::Skip => 0,
+            _ => muninn_core::tokenize::count(v),
+        })
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(0)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(0)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(0)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(0)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let (element, counted) = match self {
+            Place::Content => (Place::Part, true),
+            _ => (Place::Skip, false),
+        };
+        let mut tokens: muninn_core::money::Tokens = 0;
+        while let Some(t) = seq.next_element_seed(element)? {
+            tokens = tokens.saturating_add(t);
+        }
+        Ok(if counted { tokens } else { 0 })
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut tokens = 0;
+        while let Some(is_text) = map.next_key_seed(IsText)? {
+            if self == Place::Part && is_text {
+                tokens = map.next_value_seed(Place::Text)?;
+            } else {
+                map.next_value_seed(Place::Skip)?;
+            }
+        }
+        Ok(tokens)
+    }
+}
+
+/// Whether an object's key is `text`, read without keeping it.
+#[derive(Clone, Copy)]
+struct IsText;
+
+impl<'de> DeserializeSeed<'de> for IsText {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IsText {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+        Ok(v == "text")
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolContentTokens {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Place::Content
+            .deserialize(deserializer)
+            .map(ToolContentTokens)
     }
 }
 
 impl<'de> Deserialize<'de> for ContentShape {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        /// Only the `type` of a block is read, and a tool result's `content` (to count its
-        /// tokens); the rest (text, tool inputs) is skipped unallocated.
+        /// Only the `type` of a block is read, and a block's `content` (counted as it is read,
+        /// kept for a tool result); the rest (text, tool inputs) is skipped unallocated.
         #[derive(serde::Deserialize)]
         struct Block<'a> {
             #[serde(rename = "type", borrow)]
             kind: Option<Str<'a>>,
-            content: Option<serde_json::Value>,
+            content: Option<ToolContentTokens>,
         }
 
         struct ShapeVisitor;
@@ -111,7 +201,7 @@ impl<'de> Deserialize<'de> for ContentShape {
                     match b.kind.as_ref().map(Str::as_str) {
                         Some("tool_result") => {
                             shape.tool_results = shape.tool_results.saturating_add(1);
-                            let tokens = b.content.as_ref().map_or(0, tool_content_tokens);
+                            let tokens = b.content.map_or(0, |c| c.0);
                             shape.tool_result_tokens =
                                 shape.tool_result_tokens.saturating_add(tokens);
                         }
@@ -323,6 +413,55 @@ mod tests {
                 tool_result_tokens: 1,
                 thinking: 2
             }
+        );
+    }
+
+    /// Counting a tool result's content as the parser reads it gives the tokens counting a
+    /// parsed `serde_json::Value` gave (the importer's way before), and refuses what parsing a
+    /// `Value` refuses.
+    #[test]
+    fn tool_content_counts_as_a_parsed_value_does() {
+        use muninn_core::tokenize::count;
+        use serde_json::Value;
+        fn by_value(content: &Value) -> muninn_core::money::Tokens {
+            match content {
+                Value::String(text) => count(text),
+                Value::Array(parts) => parts
+                    .iter()
+                    .map(|part| match part {
+                        Value::String(text) => count(text),
+                        other => other.get("text").and_then(Value::as_str).map_or(0, count),
+                    })
+                    .fold(0, |a, b| a.saturating_add(b)),
+                _ => 0,
+            }
+        }
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let cases = [
+            r#""hello, world: fn main() {}""#,
+            r#""esc\"aped \u00e9 \n lines""#,
+            r#"[{"type":"text","text":"a b c"},{"type":"image","source":{"data":"QUJD"}},"plain",3,-1,2.5,null,true,[["nested text"]],{"text":5},{"text":"first","text":"the last one wins"},{"text":{"text":"inner"}},{"te\u0078t":"escaped key"},{"text":["in an array"]}]"#,
+            r#"{"text":"an object content counts nothing"}"#,
+            "12",
+            "null",
+            "[]",
+            "[1e400]",
+            r#"{"a":[1e400]}"#,
+            r#"[{"text":"x","big":1e400}]"#,
+            r#""\ud800""#,
+            r#"["\ud83d\ude00 emoji"]"#,
+            &deep,
+        ];
+        for case in cases {
+            let ours = serde_json::from_str::<ToolContentTokens>(case).map(|t| t.0);
+            let theirs = serde_json::from_str::<Value>(case).map(|v| by_value(&v));
+            assert_eq!(ours.as_ref().ok(), theirs.as_ref().ok(), "{case}");
+        }
+        assert_eq!(
+            serde_json::from_str::<ToolContentTokens>(cases[2])
+                .unwrap()
+                .0,
+            count("a b c") + count("plain") + count("the last one wins") + count("escaped key")
         );
     }
 
