@@ -9,7 +9,8 @@
 //!
 //! - `response.usage` is the recorded usage; `response.id` de-duplicates (across files too, and
 //!   against transcripts of the same session); `response.diagnostics.cache_miss_reason`, where the
-//!   cache-diagnosis beta was on, is the provider's label. An error response (`"type": "error"`)
+//!   cache-diagnosis beta was on, is the provider's label; a `thinking` or `redacted_thinking`
+//!   block in `response.content` marks the request `reasoning`, as in a transcript. An error response (`"type": "error"`)
 //!   or a line without usage or a valid `timestamp` is skipped with a warning.
 //! - The model is `request.model` (what was asked), else `response.model`.
 //! - The session is the line's `session_id`, else `request.metadata.user_id` (Claude Code puts
@@ -39,7 +40,7 @@
 //! line is proportional to the line; still one line at a time.
 
 use crate::claude::{ClaudeDiagnostics, ClaudeUsage, id_hash};
-use crate::json::{Str, parse_timestamp_ms};
+use crate::json::{ContentShape, Str, parse_timestamp_ms};
 use crate::lines::{Line, parse_line};
 use crate::{FormatReader, LineContext};
 use muninn_core::cache::hash_bytes;
@@ -95,6 +96,8 @@ struct ApiResponse<'a> {
     usage: Option<ClaudeUsage>,
     #[serde(borrow)]
     diagnostics: Option<ClaudeDiagnostics<'a>>,
+    /// Read for its `thinking` blocks only.
+    content: Option<ContentShape>,
 }
 
 /// A thread's conversation so far.
@@ -309,7 +312,7 @@ impl FormatReader for ApiLogReader<'_> {
             boundary: first || shape.boundary,
             compacted: !continues,
             tools_changed: false,
-            reasoning: false,
+            reasoning: response.content.is_some_and(|c| c.thinking > 0),
             blocks_added: if continues {
                 shape.blocks.saturating_sub(state.blocks)
             } else {

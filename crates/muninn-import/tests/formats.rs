@@ -187,6 +187,42 @@ fn api_log_reads_threads_and_blocks_from_the_exact_messages() {
     assert!((540_000..541_000).contains(&gap), "{gap} ms");
 }
 
+/// An API-log response with a `thinking` or `redacted_thinking` block marks its request
+/// `reasoning` (the cache model's thinking-drop rule reads it), as the transcript reader does.
+#[test]
+fn an_api_log_answer_that_thought_is_marked() {
+    let line = |n: u32, ts: &str, answer: &str| {
+        format!(
+            r#"{{"timestamp":"{ts}","session_id":"s","request":{{"model":"claude-opus-4-6","max_tokens":64,"messages":[{{"role":"user","content":"q{n}"}}]}},"response":{{"type":"message","id":"msg_api_think_{n}","model":"claude-opus-4-6","content":{answer},"usage":{{"input_tokens":10,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":5}}}}}}"#
+        )
+    };
+    let lines = [
+        line(
+            1,
+            "2026-12-01T10:00:00Z",
+            r#"[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"text","text":"a"}]"#,
+        ),
+        line(2, "2026-12-01T10:00:10Z", r#"[{"type":"text","text":"b"}]"#),
+        line(
+            3,
+            "2026-12-01T10:00:20Z",
+            r#"[{"type":"redacted_thinking","data":"x"},{"type":"text","text":"c"}]"#,
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxy.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let got = with_format(std::slice::from_ref(&path), InputFormat::ApiLog).unwrap();
+    assert_eq!(got.warnings, vec![]);
+    let reasoning: Vec<bool> = got
+        .traces
+        .iter()
+        .flat_map(|t| &t.requests)
+        .map(|r| r.reasoning)
+        .collect();
+    assert_eq!(reasoning, vec![true, false, true]);
+}
+
 /// The cache model, given what the API log carries, against the simulator's answers: a cold
 /// start, warm appends, a sub-agent reading only the shared tools head, a gap past the TTL, and a
 /// compaction reading the system head. Every read but two is predicted; the two are each head's
