@@ -65,16 +65,12 @@ fn error_response(e: &ApiError, request_id: &str) -> Response {
     let mut body = e.body.clone();
     body.request_id = Some(request_id.to_string());
     let mut response = (status, axum::Json(body)).into_response();
-    let h = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(request_id) {
-        h.insert("request-id", v);
-    }
     if let Some(s) = e.retry_after_s
         && let Ok(v) = HeaderValue::from_str(&format!("{s}"))
     {
-        h.insert("retry-after", v);
+        response.headers_mut().insert("retry-after", v);
     }
-    response
+    with_request_id(response, request_id)
 }
 
 async fn not_found() -> Response {
@@ -197,28 +193,48 @@ fn unread_body(rejection: BytesRejection) -> Response {
     error_response(&e, "req_sim_unread")
 }
 
+/// What both API routes do first: read the body, make the request's record, check the headers,
+/// then the JSON. A refusal is recorded and answered here; an accepted request comes back as
+/// its record and its `request-id` (the refusal boxed: a `Response` is large).
+fn admit(
+    sim: &Simulator,
+    path: &str,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(RecordedRequest, String), Box<Response>> {
+    let body = body.map_err(|rejection| Box::new(unread_body(rejection)))?;
+    let (mut record, invalid) = receive(sim, path, headers, &body);
+    let request_id = format!("req_sim_{:08}", record.seq);
+    let checked = check_headers(sim, headers).and_then(|scheme| {
+        record.auth = scheme.to_string();
+        invalid.map_or(Ok(()), Err)
+    });
+    match checked {
+        Ok(()) => Ok((record, request_id)),
+        Err(e) => {
+            record_refusal(sim, record, &e);
+            Err(Box::new(error_response(&e, &request_id)))
+        }
+    }
+}
+
+/// `response` with its `request-id` header.
+fn with_request_id(mut response: Response, request_id: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        response.headers_mut().insert("request-id", v);
+    }
+    response
+}
+
 async fn messages(
     State(sim): State<Arc<Simulator>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) => return unread_body(rejection),
+    let (record, request_id) = match admit(&sim, "/v1/messages", &headers, body) {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
     };
-    let (mut record, invalid) = receive(&sim, "/v1/messages", &headers, &body);
-    let request_id = format!("req_sim_{:08}", record.seq);
-    let refuse = |record: RecordedRequest, e: ApiError| {
-        record_refusal(&sim, record, &e);
-        error_response(&e, &request_id)
-    };
-    match check_headers(&sim, &headers) {
-        Ok(scheme) => record.auth = scheme.to_string(),
-        Err(e) => return refuse(record, e),
-    }
-    if let Some(e) = invalid {
-        return refuse(record, e);
-    }
     let stream = record
         .body
         .get("stream")
@@ -228,15 +244,12 @@ async fn messages(
         Ok(answered) => answered,
         Err(e) => return error_response(&e, &request_id),
     };
-    let mut response = if stream {
+    let response = if stream {
         stream_response(&answer, fault.as_ref())
     } else {
         axum::Json(answer.into_message()).into_response()
     };
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
-        response.headers_mut().insert("request-id", v);
-    }
-    response
+    with_request_id(response, &request_id)
 }
 
 /// Records a refused request with the error it was answered.
@@ -465,31 +478,18 @@ async fn count_tokens(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) => return unread_body(rejection),
+    let (record, request_id) = match admit(&sim, "/v1/messages/count_tokens", &headers, body) {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
     };
-    let (mut record, invalid) = receive(&sim, "/v1/messages/count_tokens", &headers, &body);
-    let request_id = format!("req_sim_{:08}", record.seq);
-    let result = check_headers(&sim, &headers)
-        .and_then(|scheme| {
-            record.auth = scheme.to_string();
-            invalid.map_or(Ok(()), Err)
-        })
-        .and_then(|()| sim.count_tokens(&record.body, record.at_ms));
-    match result {
+    match sim.count_tokens(&record.body, record.at_ms) {
         Ok(n) => {
             sim.record(record);
-            let mut response = axum::Json(json!({ "input_tokens": n })).into_response();
-            if let Ok(v) = HeaderValue::from_str(&request_id) {
-                response.headers_mut().insert("request-id", v);
-            }
-            response
+            let response = axum::Json(json!({ "input_tokens": n })).into_response();
+            with_request_id(response, &request_id)
         }
         Err(e) => {
-            record.status = e.status;
-            record.error = Some(e.body.error.message.clone());
-            sim.record(record);
+            record_refusal(&sim, record, &e);
             error_response(&e, &request_id)
         }
     }

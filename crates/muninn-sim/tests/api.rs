@@ -257,6 +257,28 @@ async fn count_tokens_is_the_prompt_total() {
     );
 }
 
+/// A refused count_tokens request is recorded as a refused messages request is: the error's
+/// kind and message.
+#[tokio::test]
+async fn a_refused_count_tokens_is_recorded_with_its_kind() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
+    let unknown = json!({"model":"claude-nonesuch","messages":[{"role":"user","content":"Hi"}]});
+    for path in ["/v1/messages/count_tokens", "/v1/messages"] {
+        let mut body = unknown.clone();
+        body["max_tokens"] = json!(16);
+        let (s, _, text) = http.api(path, &body).await;
+        assert_eq!(s, 404, "{path}: {text}");
+    }
+    let errors: Vec<_> = h.sim.requests().into_iter().map(|r| r.error).collect();
+    assert_eq!(errors.len(), 2);
+    assert_eq!(errors[0], errors[1]);
+    assert_eq!(
+        errors[0].as_deref(),
+        Some("not_found_error: model: claude-nonesuch")
+    );
+}
+
 #[tokio::test]
 async fn replies_cover_tools_structured_output_and_compaction() {
     let h = sim().await;
