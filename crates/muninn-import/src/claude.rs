@@ -120,7 +120,28 @@ struct ClaudeMissReason<'a> {
     cache_missed_input_tokens: Option<u64>,
 }
 
-impl ClaudeMessage<'_> {
+impl<'a> ClaudeMessage<'a> {
+    /// The message of a response's line (`what`: "assistant line", "assistant event") and its
+    /// id, or `None` with a warning when the line lacks either.
+    pub(crate) fn identified<'m>(
+        message: Option<&'m ClaudeMessage<'a>>,
+        what: &str,
+        line: &Line<'_>,
+        cx: &mut LineContext<'_, '_>,
+    ) -> Option<(&'m ClaudeMessage<'a>, &'m str)> {
+        let Some(message) = message else {
+            cx.diag
+                .warn(line.number, format!("{what} without a message, skipped"));
+            return None;
+        };
+        let Some(id) = &message.id else {
+            cx.diag
+                .warn(line.number, format!("{what} without message.id, skipped"));
+            return None;
+        };
+        Some((message, id.as_str()))
+    }
+
     /// The content blocks this line (event) of a response carries: one if it names none.
     pub(crate) fn blocks(&self) -> u32 {
         self.content.map_or(1, |c| c.blocks)
@@ -381,17 +402,12 @@ impl<'s> ClaudeReader<'s> {
         line: &Line<'_>,
         cx: &mut LineContext<'_, '_>,
     ) {
-        let Some(message) = &parsed.message else {
-            cx.diag
-                .warn(line.number, "assistant line without a message, skipped");
+        let Some((message, id)) =
+            ClaudeMessage::identified(parsed.message.as_ref(), "assistant line", line, cx)
+        else {
             return;
         };
-        let Some(id) = &message.id else {
-            cx.diag
-                .warn(line.number, "assistant line without message.id, skipped");
-            return;
-        };
-        let hash = id_hash(id.as_str());
+        let hash = id_hash(id);
         let at_ms = parsed
             .timestamp
             .as_ref()

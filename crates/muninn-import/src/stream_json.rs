@@ -163,14 +163,9 @@ impl<'s> StreamJsonReader<'s> {
         line: &Line<'_>,
         cx: &mut LineContext<'_, '_>,
     ) {
-        let Some(message) = &event.message else {
-            cx.diag
-                .warn(line.number, "assistant event without a message, skipped");
-            return;
-        };
-        let Some(id) = &message.id else {
-            cx.diag
-                .warn(line.number, "assistant event without message.id, skipped");
+        let Some((message, id)) =
+            StreamMessage::identified(event.message.as_ref(), "assistant event", line, cx)
+        else {
             return;
         };
         let thread = event
@@ -178,7 +173,7 @@ impl<'s> StreamJsonReader<'s> {
             .as_ref()
             .map_or("main", Str::as_str)
             .to_owned();
-        let hash = id_hash(id.as_str());
+        let hash = id_hash(id);
         match self.responses.get(&hash) {
             Some(None) => {}
             Some(Some(slot)) => {
