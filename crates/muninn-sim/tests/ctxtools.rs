@@ -3,7 +3,7 @@
 //! `usage.iterations[]`, and tool-result clearing (the `mask` action) priced by
 //! `muninn_core::mask` exactly as the simulator bills it.
 
-use crate::support::{T0, client, long_system, sim, wired};
+use crate::support::{T0, client, long_system, message_records, sim, tool_specs, wired};
 use muninn_anthropic::backend::{AnthropicBackend, ContextTools};
 use muninn_anthropic::client::AnthropicClient;
 use muninn_anthropic::context::{apply_edits, kept_tokens};
@@ -11,7 +11,7 @@ use muninn_anthropic::prompt::shape;
 use muninn_anthropic::wire::{ClearToolUses, EditAmount, MessagesRequest, Usage as WireUsage};
 use muninn_backend::clock::{ManualClock, RecordingSleeper};
 use muninn_backend::{
-    Backend, BackendError, Capability, InputPart, SessionSpec, ToolSpec, TurnEvent, TurnInput,
+    Backend, BackendError, Capability, InputPart, SessionSpec, TurnEvent, TurnInput,
 };
 use muninn_core::cache::Ttl;
 use muninn_core::mask::{MaskedRequest, mask_break_even, masked_usage};
@@ -29,13 +29,7 @@ fn spec(tools: usize) -> SessionSpec {
     SessionSpec {
         model: MODEL.to_string(),
         system: vec![long_system("ctxtools", 2)],
-        tools: (0..tools)
-            .map(|i| ToolSpec {
-                name: format!("tool{i}"),
-                description: format!("does thing {i}"),
-                input_schema: json!({"type": "object"}),
-            })
-            .collect(),
+        tools: tool_specs(tools),
         output_schema: None,
         system_ttl: Ttl::FiveMinutes,
         conversation_ttl: Ttl::FiveMinutes,
@@ -471,12 +465,7 @@ async fn a_tool_result_clear_is_priced_as_the_simulator_bills_it() {
     else {
         panic!("{event:?}")
     };
-    let records: Vec<_> = h
-        .sim
-        .requests()
-        .into_iter()
-        .filter(|r| r.path == "/v1/messages")
-        .collect();
+    let records = message_records(&h);
     let sent: MessagesRequest = serde_json::from_value(records[first].body.clone()).unwrap();
     let uncleared = shape(&records[first].body).unwrap();
     let (read, _) = apply_edits(&sent).unwrap();
@@ -544,12 +533,7 @@ async fn a_decided_clear_is_one_turn_and_the_session_goes_on_cleared() {
     };
     assert_eq!(*cleared_tool_uses, 2, "all but the latest use");
     assert_eq!(masked.predicted, Some(masked.usage));
-    let records: Vec<_> = h
-        .sim
-        .requests()
-        .into_iter()
-        .filter(|r| r.path == "/v1/messages")
-        .collect();
+    let records = message_records(&h);
     let at = records.len() - 1;
     let billed = records[at].usage.unwrap();
     assert_eq!(masked.usage, billed);

@@ -6,8 +6,8 @@
 //! agreement with the real API's labels is what `muninn check-cache` measures on transcripts
 //! that carry them.
 
-use crate::support::{long_system, sim, wired};
-use muninn_backend::{Backend, SessionSpec, ToolSpec, TurnInput, TurnOutcome};
+use crate::support::{long_system, sim, tool_specs, wired};
+use muninn_backend::{Backend, SessionSpec, TurnInput, TurnOutcome};
 use muninn_core::cache::Ttl;
 use muninn_core::ledger::MissCause;
 use muninn_core::miss::{ProviderMissReason, agrees};
@@ -18,13 +18,7 @@ fn spec(model: &str, system: &str, tools: usize) -> SessionSpec {
     SessionSpec {
         model: model.to_string(),
         system: vec![long_system(system, 2), "Be brief.".to_string()],
-        tools: (0..tools)
-            .map(|i| ToolSpec {
-                name: format!("tool{i}"),
-                description: format!("does thing {i}"),
-                input_schema: json!({"type": "object"}),
-            })
-            .collect(),
+        tools: tool_specs(tools),
         output_schema: None,
         system_ttl: Ttl::OneHour,
         conversation_ttl: Ttl::FiveMinutes,

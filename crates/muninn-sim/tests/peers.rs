@@ -7,7 +7,7 @@
 //! (default: where `scripts/install-claude-cli.sh` installs it). A missing peer fails the test
 //! (prints `SKIP` only when `MUNINN_SKIP_PEERS=1` asks for it).
 
-use crate::support::{T0, recompute};
+use crate::support::{T0, message_records, recompute};
 use muninn_core::trace::Usage;
 use muninn_sim::sim::SimConfig;
 use muninn_testkit::peers::{claude_cli, python_sdk};
@@ -297,12 +297,7 @@ fn the_real_claude_code_cli() {
         retries[0]
     );
 
-    let records: Vec<_> = h
-        .sim
-        .requests()
-        .into_iter()
-        .filter(|r| r.path == "/v1/messages")
-        .collect();
+    let records = message_records(&h);
     let answered: Vec<_> = records
         .iter()
         .filter(|r| r.usage.is_some())
@@ -449,11 +444,7 @@ fn the_real_claude_code_cli_with_a_1h_ttl_and_count_tokens() {
     let (context, _) = claude.turn("/context");
     claude.finish();
     let records = h.sim.requests();
-    let messages: Vec<_> = records
-        .iter()
-        .filter(|r| r.path == "/v1/messages")
-        .cloned()
-        .collect();
+    let messages = message_records(&h);
     assert_eq!(messages.len(), 3);
     for r in &messages {
         // The CLI asked for 1h on its three markers, with the beta.
@@ -540,12 +531,7 @@ fn the_real_claude_code_cli_gets_schema_valid_structured_output() {
             Ok(())
         );
     }
-    let records: Vec<_> = h
-        .sim
-        .requests()
-        .into_iter()
-        .filter(|r| r.path == "/v1/messages")
-        .collect();
+    let records = message_records(&h);
     assert_eq!(
         records.len(),
         2,

@@ -82,3 +82,23 @@ pub fn long_system(tag: &str, n: usize) -> String {
     let body: String = (0..n * 125).map(|i| format!("clause{i} stays. ")).collect();
     format!("You are {tag}. {body}")
 }
+
+/// `n` trivial tools, `tool0` to `tool{n-1}`.
+pub fn tool_specs(n: usize) -> Vec<muninn_backend::ToolSpec> {
+    (0..n)
+        .map(|i| muninn_backend::ToolSpec {
+            name: format!("tool{i}"),
+            description: format!("does thing {i}"),
+            input_schema: serde_json::json!({"type": "object"}),
+        })
+        .collect()
+}
+
+/// The recorded `/v1/messages` requests (not `count_tokens`), oldest first.
+pub fn message_records(h: &SimHandle) -> Vec<RecordedRequest> {
+    h.sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/messages")
+        .collect()
+}
