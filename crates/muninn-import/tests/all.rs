@@ -392,6 +392,16 @@ mod ledger_compaction {
         serde_json::to_string(&row).unwrap()
     }
 
+    /// An append, a ping, a compaction and a refresh of one Mind, as ledger lines.
+    fn four_rows() -> [String; 4] {
+        [
+            row(0, 0, "append:Continue", usage(3, 0, 5000, 0, 100)),
+            row(0, 20, "ping:RentWithinBudget", usage(8, 0, 0, 5000, 1)),
+            row(0, 30, "compact", usage(2080, 127, 0, 3797, 400)),
+            row(1, 40, "refresh:Compact", usage(3, 200, 0, 3055, 90)),
+        ]
+    }
+
     /// A `compact` row is the compaction request itself, and a ping the recorded policy's own
     /// keep-warm request: each in a thread of its own, of the compaction kind, so a replay counts
     /// them for what was recorded and never as turns of the Mind.
@@ -399,12 +409,7 @@ mod ledger_compaction {
     fn a_compaction_row_is_a_compaction_thread_of_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.jsonl");
-        let lines = [
-            row(0, 0, "append:Continue", usage(3, 0, 5000, 0, 100)),
-            row(0, 20, "ping:RentWithinBudget", usage(8, 0, 0, 5000, 1)),
-            row(0, 30, "compact", usage(2080, 127, 0, 3797, 400)),
-            row(1, 40, "refresh:Compact", usage(3, 200, 0, 3055, 90)),
-        ];
+        let lines = four_rows();
         std::fs::write(&path, lines.join("\n") + "\n").unwrap();
         let got = import(std::slice::from_ref(&path));
         assert_eq!(
@@ -447,12 +452,7 @@ mod ledger_compaction {
     fn rows_in_memory_map_as_their_export_does() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.jsonl");
-        let lines = [
-            row(0, 0, "append:Continue", usage(3, 0, 5000, 0, 100)),
-            row(0, 20, "ping:RentWithinBudget", usage(8, 0, 0, 5000, 1)),
-            row(0, 30, "compact", usage(2080, 127, 0, 3797, 400)),
-            row(1, 40, "refresh:Compact", usage(3, 200, 0, 3055, 90)),
-        ];
+        let lines = four_rows();
         std::fs::write(&path, lines.join("\n") + "\n").unwrap();
         let rows: Vec<muninn_core::ledger::LedgerRow> = lines
             .iter()
