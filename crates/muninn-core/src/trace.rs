@@ -119,7 +119,7 @@ pub struct TraceRequest {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub blocks_added: u32,
     /// The provider's diagnosis of this request's cache use, where the source recorded one
-    /// (Claude Code 2.1.282 on stores `message.diagnostics.cache_miss_reason`; muninn's ledger
+    /// (Claude Code 2.1.140 on stores `message.diagnostics.cache_miss_reason`; muninn's ledger
     /// rows carry it when the backend asked): a ground-truth label for `muninn check-cache`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_miss: Option<crate::miss::ProviderMiss>,

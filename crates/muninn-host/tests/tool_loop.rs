@@ -3,7 +3,7 @@
 //! host's read-only ones over a real directory, and each request is decided, sent (through
 //! `turn_cleared` when the decider masks), billed and recorded as one ledger row.
 
-use crate::runtime::{T0, World, ledger, mind, runner, world_with};
+use crate::runtime::{T0, World, ledger, mind, runner, set_cap, spent, world_with};
 use crate::scripted::brief;
 use muninn_core::closed_loop::verify;
 use muninn_core::decide::Action;
@@ -625,4 +625,61 @@ async fn a_crash_between_the_report_and_the_briefs_end_reports_once() {
         .collect();
     assert_eq!(reports.len(), 1, "{told:#?}");
     assert_eq!(reports[0].text, report.text);
+}
+
+/// Steps until the Self brief runs, the Persona turns before it (earlier runs' reports) first;
+/// returns how many steps came before it.
+async fn steps_before_the_brief(run: &mut Run, seq: i64) -> usize {
+    for before in 0..4 {
+        run.r.woken();
+        if run.r.step().await.unwrap() == (Step::SelfTurn { brief: seq }) {
+            return before;
+        }
+    }
+    panic!("brief {seq} did not run");
+}
+
+/// A brief whose first request the decider masks is priced as the clear (which rewrites the
+/// prompt from the first cleared result on), not as an append, before it is claimed: with room
+/// under the cap for one micro-dollar less than the clear costs, it does not start, and the
+/// spend never crosses the cap.
+#[tokio::test]
+async fn a_brief_that_clears_at_its_start_is_priced_as_the_clear_under_the_cap() {
+    // Unbounded: what the second brief's clear costs, and how many steps come before it.
+    let mut free = setup("", "").await;
+    run_brief(&mut free, &brief_text(&script_of(FILES))).await;
+    let seq = brief(&free.w, "Summarise what you read.").await;
+    let before = steps_before_the_brief(&mut free, seq).await;
+    let rows = ledger(&free.w).await;
+    let clear = *self_rows(&rows).last().unwrap();
+    assert!(is_mask(clear), "{rows:#?}");
+
+    // The same run, the cap leaving one micro-dollar less than that clear costs.
+    let mut capped = setup("", "").await;
+    run_brief(&mut capped, &brief_text(&script_of(FILES))).await;
+    let seq = brief(&capped.w, "Summarise what you read.").await;
+    for _ in 0..before {
+        capped.r.woken();
+        capped.r.step().await.unwrap();
+    }
+    let spent_before = spent(&capped.w).await;
+    set_cap(&capped.w, Some(spent_before + clear.cost.0 - 1)).await;
+    capped.r.woken();
+    assert_eq!(capped.r.step().await.unwrap(), Step::OverBudget);
+    assert_eq!(spent(&capped.w).await, spent_before);
+    let queued = capped.w.host.store.briefs("vala", None, 10).await.unwrap();
+    let queued = queued.iter().find(|b| b.seq == seq).unwrap();
+    assert_eq!(queued.status, BriefStatus::Queued, "{queued:?}");
+
+    // Room for it: it runs, and it is the same clear.
+    set_cap(&capped.w, None).await;
+    capped.r.woken();
+    assert_eq!(
+        capped.r.step().await.unwrap(),
+        Step::SelfTurn { brief: seq }
+    );
+    let rows = ledger(&capped.w).await;
+    let ran = *self_rows(&rows).last().unwrap();
+    assert!(is_mask(ran));
+    assert_eq!(ran.cost, clear.cost);
 }

@@ -37,7 +37,7 @@
 //! - `reasoning`: one of the response's lines carries a `thinking` or `redacted_thinking` block.
 //!   It is part of the answer, read by the cache model only for the requests that follow (a
 //!   client that drops an earlier turn's thinking rewrites the prompt from there).
-//! - `provider_miss`: from 2.1.282 on, an assistant line may carry the API's cache diagnosis,
+//! - `provider_miss`: from 2.1.140 on (the oldest version seen carrying it), an assistant line may carry the API's cache diagnosis,
 //!   `message.diagnostics.cache_miss_reason` (`{"type": "messages_changed",
 //!   "cache_missed_input_tokens": N}`; `null` while the comparison was pending). It becomes the
 //!   request's label. A line without `diagnostics` (or with `"diagnostics": null`) labels

@@ -745,7 +745,7 @@ mod real {
     }
 }
 
-/// Claude Code 2.1.282+ stores the API's cache diagnosis on assistant lines: each becomes its
+/// Claude Code (2.1.140 on) stores the API's cache diagnosis on assistant lines: each becomes its
 /// request's label; a line without one labels nothing.
 #[test]
 fn claude_code_diagnostics_become_provider_labels() {

@@ -201,8 +201,8 @@ fn print_causes(
     let causes = &report.causes;
     if causes.labels.is_empty() {
         outln!(
-            "miss causes: no request carries the provider's diagnosis (Claude Code 2.1.282+ \
-             stores it; muninn's ledger has it when the backend asked)"
+            "miss causes: no request carries the provider's diagnosis (Claude Code's transcripts \
+             carry it from 2.1.140 on; muninn's ledger has it when the backend asked)"
         )?;
         return Ok(());
     }

@@ -2,7 +2,7 @@
 //!
 //! The most a turn's request can cost is its prompt at the cache state the decider expects —
 //! reading the cached prefix and writing the new tail when warm, rewriting it when cold, a
-//! flush and a fresh segment when the plan refreshes — plus `max_output_tokens` of output at the
+//! flush and a fresh segment when the plan refreshes, the clear's rewrite when it masks — plus `max_output_tokens` of output at the
 //! model's output rate. The prompt is priced with the same [`SessionView`] methods the decider
 //! prices its alternatives with. When the spend already in the window plus that worst case
 //! would cross the cap, the turn does not start ([`Step::OverBudget`](super::Step::OverBudget)):
@@ -36,6 +36,11 @@ impl<B: Backend> MindRunner<B> {
                 None => MicroUsd::ZERO,
             };
             flush + view.restart_write(delta, now)
+        } else if plan.masks() {
+            // A clear rewrites the prompt from its first cleared result on; should the provider
+            // not apply it, the request is billed as the append. Whichever costs more.
+            view.append_cost(warm, delta, now)
+                .max(view.mask_cost(delta, now))
         } else {
             view.append_cost(warm, delta, now)
         };

@@ -330,7 +330,7 @@ impl<B: Backend> MindRunner<B> {
         if let Err(e) = self.check_window(Role::SelfRole, &next.plan) {
             return Ok(Some(e.to_string()));
         }
-        let worst = self.next_worst_case(&next.plan, now);
+        let worst = self.worst_case(Role::SelfRole, &next.plan, now);
         if let Some(budget) = budget
             && spent.0.saturating_add(worst.0) > budget
         {
@@ -346,24 +346,6 @@ impl<B: Backend> MindRunner<B> {
             ));
         }
         Ok(None)
-    }
-
-    /// The most the loop's next request can cost: a clear's rewrite when it masks, else an
-    /// append ([`MindRunner::worst_case`]).
-    fn next_worst_case(&self, plan: &Plan, now: i64) -> MicroUsd {
-        let append = self.worst_case(Role::SelfRole, plan, now);
-        if !plan.masks() {
-            return append;
-        }
-        let view = self.selfs.acc.view();
-        let delta = match plan.event {
-            muninn_core::decide::Event::Arrival { delta, .. } => delta,
-            _ => 0,
-        };
-        append.max(
-            view.mask_cost(delta, now)
-                + MicroUsd::of(self.mind.max_output_tokens, view.rates.output),
-        )
     }
 
     /// The renderer takes the exchange as the provider's session holds it (for a reseed).
