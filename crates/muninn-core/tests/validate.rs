@@ -354,6 +354,73 @@ fn the_tools_head_is_shared_across_sessions_when_asked() {
     );
 }
 
+/// A session on model "m" opening `days` days in: its first request reads `opening` (the tools
+/// head H1 or nothing) and writes the rest of a 30k prompt at 1h, its second (10 s later) reads
+/// that prompt, and its third, a day later, reads nothing (and writes the tools head again: the
+/// next opening must come more than an hour after it to find that head dead).
+fn opening(session: &str, days: i64, opening: u64) -> Trace {
+    let at = days * 24 * 60 * MIN;
+    trace(
+        session,
+        "main",
+        ThreadKind::Main,
+        "m",
+        vec![
+            req(at, opening, 30_000 - opening, true),
+            req(at + 10_000, 30_000, 500, true),
+            req(at + 24 * 60 * MIN, 0, 31_000, true),
+        ],
+    )
+}
+
+/// Outside traffic (another machine's sessions, other users of the client version) keeps a
+/// tools head warm that the traces let die days ago: once openings on that dead head were read
+/// more often than not, the next opening on it is predicted to read it. The tally is per head
+/// and counts openings only; a pause in the middle of a session is still a miss (seen on two
+/// public users' sessions, README "Validation on data nobody tuned on").
+#[test]
+fn a_tools_head_kept_warm_outside_the_traces_is_read_at_session_openings() {
+    // a teaches the head; b opens on it dead and reads it; so c is predicted to read it.
+    let warm = [
+        opening("a", 0, H1),
+        opening("b", 2, H1),
+        opening("c", 4, H1),
+    ];
+    let report = validate(&warm, &ValidateOptions::default());
+    let b = row(&report, "b/main/m", 0);
+    assert_eq!((b.cache_model.read, b.cache_model.agree), (0, false));
+    let c = row(&report, "c/main/m", 0);
+    assert_eq!((c.cache_model.read, c.cache_model.agree), (H1, true));
+    // Only openings: c's request after a day's pause reads nothing, as predicted.
+    let paused = row(&report, "c/main/m", 2);
+    assert_eq!(
+        (paused.cache_model.read, paused.cache_model.agree),
+        (0, true)
+    );
+
+    // One opening read it, one did not: no longer believed.
+    let mixed = [
+        opening("a", 0, H1),
+        opening("b", 2, H1),
+        opening("x", 4, 0),
+        opening("c", 6, H1),
+    ];
+    let report = validate(&mixed, &ValidateOptions::default());
+    assert_eq!(row(&report, "x/main/m", 0).cache_model.read, H1);
+    assert_eq!(row(&report, "c/main/m", 0).cache_model.read, 0);
+
+    // Per head: a head of another size (another client version) starts unbelieved.
+    let other = H1 + 1_000;
+    let versions = [
+        opening("a", 0, H1),
+        opening("b", 2, H1),
+        opening("v", 4, other),
+        opening("w", 6, other),
+    ];
+    let report = validate(&versions, &ValidateOptions::default());
+    assert_eq!(row(&report, "w/main/m", 0).cache_model.read, 0);
+}
+
 /// A head size learned in one session — there from a read a little short of its prefix, which
 /// the classes call a head — is borrowed by another session that has seen no head of its own. It
 /// must not hide that session's cached tail when the borrowed size falls between the tail and

@@ -116,6 +116,30 @@ fn hash_parts(parts: &[&str]) -> Fingerprint {
     hash_bytes(&bytes)
 }
 
+/// Session openings on one tools head that nothing in the traces had kept warm, by what they
+/// read.
+///
+/// Claude Code's tools head (tools and the static system preamble) is the same text for every
+/// session of a client version with the same tools, and the provider can serve it from traffic
+/// the traces do not hold: on `dotfiles-universal` and `omarchy-backup` (tuning parts) sessions
+/// opened hours or days after the user's last recorded request read exactly the tools head an
+/// earlier session had read; on `dotsv2` and `claude_backup` some such openings read it and some
+/// read nothing. Nothing in a transcript says which, so the model counts, per tools head
+/// (its fingerprint: model, thread group kind, size), the main-thread openings on it while it
+/// was dead or never written in the model's cache: read all the same (`warm`) or not (`cold`).
+/// While `warm` leads, a session opening on that dead head finds it warm, as if the outside
+/// traffic had just refreshed it.
+///
+/// Per head, not per model: a tally per model mixes client versions, and on `claude_backup`'s
+/// tuning part it took a new version's head (never seen read) for warm. Only openings: in the
+/// middle of a session, after a long pause, such heads were as often cold (on `claude_backup`'s
+/// tuning part, 2 read and 4 not). Causal: the tally counts the answers of earlier requests.
+#[derive(Debug, Clone, Copy, Default)]
+struct Openings {
+    warm: u32,
+    cold: u32,
+}
+
 /// The replay state of the cache model.
 #[derive(Debug, Default)]
 pub(super) struct ModelReplay {
@@ -126,6 +150,9 @@ pub(super) struct ModelReplay {
     h2_estimate: HashMap<(String, bool), Tokens>,
     /// Tail of a compaction (or other forked) thread's own previous request.
     thread_tails: HashMap<String, Tail>,
+    /// Per tools head: the session openings on it while nothing in the traces kept it warm,
+    /// by whether they read it (see [`Openings`]).
+    openings: HashMap<Fingerprint, Openings>,
     /// Requests the cache model refused (a malformed reconstruction).
     pub(super) errors: usize,
 }
@@ -287,6 +314,7 @@ impl ModelReplay {
                 breakpoint: Some(ttl),
             });
         }
+        let dead_head = self.open_on_dead_head(trace, index, &cps, options);
         let prompt = Prompt {
             model: &trace.model,
             checkpoints: &cps,
@@ -306,6 +334,14 @@ impl ModelReplay {
 
         // Learn from what was recorded, for the requests that follow.
         let recorded = req.usage.cache_read;
+        if let Some(c) = dead_head {
+            let tally = self.openings.entry(c.fingerprint).or_default();
+            if recorded > options.tolerance {
+                tally.warm += 1;
+            } else {
+                tally.cold += 1;
+            }
+        }
         let group_tail = group.tail;
         let mut updated = group;
         updated.segment = segment;
@@ -354,6 +390,57 @@ impl ModelReplay {
         }
         self.groups.insert(key, updated);
         (read, miss)
+    }
+
+    /// Whether `model`'s entry for `fingerprint` is live at `at_ms`.
+    fn live(&self, model: &str, fingerprint: Fingerprint, at_ms: i64) -> bool {
+        self.cache
+            .expiry(model, fingerprint)
+            .is_some_and(|e| e > at_ms)
+    }
+
+    /// The tools head a session's opening request (`cps`, not yet sent) carries while nothing in
+    /// the traces keeps it warm, for [`Openings`] to count once the answer is known. Where that
+    /// head's openings were read more often than not, it is written just before the request,
+    /// as the outside traffic that keeps it warm would have.
+    fn open_on_dead_head(
+        &mut self,
+        trace: &Trace,
+        index: usize,
+        cps: &[Checkpoint],
+        options: &ValidateOptions,
+    ) -> Option<Checkpoint> {
+        let at_ms = trace.requests.get(index)?.at_ms;
+        let head = cps
+            .first()
+            .filter(|c| c.block == H1_BLOCK && index == 0 && trace.kind == ThreadKind::Main)
+            .filter(|c| !self.live(&trace.model, c.fingerprint, at_ms))
+            .copied()?;
+        let seen = self
+            .openings
+            .get(&head.fingerprint)
+            .copied()
+            .unwrap_or_default();
+        if seen.warm <= seen.cold {
+            return Some(head);
+        }
+        let outside = [Checkpoint {
+            breakpoint: Some(Ttl::FiveMinutes),
+            ..head
+        }];
+        let prompt = Prompt {
+            model: &trace.model,
+            checkpoints: &outside,
+            total_tokens: head.tokens,
+        };
+        if self
+            .cache
+            .apply(&prompt, at_ms - 1, options.min_cacheable, &options.rules)
+            .is_err()
+        {
+            self.errors += 1;
+        }
+        Some(head)
     }
 
     /// The reference prefix of a request before it is stepped.

@@ -52,6 +52,10 @@
 //! request whose answer thought (`TraceRequest::reasoning`) in a new segment: the prompt is the
 //! same up to there and new after it (`anthropic`'s `ThinkingDrop`).
 //!
+//! A session's opening request whose tools head the model's cache holds dead (or never wrote)
+//! finds it warm when earlier openings on that same head, dead too, were read more often than
+//! not: traffic the traces do not hold keeps it warm (`anthropic`'s `Openings`).
+//!
 //! Head sizes are learned from earlier observations only: a thread's first request that reads
 //! something short of a prefix it could know reveals `H1`; a later request that reads less than
 //! its previous prefix but more than `H1` reveals `H2`. Until a session has its own observation the
