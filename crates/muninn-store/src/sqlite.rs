@@ -136,6 +136,22 @@ fn unavailable(path: &Path, e: sqlx::Error) -> StoreError {
 /// How long a writer waits for another writer's lock before giving up with `Busy`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a serving connection waits for a lock while it is being opened (its `PRAGMA`s),
+/// before [`BUSY_TIMEOUT`] applies to it. Opening one normally needs only a shared lock that
+/// nothing in WAL mode holds off for long. The one wait seen was a database file emptied under
+/// the running host (rewritten whole: truncated, then written): a connection opened in that
+/// moment sees zero pages, SQLite deletes the WAL beside them, and the `journal_mode = WAL`
+/// pragma then waits for the exclusive lock that the store's live connections (which hold
+/// shared locks for as long as they are open) never give up, holding the pending lock that
+/// keeps every other new connection from reading. With the full busy timeout that was 10 s in
+/// which each call waited out the pool and failed as "pool timed out", the cause unnamed;
+/// with this one the opening fails at once with SQLite's `database is locked` and gives its
+/// locks back.
+const OPEN_BUSY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Run on each serving connection once it is open: the busy timeout its queries get.
+const AFTER_OPEN_BUSY_TIMEOUT: &str = "PRAGMA busy_timeout = 10000";
+
 /// The SQLite store. Cheap to share behind an `Arc`; holds a small connection pool.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -219,13 +235,20 @@ impl SqliteStore {
             .acquire_timeout(BUSY_TIMEOUT)
             .after_connect(|conn, _| {
                 Box::pin(async move {
+                    sqlx::raw_sql(AFTER_OPEN_BUSY_TIMEOUT)
+                        .execute(&mut *conn)
+                        .await?;
                     sqlx::raw_sql(crate::id_guard::TRACK_BUMPS)
                         .execute(&mut *conn)
                         .await
                         .map(drop)
                 })
             })
-            .connect_with(options_db.pragma("temp_store", "MEMORY"))
+            .connect_with(
+                options_db
+                    .busy_timeout(OPEN_BUSY_TIMEOUT)
+                    .pragma("temp_store", "MEMORY"),
+            )
             .await
             .map_err(|e| unavailable(&path, e))?;
         let wal = (sync == SyncMode::Grouped).then(|| Arc::new(WalSync::for_database(&path)));
@@ -388,5 +411,34 @@ impl crate::sql::Backend for SqliteStore {
     }
     async fn await_holder_gone(&self, holder: &str) -> Result<bool> {
         self.await_holder_gone_impl(holder).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BUSY_TIMEOUT, SqliteStore};
+
+    /// The short wait is for opening a connection only: once open, its queries wait for a
+    /// lock as long as [`BUSY_TIMEOUT`] says (another host's writer, a checkpoint).
+    #[tokio::test]
+    async fn a_serving_connection_waits_the_full_busy_timeout_once_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("muninn.db"))
+            .await
+            .unwrap();
+        let mut conns = Vec::new();
+        for _ in 0..2 {
+            conns.push(store.pool.acquire().await.unwrap());
+        }
+        for conn in &mut conns {
+            let ms: i64 = sqlx::Row::get(
+                &sqlx::query("PRAGMA busy_timeout")
+                    .fetch_one(&mut **conn)
+                    .await
+                    .unwrap(),
+                0,
+            );
+            assert_eq!(ms, BUSY_TIMEOUT.as_millis() as i64);
+        }
     }
 }

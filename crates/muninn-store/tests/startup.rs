@@ -293,3 +293,51 @@ async fn a_commit_checks_only_the_counters_it_bumped_and_reserves_them() {
     pool.close().await;
     store.close().await;
 }
+
+/// A database file emptied under an open store (the moment between `truncate` and `write` when
+/// it is rewritten whole): a connection the pool opens then sees a database of zero pages, so
+/// SQLite deletes the WAL beside it and its `PRAGMA journal_mode = WAL` tries to turn the empty
+/// file into a WAL database, which needs the file's exclusive lock; the store's live WAL
+/// connections hold shared locks, so that connection waits in the busy handler, and while it
+/// waits it holds the pending lock that keeps every other new connection from reading. Every
+/// call must still end soon, with an error that says a lock was in the way — not wait out the
+/// pool (10 s) and come back as "pool timed out".
+#[tokio::test]
+async fn a_database_emptied_under_an_open_store_fails_each_call_soon_naming_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("muninn.db");
+    let store = SqliteStore::open(&db).await.unwrap();
+    store.create_mind(&mind("vala")).await.unwrap();
+    store.post_delivery("vala", &delivery(1)).await.unwrap();
+    let bytes = std::fs::read(&db).unwrap();
+    std::fs::File::create(&db).unwrap();
+    // Four calls at once: the first takes the pool's one open connection, the others make the
+    // pool open new ones, on the empty file.
+    let started = std::time::Instant::now();
+    let (a, b, c, d) = tokio::join!(
+        store.schema_version(),
+        store.schema_version(),
+        store.schema_version(),
+        store.schema_version()
+    );
+    let calls = [a, b, c, d];
+    let took = started.elapsed();
+    std::fs::write(&db, &bytes).unwrap();
+    let errors: Vec<String> = calls
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(ToString::to_string))
+        .collect();
+    eprintln!("took {took:?}: {errors:?}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "the calls took {took:?}: {errors:?}"
+    );
+    assert!(
+        errors.iter().all(|e| !e.contains("pool timed out")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("database is locked")),
+        "{errors:?}"
+    );
+}

@@ -38,7 +38,7 @@ pub async fn readiness(host: &Host) -> Readiness {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => {
             tracing::warn!(%error, "readiness: the store did not answer");
-            let kind = super::store_fault::store_fault(&error.to_string())
+            let kind = super::store_fault::store_fault(&error.to_string(), host.store.backend())
                 .map_or_else(String::new, |kind| format!(": {kind}"));
             reasons.push(format!(
                 "store: the query failed{kind} (the error is in the host's log)"
@@ -67,14 +67,19 @@ pub async fn readiness(host: &Host) -> Readiness {
                     "the backend is failing: {}",
                     truncate(&failing.last_error, ERROR_CHARS)
                 ),
-                "store" => match super::store_fault::store_fault(&failing.last_error) {
-                    Some(kind) => {
-                        format!(
-                            "the store refuses its steps: {kind} (the error is in the host's log)"
-                        )
+                "store" => {
+                    match super::store_fault::store_fault(&failing.last_error, host.store.backend())
+                    {
+                        Some(kind) => {
+                            format!(
+                                "the store refuses its steps: {kind} (the error is in the host's log)"
+                            )
+                        }
+                        None => {
+                            "the store refuses its steps (the error is in the host's log)".into()
+                        }
                     }
-                    None => "the store refuses its steps (the error is in the host's log)".into(),
-                },
+                }
                 _ => format!(
                     "it cannot run: {}",
                     truncate(&failing.last_error, ERROR_CHARS)

@@ -5,9 +5,18 @@
 //! thing they need: is the disk full, the directory read-only, the database corrupt, the
 //! server gone? This names the kind, from the engines' own stable messages; the full error is
 //! in the host's log.
+//!
+//! One message means different things per backend: sqlx's "pool timed out" (no pooled
+//! connection came free within the wait). On PostgreSQL a server that is down looks like that
+//! (opening a connection is retried until the wait ends); SQLite has no server: its
+//! connections are busy with queries, or waiting for a lock on the file (a database emptied
+//! under the running host held every new connection 10 s that way, see
+//! `muninn_store::SqliteStore`), so saying "the server is unreachable" there sent the reader
+//! looking for a server that does not exist.
 
-/// The kind of storage fault `error` (a store error's text) shows, if it is one we know.
-pub fn store_fault(error: &str) -> Option<&'static str> {
+/// The kind of storage fault `error` (a store error's text) shows on the store `backend`
+/// (`Store::backend`: `"sqlite"` or `"postgres"`), if it is one we know.
+pub fn store_fault(error: &str, backend: &str) -> Option<&'static str> {
     const KINDS: &[(&[&str], &str)] = &[
         (
             &["database or disk is full", "No space left", "(os error 28)"],
@@ -33,20 +42,33 @@ pub fn store_fault(error: &str) -> Option<&'static str> {
         (&["store.id"], "the store's identity file cannot be written"),
         (&["disk I/O error", "(os error 5)"], "an I/O error"),
         (
+            // SQLite's SQLITE_BUSY and SQLITE_LOCKED: a lock stayed held past the busy timeout.
+            &["database is locked", "database table is locked"],
+            "the database file is locked (another connection or process holds it)",
+        ),
+        (
             &[
                 "Connection refused",
                 "connection reset",
                 "terminating connection",
                 "database unavailable",
-                "pool timed out",
             ],
             "the database server is unreachable",
         ),
     ];
-    KINDS
+    let known = KINDS
         .iter()
         .find(|(signs, _)| signs.iter().any(|sign| error.contains(sign)))
-        .map(|(_, kind)| *kind)
+        .map(|(_, kind)| *kind);
+    known.or_else(|| {
+        error.contains("pool timed out").then_some(match backend {
+            "sqlite" => {
+                "no connection to the database file came free in time (each was busy with a \
+                 query or waiting for a lock)"
+            }
+            _ => "the database server is unreachable (no connection came free in time)",
+        })
+    })
 }
 
 #[cfg(test)]
@@ -76,10 +98,27 @@ mod tests {
                 "database unavailable: error communicating with database: Connection refused (os error 111)",
                 Some("the database server is unreachable"),
             ),
+            (
+                "database busy: error returned from database: (code: 5) database is locked",
+                Some("the database file is locked (another connection or process holds it)"),
+            ),
             ("mind m: fencing token 3 is stale", None),
         ];
         for (error, kind) in cases {
-            assert_eq!(store_fault(error), kind, "{error}");
+            assert_eq!(store_fault(error, "sqlite"), kind, "{error}");
         }
+    }
+
+    /// A pool timeout is a server that cannot be reached only where there is a server.
+    #[test]
+    fn a_pool_timeout_is_named_by_the_backend_it_happened_on() {
+        let error = "store: database busy: pool timed out while waiting for an open connection";
+        let sqlite = store_fault(error, "sqlite").unwrap();
+        assert!(!sqlite.contains("server"), "{sqlite}");
+        assert!(sqlite.contains("database file"), "{sqlite}");
+        assert_eq!(
+            store_fault(error, "postgres"),
+            Some("the database server is unreachable (no connection came free in time)")
+        );
     }
 }
