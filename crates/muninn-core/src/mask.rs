@@ -280,7 +280,7 @@ impl SessionView {
 /// first: chunks are kept until `keep` uses are (each chunk counts as at least one use). The
 /// accounting and the optimum both clear by this rule, so that the plan clears what the engine
 /// then clears.
-pub(crate) fn kept_newest(uses_newest_first: impl Iterator<Item = u32>, keep: u32) -> usize {
+fn kept_newest(uses_newest_first: impl Iterator<Item = u32>, keep: u32) -> usize {
     let mut kept_uses = 0u32;
     let mut kept = 0;
     for uses in uses_newest_first {
@@ -291,4 +291,22 @@ pub(crate) fn kept_newest(uses_newest_first: impl Iterator<Item = u32>, keep: u3
         kept += 1;
     }
     kept
+}
+
+/// How many of the earlier chunks (uses newest first) a clear sent with a request that itself
+/// carries `arriving_uses` tool results keeps. The provider's `keep` counts the newest tool uses
+/// of the prompt it clears, and the newest are the ones this request answers
+/// (`clear_tool_uses_20250919` counts every use of the request, as the simulator's does):
+/// they take their share of `keep` first, so one more earlier result is cleared than a count
+/// over the earlier results alone would say. The arriving chunk itself is always kept (with
+/// `keep: 0` the provider would clear it too; the accounting never clears what it has not yet
+/// placed).
+pub(crate) fn kept_before(
+    arriving_uses: u32,
+    earlier_newest_first: impl Iterator<Item = u32>,
+    keep: u32,
+) -> usize {
+    let arriving = (arriving_uses > 0).then_some(arriving_uses);
+    let kept = kept_newest(arriving.into_iter().chain(earlier_newest_first), keep);
+    kept.saturating_sub(usize::from(arriving.is_some()))
 }
