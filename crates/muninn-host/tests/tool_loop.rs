@@ -436,20 +436,7 @@ async fn replaying_a_masking_tool_loop_reproduces_its_decisions() {
 #[tokio::test]
 async fn measured_masks_against_no_masks_on_this_repositorys_sources() {
     let src = measured_sources();
-    let mut files: Vec<String> = std::fs::read_dir(&src)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    files.sort();
-    let mut calls = vec![json!({"name": "list_dir", "input": {}})];
-    calls.extend(
-        files
-            .iter()
-            .map(|f| json!({"name": "read_file", "input": {"path": f}})),
-    );
-    let text = brief_text(&Value::Array(calls));
+    let (files, text) = measured_brief(&src);
     let mut figures = Vec::new();
     for policy in ["ski-rental", "never"] {
         let w = world_with(&format!(
@@ -589,14 +576,10 @@ fn measured_sources() -> std::path::PathBuf {
     )
 }
 
-/// The same measured brief run five times by one Mind, with masks allowed and with `never`:
-/// from the third brief on the Mind has finished runs to learn how long its loops go
-/// (`muninn_core::learn::Runs`), and its clears are placed by that, not by the prior alone.
-/// Prints each brief's masks and cost side by side.
-#[tokio::test]
-async fn measured_masks_with_history() {
-    let src = measured_sources();
-    let mut files: Vec<String> = std::fs::read_dir(&src)
+/// The measured brief over `src`: list it, then read each of its `.rs` files in name order.
+/// Returns the files and the brief's text.
+fn measured_brief(src: &Path) -> (Vec<String>, String) {
+    let mut files: Vec<String> = std::fs::read_dir(src)
         .unwrap()
         .filter_map(|e| e.ok())
         .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
@@ -610,6 +593,17 @@ async fn measured_masks_with_history() {
             .map(|f| json!({"name": "read_file", "input": {"path": f}})),
     );
     let text = brief_text(&Value::Array(calls));
+    (files, text)
+}
+
+/// The same measured brief run five times by one Mind, with masks allowed and with `never`:
+/// from the third brief on the Mind has finished runs to learn how long its loops go
+/// (`muninn_core::learn::Runs`), and its clears are placed by that, not by the prior alone.
+/// Prints each brief's masks and cost side by side.
+#[tokio::test]
+async fn measured_masks_with_history() {
+    let src = measured_sources();
+    let (_, text) = measured_brief(&src);
     let briefs = 5;
     let mut per_policy = Vec::new();
     for policy in ["ski-rental", "never"] {
