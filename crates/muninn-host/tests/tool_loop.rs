@@ -16,6 +16,8 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+mod measured;
+
 /// Files of the test workspace: each a few thousand tokens of distinct lines, so the results
 /// grow the prompt quickly and the clear has something worth clearing. The briefs read the first
 /// [`READ`] of them (the closed loop's brief reads them all).
@@ -430,60 +432,6 @@ async fn replaying_a_masking_tool_loop_reproduces_its_decisions() {
     assert_eq!(rows[0].at_ms, T0);
 }
 
-/// The measured run (README, "The host"): the same brief over this repository's own source
-/// files, once deciding as configured (masks allowed) and once with `never` (which never
-/// masks, and inside a tool loop decides nothing else differently), side by side.
-#[tokio::test]
-async fn measured_masks_against_no_masks_on_this_repositorys_sources() {
-    let src = measured_sources();
-    let (files, text) = measured_brief(&src);
-    let mut figures = Vec::new();
-    for policy in ["ski-rental", "never"] {
-        let w = world_with(&format!(
-            "[backend.self_session]\nworkspace = {:?}\nmax_requests = 200",
-            src.canonicalize().unwrap().display().to_string()
-        ))
-        .await;
-        let r = runner(&w, mind(&format!("policy = '{policy}'")), "host-a");
-        r.register().await.unwrap();
-        let mut run = Run {
-            w,
-            _dir: tempfile::tempdir().unwrap(),
-            r,
-        };
-        run_brief(&mut run, &text).await;
-        let rows = ledger(&run.w).await;
-        let rows = self_rows(&rows);
-        let masks = rows.iter().filter(|r| is_mask(r)).count();
-        let at: Vec<usize> = (0..rows.len()).filter(|&i| is_mask(rows[i])).collect();
-        let cleared = cleared_tokens(rows.iter().copied());
-        let cost: i64 = rows.iter().map(|r| r.cost.0).sum();
-        let read: u64 = rows.iter().map(|r| r.usage.cache_read).sum();
-        let written: u64 = rows.iter().map(|r| r.usage.written()).sum();
-        figures.push((policy, rows.len(), masks, cleared, read, written, cost, at));
-    }
-    eprintln!(
-        "FIGURE self tool loop over {} files of crates/muninn-core/src:",
-        files.len()
-    );
-    for (policy, requests, masks, cleared, read, written, cost, at) in &figures {
-        eprintln!(
-            "FIGURE   {policy:>10}: {requests} requests, {masks} masks (at requests {at:?}), {cleared} tokens cleared, {read} read, {written} written, {cost} micro-USD"
-        );
-    }
-    let (with, without) = (&figures[0], &figures[1]);
-    assert!(with.2 > 0, "no mask: {figures:?}");
-    assert_eq!(without.2, 0, "{figures:?}");
-    assert_eq!(with.1, without.1, "the same requests: {figures:?}");
-    // What a clear does, whatever it comes to: later requests read less, the clear rewrote.
-    assert!(with.3 > 0 && with.4 < without.4, "{figures:?}");
-    assert!(with.5 > without.5, "{figures:?}");
-    eprintln!(
-        "FIGURE   with masks ÷ without: {:.4}",
-        with.6 as f64 / without.6 as f64
-    );
-}
-
 /// One count of clearable tokens online and in replay: the host's ledger rows (what each
 /// request's tool results came to, as the backend counted the blocks it sent) and a `claude -p
 /// --output-format stream-json` log of the same exchange, imported, give every request the same
@@ -564,102 +512,6 @@ async fn the_ledger_and_an_imported_log_of_the_run_count_the_same_clearable_toke
     assert!(
         online.iter().map(|t| t.tokens).sum::<u64>() > 10_000,
         "{online:?}"
-    );
-}
-
-/// The measured briefs' workspace: this repository's `crates/muninn-core/src`, or the copy
-/// `MUNINN_MEASURED_SRC` names (to measure two versions of the code on the same files).
-fn measured_sources() -> std::path::PathBuf {
-    std::env::var_os("MUNINN_MEASURED_SRC").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../muninn-core/src"),
-        std::path::PathBuf::from,
-    )
-}
-
-/// The measured brief over `src`: list it, then read each of its `.rs` files in name order.
-/// Returns the files and the brief's text.
-fn measured_brief(src: &Path) -> (Vec<String>, String) {
-    let mut files: Vec<String> = std::fs::read_dir(src)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    files.sort();
-    let mut calls = vec![json!({"name": "list_dir", "input": {}})];
-    calls.extend(
-        files
-            .iter()
-            .map(|f| json!({"name": "read_file", "input": {"path": f}})),
-    );
-    let text = brief_text(&Value::Array(calls));
-    (files, text)
-}
-
-/// The same measured brief run five times by one Mind, with masks allowed and with `never`:
-/// from the third brief on the Mind has finished runs to learn how long its loops go
-/// (`muninn_core::learn::Runs`), and its clears are placed by that, not by the prior alone.
-/// Prints each brief's masks and cost side by side.
-#[tokio::test]
-async fn measured_masks_with_history() {
-    let src = measured_sources();
-    let (_, text) = measured_brief(&src);
-    let briefs = 5;
-    let mut per_policy = Vec::new();
-    for policy in ["ski-rental", "never"] {
-        let w = world_with(&format!(
-            "[backend.self_session]\nworkspace = {:?}\nmax_requests = 200",
-            src.canonicalize().unwrap().display().to_string()
-        ))
-        .await;
-        let r = runner(&w, mind(&format!("policy = '{policy}'")), "host-a");
-        r.register().await.unwrap();
-        let mut run = Run {
-            w,
-            _dir: tempfile::tempdir().unwrap(),
-            r,
-        };
-        for _ in 0..briefs {
-            run_brief(&mut run, &text).await;
-            run.w.sim.advance_clock(60_000);
-        }
-        let rows = ledger(&run.w).await;
-        // Each brief's rows: from its boundary request to the next (a refresh's flush row, at
-        // the next brief's boundary, is the next brief's).
-        let mut runs: Vec<Vec<LedgerRow>> = Vec::new();
-        let mut flushed = false;
-        for row in rows.into_iter().filter(|r| r.role == "self") {
-            let starts = row.boundary && !flushed;
-            flushed = row.decision == "flush";
-            if starts || runs.is_empty() {
-                runs.push(Vec::new());
-            }
-            runs.last_mut().unwrap().push(row);
-        }
-        per_policy.push(runs);
-    }
-    let (with, without) = (&per_policy[0], &per_policy[1]);
-    assert_eq!(with.len(), briefs, "{} runs", with.len());
-    assert_eq!(without.len(), briefs);
-    eprintln!("FIGURE the measured brief, five times by one Mind:");
-    let cost = |rows: &[LedgerRow]| rows.iter().map(|r| r.cost.0).sum::<i64>();
-    for (b, (w, n)) in with.iter().zip(without).enumerate() {
-        let at: Vec<usize> = (0..w.len()).filter(|&i| is_mask(&w[i])).collect();
-        eprintln!(
-            "FIGURE   brief {}: {} requests, masks at {at:?}, ski-rental {} µ$, never {} µ$, {:.4}",
-            b + 1,
-            w.len(),
-            cost(w),
-            cost(n),
-            cost(w) as f64 / cost(n) as f64
-        );
-    }
-    let total = |runs: &[Vec<LedgerRow>]| runs.iter().map(|r| cost(r)).sum::<i64>();
-    eprintln!(
-        "FIGURE   all five: ski-rental {} µ$, never {} µ$, {:.4}",
-        total(with),
-        total(without),
-        total(with) as f64 / total(without) as f64
     );
 }
 
@@ -814,9 +666,12 @@ async fn steps_before_the_brief(run: &mut Run, seq: i64) -> usize {
 /// spend never crosses the cap.
 #[tokio::test]
 async fn a_brief_that_clears_at_its_start_is_priced_as_the_clear_under_the_cap() {
-    // Unbounded: what the second brief's clear costs, and how many steps come before it.
+    const FIRST_LOOP: usize = 12;
+    // Unbounded: what the second brief's clear costs, and how many steps come before it. After
+    // a first loop of 12 files the second brief clears at its start (after longer ones the
+    // growth rule's refresh is due there, and beats the clear).
     let mut free = setup("", "").await;
-    run_brief(&mut free, &brief_text(&script_of(FILES))).await;
+    run_brief(&mut free, &brief_text(&script_of(FIRST_LOOP))).await;
     let seq = brief(&free.w, "Summarise what you read.").await;
     let before = steps_before_the_brief(&mut free, seq).await;
     let rows = ledger(&free.w).await;
@@ -825,7 +680,7 @@ async fn a_brief_that_clears_at_its_start_is_priced_as_the_clear_under_the_cap()
 
     // The same run, the cap leaving one micro-dollar less than that clear costs.
     let mut capped = setup("", "").await;
-    run_brief(&mut capped, &brief_text(&script_of(FILES))).await;
+    run_brief(&mut capped, &brief_text(&script_of(FIRST_LOOP))).await;
     let seq = brief(&capped.w, "Summarise what you read.").await;
     for _ in 0..before {
         capped.r.woken();
