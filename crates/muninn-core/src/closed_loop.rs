@@ -173,6 +173,9 @@ struct Lockstep<'a> {
     system_fp: Fingerprint,
     /// The current segment's cached ends so far: block, tokens, fingerprint.
     ends: Vec<(u32, Tokens, Fingerprint)>,
+    /// Clears (masked requests) so far: each rewrites the prompt after the head and system, so
+    /// the ends after it are new prefixes.
+    clears: u64,
     /// When the host lost its session, if the next row says so.
     lost_at_ms: Option<i64>,
     /// The arrival decided on the row before (a refresh's flush), carried to the turn's request.
@@ -192,6 +195,7 @@ impl<'a> Lockstep<'a> {
             head_fp: 0,
             system_fp: 0,
             ends: Vec::new(),
+            clears: 0,
             lost_at_ms: None,
             pending_arrival: None,
         }
@@ -303,7 +307,17 @@ impl<'a> Lockstep<'a> {
             self.pending_arrival = Some((cx.row.at_ms, event));
         }
         let Some(acc) = self.acc.as_ref() else { return };
-        let decision = decide(cx.policy, &acc.view(), event, cx.row.at_ms);
+        // The request's own tool results count in a clear's keep (a flush row's arrival is a
+        // boundary's, which carries none).
+        let uses = match cx.decided.kind {
+            RowKind::Request => crate::session::arriving_uses(&cx.decided.tool_results),
+            _ => 0,
+        };
+        let Event::Arrival { boundary, .. } = event else {
+            return;
+        };
+        let view = acc.arrival_view(boundary, uses);
+        let decision = decide(cx.policy, &view, event, cx.row.at_ms);
         report.decisions += 1;
         if same(&decision, cx.decided) {
             report.agreed += 1;
@@ -321,6 +335,13 @@ impl<'a> Lockstep<'a> {
         let row = cx.row;
         if let Some(start) = &cx.decided.segment {
             self.begin_segment(start);
+        }
+        if cx.decided.kind == RowKind::Request && cx.decided.action == Some(Action::Mask) {
+            // The clear rewrote the prompt from its first cleared block on: no earlier end of
+            // the segment is a prefix of it any more (a clear that removed less than the
+            // requests since added would otherwise read an earlier end as if unchanged).
+            self.clears += 1;
+            self.ends.clear();
         }
         let checkpoints = self.shape(cx.decided.kind, &row.usage, cx.decided);
         let prompt = Prompt {
@@ -416,7 +437,10 @@ impl<'a> Lockstep<'a> {
             }
         }
         if end > self.system && checkpoints.last().is_none_or(|c| c.tokens < end) {
-            let fp = extend(extend(hash_bytes(b"end"), self.segments), end);
+            let fp = extend(
+                extend(extend(hash_bytes(b"end"), self.segments), self.clears),
+                end,
+            );
             checkpoints.push(Checkpoint {
                 block,
                 tokens: end,

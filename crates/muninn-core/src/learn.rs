@@ -112,26 +112,118 @@ impl SegmentLengths {
     /// within the requests its segment has already seen — and never in a segment's first
     /// requests, where nothing says the session will go on.
     pub fn remaining(&self, so_far: u32) -> u64 {
-        let prior = u64::from(so_far / 2);
-        if self.count() < MIN_SEGMENTS_EVIDENCE {
-            return prior;
+        self.remaining_known(so_far)
+            .unwrap_or(u64::from(so_far / 2))
+    }
+
+    /// [`SegmentLengths::remaining`] from the evidence alone: `None` where the prior would
+    /// answer.
+    pub fn remaining_known(&self, so_far: u32) -> Option<u64> {
+        let top = (1u64 << LENGTH_BUCKETS) as f64;
+        median_left(self.count(), |x| self.mass_beyond(x), top, so_far)
+    }
+}
+
+/// The median of what the finished lengths longer than `so_far` had left at that point (as
+/// masses spread evenly over their buckets: `mass_beyond(x)` of them longer than `x`, none
+/// beyond `top`), or `None` with fewer than [`MIN_SEGMENTS_EVIDENCE`] of them (`count`) or less
+/// than one outliving `so_far`.
+fn median_left(count: u32, mass_beyond: impl Fn(f64) -> f64, top: f64, so_far: u32) -> Option<u64> {
+    if count < MIN_SEGMENTS_EVIDENCE {
+        return None;
+    }
+    let k = f64::from(so_far);
+    let survivors = mass_beyond(k);
+    if survivors < 1.0 {
+        return None;
+    }
+    // Bisect for the length by which half the survivors had ended.
+    let (mut lo, mut hi) = (k, top);
+    for _ in 0..64 {
+        let mid = (lo + hi) / 2.0;
+        if mass_beyond(mid) > survivors / 2.0 {
+            lo = mid;
+        } else {
+            hi = mid;
         }
-        let k = f64::from(so_far);
-        let survivors = self.mass_beyond(k);
-        if survivors < 1.0 {
-            return prior;
+    }
+    Some((hi - k).floor().max(0.0) as u64)
+}
+
+/// Bucket bounds of [`RunLengths`]: bucket i holds lengths in `[RUN_BOUNDS[i], RUN_BOUNDS[i +
+/// 1])`. Exact up to 20 requests, where a loop's last requests are told apart (a loop of 18
+/// requests in a log₂ bucket would look like one of 16 to 31, and the 17th request would seem to
+/// have 7 more), coarser above.
+const RUN_BOUNDS: [u32; 33] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 24, 28, 32, 40, 48,
+    64, 96, 128, 256, 512, 1024, 4096,
+];
+
+/// The lengths, in requests, of the runs a Mind has finished ([`Runs`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunLengths {
+    /// Counts per bucket of [`RUN_BOUNDS`] (the last also holds anything longer).
+    pub buckets: [u32; 32],
+}
+
+impl RunLengths {
+    /// Records a finished run of `requests` requests (an empty one teaches nothing).
+    pub fn observe(&mut self, requests: u32) {
+        if requests == 0 {
+            return;
         }
-        // Bisect for the length by which half the survivors had ended.
-        let (mut lo, mut hi) = (k, (1u64 << LENGTH_BUCKETS) as f64);
-        for _ in 0..64 {
-            let mid = (lo + hi) / 2.0;
-            if self.mass_beyond(mid) > survivors / 2.0 {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
+        let bucket = RUN_BOUNDS[1..]
+            .iter()
+            .position(|&hi| requests < hi)
+            .unwrap_or(self.buckets.len() - 1);
+        self.buckets[bucket] = self.buckets[bucket].saturating_add(1);
+    }
+
+    /// Finished runs recorded.
+    pub fn count(&self) -> u32 {
+        self.buckets.iter().fold(0u32, |a, b| a.saturating_add(*b))
+    }
+
+    fn mass_beyond(&self, x: f64) -> f64 {
+        self.buckets
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                let lo = f64::from(RUN_BOUNDS[i]);
+                let hi = f64::from(RUN_BOUNDS[i + 1]);
+                c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
+            })
+            .sum()
+    }
+
+    /// How many more requests a run that has had `so_far` is expected to have (the median of
+    /// what the longer finished runs had left), or `None` without the evidence
+    /// ([`median_left`]).
+    pub fn remaining_known(&self, so_far: u32) -> Option<u64> {
+        let top = f64::from(RUN_BOUNDS[RUN_BOUNDS.len() - 1]);
+        median_left(self.count(), |x| self.mass_beyond(x), top, so_far)
+    }
+}
+
+impl std::ops::Add for RunLengths {
+    type Output = RunLengths;
+    fn add(self, other: RunLengths) -> RunLengths {
+        let mut sum = self;
+        for (a, b) in sum.buckets.iter_mut().zip(other.buckets) {
+            *a = a.saturating_add(b);
         }
-        (hi - k).floor().max(0.0) as u64
+        sum
+    }
+}
+
+impl std::ops::Sub for RunLengths {
+    type Output = RunLengths;
+    fn sub(self, other: RunLengths) -> RunLengths {
+        let mut diff = self;
+        for (a, b) in diff.buckets.iter_mut().zip(other.buckets) {
+            *a = a.saturating_sub(b);
+        }
+        diff
     }
 }
 
@@ -154,6 +246,91 @@ impl std::ops::Sub for SegmentLengths {
             *a = a.saturating_sub(b);
         }
         diff
+    }
+}
+
+/// The Mind's finished runs: a request at a task boundary (a batch of deliveries, a brief, a
+/// user turn) and the non-boundary requests that follow it (its tool loop), until the next
+/// boundary. Inside a run the segment-length estimate alone is a poor horizon for a clear: it
+/// does not know where in the loop the request stands, while the Mind's own loops say how long
+/// they run — and whether its segments go on after a loop (a later brief appends to it) or end
+/// with it (the next brief starts a new segment).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Runs {
+    /// Their lengths in requests.
+    pub lengths: RunLengths,
+    /// Finished runs whose segment went on after them (the next run's first request continued
+    /// it).
+    pub continued: u32,
+    /// Finished runs whose segment ended with them (the next run began a new segment, or the
+    /// session ended).
+    pub ended: u32,
+}
+
+impl Runs {
+    /// A run of `requests` requests finished; `ended` whether its segment ended with it.
+    pub fn observe(&mut self, requests: u32, ended: bool) {
+        if requests == 0 {
+            return;
+        }
+        self.lengths.observe(requests);
+        if ended {
+            self.ended = self.ended.saturating_add(1);
+        } else {
+            self.continued = self.continued.saturating_add(1);
+        }
+    }
+
+    /// Finished runs recorded.
+    pub fn count(&self) -> u32 {
+        self.lengths.count()
+    }
+
+    /// How many more requests a segment that has had `segment_so_far` is expected to have, when
+    /// the arriving request is the `run_so_far`-th of its run (`None` at a task boundary, which
+    /// begins a run), given `segment` as the segment-length estimate alone would say
+    /// ([`SegmentLengths::remaining`]).
+    ///
+    /// Inside a run, once [`MIN_SEGMENTS_EVIDENCE`] runs have finished and at least one
+    /// outlived this one so far, the run's own rest (the median of what the longer finished
+    /// runs had left, [`SegmentLengths::remaining`] over run lengths) is known better than the
+    /// segment's: where the Mind's runs have mostly ended their segments, the segment ends with
+    /// this run and that rest is the horizon; where they mostly went on, the segment has at
+    /// least that rest, and the segment estimate may say more. Otherwise `segment`, as before.
+    pub fn remaining(&self, segment: u64, run_so_far: Option<u32>) -> u64 {
+        let Some(k) = run_so_far.filter(|k| *k > 1) else {
+            return segment;
+        };
+        let Some(run_left) = self.lengths.remaining_known(k) else {
+            return segment;
+        };
+        if self.ended > self.continued {
+            run_left
+        } else {
+            segment.max(run_left)
+        }
+    }
+}
+
+impl std::ops::Add for Runs {
+    type Output = Runs;
+    fn add(self, other: Runs) -> Runs {
+        Runs {
+            lengths: self.lengths + other.lengths,
+            continued: self.continued.saturating_add(other.continued),
+            ended: self.ended.saturating_add(other.ended),
+        }
+    }
+}
+
+impl std::ops::Sub for Runs {
+    type Output = Runs;
+    fn sub(self, other: Runs) -> Runs {
+        Runs {
+            lengths: self.lengths - other.lengths,
+            continued: self.continued.saturating_sub(other.continued),
+            ended: self.ended.saturating_sub(other.ended),
+        }
     }
 }
 
@@ -251,6 +428,10 @@ pub struct Learned {
     /// The lengths of the segments finished so far (for the `mask` action).
     #[serde(default)]
     pub segments: SegmentLengths,
+    /// The runs (a boundary's request and its tool loop) finished so far (for the `mask`
+    /// action's horizon inside a run).
+    #[serde(default)]
+    pub runs: Runs,
 }
 
 impl std::ops::Add for Learned {
@@ -260,6 +441,7 @@ impl std::ops::Add for Learned {
             refreshes: self.refreshes + other.refreshes,
             pings: self.pings + other.pings,
             segments: self.segments + other.segments,
+            runs: self.runs + other.runs,
         }
     }
 }
@@ -271,6 +453,7 @@ impl std::ops::Sub for Learned {
             refreshes: self.refreshes - other.refreshes,
             pings: self.pings - other.pings,
             segments: self.segments - other.segments,
+            runs: self.runs - other.runs,
         }
     }
 }

@@ -26,6 +26,70 @@ use crate::decide::SessionView;
 use crate::money::{MicroUsd, Tokens};
 use crate::price::ModelPrice;
 use crate::trace::Usage;
+use serde_json::Value;
+
+/// What a cleared tool result says instead (the provider's placeholder; the Anthropic backend
+/// and the simulator write the same).
+pub const CLEARED_PLACEHOLDER: &str = "[tool result cleared]";
+
+/// The tokens a clear removes from one `tool_result` block whose content is `content`: the block
+/// as the cache model counts it — its canonical JSON (keys sorted, no whitespace, escapes
+/// included), by [`crate::tokenize::count`] — less the same block holding
+/// [`CLEARED_PLACEHOLDER`]. The count is additive over a JSON text's pieces (every string is
+/// quoted, every other piece bounded by punctuation), so the rest of the block (its id, its
+/// `is_error`) cancels out and this is the content's canonical tokens less the placeholder's,
+/// [`cleared_from`]. The host counts the results it sends this way (the whole block, the
+/// Anthropic backend), and the importers count a transcript's the same, so that the same
+/// exchange has the same clearable tokens online and in replay. The text alone would miss the
+/// escaping (a numbered file listing's tabs and newlines are a fifth of its tokens).
+pub fn tool_result_tokens(content: Option<&Value>) -> Tokens {
+    content.map_or(0, |c| cleared_from(canonical_tokens(c)))
+}
+
+/// What a clear removes from a block whose content has `content_tokens` canonical tokens: those
+/// less the placeholder's (nothing, for a result no larger than the placeholder).
+pub fn cleared_from(content_tokens: Tokens) -> Tokens {
+    let placeholder = canonical_tokens(&Value::String(CLEARED_PLACEHOLDER.into()));
+    content_tokens.saturating_sub(placeholder)
+}
+
+/// The tokens of `v`'s canonical JSON.
+pub fn canonical_tokens(v: &Value) -> Tokens {
+    let mut out = String::new();
+    canonical(v, &mut out);
+    crate::tokenize::count(&out)
+}
+
+/// The canonical JSON of `v` (keys sorted at every level, no whitespace).
+fn canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
 
 /// A clearing request as the cache sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,7 +280,7 @@ impl SessionView {
 /// first: chunks are kept until `keep` uses are (each chunk counts as at least one use). The
 /// accounting and the optimum both clear by this rule, so that the plan clears what the engine
 /// then clears.
-pub(crate) fn kept_newest(uses_newest_first: impl Iterator<Item = u32>, keep: u32) -> usize {
+fn kept_newest(uses_newest_first: impl Iterator<Item = u32>, keep: u32) -> usize {
     let mut kept_uses = 0u32;
     let mut kept = 0;
     for uses in uses_newest_first {
@@ -227,4 +291,22 @@ pub(crate) fn kept_newest(uses_newest_first: impl Iterator<Item = u32>, keep: u3
         kept += 1;
     }
     kept
+}
+
+/// How many of the earlier chunks (uses newest first) a clear sent with a request that itself
+/// carries `arriving_uses` tool results keeps. The provider's `keep` counts the newest tool uses
+/// of the prompt it clears, and the newest are the ones this request answers
+/// (`clear_tool_uses_20250919` counts every use of the request, as the simulator's does):
+/// they take their share of `keep` first, so one more earlier result is cleared than a count
+/// over the earlier results alone would say. The arriving chunk itself is always kept (with
+/// `keep: 0` the provider would clear it too; the accounting never clears what it has not yet
+/// placed).
+pub(crate) fn kept_before(
+    arriving_uses: u32,
+    earlier_newest_first: impl Iterator<Item = u32>,
+    keep: u32,
+) -> usize {
+    let arriving = (arriving_uses > 0).then_some(arriving_uses);
+    let kept = kept_newest(arriving.into_iter().chain(earlier_newest_first), keep);
+    kept.saturating_sub(usize::from(arriving.is_some()))
 }

@@ -186,6 +186,12 @@ pub struct Accounting {
     /// Σ r·C over the warm requests since the segment's last clear (or its start): the rent
     /// paid so far on tool results a clear could have removed (the *Mask* rule's timing).
     clear_rent: MicroUsd,
+    /// Requests of the current run: since the last request at a task boundary
+    /// ([`Accounting::arrived`], [`crate::learn::Runs`]).
+    run_requests: u32,
+    /// A run the arriving request finished: learned at that request, which says whether the
+    /// run's segment went on.
+    finished_run: Option<u32>,
 }
 
 impl Accounting {
@@ -210,6 +216,8 @@ impl Accounting {
             tool_chunks: Vec::new(),
             segment_cleared: 0,
             clear_rent: MicroUsd::ZERO,
+            run_requests: 0,
+            finished_run: None,
         }
     }
 
@@ -278,19 +286,36 @@ impl Accounting {
             let excess = (usage.prompt() + self.segment_cleared).saturating_sub(self.rehydrated());
             self.read_excess += MicroUsd::of(excess, self.params.rates.read);
             // The clearable results this request read again: rent a clear would have saved.
-            self.clear_rent += MicroUsd::of(self.clearable().1, self.params.rates.read);
+            self.clear_rent += MicroUsd::of(self.clearable(0).1, self.params.rates.read);
+        }
+        if let Some(run) = self.finished_run.take() {
+            self.learned.runs.observe(run, self.segment_requests == 0);
         }
         self.segment_requests += 1;
+        self.run_requests = self.run_requests.saturating_add(1);
         self.prompt_tokens = usage.prompt();
         self.last_request_ms = Some(at_ms);
         self.gap = Gap::default();
         self.cached(at_ms, usage);
     }
 
+    /// The request about to be recorded arrived at a task boundary (`boundary`: it begins a
+    /// run, and the run before it is finished) or inside the current run. Call it before
+    /// [`Accounting::request`] records the request, which learns the finished run — whether
+    /// its segment went on is known there (the request is the first of a new segment or not).
+    pub fn arrived(&mut self, boundary: bool) {
+        if boundary {
+            self.finished_run = Some(self.run_requests);
+            self.run_requests = 0;
+        }
+    }
+
     /// The next request adds `tokens` of tool results answering `uses` tool uses (call it before
     /// [`Accounting::request`] records that request). They sit after the previous prompt.
     pub fn tool_results(&mut self, tokens: Tokens, uses: u32) {
-        if tokens == 0 {
+        // Results too small to clear (no larger than the placeholder) still take their uses of
+        // the provider's `keep`.
+        if tokens == 0 && uses == 0 {
             return;
         }
         // Before the session's first request there is no previous prompt: the results still
@@ -303,20 +328,24 @@ impl Accounting {
         });
     }
 
-    /// How many of the oldest tool-result chunks a clear would remove now (all but those of the
-    /// latest `mask_keep_tool_uses` uses), and their tokens.
-    fn clearable(&self) -> (usize, Tokens) {
+    /// How many of the oldest tool-result chunks a clear sent with a request carrying
+    /// `arriving_uses` tool results would remove (all but those of the latest
+    /// `mask_keep_tool_uses` uses, the arriving ones counted first as the provider counts them,
+    /// [`crate::mask::kept_before`]), and their tokens.
+    fn clearable(&self, arriving_uses: u32) -> (usize, Tokens) {
         let uses = self.tool_chunks.iter().rev().map(|c| c.uses);
-        let kept = crate::mask::kept_newest(uses, self.params.bounds.mask_keep_tool_uses);
+        let keep = self.params.bounds.mask_keep_tool_uses;
+        let kept = crate::mask::kept_before(arriving_uses, uses, keep);
         let keep_from = self.tool_chunks.len() - kept;
         let tokens = self.tool_chunks[..keep_from].iter().map(|c| c.tokens).sum();
         (keep_from, tokens)
     }
 
-    /// The request about to be recorded was sent with a clear: the clearable results are gone
-    /// from the prompt, and what followed them moved down. Returns the tokens cleared.
-    pub fn masked(&mut self) -> Tokens {
-        let (count, cleared) = self.clearable();
+    /// The request about to be recorded, carrying `arriving_uses` tool results, was sent with a
+    /// clear: the clearable results are gone from the prompt, and what followed them moved down.
+    /// Returns the tokens cleared.
+    pub fn masked(&mut self, arriving_uses: u32) -> Tokens {
+        let (count, cleared) = self.clearable(arriving_uses);
         self.tool_chunks.drain(..count);
         for chunk in &mut self.tool_chunks {
             chunk.at = chunk.at.saturating_sub(cleared);
@@ -331,6 +360,8 @@ impl Accounting {
     /// learned (the replay calls this at the end of a trace; a host's session does not end).
     pub fn end_session(&mut self) {
         self.learned.segments.observe(self.segment_requests);
+        self.learned.runs.observe(self.run_requests, true);
+        self.run_requests = 0;
         self.segment_requests = 0;
         self.tool_chunks.clear();
     }
@@ -430,8 +461,17 @@ impl Accounting {
         point(Keep::Head, self.head_warm_until_ms)
     }
 
-    /// What the decider sees.
+    /// What the decider sees between requests (at an idle decision point, where no request has
+    /// arrived: its tool results are not known, and it may begin a run).
     pub fn view(&self) -> SessionView {
+        self.arrival_view(true, 0)
+    }
+
+    /// What the decider sees at the arrival of a request — at a task boundary or inside the
+    /// current run (`boundary`) — that carries `tool_uses` tool results (0 when it carries
+    /// none): a clear sent with it keeps them among the newest `keep` uses, and inside a run the
+    /// run's own expected rest bounds or extends the horizon ([`crate::learn::Runs::remaining`]).
+    pub fn arrival_view(&self, boundary: bool, tool_uses: u32) -> SessionView {
         SessionView {
             prefix_tokens: self.prefix_tokens,
             warm_until_ms: self.warm_until_ms,
@@ -450,13 +490,15 @@ impl Accounting {
             gaps: self.gaps,
             can: self.params.can,
             learned: self.learned,
-            clearable_tokens: self.clearable().1,
+            clearable_tokens: self.clearable(tool_uses).1,
             clear_from_tokens: self.tool_chunks.first().map_or(0, |c| c.at),
             clear_rent: self.clear_rent,
-            remaining_requests: self
-                .learned
-                .segments
-                .remaining(self.segment_requests.saturating_add(1)),
+            remaining_requests: self.learned.runs.remaining(
+                self.learned
+                    .segments
+                    .remaining(self.segment_requests.saturating_add(1)),
+                (!boundary).then(|| self.run_requests.saturating_add(1)),
+            ),
         }
     }
 
@@ -509,8 +551,15 @@ impl Accounting {
             self.start_segment(start, usage);
         }
         if decided.kind == RowKind::Request {
+            // A row decided at an arrival says whether it was a boundary's; one started without
+            // asking (a first, rebuilt or flushed start) begins a segment at a boundary.
+            let boundary = match decided.event {
+                Some(crate::decide::Event::Arrival { boundary, .. }) => boundary,
+                _ => decided.segment.is_some(),
+            };
+            self.arrived(boundary);
             if decided.action == Some(crate::decide::Action::Mask) {
-                self.masked();
+                self.masked(arriving_uses(&decided.tool_results));
             }
             self.tool_results(decided.tool_results.tokens, decided.tool_results.uses);
         }
@@ -598,4 +647,10 @@ impl Accounting {
             self.head_warm_until_ms = Some(at_ms + self.params.head_life_ms());
         }
     }
+}
+
+/// The tool uses a request's results count for in a clear sent with it (the provider's `keep`
+/// counts uses, whatever their size).
+pub fn arriving_uses(tools: &crate::trace::ToolResults) -> u32 {
+    tools.uses
 }

@@ -133,7 +133,8 @@ pub struct TraceRequest {
 /// Tool results one request added to the prompt.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolResults {
-    /// Their content's tokens ([`crate::tokenize::count`] of the text the source recorded: an
+    /// The tokens a clear would remove from them: each block as the cache model counts it less
+    /// the same block holding the placeholder ([`crate::mask::tool_result_tokens`]; an
     /// estimate, not the provider's count).
     pub tokens: Tokens,
     /// How many `tool_result` blocks (tool uses answered).

@@ -341,6 +341,10 @@ fn ledger_rows_teach_what_the_replay_learned() {
     });
     for s in &steps {
         let start = s.refreshed.then(|| segment_start(&a));
+        if s.kind == StepKind::Request {
+            // Every request of these sessions begins a turn (as a row says in `boundary`).
+            acc.arrived(true);
+        }
         acc.record(row_kind(s.kind), s.at_ms, &s.usage, s.cost, start.as_ref());
     }
     // The replay ended the session with the trace: its last segment is finished.

@@ -7,12 +7,12 @@ use muninn_core::cache::{CacheRules, Ttl};
 use muninn_core::decide::{
     Action, Capabilities, Event, Policy, Rates, Reason, SessionView, decide,
 };
-use muninn_core::learn::{Learned, MIN_SEGMENTS_EVIDENCE, SegmentLengths};
+use muninn_core::learn::{Learned, MIN_SEGMENTS_EVIDENCE, Runs, SegmentLengths};
 use muninn_core::mask::{MaskedRequest, mask_break_even, masked_usage};
 use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::price::{ModelPrice, PriceTable};
 use muninn_core::replay::{Assumptions, Plan, ReplayConfig, RunTotals, Step, replay_trace};
-use muninn_core::session::{Accounting, Params};
+use muninn_core::session::{Accounting, Params, arriving_uses};
 use muninn_core::trace::{ThreadKind, ToolResults, Trace, TraceRequest, Usage};
 
 const HEAD: Tokens = 12_000;
@@ -244,7 +244,7 @@ fn the_accounting_counts_the_rent_of_what_a_clear_would_remove() {
         acc.view().clear_rent,
         MicroUsd::of(1_000, r) + MicroUsd::of(3_000, r)
     );
-    acc.masked();
+    acc.masked(0);
     assert_eq!(acc.view().clear_rent, MicroUsd::ZERO);
     send(&mut acc, 6, 6_000);
     // After the clear the kept 3k, 4k, 5k and the new 6k: the 3k is clearable again.
@@ -347,6 +347,75 @@ fn the_remaining_requests_are_learned_from_finished_segments() {
         ..Learned::default()
     };
     assert_eq!(sum.segments.count(), lengths.count() + mixed.count());
+}
+
+/// Inside a run the Mind's finished runs say how many requests the run still has: once runs of
+/// 18 requests have ended their segments, the 17th has one more, while a Mind whose runs went on
+/// in their segments keeps at least the segment estimate. Without the evidence (or at a
+/// boundary, where a run begins) the segment estimate alone, as before.
+#[test]
+fn the_remaining_requests_inside_a_run_are_learned_from_finished_runs() {
+    let mut runs = Runs::default();
+    for _ in 0..MIN_SEGMENTS_EVIDENCE - 1 {
+        runs.observe(18, true);
+    }
+    assert_eq!(runs.remaining(8, Some(17)), 8, "too little evidence");
+    runs.observe(18, true);
+    assert_eq!(runs.remaining(8, Some(17)), 1);
+    assert_eq!(runs.remaining(8, Some(10)), 8);
+    assert_eq!(runs.remaining(8, None), 8, "a boundary begins a run");
+    assert_eq!(runs.remaining(8, Some(30)), 8, "none outlived it");
+    let mut going_on = Runs::default();
+    for _ in 0..MIN_SEGMENTS_EVIDENCE {
+        going_on.observe(18, false);
+    }
+    assert_eq!(going_on.remaining(8, Some(17)), 8);
+    assert_eq!(going_on.remaining(0, Some(10)), 8);
+}
+
+/// A Mind whose tool loops run 18 requests, one a session (each segment ends with its loop):
+/// once its finished loops say so, no clear comes where the loop has fewer requests left than
+/// the clear needs to pay back — the segment estimate alone (finished segments of 18 in a log₂
+/// bucket, read as 16 to 31 requests) cleared at the 11th of every later session, 7 requests
+/// before the end where it needed 8. The accounting learns the runs from the replay's requests,
+/// carried across sessions as the rest of what a Mind learns.
+#[test]
+fn a_mind_whose_loops_run_18_requests_does_not_clear_near_their_end() {
+    let price = price();
+    let a = assumptions();
+    let config = ReplayConfig {
+        price: &price,
+        assumptions: &a,
+        rules: &CacheRules::default(),
+    };
+    let mut learned = Learned::default();
+    let mut late = Vec::new();
+    for session in 0..8 {
+        let t = tool_loop(18, 6_000, 5_000);
+        let mut steps = Vec::new();
+        muninn_core::replay::replay_trace_learning(
+            &t,
+            Plan::Online(Policy::SkiRental),
+            &config,
+            &mut learned,
+            &mut |s| steps.push(*s),
+        );
+        for (i, s) in steps.iter().enumerate() {
+            let Some(mask) = s.mask else { continue };
+            let before = steps[..i]
+                .iter()
+                .rev()
+                .find(|p| p.kind == muninn_core::replay::StepKind::Request)
+                .map_or(0, |p| p.usage.cache_read + p.usage.written());
+            let pays_after = mask_break_even(&mask, before, &price).unwrap_or(u64::MAX);
+            let left = (t.requests.len() - 1 - s.index) as u64;
+            if session >= MIN_SEGMENTS_EVIDENCE as usize && left < pays_after {
+                late.push((session, s.index, left, pays_after));
+            }
+        }
+    }
+    assert_eq!(learned.runs.count(), 8, "{learned:?}");
+    assert_eq!(late, vec![], "clears that could not pay back in their loop");
 }
 
 /// A tool loop of `n` requests, 10 s apart, each adding `delta` tokens of which `tools` are one
@@ -483,8 +552,41 @@ fn the_accounting_keeps_the_latest_tool_uses() {
     let view = acc.view();
     assert_eq!(view.clearable_tokens, 1_000 + 2_000);
     assert_eq!(view.clear_from_tokens, HEAD + 2_000);
-    assert_eq!(acc.masked(), 3_000);
+    assert_eq!(acc.masked(0), 3_000);
     assert_eq!(acc.view().clearable_tokens, 0);
+}
+
+/// The provider's `keep` counts the newest tool uses of the request it clears, and the newest
+/// are the ones the request itself answers: a clear sent with one more result keeps that one
+/// and two earlier, so it removes one earlier result more than the earlier results alone say —
+/// in the decider's view, in what the accounting then drops, and in the optimum's plan.
+#[test]
+fn a_clear_counts_the_arriving_results_among_the_kept() {
+    let mut acc = accounting();
+    let mut prompt = HEAD;
+    for i in 0..6u64 {
+        if i > 0 {
+            acc.tool_results(1_000 * i, 1);
+        }
+        let read = if i == 0 { 0 } else { prompt };
+        prompt += 2_000;
+        acc.request(
+            T0 + i as i64 * 1000,
+            &Usage {
+                cache_write_5m: prompt - read,
+                cache_read: read,
+                ..Usage::default()
+            },
+        );
+    }
+    // Results of 1k..5k, and a request arriving with a sixth: the provider keeps 4k, 5k and
+    // the sixth, and clears 1k + 2k + 3k.
+    let view = acc.arrival_view(false, 1);
+    assert_eq!(view.clearable_tokens, 1_000 + 2_000 + 3_000);
+    assert_eq!(view.clear_from_tokens, HEAD + 2_000);
+    // Two arriving uses: they take two of the three kept, the 5k alone stays.
+    assert_eq!(acc.arrival_view(false, 2).clearable_tokens, 10_000);
+    assert_eq!(acc.masked(1), 6_000);
 }
 
 /// One economy for masks: the replay's steps fed as ledger rows through
@@ -504,8 +606,10 @@ fn ledger_rows_clear_what_the_replay_cleared() {
     let mut masks = 0;
     for s in &steps {
         let kind = row_kind(s.kind);
+        let boundary = t.requests[s.index].boundary || s.index == 0;
         if let Some(mask) = s.mask {
-            let view = acc.view();
+            let tools = arriving_uses(&t.requests[s.index].tool_results);
+            let view = acc.arrival_view(boundary, tools);
             assert_eq!(
                 (view.clearable_tokens, view.clear_from_tokens),
                 (mask.cleared_tokens, mask.kept_tokens),
@@ -516,7 +620,7 @@ fn ledger_rows_clear_what_the_replay_cleared() {
         }
         let decided = Decided {
             kind,
-            event: None,
+            event: (kind == RowKind::Request).then_some(Event::Arrival { boundary, delta: 0 }),
             action: s.mask.map(|_| Action::Mask),
             reason: None,
             segment: s.refreshed.then(|| segment_start(&a)),

@@ -32,8 +32,10 @@
 //!   is one) since the previous request of the thread. The request's own assistant blocks count
 //!   towards the next request, since that is the prompt they join.
 //! - `tool_results`: the `tool_result` blocks of `user` lines since the previous request of the
-//!   thread — how many, and the tokens of their text ([`muninn_core::tokenize::count`]; images
-//!   count nothing): what a later tool-result clear (the `mask` action) could remove.
+//!   thread — how many, and the tokens a later tool-result clear (the `mask` action) would
+//!   remove from them: each block as the cache model counts it, less the same block holding
+//!   the placeholder ([`muninn_core::mask::tool_result_tokens`], as the host counts what it
+//!   sends).
 //! - `reasoning`: one of the response's lines carries a `thinking` or `redacted_thinking` block.
 //!   It is part of the answer, read by the cache model only for the requests that follow (a
 //!   client that drops an earlier turn's thinking rewrites the prompt from there).

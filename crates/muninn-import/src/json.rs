@@ -52,118 +52,105 @@ pub(crate) struct ContentShape {
     pub blocks: u32,
     /// How many of them are `tool_result` blocks.
     pub tool_results: u32,
-    /// The tokens of those blocks' content ([`muninn_core::tokenize::count`] of its text; an
-    /// image or other non-text part counts nothing): what a tool-result clear could remove.
+    /// The tokens a tool-result clear would remove from those blocks: each block as the cache
+    /// model counts it, less the same block holding the placeholder
+    /// ([`muninn_core::mask::tool_result_tokens`], as the host counts what it sends).
     pub tool_result_tokens: muninn_core::money::Tokens,
     /// How many are `thinking` or `redacted_thinking` blocks (an answer's reasoning).
     pub thinking: u32,
 }
 
-/// The tokens of a `tool_result` block's `content` ([`muninn_core::tokenize::count`]), counted
-/// as the parser reads it, nothing kept: a string, or an array of parts, each a string or an
-/// object whose `text` is a string (the last `text` where a part repeats the key, as a parsed
-/// `serde_json::Value` keeps it); anything else counts nothing. Every value is read through
-/// `deserialize_any`, as a `Value` is, so the same input is refused (a number out of range, a
-/// nesting too deep) and the same tokens are counted — without building a `Value` per block.
+/// The tokens of a `tool_result` block's `content` as the cache model counts it — its canonical
+/// JSON ([`muninn_core::mask::canonical_tokens`]) — counted as the parser reads it, nothing
+/// kept. The tokenizer's count is additive over the pieces of a JSON text (every string is
+/// quoted, every other piece bounded by punctuation), so the canonical form's count is the sum
+/// over the pieces in any key order: each string quoted and escaped as JSON writes it, each
+/// number and literal as written, one per bracket, brace, colon and comma. Every value is read
+/// through `deserialize_any`, as a `Value` is, so the same input is refused (a number out of
+/// range, a nesting too deep) — without building a `Value` per block.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct ToolContentTokens(muninn_core::money::Tokens);
 
-/// Where in a tool result's `content` a value stands, which says what of it counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Place {
-    /// The `content` itself: a string counts, an array's parts are read.
-    Content,
-    /// An element of the `content` array: a string counts, an object's `text` is read.
-    Part,
-    /// A part's `text`: a string counts.
-    Text,
-    /// Anything else: read (so that it is checked as a `Value` would be) and not counted.
-    Skip,
-}
+/// One JSON value's canonical tokens, read (see [`ToolContentTokens`]).
+#[derive(Debug, Clone, Copy)]
+struct Canonical;
 
-impl<'de> DeserializeSeed<'de> for Place {
+impl<'de> DeserializeSeed<'de> for Canonical {
     type Value = muninn_core::money::Tokens;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for Place {
+impl<'de> Visitor<'de> for Canonical {
     type Value = muninn_core::money::Tokens;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(match self {
-            Place::Skip => 0,
-            _ => muninn_core::tokenize::count(v),
-        })
+        Ok(muninn_core::mask::canonical_tokens(
+            &serde_json::Value::from(v),
+        ))
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(0)
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(muninn_core::mask::canonical_tokens(
+            &serde_json::Value::from(v),
+        ))
     }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(0)
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(muninn_core::mask::canonical_tokens(
+            &serde_json::Value::from(v),
+        ))
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(0)
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(muninn_core::mask::canonical_tokens(
+            &serde_json::Value::from(v),
+        ))
     }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(0)
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(muninn_core::mask::canonical_tokens(
+            &serde_json::Value::from(v),
+        ))
     }
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(0)
+        Ok(muninn_core::mask::canonical_tokens(
+            &serde_json::Value::Null,
+        ))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let (element, counted) = match self {
-            Place::Content => (Place::Part, true),
-            _ => (Place::Skip, false),
-        };
-        let mut tokens: muninn_core::money::Tokens = 0;
-        while let Some(t) = seq.next_element_seed(element)? {
+        // `[`, `]` and a comma between elements.
+        let (mut tokens, mut n): (muninn_core::money::Tokens, u64) = (2, 0);
+        while let Some(t) = seq.next_element_seed(Canonical)? {
             tokens = tokens.saturating_add(t);
+            n += 1;
         }
-        Ok(if counted { tokens } else { 0 })
+        Ok(tokens.saturating_add(n.saturating_sub(1)))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut tokens = 0;
-        while let Some(is_text) = map.next_key_seed(IsText)? {
-            if self == Place::Part && is_text {
-                tokens = map.next_value_seed(Place::Text)?;
-            } else {
-                map.next_value_seed(Place::Skip)?;
+        // A key given twice keeps its last value, as a parsed `Value` does.
+        let mut entries: Vec<(String, muninn_core::money::Tokens)> = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(Canonical)?;
+            match entries.iter_mut().find(|(k, _)| *k == key) {
+                Some(entry) => entry.1 = value,
+                None => entries.push((key, value)),
             }
         }
-        Ok(tokens)
-    }
-}
-
-/// Whether an object's key is `text`, read without keeping it.
-#[derive(Clone, Copy)]
-struct IsText;
-
-impl<'de> DeserializeSeed<'de> for IsText {
-    type Value = bool;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for IsText {
-    type Value = bool;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object key")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
-        Ok(v == "text")
+        // `{`, `}`, each key and a colon, and a comma between entries.
+        let n = entries.len() as u64;
+        let tokens = entries
+            .into_iter()
+            .fold(2, |sum: muninn_core::money::Tokens, (k, v)| {
+                let key = muninn_core::mask::canonical_tokens(&serde_json::Value::String(k));
+                sum.saturating_add(key).saturating_add(1).saturating_add(v)
+            });
+        Ok(tokens.saturating_add(n.saturating_sub(1)))
     }
 }
 
 impl<'de> Deserialize<'de> for ToolContentTokens {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Place::Content
-            .deserialize(deserializer)
-            .map(ToolContentTokens)
+        Canonical.deserialize(deserializer).map(ToolContentTokens)
     }
 }
 
@@ -201,7 +188,10 @@ impl<'de> Deserialize<'de> for ContentShape {
                     match b.kind.as_ref().map(Str::as_str) {
                         Some("tool_result") => {
                             shape.tool_results = shape.tool_results.saturating_add(1);
-                            let tokens = b.content.map_or(0, |c| c.0);
+                            // What a clear removes: the content less the placeholder.
+                            let tokens = b
+                                .content
+                                .map_or(0, |c| muninn_core::mask::cleared_from(c.0));
                             shape.tool_result_tokens =
                                 shape.tool_result_tokens.saturating_add(tokens);
                         }
@@ -409,32 +399,22 @@ mod tests {
             ContentShape {
                 blocks: 5,
                 tool_results: 1,
-                // "x": one token.
-                tool_result_tokens: 1,
+                // `[{"text":"x","type":"text"}]` is 19 tokens, the placeholder string 9.
+                tool_result_tokens: 10,
                 thinking: 2
             }
         );
     }
 
-    /// Counting a tool result's content as the parser reads it gives the tokens counting a
-    /// parsed `serde_json::Value` gave (the importer's way before), and refuses what parsing a
-    /// `Value` refuses.
+    /// Counting a tool result's content as the parser reads it gives the canonical tokens of
+    /// the parsed `serde_json::Value` (`mask::canonical_tokens`, what the host counts), and
+    /// refuses what parsing a `Value` refuses.
     #[test]
     fn tool_content_counts_as_a_parsed_value_does() {
         use muninn_core::tokenize::count;
         use serde_json::Value;
         fn by_value(content: &Value) -> muninn_core::money::Tokens {
-            match content {
-                Value::String(text) => count(text),
-                Value::Array(parts) => parts
-                    .iter()
-                    .map(|part| match part {
-                        Value::String(text) => count(text),
-                        other => other.get("text").and_then(Value::as_str).map_or(0, count),
-                    })
-                    .fold(0, |a, b| a.saturating_add(b)),
-                _ => 0,
-            }
+            muninn_core::mask::canonical_tokens(content)
         }
         let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
         let cases = [
@@ -457,12 +437,14 @@ mod tests {
             let theirs = serde_json::from_str::<Value>(case).map(|v| by_value(&v));
             assert_eq!(ours.as_ref().ok(), theirs.as_ref().ok(), "{case}");
         }
+        // A string counts its quotes and escapes: `"` `hell|o` `,` `"`.
         assert_eq!(
-            serde_json::from_str::<ToolContentTokens>(cases[2])
+            serde_json::from_str::<ToolContentTokens>(r#""hello,""#)
                 .unwrap()
                 .0,
-            count("a b c") + count("plain") + count("the last one wins") + count("escaped key")
+            count("\"hello,\"")
         );
+        assert_eq!(count("\"hello,\""), 5);
     }
 
     /// Fuzzed (`muninn_testkit::fuzz`, seeds in `fuzz/corpus/import-timestamps/`) against

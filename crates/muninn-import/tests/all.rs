@@ -121,10 +121,12 @@ mod claude {
                         ..request(3, usage(3, 0, 9000, 1000, 120), true, false, 1)
                     },
                     // Tool loop: not a boundary; 4 assistant blocks + 2 tool results since
-                    // (100 one-letter lines each: 100 tokens).
+                    // (100 one-letter lines each: as blocks, a letter and an escaped newline
+                    // `\n` are 2 tokens a line, 203 with the block's keys, less the placeholder
+                    // block's 9 tokens: 194 each).
                     TraceRequest {
                         tool_results: muninn_core::trace::ToolResults {
-                            tokens: 200,
+                            tokens: 388,
                             uses: 2,
                         },
                         ..request(8, usage(1, 0, 500, 10000, 30), false, false, 6)
@@ -145,7 +147,7 @@ mod claude {
                     request(32, usage(3, 0, 12000, 0, 90), true, false, 1),
                     TraceRequest {
                         tool_results: muninn_core::trace::ToolResults {
-                            tokens: 100,
+                            tokens: 194,
                             uses: 1,
                         },
                         ..request(36, usage(1, 0, 800, 12000, 200), false, false, 3)
@@ -798,8 +800,9 @@ fn codex_cache_writes_are_read_where_logged() {
 }
 
 /// Claude Code transcripts carry the `tool_result` blocks each request added: the importer
-/// records their count and the tokens of their text (what a later tool-result clear, the `mask`
-/// action, could remove), string and array content alike; a human turn adds none.
+/// records their count and the tokens a later tool-result clear (the `mask` action) would remove
+/// — each block as the cache model counts it less the same block holding the placeholder —
+/// string and array content alike; a human turn adds none.
 #[test]
 fn claude_code_tool_results_are_sized() {
     use muninn_core::trace::ToolResults;
@@ -815,10 +818,15 @@ fn claude_code_tool_results_are_sized() {
         sizes,
         vec![
             ToolResults::default(),
-            // "Hello, world!": `Hell|o` `,` `worl|d` `!`.
-            ToolResults { tokens: 6, uses: 1 },
-            // "abcd efgh" (2) and "x" (1).
-            ToolResults { tokens: 3, uses: 2 },
+            // "Hello, world!" in quotes is 8 tokens (`"` `Hell|o` `,` `worl|d` `!` `"`), the
+            // placeholder's 9: a clear would remove nothing, but the use counts.
+            ToolResults { tokens: 0, uses: 1 },
+            // `[{"text":"abcd efgh","type":"text"}]` is 20 tokens, 11 more than the placeholder;
+            // "x" (3) less than it.
+            ToolResults {
+                tokens: 11,
+                uses: 2
+            },
             ToolResults::default(),
         ]
     );

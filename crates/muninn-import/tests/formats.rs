@@ -424,7 +424,9 @@ fn stream_json_tool_results_are_sized() {
             (true, muninn_core::trace::ToolResults::default()),
             (
                 false,
-                muninn_core::trace::ToolResults { tokens: 6, uses: 1 }
+                // "Hello, world!" is no larger than the placeholder (see
+                // `claude_code_tool_results_are_sized`): nothing to clear, one use.
+                muninn_core::trace::ToolResults { tokens: 0, uses: 1 }
             ),
         ]
     );

@@ -88,19 +88,21 @@ impl Model<'_> {
             return self;
         }
         // g(q): walk back over the requests that added tool results, keeping `keep` uses (each
-        // request's results count as at least one use, as the accounting counts them).
+        // request's results count as at least one use, as the accounting counts them) — request
+        // q's own results first, as the provider counts the uses of the request it clears.
         self.clear_to = vec![0; n + 1];
         let mut with_tools: Vec<usize> = Vec::new();
         for q in 1..=n {
             let uses = with_tools.iter().rev().map(|&i| turns[i - 1].tools.uses);
-            let kept = crate::mask::kept_newest(uses, keep);
+            let arriving = crate::session::arriving_uses(&turns[q - 1].tools);
+            let kept = crate::mask::kept_before(arriving, uses, keep);
             let keep_from = if kept == 0 {
                 q
             } else {
                 with_tools[with_tools.len() - kept]
             };
             self.clear_to[q] = self.tools[keep_from - 1];
-            if turns[q - 1].tools.tokens > 0 {
+            if !turns[q - 1].tools.is_none() {
                 with_tools.push(q);
             }
         }

@@ -601,7 +601,7 @@ impl<'a> Engine<'a> {
             .is_some_and(|t| t > now);
         let uncleared = self.prompt_tokens(length + turn.delta);
         let kept = view.clear_from_tokens;
-        let cleared = self.acc.masked();
+        let cleared = self.acc.masked(crate::session::arriving_uses(&turn.tools));
         crate::mask::MaskedRequest {
             uncleared_tokens: uncleared,
             kept_tokens: kept,
@@ -634,7 +634,9 @@ impl<'a> Engine<'a> {
                 self.idle(index, now, driver, &future, on_step);
             }
             // The arrival.
-            let view = self.acc.view();
+            let view = self
+                .acc
+                .arrival_view(turn.boundary, crate::session::arriving_uses(&turn.tools));
             let decision = driver.decide(
                 &view,
                 Event::Arrival {
@@ -733,6 +735,7 @@ impl<'a> Engine<'a> {
             mask: arrived.mask,
         });
         // The accounting follows the cache model's state, which the priced request built.
+        self.acc.arrived(turn.boundary);
         self.acc.tool_results(turn.tools.tokens, turn.tools.uses);
         self.acc.request(now, &priced);
         self.segment_blocks = block;

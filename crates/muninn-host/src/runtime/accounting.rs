@@ -339,6 +339,9 @@ impl<B: Backend> MindRunner<B> {
                 });
                 let kind = RowKind::of_decision(&row.decision);
                 segment = Some(row.segment);
+                if kind == RowKind::Request {
+                    acc.arrived(row.boundary);
+                }
                 acc.record(kind, row.at_ms, &row.usage, row.cost, start.as_ref());
             }
             if !full {

@@ -21,10 +21,14 @@ use muninn_store::{MindSettings, Role};
 impl<B: Backend> MindRunner<B> {
     /// The most the request `plan` leads to can cost for `role` at `now` (see the module docs).
     pub(super) fn worst_case(&self, role: Role, plan: &Plan, now: i64) -> MicroUsd {
-        let mut view = self.session(role).acc.view();
-        let delta = match plan.event {
-            Event::Arrival { delta, .. } => delta,
-            Event::Expiring | Event::HeadExpiring => 0,
+        // At an arrival, the view a clear sent with the request is priced on (its own tool
+        // results kept among the newest).
+        let acc = &self.session(role).acc;
+        let (mut view, delta) = match plan.event {
+            Event::Arrival { boundary, delta } => {
+                (acc.arrival_view(boundary, plan.tool_uses), delta)
+            }
+            Event::Expiring | Event::HeadExpiring => (acc.view(), 0),
         };
         let warm = view.warm(now);
         let prompt = if plan.refreshes() {

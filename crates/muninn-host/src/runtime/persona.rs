@@ -111,6 +111,9 @@ pub(super) struct Plan {
     pub(super) bounds: Bounds,
     /// A start without asking: its reason and record.
     pub(super) forced: Option<(&'static str, ForcedStart)>,
+    /// The tool uses the request answers (a tool loop's step; 0 otherwise): a clear sent with
+    /// it keeps them among the newest (`Accounting::arrival_view`).
+    pub(super) tool_uses: u32,
 }
 
 impl Plan {
@@ -168,7 +171,7 @@ impl<B: Backend> MindRunner<B> {
     ) -> Result<Step, RuntimeError> {
         let batch = Batch::new(&self.mind.id, deliveries);
         self.resume_on_new_lease(Role::Persona, now).await?;
-        let plan = self.plan(Role::Persona, batch.delta, true, now);
+        let plan = self.plan(Role::Persona, batch.delta, true, 0, now);
         self.check_window(Role::Persona, &plan)?;
         let worst = self.worst_case(Role::Persona, &plan, now);
         if self.would_cross_cap(now, settings, worst).await? {
@@ -208,7 +211,14 @@ impl<B: Backend> MindRunner<B> {
 
     /// The decider's plan for a role's next request (a turn's arrival), or a forced start when
     /// the session has no segment or lost it.
-    pub(super) fn plan(&self, role: Role, delta: Tokens, boundary: bool, now: i64) -> Plan {
+    pub(super) fn plan(
+        &self,
+        role: Role,
+        delta: Tokens,
+        boundary: bool,
+        tool_uses: u32,
+        now: i64,
+    ) -> Plan {
         let session = self.session(role);
         let event = Event::Arrival { boundary, delta };
         let bounds = session.acc.bounds();
@@ -224,15 +234,17 @@ impl<B: Backend> MindRunner<B> {
                 state: "cold",
                 bounds,
                 forced: Some(forced),
+                tool_uses,
             };
         }
-        let view = session.acc.view();
+        let view = session.acc.arrival_view(boundary, tool_uses);
         Plan {
             decision: Some(decide(self.policy, &view, event, now)),
             event,
             state: if view.warm(now) { "warm" } else { "cold" },
             bounds,
             forced: None,
+            tool_uses,
         }
     }
 

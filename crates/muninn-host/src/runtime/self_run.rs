@@ -187,12 +187,14 @@ impl<B: Backend> MindRunner<B> {
                 state: "cold",
                 bounds: self.selfs.acc.bounds(),
                 forced: Some(("flushed", ForcedStart::Flushed)),
+                tool_uses: 0,
             };
         }
         self.plan(
             Role::SelfRole,
             delta,
             self.mind.refresh_at_task_boundaries,
+            0,
             now,
         )
     }

@@ -300,7 +300,8 @@ impl<B: Backend> MindRunner<B> {
                 text: protocol.message.clone(),
             });
         }
-        let plan = self.plan(Role::SelfRole, delta, false, now);
+        let uses = u32::try_from(results.len()).unwrap_or(u32::MAX);
+        let plan = self.plan(Role::SelfRole, delta, false, uses, now);
         Next {
             input: TurnInput {
                 parts,
