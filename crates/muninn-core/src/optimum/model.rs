@@ -81,6 +81,12 @@ pub(super) struct Model<'t> {
     /// latest `mask_keep_tool_uses` uses before q): a clear at q leaves every tool result of the
     /// segment before g(q) cleared. Nondecreasing in q.
     pub(super) clear_to: Vec<i128>,
+    /// min over j ≥ q of `clear_to[j]` (index n + 1: none left): a state whose B is below
+    /// `clear_floor[q + 1]` can make every clear any other state of its segment can after q.
+    pub(super) clear_floor: Vec<i128>,
+    /// Whether the mask program drops the states another state of the same segment dominates
+    /// (see [`crate::optimum`]'s `masks` module). Off only to check that it changes nothing.
+    pub(super) prune: bool,
     /// Ways through the gap before a request sent with a clear (only the head is read).
     pub(super) mask_options: Vec<Choices<Ending, 3>>,
 }
