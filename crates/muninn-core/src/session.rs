@@ -186,6 +186,10 @@ pub struct Accounting {
     /// Σ r·C over the warm requests since the segment's last clear (or its start): the rent
     /// paid so far on tool results a clear could have removed (the *Mask* rule's timing).
     clear_rent: MicroUsd,
+    /// [`crate::learn::SegmentLengths::remaining`] for the next request: a bisection the
+    /// decider needs on every event, while its inputs (the segment's requests and the lengths
+    /// learned) change only with a request or a segment's end — so it is computed there.
+    remaining_requests: u64,
 }
 
 impl Accounting {
@@ -210,7 +214,9 @@ impl Accounting {
             tool_chunks: Vec::new(),
             segment_cleared: 0,
             clear_rent: MicroUsd::ZERO,
+            remaining_requests: 0,
         }
+        .with_remaining()
     }
 
     /// A session that starts with what its Mind learned in earlier sessions.
@@ -219,6 +225,21 @@ impl Accounting {
             learned,
             ..Accounting::new(params)
         }
+        .with_remaining()
+    }
+
+    /// Recomputes the remaining-requests estimate after the segment's requests or the lengths
+    /// learned changed.
+    fn with_remaining(mut self) -> Accounting {
+        self.update_remaining();
+        self
+    }
+
+    fn update_remaining(&mut self) {
+        self.remaining_requests = self
+            .learned
+            .segments
+            .remaining(self.segment_requests.saturating_add(1));
     }
 
     /// What the Mind has learned so far, to carry into its next session.
@@ -252,6 +273,7 @@ impl Accounting {
         // The new segment's prompt starts from the rehydration: later tool results sit after it.
         self.prompt_tokens = self.rehydrated();
         self.segment_requests = 0;
+        self.update_remaining();
         self.read_excess = MicroUsd::ZERO;
         self.open_refresh = None;
         self.pending_refresh =
@@ -281,6 +303,7 @@ impl Accounting {
             self.clear_rent += MicroUsd::of(self.clearable().1, self.params.rates.read);
         }
         self.segment_requests += 1;
+        self.update_remaining();
         self.prompt_tokens = usage.prompt();
         self.last_request_ms = Some(at_ms);
         self.gap = Gap::default();
@@ -332,6 +355,7 @@ impl Accounting {
     pub fn end_session(&mut self) {
         self.learned.segments.observe(self.segment_requests);
         self.segment_requests = 0;
+        self.update_remaining();
         self.tool_chunks.clear();
     }
 
@@ -453,10 +477,7 @@ impl Accounting {
             clearable_tokens: self.clearable().1,
             clear_from_tokens: self.tool_chunks.first().map_or(0, |c| c.at),
             clear_rent: self.clear_rent,
-            remaining_requests: self
-                .learned
-                .segments
-                .remaining(self.segment_requests.saturating_add(1)),
+            remaining_requests: self.remaining_requests,
         }
     }
 
