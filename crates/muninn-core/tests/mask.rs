@@ -539,3 +539,85 @@ fn ledger_rows_clear_what_the_replay_cleared() {
     acc.end_session();
     assert_eq!(acc.learned(), learned);
 }
+
+/// The clear the decider prices once per arrival (`SessionView::price_clear`) is the clear its
+/// definitions price: cost, extra over appending, horizon, gain, due — over prefixes, clearable
+/// tokens, read excess (which bounds the horizon), rent and remaining requests, warm and cold.
+#[test]
+fn a_clear_priced_once_is_the_clear_its_definitions_price() {
+    let mut checked = 0;
+    // Horizons bounded by the growth rule's refresh (0 < h < remaining), by the segment, and 0.
+    let (mut by_refresh, mut by_segment, mut none) = (false, false, false);
+    for (prefix, from, cleared) in [(150_000, 30_000, 90_000), (40_000, 12_000, 5_000)] {
+        for remaining in [0, 3, 40, 1_000] {
+            for excess in [0, 200_000, 2_000_000] {
+                for rent in [0, 150_000, i64::MAX / 2] {
+                    for delta in [0, 2_000] {
+                        let v = SessionView {
+                            read_excess: MicroUsd(excess),
+                            clear_rent: MicroUsd(rent),
+                            ..view(prefix, from, cleared, remaining)
+                        };
+                        let append = v.append_cost(true, delta, NOW);
+                        let rebuild = v.growth_rebuild(NOW);
+                        let c = v
+                            .price_clear(true, delta, NOW, append, rebuild)
+                            .expect("warm, something clearable");
+                        assert_eq!(c.cost, v.mask_cost(delta, NOW));
+                        assert_eq!(c.extra, v.mask_extra(delta, NOW));
+                        assert_eq!(c.horizon, v.mask_horizon(delta, NOW));
+                        assert_eq!(Some(c.gain()), v.mask_gain(true, delta, NOW));
+                        assert_eq!(v.clear_due(&c), v.mask_due(delta, NOW));
+                        by_refresh |= c.horizon > 0 && c.horizon < remaining;
+                        by_segment |= c.horizon > 0 && c.horizon == remaining;
+                        none |= c.horizon == 0 && remaining > 0;
+                        assert_eq!(v.price_clear(false, delta, NOW, append, rebuild), None);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 4 * 3 * 3 * 2);
+    assert!(by_refresh && by_segment && none);
+}
+
+/// The accounting keeps the remaining-requests estimate current as requests come and segments
+/// end (it computes it when they do, not on every view): after every event the view's is what
+/// the learned lengths say for the next request.
+#[test]
+fn the_views_remaining_requests_follow_every_request_and_segment() {
+    let mut acc = accounting();
+    let mut at = T0;
+    let mut seen = std::collections::BTreeSet::new();
+    for segment in 0..12u32 {
+        // Segments of 1, 3, 7, … requests: the estimate leaves its prior after three.
+        for i in 0..(1 + segment * 3) {
+            at += 10_000;
+            acc.request(
+                at,
+                &Usage {
+                    cache_write_5m: 100,
+                    cache_read: if i == 0 { 0 } else { HEAD },
+                    ..Usage::default()
+                },
+            );
+            let expected = acc
+                .learned()
+                .segments
+                .remaining(acc.segment_requests() + 1);
+            assert_eq!(acc.view().remaining_requests, expected);
+            seen.insert(expected);
+        }
+        acc.begin_segment(HEAD, muninn_core::session::SegmentCause::Chosen);
+        let expected = acc.learned().segments.remaining(1);
+        assert_eq!(acc.view().remaining_requests, expected);
+    }
+    acc.end_session();
+    assert_eq!(
+        acc.view().remaining_requests,
+        acc.learned().segments.remaining(1)
+    );
+    // The estimate moved: the check compared more than one value.
+    assert!(seen.len() > 5, "{seen:?}");
+}
