@@ -602,10 +602,7 @@ fn the_views_remaining_requests_follow_every_request_and_segment() {
                     ..Usage::default()
                 },
             );
-            let expected = acc
-                .learned()
-                .segments
-                .remaining(acc.segment_requests() + 1);
+            let expected = acc.learned().segments.remaining(acc.segment_requests() + 1);
             assert_eq!(acc.view().remaining_requests, expected);
             seen.insert(expected);
         }
