@@ -39,7 +39,7 @@
 //! clearable (the decider's `mask_gain` is `None` otherwise), refresh only at boundaries after the
 //! minimum segment or when the ceiling forces it, and never mask and refresh at one request.
 
-use super::model::{Choices, Ending, Model};
+use super::model::{Choices, Model};
 use super::options::GapRates;
 use super::prune::Pruner;
 use crate::replay::{ReplayConfig, Turn};
@@ -163,11 +163,7 @@ impl Model<'_> {
 
     /// Request j appended to its segment after a request that cached `c`.
     pub(super) fn append_cost(&self, j: usize, c: i128, after_mask: bool) -> i128 {
-        let gap = self.gap_options[j]
-            .iter()
-            .map(|&(a, b)| a * c + b)
-            .min()
-            .unwrap_or(0);
+        let gap = self.gap_cost(j, c);
         // After a clear the previous request cached its uncached tail too: less to write now.
         let tail = if after_mask {
             self.w * self.u[j - 1]
@@ -180,13 +176,17 @@ impl Model<'_> {
     /// Request j sent with a clear, its prompt `prompt`: the head (read if kept warm through the
     /// gap), the rest of the shorter prompt written.
     fn mask_cost(&self, j: usize, c: i128, prompt: i128) -> i128 {
-        let head = cheapest(&self.mask_options[j], c, |o| o.head);
+        let head = self.mask_options[j]
+            .iter()
+            .map(|o| o.close.0 * c + o.close.1 + o.head)
+            .min()
+            .unwrap_or(0);
         head + self.w * (prompt - self.h)
     }
 
     /// The segment before request j ended (a refresh), and j begins the next.
     pub(super) fn refresh_cost(&self, j: usize, c: i128) -> i128 {
-        cheapest(&self.end_options[j], c, |o| self.head_cost(o, 0)) + self.start_cost(j)
+        self.end_cost(j, c, 0) + self.start_cost(j)
     }
 
     /// The exact model cost of a plan with clears (`masks[j − 1]`: request j is sent with one; a
@@ -355,15 +355,6 @@ impl Model<'_> {
         }
         refresh
     }
-}
-
-/// The cheapest of `options` at prefix `c`, with `extra(option)` added.
-fn cheapest(options: &Choices<Ending, 3>, c: i128, extra: impl Fn(&Ending) -> i128) -> i128 {
-    options
-        .iter()
-        .map(|o| o.close.0 * c + o.close.1 + extra(o))
-        .min()
-        .unwrap_or(0)
 }
 
 /// Keeps the cheaper of `best` and reaching it from `from` for `v` (the earlier on a tie).
