@@ -92,12 +92,15 @@ impl SegmentLengths {
         self.buckets
             .iter()
             .enumerate()
-            .map(|(i, &c)| {
-                let lo = (1u64 << i) as f64;
-                let hi = (1u64 << (i + 1)) as f64;
-                c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
-            })
+            .map(|(i, &c)| Self::bucket_mass(i, c, x))
             .sum()
+    }
+
+    /// Bucket i's share (of `c` segments) longer than `x`.
+    fn bucket_mass(i: usize, c: u32, x: f64) -> f64 {
+        let lo = (1u64 << i) as f64;
+        let hi = (1u64 << (i + 1)) as f64;
+        c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
     }
 
     /// How many more requests a segment that has had `so_far` requests is expected to have: the
@@ -121,17 +124,38 @@ impl SegmentLengths {
         if survivors < 1.0 {
             return prior;
         }
-        // Bisect for the length by which half the survivors had ended.
+        // Bisect for the length by which half the survivors had ended. The decider asks on
+        // every request, so the bisection does only what can change its answer: it sums the
+        // buckets that hold segments (an empty one adds 0.0, which changes no sum), and it stops
+        // once every length left in [lo, hi] gives the same whole number of requests (the answer
+        // is the final hi, which stays in that interval, rounded down: monotone in hi). The
+        // answer is the one 64 full steps give (`learn::remaining_is_the_full_bisections`).
+        let mut held = [(0usize, 0u32); LENGTH_BUCKETS];
+        let mut count = 0;
+        for (i, &c) in self.buckets.iter().enumerate().filter(|&(_, &c)| c > 0) {
+            held[count] = (i, c);
+            count += 1;
+        }
+        let mass = |x: f64| -> f64 {
+            held[..count]
+                .iter()
+                .map(|&(i, c)| Self::bucket_mass(i, c, x))
+                .sum()
+        };
+        let requests = |hi: f64| (hi - k).floor().max(0.0) as u64;
         let (mut lo, mut hi) = (k, (1u64 << LENGTH_BUCKETS) as f64);
         for _ in 0..64 {
+            if requests(lo) == requests(hi) {
+                break;
+            }
             let mid = (lo + hi) / 2.0;
-            if self.mass_beyond(mid) > survivors / 2.0 {
+            if mass(mid) > survivors / 2.0 {
                 lo = mid;
             } else {
                 hi = mid;
             }
         }
-        (hi - k).floor().max(0.0) as u64
+        requests(hi)
     }
 }
 

@@ -347,3 +347,63 @@ fn ledger_rows_teach_what_the_replay_learned() {
     acc.end_session();
     assert_eq!(acc.learned(), learned);
 }
+
+/// The remaining-requests estimate as it was computed before it was made cheap: 64 bisection
+/// steps, every bucket summed at each.
+fn remaining_by_full_bisection(lengths: &muninn_core::learn::SegmentLengths, so_far: u32) -> u64 {
+    let buckets = &lengths.buckets;
+    let mass_beyond = |x: f64| -> f64 {
+        buckets
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                let lo = (1u64 << i) as f64;
+                let hi = (1u64 << (i + 1)) as f64;
+                c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
+            })
+            .sum()
+    };
+    let prior = u64::from(so_far / 2);
+    if lengths.count() < muninn_core::learn::MIN_SEGMENTS_EVIDENCE {
+        return prior;
+    }
+    let k = f64::from(so_far);
+    let survivors = mass_beyond(k);
+    if survivors < 1.0 {
+        return prior;
+    }
+    let (mut lo, mut hi) = (k, (1u64 << buckets.len()) as f64);
+    for _ in 0..64 {
+        let mid = (lo + hi) / 2.0;
+        if mass_beyond(mid) > survivors / 2.0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (hi - k).floor().max(0.0) as u64
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 2_000, .. Default::default() })]
+
+    /// The bisection that stops once its answer is settled and skips empty buckets answers what
+    /// the 64 full steps did, for any learned lengths and any point in a segment.
+    #[test]
+    fn remaining_is_the_full_bisections(
+        observed in proptest::collection::vec(
+            proptest::prop_oneof![1u32..16, 1u32..300, 1u32..100_000, proptest::prelude::Just(u32::MAX)],
+            0..40,
+        ),
+        so_far in proptest::prop_oneof![0u32..64, 0u32..5_000, proptest::prelude::any::<u32>()],
+    ) {
+        let mut lengths = muninn_core::learn::SegmentLengths::default();
+        for &n in &observed {
+            lengths.observe(n);
+        }
+        proptest::prop_assert_eq!(
+            lengths.remaining(so_far),
+            remaining_by_full_bisection(&lengths, so_far)
+        );
+    }
+}
