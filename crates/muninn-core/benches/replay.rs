@@ -13,6 +13,11 @@
 //!    size does the same 1M requests of work per measurement; time per request should rise slowly
 //!    (n log n: ×1.25 from 10k to 100k, ×1.2 from 100k to 1M), not tenfold.
 //!
+//! 3. **The optimum with clears.** The mask program ([`optimum::mask_program`]) on synthetic
+//!    traces whose tool loops' growth is tool results, with and without dropping dominated
+//!    states, interleaved: time, states advanced and the most alive at once. The two must return
+//!    the same plan to the micro-dollar; the bench prints FAIL and exits non-zero if not.
+//!
 //! Without `--bench` (as `cargo test --benches` runs it) the sizes shrink a hundredfold so that
 //! the smoke run takes well under a second. `MUNINN_BENCH_REQUESTS` overrides the large size.
 
@@ -23,7 +28,7 @@ use muninn_core::money::MicroUsd;
 use muninn_core::optimum;
 use muninn_core::price::PriceTable;
 use muninn_core::replay::{Assumptions, Plan, ReplayConfig, reconstruct, replay_trace};
-use muninn_core::trace::Trace;
+use muninn_core::trace::{ToolResults, Trace};
 use muninn_workload::synth::{SynthParams, session};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -198,6 +203,8 @@ fn main() {
         (sizes[1] as f64).log2() / (sizes[0] as f64).log2(),
         (sizes[2] as f64).log2() / (sizes[1] as f64).log2()
     );
+    println!();
+    let clears_ok = mask_program_table(full, &config, &assumptions, &params);
     if let Some(peak) = peak_rss_mib() {
         println!();
         println!("peak RSS of this bench process: {peak:.0} MiB");
@@ -207,6 +214,91 @@ fn main() {
         "total bench time {:.1} s",
         bench_started.elapsed().as_secs_f64()
     );
+    if !clears_ok {
+        std::process::exit(1);
+    }
+}
+
+/// `session(seed, n)` whose tool-loop requests (those inside a turn) grow by tool results: 70%
+/// of each one's growth, one use each — the shape where the mask program's states multiply.
+fn with_tool_results(mut trace: Trace) -> Trace {
+    let mut previous = 0;
+    for r in &mut trace.requests {
+        let prompt = r.usage.prompt();
+        if !r.boundary && !r.compacted && prompt > previous {
+            r.tool_results = ToolResults {
+                tokens: (prompt - previous) * 7 / 10,
+                uses: 1,
+            };
+        }
+        previous = prompt;
+    }
+    trace
+}
+
+/// Table 3: the mask program with and without dropping dominated states. Returns false (after
+/// printing FAIL) if the two plans differ anywhere.
+fn mask_program_table(
+    full: bool,
+    config: &ReplayConfig<'_>,
+    assumptions: &Assumptions,
+    params: &SynthParams,
+) -> bool {
+    let sizes: &[usize] = if full { &[665, 2_660, 5_320] } else { &[200] };
+    println!(
+        "the optimum with clears: the mask program with and without dropping dominated states"
+    );
+    println!(
+        "(synthetic, 70% of each tool-loop request's growth tool results; median of {ROUNDS})"
+    );
+    println!(
+        "{:>7} {:>12} {:>12} {:>8} {:>14} {:>14} {:>9} {:>9}  plan",
+        "n", "full s", "dropping s", "×", "states full", "dropping", "peak", "peak"
+    );
+    let mut ok = true;
+    for &n in sizes {
+        let trace = with_tool_results(session(SEED ^ n as u64, n, params));
+        let ttl = assumptions.ttl.unwrap_or_else(|| trace.whole_trace_ttl());
+        let (head, turns) = reconstruct(&trace, assumptions.head_tokens);
+        let mut times = [Vec::new(), Vec::new()];
+        let mut runs = [None, None];
+        for _ in 0..ROUNDS {
+            for (i, prune) in [false, true].into_iter().enumerate() {
+                let started = Instant::now();
+                runs[i] = optimum::mask_program(black_box(&turns), head, ttl, config, prune);
+                times[i].push(started.elapsed());
+            }
+        }
+        let [Some(full_run), Some(pruned)] = runs else {
+            println!("{n:>7} FAIL: the trace has nothing to clear");
+            ok = false;
+            continue;
+        };
+        let same = (full_run.cost, &full_run.starts, &full_run.masks)
+            == (pruned.cost, &pruned.starts, &pruned.masks);
+        ok &= same;
+        let (t_full, t_pruned) = (median(times[0].clone()), median(times[1].clone()));
+        println!(
+            "{n:>7} {:>12.3} {:>12.3} {:>8.1} {:>14} {:>14} {:>9} {:>9}  {}",
+            t_full.as_secs_f64(),
+            t_pruned.as_secs_f64(),
+            t_full.as_secs_f64() / t_pruned.as_secs_f64().max(1e-9),
+            full_run.states,
+            pruned.states,
+            full_run.peak_states,
+            pruned.peak_states,
+            if same {
+                format!(
+                    "same ({} clears, {} segments)",
+                    pruned.masks.iter().filter(|&&m| m).count(),
+                    pruned.starts.iter().filter(|&&s| s).count()
+                )
+            } else {
+                "FAIL: the plans differ".to_string()
+            }
+        );
+    }
+    ok
 }
 
 /// Prints what the synthetic trace looks like, so the throughput figures can be read against it.

@@ -53,6 +53,7 @@
 
 use crate::cache::Ttl;
 use crate::learn::Learned;
+use crate::mask::ClearPrice;
 use crate::money::{MicroUsd, Rate, Tokens};
 use serde::{Deserialize, Serialize};
 
@@ -455,6 +456,12 @@ impl SessionView {
         rewrite.min(restart).saturating_sub(warm)
     }
 
+    /// What the growth rule weighs a refresh against: flushing warm and writing the
+    /// rehydration at `now_ms`.
+    pub fn growth_rebuild(&self, now_ms: i64) -> MicroUsd {
+        self.flush_cost(true) + self.restart_write(0, now_ms)
+    }
+
     fn refresh_allowed(&self, boundary: bool) -> Result<(), Reason> {
         if !boundary {
             Err(Reason::InsideToolLoop)
@@ -537,18 +544,19 @@ fn decide_arrival(
         action: Action::Refresh,
         estimate: flush + view.restart_write(delta, now_ms),
     };
-    let mask_gain = match policy {
-        Policy::SkiRental | Policy::Predictive if view.can.mask => {
-            view.mask_gain(warm, delta, now_ms)
-        }
-        _ => None,
-    };
+    // The default's rules weigh the growth rule's rebuild and the clear; both are priced once
+    // here (the clear only where it can be: warm, something clearable).
+    let rebuild = matches!(policy, Policy::SkiRental | Policy::Predictive)
+        .then(|| view.growth_rebuild(now_ms));
+    let clear = rebuild
+        .filter(|_| view.can.mask)
+        .and_then(|r| view.price_clear(warm, delta, now_ms, append.estimate, r));
     let mask = Alternative {
         action: Action::Mask,
-        estimate: view.mask_cost(delta, now_ms),
+        estimate: clear.map_or(MicroUsd::ZERO, |c| c.cost),
     };
     let alts = [append, refresh, mask];
-    let priced = if mask_gain.is_some() { 3 } else { 2 };
+    let priced = if clear.is_some() { 3 } else { 2 };
     let go = |action, reason| Decision::new(action, reason, &alts[..priced]);
 
     // The ceiling is a hard bound: it overrides boundaries and the minimum segment.
@@ -592,11 +600,10 @@ fn decide_arrival(
                 allowed,
                 Priced {
                     warm,
-                    delta,
-                    now_ms,
                     append: append.estimate,
                     refresh: refresh.estimate,
-                    mask_gain,
+                    rebuild: rebuild.unwrap_or_else(|| view.growth_rebuild(now_ms)),
+                    clear,
                 },
             );
             go(action, reason)
@@ -607,12 +614,12 @@ fn decide_arrival(
 /// What an arrival's rules need, priced once by [`decide_arrival`].
 struct Priced {
     warm: bool,
-    delta: Tokens,
-    now_ms: i64,
     append: MicroUsd,
     refresh: MicroUsd,
-    /// The clear's expected gain within its horizon (`None`: no clear possible).
-    mask_gain: Option<i128>,
+    /// [`SessionView::growth_rebuild`].
+    rebuild: MicroUsd,
+    /// The clear (`None`: no clear possible).
+    clear: Option<ClearPrice>,
 }
 
 /// The default's arrival rules: a cold restart when it is cheaper, the growth rule's refresh,
@@ -622,7 +629,7 @@ fn ski_rental_arrival(
     allowed: Result<(), Reason>,
     p: Priced,
 ) -> (Action, Reason) {
-    let mask_pays = p.mask_gain.is_some_and(|g| g > 0) && view.mask_due(p.delta, p.now_ms);
+    let mask_pays = p.clear.is_some_and(|c| c.gain() > 0 && view.clear_due(&c));
     if let Err(r) = allowed {
         // Refreshes wait; a clear keeps the segment and the latest tool results, so it does not.
         return if mask_pays {
@@ -641,7 +648,7 @@ fn ski_rental_arrival(
     }
     // Growth: the reads paid above R since the last rehydration have bought one rebuild — or as
     // many as the refreshes paid so far say one is worth.
-    let rebuild = view.flush_cost(true) + view.restart_write(0, p.now_ms);
+    let rebuild = p.rebuild;
     let (action, reason) = if view.read_excess < rebuild || view.prefix_tokens <= view.rehydrated()
     {
         (Action::Append, Reason::Warm)
@@ -653,10 +660,9 @@ fn ski_rental_arrival(
     if action == Action::Refresh {
         // The growth rule refreshes now: the clear must gain more over the segment's expected
         // remaining requests (the refresh would end the segment; the clear keeps it going).
-        let full = view.mask_gain_over(p.warm, p.delta, p.now_ms, view.remaining_requests);
-        let refresh_gain = view.refresh_gain(p.refresh, p.delta, p.now_ms);
+        let full = p.clear.map(|c| c.gain_over(view.remaining_requests));
         return match full {
-            Some(g) if p.mask_gain.is_some() && g > 0 && g > refresh_gain => {
+            Some(g) if g > 0 && g > view.refresh_gain(p.refresh, p.append) => {
                 (Action::Mask, Reason::MaskPaysBack)
             }
             _ => (action, reason),

@@ -87,17 +87,13 @@ impl SegmentLengths {
         self.buckets.iter().fold(0u32, |a, b| a.saturating_add(*b))
     }
 
-    /// Segments (as a mass: lengths are spread evenly over their bucket) longer than `x`.
-    fn mass_beyond(&self, x: f64) -> f64 {
-        self.buckets
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| {
-                let lo = (1u64 << i) as f64;
-                let hi = (1u64 << (i + 1)) as f64;
-                c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
-            })
-            .sum()
+    /// The buckets that hold segments, with their bounds.
+    fn held(&self) -> Held {
+        Held::new(self.buckets.iter().enumerate().map(|(i, &c)| {
+            let lo = (1u64 << i) as f64;
+            let hi = (1u64 << (i + 1)) as f64;
+            (lo, hi, c)
+        }))
     }
 
     /// How many more requests a segment that has had `so_far` requests is expected to have: the
@@ -120,34 +116,75 @@ impl SegmentLengths {
     /// answer.
     pub fn remaining_known(&self, so_far: u32) -> Option<u64> {
         let top = (1u64 << LENGTH_BUCKETS) as f64;
-        median_left(self.count(), |x| self.mass_beyond(x), top, so_far)
+        median_left(self.count(), &self.held(), top, so_far)
+    }
+}
+
+/// The most buckets a length histogram has ([`SegmentLengths`], [`RunLengths`]).
+const HELD_MAX: usize = 32;
+const _: () = assert!(LENGTH_BUCKETS <= HELD_MAX && RUN_BOUNDS.len() - 1 <= HELD_MAX);
+
+/// The buckets of a length histogram that hold lengths, in bucket order: (lower bound, upper
+/// bound, count). The decider asks for the remaining requests on every request, so the
+/// bisection sums only these: an empty bucket adds 0.0 to a mass, which changes no sum.
+struct Held {
+    buckets: [(f64, f64, u32); HELD_MAX],
+    len: usize,
+}
+
+impl Held {
+    fn new(buckets: impl Iterator<Item = (f64, f64, u32)>) -> Held {
+        let mut held = Held {
+            buckets: [(0.0, 0.0, 0); HELD_MAX],
+            len: 0,
+        };
+        for (slot, bucket) in held.buckets.iter_mut().zip(buckets.filter(|b| b.2 > 0)) {
+            *slot = bucket;
+            held.len += 1;
+        }
+        held
+    }
+
+    /// Lengths (as a mass: spread evenly over their bucket) longer than `x`.
+    fn mass_beyond(&self, x: f64) -> f64 {
+        self.buckets[..self.len]
+            .iter()
+            .map(|&(lo, hi, c)| c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0))
+            .sum()
     }
 }
 
 /// The median of what the finished lengths longer than `so_far` had left at that point (as
-/// masses spread evenly over their buckets: `mass_beyond(x)` of them longer than `x`, none
-/// beyond `top`), or `None` with fewer than [`MIN_SEGMENTS_EVIDENCE`] of them (`count`) or less
-/// than one outliving `so_far`.
-fn median_left(count: u32, mass_beyond: impl Fn(f64) -> f64, top: f64, so_far: u32) -> Option<u64> {
+/// masses spread evenly over their buckets, `held`, none beyond `top`), or `None` with fewer
+/// than [`MIN_SEGMENTS_EVIDENCE`] of them (`count`) or less than one outliving `so_far`.
+fn median_left(count: u32, held: &Held, top: f64, so_far: u32) -> Option<u64> {
     if count < MIN_SEGMENTS_EVIDENCE {
         return None;
     }
     let k = f64::from(so_far);
-    let survivors = mass_beyond(k);
+    let survivors = held.mass_beyond(k);
     if survivors < 1.0 {
         return None;
     }
-    // Bisect for the length by which half the survivors had ended.
+    // Bisect for the length by which half the survivors had ended. It stops once every length
+    // left in [lo, hi] gives the same whole number of requests (the answer is the final hi,
+    // which stays in that interval, rounded down: monotone in hi), so the answer is the one 64
+    // full steps give (`learn::remaining_is_the_full_bisections`,
+    // `learn::run_remaining_is_the_full_bisections`).
+    let requests = |hi: f64| (hi - k).floor().max(0.0) as u64;
     let (mut lo, mut hi) = (k, top);
     for _ in 0..64 {
+        if requests(lo) == requests(hi) {
+            break;
+        }
         let mid = (lo + hi) / 2.0;
-        if mass_beyond(mid) > survivors / 2.0 {
+        if held.mass_beyond(mid) > survivors / 2.0 {
             lo = mid;
         } else {
             hi = mid;
         }
     }
-    Some((hi - k).floor().max(0.0) as u64)
+    Some(requests(hi))
 }
 
 /// Bucket bounds of [`RunLengths`]: bucket i holds lengths in `[RUN_BOUNDS[i], RUN_BOUNDS[i +
@@ -184,16 +221,13 @@ impl RunLengths {
         self.buckets.iter().fold(0u32, |a, b| a.saturating_add(*b))
     }
 
-    fn mass_beyond(&self, x: f64) -> f64 {
-        self.buckets
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| {
-                let lo = f64::from(RUN_BOUNDS[i]);
-                let hi = f64::from(RUN_BOUNDS[i + 1]);
-                c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
-            })
-            .sum()
+    /// The buckets that hold runs, with their bounds.
+    fn held(&self) -> Held {
+        Held::new(self.buckets.iter().enumerate().map(|(i, &c)| {
+            let lo = f64::from(RUN_BOUNDS[i]);
+            let hi = f64::from(RUN_BOUNDS[i + 1]);
+            (lo, hi, c)
+        }))
     }
 
     /// How many more requests a run that has had `so_far` is expected to have (the median of
@@ -201,7 +235,7 @@ impl RunLengths {
     /// ([`median_left`]).
     pub fn remaining_known(&self, so_far: u32) -> Option<u64> {
         let top = f64::from(RUN_BOUNDS[RUN_BOUNDS.len() - 1]);
-        median_left(self.count(), |x| self.mass_beyond(x), top, so_far)
+        median_left(self.count(), &self.held(), top, so_far)
     }
 }
 
@@ -298,16 +332,27 @@ impl Runs {
     /// this run and that rest is the horizon; where they mostly went on, the segment has at
     /// least that rest, and the segment estimate may say more. Otherwise `segment`, as before.
     pub fn remaining(&self, segment: u64, run_so_far: Option<u32>) -> u64 {
-        let Some(k) = run_so_far.filter(|k| *k > 1) else {
-            return segment;
-        };
-        let Some(run_left) = self.lengths.remaining_known(k) else {
-            return segment;
-        };
-        if self.ended > self.continued {
-            run_left
+        self.remaining_with(segment, run_so_far.and_then(|k| self.run_left(k)))
+    }
+
+    /// The run's own expected rest when the arriving request is its `run_so_far`-th: `None` at
+    /// its first request or without the evidence. The part of [`Runs::remaining`] that bisects,
+    /// so that the accounting can keep it until the run or the runs learned change.
+    pub fn run_left(&self, run_so_far: u32) -> Option<u64> {
+        if run_so_far > 1 {
+            self.lengths.remaining_known(run_so_far)
         } else {
-            segment.max(run_left)
+            None
+        }
+    }
+
+    /// [`Runs::remaining`] given the run's own rest, [`Runs::run_left`] (`None` at a task
+    /// boundary).
+    pub fn remaining_with(&self, segment: u64, run_left: Option<u64>) -> u64 {
+        match run_left {
+            None => segment,
+            Some(run_left) if self.ended > self.continued => run_left,
+            Some(run_left) => segment.max(run_left),
         }
     }
 }

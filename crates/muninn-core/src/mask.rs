@@ -166,8 +166,64 @@ pub fn mask_break_even(
     Some(extra.div_ceil(each))
 }
 
+/// A clear priced once for one arrival, warm with something clearable: the *Mask* rule reads
+/// its cost, its extra over appending and its horizon up to three times, each a few prices, the
+/// learned break-even and a division.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClearPrice {
+    /// [`SessionView::mask_cost`].
+    pub cost: MicroUsd,
+    /// [`SessionView::mask_extra`]: what it costs over appending warm.
+    pub extra: i128,
+    /// `r·C`: what each later warm request saves.
+    pub each: i128,
+    /// [`SessionView::mask_horizon`].
+    pub horizon: u64,
+}
+
+impl ClearPrice {
+    /// [`SessionView::mask_gain`]: the gain within the horizon.
+    pub fn gain(&self) -> i128 {
+        self.gain_over(self.horizon)
+    }
+
+    /// The gain over `horizon` later requests.
+    pub fn gain_over(&self, horizon: u64) -> i128 {
+        self.each * horizon as i128 - self.extra
+    }
+}
+
 /// What the decider weighs a clear by (see [`crate::decide`]'s *Mask* rule).
 impl SessionView {
+    /// The clear at an arrival, priced once: `None` when nothing is clearable or the cache is
+    /// cold (as [`SessionView::mask_gain`]). `append_warm` is [`SessionView::append_cost`]
+    /// warm and `rebuild` [`SessionView::growth_rebuild`], both at this arrival (the caller has
+    /// them).
+    pub fn price_clear(
+        &self,
+        warm: bool,
+        delta: Tokens,
+        now_ms: i64,
+        append_warm: MicroUsd,
+        rebuild: MicroUsd,
+    ) -> Option<ClearPrice> {
+        if !warm || self.clearable_tokens == 0 {
+            return None;
+        }
+        let cost = self.mask_cost(delta, now_ms);
+        Some(ClearPrice {
+            cost,
+            extra: cost.0 as i128 - append_warm.0 as i128,
+            each: MicroUsd::of(self.clearable_tokens, self.rates.read).0 as i128,
+            horizon: self.horizon_before(delta, rebuild),
+        })
+    }
+
+    /// [`SessionView::mask_due`] for a priced clear.
+    pub fn clear_due(&self, clear: &ClearPrice) -> bool {
+        clear.horizon < self.remaining_requests || self.clear_rent.0 as i128 >= clear.extra
+    }
+
     /// The cost of sending the next request (adding `delta`) with a clear at `now_ms`, warm: it
     /// reads the head when the head is warm and the clear begins after it (the longest cached
     /// prefix that ends before the first cleared block, R₀), and writes the rest of the shorter
@@ -243,7 +299,11 @@ impl SessionView {
     /// excess reaches the (learned) break-even. Counting that excess as constant, not growing,
     /// errs towards a longer horizon; the segment-length estimate bounds it.
     pub fn mask_horizon(&self, delta: Tokens, now_ms: i64) -> u64 {
-        let rebuild = self.flush_cost(true) + self.restart_write(0, now_ms);
+        self.horizon_before(delta, self.growth_rebuild(now_ms))
+    }
+
+    /// [`SessionView::mask_horizon`] given the growth rule's rebuild cost.
+    fn horizon_before(&self, delta: Tokens, rebuild: MicroUsd) -> u64 {
         let left = self.learned.refresh_break_even(rebuild).0 as i128 - self.read_excess.0 as i128;
         let each = MicroUsd::of(
             (self.prefix_tokens + delta).saturating_sub(self.rehydrated()),
@@ -263,10 +323,11 @@ impl SessionView {
             .min(u64::try_from(until_refresh).unwrap_or(u64::MAX))
     }
 
-    /// What refreshing now is expected to gain over appending across the same horizon: each
-    /// later request reads about R instead of P, less the refresh's extra cost now.
-    pub(crate) fn refresh_gain(&self, refresh: MicroUsd, delta: Tokens, now_ms: i64) -> i128 {
-        let extra = refresh.0 as i128 - self.append_cost(true, delta, now_ms).0 as i128;
+    /// What refreshing now is expected to gain over appending (warm, `append_warm`) across the
+    /// same horizon: each later request reads about R instead of P, less the refresh's extra
+    /// cost now.
+    pub(crate) fn refresh_gain(&self, refresh: MicroUsd, append_warm: MicroUsd) -> i128 {
+        let extra = refresh.0 as i128 - append_warm.0 as i128;
         let each = MicroUsd::of(
             self.prefix_tokens.saturating_sub(self.rehydrated()),
             self.rates.read,

@@ -192,6 +192,13 @@ pub struct Accounting {
     /// A run the arriving request finished: learned at that request, which says whether the
     /// run's segment went on.
     finished_run: Option<u32>,
+    /// [`crate::learn::SegmentLengths::remaining`] for the next request of the segment. The
+    /// decider's remaining-requests estimate needs it and `run_left`, two bisections, on every
+    /// event, while their inputs change only with a request, a task boundary, a segment's or
+    /// the session's end — so they are computed there ([`Accounting::update_remaining`]).
+    segment_left: u64,
+    /// [`crate::learn::Runs::run_left`] for the next request of the run, if inside it.
+    run_left: Option<u64>,
 }
 
 impl Accounting {
@@ -218,7 +225,10 @@ impl Accounting {
             clear_rent: MicroUsd::ZERO,
             run_requests: 0,
             finished_run: None,
+            segment_left: 0,
+            run_left: None,
         }
+        .with_remaining()
     }
 
     /// A session that starts with what its Mind learned in earlier sessions.
@@ -227,6 +237,36 @@ impl Accounting {
             learned,
             ..Accounting::new(params)
         }
+        .with_remaining()
+    }
+
+    /// Computes the remaining-requests estimate for the state built.
+    fn with_remaining(mut self) -> Accounting {
+        self.update_remaining();
+        self
+    }
+
+    /// Both parts of the estimate: after a request or the session's end, which change the
+    /// segment's and the run's requests and what was learned of both.
+    fn update_remaining(&mut self) {
+        self.update_segment_left();
+        self.update_run_left();
+    }
+
+    /// After the segment's requests or the segment lengths learned changed.
+    fn update_segment_left(&mut self) {
+        self.segment_left = self
+            .learned
+            .segments
+            .remaining(self.segment_requests.saturating_add(1));
+    }
+
+    /// After the run's requests or the runs learned changed.
+    fn update_run_left(&mut self) {
+        self.run_left = self
+            .learned
+            .runs
+            .run_left(self.run_requests.saturating_add(1));
     }
 
     /// What the Mind has learned so far, to carry into its next session.
@@ -260,6 +300,8 @@ impl Accounting {
         // The new segment's prompt starts from the rehydration: later tool results sit after it.
         self.prompt_tokens = self.rehydrated();
         self.segment_requests = 0;
+        // The run and the runs learned are unchanged.
+        self.update_segment_left();
         self.read_excess = MicroUsd::ZERO;
         self.open_refresh = None;
         self.pending_refresh =
@@ -293,6 +335,7 @@ impl Accounting {
         }
         self.segment_requests += 1;
         self.run_requests = self.run_requests.saturating_add(1);
+        self.update_remaining();
         self.prompt_tokens = usage.prompt();
         self.last_request_ms = Some(at_ms);
         self.gap = Gap::default();
@@ -307,6 +350,7 @@ impl Accounting {
         if boundary {
             self.finished_run = Some(self.run_requests);
             self.run_requests = 0;
+            self.update_run_left();
         }
     }
 
@@ -363,6 +407,7 @@ impl Accounting {
         self.learned.runs.observe(self.run_requests, true);
         self.run_requests = 0;
         self.segment_requests = 0;
+        self.update_remaining();
         self.tool_chunks.clear();
     }
 
@@ -493,12 +538,10 @@ impl Accounting {
             clearable_tokens: self.clearable(tool_uses).1,
             clear_from_tokens: self.tool_chunks.first().map_or(0, |c| c.at),
             clear_rent: self.clear_rent,
-            remaining_requests: self.learned.runs.remaining(
-                self.learned
-                    .segments
-                    .remaining(self.segment_requests.saturating_add(1)),
-                (!boundary).then(|| self.run_requests.saturating_add(1)),
-            ),
+            remaining_requests: self
+                .learned
+                .runs
+                .remaining_with(self.segment_left, self.run_left.filter(|_| !boundary)),
         }
     }
 

@@ -351,3 +351,131 @@ fn ledger_rows_teach_what_the_replay_learned() {
     acc.end_session();
     assert_eq!(acc.learned(), learned);
 }
+
+/// The remaining-requests estimate as it was computed before it was made cheap: 64 bisection
+/// steps, every bucket summed at each.
+fn remaining_by_full_bisection(lengths: &muninn_core::learn::SegmentLengths, so_far: u32) -> u64 {
+    let buckets = &lengths.buckets;
+    let mass_beyond = |x: f64| -> f64 {
+        buckets
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                let lo = (1u64 << i) as f64;
+                let hi = (1u64 << (i + 1)) as f64;
+                c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
+            })
+            .sum()
+    };
+    let prior = u64::from(so_far / 2);
+    if lengths.count() < muninn_core::learn::MIN_SEGMENTS_EVIDENCE {
+        return prior;
+    }
+    let k = f64::from(so_far);
+    let survivors = mass_beyond(k);
+    if survivors < 1.0 {
+        return prior;
+    }
+    let (mut lo, mut hi) = (k, (1u64 << buckets.len()) as f64);
+    for _ in 0..64 {
+        let mid = (lo + hi) / 2.0;
+        if mass_beyond(mid) > survivors / 2.0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (hi - k).floor().max(0.0) as u64
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 2_000, .. Default::default() })]
+
+    /// The bisection that stops once its answer is settled and skips empty buckets answers what
+    /// the 64 full steps did, for any learned lengths and any point in a segment.
+    #[test]
+    fn remaining_is_the_full_bisections(
+        observed in proptest::collection::vec(
+            proptest::prop_oneof![1u32..16, 1u32..300, 1u32..100_000, proptest::prelude::Just(u32::MAX)],
+            0..40,
+        ),
+        so_far in proptest::prop_oneof![0u32..64, 0u32..5_000, proptest::prelude::any::<u32>()],
+    ) {
+        let mut lengths = muninn_core::learn::SegmentLengths::default();
+        for &n in &observed {
+            lengths.observe(n);
+        }
+        proptest::prop_assert_eq!(
+            lengths.remaining(so_far),
+            remaining_by_full_bisection(&lengths, so_far)
+        );
+    }
+}
+
+/// Bucket bounds of `RunLengths` as `learn.rs` states them, for the full bisection below.
+const RUN_BOUNDS: [u32; 33] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 24, 28, 32, 40, 48,
+    64, 96, 128, 256, 512, 1024, 4096,
+];
+
+/// A run's own rest as it was computed before the bisection was made cheap: 64 steps, every
+/// bucket summed at each.
+fn run_left_by_full_bisection(
+    lengths: &muninn_core::learn::RunLengths,
+    so_far: u32,
+) -> Option<u64> {
+    let mass_beyond = |x: f64| -> f64 {
+        lengths
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                let lo = f64::from(RUN_BOUNDS[i]);
+                let hi = f64::from(RUN_BOUNDS[i + 1]);
+                c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
+            })
+            .sum()
+    };
+    if lengths.count() < muninn_core::learn::MIN_SEGMENTS_EVIDENCE {
+        return None;
+    }
+    let k = f64::from(so_far);
+    let survivors = mass_beyond(k);
+    if survivors < 1.0 {
+        return None;
+    }
+    let (mut lo, mut hi) = (k, f64::from(RUN_BOUNDS[RUN_BOUNDS.len() - 1]));
+    for _ in 0..64 {
+        let mid = (lo + hi) / 2.0;
+        if mass_beyond(mid) > survivors / 2.0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some((hi - k).floor().max(0.0) as u64)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 2_000, .. Default::default() })]
+
+    /// The runs' bisection, which shares the segments' early stop and skips empty buckets,
+    /// answers what the 64 full steps did, for any finished runs and any point in a run.
+    #[test]
+    fn run_remaining_is_the_full_bisections(
+        observed in proptest::collection::vec(
+            proptest::prop_oneof![1u32..24, 1u32..300, 1u32..10_000, proptest::prelude::Just(u32::MAX)],
+            0..40,
+        ),
+        so_far in proptest::prop_oneof![0u32..40, 0u32..5_000, proptest::prelude::any::<u32>()],
+    ) {
+        let mut lengths = muninn_core::learn::RunLengths::default();
+        for &n in &observed {
+            lengths.observe(n);
+        }
+        proptest::prop_assert_eq!(
+            lengths.remaining_known(so_far),
+            run_left_by_full_bisection(&lengths, so_far)
+        );
+    }
+}

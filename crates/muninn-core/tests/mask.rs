@@ -643,3 +643,133 @@ fn ledger_rows_clear_what_the_replay_cleared() {
     acc.end_session();
     assert_eq!(acc.learned(), learned);
 }
+
+/// The clear the decider prices once per arrival (`SessionView::price_clear`) is the clear its
+/// definitions price: cost, extra over appending, horizon, gain, due — over prefixes, clearable
+/// tokens, read excess (which bounds the horizon), rent and remaining requests, warm and cold.
+#[test]
+fn a_clear_priced_once_is_the_clear_its_definitions_price() {
+    let mut checked = 0;
+    // Horizons bounded by the growth rule's refresh (0 < h < remaining), by the segment, and 0.
+    let (mut by_refresh, mut by_segment, mut none) = (false, false, false);
+    for (prefix, from, cleared) in [(150_000, 30_000, 90_000), (40_000, 12_000, 5_000)] {
+        for remaining in [0, 3, 40, 1_000] {
+            for excess in [0, 200_000, 2_000_000] {
+                for rent in [0, 150_000, i64::MAX / 2] {
+                    for delta in [0, 2_000] {
+                        let v = SessionView {
+                            read_excess: MicroUsd(excess),
+                            clear_rent: MicroUsd(rent),
+                            ..view(prefix, from, cleared, remaining)
+                        };
+                        let append = v.append_cost(true, delta, NOW);
+                        let rebuild = v.growth_rebuild(NOW);
+                        let c = v
+                            .price_clear(true, delta, NOW, append, rebuild)
+                            .expect("warm, something clearable");
+                        assert_eq!(c.cost, v.mask_cost(delta, NOW));
+                        assert_eq!(c.extra, v.mask_extra(delta, NOW));
+                        assert_eq!(c.horizon, v.mask_horizon(delta, NOW));
+                        assert_eq!(Some(c.gain()), v.mask_gain(true, delta, NOW));
+                        assert_eq!(v.clear_due(&c), v.mask_due(delta, NOW));
+                        by_refresh |= c.horizon > 0 && c.horizon < remaining;
+                        by_segment |= c.horizon > 0 && c.horizon == remaining;
+                        none |= c.horizon == 0 && remaining > 0;
+                        assert_eq!(v.price_clear(false, delta, NOW, append, rebuild), None);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 4 * 3 * 3 * 2);
+    assert!(by_refresh && by_segment && none);
+}
+
+/// The accounting keeps the remaining-requests estimate current as requests come and segments
+/// end (it computes it when they do, not on every view): after every event the view's is what
+/// the learned lengths say for the next request.
+#[test]
+fn the_views_remaining_requests_follow_every_request_and_segment() {
+    let mut acc = accounting();
+    let mut at = T0;
+    let mut seen = std::collections::BTreeSet::new();
+    for segment in 0..12u32 {
+        // Segments of 1, 3, 7, … requests: the estimate leaves its prior after three.
+        for i in 0..(1 + segment * 3) {
+            at += 10_000;
+            acc.request(
+                at,
+                &Usage {
+                    cache_write_5m: 100,
+                    cache_read: if i == 0 { 0 } else { HEAD },
+                    ..Usage::default()
+                },
+            );
+            let expected = acc.learned().segments.remaining(acc.segment_requests() + 1);
+            assert_eq!(acc.view().remaining_requests, expected);
+            seen.insert(expected);
+        }
+        acc.begin_segment(HEAD, muninn_core::session::SegmentCause::Chosen);
+        let expected = acc.learned().segments.remaining(1);
+        assert_eq!(acc.view().remaining_requests, expected);
+    }
+    acc.end_session();
+    assert_eq!(
+        acc.view().remaining_requests,
+        acc.learned().segments.remaining(1)
+    );
+    // The estimate moved: the check compared more than one value.
+    assert!(seen.len() > 5, "{seen:?}");
+}
+
+/// The estimate the accounting keeps inside a run follows the run and the runs learned as well
+/// as the segment: after every event, at a boundary and inside the run, the arrival view's
+/// remaining requests are what the learned segments and runs say for the next request.
+#[test]
+fn the_arrival_views_remaining_requests_follow_every_run() {
+    let mut acc = accounting();
+    let mut at = T0;
+    let mut run = 0u32;
+    let mut inside = std::collections::BTreeSet::new();
+    let check = |acc: &Accounting, run: u32, inside: &mut std::collections::BTreeSet<u64>| {
+        let learned = acc.learned();
+        let segment = learned.segments.remaining(acc.segment_requests() + 1);
+        assert_eq!(acc.arrival_view(true, 0).remaining_requests, segment);
+        let expected = learned.runs.remaining(segment, Some(run + 1));
+        assert_eq!(acc.arrival_view(false, 0).remaining_requests, expected);
+        if expected != segment {
+            inside.insert(expected);
+        }
+    };
+    for r in 0..15u32 {
+        // Runs of 6, 12 and 18 requests; two in three begin a new segment (their runs end
+        // their segments), so the runs' own rest is the horizon inside a run.
+        if r % 3 != 0 {
+            acc.begin_segment(HEAD, muninn_core::session::SegmentCause::Chosen);
+            check(&acc, run, &mut inside);
+        }
+        for i in 0..6 * (1 + r % 3) {
+            acc.arrived(i == 0);
+            if i == 0 {
+                run = 0;
+            }
+            check(&acc, run, &mut inside);
+            at += 10_000;
+            acc.request(
+                at,
+                &Usage {
+                    cache_write_5m: 100,
+                    cache_read: if acc.segment_requests() == 0 { 0 } else { HEAD },
+                    ..Usage::default()
+                },
+            );
+            run += 1;
+            check(&acc, run, &mut inside);
+        }
+    }
+    acc.end_session();
+    check(&acc, 0, &mut inside);
+    // The runs' evidence moved the estimate inside runs, to more than one value.
+    assert!(inside.len() > 2, "{inside:?}");
+}

@@ -6,7 +6,7 @@
 use muninn_core::cache::{CacheRules, Ttl};
 use muninn_core::mask::masked_usage;
 use muninn_core::money::{MicroUsd, Tokens};
-use muninn_core::optimum::OptimumPlan;
+use muninn_core::optimum::{self, MaskProgramRun, OptimumPlan};
 use muninn_core::price::PriceTable;
 use muninn_core::replay::{
     Assumptions, Plan, ReplayConfig, RunTotals, Step, StepKind, execute_plan, reconstruct,
@@ -255,6 +255,88 @@ proptest! {
             prop_assert!(c >= optimum, "{} {} < optimum {}", plan, c, optimum);
         }
     }
+}
+
+/// The mask program with and without dropping dominated states on `t`: (pruned, unpruned).
+fn both_programs(t: &Trace, a: &Assumptions) -> Option<(MaskProgramRun, MaskProgramRun)> {
+    let (head, turns) = reconstruct(t, a.head_tokens);
+    let ttl = a.ttl.unwrap_or_else(|| t.whole_trace_ttl());
+    with_config(a, |config| {
+        let pruned = optimum::mask_program(&turns, head, ttl, config, true)?;
+        let unpruned = optimum::mask_program(&turns, head, ttl, config, false)?;
+        Some((pruned, unpruned))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+    /// Dropping the states another state of the same segment dominates changes no plan: the
+    /// same cost, segment starts and clears as the full program, with or without a ceiling
+    /// that forces refreshes, and never more states.
+    #[test]
+    fn dropping_dominated_states_changes_no_plan(
+        steps in prop_oneof![steps_strategy(20, 90), tool_loop_strategy()],
+        one_hour in any::<bool>(),
+        head_one_hour in any::<bool>(),
+        keep in 0u32..4,
+        rehydrate in prop_oneof![Just(2_000u64), Just(15_000), Just(40_000)],
+        ceiling in prop_oneof![Just(None), (30_000u64..200_000).prop_map(Some)],
+        min_segment in 1u32..6,
+    ) {
+        let ttl = if one_hour { Ttl::OneHour } else { Ttl::FiveMinutes };
+        let t = trace(&steps, ttl);
+        let a = Assumptions {
+            rehydrate_tokens: rehydrate,
+            ceiling_tokens: ceiling,
+            min_segment_requests: min_segment,
+            ..assumptions(head_one_hour, false, keep)
+        };
+        if let Some((pruned, unpruned)) = both_programs(&t, &a) {
+            prop_assert_eq!(pruned.cost, unpruned.cost);
+            prop_assert_eq!(&pruned.starts, &unpruned.starts);
+            prop_assert_eq!(&pruned.masks, &unpruned.masks);
+            prop_assert!(pruned.states <= unpruned.states);
+        }
+    }
+}
+
+/// A long tool loop under a ceiling, the shape where the program grew superlinearly: dropping
+/// dominated states keeps the same plan with far fewer states.
+#[test]
+fn dropping_dominated_states_shrinks_a_long_tool_loop() {
+    let steps: Vec<TestStep> = (0..600u64)
+        .map(|i| {
+            (
+                20 + (i % 7) as i64 * 9,
+                1_500 + (i * 37) % 2_500,
+                i % 12 == 0,
+                9,
+                1,
+            )
+        })
+        .collect();
+    let t = trace(&steps, Ttl::FiveMinutes);
+    let a = Assumptions {
+        ceiling_tokens: Some(400_000),
+        rehydrate_tokens: 20_000,
+        ..assumptions(false, false, 2)
+    };
+    let (pruned, unpruned) = both_programs(&t, &a).expect("the trace has tool results");
+    assert_eq!(
+        (pruned.cost, &pruned.starts, &pruned.masks),
+        (unpruned.cost, &unpruned.starts, &unpruned.masks)
+    );
+    eprintln!(
+        "{} states pruned, {} without",
+        pruned.states, unpruned.states
+    );
+    assert!(
+        pruned.states * 4 < unpruned.states,
+        "{} states pruned, {} without",
+        pruned.states,
+        unpruned.states
+    );
 }
 
 /// A long tool loop whose results dominate its growth (as in the `mask` tests): the default

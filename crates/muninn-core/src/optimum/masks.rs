@@ -32,31 +32,66 @@
 //! request, and a clear at q takes the cheapest state of each start — O(Σₑ |states|), at most
 //! O(n · S · K) for S live starts and K live clear points; the ceiling bounds both.
 //!
+//! States another state of the same segment dominates are dropped as the program goes (exactly:
+//! the same plan, to the micro-dollar; see [`super::prune`]).
+//!
 //! This space holds every plan an online policy can take: policies mask only where something is
 //! clearable (the decider's `mask_gain` is `None` otherwise), refresh only at boundaries after the
 //! minimum segment or when the ceiling forces it, and never mask and refresh at one request.
 
-use super::model::{Choices, Ending, Model};
+use super::model::{Choices, Model};
 use super::options::GapRates;
+use super::prune::Pruner;
 use crate::replay::{ReplayConfig, Turn};
 
 const NONE: u32 = u32::MAX;
 
 /// One state of the program after request e.
 #[derive(Debug, Clone, Copy)]
-struct State {
+pub(super) struct State {
     /// The segment's first request.
-    s: usize,
+    pub(super) s: usize,
     /// A_s: the segment's prompt before request j is `a − b + L_j`.
-    a: i128,
+    pub(super) a: i128,
     /// B of the segment's latest clear (T_{s−1} before any).
-    b: i128,
+    pub(super) b: i128,
     /// Whether request e was sent with a clear.
-    masked: bool,
+    pub(super) masked: bool,
     /// The cheapest cost so far.
-    v: i128,
+    pub(super) v: i128,
     /// The plan's latest event (segment start or clear), in the arena.
-    node: u32,
+    pub(super) node: u32,
+}
+
+impl State {
+    /// Where the state stands in the program's list (segments by start, then B, the cleared
+    /// one last): the first of equal offers in that order wins, as the program's scan has it.
+    pub(super) fn rank(&self) -> (usize, i128, bool) {
+        (self.s, self.b, self.masked)
+    }
+}
+
+/// A way to reach a state, and the rank of the state it comes from.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Offer {
+    pub(super) v: i128,
+    pub(super) node: u32,
+    pub(super) rank: (usize, i128, bool),
+}
+
+/// What the mask program found and how much work it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaskProgramRun {
+    /// The plan's model cost, in rate·token units.
+    pub cost: i128,
+    /// Requests that start a segment.
+    pub starts: Vec<bool>,
+    /// Requests sent with a clear.
+    pub masks: Vec<bool>,
+    /// States advanced over the trace (Σ over requests).
+    pub states: u64,
+    /// The most states alive after one request.
+    pub peak_states: usize,
 }
 
 /// An event of a plan: request `j` starts a segment or is sent with a clear.
@@ -106,6 +141,10 @@ impl Model<'_> {
                 with_tools.push(q);
             }
         }
+        self.clear_floor = vec![i128::MAX; n + 2];
+        for q in (1..=n).rev() {
+            self.clear_floor[q] = self.clear_floor[q + 1].min(self.clear_to[q]);
+        }
         self.mask_options = vec![Choices::default(); n + 1];
         for j in 2..=n {
             let gap = turns[j - 1].at_ms - turns[j - 2].at_ms;
@@ -125,12 +164,8 @@ impl Model<'_> {
     }
 
     /// Request j appended to its segment after a request that cached `c`.
-    fn append_cost(&self, j: usize, c: i128, after_mask: bool) -> i128 {
-        let gap = self.gap_options[j]
-            .iter()
-            .map(|&(a, b)| a * c + b)
-            .min()
-            .unwrap_or(0);
+    pub(super) fn append_cost(&self, j: usize, c: i128, after_mask: bool) -> i128 {
+        let gap = self.gap_cost(j, c);
         // After a clear the previous request cached its uncached tail too: less to write now.
         let tail = if after_mask {
             self.w * self.u[j - 1]
@@ -143,13 +178,17 @@ impl Model<'_> {
     /// Request j sent with a clear, its prompt `prompt`: the head (read if kept warm through the
     /// gap), the rest of the shorter prompt written.
     fn mask_cost(&self, j: usize, c: i128, prompt: i128) -> i128 {
-        let head = cheapest(&self.mask_options[j], c, |o| o.head);
+        let head = self.mask_options[j]
+            .iter()
+            .map(|o| o.close.0 * c + o.close.1 + o.head)
+            .min()
+            .unwrap_or(0);
         head + self.w * (prompt - self.h)
     }
 
     /// The segment before request j ended (a refresh), and j begins the next.
-    fn refresh_cost(&self, j: usize, c: i128) -> i128 {
-        cheapest(&self.end_options[j], c, |o| self.head_cost(o, 0)) + self.start_cost(j)
+    pub(super) fn refresh_cost(&self, j: usize, c: i128) -> i128 {
+        self.end_cost(j, c, 0) + self.start_cost(j)
     }
 
     /// The exact model cost of a plan with clears (`masks[j − 1]`: request j is sent with one; a
@@ -176,6 +215,12 @@ impl Model<'_> {
 
     /// The cheapest plan with clears: (model cost, starts, masks). See the module docs.
     pub(super) fn solve_masked(&self) -> (i128, Vec<bool>, Vec<bool>) {
+        let run = self.run_masked();
+        (run.cost, run.starts, run.masks)
+    }
+
+    /// [`Model::solve_masked`] with what the program did.
+    pub(super) fn run_masked(&self) -> MaskProgramRun {
         let n = self.n;
         let mut arena = vec![Event {
             prev: NONE,
@@ -191,9 +236,17 @@ impl Model<'_> {
             node: 0,
         }];
         let mut next: Vec<State> = Vec::new();
+        let mut pruner = self.prune.then(|| Pruner::new(self));
+        let (mut advanced, mut peak) = (0u64, 1usize);
         for q in 2..=n {
             next.clear();
-            let refresh = self.step(q, &states, &mut next, &mut arena);
+            advanced += states.len() as u64;
+            let mut refresh = self.step(q, &states, &mut next, &mut arena);
+            if let Some(pruner) = pruner.as_mut() {
+                refresh = pruner.with_ghost(q, refresh);
+                pruner.drop_dominated(self, q, &mut next);
+            }
+            let refresh = refresh.map(|o| (o.v, o.node));
             let fallback = next.is_empty();
             let refresh = refresh.or_else(|| {
                 // Nothing may continue (a request larger than the ceiling, or a minimum segment
@@ -224,6 +277,7 @@ impl Model<'_> {
                 });
             }
             std::mem::swap(&mut states, &mut next);
+            peak = peak.max(states.len());
         }
         let best = states.iter().min_by_key(|st| st.v).copied();
         let mut starts = vec![false; n];
@@ -236,7 +290,13 @@ impl Model<'_> {
             node = event.prev;
         }
         starts[0] = true;
-        (best.map_or(0, |st| st.v), starts, masks)
+        MaskProgramRun {
+            cost: best.map_or(0, |st| st.v),
+            starts,
+            masks,
+            states: advanced,
+            peak_states: peak,
+        }
     }
 
     /// Request q from every state after q − 1: appends and clears go to `next` (the cheapest of
@@ -247,20 +307,20 @@ impl Model<'_> {
         states: &[State],
         next: &mut Vec<State>,
         arena: &mut Vec<Event>,
-    ) -> Option<(i128, u32)> {
+    ) -> Option<Offer> {
         let boundary = self.turns[q - 1].boundary;
         let clear_to = if self.can_mask { self.clear_to[q] } else { 0 };
-        let mut refresh: Option<(i128, u32)> = None;
+        let mut refresh: Option<Offer> = None;
         let mut group = 0;
         while group < states.len() {
             let s = states[group].s;
             let end = group + states[group..].iter().take_while(|st| st.s == s).count();
-            let mut mask: Option<(i128, u32)> = None;
+            let mut mask: Option<Offer> = None;
             for st in &states[group..end] {
                 let c = self.cached_after(st.a, st.b, q - 1, st.masked);
                 let fits = st.a - st.b + self.len[q] <= self.ceiling;
                 if q - s >= self.min_seg && (boundary || !fits) {
-                    offer(&mut refresh, st.v + self.refresh_cost(q, c), st.node);
+                    offer(&mut refresh, st, st.v + self.refresh_cost(q, c));
                 }
                 if fits {
                     let v = st.v + self.append_cost(q, c, st.masked);
@@ -275,10 +335,10 @@ impl Model<'_> {
                 }
                 let prompt = st.a - clear_to + self.len[q];
                 if self.can_mask && clear_to > st.b && prompt <= self.ceiling {
-                    offer(&mut mask, st.v + self.mask_cost(q, c, prompt), st.node);
+                    offer(&mut mask, st, st.v + self.mask_cost(q, c, prompt));
                 }
             }
-            if let Some((v, prev)) = mask {
+            if let Some(Offer { v, node: prev, .. }) = mask {
                 arena.push(Event {
                     prev,
                     j: q as u32,
@@ -299,19 +359,14 @@ impl Model<'_> {
     }
 }
 
-/// The cheapest of `options` at prefix `c`, with `extra(option)` added.
-fn cheapest(options: &Choices<Ending, 3>, c: i128, extra: impl Fn(&Ending) -> i128) -> i128 {
-    options
-        .iter()
-        .map(|o| o.close.0 * c + o.close.1 + extra(o))
-        .min()
-        .unwrap_or(0)
-}
-
-/// Keeps the cheaper of `best` and (`v`, `node`).
-fn offer(best: &mut Option<(i128, u32)>, v: i128, node: u32) {
-    if best.is_none_or(|(b, _)| v < b) {
-        *best = Some((v, node));
+/// Keeps the cheaper of `best` and reaching it from `from` for `v` (the earlier on a tie).
+fn offer(best: &mut Option<Offer>, from: &State, v: i128) {
+    if best.is_none_or(|b| v < b.v) {
+        *best = Some(Offer {
+            v,
+            node: from.node,
+            rank: from.rank(),
+        });
     }
 }
 

@@ -74,9 +74,11 @@ mod lines;
 mod masks;
 mod model;
 mod options;
+mod prune;
 mod solve;
 
 use lines::TierStack;
+pub use masks::MaskProgramRun;
 use model::{Choices, Model};
 use options::GapRates;
 
@@ -212,6 +214,27 @@ pub fn plan_with_head_changes(
     }
 }
 
+/// The mask program alone on a trace whose head never changes, with or without dropping
+/// dominated states (`prune`): its plan and how many states it advanced. `None` where nothing
+/// can be cleared (the Li Chao program alone runs there). For the check that dropping changes
+/// no plan and for the bench.
+pub fn mask_program(
+    turns: &[Turn],
+    head: Tokens,
+    ttl: Ttl,
+    config: &ReplayConfig<'_>,
+    prune: bool,
+) -> Option<MaskProgramRun> {
+    if turns.is_empty() {
+        return None;
+    }
+    let model = Model {
+        prune,
+        ..build_model(turns, head, ttl, config, &[])
+    };
+    model.can_mask.then(|| model.run_masked())
+}
+
 /// The cost structure of a trace: every way through every gap and segment end, per request.
 fn build_model<'t>(
     turns: &'t [Turn],
@@ -264,6 +287,8 @@ fn build_model<'t>(
         can_mask: false,
         tools: Vec::new(),
         clear_to: Vec::new(),
+        clear_floor: Vec::new(),
+        prune: true,
         mask_options: Vec::new(),
     }
     .with_tool_results(turns, &rates, config)

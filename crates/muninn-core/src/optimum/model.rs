@@ -81,6 +81,12 @@ pub(super) struct Model<'t> {
     /// latest `mask_keep_tool_uses` uses before q): a clear at q leaves every tool result of the
     /// segment before g(q) cleared. Nondecreasing in q.
     pub(super) clear_to: Vec<i128>,
+    /// min over j ≥ q of `clear_to[j]` (index n + 1: none left): a state whose B is below
+    /// `clear_floor[q + 1]` can make every clear any other state of its segment can after q.
+    pub(super) clear_floor: Vec<i128>,
+    /// Whether the mask program drops the states another state of the same segment dominates
+    /// (see [`crate::optimum`]'s `masks` module). Off only to check that it changes nothing.
+    pub(super) prune: bool,
     /// Ways through the gap before a request sent with a clear (only the head is read).
     pub(super) mask_options: Vec<Choices<Ending, 3>>,
 }
@@ -126,6 +132,22 @@ impl Model<'_> {
         ending.head + charge
     }
 
+    /// The cheapest way through the gap before request j inside a segment, after a request that
+    /// cached `c`.
+    pub(super) fn gap_cost(&self, j: usize, c: i128) -> i128 {
+        self.gap_options[j]
+            .iter()
+            .map(|&(a, b)| a * c + b)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// What the cheapest ending before a refresh at s costs (see [`Model::ending`]).
+    pub(super) fn end_cost(&self, s: usize, prefix: i128, tier: i128) -> i128 {
+        let end = self.ending(s, prefix, tier);
+        end.close.0 * prefix + end.close.1 + self.head_cost(&end, tier)
+    }
+
     /// The cheapest way to end a segment before a refresh at s, at the old prefix `prefix`, for a
     /// segment that owes `tier` changed head tokens.
     pub(super) fn ending(&self, s: usize, prefix: i128, tier: i128) -> Ending {
@@ -151,19 +173,12 @@ impl Model<'_> {
             tier = tier.max(self.changes[j]);
             if starts[j - 1] {
                 let old = self.slope(s) + self.len[j - 1] - self.u[j - 1];
-                let end = self.ending(j, old, tier);
-                total += end.close.0 * old + end.close.1 + self.head_cost(&end, tier);
-                total += self.start_cost(j);
+                total += self.end_cost(j, old, tier) + self.start_cost(j);
                 s = j;
                 tier = 0;
             } else {
                 let c = self.slope(s) + self.y(j);
-                total += self.gap_options[j]
-                    .iter()
-                    .map(|&(a, b)| a * c + b)
-                    .min()
-                    .unwrap_or(0)
-                    + self.fixed[j];
+                total += self.gap_cost(j, c) + self.fixed[j];
             }
         }
         total
