@@ -82,40 +82,34 @@ impl<'de> DeserializeSeed<'de> for Canonical {
     }
 }
 
+/// A string, number or literal's canonical tokens: as the cache model counts the one-piece
+/// `Value` (a string quoted and escaped, a number as JSON writes it).
+fn scalar_tokens(v: impl Into<serde_json::Value>) -> muninn_core::money::Tokens {
+    muninn_core::mask::canonical_tokens(&v.into())
+}
+
 impl<'de> Visitor<'de> for Canonical {
     type Value = muninn_core::money::Tokens;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::from(v),
-        ))
+        Ok(scalar_tokens(v))
     }
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::from(v),
-        ))
+        Ok(scalar_tokens(v))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::from(v),
-        ))
+        Ok(scalar_tokens(v))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::from(v),
-        ))
+        Ok(scalar_tokens(v))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::from(v),
-        ))
+        Ok(scalar_tokens(v))
     }
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::Null,
-        ))
+        Ok(scalar_tokens(serde_json::Value::Null))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         // `[`, `]` and a comma between elements.
