@@ -121,14 +121,14 @@ impl<'de> Visitor<'de> for Canonical {
         Ok(tokens.saturating_add(n.saturating_sub(1)))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        // A key given twice keeps its last value, as a parsed `Value` does.
-        let mut entries: Vec<(String, muninn_core::money::Tokens)> = Vec::new();
+        // A key given twice keeps its last value, as a parsed `Value` does. Looked up in a map,
+        // not a list: a line's object may hold any number of keys, and a search per key would
+        // make one wide object quadratic.
+        let mut entries: std::collections::BTreeMap<String, muninn_core::money::Tokens> =
+            std::collections::BTreeMap::new();
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value_seed(Canonical)?;
-            match entries.iter_mut().find(|(k, _)| *k == key) {
-                Some(entry) => entry.1 = value,
-                None => entries.push((key, value)),
-            }
+            entries.insert(key, value);
         }
         // `{`, `}`, each key and a colon, and a comma between entries.
         let n = entries.len() as u64;
