@@ -84,20 +84,14 @@ impl SegmentLengths {
 
     /// Finished segments recorded.
     pub fn count(&self) -> u32 {
-        self.buckets.iter().fold(0u32, |a, b| a.saturating_add(*b))
+        bucket_total(&self.buckets)
     }
 
     /// Segments (as a mass: lengths are spread evenly over their bucket) longer than `x`.
     fn mass_beyond(&self, x: f64) -> f64 {
-        self.buckets
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| {
-                let lo = (1u64 << i) as f64;
-                let hi = (1u64 << (i + 1)) as f64;
-                c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
-            })
-            .sum()
+        spread_mass_beyond(&self.buckets, x, |i| {
+            ((1u64 << i) as f64, (1u64 << (i + 1)) as f64)
+        })
     }
 
     /// How many more requests a segment that has had `so_far` requests is expected to have: the
@@ -150,6 +144,31 @@ fn median_left(count: u32, mass_beyond: impl Fn(f64) -> f64, top: f64, so_far: u
     Some((hi - k).floor().max(0.0) as u64)
 }
 
+/// The lengths recorded in a histogram's buckets, summed without overflow.
+fn bucket_total(buckets: &[u32]) -> u32 {
+    buckets.iter().fold(0u32, |a, b| a.saturating_add(*b))
+}
+
+/// The lengths in `buckets` longer than `x`, as a mass: each bucket's lengths spread evenly
+/// over its bounds, `bounds(i)` = `[lo, hi)` of bucket i. [`SegmentLengths`] and [`RunLengths`]
+/// differ in their bounds only.
+fn spread_mass_beyond(buckets: &[u32], x: f64, bounds: impl Fn(usize) -> (f64, f64)) -> f64 {
+    buckets
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let (lo, hi) = bounds(i);
+            c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
+        })
+        .sum()
+}
+
+/// Two histograms combined bucket by bucket (`op`: a saturating sum or difference), for the
+/// `Add`/`Sub` of [`Learned`]'s parts.
+fn bucket_wise<const N: usize>(a: [u32; N], b: [u32; N], op: fn(u32, u32) -> u32) -> [u32; N] {
+    std::array::from_fn(|i| op(a[i], b[i]))
+}
+
 /// Bucket bounds of [`RunLengths`]: bucket i holds lengths in `[RUN_BOUNDS[i], RUN_BOUNDS[i +
 /// 1])`. Exact up to 20 requests, where a loop's last requests are told apart (a loop of 18
 /// requests in a log₂ bucket would look like one of 16 to 31, and the 17th request would seem to
@@ -181,19 +200,13 @@ impl RunLengths {
 
     /// Finished runs recorded.
     pub fn count(&self) -> u32 {
-        self.buckets.iter().fold(0u32, |a, b| a.saturating_add(*b))
+        bucket_total(&self.buckets)
     }
 
     fn mass_beyond(&self, x: f64) -> f64 {
-        self.buckets
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| {
-                let lo = f64::from(RUN_BOUNDS[i]);
-                let hi = f64::from(RUN_BOUNDS[i + 1]);
-                c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
-            })
-            .sum()
+        spread_mass_beyond(&self.buckets, x, |i| {
+            (f64::from(RUN_BOUNDS[i]), f64::from(RUN_BOUNDS[i + 1]))
+        })
     }
 
     /// How many more requests a run that has had `so_far` is expected to have (the median of
@@ -208,44 +221,36 @@ impl RunLengths {
 impl std::ops::Add for RunLengths {
     type Output = RunLengths;
     fn add(self, other: RunLengths) -> RunLengths {
-        let mut sum = self;
-        for (a, b) in sum.buckets.iter_mut().zip(other.buckets) {
-            *a = a.saturating_add(b);
+        RunLengths {
+            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_add),
         }
-        sum
     }
 }
 
 impl std::ops::Sub for RunLengths {
     type Output = RunLengths;
     fn sub(self, other: RunLengths) -> RunLengths {
-        let mut diff = self;
-        for (a, b) in diff.buckets.iter_mut().zip(other.buckets) {
-            *a = a.saturating_sub(b);
+        RunLengths {
+            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_sub),
         }
-        diff
     }
 }
 
 impl std::ops::Add for SegmentLengths {
     type Output = SegmentLengths;
     fn add(self, other: SegmentLengths) -> SegmentLengths {
-        let mut sum = self;
-        for (a, b) in sum.buckets.iter_mut().zip(other.buckets) {
-            *a = a.saturating_add(b);
+        SegmentLengths {
+            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_add),
         }
-        sum
     }
 }
 
 impl std::ops::Sub for SegmentLengths {
     type Output = SegmentLengths;
     fn sub(self, other: SegmentLengths) -> SegmentLengths {
-        let mut diff = self;
-        for (a, b) in diff.buckets.iter_mut().zip(other.buckets) {
-            *a = a.saturating_sub(b);
+        SegmentLengths {
+            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_sub),
         }
-        diff
     }
 }
 
