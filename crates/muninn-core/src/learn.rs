@@ -298,7 +298,7 @@ impl Runs {
     ///
     /// Inside a run, once [`MIN_SEGMENTS_EVIDENCE`] runs have finished and at least one
     /// outlived this one so far, the run's own rest (the median of what the longer finished
-    /// runs had left, [`SegmentLengths::remaining`] over run lengths) is known better than the
+    /// runs had left, [`RunLengths::remaining_known`]) is known better than the
     /// segment's: where the Mind's runs have mostly ended their segments, the segment ends with
     /// this run and that rest is the horizon; where they mostly went on, the segment has at
     /// least that rest, and the segment estimate may say more. Otherwise `segment`, as before.
