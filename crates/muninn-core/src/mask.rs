@@ -49,8 +49,11 @@ pub fn tool_result_tokens(content: Option<&Value>) -> Tokens {
 /// What a clear removes from a block whose content has `content_tokens` canonical tokens: those
 /// less the placeholder's (nothing, for a result no larger than the placeholder).
 pub fn cleared_from(content_tokens: Tokens) -> Tokens {
-    let placeholder = canonical_tokens(&Value::String(CLEARED_PLACEHOLDER.into()));
-    content_tokens.saturating_sub(placeholder)
+    // The placeholder's tokens, counted once: this runs for every tool result an import reads
+    // and every one the host sends.
+    static PLACEHOLDER: std::sync::LazyLock<Tokens> =
+        std::sync::LazyLock::new(|| canonical_tokens(&Value::String(CLEARED_PLACEHOLDER.into())));
+    content_tokens.saturating_sub(*PLACEHOLDER)
 }
 
 /// The tokens of `v`'s canonical JSON.
