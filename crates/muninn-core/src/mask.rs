@@ -63,8 +63,10 @@ pub fn canonical_tokens(v: &Value) -> Tokens {
     crate::tokenize::count(&out)
 }
 
-/// The canonical JSON of `v` (keys sorted at every level, no whitespace).
-fn canonical(v: &Value, out: &mut String) {
+/// Appends the canonical JSON of `v` (keys sorted at every level, no whitespace, strings
+/// escaped as `serde_json` writes them) to `out`: the text the cache model fingerprints a
+/// block by (`muninn_anthropic::prompt` re-exports it) and counts tokens on.
+pub fn canonical(v: &Value, out: &mut String) {
     match v {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
