@@ -27,6 +27,10 @@
 //! ([`muninn_core::cache::CacheError`]), whose messages are the API's 400 wording.
 
 use muninn_core::cache::{Checkpoint, Prompt, Ttl, checkpoints_from_blocks, hash_bytes};
+/// Appends the canonical JSON of `v` (sorted keys, no whitespace) to `out`: the cache model's
+/// own, which also counts what a tool-result clear removes, so that a block is fingerprinted
+/// and counted from one text.
+pub use muninn_core::mask::canonical;
 use muninn_core::miss::Level;
 use muninn_core::money::Tokens;
 use muninn_core::tokenize;
@@ -251,7 +255,7 @@ fn block(
     key.push_str(section);
     key.push('|');
     let start = key.len();
-    canonical_object(obj, &mut key, true);
+    canonical_without_cache_control(obj, &mut key);
     let tokens = match (obj.get("type"), obj.get("text")) {
         (Some(Value::String(t)), Some(Value::String(text))) if t == "text" => tokenize::count(text),
         _ => tokenize::count(&key[start..]),
@@ -283,34 +287,10 @@ fn parse_cache_control(cc: &Value, path: &str) -> Result<Ttl, ShapeError> {
     }
 }
 
-/// Appends the canonical JSON of `v` (sorted keys, no whitespace) to `out`.
-pub fn canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(map) => canonical_object(map, out, false),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(item, out);
-            }
-            out.push(']');
-        }
-        Value::String(s) => push_string(s, out),
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-fn canonical_object(
-    map: &serde_json::Map<String, Value>,
-    out: &mut String,
-    skip_cache_control: bool,
-) {
-    let mut keys: Vec<&String> = map
-        .keys()
-        .filter(|k| !(skip_cache_control && *k == "cache_control"))
-        .collect();
+/// [`canonical`] of a block object without its `cache_control`: a breakpoint marks a block and
+/// is no part of its content.
+fn canonical_without_cache_control(map: &serde_json::Map<String, Value>, out: &mut String) {
+    let mut keys: Vec<&String> = map.keys().filter(|k| *k != "cache_control").collect();
     keys.sort();
     out.push('{');
     for (i, k) in keys.iter().enumerate() {

@@ -295,7 +295,7 @@ impl<'a> Lockstep<'a> {
     /// A turn's arrival: the decider's answer against the recorded one. A refresh's flush row
     /// carries the arrival it was decided at; the turn's request after it is not asked again.
     fn arrival(&mut self, cx: &Cx<'_>, report: &mut ClosedLoop) {
-        let Some(event @ Event::Arrival { .. }) = cx.decided.event else {
+        let Some(event @ Event::Arrival { boundary, .. }) = cx.decided.event else {
             return;
         };
         if cx.decided.kind == RowKind::Request
@@ -312,9 +312,6 @@ impl<'a> Lockstep<'a> {
         let uses = match cx.decided.kind {
             RowKind::Request => crate::session::arriving_uses(&cx.decided.tool_results),
             _ => 0,
-        };
-        let Event::Arrival { boundary, .. } = event else {
-            return;
         };
         let view = acc.arrival_view(boundary, uses);
         let decision = decide(cx.policy, &view, event, cx.row.at_ms);

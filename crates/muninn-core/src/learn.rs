@@ -84,7 +84,7 @@ impl SegmentLengths {
 
     /// Finished segments recorded.
     pub fn count(&self) -> u32 {
-        self.buckets.iter().fold(0u32, |a, b| a.saturating_add(*b))
+        bucket_total(&self.buckets)
     }
 
     /// The buckets that hold segments, with their bounds.
@@ -187,6 +187,17 @@ fn median_left(count: u32, held: &Held, top: f64, so_far: u32) -> Option<u64> {
     Some(requests(hi))
 }
 
+/// The lengths recorded in a histogram's buckets, summed without overflow.
+fn bucket_total(buckets: &[u32]) -> u32 {
+    buckets.iter().fold(0u32, |a, b| a.saturating_add(*b))
+}
+
+/// Two histograms combined bucket by bucket (`op`: a saturating sum or difference), for the
+/// `Add`/`Sub` of [`Learned`]'s parts.
+fn bucket_wise<const N: usize>(a: [u32; N], b: [u32; N], op: fn(u32, u32) -> u32) -> [u32; N] {
+    std::array::from_fn(|i| op(a[i], b[i]))
+}
+
 /// Bucket bounds of [`RunLengths`]: bucket i holds lengths in `[RUN_BOUNDS[i], RUN_BOUNDS[i +
 /// 1])`. Exact up to 20 requests, where a loop's last requests are told apart (a loop of 18
 /// requests in a log₂ bucket would look like one of 16 to 31, and the 17th request would seem to
@@ -218,7 +229,7 @@ impl RunLengths {
 
     /// Finished runs recorded.
     pub fn count(&self) -> u32 {
-        self.buckets.iter().fold(0u32, |a, b| a.saturating_add(*b))
+        bucket_total(&self.buckets)
     }
 
     /// The buckets that hold runs, with their bounds.
@@ -242,44 +253,36 @@ impl RunLengths {
 impl std::ops::Add for RunLengths {
     type Output = RunLengths;
     fn add(self, other: RunLengths) -> RunLengths {
-        let mut sum = self;
-        for (a, b) in sum.buckets.iter_mut().zip(other.buckets) {
-            *a = a.saturating_add(b);
+        RunLengths {
+            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_add),
         }
-        sum
     }
 }
 
 impl std::ops::Sub for RunLengths {
     type Output = RunLengths;
     fn sub(self, other: RunLengths) -> RunLengths {
-        let mut diff = self;
-        for (a, b) in diff.buckets.iter_mut().zip(other.buckets) {
-            *a = a.saturating_sub(b);
+        RunLengths {
+            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_sub),
         }
-        diff
     }
 }
 
 impl std::ops::Add for SegmentLengths {
     type Output = SegmentLengths;
     fn add(self, other: SegmentLengths) -> SegmentLengths {
-        let mut sum = self;
-        for (a, b) in sum.buckets.iter_mut().zip(other.buckets) {
-            *a = a.saturating_add(b);
+        SegmentLengths {
+            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_add),
         }
-        sum
     }
 }
 
 impl std::ops::Sub for SegmentLengths {
     type Output = SegmentLengths;
     fn sub(self, other: SegmentLengths) -> SegmentLengths {
-        let mut diff = self;
-        for (a, b) in diff.buckets.iter_mut().zip(other.buckets) {
-            *a = a.saturating_sub(b);
+        SegmentLengths {
+            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_sub),
         }
-        diff
     }
 }
 
@@ -327,7 +330,7 @@ impl Runs {
     ///
     /// Inside a run, once [`MIN_SEGMENTS_EVIDENCE`] runs have finished and at least one
     /// outlived this one so far, the run's own rest (the median of what the longer finished
-    /// runs had left, [`SegmentLengths::remaining`] over run lengths) is known better than the
+    /// runs had left, [`RunLengths::remaining_known`]) is known better than the
     /// segment's: where the Mind's runs have mostly ended their segments, the segment ends with
     /// this run and that rest is the horizon; where they mostly went on, the segment has at
     /// least that rest, and the segment estimate may say more. Otherwise `segment`, as before.

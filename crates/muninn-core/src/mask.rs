@@ -49,8 +49,11 @@ pub fn tool_result_tokens(content: Option<&Value>) -> Tokens {
 /// What a clear removes from a block whose content has `content_tokens` canonical tokens: those
 /// less the placeholder's (nothing, for a result no larger than the placeholder).
 pub fn cleared_from(content_tokens: Tokens) -> Tokens {
-    let placeholder = canonical_tokens(&Value::String(CLEARED_PLACEHOLDER.into()));
-    content_tokens.saturating_sub(placeholder)
+    // The placeholder's tokens, counted once: this runs for every tool result an import reads
+    // and every one the host sends.
+    static PLACEHOLDER: std::sync::LazyLock<Tokens> =
+        std::sync::LazyLock::new(|| canonical_tokens(&Value::String(CLEARED_PLACEHOLDER.into())));
+    content_tokens.saturating_sub(*PLACEHOLDER)
 }
 
 /// The tokens of `v`'s canonical JSON.
@@ -60,8 +63,10 @@ pub fn canonical_tokens(v: &Value) -> Tokens {
     crate::tokenize::count(&out)
 }
 
-/// The canonical JSON of `v` (keys sorted at every level, no whitespace).
-fn canonical(v: &Value, out: &mut String) {
+/// Appends the canonical JSON of `v` (keys sorted at every level, no whitespace, strings
+/// escaped as `serde_json` writes them) to `out`: the text the cache model fingerprints a
+/// block by (`muninn_anthropic::prompt` re-exports it) and counts tokens on.
+pub fn canonical(v: &Value, out: &mut String) {
     match v {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();

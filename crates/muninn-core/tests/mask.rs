@@ -527,10 +527,9 @@ fn after_a_mask_the_segment_carries_fewer_tokens() {
     assert!(next.usage.cache_read > mask.kept_tokens, "{next:?}");
 }
 
-/// Tool results in the accounting: a clear removes all but the latest `mask_keep_tool_uses`
-/// uses, from where the oldest began.
-#[test]
-fn the_accounting_keeps_the_latest_tool_uses() {
+/// An accounting after six warm requests, each after the first adding 2k tokens to the prompt,
+/// of which tool results of 1k, 2k, .. 5k tokens (one use each).
+fn five_results() -> Accounting {
     let mut acc = accounting();
     let mut prompt = HEAD;
     for i in 0..6u64 {
@@ -548,6 +547,14 @@ fn the_accounting_keeps_the_latest_tool_uses() {
             },
         );
     }
+    acc
+}
+
+/// Tool results in the accounting: a clear removes all but the latest `mask_keep_tool_uses`
+/// uses, from where the oldest began.
+#[test]
+fn the_accounting_keeps_the_latest_tool_uses() {
+    let mut acc = five_results();
     // Results of 1k..5k tokens; the latest three (3k, 4k, 5k) stay.
     let view = acc.view();
     assert_eq!(view.clearable_tokens, 1_000 + 2_000);
@@ -562,23 +569,7 @@ fn the_accounting_keeps_the_latest_tool_uses() {
 /// in the decider's view, in what the accounting then drops, and in the optimum's plan.
 #[test]
 fn a_clear_counts_the_arriving_results_among_the_kept() {
-    let mut acc = accounting();
-    let mut prompt = HEAD;
-    for i in 0..6u64 {
-        if i > 0 {
-            acc.tool_results(1_000 * i, 1);
-        }
-        let read = if i == 0 { 0 } else { prompt };
-        prompt += 2_000;
-        acc.request(
-            T0 + i as i64 * 1000,
-            &Usage {
-                cache_write_5m: prompt - read,
-                cache_read: read,
-                ..Usage::default()
-            },
-        );
-    }
+    let mut acc = five_results();
     // Results of 1k..5k, and a request arriving with a sixth: the provider keeps 4k, 5k and
     // the sixth, and clears 1k + 2k + 3k.
     let view = acc.arrival_view(false, 1);

@@ -10,8 +10,9 @@
 //! - `response.usage` is the recorded usage; `response.id` de-duplicates (across files too, and
 //!   against transcripts of the same session); `response.diagnostics.cache_miss_reason`, where the
 //!   cache-diagnosis beta was on, is the provider's label; a `thinking` or `redacted_thinking`
-//!   block in `response.content` marks the request `reasoning`, as in a transcript. An error response (`"type": "error"`)
-//!   or a line without usage or a valid `timestamp` is skipped with a warning.
+//!   block in `response.content` marks the request `reasoning`, as in a transcript. An error
+//!   response (`"type": "error"`) or a line without usage or a valid `timestamp` is skipped
+//!   with a warning.
 //! - The model is `request.model` (what was asked), else `response.model`.
 //! - The session is the line's `session_id`, else `request.metadata.user_id` (Claude Code puts
 //!   the session there), else the file name.

@@ -39,12 +39,12 @@
 //! - `reasoning`: one of the response's lines carries a `thinking` or `redacted_thinking` block.
 //!   It is part of the answer, read by the cache model only for the requests that follow (a
 //!   client that drops an earlier turn's thinking rewrites the prompt from there).
-//! - `provider_miss`: from 2.1.140 on (the oldest version seen carrying it), an assistant line may carry the API's cache diagnosis,
-//!   `message.diagnostics.cache_miss_reason` (`{"type": "messages_changed",
-//!   "cache_missed_input_tokens": N}`; `null` while the comparison was pending). It becomes the
-//!   request's label. A line without `diagnostics` (or with `"diagnostics": null`) labels
-//!   nothing: the API omits the object when it found no divergence, and older versions never
-//!   asked, so absence cannot be told apart from either.
+//! - `provider_miss`: from 2.1.140 on (the oldest version seen carrying it), an assistant line
+//!   may carry the API's cache diagnosis, `message.diagnostics.cache_miss_reason`
+//!   (`{"type": "messages_changed", "cache_missed_input_tokens": N}`; `null` while the
+//!   comparison was pending). It becomes the request's label. A line without `diagnostics` (or
+//!   with `"diagnostics": null`) labels nothing: the API omits the object when it found no
+//!   divergence, and older versions never asked, so absence cannot be told apart from either.
 //!
 //! Per-file state (open responses, thread state) lives in [`ClaudeReader`] and is dropped with it;
 //! only the hash set of imported ids outlives a file.

@@ -82,40 +82,34 @@ impl<'de> DeserializeSeed<'de> for Canonical {
     }
 }
 
+/// A string, number or literal's canonical tokens: as the cache model counts the one-piece
+/// `Value` (a string quoted and escaped, a number as JSON writes it).
+fn scalar_tokens(v: impl Into<serde_json::Value>) -> muninn_core::money::Tokens {
+    muninn_core::mask::canonical_tokens(&v.into())
+}
+
 impl<'de> Visitor<'de> for Canonical {
     type Value = muninn_core::money::Tokens;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::from(v),
-        ))
+        Ok(scalar_tokens(v))
     }
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::from(v),
-        ))
+        Ok(scalar_tokens(v))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::from(v),
-        ))
+        Ok(scalar_tokens(v))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::from(v),
-        ))
+        Ok(scalar_tokens(v))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::from(v),
-        ))
+        Ok(scalar_tokens(v))
     }
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(muninn_core::mask::canonical_tokens(
-            &serde_json::Value::Null,
-        ))
+        Ok(scalar_tokens(serde_json::Value::Null))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         // `[`, `]` and a comma between elements.
@@ -127,14 +121,14 @@ impl<'de> Visitor<'de> for Canonical {
         Ok(tokens.saturating_add(n.saturating_sub(1)))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        // A key given twice keeps its last value, as a parsed `Value` does.
-        let mut entries: Vec<(String, muninn_core::money::Tokens)> = Vec::new();
+        // A key given twice keeps its last value, as a parsed `Value` does. Looked up in a map,
+        // not a list: a line's object may hold any number of keys, and a search per key would
+        // make one wide object quadratic.
+        let mut entries: std::collections::BTreeMap<String, muninn_core::money::Tokens> =
+            std::collections::BTreeMap::new();
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value_seed(Canonical)?;
-            match entries.iter_mut().find(|(k, _)| *k == key) {
-                Some(entry) => entry.1 = value,
-                None => entries.push((key, value)),
-            }
+            entries.insert(key, value);
         }
         // `{`, `}`, each key and a colon, and a comma between entries.
         let n = entries.len() as u64;

@@ -149,8 +149,35 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// locks back.
 const OPEN_BUSY_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Run on each serving connection once it is open: the busy timeout its queries get.
+/// Run on each serving connection once it is open: the busy timeout its queries get,
+/// [`BUSY_TIMEOUT`] in milliseconds (a literal, as `raw_sql` takes one; the unit test
+/// `a_serving_connection_waits_the_full_busy_timeout_once_open` fails should they differ).
 const AFTER_OPEN_BUSY_TIMEOUT: &str = "PRAGMA busy_timeout = 10000";
+
+/// The pool that serves the store once the start-up checks are done: each connection opens
+/// with [`OPEN_BUSY_TIMEOUT`], then gets [`BUSY_TIMEOUT`] and the id guard's triggers.
+async fn serving_pool(options_db: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
+    SqlitePoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(BUSY_TIMEOUT)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::raw_sql(AFTER_OPEN_BUSY_TIMEOUT)
+                    .execute(&mut *conn)
+                    .await?;
+                sqlx::raw_sql(crate::id_guard::TRACK_BUMPS)
+                    .execute(&mut *conn)
+                    .await
+                    .map(drop)
+            })
+        })
+        .connect_with(
+            options_db
+                .busy_timeout(OPEN_BUSY_TIMEOUT)
+                .pragma("temp_store", "MEMORY"),
+        )
+        .await
+}
 
 /// The SQLite store. Cheap to share behind an `Arc`; holds a small connection pool.
 #[derive(Debug, Clone)]
@@ -230,25 +257,7 @@ impl SqliteStore {
                 return Err(e);
             }
         };
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(BUSY_TIMEOUT)
-            .after_connect(|conn, _| {
-                Box::pin(async move {
-                    sqlx::raw_sql(AFTER_OPEN_BUSY_TIMEOUT)
-                        .execute(&mut *conn)
-                        .await?;
-                    sqlx::raw_sql(crate::id_guard::TRACK_BUMPS)
-                        .execute(&mut *conn)
-                        .await
-                        .map(drop)
-                })
-            })
-            .connect_with(
-                options_db
-                    .busy_timeout(OPEN_BUSY_TIMEOUT)
-                    .pragma("temp_store", "MEMORY"),
-            )
+        let pool = serving_pool(options_db)
             .await
             .map_err(|e| unavailable(&path, e))?;
         let wal = (sync == SyncMode::Grouped).then(|| Arc::new(WalSync::for_database(&path)));

@@ -1,14 +1,14 @@
 //! The spend cap, never overshot: a request starts only if the most it can cost still fits.
 //!
 //! The most a turn's request can cost is its prompt at the cache state the decider expects —
-//! reading the cached prefix and writing the new tail when warm, rewriting it when cold, a
-//! flush and a fresh segment when the plan refreshes, the clear's rewrite when it masks — plus `max_output_tokens` of output at the
-//! model's output rate. The prompt is priced with the same [`SessionView`] methods the decider
-//! prices its alternatives with. When the spend already in the window plus that worst case
-//! would cross the cap, the turn does not start ([`Step::OverBudget`](super::Step::OverBudget)):
-//! nothing is recorded, the deliveries stay in the mailbox, and the turn runs once the window
-//! has room (or the operator raises the cap). An invalid reply's one retry is priced the same
-//! way before it is sent.
+//! reading the cached prefix and writing the new tail when warm, rewriting it when cold, a flush
+//! and a fresh segment when the plan refreshes, the clear's rewrite when it masks — plus
+//! `max_output_tokens` of output at the model's output rate. The prompt is priced with the same
+//! [`SessionView`] methods the decider prices its alternatives with. When the spend already in the
+//! window plus that worst case would cross the cap, the turn does not start
+//! ([`Step::OverBudget`](super::Step::OverBudget)): nothing is recorded, the deliveries stay in the
+//! mailbox, and the turn runs once the window has room (or the operator raises the cap). An invalid
+//! reply's one retry is priced the same way before it is sent.
 
 use super::persona::Plan;
 use super::{MindRunner, RuntimeError};

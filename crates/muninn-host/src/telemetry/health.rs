@@ -31,6 +31,14 @@ pub struct Readiness {
     pub reasons: Vec<String>,
 }
 
+/// `": <kind>"` naming the storage fault a store error shows on the host's backend
+/// ([`super::store_fault::store_fault`]), or nothing when it is not one we know: both of
+/// `/readyz`'s store reasons end their first clause with it.
+fn fault_suffix(host: &Host, error: &str) -> String {
+    super::store_fault::store_fault(error, host.store.backend())
+        .map_or_else(String::new, |kind| format!(": {kind}"))
+}
+
 /// Runs every readiness check.
 pub async fn readiness(host: &Host) -> Readiness {
     let mut reasons = Vec::new();
@@ -38,8 +46,7 @@ pub async fn readiness(host: &Host) -> Readiness {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => {
             tracing::warn!(%error, "readiness: the store did not answer");
-            let kind = super::store_fault::store_fault(&error.to_string(), host.store.backend())
-                .map_or_else(String::new, |kind| format!(": {kind}"));
+            let kind = fault_suffix(host, &error.to_string());
             reasons.push(format!(
                 "store: the query failed{kind} (the error is in the host's log)"
             ));
@@ -67,19 +74,10 @@ pub async fn readiness(host: &Host) -> Readiness {
                     "the backend is failing: {}",
                     truncate(&failing.last_error, ERROR_CHARS)
                 ),
-                "store" => {
-                    match super::store_fault::store_fault(&failing.last_error, host.store.backend())
-                    {
-                        Some(kind) => {
-                            format!(
-                                "the store refuses its steps: {kind} (the error is in the host's log)"
-                            )
-                        }
-                        None => {
-                            "the store refuses its steps (the error is in the host's log)".into()
-                        }
-                    }
-                }
+                "store" => format!(
+                    "the store refuses its steps{} (the error is in the host's log)",
+                    fault_suffix(host, &failing.last_error)
+                ),
                 _ => format!(
                     "it cannot run: {}",
                     truncate(&failing.last_error, ERROR_CHARS)

@@ -51,7 +51,6 @@ pub fn store_fault(error: &str, backend: &str) -> Option<&'static str> {
                 "Connection refused",
                 "connection reset",
                 "terminating connection",
-                "database unavailable",
             ],
             "the database server is unreachable",
         ),
@@ -60,14 +59,26 @@ pub fn store_fault(error: &str, backend: &str) -> Option<&'static str> {
         .iter()
         .find(|(signs, _)| signs.iter().any(|sign| error.contains(sign)))
         .map(|(_, kind)| *kind);
-    known.or_else(|| {
-        error.contains("pool timed out").then_some(match backend {
-            "sqlite" => {
-                "no connection to the database file came free in time (each was busy with a \
-                 query or waiting for a lock)"
-            }
-            _ => "the database server is unreachable (no connection came free in time)",
-        })
+    known.or_else(|| by_backend(error, backend))
+}
+
+/// The kinds whose words depend on the backend: muninn's own "database unavailable" (the pool
+/// closed, an I/O error, a file that cannot be opened) and sqlx's "pool timed out" name a
+/// server only where there is one.
+fn by_backend(error: &str, backend: &str) -> Option<&'static str> {
+    let sqlite = backend == "sqlite";
+    if error.contains("database unavailable") {
+        return Some(if sqlite {
+            "the database file cannot be reached (it cannot be opened, or the store is closed)"
+        } else {
+            "the database server is unreachable"
+        });
+    }
+    error.contains("pool timed out").then_some(if sqlite {
+        "no connection to the database file came free in time (each was busy with a query or \
+         waiting for a lock)"
+    } else {
+        "the database server is unreachable (no connection came free in time)"
     })
 }
 
@@ -107,6 +118,22 @@ mod tests {
         for (error, kind) in cases {
             assert_eq!(store_fault(error, "sqlite"), kind, "{error}");
         }
+    }
+
+    /// A store that is unavailable (muninn's own words for a closed pool, an I/O error, a file
+    /// that cannot be opened) names a server only where there is one: on SQLite it was "the
+    /// database server is unreachable", as the pool timeout was before.
+    #[test]
+    fn an_unavailable_store_is_named_by_the_backend_it_happened_on() {
+        let error =
+            "store: database unavailable: attempted to acquire a connection on a closed pool";
+        let sqlite = store_fault(error, "sqlite").unwrap();
+        assert!(!sqlite.contains("server"), "{sqlite}");
+        assert!(sqlite.contains("database file"), "{sqlite}");
+        assert_eq!(
+            store_fault(error, "postgres"),
+            Some("the database server is unreachable")
+        );
     }
 
     /// A pool timeout is a server that cannot be reached only where there is a server.

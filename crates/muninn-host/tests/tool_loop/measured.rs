@@ -7,6 +7,22 @@ use muninn_core::ledger::LedgerRow;
 use serde_json::{Value, json};
 use std::path::Path;
 
+/// A registered Mind deciding by `policy`, its Self session working in `src`.
+async fn measured_run(src: &Path, policy: &str) -> Run {
+    let w = world_with(&format!(
+        "[backend.self_session]\nworkspace = {:?}\nmax_requests = 200",
+        src.canonicalize().unwrap().display().to_string()
+    ))
+    .await;
+    let r = runner(&w, mind(&format!("policy = '{policy}'")), "host-a");
+    r.register().await.unwrap();
+    Run {
+        w,
+        _dir: tempfile::tempdir().unwrap(),
+        r,
+    }
+}
+
 /// The measured run (README, "The host"): the same brief over this repository's own source
 /// files, once deciding as configured (masks allowed) and once with `never` (which never
 /// masks, and inside a tool loop decides nothing else differently), side by side.
@@ -16,18 +32,7 @@ async fn measured_masks_against_no_masks_on_this_repositorys_sources() {
     let (files, text) = measured_brief(&src);
     let mut figures = Vec::new();
     for policy in ["ski-rental", "never"] {
-        let w = world_with(&format!(
-            "[backend.self_session]\nworkspace = {:?}\nmax_requests = 200",
-            src.canonicalize().unwrap().display().to_string()
-        ))
-        .await;
-        let r = runner(&w, mind(&format!("policy = '{policy}'")), "host-a");
-        r.register().await.unwrap();
-        let mut run = Run {
-            w,
-            _dir: tempfile::tempdir().unwrap(),
-            r,
-        };
+        let mut run = measured_run(&src, policy).await;
         run_brief(&mut run, &text).await;
         let rows = ledger(&run.w).await;
         let rows = self_rows(&rows);
@@ -101,18 +106,7 @@ async fn measured_masks_with_history() {
     let briefs = 5;
     let mut per_policy = Vec::new();
     for policy in ["ski-rental", "never"] {
-        let w = world_with(&format!(
-            "[backend.self_session]\nworkspace = {:?}\nmax_requests = 200",
-            src.canonicalize().unwrap().display().to_string()
-        ))
-        .await;
-        let r = runner(&w, mind(&format!("policy = '{policy}'")), "host-a");
-        r.register().await.unwrap();
-        let mut run = Run {
-            w,
-            _dir: tempfile::tempdir().unwrap(),
-            r,
-        };
+        let mut run = measured_run(&src, policy).await;
         for _ in 0..briefs {
             run_brief(&mut run, &text).await;
             run.w.sim.advance_clock(60_000);
