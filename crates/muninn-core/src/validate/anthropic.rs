@@ -140,6 +140,91 @@ struct Openings {
     cold: u32,
 }
 
+/// A request's heads as the model places them: (tokens, fingerprint) of the tools head and of
+/// the system head, where known.
+struct Heads {
+    h1: Option<(Tokens, Fingerprint)>,
+    h2: Option<(Tokens, Fingerprint)>,
+}
+
+/// Where a request's conversation continues from ([`conversation`]).
+struct Conversation {
+    /// The group's conversation segment for this request.
+    segment: u32,
+    segment_fp: Fingerprint,
+    /// The tail the request extends, if any.
+    previous: Option<Tail>,
+    /// Where the previous turn's thinking began, when this request opens a turn after one
+    /// that thought (see [`ThinkingDrop`]).
+    dropped_at: Option<Tail>,
+    /// Whether the client is predicted to drop that thinking.
+    drop: bool,
+}
+
+/// The conversation a request of `group` continues: a forked thread continues its own previous
+/// tail (`own_tail`), at its first request the main group's; a compaction or a tool change restarts the segment; a turn
+/// the client is predicted to send without the previous turn's thinking continues from where
+/// that thinking began; otherwise the thread's own previous tail.
+fn conversation(
+    trace: &Trace,
+    index: usize,
+    key: &GroupKey,
+    group: &Group,
+    tools_changed: bool,
+    own_tail: Option<Tail>,
+) -> Conversation {
+    let req = &trace.requests[index];
+    let forked = trace.kind == ThreadKind::Compaction;
+    let mut segment = group.segment;
+    // A person's new turn on a thread whose previous turn thought: the point the client would
+    // cut the prompt at if it drops that thinking.
+    let opens_turn = index > 0 && req.boundary && !forked && !req.compacted && !tools_changed;
+    let dropped_at = group
+        .turn_thinking
+        .filter(|at| opens_turn && group.tail.is_some_and(|t| at.tokens < t.tokens));
+    let drop = group.thinking_drops >= DROPS_BEFORE_PREDICTING && dropped_at.is_some();
+    let previous = if forked {
+        own_tail.or(group.tail)
+    } else if req.compacted || tools_changed {
+        segment += 1;
+        None
+    } else if drop {
+        // The prompt shares the prefix up to the dropped thinking and is new after it: a new
+        // segment, so that its entries cannot be mistaken for the kept branch's.
+        segment += 1;
+        dropped_at
+    } else {
+        group.tail
+    };
+    let segment_fp = if forked {
+        hash_parts(&["fork", &trace.id])
+    } else {
+        let epoch = group.tools_epoch.to_string();
+        hash_parts(&["seg", &key.0, &key.1, &key.2, &segment.to_string(), &epoch])
+    };
+    Conversation {
+        segment,
+        segment_fp,
+        previous,
+        dropped_at,
+        drop,
+    }
+}
+
+/// A request rebuilt by [`ModelReplay::rebuild`]: its checkpoints, and the state its group
+/// carries on from once the answer is known.
+struct Rebuilt {
+    key: GroupKey,
+    /// The group as it stood before this request (its tools epoch already moved on a change).
+    group: Group,
+    tools_changed: bool,
+    segment: u32,
+    dropped_at: Option<Tail>,
+    checkpoints: Vec<Checkpoint>,
+    /// Where this request's conversation ends.
+    end: Tail,
+}
+
 /// The replay state of the cache model.
 #[derive(Debug, Default)]
 pub(super) struct ModelReplay {
@@ -165,10 +250,10 @@ impl ModelReplay {
     /// on what the client knew before sending k — its time, its prompt's size and where its last
     /// breakpoint sat (everything but the uncached tail), the blocks it added and whether a
     /// compaction preceded it. The provider's answer (how the cached part split into read,
-    /// 5m and 1h writes) is read only after the prediction, to place the entries k wrote at the
-    /// tier it wrote them in and to learn head sizes for the requests that follow. A request that
-    /// wrote nothing writes, in the model, at `fallback_ttl`: the tier of the trace's latest
-    /// earlier write.
+    /// 5m and 1h writes) is read only after the prediction ([`ModelReplay::learn`]), to place the
+    /// entries k wrote at the tier it wrote them in and to learn head sizes for the requests that
+    /// follow. A request that wrote nothing writes, in the model, at `fallback_ttl`: the tier of
+    /// the trace's latest earlier write.
     pub(super) fn step(
         &mut self,
         trace: &Trace,
@@ -180,12 +265,42 @@ impl ModelReplay {
         let Some(req) = trace.requests.get(index) else {
             return (0, None);
         };
+        let rebuilt = self.rebuild(
+            trace,
+            index,
+            req.write_ttl().unwrap_or(fallback_ttl),
+            options,
+        );
+        let dead_head = self.open_on_dead_head(trace, index, &rebuilt.checkpoints, options);
+        let prompt = Prompt {
+            model: &trace.model,
+            checkpoints: &rebuilt.checkpoints,
+            total_tokens: req.usage.prompt(),
+        };
+        let (read, miss) =
+            match self
+                .cache
+                .apply(&prompt, req.at_ms, options.min_cacheable, &options.rules)
+            {
+                Ok(outcome) => (outcome.read, outcome.miss),
+                Err(_) => {
+                    self.errors += 1;
+                    (0, None)
+                }
+            };
+        self.learn(trace, index, reference, rebuilt, dead_head, options);
+        (read, miss)
+    }
+
+    /// Request `index` of `trace` rebuilt as checkpoints, from what the client knew before
+    /// sending it, and what its thread group will carry on from.
+    fn rebuild(&self, trace: &Trace, index: usize, ttl: Ttl, options: &ValidateOptions) -> Rebuilt {
+        let req = &trace.requests[index];
         let key: GroupKey = (
             trace.session.clone(),
             group_name(trace).to_string(),
             trace.model.clone(),
         );
-        let est_key = (trace.model.clone(), is_main_group(trace));
         let mut group = self.groups.get(&key).cloned().unwrap_or_default();
         // A tool list changed before sending: tools come first, so nothing cached before
         // matches (known to the client before the request; the fork of a compaction agent
@@ -194,14 +309,94 @@ impl ModelReplay {
         if tools_changed {
             group.tools_epoch += 1;
         }
-        let epoch = group.tools_epoch.to_string();
-        let ttl = req.write_ttl().unwrap_or(fallback_ttl);
-        let prompt_tokens = req.usage.prompt();
         // Where the last breakpoint sits: everything but the uncached tail. Known to the client
         // before sending; it only places the new entry and never decides this request's read.
-        let end_tokens = prompt_tokens.saturating_sub(req.usage.input);
+        let end_tokens = req.usage.prompt().saturating_sub(req.usage.input);
+        let heads = self.heads(trace, &key, &group, options);
+        let own_tail = self.thread_tails.get(&trace.id).copied();
+        let conv = conversation(trace, index, &key, &group, tools_changed, own_tail);
 
-        // Heads: this session's own observation, else the latest of an earlier session.
+        // A head is a prefix of the conversation, so one at or past the thread's previous tail is
+        // wrong for this thread: a size borrowed from another session (where a read a little short
+        // of its prefix was taken for a head) must not hide the tail this session cached.
+        // After a tool change no head of the old tools matches (the shared tools head is keyed
+        // by size, not by tools, so it is skipped for this request rather than re-keyed).
+        let head_fits = |t: Tokens| {
+            !tools_changed && t < end_tokens && conv.previous.is_none_or(|p| t < p.tokens)
+        };
+        let mut checkpoints: Vec<Checkpoint> = Vec::with_capacity(4);
+        let mut floor: Tokens = 0;
+        for (block, head) in [(H1_BLOCK, heads.h1), (H2_BLOCK, heads.h2)] {
+            if let Some((tokens, fingerprint)) = head
+                && (block == H1_BLOCK || tokens > floor)
+                && head_fits(tokens)
+            {
+                checkpoints.push(Checkpoint {
+                    block,
+                    tokens,
+                    fingerprint,
+                    breakpoint: Some(ttl),
+                });
+                floor = tokens;
+            }
+        }
+        let mut end_block = CONVERSATION_BLOCK;
+        if let Some(p) = conv.previous
+            && p.tokens > floor
+            && p.tokens <= end_tokens
+        {
+            checkpoints.push(Checkpoint {
+                block: p.block,
+                tokens: p.tokens,
+                fingerprint: p.fingerprint,
+                breakpoint: None,
+            });
+            end_block = p.block;
+        }
+        if conv.drop
+            && let Some(t) = group.tail
+        {
+            // The dropped point lies back in the previous turn; the new end is counted from where
+            // the previous prompt ended (the 20-block lookback may not reach back that far).
+            end_block = end_block.max(t.block);
+        }
+        // Unknown block counts are taken as one block: the common case of a short turn.
+        end_block += req.blocks_added.max(1);
+        let end = Tail {
+            fingerprint: extend(conv.segment_fp, end_tokens),
+            tokens: end_tokens,
+            block: end_block,
+        };
+        if end_tokens > floor {
+            checkpoints.push(Checkpoint {
+                block: end.block,
+                tokens: end.tokens,
+                fingerprint: end.fingerprint,
+                breakpoint: Some(ttl),
+            });
+        }
+        Rebuilt {
+            key,
+            group,
+            tools_changed,
+            segment: conv.segment,
+            dropped_at: conv.dropped_at,
+            checkpoints,
+            end,
+        }
+    }
+
+    /// The heads a request of `group` carries, with their fingerprints: this session's own
+    /// observation, else the latest of an earlier session.
+    fn heads(
+        &self,
+        trace: &Trace,
+        key: &GroupKey,
+        group: &Group,
+        options: &ValidateOptions,
+    ) -> Heads {
+        let est_key = (trace.model.clone(), is_main_group(trace));
+        let epoch = group.tools_epoch.to_string();
         let h1 = group.h1.or_else(|| {
             options
                 .share_tools_head
@@ -218,121 +413,25 @@ impl ModelReplay {
         // The size is part of the key: when a better size is learned, entries stamped with the
         // old guess must not be read back with the old token count.
         let h2_fp = h2.map(|t| hash_parts(&["h2", &key.0, &key.1, &key.2, &t.to_string(), &epoch]));
+        Heads {
+            h1: h1.zip(h1_fp),
+            h2: h2.zip(h2_fp),
+        }
+    }
 
-        // The conversation: a fork (compaction agent's first request) continues the main group's
-        // tail; a compaction restarts the segment; otherwise the thread's own previous tail.
+    /// Learns from what request `index` recorded, for the requests that follow: the openings
+    /// tally, head sizes, the thinking-drop state and where the thread's conversation ended.
+    fn learn(
+        &mut self,
+        trace: &Trace,
+        index: usize,
+        reference: Tokens,
+        rebuilt: Rebuilt,
+        dead_head: Option<Checkpoint>,
+        options: &ValidateOptions,
+    ) {
+        let req = &trace.requests[index];
         let forked = trace.kind == ThreadKind::Compaction;
-        let mut segment = group.segment;
-        // A person's new turn on a thread whose previous turn thought: the point the client
-        // would cut the prompt at if it drops that thinking (see `ThinkingDrop`).
-        let opens_turn = index > 0 && req.boundary && !forked && !req.compacted && !tools_changed;
-        let dropped_at = group
-            .turn_thinking
-            .filter(|at| opens_turn && group.tail.is_some_and(|t| at.tokens < t.tokens));
-        let drop = group.thinking_drops >= DROPS_BEFORE_PREDICTING && dropped_at.is_some();
-        let previous: Option<Tail> = if forked {
-            self.thread_tails.get(&trace.id).copied().or(group.tail)
-        } else if req.compacted || tools_changed {
-            segment += 1;
-            None
-        } else if drop {
-            // The prompt shares the prefix up to the dropped thinking and is new after it: a new
-            // segment, so that its entries cannot be mistaken for the kept branch's.
-            segment += 1;
-            dropped_at
-        } else {
-            group.tail
-        };
-        let segment_fp = if forked {
-            hash_parts(&["fork", &trace.id])
-        } else {
-            hash_parts(&["seg", &key.0, &key.1, &key.2, &segment.to_string(), &epoch])
-        };
-
-        // A head is a prefix of the conversation, so one at or past the thread's previous tail is
-        // wrong for this thread: a size borrowed from another session (where a read a little short
-        // of its prefix was taken for a head) must not hide the tail this session cached.
-        // After a tool change no head of the old tools matches (the shared tools head is keyed
-        // by size, not by tools, so it is skipped for this request rather than re-keyed).
-        let head_fits =
-            |t: Tokens| !tools_changed && t < end_tokens && previous.is_none_or(|p| t < p.tokens);
-        let mut cps: Vec<Checkpoint> = Vec::with_capacity(4);
-        let mut floor: Tokens = 0;
-        if let (Some(t), Some(fp)) = (h1, h1_fp)
-            && head_fits(t)
-        {
-            cps.push(Checkpoint {
-                block: H1_BLOCK,
-                tokens: t,
-                fingerprint: fp,
-                breakpoint: Some(ttl),
-            });
-            floor = t;
-        }
-        if let (Some(t), Some(h2_fp)) = (h2, h2_fp)
-            && t > floor
-            && head_fits(t)
-        {
-            cps.push(Checkpoint {
-                block: H2_BLOCK,
-                tokens: t,
-                fingerprint: h2_fp,
-                breakpoint: Some(ttl),
-            });
-            floor = t;
-        }
-        let mut end_block = CONVERSATION_BLOCK;
-        if let Some(p) = previous
-            && p.tokens > floor
-            && p.tokens <= end_tokens
-        {
-            cps.push(Checkpoint {
-                block: p.block,
-                tokens: p.tokens,
-                fingerprint: p.fingerprint,
-                breakpoint: None,
-            });
-            end_block = p.block;
-        }
-        if drop && let Some(t) = group.tail {
-            // The dropped point lies back in the previous turn; the new end is counted from where
-            // the previous prompt ended (the 20-block lookback may not reach back that far).
-            end_block = end_block.max(t.block);
-        }
-        // Unknown block counts are taken as one block: the common case of a short turn.
-        end_block += req.blocks_added.max(1);
-        let end = Tail {
-            fingerprint: extend(segment_fp, end_tokens),
-            tokens: end_tokens,
-            block: end_block,
-        };
-        if end_tokens > floor {
-            cps.push(Checkpoint {
-                block: end.block,
-                tokens: end.tokens,
-                fingerprint: end.fingerprint,
-                breakpoint: Some(ttl),
-            });
-        }
-        let dead_head = self.open_on_dead_head(trace, index, &cps, options);
-        let prompt = Prompt {
-            model: &trace.model,
-            checkpoints: &cps,
-            total_tokens: prompt_tokens,
-        };
-        let (read, miss) =
-            match self
-                .cache
-                .apply(&prompt, req.at_ms, options.min_cacheable, &options.rules)
-            {
-                Ok(outcome) => (outcome.read, outcome.miss),
-                Err(_) => {
-                    self.errors += 1;
-                    (0, None)
-                }
-            };
-
-        // Learn from what was recorded, for the requests that follow.
         let recorded = req.usage.cache_read;
         if let Some(c) = dead_head {
             let tally = self.openings.entry(c.fingerprint).or_default();
@@ -342,6 +441,15 @@ impl ModelReplay {
                 tally.cold += 1;
             }
         }
+        let Rebuilt {
+            key,
+            group,
+            tools_changed,
+            segment,
+            dropped_at,
+            end,
+            ..
+        } = rebuilt;
         let group_tail = group.tail;
         let mut updated = group;
         updated.segment = segment;
@@ -353,19 +461,19 @@ impl ModelReplay {
         if seen != Some(ThinkingDrop::Dropped)
             && classify(recorded, reference, options.tolerance) == ReadClass::Head
         {
-            let first = index == 0;
+            let est_key = (trace.model.clone(), is_main_group(trace));
             let within_h1 = updated
                 .h1
                 .is_some_and(|t| recorded <= t + options.tolerance);
             // A thread's first request can only have found a head some other thread or session
             // wrote: the tools head. A fork's first request normally reads the forked prefix, so
             // a head there is the tools head only when none is known yet.
-            if first && (!forked || updated.h1.is_none()) {
+            if index == 0 && (!forked || updated.h1.is_none()) {
                 updated.h1 = Some(recorded);
-                self.h1_estimate.insert(est_key.clone(), recorded);
+                self.h1_estimate.insert(est_key, recorded);
             } else if !within_h1 {
                 updated.h2 = Some(recorded);
-                self.h2_estimate.insert(est_key.clone(), recorded);
+                self.h2_estimate.insert(est_key, recorded);
             }
         }
         if forked {
@@ -389,7 +497,6 @@ impl ModelReplay {
             updated.last_cached = cached_part(req);
         }
         self.groups.insert(key, updated);
-        (read, miss)
     }
 
     /// Whether `model`'s entry for `fingerprint` is live at `at_ms`.
