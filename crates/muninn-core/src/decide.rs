@@ -677,33 +677,6 @@ fn ski_rental_arrival(
     }
 }
 
-/// The default's keep-warm break-even for the gaps its Mind has shown: within the ski-rental
-/// budget (`left` of `penalty`, one cold wake), ping only while the gaps seen so far that lasted
-/// this long make some run of pings cheaper in expectation than letting go now
-/// ([`GapStats::ping_pays`]). Without enough such gaps, the budget alone decides.
-///
-/// This replaced shrinking the budget by the pings' payback so far (`saved ÷ spent`, down to
-/// 1 ÷ [`crate::learn::MAX_RAISE`]): one gap that outlasted its pings then cut the next gap's
-/// pings short, and a gap just past a budget b < penalty costs b + penalty against the
-/// optimum's b — up to 17× where the plain rule is 2× (below one ping, no gap pinged again to
-/// teach otherwise). Gap lengths, not paybacks, say whether the next gap is likely to outlast
-/// the budget. Head-only pings keep the payback's budget: judged on the gap lengths too, they
-/// cost more on the tuning sources (README "The idle decisions against the optimum").
-fn gaps_say_ping(
-    view: &SessionView,
-    elapsed_ms: i64,
-    ttl: Ttl,
-    ping: MicroUsd,
-    penalty: MicroUsd,
-    left: MicroUsd,
-) -> bool {
-    let max_pings = (left.0 / ping.0.max(1)).clamp(0, u32::MAX as i64) as u32;
-    view.learned
-        .gaps
-        .ping_pays(elapsed_ms, ttl.millis(), ping, penalty, max_pings)
-        .unwrap_or(true)
-}
-
 fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision {
     let ping = Alternative {
         action: Action::Ping,
@@ -746,7 +719,7 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
                 (p * penalty.0 as f64) > ping.estimate.0 as f64
             } else {
                 let left = penalty.saturating_sub(view.gap_ping_spend);
-                gaps_say_ping(view, elapsed, view.ttl, ping.estimate, penalty, left)
+                gaps::gaps_say_ping(view, elapsed, view.ttl, ping.estimate, penalty, left)
             };
             if within && worth && view.can.ping {
                 let reason = if policy == Policy::Predictive {

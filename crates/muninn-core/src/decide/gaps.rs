@@ -2,6 +2,8 @@
 //! expectation, and the default's threshold for the gaps its Mind has shown
 //! ([`GapStats::ping_pays`]).
 
+use super::SessionView;
+use crate::cache::Ttl;
 use crate::money::MicroUsd;
 use serde::{Deserialize, Serialize};
 
@@ -110,6 +112,33 @@ impl GapStats {
         }
         ((s_now - mass_beyond(until_ms)) / s_now).clamp(0.0, 1.0)
     }
+}
+
+/// The default's keep-warm break-even for the gaps its Mind has shown: within the ski-rental
+/// budget (`left` of `penalty`, one cold wake), ping only while the gaps seen so far that lasted
+/// this long make some run of pings cheaper in expectation than letting go now
+/// ([`GapStats::ping_pays`]). Without enough such gaps, the budget alone decides.
+///
+/// This replaced shrinking the budget by the pings' payback so far (`saved ÷ spent`, down to
+/// 1 ÷ [`crate::learn::MAX_RAISE`]): one gap that outlasted its pings then cut the next gap's
+/// pings short, and a gap just past a budget b < penalty costs b + penalty against the
+/// optimum's b — up to 17× where the plain rule is 2× (below one ping, no gap pinged again to
+/// teach otherwise). Gap lengths, not paybacks, say whether the next gap is likely to outlast
+/// the budget. Head-only pings keep the payback's budget: judged on the gap lengths too, they
+/// cost more on the tuning sources (README "The idle decisions against the optimum").
+pub(super) fn gaps_say_ping(
+    view: &SessionView,
+    elapsed_ms: i64,
+    ttl: Ttl,
+    ping: MicroUsd,
+    penalty: MicroUsd,
+    left: MicroUsd,
+) -> bool {
+    let max_pings = (left.0 / ping.0.max(1)).clamp(0, u32::MAX as i64) as u32;
+    view.learned
+        .gaps
+        .ping_pays(elapsed_ms, ttl.millis(), ping, penalty, max_pings)
+        .unwrap_or(true)
 }
 
 /// Gap statistics add up: what several sessions of a Mind showed is the sum of what each did.
