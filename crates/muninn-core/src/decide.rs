@@ -25,8 +25,8 @@
 //!   accumulated since the last rehydration, Σ r·(Pₜ − R), reaches the cost of one rebuild
 //!   (flush + write R), refresh at the next turn boundary. *Learning*: both break-evens are
 //!   scaled by what the Mind's earlier refreshes and pings paid back ([`crate::learn`]): a
-//!   refresh waits for as many rebuilds as one has been worth, a gap's ping budget shrinks by
-//!   the share of ping spend that kept a wake warm.
+//!   refresh waits for as many rebuilds as one has been worth; a gap's pings stop early where
+//!   the Mind's earlier gaps that lasted as long mostly outlasted the budget.
 //!   *Mask*: at a warm request whose prompt holds clearable tool results (all but the last
 //!   [`Bounds::mask_keep_tool_uses`]), clear them when the `r·C` each later request of the
 //!   segment saves, times the requests the segment is expected still to have
@@ -60,7 +60,7 @@ use serde::{Deserialize, Serialize};
 mod gaps;
 mod policy;
 
-pub use gaps::GapStats;
+pub use gaps::{GapStats, MIN_GAPS_EVIDENCE};
 pub use policy::Policy;
 
 /// What a session can do.
@@ -124,14 +124,16 @@ pub enum Reason {
     RentExhausted,
     /// The fitted gap distribution makes another ping worth its price.
     ExpectedSavingExceedsPing,
-    /// The fitted gap distribution says the wake is unlikely before the next expiry.
+    /// The fitted gap distribution says another ping is unlikely to pay (`predictive`: the wake
+    /// before the next expiry; the default: any run of pings the budget still allows).
     ExpectedSavingBelowPing,
     /// The policy never pings.
     NoKeepWarm,
     /// The reads above a rehydration reached one rebuild, but the refreshes paid so far did
     /// not pay back: the break-even is raised by their payback ([`crate::learn`]).
     RefreshesDidNotPayBack,
-    /// Another ping fits one cold wake, but not the budget the pings' payback so far leaves.
+    /// Another ping fits one cold wake, but not the budget the pings' payback so far left. No
+    /// longer chosen (the payback no longer shrinks the budget); kept so stored rows still read.
     PingsDidNotPayBack,
     /// The policy's ping allowance for this gap is spent.
     PingAllowanceSpent,
@@ -707,18 +709,17 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
         }
         Policy::SkiRental | Policy::Predictive => {
             let penalty = view.cold_wake_penalty();
-            let budget = view.learned.ping_budget(penalty);
-            let within = view.gap_ping_spend + ping.estimate <= budget;
-            let within_penalty = view.gap_ping_spend + ping.estimate <= penalty;
+            let within = view.gap_ping_spend + ping.estimate <= penalty;
+            let elapsed = now_ms - view.last_request_ms;
             let worth = if policy == Policy::Predictive {
                 // Expected saving of one more ping: it matters only if the wake comes before the
                 // next expiry, when it saves the cold-wake penalty.
-                let elapsed = now_ms - view.last_request_ms;
                 let horizon = elapsed + view.ttl.millis();
                 let p = view.gaps.p_end_by(elapsed, horizon);
                 (p * penalty.0 as f64) > ping.estimate.0 as f64
             } else {
-                true
+                let left = penalty.saturating_sub(view.gap_ping_spend);
+                gaps::gaps_say_ping(view, elapsed, view.ttl, ping.estimate, penalty, left)
             };
             if within && worth && view.can.ping {
                 let reason = if policy == Policy::Predictive {
@@ -730,10 +731,8 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
             }
             let reason = if !view.can.ping {
                 Reason::CannotPing
-            } else if !within_penalty {
-                Reason::RentExhausted
             } else if !within {
-                Reason::PingsDidNotPayBack
+                Reason::RentExhausted
             } else {
                 Reason::ExpectedSavingBelowPing
             };

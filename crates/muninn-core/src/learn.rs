@@ -13,11 +13,13 @@
 //!   of read excess. Refreshes that paid back bring the bar down to one rebuild (the plain
 //!   ski-rental rule); refreshes that did not raise it further, by `paid ÷ saved` (at most
 //!   [`MAX_RAISE`] rebuilds) — and one that then pays back lowers it again.
-//! - **Pings**: a gap's ping budget is scaled by `saved ÷ spent` (at most 1, at least
-//!   1 ÷ [`MAX_RAISE`]): pings that kept wakes warm keep their budget, pings spent on gaps
-//!   that ended cold shrink it. Each gap halves the weight of the ones before
-//!   ([`Payback::observe_recent`]), so a run of long pauses after short ones is followed within a
-//!   gap or two.
+//! - **Pings**: the tail's keep-warm pings stop early where the Mind's earlier idle gaps that
+//!   lasted as long mostly outlasted the ping budget ([`Learned::gaps`],
+//!   [`crate::decide::GapStats::ping_pays`]); gaps that ended within it keep them. Head-only
+//!   pings' budget is scaled by `saved ÷ spent` (at most 1, at least 1 ÷ [`MAX_RAISE`]): pings
+//!   that kept wakes warm keep their budget, pings spent on gaps that ended cold shrink it.
+//!   Each gap halves the weight of the ones before ([`Payback::observe_recent`]), so a run of
+//!   long pauses after short ones is followed within a gap or two.
 //!
 //! Everything is causal: a refresh's savings are counted request by request as the segment it
 //! opened goes on, a gap's pings when the wake comes, so a decision sees only what happened
@@ -480,6 +482,10 @@ pub struct Learned {
     /// action's horizon inside a run).
     #[serde(default)]
     pub runs: Runs,
+    /// The idle gaps of every session so far: the keep-warm rule's evidence
+    /// ([`crate::decide::GapStats::ping_pays`]). A Mind's pauses are its own, not one session's.
+    #[serde(default)]
+    pub gaps: crate::decide::GapStats,
 }
 
 impl std::ops::Add for Learned {
@@ -490,6 +496,7 @@ impl std::ops::Add for Learned {
             pings: self.pings + other.pings,
             segments: self.segments + other.segments,
             runs: self.runs + other.runs,
+            gaps: self.gaps + other.gaps,
         }
     }
 }
@@ -502,6 +509,7 @@ impl std::ops::Sub for Learned {
             pings: self.pings - other.pings,
             segments: self.segments - other.segments,
             runs: self.runs - other.runs,
+            gaps: self.gaps - other.gaps,
         }
     }
 }
@@ -513,7 +521,8 @@ impl Learned {
         self.refreshes.raised(rebuild)
     }
 
-    /// A gap's ping budget of `budget` (one cold wake), shrunk by the pings' payback so far.
+    /// A gap's head-ping budget of `budget` (one rewrite of the head), shrunk by the pings'
+    /// payback so far.
     pub fn ping_budget(&self, budget: MicroUsd) -> MicroUsd {
         self.pings.shrunk(budget)
     }

@@ -318,6 +318,7 @@ impl Accounting {
     pub fn request(&mut self, at_ms: i64, usage: &Usage) {
         if let Some(last) = self.last_request_ms {
             self.gaps.observe(at_ms - last);
+            self.learned.gaps.observe(at_ms - last);
         }
         self.learn_from_request(at_ms, usage);
         if self.segment_requests > 0 && usage.cache_read > 0 {

@@ -2,7 +2,7 @@
 //! across a Mind's sessions it stops a gamble that did not pay back and keeps one that did.
 
 use muninn_core::cache::{CacheRules, Ttl};
-use muninn_core::decide::{Capabilities, Policy, Rates};
+use muninn_core::decide::{Capabilities, GapStats, MIN_GAPS_EVIDENCE, Policy, Rates};
 use muninn_core::learn::Learned;
 use muninn_core::ledger::{RowKind, SegmentStart};
 use muninn_core::money::{MicroUsd, Tokens};
@@ -203,6 +203,64 @@ fn pings_that_never_keep_a_wake_warm_stop() {
         assert_eq!(run.pings, 0, "session {n}");
         assert_eq!(run.cost, never[n].cost, "session {n}");
     }
+}
+
+/// One gap of two hours, then gaps of twelve minutes: the long gap's pings are spent and its wake
+/// is cold, but that says nothing about the short gaps after it — each still gets the two pings
+/// that keep its wake warm. (When the pings' payback shrank the budget, the long gap cut it to a
+/// sixteenth, below one ping, and every later gap woke cold without a ping to learn from.)
+#[test]
+fn one_gap_that_outlasted_its_pings_does_not_cut_the_next_gaps_short() {
+    let long = [0, 10, 7_200, 10];
+    let then_short = [0, 10, 7_200, 10, 720, 10, 720, 10, 720, 10];
+    let default = |gaps: &[i64]| {
+        replay_mind(
+            &[session("o", 0, gaps, 2_000)],
+            Plan::Online(Policy::SkiRental),
+        )[0]
+    };
+    let (alone, after) = (default(&long), default(&then_short));
+    assert!(alone.pings >= 6, "{} pings", alone.pings);
+    assert!(
+        after.pings >= alone.pings + 3 * 2,
+        "{} pings after the long gap's {}",
+        after.pings - alone.pings,
+        alone.pings
+    );
+    let never = replay_mind(
+        &[session("o", 0, &then_short, 2_000)],
+        Plan::Online(Policy::Never),
+    )[0];
+    assert!(after.writes_after_long_gap < never.writes_after_long_gap);
+}
+
+/// The keep-warm threshold for the gaps a Mind has shown ([`GapStats::ping_pays`]): none
+/// without three gaps as long as this one; gaps that all outlast the budget stop the pings,
+/// gaps that end within two pings keep them, and a mix is judged on the gaps that lasted as
+/// long as the current one.
+#[test]
+fn the_gaps_seen_decide_whether_pings_pay() {
+    let (ping, penalty) = (MicroUsd(100), MicroUsd(1_000));
+    let ttl = Ttl::FiveMinutes.millis();
+    let mut gaps = GapStats::default();
+    let pays = |g: &GapStats, elapsed_s: i64| g.ping_pays(elapsed_s * 1000, ttl, ping, penalty, 9);
+    for _ in 0..MIN_GAPS_EVIDENCE - 1 {
+        gaps.observe(7_200_000);
+    }
+    assert_eq!(pays(&gaps, 270), None);
+    gaps.observe(7_200_000);
+    assert_eq!(pays(&gaps, 270), Some(false));
+    let mut short = GapStats::default();
+    for _ in 0..MIN_GAPS_EVIDENCE {
+        short.observe(720_000);
+    }
+    assert_eq!(pays(&short, 270), Some(true));
+    // Within the budget's nine pings (45 minutes) nothing ends: no run of pings pays.
+    assert_eq!(short.ping_pays(270_000, ttl, ping, penalty, 0), Some(false));
+    let mixed = short + gaps;
+    assert_eq!(pays(&mixed, 270), Some(true));
+    // Past twelve minutes only the two-hour gaps are left to judge on.
+    assert_eq!(pays(&mixed, 1_000), Some(false));
 }
 
 /// Gaps of twelve minutes: a few pings keep each wake warm, which spares a rewrite worth more
