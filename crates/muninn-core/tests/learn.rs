@@ -411,30 +411,35 @@ fn ledger_rows_teach_what_the_replay_learned() {
 }
 
 /// The remaining-requests estimate as it was computed before it was made cheap: 64 bisection
-/// steps, every bucket summed at each.
-fn remaining_by_full_bisection(lengths: &muninn_core::learn::SegmentLengths, so_far: u32) -> u64 {
-    let buckets = &lengths.buckets;
+/// steps, every bucket summed at each, bucket i spanning `bounds(i)`, none beyond `top`; `None`
+/// where the prior answers (fewer than `MIN_SEGMENTS_EVIDENCE` lengths, or less than one
+/// outliving `so_far`).
+fn full_bisection(
+    buckets: &[u32],
+    bounds: impl Fn(usize) -> (f64, f64),
+    top: f64,
+    so_far: u32,
+) -> Option<u64> {
     let mass_beyond = |x: f64| -> f64 {
         buckets
             .iter()
             .enumerate()
             .map(|(i, &c)| {
-                let lo = (1u64 << i) as f64;
-                let hi = (1u64 << (i + 1)) as f64;
+                let (lo, hi) = bounds(i);
                 c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
             })
             .sum()
     };
-    let prior = u64::from(so_far / 2);
-    if lengths.count() < muninn_core::learn::MIN_SEGMENTS_EVIDENCE {
-        return prior;
+    let count: u32 = buckets.iter().sum();
+    if count < muninn_core::learn::MIN_SEGMENTS_EVIDENCE {
+        return None;
     }
     let k = f64::from(so_far);
     let survivors = mass_beyond(k);
     if survivors < 1.0 {
-        return prior;
+        return None;
     }
-    let (mut lo, mut hi) = (k, (1u64 << buckets.len()) as f64);
+    let (mut lo, mut hi) = (k, top);
     for _ in 0..64 {
         let mid = (lo + hi) / 2.0;
         if mass_beyond(mid) > survivors / 2.0 {
@@ -443,7 +448,15 @@ fn remaining_by_full_bisection(lengths: &muninn_core::learn::SegmentLengths, so_
             hi = mid;
         }
     }
-    (hi - k).floor().max(0.0) as u64
+    Some((hi - k).floor().max(0.0) as u64)
+}
+
+/// A segment's rest by [`full_bisection`] over log₂ buckets, else the prior `so_far ÷ 2`.
+fn remaining_by_full_bisection(lengths: &muninn_core::learn::SegmentLengths, so_far: u32) -> u64 {
+    let buckets = &lengths.buckets;
+    let log2 = |i: usize| ((1u64 << i) as f64, (1u64 << (i + 1)) as f64);
+    full_bisection(buckets, log2, (1u64 << buckets.len()) as f64, so_far)
+        .unwrap_or(u64::from(so_far / 2))
 }
 
 proptest::proptest! {
@@ -476,42 +489,14 @@ const RUN_BOUNDS: [u32; 33] = [
     64, 96, 128, 256, 512, 1024, 4096,
 ];
 
-/// A run's own rest as it was computed before the bisection was made cheap: 64 steps, every
-/// bucket summed at each.
+/// A run's own rest by [`full_bisection`] over the runs' bucket bounds.
 fn run_left_by_full_bisection(
     lengths: &muninn_core::learn::RunLengths,
     so_far: u32,
 ) -> Option<u64> {
-    let mass_beyond = |x: f64| -> f64 {
-        lengths
-            .buckets
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| {
-                let lo = f64::from(RUN_BOUNDS[i]);
-                let hi = f64::from(RUN_BOUNDS[i + 1]);
-                c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0)
-            })
-            .sum()
-    };
-    if lengths.count() < muninn_core::learn::MIN_SEGMENTS_EVIDENCE {
-        return None;
-    }
-    let k = f64::from(so_far);
-    let survivors = mass_beyond(k);
-    if survivors < 1.0 {
-        return None;
-    }
-    let (mut lo, mut hi) = (k, f64::from(RUN_BOUNDS[RUN_BOUNDS.len() - 1]));
-    for _ in 0..64 {
-        let mid = (lo + hi) / 2.0;
-        if mass_beyond(mid) > survivors / 2.0 {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Some((hi - k).floor().max(0.0) as u64)
+    let bounds = |i: usize| (f64::from(RUN_BOUNDS[i]), f64::from(RUN_BOUNDS[i + 1]));
+    let top = f64::from(RUN_BOUNDS[RUN_BOUNDS.len() - 1]);
+    full_bisection(&lengths.buckets, bounds, top, so_far)
 }
 
 proptest::proptest! {
