@@ -217,26 +217,7 @@ fn a_clear_the_growth_rule_bounds_does_not_wait() {
 /// removed when it was sent, from the segment's last clear on.
 #[test]
 fn the_accounting_counts_the_rent_of_what_a_clear_would_remove() {
-    let mut acc = accounting();
-    let mut prompt = HEAD;
-    let mut send = |acc: &mut Accounting, i: u64, tools: Tokens| {
-        if tools > 0 {
-            acc.tool_results(tools, 1);
-        }
-        let read = if i == 0 { 0 } else { prompt };
-        prompt += 2_000;
-        acc.request(
-            T0 + i as i64 * 1000,
-            &Usage {
-                cache_write_5m: prompt - read,
-                cache_read: read,
-                ..Usage::default()
-            },
-        );
-    };
-    for i in 0..6u64 {
-        send(&mut acc, i, 1_000 * i);
-    }
+    let mut acc = five_results();
     // Clearable when sent: nothing until the fourth result (three uses are kept), then 1k, then
     // 1k + 2k.
     let r = price().read;
@@ -246,7 +227,7 @@ fn the_accounting_counts_the_rent_of_what_a_clear_would_remove() {
     );
     acc.masked(0);
     assert_eq!(acc.view().clear_rent, MicroUsd::ZERO);
-    send(&mut acc, 6, 6_000);
+    warm_request(&mut acc, 6, 6_000);
     // After the clear the kept 3k, 4k, 5k and the new 6k: the 3k is clearable again.
     assert_eq!(acc.view().clear_rent, MicroUsd::of(3_000, r));
 }
@@ -527,25 +508,30 @@ fn after_a_mask_the_segment_carries_fewer_tokens() {
     assert!(next.usage.cache_read > mask.kept_tokens, "{next:?}");
 }
 
+/// Warm request `i` of [`five_results`]' pattern: each after the first adds 2k tokens to the
+/// prompt, of which `tools` of tool results (one use; none when 0).
+fn warm_request(acc: &mut Accounting, i: u64, tools: Tokens) {
+    if tools > 0 {
+        acc.tool_results(tools, 1);
+    }
+    let prompt = HEAD + 2_000 * (i + 1);
+    let read = if i == 0 { 0 } else { prompt - 2_000 };
+    acc.request(
+        T0 + i as i64 * 1000,
+        &Usage {
+            cache_write_5m: prompt - read,
+            cache_read: read,
+            ..Usage::default()
+        },
+    );
+}
+
 /// An accounting after six warm requests, each after the first adding 2k tokens to the prompt,
 /// of which tool results of 1k, 2k, .. 5k tokens (one use each).
 fn five_results() -> Accounting {
     let mut acc = accounting();
-    let mut prompt = HEAD;
     for i in 0..6u64 {
-        if i > 0 {
-            acc.tool_results(1_000 * i, 1);
-        }
-        let read = if i == 0 { 0 } else { prompt };
-        prompt += 2_000;
-        acc.request(
-            T0 + i as i64 * 1000,
-            &Usage {
-                cache_write_5m: prompt - read,
-                cache_read: read,
-                ..Usage::default()
-            },
-        );
+        warm_request(&mut acc, i, 1_000 * i);
     }
     acc
 }

@@ -339,6 +339,17 @@ fn dropping_dominated_states_shrinks_a_long_tool_loop() {
     );
 }
 
+/// The assumptions of the tool-loop tests below: the known head, a 4,000-token rehydration,
+/// 5-minute writes, the default keep.
+fn tool_loop_assumptions() -> Assumptions {
+    Assumptions {
+        head_tokens: Some(HEAD),
+        rehydrate_tokens: 4_000,
+        ttl: Some(Ttl::FiveMinutes),
+        ..Assumptions::default()
+    }
+}
+
 /// A long tool loop whose results dominate its growth (as in the `mask` tests): the default
 /// masks and saves, and the optimum masks too and costs no more than the default; without masks
 /// (`--no-mask`) the optimum clears nothing.
@@ -348,12 +359,7 @@ fn the_optimum_masks_a_tool_loop_and_the_default_does_not_beat_it() {
         .map(|i| (10, 6_000, i % 20 == 0, if i == 0 { 0 } else { 9 }, 1))
         .collect();
     let t = trace(&steps, Ttl::FiveMinutes);
-    let a = Assumptions {
-        head_tokens: Some(HEAD),
-        rehydrate_tokens: 4_000,
-        ttl: Some(Ttl::FiveMinutes),
-        ..Assumptions::default()
-    };
+    let a = tool_loop_assumptions();
     let default = run(
         &t,
         Plan::Online(muninn_core::decide::Policy::SkiRental),
@@ -382,12 +388,7 @@ fn the_optimum_masks_a_tool_loop_and_the_default_does_not_beat_it() {
 fn a_clear_of_the_first_requests_tool_results_reads_the_head() {
     let steps: Vec<TestStep> = (0..60).map(|i| (10, 6_000, i % 20 == 0, 9, 1)).collect();
     let t = trace(&steps, Ttl::FiveMinutes);
-    let a = Assumptions {
-        head_tokens: Some(HEAD),
-        rehydrate_tokens: 4_000,
-        ttl: Some(Ttl::FiveMinutes),
-        ..Assumptions::default()
-    };
+    let a = tool_loop_assumptions();
     for plan in [
         Plan::Optimum,
         Plan::Online(muninn_core::decide::Policy::SkiRental),
