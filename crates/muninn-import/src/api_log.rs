@@ -27,6 +27,11 @@
 //!   added — the input of the cache model's 20-block lookback. A request that does not is a
 //!   rewrite of the conversation and is marked `compacted`.
 //! - `boundary`: the last message is the user's and holds no `tool_result` block.
+//! - `tool_results`: the `tool_result` blocks of the messages the request added (all of its
+//!   messages, for a rewrite) — how many, and the tokens a later tool-result clear (the `mask`
+//!   action) would remove from them: each block as the cache model counts it, less the same
+//!   block holding the placeholder ([`muninn_core::mask::tool_result_tokens`]), as the Claude
+//!   Code reader counts a transcript's.
 //!
 //! # Breakpoints
 //!
@@ -45,7 +50,7 @@ use crate::json::{ContentShape, Str, parse_timestamp_ms};
 use crate::lines::{Line, parse_line};
 use crate::{FormatReader, LineContext};
 use muninn_core::cache::hash_bytes;
-use muninn_core::trace::{ThreadKind, TraceRequest};
+use muninn_core::trace::{ThreadKind, ToolResults, TraceRequest};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -184,6 +189,9 @@ fn breakpoint_problem(markers: &[Option<String>]) -> Option<String> {
 struct Shape {
     head: u64,
     messages: Vec<u64>,
+    /// The tool results of each message, in step with `messages`: a request that continues
+    /// the conversation adds only its new messages' ones.
+    tool_results: Vec<ToolResults>,
     blocks: u32,
     boundary: bool,
     markers: Vec<Option<String>>,
@@ -203,6 +211,7 @@ fn shape(request: &ApiRequest) -> Shape {
         Value::Array(system),
     ]));
     let mut messages = Vec::with_capacity(request.messages.len());
+    let mut tool_results = Vec::with_capacity(request.messages.len());
     let mut blocks = 0u32;
     let mut boundary = false;
     for message in &request.messages {
@@ -210,10 +219,9 @@ fn shape(request: &ApiRequest) -> Shape {
         strip_markers(&mut content, &mut markers);
         blocks = blocks.saturating_add(u32::try_from(content.len()).unwrap_or(u32::MAX));
         let role = message.role.as_deref().unwrap_or("");
-        boundary = role == "user"
-            && !content
-                .iter()
-                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"));
+        let results = tool_results_of(&content);
+        boundary = role == "user" && results.uses == 0;
+        tool_results.push(results);
         messages.push(fingerprint(
             &serde_json::json!({"role": role, "content": content}),
         ));
@@ -221,10 +229,34 @@ fn shape(request: &ApiRequest) -> Shape {
     Shape {
         head,
         messages,
+        tool_results,
         blocks,
         boundary,
         markers,
     }
+}
+
+/// The `tool_result` blocks among `blocks` (markers stripped): how many, and what a clear
+/// would remove from them.
+fn tool_results_of(blocks: &[Value]) -> ToolResults {
+    total(
+        blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+            .map(|b| ToolResults {
+                tokens: muninn_core::mask::tool_result_tokens(b.get("content")),
+                uses: 1,
+            }),
+    )
+}
+
+fn total(results: impl IntoIterator<Item = ToolResults>) -> ToolResults {
+    results
+        .into_iter()
+        .fold(ToolResults::default(), |sum, r| ToolResults {
+            tokens: sum.tokens.saturating_add(r.tokens),
+            uses: sum.uses.saturating_add(r.uses),
+        })
 }
 
 impl ApiLogReader<'_> {
@@ -307,6 +339,9 @@ impl FormatReader for ApiLogReader<'_> {
         let first = state.messages.is_empty();
         let continues = shape.messages.len() >= state.messages.len()
             && shape.messages[..state.messages.len()] == state.messages[..];
+        // What the request added: its new messages, or all of them for a rewrite.
+        let added = if continues { state.messages.len() } else { 0 };
+        let tool_results = total(shape.tool_results[added..].iter().copied());
         let request = TraceRequest {
             at_ms,
             usage: usage.to_usage(),
@@ -320,7 +355,7 @@ impl FormatReader for ApiLogReader<'_> {
                 shape.blocks
             },
             provider_miss: response.diagnostics.as_ref().map(|d| d.label()),
-            tool_results: Default::default(),
+            tool_results,
         };
         state.messages = shape.messages;
         state.blocks = shape.blocks;

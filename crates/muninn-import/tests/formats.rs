@@ -187,6 +187,53 @@ fn api_log_reads_threads_and_blocks_from_the_exact_messages() {
     assert!((540_000..541_000).contains(&gap), "{gap} ms");
 }
 
+/// An API log's tool results are counted as the Claude Code reader counts a transcript's (the
+/// same exchange as `claude-tools/t1.jsonl`), so `mask` is priced on API logs too: the
+/// `tool_result` blocks of the messages a request added — each block as the cache model counts
+/// it less the same block holding the placeholder, its `cache_control` marker aside — and for
+/// a rewrite of the conversation, those of all its messages. Hand-written fixture.
+#[test]
+fn api_log_tool_results_are_sized() {
+    use muninn_core::trace::ToolResults;
+    let got = import(&[fixture("api-log/tools.jsonl")]);
+    assert_eq!(got.warnings, vec![]);
+    let requests: Vec<(bool, bool, ToolResults)> = got
+        .traces
+        .iter()
+        .flat_map(|t| &t.requests)
+        .map(|r| (r.boundary, r.compacted, r.tool_results))
+        .collect();
+    assert_eq!(
+        requests,
+        vec![
+            (true, false, ToolResults::default()),
+            // "Hello, world!" in quotes is 8 tokens, the placeholder's 9: a clear would remove
+            // nothing, but the use counts.
+            (false, false, ToolResults { tokens: 0, uses: 1 }),
+            // `[{"text":"abcd efgh","type":"text"}]` is 20 tokens, 11 more than the placeholder;
+            // "x" (3) less than it. The first result, sent again, is not counted again.
+            (
+                false,
+                false,
+                ToolResults {
+                    tokens: 11,
+                    uses: 2
+                }
+            ),
+            (true, false, ToolResults::default()),
+            // The summary replaced the conversation: its tool result is new.
+            (
+                false,
+                true,
+                ToolResults {
+                    tokens: 11,
+                    uses: 1
+                }
+            ),
+        ]
+    );
+}
+
 /// An API-log response with a `thinking` or `redacted_thinking` block marks its request
 /// `reasoning` (the cache model's thinking-drop rule reads it), as the transcript reader does.
 #[test]
