@@ -150,103 +150,111 @@ impl<'de> Deserialize<'de> for ToolContentTokens {
 
 impl<'de> Deserialize<'de> for ContentShape {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        /// Only the `type` of a block is read, and a block's `content` (counted as it is read,
-        /// kept for a tool result); the rest (text, tool inputs) is skipped unallocated.
-        #[derive(serde::Deserialize)]
-        struct Block<'a> {
-            #[serde(rename = "type", borrow)]
-            kind: Option<Str<'a>>,
-            content: Option<ToolContentTokens>,
-        }
-
-        struct ShapeVisitor;
-        impl<'de> Visitor<'de> for ShapeVisitor {
-            type Value = ContentShape;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string or an array of content blocks")
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(ContentShape {
-                    blocks: 1,
-                    ..ContentShape::default()
-                })
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(ContentShape::default())
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut shape = ContentShape::default();
-                while let Some(block) = seq.next_element::<BlockOrOther<'de>>()? {
-                    shape.blocks = shape.blocks.saturating_add(1);
-                    let Some(b) = block.0 else { continue };
-                    match b.kind.as_ref().map(Str::as_str) {
-                        Some("tool_result") => {
-                            shape.tool_results = shape.tool_results.saturating_add(1);
-                            // What a clear removes: the content less the placeholder.
-                            let tokens = b
-                                .content
-                                .map_or(0, |c| muninn_core::mask::cleared_from(c.0));
-                            shape.tool_result_tokens =
-                                shape.tool_result_tokens.saturating_add(tokens);
-                        }
-                        Some("thinking" | "redacted_thinking") => {
-                            shape.thinking = shape.thinking.saturating_add(1);
-                        }
-                        _ => {}
-                    }
-                }
-                Ok(shape)
-            }
-        }
-
-        /// An array element that is a block object, or anything else (counted, not inspected).
-        struct BlockOrOther<'a>(Option<Block<'a>>);
-        impl<'de> Deserialize<'de> for BlockOrOther<'de> {
-            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                struct ElementVisitor;
-                impl<'de> Visitor<'de> for ElementVisitor {
-                    type Value = BlockOrOther<'de>;
-                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                        f.write_str("a content block")
-                    }
-                    fn visit_map<A: de::MapAccess<'de>>(
-                        self,
-                        map: A,
-                    ) -> Result<Self::Value, A::Error> {
-                        Block::deserialize(de::value::MapAccessDeserializer::new(map))
-                            .map(|b| BlockOrOther(Some(b)))
-                    }
-                    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-                        Ok(BlockOrOther(None))
-                    }
-                    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-                        Ok(BlockOrOther(None))
-                    }
-                    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-                        Ok(BlockOrOther(None))
-                    }
-                    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-                        Ok(BlockOrOther(None))
-                    }
-                    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-                        Ok(BlockOrOther(None))
-                    }
-                    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                        Ok(BlockOrOther(None))
-                    }
-                    fn visit_seq<A: SeqAccess<'de>>(
-                        self,
-                        mut seq: A,
-                    ) -> Result<Self::Value, A::Error> {
-                        while seq.next_element::<IgnoredAny>()?.is_some() {}
-                        Ok(BlockOrOther(None))
-                    }
-                }
-                deserializer.deserialize_any(ElementVisitor)
-            }
-        }
-
         deserializer.deserialize_any(ShapeVisitor)
+    }
+}
+
+/// Reads a `content` field into a [`ContentShape`]: a string is one text block, an array is
+/// counted block by block ([`ContentShape::count`]).
+struct ShapeVisitor;
+
+impl<'de> Visitor<'de> for ShapeVisitor {
+    type Value = ContentShape;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string or an array of content blocks")
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(ContentShape {
+            blocks: 1,
+            ..ContentShape::default()
+        })
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(ContentShape::default())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut shape = ContentShape::default();
+        while let Some(element) = seq.next_element::<BlockOrOther<'de>>()? {
+            shape.count(element.0.as_ref());
+        }
+        Ok(shape)
+    }
+}
+
+impl ContentShape {
+    /// Counts one element of a content array: every element is a block; a block object's
+    /// `type` says whether it is a tool result (whose content a clear would shrink) or thinking.
+    fn count(&mut self, block: Option<&Block<'_>>) {
+        self.blocks = self.blocks.saturating_add(1);
+        let Some(b) = block else { return };
+        match b.kind.as_ref().map(Str::as_str) {
+            Some("tool_result") => {
+                self.tool_results = self.tool_results.saturating_add(1);
+                // What a clear removes: the content less the placeholder.
+                let tokens = b
+                    .content
+                    .map_or(0, |c| muninn_core::mask::cleared_from(c.0));
+                self.tool_result_tokens = self.tool_result_tokens.saturating_add(tokens);
+            }
+            Some("thinking" | "redacted_thinking") => {
+                self.thinking = self.thinking.saturating_add(1);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Only the `type` of a block is read, and a block's `content` (counted as it is read, kept
+/// for a tool result); the rest (text, tool inputs) is skipped unallocated.
+#[derive(serde::Deserialize)]
+struct Block<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Str<'a>>,
+    content: Option<ToolContentTokens>,
+}
+
+/// An array element that is a block object, or anything else (counted, not inspected).
+struct BlockOrOther<'a>(Option<Block<'a>>);
+
+impl<'de> Deserialize<'de> for BlockOrOther<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ElementVisitor)
+    }
+}
+
+/// Reads an array element: an object as a [`Block`], anything else skipped.
+struct ElementVisitor;
+
+impl<'de> Visitor<'de> for ElementVisitor {
+    type Value = BlockOrOther<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a content block")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        Block::deserialize(de::value::MapAccessDeserializer::new(map))
+            .map(|b| BlockOrOther(Some(b)))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(BlockOrOther(None))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(BlockOrOther(None))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(BlockOrOther(None))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(BlockOrOther(None))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(BlockOrOther(None))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(BlockOrOther(None))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(BlockOrOther(None))
     }
 }
 
