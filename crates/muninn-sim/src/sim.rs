@@ -729,10 +729,11 @@ impl Simulator {
     }
 
     /// Answers a `count_tokens` body: the prompt's tokens, the limits checked, the cache
-    /// untouched.
+    /// untouched. Shaped as a messages request is ([`Simulator::shape_as_cached`]), so that a
+    /// prompt one accepts the other does too: where `ttl: "1h"` is not honoured, a 1h
+    /// breakpoint after a 5m one is no longer out of order.
     pub fn count_tokens(&self, body: &Value, now_ms: i64) -> Result<u64, ApiError> {
-        let shaped =
-            shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        let shaped = self.shape_as_cached(body)?;
         let min_cacheable = self.min_cacheable(&shaped.model)?;
         let cache = self
             .cache

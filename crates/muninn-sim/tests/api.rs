@@ -257,6 +257,28 @@ async fn count_tokens_is_the_prompt_total() {
     );
 }
 
+/// A provider that ignores the 1h TTL (`--ignore-1h`) caches every breakpoint for 5 minutes,
+/// so a 1h breakpoint after a 5m one is no longer out of order: `count_tokens` accepts the
+/// prompt `/v1/messages` accepts, and counts what it bills.
+#[tokio::test]
+async fn count_tokens_ignores_the_1h_ttl_as_messages_does() {
+    let h = crate::support::sim_with(muninn_sim::sim::SimConfig {
+        frozen_at_ms: Some(T0),
+        honour_1h: false,
+        ..Default::default()
+    })
+    .await;
+    let http = Http::new(h.base_url());
+    let body = json!({"model":"claude-opus-5-5","max_tokens":5,"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"b","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]});
+    let (s, _, text) = http.api("/v1/messages/count_tokens", &body).await;
+    assert_eq!(s, 200, "{text}");
+    let counted = serde_json::from_str::<Value>(&text).unwrap()["input_tokens"].clone();
+    let (s, _, text) = http.api("/v1/messages", &body).await;
+    assert_eq!(s, 200, "{text}");
+    let billed = h.sim.requests().last().unwrap().usage.unwrap();
+    assert_eq!(counted, json!(billed.prompt()));
+}
+
 /// A refused count_tokens request is recorded as a refused messages request is: the error's
 /// kind and message.
 #[tokio::test]
