@@ -27,37 +27,48 @@
 //!
 //! # Cache diagnostics
 //!
-//! A request with a `diagnostics` object (beta `cache-diagnosis-2026-04-07`; the header is not
-//! required) opts in: the simulator keeps the request's shape under the response's id (the
-//! newest [`SimConfig::max_recorded`] of them) and compares the request with the shape of
-//! `diagnostics.previous_message_id` by [`muninn_anthropic::prompt::diverge`] — model, tools,
-//! system, then messages. A divergence is answered as `diagnostics.cache_miss_reason` with its
-//! `cache_missed_input_tokens`; an unknown previous id as `previous_message_not_found`; no
-//! divergence, or no previous id, as no `diagnostics` at all. Streaming carries it on
-//! `message_start`. The comparison is structural, as the provider's is: it says nothing of the
-//! TTL, which shows in the usage alone.
+//! A request that opts in is compared with the shape of the previous message it names
+//! ([`diagnose`]).
 //!
 //! # Clock
 //!
 //! `now = base + (real time elapsed, unless frozen) + offset`; tests move `offset` forward to
 //! expire cache entries without waiting.
+//!
+//! # Layout
+//!
+//! - this module — [`SimConfig`] and [`Simulator`]: the cache, the clock, and answering a
+//!   messages or `count_tokens` body.
+//! - [`answer`] — [`Answer`] and [`ApiError`]: what a request is answered with, and its usage on
+//!   the wire.
+//! - [`faults`] — [`FaultKind`], [`Fault`] and the queue requests take them from.
+//! - [`log`] — [`RecordedRequest`] and the bounded request log.
+//! - [`diagnose`] — the cache diagnostics' fingerprints and comparison.
+
+mod answer;
+mod diagnose;
+mod faults;
+mod log;
+
+pub use answer::{Answer, ApiError};
+pub use faults::{Fault, FaultKind};
+pub use log::RecordedRequest;
+
+use diagnose::Fingerprints;
 
 use crate::context;
 use crate::reply::{Reply, reply};
 use muninn_anthropic::context::{apply_edits, compaction_due};
-use muninn_anthropic::prompt::{PromptShape, diverge, shape};
+use muninn_anthropic::prompt::{PromptShape, shape};
 use muninn_anthropic::wire::{
-    CacheMissReason, ContextManagementResponse, Diagnostics, DiagnosticsRequest, ErrorResponse,
-    MessagesRequest, MessagesResponse, Role, STOP_COMPACTION, Usage as WireUsage, UsageIteration,
+    AppliedEdit, ContextManagementResponse, MessagesRequest, STOP_COMPACTION,
 };
 use muninn_core::cache::{CacheOutcome, CacheRules, CacheState, Ttl};
-use muninn_core::ledger::{MissCause, ProviderMiss};
-use muninn_core::miss::ProviderMissReason;
 use muninn_core::price::PriceTable;
 use muninn_core::trace::Usage;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
@@ -113,229 +124,6 @@ impl std::fmt::Debug for SimConfig {
     }
 }
 
-/// An injected fault (`POST /admin/faults`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum FaultKind {
-    /// 429 `rate_limit_error`, with `retry-after` when given.
-    RateLimit {
-        /// Seconds for the `retry-after` header.
-        #[serde(default)]
-        retry_after_s: Option<f64>,
-    },
-    /// 529 `overloaded_error`.
-    Overloaded,
-    /// 500 `api_error`.
-    ServerError,
-    /// 400 `invalid_request_error` with this message.
-    BadRequest {
-        /// The message.
-        message: String,
-    },
-    /// 401 `authentication_error`.
-    Unauthorized,
-    /// A stream that sends an `error` event after this many content deltas (0: right after
-    /// `message_start` and `ping`, before any content).
-    MidStreamError {
-        /// Deltas sent before the error.
-        after_deltas: u32,
-        /// The error type (default `overloaded_error`).
-        #[serde(default = "overloaded")]
-        error_type: String,
-    },
-    /// A stream cut after this many content deltas, with no error and no `message_stop`.
-    Truncate {
-        /// Deltas sent before the cut.
-        after_deltas: u32,
-    },
-    /// A slow reply: a delay before the first byte, and between stream events.
-    Slow {
-        /// Milliseconds before the response starts.
-        #[serde(default)]
-        first_byte_ms: u64,
-        /// Milliseconds between stream events.
-        #[serde(default)]
-        event_ms: u64,
-    },
-    /// 529 `compaction_unavailable`: the provider cannot compact right now (retryable).
-    CompactionUnavailable,
-    /// A normal answer whose *reported* usage claims `cache_read_tokens` more cache reads than
-    /// the cache model computed, so a client that sizes its context from reported usage (the
-    /// Claude Code CLI's auto-compaction) believes the window is nearly full. The cache itself
-    /// is updated as for any request; only the reply's and the log's usage are inflated.
-    InflateUsage {
-        /// Tokens added to `cache_read_input_tokens`.
-        cache_read_tokens: u64,
-    },
-}
-
-fn overloaded() -> String {
-    "overloaded_error".to_string()
-}
-
-/// A fault and how many consecutive `/v1/messages` requests it hits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Fault {
-    /// What happens.
-    #[serde(flatten)]
-    pub kind: FaultKind,
-    /// How many requests it applies to (default 1).
-    #[serde(default = "one")]
-    pub times: u32,
-}
-
-fn one() -> u32 {
-    1
-}
-
-/// One request as the simulator saw and answered it (`GET /admin/requests`). Credentials are
-/// not recorded, only how they were presented.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RecordedRequest {
-    /// 1-based order of arrival.
-    pub seq: u64,
-    /// Virtual time of arrival, Unix ms: what the cache model was applied at.
-    pub at_ms: i64,
-    /// `/v1/messages` or `/v1/messages/count_tokens`.
-    pub path: String,
-    /// `x-api-key`, `bearer` or `none`.
-    pub auth: String,
-    /// The `anthropic-beta` header.
-    pub anthropic_beta: Option<String>,
-    /// The body as received (`null` if it was not JSON).
-    pub body: Value,
-    /// The HTTP status answered (200 for a stream that later failed).
-    pub status: u16,
-    /// The usage reported, for answered messages requests.
-    pub usage: Option<Usage>,
-    /// Why the request read less than it could have.
-    pub miss: Option<MissCause>,
-    /// The diagnosis answered, for a request that asked with a previous message id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider_miss: Option<ProviderMiss>,
-    /// The fault applied, if any.
-    pub fault: Option<FaultKind>,
-    /// The error answered, if any.
-    pub error: Option<String>,
-}
-
-/// A refusal in the API's shape.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: u16,
-    /// The error body.
-    pub body: ErrorResponse,
-    /// `retry-after` seconds.
-    pub retry_after_s: Option<f64>,
-}
-
-impl ApiError {
-    /// An error of `kind` with `message`.
-    pub fn new(status: u16, kind: &str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            body: ErrorResponse::new(kind, message),
-            retry_after_s: None,
-        }
-    }
-}
-
-/// An accepted messages request: the reply and its usage.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Answer {
-    /// The message id.
-    pub id: String,
-    /// The model.
-    pub model: String,
-    /// The reply.
-    pub reply: Reply,
-    /// The usage (cache model + output tokens).
-    pub usage: Usage,
-    /// The miss cause.
-    pub miss: Option<MissCause>,
-    /// The cache diagnostics answered (`None`: not asked, or no divergence).
-    pub diagnostics: Option<Diagnostics>,
-    /// The diagnosis as recorded, for a request that asked with a previous message id.
-    pub provider_miss: Option<ProviderMiss>,
-    /// Whether this is a compaction: its usage is then reported in `usage.iterations[]` alone.
-    pub compaction: bool,
-    /// A threshold compaction that went on to answer: the `compaction` pass's usage, billed on
-    /// top of `usage` (then the `message` pass's).
-    pub compacted: Option<Usage>,
-    /// The context edits applied, for `context_management.applied_edits[]` (`None`: none).
-    pub context_management: Option<ContextManagementResponse>,
-}
-
-impl Answer {
-    /// Applies a fault that changes what is reported rather than whether it is answered
-    /// ([`FaultKind::InflateUsage`]); other faults leave the answer as it is.
-    pub fn apply_report_fault(&mut self, fault: Option<&FaultKind>) {
-        if let Some(FaultKind::InflateUsage { cache_read_tokens }) = fault {
-            self.usage.cache_read = self.usage.cache_read.saturating_add(*cache_read_tokens);
-        }
-    }
-
-    /// What the request is billed: `usage`, and a threshold compaction's own pass.
-    pub fn billed(&self) -> Usage {
-        let mut billed = self.usage;
-        if let Some(compacted) = &self.compacted {
-            billed.add(compacted);
-        }
-        billed
-    }
-
-    /// The usage as the wire reports it. A compaction's is reported only as one `compaction`
-    /// entry of `iterations[]`, the top-level counts 0 — as the API does, which is why a ledger
-    /// must read the iterations. A threshold compaction that went on to answer reports a
-    /// `compaction` and a `message` entry, the top-level counts the `message` entry's alone.
-    pub fn wire_usage(&self) -> WireUsage {
-        if let Some(compacted) = &self.compacted {
-            let mut wire = WireUsage::from_core(&self.usage);
-            wire.iterations = Some(vec![
-                iteration("compaction", compacted),
-                iteration("message", &self.usage),
-            ]);
-            return wire;
-        }
-        if !self.compaction {
-            return WireUsage::from_core(&self.usage);
-        }
-        let mut wire = WireUsage::from_core(&Usage::default());
-        wire.iterations = Some(vec![iteration("compaction", &self.usage)]);
-        wire
-    }
-
-    /// The whole reply as one (non-streamed) message.
-    pub fn into_message(self) -> MessagesResponse {
-        let usage = self.wire_usage();
-        MessagesResponse {
-            id: self.id,
-            kind: "message".to_string(),
-            role: Role::Assistant,
-            model: self.model,
-            content: self.reply.content,
-            stop_reason: Some(self.reply.stop_reason.to_string()),
-            stop_sequence: None,
-            usage,
-            diagnostics: self.diagnostics,
-            context_management: self.context_management,
-        }
-    }
-}
-
-/// One `usage.iterations[]` entry (writes as one total: the entry gives no TTL split).
-fn iteration(kind: &str, usage: &Usage) -> UsageIteration {
-    UsageIteration {
-        kind: kind.to_string(),
-        input_tokens: usage.input,
-        output_tokens: usage.output,
-        cache_read_input_tokens: usage.cache_read,
-        cache_creation_input_tokens: usage.written(),
-        extra: serde_json::Map::new(),
-    }
-}
-
 /// How a request was answered: the reply, the usage of its (last) pass, and a threshold
 /// compaction's own pass when it went on to answer.
 struct Passes {
@@ -343,25 +131,6 @@ struct Passes {
     usage: Usage,
     compaction: bool,
     compacted: Option<Usage>,
-}
-
-/// The shapes of the requests that opted into diagnostics, by response id, the newest kept.
-#[derive(Debug, Default)]
-struct Fingerprints {
-    shapes: HashMap<String, PromptShape>,
-    order: VecDeque<String>,
-}
-
-impl Fingerprints {
-    fn keep(&mut self, id: &str, shape: PromptShape, max: usize) {
-        self.shapes.insert(id.to_string(), shape);
-        self.order.push_back(id.to_string());
-        while self.order.len() > max {
-            if let Some(old) = self.order.pop_front() {
-                self.shapes.remove(&old);
-            }
-        }
-    }
 }
 
 /// The simulator.
@@ -426,99 +195,6 @@ impl Simulator {
         self.seq.fetch_add(1, Ordering::SeqCst) + 1
     }
 
-    /// Queues faults.
-    pub fn push_faults(&self, faults: impl IntoIterator<Item = Fault>) {
-        if let Ok(mut q) = self.faults.lock() {
-            q.extend(faults.into_iter().filter(|f| f.times > 0));
-        }
-    }
-
-    /// The queued faults.
-    pub fn faults(&self) -> Vec<Fault> {
-        self.faults
-            .lock()
-            .map(|q| q.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// Drops every queued fault.
-    pub fn clear_faults(&self) {
-        if let Ok(mut q) = self.faults.lock() {
-            q.clear();
-        }
-    }
-
-    /// Takes the fault for the next messages request, if any.
-    pub fn take_fault(&self) -> Option<FaultKind> {
-        let mut q = self.faults.lock().ok()?;
-        let front = q.front_mut()?;
-        let kind = front.kind.clone();
-        front.times -= 1;
-        if front.times == 0 {
-            q.pop_front();
-        }
-        Some(kind)
-    }
-
-    /// A request as it arrives on `path`, before it is answered: the next sequence number, at
-    /// virtual now, status 200 and nothing of an answer yet.
-    pub fn arrival(
-        &self,
-        path: &str,
-        auth: &str,
-        anthropic_beta: Option<String>,
-        body: Value,
-    ) -> RecordedRequest {
-        RecordedRequest {
-            seq: self.next_seq(),
-            at_ms: self.now_ms(),
-            path: path.to_string(),
-            auth: auth.to_string(),
-            anthropic_beta,
-            body,
-            status: 200,
-            usage: None,
-            miss: None,
-            provider_miss: None,
-            fault: None,
-            error: None,
-        }
-    }
-
-    /// Records a request.
-    pub fn record(&self, r: RecordedRequest) {
-        if let Ok(mut log) = self.requests.lock() {
-            let (entries, bytes) = &mut *log;
-            let size = approx_size(&r.body);
-            entries.push_back((r, size));
-            *bytes += size;
-            // Bounded by count and by the bodies' size, the oldest dropped first.
-            while entries.len() > self.config.max_recorded
-                || (*bytes > self.config.max_recorded_bytes && entries.len() > 1)
-            {
-                if let Some((_, dropped)) = entries.pop_front() {
-                    *bytes -= dropped;
-                }
-            }
-        }
-    }
-
-    /// The recorded requests, oldest first.
-    pub fn requests(&self) -> Vec<RecordedRequest> {
-        self.requests
-            .lock()
-            .map(|l| l.0.iter().map(|(r, _)| r.clone()).collect())
-            .unwrap_or_default()
-    }
-
-    /// Forgets the recorded requests.
-    pub fn clear_requests(&self) {
-        if let Ok(mut l) = self.requests.lock() {
-            // A new log, so the memory the old one held goes back too.
-            *l = (VecDeque::new(), 0);
-        }
-    }
-
     /// Empties the cache, the diagnostics' fingerprints, the faults and the log.
     pub fn reset(&self) {
         if let Ok(mut c) = self.cache.lock() {
@@ -548,23 +224,7 @@ impl Simulator {
         seq: u64,
         now_ms: i64,
     ) -> Result<Answer, ApiError> {
-        // The mapping first: its errors name the field the way the API does.
-        shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
-        let request = MessagesRequest::deserialize(body)
-            .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
-        // What the provider reads: from the last compaction block sent back, after the
-        // context edits.
-        let (body, request) = context::receive_compactions(body, request)?;
-        context::check_fields(&body, &request, betas)?;
-        context::check_compaction(&request, betas)?;
-        let (request, applied) = apply_edits(&request)
-            .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
-        let body = if applied.is_empty() {
-            body
-        } else {
-            serde_json::to_value(&request)
-                .map_err(|e| ApiError::new(500, "api_error", e.to_string()))?
-        };
+        let (body, request, applied) = as_read(body, betas)?;
         let body = &body;
         let shaped = self.shape_as_cached(body)?;
         let context_window = self
@@ -585,28 +245,7 @@ impl Simulator {
         }
         crate::strict::check_tool_pairing(&request)?;
         let outcome = self.apply_cache(&shaped, now_ms)?;
-        let seed = shaped.checkpoints.last().map_or(0, |c| c.fingerprint);
-        let passes = match compaction_due(&request, shaped.total_tokens) {
-            Some(edit) if !edit.pause_after_compaction => {
-                self.answer_from_summary(&request, body, &outcome, seed, now_ms)?
-            }
-            // An on-demand compaction and a paused threshold one answer alike: the summary
-            // alone, billed as one compaction pass.
-            due => {
-                let compaction = due.is_some() || request.compaction.is_some();
-                let reply = if compaction {
-                    compaction_reply(&request)
-                } else {
-                    reply(&request, seed)
-                };
-                Passes {
-                    usage: outcome.usage(reply.output_tokens),
-                    reply,
-                    compaction,
-                    compacted: None,
-                }
-            }
-        };
+        let passes = self.passes(&request, body, &shaped, &outcome, now_ms)?;
         let id = format!("msg_sim_{seq:08}");
         let (diagnostics, provider_miss) = match &request.diagnostics {
             Some(asked) => self.diagnose(asked, &id, shaped),
@@ -625,6 +264,40 @@ impl Simulator {
             context_management: (!applied.is_empty()).then_some(ContextManagementResponse {
                 applied_edits: applied,
             }),
+        })
+    }
+
+    /// The passes that answer `request` (its prompt `shaped`, whose cache outcome was
+    /// `outcome`): a threshold compaction that goes on to answer takes two, anything else one.
+    fn passes(
+        &self,
+        request: &MessagesRequest,
+        body: &Value,
+        shaped: &PromptShape,
+        outcome: &CacheOutcome,
+        now_ms: i64,
+    ) -> Result<Passes, ApiError> {
+        let seed = shaped.checkpoints.last().map_or(0, |c| c.fingerprint);
+        Ok(match compaction_due(request, shaped.total_tokens) {
+            Some(edit) if !edit.pause_after_compaction => {
+                self.answer_from_summary(request, body, outcome, seed, now_ms)?
+            }
+            // An on-demand compaction and a paused threshold one answer alike: the summary
+            // alone, billed as one compaction pass.
+            due => {
+                let compaction = due.is_some() || request.compaction.is_some();
+                let reply = if compaction {
+                    compaction_reply(request)
+                } else {
+                    reply(request, seed)
+                };
+                Passes {
+                    usage: outcome.usage(reply.output_tokens),
+                    reply,
+                    compaction,
+                    compacted: None,
+                }
+            }
         })
     }
 
@@ -688,46 +361,6 @@ impl Simulator {
         })
     }
 
-    /// Compares a request that opted into diagnostics with its previous message's shape, then
-    /// keeps its own shape under `id` for the request that will name it.
-    fn diagnose(
-        &self,
-        asked: &DiagnosticsRequest,
-        id: &str,
-        shaped: PromptShape,
-    ) -> (Option<Diagnostics>, Option<ProviderMiss>) {
-        let Ok(mut fingerprints) = self.fingerprints.lock() else {
-            return (None, None);
-        };
-        let answer = asked.previous_message_id.as_deref().map(|previous| {
-            let (kind, missed) = match fingerprints.shapes.get(previous) {
-                None => (ProviderMissReason::PreviousMessageNotFound, None),
-                Some(before) => match diverge(before, &shaped) {
-                    None => (ProviderMissReason::NoDivergence, None),
-                    Some((level, tokens)) => {
-                        (ProviderMissReason::of_level(Some(level)), Some(tokens))
-                    }
-                },
-            };
-            let diagnostics = (kind != ProviderMissReason::NoDivergence).then(|| Diagnostics {
-                cache_miss_reason: Some(CacheMissReason {
-                    kind: kind.as_str().to_string(),
-                    cache_missed_input_tokens: missed,
-                }),
-            });
-            let recorded = ProviderMiss {
-                reason: kind,
-                missed_tokens: missed,
-            };
-            (diagnostics, recorded)
-        });
-        fingerprints.keep(id, shaped, self.config.max_recorded.max(1));
-        match answer {
-            Some((diagnostics, recorded)) => (diagnostics, Some(recorded)),
-            None => (None, None),
-        }
-    }
-
     /// Answers a `count_tokens` body: the prompt's tokens, the limits checked, the cache
     /// untouched. Shaped as a messages request is ([`Simulator::shape_as_cached`]), so that a
     /// prompt one accepts the other does too: where `ttl: "1h"` is not honoured, a 1h
@@ -746,6 +379,31 @@ impl Simulator {
     }
 }
 
+/// A messages body as the provider reads it: from the last compaction block sent back, after
+/// the context edits — the body, the typed request and the edits applied. Refused where the
+/// API refuses the body, a compaction or an edit.
+fn as_read(
+    body: &Value,
+    betas: Option<&str>,
+) -> Result<(Value, MessagesRequest, Vec<AppliedEdit>), ApiError> {
+    // The mapping first: its errors name the field the way the API does.
+    shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+    let request = MessagesRequest::deserialize(body)
+        .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+    let (body, request) = context::receive_compactions(body, request)?;
+    context::check_fields(&body, &request, betas)?;
+    context::check_compaction(&request, betas)?;
+    let (request, applied) = apply_edits(&request)
+        .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+    let body = if applied.is_empty() {
+        body
+    } else {
+        serde_json::to_value(&request)
+            .map_err(|e| ApiError::new(500, "api_error", e.to_string()))?
+    };
+    Ok((body, request, applied))
+}
+
 /// The answer to an on-demand (or a paused threshold) compaction: the summary in one signed
 /// block.
 fn compaction_reply(request: &MessagesRequest) -> Reply {
@@ -754,20 +412,5 @@ fn compaction_reply(request: &MessagesRequest) -> Reply {
         output_tokens: crate::reply::output_tokens(&content),
         content,
         stop_reason: STOP_COMPACTION,
-    }
-}
-
-/// About how many bytes a JSON value holds: its strings and numbers, and a little per node.
-fn approx_size(value: &Value) -> usize {
-    match value {
-        Value::String(s) => s.len() + 8,
-        Value::Array(items) => 16 + items.iter().map(approx_size).sum::<usize>(),
-        Value::Object(fields) => {
-            16 + fields
-                .iter()
-                .map(|(k, v)| k.len() + 8 + approx_size(v))
-                .sum::<usize>()
-        }
-        _ => 8,
     }
 }
