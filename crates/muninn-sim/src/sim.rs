@@ -28,7 +28,7 @@
 //! # Cache diagnostics
 //!
 //! A request that opts in is compared with the shape of the previous message it names
-//! ([`diagnose`]).
+//! (`sim/diagnose.rs`).
 //!
 //! # Clock
 //!
@@ -39,11 +39,11 @@
 //!
 //! - this module — [`SimConfig`] and [`Simulator`]: the cache, the clock, and answering a
 //!   messages or `count_tokens` body.
-//! - [`answer`] — [`Answer`] and [`ApiError`]: what a request is answered with, and its usage on
-//!   the wire.
-//! - [`faults`] — [`FaultKind`], [`Fault`] and the queue requests take them from.
-//! - [`log`] — [`RecordedRequest`] and the bounded request log.
-//! - [`diagnose`] — the cache diagnostics' fingerprints and comparison.
+//! - `answer.rs` — [`Answer`] and [`ApiError`]: what a request is answered with, and its usage
+//!   on the wire.
+//! - `faults.rs` — [`FaultKind`], [`Fault`] and the queue requests take them from.
+//! - `log.rs` — [`RecordedRequest`] and the bounded request log.
+//! - `diagnose.rs` — the cache diagnostics' fingerprints and comparison.
 
 mod answer;
 mod diagnose;
@@ -362,7 +362,7 @@ impl Simulator {
     }
 
     /// Answers a `count_tokens` body: the prompt's tokens, the limits checked, the cache
-    /// untouched. Shaped as a messages request is ([`Simulator::shape_as_cached`]), so that a
+    /// untouched. Shaped as a messages request is (`shape_as_cached`), so that a
     /// prompt one accepts the other does too: where `ttl: "1h"` is not honoured, a 1h
     /// breakpoint after a 5m one is no longer out of order.
     pub fn count_tokens(&self, body: &Value, now_ms: i64) -> Result<u64, ApiError> {
