@@ -149,11 +149,6 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// locks back.
 const OPEN_BUSY_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Run on each serving connection once it is open: the busy timeout its queries get,
-/// [`BUSY_TIMEOUT`] in milliseconds (a literal, as `raw_sql` takes one; the unit test
-/// `a_serving_connection_waits_the_full_busy_timeout_once_open` fails should they differ).
-const AFTER_OPEN_BUSY_TIMEOUT: &str = "PRAGMA busy_timeout = 10000";
-
 /// The pool that serves the store once the start-up checks are done: each connection opens
 /// with [`OPEN_BUSY_TIMEOUT`], then gets [`BUSY_TIMEOUT`] and the id guard's triggers.
 async fn serving_pool(options_db: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
@@ -162,7 +157,11 @@ async fn serving_pool(options_db: SqliteConnectOptions) -> Result<SqlitePool, sq
         .acquire_timeout(BUSY_TIMEOUT)
         .after_connect(|conn, _| {
             Box::pin(async move {
-                sqlx::raw_sql(AFTER_OPEN_BUSY_TIMEOUT)
+                // The busy timeout its queries get, derived from the constant (a number is
+                // all that is spliced in; the unit test
+                // `a_serving_connection_waits_the_full_busy_timeout_once_open` reads it back).
+                let pragma = format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis());
+                sqlx::raw_sql(sqlx::AssertSqlSafe(pragma))
                     .execute(&mut *conn)
                     .await?;
                 sqlx::raw_sql(crate::id_guard::TRACK_BUMPS)
