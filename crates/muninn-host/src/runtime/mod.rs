@@ -431,7 +431,14 @@ impl<B: Backend> MindRunner<B> {
             {
                 self.report_running(Role::SelfRole, now);
                 self.working = Some(Role::SelfRole);
-                return self.self_turn(token, now, brief).await;
+                // The plan priced is the plan run, unless the claim took another brief (the
+                // one priced was cancelled meanwhile): that one is planned afresh.
+                let plan = if brief.seq == next.seq {
+                    plan
+                } else {
+                    self.plan_self(&brief, now)
+                };
+                return self.self_turn(token, now, brief, plan).await;
             }
         }
         self.idle(token, now).await

@@ -42,12 +42,14 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// One Self brief.
+    /// One Self brief, as `plan` (its [`MindRunner::plan_self`], priced against the cap before
+    /// the brief was claimed) says.
     pub(super) async fn self_turn(
         &mut self,
         token: FencingToken,
         now: i64,
         brief: Brief,
+        plan: Plan,
     ) -> Result<Step, RuntimeError> {
         // A workspace that cannot be opened (removed since the configuration was checked) fails
         // the brief, saying why, rather than leaving it claimed.
@@ -59,8 +61,6 @@ impl<B: Backend> MindRunner<B> {
                 return Err(e);
             }
         };
-        self.resume_on_new_lease(Role::SelfRole, now).await?;
-        let plan = self.plan_self(&brief, now);
         if plan.refreshes() {
             self.start_self_segment(&plan, token, now).await?;
         } else {
@@ -175,7 +175,7 @@ impl<B: Backend> MindRunner<B> {
 
     /// A brief's start is a task boundary: the decider may refresh here. A run the flush
     /// protocol ended starts the next segment from its memory without asking.
-    pub(super) fn plan_self(&mut self, brief: &Brief, now: i64) -> Plan {
+    pub(super) fn plan_self(&self, brief: &Brief, now: i64) -> Plan {
         let delta = count(&brief.text);
         if self.selfs.flushed.as_ref().is_some_and(|f| f.forced) {
             return Plan {
