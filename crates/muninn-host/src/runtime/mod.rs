@@ -431,8 +431,9 @@ impl<B: Backend> MindRunner<B> {
             {
                 self.report_running(Role::SelfRole, now);
                 self.working = Some(Role::SelfRole);
-                // The plan priced is the plan run, unless the claim took another brief (the
-                // one priced was cancelled meanwhile): that one is planned afresh.
+                // The plan priced is the plan run. The claim takes the oldest queued brief,
+                // the one priced, as only the lease holder claims; should it ever take another,
+                // that one is planned afresh rather than run on another brief's plan.
                 let plan = if brief.seq == next.seq {
                     plan
                 } else {
