@@ -24,6 +24,7 @@
 //! the guard: a holder that is in fact alive (its presence connection broke and it has not yet
 //! re-locked) has its next write refused, and never interleaves with the new holder.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use sqlx::postgres::{PgConnection, PgListener, PgPoolOptions};
@@ -109,8 +110,21 @@ pub(crate) struct Presence {
 /// Shared between clones of one store.
 pub(crate) type PresenceCell = Arc<Mutex<Presence>>;
 
-impl PostgresStore {
-    pub(crate) async fn announce_wake_impl(&self, mind: &str, from: &str) -> Result<()> {
+/// What a backend does for hosts sharing its database: the methods of the same names on
+/// [`crate::Store`], and ending the presence session on close. Each backend implements it here,
+/// beside the others, so that the store types need not forward each method.
+pub(crate) trait HostSignals {
+    fn announce_wake(&self, mind: &str, from: &str) -> impl Future<Output = Result<()>> + Send;
+    fn listen_wakes(&self) -> impl Future<Output = Result<Option<WakeListener>>> + Send;
+    fn hold_presence(&self, holder: &str) -> impl Future<Output = Result<bool>> + Send;
+    fn holder_gone(&self, holder: &str) -> impl Future<Output = Result<Option<bool>>> + Send;
+    fn await_holder_gone(&self, holder: &str) -> impl Future<Output = Result<bool>> + Send;
+    /// Ends the presence session (on close): the lock goes with it.
+    fn drop_presence(&self) -> impl Future<Output = ()> + Send;
+}
+
+impl HostSignals for PostgresStore {
+    async fn announce_wake(&self, mind: &str, from: &str) -> Result<()> {
         let wake = Wake {
             mind: mind.to_owned(),
             from: from.to_owned(),
@@ -123,7 +137,7 @@ impl PostgresStore {
         Ok(())
     }
 
-    pub(crate) async fn listen_wakes_impl(&self) -> Result<Option<WakeListener>> {
+    async fn listen_wakes(&self) -> Result<Option<WakeListener>> {
         // A one-connection pool of its own: the listener holds its connection for good, and
         // the pool is how `PgListener` reconnects after a loss.
         let pool = PgPoolOptions::new()
@@ -140,7 +154,7 @@ impl PostgresStore {
 
     /// Takes (or checks) the presence lock for `holder` on the dedicated session: a held,
     /// answering session is kept; a broken one is replaced and the lock taken again.
-    pub(crate) async fn hold_presence_impl(&self, holder: &str) -> Result<bool> {
+    async fn hold_presence(&self, holder: &str) -> Result<bool> {
         let held = self.take_presence();
         if let Some((name, mut conn)) = held {
             if name == holder && sqlx::query("SELECT 1").execute(&mut conn).await.is_ok() {
@@ -171,24 +185,13 @@ impl PostgresStore {
         Ok(true)
     }
 
-    fn take_presence(&self) -> Option<(String, PgConnection)> {
-        let mut cell = self.presence.lock().unwrap_or_else(PoisonError::into_inner);
-        cell.held.take()
-    }
-
-    fn put_presence(&self, holder: String, conn: PgConnection) {
-        let mut cell = self.presence.lock().unwrap_or_else(PoisonError::into_inner);
-        cell.held = Some((holder, conn));
-    }
-
-    /// Ends the presence session (on close): the lock goes with it.
-    pub(crate) async fn drop_presence(&self) {
+    async fn drop_presence(&self) {
         if let Some((_, conn)) = self.take_presence() {
             let _ = conn.close().await;
         }
     }
 
-    pub(crate) async fn holder_gone_impl(&self, holder: &str) -> Result<Option<bool>> {
+    async fn holder_gone(&self, holder: &str) -> Result<Option<bool>> {
         // Try the lock on one pooled connection and give it straight back on the same one: a
         // session lock taken and kept would make the holder look alive to everyone else.
         let mut conn = self.pool.acquire().await?;
@@ -208,7 +211,7 @@ impl PostgresStore {
         Ok(Some(free))
     }
 
-    pub(crate) async fn await_holder_gone_impl(&self, holder: &str) -> Result<bool> {
+    async fn await_holder_gone(&self, holder: &str) -> Result<bool> {
         // A session of its own that blocks in `pg_advisory_lock` until the holder's session
         // ends; the server wakes it at that instant. Then the lock is let go at once.
         let mut conn = PgConnection::connect_with(&self.options)
@@ -229,30 +232,42 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    fn take_presence(&self) -> Option<(String, PgConnection)> {
+        let mut cell = self.presence.lock().unwrap_or_else(PoisonError::into_inner);
+        cell.held.take()
+    }
+
+    fn put_presence(&self, holder: String, conn: PgConnection) {
+        let mut cell = self.presence.lock().unwrap_or_else(PoisonError::into_inner);
+        cell.held = Some((holder, conn));
+    }
+}
+
 /// SQLite: one machine, no sessions to watch. Wake-ups stay in process; presence is proved by
 /// the host's own data-directory lock (see `muninn-host`), not by the store.
-impl SqliteStore {
-    pub(crate) async fn announce_wake_impl(&self, _mind: &str, _from: &str) -> Result<()> {
+impl HostSignals for SqliteStore {
+    async fn announce_wake(&self, _mind: &str, _from: &str) -> Result<()> {
         Ok(())
     }
 
-    pub(crate) async fn listen_wakes_impl(&self) -> Result<Option<WakeListener>> {
+    async fn listen_wakes(&self) -> Result<Option<WakeListener>> {
         Ok(None)
     }
 
-    pub(crate) async fn hold_presence_impl(&self, _holder: &str) -> Result<bool> {
+    async fn hold_presence(&self, _holder: &str) -> Result<bool> {
         Ok(false)
     }
 
-    pub(crate) async fn holder_gone_impl(&self, _holder: &str) -> Result<Option<bool>> {
+    async fn holder_gone(&self, _holder: &str) -> Result<Option<bool>> {
         Ok(None)
     }
 
-    pub(crate) async fn await_holder_gone_impl(&self, _holder: &str) -> Result<bool> {
+    async fn await_holder_gone(&self, _holder: &str) -> Result<bool> {
         Ok(false)
     }
 
-    pub(crate) async fn drop_presence(&self) {}
+    async fn drop_presence(&self) {}
 }
 
 #[cfg(test)]

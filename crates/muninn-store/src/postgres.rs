@@ -114,9 +114,6 @@ impl PostgresStore {
     }
 
     /// Starts a write transaction (READ COMMITTED; fenced writes lock the lease row).
-    /// Nothing to record at close: PostgreSQL keeps its own counters durable.
-    async fn before_close(&self) {}
-
     async fn begin_write(&self) -> Result<crate::write::WriteTx<Postgres>> {
         crate::write::WriteTx::begin(&self.pool, "BEGIN", None, None).await
     }
@@ -151,24 +148,6 @@ impl crate::sql::Backend for PostgresStore {
     async fn begin_write(&self) -> Result<crate::write::WriteTx<Postgres>> {
         PostgresStore::begin_write(self).await
     }
-    async fn shut_down(&self) {
-        self.before_close().await;
-        self.drop_presence().await;
-        self.pool.close().await;
-    }
-    async fn announce_wake(&self, mind: &str, from: &str) -> Result<()> {
-        self.announce_wake_impl(mind, from).await
-    }
-    async fn listen_wakes(&self) -> Result<Option<crate::WakeListener>> {
-        self.listen_wakes_impl().await
-    }
-    async fn hold_presence(&self, holder: &str) -> Result<bool> {
-        self.hold_presence_impl(holder).await
-    }
-    async fn holder_gone(&self, holder: &str) -> Result<Option<bool>> {
-        self.holder_gone_impl(holder).await
-    }
-    async fn await_holder_gone(&self, holder: &str) -> Result<bool> {
-        self.await_holder_gone_impl(holder).await
-    }
+    /// Nothing to record at close: PostgreSQL keeps its own counters durable.
+    async fn before_close(&self) {}
 }

@@ -354,24 +354,6 @@ impl SqliteStore {
         self.commit.guard.stats()
     }
 
-    /// On a clean close: under the write lock, the identity file takes exactly the database's
-    /// counters, so the next open can tell lost commits from a crash. A failure is logged: the
-    /// file then still bounds every id issued, it only cannot prove a clean stop.
-    async fn before_close(&self) {
-        let exact = async {
-            // No barrier: closing the pool checkpoints the WAL into the database, synced.
-            let turn = self.writer_turn().await?;
-            let mut tx =
-                crate::write::WriteTx::begin(&self.pool, "BEGIN IMMEDIATE", None, turn).await?;
-            self.commit.guard.write_exact(&mut tx).await?;
-            tx.commit().await
-        };
-        if let Err(e) = exact.await {
-            tracing::warn!(database = %self.path.display(), error = %e,
-                "could not record a clean stop in the store's identity file");
-        }
-    }
-
     /// Applies pending migrations in one `BEGIN IMMEDIATE` transaction, so two processes
     /// opening a new file at once migrate it exactly once (the second sees the first's
     /// `schema_version` rows). Re-opening a current database applies nothing.
@@ -400,25 +382,22 @@ impl crate::sql::Backend for SqliteStore {
     async fn begin_write(&self) -> Result<crate::write::WriteTx<Sqlite>> {
         SqliteStore::begin_write(self).await
     }
-    async fn shut_down(&self) {
-        self.before_close().await;
-        self.drop_presence().await;
-        self.pool.close().await;
-    }
-    async fn announce_wake(&self, mind: &str, from: &str) -> Result<()> {
-        self.announce_wake_impl(mind, from).await
-    }
-    async fn listen_wakes(&self) -> Result<Option<crate::WakeListener>> {
-        self.listen_wakes_impl().await
-    }
-    async fn hold_presence(&self, holder: &str) -> Result<bool> {
-        self.hold_presence_impl(holder).await
-    }
-    async fn holder_gone(&self, holder: &str) -> Result<Option<bool>> {
-        self.holder_gone_impl(holder).await
-    }
-    async fn await_holder_gone(&self, holder: &str) -> Result<bool> {
-        self.await_holder_gone_impl(holder).await
+    /// On a clean close: under the write lock, the identity file takes exactly the database's
+    /// counters, so the next open can tell lost commits from a crash. A failure is logged: the
+    /// file then still bounds every id issued, it only cannot prove a clean stop.
+    async fn before_close(&self) {
+        let exact = async {
+            // No barrier: closing the pool checkpoints the WAL into the database, synced.
+            let turn = self.writer_turn().await?;
+            let mut tx =
+                crate::write::WriteTx::begin(&self.pool, "BEGIN IMMEDIATE", None, turn).await?;
+            self.commit.guard.write_exact(&mut tx).await?;
+            tx.commit().await
+        };
+        if let Err(e) = exact.await {
+            tracing::warn!(database = %self.path.display(), error = %e,
+                "could not record a clean stop in the store's identity file");
+        }
     }
 }
 

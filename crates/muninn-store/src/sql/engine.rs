@@ -24,7 +24,7 @@ use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Pool, Postgres, Sqlite, Type};
 
 use crate::error::Result;
-use crate::hosts::WakeListener;
+use crate::hosts::HostSignals;
 use crate::write::WriteTx;
 
 /// A value bound to a statement parameter. Text is borrowed where it can be: sqlx encodes a
@@ -219,20 +219,23 @@ pub(crate) trait Engine: Database {
 /// What a store struct gives the aggregate modules and the [`Store`](crate::Store)
 /// implementation: its pool, how a write transaction begins (the only way one does; see
 /// [`crate::write`]), and the few things that differ per backend beyond SQL.
-pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
+pub(crate) trait Backend: HostSignals + Send + Sync + std::fmt::Debug {
     type Db: Engine;
     /// [`Store::backend`](crate::Store::backend).
     const NAME: &'static str;
     fn pool(&self) -> &Pool<Self::Db>;
     fn begin_write(&self) -> impl Future<Output = Result<WriteTx<Self::Db>>> + Send;
-    /// [`Store::close`](crate::Store::close): what the backend records before its pool closes.
-    fn shut_down(&self) -> impl Future<Output = ()> + Send;
-    // What hosts sharing a database tell each other (see `crate::hosts`).
-    fn announce_wake(&self, mind: &str, from: &str) -> impl Future<Output = Result<()>> + Send;
-    fn listen_wakes(&self) -> impl Future<Output = Result<Option<WakeListener>>> + Send;
-    fn hold_presence(&self, holder: &str) -> impl Future<Output = Result<bool>> + Send;
-    fn holder_gone(&self, holder: &str) -> impl Future<Output = Result<Option<bool>>> + Send;
-    fn await_holder_gone(&self, holder: &str) -> impl Future<Output = Result<bool>> + Send;
+    /// What the backend records on a clean close, before its pool closes.
+    fn before_close(&self) -> impl Future<Output = ()> + Send;
+    /// [`Store::close`](crate::Store::close): what the backend records, then the presence
+    /// session ends (see `crate::hosts`), then the pool closes.
+    fn shut_down(&self) -> impl Future<Output = ()> + Send {
+        async move {
+            self.before_close().await;
+            self.drop_presence().await;
+            self.pool().close().await;
+        }
+    }
 }
 
 // The engines' implementations: the same few lines for both, written once with sqlx's bounds

@@ -8,6 +8,7 @@ use super::engine::Backend;
 use super::{briefs, leases, ledger, mailbox, memory, migrations, minds, outbox, segments};
 use super::{transcript, turn};
 use crate::error::Result;
+use crate::hosts::HostSignals;
 use crate::store::Store;
 use crate::types::*;
 
@@ -104,23 +105,23 @@ impl<B: Backend> Store for B {
     // Hosts sharing a database (see `crate::hosts`).
 
     async fn announce_wake(&self, mind: &str, from: &str) -> Result<()> {
-        Backend::announce_wake(self, mind, from).await
+        HostSignals::announce_wake(self, mind, from).await
     }
 
     async fn listen_wakes(&self) -> Result<Option<crate::WakeListener>> {
-        Backend::listen_wakes(self).await
+        HostSignals::listen_wakes(self).await
     }
 
     async fn hold_presence(&self, holder: &str) -> Result<bool> {
-        Backend::hold_presence(self, holder).await
+        HostSignals::hold_presence(self, holder).await
     }
 
     async fn holder_gone(&self, holder: &str) -> Result<Option<bool>> {
-        Backend::holder_gone(self, holder).await
+        HostSignals::holder_gone(self, holder).await
     }
 
     async fn await_holder_gone(&self, holder: &str) -> Result<bool> {
-        Backend::await_holder_gone(self, holder).await
+        HostSignals::await_holder_gone(self, holder).await
     }
 
     // Segments and the transcript.
