@@ -116,6 +116,42 @@ struct ThreadState {
     blocks: u32,
 }
 
+/// How a request follows the previous request of its thread.
+struct Step {
+    /// Its messages begin with all of the previous request's; else it rewrote them.
+    continues: bool,
+    /// The first request of the thread, or the user's turn (see [`Shape::boundary`]).
+    boundary: bool,
+    /// The content blocks it added (all of its own, for a rewrite).
+    blocks_added: u32,
+    /// The tool results of the messages it added (all of its own, for a rewrite).
+    tool_results: ToolResults,
+}
+
+impl ThreadState {
+    /// The thread goes on to a request of `shape`: how that request follows the previous one.
+    fn advance(&mut self, shape: Shape) -> Step {
+        let known = self.messages.len();
+        let continues =
+            shape.messages.len() >= known && shape.messages[..known] == self.messages[..];
+        // What the request added: its new messages, or all of them for a rewrite.
+        let (added, blocks_before) = if continues {
+            (known, self.blocks)
+        } else {
+            (0, 0)
+        };
+        let step = Step {
+            continues,
+            boundary: known == 0 || shape.boundary,
+            blocks_added: shape.blocks.saturating_sub(blocks_before),
+            tool_results: total(shape.tool_results[added..].iter().copied()),
+        };
+        self.messages = shape.messages;
+        self.blocks = shape.blocks;
+        step
+    }
+}
+
 /// Reads one request/response log.
 #[derive(Debug)]
 pub(crate) struct ApiLogReader<'s> {
@@ -193,6 +229,7 @@ struct Shape {
     /// the conversation adds only its new messages' ones.
     tool_results: Vec<ToolResults>,
     blocks: u32,
+    /// The last message is the user's and holds no `tool_result` block.
     boundary: bool,
     markers: Vec<Option<String>>,
 }
@@ -336,29 +373,18 @@ impl FormatReader for ApiLogReader<'_> {
             .or_else(|| request.metadata.as_ref().and_then(|m| m.user_id.clone()))
             .unwrap_or_else(|| self.file_stem.clone());
         let state = self.thread(&session, shape.head);
-        let first = state.messages.is_empty();
-        let continues = shape.messages.len() >= state.messages.len()
-            && shape.messages[..state.messages.len()] == state.messages[..];
-        // What the request added: its new messages, or all of them for a rewrite.
-        let added = if continues { state.messages.len() } else { 0 };
-        let tool_results = total(shape.tool_results[added..].iter().copied());
+        let step = state.advance(shape);
         let request = TraceRequest {
             at_ms,
             usage: usage.to_usage(),
-            boundary: first || shape.boundary,
-            compacted: !continues,
+            boundary: step.boundary,
+            compacted: !step.continues,
             tools_changed: false,
             reasoning: response.content.is_some_and(|c| c.thinking > 0),
-            blocks_added: if continues {
-                shape.blocks.saturating_sub(state.blocks)
-            } else {
-                shape.blocks
-            },
+            blocks_added: step.blocks_added,
             provider_miss: response.diagnostics.as_ref().map(|d| d.label()),
-            tool_results,
+            tool_results: step.tool_results,
         };
-        state.messages = shape.messages;
-        state.blocks = shape.blocks;
         let kind = if state.name == "main" {
             ThreadKind::Main
         } else {
