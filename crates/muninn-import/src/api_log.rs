@@ -313,6 +313,8 @@ impl FormatReader for ApiLogReader<'_> {
             boundary: first || shape.boundary,
             compacted: !continues,
             tools_changed: false,
+            version_changed: false,
+            interrupted_thinking: false,
             reasoning: response.content.is_some_and(|c| c.thinking > 0),
             blocks_added: if continues {
                 shape.blocks.saturating_sub(state.blocks)
