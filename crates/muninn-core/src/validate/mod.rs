@@ -48,9 +48,10 @@
 //! sending (`tools_changed`, on a thread's later request) also starts a new segment under a new
 //! tool epoch, and skips the heads for that request: the tools come first, so nothing matches.
 //! A request that opens a person's turn, on a thread whose client was seen dropping the finished
-//! turn's thinking on the last two turns it opened, continues from the end of that turn's first
-//! request whose answer thought (`TraceRequest::reasoning`) in a new segment: the prompt is the
-//! same up to there and new after it (`anthropic`'s `ThinkingDrop`).
+//! turn's thinking on the last two turns it opened — or right after an answer the person stopped
+//! while it was only thinking (`TraceRequest::interrupted_thinking`) — continues from the end of
+//! that turn's first request whose answer thought (`TraceRequest::reasoning`) in a new segment:
+//! the prompt is the same up to there and new after it (`anthropic`'s `ThinkingDrop`).
 //!
 //! A session's opening request whose tools head the model's cache holds dead (or never wrote)
 //! finds it warm when earlier openings on that same head, dead too, were read more often than
