@@ -158,6 +158,8 @@ fn load(dir: &Path) -> Result<Loaded, Box<dyn std::error::Error>> {
                 boundary: false,
                 compacted: compact_pending && kind == ThreadKind::Main,
                 tools_changed: false,
+                version_changed: false,
+                interrupted_thinking: false,
                 reasoning: false,
                 blocks_added: blocks_since,
                 provider_miss: None,

@@ -105,6 +105,22 @@ pub struct TraceRequest {
     /// nothing: the tools were so from the start.
     #[serde(default, skip_serializing_if = "is_false")]
     pub tools_changed: bool,
+    /// Whether the thread's previous request was sent by another client version than this one,
+    /// as the source records it (Claude Code names its `version` on every line: a session
+    /// resumed after an upgrade, or two clients on one session). A new version may bring a new
+    /// system prompt, or not: on the tuning parts one such change was diagnosed
+    /// `system_changed` by the provider, another read the whole prefix. So it predicts no miss;
+    /// it names the level of one ([`crate::validate`]). On a thread's first request it says
+    /// nothing.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub version_changed: bool,
+    /// Whether the person interrupted the thread's previous answer while it had only begun to
+    /// think (Claude Code: a `[Request interrupted by user]` line right after a response whose
+    /// only blocks are thinking). Claude Code then sends the next turn without the thinking of
+    /// the turn it interrupted, so that prompt diverges where the turn's first thinking began
+    /// (the cache model's `ThinkingDrop`, [`crate::validate`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub interrupted_thinking: bool,
     /// Whether the response to this request carried reasoning that the client may send back
     /// only until the next user message: Codex's `reasoning` response items, Claude Code's
     /// `thinking` / `redacted_thinking` blocks. OpenAI's reasoning models drop an earlier turn's

@@ -7,6 +7,8 @@ use muninn_core::validate::{
 };
 use proptest::prelude::*;
 
+mod causes;
+
 const MIN: i64 = 60_000;
 const H1: u64 = 17_842;
 const H2: u64 = 21_460;
@@ -25,6 +27,8 @@ fn req(at_ms: i64, read: u64, write: u64, one_hour: bool) -> TraceRequest {
         boundary: false,
         compacted: false,
         tools_changed: false,
+        version_changed: false,
+        interrupted_thinking: false,
         reasoning: false,
         blocks_added: 3,
         provider_miss: None,

@@ -380,6 +380,8 @@ impl FormatReader for ApiLogReader<'_> {
             boundary: step.boundary,
             compacted: !step.continues,
             tools_changed: false,
+            version_changed: false,
+            interrupted_thinking: false,
             reasoning: response.content.is_some_and(|c| c.thinking > 0),
             blocks_added: step.blocks_added,
             provider_miss: response.diagnostics.as_ref().map(|d| d.label()),

@@ -28,6 +28,13 @@
 //! - `tools_changed`: a `system` line with `subtype: "bridge_status"` whose text begins
 //!   "/remote-control is active" came after the thread's previous request (switching remote
 //!   control on changes the tools Claude Code sends).
+//! - `version_changed`: the response's line names another client `version` than the line of the
+//!   thread's previous response did (a session resumed after an upgrade, which may bring another
+//!   system prompt). Responses copied from an earlier file count as the previous response.
+//! - `interrupted_thinking`: a `user` line whose text begins "[Request interrupted by user"
+//!   came right after a response whose lines so far held only thinking blocks (the person
+//!   stopped the answer while it was thinking; Claude Code then drops the interrupted turn's
+//!   thinking from the next prompt).
 //! - `blocks_added`: content blocks of `user` and `assistant` lines (array elements; a plain string
 //!   is one) since the previous request of the thread. The request's own assistant blocks count
 //!   towards the next request, since that is the prompt they join.
@@ -80,6 +87,9 @@ struct ClaudeLine<'a> {
     is_meta: Option<bool>,
     #[serde(borrow)]
     timestamp: Option<Str<'a>>,
+    /// The Claude Code version that wrote the line.
+    #[serde(borrow)]
+    version: Option<Str<'a>>,
     #[serde(borrow)]
     message: Option<ClaudeMessage<'a>>,
     /// A `system` line's text (other line types may carry anything here).
@@ -147,6 +157,12 @@ impl<'a> ClaudeMessage<'a> {
     /// The content blocks this line (event) of a response carries: one if it names none.
     pub(crate) fn blocks(&self) -> u32 {
         self.content.map_or(1, |c| c.blocks)
+    }
+
+    /// Whether every block this line (event) of a response carries is thinking.
+    fn thinking_only(&self) -> bool {
+        self.content
+            .is_some_and(|c| c.blocks > 0 && c.thinking == c.blocks)
     }
 
     /// What one line (event) of a response tells of its request: the cache diagnosis, if the
@@ -228,6 +244,14 @@ pub(crate) struct ThreadState {
     pub(crate) compacted: bool,
     /// The client changed its tool list since the last request (remote control switched on).
     pub(crate) tools_changed: bool,
+    /// The client version that sent the thread's last response, where its lines name one.
+    pub(crate) version: Option<String>,
+    /// The next request is sent by another client version than the last one.
+    pub(crate) version_changed: bool,
+    /// The lines of the last response so far hold only thinking blocks.
+    pub(crate) thinking_only: bool,
+    /// The person interrupted the last response while it held only thinking.
+    pub(crate) interrupted_thinking: bool,
     /// Content blocks since the last request.
     pub(crate) blocks: u32,
     /// Tool results since the last request.
@@ -240,6 +264,10 @@ impl Default for ThreadState {
             human_turn: true,
             compacted: false,
             tools_changed: false,
+            version: None,
+            version_changed: false,
+            thinking_only: false,
+            interrupted_thinking: false,
             blocks: 0,
             tools: Default::default(),
         }
@@ -262,6 +290,8 @@ impl ThreadState {
             boundary: self.human_turn,
             compacted: self.compacted,
             tools_changed: self.tools_changed,
+            version_changed: self.version_changed,
+            interrupted_thinking: self.interrupted_thinking,
             reasoning: false,
             blocks_added: self.blocks,
             provider_miss: None,
@@ -269,12 +299,28 @@ impl ThreadState {
         };
         message.annotate(&mut request);
         self.after_response(message.blocks());
+        self.thinking_only = message.thinking_only();
         request
     }
 
     /// A later line (event) of a response already imported: its blocks join the next request.
     pub(crate) fn more_of_response(&mut self, message: &ClaudeMessage<'_>) {
         self.blocks = self.blocks.saturating_add(message.blocks());
+        self.thinking_only &= message.thinking_only();
+    }
+
+    /// The client version a response's line names: another than the thread's last response's
+    /// flags the request it answers (a line naming none says nothing).
+    fn sent_by(&mut self, version: Option<&str>) {
+        let Some(version) = version else { return };
+        match &self.version {
+            Some(last) if last == version => {}
+            Some(_) => {
+                self.version_changed = true;
+                self.version = Some(version.to_owned());
+            }
+            None => self.version = Some(version.to_owned()),
+        }
     }
 
     /// A compaction boundary: the thread's count starts afresh.
@@ -291,6 +337,10 @@ impl ThreadState {
             human_turn: false,
             compacted: false,
             tools_changed: false,
+            version: self.version.take(),
+            version_changed: false,
+            thinking_only: false,
+            interrupted_thinking: false,
             blocks,
             tools: Default::default(),
         };
@@ -329,6 +379,15 @@ impl ThreadState {
     /// result) makes that request a turn boundary and tool results make it a loop step.
     pub(crate) fn user_content(&mut self, content: Option<ContentShape>, may_turn: bool) {
         let shape = content.unwrap_or_default();
+        // Claude Code drops an answer stopped while it was only thinking, and with it the
+        // thinking of the turn it belonged to (seen once on the tuning part of one public
+        // user's sessions: the next turn read exactly up to that turn's first thinking, and the
+        // API labelled it `messages_changed`; stopped answers that had begun to write or call
+        // a tool were sent on unchanged).
+        if shape.interrupt && self.thinking_only {
+            self.interrupted_thinking = true;
+        }
+        self.thinking_only = false;
         self.blocks = self.blocks.saturating_add(shape.blocks);
         self.tools.tokens = self.tools.tokens.saturating_add(shape.tool_result_tokens);
         self.tools.uses = self.tools.uses.saturating_add(shape.tool_results);
@@ -436,12 +495,14 @@ impl<'s> ClaudeReader<'s> {
                     self.responses.insert(hash, Response::Dropped);
                     return;
                 }
+                let version = parsed.version.as_ref().map(Str::as_str);
                 if self.seen.contains(&hash) {
                     // The request happened, just not in this file: the thread moves on as if it
                     // had been imported, so the next new request's flags and block count start
                     // from here.
                     cx.stats.duplicates_dropped += 1;
                     self.responses.insert(hash, Response::Dropped);
+                    state.sent_by(version);
                     state.after_response(message.blocks());
                     return;
                 }
@@ -452,6 +513,7 @@ impl<'s> ClaudeReader<'s> {
                     );
                     return;
                 };
+                state.sent_by(version);
                 let request = state.take_request(at_ms, usage.to_usage(), message);
                 let kind = if thread == "main" {
                     ThreadKind::Main

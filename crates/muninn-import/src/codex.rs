@@ -219,6 +219,8 @@ impl FormatReader for CodexReader {
                         boundary: self.human_turn,
                         compacted: self.compacted,
                         tools_changed: false,
+                        version_changed: false,
+                        interrupted_thinking: false,
                         reasoning: self.reasoning,
                         blocks_added: 0,
                         provider_miss: None,

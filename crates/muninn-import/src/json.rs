@@ -58,6 +58,56 @@ pub(crate) struct ContentShape {
     pub tool_result_tokens: muninn_core::money::Tokens,
     /// How many are `thinking` or `redacted_thinking` blocks (an answer's reasoning).
     pub thinking: u32,
+    /// Whether a text block says the person interrupted the answer (Claude Code writes
+    /// "[Request interrupted by user]", or "… for tool use").
+    pub interrupt: bool,
+}
+
+/// Whether a text block's `text` is Claude Code's interrupt marker, decided as the string is
+/// read (nothing kept).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct InterruptMarker(bool);
+
+impl<'de> Deserialize<'de> for InterruptMarker {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MarkerVisitor;
+        impl<'de> Visitor<'de> for MarkerVisitor {
+            type Value = InterruptMarker;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a block's text")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(InterruptMarker(
+                    v.starts_with("[Request interrupted by user"),
+                ))
+            }
+            // Anything else where a text belongs is no marker, and no reason to refuse the line.
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(InterruptMarker(false))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(InterruptMarker(false))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(InterruptMarker(false))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(InterruptMarker(false))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(InterruptMarker(false))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(InterruptMarker(false))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(InterruptMarker(false))
+            }
+        }
+        deserializer.deserialize_any(MarkerVisitor)
+    }
 }
 
 /// The tokens of a `tool_result` block's `content` as the cache model counts it — its canonical
@@ -199,18 +249,23 @@ impl ContentShape {
             Some("thinking" | "redacted_thinking") => {
                 self.thinking = self.thinking.saturating_add(1);
             }
+            Some("text") => {
+                self.interrupt |= b.text.is_some_and(|t| t.0);
+            }
             _ => {}
         }
     }
 }
 
 /// Only the `type` of a block is read, and a block's `content` (counted as it is read, kept
-/// for a tool result); the rest (text, tool inputs) is skipped unallocated.
+/// for a tool result), and whether a text block is the interrupt marker; the rest (other text,
+/// tool inputs) is skipped unallocated.
 #[derive(serde::Deserialize)]
 struct Block<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<Str<'a>>,
     content: Option<ToolContentTokens>,
+    text: Option<InterruptMarker>,
 }
 
 /// An array element that is a block object, or anything else (counted, not inspected).
@@ -389,7 +444,8 @@ mod tests {
                 blocks: 1,
                 tool_results: 0,
                 tool_result_tokens: 0,
-                thinking: 0
+                thinking: 0,
+                interrupt: false,
             }
         );
         let shape: ContentShape = serde_json::from_str(
@@ -403,9 +459,26 @@ mod tests {
                 tool_results: 1,
                 // `[{"text":"x","type":"text"}]` is 19 tokens, the placeholder string 9.
                 tool_result_tokens: 10,
-                thinking: 2
+                thinking: 2,
+                interrupt: false,
             }
         );
+        // Claude Code's interrupt marker, in either wording; a text that is not a string is no
+        // marker and does not spoil the line.
+        for marker in [
+            "[Request interrupted by user]",
+            "[Request interrupted by user for tool use]",
+        ] {
+            let line =
+                format!(r#"[{{"type":"text","text":"{marker}"}},{{"type":"text","text":5}}]"#);
+            let shape: ContentShape = serde_json::from_str(&line).unwrap();
+            assert_eq!((shape.blocks, shape.interrupt), (2, true));
+        }
+        let shape: ContentShape = serde_json::from_str(
+            r#"[{"type":"text","text":{"a":["[Request interrupted by user]"]}}]"#,
+        )
+        .unwrap();
+        assert_eq!((shape.blocks, shape.interrupt), (1, false));
     }
 
     /// Counting a tool result's content as the parser reads it gives the canonical tokens of

@@ -225,6 +225,8 @@ impl FormatReader for TraceLabReader {
             boundary: state.is_none(),
             compacted: state.is_some_and(|s| row.prefix < s.prompt),
             tools_changed: false,
+            version_changed: false,
+            interrupted_thinking: false,
             reasoning: false,
             blocks_added: 0,
             provider_miss: None,

@@ -53,6 +53,8 @@ fn request(
         boundary,
         compacted,
         tools_changed: false,
+        version_changed: false,
+        interrupted_thinking: false,
         reasoning: false,
         blocks_added: blocks,
         provider_miss: None,

@@ -243,3 +243,42 @@ fn an_answer_that_thought_is_marked_whichever_line_carries_the_thinking() {
     let marks: Vec<bool> = got.traces[0].requests.iter().map(|r| r.reasoning).collect();
     assert_eq!(marks, vec![false, true, true, false]);
 }
+
+/// Two shapes that rewrite the prompt before a request, seen on the tuning part of one public
+/// user's 2.1.2xx sessions: an answer the person stopped while it was only thinking (a thinking
+/// line, then "[Request interrupted by user]"), and a session going on under a new client
+/// `version`. The first flags the next request `interrupted_thinking` — an answer stopped after
+/// it began to write does not — and the second flags the first request of the new version
+/// `version_changed`, and only it.
+#[test]
+fn an_interrupted_thought_and_a_new_client_version_are_flagged() {
+    let import = import(&[fixture("claude-rewrites")]);
+    assert!(import.warnings.is_empty(), "{:?}", import.warnings);
+    let t = &import.traces[0];
+    let flags: Vec<(bool, bool)> = t
+        .requests
+        .iter()
+        .map(|r| (r.interrupted_thinking, r.version_changed))
+        .collect();
+    assert_eq!(
+        flags,
+        vec![
+            (false, false),
+            (false, false),
+            (true, false),
+            (false, false),
+            (false, true),
+            (false, false),
+        ]
+    );
+    // The stored trace format keeps them.
+    let mut stored = Vec::new();
+    write_traces(&mut stored, [t]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.jsonl");
+    std::fs::write(&path, &stored).unwrap();
+    assert_eq!(
+        read_trace_file(&path).unwrap().traces[0].requests,
+        t.requests
+    );
+}

@@ -349,6 +349,8 @@ pub fn session_trace(
                 boundary: true,
                 compacted: false,
                 tools_changed: false,
+                version_changed: false,
+                interrupted_thinking: false,
                 reasoning: false,
                 blocks_added: 2,
                 provider_miss: None,

@@ -201,6 +201,8 @@ pub fn session(seed: u64, requests: usize, params: &SynthParams) -> Trace {
             boundary,
             compacted,
             tools_changed: false,
+            version_changed: false,
+            interrupted_thinking: false,
             reasoning: false,
             // An assistant reply and the next user message (tool result or human text).
             blocks_added: 2,

@@ -52,6 +52,8 @@ mod tests {
             },
             compacted,
             tools_changed: false,
+            version_changed: false,
+            interrupted_thinking: false,
             reasoning: false,
             ..TraceRequest::default()
         }

@@ -182,7 +182,10 @@ fn conversation(
     let dropped_at = group
         .turn_thinking
         .filter(|at| opens_turn && group.tail.is_some_and(|t| at.tokens < t.tokens));
-    let drop = group.thinking_drops >= DROPS_BEFORE_PREDICTING && dropped_at.is_some();
+    // An answer stopped while it was thinking is dropped with its turn's thinking whatever the
+    // client does otherwise (`TraceRequest::interrupted_thinking`).
+    let drop = (group.thinking_drops >= DROPS_BEFORE_PREDICTING || req.interrupted_thinking)
+        && dropped_at.is_some();
     let previous = if forked {
         own_tail.or(group.tail)
     } else if req.compacted || tools_changed {
@@ -220,6 +223,10 @@ struct Rebuilt {
     tools_changed: bool,
     segment: u32,
     dropped_at: Option<Tail>,
+    /// Whether the request is predicted to diverge from its predecessor in the messages: its
+    /// client dropped the previous turn's thinking (a compaction is named by the caller, from
+    /// the trace).
+    rewritten: bool,
     checkpoints: Vec<Checkpoint>,
     /// Where this request's conversation ends.
     end: Tail,
@@ -272,6 +279,7 @@ impl ModelReplay {
             options,
         );
         let dead_head = self.open_on_dead_head(trace, index, &rebuilt.checkpoints, options);
+        let rewritten = rebuilt.rewritten;
         let prompt = Prompt {
             model: &trace.model,
             checkpoints: &rebuilt.checkpoints,
@@ -289,7 +297,16 @@ impl ModelReplay {
                 }
             };
         self.learn(trace, index, reference, rebuilt, dead_head, options);
-        (read, miss)
+        // A prompt rebuilt without the previous turn's thinking diverges from its predecessor
+        // in the messages, whatever the cache still held of it.
+        (
+            read,
+            if rewritten {
+                Some(MissCause::MessagesChange)
+            } else {
+                miss
+            },
+        )
     }
 
     /// Request `index` of `trace` rebuilt as checkpoints, from what the client knew before
@@ -381,6 +398,7 @@ impl ModelReplay {
             tools_changed,
             segment: conv.segment,
             dropped_at: conv.dropped_at,
+            rewritten: conv.drop,
             checkpoints,
             end,
         }
@@ -479,7 +497,9 @@ impl ModelReplay {
         if forked {
             self.thread_tails.insert(trace.id.clone(), end);
         } else {
-            if let Some(seen) = seen {
+            // A drop the person caused by interrupting says nothing of what the client does
+            // with a finished turn's thinking.
+            if let Some(seen) = seen.filter(|_| !req.interrupted_thinking) {
                 updated.thinking_drops = match seen {
                     ThinkingDrop::Dropped => updated.thinking_drops.saturating_add(1),
                     ThinkingDrop::Kept => 0,

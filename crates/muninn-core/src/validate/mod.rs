@@ -48,9 +48,10 @@
 //! sending (`tools_changed`, on a thread's later request) also starts a new segment under a new
 //! tool epoch, and skips the heads for that request: the tools come first, so nothing matches.
 //! A request that opens a person's turn, on a thread whose client was seen dropping the finished
-//! turn's thinking on the last two turns it opened, continues from the end of that turn's first
-//! request whose answer thought (`TraceRequest::reasoning`) in a new segment: the prompt is the
-//! same up to there and new after it (`anthropic`'s `ThinkingDrop`).
+//! turn's thinking on the last two turns it opened — or right after an answer the person stopped
+//! while it was only thinking (`TraceRequest::interrupted_thinking`) — continues from the end of
+//! that turn's first request whose answer thought (`TraceRequest::reasoning`) in a new segment:
+//! the prompt is the same up to there and new after it (`anthropic`'s `ThinkingDrop`).
 //!
 //! A session's opening request whose tools head the model's cache holds dead (or never wrote)
 //! finds it warm when earlier openings on that same head, dead too, were read more often than
@@ -192,8 +193,11 @@ pub struct RequestRow {
     pub cache_model: Prediction,
     /// The naive rule's prediction.
     pub naive: Prediction,
-    /// The cache model's miss cause: a model switch or a recorded compaction names its level,
-    /// otherwise the cache model's own (cold start, TTL expiry, prefix change).
+    /// The cache model's miss cause: a change the trace records before the request names its
+    /// level (a model switch, a tool list the client changed, a compaction); otherwise the
+    /// cache model's own (cold start, TTL expiry, a rebuilt prompt that dropped thinking,
+    /// prefix change); and where the model expected the whole reference prefix and the
+    /// provider read less, a change of the prompt (`shortfall_cause`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<MissCause>,
     /// The provider's diagnosis the source recorded, if any (the label).
@@ -289,6 +293,10 @@ pub struct CauseFigures {
     pub labelled: usize,
     /// Of those, requests whose cause agrees.
     pub agree: usize,
+    /// Of those, requests whose cause named no level ([`MissCause::PrefixChange`]), which
+    /// agrees with a change at any level: `agree - unknown_level` named the provider's level.
+    #[serde(default)]
+    pub unknown_level: usize,
     /// Labels by reason (`messages_changed`, `no_divergence`, …), conclusive or not.
     pub labels: BTreeMap<String, usize>,
 }
@@ -312,6 +320,8 @@ impl Figures {
         if let Some(agree) = row.cause_agrees {
             self.causes.labelled += 1;
             self.causes.agree += usize::from(agree);
+            self.causes.unknown_level +=
+                usize::from(agree && row.cause == Some(MissCause::PrefixChange));
         }
         if row.kind == ThreadKind::Main {
             self.model.main.add(row.recorded_read, &row.cache_model);
@@ -522,9 +532,35 @@ impl Predictors {
             (model_read, naive),
             tolerance,
         );
-        row.cause = cause;
-        row.cause_agrees = req.provider_miss.and_then(|label| agrees(cause, &label));
+        row.cause = cause.or_else(|| shortfall_cause(&row, index > 0 && req.version_changed));
+        row.cause_agrees = req
+            .provider_miss
+            .and_then(|label| agrees(row.cause, &label));
         Some(row)
+    }
+}
+
+/// The cause of a request the cache model expected to read its whole reference prefix (no miss
+/// of its own) but that read less: the prompt changed before the prefix's end. At the system
+/// prompt when the client's version changed since the thread's previous request (`new_client`,
+/// `TraceRequest::version_changed`), else at a level the trace does not show
+/// ([`MissCause::PrefixChange`]).
+///
+/// A diagnosis from the request's own answer, not a prediction: the recorded read is part of
+/// the request's lines, and a cause may use them (never a later request's). Why a change and
+/// not an eviction ([`MissCause::EvictionOrUnknown`], what the host names a shortfall on a
+/// prompt whose structure it knows): a transcript does not hold the prompt, and on the tuning
+/// parts of the two public users whose transcripts carry the provider's diagnosis, every such
+/// shortfall it diagnosed conclusively was a divergence (`messages_changed` 3, one of them an
+/// interrupted thought the model now follows, `system_changed` 2, one of them after a new
+/// client version), none a diagnosis of no divergence.
+fn shortfall_cause(row: &RequestRow, new_client: bool) -> Option<MissCause> {
+    let short =
+        row.cache_model.class == ReadClass::Prefix && row.recorded_class != ReadClass::Prefix;
+    match (short, new_client) {
+        (false, _) => None,
+        (true, true) => Some(MissCause::SystemChange),
+        (true, false) => Some(MissCause::PrefixChange),
     }
 }
 
