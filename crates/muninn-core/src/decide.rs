@@ -58,6 +58,7 @@ use crate::money::{MicroUsd, Rate, Tokens};
 use serde::{Deserialize, Serialize};
 
 mod gaps;
+mod growth;
 mod policy;
 
 pub use gaps::{GapStats, MIN_GAPS_EVIDENCE};
@@ -310,6 +311,12 @@ pub struct SessionView {
     /// Requests the segment is expected still to have after the next one
     /// ([`crate::learn::SegmentLengths::remaining`]).
     pub remaining_requests: u64,
+    /// Whether the last answer asked for tools whose results have not been sent yet: the next
+    /// request continues its run, and no refresh may start there. An idle flush would then be
+    /// paid for nothing ([`SessionView::gap_refresh_due`]). The host's idle decisions come
+    /// between runs (its tools run within the turn): false there; the replay reads it from the
+    /// trace (the request that ends the gap carries those results).
+    pub awaiting_tool_results: bool,
 }
 
 /// What a session's backend can do besides answering turns. The replay engine assumes a backend
@@ -707,6 +714,15 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
                 go(Action::LetExpire, Reason::PingAllowanceSpent)
             }
         }
+        Policy::SkiRental | Policy::Predictive if view.gap_refresh_due(now_ms) => {
+            // The growth rule would refresh at the wake: pinging the old prefix until then
+            // pays for reads of what the refresh drops. Flush now and keep the head only.
+            if view.needs_flush() {
+                go(Action::Flush, Reason::GrowthBreakEven)
+            } else {
+                go(Action::LetExpire, Reason::GrowthBreakEven)
+            }
+        }
         Policy::SkiRental | Policy::Predictive => {
             let penalty = view.cold_wake_penalty();
             let within = view.gap_ping_spend + ping.estimate <= penalty;
@@ -737,11 +753,13 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
                 Reason::ExpectedSavingBelowPing
             };
             // Letting it expire: flush first if restarting from memory at the wake will beat
-            // rewriting the prefix (and a refresh would be allowed by then).
+            // rewriting the prefix (and a refresh would be allowed by then: the minimum
+            // segment reached, and a wake that is a boundary, not the awaited tool results).
             let restart = flush.estimate + view.restart_write(0, now_ms);
             let rewrite = view.append_cost(false, 0, now_ms);
             if view.needs_flush()
                 && view.can.idle_flush
+                && !view.awaiting_tool_results
                 && restart < rewrite
                 && view.segment_requests >= view.bounds.min_segment_requests
             {
