@@ -23,7 +23,10 @@
 //!   of a cold wake over a warm one; then let the cache expire, flushing first if a restart from
 //!   memory will be cheaper than rewriting P at the cold wake. *Growth*: once the read excess
 //!   accumulated since the last rehydration, Σ r·(Pₜ − R), reaches the cost of one rebuild
-//!   (flush + write R), refresh at the next turn boundary. *Learning*: both break-evens are
+//!   (flush + write R), refresh at the next turn boundary — or, if the session goes idle
+//!   first, at the gap: flush as the tail expires and restart at the wake, unless the last
+//!   answer awaits tool results (no idle flush then: the wake may not start a segment;
+//!   [`SessionView::gap_refresh_due`]). *Learning*: both break-evens are
 //!   scaled by what the Mind's earlier refreshes and pings paid back ([`crate::learn`]): a
 //!   refresh waits for as many rebuilds as one has been worth; a gap's pings stop early where
 //!   the Mind's earlier gaps that lasted as long mostly outlasted the budget.
