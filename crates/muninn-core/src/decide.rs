@@ -23,7 +23,10 @@
 //!   of a cold wake over a warm one; then let the cache expire, flushing first if a restart from
 //!   memory will be cheaper than rewriting P at the cold wake. *Growth*: once the read excess
 //!   accumulated since the last rehydration, Σ r·(Pₜ − R), reaches the cost of one rebuild
-//!   (flush + write R), refresh at the next turn boundary. *Learning*: both break-evens are
+//!   (flush + write R), refresh at the next turn boundary — or, if the session goes idle
+//!   first, at the gap: flush as the tail expires and restart at the wake, unless the last
+//!   answer awaits tool results (no idle flush then: the wake may not start a segment;
+//!   [`SessionView::gap_refresh_due`]). *Learning*: both break-evens are
 //!   scaled by what the Mind's earlier refreshes and pings paid back ([`crate::learn`]): a
 //!   refresh waits for as many rebuilds as one has been worth; a gap's pings stop early where
 //!   the Mind's earlier gaps that lasted as long mostly outlasted the budget.
@@ -58,6 +61,7 @@ use crate::money::{MicroUsd, Rate, Tokens};
 use serde::{Deserialize, Serialize};
 
 mod gaps;
+mod growth;
 mod policy;
 
 pub use gaps::{GapStats, MIN_GAPS_EVIDENCE};
@@ -310,6 +314,12 @@ pub struct SessionView {
     /// Requests the segment is expected still to have after the next one
     /// ([`crate::learn::SegmentLengths::remaining`]).
     pub remaining_requests: u64,
+    /// Whether the last answer asked for tools whose results have not been sent yet: the next
+    /// request continues its run, and no refresh may start there. An idle flush would then be
+    /// paid for nothing ([`SessionView::gap_refresh_due`]). The host's idle decisions come
+    /// between runs (its tools run within the turn): false there; the replay reads it from the
+    /// trace (the request that ends the gap carries those results).
+    pub awaiting_tool_results: bool,
 }
 
 /// What a session's backend can do besides answering turns. The replay engine assumes a backend
@@ -707,6 +717,15 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
                 go(Action::LetExpire, Reason::PingAllowanceSpent)
             }
         }
+        Policy::SkiRental | Policy::Predictive if view.gap_refresh_due(now_ms) => {
+            // The growth rule would refresh at the wake: pinging the old prefix until then
+            // pays for reads of what the refresh drops. Flush now and keep the head only.
+            if view.needs_flush() {
+                go(Action::Flush, Reason::GrowthBreakEven)
+            } else {
+                go(Action::LetExpire, Reason::GrowthBreakEven)
+            }
+        }
         Policy::SkiRental | Policy::Predictive => {
             let penalty = view.cold_wake_penalty();
             let within = view.gap_ping_spend + ping.estimate <= penalty;
@@ -737,11 +756,13 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
                 Reason::ExpectedSavingBelowPing
             };
             // Letting it expire: flush first if restarting from memory at the wake will beat
-            // rewriting the prefix (and a refresh would be allowed by then).
+            // rewriting the prefix (and a refresh would be allowed by then: the minimum
+            // segment reached, and a wake that is a boundary, not the awaited tool results).
             let restart = flush.estimate + view.restart_write(0, now_ms);
             let rewrite = view.append_cost(false, 0, now_ms);
             if view.needs_flush()
                 && view.can.idle_flush
+                && !view.awaiting_tool_results
                 && restart < rewrite
                 && view.segment_requests >= view.bounds.min_segment_requests
             {

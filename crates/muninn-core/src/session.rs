@@ -199,6 +199,8 @@ pub struct Accounting {
     segment_left: u64,
     /// [`crate::learn::Runs::run_left`] for the next request of the run, if inside it.
     run_left: Option<u64>,
+    /// [`SessionView::awaiting_tool_results`] until the next request is recorded.
+    awaiting_tool_results: bool,
 }
 
 impl Accounting {
@@ -227,6 +229,7 @@ impl Accounting {
             finished_run: None,
             segment_left: 0,
             run_left: None,
+            awaiting_tool_results: false,
         }
         .with_remaining()
     }
@@ -339,8 +342,17 @@ impl Accounting {
         self.update_remaining();
         self.prompt_tokens = usage.prompt();
         self.last_request_ms = Some(at_ms);
+        // Whether its answer asked for tools is told after it ([`Accounting::awaiting_tools`]).
+        self.awaiting_tool_results = false;
         self.gap = Gap::default();
         self.cached(at_ms, usage);
+    }
+
+    /// The last answer asked for tools whose results are still to be sent (`awaiting`): the
+    /// request that ends the idle gap continues its run ([`SessionView::awaiting_tool_results`]).
+    /// Recording a request forgets it.
+    pub fn awaiting_tools(&mut self, awaiting: bool) {
+        self.awaiting_tool_results = awaiting;
     }
 
     /// The request about to be recorded arrived at a task boundary (`boundary`: it begins a
@@ -543,6 +555,7 @@ impl Accounting {
                 .learned
                 .runs
                 .remaining_with(self.segment_left, self.run_left.filter(|_| !boundary)),
+            awaiting_tool_results: self.awaiting_tool_results,
         }
     }
 

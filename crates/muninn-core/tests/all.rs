@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cache;
+mod growth;
 mod learn;
 mod mask;
 mod optimum_mask;

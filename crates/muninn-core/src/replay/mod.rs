@@ -631,6 +631,10 @@ impl<'a> Engine<'a> {
                 before_ms: before,
             };
             if index > 0 {
+                // The answer before this gap asked for tools exactly when this request carries
+                // their results, continuing the run (the importers mark it not a boundary): the
+                // session knows it once that answer is in, before any idle decision.
+                self.acc.awaiting_tools(!turn.boundary);
                 self.idle(index, now, driver, &future, on_step);
             }
             // The arrival.
