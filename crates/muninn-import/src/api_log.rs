@@ -321,6 +321,7 @@ impl FormatReader for ApiLogReader<'_> {
             },
             provider_miss: response.diagnostics.as_ref().map(|d| d.label()),
             tool_results: Default::default(),
+            conversation: 0,
         };
         state.messages = shape.messages;
         state.blocks = shape.blocks;

@@ -53,6 +53,7 @@ impl Mapper {
                 blocks_added: 0,
                 provider_miss: row.provider_miss,
                 tool_results: Default::default(),
+                conversation: 0,
             };
             let thread = format!("{}/{side}", row.role);
             return (thread, ThreadKind::Compaction, request);
@@ -70,6 +71,7 @@ impl Mapper {
             blocks_added: 0,
             provider_miss: row.provider_miss,
             tool_results: Default::default(),
+            conversation: 0,
         };
         (row.role.clone(), ThreadKind::Mind, request)
     }

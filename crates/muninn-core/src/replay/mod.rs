@@ -50,6 +50,7 @@ use std::fmt;
 use std::str::FromStr;
 
 mod assumptions;
+pub mod branches;
 mod minds;
 pub mod rehydration;
 mod totals;
@@ -265,6 +266,52 @@ pub fn replay_trace_learning(
         // request); every other plan pays for its own flushes on the main thread instead.
         return totals;
     }
+    // Conversations alive at once in one thread (a session resumed in two terminals); a muninn
+    // ledger's thread is one by construction (one writer per session).
+    let conversations = branches::branches(trace);
+    if conversations.len() <= 1 {
+        return replay_conversation(trace, plan, config, learned, on_step);
+    }
+    // Conversations alive at once are sessions of their own: each is replayed apart, from what
+    // the Mind knew when the trace began, and the trace teaches what they taught together.
+    let known = *learned;
+    let mut taught = Learned::default();
+    for (n, indices) in conversations.iter().enumerate() {
+        let branch = Trace {
+            id: format!("{}#{n}", trace.id),
+            session: trace.session.clone(),
+            thread: trace.thread.clone(),
+            kind: trace.kind,
+            model: trace.model.clone(),
+            source: trace.source.clone(),
+            requests: indices.iter().map(|&i| trace.requests[i]).collect(),
+        };
+        let mut branch_learned = known;
+        let branch_totals =
+            replay_conversation(&branch, plan, config, &mut branch_learned, &mut |step| {
+                on_step(&Step {
+                    index: indices[step.index],
+                    ..*step
+                })
+            });
+        totals.add(&branch_totals);
+        taught = taught + (branch_learned - known);
+    }
+    *learned = known + taught;
+    totals
+}
+
+/// Replays one conversation (a trace, or one of the conversations interleaved in it) under a
+/// plan other than `recorded`.
+fn replay_conversation(
+    trace: &Trace,
+    plan: Plan,
+    config: &ReplayConfig<'_>,
+    learned: &mut Learned,
+    on_step: &mut dyn FnMut(&Step),
+) -> RunTotals {
+    let ttl = trace_ttl(trace, config);
+    let mut totals = RunTotals::default();
     let (head, turns) = reconstruct_for(trace, config);
     let mut driver = match plan {
         Plan::Online(policy) => Driver::Online(policy),
