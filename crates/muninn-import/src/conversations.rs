@@ -13,6 +13,29 @@
 //! session) starts there from the thread's first conversation, as before this existed.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// The keys here are hashes already (of uuids and message ids, by [`crate::claude::id_hash`]):
+/// hashing them again would only cost time on every line of a file.
+#[derive(Default, Clone, Copy)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// A map keyed by a hash.
+type ByHash<V> = HashMap<u64, V, BuildHasherDefault<Prehashed>>;
 
 /// How far back a response's links are followed before giving up (a chain through copied
 /// history, or a cycle in a corrupt file): the request then continues the thread's latest
@@ -32,9 +55,9 @@ struct Link {
 #[derive(Debug, Default)]
 struct Thread {
     /// Each request's conversation, by hash of its response's id.
-    of: HashMap<u64, u64>,
+    of: ByHash<u64>,
     /// Each conversation's latest request.
-    tip: HashMap<u64, u64>,
+    tip: ByHash<u64>,
     /// The conversation of the thread's latest request.
     latest: u64,
 }
@@ -42,8 +65,8 @@ struct Thread {
 /// The conversation tree of one file.
 #[derive(Debug, Default)]
 pub(crate) struct Conversations {
-    links: HashMap<u64, Link>,
-    threads: HashMap<u64, Thread>,
+    links: ByHash<Link>,
+    threads: ByHash<Thread>,
 }
 
 impl Conversations {

@@ -267,8 +267,14 @@ pub fn replay_trace_learning(
         return totals;
     }
     // Conversations alive at once in one thread (a session resumed in two terminals); a muninn
-    // ledger's thread is one by construction (one writer per session).
-    let conversations = branches::branches(trace);
+    // ledger's thread is one by construction (one writer per session). Most threads never fork:
+    // they are replayed as they are, without listing their requests.
+    let forked = trace.requests.iter().any(|r| r.conversation != 0);
+    let conversations = if forked {
+        branches::branches(trace)
+    } else {
+        Vec::new()
+    };
     if conversations.len() <= 1 {
         return replay_conversation(trace, plan, config, learned, on_step);
     }
