@@ -164,6 +164,7 @@ fn load(dir: &Path) -> Result<Loaded, Box<dyn std::error::Error>> {
                 blocks_added: blocks_since,
                 provider_miss: None,
                 tool_results: Default::default(),
+                conversation: 0,
             });
             compact_pending = false;
             notification = None;

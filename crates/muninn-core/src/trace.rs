@@ -144,6 +144,16 @@ pub struct TraceRequest {
     /// remove. Zero when none, or unknown.
     #[serde(default, skip_serializing_if = "ToolResults::is_none")]
     pub tool_results: ToolResults,
+    /// Which of the thread's conversations this request continues, where the source tells them
+    /// apart: 0 for the thread's first, another value (an id, not a count) for a conversation
+    /// that forked from it. Requests with the same value extend one another. Claude Code does
+    /// not lock a session, so one resumed in two terminals writes two conversations into one
+    /// thread, their requests alternating; a person going back (a rewind) forks one too. The
+    /// Claude Code importer follows each response's `parentUuid` chain to the response before
+    /// it; other sources leave 0. The replay engine prices conversations alive at once apart
+    /// ([`crate::replay::branches`]).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub conversation: u64,
 }
 
 /// Tool results one request added to the prompt.
@@ -169,6 +179,10 @@ fn is_false(b: &bool) -> bool {
 }
 
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 

@@ -666,3 +666,93 @@ fn a_mask_pays_back_after_its_break_even_requests() {
     };
     assert_eq!(mask_break_even(&nothing, p, &price), None);
 }
+
+/// Two append-only conversations of one thread, A longer than B, their requests alternating
+/// (B 15 s after each of A's): the thread a session resumed in two terminals writes. B's
+/// requests carry `conversation` 7 and A's 0 when `marked`; the trace is sorted by time.
+fn interleaved(marked: bool) -> (Trace, Trace, Trace) {
+    let a = trace(
+        &[
+            (0, 60_000, true),
+            (30, 900, false),
+            (30, 700, true),
+            (30, 800, false),
+        ],
+        Ttl::FiveMinutes,
+    );
+    let mut b = trace(
+        &[
+            (0, 20_000, true),
+            (30, 500, false),
+            (30, 600, true),
+            (30, 400, false),
+        ],
+        Ttl::FiveMinutes,
+    );
+    for r in &mut b.requests {
+        r.at_ms += 15_000;
+        r.conversation = if marked { 7 } else { 0 };
+    }
+    let mut both = a.clone();
+    both.requests.extend(b.requests.iter().copied());
+    both.requests.sort_by_key(|r| r.at_ms);
+    (both, a, b)
+}
+
+#[test]
+fn two_conversations_alive_at_once_are_priced_apart() {
+    // Read as one conversation, every switch from B back to A looks like A's whole lead in new
+    // tokens, written and then carried: every plan pays for it. Apart, each is priced as its own
+    // session — the first request of each as recorded.
+    let (both, a, b) = interleaved(true);
+    let assumptions = assumptions();
+    for plan in [
+        Plan::Online(Policy::Never),
+        Plan::Online(Policy::SkiRental),
+        Plan::Optimum,
+    ] {
+        let apart = cost(&a, plan, &assumptions) + cost(&b, plan, &assumptions);
+        assert_eq!(cost(&both, plan, &assumptions), apart, "{plan}");
+    }
+    // Every request of the interleaved trace is priced once, under its own index (conversation
+    // by conversation, so not in time order).
+    let mut indices = Vec::new();
+    replay(&both, Plan::Online(Policy::Never), &assumptions, &mut |s| {
+        indices.push(s.index)
+    });
+    indices.sort_unstable();
+    assert_eq!(indices, (0..both.requests.len()).collect::<Vec<_>>());
+    // Unmarked, the same requests are one conversation, as before.
+    let (unmarked, _, _) = interleaved(false);
+    assert!(
+        cost(&unmarked, Plan::Online(Policy::Never), &assumptions)
+            > cost(&both, Plan::Online(Policy::Never), &assumptions)
+    );
+}
+
+#[test]
+fn a_fork_whose_origin_never_continues_stays_in_line() {
+    // A rewind: the later requests fork from an earlier one and the conversation they left never
+    // goes on. That is one conversation, priced as if nothing were marked.
+    let mut t = trace(
+        &[
+            (0, 20_000, true),
+            (30, 900, false),
+            (30, 700, true),
+            (30, 800, false),
+        ],
+        Ttl::FiveMinutes,
+    );
+    let unmarked = t.clone();
+    for r in &mut t.requests[2..] {
+        r.conversation = 9;
+    }
+    assert_eq!(
+        muninn_core::replay::branches::branches(&t),
+        vec![vec![0, 1, 2, 3]]
+    );
+    let a = assumptions();
+    for plan in [Plan::Online(Policy::Never), Plan::Optimum] {
+        assert_eq!(cost(&t, plan, &a), cost(&unmarked, plan, &a), "{plan}");
+    }
+}

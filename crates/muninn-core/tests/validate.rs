@@ -33,6 +33,7 @@ fn req(at_ms: i64, read: u64, write: u64, one_hour: bool) -> TraceRequest {
         blocks_added: 3,
         provider_miss: None,
         tool_results: Default::default(),
+        conversation: 0,
     }
 }
 

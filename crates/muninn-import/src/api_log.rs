@@ -386,6 +386,7 @@ impl FormatReader for ApiLogReader<'_> {
             blocks_added: step.blocks_added,
             provider_miss: response.diagnostics.as_ref().map(|d| d.label()),
             tool_results: step.tool_results,
+            conversation: 0,
         };
         let kind = if state.name == "main" {
             ThreadKind::Main

@@ -53,9 +53,14 @@
 //!   with `"diagnostics": null`) labels nothing: the API omits the object when it found no
 //!   divergence, and older versions never asked, so absence cannot be told apart from either.
 //!
+//! - `conversation`: which conversation of its thread the request continues, from the
+//!   `parentUuid` links back to the thread's previous response (`crate::conversations`): a
+//!   session resumed in two terminals interleaves two in one file.
+//!
 //! Per-file state (open responses, thread state) lives in [`ClaudeReader`] and is dropped with it;
 //! only the hash set of imported ids outlives a file.
 
+use crate::conversations::Conversations;
 use crate::json::{ContentShape, Str, parse_timestamp_ms};
 use crate::lines::{Line, parse_line};
 use crate::sink::RequestSlot;
@@ -85,6 +90,13 @@ struct ClaudeLine<'a> {
     is_compact_summary: Option<bool>,
     #[serde(rename = "isMeta")]
     is_meta: Option<bool>,
+    #[serde(borrow)]
+    uuid: Option<Str<'a>>,
+    #[serde(rename = "parentUuid", borrow)]
+    parent_uuid: Option<Str<'a>>,
+    /// A compaction boundary's link to the conversation before it (its `parentUuid` is null).
+    #[serde(rename = "logicalParentUuid", borrow)]
+    logical_parent_uuid: Option<Str<'a>>,
     #[serde(borrow)]
     timestamp: Option<Str<'a>>,
     /// The Claude Code version that wrote the line.
@@ -296,6 +308,7 @@ impl ThreadState {
             blocks_added: self.blocks,
             provider_miss: None,
             tool_results: self.tools,
+            conversation: 0,
         };
         message.annotate(&mut request);
         self.after_response(message.blocks());
@@ -428,6 +441,8 @@ pub(crate) struct ClaudeReader<'s> {
     /// Thread state by hash of (session, thread): looking up by hash avoids allocating a key on
     /// every line.
     threads: HashMap<u64, ThreadState>,
+    /// The file's `parentUuid` links: which conversation of its thread each request continues.
+    conversations: Conversations,
 }
 
 impl<'s> ClaudeReader<'s> {
@@ -448,6 +463,7 @@ impl<'s> ClaudeReader<'s> {
             file_stem: Arc::from(file_stem),
             seen,
             responses: HashMap::new(),
+            conversations: Conversations::default(),
             threads: HashMap::new(),
         }
     }
@@ -514,7 +530,9 @@ impl<'s> ClaudeReader<'s> {
                     return;
                 };
                 state.sent_by(version);
-                let request = state.take_request(at_ms, usage.to_usage(), message);
+                let mut request = state.take_request(at_ms, usage.to_usage(), message);
+                let uuid = parsed.uuid.as_ref().map(|u| id_hash(u.as_str()));
+                request.conversation = self.conversations.request(key, uuid, hash);
                 let kind = if thread == "main" {
                     ThreadKind::Main
                 } else if thread.starts_with("acompact") {
@@ -549,6 +567,21 @@ impl FormatReader for ClaudeReader<'_> {
             return;
         };
         let kind = parsed.kind.as_ref().map(Str::as_str);
+        if let Some(uuid) = &parsed.uuid {
+            // Every line with a uuid is a link of its conversation (attachments and progress
+            // lines too), even one skipped below.
+            let parent = parsed
+                .parent_uuid
+                .as_ref()
+                .or(parsed.logical_parent_uuid.as_ref())
+                .map(|p| id_hash(p.as_str()));
+            let response = match (kind, &parsed.message) {
+                (Some("assistant"), Some(m)) => m.id.as_ref().map(|id| id_hash(id.as_str())),
+                _ => None,
+            };
+            self.conversations
+                .link(id_hash(uuid.as_str()), parent, response);
+        }
         if !matches!(kind, Some("user" | "assistant" | "system")) {
             return;
         }

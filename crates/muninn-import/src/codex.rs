@@ -225,6 +225,7 @@ impl FormatReader for CodexReader {
                         blocks_added: 0,
                         provider_miss: None,
                         tool_results: Default::default(),
+                        conversation: 0,
                     };
                     self.human_turn = false;
                     self.compacted = false;

@@ -55,6 +55,7 @@ impl Mapper {
                 blocks_added: 0,
                 provider_miss: row.provider_miss,
                 tool_results: Default::default(),
+                conversation: 0,
             };
             let thread = format!("{}/{side}", row.role);
             return (thread, ThreadKind::Compaction, request);
@@ -74,6 +75,7 @@ impl Mapper {
             blocks_added: 0,
             provider_miss: row.provider_miss,
             tool_results: Default::default(),
+            conversation: 0,
         };
         (row.role.clone(), ThreadKind::Mind, request)
     }

@@ -43,6 +43,7 @@ use std::path::{Path, PathBuf};
 mod api_log;
 mod claude;
 mod codex;
+mod conversations;
 mod format;
 mod json;
 mod ledger;

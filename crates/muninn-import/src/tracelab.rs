@@ -231,6 +231,7 @@ impl FormatReader for TraceLabReader {
             blocks_added: 0,
             provider_miss: None,
             tool_results: Default::default(),
+            conversation: 0,
         };
         let wait = i64::try_from(row.wait_ms).unwrap_or(i64::MAX / 4);
         self.sessions.insert(

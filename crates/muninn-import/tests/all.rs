@@ -59,6 +59,7 @@ fn request(
         blocks_added: blocks,
         provider_miss: None,
         tool_results: Default::default(),
+        conversation: 0,
     }
 }
 

@@ -63,6 +63,7 @@ fn stream_json_traces(source: &Path, last_output: u64) -> Vec<Trace> {
         blocks_added,
         provider_miss: None,
         tool_results: Default::default(),
+        conversation: 0,
     };
     vec![
         trace(
@@ -343,6 +344,7 @@ fn tracelab_traces(source: &Path, model: &str) -> Vec<Trace> {
         blocks_added: 0,
         provider_miss: None,
         tool_results: Default::default(),
+        conversation: 0,
     };
     vec![
         trace(

@@ -282,3 +282,59 @@ fn an_interrupted_thought_and_a_new_client_version_are_flagged() {
         t.requests
     );
 }
+
+/// A user line answering the response `parent` (its assistant line's uuid `a<parent>`, none for
+/// the first) and the assistant line that answers it, linked by `parentUuid` as Claude Code
+/// writes them.
+fn linked(session: &str, n: u32, parent: Option<u32>, seconds: i64, read: u64) -> String {
+    let ts = |s: i64| {
+        jiff::Timestamp::from_millisecond(at(s))
+            .unwrap()
+            .to_string()
+    };
+    let user = serde_json::json!({
+        "parentUuid": parent.map(|p| format!("a{p}")), "isSidechain": false, "type": "user",
+        "sessionId": session, "uuid": format!("u{n}"), "timestamp": ts(seconds),
+        "message": {"role": "user", "content": format!("q{n}")},
+    });
+    let assistant = serde_json::json!({
+        "parentUuid": format!("u{n}"), "isSidechain": false, "type": "assistant",
+        "sessionId": session, "uuid": format!("a{n}"), "timestamp": ts(seconds + 2),
+        "message": {"id": format!("msg_{n}"), "type": "message", "role": "assistant",
+            "model": "claude-sonnet-4-6", "content": [{"type": "text", "text": "a"}],
+            "usage": {"input_tokens": 3, "cache_creation_input_tokens": 500,
+                "cache_read_input_tokens": read, "output_tokens": 7}},
+    });
+    format!("{user}\n{assistant}\n")
+}
+
+/// Claude Code does not lock a session: resumed in two terminals, it appends two conversations
+/// to one file, their turns alternating. Each request's `parentUuid` links lead back to the
+/// response it follows, so the importer tells them apart (`TraceRequest::conversation`): 0 for
+/// the thread's first, one other id for the conversation that forked from it — also when the
+/// fork is a rewind (a person going back), which the replay then keeps in line.
+#[test]
+fn two_conversations_in_one_session_file_are_told_apart_by_their_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("two.jsonl");
+    let text = linked("two", 1, None, 0, 0)
+        + &linked("two", 2, Some(1), 10, 500)
+        + &linked("two", 3, Some(2), 20, 1_000)
+        // A second terminal resumes after request 2; the first goes on after request 3.
+        + &linked("two", 4, Some(2), 30, 1_000)
+        + &linked("two", 5, Some(3), 40, 1_500)
+        + &linked("two", 6, Some(4), 50, 1_500)
+        // A rewind of the second conversation to request 4: a fork of it.
+        + &linked("two", 7, Some(4), 60, 1_500);
+    std::fs::write(&path, text).unwrap();
+
+    let got = import(std::slice::from_ref(&path));
+    let ids: Vec<u64> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| r.conversation)
+        .collect();
+    let (second, rewound) = (ids[3], ids[6]);
+    assert!(second != 0 && rewound != 0 && rewound != second, "{ids:?}");
+    assert_eq!(ids, vec![0, 0, 0, second, 0, second, rewound]);
+}

@@ -355,6 +355,7 @@ pub fn session_trace(
                 blocks_added: 2,
                 provider_miss: None,
                 tool_results: Default::default(),
+                conversation: 0,
             });
         }
     }

@@ -208,6 +208,7 @@ pub fn session(seed: u64, requests: usize, params: &SynthParams) -> Trace {
             blocks_added: 2,
             provider_miss: None,
             tool_results: Default::default(),
+            conversation: 0,
         });
         previous_cached = cached;
         if prompt > params.compact_at_tokens {

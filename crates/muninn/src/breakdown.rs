@@ -1,5 +1,6 @@
-//! `muninn replay --by day|session|model`: the replay split the way ccusage users read their
-//! spend — one row per day (UTC), per session or per model — with the recorded tokens and, per
+//! `muninn replay --by day|session|model|kind|thread`: the replay split the way ccusage users
+//! read their spend — one row per day (UTC), per session or per model — or the way the replay's
+//! own model is checked (per kind of thread, per thread), with the recorded tokens and, per
 //! policy, what that slice cost (recorded) or would have cost.
 
 use crate::output::{json, outln};
@@ -21,6 +22,11 @@ pub enum By {
     Session,
     /// One row per model.
     Model,
+    /// One row per kind of thread (main, subagent, compaction, mind): where the replay's model
+    /// of a kind of traffic departs from what it was billed.
+    Kind,
+    /// One row per thread (a trace: session, thread and model).
+    Thread,
 }
 
 /// One row of a breakdown.
@@ -43,6 +49,8 @@ fn key(by: By, trace: &Trace, at_ms: i64) -> String {
         By::Day => day(at_ms),
         By::Session => trace.session.clone(),
         By::Model => trace.model.clone(),
+        By::Kind => format!("{:?}", trace.kind).to_lowercase(),
+        By::Thread => trace.id.clone(),
     }
 }
 
@@ -179,6 +187,8 @@ pub fn print(slices: &[Slice], plans: &[Plan], by: By, format: &str) -> anyhow::
         total.usage.cache_read,
         costs.join(" ")
     )?;
-    outln!("(costs in dollars; a key is a UTC day, a session id or a model)")?;
+    outln!(
+        "(costs in dollars; a key is a UTC day, a session id, a model, a kind of thread or a thread)"
+    )?;
     Ok(())
 }

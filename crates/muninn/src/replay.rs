@@ -8,6 +8,7 @@ use muninn_core::cache::{CacheRules, Ttl};
 use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::price::{PriceError, PriceTable};
 use muninn_core::replay::{Assumptions, Plan, RunTotals, rehydration, replay_traces};
+use muninn_core::split::{Part, part_of};
 use muninn_core::trace::Trace;
 use muninn_report::plot::{CostSeries, GapBucket, write_plot};
 use muninn_report::{PolicyRow, ReplayReport, Unpriced};
@@ -28,6 +29,11 @@ pub struct ReplayArgs {
     /// with its recorded tokens and each policy's cost.
     #[arg(long, value_enum)]
     by: Option<crate::breakdown::By>,
+    /// Replay only the sessions of one part of the fixed split (`muninn_core::split`): `tuning`
+    /// (the part rules may be chosen on) or `set-aside` (looked at only to report). Default:
+    /// every session.
+    #[arg(long, value_enum)]
+    part: Option<SplitPart>,
     /// Count only what happens at or after this time (the sessions are still replayed from
     /// their start, so the cache state is right): `7d`, `2026-01-31`, an RFC 3339 time.
     #[arg(long)]
@@ -110,6 +116,24 @@ pub struct ReplayArgs {
     goal_vs_never: Option<f64>,
 }
 
+/// A part of the fixed split, as `--part` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SplitPart {
+    /// The sessions rules may be tuned on.
+    Tuning,
+    /// The sessions set aside.
+    SetAside,
+}
+
+impl From<SplitPart> for Part {
+    fn from(p: SplitPart) -> Part {
+        match p {
+            SplitPart::Tuning => Part::Tuning,
+            SplitPart::SetAside => Part::SetAside,
+        }
+    }
+}
+
 fn parse_plans(specs: &[String]) -> anyhow::Result<Vec<Plan>> {
     let mut plans = Vec::new();
     for spec in specs {
@@ -160,7 +184,14 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let since_ms = args
         .since
         .map(|t| t.at(jiff::Timestamp::now().as_millisecond()));
-    let import = args.input.import()?;
+    let mut import = args.input.import()?;
+    if let Some(part) = args.part {
+        // Before anything is measured from the traces (the rehydration below): nothing of the
+        // other part may inform this part's figures.
+        import
+            .traces
+            .retain(|t| part_of(&t.session) == Part::from(part));
+    }
     // Rehydration measured, not assumed: the traces' own compactions, unless given.
     let samples = rehydration::measured_rehydrations(&import.traces);
     let measured = rehydration::median(&samples);

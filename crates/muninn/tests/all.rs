@@ -552,12 +552,12 @@ fn replay_goals_print_pass_or_fail_and_set_the_exit_status() {
 }
 
 #[test]
-fn replay_breaks_down_by_day_session_and_model_and_the_rows_add_up() {
+fn replay_breaks_down_by_day_session_model_kind_and_thread_and_the_rows_add_up() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = clean_project(tmp.path());
     let (report, _) = replay_json(&[&dir], &["--policy", "recorded"]);
     let recorded = report.rows[0].cost_micro_usd;
-    for by in ["day", "session", "model"] {
+    for by in ["day", "session", "model", "kind", "thread"] {
         let (stdout, _) = ok(&muninn(&[
             "replay",
             "--quiet",
@@ -591,6 +591,15 @@ fn replay_breaks_down_by_day_session_and_model_and_the_rows_add_up() {
         models.contains("claude-sonnet-4-5") && models.contains("total"),
         "{models}"
     );
+    // --part keeps one part of the fixed split: both sessions here are set aside
+    // (`muninn_core::split::part_of`).
+    let (tuning, _) = replay_json(&[&dir], &["--part", "tuning", "--policy", "recorded"]);
+    let (set_aside, _) = replay_json(&[&dir], &["--part", "set-aside", "--policy", "recorded"]);
+    assert_eq!(
+        (tuning.requests, set_aside.requests),
+        (0, CLEAN_REQUESTS as u64)
+    );
+    assert_eq!(set_aside.rows[0].cost_micro_usd, recorded);
     // --since far in the future leaves nothing; far in the past, everything.
     let (later, _) = replay_json(&[&dir], &["--since", "2100-01-01", "--policy", "recorded"]);
     assert_eq!((later.requests, later.rows[0].cost_micro_usd), (0, 0));

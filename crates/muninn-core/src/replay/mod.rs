@@ -50,11 +50,15 @@ use std::fmt;
 use std::str::FromStr;
 
 mod assumptions;
+pub mod branches;
+mod growth;
 mod minds;
 pub mod rehydration;
 mod totals;
 
 pub use assumptions::Assumptions;
+use growth::reconstruct_for;
+pub use growth::{Turn, reconstruct};
 pub use minds::{mind_of, replay_traces};
 pub use totals::{RunTotals, Step, StepKind};
 
@@ -108,74 +112,6 @@ impl FromStr for Plan {
     }
 }
 
-/// One request of the reconstructed session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Turn {
-    /// When it is sent.
-    pub at_ms: i64,
-    /// Tokens it adds to the logical conversation.
-    pub delta: Tokens,
-    /// Of those, the uncached tail after the last breakpoint (≤ delta).
-    pub uncached: Tokens,
-    /// Output tokens (as recorded; the same under every policy).
-    pub output: Tokens,
-    /// Whether it begins a new turn.
-    pub boundary: bool,
-    /// Content blocks it adds (2 when unknown: an assistant reply and the next user message).
-    pub blocks: u32,
-    /// The recorded usage, for the `recorded` plan and for comparisons.
-    pub recorded: Usage,
-    /// The tool results it adds (their tokens at most `delta`).
-    pub tools: crate::trace::ToolResults,
-}
-
-/// Reconstructs a trace's growth: the head size and one [`Turn`] per request.
-///
-/// Within a recorded segment Δⱼ = Pⱼ − Pⱼ₋₁. A prompt that shrank by more than a fifth, or one
-/// marked `compacted`, starts a recorded segment: its content beyond the head is counted as new
-/// (the counterfactual session did not compact, so it carries on from there). A small shrink (for
-/// example thinking blocks cleared by context management) counts as no growth.
-pub fn reconstruct(trace: &Trace, head: Option<Tokens>) -> (Tokens, Vec<Turn>) {
-    let head = head.unwrap_or_else(|| {
-        trace
-            .requests
-            .iter()
-            .map(|r| r.usage.prompt() - r.usage.input.min(r.usage.prompt()))
-            .min()
-            .unwrap_or(0)
-    });
-    let mut turns = Vec::with_capacity(trace.requests.len());
-    let mut previous: Option<Tokens> = None;
-    for (i, r) in trace.requests.iter().enumerate() {
-        let prompt = r.usage.prompt().max(head);
-        let delta = match previous {
-            None => prompt - head,
-            Some(p) if prompt >= p => prompt - p,
-            Some(p) if r.compacted || prompt * 5 < p * 4 => prompt - head,
-            Some(_) => 0,
-        };
-        previous = Some(prompt);
-        turns.push(Turn {
-            at_ms: r.at_ms,
-            delta,
-            uncached: r.usage.input.min(delta),
-            output: r.usage.output,
-            boundary: r.boundary || i == 0,
-            blocks: if r.blocks_added == 0 {
-                2
-            } else {
-                r.blocks_added.min(1_000_000)
-            },
-            recorded: r.usage,
-            tools: crate::trace::ToolResults {
-                tokens: r.tool_results.tokens.min(delta),
-                uses: r.tool_results.uses,
-            },
-        });
-    }
-    (head, turns)
-}
-
 /// The cache rules of the trace model's provider: on an automatic cache (OpenAI) every entry
 /// lives the provider's retention after its last use, whatever tier the session writes at.
 fn provider_rules(config: &ReplayConfig<'_>) -> CacheRules {
@@ -184,21 +120,6 @@ fn provider_rules(config: &ReplayConfig<'_>) -> CacheRules {
         rules.lifetime_ms = Some(config.price.retention_ms);
     }
     rules
-}
-
-/// [`reconstruct`], then fitted to the provider's cache: on an automatic cache (OpenAI) every
-/// request caches its whole prompt, rounded down to the cache step, so only the remainder is
-/// left uncached — not what the recorded request happened to miss.
-fn reconstruct_for(trace: &Trace, config: &ReplayConfig<'_>) -> (Tokens, Vec<Turn>) {
-    let (head, mut turns) = reconstruct(trace, config.assumptions.head_tokens);
-    let price = config.price;
-    if price.provider == Provider::OpenAi {
-        for turn in &mut turns {
-            let prompt = turn.recorded.prompt();
-            turn.uncached = (prompt - price.cacheable(prompt)).min(turn.delta);
-        }
-    }
-    (head, turns)
 }
 
 /// Everything the engine needs besides the trace and the plan.
@@ -265,6 +186,58 @@ pub fn replay_trace_learning(
         // request); every other plan pays for its own flushes on the main thread instead.
         return totals;
     }
+    // Conversations alive at once in one thread (a session resumed in two terminals); a muninn
+    // ledger's thread is one by construction (one writer per session). Most threads never fork:
+    // they are replayed as they are, without listing their requests.
+    let forked = trace.requests.iter().any(|r| r.conversation != 0);
+    let conversations = if forked {
+        branches::branches(trace)
+    } else {
+        Vec::new()
+    };
+    if conversations.len() <= 1 {
+        return replay_conversation(trace, plan, config, learned, on_step);
+    }
+    // Conversations alive at once are sessions of their own: each is replayed apart, from what
+    // the Mind knew when the trace began, and the trace teaches what they taught together.
+    let known = *learned;
+    let mut taught = Learned::default();
+    for (n, indices) in conversations.iter().enumerate() {
+        let branch = Trace {
+            id: format!("{}#{n}", trace.id),
+            session: trace.session.clone(),
+            thread: trace.thread.clone(),
+            kind: trace.kind,
+            model: trace.model.clone(),
+            source: trace.source.clone(),
+            requests: indices.iter().map(|&i| trace.requests[i]).collect(),
+        };
+        let mut branch_learned = known;
+        let branch_totals =
+            replay_conversation(&branch, plan, config, &mut branch_learned, &mut |step| {
+                on_step(&Step {
+                    index: indices[step.index],
+                    ..*step
+                })
+            });
+        totals.add(&branch_totals);
+        taught = taught + (branch_learned - known);
+    }
+    *learned = known + taught;
+    totals
+}
+
+/// Replays one conversation (a trace, or one of the conversations interleaved in it) under a
+/// plan other than `recorded`.
+fn replay_conversation(
+    trace: &Trace,
+    plan: Plan,
+    config: &ReplayConfig<'_>,
+    learned: &mut Learned,
+    on_step: &mut dyn FnMut(&Step),
+) -> RunTotals {
+    let ttl = trace_ttl(trace, config);
+    let mut totals = RunTotals::default();
     let (head, turns) = reconstruct_for(trace, config);
     let mut driver = match plan {
         Plan::Online(policy) => Driver::Online(policy),

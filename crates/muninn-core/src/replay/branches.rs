@@ -1,0 +1,69 @@
+//! Conversations interleaved in one thread, told apart by what the source records of them.
+//!
+//! The replay engine models a thread as one conversation that grows request by request. A
+//! thread can hold two at once: Claude Code does not lock a session (`reference/prior-art.md`),
+//! so a session resumed in two terminals writes two conversations into one file, under one
+//! session id and thread, their requests alternating in time. Read as one, each switch from the
+//! shorter conversation to the longer one looks like tens of thousands of new tokens, which the
+//! replay writes and then carries in every later prompt — under every plan alike, `never` and the
+//! optimum included. On the tuning part of `claude_backup` one such session (versions 2.1.225 and
+//! 2.1.226 side by side) replayed under `never` at 1.63× what it was billed.
+//!
+//! The source says which conversation each request continues
+//! ([`crate::trace::TraceRequest::conversation`]: the Claude Code importer follows the
+//! transcript's `parentUuid` links). A conversation that forked from another is kept apart only
+//! if the one it left goes on after the fork began — two conversations alive at once. A fork
+//! whose origin never continues is one conversation that went back (a rewind) and stays in line
+//! as before: the replay's shrink rule ([`super::reconstruct`]) prices it as it always did.
+//!
+//! Pure.
+
+use crate::trace::Trace;
+
+/// The request indices of each conversation alive at once in `trace`, each in time order; one
+/// branch holding every request when nothing shows two at once (always for an empty trace).
+pub fn branches(trace: &Trace) -> Vec<Vec<usize>> {
+    let mut branches: Vec<Vec<usize>> = Vec::new();
+    // Per branch: its conversation and the branch active when it began (for a fork).
+    let mut ids: Vec<u64> = Vec::new();
+    let mut left: Vec<Option<usize>> = Vec::new();
+    let mut previous: Option<usize> = None;
+    for (j, r) in trace.requests.iter().enumerate() {
+        let b = match ids.iter().position(|&c| c == r.conversation) {
+            Some(b) => b,
+            None => {
+                ids.push(r.conversation);
+                left.push(previous);
+                branches.push(Vec::new());
+                branches.len() - 1
+            }
+        };
+        branches[b].push(j);
+        previous = Some(b);
+    }
+    merge_rewinds(branches, &left)
+}
+
+/// Folds back each fork whose origin branch has no request after the fork began: one
+/// conversation that went back, not two alive at once. Latest forks first, so that a chain of
+/// rewinds folds into the branch it started from.
+fn merge_rewinds(mut branches: Vec<Vec<usize>>, left: &[Option<usize>]) -> Vec<Vec<usize>> {
+    let mut merged_into: Vec<usize> = (0..branches.len()).collect();
+    for b in (0..branches.len()).rev() {
+        let Some(origin) = left[b] else { continue };
+        let mut origin = origin;
+        while merged_into[origin] != origin {
+            origin = merged_into[origin];
+        }
+        let start = branches[b].first().copied().unwrap_or(0);
+        let alive_after = branches[origin].iter().any(|&k| k > start);
+        if !alive_after {
+            let moved = std::mem::take(&mut branches[b]);
+            branches[origin].extend(moved);
+            branches[origin].sort_unstable();
+            merged_into[b] = origin;
+        }
+    }
+    branches.retain(|b| !b.is_empty());
+    branches
+}

@@ -1,0 +1,91 @@
+//! A trace's growth, as the replay reconstructs it from the recorded usage alone: a static head
+//! (tools + system) and one [`Turn`] per request, each adding Δⱼ tokens to the logical
+//! conversation (see the parent module's docs).
+
+use super::ReplayConfig;
+use crate::money::Tokens;
+use crate::price::Provider;
+use crate::trace::{Trace, Usage};
+
+/// One request of the reconstructed session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn {
+    /// When it is sent.
+    pub at_ms: i64,
+    /// Tokens it adds to the logical conversation.
+    pub delta: Tokens,
+    /// Of those, the uncached tail after the last breakpoint (≤ delta).
+    pub uncached: Tokens,
+    /// Output tokens (as recorded; the same under every policy).
+    pub output: Tokens,
+    /// Whether it begins a new turn.
+    pub boundary: bool,
+    /// Content blocks it adds (2 when unknown: an assistant reply and the next user message).
+    pub blocks: u32,
+    /// The recorded usage, for the `recorded` plan and for comparisons.
+    pub recorded: Usage,
+    /// The tool results it adds (their tokens at most `delta`).
+    pub tools: crate::trace::ToolResults,
+}
+
+/// Reconstructs a trace's growth: the head size and one [`Turn`] per request.
+///
+/// Within a recorded segment Δⱼ = Pⱼ − Pⱼ₋₁. A prompt that shrank by more than a fifth, or one
+/// marked `compacted`, starts a recorded segment: its content beyond the head is counted as new
+/// (the counterfactual session did not compact, so it carries on from there). A small shrink (for
+/// example thinking blocks cleared by context management) counts as no growth.
+pub fn reconstruct(trace: &Trace, head: Option<Tokens>) -> (Tokens, Vec<Turn>) {
+    let head = head.unwrap_or_else(|| {
+        trace
+            .requests
+            .iter()
+            .map(|r| r.usage.prompt() - r.usage.input.min(r.usage.prompt()))
+            .min()
+            .unwrap_or(0)
+    });
+    let mut turns = Vec::with_capacity(trace.requests.len());
+    let mut previous: Option<Tokens> = None;
+    for (i, r) in trace.requests.iter().enumerate() {
+        let prompt = r.usage.prompt().max(head);
+        let delta = match previous {
+            None => prompt - head,
+            Some(p) if prompt >= p => prompt - p,
+            Some(p) if r.compacted || prompt * 5 < p * 4 => prompt - head,
+            Some(_) => 0,
+        };
+        previous = Some(prompt);
+        turns.push(Turn {
+            at_ms: r.at_ms,
+            delta,
+            uncached: r.usage.input.min(delta),
+            output: r.usage.output,
+            boundary: r.boundary || i == 0,
+            blocks: if r.blocks_added == 0 {
+                2
+            } else {
+                r.blocks_added.min(1_000_000)
+            },
+            recorded: r.usage,
+            tools: crate::trace::ToolResults {
+                tokens: r.tool_results.tokens.min(delta),
+                uses: r.tool_results.uses,
+            },
+        });
+    }
+    (head, turns)
+}
+
+/// [`reconstruct`], then fitted to the provider's cache: on an automatic cache (OpenAI) every
+/// request caches its whole prompt, rounded down to the cache step, so only the remainder is
+/// left uncached — not what the recorded request happened to miss.
+pub(super) fn reconstruct_for(trace: &Trace, config: &ReplayConfig<'_>) -> (Tokens, Vec<Turn>) {
+    let (head, mut turns) = reconstruct(trace, config.assumptions.head_tokens);
+    let price = config.price;
+    if price.provider == Provider::OpenAi {
+        for turn in &mut turns {
+            let prompt = turn.recorded.prompt();
+            turn.uncached = (prompt - price.cacheable(prompt)).min(turn.delta);
+        }
+    }
+    (head, turns)
+}
