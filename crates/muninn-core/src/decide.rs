@@ -60,7 +60,7 @@ use serde::{Deserialize, Serialize};
 mod gaps;
 mod policy;
 
-pub use gaps::{GapStats, MIN_GAPS_EVIDENCE};
+pub use gaps::{GAP_HOUR_BAND, GapHours, GapStats, MIN_GAPS_EVIDENCE};
 pub use policy::Policy;
 
 /// What a session can do.
