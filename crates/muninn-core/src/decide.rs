@@ -64,7 +64,7 @@ mod gaps;
 mod growth;
 mod policy;
 
-pub use gaps::{GapStats, MIN_GAPS_EVIDENCE};
+pub use gaps::{GAP_HOUR_BAND, GapHours, GapStats, MIN_GAPS_EVIDENCE};
 pub use policy::Policy;
 
 /// What a session can do.

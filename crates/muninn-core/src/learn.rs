@@ -15,7 +15,8 @@
 //!   [`MAX_RAISE`] rebuilds) — and one that then pays back lowers it again.
 //! - **Pings**: the tail's keep-warm pings stop early where the Mind's earlier idle gaps that
 //!   lasted as long mostly outlasted the ping budget ([`Learned::gaps`],
-//!   [`crate::decide::GapStats::ping_pays`]); gaps that ended within it keep them. Head-only
+//!   [`crate::decide::GapStats::ping_pays`]) — first those that began at the same time of day
+//!   ([`Learned::gap_hours`]); gaps that ended within it keep them. Head-only
 //!   pings' budget is scaled by `saved ÷ spent` (at most 1, at least 1 ÷ [`MAX_RAISE`]): pings
 //!   that kept wakes warm keep their budget, pings spent on gaps that ended cold shrink it.
 //!   Each gap halves the weight of the ones before ([`Payback::observe_recent`]), so a run of
@@ -486,6 +487,10 @@ pub struct Learned {
     /// ([`crate::decide::GapStats::ping_pays`]). A Mind's pauses are its own, not one session's.
     #[serde(default)]
     pub gaps: crate::decide::GapStats,
+    /// The same gaps by the hour of the UTC day they began: the keep-warm rule judges a gap
+    /// first on those that began at the same time of day ([`crate::decide::GapHours`]).
+    #[serde(default)]
+    pub gap_hours: crate::decide::GapHours,
 }
 
 impl std::ops::Add for Learned {
@@ -497,6 +502,7 @@ impl std::ops::Add for Learned {
             segments: self.segments + other.segments,
             runs: self.runs + other.runs,
             gaps: self.gaps + other.gaps,
+            gap_hours: self.gap_hours + other.gap_hours,
         }
     }
 }
@@ -510,6 +516,7 @@ impl std::ops::Sub for Learned {
             segments: self.segments - other.segments,
             runs: self.runs - other.runs,
             gaps: self.gaps - other.gaps,
+            gap_hours: self.gap_hours - other.gap_hours,
         }
     }
 }

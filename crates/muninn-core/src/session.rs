@@ -322,6 +322,7 @@ impl Accounting {
         if let Some(last) = self.last_request_ms {
             self.gaps.observe(at_ms - last);
             self.learned.gaps.observe(at_ms - last);
+            self.learned.gap_hours.observe(last, at_ms - last);
         }
         self.learn_from_request(at_ms, usage);
         if self.segment_requests > 0 && usage.cache_read > 0 {

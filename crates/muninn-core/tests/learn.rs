@@ -2,7 +2,9 @@
 //! across a Mind's sessions it stops a gamble that did not pay back and keeps one that did.
 
 use muninn_core::cache::{CacheRules, Ttl};
-use muninn_core::decide::{Capabilities, GapStats, MIN_GAPS_EVIDENCE, Policy, Rates};
+use muninn_core::decide::{
+    Capabilities, GAP_HOUR_BAND, GapHours, GapStats, MIN_GAPS_EVIDENCE, Policy, Rates,
+};
 use muninn_core::learn::Learned;
 use muninn_core::ledger::{RowKind, SegmentStart};
 use muninn_core::money::{MicroUsd, Tokens};
@@ -22,7 +24,12 @@ const DAY_MS: i64 = 86_400_000;
 /// Session `n` of the Mind in project `proj`: request i comes `gaps_s[i]` seconds after the
 /// previous one, begins a turn, and adds `delta` tokens; the recorded usage is a warm append.
 fn session(proj: &str, n: i64, gaps_s: &[i64], delta: Tokens) -> Trace {
-    let mut at = 1_800_000_000_000i64 + n * DAY_MS;
+    session_at(proj, n, 0, gaps_s, delta)
+}
+
+/// [`session`] begun `shift_h` hours later in its day (day `n` begins at 08:00 UTC).
+fn session_at(proj: &str, n: i64, shift_h: i64, gaps_s: &[i64], delta: Tokens) -> Trace {
+    let mut at = 1_800_000_000_000i64 + n * DAY_MS + shift_h * 3_600_000;
     let mut prompt = HEAD;
     let requests = gaps_s
         .iter()
@@ -261,6 +268,68 @@ fn the_gaps_seen_decide_whether_pings_pay() {
     assert_eq!(pays(&mixed, 270), Some(true));
     // Past twelve minutes only the two-hour gaps are left to judge on.
     assert_eq!(pays(&mixed, 1_000), Some(false));
+}
+
+/// A Mind whose two-hour gaps (on a 5-minute cache: past the ping budget) all began at 08:00
+/// UTC: a half-hour gap that begins at 20:00 is not one of them and gets the pings that keep its
+/// wake warm, where the same gap at 08:00 gets none. Judged on gap lengths alone, both stopped
+/// at once (the Mind's gaps that lasted five minutes all outlasted the budget).
+#[test]
+fn a_gap_at_another_time_of_day_than_the_long_ones_keeps_its_pings() {
+    let long = [0, 10, 7_200, 10];
+    let half_hour = [0, 10, 1_800, 10];
+    let run_last = |shift_h: i64| {
+        let mut sessions: Vec<Trace> = (0..3).map(|n| session("d", n, &long, 2_000)).collect();
+        sessions.push(session_at("d", 3, shift_h, &half_hour, 2_000));
+        let default = replay_mind(&sessions, Plan::Online(Policy::SkiRental))[3];
+        let never = replay_mind(&sessions, Plan::Online(Policy::Never))[3];
+        (default, never)
+    };
+    let (evening, never) = run_last(12);
+    assert!(evening.pings >= 5, "{} pings at 20:00", evening.pings);
+    assert!(evening.cost < never.cost);
+    let (morning, never) = run_last(0);
+    assert_eq!(morning.pings, 0, "at 08:00");
+    assert_eq!(morning.cost, never.cost);
+}
+
+/// A Mind with both: two-hour gaps that begin at 08:00 and half-hour gaps that begin at 20:00.
+/// Each hour's gaps decide for a gap that begins then: the morning's long gap stops at once,
+/// the evening's short one is pinged through — which no rule on gap lengths alone can do,
+/// since at every elapsed time both see the same earlier gaps.
+#[test]
+fn gaps_that_began_at_the_same_time_of_day_decide() {
+    let long = [0, 10, 7_200, 10];
+    let half_hour = [0, 10, 1_800, 10];
+    let mut sessions = Vec::new();
+    for n in 0..3 {
+        sessions.push(session("b", 2 * n, &long, 2_000));
+        sessions.push(session_at("b", 2 * n + 1, 12, &half_hour, 2_000));
+    }
+    sessions.push(session("b", 6, &long, 2_000));
+    sessions.push(session_at("b", 7, 12, &half_hour, 2_000));
+    let default = replay_mind(&sessions, Plan::Online(Policy::SkiRental));
+    let never = replay_mind(&sessions, Plan::Online(Policy::Never));
+    assert_eq!(default[6].pings, 0, "the morning's two-hour gap");
+    assert!(default[7].pings >= 5, "{} pings at 20:00", default[7].pings);
+    assert!(default[7].cost < never[7].cost);
+}
+
+/// The band of hours a gap is judged with wraps around midnight, and hour statistics add up.
+#[test]
+fn the_hour_band_wraps_around_midnight() {
+    let hour_ms = 3_600_000;
+    let at = |h: i64| 1_800_000_000_000i64 - 8 * hour_ms + h * hour_ms; // h:00 UTC
+    let mut hours = GapHours::default();
+    hours.observe(at(1), 600_000);
+    hours.observe(at(23 - GAP_HOUR_BAND), 600_000);
+    hours.observe(at(12), 600_000);
+    let mut ten_minutes = GapStats::default();
+    ten_minutes.observe(600_000);
+    assert_eq!(hours.band(at(23)), ten_minutes + ten_minutes);
+    assert_eq!(hours.band(at(12)), ten_minutes);
+    assert_eq!((hours + hours).band(at(12)), ten_minutes + ten_minutes);
+    assert_eq!((hours + hours - hours), hours);
 }
 
 /// Gaps of twelve minutes: a few pings keep each wake warm, which spares a rewrite worth more
