@@ -317,8 +317,11 @@ pub struct SessionView {
     /// Whether the last answer asked for tools whose results have not been sent yet: the next
     /// request continues its run, and no refresh may start there. An idle flush would then be
     /// paid for nothing ([`SessionView::gap_refresh_due`]). The host's idle decisions come
-    /// between runs (its tools run within the turn): false there; the replay reads it from the
-    /// trace (the request that ends the gap carries those results).
+    /// between runs (its tools run within the turn): false there. The replay reads it from the
+    /// trace as "the request that ends the gap is not a boundary", which is not quite the same
+    /// fact: a Claude Code wake by a meta line alone (another session's message after an answer
+    /// that asked for no tools) is not a boundary either, and a tool call the person rejected
+    /// before typing is one.
     pub awaiting_tool_results: bool,
 }
 
