@@ -320,8 +320,8 @@ pub struct SessionView {
     /// between runs (its tools run within the turn): false there. The replay reads it from the
     /// trace as "the request that ends the gap is not a boundary", which is not quite the same
     /// fact: a Claude Code wake by a meta line alone (another session's message after an answer
-    /// that asked for no tools) is not a boundary either, and a tool call the person rejected
-    /// before typing is one.
+    /// that asked for no tools) is not a boundary either, and a wake where the person typed
+    /// after a tool call that never ran (a plan left unapproved, the session resumed) is one.
     pub awaiting_tool_results: bool,
 }
 
