@@ -317,8 +317,11 @@ pub struct SessionView {
     /// Whether the last answer asked for tools whose results have not been sent yet: the next
     /// request continues its run, and no refresh may start there. An idle flush would then be
     /// paid for nothing ([`SessionView::gap_refresh_due`]). The host's idle decisions come
-    /// between runs (its tools run within the turn): false there; the replay reads it from the
-    /// trace (the request that ends the gap carries those results).
+    /// between runs (its tools run within the turn): false there. The replay reads it from the
+    /// trace as "the request that ends the gap is not a boundary", which is not quite the same
+    /// fact: a Claude Code wake by a meta line alone (another session's message after an answer
+    /// that asked for no tools) is not a boundary either, and a wake where the person typed
+    /// after a tool call that never ran (a plan left unapproved, the session resumed) is one.
     pub awaiting_tool_results: bool,
 }
 
@@ -726,50 +729,57 @@ fn decide_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Decision 
                 go(Action::LetExpire, Reason::GrowthBreakEven)
             }
         }
-        Policy::SkiRental | Policy::Predictive => {
-            let penalty = view.cold_wake_penalty();
-            let within = view.gap_ping_spend + ping.estimate <= penalty;
-            let elapsed = now_ms - view.last_request_ms;
-            let worth = if policy == Policy::Predictive {
-                // Expected saving of one more ping: it matters only if the wake comes before the
-                // next expiry, when it saves the cold-wake penalty.
-                let horizon = elapsed + view.ttl.millis();
-                let p = view.gaps.p_end_by(elapsed, horizon);
-                (p * penalty.0 as f64) > ping.estimate.0 as f64
-            } else {
-                let left = penalty.saturating_sub(view.gap_ping_spend);
-                gaps::gaps_say_ping(view, elapsed, view.ttl, ping.estimate, penalty, left)
-            };
-            if within && worth && view.can.ping {
-                let reason = if policy == Policy::Predictive {
-                    Reason::ExpectedSavingExceedsPing
-                } else {
-                    Reason::RentWithinBudget
-                };
-                return go(Action::Ping, reason);
-            }
-            let reason = if !view.can.ping {
-                Reason::CannotPing
-            } else if !within {
-                Reason::RentExhausted
-            } else {
-                Reason::ExpectedSavingBelowPing
-            };
-            // Letting it expire: flush first if restarting from memory at the wake will beat
-            // rewriting the prefix (and a refresh would be allowed by then: the minimum
-            // segment reached, and a wake that is a boundary, not the awaited tool results).
-            let restart = flush.estimate + view.restart_write(0, now_ms);
-            let rewrite = view.append_cost(false, 0, now_ms);
-            if view.needs_flush()
-                && view.can.idle_flush
-                && !view.awaiting_tool_results
-                && restart < rewrite
-                && view.segment_requests >= view.bounds.min_segment_requests
-            {
-                go(Action::Flush, reason)
-            } else {
-                go(Action::LetExpire, reason)
-            }
-        }
+        Policy::SkiRental | Policy::Predictive => keep_warm(policy, view, now_ms, &alts),
+    }
+}
+
+/// The keep-warm rule as the tail is about to expire (ski rental, or its predictive variant):
+/// ping while the gap's pings stay within the cold-wake penalty and the gaps say one is worth
+/// it; else let it expire, flushing first where a restart from memory will beat a rewrite.
+fn keep_warm(policy: Policy, view: &SessionView, now_ms: i64, alts: &[Alternative; 3]) -> Decision {
+    let [ping, _, flush] = *alts;
+    let go = |action, reason| Decision::new(action, reason, alts);
+    let penalty = view.cold_wake_penalty();
+    let within = view.gap_ping_spend + ping.estimate <= penalty;
+    let elapsed = now_ms - view.last_request_ms;
+    let worth = if policy == Policy::Predictive {
+        // Expected saving of one more ping: it matters only if the wake comes before the
+        // next expiry, when it saves the cold-wake penalty.
+        let horizon = elapsed + view.ttl.millis();
+        let p = view.gaps.p_end_by(elapsed, horizon);
+        (p * penalty.0 as f64) > ping.estimate.0 as f64
+    } else {
+        let left = penalty.saturating_sub(view.gap_ping_spend);
+        gaps::gaps_say_ping(view, elapsed, view.ttl, ping.estimate, penalty, left)
+    };
+    if within && worth && view.can.ping {
+        let reason = if policy == Policy::Predictive {
+            Reason::ExpectedSavingExceedsPing
+        } else {
+            Reason::RentWithinBudget
+        };
+        return go(Action::Ping, reason);
+    }
+    let reason = if !view.can.ping {
+        Reason::CannotPing
+    } else if !within {
+        Reason::RentExhausted
+    } else {
+        Reason::ExpectedSavingBelowPing
+    };
+    // Letting it expire: flush first if restarting from memory at the wake will beat
+    // rewriting the prefix (and a refresh would be allowed by then: the minimum
+    // segment reached, and a wake that is a boundary, not the awaited tool results).
+    let restart = flush.estimate + view.restart_write(0, now_ms);
+    let rewrite = view.append_cost(false, 0, now_ms);
+    if view.needs_flush()
+        && view.can.idle_flush
+        && !view.awaiting_tool_results
+        && restart < rewrite
+        && view.segment_requests >= view.bounds.min_segment_requests
+    {
+        go(Action::Flush, reason)
+    } else {
+        go(Action::LetExpire, reason)
     }
 }

@@ -97,7 +97,7 @@ use crate::{Activity, Host};
 use muninn_backend::{Backend, BackendError};
 use muninn_core::decide::Policy;
 use muninn_core::price::{ModelPrice, PriceTable};
-use muninn_store::{BriefStatus, FencingToken, Lease, Role, StoreError};
+use muninn_store::{BriefStatus, FencingToken, Lease, MindSettings, Role, StoreError};
 use serde_json::Value;
 use session::Session;
 use std::time::Duration;
@@ -410,6 +410,20 @@ impl<B: Backend> MindRunner<B> {
             return Ok(step);
         }
         // Briefs are looked at only when no Persona turn is due (one query less per turn).
+        if let Some(step) = self.next_brief(token, now, &settings).await? {
+            return Ok(step);
+        }
+        self.idle(token, now).await
+    }
+
+    /// The oldest queued Self brief, priced against the cap, claimed and run: `None` when no
+    /// brief is queued or the claim found none.
+    async fn next_brief(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+        settings: &MindSettings,
+    ) -> Result<Option<Step>, RuntimeError> {
         let queued = self
             .host
             .store
@@ -420,8 +434,8 @@ impl<B: Backend> MindRunner<B> {
             self.resume_on_new_lease(Role::SelfRole, now).await?;
             let plan = self.plan_self(next, now);
             let worst = self.worst_case(Role::SelfRole, &plan, now);
-            if self.would_cross_cap(now, &settings, worst).await? {
-                return Ok(Step::OverBudget);
+            if self.would_cross_cap(now, settings, worst).await? {
+                return Ok(Some(Step::OverBudget));
             }
             if let Some(brief) = self
                 .host
@@ -439,10 +453,10 @@ impl<B: Backend> MindRunner<B> {
                 } else {
                     self.plan_self(&brief, now)
                 };
-                return self.self_turn(token, now, brief, plan).await;
+                return self.self_turn(token, now, brief, plan).await.map(Some);
             }
         }
-        self.idle(token, now).await
+        Ok(None)
     }
 }
 
