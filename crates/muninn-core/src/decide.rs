@@ -318,10 +318,8 @@ pub struct SessionView {
     /// request continues its run, and no refresh may start there. An idle flush would then be
     /// paid for nothing ([`SessionView::gap_refresh_due`]). The host's idle decisions come
     /// between runs (its tools run within the turn): false there. The replay reads it from the
-    /// trace as "the request that ends the gap is not a boundary", which is not quite the same
-    /// fact: a Claude Code wake by a meta line alone (another session's message after an answer
-    /// that asked for no tools) is not a boundary either, and a wake where the person typed
-    /// after a tool call that never ran (a plan left unapproved, the session resumed) is one.
+    /// request that ends the gap: it carries `tool_result` blocks exactly when the answer before
+    /// the gap asked for tools (the API takes no unanswered use and no result without its use).
     pub awaiting_tool_results: bool,
 }
 

@@ -9,7 +9,7 @@ use muninn_core::decide::Policy;
 use muninn_core::money::Tokens;
 use muninn_core::price::{ModelPrice, PriceTable};
 use muninn_core::replay::{Assumptions, Plan, ReplayConfig, Step, StepKind, replay_trace};
-use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
+use muninn_core::trace::{ThreadKind, ToolResults, Trace, TraceRequest, Usage};
 
 const HEAD: Tokens = 12_000;
 const REHYDRATE: Tokens = 8_000;
@@ -19,10 +19,21 @@ const MODEL: &str = "claude-sonnet-4-5";
 const DELTA: Tokens = 4_000;
 const LOOP: usize = 40;
 
+/// What ends the two-hour gap.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Wake {
+    /// A request that begins a new task.
+    NewTask,
+    /// The results of the tools the last answer asked for.
+    ToolResults,
+    /// A line that is no task boundary and answers no tool use (Claude Code's meta line from
+    /// another session, after an answer that asked for no tools).
+    MetaLine,
+}
+
 /// A task boundary, then a tool loop of `LOOP` requests 10 s apart (the last prompt 176,000
-/// tokens), then a two-hour gap (at a 5-minute TTL) ended by a request that begins a new task
-/// (`wake_boundary`) or carries the results of the tools the last answer asked for.
-fn trace(wake_boundary: bool) -> Trace {
+/// tokens), then a two-hour gap (at a 5-minute TTL) ended by `wake`.
+fn trace(wake: Wake) -> Trace {
     let mut at = 1_800_000_000_000i64;
     let mut prompt = HEAD;
     let mut requests = Vec::new();
@@ -39,13 +50,17 @@ fn trace(wake_boundary: bool) -> Trace {
                 output: 200,
                 ..Usage::default()
             },
-            boundary: i == 0 || (i == LOOP + 1 && wake_boundary),
+            boundary: i == 0 || (i == LOOP + 1 && wake == Wake::NewTask),
+            tool_results: ToolResults {
+                tokens: 500,
+                uses: u32::from(i > 0 && (i <= LOOP || wake == Wake::ToolResults)),
+            },
             ..TraceRequest::default()
         });
     }
     Trace {
-        id: format!("gap-{wake_boundary}/main/{MODEL}"),
-        session: format!("gap-{wake_boundary}"),
+        id: format!("gap-{wake:?}/main/{MODEL}"),
+        session: format!("gap-{wake:?}"),
         thread: "main".into(),
         kind: ThreadKind::Main,
         model: MODEL.into(),
@@ -90,7 +105,7 @@ fn tail_pings(steps: &[Step]) -> usize {
 /// warm with tail pings for as long as the ski-rental budget allowed.
 #[test]
 fn a_due_refresh_begins_at_the_gap_instead_of_pinging_the_old_prefix() {
-    let steps = default_steps(&trace(true));
+    let steps = default_steps(&trace(Wake::NewTask));
     let wake = LOOP + 1;
     let inside_loop_refreshes = steps
         .iter()
@@ -116,7 +131,7 @@ fn a_due_refresh_begins_at_the_gap_instead_of_pinging_the_old_prefix() {
 /// the tail go) — the keep-warm rule alone decides, and the wake continues the segment.
 #[test]
 fn no_idle_flush_while_the_last_answer_awaits_tool_results() {
-    let steps = default_steps(&trace(false));
+    let steps = default_steps(&trace(Wake::ToolResults));
     assert!(
         steps.iter().all(|s| s.kind != StepKind::Flush),
         "{steps:#?}"
@@ -127,4 +142,20 @@ fn no_idle_flush_while_the_last_answer_awaits_tool_results() {
             .iter()
             .all(|s| !(s.kind == StepKind::Request && s.refreshed && s.index > 0))
     );
+}
+
+/// A wake that is no task boundary but answers no tool use either: nothing before the gap says
+/// the next request will continue a run (the last answer asked for no tools), so the session
+/// flushes in the gap as it does before a new task. Reading "awaits tool results" from the
+/// wake's not being a boundary would have known the future here.
+#[test]
+fn a_wake_that_answers_no_tool_use_does_not_hold_the_flush_back() {
+    let steps = default_steps(&trace(Wake::MetaLine));
+    let flushes: Vec<usize> = steps
+        .iter()
+        .filter(|s| s.kind == StepKind::Flush)
+        .map(|s| s.index)
+        .collect();
+    assert_eq!(flushes, vec![LOOP + 1], "{steps:#?}");
+    assert_eq!(tail_pings(&steps), 0);
 }

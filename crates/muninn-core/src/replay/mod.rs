@@ -605,9 +605,12 @@ impl<'a> Engine<'a> {
             };
             if index > 0 {
                 // The answer before this gap asked for tools exactly when this request carries
-                // their results, continuing the run (the importers mark it not a boundary): the
-                // session knows it once that answer is in, before any idle decision.
-                self.acc.awaiting_tools(!turn.boundary);
+                // `tool_result` blocks: the API refuses a request that leaves a `tool_use`
+                // unanswered, and accepts a result only after its use. So this is a fact of that
+                // answer, known before any idle decision — unlike "not a boundary", which a wake
+                // by a meta line after a finished answer is too. A trace that records no tool
+                // results never awaits them.
+                self.acc.awaiting_tools(turn.tools.uses > 0);
                 self.idle(index, now, driver, &future, on_step);
             }
             // The arrival.
