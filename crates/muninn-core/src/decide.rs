@@ -661,14 +661,9 @@ fn ski_rental_arrival(
     }
     // Growth: the reads paid above R since the last rehydration have bought one rebuild — or as
     // many as the refreshes paid so far say one is worth.
-    let rebuild = p.rebuild;
-    let (action, reason) = if view.read_excess < rebuild || view.prefix_tokens <= view.rehydrated()
-    {
-        (Action::Append, Reason::Warm)
-    } else if view.read_excess < view.learned.refresh_break_even(rebuild) {
-        (Action::Append, Reason::RefreshesDidNotPayBack)
-    } else {
-        (Action::Refresh, Reason::GrowthBreakEven)
+    let (action, reason) = match view.growth_bar(p.rebuild) {
+        Ok(()) => (Action::Refresh, Reason::GrowthBreakEven),
+        Err(waits) => (Action::Append, waits),
     };
     if action == Action::Refresh {
         // The growth rule refreshes now: the clear must gain more over the segment's expected

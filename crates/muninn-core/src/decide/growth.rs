@@ -16,19 +16,31 @@
 //! rule's flush before letting the tail go is sent while the last answer awaits its tool
 //! results ([`SessionView::awaiting_tool_results`]).
 
-use super::SessionView;
+use super::{Reason, SessionView};
+use crate::money::MicroUsd;
 
 impl SessionView {
+    /// The growth rule's bar, one test for the arrival and the gap: `Ok` once the reads paid
+    /// above a rehydration have bought `rebuild` — or as many rebuilds as the Mind's refreshes
+    /// say one is worth — on a prompt longer than the rehydration; else why it waits.
+    pub(super) fn growth_bar(&self, rebuild: MicroUsd) -> Result<(), Reason> {
+        if self.read_excess < rebuild || self.prefix_tokens <= self.rehydrated() {
+            Err(Reason::Warm)
+        } else if self.read_excess < self.learned.refresh_break_even(rebuild) {
+            Err(Reason::RefreshesDidNotPayBack)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Whether, as the tail is about to expire, the growth rule's refresh is due and the gap
     /// should begin it: the last answer awaits no tool results (the wake will be a boundary),
-    /// the minimum segment is reached, the prompt is longer than a rehydration, the backend can
-    /// flush while idle (if a refresh needs a flush), and the read excess has reached the growth
-    /// rule's break-even.
+    /// the minimum segment is reached, the backend can flush while idle (if a refresh needs a
+    /// flush), and the growth rule's bar is reached ([`SessionView::growth_bar`]).
     pub fn gap_refresh_due(&self, now_ms: i64) -> bool {
         !self.awaiting_tool_results
             && self.segment_requests >= self.bounds.min_segment_requests
-            && self.prefix_tokens > self.rehydrated()
             && (self.can.idle_flush || !self.needs_flush())
-            && self.read_excess >= self.learned.refresh_break_even(self.growth_rebuild(now_ms))
+            && self.growth_bar(self.growth_rebuild(now_ms)).is_ok()
     }
 }
