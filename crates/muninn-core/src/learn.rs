@@ -125,6 +125,9 @@ impl SegmentLengths {
 /// The most buckets a length histogram has ([`SegmentLengths`], [`RunLengths`]).
 const HELD_MAX: usize = 32;
 const _: () = assert!(LENGTH_BUCKETS <= HELD_MAX && RUN_BOUNDS.len() - 1 <= HELD_MAX);
+// The closed form's proof ([`median_left`]) bounds the bisection's last interval for lengths up
+// to 2²⁴.
+const _: () = assert!(LENGTH_BUCKETS <= 24 && RUN_BOUNDS[RUN_BOUNDS.len() - 1] <= 1 << 24);
 
 /// The buckets of a length histogram that hold lengths, in bucket order: (lower bound, upper
 /// bound, count). The decider asks for the remaining requests on every request, so the
@@ -148,17 +151,115 @@ impl Held {
     }
 
     /// Lengths (as a mass: spread evenly over their bucket) longer than `x`.
+    ///
+    /// The bisection this estimate is defined by summed `c × clamp((hi − max(x, lo)) ÷ (hi −
+    /// lo), 0, 1)` over the buckets in order. That term is exactly `c` below the bucket (a
+    /// width divided by itself is 1) and exactly 0 above it (and adding 0 changes no sum), so
+    /// only the bucket holding `x` divides: the same sum, bit for bit, with one division.
+    /// It is non-increasing in `x`, as computed: every term is, and rounded addition is
+    /// monotone.
     fn mass_beyond(&self, x: f64) -> f64 {
-        self.buckets[..self.len]
-            .iter()
-            .map(|&(lo, hi, c)| c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0))
-            .sum()
+        let mut mass = 0.0;
+        for &(lo, hi, c) in &self.buckets[..self.len] {
+            if x <= lo {
+                mass += f64::from(c);
+            } else if x < hi {
+                mass += f64::from(c) * ((hi - x) / (hi - lo));
+            }
+        }
+        mass
+    }
+
+    /// Where the mass beyond `x` falls to `half`, solved on the linear piece it falls in:
+    /// walking down from the top bucket, the first whose own count brings the mass above it
+    /// past `half` holds the crossing. Rounding makes this a guess at the bisection's answer,
+    /// which [`Held::settles`] checks.
+    fn crossing(&self, half: f64) -> f64 {
+        let mut above = 0.0;
+        for &(lo, hi, c) in self.buckets[..self.len].iter().rev() {
+            let c = f64::from(c);
+            if above + c > half {
+                return hi - (half - above) * (hi - lo) / c;
+            }
+            above += c;
+        }
+        0.0
+    }
+
+    /// Whether the bisection for `half` from `k` certainly answers `n` (see [`median_left`]).
+    fn settles(&self, k: f64, top: f64, half: f64, n: u64) -> bool {
+        let start = k + n as f64;
+        start + 1.0 <= top
+            && self.mass_beyond(start) > half
+            && self.mass_beyond(start + 1.0 - SETTLED_MARGIN) <= half
+    }
+
+    /// The least length (a float in [k, top]) whose mass beyond is at most `half`: where every
+    /// test of the bisection turns. Found from `guess` by doubling steps of one float at a time
+    /// until bracketed, then bisecting on the floats' bits (non-negative floats order as their
+    /// bits), so a guess a few floats off costs a few evaluations.
+    fn boundary(&self, k: f64, top: f64, half: f64, guess: f64) -> f64 {
+        let ends = |x: f64| self.mass_beyond(x) <= half;
+        let start = guess.clamp(k, top);
+        // Invariant: the mass beyond `before` is above half, beyond `at` at most half. The
+        // search stays in [k, top]: beyond k lies all the mass, beyond top none.
+        let (mut before, mut at) = (start, start);
+        let mut step = 1u64;
+        if ends(start) {
+            loop {
+                before = f64::from_bits(at.to_bits().saturating_sub(step)).max(k);
+                if !ends(before) {
+                    break;
+                }
+                at = before;
+                step = step.saturating_mul(2);
+            }
+        } else {
+            loop {
+                at = f64::from_bits(before.to_bits().saturating_add(step)).min(top);
+                if ends(at) {
+                    break;
+                }
+                before = at;
+                step = step.saturating_mul(2);
+            }
+        }
+        while at.to_bits() - before.to_bits() > 1 {
+            let mid = f64::from_bits(before.to_bits() + (at.to_bits() - before.to_bits()) / 2);
+            if ends(mid) {
+                at = mid;
+            } else {
+                before = mid;
+            }
+        }
+        at
     }
 }
+
+/// How far below a whole number of requests the crossing must be for the closed form to answer
+/// without the bisection ([`median_left`]): more than the bisection's last interval can be wide.
+const SETTLED_MARGIN: f64 = 1.0 / (1u64 << 20) as f64;
 
 /// The median of what the finished lengths longer than `so_far` had left at that point (as
 /// masses spread evenly over their buckets, `held`, none beyond `top`), or `None` with fewer
 /// than [`MIN_SEGMENTS_EVIDENCE`] of them (`count`) or less than one outliving `so_far`.
+///
+/// The estimate is defined by a bisection in floating point for the length by which half the
+/// survivors had ended ([`bisect_left`]), and the decider asks for it twice on every request;
+/// so it is answered in closed form, where that provably gives the bisection's answer, and
+/// otherwise by the bisection with its tests answered without summing. Writing f for
+/// `mass_beyond` (non-increasing as computed) and n for the closed form's whole number: the
+/// bisection keeps f(lo) > half ≥ f(hi) and answers ⌊hi − k⌋. If f(k + n) > half, every hi
+/// lies above k + n; if f(k + n + 1 − 2⁻²⁰) ≤ half, every lo lies below that point, and 64
+/// halvings of [k, top] (top ≤ 2²⁴; each midpoint rounded by at most 2⁻³⁰) leave hi within
+/// 2⁻²⁸ of lo: so hi − k rounds down to n. Where a check fails — the crossing within 2⁻²⁰ below
+/// a whole number, as when it falls exactly on one, and rounding decides the answer — the least
+/// length whose f is at most half ([`Held::boundary`]) answers every test the bisection makes.
+///
+/// Why not the exact median (rational arithmetic on the integer bounds and counts), which would
+/// need no bisection at all: it is not this estimate. It differs from the bisection exactly at
+/// crossings on whole numbers — common: a median on a bucket's bound, or in the runs'
+/// one-request buckets — and would move decisions the replays measured.
 fn median_left(count: u32, held: &Held, top: f64, so_far: u32) -> Option<u64> {
     if count < MIN_SEGMENTS_EVIDENCE {
         return None;
@@ -168,25 +269,39 @@ fn median_left(count: u32, held: &Held, top: f64, so_far: u32) -> Option<u64> {
     if survivors < 1.0 {
         return None;
     }
-    // Bisect for the length by which half the survivors had ended. It stops once every length
-    // left in [lo, hi] gives the same whole number of requests (the answer is the final hi,
-    // which stays in that interval, rounded down: monotone in hi), so the answer is the one 64
-    // full steps give (`learn::remaining_is_the_full_bisections`,
-    // `learn::run_remaining_is_the_full_bisections`).
-    let requests = |hi: f64| (hi - k).floor().max(0.0) as u64;
+    let half = survivors / 2.0;
+    let crossing = held.crossing(half);
+    // Non-negative, so the cast rounds down.
+    let guess = (crossing - k).max(0.0) as u64;
+    if held.settles(k, top, half, guess) {
+        return Some(guess);
+    }
+    Some(bisect_left(k, top, held.boundary(k, top, half, crossing)))
+}
+
+/// The bisection that defines [`median_left`]'s answer, for the length by which the mass beyond
+/// `k` fell to half, less `k`, rounded down; its tests (is the mass beyond the midpoint above
+/// half?) answered by comparing with `boundary`, the least length where it is not
+/// ([`Held::boundary`]; the mass is non-increasing). It stops once every length left in [lo,
+/// hi] gives the same whole number of requests (the answer is the final hi, which stays in that
+/// interval, rounded down: monotone in hi), so the answer is the one 64 full steps give
+/// (`learn::remaining_is_the_full_bisections`, `learn::run_remaining_is_the_full_bisections`).
+fn bisect_left(k: f64, top: f64, boundary: f64) -> u64 {
+    // Every point tried is at least k: the cast of the non-negative difference rounds down.
+    let requests = |x: f64| (x - k) as u64;
     let (mut lo, mut hi) = (k, top);
     for _ in 0..64 {
         if requests(lo) == requests(hi) {
             break;
         }
         let mid = (lo + hi) / 2.0;
-        if held.mass_beyond(mid) > survivors / 2.0 {
+        if mid < boundary {
             lo = mid;
         } else {
             hi = mid;
         }
     }
-    Some(requests(hi))
+    requests(hi)
 }
 
 /// The lengths recorded in a histogram's buckets, summed without overflow.
