@@ -65,6 +65,17 @@ pub const MIN_SEGMENTS_EVIDENCE: u32 = 3;
 /// Buckets of [`SegmentLengths`]: bucket i holds lengths in [2^i, 2^(i+1)) requests.
 const LENGTH_BUCKETS: usize = 24;
 
+/// Bucket bounds of [`SegmentLengths`], as [`RUN_BOUNDS`] are of [`RunLengths`]: powers of two.
+const SEGMENT_BOUNDS: [u32; LENGTH_BUCKETS + 1] = {
+    let mut bounds = [0; LENGTH_BUCKETS + 1];
+    let mut i = 0;
+    while i <= LENGTH_BUCKETS {
+        bounds[i] = 1 << i;
+        i += 1;
+    }
+    bounds
+};
+
 /// The lengths, in requests, of the segments a Mind has finished (ended by a refresh of any
 /// cause, or by the end of the session), in log₂ buckets. What a `mask` is worth depends on how
 /// many requests its segment still has; this is the Mind's own, strictly earlier evidence of it.
@@ -89,15 +100,6 @@ impl SegmentLengths {
         bucket_total(&self.buckets)
     }
 
-    /// The buckets that hold segments, with their bounds.
-    fn held(&self) -> Held {
-        Held::new(self.buckets.iter().enumerate().map(|(i, &c)| {
-            let lo = (1u64 << i) as f64;
-            let hi = (1u64 << (i + 1)) as f64;
-            (lo, hi, c)
-        }))
-    }
-
     /// How many more requests a segment that has had `so_far` requests is expected to have: the
     /// median of what the finished segments longer than `so_far` had left at that point. The
     /// median, not the mean: segment lengths are heavy-tailed (a few long sessions), and the
@@ -117,37 +119,42 @@ impl SegmentLengths {
     /// [`SegmentLengths::remaining`] from the evidence alone: `None` where the prior would
     /// answer.
     pub fn remaining_known(&self, so_far: u32) -> Option<u64> {
-        let top = (1u64 << LENGTH_BUCKETS) as f64;
-        median_left(self.count(), &self.held(), top, so_far)
+        let histogram = Histogram {
+            counts: &self.buckets,
+            bounds: &SEGMENT_BOUNDS,
+        };
+        median_left(self.count(), &histogram, so_far)
     }
 }
 
-/// The most buckets a length histogram has ([`SegmentLengths`], [`RunLengths`]).
-const HELD_MAX: usize = 32;
-const _: () = assert!(LENGTH_BUCKETS <= HELD_MAX && RUN_BOUNDS.len() - 1 <= HELD_MAX);
 // The closed form's proof ([`median_left`]) bounds the bisection's last interval for lengths up
 // to 2²⁴.
-const _: () = assert!(LENGTH_BUCKETS <= 24 && RUN_BOUNDS[RUN_BOUNDS.len() - 1] <= 1 << 24);
+const _: () = assert!(
+    SEGMENT_BOUNDS[LENGTH_BUCKETS] <= 1 << 24 && RUN_BOUNDS[RUN_BOUNDS.len() - 1] <= 1 << 24
+);
 
-/// The buckets of a length histogram that hold lengths, in bucket order: (lower bound, upper
-/// bound, count). The decider asks for the remaining requests on every request, so the
-/// bisection sums only these: an empty bucket adds 0.0 to a mass, which changes no sum.
-struct Held {
-    buckets: [(f64, f64, u32); HELD_MAX],
-    len: usize,
+/// A length histogram's counts with its buckets' bounds: bucket i spans `[bounds[i], bounds[i +
+/// 1])`, none beyond the last bound. A view, built for nothing: the decider asks for the
+/// remaining requests on every request.
+struct Histogram<'a> {
+    counts: &'a [u32],
+    bounds: &'static [u32],
 }
 
-impl Held {
-    fn new(buckets: impl Iterator<Item = (f64, f64, u32)>) -> Held {
-        let mut held = Held {
-            buckets: [(0.0, 0.0, 0); HELD_MAX],
-            len: 0,
-        };
-        for (slot, bucket) in held.buckets.iter_mut().zip(buckets.filter(|b| b.2 > 0)) {
-            *slot = bucket;
-            held.len += 1;
-        }
-        held
+impl Histogram<'_> {
+    /// The buckets that hold lengths, in order: (lower bound, upper bound, count). Every sum
+    /// skips the others: an empty bucket adds 0.0 to a mass, which changes no sum.
+    fn held(&self) -> impl DoubleEndedIterator<Item = (f64, f64, u32)> + '_ {
+        self.counts
+            .iter()
+            .zip(self.bounds.windows(2))
+            .filter(|&(&c, _)| c > 0)
+            .map(|(&c, b)| (f64::from(b[0]), f64::from(b[1]), c))
+    }
+
+    /// The last bound: no length lies beyond it.
+    fn top(&self) -> f64 {
+        self.bounds.last().map_or(0.0, |&b| f64::from(b))
     }
 
     /// Lengths (as a mass: spread evenly over their bucket) longer than `x`.
@@ -160,7 +167,7 @@ impl Held {
     /// monotone.
     fn mass_beyond(&self, x: f64) -> f64 {
         let mut mass = 0.0;
-        for &(lo, hi, c) in &self.buckets[..self.len] {
+        for (lo, hi, c) in self.held() {
             if x <= lo {
                 mass += f64::from(c);
             } else if x < hi {
@@ -173,10 +180,10 @@ impl Held {
     /// Where the mass beyond `x` falls to `half`, solved on the linear piece it falls in:
     /// walking down from the top bucket, the first whose own count brings the mass above it
     /// past `half` holds the crossing. Rounding makes this a guess at the bisection's answer,
-    /// which [`Held::settles`] checks.
+    /// which [`Histogram::settles`] checks.
     fn crossing(&self, half: f64) -> f64 {
         let mut above = 0.0;
-        for &(lo, hi, c) in self.buckets[..self.len].iter().rev() {
+        for (lo, hi, c) in self.held().rev() {
             let c = f64::from(c);
             if above + c > half {
                 return hi - (half - above) * (hi - lo) / c;
@@ -241,7 +248,7 @@ impl Held {
 const SETTLED_MARGIN: f64 = 1.0 / (1u64 << 20) as f64;
 
 /// The median of what the finished lengths longer than `so_far` had left at that point (as
-/// masses spread evenly over their buckets, `held`, none beyond `top`), or `None` with fewer
+/// masses spread evenly over their buckets, `histogram`), or `None` with fewer
 /// than [`MIN_SEGMENTS_EVIDENCE`] of them (`count`) or less than one outliving `so_far`.
 ///
 /// The estimate is defined by a bisection in floating point for the length by which half the
@@ -254,35 +261,40 @@ const SETTLED_MARGIN: f64 = 1.0 / (1u64 << 20) as f64;
 /// halvings of [k, top] (top ≤ 2²⁴; each midpoint rounded by at most 2⁻³⁰) leave hi within
 /// 2⁻²⁸ of lo: so hi − k rounds down to n. Where a check fails — the crossing within 2⁻²⁰ below
 /// a whole number, as when it falls exactly on one, and rounding decides the answer — the least
-/// length whose f is at most half ([`Held::boundary`]) answers every test the bisection makes.
+/// length whose f is at most half ([`Histogram::boundary`]) answers every test the bisection makes.
 ///
 /// Why not the exact median (rational arithmetic on the integer bounds and counts), which would
 /// need no bisection at all: it is not this estimate. It differs from the bisection exactly at
 /// crossings on whole numbers — common: a median on a bucket's bound, or in the runs'
 /// one-request buckets — and would move decisions the replays measured.
-fn median_left(count: u32, held: &Held, top: f64, so_far: u32) -> Option<u64> {
+fn median_left(count: u32, histogram: &Histogram, so_far: u32) -> Option<u64> {
     if count < MIN_SEGMENTS_EVIDENCE {
         return None;
     }
     let k = f64::from(so_far);
-    let survivors = held.mass_beyond(k);
+    let survivors = histogram.mass_beyond(k);
     if survivors < 1.0 {
         return None;
     }
     let half = survivors / 2.0;
-    let crossing = held.crossing(half);
+    let top = histogram.top();
+    let crossing = histogram.crossing(half);
     // Non-negative, so the cast rounds down.
     let guess = (crossing - k).max(0.0) as u64;
-    if held.settles(k, top, half, guess) {
+    if histogram.settles(k, top, half, guess) {
         return Some(guess);
     }
-    Some(bisect_left(k, top, held.boundary(k, top, half, crossing)))
+    Some(bisect_left(
+        k,
+        top,
+        histogram.boundary(k, top, half, crossing),
+    ))
 }
 
 /// The bisection that defines [`median_left`]'s answer, for the length by which the mass beyond
 /// `k` fell to half, less `k`, rounded down; its tests (is the mass beyond the midpoint above
 /// half?) answered by comparing with `boundary`, the least length where it is not
-/// ([`Held::boundary`]; the mass is non-increasing). It stops once every length left in [lo,
+/// ([`Histogram::boundary`]; the mass is non-increasing). It stops once every length left in [lo,
 /// hi] gives the same whole number of requests (the answer is the final hi, which stays in that
 /// interval, rounded down: monotone in hi), so the answer is the one 64 full steps give
 /// (`learn::remaining_is_the_full_bisections`, `learn::run_remaining_is_the_full_bisections`).
@@ -349,21 +361,15 @@ impl RunLengths {
         bucket_total(&self.buckets)
     }
 
-    /// The buckets that hold runs, with their bounds.
-    fn held(&self) -> Held {
-        Held::new(self.buckets.iter().enumerate().map(|(i, &c)| {
-            let lo = f64::from(RUN_BOUNDS[i]);
-            let hi = f64::from(RUN_BOUNDS[i + 1]);
-            (lo, hi, c)
-        }))
-    }
-
     /// How many more requests a run that has had `so_far` is expected to have (the median of
     /// what the longer finished runs had left), or `None` without the evidence
     /// ([`median_left`]).
     pub fn remaining_known(&self, so_far: u32) -> Option<u64> {
-        let top = f64::from(RUN_BOUNDS[RUN_BOUNDS.len() - 1]);
-        median_left(self.count(), &self.held(), top, so_far)
+        let histogram = Histogram {
+            counts: &self.buckets,
+            bounds: &RUN_BOUNDS,
+        };
+        median_left(self.count(), &histogram, so_far)
     }
 }
 
