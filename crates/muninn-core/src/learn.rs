@@ -133,9 +133,9 @@ const _: () = assert!(
     SEGMENT_BOUNDS[LENGTH_BUCKETS] <= 1 << 24 && RUN_BOUNDS[RUN_BOUNDS.len() - 1] <= 1 << 24
 );
 
-/// A length histogram's counts with its buckets' bounds: bucket i spans `[bounds[i], bounds[i +
-/// 1])`, none beyond the last bound. A view, built for nothing: the decider asks for the
-/// remaining requests on every request.
+/// A length histogram's counts with its buckets' bounds: bucket i's mass spreads over
+/// `[bounds[i], bounds[i + 1])`, none beyond the last bound. A view, built for nothing: the
+/// decider asks for the remaining requests on every request.
 struct Histogram<'a> {
     counts: &'a [u32],
     bounds: &'static [u32],
@@ -194,6 +194,7 @@ impl Histogram<'_> {
     }
 
     /// Whether the bisection for `half` from `k` certainly answers `n` (see [`median_left`]).
+    /// Below `top` (at most 2²⁴) both points checked are exact: 20 bits of fraction fit.
     fn settles(&self, k: f64, top: f64, half: f64, n: u64) -> bool {
         let start = k + n as f64;
         start + 1.0 <= top
@@ -204,7 +205,8 @@ impl Histogram<'_> {
     /// The least length (a float in [k, top]) whose mass beyond is at most `half`: where every
     /// test of the bisection turns. Found from `guess` by doubling steps of one float at a time
     /// until bracketed, then bisecting on the floats' bits (non-negative floats order as their
-    /// bits), so a guess a few floats off costs a few evaluations.
+    /// bits), so a guess a few floats off costs a few evaluations. Every float below it has
+    /// more than `half` beyond (the mass is non-increasing), every float from it on at most.
     fn boundary(&self, k: f64, top: f64, half: f64, guess: f64) -> f64 {
         let ends = |x: f64| self.mass_beyond(x) <= half;
         let start = guess.clamp(k, top);
@@ -260,8 +262,9 @@ const SETTLED_MARGIN: f64 = 1.0 / (1u64 << 20) as f64;
 /// lies above k + n; if f(k + n + 1 − 2⁻²⁰) ≤ half, every lo lies below that point, and 64
 /// halvings of [k, top] (top ≤ 2²⁴; each midpoint rounded by at most 2⁻³⁰) leave hi within
 /// 2⁻²⁸ of lo: so hi − k rounds down to n. Where a check fails — the crossing within 2⁻²⁰ below
-/// a whole number, as when it falls exactly on one, and rounding decides the answer — the least
-/// length whose f is at most half ([`Histogram::boundary`]) answers every test the bisection makes.
+/// a whole number, as when it falls exactly on one and rounding decides the answer, or the
+/// guess one off — the least length whose f is at most half ([`Histogram::boundary`]) answers
+/// every test the bisection makes.
 ///
 /// Why not the exact median (rational arithmetic on the integer bounds and counts), which would
 /// need no bisection at all: it is not this estimate. It differs from the bisection exactly at
