@@ -168,13 +168,19 @@ impl Histogram<'_> {
     fn mass_beyond(&self, x: f64) -> f64 {
         let mut mass = 0.0;
         for (lo, hi, c) in self.held() {
-            if x <= lo {
-                mass += f64::from(c);
-            } else if x < hi {
-                mass += f64::from(c) * ((hi - x) / (hi - lo));
-            }
+            mass += part_beyond(lo, hi, c, x);
         }
         mass
+    }
+
+    /// [`Histogram::mass_beyond`] at two points, in one pass over the buckets.
+    fn masses_beyond(&self, a: f64, b: f64) -> (f64, f64) {
+        let (mut mass_a, mut mass_b) = (0.0, 0.0);
+        for (lo, hi, c) in self.held() {
+            mass_a += part_beyond(lo, hi, c, a);
+            mass_b += part_beyond(lo, hi, c, b);
+        }
+        (mass_a, mass_b)
     }
 
     /// Where the mass beyond `x` falls to `half`, solved on the linear piece it falls in:
@@ -197,9 +203,11 @@ impl Histogram<'_> {
     /// Below `top` (at most 2²⁴) both points checked are exact: 20 bits of fraction fit.
     fn settles(&self, k: f64, top: f64, half: f64, n: u64) -> bool {
         let start = k + n as f64;
-        start + 1.0 <= top
-            && self.mass_beyond(start) > half
-            && self.mass_beyond(start + 1.0 - SETTLED_MARGIN) <= half
+        if start + 1.0 > top {
+            return false;
+        }
+        let (at_start, before_next) = self.masses_beyond(start, start + 1.0 - SETTLED_MARGIN);
+        at_start > half && before_next <= half
     }
 
     /// The least length (a float in [k, top]) whose mass beyond is at most `half`: where every
@@ -242,6 +250,17 @@ impl Histogram<'_> {
             }
         }
         at
+    }
+}
+
+/// The mass of a bucket `[lo, hi)` of `c` lengths beyond `x` ([`Histogram::mass_beyond`]).
+fn part_beyond(lo: f64, hi: f64, c: u32, x: f64) -> f64 {
+    if x <= lo {
+        f64::from(c)
+    } else if x < hi {
+        f64::from(c) * ((hi - x) / (hi - lo))
+    } else {
+        0.0
     }
 }
 
