@@ -66,6 +66,17 @@ pub const MIN_SEGMENTS_EVIDENCE: u32 = 3;
 /// Buckets of [`SegmentLengths`]: bucket i holds lengths in [2^i, 2^(i+1)) requests.
 const LENGTH_BUCKETS: usize = 24;
 
+/// Bucket bounds of [`SegmentLengths`], as [`RUN_BOUNDS`] are of [`RunLengths`]: powers of two.
+const SEGMENT_BOUNDS: [u32; LENGTH_BUCKETS + 1] = {
+    let mut bounds = [0; LENGTH_BUCKETS + 1];
+    let mut i = 0;
+    while i <= LENGTH_BUCKETS {
+        bounds[i] = 1 << i;
+        i += 1;
+    }
+    bounds
+};
+
 /// The lengths, in requests, of the segments a Mind has finished (ended by a refresh of any
 /// cause, or by the end of the session), in log₂ buckets. What a `mask` is worth depends on how
 /// many requests its segment still has; this is the Mind's own, strictly earlier evidence of it.
@@ -90,15 +101,6 @@ impl SegmentLengths {
         bucket_total(&self.buckets)
     }
 
-    /// The buckets that hold segments, with their bounds.
-    fn held(&self) -> Held {
-        Held::new(self.buckets.iter().enumerate().map(|(i, &c)| {
-            let lo = (1u64 << i) as f64;
-            let hi = (1u64 << (i + 1)) as f64;
-            (lo, hi, c)
-        }))
-    }
-
     /// How many more requests a segment that has had `so_far` requests is expected to have: the
     /// median of what the finished segments longer than `so_far` had left at that point. The
     /// median, not the mean: segment lengths are heavy-tailed (a few long sessions), and the
@@ -118,76 +120,223 @@ impl SegmentLengths {
     /// [`SegmentLengths::remaining`] from the evidence alone: `None` where the prior would
     /// answer.
     pub fn remaining_known(&self, so_far: u32) -> Option<u64> {
-        let top = (1u64 << LENGTH_BUCKETS) as f64;
-        median_left(self.count(), &self.held(), top, so_far)
+        let histogram = Histogram {
+            counts: &self.buckets,
+            bounds: &SEGMENT_BOUNDS,
+        };
+        median_left(self.count(), &histogram, so_far)
     }
 }
 
-/// The most buckets a length histogram has ([`SegmentLengths`], [`RunLengths`]).
-const HELD_MAX: usize = 32;
-const _: () = assert!(LENGTH_BUCKETS <= HELD_MAX && RUN_BOUNDS.len() - 1 <= HELD_MAX);
+// The closed form's proof ([`median_left`]) bounds the bisection's last interval for lengths up
+// to 2²⁴.
+const _: () = assert!(
+    SEGMENT_BOUNDS[LENGTH_BUCKETS] <= 1 << 24 && RUN_BOUNDS[RUN_BOUNDS.len() - 1] <= 1 << 24
+);
 
-/// The buckets of a length histogram that hold lengths, in bucket order: (lower bound, upper
-/// bound, count). The decider asks for the remaining requests on every request, so the
-/// bisection sums only these: an empty bucket adds 0.0 to a mass, which changes no sum.
-struct Held {
-    buckets: [(f64, f64, u32); HELD_MAX],
-    len: usize,
+/// A length histogram's counts with its buckets' bounds: bucket i's mass spreads over
+/// `[bounds[i], bounds[i + 1])`, none beyond the last bound. A view, built for nothing: the
+/// decider asks for the remaining requests on every request.
+struct Histogram<'a> {
+    counts: &'a [u32],
+    bounds: &'static [u32],
 }
 
-impl Held {
-    fn new(buckets: impl Iterator<Item = (f64, f64, u32)>) -> Held {
-        let mut held = Held {
-            buckets: [(0.0, 0.0, 0); HELD_MAX],
-            len: 0,
-        };
-        for (slot, bucket) in held.buckets.iter_mut().zip(buckets.filter(|b| b.2 > 0)) {
-            *slot = bucket;
-            held.len += 1;
-        }
-        held
+impl Histogram<'_> {
+    /// The buckets that hold lengths, in order: (lower bound, upper bound, count). Every sum
+    /// skips the others: an empty bucket adds 0.0 to a mass, which changes no sum.
+    fn held(&self) -> impl DoubleEndedIterator<Item = (f64, f64, u32)> + '_ {
+        self.counts
+            .iter()
+            .zip(self.bounds.windows(2))
+            .filter(|&(&c, _)| c > 0)
+            .map(|(&c, b)| (f64::from(b[0]), f64::from(b[1]), c))
+    }
+
+    /// The last bound: no length lies beyond it.
+    fn top(&self) -> f64 {
+        self.bounds.last().map_or(0.0, |&b| f64::from(b))
     }
 
     /// Lengths (as a mass: spread evenly over their bucket) longer than `x`.
+    ///
+    /// The bisection this estimate is defined by summed `c × clamp((hi − max(x, lo)) ÷ (hi −
+    /// lo), 0, 1)` over the buckets in order. That term is exactly `c` below the bucket (a
+    /// width divided by itself is 1) and exactly 0 above it (and adding 0 changes no sum), so
+    /// only the bucket holding `x` divides: the same sum, bit for bit, with one division.
+    /// It is non-increasing in `x`, as computed: every term is, and rounded addition is
+    /// monotone.
     fn mass_beyond(&self, x: f64) -> f64 {
-        self.buckets[..self.len]
-            .iter()
-            .map(|&(lo, hi, c)| c as f64 * ((hi - x.max(lo)) / (hi - lo)).clamp(0.0, 1.0))
-            .sum()
+        let mut mass = 0.0;
+        for (lo, hi, c) in self.held() {
+            mass += part_beyond(lo, hi, c, x);
+        }
+        mass
+    }
+
+    /// [`Histogram::mass_beyond`] at two points, in one pass over the buckets.
+    fn masses_beyond(&self, a: f64, b: f64) -> (f64, f64) {
+        let (mut mass_a, mut mass_b) = (0.0, 0.0);
+        for (lo, hi, c) in self.held() {
+            mass_a += part_beyond(lo, hi, c, a);
+            mass_b += part_beyond(lo, hi, c, b);
+        }
+        (mass_a, mass_b)
+    }
+
+    /// Where the mass beyond `x` falls to `half`, solved on the linear piece it falls in:
+    /// walking down from the top bucket, the first whose own count brings the mass above it
+    /// past `half` holds the crossing. Rounding makes this a guess at the bisection's answer,
+    /// which [`Histogram::settles`] checks.
+    fn crossing(&self, half: f64) -> f64 {
+        let mut above = 0.0;
+        for (lo, hi, c) in self.held().rev() {
+            let c = f64::from(c);
+            if above + c > half {
+                return hi - (half - above) * (hi - lo) / c;
+            }
+            above += c;
+        }
+        0.0
+    }
+
+    /// Whether the bisection for `half` from `k` certainly answers `n` (see [`median_left`]).
+    /// Below `top` (at most 2²⁴) both points checked are exact: 20 bits of fraction fit.
+    fn settles(&self, k: f64, top: f64, half: f64, n: u64) -> bool {
+        let start = k + n as f64;
+        if start + 1.0 > top {
+            return false;
+        }
+        let (at_start, before_next) = self.masses_beyond(start, start + 1.0 - SETTLED_MARGIN);
+        at_start > half && before_next <= half
+    }
+
+    /// The least length (a float in [k, top]) whose mass beyond is at most `half`: where every
+    /// test of the bisection turns. Found from `guess` by doubling steps of one float at a time
+    /// until bracketed, then bisecting on the floats' bits (non-negative floats order as their
+    /// bits), so a guess a few floats off costs a few evaluations. Every float below it has
+    /// more than `half` beyond (the mass is non-increasing), every float from it on at most.
+    fn boundary(&self, k: f64, top: f64, half: f64, guess: f64) -> f64 {
+        let ends = |x: f64| self.mass_beyond(x) <= half;
+        let start = guess.clamp(k, top);
+        // Invariant: the mass beyond `before` is above half, beyond `at` at most half. The
+        // search stays in [k, top]: beyond k lies all the mass, beyond top none.
+        let (mut before, mut at) = (start, start);
+        let mut step = 1u64;
+        if ends(start) {
+            loop {
+                before = f64::from_bits(at.to_bits().saturating_sub(step)).max(k);
+                if !ends(before) {
+                    break;
+                }
+                at = before;
+                step = step.saturating_mul(2);
+            }
+        } else {
+            loop {
+                at = f64::from_bits(before.to_bits().saturating_add(step)).min(top);
+                if ends(at) {
+                    break;
+                }
+                before = at;
+                step = step.saturating_mul(2);
+            }
+        }
+        while at.to_bits() - before.to_bits() > 1 {
+            let mid = f64::from_bits(before.to_bits() + (at.to_bits() - before.to_bits()) / 2);
+            if ends(mid) {
+                at = mid;
+            } else {
+                before = mid;
+            }
+        }
+        at
     }
 }
 
+/// The mass of a bucket `[lo, hi)` of `c` lengths beyond `x` ([`Histogram::mass_beyond`]).
+fn part_beyond(lo: f64, hi: f64, c: u32, x: f64) -> f64 {
+    if x <= lo {
+        f64::from(c)
+    } else if x < hi {
+        f64::from(c) * ((hi - x) / (hi - lo))
+    } else {
+        0.0
+    }
+}
+
+/// How far below a whole number of requests the crossing must be for the closed form to answer
+/// without the bisection ([`median_left`]): more than the bisection's last interval can be wide.
+const SETTLED_MARGIN: f64 = 1.0 / (1u64 << 20) as f64;
+
 /// The median of what the finished lengths longer than `so_far` had left at that point (as
-/// masses spread evenly over their buckets, `held`, none beyond `top`), or `None` with fewer
+/// masses spread evenly over their buckets, `histogram`), or `None` with fewer
 /// than [`MIN_SEGMENTS_EVIDENCE`] of them (`count`) or less than one outliving `so_far`.
-fn median_left(count: u32, held: &Held, top: f64, so_far: u32) -> Option<u64> {
+///
+/// The estimate is defined by a bisection in floating point for the length by which half the
+/// survivors had ended ([`bisect_left`]), and the decider asks for it twice on every request;
+/// so it is answered in closed form, where that provably gives the bisection's answer, and
+/// otherwise by the bisection with its tests answered without summing. Writing f for
+/// `mass_beyond` (non-increasing as computed) and n for the closed form's whole number: the
+/// bisection keeps f(lo) > half ≥ f(hi) and answers ⌊hi − k⌋. If f(k + n) > half, every hi
+/// lies above k + n; if f(k + n + 1 − 2⁻²⁰) ≤ half, every lo lies below that point, and 64
+/// halvings of [k, top] (top ≤ 2²⁴; each midpoint rounded by at most 2⁻³⁰) leave hi within
+/// 2⁻²⁸ of lo: so hi − k rounds down to n. Where a check fails — the crossing within 2⁻²⁰ below
+/// a whole number, as when it falls exactly on one and rounding decides the answer, or the
+/// guess one off — the least length whose f is at most half ([`Histogram::boundary`]) answers
+/// every test the bisection makes.
+///
+/// Why not the exact median (rational arithmetic on the integer bounds and counts), which would
+/// need no bisection at all: it is not this estimate. It differs from the bisection exactly at
+/// crossings on whole numbers — common: a median on a bucket's bound, or in the runs'
+/// one-request buckets — and would move decisions the replays measured.
+fn median_left(count: u32, histogram: &Histogram, so_far: u32) -> Option<u64> {
     if count < MIN_SEGMENTS_EVIDENCE {
         return None;
     }
     let k = f64::from(so_far);
-    let survivors = held.mass_beyond(k);
+    let survivors = histogram.mass_beyond(k);
     if survivors < 1.0 {
         return None;
     }
-    // Bisect for the length by which half the survivors had ended. It stops once every length
-    // left in [lo, hi] gives the same whole number of requests (the answer is the final hi,
-    // which stays in that interval, rounded down: monotone in hi), so the answer is the one 64
-    // full steps give (`learn::remaining_is_the_full_bisections`,
-    // `learn::run_remaining_is_the_full_bisections`).
-    let requests = |hi: f64| (hi - k).floor().max(0.0) as u64;
+    let half = survivors / 2.0;
+    let top = histogram.top();
+    let crossing = histogram.crossing(half);
+    // Non-negative, so the cast rounds down.
+    let guess = (crossing - k).max(0.0) as u64;
+    if histogram.settles(k, top, half, guess) {
+        return Some(guess);
+    }
+    Some(bisect_left(
+        k,
+        top,
+        histogram.boundary(k, top, half, crossing),
+    ))
+}
+
+/// The bisection that defines [`median_left`]'s answer, for the length by which the mass beyond
+/// `k` fell to half, less `k`, rounded down; its tests (is the mass beyond the midpoint above
+/// half?) answered by comparing with `boundary`, the least length where it is not
+/// ([`Histogram::boundary`]; the mass is non-increasing). It stops once every length left in [lo,
+/// hi] gives the same whole number of requests (the answer is the final hi, which stays in that
+/// interval, rounded down: monotone in hi), so the answer is the one 64 full steps give
+/// (`learn::remaining_is_the_full_bisections`, `learn::run_remaining_is_the_full_bisections`).
+fn bisect_left(k: f64, top: f64, boundary: f64) -> u64 {
+    // Every point tried is at least k: the cast of the non-negative difference rounds down.
+    let requests = |x: f64| (x - k) as u64;
     let (mut lo, mut hi) = (k, top);
     for _ in 0..64 {
         if requests(lo) == requests(hi) {
             break;
         }
         let mid = (lo + hi) / 2.0;
-        if held.mass_beyond(mid) > survivors / 2.0 {
+        if mid < boundary {
             lo = mid;
         } else {
             hi = mid;
         }
     }
-    Some(requests(hi))
+    requests(hi)
 }
 
 /// The lengths recorded in a histogram's buckets, summed without overflow.
@@ -235,21 +384,15 @@ impl RunLengths {
         bucket_total(&self.buckets)
     }
 
-    /// The buckets that hold runs, with their bounds.
-    fn held(&self) -> Held {
-        Held::new(self.buckets.iter().enumerate().map(|(i, &c)| {
-            let lo = f64::from(RUN_BOUNDS[i]);
-            let hi = f64::from(RUN_BOUNDS[i + 1]);
-            (lo, hi, c)
-        }))
-    }
-
     /// How many more requests a run that has had `so_far` is expected to have (the median of
     /// what the longer finished runs had left), or `None` without the evidence
     /// ([`median_left`]).
     pub fn remaining_known(&self, so_far: u32) -> Option<u64> {
-        let top = f64::from(RUN_BOUNDS[RUN_BOUNDS.len() - 1]);
-        median_left(self.count(), &self.held(), top, so_far)
+        let histogram = Histogram {
+            counts: &self.buckets,
+            bounds: &RUN_BOUNDS,
+        };
+        median_left(self.count(), &histogram, so_far)
     }
 }
 

@@ -591,3 +591,32 @@ proptest::proptest! {
         );
     }
 }
+
+/// Where half the survivors have ended exactly on a whole number, rounding decides the estimate:
+/// the bisection's boundary lies a float below it, so the answer is one request less than the
+/// exact median — the case the closed form cannot settle alone. Both examples were found among
+/// random histograms where the closed form's own whole number is one too many.
+#[test]
+fn a_median_on_a_whole_number_is_the_bisections() {
+    // Runs: 8 of them outlived 34 requests, 4 of those are 1,024 long or more and one lies in
+    // [128, 256): half the mass beyond 34 (4) is reached at 256 exactly, so the exact median
+    // would leave 256 − 34 = 222; the float mass beyond 256 − 2⁻⁴⁴ already rounds to 4.
+    let mut runs = muninn_core::learn::RunLengths::default();
+    for n in [4, 17, 28, 48, 64, 64, 128, 1024, 1024, 1024, 1024] {
+        runs.observe(n);
+    }
+    assert_eq!(run_left_by_full_bisection(&runs, 34), Some(221));
+    assert_eq!(runs.remaining_known(34), Some(221));
+
+    // Segments: 8.09375 of them (as mass) outlived 122 requests, 4 of those are 16,384 long or
+    // more and one lies in [2,048, 4,096): half the mass (4.046875) is reached at 4,096 − 96 =
+    // 4,000 exactly, an exact median of 3,878 more requests.
+    let mut segments = muninn_core::learn::SegmentLengths::default();
+    for n in [
+        4, 8, 8, 8, 8, 64, 128, 128, 256, 2048, 16384, 16384, 32768, 65536,
+    ] {
+        segments.observe(n);
+    }
+    assert_eq!(remaining_by_full_bisection(&segments, 122), 3877);
+    assert_eq!(segments.remaining(122), 3877);
+}
