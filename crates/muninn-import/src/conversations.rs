@@ -90,7 +90,12 @@ impl Conversations {
             None => state.latest,
         };
         state.of.insert(response, conversation);
-        state.tip.insert(conversation, response);
+        // A response without a uuid is placed by a guess and no later line can link to it: it
+        // does not become its conversation's tip, or the next request that follows the tip it
+        // hid would read as a fork.
+        if uuid.is_some() {
+            state.tip.insert(conversation, response);
+        }
         state.latest = conversation;
         conversation
     }

@@ -381,3 +381,20 @@ fn a_compaction_boundary_links_through_its_logical_parent() {
     assert!(second != 0, "{ids:?}");
     assert_eq!(ids, vec![0, 0, 0, second, 0, second]);
 }
+
+/// A response whose line has no uuid cannot be placed by its links: it continues the thread's
+/// latest conversation, and the request after it, linked past it, still finds its own.
+#[test]
+fn a_response_without_a_uuid_continues_the_latest_conversation() {
+    let text = linked("two", 1, None, 0, 0)
+        + &linked("two", 2, Some(1), 10, 500)
+        + &linked("two", 3, Some(1), 20, 500)
+        + &linked("two", 4, Some(2), 30, 1_000).replacen(r#","uuid":"a4""#, "", 1)
+        + &linked("two", 5, Some(3), 40, 1_000);
+    assert!(!text.contains(r#""uuid":"a4""#));
+    let ids = conversations_of(&text);
+    let fork = ids[2];
+    assert!(fork != 0, "{ids:?}");
+    // Request 4 (no uuid) goes with the latest, the fork; request 5 continues the fork.
+    assert_eq!(ids, vec![0, 0, fork, fork, fork]);
+}
