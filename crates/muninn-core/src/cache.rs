@@ -195,8 +195,10 @@ pub struct Entry {
     pub expires_at_ms: i64,
 }
 
-#[derive(Default, Clone, Copy)]
-struct IdentityHasher(u64);
+/// A hasher for keys that are hashes already (fingerprints here, uuid hashes in the importer):
+/// it passes a `u64` through, since hashing a hash again only costs time on every lookup.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdentityHasher(u64);
 
 impl Hasher for IdentityHasher {
     fn finish(&self) -> u64 {

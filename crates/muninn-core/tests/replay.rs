@@ -756,3 +756,42 @@ fn a_fork_whose_origin_never_continues_stays_in_line() {
         assert_eq!(cost(&t, plan, &a), cost(&unmarked, plan, &a), "{plan}");
     }
 }
+
+/// The branches of a trace whose requests, 30 s apart, continue the conversations `ids`.
+fn branches_of(ids: &[u64]) -> Vec<Vec<usize>> {
+    let steps: Vec<_> = ids.iter().map(|_| (30, 500, true)).collect();
+    let mut t = trace(&steps, Ttl::FiveMinutes);
+    for (r, &c) in t.requests.iter_mut().zip(ids) {
+        r.conversation = c;
+    }
+    muninn_core::replay::branches::branches(&t)
+}
+
+#[test]
+fn forks_of_forks_fold_or_stay_apart_by_whether_their_origin_goes_on() {
+    // A chain of rewinds, each leaving a conversation that never goes on: one conversation.
+    assert_eq!(
+        branches_of(&[0, 0, 5, 5, 6, 7, 7]),
+        vec![(0..7).collect::<Vec<_>>()]
+    );
+    // Two terminals (5 forks from 0 and both go on), then a rewind in the second (6 leaves 5,
+    // which never goes on): the second terminal's requests are one conversation.
+    assert_eq!(
+        branches_of(&[0, 5, 0, 5, 6, 0, 6]),
+        vec![vec![0, 2, 5], vec![1, 3, 4, 6]]
+    );
+    // Three alive at once.
+    assert_eq!(
+        branches_of(&[0, 5, 6, 0, 5, 6]),
+        vec![vec![0, 3], vec![1, 4], vec![2, 5]]
+    );
+    assert!(branches_of(&[]).is_empty());
+}
+
+#[test]
+fn a_long_chain_of_rewinds_is_one_conversation() {
+    // 13,000 requests, each a rewind of the one before: a new
+    // conversation id every time, each folded into the one it left.
+    let ids: Vec<u64> = (0..13_000).collect();
+    assert_eq!(branches_of(&ids), vec![(0..13_000).collect::<Vec<_>>()]);
+}

@@ -12,30 +12,13 @@
 //! State is per file, as the links are: a conversation continued in a later file (a resumed
 //! session) starts there from the thread's first conversation, as before this existed.
 
+use muninn_core::cache::IdentityHasher;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
-/// The keys here are hashes already (of uuids and message ids, by [`crate::claude::id_hash`]):
-/// hashing them again would only cost time on every line of a file.
-#[derive(Default, Clone, Copy)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-/// A map keyed by a hash.
-type ByHash<V> = HashMap<u64, V, BuildHasherDefault<Prehashed>>;
+/// A map keyed by a hash: the keys are hashes already (of uuids and message ids, by
+/// [`crate::claude::id_hash`]), not hashed again.
+type ByHash<V> = HashMap<u64, V, BuildHasherDefault<IdentityHasher>>;
 
 /// How far back a response's links are followed before giving up (a chain through copied
 /// history, or a cycle in a corrupt file): the request then continues the thread's latest
@@ -90,7 +73,12 @@ impl Conversations {
             None => state.latest,
         };
         state.of.insert(response, conversation);
-        state.tip.insert(conversation, response);
+        // A response without a uuid is placed by a guess and no later line can link to it: it
+        // does not become its conversation's tip, or the next request that follows the tip it
+        // hid would read as a fork.
+        if uuid.is_some() {
+            state.tip.insert(conversation, response);
+        }
         state.latest = conversation;
         conversation
     }

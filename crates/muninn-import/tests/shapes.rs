@@ -338,3 +338,63 @@ fn two_conversations_in_one_session_file_are_told_apart_by_their_links() {
     assert!(second != 0 && rewound != 0 && rewound != second, "{ids:?}");
     assert_eq!(ids, vec![0, 0, 0, second, 0, second, rewound]);
 }
+
+/// The conversation of each request of the one-thread transcript `text`.
+fn conversations_of(text: &str) -> Vec<u64> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("links.jsonl");
+    std::fs::write(&path, text).unwrap();
+    let got = import(std::slice::from_ref(&path));
+    got.traces[0]
+        .requests
+        .iter()
+        .map(|r| r.conversation)
+        .collect()
+}
+
+/// A compaction boundary has no `parentUuid`: its `logicalParentUuid` is the link to the
+/// conversation it compacted. Two conversations alive at once, the second compacts while the
+/// first was the latest to answer: the second's next request still continues the second.
+#[test]
+fn a_compaction_boundary_links_through_its_logical_parent() {
+    let boundary = serde_json::json!({
+        "parentUuid": null, "logicalParentUuid": "a4", "type": "system",
+        "subtype": "compact_boundary", "sessionId": "two", "uuid": "c1",
+        "timestamp": jiff::Timestamp::from_millisecond(at(45)).unwrap().to_string(),
+    });
+    // Request 6 answers a user line whose parent is the boundary, not request 4's line.
+    let after = linked("two", 6, Some(4), 50, 0).replacen(
+        r#""parentUuid":"a4""#,
+        r#""parentUuid":"c1""#,
+        1,
+    );
+    assert!(after.contains(r#""parentUuid":"c1""#), "{after}");
+    let text = linked("two", 1, None, 0, 0)
+        + &linked("two", 2, Some(1), 10, 500)
+        + &linked("two", 3, Some(2), 20, 1_000)
+        + &linked("two", 4, Some(2), 30, 1_000)
+        + &linked("two", 5, Some(3), 40, 1_500)
+        + &format!("{boundary}\n")
+        + &after;
+    let ids = conversations_of(&text);
+    let second = ids[3];
+    assert!(second != 0, "{ids:?}");
+    assert_eq!(ids, vec![0, 0, 0, second, 0, second]);
+}
+
+/// A response whose line has no uuid cannot be placed by its links: it continues the thread's
+/// latest conversation, and the request after it, linked past it, still finds its own.
+#[test]
+fn a_response_without_a_uuid_continues_the_latest_conversation() {
+    let text = linked("two", 1, None, 0, 0)
+        + &linked("two", 2, Some(1), 10, 500)
+        + &linked("two", 3, Some(1), 20, 500)
+        + &linked("two", 4, Some(2), 30, 1_000).replacen(r#","uuid":"a4""#, "", 1)
+        + &linked("two", 5, Some(3), 40, 1_000);
+    assert!(!text.contains(r#""uuid":"a4""#));
+    let ids = conversations_of(&text);
+    let fork = ids[2];
+    assert!(fork != 0, "{ids:?}");
+    // Request 4 (no uuid) goes with the latest, the fork; request 5 continues the fork.
+    assert_eq!(ids, vec![0, 0, fork, fork, fork]);
+}

@@ -19,25 +19,25 @@
 //! Pure.
 
 use crate::trace::Trace;
+use std::collections::HashMap;
 
 /// The request indices of each conversation alive at once in `trace`, each in time order; one
-/// branch holding every request when nothing shows two at once (always for an empty trace).
+/// branch holding every request when nothing shows two at once (none for an empty trace).
+///
+/// Linear in the requests (and the merges below in the branches), however many conversations a
+/// long session forks: a rewind or a retried answer forks one each time.
 pub fn branches(trace: &Trace) -> Vec<Vec<usize>> {
     let mut branches: Vec<Vec<usize>> = Vec::new();
-    // Per branch: its conversation and the branch active when it began (for a fork).
-    let mut ids: Vec<u64> = Vec::new();
+    // Per conversation id, its branch; per branch, the branch active when it began (for a fork).
+    let mut of: HashMap<u64, usize> = HashMap::new();
     let mut left: Vec<Option<usize>> = Vec::new();
     let mut previous: Option<usize> = None;
     for (j, r) in trace.requests.iter().enumerate() {
-        let b = match ids.iter().position(|&c| c == r.conversation) {
-            Some(b) => b,
-            None => {
-                ids.push(r.conversation);
-                left.push(previous);
-                branches.push(Vec::new());
-                branches.len() - 1
-            }
-        };
+        let b = *of.entry(r.conversation).or_insert_with(|| {
+            left.push(previous);
+            branches.push(Vec::new());
+            branches.len() - 1
+        });
         branches[b].push(j);
         previous = Some(b);
     }
@@ -46,22 +46,17 @@ pub fn branches(trace: &Trace) -> Vec<Vec<usize>> {
 
 /// Folds back each fork whose origin branch has no request after the fork began: one
 /// conversation that went back, not two alive at once. Latest forks first, so that a chain of
-/// rewinds folds into the branch it started from.
+/// rewinds folds into the branch it started from (a fork's origin began before it, so it has
+/// not been folded away when the fork is judged). Every branch stays in time order: whether
+/// the origin goes on is its last request's index, and a fork it does not outlive follows it.
 fn merge_rewinds(mut branches: Vec<Vec<usize>>, left: &[Option<usize>]) -> Vec<Vec<usize>> {
-    let mut merged_into: Vec<usize> = (0..branches.len()).collect();
     for b in (0..branches.len()).rev() {
         let Some(origin) = left[b] else { continue };
-        let mut origin = origin;
-        while merged_into[origin] != origin {
-            origin = merged_into[origin];
-        }
         let start = branches[b].first().copied().unwrap_or(0);
-        let alive_after = branches[origin].iter().any(|&k| k > start);
+        let alive_after = branches[origin].last().is_some_and(|&k| k > start);
         if !alive_after {
             let moved = std::mem::take(&mut branches[b]);
             branches[origin].extend(moved);
-            branches[origin].sort_unstable();
-            merged_into[b] = origin;
         }
     }
     branches.retain(|b| !b.is_empty());

@@ -159,32 +159,13 @@ pub fn replay_trace_learning(
         rules: &rules,
         ..*config
     };
-    let ttl = trace_ttl(trace, config);
-    let mut totals = RunTotals::default();
     if let Plan::Recorded = plan {
-        let mut previous: Option<i64> = None;
-        for (index, r) in trace.requests.iter().enumerate() {
-            let step = Step {
-                index,
-                at_ms: r.at_ms,
-                kind: StepKind::Request,
-                usage: r.usage,
-                cost: config.price.cost(&r.usage),
-                gap_ms: previous.map_or(0, |p| r.at_ms - p),
-                miss: None,
-                refreshed: r.compacted,
-                mask: None,
-            };
-            previous = Some(r.at_ms);
-            totals.record(&step, ttl);
-            on_step(&step);
-        }
-        return totals;
+        return replay_recorded(trace, config, on_step);
     }
     if trace.kind == crate::trace::ThreadKind::Compaction {
         // A compaction thread is the recorded policy's own refresh (Claude Code's compaction
         // request); every other plan pays for its own flushes on the main thread instead.
-        return totals;
+        return RunTotals::default();
     }
     // Conversations alive at once in one thread (a session resumed in two terminals); a muninn
     // ledger's thread is one by construction (one writer per session). Most threads never fork:
@@ -198,8 +179,51 @@ pub fn replay_trace_learning(
     if conversations.len() <= 1 {
         return replay_conversation(trace, plan, config, learned, on_step);
     }
-    // Conversations alive at once are sessions of their own: each is replayed apart, from what
-    // the Mind knew when the trace began, and the trace teaches what they taught together.
+    replay_apart(trace, &conversations, plan, config, learned, on_step)
+}
+
+/// The `recorded` plan: each request priced as it was billed.
+fn replay_recorded(
+    trace: &Trace,
+    config: &ReplayConfig<'_>,
+    on_step: &mut dyn FnMut(&Step),
+) -> RunTotals {
+    let ttl = trace_ttl(trace, config);
+    let mut totals = RunTotals::default();
+    let mut previous: Option<i64> = None;
+    for (index, r) in trace.requests.iter().enumerate() {
+        let step = Step {
+            index,
+            at_ms: r.at_ms,
+            kind: StepKind::Request,
+            usage: r.usage,
+            cost: config.price.cost(&r.usage),
+            gap_ms: previous.map_or(0, |p| r.at_ms - p),
+            miss: None,
+            refreshed: r.compacted,
+            mask: None,
+        };
+        previous = Some(r.at_ms);
+        totals.record(&step, ttl);
+        on_step(&step);
+    }
+    totals
+}
+
+/// Replays the conversations alive at once in `trace` (`conversations`: each one's request
+/// indices, [`branches::branches`]) as sessions of their own: each from what the Mind knew when
+/// the trace began — none learns from another, earlier or later, so nothing a conversation
+/// decides rests on requests it could not have seen — and the trace teaches what they taught
+/// together. Steps are reported under the trace's indices, conversation by conversation.
+fn replay_apart(
+    trace: &Trace,
+    conversations: &[Vec<usize>],
+    plan: Plan,
+    config: &ReplayConfig<'_>,
+    learned: &mut Learned,
+    on_step: &mut dyn FnMut(&Step),
+) -> RunTotals {
+    let mut totals = RunTotals::default();
     let known = *learned;
     let mut taught = Learned::default();
     for (n, indices) in conversations.iter().enumerate() {
