@@ -165,6 +165,7 @@ fn load(dir: &Path) -> Result<Loaded, Box<dyn std::error::Error>> {
                 provider_miss: None,
                 tool_results: Default::default(),
                 conversation: 0,
+                forked_from: None,
             });
             compact_pending = false;
             notification = None;

@@ -154,6 +154,12 @@ pub struct TraceRequest {
     /// ([`crate::replay::branches`]).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub conversation: u64,
+    /// On a conversation's first request, the conversation it forked from, where the source
+    /// knows it. With three conversations or more in a thread (two terminals and a rewind in
+    /// one), the request just before in time may belong to another one than the fork's origin;
+    /// whether the fork is a rewind is judged against its true origin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<u64>,
 }
 
 /// Tool results one request added to the prompt.

@@ -795,3 +795,24 @@ fn a_long_chain_of_rewinds_is_one_conversation() {
     let ids: Vec<u64> = (0..13_000).collect();
     assert_eq!(branches_of(&ids), vec![(0..13_000).collect::<Vec<_>>()]);
 }
+
+/// Two terminals, A (0) and B (5), and a rewind in B (6 forks from 5) taken while A answered
+/// last: judged against A, which goes on, the rewind would be a third conversation and its first
+/// request a cold write; judged against B, its true origin (`forked_from`), which never goes on,
+/// it is B going back.
+#[test]
+fn a_rewind_is_judged_against_the_conversation_it_forked_from() {
+    let ids = [0, 5, 0, 5, 0, 6, 0, 6];
+    assert_eq!(branches_of(&ids).len(), 3, "by time alone");
+    let steps: Vec<_> = ids.iter().map(|_| (30, 500, true)).collect();
+    let mut t = trace(&steps, Ttl::FiveMinutes);
+    for (r, &c) in t.requests.iter_mut().zip(&ids) {
+        r.conversation = c;
+    }
+    t.requests[1].forked_from = Some(0);
+    t.requests[5].forked_from = Some(5);
+    assert_eq!(
+        muninn_core::replay::branches::branches(&t),
+        vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]
+    );
+}

@@ -34,6 +34,7 @@ fn req(at_ms: i64, read: u64, write: u64, one_hour: bool) -> TraceRequest {
         provider_miss: None,
         tool_results: Default::default(),
         conversation: 0,
+        forked_from: None,
     }
 }
 

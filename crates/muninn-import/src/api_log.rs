@@ -387,6 +387,7 @@ impl FormatReader for ApiLogReader<'_> {
             provider_miss: response.diagnostics.as_ref().map(|d| d.label()),
             tool_results: step.tool_results,
             conversation: 0,
+            forked_from: None,
         };
         let kind = if state.name == "main" {
             ThreadKind::Main

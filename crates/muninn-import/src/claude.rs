@@ -309,6 +309,7 @@ impl ThreadState {
             provider_miss: None,
             tool_results: self.tools,
             conversation: 0,
+            forked_from: None,
         };
         message.annotate(&mut request);
         self.after_response(message.blocks());
@@ -532,7 +533,8 @@ impl<'s> ClaudeReader<'s> {
                 state.sent_by(version);
                 let mut request = state.take_request(at_ms, usage.to_usage(), message);
                 let uuid = parsed.uuid.as_ref().map(|u| id_hash(u.as_str()));
-                request.conversation = self.conversations.request(key, uuid, hash);
+                (request.conversation, request.forked_from) =
+                    self.conversations.request(key, uuid, hash);
                 let kind = if thread == "main" {
                     ThreadKind::Main
                 } else if thread.starts_with("acompact") {

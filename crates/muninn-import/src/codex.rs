@@ -226,6 +226,7 @@ impl FormatReader for CodexReader {
                         provider_miss: None,
                         tool_results: Default::default(),
                         conversation: 0,
+                        forked_from: None,
                     };
                     self.human_turn = false;
                     self.compacted = false;

@@ -59,19 +59,26 @@ impl Conversations {
     }
 
     /// The conversation of a new request of `thread` (by its thread hash): its response
-    /// (`response`, the hash of its id) is the line `uuid`. 0 is the thread's first.
-    pub(crate) fn request(&mut self, thread: u64, uuid: Option<u64>, response: u64) -> u64 {
+    /// (`response`, the hash of its id) is the line `uuid`. 0 is the thread's first. With it,
+    /// for a fork's first request, the conversation it forked from.
+    pub(crate) fn request(
+        &mut self,
+        thread: u64,
+        uuid: Option<u64>,
+        response: u64,
+    ) -> (u64, Option<u64>) {
         let previous = uuid.and_then(|u| self.previous_request(thread, u, response));
         let state = self.threads.entry(thread).or_default();
-        let conversation = match previous.and_then(|p| state.of.get(&p).map(|&c| (p, c))) {
-            Some((p, c)) if state.tip.get(&c) == Some(&p) => c,
-            // Its previous request was followed already: a fork, named by its first response
-            // (never 0, which is the thread's first conversation).
-            Some(_) => response.max(1),
-            // No earlier request of this thread on its links (its first, or one whose links
-            // lead into history this file copied): the thread's latest conversation.
-            None => state.latest,
-        };
+        let (conversation, forked_from) =
+            match previous.and_then(|p| state.of.get(&p).map(|&c| (p, c))) {
+                Some((p, c)) if state.tip.get(&c) == Some(&p) => (c, None),
+                // Its previous request was followed already: a fork, named by its first
+                // response (never 0, which is the thread's first conversation).
+                Some((_, c)) => (response.max(1), Some(c)),
+                // No earlier request of this thread on its links (its first, or one whose links
+                // lead into history this file copied): the thread's latest conversation.
+                None => (state.latest, None),
+            };
         state.of.insert(response, conversation);
         // A response without a uuid is placed by a guess and no later line can link to it: it
         // does not become its conversation's tip, or the next request that follows the tip it
@@ -80,7 +87,7 @@ impl Conversations {
             state.tip.insert(conversation, response);
         }
         state.latest = conversation;
-        conversation
+        (conversation, forked_from)
     }
 
     /// The nearest response before line `uuid` on its links that is a request of `thread`

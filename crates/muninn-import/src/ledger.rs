@@ -56,6 +56,7 @@ impl Mapper {
                 provider_miss: row.provider_miss,
                 tool_results: Default::default(),
                 conversation: 0,
+                forked_from: None,
             };
             let thread = format!("{}/{side}", row.role);
             return (thread, ThreadKind::Compaction, request);
@@ -76,6 +77,7 @@ impl Mapper {
             provider_miss: row.provider_miss,
             tool_results: Default::default(),
             conversation: 0,
+            forked_from: None,
         };
         (row.role.clone(), ThreadKind::Mind, request)
     }

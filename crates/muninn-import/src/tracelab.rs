@@ -232,6 +232,7 @@ impl FormatReader for TraceLabReader {
             provider_miss: None,
             tool_results: Default::default(),
             conversation: 0,
+            forked_from: None,
         };
         let wait = i64::try_from(row.wait_ms).unwrap_or(i64::MAX / 4);
         self.sessions.insert(

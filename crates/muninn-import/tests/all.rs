@@ -60,6 +60,7 @@ fn request(
         provider_miss: None,
         tool_results: Default::default(),
         conversation: 0,
+        forked_from: None,
     }
 }
 

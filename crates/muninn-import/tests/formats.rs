@@ -64,6 +64,7 @@ fn stream_json_traces(source: &Path, last_output: u64) -> Vec<Trace> {
         provider_miss: None,
         tool_results: Default::default(),
         conversation: 0,
+        forked_from: None,
     };
     vec![
         trace(
@@ -345,6 +346,7 @@ fn tracelab_traces(source: &Path, model: &str) -> Vec<Trace> {
         provider_miss: None,
         tool_results: Default::default(),
         conversation: 0,
+        forked_from: None,
     };
     vec![
         trace(

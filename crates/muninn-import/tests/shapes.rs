@@ -337,6 +337,17 @@ fn two_conversations_in_one_session_file_are_told_apart_by_their_links() {
     let (second, rewound) = (ids[3], ids[6]);
     assert!(second != 0 && rewound != 0 && rewound != second, "{ids:?}");
     assert_eq!(ids, vec![0, 0, 0, second, 0, second, rewound]);
+    // Each fork names the conversation it left: the second terminal the first, the rewind the
+    // second (though the first answered just before it, in time).
+    let forked: Vec<Option<u64>> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| r.forked_from)
+        .collect();
+    assert_eq!(
+        forked,
+        vec![None, None, None, Some(0), None, None, Some(second)]
+    );
 }
 
 /// The conversation of each request of the one-thread transcript `text`.

@@ -356,6 +356,7 @@ pub fn session_trace(
                 provider_miss: None,
                 tool_results: Default::default(),
                 conversation: 0,
+                forked_from: None,
             });
         }
     }

@@ -209,6 +209,7 @@ pub fn session(seed: u64, requests: usize, params: &SynthParams) -> Trace {
             provider_miss: None,
             tool_results: Default::default(),
             conversation: 0,
+            forked_from: None,
         });
         previous_cached = cached;
         if prompt > params.compact_at_tokens {

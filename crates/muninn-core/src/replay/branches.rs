@@ -28,13 +28,15 @@ use std::collections::HashMap;
 /// long session forks: a rewind or a retried answer forks one each time.
 pub fn branches(trace: &Trace) -> Vec<Vec<usize>> {
     let mut branches: Vec<Vec<usize>> = Vec::new();
-    // Per conversation id, its branch; per branch, the branch active when it began (for a fork).
+    // Per conversation id, its branch; per branch, the branch it forked from: the one the
+    // source names, else the one active when it began.
     let mut of: HashMap<u64, usize> = HashMap::new();
     let mut left: Vec<Option<usize>> = Vec::new();
     let mut previous: Option<usize> = None;
     for (j, r) in trace.requests.iter().enumerate() {
+        let origin = r.forked_from.and_then(|c| of.get(&c).copied()).or(previous);
         let b = *of.entry(r.conversation).or_insert_with(|| {
-            left.push(previous);
+            left.push(origin);
             branches.push(Vec::new());
             branches.len() - 1
         });
