@@ -56,128 +56,165 @@ fn load(dir: &Path) -> Result<Loaded, Box<dyn std::error::Error>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
         .collect();
+    // Sorted: which copy of a response counts (the first seen) must not depend on the
+    // directory's order.
     files.sort();
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut traces: BTreeMap<String, Trace> = BTreeMap::new();
-    let mut notified = HashMap::new();
+    let mut gathered = Gathered::default();
     for path in files {
-        let name = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or_default()
-            .to_string();
-        let (thread, kind) = match name.split_once("__agent-") {
-            Some((_, id)) if id.starts_with("acompact") => {
-                (format!("agent-{id}"), ThreadKind::Compaction)
-            }
-            Some((_, id)) => (format!("agent-{id}"), ThreadKind::Subagent),
-            None => ("main".to_string(), ThreadKind::Main),
-        };
-        let text = std::fs::read_to_string(&path)?;
-        let mut blocks_since = 0u32;
-        let mut compact_pending = false;
-        let mut notification: Option<&'static str> = None;
-        for line in text.lines() {
-            let v: Value = serde_json::from_str(line)?;
-            let ty = v.get("type").and_then(Value::as_str).unwrap_or_default();
-            if ty == "system"
-                && v.get("subtype").and_then(Value::as_str) == Some("compact_boundary")
-            {
-                compact_pending = true;
-            }
-            if ty != "user" && ty != "assistant" {
-                continue;
-            }
-            let Some(msg) = v.get("message") else {
-                continue;
-            };
-            let content = msg.get("content");
-            let n = content
-                .and_then(Value::as_array)
-                .map_or(1, |a| a.len() as u32);
-            if ty == "user" {
-                blocks_since += n;
-                let text = content.and_then(Value::as_str).unwrap_or_default();
-                if text.starts_with("<task-notification>") {
-                    notification = Some("task-notification");
-                } else if text.contains("<command-name>/mcp</command-name>") {
-                    notification = Some("mcp-reconnect");
-                }
-                continue;
-            }
-            let model = msg.get("model").and_then(Value::as_str).unwrap_or_default();
-            let Some(id) = msg.get("id").and_then(Value::as_str) else {
-                continue;
-            };
-            if model == "<synthetic>" || !seen.insert(id.to_string()) {
-                blocks_since += n;
-                continue;
-            }
-            let usage = msg.get("usage").cloned().unwrap_or(Value::Null);
-            let cc = usage.get("cache_creation").cloned().unwrap_or(Value::Null);
-            let (w5, w1) = if cc.is_object() {
-                (
-                    u(&cc, "ephemeral_5m_input_tokens"),
-                    u(&cc, "ephemeral_1h_input_tokens"),
-                )
-            } else {
-                (u(&usage, "cache_creation_input_tokens"), 0)
-            };
-            let session = v
-                .get("sessionId")
-                .and_then(Value::as_str)
-                .unwrap_or(&name)
-                .to_string();
-            let at_ms = v
-                .get("timestamp")
-                .and_then(Value::as_str)
-                .and_then(parse_time)
-                .unwrap_or(0);
-            let tid = format!("{session}/{thread}/{model}");
-            let trace = traces.entry(tid.clone()).or_insert_with(|| Trace {
-                id: tid.clone(),
-                session: session.clone(),
-                thread: thread.clone(),
-                kind,
-                model: model.to_string(),
-                source: path.display().to_string(),
-                requests: Vec::new(),
-            });
-            if let Some(note) = notification {
-                notified.insert((tid, trace.requests.len()), note);
-            }
-            trace.requests.push(TraceRequest {
-                at_ms,
-                usage: Usage {
-                    input: u(&usage, "input_tokens"),
-                    cache_write_5m: w5,
-                    cache_write_1h: w1,
-                    cache_read: u(&usage, "cache_read_input_tokens"),
-                    output: u(&usage, "output_tokens"),
-                },
-                boundary: false,
-                compacted: compact_pending && kind == ThreadKind::Main,
-                tools_changed: false,
-                version_changed: false,
-                interrupted_thinking: false,
-                reasoning: false,
-                blocks_added: blocks_since,
-                provider_miss: None,
-                tool_results: Default::default(),
-                conversation: 0,
-                forked_from: None,
-            });
-            compact_pending = false;
-            notification = None;
-            // The response's own blocks count towards the next request.
-            blocks_since = n;
-        }
+        load_file(&path, &mut gathered)?;
     }
-    let mut traces: Vec<Trace> = traces.into_values().collect();
+    let mut traces: Vec<Trace> = gathered.traces.into_values().collect();
     for t in &mut traces {
         t.requests.sort_by_key(|r| r.at_ms);
     }
-    Ok(Loaded { traces, notified })
+    Ok(Loaded {
+        traces,
+        notified: gathered.notified,
+    })
+}
+
+/// What every file read so far gave: responses seen (by `message.id`), traces by id, and the
+/// requests that followed a notification.
+#[derive(Default)]
+struct Gathered {
+    seen: HashSet<String>,
+    traces: BTreeMap<String, Trace>,
+    notified: HashMap<(String, usize), &'static str>,
+}
+
+/// What a file's lines since its previous request said about the next one.
+#[derive(Default)]
+struct Pending {
+    /// Content blocks added since the previous request (its response's included).
+    blocks_since: u32,
+    /// A `compact_boundary` line came.
+    compacted: bool,
+    notification: Option<&'static str>,
+}
+
+impl Pending {
+    /// A user message of `blocks` content blocks: a notification (a background task's, an
+    /// `/mcp` reconnection) is noted for the request that answers it.
+    fn user_message(&mut self, content: Option<&Value>, blocks: u32) {
+        self.blocks_since += blocks;
+        let text = content.and_then(Value::as_str).unwrap_or_default();
+        if text.starts_with("<task-notification>") {
+            self.notification = Some("task-notification");
+        } else if text.contains("<command-name>/mcp</command-name>") {
+            self.notification = Some("mcp-reconnect");
+        }
+    }
+}
+
+/// The thread a file holds, from its name: `<session>__agent-<id>` is a sub-agent (a
+/// compaction agent when the id starts with `acompact`), anything else the main thread.
+fn thread_of(name: &str) -> (String, ThreadKind) {
+    match name.split_once("__agent-") {
+        Some((_, id)) if id.starts_with("acompact") => {
+            (format!("agent-{id}"), ThreadKind::Compaction)
+        }
+        Some((_, id)) => (format!("agent-{id}"), ThreadKind::Subagent),
+        None => ("main".to_string(), ThreadKind::Main),
+    }
+}
+
+/// Reads one transcript file's requests into `gathered`.
+fn load_file(path: &Path, gathered: &mut Gathered) -> Result<(), Box<dyn std::error::Error>> {
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default()
+        .to_string();
+    let (thread, kind) = thread_of(&name);
+    let text = std::fs::read_to_string(path)?;
+    let mut pending = Pending::default();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line)?;
+        let ty = v.get("type").and_then(Value::as_str).unwrap_or_default();
+        if ty == "system" && v.get("subtype").and_then(Value::as_str) == Some("compact_boundary") {
+            pending.compacted = true;
+        }
+        if ty != "user" && ty != "assistant" {
+            continue;
+        }
+        let Some(msg) = v.get("message") else {
+            continue;
+        };
+        let content = msg.get("content");
+        let n = content
+            .and_then(Value::as_array)
+            .map_or(1, |a| a.len() as u32);
+        if ty == "user" {
+            pending.user_message(content, n);
+            continue;
+        }
+        let model = msg.get("model").and_then(Value::as_str).unwrap_or_default();
+        let Some(id) = msg.get("id").and_then(Value::as_str) else {
+            continue;
+        };
+        if model == "<synthetic>" || !gathered.seen.insert(id.to_string()) {
+            pending.blocks_since += n;
+            continue;
+        }
+        let session = v
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .unwrap_or(&name)
+            .to_string();
+        let tid = format!("{session}/{thread}/{model}");
+        let trace = gathered.traces.entry(tid.clone()).or_insert_with(|| Trace {
+            id: tid.clone(),
+            session: session.clone(),
+            thread: thread.clone(),
+            kind,
+            model: model.to_string(),
+            source: path.display().to_string(),
+            requests: Vec::new(),
+        });
+        if let Some(note) = pending.notification {
+            gathered.notified.insert((tid, trace.requests.len()), note);
+        }
+        let at_ms = v
+            .get("timestamp")
+            .and_then(Value::as_str)
+            .and_then(parse_time)
+            .unwrap_or(0);
+        trace.requests.push(TraceRequest {
+            at_ms,
+            usage: usage_of(msg.get("usage").unwrap_or(&Value::Null)),
+            boundary: false,
+            compacted: pending.compacted && kind == ThreadKind::Main,
+            blocks_added: pending.blocks_since,
+            ..TraceRequest::default()
+        });
+        // The response's own blocks count towards the next request.
+        pending = Pending {
+            blocks_since: n,
+            ..Pending::default()
+        };
+    }
+    Ok(())
+}
+
+/// A response's `usage`: the 5m and 1h writes from `cache_creation` where it is recorded, else
+/// all of `cache_creation_input_tokens` as 5m (older transcripts).
+fn usage_of(usage: &Value) -> Usage {
+    let cc = usage.get("cache_creation").unwrap_or(&Value::Null);
+    let (w5, w1) = if cc.is_object() {
+        (
+            u(cc, "ephemeral_5m_input_tokens"),
+            u(cc, "ephemeral_1h_input_tokens"),
+        )
+    } else {
+        (u(usage, "cache_creation_input_tokens"), 0)
+    };
+    Usage {
+        input: u(usage, "input_tokens"),
+        cache_write_5m: w5,
+        cache_write_1h: w1,
+        cache_read: u(usage, "cache_read_input_tokens"),
+        output: u(usage, "output_tokens"),
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -56,10 +56,10 @@
 
 use crate::cache::Ttl;
 use crate::learn::Learned;
-use crate::mask::ClearPrice;
 use crate::money::{MicroUsd, Rate, Tokens};
 use serde::{Deserialize, Serialize};
 
+mod arrival;
 mod gaps;
 mod growth;
 mod policy;
@@ -489,7 +489,9 @@ impl SessionView {
 /// The decision for `event` under `policy`, given what is known of the session at `now_ms`.
 pub fn decide(policy: Policy, view: &SessionView, event: Event, now_ms: i64) -> Decision {
     match event {
-        Event::Arrival { boundary, delta } => decide_arrival(policy, view, boundary, delta, now_ms),
+        Event::Arrival { boundary, delta } => {
+            arrival::decide_arrival(policy, view, boundary, delta, now_ms)
+        }
         Event::Expiring => decide_expiring(policy, view, now_ms),
         Event::HeadExpiring => decide_head_expiring(policy, view, now_ms),
     }
@@ -533,153 +535,6 @@ fn decide_head_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Deci
             go(Action::Ping, Reason::RentWithinBudget)
         }
         _ => go(Action::LetExpire, Reason::NoKeepWarm),
-    }
-}
-
-fn decide_arrival(
-    policy: Policy,
-    view: &SessionView,
-    boundary: bool,
-    delta: Tokens,
-    now_ms: i64,
-) -> Decision {
-    let warm = view.warm(now_ms);
-    let append = Alternative {
-        action: Action::Append,
-        estimate: view.append_cost(warm, delta, now_ms),
-    };
-    let flush = if view.flushed {
-        MicroUsd::ZERO
-    } else {
-        view.flush_cost(warm)
-    };
-    let refresh = Alternative {
-        action: Action::Refresh,
-        estimate: flush + view.restart_write(delta, now_ms),
-    };
-    // The default's rules weigh the growth rule's rebuild and the clear; both are priced once
-    // here (the clear only where it can be: warm, something clearable).
-    let rebuild = matches!(policy, Policy::SkiRental | Policy::Predictive)
-        .then(|| view.growth_rebuild(now_ms));
-    let clear = rebuild
-        .filter(|_| view.can.mask)
-        .and_then(|r| view.price_clear(warm, delta, now_ms, append.estimate, r));
-    let mask = Alternative {
-        action: Action::Mask,
-        estimate: clear.map_or(MicroUsd::ZERO, |c| c.cost),
-    };
-    let alts = [append, refresh, mask];
-    let priced = if clear.is_some() { 3 } else { 2 };
-    let go = |action, reason| Decision::new(action, reason, &alts[..priced]);
-
-    // The ceiling is a hard bound: it overrides boundaries and the minimum segment.
-    if view.segment_requests > 0 && view.prefix_tokens + delta > view.bounds.ceiling_tokens {
-        return go(Action::Refresh, Reason::Ceiling);
-    }
-    if view.segment_requests == 0 {
-        return go(Action::Append, Reason::Warm);
-    }
-    let allowed = view.refresh_allowed(boundary);
-    let prompt = view.prefix_tokens + delta;
-    match policy {
-        Policy::Never | Policy::Keepalive(_) => go(
-            Action::Append,
-            if warm {
-                Reason::Warm
-            } else {
-                Reason::ColdAppendCheaper
-            },
-        ),
-        Policy::Rebuild => match view.refresh_allowed(boundary) {
-            Ok(()) => go(Action::Refresh, Reason::EveryBoundary),
-            Err(r) => go(Action::Append, r),
-        },
-        Policy::Threshold(ppm) => {
-            let limit = (view.bounds.context_window as u128 * ppm as u128 / 1_000_000) as Tokens;
-            match allowed {
-                Ok(()) if prompt >= limit => go(Action::Refresh, Reason::SizeThreshold),
-                Ok(()) => go(Action::Append, Reason::Warm),
-                Err(r) => go(Action::Append, r),
-            }
-        }
-        Policy::Ceiling(n) => match allowed {
-            Ok(()) if prompt >= n => go(Action::Refresh, Reason::SizeThreshold),
-            Ok(()) => go(Action::Append, Reason::Warm),
-            Err(r) => go(Action::Append, r),
-        },
-        Policy::SkiRental | Policy::Predictive => {
-            let (action, reason) = ski_rental_arrival(
-                view,
-                allowed,
-                Priced {
-                    warm,
-                    append: append.estimate,
-                    refresh: refresh.estimate,
-                    rebuild: rebuild.unwrap_or_else(|| view.growth_rebuild(now_ms)),
-                    clear,
-                },
-            );
-            go(action, reason)
-        }
-    }
-}
-
-/// What an arrival's rules need, priced once by [`decide_arrival`].
-struct Priced {
-    warm: bool,
-    append: MicroUsd,
-    refresh: MicroUsd,
-    /// [`SessionView::growth_rebuild`].
-    rebuild: MicroUsd,
-    /// The clear (`None`: no clear possible).
-    clear: Option<ClearPrice>,
-}
-
-/// The default's arrival rules: a cold restart when it is cheaper, the growth rule's refresh,
-/// and a mask when it pays (and beats that refresh).
-fn ski_rental_arrival(
-    view: &SessionView,
-    allowed: Result<(), Reason>,
-    p: Priced,
-) -> (Action, Reason) {
-    let mask_pays = p.clear.is_some_and(|c| c.gain() > 0 && view.clear_due(&c));
-    if let Err(r) = allowed {
-        // Refreshes wait; a clear keeps the segment and the latest tool results, so it does not.
-        return if mask_pays {
-            (Action::Mask, Reason::MaskPaysBack)
-        } else {
-            (Action::Append, r)
-        };
-    }
-    if !p.warm {
-        // Cold wake: restart if it is cheaper than rewriting the prefix.
-        return if p.refresh < p.append {
-            (Action::Refresh, Reason::ColdRestartCheaper)
-        } else {
-            (Action::Append, Reason::ColdAppendCheaper)
-        };
-    }
-    // Growth: the reads paid above R since the last rehydration have bought one rebuild — or as
-    // many as the refreshes paid so far say one is worth.
-    let (action, reason) = match view.growth_bar(p.rebuild) {
-        Ok(()) => (Action::Refresh, Reason::GrowthBreakEven),
-        Err(waits) => (Action::Append, waits),
-    };
-    if action == Action::Refresh {
-        // The growth rule refreshes now: the clear must gain more over the segment's expected
-        // remaining requests (the refresh would end the segment; the clear keeps it going).
-        let full = p.clear.map(|c| c.gain_over(view.remaining_requests));
-        return match full {
-            Some(g) if g > 0 && g > view.refresh_gain(p.refresh, p.append) => {
-                (Action::Mask, Reason::MaskPaysBack)
-            }
-            _ => (action, reason),
-        };
-    }
-    if mask_pays {
-        (Action::Mask, Reason::MaskPaysBack)
-    } else {
-        (action, reason)
     }
 }
 

@@ -81,6 +81,19 @@ pub enum ThreadKind {
     Mind,
 }
 
+impl ThreadKind {
+    /// The kind's stable name, the same as its serialized form: reports key rows by it (`replay
+    /// --by kind`), so it must not follow a change of the `Debug` output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadKind::Main => "main",
+            ThreadKind::Subagent => "subagent",
+            ThreadKind::Compaction => "compaction",
+            ThreadKind::Mind => "mind",
+        }
+    }
+}
+
 /// One API request of a trace.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceRequest {

@@ -816,3 +816,21 @@ fn a_rewind_is_judged_against_the_conversation_it_forked_from() {
         vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]
     );
 }
+
+/// `replay --by kind` keys its rows by `ThreadKind::as_str`: the serialized name, whatever the
+/// `Debug` output says.
+#[test]
+fn a_thread_kinds_name_is_its_serialized_form() {
+    for kind in [
+        ThreadKind::Main,
+        ThreadKind::Subagent,
+        ThreadKind::Compaction,
+        ThreadKind::Mind,
+    ] {
+        assert_eq!(
+            serde_json::to_value(kind).unwrap(),
+            serde_json::Value::from(kind.as_str())
+        );
+    }
+    assert_eq!(ThreadKind::Subagent.as_str(), "subagent");
+}

@@ -140,6 +140,88 @@ impl CodexReader {
             last_total: None,
         }
     }
+
+    /// A `response_item`: the first model output since the last request dates the next request
+    /// (when it was answering), and a `reasoning` item marks it as having reasoned.
+    fn response_item(&mut self, payload: &Payload<'_>, at_ms: Option<i64>) {
+        let payload_kind = payload.kind.as_ref().map(Str::as_str);
+        let is_input = match payload_kind {
+            Some("message") => payload
+                .role
+                .as_ref()
+                .is_none_or(|r| r.as_str() != "assistant"),
+            Some(kind) => kind.ends_with("_output"),
+            None => true,
+        };
+        if !is_input && self.output_started_at.is_none() {
+            self.output_started_at = at_ms;
+        }
+        self.reasoning |= payload_kind == Some("reasoning");
+    }
+
+    /// A `token_count` event: one finished request, pushed with what the lines since the last
+    /// one said of it. Skipped before the first response (`info` is null) and when Codex
+    /// re-emits the last count (same `total_token_usage`).
+    fn token_count(
+        &mut self,
+        info: Option<TokenInfo>,
+        at_ms: Option<i64>,
+        line: &Line<'_>,
+        cx: &mut LineContext<'_, '_>,
+    ) {
+        let Some(info) = info else { return };
+        let Some(last) = info.last_token_usage else {
+            return;
+        };
+        if let Some(total) = info.total_token_usage {
+            if self.last_total == Some(total) {
+                return;
+            }
+            self.last_total = Some(total);
+        }
+        let Some(at_ms) = self.output_started_at.or(at_ms) else {
+            cx.diag.warn(
+                line.number,
+                "token_count without a valid timestamp, skipped",
+            );
+            return;
+        };
+        if self.model.is_none() && !self.warned_no_model {
+            self.warned_no_model = true;
+            cx.diag.warn(
+                line.number,
+                "no model recorded before this request, using \"unknown\"",
+            );
+        }
+        let request = self.take_request(at_ms, last.to_usage());
+        let model = self.model.as_deref().unwrap_or("unknown");
+        cx.push(&self.session, "main", ThreadKind::Main, model, request);
+    }
+
+    /// The request a `token_count` finished, from the state gathered since the last one, which
+    /// starts afresh for the next.
+    fn take_request(&mut self, at_ms: i64, usage: Usage) -> TraceRequest {
+        let request = TraceRequest {
+            at_ms,
+            usage,
+            boundary: self.human_turn,
+            compacted: self.compacted,
+            tools_changed: false,
+            version_changed: false,
+            interrupted_thinking: false,
+            reasoning: self.reasoning,
+            blocks_added: 0,
+            provider_miss: None,
+            tool_results: Default::default(),
+            conversation: 0,
+            forked_from: None,
+        };
+        self.human_turn = false;
+        self.compacted = false;
+        self.output_started_at = None;
+        self.reasoning = false;
+        request
+    }
 }
 
 impl FormatReader for CodexReader {
@@ -172,69 +254,10 @@ impl FormatReader for CodexReader {
                 }
             }
             Some("compacted") => self.compacted = true,
-            Some("response_item") => {
-                let is_input = match payload_kind {
-                    Some("message") => payload
-                        .role
-                        .as_ref()
-                        .is_none_or(|r| r.as_str() != "assistant"),
-                    Some(kind) => kind.ends_with("_output"),
-                    None => true,
-                };
-                if !is_input && self.output_started_at.is_none() {
-                    self.output_started_at = at_ms;
-                }
-                self.reasoning |= payload_kind == Some("reasoning");
-            }
+            Some("response_item") => self.response_item(&payload, at_ms),
             Some("event_msg") => match payload_kind {
                 Some("user_message") => self.human_turn = true,
-                Some("token_count") => {
-                    let Some(info) = payload.info else { return };
-                    let Some(last) = info.last_token_usage else {
-                        return;
-                    };
-                    if let Some(total) = info.total_token_usage {
-                        if self.last_total == Some(total) {
-                            return;
-                        }
-                        self.last_total = Some(total);
-                    }
-                    let Some(at_ms) = self.output_started_at.or(at_ms) else {
-                        cx.diag.warn(
-                            line.number,
-                            "token_count without a valid timestamp, skipped",
-                        );
-                        return;
-                    };
-                    if self.model.is_none() && !self.warned_no_model {
-                        self.warned_no_model = true;
-                        cx.diag.warn(
-                            line.number,
-                            "no model recorded before this request, using \"unknown\"",
-                        );
-                    }
-                    let request = TraceRequest {
-                        at_ms,
-                        usage: last.to_usage(),
-                        boundary: self.human_turn,
-                        compacted: self.compacted,
-                        tools_changed: false,
-                        version_changed: false,
-                        interrupted_thinking: false,
-                        reasoning: self.reasoning,
-                        blocks_added: 0,
-                        provider_miss: None,
-                        tool_results: Default::default(),
-                        conversation: 0,
-                        forked_from: None,
-                    };
-                    self.human_turn = false;
-                    self.compacted = false;
-                    self.output_started_at = None;
-                    self.reasoning = false;
-                    let model = self.model.as_deref().unwrap_or("unknown");
-                    cx.push(&self.session, "main", ThreadKind::Main, model, request);
-                }
+                Some("token_count") => self.token_count(payload.info, at_ms, line, cx),
                 _ => {}
             },
             _ => {}

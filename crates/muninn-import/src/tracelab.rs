@@ -159,29 +159,98 @@ fn header_columns(fields: &[String], line: u64, cx: &mut LineContext<'_, '_>) ->
     columns
 }
 
+/// The CSV fields of `line`, and what to add to a warning about its row (a torn last line is
+/// named); `None` (warned, unless blank) when the line cannot be a row.
+fn csv_fields(
+    line: &Line<'_>,
+    cx: &mut LineContext<'_, '_>,
+) -> Option<(Vec<String>, &'static str)> {
+    if line.oversized {
+        cx.diag
+            .warn(line.number, "line too long for a CSV row, skipped");
+        return None;
+    }
+    if line.is_blank() {
+        return None;
+    }
+    let torn = if line.terminated {
+        ""
+    } else {
+        " (torn last line)"
+    };
+    let Ok(text) = std::str::from_utf8(line.bytes) else {
+        cx.diag
+            .warn(line.number, format!("row is not UTF-8{torn}, skipped"));
+        return None;
+    };
+    let Some(fields) = split_fields(text.trim_start_matches('\u{feff}')) else {
+        cx.diag
+            .warn(line.number, format!("unclosed quote{torn}, row skipped"));
+        return None;
+    };
+    Some((fields, torn))
+}
+
+/// The request of a round: the prefix read, the rest written; a session's first round opens a
+/// turn, and a prefix shorter than the previous prompt means the history was rewritten.
+fn round_request(row: &Row<'_>, state: Option<&SessionState>) -> TraceRequest {
+    TraceRequest {
+        at_ms: state.map_or(0, |s| s.next_at_ms),
+        usage: Usage {
+            input: 0,
+            cache_write_5m: row.input - row.prefix,
+            cache_write_1h: 0,
+            cache_read: row.prefix,
+            output: row.output,
+        },
+        boundary: state.is_none(),
+        compacted: state.is_some_and(|s| row.prefix < s.prompt),
+        tools_changed: false,
+        version_changed: false,
+        interrupted_thinking: false,
+        reasoning: false,
+        blocks_added: 0,
+        provider_miss: None,
+        tool_results: Default::default(),
+        conversation: 0,
+        forked_from: None,
+    }
+}
+
+impl TraceLabReader {
+    /// Pushes a row's request, timed by its session's earlier rounds (each round starts when the
+    /// previous one's wait ends); a round that does not follow its session's last is skipped.
+    fn push_round(&mut self, row: &Row<'_>, line: u64, cx: &mut LineContext<'_, '_>) {
+        let state = self.sessions.get(row.session);
+        if let Some(state) = state
+            && row.round <= state.round
+        {
+            cx.diag.warn(
+                line,
+                format!(
+                    "round_idx {} does not follow round {} of session {:?}, row skipped",
+                    row.round, state.round, row.session
+                ),
+            );
+            return;
+        }
+        let request = round_request(row, state);
+        let wait = i64::try_from(row.wait_ms).unwrap_or(i64::MAX / 4);
+        self.sessions.insert(
+            row.session.to_owned(),
+            SessionState {
+                round: row.round,
+                next_at_ms: request.at_ms.saturating_add(wait),
+                prompt: row.input,
+            },
+        );
+        cx.push(row.session, "main", ThreadKind::Main, &self.model, request);
+    }
+}
+
 impl FormatReader for TraceLabReader {
     fn line(&mut self, line: &Line<'_>, cx: &mut LineContext<'_, '_>) {
-        if line.oversized {
-            cx.diag
-                .warn(line.number, "line too long for a CSV row, skipped");
-            return;
-        }
-        if line.is_blank() {
-            return;
-        }
-        let torn = if line.terminated {
-            ""
-        } else {
-            " (torn last line)"
-        };
-        let Ok(text) = std::str::from_utf8(line.bytes) else {
-            cx.diag
-                .warn(line.number, format!("row is not UTF-8{torn}, skipped"));
-            return;
-        };
-        let Some(fields) = split_fields(text.trim_start_matches('\u{feff}')) else {
-            cx.diag
-                .warn(line.number, format!("unclosed quote{torn}, row skipped"));
+        let Some((fields, torn)) = csv_fields(line, cx) else {
             return;
         };
         let Some(columns) = &self.columns else {
@@ -191,59 +260,12 @@ impl FormatReader for TraceLabReader {
         if columns[0] == usize::MAX {
             return;
         }
-        let row = match parse_row(&fields, columns) {
-            Ok(row) => row,
-            Err(why) => {
-                cx.diag
-                    .warn(line.number, format!("malformed row{torn}, skipped: {why}"));
-                return;
-            }
-        };
-        let state = self.sessions.get(row.session);
-        if let Some(state) = state
-            && row.round <= state.round
-        {
-            cx.diag.warn(
-                line.number,
-                format!(
-                    "round_idx {} does not follow round {} of session {:?}, row skipped",
-                    row.round, state.round, row.session
-                ),
-            );
-            return;
+        match parse_row(&fields, columns) {
+            Ok(row) => self.push_round(&row, line.number, cx),
+            Err(why) => cx
+                .diag
+                .warn(line.number, format!("malformed row{torn}, skipped: {why}")),
         }
-        let at_ms = state.map_or(0, |s| s.next_at_ms);
-        let request = TraceRequest {
-            at_ms,
-            usage: Usage {
-                input: 0,
-                cache_write_5m: row.input - row.prefix,
-                cache_write_1h: 0,
-                cache_read: row.prefix,
-                output: row.output,
-            },
-            boundary: state.is_none(),
-            compacted: state.is_some_and(|s| row.prefix < s.prompt),
-            tools_changed: false,
-            version_changed: false,
-            interrupted_thinking: false,
-            reasoning: false,
-            blocks_added: 0,
-            provider_miss: None,
-            tool_results: Default::default(),
-            conversation: 0,
-            forked_from: None,
-        };
-        let wait = i64::try_from(row.wait_ms).unwrap_or(i64::MAX / 4);
-        self.sessions.insert(
-            row.session.to_owned(),
-            SessionState {
-                round: row.round,
-                next_at_ms: at_ms.saturating_add(wait),
-                prompt: row.input,
-            },
-        );
-        cx.push(row.session, "main", ThreadKind::Main, &self.model, request);
     }
 
     fn finish(self, _: &mut LineContext<'_, '_>) {}

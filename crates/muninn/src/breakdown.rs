@@ -49,7 +49,7 @@ fn key(by: By, trace: &Trace, at_ms: i64) -> String {
         By::Day => day(at_ms),
         By::Session => trace.session.clone(),
         By::Model => trace.model.clone(),
-        By::Kind => format!("{:?}", trace.kind).to_lowercase(),
+        By::Kind => trace.kind.as_str().to_string(),
         By::Thread => trace.id.clone(),
     }
 }

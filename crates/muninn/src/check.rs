@@ -98,10 +98,31 @@ fn part<'a>(report: &'a ValidationReport, part: Part, empty: &'a Figures) -> &'a
     report.parts.get(&part).unwrap_or(empty)
 }
 
+/// The `table` format: agreement per part of the split, disagreement classes, miss causes, and
+/// (asked for) every disagreement.
 fn print_table(report: &ValidationReport, list_disagreements: bool) -> std::io::Result<()> {
     let empty = Figures::default();
     let tuning = part(report, Part::Tuning, &empty);
     let set_aside = part(report, Part::SetAside, &empty);
+    print_agreement(report, tuning, set_aside)?;
+    outln!()?;
+    print_disagreement_classes(report)?;
+    outln!()?;
+    print_causes(report, tuning, set_aside)?;
+    if list_disagreements {
+        outln!()?;
+        print_disagreements(report)?;
+    }
+    Ok(())
+}
+
+/// Each predictor's agreement and read error, main threads and all, per part of the split and
+/// over all sessions.
+fn print_agreement(
+    report: &ValidationReport,
+    tuning: &Figures,
+    set_aside: &Figures,
+) -> std::io::Result<()> {
     outln!(
         "{:<22} | {:<33} | {:<33} | {:<33}",
         "",
@@ -149,8 +170,11 @@ fn print_table(report: &ValidationReport, list_disagreements: bool) -> std::io::
     line("cache model / main", &|f| (&f.model, true))?;
     line("cache model / all", &|f| (&f.model, false))?;
     line("naive TTL rule / main", &|f| (&f.naive, true))?;
-    line("naive TTL rule / all", &|f| (&f.naive, false))?;
-    outln!()?;
+    line("naive TTL rule / all", &|f| (&f.naive, false))
+}
+
+/// How many requests each predictor got wrong, by disagreement class, over all threads.
+fn print_disagreement_classes(report: &ValidationReport) -> std::io::Result<()> {
     outln!("disagreements by class (all threads): cache model | naive rule")?;
     let mut classes: Vec<_> = report
         .model
@@ -170,24 +194,24 @@ fn print_table(report: &ValidationReport, list_disagreements: bool) -> std::io::
             count(&report.naive.all)
         )?;
     }
-    outln!()?;
-    print_causes(report, tuning, set_aside)?;
-    if list_disagreements {
-        outln!()?;
-        for r in report.rows.iter().filter(|r| !r.cache_model.agree) {
-            outln!(
-                "{} #{} ({}) gap {} s: recorded read {} ({:?}), model {} ({:?}) — {:?}",
-                r.trace,
-                r.index,
-                r.part.label(),
-                r.gap_ms.map_or(0, |g| g / 1000),
-                r.recorded_read,
-                r.recorded_class,
-                r.cache_model.read,
-                r.cache_model.class,
-                r.cache_model.disagreement
-            )?;
-        }
+    Ok(())
+}
+
+/// Every request the cache model got wrong, one line each (`--disagreements`).
+fn print_disagreements(report: &ValidationReport) -> std::io::Result<()> {
+    for r in report.rows.iter().filter(|r| !r.cache_model.agree) {
+        outln!(
+            "{} #{} ({}) gap {} s: recorded read {} ({:?}), model {} ({:?}) — {:?}",
+            r.trace,
+            r.index,
+            r.part.label(),
+            r.gap_ms.map_or(0, |g| g / 1000),
+            r.recorded_read,
+            r.recorded_class,
+            r.cache_model.read,
+            r.cache_model.class,
+            r.cache_model.disagreement
+        )?;
     }
     Ok(())
 }

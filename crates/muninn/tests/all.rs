@@ -575,6 +575,16 @@ fn replay_breaks_down_by_day_session_model_kind_and_thread_and_the_rows_add_up()
         assert_eq!(total, recorded, "--by {by}");
         let requests: u64 = slices.iter().map(|s| s["requests"].as_u64().unwrap()).sum();
         assert_eq!(requests, CLEAN_REQUESTS as u64, "--by {by}");
+        if by == "kind" {
+            // Keyed by the kind's stable name (`ThreadKind::as_str`).
+            let keys: Vec<&str> = slices.iter().map(|s| s["key"].as_str().unwrap()).collect();
+            assert!(
+                keys.iter()
+                    .all(|k| ["main", "subagent", "compaction", "mind"].contains(k))
+                    && keys.contains(&"main"),
+                "{keys:?}"
+            );
+        }
         assert!(
             slices[0]["cost_micro_usd"]["ski-rental"].is_i64(),
             "{stdout}"

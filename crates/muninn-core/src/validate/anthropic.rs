@@ -214,6 +214,95 @@ fn conversation(
     }
 }
 
+/// The head checkpoints a request carries (tools head, then system head, each with a
+/// breakpoint), and the floor they reach: later checkpoints must lie past it.
+fn head_checkpoints(
+    heads: &Heads,
+    previous: Option<Tail>,
+    tools_changed: bool,
+    end_tokens: Tokens,
+    ttl: Ttl,
+) -> (Vec<Checkpoint>, Tokens) {
+    // A head is a prefix of the conversation, so one at or past the thread's previous tail is
+    // wrong for this thread: a size borrowed from another session (where a read a little short
+    // of its prefix was taken for a head) must not hide the tail this session cached.
+    // After a tool change no head of the old tools matches (the shared tools head is keyed
+    // by size, not by tools, so it is skipped for this request rather than re-keyed).
+    let head_fits =
+        |t: Tokens| !tools_changed && t < end_tokens && previous.is_none_or(|p| t < p.tokens);
+    let mut checkpoints: Vec<Checkpoint> = Vec::with_capacity(4);
+    let mut floor: Tokens = 0;
+    for (block, head) in [(H1_BLOCK, heads.h1), (H2_BLOCK, heads.h2)] {
+        if let Some((tokens, fingerprint)) = head
+            && (block == H1_BLOCK || tokens > floor)
+            && head_fits(tokens)
+        {
+            checkpoints.push(Checkpoint {
+                block,
+                tokens,
+                fingerprint,
+                breakpoint: Some(ttl),
+            });
+            floor = tokens;
+        }
+    }
+    (checkpoints, floor)
+}
+
+/// What [`conversation_checkpoints`] places a request's conversation after.
+struct ConversationEnd<'a> {
+    conv: &'a Conversation,
+    /// The group's last tail (where the previous prompt ended).
+    group_tail: Option<Tail>,
+    blocks_added: u32,
+    /// Everything but the uncached tail: where the last breakpoint sits.
+    end_tokens: Tokens,
+    /// How far the head checkpoints reach.
+    floor: Tokens,
+    ttl: Ttl,
+}
+
+/// Appends to `checkpoints` the tail the request extends (no breakpoint of its own) and the
+/// request's new end (with one), and returns that end.
+fn conversation_checkpoints(checkpoints: &mut Vec<Checkpoint>, at: ConversationEnd<'_>) -> Tail {
+    let mut end_block = CONVERSATION_BLOCK;
+    if let Some(p) = at.conv.previous
+        && p.tokens > at.floor
+        && p.tokens <= at.end_tokens
+    {
+        checkpoints.push(Checkpoint {
+            block: p.block,
+            tokens: p.tokens,
+            fingerprint: p.fingerprint,
+            breakpoint: None,
+        });
+        end_block = p.block;
+    }
+    if at.conv.drop
+        && let Some(t) = at.group_tail
+    {
+        // The dropped point lies back in the previous turn; the new end is counted from where
+        // the previous prompt ended (the 20-block lookback may not reach back that far).
+        end_block = end_block.max(t.block);
+    }
+    // Unknown block counts are taken as one block: the common case of a short turn.
+    end_block += at.blocks_added.max(1);
+    let end = Tail {
+        fingerprint: extend(at.conv.segment_fp, at.end_tokens),
+        tokens: at.end_tokens,
+        block: end_block,
+    };
+    if at.end_tokens > at.floor {
+        checkpoints.push(Checkpoint {
+            block: end.block,
+            tokens: end.tokens,
+            fingerprint: end.fingerprint,
+            breakpoint: Some(at.ttl),
+        });
+    }
+    end
+}
+
 /// A request rebuilt by [`ModelReplay::rebuild`]: its checkpoints, and the state its group
 /// carries on from once the answer is known.
 struct Rebuilt {
@@ -333,65 +422,19 @@ impl ModelReplay {
         let own_tail = self.thread_tails.get(&trace.id).copied();
         let conv = conversation(trace, index, &key, &group, tools_changed, own_tail);
 
-        // A head is a prefix of the conversation, so one at or past the thread's previous tail is
-        // wrong for this thread: a size borrowed from another session (where a read a little short
-        // of its prefix was taken for a head) must not hide the tail this session cached.
-        // After a tool change no head of the old tools matches (the shared tools head is keyed
-        // by size, not by tools, so it is skipped for this request rather than re-keyed).
-        let head_fits = |t: Tokens| {
-            !tools_changed && t < end_tokens && conv.previous.is_none_or(|p| t < p.tokens)
-        };
-        let mut checkpoints: Vec<Checkpoint> = Vec::with_capacity(4);
-        let mut floor: Tokens = 0;
-        for (block, head) in [(H1_BLOCK, heads.h1), (H2_BLOCK, heads.h2)] {
-            if let Some((tokens, fingerprint)) = head
-                && (block == H1_BLOCK || tokens > floor)
-                && head_fits(tokens)
-            {
-                checkpoints.push(Checkpoint {
-                    block,
-                    tokens,
-                    fingerprint,
-                    breakpoint: Some(ttl),
-                });
-                floor = tokens;
-            }
-        }
-        let mut end_block = CONVERSATION_BLOCK;
-        if let Some(p) = conv.previous
-            && p.tokens > floor
-            && p.tokens <= end_tokens
-        {
-            checkpoints.push(Checkpoint {
-                block: p.block,
-                tokens: p.tokens,
-                fingerprint: p.fingerprint,
-                breakpoint: None,
-            });
-            end_block = p.block;
-        }
-        if conv.drop
-            && let Some(t) = group.tail
-        {
-            // The dropped point lies back in the previous turn; the new end is counted from where
-            // the previous prompt ended (the 20-block lookback may not reach back that far).
-            end_block = end_block.max(t.block);
-        }
-        // Unknown block counts are taken as one block: the common case of a short turn.
-        end_block += req.blocks_added.max(1);
-        let end = Tail {
-            fingerprint: extend(conv.segment_fp, end_tokens),
-            tokens: end_tokens,
-            block: end_block,
-        };
-        if end_tokens > floor {
-            checkpoints.push(Checkpoint {
-                block: end.block,
-                tokens: end.tokens,
-                fingerprint: end.fingerprint,
-                breakpoint: Some(ttl),
-            });
-        }
+        let (mut checkpoints, floor) =
+            head_checkpoints(&heads, conv.previous, tools_changed, end_tokens, ttl);
+        let end = conversation_checkpoints(
+            &mut checkpoints,
+            ConversationEnd {
+                conv: &conv,
+                group_tail: group.tail,
+                blocks_added: req.blocks_added,
+                end_tokens,
+                floor,
+                ttl,
+            },
+        );
         Rebuilt {
             key,
             group,

@@ -1,7 +1,8 @@
 //! The cache model's miss causes against the provider's labels: the levels the transcript
 //! shows, and what a read short of the expected prefix names.
 
-use super::{H1, growing, req, row, thinking_turns, trace};
+use super::thinking::thinking_turns;
+use super::{H1, growing, req, row, trace};
 use muninn_core::miss::{MissCause, ProviderMiss, ProviderMissReason};
 use muninn_core::trace::ThreadKind;
 use muninn_core::validate::{ReadClass, ValidateOptions, validate};

@@ -1,0 +1,150 @@
+//! Strict causality on generated Anthropic traces: no prediction looks ahead.
+
+use super::{req, trace};
+use muninn_core::trace::{ThreadKind, Trace, TraceRequest};
+use muninn_core::validate::{ReadClass, ValidateOptions, ValidationReport, validate};
+use proptest::prelude::*;
+
+/// One generated request: gap since the previous request of its trace, growth of the cached
+/// part, the share of it the provider said it read, tier, a compaction before it, blocks added,
+/// whether it opens a person's turn, whether its answer thought.
+type GenRequest = (i64, u64, u8, bool, bool, u32, bool, bool);
+
+fn gen_trace() -> impl Strategy<Value = Vec<GenRequest>> {
+    prop::collection::vec(
+        (
+            prop_oneof![1_000i64..60_000, 60_000i64..600_000, 600_000i64..5_000_000],
+            0u64..30_000,
+            // Often a full read (nothing written, so a tier must be assumed), often a 5m write.
+            prop_oneof![Just(100u8), 0u8..=100],
+            prop::bool::weighted(0.2),
+            prop::bool::weighted(0.05),
+            0u32..30,
+            prop::bool::weighted(0.3),
+            prop::bool::weighted(0.5),
+        ),
+        1..25,
+    )
+}
+
+/// Builds a trace from generated requests, starting at `start` with a first prompt of `first`.
+fn build(start: i64, first: u64, generated: &[GenRequest]) -> Vec<TraceRequest> {
+    let mut at = start;
+    let mut cached = first;
+    let mut out = Vec::new();
+    for &(gap, growth, read_pct, one_hour, compacted, blocks, boundary, thinking) in generated {
+        at += gap;
+        cached += growth;
+        let read = cached * read_pct as u64 / 100;
+        let mut r = req(at, read, cached - read, one_hour);
+        r.compacted = compacted;
+        r.blocks_added = blocks;
+        r.boundary = boundary;
+        r.reasoning = thinking;
+        out.push(r);
+    }
+    out
+}
+
+/// The predictions of every row, in replay order: read and class of both predictors.
+pub(super) fn predictions(
+    report: &ValidationReport,
+) -> Vec<(String, usize, u64, ReadClass, u64, ReadClass)> {
+    report
+        .rows
+        .iter()
+        .map(|r| {
+            (
+                r.trace.clone(),
+                r.index,
+                r.cache_model.read,
+                r.cache_model.class,
+                r.naive.read,
+                r.naive.class,
+            )
+        })
+        .collect()
+}
+
+/// Generated traces: two sessions on one model, a main thread each, the first with a
+/// compaction agent and a sub-agent on another model.
+fn traces_of(parts: &[Vec<GenRequest>; 4]) -> Vec<Trace> {
+    vec![
+        trace(
+            "a",
+            "main",
+            ThreadKind::Main,
+            "opus",
+            build(0, 20_000, &parts[0]),
+        ),
+        trace(
+            "b",
+            "main",
+            ThreadKind::Main,
+            "opus",
+            build(7_000, 25_000, &parts[1]),
+        ),
+        trace(
+            "a",
+            "agent-acompact-1",
+            ThreadKind::Compaction,
+            "opus",
+            build(300_000, 40_000, &parts[2]),
+        ),
+        trace(
+            "a",
+            "agent-x",
+            ThreadKind::Subagent,
+            "haiku",
+            build(3_000, 9_000, &parts[3]),
+        ),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Strict causality: perturbing the provider's answer to request k — any split of its
+    /// cached part into read, 5m and 1h writes, any output, whether it thought — moves no
+    /// prediction at or before k.
+    /// Perturbing its whole usage (the prompt's size included) moves none before k.
+    #[test]
+    fn no_prediction_looks_ahead(
+        parts in [gen_trace(), gen_trace(), gen_trace(), gen_trace()],
+        which in any::<prop::sample::Index>(),
+        read_pct in 0u8..=100,
+        five_pct in 0u8..=100,
+        output in 0u64..5_000,
+        input in 0u64..5_000,
+        extra in 0u64..50_000,
+    ) {
+        let traces = traces_of(&parts);
+        let before = validate(&traces, &ValidateOptions::default());
+        let k = which.index(before.rows.len());
+        let (t_id, index) = (before.rows[k].trace.clone(), before.rows[k].index);
+        let t = traces.iter().position(|t| t.id == t_id).unwrap();
+
+        // The answer perturbed: same prompt, same uncached tail.
+        let mut answered = traces.clone();
+        let u = &mut answered[t].requests[index].usage;
+        let cached = u.cache_read + u.written();
+        let read = cached * read_pct as u64 / 100;
+        let five = (cached - read) * five_pct as u64 / 100;
+        u.cache_read = read;
+        u.cache_write_5m = five;
+        u.cache_write_1h = cached - read - five;
+        u.output = output;
+        let thought = &mut answered[t].requests[index].reasoning;
+        *thought = !*thought;
+        let after = validate(&answered, &ValidateOptions::default());
+        prop_assert_eq!(&predictions(&before)[..=k], &predictions(&after)[..=k]);
+
+        // The whole usage perturbed, the prompt's size included.
+        let mut rewritten = answered;
+        let u = &mut rewritten[t].requests[index].usage;
+        u.input = input;
+        u.cache_write_1h += extra;
+        let after = validate(&rewritten, &ValidateOptions::default());
+        prop_assert_eq!(&predictions(&before)[..k], &predictions(&after)[..k]);
+    }
+}

@@ -1,0 +1,211 @@
+//! Tools and system heads: a turn past the lookback, the tools head shared across sessions, heads
+//! kept warm outside the traces, head sizes borrowed from another session, a tool list changed.
+
+use super::{H1, H2, MIN, growing, req, row, trace};
+use muninn_core::trace::{ThreadKind, Trace};
+use muninn_core::validate::{Disagreement, ReadClass, ValidateOptions, validate};
+
+#[test]
+fn a_turn_adding_more_blocks_than_the_lookback_reads_only_the_head() {
+    let mut main = growing(0, 3, 10_000, true);
+    let c = main
+        .last()
+        .map_or(0, |r| r.usage.cache_read + r.usage.written());
+    // A rewrite teaches H2 first.
+    main.push(req(30_000, H2, c + 10 - H2, true));
+    let c = c + 10;
+    main.push(req(40_000, c, 300, true));
+    let mut wide = req(50_000, H2, c + 300 + 5_000 - H2, true);
+    wide.blocks_added = 30;
+    main.push(wide);
+    let report = validate(
+        &[trace("s", "main", ThreadKind::Main, "m", main)],
+        &ValidateOptions::default(),
+    );
+    let r = row(&report, "s/main/m", 5);
+    assert_eq!(
+        (r.cache_model.read, r.cache_model.class),
+        (H2, ReadClass::Head)
+    );
+    assert!(r.cache_model.agree);
+    assert!(!r.naive.agree);
+}
+
+#[test]
+fn the_tools_head_is_shared_across_sessions_when_asked() {
+    let a = trace(
+        "a",
+        "main",
+        ThreadKind::Main,
+        "m",
+        growing(0, 3, 10_000, true),
+    );
+    let b = trace(
+        "b",
+        "main",
+        ThreadKind::Main,
+        "m",
+        growing(5 * MIN, 3, 10_000, true),
+    );
+    let shared = validate(&[a.clone(), b.clone()], &ValidateOptions::default());
+    let r = row(&shared, "b/main/m", 0);
+    assert_eq!((r.cache_model.read, r.cache_model.agree), (H1, true));
+    let options = ValidateOptions {
+        share_tools_head: false,
+        ..ValidateOptions::default()
+    };
+    let apart = validate(&[a, b], &options);
+    let r = row(&apart, "b/main/m", 0);
+    assert_eq!(r.cache_model.read, 0);
+    assert_eq!(
+        r.cache_model.disagreement,
+        Some(Disagreement::ExternalWarmHead)
+    );
+}
+
+/// A session on model "m" opening `days` days in: its first request reads `opening` (the tools
+/// head H1 or nothing) and writes the rest of a 30k prompt at 1h, its second (10 s later) reads
+/// that prompt, and its third, a day later, reads nothing (and writes the tools head again: the
+/// next opening must come more than an hour after it to find that head dead).
+fn opening(session: &str, days: i64, opening: u64) -> Trace {
+    let at = days * 24 * 60 * MIN;
+    trace(
+        session,
+        "main",
+        ThreadKind::Main,
+        "m",
+        vec![
+            req(at, opening, 30_000 - opening, true),
+            req(at + 10_000, 30_000, 500, true),
+            req(at + 24 * 60 * MIN, 0, 31_000, true),
+        ],
+    )
+}
+
+/// Outside traffic (another machine's sessions, other users of the client version) keeps a
+/// tools head warm that the traces let die days ago: once openings on that dead head were read
+/// more often than not, the next opening on it is predicted to read it. The tally is per head
+/// and counts openings only; a pause in the middle of a session is still a miss (seen on two
+/// public users' sessions, README "Validation on data nobody tuned on").
+#[test]
+fn a_tools_head_kept_warm_outside_the_traces_is_read_at_session_openings() {
+    // a teaches the head; b opens on it dead and reads it; so c is predicted to read it.
+    let warm = [
+        opening("a", 0, H1),
+        opening("b", 2, H1),
+        opening("c", 4, H1),
+    ];
+    let report = validate(&warm, &ValidateOptions::default());
+    let b = row(&report, "b/main/m", 0);
+    assert_eq!((b.cache_model.read, b.cache_model.agree), (0, false));
+    let c = row(&report, "c/main/m", 0);
+    assert_eq!((c.cache_model.read, c.cache_model.agree), (H1, true));
+    // Only openings: c's request after a day's pause reads nothing, as predicted.
+    let paused = row(&report, "c/main/m", 2);
+    assert_eq!(
+        (paused.cache_model.read, paused.cache_model.agree),
+        (0, true)
+    );
+
+    // One opening read it, one did not: no longer believed.
+    let mixed = [
+        opening("a", 0, H1),
+        opening("b", 2, H1),
+        opening("x", 4, 0),
+        opening("c", 6, H1),
+    ];
+    let report = validate(&mixed, &ValidateOptions::default());
+    assert_eq!(row(&report, "x/main/m", 0).cache_model.read, H1);
+    assert_eq!(row(&report, "c/main/m", 0).cache_model.read, 0);
+
+    // Per head: a head of another size (another client version) starts unbelieved.
+    let other = H1 + 1_000;
+    let versions = [
+        opening("a", 0, H1),
+        opening("b", 2, H1),
+        opening("v", 4, other),
+        opening("w", 6, other),
+    ];
+    let report = validate(&versions, &ValidateOptions::default());
+    assert_eq!(row(&report, "w/main/m", 0).cache_model.read, 0);
+}
+
+/// A head size learned in one session — there from a read a little short of its prefix, which
+/// the classes call a head — is borrowed by another session that has seen no head of its own. It
+/// must not hide that session's cached tail when the borrowed size falls between the tail and
+/// the new end: a head is a prefix of the conversation, never longer than the tail (seen on a
+/// public user's sessions, README "Validation on data nobody tuned on").
+#[test]
+fn a_borrowed_head_longer_than_the_cached_tail_does_not_hide_it() {
+    let mut a = growing(0, 5, 10_000, true);
+    let reference = a[4].usage.cache_read + a[4].usage.cache_write_1h;
+    a.push(req(50_000, reference - 1_200, 1_500, true));
+    let a = trace("a", "main", ThreadKind::Main, "m", a);
+    let b = trace(
+        "b",
+        "main",
+        ThreadKind::Main,
+        "m",
+        growing(5 * MIN, 4, 10_000, true),
+    );
+    let report = validate(&[a, b], &ValidateOptions::default());
+    assert_eq!(
+        row(&report, "a/main/m", 5).recorded_class,
+        ReadClass::Head,
+        "the short read is taken for a head"
+    );
+    // b's second request: its previous tail (H1 + 8,500) lies below a's head (H1 + 8,800), its
+    // own end (H1 + 9,000) above.
+    let r = row(&report, "b/main/m", 2);
+    assert_eq!(r.recorded_read, H1 + 8_500);
+    assert_eq!(
+        (r.cache_model.read, r.cache_model.agree),
+        (H1 + 8_500, true)
+    );
+}
+
+/// A tool list the client changed before sending (Claude Code switching remote control on)
+/// invalidates everything cached, tools head included: the request reads nothing and names a
+/// tools change (the provider's `tools_changed`), and the thread goes on from what it wrote. The
+/// same flag on a thread's first request says nothing: another session may have warmed the head.
+#[test]
+fn a_tool_change_the_client_recorded_reads_nothing_and_names_tools() {
+    use muninn_core::miss::{MissCause, ProviderMiss, ProviderMissReason};
+    let mut a = growing(0, 4, 10_000, true);
+    let prefix = a[3].usage.cache_read + a[3].usage.cache_write_1h;
+    let mut changed = req(40_000, 0, prefix + 300, true);
+    changed.tools_changed = true;
+    changed.provider_miss = Some(ProviderMiss {
+        reason: ProviderMissReason::ToolsChanged,
+        missed_tokens: Some(prefix),
+    });
+    a.push(changed);
+    a.push(req(50_000, prefix + 300, 400, true));
+    // b starts later with the flag on its first request: it still reads the shared tools head.
+    let mut b = growing(60_000, 2, 10_000, true);
+    b[0].tools_changed = true;
+    let traces = [
+        trace("a", "main", ThreadKind::Main, "m", a),
+        trace("b", "main", ThreadKind::Main, "m", b),
+    ];
+    let options = ValidateOptions {
+        share_tools_head: true,
+        ..ValidateOptions::default()
+    };
+    let report = validate(&traces, &options);
+    let r = row(&report, "a/main/m", 4);
+    assert_eq!(
+        (r.cache_model.read, r.cache_model.class, r.cache_model.agree),
+        (0, ReadClass::None, true)
+    );
+    assert_eq!(r.cause, Some(MissCause::ToolsChange));
+    assert_eq!(r.cause_agrees, Some(true));
+    let r = row(&report, "a/main/m", 5);
+    assert_eq!(
+        (r.cache_model.read, r.cache_model.agree),
+        (prefix + 300, true)
+    );
+    let r = row(&report, "b/main/m", 0);
+    assert_eq!((r.cache_model.read, r.cache_model.agree), (H1, true));
+    assert_eq!(r.cause, None);
+}
