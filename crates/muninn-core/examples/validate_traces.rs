@@ -166,6 +166,7 @@ fn load(dir: &Path) -> Result<Loaded, Box<dyn std::error::Error>> {
                 tool_results: Default::default(),
                 conversation: 0,
                 forked_from: None,
+                tool_results_at_ms: None,
             });
             compact_pending = false;
             notification = None;

@@ -233,6 +233,7 @@ impl FormatReader for TraceLabReader {
             tool_results: Default::default(),
             conversation: 0,
             forked_from: None,
+            tool_results_at_ms: None,
         };
         let wait = i64::try_from(row.wait_ms).unwrap_or(i64::MAX / 4);
         self.sessions.insert(
