@@ -319,7 +319,8 @@ pub struct SessionView {
     /// paid for nothing ([`SessionView::gap_refresh_due`]). The host's idle decisions come
     /// between runs (its tools run within the turn): false there. The replay reads it from the
     /// request that ends the gap: it carries `tool_result` blocks exactly when the answer before
-    /// the gap asked for tools (the API takes no unanswered use and no result without its use).
+    /// the gap asked for tools (the API takes no unanswered use and no result without its use),
+    /// and they are awaited until written (`TraceRequest::tool_results_at_ms`), not until sent.
     pub awaiting_tool_results: bool,
 }
 

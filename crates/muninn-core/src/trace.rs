@@ -173,6 +173,14 @@ pub struct TraceRequest {
     /// whether the fork is a rewind is judged against its true origin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<u64>,
+    /// When the last of [`TraceRequest::tool_results`] was written (Unix ms), where the source
+    /// tells it (Claude Code: the `user` line holding it). The answer before an idle gap awaits
+    /// its tool results only until they exist: a tool that ran at once and whose follow-up the
+    /// API refused (a usage limit) leaves the results written before the gap, carried by the
+    /// next request, which may be a person's message hours later. `None`: unknown, awaited
+    /// until the request is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_results_at_ms: Option<i64>,
 }
 
 /// Tool results one request added to the prompt.

@@ -29,6 +29,10 @@ enum Wake {
     /// A line that is no task boundary and answers no tool use (Claude Code's meta line from
     /// another session, after an answer that asked for no tools).
     MetaLine,
+    /// A person's message carrying the results of the tools the last answer asked for, written
+    /// 5 s after it: the request that sent them was refused (Claude Code's "You've hit your
+    /// limit", dropped as synthetic), so they ride on the next one.
+    LimitedThenTyped,
 }
 
 /// A task boundary, then a tool loop of `LOOP` requests 10 s apart (the last prompt 176,000
@@ -41,6 +45,9 @@ fn trace(wake: Wake) -> Trace {
         at += if i == LOOP + 1 { 2 * 3_600_000 } else { 10_000 };
         let read = if i == 0 { 0 } else { prompt - 3 };
         prompt += DELTA;
+        let waking = i == LOOP + 1;
+        let wake_typed = matches!(wake, Wake::NewTask | Wake::LimitedThenTyped);
+        let wake_answers = matches!(wake, Wake::ToolResults | Wake::LimitedThenTyped);
         requests.push(TraceRequest {
             at_ms: at,
             usage: Usage {
@@ -50,11 +57,13 @@ fn trace(wake: Wake) -> Trace {
                 output: 200,
                 ..Usage::default()
             },
-            boundary: i == 0 || (i == LOOP + 1 && wake == Wake::NewTask),
+            boundary: i == 0 || (waking && wake_typed),
             tool_results: ToolResults {
                 tokens: 500,
-                uses: u32::from(i > 0 && (i <= LOOP || wake == Wake::ToolResults)),
+                uses: u32::from(i > 0 && (!waking || wake_answers)),
             },
+            tool_results_at_ms: (waking && wake == Wake::LimitedThenTyped)
+                .then(|| at - 2 * 3_600_000 + 5_000),
             ..TraceRequest::default()
         });
     }
@@ -158,4 +167,27 @@ fn a_wake_that_answers_no_tool_use_does_not_hold_the_flush_back() {
         .collect();
     assert_eq!(flushes, vec![LOOP + 1], "{steps:#?}");
     assert_eq!(tail_pings(&steps), 0);
+}
+
+/// Tool results written 5 s after the answer that asked for them, whose request the API
+/// refused (a usage limit), then a person's message hours later carrying them: nothing was
+/// awaited through the gap — the results existed before its first decision — so the session
+/// flushes as it does before a new task and restarts at the wake (IDAHO-VAULT, session
+/// 25924d0f, a 19-hour gap). Awaiting them until sent held the flush back and rewrote the
+/// old prefix cold at the wake.
+#[test]
+fn tool_results_written_before_the_gap_are_not_awaited_through_it() {
+    let steps = default_steps(&trace(Wake::LimitedThenTyped));
+    let flushes: Vec<usize> = steps
+        .iter()
+        .filter(|s| s.kind == StepKind::Flush)
+        .map(|s| s.index)
+        .collect();
+    assert_eq!(flushes, vec![LOOP + 1], "{steps:#?}");
+    assert_eq!(tail_pings(&steps), 0);
+    let at_wake = steps
+        .iter()
+        .find(|s| s.kind == StepKind::Request && s.index == LOOP + 1)
+        .expect("the wake");
+    assert!(at_wake.refreshed, "the wake restarts from the rehydration");
 }

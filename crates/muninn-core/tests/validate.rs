@@ -46,6 +46,7 @@ fn req(at_ms: i64, read: u64, write: u64, one_hour: bool) -> TraceRequest {
         tool_results: Default::default(),
         conversation: 0,
         forked_from: None,
+        tool_results_at_ms: None,
     }
 }
 

@@ -388,6 +388,7 @@ impl FormatReader for ApiLogReader<'_> {
             tool_results: step.tool_results,
             conversation: 0,
             forked_from: None,
+            tool_results_at_ms: None,
         };
         let kind = if state.name == "main" {
             ThreadKind::Main

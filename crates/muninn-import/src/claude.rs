@@ -43,6 +43,9 @@
 //!   remove from them: each block as the cache model counts it, less the same block holding
 //!   the placeholder ([`muninn_core::mask::tool_result_tokens`], as the host counts what it
 //!   sends).
+//! - `tool_results_at_ms`: the `timestamp` of the latest of those `user` lines — when the
+//!   results existed, which may be hours before the request that carries them (the request
+//!   sending them refused by a usage limit, its `<synthetic>` answer dropped).
 //! - `reasoning`: one of the response's lines carries a `thinking` or `redacted_thinking` block.
 //!   It is part of the answer, read by the cache model only for the requests that follow (a
 //!   client that drops an earlier turn's thinking rewrites the prompt from there).
@@ -268,6 +271,8 @@ pub(crate) struct ThreadState {
     pub(crate) blocks: u32,
     /// Tool results since the last request.
     pub(crate) tools: muninn_core::trace::ToolResults,
+    /// When the latest of them was written.
+    pub(crate) tools_at_ms: Option<i64>,
 }
 
 impl Default for ThreadState {
@@ -282,6 +287,7 @@ impl Default for ThreadState {
             interrupted_thinking: false,
             blocks: 0,
             tools: Default::default(),
+            tools_at_ms: None,
         }
     }
 }
@@ -310,6 +316,7 @@ impl ThreadState {
             tool_results: self.tools,
             conversation: 0,
             forked_from: None,
+            tool_results_at_ms: self.tools_at_ms,
         };
         message.annotate(&mut request);
         self.after_response(message.blocks());
@@ -357,6 +364,7 @@ impl ThreadState {
             interrupted_thinking: false,
             blocks,
             tools: Default::default(),
+            tools_at_ms: None,
         };
     }
 
@@ -380,6 +388,14 @@ impl ThreadState {
     /// A user line.
     fn user(&mut self, parsed: &ClaudeLine<'_>) {
         let content = parsed.message.as_ref().and_then(|m| m.content);
+        if content.is_some_and(|c| c.tool_results > 0) {
+            // Whether the answer before an idle gap still awaited these results when the gap's
+            // decisions came (`TraceRequest::tool_results_at_ms`).
+            self.tools_at_ms = parsed
+                .timestamp
+                .as_ref()
+                .and_then(|t| parse_timestamp_ms(t.as_str()));
+        }
         if parsed.is_compact_summary == Some(true) {
             self.compacted = true;
             self.user_content(content, false);

@@ -215,6 +215,7 @@ impl CodexReader {
             tool_results: Default::default(),
             conversation: 0,
             forked_from: None,
+            tool_results_at_ms: None,
         };
         self.human_turn = false;
         self.compacted = false;

@@ -57,6 +57,7 @@ impl Mapper {
                 tool_results: Default::default(),
                 conversation: 0,
                 forked_from: None,
+                tool_results_at_ms: None,
             };
             let thread = format!("{}/{side}", row.role);
             return (thread, ThreadKind::Compaction, request);
@@ -78,6 +79,7 @@ impl Mapper {
             tool_results: Default::default(),
             conversation: 0,
             forked_from: None,
+            tool_results_at_ms: None,
         };
         (row.role.clone(), ThreadKind::Mind, request)
     }

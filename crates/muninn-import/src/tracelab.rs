@@ -214,6 +214,7 @@ fn round_request(row: &Row<'_>, state: Option<&SessionState>) -> TraceRequest {
         tool_results: Default::default(),
         conversation: 0,
         forked_from: None,
+        tool_results_at_ms: None,
     }
 }
 

@@ -61,6 +61,7 @@ fn request(
         tool_results: Default::default(),
         conversation: 0,
         forked_from: None,
+        tool_results_at_ms: None,
     }
 }
 
@@ -133,6 +134,8 @@ mod claude {
                             tokens: 388,
                             uses: 2,
                         },
+                        // The latest tool-result line's time.
+                        tool_results_at_ms: Some(at(6)),
                         ..request(8, usage(1, 0, 500, 10000, 30), false, false, 6)
                     },
                     // After compact_boundary + summary: compacted, summary is not a human turn.
@@ -154,6 +157,8 @@ mod claude {
                             tokens: 194,
                             uses: 1,
                         },
+                        // The latest tool-result line's time.
+                        tool_results_at_ms: Some(at(34)),
                         ..request(36, usage(1, 0, 800, 12000, 200), false, false, 3)
                     },
                 ],

@@ -65,6 +65,7 @@ fn stream_json_traces(source: &Path, last_output: u64) -> Vec<Trace> {
         tool_results: Default::default(),
         conversation: 0,
         forked_from: None,
+        tool_results_at_ms: None,
     };
     vec![
         trace(
@@ -347,6 +348,7 @@ fn tracelab_traces(source: &Path, model: &str) -> Vec<Trace> {
         tool_results: Default::default(),
         conversation: 0,
         forked_from: None,
+        tool_results_at_ms: None,
     };
     vec![
         trace(

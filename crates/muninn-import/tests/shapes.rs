@@ -409,3 +409,66 @@ fn a_response_without_a_uuid_continues_the_latest_conversation() {
     // Request 4 (no uuid) goes with the latest, the fork; request 5 continues the fork.
     assert_eq!(ids, vec![0, 0, fork, fork, fork]);
 }
+
+/// An answer asks for a tool, its result is written 5 s later, and the request sending it is
+/// refused by a usage limit (Claude Code writes a `<synthetic>` answer, dropped); hours later a
+/// person types, and that request carries the result. It records when the result was written,
+/// so the replay knows nothing was awaited through the gap; a request whose results come with
+/// no timestamp, or carrying none, records none.
+#[test]
+fn when_tool_results_were_written_goes_with_the_request_carrying_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("limit.jsonl");
+    let line = |kind: &str, message: serde_json::Value, seconds: i64| {
+        serde_json::json!({
+            "parentUuid": null, "isSidechain": false, "type": kind, "sessionId": "lim",
+            "cwd": "/w", "version": "2.1.87", "message": message,
+            "uuid": format!("{kind}{seconds}"),
+            "timestamp": jiff::Timestamp::from_millisecond(at(seconds)).unwrap().to_string(),
+        })
+        .to_string()
+            + "\n"
+    };
+    let usage = serde_json::json!({"input_tokens": 3, "cache_creation_input_tokens": 500,
+        "cache_read_input_tokens": 0, "output_tokens": 7});
+    let text = line(
+        "user",
+        serde_json::json!({"role": "user", "content": "start it"}),
+        0,
+    ) + &line(
+        "assistant",
+        serde_json::json!({"id": "msg_1", "role": "assistant", "model": "claude-sonnet-4-6",
+                "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}],
+                "usage": usage}),
+        2,
+    ) + &line(
+        "user",
+        serde_json::json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "failed"}]}),
+        7,
+    ) + &line(
+        "assistant",
+        serde_json::json!({"id": "msg_limit", "role": "assistant", "model": "<synthetic>",
+                "content": [{"type": "text", "text": "You've hit your limit"}],
+                "usage": usage}),
+        8,
+    ) + &line(
+        "user",
+        serde_json::json!({"role": "user", "content": "go on"}),
+        70_000,
+    ) + &line(
+        "assistant",
+        serde_json::json!({"id": "msg_2", "role": "assistant", "model": "claude-sonnet-4-6",
+                "content": [{"type": "text", "text": "ok"}], "usage": usage}),
+        70_004,
+    );
+    std::fs::write(&path, text).unwrap();
+
+    let got = import(std::slice::from_ref(&path));
+    let requests: Vec<(u32, bool, Option<i64>)> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| (r.tool_results.uses, r.boundary, r.tool_results_at_ms))
+        .collect();
+    assert_eq!(requests, vec![(0, true, None), (1, true, Some(at(7)))]);
+}

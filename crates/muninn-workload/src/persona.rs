@@ -357,6 +357,7 @@ pub fn session_trace(
                 tool_results: Default::default(),
                 conversation: 0,
                 forked_from: None,
+                tool_results_at_ms: None,
             });
         }
     }

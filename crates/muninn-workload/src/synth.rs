@@ -210,6 +210,7 @@ pub fn session(seed: u64, requests: usize, params: &SynthParams) -> Trace {
             tool_results: Default::default(),
             conversation: 0,
             forked_from: None,
+            tool_results_at_ms: None,
         });
         previous_cached = cached;
         if prompt > params.compact_at_tokens {

@@ -26,6 +26,9 @@ pub struct Turn {
     pub recorded: Usage,
     /// The tool results it adds (their tokens at most `delta`).
     pub tools: crate::trace::ToolResults,
+    /// When the last of them was written, where known ([`Trace`]'s
+    /// `TraceRequest::tool_results_at_ms`).
+    pub tools_at_ms: Option<i64>,
 }
 
 /// Reconstructs a trace's growth: the head size and one [`Turn`] per request.
@@ -70,6 +73,7 @@ pub fn reconstruct(trace: &Trace, head: Option<Tokens>) -> (Tokens, Vec<Turn>) {
                 tokens: r.tool_results.tokens.min(delta),
                 uses: r.tool_results.uses,
             },
+            tools_at_ms: r.tool_results_at_ms,
         });
     }
     (head, turns)

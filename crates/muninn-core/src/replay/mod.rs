@@ -549,21 +549,31 @@ impl<'a> Engine<'a> {
         (usage, cost)
     }
 
-    /// The idle gap before request `index` at `now`: every decision the accounting schedules
+    /// The idle gap before request `index` (`turn`): every decision the accounting schedules
     /// before it, carried out.
     fn idle(
         &mut self,
         index: usize,
-        now: i64,
+        turn: &Turn,
         driver: &Driver,
         future: &Hindsight<'_>,
         on_step: &mut dyn FnMut(&Step),
     ) {
+        let now = turn.at_ms;
         for _ in 0..=IDLE_DECISIONS_MAX {
             let Some(point) = self.acc.next_decision().filter(|p| p.at_ms < now) else {
                 return;
             };
             let at = point.at_ms;
+            // The answer before this gap asked for tools exactly when this request carries
+            // `tool_result` blocks: the API refuses a request that leaves a `tool_use`
+            // unanswered, and accepts a result only after its use. They are awaited until
+            // written — known at `at` — not until sent: results written before the gap whose
+            // request the API refused (a usage limit) ride on the next one, a person's message
+            // hours later, and nothing was awaited meanwhile. A trace that records no tool
+            // results never awaits them; one that does not say when, awaits them until sent.
+            let written = turn.tools_at_ms.is_some_and(|w| w <= at);
+            self.acc.awaiting_tools(turn.tools.uses > 0 && !written);
             let view = self.acc.view();
             let decision = driver.decide(&view, point.keep.event(), at, future);
             match (point.keep, decision.action) {
@@ -628,14 +638,7 @@ impl<'a> Engine<'a> {
                 before_ms: before,
             };
             if index > 0 {
-                // The answer before this gap asked for tools exactly when this request carries
-                // `tool_result` blocks: the API refuses a request that leaves a `tool_use`
-                // unanswered, and accepts a result only after its use. So this is a fact of that
-                // answer, known before any idle decision — unlike "not a boundary", which a wake
-                // by a meta line after a finished answer is too. A trace that records no tool
-                // results never awaits them.
-                self.acc.awaiting_tools(turn.tools.uses > 0);
-                self.idle(index, now, driver, &future, on_step);
+                self.idle(index, turn, driver, &future, on_step);
             }
             // The arrival.
             let view = self
