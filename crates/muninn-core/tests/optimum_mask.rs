@@ -104,7 +104,9 @@ fn run(t: &Trace, plan: Plan, a: &Assumptions, on_step: &mut dyn FnMut(&Step)) -
 /// requests it clears at.
 fn brute_force(t: &Trace, a: &Assumptions) -> (MicroUsd, usize) {
     let (_, turns) = reconstruct(t, a.head_tokens);
-    let ceiling = a.ceiling_tokens.unwrap_or(Tokens::MAX);
+    // The replay's ceiling: the one assumed, else the model's context window — a prompt past it
+    // is no plan at all (the optimum refreshes there), so brute force must not count it.
+    let ceiling = with_config(a, |c| a.ceiling_tokens.unwrap_or(c.price.context_window));
     let n = turns.len();
     let mut best = (MicroUsd(i64::MAX), 0);
     // Each request after the first: 0 append, 1 refresh before it, 2 sent with a clear.
@@ -405,4 +407,22 @@ fn a_clear_of_the_first_requests_tool_results_reads_the_head() {
             assert_eq!(usage, masked_usage(&mask), "{plan}: {mask:?}");
         }
     }
+}
+
+/// A case proptest found: four requests growing to 200,001 tokens, one past the model's context
+/// window. The optimum refreshes before the last (the ceiling forces it); brute force, which
+/// took "no ceiling assumed" as none at all, counted the plan that appends past the window as
+/// the cheapest (846,877 against 888,866 µ$). Fails with that brute force.
+#[test]
+fn brute_force_keeps_to_the_context_window_as_the_optimum_does() {
+    let steps: Vec<TestStep> = vec![
+        (1, 36_138, false, 0, 1),
+        (1, 43_280, false, 0, 1),
+        (1, 51_863, false, 0, 1),
+        (1, 56_720, false, 0, 1),
+    ];
+    let t = trace(&steps, Ttl::FiveMinutes);
+    let a = assumptions(false, false, 2);
+    let optimum = run(&t, Plan::Optimum, &a, &mut |_| {}).cost;
+    assert_eq!(brute_force(&t, &a).0, optimum);
 }
