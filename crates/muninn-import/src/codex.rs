@@ -206,16 +206,9 @@ impl CodexReader {
             usage,
             boundary: self.human_turn,
             compacted: self.compacted,
-            tools_changed: false,
-            version_changed: false,
-            interrupted_thinking: false,
             reasoning: self.reasoning,
-            blocks_added: 0,
-            provider_miss: None,
-            tool_results: Default::default(),
-            conversation: 0,
-            forked_from: None,
-            tool_results_at_ms: None,
+            // The rest (tool results, conversations, diagnoses) this format does not record.
+            ..TraceRequest::default()
         };
         self.human_turn = false;
         self.compacted = false;

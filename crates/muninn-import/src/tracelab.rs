@@ -205,16 +205,8 @@ fn round_request(row: &Row<'_>, state: Option<&SessionState>) -> TraceRequest {
         },
         boundary: state.is_none(),
         compacted: state.is_some_and(|s| row.prefix < s.prompt),
-        tools_changed: false,
-        version_changed: false,
-        interrupted_thinking: false,
-        reasoning: false,
-        blocks_added: 0,
-        provider_miss: None,
-        tool_results: Default::default(),
-        conversation: 0,
-        forked_from: None,
-        tool_results_at_ms: None,
+        // The rest (tool results, conversations, diagnoses) this format does not record.
+        ..TraceRequest::default()
     }
 }
 
