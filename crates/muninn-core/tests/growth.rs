@@ -100,6 +100,15 @@ fn default_steps(t: &Trace) -> Vec<Step> {
     steps
 }
 
+/// The requests before which the session flushed.
+fn flush_indices(steps: &[Step]) -> Vec<usize> {
+    steps
+        .iter()
+        .filter(|s| s.kind == StepKind::Flush)
+        .map(|s| s.index)
+        .collect()
+}
+
 /// Pings that read more than the head and a rehydration: the old prefix kept warm.
 fn tail_pings(steps: &[Step]) -> usize {
     steps
@@ -122,11 +131,7 @@ fn a_due_refresh_begins_at_the_gap_instead_of_pinging_the_old_prefix() {
         .count();
     assert_eq!(inside_loop_refreshes, 0, "no refresh inside the tool loop");
     assert_eq!(tail_pings(&steps), 0, "{steps:#?}");
-    let flushes: Vec<usize> = steps
-        .iter()
-        .filter(|s| s.kind == StepKind::Flush)
-        .map(|s| s.index)
-        .collect();
+    let flushes = flush_indices(&steps);
     assert_eq!(flushes, vec![wake], "one flush, in the gap before the wake");
     let at_wake = steps
         .iter()
@@ -160,11 +165,7 @@ fn no_idle_flush_while_the_last_answer_awaits_tool_results() {
 #[test]
 fn a_wake_that_answers_no_tool_use_does_not_hold_the_flush_back() {
     let steps = default_steps(&trace(Wake::MetaLine));
-    let flushes: Vec<usize> = steps
-        .iter()
-        .filter(|s| s.kind == StepKind::Flush)
-        .map(|s| s.index)
-        .collect();
+    let flushes = flush_indices(&steps);
     assert_eq!(flushes, vec![LOOP + 1], "{steps:#?}");
     assert_eq!(tail_pings(&steps), 0);
 }
@@ -178,11 +179,7 @@ fn a_wake_that_answers_no_tool_use_does_not_hold_the_flush_back() {
 #[test]
 fn tool_results_written_before_the_gap_are_not_awaited_through_it() {
     let steps = default_steps(&trace(Wake::LimitedThenTyped));
-    let flushes: Vec<usize> = steps
-        .iter()
-        .filter(|s| s.kind == StepKind::Flush)
-        .map(|s| s.index)
-        .collect();
+    let flushes = flush_indices(&steps);
     assert_eq!(flushes, vec![LOOP + 1], "{steps:#?}");
     assert_eq!(tail_pings(&steps), 0);
     let at_wake = steps
