@@ -346,9 +346,47 @@ fn bucket_total(buckets: &[u32]) -> u32 {
 
 /// Two histograms combined bucket by bucket (`op`: a saturating sum or difference), for the
 /// `Add`/`Sub` of [`Learned`]'s parts.
-fn bucket_wise<const N: usize>(a: [u32; N], b: [u32; N], op: fn(u32, u32) -> u32) -> [u32; N] {
+pub(crate) fn bucket_wise<const N: usize>(
+    a: [u32; N],
+    b: [u32; N],
+    op: fn(u32, u32) -> u32,
+) -> [u32; N] {
     std::array::from_fn(|i| op(a[i], b[i]))
 }
+
+/// `Add` and `Sub` for histograms of `buckets: [u32; N]`, saturating bucket by bucket: what a
+/// Mind learned is summed over sessions and one session's share taken back out
+/// ([`Learned`]'s `Add`/`Sub`).
+macro_rules! bucket_ops {
+    ($($histogram:ty),+) => {$(
+        impl std::ops::Add for $histogram {
+            type Output = $histogram;
+            fn add(self, other: $histogram) -> $histogram {
+                Self {
+                    buckets: $crate::learn::bucket_wise(
+                        self.buckets,
+                        other.buckets,
+                        u32::saturating_add,
+                    ),
+                }
+            }
+        }
+
+        impl std::ops::Sub for $histogram {
+            type Output = $histogram;
+            fn sub(self, other: $histogram) -> $histogram {
+                Self {
+                    buckets: $crate::learn::bucket_wise(
+                        self.buckets,
+                        other.buckets,
+                        u32::saturating_sub,
+                    ),
+                }
+            }
+        }
+    )+};
+}
+pub(crate) use bucket_ops;
 
 /// Bucket bounds of [`RunLengths`]: bucket i holds lengths in `[RUN_BOUNDS[i], RUN_BOUNDS[i +
 /// 1])`. Exact up to 20 requests, where a loop's last requests are told apart (a loop of 18
@@ -396,41 +434,7 @@ impl RunLengths {
     }
 }
 
-impl std::ops::Add for RunLengths {
-    type Output = RunLengths;
-    fn add(self, other: RunLengths) -> RunLengths {
-        RunLengths {
-            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_add),
-        }
-    }
-}
-
-impl std::ops::Sub for RunLengths {
-    type Output = RunLengths;
-    fn sub(self, other: RunLengths) -> RunLengths {
-        RunLengths {
-            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_sub),
-        }
-    }
-}
-
-impl std::ops::Add for SegmentLengths {
-    type Output = SegmentLengths;
-    fn add(self, other: SegmentLengths) -> SegmentLengths {
-        SegmentLengths {
-            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_add),
-        }
-    }
-}
-
-impl std::ops::Sub for SegmentLengths {
-    type Output = SegmentLengths;
-    fn sub(self, other: SegmentLengths) -> SegmentLengths {
-        SegmentLengths {
-            buckets: bucket_wise(self.buckets, other.buckets, u32::saturating_sub),
-        }
-    }
-}
+bucket_ops!(RunLengths, SegmentLengths);
 
 /// The Mind's finished runs: a request at a task boundary (a batch of deliveries, a brief, a
 /// user turn) and the non-boundary requests that follow it (its tool loop), until the next

@@ -212,23 +212,5 @@ pub(super) fn gaps_say_ping(
     pays(&view.learned.gaps).unwrap_or(true)
 }
 
-/// Gap statistics add up: what several sessions of a Mind showed is the sum of what each did.
-impl std::ops::Add for GapStats {
-    type Output = GapStats;
-    fn add(mut self, other: GapStats) -> GapStats {
-        for (a, b) in self.buckets.iter_mut().zip(other.buckets) {
-            *a = a.saturating_add(b);
-        }
-        self
-    }
-}
-
-impl std::ops::Sub for GapStats {
-    type Output = GapStats;
-    fn sub(mut self, other: GapStats) -> GapStats {
-        for (a, b) in self.buckets.iter_mut().zip(other.buckets) {
-            *a = a.saturating_sub(b);
-        }
-        self
-    }
-}
+// Gap statistics add up: what several sessions of a Mind showed is the sum of what each did.
+crate::learn::bucket_ops!(GapStats);
