@@ -1,0 +1,380 @@
+//! The process pool: idle sessions parked and resumed with their history, a memory budget,
+//! no park in the middle of a turn, turns taking turns under a budget of one process.
+
+use super::*;
+use pretty_assertions::assert_eq;
+
+/// A pool clock the test moves by hand (seconds from a base), so least-recently-used order
+/// and idle times are exact whatever the machine's speed.
+fn test_clock() -> (
+    muninn_claude_cli::pool::Clock,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    let base = std::time::Instant::now();
+    let secs = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let read = secs.clone();
+    let clock = std::sync::Arc::new(move || {
+        base + Duration::from_secs(read.load(std::sync::atomic::Ordering::SeqCst))
+    });
+    (clock, secs)
+}
+
+fn live_keys(pool: &SharedPool) -> Vec<String> {
+    pool.live().into_iter().map(|s| s.key).collect()
+}
+
+/// The pool's live keys once they are `expected`: a park the pool asked for completes in the
+/// parked session's own driver task, which a loaded machine may run a moment later (the
+/// session shows as parking until then).
+async fn live_keys_settle(pool: &SharedPool, expected: &[&str]) -> Vec<String> {
+    for _ in 0..500 {
+        let live = live_keys(pool);
+        if live == expected {
+            return live;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    live_keys(pool)
+}
+
+/// A backend of `r`'s sim under session `id`, in `pool` as `key`.
+fn pooled(r: &Rig, pool: &SharedPool, key: &str, id: &str) -> ClaudeCliBackend {
+    let mut b = ClaudeCliBackend::new(CliConfig {
+        session_id: id.to_string(),
+        ..r.config.clone()
+    });
+    b.join_pool(pool.clone(), key);
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() {
+    let Some(bin) = claude_cli() else { return };
+    let r = rig(bin, "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
+    let (clock, secs) = test_clock();
+    let set = |s: u64| secs.store(s, std::sync::atomic::Ordering::SeqCst);
+    let pool = SharedPool::with_clock(
+        PoolConfig {
+            max_processes: 2,
+            ..PoolConfig::default()
+        },
+        clock,
+    );
+    let ids = [
+        "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a",
+        "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5b",
+        "c1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5c",
+    ];
+    // Each backend is owned here, not by the pool, as each Mind's runner owns its own.
+    let mut a = pooled(&r, &pool, "a", ids[0]);
+    let mut b = pooled(&r, &pool, "b", ids[1]);
+    let mut c = pooled(&r, &pool, "c", ids[2]);
+    let mut pids = Vec::new();
+    for (i, (key, backend)) in [("a", &mut a), ("b", &mut b), ("c", &mut c)]
+        .into_iter()
+        .enumerate()
+    {
+        set(10 * i as u64);
+        backend.start(spec(key)).await.unwrap();
+        pids.push(backend.child_pid().await.unwrap());
+        set(10 * i as u64 + 1);
+        let o = ok(backend
+            .turn(TurnInput::text(format!("pool {key} one")))
+            .await);
+        assert!(o.text.contains(&format!("pool {key} one")));
+    }
+    // Starting c needed a second slot: a, least recently used, was parked and its child ended.
+    for s in pool.live() {
+        eprintln!(
+            "FIGURE live session {} pid {:?}: {:.0} MiB resident",
+            s.key, s.pid, s.rss_mib
+        );
+    }
+    assert_eq!(live_keys_settle(&pool, &["b", "c"]).await, ["b", "c"]);
+    wait_dead(pids[0]).await;
+    assert!(
+        matches!(
+            pool.events().as_slice(),
+            [PoolEvent::Parked { key, reason: ParkReason::ProcessBudget, event: SessionEvent::Parked { pid, .. } }]
+                if key == "a" && *pid == pids[0]
+        ),
+        "{:?}",
+        pool.events()
+    );
+
+    // a's next turn resumes it (parking b, now the least recently used), history intact.
+    set(40);
+    let resumed_at = std::time::Instant::now();
+    let o = ok(a.turn(TurnInput::text("pool a two")).await);
+    let resumed_turn = resumed_at.elapsed();
+    assert!(o.usage.cache_read > 0, "{:?}", o.usage);
+    let sent = user_messages_sent_with(&r.sim, "pool a two");
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(sent[0].contains("pool a one"));
+    let report = a.last_report().unwrap();
+    assert!(
+        matches!(
+            report.session_events.as_slice(),
+            [SessionEvent::Parked { .. }, SessionEvent::Unparked { session_id }] if session_id == ids[0]
+        ),
+        "{:?}",
+        report.session_events
+    );
+    let events = pool.events();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(
+        matches!(&events[1], PoolEvent::Parked { key, reason: ParkReason::ProcessBudget, .. } if key == "b")
+    );
+    assert_eq!(
+        events[2],
+        PoolEvent::Resumed {
+            key: "a".into(),
+            session_id: ids[0].into()
+        }
+    );
+    wait_dead(pids[1]).await;
+    assert_eq!(live_keys_settle(&pool, &["a", "c"]).await, ["a", "c"]);
+
+    // An idle sweep: c has been idle 20 s with no gaps to go by (a coin flip over the horizon,
+    // so parked); a spoke a second ago.
+    set(41);
+    let swept = pool.sweep(pool.now()).await;
+    assert_eq!(live_keys(&pool), ["a"], "{:?}", pool.events());
+    assert!(
+        matches!(swept.as_slice(), [PoolEvent::Parked { key, reason: ParkReason::Idle(_), .. }] if key == "c"),
+        "{swept:?}"
+    );
+    assert_eq!(pool.events().last(), swept.last());
+    // A warm turn on the live child, for comparison with the resumed one.
+    set(42);
+    let warm_at = std::time::Instant::now();
+    ok(a.turn(TurnInput::text("pool a three")).await);
+    eprintln!(
+        "FIGURE turn on a parked session (resume): {resumed_turn:?}; on a live one: {:?}",
+        warm_at.elapsed()
+    );
+    assert_eq!(pool.take_events().len(), 4);
+    assert_eq!(pool.events(), []);
+    for backend in [&mut a, &mut b, &mut c] {
+        backend.shutdown().await;
+    }
+    assert_eq!(live_keys(&pool), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_budget_parks_the_least_recently_used_session() {
+    let Some(bin) = claude_cli() else { return };
+    let r = rig(bin, "d1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
+    // Room for one child (~190 MiB measured) but not for a second at the 300 MiB estimate.
+    let pool = SharedPool::new(PoolConfig {
+        max_processes: 8,
+        memory_budget_mib: 400,
+        per_process_mib: 300,
+        ..PoolConfig::default()
+    });
+    let ids = [
+        "d1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a",
+        "d1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5b",
+    ];
+    // Two Minds, each owning its backend in its own task, one after the other.
+    let mut owners = Vec::new();
+    for (key, id) in ["a", "b"].into_iter().zip(ids) {
+        let mut backend = pooled(&r, &pool, key, id);
+        let task = tokio::spawn(async move {
+            backend.start(spec(key)).await.unwrap();
+            ok(backend.turn(TurnInput::text(format!("mem {key}"))).await);
+            backend
+        });
+        owners.push(task.await.unwrap());
+    }
+    assert_eq!(live_keys(&pool), ["b"]);
+    assert!(
+        matches!(
+            pool.events().as_slice(),
+            [PoolEvent::Parked { key, reason: ParkReason::MemoryBudget, .. }] if key == "a"
+        ),
+        "{:?}",
+        pool.events()
+    );
+    for mut backend in owners {
+        backend.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_in_a_turn_is_never_parked_to_make_room() {
+    let Some(bin) = claude_cli() else { return };
+    let r = rig(bin, "e1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
+    let pool = SharedPool::new(PoolConfig {
+        max_processes: 1,
+        ..PoolConfig::default()
+    });
+    let mut a = pooled(&r, &pool, "a", "e1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a");
+    let mut b = pooled(&r, &pool, "b", "e1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5b");
+    a.start(spec("a")).await.unwrap();
+    ok(a.turn(TurnInput::text("busy a one")).await);
+    let pid = a.last_report().unwrap().pid;
+    assert!(pid.is_some());
+    // a's next request streams slowly; its owner runs it in its own task.
+    r.sim.sim.push_faults([Fault {
+        kind: FaultKind::Slow {
+            first_byte_ms: 0,
+            event_ms: 300,
+        },
+        times: 1,
+    }]);
+    let a_task = tokio::spawn(async move {
+        let o = a.turn(TurnInput::text("busy a two")).await;
+        (a, o, std::time::Instant::now())
+    });
+    // Wait until a's request reached the API: a is mid-turn from here on.
+    while !r
+        .sim
+        .sim
+        .requests()
+        .iter()
+        .any(|q| q.path == "/v1/messages" && q.body.to_string().contains("busy a two"))
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        pool.live().iter().map(|s| s.in_turn).collect::<Vec<_>>(),
+        [true]
+    );
+    // b needs the one slot; the only live session is in a turn, so b waits for it to end.
+    b.start(spec("b")).await.unwrap();
+    let b_started = std::time::Instant::now();
+    let (mut a, o, a_ended) = a_task.await.unwrap();
+    let o = ok(o);
+    assert!(o.text.contains("busy a two"), "{}", o.text);
+    assert!(a_ended <= b_started, "b started before a's turn ended");
+    let report = a.last_report().unwrap();
+    assert_eq!(report.pid, pid, "a's turn ran to its end in the same child");
+    assert_eq!(report.session_events, vec![]);
+    // Then a, idle, was parked for b.
+    assert!(
+        matches!(
+            pool.events().as_slice(),
+            [PoolEvent::Parked { key, reason: ParkReason::ProcessBudget, event: SessionEvent::Parked { pid: p, .. } }]
+                if key == "a" && Some(*p) == pid
+        ),
+        "{:?}",
+        pool.events()
+    );
+    assert_eq!(live_keys(&pool), ["b"]);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// The processes of one rig: every live process whose environment carries its data directory
+/// (a check independent of the pool's own bookkeeping; a zombie's environment is empty).
+fn rig_processes(dir: &std::path::Path) -> usize {
+    let needle = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|c| c.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read(e.path().join("environ"))
+                .is_ok_and(|env| String::from_utf8_lossy(&env).contains(&needle))
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_turns_under_a_budget_of_one_process_take_turns() {
+    let Some(bin) = claude_cli() else { return };
+    let r = rig(bin, "f1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
+    let pool = SharedPool::new(PoolConfig {
+        max_processes: 1,
+        ..PoolConfig::default()
+    });
+    // Counts this rig's CLI children while the Minds run.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let monitor = {
+        let done = done.clone();
+        let dir = r.dir.path().to_path_buf();
+        tokio::spawn(async move {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                most = most.max(rig_processes(&dir));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            most
+        })
+    };
+    let keys = ["x", "y", "z"];
+    let tasks: Vec<_> = keys
+        .into_iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let mut b = pooled(
+                &r,
+                &pool,
+                key,
+                &format!("f1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a6{i}"),
+            );
+            tokio::spawn(async move {
+                b.start(spec(key)).await.unwrap();
+                for n in 1..=3 {
+                    let text = format!("serial {key} {n}");
+                    let o = ok(b.turn(TurnInput::text(&text)).await);
+                    assert!(o.text.contains(&text), "{}", o.text);
+                }
+                b
+            })
+        })
+        .collect();
+    // A deadlock would hang here: bound it generously (a dozen launches on a loaded machine).
+    let all = tokio::time::timeout(Duration::from_secs(240), async {
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    })
+    .await
+    .expect("the Minds deadlocked under a budget of one process");
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let most = monitor.await.unwrap();
+    assert_eq!(
+        most, 1,
+        "at most one CLI child at any time, and one did run"
+    );
+    for key in keys {
+        // Every Mind's last turn carried its whole history, whatever parking went on between.
+        let sent = user_messages_sent_with(&r.sim, &format!("serial {key} 3"));
+        assert_eq!(sent.len(), 3, "{key}: {sent:?}");
+        assert!(sent[0].contains(&format!("serial {key} 1")));
+    }
+    let events = pool.events();
+    let parks = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                PoolEvent::Parked {
+                    reason: ParkReason::ProcessBudget,
+                    ..
+                }
+            )
+        })
+        .count();
+    let resumes = events
+        .iter()
+        .filter(|e| matches!(e, PoolEvent::Resumed { .. }))
+        .count();
+    eprintln!("FIGURE budget of 1, 3 Minds x 3 turns: {parks} parks, {resumes} resumes");
+    // Three Minds shared one slot: at least two had to give it up, and since a live Mind does
+    // not jump the line, the first gave it up before its second turn and resumed later.
+    assert!(parks >= 2 && resumes >= 1, "{events:?}");
+    assert!(live_keys(&pool).len() <= 1);
+    for mut b in all {
+        b.shutdown().await;
+    }
+}
