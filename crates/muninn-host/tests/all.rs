@@ -2,8 +2,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod between_turns;
 mod bounds;
 mod browser;
+mod cli_turn;
 mod closed_loop;
 mod cluster;
 mod compact;
@@ -19,6 +21,7 @@ mod round_trips;
 mod runtime;
 mod scripted;
 mod self_flush;
+mod spend;
 mod telemetry;
 mod tool_loop;
 mod wake;
