@@ -1,0 +1,337 @@
+//! What an operator reads and sets: briefs for the Self, a Mind's status, the transcript, the
+//! ledger's exports, settings and the brake, and a shutdown that ends open streams.
+
+use super::*;
+use pretty_assertions::assert_eq;
+
+#[tokio::test]
+async fn operator_briefs_are_queued_for_the_self() {
+    let server = Server::start().await;
+    let brief = server
+        .client
+        .post_brief("vala", "tidy the wiki")
+        .await
+        .unwrap();
+    assert_eq!(brief.seq, 1);
+    assert_eq!(brief.origin, BriefOrigin::Operator);
+    assert_eq!(brief.status, BriefStatus::Queued);
+    assert_eq!(brief.created_at_ms, T0);
+    assert!(woken(&server, "vala").is_some());
+    assert!(woken(&server, "huginn").is_none());
+    let queued = server.host.store.briefs("vala", None, 10).await.unwrap();
+    assert_eq!(queued, vec![brief]);
+    let error = server.client.post_brief("vala", "").await.unwrap_err();
+    assert_eq!(api_error(error), (422, "unprocessable".into()));
+}
+
+#[tokio::test]
+async fn status_shows_settings_lease_segments_and_spend() {
+    let server = Server::start().await;
+    let token = server.lease("vala").await;
+    let segment = server
+        .host
+        .store
+        .start_segment(
+            "vala",
+            token,
+            &NewSegment {
+                role: Role::Persona,
+                started_at_ms: T0,
+                rehydration_tokens: 4_000,
+                reason: "cold start".into(),
+                session_id: None,
+                memory: None,
+                spec_digest: None,
+            },
+        )
+        .await
+        .unwrap();
+    server
+        .host
+        .store
+        .append_ledger("vala", token, &[ledger_row("vala", T0, 1_234)])
+        .await
+        .unwrap();
+    server.clock.advance(1_000);
+
+    let status = server.client.mind("vala").await.unwrap();
+    assert!(status.registered);
+    assert!(status.lease_live);
+    assert_eq!(status.lease.as_ref().unwrap().holder, "test-host");
+    assert_eq!(status.segments.persona, Some(segment.clone()));
+    assert_eq!(status.segments.self_role, None);
+    assert_eq!(status.config.as_ref().unwrap()["id"], "vala");
+    // The client reads the configuration as JSON; it is the host's typed `[[mind]]` entry.
+    let config: muninn_host::config::MindConfig =
+        serde_json::from_value(status.config.clone().unwrap()).unwrap();
+    assert_eq!(Some(&config), server.host.config.mind("vala"));
+    assert_eq!(status.display_name, "VALA");
+    assert_eq!(
+        status.spend,
+        SpendSummary {
+            window_ms: 86_400_000,
+            from_ms: T0 + 1_000 - 86_400_000,
+            to_ms: T0 + 1_000,
+            spent_micro_usd: 1_234,
+            cap_micro_usd: Some(5_000_000),
+        }
+    );
+    assert_eq!(status.settings, Settings::default());
+
+    let all = server.client.minds().await.unwrap();
+    let ids: Vec<_> = all.minds.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["huginn", "vala"]);
+    assert!(
+        all.minds[0].config.is_none(),
+        "huginn is stored but not configured"
+    );
+
+    let segments = server.client.segments("vala").await.unwrap();
+    assert_eq!(segments.persona, vec![segment]);
+    assert!(segments.self_role.is_empty());
+
+    let error = server.client.mind("nobody").await.unwrap_err();
+    assert_eq!(api_error(error), (404, "mind_not_found".into()));
+}
+
+#[tokio::test]
+async fn the_transcript_pages_tails_and_long_polls() {
+    let server = Arc::new(Server::start().await);
+    let token = server.lease("vala").await;
+    let item = |n: i64| NewTranscriptItem {
+        role: Role::Persona,
+        segment: 0,
+        kind: TranscriptKind::Reply,
+        body: serde_json::json!({"say": [{"room": "#swarm", "text": format!("line {n}")}]}),
+        created_at_ms: T0 + n,
+    };
+    server
+        .host
+        .store
+        .append_transcript("vala", token, &[item(1), item(2), item(3)])
+        .await
+        .unwrap();
+    let query = |after, last, wait_s| TranscriptQuery {
+        after,
+        last,
+        wait_s,
+        ..TranscriptQuery::default()
+    };
+    let page = server
+        .client
+        .transcript("vala", Role::Persona, &query(Some(1), None, None))
+        .await
+        .unwrap();
+    assert_eq!(page.items.iter().map(|i| i.seq).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(page.next_after, 3);
+    assert_eq!(page.items[0].kind, "reply");
+    assert_eq!(page.items[0].body["say"][0]["text"], "line 2");
+    let tail = server
+        .client
+        .transcript("vala", Role::Persona, &query(None, Some(1), None))
+        .await
+        .unwrap();
+    assert_eq!(tail.items.iter().map(|i| i.seq).collect::<Vec<_>>(), [3]);
+    let other_role = server
+        .client
+        .transcript("vala", Role::SelfRole, &query(None, None, None))
+        .await
+        .unwrap();
+    assert!(other_role.items.is_empty());
+
+    let poller = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            server
+                .client
+                .transcript("vala", Role::Persona, &query(Some(3), None, Some(30)))
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server
+        .host
+        .store
+        .append_transcript("vala", token, &[item(4)])
+        .await
+        .unwrap();
+    server.host.signals.outbox.notify_waiters();
+    let woken = tokio::time::timeout(Duration::from_secs(10), poller)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(woken.items.iter().map(|i| i.seq).collect::<Vec<_>>(), [4]);
+}
+
+#[tokio::test]
+async fn the_ledger_exports_json_and_jsonl_that_parses_back() {
+    let server = Server::start().await;
+    let token = server.lease("vala").await;
+    let rows = vec![
+        ledger_row("vala", T0, 100),
+        ledger_row("vala", T0 + 10_000, 200),
+        ledger_row("vala", T0 + 20_000, 300),
+    ];
+    server
+        .host
+        .store
+        .append_ledger("vala", token, &rows)
+        .await
+        .unwrap();
+
+    let all = server
+        .client
+        .ledger_jsonl("vala", &LedgerParams::default())
+        .await
+        .unwrap();
+    let parsed: Vec<LedgerRow> = all
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(parsed, rows);
+
+    let window = LedgerParams {
+        from_ms: Some(T0 + 5_000),
+        to_ms: Some(T0 + 20_000),
+        ..LedgerParams::default()
+    };
+    let json = server.client.ledger("vala", &window).await.unwrap();
+    assert_eq!(json.rows.len(), 1);
+    assert_eq!(json.rows[0].row, rows[1]);
+    let paged = server
+        .client
+        .ledger(
+            "vala",
+            &LedgerParams {
+                after_id: Some(json.rows[0].id),
+                limit: Some(5),
+                ..LedgerParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        paged.rows.iter().map(|r| &r.row).collect::<Vec<_>>(),
+        [&rows[2]]
+    );
+
+    let response = reqwest::Client::new()
+        .get(format!("{}/v1/minds/vala/ledger?format=jsonl", server.base))
+        .bearer_auth(server.token.expose())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+}
+
+#[tokio::test]
+async fn settings_round_trip_and_the_brake_reaches_every_mind() {
+    let server = Server::start().await;
+    assert_eq!(
+        server.client.settings("vala").await.unwrap(),
+        Settings::default()
+    );
+    let wanted = Settings {
+        spend_cap_micro_usd: Some(2_000_000),
+        spend_window_ms: Some(3_600_000),
+        brake: false,
+        turn_limit: Some(20),
+    };
+    assert_eq!(
+        server.client.put_settings("vala", &wanted).await.unwrap(),
+        wanted
+    );
+    assert_eq!(server.client.settings("vala").await.unwrap(), wanted);
+    let status = server.client.mind("vala").await.unwrap();
+    assert_eq!(status.spend.cap_micro_usd, Some(2_000_000));
+    assert_eq!(status.spend.window_ms, 3_600_000);
+
+    let invalid = Settings {
+        spend_cap_micro_usd: Some(-1),
+        ..Settings::default()
+    };
+    let error = server
+        .client
+        .put_settings("vala", &invalid)
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(error), (422, "unprocessable".into()));
+
+    assert!(
+        woken(&server, "vala").is_some(),
+        "a settings change wakes its Mind"
+    );
+    assert!(woken(&server, "huginn").is_none());
+    let on = server.client.brake(true).await.unwrap();
+    for mind in ["vala", "huginn"] {
+        assert!(woken(&server, mind).is_some(), "the brake wakes {mind}");
+    }
+    assert_eq!(
+        on,
+        BrakeResponse {
+            brake: true,
+            minds: vec!["huginn".into(), "vala".into()]
+        }
+    );
+    for mind in ["vala", "huginn"] {
+        assert!(server.host.store.settings(mind).await.unwrap().brake);
+    }
+    // The brake leaves the other settings alone.
+    let braked = server.client.settings("vala").await.unwrap();
+    assert_eq!(
+        braked,
+        Settings {
+            brake: true,
+            ..wanted.clone()
+        }
+    );
+    let off = server.client.brake(false).await.unwrap();
+    assert!(!off.brake);
+    assert_eq!(server.client.settings("vala").await.unwrap(), wanted);
+    assert!(!server.client.settings("huginn").await.unwrap().brake);
+}
+
+#[tokio::test]
+async fn shutdown_ends_open_streams_and_long_polls_instead_of_waiting_for_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::demo();
+    config.data_dir = dir.path().to_owned();
+    let store = muninn_store::open(&config.database_url()).await.unwrap();
+    store
+        .create_mind(&Mind {
+            id: "vala".into(),
+            display_name: "Vala".into(),
+            config: serde_json::json!({}),
+            created_at_ms: T0,
+        })
+        .await
+        .unwrap();
+    let host = Host::new(store, config, Arc::new(ManualClock::new(T0)));
+    let token = ApiToken::new("t0k3n");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(host, token.clone(), listener, async {
+        let _ = stopped.await;
+    }));
+    let client = ApiClient::new(&addr.to_string(), token.clone()).unwrap();
+    let mut stream = reqwest::Client::new()
+        .get(format!("http://{addr}/v1/minds/vala/outbox/stream"))
+        .bearer_auth(token.expose())
+        .send()
+        .await
+        .unwrap();
+    let poll = tokio::spawn(async move { client.outbox("vala", 0, 60).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("the server did not stop")
+        .unwrap()
+        .unwrap();
+    let answer = poll.await.unwrap().unwrap();
+    assert!(answer.messages.is_empty());
+    // The stream ended cleanly (or its connection closed).
+    while let Ok(Some(_)) = stream.chunk().await {}
+}
