@@ -10,6 +10,7 @@
 //! | `tools_change` | `tools_changed` | `tools_changed` |
 //! | `system_change` | `system_changed` | `system_prompt_changed` |
 //! | `messages_change` | `messages_changed` | — |
+//! | `tools_or_system_change` (one of the two) | `tools_changed` or `system_changed` | — |
 //! | `prefix_change` (level unknown) | any `*_changed` | — |
 //! | `eviction_or_unknown` | no divergence | `likely_server_side` |
 //!
@@ -47,11 +48,14 @@ pub enum MissCause {
     /// The message history diverged from its predecessor's (a rewrite, a compaction, a new
     /// segment).
     MessagesChange,
+    /// The tool definitions or the system prompt changed, which of the two not known: a read
+    /// that found nothing of a head that was warm (see `validate`'s `shortfall_cause`).
+    ToolsOrSystemChange,
 }
 
 impl MissCause {
     /// How many causes there are (the size of a per-cause counter array).
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 
     /// Every cause, in counter order (`cause as usize`).
     pub const ALL: [MissCause; MissCause::COUNT] = [
@@ -63,6 +67,7 @@ impl MissCause {
         MissCause::ToolsChange,
         MissCause::SystemChange,
         MissCause::MessagesChange,
+        MissCause::ToolsOrSystemChange,
     ];
 
     /// The cause's name as it is stored and printed.
@@ -76,6 +81,7 @@ impl MissCause {
             MissCause::ToolsChange => "tools_change",
             MissCause::SystemChange => "system_change",
             MissCause::MessagesChange => "messages_change",
+            MissCause::ToolsOrSystemChange => "tools_or_system_change",
         }
     }
 
@@ -91,6 +97,7 @@ impl MissCause {
             MissCause::ToolsChange => Some(ProviderClass::Changed(Level::Tools)),
             MissCause::SystemChange => Some(ProviderClass::Changed(Level::System)),
             MissCause::MessagesChange => Some(ProviderClass::Changed(Level::Messages)),
+            MissCause::ToolsOrSystemChange => Some(ProviderClass::Changed(Level::ToolsOrSystem)),
             MissCause::PrefixChange => Some(ProviderClass::Changed(Level::Unknown)),
         }
     }
@@ -102,6 +109,7 @@ impl MissCause {
             Level::Tools => MissCause::ToolsChange,
             Level::System => MissCause::SystemChange,
             Level::Messages => MissCause::MessagesChange,
+            Level::ToolsOrSystem => MissCause::ToolsOrSystemChange,
             Level::Unknown => MissCause::PrefixChange,
         }
     }
@@ -148,6 +156,9 @@ pub enum Level {
     System,
     /// The message history.
     Messages,
+    /// The tool definitions or the system prompt, not known which: both lie before the first
+    /// breakpoint a Claude Code request carries.
+    ToolsOrSystem,
     /// Somewhere, at a level not known.
     Unknown,
 }
@@ -203,12 +214,14 @@ impl ProviderMissReason {
         }
     }
 
-    /// The reason a level of divergence gives on the wire (`None` for no divergence).
+    /// The reason a level of divergence gives on the wire (`None` for no divergence). A level
+    /// not known exactly is spelt as the first reason it may be: tools for tools-or-system,
+    /// messages for unknown (what `muninn sim-api` never has to spell: it knows its prompts).
     pub const fn of_level(level: Option<Level>) -> ProviderMissReason {
         match level {
             None => ProviderMissReason::NoDivergence,
             Some(Level::Model) => ProviderMissReason::ModelChanged,
-            Some(Level::Tools) => ProviderMissReason::ToolsChanged,
+            Some(Level::Tools) | Some(Level::ToolsOrSystem) => ProviderMissReason::ToolsChanged,
             Some(Level::System) => ProviderMissReason::SystemChanged,
             Some(Level::Messages) | Some(Level::Unknown) => ProviderMissReason::MessagesChanged,
         }
@@ -251,7 +264,8 @@ pub enum ProviderClass {
 
 /// Whether muninn's cause (`None`: the request read all it could) agrees with the provider's
 /// label; `None` when the label labels nothing (see [`ProviderMissReason::class`]) or the cause
-/// is a cold start. A cause of unknown level agrees with a change at any level.
+/// is a cold start. A cause of unknown level agrees with a change at any level, a change of
+/// tools or system with either.
 pub fn agrees(cause: Option<MissCause>, label: &ProviderMiss) -> Option<bool> {
     let theirs = label.reason.class()?;
     let ours = match cause {
@@ -260,6 +274,10 @@ pub fn agrees(cause: Option<MissCause>, label: &ProviderMiss) -> Option<bool> {
     };
     Some(match (ours, theirs) {
         (ProviderClass::Changed(Level::Unknown), ProviderClass::Changed(_)) => true,
+        (
+            ProviderClass::Changed(Level::ToolsOrSystem),
+            ProviderClass::Changed(Level::Tools | Level::System),
+        ) => true,
         (a, b) => a == b,
     })
 }
@@ -286,6 +304,10 @@ mod tests {
             assert_eq!(agrees(Some(MissCause::of_level(level)), &label), Some(true));
             assert_eq!(agrees(None, &label), Some(false));
             assert_eq!(agrees(Some(MissCause::PrefixChange), &label), Some(true));
+            assert_eq!(
+                agrees(Some(MissCause::ToolsOrSystemChange), &label),
+                Some(matches!(level, Level::Tools | Level::System))
+            );
         }
         let none = ProviderMiss {
             reason: ProviderMissReason::NoDivergence,

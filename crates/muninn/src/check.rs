@@ -241,12 +241,19 @@ fn print_causes(
         share(&set_aside.causes),
         share(causes)
     )?;
-    // A prefix change of unknown level agrees with a change at any level: say how many
-    // agreements named the provider's own level.
-    let at_level = |c: &CauseFigures| format!("{} of {}", c.agree - c.unknown_level, c.agree);
+    // A prefix change of unknown level agrees with a change at any level, a change of tools or
+    // system with either: say how many agreements named the provider's own level.
+    let at_level = |c: &CauseFigures| {
+        format!(
+            "{} of {} ({} tools or system)",
+            c.agree - c.unknown_level - c.two_levels,
+            c.agree,
+            c.two_levels
+        )
+    };
     outln!(
-        "  agreeing at the provider's level (the rest a prefix change of unknown level): \
-         tuning {} | set aside {} | all {}",
+        "  agreeing at the provider's level (the rest tools or system, or a prefix change of \
+         unknown level): tuning {} | set aside {} | all {}",
         at_level(&tuning.causes),
         at_level(&set_aside.causes),
         at_level(causes)

@@ -613,6 +613,25 @@ impl ModelReplay {
         Some(head)
     }
 
+    /// The tools head a request of `trace` carries, as the model places it before stepping it:
+    /// the size its session read at its start, else the latest an earlier session read (when
+    /// the head is shared). What a read short of the expected prefix is measured against
+    /// (`shortfall_cause`).
+    pub(super) fn tools_head(&self, trace: &Trace, options: &ValidateOptions) -> Option<Tokens> {
+        let key: GroupKey = (
+            trace.session.clone(),
+            group_name(trace).to_string(),
+            trace.model.clone(),
+        );
+        self.groups.get(&key).and_then(|g| g.h1).or_else(|| {
+            let est_key = (trace.model.clone(), is_main_group(trace));
+            options
+                .share_tools_head
+                .then(|| self.h1_estimate.get(&est_key).copied())
+                .flatten()
+        })
+    }
+
     /// The reference prefix of a request before it is stepped.
     pub(super) fn reference(&self, trace: &Trace, index: usize) -> Tokens {
         if let Some(prev) = index.checked_sub(1).and_then(|i| trace.requests.get(i)) {

@@ -294,9 +294,14 @@ pub struct CauseFigures {
     /// Of those, requests whose cause agrees.
     pub agree: usize,
     /// Of those, requests whose cause named no level ([`MissCause::PrefixChange`]), which
-    /// agrees with a change at any level: `agree - unknown_level` named the provider's level.
+    /// agrees with a change at any level.
     #[serde(default)]
     pub unknown_level: usize,
+    /// Of those, requests whose cause named one of two levels
+    /// ([`MissCause::ToolsOrSystemChange`]): narrower than no level, not the provider's level
+    /// either, so `agree - unknown_level - two_levels` named the provider's level.
+    #[serde(default)]
+    pub two_levels: usize,
     /// Labels by reason (`messages_changed`, `no_divergence`, …), conclusive or not.
     pub labels: BTreeMap<String, usize>,
 }
@@ -322,6 +327,8 @@ impl Figures {
             self.causes.agree += usize::from(agree);
             self.causes.unknown_level +=
                 usize::from(agree && row.cause == Some(MissCause::PrefixChange));
+            self.causes.two_levels +=
+                usize::from(agree && row.cause == Some(MissCause::ToolsOrSystemChange));
         }
         if row.kind == ThreadKind::Main {
             self.model.main.add(row.recorded_read, &row.cache_model);
@@ -491,21 +498,25 @@ impl Predictors {
         self.last_model.insert(thread_key, trace.model.clone());
         let fallback_ttl = self.last_ttl.get(&t).copied().unwrap_or(Ttl::FiveMinutes);
 
-        let (reference, tolerance, (model_read, model_miss), naive) =
+        let (reference, tolerance, (model_read, model_miss), naive, heads) =
             match openai_price(options, &trace.model) {
                 Some(price) => (
                     openai::reference(trace, index, price),
                     options.tolerance.max(price.cache_step),
                     self.openai.step(trace, index, price),
                     openai::naive_read(trace, index, price),
+                    // OpenAI's cache has no breakpoints: a short read names no level.
+                    None,
                 ),
                 None => {
                     let reference = self.anthropic.reference(trace, index);
+                    let tools_head = self.anthropic.tools_head(trace, options);
                     (
                         reference,
                         options.tolerance,
                         (self.anthropic).step(trace, index, reference, fallback_ttl, options),
                         naive_read(trace, index, fallback_ttl),
+                        Some(Breakpoints { tools_head }),
                     )
                 }
             };
@@ -532,7 +543,8 @@ impl Predictors {
             (model_read, naive),
             tolerance,
         );
-        row.cause = cause.or_else(|| shortfall_cause(&row, index > 0 && req.version_changed));
+        row.cause = cause
+            .or_else(|| shortfall_cause(&row, index > 0 && req.version_changed, heads, tolerance));
         row.cause_agrees = req
             .provider_miss
             .and_then(|label| agrees(row.cause, &label));
@@ -540,11 +552,43 @@ impl Predictors {
     }
 }
 
+/// What a short read can say of where an Anthropic prompt diverged: the breakpoints it could
+/// have been read back to.
+#[derive(Debug, Clone, Copy)]
+struct Breakpoints {
+    /// The tools head the cache model placed (tools and the static system preamble, Claude
+    /// Code's first breakpoint), where known.
+    tools_head: Option<Tokens>,
+}
+
+/// How far past the tools head a read must reach to have been read back to a breakpoint after
+/// the system prompt. The tools head a session is measured against may be another session's
+/// (another client version): on the tuning parts of `claude_backup` and `dotsv2` the heads of
+/// successive versions differ by up to 728 tokens (12,826 → 13,371 → 13,447 → 14,175;
+/// 14,028 → 14,095 → 14,104), while the one read that stopped at a system head stopped 6,137
+/// past its tools head (the dynamic system prompt: environment, memory files, git status).
+const PAST_TOOLS_HEAD: Tokens = 1_024;
+
 /// The cause of a request the cache model expected to read its whole reference prefix (no miss
 /// of its own) but that read less: the prompt changed before the prefix's end. At the system
 /// prompt when the client's version changed since the thread's previous request (`new_client`,
-/// `TraceRequest::version_changed`), else at a level the trace does not show
-/// ([`MissCause::PrefixChange`]).
+/// `TraceRequest::version_changed`). Otherwise the level is named from where the read stopped,
+/// for a prompt laid out as Claude Code lays it out (`heads`: tools, then the system prompt
+/// with a breakpoint after its static preamble — the tools head — and, in some versions, one
+/// at its end; then the messages with breakpoints near their end). The provider reads back to
+/// the last breakpoint before the divergence, within the 20-block lookback, so:
+///
+/// - nothing read (at most `tolerance`), although the tools head was warm (the model expected
+///   the whole prefix, so the previous request had just read or written it): the prompt
+///   diverged before the first breakpoint, in the tools or the system preamble
+///   ([`MissCause::ToolsOrSystemChange`]);
+/// - read more than [`PAST_TOOLS_HEAD`] past the tools head: a breakpoint past the system
+///   preamble still matched, which (with none inside the dynamic system prompt) lies at the
+///   system's end or in the messages: the messages diverged ([`MissCause::MessagesChange`]);
+/// - read about the tools head: the system or the messages diverged — both were labelled so on
+///   `dotsv2`'s tuning part (a client without a breakpoint at the system's end reads the tools
+///   head back either way) — so the level stays unknown ([`MissCause::PrefixChange`]), as it
+///   does without a tools head or without the layout (OpenAI's cache).
 ///
 /// A diagnosis from the request's own answer, not a prediction: the recorded read is part of
 /// the request's lines, and a cause may use them (never a later request's). Why a change and
@@ -554,14 +598,29 @@ impl Predictors {
 /// shortfall it diagnosed conclusively was a divergence (`messages_changed` 3, one of them an
 /// interrupted thought the model now follows, `system_changed` 2, one of them after a new
 /// client version), none a diagnosis of no divergence.
-fn shortfall_cause(row: &RequestRow, new_client: bool) -> Option<MissCause> {
+fn shortfall_cause(
+    row: &RequestRow,
+    new_client: bool,
+    heads: Option<Breakpoints>,
+    tolerance: Tokens,
+) -> Option<MissCause> {
     let short =
         row.cache_model.class == ReadClass::Prefix && row.recorded_class != ReadClass::Prefix;
-    match (short, new_client) {
-        (false, _) => None,
-        (true, true) => Some(MissCause::SystemChange),
-        (true, false) => Some(MissCause::PrefixChange),
+    if !short {
+        return None;
     }
+    if new_client {
+        return Some(MissCause::SystemChange);
+    }
+    let Some(heads) = heads else {
+        return Some(MissCause::PrefixChange);
+    };
+    let read = row.recorded_read;
+    Some(match heads.tools_head {
+        _ if read <= tolerance => MissCause::ToolsOrSystemChange,
+        Some(head) if read > head + PAST_TOOLS_HEAD.max(tolerance) => MissCause::MessagesChange,
+        _ => MissCause::PrefixChange,
+    })
 }
 
 /// The prices of `model` when it sits behind OpenAI's automatic cache.

@@ -2,7 +2,7 @@
 //! shows, and what a read short of the expected prefix names.
 
 use super::thinking::thinking_turns;
-use super::{H1, growing, req, row, trace};
+use super::{H1, H2, growing, req, row, trace};
 use muninn_core::miss::{MissCause, ProviderMiss, ProviderMissReason};
 use muninn_core::trace::ThreadKind;
 use muninn_core::validate::{ReadClass, ValidateOptions, validate};
@@ -91,5 +91,61 @@ fn a_read_short_of_the_expected_prefix_names_a_change_of_the_prompt() {
             report.causes.unknown_level
         ),
         (2, 2, 1)
+    );
+}
+
+/// Where a short read stopped names the level of the change, on Claude Code's layout (tools,
+/// system, messages; a breakpoint after the system preamble, the tools head): nothing read
+/// although the tools head was warm is a change before that breakpoint, in the tools or the
+/// system; a read well past the tools head (a system head) is a change of the messages; a read
+/// of about the tools head leaves the level unknown (the system or the messages). Each
+/// agrees with its label, and the report counts the one of two levels apart.
+#[test]
+fn where_a_short_read_stopped_names_the_level() {
+    let shortfall = |session: &str, read: u64, reason| {
+        let mut requests = growing(0, 4, 10_000, true);
+        let prefix = requests[3].usage.cache_read + requests[3].usage.cache_write_1h;
+        let mut short = req(40_000, read, prefix + 300 - read, true);
+        short.provider_miss = label(reason);
+        requests.push(short);
+        trace(session, "main", ThreadKind::Main, "m", requests)
+    };
+    let cases = [
+        ("none", 0, ProviderMissReason::ToolsChanged),
+        ("system", H2, ProviderMissReason::MessagesChanged),
+        ("tools", H1 + 40, ProviderMissReason::SystemChanged),
+    ];
+    let traces: Vec<_> = cases
+        .iter()
+        .map(|&(s, read, reason)| shortfall(s, read, reason))
+        .collect();
+    let report = validate(&traces, &ValidateOptions::default());
+    let named: Vec<_> = cases
+        .iter()
+        .map(|(s, ..)| {
+            let r = row(&report, &format!("{s}/main/m"), 4);
+            (r.cache_model.class, r.cause, r.cause_agrees)
+        })
+        .collect();
+    assert_eq!(
+        named,
+        vec![
+            (
+                ReadClass::Prefix,
+                Some(MissCause::ToolsOrSystemChange),
+                Some(true)
+            ),
+            (
+                ReadClass::Prefix,
+                Some(MissCause::MessagesChange),
+                Some(true)
+            ),
+            (ReadClass::Prefix, Some(MissCause::PrefixChange), Some(true)),
+        ]
+    );
+    let c = &report.causes;
+    assert_eq!(
+        (c.labelled, c.agree, c.unknown_level, c.two_levels),
+        (3, 3, 1, 1)
     );
 }
