@@ -29,8 +29,8 @@
 use crate::secret::ApiKey;
 use crate::sse::SseDecoder;
 use crate::wire::{
-    API_VERSION, ContentBlock, Delta, ErrorResponse, MessagesRequest, MessagesResponse, Role,
-    StreamEvent, Usage,
+    API_VERSION, ContentBlock, Delta, ErrorBody, ErrorResponse, MessagesRequest, MessagesResponse,
+    Role, StreamEvent, Usage,
 };
 use muninn_backend::clock::Sleeper;
 use muninn_backend::{BackendError, RetryEvent};
@@ -264,14 +264,7 @@ impl AnthropicClient {
                 });
             }
         };
-        // The configured betas, and those this request's own fields need (compaction, context
-        // edits), so a caller never sends a beta field without its header.
-        let mut betas = self.config.betas.clone();
-        for beta in crate::context::betas_for(request) {
-            if !betas.iter().any(|b| b == beta) {
-                betas.push(beta.to_string());
-            }
-        }
+        let betas = self.betas_for(request);
         let mut retries = Vec::new();
         let mut attempt: u32 = 0;
         loop {
@@ -312,23 +305,22 @@ impl AnthropicClient {
                 Some(d) => d.min(self.config.retry.max_retry_after),
                 None => self.backoff(attempt),
             };
-            let (status, kind) = match &failure.error {
-                BackendError::Api { status, kind, .. } => {
-                    ((*status != 0).then_some(*status), kind.clone())
-                }
-                BackendError::Protocol(_) => (None, "protocol".to_string()),
-                _ => (None, "transport".to_string()),
-            };
             tracing::warn!(attempt, delay_ms = delay.as_millis() as u64, error = %failure.error, "retrying Messages API request");
-            retries.push(RetryEvent {
-                attempt,
-                delay_ms: delay.as_millis() as u64,
-                status,
-                kind,
-                retry_after_ms: failure.retry_after.map(|d| d.as_millis() as u64),
-            });
+            retries.push(retry_event(attempt, delay, &failure));
             self.sleeper.sleep(delay).await;
         }
+    }
+
+    /// The configured betas, and those this request's own fields need (compaction, context
+    /// edits), so a caller never sends a beta field without its header.
+    fn betas_for(&self, request: &MessagesRequest) -> Vec<String> {
+        let mut betas = self.config.betas.clone();
+        for beta in crate::context::betas_for(request) {
+            if !betas.iter().any(|b| b == beta) {
+                betas.push(beta.to_string());
+            }
+        }
+        betas
     }
 
     async fn attempt(
@@ -337,6 +329,31 @@ impl AnthropicClient {
         stream: bool,
         betas: &[String],
     ) -> Result<(MessagesResponse, Value, Option<String>), AttemptError> {
+        let req = self.request_builder(stream, betas);
+        let response = req
+            .body(body.to_vec())
+            .send()
+            .await
+            .map_err(transport_failure)?;
+        let status = response.status().as_u16();
+        let request_id = response
+            .headers()
+            .get("request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        if !(200..300).contains(&status) {
+            return Err(api_failure(status, response).await);
+        }
+        let (message, raw_usage) = if stream {
+            read_stream(response).await?
+        } else {
+            read_whole(response).await?
+        };
+        Ok((message, raw_usage, request_id))
+    }
+
+    /// The POST with its version, content-type, accept, auth and beta headers.
+    fn request_builder(&self, stream: bool, betas: &[String]) -> reqwest::RequestBuilder {
         let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
         let mut req = self
             .http
@@ -361,82 +378,109 @@ impl AnthropicClient {
         if !betas.is_empty() {
             req = req.header("anthropic-beta", betas.join(","));
         }
-        let transport = |e: reqwest::Error| AttemptError {
-            error: BackendError::Transport(transport_cause(e)),
-            retryable: true,
-            retry_after: None,
-            after_content: false,
+        req
+    }
+}
+
+/// A transport failure before any content arrived: always worth retrying.
+fn transport_failure(e: reqwest::Error) -> AttemptError {
+    AttemptError {
+        error: BackendError::Transport(transport_cause(e)),
+        retryable: true,
+        retry_after: None,
+        after_content: false,
+    }
+}
+
+/// A non-2xx reply as an [`AttemptError`]: the API's own error type and message when the body is
+/// an error object, else `http_<status>` and the body's first 500 characters.
+async fn api_failure(status: u16, response: reqwest::Response) -> AttemptError {
+    let retry_after = retry_after(response.headers());
+    let text = response.text().await.unwrap_or_default();
+    let (kind, message) = match serde_json::from_str::<ErrorResponse>(&text) {
+        Ok(e) => (e.error.kind, e.error.message),
+        Err(_) => (
+            format!("http_{status}"),
+            text.chars().take(500).collect::<String>(),
+        ),
+    };
+    let retryable = retryable_status(status);
+    AttemptError {
+        error: BackendError::Api {
+            status,
+            kind,
+            message,
+            retryable,
+            retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
+        },
+        retryable,
+        retry_after,
+        after_content: false,
+    }
+}
+
+/// A non-streaming reply: the message and its usage JSON verbatim.
+async fn read_whole(
+    response: reqwest::Response,
+) -> Result<(MessagesResponse, Value), AttemptError> {
+    let bytes = response.bytes().await.map_err(transport_failure)?;
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| protocol(format!("reply is not JSON: {e}"), false))?;
+    let raw_usage = value.get("usage").cloned().unwrap_or(Value::Null);
+    let message: MessagesResponse = serde_json::from_value(value)
+        .map_err(|e| protocol(format!("reply is not a message: {e}"), false))?;
+    Ok((message, raw_usage))
+}
+
+/// A streamed reply, assembled up to `message_stop`; every failure records whether content had
+/// begun, which decides whether it may be retried.
+async fn read_stream(
+    mut response: reqwest::Response,
+) -> Result<(MessagesResponse, Value), AttemptError> {
+    let mut decoder = SseDecoder::new();
+    let mut assembler = Assembler::default();
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => {
+                let mut f = transport_failure(e);
+                f.after_content = assembler.content_started;
+                return Err(f);
+            }
         };
-        let mut response = req.body(body.to_vec()).send().await.map_err(transport)?;
-        let status = response.status().as_u16();
-        let request_id = response
-            .headers()
-            .get("request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        if !(200..300).contains(&status) {
-            let retry_after = retry_after(response.headers());
-            let text = response.text().await.unwrap_or_default();
-            let (kind, message) = match serde_json::from_str::<ErrorResponse>(&text) {
-                Ok(e) => (e.error.kind, e.error.message),
-                Err(_) => (
-                    format!("http_{status}"),
-                    text.chars().take(500).collect::<String>(),
-                ),
-            };
-            let retryable = retryable_status(status);
-            return Err(AttemptError {
-                error: BackendError::Api {
-                    status,
-                    kind,
-                    message,
-                    retryable,
-                    retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
-                },
-                retryable,
-                retry_after,
-                after_content: false,
-            });
-        }
-        if !stream {
-            let bytes = response.bytes().await.map_err(transport)?;
-            let value: Value = serde_json::from_slice(&bytes)
-                .map_err(|e| protocol(format!("reply is not JSON: {e}"), false))?;
-            let raw_usage = value.get("usage").cloned().unwrap_or(Value::Null);
-            let message: MessagesResponse = serde_json::from_value(value)
-                .map_err(|e| protocol(format!("reply is not a message: {e}"), false))?;
-            return Ok((message, raw_usage, request_id));
-        }
-        let mut decoder = SseDecoder::new();
-        let mut assembler = Assembler::default();
-        loop {
-            let chunk = match response.chunk().await {
-                Ok(Some(c)) => c,
-                Ok(None) => break,
-                Err(e) => {
-                    let mut f = transport(e);
-                    f.after_content = assembler.content_started;
-                    return Err(f);
-                }
-            };
-            let frames = decoder
-                .push(&chunk)
-                .map_err(|e| protocol(e.to_string(), assembler.content_started))?;
-            for frame in frames {
-                assembler.on_frame(&frame.data)?;
-                if assembler.stopped {
-                    let (message, raw) = assembler.finish()?;
-                    return Ok((message, raw, request_id));
-                }
+        let frames = decoder
+            .push(&chunk)
+            .map_err(|e| protocol(e.to_string(), assembler.content_started))?;
+        for frame in frames {
+            assembler.on_frame(&frame.data)?;
+            if assembler.stopped {
+                return assembler.finish();
             }
         }
-        decoder
-            .finish()
-            .map_err(|e| protocol(e.to_string(), assembler.content_started))?;
-        Err(protocol(
-            "the stream ended before message_stop".to_string(),
-            assembler.content_started,
-        ))
+    }
+    decoder
+        .finish()
+        .map_err(|e| protocol(e.to_string(), assembler.content_started))?;
+    Err(protocol(
+        "the stream ended before message_stop".to_string(),
+        assembler.content_started,
+    ))
+}
+
+/// The ledger's record of retry `attempt` after `failure`, waiting `delay`.
+fn retry_event(attempt: u32, delay: Duration, failure: &AttemptError) -> RetryEvent {
+    let (status, kind) = match &failure.error {
+        BackendError::Api { status, kind, .. } => ((*status != 0).then_some(*status), kind.clone()),
+        BackendError::Protocol(_) => (None, "protocol".to_string()),
+        _ => (None, "transport".to_string()),
+    };
+    RetryEvent {
+        attempt,
+        delay_ms: delay.as_millis() as u64,
+        status,
+        kind,
+        retry_after_ms: failure.retry_after.map(|d| d.as_millis() as u64),
     }
 }
 
@@ -515,70 +559,15 @@ impl Assembler {
                 }
                 message.content.push(content_block);
             }
-            StreamEvent::ContentBlockDelta { index, delta } => {
-                let block =
-                    self.message_mut()?.content.get_mut(index).ok_or_else(|| {
-                        protocol(format!("delta for unknown block {index}"), true)
-                    })?;
-                match (block, delta) {
-                    (ContentBlock::Text { text, .. }, Delta::TextDelta { text: more }) => {
-                        text.push_str(&more);
-                    }
-                    (
-                        ContentBlock::Thinking { thinking, .. },
-                        Delta::ThinkingDelta { thinking: more },
-                    ) => {
-                        thinking.push_str(&more);
-                    }
-                    (
-                        ContentBlock::Thinking { signature, .. },
-                        Delta::SignatureDelta { signature: s },
-                    ) => {
-                        *signature = s;
-                    }
-                    (ContentBlock::ToolUse { .. }, Delta::InputJsonDelta { partial_json }) => {
-                        match self.partial_json.iter_mut().find(|(i, _)| *i == index) {
-                            Some((_, s)) => s.push_str(&partial_json),
-                            None => self.partial_json.push((index, partial_json)),
-                        }
-                    }
-                    (_, Delta::Unknown(_)) => {}
-                    (_, d) => {
-                        return Err(protocol(
-                            format!("delta {d:?} does not fit block {index}"),
-                            true,
-                        ));
-                    }
-                }
-            }
-            StreamEvent::ContentBlockStop { index } => {
-                if let Some(pos) = self.partial_json.iter().position(|(i, _)| *i == index) {
-                    let (_, json) = self.partial_json.swap_remove(pos);
-                    let parsed: Value = if json.trim().is_empty() {
-                        Value::Object(Map::new())
-                    } else {
-                        serde_json::from_str(&json).map_err(|e| {
-                            protocol(
-                                format!("tool input of block {index} is not JSON: {e}"),
-                                true,
-                            )
-                        })?
-                    };
-                    if let Some(ContentBlock::ToolUse { input, .. }) =
-                        self.message_mut()?.content.get_mut(index)
-                    {
-                        *input = parsed;
-                    }
-                }
-            }
+            StreamEvent::ContentBlockDelta { index, delta } => self.on_delta(index, delta)?,
+            StreamEvent::ContentBlockStop { index } => self.on_block_stop(index)?,
             StreamEvent::MessageDelta { delta, usage } => {
+                // Laid over `message_start`'s usage: the final counts win, the rest is kept.
                 if let Some(Value::Object(raw)) = serde_json::from_str::<Value>(data)
                     .ok()
                     .and_then(|v| v.get("usage").cloned())
                 {
-                    for (k, v) in raw {
-                        self.raw_usage.insert(k, v);
-                    }
+                    self.raw_usage.extend(raw);
                 }
                 let message = self.message_mut()?;
                 message.stop_reason = delta.stop_reason;
@@ -587,27 +576,65 @@ impl Assembler {
             }
             StreamEvent::MessageStop => self.stopped = true,
             StreamEvent::Ping | StreamEvent::Unknown(_) => {}
-            StreamEvent::Error { error } => {
-                let status = match error.kind.as_str() {
-                    "overloaded_error" => 529,
-                    "rate_limit_error" => 429,
-                    "api_error" => 500,
-                    _ => 0,
-                };
-                let retryable = status != 0;
-                return Err(AttemptError {
-                    error: BackendError::Api {
-                        status: 0,
-                        kind: error.kind,
-                        message: error.message,
-                        retryable,
-                        retry_after_ms: None,
-                    },
-                    retryable,
-                    retry_after: None,
-                    after_content: after,
-                });
+            StreamEvent::Error { error } => return Err(stream_error(error, after)),
+        }
+        Ok(())
+    }
+
+    /// Appends a delta to its block; tool input is gathered as text until the block stops.
+    fn on_delta(&mut self, index: usize, delta: Delta) -> Result<(), AttemptError> {
+        let block = self
+            .message_mut()?
+            .content
+            .get_mut(index)
+            .ok_or_else(|| protocol(format!("delta for unknown block {index}"), true))?;
+        match (block, delta) {
+            (ContentBlock::Text { text, .. }, Delta::TextDelta { text: more }) => {
+                text.push_str(&more);
             }
+            (ContentBlock::Thinking { thinking, .. }, Delta::ThinkingDelta { thinking: more }) => {
+                thinking.push_str(&more);
+            }
+            (ContentBlock::Thinking { signature, .. }, Delta::SignatureDelta { signature: s }) => {
+                *signature = s;
+            }
+            (ContentBlock::ToolUse { .. }, Delta::InputJsonDelta { partial_json }) => {
+                match self.partial_json.iter_mut().find(|(i, _)| *i == index) {
+                    Some((_, s)) => s.push_str(&partial_json),
+                    None => self.partial_json.push((index, partial_json)),
+                }
+            }
+            (_, Delta::Unknown(_)) => {}
+            (_, d) => {
+                return Err(protocol(
+                    format!("delta {d:?} does not fit block {index}"),
+                    true,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses a tool block's gathered input once the block stops (empty input is `{}`).
+    fn on_block_stop(&mut self, index: usize) -> Result<(), AttemptError> {
+        let Some(pos) = self.partial_json.iter().position(|(i, _)| *i == index) else {
+            return Ok(());
+        };
+        let (_, json) = self.partial_json.swap_remove(pos);
+        let parsed: Value = if json.trim().is_empty() {
+            Value::Object(Map::new())
+        } else {
+            serde_json::from_str(&json).map_err(|e| {
+                protocol(
+                    format!("tool input of block {index} is not JSON: {e}"),
+                    true,
+                )
+            })?
+        };
+        if let Some(ContentBlock::ToolUse { input, .. }) =
+            self.message_mut()?.content.get_mut(index)
+        {
+            *input = parsed;
         }
         Ok(())
     }
@@ -631,6 +658,27 @@ impl Assembler {
             ));
         }
         Ok((message, Value::Object(std::mem::take(&mut self.raw_usage))))
+    }
+}
+
+/// An `error` event inside a stream: retryable for the kinds an HTTP status would retry
+/// (overloaded 529, rate limit 429, api 500); `status` stays 0 because the HTTP reply was 200.
+fn stream_error(error: ErrorBody, after_content: bool) -> AttemptError {
+    let retryable = matches!(
+        error.kind.as_str(),
+        "overloaded_error" | "rate_limit_error" | "api_error"
+    );
+    AttemptError {
+        error: BackendError::Api {
+            status: 0,
+            kind: error.kind,
+            message: error.message,
+            retryable,
+            retry_after_ms: None,
+        },
+        retryable,
+        retry_after: None,
+        after_content,
     }
 }
 

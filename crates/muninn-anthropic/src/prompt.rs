@@ -34,7 +34,7 @@ pub use muninn_core::mask::canonical;
 use muninn_core::miss::Level;
 use muninn_core::money::Tokens;
 use muninn_core::tokenize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// A request the mapping cannot read; each message names the field as the API's
 /// `invalid_request_error` does. Not retryable: the request must be fixed.
@@ -109,7 +109,35 @@ pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
         .ok_or_else(|| invalid("model", "Input should be a valid string"))?
         .to_string();
     let mut blocks: Vec<(Tokens, u64, Option<Ttl>)> = Vec::new();
+    push_tools(body, &mut blocks)?;
+    let tool_blocks = blocks.len();
+    push_system(body, &mut blocks)?;
+    let system_blocks = blocks.len() - tool_blocks;
+    push_messages(body, &mut blocks)?;
+    if let Some(cc) = body.get("cache_control").filter(|v| !v.is_null()) {
+        // A top-level `cache_control` marks the last block, unless that block has its own.
+        let ttl = parse_cache_control(cc, "cache_control")?;
+        match blocks.last_mut() {
+            Some(last) if last.2.is_none() => last.2 = Some(ttl),
+            Some(_) => {}
+            None => return Err(invalid("cache_control", "there is no block to cache")),
+        }
+    }
+    let (checkpoints, total_tokens) = checkpoints_from_blocks(&blocks);
+    Ok(PromptShape {
+        model,
+        checkpoints,
+        total_tokens,
+        tool_blocks,
+        system_blocks,
+    })
+}
 
+/// The tool definitions' blocks (they come first).
+fn push_tools(
+    body: &Map<String, Value>,
+    blocks: &mut Vec<(Tokens, u64, Option<Ttl>)>,
+) -> Result<(), ShapeError> {
     if let Some(tools) = body.get("tools") {
         let tools = tools
             .as_array()
@@ -118,8 +146,14 @@ pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
             blocks.push(block(tool, &format!("tools.{i}"), "t")?);
         }
     }
+    Ok(())
+}
 
-    let tool_blocks = blocks.len();
+/// The system prompt's blocks (a string is one block).
+fn push_system(
+    body: &Map<String, Value>,
+    blocks: &mut Vec<(Tokens, u64, Option<Ttl>)>,
+) -> Result<(), ShapeError> {
     match body.get("system") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => blocks.push(text_block(s, "s")),
@@ -130,8 +164,16 @@ pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
         }
         Some(_) => return Err(invalid("system", "Input should be a string or a list")),
     }
-    let system_blocks = blocks.len() - tool_blocks;
+    Ok(())
+}
 
+/// The messages' blocks. `tool_choice` and `thinking` are salted into every message block's
+/// section, so changing either rewrites the message history's cache but not the tools' or
+/// system's.
+fn push_messages(
+    body: &Map<String, Value>,
+    blocks: &mut Vec<(Tokens, u64, Option<Ttl>)>,
+) -> Result<(), ShapeError> {
     let mut salt = String::new();
     for key in ["tool_choice", "thinking"] {
         if let Some(v) = body.get(key) {
@@ -166,24 +208,7 @@ pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
             None => return Err(invalid(&format!("messages.{i}.content"), "Field required")),
         }
     }
-
-    if let Some(cc) = body.get("cache_control").filter(|v| !v.is_null()) {
-        let ttl = parse_cache_control(cc, "cache_control")?;
-        match blocks.last_mut() {
-            Some(last) if last.2.is_none() => last.2 = Some(ttl),
-            Some(_) => {}
-            None => return Err(invalid("cache_control", "there is no block to cache")),
-        }
-    }
-
-    let (checkpoints, total_tokens) = checkpoints_from_blocks(&blocks);
-    Ok(PromptShape {
-        model,
-        checkpoints,
-        total_tokens,
-        tool_blocks,
-        system_blocks,
-    })
+    Ok(())
 }
 
 /// Where `current` first diverges from `previous`, the way the provider's cache diagnostics

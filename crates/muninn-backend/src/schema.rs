@@ -57,50 +57,10 @@ fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize) -> Value {
         return Value::Null;
     }
     let schema = resolve(root, schema);
-    if let Some(c) = schema.get("const") {
-        return c.clone();
+    if let Some(value) = gen_combined(root, schema, name, depth) {
+        return value;
     }
-    if let Some(first) = schema
-        .get("enum")
-        .and_then(Value::as_array)
-        .and_then(|e| e.first())
-    {
-        return first.clone();
-    }
-    for key in ["anyOf", "oneOf"] {
-        if let Some(first) = schema
-            .get(key)
-            .and_then(Value::as_array)
-            .and_then(|b| b.first())
-        {
-            return gen_at(root, first, name, depth + 1);
-        }
-    }
-    if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
-        // Merge the branches' object properties; for non-objects the first branch decides.
-        let mut merged = Map::new();
-        for branch in all {
-            match gen_at(root, branch, name, depth + 1) {
-                Value::Object(m) => merged.extend(m),
-                other if merged.is_empty() => return other,
-                _ => {}
-            }
-        }
-        return Value::Object(merged);
-    }
-    let types = type_names(schema);
-    let chosen = types
-        .iter()
-        .copied()
-        .find(|t| *t != "null")
-        .or_else(|| types.first().copied())
-        .unwrap_or(if schema.get("properties").is_some() {
-            "object"
-        } else if schema.get("items").is_some() {
-            "array"
-        } else {
-            "string"
-        });
+    let chosen = chosen_type(schema);
     match chosen {
         "object" => {
             let mut out = Map::new();
@@ -125,48 +85,106 @@ fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize) -> Value {
                     .collect(),
             )
         }
-        "integer" | "number" => {
-            let mut v: f64 = 42.0;
-            if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
-                v = v.max(min);
-            }
-            if let Some(min) = schema.get("exclusiveMinimum").and_then(Value::as_f64)
-                && v <= min
-            {
-                v = min + 1.0;
-            }
-            if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
-                v = v.min(max);
-            }
-            if let Some(max) = schema.get("exclusiveMaximum").and_then(Value::as_f64)
-                && v >= max
-            {
-                v = max - 1.0;
-            }
-            if chosen == "integer" {
-                json!(v.round() as i64)
-            } else {
-                json!(v)
-            }
-        }
+        "integer" | "number" => gen_number(schema, chosen == "integer"),
         "boolean" => Value::Bool(true),
         "null" => Value::Null,
-        _ => {
-            let mut s = format!("{name}-value");
-            let min = schema.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
-            let max = schema
-                .get("maxLength")
-                .and_then(Value::as_u64)
-                .map_or(usize::MAX, |m| m as usize);
-            while s.chars().count() < min {
-                s.push('x');
-            }
-            if s.chars().count() > max {
-                s = s.chars().take(max).collect();
-            }
-            Value::String(s)
+        _ => gen_string(schema, name),
+    }
+}
+
+/// The value a `const`, `enum`, `anyOf`/`oneOf` or `allOf` schema dictates, if it is one.
+fn gen_combined(root: &Value, schema: &Value, name: &str, depth: usize) -> Option<Value> {
+    if let Some(c) = schema.get("const") {
+        return Some(c.clone());
+    }
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return Some(first.clone());
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(first) = schema
+            .get(key)
+            .and_then(Value::as_array)
+            .and_then(|b| b.first())
+        {
+            return Some(gen_at(root, first, name, depth + 1));
         }
     }
+    let all = schema.get("allOf").and_then(Value::as_array)?;
+    // Merge the branches' object properties; for non-objects the first branch decides.
+    let mut merged = Map::new();
+    for branch in all {
+        match gen_at(root, branch, name, depth + 1) {
+            Value::Object(m) => merged.extend(m),
+            other if merged.is_empty() => return Some(other),
+            _ => {}
+        }
+    }
+    Some(Value::Object(merged))
+}
+
+/// The type to generate: the first declared type other than `null` (`null` only when it is all
+/// there is); without a `type`, what the other keywords imply.
+fn chosen_type(schema: &Value) -> &str {
+    let types = type_names(schema);
+    types
+        .iter()
+        .copied()
+        .find(|t| *t != "null")
+        .or_else(|| types.first().copied())
+        .unwrap_or(if schema.get("properties").is_some() {
+            "object"
+        } else if schema.get("items").is_some() {
+            "array"
+        } else {
+            "string"
+        })
+}
+
+/// 42, moved into the schema's bounds (an exclusive bound by one).
+fn gen_number(schema: &Value, integer: bool) -> Value {
+    let mut v: f64 = 42.0;
+    if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
+        v = v.max(min);
+    }
+    if let Some(min) = schema.get("exclusiveMinimum").and_then(Value::as_f64)
+        && v <= min
+    {
+        v = min + 1.0;
+    }
+    if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
+        v = v.min(max);
+    }
+    if let Some(max) = schema.get("exclusiveMaximum").and_then(Value::as_f64)
+        && v >= max
+    {
+        v = max - 1.0;
+    }
+    if integer {
+        json!(v.round() as i64)
+    } else {
+        json!(v)
+    }
+}
+
+/// `"<name>-value"`, padded with `x` or cut to the length bounds.
+fn gen_string(schema: &Value, name: &str) -> Value {
+    let mut s = format!("{name}-value");
+    let min = schema.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let max = schema
+        .get("maxLength")
+        .and_then(Value::as_u64)
+        .map_or(usize::MAX, |m| m as usize);
+    while s.chars().count() < min {
+        s.push('x');
+    }
+    if s.chars().count() > max {
+        s = s.chars().take(max).collect();
+    }
+    Value::String(s)
 }
 
 /// The keywords of the subset (see the module docs), and the annotations both sides may ignore
@@ -318,79 +336,106 @@ fn check(
         return Err(format!("{here}: must be {}", types.join(",")));
     }
     match value {
-        Value::Object(map) => {
-            if let Some(required) = schema.get("required").and_then(Value::as_array) {
-                for key in required.iter().filter_map(Value::as_str) {
-                    if !map.contains_key(key) {
-                        return Err(format!("{here}: must have required property '{key}'"));
-                    }
-                }
-            }
-            let props = schema.get("properties").and_then(Value::as_object);
-            for (key, v) in map {
-                match props.and_then(|p| p.get(key)) {
-                    Some(sub) => check(root, sub, v, &format!("{at}/{key}"), depth + 1)?,
-                    None => {
-                        if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
-                            return Err(format!(
-                                "{here}: must NOT have additional property '{key}'"
-                            ));
-                        }
-                    }
-                }
+        Value::Object(map) => check_object(root, schema, map, at, depth),
+        Value::Array(items) => check_array(root, schema, items, at, depth),
+        Value::String(s) => check_string(schema, s, here),
+        Value::Number(num) => check_number(schema, num, here),
+        _ => Ok(()),
+    }
+}
+
+/// `required`, each declared property, and `additionalProperties: false`.
+fn check_object(
+    root: &Value,
+    schema: &Value,
+    map: &Map<String, Value>,
+    at: &str,
+    depth: usize,
+) -> Result<(), String> {
+    let here = if at.is_empty() { "root" } else { at };
+    if let Some(required) = schema.get("required").and_then(Value::as_array) {
+        for key in required.iter().filter_map(Value::as_str) {
+            if !map.contains_key(key) {
+                return Err(format!("{here}: must have required property '{key}'"));
             }
         }
-        Value::Array(items) => {
-            let n = items.len() as u64;
-            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
-                && n < min
-            {
-                return Err(format!("{here}: must NOT have fewer than {min} items"));
-            }
-            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
-                && n > max
-            {
-                return Err(format!("{here}: must NOT have more than {max} items"));
-            }
-            if let Some(item) = schema.get("items") {
-                for (i, v) in items.iter().enumerate() {
-                    check(root, item, v, &format!("{at}/{i}"), depth + 1)?;
+    }
+    let props = schema.get("properties").and_then(Value::as_object);
+    for (key, v) in map {
+        match props.and_then(|p| p.get(key)) {
+            Some(sub) => check(root, sub, v, &format!("{at}/{key}"), depth + 1)?,
+            None => {
+                if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
+                    return Err(format!("{here}: must NOT have additional property '{key}'"));
                 }
             }
         }
-        Value::String(s) => {
-            let n = s.chars().count() as u64;
-            if schema
-                .get("minLength")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| n < m)
-            {
-                return Err(format!(
-                    "{here}: must NOT be shorter than the minimum length"
-                ));
-            }
-            if schema
-                .get("maxLength")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| n > m)
-            {
-                return Err(format!(
-                    "{here}: must NOT be longer than the maximum length"
-                ));
-            }
+    }
+    Ok(())
+}
+
+/// `minItems`, `maxItems`, and `items` on each element.
+fn check_array(
+    root: &Value,
+    schema: &Value,
+    items: &[Value],
+    at: &str,
+    depth: usize,
+) -> Result<(), String> {
+    let here = if at.is_empty() { "root" } else { at };
+    let n = items.len() as u64;
+    if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+        && n < min
+    {
+        return Err(format!("{here}: must NOT have fewer than {min} items"));
+    }
+    if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+        && n > max
+    {
+        return Err(format!("{here}: must NOT have more than {max} items"));
+    }
+    if let Some(item) = schema.get("items") {
+        for (i, v) in items.iter().enumerate() {
+            check(root, item, v, &format!("{at}/{i}"), depth + 1)?;
         }
-        Value::Number(num) => {
-            let x = num.as_f64().unwrap_or(0.0);
-            let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
-            if bound("minimum").is_some_and(|m| x < m)
-                || bound("maximum").is_some_and(|m| x > m)
-                || bound("exclusiveMinimum").is_some_and(|m| x <= m)
-                || bound("exclusiveMaximum").is_some_and(|m| x >= m)
-            {
-                return Err(format!("{here}: must be within the bounds"));
-            }
-        }
-        _ => {}
+    }
+    Ok(())
+}
+
+/// `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum`.
+fn check_number(schema: &Value, num: &serde_json::Number, here: &str) -> Result<(), String> {
+    let x = num.as_f64().unwrap_or(0.0);
+    let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
+    if bound("minimum").is_some_and(|m| x < m)
+        || bound("maximum").is_some_and(|m| x > m)
+        || bound("exclusiveMinimum").is_some_and(|m| x <= m)
+        || bound("exclusiveMaximum").is_some_and(|m| x >= m)
+    {
+        return Err(format!("{here}: must be within the bounds"));
+    }
+    Ok(())
+}
+
+/// `minLength` and `maxLength`, in characters.
+fn check_string(schema: &Value, s: &str, here: &str) -> Result<(), String> {
+    let n = s.chars().count() as u64;
+    if schema
+        .get("minLength")
+        .and_then(Value::as_u64)
+        .is_some_and(|m| n < m)
+    {
+        return Err(format!(
+            "{here}: must NOT be shorter than the minimum length"
+        ));
+    }
+    if schema
+        .get("maxLength")
+        .and_then(Value::as_u64)
+        .is_some_and(|m| n > m)
+    {
+        return Err(format!(
+            "{here}: must NOT be longer than the maximum length"
+        ));
     }
     Ok(())
 }

@@ -386,6 +386,58 @@ pub enum BackendSetupError {
     Client(String),
 }
 
+/// The claude-cli backend: its credential, binary, binding key, each Mind's self-session and
+/// the shared process pool.
+fn claude_cli_factory(
+    config: &Config,
+    env: &impl Fn(&str) -> Option<String>,
+    base: String,
+) -> Result<BackendFactory, BackendSetupError> {
+    let var = &config.backend.api_key_env;
+    // An API key from the configured variable, else a Claude subscription's OAuth token (the
+    // CLI sends that as a bearer); either reaches the child through an inherited pipe, never
+    // its environment or argv.
+    let (key, credential_kind) = match env(var).filter(|v| !v.is_empty()) {
+        Some(key) => (key, CredentialKind::ApiKey),
+        None => env("CLAUDE_CODE_OAUTH_TOKEN")
+            .filter(|v| !v.is_empty())
+            .map(|t| (t, CredentialKind::OAuthToken))
+            .ok_or_else(|| BackendSetupError::MissingCredential {
+                backend: "claude-cli",
+                var: var.clone(),
+                fallback: "CLAUDE_CODE_OAUTH_TOKEN",
+            })?,
+    };
+    let bin = claude_bin(config, env)
+        .filter(|p| p.is_file())
+        .ok_or(BackendSetupError::MissingClaudeBin)?;
+    let binding_key = load_or_create_binding_key(&config.data_dir.join(BINDING_KEY_FILE))?;
+    Ok(BackendFactory::ClaudeCli {
+        bin,
+        data_dir: config.data_dir.join("claude-cli"),
+        base_url: base,
+        api_key: Secret::new(key),
+        credential_kind,
+        binding_key: Box::new(binding_key),
+        self_sessions: Box::new(
+            config
+                .minds
+                .iter()
+                .map(|m| {
+                    let resolved = m.self_session.resolve(&config.backend.self_session);
+                    (m.id.clone(), resolved)
+                })
+                .collect(),
+        ),
+        pool: config.backend.pool.clone(),
+        shared_pool: SharedPool::new(pool_config(&config.backend.pool)),
+        turn_timeout: config
+            .backend
+            .cli_turn_timeout_s
+            .map(|s| std::time::Duration::from_secs(s.max(1))),
+    })
+}
+
 impl BackendFactory {
     /// The configured backend: `anthropic` when asked for or when the credential variable is set,
     /// the simulator otherwise. `env` is the environment (injected).
@@ -401,51 +453,7 @@ impl BackendFactory {
             .clone()
             .unwrap_or_else(|| "https://api.anthropic.com".to_string());
         match kind {
-            BackendKind::ClaudeCli => {
-                // An API key from the configured variable, else a Claude subscription's OAuth
-                // token (the CLI sends that as a bearer); either reaches the child through an
-                // inherited pipe, never its environment or argv.
-                let (key, credential_kind) = match env(var).filter(|v| !v.is_empty()) {
-                    Some(key) => (key, CredentialKind::ApiKey),
-                    None => env("CLAUDE_CODE_OAUTH_TOKEN")
-                        .filter(|v| !v.is_empty())
-                        .map(|t| (t, CredentialKind::OAuthToken))
-                        .ok_or_else(|| BackendSetupError::MissingCredential {
-                            backend: "claude-cli",
-                            var: var.clone(),
-                            fallback: "CLAUDE_CODE_OAUTH_TOKEN",
-                        })?,
-                };
-                let bin = claude_bin(config, &env)
-                    .filter(|p| p.is_file())
-                    .ok_or(BackendSetupError::MissingClaudeBin)?;
-                let binding_key =
-                    load_or_create_binding_key(&config.data_dir.join(BINDING_KEY_FILE))?;
-                Ok(BackendFactory::ClaudeCli {
-                    bin,
-                    data_dir: config.data_dir.join("claude-cli"),
-                    base_url: base,
-                    api_key: Secret::new(key),
-                    credential_kind,
-                    binding_key: Box::new(binding_key),
-                    self_sessions: Box::new(
-                        config
-                            .minds
-                            .iter()
-                            .map(|m| {
-                                let resolved = m.self_session.resolve(&config.backend.self_session);
-                                (m.id.clone(), resolved)
-                            })
-                            .collect(),
-                    ),
-                    pool: config.backend.pool.clone(),
-                    shared_pool: SharedPool::new(pool_config(&config.backend.pool)),
-                    turn_timeout: config
-                        .backend
-                        .cli_turn_timeout_s
-                        .map(|s| std::time::Duration::from_secs(s.max(1))),
-                })
-            }
+            BackendKind::ClaudeCli => claude_cli_factory(config, &env, base),
             BackendKind::Sim => Ok(BackendFactory::Sim(Arc::new(Simulator::new(
                 SimConfig::default(),
             )))),

@@ -32,7 +32,9 @@
 //! replay of an empty trace still produces an image. A series with a single point is drawn as a
 //! dot. Non-finite dollar amounts are skipped.
 
+use plotters::chart::DualCoordChartContext;
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -294,18 +296,10 @@ fn draw_costs<DB: DrawingBackend>(
     series: &[CostSeries],
 ) -> DrawResult<DB> {
     const CAPTION: &str = "What each policy would have cost, against what was recorded";
-    // Each series' total: its last finite point.
-    let mut totals: Vec<(&str, f64)> = series
-        .iter()
-        .filter_map(|s| {
-            let last = s.points.iter().rev().find(|p| p.1.is_finite())?;
-            Some((s.label.as_str(), last.1))
-        })
-        .collect();
+    let totals = cost_totals(series);
     if totals.is_empty() {
         return draw_note(area, CAPTION, "no cost data to plot");
     }
-    totals.sort_by(|a, b| a.1.total_cmp(&b.1));
     let recorded = totals
         .iter()
         .find(|(label, _)| *label == "recorded")
@@ -360,15 +354,11 @@ fn draw_costs<DB: DrawingBackend>(
     let style =
         TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
     chart.draw_series(totals.iter().enumerate().map(|(i, &(label, usd))| {
-        let saving = match recorded {
-            Some(r) if label != "recorded" => {
-                let change = (usd / r - 1.0) * 100.0;
-                let word = if change <= 0.0 { "saves" } else { "costs" };
-                format!("  ${usd:.2} — {word} {:.1}% vs recorded", change.abs())
-            }
-            _ => format!("  ${usd:.2}"),
-        };
-        Text::new(saving, (usd, i as f64), style.clone())
+        Text::new(
+            cost_label(label, usd, recorded),
+            (usd, i as f64),
+            style.clone(),
+        )
     }))?;
     if let Some(r) = recorded {
         chart.draw_series(std::iter::once(PathElement::new(
@@ -377,6 +367,31 @@ fn draw_costs<DB: DrawingBackend>(
         )))?;
     }
     Ok(())
+}
+
+/// Each series' total (its last finite point), cheapest first.
+fn cost_totals(series: &[CostSeries]) -> Vec<(&str, f64)> {
+    let mut totals: Vec<(&str, f64)> = series
+        .iter()
+        .filter_map(|s| {
+            let last = s.points.iter().rev().find(|p| p.1.is_finite())?;
+            Some((s.label.as_str(), last.1))
+        })
+        .collect();
+    totals.sort_by(|a, b| a.1.total_cmp(&b.1));
+    totals
+}
+
+/// A bar's label: its dollars and, beside a recorded total, how much it saves or costs.
+fn cost_label(label: &str, usd: f64, recorded: Option<f64>) -> String {
+    match recorded {
+        Some(r) if label != "recorded" => {
+            let change = (usd / r - 1.0) * 100.0;
+            let word = if change <= 0.0 { "saves" } else { "costs" };
+            format!("  ${usd:.2} — {word} {:.1}% vs recorded", change.abs())
+        }
+        _ => format!("  ${usd:.2}"),
+    }
 }
 
 fn draw_gaps<DB: DrawingBackend>(
@@ -388,27 +403,11 @@ fn draw_gaps<DB: DrawingBackend>(
         return draw_note(area, CAPTION, "no idle gaps to plot");
     }
     let labels: Vec<String> = gaps.iter().map(bucket_label).collect();
-    let total_requests: u64 = gaps.iter().map(|g| g.requests).sum();
-    let total_writes: u64 = gaps.iter().map(|g| g.write_tokens).sum();
     let max_requests = gaps.iter().map(|g| g.requests).max().unwrap_or(0) as f64;
     let max_writes_m = gaps.iter().map(|g| g.write_tokens).max().unwrap_or(0) as f64 / 1e6;
-    // Head-room above the tallest bar for its percentage label.
-    let y_max = if max_requests > 0.0 {
-        max_requests * 1.15
-    } else {
-        1.0
-    };
-    let y2_max = if max_writes_m > 0.0 {
-        max_writes_m * 1.15
-    } else {
-        1.0
-    };
+    let y_max = head_room(max_requests);
+    let y2_max = head_room(max_writes_m);
     let n = gaps.len();
-    // Categories sit at 0, 1, …, n-1 on a continuous axis, so the two bars of a bucket can be
-    // placed side by side (a segmented axis cannot offset them) and share it with the secondary
-    // axis. Asking for n labels over a range n wide makes plotters pick a step of exactly 1, so
-    // there is one tick, and one label, under each category.
-    let x_range = -0.5..n as f64 - 0.5;
     let label_every = n.div_ceil(MAX_LABELLED_BUCKETS);
     let label_of = |x: &f64| {
         let i = x.round();
@@ -419,9 +418,52 @@ fn draw_gaps<DB: DrawingBackend>(
             labels.get(i as usize).cloned().unwrap_or_default()
         }
     };
+    let mut chart = gap_chart(area, CAPTION, n, (y_max, y2_max), &label_of)?;
+    draw_gap_bars(&mut chart, gaps)?;
+    if n <= MAX_LABELLED_BUCKETS {
+        draw_gap_shares(&mut chart, gaps, (y_max, y2_max))?;
+    }
+    // Typically the short gaps have the most requests (tall bars on the left) and the long gaps
+    // the most writes (tall bars on the right); the middle is the likeliest free space.
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperMiddle)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.9))
+        .border_style(RGBColor(180, 180, 180))
+        .margin(12)
+        .draw()?;
+    Ok(())
+}
 
+/// The gap panel's chart: requests on the left axis, cache-write tokens (millions) on the right.
+type GapChart<'a, DB> = DualCoordChartContext<
+    'a,
+    DB,
+    Cartesian2d<RangedCoordf64, RangedCoordf64>,
+    Cartesian2d<RangedCoordf64, RangedCoordf64>,
+>;
+
+/// Head-room above the tallest bar for its percentage label.
+fn head_room(max: f64) -> f64 {
+    if max > 0.0 { max * 1.15 } else { 1.0 }
+}
+
+/// The gap panel's axes and mesh for `n` buckets, `y_max` high on the left and right axes.
+fn gap_chart<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+    n: usize,
+    (y_max, y2_max): (f64, f64),
+    label_of: &dyn Fn(&f64) -> String,
+) -> Result<GapChart<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
+    // Categories sit at 0, 1, …, n-1 on a continuous axis, so the two bars of a bucket can be
+    // placed side by side (a segmented axis cannot offset them) and share it with the secondary
+    // axis. Asking for n labels over a range n wide makes plotters pick a step of exactly 1, so
+    // there is one tick, and one label, under each category.
+    let x_range = -0.5..n as f64 - 0.5;
     let mut chart = ChartBuilder::on(area)
-        .caption(CAPTION, ("sans-serif", 20))
+        .caption(caption, ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(80)
@@ -434,7 +476,7 @@ fn draw_gaps<DB: DrawingBackend>(
         .x_labels(n)
         .x_desc("idle gap before the request")
         .y_desc("requests")
-        .x_label_formatter(&label_of)
+        .x_label_formatter(label_of)
         .y_label_formatter(&|y| format!("{y:.0}"))
         .label_style(("sans-serif", 14))
         .axis_desc_style(("sans-serif", 15))
@@ -448,12 +490,14 @@ fn draw_gaps<DB: DrawingBackend>(
         .label_style(("sans-serif", 14))
         .axis_desc_style(("sans-serif", 15))
         .draw()?;
+    Ok(chart)
+}
 
-    // "<1%" rather than "0%" for a bar that is there but small: 0% would read as "none".
-    let percent = |part: u64, total: u64| match part as f64 / total.max(1) as f64 * 100.0 {
-        p if p > 0.0 && p < 0.5 => "<1%".to_string(),
-        p => format!("{p:.0}%"),
-    };
+/// Two bars per bucket, side by side: its requests (left axis) and its cache writes (right).
+fn draw_gap_bars<DB: DrawingBackend>(
+    chart: &mut GapChart<'_, DB>,
+    gaps: &[GapBucket],
+) -> DrawResult<DB> {
     let bar = |centre: f64, left: bool, height: f64, colour: RGBColor| {
         let (x0, x1) = if left {
             (centre - 0.4, centre - 0.02)
@@ -478,50 +522,50 @@ fn draw_gaps<DB: DrawingBackend>(
         )?
         .label("cache-write tokens (right axis)")
         .legend(|(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], WRITES_COLOUR.filled()));
+    Ok(())
+}
 
-    if n <= MAX_LABELLED_BUCKETS {
-        // Each bar's share of its total, just above the bar: the percentages are what make
-        // "few requests, many writes" readable at a glance.
-        let above = Pos::new(HPos::Center, VPos::Bottom);
-        chart.draw_series(gaps.iter().enumerate().filter(|(_, g)| g.requests > 0).map(
-            |(i, g)| {
-                Text::new(
-                    percent(g.requests, total_requests),
-                    (i as f64 - 0.21, g.requests as f64 + y_max * 0.01),
-                    ("sans-serif", 13)
-                        .into_font()
-                        .color(&REQUESTS_COLOUR)
-                        .pos(above),
-                )
-            },
-        ))?;
-        chart.draw_secondary_series(
-            gaps.iter()
-                .enumerate()
-                .filter(|(_, g)| g.write_tokens > 0)
-                .map(|(i, g)| {
-                    Text::new(
-                        percent(g.write_tokens, total_writes),
-                        (i as f64 + 0.21, g.write_tokens as f64 / 1e6 + y2_max * 0.01),
-                        ("sans-serif", 13)
-                            .into_font()
-                            .color(&WRITES_COLOUR)
-                            .pos(above),
-                    )
-                }),
-        )?;
-    }
-
-    // Typically the short gaps have the most requests (tall bars on the left) and the long gaps
-    // the most writes (tall bars on the right); the middle is the likeliest free space.
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperMiddle)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.9))
-        .border_style(RGBColor(180, 180, 180))
-        .margin(12)
-        .draw()?;
+/// Each bar's share of its total, just above the bar: the percentages are what make "few
+/// requests, many writes" readable at a glance.
+fn draw_gap_shares<DB: DrawingBackend>(
+    chart: &mut GapChart<'_, DB>,
+    gaps: &[GapBucket],
+    (y_max, y2_max): (f64, f64),
+) -> DrawResult<DB> {
+    let total_requests: u64 = gaps.iter().map(|g| g.requests).sum();
+    let total_writes: u64 = gaps.iter().map(|g| g.write_tokens).sum();
+    // "<1%" rather than "0%" for a bar that is there but small: 0% would read as "none".
+    let percent = |part: u64, total: u64| match part as f64 / total.max(1) as f64 * 100.0 {
+        p if p > 0.0 && p < 0.5 => "<1%".to_string(),
+        p => format!("{p:.0}%"),
+    };
+    // A share's label, centred just above its bar.
+    let label = |part: u64, total: u64, at: (f64, f64), colour: &RGBColor| {
+        let style = ("sans-serif", 13).into_font().color(colour);
+        Text::new(
+            percent(part, total),
+            at,
+            style.pos(Pos::new(HPos::Center, VPos::Bottom)),
+        )
+    };
+    chart.draw_series(
+        gaps.iter()
+            .enumerate()
+            .filter(|(_, g)| g.requests > 0)
+            .map(|(i, g)| {
+                let at = (i as f64 - 0.21, g.requests as f64 + y_max * 0.01);
+                label(g.requests, total_requests, at, &REQUESTS_COLOUR)
+            }),
+    )?;
+    chart.draw_secondary_series(
+        gaps.iter()
+            .enumerate()
+            .filter(|(_, g)| g.write_tokens > 0)
+            .map(|(i, g)| {
+                let at = (i as f64 + 0.21, g.write_tokens as f64 / 1e6 + y2_max * 0.01);
+                label(g.write_tokens, total_writes, at, &WRITES_COLOUR)
+            }),
+    )?;
     Ok(())
 }
 

@@ -45,7 +45,7 @@
 //! becomes its text cut to fit, with `stop_reason: "max_tokens"`.
 
 use muninn_anthropic::prompt::canonical_string;
-use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest, Role};
+use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest, Role, Tool};
 use muninn_backend::schema;
 use muninn_core::money::Tokens;
 use muninn_core::tokenize::count;
@@ -394,6 +394,31 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
             output_tokens: 0,
         };
     }
+    let content = content_for(request, id_seed);
+    let stop_reason = if content
+        .iter()
+        .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
+    {
+        "tool_use"
+    } else {
+        "end_turn"
+    };
+    let tokens = output_tokens(&content);
+    if tokens <= request.max_tokens {
+        return Reply {
+            content,
+            stop_reason,
+            output_tokens: tokens,
+        };
+    }
+    cut_to_fit(&content, request.max_tokens)
+}
+
+/// What the simulated model says, by the first that applies: a compaction summary when asked
+/// for one; a structured answer when the structured-output tool is offered; the next scripted
+/// or looping tool call; an acknowledgement of tool results; a call of a tool the user named;
+/// else a greeting or an echo of the turn.
+fn content_for(request: &MessagesRequest, id_seed: u64) -> Vec<ContentBlock> {
     let user_messages = user_contents(request);
     let (texts, results) = user_messages
         .last()
@@ -402,25 +427,10 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
     let text = texts.join("\n");
     let tool_id = format!("toolu_sim_{id_seed:016x}");
 
-    let content = if COMPACTION_MARKERS.iter().any(|m| text.contains(m)) {
+    if COMPACTION_MARKERS.iter().any(|m| text.contains(m)) {
         vec![ContentBlock::text(compaction_summary(request))]
     } else if let Some(tool) = request.tools.iter().find(|t| t.name == STRUCTURED_OUTPUT) {
-        if texts.iter().any(|t| !t.trim().is_empty()) {
-            let schema_value = tool
-                .input_schema
-                .clone()
-                .unwrap_or(json!({"type": "object"}));
-            let mut input = schema::generate(&schema_value);
-            answer_like_a_mind(&schema_value, &text, &mut input);
-            vec![ContentBlock::ToolUse {
-                id: tool_id,
-                name: STRUCTURED_OUTPUT.to_string(),
-                input,
-                cache_control: None,
-            }]
-        } else {
-            vec![ContentBlock::text("Done.")]
-        }
+        structured_answer(tool, &texts, &text, tool_id)
     } else if let Some((name, input)) = next_scripted_call(request).or_else(|| {
         (texts.is_empty() && !results.is_empty())
             .then(|| next_loop_call(request))
@@ -437,15 +447,7 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
             "Tool result received: {}",
             first_chars(&results[0], 80)
         ))]
-    } else if let Some(tool) = request.tools.iter().find(|t| {
-        mentions(&text, &t.name)
-            && text.split(|c: char| !c.is_alphanumeric()).any(|w| {
-                matches!(
-                    w.to_ascii_lowercase().as_str(),
-                    "use" | "call" | "run" | "invoke"
-                )
-            })
-    }) {
+    } else if let Some(tool) = named_tool(request, &text) {
         let schema_value = tool
             .input_schema
             .clone()
@@ -467,25 +469,50 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
             user_messages.len(),
             first_chars(&text, 200)
         ))]
-    };
-
-    let stop_reason = if content
-        .iter()
-        .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
-    {
-        "tool_use"
-    } else {
-        "end_turn"
-    };
-    let tokens = output_tokens(&content);
-    if tokens <= request.max_tokens {
-        return Reply {
-            content,
-            stop_reason,
-            output_tokens: tokens,
-        };
     }
-    // Too long: the text, cut at a word boundary to fit.
+}
+
+/// A call of the structured-output tool with an input that fits its schema, answering `text`;
+/// a turn with no text gets a plain "Done." instead.
+fn structured_answer(
+    tool: &Tool,
+    texts: &[String],
+    text: &str,
+    tool_id: String,
+) -> Vec<ContentBlock> {
+    if !texts.iter().any(|t| !t.trim().is_empty()) {
+        return vec![ContentBlock::text("Done.")];
+    }
+    let schema_value = tool
+        .input_schema
+        .clone()
+        .unwrap_or(json!({"type": "object"}));
+    let mut input = schema::generate(&schema_value);
+    answer_like_a_mind(&schema_value, text, &mut input);
+    vec![ContentBlock::ToolUse {
+        id: tool_id,
+        name: STRUCTURED_OUTPUT.to_string(),
+        input,
+        cache_control: None,
+    }]
+}
+
+/// The offered tool the user names in `text` next to a verb asking for it ("use", "call",
+/// "run", "invoke").
+fn named_tool<'r>(request: &'r MessagesRequest, text: &str) -> Option<&'r Tool> {
+    request.tools.iter().find(|t| {
+        mentions(text, &t.name)
+            && text.split(|c: char| !c.is_alphanumeric()).any(|w| {
+                matches!(
+                    w.to_ascii_lowercase().as_str(),
+                    "use" | "call" | "run" | "invoke"
+                )
+            })
+    })
+}
+
+/// A reply too long for `max_tokens`: its text, cut at a word boundary to fit.
+fn cut_to_fit(content: &[ContentBlock], max_tokens: Tokens) -> Reply {
     let full: String = content
         .iter()
         .filter_map(|b| match b {
@@ -496,7 +523,7 @@ pub fn reply(request: &MessagesRequest, id_seed: u64) -> Reply {
         .join(" ");
     let mut cut = String::new();
     for word in full.split_inclusive(' ') {
-        if count(&format!("{cut}{word}")) > request.max_tokens {
+        if count(&format!("{cut}{word}")) > max_tokens {
             break;
         }
         cut.push_str(word);

@@ -300,89 +300,12 @@ pub(crate) async fn answer(
 /// The events of a streamed answer, in order, each flagged when it is a content delta.
 fn events(answer: &Answer) -> Vec<(StreamEvent, bool)> {
     let full = answer.wire_usage();
-    let start_usage = Usage {
-        output_tokens: Some(1),
-        ..full.clone()
-    };
     let mut out = vec![
-        (
-            StreamEvent::MessageStart {
-                message: MessagesResponse {
-                    id: answer.id.clone(),
-                    kind: "message".to_string(),
-                    role: Role::Assistant,
-                    model: answer.model.clone(),
-                    content: Vec::new(),
-                    stop_reason: None,
-                    stop_sequence: None,
-                    usage: start_usage,
-                    diagnostics: answer.diagnostics.clone(),
-                    // Like the diagnostics, the applied edits are known before any output.
-                    context_management: answer.context_management.clone(),
-                },
-            },
-            false,
-        ),
+        (message_start(answer, &full), false),
         (StreamEvent::Ping, false),
     ];
     for (index, block) in answer.reply.content.iter().enumerate() {
-        match block {
-            ContentBlock::Text { text, .. } => {
-                out.push((
-                    StreamEvent::ContentBlockStart {
-                        index,
-                        content_block: ContentBlock::text(""),
-                    },
-                    false,
-                ));
-                for piece in pieces(text, 24) {
-                    out.push((
-                        StreamEvent::ContentBlockDelta {
-                            index,
-                            delta: Delta::TextDelta { text: piece },
-                        },
-                        true,
-                    ));
-                }
-            }
-            ContentBlock::ToolUse {
-                id, name, input, ..
-            } => {
-                out.push((
-                    StreamEvent::ContentBlockStart {
-                        index,
-                        content_block: ContentBlock::ToolUse {
-                            id: id.clone(),
-                            name: name.clone(),
-                            input: json!({}),
-                            cache_control: None,
-                        },
-                    },
-                    false,
-                ));
-                let json_text = serde_json::to_string(input).unwrap_or_else(|_| "{}".to_string());
-                for piece in pieces(&json_text, 32) {
-                    out.push((
-                        StreamEvent::ContentBlockDelta {
-                            index,
-                            delta: Delta::InputJsonDelta {
-                                partial_json: piece,
-                            },
-                        },
-                        true,
-                    ));
-                }
-            }
-            // A block without deltas (a compaction's signed summary) starts whole.
-            other => out.push((
-                StreamEvent::ContentBlockStart {
-                    index,
-                    content_block: other.clone(),
-                },
-                false,
-            )),
-        }
-        out.push((StreamEvent::ContentBlockStop { index }, false));
+        out.extend(block_events(index, block));
     }
     out.push((
         StreamEvent::MessageDelta {
@@ -395,6 +318,73 @@ fn events(answer: &Answer) -> Vec<(StreamEvent, bool)> {
         false,
     ));
     out.push((StreamEvent::MessageStop, false));
+    out
+}
+
+/// `message_start`: the message without content, its usage with one output token so far.
+fn message_start(answer: &Answer, full: &Usage) -> StreamEvent {
+    StreamEvent::MessageStart {
+        message: MessagesResponse {
+            id: answer.id.clone(),
+            kind: "message".to_string(),
+            role: Role::Assistant,
+            model: answer.model.clone(),
+            content: Vec::new(),
+            stop_reason: None,
+            stop_sequence: None,
+            usage: Usage {
+                output_tokens: Some(1),
+                ..full.clone()
+            },
+            diagnostics: answer.diagnostics.clone(),
+            // Like the diagnostics, the applied edits are known before any output.
+            context_management: answer.context_management.clone(),
+        },
+    }
+}
+
+/// One content block's events: its start (empty for text and tool calls), its deltas, its stop.
+fn block_events(index: usize, block: &ContentBlock) -> Vec<(StreamEvent, bool)> {
+    let start = |content_block| {
+        (
+            StreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            },
+            false,
+        )
+    };
+    let delta = |delta| (StreamEvent::ContentBlockDelta { index, delta }, true);
+    let mut out = Vec::new();
+    match block {
+        ContentBlock::Text { text, .. } => {
+            out.push(start(ContentBlock::text("")));
+            out.extend(
+                pieces(text, 24)
+                    .into_iter()
+                    .map(|piece| delta(Delta::TextDelta { text: piece })),
+            );
+        }
+        ContentBlock::ToolUse {
+            id, name, input, ..
+        } => {
+            out.push(start(ContentBlock::ToolUse {
+                id: id.clone(),
+                name: name.clone(),
+                input: json!({}),
+                cache_control: None,
+            }));
+            let json_text = serde_json::to_string(input).unwrap_or_else(|_| "{}".to_string());
+            out.extend(pieces(&json_text, 32).into_iter().map(|piece| {
+                delta(Delta::InputJsonDelta {
+                    partial_json: piece,
+                })
+            }));
+        }
+        // A block without deltas (a compaction's signed summary) starts whole.
+        other => out.push(start(other.clone())),
+    }
+    out.push((StreamEvent::ContentBlockStop { index }, false));
     out
 }
 

@@ -115,13 +115,7 @@ async fn serve_until_stopped(
     for_s: Option<u64>,
     start: muninn_store::StartOptions,
 ) -> anyhow::Result<()> {
-    // The token first: creating it also creates the data directory.
-    let token = ApiToken::load_or_create(&config.api_token_path())
-        .with_context(|| format!("API token {}", config.api_token_path().display()))?;
-    let store = muninn_store::open_with(&config.database_url(), start)
-        .await
-        .context("opening the store")?;
-    crate::private::tighten_data_dir(&config.data_dir, &config.database_url());
+    let (token, store) = open_data(&config, start).await?;
     let store_kind = store.backend();
     let factory = BackendFactory::from_config(&config, |k| std::env::var(k).ok())?;
     let clock: Arc<dyn Clock> = match factory.simulator() {
@@ -159,45 +153,14 @@ async fn serve_until_stopped(
         )
     });
     let connector = matrix.map(|m| crate::matrix::spawn(&host, m, stopped.clone()));
-    // Reachable from the network: only the bearer token, over plain HTTP, stands in the way.
-    let exposed = if addr.ip().is_loopback() {
-        String::new()
-    } else {
-        tracing::warn!(listen = %addr, "the API listens on a non-loopback address");
-        format!(
-            "; WARNING: listening on {} (not loopback): the API is reachable from the network over plain HTTP",
-            addr.ip()
-        )
-    };
+    let notes = format!("{matrix_line}{}", exposure_warning(addr));
     let host_file = write_host_file(&config, addr, config_path);
-    tracing::info!(
-        minds = config.minds.len(),
-        backend = backend.as_str(),
-        listen = %addr,
-        store = store_kind,
-        data_dir = %config.data_dir.display(),
-        "muninn serve started"
-    );
-    // The one line a supervising script waits for; logs go to stderr. A closed stdout does not
-    // stop the host.
-    let _ = crate::output::outln!(
-        "muninn serve: {} Mind(s) on {backend}, API on http://{addr} (token in {}){matrix_line}{exposed}",
-        config.minds.len(),
-        config.api_token_path().display()
-    );
+    announce(&config, &backend, addr, store_kind, &notes);
     let mut api_stopped = stopped.clone();
     let api = tokio::spawn(serve(host, token, listener, async move {
         let _ = api_stopped.changed().await;
     }));
-    match for_s {
-        Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
-        None => {
-            let signal = stop_signal().await;
-            eprintln!(
-                "muninn serve: {signal}: stopping (finishing turns in flight, releasing leases)"
-            );
-        }
-    }
+    wait_for_stop(for_s).await;
     tracing::info!("stopping: releasing leases, ending streams");
     let _ = stop.send(true);
     let api_result = api.await;
@@ -216,6 +179,71 @@ async fn serve_until_stopped(
     // commits from a crash.
     store.close().await;
     Ok(())
+}
+
+/// The API token, then the store: the token first, because creating it also creates the data
+/// directory the store goes in and whose permissions are then tightened.
+async fn open_data(
+    config: &Config,
+    start: muninn_store::StartOptions,
+) -> anyhow::Result<(ApiToken, Arc<dyn muninn_store::Store>)> {
+    let token = ApiToken::load_or_create(&config.api_token_path())
+        .with_context(|| format!("API token {}", config.api_token_path().display()))?;
+    let store = muninn_store::open_with(&config.database_url(), start)
+        .await
+        .context("opening the store")?;
+    crate::private::tighten_data_dir(&config.data_dir, &config.database_url());
+    Ok((token, store))
+}
+
+/// The start line's warning when the API is reachable from the network: then only the bearer
+/// token, over plain HTTP, stands in the way. Empty on loopback.
+fn exposure_warning(addr: std::net::SocketAddr) -> String {
+    if addr.ip().is_loopback() {
+        return String::new();
+    }
+    tracing::warn!(listen = %addr, "the API listens on a non-loopback address");
+    format!(
+        "; WARNING: listening on {} (not loopback): the API is reachable from the network over plain HTTP",
+        addr.ip()
+    )
+}
+
+/// Logs the start and prints the one line a supervising script waits for (logs go to stderr;
+/// a closed stdout does not stop the host); `notes` end that line.
+fn announce(
+    config: &Config,
+    backend: &str,
+    addr: std::net::SocketAddr,
+    store_kind: &str,
+    notes: &str,
+) {
+    tracing::info!(
+        minds = config.minds.len(),
+        backend,
+        listen = %addr,
+        store = store_kind,
+        data_dir = %config.data_dir.display(),
+        "muninn serve started"
+    );
+    let _ = crate::output::outln!(
+        "muninn serve: {} Mind(s) on {backend}, API on http://{addr} (token in {}){notes}",
+        config.minds.len(),
+        config.api_token_path().display()
+    );
+}
+
+/// Returns after `for_s` seconds when given, else at the first stop signal.
+async fn wait_for_stop(for_s: Option<u64>) {
+    match for_s {
+        Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
+        None => {
+            let signal = stop_signal().await;
+            eprintln!(
+                "muninn serve: {signal}: stopping (finishing turns in flight, releasing leases)"
+            );
+        }
+    }
 }
 
 /// Leaves the host file clients find this host by (see `muninn_api::discovery`); returns its

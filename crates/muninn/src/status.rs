@@ -112,113 +112,143 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             return json(&response);
         }
         let minds = response.minds;
-        outln!(
-            "{:<14} {:<9} {:<20} {:>12} {:<10} {:<10} {:>26}",
-            "MIND",
-            "STATE",
-            "LEASE",
-            "PENDING",
-            "PERSONA",
-            "SELF",
-            "SPEND / CAP (WINDOW)"
-        )?;
-        for mind in &minds {
-            let pending = match mind.oldest_pending_at_ms {
-                Some(at) if mind.pending_deliveries > 0 => format!(
-                    "{} ({})",
-                    mind.pending_deliveries,
-                    span(mind.spend.to_ms - at)
-                ),
-                _ => mind.pending_deliveries.to_string(),
-            };
-            let cap = mind
-                .spend
-                .cap_micro_usd
-                .map_or_else(|| "no cap".into(), usd);
-            outln!(
-                "{:<14} {:<9} {:<20} {:>12} {:<10} {:<10} {:>26}",
-                mind.id,
-                state(mind),
-                lease_column(mind),
-                pending,
-                segment_column(&mind.segments.persona),
-                segment_column(&mind.segments.self_role),
-                format!(
-                    "{} / {cap} ({})",
-                    usd(mind.spend.spent_micro_usd),
-                    span(mind.spend.window_ms)
-                ),
-            )?;
-        }
-        for mind in &minds {
-            if let Some(Activity::Retrying {
-                error,
-                since_ms,
-                attempts,
-                next_attempt_ms,
-            }) = &mind.activity
-            {
-                outln!(
-                    "{}: retrying since {} ({attempts} failed steps, next attempt at {}): {error}",
-                    mind.id,
-                    clock_time(*since_ms),
-                    clock_time(*next_attempt_ms)
-                )?;
-            }
-        }
-        for mind in &minds {
-            match &mind.transport {
-                Some(TransportStatus {
-                    transport,
-                    state:
-                        TransportState::Failing {
-                            stage,
-                            error,
-                            failures,
-                        },
-                    since_ms,
-                }) => outln!(
-                    "{}: {transport} failing ({stage}) since {} ({failures} in a row): {error}",
-                    mind.id,
-                    clock_time(*since_ms)
-                )?,
-                Some(TransportStatus {
-                    transport,
-                    state: TransportState::Held { pending },
-                    since_ms,
-                }) => outln!(
-                    "{}: {transport} holding its intake since {} ({pending}+ deliveries unanswered)",
-                    mind.id,
-                    clock_time(*since_ms)
-                )?,
-                _ => {}
-            }
-        }
-        for mind in &minds {
-            for failed in &mind.failed_sends {
-                outln!(
-                    "{}: send {} to {} failed{}: {}",
-                    mind.id,
-                    failed.request_id,
-                    failed.room,
-                    failed
-                        .failed_at_ms
-                        .map_or_else(String::new, |at| format!(" at {}", clock_time(at))),
-                    failed.failure.as_deref().unwrap_or("(no reason given)")
-                )?;
-            }
-        }
-        let braked = minds.iter().filter(|m| m.settings.brake).count();
-        outln!(
-            "brake: {}",
-            match braked {
-                0 => "off".to_owned(),
-                n if n == minds.len() => "on for every Mind".to_owned(),
-                n => format!("on for {n} of {} Minds", minds.len()),
-            }
-        )?;
+        print_table(&minds)?;
+        print_retrying(&minds)?;
+        print_transport_trouble(&minds)?;
+        print_failed_sends(&minds)?;
+        print_brake(&minds)?;
         Ok(())
     })
+}
+
+/// One aligned row per Mind: state, lease, pending deliveries (with the oldest's age),
+/// segments, and spend against its cap in its window.
+fn print_table(minds: &[MindStatus]) -> std::io::Result<()> {
+    outln!(
+        "{:<14} {:<9} {:<20} {:>12} {:<10} {:<10} {:>26}",
+        "MIND",
+        "STATE",
+        "LEASE",
+        "PENDING",
+        "PERSONA",
+        "SELF",
+        "SPEND / CAP (WINDOW)"
+    )?;
+    for mind in minds {
+        let pending = match mind.oldest_pending_at_ms {
+            Some(at) if mind.pending_deliveries > 0 => format!(
+                "{} ({})",
+                mind.pending_deliveries,
+                span(mind.spend.to_ms - at)
+            ),
+            _ => mind.pending_deliveries.to_string(),
+        };
+        let cap = mind
+            .spend
+            .cap_micro_usd
+            .map_or_else(|| "no cap".into(), usd);
+        outln!(
+            "{:<14} {:<9} {:<20} {:>12} {:<10} {:<10} {:>26}",
+            mind.id,
+            state(mind),
+            lease_column(mind),
+            pending,
+            segment_column(&mind.segments.persona),
+            segment_column(&mind.segments.self_role),
+            format!(
+                "{} / {cap} ({})",
+                usd(mind.spend.spent_micro_usd),
+                span(mind.spend.window_ms)
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+/// A line per Mind whose host is retrying, with the error and the next attempt.
+fn print_retrying(minds: &[MindStatus]) -> std::io::Result<()> {
+    for mind in minds {
+        if let Some(Activity::Retrying {
+            error,
+            since_ms,
+            attempts,
+            next_attempt_ms,
+        }) = &mind.activity
+        {
+            outln!(
+                "{}: retrying since {} ({attempts} failed steps, next attempt at {}): {error}",
+                mind.id,
+                clock_time(*since_ms),
+                clock_time(*next_attempt_ms)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// A line per Mind whose transport is failing or holding its intake.
+fn print_transport_trouble(minds: &[MindStatus]) -> std::io::Result<()> {
+    for mind in minds {
+        match &mind.transport {
+            Some(TransportStatus {
+                transport,
+                state:
+                    TransportState::Failing {
+                        stage,
+                        error,
+                        failures,
+                    },
+                since_ms,
+            }) => outln!(
+                "{}: {transport} failing ({stage}) since {} ({failures} in a row): {error}",
+                mind.id,
+                clock_time(*since_ms)
+            )?,
+            Some(TransportStatus {
+                transport,
+                state: TransportState::Held { pending },
+                since_ms,
+            }) => outln!(
+                "{}: {transport} holding its intake since {} ({pending}+ deliveries unanswered)",
+                mind.id,
+                clock_time(*since_ms)
+            )?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A line per send a transport gave up on: when and why.
+fn print_failed_sends(minds: &[MindStatus]) -> std::io::Result<()> {
+    for mind in minds {
+        for failed in &mind.failed_sends {
+            outln!(
+                "{}: send {} to {} failed{}: {}",
+                mind.id,
+                failed.request_id,
+                failed.room,
+                failed
+                    .failed_at_ms
+                    .map_or_else(String::new, |at| format!(" at {}", clock_time(at))),
+                failed.failure.as_deref().unwrap_or("(no reason given)")
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the brake is on for none, some or all of the Minds.
+fn print_brake(minds: &[MindStatus]) -> std::io::Result<()> {
+    let braked = minds.iter().filter(|m| m.settings.brake).count();
+    outln!(
+        "brake: {}",
+        match braked {
+            0 => "off".to_owned(),
+            n if n == minds.len() => "on for every Mind".to_owned(),
+            n => format!("on for {n} of {} Minds", minds.len()),
+        }
+    )
 }
 
 /// `on` or `off`.

@@ -3,6 +3,8 @@
 //! committed to the session — shared by turns, clears, compactions and pings.
 
 use super::*;
+use muninn_core::cache::{CacheOutcome, Prediction};
+use muninn_core::trace::Usage;
 
 /// `request` as the provider reads it — after its context edits —, that prompt mapped for the
 /// cache model, and, when an edit cleared something, the tokens it left as they were (the prompt
@@ -70,6 +72,57 @@ impl ReplyParts {
     }
 }
 
+/// muninn's cause for a read below the best possible: a read short of the prediction is an
+/// eviction (or unknown) and is reported as a [`TurnEvent::ReadShortfall`]; else the level where
+/// this prompt departs from the previous turn's; else the cache model's own cause.
+fn miss_cause(
+    usage: &Usage,
+    predicted: &Usage,
+    outcome: &CacheOutcome,
+    previous: Option<&PromptShape>,
+    shaped: &PromptShape,
+) -> (Option<MissCause>, Option<TurnEvent>) {
+    if usage.cache_read < predicted.cache_read {
+        let shortfall = TurnEvent::ReadShortfall {
+            predicted: predicted.cache_read,
+            reported: usage.cache_read,
+        };
+        (Some(MissCause::EvictionOrUnknown), Some(shortfall))
+    } else if let Some((level, _)) = previous.and_then(|p| diverge(p, shaped)) {
+        (Some(MissCause::of_level(level)), None)
+    } else {
+        (outcome.miss, None)
+    }
+}
+
+/// One [`TurnEvent::ContextEdited`] per edit the provider says it applied.
+fn edit_events(
+    response: &MessagesResponse,
+    kept: Option<Tokens>,
+) -> impl Iterator<Item = TurnEvent> + '_ {
+    response
+        .context_management
+        .iter()
+        .flat_map(|c| &c.applied_edits)
+        .map(move |edit| TurnEvent::ContextEdited {
+            edit: edit.kind.clone(),
+            cleared_tool_uses: edit.cleared_tool_uses,
+            cleared_input_tokens: edit.cleared_input_tokens,
+            kept_tokens: kept,
+        })
+}
+
+/// The prompt lengths at which the request placed a cache breakpoint.
+fn breakpoints_of(shaped: &PromptShape) -> Vec<Tokens> {
+    shaped
+        .prompt()
+        .checkpoints
+        .iter()
+        .filter(|c| c.breakpoint.is_some())
+        .map(|c| c.tokens)
+        .collect()
+}
+
 impl<T: Transport> AnthropicBackend<T> {
     /// A ping generates nothing with `max_tokens: 0` (which the API takes only without
     /// streaming), else one token.
@@ -97,39 +150,15 @@ impl<T: Transport> AnthropicBackend<T> {
         let (read, shaped, kept) = as_read(&request)?;
         // A clear's history goes on from the messages as the provider read them.
         let cleared_messages = (commit == Commit::Cleared).then_some(read.messages);
-        let now = self.clock.now_ms();
-        let prediction = self
-            .mirror
-            .predict(&shaped.prompt(), now, min_cacheable, &self.rules)
-            .map_err(|e| BackendError::Invalid(e.to_string()))?;
-
-        let completed = self
-            .client
-            .send(&request, safe_to_repeat)
-            .await
-            .map_err(|f| {
-                tracing::warn!(retries = f.retries.len(), error = %f.error, "turn failed");
-                f.error
-            })?;
-        self.mirror
-            .commit(&shaped.model, &prediction, now, &self.rules);
-
+        let (completed, prediction) = self
+            .send_predicted(&request, &shaped, min_cacheable, safe_to_repeat)
+            .await?;
         let response = completed.response;
         let usage = response.usage.to_core();
         let predicted = prediction.outcome.usage(usage.output);
-        let mut events = Vec::new();
         let previous = self.last_turn.as_ref().map(|(_, shape)| shape);
-        let miss = if usage.cache_read < predicted.cache_read {
-            events.push(TurnEvent::ReadShortfall {
-                predicted: predicted.cache_read,
-                reported: usage.cache_read,
-            });
-            Some(MissCause::EvictionOrUnknown)
-        } else if let Some((level, _)) = previous.and_then(|p| diverge(p, &shaped)) {
-            Some(MissCause::of_level(level))
-        } else {
-            prediction.outcome.miss
-        };
+        let (miss, shortfall) =
+            miss_cause(&usage, &predicted, &prediction.outcome, previous, &shaped);
         let provider_miss = previous
             .is_some()
             .then(|| Diagnostics::provider_miss(response.diagnostics.as_ref()));
@@ -139,18 +168,8 @@ impl<T: Transport> AnthropicBackend<T> {
             honoured_5m: usage.cache_write_5m,
             honoured_1h: usage.cache_write_1h,
         };
-        events.extend(
-            response
-                .context_management
-                .iter()
-                .flat_map(|c| &c.applied_edits)
-                .map(|edit| TurnEvent::ContextEdited {
-                    edit: edit.kind.clone(),
-                    cleared_tool_uses: edit.cleared_tool_uses,
-                    cleared_input_tokens: edit.cleared_input_tokens,
-                    kept_tokens: kept,
-                }),
-        );
+        let mut events: Vec<TurnEvent> = shortfall.into_iter().collect();
+        events.extend(edit_events(&response, kept));
         if ttl.mismatch() {
             tracing::warn!(
                 ?ttl,
@@ -167,13 +186,7 @@ impl<T: Transport> AnthropicBackend<T> {
         } = ReplyParts::of(&response.content);
         let stop_reason = response.stop_reason.clone().unwrap_or_default();
         let tool_results = tool_results_of(request.messages.last());
-        let breakpoints = shaped
-            .prompt()
-            .checkpoints
-            .iter()
-            .filter(|c| c.breakpoint.is_some())
-            .map(|c| c.tokens)
-            .collect();
+        let breakpoints = breakpoints_of(&shaped);
         let sent = cleared_messages.unwrap_or(request.messages);
         self.commit(commit, sent, &response, pending_ack, shaped)?;
         Ok(TurnOutcome {
@@ -193,6 +206,33 @@ impl<T: Transport> AnthropicBackend<T> {
             breakpoints,
             tool_results,
         })
+    }
+
+    /// Predicts the request's cache outcome, sends it, and — once it is answered — commits the
+    /// prediction to the mirror; a failed request leaves the mirror unchanged.
+    async fn send_predicted(
+        &mut self,
+        request: &MessagesRequest,
+        shaped: &PromptShape,
+        min_cacheable: Tokens,
+        safe_to_repeat: bool,
+    ) -> Result<(Completed, Prediction), BackendError> {
+        let now = self.clock.now_ms();
+        let prediction = self
+            .mirror
+            .predict(&shaped.prompt(), now, min_cacheable, &self.rules)
+            .map_err(|e| BackendError::Invalid(e.to_string()))?;
+        let completed = self
+            .client
+            .send(request, safe_to_repeat)
+            .await
+            .map_err(|f| {
+                tracing::warn!(retries = f.retries.len(), error = %f.error, "turn failed");
+                f.error
+            })?;
+        self.mirror
+            .commit(&shaped.model, &prediction, now, &self.rules);
+        Ok((completed, prediction))
     }
 
     /// What an answered exchange does to the session (see [`Commit`]). A compaction answered

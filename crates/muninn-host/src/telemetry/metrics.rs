@@ -11,7 +11,7 @@
 //! host listens by default): it shows Mind ids, counts, tokens, money and decision names, never
 //! a message, a reply, an error text or a credential.
 
-use super::{LATENCY_BUCKETS_S, SessionCounters, Snapshot, TOKEN_KINDS};
+use super::{LATENCY_BUCKETS_S, MindLive, SessionCounters, Snapshot, TOKEN_KINDS};
 use crate::Host;
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -355,8 +355,22 @@ fn write_latency(out: &mut Exposition, sessions: &Sessions<'_>) {
     }
 }
 
+/// The gauges of what each Mind is doing now (not counted from the ledger).
 fn write_live(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<String>) {
-    let live = |id: &str| snapshot.minds.get(id).cloned().unwrap_or_default();
+    write_leases(out, snapshot, ids);
+    write_transport_states(out, snapshot, ids);
+    write_mind_states(out, snapshot, ids);
+    write_processes(out, snapshot);
+}
+
+/// What the telemetry knows of `id` now; a Mind it has not heard of is all defaults.
+fn live(snapshot: &Snapshot, id: &str) -> MindLive {
+    snapshot.minds.get(id).cloned().unwrap_or_default()
+}
+
+/// Each Mind's lease, its changes, and the API connections refused.
+fn write_leases(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<String>) {
+    let live = |id: &str| live(snapshot, id);
     out.family("muninn_lease_held");
     for id in ids {
         let held = u8::from(live(id).lease_held);
@@ -378,9 +392,13 @@ fn write_live(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<String>)
         &[],
         snapshot.api_refused,
     );
+}
+
+/// One 0/1 gauge per transport state, 1 for the one each Mind's transport is in.
+fn write_transport_states(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<String>) {
     out.family("muninn_transport_state");
     for id in ids {
-        if let Some(transport) = live(id).transport {
+        if let Some(transport) = live(snapshot, id).transport {
             let current = match transport.state {
                 muninn_api::wire::TransportState::Opening => "opening",
                 muninn_api::wire::TransportState::Open => "open",
@@ -400,6 +418,12 @@ fn write_live(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<String>)
             }
         }
     }
+}
+
+/// Whether each Mind's runner is up, its state (one 0/1 gauge per state) and its failures in a
+/// row.
+fn write_mind_states(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<String>) {
+    let live = |id: &str| live(snapshot, id);
     out.family("muninn_runner_up");
     for id in ids {
         out.sample(
@@ -428,6 +452,10 @@ fn write_live(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<String>)
         let failures = live(id).failing.map_or(0, |f| f.failures);
         out.sample("muninn_failing", &[("mind", id)], failures);
     }
+}
+
+/// Each claude-cli child process and its resident memory.
+fn write_processes(out: &mut Exposition, snapshot: &Snapshot) {
     out.family("muninn_claude_cli_processes");
     for (mind, role, _) in &snapshot.processes {
         let labels = [("mind", mind.as_str()), ("role", role.as_str())];
