@@ -248,6 +248,32 @@ mod claude {
         assert!(got.traces.iter().all(|t| t.source.ends_with("a.jsonl")));
     }
 
+    /// A sub-agent that begins with a copy of the main conversation (Claude Code's side question,
+    /// `<session>/subagents/agent-aside_question-*.jsonl`, the same responses marked
+    /// `isSidechain`): the session's own file wins, so the main thread keeps its requests,
+    /// although the folder `s1/` sorts before `s1.jsonl`.
+    #[test]
+    fn a_sub_agent_copying_the_main_conversation_leaves_it_to_the_main_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = fixture("claude/project/s1.jsonl");
+        std::fs::copy(&source, dir.path().join("s1.jsonl")).unwrap();
+        let aside = dir.path().join("s1/subagents");
+        std::fs::create_dir_all(&aside).unwrap();
+        let copied = std::fs::read_to_string(&source).unwrap().replace(
+            "\"isSidechain\":false",
+            "\"isSidechain\":true,\"agentId\":\"aside_question-q1\"",
+        );
+        std::fs::write(aside.join("agent-aside_question-q1.jsonl"), copied).unwrap();
+        let got = import(&[dir.path().to_path_buf()]);
+        let threads: Vec<(&str, usize)> = got
+            .traces
+            .iter()
+            .map(|t| (t.thread.as_str(), t.requests.len()))
+            .collect();
+        assert_eq!(threads, vec![("main", 1), ("main", 4)]);
+        assert_eq!(got.stats.duplicates_dropped, 5);
+    }
+
     /// Malformed, invalid UTF-8, missing id and torn lines are warnings with file:line; the good
     /// lines around them still import.
     #[test]
