@@ -350,17 +350,19 @@ fn two_conversations_in_one_session_file_are_told_apart_by_their_links() {
     );
 }
 
-/// The conversation of each request of the one-thread transcript `text`.
-fn conversations_of(text: &str) -> Vec<u64> {
+/// The conversation of each request of the one-thread transcript `text`, and the whole import
+/// (its warnings).
+fn conversations_of(text: &str) -> (Vec<u64>, Import) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("links.jsonl");
     std::fs::write(&path, text).unwrap();
     let got = import(std::slice::from_ref(&path));
-    got.traces[0]
+    let ids = got.traces[0]
         .requests
         .iter()
         .map(|r| r.conversation)
-        .collect()
+        .collect();
+    (ids, got)
 }
 
 /// A compaction boundary has no `parentUuid`: its `logicalParentUuid` is the link to the
@@ -387,7 +389,7 @@ fn a_compaction_boundary_links_through_its_logical_parent() {
         + &linked("two", 5, Some(3), 40, 1_500)
         + &format!("{boundary}\n")
         + &after;
-    let ids = conversations_of(&text);
+    let (ids, _) = conversations_of(&text);
     let second = ids[3];
     assert!(second != 0, "{ids:?}");
     assert_eq!(ids, vec![0, 0, 0, second, 0, second]);
@@ -427,16 +429,7 @@ fn a_cycle_of_links_is_reported_once_and_continues_the_latest_conversation() {
         + &progress("x2", "x1")
         + &into(4, 30, "x1")
         + &into(5, 40, "x2");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("cycle.jsonl");
-    std::fs::write(&path, text).unwrap();
-
-    let got = import(std::slice::from_ref(&path));
-    let ids: Vec<u64> = got.traces[0]
-        .requests
-        .iter()
-        .map(|r| r.conversation)
-        .collect();
+    let (ids, got) = conversations_of(&text);
     let fork = ids[2];
     assert!(fork != 0, "{ids:?}");
     assert_eq!(ids, vec![0, 0, fork, fork, fork]);
@@ -465,7 +458,7 @@ fn a_response_without_a_uuid_continues_the_latest_conversation() {
         + &linked("two", 4, Some(2), 30, 1_000).replacen(r#","uuid":"a4""#, "", 1)
         + &linked("two", 5, Some(3), 40, 1_000);
     assert!(!text.contains(r#""uuid":"a4""#));
-    let ids = conversations_of(&text);
+    let (ids, _) = conversations_of(&text);
     let fork = ids[2];
     assert!(fork != 0, "{ids:?}");
     // Request 4 (no uuid) goes with the latest, the fork; request 5 continues the fork.
