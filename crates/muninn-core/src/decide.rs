@@ -265,8 +265,12 @@ impl Bounds {
 }
 
 /// What the decider knows about a session at the moment of deciding.
+///
+/// It borrows what the Mind learned (`'a`) from the accounting that made it: the decider is
+/// asked at every arrival and idle point, and [`Learned`] (its gap statistics by hour alone are
+/// 2.3 KB) was copied into each view; the view itself stays `Copy` and the decider pure.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SessionView {
+pub struct SessionView<'a> {
     /// The cached prefix of the last request (tokens up to its last breakpoint).
     pub prefix_tokens: Tokens,
     /// When the cached prefix expires, as the cache model believes (None: nothing cached).
@@ -301,7 +305,7 @@ pub struct SessionView {
     /// What the session's backend can do: an action it cannot take is never chosen.
     pub can: Capabilities,
     /// What the Mind learned from the refreshes and pings it paid for ([`crate::learn`]).
-    pub learned: Learned,
+    pub learned: &'a Learned,
     /// Tool-result tokens a clear would remove now (C): those of the prompt's tool results but
     /// the latest [`Bounds::mask_keep_tool_uses`]. 0 when none are known.
     pub clearable_tokens: Tokens,
@@ -372,7 +376,7 @@ pub enum Event {
     HeadExpiring,
 }
 
-impl SessionView {
+impl SessionView<'_> {
     /// Whether the cached prefix is alive at `now_ms`.
     pub fn warm(&self, now_ms: i64) -> bool {
         self.warm_until_ms.is_some_and(|t| t > now_ms)

@@ -199,7 +199,7 @@ impl ClearPrice {
 }
 
 /// What the decider weighs a clear by (see [`crate::decide`]'s *Mask* rule).
-impl SessionView {
+impl SessionView<'_> {
     /// The clear at an arrival, priced once: `None` when nothing is clearable or the cache is
     /// cold (as [`SessionView::mask_gain`]). `append_warm` is [`SessionView::append_cost`]
     /// warm and `rebuild` [`SessionView::growth_rebuild`], both at this arrival (the caller has

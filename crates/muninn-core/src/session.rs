@@ -522,7 +522,7 @@ impl Accounting {
 
     /// What the decider sees between requests (at an idle decision point, where no request has
     /// arrived: its tool results are not known, and it may begin a run).
-    pub fn view(&self) -> SessionView {
+    pub fn view(&self) -> SessionView<'_> {
         self.arrival_view(true, 0)
     }
 
@@ -530,7 +530,7 @@ impl Accounting {
     /// current run (`boundary`) — that carries `tool_uses` tool results (0 when it carries
     /// none): a clear sent with it keeps them among the newest `keep` uses, and inside a run the
     /// run's own expected rest bounds or extends the horizon ([`crate::learn::Runs::remaining`]).
-    pub fn arrival_view(&self, boundary: bool, tool_uses: u32) -> SessionView {
+    pub fn arrival_view(&self, boundary: bool, tool_uses: u32) -> SessionView<'_> {
         SessionView {
             prefix_tokens: self.prefix_tokens,
             warm_until_ms: self.warm_until_ms,
@@ -548,7 +548,7 @@ impl Accounting {
             bounds: self.bounds(),
             gaps: self.gaps,
             can: self.params.can,
-            learned: self.learned,
+            learned: &self.learned,
             clearable_tokens: self.clearable(tool_uses).1,
             clear_from_tokens: self.tool_chunks.first().map_or(0, |c| c.at),
             clear_rent: self.clear_rent,

@@ -49,11 +49,8 @@ fn accounting() -> Accounting {
     })
 }
 
-/// A warm session of `prefix` cached tokens whose prompt holds `cleared` clearable tool-result
-/// tokens from `from` on, expected to have `remaining` more requests, whose reads of them since
-/// the segment's last clear have long paid for a clear (the timing rule is tested on its own,
-/// `a_clear_waits_until_the_reads_of_what_it_removes_paid_its_rewrite`).
-fn view(prefix: Tokens, from: Tokens, cleared: Tokens, remaining: u64) -> SessionView {
+/// A warm session of `prefix` cached tokens (five warm requests growing to it).
+fn warm(prefix: Tokens) -> Accounting {
     let mut acc = accounting();
     // Five warm requests growing to `prefix`.
     let mut prompt = HEAD;
@@ -70,6 +67,14 @@ fn view(prefix: Tokens, from: Tokens, cleared: Tokens, remaining: u64) -> Sessio
         );
         prompt = next;
     }
+    acc
+}
+
+/// [`warm`]'s session whose prompt holds `cleared` clearable tool-result tokens from `from` on,
+/// expected to have `remaining` more requests, whose reads of them since the segment's last
+/// clear have long paid for a clear (the timing rule is tested on its own,
+/// `a_clear_waits_until_the_reads_of_what_it_removes_paid_its_rewrite`).
+fn view(acc: &Accounting, from: Tokens, cleared: Tokens, remaining: u64) -> SessionView<'_> {
     SessionView {
         clearable_tokens: cleared,
         clear_from_tokens: from,
@@ -102,6 +107,7 @@ fn the_decider_masks_when_the_remaining_requests_pass_the_break_even() {
         output: 0,
     };
     let break_even = mask_break_even(&request, prefix, &price()).expect("pays back some time");
+    let acc = warm(prefix);
     assert!(
         break_even >= 2,
         "a clear of a warm prefix costs extra now: {break_even}"
@@ -109,14 +115,14 @@ fn the_decider_masks_when_the_remaining_requests_pass_the_break_even() {
     for policy in [Policy::SkiRental, Policy::Predictive] {
         let too_few = decide(
             policy,
-            &view(prefix, from, cleared, break_even - 1),
+            &view(&acc, from, cleared, break_even - 1),
             arrival(delta),
             NOW,
         );
         assert_eq!(too_few.action, Action::Append, "{policy}: {too_few:?}");
         let enough = decide(
             policy,
-            &view(prefix, from, cleared, break_even + 1),
+            &view(&acc, from, cleared, break_even + 1),
             arrival(delta),
             NOW,
         );
@@ -138,7 +144,7 @@ fn the_decider_masks_when_the_remaining_requests_pass_the_break_even() {
 /// `view` at the start of the growth rule's count (no read excess yet), expected to go on
 /// exactly as long as that rule leaves it: the clear's horizon is the segment's, not bounded by
 /// a refresh that comes first.
-fn uncapped(view: SessionView, delta: Tokens) -> SessionView {
+fn uncapped(view: SessionView<'_>, delta: Tokens) -> SessionView<'_> {
     let fresh = SessionView {
         read_excess: MicroUsd::ZERO,
         ..view
@@ -157,7 +163,8 @@ fn uncapped(view: SessionView, delta: Tokens) -> SessionView {
 #[test]
 fn a_clear_waits_until_the_reads_of_what_it_removes_paid_its_rewrite() {
     let (prefix, from, cleared, delta) = (150_000, 30_000, 90_000, 2_000);
-    let paying = uncapped(view(prefix, from, cleared, 1_000), delta);
+    let acc = warm(prefix);
+    let paying = uncapped(view(&acc, from, cleared, 1_000), delta);
     let extra = paying.mask_extra(delta, NOW);
     assert!(extra > 0, "a warm clear costs a rewrite now: {extra}");
     // The segment's own length bounds the horizon, not the growth rule's refresh.
@@ -188,9 +195,10 @@ fn a_clear_waits_until_the_reads_of_what_it_removes_paid_its_rewrite() {
 #[test]
 fn a_clear_the_growth_rule_bounds_does_not_wait() {
     let (prefix, from, cleared, delta) = (150_000, 30_000, 90_000, 2_000);
+    let acc = warm(prefix);
     let unpaid = SessionView {
         clear_rent: MicroUsd::ZERO,
-        ..uncapped(view(prefix, from, cleared, 1_000), delta)
+        ..uncapped(view(&acc, from, cleared, 1_000), delta)
     };
     assert_eq!(
         decide(Policy::SkiRental, &unpaid, arrival(delta), NOW).action,
@@ -237,7 +245,8 @@ fn the_accounting_counts_the_rent_of_what_a_clear_would_remove() {
 #[test]
 fn policies_and_backends_that_cannot_mask_do_not() {
     let arrival = arrival(2_000);
-    let paying = view(150_000, 30_000, 90_000, 1_000);
+    let acc = warm(150_000);
+    let paying = view(&acc, 30_000, 90_000, 1_000);
     assert_eq!(
         decide(Policy::SkiRental, &paying, arrival, NOW).action,
         Action::Mask
@@ -263,7 +272,7 @@ fn policies_and_backends_that_cannot_mask_do_not() {
         decide(Policy::SkiRental, &cannot, arrival, NOW).action,
         Action::Append
     );
-    let nothing = view(150_000, 0, 0, 1_000);
+    let nothing = view(&acc, 0, 0, 1_000);
     assert_eq!(
         decide(Policy::SkiRental, &nothing, arrival, NOW).action,
         Action::Append
@@ -282,14 +291,15 @@ fn a_mask_is_weighed_against_the_refresh_the_growth_rule_takes() {
         boundary: true,
         delta: 2_000,
     };
-    let mut small_clear = view(150_000, 140_000, 5_000, 1_000);
+    let acc = warm(150_000);
+    let mut small_clear = view(&acc, 140_000, 5_000, 1_000);
     small_clear.read_excess = muninn_core::money::MicroUsd(1_000_000_000);
     let d = decide(Policy::SkiRental, &small_clear, arrival, NOW);
     assert_eq!(
         (d.action, d.reason),
         (Action::Refresh, Reason::GrowthBreakEven)
     );
-    let mut big_clear = view(150_000, 14_000, 134_000, 1_000);
+    let mut big_clear = view(&acc, 14_000, 134_000, 1_000);
     big_clear.read_excess = small_clear.read_excess;
     let d = decide(Policy::SkiRental, &big_clear, arrival, NOW);
     assert_eq!((d.action, d.reason), (Action::Mask, Reason::MaskPaysBack));
@@ -630,6 +640,7 @@ fn a_clear_priced_once_is_the_clear_its_definitions_price() {
     // Horizons bounded by the growth rule's refresh (0 < h < remaining), by the segment, and 0.
     let (mut by_refresh, mut by_segment, mut none) = (false, false, false);
     for (prefix, from, cleared) in [(150_000, 30_000, 90_000), (40_000, 12_000, 5_000)] {
+        let acc = warm(prefix);
         for remaining in [0, 3, 40, 1_000] {
             for excess in [0, 200_000, 2_000_000] {
                 for rent in [0, 150_000, i64::MAX / 2] {
@@ -637,7 +648,7 @@ fn a_clear_priced_once_is_the_clear_its_definitions_price() {
                         let v = SessionView {
                             read_excess: MicroUsd(excess),
                             clear_rent: MicroUsd(rent),
-                            ..view(prefix, from, cleared, remaining)
+                            ..view(&acc, from, cleared, remaining)
                         };
                         let append = v.append_cost(true, delta, NOW);
                         let rebuild = v.growth_rebuild(NOW);

@@ -551,6 +551,13 @@ impl<'s> ClaudeReader<'s> {
                 let uuid = parsed.uuid.as_ref().map(|u| id_hash(u.as_str()));
                 (request.conversation, request.forked_from) =
                     self.conversations.request(key, uuid, hash);
+                if self.conversations.new_cycle() {
+                    cx.diag.warn(
+                        line.number,
+                        "parentUuid links go round a cycle (a corrupt file): a request whose \
+                         links meet it continues the thread's latest conversation",
+                    );
+                }
                 let kind = if thread == "main" {
                     ThreadKind::Main
                 } else if thread.starts_with("acompact") {

@@ -11,6 +11,12 @@
 //!
 //! State is per file, as the links are: a conversation continued in a later file (a resumed
 //! session) starts there from the thread's first conversation, as before this existed.
+//!
+//! A corrupt file can link lines in a cycle. A walk back stops at the first line it passes
+//! twice — each line remembers the last walk that passed it — rather than going round the cycle
+//! up to [`MAX_LINKS`] times for every request that reaches it; the request then continues the
+//! thread's latest conversation, as one that found no earlier request does, and the file gets
+//! one warning ([`Conversations::new_cycle`]).
 
 use muninn_core::cache::IdentityHasher;
 use std::collections::HashMap;
@@ -21,8 +27,7 @@ use std::hash::BuildHasherDefault;
 type ByHash<V> = HashMap<u64, V, BuildHasherDefault<IdentityHasher>>;
 
 /// How far back a response's links are followed before giving up (a chain through copied
-/// history, or a cycle in a corrupt file): the request then continues the thread's latest
-/// conversation.
+/// history): the request then continues the thread's latest conversation.
 const MAX_LINKS: usize = 100_000;
 
 /// One line's place in the conversation tree.
@@ -32,6 +37,9 @@ struct Link {
     parent: Option<u64>,
     /// The response it is a line of (by hash of its `message.id`), for assistant lines.
     response: Option<u64>,
+    /// The last walk back that passed this line (0: none): met again in the same walk, the
+    /// walk has gone round a cycle.
+    walk: u64,
 }
 
 /// The conversations of one thread so far.
@@ -50,12 +58,33 @@ struct Thread {
 pub(crate) struct Conversations {
     links: ByHash<Link>,
     threads: ByHash<Thread>,
+    /// The number of the latest walk back (the first is 1).
+    walks: u64,
+    /// A walk back has met a cycle of links.
+    cycle_met: bool,
+    /// [`Conversations::new_cycle`] has said so.
+    cycle_reported: bool,
 }
 
 impl Conversations {
     /// Records a line (`uuid`, `parent`: hashes) and, for an assistant line, its response.
     pub(crate) fn link(&mut self, uuid: u64, parent: Option<u64>, response: Option<u64>) {
-        self.links.insert(uuid, Link { parent, response });
+        self.links.insert(
+            uuid,
+            Link {
+                parent,
+                response,
+                walk: 0,
+            },
+        );
+    }
+
+    /// Whether a walk back has met a cycle of links that was not reported yet: true once per
+    /// file, for its one warning.
+    pub(crate) fn new_cycle(&mut self) -> bool {
+        let new = self.cycle_met && !self.cycle_reported;
+        self.cycle_reported |= new;
+        new
     }
 
     /// The conversation of a new request of `thread` (by its thread hash): its response
@@ -91,12 +120,23 @@ impl Conversations {
     }
 
     /// The nearest response before line `uuid` on its links that is a request of `thread`
-    /// (responses of other threads, placeholders and copies are passed over).
-    fn previous_request(&self, thread: u64, uuid: u64, response: u64) -> Option<u64> {
+    /// (responses of other threads, placeholders and copies are passed over). `None` also where
+    /// the links go round a cycle before reaching one (noted for [`Conversations::new_cycle`]).
+    fn previous_request(&mut self, thread: u64, uuid: u64, response: u64) -> Option<u64> {
         let known = self.threads.get(&thread)?;
-        let mut at = self.links.get(&uuid)?.parent;
+        // One walk per request: a u64 count does not wrap.
+        self.walks += 1;
+        let walk = self.walks;
+        let start = self.links.get_mut(&uuid)?;
+        start.walk = walk;
+        let mut at = start.parent;
         for _ in 0..MAX_LINKS {
-            let link = self.links.get(&at?)?;
+            let link = self.links.get_mut(&at?)?;
+            if link.walk == walk {
+                self.cycle_met = true;
+                return None;
+            }
+            link.walk = walk;
             if let Some(r) = link.response
                 && r != response
                 && known.of.contains_key(&r)

@@ -350,17 +350,19 @@ fn two_conversations_in_one_session_file_are_told_apart_by_their_links() {
     );
 }
 
-/// The conversation of each request of the one-thread transcript `text`.
-fn conversations_of(text: &str) -> Vec<u64> {
+/// The conversation of each request of the one-thread transcript `text`, and the whole import
+/// (its warnings).
+fn conversations_of(text: &str) -> (Vec<u64>, Import) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("links.jsonl");
     std::fs::write(&path, text).unwrap();
     let got = import(std::slice::from_ref(&path));
-    got.traces[0]
+    let ids = got.traces[0]
         .requests
         .iter()
         .map(|r| r.conversation)
-        .collect()
+        .collect();
+    (ids, got)
 }
 
 /// A compaction boundary has no `parentUuid`: its `logicalParentUuid` is the link to the
@@ -387,10 +389,63 @@ fn a_compaction_boundary_links_through_its_logical_parent() {
         + &linked("two", 5, Some(3), 40, 1_500)
         + &format!("{boundary}\n")
         + &after;
-    let ids = conversations_of(&text);
+    let (ids, _) = conversations_of(&text);
     let second = ids[3];
     assert!(second != 0, "{ids:?}");
     assert_eq!(ids, vec![0, 0, 0, second, 0, second]);
+}
+
+/// A corrupt file whose links go round a cycle (two progress lines each other's parent): a
+/// request whose links lead into it continues the thread's latest conversation, as one whose
+/// links find no earlier request does, and the file is warned about once — at the first
+/// request that met the cycle, not again at the second. Before, each such request walked
+/// round the cycle 100,000 links and nothing was said.
+#[test]
+fn a_cycle_of_links_is_reported_once_and_continues_the_latest_conversation() {
+    let progress = |uuid: &str, parent: &str| {
+        let line = serde_json::json!({
+            "parentUuid": parent, "isSidechain": false, "type": "progress",
+            "sessionId": "cyc", "uuid": uuid,
+            "timestamp": jiff::Timestamp::from_millisecond(at(25)).unwrap().to_string(),
+        });
+        format!("{line}\n")
+    };
+    let into = |n: u32, seconds: i64, cycle_line: &str| {
+        let text = linked("cyc", n, Some(1), seconds, 500);
+        let linked_into = text.replacen(
+            r#""parentUuid":"a1""#,
+            &format!(r#""parentUuid":"{cycle_line}""#),
+            1,
+        );
+        assert_ne!(text, linked_into);
+        linked_into
+    };
+    // Requests 1 and 2 are one conversation; 3 forks from 1 and is the latest; lines 7 and 8
+    // are the cycle; requests 4 (lines 9–10) and 5 (11–12) answer user lines linked into it.
+    let text = linked("cyc", 1, None, 0, 0)
+        + &linked("cyc", 2, Some(1), 10, 500)
+        + &linked("cyc", 3, Some(1), 20, 500)
+        + &progress("x1", "x2")
+        + &progress("x2", "x1")
+        + &into(4, 30, "x1")
+        + &into(5, 40, "x2");
+    let (ids, got) = conversations_of(&text);
+    let fork = ids[2];
+    assert!(fork != 0, "{ids:?}");
+    assert_eq!(ids, vec![0, 0, fork, fork, fork]);
+    let warned: Vec<(u64, &str)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.line, w.message.as_str()))
+        .collect();
+    assert_eq!(
+        warned,
+        vec![(
+            10,
+            "parentUuid links go round a cycle (a corrupt file): a request whose links meet it \
+             continues the thread's latest conversation"
+        )]
+    );
 }
 
 /// A response whose line has no uuid cannot be placed by its links: it continues the thread's
@@ -403,7 +458,7 @@ fn a_response_without_a_uuid_continues_the_latest_conversation() {
         + &linked("two", 4, Some(2), 30, 1_000).replacen(r#","uuid":"a4""#, "", 1)
         + &linked("two", 5, Some(3), 40, 1_000);
     assert!(!text.contains(r#""uuid":"a4""#));
-    let ids = conversations_of(&text);
+    let (ids, _) = conversations_of(&text);
     let fork = ids[2];
     assert!(fork != 0, "{ids:?}");
     // Request 4 (no uuid) goes with the latest, the fork; request 5 continues the fork.

@@ -6,7 +6,8 @@ use crate::InputArgs;
 use crate::output::outln;
 use muninn_core::split::Part;
 use muninn_core::validate::{
-    Aggregate, CauseFigures, Figures, Side, ValidateOptions, ValidationReport, validate,
+    Aggregate, CauseFigures, Disagreement, Figures, Side, ValidateOptions, ValidationReport,
+    validate,
 };
 
 /// Arguments of `muninn check-cache`.
@@ -189,7 +190,7 @@ fn print_disagreement_classes(report: &ValidationReport) -> std::io::Result<()> 
         let count = |a: &Aggregate| a.disagreements.get(class).copied().unwrap_or(0);
         outln!(
             "  {:<24} {:>5} | {:>5}",
-            format!("{class:?}"),
+            class.as_str(),
             count(&report.model.all),
             count(&report.naive.all)
         )?;
@@ -201,7 +202,7 @@ fn print_disagreement_classes(report: &ValidationReport) -> std::io::Result<()> 
 fn print_disagreements(report: &ValidationReport) -> std::io::Result<()> {
     for r in report.rows.iter().filter(|r| !r.cache_model.agree) {
         outln!(
-            "{} #{} ({}) gap {} s: recorded read {} ({:?}), model {} ({:?}) — {:?}",
+            "{} #{} ({}) gap {} s: recorded read {} ({}), model {} ({}) — {}",
             r.trace,
             r.index,
             r.part.label(),
@@ -210,7 +211,8 @@ fn print_disagreements(report: &ValidationReport) -> std::io::Result<()> {
             r.recorded_class,
             r.cache_model.read,
             r.cache_model.class,
-            r.cache_model.disagreement
+            // Always named where the classes differ (`Prediction::disagreement`).
+            r.cache_model.disagreement.map_or("–", Disagreement::as_str)
         )?;
     }
     Ok(())

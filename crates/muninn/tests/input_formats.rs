@@ -51,6 +51,49 @@ fn input_format_forces_a_format_and_refuses_others() {
     assert!(stderr.contains("tracelab-csv"), "{stderr}");
 }
 
+/// `check-cache` names the classes as the JSON report stores them (`head_unknown`, not
+/// `HeadUnknown`): on the API log, whose cache model's two disagreements are a compaction's head
+/// unknown and a sub-agent's first read of a head kept warm outside the log, in the table and in
+/// `--disagreements`' lines, with the read classes of each.
+#[test]
+fn check_cache_prints_the_stored_class_names() {
+    let log = import_fixture("api-log/proxy.jsonl");
+    let (stdout, _) = ok(&muninn(&[
+        "check-cache",
+        "--quiet",
+        "--disagreements",
+        log.to_str().unwrap(),
+    ]));
+    let table: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("disagreements by class"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.split_whitespace().next().unwrap_or_default())
+        .collect();
+    // The naive rule's one miss of its own, a compaction, is a class of the table too.
+    assert_eq!(
+        table,
+        vec!["external_warm_head", "head_unknown", "compaction_or_switch"],
+        "{stdout}"
+    );
+    let mut listed: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(": recorded read "))
+        .map(|l| l.rsplit(" — ").next().unwrap_or_default())
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        vec!["external_warm_head", "head_unknown"],
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("(head), model 0 (none) — "),
+        "read classes by their stored names:\n{stdout}"
+    );
+}
+
 /// TraceLab records no model: without `--model` its rounds are unpriced (left out, and said so),
 /// with it they are replayed.
 #[test]

@@ -178,16 +178,36 @@ fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
+/// What a failed client run and the processes behind it said: its exit status, stdout and
+/// stderr, then the ends of the serve log and the simulator's log in `dir` (a failure under
+/// load is otherwise a bare non-zero exit, with nothing to find its cause from).
+fn failure(out: &std::process::Output, dir: &Path) -> String {
+    let tail = |name: &str| {
+        let log = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    };
+    format!(
+        "status: {}\n--- stdout\n{}\n--- stderr\n{}\n--- serve.log (last 40 lines)\n{}\n--- sim.log (last 40 lines)\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        tail("serve.log"),
+        tail("sim.log")
+    )
+}
+
 /// A whole conversation (two deliveries, answered) on `backend` (TOML lines of `[backend]`)
 /// against `muninn sim-api` accepting only [`CANARY`]; `while_running` looks at the serve
 /// process (by pid) before it stops. Then: no file of the data or state directory, no ledger
 /// export and no log line holds the key or a piece of it, and the data directory is private.
 fn canary_conversation(backend: &str, while_running: impl FnOnce(u32)) {
     let dir = tempfile::tempdir().unwrap();
+    let sim_log = std::fs::File::create(dir.path().join("sim.log")).unwrap();
     let mut sim = Command::new(env!("CARGO_BIN_EXE_muninn"))
         .args(["sim-api", "--addr", "127.0.0.1:0", "--api-key", CANARY])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(sim_log)
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -209,16 +229,13 @@ fn canary_conversation(backend: &str, while_running: impl FnOnce(u32)) {
         let out = serve.muninn(&["say", "vala", text, "--wait"]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            out.status.success(),
-            "{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            stdout.contains("vala → #swarm: "),
-            "answered through the sim: {stdout}"
+            out.status.success() && stdout.contains("vala → #swarm: "),
+            "`muninn say --wait` did not get an answer through the sim:\n{}",
+            failure(&out, dir.path())
         );
     }
     let ledger = serve.muninn(&["ledger", "vala", "--format", "jsonl"]);
+    assert!(ledger.status.success(), "{}", failure(&ledger, dir.path()));
     let ledger = String::from_utf8(ledger.stdout).unwrap();
     assert!(ledger.lines().count() >= 2, "{ledger}");
     while_running(serve.child.id());

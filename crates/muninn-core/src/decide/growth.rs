@@ -19,7 +19,7 @@
 use super::{Reason, SessionView};
 use crate::money::MicroUsd;
 
-impl SessionView {
+impl SessionView<'_> {
     /// The growth rule's bar, one test for the arrival and the gap: `Ok` once the reads paid
     /// above a rehydration have bought `rebuild` — or as many rebuilds as the Mind's refreshes
     /// say one is worth — on a prompt longer than the rehydration; else why it waits.

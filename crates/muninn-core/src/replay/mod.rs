@@ -594,10 +594,11 @@ impl<'a> Engine<'a> {
     /// The request for `turn` is sent with a clear (the `mask` action): the accounting drops
     /// the clearable results, the segment is that much shorter from now on, and the clear is
     /// described as [`crate::mask`] prices it — the head read if warm (the longest cached prefix
-    /// before the first cleared block), the rest of the shorter prompt written.
+    /// before the first cleared block), the rest of the shorter prompt written. `kept`: the
+    /// tokens before that block ([`SessionView::clear_from_tokens`]).
     fn clear(
         &mut self,
-        view: &SessionView,
+        kept: Tokens,
         turn: &Turn,
         length: Tokens,
         now: i64,
@@ -607,7 +608,6 @@ impl<'a> Engine<'a> {
             .expiry(self.model, self.head_fp)
             .is_some_and(|t| t > now);
         let uncleared = self.prompt_tokens(length + turn.delta);
-        let kept = view.clear_from_tokens;
         let cleared = self.acc.masked(crate::session::arriving_uses(&turn.tools));
         crate::mask::MaskedRequest {
             uncleared_tokens: uncleared,
@@ -653,12 +653,16 @@ impl<'a> Engine<'a> {
                 now,
                 &future,
             );
+            // What the view says is read out before the accounting moves on (the view
+            // borrows it).
+            let flush_first = !view.flushed && view.needs_flush();
+            let kept = view.clear_from_tokens;
             let refreshed = decision.action == Action::Refresh && index > 0;
             if refreshed {
-                self.refresh(&view, decision.reason, index, length, now, on_step);
+                self.refresh(flush_first, decision.reason, index, length, now, on_step);
             }
             let masked = decision.action == Action::Mask && index > 0;
-            let mask = masked.then(|| self.clear(&view, turn, length, now));
+            let mask = masked.then(|| self.clear(kept, turn, length, now));
             length += turn.delta;
             let arrived = Arrived {
                 index,
@@ -670,17 +674,18 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Starts a new segment before request `index` (flushing first if memory needs it).
+    /// Starts a new segment before request `index`, flushing first if memory needs it and this
+    /// gap has not flushed it yet (`flush_first`).
     fn refresh(
         &mut self,
-        view: &SessionView,
+        flush_first: bool,
         reason: Reason,
         index: usize,
         length: Tokens,
         now: i64,
         on_step: &mut dyn FnMut(&Step),
     ) {
-        if !view.flushed && view.needs_flush() {
+        if flush_first {
             let (usage, cost) = self.side_request(StepKind::Flush, Keep::Tail, index, now, on_step);
             self.acc.flush(now, &usage, cost);
         }

@@ -131,6 +131,26 @@ pub enum ReadClass {
     None,
 }
 
+impl ReadClass {
+    /// Every class.
+    pub const ALL: [ReadClass; 3] = [ReadClass::Prefix, ReadClass::Head, ReadClass::None];
+
+    /// The class's name as it is stored (the JSON report) and printed (`check-cache`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ReadClass::Prefix => "prefix",
+            ReadClass::Head => "head",
+            ReadClass::None => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for ReadClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a prediction's class differs from the recorded one, named from the context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -156,6 +176,42 @@ pub enum Disagreement {
     /// The prefix was predicted on a thread's first request (only for the naive rule, which cannot
     /// see another thread's prefix).
     ForkedPrefix,
+}
+
+impl Disagreement {
+    /// Every class, in the order they sort in.
+    pub const ALL: [Disagreement; 8] = [
+        Disagreement::ExternalWarmHead,
+        Disagreement::PrefixRewrite,
+        Disagreement::PrefixLost,
+        Disagreement::HeadLost,
+        Disagreement::HeadUnknown,
+        Disagreement::UnexpectedPrefix,
+        Disagreement::CompactionOrSwitch,
+        Disagreement::ForkedPrefix,
+    ];
+
+    /// The class's name as it is stored (the JSON report's `disagreement` and `disagreements`
+    /// keys) and printed (`check-cache`'s table and `--disagreements`): one name in both, so a
+    /// class read off the table can be looked up in the JSON.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Disagreement::ExternalWarmHead => "external_warm_head",
+            Disagreement::PrefixRewrite => "prefix_rewrite",
+            Disagreement::PrefixLost => "prefix_lost",
+            Disagreement::HeadLost => "head_lost",
+            Disagreement::HeadUnknown => "head_unknown",
+            Disagreement::UnexpectedPrefix => "unexpected_prefix",
+            Disagreement::CompactionOrSwitch => "compaction_or_switch",
+            Disagreement::ForkedPrefix => "forked_prefix",
+        }
+    }
+}
+
+impl std::fmt::Display for Disagreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One request's comparison.

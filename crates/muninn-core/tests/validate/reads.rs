@@ -260,3 +260,34 @@ fn aggregates_and_json() {
     let empty = validate(&[], &ValidateOptions::default());
     assert_eq!(empty.model.all.agreement, 1.0);
 }
+
+/// The names `check-cache` prints for read classes and disagreement classes are the names the
+/// JSON report stores, every one of them: a class read off the table is found in the JSON.
+#[test]
+fn printed_class_names_are_the_stored_ones() {
+    let stored = |v: serde_json::Result<serde_json::Value>| {
+        v.ok().and_then(|v| v.as_str().map(str::to_owned))
+    };
+    for class in ReadClass::ALL {
+        assert_eq!(
+            stored(serde_json::to_value(class)).as_deref(),
+            Some(class.as_str())
+        );
+        assert_eq!(class.to_string(), class.as_str());
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for class in Disagreement::ALL {
+        assert_eq!(
+            stored(serde_json::to_value(class)).as_deref(),
+            Some(class.as_str())
+        );
+        assert_eq!(class.to_string(), class.as_str());
+        names.push(class.as_str());
+    }
+    // `ALL` is every class once, in their order (the table sorts by it).
+    let mut sorted = Disagreement::ALL;
+    sorted.sort();
+    assert_eq!(sorted, Disagreement::ALL);
+    names.dedup();
+    assert_eq!(names.len(), Disagreement::ALL.len());
+}
