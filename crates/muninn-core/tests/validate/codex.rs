@@ -209,3 +209,50 @@ proptest! {
         prop_assert_eq!(&predictions(&before)[..k], &predictions(&after)[..k]);
     }
 }
+
+/// OpenAI's cache is a machine's: a Codex thread that sends faster than about 15 requests a
+/// minute overflows to machines a request or two behind, which read the conversation a few
+/// hundred tokens short of the previous prompt. Such a read is classed the prefix (up to eight
+/// 128-token steps short), for the cache model and the naive rule alike; a read back to the
+/// instructions head stays a head, and the read error still counts every token short.
+#[test]
+fn a_read_a_few_steps_short_of_the_previous_prompt_is_the_prefix() {
+    let requests = vec![
+        codex(0, 20_000, 3_072, 300, true),
+        // The previous prompt rounds down to 19_968; read 7 steps (896 tokens) short of it.
+        codex(3_000, 21_000, 19_072, 300, false),
+        // 8 steps (1_024) short of floor128(21_000) = 20_992: still the prefix.
+        codex(6_000, 22_000, 19_968, 300, false),
+        // 9 steps (1_152) short of 21_888: a head.
+        codex(9_000, 23_000, 20_736, 300, false),
+        // Back to the instructions head.
+        codex(12_000, 24_000, 3_072, 300, false),
+    ];
+    let t = trace("cx", "main", ThreadKind::Main, "gpt-5.1-codex", requests);
+    let report = validate(&[t], &ValidateOptions::default());
+    let recorded: Vec<ReadClass> = report.rows.iter().map(|r| r.recorded_class).collect();
+    assert_eq!(
+        recorded,
+        vec![
+            ReadClass::Head,
+            ReadClass::Prefix,
+            ReadClass::Prefix,
+            ReadClass::Head,
+            ReadClass::Head,
+        ]
+    );
+    // Both predictors read the previous prompt (the model with its output) and so agree on the
+    // two stale reads; the read error still counts the tokens they fell short.
+    let agree = |side: fn(&muninn_core::validate::RequestRow) -> bool| {
+        report.rows.iter().map(side).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        agree(|r| r.cache_model.agree),
+        vec![false, true, true, false, false]
+    );
+    assert_eq!(
+        agree(|r| r.naive.agree),
+        vec![false, true, true, false, false]
+    );
+    assert!(report.model.all.abs_error >= 896 + 1_024);
+}
