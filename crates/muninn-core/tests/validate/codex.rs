@@ -31,11 +31,11 @@ fn codex_rollouts_are_predicted_by_the_automatic_cache_model() {
         codex(0, 17_091, 3_456, 463, true),
         codex(7_000, 19_268, 17_536, 239, false),
         codex(13_000, 21_312, 19_456, 304, false),
-        // Twenty minutes idle: past the 600 s retention.
-        codex(13_000 + 20 * MIN, 22_000, 3_456, 100, true),
-        codex(13_000 + 20 * MIN + 5_000, 30_000, 22_016, 100, false),
+        // Forty minutes idle: past the 1,800 s retention.
+        codex(13_000 + 40 * MIN, 22_000, 3_456, 100, true),
+        codex(13_000 + 40 * MIN + 5_000, 30_000, 22_016, 100, false),
         // A new turn whose prompt shrank (earlier reasoning dropped): back to the turn start.
-        codex(13_000 + 21 * MIN, 29_000, 21_888, 100, true),
+        codex(13_000 + 41 * MIN, 29_000, 21_888, 100, true),
     ];
     let t = trace("cx", "main", ThreadKind::Main, "gpt-5-codex", requests);
     let report = validate(&[t], &ValidateOptions::default());
@@ -63,6 +63,31 @@ fn codex_rollouts_are_predicted_by_the_automatic_cache_model() {
     // The naive rule reads the previous prompt within the retention, nothing past it.
     assert_eq!(report.rows[1].naive.read, 17_024);
     assert_eq!(report.rows[3].naive.read, 0);
+}
+
+/// OpenAI keeps an unused prefix "5 to 10 minutes, up to an hour off-peak"; Codex rollouts read
+/// their conversation back after idle gaps well past ten minutes, so the retention is 1,800 s:
+/// twenty idle minutes keep the conversation (for the model and the naive rule), forty do not.
+#[test]
+fn a_conversation_outlives_ten_idle_minutes() {
+    let requests = vec![
+        codex(0, 17_091, 3_456, 463, true),
+        codex(20 * MIN, 19_268, 17_536, 239, true),
+        codex(60 * MIN, 21_312, 3_456, 304, true),
+    ];
+    let t = trace("cx", "main", ThreadKind::Main, "gpt-5-codex", requests);
+    let report = validate(&[t], &ValidateOptions::default());
+    assert_eq!(
+        model_reads(&report),
+        vec![
+            (0, ReadClass::None),
+            (17_536, ReadClass::Prefix),
+            (3_456, ReadClass::Head),
+        ]
+    );
+    assert_eq!(report.rows[1].naive.read, 17_024);
+    assert_eq!(report.rows[2].naive.read, 0);
+    assert_eq!(report.model.all.agree, 2);
 }
 
 /// What the cache model predicted each request reads, and of which kind.
