@@ -566,7 +566,7 @@ fn an_openai_trace_replays_under_openais_cache() {
                 .iter()
                 .filter(|s| s.kind == StepKind::Request)
                 .collect();
-            // Eight minutes idle: still cached (600 s retention); an hour: cold, head and all
+            // Eight minutes idle: still cached (1,800 s retention); an hour: cold, head and all
             // (a replay models one session: no other keeps the head warm).
             assert!(requests[2].usage.cache_read > 20_000, "{:?}", requests[2]);
             assert_eq!(requests[6].usage.cache_read, 0, "{:?}", requests[6]);

@@ -70,7 +70,9 @@
 //! Each read is classed against the *reference prefix* — the previous request's cached part, or for
 //! a compaction agent's first request the main thread's — as [`ReadClass::Prefix`] (within the
 //! tolerance of the reference or more), [`ReadClass::None`] (at most the tolerance) or
-//! [`ReadClass::Head`] (anything between). Agreement is the share of requests whose predicted class
+//! [`ReadClass::Head`] (anything between). On an OpenAI trace the reference is the previous
+//! prompt and a read up to a few cache steps short of it is still the prefix (a machine a request
+//! or two behind: `openai`'s module docs); the same classes judge the naive rule. Agreement is the share of requests whose predicted class
 //! equals the recorded one; the read error is `Σ|predicted − recorded| / Σ recorded`. Every
 //! disagreement gets a [`Disagreement`] label from the context.
 //!
@@ -424,11 +426,35 @@ pub struct ValidationReport {
     pub model_errors: usize,
 }
 
-/// Classes `read` against `reference` (see the module docs).
+/// Classes `read` against `reference` with one tolerance for both bounds (see the module docs).
 pub fn classify(read: Tokens, reference: Tokens, tolerance: Tokens) -> ReadClass {
-    if reference > 0 && read + tolerance >= reference {
+    classify_within(
+        read,
+        reference,
+        Slack {
+            prefix: tolerance,
+            none: tolerance,
+        },
+    )
+}
+
+/// How far a read may miss a class's bound and still take the class (see [`classify_within`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slack {
+    /// A read at most this many tokens short of the reference is still [`ReadClass::Prefix`].
+    pub prefix: Tokens,
+    /// A read of at most this many tokens is [`ReadClass::None`].
+    pub none: Tokens,
+}
+
+/// Classes `read` against `reference`: [`ReadClass::Prefix`] within `slack.prefix` of it or past
+/// it, [`ReadClass::None`] at most `slack.none`, [`ReadClass::Head`] in between. An OpenAI
+/// trace's prefix slack is wider than its step (`openai`'s `prefix_slack`), an Anthropic
+/// trace's is the tolerance.
+pub fn classify_within(read: Tokens, reference: Tokens, slack: Slack) -> ReadClass {
+    if reference > 0 && read + slack.prefix >= reference {
         ReadClass::Prefix
-    } else if read <= tolerance {
+    } else if read <= slack.none {
         ReadClass::None
     } else {
         ReadClass::Head
@@ -554,11 +580,14 @@ impl Predictors {
         self.last_model.insert(thread_key, trace.model.clone());
         let fallback_ttl = self.last_ttl.get(&t).copied().unwrap_or(Ttl::FiveMinutes);
 
-        let (reference, tolerance, (model_read, model_miss), naive, heads) =
+        let (reference, slack, (model_read, model_miss), naive, heads) =
             match openai_price(options, &trace.model) {
                 Some(price) => (
                     openai::reference(trace, index, price),
-                    options.tolerance.max(price.cache_step),
+                    Slack {
+                        prefix: openai::prefix_slack(price).max(options.tolerance),
+                        none: options.tolerance.max(price.cache_step),
+                    },
                     self.openai.step(trace, index, price),
                     openai::naive_read(trace, index, price),
                     // OpenAI's cache has no breakpoints: a short read names no level.
@@ -569,7 +598,10 @@ impl Predictors {
                     let tools_head = self.anthropic.tools_head(trace, options);
                     (
                         reference,
-                        options.tolerance,
+                        Slack {
+                            prefix: options.tolerance,
+                            none: options.tolerance,
+                        },
                         (self.anthropic).step(trace, index, reference, fallback_ttl, options),
                         naive_read(trace, index, fallback_ttl),
                         Some(Breakpoints { tools_head }),
@@ -597,10 +629,10 @@ impl Predictors {
             index,
             (reference, switched),
             (model_read, naive),
-            tolerance,
+            slack,
         );
         row.cause = cause
-            .or_else(|| shortfall_cause(&row, index > 0 && req.version_changed, heads, tolerance));
+            .or_else(|| shortfall_cause(&row, index > 0 && req.version_changed, heads, slack.none));
         row.cause_agrees = req
             .provider_miss
             .and_then(|label| agrees(row.cause, &label));
@@ -695,16 +727,16 @@ fn compare(
     index: usize,
     (reference, switched): (Tokens, bool),
     (model_read, naive_read): (Tokens, Tokens),
-    tolerance: Tokens,
+    slack: Slack,
 ) -> RequestRow {
     let gap_ms = index
         .checked_sub(1)
         .and_then(|p| trace.requests.get(p))
         .map(|p| req.at_ms - p.at_ms);
     let recorded = req.usage.cache_read;
-    let recorded_class = classify(recorded, reference, tolerance);
+    let recorded_class = classify_within(recorded, reference, slack);
     let predict = |read: Tokens| {
-        let class = classify(read, reference, tolerance);
+        let class = classify_within(read, reference, slack);
         Prediction {
             read,
             class,

@@ -28,9 +28,16 @@
 //!   reveals (its read). Every Codex session of the organisation sends it, so it is taken to be
 //!   always warm (on the tuning part of the rollouts it was read after gaps of up to 12 hours).
 //!
-//! Classes are measured against the previous request's prompt rounded down to the step, with a
-//! tolerance of one step (reads are quantised; the exact boundary inside the previous output
-//! varies by a step).
+//! Classes are measured against the previous request's prompt rounded down to the step. A read
+//! is [`super::ReadClass::None`] up to one step (reads are quantised) and
+//! [`super::ReadClass::Prefix`] up to [`STALE_STEPS`] steps short of that prompt, because OpenAI's
+//! cache is a machine's, not the organisation's: requests are routed by a hash of the prompt's
+//! first ~256 tokens (and the `prompt_cache_key`, which Codex sets per conversation) to a machine
+//! that holds the prefixes *it* processed, and a key sending more than about 15 requests a minute
+//! — a Codex tool loop does — overflows to other machines. A request served by a machine that
+//! missed the thread's last request or two reads the conversation as it stood then: a few hundred
+//! tokens short, which is the conversation's cache found, not a head. The same classes apply to
+//! the naive rule; the read-token error, which counts every token short, is unchanged by them.
 
 use crate::miss::MissCause;
 use crate::money::Tokens;
@@ -144,6 +151,19 @@ impl OpenAiReplay {
         self.threads.insert(trace.id.clone(), next);
         (read, miss)
     }
+}
+
+/// How many cache steps short of the previous prompt a read may fall and still be classed the
+/// conversation's prefix: a machine a request or two behind (see the module docs). On the
+/// tuning parts of the three unseen Codex sources, reads within a turn that fell more than one
+/// step short fell 2–8 steps short 150 times, 9–16 steps 11 times and more 58 times (most of
+/// those back to an older request's prefix or the instructions head): eight steps is where the
+/// few-hundred-token shortfalls end.
+pub(super) const STALE_STEPS: Tokens = 8;
+
+/// The prefix slack of an OpenAI trace's classes: [`STALE_STEPS`] cache steps.
+pub(super) fn prefix_slack(price: &ModelPrice) -> Tokens {
+    price.cache_step.saturating_mul(STALE_STEPS)
 }
 
 /// The reference prefix of request `index`: the previous request's prompt, rounded down to the

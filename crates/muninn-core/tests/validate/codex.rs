@@ -31,11 +31,11 @@ fn codex_rollouts_are_predicted_by_the_automatic_cache_model() {
         codex(0, 17_091, 3_456, 463, true),
         codex(7_000, 19_268, 17_536, 239, false),
         codex(13_000, 21_312, 19_456, 304, false),
-        // Twenty minutes idle: past the 600 s retention.
-        codex(13_000 + 20 * MIN, 22_000, 3_456, 100, true),
-        codex(13_000 + 20 * MIN + 5_000, 30_000, 22_016, 100, false),
+        // Forty minutes idle: past the 1,800 s retention.
+        codex(13_000 + 40 * MIN, 22_000, 3_456, 100, true),
+        codex(13_000 + 40 * MIN + 5_000, 30_000, 22_016, 100, false),
         // A new turn whose prompt shrank (earlier reasoning dropped): back to the turn start.
-        codex(13_000 + 21 * MIN, 29_000, 21_888, 100, true),
+        codex(13_000 + 41 * MIN, 29_000, 21_888, 100, true),
     ];
     let t = trace("cx", "main", ThreadKind::Main, "gpt-5-codex", requests);
     let report = validate(&[t], &ValidateOptions::default());
@@ -63,6 +63,31 @@ fn codex_rollouts_are_predicted_by_the_automatic_cache_model() {
     // The naive rule reads the previous prompt within the retention, nothing past it.
     assert_eq!(report.rows[1].naive.read, 17_024);
     assert_eq!(report.rows[3].naive.read, 0);
+}
+
+/// OpenAI keeps an unused prefix "5 to 10 minutes, up to an hour off-peak"; Codex rollouts read
+/// their conversation back after idle gaps well past ten minutes, so the retention is 1,800 s:
+/// twenty idle minutes keep the conversation (for the model and the naive rule), forty do not.
+#[test]
+fn a_conversation_outlives_ten_idle_minutes() {
+    let requests = vec![
+        codex(0, 17_091, 3_456, 463, true),
+        codex(20 * MIN, 19_268, 17_536, 239, true),
+        codex(60 * MIN, 21_312, 3_456, 304, true),
+    ];
+    let t = trace("cx", "main", ThreadKind::Main, "gpt-5-codex", requests);
+    let report = validate(&[t], &ValidateOptions::default());
+    assert_eq!(
+        model_reads(&report),
+        vec![
+            (0, ReadClass::None),
+            (17_536, ReadClass::Prefix),
+            (3_456, ReadClass::Head),
+        ]
+    );
+    assert_eq!(report.rows[1].naive.read, 17_024);
+    assert_eq!(report.rows[2].naive.read, 0);
+    assert_eq!(report.model.all.agree, 2);
 }
 
 /// What the cache model predicted each request reads, and of which kind.
@@ -208,4 +233,51 @@ proptest! {
         let after = validate(&rewritten, &ValidateOptions::default());
         prop_assert_eq!(&predictions(&before)[..k], &predictions(&after)[..k]);
     }
+}
+
+/// OpenAI's cache is a machine's: a Codex thread that sends faster than about 15 requests a
+/// minute overflows to machines a request or two behind, which read the conversation a few
+/// hundred tokens short of the previous prompt. Such a read is classed the prefix (up to eight
+/// 128-token steps short), for the cache model and the naive rule alike; a read back to the
+/// instructions head stays a head, and the read error still counts every token short.
+#[test]
+fn a_read_a_few_steps_short_of_the_previous_prompt_is_the_prefix() {
+    let requests = vec![
+        codex(0, 20_000, 3_072, 300, true),
+        // The previous prompt rounds down to 19_968; read 7 steps (896 tokens) short of it.
+        codex(3_000, 21_000, 19_072, 300, false),
+        // 8 steps (1_024) short of floor128(21_000) = 20_992: still the prefix.
+        codex(6_000, 22_000, 19_968, 300, false),
+        // 9 steps (1_152) short of 21_888: a head.
+        codex(9_000, 23_000, 20_736, 300, false),
+        // Back to the instructions head.
+        codex(12_000, 24_000, 3_072, 300, false),
+    ];
+    let t = trace("cx", "main", ThreadKind::Main, "gpt-5.1-codex", requests);
+    let report = validate(&[t], &ValidateOptions::default());
+    let recorded: Vec<ReadClass> = report.rows.iter().map(|r| r.recorded_class).collect();
+    assert_eq!(
+        recorded,
+        vec![
+            ReadClass::Head,
+            ReadClass::Prefix,
+            ReadClass::Prefix,
+            ReadClass::Head,
+            ReadClass::Head,
+        ]
+    );
+    // Both predictors read the previous prompt (the model with its output) and so agree on the
+    // two stale reads; the read error still counts the tokens they fell short.
+    let agree = |side: fn(&muninn_core::validate::RequestRow) -> bool| {
+        report.rows.iter().map(side).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        agree(|r| r.cache_model.agree),
+        vec![false, true, true, false, false]
+    );
+    assert_eq!(
+        agree(|r| r.naive.agree),
+        vec![false, true, true, false, false]
+    );
+    assert!(report.model.all.abs_error >= 896 + 1_024);
 }
