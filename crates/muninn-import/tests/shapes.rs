@@ -59,11 +59,7 @@ fn an_sse_stream_spread_into_the_message_is_skipped_by_line() {
         .map(|r| (r.at_ms, r.usage.cache_read))
         .collect();
     assert_eq!(requests, vec![(at(2), 0), (at(62), 500)]);
-    let warned: Vec<(u64, &str)> = got
-        .warnings
-        .iter()
-        .map(|w| (w.line, w.message.as_str()))
-        .collect();
+    let warned = warnings_of(&got);
     assert_eq!(
         warned,
         vec![(3, "assistant line without message.id, skipped")]
@@ -433,11 +429,7 @@ fn a_cycle_of_links_is_reported_once_and_continues_the_latest_conversation() {
     let fork = ids[2];
     assert!(fork != 0, "{ids:?}");
     assert_eq!(ids, vec![0, 0, fork, fork, fork]);
-    let warned: Vec<(u64, &str)> = got
-        .warnings
-        .iter()
-        .map(|w| (w.line, w.message.as_str()))
-        .collect();
+    let warned = warnings_of(&got);
     assert_eq!(
         warned,
         vec![(
@@ -526,4 +518,12 @@ fn when_tool_results_were_written_goes_with_the_request_carrying_them() {
         .map(|r| (r.tool_results.uses, r.boundary, r.tool_results_at_ms))
         .collect();
     assert_eq!(requests, vec![(0, true, None), (1, true, Some(at(7)))]);
+}
+
+/// An import's warnings as (line, message) pairs.
+fn warnings_of(got: &Import) -> Vec<(u64, &str)> {
+    got.warnings
+        .iter()
+        .map(|w| (w.line, w.message.as_str()))
+        .collect()
 }
