@@ -23,8 +23,8 @@
 //!   buffer, only the fields needed are decoded (content and tool outputs are skipped without being
 //!   allocated), and cross-file de-duplication keeps a 64-bit hash per request id, not the id.
 //! - The result is deterministic: files are read in sorted path order, traces come out sorted by
-//!   (session, kind, thread, model) and each trace's requests by time. Files under a `subagents`
-//!   folder are read after every other file: Claude Code (2.1.8x on) writes a session's
+//!   (session, kind, thread, model) and each trace's requests by time. Files whose own folder
+//!   is a `subagents` folder are read after every other file: Claude Code (2.1.8x on) writes a session's
 //!   sub-agents to `<session>/subagents/agent-<id>.jsonl`, and some of them — the side question
 //!   (`agent-aside_question-*`) and the compaction agent (`agent-acompact-*`) — begin with a copy
 //!   of the main conversation, the same responses with the same ids, marked `isSidechain`. In
@@ -184,8 +184,8 @@ pub fn import_paths(
     for path in paths {
         collect_files(path, true, &mut files)?;
     }
-    // Sorted, so de-duplication (first file wins) and the output are deterministic; files under
-    // a `subagents` folder after every other, so that a session's own file wins (see the module
+    // Sorted, so de-duplication (first file wins) and the output are deterministic; files of a
+    // `subagents` folder after every other, so that a session's own file wins (see the module
     // docs).
     files.sort_by(|a, b| (under_subagents(&a.0), &a.0).cmp(&(under_subagents(&b.0), &b.0)));
     files.dedup_by(|a, b| a.0 == b.0);
@@ -257,9 +257,14 @@ fn collect_files(path: &Path, top: bool, out: &mut Vec<(PathBuf, u64)>) -> Resul
     Ok(())
 }
 
-/// Whether `path` lies under a `subagents` folder (Claude Code's `<session>/subagents/`).
+/// Whether `path` is a file of a `subagents` folder (Claude Code's
+/// `<session>/subagents/agent-<id>.jsonl`). Only the file's own folder counts: a folder above the
+/// import that happens to bear the name would otherwise mark every file, and the copies would win
+/// again.
 fn under_subagents(path: &Path) -> bool {
-    path.components().any(|c| c.as_os_str() == "subagents")
+    path.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|name| name == "subagents")
 }
 
 /// Whether a directory walk reads a file of this name: JSON Lines, or CSV (TraceLab).

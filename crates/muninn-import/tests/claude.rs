@@ -162,24 +162,38 @@ fn duplicates_across_files_are_dropped() {
 /// although the folder `s1/` sorts before `s1.jsonl`.
 #[test]
 fn a_sub_agent_copying_the_main_conversation_leaves_it_to_the_main_thread() {
-    let dir = tempfile::tempdir().unwrap();
-    let source = fixture("claude/project/s1.jsonl");
-    std::fs::copy(&source, dir.path().join("s1.jsonl")).unwrap();
-    let aside = dir.path().join("s1/subagents");
-    std::fs::create_dir_all(&aside).unwrap();
-    let copied = std::fs::read_to_string(&source).unwrap().replace(
-        "\"isSidechain\":false",
-        "\"isSidechain\":true,\"agentId\":\"aside_question-q1\"",
-    );
-    std::fs::write(aside.join("agent-aside_question-q1.jsonl"), copied).unwrap();
-    let got = import(&[dir.path().to_path_buf()]);
-    let threads: Vec<(&str, usize)> = got
-        .traces
-        .iter()
-        .map(|t| (t.thread.as_str(), t.requests.len()))
-        .collect();
-    assert_eq!(threads, vec![("main", 1), ("main", 4)]);
-    assert_eq!(got.stats.duplicates_dropped, 5);
+    // Laid out in a folder of its own, in one under a folder that happens to be named
+    // `subagents` (found in review: only the file's own folder may say it is a sub-agent's), and
+    // with both files named on the command line.
+    for (nest, explicit) in [("", false), ("subagents/project", false), ("", true)] {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join(nest);
+        let source = fixture("claude/project/s1.jsonl");
+        let aside = dir.join("s1/subagents");
+        std::fs::create_dir_all(&aside).unwrap();
+        std::fs::copy(&source, dir.join("s1.jsonl")).unwrap();
+        let copied = std::fs::read_to_string(&source).unwrap().replace(
+            "\"isSidechain\":false",
+            "\"isSidechain\":true,\"agentId\":\"aside_question-q1\"",
+        );
+        let agent = aside.join("agent-aside_question-q1.jsonl");
+        std::fs::write(&agent, copied).unwrap();
+        let got = match explicit {
+            true => import(&[agent, dir.join("s1.jsonl")]),
+            false => import(&[dir]),
+        };
+        let threads: Vec<(&str, usize)> = got
+            .traces
+            .iter()
+            .map(|t| (t.thread.as_str(), t.requests.len()))
+            .collect();
+        assert_eq!(
+            threads,
+            vec![("main", 1), ("main", 4)],
+            "{nest:?} {explicit}"
+        );
+        assert_eq!(got.stats.duplicates_dropped, 5);
+    }
 }
 
 /// Malformed, invalid UTF-8, missing id and torn lines are warnings with file:line; the good
