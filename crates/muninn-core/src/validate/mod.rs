@@ -449,10 +449,14 @@ pub struct Slack {
 
 /// Classes `read` against `reference`: [`ReadClass::Prefix`] within `slack.prefix` of it or past
 /// it, [`ReadClass::None`] at most `slack.none`, [`ReadClass::Head`] in between. An OpenAI
-/// trace's prefix slack is wider than its step (`openai`'s `prefix_slack`), an Anthropic
-/// trace's is the tolerance.
+/// trace's prefix slack is wider than its step (`openai`'s `slack`), an Anthropic trace's is the
+/// tolerance. A read of nothing is [`ReadClass::None`] whatever the prefix slack, unless the
+/// reference itself is within the none slack (found in review: an eight-step slack covered a
+/// whole 1,024-token reference, and a read of nothing counted as the prefix).
 pub fn classify_within(read: Tokens, reference: Tokens, slack: Slack) -> ReadClass {
-    if reference > 0 && read + slack.prefix >= reference {
+    if read <= slack.none && reference > slack.none {
+        ReadClass::None
+    } else if reference > 0 && read + slack.prefix >= reference {
         ReadClass::Prefix
     } else if read <= slack.none {
         ReadClass::None
@@ -582,17 +586,18 @@ impl Predictors {
 
         let (reference, slack, (model_read, model_miss), naive, heads) =
             match openai_price(options, &trace.model) {
-                Some(price) => (
-                    openai::reference(trace, index, price),
-                    Slack {
-                        prefix: openai::prefix_slack(price).max(options.tolerance),
-                        none: options.tolerance.max(price.cache_step),
-                    },
-                    self.openai.step(trace, index, price),
-                    openai::naive_read(trace, index, price),
-                    // OpenAI's cache has no breakpoints: a short read names no level.
-                    None,
-                ),
+                Some(price) => {
+                    let reference = openai::reference(trace, index, price);
+                    let head = self.openai.head(&trace.model);
+                    (
+                        reference,
+                        openai::slack(price, reference, head, options.tolerance),
+                        self.openai.step(trace, index, price),
+                        openai::naive_read(trace, index, price),
+                        // OpenAI's cache has no breakpoints: a short read names no level.
+                        None,
+                    )
+                }
                 None => {
                     let reference = self.anthropic.reference(trace, index);
                     let tools_head = self.anthropic.tools_head(trace, options);
@@ -705,7 +710,9 @@ fn shortfall_cause(
     };
     let read = row.recorded_read;
     Some(match heads.tools_head {
-        _ if read <= tolerance => MissCause::ToolsOrSystemChange,
+        // Without a tools head known nothing says the head was warm: a prompt with no cacheable
+        // head reads nothing after a change of its messages too (found in review).
+        Some(_) if read <= tolerance => MissCause::ToolsOrSystemChange,
         Some(head) if read > head + PAST_TOOLS_HEAD.max(tolerance) => MissCause::MessagesChange,
         _ => MissCause::PrefixChange,
     })

@@ -30,7 +30,8 @@
 //!
 //! Classes are measured against the previous request's prompt rounded down to the step. A read
 //! is [`super::ReadClass::None`] up to one step (reads are quantised) and
-//! [`super::ReadClass::Prefix`] up to [`STALE_STEPS`] steps short of that prompt, because OpenAI's
+//! [`super::ReadClass::Prefix`] up to [`STALE_STEPS`] steps short of that prompt (but never a read
+//! back to the shared head, or of nothing: those found nothing of the conversation), because OpenAI's
 //! cache is a machine's, not the organisation's: requests are routed by a hash of the prompt's
 //! first ~256 tokens (and the `prompt_cache_key`, which Codex sets per conversation) to a machine
 //! that holds the prefixes *it* processed, and a key sending more than about 15 requests a minute
@@ -39,6 +40,7 @@
 //! tokens short, which is the conversation's cache found, not a head. The same classes apply to
 //! the naive rule; the read-token error, which counts every token short, is unchanged by them.
 
+use super::Slack;
 use crate::miss::MissCause;
 use crate::money::Tokens;
 use crate::price::ModelPrice;
@@ -82,6 +84,12 @@ pub(super) struct OpenAiReplay {
 const MAX_DEFICIT: Tokens = 8_192;
 
 impl OpenAiReplay {
+    /// The shared instructions head of `model` as the model knows it before the next request
+    /// (0 while no thread's first request has read one).
+    pub(super) fn head(&self, model: &str) -> Tokens {
+        self.heads.get(model).copied().unwrap_or(0)
+    }
+
     /// Predicts request `index` of `trace` and the cache's miss cause, then learns from what the
     /// provider answered.
     pub(super) fn step(
@@ -95,7 +103,7 @@ impl OpenAiReplay {
         };
         let prompt = req.usage.prompt();
         let at = req.at_ms;
-        let head = self.heads.get(&trace.model).copied().unwrap_or(0);
+        let head = self.head(&trace.model);
         let thread = self.threads.get(&trace.id).copied();
         let (predicted, appended, miss) = match thread {
             None if head > 0 => (head, None, None),
@@ -161,9 +169,27 @@ impl OpenAiReplay {
 /// few-hundred-token shortfalls end.
 pub(super) const STALE_STEPS: Tokens = 8;
 
-/// The prefix slack of an OpenAI trace's classes: [`STALE_STEPS`] cache steps.
-pub(super) fn prefix_slack(price: &ModelPrice) -> Tokens {
-    price.cache_step.saturating_mul(STALE_STEPS)
+/// The slack of an OpenAI trace's classes (see [`super::classify_within`]): a read up to
+/// [`STALE_STEPS`] cache steps short of `reference` is the prefix, but never a read that reaches
+/// no further than the shared instructions `head` (learned from earlier threads' first reads,
+/// 0 while unknown), which found nothing of the conversation (found in review: early in a
+/// conversation the head lies within eight steps of the reference); a read of at most one step
+/// (or the tolerance) is none.
+pub(super) fn slack(
+    price: &ModelPrice,
+    reference: Tokens,
+    head: Tokens,
+    tolerance: Tokens,
+) -> Slack {
+    let stale = price.cache_step.saturating_mul(STALE_STEPS).max(tolerance);
+    let prefix = match head {
+        0 => stale,
+        head => stale.min(reference.saturating_sub(head + price.cache_step)),
+    };
+    Slack {
+        prefix,
+        none: tolerance.max(price.cache_step),
+    }
 }
 
 /// The reference prefix of request `index`: the previous request's prompt, rounded down to the

@@ -149,3 +149,30 @@ fn where_a_short_read_stopped_names_the_level() {
         (3, 3, 1, 1)
     );
 }
+
+/// Found in review: without a tools head known (the session opened cold and no other session
+/// read one), a read of nothing says nothing of where the prompt diverged — a prompt with no
+/// cacheable head reads nothing after a change of its messages too — so the level stays unknown.
+#[test]
+fn without_a_tools_head_a_read_of_nothing_names_no_level() {
+    let mut requests = growing(0, 4, 10_000, true);
+    requests[0].usage.cache_read = 0;
+    requests[0].usage.cache_write_1h = 20_000;
+    let mut cached = 20_000;
+    for r in requests.iter_mut().skip(1) {
+        r.usage.cache_read = cached;
+        cached += r.usage.cache_write_1h;
+    }
+    let mut short = req(40_000, 0, cached + 300, true);
+    short.provider_miss = label(ProviderMissReason::MessagesChanged);
+    requests.push(short);
+    let t = trace("s", "main", ThreadKind::Main, "m", requests);
+    let report = validate(&[t], &ValidateOptions::default());
+    let r = row(&report, "s/main/m", 4);
+    assert_eq!(r.cache_model.class, ReadClass::Prefix, "{r:?}");
+    assert_eq!(
+        (r.cause, r.cause_agrees),
+        (Some(MissCause::PrefixChange), Some(true)),
+        "{r:?}"
+    );
+}

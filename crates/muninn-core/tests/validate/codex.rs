@@ -281,3 +281,26 @@ fn a_read_a_few_steps_short_of_the_previous_prompt_is_the_prefix() {
     );
     assert!(report.model.all.abs_error >= 896 + 1_024);
 }
+
+/// Found in review: the prefix slack (eight steps) must not make a read of nothing, or a read
+/// back to the shared instructions head that found nothing of the conversation, count as the
+/// conversation's prefix while the conversation is still shorter than the slack.
+#[test]
+fn the_prefix_slack_never_covers_a_read_of_nothing_or_of_the_instructions_head() {
+    // Each alone, so that the first has no instructions head known.
+    let second_class = |requests: Vec<TraceRequest>| {
+        let t = trace("cx", "main", ThreadKind::Main, "gpt-5.1-codex", requests);
+        let report = validate(&[t], &ValidateOptions::default());
+        (report.rows[1].reference, report.rows[1].recorded_class)
+    };
+    let nothing = vec![
+        codex(0, 1_100, 0, 100, true),
+        codex(3_000, 1_300, 0, 100, false),
+    ];
+    assert_eq!(second_class(nothing), (1_024, ReadClass::None));
+    let head = vec![
+        codex(0, 3_600, 3_072, 100, true),
+        codex(3_000, 4_200, 3_072, 100, false),
+    ];
+    assert_eq!(second_class(head), (3_584, ReadClass::Head));
+}
