@@ -584,7 +584,7 @@ impl Predictors {
         self.last_model.insert(thread_key, trace.model.clone());
         let fallback_ttl = self.last_ttl.get(&t).copied().unwrap_or(Ttl::FiveMinutes);
 
-        let (reference, slack, (model_read, model_miss), naive, heads) =
+        let (reference, slack, (model_read, model_miss), naive, tools_head) =
             match openai_price(options, &trace.model) {
                 Some(price) => {
                     let reference = openai::reference(trace, index, price);
@@ -594,12 +594,14 @@ impl Predictors {
                         openai::slack(price, reference, head, options.tolerance),
                         self.openai.step(trace, index, price),
                         openai::naive_read(trace, index, price),
-                        // OpenAI's cache has no breakpoints: a short read names no level.
+                        // OpenAI's cache has no breakpoints, so no tools head: a short read
+                        // names no level.
                         None,
                     )
                 }
                 None => {
                     let reference = self.anthropic.reference(trace, index);
+                    // Before the step, which learns from this request's answer.
                     let tools_head = self.anthropic.tools_head(trace, options);
                     (
                         reference,
@@ -609,7 +611,7 @@ impl Predictors {
                         },
                         (self.anthropic).step(trace, index, reference, fallback_ttl, options),
                         naive_read(trace, index, fallback_ttl),
-                        Some(Breakpoints { tools_head }),
+                        tools_head,
                     )
                 }
             };
@@ -636,22 +638,19 @@ impl Predictors {
             (model_read, naive),
             slack,
         );
-        row.cause = cause
-            .or_else(|| shortfall_cause(&row, index > 0 && req.version_changed, heads, slack.none));
+        row.cause = cause.or_else(|| {
+            shortfall_cause(
+                &row,
+                index > 0 && req.version_changed,
+                tools_head,
+                slack.none,
+            )
+        });
         row.cause_agrees = req
             .provider_miss
             .and_then(|label| agrees(row.cause, &label));
         Some(row)
     }
-}
-
-/// What a short read can say of where an Anthropic prompt diverged: the breakpoints it could
-/// have been read back to.
-#[derive(Debug, Clone, Copy)]
-struct Breakpoints {
-    /// The tools head the cache model placed (tools and the static system preamble, Claude
-    /// Code's first breakpoint), where known.
-    tools_head: Option<Tokens>,
 }
 
 /// How far past the tools head a read must reach to have been read back to a breakpoint after
@@ -666,8 +665,9 @@ const PAST_TOOLS_HEAD: Tokens = 1_024;
 /// of its own) but that read less: the prompt changed before the prefix's end. At the system
 /// prompt when the client's version changed since the thread's previous request (`new_client`,
 /// `TraceRequest::version_changed`). Otherwise the level is named from where the read stopped,
-/// for a prompt laid out as Claude Code lays it out (`heads`: tools, then the system prompt
-/// with a breakpoint after its static preamble — the tools head — and, in some versions, one
+/// for a prompt laid out as Claude Code lays it out (tools, then the system prompt with a
+/// breakpoint after its static preamble — `tools_head`, where the cache model placed one (never
+/// on OpenAI's cache, which has no breakpoints) — and, in some versions, one
 /// at its end; then the messages with breakpoints near their end). The provider reads back to
 /// the last breakpoint before the divergence, within the 20-block lookback, so:
 ///
@@ -694,7 +694,7 @@ const PAST_TOOLS_HEAD: Tokens = 1_024;
 fn shortfall_cause(
     row: &RequestRow,
     new_client: bool,
-    heads: Option<Breakpoints>,
+    tools_head: Option<Tokens>,
     tolerance: Tokens,
 ) -> Option<MissCause> {
     let short =
@@ -705,11 +705,8 @@ fn shortfall_cause(
     if new_client {
         return Some(MissCause::SystemChange);
     }
-    let Some(heads) = heads else {
-        return Some(MissCause::PrefixChange);
-    };
     let read = row.recorded_read;
-    Some(match heads.tools_head {
+    Some(match tools_head {
         // Without a tools head known nothing says the head was warm: a prompt with no cacheable
         // head reads nothing after a change of its messages too (found in review).
         Some(_) if read <= tolerance => MissCause::ToolsOrSystemChange,
