@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Lays out the public transcripts of README "Validation on data nobody tuned on" in OUT, from their
-# repositories at the commits measured, and checks that each source's files are the ones measured
-# (a sha256 over the sorted per-file sha256 sums; exits non-zero, printing FAIL, on a mismatch).
-# The data is other people's and is not copied into this repository: this script fetches it.
+# Lays out the public transcripts of docs/validation.md "Validation on data nobody tuned on" in OUT,
+# from their repositories at the commits measured, and checks that each source's files are the ones
+# measured (a sha256 over the sorted per-file sha256 sums; exits non-zero, printing FAIL, on a
+# mismatch). The data is other people's and is not copied into this repository: this script fetches
+# it.
 #
 #   scripts/fetch-unseen.sh /tmp/unseen-data              # clones each repository (full history)
 #   MUNINN_UNSEEN_GIT=DIR scripts/fetch-unseen.sh OUT     # reads DIR/<owner>+<name>/repo instead
@@ -51,7 +52,8 @@ tree hannibal8856/claude_backup 2e35e2520a2d1ec40b13fb931c06981bc7bb7453 .claude
     "$out/claude-code/claude-backup"
 tree LAF-US/IDAHO-VAULT c1c3fe9b6f274081e0ffbb32e541a9bf32f08892 .claude/projects \
     "$out/claude-code/idaho-vault"
-# Found after the two above were tuned on (README "A third and fourth user"): nobody tuned on them.
+# Found after the two above were tuned on (docs/validation.md "A third, fourth and fifth user"):
+# nobody tuned on them.
 tree JamesTiberiusKirk/dotsv2 c4267e011b9fefb19bcf4f50e7a3e1281b354495 .claude/projects \
     "$out/claude-code/dotsv2"
 tree 4thehalibit/omarchy-backup 41bb7a1ab482a67e4302082008caaff403d36544 .claude/projects \
@@ -85,10 +87,10 @@ for f in 2025/12/25/rollout-2025-12-25T22-45-23-019b55c1-d022-7061-bbb9-b0c90708
     file 0h-n0/local-voice-assistant-codex 004983e110a9ede1fbaa1d6d3f84e1c14afea302 "$s/$f" "$out/codex/voice" $s
 done
 
-# A fresh held-out set of Codex rollouts (README "A fresh held-out set of Codex rollouts"), found
-# after the OpenAI cache model's reasoning rule was tuned, and run once after it: each file at
-# the commit holding its longest version. JaydenXsoe/ocodex's 32 rollouts (Codex of Aug-Sep
-# 2025) log no token counts and are not fetched.
+# A fresh held-out set of Codex rollouts (docs/validation.md "A fresh held-out set of Codex
+# rollouts"), found after the OpenAI cache model's reasoning rule was tuned, and run once after it:
+# each file at the commit holding its longest version. JaydenXsoe/ocodex's 32 rollouts (Codex of
+# Aug-Sep 2025) log no token counts and are not fetched.
 while read -r commit f; do
     file AaronBakerDev/knearme-platform "$commit" "$s/$f" "$out/codex-fresh/knearme" $s
 done <<'EOF'
@@ -186,10 +188,10 @@ e2f3258fb735f2f2523dd7fe3b8feaca1a0c597f 2025/12/15/rollout-2025-12-15T14-40-50-
 EOF
 
 # ---- fresh, found 2026-12-01, held out: nobody tunes on these ----
-# More users' committed ~/.claude/projects (README "Validation on data nobody tuned on", the rows
-# marked fresh), found while another engineer tuned the Claude Code cache model on the five users
-# above, to check those rules once afterwards. Only their import and a baseline of the build of
-# then were run on them; no rule or constant may be chosen on them.
+# More users' committed ~/.claude/projects (docs/validation.md "Validation on data nobody tuned on",
+# the rows marked fresh), found while another engineer tuned the Claude Code cache model on the five
+# users above, to check those rules once afterwards. Only their import and a baseline of the build
+# of then were run on them; no rule or constant may be chosen on them.
 tree pshung/personal_git a8cbef1d282193633e7209e1fc6782cdbe5df19f .claude/projects \
     "$out/claude-code-fresh/personal-git"
 tree onehandcode-source/claude-config 724d877b18e9551e3e1949ee3212e95622a577ae .claude/projects \

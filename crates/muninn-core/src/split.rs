@@ -58,8 +58,8 @@ mod tests {
     use super::*;
 
     /// Pins the rule on the sessions of `../shared/traces/claude-code` and of the six public
-    /// Codex rollouts the README measures: a change to the hash or the rule would silently move
-    /// sessions between the parts.
+    /// Codex rollouts docs/validation.md measures: a change to the hash or the rule would
+    /// silently move sessions between the parts.
     #[test]
     fn the_measured_sessions_split_as_recorded() {
         let tuning = [

@@ -2,7 +2,7 @@
 //! WebDriver (plain HTTP from reqwest). The host ran the scripted workload and its runner is
 //! live; the browser logs in with the token, the page's figures equal the ledger's, a click on
 //! the brake brakes the Mind (the page says so after its reload), and the page is saved as
-//! `docs/dashboard.png` for the README.
+//! `docs/dashboard.png` for docs/host.md.
 
 use crate::dashboard::{Served, TOKEN};
 use crate::runtime::ledger;

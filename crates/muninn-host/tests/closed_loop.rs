@@ -270,7 +270,7 @@ fn assert_holds(report: &ClosedLoop, rows: &[LedgerRow]) {
 }
 
 /// Random workloads in this many cases per run (`MUNINN_CLOSED_LOOP_CASES` overrides it, e.g. for
-/// the figure in the README).
+/// the figure in docs/host.md, "One economy").
 const CASES: u32 = 32;
 
 /// Every decision the host recorded is reproduced by replaying its ledger, and the cost within
@@ -393,7 +393,8 @@ async fn a_long_workload_covers_every_decision_and_replays_exactly() {
     }
     // The Persona's turns carry the structured-output acknowledgement as their only tool
     // result: the rows record it, the closed loop replays it into the accounting, and nothing
-    // that small is ever worth a clear — no mask in the host's ledger (see the README).
+    // that small is ever worth a clear — no mask in the host's ledger (docs/replay.md, "The
+    // `mask` action").
     assert!(
         rows.iter()
             .filter(|r| r.role == "persona")

@@ -1,7 +1,7 @@
 //! Line shapes met in real `~/.claude/projects` folders that the hand-made fixtures did not have
-//! (issue 12: the unseen public transcripts of README "Validation on data nobody tuned on"). Each
-//! test writes a small hand-made file reproducing the shape — never the real data — and pins what
-//! the importer does with it.
+//! (issue 12: the unseen public transcripts of docs/validation.md "Validation on data nobody tuned
+//! on"). Each test writes a small hand-made file reproducing the shape — never the real data — and
+//! pins what the importer does with it.
 
 use super::*;
 use pretty_assertions::assert_eq;

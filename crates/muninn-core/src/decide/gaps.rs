@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 pub const MIN_GAPS_EVIDENCE: u32 = crate::learn::MIN_SEGMENTS_EVIDENCE;
 
 /// How many hours either side of a gap's starting hour (of the UTC day) count as the same time of
-/// day for [`GapHours::band`]: a band of seven hours. Chosen on the tuning parts (README "The
-/// idle decisions against the optimum"): ±1, ±2 and ±4 came within $0.2 of it; ±6 lost the gain
-/// (a band of 13 hours holds a Mind's nights whatever hour a gap began).
+/// day for [`GapHours::band`]: a band of seven hours. Chosen on the tuning parts (docs/replay.md
+/// "The idle decisions against the optimum"): ±1, ±2 and ±4 came within $0.2 of it; ±6 lost the
+/// gain (a band of 13 hours holds a Mind's nights whatever hour a gap began).
 pub const GAP_HOUR_BAND: i64 = 3;
 
 /// Idle gaps seen so far, in log₂-second buckets: bucket i holds gaps in [2^i, 2^(i+1)) seconds
@@ -185,7 +185,7 @@ impl std::ops::Sub for GapHours {
 /// optimum's b — up to 17× where the plain rule is 2× (below one ping, no gap pinged again to
 /// teach otherwise). Gap lengths, not paybacks, say whether the next gap is likely to outlast
 /// the budget. Head-only pings keep the payback's budget: judged on the gap lengths too, they
-/// cost more on the tuning sources (README "The idle decisions against the optimum").
+/// cost more on the tuning sources (docs/replay.md "The idle decisions against the optimum").
 ///
 /// The gaps judged on are first those that began at the same time of day as this one (the
 /// last request's hour, [`GapHours::band`]): with three that lasted as long, they decide. With

@@ -86,7 +86,7 @@ fn opening(session: &str, days: i64, opening: u64) -> Trace {
 /// tools head warm that the traces let die days ago: once openings on that dead head were read
 /// more often than not, the next opening on it is predicted to read it. The tally is per head
 /// and counts openings only; a pause in the middle of a session is still a miss (seen on two
-/// public users' sessions, README "Validation on data nobody tuned on").
+/// public users' sessions, docs/validation.md "Validation on data nobody tuned on").
 #[test]
 fn a_tools_head_kept_warm_outside_the_traces_is_read_at_session_openings() {
     // a teaches the head; b opens on it dead and reads it; so c is predicted to read it.
@@ -134,7 +134,7 @@ fn a_tools_head_kept_warm_outside_the_traces_is_read_at_session_openings() {
 /// the classes call a head — is borrowed by another session that has seen no head of its own. It
 /// must not hide that session's cached tail when the borrowed size falls between the tail and
 /// the new end: a head is a prefix of the conversation, never longer than the tail (seen on a
-/// public user's sessions, README "Validation on data nobody tuned on").
+/// public user's sessions, docs/validation.md "Validation on data nobody tuned on").
 #[test]
 fn a_borrowed_head_longer_than_the_cached_tail_does_not_hide_it() {
     let mut a = growing(0, 5, 10_000, true);

@@ -1,5 +1,6 @@
-//! The measured Self tool loops (README, "The host"): the same brief over this repository's own
-//! sources with masks allowed and with `never`, once and five times by one Mind.
+//! The measured Self tool loops (docs/replay.md, "The host" under the `mask` action): the same
+//! brief over this repository's own sources with masks allowed and with `never`, once and five
+//! times by one Mind.
 
 use super::{Run, brief_text, cleared_tokens, is_mask, run_brief, self_rows};
 use crate::runtime::{ledger, mind, runner, world_with};
@@ -23,9 +24,10 @@ async fn measured_run(src: &Path, policy: &str) -> Run {
     }
 }
 
-/// The measured run (README, "The host"): the same brief over this repository's own source
-/// files, once deciding as configured (masks allowed) and once with `never` (which never
-/// masks, and inside a tool loop decides nothing else differently), side by side.
+/// The measured run (docs/replay.md, "The host" under the `mask` action): the same brief over
+/// this repository's own source files, once deciding as configured (masks allowed) and once with
+/// `never` (which never masks, and inside a tool loop decides nothing else differently), side by
+/// side.
 #[tokio::test]
 async fn measured_masks_against_no_masks_on_this_repositorys_sources() {
     let src = measured_sources();
