@@ -14,11 +14,18 @@
 //!   re-emits the last count (same `total_token_usage`) on some events: both are skipped;
 //! - `compacted`: the history was rewritten, so the next request is `compacted`;
 //! - `response_item`: model output (`reasoning`, `function_call`, assistant `message`, …) or input
-//!   (user `message`, `function_call_output`, …). The first output item after a request marks
-//!   when the next request was answering, which is used as its `at_ms`; without one the
-//!   `token_count` line's own timestamp is used. A `reasoning` item among a request's output
+//!   (user `message`, `function_call_output`, …). Codex 0.77 and later log a request's output
+//!   items *before* its `token_count`; Codex 0.57–0.58 log them right *after* it, before the next
+//!   input. So output items that follow a count with no input between belong to the request
+//!   just counted, and other output items to the next one. The first output item logged before
+//!   a count marks when that request was answering, which is used as its `at_ms`; without one
+//!   the `token_count` line's own timestamp is used. A `reasoning` item among a request's output
 //!   marks it `reasoning` (OpenAI's reasoning models drop that reasoning from the prompt at the
-//!   next user message, which the OpenAI cache model needs to know).
+//!   next user message, which the OpenAI cache model needs to know);
+//! - `event_msg` `entered_review_mode` … `exited_review_mode`: a `/review` runs as a conversation
+//!   of its own (its own prompt and running totals) inside the rollout; its requests go to a
+//!   `review` thread ([`ThreadKind::Subagent`]), and the main thread's last count, which Codex
+//!   re-emits after the review, is skipped as the re-emission it is.
 //!
 //! Usage mapping: `cached_input_tokens` → cache read, `cache_write_input_tokens` (logged by newer
 //! Codex versions, for models that bill a write premium) → cache write (OpenAI has no TTL tiers:
@@ -27,10 +34,12 @@
 //! already includes reasoning in OpenAI's accounting; `reasoning_output_tokens` is added only when
 //! `total_tokens` shows it was counted separately.
 //!
-//! A rollout is one thread (`main`); a model switch gives a second trace.
+//! A rollout is one thread (`main`), and a `review` thread per `/review`; a model switch gives a
+//! second trace.
 
 use crate::json::{Str, parse_timestamp_ms};
 use crate::lines::{Line, parse_line};
+use crate::sink::RequestSlot;
 use crate::{FormatReader, LineContext};
 use muninn_core::trace::{ThreadKind, TraceRequest, Usage};
 use serde::Deserialize;
@@ -119,8 +128,13 @@ pub(crate) struct CodexReader {
     output_started_at: Option<i64>,
     /// Whether a `reasoning` item was among the output since the last request.
     reasoning: bool,
-    /// The last `total_token_usage` seen, to skip re-emitted counts.
+    /// The last `total_token_usage` seen on the thread being logged, to skip re-emitted counts.
     last_total: Option<TokenUsage>,
+    /// The request just counted, while no input has followed its count: output items logged
+    /// now are its own (Codex 0.57–0.58 log them after the count).
+    answered: Option<RequestSlot>,
+    /// While a `/review` runs: the main thread's `last_total`, kept for when it ends.
+    review: Option<Option<TokenUsage>>,
 }
 
 impl CodexReader {
@@ -138,25 +152,58 @@ impl CodexReader {
             output_started_at: None,
             reasoning: false,
             last_total: None,
+            answered: None,
+            review: None,
         }
     }
 
-    /// A `response_item`: the first model output since the last request dates the next request
-    /// (when it was answering), and a `reasoning` item marks it as having reasoned.
-    fn response_item(&mut self, payload: &Payload<'_>, at_ms: Option<i64>) {
+    /// A `response_item`: model output right after a count is the counted request's own (the
+    /// order of Codex 0.57–0.58); any other output dates the next request (the first item, when
+    /// it was answering). A `reasoning` item marks the request it belongs to as having reasoned.
+    fn response_item(
+        &mut self,
+        payload: &Payload<'_>,
+        at_ms: Option<i64>,
+        cx: &mut LineContext<'_, '_>,
+    ) {
         let payload_kind = payload.kind.as_ref().map(Str::as_str);
         let is_input = match payload_kind {
             Some("message") => payload
                 .role
                 .as_ref()
                 .is_none_or(|r| r.as_str() != "assistant"),
+            Some("ghost_snapshot") => return, // Codex's own undo record, neither side's
             Some(kind) => kind.ends_with("_output"),
             None => true,
         };
-        if !is_input && self.output_started_at.is_none() {
-            self.output_started_at = at_ms;
+        let reasoning = payload_kind == Some("reasoning");
+        if is_input {
+            // A new request needs new input: whatever output follows is the next request's.
+            self.answered = None;
+        } else if let Some(slot) = self.answered {
+            if let Some(request) = cx.sink.get_mut(slot) {
+                request.reasoning |= reasoning;
+            }
+        } else {
+            if self.output_started_at.is_none() {
+                self.output_started_at = at_ms;
+            }
+            self.reasoning |= reasoning;
         }
-        self.reasoning |= payload_kind == Some("reasoning");
+    }
+
+    /// `entered_review_mode` / `exited_review_mode`: the review's counts run on totals of their
+    /// own, and the main thread's resume where they stopped.
+    fn review_mode(&mut self, entered: bool) {
+        self.answered = None;
+        if entered {
+            if self.review.is_none() {
+                self.review = Some(self.last_total.take());
+                self.human_turn = true;
+            }
+        } else if let Some(main_total) = self.review.take() {
+            self.last_total = main_total;
+        }
     }
 
     /// A `token_count` event: one finished request, pushed with what the lines since the last
@@ -195,7 +242,11 @@ impl CodexReader {
         }
         let request = self.take_request(at_ms, last.to_usage());
         let model = self.model.as_deref().unwrap_or("unknown");
-        cx.push(&self.session, "main", ThreadKind::Main, model, request);
+        let (thread, kind) = match self.review {
+            Some(_) => ("review", ThreadKind::Subagent),
+            None => ("main", ThreadKind::Main),
+        };
+        self.answered = Some(cx.push(&self.session, thread, kind, model, request));
     }
 
     /// The request a `token_count` finished, from the state gathered since the last one, which
@@ -247,11 +298,19 @@ impl FormatReader for CodexReader {
                     self.model = Some(model.as_str().to_owned());
                 }
             }
-            Some("compacted") => self.compacted = true,
-            Some("response_item") => self.response_item(&payload, at_ms),
+            Some("compacted") => {
+                self.compacted = true;
+                self.answered = None;
+            }
+            Some("response_item") => self.response_item(&payload, at_ms, cx),
             Some("event_msg") => match payload_kind {
-                Some("user_message") => self.human_turn = true,
+                Some("user_message") => {
+                    self.human_turn = true;
+                    self.answered = None;
+                }
                 Some("token_count") => self.token_count(payload.info, at_ms, line, cx),
+                Some("entered_review_mode") => self.review_mode(true),
+                Some("exited_review_mode") => self.review_mode(false),
                 _ => {}
             },
             _ => {}

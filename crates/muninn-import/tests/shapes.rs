@@ -196,6 +196,142 @@ fn a_codex_reasoning_item_marks_its_own_request_only() {
     assert_eq!(flags, vec![(true, true), (false, false), (true, true)]);
 }
 
+/// One line of a Codex rollout, `seconds` after the fixtures' origin.
+fn codex_line(seconds: i64, kind: &str, payload: serde_json::Value) -> String {
+    serde_json::json!({
+        "timestamp": jiff::Timestamp::from_millisecond(at(seconds)).unwrap().to_string(),
+        "type": kind,
+        "payload": payload,
+    })
+    .to_string()
+        + "\n"
+}
+
+/// A Codex `response_item` of type `kind` (`role` for a message).
+fn codex_item(seconds: i64, kind: &str, role: Option<&str>) -> String {
+    let mut payload = serde_json::json!({"type": kind, "call_id": "c"});
+    if let Some(role) = role {
+        payload["role"] = role.into();
+    }
+    codex_line(seconds, "response_item", payload)
+}
+
+/// A Codex `token_count` whose running total of input is `total` and whose request read
+/// `cached` of a `prompt`-token prompt.
+fn codex_count(seconds: i64, total: u64, prompt: u64, cached: u64) -> String {
+    let last = serde_json::json!({"input_tokens": prompt, "cached_input_tokens": cached, "output_tokens": 10});
+    codex_line(
+        seconds,
+        "event_msg",
+        serde_json::json!({"type": "token_count", "info": {"total_token_usage": {"input_tokens": total}, "last_token_usage": last}}),
+    )
+}
+
+/// A Codex `event_msg` of type `kind`.
+fn codex_event(seconds: i64, kind: &str) -> String {
+    codex_line(seconds, "event_msg", serde_json::json!({"type": kind}))
+}
+
+/// Codex 0.57–0.58 log a request's output items right after its `token_count` (later versions
+/// before it; seen on the tuning part of the MoonMind rollouts, where every count is followed by
+/// its request's reasoning and call). Those items are the counted request's: its `reasoning`
+/// flag, not the next request's, and they do not date the next request — which the importer
+/// did, dating a turn's first request by the last turn's final answer (hours early after a
+/// long pause, so the cache model saw no gap). Nor does a `ghost_snapshot` (Codex's undo
+/// snapshot at a turn's start, before the model is asked).
+#[test]
+fn codex_output_logged_after_its_count_is_the_counted_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rollout-2025-11-12T00-00-00-old.jsonl");
+    let text = codex_line(0, "session_meta", serde_json::json!({"id": "old", "model": "gpt-5-codex"}))
+        + &codex_event(0, "user_message")
+        + &codex_event(2, "agent_reasoning")
+        + &codex_count(3, 2_000, 2_000, 0)
+        + &codex_item(3, "reasoning", None)
+        + &codex_item(3, "function_call", None)
+        + &codex_item(5, "function_call_output", None)
+        + &codex_count(9, 5_000, 3_000, 1_920)
+        + &codex_item(9, "function_call", None)
+        + &codex_item(11, "function_call_output", None)
+        + &codex_count(14, 9_000, 4_000, 2_944)
+        + &codex_item(14, "message", Some("assistant"))
+        // Three hours later, the next turn.
+        + &codex_event(10_800, "user_message")
+        // Codex's undo snapshot, taken before the model is asked: no answer, so no date.
+        + &codex_item(10_800, "ghost_snapshot", None)
+        + &codex_count(10_805, 14_000, 5_000, 3_072)
+        + &codex_item(10_805, "reasoning", None)
+        + &codex_item(10_805, "message", Some("assistant"));
+    std::fs::write(&path, text).unwrap();
+
+    let got = import(std::slice::from_ref(&path));
+    let requests: Vec<(i64, bool, bool)> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| (r.at_ms, r.boundary, r.reasoning))
+        .collect();
+    assert_eq!(
+        requests,
+        vec![
+            (at(3), true, true),
+            (at(9), false, false),
+            (at(14), false, false),
+            (at(10_805), true, true),
+        ]
+    );
+}
+
+/// A `/review` in Codex 0.77 runs as a conversation of its own inside the rollout (seen on the
+/// tuning part of the voice-assistant rollouts): between `entered_review_mode` and
+/// `exited_review_mode` the counts start new running totals, and after it Codex re-emits the
+/// main thread's last count. The review's requests are a `review` thread of their own, and the
+/// re-emitted count is no request — the importer had put both into the main thread, a 3,113-token
+/// prompt in a 94k-token conversation and the same request twice.
+#[test]
+fn a_codex_review_is_a_thread_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rollout-2025-12-25T00-00-00-rv.jsonl");
+    let text = codex_line(0, "session_meta", serde_json::json!({"id": "rv", "model": "gpt-5.2-codex"}))
+        + &codex_event(0, "user_message")
+        + &codex_item(1, "function_call", None)
+        + &codex_count(2, 90_000, 90_000, 3_200)
+        + &codex_item(3, "function_call_output", None)
+        + &codex_item(4, "message", Some("assistant"))
+        + &codex_count(5, 184_337, 94_337, 89_984)
+        + &codex_event(100, "entered_review_mode")
+        + &codex_event(100, "user_message")
+        + &codex_count(104, 3_113, 3_113, 2_048)
+        + &codex_count(104, 3_113, 3_113, 2_048)
+        + &codex_count(120, 19_089, 15_976, 2_048)
+        + &codex_event(144, "exited_review_mode")
+        + &codex_event(170, "user_message")
+        // The main thread's last count again, then its next request.
+        + &codex_count(171, 184_337, 94_337, 89_984)
+        + &codex_item(175, "function_call", None)
+        + &codex_count(176, 279_394, 95_057, 93_184);
+    std::fs::write(&path, text).unwrap();
+
+    let got = import(std::slice::from_ref(&path));
+    let threads: Vec<(&str, ThreadKind, Vec<u64>)> = got
+        .traces
+        .iter()
+        .map(|t| {
+            (
+                t.thread.as_str(),
+                t.kind,
+                t.requests.iter().map(|r| r.usage.prompt()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        threads,
+        vec![
+            ("main", ThreadKind::Main, vec![90_000, 94_337, 95_057]),
+            ("review", ThreadKind::Subagent, vec![3_113, 15_976]),
+        ]
+    );
+}
+
 /// Claude Code writes a response one content block per line, a `thinking` (or
 /// `redacted_thinking`) block usually on the first. The request is marked as having thought
 /// whichever of its lines carries the block: the cache model reads it for the turns that follow

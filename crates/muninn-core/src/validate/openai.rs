@@ -19,14 +19,20 @@
 //!   reads that prompt, rounded down. A turn without reasoning leaves the prefix whole. (On the
 //!   tuning rows of the 15 unseen rollouts, 44 of the 71 first requests of a later turn read
 //!   that prompt to within a step; all 15 that followed a turn without reasoning read the whole
-//!   previous prompt.)
+//!   previous prompt.) Less the thread's *turn deficit*, learned as the tail deficit is: how far
+//!   short of that prompt the last two new turns' reads fell. On the tuning part of the
+//!   localpush rollouts (Codex 0.104) the longest rollout's last 16 new turns each read 12–61
+//!   steps short of it (13 of them 12–29), as if something sent before each turn's reasoning
+//!   changed at the next; on the 15 unseen rollouts' tuning rows (Codex 0.57–0.77) a new turn's
+//!   read stayed within a step or two of it, or fell far (a machine's stale copy).
 //! - **A shrunk prompt** (Codex dropped earlier reasoning items, or rewrote the history): the
 //!   prefix survives up to the start of the current turn, so k reads the turn's first prompt,
 //!   rounded down.
 //! - **A compaction, or a gap past the retention**: only the *shared head* survives — the
 //!   instructions every session of the model sends first, which the first request of a thread
 //!   reveals (its read). Every Codex session of the organisation sends it, so it is taken to be
-//!   always warm (on the tuning part of the rollouts it was read after gaps of up to 12 hours).
+//!   always warm (on the tuning part of the rollouts it was read after gaps of up to 12 hours);
+//!   on a model no thread has opened yet, the size another model's threads read stands in.
 //!
 //! Classes are measured against the previous request's prompt rounded down to the step. A read
 //! is [`super::ReadClass::None`] up to one step (reads are quantised) and
@@ -61,6 +67,8 @@ struct Thread {
     reasoning_from: Option<Tokens>,
     /// How far short of the appended prefix the last two appending reads fell.
     deficits: [Tokens; 2],
+    /// How far short of where the last turn began to reason the last two new turns' reads fell.
+    turn_deficits: [Tokens; 2],
 }
 
 impl Thread {
@@ -68,6 +76,32 @@ impl Thread {
     /// routing hiccup) does not move the next prediction, while a steady one does.
     fn deficit(&self) -> Tokens {
         self.deficits[0].min(self.deficits[1])
+    }
+
+    /// The turn deficit believed in, the same way.
+    fn turn_deficit(&self) -> Tokens {
+        self.turn_deficits[0].min(self.turn_deficits[1])
+    }
+}
+
+/// What a prediction expected the request to read, when its shortfall teaches a deficit.
+#[derive(Debug, Clone, Copy)]
+enum Expected {
+    /// Nothing to learn (a first request, a compaction, a gap past the retention, a shrunk
+    /// prompt).
+    Nothing,
+    /// The appended prefix, in full: the shortfall is the tail deficit.
+    Tail(Tokens),
+    /// The prefix up to where the last turn began to reason: the shortfall is the turn deficit.
+    Turn(Tokens),
+}
+
+/// Remembers `short` among the last two deficits, unless the read found nothing or fell
+/// further short than a steady deficit goes (a divergence, not a deficit).
+fn remember(deficits: &mut [Tokens; 2], expected: Tokens, recorded: Tokens) {
+    let short = expected.saturating_sub(recorded);
+    if recorded > 0 && short <= MAX_DEFICIT {
+        *deficits = [deficits[1], short];
     }
 }
 
@@ -77,6 +111,8 @@ pub(super) struct OpenAiReplay {
     threads: HashMap<String, Thread>,
     /// Per model: the shared head's size, as the latest first request of a thread read it.
     heads: HashMap<String, Tokens>,
+    /// The latest head read on any model: the stand-in for a model no thread has opened yet.
+    latest_head: Tokens,
 }
 
 /// The most a tail deficit is believed to be: beyond it a short read is taken for a
@@ -84,10 +120,16 @@ pub(super) struct OpenAiReplay {
 const MAX_DEFICIT: Tokens = 8_192;
 
 impl OpenAiReplay {
-    /// The shared instructions head of `model` as the model knows it before the next request
-    /// (0 while no thread's first request has read one).
+    /// The shared instructions head of `model` as the model knows it before the next request:
+    /// the latest first read of a thread on `model`, or while none has been seen on it, the
+    /// latest on any model (0 before any). Codex sends every model nearly the same instructions
+    /// and the first request of a thread always found them warm — traffic outside the rollouts
+    /// keeps each model's copy — so another model's head size is a better guess than none: on
+    /// the 15 unseen rollouts' tuning rows the two threads that opened a model no earlier
+    /// thread had used read heads of 3,072 and 3,200 tokens where the head borrowed was 3,072
+    /// for both, each a head, where predicting nothing was wrong.
     pub(super) fn head(&self, model: &str) -> Tokens {
-        self.heads.get(model).copied().unwrap_or(0)
+        self.heads.get(model).copied().unwrap_or(self.latest_head)
     }
 
     /// Predicts request `index` of `trace` and the cache's miss cause, then learns from what the
@@ -105,29 +147,34 @@ impl OpenAiReplay {
         let at = req.at_ms;
         let head = self.head(&trace.model);
         let thread = self.threads.get(&trace.id).copied();
-        let (predicted, appended, miss) = match thread {
-            None if head > 0 => (head, None, None),
-            None => (0, None, Some(MissCause::ColdStart)),
+        let (predicted, expected, miss) = match thread {
+            None if head > 0 => (head, Expected::Nothing, None),
+            None => (0, Expected::Nothing, Some(MissCause::ColdStart)),
             Some(t) if at - t.at_ms > price.retention_ms => {
-                (head, None, Some(MissCause::TtlExpiry))
+                (head, Expected::Nothing, Some(MissCause::TtlExpiry))
             }
-            Some(_) if req.compacted => (head, None, Some(MissCause::MessagesChange)),
-            Some(Thread {
-                reasoning_from: Some(from),
-                ..
-            }) if req.boundary => (
-                price.cacheable(from.min(prompt)),
-                None,
-                Some(MissCause::MessagesChange),
-            ),
+            Some(_) if req.compacted => (head, Expected::Nothing, Some(MissCause::MessagesChange)),
+            Some(
+                t @ Thread {
+                    reasoning_from: Some(from),
+                    ..
+                },
+            ) if req.boundary => {
+                let from = price.cacheable(from.min(prompt));
+                (
+                    from.saturating_sub(t.turn_deficit()),
+                    Expected::Turn(from),
+                    Some(MissCause::MessagesChange),
+                )
+            }
             Some(t) if prompt < t.prompt => (
                 price.cacheable(t.turn_start.min(prompt)),
-                None,
+                Expected::Nothing,
                 Some(MissCause::MessagesChange),
             ),
             Some(t) => {
                 let full = price.cacheable(prompt.min(t.prompt + t.output));
-                (full.saturating_sub(t.deficit()), Some(full), None)
+                (full.saturating_sub(t.deficit()), Expected::Tail(full), None)
             }
         };
         let read = predicted.min(price.cacheable(prompt));
@@ -136,11 +183,10 @@ impl OpenAiReplay {
         // Learn from the answer, for the requests that follow.
         let recorded = req.usage.cache_read;
         let mut next = thread.unwrap_or_default();
-        if let Some(full) = appended {
-            let short = full.saturating_sub(recorded);
-            if recorded > 0 && short <= MAX_DEFICIT {
-                next.deficits = [next.deficits[1], short];
-            }
+        match expected {
+            Expected::Tail(full) => remember(&mut next.deficits, full, recorded),
+            Expected::Turn(from) => remember(&mut next.turn_deficits, from, recorded),
+            Expected::Nothing => {}
         }
         if thread.is_none() || req.boundary {
             next.turn_start = prompt;
@@ -152,6 +198,7 @@ impl OpenAiReplay {
         }
         if thread.is_none() && recorded > 0 {
             self.heads.insert(trace.model.clone(), recorded);
+            self.latest_head = recorded;
         }
         next.prompt = prompt;
         next.output = req.usage.output;

@@ -90,6 +90,81 @@ fn a_conversation_outlives_ten_idle_minutes() {
     assert_eq!(report.model.all.agree, 2);
 }
 
+/// Codex sends every model nearly the same instructions, and a thread's first request finds
+/// them warm: a thread that opens a model no earlier thread has used reads the head another
+/// model's threads read (its size a guess, its class a head), not nothing.
+#[test]
+fn a_model_no_thread_has_opened_borrows_another_models_head() {
+    let first = trace(
+        "a",
+        "main",
+        ThreadKind::Main,
+        "gpt-5-codex",
+        vec![codex(0, 3_796, 3_072, 100, true)],
+    );
+    let second = trace(
+        "b",
+        "main",
+        ThreadKind::Main,
+        "gpt-5.1-codex",
+        vec![
+            codex(MIN, 5_233, 3_072, 100, true),
+            codex(MIN + 5_000, 6_000, 5_120, 100, false),
+        ],
+    );
+    let report = validate(&[first, second], &ValidateOptions::default());
+    assert_eq!(
+        model_reads(&report),
+        vec![
+            // Nothing known yet: no head to predict.
+            (0, ReadClass::None),
+            // Another model's head stands in.
+            (3_072, ReadClass::Head),
+            // floor128(min(6_000, 5_233 + 100)) = 5_248.
+            (5_248, ReadClass::Prefix),
+        ]
+    );
+    assert_eq!(report.model.all.agree, 2);
+}
+
+/// Where each new turn steadily reads a little short of where the last turn began to reason
+/// (Codex 0.104 on the localpush rollouts' tuning part: 12–29 steps on most turns of its
+/// longest rollout), that shortfall is learned as the tail deficit is — the smaller of the
+/// last two — and taken off the next new turn's prediction.
+#[test]
+fn a_steady_shortfall_at_new_turns_is_learned() {
+    let requests = vec![
+        codex_reasoned(0, 20_000, 3_072, true, false),
+        codex_reasoned(5_000, 22_000, 20_096, false, true),
+        // Each new turn reads 15 steps short of where the last began to reason.
+        codex_reasoned(60_000, 24_000, 21_888 - 1_920, true, false),
+        codex_reasoned(65_000, 26_000, 24_192, false, true),
+        codex_reasoned(120_000, 28_000, 25_984 - 1_920, true, false),
+        codex_reasoned(125_000, 30_000, 28_160, false, true),
+        codex_reasoned(180_000, 32_000, 29_952 - 1_920, true, false),
+    ];
+    let t = trace("cx", "main", ThreadKind::Main, "gpt-5.3-codex", requests);
+    let report = validate(&[t], &ValidateOptions::default());
+    let turns: Vec<(u64, ReadClass)> = model_reads(&report)
+        .into_iter()
+        .skip(2)
+        .step_by(2)
+        .collect();
+    assert_eq!(
+        turns,
+        vec![
+            // Nothing learned yet: the prefix up to where the last turn reasoned.
+            (21_888, ReadClass::Prefix),
+            // One short turn is not believed yet (the smaller of the last two).
+            (25_984, ReadClass::Prefix),
+            // Two are: 15 steps short, a head, as recorded.
+            (29_952 - 1_920, ReadClass::Head),
+        ]
+    );
+    assert!(report.rows[6].cache_model.agree);
+    assert_eq!(report.rows[6].recorded_class, ReadClass::Head);
+}
+
 /// What the cache model predicted each request reads, and of which kind.
 fn model_reads(report: &ValidationReport) -> Vec<(u64, ReadClass)> {
     report
