@@ -104,7 +104,8 @@ pub struct TraceRequest {
     /// The usage the provider reported.
     pub usage: Usage,
     /// Whether this request begins a new user turn (a human message or a new delivery), as
-    /// opposed to continuing a tool loop. Refreshes happen only at boundaries.
+    /// opposed to continuing a tool loop. Refreshes happen only at boundaries, or where the
+    /// recorded client compacted (`compacted`; the replay's `Turn::may_refresh`).
     #[serde(default)]
     pub boundary: bool,
     /// Whether the source recorded a compaction (a rewrite of the conversation) just before this

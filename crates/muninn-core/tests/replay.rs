@@ -17,6 +17,7 @@ use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use proptest::prelude::*;
 
 mod branches;
+mod compaction;
 
 const HEAD: Tokens = 12_000;
 

@@ -36,8 +36,8 @@
 //! the same plan, to the micro-dollar; see [`super::prune`]).
 //!
 //! This space holds every plan an online policy can take: policies mask only where something is
-//! clearable (the decider's `mask_gain` is `None` otherwise), refresh only at boundaries after the
-//! minimum segment or when the ceiling forces it, and never mask and refresh at one request.
+//! clearable (the decider's `mask_gain` is `None` otherwise), refresh only at boundaries (or where the
+//! recorded client compacted) after the minimum segment or when the ceiling forces it, and never mask and refresh at one request.
 
 use super::model::{Choices, Model};
 use super::options::GapRates;
@@ -308,7 +308,7 @@ impl Model<'_> {
         next: &mut Vec<State>,
         arena: &mut Vec<Event>,
     ) -> Option<Offer> {
-        let boundary = self.turns[q - 1].boundary;
+        let boundary = self.turns[q - 1].may_refresh();
         let clear_to = if self.can_mask { self.clear_to[q] } else { 0 };
         let mut refresh: Option<Offer> = None;
         let mut group = 0;

@@ -22,8 +22,9 @@
 //! ceiling (`P_e(s) ≤ C`) removes the oldest segment starts as e grows, a sliding window over lines;
 //! a two-stack queue of Li Chao trees with undo handles the deletions, so the whole program is
 //! O(n log n). The minimum segment delays each line's insertion; restarts are allowed only at
-//! boundaries (the first request always starts a segment; a refresh the ceiling forces may fall
-//! inside a tool loop, as it would online).
+//! boundaries and where the recorded client compacted ([`Turn::may_refresh`]: the recorded plan's
+//! own refreshes are among the optimum's) — the first request always starts a segment; a refresh
+//! the ceiling forces may fall inside a tool loop, as it would online.
 //!
 //! Each gap inside a segment has up to three ways through it — keep the prefix warm with pings,
 //! let it expire and rewrite it (reading the head if its own, longer TTL outlived the gap), or ping

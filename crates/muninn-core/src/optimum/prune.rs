@@ -148,7 +148,7 @@ impl Pruner {
     fn keep_ghost(&mut self, m: &Model<'_>, q: usize, st: &State) {
         let offset = st.a - st.b;
         let at = first_unfit(m, q, offset);
-        if at > m.n || m.turns[at - 1].boundary || at - st.s < m.min_seg {
+        if at > m.n || m.turns[at - 1].may_refresh() || at - st.s < m.min_seg {
             return;
         }
         let v =

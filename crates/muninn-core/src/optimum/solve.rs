@@ -88,7 +88,7 @@ impl Model<'_> {
     }
 
     fn trace_back(&self, best_start: &[usize], forced_start: &[usize]) -> Vec<bool> {
-        let boundary = |s: usize| s == 1 || self.turns[s - 1].boundary;
+        let boundary = |s: usize| s == 1 || self.turns[s - 1].may_refresh();
         let mut starts = vec![false; self.n];
         let mut e = self.n;
         let mut via_forced = false;
@@ -159,7 +159,7 @@ impl<'m, 't> Program<'m, 't> {
     }
 
     fn boundary(&self, s: usize) -> bool {
-        s == 1 || self.model.turns[s - 1].boundary
+        s == 1 || self.model.turns[s - 1].may_refresh()
     }
 
     /// The line of a segment started at s, if a plan can reach s.

@@ -20,6 +20,9 @@ pub struct Turn {
     pub output: Tokens,
     /// Whether it begins a new turn.
     pub boundary: bool,
+    /// Whether the trace recorded a compaction just before it: the recorded client rewrote the
+    /// prompt here, inside a tool loop or not (see [`Turn::may_refresh`]).
+    pub compacted: bool,
     /// Content blocks it adds (2 when unknown: an assistant reply and the next user message).
     pub blocks: u32,
     /// The recorded usage, for the `recorded` plan and for comparisons.
@@ -29,6 +32,19 @@ pub struct Turn {
     /// When the last of them was written, where known ([`Trace`]'s
     /// `TraceRequest::tool_results_at_ms`).
     pub tools_at_ms: Option<i64>,
+}
+
+impl Turn {
+    /// Whether a plan may start a new segment at this request: at a turn boundary, or where the
+    /// recorded client itself rewrote the prompt (a compaction before it). Claude Code compacts
+    /// automatically when the prompt nears its threshold, often in the middle of a tool loop;
+    /// that is the recorded plan's own refresh, and a plan that may not refresh there cannot
+    /// follow it, so the optimum would be held above what was paid for the same traffic. What
+    /// the refresh costs is unchanged: a compaction opens no new run of the task (the loop goes
+    /// on from the summary), only a point where rewriting the prompt is known to be acceptable.
+    pub fn may_refresh(&self) -> bool {
+        self.boundary || self.compacted
+    }
 }
 
 /// Reconstructs a trace's growth: the head size and one [`Turn`] per request.
@@ -63,6 +79,7 @@ pub fn reconstruct(trace: &Trace, head: Option<Tokens>) -> (Tokens, Vec<Turn>) {
             uncached: r.usage.input.min(delta),
             output: r.usage.output,
             boundary: r.boundary || i == 0,
+            compacted: r.compacted,
             blocks: if r.blocks_added == 0 {
                 2
             } else {

@@ -644,10 +644,12 @@ impl<'a> Engine<'a> {
             let view = self
                 .acc
                 .arrival_view(turn.boundary, crate::session::arriving_uses(&turn.tools));
+            // A refresh may start where a turn begins or where the recorded client compacted
+            // (`Turn::may_refresh`); the run the view counts goes on through a compaction.
             let decision = driver.decide(
                 &view,
                 Event::Arrival {
-                    boundary: turn.boundary,
+                    boundary: turn.may_refresh(),
                     delta: turn.delta,
                 },
                 now,
