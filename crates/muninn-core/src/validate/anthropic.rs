@@ -37,6 +37,10 @@ struct Group {
     /// fingerprints carry it.
     tools_epoch: u32,
     tail: Option<Tail>,
+    /// The conversation (`TraceRequest::conversation`) `tail` ends.
+    tail_conversation: u64,
+    /// The tails of the thread's other conversations, latest last (see [`parked_tail`]).
+    parked: Vec<(u64, Tail)>,
     /// The cached part of the group's latest request (the reference for a forked thread).
     last_cached: Tokens,
     /// Where the current turn's first thinking sits: the end of the turn's first request whose
@@ -45,6 +49,32 @@ struct Group {
     /// How many turn-opening requests in a row read as if the client dropped the previous
     /// turn's thinking (0 after one that read as kept).
     thinking_drops: u32,
+}
+
+/// How many other conversations' tails a group keeps: two terminals and a rewind or two.
+const PARKED_TAILS: usize = 4;
+
+/// The tail a request continues when it belongs to another conversation of its thread than the
+/// thread's latest request did: that conversation's own latest tail.
+///
+/// Claude Code does not lock a session, so one resumed in two terminals (on `claude_backup`'s
+/// tuning part, two client versions at once) writes two conversations into one thread, their
+/// requests alternating; each terminal sends its own conversation, so a request extends its own
+/// conversation's last prompt, not the other terminal's (30 such requests on that tuning part:
+/// 19 read exactly their own conversation's last cached end, where the model had predicted a
+/// read of the other's). The importer names each request's conversation from the transcript's
+/// `parentUuid` links, written before the request (`muninn_import`'s `conversations`), so this is
+/// causal. A fork's first request (a rewind) has no tail of its own yet and keeps the thread's.
+fn parked_tail(group: &Group, conversation: u64) -> Option<Tail> {
+    if conversation == group.tail_conversation {
+        return None;
+    }
+    group
+        .parked
+        .iter()
+        .rev()
+        .find(|(c, _)| *c == conversation)
+        .map(|&(_, t)| t)
 }
 
 /// Drops seen in a row before the next turn is predicted with the thinking dropped. One is not
@@ -191,6 +221,8 @@ fn conversation(
     } else if req.compacted || tools_changed {
         segment += 1;
         None
+    } else if let Some(own) = parked_tail(group, req.conversation) {
+        Some(own)
     } else if drop {
         // The prompt shares the prefix up to the dropped thinking and is new after it: a new
         // segment, so that its entries cannot be mistaken for the kept branch's.
@@ -555,6 +587,19 @@ impl ModelReplay {
             }
             if req.reasoning && updated.turn_thinking.is_none() {
                 updated.turn_thinking = Some(end);
+            }
+            if req.conversation != updated.tail_conversation {
+                let left = updated.tail_conversation;
+                updated
+                    .parked
+                    .retain(|(c, _)| *c != left && *c != req.conversation);
+                if let Some(t) = updated.tail {
+                    updated.parked.push((left, t));
+                }
+                if updated.parked.len() > PARKED_TAILS {
+                    updated.parked.remove(0);
+                }
+                updated.tail_conversation = req.conversation;
             }
             updated.tail = Some(end);
             updated.last_cached = cached_part(req);

@@ -42,6 +42,10 @@
 //!    wrote there is found by the lookback), `blocks_added` blocks before
 //! 4. the new end, with the breakpoint, at the TTL tier the request wrote in.
 //!
+//! A thread of several conversations (`TraceRequest::conversation`: one session resumed in two
+//! terminals, their requests alternating) continues, at each request, the tail its own
+//! conversation ended at, not the other's (`anthropic`'s `parked_tail`).
+//!
 //! A compaction (`compacted`) starts a new segment: conversation fingerprints restart, only the
 //! heads remain. A compaction agent's first request forks the main thread's conversation of the
 //! same model, so it can read the main thread's prefix. A tool list the client changed before

@@ -225,6 +225,35 @@ fn head_stays_warm_through_another_thread_while_the_tail_expires() {
     assert!(!back.naive.agree);
 }
 
+/// One session resumed in two terminals: two conversations in one thread, their requests
+/// alternating. Each terminal sends its own conversation, so each request reads its own
+/// conversation's last prefix, not the other terminal's (`claude_backup`'s tuning part).
+#[test]
+fn a_thread_of_two_conversations_reads_each_ones_own_prefix() {
+    let mut requests = vec![
+        req(0, H1, 8_000, true),
+        req(10_000, H1 + 8_000, 500, true),
+        // The second terminal's first request: a fork of the first conversation.
+        req(20_000, H1 + 8_000, 700, true),
+        // The first terminal again, then the second.
+        req(30_000, H1 + 8_500, 400, true),
+        req(40_000, H1 + 8_700, 300, true),
+    ];
+    requests[2].conversation = 7;
+    requests[2].forked_from = Some(0);
+    requests[4].conversation = 7;
+    let t = trace("s", "main", ThreadKind::Main, "m", requests);
+    let report = validate(&[t], &ValidateOptions::default());
+    for index in [3, 4] {
+        let r = row(&report, "s/main/m", index);
+        assert_eq!(
+            (r.cache_model.read, r.cache_model.agree),
+            (r.recorded_read, true),
+            "request {index} reads its own conversation's prefix"
+        );
+    }
+}
+
 #[test]
 fn aggregates_and_json() {
     let t = trace(
