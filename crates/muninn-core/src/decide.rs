@@ -38,7 +38,9 @@
 //!   rule would refresh. A clear that pays still waits until the reads of what it would remove
 //!   since the segment's last clear reach its extra cost ([`SessionView::mask_due`]: each clear
 //!   pays a rewrite, so clearing at every request that pays would clear in small bites), unless
-//!   the growth rule's refresh bounds its horizon. Masking is not a refresh: it keeps the segment, is allowed inside a
+//!   the growth rule's refresh bounds its horizon. At a cold wake, where the prompt is rewritten
+//!   anyway, a clear costs less than appending and goes at once ([`SessionView::price_clear`]),
+//!   unless a restart is cheaper still. Masking is not a refresh: it keeps the segment, is allowed inside a
 //!   tool loop (the results of the latest tool uses stay), and needs the backend to clear
 //!   ([`Capabilities::mask`]).
 //! - `predictive`: the same actions, but an idle ping is sent only while its expected saving under
@@ -435,7 +437,7 @@ impl SessionView<'_> {
     }
 
     /// Writing `tokens` of prompt that start with the head: the head is read if still warm.
-    fn write_from_head(&self, tokens: Tokens, now_ms: i64) -> MicroUsd {
+    pub(crate) fn write_from_head(&self, tokens: Tokens, now_ms: i64) -> MicroUsd {
         let head = self.bounds.head_tokens.min(tokens);
         let head_cost = if self.head_warm(now_ms) {
             MicroUsd::of(head, self.rates.read)

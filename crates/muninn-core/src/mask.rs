@@ -171,14 +171,15 @@ pub fn mask_break_even(
     Some(extra.div_ceil(each))
 }
 
-/// A clear priced once for one arrival, warm with something clearable: the *Mask* rule reads
+/// A clear priced once for one arrival with something clearable: the *Mask* rule reads
 /// its cost, its extra over appending and its horizon up to three times, each a few prices, the
 /// learned break-even and a division.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClearPrice {
     /// [`SessionView::mask_cost`].
     pub cost: MicroUsd,
-    /// [`SessionView::mask_extra`]: what it costs over appending warm.
+    /// What it costs over appending: warm, [`SessionView::mask_extra`]; cold, at most 0 (the
+    /// prompt is written either way, and the clear writes fewer tokens).
     pub extra: i128,
     /// `r·C`: what each later warm request saves.
     pub each: i128,
@@ -200,25 +201,36 @@ impl ClearPrice {
 
 /// What the decider weighs a clear by (see [`crate::decide`]'s *Mask* rule).
 impl SessionView<'_> {
-    /// The clear at an arrival, priced once: `None` when nothing is clearable or the cache is
-    /// cold (as [`SessionView::mask_gain`]). `append_warm` is [`SessionView::append_cost`]
-    /// warm and `rebuild` [`SessionView::growth_rebuild`], both at this arrival (the caller has
-    /// them).
+    /// The clear at an arrival, priced once: `None` when nothing is clearable. `append` is
+    /// [`SessionView::append_cost`] and `rebuild` [`SessionView::growth_rebuild`], both at this
+    /// arrival, warm or not (the caller has them).
+    ///
+    /// Warm, the clear rewrites what appending would read ([`SessionView::mask_cost`]). Cold
+    /// — a wake after the cache expired — appending rewrites the whole prompt anyway, so the
+    /// clear costs less than appending now ([`SessionView::cold_mask_cost`]) and saves `r·C` on
+    /// each later request: its extra is negative, so it pays and is due at once. Keeping the
+    /// rule to warm requests left those clears to the next warm one, a rewrite later (the
+    /// optimum made 5 of its 44 clears at such wakes on `IDAHO-VAULT`'s tuning part, README
+    /// "The idle decisions against the optimum").
     pub fn price_clear(
         &self,
         warm: bool,
         delta: Tokens,
         now_ms: i64,
-        append_warm: MicroUsd,
+        append: MicroUsd,
         rebuild: MicroUsd,
     ) -> Option<ClearPrice> {
-        if !warm || self.clearable_tokens == 0 {
+        if self.clearable_tokens == 0 {
             return None;
         }
-        let cost = self.mask_cost(delta, now_ms);
+        let cost = if warm {
+            self.mask_cost(delta, now_ms)
+        } else {
+            self.cold_mask_cost(delta, now_ms)
+        };
         Some(ClearPrice {
             cost,
-            extra: cost.0 as i128 - append_warm.0 as i128,
+            extra: cost.0 as i128 - append.0 as i128,
             each: MicroUsd::of(self.clearable_tokens, self.rates.read).0 as i128,
             horizon: self.horizon_before(delta, rebuild),
         })
@@ -244,6 +256,14 @@ impl SessionView<'_> {
             .saturating_sub(self.clearable_tokens)
             .saturating_sub(kept_read);
         MicroUsd::of(kept_read, self.rates.read) + MicroUsd::of(written, self.rates.write)
+    }
+
+    /// The cost of sending the next request (adding `delta`) with a clear at `now_ms`, cold:
+    /// the shorter prompt written from the head on (the head read if it is still warm), as a
+    /// cold append writes the whole one.
+    pub fn cold_mask_cost(&self, delta: Tokens, now_ms: i64) -> MicroUsd {
+        let shorter = (self.prefix_tokens + delta).saturating_sub(self.clearable_tokens);
+        self.write_from_head(shorter, now_ms)
     }
 
     /// What clearing now is expected to gain over appending: `r·C` saved on each later request

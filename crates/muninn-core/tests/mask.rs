@@ -5,7 +5,7 @@
 
 use muninn_core::cache::{CacheRules, Ttl};
 use muninn_core::decide::{
-    Action, Capabilities, Event, Policy, Rates, Reason, SessionView, decide,
+    Action, Bounds, Capabilities, Event, Policy, Rates, Reason, SessionView, decide,
 };
 use muninn_core::learn::{Learned, MIN_SEGMENTS_EVIDENCE, Runs, SegmentLengths};
 use muninn_core::mask::{MaskedRequest, mask_break_even, masked_usage};
@@ -189,6 +189,76 @@ fn a_clear_waits_until_the_reads_of_what_it_removes_paid_its_rewrite() {
     }
 }
 
+/// A wake after the cache expired rewrites its prompt whatever it does, so a clear there costs
+/// less than appending, not more: the default clears at once, with no rent paid and no later
+/// request expected — inside a tool loop, and at a boundary where restarting from memory is
+/// dearer than the rewrite. Before, it priced clears only warm and appended
+/// (`ColdAppendCheaper`), leaving the clear to a later warm request that pays a rewrite for it.
+#[test]
+fn a_cold_wake_clears_the_tool_results_it_rewrites_anyway() {
+    let (prefix, from, cleared, delta) = (150_000, 30_000, 90_000, 2_000);
+    let acc = warm(prefix);
+    let cold_at = T0 + 3_600_000;
+    let base = SessionView {
+        clear_rent: MicroUsd::ZERO,
+        ..view(&acc, from, cleared, 0)
+    };
+    assert!(!base.warm(cold_at) && !base.head_warm(cold_at));
+    // At a boundary a restart from 4,000 tokens of memory beats the rewrite; from memory as
+    // large as the prompt it does not.
+    let large_memory = SessionView {
+        bounds: Bounds {
+            rehydrate_tokens: prefix,
+            ..base.bounds
+        },
+        ..base
+    };
+    let request = MaskedRequest {
+        uncleared_tokens: prefix + delta,
+        kept_tokens: from,
+        cleared_tokens: cleared,
+        cached_before_clear: 0,
+        ttl: Ttl::FiveMinutes,
+        output: 0,
+    };
+    for policy in [Policy::SkiRental, Policy::Predictive] {
+        for (v, boundary) in [(&base, false), (&large_memory, true)] {
+            let d = decide(policy, v, Event::Arrival { boundary, delta }, cold_at);
+            assert_eq!(
+                (d.action, d.reason),
+                (Action::Mask, Reason::MaskPaysBack),
+                "{policy}, boundary {boundary}: {d:?}"
+            );
+            let estimate = |action| {
+                d.considered()
+                    .find(|a| a.action == action)
+                    .expect("considered")
+                    .estimate
+            };
+            assert_eq!(
+                estimate(Action::Mask),
+                price().cost(&masked_usage(&request))
+            );
+            assert!(estimate(Action::Mask) < estimate(Action::Append));
+        }
+    }
+    // Nothing clearable: the cold wake rewrites the prompt as it is.
+    let nothing = SessionView {
+        clearable_tokens: 0,
+        ..base
+    };
+    let d = decide(
+        Policy::SkiRental,
+        &nothing,
+        Event::Arrival {
+            boundary: false,
+            delta,
+        },
+        cold_at,
+    );
+    assert_eq!(d.action, Action::Append);
+}
+
 /// Where the growth rule's refresh bounds the clear's horizon, no later clear in the segment
 /// would follow and every request waited is one fewer it saves on: a clear that pays goes at
 /// once, whatever rent was paid. The same view with the refresh far away waits.
@@ -277,9 +347,11 @@ fn policies_and_backends_that_cannot_mask_do_not() {
         decide(Policy::SkiRental, &nothing, arrival, NOW).action,
         Action::Append
     );
-    // Cold: the request rewrites its prompt anyway; the rule is kept to the warm case.
-    let cold = decide(Policy::SkiRental, &paying, arrival, NOW + 3_600_000);
-    assert_ne!(cold.action, Action::Mask, "{cold:?}");
+    // Cold, the baselines still never clear (the default does: the next test).
+    for policy in [Policy::Never, Policy::Keepalive(3)] {
+        let d = decide(policy, &paying, arrival, NOW + 3_600_000);
+        assert_ne!(d.action, Action::Mask, "{policy}: {d:?}");
+    }
 }
 
 /// Where the growth rule would refresh, the decider takes whichever gains more over the
@@ -663,7 +735,16 @@ fn a_clear_priced_once_is_the_clear_its_definitions_price() {
                         by_refresh |= c.horizon > 0 && c.horizon < remaining;
                         by_segment |= c.horizon > 0 && c.horizon == remaining;
                         none |= c.horizon == 0 && remaining > 0;
-                        assert_eq!(v.price_clear(false, delta, NOW, append, rebuild), None);
+                        // Cold, the clear is priced against the cold append: it writes C fewer
+                        // tokens, so it costs less now.
+                        let rewrite = v.append_cost(false, delta, NOW);
+                        let cold = v
+                            .price_clear(false, delta, NOW, rewrite, rebuild)
+                            .expect("something clearable");
+                        assert_eq!(cold.cost, v.cold_mask_cost(delta, NOW));
+                        assert_eq!(cold.extra, cold.cost.0 as i128 - rewrite.0 as i128);
+                        assert!(cold.extra < 0 && v.clear_due(&cold), "{cold:?}");
+                        assert_eq!(cold.horizon, c.horizon);
                         checked += 1;
                     }
                 }

@@ -392,9 +392,9 @@ async fn a_long_workload_covers_every_decision_and_replays_exactly() {
         assert!(kinds.contains_key(expected), "{expected}: {kinds:#?}");
     }
     // The Persona's turns carry the structured-output acknowledgement as their only tool
-    // result: the rows record it, the closed loop replays it into the accounting, and nothing
-    // that small is ever worth a clear — no mask in the host's ledger (docs/replay.md, "The
-    // `mask` action").
+    // result: the rows record it, the closed loop replays it into the accounting, and a
+    // Persona does not clear (`Capabilities::mask` is the Self's only): no mask in the host's
+    // ledger (docs/replay.md, "The `mask` action").
     assert!(
         rows.iter()
             .filter(|r| r.role == "persona")

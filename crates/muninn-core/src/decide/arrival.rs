@@ -64,7 +64,7 @@ fn price_arrival(policy: Policy, view: &SessionView, delta: Tokens, now_ms: i64)
         estimate: flush + view.restart_write(delta, now_ms),
     };
     // The default's rules weigh the growth rule's rebuild and the clear; both are priced once
-    // here (the clear only where it can be: warm, something clearable).
+    // here (the clear only where it can be: something clearable).
     let rebuild = matches!(policy, Policy::SkiRental | Policy::Predictive)
         .then(|| view.growth_rebuild(now_ms));
     let clear = rebuild
@@ -163,9 +163,13 @@ fn ski_rental_arrival(
         };
     }
     if !p.warm {
-        // Cold wake: restart if it is cheaper than rewriting the prefix.
+        // Cold wake: restart if it is cheaper than rewriting the prefix; else rewrite it, with
+        // the old tool results cleared where there are any (the clear writes less than the
+        // append, [`SessionView::price_clear`]).
         return if p.refresh < p.append {
             (Action::Refresh, Reason::ColdRestartCheaper)
+        } else if mask_pays {
+            (Action::Mask, Reason::MaskPaysBack)
         } else {
             (Action::Append, Reason::ColdAppendCheaper)
         };
