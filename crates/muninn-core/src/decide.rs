@@ -53,8 +53,8 @@
 //! - `keepalive:N`: up to N pings per idle gap, otherwise like `never` (Aider).
 //!
 //! Every policy respects the quality bounds: no refresh before the minimum segment length, none
-//! inside a tool loop (only at a boundary, which the replay also grants where the recorded
-//! client compacted), and a forced refresh when the next request would pass
+//! inside a tool loop (only at a boundary; the replay's optimum alone may also start a segment
+//! where the recorded client compacted), and a forced refresh when the next request would pass
 //! the context ceiling. Only `ski-rental` and `predictive` mask; the baselines never do.
 
 use crate::cache::Ttl;

@@ -644,12 +644,14 @@ impl<'a> Engine<'a> {
             let view = self
                 .acc
                 .arrival_view(turn.boundary, crate::session::arriving_uses(&turn.tools));
-            // A refresh may start where a turn begins or where the recorded client compacted
-            // (`Turn::may_refresh`); the run the view counts goes on through a compaction.
+            // An online policy refreshes only where a turn begins: the decider's quality bound
+            // (no refresh inside a tool loop). The optimum's plan may also start a segment
+            // where the recorded client compacted (`Turn::may_refresh`), so that the recorded
+            // plan's own refreshes are among its plans; it does not read this flag.
             let decision = driver.decide(
                 &view,
                 Event::Arrival {
-                    boundary: turn.may_refresh(),
+                    boundary: turn.boundary,
                     delta: turn.delta,
                 },
                 now,
