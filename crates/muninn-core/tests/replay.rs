@@ -16,6 +16,7 @@ use muninn_core::replay::{
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use proptest::prelude::*;
 
+mod asides;
 mod branches;
 mod compaction;
 

@@ -55,7 +55,8 @@ impl Turn {
 /// Within a recorded segment Δⱼ = Pⱼ − Pⱼ₋₁. A prompt that shrank by more than a fifth, or one
 /// marked `compacted`, starts a recorded segment: its content beyond the head is counted as new
 /// (the counterfactual session did not compact, so it carries on from there). A small shrink (for
-/// example thinking blocks cleared by context management) counts as no growth.
+/// example thinking blocks cleared by context management) counts as no growth. So does a large
+/// shrink that the very next request undoes (see [`is_aside`]).
 pub fn reconstruct(trace: &Trace, head: Option<Tokens>) -> (Tokens, Vec<Turn>) {
     let head = head.unwrap_or_else(|| {
         trace
@@ -69,13 +70,18 @@ pub fn reconstruct(trace: &Trace, head: Option<Tokens>) -> (Tokens, Vec<Turn>) {
     let mut previous: Option<Tokens> = None;
     for (i, r) in trace.requests.iter().enumerate() {
         let prompt = r.usage.prompt().max(head);
+        let aside = previous.is_some_and(|p| is_aside(trace, i, p));
         let delta = match previous {
             None => prompt - head,
             Some(p) if prompt >= p => prompt - p,
+            Some(_) if aside => 0,
             Some(p) if r.compacted || prompt * 5 < p * 4 => prompt - head,
             Some(_) => 0,
         };
-        previous = Some(prompt);
+        // The conversation an aside stepped out of is the one the next request continues.
+        if !aside {
+            previous = Some(prompt);
+        }
         turns.push(Turn {
             at_ms: r.at_ms,
             delta,
@@ -97,6 +103,23 @@ pub fn reconstruct(trace: &Trace, head: Option<Tokens>) -> (Tokens, Vec<Turn>) {
         });
     }
     (head, turns)
+}
+
+/// Whether request `i`, whose prompt shrank by more than a fifth from `previous` without being
+/// marked `compacted`, is an aside: a request on another, shorter context (Codex 0.77 logs such
+/// single requests in its main thread, 12,546 tokens between prompts of 50,086 and 53,043) that
+/// the very next request leaves again, its prompt back at `previous` or beyond, unmarked too.
+/// Read as a compaction, the dip's content and then the whole way back up count as new tokens
+/// that every later prompt carries; a real compaction's prompt stays small.
+fn is_aside(trace: &Trace, i: usize, previous: Tokens) -> bool {
+    let r = &trace.requests[i];
+    let shrank = r.usage.prompt() * 5 < previous * 4;
+    shrank
+        && !r.compacted
+        && trace
+            .requests
+            .get(i + 1)
+            .is_some_and(|next| !next.compacted && next.usage.prompt() >= previous)
 }
 
 /// [`reconstruct`], then fitted to the provider's cache: on an automatic cache (OpenAI) every
