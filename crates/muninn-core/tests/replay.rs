@@ -541,49 +541,55 @@ fn codex_trace(gaps_s: &[i64]) -> Trace {
     }
 }
 
-/// On OpenAI's automatic cache no plan pings (the provider has no TTL to extend), a prefix
-/// survives the provider's retention rather than a 5m tier, and a write costs no premium.
-#[test]
-fn an_openai_trace_replays_under_openais_cache() {
+/// The replay's configuration for an OpenAI model (gpt-5-codex, a 4,096-token head).
+fn with_codex_config<R>(f: impl FnOnce(&ReplayConfig<'_>) -> R) -> R {
     let prices = PriceTable::embedded();
-    let price = prices.model("gpt-5-codex").unwrap();
     let a = Assumptions {
         head_tokens: Some(4_096),
         ..Assumptions::default()
     };
     let rules = CacheRules::default();
-    let config = ReplayConfig {
-        price,
+    f(&ReplayConfig {
+        price: prices.model("gpt-5-codex").unwrap(),
         assumptions: &a,
         rules: &rules,
-    };
-    let t = codex_trace(&[0, 30, 480, 30, 480, 30, 3_600, 30]);
-    for plan in Plan::all() {
-        let mut steps: Vec<Step> = Vec::new();
-        let totals = replay_trace(&t, plan, &config, &mut |s| steps.push(*s));
-        assert_eq!(
-            totals.pings, 0,
-            "{plan}: no keep-warm on an automatic cache"
-        );
-        if plan == Plan::Online(Policy::Never) {
-            let requests: Vec<&Step> = steps
-                .iter()
-                .filter(|s| s.kind == StepKind::Request)
-                .collect();
-            // Eight minutes idle: still cached (1,800 s retention); an hour: cold, head and all
-            // (a replay models one session: no other keeps the head warm).
-            assert!(requests[2].usage.cache_read > 20_000, "{:?}", requests[2]);
-            assert_eq!(requests[6].usage.cache_read, 0, "{:?}", requests[6]);
-            // Writes are priced as plain input (no premium).
-            assert_eq!(price.write_5m, price.input);
-            // After the first (priced as recorded), each request caches its whole prompt rounded
-            // down to 128 tokens: less than a step is left uncached.
-            assert!(
-                requests[1..].iter().all(|s| s.usage.input < 128),
-                "{requests:?}"
+    })
+}
+
+/// On OpenAI's automatic cache no plan pings (the provider has no TTL to extend), a prefix
+/// survives the provider's retention rather than a 5m tier, and a write costs no premium.
+#[test]
+fn an_openai_trace_replays_under_openais_cache() {
+    with_codex_config(|config| {
+        let price = config.price;
+        let t = codex_trace(&[0, 30, 480, 30, 480, 30, 3_600, 30]);
+        for plan in Plan::all() {
+            let mut steps: Vec<Step> = Vec::new();
+            let totals = replay_trace(&t, plan, config, &mut |s| steps.push(*s));
+            assert_eq!(
+                totals.pings, 0,
+                "{plan}: no keep-warm on an automatic cache"
             );
+            if plan == Plan::Online(Policy::Never) {
+                let requests: Vec<&Step> = steps
+                    .iter()
+                    .filter(|s| s.kind == StepKind::Request)
+                    .collect();
+                // Eight minutes idle: still cached (1,800 s retention); an hour: cold, head and all
+                // (a replay models one session: no other keeps the head warm).
+                assert!(requests[2].usage.cache_read > 20_000, "{:?}", requests[2]);
+                assert_eq!(requests[6].usage.cache_read, 0, "{:?}", requests[6]);
+                // Writes are priced as plain input (no premium).
+                assert_eq!(price.write_5m, price.input);
+                // After the first (priced as recorded), each request caches its whole prompt rounded
+                // down to 128 tokens: less than a step is left uncached.
+                assert!(
+                    requests[1..].iter().all(|s| s.usage.input < 128),
+                    "{requests:?}"
+                );
+            }
         }
-    }
+    })
 }
 
 /// A keep-warm ping pays the output the backend's pings generate: none with `max_tokens: 0`

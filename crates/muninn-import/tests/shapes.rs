@@ -139,15 +139,7 @@ fn remote_control_switched_on_flags_the_next_request_as_a_tool_change() {
 fn a_codex_reasoning_item_marks_its_own_request_only() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rollout-2026-01-01T00-00-00-rx.jsonl");
-    let line = |seconds: i64, kind: &str, payload: serde_json::Value| {
-        serde_json::json!({
-            "timestamp": jiff::Timestamp::from_millisecond(at(seconds)).unwrap().to_string(),
-            "type": kind,
-            "payload": payload,
-        })
-        .to_string()
-            + "\n"
-    };
+    let line = codex_line;
     let item = |seconds: i64, kind: &str| {
         line(
             seconds,

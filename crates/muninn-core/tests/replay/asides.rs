@@ -51,32 +51,22 @@ fn an_aside_adds_nothing_to_the_conversation() {
 
 #[test]
 fn never_prices_an_aside_as_the_thread_without_it() {
-    let prices = PriceTable::embedded();
-    let price = prices.model("gpt-5-codex").unwrap();
-    let a = Assumptions {
-        head_tokens: Some(4_096),
-        ..Assumptions::default()
-    };
-    let rules = CacheRules::default();
-    let config = ReplayConfig {
-        price,
-        assumptions: &a,
-        rules: &rules,
-    };
-    let never = Plan::Online(Policy::Never);
-    let mut largest: Tokens = 0;
-    let with_aside = replay_trace(&dipped(true, false, false), never, &config, &mut |s| {
-        largest = largest.max(s.usage.prompt())
+    with_codex_config(|config| {
+        let never = Plan::Online(Policy::Never);
+        let mut largest: Tokens = 0;
+        let with_aside = replay_trace(&dipped(true, false, false), never, config, &mut |s| {
+            largest = largest.max(s.usage.prompt())
+        });
+        let without = replay_trace(&dipped(false, false, false), never, config, &mut |_| {});
+        // No replayed prompt is longer than the longest the thread sent, and the aside, priced as
+        // one more request on the thread, costs no more than the thread's own request there.
+        let recorded = prompts(&dipped(true, false, false));
+        assert!(largest <= *recorded.iter().max().unwrap(), "{largest}");
+        assert!(
+            with_aside.cost <= without.cost,
+            "{with_aside:?} vs {without:?}"
+        );
     });
-    let without = replay_trace(&dipped(false, false, false), never, &config, &mut |_| {});
-    // No replayed prompt is longer than the longest the thread sent, and the aside, priced as
-    // one more request on the thread, costs no more than the thread's own request there.
-    let recorded = prompts(&dipped(true, false, false));
-    assert!(largest <= *recorded.iter().max().unwrap(), "{largest}");
-    assert!(
-        with_aside.cost <= without.cost,
-        "{with_aside:?} vs {without:?}"
-    );
 }
 
 #[test]
