@@ -98,9 +98,10 @@ fn run(t: &Trace, plan: Plan, a: &Assumptions, on_step: &mut dyn FnMut(&Step)) -
     with_config(a, |config| replay_trace(t, plan, config, on_step))
 }
 
-/// Every plan of a small trace whose refreshes are admissible (at a boundary, after a segment of
-/// the minimum length; no ceiling here) with every set of the other requests after the first
-/// sent with a clear that removes something, executed by the engine: the cheapest, how many
+/// Every plan of a small trace whose refreshes are admissible (at a boundary or where the client
+/// compacted, after a segment of the minimum length; no ceiling here) with every set of the other
+/// requests after the first sent with a clear that removes something, executed by the engine:
+/// the cheapest, how many
 /// requests it clears at, and how many amounts were rounded to price it ([`rounded_parts`]).
 fn brute_force(t: &Trace, a: &Assumptions) -> (MicroUsd, usize, u64) {
     let (_, turns) = reconstruct(t, a.head_tokens);
@@ -145,7 +146,8 @@ fn brute_force(t: &Trace, a: &Assumptions) -> (MicroUsd, usize, u64) {
                     return true;
                 }
                 let forced = prompts[j - 1] + turns[j].delta > ceiling;
-                let ok = (turns[j].boundary || forced) && j - s >= a.min_segment_requests as usize;
+                let ok =
+                    (turns[j].may_refresh() || forced) && j - s >= a.min_segment_requests as usize;
                 s = j;
                 ok
             });
@@ -239,6 +241,24 @@ proptest! {
         let ttl = if one_hour { Ttl::OneHour } else { Ttl::FiveMinutes };
         let t = trace(&steps, ttl);
         let a = assumptions(head_one_hour, memory_as_it_happens, keep);
+        let (brute, masks, parts) = brute_force(&t, &a);
+        let checked = within_rounding(run_optimum(&t, &a), (brute, parts));
+        prop_assert!(checked.is_ok(), "{:?}; brute force's cheapest plan masks {} requests", checked, masks);
+    }
+
+    /// The same where the client compacted at random requests: a refresh is admissible there
+    /// as at a boundary (`Turn::may_refresh`).
+    #[test]
+    fn the_optimum_with_masks_matches_brute_force_where_the_client_compacted(
+        steps in steps_strategy(2, 8),
+        compacted in prop::collection::vec(prop::bool::weighted(0.3), 8),
+        keep in 0u32..3,
+    ) {
+        let mut t = trace(&steps, Ttl::FiveMinutes);
+        for (r, &c) in t.requests.iter_mut().zip(&compacted).skip(1) {
+            r.compacted = c;
+        }
+        let a = assumptions(false, false, keep);
         let (brute, masks, parts) = brute_force(&t, &a);
         let checked = within_rounding(run_optimum(&t, &a), (brute, parts));
         prop_assert!(checked.is_ok(), "{:?}; brute force's cheapest plan masks {} requests", checked, masks);

@@ -23,9 +23,10 @@
 //!   marks it `reasoning` (OpenAI's reasoning models drop that reasoning from the prompt at the
 //!   next user message, which the OpenAI cache model needs to know);
 //! - `event_msg` `entered_review_mode` … `exited_review_mode`: a `/review` runs as a conversation
-//!   of its own (its own prompt and running totals) inside the rollout; its requests go to a
-//!   `review` thread ([`ThreadKind::Subagent`]), and the main thread's last count, which Codex
-//!   re-emits after the review, is skipped as the re-emission it is.
+//!   of its own (its own prompt and running totals), which Codex 0.77 writes to a rollout of its
+//!   own (`source: {"subagent": "review"}`, with the review's output items) and only echoes here:
+//!   the echoed counts are skipped (the review's own rollout is its record), and so is the main
+//!   thread's last count, which Codex re-emits after the review.
 //!
 //! Usage mapping: `cached_input_tokens` → cache read, `cache_write_input_tokens` (logged by newer
 //! Codex versions, for models that bill a write premium) → cache write (OpenAI has no TTL tiers:
@@ -34,8 +35,7 @@
 //! already includes reasoning in OpenAI's accounting; `reasoning_output_tokens` is added only when
 //! `total_tokens` shows it was counted separately.
 //!
-//! A rollout is one thread (`main`), and a `review` thread per `/review`; a model switch gives a
-//! second trace.
+//! A rollout is one thread (`main`); a model switch gives a second trace.
 
 use crate::json::{Str, parse_timestamp_ms};
 use crate::lines::{Line, parse_line};
@@ -192,14 +192,13 @@ impl CodexReader {
         }
     }
 
-    /// `entered_review_mode` / `exited_review_mode`: the review's counts run on totals of their
-    /// own, and the main thread's resume where they stopped.
+    /// `entered_review_mode` / `exited_review_mode`: the review's counts (skipped) run on totals
+    /// of their own, and the main thread's resume where they stopped.
     fn review_mode(&mut self, entered: bool) {
         self.answered = None;
         if entered {
             if self.review.is_none() {
                 self.review = Some(self.last_total.take());
-                self.human_turn = true;
             }
         } else if let Some(main_total) = self.review.take() {
             self.last_total = main_total;
@@ -217,6 +216,10 @@ impl CodexReader {
         cx: &mut LineContext<'_, '_>,
     ) {
         let Some(info) = info else { return };
+        if self.review.is_some() {
+            // A review's count, echoed from its own rollout: imported from there, once.
+            return;
+        }
         let Some(last) = info.last_token_usage else {
             return;
         };
@@ -242,11 +245,7 @@ impl CodexReader {
         }
         let request = self.take_request(at_ms, last.to_usage());
         let model = self.model.as_deref().unwrap_or("unknown");
-        let (thread, kind) = match self.review {
-            Some(_) => ("review", ThreadKind::Subagent),
-            None => ("main", ThreadKind::Main),
-        };
-        self.answered = Some(cx.push(&self.session, thread, kind, model, request));
+        self.answered = Some(cx.push(&self.session, "main", ThreadKind::Main, model, request));
     }
 
     /// The request a `token_count` finished, from the state gathered since the last one, which

@@ -276,9 +276,12 @@ fn codex_output_logged_after_its_count_is_the_counted_requests() {
 /// A `/review` in Codex 0.77 runs as a conversation of its own inside the rollout (seen on the
 /// tuning part of the voice-assistant rollouts): between `entered_review_mode` and
 /// `exited_review_mode` the counts start new running totals, and after it Codex re-emits the
-/// main thread's last count. The review's requests are a `review` thread of their own, and the
-/// re-emitted count is no request — the importer had put both into the main thread, a 3,113-token
-/// prompt in a 94k-token conversation and the same request twice.
+/// main thread's last count. The review's requests are its own rollout's (a session of its own,
+/// `source: {"subagent": "review"}`, with the review's output items), which the main rollout
+/// only echoes: they are imported once, from there. The re-emitted count is no request — the
+/// importer had put both into the main thread, a 3,113-token prompt in a 94k-token conversation
+/// and the same request twice; then the echoes into a `review` thread of the main session, each
+/// review request twice over.
 #[test]
 fn a_codex_review_is_a_thread_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
@@ -302,13 +305,27 @@ fn a_codex_review_is_a_thread_of_its_own() {
         + &codex_item(175, "function_call", None)
         + &codex_count(176, 279_394, 95_057, 93_184);
     std::fs::write(&path, text).unwrap();
+    // The review's own rollout, as Codex 0.77 writes it beside the main one.
+    let review = dir
+        .path()
+        .join("rollout-2025-12-25T00-01-40-rv-review.jsonl");
+    let meta = serde_json::json!({"id": "rv-review", "model": "gpt-5.2-codex", "source": {"subagent": "review"}});
+    let text = codex_line(100, "session_meta", meta)
+        + &codex_event(100, "user_message")
+        + &codex_count(104, 3_113, 3_113, 2_048)
+        + &codex_item(104, "function_call_output", None)
+        + &codex_count(104, 3_113, 3_113, 2_048)
+        + &codex_item(119, "reasoning", None)
+        + &codex_count(120, 19_089, 15_976, 2_048);
+    std::fs::write(&review, text).unwrap();
 
-    let got = import(std::slice::from_ref(&path));
-    let threads: Vec<(&str, ThreadKind, Vec<u64>)> = got
+    let got = import(&[path, review]);
+    let threads: Vec<(&str, &str, ThreadKind, Vec<u64>)> = got
         .traces
         .iter()
         .map(|t| {
             (
+                t.session.as_str(),
                 t.thread.as_str(),
                 t.kind,
                 t.requests.iter().map(|r| r.usage.prompt()).collect(),
@@ -318,8 +335,8 @@ fn a_codex_review_is_a_thread_of_its_own() {
     assert_eq!(
         threads,
         vec![
-            ("main", ThreadKind::Main, vec![90_000, 94_337, 95_057]),
-            ("review", ThreadKind::Subagent, vec![3_113, 15_976]),
+            ("rv", "main", ThreadKind::Main, vec![90_000, 94_337, 95_057]),
+            ("rv-review", "main", ThreadKind::Main, vec![3_113, 15_976]),
         ]
     );
 }

@@ -118,3 +118,38 @@ fn an_online_policy_does_not_refresh_where_the_client_compacted() {
     // far past its own threshold the prompt is at the compaction point.
     assert_eq!(first_refresh, Some(93));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    /// Brute force over every segmentation whose refreshes fall where a turn begins or where the
+    /// client compacted (after the minimum segment), on small traces with compactions at random
+    /// requests: the optimum is no dearer than the cheapest (the tolerance of
+    /// `the_optimum_matches_brute_force_on_small_traces`).
+    #[test]
+    fn the_optimum_matches_brute_force_where_the_client_compacted(
+        steps in steps_strategy(9),
+        compacted in prop::collection::vec(prop::bool::weighted(0.3), 9),
+        one_hour in any::<bool>(),
+    ) {
+        let ttl = if one_hour { Ttl::OneHour } else { Ttl::FiveMinutes };
+        let mut t = trace(&steps, ttl);
+        for (r, &c) in t.requests.iter_mut().zip(&compacted).skip(1) {
+            r.compacted = c;
+        }
+        let a = assumptions();
+        let optimum = cost(&t, Plan::Optimum, &a);
+        let brute = cheapest_admissible(&t, &a, &[], |turns, _, starts| {
+            let mut s = 0;
+            starts.iter().enumerate().skip(1).all(|(j, &start)| {
+                let ok = !start || (turns[j].may_refresh() && j - s >= a.min_segment_requests as usize);
+                if start {
+                    s = j;
+                }
+                ok
+            })
+        })
+        .unwrap_or(MicroUsd(i64::MAX));
+        prop_assert!(optimum.0 <= brute.0 + brute.0 / 1000 + 5, "optimum {optimum} > brute force {brute}");
+    }
+}

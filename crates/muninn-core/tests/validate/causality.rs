@@ -7,8 +7,9 @@ use proptest::prelude::*;
 
 /// One generated request: gap since the previous request of its trace, growth of the cached
 /// part, the share of it the provider said it read, tier, a compaction before it, blocks added,
-/// whether it opens a person's turn, whether its answer thought.
-type GenRequest = (i64, u64, u8, bool, bool, u32, bool, bool);
+/// whether it opens a person's turn, whether its answer thought, the conversation of its thread it
+/// belongs to (one session in two terminals).
+type GenRequest = (i64, u64, u8, bool, bool, u32, bool, bool, u64);
 
 fn gen_trace() -> impl Strategy<Value = Vec<GenRequest>> {
     prop::collection::vec(
@@ -22,6 +23,7 @@ fn gen_trace() -> impl Strategy<Value = Vec<GenRequest>> {
             0u32..30,
             prop::bool::weighted(0.3),
             prop::bool::weighted(0.5),
+            prop_oneof![3 => Just(0u64), 1 => 1u64..3],
         ),
         1..25,
     )
@@ -32,7 +34,9 @@ fn build(start: i64, first: u64, generated: &[GenRequest]) -> Vec<TraceRequest> 
     let mut at = start;
     let mut cached = first;
     let mut out = Vec::new();
-    for &(gap, growth, read_pct, one_hour, compacted, blocks, boundary, thinking) in generated {
+    for &(gap, growth, read_pct, one_hour, compacted, blocks, boundary, thinking, conversation) in
+        generated
+    {
         at += gap;
         cached += growth;
         let read = cached * read_pct as u64 / 100;
@@ -41,6 +45,7 @@ fn build(start: i64, first: u64, generated: &[GenRequest]) -> Vec<TraceRequest> 
         r.blocks_added = blocks;
         r.boundary = boundary;
         r.reasoning = thinking;
+        r.conversation = conversation;
         out.push(r);
     }
     out

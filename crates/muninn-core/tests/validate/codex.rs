@@ -284,7 +284,8 @@ proptest! {
     ) {
         let traces = vec![
             trace("a", "main", ThreadKind::Main, "gpt-5.1-codex", build_codex(0, &a)),
-            trace("b", "main", ThreadKind::Main, "gpt-5.1-codex", build_codex(2_500, &b)),
+            // Another model: its first thread borrows the other's head.
+            trace("b", "main", ThreadKind::Main, "gpt-5.2-codex", build_codex(2_500, &b)),
         ];
         let before = validate(&traces, &ValidateOptions::default());
         let k = which.index(before.rows.len());
