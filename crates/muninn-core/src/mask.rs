@@ -210,8 +210,8 @@ impl SessionView<'_> {
     /// clear costs less than appending now ([`SessionView::cold_mask_cost`]) and saves `r·C` on
     /// each later request: its extra is negative, so it pays and is due at once. Keeping the
     /// rule to warm requests left those clears to the next warm one, a rewrite later (the
-    /// optimum made 5 of its 44 clears at such wakes on `IDAHO-VAULT`'s tuning part, README
-    /// "The idle decisions against the optimum").
+    /// optimum made 5 of its 44 clears at such wakes on `IDAHO-VAULT`'s tuning part,
+    /// docs/replay.md "Where `IDAHO-VAULT`'s gap is, gap by gap").
     pub fn price_clear(
         &self,
         warm: bool,
