@@ -325,97 +325,18 @@ impl CacheState {
         out.outcome = CacheOutcome::default();
         validate(prompt, rules)?;
         let cache = self.models.get(prompt.model);
-        let cps = prompt.checkpoints;
-
-        // Reads: for each eligible breakpoint, the nearest boundary at or before it (within the
-        // lookback) that holds a live entry. The request reads the longest such prefix. Every live
-        // entry found is refreshed. The longest dead-or-alive match is kept to name a miss.
-        let mut read: Tokens = 0;
-        let mut read_ttl: Option<Ttl> = None;
-        let mut best_any: Tokens = 0;
-        for (bi, bp) in cps.iter().enumerate() {
-            if bp.breakpoint.is_none() || bp.tokens < min_cacheable {
-                continue;
-            }
-            let Some(cache) = cache else { break };
-            let lowest_block = bp.block.saturating_sub(rules.lookback_blocks);
-            for cp in cps[..=bi].iter().rev() {
-                if cp.block < lowest_block {
-                    break;
-                }
-                if let Some(entry) = cache.entries.get(&cp.fingerprint) {
-                    best_any = best_any.max(cp.tokens);
-                    if entry.expires_at_ms > now_ms {
-                        // The prompt's own count: a fingerprint match means the same prefix, and
-                        // conservation then holds by construction.
-                        if cp.tokens > read {
-                            read = cp.tokens;
-                            read_ttl = Some(entry.ttl);
-                        }
-                        out.updates.push((
-                            cp.fingerprint,
-                            Entry {
-                                expires_at_ms: now_ms + rules.lifetime(entry.ttl),
-                                ..*entry
-                            },
-                        ));
-                        break;
-                    }
-                }
-            }
-        }
-
-        // Writes: every eligible breakpoint beyond the read point writes the span since the
-        // previous written boundary (or the read point) at its own TTL. Breakpoints inside the read
-        // prefix cost nothing (see below for their entries).
-        let mut covered = read;
-        for bp in cps {
-            let Some(ttl) = bp.breakpoint else { continue };
-            if bp.tokens < min_cacheable {
-                continue;
-            }
-            let entry = Entry {
-                tokens: bp.tokens,
-                ttl,
-                expires_at_ms: now_ms + rules.lifetime(ttl),
-            };
-            if bp.tokens > covered {
-                let span = bp.tokens - covered;
-                match ttl {
-                    Ttl::FiveMinutes => out.outcome.write_5m += span,
-                    Ttl::OneHour => out.outcome.write_1h += span,
-                }
-                covered = bp.tokens;
-                out.updates.push((bp.fingerprint, entry));
-            } else if !out.updates.iter().any(|(f, _)| *f == bp.fingerprint) {
-                // Inside the read prefix: a live entry here is used, so it is refreshed. A missing
-                // or dead one is stamped for free, but only with the lifetime of the entry that was
-                // actually read — the content is cached exactly that long — so a 1h breakpoint
-                // added on a warm 5m prefix does not become a free 1h entry.
-                let live = cache
-                    .and_then(|c| c.entries.get(&bp.fingerprint))
-                    .filter(|e| e.expires_at_ms > now_ms);
-                let stamped = match live {
-                    Some(e) => Some(Entry {
-                        expires_at_ms: now_ms + rules.lifetime(e.ttl),
-                        ..*e
-                    }),
-                    None => read_ttl.map(|ttl| Entry {
-                        tokens: bp.tokens,
-                        ttl,
-                        expires_at_ms: now_ms + rules.lifetime(ttl),
-                    }),
-                };
-                if let Some(entry) = stamped {
-                    out.updates.push((bp.fingerprint, entry));
-                }
-            }
-        }
-        out.outcome.read = read;
+        let at = Moment {
+            now_ms,
+            min_cacheable,
+            rules,
+        };
+        let read = read_point(cache, prompt.checkpoints, &at, &mut out.updates);
+        let covered = write_beyond(cache, prompt.checkpoints, &at, &read, out);
+        out.outcome.read = read.tokens;
         out.outcome.uncached = prompt.total_tokens - covered;
-        out.outcome.miss = if read < best_any {
+        out.outcome.miss = if read.tokens < read.best_any {
             Some(MissCause::TtlExpiry)
-        } else if read == 0 && out.outcome.written() > 0 {
+        } else if read.tokens == 0 && out.outcome.written() > 0 {
             match cache {
                 Some(c) if !c.is_empty() => Some(MissCause::PrefixChange),
                 _ => Some(MissCause::ColdStart),
@@ -487,6 +408,124 @@ impl CacheState {
             .and_then(|c| c.entries.get(&fingerprint))
             .map(|e| e.expires_at_ms)
     }
+}
+
+/// When and under which rules a prompt is predicted.
+struct Moment<'a> {
+    now_ms: i64,
+    min_cacheable: Tokens,
+    rules: &'a CacheRules,
+}
+
+/// What a request reads: the longest live prefix, the TTL of the entry it came from, and the
+/// longest prefix found dead or alive (to name a miss).
+struct ReadPoint {
+    tokens: Tokens,
+    ttl: Option<Ttl>,
+    best_any: Tokens,
+}
+
+/// Reads: for each eligible breakpoint, the nearest boundary at or before it (within the
+/// lookback) that holds a live entry. The request reads the longest such prefix. Every live entry
+/// found is refreshed (pushed to `updates`). The longest dead-or-alive match is kept to name a miss.
+fn read_point(
+    cache: Option<&ModelCache>,
+    cps: &[Checkpoint],
+    at: &Moment<'_>,
+    updates: &mut Vec<(Fingerprint, Entry)>,
+) -> ReadPoint {
+    let mut read = ReadPoint {
+        tokens: 0,
+        ttl: None,
+        best_any: 0,
+    };
+    let Some(cache) = cache else { return read };
+    for (bi, bp) in cps.iter().enumerate() {
+        if bp.breakpoint.is_none() || bp.tokens < at.min_cacheable {
+            continue;
+        }
+        let lowest_block = bp.block.saturating_sub(at.rules.lookback_blocks);
+        for cp in cps[..=bi].iter().rev() {
+            if cp.block < lowest_block {
+                break;
+            }
+            if let Some(entry) = cache.entries.get(&cp.fingerprint) {
+                read.best_any = read.best_any.max(cp.tokens);
+                if entry.expires_at_ms > at.now_ms {
+                    // The prompt's own count: a fingerprint match means the same prefix, and
+                    // conservation then holds by construction.
+                    if cp.tokens > read.tokens {
+                        read.tokens = cp.tokens;
+                        read.ttl = Some(entry.ttl);
+                    }
+                    updates.push((
+                        cp.fingerprint,
+                        Entry {
+                            expires_at_ms: at.now_ms + at.rules.lifetime(entry.ttl),
+                            ..*entry
+                        },
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+    read
+}
+
+/// Writes: every eligible breakpoint beyond the read point writes the span since the previous
+/// written boundary (or the read point) at its own TTL, into `out`'s outcome and updates.
+/// Breakpoints inside the read prefix cost nothing; a live entry there is used, so it is
+/// refreshed. A missing or dead one is stamped for free, but only with the lifetime of the entry
+/// that was actually read — the content is cached exactly that long — so a 1h breakpoint added on
+/// a warm 5m prefix does not become a free 1h entry. Returns the tokens covered (read or written).
+fn write_beyond(
+    cache: Option<&ModelCache>,
+    cps: &[Checkpoint],
+    at: &Moment<'_>,
+    read: &ReadPoint,
+    out: &mut Prediction,
+) -> Tokens {
+    let mut covered = read.tokens;
+    for bp in cps {
+        let Some(ttl) = bp.breakpoint else { continue };
+        if bp.tokens < at.min_cacheable {
+            continue;
+        }
+        if bp.tokens > covered {
+            let span = bp.tokens - covered;
+            match ttl {
+                Ttl::FiveMinutes => out.outcome.write_5m += span,
+                Ttl::OneHour => out.outcome.write_1h += span,
+            }
+            covered = bp.tokens;
+            let entry = Entry {
+                tokens: bp.tokens,
+                ttl,
+                expires_at_ms: at.now_ms + at.rules.lifetime(ttl),
+            };
+            out.updates.push((bp.fingerprint, entry));
+        } else if !out.updates.iter().any(|(f, _)| *f == bp.fingerprint) {
+            let live = cache
+                .and_then(|c| c.entries.get(&bp.fingerprint))
+                .filter(|e| e.expires_at_ms > at.now_ms);
+            let stamped = match live {
+                Some(e) => Some(Entry {
+                    expires_at_ms: at.now_ms + at.rules.lifetime(e.ttl),
+                    ..*e
+                }),
+                None => read.ttl.map(|ttl| Entry {
+                    tokens: bp.tokens,
+                    ttl,
+                    expires_at_ms: at.now_ms + at.rules.lifetime(ttl),
+                }),
+            };
+            if let Some(entry) = stamped {
+                out.updates.push((bp.fingerprint, entry));
+            }
+        }
+    }
+    covered
 }
 
 fn validate(prompt: &Prompt<'_>, rules: &CacheRules) -> Result<(), CacheError> {
