@@ -13,8 +13,7 @@
 # awesumsawz/dotfiles-universal's 72; of the fresh group, 10 of pshung/personal_git's 959, 30 of
 # onehandcode-source/claude-config's 705 and 22 of kimjindol2025/home-projects' 515; of the fresh2
 # group, 6 of Eduardodmb/ClaudeWork's 166, 5 of yakschuss/dotfiles' 204, 2 of oliyoung/dotfiles' 78,
-# 11 of ycheng4-design/memorybridge's 327, 5 of Jason-liu-0219/my-claude's 163 and 3 of
-# patleeman/dotfiles' 5,760).
+# 11 of ycheng4-design/memorybridge's 327 and 5 of Jason-liu-0219/my-claude's 163).
 set -euo pipefail
 out="${1:?usage: fetch-unseen.sh OUT}"
 mkdir -p "$out"
@@ -212,7 +211,10 @@ tree bradymholt/dotfiles 45d7e4b3270155adf58720f0a6cdfeab42f5dc39 .claude/projec
 # public code index, repositories that commit a home folder's .claude/history.jsonl or
 # stats-cache.json (or a bare ~/.claude, whose sessions sit under projects/), then their session
 # files listed. Only their import and one run of the build of then were made on them; no
-# disagreeing row was read, and no rule or constant may be chosen on them.
+# disagreeing row was read, and no rule or constant may be chosen on them. patleeman/dotfiles
+# (@ d0b6898) was run once too and then left out: 1,834 of the 1,878 main-thread session files
+# that hold a request open with the one-word prompt "status", run from the source trees of the
+# owner's own desktop apps — an app's probe, not a person's sessions.
 tree Eduardodmb/ClaudeWork 7545331a078455343ab78654d834e8dbc55370d2 projects \
     "$out/claude-code-fresh2/claudework"
 tree yakschuss/dotfiles 10a2e4cf61407e8c12c368163fc93af925bb9f9f .claude/projects \
@@ -223,8 +225,6 @@ tree ycheng4-design/memorybridge f89c4dab8a91f46bfdfe8582951798cb2e72ca3e .claud
     "$out/claude-code-fresh2/memorybridge"
 tree Jason-liu-0219/my-claude f58d0ab87bce07fa0c6ec1d3476fc04ab7c2c789 projects \
     "$out/claude-code-fresh2/my-claude"
-tree patleeman/dotfiles d0b6898268b45005124bc85b76eab2be7789d47c .claude/projects \
-    "$out/claude-code-fresh2/patleeman-dotfiles"
 # Codex rollouts committed inside two project repositories (every version of each file is at one
 # commit).
 for f in 2025/10/31/rollout-2025-10-31T13-09-15-019a39be-2bba-7740-b3fd-44e5d19c84a5.jsonl \
@@ -276,7 +276,6 @@ c2a826084f96e6b5 claude-code-fresh2/yakschuss-dotfiles
 dc66e71f29fb0b3b claude-code-fresh2/oliyoung-dotfiles
 93e3d5d32e4b98a5 claude-code-fresh2/memorybridge
 90a58a1891711072 claude-code-fresh2/my-claude
-304801284f69e199 claude-code-fresh2/patleeman-dotfiles
 17e5d9f909bdd26e codex-fresh2/planner
 fadb3aee5679c09d codex-fresh2/el-dorado
 EOF
