@@ -11,7 +11,9 @@
 # Files of 4 MiB and more are left out: the snapshots these figures were measured on lack them
 # (11 of hannibal8856/claude_backup's 62 session files, 5 of LAF-US/IDAHO-VAULT's 124, 13 of
 # awesumsawz/dotfiles-universal's 72; of the fresh group, 10 of pshung/personal_git's 959, 30 of
-# onehandcode-source/claude-config's 705 and 22 of kimjindol2025/home-projects' 515).
+# onehandcode-source/claude-config's 705 and 22 of kimjindol2025/home-projects' 515; of the fresh2
+# group, 6 of Eduardodmb/ClaudeWork's 166, 5 of yakschuss/dotfiles' 204, 2 of oliyoung/dotfiles' 78,
+# 11 of ycheng4-design/memorybridge's 327 and 5 of Jason-liu-0219/my-claude's 163).
 set -euo pipefail
 out="${1:?usage: fetch-unseen.sh OUT}"
 mkdir -p "$out"
@@ -203,6 +205,43 @@ tree kimjindol2025/home-projects 5802836097db315206228a5cabb7910447bdb3f9 .claud
 tree bradymholt/dotfiles 45d7e4b3270155adf58720f0a6cdfeab42f5dc39 .claude/projects \
     "$out/claude-code-fresh/bradymholt-dotfiles"
 
+# ---- fresh2, found 2026-12-06, held out: nobody tunes on these ----
+# A new held-out group (docs/validation.md "A new held-out group (2026-12-06)"), found on
+# 2026-12-06, the day the claude-code-fresh users above were promoted to tuning data: in the
+# public code index, repositories that commit a home folder's .claude/history.jsonl or
+# stats-cache.json (or a bare ~/.claude, whose sessions sit under projects/), then their session
+# files listed. Only their import and one run of the build of then were made on them; no
+# disagreeing row was read, and no rule or constant may be chosen on them. patleeman/dotfiles
+# (@ d0b6898) was run once too and then left out: 1,834 of the 1,878 main-thread session files
+# that hold a request open with the one-word prompt "status", run from the source trees of the
+# owner's own desktop apps — an app's probe, not a person's sessions.
+tree Eduardodmb/ClaudeWork 7545331a078455343ab78654d834e8dbc55370d2 projects \
+    "$out/claude-code-fresh2/claudework"
+tree yakschuss/dotfiles 10a2e4cf61407e8c12c368163fc93af925bb9f9f .claude/projects \
+    "$out/claude-code-fresh2/yakschuss-dotfiles"
+tree oliyoung/dotfiles d375c4f57cc75e98fcbe09991672081bf6b8bc49 .claude/projects \
+    "$out/claude-code-fresh2/oliyoung-dotfiles"
+tree ycheng4-design/memorybridge f89c4dab8a91f46bfdfe8582951798cb2e72ca3e .claude/projects \
+    "$out/claude-code-fresh2/memorybridge"
+tree Jason-liu-0219/my-claude f58d0ab87bce07fa0c6ec1d3476fc04ab7c2c789 projects \
+    "$out/claude-code-fresh2/my-claude"
+# Codex rollouts committed inside two project repositories (every version of each file is at one
+# commit).
+for f in 2025/10/31/rollout-2025-10-31T13-09-15-019a39be-2bba-7740-b3fd-44e5d19c84a5.jsonl \
+    2025/10/31/rollout-2025-10-31T13-10-58-019a39bf-bb69-7550-ae32-22835aedcc2f.jsonl \
+    2025/10/31/rollout-2025-10-31T13-36-55-019a39d7-7e8f-7642-800f-e91334d31c45.jsonl \
+    2025/10/31/rollout-2025-10-31T14-01-05-019a39ed-9e95-7261-bac6-ba6771c4edf5.jsonl \
+    2025/10/31/rollout-2025-10-31T14-14-00-019a39f9-734a-77e3-9090-27028a5227cd.jsonl \
+    2025/10/31/rollout-2025-10-31T18-18-54-019a3ad9-a7f7-75d3-904e-2b22513290fd.jsonl; do
+    file LeroySalih/planner-004 6e3946e41b2d434bab2512979e9b3c0a87ee5e62 "$s/$f" "$out/codex-fresh2/planner" $s
+done
+for f in 2025/11/12/rollout-2025-11-12T22-48-58-019a7bc2-8a27-7480-a82e-58cdf1144cd3.jsonl \
+    2025/11/13/rollout-2025-11-13T13-56-41-019a7f01-96ea-7d73-9bdd-7356459ee5a1.jsonl \
+    2025/11/13/rollout-2025-11-13T20-00-27-019a804e-9f29-7933-9f30-9ae277c16611.jsonl \
+    2025/11/13/rollout-2025-11-13T20-44-28-019a8076-eb65-7f13-8cca-ad8a91533801.jsonl; do
+    file MikeLockz/el-dorado-tanstack cd08d77eee12da1b47dc3a63283e09bc5b6e6f97 "$s/$f" "$out/codex-fresh2/el-dorado" $s
+done
+
 find "$out" -name '*.jsonl' -size +4095k -delete
 
 status=0
@@ -232,5 +271,12 @@ e623cbd9a9947c4d claude-code-fresh/claude-config
 bc90280062f55bb8 claude-code-fresh/config-files
 c6ba4074712200c7 claude-code-fresh/home-projects
 590689fb5cefeb91 claude-code-fresh/bradymholt-dotfiles
+3fe1f3148282f573 claude-code-fresh2/claudework
+c2a826084f96e6b5 claude-code-fresh2/yakschuss-dotfiles
+dc66e71f29fb0b3b claude-code-fresh2/oliyoung-dotfiles
+93e3d5d32e4b98a5 claude-code-fresh2/memorybridge
+90a58a1891711072 claude-code-fresh2/my-claude
+17e5d9f909bdd26e codex-fresh2/planner
+fadb3aee5679c09d codex-fresh2/el-dorado
 EOF
 exit $status
