@@ -38,7 +38,7 @@ pub(super) struct Openings {
 ///
 /// Claude Code loads deferred tools (`ToolSearch` answers with `tool_reference` blocks) and
 /// sends their definitions with the next request. On the tuning parts every model but one kept
-/// the prefix at a thread's first load (Sonnet 4.6, Opus 4.6, Opus 4.8, Opus 5: 31 of 32), and
+/// the prefix at a thread's first load (Sonnet 4.6, Opus 4.6, Opus 4.8, Opus 5: 32 of 33), and
 /// Opus 4.7 (`personal-git`, client 2.1.114 and 2.1.143) broke it at 13 of 13 — read nothing
 /// (8) or only a tools head (5) — while its later loads in the same threads kept it (10 of 11):
 /// the first load changes the head of that model's prompt. Nothing in a transcript line says
