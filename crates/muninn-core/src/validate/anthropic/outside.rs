@@ -23,9 +23,11 @@ use crate::validate::ValidateOptions;
 /// traffic had just refreshed it.
 ///
 /// Per head, not per model: a tally per model mixes client versions, and on `claude_backup`'s
-/// tuning part it took a new version's head (never seen read) for warm. Only openings: in the
-/// middle of a session, after a long pause, such heads were as often cold (on `claude_backup`'s
-/// tuning part, 2 read and 4 not). Causal: the tally counts the answers of earlier requests.
+/// tuning part it took a new version's head (never seen read) for warm. Openings apart from
+/// resumptions: in the middle of a session, after a long pause, `claude_backup`'s heads were
+/// mostly cold while its openings read them, so a resumption is judged by a tally of its own
+/// ([`ModelReplay::open_on_dead_head`]). Causal: the tallies count the answers of earlier
+/// requests.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Openings {
     pub(super) warm: u32,
