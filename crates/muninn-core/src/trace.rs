@@ -119,6 +119,13 @@ pub struct TraceRequest {
     /// nothing: the tools were so from the start.
     #[serde(default, skip_serializing_if = "is_false")]
     pub tools_changed: bool,
+    /// Whether the tool results this request sends are the first of its thread to load tools
+    /// the client had deferred (Claude Code: `tool_reference` blocks in a `tool_result`, what
+    /// its `ToolSearch` returns; the definitions of the tools named join the next request).
+    /// Whether that changes the prompt's head depends on the model: the cache model learns it
+    /// ([`crate::validate`]). Written before the request is sent.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tools_loaded: bool,
     /// Whether the thread's previous request was sent by another client version than this one,
     /// as the source records it (Claude Code names its `version` on every line: a session
     /// resumed after an upgrade, or two clients on one session). A new version may bring a new

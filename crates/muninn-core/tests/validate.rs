@@ -38,6 +38,7 @@ fn req(at_ms: i64, read: u64, write: u64, one_hour: bool) -> TraceRequest {
         boundary: false,
         compacted: false,
         tools_changed: false,
+        tools_loaded: false,
         version_changed: false,
         interrupted_thinking: false,
         reasoning: false,

@@ -380,6 +380,7 @@ impl FormatReader for ApiLogReader<'_> {
             boundary: step.boundary,
             compacted: !step.continues,
             tools_changed: false,
+            tools_loaded: false,
             version_changed: false,
             interrupted_thinking: false,
             reasoning: response.content.is_some_and(|c| c.thinking > 0),

@@ -28,6 +28,9 @@
 //! - `tools_changed`: a `system` line with `subtype: "bridge_status"` whose text begins
 //!   "/remote-control is active" came after the thread's previous request (switching remote
 //!   control on changes the tools Claude Code sends).
+//! - `tools_loaded`: a `tool_result` block since the thread's previous request holds
+//!   `tool_reference` blocks (Claude Code's `ToolSearch` loading deferred tools), and none did
+//!   before in the thread (copies from an earlier file included): the thread's first tool load.
 //! - `version_changed`: the response's line names another client `version` than the line of the
 //!   thread's previous response did (a session resumed after an upgrade, which may bring another
 //!   system prompt). Responses copied from an earlier file count as the previous response.
@@ -259,6 +262,10 @@ pub(crate) struct ThreadState {
     pub(crate) compacted: bool,
     /// The client changed its tool list since the last request (remote control switched on).
     pub(crate) tools_changed: bool,
+    /// The thread's first tool load came since the last request (`tool_reference` results).
+    pub(crate) tools_loaded: bool,
+    /// A tool result of the thread loaded tools before (kept across responses).
+    pub(crate) loaded_before: bool,
     /// The client version that sent the thread's last response, where its lines name one.
     pub(crate) version: Option<String>,
     /// The next request is sent by another client version than the last one.
@@ -281,6 +288,8 @@ impl Default for ThreadState {
             human_turn: true,
             compacted: false,
             tools_changed: false,
+            tools_loaded: false,
+            loaded_before: false,
             version: None,
             version_changed: false,
             thinking_only: false,
@@ -308,6 +317,7 @@ impl ThreadState {
             boundary: self.human_turn,
             compacted: self.compacted,
             tools_changed: self.tools_changed,
+            tools_loaded: self.tools_loaded,
             version_changed: self.version_changed,
             interrupted_thinking: self.interrupted_thinking,
             reasoning: false,
@@ -358,6 +368,8 @@ impl ThreadState {
             human_turn: false,
             compacted: false,
             tools_changed: false,
+            tools_loaded: false,
+            loaded_before: self.loaded_before,
             version: self.version.take(),
             version_changed: false,
             thinking_only: false,
@@ -418,6 +430,10 @@ impl ThreadState {
             self.interrupted_thinking = true;
         }
         self.thinking_only = false;
+        if shape.tool_references > 0 && !self.loaded_before {
+            self.tools_loaded = true;
+            self.loaded_before = true;
+        }
         self.blocks = self.blocks.saturating_add(shape.blocks);
         self.tools.tokens = self.tools.tokens.saturating_add(shape.tool_result_tokens);
         self.tools.uses = self.tools.uses.saturating_add(shape.tool_results);

@@ -61,6 +61,9 @@ pub(crate) struct ContentShape {
     /// Whether a text block says the person interrupted the answer (Claude Code writes
     /// "[Request interrupted by user]", or "… for tool use").
     pub interrupt: bool,
+    /// How many `tool_reference` blocks the tool results hold: each names a deferred tool
+    /// whose definition the result loads (Claude Code's `ToolSearch`).
+    pub tool_references: u32,
 }
 
 /// Whether a text block's `text` is Claude Code's interrupt marker, decided as the string is
@@ -110,18 +113,7 @@ impl<'de> Deserialize<'de> for InterruptMarker {
     }
 }
 
-/// The tokens of a `tool_result` block's `content` as the cache model counts it — its canonical
-/// JSON ([`muninn_core::mask::canonical_tokens`]) — counted as the parser reads it, nothing
-/// kept. The tokenizer's count is additive over the pieces of a JSON text (every string is
-/// quoted, every other piece bounded by punctuation), so the canonical form's count is the sum
-/// over the pieces in any key order: each string quoted and escaped as JSON writes it, each
-/// number and literal as written, one per bracket, brace, colon and comma. Every value is read
-/// through `deserialize_any`, as a `Value` is, so the same input is refused (a number out of
-/// range, a nesting too deep) — without building a `Value` per block.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct ToolContentTokens(muninn_core::money::Tokens);
-
-/// One JSON value's canonical tokens, read (see [`ToolContentTokens`]).
+/// One JSON value's canonical tokens, read (see [`ToolContent`]).
 #[derive(Debug, Clone, Copy)]
 struct Canonical;
 
@@ -192,12 +184,6 @@ impl<'de> Visitor<'de> for Canonical {
     }
 }
 
-impl<'de> Deserialize<'de> for ToolContentTokens {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Canonical.deserialize(deserializer).map(ToolContentTokens)
-    }
-}
-
 impl<'de> Deserialize<'de> for ContentShape {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(ShapeVisitor)
@@ -243,8 +229,10 @@ impl ContentShape {
                 // What a clear removes: the content less the placeholder.
                 let tokens = b
                     .content
-                    .map_or(0, |c| muninn_core::mask::cleared_from(c.0));
+                    .map_or(0, |c| muninn_core::mask::cleared_from(c.tokens));
                 self.tool_result_tokens = self.tool_result_tokens.saturating_add(tokens);
+                let references = b.content.map_or(0, |c| c.references);
+                self.tool_references = self.tool_references.saturating_add(references);
             }
             Some("thinking" | "redacted_thinking") => {
                 self.thinking = self.thinking.saturating_add(1);
@@ -264,8 +252,149 @@ impl ContentShape {
 struct Block<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<Str<'a>>,
-    content: Option<ToolContentTokens>,
+    content: Option<ToolContent>,
     text: Option<InterruptMarker>,
+}
+
+/// A `tool_result` block's `content`: its tokens as the cache model counts them — its canonical
+/// JSON ([`muninn_core::mask::canonical_tokens`]) — and how many of its elements are
+/// `tool_reference` blocks (a deferred tool the result loads), counted as the parser reads it,
+/// nothing kept. The tokenizer's count is additive over the pieces of a JSON text (every string
+/// is quoted, every other piece bounded by punctuation), so the canonical form's count is the
+/// sum over the pieces in any key order: each string quoted and escaped as JSON writes it, each
+/// number and literal as written, one per bracket, brace, colon and comma. Every value is read
+/// through `deserialize_any`, as a `Value` is, so the same input is refused (a number out of
+/// range, a nesting too deep) — without building a `Value` per block.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct ToolContent {
+    tokens: muninn_core::money::Tokens,
+    references: u32,
+}
+
+impl<'de> Deserialize<'de> for ToolContent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ToolContentVisitor)
+    }
+}
+
+/// Reads a tool result's `content`: an array element by element ([`ReferenceOrOther`]),
+/// anything else as [`Canonical`] counts it.
+struct ToolContentVisitor;
+
+impl ToolContentVisitor {
+    fn tokens(tokens: muninn_core::money::Tokens) -> ToolContent {
+        ToolContent {
+            tokens,
+            references: 0,
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for ToolContentVisitor {
+    type Value = ToolContent;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Canonical.visit_str(v).map(Self::tokens)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Canonical.visit_bool(v).map(Self::tokens)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Canonical.visit_i64(v).map(Self::tokens)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Canonical.visit_u64(v).map(Self::tokens)
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Canonical.visit_f64(v).map(Self::tokens)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Canonical.visit_unit().map(Self::tokens)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        Canonical.visit_map(map).map(Self::tokens)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        // `[`, `]` and a comma between elements, as `Canonical` counts an array.
+        let (mut content, mut n) = (Self::tokens(2), 0u64);
+        while let Some(element) = seq.next_element_seed(ReferenceOrOther)? {
+            content.tokens = content.tokens.saturating_add(element.tokens);
+            content.references = content.references.saturating_add(element.references);
+            n += 1;
+        }
+        content.tokens = content.tokens.saturating_add(n.saturating_sub(1));
+        Ok(content)
+    }
+}
+
+/// One element of a tool result's content array: its canonical tokens, and one reference if it
+/// is an object whose `type` is `tool_reference`.
+#[derive(Debug, Clone, Copy)]
+struct ReferenceOrOther;
+
+impl<'de> DeserializeSeed<'de> for ReferenceOrOther {
+    type Value = ToolContent;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ReferenceOrOther {
+    type Value = ToolContent;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        ToolContentVisitor.visit_str(v)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        ToolContentVisitor.visit_bool(v)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        ToolContentVisitor.visit_i64(v)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        ToolContentVisitor.visit_u64(v)
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        ToolContentVisitor.visit_f64(v)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        ToolContentVisitor.visit_unit()
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        Canonical.visit_seq(seq).map(ToolContentVisitor::tokens)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        // As `Canonical::visit_map` counts an object (a key given twice keeps its last value),
+        // with the `type` value read as a `Value` to see whether it names a reference.
+        let mut entries: std::collections::BTreeMap<String, muninn_core::money::Tokens> =
+            std::collections::BTreeMap::new();
+        let mut reference = false;
+        while let Some(key) = map.next_key::<String>()? {
+            let value = if key == "type" {
+                let v: serde_json::Value = map.next_value()?;
+                reference = v.as_str() == Some("tool_reference");
+                muninn_core::mask::canonical_tokens(&v)
+            } else {
+                map.next_value_seed(Canonical)?
+            };
+            entries.insert(key, value);
+        }
+        let n = entries.len() as u64;
+        let tokens = entries
+            .into_iter()
+            .fold(2, |sum: muninn_core::money::Tokens, (k, v)| {
+                let key = muninn_core::mask::canonical_tokens(&serde_json::Value::String(k));
+                sum.saturating_add(key).saturating_add(1).saturating_add(v)
+            });
+        Ok(ToolContent {
+            tokens: tokens.saturating_add(n.saturating_sub(1)),
+            references: u32::from(reference),
+        })
+    }
 }
 
 /// An array element that is a block object, or anything else (counted, not inspected).
@@ -446,6 +575,7 @@ mod tests {
                 tool_result_tokens: 0,
                 thinking: 0,
                 interrupt: false,
+                tool_references: 0,
             }
         );
         let shape: ContentShape = serde_json::from_str(
@@ -461,6 +591,7 @@ mod tests {
                 tool_result_tokens: 10,
                 thinking: 2,
                 interrupt: false,
+                tool_references: 0,
             }
         );
         // Claude Code's interrupt marker, in either wording; a text that is not a string is no
@@ -505,18 +636,19 @@ mod tests {
             r#"[{"text":"x","big":1e400}]"#,
             r#""\ud800""#,
             r#"["\ud83d\ude00 emoji"]"#,
+            r#"[{"type":"tool_reference","tool_name":"TaskList"},{"tool_name":"X","type":"tool_reference","type":"text"}]"#,
             &deep,
         ];
         for case in cases {
-            let ours = serde_json::from_str::<ToolContentTokens>(case).map(|t| t.0);
+            let ours = serde_json::from_str::<ToolContent>(case).map(|t| t.tokens);
             let theirs = serde_json::from_str::<Value>(case).map(|v| by_value(&v));
             assert_eq!(ours.as_ref().ok(), theirs.as_ref().ok(), "{case}");
         }
         // A string counts its quotes and escapes: `"` `hell|o` `,` `"`.
         assert_eq!(
-            serde_json::from_str::<ToolContentTokens>(r#""hello,""#)
+            serde_json::from_str::<ToolContent>(r#""hello,""#)
                 .unwrap()
-                .0,
+                .tokens,
             count("\"hello,\"")
         );
         assert_eq!(count("\"hello,\""), 5);

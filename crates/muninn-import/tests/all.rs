@@ -53,6 +53,7 @@ fn request(
         boundary,
         compacted,
         tools_changed: false,
+        tools_loaded: false,
         version_changed: false,
         interrupted_thinking: false,
         reasoning: false,

@@ -132,6 +132,62 @@ fn remote_control_switched_on_flags_the_next_request_as_a_tool_change() {
     assert_eq!(flags, vec![false, true, false]);
 }
 
+/// Claude Code's `ToolSearch` answers with `tool_reference` blocks inside a `tool_result`; the
+/// tools they name are sent with the next request. The thread's first such result flags the
+/// request that sends it (`tools_loaded`), and no later one does: on one model the first load
+/// changed the prompt's head and later ones did not (docs/validation.md, "Looked at a fourth
+/// time"). A tool result without references flags nothing.
+#[test]
+fn a_threads_first_tool_load_flags_the_request_that_sends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolsearch.jsonl");
+    let result = |content: serde_json::Value, seconds: i64| {
+        serde_json::json!({
+            "parentUuid": null, "isSidechain": false, "type": "user", "sessionId": "ts",
+            "uuid": format!("r{seconds}"), "version": "2.1.143",
+            "timestamp": jiff::Timestamp::from_millisecond(at(seconds)).unwrap().to_string(),
+            "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": format!("toolu_{seconds}"), "content": content}
+            ]},
+        })
+        .to_string()
+            + "\n"
+    };
+    let references = |names: &[&str]| {
+        serde_json::Value::Array(
+            names
+                .iter()
+                .map(|n| serde_json::json!({"type": "tool_reference", "tool_name": n}))
+                .collect(),
+        )
+    };
+    let answer = |n: u32, seconds: i64| {
+        // The turn's answer again, as a tool loop's next request: `turn` writes both lines, so
+        // only its assistant line is kept.
+        turn("ts", n, seconds - 2, 500)
+            .lines()
+            .nth(1)
+            .map(|l| l.to_string() + "\n")
+            .unwrap_or_default()
+    };
+    let text = turn("ts", 1, 0, 0)
+        + &result(serde_json::json!("plain output"), 10)
+        + &answer(2, 20)
+        + &result(references(&["TaskCreate", "TaskList"]), 30)
+        + &answer(3, 40)
+        + &result(references(&["ExitPlanMode"]), 50)
+        + &answer(4, 60);
+    std::fs::write(&path, text).unwrap();
+
+    let got = import(std::slice::from_ref(&path));
+    let flags: Vec<bool> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| r.tools_loaded)
+        .collect();
+    assert_eq!(flags, vec![false, false, true, false]);
+}
+
 /// A Codex rollout marks a request `reasoning` when a `reasoning` item is among its output (the
 /// items logged before its `token_count`), and only that request: the OpenAI cache model needs
 /// it to know where the next user message's prompt stops matching.

@@ -349,6 +349,7 @@ pub fn session_trace(
                 boundary: true,
                 compacted: false,
                 tools_changed: false,
+                tools_loaded: false,
                 version_changed: false,
                 interrupted_thinking: false,
                 reasoning: false,

@@ -201,6 +201,7 @@ pub fn session(seed: u64, requests: usize, params: &SynthParams) -> Trace {
             boundary,
             compacted,
             tools_changed: false,
+            tools_loaded: false,
             version_changed: false,
             interrupted_thinking: false,
             reasoning: false,

@@ -52,6 +52,7 @@ mod tests {
             },
             compacted,
             tools_changed: false,
+            tools_loaded: false,
             version_changed: false,
             interrupted_thinking: false,
             reasoning: false,

@@ -7,7 +7,10 @@ use crate::cache::{CacheState, Checkpoint, Fingerprint, Prompt, Ttl, extend, has
 use crate::miss::MissCause;
 use crate::money::Tokens;
 use crate::trace::{ThreadKind, Trace};
+use outside::{FirstLoads, Openings};
 use std::collections::HashMap;
+
+mod outside;
 
 /// Block index of the tools head, the system head, and the first conversation block.
 const H1_BLOCK: u32 = 1;
@@ -144,30 +147,6 @@ fn hash_parts(parts: &[&str]) -> Fingerprint {
         bytes.push(0);
     }
     hash_bytes(&bytes)
-}
-
-/// Session openings on one tools head that nothing in the traces had kept warm, by what they
-/// read.
-///
-/// Claude Code's tools head (tools and the static system preamble) is the same text for every
-/// session of a client version with the same tools, and the provider can serve it from traffic
-/// the traces do not hold: on `dotfiles-universal` and `omarchy-backup` (tuning parts) sessions
-/// opened hours or days after the user's last recorded request read exactly the tools head an
-/// earlier session had read; on `dotsv2` and `claude_backup` some such openings read it and some
-/// read nothing. Nothing in a transcript says which, so the model counts, per tools head
-/// (its fingerprint: model, thread group kind, size), the main-thread openings on it while it
-/// was dead or never written in the model's cache: read all the same (`warm`) or not (`cold`).
-/// While `warm` leads, a session opening on that dead head finds it warm, as if the outside
-/// traffic had just refreshed it.
-///
-/// Per head, not per model: a tally per model mixes client versions, and on `claude_backup`'s
-/// tuning part it took a new version's head (never seen read) for warm. Only openings: in the
-/// middle of a session, after a long pause, such heads were as often cold (on `claude_backup`'s
-/// tuning part, 2 read and 4 not). Causal: the tally counts the answers of earlier requests.
-#[derive(Debug, Clone, Copy, Default)]
-struct Openings {
-    warm: u32,
-    cold: u32,
 }
 
 /// A request's heads as the model places them: (tokens, fingerprint) of the tools head and of
@@ -342,6 +321,8 @@ struct Rebuilt {
     /// The group as it stood before this request (its tools epoch already moved on a change).
     group: Group,
     tools_changed: bool,
+    /// Whether the tool change is a first tool load the model's loads say breaks the prefix.
+    load_breaks: bool,
     segment: u32,
     dropped_at: Option<Tail>,
     /// Whether the request is predicted to diverge from its predecessor in the messages: its
@@ -366,6 +347,13 @@ pub(super) struct ModelReplay {
     /// Per tools head: the session openings on it while nothing in the traces kept it warm,
     /// by whether they read it (see [`Openings`]).
     openings: HashMap<Fingerprint, Openings>,
+    /// Per tools head: the later main-thread requests on it while nothing in the traces kept it
+    /// warm (a session resumed after its entries expired), by whether they read it — tallied
+    /// apart from the openings (see [`Openings`]).
+    resumptions: HashMap<Fingerprint, Openings>,
+    /// Per (model, main group?): threads' first tool loads, by whether the prefix survived
+    /// (see [`FirstLoads`]).
+    first_loads: HashMap<(String, bool), FirstLoads>,
     /// Requests the cache model refused (a malformed reconstruction).
     pub(super) errors: usize,
 }
@@ -401,6 +389,7 @@ impl ModelReplay {
         );
         let dead_head = self.open_on_dead_head(trace, index, &rebuilt.checkpoints, options);
         let rewritten = rebuilt.rewritten;
+        let load_breaks = rebuilt.load_breaks;
         let prompt = Prompt {
             model: &trace.model,
             checkpoints: &rebuilt.checkpoints,
@@ -422,7 +411,9 @@ impl ModelReplay {
         // in the messages, whatever the cache still held of it.
         (
             read,
-            if rewritten {
+            if load_breaks {
+                Some(MissCause::ToolsChange)
+            } else if rewritten {
                 Some(MissCause::MessagesChange)
             } else {
                 miss
@@ -443,7 +434,8 @@ impl ModelReplay {
         // A tool list changed before sending: tools come first, so nothing cached before
         // matches (known to the client before the request; the fork of a compaction agent
         // inherits its parent's tools and never carries the flag).
-        let tools_changed = changed_tools(trace, index);
+        let load_breaks = self.load_breaks(trace, index);
+        let tools_changed = changed_tools(trace, index) || load_breaks;
         if tools_changed {
             group.tools_epoch += 1;
         }
@@ -471,6 +463,7 @@ impl ModelReplay {
             key,
             group,
             tools_changed,
+            load_breaks,
             segment: conv.segment,
             dropped_at: conv.dropped_at,
             rewritten: conv.drop,
@@ -527,13 +520,19 @@ impl ModelReplay {
         let forked = trace.kind == ThreadKind::Compaction;
         let recorded = req.usage.cache_read;
         if let Some(c) = dead_head {
-            let tally = self.openings.entry(c.fingerprint).or_default();
+            let tallies = if index == 0 {
+                &mut self.openings
+            } else {
+                &mut self.resumptions
+            };
+            let tally = tallies.entry(c.fingerprint).or_default();
             if recorded > options.tolerance {
                 tally.warm += 1;
             } else {
                 tally.cold += 1;
             }
         }
+        self.count_load(trace, index, reference, options);
         let Rebuilt {
             key,
             group,
@@ -605,57 +604,6 @@ impl ModelReplay {
             updated.last_cached = cached_part(req);
         }
         self.groups.insert(key, updated);
-    }
-
-    /// Whether `model`'s entry for `fingerprint` is live at `at_ms`.
-    fn live(&self, model: &str, fingerprint: Fingerprint, at_ms: i64) -> bool {
-        self.cache
-            .expiry(model, fingerprint)
-            .is_some_and(|e| e > at_ms)
-    }
-
-    /// The tools head a session's opening request (`cps`, not yet sent) carries while nothing in
-    /// the traces keeps it warm, for [`Openings`] to count once the answer is known. Where that
-    /// head's openings were read more often than not, it is written just before the request,
-    /// as the outside traffic that keeps it warm would have.
-    fn open_on_dead_head(
-        &mut self,
-        trace: &Trace,
-        index: usize,
-        cps: &[Checkpoint],
-        options: &ValidateOptions,
-    ) -> Option<Checkpoint> {
-        let at_ms = trace.requests.get(index)?.at_ms;
-        let head = cps
-            .first()
-            .filter(|c| c.block == H1_BLOCK && index == 0 && trace.kind == ThreadKind::Main)
-            .filter(|c| !self.live(&trace.model, c.fingerprint, at_ms))
-            .copied()?;
-        let seen = self
-            .openings
-            .get(&head.fingerprint)
-            .copied()
-            .unwrap_or_default();
-        if seen.warm <= seen.cold {
-            return Some(head);
-        }
-        let outside = [Checkpoint {
-            breakpoint: Some(Ttl::FiveMinutes),
-            ..head
-        }];
-        let prompt = Prompt {
-            model: &trace.model,
-            checkpoints: &outside,
-            total_tokens: head.tokens,
-        };
-        if self
-            .cache
-            .apply(&prompt, at_ms - 1, options.min_cacheable, &options.rules)
-            .is_err()
-        {
-            self.errors += 1;
-        }
-        Some(head)
     }
 
     /// The tools head a request of `trace` carries, as the model places it before stepping it:

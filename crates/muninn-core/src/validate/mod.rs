@@ -59,7 +59,13 @@
 //!
 //! A session's opening request whose tools head the model's cache holds dead (or never wrote)
 //! finds it warm when earlier openings on that same head, dead too, were read more often than
-//! not: traffic the traces do not hold keeps it warm (`anthropic`'s `Openings`).
+//! not: traffic the traces do not hold keeps it warm (`anthropic`'s `Openings`). A later
+//! main-thread request on a dead tools head (a session resumed after its entries expired) is
+//! judged the same way by a tally of its own: resumptions on that head.
+//!
+//! A thread's first tool load (`TraceRequest::tools_loaded`) is a tool change for a model whose
+//! earlier first loads, soon after the thread's previous request, broke the prefix more often
+//! than they kept it (`anthropic`'s `FirstLoads`).
 //!
 //! Head sizes are learned from earlier observations only: a thread's first request that reads
 //! something short of a prefix it could know reveals `H1`; a later request that reads less than

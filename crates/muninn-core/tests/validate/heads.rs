@@ -209,3 +209,89 @@ fn a_tool_change_the_client_recorded_reads_nothing_and_names_tools() {
     assert_eq!((r.cache_model.read, r.cache_model.agree), (H1, true));
     assert_eq!(r.cause, None);
 }
+
+/// A session on model "m" that opens `days` days in reading the tools head, reads its prompt
+/// 10 s later, and is resumed a day later reading `resumed` (the tools head or nothing).
+fn resumed(session: &str, days: i64, resumed: u64) -> Trace {
+    let at = days * 24 * 60 * MIN;
+    trace(
+        session,
+        "main",
+        ThreadKind::Main,
+        "m",
+        vec![
+            req(at, H1, 30_000 - H1, true),
+            req(at + 10_000, 30_000, 500, true),
+            req(at + 24 * 60 * MIN, resumed, 31_000 - resumed, true),
+        ],
+    )
+}
+
+/// A session resumed after its entries expired finds the tools head warm where earlier
+/// resumptions on that dead head were read more often than not — a tally of its own, apart
+/// from the openings': a user whose resumptions read the head (on the tuning parts
+/// `bradymholt-dotfiles`, `home-projects`, `dotfiles-universal`) is learned from them, and one
+/// whose openings read it but resumptions do not (`claude_backup`) keeps predicting a miss
+/// there (docs/validation.md, "Looked at a fourth time").
+#[test]
+fn a_tools_head_kept_warm_outside_the_traces_is_read_at_resumptions_tallied_apart() {
+    // a's resumption teaches the tally; b's is then predicted to read the head.
+    let warm = [resumed("a", 0, H1), resumed("b", 2, H1)];
+    let report = validate(&warm, &ValidateOptions::default());
+    let a = row(&report, "a/main/m", 2);
+    assert_eq!((a.cache_model.read, a.cache_model.agree), (0, false));
+    let b = row(&report, "b/main/m", 2);
+    assert_eq!((b.cache_model.read, b.cache_model.agree), (H1, true));
+
+    // Openings read the head, resumptions not: the openings' tally says nothing of resumptions.
+    let cold = [resumed("a", 0, 0), resumed("b", 2, 0), resumed("c", 4, 0)];
+    let report = validate(&cold, &ValidateOptions::default());
+    let c = row(&report, "c/main/m", 0);
+    assert_eq!((c.cache_model.read, c.cache_model.agree), (H1, true));
+    let c = row(&report, "c/main/m", 2);
+    assert_eq!((c.cache_model.read, c.cache_model.agree), (0, true));
+}
+
+/// A thread's first tool load (`tools_loaded`: the tools a `ToolSearch` named join the next
+/// request) that broke the prefix on a model teaches that model: its next first load is
+/// predicted as a tool change (nothing read, the cause a tools change), while a model whose
+/// first loads kept the prefix goes on reading it (on the tuning parts Opus 4.7 broke it at
+/// 13 of 13 first loads, the other models kept it; docs/validation.md, "Looked at a fourth
+/// time").
+#[test]
+fn a_models_first_tool_loads_that_broke_the_prefix_are_learned() {
+    use muninn_core::miss::MissCause;
+    let thread = |start: i64, breaks: bool| {
+        let mut t = growing(start, 4, 10_000, true);
+        let prefix = t[3].usage.cache_read + t[3].usage.cache_write_1h;
+        let read = if breaks { 0 } else { prefix };
+        let mut load = req(start + 40_000, read, prefix + 300 - read, true);
+        load.tools_loaded = true;
+        t.push(load);
+        t.push(req(start + 50_000, prefix + 300, 400, true));
+        t
+    };
+    let traces = [
+        trace("a", "main", ThreadKind::Main, "m", thread(0, true)),
+        trace("b", "main", ThreadKind::Main, "m", thread(MIN, true)),
+        trace("c", "main", ThreadKind::Main, "k", thread(0, false)),
+        trace("d", "main", ThreadKind::Main, "k", thread(MIN, false)),
+    ];
+    let report = validate(&traces, &ValidateOptions::default());
+    let a = row(&report, "a/main/m", 4);
+    assert_eq!(
+        (a.cache_model.class, a.cache_model.agree),
+        (ReadClass::Prefix, false)
+    );
+    let b = row(&report, "b/main/m", 4);
+    assert_eq!((b.cache_model.read, b.cache_model.agree), (0, true));
+    assert_eq!(b.cause, Some(MissCause::ToolsChange));
+    // The thread goes on from what the load wrote.
+    let after = row(&report, "b/main/m", 5);
+    assert!(after.cache_model.agree);
+    let d = row(&report, "d/main/k", 4);
+    assert_eq!(
+        (d.cache_model.class, d.cache_model.agree),
+        (ReadClass::Prefix, true)
+    );
+}

@@ -1,0 +1,178 @@
+//! What traffic outside a thread tells the cache model, learned from earlier answers only: heads
+//! kept warm by requests the traces do not hold (at session openings and at resumptions) and
+//! whether a model's prompt head changes at a thread's first tool load.
+
+use super::{H1_BLOCK, ModelReplay, is_main_group};
+use crate::cache::{Checkpoint, Fingerprint, Prompt, Ttl};
+use crate::money::Tokens;
+use crate::trace::{ThreadKind, Trace};
+use crate::validate::ValidateOptions;
+
+/// Session openings on one tools head that nothing in the traces had kept warm, by what they
+/// read.
+///
+/// Claude Code's tools head (tools and the static system preamble) is the same text for every
+/// session of a client version with the same tools, and the provider can serve it from traffic
+/// the traces do not hold: on `dotfiles-universal` and `omarchy-backup` (tuning parts) sessions
+/// opened hours or days after the user's last recorded request read exactly the tools head an
+/// earlier session had read; on `dotsv2` and `claude_backup` some such openings read it and some
+/// read nothing. Nothing in a transcript says which, so the model counts, per tools head
+/// (its fingerprint: model, thread group kind, size), the main-thread openings on it while it
+/// was dead or never written in the model's cache: read all the same (`warm`) or not (`cold`).
+/// While `warm` leads, a session opening on that dead head finds it warm, as if the outside
+/// traffic had just refreshed it.
+///
+/// Per head, not per model: a tally per model mixes client versions, and on `claude_backup`'s
+/// tuning part it took a new version's head (never seen read) for warm. Openings apart from
+/// resumptions: in the middle of a session, after a long pause, `claude_backup`'s heads were
+/// mostly cold while its openings read them, so a resumption is judged by a tally of its own
+/// ([`ModelReplay::open_on_dead_head`]). Causal: the tallies count the answers of earlier
+/// requests.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Openings {
+    pub(super) warm: u32,
+    pub(super) cold: u32,
+}
+
+/// Requests of one model that sent a thread's first tool load (`TraceRequest::tools_loaded`)
+/// within five minutes of the thread's previous request, by whether they read the whole prefix
+/// the previous request cached (`kept`) or less (`broke`).
+///
+/// Claude Code loads deferred tools (`ToolSearch` answers with `tool_reference` blocks) and
+/// sends their definitions with the next request. On the tuning parts every model but one kept
+/// the prefix at a thread's first load (Sonnet 4.6, Opus 4.6, Opus 4.8, Opus 5: 32 of 33), and
+/// Opus 4.7 (`personal-git`, client 2.1.114 and 2.1.143) broke it at 13 of 13 — read nothing
+/// (8) or only a tools head (5) — while its later loads in the same threads kept it (10 of 11):
+/// the first load changes the head of that model's prompt. Nothing in a transcript line says
+/// which a model does, so it is learned per model (and thread group kind) from the loads
+/// already seen; while breaks lead, a first load is predicted as a tool change. Causal: the
+/// tally counts earlier answers, and the flag is written before the request.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct FirstLoads {
+    pub(super) kept: u32,
+    pub(super) broke: u32,
+}
+
+/// How soon after the thread's previous request a first load must come to be counted: well
+/// within the shortest TTL, so a miss says the prompt changed, not that the entry expired.
+const LOAD_WITHIN_MS: i64 = 5 * 60 * 1000;
+
+impl ModelReplay {
+    /// Whether request `index` of `trace` is a thread's first tool load that the model's earlier
+    /// first loads say changes the prompt's head ([`FirstLoads`]).
+    pub(super) fn load_breaks(&self, trace: &Trace, index: usize) -> bool {
+        let loads = index > 0
+            && trace.kind != ThreadKind::Compaction
+            && trace.requests.get(index).is_some_and(|r| r.tools_loaded);
+        loads
+            && self
+                .first_loads
+                .get(&(trace.model.clone(), is_main_group(trace)))
+                .is_some_and(|t| t.broke > t.kept)
+    }
+
+    /// Counts a thread's first tool load, once its answer is known, where nothing else explains
+    /// a shorter read: soon after the previous request, no compaction, no other tool change.
+    pub(super) fn count_load(
+        &mut self,
+        trace: &Trace,
+        index: usize,
+        reference: Tokens,
+        options: &ValidateOptions,
+    ) {
+        let Some((previous, req)) = index
+            .checked_sub(1)
+            .and_then(|p| trace.requests.get(p))
+            .zip(trace.requests.get(index))
+        else {
+            return;
+        };
+        if !req.tools_loaded
+            || trace.kind == ThreadKind::Compaction
+            || req.compacted
+            || req.tools_changed
+            || req.at_ms - previous.at_ms > LOAD_WITHIN_MS
+        {
+            return;
+        }
+        let tally = self
+            .first_loads
+            .entry((trace.model.clone(), is_main_group(trace)))
+            .or_default();
+        if req.usage.cache_read + options.tolerance >= reference {
+            tally.kept += 1;
+        } else {
+            tally.broke += 1;
+        }
+    }
+
+    /// Whether `model`'s entry for `fingerprint` is live at `at_ms`.
+    fn live(&self, model: &str, fingerprint: Fingerprint, at_ms: i64) -> bool {
+        self.cache
+            .expiry(model, fingerprint)
+            .is_some_and(|e| e > at_ms)
+    }
+
+    /// The tools head a main-thread request (`cps`, not yet sent) carries while nothing in the
+    /// traces keeps it warm, for [`Openings`] to count once the answer is known: a session's
+    /// opening in the openings' tally, a later request (a session resumed after its entries
+    /// expired) in the resumptions'. Where that tally's requests read the head more often than
+    /// not, it is written just before the request, as the outside traffic that keeps it warm
+    /// would have.
+    ///
+    /// Two tallies, because the habit differs by user and by kind: on the tuning parts, of the
+    /// later main-thread requests that read a head or nothing where the model predicted
+    /// nothing, `bradymholt-dotfiles` (5-minute writes only) read a head at 15 of 15,
+    /// `home-projects` and `dotfiles-universal` 5 of 5, `claude_backup` 3 of 31; and
+    /// `claude_backup`'s openings, mostly read, said nothing of its resumptions (one tally for
+    /// both was tried and dropped: docs/validation.md, variant (a)). Only after the thread's
+    /// previous write expired: a head dead because the model learned another size for it
+    /// (the conversation still live) is no resumption, and counted as one it taught warm heads
+    /// that `personal-git`'s resumptions then missed.
+    pub(super) fn open_on_dead_head(
+        &mut self,
+        trace: &Trace,
+        index: usize,
+        cps: &[Checkpoint],
+        options: &ValidateOptions,
+    ) -> Option<Checkpoint> {
+        let at_ms = trace.requests.get(index)?.at_ms;
+        // A resumption comes after the thread's previous write expired: a head that is dead
+        // only because the model learned another size for it says nothing of outside traffic.
+        let expired = index
+            .checked_sub(1)
+            .and_then(|p| trace.requests.get(p))
+            .is_none_or(|p| at_ms - p.at_ms > p.write_ttl().unwrap_or(Ttl::FiveMinutes).millis());
+        let head = cps
+            .first()
+            .filter(|c| c.block == H1_BLOCK && trace.kind == ThreadKind::Main && expired)
+            .filter(|c| !self.live(&trace.model, c.fingerprint, at_ms))
+            .copied()?;
+        let tallies = if index == 0 {
+            &self.openings
+        } else {
+            &self.resumptions
+        };
+        let seen = tallies.get(&head.fingerprint).copied().unwrap_or_default();
+        if seen.warm <= seen.cold {
+            return Some(head);
+        }
+        let outside = [Checkpoint {
+            breakpoint: Some(Ttl::FiveMinutes),
+            ..head
+        }];
+        let prompt = Prompt {
+            model: &trace.model,
+            checkpoints: &outside,
+            total_tokens: head.tokens,
+        };
+        if self
+            .cache
+            .apply(&prompt, at_ms - 1, options.min_cacheable, &options.rules)
+            .is_err()
+        {
+            self.errors += 1;
+        }
+        Some(head)
+    }
+}
