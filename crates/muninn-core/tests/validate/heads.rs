@@ -295,3 +295,30 @@ fn a_models_first_tool_loads_that_broke_the_prefix_are_learned() {
         (ReadClass::Prefix, true)
     );
 }
+
+/// An entry dies at its expiry (it is live while `expires_at > now`), so a session resumed
+/// exactly one TTL after the thread's previous request finds its entries expired: a resumption,
+/// tallied and judged as one (found in review: `>` took it for a live thread).
+#[test]
+fn a_resumption_exactly_one_ttl_after_the_previous_request_is_one() {
+    let at_ttl = |session: &str, days: i64| {
+        let at = days * 24 * 60 * MIN;
+        trace(
+            session,
+            "main",
+            ThreadKind::Main,
+            "m",
+            vec![
+                req(at, H1, 30_000 - H1, true),
+                req(at + 10_000, 30_000, 500, true),
+                req(at + 10_000 + 60 * MIN, H1, 31_000 - H1, true),
+            ],
+        )
+    };
+    let report = validate(
+        &[at_ttl("a", 0), at_ttl("b", 2)],
+        &ValidateOptions::default(),
+    );
+    let b = row(&report, "b/main/m", 2);
+    assert_eq!((b.cache_model.read, b.cache_model.agree), (H1, true));
+}

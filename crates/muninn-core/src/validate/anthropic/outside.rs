@@ -139,10 +139,11 @@ impl ModelReplay {
         let at_ms = trace.requests.get(index)?.at_ms;
         // A resumption comes after the thread's previous write expired: a head that is dead
         // only because the model learned another size for it says nothing of outside traffic.
+        // An entry is live while its expiry is ahead, so one TTL after the write it is dead.
         let expired = index
             .checked_sub(1)
             .and_then(|p| trace.requests.get(p))
-            .is_none_or(|p| at_ms - p.at_ms > p.write_ttl().unwrap_or(Ttl::FiveMinutes).millis());
+            .is_none_or(|p| at_ms - p.at_ms >= p.write_ttl().unwrap_or(Ttl::FiveMinutes).millis());
         let head = cps
             .first()
             .filter(|c| c.block == H1_BLOCK && trace.kind == ThreadKind::Main && expired)
