@@ -381,3 +381,35 @@ fn a_resumption_follows_the_rules_lifetime() {
     let b = row(&report, "b/main/m", 2);
     assert_eq!((b.cache_model.read, b.cache_model.agree), (H1, true));
 }
+
+/// A first tool load exactly five minutes after the thread's previous request finds that
+/// request's 5-minute entries expired: a read of nothing there says nothing of the load, and it
+/// must not teach the model that first loads break the prefix (found in review: `>` counted it).
+#[test]
+fn a_first_tool_load_as_the_entries_expire_teaches_nothing() {
+    let thread = |start: i64, gap: i64, breaks: bool| {
+        let mut t = growing(start, 4, 10_000, false);
+        let prefix = t[3].usage.cache_read + t[3].usage.cache_write_5m;
+        let read = if breaks { 0 } else { prefix };
+        let mut load = req(start + 30_000 + gap, read, prefix + 300 - read, false);
+        load.tools_loaded = true;
+        t.push(load);
+        t
+    };
+    let traces = [
+        trace("a", "main", ThreadKind::Main, "m", thread(0, 5 * MIN, true)),
+        trace(
+            "b",
+            "main",
+            ThreadKind::Main,
+            "m",
+            thread(60 * MIN, 10_000, false),
+        ),
+    ];
+    let report = validate(&traces, &ValidateOptions::default());
+    let b = row(&report, "b/main/m", 4);
+    assert_eq!(
+        (b.cache_model.class, b.cache_model.agree),
+        (ReadClass::Prefix, true)
+    );
+}

@@ -53,8 +53,9 @@ pub(super) struct FirstLoads {
     pub(super) broke: u32,
 }
 
-/// How soon after the thread's previous request a first load must come to be counted: well
-/// within the shortest TTL, so a miss says the prompt changed, not that the entry expired.
+/// How soon after the thread's previous request a first load must come to be counted: within
+/// the shortest TTL (an entry is dead at its expiry, so strictly less), so a miss says the
+/// prompt changed, not that the entry expired.
 const LOAD_WITHIN_MS: i64 = 5 * 60 * 1000;
 
 impl ModelReplay {
@@ -91,7 +92,7 @@ impl ModelReplay {
             || trace.kind == ThreadKind::Compaction
             || req.compacted
             || req.tools_changed
-            || req.at_ms - previous.at_ms > LOAD_WITHIN_MS
+            || req.at_ms - previous.at_ms >= LOAD_WITHIN_MS
         {
             return;
         }
