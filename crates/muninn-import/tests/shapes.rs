@@ -188,6 +188,61 @@ fn a_threads_first_tool_load_flags_the_request_that_sends_it() {
     assert_eq!(flags, vec![false, false, true, false]);
 }
 
+/// A resumed session's file begins with copies of the earlier file's lines: a tool load among
+/// the copies was the thread's first, so the resumed session's next load is not flagged, and
+/// the flag survives the stored trace format.
+#[test]
+fn a_tool_load_copied_from_an_earlier_file_was_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = |session: &str, seconds: i64| {
+        serde_json::json!({
+            "parentUuid": null, "isSidechain": false, "type": "user", "sessionId": session,
+            "uuid": format!("r{seconds}"), "version": "2.1.143",
+            "timestamp": jiff::Timestamp::from_millisecond(at(seconds)).unwrap().to_string(),
+            "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": format!("toolu_{seconds}"), "content": [
+                    {"type": "tool_reference", "tool_name": "TaskList"}
+                ]}
+            ]},
+        })
+        .to_string()
+            + "\n"
+    };
+    let answer = |session: &str, n: u32, seconds: i64| {
+        turn(session, n, seconds - 2, 500)
+            .lines()
+            .nth(1)
+            .map(|l| l.to_string() + "\n")
+            .unwrap_or_default()
+    };
+    let earlier =
+        |session: &str| turn(session, 1, 0, 0) + &result(session, 10) + &answer(session, 2, 20);
+    let first = dir.path().join("s2.jsonl");
+    std::fs::write(&first, earlier("s2")).unwrap();
+    let resumed = dir.path().join("s3.jsonl");
+    let text = earlier("s3") + &result("s3", 30) + &answer("s3", 3, 40);
+    std::fs::write(&resumed, text).unwrap();
+
+    let got = import(&[first, resumed]);
+    let flags: Vec<(String, bool)> = got
+        .traces
+        .iter()
+        .flat_map(|t| {
+            t.requests
+                .iter()
+                .map(|r| (t.session.clone(), r.tools_loaded))
+        })
+        .collect();
+    let expected = [("s2", false), ("s2", true), ("s3", false)];
+    assert_eq!(flags, expected.map(|(s, f)| (s.to_string(), f)).to_vec());
+
+    let mut stored = Vec::new();
+    write_traces(&mut stored, &got.traces).unwrap();
+    let path = dir.path().join("t.jsonl");
+    std::fs::write(&path, &stored).unwrap();
+    assert_eq!(read_trace_file(&path).unwrap().traces, got.traces);
+}
+
 /// A Codex rollout marks a request `reasoning` when a `reasoning` item is among its output (the
 /// items logged before its `token_count`), and only that request: the OpenAI cache model needs
 /// it to know where the next user message's prompt stops matching.

@@ -387,7 +387,8 @@ impl ModelReplay {
             req.write_ttl().unwrap_or(fallback_ttl),
             options,
         );
-        let dead_head = self.open_on_dead_head(trace, index, &rebuilt.checkpoints, options);
+        let dead_head =
+            self.open_on_dead_head(trace, index, &rebuilt.checkpoints, fallback_ttl, options);
         let rewritten = rebuilt.rewritten;
         let load_breaks = rebuilt.load_breaks;
         let prompt = Prompt {

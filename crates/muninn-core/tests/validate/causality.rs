@@ -8,22 +8,31 @@ use proptest::prelude::*;
 /// One generated request: gap since the previous request of its trace, growth of the cached
 /// part, the share of it the provider said it read, tier, a compaction before it, blocks added,
 /// whether it opens a person's turn, whether its answer thought, the conversation of its thread it
-/// belongs to (one session in two terminals).
-type GenRequest = (i64, u64, u8, bool, bool, u32, bool, bool, u64);
+/// belongs to (one session in two terminals), whether it sends a tool load (`tools_loaded`).
+type GenRequest = (i64, u64, u8, bool, bool, u32, bool, bool, u64, bool);
 
 fn gen_trace() -> impl Strategy<Value = Vec<GenRequest>> {
     prop::collection::vec(
         (
-            prop_oneof![1_000i64..60_000, 60_000i64..600_000, 600_000i64..5_000_000],
+            // Gaps within a TTL, past one, and exactly one (an entry dies at its expiry).
+            prop_oneof![
+                3 => 1_000i64..60_000,
+                3 => 60_000i64..600_000,
+                3 => 600_000i64..5_000_000,
+                1 => prop_oneof![Just(300_000i64), Just(3_600_000)],
+            ],
             0u64..30_000,
-            // Often a full read (nothing written, so a tier must be assumed), often a 5m write.
-            prop_oneof![Just(100u8), 0u8..=100],
+            // Often a full read (nothing written, so a tier must be assumed), often nothing read
+            // (what the tallies of heads kept warm outside and of tool loads count), often a
+            // 5m write.
+            prop_oneof![2 => Just(100u8), 1 => Just(0u8), 2 => 0u8..=100],
             prop::bool::weighted(0.2),
             prop::bool::weighted(0.05),
             0u32..30,
             prop::bool::weighted(0.3),
             prop::bool::weighted(0.5),
             prop_oneof![3 => Just(0u64), 1 => 1u64..3],
+            prop::bool::weighted(0.2),
         ),
         1..25,
     )
@@ -34,8 +43,18 @@ fn build(start: i64, first: u64, generated: &[GenRequest]) -> Vec<TraceRequest> 
     let mut at = start;
     let mut cached = first;
     let mut out = Vec::new();
-    for &(gap, growth, read_pct, one_hour, compacted, blocks, boundary, thinking, conversation) in
-        generated
+    for &(
+        gap,
+        growth,
+        read_pct,
+        one_hour,
+        compacted,
+        blocks,
+        boundary,
+        thinking,
+        conversation,
+        loaded,
+    ) in generated
     {
         at += gap;
         cached += growth;
@@ -46,6 +65,7 @@ fn build(start: i64, first: u64, generated: &[GenRequest]) -> Vec<TraceRequest> 
         r.boundary = boundary;
         r.reasoning = thinking;
         r.conversation = conversation;
+        r.tools_loaded = loaded;
         out.push(r);
     }
     out
@@ -117,7 +137,7 @@ proptest! {
     fn no_prediction_looks_ahead(
         parts in [gen_trace(), gen_trace(), gen_trace(), gen_trace()],
         which in any::<prop::sample::Index>(),
-        read_pct in 0u8..=100,
+        read_pct in prop_oneof![Just(0u8), Just(100), 0u8..=100],
         five_pct in 0u8..=100,
         output in 0u64..5_000,
         input in 0u64..5_000,

@@ -295,3 +295,121 @@ fn a_models_first_tool_loads_that_broke_the_prefix_are_learned() {
         (ReadClass::Prefix, true)
     );
 }
+
+/// An entry dies at its expiry (it is live while `expires_at > now`), so a session resumed
+/// exactly one TTL after the thread's previous request finds its entries expired: a resumption,
+/// tallied and judged as one (found in review: `>` took it for a live thread).
+#[test]
+fn a_resumption_exactly_one_ttl_after_the_previous_request_is_one() {
+    let at_ttl = |session: &str, days: i64| {
+        let at = days * 24 * 60 * MIN;
+        trace(
+            session,
+            "main",
+            ThreadKind::Main,
+            "m",
+            vec![
+                req(at, H1, 30_000 - H1, true),
+                req(at + 10_000, 30_000, 500, true),
+                req(at + 10_000 + 60 * MIN, H1, 31_000 - H1, true),
+            ],
+        )
+    };
+    let report = validate(
+        &[at_ttl("a", 0), at_ttl("b", 2)],
+        &ValidateOptions::default(),
+    );
+    let b = row(&report, "b/main/m", 2);
+    assert_eq!((b.cache_model.read, b.cache_model.agree), (H1, true));
+}
+
+/// Whether a thread's entries expired is judged at the tier they were written at: after a
+/// request that read everything and wrote nothing, the thread's latest write's tier (the cache
+/// model's own fallback), not five minutes. Otherwise a 1h thread going on after 16 minutes,
+/// on a tools head dead only because another session taught a new size, is taken for a
+/// resumption that read the head, and teaches a later session's cold resumption warm (found
+/// in review).
+#[test]
+fn a_full_read_keeps_its_threads_tier_for_the_resumptions_expiry() {
+    // `a` never reads a head of its own: it takes the size `c` teaches at 12 minutes, whose
+    // 5-minute entry is dead by `a`'s request at 25 minutes.
+    let a = vec![
+        req(0, 0, 30_000, true),
+        req(MIN, 30_000, 500, true),
+        req(9 * MIN, 30_500, 0, true),
+        req(25 * MIN, 30_500, 500, true),
+    ];
+    let c = vec![req(12 * MIN, H1, 20_000 - H1, false)];
+    let day = 2 * 24 * 60 * MIN;
+    let d = vec![
+        req(day, H1, 30_000 - H1, true),
+        req(day + 10_000, 30_000, 500, true),
+        req(day + 3 * 60 * MIN, 0, 31_000, true),
+    ];
+    let traces = [
+        trace("a", "main", ThreadKind::Main, "m", a),
+        trace("c", "main", ThreadKind::Main, "m", c),
+        trace("d", "main", ThreadKind::Main, "m", d),
+    ];
+    let report = validate(&traces, &ValidateOptions::default());
+    let d = row(&report, "d/main/m", 2);
+    assert_eq!((d.cache_model.read, d.cache_model.agree), (0, true));
+}
+
+/// Whether a thread's entries expired is judged by the rules' lifetime, as the cache model's
+/// entries live: under a provider's fixed retention (`CacheRules::lifetime_ms`) a 1h write
+/// lives that long, not an hour (found in review: the TTL's own length was used).
+#[test]
+fn a_resumption_follows_the_rules_lifetime() {
+    let after = |session: &str, days: i64| {
+        let at = days * 24 * 60 * MIN;
+        trace(
+            session,
+            "main",
+            ThreadKind::Main,
+            "m",
+            vec![
+                req(at, H1, 30_000 - H1, true),
+                req(at + 10_000, 30_000, 500, true),
+                req(at + 10_000 + 30 * MIN, H1, 31_000 - H1, true),
+            ],
+        )
+    };
+    let mut options = ValidateOptions::default();
+    options.rules.lifetime_ms = Some(10 * MIN);
+    let report = validate(&[after("a", 0), after("b", 2)], &options);
+    let b = row(&report, "b/main/m", 2);
+    assert_eq!((b.cache_model.read, b.cache_model.agree), (H1, true));
+}
+
+/// A first tool load exactly five minutes after the thread's previous request finds that
+/// request's 5-minute entries expired: a read of nothing there says nothing of the load, and it
+/// must not teach the model that first loads break the prefix (found in review: `>` counted it).
+#[test]
+fn a_first_tool_load_as_the_entries_expire_teaches_nothing() {
+    let thread = |start: i64, gap: i64, breaks: bool| {
+        let mut t = growing(start, 4, 10_000, false);
+        let prefix = t[3].usage.cache_read + t[3].usage.cache_write_5m;
+        let read = if breaks { 0 } else { prefix };
+        let mut load = req(start + 30_000 + gap, read, prefix + 300 - read, false);
+        load.tools_loaded = true;
+        t.push(load);
+        t
+    };
+    let traces = [
+        trace("a", "main", ThreadKind::Main, "m", thread(0, 5 * MIN, true)),
+        trace(
+            "b",
+            "main",
+            ThreadKind::Main,
+            "m",
+            thread(60 * MIN, 10_000, false),
+        ),
+    ];
+    let report = validate(&traces, &ValidateOptions::default());
+    let b = row(&report, "b/main/m", 4);
+    assert_eq!(
+        (b.cache_model.class, b.cache_model.agree),
+        (ReadClass::Prefix, true)
+    );
+}

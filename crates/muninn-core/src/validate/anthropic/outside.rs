@@ -53,8 +53,9 @@ pub(super) struct FirstLoads {
     pub(super) broke: u32,
 }
 
-/// How soon after the thread's previous request a first load must come to be counted: well
-/// within the shortest TTL, so a miss says the prompt changed, not that the entry expired.
+/// How soon after the thread's previous request a first load must come to be counted: within
+/// the shortest TTL (an entry is dead at its expiry, so strictly less), so a miss says the
+/// prompt changed, not that the entry expired.
 const LOAD_WITHIN_MS: i64 = 5 * 60 * 1000;
 
 impl ModelReplay {
@@ -91,7 +92,7 @@ impl ModelReplay {
             || trace.kind == ThreadKind::Compaction
             || req.compacted
             || req.tools_changed
-            || req.at_ms - previous.at_ms > LOAD_WITHIN_MS
+            || req.at_ms - previous.at_ms >= LOAD_WITHIN_MS
         {
             return;
         }
@@ -118,7 +119,7 @@ impl ModelReplay {
     /// opening in the openings' tally, a later request (a session resumed after its entries
     /// expired) in the resumptions'. Where that tally's requests read the head more often than
     /// not, it is written just before the request, as the outside traffic that keeps it warm
-    /// would have.
+    /// would have. `fallback_ttl` is the tier of the trace's latest write before the request.
     ///
     /// Two tallies, because the habit differs by user and by kind: on the tuning parts, of the
     /// later main-thread requests that read a head or nothing where the model predicted
@@ -134,15 +135,22 @@ impl ModelReplay {
         trace: &Trace,
         index: usize,
         cps: &[Checkpoint],
+        fallback_ttl: Ttl,
         options: &ValidateOptions,
     ) -> Option<Checkpoint> {
         let at_ms = trace.requests.get(index)?.at_ms;
         // A resumption comes after the thread's previous write expired: a head that is dead
         // only because the model learned another size for it says nothing of outside traffic.
+        // An entry is live while its expiry is ahead, so one TTL after the write it is dead.
+        // A previous request that wrote nothing refreshed its entries at the tier of the
+        // thread's latest write (`fallback_ttl`), and they live as the rules say.
         let expired = index
             .checked_sub(1)
             .and_then(|p| trace.requests.get(p))
-            .is_none_or(|p| at_ms - p.at_ms > p.write_ttl().unwrap_or(Ttl::FiveMinutes).millis());
+            .is_none_or(|p| {
+                let ttl = p.write_ttl().unwrap_or(fallback_ttl);
+                at_ms - p.at_ms >= options.rules.lifetime(ttl)
+            });
         let head = cps
             .first()
             .filter(|c| c.block == H1_BLOCK && trace.kind == ThreadKind::Main && expired)
