@@ -130,6 +130,21 @@ fn scalar_tokens(v: impl Into<serde_json::Value>) -> muninn_core::money::Tokens 
     muninn_core::mask::canonical_tokens(&v.into())
 }
 
+/// The canonical tokens of an object whose values were counted: `{`, `}`, each key and a colon,
+/// and a comma between entries.
+fn object_tokens(
+    entries: std::collections::BTreeMap<String, muninn_core::money::Tokens>,
+) -> muninn_core::money::Tokens {
+    let n = entries.len() as u64;
+    let tokens = entries
+        .into_iter()
+        .fold(2, |sum: muninn_core::money::Tokens, (k, v)| {
+            let key = muninn_core::mask::canonical_tokens(&serde_json::Value::String(k));
+            sum.saturating_add(key).saturating_add(1).saturating_add(v)
+        });
+    tokens.saturating_add(n.saturating_sub(1))
+}
+
 impl<'de> Visitor<'de> for Canonical {
     type Value = muninn_core::money::Tokens;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -172,15 +187,7 @@ impl<'de> Visitor<'de> for Canonical {
             let value = map.next_value_seed(Canonical)?;
             entries.insert(key, value);
         }
-        // `{`, `}`, each key and a colon, and a comma between entries.
-        let n = entries.len() as u64;
-        let tokens = entries
-            .into_iter()
-            .fold(2, |sum: muninn_core::money::Tokens, (k, v)| {
-                let key = muninn_core::mask::canonical_tokens(&serde_json::Value::String(k));
-                sum.saturating_add(key).saturating_add(1).saturating_add(v)
-            });
-        Ok(tokens.saturating_add(n.saturating_sub(1)))
+        Ok(object_tokens(entries))
     }
 }
 
@@ -383,15 +390,8 @@ impl<'de> Visitor<'de> for ReferenceOrOther {
             };
             entries.insert(key, value);
         }
-        let n = entries.len() as u64;
-        let tokens = entries
-            .into_iter()
-            .fold(2, |sum: muninn_core::money::Tokens, (k, v)| {
-                let key = muninn_core::mask::canonical_tokens(&serde_json::Value::String(k));
-                sum.saturating_add(key).saturating_add(1).saturating_add(v)
-            });
         Ok(ToolContent {
-            tokens: tokens.saturating_add(n.saturating_sub(1)),
+            tokens: object_tokens(entries),
             references: u32::from(reference),
         })
     }
