@@ -7,7 +7,7 @@ use crate::cache::{CacheState, Checkpoint, Fingerprint, Prompt, Ttl, extend, has
 use crate::miss::MissCause;
 use crate::money::Tokens;
 use crate::trace::{ThreadKind, Trace};
-use outside::{FirstLoads, Openings};
+use outside::{FirstLoads, HeadTallies};
 use std::collections::HashMap;
 
 mod outside;
@@ -344,13 +344,13 @@ pub(super) struct ModelReplay {
     h2_estimate: HashMap<(String, bool), Tokens>,
     /// Tail of a compaction (or other forked) thread's own previous request.
     thread_tails: HashMap<String, Tail>,
-    /// Per tools head: the session openings on it while nothing in the traces kept it warm,
-    /// by whether they read it (see [`Openings`]).
-    openings: HashMap<Fingerprint, Openings>,
-    /// Per tools head: the later main-thread requests on it while nothing in the traces kept it
-    /// warm (a session resumed after its entries expired), by whether they read it — tallied
-    /// apart from the openings (see [`Openings`]).
-    resumptions: HashMap<Fingerprint, Openings>,
+    /// Per model and tools-head size: the session openings on it while nothing in the traces
+    /// kept it warm, by whether they read it (see [`Openings`]).
+    openings: HeadTallies,
+    /// Per model and tools-head size: the later main-thread requests on it while nothing in the
+    /// traces kept it warm (a session resumed after its entries expired), by whether they read
+    /// it — tallied apart from the openings (see [`Openings`]).
+    resumptions: HeadTallies,
     /// Per (model, main group?): threads' first tool loads, by whether the prefix survived
     /// (see [`FirstLoads`]).
     first_loads: HashMap<(String, bool), FirstLoads>,
@@ -526,7 +526,11 @@ impl ModelReplay {
             } else {
                 &mut self.resumptions
             };
-            let tally = tallies.entry(c.fingerprint).or_default();
+            let tally = tallies
+                .entry(trace.model.clone())
+                .or_default()
+                .entry(c.tokens)
+                .or_default();
             if recorded > options.tolerance {
                 tally.warm += 1;
             } else {

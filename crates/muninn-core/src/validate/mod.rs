@@ -58,8 +58,9 @@
 //! the prompt is the same up to there and new after it (`anthropic`'s `ThinkingDrop`).
 //!
 //! A session's opening request whose tools head the model's cache holds dead (or never wrote)
-//! finds it warm when earlier openings on that same head, dead too, were read more often than
-//! not: traffic the traces do not hold keeps it warm (`anthropic`'s `Openings`). A later
+//! finds it warm when earlier openings on that head (the model's, of a size within 10%), dead
+//! too, were read more often than not: traffic the traces do not hold keeps it warm
+//! (`anthropic`'s `Openings`). A later
 //! main-thread request on a dead tools head (a session resumed after its entries expired) is
 //! judged the same way by a tally of its own: resumptions on that head.
 //!

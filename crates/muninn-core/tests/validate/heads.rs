@@ -84,7 +84,7 @@ fn opening(session: &str, days: i64, opening: u64) -> Trace {
 
 /// Outside traffic (another machine's sessions, other users of the client version) keeps a
 /// tools head warm that the traces let die days ago: once openings on that dead head were read
-/// more often than not, the next opening on it is predicted to read it. The tally is per head
+/// more often than not, the next opening on it is predicted to read it. The tally is per head (sizes within 10% pooled)
 /// and counts openings only; a pause in the middle of a session is still a miss (seen on two
 /// public users' sessions, docs/validation.md "Validation on data nobody tuned on").
 #[test]
@@ -118,8 +118,8 @@ fn a_tools_head_kept_warm_outside_the_traces_is_read_at_session_openings() {
     assert_eq!(row(&report, "x/main/m", 0).cache_model.read, H1);
     assert_eq!(row(&report, "c/main/m", 0).cache_model.read, 0);
 
-    // Per head: a head of another size (another client version) starts unbelieved.
-    let other = H1 + 1_000;
+    // Per head size: a head more than 10% larger (another client version) starts unbelieved.
+    let other = H1 + H1 / 5;
     let versions = [
         opening("a", 0, H1),
         opening("b", 2, H1),
@@ -128,6 +128,27 @@ fn a_tools_head_kept_warm_outside_the_traces_is_read_at_session_openings() {
     ];
     let report = validate(&versions, &ValidateOptions::default());
     assert_eq!(row(&report, "w/main/m", 0).cache_model.read, 0);
+}
+
+/// One user's tools head varies a few percent from session to session (the tools and skills
+/// loaded differ: 19.9k to 21.8k tokens on `claude-config`'s tuning part), so the openings'
+/// tally pools head sizes within 10% of each other: an opening that read a head 5% larger than
+/// the one the model expected counts for the next opening on that larger head, which a tally
+/// per exact size would start afresh (docs/validation.md, "Looked at a sixth time").
+#[test]
+fn openings_on_heads_a_few_percent_apart_share_a_tally() {
+    let near = H1 + H1 / 20;
+    // b opens on a's dead head (size H1) and reads its own, 5% larger; c opens on that one.
+    let drift = [
+        opening("a", 0, H1),
+        opening("b", 2, near),
+        opening("c", 4, near),
+    ];
+    let report = validate(&drift, &ValidateOptions::default());
+    let b = row(&report, "b/main/m", 0);
+    assert_eq!((b.cache_model.read, b.cache_model.agree), (0, false));
+    let c = row(&report, "c/main/m", 0);
+    assert_eq!((c.cache_model.read, c.cache_model.agree), (near, true));
 }
 
 /// A head size learned in one session — there from a read a little short of its prefix, which

@@ -2,6 +2,8 @@
 //! kept warm by requests the traces do not hold (at session openings and at resumptions) and
 //! whether a model's prompt head changes at a thread's first tool load.
 
+use std::collections::{BTreeMap, HashMap};
+
 use super::{H1_BLOCK, ModelReplay, is_main_group};
 use crate::cache::{Checkpoint, Fingerprint, Prompt, Ttl};
 use crate::money::Tokens;
@@ -17,13 +19,14 @@ use crate::validate::ValidateOptions;
 /// opened hours or days after the user's last recorded request read exactly the tools head an
 /// earlier session had read; on `dotsv2` and `claude_backup` some such openings read it and some
 /// read nothing. Nothing in a transcript says which, so the model counts, per tools head
-/// (its fingerprint: model, thread group kind, size), the main-thread openings on it while it
+/// (model and size, sizes within [`POOL_PERCENT`] of each other pooled), the main-thread
+/// openings on it while it
 /// was dead or never written in the model's cache: read all the same (`warm`) or not (`cold`).
 /// While `warm` leads, a session opening on that dead head finds it warm, as if the outside
 /// traffic had just refreshed it.
 ///
-/// Per head, not per model: a tally per model mixes client versions, and on `claude_backup`'s
-/// tuning part it took a new version's head (never seen read) for warm. Openings apart from
+/// Per head size, not per model: a tally per model mixes client versions, and on
+/// `claude_backup`'s tuning part it took a new version's head (never seen read) for warm. Openings apart from
 /// resumptions: in the middle of a session, after a long pause, `claude_backup`'s heads were
 /// mostly cold while its openings read them, so a resumption is judged by a tally of its own
 /// ([`ModelReplay::open_on_dead_head`]). Causal: the tallies count the answers of earlier
@@ -32,6 +35,37 @@ use crate::validate::ValidateOptions;
 pub(super) struct Openings {
     pub(super) warm: u32,
     pub(super) cold: u32,
+}
+
+/// Per model, per tools-head size: the openings (or the resumptions) on a dead head of that
+/// size, by what they read ([`Openings`]). Only main threads are tallied, so the model and the
+/// size are the head's whole key.
+pub(super) type HeadTallies = HashMap<String, BTreeMap<Tokens, Openings>>;
+
+/// How far, in percent of a head's size, the sizes whose tallies count for it reach.
+///
+/// One user's tools head is not one size: on `claude-config`'s tuning part (Sonnet 4.6) the
+/// heads its openings read ranged from about 19.9k to 21.8k tokens, session by session (the
+/// tools and skills loaded differ), so a tally per exact size never gathered evidence and its
+/// openings stayed a coin flip (11 warm, 9 cold). Pooled within 10% — tried 1, 3, 5, 10, 15 and
+/// 20 on the tuning parts of ten users — its tuning part gains most; a new client version's
+/// head further off still starts unbelieved (docs/validation.md, "Looked at a sixth time").
+const POOL_PERCENT: Tokens = 10;
+
+/// The tally of `model`'s heads whose size lies within [`POOL_PERCENT`] of `tokens`.
+fn pooled(tallies: &HeadTallies, model: &str, tokens: Tokens) -> Openings {
+    let span = tokens * POOL_PERCENT / 100;
+    tallies
+        .get(model)
+        .map(|sizes| {
+            sizes
+                .range(tokens.saturating_sub(span)..=tokens + span)
+                .fold(Openings::default(), |a, (_, t)| Openings {
+                    warm: a.warm + t.warm,
+                    cold: a.cold + t.cold,
+                })
+        })
+        .unwrap_or_default()
 }
 
 /// Requests of one model that sent a thread's first tool load (`TraceRequest::tools_loaded`)
@@ -161,7 +195,7 @@ impl ModelReplay {
         } else {
             &self.resumptions
         };
-        let seen = tallies.get(&head.fingerprint).copied().unwrap_or_default();
+        let seen = pooled(tallies, &trace.model, head.tokens);
         if seen.warm <= seen.cold {
             return Some(head);
         }
