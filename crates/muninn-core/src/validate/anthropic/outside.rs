@@ -19,17 +19,17 @@ use crate::validate::ValidateOptions;
 /// opened hours or days after the user's last recorded request read exactly the tools head an
 /// earlier session had read; on `dotsv2` and `claude_backup` some such openings read it and some
 /// read nothing. Nothing in a transcript says which, so the model counts, per tools head
-/// (model and size, sizes within [`POOL_PERCENT`] of each other pooled), the main-thread
-/// openings on it while it
-/// was dead or never written in the model's cache: read all the same (`warm`) or not (`cold`).
+/// (model and size, sizes within [`POOL_PERCENT`] of the smaller pooled: [`pooled`]), the
+/// main-thread openings on it while it was dead or never written in the model's cache: read all
+/// the same (`warm`) or not (`cold`).
 /// While `warm` leads, a session opening on that dead head finds it warm, as if the outside
 /// traffic had just refreshed it.
 ///
 /// Per head size, not per model: a tally per model mixes client versions, and on
-/// `claude_backup`'s tuning part it took a new version's head (never seen read) for warm. Openings apart from
-/// resumptions: in the middle of a session, after a long pause, `claude_backup`'s heads were
-/// mostly cold while its openings read them, so a resumption is judged by a tally of its own
-/// ([`ModelReplay::open_on_dead_head`]). Causal: the tallies count the answers of earlier
+/// `claude_backup`'s tuning part it took a new version's head (never seen read) for warm.
+/// Openings apart from resumptions: in the middle of a session, after a long pause,
+/// `claude_backup`'s heads were mostly cold while its openings read them, so a resumption is
+/// judged by a tally of its own ([`ModelReplay::open_on_dead_head`]). Causal: the tallies count the answers of earlier
 /// requests.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Openings {
@@ -38,11 +38,14 @@ pub(super) struct Openings {
 }
 
 /// Per model, per tools-head size: the openings (or the resumptions) on a dead head of that
-/// size, by what they read ([`Openings`]). Only main threads are tallied, so the model and the
-/// size are the head's whole key.
+/// size, by what they read ([`Openings`]). Only main threads are tallied, so with the tools head
+/// shared across sessions (the default) the model and the size are the head's whole key; with
+/// it not shared (`share_tools_head: false`) a session's resumptions count for another
+/// session's head of a size within [`POOL_PERCENT`] too.
 pub(super) type HeadTallies = HashMap<String, BTreeMap<Tokens, Openings>>;
 
-/// How far, in percent of a head's size, the sizes whose tallies count for it reach.
+/// How far apart, in percent of the smaller, two sizes of a model's tools head may lie for
+/// their tallies to be pooled.
 ///
 /// One user's tools head is not one size: on `claude-config`'s tuning part (Sonnet 4.6) the
 /// heads its openings read ranged from about 19.9k to 21.8k tokens, session by session (the
@@ -52,17 +55,26 @@ pub(super) type HeadTallies = HashMap<String, BTreeMap<Tokens, Openings>>;
 /// head further off still starts unbelieved (docs/validation.md, "Looked at a sixth time").
 const POOL_PERCENT: Tokens = 10;
 
-/// The tally of `model`'s heads whose size lies within [`POOL_PERCENT`] of `tokens`.
+/// The tally of `model`'s heads whose size and `tokens` lie within [`POOL_PERCENT`] of the
+/// smaller of the two: a size `s` is pooled with `tokens` when `|s - tokens| * 100 <=
+/// POOL_PERCENT * min(s, tokens)`. A relation, not a window around the later size, so whether
+/// two sessions' heads share a tally does not depend on which opened first. Each tallied
+/// opening sits under one size, so it counts at most once. Integer arithmetic in `u128`: no
+/// overflow or rounding drift at the ends of `Tokens`.
 fn pooled(tallies: &HeadTallies, model: &str, tokens: Tokens) -> Openings {
-    let span = tokens * POOL_PERCENT / 100;
+    let t = u128::from(tokens);
+    let percent = u128::from(POOL_PERCENT);
+    // Above: s - t <= P% of t. Below: t - s <= P% of s, so s >= 100 t / (100 + P), rounded up.
+    let high = Tokens::try_from(t + t * percent / 100).unwrap_or(Tokens::MAX);
+    let low = Tokens::try_from((t * 100).div_ceil(100 + percent)).unwrap_or(Tokens::MAX);
     tallies
         .get(model)
         .map(|sizes| {
             sizes
-                .range(tokens.saturating_sub(span)..=tokens + span)
-                .fold(Openings::default(), |a, (_, t)| Openings {
-                    warm: a.warm + t.warm,
-                    cold: a.cold + t.cold,
+                .range(low..=high)
+                .fold(Openings::default(), |a, (_, o)| Openings {
+                    warm: a.warm + o.warm,
+                    cold: a.cold + o.cold,
                 })
         })
         .unwrap_or_default()
@@ -216,5 +228,62 @@ impl ModelReplay {
             self.errors += 1;
         }
         Some(head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tally holding one warm opening on `model`'s head of `tokens`.
+    fn warm_at(model: &str, tokens: Tokens) -> HeadTallies {
+        let mut tallies = HeadTallies::new();
+        tallies
+            .entry(model.to_string())
+            .or_default()
+            .insert(tokens, Openings { warm: 1, cold: 0 });
+        tallies
+    }
+
+    /// Pooling is a relation between two sizes, not a window around the later one: whether
+    /// 20,000 and 22,200 (11% of the smaller, 9.9% of the larger) share a tally must not
+    /// depend on which of the two was seen first. Within 10% of the smaller: 22,000 is pooled
+    /// with 20,000, 22,001 is not.
+    #[test]
+    fn pooling_is_symmetric() {
+        for (a, b) in [
+            (20_000, 22_200),
+            (20_000, 22_001),
+            (20_000, 22_222),
+            (100, 111),
+        ] {
+            let forth = pooled(&warm_at("m", a), "m", b).warm;
+            let back = pooled(&warm_at("m", b), "m", a).warm;
+            assert_eq!(forth, back, "{a} and {b}");
+        }
+        assert_eq!(pooled(&warm_at("m", 20_000), "m", 22_000).warm, 1);
+        assert_eq!(pooled(&warm_at("m", 22_000), "m", 20_000).warm, 1);
+        assert_eq!(pooled(&warm_at("m", 20_000), "m", 22_001).warm, 0);
+        assert_eq!(pooled(&warm_at("m", 22_001), "m", 20_000).warm, 0);
+    }
+
+    /// The window's arithmetic neither overflows nor wraps at the ends of `Tokens`.
+    #[test]
+    fn pooling_at_the_extremes_of_the_size() {
+        for tokens in [0, 1, u64::MAX / 10 + 1, u64::MAX - 1, u64::MAX] {
+            assert_eq!(
+                pooled(&warm_at("m", tokens), "m", tokens).warm,
+                1,
+                "{tokens}"
+            );
+        }
+        assert_eq!(pooled(&warm_at("m", u64::MAX), "m", u64::MAX / 2).warm, 0);
+        assert_eq!(pooled(&warm_at("m", 0), "m", 1).warm, 0);
+    }
+
+    /// A model's tally says nothing of another model's heads.
+    #[test]
+    fn pooling_stays_within_the_model() {
+        assert_eq!(pooled(&warm_at("m", 20_000), "n", 20_000).warm, 0);
     }
 }
