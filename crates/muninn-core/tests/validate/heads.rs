@@ -63,11 +63,12 @@ fn the_tools_head_is_shared_across_sessions_when_asked() {
     );
 }
 
-/// A session on model "m" opening `days` days in: its first request reads `opening` (the tools
-/// head H1 or nothing) and writes the rest of a 30k prompt at 1h, its second (10 s later) reads
-/// that prompt, and its third, a day later, reads nothing (and writes the tools head again: the
-/// next opening must come more than an hour after it to find that head dead).
-fn opening(session: &str, days: i64, opening: u64) -> Trace {
+/// A session on model "m" `days` days in: its first request reads `opening` (the tools head H1
+/// or nothing) and writes the rest of a 30k prompt at 1h, its second (10 s later) reads that
+/// prompt, and its third, a day later, is resumed reading `resumed` (the tools head or nothing)
+/// and writes the rest of a 31k prompt (so the next session must come more than an hour after it
+/// to find that head dead).
+fn session_of_three(session: &str, days: i64, opening: u64, resumed: u64) -> Trace {
     let at = days * 24 * 60 * MIN;
     trace(
         session,
@@ -77,9 +78,14 @@ fn opening(session: &str, days: i64, opening: u64) -> Trace {
         vec![
             req(at, opening, 30_000 - opening, true),
             req(at + 10_000, 30_000, 500, true),
-            req(at + 24 * 60 * MIN, 0, 31_000, true),
+            req(at + 24 * 60 * MIN, resumed, 31_000 - resumed, true),
         ],
     )
+}
+
+/// [`session_of_three`] opening on `opening`, resumed reading nothing.
+fn opening(session: &str, days: i64, opening: u64) -> Trace {
+    session_of_three(session, days, opening, 0)
 }
 
 /// Outside traffic (another machine's sessions, other users of the client version) keeps a
@@ -231,21 +237,9 @@ fn a_tool_change_the_client_recorded_reads_nothing_and_names_tools() {
     assert_eq!(r.cause, None);
 }
 
-/// A session on model "m" that opens `days` days in reading the tools head, reads its prompt
-/// 10 s later, and is resumed a day later reading `resumed` (the tools head or nothing).
+/// [`session_of_three`] opening on the tools head, resumed reading `resumed`.
 fn resumed(session: &str, days: i64, resumed: u64) -> Trace {
-    let at = days * 24 * 60 * MIN;
-    trace(
-        session,
-        "main",
-        ThreadKind::Main,
-        "m",
-        vec![
-            req(at, H1, 30_000 - H1, true),
-            req(at + 10_000, 30_000, 500, true),
-            req(at + 24 * 60 * MIN, resumed, 31_000 - resumed, true),
-        ],
-    )
+    session_of_three(session, days, H1, resumed)
 }
 
 /// A session resumed after its entries expired finds the tools head warm where earlier
