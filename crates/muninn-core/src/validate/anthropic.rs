@@ -527,7 +527,7 @@ impl ModelReplay {
                 &mut self.resumptions
             };
             let tally = tallies
-                .entry(trace.model.clone())
+                .entry(outside::tally_key(trace, options))
                 .or_default()
                 .entry(c.tokens)
                 .or_default();

@@ -428,3 +428,19 @@ fn a_first_tool_load_as_the_entries_expire_teaches_nothing() {
         (ReadClass::Prefix, true)
     );
 }
+
+/// With the tools head not shared across sessions, each session's head is its own, and so is
+/// the evidence of what outside traffic keeps warm: one session's resumptions that read its
+/// head say nothing of another session's (docs/validation.md, "Reviewed").
+#[test]
+fn without_a_shared_head_resumptions_are_tallied_per_session() {
+    let options = ValidateOptions {
+        share_tools_head: false,
+        ..ValidateOptions::default()
+    };
+    let report = validate(&[resumed("a", 0, H1), resumed("b", 2, 0)], &options);
+    let a = row(&report, "a/main/m", 2);
+    assert_eq!((a.cache_model.read, a.cache_model.agree), (0, false));
+    let b = row(&report, "b/main/m", 2);
+    assert_eq!((b.cache_model.read, b.cache_model.agree), (0, true));
+}

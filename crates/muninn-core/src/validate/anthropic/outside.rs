@@ -37,12 +37,23 @@ pub(super) struct Openings {
     pub(super) cold: u32,
 }
 
-/// Per model, per tools-head size: the openings (or the resumptions) on a dead head of that
-/// size, by what they read ([`Openings`]). Only main threads are tallied, so with the tools head
-/// shared across sessions (the default) the model and the size are the head's whole key; with
-/// it not shared (`share_tools_head: false`) a session's resumptions count for another
-/// session's head of a size within [`POOL_PERCENT`] too.
+/// Per tally key ([`tally_key`]), per tools-head size: the openings (or the resumptions) on a
+/// dead head of that size, by what they read ([`Openings`]).
 pub(super) type HeadTallies = HashMap<String, BTreeMap<Tokens, Openings>>;
+
+/// The key a main-thread trace's head is tallied under, beside its size. Only main threads are
+/// tallied, so with the tools head shared across sessions (the default) the model is the
+/// head's whole key. With it not shared (`share_tools_head: false`) every session has a head of
+/// its own, so the evidence is kept per session as well: pooled by model alone, one session's
+/// resumptions counted for another session's head of a size within [`POOL_PERCENT`], a head
+/// the model says no other session can have kept warm.
+pub(super) fn tally_key(trace: &Trace, options: &ValidateOptions) -> String {
+    if options.share_tools_head {
+        trace.model.clone()
+    } else {
+        format!("{}\0{}", trace.model, trace.session)
+    }
+}
 
 /// How far apart, in percent of the smaller, two sizes of a model's tools head may lie for
 /// their tallies to be pooled.
@@ -207,7 +218,7 @@ impl ModelReplay {
         } else {
             &self.resumptions
         };
-        let seen = pooled(tallies, &trace.model, head.tokens);
+        let seen = pooled(tallies, &tally_key(trace, options), head.tokens);
         if seen.warm <= seen.cold {
             return Some(head);
         }
