@@ -8,7 +8,7 @@ use crate::miss::MissCause;
 use crate::money::Tokens;
 use crate::trace::{ThreadKind, Trace};
 use outside::{FirstLoads, HeadTallies};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 mod outside;
 
@@ -351,6 +351,10 @@ pub(super) struct ModelReplay {
     /// traces kept it warm (a session resumed after its entries expired), by whether they read
     /// it — tallied apart from the openings (see [`Openings`]).
     resumptions: HeadTallies,
+    /// The (session, thread) pairs that have sent a request, on any model: a trace's first
+    /// request in one of them follows a model switch and opens nothing
+    /// ([`ModelReplay::opens_session`]).
+    started: HashSet<(String, String)>,
     /// Per (model, main group?): threads' first tool loads, by whether the prefix survived
     /// (see [`FirstLoads`]).
     first_loads: HashMap<(String, bool), FirstLoads>,
@@ -521,7 +525,7 @@ impl ModelReplay {
         let forked = trace.kind == ThreadKind::Compaction;
         let recorded = req.usage.cache_read;
         if let Some(c) = dead_head {
-            let tallies = if index == 0 {
+            let tallies = if self.opens_session(trace, index) {
                 &mut self.openings
             } else {
                 &mut self.resumptions
@@ -537,6 +541,8 @@ impl ModelReplay {
                 tally.cold += 1;
             }
         }
+        self.started
+            .insert((trace.session.clone(), trace.thread.clone()));
         self.count_load(trace, index, reference, options);
         let Rebuilt {
             key,

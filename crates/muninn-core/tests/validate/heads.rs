@@ -429,6 +429,45 @@ fn a_first_tool_load_as_the_entries_expire_teaches_nothing() {
     );
 }
 
+/// A model switch in the middle of a thread starts a new trace at index 0, but it opens no
+/// session: the thread already had requests, so the first request on the new model is judged by
+/// the resumptions' tally, not the openings' (on the tuning parts, 6 such requests: 2 on
+/// `home-projects`, 4 on `IDAHO-VAULT`; docs/validation.md, "Reviewed").
+#[test]
+fn a_model_switch_mid_thread_is_judged_with_the_resumptions() {
+    // On "m", openings read the head 1 in 3 and resumptions 3 in 3.
+    let history = [
+        session_of_three("a", 0, H1, H1),
+        session_of_three("x", 2, 0, H1),
+        session_of_three("y", 4, 0, H1),
+    ];
+    let at = 6 * 24 * 60 * MIN;
+    // s opens on "o", then switches to "m", whose head nothing in the traces kept warm.
+    let before = trace(
+        "s",
+        "main",
+        ThreadKind::Main,
+        "o",
+        vec![req(at, 0, 30_000, true)],
+    );
+    let switched = trace(
+        "s",
+        "main",
+        ThreadKind::Main,
+        "m",
+        vec![req(at + 10_000, H1, 30_500 - H1, true)],
+    );
+    // t opens on "m" two days later: a session opening, judged by the openings' tally.
+    let t = opening("t", 8, 0);
+    let mut traces = history.to_vec();
+    traces.extend([before, switched, t]);
+    let report = validate(&traces, &ValidateOptions::default());
+    let r = row(&report, "s/main/m", 0);
+    assert_eq!((r.cache_model.read, r.cache_model.agree), (H1, true));
+    let r = row(&report, "t/main/m", 0);
+    assert_eq!((r.cache_model.read, r.cache_model.agree), (0, true));
+}
+
 /// With the tools head not shared across sessions, each session's head is its own, and so is
 /// the evidence of what outside traffic keeps warm: one session's resumptions that read its
 /// head say nothing of another session's (docs/validation.md, "Reviewed").

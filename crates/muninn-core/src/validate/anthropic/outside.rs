@@ -116,6 +116,17 @@ pub(super) struct FirstLoads {
 const LOAD_WITHIN_MS: i64 = 5 * 60 * 1000;
 
 impl ModelReplay {
+    /// Whether request `index` of `trace` opens its thread: the trace's first request, and no
+    /// earlier request of the same session and thread on another model. A model switch starts a
+    /// new trace at index 0, but a thread that already had requests is no session opening: its
+    /// first request on the new model is judged (and tallied) with the resumptions.
+    pub(super) fn opens_session(&self, trace: &Trace, index: usize) -> bool {
+        index == 0
+            && !self
+                .started
+                .contains(&(trace.session.clone(), trace.thread.clone()))
+    }
+
     /// Whether request `index` of `trace` is a thread's first tool load that the model's earlier
     /// first loads say changes the prompt's head ([`FirstLoads`]).
     pub(super) fn load_breaks(&self, trace: &Trace, index: usize) -> bool {
@@ -213,7 +224,7 @@ impl ModelReplay {
             .filter(|c| c.block == H1_BLOCK && trace.kind == ThreadKind::Main && expired)
             .filter(|c| !self.live(&trace.model, c.fingerprint, at_ms))
             .copied()?;
-        let tallies = if index == 0 {
+        let tallies = if self.opens_session(trace, index) {
             &self.openings
         } else {
             &self.resumptions
