@@ -6,7 +6,7 @@ use super::{ReadClass, ValidateOptions, cached_part, classify};
 use crate::cache::{CacheState, Checkpoint, Fingerprint, Prompt, Ttl, extend, hash_bytes};
 use crate::miss::MissCause;
 use crate::money::Tokens;
-use crate::trace::{ThreadKind, Trace};
+use crate::trace::{ThreadKind, Trace, TraceRequest};
 use outside::{FirstLoads, HeadTallies};
 use std::collections::{HashMap, HashSet};
 
@@ -525,21 +525,7 @@ impl ModelReplay {
         let forked = trace.kind == ThreadKind::Compaction;
         let recorded = req.usage.cache_read;
         if let Some(c) = dead_head {
-            let tallies = if self.opens_session(trace, index) {
-                &mut self.openings
-            } else {
-                &mut self.resumptions
-            };
-            let tally = tallies
-                .entry(outside::tally_key(trace, options))
-                .or_default()
-                .entry(c.tokens)
-                .or_default();
-            if recorded > options.tolerance {
-                tally.warm += 1;
-            } else {
-                tally.cold += 1;
-            }
+            self.tally_dead_head(trace, index, c, recorded, options);
         }
         self.started
             .insert((trace.session.clone(), trace.thread.clone()));
@@ -564,57 +550,39 @@ impl ModelReplay {
         if seen != Some(ThinkingDrop::Dropped)
             && classify(recorded, reference, options.tolerance) == ReadClass::Head
         {
-            let est_key = (trace.model.clone(), is_main_group(trace));
-            let within_h1 = updated
-                .h1
-                .is_some_and(|t| recorded <= t + options.tolerance);
-            // A thread's first request can only have found a head some other thread or session
-            // wrote: the tools head. A fork's first request normally reads the forked prefix, so
-            // a head there is the tools head only when none is known yet.
-            if index == 0 && (!forked || updated.h1.is_none()) {
-                updated.h1 = Some(recorded);
-                self.h1_estimate.insert(est_key, recorded);
-            } else if !within_h1 {
-                updated.h2 = Some(recorded);
-                self.h2_estimate.insert(est_key, recorded);
-            }
+            self.learn_head(trace, index, recorded, &mut updated, options);
         }
         if forked {
             self.thread_tails.insert(trace.id.clone(), end);
         } else {
-            // A drop the person caused by interrupting says nothing of what the client does
-            // with a finished turn's thinking.
-            if let Some(seen) = seen.filter(|_| !req.interrupted_thinking) {
-                updated.thinking_drops = match seen {
-                    ThinkingDrop::Dropped => updated.thinking_drops.saturating_add(1),
-                    ThinkingDrop::Kept => 0,
-                };
-            }
-            // A turn starts afresh at a person's message, a compaction or a tool change; its
-            // first answer that thought marks where a later drop would cut.
-            if req.boundary || req.compacted || tools_changed {
-                updated.turn_thinking = None;
-            }
-            if req.reasoning && updated.turn_thinking.is_none() {
-                updated.turn_thinking = Some(end);
-            }
-            if req.conversation != updated.tail_conversation {
-                let left = updated.tail_conversation;
-                updated
-                    .parked
-                    .retain(|(c, _)| *c != left && *c != req.conversation);
-                if let Some(t) = updated.tail {
-                    updated.parked.push((left, t));
-                }
-                if updated.parked.len() > PARKED_TAILS {
-                    updated.parked.remove(0);
-                }
-                updated.tail_conversation = req.conversation;
-            }
-            updated.tail = Some(end);
-            updated.last_cached = cached_part(req);
+            continue_tail(&mut updated, req, seen, tools_changed, end);
         }
         self.groups.insert(key, updated);
+    }
+
+    /// A head read by request `index`: the tools head at a thread's first request, else a
+    /// second head when it is beyond the first.
+    fn learn_head(
+        &mut self,
+        trace: &Trace,
+        index: usize,
+        recorded: Tokens,
+        group: &mut Group,
+        options: &ValidateOptions,
+    ) {
+        let forked = trace.kind == ThreadKind::Compaction;
+        let est_key = (trace.model.clone(), is_main_group(trace));
+        let within_h1 = group.h1.is_some_and(|t| recorded <= t + options.tolerance);
+        // A thread's first request can only have found a head some other thread or session
+        // wrote: the tools head. A fork's first request normally reads the forked prefix, so
+        // a head there is the tools head only when none is known yet.
+        if index == 0 && (!forked || group.h1.is_none()) {
+            group.h1 = Some(recorded);
+            self.h1_estimate.insert(est_key, recorded);
+        } else if !within_h1 {
+            group.h2 = Some(recorded);
+            self.h2_estimate.insert(est_key, recorded);
+        }
     }
 
     /// The tools head a request of `trace` carries, as the model places it before stepping it:
@@ -651,4 +619,47 @@ impl ModelReplay {
         }
         0
     }
+}
+
+/// A thread's state after `req`, which ends its conversation at `end`: the thinking-drop count
+/// (`seen`), where its turn's thinking began, and the tail it continues — parking the tail of
+/// another conversation the request left.
+fn continue_tail(
+    group: &mut Group,
+    req: &TraceRequest,
+    seen: Option<ThinkingDrop>,
+    tools_changed: bool,
+    end: Tail,
+) {
+    // A drop the person caused by interrupting says nothing of what the client does with a
+    // finished turn's thinking.
+    if let Some(seen) = seen.filter(|_| !req.interrupted_thinking) {
+        group.thinking_drops = match seen {
+            ThinkingDrop::Dropped => group.thinking_drops.saturating_add(1),
+            ThinkingDrop::Kept => 0,
+        };
+    }
+    // A turn starts afresh at a person's message, a compaction or a tool change; its first
+    // answer that thought marks where a later drop would cut.
+    if req.boundary || req.compacted || tools_changed {
+        group.turn_thinking = None;
+    }
+    if req.reasoning && group.turn_thinking.is_none() {
+        group.turn_thinking = Some(end);
+    }
+    if req.conversation != group.tail_conversation {
+        let left = group.tail_conversation;
+        group
+            .parked
+            .retain(|(c, _)| *c != left && *c != req.conversation);
+        if let Some(t) = group.tail {
+            group.parked.push((left, t));
+        }
+        if group.parked.len() > PARKED_TAILS {
+            group.parked.remove(0);
+        }
+        group.tail_conversation = req.conversation;
+    }
+    group.tail = Some(end);
+    group.last_cached = cached_part(req);
 }

@@ -116,6 +116,33 @@ pub(super) struct FirstLoads {
 const LOAD_WITHIN_MS: i64 = 5 * 60 * 1000;
 
 impl ModelReplay {
+    /// Tallies what request `index` read where the tools head `head` was dead: an opening's or a
+    /// resumption's, warm when it read something.
+    pub(super) fn tally_dead_head(
+        &mut self,
+        trace: &Trace,
+        index: usize,
+        head: Checkpoint,
+        recorded: Tokens,
+        options: &ValidateOptions,
+    ) {
+        let tallies = if self.opens_session(trace, index) {
+            &mut self.openings
+        } else {
+            &mut self.resumptions
+        };
+        let tally = tallies
+            .entry(tally_key(trace, options))
+            .or_default()
+            .entry(head.tokens)
+            .or_default();
+        if recorded > options.tolerance {
+            tally.warm += 1;
+        } else {
+            tally.cold += 1;
+        }
+    }
+
     /// Whether request `index` of `trace` opens its thread: the trace's first request, and no
     /// earlier request of the same session and thread on another model. A model switch starts a
     /// new trace at index 0, but a thread that already had requests is no session opening: its
