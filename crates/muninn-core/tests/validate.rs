@@ -97,3 +97,9 @@ fn row<'a>(
         None => unreachable!(),
     }
 }
+
+/// What the cache model predicted row `index` of `trace_id` reads, and whether that agrees.
+fn read_agree(report: &ValidationReport, trace_id: &str, index: usize) -> (u64, bool) {
+    let r = row(report, trace_id, index);
+    (r.cache_model.read, r.cache_model.agree)
+}

@@ -1,7 +1,7 @@
 //! Tools and system heads: a turn past the lookback, the tools head shared across sessions, heads
 //! kept warm outside the traces, head sizes borrowed from another session, a tool list changed.
 
-use super::{H1, H2, MIN, growing, req, row, trace};
+use super::{H1, H2, MIN, growing, read_agree, req, row, trace};
 use muninn_core::trace::{ThreadKind, Trace};
 use muninn_core::validate::{Disagreement, ReadClass, ValidateOptions, validate};
 
@@ -48,8 +48,7 @@ fn the_tools_head_is_shared_across_sessions_when_asked() {
         growing(5 * MIN, 3, 10_000, true),
     );
     let shared = validate(&[a.clone(), b.clone()], &ValidateOptions::default());
-    let r = row(&shared, "b/main/m", 0);
-    assert_eq!((r.cache_model.read, r.cache_model.agree), (H1, true));
+    assert_eq!(read_agree(&shared, "b/main/m", 0), (H1, true));
     let options = ValidateOptions {
         share_tools_head: false,
         ..ValidateOptions::default()
@@ -69,6 +68,11 @@ fn the_tools_head_is_shared_across_sessions_when_asked() {
 /// and writes the rest of a 31k prompt (so the next session must come more than an hour after it
 /// to find that head dead).
 fn session_of_three(session: &str, days: i64, opening: u64, resumed: u64) -> Trace {
+    three_requests(session, days, opening, resumed, 24 * 60 * MIN)
+}
+
+/// [`session_of_three`] with its third request `third_after` ms after its first.
+fn three_requests(session: &str, days: i64, opening: u64, resumed: u64, third_after: i64) -> Trace {
     let at = days * 24 * 60 * MIN;
     trace(
         session,
@@ -78,7 +82,7 @@ fn session_of_three(session: &str, days: i64, opening: u64, resumed: u64) -> Tra
         vec![
             req(at, opening, 30_000 - opening, true),
             req(at + 10_000, 30_000, 500, true),
-            req(at + 24 * 60 * MIN, resumed, 31_000 - resumed, true),
+            req(at + third_after, resumed, 31_000 - resumed, true),
         ],
     )
 }
@@ -102,10 +106,8 @@ fn a_tools_head_kept_warm_outside_the_traces_is_read_at_session_openings() {
         opening("c", 4, H1),
     ];
     let report = validate(&warm, &ValidateOptions::default());
-    let b = row(&report, "b/main/m", 0);
-    assert_eq!((b.cache_model.read, b.cache_model.agree), (0, false));
-    let c = row(&report, "c/main/m", 0);
-    assert_eq!((c.cache_model.read, c.cache_model.agree), (H1, true));
+    assert_eq!(read_agree(&report, "b/main/m", 0), (0, false));
+    assert_eq!(read_agree(&report, "c/main/m", 0), (H1, true));
     // Only openings: c's request after a day's pause reads nothing, as predicted.
     let paused = row(&report, "c/main/m", 2);
     assert_eq!(
@@ -151,10 +153,8 @@ fn openings_on_heads_a_few_percent_apart_share_a_tally() {
         opening("c", 4, near),
     ];
     let report = validate(&drift, &ValidateOptions::default());
-    let b = row(&report, "b/main/m", 0);
-    assert_eq!((b.cache_model.read, b.cache_model.agree), (0, false));
-    let c = row(&report, "c/main/m", 0);
-    assert_eq!((c.cache_model.read, c.cache_model.agree), (near, true));
+    assert_eq!(read_agree(&report, "b/main/m", 0), (0, false));
+    assert_eq!(read_agree(&report, "c/main/m", 0), (near, true));
 }
 
 /// A head size learned in one session — there from a read a little short of its prefix, which
@@ -253,18 +253,14 @@ fn a_tools_head_kept_warm_outside_the_traces_is_read_at_resumptions_tallied_apar
     // a's resumption teaches the tally; b's is then predicted to read the head.
     let warm = [resumed("a", 0, H1), resumed("b", 2, H1)];
     let report = validate(&warm, &ValidateOptions::default());
-    let a = row(&report, "a/main/m", 2);
-    assert_eq!((a.cache_model.read, a.cache_model.agree), (0, false));
-    let b = row(&report, "b/main/m", 2);
-    assert_eq!((b.cache_model.read, b.cache_model.agree), (H1, true));
+    assert_eq!(read_agree(&report, "a/main/m", 2), (0, false));
+    assert_eq!(read_agree(&report, "b/main/m", 2), (H1, true));
 
     // Openings read the head, resumptions not: the openings' tally says nothing of resumptions.
     let cold = [resumed("a", 0, 0), resumed("b", 2, 0), resumed("c", 4, 0)];
     let report = validate(&cold, &ValidateOptions::default());
-    let c = row(&report, "c/main/m", 0);
-    assert_eq!((c.cache_model.read, c.cache_model.agree), (H1, true));
-    let c = row(&report, "c/main/m", 2);
-    assert_eq!((c.cache_model.read, c.cache_model.agree), (0, true));
+    assert_eq!(read_agree(&report, "c/main/m", 0), (H1, true));
+    assert_eq!(read_agree(&report, "c/main/m", 2), (0, true));
 }
 
 /// A thread's first tool load (`tools_loaded`: the tools a `ToolSearch` named join the next
@@ -316,26 +312,13 @@ fn a_models_first_tool_loads_that_broke_the_prefix_are_learned() {
 /// tallied and judged as one (found in review: `>` took it for a live thread).
 #[test]
 fn a_resumption_exactly_one_ttl_after_the_previous_request_is_one() {
-    let at_ttl = |session: &str, days: i64| {
-        let at = days * 24 * 60 * MIN;
-        trace(
-            session,
-            "main",
-            ThreadKind::Main,
-            "m",
-            vec![
-                req(at, H1, 30_000 - H1, true),
-                req(at + 10_000, 30_000, 500, true),
-                req(at + 10_000 + 60 * MIN, H1, 31_000 - H1, true),
-            ],
-        )
-    };
+    let at_ttl =
+        |session: &str, days: i64| three_requests(session, days, H1, H1, 10_000 + 60 * MIN);
     let report = validate(
         &[at_ttl("a", 0), at_ttl("b", 2)],
         &ValidateOptions::default(),
     );
-    let b = row(&report, "b/main/m", 2);
-    assert_eq!((b.cache_model.read, b.cache_model.agree), (H1, true));
+    assert_eq!(read_agree(&report, "b/main/m", 2), (H1, true));
 }
 
 /// Whether a thread's entries expired is judged at the tier they were written at: after a
@@ -367,8 +350,7 @@ fn a_full_read_keeps_its_threads_tier_for_the_resumptions_expiry() {
         trace("d", "main", ThreadKind::Main, "m", d),
     ];
     let report = validate(&traces, &ValidateOptions::default());
-    let d = row(&report, "d/main/m", 2);
-    assert_eq!((d.cache_model.read, d.cache_model.agree), (0, true));
+    assert_eq!(read_agree(&report, "d/main/m", 2), (0, true));
 }
 
 /// Whether a thread's entries expired is judged by the rules' lifetime, as the cache model's
@@ -376,25 +358,11 @@ fn a_full_read_keeps_its_threads_tier_for_the_resumptions_expiry() {
 /// lives that long, not an hour (found in review: the TTL's own length was used).
 #[test]
 fn a_resumption_follows_the_rules_lifetime() {
-    let after = |session: &str, days: i64| {
-        let at = days * 24 * 60 * MIN;
-        trace(
-            session,
-            "main",
-            ThreadKind::Main,
-            "m",
-            vec![
-                req(at, H1, 30_000 - H1, true),
-                req(at + 10_000, 30_000, 500, true),
-                req(at + 10_000 + 30 * MIN, H1, 31_000 - H1, true),
-            ],
-        )
-    };
+    let after = |session: &str, days: i64| three_requests(session, days, H1, H1, 10_000 + 30 * MIN);
     let mut options = ValidateOptions::default();
     options.rules.lifetime_ms = Some(10 * MIN);
     let report = validate(&[after("a", 0), after("b", 2)], &options);
-    let b = row(&report, "b/main/m", 2);
-    assert_eq!((b.cache_model.read, b.cache_model.agree), (H1, true));
+    assert_eq!(read_agree(&report, "b/main/m", 2), (H1, true));
 }
 
 /// A first tool load exactly five minutes after the thread's previous request finds that
@@ -462,10 +430,8 @@ fn a_model_switch_mid_thread_is_judged_with_the_resumptions() {
     let mut traces = history.to_vec();
     traces.extend([before, switched, t]);
     let report = validate(&traces, &ValidateOptions::default());
-    let r = row(&report, "s/main/m", 0);
-    assert_eq!((r.cache_model.read, r.cache_model.agree), (H1, true));
-    let r = row(&report, "t/main/m", 0);
-    assert_eq!((r.cache_model.read, r.cache_model.agree), (0, true));
+    assert_eq!(read_agree(&report, "s/main/m", 0), (H1, true));
+    assert_eq!(read_agree(&report, "t/main/m", 0), (0, true));
 }
 
 /// With the tools head not shared across sessions, each session's head is its own, and so is
@@ -478,8 +444,6 @@ fn without_a_shared_head_resumptions_are_tallied_per_session() {
         ..ValidateOptions::default()
     };
     let report = validate(&[resumed("a", 0, H1), resumed("b", 2, 0)], &options);
-    let a = row(&report, "a/main/m", 2);
-    assert_eq!((a.cache_model.read, a.cache_model.agree), (0, false));
-    let b = row(&report, "b/main/m", 2);
-    assert_eq!((b.cache_model.read, b.cache_model.agree), (0, true));
+    assert_eq!(read_agree(&report, "a/main/m", 2), (0, false));
+    assert_eq!(read_agree(&report, "b/main/m", 2), (0, true));
 }
