@@ -93,10 +93,11 @@ const DROPS_BEFORE_PREDICTING: u32 = 2;
 /// thinking blocks of the turn before it, for stretches of a session: the prompt then diverges at
 /// the previous turn's first thinking block, and the request reads exactly the cached end of the
 /// request whose answer held it. Other stretches of the same sessions, and other users, keep the
-/// thinking (the prompt grows append-only). Nothing in a transcript line says which is in force,
-/// so the group learns it from what it has seen: turn-opening requests that read exactly that
-/// point ([`DROPS_BEFORE_PREDICTING`] in a row) switch the drop on for the turns that follow; one
-/// that read the whole previous prefix switches it off. Strictly causal: the flag and the point come from earlier answers only.
+/// thinking (the prompt grows append-only). Nothing in a transcript line says which is in force, so
+/// the group learns it from what it has seen: turn-opening requests that read exactly that point
+/// ([`DROPS_BEFORE_PREDICTING`] in a row) switch the drop on for the turns that follow; one that
+/// read the whole previous prefix switches it off. Strictly causal: the flag and the point come
+/// from earlier answers only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ThinkingDrop {
     /// The request's read says the client dropped the thinking.
@@ -170,10 +171,10 @@ struct Conversation {
     drop: bool,
 }
 
-/// The conversation a request of `group` continues: a forked thread continues its own previous
-/// tail (`own_tail`), at its first request the main group's; a compaction or a tool change restarts the segment; a turn
-/// the client is predicted to send without the previous turn's thinking continues from where
-/// that thinking began; otherwise the thread's own previous tail.
+/// The conversation a request of `group` continues: a forked thread continues its own previous tail
+/// (`own_tail`), at its first request the main group's; a compaction or a tool change restarts the
+/// segment; a turn the client is predicted to send without the previous turn's thinking continues
+/// from where that thinking began; otherwise the thread's own previous tail.
 fn conversation(
     trace: &Trace,
     index: usize,

@@ -92,11 +92,11 @@ fn opening(session: &str, days: i64, opening: u64) -> Trace {
     session_of_three(session, days, opening, 0)
 }
 
-/// Outside traffic (another machine's sessions, other users of the client version) keeps a
-/// tools head warm that the traces let die days ago: once openings on that dead head were read
-/// more often than not, the next opening on it is predicted to read it. The tally is per head
-/// (sizes within 10% pooled) and counts openings only; a pause in the middle of a session is still a miss (seen on two
-/// public users' sessions, docs/validation.md "Validation on data nobody tuned on").
+/// Outside traffic (another machine's sessions, other users of the client version) keeps a tools
+/// head warm that the traces let die days ago: once openings on that dead head were read more often
+/// than not, the next opening on it is predicted to read it. The tally is per head (sizes within
+/// 10% pooled) and counts openings only; a pause in the middle of a session is still a miss (seen
+/// on two public users' sessions, docs/validation.md "Validation on data nobody tuned on").
 #[test]
 fn a_tools_head_kept_warm_outside_the_traces_is_read_at_session_openings() {
     // a teaches the head; b opens on it dead and reads it; so c is predicted to read it.

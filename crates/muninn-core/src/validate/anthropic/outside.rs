@@ -25,12 +25,11 @@ use crate::validate::ValidateOptions;
 /// While `warm` leads, a session opening on that dead head finds it warm, as if the outside
 /// traffic had just refreshed it.
 ///
-/// Per head size, not per model: a tally per model mixes client versions, and on
-/// `claude_backup`'s tuning part it took a new version's head (never seen read) for warm.
-/// Openings apart from resumptions: in the middle of a session, after a long pause,
-/// `claude_backup`'s heads were mostly cold while its openings read them, so a resumption is
-/// judged by a tally of its own ([`ModelReplay::open_on_dead_head`]). Causal: the tallies count the answers of earlier
-/// requests.
+/// Per head size, not per model: a tally per model mixes client versions, and on `claude_backup`'s
+/// tuning part it took a new version's head (never seen read) for warm. Openings apart from
+/// resumptions: in the middle of a session, after a long pause, `claude_backup`'s heads were mostly
+/// cold while its openings read them, so a resumption is judged by a tally of its own
+/// ([`ModelReplay::open_on_dead_head`]). Causal: the tallies count the answers of earlier requests.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Openings {
     pub(super) warm: u32,
