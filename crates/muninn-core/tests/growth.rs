@@ -9,7 +9,7 @@ use muninn_core::decide::Policy;
 use muninn_core::money::Tokens;
 use muninn_core::price::{ModelPrice, PriceTable};
 use muninn_core::replay::{Assumptions, Plan, ReplayConfig, Step, StepKind, replay_trace};
-use muninn_core::trace::{ThreadKind, ToolResults, Trace, TraceRequest, Usage};
+use muninn_core::trace::{ThreadKind, ToolResults, Trace, TraceRequest};
 
 const HEAD: Tokens = 12_000;
 const REHYDRATE: Tokens = 8_000;
@@ -50,13 +50,7 @@ fn trace(wake: Wake) -> Trace {
         let wake_answers = matches!(wake, Wake::ToolResults | Wake::LimitedThenTyped);
         requests.push(TraceRequest {
             at_ms: at,
-            usage: Usage {
-                input: 3,
-                cache_write_5m: prompt - read - 3,
-                cache_read: read,
-                output: 200,
-                ..Usage::default()
-            },
+            usage: crate::appended(prompt, read),
             boundary: i == 0 || (waking && wake_typed),
             tool_results: ToolResults {
                 tokens: 500,

@@ -14,7 +14,7 @@ use muninn_core::replay::{
     replay_traces,
 };
 use muninn_core::session::{Accounting, Params};
-use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
+use muninn_core::trace::{ThreadKind, Trace, TraceRequest};
 
 const HEAD: Tokens = 12_000;
 const MODEL: &str = "claude-sonnet-4-5";
@@ -40,13 +40,7 @@ fn session_at(proj: &str, n: i64, shift_h: i64, gaps_s: &[i64], delta: Tokens) -
             prompt += delta;
             TraceRequest {
                 at_ms: at,
-                usage: Usage {
-                    input: 3,
-                    cache_write_5m: prompt - read - 3,
-                    cache_read: read,
-                    output: 200,
-                    ..Usage::default()
-                },
+                usage: crate::appended(prompt, read),
                 boundary: true,
                 ..TraceRequest::default()
             }

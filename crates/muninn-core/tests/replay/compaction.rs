@@ -37,13 +37,7 @@ fn compacted_in_a_tool_loop(results: bool) -> Trace {
         };
         requests.push(TraceRequest {
             at_ms: at,
-            usage: Usage {
-                input: 3,
-                cache_write_5m: prompt - read - 3,
-                cache_read: read,
-                output: 200,
-                ..Usage::default()
-            },
+            usage: crate::appended(prompt, read),
             boundary: i == 0,
             compacted,
             tool_results: ToolResults {
