@@ -113,12 +113,22 @@ impl<'de> Deserialize<'de> for InterruptMarker {
     }
 }
 
-/// One JSON value's canonical tokens, read (see [`ToolContent`]).
+/// Where a value sits in a tool result's `content`: the content itself, an element of its array
+/// (the level where `tool_reference` blocks sit), or deeper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    Content,
+    Element,
+    Inside,
+}
+
+/// One JSON value's canonical tokens and `tool_reference` blocks, read at `At` (see
+/// [`ToolContent`]).
 #[derive(Debug, Clone, Copy)]
-struct Canonical;
+struct Canonical(At);
 
 impl<'de> DeserializeSeed<'de> for Canonical {
-    type Value = muninn_core::money::Tokens;
+    type Value = ToolContent;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
@@ -146,48 +156,71 @@ fn object_tokens(
 }
 
 impl<'de> Visitor<'de> for Canonical {
-    type Value = muninn_core::money::Tokens;
+    type Value = ToolContent;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(scalar_tokens(v))
+        Ok(ToolContent::scalar(v))
     }
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(scalar_tokens(v))
+        Ok(ToolContent::scalar(v))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(scalar_tokens(v))
+        Ok(ToolContent::scalar(v))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(scalar_tokens(v))
+        Ok(ToolContent::scalar(v))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(scalar_tokens(v))
+        Ok(ToolContent::scalar(v))
     }
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(scalar_tokens(serde_json::Value::Null))
+        Ok(ToolContent::scalar(serde_json::Value::Null))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         // `[`, `]` and a comma between elements.
-        let (mut tokens, mut n): (muninn_core::money::Tokens, u64) = (2, 0);
-        while let Some(t) = seq.next_element_seed(Canonical)? {
-            tokens = tokens.saturating_add(t);
+        let inner = Canonical(match self.0 {
+            At::Content => At::Element,
+            At::Element | At::Inside => At::Inside,
+        });
+        let (mut content, mut n) = (
+            ToolContent {
+                tokens: 2,
+                references: 0,
+            },
+            0u64,
+        );
+        while let Some(element) = seq.next_element_seed(inner)? {
+            content.tokens = content.tokens.saturating_add(element.tokens);
+            content.references = content.references.saturating_add(element.references);
             n += 1;
         }
-        Ok(tokens.saturating_add(n.saturating_sub(1)))
+        content.tokens = content.tokens.saturating_add(n.saturating_sub(1));
+        Ok(content)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         // A key given twice keeps its last value, as a parsed `Value` does. Looked up in a map,
         // not a list: a line's object may hold any number of keys, and a search per key would
-        // make one wide object quadratic.
+        // make one wide object quadratic. An element's `type` is read as a `Value` to see
+        // whether it names a reference.
         let mut entries: std::collections::BTreeMap<String, muninn_core::money::Tokens> =
             std::collections::BTreeMap::new();
+        let mut reference = false;
         while let Some(key) = map.next_key::<String>()? {
-            let value = map.next_value_seed(Canonical)?;
+            let value = if self.0 == At::Element && key == "type" {
+                let v: serde_json::Value = map.next_value()?;
+                reference = v.as_str() == Some("tool_reference");
+                muninn_core::mask::canonical_tokens(&v)
+            } else {
+                map.next_value_seed(Canonical(At::Inside))?.tokens
+            };
             entries.insert(key, value);
         }
-        Ok(object_tokens(entries))
+        Ok(ToolContent {
+            tokens: object_tokens(entries),
+            references: u32::from(reference),
+        })
     }
 }
 
@@ -278,122 +311,19 @@ struct ToolContent {
     references: u32,
 }
 
-impl<'de> Deserialize<'de> for ToolContent {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(ToolContentVisitor)
-    }
-}
-
-/// Reads a tool result's `content`: an array element by element ([`ReferenceOrOther`]),
-/// anything else as [`Canonical`] counts it.
-struct ToolContentVisitor;
-
-impl ToolContentVisitor {
-    fn tokens(tokens: muninn_core::money::Tokens) -> ToolContent {
+impl ToolContent {
+    /// A string, number or literal: its tokens ([`scalar_tokens`]), no reference.
+    fn scalar(v: impl Into<serde_json::Value>) -> ToolContent {
         ToolContent {
-            tokens,
+            tokens: scalar_tokens(v),
             references: 0,
         }
     }
 }
 
-impl<'de> Visitor<'de> for ToolContentVisitor {
-    type Value = ToolContent;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Canonical.visit_str(v).map(Self::tokens)
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        Canonical.visit_bool(v).map(Self::tokens)
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Canonical.visit_i64(v).map(Self::tokens)
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        Canonical.visit_u64(v).map(Self::tokens)
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        Canonical.visit_f64(v).map(Self::tokens)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Canonical.visit_unit().map(Self::tokens)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        Canonical.visit_map(map).map(Self::tokens)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        // `[`, `]` and a comma between elements, as `Canonical` counts an array.
-        let (mut content, mut n) = (Self::tokens(2), 0u64);
-        while let Some(element) = seq.next_element_seed(ReferenceOrOther)? {
-            content.tokens = content.tokens.saturating_add(element.tokens);
-            content.references = content.references.saturating_add(element.references);
-            n += 1;
-        }
-        content.tokens = content.tokens.saturating_add(n.saturating_sub(1));
-        Ok(content)
-    }
-}
-
-/// One element of a tool result's content array: its canonical tokens, and one reference if it
-/// is an object whose `type` is `tool_reference`.
-#[derive(Debug, Clone, Copy)]
-struct ReferenceOrOther;
-
-impl<'de> DeserializeSeed<'de> for ReferenceOrOther {
-    type Value = ToolContent;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ReferenceOrOther {
-    type Value = ToolContent;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        ToolContentVisitor.visit_str(v)
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        ToolContentVisitor.visit_bool(v)
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        ToolContentVisitor.visit_i64(v)
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        ToolContentVisitor.visit_u64(v)
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        ToolContentVisitor.visit_f64(v)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        ToolContentVisitor.visit_unit()
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        Canonical.visit_seq(seq).map(ToolContentVisitor::tokens)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        // As `Canonical::visit_map` counts an object (a key given twice keeps its last value),
-        // with the `type` value read as a `Value` to see whether it names a reference.
-        let mut entries: std::collections::BTreeMap<String, muninn_core::money::Tokens> =
-            std::collections::BTreeMap::new();
-        let mut reference = false;
-        while let Some(key) = map.next_key::<String>()? {
-            let value = if key == "type" {
-                let v: serde_json::Value = map.next_value()?;
-                reference = v.as_str() == Some("tool_reference");
-                muninn_core::mask::canonical_tokens(&v)
-            } else {
-                map.next_value_seed(Canonical)?
-            };
-            entries.insert(key, value);
-        }
-        Ok(ToolContent {
-            tokens: object_tokens(entries),
-            references: u32::from(reference),
-        })
+impl<'de> Deserialize<'de> for ToolContent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Canonical(At::Content).deserialize(deserializer)
     }
 }
 
