@@ -6,13 +6,14 @@
 //! - **Prefix match up to and including a breakpoint.** An entry is keyed by the fingerprint of the
 //!   whole prompt prefix through the block that carried `cache_control` (tools → system → messages
 //!   in order, so a change at any level changes every later fingerprint).
-//! - **At most 4 breakpoints**; a 5th is [`CacheError::TooManyBreakpoints`], worded like the API's 400.
+//! - **At most 4 breakpoints**; a 5th is [`CacheError::TooManyBreakpoints`], worded like the API's
+//!   400.
 //! - **Longer TTLs first**: a 1h breakpoint after a 5m one is [`CacheError::TtlOrder`].
-//! - **Lookback of 20 blocks**: at each breakpoint the provider checks for an entry ending there and
-//!   walks back up to 20 block boundaries for one an earlier request wrote.
+//! - **Lookback of 20 blocks**: at each breakpoint the provider checks for an entry ending there
+//!   and walks back up to 20 block boundaries for one an earlier request wrote.
 //! - **Writes only at breakpoints**: the tokens between the longest read and each later breakpoint
-//!   are written, at the TTL of the breakpoint that closes them; tokens after the last breakpoint are
-//!   uncached input.
+//!   are written, at the TTL of the breakpoint that closes them; tokens after the last breakpoint
+//!   are uncached input.
 //! - **TTL from the request start, refreshed on a hit**: a hit moves the entry's expiry to
 //!   `now + ttl`; a write sets it.
 //! - **Minimum cacheable size per model**: a breakpoint whose prefix is shorter is neither written
@@ -21,10 +22,11 @@
 //!
 //! Conservation holds for every request: `uncached + written + read == prompt`.
 //!
-//! A request is described by [`Checkpoint`]s rather than by its blocks' text: a checkpoint is a block
-//! boundary with the cumulative token count and prefix fingerprint there. The renderer lists every
-//! block; the replay engine lists only the few boundaries that can matter (the head, the previous
-//! request's end, the new end), which is what makes replay run at millions of requests per second.
+//! A request is described by [`Checkpoint`]s rather than by its blocks' text: a checkpoint is a
+//! block boundary with the cumulative token count and prefix fingerprint there. The renderer lists
+//! every block; the replay engine lists only the few boundaries that can matter (the head, the
+//! previous request's end, the new end), which is what makes replay run at millions of requests per
+//! second.
 //!
 //! This module is pure: time is a parameter, there is no I/O.
 
@@ -425,9 +427,9 @@ struct ReadPoint {
     best_any: Tokens,
 }
 
-/// Reads: for each eligible breakpoint, the nearest boundary at or before it (within the
-/// lookback) that holds a live entry. The request reads the longest such prefix. Every live entry
-/// found is refreshed (pushed to `updates`). The longest dead-or-alive match is kept to name a miss.
+/// Reads: for each eligible breakpoint, the nearest boundary at or before it (within the lookback)
+/// that holds a live entry. The request reads the longest such prefix. Every live entry found is
+/// refreshed (pushed to `updates`). The longest dead-or-alive match is kept to name a miss.
 fn read_point(
     cache: Option<&ModelCache>,
     cps: &[Checkpoint],

@@ -19,29 +19,28 @@
 //! # Policies
 //!
 //! - `ski-rental` (default): deterministic break-even rules, each at most 2× the hindsight optimum.
-//!   *Idle*: ping while the pings spent this gap plus the next stay within one "buy" — the extra cost
-//!   of a cold wake over a warm one; then let the cache expire, flushing first if a restart from
-//!   memory will be cheaper than rewriting P at the cold wake. *Growth*: once the read excess
-//!   accumulated since the last rehydration, Σ r·(Pₜ − R), reaches the cost of one rebuild
-//!   (flush + write R), refresh at the next turn boundary — or, if the session goes idle
-//!   first, at the gap: flush as the tail expires and restart at the wake, unless the last
-//!   answer awaits tool results (no idle flush then: the wake may not start a segment;
-//!   [`SessionView::gap_refresh_due`]). *Learning*: both break-evens are
-//!   scaled by what the Mind's earlier refreshes and pings paid back ([`crate::learn`]): a
-//!   refresh waits for as many rebuilds as one has been worth; a gap's pings stop early where
-//!   the Mind's earlier gaps that lasted as long mostly outlasted the budget.
-//!   *Mask*: at a warm request whose prompt holds clearable tool results (all but the last
-//!   [`Bounds::mask_keep_tool_uses`]), clear them when the `r·C` each later request of the
-//!   segment saves, times the requests the segment is expected still to have
+//!   *Idle*: ping while the pings spent this gap plus the next stay within one "buy" — the extra
+//!   cost of a cold wake over a warm one; then let the cache expire, flushing first if a restart
+//!   from memory will be cheaper than rewriting P at the cold wake. *Growth*: once the read excess
+//!   accumulated since the last rehydration, Σ r·(Pₜ − R), reaches the cost of one rebuild (flush +
+//!   write R), refresh at the next turn boundary — or, if the session goes idle first, at the gap:
+//!   flush as the tail expires and restart at the wake, unless the last answer awaits tool results
+//!   (no idle flush then: the wake may not start a segment; [`SessionView::gap_refresh_due`]).
+//!   *Learning*: both break-evens are scaled by what the Mind's earlier refreshes and pings paid
+//!   back ([`crate::learn`]): a refresh waits for as many rebuilds as one has been worth; a gap's
+//!   pings stop early where the Mind's earlier gaps that lasted as long mostly outlasted the
+//!   budget. *Mask*: at a warm request whose prompt holds clearable tool results (all but the last
+//!   [`Bounds::mask_keep_tool_uses`]), clear them when the `r·C` each later request of the segment
+//!   saves, times the requests the segment is expected still to have
 //!   ([`crate::learn::SegmentLengths::remaining`], the Mind's own history), exceeds the clear's
 //!   extra cost now — and exceeds what a refresh would gain over the same horizon when the growth
 //!   rule would refresh. A clear that pays still waits until the reads of what it would remove
 //!   since the segment's last clear reach its extra cost ([`SessionView::mask_due`]: each clear
-//!   pays a rewrite, so clearing at every request that pays would clear in small bites), unless
-//!   the growth rule's refresh bounds its horizon. At a cold wake, where the prompt is rewritten
+//!   pays a rewrite, so clearing at every request that pays would clear in small bites), unless the
+//!   growth rule's refresh bounds its horizon. At a cold wake, where the prompt is rewritten
 //!   anyway, a clear costs less than appending and goes at once ([`SessionView::price_clear`]),
-//!   unless a restart is cheaper still. Masking is not a refresh: it keeps the segment, is allowed inside a
-//!   tool loop (the results of the latest tool uses stay), and needs the backend to clear
+//!   unless a restart is cheaper still. Masking is not a refresh: it keeps the segment, is allowed
+//!   inside a tool loop (the results of the latest tool uses stay), and needs the backend to clear
 //!   ([`Capabilities::mask`]).
 //! - `predictive`: the same actions, but an idle ping is sent only while its expected saving under
 //!   the idle-gap distribution fitted so far exceeds its price; the ski-rental budget stays as a
@@ -280,8 +279,8 @@ pub struct SessionView<'a> {
     pub warm_until_ms: Option<i64>,
     /// The head's TTL tier.
     pub head_ttl: Ttl,
-    /// When the head (tools + system, under its own breakpoint) expires. With a longer head TTL
-    /// it outlives the conversation tail, which makes a refresh cheap exactly when the tail is cold.
+    /// When the head (tools + system, under its own breakpoint) expires. With a longer head TTL it
+    /// outlives the conversation tail, which makes a refresh cheap exactly when the tail is cold.
     pub head_warm_until_ms: Option<i64>,
     /// When the last request (or ping) of the session was sent.
     pub last_request_ms: i64,

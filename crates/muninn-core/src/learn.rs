@@ -50,14 +50,14 @@ use serde::{Deserialize, Serialize};
 pub const MAX_RAISE: i64 = 16;
 
 /// A Mind that has not yet paid for a warm voluntary refresh waits for this many rebuilds of read
-/// excess before its first: a refresh must prove itself before the bar comes down to one
-/// rebuild. Tuned on `../shared/traces/claude-code` (no unseen set was left): there the losing
-/// voluntary refresh comes in a session that no earlier refresh could teach anything; 2 left the
-/// default 1.021× `never` at the measured rehydration, 4 delayed a refresh that pays at a 4,000-token
-/// rehydration into one that lost (1.049×), 3 keeps every cell of the grid within 1.02×.
-/// Checked since, unchanged, on public transcripts nobody here had looked at (docs/validation.md
-/// "Validation on data nobody tuned on": two Claude Code users, 8,226 requests; 15 Codex
-/// rollouts, 1,267 requests): at most 1.000× `never` on every cell of every source's grid.
+/// excess before its first: a refresh must prove itself before the bar comes down to one rebuild.
+/// Tuned on `../shared/traces/claude-code` (no unseen set was left): there the losing voluntary
+/// refresh comes in a session that no earlier refresh could teach anything; 2 left the default
+/// 1.021× `never` at the measured rehydration, 4 delayed a refresh that pays at a 4,000-token
+/// rehydration into one that lost (1.049×), 3 keeps every cell of the grid within 1.02×. Checked
+/// since, unchanged, on public transcripts nobody here had looked at (docs/validation.md
+/// "Validation on data nobody tuned on": two Claude Code users, 8,226 requests; 15 Codex rollouts,
+/// 1,267 requests): at most 1.000× `never` on every cell of every source's grid.
 pub const UNPROVEN_RAISE: i64 = 3;
 
 /// Finished segments the remaining-requests estimate needs before it replaces the prior.

@@ -581,8 +581,8 @@ fn an_openai_trace_replays_under_openais_cache() {
                 assert_eq!(requests[6].usage.cache_read, 0, "{:?}", requests[6]);
                 // Writes are priced as plain input (no premium).
                 assert_eq!(price.write_5m, price.input);
-                // After the first (priced as recorded), each request caches its whole prompt rounded
-                // down to 128 tokens: less than a step is left uncached.
+                // After the first (priced as recorded), each request caches its whole prompt
+                // rounded down to 128 tokens: less than a step is left uncached.
                 assert!(
                     requests[1..].iter().all(|s| s.usage.input < 128),
                     "{requests:?}"

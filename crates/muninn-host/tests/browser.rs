@@ -200,8 +200,8 @@ impl Driver {
 
 impl Drop for Driver {
     /// Ends the session — chromedriver then quits the browser it started (killing chromedriver
-    /// alone would leave the browser running) — and then chromedriver (its field's drop). Plain blocking HTTP, so
-    /// it also runs when a failed assertion unwinds.
+    /// alone would leave the browser running) — and then chromedriver (its field's drop). Plain
+    /// blocking HTTP, so it also runs when a failed assertion unwinds.
     fn drop(&mut self) {
         if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
             let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));

@@ -4,8 +4,8 @@
 //!
 //! Every line is `{"timestamp": "<RFC 3339>", "type": <kind>, "payload": {…}}`:
 //!
-//! - `session_meta`: `payload.id` is the session id (the file stem is the fallback), `payload.model`
-//!   if present the model until a `turn_context` says otherwise;
+//! - `session_meta`: `payload.id` is the session id (the file stem is the fallback),
+//!   `payload.model` if present the model until a `turn_context` says otherwise;
 //! - `turn_context`: `payload.model` is the model of the turn's requests;
 //! - `event_msg` with `payload.type == "user_message"`: a human message, so the next request is a
 //!   boundary (as is the first);

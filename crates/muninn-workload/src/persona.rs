@@ -9,9 +9,10 @@
 //! state and campaigns in one block — with a breakpoint; and one user message with rows 4–9
 //! (framing, spend line and runs, then per delivery its context lines and the message line) with
 //! the breakpoint on it. All three breakpoints carry the same TTL: 1h (a subscription) or 5m (an
-//! API key). Each request is priced by the cache model ([`muninn_core::cache`]) against one cache that
-//! lives across turns, so the system prefix is read when warm and written when cold — and written
-//! again whenever the persona state, campaigns or doctrine change, since they share its block.
+//! API key). Each request is priced by the cache model ([`muninn_core::cache`]) against one cache
+//! that lives across turns, so the system prefix is read when warm and written when cold — and
+//! written again whenever the persona state, campaigns or doctrine change, since they share its
+//! block.
 //!
 //! # muninn sessions
 //!
@@ -26,11 +27,11 @@
 //!
 //! Two things the engine cannot see are accounted for explicitly, identically for every plan:
 //!
-//! - **A new segment meets the layers as they are now.** The engine's head is one fixed prefix. When
-//!   a segment starts after the doctrine changed, the whole head is new; after only the persona
-//!   state or campaigns changed, `system[1]` is. If the engine read the head there (it was warm),
-//!   the changed tokens are charged as a 1h write instead of a read. The optimum sees this charge:
-//!   its program is told each turn's change ([`head_changes`]) and places refreshes with it
+//! - **A new segment meets the layers as they are now.** The engine's head is one fixed prefix.
+//!   When a segment starts after the doctrine changed, the whole head is new; after only the
+//!   persona state or campaigns changed, `system[1]` is. If the engine read the head there (it was
+//!   warm), the changed tokens are charged as a 1h write instead of a read. The optimum sees this
+//!   charge: its program is told each turn's change ([`head_changes`]) and places refreshes with it
 //!   ([`muninn_core::optimum::plan_with_head_changes`]), so it pays every charge the policies pay
 //!   and is checked against brute force over every segmentation, charged the same way.
 //! - **History after a refresh.** The trace's deltas come from one rendering, so history already

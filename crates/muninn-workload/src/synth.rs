@@ -9,8 +9,8 @@
 //!
 //! - **Turns.** The thread is a sequence of user turns; each turn is a tool loop of
 //!   [`SynthParams::turn_requests`] requests. The first request of a turn is a boundary.
-//! - **Gaps.** Inside a tool loop requests come [`SynthParams::tool_gap_ms`] apart. The gap before a
-//!   boundary is an idle gap drawn from [`SynthParams::idle_mix`]: mostly under a minute, some of
+//! - **Gaps.** Inside a tool loop requests come [`SynthParams::tool_gap_ms`] apart. The gap before
+//!   a boundary is an idle gap drawn from [`SynthParams::idle_mix`]: mostly under a minute, some of
 //!   1–5 min, a few of 5–60 min and a handful over an hour — over all gaps this is roughly what the
 //!   recorded Claude Code sessions show (≈ 94 % < 1 min there).
 //! - **Growth.** The prompt starts at [`SynthParams::head_tokens`] plus a first message and grows
@@ -88,9 +88,9 @@ pub struct SynthParams {
     pub turn_requests: RangeInclusive<u64>,
     /// Gap between requests inside a tool loop, ms. Default 1–30 s.
     pub tool_gap_ms: RangeInclusive<u64>,
-    /// The idle gap before each turn boundary, as a weighted mix. Default: 55 % 5–60 s, 20 % 1–5 min,
-    /// 22 % 5–60 min, 3 % 1–8 h. With ~12 requests per turn that makes ≈ 96 % of all gaps under a
-    /// minute, ≈ 2 % of 5–60 min and ≈ 0.2 % over an hour.
+    /// The idle gap before each turn boundary, as a weighted mix. Default: 55 % 5–60 s, 20 % 1–5
+    /// min, 22 % 5–60 min, 3 % 1–8 h. With ~12 requests per turn that makes ≈ 96 % of all gaps
+    /// under a minute, ≈ 2 % of 5–60 min and ≈ 0.2 % over an hour.
     pub idle_mix: Vec<IdleBand>,
     /// The prompt size past which the next request is compacted. Default 180,000.
     pub compact_at_tokens: Tokens,

@@ -36,8 +36,9 @@
 //! the same plan, to the micro-dollar; see [`super::prune`]).
 //!
 //! This space holds every plan an online policy can take: policies mask only where something is
-//! clearable (the decider's `mask_gain` is `None` otherwise), refresh only at boundaries (or where the
-//! recorded client compacted) after the minimum segment or when the ceiling forces it, and never mask and refresh at one request.
+//! clearable (the decider's `mask_gain` is `None` otherwise), refresh only at boundaries (or where
+//! the recorded client compacted) after the minimum segment or when the ceiling forces it, and
+//! never mask and refresh at one request.
 
 use super::model::{Choices, Model};
 use super::options::GapRates;

@@ -19,15 +19,15 @@
 //!
 //! So `OPT(e) = G(e) + min_s (K_s + m_s·x_e)`, a minimum over lines with slope `m_s` evaluated at
 //! `x_e` = the sum of per-request coefficients — a Li Chao tree answers each query in O(log n). The
-//! ceiling (`P_e(s) ≤ C`) removes the oldest segment starts as e grows, a sliding window over lines;
-//! a two-stack queue of Li Chao trees with undo handles the deletions, so the whole program is
-//! O(n log n). The minimum segment delays each line's insertion; restarts are allowed only at
+//! ceiling (`P_e(s) ≤ C`) removes the oldest segment starts as e grows, a sliding window over
+//! lines; a two-stack queue of Li Chao trees with undo handles the deletions, so the whole program
+//! is O(n log n). The minimum segment delays each line's insertion; restarts are allowed only at
 //! boundaries and where the recorded client compacted ([`Turn::may_refresh`]: the recorded plan's
 //! own refreshes are among the optimum's) — the first request always starts a segment; a refresh
 //! the ceiling forces may fall inside a tool loop, as it would online.
 //!
-//! Each gap inside a segment has up to three ways through it — keep the prefix warm with pings,
-//! let it expire and rewrite it (reading the head if its own, longer TTL outlived the gap), or ping
+//! Each gap inside a segment has up to three ways through it — keep the prefix warm with pings, let
+//! it expire and rewrite it (reading the head if its own, longer TTL outlived the gap), or ping
 //! only as long as the head needs — and each segment end up to two (let the head go, or keep it
 //! alive until the refresh). Every one is linear in the prefix, but which is cheapest depends on
 //! the prefix, which depends on the segmentation. So the program is solved with representative
@@ -35,20 +35,20 @@
 //! each refined with the prefixes of the plan it found; every plan is priced exactly under the
 //! model, and the cheapest is kept. The chosen plan is then *executed* by the replay engine, which
 //! takes the exact cheapest way through every gap with hindsight, so the reported optimum is priced
-//! by the cache model exactly like every online policy. Tests compare it with brute force over every
-//! admissible segmentation of small traces, and check that no online policy ever beats it.
+//! by the cache model exactly like every online policy. Tests compare it with brute force over
+//! every admissible segmentation of small traces, and check that no online policy ever beats it.
 //!
 //! # The `mask` action
 //!
 //! Where the trace has tool results and the session may clear them ([`crate::decide::Capabilities`]
 //! and the assumptions' `mask`), a second program ([`masks`]) runs over states (segment start,
-//! latest clear): a clear keeps the latest tool uses' results, so what a segment has lost after
-//! any number of clears is fixed by its start and its latest clear. That program is exact over
-//! its model (each state carries its exact prefix), O(Σ states) — at most O(n · S · K) for S
-//! segment starts and K clear points alive under the ceiling — and its plan is the optimum's
-//! (its space holds every admissible plan without clears as well). The executor sends the plan's clears as [`Action::Mask`]
-//! decisions, so the replay engine prices them as it prices every policy's, and the gap before a
-//! clear keeps only the head (the clear rewrites the rest).
+//! latest clear): a clear keeps the latest tool uses' results, so what a segment has lost after any
+//! number of clears is fixed by its start and its latest clear. That program is exact over its
+//! model (each state carries its exact prefix), O(Σ states) — at most O(n · S · K) for S segment
+//! starts and K clear points alive under the ceiling — and its plan is the optimum's (its space
+//! holds every admissible plan without clears as well). The executor sends the plan's clears as
+//! [`Action::Mask`] decisions, so the replay engine prices them as it prices every policy's, and
+//! the gap before a clear keeps only the head (the clear rewrites the rest).
 //!
 //! [`Action::Mask`]: crate::decide::Action::Mask
 //!

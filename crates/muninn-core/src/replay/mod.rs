@@ -1,14 +1,14 @@
 //! The replay engine: one loop that replays a trace under a policy.
 //!
 //! A recorded trace says, for each request, how big the prompt was and when it was sent. From that
-//! the engine reconstructs the session's *growth* ([`reconstruct`]): a static head (tools + system),
-//! then a conversation that grows by Δⱼ tokens per request (a recorded compaction is treated as
-//! new content, so the logical conversation keeps growing). A policy then decides, at every request
-//! and every time the cache is about to expire, whether to append, refresh (flush memory and start a
-//! new segment from head + memory), ping, flush or let the cache expire. Every request the policy
-//! causes — real requests, pings, flushes — is priced by the cache model ([`crate::cache`]) on a
-//! synthetic prompt with the same prefix structure: a head breakpoint, the previous request's end,
-//! and the new end with the last breakpoint.
+//! the engine reconstructs the session's *growth* ([`reconstruct`]): a static head (tools +
+//! system), then a conversation that grows by Δⱼ tokens per request (a recorded compaction is
+//! treated as new content, so the logical conversation keeps growing). A policy then decides, at
+//! every request and every time the cache is about to expire, whether to append, refresh (flush
+//! memory and start a new segment from head + memory), ping, flush or let the cache expire. Every
+//! request the policy causes — real requests, pings, flushes — is priced by the cache model
+//! ([`crate::cache`]) on a synthetic prompt with the same prefix structure: a head breakpoint, the
+//! previous request's end, and the new end with the last breakpoint.
 //!
 //! The counterfactual needs assumptions, all explicit in [`Assumptions`] and printed with every
 //! report: the head size, the memory a refresh carries, the flush instruction, the ping tail, the

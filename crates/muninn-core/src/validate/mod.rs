@@ -6,8 +6,8 @@
 //! - **the cache model**: the request is rebuilt as [`crate::cache::Checkpoint`]s and sent through
 //!   a [`crate::cache::CacheState`] that has seen every earlier request (of every thread, in time
 //!   order);
-//! - **the naive rule**: read the previous request's cached part (read + written) when the gap since
-//!   the previous request of the same trace is within that request's TTL, else read nothing.
+//! - **the naive rule**: read the previous request's cached part (read + written) when the gap
+//!   since the previous request of the same trace is within that request's TTL, else read nothing.
 //!
 //! # Strictly causal
 //!
@@ -81,11 +81,11 @@
 //! Each read is classed against the *reference prefix* — the previous request's cached part, or for
 //! a compaction agent's first request the main thread's — as [`ReadClass::Prefix`] (within the
 //! tolerance of the reference or more), [`ReadClass::None`] (at most the tolerance) or
-//! [`ReadClass::Head`] (anything between). On an OpenAI trace the reference is the previous
-//! prompt and a read up to a few cache steps short of it is still the prefix (a machine a request
-//! or two behind: `openai`'s module docs); the same classes judge the naive rule. Agreement is the share of requests whose predicted class
-//! equals the recorded one; the read error is `Σ|predicted − recorded| / Σ recorded`. Every
-//! disagreement gets a [`Disagreement`] label from the context.
+//! [`ReadClass::Head`] (anything between). On an OpenAI trace the reference is the previous prompt
+//! and a read up to a few cache steps short of it is still the prefix (a machine a request or two
+//! behind: `openai`'s module docs); the same classes judge the naive rule. Agreement is the share
+//! of requests whose predicted class equals the recorded one; the read error is `Σ|predicted −
+//! recorded| / Σ recorded`. Every disagreement gets a [`Disagreement`] label from the context.
 //!
 //! This module is pure: no I/O, no clock.
 

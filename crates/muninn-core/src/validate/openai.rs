@@ -34,17 +34,17 @@
 //!   always warm (on the tuning part of the rollouts it was read after gaps of up to 12 hours);
 //!   on a model no thread has opened yet, the size another model's threads read stands in.
 //!
-//! Classes are measured against the previous request's prompt rounded down to the step. A read
-//! is [`super::ReadClass::None`] up to one step (reads are quantised) and
-//! [`super::ReadClass::Prefix`] up to [`STALE_STEPS`] steps short of that prompt (but never a read
-//! back to the shared head, or of nothing: those found nothing of the conversation), because OpenAI's
-//! cache is a machine's, not the organisation's: requests are routed by a hash of the prompt's
-//! first ~256 tokens (and the `prompt_cache_key`, which Codex sets per conversation) to a machine
-//! that holds the prefixes *it* processed, and a key sending more than about 15 requests a minute
-//! — a Codex tool loop does — overflows to other machines. A request served by a machine that
-//! missed the thread's last request or two reads the conversation as it stood then: a few hundred
-//! tokens short, which is the conversation's cache found, not a head. The same classes apply to
-//! the naive rule; the read-token error, which counts every token short, is unchanged by them.
+//! Classes are measured against the previous request's prompt rounded down to the step. A read is
+//! [`super::ReadClass::None`] up to one step (reads are quantised) and [`super::ReadClass::Prefix`]
+//! up to [`STALE_STEPS`] steps short of that prompt (but never a read back to the shared head, or
+//! of nothing: those found nothing of the conversation), because OpenAI's cache is a machine's, not
+//! the organisation's: requests are routed by a hash of the prompt's first ~256 tokens (and the
+//! `prompt_cache_key`, which Codex sets per conversation) to a machine that holds the prefixes *it*
+//! processed, and a key sending more than about 15 requests a minute — a Codex tool loop does —
+//! overflows to other machines. A request served by a machine that missed the thread's last request
+//! or two reads the conversation as it stood then: a few hundred tokens short, which is the
+//! conversation's cache found, not a head. The same classes apply to the naive rule; the read-token
+//! error, which counts every token short, is unchanged by them.
 
 use super::Slack;
 use crate::miss::MissCause;

@@ -1,5 +1,6 @@
 //! What the cache model (and the naive rule) reads on hand-written Anthropic threads: the read
-//! classes, TTL expiry, compactions, a head kept warm by another thread; and the report's aggregates.
+//! classes, TTL expiry, compactions, a head kept warm by another thread; and the report's
+//! aggregates.
 
 use super::{H1, H2, MIN, growing, req, row, trace};
 use muninn_core::cache::Ttl;
