@@ -40,12 +40,12 @@ impl Turn {
     /// policies keep to boundaries (the decider's rule: no refresh inside a tool loop); opened to
     /// them, the default refreshed at these points and lost (docs/replay.md "Why `config_files`
     /// replayed at 1.067× recorded": the shared traces without masks passed `never` by 2.3% at a
-    /// 20k rehydration). Claude Code compacts
-    /// automatically when the prompt nears its threshold, often in the middle of a tool loop; that
-    /// is the recorded plan's own refresh, and a plan that may not refresh there cannot follow it,
-    /// so the optimum would be held above what was paid for the same traffic. What the refresh
-    /// costs is unchanged: a compaction opens no new run of the task (the loop goes on from the
-    /// summary), only a point where rewriting the prompt is known to be acceptable.
+    /// 20k rehydration). Claude Code compacts automatically when the prompt nears its threshold,
+    /// often in the middle of a tool loop; that is the recorded plan's own refresh, and a plan that
+    /// may not refresh there cannot follow it, so the optimum would be held above what was paid for
+    /// the same traffic. What the refresh costs is unchanged: a compaction opens no new run of the
+    /// task (the loop goes on from the summary), only a point where rewriting the prompt is known
+    /// to be acceptable.
     pub fn may_refresh(&self) -> bool {
         self.boundary || self.compacted
     }
