@@ -10,8 +10,10 @@
 
 use crate::runtime::{T0, World, ledger, mind, post, runner, world_with};
 use muninn_core::closed_loop::{ClosedLoop, verify};
-use muninn_core::ledger::LedgerRow;
+use muninn_core::decide::Event;
+use muninn_core::ledger::{LedgerRow, RowKind};
 use muninn_core::price::PriceTable;
+use muninn_core::tokenize::count;
 use muninn_host::config::MindConfig;
 use muninn_host::runtime::{MindRunner, Step};
 use muninn_sim::inprocess::SimBackend;
@@ -410,6 +412,58 @@ async fn a_long_workload_covers_every_decision_and_replays_exactly() {
             .any(|d| d.lost_at_ms.is_some()),
         "{rows:#?}"
     );
+}
+
+/// What the Anthropic backend (and so the simulator's backend) opens every Persona request with
+/// once a reply called the structured-output tool: the CLI's acknowledgement of that call.
+const ACK: &str = "Structured output provided successfully";
+
+/// A Mind whose Persona segment is too young to refresh (`min_segment`) for the whole workload:
+/// at each arrival the decider appends or clears.
+fn unrefreshed_mind() -> MindConfig {
+    mind("min_segment = 50")
+}
+
+/// The Persona rows of requests, in order.
+fn persona_requests(rows: &[LedgerRow]) -> Vec<&LedgerRow> {
+    rows.iter()
+        .filter(|r| r.role == "persona")
+        .filter(|r| {
+            r.decided
+                .as_ref()
+                .is_some_and(|d| d.kind == RowKind::Request)
+        })
+        .collect()
+}
+
+/// Each Persona turn is planned with what its request carries: the delivery and, from the
+/// second turn on, the acknowledgement the backend opens the message with. The decider's delta
+/// (the row's `Arrival`) is the batch's estimate plus the acknowledgement's tokens exactly when
+/// the row records it among the request's tool results.
+#[tokio::test]
+async fn a_persona_turns_planned_prompt_counts_the_acknowledgement_it_carries() {
+    let words: Vec<u16> = (0..6).map(|i| 30 + 7 * i).collect();
+    let acts: Vec<Act> = words
+        .iter()
+        .flat_map(|&words| [Act::Deliver { room: 0, words }, Act::Wait { ms: 40_000 }])
+        .collect();
+    let h = Harness::with(unrefreshed_mind(), "", None).await;
+    let (report, rows) = closed_loop_on(h, &acts).await;
+    assert_holds(&report, &rows);
+    let persona = persona_requests(&rows);
+    assert_eq!(persona.len(), words.len(), "{rows:#?}");
+    for (k, row) in persona.iter().enumerate() {
+        let d = row.decided.as_ref().unwrap();
+        // One delivery per turn, without context lines (`Batch::new`'s estimate).
+        let batch = count(&words_of(words[k], k as u32 + 1)) + 12;
+        let Some(Event::Arrival { delta, .. }) = d.event else {
+            // The first turn starts the session without asking.
+            assert_eq!(k, 0, "{row:#?}");
+            continue;
+        };
+        assert_eq!(d.tool_results.uses, 1, "turn {k}: {d:#?}");
+        assert_eq!(delta, batch + count(ACK), "turn {k}");
+    }
 }
 
 /// A Persona configured to refresh by compaction on a backend that cannot compact falls back
