@@ -222,7 +222,10 @@ impl<T: Transport> AnthropicBackend<T> {
     pub fn render(&self, input: &TurnInput) -> Result<MessagesRequest, BackendError> {
         let session = self.session()?;
         let mut messages = session.history.clone();
-        messages.push(user_message(input, session.pending_ack.as_deref())?);
+        // What the backend adds ([`Backend::pending_input`]) heads the message, as the CLI
+        // answers its structured-output call: the caller planned the request with it.
+        let pending = self.pending_input();
+        messages.push(user_message(pending.iter().chain(&input.parts))?);
         set_last_marker(
             &mut messages,
             Some(CacheControl::with_ttl(session.spec.conversation_ttl)),
@@ -244,12 +247,9 @@ impl<T: Transport> AnthropicBackend<T> {
     pub fn render_compaction(&self, instructions: &str) -> Result<MessagesRequest, BackendError> {
         let session = self.session()?;
         let mut messages = session.history.clone();
-        if let Some(id) = &session.pending_ack {
-            messages.push(Message {
-                role: Role::User,
-                content: Content::Blocks(vec![ack(id)]),
-                extra: Map::new(),
-            });
+        let pending = self.pending_input();
+        if !pending.is_empty() {
+            messages.push(user_message(&pending)?);
         }
         set_last_marker(
             &mut messages,
@@ -380,23 +380,22 @@ fn tool_results_of(message: Option<&Message>) -> ToolResults {
         })
 }
 
-/// The acknowledgement of a structured-output call, as the CLI answers it.
-fn ack(id: &str) -> ContentBlock {
-    ContentBlock::ToolResult {
+/// The acknowledgement of a structured-output call `id`, as the CLI answers it.
+fn ack(id: &str) -> InputPart {
+    InputPart::ToolResult {
         tool_use_id: id.to_string(),
-        content: Some(Value::String(STRUCTURED_OUTPUT_ACK.to_string())),
-        is_error: None,
-        cache_control: None,
+        content: STRUCTURED_OUTPUT_ACK.to_string(),
+        is_error: false,
     }
 }
 
-fn user_message(input: &TurnInput, pending_ack: Option<&str>) -> Result<Message, BackendError> {
-    let mut blocks = Vec::new();
-    if let Some(id) = pending_ack {
-        blocks.push(ack(id));
-    }
-    for part in &input.parts {
-        blocks.push(match part {
+/// A user message of `parts`, in order.
+fn user_message<'a>(
+    parts: impl IntoIterator<Item = &'a InputPart>,
+) -> Result<Message, BackendError> {
+    let blocks: Vec<ContentBlock> = parts
+        .into_iter()
+        .map(|part| match part {
             InputPart::Text { text } => ContentBlock::text(text.clone()),
             InputPart::ToolResult {
                 tool_use_id,
@@ -408,8 +407,8 @@ fn user_message(input: &TurnInput, pending_ack: Option<&str>) -> Result<Message,
                 is_error: is_error.then_some(true),
                 cache_control: None,
             },
-        });
-    }
+        })
+        .collect();
     if blocks.is_empty() {
         return Err(BackendError::Invalid(
             "a turn needs at least one part".to_string(),
@@ -454,6 +453,13 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
         let request = self.render(&input)?;
         self.exchange(request, input.safe_to_repeat, Commit::Turn)
             .await
+    }
+
+    /// The acknowledgement of the last reply's structured-output call, while one is pending:
+    /// the next turn's message opens with it (and a compaction's request ends with it).
+    fn pending_input(&self) -> Vec<InputPart> {
+        let pending = self.session.as_ref().and_then(|s| s.pending_ack.as_deref());
+        pending.map(ack).into_iter().collect()
     }
 
     fn can_clear_tool_results(&self) -> bool {

@@ -4,6 +4,7 @@
 mod context;
 mod edits;
 mod fuzz;
+mod pending;
 mod prompt;
 mod sse;
 mod wire;

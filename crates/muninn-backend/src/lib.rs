@@ -511,6 +511,16 @@ pub trait Backend: Send {
         false
     }
 
+    /// What the next [`Backend::turn`] (or [`Backend::turn_cleared`]) will send ahead of its
+    /// input, in its user message, added by the backend itself: the Anthropic backend's
+    /// acknowledgement of the last reply's structured-output call, a tool result. A caller that
+    /// plans the request — its size, and the tool uses a clear sent with it keeps among the
+    /// newest — counts these parts as it counts the input's own. None by default, and for a
+    /// backend that cannot see its requests (the Claude Code CLI builds its own).
+    fn pending_input(&self) -> Vec<InputPart> {
+        Vec::new()
+    }
+
     /// Whether [`Backend::turn_cleared`] can clear old tool results. The host tells the decider
     /// (`Capabilities::mask`), which then never chooses a mask that would not happen.
     fn can_clear_tool_results(&self) -> bool {

@@ -8,8 +8,8 @@ use muninn_anthropic::client::TokioSleeper;
 use muninn_anthropic::client::{AnthropicClient, ClientConfig, credentials_from_env};
 use muninn_backend::clock::Clock;
 use muninn_backend::{
-    Backend, BackendError, FlushProtocol, RunOutcome, SessionEvent, SessionSpec, TurnInput,
-    TurnOutcome,
+    Backend, BackendError, FlushProtocol, InputPart, RunOutcome, SessionEvent, SessionSpec,
+    TurnInput, TurnOutcome,
 };
 pub use muninn_claude_cli::PINNED_VERSION as PINNED_CLAUDE_CLI;
 use muninn_claude_cli::pool::{ParkPolicy, PoolConfig, SharedPool};
@@ -86,6 +86,14 @@ impl Backend for AnyBackend {
             AnyBackend::Sim(b) => b.can_offer_tools(),
             AnyBackend::Anthropic(b) => b.can_offer_tools(),
             AnyBackend::ClaudeCli(b) => b.can_offer_tools(),
+        }
+    }
+
+    fn pending_input(&self) -> Vec<InputPart> {
+        match self {
+            AnyBackend::Sim(b) => b.pending_input(),
+            AnyBackend::Anthropic(b) => b.pending_input(),
+            AnyBackend::ClaudeCli(b) => b.pending_input(),
         }
     }
 

@@ -107,13 +107,13 @@ pub(super) fn session_params(
             // Only the Self flushes while idle; a Persona writes memory as it happens, and a
             // compacting one compacts at its next turn, not in the gap.
             idle_flush: role == Role::SelfRole,
-            // The backend can clear; whether there is anything to clear is the accounting's (a
-            // Self tool loop's results, `tool_loop.rs`). A Persona's only results are its
-            // structured-output acknowledgements, a few tokens each: not worth a clear, and its
-            // turns are planned without counting the one each request carries, so a clear the
-            // decider would weigh there (at a cold wake, where a clear always costs less than
-            // the rewrite) is not the one its ledger row replays. So only the Self clears.
-            mask: can_clear && role == Role::SelfRole,
+            // The backend can clear; whether there is anything to clear, and whether it pays,
+            // is the accounting's and the decider's: a Self tool loop's results
+            // (`tool_loop.rs`), a Persona's structured-output acknowledgements — each request
+            // planned with the tool results it carries, the backend's own included
+            // (`Backend::pending_input`), so a clear the decider weighs is the one its ledger
+            // row replays.
+            mask: can_clear,
         },
         lifetime_ms: None,
     }

@@ -10,7 +10,7 @@
 //! mailbox, and the turn runs once the window has room (or the operator raises the cap). An invalid
 //! reply's one retry is priced the same way before it is sent.
 
-use super::persona::Plan;
+use super::persona::{Plan, counted};
 use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
 use muninn_core::decide::{Event, SessionView};
@@ -52,10 +52,13 @@ impl<B: Backend> MindRunner<B> {
     }
 
     /// The most a follow-up request in the live session can cost (the invalid reply's retry):
-    /// appending `delta` to the prefix as it stands, plus the output bound.
+    /// appending `delta` — and what the backend adds to it, as a plan counts it — to the prefix
+    /// as it stands, plus the output bound.
     pub(super) fn follow_up_worst_case(&self, role: Role, delta: Tokens, now: i64) -> MicroUsd {
-        let view = self.session(role).acc.view();
-        view.append_cost(view.warm(now), delta, now) + self.output_worst_case(&view)
+        let session = self.session(role);
+        let (carried, _) = counted(&session.backend.pending_input());
+        let view = session.acc.view();
+        view.append_cost(view.warm(now), delta + carried, now) + self.output_worst_case(&view)
     }
 
     /// `max_output_tokens` of output at the model's rate.

@@ -9,7 +9,7 @@ use super::segment::shown_changed;
 use super::session::Starting;
 use super::{MindRunner, RuntimeError, Step};
 use crate::config::RefreshMode;
-use muninn_backend::{Backend, BackendError, SessionEvent, TurnInput, TurnOutcome};
+use muninn_backend::{Backend, BackendError, InputPart, SessionEvent, TurnInput, TurnOutcome};
 use muninn_core::decide::{Action, Bounds, Decision, Event, decide};
 use muninn_core::ledger::{ForcedStart, LedgerRow, RowKind, SegmentStart};
 use muninn_core::money::Tokens;
@@ -150,6 +150,17 @@ impl Plan {
     }
 }
 
+/// What `parts` add to a request, as a plan counts them: the tokens of their text, and the tool
+/// uses their tool results answer (a clear sent with the request keeps those among the newest).
+pub(super) fn counted(parts: &[InputPart]) -> (Tokens, u32) {
+    parts
+        .iter()
+        .fold((0, 0), |(tokens, uses), part| match part {
+            InputPart::Text { text } => (tokens + count(text), uses),
+            InputPart::ToolResult { content, .. } => (tokens + count(content), uses + 1),
+        })
+}
+
 /// What the backend answered a turn, checked against the reply contract.
 struct Answer {
     outcome: TurnOutcome,
@@ -220,9 +231,9 @@ impl<B: Backend> MindRunner<B> {
         now: i64,
     ) -> Plan {
         let session = self.session(role);
-        let event = Event::Arrival { boundary, delta };
         let bounds = session.acc.bounds();
         if !session.live() {
+            let event = Event::Arrival { boundary, delta };
             let forced = if session.segment.is_none() {
                 ("start", ForcedStart::First)
             } else {
@@ -237,6 +248,17 @@ impl<B: Backend> MindRunner<B> {
                 tool_uses,
             };
         }
+        // The request continues the provider session, so it carries what the backend adds to it
+        // (a Persona's acknowledgement of its last structured reply, a tool result): counted as
+        // a tool loop's results are, in its size and among the uses a clear sent with it keeps —
+        // the tool results its ledger row records, and a replay of the row decides with. A
+        // refresh sends it nowhere (a new session, or a compaction that closes the call), so its
+        // row records none, and a replay weighs the clear the refresh won over with one more of
+        // the older results kept: no more to clear, so no more gain (`ClearPrice::gain_over`
+        // grows with what is cleared), and the same refresh.
+        let (carried, carried_uses) = counted(&session.backend.pending_input());
+        let (delta, tool_uses) = (delta + carried, tool_uses + carried_uses);
+        let event = Event::Arrival { boundary, delta };
         let view = session.acc.arrival_view(boundary, tool_uses);
         Plan {
             decision: Some(decide(self.policy, &view, event, now)),

@@ -26,7 +26,7 @@
 //! ceiling less the headroom) asks for the flush with the next results, and the answer ends the
 //! run as the protocol's does.
 
-use super::persona::Plan;
+use super::persona::{Plan, counted};
 use super::tools::{ToolOutput, WorkspaceTools};
 use super::{MindRunner, RuntimeError};
 use muninn_backend::{
@@ -288,11 +288,8 @@ impl<B: Backend> MindRunner<B> {
                 is_error: out.is_error,
             })
             .collect();
-        let mut delta: Tokens = outcome.usage.output
-            + results
-                .iter()
-                .map(|(_, out)| count(&out.content))
-                .sum::<Tokens>();
+        let (carried, uses) = counted(&parts);
+        let mut delta: Tokens = outcome.usage.output + carried;
         let flushing = outcome.usage.prompt() + delta >= protocol.trigger_tokens();
         if flushing {
             delta += count(&protocol.message);
@@ -300,7 +297,6 @@ impl<B: Backend> MindRunner<B> {
                 text: protocol.message.clone(),
             });
         }
-        let uses = u32::try_from(results.len()).unwrap_or(u32::MAX);
         let plan = self.plan(Role::SelfRole, delta, false, uses, now);
         Next {
             input: TurnInput {
