@@ -29,9 +29,11 @@
 //!   *Learning*: both break-evens are scaled by what the Mind's earlier refreshes and pings paid
 //!   back ([`crate::learn`]): a refresh waits for as many rebuilds as one has been worth; a gap's
 //!   pings stop early where the Mind's earlier gaps that lasted as long mostly outlasted the
-//!   budget. *Mask*: at a warm request whose prompt holds clearable tool results (all but the last
-//!   [`Bounds::mask_keep_tool_uses`]), clear them when the `r·C` each later request of the segment
-//!   saves, times the requests the segment is expected still to have
+//!   budget. On a 5-minute cache the head's budget counts its share of the tail's pings
+//!   ([`SessionView::head_rent`]), and a gap past every gap the Mind has shown stops pinging
+//!   ([`GapStats::outlasted`]). *Mask*: at a warm request whose prompt holds clearable tool results
+//!   (all but the last [`Bounds::mask_keep_tool_uses`]), clear them when the `r·C` each later
+//!   request of the segment saves, times the requests the segment is expected still to have
 //!   ([`crate::learn::SegmentLengths::remaining`], the Mind's own history), exceeds the clear's
 //!   extra cost now — and exceeds what a refresh would gain over the same horizon when the growth
 //!   rule would refresh. A clear that pays still waits until the reads of what it would remove
