@@ -29,9 +29,11 @@
 //!   *Learning*: both break-evens are scaled by what the Mind's earlier refreshes and pings paid
 //!   back ([`crate::learn`]): a refresh waits for as many rebuilds as one has been worth; a gap's
 //!   pings stop early where the Mind's earlier gaps that lasted as long mostly outlasted the
-//!   budget. *Mask*: at a warm request whose prompt holds clearable tool results (all but the last
-//!   [`Bounds::mask_keep_tool_uses`]), clear them when the `r·C` each later request of the segment
-//!   saves, times the requests the segment is expected still to have
+//!   budget. On a 5-minute cache the head's budget counts its share of the tail's pings
+//!   ([`SessionView::head_rent`]), and a gap past every gap the Mind has shown stops pinging
+//!   ([`GapStats::outlasted`]). *Mask*: at a warm request whose prompt holds clearable tool results
+//!   (all but the last [`Bounds::mask_keep_tool_uses`]), clear them when the `r·C` each later
+//!   request of the segment saves, times the requests the segment is expected still to have
 //!   ([`crate::learn::SegmentLengths::remaining`], the Mind's own history), exceeds the clear's
 //!   extra cost now — and exceeds what a refresh would gain over the same horizon when the growth
 //!   rule would refresh. A clear that pays still waits until the reads of what it would remove
@@ -413,6 +415,30 @@ impl SessionView<'_> {
             + MicroUsd::of(self.bounds.ping_output_tokens, self.rates.output)
     }
 
+    /// What this idle gap has paid to keep the head: its head-only pings and, on a 5-minute
+    /// cache whose head shares the tail's TTL, the head's share of each tail ping too.
+    ///
+    /// Head and tail are two ski-rental problems with the same ratio of rent (a read) to buy (a
+    /// rewrite less a read), and each tail ping kept the head as well. Where the head outlives
+    /// the tail (its own, longer TTL) a head-only ping is a cheaper rent, and its budget starts
+    /// where the tail was let go. Where both share a TTL, a budget counted from there is a
+    /// second one for the same bet — 3× the optimum, not 2×, on a gap just past it. On a
+    /// 1-hour cache that second budget pays: a Mind's nights end just past the first one
+    /// (`claude_backup`'s 19-hour nights, 4 of 4 head-only gaps woken warm); on a 5-minute
+    /// cache no head-only gap of the tuning parts woke warm (docs/replay.md "The idle
+    /// decisions against the optimum", "Head-only pings on a 5-minute cache").
+    pub fn head_rent(&self) -> MicroUsd {
+        let shares_ttl = self.head_ttl == self.ttl && self.ttl == Ttl::FiveMinutes;
+        if !shares_ttl {
+            return self.gap_head_ping_spend;
+        }
+        let share = self
+            .head_ping_cost()
+            .0
+            .saturating_mul(i64::from(self.gap_pings));
+        self.gap_head_ping_spend + MicroUsd(share)
+    }
+
     /// What losing the head costs at the wake: rewriting it instead of reading it.
     pub fn head_rewrite_penalty(&self) -> MicroUsd {
         MicroUsd::of(self.bounds.head_tokens, self.rates.head_write)
@@ -524,7 +550,7 @@ fn decide_head_expiring(policy: Policy, view: &SessionView, now_ms: i64) -> Deci
         }
         Policy::SkiRental | Policy::Predictive => {
             let budget = view.head_rewrite_penalty();
-            if view.gap_head_ping_spend + ping.estimate > budget {
+            if view.head_rent() + ping.estimate > budget {
                 return go(Action::LetExpire, Reason::RentExhausted);
             }
             if view.gap_head_ping_spend + ping.estimate > view.learned.ping_budget(budget) {

@@ -326,6 +326,100 @@ fn the_hour_band_wraps_around_midnight() {
     assert_eq!((hours + hours - hours), hours);
 }
 
+/// On a 5-minute cache whose head shares the tail's TTL, a two-hour gap's tail pings spend the
+/// budget of the head they kept too ([`muninn_core::decide::SessionView::head_rent`]): no
+/// head-only ping follows them. Counted from where the tail was let go, the head's budget was a
+/// second one for the same bet: about as many head-only pings again, and the wake cold anyway.
+/// With a 1-hour head the head-only pings go on (the head outlives the tail: a cheaper rent).
+#[test]
+fn head_only_pings_on_a_5_minute_cache_share_the_tails_budget() {
+    let gaps = [0, 10, 7_200, 10];
+    let pings = |head_ttl: Ttl| {
+        let price = price();
+        let a = Assumptions {
+            head_ttl: Some(head_ttl),
+            ..assumptions()
+        };
+        let config = ReplayConfig {
+            price: &price,
+            assumptions: &a,
+            rules: &CacheRules::default(),
+        };
+        let (mut tail, mut head) = (0, 0);
+        replay_trace_learning(
+            &session("h", 0, &gaps, 2_000),
+            Plan::Online(Policy::SkiRental),
+            &config,
+            &mut Learned::default(),
+            &mut |s: &Step| {
+                if s.kind == StepKind::Ping {
+                    if s.usage.cache_read + s.usage.written() > HEAD {
+                        tail += 1;
+                    } else {
+                        head += 1;
+                    }
+                }
+            },
+        );
+        (tail, head)
+    };
+    let (tail, head) = pings(Ttl::FiveMinutes);
+    assert!(tail >= 6, "{tail} tail pings");
+    assert_eq!(head, 0, "head-only pings after {tail} tail pings");
+    let (_, head) = pings(Ttl::OneHour);
+    assert!(head >= 1, "{head} head-only pings with a 1-hour head");
+}
+
+/// A Mind whose gaps all ended within twelve minutes, on a 5-minute cache: a two-hour gap stops
+/// its tail pings once it has outlasted all of them ([`GapStats::outlasted`]), where the budget
+/// alone pinged the whole prefix on for about 50 minutes and woke cold anyway. (The head keeps
+/// what is left of its own budget, the tail pings' share counted.)
+#[test]
+fn a_gap_past_every_gap_seen_stops_pinging_on_a_5_minute_cache() {
+    let short = [0, 10, 600, 10, 600, 10, 600, 10];
+    let long = [0, 10, 7_200, 10];
+    let mut sessions: Vec<Trace> = (0..3).map(|n| session("p", n, &short, 2_000)).collect();
+    sessions.push(session("p", 3, &long, 2_000));
+    let tail_pings = |sessions: &[Trace]| {
+        let price = price();
+        let priced: Vec<(&Trace, &ModelPrice)> = sessions.iter().map(|t| (t, &price)).collect();
+        let mut pings = vec![0; sessions.len()];
+        replay_traces(
+            &priced,
+            Plan::Online(Policy::SkiRental),
+            &assumptions(),
+            &CacheRules::default(),
+            &mut |i, s| {
+                if s.kind == StepKind::Ping && s.usage.cache_read + s.usage.written() > HEAD {
+                    pings[i] += 1;
+                }
+            },
+        );
+        pings
+    };
+    let with_history = tail_pings(&sessions);
+    let alone = tail_pings(&sessions[3..])[0];
+    assert!(with_history[0] >= 3, "{} pings", with_history[0]);
+    assert!(alone >= 6, "{alone} tail pings knowing nothing");
+    assert!(
+        with_history[3] <= 4,
+        "{} tail pings past twelve minutes",
+        with_history[3]
+    );
+    let default = replay_mind(&sessions, Plan::Online(Policy::SkiRental));
+    let knowing_nothing = replay_mind(&sessions[3..], Plan::Online(Policy::SkiRental))[0];
+    assert!(default[3].cost < knowing_nothing.cost);
+    let mut seen = GapStats::default();
+    for _ in 0..MIN_GAPS_EVIDENCE {
+        seen.observe(600_000);
+    }
+    assert!(!seen.outlasted(540_000, Ttl::FiveMinutes));
+    assert!(seen.outlasted(1_200_000, Ttl::FiveMinutes));
+    let mut few = GapStats::default();
+    few.observe(600_000);
+    assert!(!few.outlasted(1_200_000, Ttl::FiveMinutes));
+}
+
 /// Gaps of twelve minutes: a few pings keep each wake warm, which spares a rewrite worth more
 /// than they cost, so the later sessions ping as much as the first.
 #[test]

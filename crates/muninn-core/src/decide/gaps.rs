@@ -89,6 +89,20 @@ impl GapStats {
         Some(false)
     }
 
+    /// Whether a gap already `elapsed_ms` long has outlasted every gap seen, where at least
+    /// [`MIN_GAPS_EVIDENCE`] gaps lasted a `ttl` (less than one lasted as long as this one).
+    ///
+    /// The default's keep-warm rule ([`gaps_say_ping`]) stops there on a 5-minute cache: the
+    /// Mind's gaps say nothing of how soon it ends, and the budget would ping for 50 minutes
+    /// (about 11 pings of 4.5 minutes) on a bet its gaps never showed. A 1-hour cache keeps the
+    /// budget (not measured there: its budget spans a night, and the hour-of-day rule judges
+    /// those). Chosen on the tuning parts (docs/replay.md "The idle decisions against the
+    /// optimum", "A gap past every gap seen").
+    pub fn outlasted(&self, elapsed_ms: i64, ttl: Ttl) -> bool {
+        self.seen_beyond(ttl.millis()) >= MIN_GAPS_EVIDENCE as f64
+            && self.seen_beyond(elapsed_ms) < 1.0
+    }
+
     /// The estimated probability, with a uniform-over-buckets prior of weight one, that a gap
     /// already `elapsed_ms` long ends by `until_ms`.
     pub fn p_end_by(&self, elapsed_ms: i64, until_ms: i64) -> f64 {
@@ -191,7 +205,9 @@ impl std::ops::Sub for GapHours {
 /// last request's hour, [`GapHours::band`]): with three that lasted as long, they decide. With
 /// less than one, none of the Mind's gaps this long began at this time of day — its long gaps
 /// are its nights, and this is not one of them — so the budget alone decides rather than the
-/// nights' evidence. In between, all the Mind's gaps decide, as before.
+/// nights' evidence. In between, all the Mind's gaps decide, as before. Where neither has the
+/// evidence, the budget decides — except on a 5-minute cache once the gap has outlasted every
+/// gap the Mind has shown ([`GapStats::outlasted`]).
 pub(super) fn gaps_say_ping(
     view: &SessionView,
     elapsed_ms: i64,
@@ -203,13 +219,15 @@ pub(super) fn gaps_say_ping(
     let max_pings = (left.0 / ping.0.max(1)).clamp(0, u32::MAX as i64) as u32;
     let pays = |gaps: &GapStats| gaps.ping_pays(elapsed_ms, ttl.millis(), ping, penalty, max_pings);
     let band = view.learned.gap_hours.band(view.last_request_ms);
+    // Without evidence the budget decides, except on a 5-minute cache past every gap seen.
+    let unjudged = || ttl != Ttl::FiveMinutes || !view.learned.gaps.outlasted(elapsed_ms, ttl);
     if let Some(judged) = pays(&band) {
         return judged;
     }
     if band.seen_beyond(elapsed_ms) < 1.0 {
-        return true;
+        return unjudged();
     }
-    pays(&view.learned.gaps).unwrap_or(true)
+    pays(&view.learned.gaps).unwrap_or_else(unjudged)
 }
 
 // Gap statistics add up: what several sessions of a Mind showed is the sum of what each did.
