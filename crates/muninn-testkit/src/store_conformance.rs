@@ -37,6 +37,15 @@ use serde_json::json;
 use muninn_store::types::*;
 use muninn_store::{Result, Store, StoreError};
 
+/// Runs one named sub-check of a case: `step!(check(args))` says `check`'s name on stderr, then
+/// awaits it, so that a failure is read under the name of what broke.
+macro_rules! step {
+    ($check:ident($($arg:expr),* $(,)?)) => {{
+        eprintln!("conformance:   {}", stringify!($check));
+        $check($($arg),*).await
+    }};
+}
+
 mod briefs;
 mod durability;
 mod leases;
