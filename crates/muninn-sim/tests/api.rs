@@ -146,6 +146,17 @@ async fn streaming_and_not_report_the_cache_models_usage() {
     assert_eq!(reported, expected[1]);
 }
 
+/// How many of the simulator's requests reached the cache model (were answered with a usage).
+fn answered(h: &muninn_sim::SimHandle) -> usize {
+    h.sim
+        .requests()
+        .iter()
+        .filter(|r| r.usage.is_some())
+        .count()
+}
+
+/// A missing key or version header, a broken body, an unknown model, a missing field and an
+/// unknown path: each refused with its status and the API's error shape, none answered.
 #[tokio::test]
 async fn errors_have_the_api_shape() {
     let h = sim().await;
@@ -200,7 +211,17 @@ async fn errors_have_the_api_shape() {
             "{text}"
         );
     }
-    // Five breakpoints, and 1h after 5m: the API's 400 wording from the cache model.
+    let (s, _, text) = http.post("/v1/nothing", "{}", &[]).await;
+    assert_eq!(s, 404, "{text}");
+    // Refused requests never touched the cache.
+    assert_eq!(answered(&h), 0);
+}
+
+/// Five breakpoints, and 1h after 5m: the API's 400 wording from the cache model.
+#[tokio::test]
+async fn breakpoints_the_api_refuses_are_refused_in_its_words() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
     let five: Vec<Value> = (0..5)
         .map(|i| json!({"type":"text","text":format!("b{i}"),"cache_control":{"type":"ephemeral"}}))
         .collect();
@@ -213,7 +234,15 @@ async fn errors_have_the_api_shape() {
     let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"b","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]})).await;
     assert_eq!(s, 400);
     assert!(text.contains("ttl='1h'"), "{text}");
-    // Tool results must answer the previous message's tool calls, and calls must be answered.
+    assert_eq!(answered(&h), 0, "refused requests never touched the cache");
+}
+
+/// Tool results must answer the previous message's tool calls, and calls must be answered; a
+/// call answered is accepted, and only it reaches the cache.
+#[tokio::test]
+async fn tool_results_must_answer_the_previous_calls() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
     let call = json!({"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]});
     let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"messages":[{"role":"user","content":"go"},call,{"role":"user","content":"no result"}]})).await;
     assert_eq!(s, 400);
@@ -231,17 +260,8 @@ async fn errors_have_the_api_shape() {
     );
     let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"messages":[{"role":"user","content":"go"},call,{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]}]})).await;
     assert_eq!(s, 200, "{text}");
-    let (s, _, text) = http.post("/v1/nothing", "{}", &[]).await;
-    assert_eq!(s, 404, "{text}");
     // Refused requests never touched the cache.
-    assert_eq!(
-        h.sim
-            .requests()
-            .iter()
-            .filter(|r| r.usage.is_some())
-            .count(),
-        1
-    );
+    assert_eq!(answered(&h), 1);
 }
 
 #[tokio::test]
@@ -585,84 +605,12 @@ async fn cache_diagnostics_name_the_first_divergence_streaming_and_not() {
     let h = sim().await;
     let http = Http::new(h.base_url());
     let system = long_system("diagnosed", 2);
-    let beta = [
-        ("x-api-key", "sk-test"),
-        ("anthropic-version", "2023-06-01"),
-        ("anthropic-beta", "cache-diagnosis-2026-04-07"),
-    ];
-    let post = |body: Value| {
-        let http = &http;
-        async move {
-            let (status, _, text) = http.post("/v1/messages", &body.to_string(), &beta).await;
-            assert_eq!(status, 200, "{text}");
-            text
-        }
-    };
-    let message = |text: &str| -> Value { serde_json::from_str(text).unwrap() };
-
-    // A first turn opts in with no previous message: nothing to compare, no diagnostics.
-    let first = message(&post(diagnosed(request(&system, &["one"], false), None)).await);
-    assert_eq!(first.get("diagnostics"), None);
-    let id1 = first["id"].as_str().unwrap().to_string();
-    // Appending to it: no divergence, no diagnostics.
-    let second = message(
-        &post(diagnosed(
-            request(&system, &["one", "two"], false),
-            Some(&id1),
-        ))
-        .await,
-    );
-    assert_eq!(second.get("diagnostics"), None, "{second}");
-    let id2 = second["id"].as_str().unwrap().to_string();
-
-    // Every level, compared with the second turn. Streaming: on `message_start`.
+    let id2 = two_turns_that_do_not_diverge(&http, &system).await;
     let other_system = long_system("rewritten", 2);
-    let streamed = post(diagnosed(
-        request(&other_system, &["one", "two", "three"], true),
-        Some(&id2),
-    ))
-    .await;
-    let StreamEvent::MessageStart { message: start } = &sse_events(&streamed)[0] else {
-        panic!("{streamed}")
-    };
-    let reason = start
-        .diagnostics
-        .as_ref()
-        .unwrap()
-        .cache_miss_reason
-        .as_ref();
-    assert_eq!(reason.map(|r| r.kind.as_str()), Some("system_changed"));
-    assert!(reason.unwrap().cache_missed_input_tokens.unwrap() > 1_000);
-
-    let mut with_tools = request(&system, &["one", "two", "three"], false);
-    with_tools["tools"] =
-        json!([{"name": "look", "description": "d", "input_schema": {"type": "object"}}]);
-    let mut other_model = request(&system, &["one", "two", "three"], false);
-    other_model["model"] = json!("claude-sonnet-4-5");
-    let cases = [
-        (with_tools, Some(id2.as_str()), "tools_changed"),
-        (
-            request(&system, &["uno", "two", "three"], false),
-            Some(id2.as_str()),
-            "messages_changed",
-        ),
-        (other_model, Some(id2.as_str()), "model_changed"),
-        (
-            request(&system, &["one", "two", "three"], false),
-            Some("msg_unknown"),
-            "previous_message_not_found",
-        ),
-    ];
-    for (body, previous, expected) in cases {
-        let m = message(&post(diagnosed(body, previous)).await);
-        assert_eq!(
-            m["diagnostics"]["cache_miss_reason"]["type"],
-            json!(expected),
-            "{m}"
-        );
-    }
+    a_streamed_divergence_is_named_on_message_start(&http, &other_system, &id2).await;
+    each_divergence_is_named(&http, &system, &id2).await;
     // Not opted in: no diagnostics, whatever changed.
-    let plain = message(&post(request(&other_system, &["x"], false)).await);
+    let plain = message(&post_diagnosing(&http, request(&other_system, &["x"], false)).await);
     assert_eq!(plain.get("diagnostics"), None);
 
     // The log records each diagnosis beside the simulator's own cause.
@@ -685,4 +633,98 @@ async fn cache_diagnostics_name_the_first_divergence_streaming_and_not() {
             None,
         ]
     );
+}
+
+/// Posts `body` with the cache diagnosis beta; the reply's text, once it is a 200.
+async fn post_diagnosing(http: &Http, body: Value) -> String {
+    let beta = [
+        ("x-api-key", "sk-test"),
+        ("anthropic-version", "2023-06-01"),
+        ("anthropic-beta", "cache-diagnosis-2026-04-07"),
+    ];
+    let (status, _, text) = http.post("/v1/messages", &body.to_string(), &beta).await;
+    assert_eq!(status, 200, "{text}");
+    text
+}
+
+fn message(text: &str) -> Value {
+    serde_json::from_str(text).unwrap()
+}
+
+/// A first turn opts in with no previous message: nothing to compare, no diagnostics; the
+/// second appends to it: no divergence, no diagnostics. Returns the second's id.
+async fn two_turns_that_do_not_diverge(http: &Http, system: &str) -> String {
+    let first =
+        message(&post_diagnosing(http, diagnosed(request(system, &["one"], false), None)).await);
+    assert_eq!(first.get("diagnostics"), None);
+    let id1 = first["id"].as_str().unwrap().to_string();
+    let second = message(
+        &post_diagnosing(
+            http,
+            diagnosed(request(system, &["one", "two"], false), Some(&id1)),
+        )
+        .await,
+    );
+    assert_eq!(second.get("diagnostics"), None, "{second}");
+    second["id"].as_str().unwrap().to_string()
+}
+
+/// Streaming, the diagnosis comes on `message_start`: a rewritten system prompt, with the
+/// tokens it cost.
+async fn a_streamed_divergence_is_named_on_message_start(
+    http: &Http,
+    other_system: &str,
+    id2: &str,
+) {
+    let streamed = post_diagnosing(
+        http,
+        diagnosed(
+            request(other_system, &["one", "two", "three"], true),
+            Some(id2),
+        ),
+    )
+    .await;
+    let StreamEvent::MessageStart { message: start } = &sse_events(&streamed)[0] else {
+        panic!("{streamed}")
+    };
+    let reason = start
+        .diagnostics
+        .as_ref()
+        .unwrap()
+        .cache_miss_reason
+        .as_ref();
+    assert_eq!(reason.map(|r| r.kind.as_str()), Some("system_changed"));
+    assert!(reason.unwrap().cache_missed_input_tokens.unwrap() > 1_000);
+}
+
+/// Every other level, compared with the second turn: tools, messages, model, and a previous
+/// message the API does not know.
+async fn each_divergence_is_named(http: &Http, system: &str, id2: &str) {
+    let mut with_tools = request(system, &["one", "two", "three"], false);
+    with_tools["tools"] =
+        json!([{"name": "look", "description": "d", "input_schema": {"type": "object"}}]);
+    let mut other_model = request(system, &["one", "two", "three"], false);
+    other_model["model"] = json!("claude-sonnet-4-5");
+    let cases = [
+        (with_tools, Some(id2), "tools_changed"),
+        (
+            request(system, &["uno", "two", "three"], false),
+            Some(id2),
+            "messages_changed",
+        ),
+        (other_model, Some(id2), "model_changed"),
+        (
+            request(system, &["one", "two", "three"], false),
+            Some("msg_unknown"),
+            "previous_message_not_found",
+        ),
+    ];
+    for (body, previous, expected) in cases {
+        let m = message(&post_diagnosing(http, diagnosed(body, previous)).await);
+        assert_eq!(
+            m["diagnostics"]["cache_miss_reason"]["type"],
+            json!(expected),
+            "{m}"
+        );
+    }
 }
