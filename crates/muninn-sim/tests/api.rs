@@ -487,39 +487,40 @@ fn a_sim_stream_assembles_the_same_from_any_chunks() {
     });
 }
 
+/// A short request changed by `patch`.
+fn base_with(patch: &dyn Fn(&mut Value)) -> Value {
+    let mut v = request("short", &["x"], false);
+    patch(&mut v);
+    v
+}
+
 /// The simulator refuses what the API refuses, in the API's shape: unknown top-level fields,
 /// `max_tokens` past any model's output, sampling values out of range, a `system` role in
 /// `messages` without the beta that allows it, an empty text block, a prompt past the model's
-/// context window, and a body past 32 MB (a JSON 413, not plain text).
+/// context window (and a body past 32 MB, below).
 #[tokio::test]
 async fn what_the_api_refuses_the_simulator_refuses() {
     let h = sim().await;
     let http = Http::new(h.base_url());
-    let base = request("short", &["x"], false);
-    let with = |patch: &dyn Fn(&mut Value)| {
-        let mut v = base.clone();
-        patch(&mut v);
-        v
-    };
     let cases: Vec<(Value, &str)> = vec![
         (
-            with(&|v| v["surprise"] = json!(1)),
+            base_with(&|v| v["surprise"] = json!(1)),
             "surprise: Extra inputs are not permitted",
         ),
         (
-            with(&|v| v["max_tokens"] = json!(1_000_000_000_000u64)),
+            base_with(&|v| v["max_tokens"] = json!(1_000_000_000_000u64)),
             "max_tokens: 1000000000000 > 128000",
         ),
         (
-            with(&|v| v["temperature"] = json!(5)),
+            base_with(&|v| v["temperature"] = json!(5)),
             "temperature: Input should be less than or equal to 1",
         ),
         (
-            with(&|v| v["top_p"] = json!(-0.5)),
+            base_with(&|v| v["top_p"] = json!(-0.5)),
             "top_p: Input should be less than or equal to 1",
         ),
         (
-            with(&|v| {
+            base_with(&|v| {
                 v["messages"]
                     .as_array_mut()
                     .unwrap()
@@ -528,14 +529,14 @@ async fn what_the_api_refuses_the_simulator_refuses() {
             "messages.0.role: Input should be 'user' or 'assistant'",
         ),
         (
-            with(&|v| {
+            base_with(&|v| {
                 v["messages"][0]["content"] =
                     json!([{"type": "text", "text": "", "cache_control": {"type": "ephemeral"}}])
             }),
             "messages.0: text content blocks must be non-empty",
         ),
         (
-            with(&|v| {
+            base_with(&|v| {
                 v["messages"][0]["content"] =
                     json!([{"type": "text", "text": "word ".repeat(1_100_000)}])
             }),
@@ -550,13 +551,19 @@ async fn what_the_api_refuses_the_simulator_refuses() {
         let got = e["error"]["message"].as_str().unwrap();
         assert!(got.contains(message), "{got} (wanted {message})");
     }
-    // Within range everything is answered, and `system` messages are fine under their beta.
-    let fine = with(&|v| {
+}
+
+/// Within range everything is answered, and `system` messages are fine under their beta.
+#[tokio::test]
+async fn within_range_the_simulator_answers_and_system_turns_under_their_beta() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
+    let fine = base_with(&|v| {
         v["temperature"] = json!(0.7);
         v["metadata"] = json!({"user_id": "u"});
     });
     assert_eq!(http.api("/v1/messages", &fine).await.0, 200);
-    let system_turn = with(&|v| {
+    let system_turn = base_with(&|v| {
         v["messages"]
             .as_array_mut()
             .unwrap()
@@ -577,7 +584,13 @@ async fn what_the_api_refuses_the_simulator_refuses() {
         )
         .await;
     assert_eq!(status, 200, "{text}");
-    // A body past the API's 32 MB: 413, as JSON.
+}
+
+/// A body past the API's 32 MB: 413, as JSON (not plain text).
+#[tokio::test]
+async fn a_body_past_32_mb_is_a_json_413() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
     let huge = format!("{{\"pad\":\"{}\"}}", "x".repeat(33 * 1024 * 1024));
     let (status, _, text) = http
         .post(
