@@ -59,7 +59,6 @@ fn main() {
         .ok()
         .and_then(|v| v.replace('_', "").parse().ok())
         .unwrap_or(if full { 1_000_000 } else { 10_000 });
-    let sizes = [large / 100, large / 10, large];
     let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
 
     let params = SynthParams::default();
@@ -74,7 +73,32 @@ fn main() {
         assumptions: &assumptions,
         rules: &rules,
     };
+    print_setup(full, nproc, &params, &config);
 
+    let bench_started = Instant::now();
+    let trace = session(SEED, large, &params);
+    let generated = bench_started.elapsed();
+    describe(&trace, generated);
+    throughput_table(&trace, &config, nproc);
+    optimum_scaling_table(large, &params, &config);
+    let clears_ok = mask_program_table(full, &config, &assumptions, &params);
+    if let Some(peak) = peak_rss_mib() {
+        println!();
+        println!("peak RSS of this bench process: {peak:.0} MiB");
+    }
+    println!("load average at end: {}", loadavg());
+    println!(
+        "total bench time {:.1} s",
+        bench_started.elapsed().as_secs_f64()
+    );
+    if !clears_ok {
+        std::process::exit(1);
+    }
+}
+
+/// What the run is: its size, the trace's parameters, the assumptions, rules and price, and
+/// the machine's load.
+fn print_setup(full: bool, nproc: usize, params: &SynthParams, config: &ReplayConfig<'_>) {
     println!(
         "muninn-core replay bench ({})",
         if full {
@@ -90,19 +114,16 @@ fn main() {
         "synthetic trace: muninn_workload::synth::session(seed {SEED:#x}, n, SynthParams::default())"
     );
     println!("  {params:?}");
-    println!("assumptions: {assumptions}");
-    println!("cache rules: {rules:?}");
-    println!("price: {price:?}");
+    println!("assumptions: {}", config.assumptions);
+    println!("cache rules: {:?}", config.rules);
+    println!("price: {:?}", config.price);
     // The machine is shared with other builders: the load says how far to trust the figures.
     println!("load average at start: {}", loadavg());
     println!();
+}
 
-    let bench_started = Instant::now();
-    let trace = session(SEED, large, &params);
-    let generated = bench_started.elapsed();
-    describe(&trace, generated);
-
-    // 1. Throughput of every plan, interleaved.
+/// The first table: the throughput of every plan on `trace`, interleaved.
+fn throughput_table(trace: &Trace, config: &ReplayConfig<'_>, nproc: usize) {
     let plans = Plan::all();
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); plans.len()];
     let mut costs: Vec<MicroUsd> = vec![MicroUsd::ZERO; plans.len()];
@@ -111,7 +132,7 @@ fn main() {
         for (i, &plan) in plans.iter().enumerate() {
             let mut n = 0u64;
             let started = Instant::now();
-            let totals = replay_trace(black_box(&trace), plan, &config, &mut |step| {
+            let totals = replay_trace(black_box(trace), plan, config, &mut |step| {
                 n += 1;
                 black_box(step);
             });
@@ -160,8 +181,12 @@ fn main() {
         "(spread = (max − min) / median over the {ROUNDS} rounds; steps = priced requests incl. pings and flushes)"
     );
     println!();
+}
 
-    // 2. The optimum's scaling. Every measurement does `large` requests of work.
+/// The second table: the optimum's scaling on traces of a hundredth, a tenth and all of `large`
+/// requests, every measurement doing `large` requests of work.
+fn optimum_scaling_table(large: usize, params: &SynthParams, config: &ReplayConfig<'_>) {
+    let sizes = [large / 100, large / 10, large];
     println!("optimum scaling ({large} requests of work per measurement, median of {ROUNDS})");
     println!(
         "{:>10} {:>6} {:>14} {:>10} {:>18} {:>10}",
@@ -169,21 +194,24 @@ fn main() {
     );
     let mut previous: Option<(f64, f64)> = None;
     for &n in &sizes {
-        let trace = session(SEED, n, &params);
+        let trace = session(SEED, n, params);
         let reps = (large / n.max(1)).max(1);
-        let ttl = assumptions.ttl.unwrap_or_else(|| trace.whole_trace_ttl());
-        let (head, turns) = reconstruct(&trace, assumptions.head_tokens);
+        let ttl = config
+            .assumptions
+            .ttl
+            .unwrap_or_else(|| trace.whole_trace_ttl());
+        let (head, turns) = reconstruct(&trace, config.assumptions.head_tokens);
         let mut plan_times = Vec::new();
         let mut full_times = Vec::new();
         for _ in 0..ROUNDS {
             let started = Instant::now();
             for _ in 0..reps {
-                black_box(optimum::plan(black_box(&turns), head, ttl, &config));
+                black_box(optimum::plan(black_box(&turns), head, ttl, config));
             }
             plan_times.push(started.elapsed());
             let started = Instant::now();
             for _ in 0..reps {
-                black_box(replay_trace(&trace, Plan::Optimum, &config, &mut |s| {
+                black_box(replay_trace(&trace, Plan::Optimum, config, &mut |s| {
                     black_box(s);
                 }));
             }
@@ -204,19 +232,6 @@ fn main() {
         (sizes[2] as f64).log2() / (sizes[1] as f64).log2()
     );
     println!();
-    let clears_ok = mask_program_table(full, &config, &assumptions, &params);
-    if let Some(peak) = peak_rss_mib() {
-        println!();
-        println!("peak RSS of this bench process: {peak:.0} MiB");
-    }
-    println!("load average at end: {}", loadavg());
-    println!(
-        "total bench time {:.1} s",
-        bench_started.elapsed().as_secs_f64()
-    );
-    if !clears_ok {
-        std::process::exit(1);
-    }
 }
 
 /// `session(seed, n)` whose tool-loop requests (those inside a turn) grow by tool results: 70%

@@ -233,6 +233,64 @@ struct ModelEntry {
     retention_s: Option<u64>,
 }
 
+impl ModelEntry {
+    /// The entry's prices, each field it leaves out taken from `d`; why not, if a value is out
+    /// of range.
+    fn price(&self, d: &Defaults) -> Result<ModelPrice, String> {
+        let read = self.read.unwrap_or(d.read);
+        let write_5m = self.write_5m.unwrap_or(d.write_5m);
+        let write_1h = self.write_1h.unwrap_or(d.write_1h);
+        for (what, v) in [
+            ("input", self.input),
+            ("output", self.output),
+            ("read", read),
+            ("write_5m", write_5m),
+            ("write_1h", write_1h),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!("{what} must be a finite, non-negative number"));
+            }
+        }
+        if self.input == 0.0 {
+            return Err(
+                "input price is zero; a free model must still be priced explicitly above zero"
+                    .to_string(),
+            );
+        }
+        let window = self.context_window.unwrap_or(d.context_window);
+        if window == 0 {
+            return Err("context_window must be positive".to_string());
+        }
+        let provider = self.provider.unwrap_or(d.provider);
+        let cache_step = self.cache_step.unwrap_or(d.cache_step);
+        if cache_step == 0 {
+            return Err("cache_step must be positive".to_string());
+        }
+        let retention_s = self.retention_s.unwrap_or(d.retention_s);
+        if provider == Provider::OpenAi && retention_s == 0 {
+            return Err(
+                "an openai model needs retention_s: its cache has no TTL to take it from"
+                    .to_string(),
+            );
+        }
+        let input = Rate::from_usd_per_mtok(self.input);
+        let ppm = |m: f64| (m * 1_000_000.0).round() as u64;
+        Ok(ModelPrice {
+            name: self.name.clone(),
+            input,
+            output: Rate::from_usd_per_mtok(self.output),
+            read: input.scaled_ppm(ppm(read)),
+            write_5m: input.scaled_ppm(ppm(write_5m)),
+            write_1h: input.scaled_ppm(ppm(write_1h)),
+            min_cacheable: self.min_cacheable.unwrap_or(d.min_cacheable),
+            context_window: window,
+            provider,
+            cache_step,
+            retention_ms: (retention_s as i64).saturating_mul(1000),
+        })
+    }
+}
+
 /// A validated price table. Cheap to clone (shared).
 #[derive(Debug, Clone)]
 pub struct PriceTable {
@@ -260,7 +318,6 @@ impl PriceTable {
             source_name: source_name.to_string(),
             message: e.to_string(),
         })?;
-        let d = &file.defaults;
         let mut models = Vec::new();
         let mut exact = HashMap::new();
         let mut prefixes = Vec::new();
@@ -270,58 +327,8 @@ impl PriceTable {
                 model: entry.name.clone(),
                 message: message.to_string(),
             };
-            let read = entry.read.unwrap_or(d.read);
-            let write_5m = entry.write_5m.unwrap_or(d.write_5m);
-            let write_1h = entry.write_1h.unwrap_or(d.write_1h);
-            for (what, v) in [
-                ("input", entry.input),
-                ("output", entry.output),
-                ("read", read),
-                ("write_5m", write_5m),
-                ("write_1h", write_1h),
-            ] {
-                if !v.is_finite() || v < 0.0 {
-                    return Err(invalid(&format!(
-                        "{what} must be a finite, non-negative number"
-                    )));
-                }
-            }
-            if entry.input == 0.0 {
-                return Err(invalid(
-                    "input price is zero; a free model must still be priced explicitly above zero",
-                ));
-            }
-            let window = entry.context_window.unwrap_or(d.context_window);
-            if window == 0 {
-                return Err(invalid("context_window must be positive"));
-            }
-            let provider = entry.provider.unwrap_or(d.provider);
-            let cache_step = entry.cache_step.unwrap_or(d.cache_step);
-            if cache_step == 0 {
-                return Err(invalid("cache_step must be positive"));
-            }
-            let retention_s = entry.retention_s.unwrap_or(d.retention_s);
-            if provider == Provider::OpenAi && retention_s == 0 {
-                return Err(invalid(
-                    "an openai model needs retention_s: its cache has no TTL to take it from",
-                ));
-            }
-            let input = Rate::from_usd_per_mtok(entry.input);
-            let ppm = |m: f64| (m * 1_000_000.0).round() as u64;
+            let price = entry.price(&file.defaults).map_err(|m| invalid(&m))?;
             let index = models.len();
-            let price = ModelPrice {
-                name: entry.name.clone(),
-                input,
-                output: Rate::from_usd_per_mtok(entry.output),
-                read: input.scaled_ppm(ppm(read)),
-                write_5m: input.scaled_ppm(ppm(write_5m)),
-                write_1h: input.scaled_ppm(ppm(write_1h)),
-                min_cacheable: entry.min_cacheable.unwrap_or(d.min_cacheable),
-                context_window: window,
-                provider,
-                cache_step,
-                retention_ms: (retention_s as i64).saturating_mul(1000),
-            };
             if exact.insert(entry.name.clone(), index).is_some() {
                 return Err(invalid("the model is listed twice"));
             }

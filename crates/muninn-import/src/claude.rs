@@ -115,6 +115,15 @@ struct ClaudeLine<'a> {
     content: Option<LineText<'a>>,
 }
 
+impl ClaudeLine<'_> {
+    /// When the line was written, where its timestamp parses.
+    fn at_ms(&self) -> Option<i64> {
+        self.timestamp
+            .as_ref()
+            .and_then(|t| parse_timestamp_ms(t.as_str()))
+    }
+}
+
 /// A line's top-level `content`: text where it is text, anything else skipped.
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -403,10 +412,7 @@ impl ThreadState {
         if content.is_some_and(|c| c.tool_results > 0) {
             // Whether the answer before an idle gap still awaited these results when the gap's
             // decisions came (`TraceRequest::tool_results_at_ms`).
-            self.tools_at_ms = parsed
-                .timestamp
-                .as_ref()
-                .and_then(|t| parse_timestamp_ms(t.as_str()));
+            self.tools_at_ms = parsed.at_ms();
         }
         if parsed.is_compact_summary == Some(true) {
             self.compacted = true;
@@ -508,7 +514,7 @@ impl<'s> ClaudeReader<'s> {
         &mut self,
         parsed: &ClaudeLine<'_>,
         key: u64,
-        (session, thread): (&str, &str),
+        names: (&str, &str),
         line: &Line<'_>,
         cx: &mut LineContext<'_, '_>,
     ) {
@@ -518,74 +524,95 @@ impl<'s> ClaudeReader<'s> {
             return;
         };
         let hash = id_hash(id);
-        let at_ms = parsed
-            .timestamp
-            .as_ref()
-            .and_then(|t| parse_timestamp_ms(t.as_str()));
-        let state = self.threads.entry(key).or_default();
         match self.responses.get(&hash) {
             Some(Response::Dropped) => {}
-            Some(Response::Kept(slot)) => {
-                state.more_of_response(message);
-                if let Some(request) = cx.sink.get_mut(*slot) {
-                    if let Some(usage) = &message.usage {
-                        request.usage = usage.to_usage();
-                    }
-                    message.annotate(request);
-                    if let Some(at_ms) = at_ms {
-                        request.at_ms = request.at_ms.min(at_ms);
-                    }
+            Some(&Response::Kept(slot)) => {
+                self.threads
+                    .entry(key)
+                    .or_default()
+                    .more_of_response(message);
+                if let Some(request) = cx.sink.get_mut(slot) {
+                    later_line(request, message, parsed.at_ms());
                 }
             }
-            None => {
-                let model = message.model.as_ref().map(Str::as_str);
-                if model == Some("<synthetic>") {
-                    cx.stats.synthetic_dropped += 1;
-                    self.responses.insert(hash, Response::Dropped);
-                    return;
-                }
-                let version = parsed.version.as_ref().map(Str::as_str);
-                if self.seen.contains(&hash) {
-                    // The request happened, just not in this file: the thread moves on as if it
-                    // had been imported, so the next new request's flags and block count start
-                    // from here.
-                    cx.stats.duplicates_dropped += 1;
-                    self.responses.insert(hash, Response::Dropped);
-                    state.sent_by(version);
-                    state.after_response(message.blocks());
-                    return;
-                }
-                let (Some(model), Some(usage), Some(at_ms)) = (model, &message.usage, at_ms) else {
-                    cx.diag.warn(
-                        line.number,
-                        "assistant line without model, usage or a valid timestamp, skipped",
-                    );
-                    return;
-                };
-                state.sent_by(version);
-                let mut request = state.take_request(at_ms, usage.to_usage(), message);
-                let uuid = parsed.uuid.as_ref().map(|u| id_hash(u.as_str()));
-                (request.conversation, request.forked_from) =
-                    self.conversations.request(key, uuid, hash);
-                if self.conversations.new_cycle() {
-                    cx.diag.warn(
-                        line.number,
-                        "parentUuid links go round a cycle (a corrupt file): a request whose \
-                         links meet it continues the thread's latest conversation",
-                    );
-                }
-                let kind = if thread == "main" {
-                    ThreadKind::Main
-                } else if thread.starts_with("acompact") {
-                    ThreadKind::Compaction
-                } else {
-                    ThreadKind::Subagent
-                };
-                let slot = cx.push(session, thread, kind, model, request);
-                self.seen.insert(hash);
-                self.responses.insert(hash, Response::Kept(slot));
-            }
+            None => self.first_line(parsed, message, (hash, key), names, line, cx),
         }
+    }
+
+    /// The first line of a response: its request, unless the response is synthetic (dropped) or
+    /// an earlier file imported it (dropped, but the thread moves on as if it were imported).
+    fn first_line(
+        &mut self,
+        parsed: &ClaudeLine<'_>,
+        message: &ClaudeMessage<'_>,
+        (hash, key): (u64, u64),
+        (session, thread): (&str, &str),
+        line: &Line<'_>,
+        cx: &mut LineContext<'_, '_>,
+    ) {
+        let state = self.threads.entry(key).or_default();
+        let model = message.model.as_ref().map(Str::as_str);
+        if model == Some("<synthetic>") {
+            cx.stats.synthetic_dropped += 1;
+            self.responses.insert(hash, Response::Dropped);
+            return;
+        }
+        let version = parsed.version.as_ref().map(Str::as_str);
+        if self.seen.contains(&hash) {
+            // The request happened, just not in this file: the thread moves on as if it had been
+            // imported, so the next new request's flags and block count start from here.
+            cx.stats.duplicates_dropped += 1;
+            self.responses.insert(hash, Response::Dropped);
+            state.sent_by(version);
+            state.after_response(message.blocks());
+            return;
+        }
+        let (Some(model), Some(usage), Some(at_ms)) = (model, &message.usage, parsed.at_ms())
+        else {
+            cx.diag.warn(
+                line.number,
+                "assistant line without model, usage or a valid timestamp, skipped",
+            );
+            return;
+        };
+        state.sent_by(version);
+        let mut request = state.take_request(at_ms, usage.to_usage(), message);
+        let uuid = parsed.uuid.as_ref().map(|u| id_hash(u.as_str()));
+        (request.conversation, request.forked_from) = self.conversations.request(key, uuid, hash);
+        if self.conversations.new_cycle() {
+            cx.diag.warn(
+                line.number,
+                "parentUuid links go round a cycle (a corrupt file): a request whose \
+                 links meet it continues the thread's latest conversation",
+            );
+        }
+        let slot = cx.push(session, thread, thread_kind(thread), model, request);
+        self.seen.insert(hash);
+        self.responses.insert(hash, Response::Kept(slot));
+    }
+}
+
+/// A later line of a kept response updates its request: the usage it reports, what it annotates,
+/// and the earliest time any of its lines was written.
+fn later_line(request: &mut TraceRequest, message: &ClaudeMessage<'_>, at_ms: Option<i64>) {
+    if let Some(usage) = &message.usage {
+        request.usage = usage.to_usage();
+    }
+    message.annotate(request);
+    if let Some(at_ms) = at_ms {
+        request.at_ms = request.at_ms.min(at_ms);
+    }
+}
+
+/// The kind of a thread, from its name: `main`, a compaction agent's (`acompact-*`), or else a
+/// sub-agent's.
+fn thread_kind(thread: &str) -> ThreadKind {
+    if thread == "main" {
+        ThreadKind::Main
+    } else if thread.starts_with("acompact") {
+        ThreadKind::Compaction
+    } else {
+        ThreadKind::Subagent
     }
 }
 

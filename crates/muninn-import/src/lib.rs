@@ -224,6 +224,60 @@ fn io_error(path: &Path, source: io::Error) -> ImportError {
     }
 }
 
+/// The format to read a file in: the one forced if the file's first lines look like it, else the
+/// one detected. `None` skips the file, with a warning unless it is blank.
+fn chosen_format(
+    reader: &mut BufReader<File>,
+    force: Option<InputFormat>,
+    diag: &mut lines::Diagnostics<'_>,
+) -> io::Result<Option<InputFormat>> {
+    let (detected, blank) = format::sniff(reader)?;
+    Ok(match (force, detected) {
+        (Some(forced), Some(found)) if forced == found => Some(forced),
+        (Some(forced), _) => {
+            diag.warn(0, format!("not in the {} format, skipped", forced.name()));
+            None
+        }
+        (None, Some(found)) => Some(found),
+        (None, None) => {
+            if !blank {
+                diag.warn(0, "no recognised format in the first lines, file skipped");
+            }
+            None
+        }
+    })
+}
+
+/// Feeds every line of a file to its format's reader. `seen` is the import's set of Claude
+/// message ids, through which the formats that carry them de-duplicate across files.
+fn read_lines(
+    (path, format): (&Path, InputFormat),
+    opts: &ImportOptions,
+    seen: &mut HashSet<u64>,
+    lines: &mut LineReader<BufReader<File>>,
+    cx: &mut LineContext<'_, '_>,
+    progress: &mut dyn FnMut(u64),
+) -> io::Result<()> {
+    match format {
+        InputFormat::ClaudeCode => {
+            let r = claude::ClaudeReader::new(path, opts, seen);
+            drive(lines, r, cx, progress)
+        }
+        InputFormat::StreamJson => {
+            let r = stream_json::StreamJsonReader::new(path, opts, seen);
+            drive(lines, r, cx, progress)
+        }
+        InputFormat::ApiLog => drive(lines, api_log::ApiLogReader::new(path, seen), cx, progress),
+        InputFormat::TraceLab => {
+            let r = tracelab::TraceLabReader::new(opts.model.as_deref());
+            drive(lines, r, cx, progress)
+        }
+        InputFormat::Codex => drive(lines, codex::CodexReader::new(path), cx, progress),
+        InputFormat::Ledger => drive(lines, ledger::LedgerReader::default(), cx, progress),
+        InputFormat::Stored => drive(lines, stored::StoredReader::default(), cx, progress),
+    }
+}
+
 /// Adds `path` (if a file) or the `*.jsonl` and `*.csv` files under it (if a directory) to `out`, each with
 /// its size (for progress; the walk has the metadata anyway). Symlinked directories below the top
 /// are not followed, so a link cycle cannot make the walk endless.
@@ -337,25 +391,11 @@ impl<'o> Importer<'o> {
         let file = File::open(path).map_err(|source| io_error(path, source))?;
         let mut reader = BufReader::with_capacity(256 << 10, file);
         let mut diag = lines::Diagnostics::new(path, &mut self.warnings);
-        let (detected, blank) =
-            format::sniff(&mut reader).map_err(|source| io_error(path, source))?;
-        let format = match (force, detected) {
-            (Some(forced), Some(found)) if forced == found => forced,
-            (Some(forced), _) => {
-                diag.warn(0, format!("not in the {} format, skipped", forced.name()));
-                diag.finish();
-                self.stats.files_skipped += 1;
-                return Ok(0);
-            }
-            (None, Some(found)) => found,
-            (None, None) => {
-                if !blank {
-                    diag.warn(0, "no recognised format in the first lines, file skipped");
-                }
-                diag.finish();
-                self.stats.files_skipped += 1;
-                return Ok(0);
-            }
+        let chosen = chosen_format(&mut reader, force, &mut diag);
+        let Some(format) = chosen.map_err(|source| io_error(path, source))? else {
+            diag.finish();
+            self.stats.files_skipped += 1;
+            return Ok(0);
         };
         reader.rewind().map_err(|source| io_error(path, source))?;
         self.stats.files += 1;
@@ -368,41 +408,14 @@ impl<'o> Importer<'o> {
             source: &source,
         };
         let mut lines = LineReader::new(reader);
-        let result = match format {
-            InputFormat::ClaudeCode => {
-                let r = claude::ClaudeReader::new(path, self.opts, &mut self.claude_seen);
-                drive(&mut lines, r, &mut cx, progress)
-            }
-            InputFormat::StreamJson => {
-                let r = stream_json::StreamJsonReader::new(path, self.opts, &mut self.claude_seen);
-                drive(&mut lines, r, &mut cx, progress)
-            }
-            InputFormat::ApiLog => {
-                let r = api_log::ApiLogReader::new(path, &mut self.claude_seen);
-                drive(&mut lines, r, &mut cx, progress)
-            }
-            InputFormat::TraceLab => drive(
-                &mut lines,
-                tracelab::TraceLabReader::new(self.opts.model.as_deref()),
-                &mut cx,
-                progress,
-            ),
-            InputFormat::Codex => {
-                drive(&mut lines, codex::CodexReader::new(path), &mut cx, progress)
-            }
-            InputFormat::Ledger => drive(
-                &mut lines,
-                ledger::LedgerReader::default(),
-                &mut cx,
-                progress,
-            ),
-            InputFormat::Stored => drive(
-                &mut lines,
-                stored::StoredReader::default(),
-                &mut cx,
-                progress,
-            ),
-        };
+        let result = read_lines(
+            (path, format),
+            self.opts,
+            &mut self.claude_seen,
+            &mut lines,
+            &mut cx,
+            progress,
+        );
         let bytes = lines.bytes_read();
         self.stats.bytes += bytes;
         diag.finish();

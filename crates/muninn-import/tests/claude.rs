@@ -8,9 +8,19 @@ use pretty_assertions::assert_eq;
 #[test]
 fn project_imports_to_these_traces() {
     let got = import(&[fixture("claude")]);
+    assert_eq!(got.traces, project_traces());
+    assert_eq!(got.warnings, vec![]);
+    assert_eq!(got.stats.files, 6);
+    assert_eq!(got.stats.requests, 11);
+    assert_eq!(got.stats.duplicates_dropped, 1);
+    assert_eq!(got.stats.synthetic_dropped, 1);
+}
+
+/// The traces of the fixture project, in the importer's order.
+fn project_traces() -> Vec<Trace> {
     let p = |name: &str| fixture("claude/project").join(name);
     use ThreadKind::*;
-    let expected = vec![
+    vec![
         // A model switch mid-session gives a second trace of the main thread.
         trace(
             "s1",
@@ -20,38 +30,7 @@ fn project_imports_to_these_traces() {
             p("s1.jsonl"),
             vec![request(63, usage(10, 3000, 0, 0, 5), true, false, 3)],
         ),
-        trace(
-            "s1",
-            "main",
-            Main,
-            OPUS,
-            p("s1.jsonl"),
-            vec![
-                // Four lines of one response: earliest time, last line's usage; its
-                // first line is a thinking block.
-                TraceRequest {
-                    reasoning: true,
-                    ..request(3, usage(3, 0, 9000, 1000, 120), true, false, 1)
-                },
-                // Tool loop: not a boundary; 4 assistant blocks + 2 tool results since
-                // (100 one-letter lines each: as blocks, a letter and an escaped newline
-                // `\n` are 2 tokens a line, 203 with the block's keys, less the placeholder
-                // block's 9 tokens: 194 each).
-                TraceRequest {
-                    tool_results: muninn_core::trace::ToolResults {
-                        tokens: 388,
-                        uses: 2,
-                    },
-                    // The latest tool-result line's time.
-                    tool_results_at_ms: Some(at(6)),
-                    ..request(8, usage(1, 0, 500, 10000, 30), false, false, 6)
-                },
-                // After compact_boundary + summary: compacted, summary is not a human turn.
-                request(125, usage(3, 0, 4000, 0, 8), false, true, 1),
-                // Text + image blocks from the user: a boundary.
-                request(203, usage(2, 0, 100, 13000, 4), true, false, 4),
-            ],
-        ),
+        trace("s1", "main", Main, OPUS, p("s1.jsonl"), s1_main_on_opus()),
         trace(
             "s1",
             "a1",
@@ -111,13 +90,37 @@ fn project_imports_to_these_traces() {
             p("s3.jsonl"),
             vec![request(2002, usage(3, 200, 0, 7000, 9), true, false, 2)],
         ),
-    ];
-    assert_eq!(got.traces, expected);
-    assert_eq!(got.warnings, vec![]);
-    assert_eq!(got.stats.files, 6);
-    assert_eq!(got.stats.requests, 11);
-    assert_eq!(got.stats.duplicates_dropped, 1);
-    assert_eq!(got.stats.synthetic_dropped, 1);
+    ]
+}
+
+/// s1's main thread on Opus: a response merged from its lines, a tool loop, a request after a
+/// compaction and one after a user's text and image.
+fn s1_main_on_opus() -> Vec<TraceRequest> {
+    vec![
+        // Four lines of one response: earliest time, last line's usage; its
+        // first line is a thinking block.
+        TraceRequest {
+            reasoning: true,
+            ..request(3, usage(3, 0, 9000, 1000, 120), true, false, 1)
+        },
+        // Tool loop: not a boundary; 4 assistant blocks + 2 tool results since
+        // (100 one-letter lines each: as blocks, a letter and an escaped newline
+        // `\n` are 2 tokens a line, 203 with the block's keys, less the placeholder
+        // block's 9 tokens: 194 each).
+        TraceRequest {
+            tool_results: muninn_core::trace::ToolResults {
+                tokens: 388,
+                uses: 2,
+            },
+            // The latest tool-result line's time.
+            tool_results_at_ms: Some(at(6)),
+            ..request(8, usage(1, 0, 500, 10000, 30), false, false, 6)
+        },
+        // After compact_boundary + summary: compacted, summary is not a human turn.
+        request(125, usage(3, 0, 4000, 0, 8), false, true, 1),
+        // Text + image blocks from the user: a boundary.
+        request(203, usage(2, 0, 100, 13000, 4), true, false, 4),
+    ]
 }
 
 #[test]

@@ -146,6 +146,17 @@ async fn streaming_and_not_report_the_cache_models_usage() {
     assert_eq!(reported, expected[1]);
 }
 
+/// How many of the simulator's requests reached the cache model (were answered with a usage).
+fn answered(h: &muninn_sim::SimHandle) -> usize {
+    h.sim
+        .requests()
+        .iter()
+        .filter(|r| r.usage.is_some())
+        .count()
+}
+
+/// A missing key or version header, a broken body, an unknown model, a missing field and an
+/// unknown path: each refused with its status and the API's error shape, none answered.
 #[tokio::test]
 async fn errors_have_the_api_shape() {
     let h = sim().await;
@@ -200,7 +211,17 @@ async fn errors_have_the_api_shape() {
             "{text}"
         );
     }
-    // Five breakpoints, and 1h after 5m: the API's 400 wording from the cache model.
+    let (s, _, text) = http.post("/v1/nothing", "{}", &[]).await;
+    assert_eq!(s, 404, "{text}");
+    // Refused requests never touched the cache.
+    assert_eq!(answered(&h), 0);
+}
+
+/// Five breakpoints, and 1h after 5m: the API's 400 wording from the cache model.
+#[tokio::test]
+async fn breakpoints_the_api_refuses_are_refused_in_its_words() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
     let five: Vec<Value> = (0..5)
         .map(|i| json!({"type":"text","text":format!("b{i}"),"cache_control":{"type":"ephemeral"}}))
         .collect();
@@ -213,7 +234,15 @@ async fn errors_have_the_api_shape() {
     let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"b","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]})).await;
     assert_eq!(s, 400);
     assert!(text.contains("ttl='1h'"), "{text}");
-    // Tool results must answer the previous message's tool calls, and calls must be answered.
+    assert_eq!(answered(&h), 0, "refused requests never touched the cache");
+}
+
+/// Tool results must answer the previous message's tool calls, and calls must be answered; a
+/// call answered is accepted, and only it reaches the cache.
+#[tokio::test]
+async fn tool_results_must_answer_the_previous_calls() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
     let call = json!({"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]});
     let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"messages":[{"role":"user","content":"go"},call,{"role":"user","content":"no result"}]})).await;
     assert_eq!(s, 400);
@@ -231,17 +260,8 @@ async fn errors_have_the_api_shape() {
     );
     let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"messages":[{"role":"user","content":"go"},call,{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]}]})).await;
     assert_eq!(s, 200, "{text}");
-    let (s, _, text) = http.post("/v1/nothing", "{}", &[]).await;
-    assert_eq!(s, 404, "{text}");
     // Refused requests never touched the cache.
-    assert_eq!(
-        h.sim
-            .requests()
-            .iter()
-            .filter(|r| r.usage.is_some())
-            .count(),
-        1
-    );
+    assert_eq!(answered(&h), 1);
 }
 
 #[tokio::test]
@@ -467,39 +487,40 @@ fn a_sim_stream_assembles_the_same_from_any_chunks() {
     });
 }
 
+/// A short request changed by `patch`.
+fn base_with(patch: &dyn Fn(&mut Value)) -> Value {
+    let mut v = request("short", &["x"], false);
+    patch(&mut v);
+    v
+}
+
 /// The simulator refuses what the API refuses, in the API's shape: unknown top-level fields,
 /// `max_tokens` past any model's output, sampling values out of range, a `system` role in
 /// `messages` without the beta that allows it, an empty text block, a prompt past the model's
-/// context window, and a body past 32 MB (a JSON 413, not plain text).
+/// context window (and a body past 32 MB, below).
 #[tokio::test]
 async fn what_the_api_refuses_the_simulator_refuses() {
     let h = sim().await;
     let http = Http::new(h.base_url());
-    let base = request("short", &["x"], false);
-    let with = |patch: &dyn Fn(&mut Value)| {
-        let mut v = base.clone();
-        patch(&mut v);
-        v
-    };
     let cases: Vec<(Value, &str)> = vec![
         (
-            with(&|v| v["surprise"] = json!(1)),
+            base_with(&|v| v["surprise"] = json!(1)),
             "surprise: Extra inputs are not permitted",
         ),
         (
-            with(&|v| v["max_tokens"] = json!(1_000_000_000_000u64)),
+            base_with(&|v| v["max_tokens"] = json!(1_000_000_000_000u64)),
             "max_tokens: 1000000000000 > 128000",
         ),
         (
-            with(&|v| v["temperature"] = json!(5)),
+            base_with(&|v| v["temperature"] = json!(5)),
             "temperature: Input should be less than or equal to 1",
         ),
         (
-            with(&|v| v["top_p"] = json!(-0.5)),
+            base_with(&|v| v["top_p"] = json!(-0.5)),
             "top_p: Input should be less than or equal to 1",
         ),
         (
-            with(&|v| {
+            base_with(&|v| {
                 v["messages"]
                     .as_array_mut()
                     .unwrap()
@@ -508,14 +529,14 @@ async fn what_the_api_refuses_the_simulator_refuses() {
             "messages.0.role: Input should be 'user' or 'assistant'",
         ),
         (
-            with(&|v| {
+            base_with(&|v| {
                 v["messages"][0]["content"] =
                     json!([{"type": "text", "text": "", "cache_control": {"type": "ephemeral"}}])
             }),
             "messages.0: text content blocks must be non-empty",
         ),
         (
-            with(&|v| {
+            base_with(&|v| {
                 v["messages"][0]["content"] =
                     json!([{"type": "text", "text": "word ".repeat(1_100_000)}])
             }),
@@ -530,13 +551,19 @@ async fn what_the_api_refuses_the_simulator_refuses() {
         let got = e["error"]["message"].as_str().unwrap();
         assert!(got.contains(message), "{got} (wanted {message})");
     }
-    // Within range everything is answered, and `system` messages are fine under their beta.
-    let fine = with(&|v| {
+}
+
+/// Within range everything is answered, and `system` messages are fine under their beta.
+#[tokio::test]
+async fn within_range_the_simulator_answers_and_system_turns_under_their_beta() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
+    let fine = base_with(&|v| {
         v["temperature"] = json!(0.7);
         v["metadata"] = json!({"user_id": "u"});
     });
     assert_eq!(http.api("/v1/messages", &fine).await.0, 200);
-    let system_turn = with(&|v| {
+    let system_turn = base_with(&|v| {
         v["messages"]
             .as_array_mut()
             .unwrap()
@@ -557,7 +584,13 @@ async fn what_the_api_refuses_the_simulator_refuses() {
         )
         .await;
     assert_eq!(status, 200, "{text}");
-    // A body past the API's 32 MB: 413, as JSON.
+}
+
+/// A body past the API's 32 MB: 413, as JSON (not plain text).
+#[tokio::test]
+async fn a_body_past_32_mb_is_a_json_413() {
+    let h = sim().await;
+    let http = Http::new(h.base_url());
     let huge = format!("{{\"pad\":\"{}\"}}", "x".repeat(33 * 1024 * 1024));
     let (status, _, text) = http
         .post(
@@ -585,84 +618,12 @@ async fn cache_diagnostics_name_the_first_divergence_streaming_and_not() {
     let h = sim().await;
     let http = Http::new(h.base_url());
     let system = long_system("diagnosed", 2);
-    let beta = [
-        ("x-api-key", "sk-test"),
-        ("anthropic-version", "2023-06-01"),
-        ("anthropic-beta", "cache-diagnosis-2026-04-07"),
-    ];
-    let post = |body: Value| {
-        let http = &http;
-        async move {
-            let (status, _, text) = http.post("/v1/messages", &body.to_string(), &beta).await;
-            assert_eq!(status, 200, "{text}");
-            text
-        }
-    };
-    let message = |text: &str| -> Value { serde_json::from_str(text).unwrap() };
-
-    // A first turn opts in with no previous message: nothing to compare, no diagnostics.
-    let first = message(&post(diagnosed(request(&system, &["one"], false), None)).await);
-    assert_eq!(first.get("diagnostics"), None);
-    let id1 = first["id"].as_str().unwrap().to_string();
-    // Appending to it: no divergence, no diagnostics.
-    let second = message(
-        &post(diagnosed(
-            request(&system, &["one", "two"], false),
-            Some(&id1),
-        ))
-        .await,
-    );
-    assert_eq!(second.get("diagnostics"), None, "{second}");
-    let id2 = second["id"].as_str().unwrap().to_string();
-
-    // Every level, compared with the second turn. Streaming: on `message_start`.
+    let id2 = two_turns_that_do_not_diverge(&http, &system).await;
     let other_system = long_system("rewritten", 2);
-    let streamed = post(diagnosed(
-        request(&other_system, &["one", "two", "three"], true),
-        Some(&id2),
-    ))
-    .await;
-    let StreamEvent::MessageStart { message: start } = &sse_events(&streamed)[0] else {
-        panic!("{streamed}")
-    };
-    let reason = start
-        .diagnostics
-        .as_ref()
-        .unwrap()
-        .cache_miss_reason
-        .as_ref();
-    assert_eq!(reason.map(|r| r.kind.as_str()), Some("system_changed"));
-    assert!(reason.unwrap().cache_missed_input_tokens.unwrap() > 1_000);
-
-    let mut with_tools = request(&system, &["one", "two", "three"], false);
-    with_tools["tools"] =
-        json!([{"name": "look", "description": "d", "input_schema": {"type": "object"}}]);
-    let mut other_model = request(&system, &["one", "two", "three"], false);
-    other_model["model"] = json!("claude-sonnet-4-5");
-    let cases = [
-        (with_tools, Some(id2.as_str()), "tools_changed"),
-        (
-            request(&system, &["uno", "two", "three"], false),
-            Some(id2.as_str()),
-            "messages_changed",
-        ),
-        (other_model, Some(id2.as_str()), "model_changed"),
-        (
-            request(&system, &["one", "two", "three"], false),
-            Some("msg_unknown"),
-            "previous_message_not_found",
-        ),
-    ];
-    for (body, previous, expected) in cases {
-        let m = message(&post(diagnosed(body, previous)).await);
-        assert_eq!(
-            m["diagnostics"]["cache_miss_reason"]["type"],
-            json!(expected),
-            "{m}"
-        );
-    }
+    a_streamed_divergence_is_named_on_message_start(&http, &other_system, &id2).await;
+    each_divergence_is_named(&http, &system, &id2).await;
     // Not opted in: no diagnostics, whatever changed.
-    let plain = message(&post(request(&other_system, &["x"], false)).await);
+    let plain = message(&post_diagnosing(&http, request(&other_system, &["x"], false)).await);
     assert_eq!(plain.get("diagnostics"), None);
 
     // The log records each diagnosis beside the simulator's own cause.
@@ -685,4 +646,98 @@ async fn cache_diagnostics_name_the_first_divergence_streaming_and_not() {
             None,
         ]
     );
+}
+
+/// Posts `body` with the cache diagnosis beta; the reply's text, once it is a 200.
+async fn post_diagnosing(http: &Http, body: Value) -> String {
+    let beta = [
+        ("x-api-key", "sk-test"),
+        ("anthropic-version", "2023-06-01"),
+        ("anthropic-beta", "cache-diagnosis-2026-04-07"),
+    ];
+    let (status, _, text) = http.post("/v1/messages", &body.to_string(), &beta).await;
+    assert_eq!(status, 200, "{text}");
+    text
+}
+
+fn message(text: &str) -> Value {
+    serde_json::from_str(text).unwrap()
+}
+
+/// A first turn opts in with no previous message: nothing to compare, no diagnostics; the
+/// second appends to it: no divergence, no diagnostics. Returns the second's id.
+async fn two_turns_that_do_not_diverge(http: &Http, system: &str) -> String {
+    let first =
+        message(&post_diagnosing(http, diagnosed(request(system, &["one"], false), None)).await);
+    assert_eq!(first.get("diagnostics"), None);
+    let id1 = first["id"].as_str().unwrap().to_string();
+    let second = message(
+        &post_diagnosing(
+            http,
+            diagnosed(request(system, &["one", "two"], false), Some(&id1)),
+        )
+        .await,
+    );
+    assert_eq!(second.get("diagnostics"), None, "{second}");
+    second["id"].as_str().unwrap().to_string()
+}
+
+/// Streaming, the diagnosis comes on `message_start`: a rewritten system prompt, with the
+/// tokens it cost.
+async fn a_streamed_divergence_is_named_on_message_start(
+    http: &Http,
+    other_system: &str,
+    id2: &str,
+) {
+    let streamed = post_diagnosing(
+        http,
+        diagnosed(
+            request(other_system, &["one", "two", "three"], true),
+            Some(id2),
+        ),
+    )
+    .await;
+    let StreamEvent::MessageStart { message: start } = &sse_events(&streamed)[0] else {
+        panic!("{streamed}")
+    };
+    let reason = start
+        .diagnostics
+        .as_ref()
+        .unwrap()
+        .cache_miss_reason
+        .as_ref();
+    assert_eq!(reason.map(|r| r.kind.as_str()), Some("system_changed"));
+    assert!(reason.unwrap().cache_missed_input_tokens.unwrap() > 1_000);
+}
+
+/// Every other level, compared with the second turn: tools, messages, model, and a previous
+/// message the API does not know.
+async fn each_divergence_is_named(http: &Http, system: &str, id2: &str) {
+    let mut with_tools = request(system, &["one", "two", "three"], false);
+    with_tools["tools"] =
+        json!([{"name": "look", "description": "d", "input_schema": {"type": "object"}}]);
+    let mut other_model = request(system, &["one", "two", "three"], false);
+    other_model["model"] = json!("claude-sonnet-4-5");
+    let cases = [
+        (with_tools, Some(id2), "tools_changed"),
+        (
+            request(system, &["uno", "two", "three"], false),
+            Some(id2),
+            "messages_changed",
+        ),
+        (other_model, Some(id2), "model_changed"),
+        (
+            request(system, &["one", "two", "three"], false),
+            Some("msg_unknown"),
+            "previous_message_not_found",
+        ),
+    ];
+    for (body, previous, expected) in cases {
+        let m = message(&post_diagnosing(http, diagnosed(body, previous)).await);
+        assert_eq!(
+            m["diagnostics"]["cache_miss_reason"]["type"],
+            json!(expected),
+            "{m}"
+        );
+    }
 }

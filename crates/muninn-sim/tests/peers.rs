@@ -9,7 +9,7 @@
 
 use crate::support::{T0, message_records, recompute};
 use muninn_core::trace::Usage;
-use muninn_sim::sim::SimConfig;
+use muninn_sim::sim::{RecordedRequest, SimConfig};
 use muninn_testkit::peers::{claude_cli, python_sdk};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -257,22 +257,55 @@ fn the_real_claude_code_cli() {
     let Some(bin) = claude_cli() else { return };
     let (_rt, h) = sim_on_thread();
     let session = "7e1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a5b";
-    let mut claude = Claude::start(&bin, &h.base_url(), session, &[], &[]);
-    // Six turns; a 429 with retry-after before the third; /compact after the sixth, then one
-    // more turn on the compacted history.
-    let lines_in = [
-        "hello, first message",
-        "second: what is a raven?",
-        "third: and a crow?",
-        "fourth: which is larger?",
-        "fifth: thanks, summarise",
-        "sixth: one more thing",
-        "/compact",
-        "seventh: after the compaction",
-    ];
+    let claude = Claude::start(&bin, &h.base_url(), session, &[], &[]);
+    let (results, retries, home_dir) = eight_turns_with_a_429_and_a_compaction(claude, &h);
+    let home = home_dir.path();
+    assert_the_429_was_honoured(&retries);
+    let (answered, expected) = answered_as_recomputed(&h);
+    let turn_usages = each_turn_reports_its_requests_usage(&results, &answered, &expected);
+    let reads: Vec<u64> = turn_usages[..6].iter().map(|u| u.cache_read).collect();
+    the_compaction_reused_the_prefix_and_its_summary_went_on(&answered, &expected, &reads);
+
+    // The transcript's assistant lines carry the same (merged) usage.
+    let transcript_usages = transcript_usages(home, session);
+    let want: Vec<Value> = turn_usages.iter().map(usage_json).collect();
+    assert_eq!(transcript_usages, want);
+    eprintln!(
+        "Claude Code CLI 2.1.332 passes the simulator's usage through (consistency, not validation): {} of {} answered requests as recomputed; {} of {} turn result.usage and {} of {} transcript usages carry it unchanged; reads grow {reads:?}",
+        answered.len(),
+        answered.len(),
+        turn_usages.len(),
+        turn_usages.len(),
+        transcript_usages.len(),
+        want.len()
+    );
+}
+
+/// The lines the CLI is given, one turn each.
+const LINES_IN: [&str; 8] = [
+    "hello, first message",
+    "second: what is a raven?",
+    "third: and a crow?",
+    "fourth: which is larger?",
+    "fifth: thanks, summarise",
+    "sixth: one more thing",
+    "/compact",
+    "seventh: after the compaction",
+];
+
+/// A turn's line and the CLI's `result` line for it.
+type TurnResult = (&'static str, Value);
+
+/// Six turns; a 429 with retry-after before the third; /compact after the sixth, then one more
+/// turn on the compacted history. Returns each turn's result, the CLI's retry lines and its
+/// home once it has exited.
+fn eight_turns_with_a_429_and_a_compaction(
+    mut claude: Claude,
+    h: &muninn_sim::SimHandle,
+) -> (Vec<TurnResult>, Vec<Value>, tempfile::TempDir) {
     let mut results = Vec::new();
     let mut retries = Vec::new();
-    for (i, text) in lines_in.iter().enumerate() {
+    for (i, text) in LINES_IN.iter().enumerate() {
         if i == 2 {
             h.sim.push_faults([muninn_sim::sim::Fault {
                 kind: muninn_sim::sim::FaultKind::RateLimit {
@@ -285,10 +318,11 @@ fn the_real_claude_code_cli() {
         retries.extend(r);
         results.push((*text, result));
     }
-    let home_dir = claude.finish();
-    let home = home_dir.path();
+    (results, retries, claude.finish())
+}
 
-    // The CLI saw our 429 and honoured its retry-after.
+/// The CLI saw our 429 and honoured its retry-after.
+fn assert_the_429_was_honoured(retries: &[Value]) {
     assert_eq!(retries.len(), 1, "{retries:?}");
     assert_eq!(retries[0]["error_status"], json!(429));
     assert!(
@@ -296,8 +330,12 @@ fn the_real_claude_code_cli() {
         "{}",
         retries[0]
     );
+}
 
-    let records = message_records(&h);
+/// The requests the simulator answered (all but the 429), each with the usage the cache model
+/// computes for it; returns them and those usages.
+fn answered_as_recomputed(h: &muninn_sim::SimHandle) -> (Vec<RecordedRequest>, Vec<Usage>) {
+    let records = message_records(h);
     let answered: Vec<_> = records
         .iter()
         .filter(|r| r.usage.is_some())
@@ -305,28 +343,37 @@ fn the_real_claude_code_cli() {
         .collect();
     assert_eq!(records.len(), answered.len() + 1, "one refused (the 429)");
     let expected = recompute(&answered);
-    let mut equal = 0;
     for (r, exp) in answered.iter().zip(&expected) {
         assert_eq!(
             r.usage.as_ref(),
             Some(exp),
             "the sim answered what the model computes"
         );
-        equal += 1;
     }
-    let last_user = |body: &Value| {
-        body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .rev()
-            .find(|m| m["role"] == json!("user"))
-            .unwrap()
-            .to_string()
-    };
+    (answered, expected)
+}
+
+/// The text of a request's last user message.
+fn last_user(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == json!("user"))
+        .unwrap()
+        .to_string()
+}
+
+/// Each turn's `result.usage` is the usage of the request the CLI sent for it, and its reply
+/// the simulator's; /compact is a turn of none. Returns the turns' usages.
+fn each_turn_reports_its_requests_usage(
+    results: &[TurnResult],
+    answered: &[RecordedRequest],
+    expected: &[Usage],
+) -> Vec<Usage> {
     let mut turn_usages = Vec::new();
-    let mut result_equal = 0;
-    for (text, result) in &results {
+    for (text, result) in results {
         if *text == "/compact" {
             // The CLI took our summary: the next request carries it.
             assert_eq!(result["num_turns"], json!(0), "{result}");
@@ -355,8 +402,17 @@ fn the_real_claude_code_cli() {
             );
         }
         turn_usages.push(expected[i]);
-        result_equal += 1;
     }
+    turn_usages
+}
+
+/// The summary reached the request after the compaction; the six turns before it read more
+/// each time, and the compaction request reused the warm prefix.
+fn the_compaction_reused_the_prefix_and_its_summary_went_on(
+    answered: &[RecordedRequest],
+    expected: &[Usage],
+    reads: &[u64],
+) {
     let compaction = answered
         .iter()
         .position(|r| last_user(&r.body).contains("<summary> block"))
@@ -370,7 +426,6 @@ fn the_real_claude_code_cli() {
                 .contains("Primary Request and Intent: hello, first message"),
         "the summary reached the next request"
     );
-    let reads: Vec<u64> = turn_usages[..6].iter().map(|u| u.cache_read).collect();
     assert!(
         reads[0] == 0 && reads.windows(2).all(|w| w[1] > w[0]),
         "reads {reads:?}"
@@ -381,8 +436,10 @@ fn the_real_claude_code_cli() {
         "{:?}",
         expected[compaction]
     );
+}
 
-    // The transcript's assistant lines carry the same (merged) usage.
+/// The usages of the session's transcript's assistant lines (synthetic ones left out).
+fn transcript_usages(home: &std::path::Path, session: &str) -> Vec<Value> {
     let transcript = walk(&home.join(".claude/projects"))
         .into_iter()
         .find(|p| {
@@ -390,7 +447,7 @@ fn the_real_claude_code_cli() {
                 .is_some_and(|n| n == format!("{session}.jsonl").as_str())
         })
         .expect("transcript");
-    let transcript_usages: Vec<Value> = std::fs::read_to_string(&transcript)
+    std::fs::read_to_string(&transcript)
         .unwrap()
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -398,15 +455,7 @@ fn the_real_claude_code_cli() {
             v["type"] == json!("assistant") && v["message"]["model"] != json!("<synthetic>")
         })
         .map(|v| pick(&v["message"]["usage"]))
-        .collect();
-    let want: Vec<Value> = turn_usages.iter().map(usage_json).collect();
-    assert_eq!(transcript_usages, want);
-    eprintln!(
-        "Claude Code CLI 2.1.332 passes the simulator's usage through (consistency, not validation): {equal} of {} answered requests as recomputed; {result_equal} of {result_equal} turn result.usage and {} of {} transcript usages carry it unchanged; reads grow {reads:?}",
-        answered.len(),
-        transcript_usages.len(),
-        want.len()
-    );
+        .collect()
 }
 
 fn walk(dir: &std::path::Path) -> Vec<PathBuf> {

@@ -171,226 +171,255 @@ fn check_usage(
 pub async fn run_backend_suite<H: SuiteHarness>(h: &H) -> Result<SuiteReport, SuiteFailure> {
     let mut report = SuiteReport::default();
     let nonce = h.nonce();
+    append_reads_grow(h, &nonce).await?;
+    report.passed.push("append_reads_grow");
+    report.record("tool_round_trip", tool_round_trip(h, &nonce).await?);
+    structured_output(h, &nonce).await?;
+    report.passed.push("structured_output");
+    report.record("ttl_expiry", ttl_expiry(h, &nonce).await?);
+    report.unsupported = capabilities(h, &nonce).await?;
+    report.passed.push("capabilities");
+    Ok(report)
+}
 
-    // 1. append_reads_grow
-    {
-        const CASE: &str = "append_reads_grow";
-        let mut b = h.backend().await;
-        b.start(spec(h.model(), &nonce, CASE))
+/// Whether a case ran (and passed: a failure is an error) or was skipped.
+enum Ran {
+    Passed,
+    Skipped,
+}
+
+impl SuiteReport {
+    fn record(&mut self, case: &'static str, ran: Ran) {
+        match ran {
+            Ran::Passed => self.passed.push(case),
+            Ran::Skipped => self.skipped.push(case),
+        }
+    }
+}
+
+/// Case 1: five text turns, the first a cold write, each later one reading more.
+async fn append_reads_grow<H: SuiteHarness>(h: &H, nonce: &str) -> Result<(), SuiteFailure> {
+    const CASE: &str = "append_reads_grow";
+    let mut b = h.backend().await;
+    b.start(spec(h.model(), nonce, CASE))
+        .await
+        .map_err(|e| fail(CASE, e.to_string()))?;
+    let mut last_read = 0;
+    for turn in 1..=5 {
+        let o = b
+            .turn(TurnInput::text(format!(
+                "message number {turn}: how are you?"
+            )))
             .await
-            .map_err(|e| fail(CASE, e.to_string()))?;
-        let mut last_read = 0;
-        for turn in 1..=5 {
-            let o = b
-                .turn(TurnInput::text(format!(
-                    "message number {turn}: how are you?"
-                )))
-                .await
-                .map_err(|e| fail(CASE, format!("turn {turn}: {e}")))?;
-            check_conservation(CASE, &o)?;
-            if o.text.is_empty() {
-                return Err(fail(CASE, format!("turn {turn}: empty reply")));
-            }
-            if turn == 1 {
-                if o.usage.cache_read != 0 || o.usage.written() == 0 {
-                    return Err(fail(
-                        CASE,
-                        format!("turn 1 not a cold write: {:?}", o.usage),
-                    ));
-                }
-                if o.miss != Some(MissCause::ColdStart) && o.predicted.is_some() {
-                    return Err(fail(
-                        CASE,
-                        format!("turn 1 miss {:?}, not cold_start", o.miss),
-                    ));
-                }
-            } else if o.usage.cache_read <= last_read {
+            .map_err(|e| fail(CASE, format!("turn {turn}: {e}")))?;
+        check_conservation(CASE, &o)?;
+        if o.text.is_empty() {
+            return Err(fail(CASE, format!("turn {turn}: empty reply")));
+        }
+        if turn == 1 {
+            if o.usage.cache_read != 0 || o.usage.written() == 0 {
                 return Err(fail(
                     CASE,
-                    format!(
-                        "turn {turn}: read {} did not grow past {last_read}",
-                        o.usage.cache_read
-                    ),
+                    format!("turn 1 not a cold write: {:?}", o.usage),
                 ));
             }
-            last_read = o.usage.cache_read;
-        }
-        report.passed.push(CASE);
-    }
-
-    // 2. tool_round_trip
-    'tools: {
-        const CASE: &str = "tool_round_trip";
-        let schema = json!({"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}}, "required": ["query"]});
-        let mut s = spec(h.model(), &nonce, CASE);
-        s.tools = vec![ToolSpec {
-            name: "lookup".to_string(),
-            description: "Looks a word up.".to_string(),
-            input_schema: schema.clone(),
-        }];
-        let mut b = h.backend().await;
-        match b.start(s).await {
-            Ok(()) => {}
-            Err(BackendError::Unsupported {
-                capability: Capability::CustomTools,
-            }) => {
-                report.skipped.push(CASE);
-                break 'tools;
+            if o.miss != Some(MissCause::ColdStart) && o.predicted.is_some() {
+                return Err(fail(
+                    CASE,
+                    format!("turn 1 miss {:?}, not cold_start", o.miss),
+                ));
             }
-            Err(e) => return Err(fail(CASE, e.to_string())),
-        }
-        let o = b
-            .turn(TurnInput::text(
-                "Please use the lookup tool to find 'raven'.",
-            ))
-            .await
-            .map_err(|e| fail(CASE, e.to_string()))?;
-        check_conservation(CASE, &o)?;
-        let Some(call) = o.tool_calls.first() else {
-            return Err(fail(CASE, format!("no tool call in {o:?}")));
-        };
-        if call.name != "lookup" || o.stop_reason != "tool_use" {
+        } else if o.usage.cache_read <= last_read {
             return Err(fail(
                 CASE,
-                format!("unexpected call {call:?} ({})", o.stop_reason),
+                format!(
+                    "turn {turn}: read {} did not grow past {last_read}",
+                    o.usage.cache_read
+                ),
             ));
         }
-        muninn_backend::schema::validate(&schema, &call.input).map_err(|e| fail(CASE, e))?;
-        let o = b
-            .turn(TurnInput {
-                parts: vec![InputPart::ToolResult {
-                    tool_use_id: call.id.clone(),
-                    content: "raven: a large black bird".to_string(),
-                    is_error: false,
-                }],
-                safe_to_repeat: false,
-            })
-            .await
-            .map_err(|e| fail(CASE, e.to_string()))?;
-        check_conservation(CASE, &o)?;
-        if o.text.is_empty() || !o.tool_calls.is_empty() || o.stop_reason != "end_turn" {
-            return Err(fail(CASE, format!("after the result: {o:?}")));
-        }
-        report.passed.push(CASE);
+        last_read = o.usage.cache_read;
     }
+    Ok(())
+}
 
-    // 3. structured_output
-    {
-        const CASE: &str = "structured_output";
-        let schema = json!({"type": "object", "properties": {"say": {"type": "array", "items": {"type": "object", "properties": {"room": {"enum": ["general", "dm"]}, "text": {"type": "string"}}, "required": ["room", "text"]}}, "start_self_run": {"type": ["object", "null"], "properties": {"brief": {"type": "string"}}}}, "required": ["say"]});
-        let mut s = spec(h.model(), &nonce, CASE);
-        s.output_schema = Some(schema.clone());
-        let mut b = h.backend().await;
-        b.start(s).await.map_err(|e| fail(CASE, e.to_string()))?;
+/// Case 2: a tool call with a schema-valid input, and a text reply to its result; skipped by a
+/// backend without custom tools.
+async fn tool_round_trip<H: SuiteHarness>(h: &H, nonce: &str) -> Result<Ran, SuiteFailure> {
+    const CASE: &str = "tool_round_trip";
+    let schema = json!({"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}}, "required": ["query"]});
+    let mut s = spec(h.model(), nonce, CASE);
+    s.tools = vec![ToolSpec {
+        name: "lookup".to_string(),
+        description: "Looks a word up.".to_string(),
+        input_schema: schema.clone(),
+    }];
+    let mut b = h.backend().await;
+    match b.start(s).await {
+        Ok(()) => {}
+        Err(BackendError::Unsupported {
+            capability: Capability::CustomTools,
+        }) => {
+            return Ok(Ran::Skipped);
+        }
+        Err(e) => return Err(fail(CASE, e.to_string())),
+    }
+    let o = b
+        .turn(TurnInput::text(
+            "Please use the lookup tool to find 'raven'.",
+        ))
+        .await
+        .map_err(|e| fail(CASE, e.to_string()))?;
+    check_conservation(CASE, &o)?;
+    let Some(call) = o.tool_calls.first() else {
+        return Err(fail(CASE, format!("no tool call in {o:?}")));
+    };
+    if call.name != "lookup" || o.stop_reason != "tool_use" {
+        return Err(fail(
+            CASE,
+            format!("unexpected call {call:?} ({})", o.stop_reason),
+        ));
+    }
+    muninn_backend::schema::validate(&schema, &call.input).map_err(|e| fail(CASE, e))?;
+    let o = b
+        .turn(TurnInput {
+            parts: vec![InputPart::ToolResult {
+                tool_use_id: call.id.clone(),
+                content: "raven: a large black bird".to_string(),
+                is_error: false,
+            }],
+            safe_to_repeat: false,
+        })
+        .await
+        .map_err(|e| fail(CASE, e.to_string()))?;
+    check_conservation(CASE, &o)?;
+    if o.text.is_empty() || !o.tool_calls.is_empty() || o.stop_reason != "end_turn" {
+        return Err(fail(CASE, format!("after the result: {o:?}")));
+    }
+    Ok(Ran::Passed)
+}
+
+/// Case 3: schema-valid structured replies, twice in one session.
+async fn structured_output<H: SuiteHarness>(h: &H, nonce: &str) -> Result<(), SuiteFailure> {
+    const CASE: &str = "structured_output";
+    let schema = json!({"type": "object", "properties": {"say": {"type": "array", "items": {"type": "object", "properties": {"room": {"enum": ["general", "dm"]}, "text": {"type": "string"}}, "required": ["room", "text"]}}, "start_self_run": {"type": ["object", "null"], "properties": {"brief": {"type": "string"}}}}, "required": ["say"]});
+    let mut s = spec(h.model(), nonce, CASE);
+    s.output_schema = Some(schema.clone());
+    let mut b = h.backend().await;
+    b.start(s).await.map_err(|e| fail(CASE, e.to_string()))?;
+    let o = b
+        .turn(TurnInput::text("[general] alice: hello there"))
+        .await
+        .map_err(|e| fail(CASE, e.to_string()))?;
+    check_conservation(CASE, &o)?;
+    let Some(value) = &o.structured else {
+        return Err(fail(CASE, format!("no structured reply in {o:?}")));
+    };
+    muninn_backend::schema::validate(&schema, value).map_err(|e| fail(CASE, e))?;
+    // The next turn still works (the structured call is answered in the history).
+    let o = b
+        .turn(TurnInput::text("[general] bob: and again"))
+        .await
+        .map_err(|e| fail(CASE, e.to_string()))?;
+    if o.structured.is_none() || o.usage.cache_read == 0 {
+        return Err(fail(CASE, format!("second structured turn: {o:?}")));
+    }
+    Ok(())
+}
+
+/// Case 4: after an idle gap past the 5-minute TTL the next turn reads nothing; skipped without
+/// a clock.
+async fn ttl_expiry<H: SuiteHarness>(h: &H, nonce: &str) -> Result<Ran, SuiteFailure> {
+    const CASE: &str = "ttl_expiry";
+    let mut b = h.backend().await;
+    b.start(spec(h.model(), nonce, CASE))
+        .await
+        .map_err(|e| fail(CASE, e.to_string()))?;
+    let mut reads = Vec::new();
+    for turn in 1..=2 {
         let o = b
-            .turn(TurnInput::text("[general] alice: hello there"))
+            .turn(TurnInput::text(format!("warm turn {turn}")))
+            .await
+            .map_err(|e| fail(CASE, e.to_string()))?;
+        reads.push(o.usage.cache_read);
+    }
+    if h.advance_clock(6 * 60 * 1000).await {
+        let o = b
+            .turn(TurnInput::text("after a long pause"))
             .await
             .map_err(|e| fail(CASE, e.to_string()))?;
         check_conservation(CASE, &o)?;
-        let Some(value) = &o.structured else {
-            return Err(fail(CASE, format!("no structured reply in {o:?}")));
+        if o.usage.cache_read != 0 {
+            return Err(fail(
+                CASE,
+                format!("read {} after expiry", o.usage.cache_read),
+            ));
+        }
+        if o.predicted.is_some() && o.miss != Some(MissCause::TtlExpiry) {
+            return Err(fail(CASE, format!("miss {:?}, not ttl_expiry", o.miss)));
+        }
+        Ok(Ran::Passed)
+    } else {
+        Ok(Ran::Skipped)
+    }
+}
+
+/// Case 5: ping, ping_head and compact, each done or refused without side effects; returns the
+/// capabilities refused, in the order asked.
+async fn capabilities<H: SuiteHarness>(
+    h: &H,
+    nonce: &str,
+) -> Result<Vec<Capability>, SuiteFailure> {
+    const CASE: &str = "capabilities";
+    let mut b = h.backend().await;
+    b.start(spec(h.model(), nonce, CASE))
+        .await
+        .map_err(|e| fail(CASE, e.to_string()))?;
+    let mut last = b
+        .turn(TurnInput::text("capabilities: the first turn"))
+        .await
+        .map_err(|e| fail(CASE, e.to_string()))?;
+    b.take_session_events();
+    let mut unsupported = Vec::new();
+    // Compaction last: done, it changes the session.
+    for capability in [Capability::Ping, Capability::PingHead, Capability::Compact] {
+        let tried = match capability {
+            Capability::Ping => b.ping().await,
+            Capability::PingHead => b.ping_head().await,
+            _ => b.compact("Keep every rule.").await,
         };
-        muninn_backend::schema::validate(&schema, value).map_err(|e| fail(CASE, e))?;
-        // The next turn still works (the structured call is answered in the history).
-        let o = b
-            .turn(TurnInput::text("[general] bob: and again"))
-            .await
-            .map_err(|e| fail(CASE, e.to_string()))?;
-        if o.structured.is_none() || o.usage.cache_read == 0 {
-            return Err(fail(CASE, format!("second structured turn: {o:?}")));
-        }
-        report.passed.push(CASE);
-    }
-
-    // 4. ttl_expiry
-    {
-        const CASE: &str = "ttl_expiry";
-        let mut b = h.backend().await;
-        b.start(spec(h.model(), &nonce, CASE))
-            .await
-            .map_err(|e| fail(CASE, e.to_string()))?;
-        let mut reads = Vec::new();
-        for turn in 1..=2 {
-            let o = b
-                .turn(TurnInput::text(format!("warm turn {turn}")))
-                .await
-                .map_err(|e| fail(CASE, e.to_string()))?;
-            reads.push(o.usage.cache_read);
-        }
-        if h.advance_clock(6 * 60 * 1000).await {
-            let o = b
-                .turn(TurnInput::text("after a long pause"))
-                .await
-                .map_err(|e| fail(CASE, e.to_string()))?;
-            check_conservation(CASE, &o)?;
-            if o.usage.cache_read != 0 {
-                return Err(fail(
-                    CASE,
-                    format!("read {} after expiry", o.usage.cache_read),
-                ));
+        match tried {
+            Ok(o) if capability != Capability::Compact => {
+                check_usage(CASE, &o, Some(b.ping_output_tokens()))?
             }
-            if o.predicted.is_some() && o.miss != Some(MissCause::TtlExpiry) {
-                return Err(fail(CASE, format!("miss {:?}, not ttl_expiry", o.miss)));
-            }
-            report.passed.push(CASE);
-        } else {
-            report.skipped.push(CASE);
-        }
-    }
-
-    // 5. capabilities
-    {
-        const CASE: &str = "capabilities";
-        let mut b = h.backend().await;
-        b.start(spec(h.model(), &nonce, CASE))
-            .await
-            .map_err(|e| fail(CASE, e.to_string()))?;
-        let mut last = b
-            .turn(TurnInput::text("capabilities: the first turn"))
-            .await
-            .map_err(|e| fail(CASE, e.to_string()))?;
-        b.take_session_events();
-        // Compaction last: done, it changes the session.
-        for capability in [Capability::Ping, Capability::PingHead, Capability::Compact] {
-            let tried = match capability {
-                Capability::Ping => b.ping().await,
-                Capability::PingHead => b.ping_head().await,
-                _ => b.compact("Keep every rule.").await,
-            };
-            match tried {
-                Ok(o) if capability != Capability::Compact => {
-                    check_usage(CASE, &o, Some(b.ping_output_tokens()))?
+            Ok(_) | Err(BackendError::CompactionFailed(_)) => {}
+            Err(BackendError::Unsupported { capability: said }) if said == capability => {
+                let events = b.take_session_events();
+                if !events.is_empty() {
+                    return Err(fail(
+                        CASE,
+                        format!("cannot {capability}, yet raised {events:?}"),
+                    ));
                 }
-                Ok(_) | Err(BackendError::CompactionFailed(_)) => {}
-                Err(BackendError::Unsupported { capability: said }) if said == capability => {
-                    let events = b.take_session_events();
-                    if !events.is_empty() {
-                        return Err(fail(
-                            CASE,
-                            format!("cannot {capability}, yet raised {events:?}"),
-                        ));
-                    }
-                    let next = b
-                        .turn(TurnInput::text(format!("capabilities: after {capability}")))
-                        .await
-                        .map_err(|e| fail(CASE, format!("after {capability}: {e}")))?;
-                    if next.usage.cache_read <= last.usage.cache_read {
-                        return Err(fail(
-                            CASE,
-                            format!(
-                                "after the unsupported {capability} the next turn read {}, not \
-                                 more than {}: the session was disturbed",
-                                next.usage.cache_read, last.usage.cache_read
-                            ),
-                        ));
-                    }
-                    last = next;
-                    report.unsupported.push(capability);
+                let next = b
+                    .turn(TurnInput::text(format!("capabilities: after {capability}")))
+                    .await
+                    .map_err(|e| fail(CASE, format!("after {capability}: {e}")))?;
+                if next.usage.cache_read <= last.usage.cache_read {
+                    return Err(fail(
+                        CASE,
+                        format!(
+                            "after the unsupported {capability} the next turn read {}, not \
+                             more than {}: the session was disturbed",
+                            next.usage.cache_read, last.usage.cache_read
+                        ),
+                    ));
                 }
-                Err(e) => return Err(fail(CASE, format!("{capability}: {e}"))),
+                last = next;
+                unsupported.push(capability);
             }
+            Err(e) => return Err(fail(CASE, format!("{capability}: {e}"))),
         }
-        report.passed.push(CASE);
     }
-    Ok(report)
+    Ok(unsupported)
 }

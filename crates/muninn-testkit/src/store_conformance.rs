@@ -1,8 +1,9 @@
 //! The conformance suite: the behaviour every [`Store`] backend must show.
 //!
 //! [`run_conformance`] runs every case against stores made by a [`StoreFactory`] and panics,
-//! naming the case, at the first broken expectation. Each case opens its own database (by a
-//! name unique to the case), so cases never see each other's rows. It lives in the test kit, not
+//! naming the case, at the first broken expectation; a long case is a sequence of named
+//! sub-checks (`step!`), and its panic names the sub-check too. Each case opens its own database
+//! (by a name unique to the case), so cases never see each other's rows. It lives in the test kit, not
 //! in `muninn-store`, so that no production build carries it; any crate providing a backend runs
 //! it from its own tests with this crate as a dev-dependency.
 //!
@@ -24,11 +25,13 @@
 //! migrations) and `takeover` (taking over a dead holder's lease, presence, wake-ups).
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use futures_util::FutureExt;
 use muninn_core::ledger::{LedgerRow, MissCause};
 use muninn_core::money::MicroUsd;
 use muninn_core::trace::Usage;
@@ -36,6 +39,14 @@ use serde_json::json;
 
 use muninn_store::types::*;
 use muninn_store::{Result, Store, StoreError};
+
+/// Runs one named sub-check of a case: `step!(check(args))` awaits `check(args)` and raises a
+/// panic in it again prefixed with `check`'s name, so that a failure says what broke.
+macro_rules! step {
+    ($check:ident($($arg:expr),* $(,)?)) => {
+        $crate::store_conformance::named(stringify!($check), $check($($arg),*)).await
+    };
+}
 
 mod briefs;
 mod durability;
@@ -147,6 +158,22 @@ pub async fn run_conformance(factory: &dyn StoreFactory) -> Vec<(&'static str, D
 }
 
 // ----- helpers -----
+
+/// Awaits `check`; a panic in it is raised again as `sub-check {name}: {its message}` (the
+/// first panic has already been reported with its location by the panic hook).
+pub(crate) async fn named<T>(name: &str, check: impl Future<Output = T>) -> T {
+    match AssertUnwindSafe(check).catch_unwind().await {
+        Ok(value) => value,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(a panic without a message)");
+            panic!("sub-check {name}: {message}");
+        }
+    }
+}
 
 /// Unwraps a store result, panicking with the context on error.
 #[track_caller]
@@ -345,5 +372,39 @@ fn full_turn(mind: &str, ack: Option<i64>) -> TurnRecord {
             5_100,
         )],
         ack_through: ack,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn the_check_that_breaks(ack: i64) {
+        assert_eq!(ack, 2, "ack 2");
+    }
+
+    #[tokio::test]
+    async fn a_failed_sub_check_is_named_in_the_panic() {
+        let caught = AssertUnwindSafe(async { step!(the_check_that_breaks(4)) })
+            .catch_unwind()
+            .await;
+        let Err(panic) = caught else {
+            panic!("the sub-check passed")
+        };
+        let message = panic.downcast_ref::<String>().map(String::as_str);
+        assert!(
+            message.is_some_and(
+                |m| m.starts_with("sub-check the_check_that_breaks: ") && m.contains("ack 2")
+            ),
+            "{message:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_passing_sub_check_gives_its_value() {
+        async fn three() -> i64 {
+            3
+        }
+        assert_eq!(step!(three()), 3);
     }
 }

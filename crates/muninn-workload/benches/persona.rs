@@ -22,7 +22,7 @@
 
 use muninn_core::cache::Ttl;
 use muninn_core::decide::Policy;
-use muninn_core::price::PriceTable;
+use muninn_core::price::{ModelPrice, PriceTable};
 use muninn_core::replay::Plan;
 use muninn_workload::persona::{Comparison, Design, DesignResult, PersonaConfig, compare};
 use muninn_workload::workload::{PersonaParams, Span, Stream, Variant};
@@ -191,26 +191,40 @@ fn check(name: &str, ok: bool, detail: String) -> bool {
     ok
 }
 
-fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
-    let turns: usize = std::env::var("MUNINN_PERSONA_TURNS")
-        .ok()
-        .and_then(|v| v.replace('_', "").parse().ok())
-        .unwrap_or(if full { 2_000 } else { 300 });
-    let seeds: Vec<u64> = std::env::var("MUNINN_PERSONA_SEEDS")
-        .ok()
-        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
-        .unwrap_or_else(|| if full { vec![1, 2, 3] } else { vec![1] });
-    let params = PersonaParams::default();
-    let config = PersonaConfig::default();
-    let prices = PriceTable::embedded();
-    let opus = prices.model("claude-opus-5-5").expect("priced");
-    let sonnet = prices.model("claude-sonnet-4-5").expect("priced");
-    let started = Instant::now();
+/// What to run: the full size with `--bench`, the smoke size without, either overridden by the
+/// environment.
+struct RunSize {
+    full: bool,
+    turns: usize,
+    seeds: Vec<u64>,
+}
 
+impl RunSize {
+    fn from_env() -> RunSize {
+        let full = std::env::args().any(|a| a == "--bench");
+        let turns: usize = std::env::var("MUNINN_PERSONA_TURNS")
+            .ok()
+            .and_then(|v| v.replace('_', "").parse().ok())
+            .unwrap_or(if full { 2_000 } else { 300 });
+        let seeds: Vec<u64> = std::env::var("MUNINN_PERSONA_SEEDS")
+            .ok()
+            .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+            .unwrap_or_else(|| if full { vec![1, 2, 3] } else { vec![1] });
+        RunSize { full, turns, seeds }
+    }
+}
+
+/// Every parameter of the run: its size, the workload's, the designs' and the model's prices.
+fn print_parameters(
+    size: &RunSize,
+    params: &PersonaParams,
+    config: &PersonaConfig,
+    opus: &ModelPrice,
+) {
+    let RunSize { full, turns, seeds } = size;
     println!(
         "muninn-core persona bench ({}): {turns} turns per stream, seeds {seeds:?}, model {}",
-        if full {
+        if *full {
             "full"
         } else {
             "smoke: pass --bench for the full run"
@@ -229,106 +243,181 @@ fn main() {
         opus.write_1h.usd_per_mtok(),
         opus.min_cacheable
     );
+}
 
-    let mut all_ok = true;
-    let mut checks: Vec<(Variant, bool, bool, Option<bool>)> = Vec::new();
-    for variant in Variant::ALL {
-        let streams: Vec<Stream> = seeds
-            .iter()
-            .map(|&seed| Stream::build(&params, variant, seed, Span::Turns(turns)))
-            .collect();
-        let comparisons: Vec<Comparison> =
-            streams.iter().map(|s| compare(s, opus, &config)).collect();
-        let c = pool(&comparisons);
-        println!(
-            "\n== {variant}: {} (head {} tokens)",
-            stream_stats(&streams),
-            c.head_tokens
-        );
-        table(&c);
-        let default = mean(&c, DEFAULT);
-        let simple = mean(&c, REBUILD_1H)
-            .min(mean(&c, REBUILD_5M))
-            .min(mean(&c, NEVER));
-        let optimum = mean(&c, OPTIMUM);
-        let per_seed =
-            |f: &dyn Fn(&Comparison) -> bool| comparisons.iter().filter(|c| f(c)).count();
-        let c1 = check(
-            "default ≤ 1.05 × min(rebuild-1h, rebuild-5m, never)",
-            default <= 1.05 * simple,
-            format!(
-                "{default:.0} vs {simple:.0} µ$/turn (×{:.3}); seeds passing {}/{}",
-                default / simple,
-                per_seed(&|c| mean(c, DEFAULT)
-                    <= 1.05
-                        * mean(c, REBUILD_1H)
-                            .min(mean(c, REBUILD_5M))
-                            .min(mean(c, NEVER))),
-                comparisons.len()
-            ),
-        );
-        let c3 = check(
-            "default ≤ 1.05 × optimum",
-            default <= 1.05 * optimum,
-            format!(
-                "{default:.0} vs {optimum:.0} µ$/turn (×{:.3}); seeds passing {}/{}",
-                default / optimum,
-                per_seed(&|c| mean(c, DEFAULT) <= 1.05 * mean(c, OPTIMUM)),
-                comparisons.len()
-            ),
-        );
-        let c4 = check(
-            "optimum ≤ every muninn plan, every seed",
-            comparisons.iter().all(optimum_is_cheapest),
-            format!(
-                "cheapest other plan {:.0} vs optimum {optimum:.0} µ$/turn (pooled); seeds passing {}/{}",
-                cheapest_plan(&c),
-                per_seed(&optimum_is_cheapest),
-                comparisons.len()
-            ),
-        );
-        let c2 = (variant == Variant::Mix).then(|| {
-            let rebuild = mean(&c, REBUILD_1H).min(mean(&c, REBUILD_5M));
-            let never = mean(&c, NEVER);
-            check(
-                "mix: default < both rebuilds and < never",
-                default < rebuild && default < never,
-                format!(
-                    "{default:.0} vs rebuild {rebuild:.0} (×{:.3}), never {never:.0} (×{:.3})",
-                    default / rebuild,
-                    default / never
-                ),
-            )
-        });
-        if !c3 {
-            losses(&streams, &c);
-        }
-        all_ok &= c1 && c3 && c4 && c2.unwrap_or(true);
-        checks.push((variant, c1, c3 && c4, c2));
+/// The checks of one variant, seeds pooled.
+struct VariantChecks {
+    variant: Variant,
+    /// 1: within 1.05× of the simple designs.
+    simple: bool,
+    /// 3 and 4: within 1.05× of the optimum, and the optimum the cheapest plan on every seed.
+    optimum: bool,
+    /// 2, on the mix only: cheaper than both rebuilds and `never`.
+    beats_both: Option<bool>,
+}
+
+impl VariantChecks {
+    fn passed(&self) -> bool {
+        self.simple && self.optimum && self.beats_both.unwrap_or(true)
     }
+}
 
-    let stream = Stream::build(&params, Variant::Mix, seeds[0], Span::Turns(turns));
-    let c = compare(&stream, sonnet, &config);
+/// One variant on every seed: its table and its checks (and where the default loses, if it is
+/// not within 1.05× of the optimum).
+fn run_variant(
+    variant: Variant,
+    size: &RunSize,
+    params: &PersonaParams,
+    config: &PersonaConfig,
+    opus: &ModelPrice,
+) -> VariantChecks {
+    let streams: Vec<Stream> = size
+        .seeds
+        .iter()
+        .map(|&seed| Stream::build(params, variant, seed, Span::Turns(size.turns)))
+        .collect();
+    let comparisons: Vec<Comparison> = streams.iter().map(|s| compare(s, opus, config)).collect();
+    let c = pool(&comparisons);
     println!(
-        "\n== mix on {} (seed {}): {} (head {} tokens)",
-        sonnet.name,
-        seeds[0],
+        "\n== {variant}: {} (head {} tokens)",
+        stream_stats(&streams),
+        c.head_tokens
+    );
+    table(&c);
+    let c1 = within_simple(&c, &comparisons);
+    let c3 = within_optimum(&c, &comparisons);
+    let c4 = optimum_cheapest(&c, &comparisons);
+    let c2 = (variant == Variant::Mix).then(|| beats_both(&c));
+    if !c3 {
+        losses(&streams, &c);
+    }
+    VariantChecks {
+        variant,
+        simple: c1,
+        optimum: c3 && c4,
+        beats_both: c2,
+    }
+}
+
+/// Seeds of `comparisons` on which `f` holds.
+fn seeds_passing(comparisons: &[Comparison], f: &dyn Fn(&Comparison) -> bool) -> usize {
+    comparisons.iter().filter(|c| f(c)).count()
+}
+
+/// Check 1: the default within 1.05× of the cheaper rebuild and `never`.
+fn within_simple(c: &Comparison, comparisons: &[Comparison]) -> bool {
+    let simple_of = |c: &Comparison| {
+        mean(c, REBUILD_1H)
+            .min(mean(c, REBUILD_5M))
+            .min(mean(c, NEVER))
+    };
+    let (default, simple) = (mean(c, DEFAULT), simple_of(c));
+    check(
+        "default ≤ 1.05 × min(rebuild-1h, rebuild-5m, never)",
+        default <= 1.05 * simple,
+        format!(
+            "{default:.0} vs {simple:.0} µ$/turn (×{:.3}); seeds passing {}/{}",
+            default / simple,
+            seeds_passing(comparisons, &|c| mean(c, DEFAULT) <= 1.05 * simple_of(c)),
+            comparisons.len()
+        ),
+    )
+}
+
+/// Check 3: the default within 1.05× of the optimum.
+fn within_optimum(c: &Comparison, comparisons: &[Comparison]) -> bool {
+    let (default, optimum) = (mean(c, DEFAULT), mean(c, OPTIMUM));
+    check(
+        "default ≤ 1.05 × optimum",
+        default <= 1.05 * optimum,
+        format!(
+            "{default:.0} vs {optimum:.0} µ$/turn (×{:.3}); seeds passing {}/{}",
+            default / optimum,
+            seeds_passing(comparisons, &|c| mean(c, DEFAULT)
+                <= 1.05 * mean(c, OPTIMUM)),
+            comparisons.len()
+        ),
+    )
+}
+
+/// Check 4: the optimum no dearer than any muninn plan, on every seed.
+fn optimum_cheapest(c: &Comparison, comparisons: &[Comparison]) -> bool {
+    check(
+        "optimum ≤ every muninn plan, every seed",
+        comparisons.iter().all(optimum_is_cheapest),
+        format!(
+            "cheapest other plan {:.0} vs optimum {:.0} µ$/turn (pooled); seeds passing {}/{}",
+            cheapest_plan(c),
+            mean(c, OPTIMUM),
+            seeds_passing(comparisons, &optimum_is_cheapest),
+            comparisons.len()
+        ),
+    )
+}
+
+/// Check 2 (the mix): the default cheaper than both rebuilds and `never`.
+fn beats_both(c: &Comparison) -> bool {
+    let default = mean(c, DEFAULT);
+    let rebuild = mean(c, REBUILD_1H).min(mean(c, REBUILD_5M));
+    let never = mean(c, NEVER);
+    check(
+        "mix: default < both rebuilds and < never",
+        default < rebuild && default < never,
+        format!(
+            "{default:.0} vs rebuild {rebuild:.0} (×{:.3}), never {never:.0} (×{:.3})",
+            default / rebuild,
+            default / never
+        ),
+    )
+}
+
+/// The mix once more, on one seed and another model.
+fn mix_on(model: &ModelPrice, size: &RunSize, params: &PersonaParams, config: &PersonaConfig) {
+    let seed = size.seeds[0];
+    let stream = Stream::build(params, Variant::Mix, seed, Span::Turns(size.turns));
+    let c = compare(&stream, model, config);
+    println!(
+        "\n== mix on {} (seed {seed}): {} (head {} tokens)",
+        model.name,
         stream_stats(std::slice::from_ref(&stream)),
         c.head_tokens
     );
     table(&c);
+}
 
+/// The checks of every variant, one line each.
+fn print_checks(checks: &[VariantChecks]) {
     println!("\nchecks (opus, seeds pooled):");
-    for (variant, c1, c3, c2) in &checks {
+    for v in checks {
         let mark = |b: bool| if b { "PASS" } else { "FAIL" };
         println!(
             "  {:<10} within 1.05× of simple: {}   within 1.05× of optimum (and optimum cheapest): {}{}",
-            variant.to_string(),
-            mark(*c1),
-            mark(*c3),
-            c2.map_or(String::new(), |b| format!("   beats both: {}", mark(b)))
+            v.variant.to_string(),
+            mark(v.simple),
+            mark(v.optimum),
+            v.beats_both
+                .map_or(String::new(), |b| format!("   beats both: {}", mark(b)))
         );
     }
+}
+
+fn main() {
+    let size = RunSize::from_env();
+    let params = PersonaParams::default();
+    let config = PersonaConfig::default();
+    let prices = PriceTable::embedded();
+    let opus = prices.model("claude-opus-5-5").expect("priced");
+    let sonnet = prices.model("claude-sonnet-4-5").expect("priced");
+    let started = Instant::now();
+    print_parameters(&size, &params, &config, opus);
+
+    let checks: Vec<VariantChecks> = Variant::ALL
+        .into_iter()
+        .map(|variant| run_variant(variant, &size, &params, &config, opus))
+        .collect();
+    mix_on(sonnet, &size, &params, &config);
+    print_checks(&checks);
+    let all_ok = checks.iter().all(VariantChecks::passed);
     println!(
         "overall: {}; {:.1} s",
         if all_ok { "PASS" } else { "FAIL" },

@@ -189,35 +189,47 @@ pub fn session(seed: u64, requests: usize, params: &SynthParams) -> Trace {
             (true, false) => previous_cached.min(cached),
             (true, true) => head.min(cached),
         };
-        out.push(TraceRequest {
-            at_ms,
-            usage: Usage {
-                input,
-                cache_write_5m: cached - read,
-                cache_write_1h: 0,
-                cache_read: read,
-                output: rng.range(&params.output_tokens),
-            },
-            boundary,
-            compacted,
-            tools_changed: false,
-            tools_loaded: false,
-            version_changed: false,
-            interrupted_thinking: false,
-            reasoning: false,
-            // An assistant reply and the next user message (tool result or human text).
-            blocks_added: 2,
-            provider_miss: None,
-            tool_results: Default::default(),
-            conversation: 0,
-            forked_from: None,
-            tool_results_at_ms: None,
-        });
+        let usage = Usage {
+            input,
+            cache_write_5m: cached - read,
+            cache_write_1h: 0,
+            cache_read: read,
+            output: rng.range(&params.output_tokens),
+        };
+        out.push(synth_request(at_ms, usage, boundary, compacted));
         previous_cached = cached;
         if prompt > params.compact_at_tokens {
             compact_next = true;
         }
     }
+    main_thread(seed, params, out)
+}
+
+/// A synthetic request: an assistant reply and the next user message (two blocks), no tool,
+/// client or tool-list change.
+fn synth_request(at_ms: i64, usage: Usage, boundary: bool, compacted: bool) -> TraceRequest {
+    TraceRequest {
+        at_ms,
+        usage,
+        boundary,
+        compacted,
+        tools_changed: false,
+        tools_loaded: false,
+        version_changed: false,
+        interrupted_thinking: false,
+        reasoning: false,
+        // The user message is a tool result or human text.
+        blocks_added: 2,
+        provider_miss: None,
+        tool_results: Default::default(),
+        conversation: 0,
+        forked_from: None,
+        tool_results_at_ms: None,
+    }
+}
+
+/// The main thread of the synthetic session `seed`, holding `requests`.
+fn main_thread(seed: u64, params: &SynthParams, requests: Vec<TraceRequest>) -> Trace {
     let session = format!("synth-{seed:016x}");
     Trace {
         id: format!("{session}/main/{}", params.model),
@@ -225,8 +237,11 @@ pub fn session(seed: u64, requests: usize, params: &SynthParams) -> Trace {
         thread: "main".to_string(),
         kind: ThreadKind::Main,
         model: params.model.clone(),
-        source: format!("muninn_workload::synth::session({seed}, {requests})"),
-        requests: out,
+        source: format!(
+            "muninn_workload::synth::session({seed}, {})",
+            requests.len()
+        ),
+        requests,
     }
 }
 

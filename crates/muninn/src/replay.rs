@@ -134,6 +134,21 @@ impl From<SplitPart> for Part {
     }
 }
 
+/// The plans `--policy` names (each value may hold several, comma-separated); none named, every
+/// plan, or with `--by` the recorded, ski-rental and optimum ones.
+fn plans_of(policy: &[String], by: Option<crate::breakdown::By>) -> anyhow::Result<Vec<Plan>> {
+    let specs = match (policy, by) {
+        ([], Some(_)) => vec!["recorded,ski-rental,optimum".to_string()],
+        ([], None) => vec!["all".to_string()],
+        (given, _) => given.to_vec(),
+    };
+    let specs: Vec<String> = specs
+        .iter()
+        .flat_map(|s| s.split(',').map(str::to_owned))
+        .collect();
+    parse_plans(&specs)
+}
+
 fn parse_plans(specs: &[String]) -> anyhow::Result<Vec<Plan>> {
     let mut plans = Vec::new();
     for spec in specs {
@@ -152,16 +167,7 @@ fn parse_plans(specs: &[String]) -> anyhow::Result<Vec<Plan>> {
 const GAP_EDGES_S: [u64; 10] = [0, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200];
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
-    let specs = match (&args.policy[..], args.by) {
-        ([], Some(_)) => vec!["recorded,ski-rental,optimum".to_string()],
-        ([], None) => vec!["all".to_string()],
-        (given, _) => given.to_vec(),
-    };
-    let specs: Vec<String> = specs
-        .iter()
-        .flat_map(|s| s.split(',').map(str::to_owned))
-        .collect();
-    let plans = parse_plans(&specs)?;
+    let plans = plans_of(&args.policy, args.by)?;
     if !matches!(args.format.as_str(), "table" | "json" | "csv") {
         anyhow::bail!(
             "unknown format {:?}: expected table, json or csv",
@@ -184,14 +190,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let since_ms = args
         .since
         .map(|t| t.at(jiff::Timestamp::now().as_millisecond()));
-    let mut import = args.input.import()?;
-    if let Some(part) = args.part {
-        // Before anything is measured from the traces (the rehydration below): nothing of the
-        // other part may inform this part's figures.
-        import
-            .traces
-            .retain(|t| part_of(&t.session) == Part::from(part));
-    }
+    let import = import_part(&args.input, args.part)?;
     // Rehydration measured, not assumed: the traces' own compactions, unless given.
     let samples = rehydration::measured_rehydrations(&import.traces);
     let measured = rehydration::median(&samples);
@@ -201,25 +200,21 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let (priced, unpriced) = priced_traces(&import.traces, &prices)?;
 
     if let Some(by) = args.by {
-        let slices = crate::breakdown::breakdown(
-            by,
-            &plans,
-            &priced,
-            &assumptions,
-            since_ms.unwrap_or(i64::MIN),
-        );
+        let since = since_ms.unwrap_or(i64::MIN);
+        let slices = crate::breakdown::breakdown(by, &plans, &priced, &assumptions, since);
         return crate::breakdown::print(&slices, &plans, by, &args.format);
     }
     let rules = CacheRules::default();
     let want_plot = args.plot.is_some();
     let results = run_plans(&plans, &priced, &assumptions, &rules, want_plot, since_ms);
 
+    let warnings = import.warnings.len();
     let report = report_of(
         &results,
         &assumptions,
         &priced,
         unpriced,
-        import.warnings.len(),
+        warnings,
         since_ms,
     );
     let table = !matches!(args.format.as_str(), "json" | "csv");
@@ -228,19 +223,45 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
-    match args.format.as_str() {
-        "json" => outln!("{}", serde_json::to_string_pretty(&report)?)?,
-        "csv" => out!("{}", report.csv())?,
-        _ => {
-            out!("{}", report.table())?;
-            crate::sensitivity::print(&grid, measured)?;
-        }
-    }
-
+    print(&report, &grid, measured, &args.format)?;
     if let Some(path) = &args.plot {
         plot(path, &results, &priced)?;
     }
     check_goals(&report, &args, crate::sensitivity::worst_vs_never(&grid))
+}
+
+/// The traces of the paths given, only those of `part` if one is named.
+fn import_part(
+    input: &InputArgs,
+    part: Option<SplitPart>,
+) -> anyhow::Result<muninn_import::Import> {
+    let mut import = input.import()?;
+    if let Some(part) = part {
+        // Before anything is measured from the traces (the rehydration): nothing of the other
+        // part may inform this part's figures.
+        import
+            .traces
+            .retain(|t| part_of(&t.session) == Part::from(part));
+    }
+    Ok(import)
+}
+
+/// Prints the report in `format`; a table is followed by the sensitivity grid.
+fn print(
+    report: &ReplayReport,
+    grid: &[crate::sensitivity::Cell],
+    measured: Option<Tokens>,
+    format: &str,
+) -> anyhow::Result<()> {
+    match format {
+        "json" => outln!("{}", serde_json::to_string_pretty(report)?)?,
+        "csv" => out!("{}", report.csv())?,
+        _ => {
+            out!("{}", report.table())?;
+            crate::sensitivity::print(grid, measured)?;
+        }
+    }
+    Ok(())
 }
 
 /// A trace with its model's price.

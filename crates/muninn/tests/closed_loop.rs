@@ -13,7 +13,8 @@ use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
 use muninn_store::NewDelivery;
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
 use std::sync::Arc;
 
 const T0: i64 = 1_800_000_000_000;
@@ -39,14 +40,44 @@ async fn run_until(r: &mut MindRunner<SimBackend>, sim: &Simulator, until: i64) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::demo();
-    config.data_dir = dir.path().to_owned();
-    config.lease_ttl_ms = 3_600_000;
-    let store = muninn_store::open(&config.database_url()).await.unwrap();
     let sim = Arc::new(Simulator::new(SimConfig {
         frozen_at_ms: Some(T0),
         ..SimConfig::default()
     }));
+    let (host, mut r) = vala(dir.path(), &sim).await;
+    deliver_over_gaps(&host, &mut r, &sim).await;
+    let jsonl = export_ledger(&host).await;
+    assert!(
+        decision_kinds(&jsonl).contains(&"ping"),
+        "no ping in {jsonl}"
+    );
+    let file = dir.path().join("vala.jsonl");
+    std::fs::write(&file, &jsonl).unwrap();
+    let replay = replay_closed_loop(&file).await;
+    let out = String::from_utf8_lossy(&replay.stdout).into_owned();
+    assert!(
+        replay.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    assert!(out.contains("PASS"), "{out}");
+    let rows = jsonl.lines().count();
+    assert!(out.contains(&format!("{rows} rows replayed")), "{out}");
+
+    // The same export with one ping left out: the replay would have pinged there.
+    std::fs::write(&file, without_first_ping(&jsonl)).unwrap();
+    let replay = replay_closed_loop(&file).await;
+    let out = String::from_utf8_lossy(&replay.stdout).into_owned();
+    assert!(!replay.status.success(), "{out}");
+    assert!(out.contains("FAIL"), "{out}");
+}
+
+/// The Mind `vala` on a host whose data lives in `dir`, registered, served by `sim`.
+async fn vala(dir: &Path, sim: &Arc<Simulator>) -> (Host, MindRunner<SimBackend>) {
+    let mut config = Config::demo();
+    config.data_dir = dir.to_owned();
+    config.lease_ttl_ms = 3_600_000;
+    let store = muninn_store::open(&config.database_url()).await.unwrap();
     let host = Host::new(store, config, Arc::new(SimClock(sim.clone())));
     let mind: MindConfig = toml::from_str(&format!(
         "id = 'vala'\nrooms = ['#swarm']\nmin_segment = 2\ndoctrine_text = '''{}'''",
@@ -60,7 +91,7 @@ async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails(
             PriceTable::embedded(),
         )
     };
-    let mut r = MindRunner::new(
+    let r = MindRunner::new(
         host.clone(),
         mind,
         "host-a".into(),
@@ -70,7 +101,11 @@ async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails(
     )
     .unwrap();
     r.register().await.unwrap();
-    // Deliveries over gaps around the 5-minute TTL and the hour: appends, pings, cold wakes.
+    (host, r)
+}
+
+/// Deliveries over gaps around the 5-minute TTL and the hour: appends, pings, cold wakes.
+async fn deliver_over_gaps(host: &Host, r: &mut MindRunner<SimBackend>, sim: &Simulator) {
     for (i, gap) in [
         2_000i64, 250_000, 290_000, 900_000, 3_500_000, 3_700_000, 60_000,
     ]
@@ -97,10 +132,13 @@ async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails(
             .unwrap();
         r.woken();
         let until = sim.now_ms() + gap;
-        run_until(&mut r, &sim, until).await;
+        run_until(r, sim, until).await;
     }
+}
 
-    // Export through the API, as an operator would.
+/// `vala`'s ledger as `muninn ledger --format jsonl` exports it through the API, as an
+/// operator would.
+async fn export_ledger(host: &Host) -> String {
     let token = ApiToken::load_or_create(&host.config.api_token_path()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -109,29 +147,24 @@ async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails(
         let _ = stopped.await;
     }));
     let token_file = host.config.api_token_path();
-    let muninn = move |args: Vec<String>| {
-        tokio::task::spawn_blocking(move || {
-            Command::new(env!("CARGO_BIN_EXE_muninn"))
-                .args(args)
-                .output()
-                .unwrap()
-        })
-    };
     let export = muninn(vec![
         "ledger".into(),
         "vala".into(),
         "--format".into(),
         "jsonl".into(),
         "--addr".into(),
-        addr.clone(),
+        addr,
         "--token-file".into(),
         token_file.display().to_string(),
     ])
-    .await
-    .unwrap();
+    .await;
     assert!(export.status.success(), "{export:?}");
-    let jsonl = String::from_utf8(export.stdout).unwrap();
-    let decisions: Vec<&str> = jsonl
+    String::from_utf8(export.stdout).unwrap()
+}
+
+/// Each exported row's decision, as ping_head, ping, refresh or other.
+fn decision_kinds(jsonl: &str) -> Vec<&'static str> {
+    jsonl
         .lines()
         .map(|l| {
             let row: serde_json::Value = serde_json::from_str(l).unwrap();
@@ -148,42 +181,41 @@ async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails(
                 "other"
             }
         })
-        .collect();
-    assert!(decisions.contains(&"ping"), "no ping in {jsonl}");
-    let file = dir.path().join("vala.jsonl");
-    std::fs::write(&file, &jsonl).unwrap();
-    let replay_closed_loop = || {
-        muninn(vec![
-            "replay".into(),
-            "--closed-loop".into(),
-            file.display().to_string(),
-        ])
-    };
-    let replay = replay_closed_loop().await.unwrap();
-    let out = String::from_utf8_lossy(&replay.stdout).into_owned();
-    assert!(
-        replay.status.success(),
-        "{out}\n{}",
-        String::from_utf8_lossy(&replay.stderr)
-    );
-    assert!(out.contains("PASS"), "{out}");
-    let rows = jsonl.lines().count();
-    assert!(out.contains(&format!("{rows} rows replayed")), "{out}");
+        .collect()
+}
 
-    // The same export with one ping left out: the replay would have pinged there.
+/// The export without its first ping row.
+fn without_first_ping(jsonl: &str) -> String {
     let ping = jsonl
         .lines()
         .position(|l| l.contains("\"decision\":\"ping:"))
         .unwrap();
-    let changed: String = jsonl
+    jsonl
         .lines()
         .enumerate()
         .filter(|(i, _)| *i != ping)
         .map(|(_, l)| format!("{l}\n"))
-        .collect();
-    std::fs::write(&file, changed).unwrap();
-    let replay = replay_closed_loop().await.unwrap();
-    let out = String::from_utf8_lossy(&replay.stdout).into_owned();
-    assert!(!replay.status.success(), "{out}");
-    assert!(out.contains("FAIL"), "{out}");
+        .collect()
+}
+
+/// `muninn replay --closed-loop file`.
+async fn replay_closed_loop(file: &Path) -> Output {
+    muninn(vec![
+        "replay".into(),
+        "--closed-loop".into(),
+        file.display().to_string(),
+    ])
+    .await
+}
+
+/// Runs the `muninn` binary off the runtime's threads.
+async fn muninn(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_muninn"))
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
 }

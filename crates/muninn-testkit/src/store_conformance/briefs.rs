@@ -2,11 +2,21 @@
 
 use super::{assert_invalid, assert_not_found, brief, mind_with_lease, ok, open};
 use crate::StoreFactory;
-use muninn_store::types::*;
+use muninn_store::{Store, types::*};
 
 pub(super) async fn briefs(factory: &dyn StoreFactory) {
-    let store = open(factory, "briefs").await;
-    let token = mind_with_lease(store.as_ref(), "m", "h").await;
+    let opened = open(factory, "briefs").await;
+    let store = opened.as_ref();
+    let token = mind_with_lease(store, "m", "h").await;
+    step!(briefs_queue_in_order(store, token));
+    let done = step!(a_claimed_brief_finishes_once(store, token));
+    let failed = step!(the_next_claim_takes_the_next_brief(store, token));
+    step!(briefs_list_by_status(store, (done, failed)));
+    store.close().await;
+}
+
+/// Briefs queue with gap-free seqs; an unknown Mind's is refused, an empty queue claims none.
+async fn briefs_queue_in_order(store: &dyn Store, token: FencingToken) {
     assert_not_found(
         store
             .enqueue_brief("zz", &brief("x", BriefOrigin::Operator, 1))
@@ -28,7 +38,11 @@ pub(super) async fn briefs(factory: &dyn StoreFactory) {
     );
     assert_eq!((first.seq, second.seq), (1, 2));
     assert_eq!(first.status, BriefStatus::Queued);
+}
 
+/// The oldest brief is claimed and runs; only a running brief finishes, once, as done or
+/// failed. Returns it finished.
+async fn a_claimed_brief_finishes_once(store: &dyn Store, token: FencingToken) -> Brief {
     let claimed = ok(store.claim_brief("m", token, 30).await, "claim");
     let claimed = claimed.unwrap_or_else(|| panic!("nothing claimed"));
     assert_eq!(claimed.seq, 1);
@@ -67,7 +81,12 @@ pub(super) async fn briefs(factory: &dyn StoreFactory) {
             .await,
         "finish twice",
     );
+    done
+}
 
+/// The next claim takes the next brief, then none is left to claim; it fails. Returns it
+/// failed.
+async fn the_next_claim_takes_the_next_brief(store: &dyn Store, token: FencingToken) -> Brief {
     let next = ok(store.claim_brief("m", token, 50).await, "claim 2");
     assert_eq!(next.as_ref().map(|b| b.seq), Some(2));
     assert_eq!(next.map(|b| b.origin), Some(BriefOrigin::Persona));
@@ -82,7 +101,11 @@ pub(super) async fn briefs(factory: &dyn StoreFactory) {
         "fail",
     );
     assert_eq!(failed.status, BriefStatus::Failed);
+    failed
+}
 
+/// Every brief lists in seq order, whole, and filtered by status.
+async fn briefs_list_by_status(store: &dyn Store, (done, failed): (Brief, Brief)) {
     ok(
         store
             .enqueue_brief("m", &brief("third", BriefOrigin::Operator, 70))
@@ -102,5 +125,4 @@ pub(super) async fn briefs(factory: &dyn StoreFactory) {
         "failed",
     );
     assert_eq!(finished, vec![failed]);
-    store.close().await;
 }

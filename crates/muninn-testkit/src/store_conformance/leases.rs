@@ -6,10 +6,20 @@ use super::{
     mind_with_lease, note, ok, open, out,
 };
 use crate::StoreFactory;
-use muninn_store::types::*;
+use muninn_store::{Store, types::*};
 
 pub(super) async fn lease_lifecycle(factory: &dyn StoreFactory) {
-    let store = open(factory, "lease_lifecycle").await;
+    let opened = open(factory, "lease_lifecycle").await;
+    let store = opened.as_ref();
+    let a = step!(a_free_lease_is_acquired(store));
+    step!(a_live_lease_is_renewed_only_by_its_holder(store, &a));
+    step!(an_expired_or_released_lease_gets_a_newer_token(store, &a));
+    store.close().await;
+}
+
+/// A Mind's lease starts free and is acquired for its TTL; an unknown Mind's or a zero TTL is
+/// refused. Returns it.
+async fn a_free_lease_is_acquired(store: &dyn Store) -> Lease {
     ok(store.create_mind(&mind("m")).await, "create");
     assert_eq!(ok(store.lease("m").await, "no lease"), None);
     assert_not_found(
@@ -26,7 +36,12 @@ pub(super) async fn lease_lifecycle(factory: &dyn StoreFactory) {
     assert_eq!(a.holder, "host-a");
     assert_eq!(a.expires_at_ms, 11_000);
     assert_eq!(ok(store.lease("m").await, "lease"), Some(a.clone()));
+    a
+}
 
+/// While the lease is live (up to and excluding expiry) another holder is refused; the holder
+/// re-acquiring or renewing keeps its token and moves the expiry.
+async fn a_live_lease_is_renewed_only_by_its_holder(store: &dyn Store, a: &Lease) {
     // Another holder is refused while the lease is live (up to and excluding expiry).
     assert_eq!(
         ok(
@@ -55,7 +70,12 @@ pub(super) async fn lease_lifecycle(factory: &dyn StoreFactory) {
         ),
         None
     );
+}
 
+/// After expiry or release the next acquirer (even the same holder) gets a strictly greater
+/// token and fences the old one; an expired lease renewed by its still-current holder keeps
+/// its token.
+async fn an_expired_or_released_lease_gets_a_newer_token(store: &dyn Store, a: &Lease) {
     // After expiry another holder takes it with a strictly greater token.
     let b = ok(
         store.acquire_lease("m", "host-b", 1_000, 13_000).await,
@@ -100,12 +120,31 @@ pub(super) async fn lease_lifecycle(factory: &dyn StoreFactory) {
         "same holder after expiry",
     );
     assert!(b3.map(|l| l.token > b2.token).unwrap_or(false));
-    store.close().await;
 }
 
 pub(super) async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
-    let store = open(factory, "fencing").await;
-    let stale = mind_with_lease(store.as_ref(), "m", "host-a").await;
+    let opened = open(factory, "fencing").await;
+    let store = opened.as_ref();
+    let stale = mind_with_lease(store, "m", "host-a").await;
+    let seg = step!(rows_for_the_stale_holder_to_touch(store, stale));
+    // The lease expires and host-b takes it.
+    let fresh = ok(
+        store.acquire_lease("m", "host-b", 60_000, 100_000).await,
+        "b takes over",
+    );
+    let fresh = fresh.unwrap_or_else(|| panic!("takeover refused")).token;
+    assert!(fresh > stale);
+    step!(every_fenced_mutator_refuses_a_stale_token(
+        store, stale, &seg
+    ));
+    step!(nothing_the_stale_holder_tried_was_written(store));
+    step!(the_transport_and_the_fresh_holder_still_write(store, fresh));
+    store.close().await;
+}
+
+/// A delivery, a send, a brief, a segment and a transcript item, written while `stale` holds
+/// the lease. Returns the segment started.
+async fn rows_for_the_stale_holder_to_touch(store: &dyn Store, stale: FencingToken) -> NewSegment {
     // Prepare rows the stale holder will try to touch.
     ok(store.post_delivery("m", &delivery(1)).await, "deliver");
     ok(
@@ -134,15 +173,15 @@ pub(super) async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
             .await,
         "transcript",
     );
+    seg
+}
 
-    // The lease expires and host-b takes it.
-    let fresh = ok(
-        store.acquire_lease("m", "host-b", 60_000, 100_000).await,
-        "b takes over",
-    );
-    let fresh = fresh.unwrap_or_else(|| panic!("takeover refused")).token;
-    assert!(fresh > stale);
-
+/// Every fenced method refuses a token older than the lease's.
+async fn every_fenced_mutator_refuses_a_stale_token(
+    store: &dyn Store,
+    stale: FencingToken,
+    seg: &NewSegment,
+) {
     let m = "m";
     assert_fenced(
         store
@@ -174,7 +213,7 @@ pub(super) async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
             .await,
         "finish",
     );
-    assert_fenced(store.start_segment(m, stale, &seg).await, "start segment");
+    assert_fenced(store.start_segment(m, stale, seg).await, "start segment");
     assert_fenced(
         store
             .set_segment_session(m, stale, Role::Persona, 0, "s")
@@ -198,8 +237,11 @@ pub(super) async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
         store.append_transcript("zz", stale, &[]).await,
         "unknown mind",
     );
+}
 
-    // Nothing the stale holder tried was written.
+/// Nothing the stale holder tried was written.
+async fn nothing_the_stale_holder_tried_was_written(store: &dyn Store) {
+    let m = "m";
     assert_eq!(
         ok(store.transcript_tail(m, Role::Persona, 10).await, "tail").len(),
         1
@@ -229,7 +271,12 @@ pub(super) async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
         let mut s = ok(store.segments(m, Role::Persona).await, "segments");
         s.pop()
     });
+}
 
+/// An outbox ack is not fenced (it comes from the transport, not from a lease holder), and the
+/// fresh holder writes on, its seqs continuing without a gap.
+async fn the_transport_and_the_fresh_holder_still_write(store: &dyn Store, fresh: FencingToken) {
+    let m = "m";
     // An outbox ack is not fenced: it comes from the transport, not from a lease holder.
     let acked = ok(store.ack_outbox(m, "b1-0", None, 5).await, "ack outbox");
     assert_eq!(acked.acked_at_ms, Some(5));
@@ -242,5 +289,4 @@ pub(super) async fn fencing_refuses_every_mutator(factory: &dyn StoreFactory) {
         "fresh",
     );
     assert_eq!(seqs, vec![2]);
-    store.close().await;
 }

@@ -3,11 +3,21 @@
 
 use super::{assert_invalid, assert_not_found, delivery, mind_with_lease, ok, open};
 use crate::StoreFactory;
-use muninn_store::types::*;
+use muninn_store::{Store, types::*};
 
 pub(super) async fn mailbox(factory: &dyn StoreFactory) {
-    let store = open(factory, "mailbox").await;
-    let token = mind_with_lease(store.as_ref(), "m", "h").await;
+    let opened = open(factory, "mailbox").await;
+    let store = opened.as_ref();
+    let token = mind_with_lease(store, "m", "h").await;
+    step!(intake_is_idempotent_by_source_id(store));
+    step!(pending_deliveries_read_back_whole(store));
+    step!(the_ack_position_never_moves_back(store, token));
+    store.close().await;
+}
+
+/// Deliveries get gap-free seqs; the same source id again (even with other content) adds
+/// nothing and leaves no gap; a delivery to an unknown Mind is refused.
+async fn intake_is_idempotent_by_source_id(store: &dyn Store) {
     assert_not_found(
         store.post_delivery("zz", &delivery(1)).await,
         "unknown mind",
@@ -37,7 +47,10 @@ pub(super) async fn mailbox(factory: &dyn StoreFactory) {
         ok(store.post_delivery("m", &delivery(6)).await, "post 6").seq,
         6
     );
+}
 
+/// The pending deliveries come back in seq order, paged, as whole rows.
+async fn pending_deliveries_read_back_whole(store: &dyn Store) {
     let pending = ok(store.pending_deliveries("m", 0, 100).await, "pending");
     assert_eq!(
         pending.iter().map(|d| d.seq).collect::<Vec<_>>(),
@@ -64,7 +77,11 @@ pub(super) async fn mailbox(factory: &dyn StoreFactory) {
     assert!(pending[1].is_direct && !pending[2].is_direct);
     let page = ok(store.pending_deliveries("m", 2, 2).await, "page");
     assert_eq!(page.iter().map(|d| d.seq).collect::<Vec<_>>(), vec![3, 4]);
+}
 
+/// Acks move the position forward only, within the deliveries there are, and the mailbox's
+/// summary follows them.
+async fn the_ack_position_never_moves_back(store: &dyn Store, token: FencingToken) {
     assert_eq!(ok(store.ack_position("m").await, "initial ack"), 0);
     assert_eq!(
         ok(store.mailbox("m").await, "mailbox before acks"),
@@ -105,5 +122,4 @@ pub(super) async fn mailbox(factory: &dyn StoreFactory) {
         ok(store.pending_deliveries("m", 6, 10).await, "none left"),
         vec![]
     );
-    store.close().await;
 }

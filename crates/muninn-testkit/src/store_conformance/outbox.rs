@@ -2,11 +2,25 @@
 
 use super::{assert_not_found, mind_with_lease, ok, open, out};
 use crate::StoreFactory;
-use muninn_store::types::*;
+use muninn_store::{Store, types::*};
 
 pub(super) async fn outbox(factory: &dyn StoreFactory) {
-    let store = open(factory, "outbox").await;
-    let token = mind_with_lease(store.as_ref(), "m", "h").await;
+    let opened = open(factory, "outbox").await;
+    let store = opened.as_ref();
+    let token = mind_with_lease(store, "m", "h").await;
+    step!(enqueue_is_idempotent_by_request_id(store, token));
+    step!(marking_sent_keeps_the_first(store, token));
+    step!(pages_after_a_seq_hold_the_unacked(store));
+    step!(acks_need_no_lease_and_keep_the_first(store, token));
+    store.close().await;
+}
+
+fn seqs(page: Vec<OutboxMessage>) -> Vec<i64> {
+    page.iter().map(|m| m.seq).collect()
+}
+
+/// Rows get gap-free seqs; the same request id again returns the first row unchanged.
+async fn enqueue_is_idempotent_by_request_id(store: &dyn Store, token: FencingToken) {
     let rows = ok(
         store
             .enqueue_outbox("m", token, &[out("b1-0", "hello"), out("b1-1", "world")])
@@ -26,7 +40,11 @@ pub(super) async fn outbox(factory: &dyn StoreFactory) {
     assert_eq!(again[0], rows[0]);
     assert_eq!(again[1].seq, 3, "no gap after a repeat");
     assert_eq!(ok(store.unsent_outbox("m", 10).await, "unsent").len(), 3);
+}
 
+/// A message marked sent leaves the unsent list but not the unacked one; marked again, it keeps
+/// its first time and remote id.
+async fn marking_sent_keeps_the_first(store: &dyn Store, token: FencingToken) {
     let sent = ok(
         store
             .mark_outbox_sent("m", token, "b1-0", Some("$remote"), 50)
@@ -48,9 +66,10 @@ pub(super) async fn outbox(factory: &dyn StoreFactory) {
         .collect();
     assert_eq!(unsent, vec!["b1-1", "b2-0"]);
     assert_eq!(ok(store.unacked_outbox("m", 10).await, "unacked").len(), 3);
+}
 
-    // A page after a seq: unacknowledged, seq > after, in seq order, at most `limit`.
-    let seqs = |page: Vec<OutboxMessage>| page.iter().map(|m| m.seq).collect::<Vec<_>>();
+/// A page after a seq: unacknowledged, seq > after, in seq order, at most `limit`.
+async fn pages_after_a_seq_hold_the_unacked(store: &dyn Store) {
     assert_eq!(
         seqs(ok(store.outbox_after("m", 0, 10).await, "after 0")),
         vec![1, 2, 3]
@@ -75,7 +94,11 @@ pub(super) async fn outbox(factory: &dyn StoreFactory) {
         ok(store.outbox_after("m", 0, 10).await, "whole rows"),
         ok(store.unacked_outbox("m", 10).await, "unacked")
     );
+}
 
+/// An ack keeps its first time, leaves the pages, needs no lease (the transport acks while no
+/// host holds the Mind) and marks an unsent message sent; unknown ids are not found.
+async fn acks_need_no_lease_and_keep_the_first(store: &dyn Store, token: FencingToken) {
     let acked = ok(store.ack_outbox("m", "b1-0", None, 70).await, "ack");
     assert_eq!(acked.acked_at_ms, Some(70));
     assert_eq!(acked.sent_at_ms, Some(50));
@@ -121,5 +144,4 @@ pub(super) async fn outbox(factory: &dyn StoreFactory) {
         store.ack_outbox("m", "nope", None, 1).await,
         "unknown id ack",
     );
-    store.close().await;
 }

@@ -2,11 +2,21 @@
 
 use super::{assert_not_found, mind_with_lease, ok, open};
 use crate::StoreFactory;
-use muninn_store::types::*;
+use muninn_store::{Store, types::*};
 
 pub(super) async fn segments(factory: &dyn StoreFactory) {
-    let store = open(factory, "segments").await;
-    let token = mind_with_lease(store.as_ref(), "m", "h").await;
+    let opened = open(factory, "segments").await;
+    let store = opened.as_ref();
+    let token = mind_with_lease(store, "m", "h").await;
+    let self_first = step!(segments_number_from_zero_per_role(store, token));
+    step!(starting_a_segment_ends_the_open_one(store, token));
+    step!(a_segment_ends_once(store, token, self_first));
+    store.close().await;
+}
+
+/// The first segment of each role is number 0, open, with the session id set on it later; an
+/// empty memory is kept as empty, not none. Returns the Self's.
+async fn segments_number_from_zero_per_role(store: &dyn Store, token: FencingToken) -> Segment {
     assert_eq!(
         ok(store.current_segment("m", Role::Persona).await, "none"),
         None
@@ -65,6 +75,11 @@ pub(super) async fn segments(factory: &dyn StoreFactory) {
         Some(""),
         "empty memory is not none"
     );
+    self_first
+}
+
+/// The next segment of a role ends the open one and keeps its memory byte for byte.
+async fn starting_a_segment_ends_the_open_one(store: &dyn Store, token: FencingToken) {
     let second = ok(
         store
             .start_segment(
@@ -102,6 +117,11 @@ pub(super) async fn segments(factory: &dyn StoreFactory) {
     assert_eq!(all[1].spec_digest.as_deref(), Some("0123456789abcdef"));
     let self_read = ok(store.current_segment("m", Role::SelfRole).await, "self");
     assert_eq!(self_read.and_then(|s| s.memory).as_deref(), Some(""));
+}
+
+/// A segment ends once (the first end time stays) and stays current; unknown segments are not
+/// found.
+async fn a_segment_ends_once(store: &dyn Store, token: FencingToken, self_first: Segment) {
     let ended = ok(
         store.end_segment("m", token, Role::Persona, 1, 300).await,
         "end",
@@ -133,5 +153,4 @@ pub(super) async fn segments(factory: &dyn StoreFactory) {
             .await,
         "unknown session",
     );
-    store.close().await;
 }

@@ -2,12 +2,25 @@
 
 use super::{item, mind_with_lease, ok, open};
 use crate::StoreFactory;
-use muninn_store::types::*;
+use muninn_store::{Store, types::*};
 use serde_json::json;
 
 pub(super) async fn transcript_append_only(factory: &dyn StoreFactory) {
-    let store = open(factory, "transcript").await;
-    let token = mind_with_lease(store.as_ref(), "m", "h").await;
+    let opened = open(factory, "transcript").await;
+    let store = opened.as_ref();
+    let token = mind_with_lease(store, "m", "h").await;
+    let items = step!(appends_get_gap_free_seqs_per_role(store, token));
+    step!(items_read_back_whole_by_range(store, &items));
+    step!(tails_hold_the_newest_in_order(store));
+    store.close().await;
+}
+
+/// Appends get gap-free seqs from 1, the Self's its own; an empty append gets none. Returns the
+/// first items appended.
+async fn appends_get_gap_free_seqs_per_role(
+    store: &dyn Store,
+    token: FencingToken,
+) -> Vec<NewTranscriptItem> {
     let kinds = [
         TranscriptKind::Delivery,
         TranscriptKind::Reply,
@@ -54,7 +67,11 @@ pub(super) async fn transcript_append_only(factory: &dyn StoreFactory) {
         ok(store.append_transcript("m", token, &[]).await, "empty"),
         Vec::<i64>::new()
     );
+    items
+}
 
+/// Every kind and body comes back whole, in seq order, windowed and limited.
+async fn items_read_back_whole_by_range(store: &dyn Store, items: &[NewTranscriptItem]) {
     let all = ok(
         store
             .transcript_range("m", Role::Persona, 1, None, 100)
@@ -89,6 +106,10 @@ pub(super) async fn transcript_append_only(factory: &dyn StoreFactory) {
         limited.iter().map(|t| t.seq).collect::<Vec<_>>(),
         vec![3, 4]
     );
+}
+
+/// A tail holds a role's newest items, oldest first.
+async fn tails_hold_the_newest_in_order(store: &dyn Store) {
     let tail = ok(store.transcript_tail("m", Role::Persona, 3).await, "tail");
     assert_eq!(
         tail.iter().map(|t| t.seq).collect::<Vec<_>>(),
@@ -106,5 +127,4 @@ pub(super) async fn transcript_append_only(factory: &dyn StoreFactory) {
         ok(store.transcript_tail("m", Role::Persona, 0).await, "tail 0"),
         vec![]
     );
-    store.close().await;
 }

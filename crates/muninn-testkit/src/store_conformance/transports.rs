@@ -6,7 +6,8 @@ use super::{
     assert_fenced, assert_invalid, assert_not_found, delivery, mind_with_lease, ok, open, out,
 };
 use crate::StoreFactory;
-use muninn_store::types::*;
+use muninn_store::{Store, types::*};
+
 fn cursor(value: &str, at: i64) -> NewCursor {
     NewCursor {
         name: "matrix:sync".into(),
@@ -20,8 +21,19 @@ fn seqs(posted: &[Posted]) -> Vec<(i64, bool)> {
 }
 
 pub(super) async fn intake_batch_moves_mail_and_cursor_together(factory: &dyn StoreFactory) {
-    let store = open(factory, "intake_batch").await;
-    mind_with_lease(store.as_ref(), "m", "h").await;
+    let opened = open(factory, "intake_batch").await;
+    let store = opened.as_ref();
+    mind_with_lease(store, "m", "h").await;
+    step!(a_batch_without_mail_moves_the_cursor(store));
+    let batch = step!(a_batch_posts_its_mail_and_moves_the_cursor(store));
+    step!(the_same_batch_again_adds_nothing(store, &batch));
+    step!(cursors_are_per_mind_and_name(store));
+    store.close().await;
+}
+
+/// A Mind starts with no cursor; a first read with no mail (a Matrix first sync: history is
+/// context) moves it; an unknown Mind's batch is not found.
+async fn a_batch_without_mail_moves_the_cursor(store: &dyn Store) {
     assert_eq!(
         ok(store.cursor("m", "matrix:sync").await, "none yet"),
         None,
@@ -56,8 +68,11 @@ pub(super) async fn intake_batch_moves_mail_and_cursor_together(factory: &dyn St
         }),
         "the cursor round-trips"
     );
+}
 
-    // Mail and cursor: seqs in order; a source id repeated inside the batch adds nothing.
+/// Mail and cursor: seqs in order; a source id repeated inside the batch adds nothing. Returns
+/// the batch.
+async fn a_batch_posts_its_mail_and_moves_the_cursor(store: &dyn Store) -> IntakeBatch {
     let batch = IntakeBatch {
         deliveries: vec![delivery(1), delivery(2), delivery(1), delivery(3)],
         cursor: Some(cursor("s2", 200)),
@@ -71,10 +86,14 @@ pub(super) async fn intake_batch_moves_mail_and_cursor_together(factory: &dyn St
     let pending = ok(store.pending_deliveries("m", 0, 10).await, "pending");
     assert_eq!(pending.len(), 3, "three new deliveries");
     assert_eq!(pending[2].context, delivery(3).context, "context kept");
+    batch
+}
 
+/// The same batch again adds nothing; single intake and batches share one seq counter.
+async fn the_same_batch_again_adds_nothing(store: &dyn Store, batch: &IntakeBatch) {
     // The same read again (a transport restarted before it knew the commit landed): nothing
     // new, the cursor where it is.
-    let again = ok(store.post_batch("m", &batch).await, "again");
+    let again = ok(store.post_batch("m", batch).await, "again");
     assert_eq!(
         seqs(&again),
         vec![(1, false), (2, false), (1, false), (3, false)],
@@ -97,9 +116,11 @@ pub(super) async fn intake_batch_moves_mail_and_cursor_together(factory: &dyn St
     );
     let moved = ok(store.cursor("m", "matrix:sync").await, "cursor").map(|c| c.value);
     assert_eq!(moved.as_deref(), Some("s2"), "no cursor, no move");
+}
 
-    // Cursors are per Mind and name.
-    mind_with_lease(store.as_ref(), "n", "h").await;
+/// Cursors are per Mind and name.
+async fn cursors_are_per_mind_and_name(store: &dyn Store) {
+    mind_with_lease(store, "n", "h").await;
     let other = IntakeBatch {
         deliveries: vec![delivery(1)],
         cursor: Some(NewCursor {
@@ -120,7 +141,6 @@ pub(super) async fn intake_batch_moves_mail_and_cursor_together(factory: &dyn St
     );
     let m_sync = ok(store.cursor("m", "matrix:sync").await, "m's sync").map(|c| c.value);
     assert_eq!(m_sync.as_deref(), Some("s2"), "m's cursor untouched");
-    store.close().await;
 }
 
 pub(super) async fn intake_batch_is_all_or_nothing(factory: &dyn StoreFactory) {
@@ -171,8 +191,27 @@ pub(super) async fn intake_batch_is_all_or_nothing(factory: &dyn StoreFactory) {
 }
 
 pub(super) async fn failed_sends_are_kept_and_never_offered_again(factory: &dyn StoreFactory) {
-    let store = open(factory, "failed_sends").await;
-    let token = mind_with_lease(store.as_ref(), "m", "h").await;
+    let opened = open(factory, "failed_sends").await;
+    let store = opened.as_ref();
+    let token = mind_with_lease(store, "m", "h").await;
+    let failed = step!(a_failed_send_keeps_its_first_failure(store, token));
+    step!(a_failed_send_is_offered_to_no_transport(store));
+    step!(failures_list_newest_first_and_spare_acks(store, &failed));
+    step!(recording_a_failure_needs_no_lease(store, token));
+    store.close().await;
+}
+
+/// The request ids of `messages`, in order.
+fn ids(messages: Vec<OutboxMessage>) -> Vec<String> {
+    messages.into_iter().map(|m| m.request_id).collect()
+}
+
+/// A failed send keeps its time and reason, neither sent nor acked; a second failure changes
+/// nothing. Returns it.
+async fn a_failed_send_keeps_its_first_failure(
+    store: &dyn Store,
+    token: FencingToken,
+) -> OutboxMessage {
     ok(
         store
             .enqueue_outbox(
@@ -206,13 +245,11 @@ pub(super) async fn failed_sends_are_kept_and_never_offered_again(factory: &dyn 
         failed,
         "idempotent"
     );
-    // Offered to no transport again: not unsent, not unacked, not in a page.
-    let ids = |messages: Vec<OutboxMessage>| {
-        messages
-            .into_iter()
-            .map(|m| m.request_id)
-            .collect::<Vec<_>>()
-    };
+    failed
+}
+
+/// Offered to no transport again: not unsent, not unacked, not in a page.
+async fn a_failed_send_is_offered_to_no_transport(store: &dyn Store) {
     assert_eq!(
         ids(ok(store.unsent_outbox("m", 10).await, "unsent")),
         vec!["b-1", "b-2"],
@@ -228,6 +265,11 @@ pub(super) async fn failed_sends_are_kept_and_never_offered_again(factory: &dyn 
         vec!["b-1", "b-2"],
         "page"
     );
+}
+
+/// An acknowledged message keeps its ack and gets no failure; failures list newest first,
+/// whole, per Mind; an unknown id is not found.
+async fn failures_list_newest_first_and_spare_acks(store: &dyn Store, failed: &OutboxMessage) {
     // An acknowledged message keeps its ack and gets no failure.
     let acked = ok(
         store.ack_outbox("m", "b-1", Some("$event1"), 30).await,
@@ -245,7 +287,7 @@ pub(super) async fn failed_sends_are_kept_and_never_offered_again(factory: &dyn 
     // Listed newest failure first, whole rows.
     let listed = ok(store.failed_outbox("m", 10).await, "failed");
     assert_eq!(ids(listed.clone()), vec!["b-2", "b-0"], "newest first");
-    assert_eq!(listed[1], failed, "whole row");
+    assert_eq!(&listed[1], failed, "whole row");
     assert_eq!(
         ids(ok(store.failed_outbox("m", 1).await, "limit")),
         vec!["b-2"],
@@ -257,7 +299,10 @@ pub(super) async fn failed_sends_are_kept_and_never_offered_again(factory: &dyn 
         "unknown mind lists nothing"
     );
     assert_not_found(store.fail_outbox("m", "nope", "x", 1).await, "unknown id");
-    // Recording a failure needs no lease (the transport's word).
+}
+
+/// Recording a failure needs no lease (the transport's word).
+async fn recording_a_failure_needs_no_lease(store: &dyn Store, token: FencingToken) {
     ok(
         store.enqueue_outbox("m", token, &[out("b-3", "d")]).await,
         "enqueue",
@@ -272,7 +317,6 @@ pub(super) async fn failed_sends_are_kept_and_never_offered_again(factory: &dyn 
         "fail, no lease",
     );
     assert_eq!(late.failed_at_ms, Some(60));
-    store.close().await;
 }
 
 /// An outbox row as a build at migration 5 left it (before failures were kept).

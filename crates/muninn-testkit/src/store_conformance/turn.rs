@@ -6,12 +6,23 @@ use super::{
     open, out,
 };
 use crate::StoreFactory;
-use muninn_store::StoreError;
 use muninn_store::types::*;
+use muninn_store::{Store, StoreError};
 
 pub(super) async fn record_turn_commits_everything(factory: &dyn StoreFactory) {
-    let store = open(factory, "record_turn").await;
-    let token = mind_with_lease(store.as_ref(), "m", "h").await;
+    let opened = open(factory, "record_turn").await;
+    let store = opened.as_ref();
+    let token = mind_with_lease(store, "m", "h").await;
+    step!(a_turn_commits_every_part(store, token));
+    step!(an_ack_only_or_empty_turn_moves_nothing_back(store, token));
+    step!(a_repeated_turn_key_is_refused_whole(store, token));
+    step!(a_retried_turns_sends_keep_their_first_rows(store, token));
+    store.close().await;
+}
+
+/// A full turn writes its transcript items, sends, ledger row, memory note and brief, and moves
+/// the ack position, all read back as written.
+async fn a_turn_commits_every_part(store: &dyn Store, token: FencingToken) {
     ok(store.post_delivery("m", &delivery(1)).await, "d1");
     ok(store.post_delivery("m", &delivery(2)).await, "d2");
     ok(store.post_delivery("m", &delivery(3)).await, "d3");
@@ -59,7 +70,11 @@ pub(super) async fn record_turn_commits_everything(factory: &dyn StoreFactory) {
         ok(store.pending_deliveries("m", 2, 10).await, "pending").len(),
         1
     );
+}
 
+/// A turn with nothing but an ack below the position keeps the position; an empty turn records
+/// nothing.
+async fn an_ack_only_or_empty_turn_moves_nothing_back(store: &dyn Store, token: FencingToken) {
     // A turn with nothing but an ack, and an ack below the position (kept, not moved back).
     let ack_only = TurnRecord {
         ack_through: Some(1),
@@ -80,8 +95,10 @@ pub(super) async fn record_turn_commits_everything(factory: &dyn StoreFactory) {
             ..TurnReceipt::default()
         }
     );
+}
 
-    // The same turn again (a retry after a lost commit acknowledgment) is refused whole.
+/// The same turn again (a retry after a lost commit acknowledgment) is refused whole.
+async fn a_repeated_turn_key_is_refused_whole(store: &dyn Store, token: FencingToken) {
     match store
         .record_turn("m", token, &full_turn("m", Some(3)))
         .await
@@ -98,8 +115,10 @@ pub(super) async fn record_turn_commits_everything(factory: &dyn StoreFactory) {
         1
     );
     assert_eq!(ok(store.ack_position("m").await, "ack"), 2);
+}
 
-    // A retried turn's sends keep their first rows (idempotent request ids).
+/// A retried turn's sends keep their first rows (idempotent request ids).
+async fn a_retried_turns_sends_keep_their_first_rows(store: &dyn Store, token: FencingToken) {
     let retry = TurnRecord {
         outbox: vec![out("batch7-0", "changed"), out("batch8-0", "new")],
         ack_through: Some(3),
@@ -109,7 +128,6 @@ pub(super) async fn record_turn_commits_everything(factory: &dyn StoreFactory) {
     assert_eq!(receipt.outbox[0].text, "hi");
     assert_eq!(receipt.outbox[1].seq, 3);
     assert_eq!(receipt.ack_position, 3);
-    store.close().await;
 }
 
 pub(super) async fn record_turn_all_or_nothing(factory: &dyn StoreFactory) {

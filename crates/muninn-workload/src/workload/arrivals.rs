@@ -125,69 +125,122 @@ fn conversations(
     let quiet_weight: u64 = params.quiet_gaps.iter().map(|b| u64::from(b.weight)).sum();
     while start < until_ms {
         let shape = phase(params, variant, start);
-        let dm_pct = if shape == Variant::DmHeavy {
-            params.dm_heavy_pct
-        } else {
-            params.dm_pct
+        let (room, is_direct) = pick_room(params, shape, &mut rng);
+        let scene = Scene {
+            conversation,
+            room,
+            is_direct,
+            cast: pick_cast(params, (room, is_direct), &mut rng),
         };
-        let dm = params.dm_rooms > 0 && (params.public_rooms == 0 || chance(&mut rng, dm_pct));
-        let (room, is_direct) = if dm {
-            let i = rng.range(&(0..=params.dm_rooms as u64 - 1)) as usize;
-            (params.public_rooms + i, true)
-        } else {
-            (
-                rng.range(&(0..=params.public_rooms as u64 - 1)) as usize,
-                false,
-            )
-        };
-        let cast: Vec<usize> = if is_direct {
-            vec![dm_peer(params, room - params.public_rooms)]
-        } else {
-            let n = rng.range(&params.conversation_senders).max(1);
-            (0..n)
-                .map(|_| rng.range(&(0..=params.senders as u64 - 1)) as usize)
-                .collect()
-        };
-        let n = rng.range(&params.conversation_messages);
-        let mut at = start;
-        for m in 0..n {
-            if m > 0 {
-                at += rng.range(&params.message_gap_ms) as i64;
-            }
-            let sender = cast[rng.range(&(0..=cast.len() as u64 - 1)) as usize];
-            let to_you = is_direct
-                || chance(
-                    &mut rng,
-                    if sender < params.operators {
-                        params.operator_tag_pct
-                    } else {
-                        params.member_tag_pct
-                    },
-                );
-            let tokens = params.message_tokens.draw(&mut rng);
-            out.push(RawMessage {
-                at_ms: at,
-                conversation,
-                room,
-                is_direct,
-                sender,
-                to_you,
-                text: words(&mut rng, tokens),
-            });
-        }
-        let every = |mean: u64, rng: &mut SplitMix64| rng.range(&(mean / 2..=mean + mean / 2));
-        start = match shape {
-            Variant::Quiet => start + every(params.quiet_every_ms, &mut rng) as i64,
-            Variant::Busy => start + every(params.busy_every_ms, &mut rng) as i64,
-            Variant::LongGaps => at + rng.range(&params.long_gap_ms) as i64,
-            Variant::B6 | Variant::DmHeavy | Variant::Mix => {
-                at + idle_gap(&mut rng, &params.quiet_gaps, quiet_weight) as i64
-            }
-        }
-        .max(start + 1);
+        let last_at = messages(params, &scene, start, &mut rng, &mut out);
+        start = next_start(params, shape, (start, last_at), quiet_weight, &mut rng);
         conversation += 1;
     }
     out
+}
+
+/// Where one conversation happens and who speaks in it.
+struct Scene {
+    /// Its number (0, 1, … in start order).
+    conversation: u64,
+    room: usize,
+    is_direct: bool,
+    /// Its senders, one per pick (a sender may appear more than once).
+    cast: Vec<usize>,
+}
+
+/// The room of a conversation starting while `shape` is in force, and whether it is a DM: DMs
+/// are drawn at the shape's DM share, and only where there are rooms of both kinds.
+fn pick_room(params: &PersonaParams, shape: Variant, rng: &mut SplitMix64) -> (usize, bool) {
+    let dm_pct = if shape == Variant::DmHeavy {
+        params.dm_heavy_pct
+    } else {
+        params.dm_pct
+    };
+    let dm = params.dm_rooms > 0 && (params.public_rooms == 0 || chance(rng, dm_pct));
+    if dm {
+        let i = rng.range(&(0..=params.dm_rooms as u64 - 1)) as usize;
+        (params.public_rooms + i, true)
+    } else {
+        (
+            rng.range(&(0..=params.public_rooms as u64 - 1)) as usize,
+            false,
+        )
+    }
+}
+
+/// The senders of a conversation: a DM's peer, or a few senders drawn from everyone.
+fn pick_cast(
+    params: &PersonaParams,
+    (room, is_direct): (usize, bool),
+    rng: &mut SplitMix64,
+) -> Vec<usize> {
+    if is_direct {
+        vec![dm_peer(params, room - params.public_rooms)]
+    } else {
+        let n = rng.range(&params.conversation_senders).max(1);
+        (0..n)
+            .map(|_| rng.range(&(0..=params.senders as u64 - 1)) as usize)
+            .collect()
+    }
+}
+
+/// Draws a conversation's messages, the first at `start`, into `out`; returns when the last
+/// arrived (`start` if it has none).
+fn messages(
+    params: &PersonaParams,
+    scene: &Scene,
+    start: i64,
+    rng: &mut SplitMix64,
+    out: &mut Vec<RawMessage>,
+) -> i64 {
+    let n = rng.range(&params.conversation_messages);
+    let mut at = start;
+    for m in 0..n {
+        if m > 0 {
+            at += rng.range(&params.message_gap_ms) as i64;
+        }
+        let sender = scene.cast[rng.range(&(0..=scene.cast.len() as u64 - 1)) as usize];
+        let tag_pct = if sender < params.operators {
+            params.operator_tag_pct
+        } else {
+            params.member_tag_pct
+        };
+        let to_you = scene.is_direct || chance(rng, tag_pct);
+        let tokens = params.message_tokens.draw(rng);
+        out.push(RawMessage {
+            at_ms: at,
+            conversation: scene.conversation,
+            room: scene.room,
+            is_direct: scene.is_direct,
+            sender,
+            to_you,
+            text: words(rng, tokens),
+        });
+    }
+    at
+}
+
+/// When the conversation after one that started at `start` and ended at `last_at` starts: the
+/// busy and quiet shapes start conversations at a steady pace, the others after a gap from the
+/// last message; always later than `start`.
+fn next_start(
+    params: &PersonaParams,
+    shape: Variant,
+    (start, last_at): (i64, i64),
+    quiet_weight: u64,
+    rng: &mut SplitMix64,
+) -> i64 {
+    let every = |mean: u64, rng: &mut SplitMix64| rng.range(&(mean / 2..=mean + mean / 2));
+    match shape {
+        Variant::Quiet => start + every(params.quiet_every_ms, rng) as i64,
+        Variant::Busy => start + every(params.busy_every_ms, rng) as i64,
+        Variant::LongGaps => last_at + rng.range(&params.long_gap_ms) as i64,
+        Variant::B6 | Variant::DmHeavy | Variant::Mix => {
+            last_at + idle_gap(rng, &params.quiet_gaps, quiet_weight) as i64
+        }
+    }
+    .max(start + 1)
 }
 
 /// Arrivals of the conversations starting before `until_ms`, sorted, numbered and with context.
