@@ -267,7 +267,6 @@ fn print(
 /// A trace with its model's price.
 type Priced<'a> = (&'a Trace, &'a muninn_core::price::ModelPrice);
 
-/// The price table: the file given, else the embedded one.
 /// The price table in `path` (TOML), else the embedded one. Every command that takes
 /// `--prices` (or `prices =`) reads it through here.
 pub(crate) fn load_prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceTable> {
