@@ -39,6 +39,21 @@ struct Group {
     /// session's heads and segments written before a change hold other tools, so their
     /// fingerprints carry it.
     tools_epoch: u32,
+    /// Whether the thread's tools head is its own: since a first tool load that the model's
+    /// loads say changes the prompt's head ([`FirstLoads`]), the thread sends another head than
+    /// a fresh session of its model does, so its requests no longer keep the shared tools head
+    /// warm for other sessions' openings.
+    ///
+    /// On `personal-git`'s tuning part (Opus 4.7, whose first loads break the prefix) 15
+    /// session openings read nothing where the model held the shared head live; in 9 of them
+    /// every main-thread request of that model in the hour before came from sessions past their
+    /// first tool load, while each of the 16 openings that read the live head had a request of
+    /// a session that had loaded nothing within the hour. A remote-control tool change
+    /// (`TraceRequest::tools_changed`) does not make the head private: on `claude_backup`'s
+    /// tuning part such a session, resumed hours later, read the shared head again (made
+    /// private for it too, that part lost 3 requests; docs/validation.md, "Looked at a seventh
+    /// time").
+    own_tools_head: bool,
     tail: Option<Tail>,
     /// The conversation (`TraceRequest::conversation`) `tail` ends.
     tail_conversation: u64,
@@ -445,6 +460,11 @@ impl ModelReplay {
         if tools_changed {
             group.tools_epoch += 1;
         }
+        // A first load that changes the prompt's head changes it for the rest of the thread:
+        // its head is no longer the one a fresh session sends (see `Group::own_tools_head`).
+        if load_breaks {
+            group.own_tools_head = true;
+        }
         // Where the last breakpoint sits: everything but the uncached tail. Known to the client
         // before sending; it only places the new entry and never decides this request's read.
         let end_tokens = req.usage.prompt().saturating_sub(req.usage.input);
@@ -497,7 +517,7 @@ impl ModelReplay {
         });
         let h2 = group.h2.or_else(|| self.h2_estimate.get(&est_key).copied());
         let kind = if is_main_group(trace) { "main" } else { "sub" };
-        let h1_fp = if options.share_tools_head {
+        let h1_fp = if options.share_tools_head && !group.own_tools_head {
             h1.map(|t| hash_parts(&["h1", &trace.model, kind, &t.to_string()]))
         } else {
             Some(hash_parts(&["h1", &key.0, &key.1, &key.2, &epoch]))

@@ -66,7 +66,9 @@
 //!
 //! A thread's first tool load (`TraceRequest::tools_loaded`) is a tool change for a model whose
 //! earlier first loads, soon after the thread's previous request, broke the prefix more often
-//! than they kept it (`anthropic`'s `FirstLoads`).
+//! than they kept it (`anthropic`'s `FirstLoads`); from that load on the thread's tools head is
+//! its own (fingerprinted per session), so its requests no longer keep the shared tools head
+//! warm for other sessions' openings.
 //!
 //! Head sizes are learned from earlier observations only: a thread's first request that reads
 //! something short of a prefix it could know reveals `H1`; a later request that reads less than

@@ -8,8 +8,9 @@ use proptest::prelude::*;
 /// One generated request: gap since the previous request of its trace, growth of the cached
 /// part, the share of it the provider said it read, tier, a compaction before it, blocks added,
 /// whether it opens a person's turn, whether its answer thought, the conversation of its thread it
-/// belongs to (one session in two terminals), whether it sends a tool load (`tools_loaded`), and
-/// a tools head it reads instead (see [`HEAD`]).
+/// belongs to (one session in two terminals), whether it sends a tool load (`tools_loaded`), a
+/// tools head it reads instead (see [`HEAD`]), and whether the client changed its tool list
+/// before it (`tools_changed`: the thread's tools head is its own from then on).
 type GenRequest = (
     i64,
     u64,
@@ -22,6 +23,7 @@ type GenRequest = (
     u64,
     bool,
     Option<u64>,
+    bool,
 );
 
 /// The tools head the generated reads of a head sit near: `HEAD` plus up to 20%, so the sizes
@@ -53,6 +55,7 @@ fn gen_trace() -> impl Strategy<Value = Vec<GenRequest>> {
             prop_oneof![3 => Just(0u64), 1 => 1u64..3],
             prop::bool::weighted(0.2),
             prop::option::weighted(0.4, 0u64..=HEAD / 5),
+            prop::bool::weighted(0.1),
         ),
         1..25,
     )
@@ -75,6 +78,7 @@ fn build(start: i64, first: u64, generated: &[GenRequest]) -> Vec<TraceRequest> 
         conversation,
         loaded,
         head,
+        changed,
     ) in generated
     {
         at += gap;
@@ -87,6 +91,7 @@ fn build(start: i64, first: u64, generated: &[GenRequest]) -> Vec<TraceRequest> 
         r.reasoning = thinking;
         r.conversation = conversation;
         r.tools_loaded = loaded;
+        r.tools_changed = changed;
         out.push(r);
     }
     out

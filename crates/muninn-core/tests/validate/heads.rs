@@ -307,6 +307,51 @@ fn a_models_first_tool_loads_that_broke_the_prefix_are_learned() {
     );
 }
 
+/// A thread past a first tool load that changed its model's prompt head sends another head
+/// than a fresh session does, so it no longer keeps the shared tools head warm: a session
+/// opening while only such threads have run since the head's last fresh write finds it dead
+/// and reads nothing (on `personal-git`'s tuning part, Opus 4.7, 9 such openings;
+/// docs/validation.md, "Looked at a seventh time"). 5-minute writes throughout.
+#[test]
+fn a_thread_past_a_first_load_that_changed_the_head_keeps_no_shared_head_warm() {
+    // Four requests 10 s apart from `start` (the first reads the shared head), then a first
+    // tool load that reads nothing, then `more` requests every `every` ms, each reading the last.
+    let thread = |start: i64, more: usize, every: i64| {
+        let mut t = growing(start, 4, 10_000, false);
+        let mut prefix = t[3].usage.cache_read + t[3].usage.cache_write_5m;
+        let mut load = req(start + 40_000, 0, prefix + 300, false);
+        load.tools_loaded = true;
+        t.push(load);
+        prefix += 300;
+        for k in 0..more {
+            t.push(req(
+                start + 40_000 + (k as i64 + 1) * every,
+                prefix,
+                400,
+                false,
+            ));
+            prefix += 400;
+        }
+        t
+    };
+    // a's first load breaks the prefix: b's is predicted to (a tool change), and from then on
+    // b's head is its own; b keeps working past c's opening, c comes 8.5 minutes after the last
+    // request that sent the shared head (b's fourth).
+    let mut c = growing(10 * MIN, 2, 10_000, false);
+    c[0].usage.cache_read = 0;
+    c[0].usage.cache_write_5m += H1;
+    let traces = [
+        trace("a", "main", ThreadKind::Main, "m", thread(0, 1, 10_000)),
+        trace("b", "main", ThreadKind::Main, "m", thread(MIN, 10, MIN)),
+        trace("c", "main", ThreadKind::Main, "m", c),
+    ];
+    let report = validate(&traces, &ValidateOptions::default());
+    assert_eq!(read_agree(&report, "b/main/m", 0), (H1, true));
+    assert_eq!(read_agree(&report, "b/main/m", 4), (0, true));
+    assert!(row(&report, "b/main/m", 9).cache_model.agree);
+    assert_eq!(read_agree(&report, "c/main/m", 0), (0, true));
+}
+
 /// An entry dies at its expiry (it is live while `expires_at > now`), so a session resumed
 /// exactly one TTL after the thread's previous request finds its entries expired: a resumption,
 /// tallied and judged as one (found in review: `>` took it for a live thread).
