@@ -52,17 +52,8 @@ fn request(
         usage,
         boundary,
         compacted,
-        tools_changed: false,
-        tools_loaded: false,
-        version_changed: false,
-        interrupted_thinking: false,
-        reasoning: false,
         blocks_added: blocks,
-        provider_miss: None,
-        tool_results: Default::default(),
-        conversation: 0,
-        forked_from: None,
-        tool_results_at_ms: None,
+        ..Default::default()
     }
 }
 

@@ -55,18 +55,8 @@ fn stream_json_traces(source: &Path, last_output: u64) -> Vec<Trace> {
         at_ms,
         usage,
         boundary: true,
-        compacted: false,
-        tools_changed: false,
-        tools_loaded: false,
-        version_changed: false,
-        interrupted_thinking: false,
-        reasoning: false,
         blocks_added,
-        provider_miss: None,
-        tool_results: Default::default(),
-        conversation: 0,
-        forked_from: None,
-        tool_results_at_ms: None,
+        ..Default::default()
     };
     vec![
         trace(
@@ -340,17 +330,8 @@ fn tracelab_traces(source: &Path, model: &str) -> Vec<Trace> {
         usage: usage(0, written, 0, read, output),
         boundary,
         compacted,
-        tools_changed: false,
-        tools_loaded: false,
-        version_changed: false,
-        interrupted_thinking: false,
-        reasoning: false,
         blocks_added: 0,
-        provider_miss: None,
-        tool_results: Default::default(),
-        conversation: 0,
-        forked_from: None,
-        tool_results_at_ms: None,
+        ..Default::default()
     };
     vec![
         trace(

@@ -348,18 +348,8 @@ pub fn session_trace(
                 at_ms: t.at_ms,
                 usage,
                 boundary: true,
-                compacted: false,
-                tools_changed: false,
-                tools_loaded: false,
-                version_changed: false,
-                interrupted_thinking: false,
-                reasoning: false,
                 blocks_added: 2,
-                provider_miss: None,
-                tool_results: Default::default(),
-                conversation: 0,
-                forked_from: None,
-                tool_results_at_ms: None,
+                ..Default::default()
             });
         }
     }

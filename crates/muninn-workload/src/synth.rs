@@ -213,18 +213,9 @@ fn synth_request(at_ms: i64, usage: Usage, boundary: bool, compacted: bool) -> T
         usage,
         boundary,
         compacted,
-        tools_changed: false,
-        tools_loaded: false,
-        version_changed: false,
-        interrupted_thinking: false,
-        reasoning: false,
         // The user message is a tool result or human text.
         blocks_added: 2,
-        provider_miss: None,
-        tool_results: Default::default(),
-        conversation: 0,
-        forked_from: None,
-        tool_results_at_ms: None,
+        ..Default::default()
     }
 }
 
