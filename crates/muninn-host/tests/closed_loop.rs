@@ -1,8 +1,8 @@
 //! The closed loop (DESIGN invariant 9): the host, driven through random workloads on the
 //! simulator's frozen clock — deliveries across rooms and DMs, idle gaps around both TTLs,
-//! briefs, Self flushes, compaction attempts, restarts and lease takeovers — and then its own
-//! ledger replayed by `muninn_core::closed_loop::verify`: every decision the host recorded must
-//! come out the same, and the cost within 0.1%.
+//! briefs, Self flushes, compactions (the provider's, and ones the backend refuses), restarts and
+//! lease takeovers — and then its own ledger replayed by `muninn_core::closed_loop::verify`:
+//! every decision the host recorded must come out the same, and the cost within 0.1%.
 //!
 //! The harness runs the runner as `run_mind` does in real time: it steps while there is work,
 //! and sleeps (advances the frozen clock) to the next decision time the runner names, or to the
@@ -333,10 +333,23 @@ fn replaying_the_hosts_ledger_reproduces_every_decision() {
         failure_persistence: None,
         ..Config::default()
     });
-    let strategy = (prop::collection::vec(act(), 1..60), any::<bool>());
-    let result = runner.run(&strategy, |(acts, compact)| {
-        let extra = if compact { "refresh = 'compact'" } else { "" };
-        let (report, rows) = runtime.block_on(closed_loop(extra, &acts));
+    // The Persona refreshes by rebuilding (0), or by compaction on a backend that cannot
+    // compact (1) or with the provider's own (2).
+    let strategy = (prop::collection::vec(act(), 1..60), 0u8..3);
+    let result = runner.run(&strategy, |(acts, refresh)| {
+        let harness = async {
+            let extra = if refresh == 0 {
+                ""
+            } else {
+                "refresh = 'compact'"
+            };
+            let tools = ContextTools {
+                server_compaction: refresh == 2,
+                ..ContextTools::default()
+            };
+            Harness::with_tools(test_mind(extra), "", None, tools).await
+        };
+        let (report, rows) = runtime.block_on(async { closed_loop_on(harness.await, &acts).await });
         assert_holds(&report, &rows);
         let mut t = totals.borrow_mut();
         t.sessions += report.sessions;
