@@ -111,8 +111,9 @@ pub(super) struct Plan {
     pub(super) bounds: Bounds,
     /// A start without asking: its reason and record.
     pub(super) forced: Option<(&'static str, ForcedStart)>,
-    /// The tool uses the request answers (a tool loop's step; 0 otherwise): a clear sent with
-    /// it keeps them among the newest (`Accounting::arrival_view`).
+    /// The tool uses the request answers — a tool loop's results, and at a live session's
+    /// arrival the backend's own (`Backend::pending_input`: a Persona's acknowledgement) — a
+    /// clear sent with it keeps among the newest (`Accounting::arrival_view`).
     pub(super) tool_uses: u32,
 }
 
