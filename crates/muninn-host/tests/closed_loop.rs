@@ -1,14 +1,15 @@
 //! The closed loop (DESIGN invariant 9): the host, driven through random workloads on the
 //! simulator's frozen clock — deliveries across rooms and DMs, idle gaps around both TTLs,
-//! briefs, Self flushes, compaction attempts, restarts and lease takeovers — and then its own
-//! ledger replayed by `muninn_core::closed_loop::verify`: every decision the host recorded must
-//! come out the same, and the cost within 0.1%.
+//! briefs, Self flushes, compactions (the provider's, and ones the backend refuses), restarts and
+//! lease takeovers — and then its own ledger replayed by `muninn_core::closed_loop::verify`:
+//! every decision the host recorded must come out the same, and the cost within 0.1%.
 //!
 //! The harness runs the runner as `run_mind` does in real time: it steps while there is work,
 //! and sleeps (advances the frozen clock) to the next decision time the runner names, or to the
 //! next event of the workload, whichever comes first.
 
-use crate::runtime::{T0, World, ledger, mind, post, runner, world_with};
+use crate::runtime::{T0, World, ledger, mind, post, world_with};
+use muninn_anthropic::backend::ContextTools;
 use muninn_core::closed_loop::{ClosedLoop, params_of, verify};
 use muninn_core::decide::{Action, Event};
 use muninn_core::ledger::{LedgerRow, RowKind};
@@ -17,7 +18,7 @@ use muninn_core::session::Accounting;
 use muninn_core::tokenize::count;
 use muninn_host::config::MindConfig;
 use muninn_host::runtime::{MindRunner, Step};
-use muninn_sim::inprocess::SimBackend;
+use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_store::{BriefOrigin, NewBrief};
 use proptest::prelude::*;
 
@@ -69,6 +70,9 @@ struct Harness {
     _workspace: Option<tempfile::TempDir>,
     mind: MindConfig,
     runner: Option<MindRunner<SimBackend>>,
+    /// The provider context tools both roles' backends use (the backend's defaults unless a
+    /// test asks for more, e.g. server compaction).
+    tools: ContextTools,
     hosts: u32,
     posted: u32,
 }
@@ -98,19 +102,54 @@ impl Harness {
     }
 
     async fn with(mind: MindConfig, config: &str, workspace: Option<tempfile::TempDir>) -> Harness {
+        Harness::with_tools(mind, config, workspace, ContextTools::default()).await
+    }
+
+    /// [`Harness::with`], both roles' backends on the provider's context `tools`.
+    async fn with_tools(
+        mind: MindConfig,
+        config: &str,
+        workspace: Option<tempfile::TempDir>,
+        tools: ContextTools,
+    ) -> Harness {
         // A long lease, so the runner's sleeps (capped at a third of it, as in `run_mind`) are
         // few; a killed host's Minds wait for it to lapse.
         let w = world_with(&format!("lease_ttl_ms = {LEASE_TTL_MS}\n{config}")).await;
-        let r = runner(&w, mind.clone(), "host-0");
-        r.register().await.unwrap();
-        Harness {
+        let mut h = Harness {
             w,
             _workspace: workspace,
             mind,
-            runner: Some(r),
+            runner: None,
+            tools,
             hosts: 0,
             posted: 0,
-        }
+        };
+        h.start_host().await;
+        h
+    }
+
+    /// A new host process (`host-<hosts>`) running the Mind, registered.
+    async fn start_host(&mut self) {
+        let w = &self.w;
+        let backend = || {
+            SimBackend::new(
+                InProcess::new(w.sim.clone()),
+                w.host.clock.clone(),
+                PriceTable::embedded(),
+            )
+            .with_context_tools(self.tools.clone())
+        };
+        let r = MindRunner::new(
+            w.host.clone(),
+            self.mind.clone(),
+            format!("host-{}", self.hosts),
+            &PriceTable::embedded(),
+            backend(),
+            backend(),
+        )
+        .unwrap();
+        r.register().await.unwrap();
+        self.runner = Some(r);
     }
 
     fn now(&self) -> i64 {
@@ -212,9 +251,7 @@ impl Harness {
                 }
                 drop(old);
                 self.hosts += 1;
-                let r = runner(&self.w, self.mind.clone(), &format!("host-{}", self.hosts));
-                r.register().await.unwrap();
-                self.runner = Some(r);
+                self.start_host().await;
                 self.run_until(self.now()).await;
             }
         }
@@ -296,10 +333,23 @@ fn replaying_the_hosts_ledger_reproduces_every_decision() {
         failure_persistence: None,
         ..Config::default()
     });
-    let strategy = (prop::collection::vec(act(), 1..60), any::<bool>());
-    let result = runner.run(&strategy, |(acts, compact)| {
-        let extra = if compact { "refresh = 'compact'" } else { "" };
-        let (report, rows) = runtime.block_on(closed_loop(extra, &acts));
+    // The Persona refreshes by rebuilding (0), or by compaction on a backend that cannot
+    // compact (1) or with the provider's own (2).
+    let strategy = (prop::collection::vec(act(), 1..60), 0u8..3);
+    let result = runner.run(&strategy, |(acts, refresh)| {
+        let harness = async {
+            let extra = if refresh == 0 {
+                ""
+            } else {
+                "refresh = 'compact'"
+            };
+            let tools = ContextTools {
+                server_compaction: refresh == 2,
+                ..ContextTools::default()
+            };
+            Harness::with_tools(test_mind(extra), "", None, tools).await
+        };
+        let (report, rows) = runtime.block_on(async { closed_loop_on(harness.await, &acts).await });
         assert_holds(&report, &rows);
         let mut t = totals.borrow_mut();
         t.sessions += report.sessions;
@@ -660,4 +710,49 @@ async fn tool_loop_briefs_with_gaps_and_restarts_replay_exactly() {
     assert!(masks > 0, "no mask");
     assert_holds(&report, &rows);
     assert_eq!(report.agreed, report.decisions);
+}
+
+/// A Persona that refreshes by the provider's own compaction (`server_compaction`): the
+/// compacted segment continues the provider session under the system it was launched with, as
+/// the first request measured it (tools and reply schema included), not as the layers estimate
+/// it. Before, its record kept the estimate: the replay cached a shorter head than the provider
+/// read, and priced every row after the compaction apart (a head ping read 2,607 tokens
+/// replayed against 2,941 recorded).
+#[tokio::test]
+async fn a_server_compaction_continues_on_the_measured_head_and_replays_exactly() {
+    let mut acts = Vec::new();
+    for round in 0..30u16 {
+        acts.push(Act::Deliver {
+            room: (round % 2) as u8,
+            words: 60 + round * 7,
+        });
+        acts.push(Act::Wait {
+            ms: GAPS_MS[round as usize % GAPS_MS.len()],
+        });
+    }
+    let tools = ContextTools {
+        server_compaction: true,
+        ..ContextTools::default()
+    };
+    let h = Harness::with_tools(test_mind("refresh = 'compact'"), "", None, tools).await;
+    let (report, rows) = closed_loop_on(h, &acts).await;
+    let compaction = rows
+        .iter()
+        .position(|r| r.decision == "compact")
+        .unwrap_or_else(|| panic!("no compaction: {rows:#?}"));
+    // The compacted segment's record: the head the segment's first request measured.
+    let first = rows[..compaction]
+        .iter()
+        .find_map(|r| r.decided.as_ref()?.segment)
+        .unwrap();
+    let compacted = rows[compaction + 1]
+        .decided
+        .as_ref()
+        .unwrap()
+        .segment
+        .unwrap();
+    assert_eq!(compacted.head, first.head, "{compacted:#?} {first:#?}");
+    assert!(rows[compaction + 2..].iter().any(|r| r.role == "persona"));
+    assert_holds(&report, &rows);
+    assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
 }

@@ -270,10 +270,8 @@ impl<B: Backend> MindRunner<B> {
             asked.state,
             asked.boundary,
         );
-        let start = match (asked.kind, session.starting) {
-            (RowKind::Request, Some(starting)) => Some(starting.measured(&outcome.breakpoints)),
-            _ => None,
-        };
+        let starting = session.starting.filter(|_| asked.kind == RowKind::Request);
+        let start = starting.map(|s| s.measured(&outcome.breakpoints));
         if let Some(start) = &start {
             row.rehydration_tokens = start.rehydration;
             row.turn = 0;
@@ -284,8 +282,15 @@ impl<B: Backend> MindRunner<B> {
         }
         let session = self.session_mut(role);
         session.lost_at_ms = None;
-        if start.is_some() {
+        if let (Some(starting), Some(start)) = (starting, start) {
             session.starting = None;
+            // A session just launched is now measured: a compaction continues it under the
+            // system it was launched with, so the compacted segment starts from this measure
+            // (tools and reply schema included) and not from the layers' estimate, which the
+            // provider does not read.
+            if !starting.measured {
+                session.launched = start;
+            }
         }
         let events = session.attach_events(&mut row);
         // A clear drops what it cleared; the turn's tool results join the segment.

@@ -111,8 +111,9 @@ pub(super) struct Plan {
     pub(super) bounds: Bounds,
     /// A start without asking: its reason and record.
     pub(super) forced: Option<(&'static str, ForcedStart)>,
-    /// The tool uses the request answers (a tool loop's step; 0 otherwise): a clear sent with
-    /// it keeps them among the newest (`Accounting::arrival_view`).
+    /// The tool uses the request answers — a tool loop's results, and at a live session's
+    /// arrival the backend's own (`Backend::pending_input`: a Persona's acknowledgement) — a
+    /// clear sent with it keeps among the newest (`Accounting::arrival_view`).
     pub(super) tool_uses: u32,
 }
 
@@ -628,9 +629,8 @@ impl<B: Backend> MindRunner<B> {
     ) -> Result<(), RuntimeError> {
         let (renderer, spec) = self.renderer_on(Role::Persona, summary.clone())?;
         // The session continues from the system it was launched with (the CLI keeps its launch
-        // flags across a compaction) and the summary: that is what the new segment was
-        // rehydrated with, and what its reads are measured against (not the summary alone, which
-        // would count the whole head as growth and bring the next refresh early).
+        // flags across a compaction) and the summary: what the new segment was rehydrated with,
+        // as its segment row says.
         let rehydration = self.persona.launched.rehydration + count(&summary);
         let number = self
             .store_segment(
@@ -652,16 +652,16 @@ impl<B: Backend> MindRunner<B> {
             now,
         )
         .await?;
-        // The session keeps the system it was launched with; the summary follows it.
-        let launched = self.persona.launched;
+        // The session keeps the system it was launched with, as its first request measured it
+        // (`Session::launched`); the summary follows it in the conversation. So the record is
+        // that system, under its breakpoints — the prefix a replay caches the segment's head and
+        // system at; the summary is not under them (a record that counted it there, or the
+        // layers' estimate, priced every later row apart from the provider's bill).
         let start = SegmentStart {
-            rehydration: rehydration.max(launched.head),
             forced: None,
-            ..launched
+            ..self.persona.launched
         };
         self.estimate_rehydration(Role::Persona, &renderer);
-        // The record is the compaction's own measure: the first request's breakpoints show the
-        // launched system, not the summary after it.
         self.persona.begin_segment(
             renderer,
             number,

@@ -20,9 +20,10 @@ pub(super) struct Session<B> {
     pub(super) acc: Accounting,
     /// The segment the next ledger row begins, set when a segment opens.
     pub(super) starting: Option<Starting>,
-    /// The system the provider session was started (or resumed) with: its size and digests. A
-    /// compaction keeps it: the session continues under the system it was launched with, so a
-    /// segment opened by compaction is rehydrated with it and the summary.
+    /// The system the provider session was started (or resumed) with: its size — as the
+    /// session's first request measured it, once it has — and digests. A compaction keeps it:
+    /// the session continues under the system it was launched with, so a segment opened by
+    /// compaction starts from it, the summary following in the conversation.
     pub(super) launched: SegmentStart,
     /// The session must be rebuilt from the transcript (a failed call left it out of step, or a
     /// new lease found it unknown).

@@ -288,8 +288,8 @@ impl<B: Backend> MindRunner<B> {
                 is_error: out.is_error,
             })
             .collect();
-        let (carried, uses) = counted(&parts);
-        let mut delta: Tokens = outcome.usage.output + carried;
+        let (results_tokens, uses) = counted(&parts);
+        let mut delta: Tokens = outcome.usage.output + results_tokens;
         let flushing = outcome.usage.prompt() + delta >= protocol.trigger_tokens();
         if flushing {
             delta += count(&protocol.message);
