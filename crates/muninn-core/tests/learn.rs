@@ -330,13 +330,16 @@ fn the_hour_band_wraps_around_midnight() {
 /// budget of the head they kept too ([`muninn_core::decide::SessionView::head_rent`]): no
 /// head-only ping follows them. Counted from where the tail was let go, the head's budget was a
 /// second one for the same bet: about as many head-only pings again, and the wake cold anyway.
-/// With a 1-hour head the head-only pings go on (the head outlives the tail: a cheaper rent).
+/// With a 1-hour head the head-only pings go on (the head outlives the tail: a cheaper rent),
+/// and so they do on a 1-hour cache whose head shares the tail's TTL: there the head keeps a
+/// budget of its own past the tail's (a Mind's nights end just past the first one), over a
+/// 40-hour gap as over the 5-minute cache's two hours.
 #[test]
 fn head_only_pings_on_a_5_minute_cache_share_the_tails_budget() {
-    let gaps = [0, 10, 7_200, 10];
-    let pings = |head_ttl: Ttl| {
+    let pings = |ttl: Ttl, head_ttl: Ttl, gap_s: i64| {
         let price = price();
         let a = Assumptions {
+            ttl: Some(ttl),
             head_ttl: Some(head_ttl),
             ..assumptions()
         };
@@ -347,7 +350,7 @@ fn head_only_pings_on_a_5_minute_cache_share_the_tails_budget() {
         };
         let (mut tail, mut head) = (0, 0);
         replay_trace_learning(
-            &session("h", 0, &gaps, 2_000),
+            &session("h", 0, &[0, 10, gap_s, 10], 2_000),
             Plan::Online(Policy::SkiRental),
             &config,
             &mut Learned::default(),
@@ -363,11 +366,17 @@ fn head_only_pings_on_a_5_minute_cache_share_the_tails_budget() {
         );
         (tail, head)
     };
-    let (tail, head) = pings(Ttl::FiveMinutes);
+    let (tail, head) = pings(Ttl::FiveMinutes, Ttl::FiveMinutes, 7_200);
     assert!(tail >= 6, "{tail} tail pings");
     assert_eq!(head, 0, "head-only pings after {tail} tail pings");
-    let (_, head) = pings(Ttl::OneHour);
+    let (_, head) = pings(Ttl::FiveMinutes, Ttl::OneHour, 7_200);
     assert!(head >= 1, "{head} head-only pings with a 1-hour head");
+    let (tail, head) = pings(Ttl::OneHour, Ttl::OneHour, 144_000);
+    assert!(tail >= 6, "{tail} tail pings on a 1-hour cache");
+    assert!(
+        head >= 1,
+        "{head} head-only pings after {tail} on a 1-hour cache"
+    );
 }
 
 /// A Mind whose gaps all ended within twelve minutes, on a 5-minute cache: a two-hour gap stops
@@ -415,8 +424,11 @@ fn a_gap_past_every_gap_seen_stops_pinging_on_a_5_minute_cache() {
     }
     assert!(!seen.outlasted(540_000, Ttl::FiveMinutes));
     assert!(seen.outlasted(1_200_000, Ttl::FiveMinutes));
+    // One gap short of the evidence: the budget decides.
     let mut few = GapStats::default();
-    few.observe(600_000);
+    for _ in 1..MIN_GAPS_EVIDENCE {
+        few.observe(600_000);
+    }
     assert!(!few.outlasted(1_200_000, Ttl::FiveMinutes));
 }
 

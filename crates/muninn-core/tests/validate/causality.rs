@@ -10,7 +10,8 @@ use proptest::prelude::*;
 /// whether it opens a person's turn, whether its answer thought, the conversation of its thread it
 /// belongs to (one session in two terminals), whether it sends a tool load (`tools_loaded`), a
 /// tools head it reads instead (see [`HEAD`]), and whether the client changed its tool list
-/// before it (`tools_changed`: the thread's tools head is its own from then on).
+/// before it (`tools_changed`: a new tools epoch; unlike a first load that breaks the prefix,
+/// it leaves the thread on the shared tools head).
 type GenRequest = (
     i64,
     u64,
@@ -166,8 +167,10 @@ proptest! {
     /// Strict causality: perturbing the provider's answer to request k — any split of its
     /// cached part into read, 5m and 1h writes, any output, whether it thought — moves no
     /// prediction at or before k.
-    /// Perturbing its whole usage (the prompt's size included) moves none before k. Half the
-    /// time k is a main thread's opening or a request after a pause.
+    /// Perturbing its whole usage (the prompt's size included) and what its client knew before
+    /// sending it (a tool load, a tool change, a compaction, a turn's opening: `flip`) moves
+    /// none before k, so no earlier request reads a later one's flags. Half the time k is a
+    /// main thread's opening or a request after a pause.
     #[test]
     fn no_prediction_looks_ahead(
         parts in [gen_trace(), gen_trace(), gen_trace(), gen_trace(), gen_trace()],
@@ -178,6 +181,7 @@ proptest! {
         output in 0u64..5_000,
         input in 0u64..5_000,
         extra in 0u64..50_000,
+        flip in any::<(bool, bool, bool, bool)>(),
     ) {
         let traces = traces_of(&parts);
         let before = validate(&traces, &ValidateOptions::default());
@@ -215,11 +219,16 @@ proptest! {
         let after = validate(&answered, &ValidateOptions::default());
         prop_assert_eq!(&predictions(&before)[..=k], &predictions(&after)[..=k]);
 
-        // The whole usage perturbed, the prompt's size included.
+        // The whole usage perturbed, the prompt's size included, and the flags its client set
+        // before sending it.
         let mut rewritten = answered;
-        let u = &mut rewritten[t].requests[index].usage;
-        u.input = input;
-        u.cache_write_1h += extra;
+        let r = &mut rewritten[t].requests[index];
+        r.usage.input = input;
+        r.usage.cache_write_1h += extra;
+        r.tools_loaded ^= flip.0;
+        r.tools_changed ^= flip.1;
+        r.compacted ^= flip.2;
+        r.boundary ^= flip.3;
         let after = validate(&rewritten, &ValidateOptions::default());
         prop_assert_eq!(&predictions(&before)[..k], &predictions(&after)[..k]);
     }
