@@ -597,37 +597,13 @@ impl Predictors {
         self.last_model.insert(thread_key, trace.model.clone());
         let fallback_ttl = self.last_ttl.get(&t).copied().unwrap_or(Ttl::FiveMinutes);
 
-        let (reference, slack, (model_read, model_miss), naive, tools_head) =
-            match openai_price(options, &trace.model) {
-                Some(price) => {
-                    let reference = openai::reference(trace, index, price);
-                    let head = self.openai.head(&trace.model);
-                    (
-                        reference,
-                        openai::slack(price, reference, head, options.tolerance),
-                        self.openai.step(trace, index, price),
-                        openai::naive_read(trace, index, price),
-                        // OpenAI's cache has no breakpoints, so no tools head: a short read
-                        // names no level.
-                        None,
-                    )
-                }
-                None => {
-                    let reference = self.anthropic.reference(trace, index);
-                    // Before the step, which learns from this request's answer.
-                    let tools_head = self.anthropic.tools_head(trace, options);
-                    (
-                        reference,
-                        Slack {
-                            prefix: options.tolerance,
-                            none: options.tolerance,
-                        },
-                        (self.anthropic).step(trace, index, reference, fallback_ttl, options),
-                        naive_read(trace, index, fallback_ttl),
-                        tools_head,
-                    )
-                }
-            };
+        let Predicted {
+            reference,
+            slack,
+            model: (model_read, model_miss),
+            naive,
+            tools_head,
+        } = self.predict(trace, index, fallback_ttl, options);
         // The level a change is known at: a model switch, a tool list the client changed, a
         // recorded compaction (a rewrite of the messages); otherwise what the cache model says.
         let cause = if switched {
@@ -664,6 +640,58 @@ impl Predictors {
             .and_then(|label| agrees(row.cause, &label));
         Some(row)
     }
+
+    /// Request `index` of `trace` predicted by its provider's cache model and by the naive
+    /// rule, before the model learns from the request's answer.
+    fn predict(
+        &mut self,
+        trace: &Trace,
+        index: usize,
+        fallback_ttl: Ttl,
+        options: &ValidateOptions,
+    ) -> Predicted {
+        match openai_price(options, &trace.model) {
+            Some(price) => {
+                let reference = openai::reference(trace, index, price);
+                let head = self.openai.head(&trace.model);
+                Predicted {
+                    reference,
+                    slack: openai::slack(price, reference, head, options.tolerance),
+                    model: self.openai.step(trace, index, price),
+                    naive: openai::naive_read(trace, index, price),
+                    // OpenAI's cache has no breakpoints, so no tools head: a short read names
+                    // no level.
+                    tools_head: None,
+                }
+            }
+            None => {
+                let reference = self.anthropic.reference(trace, index);
+                // Before the step, which learns from this request's answer.
+                let tools_head = self.anthropic.tools_head(trace, options);
+                Predicted {
+                    reference,
+                    slack: Slack {
+                        prefix: options.tolerance,
+                        none: options.tolerance,
+                    },
+                    model: (self.anthropic).step(trace, index, reference, fallback_ttl, options),
+                    naive: naive_read(trace, index, fallback_ttl),
+                    tools_head,
+                }
+            }
+        }
+    }
+}
+
+/// One request as the predictors see it before its answer: the prefix it could read (the
+/// reference), the tolerance, the cache model's read and miss cause, the naive rule's read, and
+/// the tools head a short read is measured against.
+struct Predicted {
+    reference: Tokens,
+    slack: Slack,
+    model: (Tokens, Option<MissCause>),
+    naive: Tokens,
+    tools_head: Option<Tokens>,
 }
 
 /// How far past the tools head a read must reach to have been read back to a breakpoint after
