@@ -379,3 +379,118 @@ async fn a_claude_cli_child_that_hangs_is_timed_out_and_the_turn_retried() {
     assert_eq!(outbox.len(), 1, "{outbox:?}");
     w.server.stop().await.unwrap();
 }
+
+/// The Persona's ledger rows as `(segment, decision, asked)`: `asked` whether the row records a
+/// question put to the decider.
+async fn rows(w: &World) -> Vec<(u64, String, bool)> {
+    ledger(w)
+        .await
+        .iter()
+        .map(|row| {
+            let asked = row.decided.as_ref().is_some_and(|d| d.event.is_some());
+            (row.segment, row.decision.clone(), asked)
+        })
+        .collect()
+}
+
+/// A segment is opened — the first, then one the decider refreshed to at the ceiling — and its
+/// first request fails (a 401 once). The attempt after it sends that same request: the
+/// segment's first, in the segment just opened. It is not decided again on the accounting of
+/// the segment before — which still counts the old prefix, its requests and its clearable
+/// results, none of which the provider holds any more: on it the decider refreshed a second
+/// time, leaving the opened segment empty, selecting memory and recording the delivery again.
+/// Its ledger row is the segment's start, asking nothing, and the ledger replays exactly.
+#[tokio::test]
+async fn a_failed_first_request_of_a_new_segment_is_retried_as_that_segments_start() {
+    use muninn_host::runtime::Step;
+    let w = world().await;
+    let m = mind("turns_per_wake = 1\nmin_segment = 1\nceiling_tokens = 3000");
+    let mut r = runner(&w, m, "host-a");
+    r.register().await.unwrap();
+    let refused_once = || {
+        w.sim.push_faults([Fault {
+            kind: FaultKind::Unauthorized,
+            times: 1,
+        }])
+    };
+    let long = "a longer message about the ledger and its many entries ".repeat(60);
+    for (key, text) in [("k1", "hello there"), ("k2", long.as_str())] {
+        post(&w, key, "#swarm", "ari", text).await;
+        refused_once();
+        assert!(r.step().await.is_err());
+        w.sim.advance_clock(1_000);
+        let step = r.step().await.unwrap();
+        assert!(
+            matches!(step, Step::PersonaTurn { valid: true, .. }),
+            "{step:?}"
+        );
+        w.sim.advance_clock(2_000);
+    }
+    assert_eq!(
+        rows(&w).await,
+        [
+            (0, "start:retried".to_string(), false),
+            (1, "start:retried".to_string(), false)
+        ]
+    );
+    assert_eq!(
+        transcript_kinds(&w).await,
+        ["delivery", "attempt_failed", "reply"].repeat(2)
+    );
+    let ledger = ledger(&w).await;
+    assert!(
+        ledger
+            .iter()
+            .all(|row| row.decided.as_ref().unwrap().segment.is_some())
+    );
+    let report = muninn_core::closed_loop::verify(
+        &ledger,
+        &muninn_core::price::PriceTable::embedded(),
+        &Default::default(),
+    );
+    assert!(report.holds(0.001), "{report:#?}");
+}
+
+/// The lowest spend cap (micro-dollars) under which the Persona's next step over one delivery
+/// is not refused as over budget, in a fresh world; `fail_first` makes an uncapped first
+/// attempt fail (a 401 once) before the capped one, so the capped step is its retry.
+async fn lowest_cap(fail_first: bool) -> i64 {
+    use muninn_host::runtime::Step;
+    let (mut low, mut high) = (0i64, 10_000_000i64);
+    while low < high {
+        let cap = low + (high - low) / 2;
+        let w = world().await;
+        let mut r = runner(&w, mind("turns_per_wake = 1"), "host-a");
+        r.register().await.unwrap();
+        post(&w, "k1", "#swarm", "ari", "hello there").await;
+        if fail_first {
+            w.sim.push_faults([Fault {
+                kind: FaultKind::Unauthorized,
+                times: 1,
+            }]);
+            assert!(r.step().await.is_err());
+            w.sim.advance_clock(1_000);
+        }
+        crate::runtime::set_cap(&w, Some(cap)).await;
+        match r.step().await.unwrap() {
+            Step::OverBudget => low = cap + 1,
+            _ => high = cap,
+        }
+    }
+    low
+}
+
+/// The retry of a segment's failed first request is priced against the spend cap as what it
+/// is, the segment's start — the layers written, then the message — not as an append to a
+/// prefix the accounting counted before the segment opened (here none at all: priced so, the
+/// retry passed a cap the start itself could not).
+#[tokio::test]
+async fn the_retry_of_a_segments_first_request_is_priced_as_its_start() {
+    let start = lowest_cap(false).await;
+    let retry = lowest_cap(true).await;
+    assert!(start > 0);
+    assert!(
+        retry >= start,
+        "the retry was priced at {retry}, the start at {start}"
+    );
+}

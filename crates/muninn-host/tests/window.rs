@@ -54,3 +54,39 @@ async fn a_prompt_beyond_the_window_is_not_sent_and_the_delivery_is_kept() {
     ));
     assert!(w.sim.requests().is_empty());
 }
+
+/// A refresh at the ceiling, its first request refused once (a 401): the retry is the new
+/// segment's start and is sized as one — the layers, the rehydration and the message — not as
+/// the message appended to the old segment's prefix, which with it would pass the window and
+/// leave the batch refused on every retry.
+#[tokio::test]
+async fn the_retry_of_a_refreshs_first_request_is_sized_on_the_new_segment() {
+    use muninn_host::runtime::Step;
+    use muninn_sim::sim::{Fault, FaultKind};
+    let w = world().await;
+    // A model with a 200k window; the ceiling below it.
+    let m = mind("model = 'claude-sonnet-4-5'\nturns_per_wake = 1\nceiling_tokens = 150000");
+    let mut r = runner(&w, m, "host-a");
+    r.register().await.unwrap();
+    let words = |n| "the quick brown fox jumps over the lazy dog ".repeat(n);
+    post(&w, "e1", "#swarm", "ari", &words(12_000)).await;
+    let step = r.step().await.unwrap();
+    assert!(matches!(step, Step::PersonaTurn { .. }), "{step:?}");
+    w.sim.advance_clock(2_000);
+    post(&w, "e2", "#swarm", "ari", &words(5_000)).await;
+    w.sim.push_faults([Fault {
+        kind: FaultKind::Unauthorized,
+        times: 1,
+    }]);
+    let error = r.step().await.unwrap_err();
+    assert!(error.to_string().contains("401"), "{error}");
+    w.sim.advance_clock(1_000);
+    let step = r.step().await.unwrap();
+    assert!(matches!(step, Step::PersonaTurn { .. }), "{step:?}");
+    let rows = crate::runtime::ledger(&w).await;
+    let decisions: Vec<(u64, &str)> = rows
+        .iter()
+        .map(|r| (r.segment, r.decision.as_str()))
+        .collect();
+    assert_eq!(decisions, [(0, "start:start"), (1, "start:retried")]);
+}

@@ -31,7 +31,7 @@ impl<B: Backend> MindRunner<B> {
             Event::Expiring | Event::HeadExpiring => (acc.view(), 0),
         };
         let warm = view.warm(now);
-        let prompt = if plan.refreshes() {
+        let prompt = if plan.starts() {
             // A session never started (or lost) knows no head yet: the layers it will start
             // from stand in for it.
             view.bounds.head_tokens = view.bounds.head_tokens.max(self.layer_tokens());

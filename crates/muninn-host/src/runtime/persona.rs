@@ -115,11 +115,22 @@ pub(super) struct Plan {
     /// arrival the backend's own (`Backend::pending_input`: a Persona's acknowledgement) — a
     /// clear sent with it keeps among the newest (`Accounting::arrival_view`).
     pub(super) tool_uses: u32,
+    /// The request is the first of a segment already opened: an earlier attempt at it failed
+    /// after the segment was opened. It is sent in that segment, neither asked again nor opened
+    /// again (`MindRunner::plan`).
+    pub(super) opened: bool,
 }
 
 impl Plan {
-    /// Whether the turn starts a new segment.
+    /// Whether the turn opens a new segment.
     pub(super) fn refreshes(&self) -> bool {
+        !self.opened && self.starts()
+    }
+
+    /// Whether the request is a segment's first: one it opens, or one opened for it already.
+    /// It is priced and sized as a start (the layers and rehydration, nothing of the old
+    /// prefix).
+    pub(super) fn starts(&self) -> bool {
         self.decision.is_none_or(|d| d.action == Action::Refresh)
     }
 
@@ -132,6 +143,7 @@ impl Plan {
     pub(super) fn label(&self) -> String {
         match (&self.decision, self.forced) {
             (Some(d), _) => format!("{}:{:?}", d.action.as_str(), d.reason),
+            (None, _) if self.opened => "start:retried".to_string(),
             (None, Some((reason, _))) => format!("start:{reason}"),
             (None, None) => "start".to_string(),
         }
@@ -233,6 +245,24 @@ impl<B: Backend> MindRunner<B> {
     ) -> Plan {
         let session = self.session(role);
         let bounds = session.acc.bounds();
+        // A segment opened whose first request has not been answered (an attempt at it failed
+        // and left the session live: the Messages API, the simulator, a relaunching CLI child):
+        // the accounting still counts the segment before, whose prefix, requests and clearable
+        // results the provider no longer holds. The request is that segment's start, as it was
+        // when the segment was opened: deciding it again on the old segment would refresh a
+        // second time, or clear or append on a session that is gone. Its row records the start
+        // and no question, so a replay begins the segment there without asking either.
+        if session.live() && session.starting.is_some() {
+            return Plan {
+                decision: None,
+                event: Event::Arrival { boundary, delta },
+                state: "cold",
+                bounds,
+                forced: None,
+                tool_uses,
+                opened: true,
+            };
+        }
         if !session.live() {
             let event = Event::Arrival { boundary, delta };
             let forced = if session.segment.is_none() {
@@ -247,6 +277,7 @@ impl<B: Backend> MindRunner<B> {
                 bounds,
                 forced: Some(forced),
                 tool_uses,
+                opened: false,
             };
         }
         // The request continues the provider session, so it carries what the backend adds to it
@@ -268,6 +299,7 @@ impl<B: Backend> MindRunner<B> {
             bounds,
             forced: None,
             tool_uses,
+            opened: false,
         }
     }
 

@@ -19,6 +19,11 @@
 //! whose transcript must replay on its own; and a Claude Code child that died mid-turn, whose
 //! resumed session holds the unanswered line, so the re-sent one is a second line on both
 //! sides.
+//!
+//! An attempt that failed after opening a segment (a refresh, a first or rebuilt start) leaves
+//! the segment open and its first request unanswered: the next attempt is that request again,
+//! in that segment, planned as its start (`MindRunner::plan`) — not decided again on the
+//! accounting of the segment before, which the provider no longer holds.
 
 use muninn_backend::BackendError;
 

@@ -188,6 +188,7 @@ impl<B: Backend> MindRunner<B> {
                 bounds: self.selfs.acc.bounds(),
                 forced: Some(("flushed", ForcedStart::Flushed)),
                 tool_uses: 0,
+                opened: false,
             };
         }
         self.plan(

@@ -31,7 +31,7 @@ impl<B: Backend> MindRunner<B> {
             Event::Arrival { delta, .. } => delta,
             Event::Expiring | Event::HeadExpiring => 0,
         };
-        let base = if plan.refreshes() {
+        let base = if plan.starts() {
             view.bounds.head_tokens.max(self.layer_tokens()) + view.bounds.rehydrate_tokens
         } else {
             view.prefix_tokens
