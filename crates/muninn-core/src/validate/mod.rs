@@ -22,7 +22,7 @@
 //!
 //! # Tuning and set-aside parts
 //!
-//! Every row carries the [`Part`] of its session ([`crate::split`]); the report's figures are
+//! Every row carries the [`Part`](crate::split::Part) of its session ([`crate::split`]); the report's figures are
 //! given for all requests and for each part, so that agreement on the sessions set aside from
 //! tuning stands beside agreement on the sessions tuned on.
 //!

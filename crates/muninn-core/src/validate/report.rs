@@ -296,7 +296,7 @@ impl Figures {
     }
 }
 
-/// The result of [`validate`].
+/// The result of [`validate`](super::validate).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ValidationReport {
     /// One row per request, in replay (time) order.
