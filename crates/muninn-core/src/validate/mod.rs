@@ -22,9 +22,9 @@
 //!
 //! # Tuning and set-aside parts
 //!
-//! Every row carries the [`Part`](crate::split::Part) of its session ([`crate::split`]); the report's figures are
-//! given for all requests and for each part, so that agreement on the sessions set aside from
-//! tuning stands beside agreement on the sessions tuned on.
+//! Every row carries the [`Part`](crate::split::Part) of its session ([`crate::split`]); the
+//! report's figures are given for all requests and for each part, so that agreement on the
+//! sessions set aside from tuning stands beside agreement on the sessions tuned on.
 //!
 //! # How a request is rebuilt
 //!
