@@ -24,6 +24,7 @@ use muninn_core::trace::Usage;
 use muninn_sim::SimHandle;
 use muninn_sim::sim::{Fault, FaultKind, RecordedRequest, SimConfig};
 use muninn_testkit::peers::claude_cli;
+use muninn_testkit::wire::last_user;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -102,17 +103,6 @@ fn recompute(records: &[RecordedRequest]) -> Vec<(Value, Usage)> {
             (r.body.clone(), usage)
         })
         .collect()
-}
-
-fn last_user(body: &Value) -> String {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == json!("user"))
-        .unwrap()
-        .to_string()
 }
 
 /// The cache model's usage for the (last) request whose last user message carries `text`.

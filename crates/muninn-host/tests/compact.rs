@@ -16,6 +16,7 @@ use muninn_sim::reply::COMPACTION_MARKERS;
 use muninn_sim::sim::RecordedRequest;
 use muninn_store::Role;
 use muninn_testkit::peers::claude_cli;
+use muninn_testkit::wire::last_user;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -27,14 +28,6 @@ fn compacting(min_segment: u32) -> MindConfig {
     m.min_segment = min_segment;
     m.refresh = RefreshMode::Compact;
     m
-}
-
-fn last_user(body: &Value) -> String {
-    body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-        .map(Value::to_string)
-        .unwrap_or_default()
 }
 
 fn is_compaction(body: &Value) -> bool {

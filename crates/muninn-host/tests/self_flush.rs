@@ -11,6 +11,7 @@ use muninn_host::config::MindConfig;
 use muninn_host::runtime::{MindRunner, SELF_RUN_FLUSH_MESSAGE, Step};
 use muninn_store::{BriefOrigin, BriefStatus, NewBrief, Role};
 use muninn_testkit::peers::claude_cli;
+use muninn_testkit::wire::last_user;
 
 const LOOP_BRIEF: &str = "use Read to look around the archive [sim: tool rounds 8]";
 const BUDGET_MICRO_USD: i64 = 1_500_000;
@@ -52,18 +53,6 @@ async fn run_brief(r: &mut MindRunner<AnyBackend>, seq: i64) {
         }
     }
     panic!("brief {seq} did not run");
-}
-
-/// The last user message of a request body, as JSON text.
-fn last_user(body: &serde_json::Value) -> String {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "user")
-        .map(|m| m["content"].to_string())
-        .unwrap_or_default()
 }
 
 /// A live process's argv, from `/proc/<pid>/cmdline`.

@@ -11,6 +11,7 @@ use crate::support::{T0, message_records, recompute};
 use muninn_core::trace::Usage;
 use muninn_sim::sim::{RecordedRequest, SimConfig};
 use muninn_testkit::peers::{claude_cli, python_sdk};
+use muninn_testkit::wire::last_user;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -351,18 +352,6 @@ fn answered_as_recomputed(h: &muninn_sim::SimHandle) -> (Vec<RecordedRequest>, V
         );
     }
     (answered, expected)
-}
-
-/// The text of a request's last user message.
-fn last_user(body: &Value) -> String {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == json!("user"))
-        .unwrap()
-        .to_string()
 }
 
 /// Each turn's `result.usage` is the usage of the request the CLI sent for it, and its reply
