@@ -245,7 +245,8 @@ impl CodexReader {
         }
         let request = self.take_request(at_ms, last.to_usage());
         let model = self.model.as_deref().unwrap_or("unknown");
-        self.answered = Some(cx.push(&self.session, "main", ThreadKind::Main, model, request));
+        let thread = (self.session.as_str(), "main", ThreadKind::Main);
+        self.answered = cx.push(thread, model, request, line.number);
     }
 
     /// The request a `token_count` finished, from the state gathered since the last one, which
