@@ -213,3 +213,38 @@ fn tracelab_waits_past_the_time_limit_are_taken_as_none() {
     assert_eq!(times, vec![0, 1_000, 1_000, 2_000]);
     check_and_replay(&got);
 }
+
+/// A Codex count whose cached (or written) tokens exceed its input — OpenAI counts them inside
+/// `input_tokens` — was corrected without a word; it is still read as all of the input, now
+/// with a warning naming the line.
+#[test]
+fn a_codex_count_caching_more_than_its_input_is_warned_of() {
+    let count = |seconds: u32, usage: &str| {
+        format!(
+            r#"{{"timestamp":"2026-02-10T10:00:{seconds:02}.000Z","type":"event_msg","payload":{{"type":"token_count","info":{{"last_token_usage":{usage}}}}}}}"#
+        )
+    };
+    let codex = [
+        r#"{"timestamp":"2026-02-10T10:00:00.000Z","type":"session_meta","payload":{"id":"cx","model":"gpt-5"}}"#.to_string(),
+        count(1, r#"{"input_tokens":100,"cached_input_tokens":500,"output_tokens":1}"#),
+        count(2, r#"{"input_tokens":100,"cached_input_tokens":60,"cache_write_input_tokens":50,"output_tokens":1}"#),
+        count(3, r#"{"input_tokens":100,"cached_input_tokens":60,"output_tokens":1}"#),
+    ]
+    .join("\n");
+    let got = import_text("rollout-cx.jsonl", codex.as_bytes());
+    let warned: Vec<(u64, &str)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.line, &w.message[..w.message.find(' ').unwrap()]))
+        .collect();
+    assert_eq!(
+        warned,
+        vec![(2, "cached_input_tokens"), (3, "cache_write_input_tokens")]
+    );
+    let usages: Vec<(u64, u64, u64)> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| (r.usage.input, r.usage.cache_write_5m, r.usage.cache_read))
+        .collect();
+    assert_eq!(usages, vec![(0, 0, 100), (0, 40, 60), (40, 0, 60)]);
+}
