@@ -107,6 +107,20 @@ fn every_format_refuses_numbers_past_the_limits() {
     assert_eq!(limit_warnings(&got), vec![(3, true)]);
     assert_eq!(got.stats.requests, 2);
 
+    let fixture_rows = std::fs::read_to_string(fixture("ledger/ledger.jsonl")).unwrap();
+    let mut rows: Vec<String> = fixture_rows.lines().map(str::to_owned).collect();
+    rows[1] = rows[1].replace(
+        r#""at_ms":1770717605000"#,
+        r#""at_ms":-9223372036854775808"#,
+    );
+    rows[2] = rows[2].replace(
+        r#""cache_read":5000"#,
+        r#""cache_read":18446744073709551615"#,
+    );
+    let got = import_text("ledger.jsonl", rows.join("\n").as_bytes());
+    assert_eq!(limit_warnings(&got), vec![(2, true), (3, true)]);
+    assert_eq!(got.stats.requests, rows.len() as u64 - 2);
+
     let stored = [
         r#"{"type":"trace","id":"s/main/claude-opus-4-6","session":"s","thread":"main","kind":"main","model":"claude-opus-4-6","source":"x"}"#,
         r#"{"type":"request","at_ms":1770717600000,"usage":{"input":10,"cache_write_5m":3000}}"#,
@@ -247,4 +261,24 @@ fn a_codex_count_caching_more_than_its_input_is_warned_of() {
         .map(|r| (r.usage.input, r.usage.cache_write_5m, r.usage.cache_read))
         .collect();
     assert_eq!(usages, vec![(0, 0, 100), (0, 40, 60), (40, 0, 60)]);
+}
+
+/// A file of one line past the length limit (64 MiB; here a file with no newline at all) beside
+/// a good one: it was taken for an empty file and skipped without a word. It is named now, and
+/// the good file is read.
+#[test]
+fn a_file_of_one_oversized_line_is_named_when_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = claude_response(1, 1, r#"{"input_tokens":3,"output_tokens":5}"#) + "\n";
+    std::fs::write(dir.path().join("good.jsonl"), good).unwrap();
+    let huge = dir.path().join("huge.jsonl");
+    std::fs::write(&huge, vec![b'x'; (64 << 20) + 1]).unwrap();
+    let got = import(&[dir.path().to_path_buf()]);
+    let warned: Vec<(&Path, u64)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.path.as_path(), w.line))
+        .collect();
+    assert_eq!(warned, vec![(huge.as_path(), 0)]);
+    assert_eq!((got.stats.requests, got.stats.files_skipped), (1, 1));
 }
