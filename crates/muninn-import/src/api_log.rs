@@ -397,7 +397,8 @@ impl FormatReader for ApiLogReader<'_> {
             ThreadKind::Subagent
         };
         let thread = state.name.clone();
-        cx.push(&session, &thread, kind, model, request);
+        // Past the limits, the request is skipped with a warning; the thread has moved on.
+        let _ = cx.push((&session, &thread, kind), model, request, line.number);
     }
 
     fn finish(self, _: &mut LineContext<'_, '_>) {}

@@ -531,9 +531,7 @@ impl<'s> ClaudeReader<'s> {
                     .entry(key)
                     .or_default()
                     .more_of_response(message);
-                if let Some(request) = cx.sink.get_mut(slot) {
-                    later_line(request, message, parsed.at_ms());
-                }
+                later_line(slot, message, parsed.at_ms(), line, cx);
             }
             None => self.first_line(parsed, message, (hash, key), names, line, cx),
         }
@@ -586,17 +584,41 @@ impl<'s> ClaudeReader<'s> {
                  links meet it continues the thread's latest conversation",
             );
         }
-        let slot = cx.push(session, thread, thread_kind(thread), model, request);
+        let kind = thread_kind(thread);
+        let Some(slot) = cx.push((session, thread, kind), model, request, line.number) else {
+            // Past the limits (warned): the thread has moved on as for a duplicate, and the
+            // response's later lines are not read.
+            self.responses.insert(hash, Response::Dropped);
+            return;
+        };
         self.seen.insert(hash);
         self.responses.insert(hash, Response::Kept(slot));
     }
 }
 
-/// A later line of a kept response updates its request: the usage it reports, what it annotates,
-/// and the earliest time any of its lines was written.
-fn later_line(request: &mut TraceRequest, message: &ClaudeMessage<'_>, at_ms: Option<i64>) {
-    if let Some(usage) = &message.usage {
-        request.usage = usage.to_usage();
+/// A later line of a kept response updates its request: the usage it reports (unless past the
+/// limits: then the earlier line's stays, with a warning), what it annotates, and the earliest
+/// time any of its lines was written.
+fn later_line(
+    slot: RequestSlot,
+    message: &ClaudeMessage<'_>,
+    at_ms: Option<i64>,
+    line: &Line<'_>,
+    cx: &mut LineContext<'_, '_>,
+) {
+    let usage = message.usage.as_ref().map(ClaudeUsage::to_usage);
+    let problem = usage.as_ref().and_then(crate::limits::usage_problem);
+    if let Some(problem) = &problem {
+        cx.diag.warn(
+            line.number,
+            format!("usage not updated from this line: {problem}"),
+        );
+    }
+    let Some(request) = cx.sink.get_mut(slot) else {
+        return;
+    };
+    if let (Some(usage), None) = (usage, problem) {
+        request.usage = usage;
     }
     message.annotate(request);
     if let Some(at_ms) = at_ms {

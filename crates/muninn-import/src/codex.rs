@@ -86,6 +86,29 @@ struct TokenUsage {
 }
 
 impl TokenUsage {
+    /// What [`TokenUsage::to_usage`] has to correct, said: OpenAI counts the cached (and the
+    /// written) tokens inside `input_tokens`, so more of them than that is a damaged count,
+    /// read as all of the input (none of 3,480 counts in the public rollouts is one).
+    fn inconsistency(self) -> Option<String> {
+        let input = self.input_tokens.unwrap_or(0);
+        let cached = self.cached_input_tokens.unwrap_or(0);
+        let written = self.cache_write_input_tokens.unwrap_or(0);
+        if cached > input {
+            Some(format!(
+                "cached_input_tokens {cached} above input_tokens {input}: read as {input}"
+            ))
+        } else if written > input - cached {
+            Some(format!(
+                "cache_write_input_tokens {written} above the {} input tokens not cached: read \
+                 as {}",
+                input - cached,
+                input - cached
+            ))
+        } else {
+            None
+        }
+    }
+
     fn to_usage(self) -> Usage {
         let input = self.input_tokens.unwrap_or(0);
         let cached = self.cached_input_tokens.unwrap_or(0).min(input);
@@ -236,6 +259,9 @@ impl CodexReader {
             );
             return;
         };
+        if let Some(why) = last.inconsistency() {
+            cx.diag.warn(line.number, why);
+        }
         if self.model.is_none() && !self.warned_no_model {
             self.warned_no_model = true;
             cx.diag.warn(
@@ -245,7 +271,8 @@ impl CodexReader {
         }
         let request = self.take_request(at_ms, last.to_usage());
         let model = self.model.as_deref().unwrap_or("unknown");
-        self.answered = Some(cx.push(&self.session, "main", ThreadKind::Main, model, request));
+        let thread = (self.session.as_str(), "main", ThreadKind::Main);
+        self.answered = cx.push(thread, model, request, line.number);
     }
 
     /// The request a `token_count` finished, from the state gathered since the last one, which

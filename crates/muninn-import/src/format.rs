@@ -89,13 +89,17 @@ pub(crate) const TRACELAB_COLUMNS: [&str; 6] = [
 /// Detects the format from the first non-empty lines: `None` if none is recognised, and whether
 /// the file holds no non-blank line at all (skipped without a warning: Claude Code leaves empty
 /// files behind). Lines that fail to parse are passed over here; the real pass reports them.
+/// A line over the length limit is passed over too, but is not blank: a file of nothing else
+/// was taken for an empty one and skipped without a word.
 pub(crate) fn sniff(reader: &mut BufReader<File>) -> io::Result<(Option<InputFormat>, bool)> {
     let mut lines = LineReader::new(&mut *reader);
     let mut seen = 0;
+    let mut oversized = false;
     while seen < SNIFF_LINES {
         let Some(line) = lines.next_line()? else {
             break;
         };
+        oversized |= line.oversized;
         if line.oversized || line.is_blank() {
             continue;
         }
@@ -107,7 +111,7 @@ pub(crate) fn sniff(reader: &mut BufReader<File>) -> io::Result<(Option<InputFor
             return Ok((Some(format), false));
         }
     }
-    Ok((None, seen == 0))
+    Ok((None, seen == 0 && !oversized))
 }
 
 /// Whether `line` is a CSV header naming every TraceLab column.

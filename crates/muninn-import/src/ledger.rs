@@ -99,7 +99,8 @@ impl FormatReader for LedgerReader {
             return;
         };
         let (thread, kind, request) = self.mapper.place(&row);
-        cx.push(&row.mind, &thread, kind, &row.model, request);
+        // Past the limits, the row is skipped with a warning.
+        let _ = cx.push((&row.mind, &thread, kind), &row.model, request, line.number);
     }
 
     fn finish(self, _: &mut LineContext<'_, '_>) {}

@@ -19,6 +19,8 @@
 //!
 //! - A malformed line is never fatal: it becomes a [`Warning`] with its file and line and is
 //!   skipped. Only I/O errors and "nothing importable" are errors.
+//! - Every input has a limit: a line's length (`lines`), and a request's token counts and times
+//!   (`limits`); what passes one is skipped with a warning naming its line.
 //! - Memory is bounded by the output, not the input: files are read line by line into one reused
 //!   buffer, only the fields needed are decoded (content and tool outputs are skipped without being
 //!   allocated), and cross-file de-duplication keeps a 64-bit hash per request id, not the id.
@@ -35,6 +37,7 @@
 //! # Layout
 //!
 //! - `lines`: the line reader and the per-file warning sink;
+//! - `limits`: what one request may claim (tokens, times);
 //! - `json`: borrowed strings, content-block counting, timestamps;
 //! - `sink`: the traces under construction;
 //! - `claude`, `codex`, `ledger`, `stored`, `stream_json`, `api_log`, `tracelab`: one reader per
@@ -54,6 +57,7 @@ mod conversations;
 mod format;
 mod json;
 mod ledger;
+mod limits;
 mod lines;
 mod sink;
 mod stored;
@@ -344,17 +348,23 @@ struct LineContext<'i, 'w> {
 }
 
 impl LineContext<'_, '_> {
-    /// Appends a request (counted in [`Importer::finish`], once the traces are final).
+    /// Appends the request of line `line` (counted in [`Importer::finish`], once the traces are
+    /// final); `None`, with a warning naming the line, if it is past the limits (`limits`).
     fn push(
         &mut self,
-        session: &str,
-        thread: &str,
-        kind: muninn_core::trace::ThreadKind,
+        (session, thread, kind): (&str, &str, muninn_core::trace::ThreadKind),
         model: &str,
         request: TraceRequest,
-    ) -> sink::RequestSlot {
-        self.sink
-            .push(session, thread, kind, model, self.source, request)
+        line: u64,
+    ) -> Option<sink::RequestSlot> {
+        if let Some(problem) = limits::request_problem(&request) {
+            self.diag.warn(line, format!("request skipped: {problem}"));
+            return None;
+        }
+        Some(
+            self.sink
+                .push(session, thread, kind, model, self.source, request),
+        )
     }
 }
 

@@ -5,6 +5,8 @@
 //!   between lines and shrunk again after an unusually long one.
 //! - Line numbers are 1-based and count every physical line, empty ones included, so a warning's
 //!   `file:line` points at what an editor shows.
+//! - A line's bytes are without its terminator (`\n` or `\r\n`), and the first line's without a
+//!   UTF-8 byte-order mark.
 //! - Nothing here decodes UTF-8: the JSON parser validates strings it actually reads, so invalid
 //!   UTF-8 inside an ignored field costs nothing and invalid UTF-8 in a field we need becomes a
 //!   warning at the parser.
@@ -17,6 +19,9 @@ use std::path::Path;
 /// whole tool outputs (and base64 images), so this is generous; it only guards against a file that
 /// is not JSON Lines at all (one enormous "line").
 pub(crate) const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// The UTF-8 byte-order mark, dropped from the start of a file.
+const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// After a line longer than this, the buffer is given back to the allocator.
 const SHRINK_ABOVE: usize = 8 << 20;
@@ -115,6 +120,13 @@ impl<R: BufRead> LineReader<R> {
         }
         if let Some(rest) = bytes.strip_suffix(b"\r") {
             bytes = rest;
+        }
+        if self.number == 1 {
+            // A byte-order mark (editors on Windows write one) is no part of the first line:
+            // left on, it made the line malformed JSON, and a file of one line unrecognised.
+            if let Some(rest) = bytes.strip_prefix(UTF8_BOM) {
+                bytes = rest;
+            }
         }
         Ok(Some(Line {
             number: self.number,

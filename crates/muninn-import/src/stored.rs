@@ -62,12 +62,18 @@ impl FormatReader for StoredReader {
                     requests: Vec::new(),
                 });
             }
-            TraceLine::Request(request) => match &mut self.current {
-                Some(trace) => trace.requests.push(request),
-                None => cx
-                    .diag
-                    .warn(line.number, "request line before any trace header, skipped"),
-            },
+            TraceLine::Request(request) => {
+                match (&mut self.current, crate::limits::request_problem(&request)) {
+                    // Its numbers are taken as written, so they are held to the limits too.
+                    (Some(_), Some(problem)) => cx
+                        .diag
+                        .warn(line.number, format!("request skipped: {problem}")),
+                    (Some(trace), None) => trace.requests.push(request),
+                    (None, _) => cx
+                        .diag
+                        .warn(line.number, "request line before any trace header, skipped"),
+                }
+            }
         }
     }
 

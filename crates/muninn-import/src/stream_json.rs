@@ -41,7 +41,7 @@ use crate::json::Str;
 use crate::lines::{Line, parse_line};
 use crate::sink::RequestSlot;
 use crate::{FormatReader, ImportOptions, LineContext};
-use muninn_core::trace::ThreadKind;
+use muninn_core::trace::{ThreadKind, Usage};
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -120,41 +120,91 @@ impl<'s> StreamJsonReader<'s> {
             .or_default()
     }
 
-    /// Ends the open turn: reconciles the main-thread usage with the result's (if any) and
-    /// spreads the turn's requests over its duration.
-    fn close_turn(&mut self, result: Option<&StreamEvent<'_>>, cx: &mut LineContext<'_, '_>) {
-        let duration = result.and_then(|r| r.duration_ms).unwrap_or(0);
-        let duration = i64::try_from(duration).unwrap_or(i64::MAX / 4);
+    /// Ends the open turn at `line`: reconciles the main-thread usage with the result's (if
+    /// any) and spreads the turn's requests over its duration.
+    fn close_turn(
+        &mut self,
+        result: Option<&StreamEvent<'_>>,
+        line: u64,
+        cx: &mut LineContext<'_, '_>,
+    ) {
         if let Some(total) = result.and_then(|r| r.usage.as_ref()).map(|u| u.to_usage()) {
-            let main: Vec<RequestSlot> = self
-                .turn
-                .iter()
-                .filter(|r| r.main)
-                .map(|r| r.slot)
-                .collect();
-            if let [only] = main[..] {
-                if let Some(request) = cx.sink.get_mut(only) {
-                    request.usage = total;
-                }
-            } else if let Some((&last, earlier)) = main.split_last() {
-                let known: u64 = earlier
-                    .iter()
-                    .filter_map(|&s| cx.sink.get_mut(s).map(|r| r.usage.output))
-                    .sum();
-                if let Some(request) = cx.sink.get_mut(last) {
-                    request.usage.output = total.output.saturating_sub(known);
-                }
+            match crate::limits::usage_problem(&total) {
+                Some(problem) => cx
+                    .diag
+                    .warn(line, format!("the result's usage is not used: {problem}")),
+                None => self.reconcile(total, cx),
             }
         }
+        let duration = self.duration(result, line, cx);
         let n = i64::try_from(self.turn.len()).unwrap_or(i64::MAX).max(1);
         for (i, r) in (0i64..).zip(&self.turn) {
             if let Some(request) = cx.sink.get_mut(r.slot) {
-                // Evenly spread, and at least 1 ms apart so the order survives the sort by time.
-                request.at_ms = self.clock_ms + (i * duration / n).max(i);
+                // Evenly spread, and at least 1 ms apart so the order survives the sort by time
+                // (in i128: a long turn of many requests overflowed `i * duration`).
+                let spread = i128::from(i) * i128::from(duration) / i128::from(n);
+                let offset = i64::try_from(spread).unwrap_or(i64::MAX).max(i);
+                request.at_ms = self.clock_ms.saturating_add(offset);
             }
         }
-        self.clock_ms += duration.max(n);
+        self.clock_ms = self.clock_ms.saturating_add(duration.max(n));
         self.turn.clear();
+    }
+
+    /// The turn's duration, from its result's `duration_ms`: 0 without one, and 0 with a
+    /// warning for one that would take the synthesized clock past the last time there is
+    /// (`crate::limits`; such durations overflowed the clock).
+    fn duration(
+        &self,
+        result: Option<&StreamEvent<'_>>,
+        line: u64,
+        cx: &mut LineContext<'_, '_>,
+    ) -> i64 {
+        let Some(duration_ms) = result.and_then(|r| r.duration_ms) else {
+            return 0;
+        };
+        let fits = i64::try_from(duration_ms).ok().filter(|&d| {
+            self.clock_ms
+                .checked_add(d)
+                .is_some_and(|end| end <= crate::limits::MAX_AT_MS)
+        });
+        fits.unwrap_or_else(|| {
+            cx.diag.warn(
+                line,
+                format!(
+                    "duration_ms {duration_ms} takes the log past the time limit (the year \
+                     9999), taken as 0"
+                ),
+            );
+            0
+        })
+    }
+
+    /// The result's usage, the sum over the turn's main-thread requests, made theirs: the whole
+    /// of it for a lone request; else the output the `assistant` events could not know, to the
+    /// last.
+    fn reconcile(&mut self, total: Usage, cx: &mut LineContext<'_, '_>) {
+        let main: Vec<RequestSlot> = self
+            .turn
+            .iter()
+            .filter(|r| r.main)
+            .map(|r| r.slot)
+            .collect();
+        if let [only] = main[..] {
+            if let Some(request) = cx.sink.get_mut(only) {
+                request.usage = total;
+            }
+        } else if let Some((&last, earlier)) = main.split_last() {
+            // Saturating: the outputs the events gave (placeholders, but any number a log
+            // holds; their plain sum overflowed).
+            let known = earlier
+                .iter()
+                .filter_map(|&s| cx.sink.get_mut(s).map(|r| r.usage.output))
+                .fold(0u64, u64::saturating_add);
+            if let Some(request) = cx.sink.get_mut(last) {
+                request.usage.output = total.output.saturating_sub(known);
+            }
+        }
     }
 
     fn assistant(
@@ -214,7 +264,8 @@ impl<'s> StreamJsonReader<'s> {
             self.responses.insert(hash, None);
             return;
         }
-        let at_ms = self.clock_ms + i64::try_from(self.turn.len()).unwrap_or(0);
+        let turn = i64::try_from(self.turn.len()).unwrap_or(0);
+        let at_ms = self.clock_ms.saturating_add(turn);
         let state = self.thread(thread);
         let request = state.take_request(at_ms, usage.to_usage(), message);
         let main = thread == "main";
@@ -224,7 +275,17 @@ impl<'s> StreamJsonReader<'s> {
             ThreadKind::Subagent
         };
         let session = self.session.clone();
-        let slot = cx.push(&session, thread, kind, model.as_str(), request);
+        let pushed = cx.push(
+            (&session, thread, kind),
+            model.as_str(),
+            request,
+            line.number,
+        );
+        let Some(slot) = pushed else {
+            // Past the limits (warned): its later events are not read.
+            self.responses.insert(hash, None);
+            return;
+        };
         self.seen.insert(hash);
         self.responses.insert(hash, Some(slot));
         self.turn.push(TurnRequest { slot, main });
@@ -251,7 +312,7 @@ impl FormatReader for StreamJsonReader<'_> {
             (Some("system"), Some("init")) => {
                 if !self.turn.is_empty() {
                     // The previous turn ended without a result (an API error, an interrupt).
-                    self.close_turn(None, cx);
+                    self.close_turn(None, line.number, cx);
                 }
                 self.thread("main").unechoed_prompt();
             }
@@ -266,7 +327,7 @@ impl FormatReader for StreamJsonReader<'_> {
                 self.thread(&thread).user_content(content, true);
             }
             (Some("assistant"), _) => self.assistant(&event, line, cx),
-            (Some("result"), _) => self.close_turn(Some(&event), cx),
+            (Some("result"), _) => self.close_turn(Some(&event), line.number, cx),
             _ => {}
         }
     }
@@ -274,7 +335,7 @@ impl FormatReader for StreamJsonReader<'_> {
     fn finish(mut self, cx: &mut LineContext<'_, '_>) {
         if !self.turn.is_empty() {
             let n = self.turn.len();
-            self.close_turn(None, cx);
+            self.close_turn(None, 0, cx);
             cx.diag.warn(
                 0,
                 format!(

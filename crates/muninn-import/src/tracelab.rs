@@ -39,8 +39,10 @@
 //! The header names the columns (in any order; extra columns are ignored). Fields are split on
 //! commas, and a field in double quotes may hold commas and doubled quotes (RFC 4180) but not a
 //! line break: the columns are an id and integers, and reading line by line keeps each warning
-//! at its line. A row that is short, has a non-integer length, or goes back in `round_idx` is
-//! skipped with a warning naming its line; rounds around it are kept.
+//! at its line. A row that is short, has a non-integer length, goes back in `round_idx`, or has
+//! a length past the limit on tokens (`crate::limits`) is skipped with a warning naming its
+//! line; rounds around it are kept. A wait that would take its session past the year 9999 is
+//! taken as none, with a warning.
 
 use crate::format::TRACELAB_COLUMNS;
 use crate::lines::Line;
@@ -228,16 +230,37 @@ impl TraceLabReader {
             return;
         }
         let request = round_request(row, state);
-        let wait = i64::try_from(row.wait_ms).unwrap_or(i64::MAX / 4);
+        let at_ms = request.at_ms;
+        let thread = (row.session, "main", ThreadKind::Main);
+        if cx.push(thread, &self.model, request, line).is_none() {
+            // Past the limits (warned): the session goes on from its last round.
+            return;
+        }
+        // A wait that would take the session past the last time there is (`limits`) is not
+        // one: taken as none, so the rounds after it keep their order and their usage.
+        let next_at_ms = i64::try_from(row.wait_ms)
+            .ok()
+            .and_then(|wait| at_ms.checked_add(wait))
+            .filter(|&next| next <= crate::limits::MAX_AT_MS);
+        let next_at_ms = next_at_ms.unwrap_or_else(|| {
+            cx.diag.warn(
+                line,
+                format!(
+                    "tool_wait_after_ms {} takes session {:?} past the time limit (the year \
+                     9999), taken as 0",
+                    row.wait_ms, row.session
+                ),
+            );
+            at_ms
+        });
         self.sessions.insert(
             row.session.to_owned(),
             SessionState {
                 round: row.round,
-                next_at_ms: request.at_ms.saturating_add(wait),
+                next_at_ms,
                 prompt: row.input,
             },
         );
-        cx.push(row.session, "main", ThreadKind::Main, &self.model, request);
     }
 }
 

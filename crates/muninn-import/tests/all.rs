@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A failed unwrap is a failed test.
 
+mod bad_input;
 mod fuzz;
 
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};

@@ -281,6 +281,12 @@ fn check_goals(
     }
     let mut failed = 0;
     outln!()?;
+    if report.parts.values().all(|f| f.model.main.requests == 0) {
+        // Nothing to measure is no pass (as for the cause goal): a folder whose every request
+        // was skipped, or of sub-agent threads only, exited 0 with no word on the goals.
+        outln!("FAIL: no main-thread request in any part, the goals cannot be checked")?;
+        return Ok(1);
+    }
     for (part, figures) in &report.parts {
         let main = &figures.model.main;
         if main.requests == 0 {

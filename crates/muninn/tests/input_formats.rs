@@ -118,3 +118,24 @@ fn model_names_the_model_of_a_tracelab_csv() {
     assert_eq!(named.requests, 6);
     assert!(named.rows[0].cost_micro_usd > 0);
 }
+
+/// `check-cache` with goals on input holding no main-thread request (here a transcript whose
+/// first answer has not come yet; or every request skipped, or sub-agents only) fails, as the
+/// cause goal does without a label: it exited 0 without a word on the goals.
+#[test]
+fn check_cache_goals_fail_when_there_is_nothing_to_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("s.jsonl");
+    let line = r#"{"type":"user","sessionId":"s","uuid":"u1","timestamp":"2026-02-10T10:00:01.000Z","message":{"role":"user","content":"hi"}}"#;
+    std::fs::write(&path, format!("{line}\n")).unwrap();
+    let path = path.to_str().unwrap();
+    let out = muninn(&["check-cache", "--quiet", "--goal-agreement", "0.9", path]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("FAIL: no main-thread request in any part"),
+        "{stdout}"
+    );
+    // Without goals there is nothing to fail.
+    ok(&muninn(&["check-cache", "--quiet", path]));
+}

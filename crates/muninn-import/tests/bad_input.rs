@@ -1,0 +1,284 @@
+//! Bad input the fuzzers do not reach: a byte-order mark, numbers past any real request (token
+//! counts, times, a turn's duration) in every format that carries them, and what `check-cache`
+//! and `replay` then do with the rest. Each case was found by review (2026-12) and failed before
+//! its fix: a panic in a debug build (an overflow) or a silently wrapped figure in a release one.
+
+use super::*;
+use muninn_core::cache::CacheRules;
+use muninn_core::price::PriceTable;
+use muninn_core::replay::{Assumptions, Plan, replay_traces};
+use muninn_core::validate::{ValidateOptions, validate};
+use pretty_assertions::assert_eq;
+
+/// `text` written to `name` in a temporary directory, imported.
+fn import_text(name: &str, text: &[u8]) -> Import {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    import(&[path])
+}
+
+/// (line, whether the message names the limit) of every warning.
+fn limit_warnings(got: &Import) -> Vec<(u64, bool)> {
+    got.warnings
+        .iter()
+        .map(|w| (w.line, w.message.contains("limit")))
+        .collect()
+}
+
+/// What `check-cache` and `replay` do with an import: every predictor, every plan.
+fn check_and_replay(got: &Import) {
+    let _ = validate(&got.traces, &ValidateOptions::default());
+    let prices = PriceTable::embedded();
+    let priced: Vec<_> = got
+        .traces
+        .iter()
+        .filter_map(|t| prices.model(&t.model).ok().map(|p| (t, p)))
+        .collect();
+    assert!(!priced.is_empty());
+    let (assumptions, rules) = (Assumptions::default(), CacheRules::default());
+    for plan in Plan::all() {
+        let _ = replay_traces(&priced, plan, &assumptions, &rules, &mut |_, _| {});
+    }
+}
+
+/// A Claude Code assistant line (one block) of response `n` at `seconds`, with this usage.
+fn claude_response(n: u32, seconds: i64, usage: &str) -> String {
+    format!(
+        r#"{{"type":"assistant","sessionId":"s","uuid":"a{n}","timestamp":"2026-02-10T10:00:{seconds:02}.000Z","message":{{"model":"claude-opus-4-6","id":"msg_{n}","content":[{{"type":"text","text":"x"}}],"usage":{usage}}}}}"#
+    )
+}
+
+/// A file saved by an editor that writes a UTF-8 byte-order mark: the mark is not part of the
+/// first line's JSON. The first line was refused as malformed, and with it the request it held.
+#[test]
+fn a_byte_order_mark_loses_no_line() {
+    let plain = claude_response(1, 1, r#"{"input_tokens":3,"output_tokens":5}"#) + "\n";
+    let marked = [b"\xef\xbb\xbf".as_slice(), plain.as_bytes()].concat();
+    let (plain, marked) = (
+        import_text("s.jsonl", plain.as_bytes()),
+        import_text("s.jsonl", &marked),
+    );
+    assert_eq!(marked.warnings, vec![]);
+    assert_eq!(marked.stats.requests, 1);
+    let at = |i: &Import| i.traces[0].requests.clone();
+    assert_eq!(at(&marked), at(&plain));
+}
+
+/// A usage field past any real request's (here 2^63: two of them overflow a prompt's sum) is
+/// refused with its line, and the requests around it are kept; `check-cache` and `replay` ran
+/// into the overflow (`validate::cached_part`, `replay::growth::is_aside`).
+#[test]
+fn a_token_count_past_the_limit_is_refused_by_line() {
+    let ok = r#"{"input_tokens":3,"cache_creation_input_tokens":1000,"output_tokens":5}"#;
+    let huge = r#"{"input_tokens":1,"cache_creation_input_tokens":9223372036854775808,"cache_read_input_tokens":9223372036854775808,"output_tokens":1}"#;
+    let text = [
+        claude_response(1, 1, ok),
+        claude_response(2, 2, huge),
+        claude_response(3, 3, ok),
+    ]
+    .join("\n");
+    let got = import_text("s.jsonl", text.as_bytes());
+    assert_eq!(limit_warnings(&got), vec![(2, true)]);
+    assert_eq!(got.stats.requests, 2);
+    check_and_replay(&got);
+}
+
+/// The same limit on every format with numbers of its own: a Codex count, a TraceLab row, a
+/// ledger row and a stored request (whose time, too, is taken as written: `i64::MAX` overflowed
+/// every gap the replay takes).
+#[test]
+fn every_format_refuses_numbers_past_the_limits() {
+    let codex = [
+        r#"{"timestamp":"2026-02-10T10:00:00.000Z","type":"session_meta","payload":{"id":"cx","model":"gpt-5"}}"#,
+        r#"{"timestamp":"2026-02-10T10:00:01.000Z","type":"event_msg","payload":{"type":"token_count","info":{"last_token_usage":{"input_tokens":18446744073709551615,"output_tokens":1}}}}"#,
+        r#"{"timestamp":"2026-02-10T10:00:02.000Z","type":"event_msg","payload":{"type":"token_count","info":{"last_token_usage":{"input_tokens":100,"output_tokens":1}}}}"#,
+    ]
+    .join("\n");
+    let got = import_text("rollout-cx.jsonl", codex.as_bytes());
+    assert_eq!(limit_warnings(&got), vec![(2, true)]);
+    assert_eq!(got.stats.requests, 1);
+
+    let csv = "session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n\
+               a,0,0,100,10,5\n\
+               a,1,100,18446744073709551615,10,5\n\
+               a,2,100,300,10,5\n";
+    let got = import_text("r.csv", csv.as_bytes());
+    assert_eq!(limit_warnings(&got), vec![(3, true)]);
+    assert_eq!(got.stats.requests, 2);
+
+    let fixture_rows = std::fs::read_to_string(fixture("ledger/ledger.jsonl")).unwrap();
+    let mut rows: Vec<String> = fixture_rows.lines().map(str::to_owned).collect();
+    rows[1] = rows[1].replace(
+        r#""at_ms":1770717605000"#,
+        r#""at_ms":-9223372036854775808"#,
+    );
+    rows[2] = rows[2].replace(
+        r#""cache_read":5000"#,
+        r#""cache_read":18446744073709551615"#,
+    );
+    let got = import_text("ledger.jsonl", rows.join("\n").as_bytes());
+    assert_eq!(limit_warnings(&got), vec![(2, true), (3, true)]);
+    assert_eq!(got.stats.requests, rows.len() as u64 - 2);
+
+    let stored = [
+        r#"{"type":"trace","id":"s/main/claude-opus-4-6","session":"s","thread":"main","kind":"main","model":"claude-opus-4-6","source":"x"}"#,
+        r#"{"type":"request","at_ms":1770717600000,"usage":{"input":10,"cache_write_5m":3000}}"#,
+        r#"{"type":"request","at_ms":9223372036854775807,"usage":{"input":10,"cache_read":3000}}"#,
+        r#"{"type":"request","at_ms":1770717660000,"usage":{"input":10,"cache_read":3000,"output":4294967297}}"#,
+        r#"{"type":"request","at_ms":1770717720000,"usage":{"input":10,"cache_read":3000}}"#,
+    ]
+    .join("\n");
+    let got = import_text("stored.jsonl", stored.as_bytes());
+    assert_eq!(limit_warnings(&got), vec![(3, true), (4, true)]);
+    assert_eq!(got.stats.requests, 2);
+    check_and_replay(&got);
+}
+
+/// A stream-json event of run `session` (a turn's `init`, an `assistant` event of response `id`
+/// with this `message_start` usage, a tool result, or a `result`).
+fn stream_event(session: &str, kind: &str, id: &str, usage: &str, duration_ms: u64) -> String {
+    match kind {
+        "init" => format!(r#"{{"type":"system","subtype":"init","session_id":"{session}"}}"#),
+        "assistant" => format!(
+            r#"{{"type":"assistant","session_id":"{session}","parent_tool_use_id":null,"message":{{"id":"{id}","model":"claude-opus-4-6","content":[{{"type":"text","text":"x"}}],"usage":{usage}}}}}"#
+        ),
+        "tool" => format!(
+            r#"{{"type":"user","session_id":"{session}","parent_tool_use_id":null,"message":{{"content":[{{"type":"tool_result","tool_use_id":"t","content":"ok"}}]}}}}"#
+        ),
+        _ => format!(
+            r#"{{"type":"result","session_id":"{session}","duration_ms":{duration_ms},"usage":{usage}}}"#
+        ),
+    }
+}
+
+/// A `claude -p` log whose turns claim `duration_ms` of 2^64 − 1 (the reader's synthesized
+/// clock overflowed at the fifth): each such duration is warned of and taken as none, and
+/// every request is kept, in order.
+#[test]
+fn stream_json_durations_past_the_time_limit_are_taken_as_none() {
+    let placeholder = r#"{"input_tokens":1,"cache_read_input_tokens":100,"output_tokens":1}"#;
+    let result = r#"{"input_tokens":3,"cache_read_input_tokens":300,"output_tokens":50}"#;
+    let mut lines = Vec::new();
+    for turn in 0..5 {
+        lines.push(stream_event("run", "init", "", "", 0));
+        for k in 0..3 {
+            let id = format!("msg_{turn}_{k}");
+            lines.push(stream_event("run", "assistant", &id, placeholder, 0));
+            lines.push(stream_event("run", "tool", "", "", 0));
+        }
+        lines.push(stream_event("run", "result", "", result, u64::MAX));
+    }
+    let got = import_text("run.jsonl", lines.join("\n").as_bytes());
+    let results: Vec<(u64, bool)> = (1..=5).map(|turn| (turn * 8, true)).collect();
+    assert_eq!(limit_warnings(&got), results);
+    let requests = &got.traces[0].requests;
+    assert_eq!(requests.len(), 15);
+    assert!(requests.windows(2).all(|w| w[0].at_ms < w[1].at_ms));
+    // Each turn's last request: the result's output less the two placeholders before it.
+    assert_eq!(requests[2].usage.output, 48);
+    check_and_replay(&got);
+}
+
+/// `message_start` outputs of 2^64 − 1 in a turn of several requests: their sum (reconciled
+/// with the result's output) overflowed. They are past the limit on tokens: each such event is
+/// refused with its line, and the turn's result still closes it.
+#[test]
+fn stream_json_outputs_past_the_limit_are_refused_by_line() {
+    let huge = format!(r#"{{"input_tokens":1,"output_tokens":{}}}"#, u64::MAX);
+    let fine = r#"{"input_tokens":1,"cache_read_input_tokens":100,"output_tokens":1}"#;
+    let result = r#"{"input_tokens":3,"cache_read_input_tokens":300,"output_tokens":50}"#;
+    let lines = [
+        stream_event("run", "init", "", "", 0),
+        stream_event("run", "assistant", "msg_1", &huge, 0),
+        stream_event("run", "tool", "", "", 0),
+        stream_event("run", "assistant", "msg_2", &huge, 0),
+        stream_event("run", "tool", "", "", 0),
+        stream_event("run", "assistant", "msg_3", fine, 0),
+        stream_event("run", "result", "", result, 1_000),
+    ];
+    let got = import_text("run.jsonl", lines.join("\n").as_bytes());
+    assert_eq!(limit_warnings(&got), vec![(2, true), (4, true)]);
+    assert_eq!(got.traces[0].requests.len(), 1);
+    assert_eq!(got.traces[0].requests[0].usage.output, 50);
+}
+
+/// TraceLab waits of 2^64 − 1 ms saturated the session's clock: every later round was sent at
+/// `i64::MAX`, no time apart. Such a wait is warned of and taken as none.
+#[test]
+fn tracelab_waits_past_the_time_limit_are_taken_as_none() {
+    let mut csv =
+        String::from("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n");
+    for round in 0..4 {
+        let wait = if round == 1 { u64::MAX } else { 1_000 };
+        let prefix = round * 100;
+        csv += &format!("a,{round},{prefix},{},10,{wait}\n", prefix + 100);
+    }
+    let opts = ImportOptions {
+        model: Some("claude-opus-4-6".into()),
+        ..ImportOptions::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.csv");
+    std::fs::write(&path, csv).unwrap();
+    let got = import_paths(&[path], &opts, &mut |_, _| {}).unwrap();
+    assert_eq!(limit_warnings(&got), vec![(3, true)]);
+    let times: Vec<i64> = got.traces[0].requests.iter().map(|r| r.at_ms).collect();
+    assert_eq!(times, vec![0, 1_000, 1_000, 2_000]);
+    check_and_replay(&got);
+}
+
+/// A Codex count whose cached (or written) tokens exceed its input — OpenAI counts them inside
+/// `input_tokens` — was corrected without a word; it is still read as all of the input, now
+/// with a warning naming the line.
+#[test]
+fn a_codex_count_caching_more_than_its_input_is_warned_of() {
+    let count = |seconds: u32, usage: &str| {
+        format!(
+            r#"{{"timestamp":"2026-02-10T10:00:{seconds:02}.000Z","type":"event_msg","payload":{{"type":"token_count","info":{{"last_token_usage":{usage}}}}}}}"#
+        )
+    };
+    let codex = [
+        r#"{"timestamp":"2026-02-10T10:00:00.000Z","type":"session_meta","payload":{"id":"cx","model":"gpt-5"}}"#.to_string(),
+        count(1, r#"{"input_tokens":100,"cached_input_tokens":500,"output_tokens":1}"#),
+        count(2, r#"{"input_tokens":100,"cached_input_tokens":60,"cache_write_input_tokens":50,"output_tokens":1}"#),
+        count(3, r#"{"input_tokens":100,"cached_input_tokens":60,"output_tokens":1}"#),
+    ]
+    .join("\n");
+    let got = import_text("rollout-cx.jsonl", codex.as_bytes());
+    let warned: Vec<(u64, &str)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.line, &w.message[..w.message.find(' ').unwrap()]))
+        .collect();
+    assert_eq!(
+        warned,
+        vec![(2, "cached_input_tokens"), (3, "cache_write_input_tokens")]
+    );
+    let usages: Vec<(u64, u64, u64)> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| (r.usage.input, r.usage.cache_write_5m, r.usage.cache_read))
+        .collect();
+    assert_eq!(usages, vec![(0, 0, 100), (0, 40, 60), (40, 0, 60)]);
+}
+
+/// A file of one line past the length limit (64 MiB; here a file with no newline at all) beside
+/// a good one: it was taken for an empty file and skipped without a word. It is named now, and
+/// the good file is read.
+#[test]
+fn a_file_of_one_oversized_line_is_named_when_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = claude_response(1, 1, r#"{"input_tokens":3,"output_tokens":5}"#) + "\n";
+    std::fs::write(dir.path().join("good.jsonl"), good).unwrap();
+    let huge = dir.path().join("huge.jsonl");
+    std::fs::write(&huge, vec![b'x'; (64 << 20) + 1]).unwrap();
+    let got = import(&[dir.path().to_path_buf()]);
+    let warned: Vec<(&Path, u64)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.path.as_path(), w.line))
+        .collect();
+    assert_eq!(warned, vec![(huge.as_path(), 0)]);
+    assert_eq!((got.stats.requests, got.stats.files_skipped), (1, 1));
+}
