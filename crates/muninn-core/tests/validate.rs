@@ -5,7 +5,7 @@
 //!   TTLs, compactions, a head kept warm by another thread) and the report's aggregates;
 //! - `heads`: tools and system heads (lookback, sharing across sessions, heads kept warm outside
 //!   the traces, borrowed head sizes, a tool change);
-//! - `thinking`: clients that drop a finished turn's thinking;
+//! - `thinking`: clients that drop a finished turn's thinking, or re-send the previous turn;
 //! - `causes`: miss causes against the provider's labels;
 //! - `causality`: no prediction looks ahead (Anthropic, generated traces);
 //! - `codex`: OpenAI's automatic cache, its reasoning drops and its causality.

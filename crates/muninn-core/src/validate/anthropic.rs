@@ -9,8 +9,10 @@ use crate::money::Tokens;
 use crate::trace::{ThreadKind, Trace, TraceRequest};
 use outside::{FirstLoads, HeadTallies};
 use std::collections::{HashMap, HashSet};
+use turns::{DROPS_BEFORE_PREDICTING, ThinkingDrop, TurnRestarts};
 
 mod outside;
+mod turns;
 
 /// Block index of the tools head, the system head, and the first conversation block.
 const H1_BLOCK: u32 = 1;
@@ -67,6 +69,9 @@ struct Group {
     /// How many turn-opening requests in a row read as if the client dropped the previous
     /// turn's thinking (0 after one that read as kept).
     thinking_drops: u32,
+    /// Where the current turn began: the tail its opening request extended (see
+    /// [`TurnRestarts`]).
+    turn_start: Option<Tail>,
 }
 
 /// How many other conversations' tails a group keeps: two terminals and a rewind or two.
@@ -93,46 +98,6 @@ fn parked_tail(group: &Group, conversation: u64) -> Option<Tail> {
         .rev()
         .find(|(c, _)| *c == conversation)
         .map(|&(_, t)| t)
-}
-
-/// Drops seen in a row before the next turn is predicted with the thinking dropped. One is not
-/// enough: on the tuning part of `claude_backup` a single request read exactly such a point
-/// because the person had interrupted the previous answer (which Claude Code then drops), and the
-/// turns after it kept their thinking.
-const DROPS_BEFORE_PREDICTING: u32 = 2;
-
-/// A client that drops a finished turn's thinking when the person writes again.
-///
-/// Some Claude Code sessions (the desktop app and the VS Code extension on `LAF-US/IDAHO-VAULT`,
-/// 2.1.86 and 2.1.92, seen on the tuning part only) send a new turn's first request without the
-/// thinking blocks of the turn before it, for stretches of a session: the prompt then diverges at
-/// the previous turn's first thinking block, and the request reads exactly the cached end of the
-/// request whose answer held it. Other stretches of the same sessions, and other users, keep the
-/// thinking (the prompt grows append-only). Nothing in a transcript line says which is in force, so
-/// the group learns it from what it has seen: turn-opening requests that read exactly that point
-/// ([`DROPS_BEFORE_PREDICTING`] in a row) switch the drop on for the turns that follow; one that
-/// read the whole previous prefix switches it off. Strictly causal: the flag and the point come
-/// from earlier answers only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ThinkingDrop {
-    /// The request's read says the client dropped the thinking.
-    Dropped,
-    /// The request's read says the client kept it.
-    Kept,
-}
-
-impl ThinkingDrop {
-    /// What a turn-opening request's recorded read says, given where the previous turn's thinking
-    /// began (`at`) and where the previous request's prompt ended (`previous`).
-    fn observed(recorded: Tokens, at: Tokens, previous: Tokens, tolerance: Tokens) -> Option<Self> {
-        if recorded.abs_diff(at) <= tolerance {
-            Some(ThinkingDrop::Dropped)
-        } else if recorded + tolerance >= previous {
-            Some(ThinkingDrop::Kept)
-        } else {
-            None
-        }
-    }
 }
 
 /// Whether request `index` of `trace` changed its tool list since the thread's previous request.
@@ -184,6 +149,10 @@ struct Conversation {
     dropped_at: Option<Tail>,
     /// Whether the client is predicted to drop that thinking.
     drop: bool,
+    /// Where the previous turn began, when this request opens a turn (see [`TurnRestarts`]).
+    restart_at: Option<Tail>,
+    /// Whether the client is predicted to re-send the turn from there.
+    restart: bool,
 }
 
 /// The conversation a request of `group` continues: a forked thread continues its own previous tail
@@ -197,6 +166,7 @@ fn conversation(
     group: &Group,
     tools_changed: bool,
     own_tail: Option<Tail>,
+    restarts_lead: bool,
 ) -> Conversation {
     let req = &trace.requests[index];
     let forked = trace.kind == ThreadKind::Compaction;
@@ -211,6 +181,10 @@ fn conversation(
     // client does otherwise (`TraceRequest::interrupted_thinking`).
     let drop = (group.thinking_drops >= DROPS_BEFORE_PREDICTING || req.interrupted_thinking)
         && dropped_at.is_some();
+    let restart_at = group
+        .turn_start
+        .filter(|at| opens_turn && group.tail.is_some_and(|t| at.tokens < t.tokens));
+    let restart = restarts_lead && !drop && restart_at.is_some();
     let previous = if forked {
         own_tail.or(group.tail)
     } else if req.compacted || tools_changed {
@@ -223,6 +197,10 @@ fn conversation(
         // segment, so that its entries cannot be mistaken for the kept branch's.
         segment += 1;
         dropped_at
+    } else if restart {
+        // The same: shared up to where the previous turn began, new after it.
+        segment += 1;
+        restart_at
     } else {
         group.tail
     };
@@ -238,6 +216,8 @@ fn conversation(
         previous,
         dropped_at,
         drop,
+        restart_at,
+        restart,
     }
 }
 
@@ -305,7 +285,7 @@ fn conversation_checkpoints(checkpoints: &mut Vec<Checkpoint>, at: ConversationE
         });
         end_block = p.block;
     }
-    if at.conv.drop
+    if (at.conv.drop || at.conv.restart)
         && let Some(t) = at.group_tail
     {
         // The dropped point lies back in the previous turn; the new end is counted from where
@@ -341,9 +321,10 @@ struct Rebuilt {
     load_breaks: bool,
     segment: u32,
     dropped_at: Option<Tail>,
+    restart_at: Option<Tail>,
     /// Whether the request is predicted to diverge from its predecessor in the messages: its
-    /// client dropped the previous turn's thinking (a compaction is named by the caller, from
-    /// the trace).
+    /// client dropped the previous turn's thinking or re-sent the turn (a compaction is named
+    /// by the caller, from the trace).
     rewritten: bool,
     checkpoints: Vec<Checkpoint>,
     /// Where this request's conversation ends.
@@ -374,6 +355,9 @@ pub(super) struct ModelReplay {
     /// Per (model, main group?): threads' first tool loads, by whether the prefix survived
     /// (see [`FirstLoads`]).
     first_loads: HashMap<(String, bool), FirstLoads>,
+    /// Per (model, main group?): turn openings by whether they read back to where the previous
+    /// turn began (see [`TurnRestarts`]).
+    turn_restarts: HashMap<(String, bool), TurnRestarts>,
     /// Requests the cache model refused (a malformed reconstruction).
     pub(super) errors: usize,
 }
@@ -470,7 +454,28 @@ impl ModelReplay {
         let end_tokens = req.usage.prompt().saturating_sub(req.usage.input);
         let heads = self.heads(trace, &key, &group, options);
         let own_tail = self.thread_tails.get(&trace.id).copied();
-        let conv = conversation(trace, index, &key, &group, tools_changed, own_tail);
+        // Followed only where the model still holds the point live: on `bradymholt/dotfiles`'
+        // tuning part, predicting the restart where the point had expired in the model read
+        // only the system head, and the read error doubled (1.44% to 3.29%) for the same class.
+        let restart_live = group.turn_start.is_some_and(|at| {
+            self.cache
+                .expiry(&trace.model, at.fingerprint)
+                .is_some_and(|expires| req.at_ms < expires)
+        });
+        let restarts_lead = restart_live
+            && self
+                .turn_restarts
+                .get(&(trace.model.clone(), is_main_group(trace)))
+                .is_some_and(TurnRestarts::lead);
+        let conv = conversation(
+            trace,
+            index,
+            &key,
+            &group,
+            tools_changed,
+            own_tail,
+            restarts_lead,
+        );
 
         let (mut checkpoints, floor) =
             head_checkpoints(&heads, conv.previous, tools_changed, end_tokens, ttl);
@@ -492,7 +497,8 @@ impl ModelReplay {
             load_breaks,
             segment: conv.segment,
             dropped_at: conv.dropped_at,
-            rewritten: conv.drop,
+            restart_at: conv.restart_at,
+            rewritten: conv.drop || conv.restart,
             checkpoints,
             end,
         }
@@ -557,6 +563,7 @@ impl ModelReplay {
             tools_changed,
             segment,
             dropped_at,
+            restart_at,
             end,
             ..
         } = rebuilt;
@@ -566,6 +573,11 @@ impl ModelReplay {
         let seen = dropped_at.zip(group_tail).and_then(|(at, t)| {
             ThinkingDrop::observed(recorded, at.tokens, t.tokens, options.tolerance)
         });
+        // A read back to where the previous turn began still teaches a head size: on
+        // `bradymholt/dotfiles`' tuning part such a size, taken for a system head, was what the
+        // model predicted (close to the read) at three later turns whose tail it could not
+        // reach; kept out of the heads, those read only the real system head.
+        self.count_restart(trace, req, seen, restart_at.zip(group_tail), options);
         // A read that stopped at a dropped thinking block is a prefix of the conversation, not
         // a head: it must not teach a head size.
         if seen != Some(ThinkingDrop::Dropped)
@@ -576,9 +588,43 @@ impl ModelReplay {
         if forked {
             self.thread_tails.insert(trace.id.clone(), end);
         } else {
+            // A person's turn begins where the previous prompt ended.
+            if req.compacted || tools_changed {
+                updated.turn_start = None;
+            } else if req.boundary {
+                updated.turn_start = group_tail;
+            }
             continue_tail(&mut updated, req, seen, tools_changed, end);
         }
         self.groups.insert(key, updated);
+    }
+
+    /// Counts a turn opening's read against where the previous turn began (`points`: that
+    /// point and the previous prompt's end), for [`TurnRestarts`]. A read at a dropped thinking
+    /// point, or after an interrupt, is the thinking rule's.
+    fn count_restart(
+        &mut self,
+        trace: &Trace,
+        req: &TraceRequest,
+        seen: Option<ThinkingDrop>,
+        points: Option<(Tail, Tail)>,
+        options: &ValidateOptions,
+    ) {
+        let Some((at, previous)) = points else {
+            return;
+        };
+        if seen == Some(ThinkingDrop::Dropped) || req.interrupted_thinking {
+            return;
+        }
+        self.turn_restarts
+            .entry((trace.model.clone(), is_main_group(trace)))
+            .or_default()
+            .observe(
+                req.usage.cache_read,
+                at.tokens,
+                previous.tokens,
+                options.tolerance,
+            );
     }
 
     /// A head read by request `index`: the tools head at a thread's first request, else a

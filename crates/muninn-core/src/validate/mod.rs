@@ -55,7 +55,10 @@
 //! turn's thinking on the last two turns it opened — or right after an answer the person stopped
 //! while it was only thinking (`TraceRequest::interrupted_thinking`) — continues from the end of
 //! that turn's first request whose answer thought (`TraceRequest::reasoning`) in a new segment:
-//! the prompt is the same up to there and new after it (`anthropic`'s `ThinkingDrop`).
+//! the prompt is the same up to there and new after it (`anthropic`'s `ThinkingDrop`). Likewise
+//! a turn opening continues from where the previous turn began (a new segment after it) when
+//! the model's earlier turn openings read back there more often than they read the whole prefix
+//! and that point is still live (`anthropic`'s `TurnRestarts`).
 //!
 //! A session's opening request whose tools head the model's cache holds dead (or never wrote)
 //! finds it warm when earlier openings on that head (the model's, of a size within 10%), dead

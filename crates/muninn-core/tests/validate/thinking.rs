@@ -1,4 +1,5 @@
-//! Clients that drop a finished turn's thinking when the person writes again.
+//! Clients that drop a finished turn's thinking when the person writes again, or re-send the
+//! previous turn from where it began.
 
 use super::{H1, req, row, trace};
 use muninn_core::trace::{ThreadKind, TraceRequest};
@@ -115,4 +116,79 @@ fn a_read_at_a_dropped_thinking_point_teaches_no_head_size() {
     );
     let r = row(&report, "s/main/m", index);
     assert_eq!((r.recorded_read, r.cache_model.read), (H1, H1));
+}
+
+/// A main thread of turns without thinking, each an opening and one tool round; from the third
+/// turn on, `restarted[t]` says whether turn t + 2 opened reading only up to where turn t + 1
+/// began (the cached end before its opening), as if the client re-sent the previous person's
+/// message changed, else it read the whole previous prefix. Returns the requests and, per turn,
+/// where it began.
+fn restarted_turns(restarted: &[bool]) -> (Vec<TraceRequest>, Vec<u64>) {
+    let mut out = Vec::new();
+    let mut starts = Vec::new();
+    let mut cached = H1;
+    let mut at = 0;
+    for turn in 0..restarted.len() + 2 {
+        let read = match turn {
+            0 => H1,
+            t if t >= 2 && restarted[t - 2] => starts[t - 1],
+            _ => cached,
+        };
+        starts.push(cached);
+        let mut opening = req(at, read, cached + 900 - read, true);
+        opening.boundary = true;
+        cached += 900;
+        out.push(opening);
+        at += 10_000;
+        out.push(req(at, cached, 700, true));
+        cached += 700;
+        at += 40_000;
+    }
+    (out, starts)
+}
+
+/// Claude Code 2.0.2 (`bradymholt/dotfiles`' tuning part) opened most turns reading only up to
+/// about where the previous turn began. Once such openings lead the model's tally over openings
+/// that read the whole prefix, the next opening is predicted there; a client that keeps its
+/// turns is predicted append-only throughout.
+#[test]
+fn a_client_that_resends_the_previous_turn_is_followed_once_restarts_lead() {
+    let options = ValidateOptions::default();
+    let (requests, starts) = restarted_turns(&[true, true, false, true]);
+    let report = validate(
+        &[trace("s", "main", ThreadKind::Main, "m", requests)],
+        &options,
+    );
+    // Turn 2 restarts before the model has seen one: it predicts the whole previous prefix.
+    let r = row(&report, "s/main/m", 4);
+    assert_eq!(r.recorded_read, starts[1]);
+    assert!(r.cache_model.read > starts[1], "{r:?}");
+    // Turn 3 is predicted where turn 2 began, to the token.
+    let r = row(&report, "s/main/m", 6);
+    assert_eq!(
+        (r.cache_model.read, r.cache_model.class, r.cache_model.agree),
+        (starts[2], ReadClass::Head, true)
+    );
+    // Turn 4 kept its prefix (a miss), but restarts still lead (2 to 1): turn 5 is predicted
+    // where turn 4 began.
+    assert!(!row(&report, "s/main/m", 8).cache_model.agree);
+    let r = row(&report, "s/main/m", 10);
+    assert_eq!(
+        (r.recorded_read, r.cache_model.read),
+        (starts[4], starts[4])
+    );
+
+    // A client that keeps its turns is predicted append-only on every request.
+    let (requests, _) = restarted_turns(&[false; 4]);
+    let report = validate(
+        &[trace("k", "main", ThreadKind::Main, "m", requests)],
+        &options,
+    );
+    assert!(
+        report
+            .rows
+            .iter()
+            .skip(1)
+            .all(|r| r.cache_model.read == r.recorded_read)
+    );
 }
