@@ -18,6 +18,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use muninn_import::{ImportOptions, import_paths};
+use muninn_testkit::transcript::timestamp;
 use muninn_workload::synth::{SplitMix64, SynthParams, session};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -103,27 +104,6 @@ fn report(label: &str, m: &Measured) {
     );
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for Unix ms (Howard Hinnant's civil-from-days).
-fn rfc3339(ms: i64) -> String {
-    let (days, rem) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600_000,
-        rem / 60_000 % 60,
-        rem / 1000 % 60,
-        rem % 1000
-    )
-}
-
 /// Writes Claude Code sessions into `dir` until they hold `target` bytes; returns the bytes and
 /// the longest line's length.
 fn generate(dir: &Path, target: u64) -> (u64, usize) {
@@ -153,7 +133,7 @@ fn generate(dir: &Path, target: u64) -> (u64, usize) {
             if bytes >= per_file || written + bytes >= target {
                 break;
             }
-            let ts = rfc3339(r.at_ms - 2_000);
+            let ts = timestamp(r.at_ms - 2_000);
             let mut line = if r.boundary {
                 format!(
                     "{{\"parentUuid\":null,{common},\"type\":\"user\",\"message\":{{\"role\":\"user\",\"content\":\"Please carry on with step {j}\"}},\"uuid\":\"u-{j}\",\"timestamp\":\"{ts}\"}}\n"
@@ -187,7 +167,7 @@ fn generate(dir: &Path, target: u64) -> (u64, usize) {
                 line.push_str(&format!(
                     "{{\"parentUuid\":\"u-{j}\",{common},\"message\":{{\"model\":\"{}\",\"id\":\"msg_{sid}_{j}\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[{block}],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{usage}}},\"requestId\":\"req_{j}\",\"type\":\"assistant\",\"uuid\":\"a-{j}-{b}\",\"timestamp\":\"{}\"}}\n",
                     params.model,
-                    rfc3339(r.at_ms + b as i64 * 500)
+                    timestamp(r.at_ms + b as i64 * 500)
                 ));
             }
             longest = longest.max(line.lines().map(str::len).max().unwrap_or(0));

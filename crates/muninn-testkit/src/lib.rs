@@ -33,6 +33,7 @@ pub mod peers;
 pub mod private_postgres;
 pub mod store_conformance;
 pub mod synapse;
+pub mod transcript;
 pub mod wire;
 
 pub use backend_suite::{SuiteHarness, run_backend_suite};

@@ -27,31 +27,11 @@ mod two_hosts;
 use muninn_core::replay::Plan;
 use muninn_core::trace::Trace;
 use muninn_report::ReplayReport;
+use muninn_testkit::transcript::timestamp;
 use muninn_workload::synth::{SynthParams, session};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// Unix ms as Claude Code's `timestamp` (`YYYY-MM-DDTHH:MM:SS.mmmZ`), via civil-from-days.
-fn timestamp(ms: i64) -> String {
-    let (days, rem) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600_000,
-        rem / 60_000 % 60,
-        rem / 1000 % 60,
-        rem % 1000
-    )
-}
 
 /// A synthetic trace as a Claude Code session file's lines.
 fn claude_lines(sid: &str, trace: &Trace) -> Vec<String> {
