@@ -34,8 +34,7 @@ async fn run(acts: &[Act], end: i64) -> (Vec<LedgerRow>, usize) {
 /// The last row of `role` before `before` (ms after `T0`).
 fn last_before<'a>(rows: &'a [LedgerRow], role: &str, before: i64) -> &'a LedgerRow {
     rows.iter()
-        .filter(|r| r.role == role && r.at_ms < T0 + before)
-        .last()
+        .rfind(|r| r.role == role && r.at_ms < T0 + before)
         .expect("a row")
 }
 
