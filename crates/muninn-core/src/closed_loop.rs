@@ -247,11 +247,17 @@ impl<'a> Lockstep<'a> {
                 return false;
             };
             let is_row = cx.is_step_of(&point);
-            if !is_row
-                && (point.at_ms >= cx.row.at_ms
-                    || self.lost_at_ms.is_some_and(|lost| point.at_ms >= lost))
-            {
+            if !is_row && point.at_ms >= cx.row.at_ms {
                 return false;
+            }
+            if !is_row && self.lost_at_ms.is_some_and(|lost| point.at_ms >= lost) {
+                // No host asked this point when it came (none held the session, or the runner
+                // was retrying a failed step, busy or braked, and came to it late): it is not a
+                // decision to compare, and the entry is let go as the host let it go — too late
+                // to keep, or decided later than its time (a late answer that acted is the row
+                // itself, compared above). A later point may still be the row's (a head ping).
+                acc.let_go(point.keep);
+                continue;
             }
             let at = if is_row { cx.row.at_ms } else { point.at_ms };
             let view = acc.view();
@@ -488,8 +494,8 @@ impl Cx<'_> {
 }
 
 /// Which entry an idle row keeps, when the row is an idle step (a ping, a head ping, or a flush
-/// decided at an expiry).
-fn idle_kind(decided: &Decided) -> Option<Keep> {
+/// decided at an expiry): the row answers that entry's decision point.
+pub fn idle_kind(decided: &Decided) -> Option<Keep> {
     match (decided.kind, decided.event) {
         (RowKind::Ping, _) => Some(Keep::Tail),
         (RowKind::HeadPing, _) => Some(Keep::Head),

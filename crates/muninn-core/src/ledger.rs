@@ -158,8 +158,11 @@ pub struct Decided {
     pub segment: Option<SegmentStart>,
     /// Set on the first row after the host lost the session — a failed call, a restart, a lease
     /// taken over — to when it was last known to be kept (the failure, or the previous holder's
-    /// last row). Between then and this row no host was there to decide anything, so a replay
-    /// takes no idle decision in that span.
+    /// last row); and on a row before which the runner passed an idle decision point without
+    /// asking it when it came (it was backing off a failed step, running the other role, braked
+    /// or capped), to that point's time. Between then and this row no host decided anything
+    /// at its time, so a replay takes no idle decision in that span: it lets the points go, as
+    /// the host did, and compares only the row itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_at_ms: Option<i64>,
     /// The policy (as `--policy` spells it).

@@ -8,8 +8,11 @@
 //! and sleeps (advances the frozen clock) to the next decision time the runner names, or to the
 //! next event of the workload, whichever comes first.
 
+mod retry;
+
 use crate::runtime::{T0, World, ledger, mind, post, world_with};
 use muninn_anthropic::backend::ContextTools;
+use muninn_backend::BackendError;
 use muninn_core::closed_loop::{ClosedLoop, params_of, verify};
 use muninn_core::decide::{Action, Event};
 use muninn_core::ledger::{LedgerRow, RowKind};
@@ -17,8 +20,9 @@ use muninn_core::price::PriceTable;
 use muninn_core::session::Accounting;
 use muninn_core::tokenize::count;
 use muninn_host::config::MindConfig;
-use muninn_host::runtime::{MindRunner, Step};
+use muninn_host::runtime::{Failing, MindRunner, RetryPolicy, RuntimeError, Step};
 use muninn_sim::inprocess::{InProcess, SimBackend};
+use muninn_sim::sim::{Fault, FaultKind};
 use muninn_store::{BriefOrigin, NewBrief};
 use proptest::prelude::*;
 
@@ -36,6 +40,13 @@ enum Act {
     /// A brief whose Self run reads `files` files of the workspace, one request each (the
     /// simulator's scripted loop; only with a workspace, [`Harness::with_workspace`]).
     ToolBrief { files: u8 },
+    /// A message whose first attempt the provider refuses (a 429 asking to wait
+    /// `retry_after_ms`): the runner backs off as `run_mind` does and tries again.
+    Refused {
+        room: u8,
+        words: u16,
+        retry_after_ms: i64,
+    },
 }
 
 /// The hosts' lease: an hour.
@@ -53,6 +64,9 @@ fn act() -> impl Strategy<Value = Act> {
         1 => (3u16..900).prop_map(|words| Act::Brief { words }),
         4 => (0usize..GAPS_MS.len()).prop_map(|i| Act::Wait { ms: GAPS_MS[i] }),
         1 => any::<bool>().prop_map(|clean| Act::Restart { clean }),
+        1 => (0u8..4, 3u16..120, 0usize..GAPS_MS.len()).prop_map(|(room, words, i)| {
+            Act::Refused { room, words, retry_after_ms: GAPS_MS[i] }
+        }),
     ]
 }
 
@@ -75,6 +89,8 @@ struct Harness {
     tools: ContextTools,
     hosts: u32,
     posted: u32,
+    /// The run of failed steps the runner is backing off from, as `run_mind` keeps it.
+    failing: Option<Failing>,
 }
 
 impl Harness {
@@ -123,6 +139,7 @@ impl Harness {
             tools,
             hosts: 0,
             posted: 0,
+            failing: None,
         };
         h.start_host().await;
         h
@@ -158,13 +175,30 @@ impl Harness {
 
     /// Runs the Mind until `until`, as `run_mind` would: steps while there is work, else sleeps
     /// to the decision time it names (or to `until`), never longer than a third of the lease
-    /// (the runner renews it while it lives).
+    /// (the runner renews it while it lives); after a failed step, it waits out the backoff
+    /// (past `until` if need be: nothing ends a retry's wait but its due time).
     async fn run_until(&mut self, until: i64) {
         let lease_third = self.w.host.config.lease_ttl_ms / 3;
         for _ in 0..100_000 {
             let now = self.now();
             let r = self.runner.as_mut().unwrap();
-            let step = r.step().await.unwrap();
+            let step = match r.step().await {
+                Ok(step) => step,
+                Err(e) => {
+                    let hint = match &e {
+                        RuntimeError::Backend(BackendError::Api { retry_after_ms, .. }) => {
+                            *retry_after_ms
+                        }
+                        _ => None,
+                    };
+                    let policy = RetryPolicy::default();
+                    let next = Failing::after(self.failing.as_ref(), &policy, hint, now);
+                    self.w.sim.advance_clock(next.next_attempt_ms - now);
+                    self.failing = Some(next);
+                    continue;
+                }
+            };
+            self.failing = None;
             let next = match step {
                 Step::PersonaTurn { .. } | Step::SelfTurn { .. } | Step::Ping => continue,
                 Step::Idle { until_ms: Some(t) } if t <= now => continue,
@@ -181,21 +215,24 @@ impl Harness {
         panic!("the runner never went idle");
     }
 
+    /// A message of `words` words in room `room` (0, 1 public, 2, 3 DMs), run until answered.
+    async fn deliver(&mut self, room: u8, words: u16) {
+        let (room, sender) = match room {
+            0 => ("#swarm", "ari"),
+            1 => ("#burn", "bo"),
+            2 => ("@ari", "ari"),
+            _ => ("@bo", "bo"),
+        };
+        self.posted += 1;
+        let text = words_of(words, self.posted);
+        post(&self.w, &format!("e{}", self.posted), room, sender, &text).await;
+        self.runner.as_mut().unwrap().woken();
+        self.run_until(self.now()).await;
+    }
+
     async fn apply(&mut self, act: &Act) {
         match act {
-            Act::Deliver { room, words } => {
-                let (room, sender) = match room {
-                    0 => ("#swarm", "ari"),
-                    1 => ("#burn", "bo"),
-                    2 => ("@ari", "ari"),
-                    _ => ("@bo", "bo"),
-                };
-                self.posted += 1;
-                let text = words_of(*words, self.posted);
-                post(&self.w, &format!("e{}", self.posted), room, sender, &text).await;
-                self.runner.as_mut().unwrap().woken();
-                self.run_until(self.now()).await;
-            }
+            Act::Deliver { room, words } => self.deliver(*room, *words).await,
             Act::Brief { words } => {
                 self.w
                     .host
@@ -239,6 +276,19 @@ impl Harness {
                     .unwrap();
                 self.runner.as_mut().unwrap().woken();
                 self.run_until(self.now()).await;
+            }
+            Act::Refused {
+                room,
+                words,
+                retry_after_ms,
+            } => {
+                self.w.sim.push_faults([Fault {
+                    kind: FaultKind::RateLimit {
+                        retry_after_s: Some(*retry_after_ms as f64 / 1000.0),
+                    },
+                    times: 1,
+                }]);
+                self.deliver(*room, *words).await;
             }
             Act::Wait { ms } => {
                 let until = self.now() + ms;

@@ -494,3 +494,63 @@ async fn the_retry_of_a_segments_first_request_is_priced_as_its_start() {
         "the retry was priced at {retry}, the start at {start}"
     );
 }
+
+/// A delivery with room history is refused once (a 401); while the runner backs off, a second
+/// message arrives in the same room. The provider took nothing of the refused attempt, so the
+/// history that attempt rendered has still to reach it: the retry re-sends the recorded message
+/// (history included) and the new message is the next turn's — each delivery in the
+/// transcript once, both answered.
+#[tokio::test]
+async fn a_retry_after_new_mail_still_sends_the_history_the_refused_attempt_rendered() {
+    use muninn_host::runtime::Step;
+    use muninn_store::{ContextLine, NewDelivery};
+    const HISTORY: &str = "the launch moved to friday";
+    let w = world().await;
+    let mut r = runner(&w, mind("turns_per_wake = 5"), "host-a");
+    r.register().await.unwrap();
+    let first = NewDelivery {
+        room: "#swarm".into(),
+        sender: "ari".into(),
+        is_direct: false,
+        to_you: false,
+        text: "so what do we tell the others?".into(),
+        source_id: "k1".into(),
+        received_at_ms: w.sim.now_ms(),
+        context: vec![ContextLine {
+            id: Some("h1".into()),
+            sender: "bo".into(),
+            text: HISTORY.into(),
+        }],
+    };
+    w.host.store.post_delivery("vala", &first).await.unwrap();
+    w.sim.push_faults([Fault {
+        kind: FaultKind::Unauthorized,
+        times: 1,
+    }]);
+    assert!(r.step().await.is_err());
+    w.sim.advance_clock(1_000);
+    post(&w, "k2", "#swarm", "bo", "and the budget?").await;
+    for _ in 0..3 {
+        match r.step().await.unwrap() {
+            Step::PersonaTurn { valid: true, .. } => {}
+            Step::Idle { .. } => break,
+            step => panic!("{step:?}"),
+        }
+    }
+    let answered: Vec<String> = w
+        .sim
+        .requests()
+        .iter()
+        .filter(|q| q.status == 200 && q.path == "/v1/messages")
+        .map(|q| q.body.to_string())
+        .collect();
+    assert!(
+        answered.iter().any(|body| body.contains(HISTORY)),
+        "the history never reached the provider: {answered:#?}"
+    );
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 2);
+    assert_eq!(
+        transcript_kinds(&w).await,
+        ["delivery", "attempt_failed", "reply", "delivery", "reply"]
+    );
+}

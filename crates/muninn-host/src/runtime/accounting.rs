@@ -14,6 +14,7 @@ use crate::config::{MindConfig, RefreshMode};
 use crate::telemetry::Answered;
 use muninn_backend::{Backend, TurnOutcome};
 use muninn_core::cache::hash_bytes;
+use muninn_core::closed_loop::idle_kind;
 use muninn_core::decide::{Bounds, Capabilities, Decision, Event, Rates};
 use muninn_core::ledger::{Decided, ForcedStart, LedgerRow, RowKind, SegmentStart};
 use muninn_core::money::Tokens;
@@ -277,6 +278,19 @@ impl<B: Backend> MindRunner<B> {
             row.turn = 0;
         }
         let mut decided = self.decided(&session.acc, &asked, start, session.lost_at_ms);
+        // An idle decision point that came before this row and was never asked (the runner was
+        // backing off a failed step, running the other role, braked or capped, and this row is
+        // not that point's ping or flush): nobody decided it at its time, so a replay of the
+        // row must not either.
+        if idle_kind(&decided).is_none()
+            && let Some(point) = session.acc.next_decision()
+            && point.at_ms < now
+        {
+            let lost = decided
+                .lost_at_ms
+                .map_or(point.at_ms, |t| t.min(point.at_ms));
+            decided.lost_at_ms = Some(lost);
+        }
         if asked.kind == RowKind::Request {
             decided.tool_results = outcome.tool_results;
         }

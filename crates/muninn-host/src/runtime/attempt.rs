@@ -3,12 +3,15 @@
 
 use super::MindRunner;
 use muninn_backend::Backend;
+use muninn_store::Delivery;
 
 /// The batch whose delivery the open segment's transcript holds, unanswered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Attempt {
     /// The batch's id (`<mind>-<first seq>-<max seq>`).
     batch: String,
+    /// The batch's last delivery.
+    max_seq: i64,
     /// The segment its delivery was recorded in.
     segment: i64,
     /// The user message as rendered and recorded: re-sent byte for byte.
@@ -18,10 +21,11 @@ pub(super) struct Attempt {
 }
 
 impl Attempt {
-    /// A batch just recorded in `segment` as `text`.
-    pub(super) fn new(batch: &str, segment: i64, text: &str) -> Attempt {
+    /// A batch (through `max_seq`) just recorded in `segment` as `text`.
+    pub(super) fn new(batch: &str, max_seq: i64, segment: i64, text: &str) -> Attempt {
         Attempt {
             batch: batch.to_string(),
+            max_seq,
             segment,
             text: text.to_string(),
             last_error: None,
@@ -38,6 +42,20 @@ impl Attempt {
 }
 
 impl<B: Backend> MindRunner<B> {
+    /// The deliveries a turn over `pending` (a [`super::next_batch`]) takes: while an attempt is
+    /// unanswered, its own batch and no more. Mail that came while it backed off joins the
+    /// conversation after it: the provider took nothing of the failed attempt, and what that
+    /// attempt rendered — room history, layer notices — the renderer counts as shown, so it
+    /// reaches the provider only if the recorded message is re-sent as it is.
+    pub(super) fn attempted(&self, mut pending: Vec<Delivery>) -> Vec<Delivery> {
+        if let Some(attempt) = &self.attempt
+            && pending.first().is_some_and(|d| d.seq <= attempt.max_seq)
+        {
+            pending.retain(|d| d.seq <= attempt.max_seq);
+        }
+        pending
+    }
+
     /// The message to re-send for `batch`, when the open segment already holds its delivery and
     /// the session is as it was when it failed (live, and not about to be refreshed). `None`:
     /// render and record it afresh.

@@ -59,9 +59,13 @@ impl<B: Backend> MindRunner<B> {
                 return Ok(Idle::Until(Some(point.at_ms)));
             }
             if now >= point.expires_at_ms {
-                // Too late to keep it (the runner was busy or asleep past the expiry).
+                // Too late to keep it (the runner was busy or asleep past the expiry: backing
+                // off a failed step, running the other role, braked). Nobody decided it at its
+                // time, and the session's next row says so: a replay lets it go unasked too.
                 tracing::warn!(mind = %self.mind.id, role = role.as_str(), ?point, "an idle decision came after its expiry");
-                self.session_mut(role).acc.let_go(point.keep);
+                let session = self.session_mut(role);
+                session.acc.let_go(point.keep);
+                session.lost_at_ms.get_or_insert(point.at_ms);
                 continue;
             }
             let view = session.acc.view();

@@ -193,7 +193,7 @@ impl<B: Backend> MindRunner<B> {
         deliveries: Vec<Delivery>,
         settings: &MindSettings,
     ) -> Result<Step, RuntimeError> {
-        let batch = Batch::new(&self.mind.id, deliveries);
+        let batch = Batch::new(&self.mind.id, self.attempted(deliveries));
         self.resume_on_new_lease(Role::Persona, now).await?;
         let plan = self.plan(Role::Persona, batch.delta, true, 0, now);
         self.check_window(Role::Persona, &plan)?;
@@ -221,7 +221,7 @@ impl<B: Backend> MindRunner<B> {
                     now,
                 )
                 .await?;
-                self.attempt = Some(Attempt::new(&batch.id, segment, &text));
+                self.attempt = Some(Attempt::new(&batch.id, batch.max_seq, segment, &text));
                 text
             }
         };
