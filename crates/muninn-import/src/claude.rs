@@ -463,6 +463,9 @@ enum Response {
     Kept(RequestSlot),
     /// Dropped (duplicate or synthetic); later lines are ignored.
     Dropped,
+    /// Refused at its first line (past the limits): later lines update no request, but their
+    /// blocks are still what the client sends next, so the thread takes them in.
+    Refused,
 }
 
 /// Reads one Claude Code file.
@@ -526,6 +529,12 @@ impl<'s> ClaudeReader<'s> {
         let hash = id_hash(id);
         match self.responses.get(&hash) {
             Some(Response::Dropped) => {}
+            Some(Response::Refused) => {
+                self.threads
+                    .entry(key)
+                    .or_default()
+                    .more_of_response(message);
+            }
             Some(&Response::Kept(slot)) => {
                 self.threads
                     .entry(key)
@@ -586,9 +595,10 @@ impl<'s> ClaudeReader<'s> {
         }
         let kind = thread_kind(thread);
         let Some(slot) = cx.push((session, thread, kind), model, request, line.number) else {
-            // Past the limits (warned): the thread has moved on as for a duplicate, and the
-            // response's later lines are not read.
-            self.responses.insert(hash, Response::Dropped);
+            // Past the limits (warned): the thread has moved on as for a kept request, and
+            // the response's later lines move it on too (its thinking and blocks), with no
+            // request to update.
+            self.responses.insert(hash, Response::Refused);
             return;
         };
         self.seen.insert(hash);

@@ -154,8 +154,9 @@ pub(crate) struct CodexReader {
     /// The last `total_token_usage` seen on the thread being logged, to skip re-emitted counts.
     last_total: Option<TokenUsage>,
     /// The request just counted, while no input has followed its count: output items logged
-    /// now are its own (Codex 0.57–0.58 log them after the count).
-    answered: Option<RequestSlot>,
+    /// now are its own (Codex 0.57–0.58 log them after the count). `Some(None)` for a count
+    /// refused past the limits: its items are still its own, not the next request's.
+    answered: Option<Option<RequestSlot>>,
     /// While a `/review` runs: the main thread's `last_total`, kept for when it ends.
     review: Option<Option<TokenUsage>>,
 }
@@ -203,8 +204,8 @@ impl CodexReader {
         if is_input {
             // A new request needs new input: whatever output follows is the next request's.
             self.answered = None;
-        } else if let Some(slot) = self.answered {
-            if let Some(request) = cx.sink.get_mut(slot) {
+        } else if let Some(answered) = self.answered {
+            if let Some(request) = answered.and_then(|slot| cx.sink.get_mut(slot)) {
                 request.reasoning |= reasoning;
             }
         } else {
@@ -272,7 +273,7 @@ impl CodexReader {
         let request = self.take_request(at_ms, last.to_usage());
         let model = self.model.as_deref().unwrap_or("unknown");
         let thread = (self.session.as_str(), "main", ThreadKind::Main);
-        self.answered = cx.push(thread, model, request, line.number);
+        self.answered = Some(cx.push(thread, model, request, line.number));
     }
 
     /// The request a `token_count` finished, from the state gathered since the last one, which

@@ -96,6 +96,12 @@ pub(crate) struct StreamJsonReader<'s> {
     clock_ms: i64,
     /// The open turn's requests, in order.
     turn: Vec<TurnRequest>,
+    /// Whether a main-thread request of the open turn was refused (past the limits): the
+    /// result's usage sums it too, so it cannot be shared out among the others.
+    turn_refused: bool,
+    /// The responses refused at their first event: later events update no request, but their
+    /// blocks are still what the client sends next, so the thread takes them in.
+    refused: HashSet<u64>,
 }
 
 impl<'s> StreamJsonReader<'s> {
@@ -111,6 +117,8 @@ impl<'s> StreamJsonReader<'s> {
             threads: HashMap::new(),
             clock_ms: 0,
             turn: Vec::new(),
+            turn_refused: false,
+            refused: HashSet::new(),
         }
     }
 
@@ -133,6 +141,12 @@ impl<'s> StreamJsonReader<'s> {
                 Some(problem) => cx
                     .diag
                     .warn(line, format!("the result's usage is not used: {problem}")),
+                // Given to the requests kept, it handed them the refused one's tokens (a lone
+                // one took the whole sum as its own).
+                None if self.turn_refused => cx.diag.warn(
+                    line,
+                    "the result's usage is not used: it counts a request skipped above (past the limits)",
+                ),
                 None => self.reconcile(total, cx),
             }
         }
@@ -149,6 +163,7 @@ impl<'s> StreamJsonReader<'s> {
         }
         self.clock_ms = self.clock_ms.saturating_add(duration.max(n));
         self.turn.clear();
+        self.turn_refused = false;
     }
 
     /// The turn's duration, from its result's `duration_ms`: 0 without one, and 0 with a
@@ -225,7 +240,11 @@ impl<'s> StreamJsonReader<'s> {
             .to_owned();
         let hash = id_hash(id);
         match self.responses.get(&hash) {
-            Some(None) => {}
+            Some(None) => {
+                if self.refused.contains(&hash) {
+                    self.thread(&thread).more_of_response(message);
+                }
+            }
             Some(Some(slot)) => {
                 let slot = *slot;
                 self.thread(&thread).more_of_response(message);
@@ -284,6 +303,8 @@ impl<'s> StreamJsonReader<'s> {
         let Some(slot) = pushed else {
             // Past the limits (warned): its later events are not read.
             self.responses.insert(hash, None);
+            self.turn_refused |= main;
+            self.refused.insert(hash);
             return;
         };
         self.seen.insert(hash);
@@ -314,6 +335,8 @@ impl FormatReader for StreamJsonReader<'_> {
                     // The previous turn ended without a result (an API error, an interrupt).
                     self.close_turn(None, line.number, cx);
                 }
+                // A turn of refused requests only left nothing to close.
+                self.turn_refused = false;
                 self.thread("main").unechoed_prompt();
             }
             (Some("system"), Some("compact_boundary")) => self.thread("main").compact_boundary(),

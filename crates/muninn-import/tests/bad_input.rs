@@ -182,7 +182,8 @@ fn stream_json_durations_past_the_time_limit_are_taken_as_none() {
 
 /// `message_start` outputs of 2^64 − 1 in a turn of several requests: their sum (reconciled
 /// with the result's output) overflowed. They are past the limit on tokens: each such event is
-/// refused with its line, and the turn's result still closes it.
+/// refused with its line, and the turn's result still closes it; its usage, which counts the
+/// refused ones too, is not the kept request's (it was, whole: review of 2026-12).
 #[test]
 fn stream_json_outputs_past_the_limit_are_refused_by_line() {
     let huge = format!(r#"{{"input_tokens":1,"output_tokens":{}}}"#, u64::MAX);
@@ -198,9 +199,9 @@ fn stream_json_outputs_past_the_limit_are_refused_by_line() {
         stream_event("run", "result", "", result, 1_000),
     ];
     let got = import_text("run.jsonl", lines.join("\n").as_bytes());
-    assert_eq!(limit_warnings(&got), vec![(2, true), (4, true)]);
+    assert_eq!(limit_warnings(&got), vec![(2, true), (4, true), (7, true)]);
     assert_eq!(got.traces[0].requests.len(), 1);
-    assert_eq!(got.traces[0].requests[0].usage.output, 50);
+    assert_eq!(got.traces[0].requests[0].usage.output, 1);
 }
 
 /// TraceLab waits of 2^64 − 1 ms saturated the session's clock: every later round was sent at
@@ -281,4 +282,142 @@ fn a_file_of_one_oversized_line_is_named_when_skipped() {
         .collect();
     assert_eq!(warned, vec![(huge.as_path(), 0)]);
     assert_eq!((got.stats.requests, got.stats.files_skipped), (1, 1));
+}
+
+/// A response refused at its first line (a thinking block, with a usage past the limit) that
+/// went on to write: its later lines are still what the client sends next. The thread skipped
+/// them, so the next request counted one block too few and, after the person's interrupt, was
+/// flagged `interrupted_thinking` as if the answer had been stopped while only thinking.
+#[test]
+fn a_refused_response_still_moves_its_thread_on() {
+    let line = |n: u32, seconds: i64, block: &str, usage: &str| {
+        format!(
+            r#"{{"type":"assistant","sessionId":"s","uuid":"a{n}{seconds}","timestamp":"2026-02-10T10:00:{seconds:02}.000Z","message":{{"model":"claude-opus-4-6","id":"msg_{n}","content":[{block}],"usage":{usage}}}}}"#
+        )
+    };
+    let thinking = r#"{"type":"thinking","thinking":"t","signature":"s"}"#;
+    let text = r#"{"type":"text","text":"x"}"#;
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    let huge = format!(r#"{{"input_tokens":3,"output_tokens":{}}}"#, u64::MAX);
+    let interrupt = r#"{"type":"user","sessionId":"s","uuid":"u2","timestamp":"2026-02-10T10:00:04.000Z","message":{"role":"user","content":[{"type":"text","text":"[Request interrupted by user]"}]}}"#;
+    let file = |first: &str| {
+        [
+            claude_response(1, 1, fine),
+            line(2, 2, thinking, first),
+            line(2, 3, text, fine),
+            interrupt.to_owned(),
+            line(3, 5, text, fine),
+        ]
+        .join("\n")
+    };
+    let (kept, refused) = (
+        import_text("s.jsonl", file(fine).as_bytes()),
+        import_text("s.jsonl", file(&huge).as_bytes()),
+    );
+    assert_eq!(limit_warnings(&refused), vec![(2, true)]);
+    let last = |got: &Import| got.traces[0].requests.last().cloned().unwrap();
+    assert!(!last(&kept).interrupted_thinking);
+    assert_eq!(last(&refused), last(&kept));
+}
+
+/// A `claude -p` turn whose first request is refused: the result's usage is the sum over all
+/// the turn's main-thread requests, so the one request kept was given the refused one's
+/// input and cache read (and its output) as its own. It keeps its own, with a warning naming
+/// the result's line.
+#[test]
+fn a_stream_json_turn_with_a_refused_request_keeps_the_others_usage() {
+    let huge = format!(r#"{{"input_tokens":1,"output_tokens":{}}}"#, u64::MAX);
+    let fine = r#"{"input_tokens":1,"cache_read_input_tokens":100,"output_tokens":1}"#;
+    let result = r#"{"input_tokens":2,"cache_read_input_tokens":200,"output_tokens":50}"#;
+    let lines = [
+        stream_event("run", "init", "", "", 0),
+        stream_event("run", "assistant", "msg_1", &huge, 0),
+        stream_event("run", "tool", "", "", 0),
+        stream_event("run", "assistant", "msg_2", fine, 0),
+        stream_event("run", "result", "", result, 1_000),
+    ];
+    let got = import_text("run.jsonl", lines.join("\n").as_bytes());
+    let usage = &got.traces[0].requests[0].usage;
+    assert_eq!((usage.input, usage.cache_read, usage.output), (1, 100, 1));
+    assert_eq!(limit_warnings(&got), vec![(2, true), (5, true)]);
+}
+
+/// The stream-json side of [`a_refused_response_still_moves_its_thread_on`]: a response
+/// refused at its first event (a thinking block) goes on to write, and the next request counts
+/// every block of it, as when it is kept.
+#[test]
+fn a_refused_stream_json_response_still_moves_its_thread_on() {
+    let event = |block: &str, usage: &str| {
+        format!(
+            r#"{{"type":"assistant","session_id":"run","parent_tool_use_id":null,"message":{{"id":"msg_1","model":"claude-opus-4-6","content":[{block}],"usage":{usage}}}}}"#
+        )
+    };
+    let fine = r#"{"input_tokens":1,"cache_read_input_tokens":100,"output_tokens":1}"#;
+    let huge = format!(r#"{{"input_tokens":1,"output_tokens":{}}}"#, u64::MAX);
+    let file = |usage: &str| {
+        [
+            stream_event("run", "init", "", "", 0),
+            event(
+                r#"{"type":"thinking","thinking":"t","signature":"s"}"#,
+                usage,
+            ),
+            event(r#"{"type":"text","text":"x"}"#, usage),
+            stream_event("run", "tool", "", "", 0),
+            stream_event("run", "assistant", "msg_2", fine, 0),
+        ]
+        .join("\n")
+    };
+    let (kept, refused) = (
+        import_text("run.jsonl", file(fine).as_bytes()),
+        import_text("run.jsonl", file(&huge).as_bytes()),
+    );
+    let blocks = |got: &Import| got.traces[0].requests.last().unwrap().blocks_added;
+    assert_eq!(blocks(&refused), blocks(&kept));
+}
+
+/// Codex 0.57–0.58 log a request's output items after its count. A count refused past the
+/// limits left them to the next request: its `reasoning` flag, and its time (dated by the
+/// refused request's first output). They are the refused request's, and go with it.
+#[test]
+fn a_refused_codex_count_keeps_its_output_items() {
+    let line = |seconds: u32, kind: &str, payload: &str| {
+        format!(
+            r#"{{"timestamp":"2026-02-10T10:00:{seconds:02}.000Z","type":"{kind}","payload":{payload}}}"#
+        )
+    };
+    let count = |seconds: u32, total: u64, input: u64| {
+        line(
+            seconds,
+            "event_msg",
+            &format!(
+                r#"{{"type":"token_count","info":{{"total_token_usage":{{"input_tokens":{total}}},"last_token_usage":{{"input_tokens":{input},"cached_input_tokens":0,"output_tokens":10}}}}}}"#
+            ),
+        )
+    };
+    let codex = [
+        line(0, "session_meta", r#"{"id":"cx","model":"gpt-5-codex"}"#),
+        line(0, "event_msg", r#"{"type":"user_message"}"#),
+        count(3, 1 << 40, 1 << 40),
+        line(3, "response_item", r#"{"type":"reasoning"}"#),
+        line(
+            3,
+            "response_item",
+            r#"{"type":"function_call","call_id":"c"}"#,
+        ),
+        line(
+            5,
+            "response_item",
+            r#"{"type":"function_call_output","call_id":"c"}"#,
+        ),
+        count(9, (1 << 40) + 3_000, 3_000),
+    ]
+    .join("\n");
+    let got = import_text("rollout-cx.jsonl", codex.as_bytes());
+    assert_eq!(limit_warnings(&got), vec![(3, true)]);
+    let requests: Vec<(i64, bool)> = got.traces[0]
+        .requests
+        .iter()
+        .map(|r| (r.at_ms, r.reasoning))
+        .collect();
+    assert_eq!(requests, vec![(1_770_717_609_000, false)]);
 }

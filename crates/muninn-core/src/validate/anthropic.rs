@@ -568,6 +568,9 @@ impl ModelReplay {
             ..
         } = rebuilt;
         let group_tail = group.tail;
+        // A request of another conversation of the thread (a second terminal) extended that
+        // conversation's own tail: where its turn began, and no read back to be counted.
+        let own_tail = parked_tail(&group, req.conversation);
         let mut updated = group;
         updated.segment = segment;
         let seen = dropped_at.zip(group_tail).and_then(|(at, t)| {
@@ -577,7 +580,11 @@ impl ModelReplay {
         // `bradymholt/dotfiles`' tuning part such a size, taken for a system head, was what the
         // model predicted (close to the read) at three later turns whose tail it could not
         // reach; kept out of the heads, those read only the real system head.
-        self.count_restart(trace, req, seen, restart_at.zip(group_tail), options);
+        // A switch of terminal reads its own tail, which may sit where the thread's turn began:
+        // counted, two terminals taking turns made restarts lead (review of `TurnRestarts`).
+        if own_tail.is_none() {
+            self.count_restart(trace, req, seen, restart_at.zip(group_tail), options);
+        }
         // A read that stopped at a dropped thinking block is a prefix of the conversation, not
         // a head: it must not teach a head size.
         if seen != Some(ThinkingDrop::Dropped)
@@ -592,7 +599,7 @@ impl ModelReplay {
             if req.compacted || tools_changed {
                 updated.turn_start = None;
             } else if req.boundary {
-                updated.turn_start = group_tail;
+                updated.turn_start = own_tail.or(group_tail);
             }
             continue_tail(&mut updated, req, seen, tools_changed, end);
         }

@@ -192,3 +192,33 @@ fn a_client_that_resends_the_previous_turn_is_followed_once_restarts_lead() {
             .all(|r| r.cache_model.read == r.recorded_read)
     );
 }
+
+/// One session resumed in two terminals (conversations 0 and 7 of one thread, as on
+/// `claude_backup`'s tuning part), each turn opening reading its own conversation's tail, then
+/// three turns in the second terminal alone. A switch reads the tail its own conversation left,
+/// which sits where the thread's turn began before the other terminal wrote: it was counted as
+/// a restart, so restarts led, and the lone terminal's next turn opening was predicted at the
+/// other conversation's end instead of its own whole prefix.
+#[test]
+fn two_terminals_switching_are_no_turn_restarts() {
+    let mut requests = Vec::new();
+    let mut tails = [H1, H1];
+    let mut at = 0;
+    for (k, terminal) in [0, 1, 0, 1, 0, 1, 1, 1, 1].into_iter().enumerate() {
+        let read = if k == 0 { H1 } else { tails[terminal] };
+        let mut opening = req(at, read, tails[terminal] + 900 - read, true);
+        opening.boundary = true;
+        opening.conversation = [0, 7][terminal];
+        tails[terminal] += 900;
+        requests.push(opening);
+        at += 30_000;
+    }
+    let report = validate(
+        &[trace("s", "main", ThreadKind::Main, "m", requests)],
+        &ValidateOptions::default(),
+    );
+    for index in [7, 8] {
+        let r = row(&report, "s/main/m", index);
+        assert_eq!(r.cache_model.read, r.recorded_read, "{r:?}");
+    }
+}
