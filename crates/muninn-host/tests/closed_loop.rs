@@ -8,6 +8,7 @@
 //! and sleeps (advances the frozen clock) to the next decision time the runner names, or to the
 //! next event of the workload, whichever comes first.
 
+mod idle_flush;
 mod retry;
 
 use crate::runtime::{T0, World, ledger, mind, post, world_with};
