@@ -284,25 +284,55 @@ impl ApiClient {
         )
     }
 
-    /// `GET /v1/minds/{mind}/ledger?format=json`.
+    /// `GET /v1/minds/{mind}/ledger?format=json`: without a `limit`, every row, in order,
+    /// read in pages of at most [`LEDGER_PAGE_LIMIT`] (the server's cap), each after the last
+    /// id of the one before, until a page comes short.
     pub async fn ledger(
         &self,
         mind: &str,
         params: &LedgerParams,
     ) -> Result<LedgerResponse, ClientError> {
-        let path = ApiClient::ledger_path(mind, params, "json");
-        self.call(Method::GET, &path, None::<&()>).await
+        if params.limit.is_some() {
+            let path = ApiClient::ledger_path(mind, params, "json");
+            return self.call(Method::GET, &path, None::<&()>).await;
+        }
+        let mut page_params = params.clone();
+        let mut rows = Vec::new();
+        loop {
+            let path = ApiClient::ledger_path(mind, &page_params, "json");
+            let page: LedgerResponse = self.call(Method::GET, &path, None::<&()>).await?;
+            let full = page.rows.len() as i64 >= LEDGER_PAGE_LIMIT;
+            page_params.after_id = page.rows.last().map(|e| e.id).or(page_params.after_id);
+            rows.extend(page.rows);
+            if !full {
+                return Ok(LedgerResponse { rows });
+            }
+        }
     }
 
-    /// `GET /v1/minds/{mind}/ledger?format=jsonl`: the JSON Lines text, verbatim.
+    /// `GET /v1/minds/{mind}/ledger?format=jsonl`: the JSON Lines text, verbatim. Without a
+    /// `limit`, the whole ledger: the rows are read in pages ([`ApiClient::ledger`], which
+    /// carry the ids a page needs) and written as the server writes its lines.
     pub async fn ledger_jsonl(
         &self,
         mind: &str,
         params: &LedgerParams,
     ) -> Result<String, ClientError> {
-        let path = ApiClient::ledger_path(mind, params, "jsonl");
-        let (_, bytes) = self.send(Method::GET, &path, None).await?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        if params.limit.is_some() {
+            let path = ApiClient::ledger_path(mind, params, "jsonl");
+            let (_, bytes) = self.send(Method::GET, &path, None).await?;
+            return Ok(String::from_utf8_lossy(&bytes).into_owned());
+        }
+        let mut text = String::new();
+        for entry in self.ledger(mind, params).await?.rows {
+            let line = serde_json::to_string(&entry.row).map_err(|e| ClientError::Decode {
+                status: 200,
+                message: e.to_string(),
+            })?;
+            text.push_str(&line);
+            text.push('\n');
+        }
+        Ok(text)
     }
 
     /// `GET /v1/minds/{mind}/settings`.

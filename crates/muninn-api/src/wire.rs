@@ -374,13 +374,18 @@ pub struct LedgerParams {
     /// Rows with `id > after_id` (paging).
     #[serde(default)]
     pub after_id: Option<i64>,
-    /// At most this many rows (default: all).
+    /// At most this many rows (default, and at most, [`LEDGER_PAGE_LIMIT`]: a longer ledger is
+    /// read in pages, each `after_id` the last id of the one before).
     #[serde(default)]
     pub limit: Option<i64>,
     /// `json` (default) or `jsonl`.
     #[serde(default)]
     pub format: Option<LedgerFormat>,
 }
+
+/// The most rows one `GET /v1/minds/{mind}/ledger` answers: a whole ledger is read in pages
+/// (the client's [`crate::client::ApiClient::ledger`] pages until a page comes short).
+pub const LEDGER_PAGE_LIMIT: i64 = 5_000;
 
 /// The answer to `GET /v1/minds/{mind}/ledger?format=json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -718,7 +718,12 @@ async fn get_ledger(
             from_ms: params.from_ms,
             to_ms: params.to_ms,
             after_id: params.after_id,
-            limit: params.limit,
+            // Every answer is bounded: a whole ledger is read in pages (`after_id`).
+            limit: Some(
+                params
+                    .limit
+                    .map_or(LEDGER_PAGE_LIMIT, |n| n.min(LEDGER_PAGE_LIMIT)),
+            ),
         })
         .await?;
     match params.format.unwrap_or_default() {

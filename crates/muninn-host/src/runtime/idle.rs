@@ -80,7 +80,9 @@ impl<B: Backend> MindRunner<B> {
                     .await;
             }
             if flush && role == Role::SelfRole {
-                return self.idle_flush(token, now, &decision, view.bounds).await;
+                return self
+                    .idle_flush(token, now, point.at_ms, &decision, view.bounds)
+                    .await;
             }
             self.session_mut(role).acc.let_go(point.keep);
         }
@@ -147,6 +149,7 @@ impl<B: Backend> MindRunner<B> {
         &mut self,
         token: FencingToken,
         now: i64,
+        point_at_ms: i64,
         decision: &Decision,
         bounds: Bounds,
     ) -> Result<Idle, RuntimeError> {
@@ -159,13 +162,24 @@ impl<B: Backend> MindRunner<B> {
             state: "warm",
             boundary: false,
         };
-        let memory = self.flush_self(token, now, asked).await?;
+        let (memory, failed) = self.flush_self(token, now, asked).await?;
         // A flush that failed left no row: the accounting still lets the tail go.
         self.selfs.acc.let_go(Keep::Tail);
         self.selfs.flushed = Some(super::session::Flushed {
             memory,
             forced: false,
         });
-        Ok(Idle::Acted)
+        // The tail stands in for the memory, but the failure is the step's, so `run_mind`
+        // logs it with its cause, counts it and shows it as the Mind's last error like any
+        // failed turn (it was dropped with no trace); the state above is already where the
+        // next step goes on from.
+        let Some(e) = failed else {
+            return Ok(Idle::Acted);
+        };
+        // Its decision has no row to carry it, so the Self's next row says the point went
+        // unrecorded: a replay lets the tail go there, as the host did, instead of asking it
+        // and flushing where the ledger has nothing.
+        self.selfs.lost_at_ms.get_or_insert(point_at_ms);
+        Err(e.into())
     }
 }

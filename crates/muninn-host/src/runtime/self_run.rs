@@ -214,7 +214,12 @@ impl<B: Backend> MindRunner<B> {
             (flushed.memory, "flushed")
         } else if self.selfs.live() {
             let asked = plan.asked(RowKind::Flush, "flush", true);
-            (self.flush_self(token, now, asked).await?, "task boundary")
+            let (memory, failed) = self.flush_self(token, now, asked).await?;
+            if let Some(e) = failed {
+                // The brief goes on from the tail; the failure is not the step's.
+                tracing::warn!(mind = %self.mind.id, role = "self", error = %e, "the memory flush failed; the new segment starts from the tail");
+            }
+            (memory, "task boundary")
         } else {
             self.lost_self_memory().await?
         };
@@ -368,14 +373,16 @@ impl<B: Backend> MindRunner<B> {
 
     /// Asks the Self to flush its memory — at a refresh, or while idle (the decider chose to
     /// flush before the cache expires; `asked` says which) — and records it. Falls back to the
-    /// segment's tail verbatim when a pinned item is missing. After an idle flush the segment
-    /// may continue, so the renderer takes the exchange as the provider's session did.
+    /// segment's tail verbatim when a pinned item is missing or the backend failed (that
+    /// failure is returned beside the memory, for the caller to report: it used to be dropped).
+    /// After an idle flush the segment may continue, so the renderer takes the exchange as the
+    /// provider's session did.
     pub(super) async fn flush_self(
         &mut self,
         token: FencingToken,
         now: i64,
         asked: Asked<'_>,
-    ) -> Result<String, RuntimeError> {
+    ) -> Result<(String, Option<BackendError>), RuntimeError> {
         let idle = asked.event == Some(Event::Expiring);
         let segment = self.selfs.segment.unwrap_or(0);
         let outcome = self
@@ -383,6 +390,7 @@ impl<B: Backend> MindRunner<B> {
             .backend
             .turn(TurnInput::text(SELF_FLUSH_PROMPT))
             .await;
+        let mut failed = None;
         let (memory, how, ledger) = match outcome {
             Ok(o) => {
                 let row = self.answered(Role::SelfRole, &o, now, asked);
@@ -399,8 +407,9 @@ impl<B: Backend> MindRunner<B> {
                     ),
                 }
             }
-            Err(_) => {
+            Err(e) => {
                 self.selfs.collect_events();
+                failed = Some(e);
                 (
                     self.self_tail(segment).await?,
                     "tail (the flush failed)",
@@ -426,7 +435,7 @@ impl<B: Backend> MindRunner<B> {
                 },
             )
             .await?;
-        Ok(memory)
+        Ok((memory, failed))
     }
 
     async fn self_tail(&self, segment: i64) -> Result<String, RuntimeError> {

@@ -225,6 +225,74 @@ async fn the_ledger_exports_json_and_jsonl_that_parses_back() {
     assert_eq!(response.headers()["content-type"], "application/x-ndjson");
 }
 
+/// Every ledger answer is bounded: without a `limit` the server answers at most
+/// `LEDGER_PAGE_LIMIT` rows (it used to answer the whole ledger), and the client's export
+/// pages with `after_id` until a page comes short, so it is still whole and in order.
+#[tokio::test]
+async fn the_ledger_is_answered_in_bounded_pages_and_exported_whole() {
+    let server = Server::start().await;
+    let token = server.lease("vala").await;
+    let total = LEDGER_PAGE_LIMIT as usize * 2 + 7;
+    let rows: Vec<LedgerRow> = (0..total)
+        .map(|i| ledger_row("vala", T0 + i as i64, 100 + i as i64))
+        .collect();
+    server
+        .host
+        .store
+        .append_ledger("vala", token, &rows)
+        .await
+        .unwrap();
+
+    let first: LedgerResponse = reqwest::Client::new()
+        .get(format!("{}/v1/minds/vala/ledger", server.base))
+        .bearer_auth(server.token.expose())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .map(|b| serde_json::from_slice(&b).unwrap())
+        .unwrap();
+    assert_eq!(first.rows.len(), LEDGER_PAGE_LIMIT as usize);
+    assert_eq!(
+        first.rows.last().unwrap().row,
+        rows[LEDGER_PAGE_LIMIT as usize - 1]
+    );
+    // A larger limit is capped too.
+    let capped = server
+        .client
+        .ledger(
+            "vala",
+            &LedgerParams {
+                limit: Some(LEDGER_PAGE_LIMIT * 3),
+                ..LedgerParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(capped.rows.len(), LEDGER_PAGE_LIMIT as usize);
+
+    let all = server
+        .client
+        .ledger("vala", &LedgerParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        all.rows.iter().map(|e| &e.row).collect::<Vec<_>>(),
+        rows.iter().collect::<Vec<_>>()
+    );
+    let jsonl = server
+        .client
+        .ledger_jsonl("vala", &LedgerParams::default())
+        .await
+        .unwrap();
+    let parsed: Vec<LedgerRow> = jsonl
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(parsed, rows);
+}
+
 #[tokio::test]
 async fn settings_round_trip_and_the_brake_reaches_every_mind() {
     let server = Server::start().await;

@@ -1,0 +1,124 @@
+//! A Self flush the decider chose while idle, refused by the provider. The host falls back to
+//! the segment's tail as the memory (as before), but the failure is the step's: `run_mind`
+//! logs it with its cause, counts it and shows it as the Mind's last error (`RETRYING` in
+//! `muninn status`, `activity.error` in `GET /v1/minds/{mind}`) — it used to be dropped with
+//! no trace but a transcript note. The next decision proceeds, and the ledger replays exactly.
+
+use super::{Act, Harness, assert_holds};
+use crate::runtime::ledger;
+use muninn_core::closed_loop::verify;
+use muninn_core::price::PriceTable;
+use muninn_host::runtime::RuntimeError;
+use muninn_sim::sim::{Fault, FaultKind};
+use muninn_store::Role;
+
+/// Briefs and deliveries with gaps around the tail's TTL: the Self flushes while idle.
+fn workload() -> Vec<Act> {
+    let mut acts = Vec::new();
+    for round in 0..12u16 {
+        for i in 0..4u16 {
+            acts.push(Act::Deliver {
+                room: ((round + i) % 4) as u8,
+                words: 20 + 9 * i + round,
+            });
+            acts.push(Act::Wait {
+                ms: super::GAPS_MS[(round as usize + i as usize) % 3],
+            });
+        }
+        acts.push(Act::Brief {
+            words: 300 + round * 60,
+        });
+        acts.push(Act::Wait {
+            ms: super::GAPS_MS[3 + (round as usize % (super::GAPS_MS.len() - 3))],
+        });
+    }
+    acts
+}
+
+/// Applies `acts` until the wait that reaches `at` (Unix ms), runs that wait up to just before
+/// `at`, and returns its index.
+async fn run_to(h: &mut Harness, acts: &[Act], at: i64) -> usize {
+    for (i, act) in acts.iter().enumerate() {
+        if let Act::Wait { ms } = act
+            && h.now() + ms >= at
+        {
+            h.run_until(at - 1).await;
+            return i;
+        }
+        h.apply(act).await;
+        assert!(h.now() < at, "the flush came inside act {i}: {act:?}");
+    }
+    panic!("no act reaches {at}");
+}
+
+#[tokio::test]
+async fn a_failed_idle_flush_fails_its_step_loudly_and_the_next_decision_proceeds() {
+    let acts = workload();
+    // Where the workload makes the Self flush while idle (the clock is frozen and the
+    // simulator deterministic: the same run reaches the same point).
+    let mut h = Harness::new("").await;
+    for act in &acts {
+        h.apply(act).await;
+    }
+    let end = h.now() + 2 * 3_600_000;
+    h.run_until(end).await;
+    let rows = ledger(&h.w).await;
+    let flush = rows
+        .iter()
+        .find(|r| r.role == "self" && r.decision.starts_with("flush"))
+        .expect("the workload flushes the Self while idle")
+        .at_ms;
+    drop(h);
+
+    // The same run up to that flush, which the provider now refuses (a 401: no client retry).
+    let mut h = Harness::new("").await;
+    let i = run_to(&mut h, &acts, flush).await;
+    let Act::Wait { ms } = acts[i] else {
+        unreachable!()
+    };
+    let wait_end = flush - 1 + ms;
+    h.w.sim.advance_clock(flush - h.now());
+    h.w.sim.push_faults([Fault {
+        kind: FaultKind::Unauthorized,
+        times: 1,
+    }]);
+    let step = h.runner.as_mut().unwrap().step().await;
+    // The step fails with the backend's error, which `run_mind` logs, counts and shows.
+    match &step {
+        Err(RuntimeError::Backend(e)) => assert!(e.to_string().contains("401"), "{e}"),
+        other => panic!("the failed flush was not the step's failure: {other:?}"),
+    }
+    assert_eq!(
+        h.runner.as_ref().unwrap().working_role(),
+        Some(Role::SelfRole)
+    );
+    // The memory is still recorded, from the tail.
+    let tail =
+        h.w.host
+            .store
+            .transcript_tail("vala", Role::SelfRole, 1)
+            .await
+            .unwrap();
+    assert_eq!(tail[0].kind.as_str(), "memory_flush");
+    assert_eq!(tail[0].body["from"], "tail (the flush failed)");
+    // The runner backs off as `run_mind` does and carries on: the rest of the workload runs,
+    // later Self decisions are taken, and the ledger replays exactly.
+    let policy = muninn_host::runtime::RetryPolicy::default();
+    let next = muninn_host::runtime::Failing::after(None, &policy, None, h.now());
+    h.w.sim.advance_clock(next.next_attempt_ms - h.now());
+    h.failing = Some(next);
+    h.run_until(wait_end.max(h.now())).await;
+    for act in &acts[i + 1..] {
+        h.apply(act).await;
+    }
+    let end = h.now() + 2 * 3_600_000;
+    h.run_until(end).await;
+    let after = ledger(&h.w).await;
+    assert!(
+        after.iter().any(|r| r.role == "self" && r.at_ms > flush),
+        "no Self row after the failed flush"
+    );
+    assert!(!after.iter().any(|r| r.at_ms == flush && r.role == "self"));
+    let report = verify(&after, &PriceTable::embedded(), &Default::default());
+    assert_holds(&report, &after);
+}
