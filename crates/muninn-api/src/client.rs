@@ -284,45 +284,43 @@ impl ApiClient {
         )
     }
 
-    /// `GET /v1/minds/{mind}/ledger?format=json`: without a `limit`, every row, in order,
-    /// read in pages of at most [`LEDGER_PAGE_LIMIT`] (the server's cap), each after the last
-    /// id of the one before, until a page comes short.
+    /// `GET /v1/minds/{mind}/ledger?format=json`: the rows `params` asks for (every one without
+    /// a `limit`, the first `limit` with one), in order. The server answers at most
+    /// [`LEDGER_PAGE_LIMIT`] rows a request, so they are read in pages, each after the last id
+    /// of the one before, until a page comes short or the limit is reached: a `limit` above the
+    /// server's cap is not cut short without a word.
     pub async fn ledger(
         &self,
         mind: &str,
         params: &LedgerParams,
     ) -> Result<LedgerResponse, ClientError> {
-        if params.limit.is_some() {
-            let path = ApiClient::ledger_path(mind, params, "json");
-            return self.call(Method::GET, &path, None::<&()>).await;
-        }
         let mut page_params = params.clone();
         let mut rows = Vec::new();
         loop {
+            // A limit of 0 or less is sent as it is, for the server to refuse.
+            let left = params.limit.map(|n| n - rows.len() as i64);
+            let asked = left.map_or(LEDGER_PAGE_LIMIT, |n| n.min(LEDGER_PAGE_LIMIT));
+            page_params.limit = Some(asked);
             let path = ApiClient::ledger_path(mind, &page_params, "json");
             let page: LedgerResponse = self.call(Method::GET, &path, None::<&()>).await?;
-            let full = page.rows.len() as i64 >= LEDGER_PAGE_LIMIT;
+            let full = page.rows.len() as i64 >= asked;
             page_params.after_id = page.rows.last().map(|e| e.id).or(page_params.after_id);
             rows.extend(page.rows);
-            if !full {
+            let reached = params.limit.is_some_and(|n| rows.len() as i64 >= n);
+            if !full || reached {
                 return Ok(LedgerResponse { rows });
             }
         }
     }
 
-    /// `GET /v1/minds/{mind}/ledger?format=jsonl`: the JSON Lines text, verbatim. Without a
-    /// `limit`, the whole ledger: the rows are read in pages ([`ApiClient::ledger`], which
-    /// carry the ids a page needs) and written as the server writes its lines.
+    /// `GET /v1/minds/{mind}/ledger?format=jsonl`'s text: the rows of [`ApiClient::ledger`]
+    /// (read in pages, which carry the ids paging needs), one per line as the server writes
+    /// them.
     pub async fn ledger_jsonl(
         &self,
         mind: &str,
         params: &LedgerParams,
     ) -> Result<String, ClientError> {
-        if params.limit.is_some() {
-            let path = ApiClient::ledger_path(mind, params, "jsonl");
-            let (_, bytes) = self.send(Method::GET, &path, None).await?;
-            return Ok(String::from_utf8_lossy(&bytes).into_owned());
-        }
         let mut text = String::new();
         for entry in self.ledger(mind, params).await?.rows {
             let line = serde_json::to_string(&entry.row).map_err(|e| ClientError::Decode {

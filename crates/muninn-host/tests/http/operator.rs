@@ -258,19 +258,51 @@ async fn the_ledger_is_answered_in_bounded_pages_and_exported_whole() {
         first.rows.last().unwrap().row,
         rows[LEDGER_PAGE_LIMIT as usize - 1]
     );
-    // A larger limit is capped too.
-    let capped = server
+    // A larger limit is capped too, in any one answer...
+    let capped: LedgerResponse = reqwest::Client::new()
+        .get(format!(
+            "{}/v1/minds/vala/ledger?limit={}",
+            server.base,
+            LEDGER_PAGE_LIMIT * 3
+        ))
+        .bearer_auth(server.token.expose())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .map(|b| serde_json::from_slice(&b).unwrap())
+        .unwrap();
+    assert_eq!(capped.rows.len(), LEDGER_PAGE_LIMIT as usize);
+    // ...while the client pages up to the limit it was asked for, not cut short at the cap.
+    let asked = LEDGER_PAGE_LIMIT as usize + 3;
+    let first_asked = server
         .client
         .ledger(
             "vala",
             &LedgerParams {
-                limit: Some(LEDGER_PAGE_LIMIT * 3),
+                limit: Some(asked as i64),
                 ..LedgerParams::default()
             },
         )
         .await
         .unwrap();
-    assert_eq!(capped.rows.len(), LEDGER_PAGE_LIMIT as usize);
+    assert_eq!(
+        first_asked.rows.iter().map(|e| &e.row).collect::<Vec<_>>(),
+        rows[..asked].iter().collect::<Vec<_>>()
+    );
+    let jsonl_asked = server
+        .client
+        .ledger_jsonl(
+            "vala",
+            &LedgerParams {
+                limit: Some(asked as i64),
+                ..LedgerParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(jsonl_asked.lines().count(), asked);
 
     let all = server
         .client
