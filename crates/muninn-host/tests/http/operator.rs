@@ -228,6 +228,21 @@ async fn the_ledger_exports_json_and_jsonl_that_parses_back() {
 /// Every ledger answer is bounded: without a `limit` the server answers at most
 /// `LEDGER_PAGE_LIMIT` rows (it used to answer the whole ledger), and the client's export
 /// pages with `after_id` until a page comes short, so it is still whole and in order.
+/// One `GET /v1/minds/vala/ledger{query}` as sent by hand, not by the paging client: what a
+/// single answer holds.
+async fn raw_ledger(server: &Server, query: &str) -> LedgerResponse {
+    let body = reqwest::Client::new()
+        .get(format!("{}/v1/minds/vala/ledger{query}", server.base))
+        .bearer_auth(server.token.expose())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    serde_json::from_slice(&body).unwrap()
+}
+
 #[tokio::test]
 async fn the_ledger_is_answered_in_bounded_pages_and_exported_whole() {
     let server = Server::start().await;
@@ -243,36 +258,14 @@ async fn the_ledger_is_answered_in_bounded_pages_and_exported_whole() {
         .await
         .unwrap();
 
-    let first: LedgerResponse = reqwest::Client::new()
-        .get(format!("{}/v1/minds/vala/ledger", server.base))
-        .bearer_auth(server.token.expose())
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .map(|b| serde_json::from_slice(&b).unwrap())
-        .unwrap();
+    let first = raw_ledger(&server, "").await;
     assert_eq!(first.rows.len(), LEDGER_PAGE_LIMIT as usize);
     assert_eq!(
         first.rows.last().unwrap().row,
         rows[LEDGER_PAGE_LIMIT as usize - 1]
     );
     // A larger limit is capped too, in any one answer...
-    let capped: LedgerResponse = reqwest::Client::new()
-        .get(format!(
-            "{}/v1/minds/vala/ledger?limit={}",
-            server.base,
-            LEDGER_PAGE_LIMIT * 3
-        ))
-        .bearer_auth(server.token.expose())
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .map(|b| serde_json::from_slice(&b).unwrap())
-        .unwrap();
+    let capped = raw_ledger(&server, &format!("?limit={}", LEDGER_PAGE_LIMIT * 3)).await;
     assert_eq!(capped.rows.len(), LEDGER_PAGE_LIMIT as usize);
     // ...while the client pages up to the limit it was asked for, not cut short at the cap.
     let asked = LEDGER_PAGE_LIMIT as usize + 3;
