@@ -431,11 +431,10 @@ fn replaying_the_hosts_ledger_reproduces_every_decision() {
     assert_eq!(t.agreed, t.decisions);
 }
 
-/// A long fixed workload reaches every kind of decision the runtime takes, and the closed loop
-/// holds on it; the kinds are printed and checked so the property test above is known to cover
-/// them.
-#[tokio::test]
-async fn a_long_workload_covers_every_decision_and_replays_exactly() {
+/// Twelve rounds of four deliveries across four rooms and a Self brief, with gaps around both
+/// TTLs: the long fixed workload (with a clean or killed restart every fifth round, when
+/// `restarts`), on which every kind of decision comes.
+fn rounds_of_mail_and_briefs(restarts: bool) -> Vec<Act> {
     let mut acts = Vec::new();
     for round in 0..12u16 {
         for i in 0..4u16 {
@@ -453,12 +452,37 @@ async fn a_long_workload_covers_every_decision_and_replays_exactly() {
         acts.push(Act::Wait {
             ms: GAPS_MS[3 + (round as usize % (GAPS_MS.len() - 3))],
         });
-        if round % 5 == 4 {
+        if restarts && round % 5 == 4 {
             acts.push(Act::Restart {
                 clean: round % 2 == 0,
             });
         }
     }
+    acts
+}
+
+/// Thirty deliveries alternating between two rooms, growing by 7 words each, the gaps taken in
+/// turn from `gaps_ms`: enough for a Persona's segment to reach its refresh.
+fn two_rooms_growing(gaps_ms: &[i64]) -> Vec<Act> {
+    let mut acts = Vec::new();
+    for round in 0..30u16 {
+        acts.push(Act::Deliver {
+            room: (round % 2) as u8,
+            words: 60 + round * 7,
+        });
+        acts.push(Act::Wait {
+            ms: gaps_ms[round as usize % gaps_ms.len()],
+        });
+    }
+    acts
+}
+
+/// A long fixed workload reaches every kind of decision the runtime takes, and the closed loop
+/// holds on it; the kinds are printed and checked so the property test above is known to cover
+/// them.
+#[tokio::test]
+async fn a_long_workload_covers_every_decision_and_replays_exactly() {
+    let acts = rounds_of_mail_and_briefs(true);
     let (report, rows) = closed_loop("", &acts).await;
     assert_holds(&report, &rows);
     let mut kinds = std::collections::BTreeMap::<String, u32>::new();
@@ -522,16 +546,7 @@ async fn a_long_workload_covers_every_decision_and_replays_exactly() {
 /// to a rebuild on every refresh, and the closed loop holds on that path too.
 #[tokio::test]
 async fn compaction_refused_by_the_backend_replays_exactly() {
-    let mut acts = Vec::new();
-    for round in 0..30u16 {
-        acts.push(Act::Deliver {
-            room: (round % 2) as u8,
-            words: 60 + round * 7,
-        });
-        acts.push(Act::Wait {
-            ms: GAPS_MS[round as usize % 4],
-        });
-    }
+    let acts = two_rooms_growing(&GAPS_MS[..4]);
     let (report, rows) = closed_loop("refresh = 'compact'", &acts).await;
     assert_holds(&report, &rows);
     let refreshes = rows
@@ -651,16 +666,7 @@ async fn tool_loop_briefs_with_gaps_and_restarts_replay_exactly() {
 /// replayed against 2,941 recorded).
 #[tokio::test]
 async fn a_server_compaction_continues_on_the_measured_head_and_replays_exactly() {
-    let mut acts = Vec::new();
-    for round in 0..30u16 {
-        acts.push(Act::Deliver {
-            room: (round % 2) as u8,
-            words: 60 + round * 7,
-        });
-        acts.push(Act::Wait {
-            ms: GAPS_MS[round as usize % GAPS_MS.len()],
-        });
-    }
+    let acts = two_rooms_growing(&GAPS_MS);
     let tools = ContextTools {
         server_compaction: true,
         ..ContextTools::default()

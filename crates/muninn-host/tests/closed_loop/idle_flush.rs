@@ -14,25 +14,7 @@ use muninn_store::Role;
 
 /// Briefs and deliveries with gaps around the tail's TTL: the Self flushes while idle.
 fn workload() -> Vec<Act> {
-    let mut acts = Vec::new();
-    for round in 0..12u16 {
-        for i in 0..4u16 {
-            acts.push(Act::Deliver {
-                room: ((round + i) % 4) as u8,
-                words: 20 + 9 * i + round,
-            });
-            acts.push(Act::Wait {
-                ms: super::GAPS_MS[(round as usize + i as usize) % 3],
-            });
-        }
-        acts.push(Act::Brief {
-            words: 300 + round * 60,
-        });
-        acts.push(Act::Wait {
-            ms: super::GAPS_MS[3 + (round as usize % (super::GAPS_MS.len() - 3))],
-        });
-    }
-    acts
+    super::rounds_of_mail_and_briefs(false)
 }
 
 /// Applies `acts` until the wait that reaches `at` (Unix ms), runs that wait up to just before

@@ -180,16 +180,7 @@ async fn the_ledger_exports_json_and_jsonl_that_parses_back() {
         .await
         .unwrap();
 
-    let all = server
-        .client
-        .ledger_jsonl("vala", &LedgerParams::default())
-        .await
-        .unwrap();
-    let parsed: Vec<LedgerRow> = all
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    assert_eq!(parsed, rows);
+    assert_eq!(exported(&server).await, rows);
 
     let window = LedgerParams {
         from_ms: Some(T0 + 5_000),
@@ -228,6 +219,19 @@ async fn the_ledger_exports_json_and_jsonl_that_parses_back() {
 /// Every ledger answer is bounded: without a `limit` the server answers at most
 /// `LEDGER_PAGE_LIMIT` rows (it used to answer the whole ledger), and the client's export
 /// pages with `after_id` until a page comes short, so it is still whole and in order.
+/// Vala's whole ledger as `muninn ledger --format jsonl` exports it, parsed back.
+async fn exported(server: &Server) -> Vec<LedgerRow> {
+    let jsonl = server
+        .client
+        .ledger_jsonl("vala", &LedgerParams::default())
+        .await
+        .unwrap();
+    jsonl
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
 /// One `GET /v1/minds/vala/ledger{query}` as sent by hand, not by the paging client: what a
 /// single answer holds.
 async fn raw_ledger(server: &Server, query: &str) -> LedgerResponse {
@@ -306,16 +310,7 @@ async fn the_ledger_is_answered_in_bounded_pages_and_exported_whole() {
         all.rows.iter().map(|e| &e.row).collect::<Vec<_>>(),
         rows.iter().collect::<Vec<_>>()
     );
-    let jsonl = server
-        .client
-        .ledger_jsonl("vala", &LedgerParams::default())
-        .await
-        .unwrap();
-    let parsed: Vec<LedgerRow> = jsonl
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    assert_eq!(parsed, rows);
+    assert_eq!(exported(&server).await, rows);
 }
 
 #[tokio::test]
