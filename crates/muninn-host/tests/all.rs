@@ -24,5 +24,6 @@ mod self_flush;
 mod spend;
 mod telemetry;
 mod tool_loop;
+mod uncommitted;
 mod wake;
 mod window;

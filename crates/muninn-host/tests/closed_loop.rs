@@ -1,7 +1,7 @@
 //! The closed loop (DESIGN invariant 9): the host, driven through random workloads on the
 //! simulator's frozen clock — deliveries across rooms and DMs, idle gaps around both TTLs,
 //! briefs, Self flushes, compactions (the provider's, and ones the backend refuses), restarts and
-//! lease takeovers — and then its own ledger replayed by `muninn_core::closed_loop::verify`:
+//! lease takeovers, commits the store refuses — and then its own ledger replayed by `muninn_core::closed_loop::verify`:
 //! every decision the host recorded must come out the same, and the cost within 0.1%.
 //!
 //! The harness runs the runner as `run_mind` does in real time: it steps while there is work,
@@ -17,7 +17,7 @@ mod acknowledgement;
 mod idle_flush;
 mod retry;
 
-use crate::runtime::{T0, World, ledger, mind, post, world_with};
+use crate::runtime::{T0, World, ledger, mind, post, world_on};
 use muninn_anthropic::backend::ContextTools;
 use muninn_backend::BackendError;
 use muninn_core::closed_loop::{ClosedLoop, verify};
@@ -28,7 +28,9 @@ use muninn_host::runtime::{Failing, MindRunner, RetryPolicy, RuntimeError, Step}
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{Fault, FaultKind};
 use muninn_store::{BriefOrigin, NewBrief};
+use muninn_testkit::FaultyStore;
 use proptest::prelude::*;
+use std::sync::Arc;
 
 /// One event of a workload.
 #[derive(Debug, Clone)]
@@ -51,6 +53,9 @@ enum Act {
         words: u16,
         retry_after_ms: i64,
     },
+    /// The store refuses the next `commits` commits (turns, ledger rows): the answers they
+    /// carry are held and committed first when the runner tries again (`runtime/pending.rs`).
+    StoreFaults { commits: u32 },
 }
 
 /// The hosts' lease: an hour.
@@ -71,6 +76,7 @@ fn act() -> impl Strategy<Value = Act> {
         1 => (0u8..4, 3u16..120, 0usize..GAPS_MS.len()).prop_map(|(room, words, i)| {
             Act::Refused { room, words, retry_after_ms: GAPS_MS[i] }
         }),
+        1 => (1u32..4).prop_map(|commits| Act::StoreFaults { commits }),
     ]
 }
 
@@ -95,6 +101,8 @@ struct Harness {
     posted: u32,
     /// The run of failed steps the runner is backing off from, as `run_mind` keeps it.
     failing: Option<Failing>,
+    /// The store under the host, to refuse commits on demand.
+    faults: Arc<FaultyStore>,
 }
 
 impl Harness {
@@ -134,7 +142,17 @@ impl Harness {
     ) -> Harness {
         // A long lease, so the runner's sleeps (capped at a third of it, as in `run_mind`) are
         // few; a killed host's Minds wait for it to lapse.
-        let w = world_with(&format!("lease_ttl_ms = {LEASE_TTL_MS}\n{config}")).await;
+        let mut faults = None;
+        let w = world_on(
+            &format!("lease_ttl_ms = {LEASE_TTL_MS}\n{config}"),
+            |store| {
+                let faulty = FaultyStore::new(store);
+                faults = Some(faulty.clone());
+                faulty
+            },
+        )
+        .await;
+        let faults = faults.expect("the store was wrapped");
         let mut h = Harness {
             w,
             _workspace: workspace,
@@ -144,6 +162,7 @@ impl Harness {
             hosts: 0,
             posted: 0,
             failing: None,
+            faults,
         };
         h.start_host().await;
         h
@@ -294,6 +313,7 @@ impl Harness {
                 }]);
                 self.deliver(*room, *words).await;
             }
+            Act::StoreFaults { commits } => self.faults.fail_commits(*commits),
             Act::Wait { ms } => {
                 let until = self.now() + ms;
                 self.run_until(until).await;
@@ -343,7 +363,7 @@ async fn closed_loop_on(mut h: Harness, acts: &[Act]) -> (ClosedLoop, Vec<Ledger
     )
 }
 
-fn assert_holds(report: &ClosedLoop, rows: &[LedgerRow]) {
+pub(crate) fn assert_holds(report: &ClosedLoop, rows: &[LedgerRow]) {
     assert!(
         report.holds(0.001),
         "{report:#?}\n{}",

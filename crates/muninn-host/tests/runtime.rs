@@ -37,10 +37,20 @@ pub(crate) async fn world() -> World {
 
 /// A world whose host runs with the configuration `config` (TOML).
 pub(crate) async fn world_with(config: &str) -> World {
+    world_on(config, |store| store).await
+}
+
+/// A world whose host runs with the configuration `config` (TOML) on `wrap` of its SQLite store
+/// (a fault-injecting store around it, say).
+pub(crate) async fn world_on(
+    config: &str,
+    wrap: impl FnOnce(Arc<dyn muninn_store::Store>) -> Arc<dyn muninn_store::Store>,
+) -> World {
     let dir = tempfile::tempdir().unwrap();
     let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
         .await
         .unwrap();
+    let store = wrap(store);
     let sim = Arc::new(Simulator::new(SimConfig {
         frozen_at_ms: Some(T0),
         ..SimConfig::default()

@@ -17,6 +17,8 @@
 //! - [`synapse`] — a real Synapse per test binary or per test, and a person's Matrix client.
 //! - [`fuzz`] — a coverage-free mutation fuzzer for stable Rust: seed corpora under
 //!   `fuzz/corpus/<target>/`, run as ordinary tests (`MUNINN_FUZZ_SECS` for a long run).
+//! - [`faulty_store`] — [`FaultyStore`]: a real store that refuses its next N commits, for
+//!   the host's tests of an answer whose commit failed.
 //! - [`crash`] — the crash harness's checker: every delivery answered exactly once, the
 //!   transcript replaying to the store's state, the ledger agreeing with the transcript.
 //!
@@ -28,6 +30,7 @@
 
 pub mod backend_suite;
 pub mod crash;
+pub mod faulty_store;
 pub mod fuzz;
 pub mod peers;
 pub mod private_postgres;
@@ -37,4 +40,5 @@ pub mod transcript;
 pub mod wire;
 
 pub use backend_suite::{SuiteHarness, run_backend_suite};
+pub use faulty_store::FaultyStore;
 pub use store_conformance::{StoreFactory, run_conformance};

@@ -6,6 +6,7 @@
 //! decisions exactly where replay takes them.
 
 use super::accounting::Asked;
+use super::pending::{Then, Uncommitted};
 use super::{MindRunner, RuntimeError, Step};
 use muninn_backend::{Backend, BackendError};
 use muninn_core::decide::{Action, Bounds, Decision, decide};
@@ -136,10 +137,9 @@ impl<B: Backend> MindRunner<B> {
                 boundary: false,
             },
         );
-        self.host
-            .store
-            .append_ledger(&self.mind.id, token, &[row])
-            .await?;
+        // A failed commit is held and committed first at the next step (`pending.rs`).
+        let ping = Uncommitted::rows(token, role, vec![row], now, Then::Ping);
+        self.settle(ping).await?;
         Ok(Idle::Acted)
     }
 
@@ -162,13 +162,9 @@ impl<B: Backend> MindRunner<B> {
             state: "warm",
             boundary: false,
         };
-        let (memory, failed) = self.flush_self(token, now, asked).await?;
-        // A flush that failed left no row: the accounting still lets the tail go.
-        self.selfs.acc.let_go(Keep::Tail);
-        self.selfs.flushed = Some(super::session::Flushed {
-            memory,
-            forced: false,
-        });
+        // The tail is let go and the memory kept for the next brief once the flush is
+        // recorded (`pending.rs`) — also when it failed and left no row.
+        let (_, failed) = self.flush_self(token, now, asked).await?;
         // The tail stands in for the memory, but the failure is the step's, so `run_mind`
         // logs it with its cause, counts it and shows it as the Mind's last error like any
         // failed turn (it was dropped with no trace); the state above is already where the

@@ -21,7 +21,9 @@
 //!    the ledger rows, `remember[]` notes, `start_self_run` briefs, the ack through the batch's
 //!    max seq — a pure builder;
 //! 7. **commit** — one transaction. A crash anywhere before it re-delivers the batch; after it
-//!    nothing is left to redo, and request ids make a re-sent reply the same message.
+//!    nothing is left to redo, and request ids make a re-sent reply the same message. A commit
+//!    that fails is held on the runner and committed first at the next step (`pending.rs`):
+//!    the answer is neither asked for again nor lost.
 //!
 //! # The Self
 //!
@@ -73,6 +75,7 @@ mod held;
 mod host_lease;
 mod idle;
 mod lease;
+mod pending;
 mod persona;
 mod prompts;
 mod reply;
@@ -198,6 +201,8 @@ pub struct MindRunner<B: Backend> {
     attempt: Option<attempt::Attempt>,
     /// The settings and ack position held between consecutive Persona turns (`held.rs`).
     held: Option<held::Held>,
+    /// An answer whose commit failed, committed first at the next step (`pending.rs`).
+    uncommitted: Option<pending::Uncommitted>,
     /// The Mind's wake-up count on this host ([`crate::Signals::wakes`]).
     wakes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Steps that used `held` instead of reading the store.
@@ -271,6 +276,7 @@ impl<B: Backend> MindRunner<B> {
             working: None,
             attempt: None,
             held: None,
+            uncommitted: None,
             wakes,
             held_reads_saved: 0,
             check_stranded: true,
@@ -364,6 +370,11 @@ impl<B: Backend> MindRunner<B> {
 
     /// The step's work under a lease taken at `now`.
     async fn work(&mut self, token: FencingToken, now: i64) -> Result<Step, RuntimeError> {
+        // An answer whose commit failed goes first: no decision is taken on an accounting that
+        // counts a row the ledger lacks (`pending.rs`).
+        if let Some(step) = self.settle_held(token).await? {
+            return Ok(step);
+        }
         for role in [Role::Persona, Role::SelfRole] {
             if self.session(role).restore {
                 self.restore(role).await?;

@@ -3,6 +3,7 @@
 
 use super::accounting::Asked;
 use super::attempt::Attempt;
+use super::pending::{Then, Uncommitted};
 use super::prompts::{COMPACT_REASON, PERSONA_COMPACT_INSTRUCTIONS};
 use super::reply::{PersonaReply, validate_reply};
 use super::segment::shown_changed;
@@ -17,7 +18,7 @@ use muninn_core::render::{self, Layers, Renderer};
 use muninn_core::tokenize::count;
 use muninn_store::{
     BriefOrigin, Delivery, FencingToken, MindSettings, NewBrief, NewMemoryNote, NewOutboxMessage,
-    NewTranscriptItem, Role, StoreError, TranscriptKind, TurnRecord,
+    NewTranscriptItem, Role, TranscriptKind, TurnRecord,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -230,7 +231,18 @@ impl<B: Backend> MindRunner<B> {
         self.attempt = None;
         let valid = answer.verdict.is_ok();
         let record = persona_record(&batch, segment, answer, now);
-        self.commit_persona(token, &batch, &record, valid).await
+        // The turn's one transaction; then the session is bound to the transcript it now
+        // stands on. A failed commit is held and committed first at the next step.
+        let then = Then::PersonaTurn {
+            max_seq: batch.max_seq,
+            valid,
+        };
+        let turn = Uncommitted::new(token, Role::Persona, record, now, then);
+        let step = self.settle(turn).await?;
+        Ok(step.unwrap_or(Step::PersonaTurn {
+            acked_through: batch.max_seq,
+            valid,
+        }))
     }
 
     /// The decider's plan for a role's next request (a turn's arrival), or a forced start when
@@ -563,43 +575,6 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// The turn's one transaction; then the session is bound to the transcript it now stands on.
-    async fn commit_persona(
-        &mut self,
-        token: FencingToken,
-        batch: &Batch,
-        record: &TurnRecord,
-        valid: bool,
-    ) -> Result<Step, RuntimeError> {
-        match self
-            .host
-            .store
-            .record_turn(&self.mind.id, token, record)
-            .await
-        {
-            Ok(receipt) => {
-                self.bind_session(Role::Persona, token).await?;
-                self.host.signals.outbox.notify_waiters();
-                if !record.briefs.is_empty() {
-                    self.host.signals.wake_local(&self.mind.id);
-                }
-                Ok(Step::PersonaTurn {
-                    acked_through: receipt.ack_position,
-                    valid,
-                })
-            }
-            Err(StoreError::TurnAlreadyRecorded { .. }) => Ok(Step::PersonaTurn {
-                acked_through: batch.max_seq,
-                valid,
-            }),
-            Err(e) => {
-                let now = self.host.clock.now_ms();
-                self.persona.mark_broken(now);
-                Err(e.into())
-            }
-        }
-    }
-
     /// A Persona refresh by compaction (`refresh = "compact"`): the provider summarises the
     /// session in place. The compaction's request is ledgered on the segment it summarised
     /// (decision `compact`, a flush in the accounting, its own usage and cost); a new segment
@@ -642,18 +617,16 @@ impl<B: Backend> MindRunner<B> {
             now,
             plan.asked(RowKind::Flush, "compact", true),
         );
-        self.host
-            .store
-            .append_ledger(&self.mind.id, token, &[row])
-            .await?;
-        self.open_compacted_segment(token, now, outcome.text)
-            .await?;
+        let summary = outcome.text;
+        let then = Then::Compacted { summary };
+        let compaction = Uncommitted::rows(token, Role::Persona, vec![row], now, then);
+        self.settle(compaction).await?;
         Ok(true)
     }
 
     /// The segment a compaction opens: the same provider session, its renderer restarted on
     /// the summary as memory, rehydrated with the launched system and the summary.
-    async fn open_compacted_segment(
+    pub(super) async fn open_compacted_segment(
         &mut self,
         token: FencingToken,
         now: i64,

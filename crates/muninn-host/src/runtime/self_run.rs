@@ -3,9 +3,9 @@
 //! then report back to the Persona.
 
 use super::accounting::Asked;
+use super::pending::{SelfRun, Then, Uncommitted};
 use super::persona::{Plan, outcome_text};
 use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
-use super::session::Flushed;
 use super::tool_loop::Driven;
 use super::{MindRunner, RuntimeError, SELF_ROOM, Step};
 use muninn_backend::{Backend, BackendError, FlushProtocol, FlushStage, RunOutcome, TurnInput};
@@ -98,15 +98,14 @@ impl<B: Backend> MindRunner<B> {
             None => Driven::single(self.run_self(&brief, text, token, now).await?),
         };
         self.finish_self_run(token, &brief, segment, &plan, driven, now)
-            .await?;
-        Ok(Step::SelfTurn { brief: brief.seq })
+            .await
     }
 
     /// A run's end: its ledger row and result in one record (with the memory the flush protocol
     /// left, if it ended the run), the session bound to it, and the result reported back. A
     /// tool loop wrote its last row already (`driven.row`), or — stopped by a cap — recorded its
     /// last reply with it, and leaves only the result.
-    async fn finish_self_run(
+    pub(super) async fn finish_self_run(
         &mut self,
         token: FencingToken,
         brief: &Brief,
@@ -114,7 +113,7 @@ impl<B: Backend> MindRunner<B> {
         plan: &Plan,
         driven: Driven,
         now: i64,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<Step, RuntimeError> {
         let Driven { run, row, stopped } = driven;
         let stage = flush_stage_name(run.flush);
         let row = match (row, &stopped) {
@@ -156,21 +155,19 @@ impl<B: Backend> MindRunner<B> {
             stage,
             now,
         );
-        self.host
-            .store
-            .record_turn(&self.mind.id, token, &record)
-            .await?;
-        match memory {
-            Some((memory, _)) => {
-                self.selfs.flushed = Some(Flushed {
-                    memory,
-                    forced: true,
-                });
-            }
-            None => self.bind_session(Role::SelfRole, token).await?,
-        }
-        self.report_back(token, brief, run.flush, stopped.is_some(), &result, now)
-            .await
+        // Then the session is bound (or the next segment starts from the flushed memory) and
+        // the result reported back; a failed commit is held and committed first at the next
+        // step (`pending.rs`).
+        let then = Then::SelfRun(Box::new(SelfRun {
+            brief: brief.clone(),
+            flush: run.flush,
+            stopped: stopped.is_some(),
+            result,
+            memory: memory.map(|(memory, _)| memory),
+        }));
+        let finish = Uncommitted::new(token, Role::SelfRole, record, now, then);
+        let step = self.settle(finish).await?;
+        Ok(step.unwrap_or(Step::SelfTurn { brief: brief.seq }))
     }
 
     /// A brief's start is a task boundary: the decider may refresh here. A run the flush
@@ -317,7 +314,7 @@ impl<B: Backend> MindRunner<B> {
 
     /// Finishes the brief and posts its result to the Persona as a delivery (the brief's seq
     /// makes it idempotent).
-    async fn report_back(
+    pub(super) async fn report_back(
         &self,
         token: FencingToken,
         brief: &Brief,
@@ -417,24 +414,28 @@ impl<B: Backend> MindRunner<B> {
                 )
             }
         };
-        self.host
-            .store
-            .record_turn(
-                &self.mind.id,
-                token,
-                &TurnRecord {
-                    transcript: vec![NewTranscriptItem {
-                        role: Role::SelfRole,
-                        segment,
-                        kind: TranscriptKind::MemoryFlush,
-                        body: json!({"memory": memory, "from": how}),
-                        created_at_ms: now,
-                    }],
-                    ledger,
-                    ..TurnRecord::default()
-                },
-            )
-            .await?;
+        let record = TurnRecord {
+            transcript: vec![self_item(
+                segment,
+                now,
+                TranscriptKind::MemoryFlush,
+                json!({"memory": memory, "from": how}),
+            )],
+            ledger,
+            ..TurnRecord::default()
+        };
+        // An idle flush lets the tail go and leaves its memory for the next brief; one at a
+        // task boundary opens the segment from it at once. A failed commit is held and
+        // committed first at the next step (`pending.rs`).
+        let then = Then::SelfFlush {
+            memory: memory.clone(),
+            idle,
+        };
+        let flush = Uncommitted::new(token, Role::SelfRole, record, now, then);
+        self.settle(flush).await?;
+        if !idle {
+            self.selfs.flushed = None;
+        }
         Ok((memory, failed))
     }
 

@@ -26,6 +26,7 @@
 //! ceiling less the headroom) asks for the flush with the next results, and the answer ends the
 //! run as the protocol's does.
 
+use super::pending::{Then, ToolRequest, Uncommitted};
 use super::persona::{Plan, counted};
 use super::tools::{ToolOutput, WorkspaceTools};
 use super::{MindRunner, RuntimeError};
@@ -35,7 +36,7 @@ use muninn_backend::{
 use muninn_core::ledger::{LedgerRow, RowKind};
 use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::tokenize::count;
-use muninn_store::{Brief, FencingToken, Role, StoreError, TranscriptKind, TurnRecord};
+use muninn_store::{Brief, FencingToken, Role, TranscriptKind, TurnRecord};
 use serde_json::json;
 
 /// How a Self run ended: its last reply (not yet recorded), that reply's ledger row when the
@@ -60,16 +61,17 @@ impl Driven {
     }
 }
 
-/// Where a run stood when a cap ended it.
-struct Stopped {
+/// Where a run stood when a cap (or a commit that failed) ended it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stopped {
     /// Requests sent.
-    request: u32,
+    pub(super) request: u32,
     /// Their cost.
-    spent: MicroUsd,
+    pub(super) spent: MicroUsd,
     /// Whether the last one asked for the flush.
-    flushing: bool,
+    pub(super) flushing: bool,
     /// When.
-    at: i64,
+    pub(super) at: i64,
 }
 
 /// One request of the loop about to be sent.
@@ -170,26 +172,24 @@ impl<B: Backend> MindRunner<B> {
                 }
             };
             let sent = if following.is_ok() { &results[..] } else { &[] };
-            self.record_request(token, brief, request, &outcome, sent, row, after)
+            let at = Stopped {
+                request,
+                spent,
+                flushing,
+                at: after,
+            };
+            self.record_request(token, brief, plan, &outcome, sent, row, at)
                 .await?;
             match following {
                 Ok(following) => next = following,
-                Err(stop) => {
-                    let stopped = Stopped {
-                        request,
-                        spent,
-                        flushing,
-                        at: after,
-                    };
-                    return Ok(self.stop_run(brief, outcome, stopped, stop));
-                }
+                Err(stop) => return Ok(self.stop_run(brief, outcome, at, stop)),
             }
         }
     }
 
     /// A run a cap ended: said in the log, the session left to be rebuilt (its last calls go
     /// unanswered, so the provider session cannot take another turn as it stands).
-    fn stop_run(
+    pub(super) fn stop_run(
         &mut self,
         brief: &Brief,
         outcome: TurnOutcome,
@@ -228,39 +228,40 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// Records one request of the loop (see [`request_record`]) — a retried commit is already
-    /// recorded — and renders it.
+    /// Records one request of the loop (see [`request_record`]), `at` where the run stands
+    /// after it, and renders it. A commit that fails holds the record (`pending.rs`): the next
+    /// step commits it and ends the run there, the brief's own `plan` and segment reporting it.
     #[allow(clippy::too_many_arguments)]
     async fn record_request(
         &mut self,
         token: FencingToken,
         brief: &Brief,
-        request: u32,
+        plan: &Plan,
         outcome: &TurnOutcome,
         sent: &[(ToolCall, ToolOutput)],
         row: LedgerRow,
-        now: i64,
+        at: Stopped,
     ) -> Result<(), RuntimeError> {
         let segment = self.selfs.segment.unwrap_or(0);
         let record = request_record(
             &self.mind.id,
             brief,
-            request,
+            at.request,
             segment,
             outcome,
             sent,
             row,
-            now,
+            at.at,
         );
-        match self
-            .host
-            .store
-            .record_turn(&self.mind.id, token, &record)
-            .await
-        {
-            Ok(_) | Err(StoreError::TurnAlreadyRecorded { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
+        let then = Then::ToolRequest(Box::new(ToolRequest {
+            brief: brief.clone(),
+            plan: *plan,
+            segment,
+            outcome: outcome.clone(),
+            at,
+        }));
+        let held = Uncommitted::new(token, Role::SelfRole, record, at.at, then);
+        self.commit_or_hold(held).await?;
         self.render_exchange(outcome, sent);
         Ok(())
     }

@@ -1,0 +1,340 @@
+//! An answer the provider gave whose commit failed: held on the runner and committed first at
+//! the next step, before any new work or decision.
+//!
+//! The session's accounting counts a request as it is answered (`accounting.rs`), before the
+//! record that carries its ledger row is committed. When that commit fails (a full disk, a busy
+//! SQLite file, a PostgreSQL server gone) the money was spent and the provider's session holds
+//! the exchange, so the answer is neither rolled back nor asked for again: its record — the
+//! turn, the ledger-only row of a ping or a compaction, a Self flush, a tool-loop request —
+//! is held here as an [`Uncommitted`], and the step fails as any store failure does (logged
+//! with its cause, counted in `muninn_step_failures_total{cause="store"}`, shown as `retrying`
+//! in status, retried on the backoff of `retry.rs`). The next step commits it first, then does
+//! what the commit was waiting for (bind the session, report a Self run back, open the
+//! compacted segment, …), and only then goes on. So the ledger gets every row the accounting
+//! counted, in the order it counted them, and `muninn replay` of the ledger takes the host's
+//! decisions.
+//!
+//! Every held record is committed under a turn key (a Persona batch's, a brief's, or one made
+//! from the rows themselves), so a commit whose acknowledgement was lost and is tried again
+//! writes nothing twice ([`StoreError::TurnAlreadyRecorded`] counts as committed). A record is
+//! committed only under the lease it was answered under: after a takeover (or a refusal no
+//! retry can change) it is abandoned, loudly, as a crash would lose it — the role's accounting
+//! is then rebuilt from the ledger and the session from the transcript, and a Persona batch
+//! left unacknowledged is answered again by whoever holds the Mind.
+
+use super::session::Flushed;
+use super::tool_loop::{Driven, Stopped};
+use super::{MindRunner, RuntimeError, Step};
+use muninn_backend::{Backend, FlushStage, TurnOutcome};
+use muninn_core::cache::hash_bytes;
+use muninn_core::ledger::LedgerRow;
+use muninn_core::session::Keep;
+use muninn_store::{Brief, FencingToken, Role, StoreError, TurnRecord};
+
+/// A record answered but not (yet) committed, and what its commit was waiting for.
+#[derive(Debug)]
+pub(super) struct Uncommitted {
+    /// The lease it was answered under: only that lease commits it.
+    token: FencingToken,
+    /// The session that answered it.
+    role: Role,
+    /// What to commit, under a turn key.
+    record: TurnRecord,
+    /// Whether the record is committed (what follows it failed).
+    committed: bool,
+    /// The ack position the commit moved to, when it did.
+    acked: Option<i64>,
+    /// When it was answered.
+    at_ms: i64,
+    /// What follows the commit.
+    then: Then,
+}
+
+/// What follows a record's commit.
+#[derive(Debug)]
+pub(super) enum Then {
+    /// A Persona turn: bind the session, wake the outbox (and the Self for a brief).
+    PersonaTurn {
+        /// The batch's last seq.
+        max_seq: i64,
+        /// Whether the reply was valid.
+        valid: bool,
+    },
+    /// A keep-warm ping's row: nothing more.
+    Ping,
+    /// A Self flush: its memory is where the next segment may start; an idle one lets the tail go.
+    SelfFlush {
+        /// The memory written.
+        memory: String,
+        /// Whether the decider flushed while idle (else at a task boundary).
+        idle: bool,
+    },
+    /// A Persona compaction's row: open the segment it summarised into.
+    Compacted {
+        /// The summary.
+        summary: String,
+    },
+    /// A Self run's end: finish the brief and report it back.
+    SelfRun(Box<SelfRun>),
+    /// One request of a tool loop: on a later step the loop cannot go on (its state was the
+    /// failed step's), so the run stops there, as a cap stops it, and the brief is reported.
+    ToolRequest(Box<ToolRequest>),
+}
+
+/// A Self run's end, as recorded.
+#[derive(Debug)]
+pub(super) struct SelfRun {
+    pub(super) brief: Brief,
+    pub(super) flush: FlushStage,
+    pub(super) stopped: bool,
+    pub(super) result: String,
+    /// The memory the flush protocol left, when it ended the run.
+    pub(super) memory: Option<String>,
+}
+
+/// A tool-loop request, as recorded.
+#[derive(Debug)]
+pub(super) struct ToolRequest {
+    pub(super) brief: Brief,
+    pub(super) plan: super::persona::Plan,
+    pub(super) segment: i64,
+    pub(super) outcome: TurnOutcome,
+    /// Where the run stood.
+    pub(super) at: Stopped,
+}
+
+impl Uncommitted {
+    /// `record`, answered by `role`'s session at `at_ms` under `token`; a record without a turn
+    /// key gets one made from its rows and items, so trying it again writes nothing twice.
+    pub(super) fn new(
+        token: FencingToken,
+        role: Role,
+        mut record: TurnRecord,
+        at_ms: i64,
+        then: Then,
+    ) -> Uncommitted {
+        if record.turn_key.is_none() {
+            let bodies: Vec<_> = record.transcript.iter().map(|i| &i.body).collect();
+            let bytes = serde_json::to_vec(&(&record.ledger, bodies)).unwrap_or_default();
+            record.turn_key = Some(format!(
+                "{}-{at_ms}-{:016x}",
+                role.as_str(),
+                hash_bytes(&bytes)
+            ));
+        }
+        Uncommitted {
+            token,
+            role,
+            record,
+            committed: false,
+            acked: None,
+            at_ms,
+            then,
+        }
+    }
+
+    /// A record of ledger rows alone (a ping, a compaction).
+    pub(super) fn rows(
+        token: FencingToken,
+        role: Role,
+        rows: Vec<LedgerRow>,
+        at_ms: i64,
+        then: Then,
+    ) -> Uncommitted {
+        let record = TurnRecord {
+            ledger: rows,
+            ..TurnRecord::default()
+        };
+        Uncommitted::new(token, role, record, at_ms, then)
+    }
+}
+
+impl<B: Backend> MindRunner<B> {
+    /// The held record, committed first (see the module docs): the step it completes, if it
+    /// completes one; `None` when the step goes on (nothing was held, it was abandoned, or what
+    /// it waited for was part of a step that goes on from here).
+    pub(super) async fn settle_held(
+        &mut self,
+        token: FencingToken,
+    ) -> Result<Option<Step>, RuntimeError> {
+        let Some(held) = self.uncommitted.take() else {
+            return Ok(None);
+        };
+        if held.token != token {
+            self.abandon(held, "the Mind's lease changed before it was committed");
+            return Ok(None);
+        }
+        self.working = Some(held.role);
+        let step = self.settle(held).await?;
+        if matches!(step, Some(Step::PersonaTurn { .. })) {
+            self.turns_this_wake += 1;
+        }
+        Ok(step)
+    }
+
+    /// Commits `u` and does what followed it; on failure `u` is held for the next step (or
+    /// abandoned, when no retry can commit it) and the error is the step's.
+    pub(super) async fn settle(&mut self, u: Uncommitted) -> Result<Option<Step>, RuntimeError> {
+        let u = self.commit_or_hold(u).await?;
+        match self.then(&u).await {
+            Ok(step) => Ok(step),
+            Err(e) => {
+                // What followed may have held a record of its own (a tool loop's run end): that
+                // one goes first, and this one, committed already, has nothing left to hold.
+                if self.uncommitted.is_none() {
+                    self.hold(u, &e);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Commits `u`'s record (a record already committed under its key counts); on failure holds
+    /// `u` and returns the error.
+    pub(super) async fn commit_or_hold(
+        &mut self,
+        mut u: Uncommitted,
+    ) -> Result<Uncommitted, RuntimeError> {
+        if u.committed {
+            return Ok(u);
+        }
+        match self
+            .host
+            .store
+            .record_turn(&self.mind.id, u.token, &u.record)
+            .await
+        {
+            Ok(receipt) => u.acked = Some(receipt.ack_position),
+            Err(StoreError::TurnAlreadyRecorded { .. }) => {}
+            Err(e) => {
+                let e = RuntimeError::Store(e);
+                self.hold(u, &e);
+                return Err(e);
+            }
+        }
+        u.committed = true;
+        Ok(u)
+    }
+
+    /// Keeps `u` for the next step when the failure may pass (the store is busy or unreachable),
+    /// else abandons it.
+    fn hold(&mut self, u: Uncommitted, error: &RuntimeError) {
+        let passes = matches!(error, RuntimeError::Store(e) if e.is_retryable());
+        if !passes {
+            self.abandon(u, &error.to_string());
+            return;
+        }
+        tracing::warn!(
+            mind = %self.mind.id,
+            role = u.role.as_str(),
+            turn_key = u.record.turn_key.as_deref().unwrap_or_default(),
+            rows = u.record.ledger.len(),
+            committed = u.committed,
+            %error,
+            "an answer is held uncommitted; it is committed first at the next step"
+        );
+        self.uncommitted = Some(u);
+    }
+
+    /// Gives `u` up (see the module docs): said loudly, and the role's accounting and session
+    /// rebuilt from what the store holds.
+    fn abandon(&mut self, u: Uncommitted, why: &str) {
+        tracing::error!(
+            mind = %self.mind.id,
+            role = u.role.as_str(),
+            turn_key = u.record.turn_key.as_deref().unwrap_or_default(),
+            rows = u.record.ledger.len(),
+            committed = u.committed,
+            "an answer was abandoned uncommitted: {why}"
+        );
+        if !u.committed {
+            let now = self.host.clock.now_ms();
+            let session = self.session_mut(u.role);
+            session.mark_broken(now);
+            session.restore = true;
+        }
+    }
+
+    /// What follows `u`'s commit: the step it completes, if any.
+    async fn then(&mut self, u: &Uncommitted) -> Result<Option<Step>, RuntimeError> {
+        let token = u.token;
+        match &u.then {
+            Then::PersonaTurn { max_seq, valid } => {
+                self.bind_session(Role::Persona, token).await?;
+                self.host.signals.outbox.notify_waiters();
+                if !u.record.briefs.is_empty() {
+                    self.host.signals.wake_local(&self.mind.id);
+                }
+                Ok(Some(Step::PersonaTurn {
+                    acked_through: u.acked.unwrap_or(*max_seq),
+                    valid: *valid,
+                }))
+            }
+            Then::Ping => Ok(Some(Step::Ping)),
+            Then::SelfFlush { memory, idle } => {
+                if *idle {
+                    self.selfs.acc.let_go(Keep::Tail);
+                }
+                self.selfs.flushed = Some(Flushed {
+                    memory: memory.clone(),
+                    forced: false,
+                });
+                Ok(idle.then_some(Step::Ping))
+            }
+            Then::Compacted { summary } => {
+                self.open_compacted_segment(token, u.at_ms, summary.clone())
+                    .await?;
+                Ok(None)
+            }
+            Then::SelfRun(run) => {
+                match &run.memory {
+                    Some(memory) => {
+                        self.selfs.flushed = Some(Flushed {
+                            memory: memory.clone(),
+                            forced: true,
+                        });
+                    }
+                    None => self.bind_session(Role::SelfRole, token).await?,
+                }
+                self.report_back(
+                    token,
+                    &run.brief,
+                    run.flush,
+                    run.stopped,
+                    &run.result,
+                    u.at_ms,
+                )
+                .await?;
+                Ok(Some(Step::SelfTurn {
+                    brief: run.brief.seq,
+                }))
+            }
+            Then::ToolRequest(req) => {
+                let driven = self.tool_run_cut_short(req, u.at_ms);
+                // Boxed: the run's end settles a record of its own.
+                let finish = self.finish_self_run(
+                    token,
+                    &req.brief,
+                    req.segment,
+                    &req.plan,
+                    driven,
+                    u.at_ms,
+                );
+                Ok(Some(Box::pin(finish).await?))
+            }
+        }
+    }
+
+    /// A tool loop whose request was committed on a later step: the run ends there.
+    fn tool_run_cut_short(&mut self, req: &ToolRequest, at_ms: i64) -> Driven {
+        let stop = format!(
+            "the store failed to record its request {} and the run could not go on from a later step",
+            req.at.request
+        );
+        let at = Stopped {
+            at: at_ms,
+            ..req.at
+        };
+        self.stop_run(&req.brief, req.outcome.clone(), at, stop)
+    }
+}

@@ -1,0 +1,214 @@
+//! An answer whose commit fails (a full disk, a busy SQLite file, a PostgreSQL server gone):
+//! the runner holds it and commits it first at the next step. The provider is asked once, the
+//! reply delivered once, the ledger gets every row, and replaying that ledger takes every
+//! decision the host took, at its cost. Before, the Persona's session was rebuilt and the batch
+//! asked again (billed twice), a Self run's brief was failed as interrupted with its row lost,
+//! and a ping's row was dropped while the accounting counted it.
+
+use crate::closed_loop::assert_holds;
+use crate::runtime::{World, ledger, mind, post, runner, world_on};
+use muninn_core::closed_loop::verify;
+use muninn_core::price::PriceTable;
+use muninn_host::runtime::{MindRunner, RuntimeError, Step, run_mind};
+use muninn_sim::inprocess::SimBackend;
+use muninn_store::{BriefOrigin, BriefStatus, NewBrief};
+use muninn_testkit::FaultyStore;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A world on a store that refuses commits when armed.
+async fn faulty_world() -> (World, Arc<FaultyStore>) {
+    let mut faults = None;
+    let w = world_on("", |store| {
+        let faulty = FaultyStore::new(store);
+        faults = Some(faulty.clone());
+        faulty
+    })
+    .await;
+    (w, faults.unwrap())
+}
+
+/// The Messages requests the simulator answered.
+fn asked(w: &World) -> usize {
+    w.sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/messages") && r.status == 200)
+        .count()
+}
+
+/// `n` steps, each refused by the store.
+async fn refused_steps(r: &mut MindRunner<SimBackend>, n: usize) {
+    for _ in 0..n {
+        let e = r.step().await.unwrap_err();
+        assert!(matches!(e, RuntimeError::Store(_)), "{e}");
+    }
+}
+
+/// Steps through every idle decision to the end of both TTLs, then replays the ledger.
+async fn replays_exactly(w: &World, r: &mut MindRunner<SimBackend>) {
+    for _ in 0..50 {
+        match r.step().await.unwrap() {
+            Step::Idle { until_ms: Some(t) } => {
+                w.sim.advance_clock((t - w.sim.now_ms()).max(1));
+            }
+            Step::Idle { until_ms: None } => break,
+            _ => {}
+        }
+    }
+    let rows = ledger(w).await;
+    let report = verify(&rows, &PriceTable::embedded(), &Default::default());
+    assert_holds(&report, &rows);
+}
+
+#[tokio::test]
+async fn a_persona_answer_whose_commit_fails_is_committed_first_and_never_asked_again() {
+    let (w, faults) = faulty_world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello vala").await;
+    faults.fail_commits(2);
+    refused_steps(&mut r, 2).await;
+    assert_eq!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn {
+            acked_through: 1,
+            valid: true
+        }
+    );
+    assert_eq!(faults.refused(), 2);
+    assert_eq!(asked(&w), 1, "the provider was asked again");
+    let store = &w.host.store;
+    assert_eq!(store.ack_position("vala").await.unwrap(), 1);
+    let outbox = store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(outbox.len(), 1, "{outbox:#?}");
+    assert_eq!(outbox[0].request_id, "vala-1-1-0");
+    assert_eq!(ledger(&w).await.len(), 1);
+
+    // The session went on: the next turn appends to the same segment, its prefix read from
+    // the cache the held answer left warm.
+    w.sim.advance_clock(20_000);
+    post(&w, "e2", "#swarm", "ari", "still there?").await;
+    r.woken();
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn {
+            acked_through: 2,
+            ..
+        }
+    ));
+    assert_eq!(asked(&w), 2);
+    let rows = ledger(&w).await;
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].segment, rows[0].segment);
+    assert!(rows[1].decision.starts_with("append"), "{rows:#?}");
+    assert!(rows[1].usage.cache_read > rows[0].usage.cache_read);
+    replays_exactly(&w, &mut r).await;
+}
+
+#[tokio::test]
+async fn a_self_run_whose_commit_fails_is_finished_and_reported_once() {
+    let (w, faults) = faulty_world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let store = &w.host.store;
+    store
+        .enqueue_brief(
+            "vala",
+            &NewBrief {
+                text: "Summarise the ledger of the last week.".into(),
+                origin: BriefOrigin::Operator,
+                created_at_ms: w.sim.now_ms(),
+            },
+        )
+        .await
+        .unwrap();
+    faults.fail_commits(2);
+    refused_steps(&mut r, 2).await;
+    assert_eq!(r.step().await.unwrap(), Step::SelfTurn { brief: 1 });
+    assert_eq!(asked(&w), 1, "the provider was asked again");
+    let done = store
+        .briefs("vala", Some(BriefStatus::Done), 10)
+        .await
+        .unwrap();
+    assert_eq!(done.len(), 1, "the brief was not finished");
+    let reports = store.pending_deliveries("vala", 0, 10).await.unwrap();
+    assert_eq!(reports.len(), 1, "{reports:#?}");
+    assert!(
+        reports[0].text.starts_with("Self run 1 finished"),
+        "{reports:#?}"
+    );
+    let rows = ledger(&w).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].role, "self");
+
+    // The Persona hears of it once.
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn { valid: true, .. }
+    ));
+    assert_eq!(asked(&w), 2);
+    replays_exactly(&w, &mut r).await;
+}
+
+#[tokio::test]
+async fn a_keep_warm_ping_whose_row_fails_to_commit_is_ledgered_and_replays() {
+    let (w, faults) = faulty_world().await;
+    let mut r = runner(&w, mind("policy = 'keepalive:2'"), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello").await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let Step::Idle { until_ms: Some(at) } = r.step().await.unwrap() else {
+        panic!("expected a timed idle")
+    };
+    w.sim.advance_clock(at - w.sim.now_ms());
+    faults.fail_commits(1);
+    refused_steps(&mut r, 1).await;
+    assert_eq!(r.step().await.unwrap(), Step::Ping);
+    assert_eq!(asked(&w), 2, "the ping was sent again");
+    let rows = ledger(&w).await;
+    assert_eq!(rows.len(), 2);
+    assert!(rows[1].decision.starts_with("ping"), "{rows:#?}");
+    replays_exactly(&w, &mut r).await;
+}
+
+/// Under `run_mind`: the failure is loud (counted as a store failure, the Mind failing with the
+/// cause), retried on the backoff, and the host recovers by itself once the store does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_commit_is_counted_retried_and_recovered_without_a_restart() {
+    let (w, faults) = faulty_world().await;
+    let r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello vala").await;
+    faults.fail_commits(3);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(run_mind(r, stopped));
+    let started = Instant::now();
+    let mut seen_failing = None;
+    while w.host.store.ack_position("vala").await.unwrap() < 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never recovered"
+        );
+        if let Some(failing) = w.host.telemetry.mind("vala").failing {
+            seen_failing = Some(failing);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let failing = seen_failing.expect("the Mind was never shown failing");
+    assert_eq!(failing.cause, "store");
+    assert!(failing.last_error.contains("disk is full"), "{failing:?}");
+    // Three refusals, backed off 250 + 500 + 1,000 ms, not spun.
+    assert!(started.elapsed() >= Duration::from_millis(1_750));
+    let live = w.host.telemetry.mind("vala");
+    assert_eq!(live.step_failures.get("store"), Some(&3), "{live:?}");
+    stop.send(true).unwrap();
+    running.await.unwrap().unwrap();
+    assert!(w.host.telemetry.mind("vala").failing.is_none());
+    assert_eq!(faults.refused(), 3);
+    assert_eq!(asked(&w), 1, "the provider was asked again");
+    assert_eq!(
+        w.host.store.unacked_outbox("vala", 10).await.unwrap().len(),
+        1
+    );
+}

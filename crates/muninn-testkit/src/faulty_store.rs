@@ -1,0 +1,438 @@
+//! A store whose commits fail on demand: the real store behind it, and the next N turn commits
+//! ([`Store::record_turn`]) and ledger appends ([`Store::append_ledger`]) refused with
+//! [`StoreError::Unavailable`] — a full disk, a busy SQLite file, a PostgreSQL server gone — as
+//! a test arms it ([`FaultyStore::fail_commits`]). Everything else passes through, so a test
+//! can fault exactly the write that follows a backend's answer.
+//!
+//! A refused call writes nothing (the store's contract for an `Err`), and every call is counted,
+//! so a test can tell how often the runner tried.
+
+use async_trait::async_trait;
+use muninn_core::ledger::LedgerRow;
+use muninn_core::money::MicroUsd;
+use muninn_store::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A store that refuses its next N commits (see the module docs).
+#[derive(Debug)]
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    /// Commits still to refuse.
+    failing: AtomicU32,
+    /// Commits refused so far.
+    refused: AtomicU32,
+    /// Commits let through so far.
+    committed: AtomicU32,
+}
+
+impl FaultyStore {
+    /// `inner`, faultless until armed.
+    pub fn new(inner: Arc<dyn Store>) -> Arc<FaultyStore> {
+        Arc::new(FaultyStore {
+            inner,
+            failing: AtomicU32::new(0),
+            refused: AtomicU32::new(0),
+            committed: AtomicU32::new(0),
+        })
+    }
+
+    /// Refuses the next `n` commits (`record_turn`, `append_ledger`).
+    pub fn fail_commits(&self, n: u32) {
+        self.failing.store(n, Ordering::SeqCst);
+    }
+
+    /// Commits refused so far.
+    pub fn refused(&self) -> u32 {
+        self.refused.load(Ordering::SeqCst)
+    }
+
+    /// Commits let through so far.
+    pub fn committed(&self) -> u32 {
+        self.committed.load(Ordering::SeqCst)
+    }
+
+    /// Whether this commit is refused (and counts it either way).
+    fn refuse(&self) -> Result<()> {
+        let armed = self
+            .failing
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if armed {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Unavailable(
+                "injected: database or disk is full".to_string(),
+            ));
+        }
+        self.committed.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for FaultyStore {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    async fn record_turn(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        turn: &TurnRecord,
+    ) -> Result<TurnReceipt> {
+        self.refuse()?;
+        self.inner.record_turn(mind, token, turn).await
+    }
+
+    async fn append_ledger(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        rows: &[LedgerRow],
+    ) -> Result<Vec<i64>> {
+        self.refuse()?;
+        self.inner.append_ledger(mind, token, rows).await
+    }
+
+    async fn schema_version(&self) -> Result<i64> {
+        self.inner.schema_version().await
+    }
+
+    async fn close(&self) {
+        self.inner.close().await
+    }
+
+    async fn create_mind(&self, mind: &Mind) -> Result<Mind> {
+        self.inner.create_mind(mind).await
+    }
+
+    async fn mind(&self, id: &str) -> Result<Option<Mind>> {
+        self.inner.mind(id).await
+    }
+
+    async fn minds(&self) -> Result<Vec<Mind>> {
+        self.inner.minds().await
+    }
+
+    async fn update_mind(
+        &self,
+        id: &str,
+        display_name: &str,
+        config: &serde_json::Value,
+    ) -> Result<Mind> {
+        self.inner.update_mind(id, display_name, config).await
+    }
+
+    async fn settings(&self, mind: &str) -> Result<MindSettings> {
+        self.inner.settings(mind).await
+    }
+
+    async fn put_settings(&self, mind: &str, settings: &MindSettings, now_ms: i64) -> Result<()> {
+        self.inner.put_settings(mind, settings, now_ms).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        mind: &str,
+        holder: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<Lease>> {
+        self.inner.acquire_lease(mind, holder, ttl_ms, now_ms).await
+    }
+
+    async fn renew_lease(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Lease> {
+        self.inner.renew_lease(mind, token, ttl_ms, now_ms).await
+    }
+
+    async fn renew_leases(&self, holder: &str, ttl_ms: i64, now_ms: i64) -> Result<Vec<Lease>> {
+        self.inner.renew_leases(holder, ttl_ms, now_ms).await
+    }
+
+    async fn release_lease(&self, mind: &str, token: FencingToken) -> Result<()> {
+        self.inner.release_lease(mind, token).await
+    }
+
+    async fn lease(&self, mind: &str) -> Result<Option<Lease>> {
+        self.inner.lease(mind).await
+    }
+
+    async fn take_over_lease(
+        &self,
+        mind: &str,
+        holder: &str,
+        previous: FencingToken,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<Lease>> {
+        self.inner
+            .take_over_lease(mind, holder, previous, ttl_ms, now_ms)
+            .await
+    }
+
+    async fn announce_wake(&self, mind: &str, from: &str) -> Result<()> {
+        self.inner.announce_wake(mind, from).await
+    }
+
+    async fn listen_wakes(&self) -> Result<Option<muninn_store::WakeListener>> {
+        self.inner.listen_wakes().await
+    }
+
+    async fn hold_presence(&self, holder: &str) -> Result<bool> {
+        self.inner.hold_presence(holder).await
+    }
+
+    async fn holder_gone(&self, holder: &str) -> Result<Option<bool>> {
+        self.inner.holder_gone(holder).await
+    }
+
+    async fn await_holder_gone(&self, holder: &str) -> Result<bool> {
+        self.inner.await_holder_gone(holder).await
+    }
+
+    async fn start_segment(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        segment: &NewSegment,
+    ) -> Result<Segment> {
+        self.inner.start_segment(mind, token, segment).await
+    }
+
+    async fn set_segment_session(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        role: Role,
+        number: i64,
+        session_id: &str,
+    ) -> Result<Segment> {
+        self.inner
+            .set_segment_session(mind, token, role, number, session_id)
+            .await
+    }
+
+    async fn end_segment(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        role: Role,
+        number: i64,
+        ended_at_ms: i64,
+    ) -> Result<Segment> {
+        self.inner
+            .end_segment(mind, token, role, number, ended_at_ms)
+            .await
+    }
+
+    async fn current_segment(&self, mind: &str, role: Role) -> Result<Option<Segment>> {
+        self.inner.current_segment(mind, role).await
+    }
+
+    async fn segments(&self, mind: &str, role: Role) -> Result<Vec<Segment>> {
+        self.inner.segments(mind, role).await
+    }
+
+    async fn append_transcript(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        items: &[NewTranscriptItem],
+    ) -> Result<Vec<i64>> {
+        self.inner.append_transcript(mind, token, items).await
+    }
+
+    async fn transcript_range(
+        &self,
+        mind: &str,
+        role: Role,
+        from_seq: i64,
+        to_seq: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<TranscriptItem>> {
+        self.inner
+            .transcript_range(mind, role, from_seq, to_seq, limit)
+            .await
+    }
+
+    async fn transcript_tail(
+        &self,
+        mind: &str,
+        role: Role,
+        count: i64,
+    ) -> Result<Vec<TranscriptItem>> {
+        self.inner.transcript_tail(mind, role, count).await
+    }
+
+    async fn post_delivery(&self, mind: &str, delivery: &NewDelivery) -> Result<Posted> {
+        self.inner.post_delivery(mind, delivery).await
+    }
+
+    async fn post_batch(&self, mind: &str, batch: &IntakeBatch) -> Result<Vec<Posted>> {
+        self.inner.post_batch(mind, batch).await
+    }
+
+    async fn cursor(&self, mind: &str, name: &str) -> Result<Option<Cursor>> {
+        self.inner.cursor(mind, name).await
+    }
+
+    async fn pending_deliveries(
+        &self,
+        mind: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<Delivery>> {
+        self.inner.pending_deliveries(mind, after_seq, limit).await
+    }
+
+    async fn ack_position(&self, mind: &str) -> Result<i64> {
+        self.inner.ack_position(mind).await
+    }
+
+    async fn mailbox(&self, mind: &str) -> Result<Mailbox> {
+        self.inner.mailbox(mind).await
+    }
+
+    async fn ack_through(&self, mind: &str, token: FencingToken, seq: i64) -> Result<i64> {
+        self.inner.ack_through(mind, token, seq).await
+    }
+
+    async fn enqueue_outbox(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        messages: &[NewOutboxMessage],
+    ) -> Result<Vec<OutboxMessage>> {
+        self.inner.enqueue_outbox(mind, token, messages).await
+    }
+
+    async fn unsent_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>> {
+        self.inner.unsent_outbox(mind, limit).await
+    }
+
+    async fn unacked_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>> {
+        self.inner.unacked_outbox(mind, limit).await
+    }
+
+    async fn outbox_after(
+        &self,
+        mind: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboxMessage>> {
+        self.inner.outbox_after(mind, after_seq, limit).await
+    }
+
+    async fn mark_outbox_sent(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        request_id: &str,
+        remote_id: Option<&str>,
+        sent_at_ms: i64,
+    ) -> Result<OutboxMessage> {
+        self.inner
+            .mark_outbox_sent(mind, token, request_id, remote_id, sent_at_ms)
+            .await
+    }
+
+    async fn ack_outbox(
+        &self,
+        mind: &str,
+        request_id: &str,
+        remote_id: Option<&str>,
+        acked_at_ms: i64,
+    ) -> Result<OutboxMessage> {
+        self.inner
+            .ack_outbox(mind, request_id, remote_id, acked_at_ms)
+            .await
+    }
+
+    async fn fail_outbox(
+        &self,
+        mind: &str,
+        request_id: &str,
+        failure: &str,
+        failed_at_ms: i64,
+    ) -> Result<OutboxMessage> {
+        self.inner
+            .fail_outbox(mind, request_id, failure, failed_at_ms)
+            .await
+    }
+
+    async fn failed_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>> {
+        self.inner.failed_outbox(mind, limit).await
+    }
+
+    async fn ledger(&self, query: &LedgerQuery) -> Result<Vec<LedgerEntry>> {
+        self.inner.ledger(query).await
+    }
+
+    async fn spend(&self, mind: &str, from_ms: i64, to_ms: i64) -> Result<MicroUsd> {
+        self.inner.spend(mind, from_ms, to_ms).await
+    }
+
+    async fn add_memory(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        notes: &[NewMemoryNote],
+    ) -> Result<Vec<i64>> {
+        self.inner.add_memory(mind, token, notes).await
+    }
+
+    async fn memory_newest(&self, mind: &str, limit: i64) -> Result<Vec<MemoryNote>> {
+        self.inner.memory_newest(mind, limit).await
+    }
+
+    async fn memory_about(&self, mind: &str, sender: &str, limit: i64) -> Result<Vec<MemoryNote>> {
+        self.inner.memory_about(mind, sender, limit).await
+    }
+
+    async fn memory_search(&self, mind: &str, needle: &str, limit: i64) -> Result<Vec<MemoryNote>> {
+        self.inner.memory_search(mind, needle, limit).await
+    }
+
+    async fn enqueue_brief(&self, mind: &str, brief: &NewBrief) -> Result<Brief> {
+        self.inner.enqueue_brief(mind, brief).await
+    }
+
+    async fn claim_brief(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        now_ms: i64,
+    ) -> Result<Option<Brief>> {
+        self.inner.claim_brief(mind, token, now_ms).await
+    }
+
+    async fn finish_brief(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        seq: i64,
+        status: BriefStatus,
+        result: &str,
+        now_ms: i64,
+    ) -> Result<Brief> {
+        self.inner
+            .finish_brief(mind, token, seq, status, result, now_ms)
+            .await
+    }
+
+    async fn briefs(
+        &self,
+        mind: &str,
+        status: Option<BriefStatus>,
+        limit: i64,
+    ) -> Result<Vec<Brief>> {
+        self.inner.briefs(mind, status, limit).await
+    }
+}
