@@ -11,11 +11,12 @@
 //! Layout: this file holds the harness, the random and the long workloads and the compaction,
 //! tool-loop and falsification cases; `acknowledgement` the Persona's planned acknowledgement
 //! and its clears, `retry` a failed turn's backoff across idle points, `idle_flush` a failed
-//! idle flush.
+//! idle flush, `store_faults` a tool-loop request whose commit the store refuses.
 
 mod acknowledgement;
 mod idle_flush;
 mod retry;
+mod store_faults;
 
 use crate::runtime::{T0, World, ledger, mind, post, world_on};
 use muninn_anthropic::backend::ContextTools;
