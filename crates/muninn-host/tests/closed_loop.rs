@@ -403,6 +403,8 @@ fn replaying_the_hosts_ledger_reproduces_every_decision() {
         .build()
         .unwrap();
     let totals = std::cell::RefCell::new(ClosedLoop::default());
+    // Commits the store refused (`Act::StoreFaults`), each an answer held and committed later.
+    let refused = std::cell::Cell::new(0u32);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -424,7 +426,13 @@ fn replaying_the_hosts_ledger_reproduces_every_decision() {
             };
             Harness::with_tools(test_mind(extra), "", None, tools).await
         };
-        let (report, rows) = runtime.block_on(async { closed_loop_on(harness.await, &acts).await });
+        let (report, rows) = runtime.block_on(async {
+            let h = harness.await;
+            let faults = h.faults.clone();
+            let done = closed_loop_on(h, &acts).await;
+            refused.set(refused.get() + faults.refused());
+            done
+        });
         assert_holds(&report, &rows);
         let mut t = totals.borrow_mut();
         t.sessions += report.sessions;
@@ -440,9 +448,10 @@ fn replaying_the_hosts_ledger_reproduces_every_decision() {
     }
     let t = totals.into_inner();
     eprintln!(
-        "closed loop over {cases} random workloads: {} sessions, {} ledger rows, {} of {} decisions reproduced, cost recorded {} replayed {} ({:+.5}%)",
+        "closed loop over {cases} random workloads: {} sessions, {} ledger rows, {} commits refused, {} of {} decisions reproduced, cost recorded {} replayed {} ({:+.5}%)",
         t.sessions,
         t.rows,
+        refused.get(),
         t.agreed,
         t.decisions,
         t.recorded_cost,
