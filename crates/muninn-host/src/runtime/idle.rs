@@ -167,7 +167,7 @@ impl<B: Backend> MindRunner<B> {
         let (_, failed) = self.flush_self(token, now, asked).await?;
         // The tail stands in for the memory, but the failure is the step's, so `run_mind`
         // logs it with its cause, counts it and shows it as the Mind's last error like any
-        // failed turn (it was dropped with no trace); the state above is already where the
+        // failed turn (it was dropped with no trace); the state is already where the
         // next step goes on from.
         let Some(e) = failed else {
             return Ok(Idle::Acted);
