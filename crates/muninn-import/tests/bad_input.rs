@@ -421,3 +421,56 @@ fn a_refused_codex_count_keeps_its_output_items() {
         .collect();
     assert_eq!(requests, vec![(1_770_717_609_000, false)]);
 }
+
+/// A rewind whose first answer is refused (a usage past the limit): the fork it opened has no
+/// request of its own in the trace, so its next request is the fork's first. That one named no
+/// origin (`forked_from: None`), and the cache model read the fork as a new thread, cold. It
+/// names the conversation the fork left, as the refused request would have.
+#[test]
+fn a_fork_whose_opening_request_is_refused_still_names_its_origin() {
+    let user = |uuid: &str, parent: &str, seconds: i64| {
+        format!(
+            r#"{{"type":"user","sessionId":"s","uuid":"{uuid}","parentUuid":"{parent}","timestamp":"2026-02-10T10:00:{seconds:02}.000Z","message":{{"role":"user","content":"go on"}}}}"#
+        )
+    };
+    let answer = |n: u32, parent: &str, seconds: i64, usage: &str| {
+        format!(
+            r#"{{"type":"assistant","sessionId":"s","uuid":"a{n}","parentUuid":"{parent}","timestamp":"2026-02-10T10:00:{seconds:02}.000Z","message":{{"model":"claude-opus-4-6","id":"msg_{n}","content":[{{"type":"text","text":"x"}}],"usage":{usage}}}}}"#
+        )
+    };
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    let huge = format!(r#"{{"input_tokens":3,"output_tokens":{}}}"#, u64::MAX);
+    // a1, then a2 after it; then the person rewinds to a1: a3 forks, a4 follows a3.
+    let file = |fork_usage: &str| {
+        [
+            user("u1", "none", 1),
+            answer(1, "u1", 2, fine),
+            user("u2", "a1", 3),
+            answer(2, "u2", 4, fine),
+            user("u3", "a1", 5),
+            answer(3, "u3", 6, fork_usage),
+            user("u4", "a3", 7),
+            answer(4, "u4", 8, fine),
+        ]
+        .join("\n")
+    };
+    let (kept, refused) = (
+        import_text("s.jsonl", file(fine).as_bytes()),
+        import_text("s.jsonl", file(&huge).as_bytes()),
+    );
+    assert_eq!(limit_warnings(&refused), vec![(6, true)]);
+    let origins = |got: &Import| -> Vec<(u64, Option<u64>)> {
+        let requests = &got.traces[0].requests;
+        requests
+            .iter()
+            .map(|r| (r.conversation, r.forked_from))
+            .collect()
+    };
+    let (kept, refused) = (origins(&kept), origins(&refused));
+    let fork = kept[2].0;
+    assert_eq!(
+        kept,
+        vec![(0, None), (0, None), (fork, Some(0)), (fork, None)]
+    );
+    assert_eq!(refused, vec![(0, None), (0, None), (fork, Some(0))]);
+}
