@@ -235,17 +235,28 @@ fn chosen_format(
     force: Option<InputFormat>,
     diag: &mut lines::Diagnostics<'_>,
 ) -> io::Result<Option<InputFormat>> {
-    let (detected, blank) = format::sniff(reader)?;
-    Ok(match (force, detected) {
+    let sniffed = format::sniff(reader)?;
+    Ok(match (force, sniffed.format) {
         (Some(forced), Some(found)) if forced == found => Some(forced),
-        (Some(forced), _) => {
-            diag.warn(0, format!("not in the {} format, skipped", forced.name()));
+        (Some(forced), found) => {
+            let judged = match found {
+                Some(found) => format!("it looks like {}", found.name()),
+                None => format!("judged on {}", sniffed.judged_on()),
+            };
+            diag.warn(
+                0,
+                format!("not in the {} format ({judged}), skipped", forced.name()),
+            );
             None
         }
         (None, Some(found)) => Some(found),
         (None, None) => {
-            if !blank {
-                diag.warn(0, "no recognised format in the first lines, file skipped");
+            if sniffed.non_blank > 0 {
+                let judged_on = sniffed.judged_on();
+                diag.warn(
+                    0,
+                    format!("no recognised format in {judged_on}, file skipped"),
+                );
             }
             None
         }

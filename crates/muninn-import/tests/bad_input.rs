@@ -474,3 +474,48 @@ fn a_fork_whose_opening_request_is_refused_still_names_its_origin() {
     );
     assert_eq!(refused, vec![(0, None), (0, None), (fork, Some(0))]);
 }
+
+/// A file that opens with torn writes (here 20 lines cut short), then good lines: detection
+/// counted the torn lines among the 16 it looks at, found no format and skipped the whole file
+/// ("no importable file"). It passes over lines that do not parse now; they are reported by line
+/// in the real pass and the rest is read.
+#[test]
+fn a_file_opening_with_torn_lines_is_still_recognised() {
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    let torn = claude_response(9, 9, fine)[..40].to_owned();
+    let mut lines = vec![torn; 20];
+    lines.push(claude_response(1, 1, fine));
+    lines.push(claude_response(2, 2, fine));
+    let got = import_text("s.jsonl", (lines.join("\n") + "\n").as_bytes());
+    assert_eq!(got.stats.requests, 2);
+    let warned: Vec<(u64, bool)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.line, w.message.starts_with("malformed line")))
+        .collect();
+    assert_eq!(warned, (1..=20).map(|n| (n, true)).collect::<Vec<_>>());
+}
+
+/// Detection's passing over is bounded: a file whose first 1,000 lines do not parse is skipped,
+/// and the warning names the bound, so the reader knows why a good line after it was not read.
+#[test]
+fn detection_gives_up_after_its_bound_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    std::fs::write(dir.path().join("good.jsonl"), claude_response(1, 1, fine)).unwrap();
+    let mut garbage = vec!["not json"; 1_000].join("\n");
+    garbage.push('\n');
+    garbage.push_str(&claude_response(2, 2, fine));
+    let skipped = dir.path().join("skipped.jsonl");
+    std::fs::write(&skipped, garbage).unwrap();
+    let got = import(&[dir.path().to_path_buf()]);
+    assert_eq!((got.stats.requests, got.stats.files_skipped), (1, 1));
+    let warned: Vec<(&Path, u64, &str)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.path.as_path(), w.line, w.message.as_str()))
+        .collect();
+    let message = "no recognised format in the first 1000 lines, where detection stops \
+                   (1000 malformed passed over), file skipped";
+    assert_eq!(warned, vec![(skipped.as_path(), 0, message)]);
+}
