@@ -519,3 +519,68 @@ fn detection_gives_up_after_its_bound_and_says_so() {
                    (1000 malformed passed over), file skipped";
     assert_eq!(warned, vec![(skipped.as_path(), 0, message)]);
 }
+
+/// A folder holding one file that cannot be read (here a link to `/proc/self/mem`, whose first
+/// byte gives an I/O error to any reader, root included), beside good ones, one of them in a
+/// folder named like a transcript and one whose name is not UTF-8: the unreadable file aborted
+/// the whole import with its error. It is skipped with a warning naming it and the cause, counted,
+/// and the rest is imported.
+#[test]
+fn an_unreadable_file_is_skipped_and_the_rest_imported() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    std::fs::write(dir.path().join("a.jsonl"), claude_response(1, 1, fine)).unwrap();
+    let unreadable = dir.path().join("b.jsonl");
+    std::os::unix::fs::symlink("/proc/self/mem", &unreadable).unwrap();
+    std::fs::create_dir(dir.path().join("c.jsonl")).unwrap();
+    std::fs::write(
+        dir.path().join("c.jsonl/d.jsonl"),
+        claude_response(2, 2, fine),
+    )
+    .unwrap();
+    let not_utf8 = std::ffi::OsStr::from_bytes(b"e\xff.jsonl");
+    std::fs::write(dir.path().join(not_utf8), claude_response(3, 3, fine)).unwrap();
+    let got = import(&[dir.path().to_path_buf()]);
+    assert_eq!(
+        (
+            got.stats.files,
+            got.stats.files_unreadable,
+            got.stats.requests
+        ),
+        (3, 1, 3)
+    );
+    let warned: Vec<(&Path, u64, &str)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.path.as_path(), w.line, w.message.as_str()))
+        .collect();
+    let cause = std::io::Error::from_raw_os_error(5); // EIO
+    let message = format!("could not be read, skipped: {cause}");
+    assert_eq!(warned, vec![(unreadable.as_path(), 0, message.as_str())]);
+}
+
+/// When no file can be read at all, the import still fails, with an error that says so and
+/// names the first file and the cause (not "no importable file" as if they were only of
+/// another format).
+#[test]
+fn an_import_of_only_unreadable_files_fails_naming_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let unreadable = dir.path().join("b.jsonl");
+    std::os::unix::fs::symlink("/proc/self/mem", &unreadable).unwrap();
+    std::os::unix::fs::symlink("/proc/self/mem", dir.path().join("c.jsonl")).unwrap();
+    let err = import_paths(
+        &[dir.path().to_path_buf()],
+        &ImportOptions::default(),
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    let cause = std::io::Error::from_raw_os_error(5);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "no importable file: 2 could not be read, the first {}: {cause}",
+            unreadable.display()
+        )
+    );
+}
