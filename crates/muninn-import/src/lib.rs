@@ -41,6 +41,7 @@
 //!
 //! - `lines`: the line reader and the per-file warning sink;
 //! - `limits`: what one request may claim (tokens, times);
+//! - `api_request`: a Messages API request body, decoded a block at a time (for `api_log`);
 //! - `json`: borrowed strings, content-block counting, timestamps;
 //! - `sink`: the traces under construction;
 //! - `claude`, `codex`, `ledger`, `stored`, `stream_json`, `api_log`, `tracelab`: one reader per
@@ -54,6 +55,7 @@ use std::io::{self, BufReader, Seek, Write};
 use std::path::{Path, PathBuf};
 
 mod api_log;
+mod api_request;
 mod claude;
 mod codex;
 mod conversations;
