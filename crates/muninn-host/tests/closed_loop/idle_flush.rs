@@ -2,7 +2,7 @@
 //! the segment's tail as the memory (as before), but the failure is the step's: `run_mind`
 //! logs it with its cause, counts it and shows it as the Mind's last error (`RETRYING` in
 //! `muninn status`, `activity.error` in `GET /v1/minds/{mind}`) — it used to be dropped with
-//! no trace but a transcript note. The next decision proceeds, and the ledger replays exactly.
+//! no trace but a transcript note, which now carries the error too. The next decision proceeds, and the ledger replays exactly.
 
 use super::{Act, Harness, assert_holds};
 use crate::runtime::ledger;
@@ -66,10 +66,11 @@ async fn a_failed_idle_flush_fails_its_step_loudly_and_the_next_decision_proceed
     }]);
     let step = h.runner.as_mut().unwrap().step().await;
     // The step fails with the backend's error, which `run_mind` logs, counts and shows.
-    match &step {
-        Err(RuntimeError::Backend(e)) => assert!(e.to_string().contains("401"), "{e}"),
+    let error = match &step {
+        Err(RuntimeError::Backend(e)) => e.to_string(),
         other => panic!("the failed flush was not the step's failure: {other:?}"),
-    }
+    };
+    assert!(error.contains("401"), "{error}");
     assert_eq!(
         h.runner.as_ref().unwrap().working_role(),
         Some(Role::SelfRole)
@@ -83,6 +84,8 @@ async fn a_failed_idle_flush_fails_its_step_loudly_and_the_next_decision_proceed
             .unwrap();
     assert_eq!(tail[0].kind.as_str(), "memory_flush");
     assert_eq!(tail[0].body["from"], "tail (the flush failed)");
+    // With its cause: the backend's error, as the step failed with it.
+    assert_eq!(tail[0].body["error"], error.as_str());
     // The runner backs off as `run_mind` does and carries on: the rest of the workload runs,
     // later Self decisions are taken, and the ledger replays exactly.
     let policy = muninn_host::runtime::RetryPolicy::default();
