@@ -74,7 +74,10 @@ async fn a_failed_idle_flush_fails_its_step_loudly_and_the_next_decision_proceed
         Err(RuntimeError::Backend(e)) => e.to_string(),
         other => panic!("the failed flush was not the step's failure: {other:?}"),
     };
-    assert!(error.contains("400") && error.contains("refused"), "{error}");
+    assert!(
+        error.contains("400") && error.contains("refused"),
+        "{error}"
+    );
     assert_eq!(
         h.runner.as_ref().unwrap().working_role(),
         Some(Role::SelfRole)

@@ -8,14 +8,16 @@
 
 use super::{Act, assert_holds, closed_loop};
 use crate::runtime::T0;
+use muninn_core::decide::Event;
+use muninn_core::ledger::LedgerRow;
 
 /// The tail's TTL and how long before its end the decider is asked.
 const TTL_MS: i64 = 300_000;
 const DECIDE_BEFORE_MS: i64 = 30_000;
 
 /// Gaps that make `predictive` ping the Persona's tail only just: five short gaps that end soon
-/// after a tail decision point and one three hours long, then a delivery and a gap of
-/// `after_ms`, whose tail decision point the runner reaches `late_ms` late.
+/// after a tail decision point and one three hours long, then a delivery whose tail decision
+/// point the runner reaches `late_ms` late.
 fn workload(late_ms: i64) -> Vec<Act> {
     let mut acts = Vec::new();
     let gaps = [280_000; 5].into_iter().chain([3 * 3_600_000]);
@@ -33,16 +35,12 @@ fn workload(late_ms: i64) -> Vec<Act> {
 }
 
 /// The last gap's tail decision point (Unix ms), from the request before it.
-fn last_tail_point(rows: &[muninn_core::ledger::LedgerRow]) -> i64 {
+fn last_tail_point(rows: &[LedgerRow]) -> i64 {
     let last = rows
         .iter()
         .rfind(|r| {
-            r.role == "persona"
-                && r.decided
-                    .as_ref()
-                    .unwrap()
-                    .event
-                    .is_some_and(|e| matches!(e, muninn_core::decide::Event::Arrival { .. }))
+            let event = r.decided.as_ref().unwrap().event;
+            r.role == "persona" && matches!(event, Some(Event::Arrival { .. }))
         })
         .expect("the last delivery's request");
     last.at_ms + TTL_MS - DECIDE_BEFORE_MS
@@ -54,7 +52,7 @@ async fn a_decision_point_reached_late_is_decided_at_its_time_and_replays_exactl
     let (report, rows) = closed_loop("policy = 'predictive'", &workload(0)).await;
     assert_holds(&report, &rows);
     let point = last_tail_point(&rows);
-    let ping = |rows: &[muninn_core::ledger::LedgerRow]| {
+    let ping = |rows: &[LedgerRow]| {
         rows.iter()
             .find(|r| r.role == "persona" && r.decision.starts_with("ping:") && r.at_ms >= point)
             .map(|r| (r.at_ms - T0, r.decision.clone(), r.usage.cache_read > 0))
