@@ -23,7 +23,7 @@
 //! left unacknowledged is answered again by whoever holds the Mind.
 
 use super::session::Flushed;
-use super::tool_loop::{Driven, Stopped};
+use super::tool_loop::{Driven, StopCause, Stopped};
 use super::{MindRunner, RuntimeError, Step};
 use muninn_backend::{Backend, FlushStage, TurnOutcome};
 use muninn_core::cache::hash_bytes;
@@ -77,7 +77,8 @@ pub(super) enum Then {
     /// A Self run's end: finish the brief and report it back.
     SelfRun(Box<SelfRun>),
     /// One request of a tool loop: on a later step the loop cannot go on (its state was the
-    /// failed step's), so the run stops there, as a cap stops it, and the brief is reported.
+    /// failed step's), so the run stops there, its brief failed and reported as stopped by the
+    /// store, and its record lists the reply without the tool results (never sent).
     ToolRequest(Box<ToolRequest>),
 }
 
@@ -86,7 +87,8 @@ pub(super) enum Then {
 pub(super) struct SelfRun {
     pub(super) brief: Brief,
     pub(super) flush: FlushStage,
-    pub(super) stopped: bool,
+    /// What ended the run before its answer, if anything did.
+    pub(super) stopped: Option<StopCause>,
     pub(super) result: String,
     /// The memory the flush protocol left, when it ended the run.
     pub(super) memory: Option<String>,
@@ -149,6 +151,13 @@ impl Uncommitted {
     }
 }
 
+impl Uncommitted {
+    /// The key it is committed under.
+    fn turn_key(&self) -> &str {
+        self.record.turn_key.as_deref().unwrap_or_default()
+    }
+}
+
 impl<B: Backend> MindRunner<B> {
     /// The held record, committed first (see the module docs): the step it completes, if it
     /// completes one; `None` when the step goes on (nothing was held, it was abandoned, or what
@@ -170,6 +179,41 @@ impl<B: Backend> MindRunner<B> {
             self.turns_this_wake += 1;
         }
         Ok(step)
+    }
+
+    /// The record held and not yet committed, to change what it lists before it is.
+    pub(super) fn held_record_mut(&mut self) -> Option<&mut TurnRecord> {
+        self.uncommitted
+            .as_mut()
+            .filter(|u| !u.committed)
+            .map(|u| &mut u.record)
+    }
+
+    /// A held record's last commit, under the lease still held, before a clean shutdown lets
+    /// it go: what the store still refuses is abandoned, loudly, and the next holder asks the
+    /// provider again.
+    pub(super) async fn settle_before_release(&mut self) {
+        let Some(token) = self.lease.as_ref().map(|l| l.token) else {
+            return;
+        };
+        let Some(turn_key) = self.uncommitted.as_ref().map(|u| u.turn_key().to_string()) else {
+            return;
+        };
+        match self.settle_held(token).await {
+            Ok(_) => tracing::info!(
+                mind = %self.mind.id,
+                %turn_key,
+                "a held answer was committed before the lease was released"
+            ),
+            Err(e) => {
+                if let Some(u) = self.uncommitted.take() {
+                    let why = format!(
+                        "the store refused it at shutdown, before the lease was released: {e}"
+                    );
+                    self.abandon(u, &why);
+                }
+            }
+        }
     }
 
     /// Commits `u` and does what followed it; on failure `u` is held for the next step (or
@@ -227,7 +271,7 @@ impl<B: Backend> MindRunner<B> {
         tracing::warn!(
             mind = %self.mind.id,
             role = u.role.as_str(),
-            turn_key = u.record.turn_key.as_deref().unwrap_or_default(),
+            turn_key = u.turn_key(),
             rows = u.record.ledger.len(),
             committed = u.committed,
             %error,
@@ -242,7 +286,7 @@ impl<B: Backend> MindRunner<B> {
         tracing::error!(
             mind = %self.mind.id,
             role = u.role.as_str(),
-            turn_key = u.record.turn_key.as_deref().unwrap_or_default(),
+            turn_key = u.turn_key(),
             rows = u.record.ledger.len(),
             committed = u.committed,
             "an answer was abandoned uncommitted: {why}"
@@ -328,13 +372,21 @@ impl<B: Backend> MindRunner<B> {
     /// A tool loop whose request was committed on a later step: the run ends there.
     fn tool_run_cut_short(&mut self, req: &ToolRequest, at_ms: i64) -> Driven {
         let stop = format!(
-            "the store failed to record its request {} and the run could not go on from a later step",
+            "the store failed to record its request {}; the request and its answer were saved \
+             at a later step, but the run could not go on from there (its tool results were \
+             never sent)",
             req.at.request
         );
         let at = Stopped {
             at: at_ms,
             ..req.at
         };
-        self.stop_run(&req.brief, req.outcome.clone(), at, stop)
+        self.stop_run(
+            &req.brief,
+            req.outcome.clone(),
+            at,
+            StopCause::StoreFailed,
+            stop,
+        )
     }
 }

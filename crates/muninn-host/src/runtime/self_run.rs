@@ -6,7 +6,7 @@ use super::accounting::Asked;
 use super::pending::{SelfRun, Then, Uncommitted};
 use super::persona::{Plan, outcome_text};
 use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
-use super::tool_loop::Driven;
+use super::tool_loop::{Driven, StopCause};
 use super::{MindRunner, RuntimeError, SELF_ROOM, Step};
 use muninn_backend::{Backend, BackendError, FlushProtocol, FlushStage, RunOutcome, TurnInput};
 use muninn_core::decide::Event;
@@ -133,7 +133,7 @@ impl<B: Backend> MindRunner<B> {
             }
         };
         let result = match &stopped {
-            Some(why) => format!("stopped: {why}. Last reply: {}", outcome_text(&run.outcome)),
+            Some((_, why)) => format!("stopped: {why}. Last reply: {}", outcome_text(&run.outcome)),
             None => outcome_text(&run.outcome),
         };
         if stopped.is_none()
@@ -161,7 +161,7 @@ impl<B: Backend> MindRunner<B> {
         let then = Then::SelfRun(Box::new(SelfRun {
             brief: brief.clone(),
             flush: run.flush,
-            stopped: stopped.is_some(),
+            stopped: stopped.map(|(cause, _)| cause),
             result,
             memory: memory.map(|(memory, _)| memory),
         }));
@@ -319,16 +319,21 @@ impl<B: Backend> MindRunner<B> {
         token: FencingToken,
         brief: &Brief,
         flush: FlushStage,
-        stopped: bool,
+        stopped: Option<StopCause>,
         result: &str,
         now: i64,
     ) -> Result<(), RuntimeError> {
-        // A run the flush protocol ended has flushed (or failed to); one a cap ended failed.
-        let (status, verb) = match flush {
-            _ if stopped => (BriefStatus::Failed, "was stopped by a cap"),
-            FlushStage::NotNeeded => (BriefStatus::Done, "finished"),
-            FlushStage::Flushed => (BriefStatus::Done, "stopped at the context ceiling"),
-            FlushStage::Interrupted | FlushStage::Terminated => {
+        // A run the flush protocol ended has flushed (or failed to); one a cap or a failed
+        // store ended failed.
+        let (status, verb) = match (stopped, flush) {
+            (Some(StopCause::Cap), _) => (BriefStatus::Failed, "was stopped by a cap"),
+            (Some(StopCause::StoreFailed), _) => (
+                BriefStatus::Failed,
+                "was stopped when the store failed (its last answer is saved)",
+            ),
+            (None, FlushStage::NotNeeded) => (BriefStatus::Done, "finished"),
+            (None, FlushStage::Flushed) => (BriefStatus::Done, "stopped at the context ceiling"),
+            (None, FlushStage::Interrupted | FlushStage::Terminated) => {
                 (BriefStatus::Failed, "was cut off at the context ceiling")
             }
         };

@@ -7,7 +7,7 @@ use super::{Act, Harness, assert_holds};
 use crate::runtime::ledger;
 use muninn_core::closed_loop::verify;
 use muninn_core::price::PriceTable;
-use muninn_store::BriefStatus;
+use muninn_store::{BriefStatus, Role, TranscriptKind};
 
 #[tokio::test]
 async fn a_tool_loop_request_whose_commit_fails_is_recorded_once_and_ends_the_run() {
@@ -56,6 +56,27 @@ async fn a_tool_loop_request_whose_commit_fails_is_recorded_once_and_ends_the_ru
         result.contains("the store failed to record its request 1"),
         "{result}"
     );
+    // The Persona is told the store stopped it, not a cap.
+    let store = &h.w.host.store;
+    let told = store.pending_deliveries("vala", 0, 50).await.unwrap();
+    let told = told
+        .iter()
+        .find(|d| d.room == "self")
+        .expect("never reported");
+    assert!(
+        told.text
+            .starts_with("Self run 1 was stopped when the store failed"),
+        "{}",
+        told.text
+    );
+    // The request's tool results were never sent (the run ended there): none is recorded.
+    let transcript = store
+        .transcript_tail("vala", Role::SelfRole, 50)
+        .await
+        .unwrap();
+    let kinds: Vec<_> = transcript.iter().map(|i| i.kind.clone()).collect();
+    assert!(kinds.contains(&TranscriptKind::ToolUse), "{kinds:?}");
+    assert!(!kinds.contains(&TranscriptKind::ToolResult), "{kinds:?}");
     let report = verify(&rows, &PriceTable::embedded(), &Default::default());
     assert_holds(&report, &rows);
 }
