@@ -29,7 +29,8 @@ use muninn_backend::{Backend, FlushStage, TurnOutcome};
 use muninn_core::cache::hash_bytes;
 use muninn_core::ledger::LedgerRow;
 use muninn_core::session::Keep;
-use muninn_store::{Brief, FencingToken, Role, StoreError, TurnRecord};
+use muninn_store::{Brief, FencingToken, Role, StoreError, TranscriptKind, TurnRecord};
+use serde_json::Value;
 
 /// A record answered but not (yet) committed, and what its commit was waiting for.
 #[derive(Debug)]
@@ -48,6 +49,32 @@ pub(super) struct Uncommitted {
     at_ms: i64,
     /// What follows the commit.
     then: Then,
+    /// A memory still to read from the store, just before the commit.
+    tail: Option<TailMemory>,
+}
+
+/// A Self memory made of its segment's tail (a flush whose answer missed a pinned item, or
+/// failed), read from the store just before the record is committed: a read that fails holds
+/// the answer as a refused commit does, where reading it first would lose the answer.
+#[derive(Debug)]
+pub(super) struct TailMemory {
+    /// The segment whose tail it is.
+    pub(super) segment: i64,
+    /// What follows the tail (a run's result), if anything.
+    pub(super) after: Option<String>,
+}
+
+impl TailMemory {
+    /// The memory, from the tail read.
+    fn memory(&self, mut tail: String) -> String {
+        if let Some(after) = &self.after {
+            if !tail.is_empty() {
+                tail.push('\n');
+            }
+            tail.push_str(after);
+        }
+        tail
+    }
 }
 
 /// What follows a record's commit.
@@ -132,6 +159,27 @@ impl Uncommitted {
             acked: None,
             at_ms,
             then,
+            tail: None,
+        }
+    }
+
+    /// With its memory read from the segment's tail at the commit (see [`TailMemory`]).
+    pub(super) fn with_tail(mut self, tail: Option<TailMemory>) -> Uncommitted {
+        self.tail = tail;
+        self
+    }
+
+    /// Puts `memory` where the record and what follows it carry it.
+    fn fill_memory(&mut self, memory: String) {
+        for item in &mut self.record.transcript {
+            if item.kind == TranscriptKind::MemoryFlush {
+                item.body["memory"] = Value::String(memory.clone());
+            }
+        }
+        match &mut self.then {
+            Then::SelfFlush { memory: m, .. } => *m = memory,
+            Then::SelfRun(run) => run.memory = Some(memory),
+            _ => {}
         }
     }
 
@@ -241,6 +289,16 @@ impl<B: Backend> MindRunner<B> {
     ) -> Result<Uncommitted, RuntimeError> {
         if u.committed {
             return Ok(u);
+        }
+        if let Some(tail) = u.tail.take() {
+            match self.self_tail(tail.segment).await {
+                Ok(read) => u.fill_memory(tail.memory(read)),
+                Err(e) => {
+                    u.tail = Some(tail);
+                    self.hold(u, &e);
+                    return Err(e);
+                }
+            }
         }
         match self
             .host
