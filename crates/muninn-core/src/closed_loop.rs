@@ -6,9 +6,11 @@
 //! host did, and for each row
 //!
 //! 1. asks the decider, exactly as the host does, at every idle decision point the session's
-//!    [`Accounting`] schedules before the row (shortly before the tail, then the head, expires):
-//!    a ping or flush the replay chooses must be the next recorded row, and a recorded ping or
-//!    flush must be one the replay chooses;
+//!    [`Accounting`] schedules before the row (shortly before the tail, then the head, expires),
+//!    as of the point's own time (the host's runner may come to it late; it decides as of the
+//!    point too, and sends the ping or flush when it gets there): a ping or flush the replay
+//!    chooses must be the next recorded row, and a recorded ping or flush must be one the replay
+//!    chooses;
 //! 2. asks the decider the row's own question (a turn's arrival) and compares the answer with
 //!    the recorded action and reason;
 //! 3. prices the row itself with the cache model, from its own cache state, on the request's
@@ -259,7 +261,9 @@ impl<'a> Lockstep<'a> {
                 acc.let_go(point.keep);
                 continue;
             }
-            let at = if is_row { cx.row.at_ms } else { point.at_ms };
+            // The host decides a point as of its own time however late it comes to it (the
+            // row's time is when the ping or flush was sent, and is priced there).
+            let at = point.at_ms;
             let view = acc.view();
             let decision = decide(cx.policy, &view, point.keep.event(), at);
             let acts = match (point.keep, decision.action) {

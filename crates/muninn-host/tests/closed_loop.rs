@@ -1,8 +1,10 @@
 //! The closed loop (DESIGN invariant 9): the host, driven through random workloads on the
 //! simulator's frozen clock — deliveries across rooms and DMs, idle gaps around both TTLs,
 //! briefs, Self flushes, compactions (the provider's, and ones the backend refuses), restarts and
-//! lease takeovers, commits the store refuses — and then its own ledger replayed by `muninn_core::closed_loop::verify`:
-//! every decision the host recorded must come out the same, and the cost within 0.1%.
+//! lease takeovers, commits the store refuses, a runner that comes to an idle decision point late
+//! (before the entry's expiry, or after it), under ski rental or `predictive` — and then its own
+//! ledger replayed by `muninn_core::closed_loop::verify`: every decision the host recorded must
+//! come out the same, and the cost within 0.1%.
 //!
 //! The harness runs the runner as `run_mind` does in real time: it steps while there is work,
 //! and sleeps (advances the frozen clock) to the next decision time the runner names, or to the
@@ -11,10 +13,12 @@
 //! Layout: this file holds the harness, the random and the long workloads and the compaction,
 //! tool-loop and falsification cases; `acknowledgement` the Persona's planned acknowledgement
 //! and its clears, `retry` a failed turn's backoff across idle points, `idle_flush` a failed
-//! idle flush, `store_faults` a tool-loop request whose commit the store refuses.
+//! idle flush, `store_faults` a tool-loop request whose commit the store refuses, `late` an idle
+//! decision point reached late.
 
 mod acknowledgement;
 mod idle_flush;
+mod late;
 mod retry;
 mod store_faults;
 
@@ -57,6 +61,9 @@ enum Act {
     /// The store refuses the next `commits` commits (turns, ledger rows): the answers they
     /// carry are held and committed first when the runner tries again (`runtime/pending.rs`).
     StoreFaults { commits: u32 },
+    /// The runner reaches its next idle decision point `ms` late (it was busy, the machine
+    /// slow, its timer late): the harness sleeps that much past the time the runner names.
+    Late { ms: i64 },
 }
 
 /// The hosts' lease: an hour.
@@ -68,6 +75,10 @@ const GAPS_MS: [i64; 11] = [
     10_800_000,
 ];
 
+/// How late the runner reaches an idle decision point: within the 30 s before the entry's
+/// expiry, just past it, and well past it.
+const LATE_MS: [i64; 7] = [1_000, 10_000, 25_000, 29_999, 30_000, 45_000, 120_000];
+
 fn act() -> impl Strategy<Value = Act> {
     prop_oneof![
         5 => (0u8..4, 3u16..120).prop_map(|(room, words)| Act::Deliver { room, words }),
@@ -78,6 +89,7 @@ fn act() -> impl Strategy<Value = Act> {
             Act::Refused { room, words, retry_after_ms: GAPS_MS[i] }
         }),
         1 => (1u32..4).prop_map(|commits| Act::StoreFaults { commits }),
+        2 => (0usize..LATE_MS.len()).prop_map(|i| Act::Late { ms: LATE_MS[i] }),
     ]
 }
 
@@ -104,6 +116,8 @@ struct Harness {
     failing: Option<Failing>,
     /// The store under the host, to refuse commits on demand.
     faults: Arc<FaultyStore>,
+    /// How late the runner will reach its next idle decision point ([`Act::Late`]).
+    late_ms: i64,
 }
 
 impl Harness {
@@ -164,6 +178,7 @@ impl Harness {
             posted: 0,
             failing: None,
             faults,
+            late_ms: 0,
         };
         h.start_host().await;
         h
@@ -200,7 +215,8 @@ impl Harness {
     /// Runs the Mind until `until`, as `run_mind` would: steps while there is work, else sleeps
     /// to the decision time it names (or to `until`), never longer than a third of the lease
     /// (the runner renews it while it lives); after a failed step, it waits out the backoff
-    /// (past `until` if need be: nothing ends a retry's wait but its due time).
+    /// (past `until` if need be: nothing ends a retry's wait but its due time). A pending
+    /// [`Act::Late`] delays the first decision time it sleeps to (past `until` if need be).
     async fn run_until(&mut self, until: i64) {
         let lease_third = self.w.host.config.lease_ttl_ms / 3;
         for _ in 0..100_000 {
@@ -231,6 +247,14 @@ impl Harness {
                 _ => until,
             }
             .min(now + lease_third);
+            let next = match step {
+                // The decision time itself, not `until` nor a lease renewal: the runner
+                // reaches it late if it is to.
+                Step::Idle { until_ms: Some(t) } if t == next => {
+                    t + std::mem::take(&mut self.late_ms)
+                }
+                _ => next,
+            };
             if next <= now {
                 return;
             }
@@ -319,6 +343,7 @@ impl Harness {
                 let until = self.now() + ms;
                 self.run_until(until).await;
             }
+            Act::Late { ms } => self.late_ms = *ms,
             Act::Restart { clean } => {
                 let mut old = self.runner.take().unwrap();
                 if *clean {
@@ -411,20 +436,27 @@ fn replaying_the_hosts_ledger_reproduces_every_decision() {
         ..Config::default()
     });
     // The Persona refreshes by rebuilding (0), or by compaction on a backend that cannot
-    // compact (1) or with the provider's own (2).
-    let strategy = (prop::collection::vec(act(), 1..60), 0u8..3);
-    let result = runner.run(&strategy, |(acts, refresh)| {
+    // compact (1) or with the provider's own (2); the Mind keeps warm by ski rental or by the
+    // gaps' predictions (whose answer depends most on when it is asked: a late point).
+    let strategy = (prop::collection::vec(act(), 1..60), 0u8..3, any::<bool>());
+    let result = runner.run(&strategy, |(acts, refresh, predictive)| {
         let harness = async {
-            let extra = if refresh == 0 {
+            let compact = if refresh == 0 {
                 ""
             } else {
                 "refresh = 'compact'"
             };
+            let policy = if predictive {
+                "policy = 'predictive'"
+            } else {
+                ""
+            };
+            let extra = format!("{compact}\n{policy}");
             let tools = ContextTools {
                 server_compaction: refresh == 2,
                 ..ContextTools::default()
             };
-            Harness::with_tools(test_mind(extra), "", None, tools).await
+            Harness::with_tools(test_mind(&extra), "", None, tools).await
         };
         let (report, rows) = runtime.block_on(async {
             let h = harness.await;

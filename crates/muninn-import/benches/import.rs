@@ -13,17 +13,29 @@
 //!    the `toolUseResult` copy), usage from [`muninn_workload::synth::session`], tool outputs of
 //!    2–60 KB with one in a hundred of 1–4 MB.
 //!
-//! Without `--bench` (as `cargo test --benches` runs it) the corpus is 8 MB.
+//! 3. a generated Messages API log (`api-log`) of one line of `MUNINN_BENCH_API_LINE_BYTES` (default
+//!    56 MiB, within the 64 MiB line limit): a long tool-using conversation of short blocks, the
+//!    shape whose decoding cost most per byte. The import may take at most
+//!    [`API_LINE_PEAK_PER_BYTE`] times the line in memory beyond its baseline; past that the bench
+//!    prints `FAIL` and exits non-zero. (The whole-`Value` decoding this replaced took 10.7
+//!    times such a line, `large_lines::` in the tests.)
+//!
+//! Without `--bench` (as `cargo test --benches` runs it) the corpus is 8 MB and the API line 4 MiB.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use muninn_import::{ImportOptions, import_paths};
-use muninn_testkit::transcript::timestamp;
+use muninn_testkit::transcript::{api_log_line, timestamp};
 use muninn_workload::synth::{SplitMix64, SynthParams, session};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
+
+/// The most memory (beyond the baseline) importing one API log line may take, per byte of the
+/// line: the line itself and its read buffer's slack, one message's canonical bytes and one block
+/// decoded at a time.
+const API_LINE_PEAK_PER_BYTE: u64 = 4;
 
 fn status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -181,6 +193,28 @@ fn generate(dir: &Path, target: u64) -> (u64, usize) {
     (written, longest)
 }
 
+/// Measures the import of one generated API log line; whether its peak stayed within
+/// [`API_LINE_PEAK_PER_BYTE`] times the line.
+fn measure_api_log_line(target: u64) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("api.jsonl");
+    let line = api_log_line(target as usize);
+    std::fs::write(&path, format!("{line}\n")).unwrap();
+    let line = line.len() as u64;
+    let m = measure(&path);
+    report(&format!("api-log line {:.0} MB", line as f64 / 1e6), &m);
+    let grown = (m.peak_kib.saturating_sub(m.before_kib)) * 1024;
+    let ratio = grown as f64 / line as f64;
+    let ok = m.requests == 1 && grown <= API_LINE_PEAK_PER_BYTE * line;
+    println!(
+        "{} api-log line: {:.1}x the line in memory beyond the baseline (at most {API_LINE_PEAK_PER_BYTE}x), {} request",
+        if ok { "ok  " } else { "FAIL" },
+        ratio,
+        m.requests,
+    );
+    ok
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--child") {
@@ -249,10 +283,18 @@ fn main() {
         // Dropping the TempDir deletes the corpus before the next, larger one is written.
         drop(dir);
     }
+    let api_line: u64 = std::env::var("MUNINN_BENCH_API_LINE_BYTES")
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(if full { 56 << 20 } else { 4 << 20 });
+    let api_ok = measure_api_log_line(api_line);
     println!();
     println!(
         "generated corpora: {} (tool outputs 2–60 KB, 1 % of 1–4 MB, each twice per line), deleted afterwards; generator peak RSS {:.1} MiB",
         notes.join(", "),
         status_kib("VmHWM:").unwrap_or(0) as f64 / 1024.0
     );
+    if !api_ok {
+        std::process::exit(1);
+    }
 }

@@ -44,7 +44,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         m.1 += t.requests.len();
     }
     let s = &import.stats;
-    println!("files        {} (skipped {})", s.files, s.files_skipped);
+    println!(
+        "files        {} (skipped {}, unreadable {})",
+        s.files, s.files_skipped, s.files_unreadable
+    );
     println!("lines        {}", s.lines);
     println!("bytes        {}", s.bytes);
     println!("requests     {}", s.requests);

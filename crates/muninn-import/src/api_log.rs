@@ -42,17 +42,17 @@
 //! `check-cache` reconstructs a request from is its prompt size, its blocks added, the
 //! compaction flag and the usage, all of which are exact here.
 //!
-//! Unlike the other readers this one decodes every message (to fingerprint it), so memory per
-//! line is proportional to the line; still one line at a time.
+//! Unlike the other readers this one decodes every block (to fingerprint it), one block at a
+//! time as the line streams past (`api_request`), so memory per line is a small multiple of the
+//! line; still one line at a time.
 
+use crate::api_request::{RequestBody, Shape, add};
 use crate::claude::{ClaudeDiagnostics, ClaudeUsage, id_hash};
 use crate::json::{ContentShape, Str, parse_timestamp_ms};
 use crate::lines::{Line, parse_line};
 use crate::{FormatReader, LineContext};
-use muninn_core::cache::hash_bytes;
 use muninn_core::trace::{ThreadKind, ToolResults, TraceRequest};
 use serde::Deserialize;
-use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -65,30 +65,9 @@ struct ApiLogLine<'a> {
     timestamp: Option<Str<'a>>,
     #[serde(borrow)]
     session_id: Option<Str<'a>>,
-    request: Option<ApiRequest>,
+    request: Option<RequestBody>,
     #[serde(borrow)]
     response: Option<ApiResponse<'a>>,
-}
-
-#[derive(Deserialize)]
-struct ApiRequest {
-    model: Option<String>,
-    system: Option<Value>,
-    tools: Option<Value>,
-    #[serde(default)]
-    messages: Vec<ApiMessage>,
-    metadata: Option<ApiMetadata>,
-}
-
-#[derive(Deserialize)]
-struct ApiMessage {
-    role: Option<String>,
-    content: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct ApiMetadata {
-    user_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -177,32 +156,6 @@ impl<'s> ApiLogReader<'s> {
     }
 }
 
-/// A content field as blocks: a string is one text block.
-fn blocks_of(content: Option<&Value>) -> Vec<Value> {
-    match content {
-        Some(Value::String(text)) => vec![serde_json::json!({"type": "text", "text": text})],
-        Some(Value::Array(blocks)) => blocks.clone(),
-        Some(Value::Null) | None => Vec::new(),
-        Some(other) => vec![other.clone()],
-    }
-}
-
-/// The blocks without their `cache_control` markers, and the markers' TTLs in order (`None` =
-/// the default 5m).
-fn strip_markers(blocks: &mut [Value], markers: &mut Vec<Option<String>>) {
-    for block in blocks {
-        if let Value::Object(map) = block
-            && let Some(marker) = map.remove("cache_control")
-        {
-            markers.push(marker.get("ttl").and_then(Value::as_str).map(str::to_owned));
-        }
-    }
-}
-
-fn fingerprint(value: &Value) -> u64 {
-    hash_bytes(value.to_string().as_bytes())
-}
-
 /// Why a request's breakpoints are ones the API refuses, if they are.
 fn breakpoint_problem(markers: &[Option<String>]) -> Option<String> {
     if markers.len() > MAX_BREAKPOINTS {
@@ -221,79 +174,8 @@ fn breakpoint_problem(markers: &[Option<String>]) -> Option<String> {
     }
 }
 
-/// What the importer takes from a request's body.
-struct Shape {
-    head: u64,
-    messages: Vec<u64>,
-    /// The tool results of each message, in step with `messages`: a request that continues
-    /// the conversation adds only its new messages' ones.
-    tool_results: Vec<ToolResults>,
-    blocks: u32,
-    /// The last message is the user's and holds no `tool_result` block.
-    boundary: bool,
-    markers: Vec<Option<String>>,
-}
-
-fn shape(request: &ApiRequest) -> Shape {
-    let mut markers = Vec::new();
-    let mut tools = match &request.tools {
-        Some(Value::Array(tools)) => tools.clone(),
-        _ => Vec::new(),
-    };
-    strip_markers(&mut tools, &mut markers);
-    let mut system = blocks_of(request.system.as_ref());
-    strip_markers(&mut system, &mut markers);
-    let head = fingerprint(&Value::Array(vec![
-        Value::Array(tools),
-        Value::Array(system),
-    ]));
-    let mut messages = Vec::with_capacity(request.messages.len());
-    let mut tool_results = Vec::with_capacity(request.messages.len());
-    let mut blocks = 0u32;
-    let mut boundary = false;
-    for message in &request.messages {
-        let mut content = blocks_of(message.content.as_ref());
-        strip_markers(&mut content, &mut markers);
-        blocks = blocks.saturating_add(u32::try_from(content.len()).unwrap_or(u32::MAX));
-        let role = message.role.as_deref().unwrap_or("");
-        let results = tool_results_of(&content);
-        boundary = role == "user" && results.uses == 0;
-        tool_results.push(results);
-        messages.push(fingerprint(
-            &serde_json::json!({"role": role, "content": content}),
-        ));
-    }
-    Shape {
-        head,
-        messages,
-        tool_results,
-        blocks,
-        boundary,
-        markers,
-    }
-}
-
-/// The `tool_result` blocks among `blocks` (markers stripped): how many, and what a clear
-/// would remove from them.
-fn tool_results_of(blocks: &[Value]) -> ToolResults {
-    total(
-        blocks
-            .iter()
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-            .map(|b| ToolResults {
-                tokens: muninn_core::mask::tool_result_tokens(b.get("content")),
-                uses: 1,
-            }),
-    )
-}
-
 fn total(results: impl IntoIterator<Item = ToolResults>) -> ToolResults {
-    results
-        .into_iter()
-        .fold(ToolResults::default(), |sum, r| ToolResults {
-            tokens: sum.tokens.saturating_add(r.tokens),
-            uses: sum.uses.saturating_add(r.uses),
-        })
+    results.into_iter().fold(ToolResults::default(), add)
 }
 
 impl ApiLogReader<'_> {
@@ -325,7 +207,7 @@ impl FormatReader for ApiLogReader<'_> {
         let Some(parsed) = parse_line::<ApiLogLine<'_>>(line, cx.diag) else {
             return;
         };
-        let (Some(request), Some(response)) = (&parsed.request, &parsed.response) else {
+        let (Some(request), Some(response)) = (parsed.request, &parsed.response) else {
             cx.diag
                 .warn(line.number, "line without request or response, skipped");
             return;
@@ -361,7 +243,7 @@ impl FormatReader for ApiLogReader<'_> {
                 return;
             }
         }
-        let shape = shape(request);
+        let shape = request.shape;
         if let Some(problem) = breakpoint_problem(&shape.markers) {
             cx.diag
                 .warn(line.number, format!("{problem}; imported as logged"));
@@ -370,7 +252,7 @@ impl FormatReader for ApiLogReader<'_> {
             .session_id
             .as_ref()
             .map(|s| s.as_str().to_owned())
-            .or_else(|| request.metadata.as_ref().and_then(|m| m.user_id.clone()))
+            .or(request.user_id)
             .unwrap_or_else(|| self.file_stem.clone());
         let state = self.thread(&session, shape.head);
         let step = state.advance(shape);

@@ -593,11 +593,13 @@ impl<'s> ClaudeReader<'s> {
                  links meet it continues the thread's latest conversation",
             );
         }
+        let (conversation, forked_from) = (request.conversation, request.forked_from);
         let kind = thread_kind(thread);
         let Some(slot) = cx.push((session, thread, kind), model, request, line.number) else {
             // Past the limits (warned): the thread has moved on as for a kept request, and
             // the response's later lines move it on too (its thinking and blocks), with no
-            // request to update.
+            // request to update; a fork it opened passes to the conversation's next request.
+            self.conversations.refused(key, conversation, forked_from);
             self.responses.insert(hash, Response::Refused);
             return;
         };

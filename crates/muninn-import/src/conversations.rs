@@ -51,6 +51,9 @@ struct Thread {
     tip: ByHash<u64>,
     /// The conversation of the thread's latest request.
     latest: u64,
+    /// Forks whose opening request was refused (past the limits), by conversation: the
+    /// conversation each forked from, for the fork's next request to carry instead.
+    unclaimed_forks: ByHash<u64>,
 }
 
 /// The conversation tree of one file.
@@ -116,7 +119,19 @@ impl Conversations {
             state.tip.insert(conversation, response);
         }
         state.latest = conversation;
+        // A fork whose opening request was refused: its next request is the first the trace
+        // holds, so it names the origin, or the cache model would read the fork as a new thread.
+        let forked_from = forked_from.or_else(|| state.unclaimed_forks.remove(&conversation));
         (conversation, forked_from)
+    }
+
+    /// The request of `thread` that [`Conversations::request`] placed in `conversation`, with
+    /// `forked_from`, was refused: the fork it opened, if it opened one, passes to the next
+    /// request of the conversation.
+    pub(crate) fn refused(&mut self, thread: u64, conversation: u64, forked_from: Option<u64>) {
+        if let (Some(origin), Some(state)) = (forked_from, self.threads.get_mut(&thread)) {
+            state.unclaimed_forks.insert(conversation, origin);
+        }
     }
 
     /// The nearest response before line `uuid` on its links that is a request of `thread`

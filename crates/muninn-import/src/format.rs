@@ -71,10 +71,17 @@ impl std::str::FromStr for InputFormat {
     }
 }
 
-/// How many non-empty lines are looked at to detect a file's format. Claude Code files may open
-/// with a few lines of no particular shape (snapshots, queue operations), but every one of those
-/// already carries a recognisable `type`, so a handful is plenty.
-const SNIFF_LINES: u32 = 16;
+/// How many lines that parse as JSON are tried to detect a file's format. Claude Code files may
+/// open with a few lines of no particular shape (snapshots, queue operations), but every one of
+/// those already carries a recognisable `type`, so a handful is plenty.
+pub(crate) const SNIFF_LINES: u32 = 16;
+
+/// How many lines in all (malformed, torn and oversized ones included) detection reads before it
+/// gives up. Lines that do not parse are passed over, not counted against [`SNIFF_LINES`]: a file
+/// that opens with torn writes (two appenders interleaved, a crash mid-line) was skipped as
+/// unrecognised after 16 of them, though every line after was good. This bounds the passing over,
+/// so a file that is not JSON Lines at all is not read twice to its end.
+pub(crate) const SNIFF_MAX_LINES: u64 = 1_000;
 
 /// The TraceLab CSV header's columns; a first line naming all of them (in any order) is one.
 pub(crate) const TRACELAB_COLUMNS: [&str; 6] = [
@@ -86,32 +93,80 @@ pub(crate) const TRACELAB_COLUMNS: [&str; 6] = [
     "tool_wait_after_ms",
 ];
 
-/// Detects the format from the first non-empty lines: `None` if none is recognised, and whether
-/// the file holds no non-blank line at all (skipped without a warning: Claude Code leaves empty
-/// files behind). Lines that fail to parse are passed over here; the real pass reports them.
-/// A line over the length limit is passed over too, but is not blank: a file of nothing else
-/// was taken for an empty one and skipped without a word.
-pub(crate) fn sniff(reader: &mut BufReader<File>) -> io::Result<(Option<InputFormat>, bool)> {
-    let mut lines = LineReader::new(&mut *reader);
-    let mut seen = 0;
-    let mut oversized = false;
-    while seen < SNIFF_LINES {
-        let Some(line) = lines.next_line()? else {
-            break;
+/// What detection found in a file's first lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sniffed {
+    /// The format, if one was recognised.
+    pub format: Option<InputFormat>,
+    /// Non-blank lines read (oversized ones included): 0 for a file of nothing but blank lines
+    /// (skipped without a warning: Claude Code leaves empty files behind).
+    pub non_blank: u64,
+    /// Of those, lines that did not parse (malformed, torn or oversized).
+    pub malformed: u64,
+    /// Detection stopped at [`SNIFF_MAX_LINES`] lines, before the end of the file.
+    pub cut_short: bool,
+}
+
+impl Sniffed {
+    /// What detection judged the file on, for the warning of a file it skips.
+    pub fn judged_on(&self) -> String {
+        let parsed = self.non_blank - self.malformed;
+        let bound = if parsed >= u64::from(SNIFF_LINES) {
+            format!("the first {SNIFF_LINES} lines that parse as JSON")
+        } else if self.cut_short {
+            format!("the first {SNIFF_MAX_LINES} lines, where detection stops")
+        } else if self.non_blank == 1 {
+            "its one non-blank line".to_owned()
+        } else {
+            format!("any of its {} non-blank lines", self.non_blank)
         };
-        oversized |= line.oversized;
-        if line.oversized || line.is_blank() {
-            continue;
-        }
-        seen += 1;
-        if seen == 1 && is_tracelab_header(line.bytes) {
-            return Ok((Some(InputFormat::TraceLab), false));
-        }
-        if let Some(format) = sniff_json_line(line.bytes) {
-            return Ok((Some(format), false));
+        match self.malformed {
+            0 => bound,
+            n => format!("{bound} ({n} malformed passed over)"),
         }
     }
-    Ok((None, seen == 0 && !oversized))
+}
+
+/// Detects the format from the first lines that parse: the first recognised one of at most
+/// [`SNIFF_LINES`] JSON lines (or a TraceLab header as the first non-blank line), passing over
+/// lines that do not parse, within the first [`SNIFF_MAX_LINES`] lines. The real pass reports the
+/// lines passed over here. A line over the length limit is passed over too, but is not blank: a
+/// file of nothing else was taken for an empty one and skipped without a word.
+pub(crate) fn sniff(reader: &mut BufReader<File>) -> io::Result<Sniffed> {
+    let mut lines = LineReader::new(&mut *reader);
+    let mut found = Sniffed {
+        format: None,
+        non_blank: 0,
+        malformed: 0,
+        cut_short: false,
+    };
+    let mut parsed = 0;
+    while parsed < SNIFF_LINES {
+        let Some(line) = lines.next_line()? else {
+            return Ok(found);
+        };
+        if line.number > SNIFF_MAX_LINES {
+            found.cut_short = true;
+            break;
+        }
+        if line.is_blank() && !line.oversized {
+            continue;
+        }
+        found.non_blank += 1;
+        if found.non_blank == 1 && is_tracelab_header(line.bytes) {
+            found.format = Some(InputFormat::TraceLab);
+            break;
+        }
+        match sniff_json_line(line.bytes) {
+            Some(Probed::Format(format)) => {
+                found.format = Some(format);
+                break;
+            }
+            Some(Probed::Unknown) => parsed += 1,
+            None => found.malformed += 1,
+        }
+    }
+    Ok(found)
 }
 
 /// Whether `line` is a CSV header naming every TraceLab column.
@@ -127,8 +182,17 @@ fn is_tracelab_header(line: &[u8]) -> bool {
     TRACELAB_COLUMNS.iter().all(|c| columns.contains(c))
 }
 
-/// The format one JSON line looks like, if any.
-fn sniff_json_line(line: &[u8]) -> Option<InputFormat> {
+/// What one line that parses looks like.
+enum Probed {
+    /// A line of this format.
+    Format(InputFormat),
+    /// No format's line.
+    Unknown,
+}
+
+/// What one line looks like: `None` if it does not parse (malformed, or oversized and so
+/// empty).
+fn sniff_json_line(line: &[u8]) -> Option<Probed> {
     #[derive(serde::Deserialize)]
     struct Probe<'a> {
         #[serde(rename = "type", borrow)]
@@ -150,7 +214,7 @@ fn sniff_json_line(line: &[u8]) -> Option<InputFormat> {
 
     let probe = serde_json::from_slice::<Probe<'_>>(line).ok()?;
     let kind = probe.kind.as_ref().map(json::Str::as_str);
-    match kind {
+    let format = match kind {
         _ if probe.request.is_some() && probe.response.is_some() => Some(InputFormat::ApiLog),
         Some("trace") if probe.id.is_some() && probe.session.is_some() => Some(InputFormat::Stored),
         // A stored file whose header line was damaged.
@@ -179,5 +243,6 @@ fn sniff_json_line(line: &[u8]) -> Option<InputFormat> {
         ) => Some(InputFormat::ClaudeCode),
         _ if probe.session_id.is_some() => Some(InputFormat::ClaudeCode),
         _ => None,
-    }
+    };
+    Some(format.map_or(Probed::Unknown, Probed::Format))
 }

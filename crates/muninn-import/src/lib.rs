@@ -18,7 +18,10 @@
 //! # Invariants
 //!
 //! - A malformed line is never fatal: it becomes a [`Warning`] with its file and line and is
-//!   skipped. Only I/O errors and "nothing importable" are errors.
+//!   skipped. Nor is one unreadable file (permission denied, an I/O error) in a directory: it is
+//!   skipped with a warning naming it and the cause, and counted in
+//!   [`ImportStats::files_unreadable`]. Only a path given that does not exist and "nothing
+//!   importable" are errors.
 //! - Every input has a limit: a line's length (`lines`), and a request's token counts and times
 //!   (`limits`); what passes one is skipped with a warning naming its line.
 //! - Memory is bounded by the output, not the input: files are read line by line into one reused
@@ -38,6 +41,7 @@
 //!
 //! - `lines`: the line reader and the per-file warning sink;
 //! - `limits`: what one request may claim (tokens, times);
+//! - `api_request`: a Messages API request body, decoded a block at a time (for `api_log`);
 //! - `json`: borrowed strings, content-block counting, timestamps;
 //! - `sink`: the traces under construction;
 //! - `claude`, `codex`, `ledger`, `stored`, `stream_json`, `api_log`, `tracelab`: one reader per
@@ -51,6 +55,7 @@ use std::io::{self, BufReader, Seek, Write};
 use std::path::{Path, PathBuf};
 
 mod api_log;
+mod api_request;
 mod claude;
 mod codex;
 mod conversations;
@@ -120,6 +125,10 @@ pub struct ImportStats {
     pub files: u64,
     /// Files skipped: empty, or in no recognised format.
     pub files_skipped: u64,
+    /// Files that could not be opened, listed or read to their end (permission denied, an I/O
+    /// error), each named in a warning with the cause. One that failed part-way is counted in
+    /// `files` too: what it held before the failure is imported.
+    pub files_unreadable: u64,
     /// Physical lines read (blank ones included).
     pub lines: u64,
     /// Bytes read.
@@ -146,8 +155,8 @@ pub struct Import {
 /// Why an import failed as a whole. Neither is worth retrying unchanged.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
-    /// A path could not be listed, opened or read (from [`import_paths`] and
-    /// [`read_trace_file`]).
+    /// A path given could not be looked up (from [`import_paths`]: it does not exist, most
+    /// likely), or the file could not be read (from [`read_trace_file`]).
     #[error("{}: {source}", path.display())]
     Io {
         /// The path.
@@ -161,6 +170,22 @@ pub enum ImportError {
     NoImportableFile {
         /// The paths given.
         paths: Vec<PathBuf>,
+    },
+    /// No file could be imported, and some could not even be read (from [`import_paths`]):
+    /// how many, and the first of them with its cause. Worth retrying once the files are
+    /// readable.
+    #[error(
+        "no importable file: {unreadable} could not be read, the first {}: {source}",
+        path.display()
+    )]
+    Unreadable {
+        /// How many files (or directories) could not be read.
+        unreadable: u64,
+        /// The first of them.
+        path: PathBuf,
+        /// Why it could not be read.
+        #[source]
+        source: io::Error,
     },
 }
 
@@ -176,17 +201,21 @@ const PROGRESS_STEP: u64 = 1 << 20;
 /// and `*.csv`).
 ///
 /// `progress(done, total)` is called as bytes are read; `total` is the size of all files found.
-/// Files explicitly named are read whatever their extension. Errors: [`ImportError::Io`] if a
-/// path cannot be listed or a file cannot be read, [`ImportError::NoImportableFile`] if no file
-/// was in a recognised format.
+/// Files explicitly named are read whatever their extension. A file or directory that cannot be
+/// read is skipped with a warning (see [`ImportStats::files_unreadable`]). Errors:
+/// [`ImportError::Io`] if a path given does not exist (or cannot be looked up),
+/// [`ImportError::Unreadable`] if no file was importable and some could not be read,
+/// [`ImportError::NoImportableFile`] if no file was in a recognised format.
 pub fn import_paths(
     paths: &[PathBuf],
     opts: &ImportOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Import, ImportError> {
+    let mut importer = Importer::new(opts);
     let mut files = Vec::new();
     for path in paths {
-        collect_files(path, true, &mut files)?;
+        let meta = std::fs::metadata(path).map_err(|source| io_error(path, source))?;
+        collect_files((path, meta), true, &mut files, &mut importer);
     }
     // Sorted, so de-duplication (first file wins) and the output are deterministic; files of a
     // `subagents` folder after every other, so that a session's own file wins (see the module
@@ -195,18 +224,27 @@ pub fn import_paths(
     files.dedup_by(|a, b| a.0 == b.0);
     let total = files.iter().map(|(_, len)| len).sum();
 
-    let mut importer = Importer::new(opts);
     let mut done = 0;
     for (file, _) in &files {
         let read = importer.import_file(file, opts.format, &mut |bytes| {
             progress(done + bytes, total)
-        })?;
-        done += read;
+        });
+        match read {
+            Ok(read) => done += read,
+            Err(failed) => importer.unreadable(file, failed),
+        }
         progress(done, total);
     }
     if importer.stats.files == 0 {
-        return Err(ImportError::NoImportableFile {
-            paths: paths.to_vec(),
+        return Err(match importer.first_unreadable.take() {
+            Some((path, source)) => ImportError::Unreadable {
+                unreadable: importer.stats.files_unreadable,
+                path,
+                source,
+            },
+            None => ImportError::NoImportableFile {
+                paths: paths.to_vec(),
+            },
         });
     }
     Ok(importer.finish())
@@ -217,7 +255,8 @@ pub fn import_paths(
 pub fn read_trace_file(path: &Path) -> Result<Import, ImportError> {
     let opts = ImportOptions::default();
     let mut importer = Importer::new(&opts);
-    importer.import_file(path, Some(InputFormat::Stored), &mut |_| {})?;
+    let read = importer.import_file(path, Some(InputFormat::Stored), &mut |_| {});
+    read.map_err(|failed| io_error(path, failed.source))?;
     Ok(importer.finish())
 }
 
@@ -235,17 +274,28 @@ fn chosen_format(
     force: Option<InputFormat>,
     diag: &mut lines::Diagnostics<'_>,
 ) -> io::Result<Option<InputFormat>> {
-    let (detected, blank) = format::sniff(reader)?;
-    Ok(match (force, detected) {
+    let sniffed = format::sniff(reader)?;
+    Ok(match (force, sniffed.format) {
         (Some(forced), Some(found)) if forced == found => Some(forced),
-        (Some(forced), _) => {
-            diag.warn(0, format!("not in the {} format, skipped", forced.name()));
+        (Some(forced), found) => {
+            let judged = match found {
+                Some(found) => format!("it looks like {}", found.name()),
+                None => format!("judged on {}", sniffed.judged_on()),
+            };
+            diag.warn(
+                0,
+                format!("not in the {} format ({judged}), skipped", forced.name()),
+            );
             None
         }
         (None, Some(found)) => Some(found),
         (None, None) => {
-            if !blank {
-                diag.warn(0, "no recognised format in the first lines, file skipped");
+            if sniffed.non_blank > 0 {
+                let judged_on = sniffed.judged_on();
+                diag.warn(
+                    0,
+                    format!("no recognised format in {judged_on}, file skipped"),
+                );
             }
             None
         }
@@ -284,27 +334,47 @@ fn read_lines(
 
 /// Adds `path` (if a file) or the `*.jsonl` and `*.csv` files under it (if a directory) to `out`, each with
 /// its size (for progress; the walk has the metadata anyway). Symlinked directories below the top
-/// are not followed, so a link cycle cannot make the walk endless.
-fn collect_files(path: &Path, top: bool, out: &mut Vec<(PathBuf, u64)>) -> Result<(), ImportError> {
-    let meta = std::fs::metadata(path).map_err(|source| io_error(path, source))?;
+/// are not followed, so a link cycle cannot make the walk endless. A directory that cannot be
+/// listed, or an entry whose type cannot be read, is skipped with a warning in `importer`: one
+/// unreadable folder does not lose the rest.
+fn collect_files(
+    (path, meta): (&Path, std::fs::Metadata),
+    top: bool,
+    out: &mut Vec<(PathBuf, u64)>,
+    importer: &mut Importer<'_>,
+) {
     if meta.is_file() {
         if top || walked_extension(path) {
             out.push((path.to_path_buf(), meta.len()));
         }
-        return Ok(());
+        return;
     }
     if !meta.is_dir() {
-        return Ok(());
+        return;
     }
-    let entries = std::fs::read_dir(path).map_err(|source| io_error(path, source))?;
+    let entries = match std::fs::read_dir(path) {
+        Ok(entries) => entries,
+        Err(source) => return importer.unreadable(path, FileError::whole(source)),
+    };
     for entry in entries {
-        let entry = entry.map_err(|source| io_error(path, source))?;
+        // An error listing a directory ends its listing: what was listed is kept.
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(source) => return importer.unreadable(path, FileError::whole(source)),
+        };
         let child = entry.path();
-        let kind = entry
-            .file_type()
-            .map_err(|source| io_error(&child, source))?;
+        let kind = match entry.file_type() {
+            Ok(kind) => kind,
+            Err(source) => {
+                importer.unreadable(&child, FileError::whole(source));
+                continue;
+            }
+        };
         if kind.is_dir() {
-            collect_files(&child, false, out)?;
+            match entry.metadata() {
+                Ok(meta) => collect_files((&child, meta), false, out, importer),
+                Err(source) => importer.unreadable(&child, FileError::whole(source)),
+            }
         } else if (kind.is_file() || kind.is_symlink()) && walked_extension(&child) {
             // Followed, so a link to a file counts as the file (and a dangling one is passed over).
             if let Some(meta) = std::fs::metadata(&child).ok().filter(|m| m.is_file()) {
@@ -312,7 +382,6 @@ fn collect_files(path: &Path, top: bool, out: &mut Vec<(PathBuf, u64)>) -> Resul
             }
         }
     }
-    Ok(())
 }
 
 /// Whether `path` is a file of a `subagents` folder (Claude Code's
@@ -378,6 +447,27 @@ struct Importer<'o> {
     claude_seen: HashSet<u64>,
     warnings: Vec<Warning>,
     stats: ImportStats,
+    /// The first file that could not be read, and why: the error of an import that found
+    /// nothing else.
+    first_unreadable: Option<(PathBuf, io::Error)>,
+}
+
+/// Why a file could not be read: the I/O error, and how many of its lines were read before it
+/// (0: none, the file is skipped whole).
+#[derive(Debug)]
+struct FileError {
+    lines_read: u64,
+    source: io::Error,
+}
+
+impl FileError {
+    /// A failure before any line was read.
+    fn whole(source: io::Error) -> FileError {
+        FileError {
+            lines_read: 0,
+            source,
+        }
+    }
 }
 
 impl<'o> Importer<'o> {
@@ -388,26 +478,48 @@ impl<'o> Importer<'o> {
             claude_seen: HashSet::new(),
             warnings: Vec::new(),
             stats: ImportStats::default(),
+            first_unreadable: None,
         }
     }
 
-    /// Imports one file; returns the bytes read. `force` skips detection.
+    /// Records a file (or directory) that could not be read: a warning naming it and the
+    /// cause, and the count.
+    fn unreadable(&mut self, path: &Path, failed: FileError) {
+        let message = match failed.lines_read {
+            0 => format!("could not be read, skipped: {}", failed.source),
+            n => format!(
+                "could not be read past line {n}, the rest skipped: {}",
+                failed.source
+            ),
+        };
+        self.warnings.push(Warning {
+            path: path.to_path_buf(),
+            line: 0,
+            message,
+        });
+        self.stats.files_unreadable += 1;
+        self.first_unreadable
+            .get_or_insert_with(|| (path.to_path_buf(), failed.source));
+    }
+
+    /// Imports one file; returns the bytes read. `force` skips detection. On an I/O error what
+    /// was read before it stays imported, and the error says how far that was.
     fn import_file(
         &mut self,
         path: &Path,
         force: Option<InputFormat>,
         progress: &mut dyn FnMut(u64),
-    ) -> Result<u64, ImportError> {
-        let file = File::open(path).map_err(|source| io_error(path, source))?;
+    ) -> Result<u64, FileError> {
+        let file = File::open(path).map_err(FileError::whole)?;
         let mut reader = BufReader::with_capacity(256 << 10, file);
         let mut diag = lines::Diagnostics::new(path, &mut self.warnings);
         let chosen = chosen_format(&mut reader, force, &mut diag);
-        let Some(format) = chosen.map_err(|source| io_error(path, source))? else {
+        let Some(format) = chosen.map_err(FileError::whole)? else {
             diag.finish();
             self.stats.files_skipped += 1;
             return Ok(0);
         };
-        reader.rewind().map_err(|source| io_error(path, source))?;
+        reader.rewind().map_err(FileError::whole)?;
         self.stats.files += 1;
 
         let source = path.display().to_string();
@@ -429,7 +541,10 @@ impl<'o> Importer<'o> {
         let bytes = lines.bytes_read();
         self.stats.bytes += bytes;
         diag.finish();
-        result.map_err(|source| io_error(path, source))?;
+        result.map_err(|source| FileError {
+            lines_read: lines.lines_read(),
+            source,
+        })?;
         Ok(bytes)
     }
 

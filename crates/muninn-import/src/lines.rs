@@ -70,6 +70,11 @@ impl<R: BufRead> LineReader<R> {
         }
     }
 
+    /// Lines read so far.
+    pub fn lines_read(&self) -> u64 {
+        self.number
+    }
+
     /// Bytes consumed so far, terminators included.
     pub fn bytes_read(&self) -> u64 {
         self.bytes_read

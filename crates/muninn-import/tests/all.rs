@@ -7,6 +7,7 @@
 
 mod bad_input;
 mod fuzz;
+mod large_lines;
 
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use muninn_import::{

@@ -421,3 +421,166 @@ fn a_refused_codex_count_keeps_its_output_items() {
         .collect();
     assert_eq!(requests, vec![(1_770_717_609_000, false)]);
 }
+
+/// A rewind whose first answer is refused (a usage past the limit): the fork it opened has no
+/// request of its own in the trace, so its next request is the fork's first. That one named no
+/// origin (`forked_from: None`), and the cache model read the fork as a new thread, cold. It
+/// names the conversation the fork left, as the refused request would have.
+#[test]
+fn a_fork_whose_opening_request_is_refused_still_names_its_origin() {
+    let user = |uuid: &str, parent: &str, seconds: i64| {
+        format!(
+            r#"{{"type":"user","sessionId":"s","uuid":"{uuid}","parentUuid":"{parent}","timestamp":"2026-02-10T10:00:{seconds:02}.000Z","message":{{"role":"user","content":"go on"}}}}"#
+        )
+    };
+    let answer = |n: u32, parent: &str, seconds: i64, usage: &str| {
+        format!(
+            r#"{{"type":"assistant","sessionId":"s","uuid":"a{n}","parentUuid":"{parent}","timestamp":"2026-02-10T10:00:{seconds:02}.000Z","message":{{"model":"claude-opus-4-6","id":"msg_{n}","content":[{{"type":"text","text":"x"}}],"usage":{usage}}}}}"#
+        )
+    };
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    let huge = format!(r#"{{"input_tokens":3,"output_tokens":{}}}"#, u64::MAX);
+    // a1, then a2 after it; then the person rewinds to a1: a3 forks, a4 follows a3.
+    let file = |fork_usage: &str| {
+        [
+            user("u1", "none", 1),
+            answer(1, "u1", 2, fine),
+            user("u2", "a1", 3),
+            answer(2, "u2", 4, fine),
+            user("u3", "a1", 5),
+            answer(3, "u3", 6, fork_usage),
+            user("u4", "a3", 7),
+            answer(4, "u4", 8, fine),
+        ]
+        .join("\n")
+    };
+    let (kept, refused) = (
+        import_text("s.jsonl", file(fine).as_bytes()),
+        import_text("s.jsonl", file(&huge).as_bytes()),
+    );
+    assert_eq!(limit_warnings(&refused), vec![(6, true)]);
+    let origins = |got: &Import| -> Vec<(u64, Option<u64>)> {
+        let requests = &got.traces[0].requests;
+        requests
+            .iter()
+            .map(|r| (r.conversation, r.forked_from))
+            .collect()
+    };
+    let (kept, refused) = (origins(&kept), origins(&refused));
+    let fork = kept[2].0;
+    assert_eq!(
+        kept,
+        vec![(0, None), (0, None), (fork, Some(0)), (fork, None)]
+    );
+    assert_eq!(refused, vec![(0, None), (0, None), (fork, Some(0))]);
+}
+
+/// A file that opens with torn writes (here 20 lines cut short), then good lines: detection
+/// counted the torn lines among the 16 it looks at, found no format and skipped the whole file
+/// ("no importable file"). It passes over lines that do not parse now; they are reported by line
+/// in the real pass and the rest is read.
+#[test]
+fn a_file_opening_with_torn_lines_is_still_recognised() {
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    let torn = claude_response(9, 9, fine)[..40].to_owned();
+    let mut lines = vec![torn; 20];
+    lines.push(claude_response(1, 1, fine));
+    lines.push(claude_response(2, 2, fine));
+    let got = import_text("s.jsonl", (lines.join("\n") + "\n").as_bytes());
+    assert_eq!(got.stats.requests, 2);
+    let warned: Vec<(u64, bool)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.line, w.message.starts_with("malformed line")))
+        .collect();
+    assert_eq!(warned, (1..=20).map(|n| (n, true)).collect::<Vec<_>>());
+}
+
+/// Detection's passing over is bounded: a file whose first 1,000 lines do not parse is skipped,
+/// and the warning names the bound, so the reader knows why a good line after it was not read.
+#[test]
+fn detection_gives_up_after_its_bound_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    std::fs::write(dir.path().join("good.jsonl"), claude_response(1, 1, fine)).unwrap();
+    let mut garbage = vec!["not json"; 1_000].join("\n");
+    garbage.push('\n');
+    garbage.push_str(&claude_response(2, 2, fine));
+    let skipped = dir.path().join("skipped.jsonl");
+    std::fs::write(&skipped, garbage).unwrap();
+    let got = import(&[dir.path().to_path_buf()]);
+    assert_eq!((got.stats.requests, got.stats.files_skipped), (1, 1));
+    let warned: Vec<(&Path, u64, &str)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.path.as_path(), w.line, w.message.as_str()))
+        .collect();
+    let message = "no recognised format in the first 1000 lines, where detection stops \
+                   (1000 malformed passed over), file skipped";
+    assert_eq!(warned, vec![(skipped.as_path(), 0, message)]);
+}
+
+/// A folder holding one file that cannot be read (here a link to `/proc/self/mem`, whose first
+/// byte gives an I/O error to any reader, root included), beside good ones, one of them in a
+/// folder named like a transcript and one whose name is not UTF-8: the unreadable file aborted
+/// the whole import with its error. It is skipped with a warning naming it and the cause, counted,
+/// and the rest is imported.
+#[test]
+fn an_unreadable_file_is_skipped_and_the_rest_imported() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    std::fs::write(dir.path().join("a.jsonl"), claude_response(1, 1, fine)).unwrap();
+    let unreadable = dir.path().join("b.jsonl");
+    std::os::unix::fs::symlink("/proc/self/mem", &unreadable).unwrap();
+    std::fs::create_dir(dir.path().join("c.jsonl")).unwrap();
+    std::fs::write(
+        dir.path().join("c.jsonl/d.jsonl"),
+        claude_response(2, 2, fine),
+    )
+    .unwrap();
+    let not_utf8 = std::ffi::OsStr::from_bytes(b"e\xff.jsonl");
+    std::fs::write(dir.path().join(not_utf8), claude_response(3, 3, fine)).unwrap();
+    let got = import(&[dir.path().to_path_buf()]);
+    assert_eq!(
+        (
+            got.stats.files,
+            got.stats.files_unreadable,
+            got.stats.requests
+        ),
+        (3, 1, 3)
+    );
+    let warned: Vec<(&Path, u64, &str)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.path.as_path(), w.line, w.message.as_str()))
+        .collect();
+    let cause = std::io::Error::from_raw_os_error(5); // EIO
+    let message = format!("could not be read, skipped: {cause}");
+    assert_eq!(warned, vec![(unreadable.as_path(), 0, message.as_str())]);
+}
+
+/// When no file can be read at all, the import still fails, with an error that says so and
+/// names the first file and the cause (not "no importable file" as if they were only of
+/// another format).
+#[test]
+fn an_import_of_only_unreadable_files_fails_naming_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let unreadable = dir.path().join("b.jsonl");
+    std::os::unix::fs::symlink("/proc/self/mem", &unreadable).unwrap();
+    std::os::unix::fs::symlink("/proc/self/mem", dir.path().join("c.jsonl")).unwrap();
+    let err = import_paths(
+        &[dir.path().to_path_buf()],
+        &ImportOptions::default(),
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    let cause = std::io::Error::from_raw_os_error(5);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "no importable file: 2 could not be read, the first {}: {cause}",
+            unreadable.display()
+        )
+    );
+}

@@ -40,8 +40,13 @@ pub fn run(args: ImportArgs) -> anyhow::Result<()> {
         file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
     }
+    // Named only when there are some, so the usual summary reads as before.
+    let unreadable = match import.stats.files_unreadable {
+        0 => String::new(),
+        n => format!(" ({n} unreadable files skipped)"),
+    };
     outln!(
-        "imported {} requests in {} traces from {} files into {} ({} sessions); {} warnings, {} duplicates and {} synthetic rows dropped",
+        "imported {} requests in {} traces from {} files{unreadable} into {} ({} sessions); {} warnings, {} duplicates and {} synthetic rows dropped",
         import.stats.requests,
         import.traces.len(),
         import.stats.files,

@@ -141,6 +141,10 @@ impl InputArgs {
         if import.warnings.len() > SHOWN {
             eprintln!("warning: … and {} more", import.warnings.len() - SHOWN);
         }
+        let unreadable = import.stats.files_unreadable;
+        if unreadable > 0 {
+            eprintln!("warning: {unreadable} unreadable files skipped; the rest imported");
+        }
         Ok(import)
     }
 }

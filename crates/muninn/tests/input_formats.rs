@@ -139,3 +139,39 @@ fn check_cache_goals_fail_when_there_is_nothing_to_check() {
     // Without goals there is nothing to fail.
     ok(&muninn(&["check-cache", "--quiet", path]));
 }
+
+/// One file that cannot be read (a link to `/proc/self/mem`, an I/O error to any reader) beside
+/// a good one: the import goes on, and its summary says how many files it skipped so; the
+/// warning names the file and the cause. It aborted the whole import before.
+#[test]
+fn import_skips_an_unreadable_file_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, input) = (tmp.path().join("data"), tmp.path().join("in"));
+    std::fs::create_dir(&input).unwrap();
+    std::fs::copy(import_fixture("api-log/proxy.jsonl"), input.join("a.jsonl")).unwrap();
+    let unreadable = input.join("b.jsonl");
+    std::os::unix::fs::symlink("/proc/self/mem", &unreadable).unwrap();
+    let args = [
+        "import",
+        "--quiet",
+        "--data-dir",
+        data.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ];
+    let (stdout, stderr) = ok(&muninn(&args));
+    assert!(
+        stdout.starts_with(
+            "imported 9 requests in 2 traces from 1 files (1 unreadable files skipped)"
+        ),
+        "{stdout}"
+    );
+    let cause = std::io::Error::from_raw_os_error(5);
+    assert_eq!(
+        stderr,
+        format!(
+            "warning: {}:0: could not be read, skipped: {cause}\n\
+             warning: 1 unreadable files skipped; the rest imported\n",
+            unreadable.display()
+        )
+    );
+}

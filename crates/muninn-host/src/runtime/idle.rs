@@ -69,8 +69,17 @@ impl<B: Backend> MindRunner<B> {
                 session.lost_at_ms.get_or_insert(point.at_ms);
                 continue;
             }
+            // Decided as of the point's own time, not of `now`: a runner that comes to it late
+            // (busy with the other role, a slow machine, a late timer — `run_mind` always
+            // wakes a little after it) takes the decision a punctual one would have, the one a
+            // replay of the ledger takes there. Nothing happened to the session since the
+            // point (else the point would be another), so the state is the same; only a
+            // time-dependent policy (the gaps' expected remaining idle time) could answer
+            // otherwise. What it decides is sent now, and its row is at now with what the
+            // provider answered then: a late ping reads the cache as it is when it arrives (a
+            // write, should the entry have expired on the way), and the replay prices it there.
             let view = session.acc.view();
-            let decision = decide(self.policy, &view, point.keep.event(), now);
+            let decision = decide(self.policy, &view, point.keep.event(), point.at_ms);
             let flush = point.keep == Keep::Tail
                 && decision.action == Action::Flush
                 && !view.flushed

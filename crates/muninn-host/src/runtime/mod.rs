@@ -520,57 +520,87 @@ pub async fn run_mind<B: Backend>(
         let step = runner.step().instrument(span.clone()).await;
         telemetry.stepped(runner.id(), runner.working_role(), &step, clock.now_ms());
         let now = clock.now_ms();
-        if step.is_ok() {
-            failing = None;
-        }
-        let (activity, wait_ms) = match &step {
-            Ok(Step::PersonaTurn { .. } | Step::SelfTurn { .. } | Step::Ping) => continue,
-            Ok(Step::Idle { until_ms }) => (
-                Activity::Idle {
-                    until_ms: *until_ms,
-                },
-                until_ms.map_or(lease_third, |t| {
-                    ((t - now).clamp(10, 60_000) as u64).min(lease_third)
-                }),
-            ),
-            Ok(Step::NotLeader) => (Activity::NotLeader, lease_third),
-            Ok(Step::Braked) => (Activity::Braked, 5_000),
-            Ok(Step::OverBudget) => (Activity::Capped, 5_000),
-            Err(e) => {
-                // Logged and counted by `telemetry.stepped`.
-                let hint = match e {
-                    RuntimeError::Backend(b) => retry::retry_after_ms(b),
-                    _ => None,
-                };
-                let next = Failing::after(failing.as_ref(), &retry, hint, now);
-                let wait = (next.next_attempt_ms - now).max(0) as u64;
-                let retrying = Activity::Retrying {
-                    error: e.to_string(),
-                    since_ms: next.since_ms,
-                    attempts: next.attempts,
-                    next_attempt_ms: next.next_attempt_ms,
-                };
-                failing = Some(next);
-                (retrying, wait)
-            }
+        let Some((activity, wait_ms)) = after_step(&step, &mut failing, &retry, now, lease_third)
+        else {
+            continue;
         };
         runner.host.signals.set_activity(runner.id(), activity);
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
-        loop {
-            tokio::select! {
-                _ = wake.notified() => {
-                    runner.woken();
-                    if failing.is_none() {
-                        break;
-                    }
-                }
-                _ = tokio::time::sleep_until(deadline) => break,
-                _ = shutdown.changed() => break,
-            }
-        }
+        let retrying = failing.is_some();
+        wait_for(&mut runner, &wake, &mut shutdown, wait_ms, retrying).await;
     }
     runner.close().await;
     runner.release().await
+}
+
+/// What a runner does after a step: nothing but step again (`None`: it did work), or report
+/// this activity and wait this long (ms) — to its next decision time (at least 10 ms, at most a
+/// minute or a third of the lease), or, after a failed step, to the next attempt of `failing`,
+/// which it updates (a step that succeeded ends the run of failures).
+fn after_step(
+    step: &Result<Step, RuntimeError>,
+    failing: &mut Option<Failing>,
+    retry: &RetryPolicy,
+    now: i64,
+    lease_third: u64,
+) -> Option<(Activity, u64)> {
+    if step.is_ok() {
+        *failing = None;
+    }
+    Some(match step {
+        Ok(Step::PersonaTurn { .. } | Step::SelfTurn { .. } | Step::Ping) => return None,
+        Ok(Step::Idle { until_ms }) => (
+            Activity::Idle {
+                until_ms: *until_ms,
+            },
+            until_ms.map_or(lease_third, |t| {
+                ((t - now).clamp(10, 60_000) as u64).min(lease_third)
+            }),
+        ),
+        Ok(Step::NotLeader) => (Activity::NotLeader, lease_third),
+        Ok(Step::Braked) => (Activity::Braked, 5_000),
+        Ok(Step::OverBudget) => (Activity::Capped, 5_000),
+        Err(e) => {
+            // Logged and counted by `telemetry.stepped`.
+            let hint = match e {
+                RuntimeError::Backend(b) => retry::retry_after_ms(b),
+                _ => None,
+            };
+            let next = Failing::after(failing.as_ref(), retry, hint, now);
+            let wait = (next.next_attempt_ms - now).max(0) as u64;
+            let retrying = Activity::Retrying {
+                error: e.to_string(),
+                since_ms: next.since_ms,
+                attempts: next.attempts,
+                next_attempt_ms: next.next_attempt_ms,
+            };
+            *failing = Some(next);
+            (retrying, wait)
+        }
+    })
+}
+
+/// Sleeps `wait_ms`, or until shutdown; a wake-up for the Mind ends the sleep at once unless
+/// it is a retry's wait (only its due time ends that), and is kept for the next step either way.
+async fn wait_for<B: Backend>(
+    runner: &mut MindRunner<B>,
+    wake: &tokio::sync::Notify,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    wait_ms: u64,
+    retrying: bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+    loop {
+        tokio::select! {
+            _ = wake.notified() => {
+                runner.woken();
+                if !retrying {
+                    break;
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = shutdown.changed() => break,
+        }
+    }
 }
 
 /// Registers the Mind, retrying with backoff while the store refuses (a read-only data

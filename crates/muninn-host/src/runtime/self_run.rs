@@ -21,6 +21,18 @@ use serde_json::{Value, json};
 /// How much of a Self result reaches the Persona.
 const RESULT_EXCERPT_CHARS: usize = 2_000;
 
+/// The transcript note of a memory flush: the memory, where it came from and, when the flush
+/// failed, why — the backend's error (the provider's message, which never carries a
+/// credential), bounded like the one `/readyz` repeats.
+fn flush_note(memory: &str, from: &str, failed: Option<&BackendError>) -> Value {
+    let mut note = json!({"memory": memory, "from": from});
+    if let Some(e) = failed {
+        use crate::telemetry::health::{ERROR_CHARS, truncate};
+        note["error"] = json!(truncate(&e.to_string(), ERROR_CHARS));
+    }
+    note
+}
+
 impl<B: Backend> MindRunner<B> {
     /// The flush protocol of this Mind's Self runs: the Mind's ceiling (else the model's
     /// window) and the configured headroom and timings.
@@ -394,7 +406,7 @@ impl<B: Backend> MindRunner<B> {
                 segment,
                 now,
                 TranscriptKind::MemoryFlush,
-                json!({"memory": memory.as_deref().unwrap_or_default(), "from": how}),
+                flush_note(memory.as_deref().unwrap_or_default(), how, failed.as_ref()),
             )],
             ledger,
             ..TurnRecord::default()

@@ -19,8 +19,9 @@ use std::time::Duration;
 /// How long `/readyz` waits for the store's answer.
 pub const STORE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The longest backend error text `/readyz` repeats.
-const ERROR_CHARS: usize = 300;
+/// The longest backend error text `/readyz` repeats (and a transcript note of a failed
+/// request keeps).
+pub(crate) const ERROR_CHARS: usize = 300;
 
 /// The answer of `/readyz`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -117,7 +118,8 @@ pub async fn readiness(host: &Host) -> Readiness {
     }
 }
 
-fn truncate(text: &str, chars: usize) -> String {
+/// `text` cut to its first `chars` characters, marked with `…` when cut.
+pub(crate) fn truncate(text: &str, chars: usize) -> String {
     match text.char_indices().nth(chars) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),

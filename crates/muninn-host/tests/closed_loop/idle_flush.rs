@@ -2,7 +2,8 @@
 //! the segment's tail as the memory (as before), but the failure is the step's: `run_mind`
 //! logs it with its cause, counts it and shows it as the Mind's last error (`RETRYING` in
 //! `muninn status`, `activity.error` in `GET /v1/minds/{mind}`) — it used to be dropped with
-//! no trace but a transcript note. The next decision proceeds, and the ledger replays exactly.
+//! no trace but a transcript note, which now carries the error too (bounded). The next decision
+//! proceeds, and the ledger replays exactly.
 
 use super::{Act, Harness, assert_holds};
 use crate::runtime::ledger;
@@ -54,7 +55,8 @@ async fn a_failed_idle_flush_fails_its_step_loudly_and_the_next_decision_proceed
     let acts = workload();
     let flush = idle_flush_at(&acts).await;
 
-    // The same run up to that flush, which the provider now refuses (a 401: no client retry).
+    // The same run up to that flush, which the provider now refuses (a 400, which no client
+    // retries, with a message longer than the transcript keeps).
     let mut h = Harness::new("").await;
     let i = run_to(&mut h, &acts, flush).await;
     let Act::Wait { ms } = acts[i] else {
@@ -63,15 +65,21 @@ async fn a_failed_idle_flush_fails_its_step_loudly_and_the_next_decision_proceed
     let wait_end = flush - 1 + ms;
     h.w.sim.advance_clock(flush - h.now());
     h.w.sim.push_faults([Fault {
-        kind: FaultKind::Unauthorized,
+        kind: FaultKind::BadRequest {
+            message: format!("the flush was refused: {}", "too long ".repeat(60)),
+        },
         times: 1,
     }]);
     let step = h.runner.as_mut().unwrap().step().await;
     // The step fails with the backend's error, which `run_mind` logs, counts and shows.
-    match &step {
-        Err(RuntimeError::Backend(e)) => assert!(e.to_string().contains("401"), "{e}"),
+    let error = match &step {
+        Err(RuntimeError::Backend(e)) => e.to_string(),
         other => panic!("the failed flush was not the step's failure: {other:?}"),
-    }
+    };
+    assert!(
+        error.contains("400") && error.contains("refused"),
+        "{error}"
+    );
     assert_eq!(
         h.runner.as_ref().unwrap().working_role(),
         Some(Role::SelfRole)
@@ -85,6 +93,10 @@ async fn a_failed_idle_flush_fails_its_step_loudly_and_the_next_decision_proceed
             .unwrap();
     assert_eq!(tail[0].kind.as_str(), "memory_flush");
     assert_eq!(tail[0].body["from"], "tail (the flush failed)");
+    // With its cause: the backend's error, as the step failed with it, cut to 300 characters.
+    let kept: String = error.chars().take(300).collect();
+    assert!(error.chars().count() > 300, "{error}");
+    assert_eq!(tail[0].body["error"], format!("{kept}…"));
     // The runner backs off as `run_mind` does and carries on: the rest of the workload runs,
     // later Self decisions are taken, and the ledger replays exactly.
     let policy = muninn_host::runtime::RetryPolicy::default();
