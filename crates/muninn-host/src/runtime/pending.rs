@@ -244,10 +244,13 @@ impl<B: Backend> MindRunner<B> {
         let Some(token) = self.lease.as_ref().map(|l| l.token) else {
             return;
         };
-        let Some(turn_key) = self.uncommitted.as_ref().map(|u| u.turn_key().to_string()) else {
+        let Some(held) = self.uncommitted.as_ref() else {
             return;
         };
+        let (turn_key, same_lease) = (held.turn_key().to_string(), held.token == token);
         match self.settle_held(token).await {
+            // Answered under another lease: `settle_held` gave it up, and said so.
+            Ok(_) if !same_lease => {}
             Ok(_) => tracing::info!(
                 mind = %self.mind.id,
                 %turn_key,
