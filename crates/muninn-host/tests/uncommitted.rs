@@ -41,7 +41,7 @@ fn asked(w: &World) -> usize {
 async fn refused_steps(r: &mut MindRunner<SimBackend>, n: usize) {
     for _ in 0..n {
         let e = r.step().await.unwrap_err();
-        assert!(matches!(e, RuntimeError::Store(_)), "{e}");
+        assert!(matches!(e, RuntimeError::Held(_)), "{e}");
     }
 }
 
@@ -198,6 +198,11 @@ async fn a_failing_commit_is_counted_retried_and_recovered_without_a_restart() {
     let failing = seen_failing.expect("the Mind was never shown failing");
     assert_eq!(failing.cause, "store");
     assert!(failing.last_error.contains("disk is full"), "{failing:?}");
+    // Status says an answer is held, not only that the store failed.
+    assert!(
+        failing.last_error.contains("an answer is held uncommitted"),
+        "{failing:?}"
+    );
     // Three refusals, backed off 250 + 500 + 1,000 ms, not spun.
     assert!(started.elapsed() >= Duration::from_millis(1_750));
     let live = w.host.telemetry.mind("vala");

@@ -277,7 +277,7 @@ impl<B: Backend> MindRunner<B> {
                 // What followed may have held a record of its own (a tool loop's run end): that
                 // one goes first, and this one, committed already, has nothing left to hold.
                 if self.uncommitted.is_none() {
-                    self.hold(u, &e);
+                    return Err(self.hold(u, e));
                 }
                 Err(e)
             }
@@ -298,8 +298,7 @@ impl<B: Backend> MindRunner<B> {
                 Ok(read) => u.fill_memory(tail.memory(read)),
                 Err(e) => {
                     u.tail = Some(tail);
-                    self.hold(u, &e);
-                    return Err(e);
+                    return Err(self.hold(u, e));
                 }
             }
         }
@@ -311,34 +310,39 @@ impl<B: Backend> MindRunner<B> {
         {
             Ok(receipt) => u.acked = Some(receipt.ack_position),
             Err(StoreError::TurnAlreadyRecorded { .. }) => {}
-            Err(e) => {
-                let e = RuntimeError::Store(e);
-                self.hold(u, &e);
-                return Err(e);
-            }
+            Err(e) => return Err(self.hold(u, RuntimeError::Store(e))),
         }
         u.committed = true;
         Ok(u)
     }
 
     /// Keeps `u` for the next step when the failure may pass (the store is busy or unreachable),
-    /// else abandons it.
-    fn hold(&mut self, u: Uncommitted, error: &RuntimeError) {
-        let passes = matches!(error, RuntimeError::Store(e) if e.is_retryable());
-        if !passes {
-            self.abandon(u, &error.to_string());
-            return;
-        }
+    /// else abandons it. Returns the step's error: [`RuntimeError::Held`] when an answer is held
+    /// uncommitted, so status and the log say so.
+    fn hold(&mut self, u: Uncommitted, error: RuntimeError) -> RuntimeError {
+        let store = match error {
+            RuntimeError::Store(e) | RuntimeError::Held(e) if e.is_retryable() => e,
+            error => {
+                self.abandon(u, &error.to_string());
+                return error;
+            }
+        };
         tracing::warn!(
             mind = %self.mind.id,
             role = u.role.as_str(),
             turn_key = u.turn_key(),
             rows = u.record.ledger.len(),
             committed = u.committed,
-            %error,
+            error = %store,
             "an answer is held uncommitted; it is committed first at the next step"
         );
+        let committed = u.committed;
         self.uncommitted = Some(u);
+        if committed {
+            RuntimeError::Store(store)
+        } else {
+            RuntimeError::Held(store)
+        }
     }
 
     /// Gives `u` up (see the module docs): said loudly, and the role's accounting and session

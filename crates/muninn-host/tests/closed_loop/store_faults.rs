@@ -106,7 +106,7 @@ async fn a_flush_whose_tail_read_fails_is_held_and_committed_once() {
     h.faults.fail_reads(1);
     let before = answered(&h);
     let step = h.runner.as_mut().unwrap().step().await;
-    assert!(matches!(step, Err(RuntimeError::Store(_))), "{step:?}");
+    assert!(matches!(step, Err(RuntimeError::Held(_))), "{step:?}");
     assert_eq!(answered(&h), before + 1, "the flush was not asked");
     for act in &acts[i..] {
         h.apply(act).await;
