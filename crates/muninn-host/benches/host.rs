@@ -117,7 +117,10 @@ impl Driven {
         let step = loop {
             match self.runner.step().await {
                 Ok(step) => break step,
-                Err(RuntimeError::Store(StoreError::Busy(_))) => {
+                Err(
+                    RuntimeError::Store(StoreError::Busy(_))
+                    | RuntimeError::Held(StoreError::Busy(_)),
+                ) => {
                     BUSY_RETRIES.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }

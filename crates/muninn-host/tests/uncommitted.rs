@@ -41,7 +41,7 @@ fn asked(w: &World) -> usize {
 async fn refused_steps(r: &mut MindRunner<SimBackend>, n: usize) {
     for _ in 0..n {
         let e = r.step().await.unwrap_err();
-        assert!(matches!(e, RuntimeError::Store(_)), "{e}");
+        assert!(matches!(e, RuntimeError::Held(_)), "{e}");
     }
 }
 
@@ -198,6 +198,11 @@ async fn a_failing_commit_is_counted_retried_and_recovered_without_a_restart() {
     let failing = seen_failing.expect("the Mind was never shown failing");
     assert_eq!(failing.cause, "store");
     assert!(failing.last_error.contains("disk is full"), "{failing:?}");
+    // Status says an answer is held, not only that the store failed.
+    assert!(
+        failing.last_error.contains("an answer is held uncommitted"),
+        "{failing:?}"
+    );
     // Three refusals, backed off 250 + 500 + 1,000 ms, not spun.
     assert!(started.elapsed() >= Duration::from_millis(1_750));
     let live = w.host.telemetry.mind("vala");
@@ -211,4 +216,43 @@ async fn a_failing_commit_is_counted_retried_and_recovered_without_a_restart() {
         w.host.store.unacked_outbox("vala", 10).await.unwrap().len(),
         1
     );
+}
+
+/// A clean shutdown while an answer is held (the store refused its commit, the retry not yet
+/// due): the answer is committed under the lease before the lease is released, so the next
+/// holder finds the batch answered and does not ask the provider again (billed twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_answer_is_committed_before_a_clean_shutdown_releases_the_lease() {
+    let (w, faults) = faulty_world().await;
+    let r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello vala").await;
+    faults.fail_commits(1);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(run_mind(r, stopped));
+    let started = Instant::now();
+    while faults.refused() < 1 {
+        assert!(started.elapsed() < Duration::from_secs(20), "never refused");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.send(true).unwrap();
+    running.await.unwrap().unwrap();
+    let store = &w.host.store;
+    assert_eq!(
+        store.ack_position("vala").await.unwrap(),
+        1,
+        "the answer was lost"
+    );
+    assert_eq!(store.unacked_outbox("vala", 10).await.unwrap().len(), 1);
+    assert_eq!(ledger(&w).await.len(), 1);
+    assert_eq!(
+        store.lease("vala").await.unwrap(),
+        None,
+        "the lease was kept"
+    );
+
+    let mut next = runner(&w, mind(""), "host-b");
+    next.register().await.unwrap();
+    assert!(matches!(next.step().await.unwrap(), Step::Idle { .. }));
+    assert_eq!(asked(&w), 1, "the next holder asked the provider again");
 }

@@ -63,7 +63,8 @@ pub enum StoreError {
     Busy(String),
 
     /// The database cannot be reached or its file cannot be opened (I/O, connection refused,
-    /// connection lost mid-transaction). Returned by `open` and by any method. **Retry** later;
+    /// connection lost mid-transaction), or it has no room (a full disk, a PostgreSQL server out
+    /// of resources). Returned by `open` and by any method. **Retry** later;
     /// a write whose commit outcome is unknown is safe to retry only where the method is
     /// idempotent (intake by source id, outbox by request id, ack, lease acquire).
     #[error("database unavailable: {0}")]
@@ -168,9 +169,12 @@ impl From<sqlx::Error> for StoreError {
                     "5" | "6" | "517" | "40001" | "40P01" | "55P03" => {
                         StoreError::Busy(error.to_string())
                     }
-                    "57P01" | "08000" | "08003" | "08006" => {
-                        StoreError::Unavailable(error.to_string())
-                    }
+                    // A full disk passes once there is room: SQLite 13 SQLITE_FULL; PostgreSQL
+                    // 53100 disk_full and the rest of class 53, insufficient resources. (It was
+                    // `Database`, not retryable: an answer whose commit met it was given up
+                    // and the provider asked again.)
+                    "57P01" | "08000" | "08003" | "08006" | "13" | "53000" | "53100" | "53200"
+                    | "53300" => StoreError::Unavailable(error.to_string()),
                     _ => StoreError::Database(error.to_string()),
                 }
             }

@@ -70,6 +70,12 @@ async fn a_store_writes_again_once_a_full_disk_has_room() {
     }
     let (at, error) = failed.expect("the disk filled up");
     eprintln!("the disk was full at delivery {at}: {error}");
+    // A full disk passes: the error says to retry (the host holds an answer whose commit
+    // met it, instead of giving it up and asking the provider again).
+    assert!(
+        matches!(error, StoreError::Unavailable(_)),
+        "a full disk is not retryable: {error:?}"
+    );
     // Room again: the same store writes, reads back, and issues the next seq.
     std::fs::remove_file(&filler).unwrap();
     let posted = store.post_delivery("vala", &delivery(1_000)).await.unwrap();

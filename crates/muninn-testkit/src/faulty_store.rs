@@ -1,8 +1,10 @@
 //! A store whose commits fail on demand: the real store behind it, and the next N turn commits
 //! ([`Store::record_turn`]) and ledger appends ([`Store::append_ledger`]) refused with
 //! [`StoreError::Unavailable`] — a full disk, a busy SQLite file, a PostgreSQL server gone — as
-//! a test arms it ([`FaultyStore::fail_commits`]). Everything else passes through, so a test
-//! can fault exactly the write that follows a backend's answer.
+//! a test arms it ([`FaultyStore::fail_commits`]); likewise the next N transcript tail reads
+//! ([`Store::transcript_tail`], [`FaultyStore::fail_reads`]), the read a Self flush makes
+//! between its answer and its commit. Everything else passes through, so a test can fault
+//! exactly the call that follows a backend's answer.
 //!
 //! A refused call writes nothing (the store's contract for an `Err`), and every call is counted,
 //! so a test can tell how often the runner tried.
@@ -20,6 +22,8 @@ pub struct FaultyStore {
     inner: Arc<dyn Store>,
     /// Commits still to refuse.
     failing: AtomicU32,
+    /// Transcript tail reads still to refuse.
+    failing_reads: AtomicU32,
     /// Commits refused so far.
     refused: AtomicU32,
     /// Commits let through so far.
@@ -32,6 +36,7 @@ impl FaultyStore {
         Arc::new(FaultyStore {
             inner,
             failing: AtomicU32::new(0),
+            failing_reads: AtomicU32::new(0),
             refused: AtomicU32::new(0),
             committed: AtomicU32::new(0),
         })
@@ -40,6 +45,12 @@ impl FaultyStore {
     /// Refuses the next `n` commits (`record_turn`, `append_ledger`).
     pub fn fail_commits(&self, n: u32) {
         self.failing.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` transcript tail reads (`transcript_tail`); they are not counted
+    /// as commits.
+    pub fn fail_reads(&self, n: u32) {
+        self.failing_reads.store(n, Ordering::SeqCst);
     }
 
     /// Commits refused so far.
@@ -54,19 +65,25 @@ impl FaultyStore {
 
     /// Whether this commit is refused (and counts it either way).
     fn refuse(&self) -> Result<()> {
-        let armed = self
-            .failing
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if armed {
+        if armed(&self.failing) {
             self.refused.fetch_add(1, Ordering::SeqCst);
-            return Err(StoreError::Unavailable(
-                "injected: database or disk is full".to_string(),
-            ));
+            return Err(injected("database or disk is full"));
         }
         self.committed.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
+}
+
+/// Whether `failing` still counts down (and counts this call off).
+fn armed(failing: &AtomicU32) -> bool {
+    failing
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+/// The error a refused call returns: what a store that went away returns.
+fn injected(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("injected: {what}"))
 }
 
 #[async_trait]
@@ -268,6 +285,9 @@ impl Store for FaultyStore {
         role: Role,
         count: i64,
     ) -> Result<Vec<TranscriptItem>> {
+        if armed(&self.failing_reads) {
+            return Err(injected("the database server closed the connection"));
+        }
         self.inner.transcript_tail(mind, role, count).await
     }
 

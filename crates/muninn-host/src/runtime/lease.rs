@@ -189,8 +189,10 @@ impl<B: Backend> MindRunner<B> {
         self.selfs.backend.close().await;
     }
 
-    /// Lets the lease go (on shutdown).
+    /// Lets the lease go (on shutdown), after a last attempt to commit an answer still held
+    /// (`pending.rs`): released with it, the next holder would ask the provider again.
     pub async fn release(&mut self) -> Result<(), RuntimeError> {
+        self.settle_before_release().await;
         if let Some(lease) = self.lease.take() {
             self.host
                 .store

@@ -126,6 +126,13 @@ pub enum RuntimeError {
     /// The store failed; [`StoreError::is_retryable`] says whether to try again.
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// The store failed between an answer the provider gave and its commit: the answer is held
+    /// on the runner and committed first at the next step (`pending.rs`), never asked for
+    /// again. A store failure (retried, counted under `cause="store"`) that says so.
+    #[error(
+        "store: {0} (an answer is held uncommitted: it is committed first at the next attempt)"
+    )]
+    Held(StoreError),
     /// The backend failed; the batch stays in the mailbox and is re-delivered.
     #[error("backend: {0}")]
     Backend(#[from] BackendError),

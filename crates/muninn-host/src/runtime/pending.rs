@@ -23,13 +23,14 @@
 //! left unacknowledged is answered again by whoever holds the Mind.
 
 use super::session::Flushed;
-use super::tool_loop::{Driven, Stopped};
+use super::tool_loop::{Driven, StopCause, Stopped};
 use super::{MindRunner, RuntimeError, Step};
 use muninn_backend::{Backend, FlushStage, TurnOutcome};
 use muninn_core::cache::hash_bytes;
 use muninn_core::ledger::LedgerRow;
 use muninn_core::session::Keep;
-use muninn_store::{Brief, FencingToken, Role, StoreError, TurnRecord};
+use muninn_store::{Brief, FencingToken, Role, StoreError, TranscriptKind, TurnRecord};
+use serde_json::Value;
 
 /// A record answered but not (yet) committed, and what its commit was waiting for.
 #[derive(Debug)]
@@ -48,6 +49,32 @@ pub(super) struct Uncommitted {
     at_ms: i64,
     /// What follows the commit.
     then: Then,
+    /// A memory still to read from the store, just before the commit.
+    tail: Option<TailMemory>,
+}
+
+/// A Self memory made of its segment's tail (a flush whose answer missed a pinned item, or
+/// failed), read from the store just before the record is committed: a read that fails holds
+/// the answer as a refused commit does, where reading it first would lose the answer.
+#[derive(Debug)]
+pub(super) struct TailMemory {
+    /// The segment whose tail it is.
+    pub(super) segment: i64,
+    /// What follows the tail (a run's result), if anything.
+    pub(super) after: Option<String>,
+}
+
+impl TailMemory {
+    /// The memory, from the tail read.
+    fn memory(&self, mut tail: String) -> String {
+        if let Some(after) = &self.after {
+            if !tail.is_empty() {
+                tail.push('\n');
+            }
+            tail.push_str(after);
+        }
+        tail
+    }
 }
 
 /// What follows a record's commit.
@@ -77,7 +104,8 @@ pub(super) enum Then {
     /// A Self run's end: finish the brief and report it back.
     SelfRun(Box<SelfRun>),
     /// One request of a tool loop: on a later step the loop cannot go on (its state was the
-    /// failed step's), so the run stops there, as a cap stops it, and the brief is reported.
+    /// failed step's), so the run stops there, its brief failed and reported as stopped by the
+    /// store, and its record lists the reply without the tool results (never sent).
     ToolRequest(Box<ToolRequest>),
 }
 
@@ -86,7 +114,8 @@ pub(super) enum Then {
 pub(super) struct SelfRun {
     pub(super) brief: Brief,
     pub(super) flush: FlushStage,
-    pub(super) stopped: bool,
+    /// What ended the run before its answer, if anything did.
+    pub(super) stopped: Option<StopCause>,
     pub(super) result: String,
     /// The memory the flush protocol left, when it ended the run.
     pub(super) memory: Option<String>,
@@ -130,6 +159,27 @@ impl Uncommitted {
             acked: None,
             at_ms,
             then,
+            tail: None,
+        }
+    }
+
+    /// With its memory read from the segment's tail at the commit (see [`TailMemory`]).
+    pub(super) fn with_tail(mut self, tail: Option<TailMemory>) -> Uncommitted {
+        self.tail = tail;
+        self
+    }
+
+    /// Puts `memory` where the record and what follows it carry it.
+    fn fill_memory(&mut self, memory: String) {
+        for item in &mut self.record.transcript {
+            if item.kind == TranscriptKind::MemoryFlush {
+                item.body["memory"] = Value::String(memory.clone());
+            }
+        }
+        match &mut self.then {
+            Then::SelfFlush { memory: m, .. } => *m = memory,
+            Then::SelfRun(run) => run.memory = Some(memory),
+            _ => {}
         }
     }
 
@@ -146,6 +196,13 @@ impl Uncommitted {
             ..TurnRecord::default()
         };
         Uncommitted::new(token, role, record, at_ms, then)
+    }
+}
+
+impl Uncommitted {
+    /// The key it is committed under.
+    fn turn_key(&self) -> &str {
+        self.record.turn_key.as_deref().unwrap_or_default()
     }
 }
 
@@ -172,6 +229,44 @@ impl<B: Backend> MindRunner<B> {
         Ok(step)
     }
 
+    /// The record held and not yet committed, to change what it lists before it is.
+    pub(super) fn held_record_mut(&mut self) -> Option<&mut TurnRecord> {
+        self.uncommitted
+            .as_mut()
+            .filter(|u| !u.committed)
+            .map(|u| &mut u.record)
+    }
+
+    /// A held record's last commit, under the lease still held, before a clean shutdown lets
+    /// it go: what the store still refuses is abandoned, loudly, and the next holder asks the
+    /// provider again.
+    pub(super) async fn settle_before_release(&mut self) {
+        let Some(token) = self.lease.as_ref().map(|l| l.token) else {
+            return;
+        };
+        let Some(held) = self.uncommitted.as_ref() else {
+            return;
+        };
+        let (turn_key, same_lease) = (held.turn_key().to_string(), held.token == token);
+        match self.settle_held(token).await {
+            // Answered under another lease: `settle_held` gave it up, and said so.
+            Ok(_) if !same_lease => {}
+            Ok(_) => tracing::info!(
+                mind = %self.mind.id,
+                %turn_key,
+                "a held answer was committed before the lease was released"
+            ),
+            Err(e) => {
+                if let Some(u) = self.uncommitted.take() {
+                    let why = format!(
+                        "the store refused it at shutdown, before the lease was released: {e}"
+                    );
+                    self.abandon(u, &why);
+                }
+            }
+        }
+    }
+
     /// Commits `u` and does what followed it; on failure `u` is held for the next step (or
     /// abandoned, when no retry can commit it) and the error is the step's.
     pub(super) async fn settle(&mut self, u: Uncommitted) -> Result<Option<Step>, RuntimeError> {
@@ -182,7 +277,7 @@ impl<B: Backend> MindRunner<B> {
                 // What followed may have held a record of its own (a tool loop's run end): that
                 // one goes first, and this one, committed already, has nothing left to hold.
                 if self.uncommitted.is_none() {
-                    self.hold(u, &e);
+                    return Err(self.hold(u, e));
                 }
                 Err(e)
             }
@@ -198,6 +293,15 @@ impl<B: Backend> MindRunner<B> {
         if u.committed {
             return Ok(u);
         }
+        if let Some(tail) = u.tail.take() {
+            match self.self_tail(tail.segment).await {
+                Ok(read) => u.fill_memory(tail.memory(read)),
+                Err(e) => {
+                    u.tail = Some(tail);
+                    return Err(self.hold(u, e));
+                }
+            }
+        }
         match self
             .host
             .store
@@ -206,34 +310,39 @@ impl<B: Backend> MindRunner<B> {
         {
             Ok(receipt) => u.acked = Some(receipt.ack_position),
             Err(StoreError::TurnAlreadyRecorded { .. }) => {}
-            Err(e) => {
-                let e = RuntimeError::Store(e);
-                self.hold(u, &e);
-                return Err(e);
-            }
+            Err(e) => return Err(self.hold(u, RuntimeError::Store(e))),
         }
         u.committed = true;
         Ok(u)
     }
 
     /// Keeps `u` for the next step when the failure may pass (the store is busy or unreachable),
-    /// else abandons it.
-    fn hold(&mut self, u: Uncommitted, error: &RuntimeError) {
-        let passes = matches!(error, RuntimeError::Store(e) if e.is_retryable());
-        if !passes {
-            self.abandon(u, &error.to_string());
-            return;
-        }
+    /// else abandons it. Returns the step's error: [`RuntimeError::Held`] when an answer is held
+    /// uncommitted, so status and the log say so.
+    fn hold(&mut self, u: Uncommitted, error: RuntimeError) -> RuntimeError {
+        let store = match error {
+            RuntimeError::Store(e) | RuntimeError::Held(e) if e.is_retryable() => e,
+            error => {
+                self.abandon(u, &error.to_string());
+                return error;
+            }
+        };
         tracing::warn!(
             mind = %self.mind.id,
             role = u.role.as_str(),
-            turn_key = u.record.turn_key.as_deref().unwrap_or_default(),
+            turn_key = u.turn_key(),
             rows = u.record.ledger.len(),
             committed = u.committed,
-            %error,
+            error = %store,
             "an answer is held uncommitted; it is committed first at the next step"
         );
+        let committed = u.committed;
         self.uncommitted = Some(u);
+        if committed {
+            RuntimeError::Store(store)
+        } else {
+            RuntimeError::Held(store)
+        }
     }
 
     /// Gives `u` up (see the module docs): said loudly, and the role's accounting and session
@@ -242,7 +351,7 @@ impl<B: Backend> MindRunner<B> {
         tracing::error!(
             mind = %self.mind.id,
             role = u.role.as_str(),
-            turn_key = u.record.turn_key.as_deref().unwrap_or_default(),
+            turn_key = u.turn_key(),
             rows = u.record.ledger.len(),
             committed = u.committed,
             "an answer was abandoned uncommitted: {why}"
@@ -328,13 +437,21 @@ impl<B: Backend> MindRunner<B> {
     /// A tool loop whose request was committed on a later step: the run ends there.
     fn tool_run_cut_short(&mut self, req: &ToolRequest, at_ms: i64) -> Driven {
         let stop = format!(
-            "the store failed to record its request {} and the run could not go on from a later step",
+            "the store failed to record its request {}; the request and its answer were saved \
+             at a later step, but the run could not go on from there (its tool results were \
+             never sent)",
             req.at.request
         );
         let at = Stopped {
             at: at_ms,
             ..req.at
         };
-        self.stop_run(&req.brief, req.outcome.clone(), at, stop)
+        self.stop_run(
+            &req.brief,
+            req.outcome.clone(),
+            at,
+            StopCause::StoreFailed,
+            stop,
+        )
     }
 }

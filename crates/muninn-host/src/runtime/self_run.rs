@@ -3,10 +3,10 @@
 //! then report back to the Persona.
 
 use super::accounting::Asked;
-use super::pending::{SelfRun, Then, Uncommitted};
+use super::pending::{SelfRun, TailMemory, Then, Uncommitted};
 use super::persona::{Plan, outcome_text};
 use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
-use super::tool_loop::Driven;
+use super::tool_loop::{Driven, StopCause};
 use super::{MindRunner, RuntimeError, SELF_ROOM, Step};
 use muninn_backend::{Backend, BackendError, FlushProtocol, FlushStage, RunOutcome, TurnInput};
 use muninn_core::decide::Event;
@@ -145,7 +145,7 @@ impl<B: Backend> MindRunner<B> {
             }
         };
         let result = match &stopped {
-            Some(why) => format!("stopped: {why}. Last reply: {}", outcome_text(&run.outcome)),
+            Some((_, why)) => format!("stopped: {why}. Last reply: {}", outcome_text(&run.outcome)),
             None => outcome_text(&run.outcome),
         };
         if stopped.is_none()
@@ -153,9 +153,9 @@ impl<B: Backend> MindRunner<B> {
         {
             r.reply(&result);
         }
-        let memory = match (run.flush, &stopped) {
-            (FlushStage::NotNeeded, _) | (_, Some(_)) => None,
-            _ => Some(self.run_memory(segment, &run, &result).await?),
+        let (memory, tail) = match (run.flush, &stopped) {
+            (FlushStage::NotNeeded, _) | (_, Some(_)) => (None, None),
+            _ => run_memory(segment, &run, &result),
         };
         let record = self_record(
             &self.mind.id,
@@ -173,11 +173,11 @@ impl<B: Backend> MindRunner<B> {
         let then = Then::SelfRun(Box::new(SelfRun {
             brief: brief.clone(),
             flush: run.flush,
-            stopped: stopped.is_some(),
+            stopped: stopped.map(|(cause, _)| cause),
             result,
             memory: memory.map(|(memory, _)| memory),
         }));
-        let finish = Uncommitted::new(token, Role::SelfRole, record, now, then);
+        let finish = Uncommitted::new(token, Role::SelfRole, record, now, then).with_tail(tail);
         let step = self.settle(finish).await?;
         Ok(step.unwrap_or(Step::SelfTurn { brief: brief.seq }))
     }
@@ -301,29 +301,6 @@ impl<B: Backend> MindRunner<B> {
         e.into()
     }
 
-    /// The memory a run the flush protocol ended leaves for the next segment: its answer when it
-    /// holds every pinned item, else the segment's tail verbatim. With where it came from.
-    async fn run_memory(
-        &self,
-        segment: i64,
-        run: &RunOutcome,
-        result: &str,
-    ) -> Result<(String, String), RuntimeError> {
-        let stage = flush_stage_name(run.flush);
-        if let Some(memory) = pinned_memory(&run.outcome.text) {
-            return Ok((memory, format!("flush:{stage}")));
-        }
-        let mut tail = self.self_tail(segment).await?;
-        if !tail.is_empty() {
-            tail.push('\n');
-        }
-        tail.push_str(result);
-        Ok((
-            tail,
-            format!("tail (flush:{stage}: the answer missed a pinned item)"),
-        ))
-    }
-
     /// Finishes the brief and posts its result to the Persona as a delivery (the brief's seq
     /// makes it idempotent).
     pub(super) async fn report_back(
@@ -331,16 +308,21 @@ impl<B: Backend> MindRunner<B> {
         token: FencingToken,
         brief: &Brief,
         flush: FlushStage,
-        stopped: bool,
+        stopped: Option<StopCause>,
         result: &str,
         now: i64,
     ) -> Result<(), RuntimeError> {
-        // A run the flush protocol ended has flushed (or failed to); one a cap ended failed.
-        let (status, verb) = match flush {
-            _ if stopped => (BriefStatus::Failed, "was stopped by a cap"),
-            FlushStage::NotNeeded => (BriefStatus::Done, "finished"),
-            FlushStage::Flushed => (BriefStatus::Done, "stopped at the context ceiling"),
-            FlushStage::Interrupted | FlushStage::Terminated => {
+        // A run the flush protocol ended has flushed (or failed to); one a cap or a failed
+        // store ended failed.
+        let (status, verb) = match (stopped, flush) {
+            (Some(StopCause::Cap), _) => (BriefStatus::Failed, "was stopped by a cap"),
+            (Some(StopCause::StoreFailed), _) => (
+                BriefStatus::Failed,
+                "was stopped when the store failed (its last answer is saved)",
+            ),
+            (None, FlushStage::NotNeeded) => (BriefStatus::Done, "finished"),
+            (None, FlushStage::Flushed) => (BriefStatus::Done, "stopped at the context ceiling"),
+            (None, FlushStage::Interrupted | FlushStage::Terminated) => {
                 (BriefStatus::Failed, "was cut off at the context ceiling")
             }
         };
@@ -400,6 +382,7 @@ impl<B: Backend> MindRunner<B> {
             .turn(TurnInput::text(SELF_FLUSH_PROMPT))
             .await;
         let mut failed = None;
+        // `None`: the segment's tail, read when the flush is committed (`pending.rs`).
         let (memory, how, ledger) = match outcome {
             Ok(o) => {
                 let row = self.answered(Role::SelfRole, &o, now, asked);
@@ -408,22 +391,14 @@ impl<B: Backend> MindRunner<B> {
                     r.reply(&outcome_text(&o));
                 }
                 match pinned_memory(&o.text) {
-                    Some(memory) => (memory, "flush", vec![row]),
-                    None => (
-                        self.self_tail(segment).await?,
-                        "tail (the flush missed a pinned item)",
-                        vec![row],
-                    ),
+                    Some(memory) => (Some(memory), "flush", vec![row]),
+                    None => (None, "tail (the flush missed a pinned item)", vec![row]),
                 }
             }
             Err(e) => {
                 self.selfs.collect_events();
                 failed = Some(e);
-                (
-                    self.self_tail(segment).await?,
-                    "tail (the flush failed)",
-                    Vec::new(),
-                )
+                (None, "tail (the flush failed)", Vec::new())
             }
         };
         let record = TurnRecord {
@@ -431,27 +406,34 @@ impl<B: Backend> MindRunner<B> {
                 segment,
                 now,
                 TranscriptKind::MemoryFlush,
-                flush_note(&memory, how, failed.as_ref()),
+                flush_note(memory.as_deref().unwrap_or_default(), how, failed.as_ref()),
             )],
             ledger,
             ..TurnRecord::default()
         };
+        let tail = memory.is_none().then_some(TailMemory {
+            segment,
+            after: None,
+        });
         // An idle flush lets the tail go and leaves its memory for the next brief; one at a
         // task boundary opens the segment from it at once. A failed commit is held and
         // committed first at the next step (`pending.rs`).
         let then = Then::SelfFlush {
-            memory: memory.clone(),
+            memory: memory.unwrap_or_default(),
             idle,
         };
-        let flush = Uncommitted::new(token, Role::SelfRole, record, now, then);
+        let flush = Uncommitted::new(token, Role::SelfRole, record, now, then).with_tail(tail);
         self.settle(flush).await?;
-        if !idle {
-            self.selfs.flushed = None;
-        }
-        Ok((memory, failed))
+        // The memory as committed; one at a task boundary is the new segment's at once.
+        let recorded = if idle {
+            self.selfs.flushed.clone()
+        } else {
+            self.selfs.flushed.take()
+        };
+        Ok((recorded.map(|f| f.memory).unwrap_or_default(), failed))
     }
 
-    async fn self_tail(&self, segment: i64) -> Result<String, RuntimeError> {
+    pub(super) async fn self_tail(&self, segment: i64) -> Result<String, RuntimeError> {
         let tail = self
             .host
             .store
@@ -559,6 +541,27 @@ fn pinned_memory(answer: &str) -> Option<String> {
         .iter()
         .all(|k| parsed.get(k).is_some())
         .then(|| parsed.to_string())
+}
+
+/// The memory a run the flush protocol ended leaves for the next segment: its answer when it
+/// holds every pinned item, else the segment's tail verbatim followed by the result — read when
+/// the run's end is committed (`pending.rs`), so a read that fails holds the answer instead of
+/// losing it. With where it came from.
+fn run_memory(
+    segment: i64,
+    run: &RunOutcome,
+    result: &str,
+) -> (Option<(String, String)>, Option<TailMemory>) {
+    let stage = flush_stage_name(run.flush);
+    if let Some(memory) = pinned_memory(&run.outcome.text) {
+        return (Some((memory, format!("flush:{stage}"))), None);
+    }
+    let from = format!("tail (flush:{stage}: the answer missed a pinned item)");
+    let tail = TailMemory {
+        segment,
+        after: Some(result.to_string()),
+    };
+    (Some((String::new(), from)), Some(tail))
 }
 
 /// The ledger's name of a flush stage.

@@ -46,8 +46,18 @@ pub(super) struct Driven {
     pub(super) run: RunOutcome,
     /// The last request's row, when the run was a tool loop (else the caller writes it).
     pub(super) row: Option<LedgerRow>,
-    /// The cap that ended the run, in words (the last reply is then recorded already).
-    pub(super) stopped: Option<String>,
+    /// What ended the run early, and why in words (the last reply is then recorded already).
+    pub(super) stopped: Option<(StopCause, String)>,
+}
+
+/// What ended a Self run before its answer: the report to the Persona says which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StopCause {
+    /// A cap: the run's requests or budget, the Mind's spend cap, tools called after the flush.
+    Cap,
+    /// The store failed to record a request: it was saved, with its answer, at a later step,
+    /// and the run could not go on from there (`pending.rs`).
+    StoreFailed,
 }
 
 impl Driven {
@@ -182,18 +192,22 @@ impl<B: Backend> MindRunner<B> {
                 .await?;
             match following {
                 Ok(following) => next = following,
-                Err(stop) => return Ok(self.stop_run(brief, outcome, at, stop)),
+                Err(stop) => {
+                    let stopped = self.stop_run(brief, outcome, at, StopCause::Cap, stop);
+                    return Ok(stopped);
+                }
             }
         }
     }
 
-    /// A run a cap ended: said in the log, the session left to be rebuilt (its last calls go
+    /// A run a cap (or a failed store: `cause`) ended: said in the log, the session left to be rebuilt (its last calls go
     /// unanswered, so the provider session cannot take another turn as it stands).
     pub(super) fn stop_run(
         &mut self,
         brief: &Brief,
         outcome: TurnOutcome,
         at: Stopped,
+        cause: StopCause,
         stop: String,
     ) -> Driven {
         tracing::warn!(
@@ -212,7 +226,7 @@ impl<B: Backend> MindRunner<B> {
         Driven {
             run: RunOutcome { outcome, flush },
             row: None,
-            stopped: Some(stop),
+            stopped: Some((cause, stop)),
         }
     }
 
@@ -261,7 +275,16 @@ impl<B: Backend> MindRunner<B> {
             at,
         }));
         let held = Uncommitted::new(token, Role::SelfRole, record, at.at, then);
-        self.commit_or_hold(held).await?;
+        if let Err(e) = self.commit_or_hold(held).await {
+            // The run ends at this request when a later step commits it: its results are never
+            // sent, so the held record lists the reply alone (under the same turn key).
+            if let Some(record) = self.held_record_mut() {
+                record
+                    .transcript
+                    .retain(|item| item.kind != TranscriptKind::ToolResult);
+            }
+            return Err(e);
+        }
         self.render_exchange(outcome, sent);
         Ok(())
     }

@@ -711,7 +711,7 @@ pub fn session_event_name(event: &SessionEvent) -> &'static str {
 
 fn error_cause(error: &RuntimeError) -> &'static str {
     match error {
-        RuntimeError::Store(_) => "store",
+        RuntimeError::Store(_) | RuntimeError::Held(_) => "store",
         RuntimeError::Backend(_) => "backend",
         RuntimeError::Config(_) => "config",
         RuntimeError::PromptTooLarge { .. } => "prompt_too_large",

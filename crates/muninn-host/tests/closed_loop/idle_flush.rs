@@ -14,13 +14,13 @@ use muninn_sim::sim::{Fault, FaultKind};
 use muninn_store::Role;
 
 /// Briefs and deliveries with gaps around the tail's TTL: the Self flushes while idle.
-fn workload() -> Vec<Act> {
+pub(super) fn workload() -> Vec<Act> {
     super::rounds_of_mail_and_briefs(false)
 }
 
 /// Applies `acts` until the wait that reaches `at` (Unix ms), runs that wait up to just before
 /// `at`, and returns its index.
-async fn run_to(h: &mut Harness, acts: &[Act], at: i64) -> usize {
+pub(super) async fn run_to(h: &mut Harness, acts: &[Act], at: i64) -> usize {
     for (i, act) in acts.iter().enumerate() {
         if let Act::Wait { ms } = act
             && h.now() + ms >= at
@@ -34,24 +34,26 @@ async fn run_to(h: &mut Harness, acts: &[Act], at: i64) -> usize {
     panic!("no act reaches {at}");
 }
 
-#[tokio::test]
-async fn a_failed_idle_flush_fails_its_step_loudly_and_the_next_decision_proceeds() {
-    let acts = workload();
-    // Where the workload makes the Self flush while idle (the clock is frozen and the
-    // simulator deterministic: the same run reaches the same point).
+/// When `acts` make the Self flush while idle (the clock is frozen and the simulator
+/// deterministic: the same run reaches the same point).
+pub(super) async fn idle_flush_at(acts: &[Act]) -> i64 {
     let mut h = Harness::new("").await;
-    for act in &acts {
+    for act in acts {
         h.apply(act).await;
     }
     let end = h.now() + 2 * 3_600_000;
     h.run_until(end).await;
     let rows = ledger(&h.w).await;
-    let flush = rows
-        .iter()
+    rows.iter()
         .find(|r| r.role == "self" && r.decision.starts_with("flush"))
         .expect("the workload flushes the Self while idle")
-        .at_ms;
-    drop(h);
+        .at_ms
+}
+
+#[tokio::test]
+async fn a_failed_idle_flush_fails_its_step_loudly_and_the_next_decision_proceeds() {
+    let acts = workload();
+    let flush = idle_flush_at(&acts).await;
 
     // The same run up to that flush, which the provider now refuses (a 400, which no client
     // retries, with a message longer than the transcript keeps).

@@ -1,13 +1,17 @@
 //! Commits the store refuses inside a Self tool loop: the request whose record was refused is
 //! held and committed at the next step, and the run ends there (its state was the failed
 //! step's). The provider is asked once per ledger row — nothing asked again, nothing left out —
-//! and the ledger replays exactly.
+//! and the ledger replays exactly. And a store read that fails between an answer and its
+//! commit (the Self flush's tail, its memory when the answer misses a pinned item): the answer
+//! is held across it as across a refused commit.
 
+use super::idle_flush::{idle_flush_at, run_to, workload};
 use super::{Act, Harness, assert_holds};
 use crate::runtime::ledger;
 use muninn_core::closed_loop::verify;
 use muninn_core::price::PriceTable;
-use muninn_store::BriefStatus;
+use muninn_host::runtime::RuntimeError;
+use muninn_store::{BriefStatus, Role, TranscriptKind};
 
 #[tokio::test]
 async fn a_tool_loop_request_whose_commit_fails_is_recorded_once_and_ends_the_run() {
@@ -55,6 +59,83 @@ async fn a_tool_loop_request_whose_commit_fails_is_recorded_once_and_ends_the_ru
     assert!(
         result.contains("the store failed to record its request 1"),
         "{result}"
+    );
+    // The Persona is told the store stopped it, not a cap.
+    let store = &h.w.host.store;
+    let told = store.pending_deliveries("vala", 0, 50).await.unwrap();
+    let told = told
+        .iter()
+        .find(|d| d.room == "self")
+        .expect("never reported");
+    assert!(
+        told.text
+            .starts_with("Self run 1 was stopped when the store failed"),
+        "{}",
+        told.text
+    );
+    // The request's tool results were never sent (the run ended there): none is recorded.
+    let transcript = store
+        .transcript_tail("vala", Role::SelfRole, 50)
+        .await
+        .unwrap();
+    let kinds: Vec<_> = transcript.iter().map(|i| i.kind.clone()).collect();
+    assert!(kinds.contains(&TranscriptKind::ToolUse), "{kinds:?}");
+    assert!(!kinds.contains(&TranscriptKind::ToolResult), "{kinds:?}");
+    let report = verify(&rows, &PriceTable::embedded(), &Default::default());
+    assert_holds(&report, &rows);
+}
+
+/// The Messages requests the simulator answered.
+fn answered(h: &Harness) -> usize {
+    h.w.sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/messages") && r.status == 200)
+        .count()
+}
+
+#[tokio::test]
+async fn a_flush_whose_tail_read_fails_is_held_and_committed_once() {
+    let acts = workload();
+    let flush = idle_flush_at(&acts).await;
+    // The same run up to that flush, whose answer (text, not the pinned JSON: the memory is the
+    // segment's tail) is followed by a tail read the store refuses.
+    let mut h = Harness::new("").await;
+    let i = run_to(&mut h, &acts, flush).await;
+    h.w.sim.advance_clock(flush - h.now());
+    h.faults.fail_reads(1);
+    let before = answered(&h);
+    let step = h.runner.as_mut().unwrap().step().await;
+    assert!(matches!(step, Err(RuntimeError::Held(_))), "{step:?}");
+    assert_eq!(answered(&h), before + 1, "the flush was not asked");
+    for act in &acts[i..] {
+        h.apply(act).await;
+    }
+    let end = h.now() + 2 * 3_600_000;
+    h.run_until(end).await;
+    let rows = ledger(&h.w).await;
+    // The flush's answer was committed (at its own time), once; nothing asked went unrecorded.
+    let flushes: Vec<_> = rows
+        .iter()
+        .filter(|r| r.role == "self" && r.at_ms == flush)
+        .collect();
+    assert_eq!(flushes.len(), 1, "{rows:#?}");
+    assert!(flushes[0].decision.starts_with("flush"), "{rows:#?}");
+    assert_eq!(answered(&h), rows.len(), "{rows:#?}");
+    let memory =
+        h.w.host
+            .store
+            .transcript_tail("vala", Role::SelfRole, 50)
+            .await
+            .unwrap();
+    let memory = memory
+        .iter()
+        .find(|i| i.kind == TranscriptKind::MemoryFlush)
+        .expect("the flush's memory was not recorded");
+    assert_eq!(memory.body["from"], "tail (the flush missed a pinned item)");
+    assert!(
+        !memory.body["memory"].as_str().unwrap().is_empty(),
+        "{memory:?}"
     );
     let report = verify(&rows, &PriceTable::embedded(), &Default::default());
     assert_holds(&report, &rows);
