@@ -268,7 +268,8 @@ fn io_error(path: &Path, source: io::Error) -> ImportError {
 }
 
 /// The format to read a file in: the one forced if the file's first lines look like it, else the
-/// one detected. `None` skips the file, with a warning unless it is blank.
+/// one detected. `None` skips the file, with a warning unless it is blank to its end (a file
+/// whose blank lines outlast detection's bound may hold good lines after them: it is warned of).
 fn chosen_format(
     reader: &mut BufReader<File>,
     force: Option<InputFormat>,
@@ -290,7 +291,7 @@ fn chosen_format(
         }
         (None, Some(found)) => Some(found),
         (None, None) => {
-            if sniffed.non_blank > 0 {
+            if sniffed.non_blank > 0 || sniffed.cut_short {
                 let judged_on = sniffed.judged_on();
                 diag.warn(
                     0,

@@ -584,3 +584,27 @@ fn an_import_of_only_unreadable_files_fails_naming_one() {
         )
     );
 }
+
+/// A file that opens with more blank lines than detection reads, then good lines: detection
+/// stopped at its bound having seen no non-blank line, and the file was taken for an empty one
+/// and skipped without a word (its requests lost silently). It is skipped with a warning that
+/// names the bound, as a file of malformed lines is.
+#[test]
+fn a_file_opening_with_blank_lines_past_the_bound_is_skipped_and_says_so() {
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    let text = "\n".repeat(1_000) + &claude_response(1, 1, fine) + "\n";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    std::fs::write(&path, text).unwrap();
+    std::fs::write(dir.path().join("t.jsonl"), claude_response(2, 2, fine)).unwrap();
+    let got = import(&[dir.path().to_path_buf()]);
+    assert_eq!((got.stats.requests, got.stats.files_skipped), (1, 1));
+    let warned: Vec<(&Path, u64, &str)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.path.as_path(), w.line, w.message.as_str()))
+        .collect();
+    let message = "no recognised format in the first 1000 lines, where detection stops \
+                   (all blank), file skipped";
+    assert_eq!(warned, vec![(path.as_path(), 0, message)]);
+}
