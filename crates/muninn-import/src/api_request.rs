@@ -354,3 +354,6 @@ impl<'de> Visitor<'de> for MessageVisitor {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
