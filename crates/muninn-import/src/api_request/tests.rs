@@ -5,6 +5,7 @@
 //! user id and shape, fingerprints byte for byte.
 
 use super::*;
+use muninn_core::cache::hash_bytes;
 use proptest::prelude::*;
 
 /// The decoder before streaming (81c8edc's `api_log::shape`), unchanged but for names.
