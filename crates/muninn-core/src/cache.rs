@@ -83,12 +83,47 @@ pub type Fingerprint = u64;
 /// A 64-bit hash of bytes: FNV-1a, then a SplitMix64 finaliser so that the low bits are well mixed
 /// (the cache's hash map uses the fingerprint itself as the hash). Stable across runs and machines.
 pub fn hash_bytes(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    let mut hasher = BytesHasher::default();
+    hasher.update(bytes);
+    hasher.finish()
+}
+
+/// [`hash_bytes`] of bytes given a piece at a time: the hash of their concatenation, so that a
+/// caller need not hold them all at once (the importer hashes a message's canonical JSON as it
+/// writes it, however large).
+#[derive(Debug, Clone, Copy)]
+pub struct BytesHasher(u64);
+
+impl Default for BytesHasher {
+    fn default() -> BytesHasher {
+        BytesHasher(0xcbf2_9ce4_8422_2325)
     }
-    mix(h)
+}
+
+impl BytesHasher {
+    /// Adds `bytes` to what was given so far.
+    pub fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= b as u64;
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    /// The [`hash_bytes`] of all that was given.
+    pub fn finish(self) -> u64 {
+        mix(self.0)
+    }
+}
+
+impl std::io::Write for BytesHasher {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The fingerprint of a prefix extended by one block whose content hashes to `block`.

@@ -27,6 +27,7 @@ use crate::money::{MicroUsd, Tokens};
 use crate::price::ModelPrice;
 use crate::trace::Usage;
 use serde_json::Value;
+use std::fmt;
 
 /// What a cleared tool result says instead (the provider's placeholder; the Anthropic backend
 /// and the simulator write the same).
@@ -56,43 +57,53 @@ pub fn cleared_from(content_tokens: Tokens) -> Tokens {
     content_tokens.saturating_sub(*PLACEHOLDER)
 }
 
-/// The tokens of `v`'s canonical JSON.
+/// The tokens of `v`'s canonical JSON, counted as it is written: no copy of it is made (a
+/// tool's output of tens of megabytes was written out whole, twice over, to be counted).
 pub fn canonical_tokens(v: &Value) -> Tokens {
-    let mut out = String::new();
-    canonical(v, &mut out);
-    crate::tokenize::count(&out)
+    let mut counter = crate::tokenize::Counter::default();
+    write_canonical(v, &mut counter);
+    counter.total()
 }
 
 /// Appends the canonical JSON of `v` (keys sorted at every level, no whitespace, strings
 /// escaped as `serde_json` writes them) to `out`: the text the cache model fingerprints a
 /// block by (`muninn_anthropic::prompt` re-exports it) and counts tokens on.
 pub fn canonical(v: &Value, out: &mut String) {
+    write_canonical(v, out);
+}
+
+/// [`canonical`] to any text sink. Neither sink used here fails, so the write results carry
+/// nothing.
+fn write_canonical(v: &Value, out: &mut impl fmt::Write) {
     match v {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort();
-            out.push('{');
+            let _ = out.write_char('{');
             for (i, k) in keys.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    let _ = out.write_char(',');
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                canonical(&map[k], out);
+                let _ = out.write_str(&Value::String(k.clone()).to_string());
+                let _ = out.write_char(':');
+                write_canonical(&map[k], out);
             }
-            out.push('}');
+            let _ = out.write_char('}');
         }
         Value::Array(items) => {
-            out.push('[');
+            let _ = out.write_char('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    let _ = out.write_char(',');
                 }
-                canonical(item, out);
+                write_canonical(item, out);
             }
-            out.push(']');
+            let _ = out.write_char(']');
         }
-        other => out.push_str(&other.to_string()),
+        // `Value`'s `Display` writes its JSON a piece at a time: a long string is not copied.
+        other => {
+            let _ = write!(out, "{other}");
+        }
     }
 }
 
@@ -395,4 +406,21 @@ pub(crate) fn kept_before(
     let arriving = (arriving_uses > 0).then_some(arriving_uses);
     let kept = kept_newest(arriving.into_iter().chain(earlier_newest_first), keep);
     kept.saturating_sub(usize::from(arriving.is_some()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counting the canonical JSON as it is written counts what writing it out would: nested
+    /// keys out of order, escapes, numbers, a long string.
+    #[test]
+    fn canonical_tokens_count_the_canonical_text() {
+        let long = "line\twith a tab and ünïcode\n".repeat(1_000);
+        let v = serde_json::json!({"z": [1, 2.5, null, true, {"b": "x\"y", "a": long}], "a": "hé"});
+        let mut text = String::new();
+        canonical(&v, &mut text);
+        assert_eq!(canonical_tokens(&v), crate::tokenize::count(&text));
+        assert!(text.starts_with(r#"{"a":"hé","z":[1,2.5,null,true,{"a":"line\twith"#));
+    }
 }

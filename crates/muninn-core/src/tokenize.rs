@@ -17,20 +17,48 @@ use crate::money::Tokens;
 
 /// Tokens in `text` under the rules in the module documentation.
 pub fn count(text: &str) -> Tokens {
-    let mut tokens: Tokens = 0;
-    let mut run: Tokens = 0;
-    for c in text.chars() {
-        if c.is_ascii_alphanumeric() {
-            run += 1;
-            continue;
-        }
-        tokens += run.div_ceil(4);
-        run = 0;
-        if !c.is_whitespace() {
-            tokens += 1;
+    let mut counter = Counter::default();
+    counter.add(text);
+    counter.total()
+}
+
+/// [`count`] of a text given a piece at a time (a run of letters and digits may span pieces):
+/// the count of the pieces joined, without joining them (`mask::canonical_tokens` counts a
+/// block's canonical JSON as it is written, however large the block).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counter {
+    tokens: Tokens,
+    /// Letters and digits since the last other character.
+    run: Tokens,
+}
+
+impl Counter {
+    /// Counts `text` after what was given so far.
+    pub fn add(&mut self, text: &str) {
+        for c in text.chars() {
+            if c.is_ascii_alphanumeric() {
+                self.run += 1;
+                continue;
+            }
+            self.tokens += self.run.div_ceil(4);
+            self.run = 0;
+            if !c.is_whitespace() {
+                self.tokens += 1;
+            }
         }
     }
-    tokens + run.div_ceil(4)
+
+    /// The tokens of all that was given.
+    pub fn total(&self) -> Tokens {
+        self.tokens + self.run.div_ceil(4)
+    }
+}
+
+impl std::fmt::Write for Counter {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        self.add(text);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -54,5 +82,22 @@ mod tests {
         let a = "the quick brown fox";
         let b = "jumps over the lazy dog";
         assert_eq!(count(&format!("{a} {b}")), count(a) + count(b));
+    }
+
+    proptest::proptest! {
+        /// A text given in pieces, cut anywhere (inside a run of letters too), counts as the
+        /// text whole.
+        #[test]
+        fn a_counter_fed_in_pieces_counts_the_whole(text in "[a-z0-9 é{}\\\",:]{0,40}", cuts in proptest::collection::vec(0usize..41, 0..4)) {
+            let mut bounds: Vec<usize> = cuts.into_iter().filter(|&i| text.is_char_boundary(i.min(text.len()))).map(|i| i.min(text.len())).collect();
+            bounds.sort_unstable();
+            let mut counter = super::Counter::default();
+            let mut from = 0;
+            for to in bounds.into_iter().chain([text.len()]) {
+                counter.add(&text[from..to]);
+                from = to;
+            }
+            proptest::prop_assert_eq!(counter.total(), count(&text));
+        }
     }
 }

@@ -6,19 +6,21 @@
 //! keys in sorted order (the canonical form `serde_json::Value` writes). Decoding the request
 //! into a `Value` tree first and copying its blocks to strip the markers took 10 to 15 times
 //! the line's size in memory (a 57 MB line of short tool results: 868 MB). Here one block at a
-//! time is a `Value`, and one message's (or the head's) canonical bytes are buffered until hashed:
-//! memory is a small multiple of the line, whatever its blocks' sizes.
+//! time is a `Value`, and a message's canonical bytes are hashed as they are written (only the
+//! head's, `tools` and `system`, are buffered, as they may come in either order): memory is a
+//! small multiple of the line, whatever its blocks' sizes.
 //!
 //! The fingerprints are those of the whole-`Value` decoding, byte for byte: a thread's name
 //! (`head-<hash>`) is one.
 
 use crate::json::Str;
-use muninn_core::cache::hash_bytes;
+use muninn_core::cache::BytesHasher;
 use muninn_core::trace::ToolResults;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::fmt;
+use std::io::Write;
 
 /// What the importer takes from a request's body.
 #[derive(Debug)]
@@ -61,8 +63,8 @@ impl<'de> Deserialize<'de> for RequestBody {
 /// of the request's fields.
 #[derive(Debug, Default)]
 struct Parts {
-    tools: Option<Blocks>,
-    system: Option<Blocks>,
+    tools: Option<Blocks<Vec<u8>>>,
+    system: Option<Blocks<Vec<u8>>>,
     messages: Option<Messages>,
 }
 
@@ -91,11 +93,11 @@ impl<'de> Visitor<'de> for RequestVisitor {
                     set_once::<_, A::Error>(&mut metadata, "metadata", map.next_value()?)?;
                 }
                 "tools" => {
-                    let tools = map.next_value_seed(BlocksSeed { arrays_only: true })?;
+                    let tools = map.next_value_seed(BlocksSeed::new(true, Vec::new()))?;
                     set_once::<_, A::Error>(&mut parts.tools, "tools", tools)?;
                 }
                 "system" => {
-                    let system = map.next_value_seed(BlocksSeed { arrays_only: false })?;
+                    let system = map.next_value_seed(BlocksSeed::new(false, Vec::new()))?;
                     set_once::<_, A::Error>(&mut parts.system, "system", system)?;
                 }
                 "messages" => {
@@ -132,17 +134,17 @@ impl Parts {
         );
         let messages = self.messages.unwrap_or_default();
         // `[[tools…],[system…]]`, as the whole-`Value` decoding wrote it.
-        let mut head = Vec::with_capacity(tools.json.len() + system.json.len() + 7);
-        head.extend_from_slice(b"[[");
-        head.extend_from_slice(&tools.json);
-        head.extend_from_slice(b"],[");
-        head.extend_from_slice(&system.json);
-        head.extend_from_slice(b"]]");
+        let mut head = BytesHasher::default();
+        head.update(b"[[");
+        head.update(&tools.out);
+        head.update(b"],[");
+        head.update(&system.out);
+        head.update(b"]]");
         let mut markers = tools.markers;
         markers.extend(system.markers);
         markers.extend(messages.markers);
         Shape {
-            head: hash_bytes(&head),
+            head: head.finish(),
             messages: messages.fingerprints,
             tool_results: messages.tool_results,
             blocks: messages.blocks,
@@ -153,16 +155,26 @@ impl Parts {
 }
 
 /// A field of blocks (`tools`, `system`, a message's `content`), markers removed: their
-/// canonical JSON, comma-separated, and what the counts need.
+/// canonical JSON, comma-separated, written to `out` (a buffer, or a hasher that keeps none of
+/// it), and what the counts need.
 #[derive(Debug, Default)]
-struct Blocks {
-    json: Vec<u8>,
+struct Blocks<W> {
+    out: W,
     count: u32,
     markers: Vec<Option<String>>,
     tool_results: ToolResults,
 }
 
-impl Blocks {
+impl<W: Write> Blocks<W> {
+    fn new(out: W) -> Blocks<W> {
+        Blocks {
+            out,
+            count: 0,
+            markers: Vec::new(),
+            tool_results: ToolResults::default(),
+        }
+    }
+
     /// Adds one block: its marker taken off, counted, and written out canonically.
     fn push(&mut self, mut block: Value) -> serde_json::Result<()> {
         if let Value::Object(map) = &mut block
@@ -176,10 +188,10 @@ impl Blocks {
             self.tool_results = add(self.tool_results, ToolResults { tokens, uses: 1 });
         }
         if self.count > 0 {
-            self.json.push(b',');
+            self.out.write_all(b",").map_err(serde_json::Error::io)?;
         }
         self.count = self.count.saturating_add(1);
-        serde_json::to_writer(&mut self.json, &block)
+        serde_json::to_writer(&mut self.out, &block)
     }
 }
 
@@ -193,23 +205,30 @@ pub(crate) fn add(a: ToolResults, b: ToolResults) -> ToolResults {
 
 /// Decodes a field of blocks: an array is its elements; a plain string is one text block
 /// (`system` and `content` only); null is none; anything else is one block of itself, except
-/// for `tools`, where only an array counts (`arrays_only`).
-struct BlocksSeed {
+/// for `tools`, where only an array counts (`arrays_only`). The blocks' JSON goes to `out`.
+struct BlocksSeed<W> {
     arrays_only: bool,
+    out: W,
 }
 
-impl<'de> DeserializeSeed<'de> for BlocksSeed {
-    type Value = Blocks;
+impl<W> BlocksSeed<W> {
+    fn new(arrays_only: bool, out: W) -> BlocksSeed<W> {
+        BlocksSeed { arrays_only, out }
+    }
+}
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Blocks, D::Error> {
+impl<'de, W: Write> DeserializeSeed<'de> for BlocksSeed<W> {
+    type Value = Blocks<W>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Blocks<W>, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
-impl BlocksSeed {
+impl<W: Write> BlocksSeed<W> {
     /// A field that is one block of itself (or, for `tools`, none).
-    fn single<E: de::Error>(self, block: impl FnOnce() -> Value) -> Result<Blocks, E> {
-        let mut blocks = Blocks::default();
+    fn single<E: de::Error>(self, block: impl FnOnce() -> Value) -> Result<Blocks<W>, E> {
+        let mut blocks = Blocks::new(self.out);
         if !self.arrays_only {
             blocks.push(block()).map_err(E::custom)?;
         }
@@ -217,47 +236,47 @@ impl BlocksSeed {
     }
 }
 
-impl<'de> Visitor<'de> for BlocksSeed {
-    type Value = Blocks;
+impl<'de, W: Write> Visitor<'de> for BlocksSeed<W> {
+    type Value = Blocks<W>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("content blocks")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Blocks, A::Error> {
-        let mut blocks = Blocks::default();
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Blocks<W>, A::Error> {
+        let mut blocks = Blocks::new(self.out);
         while let Some(block) = seq.next_element::<Value>()? {
             blocks.push(block).map_err(de::Error::custom)?;
         }
         Ok(blocks)
     }
 
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<Blocks, E> {
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Blocks<W>, E> {
         self.single(|| serde_json::json!({"type": "text", "text": text}))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Blocks, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Blocks<W>, A::Error> {
         let value = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
         self.single(|| value)
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<Blocks, E> {
-        Ok(Blocks::default())
+    fn visit_unit<E: de::Error>(self) -> Result<Blocks<W>, E> {
+        Ok(Blocks::new(self.out))
     }
 
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Blocks, E> {
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Blocks<W>, E> {
         self.single(|| Value::Bool(v))
     }
 
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Blocks, E> {
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Blocks<W>, E> {
         self.single(|| Value::from(v))
     }
 
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Blocks, E> {
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Blocks<W>, E> {
         self.single(|| Value::from(v))
     }
 
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Blocks, E> {
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Blocks<W>, E> {
         self.single(|| Value::from(v))
     }
 }
@@ -293,16 +312,15 @@ impl<'de> Visitor<'de> for MessagesSeed {
         let mut messages = Messages::default();
         while let Some(message) = seq.next_element::<Message>()? {
             let Message { role, content } = message;
-            let content = content.unwrap_or_default();
+            let content = content.unwrap_or_else(|| Blocks::new(content_hasher()));
             let role = role.unwrap_or_default();
-            // `{"content":[…],"role":…}`: the whole-`Value` decoding's message, keys sorted.
-            let mut json = Vec::with_capacity(content.json.len() + role.len() + 24);
-            json.extend_from_slice(b"{\"content\":[");
-            json.extend_from_slice(&content.json);
-            json.extend_from_slice(b"],\"role\":");
+            // `{"content":[…],"role":…}`: the whole-`Value` decoding's message, keys sorted;
+            // the content was hashed as it was written, the role (known last) ends it.
+            let mut json = content.out;
+            json.update(b"],\"role\":");
             serde_json::to_writer(&mut json, &role).map_err(de::Error::custom)?;
-            json.push(b'}');
-            messages.fingerprints.push(hash_bytes(&json));
+            json.update(b"}");
+            messages.fingerprints.push(json.finish());
             messages.blocks = messages.blocks.saturating_add(content.count);
             messages.boundary = role == "user" && content.tool_results.uses == 0;
             messages.tool_results.push(content.tool_results);
@@ -315,7 +333,14 @@ impl<'de> Visitor<'de> for MessagesSeed {
 /// One message: its role and its content's blocks.
 struct Message {
     role: Option<String>,
-    content: Option<Blocks>,
+    content: Option<Blocks<BytesHasher>>,
+}
+
+/// A hasher of a message's canonical JSON, given its opening: `content` is its first key.
+fn content_hasher() -> BytesHasher {
+    let mut hasher = BytesHasher::default();
+    hasher.update(b"{\"content\":[");
+    hasher
 }
 
 impl<'de> Deserialize<'de> for Message {
@@ -335,12 +360,12 @@ impl<'de> Visitor<'de> for MessageVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Message, A::Error> {
         let mut role: Option<Option<String>> = None;
-        let mut content: Option<Blocks> = None;
+        let mut content: Option<Blocks<BytesHasher>> = None;
         while let Some(key) = map.next_key::<Str<'de>>()? {
             match key.as_str() {
                 "role" => set_once::<_, A::Error>(&mut role, "role", map.next_value()?)?,
                 "content" => {
-                    let blocks = map.next_value_seed(BlocksSeed { arrays_only: false })?;
+                    let blocks = map.next_value_seed(BlocksSeed::new(false, content_hasher()))?;
                     set_once::<_, A::Error>(&mut content, "content", blocks)?;
                 }
                 _ => {
@@ -354,3 +379,6 @@ impl<'de> Visitor<'de> for MessageVisitor {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

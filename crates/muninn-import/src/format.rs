@@ -115,14 +115,17 @@ impl Sniffed {
             format!("the first {SNIFF_LINES} lines that parse as JSON")
         } else if self.cut_short {
             format!("the first {SNIFF_MAX_LINES} lines, where detection stops")
+        } else if self.non_blank == 0 {
+            return "its lines, all blank".to_owned();
         } else if self.non_blank == 1 {
             "its one non-blank line".to_owned()
         } else {
             format!("any of its {} non-blank lines", self.non_blank)
         };
-        match self.malformed {
-            0 => bound,
-            n => format!("{bound} ({n} malformed passed over)"),
+        match (self.non_blank, self.malformed) {
+            (0, _) => format!("{bound} (all blank)"),
+            (_, 0) => bound,
+            (_, n) => format!("{bound} ({n} malformed passed over)"),
         }
     }
 }

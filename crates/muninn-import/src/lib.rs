@@ -268,7 +268,8 @@ fn io_error(path: &Path, source: io::Error) -> ImportError {
 }
 
 /// The format to read a file in: the one forced if the file's first lines look like it, else the
-/// one detected. `None` skips the file, with a warning unless it is blank.
+/// one detected. `None` skips the file, with a warning unless it is blank to its end (a file
+/// whose blank lines outlast detection's bound may hold good lines after them: it is warned of).
 fn chosen_format(
     reader: &mut BufReader<File>,
     force: Option<InputFormat>,
@@ -290,7 +291,7 @@ fn chosen_format(
         }
         (None, Some(found)) => Some(found),
         (None, None) => {
-            if sniffed.non_blank > 0 {
+            if sniffed.non_blank > 0 || sniffed.cut_short {
                 let judged_on = sniffed.judged_on();
                 diag.warn(
                     0,
@@ -350,6 +351,11 @@ fn collect_files(
         return;
     }
     if !meta.is_dir() {
+        // A pipe, socket or device given by name (`<(zcat …)` gives a pipe) is not opened:
+        // opening a pipe with no writer blocks, and detection must rewind what it reads.
+        if top {
+            importer.unreadable(path, not_a_file());
+        }
         return;
     }
     let entries = match std::fs::read_dir(path) {
@@ -375,13 +381,40 @@ fn collect_files(
                 Ok(meta) => collect_files((&child, meta), false, out, importer),
                 Err(source) => importer.unreadable(&child, FileError::whole(source)),
             }
-        } else if (kind.is_file() || kind.is_symlink()) && walked_extension(&child) {
-            // Followed, so a link to a file counts as the file (and a dangling one is passed over).
-            if let Some(meta) = std::fs::metadata(&child).ok().filter(|m| m.is_file()) {
-                out.push((child, meta.len()));
-            }
+        } else if walked_extension(&child) {
+            walked_file(child, kind, out, importer);
         }
     }
+}
+
+/// Adds a walked entry named like a transcript to `out` if it is a file (or a link to one: a
+/// dangling link is passed over, the file it named is gone). One that cannot be looked up (a
+/// link that loops) or is not a file (a pipe, which is never opened) is named in a warning.
+fn walked_file(
+    child: PathBuf,
+    kind: std::fs::FileType,
+    out: &mut Vec<(PathBuf, u64)>,
+    importer: &mut Importer<'_>,
+) {
+    if !kind.is_file() && !kind.is_symlink() {
+        return importer.unreadable(&child, not_a_file());
+    }
+    match std::fs::metadata(&child) {
+        Ok(meta) if meta.is_file() => out.push((child, meta.len())),
+        // A link to a folder: links are not followed into folders (see `collect_files`).
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => importer.unreadable(&child, not_a_file()),
+        Err(dangling) if dangling.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => importer.unreadable(&child, FileError::whole(source)),
+    }
+}
+
+/// Why a path that is neither a file nor a folder is not read.
+fn not_a_file() -> FileError {
+    FileError::whole(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "not a file nor a folder (a pipe, socket or device)",
+    ))
 }
 
 /// Whether `path` is a file of a `subagents` folder (Claude Code's

@@ -584,3 +584,106 @@ fn an_import_of_only_unreadable_files_fails_naming_one() {
         )
     );
 }
+
+/// A file that opens with more blank lines than detection reads, then good lines: detection
+/// stopped at its bound having seen no non-blank line, and the file was taken for an empty one
+/// and skipped without a word (its requests lost silently). It is skipped with a warning that
+/// names the bound, as a file of malformed lines is.
+#[test]
+fn a_file_opening_with_blank_lines_past_the_bound_is_skipped_and_says_so() {
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    let text = "\n".repeat(1_000) + &claude_response(1, 1, fine) + "\n";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    std::fs::write(&path, text).unwrap();
+    std::fs::write(dir.path().join("t.jsonl"), claude_response(2, 2, fine)).unwrap();
+    let got = import(&[dir.path().to_path_buf()]);
+    assert_eq!((got.stats.requests, got.stats.files_skipped), (1, 1));
+    let warned: Vec<(&Path, u64, &str)> = got
+        .warnings
+        .iter()
+        .map(|w| (w.path.as_path(), w.line, w.message.as_str()))
+        .collect();
+    let message = "no recognised format in the first 1000 lines, where detection stops \
+                   (all blank), file skipped";
+    assert_eq!(warned, vec![(path.as_path(), 0, message)]);
+}
+
+/// The warnings of an import: (file name, line, message).
+fn warned(got: &Import) -> Vec<(String, u64, String)> {
+    got.warnings
+        .iter()
+        .map(|w| {
+            let name = w.path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, w.line, w.message.clone())
+        })
+        .collect()
+}
+
+/// A `.jsonl` link in a folder that goes round a loop (it names itself) cannot be read: it was
+/// passed over without a word, as a dangling link is. It is named with the cause and counted;
+/// a dangling link is still passed over (the file it named is gone, nothing is lost).
+#[test]
+fn a_link_loop_in_a_folder_is_named_as_unreadable() {
+    let dir = tempfile::tempdir().unwrap();
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    std::fs::write(dir.path().join("a.jsonl"), claude_response(1, 1, fine)).unwrap();
+    let looped = dir.path().join("loop.jsonl");
+    std::os::unix::fs::symlink(&looped, &looped).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("dangling.jsonl")).unwrap();
+    let got = import(&[dir.path().to_path_buf()]);
+    assert_eq!((got.stats.requests, got.stats.files_unreadable), (1, 1));
+    let cause = std::io::Error::from_raw_os_error(40); // ELOOP
+    let message = format!("could not be read, skipped: {cause}");
+    assert_eq!(warned(&got), vec![("loop.jsonl".into(), 0, message)]);
+}
+
+/// A named pipe, in a folder (named like a transcript) or given by name (as `<(zcat …)` gives
+/// one): the import must not open it (opening a pipe with no writer blocks for ever) and must
+/// not pass over it without a word. The one given by name was ignored silently; each is now
+/// named as a file that cannot be read.
+#[test]
+fn a_named_pipe_is_not_opened_and_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    std::fs::write(dir.path().join("a.jsonl"), claude_response(1, 1, fine)).unwrap();
+    let (walked, given) = (dir.path().join("p.jsonl"), dir.path().join("given"));
+    for pipe in [&walked, &given] {
+        let made = std::process::Command::new("mkfifo").arg(pipe).status();
+        assert!(made.unwrap().success());
+    }
+    let got = import(&[dir.path().to_path_buf(), given]);
+    assert_eq!((got.stats.requests, got.stats.files_unreadable), (1, 2));
+    let message = "could not be read, skipped: not a file nor a folder (a pipe, socket or device)";
+    assert_eq!(
+        warned(&got),
+        vec![
+            ("p.jsonl".into(), 0, message.to_owned()),
+            ("given".into(), 0, message.to_owned())
+        ]
+    );
+}
+
+/// A file that vanishes between the listing and its reading (Claude Code removes old sessions
+/// as it runs): it is named with the cause and counted, and the rest is imported.
+#[test]
+fn a_file_removed_after_the_listing_is_named_as_unreadable() {
+    let dir = tempfile::tempdir().unwrap();
+    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    std::fs::write(dir.path().join("a.jsonl"), claude_response(1, 1, fine)).unwrap();
+    let removed = dir.path().join("b.jsonl");
+    std::fs::write(&removed, claude_response(2, 2, fine)).unwrap();
+    // The first progress report comes while `a.jsonl` is read, after the listing.
+    let got = import_paths(
+        &[dir.path().to_path_buf()],
+        &ImportOptions::default(),
+        &mut |_, _| {
+            let _ = std::fs::remove_file(&removed);
+        },
+    )
+    .unwrap();
+    assert_eq!((got.stats.requests, got.stats.files_unreadable), (1, 1));
+    let cause = std::io::Error::from_raw_os_error(2); // ENOENT
+    let message = format!("could not be read, skipped: {cause}");
+    assert_eq!(warned(&got), vec![("b.jsonl".into(), 0, message)]);
+}
