@@ -500,14 +500,18 @@ fn a_file_opening_with_torn_lines_is_still_recognised() {
 /// and the warning names the bound, so the reader knows why a good line after it was not read.
 #[test]
 fn detection_gives_up_after_its_bound_and_says_so() {
-    let dir = tempfile::tempdir().unwrap();
+    let opening = vec!["not json"; 1_000].join("\n") + "\n";
+    skipped_past_the_bound(opening, "1000 malformed passed over");
+}
+
+/// A file that opens with `opening` (past detection's bound), then a good line, beside a good
+/// file: the good file is imported, this one skipped with a warning naming the bound and `why`.
+fn skipped_past_the_bound(opening: String, why: &str) {
     let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
+    let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("good.jsonl"), claude_response(1, 1, fine)).unwrap();
-    let mut garbage = vec!["not json"; 1_000].join("\n");
-    garbage.push('\n');
-    garbage.push_str(&claude_response(2, 2, fine));
     let skipped = dir.path().join("skipped.jsonl");
-    std::fs::write(&skipped, garbage).unwrap();
+    std::fs::write(&skipped, opening + &claude_response(2, 2, fine) + "\n").unwrap();
     let got = import(&[dir.path().to_path_buf()]);
     assert_eq!((got.stats.requests, got.stats.files_skipped), (1, 1));
     let warned: Vec<(&Path, u64, &str)> = got
@@ -515,9 +519,10 @@ fn detection_gives_up_after_its_bound_and_says_so() {
         .iter()
         .map(|w| (w.path.as_path(), w.line, w.message.as_str()))
         .collect();
-    let message = "no recognised format in the first 1000 lines, where detection stops \
-                   (1000 malformed passed over), file skipped";
-    assert_eq!(warned, vec![(skipped.as_path(), 0, message)]);
+    let message = format!(
+        "no recognised format in the first 1000 lines, where detection stops ({why}), file skipped"
+    );
+    assert_eq!(warned, vec![(skipped.as_path(), 0, message.as_str())]);
 }
 
 /// A folder holding one file that cannot be read (here a link to `/proc/self/mem`, whose first
@@ -591,22 +596,7 @@ fn an_import_of_only_unreadable_files_fails_naming_one() {
 /// names the bound, as a file of malformed lines is.
 #[test]
 fn a_file_opening_with_blank_lines_past_the_bound_is_skipped_and_says_so() {
-    let fine = r#"{"input_tokens":3,"output_tokens":5}"#;
-    let text = "\n".repeat(1_000) + &claude_response(1, 1, fine) + "\n";
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.jsonl");
-    std::fs::write(&path, text).unwrap();
-    std::fs::write(dir.path().join("t.jsonl"), claude_response(2, 2, fine)).unwrap();
-    let got = import(&[dir.path().to_path_buf()]);
-    assert_eq!((got.stats.requests, got.stats.files_skipped), (1, 1));
-    let warned: Vec<(&Path, u64, &str)> = got
-        .warnings
-        .iter()
-        .map(|w| (w.path.as_path(), w.line, w.message.as_str()))
-        .collect();
-    let message = "no recognised format in the first 1000 lines, where detection stops \
-                   (all blank), file skipped";
-    assert_eq!(warned, vec![(path.as_path(), 0, message)]);
+    skipped_past_the_bound("\n".repeat(1_000), "all blank");
 }
 
 /// The warnings of an import: (file name, line, message).
