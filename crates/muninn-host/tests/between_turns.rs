@@ -49,14 +49,7 @@ async fn a_refresh_rehydrates_from_memory_written_as_it_happened() {
 #[tokio::test]
 async fn keepalive_pings_before_the_tail_expires_without_touching_the_session() {
     let w = world().await;
-    let mut r = runner(&w, mind("policy = 'keepalive:2'"), "host-a");
-    r.register().await.unwrap();
-    post(&w, "e1", "#swarm", "ari", "hello").await;
-    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
-    let Step::Idle { until_ms: Some(at) } = r.step().await.unwrap() else {
-        panic!("expected a timed idle")
-    };
-    w.sim.advance_clock(at - w.sim.now_ms());
+    let mut r = at_the_first_ping(&w).await;
     assert_eq!(r.step().await.unwrap(), Step::Ping);
     let rows = ledger(&w).await;
     assert_eq!(rows.len(), 2);

@@ -64,6 +64,20 @@ pub(crate) async fn world_on(
     }
 }
 
+/// A registered `keepalive:2` Persona that has answered one delivery and sits, clock advanced,
+/// at its first keep-warm ping's time: the next step is that ping.
+pub(crate) async fn at_the_first_ping(w: &World) -> MindRunner<SimBackend> {
+    let mut r = runner(w, mind("policy = 'keepalive:2'"), "host-a");
+    r.register().await.unwrap();
+    post(w, "e1", "#swarm", "ari", "hello").await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let Step::Idle { until_ms: Some(at) } = r.step().await.unwrap() else {
+        panic!("expected a timed idle")
+    };
+    w.sim.advance_clock(at - w.sim.now_ms());
+    r
+}
+
 pub(crate) fn runner(w: &World, mind: MindConfig, holder: &str) -> MindRunner<SimBackend> {
     let backend = || {
         SimBackend::new(

@@ -6,7 +6,7 @@
 //! and a ping's row was dropped while the accounting counted it.
 
 use crate::closed_loop::assert_holds;
-use crate::runtime::{World, ledger, mind, post, runner, world_on};
+use crate::runtime::{World, at_the_first_ping, ledger, mind, post, runner, world_on};
 use muninn_core::closed_loop::verify;
 use muninn_core::price::PriceTable;
 use muninn_host::runtime::{MindRunner, RuntimeError, Step, run_mind};
@@ -154,14 +154,7 @@ async fn a_self_run_whose_commit_fails_is_finished_and_reported_once() {
 #[tokio::test]
 async fn a_keep_warm_ping_whose_row_fails_to_commit_is_ledgered_and_replays() {
     let (w, faults) = faulty_world().await;
-    let mut r = runner(&w, mind("policy = 'keepalive:2'"), "host-a");
-    r.register().await.unwrap();
-    post(&w, "e1", "#swarm", "ari", "hello").await;
-    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
-    let Step::Idle { until_ms: Some(at) } = r.step().await.unwrap() else {
-        panic!("expected a timed idle")
-    };
-    w.sim.advance_clock(at - w.sim.now_ms());
+    let mut r = at_the_first_ping(&w).await;
     faults.fail_commits(1);
     refused_steps(&mut r, 1).await;
     assert_eq!(r.step().await.unwrap(), Step::Ping);
