@@ -554,3 +554,40 @@ async fn a_retry_after_new_mail_still_sends_the_history_the_refused_attempt_rend
         ["delivery", "attempt_failed", "reply", "delivery", "reply"]
     );
 }
+
+/// A delivery in another conversation that arrives while a failed turn backs off (its wake-up
+/// comes during the retry's wait, which it does not end): once the backoff ends and the retried
+/// turn goes through, it is answered too, with no further mail — the retried turn does not use
+/// up the new wake's turns (`turns_per_wake = 1`). Before, it waited for the next delivery.
+#[tokio::test]
+async fn a_delivery_that_arrives_during_a_backoff_is_answered_when_it_ends() {
+    let w = world().await;
+    w.sim.push_faults([Fault {
+        kind: FaultKind::Unauthorized,
+        times: 1_000,
+    }]);
+    register(&w).await;
+    post(&w, "k1", "#swarm", "ari", "are you there?").await;
+    let (stop, task) = spawn_mind(&w);
+    let backing_off = activity_until(
+        &w,
+        Duration::from_secs(20),
+        |a| matches!(a, Activity::Retrying { attempts, .. } if *attempts >= 2),
+    )
+    .await;
+    assert!(
+        matches!(backing_off, Some(Activity::Retrying { .. })),
+        "{backing_off:?}"
+    );
+    post(&w, "k2", "@ari", "ari", "and in private?").await;
+    w.host.signals.wake_local("vala");
+    w.sim.clear_faults();
+    assert!(
+        acked(&w, 2, Duration::from_secs(20)).await,
+        "the delivery that came during the backoff was never answered"
+    );
+    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(outbox.len(), 2, "{outbox:#?}");
+    stop.send(true).unwrap();
+    task.await.unwrap();
+}

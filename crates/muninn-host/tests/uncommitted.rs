@@ -8,10 +8,13 @@
 use crate::closed_loop::assert_holds;
 use crate::runtime::{World, at_the_first_ping, ledger, mind, post, runner, world_on};
 use muninn_core::closed_loop::verify;
+use muninn_core::money::MicroUsd;
 use muninn_core::price::PriceTable;
 use muninn_host::runtime::{MindRunner, RuntimeError, Step, run_mind};
 use muninn_sim::inprocess::SimBackend;
-use muninn_store::{BriefOrigin, BriefStatus, NewBrief};
+use muninn_store::{
+    BriefOrigin, BriefStatus, MindSettings, NewBrief, Role, StoreError, TranscriptKind,
+};
 use muninn_testkit::FaultyStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -248,4 +251,145 @@ async fn a_held_answer_is_committed_before_a_clean_shutdown_releases_the_lease()
     next.register().await.unwrap();
     assert!(matches!(next.step().await.unwrap(), Step::Idle { .. }));
     assert_eq!(asked(&w), 1, "the next holder asked the provider again");
+}
+
+/// Queues a brief for the Self from the operator.
+async fn enqueue(w: &World, text: &str) {
+    let brief = NewBrief {
+        text: text.into(),
+        origin: BriefOrigin::Operator,
+        created_at_ms: w.sim.now_ms(),
+    };
+    w.host.store.enqueue_brief("vala", &brief).await.unwrap();
+}
+
+/// A Self flush at a task boundary (a brief starts and the decider refreshes) whose commit the
+/// store refuses: the flush is committed first at the next step, and the brief it was taken
+/// for — claimed, never run — is failed as stopped by the store, with the store's error (it
+/// said its host had stopped: a crash, a kill or a lost lease, which never happened). The next
+/// brief starts its segment from that flush's memory.
+#[tokio::test]
+async fn a_boundary_flush_whose_commit_fails_strands_its_brief_as_the_stores_failure() {
+    let (w, faults) = faulty_world().await;
+    let mut r = runner(&w, mind("policy = 'rebuild'\nmin_segment = 1"), "host-a");
+    r.register().await.unwrap();
+    enqueue(&w, "Summarise the ledger of the last week.").await;
+    assert_eq!(r.step().await.unwrap(), Step::SelfTurn { brief: 1 });
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    enqueue(&w, "Now the week before.").await;
+    faults.fail_commits(1);
+    refused_steps(&mut r, 1).await;
+    let self_flushes = |rows: &[muninn_core::ledger::LedgerRow]| {
+        rows.iter()
+            .filter(|r| r.role == "self" && r.decision.starts_with("flush"))
+            .count()
+    };
+    assert_eq!(self_flushes(&ledger(&w).await), 0);
+
+    r.step().await.unwrap();
+    assert_eq!(
+        self_flushes(&ledger(&w).await),
+        1,
+        "the flush was not committed"
+    );
+    let store = &w.host.store;
+    let failed = store
+        .briefs("vala", Some(BriefStatus::Failed), 10)
+        .await
+        .unwrap();
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+    let result = failed[0].result.clone().unwrap_or_default();
+    assert!(
+        result.starts_with("the store failed (store: database unavailable: injected"),
+        "{result}"
+    );
+    assert!(!result.contains("crash"), "{result}");
+
+    // The next brief opens its segment from the flush committed late.
+    enqueue(&w, "And the one before that.").await;
+    for _ in 0..10 {
+        if r.step().await.unwrap() == (Step::SelfTurn { brief: 3 }) {
+            break;
+        }
+    }
+    let segments = store.segments("vala", Role::SelfRole).await.unwrap();
+    let last = segments.last().unwrap();
+    assert_eq!(last.reason, "flushed", "{segments:#?}");
+    let flush = store
+        .transcript_tail("vala", Role::SelfRole, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .rfind(|i| i.kind == TranscriptKind::MemoryFlush)
+        .unwrap();
+    assert_eq!(last.memory.as_deref(), flush.body["memory"].as_str());
+    replays_exactly(&w, &mut r).await;
+}
+
+/// Whether a first Persona turn starts under a spend cap of `cap`, and what its row cost.
+async fn starts_under(cap: i64) -> Option<i64> {
+    let w = world_on("", |store| store).await;
+    let mut r = runner(&w, mind(&format!("spend_cap_micro_usd = {cap}")), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello vala").await;
+    match r.step().await.unwrap() {
+        Step::OverBudget => None,
+        _ => Some(ledger(&w).await[0].cost.0),
+    }
+}
+
+/// Sets the operator's spend cap.
+async fn set_cap(w: &World, cap: i64) {
+    let settings = MindSettings {
+        spend_cap: Some(MicroUsd(cap)),
+        ..MindSettings::default()
+    };
+    let store = &w.host.store;
+    store
+        .put_settings("vala", &settings, w.sim.now_ms())
+        .await
+        .unwrap();
+}
+
+/// An answer abandoned uncommitted (the store refused its commit with an error no retry
+/// changes): the provider billed it, so the spend cap counts it though the ledger has no row
+/// for it (the ledger stays what replay reads). The batch, unacknowledged, is asked again only
+/// once the cap has room for both; before, the cap saw nothing spent and asked again at once.
+#[tokio::test]
+async fn an_answer_abandoned_uncommitted_counts_against_the_spend_cap() {
+    // The least cap a first turn starts under (its worst case), and what the turn costs.
+    let (mut refused, mut worst) = (0i64, 100_000_000i64);
+    let mut cost = starts_under(worst).await.expect("a turn under $100");
+    while worst - refused > 1 {
+        let mid = (refused + worst) / 2;
+        match starts_under(mid).await {
+            Some(c) => (worst, cost) = (mid, c),
+            None => refused = mid,
+        }
+    }
+    assert!(cost > 0);
+
+    let (w, faults) = faulty_world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    set_cap(&w, worst + cost / 2).await;
+    post(&w, "e1", "#swarm", "ari", "hello vala").await;
+    faults.fail_commits_for_good(1);
+    let e = r.step().await.unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::Store(StoreError::Invalid(_))),
+        "{e}"
+    );
+    assert_eq!(asked(&w), 1);
+    assert!(ledger(&w).await.is_empty());
+
+    assert_eq!(r.step().await.unwrap(), Step::OverBudget);
+    assert_eq!(asked(&w), 1, "the cap did not count the abandoned answer");
+
+    // Room for both: the batch is answered again, and that answer is the ledger's row.
+    set_cap(&w, 2 * worst + cost).await;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    assert_eq!(asked(&w), 2);
+    assert_eq!(ledger(&w).await.len(), 1);
 }

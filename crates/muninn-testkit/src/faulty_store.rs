@@ -3,8 +3,10 @@
 //! [`StoreError::Unavailable`] — a full disk, a busy SQLite file, a PostgreSQL server gone — as
 //! a test arms it ([`FaultyStore::fail_commits`]); likewise the next N transcript tail reads
 //! ([`Store::transcript_tail`], [`FaultyStore::fail_reads`]), the read a Self flush makes
-//! between its answer and its commit. Everything else passes through, so a test can fault
-//! exactly the call that follows a backend's answer.
+//! between its answer and its commit. The next N commits can instead be refused for good
+//! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
+//! Everything else passes through, so a test can fault exactly the call that follows a
+//! backend's answer.
 //!
 //! A refused call writes nothing (the store's contract for an `Err`), and every call is counted,
 //! so a test can tell how often the runner tried.
@@ -22,6 +24,8 @@ pub struct FaultyStore {
     inner: Arc<dyn Store>,
     /// Commits still to refuse.
     failing: AtomicU32,
+    /// Commits still to refuse with an error no retry changes.
+    failing_for_good: AtomicU32,
     /// Transcript tail reads still to refuse.
     failing_reads: AtomicU32,
     /// Commits refused so far.
@@ -36,6 +40,7 @@ impl FaultyStore {
         Arc::new(FaultyStore {
             inner,
             failing: AtomicU32::new(0),
+            failing_for_good: AtomicU32::new(0),
             failing_reads: AtomicU32::new(0),
             refused: AtomicU32::new(0),
             committed: AtomicU32::new(0),
@@ -45,6 +50,12 @@ impl FaultyStore {
     /// Refuses the next `n` commits (`record_turn`, `append_ledger`).
     pub fn fail_commits(&self, n: u32) {
         self.failing.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` commits with [`StoreError::Invalid`]: a refusal no retry can
+    /// change, so the runner abandons what it was committing.
+    pub fn fail_commits_for_good(&self, n: u32) {
+        self.failing_for_good.store(n, Ordering::SeqCst);
     }
 
     /// Refuses the next `n` transcript tail reads (`transcript_tail`); they are not counted
@@ -65,6 +76,12 @@ impl FaultyStore {
 
     /// Whether this commit is refused (and counts it either way).
     fn refuse(&self) -> Result<()> {
+        if armed(&self.failing_for_good) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Invalid(
+                "injected: a row the store will never take".into(),
+            ));
+        }
         if armed(&self.failing) {
             self.refused.fetch_add(1, Ordering::SeqCst);
             return Err(injected("database or disk is full"));

@@ -9,6 +9,11 @@
 //! ([`Step::OverBudget`](super::Step::OverBudget)): nothing is recorded, the deliveries stay in the
 //! mailbox, and the turn runs once the window has room (or the operator raises the cap). An invalid
 //! reply's one retry is priced the same way before it is sent.
+//!
+//! The spend in the window is the ledger's, plus the money of answers this runner abandoned
+//! uncommitted ([`Abandoned`]): the provider billed them, but they have no ledger row — the
+//! ledger is what replay reads, and a row there would be a request the host's session no longer
+//! holds.
 
 use super::persona::{Plan, counted};
 use super::{MindRunner, RuntimeError};
@@ -17,6 +22,42 @@ use muninn_core::decide::{Event, SessionView};
 use muninn_core::money::{MicroUsd, Tokens};
 use muninn_core::tokenize::count;
 use muninn_store::{MindSettings, Role};
+
+/// The most abandoned answers a runner remembers (they are rare: each is an error in the log).
+const ABANDONED_KEPT: usize = 1_024;
+
+/// Money this runner spent on answers it abandoned uncommitted (`pending.rs`: after a takeover,
+/// or a refusal no retry can change), when each was answered. Counted against the spend cap
+/// beside the ledger's spend; kept in memory only — a runner that cannot write could not record
+/// it anywhere — so a restart, or the host that took the Mind over, does not see it.
+#[derive(Debug, Default)]
+pub(super) struct Abandoned {
+    spent: std::collections::VecDeque<(i64, MicroUsd)>,
+}
+
+impl Abandoned {
+    /// `cost`, answered at `at_ms`.
+    pub(super) fn add(&mut self, at_ms: i64, cost: MicroUsd) {
+        if cost.0 <= 0 {
+            return;
+        }
+        if self.spent.len() == ABANDONED_KEPT {
+            self.spent.pop_front();
+        }
+        self.spent.push_back((at_ms, cost));
+    }
+
+    /// What was spent in `[from_ms, to_ms)`.
+    fn within(&self, from_ms: i64, to_ms: i64) -> MicroUsd {
+        MicroUsd(
+            self.spent
+                .iter()
+                .filter(|(at, _)| (from_ms..to_ms).contains(at))
+                .map(|(_, cost)| cost.0)
+                .sum(),
+        )
+    }
+}
 
 impl<B: Backend> MindRunner<B> {
     /// The most the request `plan` leads to can cost for `role` at `now` (see the module docs).
@@ -88,16 +129,19 @@ impl<B: Backend> MindRunner<B> {
         let window = settings
             .spend_window_ms
             .unwrap_or(self.mind.spend_window_s as i64 * 1000);
-        let spent = self
+        let ledgered = self
             .host
             .store
             .spend(&self.mind.id, now - window, now + 1)
             .await?;
+        let abandoned = self.abandoned.within(now - window, now + 1);
+        let spent = MicroUsd(ledgered.0.saturating_add(abandoned.0));
         let crosses = spent.0.saturating_add(worst.0) > cap.0;
         if crosses {
             tracing::info!(
                 mind = %self.mind.id,
                 spent = spent.0,
+                abandoned = abandoned.0,
                 worst_case = worst.0,
                 cap = cap.0,
                 "spend cap: the next request could cross it; not starting"

@@ -154,6 +154,7 @@ impl<B: Backend> MindRunner<B> {
             }
             // Whoever held the lease before may have died in the middle of a Self run.
             self.check_stranded = true;
+            self.stranded_by = None;
         }
         self.lease = taken;
         Ok(token)

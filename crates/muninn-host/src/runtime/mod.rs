@@ -198,6 +198,8 @@ pub struct MindRunner<B: Backend> {
     turns_this_wake: u32,
     /// The newest delivery seq seen: a newer one is an arrival, so a new wake.
     newest_seen: i64,
+    /// A wake cut short by a failed step whose turns a later wake still owes (see `work`).
+    wake_owed: bool,
     /// When the current step began (a request's latency is measured from it).
     step_started: tokio::time::Instant,
     /// The session the current step works on, once it is known (a failed step's backend error
@@ -217,6 +219,11 @@ pub struct MindRunner<B: Backend> {
     /// This runner may have abandoned a Self run (it is new, took a new lease, or a step
     /// failed): the next step looks for briefs left `running` (`stranded.rs`).
     check_stranded: bool,
+    /// The failed step that may have left a brief running, when one did (not a new lease):
+    /// what the stranded brief's report says stopped it (`stranded.rs`).
+    stranded_by: Option<stranded::StrandedBy>,
+    /// Money spent on answers abandoned uncommitted, kept for the spend cap (`budget.rs`).
+    abandoned: budget::Abandoned,
 }
 
 impl<B: Backend> std::fmt::Debug for MindRunner<B> {
@@ -279,6 +286,7 @@ impl<B: Backend> MindRunner<B> {
             selfs,
             turns_this_wake: 0,
             newest_seen: 0,
+            wake_owed: false,
             step_started: tokio::time::Instant::now(),
             working: None,
             attempt: None,
@@ -287,6 +295,8 @@ impl<B: Backend> MindRunner<B> {
             wakes,
             held_reads_saved: 0,
             check_stranded: true,
+            stranded_by: None,
+            abandoned: budget::Abandoned::default(),
         })
     }
 
@@ -364,8 +374,9 @@ impl<B: Backend> MindRunner<B> {
         };
         self.adopt_renewed(&keeper);
         // A failed step may have left its brief running.
-        if result.is_err() {
+        if let Err(e) = &result {
             self.check_stranded = true;
+            self.stranded_by = Some(stranded::StrandedBy::of(e));
         }
         // Only a streak of Persona turns keeps what it read (`held.rs`).
         match &result {
@@ -397,21 +408,33 @@ impl<B: Backend> MindRunner<B> {
             .store
             .pending_deliveries(&self.mind.id, ack, PENDING_PAGE)
             .await?;
+        // Clamped, not cast: a stored value from before the API bounded it (4294967296 once
+        // wrapped to 0 and stopped the Mind) still means "many", never "none".
+        let limit = settings.turn_limit.map_or(self.mind.turns_per_wake, |l| {
+            u32::try_from(l.clamp(1, muninn_api::limits::MAX_TURNS_PER_WAKE)).unwrap_or(1)
+        });
         // A delivery not seen before is a new wake however it arrived: through this host's API
         // (which also wakes this runner) or through another host on the same database, which
         // cannot signal this one.
         if let Some(newest) = pending.last().map(|d| d.seq)
             && newest > self.newest_seen
         {
+            // The wake before this one was cut short (a failed step: its deliveries are still
+            // pending, its turns unspent). Its turns are owed, not merged into this one's: a
+            // delivery that came while a failed turn backed off would otherwise wait for yet
+            // another wake once the retried turn used this one's.
+            let cut_short = pending.first().is_some_and(|d| d.seq <= self.newest_seen)
+                && self.turns_this_wake < limit;
+            self.wake_owed |= cut_short;
             self.newest_seen = newest;
             // A new wake for the turn limit; the settings just read stay good.
             self.turns_this_wake = 0;
         }
-        // Clamped, not cast: a stored value from before the API bounded it (4294967296 once
-        // wrapped to 0 and stopped the Mind) still means "many", never "none".
-        let limit = settings.turn_limit.map_or(self.mind.turns_per_wake, |l| {
-            u32::try_from(l.clamp(1, muninn_api::limits::MAX_TURNS_PER_WAKE)).unwrap_or(1)
-        });
+        if pending.is_empty() {
+            self.wake_owed = false;
+        } else if self.turns_this_wake >= limit && std::mem::take(&mut self.wake_owed) {
+            self.turns_this_wake = 0;
+        }
         let has_work = !pending.is_empty() && self.turns_this_wake < limit;
         if has_work {
             self.report_running(Role::Persona, now);

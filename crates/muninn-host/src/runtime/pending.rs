@@ -353,10 +353,15 @@ impl<B: Backend> MindRunner<B> {
             role = u.role.as_str(),
             turn_key = u.turn_key(),
             rows = u.record.ledger.len(),
+            cost_micro_usd = u.record.ledger.iter().map(|r| r.cost.0).sum::<i64>(),
             committed = u.committed,
             "an answer was abandoned uncommitted: {why}"
         );
         if !u.committed {
+            // The provider billed it: the spend cap counts it (`budget.rs`), the ledger cannot.
+            for row in &u.record.ledger {
+                self.abandoned.add(row.at_ms, row.cost);
+            }
             let now = self.host.clock.now_ms();
             let session = self.session_mut(u.role);
             session.mark_broken(now);

@@ -366,8 +366,10 @@ impl<B: Backend> MindRunner<B> {
     /// flush before the cache expires; `asked` says which) — and records it. Falls back to the
     /// segment's tail verbatim when a pinned item is missing or the backend failed (that
     /// failure is returned beside the memory, for the caller to report: it used to be dropped).
-    /// After an idle flush the segment may continue, so the renderer takes the exchange as the
-    /// provider's session did.
+    /// The renderer takes the exchange as the provider's session did, at a task boundary too:
+    /// the segment may continue after an idle flush, and after a boundary flush whose commit was
+    /// held (the step failed before the new segment opened, and the next brief's decider may
+    /// append); a segment opened from the memory replaces the renderer anyway.
     pub(super) async fn flush_self(
         &mut self,
         token: FencingToken,
@@ -386,7 +388,7 @@ impl<B: Backend> MindRunner<B> {
         let (memory, how, ledger) = match outcome {
             Ok(o) => {
                 let row = self.answered(Role::SelfRole, &o, now, asked);
-                if idle && let Some(r) = self.selfs.renderer.as_mut() {
+                if let Some(r) = self.selfs.renderer.as_mut() {
                     r.push_user(SELF_FLUSH_PROMPT);
                     r.reply(&outcome_text(&o));
                 }

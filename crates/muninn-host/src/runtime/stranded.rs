@@ -15,6 +15,40 @@ use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
 use muninn_store::{BriefStatus, FencingToken};
 
+/// What stopped a run this runner may have left `running`: a step that failed (the runner
+/// itself lived on). Without one, the lease is new and its previous holder stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct StrandedBy {
+    /// Whether the store failed (a commit refused, a read that failed) rather than the backend
+    /// or the configuration: the report says which, so nobody looks for a crash that never was.
+    store: bool,
+    /// The step's error, as the log and status show it.
+    error: String,
+}
+
+impl StrandedBy {
+    /// The failed step's error.
+    pub(super) fn of(error: &RuntimeError) -> StrandedBy {
+        StrandedBy {
+            store: matches!(error, RuntimeError::Store(_) | RuntimeError::Held(_)),
+            error: error.to_string(),
+        }
+    }
+
+    /// What the stranded brief's result says stopped it.
+    fn why(by: Option<&StrandedBy>) -> String {
+        let stopped = match by {
+            None => "its host stopped (a crash, a kill or a lost lease)".to_string(),
+            Some(StrandedBy { store: true, error }) => format!("the store failed ({error})"),
+            Some(StrandedBy { error, .. }) => format!("its step failed ({error})"),
+        };
+        format!(
+            "{stopped} before the run finished; what it did until then is in the transcript \
+             and the ledger, and it was not resumed: ask again if it is still wanted"
+        )
+    }
+}
+
 /// The most stranded briefs one step recovers (a Mind runs one brief at a time, so more than
 /// one means several crashes in a row; the rest wait for the next step).
 const RECOVER_AT_MOST: i64 = 16;
@@ -38,20 +72,19 @@ impl<B: Backend> MindRunner<B> {
             .store
             .briefs(&self.mind.id, Some(BriefStatus::Running), RECOVER_AT_MOST)
             .await?;
+        let result = StrandedBy::why(self.stranded_by.as_ref());
         for brief in running {
-            let result = "its host stopped (a crash, a kill or a lost lease) before the run \
-                          finished; what it did until then is in the transcript and the ledger, \
-                          and it was not resumed: ask again if it is still wanted";
             tracing::warn!(
                 mind = %self.mind.id,
                 brief = brief.seq,
                 "Self run {} {INTERRUPTED}: {result}",
                 brief.seq
             );
-            self.fail_brief(token, brief.seq, INTERRUPTED, result, now)
+            self.fail_brief(token, brief.seq, INTERRUPTED, &result, now)
                 .await?;
         }
         self.check_stranded = false;
+        self.stranded_by = None;
         Ok(())
     }
 
