@@ -19,15 +19,26 @@
 //!    breakpoint — and feeds that priced usage (not the recorded one) to its accounting.
 //!
 //! The replay's state is its own: its accounting is fed only by its own pricing, its cache
-//! state only by the requests it priced. The host's state is what the host kept while it ran,
-//! across restarts and lease takeovers (restored from its ledger). Agreement on every decision
-//! and on the cost therefore says the two keep one economy (DESIGN invariant 9): what replay
-//! proves about a policy holds for the running host.
+//! state only by the requests it priced — with one exception, a row whose answer found the
+//! cache expired. The cache model and the host share a clock; the provider does not. A request
+//! decided while its entry was warm can reach the provider after the entry expired (a late
+//! runner, a slow network) or find it evicted early: its answer writes what the model reads.
+//! The host counts what the provider answered (it is what was billed, and what its later
+//! decisions see), and its row says so (`cache_state: "expired"`). The replay takes such a
+//! row's recorded usage in place of its model's — as `check-cache` reads each answer after its
+//! prediction — when the two differ only by that: less of the same prefix read. A shortfall
+//! the row does not explain still counts as priced apart.
+//!
+//! The host's state is what the host kept while it ran, across restarts and lease takeovers
+//! (restored from its ledger). Agreement on every decision and on the cost therefore says the
+//! two keep one economy (DESIGN invariant 9): what replay proves about a policy holds for the
+//! running host.
 //!
 //! Against the simulator, whose usage comes from the same cache model, the cost comparison is a
 //! consistency check (it catches a host whose requests do not have the shape the replay prices,
 //! a state the host forgot to count, a decision point it missed); against the real API it
-//! compares the cache model with what the provider billed.
+//! compares the cache model with what the provider billed, apart from the rows found expired
+//! (counted in [`ClosedLoop::rows_found_expired`]).
 
 use crate::cache::{CacheRules, CacheState, Checkpoint, Fingerprint, Prompt, extend, hash_bytes};
 use crate::decide::{Action, Decision, Event, Policy, Rates, decide};
@@ -79,6 +90,10 @@ pub struct ClosedLoop {
     pub replayed_cost: MicroUsd,
     /// Rows the replay priced differently from what was recorded.
     pub rows_priced_apart: usize,
+    /// Rows whose answer found the cache expired where the model still held it (the row says
+    /// `cache_state: "expired"`, and its usage is the model's with less read): taken as
+    /// recorded, for the cost and the accounting (see the module documentation).
+    pub rows_found_expired: usize,
     /// The rows priced furthest apart, largest difference first (at most
     /// [`LARGEST_SHOWN`]), to say where a cost difference comes from.
     pub largest: Vec<RowPricedApart>,
@@ -368,6 +383,14 @@ impl<'a> Lockstep<'a> {
                 ..Usage::default()
             },
         };
+        // The provider had lost what the model still holds: what it answered is what the host
+        // paid and counted, so the replay goes on from it too.
+        let priced = if found_expired(row, &priced) {
+            report.rows_found_expired += 1;
+            row.usage
+        } else {
+            priced
+        };
         let cost = price.cost(&priced);
         if priced != row.usage {
             report.note_priced_apart(RowPricedApart {
@@ -496,6 +519,22 @@ impl Cx<'_> {
         }
     }
 }
+
+/// Whether `row` found the cache expired where the model priced a read: it says so
+/// (`cache_state: "expired"`, written when its answer read less than the host's cache model
+/// predicted), and its answer read less than the model of the same prefix. (The replay prices
+/// the row's own prompt, prefix and output sizes, so those agree by construction: the read and
+/// write split is all a lost entry can change, and all the replay takes.)
+fn found_expired(row: &LedgerRow, priced: &Usage) -> bool {
+    let recorded = &row.usage;
+    row.cache_state == EXPIRED
+        && recorded.cache_read < priced.cache_read
+        && recorded.cache_read + recorded.written() == priced.cache_read + priced.written()
+}
+
+/// A row's `cache_state` when its answer read less than the cache model held: the entry
+/// expired on the way to the provider, or the provider evicted it early.
+pub const EXPIRED: &str = "expired";
 
 /// Which entry an idle row keeps, when the row is an idle step (a ping, a head ping, or a flush
 /// decided at an expiry): the row answers that entry's decision point.

@@ -44,7 +44,10 @@ pub struct LedgerRow {
     pub predicted_read: Tokens,
     /// The cache write the cache model predicted.
     pub predicted_write: Tokens,
-    /// `warm` or `cold`, as the cache model saw it before the request.
+    /// `warm` or `cold`, as the decider saw the cache before the request; `expired` when the
+    /// provider's answer read less than the host's cache model predicted (the entry expired
+    /// before the request reached the provider, or was evicted early) — what happened, not
+    /// what was believed. The usage is what the provider reported, either way.
     pub cache_state: String,
     /// Why the request missed, if it did: muninn's cause, predicted from its cache model and
     /// from what the request changed against its predecessor.

@@ -14,9 +14,10 @@
 //! tool-loop and falsification cases; `acknowledgement` the Persona's planned acknowledgement
 //! and its clears, `retry` a failed turn's backoff across idle points, `idle_flush` a failed
 //! idle flush, `store_faults` a tool-loop request whose commit the store refuses, `late` an idle
-//! decision point reached late.
+//! decision point reached late, `expired` an answer that found the cache gone.
 
 mod acknowledgement;
+mod expired;
 mod idle_flush;
 mod late;
 mod retry;
@@ -64,6 +65,9 @@ enum Act {
     /// The runner reaches its next idle decision point `ms` late (it was busy, the machine
     /// slow, its timer late): the harness sleeps that much past the time the runner names.
     Late { ms: i64 },
+    /// The provider loses every cached entry now, before their TTLs say (the simulator's
+    /// cache emptied): the next request's answer writes what the host's cache model reads.
+    Evict,
 }
 
 /// The hosts' lease: an hour.
@@ -344,6 +348,7 @@ impl Harness {
                 self.run_until(until).await;
             }
             Act::Late { ms } => self.late_ms = *ms,
+            Act::Evict => self.w.sim.reset(),
             Act::Restart { clean } => {
                 let mut old = self.runner.take().unwrap();
                 if *clean {

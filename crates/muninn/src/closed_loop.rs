@@ -72,6 +72,13 @@ fn print_table(report: &ClosedLoop, malformed: usize, tolerance: f64) -> std::io
         report.cost_difference() * 100.0,
         tolerance * 100.0
     )?;
+    if report.rows_found_expired > 0 {
+        // The provider had lost what the cache model held: taken as the provider answered.
+        outln!(
+            "{} rows found the cache expired (the answer wrote what the cache model read): taken as recorded",
+            report.rows_found_expired
+        )?;
+    }
     if report.rows_priced_apart > 0 {
         outln!(
             "{} rows priced apart from the ledger; the largest:",

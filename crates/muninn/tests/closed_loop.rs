@@ -45,7 +45,7 @@ async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails(
         ..SimConfig::default()
     }));
     let (host, mut r) = vala(dir.path(), &sim).await;
-    deliver_over_gaps(&host, &mut r, &sim).await;
+    deliver_over_gaps(&host, &mut r, &sim, None).await;
     let jsonl = export_ledger(&host).await;
     assert!(
         decision_kinds(&jsonl).contains(&"ping"),
@@ -70,6 +70,35 @@ async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails(
     let out = String::from_utf8_lossy(&replay.stdout).into_owned();
     assert!(!replay.status.success(), "{out}");
     assert!(out.contains("FAIL"), "{out}");
+}
+
+/// The provider loses its cache while the host's cache model holds it warm (the simulator's
+/// cache emptied 250 s into a gap): the next turn writes what it was sent to read, its row says
+/// `cache_state: "expired"`, and the replay of the export takes that row as the provider
+/// answered and passes, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_with_a_row_that_found_the_cache_expired_replays_in_closed_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Arc::new(Simulator::new(SimConfig {
+        frozen_at_ms: Some(T0),
+        ..SimConfig::default()
+    }));
+    let (host, mut r) = vala(dir.path(), &sim).await;
+    deliver_over_gaps(&host, &mut r, &sim, Some(2)).await;
+    let jsonl = export_ledger(&host).await;
+    assert_eq!(
+        jsonl.matches("\"cache_state\":\"expired\"").count(),
+        1,
+        "{jsonl}"
+    );
+    let file = dir.path().join("vala.jsonl");
+    std::fs::write(&file, &jsonl).unwrap();
+    let replay = replay_closed_loop(&file).await;
+    let out = String::from_utf8_lossy(&replay.stdout).into_owned();
+    assert!(replay.status.success(), "{out}");
+    assert!(out.contains("PASS"), "{out}");
+    assert!(out.contains("1 rows found the cache expired"), "{out}");
+    assert!(!out.contains("priced apart"), "{out}");
 }
 
 /// The Mind `vala` on a host whose data lives in `dir`, registered, served by `sim`.
@@ -104,8 +133,14 @@ async fn vala(dir: &Path, sim: &Arc<Simulator>) -> (Host, MindRunner<SimBackend>
     (host, r)
 }
 
-/// Deliveries over gaps around the 5-minute TTL and the hour: appends, pings, cold wakes.
-async fn deliver_over_gaps(host: &Host, r: &mut MindRunner<SimBackend>, sim: &Simulator) {
+/// Deliveries over gaps around the 5-minute TTL and the hour: appends, pings, cold wakes. With
+/// `evict_before`, the provider loses its whole cache just before that delivery.
+async fn deliver_over_gaps(
+    host: &Host,
+    r: &mut MindRunner<SimBackend>,
+    sim: &Simulator,
+    evict_before: Option<usize>,
+) {
     for (i, gap) in [
         2_000i64, 250_000, 290_000, 900_000, 3_500_000, 3_700_000, 60_000,
     ]
@@ -114,6 +149,9 @@ async fn deliver_over_gaps(host: &Host, r: &mut MindRunner<SimBackend>, sim: &Si
     .take(16)
     .enumerate()
     {
+        if evict_before == Some(i) {
+            sim.reset();
+        }
         host.store
             .post_delivery(
                 "vala",

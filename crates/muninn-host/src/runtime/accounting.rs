@@ -14,7 +14,7 @@ use crate::config::{MindConfig, RefreshMode};
 use crate::telemetry::Answered;
 use muninn_backend::{Backend, TurnOutcome};
 use muninn_core::cache::hash_bytes;
-use muninn_core::closed_loop::idle_kind;
+use muninn_core::closed_loop::{EXPIRED, idle_kind};
 use muninn_core::decide::{Bounds, Capabilities, Decision, Event, Rates};
 use muninn_core::ledger::{Decided, ForcedStart, LedgerRow, RowKind, SegmentStart};
 use muninn_core::money::Tokens;
@@ -41,7 +41,8 @@ pub(super) struct Asked<'a> {
     pub(super) decision: Option<&'a Decision>,
     /// The ledger's `decision` text.
     pub(super) label: &'a str,
-    /// `warm` or `cold`, as the decider saw the cache.
+    /// `warm` or `cold`, as the decider saw the cache (the row says `expired` instead when the
+    /// answer read less than the cache model predicted).
     pub(super) state: &'a str,
     /// Whether the request began a turn.
     pub(super) boundary: bool,
@@ -222,6 +223,15 @@ impl<B: Backend> MindRunner<B> {
         boundary: bool,
     ) -> LedgerRow {
         let predicted = outcome.predicted.unwrap_or_default();
+        // What happened, not what the decider believed: an answer that read less than the
+        // backend's cache model predicted found the entry gone (it expired before the request
+        // reached the provider — a late runner, a slow network — or was evicted early). The
+        // usage, which the accounting counts, says so already; the state says it too, and a
+        // replay takes the row's usage for its own there (`muninn_core::closed_loop`).
+        let state = match outcome.predicted {
+            Some(p) if outcome.usage.cache_read < p.cache_read => EXPIRED,
+            _ => state,
+        };
         let last = session.acc.last_request_ms();
         LedgerRow {
             mind: self.mind.id.clone(),

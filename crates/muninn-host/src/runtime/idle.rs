@@ -77,7 +77,8 @@ impl<B: Backend> MindRunner<B> {
             // time-dependent policy (the gaps' expected remaining idle time) could answer
             // otherwise. What it decides is sent now, and its row is at now with what the
             // provider answered then: a late ping reads the cache as it is when it arrives (a
-            // write, should the entry have expired on the way), and the replay prices it there.
+            // write, should the entry have expired on the way: the row then says `expired`, and
+            // the replay takes its usage), and the replay prices it there.
             let view = session.acc.view();
             let decision = decide(self.policy, &view, point.keep.event(), point.at_ms);
             let flush = point.keep == Keep::Tail
