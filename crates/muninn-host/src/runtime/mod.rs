@@ -88,6 +88,7 @@ mod stranded;
 mod takeover;
 mod tool_loop;
 pub mod tools;
+mod wake;
 mod window;
 
 pub use host_lease::{HostLeases, renew_host_leases, spawn_renewer};
@@ -195,11 +196,8 @@ pub struct MindRunner<B: Backend> {
     lease: Option<Lease>,
     persona: Session<B>,
     selfs: Session<B>,
-    turns_this_wake: u32,
-    /// The newest delivery seq seen: a newer one is an arrival, so a new wake.
-    newest_seen: i64,
-    /// A wake cut short by a failed step whose turns a later wake still owes (see `work`).
-    wake_owed: bool,
+    /// The Persona turns of the current wake, against the per-wake limit (`wake.rs`).
+    wake: wake::WakeTurns,
     /// When the current step began (a request's latency is measured from it).
     step_started: tokio::time::Instant,
     /// The session the current step works on, once it is known (a failed step's backend error
@@ -284,9 +282,7 @@ impl<B: Backend> MindRunner<B> {
             lease: None,
             persona,
             selfs,
-            turns_this_wake: 0,
-            newest_seen: 0,
-            wake_owed: false,
+            wake: wake::WakeTurns::default(),
             step_started: tokio::time::Instant::now(),
             working: None,
             attempt: None,
@@ -344,7 +340,7 @@ impl<B: Backend> MindRunner<B> {
     /// A new wake (a delivery, brief or settings change arrived): the per-wake turn limit
     /// starts again, and the settings and ack position are read again (`held.rs`).
     pub fn woken(&mut self) {
-        self.turns_this_wake = 0;
+        self.wake.woken();
         self.forget_held();
     }
 
@@ -408,45 +404,25 @@ impl<B: Backend> MindRunner<B> {
             .store
             .pending_deliveries(&self.mind.id, ack, PENDING_PAGE)
             .await?;
-        // Clamped, not cast: a stored value from before the API bounded it (4294967296 once
-        // wrapped to 0 and stopped the Mind) still means "many", never "none".
+        // Clamped, not cast: a stored value out of the API's bounds still means "many", never
+        // "none" (4294967296 cast to u32 is 0, which would stop the Mind).
         let limit = settings.turn_limit.map_or(self.mind.turns_per_wake, |l| {
             u32::try_from(l.clamp(1, muninn_api::limits::MAX_TURNS_PER_WAKE)).unwrap_or(1)
         });
-        // A delivery not seen before is a new wake however it arrived: through this host's API
-        // (which also wakes this runner) or through another host on the same database, which
-        // cannot signal this one.
-        if let Some(newest) = pending.last().map(|d| d.seq)
-            && newest > self.newest_seen
-        {
-            // The wake before this one was cut short (a failed step: its deliveries are still
-            // pending, its turns unspent). Its turns are owed, not merged into this one's: a
-            // delivery that came while a failed turn backed off would otherwise wait for yet
-            // another wake once the retried turn used this one's.
-            let cut_short = pending.first().is_some_and(|d| d.seq <= self.newest_seen)
-                && self.turns_this_wake < limit;
-            self.wake_owed |= cut_short;
-            self.newest_seen = newest;
-            // A new wake for the turn limit; the settings just read stay good.
-            self.turns_this_wake = 0;
-        }
-        if pending.is_empty() {
-            self.wake_owed = false;
-        } else if self.turns_this_wake >= limit && std::mem::take(&mut self.wake_owed) {
-            self.turns_this_wake = 0;
-        }
-        let has_work = !pending.is_empty() && self.turns_this_wake < limit;
-        if has_work {
+        let seqs = pending
+            .first()
+            .zip(pending.last())
+            .map(|(f, l)| (f.seq, l.seq));
+        if self.wake.may_take_turn(seqs, limit) {
             self.report_running(Role::Persona, now);
             self.working = Some(Role::Persona);
-            // Only a turn that was recorded counts against the wake's limit: a failed one (`?`)
-            // is retried on the runner's own backoff until it goes through, not left for the
-            // next delivery to wake it.
+            // Only a recorded turn counts (`wake.rs`): not a failed one (`?`), nor one the cap
+            // refused.
             let step = self
                 .persona_turn(token, now, next_batch(&pending).to_vec(), &settings)
                 .await?;
             if step != Step::OverBudget {
-                self.turns_this_wake += 1;
+                self.wake.turn_taken();
             }
             return Ok(step);
         }

@@ -224,7 +224,7 @@ impl<B: Backend> MindRunner<B> {
         self.working = Some(held.role);
         let step = self.settle(held).await?;
         if matches!(step, Some(Step::PersonaTurn { .. })) {
-            self.turns_this_wake += 1;
+            self.wake.turn_taken();
         }
         Ok(step)
     }
