@@ -136,7 +136,7 @@ async fn wait_for<B: Backend>(
 /// Registers the Mind, retrying with backoff while the store refuses (a read-only data
 /// directory, a full disk, a database server that is down): the Mind is marked failing with the
 /// cause meanwhile (status, `/readyz`, metrics, a warning per attempt), and runs once the fault
-/// clears — a host that gave up here ran no Mind and said nothing. False if stopped first.
+/// clears (giving up here would run no Mind and say nothing). False if stopped first.
 async fn register_until_done<B: Backend>(
     runner: &mut MindRunner<B>,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
