@@ -393,3 +393,41 @@ async fn an_answer_abandoned_uncommitted_counts_against_the_spend_cap() {
     assert_eq!(asked(&w), 2);
     assert_eq!(ledger(&w).await.len(), 1);
 }
+
+/// A brief left running by a host that crashed, found by a runner whose first step fails on
+/// the store before it gets to the brief: the report names what stopped the run — its host —
+/// not the store failure that only delayed the recovery.
+#[tokio::test]
+async fn a_brief_its_host_abandoned_is_reported_as_such_after_a_store_failure_delays_it() {
+    let (w, faults) = faulty_world().await;
+    let mut crashed = runner(&w, mind(""), "host-a");
+    crashed.register().await.unwrap();
+    crashed.step().await.unwrap();
+    enqueue(&w, "Summarise the ledger of the last week.").await;
+    let store = w.host.store.clone();
+    let lease = store.lease("vala").await.unwrap().expect("host-a leads");
+    let claimed = store
+        .claim_brief("vala", lease.token, w.sim.now_ms())
+        .await
+        .unwrap()
+        .expect("the brief is queued");
+    // The crash: no release, no finish.
+    drop(crashed);
+
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    faults.fail_ledger_reads(1);
+    let e = r.step().await.unwrap_err();
+    assert!(matches!(e, RuntimeError::Store(_)), "{e}");
+    r.step().await.unwrap();
+    let brief = store
+        .briefs("vala", None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|b| b.seq == claimed.seq)
+        .unwrap();
+    assert_eq!(brief.status, BriefStatus::Failed, "{brief:?}");
+    let result = brief.result.unwrap_or_default();
+    assert!(result.starts_with("its host stopped"), "{result}");
+}

@@ -217,8 +217,8 @@ pub struct MindRunner<B: Backend> {
     /// This runner may have abandoned a Self run (it is new, took a new lease, or a step
     /// failed): the next step looks for briefs left `running` (`stranded.rs`).
     check_stranded: bool,
-    /// The failed step that may have left a brief running, when one did (not a new lease):
-    /// what the stranded brief's report says stopped it (`stranded.rs`).
+    /// What the stranded brief's report says stopped it (`stranded.rs`): the first step that
+    /// failed since the last check, unless a new lease came first (`None`: its holder stopped).
     stranded_by: Option<stranded::StrandedBy>,
     /// Money spent on answers abandoned uncommitted, kept for the spend cap (`budget.rs`).
     abandoned: budget::Abandoned,
@@ -369,10 +369,14 @@ impl<B: Backend> MindRunner<B> {
             }
         };
         self.adopt_renewed(&keeper);
-        // A failed step may have left its brief running.
+        // A failed step may have left its brief running. What stranded a brief is the first
+        // cause since the last check (a new lease, or this failure): a step that fails before
+        // the check runs only delays it.
         if let Err(e) = &result {
+            if !self.check_stranded {
+                self.stranded_by = Some(stranded::StrandedBy::of(e));
+            }
             self.check_stranded = true;
-            self.stranded_by = Some(stranded::StrandedBy::of(e));
         }
         // Only a streak of Persona turns keeps what it read (`held.rs`).
         match &result {
