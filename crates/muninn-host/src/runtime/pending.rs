@@ -364,6 +364,12 @@ impl<B: Backend> MindRunner<B> {
     /// Gives `u` up (see the module docs): said loudly, and the role's accounting and session
     /// rebuilt from what the store holds.
     fn abandon(&mut self, u: Uncommitted, why: &str) {
+        // A committed record is in the ledger: only what followed its commit is given up.
+        let what = if u.committed {
+            "what followed a committed answer was abandoned"
+        } else {
+            "an answer was abandoned uncommitted"
+        };
         tracing::error!(
             mind = %self.mind.id,
             role = u.role.as_str(),
@@ -371,7 +377,7 @@ impl<B: Backend> MindRunner<B> {
             rows = u.record.ledger.len(),
             cost_micro_usd = u.record.ledger.iter().map(|r| r.cost.0).sum::<i64>(),
             committed = u.committed,
-            "an answer was abandoned uncommitted: {why}"
+            "{what}: {why}"
         );
         if !u.committed {
             // The provider billed it: the spend cap counts it (`budget.rs`), the ledger cannot.
