@@ -558,7 +558,7 @@ async fn a_retry_after_new_mail_still_sends_the_history_the_refused_attempt_rend
 /// A delivery in another conversation that arrives while a failed turn backs off (its wake-up
 /// comes during the retry's wait, which it does not end): once the backoff ends and the retried
 /// turn goes through, it is answered too, with no further mail — the retried turn does not use
-/// up the new wake's turns (`turns_per_wake = 1`). Before, it waited for the next delivery.
+/// up the new wake's turns (`turns_per_wake = 1`), so it does not wait for the next delivery.
 #[tokio::test]
 async fn a_delivery_that_arrives_during_a_backoff_is_answered_when_it_ends() {
     let w = world().await;

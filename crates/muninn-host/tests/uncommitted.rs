@@ -1,9 +1,8 @@
 //! An answer whose commit fails (a full disk, a busy SQLite file, a PostgreSQL server gone):
 //! the runner holds it and commits it first at the next step. The provider is asked once, the
 //! reply delivered once, the ledger gets every row, and replaying that ledger takes every
-//! decision the host took, at its cost. Before, the Persona's session was rebuilt and the batch
-//! asked again (billed twice), a Self run's brief was failed as interrupted with its row lost,
-//! and a ping's row was dropped while the accounting counted it.
+//! decision the host took, at its cost: the batch is not asked again (billed twice), a Self
+//! run's brief is not failed as interrupted, and no row the accounting counted is dropped.
 
 use crate::closed_loop::assert_holds;
 use crate::runtime::{World, at_the_first_ping, ledger, mind, post, runner, world_on};
@@ -354,7 +353,7 @@ async fn set_cap(w: &World, cap: i64) {
 /// An answer abandoned uncommitted (the store refused its commit with an error no retry
 /// changes): the provider billed it, so the spend cap counts it though the ledger has no row
 /// for it (the ledger stays what replay reads). The batch, unacknowledged, is asked again only
-/// once the cap has room for both; before, the cap saw nothing spent and asked again at once.
+/// once the cap has room for both, not at once as if nothing had been spent.
 #[tokio::test]
 async fn an_answer_abandoned_uncommitted_counts_against_the_spend_cap() {
     // The least cap a first turn starts under (its worst case), and what the turn costs.
