@@ -9,7 +9,7 @@
 
 use crate::runtime::{T0, World, ledger, mind, post, runner, world};
 use muninn_host::Activity;
-use muninn_host::runtime::{RetryPolicy, run_mind};
+use muninn_host::runtime::{RetryPolicy, Step, run_mind};
 use muninn_sim::sim::{Fault, FaultKind};
 use muninn_store::Role;
 use std::time::Duration;
@@ -402,7 +402,6 @@ async fn rows(w: &World) -> Vec<(u64, String, bool)> {
 /// Its ledger row is the segment's start, asking nothing, and the ledger replays exactly.
 #[tokio::test]
 async fn a_failed_first_request_of_a_new_segment_is_retried_as_that_segments_start() {
-    use muninn_host::runtime::Step;
     let w = world().await;
     let m = mind("turns_per_wake = 1\nmin_segment = 1\nceiling_tokens = 3000");
     let mut r = runner(&w, m, "host-a");
@@ -558,7 +557,7 @@ async fn a_retry_after_new_mail_still_sends_the_history_the_refused_attempt_rend
 /// A delivery in another conversation that arrives while a failed turn backs off (its wake-up
 /// comes during the retry's wait, which it does not end): once the backoff ends and the retried
 /// turn goes through, it is answered too, with no further mail — the retried turn does not use
-/// up the new wake's turns (`turns_per_wake = 1`). Before, it waited for the next delivery.
+/// up the new wake's turns (`turns_per_wake = 1`), so it does not wait for the next delivery.
 #[tokio::test]
 async fn a_delivery_that_arrives_during_a_backoff_is_answered_when_it_ends() {
     let w = world().await;
@@ -590,4 +589,40 @@ async fn a_delivery_that_arrives_during_a_backoff_is_answered_when_it_ends() {
     assert_eq!(outbox.len(), 2, "{outbox:#?}");
     stop.send(true).unwrap();
     task.await.unwrap();
+}
+
+/// A wake owed by a failed turn (`wake.rs`) is owed only while its deliveries wait: once the
+/// mailbox is empty nothing is owed, and the next wake takes its own turns and no more
+/// (`turns_per_wake = 2`, each DM its own batch).
+#[tokio::test]
+async fn an_owed_wake_ends_when_the_mailbox_empties() {
+    let w = world().await;
+    let mut r = runner(&w, mind("turns_per_wake = 2"), "host-a");
+    r.register().await.unwrap();
+    w.sim.push_faults([Fault {
+        kind: FaultKind::Unauthorized,
+        times: 1,
+    }]);
+    post(&w, "k1", "@ari", "ari", "are you there?").await;
+    r.step().await.unwrap_err();
+    // An arrival while the failed turn's delivery waits: that wake is owed.
+    post(&w, "k2", "@bo", "bo", "and you?").await;
+    for _ in 0..2 {
+        assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    }
+    assert!(matches!(r.step().await.unwrap(), Step::Idle { .. }));
+    // A new wake of three: two turns, the third waits for the next wake.
+    for (key, room, who) in [
+        ("k3", "@cy", "cy"),
+        ("k4", "@di", "di"),
+        ("k5", "@ed", "ed"),
+    ] {
+        post(&w, key, room, who, "hello").await;
+    }
+    for _ in 0..2 {
+        assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    }
+    let step = r.step().await.unwrap();
+    assert!(matches!(step, Step::Idle { .. }), "{step:?}");
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 4);
 }

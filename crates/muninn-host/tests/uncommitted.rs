@@ -1,9 +1,8 @@
 //! An answer whose commit fails (a full disk, a busy SQLite file, a PostgreSQL server gone):
 //! the runner holds it and commits it first at the next step. The provider is asked once, the
 //! reply delivered once, the ledger gets every row, and replaying that ledger takes every
-//! decision the host took, at its cost. Before, the Persona's session was rebuilt and the batch
-//! asked again (billed twice), a Self run's brief was failed as interrupted with its row lost,
-//! and a ping's row was dropped while the accounting counted it.
+//! decision the host took, at its cost: the batch is not asked again (billed twice), a Self
+//! run's brief is not failed as interrupted, and no row the accounting counted is dropped.
 
 use crate::closed_loop::assert_holds;
 use crate::runtime::{World, at_the_first_ping, ledger, mind, post, runner, world_on};
@@ -354,7 +353,7 @@ async fn set_cap(w: &World, cap: i64) {
 /// An answer abandoned uncommitted (the store refused its commit with an error no retry
 /// changes): the provider billed it, so the spend cap counts it though the ledger has no row
 /// for it (the ledger stays what replay reads). The batch, unacknowledged, is asked again only
-/// once the cap has room for both; before, the cap saw nothing spent and asked again at once.
+/// once the cap has room for both, not at once as if nothing had been spent.
 #[tokio::test]
 async fn an_answer_abandoned_uncommitted_counts_against_the_spend_cap() {
     // The least cap a first turn starts under (its worst case), and what the turn costs.
@@ -392,4 +391,42 @@ async fn an_answer_abandoned_uncommitted_counts_against_the_spend_cap() {
     assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
     assert_eq!(asked(&w), 2);
     assert_eq!(ledger(&w).await.len(), 1);
+}
+
+/// A brief left running by a host that crashed, found by a runner whose first step fails on
+/// the store before it gets to the brief: the report names what stopped the run — its host —
+/// not the store failure that only delayed the recovery.
+#[tokio::test]
+async fn a_brief_its_host_abandoned_is_reported_as_such_after_a_store_failure_delays_it() {
+    let (w, faults) = faulty_world().await;
+    let mut crashed = runner(&w, mind(""), "host-a");
+    crashed.register().await.unwrap();
+    crashed.step().await.unwrap();
+    enqueue(&w, "Summarise the ledger of the last week.").await;
+    let store = w.host.store.clone();
+    let lease = store.lease("vala").await.unwrap().expect("host-a leads");
+    let claimed = store
+        .claim_brief("vala", lease.token, w.sim.now_ms())
+        .await
+        .unwrap()
+        .expect("the brief is queued");
+    // The crash: no release, no finish.
+    drop(crashed);
+
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    faults.fail_ledger_reads(1);
+    let e = r.step().await.unwrap_err();
+    assert!(matches!(e, RuntimeError::Store(_)), "{e}");
+    r.step().await.unwrap();
+    let brief = store
+        .briefs("vala", None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|b| b.seq == claimed.seq)
+        .unwrap();
+    assert_eq!(brief.status, BriefStatus::Failed, "{brief:?}");
+    let result = brief.result.unwrap_or_default();
+    assert!(result.starts_with("its host stopped"), "{result}");
 }

@@ -3,7 +3,9 @@
 //! [`StoreError::Unavailable`] — a full disk, a busy SQLite file, a PostgreSQL server gone — as
 //! a test arms it ([`FaultyStore::fail_commits`]); likewise the next N transcript tail reads
 //! ([`Store::transcript_tail`], [`FaultyStore::fail_reads`]), the read a Self flush makes
-//! between its answer and its commit. The next N commits can instead be refused for good
+//! between its answer and its commit, and the next N ledger reads ([`Store::ledger`],
+//! [`FaultyStore::fail_ledger_reads`]), the read a new lease restores its accounting from.
+//! The next N commits can instead be refused for good
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
 //! Everything else passes through, so a test can fault exactly the call that follows a
 //! backend's answer.
@@ -28,6 +30,8 @@ pub struct FaultyStore {
     failing_for_good: AtomicU32,
     /// Transcript tail reads still to refuse.
     failing_reads: AtomicU32,
+    /// Ledger reads still to refuse.
+    failing_ledger_reads: AtomicU32,
     /// Commits refused so far.
     refused: AtomicU32,
     /// Commits let through so far.
@@ -42,6 +46,7 @@ impl FaultyStore {
             failing: AtomicU32::new(0),
             failing_for_good: AtomicU32::new(0),
             failing_reads: AtomicU32::new(0),
+            failing_ledger_reads: AtomicU32::new(0),
             refused: AtomicU32::new(0),
             committed: AtomicU32::new(0),
         })
@@ -62,6 +67,12 @@ impl FaultyStore {
     /// as commits.
     pub fn fail_reads(&self, n: u32) {
         self.failing_reads.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` ledger reads (`ledger`: what a new lease restores a session's
+    /// accounting from); they are not counted as commits.
+    pub fn fail_ledger_reads(&self, n: u32) {
+        self.failing_ledger_reads.store(n, Ordering::SeqCst);
     }
 
     /// Commits refused so far.
@@ -409,6 +420,9 @@ impl Store for FaultyStore {
     }
 
     async fn ledger(&self, query: &LedgerQuery) -> Result<Vec<LedgerEntry>> {
+        if armed(&self.failing_ledger_reads) {
+            return Err(injected("the database server closed the connection"));
+        }
         self.inner.ledger(query).await
     }
 

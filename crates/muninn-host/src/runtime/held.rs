@@ -1,10 +1,10 @@
 //! What the runner keeps of the store between consecutive Persona turns: the Mind's settings
 //! (brake, caps, turn limit) and its ack position.
 //!
-//! Each step used to read both before looking at the mailbox: two of a turn's five store round
-//! trips, for values that change only when the operator acts (settings) or when this runner
-//! itself records a turn (the ack: only the lease holder moves it, fenced). So the runner holds
-//! them while it goes on turning, and reads them again when any of these happens:
+//! Reading both at every step would be two of a turn's five store round trips, for values that
+//! change only when the operator acts (settings) or when this runner itself records a turn (the
+//! ack: only the lease holder moves it, fenced). So the runner holds them while it goes on
+//! turning, and reads them again when any of these happens:
 //!
 //! - **a wake-up** for the Mind on this host ([`crate::Signals::wakes`] moved): a settings
 //!   change or brake through the HTTP API wakes the Mind, on this host directly and on the

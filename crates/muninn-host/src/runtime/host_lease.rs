@@ -1,9 +1,8 @@
 //! Lease renewal per host, not per Mind.
 //!
-//! Each runner used to renew its own lease once a third or less was left: with N Minds that is
-//! N writes (N fsyncs, before group commit) every third of the lease — 1,000 a second for
-//! 10,000 Minds at the default 30 s — to say one thing: this host is alive. A host task now
-//! renews every lease its holder name holds in one statement ([`Store::renew_leases`]) every
+//! Were each runner to renew its own lease once a third or less was left, N Minds would make
+//! N writes every third of the lease — 1,000 a second for 10,000 Minds at the default 30 s —
+//! to say one thing: this host is alive. A host task renews every lease its holder name holds in one statement ([`Store::renew_leases`]) every
 //! quarter of the lease ([`spawn_renewer`]), and publishes what it renewed in [`HostLeases`].
 //! A runner whose copy is due for renewal adopts the host's renewed lease when it has the same
 //! token (`lease.rs`), and renews on its own only when the host's renewal is missing or late —
@@ -102,7 +101,7 @@ pub fn spawn_renewer(
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let every = Duration::from_millis((host.config.lease_ttl_ms / 4).max(10) as u64);
-    super::spawn_every(every, shutdown, move || {
+    super::run::spawn_every(every, shutdown, move || {
         let (host, holder) = (host.clone(), holder.clone());
         async move {
             if let Err(e) = renew_host_leases(&host, &holder).await {

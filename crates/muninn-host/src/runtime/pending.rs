@@ -21,6 +21,20 @@
 //! retry can change) it is abandoned, loudly, as a crash would lose it — the role's accounting
 //! is then rebuilt from the ledger and the session from the transcript, and a Persona batch
 //! left unacknowledged is answered again by whoever holds the Mind.
+//!
+//! # Order of operations
+//!
+//! Every answer goes through `settle`:
+//!
+//! 1. `commit_or_hold` — reads the memory from the segment's tail when the record waits for one
+//!    ([`TailMemory`]), then commits the record under its turn key;
+//! 2. `follow_up` — does what the commit was waiting for (the record's [`Then`]);
+//! 3. when either fails, `hold_or_abandon` — a failure the store may get over (busy,
+//!    unreachable) holds the record on the runner, marked committed if step 1 went through;
+//!    any other failure abandons it.
+//!
+//! The next step's first act (`settle_held`, at the top of the runner's `work`) settles the
+//! held record the same way; step 1 is skipped when it is marked committed.
 
 use super::session::Flushed;
 use super::tool_loop::{Driven, StopCause, Stopped};
@@ -163,6 +177,21 @@ impl Uncommitted {
         }
     }
 
+    /// A record of ledger rows alone (a ping, a compaction).
+    pub(super) fn rows(
+        token: FencingToken,
+        role: Role,
+        rows: Vec<LedgerRow>,
+        at_ms: i64,
+        then: Then,
+    ) -> Uncommitted {
+        let record = TurnRecord {
+            ledger: rows,
+            ..TurnRecord::default()
+        };
+        Uncommitted::new(token, role, record, at_ms, then)
+    }
+
     /// With its memory read from the segment's tail at the commit (see [`TailMemory`]).
     pub(super) fn with_tail(mut self, tail: Option<TailMemory>) -> Uncommitted {
         self.tail = tail;
@@ -183,23 +212,6 @@ impl Uncommitted {
         }
     }
 
-    /// A record of ledger rows alone (a ping, a compaction).
-    pub(super) fn rows(
-        token: FencingToken,
-        role: Role,
-        rows: Vec<LedgerRow>,
-        at_ms: i64,
-        then: Then,
-    ) -> Uncommitted {
-        let record = TurnRecord {
-            ledger: rows,
-            ..TurnRecord::default()
-        };
-        Uncommitted::new(token, role, record, at_ms, then)
-    }
-}
-
-impl Uncommitted {
     /// The key it is committed under.
     fn turn_key(&self) -> &str {
         self.record.turn_key.as_deref().unwrap_or_default()
@@ -224,7 +236,7 @@ impl<B: Backend> MindRunner<B> {
         self.working = Some(held.role);
         let step = self.settle(held).await?;
         if matches!(step, Some(Step::PersonaTurn { .. })) {
-            self.turns_this_wake += 1;
+            self.wake.turn_taken();
         }
         Ok(step)
     }
@@ -267,25 +279,29 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// Commits `u` and does what followed it; on failure `u` is held for the next step (or
-    /// abandoned, when no retry can commit it) and the error is the step's.
+    /// Settles `u`: commits its record ([`Self::commit_or_hold`]), then does what follows the
+    /// commit ([`Self::follow_up`]). When either fails, `u` is held for the next step — marked
+    /// committed if the commit went through, so the next step only does what follows — or
+    /// abandoned when no retry can help ([`Self::hold_or_abandon`]); the error is the step's.
     pub(super) async fn settle(&mut self, u: Uncommitted) -> Result<Option<Step>, RuntimeError> {
         let u = self.commit_or_hold(u).await?;
-        match self.then(&u).await {
+        match self.follow_up(&u).await {
             Ok(step) => Ok(step),
             Err(e) => {
-                // What followed may have held a record of its own (a tool loop's run end): that
-                // one goes first, and this one, committed already, has nothing left to hold.
+                // What follows a tool request ends the run, which settles a record of its own:
+                // when that one is held, it carries the rest of the work, and `u` (committed,
+                // its follow-up done as far as it goes) is let go.
                 if self.uncommitted.is_none() {
-                    return Err(self.hold(u, e));
+                    return Err(self.hold_or_abandon(u, e));
                 }
                 Err(e)
             }
         }
     }
 
-    /// Commits `u`'s record (a record already committed under its key counts); on failure holds
-    /// `u` and returns the error.
+    /// Commits `u`'s record, after reading its tail memory if it has one (a record already
+    /// committed under its key counts); on failure holds or abandons `u`
+    /// ([`Self::hold_or_abandon`]) and returns the error.
     pub(super) async fn commit_or_hold(
         &mut self,
         mut u: Uncommitted,
@@ -298,7 +314,7 @@ impl<B: Backend> MindRunner<B> {
                 Ok(read) => u.fill_memory(tail.memory(read)),
                 Err(e) => {
                     u.tail = Some(tail);
-                    return Err(self.hold(u, e));
+                    return Err(self.hold_or_abandon(u, e));
                 }
             }
         }
@@ -310,7 +326,7 @@ impl<B: Backend> MindRunner<B> {
         {
             Ok(receipt) => u.acked = Some(receipt.ack_position),
             Err(StoreError::TurnAlreadyRecorded { .. }) => {}
-            Err(e) => return Err(self.hold(u, RuntimeError::Store(e))),
+            Err(e) => return Err(self.hold_or_abandon(u, RuntimeError::Store(e))),
         }
         u.committed = true;
         Ok(u)
@@ -319,7 +335,7 @@ impl<B: Backend> MindRunner<B> {
     /// Keeps `u` for the next step when the failure may pass (the store is busy or unreachable),
     /// else abandons it. Returns the step's error: [`RuntimeError::Held`] when an answer is held
     /// uncommitted, so status and the log say so.
-    fn hold(&mut self, u: Uncommitted, error: RuntimeError) -> RuntimeError {
+    fn hold_or_abandon(&mut self, u: Uncommitted, error: RuntimeError) -> RuntimeError {
         let store = match error {
             RuntimeError::Store(e) | RuntimeError::Held(e) if e.is_retryable() => e,
             error => {
@@ -348,6 +364,12 @@ impl<B: Backend> MindRunner<B> {
     /// Gives `u` up (see the module docs): said loudly, and the role's accounting and session
     /// rebuilt from what the store holds.
     fn abandon(&mut self, u: Uncommitted, why: &str) {
+        // A committed record is in the ledger: only what followed its commit is given up.
+        let what = if u.committed {
+            "what followed a committed answer was abandoned"
+        } else {
+            "an answer was abandoned uncommitted"
+        };
         tracing::error!(
             mind = %self.mind.id,
             role = u.role.as_str(),
@@ -355,7 +377,7 @@ impl<B: Backend> MindRunner<B> {
             rows = u.record.ledger.len(),
             cost_micro_usd = u.record.ledger.iter().map(|r| r.cost.0).sum::<i64>(),
             committed = u.committed,
-            "an answer was abandoned uncommitted: {why}"
+            "{what}: {why}"
         );
         if !u.committed {
             // The provider billed it: the spend cap counts it (`budget.rs`), the ledger cannot.
@@ -369,8 +391,8 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// What follows `u`'s commit: the step it completes, if any.
-    async fn then(&mut self, u: &Uncommitted) -> Result<Option<Step>, RuntimeError> {
+    /// Does what follows `u`'s commit (its [`Then`]): the step it completes, if any.
+    async fn follow_up(&mut self, u: &Uncommitted) -> Result<Option<Step>, RuntimeError> {
         let token = u.token;
         match &u.then {
             Then::PersonaTurn { max_seq, valid } => {

@@ -365,7 +365,7 @@ impl<B: Backend> MindRunner<B> {
     /// Asks the Self to flush its memory — at a refresh, or while idle (the decider chose to
     /// flush before the cache expires; `asked` says which) — and records it. Falls back to the
     /// segment's tail verbatim when a pinned item is missing or the backend failed (that
-    /// failure is returned beside the memory, for the caller to report: it used to be dropped).
+    /// failure is returned beside the memory, for the caller to report it).
     /// The renderer takes the exchange as the provider's session did, at a task boundary too:
     /// the segment may continue after an idle flush, and after a boundary flush whose commit was
     /// held (the step failed before the new segment opened, and the next brief's decider may
