@@ -2,9 +2,10 @@
 //! (it was busy with the other role, the machine slow, its timer late — `run_mind` always wakes
 //! a little after the time it names). The host decides it as of the point's own time, as a
 //! replay of its ledger does, and sends what it decided when it gets there: the row is at the
-//! time it was sent, and priced by the cache as it was then. It used to decide with the clock's
-//! now: under `predictive`, whose answer depends on how long the gap has lasted, a runner 29 s
-//! late let the tail go where the replay, deciding at the point, pinged.
+//! time it was sent, and priced by the cache as it was then. Deciding with the clock's now
+//! instead would split host and replay under `predictive`, whose answer depends on how long the
+//! gap has lasted: a runner 29 s late would let the tail go where the replay, deciding at the
+//! point, pings.
 
 use super::{Act, assert_holds, closed_loop};
 use crate::runtime::T0;
