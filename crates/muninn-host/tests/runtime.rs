@@ -64,6 +64,15 @@ pub(crate) async fn world_on(
     }
 }
 
+/// The Mind `vala`'s brief `seq`, as the store holds it now.
+pub(crate) async fn stored_brief(w: &World, seq: i64) -> muninn_store::Brief {
+    let briefs = w.host.store.briefs("vala", None, 10).await.unwrap();
+    briefs
+        .into_iter()
+        .find(|b| b.seq == seq)
+        .expect("the brief is stored")
+}
+
 /// A registered `keepalive:2` Persona that has answered one delivery and sits, clock advanced,
 /// at its first keep-warm ping's time: the next step is that ping.
 pub(crate) async fn at_the_first_ping(w: &World) -> MindRunner<SimBackend> {

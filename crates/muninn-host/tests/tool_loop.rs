@@ -3,7 +3,7 @@
 //! host's read-only ones over a real directory, and each request is decided, sent (through
 //! `turn_cleared` when the decider masks), billed and recorded as one ledger row.
 
-use crate::runtime::{T0, World, ledger, mind, runner, set_cap, spent, world_with};
+use crate::runtime::{T0, World, ledger, mind, runner, set_cap, spent, stored_brief, world_with};
 use crate::scripted::brief;
 use muninn_core::closed_loop::verify;
 use muninn_core::decide::Action;
@@ -557,13 +557,7 @@ async fn a_run_its_host_abandoned_is_failed_and_reported_once() {
         r.register().await.unwrap();
         r.woken();
         r.step().await.unwrap();
-        let brief = store
-            .briefs("vala", None, 10)
-            .await
-            .unwrap()
-            .into_iter()
-            .find(|b| b.seq == seq)
-            .unwrap();
+        let brief = stored_brief(&w, seq).await;
         assert_eq!(
             brief.status,
             BriefStatus::Failed,

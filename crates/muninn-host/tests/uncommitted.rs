@@ -5,7 +5,9 @@
 //! run's brief is not failed as interrupted, and no row the accounting counted is dropped.
 
 use crate::closed_loop::assert_holds;
-use crate::runtime::{World, at_the_first_ping, ledger, mind, post, runner, world_on};
+use crate::runtime::{
+    World, at_the_first_ping, ledger, mind, post, runner, stored_brief, world_on,
+};
 use muninn_core::closed_loop::verify;
 use muninn_core::money::MicroUsd;
 use muninn_core::price::PriceTable;
@@ -419,13 +421,7 @@ async fn a_brief_its_host_abandoned_is_reported_as_such_after_a_store_failure_de
     let e = r.step().await.unwrap_err();
     assert!(matches!(e, RuntimeError::Store(_)), "{e}");
     r.step().await.unwrap();
-    let brief = store
-        .briefs("vala", None, 10)
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|b| b.seq == claimed.seq)
-        .unwrap();
+    let brief = stored_brief(&w, claimed.seq).await;
     assert_eq!(brief.status, BriefStatus::Failed, "{brief:?}");
     let result = brief.result.unwrap_or_default();
     assert!(result.starts_with("its host stopped"), "{result}");
