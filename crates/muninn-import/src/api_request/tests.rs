@@ -180,7 +180,9 @@ fn message() -> impl Strategy<Value = String> {
                 members.into_iter().map(|(k, v)| (k, v.to_string())).collect();
             object_text(&members)
         }),
-        1 => value().prop_map(|v| v.to_string()),
+        // Not an array: that is the one shape the decoders differ on by decision
+        // (`a_message_written_as_an_array_is_the_one_difference`).
+        1 => value().prop_filter("not an array", |v| !v.is_array()).prop_map(|v| v.to_string()),
     ]
 }
 
@@ -189,7 +191,11 @@ fn message() -> impl Strategy<Value = String> {
 fn request() -> impl Strategy<Value = String> {
     let messages = prop_oneof![
         9 => prop::collection::vec(message(), 0..5).prop_map(|m| format!("[{}]", m.join(","))),
-        1 => value().prop_map(|v| v.to_string()),
+        1 => value()
+            .prop_filter("no message written as an array", |v| {
+                !v.as_array().is_some_and(|m| m.iter().any(Value::is_array))
+            })
+            .prop_map(|v| v.to_string()),
     ];
     let member = prop_oneof![
         (
@@ -218,7 +224,7 @@ fn request() -> impl Strategy<Value = String> {
     ];
     prop_oneof![
         19 => prop::collection::vec(member, 0..6).prop_map(|m| object_text(&m)),
-        1 => value().prop_map(|v| v.to_string()),
+        1 => value().prop_filter("not an array", |v| !v.is_array()).prop_map(|v| v.to_string()),
     ]
 }
 
