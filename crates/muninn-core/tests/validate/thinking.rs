@@ -83,17 +83,7 @@ fn a_client_that_drops_the_last_turns_thinking_is_followed_after_two_drops() {
 
     // A client that keeps its thinking throughout is predicted append-only on every turn.
     let (requests, _) = thinking_turns(&[false; 5]);
-    let report = validate(
-        &[trace("k", "main", ThreadKind::Main, "m", requests)],
-        &options,
-    );
-    assert!(
-        report
-            .rows
-            .iter()
-            .skip(1)
-            .all(|r| r.cache_model.read == r.recorded_read)
-    );
+    assert_append_only(requests, &options);
 }
 
 /// A read that stopped at a dropped thinking block is a prefix of the conversation, not the
@@ -180,17 +170,7 @@ fn a_client_that_resends_the_previous_turn_is_followed_once_restarts_lead() {
 
     // A client that keeps its turns is predicted append-only on every request.
     let (requests, _) = restarted_turns(&[false; 4]);
-    let report = validate(
-        &[trace("k", "main", ThreadKind::Main, "m", requests)],
-        &options,
-    );
-    assert!(
-        report
-            .rows
-            .iter()
-            .skip(1)
-            .all(|r| r.cache_model.read == r.recorded_read)
-    );
+    assert_append_only(requests, &options);
 }
 
 /// One session resumed in two terminals (conversations 0 and 7 of one thread, as on
@@ -221,4 +201,20 @@ fn two_terminals_switching_are_no_turn_restarts() {
         let r = row(&report, "s/main/m", index);
         assert_eq!(r.cache_model.read, r.recorded_read, "{r:?}");
     }
+}
+
+/// Every request of `requests` (one main thread) after the first is predicted append-only:
+/// reading what was recorded.
+fn assert_append_only(requests: Vec<TraceRequest>, options: &ValidateOptions) {
+    let report = validate(
+        &[trace("k", "main", ThreadKind::Main, "m", requests)],
+        options,
+    );
+    assert!(
+        report
+            .rows
+            .iter()
+            .skip(1)
+            .all(|r| r.cache_model.read == r.recorded_read)
+    );
 }

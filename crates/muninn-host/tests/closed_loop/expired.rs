@@ -8,7 +8,7 @@
 //! budget reads) differed from the host's.
 
 use super::{Act, assert_holds, closed_loop};
-use muninn_core::closed_loop::EXPIRED;
+use muninn_core::closed_loop::{ClosedLoop, EXPIRED};
 use muninn_core::ledger::LedgerRow;
 use muninn_core::price::PriceTable;
 
@@ -45,10 +45,7 @@ async fn a_ping_whose_answer_found_the_cache_expired_replays_exactly() {
         "{ping:#?}"
     );
     assert_eq!(ping.cache_state, EXPIRED, "{ping:#?}");
-    assert_holds(&report, &rows);
-    assert_eq!(report.agreed, report.decisions);
-    assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
-    assert_eq!(report.rows_found_expired, 1, "{report:#?}");
+    replays_taking_one_expired_row(&report, &rows);
 }
 
 /// A message, a ping that keeps its tail, then the provider loses the cache and the next
@@ -75,10 +72,7 @@ async fn a_turn_after_a_ping_that_found_the_cache_expired_replays_exactly() {
         "the turn must find the cache gone: {turn:#?}"
     );
     assert_eq!(turn.cache_state, EXPIRED, "{turn:#?}");
-    assert_holds(&report, &rows);
-    assert_eq!(report.agreed, report.decisions);
-    assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
-    assert_eq!(report.rows_found_expired, 1, "{report:#?}");
+    replays_taking_one_expired_row(&report, &rows);
 }
 
 /// The exception is narrow: a row is taken as recorded only when it says `expired` and its
@@ -135,4 +129,13 @@ async fn a_shortfall_the_row_does_not_explain_is_priced_apart() {
     let report = check(&claimed);
     assert_eq!(report.rows_found_expired, 0, "{report:#?}");
     assert_holds(&report, &claimed);
+}
+
+/// The ledger replays exactly, every decision agreed, with one row taken as recorded because
+/// it found the cache expired and none priced apart.
+fn replays_taking_one_expired_row(report: &ClosedLoop, rows: &[LedgerRow]) {
+    assert_holds(report, rows);
+    assert_eq!(report.agreed, report.decisions);
+    assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
+    assert_eq!(report.rows_found_expired, 1, "{report:#?}");
 }

@@ -45,6 +45,39 @@ fn pinged(rows: &[LedgerRow], role: &str, from: i64, to: i64) -> bool {
     })
 }
 
+/// Runs `warm_up` to `end` twice. First followed by a quiet wait, the control: `role` must
+/// ping its tail at the decision point after its last row before `at` (ms into the workload),
+/// or the backoff would cross nothing. Then followed by a delivery refused with a
+/// `retry-after` of `retry_after_ms`: refused once. Returns that last row's time and the
+/// refused run's rows.
+async fn refused_after(
+    warm_up: Vec<Act>,
+    retry_after_ms: i64,
+    role: &str,
+    at: i64,
+    end: i64,
+) -> (i64, Vec<LedgerRow>) {
+    let mut control = warm_up.clone();
+    control.push(Act::Wait { ms: 400_000 });
+    let (rows, none) = run(&control, end).await;
+    assert_eq!(none, 0);
+    let last = last_before(&rows, role, at).at_ms;
+    let point = last + TTL_MS - DECIDE_BEFORE_MS;
+    assert!(
+        pinged(&rows, role, point - 1, last + TTL_MS),
+        "the workload must make the host ping the {role} where the backoff will be"
+    );
+    let mut refused = warm_up;
+    refused.push(Act::Refused {
+        room: 0,
+        words: 40,
+        retry_after_ms,
+    });
+    let (rows, refusals) = run(&refused, end).await;
+    assert_eq!(refusals, 1);
+    (last, rows)
+}
+
 /// The Persona's delivery is refused with a `retry-after` longer than what is left of its
 /// tail: the backoff crosses the tail's decision point and its expiry. Without the refusal (the
 /// same workload, the delivery not sent) the host pings there, so the replay would too; with it
@@ -59,26 +92,8 @@ async fn a_persona_backoff_across_its_tail_decision_point_replays_exactly() {
         });
         warm_up.push(Act::Wait { ms: 255_000 });
     }
-    let mut control = warm_up.clone();
-    control.push(Act::Wait { ms: 400_000 });
-    let mut refused = warm_up;
-    refused.push(Act::Refused {
-        room: 0,
-        words: 40,
-        retry_after_ms: 120_000,
-    });
     let end = 8 * 255_000 + 3 * 3_600_000;
-    let (rows, none) = run(&control, end).await;
-    assert_eq!(none, 0);
-    let last = last_before(&rows, "persona", 8 * 255_000).at_ms;
-    let point = last + TTL_MS - DECIDE_BEFORE_MS;
-    assert!(
-        pinged(&rows, "persona", point - 1, last + TTL_MS),
-        "the workload must make the host ping where the backoff will be"
-    );
-
-    let (rows, refusals) = run(&refused, end).await;
-    assert_eq!(refusals, 1);
+    let (last, rows) = refused_after(warm_up, 120_000, "persona", 8 * 255_000, end).await;
     assert!(!pinged(&rows, "persona", last, last + 255_000 + 120_000));
     let report = verify(&rows, &PriceTable::embedded(), &Default::default());
     assert_holds(&report, &rows);
@@ -98,27 +113,9 @@ async fn a_persona_backoff_across_the_selfs_tail_decision_point_replays_exactly(
     }
     warm_up.pop();
     warm_up.push(Act::Wait { ms: 200_000 });
-    let mut control = warm_up.clone();
-    control.push(Act::Wait { ms: 400_000 });
-    let mut refused = warm_up;
-    refused.push(Act::Refused {
-        room: 0,
-        words: 40,
-        retry_after_ms: 300_000,
-    });
     let at = 7 * 255_000 + 200_000;
     let end = at + 3 * 3_600_000;
-    let (rows, none) = run(&control, end).await;
-    assert_eq!(none, 0);
-    let last = last_before(&rows, "self", at).at_ms;
-    let point = last + TTL_MS - DECIDE_BEFORE_MS;
-    assert!(
-        pinged(&rows, "self", point - 1, last + TTL_MS),
-        "the workload must make the host ping the Self where the backoff will be"
-    );
-
-    let (rows, refusals) = run(&refused, end).await;
-    assert_eq!(refusals, 1);
+    let (last, rows) = refused_after(warm_up, 300_000, "self", at, end).await;
     assert!(!pinged(&rows, "self", last, T0 + at + 300_000));
     let report = verify(&rows, &PriceTable::embedded(), &Default::default());
     assert_holds(&report, &rows);

@@ -273,30 +273,18 @@ async fn the_ledger_is_answered_in_bounded_pages_and_exported_whole() {
     assert_eq!(capped.rows.len(), LEDGER_PAGE_LIMIT as usize);
     // ...while the client pages up to the limit it was asked for, not cut short at the cap.
     let asked = LEDGER_PAGE_LIMIT as usize + 3;
-    let first_asked = server
-        .client
-        .ledger(
-            "vala",
-            &LedgerParams {
-                limit: Some(asked as i64),
-                ..LedgerParams::default()
-            },
-        )
-        .await
-        .unwrap();
+    let up_to_asked = LedgerParams {
+        limit: Some(asked as i64),
+        ..LedgerParams::default()
+    };
+    let first_asked = server.client.ledger("vala", &up_to_asked).await.unwrap();
     assert_eq!(
         first_asked.rows.iter().map(|e| &e.row).collect::<Vec<_>>(),
         rows[..asked].iter().collect::<Vec<_>>()
     );
     let jsonl_asked = server
         .client
-        .ledger_jsonl(
-            "vala",
-            &LedgerParams {
-                limit: Some(asked as i64),
-                ..LedgerParams::default()
-            },
-        )
+        .ledger_jsonl("vala", &up_to_asked)
         .await
         .unwrap();
     assert_eq!(jsonl_asked.lines().count(), asked);
