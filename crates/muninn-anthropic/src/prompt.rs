@@ -11,11 +11,12 @@
 //!   (tool definition, `tool_use`, `tool_result`, image, thinking, unknown) counts its canonical
 //!   JSON (below) without `cache_control`. The prompt's total is the sum over its blocks.
 //! - **Identity**: a block's content hash is over its canonical JSON without `cache_control`,
-//!   with the section (and for messages the role, `tool_choice` and `thinking` of the request)
-//!   folded in. So moving a marker never changes the prefix, and a string content equals the
-//!   same text as a one-block array — exactly the two changes the Claude Code CLI makes between
-//!   consecutive requests. A change of `tool_choice` or `thinking` invalidates the messages but
-//!   not tools or system, as the API documents.
+//!   with the section (and for messages the role, `tool_choice`, `thinking` and
+//!   `output_config.effort` of the request) folded in. So moving a marker never changes the
+//!   prefix, and a string content equals the same text as a one-block array — exactly the two
+//!   changes the Claude Code CLI makes between consecutive requests. A change of `tool_choice`,
+//!   `thinking` or the effort invalidates the messages but not tools or system, as the API
+//!   documents.
 //! - **Canonical JSON**: object keys sorted, no whitespace, strings escaped as `serde_json` does.
 //!   It does not depend on the order the client wrote the keys in.
 //! - **Breakpoints**: a block's `cache_control` (`{"type":"ephemeral"}` is 5m; `"ttl":"5m"` or
@@ -167,9 +168,9 @@ fn push_system(
     Ok(())
 }
 
-/// The messages' blocks. `tool_choice` and `thinking` are salted into every message block's
-/// section, so changing either rewrites the message history's cache but not the tools' or
-/// system's.
+/// The messages' blocks. `tool_choice`, `thinking` and `output_config.effort` are salted into
+/// every message block's section, so changing any of them rewrites the message history's cache
+/// but not the tools' or system's.
 fn push_messages(
     body: &Map<String, Value>,
     blocks: &mut Vec<(Tokens, u64, Option<Ttl>)>,
@@ -180,6 +181,12 @@ fn push_messages(
             salt.push_str(key);
             canonical(v, &mut salt);
         }
+    }
+    // Only the effort: the reference names it among what invalidates the messages; the rest of
+    // `output_config` is not said to, and a request without an effort keeps its old prefixes.
+    if let Some(effort) = body.get("output_config").and_then(|c| c.get("effort")) {
+        salt.push_str("effort");
+        canonical(effort, &mut salt);
     }
     let messages = body
         .get("messages")
