@@ -218,6 +218,42 @@ fn push_messages(
     Ok(())
 }
 
+/// The field path of block `index` of `body` as [`shape`] numbers its blocks, the way the API
+/// names a block in an error: `tools.0`, `system` (a string) or `system.1`, `messages.2.content`
+/// (a string) or `messages.2.content.0`. `None` past the last block or on a body [`shape`]
+/// refuses.
+pub fn block_path(body: &Value, index: usize) -> Option<String> {
+    let mut left = index;
+    let mut within = |list: Option<&Value>, path: &str| -> Option<Option<String>> {
+        match list {
+            None | Some(Value::Null) => Some(None),
+            Some(Value::Array(items)) if left < items.len() => Some(Some(format!("{path}.{left}"))),
+            Some(Value::Array(items)) => {
+                left -= items.len();
+                Some(None)
+            }
+            Some(Value::String(_)) if left == 0 => Some(Some(path.to_string())),
+            Some(Value::String(_)) => {
+                left -= 1;
+                Some(None)
+            }
+            Some(_) => None,
+        }
+    };
+    if let Some(path) = within(body.get("tools"), "tools")? {
+        return Some(path);
+    }
+    if let Some(path) = within(body.get("system"), "system")? {
+        return Some(path);
+    }
+    for (i, message) in body.get("messages")?.as_array()?.iter().enumerate() {
+        if let Some(path) = within(message.get("content"), &format!("messages.{i}.content"))? {
+            return Some(path);
+        }
+    }
+    None
+}
+
 /// Where `current` first diverges from `previous`, the way the provider's cache diagnostics
 /// compare a request with the one named by `diagnostics.previous_message_id`: the model, then
 /// the tool definitions, then the system prompt, then the message history (`previous`'s blocks

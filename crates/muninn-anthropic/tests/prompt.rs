@@ -165,3 +165,24 @@ fn divergence_is_named_at_the_first_level_that_differs() {
         Some((Level::Model, before.total_tokens))
     );
 }
+
+/// Block indices as `shape` numbers them, named as the API names the fields.
+#[test]
+fn block_paths_follow_the_shapes_numbering() {
+    use muninn_anthropic::prompt::block_path;
+    let body = json!({"model": "m", "tools": [{"name": "a"}, {"name": "b"}], "system": "S",
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": []},
+                     {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}]});
+    let paths: Vec<Option<String>> = (0..7).map(|i| block_path(&body, i)).collect();
+    let expected = [
+        Some("tools.0"),
+        Some("tools.1"),
+        Some("system"),
+        Some("messages.0.content"),
+        Some("messages.2.content.0"),
+        Some("messages.2.content.1"),
+        None,
+    ];
+    assert_eq!(paths, expected.map(|p| p.map(str::to_string)));
+    assert_eq!(shape(&body).unwrap().checkpoints.len(), 6);
+}
