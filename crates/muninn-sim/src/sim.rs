@@ -412,7 +412,8 @@ fn as_read(
 
 /// The API's 400 for a prompt the cache model refuses. A TTL out of order names the offending
 /// block's field first, as the API does (`system.1.cache_control.ttl: …`); a marker that came
-/// from the top-level `cache_control` (automatic caching) is named as that field.
+/// from the top-level `cache_control` (automatic caching) is named as that field — a simulator
+/// choice: no recorded refusal shows how the API names it.
 fn cache_refusal(body: &Value, e: &CacheError) -> ApiError {
     let message = match e {
         CacheError::TtlOrder { block } => {

@@ -241,6 +241,10 @@ async fn breakpoints_the_api_refuses_are_refused_in_its_words() {
             "messages.0.content.0.cache_control.ttl: a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block. Note that blocks are processed in the following order: `tools`, `system`, `messages`."
         )
     );
+    // The top-level marker (automatic caching) out of order is named as that field.
+    let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"cache_control":{"type":"ephemeral","ttl":"1h"},"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"b"}]})).await;
+    assert_eq!(s, 400);
+    assert!(text.contains(r#""cache_control.ttl: a ttl='1h'"#), "{text}");
     assert_eq!(answered(&h), 0, "refused requests never touched the cache");
 }
 
