@@ -11,11 +11,12 @@
 //!   (tool definition, `tool_use`, `tool_result`, image, thinking, unknown) counts its canonical
 //!   JSON (below) without `cache_control`. The prompt's total is the sum over its blocks.
 //! - **Identity**: a block's content hash is over its canonical JSON without `cache_control`,
-//!   with the section (and for messages the role, `tool_choice` and `thinking` of the request)
-//!   folded in. So moving a marker never changes the prefix, and a string content equals the
-//!   same text as a one-block array — exactly the two changes the Claude Code CLI makes between
-//!   consecutive requests. A change of `tool_choice` or `thinking` invalidates the messages but
-//!   not tools or system, as the API documents.
+//!   with the section (and for messages the role, `tool_choice`, `thinking` and
+//!   `output_config.effort` of the request) folded in. So moving a marker never changes the
+//!   prefix, and a string content equals the same text as a one-block array — exactly the two
+//!   changes the Claude Code CLI makes between consecutive requests. A change of `tool_choice`,
+//!   `thinking` or the effort invalidates the messages but not tools or system, as the API
+//!   documents.
 //! - **Canonical JSON**: object keys sorted, no whitespace, strings escaped as `serde_json` does.
 //!   It does not depend on the order the client wrote the keys in.
 //! - **Breakpoints**: a block's `cache_control` (`{"type":"ephemeral"}` is 5m; `"ttl":"5m"` or
@@ -167,9 +168,9 @@ fn push_system(
     Ok(())
 }
 
-/// The messages' blocks. `tool_choice` and `thinking` are salted into every message block's
-/// section, so changing either rewrites the message history's cache but not the tools' or
-/// system's.
+/// The messages' blocks. `tool_choice`, `thinking` and `output_config.effort` are salted into
+/// every message block's section, so changing any of them rewrites the message history's cache
+/// but not the tools' or system's.
 fn push_messages(
     body: &Map<String, Value>,
     blocks: &mut Vec<(Tokens, u64, Option<Ttl>)>,
@@ -180,6 +181,12 @@ fn push_messages(
             salt.push_str(key);
             canonical(v, &mut salt);
         }
+    }
+    // Only the effort: the reference names it among what invalidates the messages; the rest of
+    // `output_config` is not said to, and a request without an effort keeps its old prefixes.
+    if let Some(effort) = body.get("output_config").and_then(|c| c.get("effort")) {
+        salt.push_str("effort");
+        canonical(effort, &mut salt);
     }
     let messages = body
         .get("messages")
@@ -209,6 +216,42 @@ fn push_messages(
         }
     }
     Ok(())
+}
+
+/// The field path of block `index` of `body` as [`shape`] numbers its blocks, the way the API
+/// names a block in an error: `tools.0`, `system` (a string) or `system.1`, `messages.2.content`
+/// (a string) or `messages.2.content.0`. `None` past the last block or on a body [`shape`]
+/// refuses.
+pub fn block_path(body: &Value, index: usize) -> Option<String> {
+    let mut left = index;
+    let mut within = |list: Option<&Value>, path: &str| -> Option<Option<String>> {
+        match list {
+            None | Some(Value::Null) => Some(None),
+            Some(Value::Array(items)) if left < items.len() => Some(Some(format!("{path}.{left}"))),
+            Some(Value::Array(items)) => {
+                left -= items.len();
+                Some(None)
+            }
+            Some(Value::String(_)) if left == 0 => Some(Some(path.to_string())),
+            Some(Value::String(_)) => {
+                left -= 1;
+                Some(None)
+            }
+            Some(_) => None,
+        }
+    };
+    if let Some(path) = within(body.get("tools"), "tools")? {
+        return Some(path);
+    }
+    if let Some(path) = within(body.get("system"), "system")? {
+        return Some(path);
+    }
+    for (i, message) in body.get("messages")?.as_array()?.iter().enumerate() {
+        if let Some(path) = within(message.get("content"), &format!("messages.{i}.content"))? {
+            return Some(path);
+        }
+    }
+    None
 }
 
 /// Where `current` first diverges from `previous`, the way the provider's cache diagnostics

@@ -56,6 +56,37 @@ fn tool_choice_invalidates_messages_only() {
     assert_ne!(b.checkpoints[3].fingerprint, c.checkpoints[3].fingerprint);
 }
 
+/// The reference: `output_config.effort` invalidates the messages' cache (like `thinking`), not
+/// the tools' or the system's; a request without it keeps the fingerprints it always had.
+#[test]
+fn effort_invalidates_messages_only() {
+    let mut a = req(json!([{"role":"user","content":"hi"}]));
+    let none = shape(&a).unwrap();
+    a["output_config"] = json!({"effort":"medium"});
+    let medium = shape(&a).unwrap();
+    a["output_config"] = json!({"effort":"high"});
+    let high = shape(&a).unwrap();
+    assert_eq!(
+        medium.checkpoints[2].fingerprint,
+        high.checkpoints[2].fingerprint
+    );
+    assert_ne!(
+        medium.checkpoints[3].fingerprint,
+        high.checkpoints[3].fingerprint
+    );
+    assert_eq!(
+        none.checkpoints[2].fingerprint,
+        medium.checkpoints[2].fingerprint
+    );
+    // Another `output_config` field leaves the prefix as it was.
+    a["output_config"] = json!({"effort":"high","format":{"type":"json_schema","schema":{}}});
+    let formatted = shape(&a).unwrap();
+    assert_eq!(
+        high.checkpoints[3].fingerprint,
+        formatted.checkpoints[3].fingerprint
+    );
+}
+
 #[test]
 fn automatic_caching_marks_the_last_block() {
     let mut a = req(json!([{"role":"user","content":"hi"}]));
@@ -133,4 +164,25 @@ fn divergence_is_named_at_the_first_level_that_differs() {
         diverge(&before, &shape(&body).unwrap()),
         Some((Level::Model, before.total_tokens))
     );
+}
+
+/// Block indices as `shape` numbers them, named as the API names the fields.
+#[test]
+fn block_paths_follow_the_shapes_numbering() {
+    use muninn_anthropic::prompt::block_path;
+    let body = json!({"model": "m", "tools": [{"name": "a"}, {"name": "b"}], "system": "S",
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": []},
+                     {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}]});
+    let paths: Vec<Option<String>> = (0..7).map(|i| block_path(&body, i)).collect();
+    let expected = [
+        Some("tools.0"),
+        Some("tools.1"),
+        Some("system"),
+        Some("messages.0.content"),
+        Some("messages.2.content.0"),
+        Some("messages.2.content.1"),
+        None,
+    ];
+    assert_eq!(paths, expected.map(|p| p.map(str::to_string)));
+    assert_eq!(shape(&body).unwrap().checkpoints.len(), 6);
 }

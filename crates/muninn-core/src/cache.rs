@@ -207,9 +207,11 @@ pub enum CacheError {
         /// How many the request had.
         found: usize,
     },
-    /// A 1h breakpoint after a 5m one.
+    /// A 1h breakpoint after a 5m one. The API prefixes its message with the offending field
+    /// (`system.1.cache_control.ttl: …`), which only the request body can name: the simulator
+    /// adds it.
     #[error(
-        "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block (block {block})"
+        "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block. Note that blocks are processed in the following order: `tools`, `system`, `messages`."
     )]
     TtlOrder {
         /// The offending 1h block's index.

@@ -63,7 +63,7 @@ use muninn_anthropic::prompt::{PromptShape, shape};
 use muninn_anthropic::wire::{
     AppliedEdit, ContextManagementResponse, MessagesRequest, STOP_COMPACTION,
 };
-use muninn_core::cache::{CacheOutcome, CacheRules, CacheState, Ttl};
+use muninn_core::cache::{CacheError, CacheOutcome, CacheRules, CacheState, Ttl};
 use muninn_core::price::PriceTable;
 use muninn_core::trace::Usage;
 use serde::Deserialize;
@@ -244,7 +244,7 @@ impl Simulator {
             ));
         }
         crate::strict::check_tool_pairing(&request)?;
-        let outcome = self.apply_cache(&shaped, now_ms)?;
+        let outcome = self.apply_cache(body, &shaped, now_ms)?;
         let passes = self.passes(&request, body, &shaped, &outcome, now_ms)?;
         let id = format!("msg_sim_{seq:08}");
         let (diagnostics, provider_miss) = match &request.diagnostics {
@@ -317,9 +317,14 @@ impl Simulator {
         Ok(shaped)
     }
 
-    /// Applies a prompt from [`Simulator::shape_as_cached`] to the shared cache at `now_ms`,
-    /// with its model's minimum cacheable size.
-    fn apply_cache(&self, shaped: &PromptShape, now_ms: i64) -> Result<CacheOutcome, ApiError> {
+    /// Applies `body`'s prompt from [`Simulator::shape_as_cached`] to the shared cache at
+    /// `now_ms`, with its model's minimum cacheable size.
+    fn apply_cache(
+        &self,
+        body: &Value,
+        shaped: &PromptShape,
+        now_ms: i64,
+    ) -> Result<CacheOutcome, ApiError> {
         let min_cacheable = self.min_cacheable(&shaped.model)?;
         let mut cache = self
             .cache
@@ -327,7 +332,7 @@ impl Simulator {
             .map_err(|_| ApiError::new(500, "api_error", "simulator state poisoned"))?;
         cache
             .apply(&shaped.prompt(), now_ms, min_cacheable, &self.config.rules)
-            .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))
+            .map_err(|e| cache_refusal(body, &e))
     }
 
     /// A threshold compaction that goes on to answer ([`crate::context`]): the compaction pass
@@ -343,8 +348,9 @@ impl Simulator {
         now_ms: i64,
     ) -> Result<Passes, ApiError> {
         let block = context::compaction_block(request);
-        let compacted = self.shape_as_cached(&context::compacted_body(body, &block)?)?;
-        let second = self.apply_cache(&compacted, now_ms)?;
+        let compacted_body = context::compacted_body(body, &block)?;
+        let compacted = self.shape_as_cached(&compacted_body)?;
+        let second = self.apply_cache(&compacted_body, &compacted, now_ms)?;
         let answer = reply(request, seed);
         let summary_tokens = crate::reply::output_tokens(std::slice::from_ref(&block));
         let mut content = vec![block];
@@ -374,7 +380,7 @@ impl Simulator {
             .map_err(|_| ApiError::new(500, "api_error", "simulator state poisoned"))?;
         cache
             .predict(&shaped.prompt(), now_ms, min_cacheable, &self.config.rules)
-            .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+            .map_err(|e| cache_refusal(body, &e))?;
         Ok(shaped.total_tokens)
     }
 }
@@ -402,6 +408,31 @@ fn as_read(
             .map_err(|e| ApiError::new(500, "api_error", e.to_string()))?
     };
     Ok((body, request, applied))
+}
+
+/// The API's 400 for a prompt the cache model refuses. A TTL out of order names the offending
+/// block's field first, as the API does (`system.1.cache_control.ttl: …`); a marker that came
+/// from the top-level `cache_control` (automatic caching) is named as that field — a simulator
+/// choice: no recorded refusal shows how the API names it.
+fn cache_refusal(body: &Value, e: &CacheError) -> ApiError {
+    let message = match e {
+        CacheError::TtlOrder { block } => {
+            let path = muninn_anthropic::prompt::block_path(body, *block as usize)
+                .filter(|path| {
+                    let pointer = format!("/{}/cache_control", path.replace('.', "/"));
+                    body.pointer(&pointer).is_some_and(|cc| !cc.is_null())
+                })
+                .unwrap_or_default();
+            let field = if path.is_empty() {
+                "cache_control.ttl".to_string()
+            } else {
+                format!("{path}.cache_control.ttl")
+            };
+            format!("{field}: {e}")
+        }
+        other => other.to_string(),
+    };
+    ApiError::new(400, "invalid_request_error", message)
 }
 
 /// The answer to an on-demand (or a paused threshold) compaction: the summary in one signed

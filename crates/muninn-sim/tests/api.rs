@@ -217,7 +217,8 @@ async fn errors_have_the_api_shape() {
     assert_eq!(answered(&h), 0);
 }
 
-/// Five breakpoints, and 1h after 5m: the API's 400 wording from the cache model.
+/// Five breakpoints, and 1h after 5m: the API's 400 wording, the offending block's field named
+/// as the API names it.
 #[tokio::test]
 async fn breakpoints_the_api_refuses_are_refused_in_its_words() {
     let h = sim().await;
@@ -233,7 +234,17 @@ async fn breakpoints_the_api_refuses_are_refused_in_its_words() {
     );
     let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"b","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]})).await;
     assert_eq!(s, 400);
-    assert!(text.contains("ttl='1h'"), "{text}");
+    let e: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        e["error"]["message"],
+        json!(
+            "messages.0.content.0.cache_control.ttl: a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block. Note that blocks are processed in the following order: `tools`, `system`, `messages`."
+        )
+    );
+    // The top-level marker (automatic caching) out of order is named as that field.
+    let (s, _, text) = http.api("/v1/messages", &json!({"model":"claude-opus-5-5","max_tokens":5,"cache_control":{"type":"ephemeral","ttl":"1h"},"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"b"}]})).await;
+    assert_eq!(s, 400);
+    assert!(text.contains(r#""cache_control.ttl: a ttl='1h'"#), "{text}");
     assert_eq!(answered(&h), 0, "refused requests never touched the cache");
 }
 

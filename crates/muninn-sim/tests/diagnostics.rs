@@ -181,3 +181,37 @@ async fn causes_agree_with_the_simulators_labels_on_a_random_workload() {
     assert!(changed > 50, "and changes often");
     assert_eq!(agree, labelled.len(), "FAIL: a cause and a label disagree");
 }
+
+/// `output_config.effort` is part of the messages' prefix (the reference's invalidation rules):
+/// the same request at another effort reads the system prompt and rewrites the messages, and
+/// the diagnostics name `messages_changed`; at the same effort it reads everything.
+#[tokio::test]
+async fn an_effort_change_rewrites_the_messages_only() {
+    let h = sim().await;
+    let body = |effort: &str| {
+        json!({"model": "claude-opus-5-5", "max_tokens": 64, "output_config": {"effort": effort},
+               "diagnostics": {"previous_message_id": null},
+               "system": [{"type": "text", "text": long_system("e", 2),
+                           "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+               "messages": [{"role": "user", "content": [{"type": "text",
+                   "text": long_system("a long question", 2),
+                   "cache_control": {"type": "ephemeral"}}]}]})
+    };
+    let system_tokens = muninn_anthropic::prompt::shape(&body("medium"))
+        .unwrap()
+        .checkpoints[0]
+        .tokens;
+    let now = crate::support::T0;
+    let first = h.sim.messages(&body("medium"), None, 1, now).unwrap();
+    let same = h.sim.messages(&body("medium"), None, 2, now).unwrap();
+    assert_eq!(same.usage.cache_read, first.usage.written());
+    let mut other = body("high");
+    other["diagnostics"] = json!({"previous_message_id": same.id});
+    let changed = h.sim.messages(&other, None, 3, now).unwrap();
+    assert_eq!(
+        (changed.usage.cache_read, changed.usage.cache_write_5m),
+        (system_tokens, first.usage.cache_write_5m)
+    );
+    let reason = changed.diagnostics.and_then(|d| d.cache_miss_reason);
+    assert_eq!(reason.map(|r| r.kind), Some("messages_changed".to_string()));
+}
