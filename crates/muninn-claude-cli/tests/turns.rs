@@ -341,3 +341,41 @@ async fn the_backend_suite_passes_without_custom_tools_and_pings() {
         vec![Capability::Ping, Capability::PingHead]
     );
 }
+
+/// A child that takes no input (stopped here with SIGSTOP: hung, or busy past its pipe) cannot
+/// hold a turn forever: a line bigger than the pipe's buffer blocks the write, and the turn's
+/// timeout covers the write as well as the read. The child is killed, the error says why, and
+/// the next turn resumes the session with its conversation whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_that_takes_no_input_times_out_and_the_next_turn_resumes() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a71").await;
+    r.config.turn_timeout = Duration::from_secs(3);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("stalled")).await.unwrap();
+    ok(b.turn(TurnInput::text("s1: before the stall")).await);
+    let pid = b.last_report().unwrap().pid.unwrap();
+    let stopped = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    rustix::process::kill_process(stopped, rustix::process::Signal::STOP).unwrap();
+
+    // 1 MiB: far more than a pipe holds, so the write itself waits on the stopped child.
+    let big = format!("s2: {}", "x".repeat(1 << 20));
+    let err = tokio::time::timeout(Duration::from_secs(60), b.turn(TurnInput::text(big)))
+        .await
+        .expect("the turn never ended: a child that takes no input stalls it")
+        .unwrap_err();
+    assert!(matches!(err, BackendError::Transport(_)), "{err:?}");
+    assert!(err.to_string().contains("took no input"), "{err}");
+    wait_dead(pid).await;
+
+    let o = ok(b.turn(TurnInput::text("s3: after the stall")).await);
+    assert!(!o.text.is_empty());
+    assert_ne!(b.last_report().unwrap().pid, Some(pid));
+    let sent = user_messages_sent_with(&r.sim, "s3: after the stall");
+    assert!(
+        sent.iter().any(|m| m.contains("s1: before the stall")),
+        "{sent:?}"
+    );
+    // The half-written line was never taken: nothing of it reached the API.
+    assert!(!sent.iter().any(|m| m.contains("s2: ")), "{sent:?}");
+}
