@@ -49,6 +49,8 @@ const MAX_ATTEMPTS: u32 = 3;
 const STDERR_LINES: usize = 64;
 /// Longest stderr line kept.
 const STDERR_LINE_CHARS: usize = 2_000;
+/// Longest stderr line read into memory; a longer one is dropped as it comes.
+const MAX_STDERR_LINE_BYTES: usize = 64 * 1024;
 /// The longest credential passed through a pipe. It is written before the child exists, so it
 /// must fit the pipe's buffer (at least a page on Linux) or the write would never finish.
 const MAX_CREDENTIAL_BYTES: usize = 4_000;

@@ -379,3 +379,45 @@ async fn a_child_that_takes_no_input_times_out_and_the_next_turn_resumes() {
     // The half-written line was never taken: nothing of it reached the API.
     assert!(!sent.iter().any(|m| m.contains("s2: ")), "{sent:?}");
 }
+
+/// The child's stderr is drained whatever it holds. A child (a stand-in script: the real CLI
+/// cannot be made to write these) that writes a byte that is not UTF-8, then a 1 MiB line, then
+/// its last words and exits: the turn fails at once naming those words. Before, the drain
+/// stopped at the bad byte and closed the pipe, so the child's next stderr write killed it
+/// (SIGPIPE) and the error named nothing of why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_childs_stderr_is_drained_whatever_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("claude");
+    std::fs::write(
+        &bin,
+        "#!/bin/sh\n\
+         printf 'bad \\377 byte\\n' >&2\n\
+         head -c 1048576 /dev/zero | tr '\\000' e >&2\n\
+         printf '\\nfatal: the stderr end\\n' >&2\n\
+         exit 3\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // A child forked elsewhere in this test binary may still hold the file open for writing
+    // (ETXTBSY) until it execs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a72").await;
+    r.config.turn_timeout = Duration::from_secs(20);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("stderr")).await.unwrap();
+    let started = std::time::Instant::now();
+    let err = b.turn(TurnInput::text("e1")).await.unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("fatal: the stderr end"), "{message}");
+    assert!(message.contains("bad \u{fffd} byte"), "{message}");
+    assert!(message.contains("1048576 bytes"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}
