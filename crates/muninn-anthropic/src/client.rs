@@ -38,6 +38,11 @@ use serde_json::{Map, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// The most bytes of a reply's body the client reads, whole or streamed. A real reply is far
+/// smaller (a streamed `max_tokens` of output with its thinking is a few MiB of events); a
+/// server that sends more is broken, and reading on would hold it all in memory.
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
 /// How the key is presented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthScheme {
@@ -393,10 +398,13 @@ fn transport_failure(e: reqwest::Error) -> AttemptError {
 }
 
 /// A non-2xx reply as an [`AttemptError`]: the API's own error type and message when the body is
-/// an error object, else `http_<status>` and the body's first 500 characters.
-async fn api_failure(status: u16, response: reqwest::Response) -> AttemptError {
+/// an error object, else `http_<status>` and the body's first 500 characters. At most
+/// [`MAX_ERROR_BODY_BYTES`] of the body are read.
+async fn api_failure(status: u16, mut response: reqwest::Response) -> AttemptError {
     let retry_after = retry_after(response.headers());
-    let text = response.text().await.unwrap_or_default();
+    // A body cut at the limit, or by a failed read, still gives its first characters.
+    let (body, _) = read_body(&mut response, MAX_ERROR_BODY_BYTES).await;
+    let text = String::from_utf8_lossy(&body);
     let (kind, message) = match serde_json::from_str::<ErrorResponse>(&text) {
         Ok(e) => (e.error.kind, e.error.message),
         Err(_) => (
@@ -419,11 +427,54 @@ async fn api_failure(status: u16, response: reqwest::Response) -> AttemptError {
     }
 }
 
+/// The most bytes of an error reply's body read: an error object is small, and only its first
+/// 500 characters are kept when it is not one.
+const MAX_ERROR_BODY_BYTES: usize = 1024 * 1024;
+
+/// How reading a body stopped short.
+enum BodyEnd {
+    /// The whole body was read.
+    Whole,
+    /// The body passed the limit; what was read is its first `limit` bytes or more.
+    TooLarge,
+    /// A read failed.
+    Failed(reqwest::Error),
+}
+
+/// Reads `response`'s body chunk by chunk, stopping once it passes `limit` bytes.
+async fn read_body(response: &mut reqwest::Response, limit: usize) -> (Vec<u8>, BodyEnd) {
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                body.extend_from_slice(&chunk);
+                if body.len() > limit {
+                    return (body, BodyEnd::TooLarge);
+                }
+            }
+            Ok(None) => return (body, BodyEnd::Whole),
+            Err(e) => return (body, BodyEnd::Failed(e)),
+        }
+    }
+}
+
+/// The error of a reply whose body passed [`MAX_RESPONSE_BYTES`].
+fn too_large(after_content: bool) -> AttemptError {
+    protocol(
+        format!("the reply passed the limit of {MAX_RESPONSE_BYTES} bytes; the rest was not read"),
+        after_content,
+    )
+}
+
 /// A non-streaming reply: the message and its usage JSON verbatim.
 async fn read_whole(
-    response: reqwest::Response,
+    mut response: reqwest::Response,
 ) -> Result<(MessagesResponse, Value), AttemptError> {
-    let bytes = response.bytes().await.map_err(transport_failure)?;
+    let bytes = match read_body(&mut response, MAX_RESPONSE_BYTES).await {
+        (bytes, BodyEnd::Whole) => bytes,
+        (_, BodyEnd::TooLarge) => return Err(too_large(false)),
+        (_, BodyEnd::Failed(e)) => return Err(transport_failure(e)),
+    };
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| protocol(format!("reply is not JSON: {e}"), false))?;
     let raw_usage = value.get("usage").cloned().unwrap_or(Value::Null);
@@ -439,6 +490,9 @@ async fn read_stream(
 ) -> Result<(MessagesResponse, Value), AttemptError> {
     let mut decoder = SseDecoder::new();
     let mut assembler = Assembler::default();
+    // Each event is bounded by the decoder; the whole stream by this count, since the
+    // assembler keeps every delta.
+    let mut read = 0usize;
     loop {
         let chunk = match response.chunk().await {
             Ok(Some(c)) => c,
@@ -449,6 +503,10 @@ async fn read_stream(
                 return Err(f);
             }
         };
+        read += chunk.len();
+        if read > MAX_RESPONSE_BYTES {
+            return Err(too_large(assembler.content_started));
+        }
         let frames = decoder
             .push(&chunk)
             .map_err(|e| protocol(e.to_string(), assembler.content_started))?;
