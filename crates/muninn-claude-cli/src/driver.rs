@@ -17,12 +17,14 @@
 //! This file holds the driver's state, its command loop and the child's stopping; `launch`
 //! starts a child (arguments, environment, credential) and reseeds a lost session; `turn` runs
 //! one exchange with its relaunches; `read` reads one exchange's events; `outcome` turns a
-//! `result` into the turn's outcome; `stdin` renders what is written to the child.
+//! `result` into the turn's outcome; `stdin` renders what is written to the child; `tree` kills
+//! the processes a child started when the child is killed.
 
 mod launch;
 mod outcome;
 mod read;
 mod stdin;
+mod tree;
 mod turn;
 
 use crate::event::{CompactMetadata, ResultEvent};
@@ -125,7 +127,22 @@ struct Live {
     pid: Option<u32>,
 }
 
+impl Drop for Live {
+    /// `kill_on_drop` kills the child alone; the processes it started go with it.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            tree::kill_descendants(self.pid);
+        }
+    }
+}
+
 impl Live {
+    /// Kills the child and every process it started, and reaps the child.
+    async fn kill(&mut self) {
+        tree::kill_descendants(self.pid);
+        let _already_gone = self.child.kill().await;
+    }
+
     fn stderr_tail(&self) -> String {
         self.stderr
             .lock()
@@ -333,7 +350,7 @@ impl Driver {
             match tokio::time::timeout(self.config.shutdown_timeout, live.child.wait()).await {
                 Ok(Ok(s)) => Some(s),
                 _ => {
-                    let _ = live.child.kill().await;
+                    live.kill().await;
                     None
                 }
             };
@@ -345,7 +362,7 @@ impl Driver {
     /// Kills the current child (used when its session is abandoned or a turn timed out).
     async fn stop_child(&mut self) {
         if let Some(mut live) = self.child.take() {
-            let _ = live.child.kill().await;
+            live.kill().await;
         }
     }
 
@@ -377,7 +394,7 @@ impl Driver {
         if let Ok(Ok(s)) = tokio::time::timeout(wait, live.child.wait()).await {
             return Some(s);
         }
-        let _ = live.child.kill().await;
+        live.kill().await;
         live.child.wait().await.ok()
     }
 }

@@ -421,3 +421,63 @@ async fn a_childs_stderr_is_drained_whatever_it_holds() {
         started.elapsed()
     );
 }
+
+/// A child killed at the turn's timeout takes the processes it started with it: the real CLI
+/// runs a Bash tool call (a `sleep` that outlasts the turn), the turn times out, and the
+/// driver's SIGKILL reaches the whole process group, not the CLI alone. Before, the `sleep`
+/// was left running, orphaned, after every timed-out or killed run of a session with tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_child_leaves_no_process_of_its_own_running() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a73").await;
+    r.config.turn_timeout = Duration::from_secs(8);
+    r.config.tools = vec!["Bash".to_string()];
+    // Bash allowed by the project's settings (`bypassPermissions` is refused to root).
+    let project = r.config.work_dir().join(".claude");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("settings.json"),
+        json!({"permissions": {"allow": ["Bash"]}}).to_string(),
+    )
+    .unwrap();
+    // A duration no other test uses: the tool's process is found by its command line.
+    // (The CLI refuses a plain `sleep` as a way to wait, and a read outside its directory.)
+    let command = "tail -s 3173 -f wait.log";
+    std::fs::write(r.config.work_dir().join("wait.log"), "").unwrap();
+    let script = json!([{"name": "Bash", "input": {"command": command, "description": "wait"}}]);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("group")).await.unwrap();
+    let watch = tokio::spawn(async move {
+        for _ in 0..200 {
+            if let Some(pid) = pid_running(command) {
+                return Some(pid);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    });
+    let err = b
+        .turn(TurnInput::text(format!(
+            "run it [sim: tool calls {script}]"
+        )))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no result within"), "{err}");
+    let tool_pid = watch.await.unwrap().expect("the Bash tool never ran");
+    wait_dead(tool_pid).await;
+}
+
+/// The pid of a process whose command line is `command` (arguments split at spaces).
+fn pid_running(command: &str) -> Option<u32> {
+    let wanted: Vec<u8> = command
+        .split(' ')
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            (std::fs::read(entry.path().join("cmdline")).ok()? == wanted).then_some(pid)
+        })
+}

@@ -116,6 +116,7 @@ impl Driver {
                 }
                 FlushAction::Kill => {
                     f.state.killed_at = Some(now);
+                    super::tree::kill_descendants(live.pid);
                     let _ = live.child.start_kill();
                     tracing::warn!(session = %self.session_id, "claude-cli: SIGTERM did not end the run; SIGKILL");
                 }
