@@ -10,7 +10,8 @@
 //! `retryable: false`.
 //!
 //! The delay before retry *n* (1-based) is the server's `retry-after` when it sent one (seconds,
-//! or `retry-after-ms`), capped at [`RetryPolicy::max_retry_after`]; otherwise
+//! or `retry-after-ms`; a value no `Duration` holds is no hint), capped at
+//! [`RetryPolicy::max_retry_after`]; otherwise
 //! `base · 2^(n-1)`, capped at `max_delay`, plus up to `jitter` of itself drawn from a seeded
 //! generator (deterministic per client, different per seed, so many clients do not retry in
 //! lockstep). This is the Claude Code CLI's observed schedule (500 ms doubling to ~32 s, ~25 %
@@ -310,7 +311,7 @@ impl AnthropicClient {
                 Some(d) => d.min(self.config.retry.max_retry_after),
                 None => self.backoff(attempt),
             };
-            tracing::warn!(attempt, delay_ms = delay.as_millis() as u64, error = %failure.error, "retrying Messages API request");
+            tracing::warn!(attempt, delay_ms = millis(delay), error = %failure.error, "retrying Messages API request");
             retries.push(retry_event(attempt, delay, &failure));
             self.sleeper.sleep(delay).await;
         }
@@ -419,7 +420,7 @@ async fn api_failure(status: u16, mut response: reqwest::Response) -> AttemptErr
             kind,
             message,
             retryable,
-            retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
+            retry_after_ms: retry_after.map(millis),
         },
         retryable,
         retry_after,
@@ -535,10 +536,10 @@ fn retry_event(attempt: u32, delay: Duration, failure: &AttemptError) -> RetryEv
     };
     RetryEvent {
         attempt,
-        delay_ms: delay.as_millis() as u64,
+        delay_ms: millis(delay),
         status,
         kind,
-        retry_after_ms: failure.retry_after.map(|d| d.as_millis() as u64),
+        retry_after_ms: failure.retry_after.map(millis),
     }
 }
 
@@ -556,7 +557,14 @@ fn protocol(message: String, after_content: bool) -> AttemptError {
     }
 }
 
-/// `retry-after-ms` (milliseconds) or `retry-after` (seconds, possibly fractional).
+/// A duration in whole milliseconds, the longest `u64` holds when it is longer (`as` would wrap
+/// a huge `retry-after` into an arbitrary shorter wait).
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `retry-after-ms` (milliseconds) or `retry-after` (seconds, possibly fractional). A value no
+/// `Duration` holds (`1e300`) is no hint: converting it would panic.
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let get = |name: &str| {
         headers
@@ -567,13 +575,14 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
         && ms.is_finite()
         && ms >= 0.0
+        && let Ok(delay) = Duration::try_from_secs_f64(ms / 1000.0)
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(delay);
     }
     get("retry-after")
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 /// Builds a [`MessagesResponse`] from stream events, keeping the raw usage JSON.

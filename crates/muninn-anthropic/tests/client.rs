@@ -15,6 +15,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 struct Endless {
     status: &'static str,
     content_type: &'static str,
+    /// Further header lines, each ending in `\r\n`.
+    headers: &'static str,
     body_head: String,
     pad: Vec<u8>,
     total: usize,
@@ -50,8 +52,8 @@ async fn serve(reply: Endless) -> (String, Arc<AtomicUsize>) {
             }
         }
         let head = format!(
-            "HTTP/1.1 {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n\r\n{}",
-            reply.status, reply.content_type, reply.total, reply.body_head
+            "HTTP/1.1 {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n{}\r\n{}",
+            reply.status, reply.content_type, reply.total, reply.headers, reply.body_head
         );
         if socket.write_all(head.as_bytes()).await.is_err() {
             return;
@@ -118,6 +120,7 @@ async fn a_whole_reply_past_the_limit_is_refused_unread() {
     let reply = Endless {
         status: "200 OK",
         content_type: "application/json",
+        headers: "",
         body_head: r#"{"pad":""#.to_string(),
         pad: vec![b'x'; 1 << 20],
         total: SENT,
@@ -146,6 +149,7 @@ async fn a_streamed_reply_past_the_limit_is_refused_unread() {
     let reply = Endless {
         status: "200 OK",
         content_type: "text/event-stream",
+        headers: "",
         body_head: start.to_string(),
         pad: delta.repeat(64).into_bytes(),
         total: SENT,
@@ -166,6 +170,7 @@ async fn an_error_reply_is_read_only_as_far_as_its_message_needs() {
     let reply = Endless {
         status: "500 Internal Server Error",
         content_type: "text/html",
+        headers: "",
         body_head: "<html>upstream failed".to_string(),
         pad: vec![b'z'; 1 << 20],
         total: SENT,
@@ -183,4 +188,34 @@ async fn an_error_reply_is_read_only_as_far_as_its_message_needs() {
     assert_eq!((*status, kind.as_str()), (500, "http_500"));
     assert!(message.starts_with("<html>upstream failed"), "{message}");
     assert!(sent <= SLACK, "the server sent {sent} bytes");
+}
+
+/// A `retry-after` past what a `Duration` holds is no hint (it panicked the client, taking the
+/// Mind's task with it); one whose milliseconds pass `u64` is the longest wait, not a wrapped
+/// number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absurd_retry_after_is_no_hint_and_a_huge_one_saturates() {
+    let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
+    let limited = |headers: &'static str| Endless {
+        status: "429 Too Many Requests",
+        content_type: "application/json",
+        headers,
+        body_head: body.to_string(),
+        pad: Vec::new(),
+        total: body.len(),
+    };
+    let retry_after = |error: &BackendError| match error {
+        BackendError::Api {
+            status: 429,
+            retry_after_ms,
+            ..
+        } => *retry_after_ms,
+        other => panic!("{other:?}"),
+    };
+    let (absurd, _) = send(limited("retry-after: 1e300\r\n"), false).await;
+    assert_eq!(retry_after(&absurd), None);
+    let (huge, _) = send(limited("retry-after: 1e17\r\n"), false).await;
+    assert_eq!(retry_after(&huge), Some(u64::MAX));
+    let (plain, _) = send(limited("retry-after: 2.5\r\n"), false).await;
+    assert_eq!(retry_after(&plain), Some(2_500));
 }
