@@ -98,7 +98,8 @@ pub struct ClientConfig {
     pub retry: RetryPolicy,
     /// Connect timeout.
     pub connect_timeout: Duration,
-    /// The longest silence between two reads of a response body.
+    /// The longest silence between two reads of a response body; in a stream, `ping` events
+    /// are silence too.
     pub read_timeout: Duration,
 }
 
@@ -351,7 +352,7 @@ impl AnthropicClient {
             return Err(api_failure(status, response).await);
         }
         let (message, raw_usage) = if stream {
-            read_stream(response).await?
+            read_stream(response, self.config.read_timeout).await?
         } else {
             read_whole(response).await?
         };
@@ -390,8 +391,12 @@ impl AnthropicClient {
 
 /// A transport failure before any content arrived: always worth retrying.
 fn transport_failure(e: reqwest::Error) -> AttemptError {
+    transport_failure_text(transport_cause(e))
+}
+
+fn transport_failure_text(cause: String) -> AttemptError {
     AttemptError {
-        error: BackendError::Transport(transport_cause(e)),
+        error: BackendError::Transport(cause),
         retryable: true,
         retry_after: None,
         after_content: false,
@@ -485,20 +490,30 @@ async fn read_whole(
 }
 
 /// A streamed reply, assembled up to `message_stop`; every failure records whether content had
-/// begun, which decides whether it may be retried.
+/// begun, which decides whether it may be retried. `ping` events are silence: a stream that sends
+/// nothing else for `silence` fails, however busy its socket.
 async fn read_stream(
     mut response: reqwest::Response,
+    silence: Duration,
 ) -> Result<(MessagesResponse, Value), AttemptError> {
     let mut decoder = SseDecoder::new();
     let mut assembler = Assembler::default();
     // Each event is bounded by the decoder; the whole stream by this count, since the
     // assembler keeps every delta.
     let mut read = 0usize;
+    let mut heard_at = tokio::time::Instant::now();
     loop {
-        let chunk = match response.chunk().await {
-            Ok(Some(c)) => c,
-            Ok(None) => break,
-            Err(e) => {
+        let chunk = match tokio::time::timeout_at(heard_at + silence, response.chunk()).await {
+            Ok(Ok(Some(c))) => c,
+            Ok(Ok(None)) => break,
+            Err(_) => {
+                let mut f = transport_failure_text(format!(
+                    "no event but ping within {silence:?} (timed out)"
+                ));
+                f.after_content = assembler.content_started;
+                return Err(f);
+            }
+            Ok(Err(e)) => {
                 let mut f = transport_failure(e);
                 f.after_content = assembler.content_started;
                 return Err(f);
@@ -512,6 +527,9 @@ async fn read_stream(
             .push(&chunk)
             .map_err(|e| protocol(e.to_string(), assembler.content_started))?;
         for frame in frames {
+            if frame.event.as_deref() != Some("ping") {
+                heard_at = tokio::time::Instant::now();
+            }
             assembler.on_frame(&frame.data)?;
             if assembler.stopped {
                 return assembler.finish();

@@ -20,6 +20,8 @@ struct Endless {
     body_head: String,
     pad: Vec<u8>,
     total: usize,
+    /// A pause before each `pad` (none: as fast as the socket takes it).
+    every: Option<Duration>,
 }
 
 /// Serves one request with `reply`; returns the base URL and the count of body bytes the
@@ -60,6 +62,9 @@ async fn serve(reply: Endless) -> (String, Arc<AtomicUsize>) {
         }
         let mut body_sent = reply.body_head.len();
         while body_sent < reply.total {
+            if let Some(pause) = reply.every {
+                tokio::time::sleep(pause).await;
+            }
             let n = reply.pad.len().min(reply.total - body_sent);
             if socket.write_all(&reply.pad[..n]).await.is_err() {
                 break;
@@ -74,6 +79,7 @@ async fn serve(reply: Endless) -> (String, Arc<AtomicUsize>) {
 fn client(base_url: String) -> AnthropicClient {
     let mut config = ClientConfig::new(base_url, ApiKey::new("sk-test-endless").unwrap());
     config.retry.max_retries = 0;
+    config.read_timeout = Duration::from_secs(2);
     AnthropicClient::new(
         config,
         Arc::new(muninn_backend::clock::RecordingSleeper::default()),
@@ -124,6 +130,7 @@ async fn a_whole_reply_past_the_limit_is_refused_unread() {
         body_head: r#"{"pad":""#.to_string(),
         pad: vec![b'x'; 1 << 20],
         total: SENT,
+        every: None,
     };
     let (error, sent) = send(reply, false).await;
     assert!(error.to_string().contains("passed the limit"), "{error:?}");
@@ -153,6 +160,7 @@ async fn a_streamed_reply_past_the_limit_is_refused_unread() {
         body_head: start.to_string(),
         pad: delta.repeat(64).into_bytes(),
         total: SENT,
+        every: None,
     };
     let (error, sent) = send(reply, true).await;
     assert!(
@@ -174,6 +182,7 @@ async fn an_error_reply_is_read_only_as_far_as_its_message_needs() {
         body_head: "<html>upstream failed".to_string(),
         pad: vec![b'z'; 1 << 20],
         total: SENT,
+        every: None,
     };
     let (error, sent) = send(reply, false).await;
     let BackendError::Api {
@@ -203,6 +212,7 @@ async fn an_absurd_retry_after_is_no_hint_and_a_huge_one_saturates() {
         body_head: body.to_string(),
         pad: Vec::new(),
         total: body.len(),
+        every: None,
     };
     let retry_after = |error: &BackendError| match error {
         BackendError::Api {
@@ -218,4 +228,37 @@ async fn an_absurd_retry_after_is_no_hint_and_a_huge_one_saturates() {
     assert_eq!(retry_after(&huge), Some(u64::MAX));
     let (plain, _) = send(limited("retry-after: 2.5\r\n"), false).await;
     assert_eq!(retry_after(&plain), Some(2_500));
+}
+
+/// A stream that sends nothing but `ping`s after its start is silent, however busy the socket:
+/// it fails at the read timeout (before any content, so it may be retried) instead of holding
+/// the turn for as long as the server keeps pinging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_pings_alone_times_out() {
+    let start = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",",
+        "\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-opus-5-5\",\"content\":[],",
+        "\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n",
+    );
+    let ping = b"event: ping\ndata: {\"type\": \"ping\"}\n\n".to_vec();
+    let reply = Endless {
+        status: "200 OK",
+        content_type: "text/event-stream",
+        headers: "",
+        body_head: start.to_string(),
+        total: start.len() + ping.len() * 1_000,
+        pad: ping,
+        every: Some(Duration::from_millis(200)),
+    };
+    let started = std::time::Instant::now();
+    let (error, _) = send(reply, true).await;
+    assert!(
+        matches!(&error, BackendError::Transport(m) if m.contains("no event but ping")),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }
