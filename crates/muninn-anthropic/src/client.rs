@@ -27,12 +27,15 @@
 //! first client is built (reqwest 0.13 without a default provider panics at build time
 //! otherwise). No aws-lc, no OpenSSL.
 
+mod body;
+
 use crate::secret::ApiKey;
 use crate::sse::SseDecoder;
 use crate::wire::{
     API_VERSION, ContentBlock, Delta, ErrorBody, ErrorResponse, MessagesRequest, MessagesResponse,
     Role, StreamEvent, Usage,
 };
+use body::{BodyEnd, MAX_ERROR_BODY_BYTES, read_body};
 use muninn_backend::clock::Sleeper;
 use muninn_backend::{BackendError, RetryEvent};
 use serde_json::{Map, Value};
@@ -430,37 +433,6 @@ async fn api_failure(status: u16, mut response: reqwest::Response) -> AttemptErr
         retryable,
         retry_after,
         after_content: false,
-    }
-}
-
-/// The most bytes of an error reply's body read: an error object is small, and only its first
-/// 500 characters are kept when it is not one.
-const MAX_ERROR_BODY_BYTES: usize = 1024 * 1024;
-
-/// How reading a body stopped short.
-enum BodyEnd {
-    /// The whole body was read.
-    Whole,
-    /// The body passed the limit; what was read is its first `limit` bytes or more.
-    TooLarge,
-    /// A read failed.
-    Failed(reqwest::Error),
-}
-
-/// Reads `response`'s body chunk by chunk, stopping once it passes `limit` bytes.
-async fn read_body(response: &mut reqwest::Response, limit: usize) -> (Vec<u8>, BodyEnd) {
-    let mut body = Vec::new();
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                body.extend_from_slice(&chunk);
-                if body.len() > limit {
-                    return (body, BodyEnd::TooLarge);
-                }
-            }
-            Ok(None) => return (body, BodyEnd::Whole),
-            Err(e) => return (body, BodyEnd::Failed(e)),
-        }
     }
 }
 
