@@ -52,6 +52,11 @@ impl Driver {
                             continue;
                         }
                         Ok(None) | Err(_) => {
+                            if let Err(e) = &line {
+                                // Taken as the end of stdout (the child is reaped, killed if it
+                                // lingers, and relaunched); the cause would otherwise be lost.
+                                tracing::warn!(session = %self.session_id, error = %e, "claude-cli: reading the child's stdout failed");
+                            }
                             let terminated = run_flush
                                 .as_ref()
                                 .is_some_and(|f| f.state.terminated_at.is_some());
