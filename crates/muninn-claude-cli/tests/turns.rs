@@ -481,3 +481,46 @@ fn pid_running(command: &str) -> Option<u32> {
             (std::fs::read(entry.path().join("cmdline")).ok()? == wanted).then_some(pid)
         })
 }
+
+/// A `result` whose fields are not of the types the driver knows still ends the turn. A child
+/// (a stand-in script speaking stream-json: the pinned CLI writes none such) answers with
+/// `"errors": null` and `"api_error_status": "none"`: the turn is answered at once from the
+/// fields that read. Before, the line was kept as an unknown event, the turn waited its whole
+/// timeout for a `result` that had come, the child was killed, and a retry would have sent the
+/// message a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_with_odd_fields_still_ends_the_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("claude");
+    let init = json!({"type": "system", "subtype": "init", "session_id": "s"});
+    let result = json!({"type": "result", "subtype": "success", "is_error": false,
+        "result": "answered", "errors": null, "api_error_status": "none",
+        "usage": {"input_tokens": 3, "output_tokens": 2}});
+    std::fs::write(
+        &bin,
+        format!(
+            "#!/bin/sh\nread line\necho '{init}'\necho '{result}'\nwhile read line; do :; done\n"
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // A child forked elsewhere in this test binary may still hold the file open for writing
+    // (ETXTBSY) until it execs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a74").await;
+    r.config.turn_timeout = Duration::from_secs(10);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("odd")).await.unwrap();
+    let started = std::time::Instant::now();
+    let o = ok(b.turn(TurnInput::text("o1")).await);
+    assert_eq!(o.text, "answered");
+    assert_eq!((o.usage.input, o.usage.output), (3, 2));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
