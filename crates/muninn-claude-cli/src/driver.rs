@@ -51,6 +51,8 @@ const MAX_ATTEMPTS: u32 = 3;
 const STDERR_LINES: usize = 64;
 /// Longest stderr line kept.
 const STDERR_LINE_CHARS: usize = 2_000;
+/// The longest a dead child's stderr is waited for to end, for the lines that explain its death.
+const STDERR_END_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Longest stderr line read into memory; a longer one is dropped as it comes.
 const MAX_STDERR_LINE_BYTES: usize = 64 * 1024;
 /// The longest credential passed through a pipe. It is written before the child exists, so it
@@ -124,6 +126,8 @@ struct Live {
     stdin: Option<ChildStdin>,
     stdout: BoundedLines<BufReader<ChildStdout>>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// The stderr drain, which ends when every holder of the pipe has closed it.
+    stderr_drained: Option<tokio::task::JoinHandle<()>>,
     pid: Option<u32>,
 }
 
@@ -354,8 +358,11 @@ impl Driver {
                     None
                 }
             };
-        // The stderr task may still be draining the last lines.
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        // The drain may still be reading the last lines, which say why the child died: wait for
+        // it to reach the end of stderr, but not for a process the child left holding the pipe.
+        if let Some(drained) = live.stderr_drained.take() {
+            let _still_open = tokio::time::timeout(STDERR_END_WAIT, drained).await;
+        }
         (status, live.stderr_tail())
     }
 

@@ -524,3 +524,33 @@ async fn a_result_with_odd_fields_still_ends_the_turn() {
         started.elapsed()
     );
 }
+
+/// A dead child's error carries its last stderr words even when they come after its stdout
+/// closed (here written by a process it left behind, half a second later): the driver waits,
+/// bounded, for stderr to end. Before, it waited a fixed 20 ms, and on a busy machine the error
+/// named nothing of why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_childs_late_stderr_is_in_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("claude");
+    std::fs::write(
+        &bin,
+        "#!/bin/sh\n\
+         read line\n\
+         (exec >/dev/null; sleep 0.5; echo 'fatal: late words' >&2) &\n\
+         exit 3\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // A child forked elsewhere in this test binary may still hold the file open for writing
+    // (ETXTBSY) until it execs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a75").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("late")).await.unwrap();
+    let err = b.turn(TurnInput::text("l1")).await.unwrap_err();
+    assert!(err.to_string().contains("fatal: late words"), "{err}");
+}

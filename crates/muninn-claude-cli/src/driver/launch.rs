@@ -51,7 +51,7 @@ impl Driver {
             return Err(BackendError::Transport("the child has no pipes".into()));
         };
         let ring = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_LINES)));
-        tokio::spawn(drain_stderr(stderr, ring.clone()));
+        let stderr_drained = tokio::spawn(drain_stderr(stderr, ring.clone()));
         tracing::debug!(session = %self.session_id, resume, pid = ?child.id(), "claude-cli: launched");
         // A resume after an earlier launch is a relaunch (the first launch may resume a session a
         // previous host run left, which is not news).
@@ -82,6 +82,7 @@ impl Driver {
             stdin: Some(stdin),
             stdout: BoundedLines::new(BufReader::new(stdout), MAX_LINE_BYTES),
             stderr: ring,
+            stderr_drained: Some(stderr_drained),
         });
         Ok(())
     }
