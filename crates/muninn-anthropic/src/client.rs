@@ -10,7 +10,8 @@
 //! `retryable: false`.
 //!
 //! The delay before retry *n* (1-based) is the server's `retry-after` when it sent one (seconds,
-//! or `retry-after-ms`), capped at [`RetryPolicy::max_retry_after`]; otherwise
+//! or `retry-after-ms`; a value no `Duration` holds is no hint), capped at
+//! [`RetryPolicy::max_retry_after`]; otherwise
 //! `base · 2^(n-1)`, capped at `max_delay`, plus up to `jitter` of itself drawn from a seeded
 //! generator (deterministic per client, different per seed, so many clients do not retry in
 //! lockstep). This is the Claude Code CLI's observed schedule (500 ms doubling to ~32 s, ~25 %
@@ -26,17 +27,25 @@
 //! first client is built (reqwest 0.13 without a default provider panics at build time
 //! otherwise). No aws-lc, no OpenSSL.
 
+mod body;
+
 use crate::secret::ApiKey;
 use crate::sse::SseDecoder;
 use crate::wire::{
     API_VERSION, ContentBlock, Delta, ErrorBody, ErrorResponse, MessagesRequest, MessagesResponse,
     Role, StreamEvent, Usage,
 };
+use body::{BodyEnd, MAX_ERROR_BODY_BYTES, read_body};
 use muninn_backend::clock::Sleeper;
 use muninn_backend::{BackendError, RetryEvent};
 use serde_json::{Map, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The most bytes of a reply's body the client reads, whole or streamed. A real reply is far
+/// smaller (a streamed `max_tokens` of output with its thinking is a few MiB of events); a
+/// server that sends more is broken, and reading on would hold it all in memory.
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 
 /// How the key is presented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +101,8 @@ pub struct ClientConfig {
     pub retry: RetryPolicy,
     /// Connect timeout.
     pub connect_timeout: Duration,
-    /// The longest silence between two reads of a response body.
+    /// The longest silence between two reads of a response body; in a stream, `ping` events
+    /// are silence too.
     pub read_timeout: Duration,
 }
 
@@ -305,7 +315,7 @@ impl AnthropicClient {
                 Some(d) => d.min(self.config.retry.max_retry_after),
                 None => self.backoff(attempt),
             };
-            tracing::warn!(attempt, delay_ms = delay.as_millis() as u64, error = %failure.error, "retrying Messages API request");
+            tracing::warn!(attempt, delay_ms = millis(delay), error = %failure.error, "retrying Messages API request");
             retries.push(retry_event(attempt, delay, &failure));
             self.sleeper.sleep(delay).await;
         }
@@ -345,7 +355,7 @@ impl AnthropicClient {
             return Err(api_failure(status, response).await);
         }
         let (message, raw_usage) = if stream {
-            read_stream(response).await?
+            read_stream(response, self.config.read_timeout).await?
         } else {
             read_whole(response).await?
         };
@@ -384,8 +394,12 @@ impl AnthropicClient {
 
 /// A transport failure before any content arrived: always worth retrying.
 fn transport_failure(e: reqwest::Error) -> AttemptError {
+    transport_failure_text(transport_cause(e))
+}
+
+fn transport_failure_text(cause: String) -> AttemptError {
     AttemptError {
-        error: BackendError::Transport(transport_cause(e)),
+        error: BackendError::Transport(cause),
         retryable: true,
         retry_after: None,
         after_content: false,
@@ -393,10 +407,13 @@ fn transport_failure(e: reqwest::Error) -> AttemptError {
 }
 
 /// A non-2xx reply as an [`AttemptError`]: the API's own error type and message when the body is
-/// an error object, else `http_<status>` and the body's first 500 characters.
-async fn api_failure(status: u16, response: reqwest::Response) -> AttemptError {
+/// an error object, else `http_<status>` and the body's first 500 characters. At most
+/// [`MAX_ERROR_BODY_BYTES`] of the body are read.
+async fn api_failure(status: u16, mut response: reqwest::Response) -> AttemptError {
     let retry_after = retry_after(response.headers());
-    let text = response.text().await.unwrap_or_default();
+    // A body cut at the limit, or by a failed read, still gives its first characters.
+    let (body, _) = read_body(&mut response, MAX_ERROR_BODY_BYTES).await;
+    let text = String::from_utf8_lossy(&body);
     let (kind, message) = match serde_json::from_str::<ErrorResponse>(&text) {
         Ok(e) => (e.error.kind, e.error.message),
         Err(_) => (
@@ -411,7 +428,7 @@ async fn api_failure(status: u16, response: reqwest::Response) -> AttemptError {
             kind,
             message,
             retryable,
-            retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
+            retry_after_ms: retry_after.map(millis),
         },
         retryable,
         retry_after,
@@ -419,11 +436,23 @@ async fn api_failure(status: u16, response: reqwest::Response) -> AttemptError {
     }
 }
 
+/// The error of a reply whose body passed [`MAX_RESPONSE_BYTES`].
+fn too_large(after_content: bool) -> AttemptError {
+    protocol(
+        format!("the reply passed the limit of {MAX_RESPONSE_BYTES} bytes; the rest was not read"),
+        after_content,
+    )
+}
+
 /// A non-streaming reply: the message and its usage JSON verbatim.
 async fn read_whole(
-    response: reqwest::Response,
+    mut response: reqwest::Response,
 ) -> Result<(MessagesResponse, Value), AttemptError> {
-    let bytes = response.bytes().await.map_err(transport_failure)?;
+    let bytes = match read_body(&mut response, MAX_RESPONSE_BYTES).await {
+        (bytes, BodyEnd::Whole) => bytes,
+        (_, BodyEnd::TooLarge) => return Err(too_large(false)),
+        (_, BodyEnd::Failed(e)) => return Err(transport_failure(e)),
+    };
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| protocol(format!("reply is not JSON: {e}"), false))?;
     let raw_usage = value.get("usage").cloned().unwrap_or(Value::Null);
@@ -433,26 +462,46 @@ async fn read_whole(
 }
 
 /// A streamed reply, assembled up to `message_stop`; every failure records whether content had
-/// begun, which decides whether it may be retried.
+/// begun, which decides whether it may be retried. `ping` events are silence: a stream that sends
+/// nothing else for `silence` fails, however busy its socket.
 async fn read_stream(
     mut response: reqwest::Response,
+    silence: Duration,
 ) -> Result<(MessagesResponse, Value), AttemptError> {
     let mut decoder = SseDecoder::new();
     let mut assembler = Assembler::default();
+    // Each event is bounded by the decoder; the whole stream by this count, since the
+    // assembler keeps every delta.
+    let mut read = 0usize;
+    let mut heard_at = tokio::time::Instant::now();
     loop {
-        let chunk = match response.chunk().await {
-            Ok(Some(c)) => c,
-            Ok(None) => break,
-            Err(e) => {
+        let chunk = match tokio::time::timeout_at(heard_at + silence, response.chunk()).await {
+            Ok(Ok(Some(c))) => c,
+            Ok(Ok(None)) => break,
+            Err(_) => {
+                let mut f = transport_failure_text(format!(
+                    "no event but ping within {silence:?} (timed out)"
+                ));
+                f.after_content = assembler.content_started;
+                return Err(f);
+            }
+            Ok(Err(e)) => {
                 let mut f = transport_failure(e);
                 f.after_content = assembler.content_started;
                 return Err(f);
             }
         };
+        read += chunk.len();
+        if read > MAX_RESPONSE_BYTES {
+            return Err(too_large(assembler.content_started));
+        }
         let frames = decoder
             .push(&chunk)
             .map_err(|e| protocol(e.to_string(), assembler.content_started))?;
         for frame in frames {
+            if frame.event.as_deref() != Some("ping") {
+                heard_at = tokio::time::Instant::now();
+            }
             assembler.on_frame(&frame.data)?;
             if assembler.stopped {
                 return assembler.finish();
@@ -477,10 +526,10 @@ fn retry_event(attempt: u32, delay: Duration, failure: &AttemptError) -> RetryEv
     };
     RetryEvent {
         attempt,
-        delay_ms: delay.as_millis() as u64,
+        delay_ms: millis(delay),
         status,
         kind,
-        retry_after_ms: failure.retry_after.map(|d| d.as_millis() as u64),
+        retry_after_ms: failure.retry_after.map(millis),
     }
 }
 
@@ -498,7 +547,14 @@ fn protocol(message: String, after_content: bool) -> AttemptError {
     }
 }
 
-/// `retry-after-ms` (milliseconds) or `retry-after` (seconds, possibly fractional).
+/// A duration in whole milliseconds, the longest `u64` holds when it is longer (`as` would wrap
+/// a huge `retry-after` into an arbitrary shorter wait).
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `retry-after-ms` (milliseconds) or `retry-after` (seconds, possibly fractional). A value no
+/// `Duration` holds (`1e300`) is no hint: converting it would panic.
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let get = |name: &str| {
         headers
@@ -509,13 +565,14 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
         && ms.is_finite()
         && ms >= 0.0
+        && let Ok(delay) = Duration::try_from_secs_f64(ms / 1000.0)
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(delay);
     }
     get("retry-after")
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 /// Builds a [`MessagesResponse`] from stream events, keeping the raw usage JSON.

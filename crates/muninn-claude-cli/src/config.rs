@@ -59,7 +59,8 @@ pub struct CliConfig {
     pub path: String,
     /// The CLI's own retry budget for 5xx and 429 (`None`: its default of 10).
     pub max_retries: Option<u32>,
-    /// The longest a turn may take before the driver gives up on it (and kills the child).
+    /// The longest a turn may take — writing its line, then reading its result — before the
+    /// driver gives up on it (and kills the child).
     pub turn_timeout: Duration,
     /// How long shutdown waits after closing stdin before SIGTERM (and as long again before
     /// SIGKILL).

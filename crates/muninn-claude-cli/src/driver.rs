@@ -17,12 +17,14 @@
 //! This file holds the driver's state, its command loop and the child's stopping; `launch`
 //! starts a child (arguments, environment, credential) and reseeds a lost session; `turn` runs
 //! one exchange with its relaunches; `read` reads one exchange's events; `outcome` turns a
-//! `result` into the turn's outcome; `stdin` renders what is written to the child.
+//! `result` into the turn's outcome; `stdin` renders what is written to the child; `tree` kills
+//! the processes a child started when the child is killed.
 
 mod launch;
 mod outcome;
 mod read;
 mod stdin;
+mod tree;
 mod turn;
 
 use crate::event::{CompactMetadata, ResultEvent};
@@ -49,6 +51,10 @@ const MAX_ATTEMPTS: u32 = 3;
 const STDERR_LINES: usize = 64;
 /// Longest stderr line kept.
 const STDERR_LINE_CHARS: usize = 2_000;
+/// The longest a dead child's stderr is waited for to end, for the lines that explain its death.
+const STDERR_END_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Longest stderr line read into memory; a longer one is dropped as it comes.
+const MAX_STDERR_LINE_BYTES: usize = 64 * 1024;
 /// The longest credential passed through a pipe. It is written before the child exists, so it
 /// must fit the pipe's buffer (at least a page on Linux) or the write would never finish.
 const MAX_CREDENTIAL_BYTES: usize = 4_000;
@@ -120,10 +126,27 @@ struct Live {
     stdin: Option<ChildStdin>,
     stdout: BoundedLines<BufReader<ChildStdout>>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// The stderr drain, which ends when every holder of the pipe has closed it.
+    stderr_drained: Option<tokio::task::JoinHandle<()>>,
     pid: Option<u32>,
 }
 
+impl Drop for Live {
+    /// `kill_on_drop` kills the child alone; the processes it started go with it.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            tree::kill_descendants(self.pid);
+        }
+    }
+}
+
 impl Live {
+    /// Kills the child and every process it started, and reaps the child.
+    async fn kill(&mut self) {
+        tree::kill_descendants(self.pid);
+        let _already_gone = self.child.kill().await;
+    }
+
     fn stderr_tail(&self) -> String {
         self.stderr
             .lock()
@@ -331,19 +354,22 @@ impl Driver {
             match tokio::time::timeout(self.config.shutdown_timeout, live.child.wait()).await {
                 Ok(Ok(s)) => Some(s),
                 _ => {
-                    let _ = live.child.kill().await;
+                    live.kill().await;
                     None
                 }
             };
-        // The stderr task may still be draining the last lines.
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        // The drain may still be reading the last lines, which say why the child died: wait for
+        // it to reach the end of stderr, but not for a process the child left holding the pipe.
+        if let Some(drained) = live.stderr_drained.take() {
+            let _still_open = tokio::time::timeout(STDERR_END_WAIT, drained).await;
+        }
         (status, live.stderr_tail())
     }
 
     /// Kills the current child (used when its session is abandoned or a turn timed out).
     async fn stop_child(&mut self) {
         if let Some(mut live) = self.child.take() {
-            let _ = live.child.kill().await;
+            live.kill().await;
         }
     }
 
@@ -375,7 +401,7 @@ impl Driver {
         if let Ok(Ok(s)) = tokio::time::timeout(wait, live.child.wait()).await {
             return Some(s);
         }
-        let _ = live.child.kill().await;
+        live.kill().await;
         live.child.wait().await.ok()
     }
 }

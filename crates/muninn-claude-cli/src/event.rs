@@ -144,6 +144,43 @@ pub struct ResultEvent {
 }
 
 impl ResultEvent {
+    /// A `result` read field by field, each field of an unexpected type taken as absent — except
+    /// `is_error`, which is then taken from the subtype (anything but `success` failed).
+    pub fn lenient(value: &Value) -> ResultEvent {
+        let text = |k: &str| value.get(k).and_then(Value::as_str).map(str::to_string);
+        let present = |k: &str| value.get(k).filter(|v| !v.is_null()).cloned();
+        let subtype = text("subtype").unwrap_or_default();
+        ResultEvent {
+            is_error: value
+                .get("is_error")
+                .and_then(Value::as_bool)
+                .unwrap_or(subtype != "success"),
+            subtype,
+            terminal_reason: text("terminal_reason"),
+            api_error_status: value
+                .get("api_error_status")
+                .and_then(Value::as_u64)
+                .and_then(|s| u16::try_from(s).ok()),
+            result: present("result"),
+            stop_reason: text("stop_reason"),
+            usage: present("usage").unwrap_or(Value::Null),
+            model_usage_since_last_result: present("model_usage_since_last_result"),
+            structured_output: present("structured_output"),
+            session_id: text("session_id"),
+            errors: value
+                .get("errors")
+                .and_then(Value::as_array)
+                .map(|errors| {
+                    errors
+                        .iter()
+                        .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            num_turns: value.get("num_turns").and_then(Value::as_u64),
+        }
+    }
+
     /// The `result` field as text (it is `null` after an interrupt).
     pub fn text(&self) -> String {
         match &self.result {
@@ -182,9 +219,14 @@ pub fn decode(line: &str) -> Option<CliEvent> {
         ("assistant", _) => serde_json::from_value(value.clone())
             .ok()
             .map(CliEvent::Assistant),
-        ("result", _) => serde_json::from_value(value.clone())
-            .ok()
-            .map(|r| CliEvent::Result(Box::new(r))),
+        // A `result` ends the turn whatever its fields hold: kept as unknown, the turn would
+        // wait its whole timeout for a result that came, and then be sent again.
+        ("result", _) => Some(CliEvent::Result(Box::new(
+            serde_json::from_value(value.clone()).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "claude-cli: a result's fields are not of the known types; read field by field");
+                ResultEvent::lenient(&value)
+            }),
+        ))),
         ("control_response", _) => Some(CliEvent::ControlResponse(value.clone())),
         _ => return Some(CliEvent::Unknown(value)),
     };
@@ -210,6 +252,20 @@ mod tests {
         assert_eq!(r.subtype, "success");
         assert_eq!(r.api_error_status, Some(529));
         assert_eq!(r.terminal_reason.as_deref(), Some("api_error"));
+    }
+
+    #[test]
+    fn a_result_with_odd_fields_is_still_a_result() {
+        let line = json!({"type":"result","subtype":"error_during_execution","is_error":null,
+            "errors":[{"code":1},"No conversation found"],"api_error_status":"529",
+            "num_turns":"two","usage":{"input_tokens":4}});
+        let Some(CliEvent::Result(r)) = decode(&line.to_string()) else {
+            panic!("not a result")
+        };
+        assert!(r.is_error);
+        assert_eq!(r.errors, vec![r#"{"code":1}"#, "No conversation found"]);
+        assert_eq!((r.api_error_status, r.num_turns), (None, None));
+        assert_eq!(r.usage, json!({"input_tokens":4}));
     }
 
     #[test]

@@ -341,3 +341,216 @@ async fn the_backend_suite_passes_without_custom_tools_and_pings() {
         vec![Capability::Ping, Capability::PingHead]
     );
 }
+
+/// A child that takes no input (stopped here with SIGSTOP: hung, or busy past its pipe) cannot
+/// hold a turn forever: a line bigger than the pipe's buffer blocks the write, and the turn's
+/// timeout covers the write as well as the read. The child is killed, the error says why, and
+/// the next turn resumes the session with its conversation whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_that_takes_no_input_times_out_and_the_next_turn_resumes() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a71").await;
+    r.config.turn_timeout = Duration::from_secs(3);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("stalled")).await.unwrap();
+    ok(b.turn(TurnInput::text("s1: before the stall")).await);
+    let pid = b.last_report().unwrap().pid.unwrap();
+    let stopped = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    rustix::process::kill_process(stopped, rustix::process::Signal::STOP).unwrap();
+
+    // 1 MiB: far more than a pipe holds, so the write itself waits on the stopped child.
+    let big = format!("s2: {}", "x".repeat(1 << 20));
+    let err = tokio::time::timeout(Duration::from_secs(60), b.turn(TurnInput::text(big)))
+        .await
+        .expect("the turn never ended: a child that takes no input stalls it")
+        .unwrap_err();
+    assert!(matches!(err, BackendError::Transport(_)), "{err:?}");
+    assert!(err.to_string().contains("took no input"), "{err}");
+    wait_dead(pid).await;
+
+    let o = ok(b.turn(TurnInput::text("s3: after the stall")).await);
+    assert!(!o.text.is_empty());
+    assert_ne!(b.last_report().unwrap().pid, Some(pid));
+    let sent = user_messages_sent_with(&r.sim, "s3: after the stall");
+    assert!(
+        sent.iter().any(|m| m.contains("s1: before the stall")),
+        "{sent:?}"
+    );
+    // The half-written line was never taken: nothing of it reached the API.
+    assert!(!sent.iter().any(|m| m.contains("s2: ")), "{sent:?}");
+}
+
+/// The child's stderr is drained whatever it holds. A child (a stand-in script: the real CLI
+/// cannot be made to write these) that writes a byte that is not UTF-8, then a 1 MiB line, then
+/// its last words and exits: the turn fails at once naming those words. Before, the drain
+/// stopped at the bad byte and closed the pipe, so the child's next stderr write killed it
+/// (SIGPIPE) and the error named nothing of why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_childs_stderr_is_drained_whatever_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("claude");
+    std::fs::write(
+        &bin,
+        "#!/bin/sh\n\
+         printf 'bad \\377 byte\\n' >&2\n\
+         head -c 1048576 /dev/zero | tr '\\000' e >&2\n\
+         printf '\\nfatal: the stderr end\\n' >&2\n\
+         exit 3\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // A child forked elsewhere in this test binary may still hold the file open for writing
+    // (ETXTBSY) until it execs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a72").await;
+    r.config.turn_timeout = Duration::from_secs(20);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("stderr")).await.unwrap();
+    let started = std::time::Instant::now();
+    let err = b.turn(TurnInput::text("e1")).await.unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("fatal: the stderr end"), "{message}");
+    assert!(message.contains("bad \u{fffd} byte"), "{message}");
+    assert!(message.contains("1048576 bytes"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A child killed at the turn's timeout takes the processes it started with it: the real CLI
+/// runs a Bash tool call (a `sleep` that outlasts the turn), the turn times out, and the
+/// driver's SIGKILL reaches the whole process group, not the CLI alone. Before, the `sleep`
+/// was left running, orphaned, after every timed-out or killed run of a session with tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_child_leaves_no_process_of_its_own_running() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a73").await;
+    r.config.turn_timeout = Duration::from_secs(8);
+    r.config.tools = vec!["Bash".to_string()];
+    // Bash allowed by the project's settings (`bypassPermissions` is refused to root).
+    let project = r.config.work_dir().join(".claude");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("settings.json"),
+        json!({"permissions": {"allow": ["Bash"]}}).to_string(),
+    )
+    .unwrap();
+    // A duration no other test uses: the tool's process is found by its command line.
+    // (The CLI refuses a plain `sleep` as a way to wait, and a read outside its directory.)
+    let command = "tail -s 3173 -f wait.log";
+    std::fs::write(r.config.work_dir().join("wait.log"), "").unwrap();
+    let script = json!([{"name": "Bash", "input": {"command": command, "description": "wait"}}]);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("group")).await.unwrap();
+    let watch = tokio::spawn(async move {
+        for _ in 0..200 {
+            if let Some(pid) = pid_running(command) {
+                return Some(pid);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    });
+    let err = b
+        .turn(TurnInput::text(format!(
+            "run it [sim: tool calls {script}]"
+        )))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no result within"), "{err}");
+    let tool_pid = watch.await.unwrap().expect("the Bash tool never ran");
+    wait_dead(tool_pid).await;
+}
+
+/// The pid of a process whose command line is `command` (arguments split at spaces).
+fn pid_running(command: &str) -> Option<u32> {
+    let wanted: Vec<u8> = command
+        .split(' ')
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            (std::fs::read(entry.path().join("cmdline")).ok()? == wanted).then_some(pid)
+        })
+}
+
+/// A `result` whose fields are not of the types the driver knows still ends the turn. A child
+/// (a stand-in script speaking stream-json: the pinned CLI writes none such) answers with
+/// `"errors": null` and `"api_error_status": "none"`: the turn is answered at once from the
+/// fields that read. Before, the line was kept as an unknown event, the turn waited its whole
+/// timeout for a `result` that had come, the child was killed, and a retry would have sent the
+/// message a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_with_odd_fields_still_ends_the_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("claude");
+    let init = json!({"type": "system", "subtype": "init", "session_id": "s"});
+    let result = json!({"type": "result", "subtype": "success", "is_error": false,
+        "result": "answered", "errors": null, "api_error_status": "none",
+        "usage": {"input_tokens": 3, "output_tokens": 2}});
+    std::fs::write(
+        &bin,
+        format!(
+            "#!/bin/sh\nread line\necho '{init}'\necho '{result}'\nwhile read line; do :; done\n"
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // A child forked elsewhere in this test binary may still hold the file open for writing
+    // (ETXTBSY) until it execs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a74").await;
+    r.config.turn_timeout = Duration::from_secs(10);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("odd")).await.unwrap();
+    let started = std::time::Instant::now();
+    let o = ok(b.turn(TurnInput::text("o1")).await);
+    assert_eq!(o.text, "answered");
+    assert_eq!((o.usage.input, o.usage.output), (3, 2));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A dead child's error carries its last stderr words even when they come after its stdout
+/// closed (here written by a process it left behind, half a second later): the driver waits,
+/// bounded, for stderr to end. Before, it waited a fixed 20 ms, and on a busy machine the error
+/// named nothing of why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_childs_late_stderr_is_in_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("claude");
+    std::fs::write(
+        &bin,
+        "#!/bin/sh\n\
+         read line\n\
+         (exec >/dev/null; sleep 0.5; echo 'fatal: late words' >&2) &\n\
+         exit 3\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // A child forked elsewhere in this test binary may still hold the file open for writing
+    // (ETXTBSY) until it execs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a75").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("late")).await.unwrap();
+    let err = b.turn(TurnInput::text("l1")).await.unwrap_err();
+    assert!(err.to_string().contains("fatal: late words"), "{err}");
+}

@@ -3,8 +3,11 @@
 //! session the CLI lost.
 
 use super::stdin::render_seed;
-use super::{Driver, Live, MAX_CREDENTIAL_BYTES, STDERR_LINE_CHARS, STDERR_LINES, emit, truncate};
-use crate::lines::{BoundedLines, MAX_LINE_BYTES};
+use super::{
+    Driver, Live, MAX_CREDENTIAL_BYTES, MAX_STDERR_LINE_BYTES, STDERR_LINE_CHARS, STDERR_LINES,
+    emit, truncate,
+};
+use crate::lines::{BoundedLines, Line, MAX_LINE_BYTES};
 use crate::{CliConfig, CredentialPassing, SessionEvent, derive_session_id, transcript_path};
 use command_fds::CommandFdExt;
 use muninn_backend::BackendError;
@@ -15,7 +18,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::BufReader;
 
 impl Driver {
     /// Launches a child for the current session: `--resume` when a transcript exists,
@@ -48,7 +51,7 @@ impl Driver {
             return Err(BackendError::Transport("the child has no pipes".into()));
         };
         let ring = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_LINES)));
-        tokio::spawn(drain_stderr(stderr, ring.clone()));
+        let stderr_drained = tokio::spawn(drain_stderr(stderr, ring.clone()));
         tracing::debug!(session = %self.session_id, resume, pid = ?child.id(), "claude-cli: launched");
         // A resume after an earlier launch is a relaunch (the first launch may resume a session a
         // previous host run left, which is not news).
@@ -79,6 +82,7 @@ impl Driver {
             stdin: Some(stdin),
             stdout: BoundedLines::new(BufReader::new(stdout), MAX_LINE_BYTES),
             stderr: ring,
+            stderr_drained: Some(stderr_drained),
         });
         Ok(())
     }
@@ -279,9 +283,23 @@ fn write_system_prompt(c: &CliConfig, text: &str) -> Result<std::path::PathBuf, 
 }
 
 /// Keeps the child's last stderr lines; draining also keeps a full pipe from stalling it.
+///
+/// Every byte is read until the child closes its end, whatever the bytes are: a drain that
+/// stopped early (it once stopped at the first line that was not UTF-8) closes the pipe, and the
+/// child's next stderr write kills it with SIGPIPE, its cause unrecorded. A line is held up to
+/// [`MAX_STDERR_LINE_BYTES`]; a longer one is reported by its size.
 async fn drain_stderr(stderr: tokio::process::ChildStderr, ring: Arc<Mutex<VecDeque<String>>>) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut lines = BoundedLines::new(BufReader::new(stderr), MAX_STDERR_LINE_BYTES);
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(Line::Text(line))) => line,
+            Ok(Some(Line::Skipped(bytes))) => format!("[a stderr line of {bytes} bytes, skipped]"),
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "claude-cli: reading the child's stderr failed");
+                return;
+            }
+        };
         tracing::debug!(line = %truncate(&line, 300), "claude-cli stderr");
         if let Ok(mut ring) = ring.lock() {
             if ring.len() == STDERR_LINES {

@@ -22,9 +22,10 @@ impl Driver {
         run_flush: &mut Option<RunFlush>,
         report: &mut TurnReport,
         collected: &mut Collected,
+        deadline: tokio::time::Instant,
     ) -> ReadEnd {
-        let deadline = tokio::time::sleep(self.config.turn_timeout);
-        tokio::pin!(deadline);
+        let timeout = tokio::time::sleep_until(deadline);
+        tokio::pin!(timeout);
         let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;
         if self.child.is_none() {
             return ReadEnd::Eof;
@@ -32,7 +33,7 @@ impl Driver {
         loop {
             // Carry out whatever the flush protocol says is due, then sleep until its next
             // deadline or the next event, whichever comes first.
-            let wake = self.step_flush(run_flush).await;
+            let wake = self.step_flush(run_flush, deadline).await;
             let flush_timer = async move {
                 match wake {
                     Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -51,6 +52,11 @@ impl Driver {
                             continue;
                         }
                         Ok(None) | Err(_) => {
+                            if let Err(e) = &line {
+                                // Taken as the end of stdout (the child is reaped, killed if it
+                                // lingers, and relaunched); the cause would otherwise be lost.
+                                tracing::warn!(session = %self.session_id, error = %e, "claude-cli: reading the child's stdout failed");
+                            }
                             let terminated = run_flush
                                 .as_ref()
                                 .is_some_and(|f| f.state.terminated_at.is_some());
@@ -68,17 +74,22 @@ impl Driver {
                 }
                 Some(()) = interrupts.recv() => {
                     self.interrupts_sent += 1;
-                    write_interrupt(live, self.interrupts_sent).await;
+                    // A write that waits past the deadline gives up; the next pass times out.
+                    write_interrupt(live, self.interrupts_sent, deadline).await;
                 }
-                _ = &mut deadline => return ReadEnd::TimedOut,
+                _ = &mut timeout => return ReadEnd::TimedOut,
                 _ = flush_timer => {}
             }
         }
     }
 
     /// Carries out every flush action due now; returns when the next one falls due (`None`:
-    /// none is scheduled, or this is not a run).
-    async fn step_flush(&mut self, run_flush: &mut Option<RunFlush>) -> Option<Instant> {
+    /// none is scheduled, or this is not a run). Writes to the child give up at `deadline`.
+    async fn step_flush(
+        &mut self,
+        run_flush: &mut Option<RunFlush>,
+        deadline: tokio::time::Instant,
+    ) -> Option<Instant> {
         let f = run_flush.as_mut()?;
         let live = self.child.as_mut()?;
         loop {
@@ -91,7 +102,7 @@ impl Driver {
                     f.state.asked_at = Some(now);
                     let line = user_line(&TurnInput::text(f.protocol.message.clone()), None);
                     if let (Some(stdin), Ok(line)) = (live.stdin.as_mut(), line)
-                        && let Err(e) = write_line(stdin, &line).await
+                        && let Err(e) = write_line(stdin, &line, deadline).await
                     {
                         tracing::debug!(error = %e, "claude-cli: flush write failed");
                     }
@@ -100,7 +111,7 @@ impl Driver {
                 FlushAction::Interrupt => {
                     f.state.interrupted_at = Some(now);
                     self.interrupts_sent += 1;
-                    write_interrupt(live, self.interrupts_sent).await;
+                    write_interrupt(live, self.interrupts_sent, deadline).await;
                     tracing::info!(session = %self.session_id, "claude-cli: flush grace ran out; interrupted");
                 }
                 FlushAction::Terminate => {
@@ -110,6 +121,7 @@ impl Driver {
                 }
                 FlushAction::Kill => {
                     f.state.killed_at = Some(now);
+                    super::tree::kill_descendants(live.pid);
                     let _ = live.child.start_kill();
                     tracing::warn!(session = %self.session_id, "claude-cli: SIGTERM did not end the run; SIGKILL");
                 }

@@ -7,6 +7,7 @@ use muninn_backend::{BackendError, InputPart, TurnInput};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
+use tokio::time::Instant;
 
 /// What a turn-like command writes.
 pub(super) enum Exchange {
@@ -140,26 +141,45 @@ pub(super) fn message_text(content: &Value) -> String {
     }
 }
 
-/// Writes the stream-json `interrupt` control request (SIGINT would end the process).
-pub(super) async fn write_interrupt(live: &mut Live, n: u64) {
+/// Writes the stream-json `interrupt` control request (SIGINT would end the process), giving up
+/// at `deadline`.
+pub(super) async fn write_interrupt(live: &mut Live, n: u64, deadline: Instant) {
     let request = json!({
         "type": "control_request",
         "request_id": format!("muninn-interrupt-{n}"),
         "request": {"subtype": "interrupt"},
     });
     if let Some(stdin) = live.stdin.as_mut()
-        && let Err(e) = write_line(stdin, &request.to_string()).await
+        && let Err(e) = write_line(stdin, &request.to_string(), deadline).await
     {
         tracing::debug!(error = %e, "claude-cli: interrupt write failed");
     }
 }
 
-pub(super) async fn write_line(stdin: &mut ChildStdin, line: &str) -> std::io::Result<()> {
+/// Writes `line` and its line end; a write still waiting at `deadline` fails with
+/// [`std::io::ErrorKind::TimedOut`]. The bound is what keeps a child that takes no input (hung,
+/// stopped) from holding the turn forever: a line longer than the pipe's buffer (a reseed's
+/// seed, a large tool result) waits for the child to read it.
+pub(super) async fn write_line(
+    stdin: &mut ChildStdin,
+    line: &str,
+    deadline: Instant,
+) -> std::io::Result<()> {
     let mut bytes = Vec::with_capacity(line.len() + 1);
     bytes.extend_from_slice(line.as_bytes());
     bytes.push(b'\n');
-    stdin.write_all(&bytes).await?;
-    stdin.flush().await
+    let write = async {
+        stdin.write_all(&bytes).await?;
+        stdin.flush().await
+    };
+    tokio::time::timeout_at(deadline, write)
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the child took no input before the turn's deadline",
+            ))
+        })
 }
 
 #[cfg(test)]

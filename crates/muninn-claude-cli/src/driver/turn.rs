@@ -31,11 +31,14 @@ impl Driver {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let stored_before = self.write_exchange(exchange, report).await?;
+            // One deadline for the attempt's write and read: a child that takes no input
+            // times out like one that gives no result.
+            let deadline = tokio::time::Instant::now() + self.config.turn_timeout;
+            let stored_before = self.write_exchange(exchange, report, deadline).await?;
             *written_at = Some(Instant::now());
             let mut collected = Collected::default();
             let end = self
-                .read_turn(interrupts, run_flush, report, &mut collected)
+                .read_turn(interrupts, run_flush, report, &mut collected, deadline)
                 .await;
             if !collected.saw_init
                 && matches!(end, ReadEnd::Eof)
@@ -105,11 +108,13 @@ impl Driver {
     }
 
     /// Makes sure a child is alive (launching one if not) and writes the exchange's line to it.
-    /// Returns the size of the CLI's transcript before the write.
+    /// Returns the size of the CLI's transcript before the write. A child still not taking the
+    /// line at `deadline` is killed and the exchange fails.
     async fn write_exchange(
         &mut self,
         exchange: &Exchange,
         report: &mut TurnReport,
+        deadline: tokio::time::Instant,
     ) -> Result<u64, BackendError> {
         let alive = match self.child.as_mut() {
             Some(live) => matches!(live.child.try_wait(), Ok(None)),
@@ -135,8 +140,20 @@ impl Driver {
         // A write to a child that just died fails with EPIPE; reading then finds the end of
         // its stdout and the stderr explains it, so the error is not returned here.
         if let Some(stdin) = live.stdin.as_mut()
-            && let Err(e) = write_line(stdin, &line).await
+            && let Err(e) = write_line(stdin, &line, deadline).await
         {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                // The line is cut short, so the CLI cannot have taken it: killing the child
+                // loses nothing, and the next turn resumes the session.
+                let pid = live.pid;
+                self.stop_child().await;
+                tracing::warn!(session = %self.session_id, ?pid, timeout = ?self.config.turn_timeout,
+                    "claude-cli: the child took no input; killed");
+                return Err(BackendError::Transport(format!(
+                    "the child took no input within {:?}; it was killed",
+                    self.config.turn_timeout
+                )));
+            }
             tracing::debug!(error = %e, "claude-cli: stdin write failed");
         }
         self.served = true;

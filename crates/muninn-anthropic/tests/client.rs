@@ -1,0 +1,264 @@
+//! The client against a server that answers without end: over a real socket, a reply body
+//! (whole, streamed, or an error's) is read only up to its limit, and the request fails saying so.
+
+use muninn_anthropic::client::{AnthropicClient, ClientConfig, MAX_RESPONSE_BYTES};
+use muninn_anthropic::secret::ApiKey;
+use muninn_anthropic::wire::MessagesRequest;
+use muninn_backend::BackendError;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What the server sends after the status line and headers: `body_head` once, then `pad`
+/// repeated until `total` bytes are sent or the client hangs up.
+struct Endless {
+    status: &'static str,
+    content_type: &'static str,
+    /// Further header lines, each ending in `\r\n`.
+    headers: &'static str,
+    body_head: String,
+    pad: Vec<u8>,
+    total: usize,
+    /// A pause before each `pad` (none: as fast as the socket takes it).
+    every: Option<Duration>,
+}
+
+/// Serves one request with `reply`; returns the base URL and the count of body bytes the
+/// server managed to send.
+async fn serve(reply: Endless) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counter = sent.clone();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        // The request: headers, then as many body bytes as its content-length says.
+        let mut request = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = socket.read(&mut buf).await.unwrap();
+            request.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&request).to_lowercase();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length: usize = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                if request.len() >= end + 4 + length {
+                    break;
+                }
+            }
+            if n == 0 {
+                return;
+            }
+        }
+        let head = format!(
+            "HTTP/1.1 {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n{}\r\n{}",
+            reply.status, reply.content_type, reply.total, reply.headers, reply.body_head
+        );
+        if socket.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        let mut body_sent = reply.body_head.len();
+        while body_sent < reply.total {
+            if let Some(pause) = reply.every {
+                tokio::time::sleep(pause).await;
+            }
+            let n = reply.pad.len().min(reply.total - body_sent);
+            if socket.write_all(&reply.pad[..n]).await.is_err() {
+                break;
+            }
+            body_sent += n;
+            counter.store(body_sent, Ordering::SeqCst);
+        }
+    });
+    (format!("http://{addr}"), sent)
+}
+
+fn client(base_url: String) -> AnthropicClient {
+    let mut config = ClientConfig::new(base_url, ApiKey::new("sk-test-endless").unwrap());
+    config.retry.max_retries = 0;
+    config.read_timeout = Duration::from_secs(2);
+    AnthropicClient::new(
+        config,
+        Arc::new(muninn_backend::clock::RecordingSleeper::default()),
+    )
+    .unwrap()
+}
+
+fn request(stream: bool) -> MessagesRequest {
+    serde_json::from_value(serde_json::json!({
+        "model": "claude-opus-5-5",
+        "max_tokens": 64,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "hello"}],
+    }))
+    .unwrap()
+}
+
+/// Four times the limit: a client that reads it all holds it all.
+const SENT: usize = 4 * MAX_RESPONSE_BYTES;
+/// What the kernel's socket buffers may have taken beyond what the client read.
+const SLACK: usize = 16 * 1024 * 1024;
+
+async fn send(reply: Endless, stream: bool) -> (BackendError, usize) {
+    let (url, sent) = serve(reply).await;
+    let failed = tokio::time::timeout(
+        Duration::from_secs(60),
+        client(url).messages(&request(stream), false),
+    )
+    .await
+    .expect("the request never ended")
+    .unwrap_err();
+    // Give the server a moment to notice the hang-up.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // With no retries allowed, a retryable failure comes back as the one attempt's error.
+    let error = match failed.error {
+        BackendError::RetriesExhausted { attempts: 1, last } => *last,
+        other => other,
+    };
+    (error, sent.load(Ordering::SeqCst))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_reply_past_the_limit_is_refused_unread() {
+    let reply = Endless {
+        status: "200 OK",
+        content_type: "application/json",
+        headers: "",
+        body_head: r#"{"pad":""#.to_string(),
+        pad: vec![b'x'; 1 << 20],
+        total: SENT,
+        every: None,
+    };
+    let (error, sent) = send(reply, false).await;
+    assert!(error.to_string().contains("passed the limit"), "{error:?}");
+    assert!(
+        sent <= MAX_RESPONSE_BYTES + SLACK,
+        "the server sent {sent} bytes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_reply_past_the_limit_is_refused_unread() {
+    let start = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",",
+        "\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-opus-5-5\",\"content\":[],",
+        "\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,",
+        "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    );
+    let delta = format!(
+        "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{}\"}}}}\n\n",
+        "y".repeat(4000)
+    );
+    let reply = Endless {
+        status: "200 OK",
+        content_type: "text/event-stream",
+        headers: "",
+        body_head: start.to_string(),
+        pad: delta.repeat(64).into_bytes(),
+        total: SENT,
+        every: None,
+    };
+    let (error, sent) = send(reply, true).await;
+    assert!(
+        matches!(&error, BackendError::BrokenAfterContent(e) if e.to_string().contains("passed the limit")),
+        "{error:?}"
+    );
+    assert!(
+        sent <= MAX_RESPONSE_BYTES + SLACK,
+        "the server sent {sent} bytes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_reply_is_read_only_as_far_as_its_message_needs() {
+    let reply = Endless {
+        status: "500 Internal Server Error",
+        content_type: "text/html",
+        headers: "",
+        body_head: "<html>upstream failed".to_string(),
+        pad: vec![b'z'; 1 << 20],
+        total: SENT,
+        every: None,
+    };
+    let (error, sent) = send(reply, false).await;
+    let BackendError::Api {
+        status,
+        kind,
+        message,
+        ..
+    } = &error
+    else {
+        panic!("{error:?}")
+    };
+    assert_eq!((*status, kind.as_str()), (500, "http_500"));
+    assert!(message.starts_with("<html>upstream failed"), "{message}");
+    assert!(sent <= SLACK, "the server sent {sent} bytes");
+}
+
+/// A `retry-after` past what a `Duration` holds is no hint (it panicked the client, taking the
+/// Mind's task with it); one whose milliseconds pass `u64` is the longest wait, not a wrapped
+/// number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absurd_retry_after_is_no_hint_and_a_huge_one_saturates() {
+    let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
+    let limited = |headers: &'static str| Endless {
+        status: "429 Too Many Requests",
+        content_type: "application/json",
+        headers,
+        body_head: body.to_string(),
+        pad: Vec::new(),
+        total: body.len(),
+        every: None,
+    };
+    let retry_after = |error: &BackendError| match error {
+        BackendError::Api {
+            status: 429,
+            retry_after_ms,
+            ..
+        } => *retry_after_ms,
+        other => panic!("{other:?}"),
+    };
+    let (absurd, _) = send(limited("retry-after: 1e300\r\n"), false).await;
+    assert_eq!(retry_after(&absurd), None);
+    let (huge, _) = send(limited("retry-after: 1e17\r\n"), false).await;
+    assert_eq!(retry_after(&huge), Some(u64::MAX));
+    let (plain, _) = send(limited("retry-after: 2.5\r\n"), false).await;
+    assert_eq!(retry_after(&plain), Some(2_500));
+}
+
+/// A stream that sends nothing but `ping`s after its start is silent, however busy the socket:
+/// it fails at the read timeout (before any content, so it may be retried) instead of holding
+/// the turn for as long as the server keeps pinging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_pings_alone_times_out() {
+    let start = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",",
+        "\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-opus-5-5\",\"content\":[],",
+        "\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n",
+    );
+    let ping = b"event: ping\ndata: {\"type\": \"ping\"}\n\n".to_vec();
+    let reply = Endless {
+        status: "200 OK",
+        content_type: "text/event-stream",
+        headers: "",
+        body_head: start.to_string(),
+        total: start.len() + ping.len() * 1_000,
+        pad: ping,
+        every: Some(Duration::from_millis(200)),
+    };
+    let started = std::time::Instant::now();
+    let (error, _) = send(reply, true).await;
+    assert!(
+        matches!(&error, BackendError::Transport(m) if m.contains("no event but ping")),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
