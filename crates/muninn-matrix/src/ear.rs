@@ -15,7 +15,7 @@ use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
 use crate::history::{Chunk, Limits, Line, Window, mail_start, merge_rooms, read_chunk};
 use crate::rooms::{Directory, RoomKind};
-use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse, membership_of};
+use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse, is_joining, membership_of};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
 use serde_json::Value;
@@ -183,9 +183,13 @@ impl Ear {
     ) -> Result<String, MatrixError> {
         let response = synced?;
         let next = response.next_batch.clone();
+        // Known as joined only once this answer is committed: an answer read again after a
+        // failed commit must find its new rooms new again.
+        let rooms: Vec<String> = response.rooms.join.keys().cloned().collect();
         let deliveries = self.read(since, response).await?;
         if deliveries.is_empty() && since == Some(next.as_str()) {
             // A long poll that timed out: nothing to commit, and no write to make.
+            self.joined.extend(rooms);
             return Ok(next);
         }
         if !deliveries.is_empty() {
@@ -200,6 +204,7 @@ impl Ear {
             }),
         };
         let posted = self.context.store.post_batch(self.mind(), &batch).await?;
+        self.joined.extend(rooms);
         let created = posted.iter().filter(|p| p.created).count();
         Stats::add(&self.context.stats.syncs, 1);
         Stats::add(&self.context.stats.delivered, created as u64);
@@ -235,8 +240,16 @@ impl Ear {
             if let Some(joined) = room.summary.joined_member_count {
                 lock(&self.directory).set_members(&room_id, joined);
             }
-            let newly = since.is_some() && !self.joined.contains(&room_id);
-            self.joined.insert(room_id.clone());
+            // New to the account: not among the rooms it was in at its last commit, or its
+            // join is in this timeline (an answer read again by a process that started after
+            // the join, which finds the room among its rooms).
+            let newly = since.is_some()
+                && (!self.joined.contains(&room_id)
+                    || room
+                        .timeline
+                        .events
+                        .iter()
+                        .any(|e| is_joining(e, &self.context.account.user_id)));
             let Some(kind) = self.kind_of(&room_id).await? else {
                 continue;
             };

@@ -170,6 +170,9 @@ pub struct RoomEvent {
     /// For state events (membership: the member's user id).
     #[serde(default)]
     pub state_key: Option<String>,
+    /// What the homeserver adds: for a state event, `prev_content` (the state it replaced).
+    #[serde(default)]
+    pub unsigned: Value,
 }
 
 /// A stripped state event (invite state).
@@ -311,6 +314,17 @@ impl MessageContent {
             .unwrap_or_default();
         Some(MessageContent { text, mentions })
     }
+}
+
+/// Whether `event` is `user` joining the room: a join whose previous membership was not one
+/// (a profile change is a join that follows a join).
+pub fn is_joining(event: &RoomEvent, user: &str) -> bool {
+    membership_of(event, user) == Some("join")
+        && event
+            .unsigned
+            .pointer("/prev_content/membership")
+            .and_then(Value::as_str)
+            != Some("join")
 }
 
 /// A membership event's `membership`, when `event` is one for `user`.

@@ -104,6 +104,16 @@ async fn rig(test: &str) -> Option<Rig> {
 impl Rig {
     /// Starts a connector for the bot in `rooms`, its configuration adjusted by `tweak`.
     fn start(&self, rooms: &[&str], tweak: impl FnOnce(&mut ConnectorConfig)) -> Running {
+        self.start_on(self.store.clone(), rooms, tweak)
+    }
+
+    /// Starts a connector as [`Rig::start`] does, over `store` (the rig's, wrapped).
+    fn start_on(
+        &self,
+        store: Arc<dyn Store>,
+        rooms: &[&str],
+        tweak: impl FnOnce(&mut ConnectorConfig),
+    ) -> Running {
         let mut config = ConnectorConfig::new(self.synapse.url());
         config.sync_timeout = Duration::from_secs(5);
         config.accounts.push(Account {
@@ -116,8 +126,8 @@ impl Rig {
         });
         tweak(&mut config);
         let (outbox, outbox_rx) = watch::channel(0);
-        let connector = Connector::new(config, self.store.clone(), Arc::new(SystemClock))
-            .outbox_changed(outbox_rx);
+        let connector =
+            Connector::new(config, store, Arc::new(SystemClock)).outbox_changed(outbox_rx);
         let stats = connector.stats();
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(connector.run(stopped));
@@ -332,6 +342,75 @@ async fn a_direct_chat_is_accepted_and_what_was_sent_while_invited_is_mail() {
     .await;
     assert_eq!(seen, vec!["yes, by room", "yes, by person"]);
     running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_rooms_history_stays_context_when_its_first_batch_is_committed_late() {
+    let Some(rig) = rig("late").await else { return };
+    let running = rig.start(&[], |_| {});
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    running.stop().await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    // A public room the bot joins by its alias (no invite): what was said before the join is
+    // history.
+    let (a, b) = (alias("late-a"), alias("late-b"));
+    let room_a = rig.human.create_room(Some(&a), &[], false).await;
+    rig.human.send(&room_a, "before the bot, in a", &[]).await;
+    let rooms = [format!("#{a}"), format!("#{b}")];
+    let rooms: Vec<&str> = rooms.iter().map(String::as_str).collect();
+
+    // The store refuses the batch that holds the join once; the connector retries it.
+    faulty.fail_batches(1);
+    let running = rig.start_on(faulty.clone(), &rooms[..1], |_| {});
+    eventually(
+        "the refused batch retried",
+        Duration::from_secs(30),
+        || async {
+            let cursor = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
+            (faulty.refused() == 1 && cursor.is_some()).then_some(())
+        },
+    )
+    .await;
+    let after_a = rig.human.send(&room_a, "after the join, in a", &[]).await;
+    rig.mail_count(1).await;
+    running.stop().await;
+
+    // A crash before the commit: the next process reads the same batch, the room already
+    // joined.
+    let room_b = rig.human.create_room(Some(&b), &[], false).await;
+    rig.human.send(&room_b, "before the bot, in b", &[]).await;
+    faulty.fail_batches(u32::MAX);
+    let running = rig.start_on(faulty.clone(), &rooms, |_| {});
+    eventually("a refused batch", Duration::from_secs(30), || async {
+        (faulty.refused() >= 2).then_some(())
+    })
+    .await;
+    running.stop().await;
+    faulty.fail_batches(0);
+    let running = rig.start(&rooms, |_| {});
+    let after_b = rig.human.send(&room_b, "after the join, in b", &[]).await;
+    let mail = rig.mail_count(2).await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["after the join, in a", "after the join, in b"],
+        "history before each join is context, not mail"
+    );
+    assert_eq!(
+        (mail[0].source_id.as_str(), mail[1].source_id.as_str()),
+        (after_a.as_str(), after_b.as_str())
+    );
+    assert_eq!(
+        mail[1].context.last().map(|l| l.text.as_str()),
+        Some("before the bot, in b")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

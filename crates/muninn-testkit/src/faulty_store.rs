@@ -5,6 +5,8 @@
 //! ([`Store::transcript_tail`], [`FaultyStore::fail_reads`]), the read a Self flush makes
 //! between its answer and its commit, and the next N ledger reads ([`Store::ledger`],
 //! [`FaultyStore::fail_ledger_reads`]), the read a new lease restores its accounting from.
+//! The next N intake batches ([`Store::post_batch`], [`FaultyStore::fail_batches`]: what a
+//! transport commits its mail and sync position with) can be refused the same way.
 //! The next N commits can instead be refused for good
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
 //! Everything else passes through, so a test can fault exactly the call that follows a
@@ -32,6 +34,8 @@ pub struct FaultyStore {
     failing_reads: AtomicU32,
     /// Ledger reads still to refuse.
     failing_ledger_reads: AtomicU32,
+    /// Intake batches still to refuse.
+    failing_batches: AtomicU32,
     /// Commits refused so far.
     refused: AtomicU32,
     /// Commits let through so far.
@@ -47,6 +51,7 @@ impl FaultyStore {
             failing_for_good: AtomicU32::new(0),
             failing_reads: AtomicU32::new(0),
             failing_ledger_reads: AtomicU32::new(0),
+            failing_batches: AtomicU32::new(0),
             refused: AtomicU32::new(0),
             committed: AtomicU32::new(0),
         })
@@ -73,6 +78,12 @@ impl FaultyStore {
     /// accounting from); they are not counted as commits.
     pub fn fail_ledger_reads(&self, n: u32) {
         self.failing_ledger_reads.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` intake batches (`post_batch`) with [`StoreError::Unavailable`];
+    /// they count as refused commits. `0` disarms.
+    pub fn fail_batches(&self, n: u32) {
+        self.failing_batches.store(n, Ordering::SeqCst);
     }
 
     /// Commits refused so far.
@@ -324,6 +335,10 @@ impl Store for FaultyStore {
     }
 
     async fn post_batch(&self, mind: &str, batch: &IntakeBatch) -> Result<Vec<Posted>> {
+        if armed(&self.failing_batches) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(injected("database or disk is full"));
+        }
         self.inner.post_batch(mind, batch).await
     }
 
