@@ -136,28 +136,47 @@ impl Ear {
     }
 
     /// Waits while the Mind has `max_pending` or more unanswered deliveries (the sync position
-    /// stays); returns whether the connector is stopping.
+    /// stays), or while the store cannot say how many it has (a failure, reported as one with
+    /// its cause and retried with backoff — not taken for a hold); returns whether the
+    /// connector is stopping.
     async fn hold(&self, stop: &mut watch::Receiver<bool>) -> bool {
         let max = self.context.config.max_pending;
+        // What was last reported instead of `Open`, if anything.
         let mut held = false;
+        let mut failing = false;
+        let mut backoff = Backoff::default();
         loop {
-            let pending = self.pending(max).await;
-            if pending.as_ref().is_ok_and(|n| *n < max) {
-                if held {
-                    self.context.health(AccountHealth::Open);
+            let wait = match self.pending(max).await {
+                Ok(pending) if pending < max => {
+                    if held || failing {
+                        self.context.health(AccountHealth::Open);
+                    }
+                    return *stop.borrow();
                 }
-                return *stop.borrow();
-            }
-            if !held {
-                held = true;
-                self.context.health(AccountHealth::Held {
-                    pending: pending.unwrap_or(max),
-                });
-                Stats::add(&self.context.stats.holds, 1);
-                tracing::info!(mind = %self.mind(), max_pending = max,
-                    "matrix: the Mind is {max}+ deliveries behind; holding the sync position");
-            }
-            if pause(stop, HOLD_POLL).await {
+                Ok(pending) => {
+                    failing = false;
+                    if !held {
+                        held = true;
+                        self.context.health(AccountHealth::Held { pending });
+                        Stats::add(&self.context.stats.holds, 1);
+                        tracing::info!(mind = %self.mind(), max_pending = max,
+                            "matrix: the Mind is {max}+ deliveries behind; holding the sync position");
+                    }
+                    HOLD_POLL
+                }
+                Err(error) => {
+                    (held, failing) = (false, true);
+                    self.context.health(AccountHealth::Failing {
+                        stage: "store",
+                        error: error.to_string(),
+                    });
+                    let wait = backoff.after(&error);
+                    tracing::warn!(mind = %self.mind(), %error,
+                        "matrix: cannot read how far behind the Mind is; retrying in {wait:?}");
+                    wait
+                }
+            };
+            if pause(stop, wait).await {
                 return true;
             }
         }

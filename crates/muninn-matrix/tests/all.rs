@@ -17,14 +17,14 @@
 use muninn_backend::clock::SystemClock;
 use muninn_matrix::config::SYNC_CURSOR;
 use muninn_matrix::{
-    Account, Connector, ConnectorConfig, Credential, Secret, Stats, StatsSnapshot,
+    Account, AccountHealth, Connector, ConnectorConfig, Credential, Secret, Stats, StatsSnapshot,
 };
 use muninn_store::{Delivery, FencingToken, Mind, NewOutboxMessage, SqliteStore, Store};
 use muninn_testkit::synapse::{self, MatrixUser, Synapse};
 use pretty_assertions::assert_eq;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -47,6 +47,8 @@ struct Running {
     task: tokio::task::JoinHandle<()>,
     stats: Arc<Stats>,
     outbox: watch::Sender<u64>,
+    /// Every health report, in order.
+    health: Arc<Mutex<Vec<AccountHealth>>>,
 }
 
 impl Running {
@@ -126,8 +128,13 @@ impl Rig {
         });
         tweak(&mut config);
         let (outbox, outbox_rx) = watch::channel(0);
-        let connector =
-            Connector::new(config, store, Arc::new(SystemClock)).outbox_changed(outbox_rx);
+        let health = Arc::new(Mutex::new(Vec::new()));
+        let reports = health.clone();
+        let connector = Connector::new(config, store, Arc::new(SystemClock))
+            .outbox_changed(outbox_rx)
+            .on_health(Arc::new(move |_, report| {
+                reports.lock().unwrap().push(report);
+            }));
         let stats = connector.stats();
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(connector.run(stopped));
@@ -136,6 +143,7 @@ impl Rig {
             task,
             stats,
             outbox,
+            health,
         }
     }
 
@@ -410,6 +418,62 @@ async fn a_new_rooms_history_stays_context_when_its_first_batch_is_committed_lat
     assert_eq!(
         mail[1].context.last().map(|l| l.text.as_str()),
         Some("before the bot, in b")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_say_how_far_the_mind_is_is_a_store_failure_not_a_hold() {
+    let Some(rig) = rig("askfail").await else {
+        return;
+    };
+    let name = alias("askfail");
+    let room = rig.public_room(&name).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    // The first three reads of the ack position (before the first sync) fail.
+    faulty.fail_ack_position_reads(3);
+    let running = rig.start_on(faulty.clone(), &[&format!("#{name}")], |_| {});
+    eventually("the bot joined", Duration::from_secs(30), || async {
+        let members = rig.human.joined_members(&room).await;
+        members.contains(&rig.bot).then_some(())
+    })
+    .await;
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    let said = rig.human.send(&room, "still listening?", &[]).await;
+    let mail = rig.mail_count(1).await;
+    let health = running.health.lock().unwrap().clone();
+    running.stop().await;
+    assert_eq!(
+        mail[0].source_id, said,
+        "it read on once the store answered"
+    );
+    let failing: Vec<&AccountHealth> = health
+        .iter()
+        .filter(|h| matches!(h, AccountHealth::Failing { .. }))
+        .collect();
+    assert!(
+        !health
+            .iter()
+            .any(|h| matches!(h, AccountHealth::Held { .. })),
+        "nothing was held: the Mind has no mail at all: {health:?}"
+    );
+    assert!(
+        failing.iter().any(
+            |h| matches!(h, AccountHealth::Failing { stage: "store", error }
+            if error.contains("the database server closed the connection"))
+        ),
+        "the store's failure is reported with its cause: {health:?}"
+    );
+    assert_eq!(
+        health.last(),
+        Some(&AccountHealth::Open),
+        "and clears: {health:?}"
     );
 }
 

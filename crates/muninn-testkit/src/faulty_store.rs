@@ -6,7 +6,9 @@
 //! between its answer and its commit, and the next N ledger reads ([`Store::ledger`],
 //! [`FaultyStore::fail_ledger_reads`]), the read a new lease restores its accounting from.
 //! The next N intake batches ([`Store::post_batch`], [`FaultyStore::fail_batches`]: what a
-//! transport commits its mail and sync position with) can be refused the same way.
+//! transport commits its mail and sync position with) can be refused the same way, and the
+//! next N reads of a Mind's ack position ([`Store::ack_position`],
+//! [`FaultyStore::fail_ack_position_reads`]: what a transport asks before it reads on).
 //! The next N commits can instead be refused for good
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
 //! Everything else passes through, so a test can fault exactly the call that follows a
@@ -36,6 +38,8 @@ pub struct FaultyStore {
     failing_ledger_reads: AtomicU32,
     /// Intake batches still to refuse.
     failing_batches: AtomicU32,
+    /// Ack position reads still to refuse.
+    failing_ack_position_reads: AtomicU32,
     /// Commits refused so far.
     refused: AtomicU32,
     /// Commits let through so far.
@@ -52,6 +56,7 @@ impl FaultyStore {
             failing_reads: AtomicU32::new(0),
             failing_ledger_reads: AtomicU32::new(0),
             failing_batches: AtomicU32::new(0),
+            failing_ack_position_reads: AtomicU32::new(0),
             refused: AtomicU32::new(0),
             committed: AtomicU32::new(0),
         })
@@ -84,6 +89,12 @@ impl FaultyStore {
     /// they count as refused commits. `0` disarms.
     pub fn fail_batches(&self, n: u32) {
         self.failing_batches.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` ack position reads (`ack_position`); they are not counted as
+    /// commits. `0` disarms.
+    pub fn fail_ack_position_reads(&self, n: u32) {
+        self.failing_ack_position_reads.store(n, Ordering::SeqCst);
     }
 
     /// Commits refused so far.
@@ -356,6 +367,9 @@ impl Store for FaultyStore {
     }
 
     async fn ack_position(&self, mind: &str) -> Result<i64> {
+        if armed(&self.failing_ack_position_reads) {
+            return Err(injected("the database server closed the connection"));
+        }
         self.inner.ack_position(mind).await
     }
 
