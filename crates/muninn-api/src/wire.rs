@@ -387,6 +387,10 @@ pub struct LedgerParams {
 /// (the client's [`crate::client::ApiClient::ledger`] pages until a page comes short).
 pub const LEDGER_PAGE_LIMIT: i64 = 5_000;
 
+/// The longest a long poll (`wait_s` of the outbox and the transcript) waits, seconds: a larger
+/// `wait_s` is clamped to it.
+pub const MAX_WAIT_S: u64 = 60;
+
 /// The answer to `GET /v1/minds/{mind}/ledger?format=json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -68,7 +68,7 @@ mod ops;
 mod server;
 
 /// The longest a long poll waits (`wait_s` is clamped to it).
-pub const MAX_WAIT: Duration = Duration::from_secs(60);
+pub const MAX_WAIT: Duration = Duration::from_secs(MAX_WAIT_S);
 /// How often a waiting long poll or stream re-reads the store without a wake-up.
 pub const POLL_SLICE: Duration = Duration::from_secs(2);
 /// Default and largest page of outbox messages and transcript items.
