@@ -11,22 +11,36 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// `POST /login` with a password, for a fixed device.
-#[derive(Debug, Clone, Serialize)]
+/// `POST /login` with a password, for a fixed device. Its `Debug` leaves the password out.
+#[derive(Clone, Serialize)]
 pub struct LoginRequest<'a> {
     /// Always `m.login.password`.
     #[serde(rename = "type")]
     pub kind: &'static str,
     /// The user.
     pub identifier: UserIdentifier<'a>,
-    /// The password (never logged: this type has no `Display`, and its `Debug` is not used in
-    /// logs).
+    /// The password (never printed: this type has no `Display`, and its `Debug` redacts it).
     pub password: &'a str,
     /// The device to log in as: fixed per account, because transaction ids are scoped per
     /// device (the same txn id from another device is a new event).
     pub device_id: &'a str,
     /// The device's display name, on first login.
     pub initial_device_display_name: &'a str,
+}
+
+impl std::fmt::Debug for LoginRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginRequest")
+            .field("kind", &self.kind)
+            .field("identifier", &self.identifier)
+            .field("password", &"<redacted>")
+            .field("device_id", &self.device_id)
+            .field(
+                "initial_device_display_name",
+                &self.initial_device_display_name,
+            )
+            .finish()
+    }
 }
 
 /// `identifier` of a password login.

@@ -521,3 +521,25 @@ async fn sends_wait_out_rate_limits_keep_their_order_and_refusals_are_recorded()
         .unwrap();
     assert!(acked.remote_id.is_some_and(|id| id.starts_with('$')));
 }
+
+/// The login body carries the password on the wire and nowhere else: its `Debug` (what a
+/// `?request` in a log line or an error would print) leaves it out.
+#[test]
+fn a_login_body_prints_without_its_password() {
+    use muninn_matrix::wire::{LoginRequest, UserIdentifier};
+    let request = LoginRequest {
+        kind: "m.login.password",
+        identifier: UserIdentifier {
+            kind: "m.id.user",
+            user: "@vala:localhost",
+        },
+        password: "canary-hunter2",
+        device_id: "MUNINN",
+        initial_device_display_name: "muninn",
+    };
+    let printed = format!("{request:?} {request:#?}");
+    assert!(!printed.contains("canary-hunter2"), "{printed}");
+    assert!(printed.contains("@vala:localhost"), "{printed}");
+    let body = serde_json::to_value(&request).unwrap();
+    assert_eq!(body["password"], "canary-hunter2", "the wire still has it");
+}
