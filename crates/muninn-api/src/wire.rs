@@ -160,8 +160,7 @@ pub struct MindStatus<C = serde_json::Value> {
     pub spend: SpendSummary,
     /// The mailbox ack position: deliveries up to this seq have been answered.
     pub ack_position: i64,
-    /// Deliveries past the ack position, waiting for a turn (counted up to
-    /// [`PENDING_COUNT_LIMIT`]).
+    /// Deliveries past the ack position, waiting for a turn.
     #[serde(default)]
     pub pending_deliveries: i64,
     /// When the oldest pending delivery arrived, Unix ms.
@@ -180,9 +179,6 @@ pub struct MindStatus<C = serde_json::Value> {
     #[serde(default)]
     pub transport: Option<TransportStatus>,
 }
-
-/// The most pending deliveries [`MindStatus::pending_deliveries`] counts.
-pub const PENDING_COUNT_LIMIT: i64 = 1_000;
 
 /// What a host's runner for a Mind is doing, as of its last step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

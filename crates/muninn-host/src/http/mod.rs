@@ -359,12 +359,11 @@ pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<M
     } else {
         (None, CurrentSegments::default(), 0, 0, Vec::new())
     };
-    let pending = if stored.is_some() {
-        host.store
-            .pending_deliveries(id, ack_position, PENDING_COUNT_LIMIT)
-            .await?
+    // One COUNT, not the waiting rows themselves (up to 128 KiB each, on every status call).
+    let mailbox = if stored.is_some() {
+        host.store.mailbox(id).await?
     } else {
-        Vec::new()
+        muninn_store::Mailbox::default()
     };
     Ok(MindStatus {
         id: id.to_owned(),
@@ -385,8 +384,8 @@ pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<M
         },
         settings: to_settings(&settings),
         ack_position,
-        pending_deliveries: pending.len() as i64,
-        oldest_pending_at_ms: pending.first().map(|d| d.received_at_ms),
+        pending_deliveries: mailbox.pending,
+        oldest_pending_at_ms: mailbox.oldest_received_at_ms,
         activity: host.signals.activity(id),
         failed_sends,
         transport: host.telemetry.mind(id).transport,
