@@ -1,9 +1,9 @@
 //! The HTTP API: how deliveries come in, replies go out, and operators look and steer.
 //!
 //! axum on loopback by default (`listen` in the configuration). Every route — including unknown
-//! ones — requires `Authorization: Bearer <token>`, compared in constant time; the token is
-//! created on first start in `<data_dir>/api-token` ([`ApiToken`], mode 0600) and never logged,
-//! echoed or put in an error. Bodies are JSON ([`muninn_api::wire`], which the client in
+//! ones — requires `Authorization: Bearer <token>` (the scheme in any case), the token compared
+//! in constant time; the token is created on first start in `<data_dir>/api-token`
+//! ([`ApiToken`], mode 0600) and never logged, echoed or put in an error. Bodies are JSON ([`muninn_api::wire`], which the client in
 //! `muninn-api` shares); every error is `{"error":{"type","message"}}`.
 //!
 //! Three probes need no token: `GET /healthz`, `GET /readyz` and `GET /metrics` (`ops.rs`). The
@@ -210,8 +210,7 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
-        .map(|value| value.as_bytes())
-        .and_then(|value| value.strip_prefix(b"Bearer "));
+        .and_then(|value| bearer(value.as_bytes()));
     let dashboard = crate::dashboard::is_dashboard_path(path);
     if presented.is_none() {
         let cookie = crate::dashboard::cookie_token(request.headers());
@@ -238,6 +237,13 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
         .into_response(),
         Some(_) => next.run(request).await,
     }
+}
+
+/// The token of a `Bearer` credential. The scheme is matched in any case (RFC 9110, 11.1):
+/// a client that sends `bearer <token>` presents the token, and is not told it sent none.
+fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = value.split_at_checked(b"Bearer ".len())?;
+    scheme.eq_ignore_ascii_case(b"Bearer ").then_some(token)
 }
 
 // ----- Helpers -----
