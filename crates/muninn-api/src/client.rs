@@ -7,6 +7,7 @@
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::time::Duration;
 
 use crate::token::ApiToken;
 use crate::wire::*;
@@ -51,12 +52,20 @@ pub enum ClientError {
     },
 }
 
+/// How long a call may take beyond a long poll's own wait before it counts as lost. A host
+/// that accepted the connection and then went silent (stopped, wedged, its machine gone
+/// without a reset) would otherwise hang the caller — `muninn tail`'s loop, a transport's
+/// outbox poll — for ever, without a word.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A client of one host's API.
 #[derive(Debug, Clone)]
 pub struct ApiClient {
     http: reqwest::Client,
     base: String,
     token: ApiToken,
+    /// [`CALL_TIMEOUT`] unless set otherwise.
+    call_timeout: Duration,
 }
 
 /// Percent-encodes a path segment (request ids are chosen by the runtime, room names by users).
@@ -111,7 +120,19 @@ impl ApiClient {
                 base: base.clone(),
                 message: e.to_string(),
             })?;
-        Ok(ApiClient { http, base, token })
+        Ok(ApiClient {
+            http,
+            base,
+            token,
+            call_timeout: CALL_TIMEOUT,
+        })
+    }
+
+    /// This client with `timeout` as each call's deadline beyond its long poll's wait (instead
+    /// of [`CALL_TIMEOUT`]).
+    pub fn with_call_timeout(mut self, timeout: Duration) -> ApiClient {
+        self.call_timeout = timeout;
+        self
     }
 
     /// The base URL.
@@ -124,11 +145,19 @@ impl ApiClient {
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
+        wait: Duration,
     ) -> Result<(StatusCode, bytes::Bytes), ClientError> {
+        let deadline = self.call_timeout + wait;
         let transport = |e: reqwest::Error| {
             if e.is_connect() {
                 return ClientError::Unreachable {
                     base: self.base.clone(),
+                };
+            }
+            if e.is_timeout() {
+                return ClientError::Transport {
+                    base: self.base.clone(),
+                    message: format!("no answer within {deadline:?}"),
                 };
             }
             ClientError::Transport {
@@ -140,6 +169,7 @@ impl ApiClient {
         let mut request = self
             .http
             .request(method, format!("{}{path}", self.base))
+            .timeout(deadline)
             .bearer_auth(self.token.expose());
         if let Some(body) = body {
             request = request
@@ -171,6 +201,17 @@ impl ApiClient {
         path: &str,
         body: Option<&impl Serialize>,
     ) -> Result<T, ClientError> {
+        self.call_waiting(method, path, body, Duration::ZERO).await
+    }
+
+    /// [`call`](Self::call) of a long poll, whose answer may take `wait` more.
+    async fn call_waiting<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+        wait: Duration,
+    ) -> Result<T, ClientError> {
         let body = body
             .map(serde_json::to_vec)
             .transpose()
@@ -178,7 +219,7 @@ impl ApiClient {
                 status: 0,
                 message: e.to_string(),
             })?;
-        let (status, bytes) = self.send(method, path, body).await?;
+        let (status, bytes) = self.send(method, path, body, wait).await?;
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
             status: status.as_u16(),
             message: e.to_string(),
@@ -210,7 +251,9 @@ impl ApiClient {
                 ("wait_s", Some(wait_s.to_string()))
             ])
         );
-        self.call(Method::GET, &path, None::<&()>).await
+        let wait = Duration::from_secs(wait_s.min(MAX_WAIT_S));
+        self.call_waiting(Method::GET, &path, None::<&()>, wait)
+            .await
     }
 
     /// `POST /v1/minds/{mind}/outbox/{request_id}/ack`.
@@ -267,7 +310,9 @@ impl ApiClient {
                 ("wait_s", query_.wait_s.map(|v| v.to_string())),
             ])
         );
-        self.call(Method::GET, &path, None::<&()>).await
+        let wait = Duration::from_secs(query_.wait_s.unwrap_or(0).min(MAX_WAIT_S));
+        self.call_waiting(Method::GET, &path, None::<&()>, wait)
+            .await
     }
 
     fn ledger_path(mind: &str, params: &LedgerParams, format: &str) -> String {
@@ -353,5 +398,73 @@ impl ApiClient {
     pub async fn brake(&self, on: bool) -> Result<BrakeResponse, ClientError> {
         let method = if on { Method::POST } else { Method::DELETE };
         self.call(method, "/v1/brake", None::<&()>).await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::{ApiClient, ClientError};
+    use crate::token::ApiToken;
+    use crate::wire::TranscriptQuery;
+    use muninn_core::records::Role;
+    use std::time::{Duration, Instant};
+
+    /// A host that accepts connections and reads requests but never answers (stopped with
+    /// SIGSTOP, or wedged): its address.
+    fn silent_host() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming().flatten() {
+                held.push(stream);
+            }
+        });
+        addr
+    }
+
+    /// A call to a host that never answers fails after the call's deadline (plus a long
+    /// poll's own wait), naming the wait; it does not hang the CLI for ever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_host_that_never_answers_is_an_error_after_the_deadline() {
+        let client = ApiClient::new(&silent_host(), ApiToken::new("t"))
+            .unwrap()
+            .with_call_timeout(Duration::from_millis(300));
+        let started = Instant::now();
+        let plain = tokio::time::timeout(Duration::from_secs(20), client.minds())
+            .await
+            .expect("answered within 20 s");
+        let plain_took = started.elapsed();
+        let started = Instant::now();
+        let query = TranscriptQuery {
+            wait_s: Some(1),
+            ..TranscriptQuery::default()
+        };
+        let waiting = tokio::time::timeout(
+            Duration::from_secs(20),
+            client.transcript("vala", Role::Persona, &query),
+        )
+        .await
+        .expect("answered within 20 s");
+        let waiting_took = started.elapsed();
+        for (answer, took, deadline) in [
+            (plain.map(|_| ()), plain_took, Duration::from_millis(300)),
+            (
+                waiting.map(|_| ()),
+                waiting_took,
+                Duration::from_millis(1_300),
+            ),
+        ] {
+            assert!(
+                matches!(&answer, Err(ClientError::Transport { message, .. })
+                    if message.contains("no answer within")),
+                "{answer:?}"
+            );
+            assert!(
+                took >= deadline && took < deadline + Duration::from_secs(5),
+                "{took:?} for a deadline of {deadline:?}"
+            );
+        }
     }
 }

@@ -160,8 +160,7 @@ pub struct MindStatus<C = serde_json::Value> {
     pub spend: SpendSummary,
     /// The mailbox ack position: deliveries up to this seq have been answered.
     pub ack_position: i64,
-    /// Deliveries past the ack position, waiting for a turn (counted up to
-    /// [`PENDING_COUNT_LIMIT`]).
+    /// Deliveries past the ack position, waiting for a turn.
     #[serde(default)]
     pub pending_deliveries: i64,
     /// When the oldest pending delivery arrived, Unix ms.
@@ -180,9 +179,6 @@ pub struct MindStatus<C = serde_json::Value> {
     #[serde(default)]
     pub transport: Option<TransportStatus>,
 }
-
-/// The most pending deliveries [`MindStatus::pending_deliveries`] counts.
-pub const PENDING_COUNT_LIMIT: i64 = 1_000;
 
 /// What a host's runner for a Mind is doing, as of its last step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -386,6 +382,10 @@ pub struct LedgerParams {
 /// The most rows one `GET /v1/minds/{mind}/ledger` answers: a whole ledger is read in pages
 /// (the client's [`crate::client::ApiClient::ledger`] pages until a page comes short).
 pub const LEDGER_PAGE_LIMIT: i64 = 5_000;
+
+/// The longest a long poll (`wait_s` of the outbox and the transcript) waits, seconds: a larger
+/// `wait_s` is clamped to it.
+pub const MAX_WAIT_S: u64 = 60;
 
 /// The answer to `GET /v1/minds/{mind}/ledger?format=json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -241,6 +241,30 @@ async fn every_route_requires_the_token() {
     assert_eq!(api_error(error), (401, "unauthorized".into()));
 }
 
+/// The scheme of `Authorization` is case-insensitive (RFC 9110, 11.1): `bearer` and
+/// `BEARER` with the token are let in as `Bearer` is, and a wrong token with either is still
+/// refused as a wrong token, not as a missing one.
+#[tokio::test]
+async fn the_bearer_scheme_is_matched_in_any_case() {
+    let server = Server::start().await;
+    let http = reqwest::Client::new();
+    let get = |auth: String| {
+        http.get(format!("{}/v1/minds", server.base))
+            .header("authorization", auth)
+            .send()
+    };
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let response = get(format!("{scheme} {}", server.token.expose()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{scheme}");
+        let response = get(format!("{scheme} wrong")).await.unwrap();
+        assert_eq!(response.status(), 401, "{scheme}");
+        let body: ErrorResponse = response.json_body().await;
+        assert_eq!(body.error.message, "invalid bearer token", "{scheme}");
+    }
+}
+
 trait JsonBody {
     async fn json_body<T: serde::de::DeserializeOwned>(self) -> T;
 }

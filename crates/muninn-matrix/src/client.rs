@@ -2,8 +2,8 @@
 //! (rustls with the `ring` provider, as the workspace configures; loopback HTTP needs no TLS but
 //! the builder wants a provider installed).
 //!
-//! Every call has a deadline (a `/sync` long poll its own timeout plus a margin), maps a
-//! non-2xx answer to [`MatrixError::Refused`] with the homeserver's `errcode` and
+//! Every call has a deadline (a `/sync` long poll its own timeout plus a margin) and a size
+//! limit on its answer ([`SYNC_ANSWER_MAX_BYTES`], [`ANSWER_MAX_BYTES`]), maps a non-2xx answer to [`MatrixError::Refused`] with the homeserver's `errcode` and
 //! `retry_after_ms`, and never puts the access token or a request body into an error or a log
 //! line: the token travels only in the `Authorization` header, and errors are built from the
 //! status, the error body and a short description of the call.
@@ -21,6 +21,16 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a `/sync` long poll may take beyond its own `timeout` before it counts as lost.
 const SYNC_MARGIN: Duration = Duration::from_secs(30);
+
+/// The largest answer to a call that is not `/sync`, bytes. The largest one asked for is a
+/// `/messages` page: 100 events, each at most the 64 KiB the spec allows an event.
+pub const ANSWER_MAX_BYTES: usize = 16 * 1024 * 1024;
+
+/// The largest `/sync` answer, bytes. The filter bounds each room's timeline
+/// (`timeline_limit` events of at most 64 KiB each) but not the number of rooms; an answer
+/// over this is refused (a retryable [`MatrixError::TooLarge`], shown in the account's
+/// health) rather than read into memory whole: lower `timeline_limit` if it persists.
+pub const SYNC_ANSWER_MAX_BYTES: usize = 64 * 1024 * 1024;
 
 /// A client of one homeserver, logged in as one account once [`MatrixClient::with_token`] gave
 /// it a token. Cheap to clone (clones share the connection pool).
@@ -104,6 +114,7 @@ impl MatrixClient {
         body: Option<Vec<u8>>,
         what: &str,
         timeout: Duration,
+        max_bytes: usize,
     ) -> Result<T, MatrixError> {
         let mut request = self.http.request(method, url).timeout(timeout);
         if let Some(token) = &self.token {
@@ -116,9 +127,28 @@ impl MatrixClient {
         }
         let unreachable =
             |e: reqwest::Error| MatrixError::Unreachable(format!("{what}: {}", e.without_url()));
-        let response = request.send().await.map_err(unreachable)?;
+        let mut response = request.send().await.map_err(unreachable)?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(unreachable)?;
+        let too_large = || MatrixError::TooLarge {
+            what: what.to_owned(),
+            limit: max_bytes,
+        };
+        // A declared length over the limit is refused before a byte of it is read; an
+        // undeclared one (chunked) is read only up to the limit. Either way the connection is
+        // dropped with the rest unread.
+        if response
+            .content_length()
+            .is_some_and(|n| n > max_bytes as u64)
+        {
+            return Err(too_large());
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
+            if bytes.len() + chunk.len() > max_bytes {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         if !status.is_success() {
             let error: ErrorBody = serde_json::from_slice(&bytes).unwrap_or_default();
             return Err(MatrixError::Refused {
@@ -158,15 +188,29 @@ impl MatrixClient {
             initial_device_display_name: "muninn",
         })?;
         let url = self.url(&["login"], &[])?;
-        self.call(Method::POST, url, Some(body), "login", CALL_TIMEOUT)
-            .await
+        self.call(
+            Method::POST,
+            url,
+            Some(body),
+            "login",
+            CALL_TIMEOUT,
+            ANSWER_MAX_BYTES,
+        )
+        .await
     }
 
     /// Who the access token belongs to.
     pub async fn whoami(&self) -> Result<WhoamiResponse, MatrixError> {
         let url = self.url(&["account", "whoami"], &[])?;
-        self.call(Method::GET, url, None, "whoami", CALL_TIMEOUT)
-            .await
+        self.call(
+            Method::GET,
+            url,
+            None,
+            "whoami",
+            CALL_TIMEOUT,
+            ANSWER_MAX_BYTES,
+        )
+        .await
     }
 
     /// `/sync` after `since` (none: an initial sync), with an inline `filter`, waiting up to
@@ -183,8 +227,15 @@ impl MatrixClient {
             query.push(("since", since));
         }
         let url = self.url(&["sync"], &query)?;
-        self.call(Method::GET, url, None, "sync", timeout + SYNC_MARGIN)
-            .await
+        self.call(
+            Method::GET,
+            url,
+            None,
+            "sync",
+            timeout + SYNC_MARGIN,
+            SYNC_ANSWER_MAX_BYTES,
+        )
+        .await
     }
 
     /// One page of a room's events from `from` in `dir`, stopping at `to` if given, at most
@@ -214,7 +265,15 @@ impl MatrixClient {
         }
         let url = self.url(&["rooms", room, "messages"], &query)?;
         let what = format!("messages of {room}");
-        self.call(Method::GET, url, None, &what, CALL_TIMEOUT).await
+        self.call(
+            Method::GET,
+            url,
+            None,
+            &what,
+            CALL_TIMEOUT,
+            ANSWER_MAX_BYTES,
+        )
+        .await
     }
 
     /// Sends a text message with transaction id `txn`: a repeat of the same `txn` from the
@@ -232,7 +291,14 @@ impl MatrixClient {
         let url = self.url(&["rooms", room, "send", "m.room.message", txn], &[])?;
         let what = format!("send {txn} to {room}");
         let sent: SendResponse = self
-            .call(Method::PUT, url, Some(body), &what, CALL_TIMEOUT)
+            .call(
+                Method::PUT,
+                url,
+                Some(body),
+                &what,
+                CALL_TIMEOUT,
+                ANSWER_MAX_BYTES,
+            )
             .await?;
         Ok(sent.event_id)
     }
@@ -242,7 +308,14 @@ impl MatrixClient {
         let url = self.url(&["join", room], &[])?;
         let what = format!("join {room}");
         let joined: RoomIdResponse = self
-            .call(Method::POST, url, Some(b"{}".to_vec()), &what, CALL_TIMEOUT)
+            .call(
+                Method::POST,
+                url,
+                Some(b"{}".to_vec()),
+                &what,
+                CALL_TIMEOUT,
+                ANSWER_MAX_BYTES,
+            )
             .await?;
         Ok(joined.room_id)
     }
@@ -252,7 +325,14 @@ impl MatrixClient {
         let url = self.url(&["directory", "room", alias], &[])?;
         let what = format!("resolve {alias}");
         let resolved: RoomIdResponse = self
-            .call(Method::GET, url, None, &what, CALL_TIMEOUT)
+            .call(
+                Method::GET,
+                url,
+                None,
+                &what,
+                CALL_TIMEOUT,
+                ANSWER_MAX_BYTES,
+            )
             .await?;
         Ok(resolved.room_id)
     }
@@ -261,7 +341,14 @@ impl MatrixClient {
     pub async fn joined_rooms(&self) -> Result<Vec<String>, MatrixError> {
         let url = self.url(&["joined_rooms"], &[])?;
         let rooms: JoinedRoomsResponse = self
-            .call(Method::GET, url, None, "joined_rooms", CALL_TIMEOUT)
+            .call(
+                Method::GET,
+                url,
+                None,
+                "joined_rooms",
+                CALL_TIMEOUT,
+                ANSWER_MAX_BYTES,
+            )
             .await?;
         Ok(rooms.joined_rooms)
     }
@@ -271,7 +358,14 @@ impl MatrixClient {
         let url = self.url(&["rooms", room, "joined_members"], &[])?;
         let what = format!("members of {room}");
         let members: JoinedMembersResponse = self
-            .call(Method::GET, url, None, &what, CALL_TIMEOUT)
+            .call(
+                Method::GET,
+                url,
+                None,
+                &what,
+                CALL_TIMEOUT,
+                ANSWER_MAX_BYTES,
+            )
             .await?;
         Ok(members.joined.len())
     }
@@ -281,7 +375,14 @@ impl MatrixClient {
         let url = self.url(&["user", user, "account_data", kind], &[])?;
         let what = format!("account data {kind}");
         match self
-            .call::<Value>(Method::GET, url, None, &what, CALL_TIMEOUT)
+            .call::<Value>(
+                Method::GET,
+                url,
+                None,
+                &what,
+                CALL_TIMEOUT,
+                ANSWER_MAX_BYTES,
+            )
             .await
         {
             Ok(value) => Ok(Some(value)),
@@ -306,6 +407,7 @@ impl MatrixClient {
                 Some(Self::json(content)?),
                 &what,
                 CALL_TIMEOUT,
+                ANSWER_MAX_BYTES,
             )
             .await?;
         Ok(())

@@ -15,7 +15,7 @@ use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
 use crate::history::{Chunk, Limits, Line, Window, mail_start, merge_rooms, read_chunk};
 use crate::rooms::{Directory, RoomKind};
-use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse, membership_of};
+use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse, is_joining, membership_of};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
 use serde_json::Value;
@@ -136,28 +136,47 @@ impl Ear {
     }
 
     /// Waits while the Mind has `max_pending` or more unanswered deliveries (the sync position
-    /// stays); returns whether the connector is stopping.
+    /// stays), or while the store cannot say how many it has (a failure, reported as one with
+    /// its cause and retried with backoff — not taken for a hold); returns whether the
+    /// connector is stopping.
     async fn hold(&self, stop: &mut watch::Receiver<bool>) -> bool {
         let max = self.context.config.max_pending;
+        // What was last reported instead of `Open`, if anything.
         let mut held = false;
+        let mut failing = false;
+        let mut backoff = Backoff::default();
         loop {
-            let pending = self.pending(max).await;
-            if pending.as_ref().is_ok_and(|n| *n < max) {
-                if held {
-                    self.context.health(AccountHealth::Open);
+            let wait = match self.pending(max).await {
+                Ok(pending) if pending < max => {
+                    if held || failing {
+                        self.context.health(AccountHealth::Open);
+                    }
+                    return *stop.borrow();
                 }
-                return *stop.borrow();
-            }
-            if !held {
-                held = true;
-                self.context.health(AccountHealth::Held {
-                    pending: pending.unwrap_or(max),
-                });
-                Stats::add(&self.context.stats.holds, 1);
-                tracing::info!(mind = %self.mind(), max_pending = max,
-                    "matrix: the Mind is {max}+ deliveries behind; holding the sync position");
-            }
-            if pause(stop, HOLD_POLL).await {
+                Ok(pending) => {
+                    failing = false;
+                    if !held {
+                        held = true;
+                        self.context.health(AccountHealth::Held { pending });
+                        Stats::add(&self.context.stats.holds, 1);
+                        tracing::info!(mind = %self.mind(), max_pending = max,
+                            "matrix: the Mind is {max}+ deliveries behind; holding the sync position");
+                    }
+                    HOLD_POLL
+                }
+                Err(error) => {
+                    (held, failing) = (false, true);
+                    self.context.health(AccountHealth::Failing {
+                        stage: "store",
+                        error: error.to_string(),
+                    });
+                    let wait = backoff.after(&error);
+                    tracing::warn!(mind = %self.mind(), %error,
+                        "matrix: cannot read how far behind the Mind is; retrying in {wait:?}");
+                    wait
+                }
+            };
+            if pause(stop, wait).await {
                 return true;
             }
         }
@@ -183,9 +202,13 @@ impl Ear {
     ) -> Result<String, MatrixError> {
         let response = synced?;
         let next = response.next_batch.clone();
+        // Known as joined only once this answer is committed: an answer read again after a
+        // failed commit must find its new rooms new again.
+        let rooms: Vec<String> = response.rooms.join.keys().cloned().collect();
         let deliveries = self.read(since, response).await?;
         if deliveries.is_empty() && since == Some(next.as_str()) {
             // A long poll that timed out: nothing to commit, and no write to make.
+            self.joined.extend(rooms);
             return Ok(next);
         }
         if !deliveries.is_empty() {
@@ -200,6 +223,7 @@ impl Ear {
             }),
         };
         let posted = self.context.store.post_batch(self.mind(), &batch).await?;
+        self.joined.extend(rooms);
         let created = posted.iter().filter(|p| p.created).count();
         Stats::add(&self.context.stats.syncs, 1);
         Stats::add(&self.context.stats.delivered, created as u64);
@@ -235,8 +259,16 @@ impl Ear {
             if let Some(joined) = room.summary.joined_member_count {
                 lock(&self.directory).set_members(&room_id, joined);
             }
-            let newly = since.is_some() && !self.joined.contains(&room_id);
-            self.joined.insert(room_id.clone());
+            // New to the account: not among the rooms it was in at its last commit, or its
+            // join is in this timeline (an answer read again by a process that started after
+            // the join, which finds the room among its rooms).
+            let newly = since.is_some()
+                && (!self.joined.contains(&room_id)
+                    || room
+                        .timeline
+                        .events
+                        .iter()
+                        .any(|e| is_joining(e, &self.context.account.user_id)));
             let Some(kind) = self.kind_of(&room_id).await? else {
                 continue;
             };

@@ -43,6 +43,18 @@ pub enum MatrixError {
         message: String,
     },
 
+    /// The homeserver's answer was larger than this connector reads for `what`
+    /// ([`crate::client::SYNC_ANSWER_MAX_BYTES`], [`crate::client::ANSWER_MAX_BYTES`]); the rest
+    /// of it was not read. Retryable with backoff (a later answer may be smaller), and loud in
+    /// the account's health while it lasts.
+    #[error("the answer to {what} is over the limit of {limit} bytes; the rest was not read")]
+    TooLarge {
+        /// What was asked.
+        what: String,
+        /// The limit, bytes.
+        limit: usize,
+    },
+
     /// The configuration cannot work: a bad homeserver URL, a token that belongs to another
     /// user or device, a secret that cannot be read. Not retryable: fix the configuration.
     #[error("matrix configuration: {0}")]
@@ -62,7 +74,9 @@ impl MatrixError {
     /// failures it is the caller's backoff (this returns zero).
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            MatrixError::Unreachable(_) | MatrixError::Decode { .. } => Some(Duration::ZERO),
+            MatrixError::Unreachable(_)
+            | MatrixError::Decode { .. }
+            | MatrixError::TooLarge { .. } => Some(Duration::ZERO),
             MatrixError::Refused {
                 status,
                 errcode,

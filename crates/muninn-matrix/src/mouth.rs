@@ -89,20 +89,16 @@ impl Mouth {
     /// Sends every message waiting, oldest first.
     async fn round(&mut self, backoff: &mut Backoff) -> Result<(), Wait> {
         let store = self.context.store.clone();
-        let store_error = |error: muninn_store::StoreError, backoff: &mut Backoff| {
-            let error = MatrixError::from(error);
-            Wait(backoff.after(&error))
-        };
         match store.settings(self.mind()).await {
             Ok(settings) if settings.brake => return Ok(()),
             Ok(_) => {}
-            Err(error) => return Err(store_error(error, backoff)),
+            Err(error) => return Err(self.store_failed(error, "read the settings", backoff)),
         }
         let mut after = 0;
         loop {
             let page = match store.outbox_after(self.mind(), after, PAGE).await {
                 Ok(page) => page,
-                Err(error) => return Err(store_error(error, backoff)),
+                Err(error) => return Err(self.store_failed(error, "read the outbox", backoff)),
             };
             let Some(last) = page.last().map(|m| m.seq) else {
                 return Ok(());
@@ -138,7 +134,8 @@ impl Mouth {
                     .await;
                 if let Err(error) = acked {
                     // Sent but not acked: the next round sends it again, as the same event.
-                    return Err(Wait(backoff.after(&MatrixError::from(error))));
+                    let what = format!("record {} as sent", message.request_id);
+                    return Err(self.store_failed(error, &what, backoff));
                 }
                 Stats::add(&self.context.stats.sent, 1);
                 Ok(())
@@ -182,7 +179,25 @@ impl Mouth {
                 Stats::add(&self.context.stats.failed, 1);
                 Ok(())
             }
-            Err(error) => Err(Wait(backoff.after(&MatrixError::from(error)))),
+            Err(error) => {
+                let what = format!("record {} as failed", message.request_id);
+                Err(self.store_failed(error, &what, backoff))
+            }
         }
+    }
+
+    /// A store call that failed: logged with its cause (a sender that cannot read or record
+    /// its outbox stalls, and must not do so silently), then waited out with backoff.
+    fn store_failed(
+        &self,
+        error: muninn_store::StoreError,
+        what: &str,
+        backoff: &mut Backoff,
+    ) -> Wait {
+        let error = MatrixError::from(error);
+        let wait = backoff.after(&error);
+        tracing::warn!(mind = %self.mind(), %error,
+            "matrix: the sender cannot {what}; retrying in {wait:?}");
+        Wait(wait)
     }
 }

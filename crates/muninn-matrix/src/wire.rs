@@ -11,22 +11,36 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// `POST /login` with a password, for a fixed device.
-#[derive(Debug, Clone, Serialize)]
+/// `POST /login` with a password, for a fixed device. Its `Debug` leaves the password out.
+#[derive(Clone, Serialize)]
 pub struct LoginRequest<'a> {
     /// Always `m.login.password`.
     #[serde(rename = "type")]
     pub kind: &'static str,
     /// The user.
     pub identifier: UserIdentifier<'a>,
-    /// The password (never logged: this type has no `Display`, and its `Debug` is not used in
-    /// logs).
+    /// The password (never printed: this type has no `Display`, and its `Debug` redacts it).
     pub password: &'a str,
     /// The device to log in as: fixed per account, because transaction ids are scoped per
     /// device (the same txn id from another device is a new event).
     pub device_id: &'a str,
     /// The device's display name, on first login.
     pub initial_device_display_name: &'a str,
+}
+
+impl std::fmt::Debug for LoginRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginRequest")
+            .field("kind", &self.kind)
+            .field("identifier", &self.identifier)
+            .field("password", &"<redacted>")
+            .field("device_id", &self.device_id)
+            .field(
+                "initial_device_display_name",
+                &self.initial_device_display_name,
+            )
+            .finish()
+    }
 }
 
 /// `identifier` of a password login.
@@ -170,6 +184,9 @@ pub struct RoomEvent {
     /// For state events (membership: the member's user id).
     #[serde(default)]
     pub state_key: Option<String>,
+    /// What the homeserver adds: for a state event, `prev_content` (the state it replaced).
+    #[serde(default)]
+    pub unsigned: Value,
 }
 
 /// A stripped state event (invite state).
@@ -311,6 +328,17 @@ impl MessageContent {
             .unwrap_or_default();
         Some(MessageContent { text, mentions })
     }
+}
+
+/// Whether `event` is `user` joining the room: a join whose previous membership was not one
+/// (a profile change is a join that follows a join).
+pub fn is_joining(event: &RoomEvent, user: &str) -> bool {
+    membership_of(event, user) == Some("join")
+        && event
+            .unsigned
+            .pointer("/prev_content/membership")
+            .and_then(Value::as_str)
+            != Some("join")
 }
 
 /// A membership event's `membership`, when `event` is one for `user`.

@@ -17,16 +17,18 @@
 use muninn_backend::clock::SystemClock;
 use muninn_matrix::config::SYNC_CURSOR;
 use muninn_matrix::{
-    Account, Connector, ConnectorConfig, Credential, Secret, Stats, StatsSnapshot,
+    Account, AccountHealth, Connector, ConnectorConfig, Credential, Secret, Stats, StatsSnapshot,
 };
 use muninn_store::{Delivery, FencingToken, Mind, NewOutboxMessage, SqliteStore, Store};
 use muninn_testkit::synapse::{self, MatrixUser, Synapse};
 use pretty_assertions::assert_eq;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+
+mod faults;
 
 const MIND: &str = "vala";
 const PASSWORD: &str = "muninn-test-password";
@@ -47,6 +49,8 @@ struct Running {
     task: tokio::task::JoinHandle<()>,
     stats: Arc<Stats>,
     outbox: watch::Sender<u64>,
+    /// Every health report, in order.
+    health: Arc<Mutex<Vec<AccountHealth>>>,
 }
 
 impl Running {
@@ -104,6 +108,16 @@ async fn rig(test: &str) -> Option<Rig> {
 impl Rig {
     /// Starts a connector for the bot in `rooms`, its configuration adjusted by `tweak`.
     fn start(&self, rooms: &[&str], tweak: impl FnOnce(&mut ConnectorConfig)) -> Running {
+        self.start_on(self.store.clone(), rooms, tweak)
+    }
+
+    /// Starts a connector as [`Rig::start`] does, over `store` (the rig's, wrapped).
+    fn start_on(
+        &self,
+        store: Arc<dyn Store>,
+        rooms: &[&str],
+        tweak: impl FnOnce(&mut ConnectorConfig),
+    ) -> Running {
         let mut config = ConnectorConfig::new(self.synapse.url());
         config.sync_timeout = Duration::from_secs(5);
         config.accounts.push(Account {
@@ -116,8 +130,13 @@ impl Rig {
         });
         tweak(&mut config);
         let (outbox, outbox_rx) = watch::channel(0);
-        let connector = Connector::new(config, self.store.clone(), Arc::new(SystemClock))
-            .outbox_changed(outbox_rx);
+        let health = Arc::new(Mutex::new(Vec::new()));
+        let reports = health.clone();
+        let connector = Connector::new(config, store, Arc::new(SystemClock))
+            .outbox_changed(outbox_rx)
+            .on_health(Arc::new(move |_, report| {
+                reports.lock().unwrap().push(report);
+            }));
         let stats = connector.stats();
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(connector.run(stopped));
@@ -126,6 +145,7 @@ impl Rig {
             task,
             stats,
             outbox,
+            health,
         }
     }
 
@@ -500,4 +520,26 @@ async fn sends_wait_out_rate_limits_keep_their_order_and_refusals_are_recorded()
         .await
         .unwrap();
     assert!(acked.remote_id.is_some_and(|id| id.starts_with('$')));
+}
+
+/// The login body carries the password on the wire and nowhere else: its `Debug` (what a
+/// `?request` in a log line or an error would print) leaves it out.
+#[test]
+fn a_login_body_prints_without_its_password() {
+    use muninn_matrix::wire::{LoginRequest, UserIdentifier};
+    let request = LoginRequest {
+        kind: "m.login.password",
+        identifier: UserIdentifier {
+            kind: "m.id.user",
+            user: "@vala:localhost",
+        },
+        password: "canary-hunter2",
+        device_id: "MUNINN",
+        initial_device_display_name: "muninn",
+    };
+    let printed = format!("{request:?} {request:#?}");
+    assert!(!printed.contains("canary-hunter2"), "{printed}");
+    assert!(printed.contains("@vala:localhost"), "{printed}");
+    let body = serde_json::to_value(&request).unwrap();
+    assert_eq!(body["password"], "canary-hunter2", "the wire still has it");
 }

@@ -161,27 +161,123 @@ impl From<sqlx::Error> for StoreError {
                 StoreError::Unavailable(error.to_string())
             }
             sqlx::Error::Database(db) => {
-                // SQLite: 5 SQLITE_BUSY, 6 SQLITE_LOCKED, 517 SQLITE_BUSY_SNAPSHOT.
-                // PostgreSQL: 40001 serialization_failure, 40P01 deadlock_detected,
-                // 55P03 lock_not_available, 57P01 admin_shutdown.
                 let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-                match code.as_str() {
-                    "5" | "6" | "517" | "40001" | "40P01" | "55P03" => {
-                        StoreError::Busy(error.to_string())
-                    }
-                    // A full disk passes once there is room: SQLite 13 SQLITE_FULL; PostgreSQL
-                    // 53100 disk_full and the rest of class 53, insufficient resources. (It was
-                    // `Database`, not retryable: an answer whose commit met it was given up
-                    // and the provider asked again.)
-                    "57P01" | "08000" | "08003" | "08006" | "13" | "53000" | "53100" | "53200"
-                    | "53300" => StoreError::Unavailable(error.to_string()),
-                    _ => StoreError::Database(error.to_string()),
-                }
+                database_error(&code, error.to_string())
             }
             sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
                 StoreError::Corrupt(error.to_string())
             }
             _ => StoreError::Database(error.to_string()),
         }
+    }
+}
+
+/// A database's error by its code. SQLite reports *extended* result codes
+/// (`sqlite3_extended_errcode`: 261 `SQLITE_BUSY_RECOVERY`, 773 `SQLITE_BUSY_TIMEOUT`, 262
+/// `SQLITE_LOCKED_SHAREDCACHE`, …) whose low byte is the primary code, so it is classified by
+/// that byte: every kind of busy or locked is a lock to wait out, not a failure for good.
+/// SQLite's codes are numbers below 10,000; PostgreSQL's SQLSTATEs are five characters (some
+/// all digits), read as they are.
+fn database_error(code: &str, message: String) -> StoreError {
+    match code.parse::<u32>() {
+        Ok(sqlite) if code.len() < 5 => match sqlite & 0xff {
+            // SQLITE_BUSY, SQLITE_LOCKED.
+            5 | 6 => StoreError::Busy(message),
+            // A full disk passes once there is room: SQLITE_FULL. (It was `Database`, not
+            // retryable: an answer whose commit met it was given up and the provider asked
+            // again.)
+            13 => StoreError::Unavailable(message),
+            _ => StoreError::Database(message),
+        },
+        // PostgreSQL: 40001 serialization_failure, 40P01 deadlock_detected, 55P03
+        // lock_not_available; 57P01 admin_shutdown, class 08 connection exceptions, and class
+        // 53 insufficient resources (53100 disk_full).
+        _ => match code {
+            "40001" | "40P01" | "55P03" => StoreError::Busy(message),
+            "57P01" | "08000" | "08003" | "08006" | "53000" | "53100" | "53200" | "53300" => {
+                StoreError::Unavailable(message)
+            }
+            _ => StoreError::Database(message),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreError;
+    use std::borrow::Cow;
+
+    /// A driver's database error with a chosen code: SQLite reports its extended result code
+    /// (`sqlite3_extended_errcode`), PostgreSQL its SQLSTATE.
+    #[derive(Debug)]
+    struct Coded(&'static str);
+
+    impl std::fmt::Display for Coded {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "error {}", self.0)
+        }
+    }
+    impl std::error::Error for Coded {}
+    impl sqlx::error::DatabaseError for Coded {
+        fn message(&self) -> &str {
+            "injected"
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn class(code: &'static str) -> &'static str {
+        match StoreError::from(sqlx::Error::Database(Box::new(Coded(code)))) {
+            StoreError::Busy(_) => "busy",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Database(_) => "database",
+            _ => "other",
+        }
+    }
+
+    /// Every extended code of SQLITE_BUSY and SQLITE_LOCKED is a lock to wait out, as the
+    /// primary codes are; PostgreSQL's SQLSTATEs (five characters, some all digits) are read as
+    /// they are.
+    #[test]
+    fn database_codes_are_classified_by_their_family() {
+        let cases = [
+            // SQLITE_BUSY, _RECOVERY, _SNAPSHOT, _TIMEOUT
+            ("5", "busy"),
+            ("261", "busy"),
+            ("517", "busy"),
+            ("773", "busy"),
+            // SQLITE_LOCKED, _SHAREDCACHE, _VTAB
+            ("6", "busy"),
+            ("262", "busy"),
+            ("518", "busy"),
+            // SQLITE_FULL
+            ("13", "unavailable"),
+            // SQLITE_CONSTRAINT_UNIQUE, SQLITE_CORRUPT
+            ("2067", "database"),
+            ("11", "database"),
+            // PostgreSQL: serialization failure, deadlock, disk full, connection failure,
+            // unique violation, and one that reads as a number whose low byte is 5.
+            ("40001", "busy"),
+            ("40P01", "busy"),
+            ("53100", "unavailable"),
+            ("08006", "unavailable"),
+            ("23505", "database"),
+            ("22021", "database"),
+        ];
+        let got: Vec<(&str, &str)> = cases.iter().map(|(code, _)| (*code, class(code))).collect();
+        assert_eq!(got, cases);
     }
 }

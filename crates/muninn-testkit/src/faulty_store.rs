@@ -5,6 +5,12 @@
 //! ([`Store::transcript_tail`], [`FaultyStore::fail_reads`]), the read a Self flush makes
 //! between its answer and its commit, and the next N ledger reads ([`Store::ledger`],
 //! [`FaultyStore::fail_ledger_reads`]), the read a new lease restores its accounting from.
+//! The next N intake batches ([`Store::post_batch`], [`FaultyStore::fail_batches`]: what a
+//! transport commits its mail and sync position with) can be refused the same way, and the
+//! next N reads of a Mind's ack position ([`Store::ack_position`],
+//! [`FaultyStore::fail_ack_position_reads`]: what a transport asks before it reads on) and of
+//! outbox acks ([`Store::ack_outbox`], [`FaultyStore::fail_outbox_acks`]: what a transport
+//! records a sent message with).
 //! The next N commits can instead be refused for good
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
 //! Everything else passes through, so a test can fault exactly the call that follows a
@@ -32,6 +38,12 @@ pub struct FaultyStore {
     failing_reads: AtomicU32,
     /// Ledger reads still to refuse.
     failing_ledger_reads: AtomicU32,
+    /// Intake batches still to refuse.
+    failing_batches: AtomicU32,
+    /// Ack position reads still to refuse.
+    failing_ack_position_reads: AtomicU32,
+    /// Outbox acks still to refuse.
+    failing_outbox_acks: AtomicU32,
     /// Commits refused so far.
     refused: AtomicU32,
     /// Commits let through so far.
@@ -47,6 +59,9 @@ impl FaultyStore {
             failing_for_good: AtomicU32::new(0),
             failing_reads: AtomicU32::new(0),
             failing_ledger_reads: AtomicU32::new(0),
+            failing_batches: AtomicU32::new(0),
+            failing_ack_position_reads: AtomicU32::new(0),
+            failing_outbox_acks: AtomicU32::new(0),
             refused: AtomicU32::new(0),
             committed: AtomicU32::new(0),
         })
@@ -73,6 +88,24 @@ impl FaultyStore {
     /// accounting from); they are not counted as commits.
     pub fn fail_ledger_reads(&self, n: u32) {
         self.failing_ledger_reads.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` intake batches (`post_batch`) with [`StoreError::Unavailable`];
+    /// they count as refused commits. `0` disarms.
+    pub fn fail_batches(&self, n: u32) {
+        self.failing_batches.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` ack position reads (`ack_position`); they are not counted as
+    /// commits. `0` disarms.
+    pub fn fail_ack_position_reads(&self, n: u32) {
+        self.failing_ack_position_reads.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` outbox acks (`ack_outbox`) with [`StoreError::Unavailable`]; they
+    /// count as refused commits. `0` disarms.
+    pub fn fail_outbox_acks(&self, n: u32) {
+        self.failing_outbox_acks.store(n, Ordering::SeqCst);
     }
 
     /// Commits refused so far.
@@ -324,6 +357,10 @@ impl Store for FaultyStore {
     }
 
     async fn post_batch(&self, mind: &str, batch: &IntakeBatch) -> Result<Vec<Posted>> {
+        if armed(&self.failing_batches) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(injected("database or disk is full"));
+        }
         self.inner.post_batch(mind, batch).await
     }
 
@@ -341,6 +378,9 @@ impl Store for FaultyStore {
     }
 
     async fn ack_position(&self, mind: &str) -> Result<i64> {
+        if armed(&self.failing_ack_position_reads) {
+            return Err(injected("the database server closed the connection"));
+        }
         self.inner.ack_position(mind).await
     }
 
@@ -398,6 +438,10 @@ impl Store for FaultyStore {
         remote_id: Option<&str>,
         acked_at_ms: i64,
     ) -> Result<OutboxMessage> {
+        if armed(&self.failing_outbox_acks) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(injected("database or disk is full"));
+        }
         self.inner
             .ack_outbox(mind, request_id, remote_id, acked_at_ms)
             .await

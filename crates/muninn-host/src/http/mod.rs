@@ -1,9 +1,9 @@
 //! The HTTP API: how deliveries come in, replies go out, and operators look and steer.
 //!
 //! axum on loopback by default (`listen` in the configuration). Every route — including unknown
-//! ones — requires `Authorization: Bearer <token>`, compared in constant time; the token is
-//! created on first start in `<data_dir>/api-token` ([`ApiToken`], mode 0600) and never logged,
-//! echoed or put in an error. Bodies are JSON ([`muninn_api::wire`], which the client in
+//! ones — requires `Authorization: Bearer <token>` (the scheme in any case), the token compared
+//! in constant time; the token is created on first start in `<data_dir>/api-token`
+//! ([`ApiToken`], mode 0600) and never logged, echoed or put in an error. Bodies are JSON ([`muninn_api::wire`], which the client in
 //! `muninn-api` shares); every error is `{"error":{"type","message"}}`.
 //!
 //! Three probes need no token: `GET /healthz`, `GET /readyz` and `GET /metrics` (`ops.rs`). The
@@ -68,7 +68,7 @@ mod ops;
 mod server;
 
 /// The longest a long poll waits (`wait_s` is clamped to it).
-pub const MAX_WAIT: Duration = Duration::from_secs(60);
+pub const MAX_WAIT: Duration = Duration::from_secs(MAX_WAIT_S);
 /// How often a waiting long poll or stream re-reads the store without a wake-up.
 pub const POLL_SLICE: Duration = Duration::from_secs(2);
 /// Default and largest page of outbox messages and transcript items.
@@ -210,8 +210,7 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
-        .map(|value| value.as_bytes())
-        .and_then(|value| value.strip_prefix(b"Bearer "));
+        .and_then(|value| bearer(value.as_bytes()));
     let dashboard = crate::dashboard::is_dashboard_path(path);
     if presented.is_none() {
         let cookie = crate::dashboard::cookie_token(request.headers());
@@ -238,6 +237,13 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
         .into_response(),
         Some(_) => next.run(request).await,
     }
+}
+
+/// The token of a `Bearer` credential. The scheme is matched in any case (RFC 9110, 11.1):
+/// a client that sends `bearer <token>` presents the token, and is not told it sent none.
+fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = value.split_at_checked(b"Bearer ".len())?;
+    scheme.eq_ignore_ascii_case(b"Bearer ").then_some(token)
 }
 
 // ----- Helpers -----
@@ -359,12 +365,11 @@ pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<M
     } else {
         (None, CurrentSegments::default(), 0, 0, Vec::new())
     };
-    let pending = if stored.is_some() {
-        host.store
-            .pending_deliveries(id, ack_position, PENDING_COUNT_LIMIT)
-            .await?
+    // One COUNT, not the waiting rows themselves (up to 128 KiB each, on every status call).
+    let mailbox = if stored.is_some() {
+        host.store.mailbox(id).await?
     } else {
-        Vec::new()
+        muninn_store::Mailbox::default()
     };
     Ok(MindStatus {
         id: id.to_owned(),
@@ -385,8 +390,8 @@ pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<M
         },
         settings: to_settings(&settings),
         ack_position,
-        pending_deliveries: pending.len() as i64,
-        oldest_pending_at_ms: pending.first().map(|d| d.received_at_ms),
+        pending_deliveries: mailbox.pending,
+        oldest_pending_at_ms: mailbox.oldest_received_at_ms,
         activity: host.signals.activity(id),
         failed_sends,
         transport: host.telemetry.mind(id).transport,

@@ -24,6 +24,47 @@ async fn operator_briefs_are_queued_for_the_self() {
     assert_eq!(api_error(error), (422, "unprocessable".into()));
 }
 
+/// A Mind's status counts its waiting mail with one `COUNT`, exactly: it read up to a
+/// thousand whole deliveries (texts and contexts, up to 128 KiB each) to count them, on every
+/// status call, the dashboard's refreshes included, and said 1,000 past that.
+#[tokio::test]
+async fn status_counts_every_waiting_delivery_exactly() {
+    let server = Server::start().await;
+    let deliveries: Vec<muninn_store::NewDelivery> = (0..1_205)
+        .map(|i| muninn_store::NewDelivery {
+            room: "#swarm".into(),
+            sender: "@ada:example.org".into(),
+            is_direct: false,
+            to_you: false,
+            text: format!("message {i}"),
+            source_id: format!("ev-{i}"),
+            received_at_ms: T0 + i,
+            context: Vec::new(),
+        })
+        .collect();
+    let batch = muninn_store::IntakeBatch {
+        deliveries,
+        cursor: None,
+    };
+    server.host.store.post_batch("vala", &batch).await.unwrap();
+    let token = server.lease("vala").await;
+    server
+        .host
+        .store
+        .ack_through("vala", token, 5)
+        .await
+        .unwrap();
+    let status = server.client.mind("vala").await.unwrap();
+    assert_eq!(
+        (
+            status.ack_position,
+            status.pending_deliveries,
+            status.oldest_pending_at_ms
+        ),
+        (5, 1_200, Some(T0 + 5))
+    );
+}
+
 #[tokio::test]
 async fn status_shows_settings_lease_segments_and_spend() {
     let server = Server::start().await;

@@ -1,0 +1,291 @@
+//! The connector when something under it fails: a store that refuses a commit, a read or an
+//! ack, and a homeserver whose answer is larger than the connector reads. Each failure is
+//! retried, loud (health or log, with its cause), bounded, and loses or repeats nothing.
+
+use super::*;
+use pretty_assertions::assert_eq;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_rooms_history_stays_context_when_its_first_batch_is_committed_late() {
+    let Some(rig) = rig("late").await else { return };
+    let running = rig.start(&[], |_| {});
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    running.stop().await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    // A public room the bot joins by its alias (no invite): what was said before the join is
+    // history.
+    let (a, b) = (alias("late-a"), alias("late-b"));
+    let room_a = rig.human.create_room(Some(&a), &[], false).await;
+    rig.human.send(&room_a, "before the bot, in a", &[]).await;
+    let rooms = [format!("#{a}"), format!("#{b}")];
+    let rooms: Vec<&str> = rooms.iter().map(String::as_str).collect();
+
+    // The store refuses the batch that holds the join once; the connector retries it.
+    faulty.fail_batches(1);
+    let running = rig.start_on(faulty.clone(), &rooms[..1], |_| {});
+    eventually(
+        "the refused batch retried",
+        Duration::from_secs(30),
+        || async {
+            let cursor = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
+            (faulty.refused() == 1 && cursor.is_some()).then_some(())
+        },
+    )
+    .await;
+    let after_a = rig.human.send(&room_a, "after the join, in a", &[]).await;
+    rig.mail_count(1).await;
+    running.stop().await;
+
+    // A crash before the commit: the next process reads the same batch, the room already
+    // joined.
+    let room_b = rig.human.create_room(Some(&b), &[], false).await;
+    rig.human.send(&room_b, "before the bot, in b", &[]).await;
+    faulty.fail_batches(u32::MAX);
+    let running = rig.start_on(faulty.clone(), &rooms, |_| {});
+    eventually("a refused batch", Duration::from_secs(30), || async {
+        (faulty.refused() >= 2).then_some(())
+    })
+    .await;
+    running.stop().await;
+    faulty.fail_batches(0);
+    let running = rig.start(&rooms, |_| {});
+    let after_b = rig.human.send(&room_b, "after the join, in b", &[]).await;
+    let mail = rig.mail_count(2).await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["after the join, in a", "after the join, in b"],
+        "history before each join is context, not mail"
+    );
+    assert_eq!(
+        (mail[0].source_id.as_str(), mail[1].source_id.as_str()),
+        (after_a.as_str(), after_b.as_str())
+    );
+    assert_eq!(
+        mail[1].context.last().map(|l| l.text.as_str()),
+        Some("before the bot, in b")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_say_how_far_the_mind_is_is_a_store_failure_not_a_hold() {
+    let Some(rig) = rig("askfail").await else {
+        return;
+    };
+    let name = alias("askfail");
+    let room = rig.public_room(&name).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    // The first three reads of the ack position (before the first sync) fail.
+    faulty.fail_ack_position_reads(3);
+    let running = rig.start_on(faulty.clone(), &[&format!("#{name}")], |_| {});
+    eventually("the bot joined", Duration::from_secs(30), || async {
+        let members = rig.human.joined_members(&room).await;
+        members.contains(&rig.bot).then_some(())
+    })
+    .await;
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    let said = rig.human.send(&room, "still listening?", &[]).await;
+    let mail = rig.mail_count(1).await;
+    let health = running.health.lock().unwrap().clone();
+    running.stop().await;
+    assert_eq!(
+        mail[0].source_id, said,
+        "it read on once the store answered"
+    );
+    let failing: Vec<&AccountHealth> = health
+        .iter()
+        .filter(|h| matches!(h, AccountHealth::Failing { .. }))
+        .collect();
+    assert!(
+        !health
+            .iter()
+            .any(|h| matches!(h, AccountHealth::Held { .. })),
+        "nothing was held: the Mind has no mail at all: {health:?}"
+    );
+    assert!(
+        failing.iter().any(
+            |h| matches!(h, AccountHealth::Failing { stage: "store", error }
+            if error.contains("the database server closed the connection"))
+        ),
+        "the store's failure is reported with its cause: {health:?}"
+    );
+    assert_eq!(
+        health.last(),
+        Some(&AccountHealth::Open),
+        "and clears: {health:?}"
+    );
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// On one thread: the subscriber below is this thread's, and the connector's tasks run on it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_send_the_store_cannot_record_is_logged_with_its_cause_and_sent_once() {
+    let Some(rig) = rig("ackfail").await else {
+        return;
+    };
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .finish();
+    // Tracing caches each callsite's interest process-wide; a second, inert dispatcher kept
+    // alive makes registration ask this thread's subscriber too.
+    let _anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    let name = alias("ackfail");
+    let room = rig.public_room(&name).await;
+    let public = format!("#{name}");
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.fail_outbox_acks(2);
+    let running = rig.start_on(faulty.clone(), &[&public], |_| {});
+    eventually("the bot joined", Duration::from_secs(30), || async {
+        let members = rig.human.joined_members(&room).await;
+        members.contains(&rig.bot).then_some(())
+    })
+    .await;
+    rig.say(&[("vala-1-1-0", &public, "once")]).await;
+    running.outbox_changed();
+    eventually("the send acked", Duration::from_secs(30), || async {
+        let unacked = rig.store.unacked_outbox(MIND, 10).await.unwrap();
+        unacked.is_empty().then_some(())
+    })
+    .await;
+    running.stop().await;
+    let bodies: Vec<String> = rig
+        .human
+        .messages(&room)
+        .await
+        .into_iter()
+        .filter(|m| m.sender == rig.bot)
+        .map(|m| m.body)
+        .collect();
+    assert_eq!(
+        bodies,
+        vec!["once"],
+        "sent again after each refused ack, shown once"
+    );
+    assert_eq!(faulty.refused(), 2);
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let logged: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("vala-1-1-0") && l.contains("injected: database or disk is full"))
+        .collect();
+    assert_eq!(
+        logged.len(),
+        2,
+        "each refused ack logged with its cause:\n{text}"
+    );
+}
+
+/// A homeserver stand-in on loopback for one request: it answers `200` with `declared` as the
+/// `Content-Length` and then sends nothing (holding the connection), or, with `None`, a chunked
+/// `/sync` answer padded with `pad_mib` MiB inside a JSON string; it counts the padding bytes
+/// it got written before the client hung up.
+fn oversized_homeserver(declared: Option<u64>, pad_mib: usize) -> (String, Arc<AtomicU64>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let written = Arc::new(AtomicU64::new(0));
+    let count = written.clone();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
+        let mut request = [0u8; 16 * 1024];
+        let _ = stream.read(&mut request);
+        let head = match declared {
+            Some(n) => format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {n}\r\n\r\n"),
+            None => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned(),
+        };
+        if stream.write_all(head.as_bytes()).is_err() {
+            return;
+        }
+        if declared.is_some() {
+            std::thread::sleep(Duration::from_secs(120));
+            return;
+        }
+        let chunk = |data: &[u8]| {
+            let mut framed = format!("{:x}\r\n", data.len()).into_bytes();
+            framed.extend_from_slice(data);
+            framed.extend_from_slice(b"\r\n");
+            framed
+        };
+        let pad = chunk(&vec![b'a'; 1 << 20]);
+        let mut pieces = vec![chunk(br#"{"next_batch":"s1","padding":""#)];
+        pieces.extend(std::iter::repeat_n(pad, pad_mib));
+        pieces.push(chunk(br#""}"#));
+        pieces.push(b"0\r\n\r\n".to_vec());
+        for piece in pieces {
+            if stream.write_all(&piece).is_err() {
+                return;
+            }
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    (url, written)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_over_its_limit_is_refused_at_the_limit_not_read_whole() {
+    use muninn_matrix::client::{MatrixClient, SYNC_ANSWER_MAX_BYTES};
+    let limit_mib = SYNC_ANSWER_MAX_BYTES >> 20;
+    let is_too_large = |answer: &Result<_, muninn_matrix::MatrixError>| {
+        matches!(answer, Err(muninn_matrix::MatrixError::TooLarge { what, limit })
+            if what == "sync" && *limit == SYNC_ANSWER_MAX_BYTES)
+    };
+    // Chunked, no length declared: twice the limit on offer, the client stops at the limit.
+    let (url, written) = oversized_homeserver(None, 2 * limit_mib);
+    let client = MatrixClient::new(&url).unwrap();
+    let answer = client.sync(None, "{}", Duration::ZERO).await;
+    assert!(is_too_large(&answer), "{answer:?}");
+    let pieces = written.load(Ordering::Relaxed) as usize;
+    assert!(
+        pieces < 2 * limit_mib + 3,
+        "the client hung up before the whole answer ({pieces} pieces written)"
+    );
+    assert!(
+        answer.unwrap_err().retry_after().is_some(),
+        "retried with backoff"
+    );
+
+    // A declared length over the limit is refused before waiting for a byte of it.
+    let (url, _) = oversized_homeserver(Some(1 << 40), 0);
+    let client = MatrixClient::new(&url).unwrap();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.sync(None, "{}", Duration::ZERO),
+    )
+    .await
+    .expect("refused at once, not after the call's deadline");
+    assert!(is_too_large(&answer), "{answer:?}");
+}
