@@ -17,8 +17,9 @@ use rustix::process::{Pid, Signal, kill_process};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-/// The longest one level of the tree is waited for to stop (a process in uninterruptible sleep
-/// stops only when it wakes); past it the listing is taken anyway.
+/// The longest the tree's levels are waited for to stop, all together (a process in
+/// uninterruptible sleep stops only when it wakes); past it each listing is taken at once. The
+/// driver's task is blocked meanwhile, so this is short.
 const STOP_WAIT: Duration = Duration::from_millis(100);
 /// The most levels stopped: a tree deeper than this, or a process that ignores SIGSTOP (not
 /// ours to signal) forking for ever, cannot hold the driver.
@@ -45,11 +46,12 @@ fn stop_tree(root: u32) -> Vec<u32> {
     let mut seen = HashSet::from([root]);
     let mut found = Vec::new();
     let mut level = vec![root];
+    let give_up_at = Instant::now() + STOP_WAIT;
     for _ in 0..MAX_LEVELS {
-        wait_stopped(&level);
+        wait_stopped(&level, give_up_at);
         let children = children_by_parent();
-        // Every child of a stopped process, including one forked before its parent stopped
-        // below a level already listed.
+        // The children of every process stopped so far, not only the last level's: one not
+        // yet stopped when its children were listed (the wait gave up) may have forked since.
         let next: Vec<u32> = std::iter::once(&root)
             .chain(&found)
             .filter_map(|pid| children.get(pid))
@@ -69,12 +71,11 @@ fn stop_tree(root: u32) -> Vec<u32> {
     found
 }
 
-/// Waits, up to [`STOP_WAIT`], until every process in `pids` is stopped or gone: a signal is
-/// delivered when its target next runs, and until then it may still fork.
-fn wait_stopped(pids: &[u32]) {
-    let since = Instant::now();
+/// Waits, until `give_up_at` at the latest, for every process in `pids` to be stopped or gone:
+/// a signal is delivered when its target next runs, and until then it may still fork.
+fn wait_stopped(pids: &[u32], give_up_at: Instant) {
     while !pids.iter().all(|pid| stopped_or_gone(*pid)) {
-        if since.elapsed() > STOP_WAIT {
+        if Instant::now() >= give_up_at {
             return;
         }
         std::thread::sleep(Duration::from_micros(200));
