@@ -82,11 +82,17 @@ fn wait_stopped(pids: &[u32], give_up_at: Instant) {
     }
 }
 
+/// Whether every thread of `pid` is stopped (or the process is gone): a group stop reaches each
+/// thread in turn, and one still running (node's are several) may fork.
 fn stopped_or_gone(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return true;
     };
-    matches!(state_of(&stat), None | Some('T' | 't' | 'Z' | 'X' | 'x'))
+    threads.flatten().all(|thread| {
+        std::fs::read_to_string(thread.path().join("stat")).map_or(true, |stat| {
+            matches!(state_of(&stat), None | Some('T' | 't' | 'Z' | 'X' | 'x'))
+        })
+    })
 }
 
 /// Each process's children, from every `/proc/<pid>/stat`.
