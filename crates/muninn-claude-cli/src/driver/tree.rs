@@ -163,9 +163,7 @@ mod tests {
             .filter_map(|entry| {
                 let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
                 let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-                let zombie = stat
-                    .rfind(')')
-                    .is_some_and(|i| stat[i + 1..].starts_with(" Z"));
+                let zombie = state_of(&stat) == Some('Z');
                 (!zombie && std::fs::read(entry.path().join("cmdline")).ok()? == cmdline)
                     .then_some(pid)
             })
