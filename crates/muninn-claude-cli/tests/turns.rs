@@ -423,9 +423,10 @@ async fn a_childs_stderr_is_drained_whatever_it_holds() {
 }
 
 /// A child killed at the turn's timeout takes the processes it started with it: the real CLI
-/// runs a Bash tool call (a `sleep` that outlasts the turn), the turn times out, and the
-/// driver's SIGKILL reaches the whole process group, not the CLI alone. Before, the `sleep`
-/// was left running, orphaned, after every timed-out or killed run of a session with tools.
+/// runs a Bash tool call (a `tail -f` that outlasts the turn) in a process group of its own,
+/// the turn times out, and the driver kills the CLI's whole process tree, not the CLI alone.
+/// Before, the `tail` was left running, orphaned, after every timed-out or killed run of a
+/// session with tools.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_child_leaves_no_process_of_its_own_running() {
     let Some(bin) = claude_cli() else { return };

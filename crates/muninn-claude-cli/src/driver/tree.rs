@@ -3,20 +3,33 @@
 //! The CLI runs each Bash tool call in a shell of its own process group (node's `detached`), so
 //! SIGKILL of the CLI, or of its process group, does not reach them: a `tail -f` or a build a
 //! Self run started would run on, orphaned, after every timed-out or killed run. So before the
-//! driver kills a child it stops it (SIGSTOP: it starts nothing new and reaps nothing, so the
-//! pids listed stay its descendants), lists its descendants from `/proc`, and kills them; the
-//! caller then kills the child itself. A graceful stop (stdin closed, SIGTERM) leaves the
-//! CLI's own clean-up to it.
+//! driver kills a child it stops the whole tree, then kills it; the caller then kills the child
+//! itself. A graceful stop (stdin closed, SIGTERM) leaves the CLI's own clean-up to it.
+//!
+//! The tree is stopped from the top, level by level, each level seen stopped before its
+//! children are listed from `/proc`. A stopped process forks nothing, so a listing taken after
+//! it stopped holds all its children; and it reaps nothing, so a child's pid cannot be freed
+//! and given to an unrelated process before the signal reaches it. Listing the running tree
+//! once and then killing it lost whatever a descendant forked between the two (a build forks
+//! all the time), and could signal a pid reused meanwhile.
 
 use rustix::process::{Pid, Signal, kill_process};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// The longest the tree's levels are waited for to stop, all together (a process in
+/// uninterruptible sleep stops only when it wakes); past it each listing is taken at once. The
+/// driver's task is blocked meanwhile, so this is short.
+const STOP_WAIT: Duration = Duration::from_millis(100);
+/// The most levels stopped: a tree deeper than this, or a process that ignores SIGSTOP (not
+/// ours to signal) forking for ever, cannot hold the driver.
+const MAX_LEVELS: usize = 64;
 
 /// Stops `root` and kills every process descended from it (not `root` itself, which the caller
 /// kills and reaps through its `Child`). Returns how many descendants were signalled.
 pub(super) fn kill_descendants(root: Option<u32>) -> usize {
     let Some(root) = root else { return 0 };
-    signal(root, Signal::STOP);
-    let found = descendants(root);
+    let found = stop_tree(root);
     for pid in &found {
         signal(*pid, Signal::KILL);
     }
@@ -26,11 +39,67 @@ pub(super) fn kill_descendants(root: Option<u32>) -> usize {
     found.len()
 }
 
-/// Every process below `root` in the process tree, parents before their children.
-fn descendants(root: u32) -> Vec<u32> {
+/// Stops `root`, then every process below it, level by level; returns the descendants stopped,
+/// parents before their children.
+fn stop_tree(root: u32) -> Vec<u32> {
+    signal(root, Signal::STOP);
+    let mut seen = HashSet::from([root]);
+    let mut found = Vec::new();
+    let mut level = vec![root];
+    let give_up_at = Instant::now() + STOP_WAIT;
+    for _ in 0..MAX_LEVELS {
+        wait_stopped(&level, give_up_at);
+        let children = children_by_parent();
+        // The children of every process stopped so far, not only the last level's: one not
+        // yet stopped when its children were listed (the wait gave up) may have forked since.
+        let next: Vec<u32> = std::iter::once(&root)
+            .chain(&found)
+            .filter_map(|pid| children.get(pid))
+            .flatten()
+            .copied()
+            .filter(|pid| seen.insert(*pid))
+            .collect();
+        if next.is_empty() {
+            break;
+        }
+        for pid in &next {
+            signal(*pid, Signal::STOP);
+        }
+        found.extend(&next);
+        level = next;
+    }
+    found
+}
+
+/// Waits, until `give_up_at` at the latest, for every process in `pids` to be stopped or gone:
+/// a signal is delivered when its target next runs, and until then it may still fork.
+fn wait_stopped(pids: &[u32], give_up_at: Instant) {
+    while !pids.iter().all(|pid| stopped_or_gone(*pid)) {
+        if Instant::now() >= give_up_at {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Whether every thread of `pid` is stopped (or the process is gone): a group stop reaches each
+/// thread in turn, and one still running (node's are several) may fork.
+fn stopped_or_gone(pid: u32) -> bool {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    threads.flatten().all(|thread| {
+        std::fs::read_to_string(thread.path().join("stat")).map_or(true, |stat| {
+            matches!(state_of(&stat), None | Some('T' | 't' | 'Z' | 'X' | 'x'))
+        })
+    })
+}
+
+/// Each process's children, from every `/proc/<pid>/stat`.
+fn children_by_parent() -> HashMap<u32, Vec<u32>> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+        return children;
     };
     for entry in entries.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
@@ -44,22 +113,27 @@ fn descendants(root: u32) -> Vec<u32> {
             children.entry(ppid).or_default().push(pid);
         }
     }
-    let mut found = Vec::new();
-    let mut next = vec![root];
-    while let Some(pid) = next.pop() {
-        for child in children.remove(&pid).unwrap_or_default() {
-            found.push(child);
-            next.push(child);
-        }
-    }
-    found
+    children
 }
 
-/// The parent pid in a `/proc/<pid>/stat` line: the second field after the command, which is
-/// in parentheses and may itself hold spaces and parentheses.
+/// The fields of a `/proc/<pid>/stat` line after the command, which is in parentheses and may
+/// itself hold spaces and parentheses.
+fn after_command(stat: &str) -> Option<&str> {
+    Some(&stat[stat.rfind(')')? + 1..])
+}
+
+/// The state letter in a `/proc/<pid>/stat` line (`T`: stopped).
+fn state_of(stat: &str) -> Option<char> {
+    after_command(stat)?
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// The parent pid in a `/proc/<pid>/stat` line: the second field after the command.
 fn parent_of(stat: &str) -> Option<u32> {
-    let after_command = &stat[stat.rfind(')')? + 1..];
-    after_command.split_whitespace().nth(1)?.parse().ok()
+    after_command(stat)?.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn signal(pid: u32, signal: Signal) {
@@ -78,5 +152,54 @@ mod tests {
         assert_eq!(parent_of("42 (tail) S 7 42 42 0 -1"), Some(7));
         assert_eq!(parent_of("42 (a b) (c)) R 9 1 1"), Some(9));
         assert_eq!(parent_of("42 (truncated"), None);
+        assert_eq!(state_of("42 (a b) (c)) T 9 1 1"), Some('T'));
+    }
+
+    /// The pids of the running processes whose command line is exactly `cmdline`.
+    fn running(cmdline: &[u8]) -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|entry| {
+                let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+                let zombie = state_of(&stat) == Some('Z');
+                (!zombie && std::fs::read(entry.path().join("cmdline")).ok()? == cmdline)
+                    .then_some(pid)
+            })
+            .collect()
+    }
+
+    /// A descendant that forks while the tree is walked leaves nothing behind: shells forking
+    /// `sleep`s as fast as they can, each replacing the last, are killed with all of them, three
+    /// times over. Listing the tree once and then killing it lost the `sleep`s forked between
+    /// the listing and a shell's death: they ran on, orphaned (most rounds left one).
+    #[test]
+    fn a_descendant_forking_during_the_kill_leaves_no_process() {
+        let cmdline = b"sleep\x0060.7919\x00";
+        let fork = "sh -c 'while :; do sleep 60.7919 & kill $p 2>/dev/null; p=$!; done' &";
+        for _ in 0..3 {
+            let mut root = std::process::Command::new("sh")
+                .args(["-c", &format!("{fork} {fork} {fork} wait")])
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            kill_descendants(Some(root.id()));
+            let _ = root.kill();
+            let _ = root.wait();
+            // A killed orphan is gone once whoever adopted it reaps it.
+            let mut left = running(cmdline);
+            for _ in 0..50 {
+                if left.is_empty() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                left = running(cmdline);
+            }
+            for pid in &left {
+                signal(*pid, Signal::KILL);
+            }
+            assert_eq!(left, Vec::<u32>::new(), "left running");
+        }
     }
 }
