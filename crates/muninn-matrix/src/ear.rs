@@ -405,7 +405,15 @@ impl Ear {
                 let seen = |e: &RoomEvent| window.is_some_and(|w| w.holds(&e.event_id));
                 let (older, token) = self.page_back(room_id, from, Some(since), &seen).await?;
                 events.splice(0..0, older);
-                Ok((events, 0, token))
+                // The account's own join in the gap: an answer read again by a process that
+                // started after the join (so the room is among its rooms) whose timeline was
+                // too short to hold it. The room is new after all; what came before is context.
+                let start = if events.iter().any(|e| is_joining(e, own)) {
+                    mail_start(&events, own).unwrap_or(0)
+                } else {
+                    0
+                };
+                Ok((events, start, token))
             }
         }
     }
