@@ -146,7 +146,7 @@ impl Ear {
         let mut failing = false;
         let mut backoff = Backoff::default();
         loop {
-            let wait = match self.pending(max).await {
+            let wait = match self.pending().await {
                 Ok(pending) if pending < max => {
                     if held || failing {
                         self.context.health(AccountHealth::Open);
@@ -182,15 +182,11 @@ impl Ear {
         }
     }
 
-    /// How many deliveries are past the ack position (counting up to `max`).
-    async fn pending(&self, max: usize) -> Result<usize, MatrixError> {
-        let store = &self.context.store;
-        let acked = store.ack_position(self.mind()).await?;
-        let limit = i64::try_from(max).unwrap_or(i64::MAX);
-        Ok(store
-            .pending_deliveries(self.mind(), acked, limit)
-            .await?
-            .len())
+    /// How many deliveries are past the ack position: the store's count (one `COUNT`, not up
+    /// to `max_pending` whole deliveries read before every sync and every poll of a hold).
+    async fn pending(&self) -> Result<usize, MatrixError> {
+        let mailbox = self.context.store.mailbox(self.mind()).await?;
+        Ok(usize::try_from(mailbox.pending).unwrap_or(usize::MAX))
     }
 
     /// Reads one `/sync` answer and commits its mail with its `next_batch`; returns the new
