@@ -201,7 +201,13 @@ impl Ear {
         // Known as joined only once this answer is committed: an answer read again after a
         // failed commit must find its new rooms new again.
         let rooms: Vec<String> = response.rooms.join.keys().cloned().collect();
-        let deliveries = self.read(since, response).await?;
+        let deliveries = match self.read(since, response).await {
+            Ok(deliveries) => deliveries,
+            Err(error) => {
+                self.forget_windows(&rooms);
+                return Err(error);
+            }
+        };
         if deliveries.is_empty() && since == Some(next.as_str()) {
             // A long poll that timed out: nothing to commit, and no write to make.
             self.joined.extend(rooms);
@@ -218,7 +224,13 @@ impl Ear {
                 updated_at_ms: self.context.clock.now_ms(),
             }),
         };
-        let posted = self.context.store.post_batch(self.mind(), &batch).await?;
+        let posted = match self.context.store.post_batch(self.mind(), &batch).await {
+            Ok(posted) => posted,
+            Err(error) => {
+                self.forget_windows(&rooms);
+                return Err(error.into());
+            }
+        };
         self.joined.extend(rooms);
         let created = posted.iter().filter(|p| p.created).count();
         Stats::add(&self.context.stats.syncs, 1);
@@ -228,6 +240,17 @@ impl Ear {
             (self.on_delivered)(self.mind());
         }
         Ok(next)
+    }
+
+    /// Drops the windows of an answer's rooms after it failed to commit. They already hold what
+    /// the answer brought, and the retry of the same `since` pages a gap back only until an
+    /// event its window holds: it would stop at the newest of the gap and lose the rest. Without
+    /// a window the retry pages back to `since`, as a process after a restart does, and fetches
+    /// older context once per room.
+    fn forget_windows(&mut self, rooms: &[String]) {
+        for room in rooms {
+            self.windows.remove(room);
+        }
     }
 
     /// The mail of one `/sync` answer: each room's in its timeline's order, rooms interleaved

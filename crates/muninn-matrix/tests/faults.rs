@@ -133,6 +133,55 @@ async fn a_new_rooms_history_stays_context_when_its_join_is_only_in_the_gap_read
     );
 }
 
+/// A gap (more said than a timeline holds) whose batch the store refuses once: the retry
+/// pages the same gap back, whole, though the first attempt already read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_read_again_after_a_refused_commit_is_delivered_whole() {
+    let Some(rig) = rig("gapretry").await else {
+        return;
+    };
+    let name = alias("gapretry");
+    let room = rig.public_room(&name).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    let running = rig.start_on(faulty.clone(), &[&format!("#{name}")], |c| {
+        c.max_pending = 1;
+        c.timeline_limit = 2;
+    });
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    // One unanswered message holds the sync while six more are said: a gap of four behind a
+    // timeline of two.
+    let mut said = vec![rig.human.send(&room, "m0", &[]).await];
+    let first = rig.mail_count(1).await;
+    for n in 1..7 {
+        said.push(rig.human.send(&room, &format!("m{n}"), &[]).await);
+    }
+    faulty.fail_batches(1);
+    rig.store
+        .ack_through(MIND, rig.token, first[0].seq)
+        .await
+        .unwrap();
+    let mail = eventually("the gap committed", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        let last = said.last().unwrap();
+        mail.iter().any(|d| &d.source_id == last).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(faulty.refused(), 1, "the gap's batch was refused once");
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        (0..7).map(|n| format!("m{n}")).collect::<Vec<_>>(),
+        "every message once, in order"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_cannot_say_how_far_the_mind_is_is_a_store_failure_not_a_hold() {
     let Some(rig) = rig("askfail").await else {
