@@ -427,11 +427,7 @@ impl Ear {
                 // The account's own join in the gap: an answer read again by a process that
                 // started after the join (so the room is among its rooms) whose timeline was
                 // too short to hold it. The room is new after all; what came before is context.
-                let start = if events.iter().any(|e| is_joining(e, own)) {
-                    mail_start(&events, own).unwrap_or(0)
-                } else {
-                    0
-                };
+                let start = mail_start(&events, own).unwrap_or(0);
                 Ok((events, start, token))
             }
         }
