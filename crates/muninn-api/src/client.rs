@@ -42,6 +42,15 @@ pub enum ClientError {
         /// The host's message.
         message: String,
     },
+    /// The answer's body was over the client's limit ([`ANSWER_MAX_BYTES`]); the rest was not
+    /// read. Not the host's answer: check what listens at the address.
+    #[error("the answer from {base} is over the limit of {limit} bytes; the rest was not read")]
+    TooLarge {
+        /// The API's base URL.
+        base: String,
+        /// The limit, bytes.
+        limit: usize,
+    },
     /// The host answered something that is not the expected JSON.
     #[error("unexpected answer from the host ({status}): {message}")]
     Decode {
@@ -58,6 +67,12 @@ pub enum ClientError {
 /// outbox poll — for ever, without a word.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The largest answer body a call reads, bytes. The largest a host sends is a page of
+/// [`LEDGER_PAGE_LIMIT`] ledger rows or of up to 1,000 transcript items (a few MiB); a body over
+/// this is not the host's (a proxy's, or something else at the address) and is refused at the
+/// limit ([`ClientError::TooLarge`]) rather than read into memory whole.
+pub const ANSWER_MAX_BYTES: usize = 64 * 1024 * 1024;
+
 /// A client of one host's API.
 #[derive(Debug, Clone)]
 pub struct ApiClient {
@@ -66,6 +81,8 @@ pub struct ApiClient {
     token: ApiToken,
     /// [`CALL_TIMEOUT`] unless set otherwise.
     call_timeout: Duration,
+    /// [`ANSWER_MAX_BYTES`] unless set otherwise.
+    answer_limit: usize,
 }
 
 /// Percent-encodes a path segment (request ids are chosen by the runtime, room names by users).
@@ -125,6 +142,7 @@ impl ApiClient {
             base,
             token,
             call_timeout: CALL_TIMEOUT,
+            answer_limit: ANSWER_MAX_BYTES,
         })
     }
 
@@ -132,6 +150,12 @@ impl ApiClient {
     /// of [`CALL_TIMEOUT`]).
     pub fn with_call_timeout(mut self, timeout: Duration) -> ApiClient {
         self.call_timeout = timeout;
+        self
+    }
+
+    /// This client reading at most `bytes` of an answer (instead of [`ANSWER_MAX_BYTES`]).
+    pub fn with_answer_limit(mut self, bytes: usize) -> ApiClient {
+        self.answer_limit = bytes;
         self
     }
 
@@ -146,7 +170,7 @@ impl ApiClient {
         path: &str,
         body: Option<Vec<u8>>,
         wait: Duration,
-    ) -> Result<(StatusCode, bytes::Bytes), ClientError> {
+    ) -> Result<(StatusCode, Vec<u8>), ClientError> {
         let deadline = self.call_timeout + wait;
         let transport = |e: reqwest::Error| {
             if e.is_connect() {
@@ -176,9 +200,27 @@ impl ApiClient {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body);
         }
-        let response = request.send().await.map_err(transport)?;
+        let mut response = request.send().await.map_err(transport)?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(transport)?;
+        let too_large = || ClientError::TooLarge {
+            base: self.base.clone(),
+            limit: self.answer_limit,
+        };
+        // A declared length over the limit is refused before a byte of it is read; an
+        // undeclared one (chunked) is read only up to the limit.
+        if response
+            .content_length()
+            .is_some_and(|n| n > self.answer_limit as u64)
+        {
+            return Err(too_large());
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(transport)? {
+            if bytes.len() + chunk.len() > self.answer_limit {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         if status.is_success() {
             return Ok((status, bytes));
         }
@@ -408,6 +450,8 @@ mod tests {
     use crate::token::ApiToken;
     use crate::wire::TranscriptQuery;
     use muninn_core::records::Role;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
     /// A host that accepts connections and reads requests but never answers (stopped with
@@ -422,6 +466,71 @@ mod tests {
             }
         });
         addr
+    }
+
+    /// A host stand-in for one request: it answers `200` with `declared` as the
+    /// `Content-Length` and then holds the connection silent, or, with `None`, a chunked body of
+    /// `mib` MiB; its address, and how many MiB it got written before the client hung up.
+    fn oversized_host(declared: Option<u64>, mib: usize) -> (String, Arc<AtomicUsize>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let written = Arc::new(AtomicUsize::new(0));
+        let count = written.clone();
+        std::thread::spawn(move || {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let _ = stream.read(&mut [0u8; 16 * 1024]);
+            let length = match declared {
+                Some(n) => format!("content-length: {n}"),
+                None => "transfer-encoding: chunked".to_owned(),
+            };
+            let head =
+                format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{length}\r\n\r\n");
+            if stream.write_all(head.as_bytes()).is_err() || declared.is_some() {
+                std::thread::sleep(Duration::from_secs(60));
+                return;
+            }
+            let mut piece = format!("{:x}\r\n", 1 << 20).into_bytes();
+            piece.extend(std::iter::repeat_n(b' ', 1 << 20));
+            piece.extend_from_slice(b"\r\n");
+            for _ in 0..mib {
+                if stream.write_all(&piece).is_err() {
+                    return;
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            let _ = stream.write_all(b"0\r\n\r\n");
+        });
+        (addr, written)
+    }
+
+    /// An answer over the client's limit is refused at the limit, not read into memory whole;
+    /// a declared length over it is refused before a byte of the body is waited for.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_over_the_limit_is_refused_at_the_limit() {
+        let too_large = |answer: &Result<_, ClientError>| matches!(answer, Err(ClientError::TooLarge { limit, .. }) if *limit == 1 << 20);
+        let (addr, written) = oversized_host(None, 64);
+        let client = ApiClient::new(&addr, ApiToken::new("t"))
+            .unwrap()
+            .with_answer_limit(1 << 20);
+        let answer = client.minds().await;
+        assert!(too_large(&answer), "{answer:?}");
+        let mib = written.load(Ordering::Relaxed);
+        assert!(
+            mib < 64,
+            "the client hung up before the whole answer ({mib} MiB written)"
+        );
+
+        let (addr, _) = oversized_host(Some(1 << 40), 0);
+        let client = ApiClient::new(&addr, ApiToken::new("t"))
+            .unwrap()
+            .with_answer_limit(1 << 20);
+        let answer = tokio::time::timeout(Duration::from_secs(5), client.minds())
+            .await
+            .expect("refused at once, not after the call's deadline");
+        assert!(too_large(&answer), "{answer:?}");
     }
 
     /// A call to a host that never answers fails after the call's deadline (plus a long

@@ -146,7 +146,7 @@ impl Ear {
         let mut failing = false;
         let mut backoff = Backoff::default();
         loop {
-            let wait = match self.pending(max).await {
+            let wait = match self.pending().await {
                 Ok(pending) if pending < max => {
                     if held || failing {
                         self.context.health(AccountHealth::Open);
@@ -182,15 +182,11 @@ impl Ear {
         }
     }
 
-    /// How many deliveries are past the ack position (counting up to `max`).
-    async fn pending(&self, max: usize) -> Result<usize, MatrixError> {
-        let store = &self.context.store;
-        let acked = store.ack_position(self.mind()).await?;
-        let limit = i64::try_from(max).unwrap_or(i64::MAX);
-        Ok(store
-            .pending_deliveries(self.mind(), acked, limit)
-            .await?
-            .len())
+    /// How many deliveries are past the ack position: the store's count (one `COUNT`, not up
+    /// to `max_pending` whole deliveries read before every sync and every poll of a hold).
+    async fn pending(&self) -> Result<usize, MatrixError> {
+        let mailbox = self.context.store.mailbox(self.mind()).await?;
+        Ok(usize::try_from(mailbox.pending).unwrap_or(usize::MAX))
     }
 
     /// Reads one `/sync` answer and commits its mail with its `next_batch`; returns the new
@@ -205,7 +201,13 @@ impl Ear {
         // Known as joined only once this answer is committed: an answer read again after a
         // failed commit must find its new rooms new again.
         let rooms: Vec<String> = response.rooms.join.keys().cloned().collect();
-        let deliveries = self.read(since, response).await?;
+        let deliveries = match self.read(since, response).await {
+            Ok(deliveries) => deliveries,
+            Err(error) => {
+                self.forget_windows(&rooms);
+                return Err(error);
+            }
+        };
         if deliveries.is_empty() && since == Some(next.as_str()) {
             // A long poll that timed out: nothing to commit, and no write to make.
             self.joined.extend(rooms);
@@ -222,7 +224,13 @@ impl Ear {
                 updated_at_ms: self.context.clock.now_ms(),
             }),
         };
-        let posted = self.context.store.post_batch(self.mind(), &batch).await?;
+        let posted = match self.context.store.post_batch(self.mind(), &batch).await {
+            Ok(posted) => posted,
+            Err(error) => {
+                self.forget_windows(&rooms);
+                return Err(error.into());
+            }
+        };
         self.joined.extend(rooms);
         let created = posted.iter().filter(|p| p.created).count();
         Stats::add(&self.context.stats.syncs, 1);
@@ -232,6 +240,17 @@ impl Ear {
             (self.on_delivered)(self.mind());
         }
         Ok(next)
+    }
+
+    /// Drops the windows of an answer's rooms after it failed to commit. They already hold what
+    /// the answer brought, and the retry of the same `since` pages a gap back only until an
+    /// event its window holds: it would stop at the newest of the gap and lose the rest. Without
+    /// a window the retry pages back to `since`, as a process after a restart does, and fetches
+    /// older context once per room.
+    fn forget_windows(&mut self, rooms: &[String]) {
+        for room in rooms {
+            self.windows.remove(room);
+        }
     }
 
     /// The mail of one `/sync` answer: each room's in its timeline's order, rooms interleaved
@@ -405,7 +424,11 @@ impl Ear {
                 let seen = |e: &RoomEvent| window.is_some_and(|w| w.holds(&e.event_id));
                 let (older, token) = self.page_back(room_id, from, Some(since), &seen).await?;
                 events.splice(0..0, older);
-                Ok((events, 0, token))
+                // The account's own join in the gap: an answer read again by a process that
+                // started after the join (so the room is among its rooms) whose timeline was
+                // too short to hold it. The room is new after all; what came before is context.
+                let start = mail_start(&events, own).unwrap_or(0);
+                Ok((events, start, token))
             }
         }
     }

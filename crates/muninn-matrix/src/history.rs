@@ -23,7 +23,7 @@
 //!   sender and text, the newest kept.
 
 use crate::rooms::RoomKind;
-use crate::wire::{MessageContent, RoomEvent, membership_of};
+use crate::wire::{MessageContent, RoomEvent, is_joining, membership_of};
 use muninn_store::{ContextLine, NewDelivery};
 use std::collections::{HashSet, VecDeque};
 
@@ -164,11 +164,10 @@ impl Window {
 /// Where mail starts in the events of a room the account joined since its last sync: after
 /// its invite (a message sent while it was invited is for it), or after its join when it joined
 /// uninvited. History before that is context. `None`: the account's membership is not among
-/// the events (page back further).
+/// the events (page back further). A profile change (a join after a join) is not the join: the
+/// mail after the join and before it would be taken for history.
 pub fn mail_start(events: &[RoomEvent], own: &str) -> Option<usize> {
-    let join = events
-        .iter()
-        .rposition(|e| membership_of(e, own) == Some("join"))?;
+    let join = events.iter().rposition(|e| is_joining(e, own))?;
     let invite = events[..join]
         .iter()
         .rposition(|e| membership_of(e, own).is_some())

@@ -75,7 +75,7 @@ pub enum AccountHealth {
     Open,
     /// The Mind has `max_pending` or more unanswered deliveries: the sync position stays.
     Held {
-        /// Deliveries waiting.
+        /// Deliveries waiting (all of them: the store's count).
         pending: usize,
     },
     /// Failing, retried with a backoff: `stage` is `login`, `sync` or `store`.

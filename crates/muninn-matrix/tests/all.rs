@@ -413,7 +413,11 @@ async fn above_max_pending_the_sync_position_stays_until_the_mind_catches_up() {
     };
     let name = alias("pending");
     let room = rig.public_room(&name).await;
-    let running = rig.start(&[&format!("#{name}")], |c| c.max_pending = 3);
+    // Over a store that counts whole-delivery reads: the hold counts with the store's COUNT.
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    let running = rig.start_on(faulty.clone(), &[&format!("#{name}")], |c| {
+        c.max_pending = 3
+    });
     eventually("the first sync", Duration::from_secs(30), || async {
         rig.store
             .cursor(MIND, SYNC_CURSOR)
@@ -445,8 +449,18 @@ async fn above_max_pending_the_sync_position_stays_until_the_mind_catches_up() {
     rig.store.ack_through(MIND, rig.token, 3).await.unwrap();
     let mail = rig.mail_count(5).await;
     assert_eq!(mail[4].text, "second 1");
+    let health = running.health.lock().unwrap().clone();
     let stats = running.stop().await;
     assert!(stats.holds >= 1, "{stats:?}");
+    assert!(
+        health.contains(&AccountHealth::Held { pending: 3 }),
+        "held with the three unanswered: {health:?}"
+    );
+    assert_eq!(
+        faulty.pending_reads(),
+        0,
+        "the hold counts without reading whole deliveries"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -74,6 +74,114 @@ async fn a_new_rooms_history_stays_context_when_its_first_batch_is_committed_lat
     );
 }
 
+/// A crash before the batch holding a join is committed, and more said after the join than a
+/// timeline holds: the next process finds the room among its rooms and the join only in the gap
+/// it pages back, where it must still mark where the mail starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_rooms_history_stays_context_when_its_join_is_only_in_the_gap_read_again() {
+    let Some(rig) = rig("gapjoin").await else {
+        return;
+    };
+    let running = rig.start(&[], |_| {});
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    running.stop().await;
+    let a = alias("gapjoin");
+    let room = rig.human.create_room(Some(&a), &[], false).await;
+    rig.human.send(&room, "before the bot", &[]).await;
+    let rooms = [format!("#{a}")];
+    let rooms: Vec<&str> = rooms.iter().map(String::as_str).collect();
+
+    // The process that joins never commits (a crash stand-in) ...
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.fail_batches(u32::MAX);
+    let running = rig.start_on(faulty.clone(), &rooms, |_| {});
+    eventually("a refused batch", Duration::from_secs(30), || async {
+        (faulty.refused() >= 1).then_some(())
+    })
+    .await;
+    running.stop().await;
+    // ... and more is said after the join than the next answer's timeline holds.
+    let mut after = Vec::new();
+    for n in 0..4 {
+        after.push(
+            rig.human
+                .send(&room, &format!("after the join {n}"), &[])
+                .await,
+        );
+    }
+    let running = rig.start(&rooms, |config| config.timeline_limit = 2);
+    rig.mail_count(4).await;
+    // A batch more, so that a fifth delivery (the history) would have been committed by now.
+    let last = rig.human.send(&room, "after the join 4", &[]).await;
+    after.push(last);
+    let mail = rig.mail_count(5).await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter()
+            .map(|d| d.source_id.as_str())
+            .collect::<Vec<_>>(),
+        after.iter().map(String::as_str).collect::<Vec<_>>(),
+        "history before the join is context, not mail: {:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
+}
+
+/// A gap (more said than a timeline holds) whose batch the store refuses once: the retry
+/// pages the same gap back, whole, though the first attempt already read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_read_again_after_a_refused_commit_is_delivered_whole() {
+    let Some(rig) = rig("gapretry").await else {
+        return;
+    };
+    let name = alias("gapretry");
+    let room = rig.public_room(&name).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    let running = rig.start_on(faulty.clone(), &[&format!("#{name}")], |c| {
+        c.max_pending = 1;
+        c.timeline_limit = 2;
+    });
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    // One unanswered message holds the sync while six more are said: a gap of four behind a
+    // timeline of two.
+    let mut said = vec![rig.human.send(&room, "m0", &[]).await];
+    let first = rig.mail_count(1).await;
+    for n in 1..7 {
+        said.push(rig.human.send(&room, &format!("m{n}"), &[]).await);
+    }
+    faulty.fail_batches(1);
+    rig.store
+        .ack_through(MIND, rig.token, first[0].seq)
+        .await
+        .unwrap();
+    let mail = eventually("the gap committed", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        let last = said.last().unwrap();
+        mail.iter().any(|d| &d.source_id == last).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(faulty.refused(), 1, "the gap's batch was refused once");
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        (0..7).map(|n| format!("m{n}")).collect::<Vec<_>>(),
+        "every message once, in order"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_cannot_say_how_far_the_mind_is_is_a_store_failure_not_a_hold() {
     let Some(rig) = rig("askfail").await else {

@@ -7,7 +7,7 @@
 //! [`FaultyStore::fail_ledger_reads`]), the read a new lease restores its accounting from.
 //! The next N intake batches ([`Store::post_batch`], [`FaultyStore::fail_batches`]: what a
 //! transport commits its mail and sync position with) can be refused the same way, and the
-//! next N reads of a Mind's ack position ([`Store::ack_position`],
+//! next N reads of how far behind a Mind is ([`Store::ack_position`], [`Store::mailbox`],
 //! [`FaultyStore::fail_ack_position_reads`]: what a transport asks before it reads on) and of
 //! outbox acks ([`Store::ack_outbox`], [`FaultyStore::fail_outbox_acks`]: what a transport
 //! records a sent message with).
@@ -17,7 +17,8 @@
 //! backend's answer.
 //!
 //! A refused call writes nothing (the store's contract for an `Err`), and every call is counted,
-//! so a test can tell how often the runner tried.
+//! so a test can tell how often the runner tried; whole-delivery reads
+//! ([`Store::pending_deliveries`], [`FaultyStore::pending_reads`]) are counted too.
 
 use async_trait::async_trait;
 use muninn_core::ledger::LedgerRow;
@@ -48,6 +49,8 @@ pub struct FaultyStore {
     refused: AtomicU32,
     /// Commits let through so far.
     committed: AtomicU32,
+    /// `pending_deliveries` calls so far.
+    pending_reads: AtomicU32,
 }
 
 impl FaultyStore {
@@ -64,6 +67,7 @@ impl FaultyStore {
             failing_outbox_acks: AtomicU32::new(0),
             refused: AtomicU32::new(0),
             committed: AtomicU32::new(0),
+            pending_reads: AtomicU32::new(0),
         })
     }
 
@@ -96,8 +100,8 @@ impl FaultyStore {
         self.failing_batches.store(n, Ordering::SeqCst);
     }
 
-    /// Refuses the next `n` ack position reads (`ack_position`); they are not counted as
-    /// commits. `0` disarms.
+    /// Refuses the next `n` reads of how far behind the Mind is (`ack_position`, `mailbox`);
+    /// they are not counted as commits. `0` disarms.
     pub fn fail_ack_position_reads(&self, n: u32) {
         self.failing_ack_position_reads.store(n, Ordering::SeqCst);
     }
@@ -116,6 +120,11 @@ impl FaultyStore {
     /// Commits let through so far.
     pub fn committed(&self) -> u32 {
         self.committed.load(Ordering::SeqCst)
+    }
+
+    /// `pending_deliveries` calls (whole deliveries read) so far.
+    pub fn pending_reads(&self) -> u32 {
+        self.pending_reads.load(Ordering::SeqCst)
     }
 
     /// Whether this commit is refused (and counts it either way).
@@ -374,6 +383,7 @@ impl Store for FaultyStore {
         after_seq: i64,
         limit: i64,
     ) -> Result<Vec<Delivery>> {
+        self.pending_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.pending_deliveries(mind, after_seq, limit).await
     }
 
@@ -385,6 +395,9 @@ impl Store for FaultyStore {
     }
 
     async fn mailbox(&self, mind: &str) -> Result<Mailbox> {
+        if armed(&self.failing_ack_position_reads) {
+            return Err(injected("the database server closed the connection"));
+        }
         self.inner.mailbox(mind).await
     }
 

@@ -201,6 +201,18 @@ fn a_new_rooms_mail_starts_after_the_invite_or_the_join() {
     ];
     assert_eq!(mail_start(&rejoined, OWN), Some(5));
     assert_eq!(mail_start(&joined[..2], OWN), None);
+    // A profile change after the join (a join whose previous membership was a join) is not
+    // where the mail starts: what came between is mail.
+    let mut renamed = member("$rename", OWN, "join");
+    renamed.unsigned = json!({"prev_content": {"membership": "join"}});
+    let profile = [
+        message("$old", "@ann:hs", "history", 1),
+        member("$join", OWN, "join"),
+        message("$first", "@ann:hs", "first", 2),
+        renamed,
+        message("$second", "@ann:hs", "second", 3),
+    ];
+    assert_eq!(mail_start(&profile, OWN), Some(2));
 }
 
 #[test]
