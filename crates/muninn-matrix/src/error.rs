@@ -47,7 +47,10 @@ pub enum MatrixError {
     /// ([`crate::client::SYNC_ANSWER_MAX_BYTES`], [`crate::client::ANSWER_MAX_BYTES`]); the rest
     /// of it was not read. Retryable with backoff (a later answer may be smaller), and loud in
     /// the account's health while it lasts.
-    #[error("the answer to {what} is over the limit of {limit} bytes; the rest was not read")]
+    // It is retried and will recur until what is asked shrinks, so the message names the way out.
+    #[error(
+        "the answer to {what} is over the limit of {limit} bytes; the rest was not read (for a /sync, lower the account's `timeline_limit`)"
+    )]
     TooLarge {
         /// What was asked.
         what: String,
