@@ -16,7 +16,8 @@
 //! 3. prices the row itself with the cache model, from its own cache state, on the request's
 //!    shape rebuilt from sizes alone — the head and the system under their breakpoints, the
 //!    segment's earlier cached ends as lookup boundaries, the conversation's end under the tail's
-//!    breakpoint — and feeds that priced usage (not the recorded one) to its accounting.
+//!    breakpoint ([`LedgerCache`]) — and feeds that priced usage (not the recorded one) to its
+//!    accounting.
 //!
 //! The replay's state is its own: its accounting is fed only by its own pricing, its cache
 //! state only by the requests it priced — with one exception, a row whose answer found the
@@ -27,7 +28,10 @@
 //! decisions see), and its row says so (`cache_state: "expired"`). The replay takes such a
 //! row's recorded usage in place of its model's — as `check-cache` reads each answer after its
 //! prediction — when the two differ only by that: less of the same prefix read. A shortfall
-//! the row does not explain still counts as priced apart.
+//! the row does not explain still counts as priced apart. The host marks a row by pricing it on
+//! the same [`LedgerCache`], driven by the same rows (restored from its ledger after a restart
+//! or a takeover, when its backend's own cache mirror starts empty), so the mark is the
+//! replay's verdict on that row.
 //!
 //! The host's state is what the host kept while it ran, across restarts and lease takeovers
 //! (restored from its ledger). Agreement on every decision and on the cost therefore says the
@@ -40,15 +44,19 @@
 //! compares the cache model with what the provider billed, apart from the rows found expired
 //! (counted in [`ClosedLoop::rows_found_expired`]).
 
-use crate::cache::{CacheRules, CacheState, Checkpoint, Fingerprint, Prompt, extend, hash_bytes};
+use crate::cache::CacheRules;
 use crate::decide::{Action, Decision, Event, Policy, Rates, decide};
-use crate::ledger::{Decided, LedgerRow, RowKind, SegmentStart};
-use crate::money::{MicroUsd, Tokens};
+use crate::ledger::{Decided, LedgerRow, RowKind};
+use crate::money::MicroUsd;
 use crate::price::{ModelPrice, PriceTable};
 use crate::session::{Accounting, DecisionPoint, Keep, Params};
 use crate::trace::Usage;
 use serde::Serialize;
 use std::collections::BTreeMap;
+
+mod ledger_cache;
+
+pub use ledger_cache::{LedgerCache, read_less_of_the_same_prefix};
 
 /// One place where the replay and the host parted ways.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -179,20 +187,8 @@ struct Lockstep<'a> {
     prices: &'a PriceTable,
     rules: &'a CacheRules,
     acc: Option<Accounting>,
-    cache: CacheState,
-    /// Segments begun so far (the synthetic system's identity).
-    segments: u64,
-    /// The current segment's head and system (rehydration) tokens, and their prefixes'
-    /// fingerprints (by content digest when the record has one, else by size and segment).
-    head: Tokens,
-    system: Tokens,
-    head_fp: Fingerprint,
-    system_fp: Fingerprint,
-    /// The current segment's cached ends so far: block, tokens, fingerprint.
-    ends: Vec<(u32, Tokens, Fingerprint)>,
-    /// Clears (masked requests) so far: each rewrites the prompt after the head and system, so
-    /// the ends after it are new prefixes.
-    clears: u64,
+    /// The cache the rows so far imply: what each row is priced against.
+    cache: LedgerCache,
     /// When the host lost its session, if the next row says so.
     lost_at_ms: Option<i64>,
     /// The arrival decided on the row before (a refresh's flush), carried to the turn's request.
@@ -205,14 +201,7 @@ impl<'a> Lockstep<'a> {
             prices,
             rules,
             acc: None,
-            cache: CacheState::new(),
-            segments: 0,
-            head: 0,
-            system: 0,
-            head_fp: 0,
-            system_fp: 0,
-            ends: Vec::new(),
-            clears: 0,
+            cache: LedgerCache::new(),
             lost_at_ms: None,
             pending_arrival: None,
         }
@@ -355,34 +344,9 @@ impl<'a> Lockstep<'a> {
     /// Prices the row from the replay's own cache state and feeds the result to its accounting.
     fn price(&mut self, cx: &Cx<'_>, price: &ModelPrice, report: &mut ClosedLoop) {
         let row = cx.row;
-        if let Some(start) = &cx.decided.segment {
-            self.begin_segment(start);
-        }
-        if cx.decided.kind == RowKind::Request && cx.decided.action == Some(Action::Mask) {
-            // The clear rewrote the prompt from its first cleared block on: no earlier end of
-            // the segment is a prefix of it any more (a clear that removed less than the
-            // requests since added would otherwise read an earlier end as if unchanged).
-            self.clears += 1;
-            self.ends.clear();
-        }
-        let checkpoints = self.shape(cx.decided.kind, &row.usage, cx.decided);
-        let prompt = Prompt {
-            model: &row.model,
-            checkpoints: &checkpoints,
-            total_tokens: row.usage.prompt(),
-        };
-        let priced = match self
+        let priced = self
             .cache
-            .apply(&prompt, row.at_ms, price.min_cacheable, self.rules)
-        {
-            Ok(outcome) => outcome.usage(row.usage.output),
-            // A shape the cache model refuses is a bug here; price it uncached, loudly different.
-            Err(_) => Usage {
-                input: row.usage.prompt(),
-                output: row.usage.output,
-                ..Usage::default()
-            },
-        };
+            .price(row, cx.decided, price.min_cacheable, self.rules);
         // The provider had lost what the model still holds: what it answered is what the host
         // paid and counted, so the replay goes on from it too.
         let priced = if found_expired(row, &priced) {
@@ -411,84 +375,6 @@ impl<'a> Lockstep<'a> {
             // results join the segment.
             acc.record_decided(cx.decided, row.at_ms, &priced, cost);
         }
-    }
-
-    fn begin_segment(&mut self, start: &SegmentStart) {
-        self.segments += 1;
-        self.head = start.head;
-        self.system = start.rehydration.max(start.head);
-        self.head_fp = extend(hash_bytes(b"head"), start.head_digest.unwrap_or(self.head));
-        self.system_fp = match start.system_digest {
-            Some(digest) => extend(extend(hash_bytes(b"system"), digest), self.system),
-            None => extend(extend(hash_bytes(b"segment"), self.segments), self.system),
-        };
-        self.ends.clear();
-    }
-
-    /// The request's shape from sizes: the head and the system under their breakpoints, the
-    /// segment's earlier cached ends (lookup boundaries), and its own cached end under the
-    /// tail's breakpoint. A request grows its segment by two blocks (a reply and a message), a
-    /// ping by one (the reply it caches).
-    fn shape(&mut self, kind: RowKind, usage: &Usage, decided: &Decided) -> Vec<Checkpoint> {
-        let mut checkpoints = Vec::with_capacity(4 + self.ends.len());
-        let (head_fp, system_fp) = (self.head_fp, self.system_fp);
-        if self.head > 0 {
-            checkpoints.push(Checkpoint {
-                block: 0,
-                tokens: self.head,
-                fingerprint: head_fp,
-                breakpoint: Some(decided.head_ttl),
-            });
-        }
-        if self.system > self.head {
-            checkpoints.push(Checkpoint {
-                block: 1,
-                tokens: self.system,
-                fingerprint: system_fp,
-                breakpoint: Some(decided.head_ttl),
-            });
-        }
-        if kind == RowKind::HeadPing {
-            return checkpoints;
-        }
-        let end = usage.cache_read + usage.written();
-        let last_block = self.ends.last().map_or(1, |e| e.0);
-        let block = last_block + if kind == RowKind::Ping { 1 } else { 2 };
-        let lowest = block.saturating_sub(self.rules.lookback_blocks);
-        for &(b, tokens, fp) in &self.ends {
-            let above = checkpoints.last().map_or(0, |c| c.tokens);
-            if b >= lowest && tokens > above && tokens <= end {
-                checkpoints.push(Checkpoint {
-                    block: b,
-                    tokens,
-                    fingerprint: fp,
-                    breakpoint: None,
-                });
-            }
-        }
-        if end > self.system && checkpoints.last().is_none_or(|c| c.tokens < end) {
-            let fp = extend(
-                extend(extend(hash_bytes(b"end"), self.segments), self.clears),
-                end,
-            );
-            checkpoints.push(Checkpoint {
-                block,
-                tokens: end,
-                fingerprint: fp,
-                breakpoint: Some(decided.ttl),
-            });
-            self.ends.push((block, end, fp));
-        } else if let Some(last) = checkpoints.last_mut()
-            && last.tokens == end
-            && last.breakpoint.is_none()
-        {
-            // The same end as an earlier request (a retry that added nothing): its breakpoint.
-            last.breakpoint = Some(decided.ttl);
-        }
-        // Keep the boundaries the lookback can still reach.
-        let keep_from = block.saturating_sub(self.rules.lookback_blocks);
-        self.ends.retain(|e| e.0 >= keep_from);
-        checkpoints
     }
 }
 
@@ -521,19 +407,15 @@ impl Cx<'_> {
 }
 
 /// Whether `row` found the cache expired where the model priced a read: it says so
-/// (`cache_state: "expired"`, written when its answer read less than the host's cache model
-/// predicted), and its answer read less than the model of the same prefix. (The replay prices
-/// the row's own prompt, prefix and output sizes, so those agree by construction: the read and
-/// write split is all a lost entry can change, and all the replay takes.)
+/// (`cache_state: "expired"`, which the host writes by the same test on the same
+/// [`LedgerCache`]), and its answer read less of the same prefix than the model.
 fn found_expired(row: &LedgerRow, priced: &Usage) -> bool {
-    let recorded = &row.usage;
-    row.cache_state == EXPIRED
-        && recorded.cache_read < priced.cache_read
-        && recorded.cache_read + recorded.written() == priced.cache_read + priced.written()
+    row.cache_state == EXPIRED && read_less_of_the_same_prefix(&row.usage, priced)
 }
 
-/// A row's `cache_state` when its answer read less than the cache model held: the entry
-/// expired on the way to the provider, or the provider evicted it early.
+/// A row's `cache_state` when its answer read less of the same prefix than the cache its
+/// session's ledger implies ([`LedgerCache`]): the entry expired on the way to the provider, or
+/// the provider evicted it early.
 pub const EXPIRED: &str = "expired";
 
 /// Which entry an idle row keeps, when the row is an idle step (a ping, a head ping, or a flush

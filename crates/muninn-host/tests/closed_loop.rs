@@ -1,8 +1,9 @@
 //! The closed loop (DESIGN invariant 9): the host, driven through random workloads on the
 //! simulator's frozen clock — deliveries across rooms and DMs, idle gaps around both TTLs,
 //! briefs, Self flushes, compactions (the provider's, and ones the backend refuses), restarts and
-//! lease takeovers, commits the store refuses, a runner that comes to an idle decision point late
-//! (before the entry's expiry, or after it), under ski rental or `predictive` — and then its own
+//! lease takeovers (within the tail's TTL or after both), commits the store refuses, a runner that
+//! comes to an idle decision point late (before the entry's expiry, or after it), the provider
+//! losing its cache early, under ski rental or `predictive` — and then its own
 //! ledger replayed by `muninn_core::closed_loop::verify`: every decision the host recorded must
 //! come out the same, and the cost within 0.1%.
 //!
@@ -14,7 +15,8 @@
 //! tool-loop and falsification cases; `acknowledgement` the Persona's planned acknowledgement
 //! and its clears, `retry` a failed turn's backoff across idle points, `idle_flush` a failed
 //! idle flush, `store_faults` a tool-loop request whose commit the store refuses, `late` an idle
-//! decision point reached late, `expired` an answer that found the cache gone.
+//! decision point reached late, `expired` an answer that found the cache gone (after a restart
+//! or a takeover too).
 
 mod acknowledgement;
 mod expired;
@@ -26,7 +28,7 @@ mod store_faults;
 use crate::runtime::{T0, World, ledger, mind, post, world_on};
 use muninn_anthropic::backend::ContextTools;
 use muninn_backend::BackendError;
-use muninn_core::closed_loop::{ClosedLoop, verify};
+use muninn_core::closed_loop::{ClosedLoop, EXPIRED, verify};
 use muninn_core::ledger::LedgerRow;
 use muninn_core::price::PriceTable;
 use muninn_host::config::MindConfig;
@@ -94,6 +96,7 @@ fn act() -> impl Strategy<Value = Act> {
         }),
         1 => (1u32..4).prop_map(|commits| Act::StoreFaults { commits }),
         2 => (0usize..LATE_MS.len()).prop_map(|i| Act::Late { ms: LATE_MS[i] }),
+        1 => Just(Act::Evict),
     ]
 }
 
@@ -161,15 +164,24 @@ impl Harness {
     ) -> Harness {
         // A long lease, so the runner's sleeps (capped at a third of it, as in `run_mind`) are
         // few; a killed host's Minds wait for it to lapse.
+        Harness::with_lease(mind, config, workspace, tools, LEASE_TTL_MS).await
+    }
+
+    /// [`Harness::with_tools`] under leases of `lease_ms` (a killed host's successor takes its
+    /// Minds over once it lapses: the default's 30 s comes well within the tail's TTL).
+    async fn with_lease(
+        mind: MindConfig,
+        config: &str,
+        workspace: Option<tempfile::TempDir>,
+        tools: ContextTools,
+        lease_ms: i64,
+    ) -> Harness {
         let mut faults = None;
-        let w = world_on(
-            &format!("lease_ttl_ms = {LEASE_TTL_MS}\n{config}"),
-            |store| {
-                let faulty = FaultyStore::new(store);
-                faults = Some(faulty.clone());
-                faulty
-            },
-        )
+        let w = world_on(&format!("lease_ttl_ms = {lease_ms}\n{config}"), |store| {
+            let faulty = FaultyStore::new(store);
+            faults = Some(faulty.clone());
+            faulty
+        })
         .await;
         let faults = faults.expect("the store was wrapped");
         let mut h = Harness {
@@ -435,6 +447,8 @@ fn replaying_the_hosts_ledger_reproduces_every_decision() {
     let totals = std::cell::RefCell::new(ClosedLoop::default());
     // Commits the store refused (`Act::StoreFaults`), each an answer held and committed later.
     let refused = std::cell::Cell::new(0u32);
+    // Evictions drawn (`Act::Evict`).
+    let evictions = std::cell::Cell::new(0usize);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -443,8 +457,16 @@ fn replaying_the_hosts_ledger_reproduces_every_decision() {
     // The Persona refreshes by rebuilding (0), or by compaction on a backend that cannot
     // compact (1) or with the provider's own (2); the Mind keeps warm by ski rental or by the
     // gaps' predictions (whose answer depends most on when it is asked: a late point).
-    let strategy = (prop::collection::vec(act(), 1..60), 0u8..3, any::<bool>());
-    let result = runner.run(&strategy, |(acts, refresh, predictive)| {
+    // Hosts hold their leases for an hour (a killed host's successor comes after both TTLs
+    // lapsed) or for two minutes (it comes within the tail's, as under the default 30 s, with
+    // fewer of the harness's lease-capped sleeps).
+    let strategy = (
+        prop::collection::vec(act(), 1..60),
+        0u8..3,
+        any::<bool>(),
+        any::<bool>(),
+    );
+    let result = runner.run(&strategy, |(acts, refresh, predictive, short_lease)| {
         let harness = async {
             let compact = if refresh == 0 {
                 ""
@@ -461,21 +483,30 @@ fn replaying_the_hosts_ledger_reproduces_every_decision() {
                 server_compaction: refresh == 2,
                 ..ContextTools::default()
             };
-            Harness::with_tools(test_mind(&extra), "", None, tools).await
+            let lease_ms = if short_lease { 120_000 } else { LEASE_TTL_MS };
+            Harness::with_lease(test_mind(&extra), "", None, tools, lease_ms).await
         };
         let (report, rows) = runtime.block_on(async {
             let h = harness.await;
             let faults = h.faults.clone();
             let done = closed_loop_on(h, &acts).await;
             refused.set(refused.get() + faults.refused());
+            let evicted = acts.iter().filter(|a| matches!(a, Act::Evict)).count();
+            evictions.set(evictions.get() + evicted);
             done
         });
         assert_holds(&report, &rows);
+        // The host says `expired` exactly where the replay's cache still held what the answer
+        // wrote (never on a cold start the ledger expects), and no row is priced apart.
+        let marked = rows.iter().filter(|r| r.cache_state == EXPIRED).count();
+        assert_eq!(marked, report.rows_found_expired, "{report:#?}");
+        assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
         let mut t = totals.borrow_mut();
         t.sessions += report.sessions;
         t.rows += report.rows;
         t.decisions += report.decisions;
         t.agreed += report.agreed;
+        t.rows_found_expired += report.rows_found_expired;
         t.recorded_cost += report.recorded_cost;
         t.replayed_cost += report.replayed_cost;
         Ok(())
@@ -485,10 +516,12 @@ fn replaying_the_hosts_ledger_reproduces_every_decision() {
     }
     let t = totals.into_inner();
     eprintln!(
-        "closed loop over {cases} random workloads: {} sessions, {} ledger rows, {} commits refused, {} of {} decisions reproduced, cost recorded {} replayed {} ({:+.5}%)",
+        "closed loop over {cases} random workloads: {} sessions, {} ledger rows, {} commits refused, {} evictions, {} rows found expired, {} of {} decisions reproduced, cost recorded {} replayed {} ({:+.5}%)",
         t.sessions,
         t.rows,
         refused.get(),
+        evictions.get(),
+        t.rows_found_expired,
         t.agreed,
         t.decisions,
         t.recorded_cost,

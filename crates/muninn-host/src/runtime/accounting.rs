@@ -13,10 +13,11 @@ use super::{MindRunner, RuntimeError};
 use crate::config::{MindConfig, RefreshMode};
 use crate::telemetry::Answered;
 use muninn_backend::{Backend, TurnOutcome};
+use muninn_core::cache::CacheRules;
 use muninn_core::cache::hash_bytes;
-use muninn_core::closed_loop::{EXPIRED, idle_kind};
+use muninn_core::closed_loop::{EXPIRED, LedgerCache, idle_kind, read_less_of_the_same_prefix};
 use muninn_core::decide::{Bounds, Capabilities, Decision, Event, Rates};
-use muninn_core::ledger::{Decided, ForcedStart, LedgerRow, RowKind, SegmentStart};
+use muninn_core::ledger::{Decided, ForcedStart, LedgerRow, MissCause, RowKind, SegmentStart};
 use muninn_core::money::Tokens;
 
 /// Tool uses a clear keeps: the provider's default `keep` for `clear_tool_uses_20250919`.
@@ -42,10 +43,16 @@ pub(super) struct Asked<'a> {
     /// The ledger's `decision` text.
     pub(super) label: &'a str,
     /// `warm` or `cold`, as the decider saw the cache (the row says `expired` instead when the
-    /// answer read less than the cache model predicted).
+    /// answer read less of the same prefix than the session's ledger says was cached).
     pub(super) state: &'a str,
     /// Whether the request began a turn.
     pub(super) boundary: bool,
+}
+
+/// The cache rules a replay of the ledger prices with (`muninn replay --closed-loop` uses the
+/// documented defaults): the host's `expired` mark must be that replay's verdict.
+fn replay_rules() -> CacheRules {
+    CacheRules::default()
 }
 
 /// Ledger rows read per page when a session's accounting is restored.
@@ -223,15 +230,6 @@ impl<B: Backend> MindRunner<B> {
         boundary: bool,
     ) -> LedgerRow {
         let predicted = outcome.predicted.unwrap_or_default();
-        // What happened, not what the decider believed: an answer that read less than the
-        // backend's cache model predicted found the entry gone (it expired before the request
-        // reached the provider — a late runner, a slow network — or was evicted early). The
-        // usage, which the accounting counts, says so already; the state says it too, and a
-        // replay takes the row's usage for its own there (`muninn_core::closed_loop`).
-        let state = match outcome.predicted {
-            Some(p) if outcome.usage.cache_read < p.cache_read => EXPIRED,
-            _ => state,
-        };
         let last = session.acc.last_request_ms();
         LedgerRow {
             mind: self.mind.id.clone(),
@@ -304,6 +302,7 @@ impl<B: Backend> MindRunner<B> {
         if asked.kind == RowKind::Request {
             decided.tool_results = outcome.tool_results;
         }
+        let min_cacheable = self.price.min_cacheable;
         let session = self.session_mut(role);
         session.lost_at_ms = None;
         if let (Some(starting), Some(start)) = (starting, start) {
@@ -317,6 +316,7 @@ impl<B: Backend> MindRunner<B> {
             }
         }
         let events = session.attach_events(&mut row);
+        mark_expired(session, outcome, &mut row, &decided, min_cacheable);
         // A clear drops what it cleared; the turn's tool results join the segment.
         session
             .acc
@@ -337,6 +337,8 @@ impl<B: Backend> MindRunner<B> {
     pub(super) async fn restore(&mut self, role: Role) -> Result<(), RuntimeError> {
         let params = self.params(role, pinging(&self.session(role).backend));
         let mut acc = Accounting::new(params);
+        // As a replay of the ledger does, the rows before decision records left out.
+        let mut cache = LedgerCache::new();
         let mut after = None;
         let mut segment = None;
         loop {
@@ -358,6 +360,7 @@ impl<B: Backend> MindRunner<B> {
                     acc.set_params(muninn_core::closed_loop::params_of(d, &self.price));
                     segment = Some(row.segment);
                     acc.record_decided(d, row.at_ms, &row.usage, row.cost);
+                    cache.price(row, d, self.price.min_cacheable, &replay_rules());
                     continue;
                 }
                 // Before decision records: the segment's first row says its size.
@@ -388,7 +391,33 @@ impl<B: Backend> MindRunner<B> {
         // No host kept the session since the last row: the next row says so.
         session.lost_at_ms = acc.last_activity_ms();
         session.acc = acc;
+        session.ledger_cache = cache;
         session.restore = false;
         Ok(())
+    }
+}
+
+/// Says what happened, not what the decider believed: prices `row` on the cache the session's
+/// ledger implies (and counts it there, as a replay of the row will) and, when the answer read
+/// less of the same prefix than that cache held, marks the row `expired` — the entry expired
+/// before the request reached the provider (a late runner, a slow network) or was evicted
+/// early. The usage, which the accounting counts, says so already; the mark lets a replay take
+/// the row's usage for its own there (`muninn_core::closed_loop`). The ledger's cache, not the
+/// backend's mirror, is the reference: a new process's mirror starts empty and expects nothing
+/// warm, where the ledger (and a replay of it) still holds what the last host left. A backend
+/// that predicts nothing (the Claude Code CLI builds its own requests) is not marked.
+fn mark_expired<B>(
+    session: &mut Session<B>,
+    outcome: &TurnOutcome,
+    row: &mut LedgerRow,
+    decided: &Decided,
+    min_cacheable: Tokens,
+) {
+    let priced = session
+        .ledger_cache
+        .price(row, decided, min_cacheable, &replay_rules());
+    if outcome.predicted.is_some() && read_less_of_the_same_prefix(&row.usage, &priced) {
+        row.cache_state = EXPIRED.to_string();
+        row.miss_cause = Some(MissCause::EvictionOrUnknown);
     }
 }

@@ -3,6 +3,7 @@
 
 use super::persona::Plan;
 use muninn_backend::{Backend, BackendError, SessionEvent, TurnInput, TurnOutcome};
+use muninn_core::closed_loop::LedgerCache;
 use muninn_core::ledger::{LedgerRow, SegmentStart};
 use muninn_core::render::Renderer;
 use muninn_core::session::{Accounting, Params};
@@ -18,6 +19,11 @@ pub(super) struct Session<B> {
     /// each ledger row as it is written ([`Accounting::record`]) and, after a new lease, by the
     /// role's ledger read back.
     pub(super) acc: Accounting,
+    /// The provider's cache as the role's ledger implies it: the replay's own model of it,
+    /// fed the same rows as [`Session::acc`] (as each is written, and the ledger read back
+    /// after a new lease). A row that read less of the same prefix than it held found the cache
+    /// gone, and says `expired` (`accounting.rs`).
+    pub(super) ledger_cache: LedgerCache,
     /// The segment the next ledger row begins, set when a segment opens.
     pub(super) starting: Option<Starting>,
     /// The system the provider session was started (or resumed) with: its size — as the
@@ -112,6 +118,7 @@ impl<B> Session<B> {
             renderer: None,
             segment: None,
             acc: Accounting::new(params),
+            ledger_cache: LedgerCache::new(),
             starting: None,
             launched: SegmentStart {
                 head: 0,

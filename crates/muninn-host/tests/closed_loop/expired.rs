@@ -6,8 +6,14 @@
 //! usage for its own. It used to price the row as the read its model predicted and feed that
 //! to its accounting: the row was priced apart, and the gap's ping spend (which ski rental's
 //! budget reads) differed from the host's.
+//!
+//! After a restart or a takeover the mark used to be missing: it came from the backend's own
+//! cache mirror, which a new process starts empty, so the new host's first request, finding an
+//! entry the provider lost meanwhile, said `cold` and was priced apart. The host now marks a row
+//! by the cache its ledger implies (`muninn_core::closed_loop::LedgerCache`, the replay's own),
+//! restored with the accounting; a start the ledger expects cold (both TTLs lapsed) stays `cold`.
 
-use super::{Act, assert_holds, closed_loop};
+use super::{Act, Harness, assert_holds, closed_loop, closed_loop_on, test_mind};
 use muninn_core::closed_loop::{ClosedLoop, EXPIRED};
 use muninn_core::ledger::LedgerRow;
 use muninn_core::price::PriceTable;
@@ -138,4 +144,112 @@ fn replays_taking_one_expired_row(report: &ClosedLoop, rows: &[LedgerRow]) {
     assert_eq!(report.agreed, report.decisions);
     assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
     assert_eq!(report.rows_found_expired, 1, "{report:#?}");
+}
+
+/// A message, then the provider loses the cache and the host restarts cleanly (a new process:
+/// the backend's own cache mirror starts empty, the accounting is restored from the ledger),
+/// and the next message comes within the tail's TTL: the turn writes what the restored
+/// accounting — and a replay of the ledger — expected it to read. The row must say so; it used
+/// to say what the empty mirror predicted (nothing to read) and was priced apart.
+#[tokio::test]
+async fn a_turn_after_an_eviction_and_a_clean_restart_replays_exactly() {
+    let acts = [
+        Act::Deliver { room: 0, words: 60 },
+        Act::Wait { ms: 60_000 },
+        Act::Evict,
+        Act::Restart { clean: true },
+        Act::Deliver { room: 1, words: 40 },
+        Act::Wait { ms: 120_000 },
+        Act::Deliver { room: 0, words: 30 },
+    ];
+    let (report, rows) = closed_loop("", &acts).await;
+    let turn = first_after(&rows, rows[0].at_ms + 60_000, "");
+    assert_eq!(turn.role, "persona", "{turn:#?}");
+    assert_eq!(turn.usage.cache_read, 0, "{turn:#?}");
+    assert_eq!(turn.cache_state, EXPIRED, "{turn:#?}");
+    replays_taking_one_expired_row(&report, &rows);
+}
+
+/// A message, then the provider loses the cache and the host is killed holding its lease; its
+/// successor takes the Mind over once the lease lapses (the default 30 s, well within the tail's
+/// TTL) and answers the next message: that turn, the new process's first request, writes what
+/// the ledger says was cached, and says so.
+#[tokio::test]
+async fn a_turn_after_an_eviction_and_a_takeover_replays_exactly() {
+    let acts = [
+        Act::Deliver { room: 0, words: 60 },
+        Act::Wait { ms: 60_000 },
+        Act::Evict,
+        Act::Restart { clean: false },
+        Act::Deliver { room: 1, words: 40 },
+        Act::Wait { ms: 120_000 },
+        Act::Deliver { room: 0, words: 30 },
+    ];
+    let h = Harness::with_lease(
+        test_mind(""),
+        "",
+        None,
+        Default::default(),
+        muninn_host::runtime::LEASE_TTL_MS,
+    )
+    .await;
+    let (report, rows) = closed_loop_on(h, &acts).await;
+    let turn = first_after(&rows, rows[0].at_ms + 60_000, "");
+    assert_eq!(turn.role, "persona", "{turn:#?}");
+    assert!(
+        turn.at_ms - rows[0].at_ms < 300_000,
+        "taken over within the tail's TTL: {turn:#?}"
+    );
+    assert_eq!(turn.usage.cache_read, 0, "{turn:#?}");
+    assert_eq!(turn.cache_state, EXPIRED, "{turn:#?}");
+    replays_taking_one_expired_row(&report, &rows);
+}
+
+/// The host restarted cleanly after an eviction and takes no idle decision until its next
+/// turn (nobody kept the session since the last row), which comes after the tail's TTL but
+/// within the head's hour: the ledger still holds the head (system and reply schema) cached,
+/// and the turn wrote it.
+#[tokio::test]
+async fn a_turn_that_found_the_head_gone_after_a_clean_restart_replays_exactly() {
+    let acts = [
+        Act::Deliver { room: 0, words: 60 },
+        Act::Wait { ms: 60_000 },
+        Act::Evict,
+        Act::Restart { clean: true },
+        Act::Wait { ms: 1_500_000 },
+        Act::Deliver { room: 0, words: 30 },
+    ];
+    let (report, rows) = closed_loop("", &acts).await;
+    let turn = first_after(&rows, rows[0].at_ms + 60_000, "");
+    assert_eq!(turn.at_ms, rows[0].at_ms + 1_560_000, "{turn:#?}");
+    assert_eq!(turn.usage.cache_read, 0, "{turn:#?}");
+    assert_eq!(turn.cache_state, EXPIRED, "{turn:#?}");
+    replays_taking_one_expired_row(&report, &rows);
+}
+
+/// Not every cold start after an eviction is one: a host killed holding an hour's lease is taken
+/// over after both TTLs lapsed by the clock, so the ledger expects nothing cached and the first
+/// turn's row says `cold`, as a replay prices it.
+#[tokio::test]
+async fn a_turn_after_both_ttls_lapsed_is_cold_not_expired() {
+    let acts = [
+        Act::Deliver { room: 0, words: 60 },
+        Act::Wait { ms: 60_000 },
+        Act::Evict,
+        Act::Restart { clean: false },
+        Act::Deliver { room: 1, words: 40 },
+        Act::Wait { ms: 2 * 3_600_000 },
+        Act::Deliver { room: 0, words: 30 },
+    ];
+    let (report, rows) = closed_loop("", &acts).await;
+    let turn = first_after(&rows, rows[0].at_ms + 60_000, "");
+    assert!(
+        turn.at_ms - rows[0].at_ms > 3_600_000,
+        "taken over after the head's TTL: {turn:#?}"
+    );
+    assert_eq!(turn.usage.cache_read, 0, "{turn:#?}");
+    assert_eq!(turn.cache_state, "cold", "{turn:#?}");
+    assert_holds(&report, &rows);
+    assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
+    assert_eq!(report.rows_found_expired, 0, "{report:#?}");
 }
