@@ -31,7 +31,9 @@
 //! the row does not explain still counts as priced apart. The host marks a row by pricing it on
 //! the same [`LedgerCache`], driven by the same rows (restored from its ledger after a restart
 //! or a takeover, when its backend's own cache mirror starts empty), so the mark is the
-//! replay's verdict on that row.
+//! replay's verdict on that row — unless the host's mirror, which sees the bytes sent,
+//! predicted the short read itself: the request changed its own prefix, and the replay must
+//! price that row apart.
 //!
 //! The host's state is what the host kept while it ran, across restarts and lease takeovers
 //! (restored from its ledger). Agreement on every decision and on the cost therefore says the
@@ -408,7 +410,8 @@ impl Cx<'_> {
 
 /// Whether `row` found the cache expired where the model priced a read: it says so
 /// (`cache_state: "expired"`, which the host writes by the same test on the same
-/// [`LedgerCache`]), and its answer read less of the same prefix than the model.
+/// [`LedgerCache`] when its own mirror does not explain the shortfall), and its answer read less
+/// of the same prefix than the model.
 fn found_expired(row: &LedgerRow, priced: &Usage) -> bool {
     row.cache_state == EXPIRED && read_less_of_the_same_prefix(&row.usage, priced)
 }

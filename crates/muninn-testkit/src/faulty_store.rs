@@ -10,7 +10,9 @@
 //! next N reads of how far behind a Mind is ([`Store::ack_position`], [`Store::mailbox`],
 //! [`FaultyStore::fail_ack_position_reads`]: what a transport asks before it reads on) and of
 //! outbox acks ([`Store::ack_outbox`], [`FaultyStore::fail_outbox_acks`]: what a transport
-//! records a sent message with).
+//! records a sent message with). The settings reads after the next K can be refused too
+//! ([`Store::settings`], [`FaultyStore::fail_settings_reads_after`]: what a Self tool loop reads
+//! its spend cap with, between a request's answer and its commit).
 //! The next N commits can instead be refused for good
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
 //! Everything else passes through, so a test can fault exactly the call that follows a
@@ -45,6 +47,10 @@ pub struct FaultyStore {
     failing_ack_position_reads: AtomicU32,
     /// Outbox acks still to refuse.
     failing_outbox_acks: AtomicU32,
+    /// Settings reads to let through before refusing any.
+    passing_settings_reads: AtomicU32,
+    /// Settings reads still to refuse, once those have passed.
+    failing_settings_reads: AtomicU32,
     /// Commits refused so far.
     refused: AtomicU32,
     /// Commits let through so far.
@@ -65,6 +71,8 @@ impl FaultyStore {
             failing_batches: AtomicU32::new(0),
             failing_ack_position_reads: AtomicU32::new(0),
             failing_outbox_acks: AtomicU32::new(0),
+            passing_settings_reads: AtomicU32::new(0),
+            failing_settings_reads: AtomicU32::new(0),
             refused: AtomicU32::new(0),
             committed: AtomicU32::new(0),
             pending_reads: AtomicU32::new(0),
@@ -110,6 +118,13 @@ impl FaultyStore {
     /// count as refused commits. `0` disarms.
     pub fn fail_outbox_acks(&self, n: u32) {
         self.failing_outbox_acks.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets the next `pass` settings reads (`settings`) through, then refuses `n` with
+    /// [`StoreError::Unavailable`]; they are not counted as commits.
+    pub fn fail_settings_reads_after(&self, pass: u32, n: u32) {
+        self.passing_settings_reads.store(pass, Ordering::SeqCst);
+        self.failing_settings_reads.store(n, Ordering::SeqCst);
     }
 
     /// Commits refused so far.
@@ -212,6 +227,9 @@ impl Store for FaultyStore {
     }
 
     async fn settings(&self, mind: &str) -> Result<MindSettings> {
+        if !armed(&self.passing_settings_reads) && armed(&self.failing_settings_reads) {
+            return Err(injected("the database server closed the connection"));
+        }
         self.inner.settings(mind).await
     }
 

@@ -26,6 +26,7 @@ use muninn_core::price::ModelPrice;
 use muninn_core::render::Renderer;
 use muninn_core::session::{Accounting, Params};
 use muninn_core::tokenize::count;
+use muninn_core::trace::Usage;
 use muninn_store::{LedgerQuery, Role};
 
 /// The decision a ledger row records: what the request was, and what the decider was asked
@@ -392,20 +393,19 @@ impl<B: Backend> MindRunner<B> {
         session.lost_at_ms = acc.last_activity_ms();
         session.acc = acc;
         session.ledger_cache = cache;
+        // Restored from rows the backend's mirror may never have seen (a new process's starts
+        // empty): until the next row, it cannot tell a lost entry from a changed prefix.
+        session.mirror_behind = true;
         session.restore = false;
         Ok(())
     }
 }
 
 /// Says what happened, not what the decider believed: prices `row` on the cache the session's
-/// ledger implies (and counts it there, as a replay of the row will) and, when the answer read
-/// less of the same prefix than that cache held, marks the row `expired` — the entry expired
-/// before the request reached the provider (a late runner, a slow network) or was evicted
-/// early. The usage, which the accounting counts, says so already; the mark lets a replay take
-/// the row's usage for its own there (`muninn_core::closed_loop`). The ledger's cache, not the
-/// backend's mirror, is the reference: a new process's mirror starts empty and expects nothing
-/// warm, where the ledger (and a replay of it) still holds what the last host left. A backend
-/// that predicts nothing (the Claude Code CLI builds its own requests) is not marked.
+/// ledger implies (and counts it there, as a replay of the row will) and marks the row
+/// `expired` when the answer found an entry gone ([`found_expired`]). The usage, which the
+/// accounting counts, says so already; the mark lets a replay take the row's usage for its own
+/// there (`muninn_core::closed_loop`).
 fn mark_expired<B>(
     session: &mut Session<B>,
     outcome: &TurnOutcome,
@@ -416,8 +416,110 @@ fn mark_expired<B>(
     let priced = session
         .ledger_cache
         .price(row, decided, min_cacheable, &replay_rules());
-    if outcome.predicted.is_some() && read_less_of_the_same_prefix(&row.usage, &priced) {
+    let mirror = outcome.predicted.as_ref();
+    if found_expired(&row.usage, &priced, mirror, session.mirror_behind) {
         row.cache_state = EXPIRED.to_string();
         row.miss_cause = Some(MissCause::EvictionOrUnknown);
+    }
+    // The row just answered went through the backend's mirror as well: it is level with the
+    // ledger's cache from here on.
+    session.mirror_behind = false;
+}
+
+/// Whether an answer (`usage`) found the provider's cache lost an entry: it read less of the
+/// same prefix than the ledger's cache held (`ledger`, what a replay of the row prices), and the
+/// backend's cache mirror, which sees the bytes sent, does not explain the shortfall — it
+/// predicted more than was read too (the entry expired on the way, or was evicted early), or it
+/// is `behind` the ledger (a new process's mirror starts empty, where the ledger, and a replay
+/// of it, still holds what the last host left). A mirror that predicted the short read itself
+/// saw a prefix the request changed, which sizes alone cannot show: that is the host's doing,
+/// its cause is the mirror's (a tools, system or messages change), and the replay must price
+/// the row apart rather than take it as found expired. A backend that predicts nothing (the
+/// Claude Code CLI builds its own requests) marks nothing.
+fn found_expired(usage: &Usage, ledger: &Usage, mirror: Option<&Usage>, behind: bool) -> bool {
+    let Some(mirror) = mirror else {
+        return false;
+    };
+    read_less_of_the_same_prefix(usage, ledger) && (behind || usage.cache_read < mirror.cache_read)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::found_expired;
+    use muninn_core::trace::Usage;
+
+    /// A turn whose 10,000-token prefix the ledger's cache holds up to 9,000 tokens.
+    fn ledger() -> Usage {
+        Usage {
+            input: 20,
+            cache_read: 9_000,
+            cache_write_5m: 1_000,
+            output: 50,
+            ..Usage::default()
+        }
+    }
+
+    /// The same prompt, `read` of its prefix read and the rest written.
+    fn reading(read: u64) -> Usage {
+        Usage {
+            cache_read: read,
+            cache_write_5m: 10_000 - read,
+            ..ledger()
+        }
+    }
+
+    #[test]
+    fn an_answer_that_read_less_than_both_caches_found_the_entry_gone() {
+        assert!(found_expired(
+            &reading(0),
+            &ledger(),
+            Some(&ledger()),
+            false
+        ));
+        // After a restart the mirror is empty: it expected nothing, the ledger the entry.
+        assert!(found_expired(
+            &reading(0),
+            &ledger(),
+            Some(&reading(0)),
+            true
+        ));
+        assert!(found_expired(
+            &reading(2_000),
+            &ledger(),
+            Some(&reading(0)),
+            true
+        ));
+    }
+
+    #[test]
+    fn a_short_read_the_mirror_predicted_is_a_prefix_the_request_changed() {
+        // The mirror saw the bytes: the conversation changed after 2,000 tokens, and the
+        // provider read exactly that. Nothing was lost; the request is not what the ledger's
+        // sizes say, and a replay must show it priced apart.
+        assert!(!found_expired(
+            &reading(2_000),
+            &ledger(),
+            Some(&reading(2_000)),
+            false
+        ));
+        assert!(!found_expired(
+            &reading(0),
+            &ledger(),
+            Some(&reading(0)),
+            false
+        ));
+    }
+
+    #[test]
+    fn nothing_is_marked_without_a_shortfall_or_a_prediction() {
+        assert!(!found_expired(&ledger(), &ledger(), Some(&ledger()), true));
+        assert!(!found_expired(&reading(0), &ledger(), None, true));
+        // Read less, but of another prefix (the prompt's size differs): not the same request.
+        let other = Usage {
+            cache_read: 0,
+            cache_write_5m: 8_000,
+            ..ledger()
+        };
+        assert!(!found_expired(&other, &ledger(), Some(&ledger()), false));
     }
 }

@@ -24,6 +24,10 @@ pub(super) struct Session<B> {
     /// after a new lease). A row that read less of the same prefix than it held found the cache
     /// gone, and says `expired` (`accounting.rs`).
     pub(super) ledger_cache: LedgerCache,
+    /// Whether the backend's cache mirror is behind [`Session::ledger_cache`]: set when the
+    /// ledger's cache is restored after a new lease (a new process's mirror starts empty),
+    /// cleared by the next row. A short read is then judged by the ledger's cache alone.
+    pub(super) mirror_behind: bool,
     /// The segment the next ledger row begins, set when a segment opens.
     pub(super) starting: Option<Starting>,
     /// The system the provider session was started (or resumed) with: its size — as the
@@ -119,6 +123,7 @@ impl<B> Session<B> {
             segment: None,
             acc: Accounting::new(params),
             ledger_cache: LedgerCache::new(),
+            mirror_behind: false,
             starting: None,
             launched: SegmentStart {
                 head: 0,

@@ -175,9 +175,14 @@ impl<B: Backend> MindRunner<B> {
                 Some(stop) => Err(stop),
                 None => {
                     let following = self.next_request(&outcome, &results, &protocol, after);
-                    match self.over_a_cap(&following, spent, budget, after).await? {
-                        Some(stop) => Err(stop),
-                        None => Ok(following),
+                    match self.over_a_cap(&following, spent, budget, after).await {
+                        Ok(Some(stop)) => Err(stop),
+                        Ok(None) => Ok(following),
+                        // The answer is billed and counted already: its row must reach the
+                        // ledger, so the step cannot fail here. A cap it cannot read stops the
+                        // run as a cap would (going on might cross it), as a Persona's retry
+                        // is not sent then either.
+                        Err(e) => Err(format!("its spend cap could not be read: {e}")),
                     }
                 }
             };

@@ -140,3 +140,37 @@ async fn a_flush_whose_tail_read_fails_is_held_and_committed_once() {
     let report = verify(&rows, &PriceTable::embedded(), &Default::default());
     assert_holds(&report, &rows);
 }
+
+/// A tool loop whose spend-cap check fails on the store between a request's answer and its
+/// commit (the settings read after the first request): the answer was billed and counted, so
+/// its row reaches the ledger — the run stops there, as a cap it cannot read would stop it —
+/// and the ledger replays exactly. The row used to be dropped with the step's error: one
+/// request answered more than the ledger holds, counted by the host and by no replay.
+#[tokio::test]
+async fn a_tool_loop_request_whose_cap_check_fails_is_recorded() {
+    let mut h = Harness::with_workspace("").await;
+    h.apply(&Act::Deliver { room: 0, words: 30 }).await;
+    // The step's own settings read passes; the loop's first cap check is refused.
+    h.faults.fail_settings_reads_after(1, 1);
+    for act in [
+        Act::ToolBrief { files: 4 },
+        Act::Deliver { room: 1, words: 20 },
+    ] {
+        h.apply(&act).await;
+    }
+    let end = h.now() + 2 * 3_600_000;
+    h.run_until(end).await;
+    let rows = ledger(&h.w).await;
+    assert_eq!(answered(&h), rows.len(), "{rows:#?}");
+    let failed =
+        h.w.host
+            .store
+            .briefs("vala", Some(BriefStatus::Failed), 10)
+            .await
+            .unwrap();
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+    let result = failed[0].result.clone().unwrap_or_default();
+    assert!(result.contains("spend cap could not be read"), "{result}");
+    let report = verify(&rows, &PriceTable::embedded(), &Default::default());
+    assert_holds(&report, &rows);
+}
