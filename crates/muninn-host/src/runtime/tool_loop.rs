@@ -172,17 +172,20 @@ impl<B: Backend> MindRunner<B> {
             let results = run_calls(&tools, &outcome.tool_calls).await;
             let after = self.host.clock.now_ms();
             let following = match self.cap_reached(request, max_requests, flushing) {
-                Some(stop) => Err(stop),
+                Some(stop) => Err((StopCause::Cap, stop)),
                 None => {
                     let following = self.next_request(&outcome, &results, &protocol, after);
                     match self.over_a_cap(&following, spent, budget, after).await {
-                        Ok(Some(stop)) => Err(stop),
+                        Ok(Some(stop)) => Err((StopCause::Cap, stop)),
                         Ok(None) => Ok(following),
                         // The answer is billed and counted already: its row must reach the
                         // ledger, so the step cannot fail here. A cap it cannot read stops the
                         // run as a cap would (going on might cross it), as a Persona's retry
-                        // is not sent then either.
-                        Err(e) => Err(format!("its spend cap could not be read: {e}")),
+                        // is not sent then either — reported as the store's failure, not a cap.
+                        Err(e) => Err((
+                            StopCause::StoreFailed,
+                            format!("its spend cap could not be read: {e}"),
+                        )),
                     }
                 }
             };
@@ -197,8 +200,8 @@ impl<B: Backend> MindRunner<B> {
                 .await?;
             match following {
                 Ok(following) => next = following,
-                Err(stop) => {
-                    let stopped = self.stop_run(brief, outcome, at, StopCause::Cap, stop);
+                Err((cause, stop)) => {
+                    let stopped = self.stop_run(brief, outcome, at, cause, stop);
                     return Ok(stopped);
                 }
             }

@@ -171,6 +171,23 @@ async fn a_tool_loop_request_whose_cap_check_fails_is_recorded() {
     assert_eq!(failed.len(), 1, "{failed:#?}");
     let result = failed[0].result.clone().unwrap_or_default();
     assert!(result.contains("spend cap could not be read"), "{result}");
+    // The Persona is told the store stopped it, not a cap.
+    let told =
+        h.w.host
+            .store
+            .pending_deliveries("vala", 0, 50)
+            .await
+            .unwrap();
+    let told = told
+        .iter()
+        .find(|d| d.room == "self")
+        .expect("never reported");
+    assert!(
+        told.text
+            .starts_with("Self run 1 was stopped when the store failed"),
+        "{}",
+        told.text
+    );
     let report = verify(&rows, &PriceTable::embedded(), &Default::default());
     assert_holds(&report, &rows);
 }
