@@ -60,6 +60,15 @@ pub(super) enum StopCause {
     StoreFailed,
 }
 
+/// Where a run stands against its caps after a request: its count and cap, its spend and budget.
+#[derive(Debug, Clone, Copy)]
+struct Caps {
+    request: u32,
+    max_requests: u32,
+    spent: MicroUsd,
+    budget: Option<i64>,
+}
+
 impl Driven {
     /// A run that was one request (the backend's own [`Backend::run`]).
     pub(super) fn single(run: RunOutcome) -> Driven {
@@ -171,24 +180,15 @@ impl<B: Backend> MindRunner<B> {
             }
             let results = run_calls(&tools, &outcome.tool_calls).await;
             let after = self.host.clock.now_ms();
-            let following = match self.cap_reached(request, max_requests, flushing) {
-                Some(stop) => Err((StopCause::Cap, stop)),
-                None => {
-                    let following = self.next_request(&outcome, &results, &protocol, after);
-                    match self.over_a_cap(&following, spent, budget, after).await {
-                        Ok(Some(stop)) => Err((StopCause::Cap, stop)),
-                        Ok(None) => Ok(following),
-                        // The answer is billed and counted already: its row must reach the
-                        // ledger, so the step cannot fail here. A cap it cannot read stops the
-                        // run as a cap would (going on might cross it), as a Persona's retry
-                        // is not sent then either — reported as the store's failure, not a cap.
-                        Err(e) => Err((
-                            StopCause::StoreFailed,
-                            format!("its spend cap could not be read: {e}"),
-                        )),
-                    }
-                }
+            let caps = Caps {
+                request,
+                max_requests,
+                spent,
+                budget,
             };
+            let following = self
+                .following(&outcome, &results, &protocol, flushing, caps, after)
+                .await;
             let sent = if following.is_ok() { &results[..] } else { &[] };
             let at = Stopped {
                 request,
@@ -205,6 +205,38 @@ impl<B: Backend> MindRunner<B> {
                     return Ok(stopped);
                 }
             }
+        }
+    }
+
+    /// The request that follows an answer with tool calls at `now`, or why the run stops before
+    /// it: the run's own caps, then the budget and the Mind's spend cap priced on that request.
+    async fn following(
+        &self,
+        outcome: &TurnOutcome,
+        results: &[(ToolCall, ToolOutput)],
+        protocol: &muninn_backend::FlushProtocol,
+        flushing: bool,
+        caps: Caps,
+        now: i64,
+    ) -> Result<Next, (StopCause, String)> {
+        if let Some(stop) = self.cap_reached(caps.request, caps.max_requests, flushing) {
+            return Err((StopCause::Cap, stop));
+        }
+        let following = self.next_request(outcome, results, protocol, now);
+        match self
+            .over_a_cap(&following, caps.spent, caps.budget, now)
+            .await
+        {
+            Ok(Some(stop)) => Err((StopCause::Cap, stop)),
+            Ok(None) => Ok(following),
+            // The answer is billed and counted already: its row must reach the ledger, so the
+            // step cannot fail here. A cap it cannot read stops the run as a cap would (going
+            // on might cross it), as a Persona's retry is not sent then either — reported as
+            // the store's failure, not a cap.
+            Err(e) => Err((
+                StopCause::StoreFailed,
+                format!("its spend cap could not be read: {e}"),
+            )),
         }
     }
 
