@@ -13,9 +13,12 @@ use crate::account::{Backoff, Context, Opened, lock, pause};
 use crate::client::{Direction, MatrixClient};
 use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
-use crate::history::{Chunk, Limits, Line, Window, mail_start, merge_rooms, read_chunk};
+use crate::history::{
+    Chunk, Limits, Line, Window, after_join, mail_start, merge_rooms, read_chunk,
+    settles_mail_start,
+};
 use crate::rooms::{Directory, RoomKind};
-use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse, is_joining, membership_of};
+use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse, is_joining};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
 use serde_json::Value;
@@ -408,12 +411,18 @@ impl Ear {
                     return Ok((events, start, back));
                 }
                 let Some(from) = paging else {
-                    return Ok((events, 0, back));
+                    let start = after_join(&events, own).unwrap_or(0);
+                    return Ok((events, start, back));
                 };
-                let is_own = |e: &RoomEvent| membership_of(e, own).is_some();
-                let (older, token) = self.page_back(room_id, from, None, &is_own).await?;
+                // Back past a profile change (a join over the join) and a join over an invite
+                // to the membership that says where the mail starts: stopping at the newest of
+                // the account's memberships lost what came between it and the join.
+                let settles = |e: &RoomEvent| settles_mail_start(e, own);
+                let (older, token) = self.page_back(room_id, from, None, &settles).await?;
                 events.splice(0..0, older);
-                let start = mail_start(&events, own).unwrap_or(0);
+                let start = mail_start(&events, own)
+                    .or_else(|| after_join(&events, own))
+                    .unwrap_or(0);
                 Ok((events, start, token))
             }
             (Some(since), false) => {

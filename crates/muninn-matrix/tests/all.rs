@@ -354,6 +354,40 @@ async fn a_direct_chat_is_accepted_and_what_was_sent_while_invited_is_mail() {
     running.stop().await;
 }
 
+/// More said in a direct chat while the bot was invited than a timeline holds: the answer with
+/// the join has the join but not the invite, which is still where the mail starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_chat_written_to_at_length_while_invited_is_all_mail() {
+    let Some(rig) = rig("dmlong").await else {
+        return;
+    };
+    let room = rig.human.create_room(None, &[&rig.bot], true).await;
+    let mut said = Vec::new();
+    for n in 0..4 {
+        said.push(
+            rig.human
+                .send(&room, &format!("while invited {n}"), &[])
+                .await,
+        );
+    }
+    let running = rig.start(&[], |c| c.timeline_limit = 2);
+    // The first answer holds the invite (accepted while it is read), the second the join.
+    eventually("the join committed", Duration::from_secs(30), || async {
+        (running.stats.snapshot().syncs >= 2).then_some(())
+    })
+    .await;
+    let mail = rig.mail().await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter()
+            .map(|d| d.source_id.as_str())
+            .collect::<Vec<_>>(),
+        said.iter().map(String::as_str).collect::<Vec<_>>(),
+        "what was sent while invited is mail: {:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_200_is_paged_back_and_delivered_whole_in_order() {
     let Some(rig) = rig("burst").await else {

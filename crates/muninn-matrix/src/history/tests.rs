@@ -213,6 +213,18 @@ fn a_new_rooms_mail_starts_after_the_invite_or_the_join() {
         message("$second", "@ann:hs", "second", 3),
     ];
     assert_eq!(mail_start(&profile, OWN), Some(2));
+    // Paging back stops at neither the profile change nor the join, but at a join that
+    // followed no invite.
+    assert!(!settles_mail_start(&profile[3], OWN) && settles_mail_start(&profile[1], OWN));
+    // A join over an invite the events do not hold: what came before it was sent while the
+    // account was invited, so the invite is to be found further back (not the join taken).
+    let mut join = member("$join", OWN, "join");
+    join.unsigned = json!({"prev_content": {"membership": "invite"}});
+    assert!(!settles_mail_start(&join, OWN));
+    assert!(settles_mail_start(&invited[1], OWN));
+    let late = [message("$hi", "@ann:hs", "sent while invited", 2), join];
+    assert_eq!(mail_start(&late, OWN), None);
+    assert_eq!(after_join(&late, OWN), Some(2));
 }
 
 #[test]
