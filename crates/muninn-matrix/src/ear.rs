@@ -204,10 +204,12 @@ impl Ear {
         // Known as joined only once this answer is committed: an answer read again after a
         // failed commit must find its new rooms new again.
         let rooms: Vec<String> = response.rooms.join.keys().cloned().collect();
+        let left: Vec<String> = response.rooms.leave.keys().cloned().collect();
+        let read: Vec<String> = rooms.iter().chain(&left).cloned().collect();
         let deliveries = match self.read(since, response).await {
             Ok(deliveries) => deliveries,
             Err(error) => {
-                self.forget_windows(&rooms);
+                self.forget_windows(&read);
                 return Err(error);
             }
         };
@@ -230,11 +232,14 @@ impl Ear {
         let posted = match self.context.store.post_batch(self.mind(), &batch).await {
             Ok(posted) => posted,
             Err(error) => {
-                self.forget_windows(&rooms);
+                self.forget_windows(&read);
                 return Err(error.into());
             }
         };
         self.joined.extend(rooms);
+        for room in &left {
+            self.joined.remove(room);
+        }
         let created = posted.iter().filter(|p| p.created).count();
         Stats::add(&self.context.stats.syncs, 1);
         Stats::add(&self.context.stats.delivered, created as u64);
@@ -277,8 +282,23 @@ impl Ear {
         let held =
             move |line: &Line| line.sender == own && segment_start.is_some_and(|s| line.ts >= s);
         let mut mail = Vec::new();
-        for (room_id, room) in response.rooms.join {
-            if let Some(joined) = room.summary.joined_member_count {
+        // A room left since `since` (a kick, a ban) holds what was said before the leave,
+        // which is mail like any other room's. Its members can no longer be looked up: it is
+        // read only if the account already knows what the room is.
+        let left = response
+            .rooms
+            .leave
+            .into_iter()
+            .filter(|(room_id, _)| !lock(&self.directory).needs_members(room_id))
+            .map(|(room_id, room)| (room_id, room, false))
+            .collect::<Vec<_>>();
+        let joined = response
+            .rooms
+            .join
+            .into_iter()
+            .map(|(room_id, room)| (room_id, room, true));
+        for (room_id, room, in_room) in joined.chain(left) {
+            if let (true, Some(joined)) = (in_room, room.summary.joined_member_count) {
                 lock(&self.directory).set_members(&room_id, joined);
             }
             // New to the account: not among the rooms it was in at its last commit, or its

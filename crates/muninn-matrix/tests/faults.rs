@@ -133,6 +133,49 @@ async fn a_new_rooms_history_stays_context_when_its_join_is_only_in_the_gap_read
     );
 }
 
+/// A message said just before the bot is kicked, in the same answer as the kick: the room is
+/// among the answer's left rooms, not its joined ones, and the message is mail all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_said_before_a_kick_in_the_same_answer_is_mail() {
+    let Some(rig) = rig("kick").await else {
+        return;
+    };
+    let name = alias("kick");
+    let room = rig.public_room(&name).await;
+    let running = rig.start(&[&format!("#{name}")], |c| c.max_pending = 1);
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    // One unanswered message holds the sync while another is said and the bot is kicked.
+    let mut said = vec![rig.human.send(&room, "m0", &[]).await];
+    let first = rig.mail_count(1).await;
+    said.push(rig.human.send(&room, "m1, before the kick", &[]).await);
+    rig.human.kick(&room, &rig.bot).await;
+    let held_at = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
+    rig.store
+        .ack_through(MIND, rig.token, first[0].seq)
+        .await
+        .unwrap();
+    // The first answer after the hold holds both m1 and the kick.
+    eventually("the kick committed", Duration::from_secs(30), || async {
+        let now = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
+        (now.map(|c| c.value) != held_at.as_ref().map(|c| c.value.clone())).then_some(())
+    })
+    .await;
+    let mail = rig.mail().await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m1, before the kick"],
+        "every message said while the bot was in the room, once"
+    );
+}
+
 /// A gap (more said than a timeline holds) whose batch the store refuses once: the retry
 /// pages the same gap back, whole, though the first attempt already read it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

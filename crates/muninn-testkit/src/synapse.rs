@@ -432,6 +432,18 @@ impl MatrixUser {
         .await;
     }
 
+    /// Kicks `user` out of `room`.
+    pub async fn kick(&self, room: &str, user: &str) {
+        let url = self.api(&format!("rooms/{}/kick", segment(room)));
+        post_json(
+            &self.http,
+            &url,
+            Some(&self.token),
+            &json!({"user_id": user, "reason": "test"}),
+        )
+        .await;
+    }
+
     /// Sends a text message (mentioning `mentions` in `m.mentions`); returns its event id.
     pub async fn send(&self, room: &str, text: &str, mentions: &[&str]) -> String {
         let txn = format!(
