@@ -38,6 +38,8 @@ struct Rig {
     synapse: &'static Synapse,
     human: MatrixUser,
     bot: String,
+    /// The bot's account as a client of its own (another device), for what its owner does.
+    bot_user: MatrixUser,
     store: Arc<dyn Store>,
     token: FencingToken,
     _dir: tempfile::TempDir,
@@ -74,10 +76,10 @@ async fn rig(test: &str) -> Option<Rig> {
     let synapse = synapse::shared()?;
     let n = USERS.fetch_add(1, Ordering::Relaxed);
     let human = synapse.register(&format!("ann-{test}-{n}"), PASSWORD).await;
-    let bot = synapse
+    let bot_user = synapse
         .register(&format!("vala-{test}-{n}"), PASSWORD)
-        .await
-        .user_id;
+        .await;
+    let bot = bot_user.user_id.clone();
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_in(dir.path()).await.unwrap());
     store
@@ -99,6 +101,7 @@ async fn rig(test: &str) -> Option<Rig> {
         synapse,
         human,
         bot,
+        bot_user,
         store,
         token,
         _dir: dir,

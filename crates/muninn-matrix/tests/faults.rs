@@ -176,6 +176,65 @@ async fn what_was_said_before_a_kick_in_the_same_answer_is_mail() {
     );
 }
 
+/// A room joined while the sync is held, and more said since than a timeline holds, with a
+/// profile change of the bot's between: the gap is paged back past it to the join, and every
+/// message after the join is mail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_rooms_gap_is_paged_back_past_a_profile_change_to_the_join() {
+    let Some(rig) = rig("rename").await else {
+        return;
+    };
+    let name = alias("rename");
+    let room = rig.public_room(&name).await;
+    let running = rig.start(&[&format!("#{name}")], |c| {
+        c.max_pending = 1;
+        c.timeline_limit = 2;
+    });
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    let first = vec![rig.human.send(&room, "m0", &[]).await];
+    let held = rig.mail_count(1).await;
+    // While the sync is held, the bot's owner joins it to a second room, where the person
+    // writes before and after the bot's profile change.
+    let other = rig
+        .human
+        .create_room(Some(&alias("rename-b")), &[], false)
+        .await;
+    rig.human.send(&other, "before the bot", &[]).await;
+    rig.bot_user.join(&other).await;
+    let mut said = first;
+    said.push(rig.human.send(&other, "b0", &[]).await);
+    rig.bot_user.set_display_name("Vala, renamed").await;
+    // Synapse updates the bot's membership in each room in the background after it answers.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for n in 1..4 {
+        said.push(rig.human.send(&other, &format!("b{n}"), &[]).await);
+    }
+    rig.store
+        .ack_through(MIND, rig.token, held[0].seq)
+        .await
+        .unwrap();
+    let mail = rig.mail_count(5).await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "b0", "b1", "b2", "b3"],
+        "every message after the join, once; the one before it context"
+    );
+    assert_eq!(
+        mail.iter()
+            .map(|d| d.source_id.as_str())
+            .collect::<Vec<_>>(),
+        said.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+}
+
 /// A gap (more said than a timeline holds) whose batch the store refuses once: the retry
 /// pages the same gap back, whole, though the first attempt already read it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
