@@ -14,11 +14,11 @@ use crate::client::{Direction, MatrixClient};
 use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
 use crate::history::{
-    Chunk, Limits, Line, Window, after_join, mail_start, merge_rooms, read_chunk,
-    settles_mail_start,
+    Chunk, Limits, Line, Window, after_join, changes_membership, mail_start, merge_rooms,
+    out_before, read_chunk, settles_mail_start,
 };
 use crate::rooms::{Directory, RoomKind};
-use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse, is_joining};
+use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
 use serde_json::Value;
@@ -301,21 +301,26 @@ impl Ear {
             if let (true, Some(joined)) = (in_room, room.summary.joined_member_count) {
                 lock(&self.directory).set_members(&room_id, joined);
             }
-            // New to the account: not among the rooms it was in at its last commit, or its
-            // join is in this timeline (an answer read again by a process that started after
-            // the join, which finds the room among its rooms).
-            let newly = since.is_some()
-                && (!self.joined.contains(&room_id)
-                    || room
-                        .timeline
-                        .events
-                        .iter()
-                        .any(|e| is_joining(e, &self.context.account.user_id)));
+            // New to the account: not among the rooms it was in at its last commit.
+            let own = &self.context.account.user_id;
+            let known = self.joined.contains(&room_id);
+            let newly = since.is_some() && !known;
+            // Among them, but its membership changed since (a kick and a re-join, or a join
+            // read again by a process that started after it): Synapse answers such a room as
+            // newly joined, its timeline reaching back before `since`.
+            let changed = since.is_some()
+                && known
+                && room
+                    .timeline
+                    .events
+                    .iter()
+                    .any(|e| changes_membership(e, own));
+            let room_state = (newly, changed);
             let Some(kind) = self.kind_of(&room_id).await? else {
                 continue;
             };
             mail.push(
-                self.read_room(since, &room_id, &kind, room, newly, &held)
+                self.read_room(since, &room_id, &kind, room, room_state, &held)
                     .await?,
             );
         }
@@ -354,11 +359,17 @@ impl Ear {
         room_id: &str,
         kind: &RoomKind,
         room: JoinedRoom,
-        newly: bool,
+        (newly, changed): (bool, bool),
         held: &(dyn Fn(&Line) -> bool + Sync),
     ) -> Result<Vec<(i64, NewDelivery)>, MatrixError> {
         let own = self.context.account.user_id.clone();
-        let (events, mail_from, back) = self.gather(since, room_id, room, newly).await?;
+        let (events, mail_from, back, out_at_start) = match (since, changed) {
+            (Some(since), true) => self.since_membership_change(since, room_id, room).await?,
+            _ => {
+                let (events, mail_from, back) = self.gather(since, room_id, room, newly).await?;
+                (events, mail_from, back, false)
+            }
+        };
         let has_mail = events[mail_from.min(events.len())..]
             .iter()
             .any(|e| e.sender != own && Line::of(e).is_some());
@@ -393,6 +404,7 @@ impl Ear {
             kind,
             events: &events,
             mail_from,
+            out_at_start,
         };
         let now = self.context.clock.now_ms();
         let window = self.windows.entry(room_id.to_owned()).or_default();
@@ -460,6 +472,54 @@ impl Ear {
                 Ok((events, start, token))
             }
         }
+    }
+
+    /// A room the account was in at `since` whose membership changed since: the events after
+    /// `since` (paged forwards from it to the timeline's last event), each message mail if the
+    /// account was in the room when it was said. Returns the events, where mail starts, the
+    /// token before them and whether the account was out at the first.
+    async fn since_membership_change(
+        &self,
+        since: &str,
+        room_id: &str,
+        room: JoinedRoom,
+    ) -> Result<(Vec<RoomEvent>, usize, Option<String>, bool), MatrixError> {
+        let own = &self.context.account.user_id;
+        let last = room.timeline.events.last().map(|e| e.event_id.clone());
+        let mut events = Vec::new();
+        let mut token = since.to_owned();
+        loop {
+            let page = self
+                .client
+                .messages(
+                    room_id,
+                    &token,
+                    None,
+                    Direction::Forward,
+                    PAGE,
+                    &self.page_filter,
+                )
+                .await?;
+            Stats::add(&self.context.stats.pages, 1);
+            let empty = page.chunk.is_empty();
+            let before = events.len();
+            events.extend(page.chunk);
+            let done = events[before..]
+                .iter()
+                .any(|e| Some(&e.event_id) == last.as_ref());
+            match page.end.filter(|_| !empty && !done) {
+                Some(end) if events.len() < MAX_GAP_EVENTS => token = end,
+                _ => break,
+            }
+        }
+        if let Some(end) = events
+            .iter()
+            .position(|e| Some(&e.event_id) == last.as_ref())
+        {
+            events.truncate(end + 1);
+        }
+        let out = out_before(&events, own) == Some(true);
+        Ok((events, 0, Some(since.to_owned()), out))
     }
 
     /// Pages a room back from `from` (to `to`, if given) until an event `stop` accepts

@@ -203,6 +203,20 @@ pub fn settles_mail_start(event: &RoomEvent, own: &str) -> bool {
     }
 }
 
+/// Whether the account was out of the room (neither joined nor invited) before the first of
+/// its membership events among `events`, as that event's previous membership says; `None` when
+/// there is none.
+pub fn out_before(events: &[RoomEvent], own: &str) -> Option<bool> {
+    let first = events.iter().find(|e| membership_of(e, own).is_some())?;
+    Some(!matches!(prev_membership(first), Some("join" | "invite")))
+}
+
+/// Whether the event changes the account's membership (not a profile change, a join over a
+/// join).
+pub fn changes_membership(event: &RoomEvent, own: &str) -> bool {
+    membership_of(event, own).is_some_and(|m| m != "join" || prev_membership(event) != Some("join"))
+}
+
 fn prev_membership(event: &RoomEvent) -> Option<&str> {
     event
         .unsigned
@@ -221,6 +235,9 @@ pub struct Chunk<'a> {
     pub events: &'a [RoomEvent],
     /// Events before this index are history (context, not mail).
     pub mail_from: usize,
+    /// Whether the account was out of the room at the first event: until one of its
+    /// membership events says otherwise, what is said is history.
+    pub out_at_start: bool,
 }
 
 /// Reads a room's chunk into its window and returns its mail: one delivery per message from
@@ -235,11 +252,17 @@ pub fn read_chunk(
     received_at_ms: i64,
 ) -> Vec<(i64, NewDelivery)> {
     let mut mail = Vec::new();
+    // The account's membership as of the event: a message said while it was out of the room
+    // (kicked, banned, left, between two of its joins) is history, not mail.
+    let mut out = chunk.out_at_start;
     for (i, event) in chunk.events.iter().enumerate() {
+        if let Some(membership) = membership_of(event, own) {
+            out = !matches!(membership, "join" | "invite");
+        }
         let Some(message) = MessageContent::of(event) else {
             continue;
         };
-        if i >= chunk.mail_from && event.sender != own {
+        if i >= chunk.mail_from && !out && event.sender != own {
             let (room, is_direct) = match chunk.kind {
                 RoomKind::Public { name } => (name.clone(), false),
                 RoomKind::Direct => (chunk.room_id.to_owned(), true),

@@ -235,6 +235,57 @@ async fn a_new_rooms_gap_is_paged_back_past_a_profile_change_to_the_join() {
     );
 }
 
+/// The bot kicked and back within one answer: what was said before the kick is mail, what was
+/// said while it was out is not, what was said after it came back is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kick_and_a_rejoin_in_one_answer_keep_the_mail_before_the_kick() {
+    let Some(rig) = rig("rejoin").await else {
+        return;
+    };
+    let name = alias("rejoin");
+    let room = rig.public_room(&name).await;
+    let running = rig.start(&[&format!("#{name}")], |c| c.max_pending = 1);
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    // One unanswered message holds the sync while the bot is kicked and its owner joins it
+    // back.
+    rig.human.send(&room, "m0", &[]).await;
+    let held = rig.mail_count(1).await;
+    rig.human.send(&room, "m1, before the kick", &[]).await;
+    rig.human.kick(&room, &rig.bot).await;
+    rig.human.send(&room, "while the bot is out", &[]).await;
+    rig.bot_user.join(&room).await;
+    rig.human.send(&room, "m2, after it is back", &[]).await;
+    rig.store
+        .ack_through(MIND, rig.token, held[0].seq)
+        .await
+        .unwrap();
+    let mail = rig.mail_count(2).await;
+    // A batch more, so that a delivery the answer should not have made would be there by now.
+    rig.store
+        .ack_through(MIND, rig.token, mail.last().unwrap().seq)
+        .await
+        .unwrap();
+    rig.human.send(&room, "m3", &[]).await;
+    let mail = eventually("m3", Duration::from_secs(30), || async {
+        let now = rig.mail().await;
+        (now.len() > mail.len() && now.iter().any(|d| d.text == "m3")).then_some(now)
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m1, before the kick", "m2, after it is back", "m3"],
+        "mail while the bot was in the room, once"
+    );
+}
+
 /// A gap (more said than a timeline holds) whose batch the store refuses once: the retry
 /// pages the same gap back, whole, though the first attempt already read it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
