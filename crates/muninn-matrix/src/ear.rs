@@ -468,7 +468,12 @@ impl Ear {
                 // The account's own join in the gap: an answer read again by a process that
                 // started after the join (so the room is among its rooms) whose timeline was
                 // too short to hold it. The room is new after all; what came before is context.
-                let start = mail_start(&events, own).unwrap_or(0);
+                // A gap that opens with the account leaving (a kick, then a re-join) is an old
+                // room's: what was said while it was in is mail, which `read_chunk` tells.
+                let start = match out_before(&events, own) {
+                    Some(true) => mail_start(&events, own).unwrap_or(0),
+                    _ => 0,
+                };
                 Ok((events, start, token))
             }
         }

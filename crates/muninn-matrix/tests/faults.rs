@@ -239,12 +239,26 @@ async fn a_new_rooms_gap_is_paged_back_past_a_profile_change_to_the_join() {
 /// said while it was out is not, what was said after it came back is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kick_and_a_rejoin_in_one_answer_keep_the_mail_before_the_kick() {
-    let Some(rig) = rig("rejoin").await else {
+    kick_and_rejoin("rejoin", 50).await;
+}
+
+/// As above, with less room in the timeline than was said after the re-join: the kick and the
+/// re-join are found only in the gap paged back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kick_and_a_rejoin_only_in_the_gap_keep_the_mail_before_the_kick() {
+    kick_and_rejoin("rejoingap", 1).await;
+}
+
+async fn kick_and_rejoin(test: &str, timeline_limit: u32) {
+    let Some(rig) = rig(test).await else {
         return;
     };
-    let name = alias("rejoin");
+    let name = alias(test);
     let room = rig.public_room(&name).await;
-    let running = rig.start(&[&format!("#{name}")], |c| c.max_pending = 1);
+    let running = rig.start(&[&format!("#{name}")], |c| {
+        c.max_pending = 1;
+        c.timeline_limit = timeline_limit;
+    });
     eventually("the first sync", Duration::from_secs(30), || async {
         rig.store
             .cursor(MIND, SYNC_CURSOR)
