@@ -517,11 +517,20 @@ impl Ear {
                 _ => break,
             }
         }
-        if let Some(end) = events
+        match events
             .iter()
             .position(|e| Some(&e.event_id) == last.as_ref())
         {
-            events.truncate(end + 1);
+            Some(end) => events.truncate(end + 1),
+            None => {
+                // Paged forwards to the limit (or to an end) without reaching the timeline: its
+                // events are the newest and are read whatever lies between was skipped.
+                tracing::error!(mind = %self.mind(), room = %room_id, paged = events.len(),
+                    "matrix: paging from the last sync did not reach the timeline; events between are skipped");
+                let held: HashSet<String> = events.iter().map(|e| e.event_id.clone()).collect();
+                let timeline = room.timeline.events.into_iter();
+                events.extend(timeline.filter(|e| !held.contains(&e.event_id)));
+            }
         }
         let out = out_before(&events, own) == Some(true);
         Ok((events, 0, Some(since.to_owned()), out))
