@@ -13,9 +13,12 @@ use crate::account::{Backoff, Context, Opened, lock, pause};
 use crate::client::{Direction, MatrixClient};
 use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
-use crate::history::{Chunk, Limits, Line, Window, mail_start, merge_rooms, read_chunk};
+use crate::history::{
+    Chunk, Limits, Line, Window, after_join, changes_membership, mail_start, merge_rooms,
+    out_before, read_chunk, settles_mail_start,
+};
 use crate::rooms::{Directory, RoomKind};
-use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse, is_joining, membership_of};
+use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
 use serde_json::Value;
@@ -201,10 +204,12 @@ impl Ear {
         // Known as joined only once this answer is committed: an answer read again after a
         // failed commit must find its new rooms new again.
         let rooms: Vec<String> = response.rooms.join.keys().cloned().collect();
+        let left: Vec<String> = response.rooms.leave.keys().cloned().collect();
+        let read: Vec<String> = rooms.iter().chain(&left).cloned().collect();
         let deliveries = match self.read(since, response).await {
             Ok(deliveries) => deliveries,
             Err(error) => {
-                self.forget_windows(&rooms);
+                self.forget_windows(&read);
                 return Err(error);
             }
         };
@@ -227,11 +232,14 @@ impl Ear {
         let posted = match self.context.store.post_batch(self.mind(), &batch).await {
             Ok(posted) => posted,
             Err(error) => {
-                self.forget_windows(&rooms);
+                self.forget_windows(&read);
                 return Err(error.into());
             }
         };
         self.joined.extend(rooms);
+        for room in &left {
+            self.joined.remove(room);
+        }
         let created = posted.iter().filter(|p| p.created).count();
         Stats::add(&self.context.stats.syncs, 1);
         Stats::add(&self.context.stats.delivered, created as u64);
@@ -274,25 +282,45 @@ impl Ear {
         let held =
             move |line: &Line| line.sender == own && segment_start.is_some_and(|s| line.ts >= s);
         let mut mail = Vec::new();
-        for (room_id, room) in response.rooms.join {
-            if let Some(joined) = room.summary.joined_member_count {
+        // A room left since `since` (a kick, a ban) holds what was said before the leave,
+        // which is mail like any other room's. Its members can no longer be looked up: it is
+        // read only if the account already knows what the room is.
+        let left = response
+            .rooms
+            .leave
+            .into_iter()
+            .filter(|(room_id, _)| !lock(&self.directory).needs_members(room_id))
+            .map(|(room_id, room)| (room_id, room, false))
+            .collect::<Vec<_>>();
+        let joined = response
+            .rooms
+            .join
+            .into_iter()
+            .map(|(room_id, room)| (room_id, room, true));
+        for (room_id, room, in_room) in joined.chain(left) {
+            if let (true, Some(joined)) = (in_room, room.summary.joined_member_count) {
                 lock(&self.directory).set_members(&room_id, joined);
             }
-            // New to the account: not among the rooms it was in at its last commit, or its
-            // join is in this timeline (an answer read again by a process that started after
-            // the join, which finds the room among its rooms).
-            let newly = since.is_some()
-                && (!self.joined.contains(&room_id)
-                    || room
-                        .timeline
-                        .events
-                        .iter()
-                        .any(|e| is_joining(e, &self.context.account.user_id)));
+            // New to the account: not among the rooms it was in at its last commit.
+            let own = &self.context.account.user_id;
+            let known = self.joined.contains(&room_id);
+            let newly = since.is_some() && !known;
+            // Among them, but its membership changed since (a kick and a re-join, or a join
+            // read again by a process that started after it): Synapse answers such a room as
+            // newly joined, its timeline reaching back before `since`.
+            let changed = since.is_some()
+                && known
+                && room
+                    .timeline
+                    .events
+                    .iter()
+                    .any(|e| changes_membership(e, own));
+            let room_state = (newly, changed);
             let Some(kind) = self.kind_of(&room_id).await? else {
                 continue;
             };
             mail.push(
-                self.read_room(since, &room_id, &kind, room, newly, &held)
+                self.read_room(since, &room_id, &kind, room, room_state, &held)
                     .await?,
             );
         }
@@ -331,11 +359,17 @@ impl Ear {
         room_id: &str,
         kind: &RoomKind,
         room: JoinedRoom,
-        newly: bool,
+        (newly, changed): (bool, bool),
         held: &(dyn Fn(&Line) -> bool + Sync),
     ) -> Result<Vec<(i64, NewDelivery)>, MatrixError> {
         let own = self.context.account.user_id.clone();
-        let (events, mail_from, back) = self.gather(since, room_id, room, newly).await?;
+        let (events, mail_from, back, out_at_start) = match (since, changed) {
+            (Some(since), true) => self.since_membership_change(since, room_id, room).await?,
+            _ => {
+                let (events, mail_from, back) = self.gather(since, room_id, room, newly).await?;
+                (events, mail_from, back, false)
+            }
+        };
         let has_mail = events[mail_from.min(events.len())..]
             .iter()
             .any(|e| e.sender != own && Line::of(e).is_some());
@@ -370,6 +404,7 @@ impl Ear {
             kind,
             events: &events,
             mail_from,
+            out_at_start,
         };
         let now = self.context.clock.now_ms();
         let window = self.windows.entry(room_id.to_owned()).or_default();
@@ -408,12 +443,18 @@ impl Ear {
                     return Ok((events, start, back));
                 }
                 let Some(from) = paging else {
-                    return Ok((events, 0, back));
+                    let start = after_join(&events, own).unwrap_or(0);
+                    return Ok((events, start, back));
                 };
-                let is_own = |e: &RoomEvent| membership_of(e, own).is_some();
-                let (older, token) = self.page_back(room_id, from, None, &is_own).await?;
+                // Back past a profile change (a join over the join) and a join over an invite
+                // to the membership that says where the mail starts: stopping at the newest of
+                // the account's memberships lost what came between it and the join.
+                let settles = |e: &RoomEvent| settles_mail_start(e, own);
+                let (older, token) = self.page_back(room_id, from, None, &settles).await?;
                 events.splice(0..0, older);
-                let start = mail_start(&events, own).unwrap_or(0);
+                let start = mail_start(&events, own)
+                    .or_else(|| after_join(&events, own))
+                    .unwrap_or(0);
                 Ok((events, start, token))
             }
             (Some(since), false) => {
@@ -427,10 +468,72 @@ impl Ear {
                 // The account's own join in the gap: an answer read again by a process that
                 // started after the join (so the room is among its rooms) whose timeline was
                 // too short to hold it. The room is new after all; what came before is context.
-                let start = mail_start(&events, own).unwrap_or(0);
+                // A gap that opens with the account leaving (a kick, then a re-join) is an old
+                // room's: what was said while it was in is mail, which `read_chunk` tells.
+                let start = match out_before(&events, own) {
+                    Some(true) => mail_start(&events, own).unwrap_or(0),
+                    _ => 0,
+                };
                 Ok((events, start, token))
             }
         }
+    }
+
+    /// A room the account was in at `since` whose membership changed since: the events after
+    /// `since` (paged forwards from it to the timeline's last event), each message mail if the
+    /// account was in the room when it was said. Returns the events, where mail starts, the
+    /// token before them and whether the account was out at the first.
+    async fn since_membership_change(
+        &self,
+        since: &str,
+        room_id: &str,
+        room: JoinedRoom,
+    ) -> Result<(Vec<RoomEvent>, usize, Option<String>, bool), MatrixError> {
+        let own = &self.context.account.user_id;
+        let last = room.timeline.events.last().map(|e| e.event_id.clone());
+        let mut events = Vec::new();
+        let mut token = since.to_owned();
+        loop {
+            let page = self
+                .client
+                .messages(
+                    room_id,
+                    &token,
+                    None,
+                    Direction::Forward,
+                    PAGE,
+                    &self.page_filter,
+                )
+                .await?;
+            Stats::add(&self.context.stats.pages, 1);
+            let empty = page.chunk.is_empty();
+            let before = events.len();
+            events.extend(page.chunk);
+            let done = events[before..]
+                .iter()
+                .any(|e| Some(&e.event_id) == last.as_ref());
+            match page.end.filter(|_| !empty && !done) {
+                Some(end) if events.len() < MAX_GAP_EVENTS => token = end,
+                _ => break,
+            }
+        }
+        match events
+            .iter()
+            .position(|e| Some(&e.event_id) == last.as_ref())
+        {
+            Some(end) => events.truncate(end + 1),
+            None => {
+                // Paged forwards to the limit (or to an end) without reaching the timeline: its
+                // events are the newest and are read whatever lies between was skipped.
+                tracing::error!(mind = %self.mind(), room = %room_id, paged = events.len(),
+                    "matrix: paging from the last sync did not reach the timeline; events between are skipped");
+                let held: HashSet<String> = events.iter().map(|e| e.event_id.clone()).collect();
+                let timeline = room.timeline.events.into_iter();
+                events.extend(timeline.filter(|e| !held.contains(&e.event_id)));
+            }
+        }
+        let out = out_before(&events, own) == Some(true);
+        Ok((events, 0, Some(since.to_owned()), out))
     }
 
     /// Pages a room back from `from` (to `to`, if given) until an event `stop` accepts

@@ -164,15 +164,64 @@ impl Window {
 /// Where mail starts in the events of a room the account joined since its last sync: after
 /// its invite (a message sent while it was invited is for it), or after its join when it joined
 /// uninvited. History before that is context. `None`: the account's membership is not among
-/// the events (page back further). A profile change (a join after a join) is not the join: the
-/// mail after the join and before it would be taken for history.
+/// the events, or its join followed an invite that is not (page back further). A profile
+/// change (a join after a join) is not the join: the mail after the join and before it would
+/// be taken for history.
 pub fn mail_start(events: &[RoomEvent], own: &str) -> Option<usize> {
     let join = events.iter().rposition(|e| is_joining(e, own))?;
-    let invite = events[..join]
+    match events[..join]
         .iter()
         .rposition(|e| membership_of(e, own).is_some())
-        .filter(|&i| membership_of(&events[i], own) == Some("invite"));
-    Some(invite.unwrap_or(join) + 1)
+    {
+        Some(i) if membership_of(&events[i], own) == Some("invite") => Some(i + 1),
+        Some(_) => Some(join + 1),
+        // The invite is older than these events: the messages before the join, sent while
+        // the account was invited, are mail too, and only more history says which they are.
+        None if prev_membership(&events[join]) == Some("invite") => None,
+        None => Some(join + 1),
+    }
+}
+
+/// Just after the account's latest join among the events: where mail starts when its invite
+/// could not be found (a gap longer than the connector pages back).
+pub fn after_join(events: &[RoomEvent], own: &str) -> Option<usize> {
+    events
+        .iter()
+        .rposition(|e| is_joining(e, own))
+        .map(|j| j + 1)
+}
+
+/// Whether paging a new room back can stop at `event`: it is where [`mail_start`] can tell
+/// where the mail starts — the account's invite (or another membership that is not a join),
+/// or a join that followed no invite. A profile change (a join over a join) is not, nor a join
+/// over an invite (the invite is further back).
+pub fn settles_mail_start(event: &RoomEvent, own: &str) -> bool {
+    match membership_of(event, own) {
+        None => false,
+        Some("join") => is_joining(event, own) && prev_membership(event) != Some("invite"),
+        Some(_) => true,
+    }
+}
+
+/// Whether the account was out of the room (neither joined nor invited) before the first of
+/// its membership events among `events`, as that event's previous membership says; `None` when
+/// there is none.
+pub fn out_before(events: &[RoomEvent], own: &str) -> Option<bool> {
+    let first = events.iter().find(|e| membership_of(e, own).is_some())?;
+    Some(!matches!(prev_membership(first), Some("join" | "invite")))
+}
+
+/// Whether the event changes the account's membership (not a profile change, a join over a
+/// join).
+pub fn changes_membership(event: &RoomEvent, own: &str) -> bool {
+    membership_of(event, own).is_some_and(|m| m != "join" || prev_membership(event) != Some("join"))
+}
+
+fn prev_membership(event: &RoomEvent) -> Option<&str> {
+    event
+        .unsigned
+        .pointer("/prev_content/membership")
+        .and_then(serde_json::Value::as_str)
 }
 
 /// One room's events from a sync, as the connector reads them.
@@ -186,6 +235,9 @@ pub struct Chunk<'a> {
     pub events: &'a [RoomEvent],
     /// Events before this index are history (context, not mail).
     pub mail_from: usize,
+    /// Whether the account was out of the room at the first event: until one of its
+    /// membership events says otherwise, what is said is history.
+    pub out_at_start: bool,
 }
 
 /// Reads a room's chunk into its window and returns its mail: one delivery per message from
@@ -200,11 +252,17 @@ pub fn read_chunk(
     received_at_ms: i64,
 ) -> Vec<(i64, NewDelivery)> {
     let mut mail = Vec::new();
+    // The account's membership as of the event: a message said while it was out of the room
+    // (kicked, banned, left, between two of its joins) is history, not mail.
+    let mut out = chunk.out_at_start;
     for (i, event) in chunk.events.iter().enumerate() {
+        if let Some(membership) = membership_of(event, own) {
+            out = !matches!(membership, "join" | "invite");
+        }
         let Some(message) = MessageContent::of(event) else {
             continue;
         };
-        if i >= chunk.mail_from && event.sender != own {
+        if i >= chunk.mail_from && !out && event.sender != own {
             let (room, is_direct) = match chunk.kind {
                 RoomKind::Public { name } => (name.clone(), false),
                 RoomKind::Direct => (chunk.room_id.to_owned(), true),

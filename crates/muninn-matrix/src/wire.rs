@@ -105,6 +105,10 @@ pub struct Rooms {
     /// Rooms the user is invited to, by room id.
     #[serde(default)]
     pub invite: BTreeMap<String, InvitedRoom>,
+    /// Rooms the user left (or was kicked or banned from) since `since`, by room id: their
+    /// timelines end at the leave and hold what was said before it.
+    #[serde(default)]
+    pub leave: BTreeMap<String, JoinedRoom>,
 }
 
 /// A joined room in a sync.

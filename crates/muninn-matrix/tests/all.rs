@@ -38,6 +38,8 @@ struct Rig {
     synapse: &'static Synapse,
     human: MatrixUser,
     bot: String,
+    /// The bot's account as a client of its own (another device), for what its owner does.
+    bot_user: MatrixUser,
     store: Arc<dyn Store>,
     token: FencingToken,
     _dir: tempfile::TempDir,
@@ -74,10 +76,10 @@ async fn rig(test: &str) -> Option<Rig> {
     let synapse = synapse::shared()?;
     let n = USERS.fetch_add(1, Ordering::Relaxed);
     let human = synapse.register(&format!("ann-{test}-{n}"), PASSWORD).await;
-    let bot = synapse
+    let bot_user = synapse
         .register(&format!("vala-{test}-{n}"), PASSWORD)
-        .await
-        .user_id;
+        .await;
+    let bot = bot_user.user_id.clone();
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_in(dir.path()).await.unwrap());
     store
@@ -99,6 +101,7 @@ async fn rig(test: &str) -> Option<Rig> {
         synapse,
         human,
         bot,
+        bot_user,
         store,
         token,
         _dir: dir,
@@ -352,6 +355,40 @@ async fn a_direct_chat_is_accepted_and_what_was_sent_while_invited_is_mail() {
     .await;
     assert_eq!(seen, vec!["yes, by room", "yes, by person"]);
     running.stop().await;
+}
+
+/// More said in a direct chat while the bot was invited than a timeline holds: the answer with
+/// the join has the join but not the invite, which is still where the mail starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_chat_written_to_at_length_while_invited_is_all_mail() {
+    let Some(rig) = rig("dmlong").await else {
+        return;
+    };
+    let room = rig.human.create_room(None, &[&rig.bot], true).await;
+    let mut said = Vec::new();
+    for n in 0..4 {
+        said.push(
+            rig.human
+                .send(&room, &format!("while invited {n}"), &[])
+                .await,
+        );
+    }
+    let running = rig.start(&[], |c| c.timeline_limit = 2);
+    // The first answer holds the invite (accepted while it is read), the second the join.
+    eventually("the join committed", Duration::from_secs(30), || async {
+        (running.stats.snapshot().syncs >= 2).then_some(())
+    })
+    .await;
+    let mail = rig.mail().await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter()
+            .map(|d| d.source_id.as_str())
+            .collect::<Vec<_>>(),
+        said.iter().map(String::as_str).collect::<Vec<_>>(),
+        "what was sent while invited is mail: {:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

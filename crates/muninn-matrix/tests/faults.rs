@@ -133,6 +133,173 @@ async fn a_new_rooms_history_stays_context_when_its_join_is_only_in_the_gap_read
     );
 }
 
+/// A message said just before the bot is kicked, in the same answer as the kick: the room is
+/// among the answer's left rooms, not its joined ones, and the message is mail all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_said_before_a_kick_in_the_same_answer_is_mail() {
+    let Some(rig) = rig("kick").await else {
+        return;
+    };
+    let name = alias("kick");
+    let room = rig.public_room(&name).await;
+    let running = rig.start(&[&format!("#{name}")], |c| c.max_pending = 1);
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    // One unanswered message holds the sync while another is said and the bot is kicked.
+    let mut said = vec![rig.human.send(&room, "m0", &[]).await];
+    let first = rig.mail_count(1).await;
+    said.push(rig.human.send(&room, "m1, before the kick", &[]).await);
+    rig.human.kick(&room, &rig.bot).await;
+    let held_at = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
+    rig.store
+        .ack_through(MIND, rig.token, first[0].seq)
+        .await
+        .unwrap();
+    // The first answer after the hold holds both m1 and the kick.
+    eventually("the kick committed", Duration::from_secs(30), || async {
+        let now = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
+        (now.map(|c| c.value) != held_at.as_ref().map(|c| c.value.clone())).then_some(())
+    })
+    .await;
+    let mail = rig.mail().await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m1, before the kick"],
+        "every message said while the bot was in the room, once"
+    );
+}
+
+/// A room joined while the sync is held, and more said since than a timeline holds, with a
+/// profile change of the bot's between: the gap is paged back past it to the join, and every
+/// message after the join is mail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_rooms_gap_is_paged_back_past_a_profile_change_to_the_join() {
+    let Some(rig) = rig("rename").await else {
+        return;
+    };
+    let name = alias("rename");
+    let room = rig.public_room(&name).await;
+    let running = rig.start(&[&format!("#{name}")], |c| {
+        c.max_pending = 1;
+        c.timeline_limit = 2;
+    });
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    let first = vec![rig.human.send(&room, "m0", &[]).await];
+    let held = rig.mail_count(1).await;
+    // While the sync is held, the bot's owner joins it to a second room, where the person
+    // writes before and after the bot's profile change.
+    let other = rig
+        .human
+        .create_room(Some(&alias("rename-b")), &[], false)
+        .await;
+    rig.human.send(&other, "before the bot", &[]).await;
+    rig.bot_user.join(&other).await;
+    let mut said = first;
+    said.push(rig.human.send(&other, "b0", &[]).await);
+    rig.bot_user.set_display_name("Vala, renamed").await;
+    // Synapse updates the bot's membership in each room in the background after it answers.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for n in 1..4 {
+        said.push(rig.human.send(&other, &format!("b{n}"), &[]).await);
+    }
+    rig.store
+        .ack_through(MIND, rig.token, held[0].seq)
+        .await
+        .unwrap();
+    let mail = rig.mail_count(5).await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "b0", "b1", "b2", "b3"],
+        "every message after the join, once; the one before it context"
+    );
+    assert_eq!(
+        mail.iter()
+            .map(|d| d.source_id.as_str())
+            .collect::<Vec<_>>(),
+        said.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+}
+
+/// The bot kicked and back within one answer: what was said before the kick is mail, what was
+/// said while it was out is not, what was said after it came back is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kick_and_a_rejoin_in_one_answer_keep_the_mail_before_the_kick() {
+    kick_and_rejoin("rejoin", 50).await;
+}
+
+/// As above, with less room in the timeline than was said after the re-join: the kick and the
+/// re-join are found only in the gap paged back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kick_and_a_rejoin_only_in_the_gap_keep_the_mail_before_the_kick() {
+    kick_and_rejoin("rejoingap", 1).await;
+}
+
+async fn kick_and_rejoin(test: &str, timeline_limit: u32) {
+    let Some(rig) = rig(test).await else {
+        return;
+    };
+    let name = alias(test);
+    let room = rig.public_room(&name).await;
+    let running = rig.start(&[&format!("#{name}")], |c| {
+        c.max_pending = 1;
+        c.timeline_limit = timeline_limit;
+    });
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    // One unanswered message holds the sync while the bot is kicked and its owner joins it
+    // back.
+    rig.human.send(&room, "m0", &[]).await;
+    let held = rig.mail_count(1).await;
+    rig.human.send(&room, "m1, before the kick", &[]).await;
+    rig.human.kick(&room, &rig.bot).await;
+    rig.human.send(&room, "while the bot is out", &[]).await;
+    rig.bot_user.join(&room).await;
+    rig.human.send(&room, "m2, after it is back", &[]).await;
+    rig.store
+        .ack_through(MIND, rig.token, held[0].seq)
+        .await
+        .unwrap();
+    let mail = rig.mail_count(2).await;
+    // A batch more, so that a delivery the answer should not have made would be there by now.
+    rig.store
+        .ack_through(MIND, rig.token, mail.last().unwrap().seq)
+        .await
+        .unwrap();
+    rig.human.send(&room, "m3", &[]).await;
+    let mail = eventually("m3", Duration::from_secs(30), || async {
+        let now = rig.mail().await;
+        (now.len() > mail.len() && now.iter().any(|d| d.text == "m3")).then_some(now)
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m1, before the kick", "m2, after it is back", "m3"],
+        "mail while the bot was in the room, once"
+    );
+}
+
 /// A gap (more said than a timeline holds) whose batch the store refuses once: the retry
 /// pages the same gap back, whole, though the first attempt already read it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

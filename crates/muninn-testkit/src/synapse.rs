@@ -432,6 +432,39 @@ impl MatrixUser {
         .await;
     }
 
+    /// Joins `room` (by id or alias).
+    pub async fn join(&self, room: &str) {
+        let url = self.api(&format!("join/{}", segment(room)));
+        post_json(&self.http, &url, Some(&self.token), &json!({})).await;
+    }
+
+    /// Sets the user's display name (a profile change: a join over the join in each of its
+    /// rooms).
+    pub async fn set_display_name(&self, name: &str) {
+        let url = self.api(&format!("profile/{}/displayname", segment(&self.user_id)));
+        let body = json!({"displayname": name});
+        call(
+            &self.http,
+            reqwest::Method::PUT,
+            &url,
+            Some(&self.token),
+            Some(&body),
+        )
+        .await;
+    }
+
+    /// Kicks `user` out of `room`.
+    pub async fn kick(&self, room: &str, user: &str) {
+        let url = self.api(&format!("rooms/{}/kick", segment(room)));
+        post_json(
+            &self.http,
+            &url,
+            Some(&self.token),
+            &json!({"user_id": user, "reason": "test"}),
+        )
+        .await;
+    }
+
     /// Sends a text message (mentioning `mentions` in `m.mentions`); returns its event id.
     pub async fn send(&self, room: &str, text: &str, mentions: &[&str]) -> String {
         let txn = format!(

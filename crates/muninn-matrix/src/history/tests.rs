@@ -55,6 +55,7 @@ fn mail_carries_the_lines_before_it_and_the_first_sync_is_history() {
         room_id: "!s:hs",
         kind: &public,
         events: &history,
+        out_at_start: false,
         mail_from: history.len(),
     };
     assert_eq!(
@@ -72,6 +73,7 @@ fn mail_carries_the_lines_before_it_and_the_first_sync_is_history() {
         room_id: "!s:hs",
         kind: &public,
         events: &later,
+        out_at_start: false,
         mail_from: 0,
     };
     let mail = read_chunk(&mut window, &chunk, OWN, LIMITS, &nothing_held, 9);
@@ -213,6 +215,18 @@ fn a_new_rooms_mail_starts_after_the_invite_or_the_join() {
         message("$second", "@ann:hs", "second", 3),
     ];
     assert_eq!(mail_start(&profile, OWN), Some(2));
+    // Paging back stops at neither the profile change nor the join, but at a join that
+    // followed no invite.
+    assert!(!settles_mail_start(&profile[3], OWN) && settles_mail_start(&profile[1], OWN));
+    // A join over an invite the events do not hold: what came before it was sent while the
+    // account was invited, so the invite is to be found further back (not the join taken).
+    let mut join = member("$join", OWN, "join");
+    join.unsigned = json!({"prev_content": {"membership": "invite"}});
+    assert!(!settles_mail_start(&join, OWN));
+    assert!(settles_mail_start(&invited[1], OWN));
+    let late = [message("$hi", "@ann:hs", "sent while invited", 2), join];
+    assert_eq!(mail_start(&late, OWN), None);
+    assert_eq!(after_join(&late, OWN), Some(2));
 }
 
 #[test]
@@ -238,6 +252,7 @@ fn direct_mail_is_named_by_its_room_and_content_is_read_as_people_see_it() {
         room_id: "!dm:hs",
         kind: &direct,
         events: &events,
+        out_at_start: false,
         mail_from: 0,
     };
     let mut window = Window::new(10, None);
@@ -279,4 +294,47 @@ fn rooms_interleave_by_time_but_each_keeps_its_timeline_order() {
         .map(|d| d.source_id)
         .collect();
     assert_eq!(merged, vec!["b1", "a1", "a2", "b2", "a3"]);
+}
+
+#[test]
+fn what_is_said_while_the_account_is_out_of_the_room_is_history() {
+    let mut kick = member("$kick", OWN, "leave");
+    kick.unsigned = json!({"prev_content": {"membership": "join"}});
+    let mut back = member("$back", OWN, "join");
+    back.unsigned = json!({"prev_content": {"membership": "leave"}});
+    let events = [
+        message("$m1", "@ann:hs", "before the kick", 1),
+        kick,
+        message("$out", "@ann:hs", "while out", 2),
+        back,
+        message("$m2", "@ann:hs", "after the re-join", 3),
+    ];
+    // In at the start (its first membership event was a kick out of a join) ...
+    assert_eq!(out_before(&events, OWN), Some(false));
+    assert!(changes_membership(&events[1], OWN) && changes_membership(&events[3], OWN));
+    let public = RoomKind::Public {
+        name: "#swarm".into(),
+    };
+    let texts = |out_at_start: bool| {
+        let chunk = Chunk {
+            room_id: "!s:hs",
+            kind: &public,
+            events: &events,
+            out_at_start,
+            mail_from: 0,
+        };
+        let mut window = Window::new(10, None);
+        read_chunk(&mut window, &chunk, OWN, LIMITS, &nothing_held, 0)
+            .into_iter()
+            .map(|(_, d)| d.text)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(texts(false), vec!["before the kick", "after the re-join"]);
+    // ... and out at the start: only what follows its join.
+    assert_eq!(texts(true), vec!["after the re-join"]);
+    let mut renamed = member("$rename", OWN, "join");
+    renamed.unsigned = json!({"prev_content": {"membership": "join"}});
+    assert!(!changes_membership(&renamed, OWN));
+    assert_eq!(out_before(&events[2..], OWN), Some(true));
+    assert_eq!(out_before(&events[4..], OWN), None);
 }
