@@ -106,8 +106,21 @@ impl MatrixClient {
         Ok(url)
     }
 
-    /// One call: `body` as JSON, the answer decoded as `T`; `what` names it in errors.
+    /// One call within [`CALL_TIMEOUT`], its answer read up to [`ANSWER_MAX_BYTES`]: `body` as
+    /// JSON, the answer decoded as `T`; `what` names it in errors.
     async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<Vec<u8>>,
+        what: &str,
+    ) -> Result<T, MatrixError> {
+        self.call_within(method, url, body, what, CALL_TIMEOUT, ANSWER_MAX_BYTES)
+            .await
+    }
+
+    /// [`call`](Self::call) within `timeout`, its answer read up to `max_bytes` (a long poll).
+    async fn call_within<T: DeserializeOwned>(
         &self,
         method: Method,
         url: Url,
@@ -188,29 +201,13 @@ impl MatrixClient {
             initial_device_display_name: "muninn",
         })?;
         let url = self.url(&["login"], &[])?;
-        self.call(
-            Method::POST,
-            url,
-            Some(body),
-            "login",
-            CALL_TIMEOUT,
-            ANSWER_MAX_BYTES,
-        )
-        .await
+        self.call(Method::POST, url, Some(body), "login").await
     }
 
     /// Who the access token belongs to.
     pub async fn whoami(&self) -> Result<WhoamiResponse, MatrixError> {
         let url = self.url(&["account", "whoami"], &[])?;
-        self.call(
-            Method::GET,
-            url,
-            None,
-            "whoami",
-            CALL_TIMEOUT,
-            ANSWER_MAX_BYTES,
-        )
-        .await
+        self.call(Method::GET, url, None, "whoami").await
     }
 
     /// `/sync` after `since` (none: an initial sync), with an inline `filter`, waiting up to
@@ -227,7 +224,7 @@ impl MatrixClient {
             query.push(("since", since));
         }
         let url = self.url(&["sync"], &query)?;
-        self.call(
+        self.call_within(
             Method::GET,
             url,
             None,
@@ -265,15 +262,7 @@ impl MatrixClient {
         }
         let url = self.url(&["rooms", room, "messages"], &query)?;
         let what = format!("messages of {room}");
-        self.call(
-            Method::GET,
-            url,
-            None,
-            &what,
-            CALL_TIMEOUT,
-            ANSWER_MAX_BYTES,
-        )
-        .await
+        self.call(Method::GET, url, None, &what).await
     }
 
     /// Sends a text message with transaction id `txn`: a repeat of the same `txn` from the
@@ -290,16 +279,7 @@ impl MatrixClient {
         })?;
         let url = self.url(&["rooms", room, "send", "m.room.message", txn], &[])?;
         let what = format!("send {txn} to {room}");
-        let sent: SendResponse = self
-            .call(
-                Method::PUT,
-                url,
-                Some(body),
-                &what,
-                CALL_TIMEOUT,
-                ANSWER_MAX_BYTES,
-            )
-            .await?;
+        let sent: SendResponse = self.call(Method::PUT, url, Some(body), &what).await?;
         Ok(sent.event_id)
     }
 
@@ -308,14 +288,7 @@ impl MatrixClient {
         let url = self.url(&["join", room], &[])?;
         let what = format!("join {room}");
         let joined: RoomIdResponse = self
-            .call(
-                Method::POST,
-                url,
-                Some(b"{}".to_vec()),
-                &what,
-                CALL_TIMEOUT,
-                ANSWER_MAX_BYTES,
-            )
+            .call(Method::POST, url, Some(b"{}".to_vec()), &what)
             .await?;
         Ok(joined.room_id)
     }
@@ -324,32 +297,14 @@ impl MatrixClient {
     pub async fn resolve_alias(&self, alias: &str) -> Result<String, MatrixError> {
         let url = self.url(&["directory", "room", alias], &[])?;
         let what = format!("resolve {alias}");
-        let resolved: RoomIdResponse = self
-            .call(
-                Method::GET,
-                url,
-                None,
-                &what,
-                CALL_TIMEOUT,
-                ANSWER_MAX_BYTES,
-            )
-            .await?;
+        let resolved: RoomIdResponse = self.call(Method::GET, url, None, &what).await?;
         Ok(resolved.room_id)
     }
 
     /// The rooms the account is in.
     pub async fn joined_rooms(&self) -> Result<Vec<String>, MatrixError> {
         let url = self.url(&["joined_rooms"], &[])?;
-        let rooms: JoinedRoomsResponse = self
-            .call(
-                Method::GET,
-                url,
-                None,
-                "joined_rooms",
-                CALL_TIMEOUT,
-                ANSWER_MAX_BYTES,
-            )
-            .await?;
+        let rooms: JoinedRoomsResponse = self.call(Method::GET, url, None, "joined_rooms").await?;
         Ok(rooms.joined_rooms)
     }
 
@@ -357,16 +312,7 @@ impl MatrixClient {
     pub async fn joined_member_count(&self, room: &str) -> Result<usize, MatrixError> {
         let url = self.url(&["rooms", room, "joined_members"], &[])?;
         let what = format!("members of {room}");
-        let members: JoinedMembersResponse = self
-            .call(
-                Method::GET,
-                url,
-                None,
-                &what,
-                CALL_TIMEOUT,
-                ANSWER_MAX_BYTES,
-            )
-            .await?;
+        let members: JoinedMembersResponse = self.call(Method::GET, url, None, &what).await?;
         Ok(members.joined.len())
     }
 
@@ -374,17 +320,7 @@ impl MatrixClient {
     pub async fn account_data(&self, user: &str, kind: &str) -> Result<Option<Value>, MatrixError> {
         let url = self.url(&["user", user, "account_data", kind], &[])?;
         let what = format!("account data {kind}");
-        match self
-            .call::<Value>(
-                Method::GET,
-                url,
-                None,
-                &what,
-                CALL_TIMEOUT,
-                ANSWER_MAX_BYTES,
-            )
-            .await
-        {
+        match self.call::<Value>(Method::GET, url, None, &what).await {
             Ok(value) => Ok(Some(value)),
             Err(MatrixError::Refused { status: 404, .. }) => Ok(None),
             Err(e) => Err(e),
@@ -401,14 +337,7 @@ impl MatrixClient {
         let url = self.url(&["user", user, "account_data", kind], &[])?;
         let what = format!("set account data {kind}");
         let _: Value = self
-            .call(
-                Method::PUT,
-                url,
-                Some(Self::json(content)?),
-                &what,
-                CALL_TIMEOUT,
-                ANSWER_MAX_BYTES,
-            )
+            .call(Method::PUT, url, Some(Self::json(content)?), &what)
             .await?;
         Ok(())
     }

@@ -61,18 +61,8 @@ async fn a_tool_loop_request_whose_commit_fails_is_recorded_once_and_ends_the_ru
         "{result}"
     );
     // The Persona is told the store stopped it, not a cap.
+    assert_told_the_store_stopped_it(&h).await;
     let store = &h.w.host.store;
-    let told = store.pending_deliveries("vala", 0, 50).await.unwrap();
-    let told = told
-        .iter()
-        .find(|d| d.room == "self")
-        .expect("never reported");
-    assert!(
-        told.text
-            .starts_with("Self run 1 was stopped when the store failed"),
-        "{}",
-        told.text
-    );
     // The request's tool results were never sent (the run ended there): none is recorded.
     let transcript = store
         .transcript_tail("vala", Role::SelfRole, 50)
@@ -172,6 +162,13 @@ async fn a_tool_loop_request_whose_cap_check_fails_is_recorded() {
     let result = failed[0].result.clone().unwrap_or_default();
     assert!(result.contains("spend cap could not be read"), "{result}");
     // The Persona is told the store stopped it, not a cap.
+    assert_told_the_store_stopped_it(&h).await;
+    let report = verify(&rows, &PriceTable::embedded(), &Default::default());
+    assert_holds(&report, &rows);
+}
+
+/// The Self's report to the Persona says its first run was stopped by the store's failure.
+async fn assert_told_the_store_stopped_it(h: &Harness) {
     let told =
         h.w.host
             .store
@@ -188,6 +185,4 @@ async fn a_tool_loop_request_whose_cap_check_fails_is_recorded() {
         "{}",
         told.text
     );
-    let report = verify(&rows, &PriceTable::embedded(), &Default::default());
-    assert_holds(&report, &rows);
 }
