@@ -695,3 +695,42 @@ fn a_thread_kinds_name_is_its_serialized_form() {
     }
     assert_eq!(ThreadKind::Subagent.as_str(), "subagent");
 }
+
+/// `--head-ttl 1h` on a trace the client wrote at 5 minutes: the first request, which every plan
+/// pays as recorded, pays the part of the head it wrote at the hour's price, since the cache model
+/// keeps that head alive for the hour from there. It was priced at the recorded 5 minutes, which
+/// gave every plan an hour's head for a 5-minute write. The same tokens, at the plan's tiers; with
+/// the head at the session's TTL nothing moves.
+#[test]
+fn a_head_under_a_longer_ttl_than_the_client_wrote_pays_the_longer_write_at_the_first_request() {
+    let t = trace(
+        &[(0, 40_000, true), (20, 500, false), (20 * 60, 300, true)],
+        Ttl::FiveMinutes,
+    );
+    let first = |a: &Assumptions| {
+        let mut first = None;
+        replay(&t, Plan::Online(Policy::SkiRental), a, &mut |s| {
+            if s.kind == StepKind::Request && s.index == 0 {
+                first = Some(s.usage);
+            }
+        });
+        first.expect("the first request is priced")
+    };
+    let session = assumptions();
+    let hour = Assumptions {
+        head_ttl: Some(Ttl::OneHour),
+        ..assumptions()
+    };
+    let (u, v) = (first(&hour), first(&session));
+    assert_eq!(v, t.requests[0].usage, "as recorded");
+    assert_eq!(u.cache_write_1h, HEAD, "{u:?}");
+    assert_eq!(
+        u.cache_write_5m + u.cache_write_1h,
+        v.cache_write_5m,
+        "{u:?} {v:?}"
+    );
+    assert_eq!(
+        (u.cache_read, u.input, u.output),
+        (v.cache_read, v.input, v.output)
+    );
+}

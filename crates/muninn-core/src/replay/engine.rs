@@ -416,10 +416,7 @@ impl<'a> Engine<'a> {
         let (priced, mut cost, mut miss) = self.send(prompt_tokens, turn.output, now);
         let mut usage = priced;
         if index == 0 {
-            // The first request meets whatever the provider's cache held before the trace
-            // began (a head warmed by another session, say): no policy can change it, so
-            // every plan pays what was recorded for it.
-            usage = turn.recorded;
+            usage = self.first_request_usage(turn.recorded, &priced);
             cost = self.config.price.cost(&usage);
             miss = None;
         }
@@ -442,6 +439,27 @@ impl<'a> Engine<'a> {
         self.end_tokens = cached.max(self.head);
         self.end_fp = if cached > self.head { fp } else { self.head_fp };
         self.end_block = if cached > self.head { block } else { 0 };
+    }
+
+    /// What a plan pays for the trace's first request. It meets whatever the provider's cache
+    /// held before the trace began (a head warmed by another session, say): no policy can change
+    /// that, so every plan pays what was recorded — but at its own tiers. A plan whose head has a
+    /// longer TTL than the session's (the host's hour over a 5-minute client) wrote that head at
+    /// the hour's price in the cache model, which keeps it alive for the hour from here; the
+    /// part of the head the client wrote is priced at the hour, or the plan would get an hour's
+    /// head for a 5-minute write.
+    fn first_request_usage(&self, recorded: Usage, priced: &Usage) -> Usage {
+        let mut usage = recorded;
+        if self.head_ttl > self.ttl {
+            let head_written = self.head.saturating_sub(recorded.cache_read);
+            let moved = priced
+                .cache_write_1h
+                .min(head_written)
+                .min(usage.cache_write_5m);
+            usage.cache_write_5m -= moved;
+            usage.cache_write_1h += moved;
+        }
+        usage
     }
 
     /// The request's checkpoints: the head, then the previous request's end (or, at a segment's
