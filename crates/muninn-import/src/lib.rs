@@ -291,7 +291,7 @@ fn chosen_format(
         }
         (None, Some(found)) => Some(found),
         (None, None) => {
-            if sniffed.non_blank > 0 || sniffed.cut_short {
+            if sniffed.non_blank > 0 || sniffed.cut_short.is_some() {
                 let judged_on = sniffed.judged_on();
                 diag.warn(
                     0,

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A failed unwrap is a failed test.
 
 mod bad_input;
+mod detection;
 mod fuzz;
 mod large_lines;
 
