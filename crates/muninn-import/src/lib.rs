@@ -82,8 +82,9 @@ pub struct ImportOptions {
     /// Import Claude Code sub-agent and compaction threads (`isSidechain: true`), not only the
     /// main threads. Default `true`.
     pub include_subagents: bool,
-    /// Read every file in this format instead of detecting it; a file whose first lines do not
-    /// look like it is skipped with a warning. Default `None` (detect each file's format).
+    /// Read every file in this format instead of detecting it: its lines are read, and reported,
+    /// as this format's, with a warning on a file whose first lines look like another format.
+    /// Default `None` (detect each file's format).
     pub format: Option<InputFormat>,
     /// The model of requests whose format records none (TraceLab CSV). Default `None`: such
     /// traces are on the model `unknown`.
@@ -226,9 +227,8 @@ pub fn import_paths(
 
     let mut done = 0;
     for (file, _) in &files {
-        let read = importer.import_file(file, opts.format, &mut |bytes| {
-            progress(done + bytes, total)
-        });
+        let choice = opts.format.map_or(Choice::Detect, Choice::Force);
+        let read = importer.import_file(file, choice, &mut |bytes| progress(done + bytes, total));
         match read {
             Ok(read) => done += read,
             Err(failed) => importer.unreadable(file, failed),
@@ -255,7 +255,7 @@ pub fn import_paths(
 pub fn read_trace_file(path: &Path) -> Result<Import, ImportError> {
     let opts = ImportOptions::default();
     let mut importer = Importer::new(&opts);
-    let read = importer.import_file(path, Some(InputFormat::Stored), &mut |_| {});
+    let read = importer.import_file(path, Choice::Expect(InputFormat::Stored), &mut |_| {});
     read.map_err(|failed| io_error(path, failed.source))?;
     Ok(importer.finish())
 }
@@ -267,30 +267,52 @@ fn io_error(path: &Path, source: io::Error) -> ImportError {
     }
 }
 
-/// The format to read a file in: the one forced if the file's first lines look like it, else the
-/// one detected. `None` skips the file, with a warning unless it is blank to its end (a file
-/// whose blank lines outlast detection's bound may hold good lines after them: it is warned of).
+/// How a file's format is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    /// Detected from its first lines.
+    Detect,
+    /// This one, whatever detection finds (`ImportOptions::format`): a user who names the format
+    /// knows better than detection (a file opening with lines of a newer version, say).
+    Force(InputFormat),
+    /// This one, if detection finds it; else the file is skipped ([`read_trace_file`]).
+    Expect(InputFormat),
+}
+
+/// The format to read a file in. `None` skips the file, with a warning unless it is blank to
+/// its end (a file whose blank lines outlast detection's bound may hold good lines after them: it
+/// is warned of). A forced format is read even where detection finds another, with a warning
+/// naming both, so that the lines' errors that follow are not a mystery.
 fn chosen_format(
     reader: &mut BufReader<File>,
-    force: Option<InputFormat>,
+    choice: Choice,
     diag: &mut lines::Diagnostics<'_>,
 ) -> io::Result<Option<InputFormat>> {
     let sniffed = format::sniff(reader)?;
-    Ok(match (force, sniffed.format) {
-        (Some(forced), Some(found)) if forced == found => Some(forced),
-        (Some(forced), found) => {
+    Ok(match (choice, sniffed.format) {
+        (Choice::Force(forced), found) => {
+            if let Some(found) = found.filter(|&found| found != forced) {
+                diag.warn(
+                    0,
+                    format!("read as {forced} as asked, though it looks like {found}"),
+                );
+            }
+            Some(forced)
+        }
+        (Choice::Expect(expected), Some(found)) if expected == found => Some(found),
+        (Choice::Expect(expected), found) => {
             let judged = match found {
                 Some(found) => format!("it looks like {}", found.name()),
                 None => format!("judged on {}", sniffed.judged_on()),
             };
             diag.warn(
                 0,
-                format!("not in the {} format ({judged}), skipped", forced.name()),
+                format!("not in the {} format ({judged}), skipped", expected.name()),
             );
             None
         }
-        (None, Some(found)) => Some(found),
-        (None, None) => {
+        (Choice::Detect, Some(found)) => Some(found),
+        (Choice::Detect, None) => {
             if sniffed.non_blank > 0 || sniffed.cut_short.is_some() {
                 let judged_on = sniffed.judged_on();
                 diag.warn(
@@ -535,18 +557,18 @@ impl<'o> Importer<'o> {
             .get_or_insert_with(|| (path.to_path_buf(), failed.source));
     }
 
-    /// Imports one file; returns the bytes read. `force` skips detection. On an I/O error what
-    /// was read before it stays imported, and the error says how far that was.
+    /// Imports one file; returns the bytes read. On an I/O error what was read before it stays
+    /// imported, and the error says how far that was.
     fn import_file(
         &mut self,
         path: &Path,
-        force: Option<InputFormat>,
+        choice: Choice,
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, FileError> {
         let file = File::open(path).map_err(FileError::whole)?;
         let mut reader = BufReader::with_capacity(256 << 10, file);
         let mut diag = lines::Diagnostics::new(path, &mut self.warnings);
-        let chosen = chosen_format(&mut reader, force, &mut diag);
+        let chosen = chosen_format(&mut reader, choice, &mut diag);
         let Some(format) = chosen.map_err(FileError::whole)? else {
             diag.finish();
             self.stats.files_skipped += 1;
