@@ -51,7 +51,7 @@
 use muninn_core::trace::{Trace, TraceRequest};
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{self, BufReader, Seek, Write};
+use std::io::{self, BufReader, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 mod api_log;
@@ -64,6 +64,7 @@ mod json;
 mod ledger;
 mod limits;
 mod lines;
+mod open;
 mod sink;
 mod stored;
 mod stream_json;
@@ -331,7 +332,7 @@ fn read_lines(
     (path, format): (&Path, InputFormat),
     opts: &ImportOptions,
     seen: &mut HashSet<u64>,
-    lines: &mut LineReader<BufReader<File>>,
+    lines: &mut LineReader<io::Take<BufReader<File>>>,
     cx: &mut LineContext<'_, '_>,
     progress: &mut dyn FnMut(u64),
 ) -> io::Result<()> {
@@ -433,10 +434,7 @@ fn walked_file(
 
 /// Why a path that is neither a file nor a folder is not read.
 fn not_a_file() -> FileError {
-    FileError::whole(io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "not a file nor a folder (a pipe, socket or device)",
-    ))
+    FileError::whole(open::not_a_file())
 }
 
 /// Whether `path` is a file of a `subagents` folder (Claude Code's
@@ -557,16 +555,16 @@ impl<'o> Importer<'o> {
             .get_or_insert_with(|| (path.to_path_buf(), failed.source));
     }
 
-    /// Imports one file; returns the bytes read. On an I/O error what was read before it stays
-    /// imported, and the error says how far that was.
+    /// Imports one file, as it was when opened (see `open`); returns the bytes read. On an I/O
+    /// error what was read before it stays imported, and the error says how far that was.
     fn import_file(
         &mut self,
         path: &Path,
         choice: Choice,
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, FileError> {
-        let file = File::open(path).map_err(FileError::whole)?;
-        let mut reader = BufReader::with_capacity(256 << 10, file);
+        let opened = open::open_regular(path).map_err(FileError::whole)?;
+        let mut reader = BufReader::with_capacity(256 << 10, opened.file);
         let mut diag = lines::Diagnostics::new(path, &mut self.warnings);
         let chosen = chosen_format(&mut reader, choice, &mut diag);
         let Some(format) = chosen.map_err(FileError::whole)? else {
@@ -584,7 +582,7 @@ impl<'o> Importer<'o> {
             stats: &mut self.stats,
             source: &source,
         };
-        let mut lines = LineReader::new(reader);
+        let mut lines = LineReader::new(reader.take(opened.len));
         let result = read_lines(
             (path, format),
             self.opts,
@@ -595,6 +593,17 @@ impl<'o> Importer<'o> {
         );
         let bytes = lines.bytes_read();
         self.stats.bytes += bytes;
+        if result.is_ok() && bytes < opened.len {
+            // Cut short by another writer (a truncation, or a rewrite in place): what it held
+            // past this point when opened is gone, and the user should know the read is partial.
+            diag.warn(
+                0,
+                format!(
+                    "the file shrank while it was read: {bytes} of the {} bytes it had when opened were read",
+                    opened.len
+                ),
+            );
+        }
         diag.finish();
         result.map_err(|source| FileError {
             lines_read: lines.lines_read(),

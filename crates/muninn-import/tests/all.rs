@@ -9,6 +9,7 @@ mod bad_input;
 mod detection;
 mod fuzz;
 mod large_lines;
+mod live_files;
 
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use muninn_import::{
