@@ -73,6 +73,7 @@ mod tracelab;
 pub use format::InputFormat;
 
 pub use ledger::{LedgerTrace, ledger_traces};
+pub use limits::usage_problem;
 pub use stored::write_trace;
 
 use lines::{Line, LineReader};

@@ -25,6 +25,9 @@ pub struct Comparison {
     pub requests: u64,
     /// Responses whose model the price table does not know (left out of both).
     pub unpriced: u64,
+    /// Lines whose usage is past the import's limits (a count above 2^32 tokens: no real
+    /// request's), left out as `muninn replay` leaves them out; summed, they overflowed.
+    pub past_limits: u64,
     /// Output tokens as ccusage counts them: each response's first line.
     pub output_first_line: u64,
     /// Output tokens as muninn counts them: each response's last line.
@@ -60,20 +63,30 @@ fn usage_of(u: &serde_json::Value) -> Usage {
     }
 }
 
-fn jsonl_files(path: &Path, out: &mut Vec<PathBuf>) {
-    if path.is_dir() {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        entries.sort();
-        for entry in entries {
-            jsonl_files(&entry, out);
+/// The `*.jsonl` files under `path`. Links below the top are not followed into folders, as the
+/// import's walk does not follow them: a link to a parent folder made this walk endless (a
+/// stack overflow).
+fn jsonl_files(path: &Path, top: bool, out: &mut Vec<PathBuf>) {
+    let looked = if top {
+        std::fs::metadata(path)
+    } else {
+        std::fs::symlink_metadata(path)
+    };
+    match looked {
+        Ok(meta) if meta.is_dir() => {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            entries.sort();
+            for entry in entries {
+                jsonl_files(&entry, false, out);
+            }
         }
-    } else if path.extension().is_some_and(|e| e == "jsonl") {
-        out.push(path.to_owned());
+        Ok(_) if path.extension().is_some_and(|e| e == "jsonl") => out.push(path.to_owned()),
+        _ => {}
     }
 }
 
@@ -81,10 +94,11 @@ fn jsonl_files(path: &Path, out: &mut Vec<PathBuf>) {
 pub fn compare(paths: &[PathBuf], prices: &PriceTable) -> anyhow::Result<Comparison> {
     let mut files = Vec::new();
     for path in paths {
-        jsonl_files(path, &mut files);
+        jsonl_files(path, true, &mut files);
     }
     // Per response: model, first line's usage, last line's usage.
     let mut seen: HashMap<String, (String, Usage, Usage)> = HashMap::new();
+    let mut past_limits = 0;
     for file in &files {
         let text = std::fs::read_to_string(file)?;
         for line in text.lines() {
@@ -101,12 +115,19 @@ pub fn compare(paths: &[PathBuf], prices: &PriceTable) -> anyhow::Result<Compari
             }
             let key = format!("{id}:{}", v["requestId"].as_str().unwrap_or(""));
             let usage = usage_of(&message["usage"]);
+            if muninn_import::usage_problem(&usage).is_some() {
+                past_limits += 1;
+                continue;
+            }
             seen.entry(key)
                 .and_modify(|e| e.2 = usage)
                 .or_insert((model.to_owned(), usage, usage));
         }
     }
-    let mut c = Comparison::default();
+    let mut c = Comparison {
+        past_limits,
+        ..Comparison::default()
+    };
     for (model, first, last) in seen.values() {
         let Ok(price) = prices.model(model) else {
             c.unpriced += 1;
@@ -146,6 +167,12 @@ pub fn print(c: &Comparison, format: &str) -> anyhow::Result<()> {
         c.requests,
         c.unpriced
     )?;
+    if c.past_limits > 0 {
+        outln!(
+            "{} lines with a usage past the limits (over 2^32 tokens) left out, as replay leaves them out",
+            c.past_limits
+        )?;
+    }
     outln!(
         "read ccusage's way (first line's output, 1h writes at the 5m rate): {}",
         usd(c.ccusage_micro_usd)

@@ -179,3 +179,82 @@ fn import_skips_an_unreadable_file_and_says_so() {
         )
     );
 }
+
+/// Runs muninn with `args`; fails the test if it has not ended within 60 seconds.
+fn muninn_within_bound(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_muninn"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("muninn {args:?} did not end within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// `replay --vs-ccusage` walks its own way through the folders it is given: it followed links
+/// into folders, so two links to the folder they are in made the walk double at each level
+/// (it did not end). It follows none below the top now, as the import does, and reads each
+/// file once.
+#[test]
+fn replay_vs_ccusage_follows_no_link_into_a_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    for name in ["here", "again"] {
+        std::os::unix::fs::symlink(".", dir.join(name)).unwrap();
+    }
+    let args = ["replay", "--quiet", "--vs-ccusage", "--format", "json"];
+    let out = muninn_within_bound(&[&args[..], &[dir.to_str().unwrap()]].concat());
+    let (stdout, _) = ok(&out);
+    let c: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(c["requests"], CLEAN_REQUESTS as u64);
+}
+
+/// A usage past any real request's (2^64 − 1 output tokens, on two responses) in a file read by
+/// `replay --vs-ccusage`: its sums overflowed (a panic in a debug build, a wrapped figure in a
+/// release one). Such lines are left out, as the import leaves them out, and counted.
+#[test]
+fn replay_vs_ccusage_leaves_out_usage_past_the_limits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let (clean, _) = ok(&muninn(&[
+        "replay",
+        "--quiet",
+        "--vs-ccusage",
+        "--format",
+        "json",
+        dir.to_str().unwrap(),
+    ]));
+    let line = |n: u32| {
+        format!(
+            r#"{{"type":"assistant","sessionId":"huge","uuid":"h{n}","timestamp":"2026-02-10T10:00:0{n}.000Z","message":{{"model":"claude-opus-4-6","id":"msg_huge_{n}","content":[{{"type":"text","text":"x"}}],"usage":{{"input_tokens":3,"output_tokens":18446744073709551615}}}}}}"#
+        )
+    };
+    std::fs::write(
+        dir.join("huge.jsonl"),
+        format!("{}\n{}\n", line(1), line(2)),
+    )
+    .unwrap();
+    let out = muninn(&[
+        "replay",
+        "--quiet",
+        "--vs-ccusage",
+        "--format",
+        "json",
+        dir.to_str().unwrap(),
+    ]);
+    let (stdout, _) = ok(&out);
+    let (mut clean, got): (serde_json::Value, serde_json::Value) = (
+        serde_json::from_str(&clean).unwrap(),
+        serde_json::from_str(&stdout).unwrap(),
+    );
+    clean["past_limits"] = 2.into();
+    assert_eq!(got, clean);
+}
