@@ -177,8 +177,11 @@ pub(crate) fn sniff(reader: &mut BufReader<File>) -> io::Result<Sniffed> {
             found.cut_short = Some(SniffBound::Lines);
             break;
         }
-        // A line the byte bound cut is not judged: its end was never seen.
+        // A line the byte bound cut is not judged (its end was never seen), but it is not blank.
         if !line.terminated && line.end == SNIFF_MAX_BYTES {
+            if line.oversized || !line.is_blank() {
+                found.non_blank += 1;
+            }
             found.cut_short = Some(SniffBound::Bytes);
             break;
         }

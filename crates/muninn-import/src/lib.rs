@@ -168,11 +168,16 @@ pub enum ImportError {
         #[source]
         source: io::Error,
     },
-    /// The paths held no file in a recognised format (from [`import_paths`]).
-    #[error("no importable file found in {}", paths_list(.paths))]
+    /// The paths held no file in a recognised format (from [`import_paths`]), and why the first
+    /// file skipped with a warning was skipped: a file given alone that detection gave up on
+    /// failed with no word of why.
+    #[error("no importable file found in {}{}", paths_list(.paths), why_skipped(.first_skipped))]
     NoImportableFile {
         /// The paths given.
         paths: Vec<PathBuf>,
+        /// The first file skipped with a warning, and the warning (`None`: every file was
+        /// empty, or none was found).
+        first_skipped: Option<(PathBuf, String)>,
     },
     /// No file could be imported, and some could not even be read (from [`import_paths`]):
     /// how many, and the first of them with its cause. Worth retrying once the files are
@@ -190,6 +195,13 @@ pub enum ImportError {
         #[source]
         source: io::Error,
     },
+}
+
+fn why_skipped(first: &Option<(PathBuf, String)>) -> String {
+    first
+        .as_ref()
+        .map(|(path, why)| format!(" ({}: {why})", path.display()))
+        .unwrap_or_default()
 }
 
 fn paths_list(paths: &[PathBuf]) -> String {
@@ -246,6 +258,11 @@ pub fn import_paths(
             },
             None => ImportError::NoImportableFile {
                 paths: paths.to_vec(),
+                first_skipped: importer
+                    .warnings
+                    .iter()
+                    .find(|w| w.line == 0)
+                    .map(|w| (w.path.clone(), w.message.clone())),
             },
         });
     }

@@ -123,3 +123,31 @@ fn a_forced_format_reads_a_file_of_another_and_says_so() {
         .collect();
     assert_eq!(by_line, (1..=lines).map(|n| (n, true)).collect::<Vec<_>>());
 }
+
+/// A file of one 200 MiB line without a newline (written sparse), given alone: the import
+/// failed with `no importable file found in PATH` and no word of why (the warning saying so was
+/// dropped with the result). The error says why the file was skipped now; detection reads
+/// 128 MiB of it, in a buffer of at most 64 MiB.
+#[test]
+fn a_lone_file_detection_gives_up_on_says_why_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("one-line.jsonl");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(200 << 20)
+        .unwrap();
+    let err = import_paths(
+        std::slice::from_ref(&path),
+        &ImportOptions::default(),
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    let shown = path.display();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "no importable file found in {shown} ({shown}: no recognised format in the first \
+             128 MiB (134217728 bytes), where detection stops, file skipped)"
+        )
+    );
+}
