@@ -74,6 +74,7 @@ pub use format::InputFormat;
 
 pub use ledger::{LedgerTrace, ledger_traces};
 pub use limits::usage_problem;
+pub use open::{Opened, open_regular};
 pub use stored::write_trace;
 
 use lines::{Line, LineReader};

@@ -14,14 +14,17 @@ use std::path::Path;
 
 /// A regular file, opened for reading, and its length when opened.
 #[derive(Debug)]
-pub(crate) struct Opened {
+pub struct Opened {
+    /// The file.
     pub file: File,
+    /// Its length when opened: the most that should be read of it.
     pub len: u64,
 }
 
 /// Opens `path` for reading if it is a regular file (a link to one included), without blocking
-/// whatever it turns out to be; anything else is refused with [`not_a_file`].
-pub(crate) fn open_regular(path: &Path) -> io::Result<Opened> {
+/// whatever it turns out to be; anything else is refused with [`not_a_file`]. Exported for the
+/// readers of transcripts outside this crate (`muninn replay --vs-ccusage`).
+pub fn open_regular(path: &Path) -> io::Result<Opened> {
     let mut options = OpenOptions::new();
     options.read(true);
     #[cfg(unix)]

@@ -90,38 +90,26 @@ fn jsonl_files(path: &Path, top: bool, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Reads the Claude Code files under `paths` both ways.
+/// The longest line read, as the import's: a longer one is skipped, so a file that is not JSON
+/// Lines at all is never held whole.
+const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// Per response (message and request id): model, first line's usage, last line's usage.
+type Seen = HashMap<String, (String, Usage, Usage)>;
+
+/// Reads the Claude Code files under `paths` both ways. A file that cannot be read is named in a
+/// warning and skipped, as the import skips it.
 pub fn compare(paths: &[PathBuf], prices: &PriceTable) -> anyhow::Result<Comparison> {
     let mut files = Vec::new();
     for path in paths {
         jsonl_files(path, true, &mut files);
     }
-    // Per response: model, first line's usage, last line's usage.
-    let mut seen: HashMap<String, (String, Usage, Usage)> = HashMap::new();
+    let mut seen = Seen::new();
     let mut past_limits = 0;
     for file in &files {
-        let text = std::fs::read_to_string(file)?;
-        for line in text.lines() {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            let message = &v["message"];
-            let (Some(id), Some(model)) = (message["id"].as_str(), message["model"].as_str())
-            else {
-                continue;
-            };
-            if v["type"] != "assistant" || model == "<synthetic>" || message["usage"].is_null() {
-                continue;
-            }
-            let key = format!("{id}:{}", v["requestId"].as_str().unwrap_or(""));
-            let usage = usage_of(&message["usage"]);
-            if muninn_import::usage_problem(&usage).is_some() {
-                past_limits += 1;
-                continue;
-            }
-            seen.entry(key)
-                .and_modify(|e| e.2 = usage)
-                .or_insert((model.to_owned(), usage, usage));
+        if let Err(e) = read_file(file, &mut seen, &mut past_limits) {
+            let warning = format!("{}: could not be read, skipped: {e}", file.display());
+            eprintln!("warning: {}", crate::terminal::sanitize(&warning));
         }
     }
     let mut c = Comparison {
@@ -152,6 +140,54 @@ pub fn compare(paths: &[PathBuf], prices: &PriceTable) -> anyhow::Result<Compari
     }
     c.from_1h_writes_micro_usd = c.muninn_micro_usd - c.ccusage_micro_usd - c.from_output_micro_usd;
     Ok(c)
+}
+
+/// Reads one file's responses into `seen`, counting the lines past the limits. It is opened as
+/// the import opens its files (never blocking, a regular file only, up to its length when
+/// opened) and read a line at a time: it was read whole into memory, a link to `/dev/zero`
+/// until memory ran out, and a file with one line of invalid UTF-8 failed the whole comparison.
+fn read_file(path: &Path, seen: &mut Seen, past_limits: &mut u64) -> std::io::Result<()> {
+    use std::io::{BufRead, Read};
+    let opened = muninn_import::open_regular(path)?;
+    let mut reader = std::io::BufReader::new(opened.file).take(opened.len);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut reader)
+            .take(MAX_LINE_BYTES)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if n as u64 == MAX_LINE_BYTES && line.last() != Some(&b'\n') {
+            reader.skip_until(b'\n')?;
+            continue;
+        }
+        read_line(&line, seen, past_limits);
+    }
+}
+
+/// Takes one line's response into `seen`, if it is one.
+fn read_line(line: &[u8], seen: &mut Seen, past_limits: &mut u64) {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return;
+    };
+    let message = &v["message"];
+    let (Some(id), Some(model)) = (message["id"].as_str(), message["model"].as_str()) else {
+        return;
+    };
+    if v["type"] != "assistant" || model == "<synthetic>" || message["usage"].is_null() {
+        return;
+    }
+    let key = format!("{id}:{}", v["requestId"].as_str().unwrap_or(""));
+    let usage = usage_of(&message["usage"]);
+    if muninn_import::usage_problem(&usage).is_some() {
+        *past_limits += 1;
+        return;
+    }
+    seen.entry(key)
+        .and_modify(|e| e.2 = usage)
+        .or_insert((model.to_owned(), usage, usage));
 }
 
 /// Prints the comparison.

@@ -258,3 +258,34 @@ fn replay_vs_ccusage_leaves_out_usage_past_the_limits() {
     clean["past_limits"] = 2.into();
     assert_eq!(got, clean);
 }
+
+/// `replay --vs-ccusage` read each file whole into memory: a walked link to `/dev/zero` was read
+/// until memory ran out, and a file holding one line of invalid UTF-8 failed the whole
+/// comparison. Files are opened as the import opens them (a device is named and skipped) and
+/// read a line at a time (the bad line is passed over, the rest of its file read).
+#[test]
+fn replay_vs_ccusage_reads_no_device_and_passes_over_a_bad_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let args = ["replay", "--quiet", "--vs-ccusage", "--format", "json"];
+    let (clean, _) = ok(&muninn(&[&args[..], &[dir.to_str().unwrap()]].concat()));
+    std::os::unix::fs::symlink("/dev/zero", dir.join("zero.jsonl")).unwrap();
+    let session = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl") && p.is_file())
+        .unwrap();
+    let mut text = std::fs::read(&session).unwrap();
+    text.splice(
+        0..0,
+        b"{\"type\":\"user\",\"x\":\"\xff\"}\n".iter().copied(),
+    );
+    std::fs::write(&session, text).unwrap();
+    let out = muninn_within_bound(&[&args[..], &[dir.to_str().unwrap()]].concat());
+    let (stdout, stderr) = ok(&out);
+    assert_eq!(stdout, clean);
+    assert!(
+        stderr.contains("zero.jsonl: could not be read, skipped: not a file nor a folder"),
+        "{stderr}"
+    );
+}
