@@ -289,3 +289,24 @@ fn replay_vs_ccusage_reads_no_device_and_passes_over_a_bad_line() {
         "{stderr}"
     );
 }
+
+/// `replay --closed-loop` over a folder holding a named pipe named like a ledger export: it
+/// opened the pipe, which with no writer blocks for ever. It fails at once now, naming the file
+/// and why.
+#[test]
+fn replay_closed_loop_does_not_block_on_a_named_pipe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pipe = tmp.path().join("ledger.jsonl");
+    let made = Command::new("mkfifo").arg(&pipe).status();
+    assert!(made.unwrap().success());
+    let out = muninn_within_bound(&["replay", "--closed-loop", tmp.path().to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "opening {}: not a file nor a folder (a pipe, socket or device)",
+            pipe.display()
+        )),
+        "{stderr}"
+    );
+}
