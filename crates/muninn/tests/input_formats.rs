@@ -310,3 +310,25 @@ fn replay_closed_loop_does_not_block_on_a_named_pipe() {
         "{stderr}"
     );
 }
+
+/// `--prices` naming something that is no price table (here `/dev/zero`) was read until memory
+/// ran out; it is refused past 1 MiB, naming the path.
+#[test]
+fn prices_past_their_size_limit_are_refused() {
+    let csv = import_fixture("tracelab/rounds.csv");
+    for command in ["replay", "check-cache"] {
+        let out = muninn_within_bound(&[
+            command,
+            "--quiet",
+            "--prices",
+            "/dev/zero",
+            csv.to_str().unwrap(),
+        ]);
+        assert!(!out.status.success());
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.contains("/dev/zero: longer than 1048576 bytes, not a price table"),
+            "{stderr}"
+        );
+    }
+}
