@@ -22,8 +22,12 @@
 //!   skipped with a warning naming it and the cause, and counted in
 //!   [`ImportStats::files_unreadable`]. Only a path given that does not exist and "nothing
 //!   importable" are errors.
-//! - Every input has a limit: a line's length (`lines`), and a request's token counts and times
-//!   (`limits`); what passes one is skipped with a warning naming its line.
+//! - Every input has a limit: a line's length (`lines`), the bytes and lines detection reads
+//!   (`format`), and a request's token counts and times (`limits`); what passes one is skipped
+//!   with a warning naming its line.
+//! - Only regular files are read, each as it was when opened (`open`): an open never blocks, a
+//!   pipe or device swapped in for a file is refused, and what is appended while a file is read
+//!   waits for the next import.
 //! - Memory is bounded by the output, not the input: files are read line by line into one reused
 //!   buffer, only the fields needed are decoded (content and tool outputs are skipped without being
 //!   allocated), and cross-file de-duplication keeps a 64-bit hash per request id, not the id.
@@ -39,6 +43,7 @@
 //!
 //! # Layout
 //!
+//! - `open`: opening a file without blocking, a regular file only;
 //! - `lines`: the line reader and the per-file warning sink;
 //! - `limits`: what one request may claim (tokens, times);
 //! - `api_request`: a Messages API request body, decoded a block at a time (for `api_log`);
