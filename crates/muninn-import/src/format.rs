@@ -2,9 +2,9 @@
 //! file's format from its first non-empty lines.
 
 use crate::json;
-use crate::lines::LineReader;
+use crate::lines::{LineReader, MAX_LINE_BYTES};
 use std::fs::File;
-use std::io::{self, BufReader};
+use std::io::{self, BufReader, Read};
 
 /// The formats a file may be in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -83,6 +83,23 @@ pub(crate) const SNIFF_LINES: u32 = 16;
 /// so a file that is not JSON Lines at all is not read twice to its end.
 pub(crate) const SNIFF_MAX_LINES: u64 = 1_000;
 
+/// How many bytes detection reads before it gives up, whatever the number of lines: without it,
+/// 1,000 lines of up to 64 MiB each (or one line of no end, skipped to its newline) could be read
+/// before a file was judged. A real file is recognised at its first line, and the longest a line
+/// may be is [`MAX_LINE_BYTES`] (a transcript line carrying a large tool output or image), so
+/// twice that judges a file opening with one line at the limit and then some; no real opening
+/// comes near it.
+pub(crate) const SNIFF_MAX_BYTES: u64 = 2 * MAX_LINE_BYTES;
+
+/// Which of detection's bounds stopped it before the end of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SniffBound {
+    /// [`SNIFF_MAX_LINES`] lines were read.
+    Lines,
+    /// [`SNIFF_MAX_BYTES`] bytes were read.
+    Bytes,
+}
+
 /// The TraceLab CSV header's columns; a first line naming all of them (in any order) is one.
 pub(crate) const TRACELAB_COLUMNS: [&str; 6] = [
     "session_id",
@@ -103,8 +120,8 @@ pub(crate) struct Sniffed {
     pub non_blank: u64,
     /// Of those, lines that did not parse (malformed, torn or oversized).
     pub malformed: u64,
-    /// Detection stopped at [`SNIFF_MAX_LINES`] lines, before the end of the file.
-    pub cut_short: bool,
+    /// The bound that stopped detection before the end of the file, if one did.
+    pub cut_short: Option<SniffBound>,
 }
 
 impl Sniffed {
@@ -113,8 +130,16 @@ impl Sniffed {
         let parsed = self.non_blank - self.malformed;
         let bound = if parsed >= u64::from(SNIFF_LINES) {
             format!("the first {SNIFF_LINES} lines that parse as JSON")
-        } else if self.cut_short {
-            format!("the first {SNIFF_MAX_LINES} lines, where detection stops")
+        } else if let Some(bound) = self.cut_short {
+            match bound {
+                SniffBound::Lines => {
+                    format!("the first {SNIFF_MAX_LINES} lines, where detection stops")
+                }
+                SniffBound::Bytes => format!(
+                    "the first {} MiB ({SNIFF_MAX_BYTES} bytes), where detection stops",
+                    SNIFF_MAX_BYTES >> 20
+                ),
+            }
         } else if self.non_blank == 0 {
             return "its lines, all blank".to_owned();
         } else if self.non_blank == 1 {
@@ -132,16 +157,16 @@ impl Sniffed {
 
 /// Detects the format from the first lines that parse: the first recognised one of at most
 /// [`SNIFF_LINES`] JSON lines (or a TraceLab header as the first non-blank line), passing over
-/// lines that do not parse, within the first [`SNIFF_MAX_LINES`] lines. The real pass reports the
-/// lines passed over here. A line over the length limit is passed over too, but is not blank: a
+/// lines that do not parse, within the first [`SNIFF_MAX_LINES`] lines and [`SNIFF_MAX_BYTES`]
+/// bytes. The real pass reports the lines passed over here. A line over the length limit is passed over too, but is not blank: a
 /// file of nothing else was taken for an empty one and skipped without a word.
 pub(crate) fn sniff(reader: &mut BufReader<File>) -> io::Result<Sniffed> {
-    let mut lines = LineReader::new(&mut *reader);
+    let mut lines = LineReader::new(Read::take(&mut *reader, SNIFF_MAX_BYTES));
     let mut found = Sniffed {
         format: None,
         non_blank: 0,
         malformed: 0,
-        cut_short: false,
+        cut_short: None,
     };
     let mut parsed = 0;
     while parsed < SNIFF_LINES {
@@ -149,7 +174,15 @@ pub(crate) fn sniff(reader: &mut BufReader<File>) -> io::Result<Sniffed> {
             return Ok(found);
         };
         if line.number > SNIFF_MAX_LINES {
-            found.cut_short = true;
+            found.cut_short = Some(SniffBound::Lines);
+            break;
+        }
+        // A line the byte bound cut is not judged (its end was never seen), but it is not blank.
+        if !line.terminated && line.end == SNIFF_MAX_BYTES {
+            if line.oversized || !line.is_blank() {
+                found.non_blank += 1;
+            }
+            found.cut_short = Some(SniffBound::Bytes);
             break;
         }
         if line.is_blank() && !line.oversized {

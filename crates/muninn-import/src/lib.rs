@@ -22,8 +22,12 @@
 //!   skipped with a warning naming it and the cause, and counted in
 //!   [`ImportStats::files_unreadable`]. Only a path given that does not exist and "nothing
 //!   importable" are errors.
-//! - Every input has a limit: a line's length (`lines`), and a request's token counts and times
-//!   (`limits`); what passes one is skipped with a warning naming its line.
+//! - Every input has a limit: a line's length (`lines`), the bytes and lines detection reads
+//!   (`format`), and a request's token counts and times (`limits`); what passes one is skipped
+//!   with a warning naming its line.
+//! - Only regular files are read, each as it was when opened (`open`): an open never blocks, a
+//!   pipe or device swapped in for a file is refused, and what is appended while a file is read
+//!   waits for the next import.
 //! - Memory is bounded by the output, not the input: files are read line by line into one reused
 //!   buffer, only the fields needed are decoded (content and tool outputs are skipped without being
 //!   allocated), and cross-file de-duplication keeps a 64-bit hash per request id, not the id.
@@ -39,6 +43,7 @@
 //!
 //! # Layout
 //!
+//! - `open`: opening a file without blocking, a regular file only;
 //! - `lines`: the line reader and the per-file warning sink;
 //! - `limits`: what one request may claim (tokens, times);
 //! - `api_request`: a Messages API request body, decoded a block at a time (for `api_log`);
@@ -51,7 +56,7 @@
 use muninn_core::trace::{Trace, TraceRequest};
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{self, BufReader, Seek, Write};
+use std::io::{self, BufReader, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 mod api_log;
@@ -64,6 +69,7 @@ mod json;
 mod ledger;
 mod limits;
 mod lines;
+mod open;
 mod sink;
 mod stored;
 mod stream_json;
@@ -72,6 +78,8 @@ mod tracelab;
 pub use format::InputFormat;
 
 pub use ledger::{LedgerTrace, ledger_traces};
+pub use limits::usage_problem;
+pub use open::{Opened, open_regular};
 pub use stored::write_trace;
 
 use lines::{Line, LineReader};
@@ -82,8 +90,9 @@ pub struct ImportOptions {
     /// Import Claude Code sub-agent and compaction threads (`isSidechain: true`), not only the
     /// main threads. Default `true`.
     pub include_subagents: bool,
-    /// Read every file in this format instead of detecting it; a file whose first lines do not
-    /// look like it is skipped with a warning. Default `None` (detect each file's format).
+    /// Read every file in this format instead of detecting it: its lines are read, and reported,
+    /// as this format's, with a warning on a file whose first lines look like another format.
+    /// Default `None` (detect each file's format).
     pub format: Option<InputFormat>,
     /// The model of requests whose format records none (TraceLab CSV). Default `None`: such
     /// traces are on the model `unknown`.
@@ -165,11 +174,16 @@ pub enum ImportError {
         #[source]
         source: io::Error,
     },
-    /// The paths held no file in a recognised format (from [`import_paths`]).
-    #[error("no importable file found in {}", paths_list(.paths))]
+    /// The paths held no file in a recognised format (from [`import_paths`]), and why the first
+    /// file skipped with a warning was skipped: a file given alone that detection gave up on
+    /// failed with no word of why.
+    #[error("no importable file found in {}{}", paths_list(.paths), why_skipped(.first_skipped))]
     NoImportableFile {
         /// The paths given.
         paths: Vec<PathBuf>,
+        /// The first file skipped with a warning, and the warning (`None`: every file was
+        /// empty, or none was found).
+        first_skipped: Option<(PathBuf, String)>,
     },
     /// No file could be imported, and some could not even be read (from [`import_paths`]):
     /// how many, and the first of them with its cause. Worth retrying once the files are
@@ -187,6 +201,13 @@ pub enum ImportError {
         #[source]
         source: io::Error,
     },
+}
+
+fn why_skipped(first: &Option<(PathBuf, String)>) -> String {
+    first
+        .as_ref()
+        .map(|(path, why)| format!(" ({}: {why})", path.display()))
+        .unwrap_or_default()
 }
 
 fn paths_list(paths: &[PathBuf]) -> String {
@@ -226,9 +247,8 @@ pub fn import_paths(
 
     let mut done = 0;
     for (file, _) in &files {
-        let read = importer.import_file(file, opts.format, &mut |bytes| {
-            progress(done + bytes, total)
-        });
+        let choice = opts.format.map_or(Choice::Detect, Choice::Force);
+        let read = importer.import_file(file, choice, &mut |bytes| progress(done + bytes, total));
         match read {
             Ok(read) => done += read,
             Err(failed) => importer.unreadable(file, failed),
@@ -244,6 +264,11 @@ pub fn import_paths(
             },
             None => ImportError::NoImportableFile {
                 paths: paths.to_vec(),
+                first_skipped: importer
+                    .warnings
+                    .iter()
+                    .find(|w| w.line == 0)
+                    .map(|w| (w.path.clone(), w.message.clone())),
             },
         });
     }
@@ -255,7 +280,7 @@ pub fn import_paths(
 pub fn read_trace_file(path: &Path) -> Result<Import, ImportError> {
     let opts = ImportOptions::default();
     let mut importer = Importer::new(&opts);
-    let read = importer.import_file(path, Some(InputFormat::Stored), &mut |_| {});
+    let read = importer.import_file(path, Choice::Expect(InputFormat::Stored), &mut |_| {});
     read.map_err(|failed| io_error(path, failed.source))?;
     Ok(importer.finish())
 }
@@ -267,31 +292,53 @@ fn io_error(path: &Path, source: io::Error) -> ImportError {
     }
 }
 
-/// The format to read a file in: the one forced if the file's first lines look like it, else the
-/// one detected. `None` skips the file, with a warning unless it is blank to its end (a file
-/// whose blank lines outlast detection's bound may hold good lines after them: it is warned of).
+/// How a file's format is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    /// Detected from its first lines.
+    Detect,
+    /// This one, whatever detection finds (`ImportOptions::format`): a user who names the format
+    /// knows better than detection (a file opening with lines of a newer version, say).
+    Force(InputFormat),
+    /// This one, if detection finds it; else the file is skipped ([`read_trace_file`]).
+    Expect(InputFormat),
+}
+
+/// The format to read a file in. `None` skips the file, with a warning unless it is blank to
+/// its end (a file whose blank lines outlast detection's bound may hold good lines after them: it
+/// is warned of). A forced format is read even where detection finds another, with a warning
+/// naming both, so that the lines' errors that follow are not a mystery.
 fn chosen_format(
     reader: &mut BufReader<File>,
-    force: Option<InputFormat>,
+    choice: Choice,
     diag: &mut lines::Diagnostics<'_>,
 ) -> io::Result<Option<InputFormat>> {
     let sniffed = format::sniff(reader)?;
-    Ok(match (force, sniffed.format) {
-        (Some(forced), Some(found)) if forced == found => Some(forced),
-        (Some(forced), found) => {
+    Ok(match (choice, sniffed.format) {
+        (Choice::Force(forced), found) => {
+            if let Some(found) = found.filter(|&found| found != forced) {
+                diag.warn(
+                    0,
+                    format!("read as {forced} as asked, though it looks like {found}"),
+                );
+            }
+            Some(forced)
+        }
+        (Choice::Expect(expected), Some(found)) if expected == found => Some(found),
+        (Choice::Expect(expected), found) => {
             let judged = match found {
                 Some(found) => format!("it looks like {}", found.name()),
                 None => format!("judged on {}", sniffed.judged_on()),
             };
             diag.warn(
                 0,
-                format!("not in the {} format ({judged}), skipped", forced.name()),
+                format!("not in the {} format ({judged}), skipped", expected.name()),
             );
             None
         }
-        (None, Some(found)) => Some(found),
-        (None, None) => {
-            if sniffed.non_blank > 0 || sniffed.cut_short {
+        (Choice::Detect, Some(found)) => Some(found),
+        (Choice::Detect, None) => {
+            if sniffed.non_blank > 0 || sniffed.cut_short.is_some() {
                 let judged_on = sniffed.judged_on();
                 diag.warn(
                     0,
@@ -309,7 +356,7 @@ fn read_lines(
     (path, format): (&Path, InputFormat),
     opts: &ImportOptions,
     seen: &mut HashSet<u64>,
-    lines: &mut LineReader<BufReader<File>>,
+    lines: &mut LineReader<io::Take<BufReader<File>>>,
     cx: &mut LineContext<'_, '_>,
     progress: &mut dyn FnMut(u64),
 ) -> io::Result<()> {
@@ -411,10 +458,7 @@ fn walked_file(
 
 /// Why a path that is neither a file nor a folder is not read.
 fn not_a_file() -> FileError {
-    FileError::whole(io::Error::new(
-        io::ErrorKind::InvalidInput,
-        "not a file nor a folder (a pipe, socket or device)",
-    ))
+    FileError::whole(open::not_a_file())
 }
 
 /// Whether `path` is a file of a `subagents` folder (Claude Code's
@@ -535,18 +579,18 @@ impl<'o> Importer<'o> {
             .get_or_insert_with(|| (path.to_path_buf(), failed.source));
     }
 
-    /// Imports one file; returns the bytes read. `force` skips detection. On an I/O error what
-    /// was read before it stays imported, and the error says how far that was.
+    /// Imports one file, as it was when opened (see `open`); returns the bytes read. On an I/O
+    /// error what was read before it stays imported, and the error says how far that was.
     fn import_file(
         &mut self,
         path: &Path,
-        force: Option<InputFormat>,
+        choice: Choice,
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, FileError> {
-        let file = File::open(path).map_err(FileError::whole)?;
-        let mut reader = BufReader::with_capacity(256 << 10, file);
+        let opened = open::open_regular(path).map_err(FileError::whole)?;
+        let mut reader = BufReader::with_capacity(256 << 10, opened.file);
         let mut diag = lines::Diagnostics::new(path, &mut self.warnings);
-        let chosen = chosen_format(&mut reader, force, &mut diag);
+        let chosen = chosen_format(&mut reader, choice, &mut diag);
         let Some(format) = chosen.map_err(FileError::whole)? else {
             diag.finish();
             self.stats.files_skipped += 1;
@@ -562,7 +606,7 @@ impl<'o> Importer<'o> {
             stats: &mut self.stats,
             source: &source,
         };
-        let mut lines = LineReader::new(reader);
+        let mut lines = LineReader::new(reader.take(opened.len));
         let result = read_lines(
             (path, format),
             self.opts,
@@ -573,6 +617,17 @@ impl<'o> Importer<'o> {
         );
         let bytes = lines.bytes_read();
         self.stats.bytes += bytes;
+        if result.is_ok() && bytes < opened.len {
+            // Cut short by another writer (a truncation, or a rewrite in place): what it held
+            // past this point when opened is gone, and the user should know the read is partial.
+            diag.warn(
+                0,
+                format!(
+                    "the file shrank while it was read: {bytes} of the {} bytes it had when opened were read",
+                    opened.len
+                ),
+            );
+        }
         diag.finish();
         result.map_err(|source| FileError {
             lines_read: lines.lines_read(),

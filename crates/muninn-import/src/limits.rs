@@ -18,8 +18,9 @@ pub(crate) const MIN_AT_MS: i64 = -62_167_219_200_000;
 /// The latest: 9999-12-31T23:59:59.999Z, the last an RFC 3339 timestamp can name.
 pub(crate) const MAX_AT_MS: i64 = 253_402_300_799_999;
 
-/// Why `usage` is past the limits, if it is.
-pub(crate) fn usage_problem(usage: &Usage) -> Option<String> {
+/// Why `usage` is past the limits, if it is: a field above 2^32 tokens. Exported so that readers
+/// of transcripts outside this crate (`muninn replay --vs-ccusage`) refuse what it refuses.
+pub fn usage_problem(usage: &Usage) -> Option<String> {
     let fields = [
         ("uncached input", usage.input),
         ("cache write (5m)", usage.cache_write_5m),

@@ -42,6 +42,8 @@ pub(crate) struct Line<'a> {
     pub terminated: bool,
     /// Whether the line was longer than [`MAX_LINE_BYTES`] and its bytes were dropped.
     pub oversized: bool,
+    /// Bytes read from the start of input to this line's end (terminator included).
+    pub end: u64,
 }
 
 impl Line<'_> {
@@ -138,6 +140,7 @@ impl<R: BufRead> LineReader<R> {
             bytes,
             terminated,
             oversized,
+            end: self.bytes_read,
         }))
     }
 }

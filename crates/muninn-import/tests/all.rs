@@ -6,8 +6,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A failed unwrap is a failed test.
 
 mod bad_input;
+mod detection;
 mod fuzz;
 mod large_lines;
+mod live_files;
 
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest, Usage};
 use muninn_import::{

@@ -677,3 +677,47 @@ fn a_file_removed_after_the_listing_is_named_as_unreadable() {
     let message = format!("could not be read, skipped: {cause}");
     assert_eq!(warned(&got), vec![("b.jsonl".into(), 0, message)]);
 }
+
+/// Token counts of every wrong shape (negative, fractional, a string, past 2^64, a boolean, an
+/// array): each line is refused with a message naming the value, the good line after them is
+/// kept, and `check-cache` and `replay` run on the rest. This held before (review, 2026-12):
+/// the test keeps it so.
+#[test]
+fn token_counts_of_every_wrong_shape_are_refused_by_line() {
+    let shapes = [
+        "-1",
+        "1.5",
+        r#""3""#,
+        "18446744073709551616",
+        "1e30",
+        "true",
+        "[]",
+    ];
+    let mut lines: Vec<String> = shapes
+        .iter()
+        .enumerate()
+        .map(|(n, v)| {
+            let usage = format!(r#"{{"input_tokens":{v},"output_tokens":5}}"#);
+            claude_response(n as u32 + 1, n as i64 + 1, &usage)
+        })
+        .collect();
+    lines.push(claude_response(
+        9,
+        9,
+        r#"{"input_tokens":3,"output_tokens":5}"#,
+    ));
+    let got = import_text("s.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let refused: Vec<(u64, bool)> = got
+        .warnings
+        .iter()
+        .map(|w| {
+            (
+                w.line,
+                w.message.starts_with("malformed line, skipped: invalid"),
+            )
+        })
+        .collect();
+    assert_eq!(refused, (1..=7).map(|n| (n, true)).collect::<Vec<_>>());
+    assert_eq!(got.stats.requests, 1);
+    check_and_replay(&got);
+}

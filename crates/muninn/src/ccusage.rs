@@ -25,6 +25,9 @@ pub struct Comparison {
     pub requests: u64,
     /// Responses whose model the price table does not know (left out of both).
     pub unpriced: u64,
+    /// Lines whose usage is past the import's limits (a count above 2^32 tokens: no real
+    /// request's), left out as `muninn replay` leaves them out; summed, they overflowed.
+    pub past_limits: u64,
     /// Output tokens as ccusage counts them: each response's first line.
     pub output_first_line: u64,
     /// Output tokens as muninn counts them: each response's last line.
@@ -60,53 +63,59 @@ fn usage_of(u: &serde_json::Value) -> Usage {
     }
 }
 
-fn jsonl_files(path: &Path, out: &mut Vec<PathBuf>) {
-    if path.is_dir() {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        entries.sort();
-        for entry in entries {
-            jsonl_files(&entry, out);
+/// The `*.jsonl` files under `path`. Links below the top are not followed into folders, as the
+/// import's walk does not follow them: a link to a parent folder made this walk endless (a
+/// stack overflow).
+fn jsonl_files(path: &Path, top: bool, out: &mut Vec<PathBuf>) {
+    let looked = if top {
+        std::fs::metadata(path)
+    } else {
+        std::fs::symlink_metadata(path)
+    };
+    match looked {
+        Ok(meta) if meta.is_dir() => {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            entries.sort();
+            for entry in entries {
+                jsonl_files(&entry, false, out);
+            }
         }
-    } else if path.extension().is_some_and(|e| e == "jsonl") {
-        out.push(path.to_owned());
+        Ok(_) if path.extension().is_some_and(|e| e == "jsonl") => out.push(path.to_owned()),
+        _ => {}
     }
 }
 
-/// Reads the Claude Code files under `paths` both ways.
+/// The longest line read, as the import's: a longer one is skipped, so a file that is not JSON
+/// Lines at all is never held whole.
+const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// Per response (message and request id): model, first line's usage, last line's usage.
+type Seen = HashMap<String, (String, Usage, Usage)>;
+
+/// Reads the Claude Code files under `paths` both ways. A file that cannot be read is named in a
+/// warning and skipped, as the import skips it.
 pub fn compare(paths: &[PathBuf], prices: &PriceTable) -> anyhow::Result<Comparison> {
     let mut files = Vec::new();
     for path in paths {
-        jsonl_files(path, &mut files);
+        jsonl_files(path, true, &mut files);
     }
-    // Per response: model, first line's usage, last line's usage.
-    let mut seen: HashMap<String, (String, Usage, Usage)> = HashMap::new();
+    let mut seen = Seen::new();
+    let mut past_limits = 0;
     for file in &files {
-        let text = std::fs::read_to_string(file)?;
-        for line in text.lines() {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            let message = &v["message"];
-            let (Some(id), Some(model)) = (message["id"].as_str(), message["model"].as_str())
-            else {
-                continue;
-            };
-            if v["type"] != "assistant" || model == "<synthetic>" || message["usage"].is_null() {
-                continue;
-            }
-            let key = format!("{id}:{}", v["requestId"].as_str().unwrap_or(""));
-            let usage = usage_of(&message["usage"]);
-            seen.entry(key)
-                .and_modify(|e| e.2 = usage)
-                .or_insert((model.to_owned(), usage, usage));
+        if let Err(e) = read_file(file, &mut seen, &mut past_limits) {
+            let warning = format!("{}: could not be read, skipped: {e}", file.display());
+            eprintln!("warning: {}", crate::terminal::sanitize(&warning));
         }
     }
-    let mut c = Comparison::default();
+    let mut c = Comparison {
+        past_limits,
+        ..Comparison::default()
+    };
     for (model, first, last) in seen.values() {
         let Ok(price) = prices.model(model) else {
             c.unpriced += 1;
@@ -133,6 +142,54 @@ pub fn compare(paths: &[PathBuf], prices: &PriceTable) -> anyhow::Result<Compari
     Ok(c)
 }
 
+/// Reads one file's responses into `seen`, counting the lines past the limits. It is opened as
+/// the import opens its files (never blocking, a regular file only, up to its length when
+/// opened) and read a line at a time: it was read whole into memory, a link to `/dev/zero`
+/// until memory ran out, and a file with one line of invalid UTF-8 failed the whole comparison.
+fn read_file(path: &Path, seen: &mut Seen, past_limits: &mut u64) -> std::io::Result<()> {
+    use std::io::{BufRead, Read};
+    let opened = muninn_import::open_regular(path)?;
+    let mut reader = std::io::BufReader::new(opened.file).take(opened.len);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut reader)
+            .take(MAX_LINE_BYTES)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if n as u64 == MAX_LINE_BYTES && line.last() != Some(&b'\n') {
+            reader.skip_until(b'\n')?;
+            continue;
+        }
+        read_line(&line, seen, past_limits);
+    }
+}
+
+/// Takes one line's response into `seen`, if it is one.
+fn read_line(line: &[u8], seen: &mut Seen, past_limits: &mut u64) {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return;
+    };
+    let message = &v["message"];
+    let (Some(id), Some(model)) = (message["id"].as_str(), message["model"].as_str()) else {
+        return;
+    };
+    if v["type"] != "assistant" || model == "<synthetic>" || message["usage"].is_null() {
+        return;
+    }
+    let key = format!("{id}:{}", v["requestId"].as_str().unwrap_or(""));
+    let usage = usage_of(&message["usage"]);
+    if muninn_import::usage_problem(&usage).is_some() {
+        *past_limits += 1;
+        return;
+    }
+    seen.entry(key)
+        .and_modify(|e| e.2 = usage)
+        .or_insert((model.to_owned(), usage, usage));
+}
+
 /// Prints the comparison.
 pub fn print(c: &Comparison, format: &str) -> anyhow::Result<()> {
     if format == "json" {
@@ -146,6 +203,12 @@ pub fn print(c: &Comparison, format: &str) -> anyhow::Result<()> {
         c.requests,
         c.unpriced
     )?;
+    if c.past_limits > 0 {
+        outln!(
+            "{} lines with a usage past the limits (over 2^32 tokens) left out, as replay leaves them out",
+            c.past_limits
+        )?;
+    }
     outln!(
         "read ccusage's way (first line's output, 1h writes at the 5m rate): {}",
         usd(c.ccusage_micro_usd)

@@ -141,10 +141,13 @@ fn files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// Reads a ledger export (`muninn ledger --format jsonl`): one row per line. A malformed or
-/// oversized line is reported with its place and skipped.
+/// oversized line is reported with its place and skipped. The file is opened as the import opens
+/// its files (never blocking, a regular file only, up to its length when opened): a named pipe
+/// in a folder blocked the check for ever, and a ledger being appended to kept it reading.
 fn read_rows(path: &Path, rows: &mut Vec<LedgerRow>, malformed: &mut usize) -> anyhow::Result<()> {
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut reader = std::io::BufReader::new(file);
+    let opened =
+        muninn_import::open_regular(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut reader = std::io::BufReader::new(opened.file).take(opened.len);
     let mut line = Vec::new();
     let mut number = 0usize;
     loop {

@@ -90,8 +90,8 @@ struct InputArgs {
     #[arg(required = true)]
     paths: Vec<PathBuf>,
     /// Read every file as this format instead of detecting each one's: claude-code, codex,
-    /// ledger, stored, stream-json, api-log or tracelab-csv. A file that does not look like it
-    /// is skipped with a warning.
+    /// ledger, stored, stream-json, api-log or tracelab-csv. A file that looks like another
+    /// format is still read as this one, with a warning.
     #[arg(long)]
     input_format: Option<muninn_import::InputFormat>,
     /// The model of requests whose format records none (TraceLab CSV) [default: unknown, which

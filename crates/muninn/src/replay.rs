@@ -267,13 +267,26 @@ fn print(
 /// A trace with its model's price.
 type Priced<'a> = (&'a Trace, &'a muninn_core::price::ModelPrice);
 
+/// The largest price table read. The embedded one is a few KiB; past this a path names
+/// something that is no price table (`--prices /dev/zero` was read until memory ran out).
+const MAX_PRICES_BYTES: u64 = 1 << 20;
+
 /// The price table in `path` (TOML), else the embedded one. Every command that takes
 /// `--prices` (or `prices =`) reads it through here.
 pub(crate) fn load_prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceTable> {
     Ok(match path {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            use std::io::Read;
+            let mut text = String::new();
+            std::fs::File::open(path)
+                .and_then(|file| file.take(MAX_PRICES_BYTES + 1).read_to_string(&mut text))
                 .with_context(|| format!("reading {}", path.display()))?;
+            if text.len() as u64 > MAX_PRICES_BYTES {
+                anyhow::bail!(
+                    "{}: longer than {MAX_PRICES_BYTES} bytes, not a price table",
+                    path.display()
+                );
+            }
             PriceTable::parse(&text, &path.display().to_string())?
         }
         None => PriceTable::embedded(),

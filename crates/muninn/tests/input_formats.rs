@@ -31,9 +31,10 @@ fn import_detects_each_new_format() {
 }
 
 #[test]
-fn input_format_forces_a_format_and_refuses_others() {
+fn input_format_forces_a_format_and_refuses_unknown_names() {
     let csv = import_fixture("tracelab/rounds.csv");
     let csv = csv.to_str().unwrap();
+    // Read as the format named, as a user who names it asks: its lines are no stream-json.
     let out = muninn(&[
         "check-cache",
         "--quiet",
@@ -41,9 +42,12 @@ fn input_format_forces_a_format_and_refuses_others() {
         "stream-json",
         csv,
     ]);
-    assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.contains("no importable file found"), "{stderr}");
+    assert!(
+        stderr.contains("read as stream-json as asked, though it looks like tracelab-csv"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(":1: malformed line, skipped: "), "{stderr}");
 
     let out = muninn(&["replay", "--quiet", "--input-format", "csv", csv]);
     assert!(!out.status.success());
@@ -174,4 +178,157 @@ fn import_skips_an_unreadable_file_and_says_so() {
             unreadable.display()
         )
     );
+}
+
+/// Runs muninn with `args`; fails the test if it has not ended within 60 seconds.
+fn muninn_within_bound(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_muninn"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("muninn {args:?} did not end within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// `replay --vs-ccusage` walks its own way through the folders it is given: it followed links
+/// into folders, so two links to the folder they are in made the walk double at each level
+/// (it did not end). It follows none below the top now, as the import does, and reads each
+/// file once.
+#[test]
+fn replay_vs_ccusage_follows_no_link_into_a_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    for name in ["here", "again"] {
+        std::os::unix::fs::symlink(".", dir.join(name)).unwrap();
+    }
+    let args = ["replay", "--quiet", "--vs-ccusage", "--format", "json"];
+    let out = muninn_within_bound(&[&args[..], &[dir.to_str().unwrap()]].concat());
+    let (stdout, _) = ok(&out);
+    let c: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(c["requests"], CLEAN_REQUESTS as u64);
+}
+
+/// A usage past any real request's (2^64 − 1 output tokens, on two responses) in a file read by
+/// `replay --vs-ccusage`: its sums overflowed (a panic in a debug build, a wrapped figure in a
+/// release one). Such lines are left out, as the import leaves them out, and counted.
+#[test]
+fn replay_vs_ccusage_leaves_out_usage_past_the_limits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let (clean, _) = ok(&muninn(&[
+        "replay",
+        "--quiet",
+        "--vs-ccusage",
+        "--format",
+        "json",
+        dir.to_str().unwrap(),
+    ]));
+    let line = |n: u32| {
+        format!(
+            r#"{{"type":"assistant","sessionId":"huge","uuid":"h{n}","timestamp":"2026-02-10T10:00:0{n}.000Z","message":{{"model":"claude-opus-4-6","id":"msg_huge_{n}","content":[{{"type":"text","text":"x"}}],"usage":{{"input_tokens":3,"output_tokens":18446744073709551615}}}}}}"#
+        )
+    };
+    std::fs::write(
+        dir.join("huge.jsonl"),
+        format!("{}\n{}\n", line(1), line(2)),
+    )
+    .unwrap();
+    let out = muninn(&[
+        "replay",
+        "--quiet",
+        "--vs-ccusage",
+        "--format",
+        "json",
+        dir.to_str().unwrap(),
+    ]);
+    let (stdout, _) = ok(&out);
+    let (mut clean, got): (serde_json::Value, serde_json::Value) = (
+        serde_json::from_str(&clean).unwrap(),
+        serde_json::from_str(&stdout).unwrap(),
+    );
+    clean["past_limits"] = 2.into();
+    assert_eq!(got, clean);
+}
+
+/// `replay --vs-ccusage` read each file whole into memory: a walked link to `/dev/zero` was read
+/// until memory ran out, and a file holding one line of invalid UTF-8 failed the whole
+/// comparison. Files are opened as the import opens them (a device is named and skipped) and
+/// read a line at a time (the bad line is passed over, the rest of its file read).
+#[test]
+fn replay_vs_ccusage_reads_no_device_and_passes_over_a_bad_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = clean_project(tmp.path());
+    let args = ["replay", "--quiet", "--vs-ccusage", "--format", "json"];
+    let (clean, _) = ok(&muninn(&[&args[..], &[dir.to_str().unwrap()]].concat()));
+    std::os::unix::fs::symlink("/dev/zero", dir.join("zero.jsonl")).unwrap();
+    let session = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl") && p.is_file())
+        .unwrap();
+    let mut text = std::fs::read(&session).unwrap();
+    text.splice(
+        0..0,
+        b"{\"type\":\"user\",\"x\":\"\xff\"}\n".iter().copied(),
+    );
+    std::fs::write(&session, text).unwrap();
+    let out = muninn_within_bound(&[&args[..], &[dir.to_str().unwrap()]].concat());
+    let (stdout, stderr) = ok(&out);
+    assert_eq!(stdout, clean);
+    assert!(
+        stderr.contains("zero.jsonl: could not be read, skipped: not a file nor a folder"),
+        "{stderr}"
+    );
+}
+
+/// `replay --closed-loop` over a folder holding a named pipe named like a ledger export: it
+/// opened the pipe, which with no writer blocks for ever. It fails at once now, naming the file
+/// and why.
+#[test]
+fn replay_closed_loop_does_not_block_on_a_named_pipe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pipe = tmp.path().join("ledger.jsonl");
+    let made = Command::new("mkfifo").arg(&pipe).status();
+    assert!(made.unwrap().success());
+    let out = muninn_within_bound(&["replay", "--closed-loop", tmp.path().to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "opening {}: not a file nor a folder (a pipe, socket or device)",
+            pipe.display()
+        )),
+        "{stderr}"
+    );
+}
+
+/// `--prices` naming something that is no price table (here `/dev/zero`) was read until memory
+/// ran out; it is refused past 1 MiB, naming the path.
+#[test]
+fn prices_past_their_size_limit_are_refused() {
+    let csv = import_fixture("tracelab/rounds.csv");
+    for command in ["replay", "check-cache"] {
+        let out = muninn_within_bound(&[
+            command,
+            "--quiet",
+            "--prices",
+            "/dev/zero",
+            csv.to_str().unwrap(),
+        ]);
+        assert!(!out.status.success());
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.contains("/dev/zero: longer than 1048576 bytes, not a price table"),
+            "{stderr}"
+        );
+    }
 }
