@@ -96,7 +96,7 @@ pub use host_lease::{HostLeases, renew_host_leases, spawn_renewer};
 pub use persona::next_batch;
 pub use prompts::*;
 pub use reply::*;
-pub use retry::{Failing, RETRY_BASE_MS, RETRY_CAP_MS, RetryPolicy};
+pub use retry::{Failing, RETRY_AFTER_CAP_MS, RETRY_BASE_MS, RETRY_CAP_MS, RetryPolicy};
 pub use run::{run_mind, run_minds};
 pub use supervise::STEADY_MS;
 
