@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 const TWO_MINDS: &str = "[[mind]]\nid = 'vala'\nrooms = ['#swarm']\n\
                          [[mind]]\nid = 'ada'\nrooms = ['#swarm']\n";
 
-async fn post(store: &dyn muninn_store::Store, mind: &str, source_id: &str) {
+/// A delivery for `mind`, and its wake-up (as the API sends one).
+async fn post(host: &muninn_host::Host, mind: &str, source_id: &str) {
     let delivery = NewDelivery {
         room: "#swarm".into(),
         sender: "ari".into(),
@@ -26,7 +27,8 @@ async fn post(store: &dyn muninn_store::Store, mind: &str, source_id: &str) {
         received_at_ms: T0,
         context: Vec::new(),
     };
-    store.post_delivery(mind, &delivery).await.unwrap();
+    host.store.post_delivery(mind, &delivery).await.unwrap();
+    host.signals.wake(mind);
 }
 
 /// The outbox messages `mind` recorded, waiting up to `within` for at least one.
@@ -84,14 +86,14 @@ async fn a_mind_whose_task_panics_is_restarted_and_says_why_meanwhile() {
     assert!(*attempts >= 1, "{retrying:?}");
 
     // The other Mind was never stopped by it.
-    post(&*w.host.store, "ada", "a1").await;
+    post(&w.host, "ada", "a1").await;
     assert_eq!(
         answers(&*w.host.store, "ada", Duration::from_secs(20)).await,
         1
     );
 
     // vala, restarted twice (250 ms, then 500 ms later), answers its delivery once.
-    post(&*w.host.store, "vala", "v1").await;
+    post(&w.host, "vala", "v1").await;
     assert_eq!(
         answers(&*w.host.store, "vala", Duration::from_secs(20)).await,
         1,

@@ -2,8 +2,9 @@
 //!
 //! A panic under a runner's step (a bug in the runtime, a backend or a store driver) ends that
 //! Mind's task and nothing else: the other Minds and the API run on. It used to end the Mind
-//! for the life of the process, with one error line in the log, while `muninn status` went on
-//! showing what the runner last reported (`RUNNING`, for a panic mid-turn). Now the Mind is
+//! for the life of the process, with one error line in the log and no cause anywhere else
+//! (its lease released by the host's renewal, `status` said `NO HOST`; the API kept the activity
+//! the runner last reported, `running` for a panic mid-turn). Now the Mind is
 //! restarted with a new runner, as a process restart would restart it: what the panicked runner
 //! held in memory (its sessions, an answer not yet committed) is gone with it, as with a
 //! `kill -9`, and the new runner recovers from the store — it takes the lease back as a new
@@ -163,6 +164,7 @@ impl Minds {
         let telemetry = &self.host.telemetry;
         telemetry.stepped(&id, None, &failure, now);
         let error = failure.err().map(|e| e.to_string()).unwrap_or_default();
+        tracing::error!(mind = %id, panics, delay_ms, %error, "a Mind's task panicked: restarting it");
         let retrying = Activity::Retrying {
             error,
             since_ms,
@@ -170,7 +172,6 @@ impl Minds {
             next_attempt_ms: now.saturating_add(delay_ms),
         };
         self.host.signals.set_activity(&id, retrying);
-        tracing::error!(mind = %id, panics, delay_ms, "a Mind's task panicked: restarting it");
         if let Err(e) = self.spawn(gone.mind, delay_ms as u64, panics, since_ms) {
             tracing::error!(mind = %id, error = %e, "a panicked Mind could not be restarted");
         }
