@@ -276,9 +276,10 @@ pub struct SpendSummary {
     pub window_ms: i64,
     /// The window's start, Unix ms (inclusive).
     pub from_ms: i64,
-    /// Now, Unix ms (exclusive).
+    /// Now, Unix ms.
     pub to_ms: i64,
-    /// Cost of the ledger rows in the window, micro-dollars.
+    /// Cost of the ledger rows from `from_ms` on, micro-dollars: the spend the cap counts,
+    /// rows stamped after `to_ms` (by a wall clock since stepped back) included.
     pub spent_micro_usd: i64,
     /// The cap in force (the setting, else the configuration's), micro-dollars.
     pub cap_micro_usd: Option<i64>,

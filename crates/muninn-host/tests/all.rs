@@ -22,6 +22,7 @@ mod runtime;
 mod scripted;
 mod self_flush;
 mod spend;
+mod supervise;
 mod telemetry;
 mod tool_loop;
 mod uncommitted;

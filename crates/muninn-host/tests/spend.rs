@@ -101,3 +101,75 @@ async fn a_turn_whose_worst_case_would_cross_the_cap_does_not_start() {
         .unwrap();
     assert_eq!(queued.len(), 1, "the brief was not claimed");
 }
+
+/// The host's clock, stepped back by `back_ms` from the simulator's (an NTP correction).
+#[derive(Debug)]
+struct SteppedBack {
+    sim: std::sync::Arc<muninn_sim::sim::Simulator>,
+    back_ms: std::sync::atomic::AtomicI64,
+}
+
+impl muninn_backend::clock::Clock for SteppedBack {
+    fn now_ms(&self) -> i64 {
+        self.sim.now_ms() - self.back_ms.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A wall clock stepped back ten minutes after a costly turn: that turn's row is stamped after
+/// the new now, and the cap still counts it. It used to sum the window only up to now, so the
+/// spend vanished from the window and the next turn started over a cap already reached.
+#[tokio::test]
+async fn a_clock_stepped_back_does_not_hide_spend_from_the_cap() {
+    use muninn_core::price::PriceTable;
+    use muninn_host::Host;
+    use muninn_host::runtime::MindRunner;
+    use muninn_sim::inprocess::{InProcess, SimBackend};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    let w = world().await;
+    let clock = Arc::new(SteppedBack {
+        sim: w.sim.clone(),
+        back_ms: 0.into(),
+    });
+    let host = Host::new(
+        w.host.store.clone(),
+        (*w.host.config).clone(),
+        clock.clone(),
+    );
+    let backend = || {
+        SimBackend::new(
+            InProcess::new(w.sim.clone()),
+            host.clock.clone(),
+            PriceTable::embedded(),
+        )
+    };
+    let prices = PriceTable::embedded();
+    let mut r = MindRunner::new(
+        host.clone(),
+        mind(""),
+        "host-a".into(),
+        &prices,
+        backend(),
+        backend(),
+    )
+    .unwrap();
+    r.register().await.unwrap();
+    // A cold turn on ~30k tokens: more than a short turn's worst case (2,048 tokens of output).
+    let long = "the quick brown fox jumps over the lazy dog ".repeat(3_000);
+    post(&w, "e1", "#swarm", "ari", &long).await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let total = || async {
+        let all = w.host.store.spend("vala", 0, i64::MAX).await.unwrap();
+        all.0
+    };
+    let first = total().await;
+    // The window is full: the cap is what was spent.
+    set_cap(&w, Some(first)).await;
+    clock.back_ms.store(600_000, Ordering::SeqCst);
+    w.sim.advance_clock(1_000);
+    post(&w, "e2", "#swarm", "ari", "more").await;
+    r.woken();
+    assert_eq!(r.step().await.unwrap(), Step::OverBudget);
+    assert_eq!(w.sim.requests().len(), 1);
+    assert_eq!(total().await, first);
+}

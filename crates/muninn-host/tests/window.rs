@@ -90,3 +90,65 @@ async fn the_retry_of_a_refreshs_first_request_is_sized_on_the_new_segment() {
         .collect();
     assert_eq!(decisions, [(0, "start:start"), (1, "start:retried")]);
 }
+
+/// Twenty deliveries in one room, each near the API's 64 KiB bound (~14k tokens): one batch of
+/// ~280k tokens, beyond a 200k window. The batch is halved until it fits and the rest answered
+/// in the next turns — every delivery once, in order — where the whole batch used to be refused
+/// at every retry and the Mind stuck on it for good.
+#[tokio::test]
+async fn a_batch_too_large_for_the_window_is_cut_and_every_delivery_answered_once() {
+    use muninn_host::runtime::Step;
+    let w = world().await;
+    let mut r = runner(&w, mind("model = 'claude-sonnet-4-5'"), "host-a");
+    r.register().await.unwrap();
+    let long = "the quick brown fox jumps over the lazy dog ".repeat(1_400);
+    assert!(
+        long.len() < muninn_api::limits::TEXT_MAX_BYTES,
+        "{}",
+        long.len()
+    );
+    let mut seqs = Vec::new();
+    for i in 1..=20 {
+        seqs.push(post(&w, &format!("e{i}"), "#swarm", "ari", &long).await);
+    }
+    let (first, last) = (seqs[0], seqs[19]);
+    let mut acked = Vec::new();
+    for _ in 0..40 {
+        r.woken();
+        match r.step().await {
+            Ok(Step::PersonaTurn {
+                acked_through,
+                valid,
+            }) => {
+                assert!(valid);
+                acked.push(acked_through);
+            }
+            Ok(Step::Idle { .. }) => break,
+            other => panic!("after turns acking through {acked:?}: {other:?}"),
+        }
+        w.sim.advance_clock(1_000);
+    }
+    assert_eq!(acked.last(), Some(&last), "{acked:?}");
+    assert!(
+        acked.len() > 1 && acked.windows(2).all(|p| p[0] < p[1]),
+        "{acked:?}"
+    );
+    // Each delivery in exactly one turn: the answered batches' seq ranges (outbox request ids
+    // `vala-<first>-<max>-<index>`) tile the mailbox.
+    let outbox = w.host.store.unacked_outbox("vala", 1_000).await.unwrap();
+    let mut ranges: Vec<(i64, i64)> = outbox
+        .iter()
+        .map(|m| {
+            let parts: Vec<&str> = m.request_id.split('-').collect();
+            (parts[1].parse().unwrap(), parts[2].parse().unwrap())
+        })
+        .collect();
+    ranges.dedup();
+    let mut next = first;
+    for (from, max) in &ranges {
+        assert_eq!(*from, next, "{ranges:?}");
+        next = max + 1;
+    }
+    assert_eq!(next, last + 1, "{ranges:?}");
+    assert_eq!(ranges.len(), acked.len(), "{ranges:?} {acked:?}");
+}

@@ -15,6 +15,9 @@
 //! its spend cap with, between a request's answer and its commit).
 //! The next N commits can instead be refused for good
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
+//! The next N whole-delivery reads of one Mind can panic instead of answering
+//! ([`FaultyStore::panic_pending_reads`]: a bug in the code under a runner's step, which takes
+//! the Mind's task down with it).
 //! Everything else passes through, so a test can fault exactly the call that follows a
 //! backend's answer.
 //!
@@ -57,6 +60,8 @@ pub struct FaultyStore {
     committed: AtomicU32,
     /// `pending_deliveries` calls so far.
     pending_reads: AtomicU32,
+    /// The Mind whose `pending_deliveries` calls panic, and how many still will.
+    panicking_pending_reads: std::sync::Mutex<Option<(String, u32)>>,
 }
 
 impl FaultyStore {
@@ -76,6 +81,7 @@ impl FaultyStore {
             refused: AtomicU32::new(0),
             committed: AtomicU32::new(0),
             pending_reads: AtomicU32::new(0),
+            panicking_pending_reads: std::sync::Mutex::new(None),
         })
     }
 
@@ -135,6 +141,18 @@ impl FaultyStore {
     /// Commits let through so far.
     pub fn committed(&self) -> u32 {
         self.committed.load(Ordering::SeqCst)
+    }
+
+    /// Makes the next `n` `pending_deliveries` calls for `mind` panic (every other Mind's pass
+    /// through): what a bug under a runner's step does to the Mind's task. `0` disarms.
+    pub fn panic_pending_reads(&self, mind: &str, n: u32) {
+        *self.panicking() = Some((mind.to_owned(), n));
+    }
+
+    fn panicking(&self) -> std::sync::MutexGuard<'_, Option<(String, u32)>> {
+        self.panicking_pending_reads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// `pending_deliveries` calls (whole deliveries read) so far.
@@ -402,6 +420,17 @@ impl Store for FaultyStore {
         limit: i64,
     ) -> Result<Vec<Delivery>> {
         self.pending_reads.fetch_add(1, Ordering::SeqCst);
+        let panic_now = match self.panicking().as_mut() {
+            Some((of, n)) if of == mind && *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        };
+        // Outside the lock: a panic while holding it would poison it for every other Mind.
+        if panic_now {
+            panic!("injected: a bug while reading {mind}'s deliveries");
+        }
         self.inner.pending_deliveries(mind, after_seq, limit).await
     }
 

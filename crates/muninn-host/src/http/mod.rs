@@ -356,7 +356,8 @@ pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<M
                 persona: host.store.current_segment(id, Role::Persona).await?,
                 self_role: host.store.current_segment(id, Role::SelfRole).await?,
             },
-            host.store.spend(id, from_ms, now).await?.0,
+            // What the cap counts: rows stamped after now too (a clock stepped back).
+            host.store.spend(id, from_ms, i64::MAX).await?.0,
             host.store.ack_position(id).await?,
             host.store
                 .failed_outbox(id, muninn_api::wire::FAILED_SENDS_SHOWN)

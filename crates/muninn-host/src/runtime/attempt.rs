@@ -56,6 +56,12 @@ impl<B: Backend> MindRunner<B> {
         pending
     }
 
+    /// Whether `batch` is the unanswered attempt's (its delivery recorded, to be re-sent as it
+    /// is).
+    pub(super) fn is_attempt(&self, batch: &str) -> bool {
+        self.attempt.as_ref().is_some_and(|a| a.batch == batch)
+    }
+
     /// The message to re-send for `batch`, when the open segment already holds its delivery and
     /// the session is as it was when it failed (live, and not about to be refreshed). `None`:
     /// render and record it afresh.

@@ -129,12 +129,12 @@ impl<B: Backend> MindRunner<B> {
         let window = settings
             .spend_window_ms
             .unwrap_or(self.mind.spend_window_s as i64 * 1000);
-        let ledgered = self
-            .host
-            .store
-            .spend(&self.mind.id, now - window, now + 1)
-            .await?;
-        let abandoned = self.abandoned.within(now - window, now + 1);
+        // The window runs from `now - window` with no end: a row stamped after now was spent
+        // all the same, under a wall clock since stepped back (an NTP correction). Cut at now,
+        // that spend left the window and the next turn started over a cap already reached.
+        let from = now.saturating_sub(window);
+        let ledgered = self.host.store.spend(&self.mind.id, from, i64::MAX).await?;
+        let abandoned = self.abandoned.within(from, i64::MAX);
         let spent = MicroUsd(ledgered.0.saturating_add(abandoned.0));
         let crosses = spent.0.saturating_add(worst.0) > cap.0;
         if crosses {

@@ -11,8 +11,8 @@
 //! Correctness does not rest on this: fencing guards every write, and a renewal by holder name
 //! can only extend leases nobody else took (a takeover changes the holder). What it must not
 //! do is keep a Mind no runner here serves: a lease the statement renewed whose Mind has no
-//! runner on this host any more (its task panicked) is released at once, so another host can
-//! take the Mind.
+//! runner on this host any more (its task ended; a panicked one gets a new runner at once,
+//! `supervise.rs`) is released at once, so another host can take the Mind.
 
 use crate::Host;
 use muninn_store::{Lease, StoreError};

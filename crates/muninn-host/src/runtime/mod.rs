@@ -85,6 +85,7 @@ mod segment;
 mod self_run;
 mod session;
 mod stranded;
+mod supervise;
 mod takeover;
 mod tool_loop;
 pub mod tools;
@@ -95,8 +96,9 @@ pub use host_lease::{HostLeases, renew_host_leases, spawn_renewer};
 pub use persona::next_batch;
 pub use prompts::*;
 pub use reply::*;
-pub use retry::{Failing, RETRY_BASE_MS, RETRY_CAP_MS, RetryPolicy};
+pub use retry::{Failing, RETRY_AFTER_CAP_MS, RETRY_BASE_MS, RETRY_CAP_MS, RetryPolicy};
 pub use run::{run_mind, run_minds};
+pub use supervise::STEADY_MS;
 
 use crate::config::MindConfig;
 use crate::{Activity, Host};
@@ -140,6 +142,10 @@ pub enum RuntimeError {
     /// The configuration cannot be run (an unknown model, an unreadable doctrine file, …).
     #[error("configuration: {0}")]
     Config(String),
+    /// The Mind's task panicked (a bug under its step): the Mind is restarted with a new
+    /// runner, which recovers from the store (`supervise.rs`).
+    #[error("the Mind's task panicked: {0} (restarted with a new runner, from the store)")]
+    Panicked(String),
     /// The turn's prompt and reply cannot fit the model's context window (`window.rs`):
     /// nothing was sent, the deliveries stay queued.
     #[error(

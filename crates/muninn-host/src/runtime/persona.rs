@@ -31,21 +31,21 @@ pub fn next_batch(pending: &[Delivery]) -> &[Delivery] {
 }
 
 /// A batch of deliveries made ready for a turn.
-struct Batch {
-    deliveries: Vec<Delivery>,
+pub(super) struct Batch {
+    pub(super) deliveries: Vec<Delivery>,
     /// `<mind>-<first seq>-<max seq>`: the turn's key and the outbox request ids' stem.
-    id: String,
+    pub(super) id: String,
     max_seq: i64,
     senders: BTreeSet<String>,
     /// What the renderer shows of it.
     input: render::TurnInput,
     /// Tokens the turn adds to the prompt: the messages and their context lines (an upper
     /// bound: lines the segment has shown already are not repeated).
-    delta: Tokens,
+    pub(super) delta: Tokens,
 }
 
 impl Batch {
-    fn new(mind: &str, deliveries: Vec<Delivery>) -> Batch {
+    pub(super) fn new(mind: &str, deliveries: Vec<Delivery>) -> Batch {
         let max_seq = deliveries.iter().map(|d| d.seq).max().unwrap_or(0);
         let first_seq = deliveries.iter().map(|d| d.seq).min().unwrap_or(0);
         let delta = deliveries
@@ -196,7 +196,7 @@ impl<B: Backend> MindRunner<B> {
     ) -> Result<Step, RuntimeError> {
         let batch = Batch::new(&self.mind.id, self.attempted(deliveries));
         self.resume_on_new_lease(Role::Persona, now).await?;
-        let plan = self.plan(Role::Persona, batch.delta, true, 0, now);
+        let (batch, plan) = self.fit_window(batch, now);
         self.check_window(Role::Persona, &plan)?;
         let worst = self.worst_case(Role::Persona, &plan, now);
         if self.would_cross_cap(now, settings, worst).await? {

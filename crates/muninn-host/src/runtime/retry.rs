@@ -5,7 +5,9 @@
 //! timeout, a Claude Code child that died or hung) leaves its batch in the mailbox. The runner
 //! does not wait for new mail to try again: it schedules its own next attempt, `base · 2ⁿ⁻¹`
 //! after the n-th failure in a row, never more than `cap`, and never earlier than the
-//! `retry-after` the provider sent with its refusal. New mail arriving meanwhile does not bring
+//! `retry-after` the provider sent with its refusal — up to [`RETRY_AFTER_CAP_MS`], an hour: a
+//! `retry-after` is an input like any other, and one of a year (a gateway's misconfiguration, a
+//! typo in a proxy) would have stopped the Mind for a year. New mail arriving meanwhile does not bring
 //! the attempt forward (a rate-limited provider is not hammered because the rooms are busy).
 //!
 //! # What the transcript holds of the attempts
@@ -30,8 +32,11 @@ use muninn_backend::BackendError;
 /// The first retry's delay (the second waits twice as long, …).
 pub const RETRY_BASE_MS: i64 = 250;
 
-/// The longest wait between two attempts.
+/// The longest backoff between two attempts (a provider's `retry-after` may ask for longer).
 pub const RETRY_CAP_MS: i64 = 30_000;
+
+/// The longest `retry-after` honoured (an hour): a longer one waits this long, then tries.
+pub const RETRY_AFTER_CAP_MS: i64 = 3_600_000;
 
 /// The backoff schedule: `base · 2ⁿ⁻¹` after the n-th failure in a row, at most `cap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +59,8 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// How long to wait after the `failures`-th failure in a row (1 for the first), given the
     /// provider's `retry-after`, if it sent one: the later of the two, and the backoff part
-    /// never over the cap (a provider's longer `retry-after` is honoured as given).
+    /// never over the cap (a provider's longer `retry-after` is honoured, up to
+    /// [`RETRY_AFTER_CAP_MS`]).
     pub fn delay_ms(&self, failures: u32, retry_after_ms: Option<u64>) -> i64 {
         let doublings = failures.saturating_sub(1).min(32);
         let backoff = self
@@ -62,7 +68,9 @@ impl RetryPolicy {
             .saturating_mul(1i64 << doublings)
             .min(self.cap_ms)
             .max(0);
-        let hint = retry_after_ms.map_or(0, |ms| i64::try_from(ms).unwrap_or(i64::MAX));
+        let hint = retry_after_ms.map_or(0, |ms| {
+            i64::try_from(ms).map_or(RETRY_AFTER_CAP_MS, |ms| ms.min(RETRY_AFTER_CAP_MS))
+        });
         backoff.max(hint)
     }
 }
@@ -125,6 +133,15 @@ mod tests {
         assert_eq!(p.delay_ms(9, Some(7_000)), 30_000);
         assert_eq!(p.delay_ms(9, Some(90_000)), 90_000);
         assert_eq!(p.delay_ms(u32::MAX, None), 30_000);
+    }
+
+    #[test]
+    fn a_retry_after_past_an_hour_waits_an_hour() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.delay_ms(1, Some(3_600_000)), 3_600_000);
+        // A year, and more than any duration holds: the Mind tries again within the hour.
+        assert_eq!(p.delay_ms(1, Some(31_536_000_000)), RETRY_AFTER_CAP_MS);
+        assert_eq!(p.delay_ms(3, Some(u64::MAX)), RETRY_AFTER_CAP_MS);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! (the lease renewal, the process pool's sweep).
 
 use super::retry::{self, Failing, RetryPolicy};
+use super::supervise::Minds;
 use super::{MindRunner, RuntimeError, Step, spawn_renewer};
 use crate::Activity;
 use crate::Host;
@@ -185,12 +186,16 @@ pub async fn run_minds(
     holder: String,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), RuntimeError> {
-    let mut tasks = tokio::task::JoinSet::new();
+    // Each Mind in its own task: a panic in one stops no other, and restarts it (`supervise.rs`).
+    let mut minds = Minds::new(
+        host.clone(),
+        factory.clone(),
+        prices,
+        holder.clone(),
+        shutdown.clone(),
+    );
     for mind in host.config.minds.iter().cloned() {
-        let persona = factory.make(host.clock.clone(), &prices, &format!("{}/persona", mind.id));
-        let selfs = factory.make(host.clock.clone(), &prices, &format!("{}/self", mind.id));
-        let runner = MindRunner::new(host.clone(), mind, holder.clone(), &prices, persona, selfs)?;
-        tasks.spawn(run_mind(runner, shutdown.clone()));
+        minds.spawn(mind, 0, 0, 0)?;
     }
     // One renewal for every lease this host holds, instead of one per Mind (`host_lease.rs`).
     let renewer = spawn_renewer(host.clone(), holder.clone(), shutdown.clone());
@@ -213,19 +218,7 @@ pub async fn run_minds(
             }
         })
     });
-    let mut first_error = None;
-    while let Some(done) = tasks.join_next().await {
-        match done {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "a Mind stopped");
-                first_error.get_or_insert(e);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "a Mind's task panicked");
-            }
-        }
-    }
+    let first_error = minds.join().await;
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }

@@ -9,8 +9,15 @@
 //! [`RuntimeError::PromptTooLarge`]: nothing is recorded or sent, the deliveries stay in the
 //! mailbox, and the runner reports it as its activity (`retrying`, with the sizes) in status and
 //! the logs until the operator acts (a larger-window model, a smaller batch).
+//!
+//! A batch that does not fit is cut before it is refused ([`MindRunner::fit_window`]): halved
+//! until its request fits, the rest left for the next turns. A mailbox that filled while the
+//! Mind was braked, capped or down (32 deliveries of up to 64 KiB each, ~15k tokens apiece,
+//! are one batch when they share a conversation) used to be refused whole at every retry, the
+//! Mind stuck on it for good, no delivery answered; only a single delivery too large for any
+//! request is refused now.
 
-use super::persona::Plan;
+use super::persona::{Batch, Plan};
 use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
 use muninn_core::decide::Event;
@@ -37,6 +44,36 @@ impl<B: Backend> MindRunner<B> {
             view.prefix_tokens
         };
         base.saturating_add(delta)
+    }
+
+    /// `batch` and its plan, the batch halved until its request fits the model's window (the
+    /// rest stays queued for the next turns; see the module docs). Not cut: a single delivery
+    /// (then [`MindRunner::check_window`] refuses it), and the unanswered attempt a retry
+    /// re-sends as it was recorded (it was checked when it was recorded).
+    pub(super) fn fit_window(&self, mut batch: Batch, now: i64) -> (Batch, Plan) {
+        loop {
+            let plan = self.plan(Role::Persona, batch.delta, true, 0, now);
+            let n = batch.deliveries.len();
+            let prompt = self.prompt_tokens(Role::Persona, &plan);
+            let fits = fits_window(
+                prompt,
+                self.mind.max_output_tokens,
+                self.price.context_window,
+            );
+            if fits || n <= 1 || self.is_attempt(&batch.id) {
+                return (batch, plan);
+            }
+            tracing::warn!(
+                mind = %self.mind.id,
+                deliveries = n,
+                prompt_tokens = prompt,
+                context_window = self.price.context_window,
+                "a batch too large for the model's window is halved; the rest is the next turn's"
+            );
+            let mut deliveries = batch.deliveries;
+            deliveries.truncate(n / 2);
+            batch = Batch::new(&self.mind.id, deliveries);
+        }
     }
 
     /// Fails with [`RuntimeError::PromptTooLarge`] when `plan`'s request cannot fit the model's

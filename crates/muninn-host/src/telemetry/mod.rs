@@ -715,6 +715,7 @@ fn error_cause(error: &RuntimeError) -> &'static str {
         RuntimeError::Backend(_) => "backend",
         RuntimeError::Config(_) => "config",
         RuntimeError::PromptTooLarge { .. } => "prompt_too_large",
+        RuntimeError::Panicked(_) => "panic",
     }
 }
 

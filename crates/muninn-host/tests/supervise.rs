@@ -1,0 +1,123 @@
+//! A Mind whose task panics is restarted (`runtime/supervise.rs`): the other Minds run on, the
+//! panicked one is `retrying` with the panic's message meanwhile, and once restarted it answers
+//! its mail once, from the store, and its status clears.
+
+use crate::runtime::{T0, world_on};
+use muninn_core::price::PriceTable;
+use muninn_host::Activity;
+use muninn_host::backends::BackendFactory;
+use muninn_host::runtime::run_minds;
+use muninn_host::telemetry::health::readiness;
+use muninn_store::NewDelivery;
+use muninn_testkit::FaultyStore;
+use std::time::{Duration, Instant};
+
+const TWO_MINDS: &str = "[[mind]]\nid = 'vala'\nrooms = ['#swarm']\n\
+                         [[mind]]\nid = 'ada'\nrooms = ['#swarm']\n";
+
+/// A delivery for `mind`, and its wake-up (as the API sends one).
+async fn post(host: &muninn_host::Host, mind: &str, source_id: &str) {
+    let delivery = NewDelivery {
+        room: "#swarm".into(),
+        sender: "ari".into(),
+        is_direct: false,
+        to_you: true,
+        text: "are you there?".into(),
+        source_id: source_id.into(),
+        received_at_ms: T0,
+        context: Vec::new(),
+    };
+    host.store.post_delivery(mind, &delivery).await.unwrap();
+    host.signals.wake(mind);
+}
+
+/// The outbox messages `mind` recorded, waiting up to `within` for at least one.
+async fn answers(store: &dyn muninn_store::Store, mind: &str, within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    loop {
+        let n = store.unacked_outbox(mind, 100).await.unwrap().len();
+        if n > 0 || Instant::now() > deadline {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mind_whose_task_panics_is_restarted_and_says_why_meanwhile() {
+    let mut faults = None;
+    let w = world_on(TWO_MINDS, |store| {
+        let faulty = FaultyStore::new(store);
+        faults = Some(faulty.clone());
+        faulty
+    })
+    .await;
+    let faults = faults.unwrap();
+    // vala's first two steps panic where they read the mailbox; ada's never do.
+    faults.panic_pending_reads("vala", 2);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let minds = tokio::spawn(run_minds(
+        w.host.clone(),
+        BackendFactory::Sim(w.sim.clone()),
+        PriceTable::embedded(),
+        "host-a".into(),
+        stopped,
+    ));
+
+    // While vala waits for its restart it says why, in status and readiness.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let retrying = loop {
+        if let Some(activity @ Activity::Retrying { .. }) = w.host.signals.activity("vala") {
+            break activity;
+        }
+        assert!(Instant::now() < deadline, "vala never showed its panic");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let Activity::Retrying {
+        error, attempts, ..
+    } = &retrying
+    else {
+        unreachable!()
+    };
+    assert!(
+        error.contains("panicked: injected: a bug while reading vala's deliveries"),
+        "{error}"
+    );
+    assert!(*attempts >= 1, "{retrying:?}");
+
+    // The other Mind was never stopped by it.
+    post(&w.host, "ada", "a1").await;
+    assert_eq!(
+        answers(&*w.host.store, "ada", Duration::from_secs(20)).await,
+        1
+    );
+
+    // vala, restarted twice (250 ms, then 500 ms later), answers its delivery once.
+    post(&w.host, "vala", "v1").await;
+    assert_eq!(
+        answers(&*w.host.store, "vala", Duration::from_secs(20)).await,
+        1,
+        "vala was never answered after its task panicked"
+    );
+    let live = w.host.telemetry.mind("vala");
+    assert_eq!(live.step_failures.get("panic"), Some(&2), "{live:?}");
+    // Recovered: no failure left in status or readiness.
+    assert!(live.failing.is_none() && live.runner_up, "{live:?}");
+    assert!(
+        !matches!(
+            w.host.signals.activity("vala"),
+            Some(Activity::Retrying { .. })
+        ),
+        "{:?}",
+        w.host.signals.activity("vala")
+    );
+    let ready = readiness(&w.host).await;
+    assert!(ready.ready, "{ready:?}");
+
+    stop.send(true).unwrap();
+    minds.await.unwrap().unwrap();
+    // A clean stop released both leases (the restarted runner's too).
+    for mind in ["vala", "ada"] {
+        assert_eq!(w.host.store.lease(mind).await.unwrap(), None, "{mind}");
+    }
+}
