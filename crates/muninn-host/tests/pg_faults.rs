@@ -6,6 +6,7 @@
 
 use crate::runtime::{World, mind, runner};
 use muninn_host::Host;
+use muninn_host::cluster;
 use muninn_host::config::Config;
 use muninn_host::runtime::run_mind;
 use muninn_sim::SimClock;
@@ -154,31 +155,13 @@ async fn postgres_connections_killed_at_random_points_lose_and_double_nothing() 
 
     let killing = Arc::new(AtomicBool::new(true));
     let kills = Arc::new(AtomicU64::new(0));
-    let mut seed = std::time::SystemTime::now()
+    let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64
         | 1;
     eprintln!("kill schedule seed {seed}");
-    let killer = tokio::spawn({
-        let (killing, kills, name) = (killing.clone(), kills.clone(), db.name().to_owned());
-        async move {
-            while killing.load(Ordering::Relaxed) {
-                let pause = 5 + next_random(&mut seed) % 55;
-                tokio::time::sleep(Duration::from_millis(pause)).await;
-                let ended = sqlx::query(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                     WHERE datname = $1 AND pid <> pg_backend_pid()",
-                )
-                .bind(&name)
-                .execute(&admin)
-                .await
-                .unwrap()
-                .rows_affected();
-                kills.fetch_add(ended, Ordering::Relaxed);
-            }
-        }
-    });
+    let killer = spawn_killer(admin, &db, (5, 55), seed, killing.clone(), kills.clone());
 
     let started = Instant::now();
     let mut seen_failing = None;
@@ -290,3 +273,146 @@ async fn postgres_a_lock_held_elsewhere_shows_in_status_and_recovers() {
 }
 
 use sqlx::Connection;
+
+/// Ends every session on `db` but the caller's, repeatedly (`pauses` ms apart: its least plus
+/// a random part below its span, from `seed`) until `killing` turns false; counts the sessions
+/// ended in `kills`.
+fn spawn_killer(
+    admin: sqlx::PgPool,
+    db: &FreshDatabase,
+    pauses: (u64, u64),
+    mut seed: u64,
+    killing: Arc<AtomicBool>,
+    kills: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    let name = db.name().to_owned();
+    tokio::spawn(async move {
+        while killing.load(Ordering::Relaxed) {
+            let pause = pauses.0 + next_random(&mut seed) % pauses.1;
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let ended = sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = $1 AND pid <> pg_backend_pid()",
+            )
+            .bind(&name)
+            .execute(&admin)
+            .await
+            .unwrap()
+            .rows_affected();
+            kills.fetch_add(ended, Ordering::Relaxed);
+        }
+    })
+}
+
+/// Two hosts on one database, each holding its presence lock, their sessions ended at random
+/// moments (20–300 ms apart) throughout: host A answers deliveries, then dies mid-run (its task
+/// dropped, its store closed, no release); host B, seeing A's presence gone, takes the Mind over
+/// and answers the rest. A killed presence session makes its host look gone until it re-locks,
+/// so the Mind may change hands meanwhile too: fencing keeps one writer. Every delivery is
+/// answered once across both, one ledger row per request, and A's token is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_two_hosts_with_sessions_killed_during_a_takeover_keep_one_writer() {
+    const BEFORE: usize = 8;
+    const AFTER: usize = 8;
+    let Some(db) = FreshDatabase::for_test("muninn_host_pgtake", "a takeover under kills") else {
+        return;
+    };
+    let Some(admin) = postgres_admin("a takeover under kills").await else {
+        return;
+    };
+    let w = world_on_postgres(&db).await;
+    let store_b = muninn_store::open(&db.url()).await.unwrap();
+    let host_b = Host::new(
+        store_b.clone(),
+        toml::from_str("").unwrap(),
+        w.host.clock.clone(),
+    );
+    let w_b = World {
+        host: host_b,
+        sim: w.sim.clone(),
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    let a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (stop_a, stopped_a) = tokio::sync::watch::channel(false);
+    cluster::spawn(&w.host, "host-a", stopped_a.clone()).await;
+    cluster::spawn(&w_b.host, "host-b", stopped.clone()).await;
+    let running_a = tokio::spawn(run_mind(a, stopped_a));
+    let running_b = tokio::spawn(run_mind(runner(&w_b, mind(""), "host-b"), stopped));
+
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("kill schedule seed {seed}");
+    let (killing, kills) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicU64::new(0)));
+    let killer = spawn_killer(admin, &db, (20, 280), seed, killing.clone(), kills.clone());
+    answer(&w, 1, BEFORE).await;
+    // Most likely A's; B's if A's presence session was just killed.
+    let before = acked_lease(&store_b).await;
+
+    // A dies: its task is dropped wherever it was, its sessions end with its store.
+    running_a.abort();
+    let _ = running_a.await;
+    let _ = stop_a.send(true);
+    w.host.store.close().await;
+    answer(&w_b, BEFORE + 1, BEFORE + AFTER).await;
+    killing.store(false, Ordering::Relaxed);
+    killer.await.unwrap();
+
+    let lease_b = acked_lease(&store_b).await;
+    assert_eq!(lease_b.holder, "host-b");
+    if before.holder == "host-a" {
+        assert!(lease_b.token > before.token);
+        let stale = store_b.append_transcript("vala", before.token, &[]).await;
+        assert!(
+            matches!(stale, Err(muninn_store::StoreError::Fenced { .. })),
+            "{stale:?}"
+        );
+    }
+    stop.send(true).unwrap();
+    running_b.await.unwrap().unwrap();
+    let (live_a, live_b) = (
+        w.host.telemetry.mind("vala"),
+        w_b.host.telemetry.mind("vala"),
+    );
+    eprintln!(
+        "{} sessions killed; host A: store failures {:?}, lease changes {:?}; host B: {:?}, {:?}",
+        kills.load(Ordering::Relaxed),
+        live_a.step_failures,
+        live_a.lease_changes,
+        live_b.step_failures,
+        live_b.lease_changes,
+    );
+    answered_once(&w_b, (BEFORE + AFTER) as i64).await;
+    store_b.close().await;
+}
+
+/// Posts deliveries `from..=to` one after another through `w`'s host, each answered before the
+/// next.
+async fn answer(w: &World, from: usize, to: usize) {
+    let started = Instant::now();
+    for n in from..=to {
+        post_until_accepted(w, n).await;
+        while acked(&w.host.store).await < n as i64 {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "delivery {n}: {:?}",
+                w.host.telemetry.mind("vala")
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// The Mind's lease, read until a read succeeds.
+async fn acked_lease(store: &Arc<dyn Store>) -> muninn_store::Lease {
+    loop {
+        if let Ok(Some(lease)) = store.lease("vala").await {
+            return lease;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
