@@ -175,16 +175,18 @@ impl PostgresStore {
     /// Applies pending migrations in one transaction under an advisory lock.
     async fn migrate(&self) -> Result<()> {
         let mut tx = self.begin_write().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(MIGRATION_LOCK_KEY)
-            .execute(&mut *tx)
-            .await?;
+        // Set first: a host starting while another migrates waits for the lock as long as a
+        // migration may take, not the pool's statement timeout.
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "SET LOCAL statement_timeout = {}",
             MIGRATION_TIMEOUT.as_millis()
         )))
         .execute(&mut *tx)
         .await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(MIGRATION_LOCK_KEY)
+            .execute(&mut *tx)
+            .await?;
         sqlx::raw_sql(
             "CREATE TABLE IF NOT EXISTS schema_version (\
              version BIGINT PRIMARY KEY NOT NULL, name TEXT NOT NULL, \
