@@ -196,3 +196,37 @@ async fn postgres_a_missing_table_is_named_at_open() {
 }
 
 use sqlx::Connection;
+
+/// A host opening the store while another host migrates it (the migration lock held, as by a
+/// long migration) waits for that migration, as long as one may take, instead of failing at the
+/// pool's statement timeout and refusing to start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_host_opening_while_another_migrates_waits_for_it() {
+    let Some(db) = FreshDatabase::for_test("muninn_pgf_migr", "opening while migrating") else {
+        return;
+    };
+    // The store's migration lock key ("muninn" in ASCII), held as a migrating host holds it.
+    let mut migrating = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(0x6d75_6e69_6e6e_i64)
+        .execute(&mut migrating)
+        .await
+        .unwrap();
+    let opening = tokio::spawn({
+        let url = db.url();
+        async move { PostgresStore::connect(&url).await }
+    });
+    // Past the pool's statement timeout (10 s).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(0x6d75_6e69_6e6e_i64)
+        .execute(&mut migrating)
+        .await
+        .unwrap();
+    let store = opening
+        .await
+        .unwrap()
+        .expect("opened once the migration lock was free");
+    assert_eq!(store.schema_version().await.unwrap(), 8);
+    store.close().await;
+}
