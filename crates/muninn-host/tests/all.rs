@@ -14,6 +14,7 @@ mod dashboard;
 mod fuzz;
 mod http;
 mod limits;
+mod pg_faults;
 mod reply;
 mod resume;
 mod retry;

@@ -16,7 +16,7 @@ pub(crate) const T0: i64 = 1_800_000_000_000;
 pub(crate) struct World {
     pub(crate) host: Host,
     pub(crate) sim: Arc<Simulator>,
-    _dir: tempfile::TempDir,
+    pub(crate) _dir: tempfile::TempDir,
 }
 
 /// The test Mind's configuration as TOML, with `extra` lines.

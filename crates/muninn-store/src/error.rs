@@ -90,6 +90,19 @@ pub enum StoreError {
         message: String,
     },
 
+    /// The database's recorded schema version says this build's tables exist, but some do not
+    /// (dropped by hand, a partial restore, another program's database). Returned by `open` on
+    /// PostgreSQL. Not retryable: the operator restores the tables or points muninn at the
+    /// right database.
+    #[error(
+        "the database lacks the table(s) {missing} its schema version has: restore them, or use \
+         a database muninn created"
+    )]
+    Incomplete {
+        /// The missing tables, comma-separated.
+        missing: String,
+    },
+
     /// A stored row did not decode (an unknown enum value, malformed JSON). Not retryable.
     #[error("corrupt row: {0}")]
     Corrupt(String),
@@ -190,13 +203,15 @@ fn database_error(code: &str, message: String) -> StoreError {
             _ => StoreError::Database(message),
         },
         // PostgreSQL: 40001 serialization_failure, 40P01 deadlock_detected, 55P03
-        // lock_not_available; 57P01 admin_shutdown, class 08 connection exceptions, and class
-        // 53 insufficient resources (53100 disk_full).
+        // lock_not_available, 57014 query_canceled (the store's statement timeout: a lock held
+        // elsewhere, an overloaded server); 57P01 admin_shutdown (`pg_terminate_backend`),
+        // 57P02 crash_shutdown, 57P03 cannot_connect_now, 25P03
+        // idle_in_transaction_session_timeout, class 08 connection exceptions, and class 53
+        // insufficient resources (53100 disk_full).
         _ => match code {
-            "40001" | "40P01" | "55P03" => StoreError::Busy(message),
-            "57P01" | "08000" | "08003" | "08006" | "53000" | "53100" | "53200" | "53300" => {
-                StoreError::Unavailable(message)
-            }
+            "40001" | "40P01" | "55P03" | "57014" => StoreError::Busy(message),
+            "57P01" | "57P02" | "57P03" | "25P03" | "08000" | "08003" | "08006" | "53000"
+            | "53100" | "53200" | "53300" => StoreError::Unavailable(message),
             _ => StoreError::Database(message),
         },
     }
@@ -272,6 +287,9 @@ mod tests {
             // unique violation, and one that reads as a number whose low byte is 5.
             ("40001", "busy"),
             ("40P01", "busy"),
+            ("57014", "busy"),
+            ("57P01", "unavailable"),
+            ("25P03", "unavailable"),
             ("53100", "unavailable"),
             ("08006", "unavailable"),
             ("23505", "database"),

@@ -217,6 +217,11 @@ impl HostSignals for PostgresStore {
         let mut conn = PgConnection::connect_with(&self.options)
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        // This one wait is meant to last as long as the holder lives: not the pool's statement
+        // timeout (see `crate::postgres`).
+        sqlx::query("SET statement_timeout = 0")
+            .execute(&mut conn)
+            .await?;
         sqlx::query("SELECT pg_advisory_lock($1, $2)")
             .bind(PRESENCE_NAMESPACE)
             .bind(presence_key(holder))

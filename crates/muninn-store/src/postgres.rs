@@ -14,6 +14,23 @@
 //!
 //! The schema lives in the connection's `search_path` (normally `public`); tests give each case
 //! its own schema via [`PostgresStore::connect_in_schema`].
+//!
+//! ## Every call bounded
+//!
+//! A lock held elsewhere (an operator's `LOCK TABLE`, a client frozen mid-transaction) would
+//! otherwise hold a store call for ever: the Mind's step with it, silently, and — through the
+//! lease row a fenced write locks — every other writer of that Mind. So each pooled session
+//! runs with [`STATEMENT_TIMEOUT`] (the server cancels a statement, a lock wait included, past
+//! it: a retryable `Busy`) and [`IDLE_IN_TRANSACTION_TIMEOUT`] (the server ends a session left
+//! idle inside a transaction, releasing its locks). A URL's own `options` naming either setting
+//! wins (`?options[statement_timeout]=2s`). Migrations take up to [`MIGRATION_TIMEOUT`]
+//! per statement; the session that waits for another host's presence lock
+//! (`await_holder_gone`) waits without one, by design.
+//!
+//! ## No password shown
+//!
+//! The connect options hold the URL's password; this store's `Debug` names the server, user
+//! and database only (sqlx's own `Debug` of the options prints the password).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -70,8 +87,43 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
 /// The advisory lock key that serialises migrations ("muninn" in ASCII).
 const MIGRATION_LOCK_KEY: i64 = 0x6d75_6e69_6e6e;
 
+/// How long the server lets one statement of a pooled session run, lock waits included, before
+/// cancelling it (see "Every call bounded"): the pool's own acquire timeout, and SQLite's busy
+/// timeout.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a pooled session may sit idle inside a transaction before the server ends it. The
+/// store never waits on anything but the database inside a transaction, so only a frozen or
+/// lost client reaches it.
+pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The statement timeout of a migration's statements (a column added to a long ledger).
+pub const MIGRATION_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The tables a store at the newest migration has. Checked at open, so a database whose
+/// recorded version says they exist but which lacks one (dropped by hand, a partial restore)
+/// is refused naming it, instead of failing every call that needs it.
+const TABLES: &[&str] = &[
+    "minds",
+    "counters",
+    "leases",
+    "settings",
+    "segments",
+    "transcript",
+    "deliveries",
+    "mailbox_acks",
+    "outbox",
+    "ledger",
+    "memory_notes",
+    "memory_about",
+    "briefs",
+    "turns",
+    "cursors",
+    "counter_floors",
+];
+
 /// The PostgreSQL store. Cheap to share behind an `Arc`; holds a connection pool.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PostgresStore {
     pub(crate) pool: PgPool,
     /// How to open the dedicated sessions of [`crate::hosts`] (presence, listener, watchers).
@@ -98,6 +150,7 @@ impl PostgresStore {
     }
 
     async fn connect_with(options: PgConnectOptions) -> Result<PostgresStore> {
+        let options = bounded(options);
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(10))
@@ -110,6 +163,7 @@ impl PostgresStore {
             presence: Default::default(),
         };
         store.migrate().await?;
+        store.check_tables().await?;
         Ok(store)
     }
 
@@ -121,6 +175,14 @@ impl PostgresStore {
     /// Applies pending migrations in one transaction under an advisory lock.
     async fn migrate(&self) -> Result<()> {
         let mut tx = self.begin_write().await?;
+        // Set first: a host starting while another migrates waits for the lock as long as a
+        // migration may take, not the pool's statement timeout.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "SET LOCAL statement_timeout = {}",
+            MIGRATION_TIMEOUT.as_millis()
+        )))
+        .execute(&mut *tx)
+        .await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(MIGRATION_LOCK_KEY)
             .execute(&mut *tx)
@@ -135,6 +197,58 @@ impl PostgresStore {
         crate::sql::migrations::apply(&mut tx, MIGRATIONS).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Refuses a database that lacks one of [`TABLES`] (see there).
+    async fn check_tables(&self) -> Result<()> {
+        let mut missing = Vec::new();
+        for table in TABLES {
+            let row = sqlx::query("SELECT to_regclass($1) IS NOT NULL AS present")
+                .bind(*table)
+                .fetch_one(&self.pool)
+                .await?;
+            if !sqlx::Row::try_get::<bool, _>(&row, "present")? {
+                missing.push(*table);
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(StoreError::Incomplete {
+            missing: missing.join(", "),
+        })
+    }
+}
+
+/// The connect options with the store's timeouts added where the URL set none (see "Every
+/// call bounded").
+fn bounded(options: PgConnectOptions) -> PgConnectOptions {
+    let given = options.get_options().unwrap_or_default().to_owned();
+    let mut options = options;
+    for (setting, limit) in [
+        ("statement_timeout", STATEMENT_TIMEOUT),
+        (
+            "idle_in_transaction_session_timeout",
+            IDLE_IN_TRANSACTION_TIMEOUT,
+        ),
+    ] {
+        if !given.contains(setting) {
+            options = options.options([(setting, limit.as_millis())]);
+        }
+    }
+    options
+}
+
+/// Where the store is, without the password (see "No password shown").
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("host", &self.options.get_host())
+            .field("port", &self.options.get_port())
+            .field("username", &self.options.get_username())
+            .field("database", &self.options.get_database())
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
     }
 }
 

@@ -31,6 +31,7 @@ use pretty_assertions::assert_eq;
 
 mod disk;
 mod hosts;
+mod pg_faults;
 use sqlx::Row;
 
 mod sqlite;

@@ -4,7 +4,8 @@
 //! restarted. While the database is down `/readyz` answers 503 naming the store, a delivery
 //! is refused with a 5xx (and retried by the sender with the same source id); afterwards every
 //! delivery is answered exactly once (the outbox's batches partition the seqs, one Persona
-//! turn each) and the host is ready again.
+//! turn each) and the host is ready again. And a password in the database URL is in no output
+//! of a run.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -113,4 +114,101 @@ async fn postgres_restarted_under_load_answers_every_delivery_once() {
     store.close().await;
     let serve = Arc::into_inner(serve).expect("the load thread is done");
     stop(serve);
+}
+
+/// A password in the database URL is in no output of a run: the real `muninn serve` on
+/// PostgreSQL at `RUST_LOG=debug` answering a delivery, `status`, `tail`, `ledger`, `doctor`
+/// (on the database and on one that does not exist), a `serve` refused for a database that
+/// does not exist, nor any file of the data directory.
+#[test]
+fn a_database_password_is_in_no_output_of_a_run() {
+    const SECRET: &str = "pg-canary-5f0c1e";
+    let Some(db) = muninn_testkit::peers::FreshDatabase::for_test("muninn_cli_pgpw", "password")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // The machine's cluster trusts loopback: any password logs in.
+    let url = format!("postgres://postgres:{SECRET}@127.0.0.1:5432/{}", db.name());
+    let missing = format!("{url}_missing");
+    let mut command = serve_command(dir.path(), &["--database", &url]);
+    command.env("RUST_LOG", "debug");
+    let serve = start(dir.path(), command).unwrap();
+    let mut outputs = Vec::new();
+    let (seq, ids) = crate::storage_faults::say_answered(dir.path(), &serve, 1);
+    assert_eq!((seq, ids.len()), (1, 1));
+    for args in [
+        &["status"][..],
+        &["status", "--format", "json"],
+        &["tail", "vala", "--format", "json"],
+        &["ledger", "vala", "--format", "json"],
+    ] {
+        let out = client(dir.path(), &serve, args);
+        assert!(out.status.success(), "{args:?}");
+        outputs.push(out.stdout);
+        outputs.push(out.stderr);
+    }
+    for (name, database) in [("ok.toml", &url), ("missing.toml", &missing)] {
+        let config = dir.path().join(name);
+        std::fs::write(
+            &config,
+            format!(
+                "data_dir = 'data'\ndatabase = '{database}'\n[[mind]]\nid = 'vala'\n\
+                 rooms = ['#swarm']\ndoctrine_text = 'x'\n"
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_muninn"))
+            .args(["doctor", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        outputs.push(out.stdout);
+        outputs.push(out.stderr);
+    }
+    let refused = start(
+        dir.path(),
+        serve_command(dir.path(), &["--database", &missing]),
+    );
+    let refused = refused.err().expect("no database, no serve");
+    assert!(refused.contains("does not exist"), "{refused}");
+    outputs.push(refused.into_bytes());
+    let stderr = serve.stderr.clone();
+    stop(serve);
+    outputs.push(std::fs::read(&stderr).unwrap());
+    assert!(
+        outputs
+            .iter()
+            .any(|o| String::from_utf8_lossy(o).contains("postgres://…@127.0.0.1")),
+        "doctor names the database without its password"
+    );
+    for (i, output) in outputs.iter().enumerate() {
+        let text = String::from_utf8_lossy(output);
+        assert!(!text.contains(SECRET), "output {i}: {text}");
+    }
+    for entry in walk(dir.path()) {
+        if entry.extension().is_some_and(|e| e == "toml") {
+            continue; // the configurations written above hold it, as an operator's would
+        }
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(SECRET),
+            "{}",
+            entry.display()
+        );
+    }
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }

@@ -86,7 +86,7 @@ impl LeaseKeeper {
 impl<B: Backend> MindRunner<B> {
     /// Takes or renews the lease; `None` if another host holds it.
     pub(super) async fn token(&mut self, now: i64) -> Result<Option<FencingToken>, RuntimeError> {
-        let store = &self.host.store;
+        let store = self.host.store.clone();
         let ttl = self.host.config.lease_ttl_ms;
         if let Some(lease) = &self.lease {
             if lease.expires_at_ms - now > ttl / 3 {
@@ -101,22 +101,16 @@ impl<B: Backend> MindRunner<B> {
                 self.lease = Some(renewed);
                 return Ok(Some(token));
             }
-            match store
+            let renewed = store
                 .renew_lease(&self.mind.id, lease.token, ttl, now)
-                .await
-            {
+                .await;
+            match renewed {
                 Ok(renewed) => {
                     let token = renewed.token;
                     self.lease = Some(renewed);
                     return Ok(Some(token));
                 }
-                Err(StoreError::Fenced { .. }) => {
-                    // Someone else took over: our sessions are no longer the Mind's.
-                    self.lease = None;
-                    self.host.telemetry.lease(&self.mind.id, LeaseChange::Lost);
-                    self.persona.mark_broken(now);
-                    self.selfs.mark_broken(now);
-                }
+                Err(StoreError::Fenced { .. }) => self.lost_lease(now),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -158,6 +152,17 @@ impl<B: Backend> MindRunner<B> {
         }
         self.lease = taken;
         Ok(token)
+    }
+
+    /// The fence refused this runner's token (a renewal, or any fenced write of a step):
+    /// someone else took the Mind over, so the lease is forgotten — the next step looks again
+    /// instead of presenting the stale token until its copy of the lease nears expiry — and
+    /// the sessions are no longer the Mind's.
+    pub(super) fn lost_lease(&mut self, now: i64) {
+        self.lease = None;
+        self.host.telemetry.lease(&self.mind.id, LeaseChange::Lost);
+        self.persona.mark_broken(now);
+        self.selfs.mark_broken(now);
     }
 
     /// A keeper for the lease held now (see [`LeaseKeeper`]).

@@ -375,6 +375,12 @@ impl<B: Backend> MindRunner<B> {
             }
         };
         self.adopt_renewed(&keeper);
+        // A write refused by the fence: the lease is another's now (`lease.rs`).
+        if let Err(RuntimeError::Store(StoreError::Fenced { presented, .. })) = &result
+            && self.lease.as_ref().is_some_and(|l| l.token.0 == *presented)
+        {
+            self.lost_lease(now);
+        }
         // A failed step may have left its brief running. What stranded a brief is the first
         // cause since the last check (a new lease, or this failure): a step that fails before
         // the check runs only delays it.

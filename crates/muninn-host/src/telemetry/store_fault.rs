@@ -47,6 +47,13 @@ pub fn store_fault(error: &str, backend: &str) -> Option<&'static str> {
             "the database file is locked (another connection or process holds it)",
         ),
         (
+            // PostgreSQL cancelled a statement at the store's statement timeout
+            // (`muninn_store::postgres::STATEMENT_TIMEOUT`).
+            &["canceling statement due to statement timeout"],
+            "the database did not answer in time (a statement outlasted its timeout: a lock held \
+             elsewhere, or an overloaded server)",
+        ),
+        (
             &[
                 "Connection refused",
                 "connection reset",
@@ -112,6 +119,14 @@ mod tests {
             (
                 "database busy: error returned from database: (code: 5) database is locked",
                 Some("the database file is locked (another connection or process holds it)"),
+            ),
+            (
+                "store: database busy: error returned from database: canceling statement due to \
+                 statement timeout",
+                Some(
+                    "the database did not answer in time (a statement outlasted its timeout: a \
+                     lock held elsewhere, or an overloaded server)",
+                ),
             ),
             ("mind m: fencing token 3 is stale", None),
         ];

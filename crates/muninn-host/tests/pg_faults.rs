@@ -1,0 +1,418 @@
+//! A running Mind on a real PostgreSQL that misbehaves, each case in a database of its own
+//! (created and dropped by the case): the host's connections terminated by the server at random
+//! points of its turns, and a lock held elsewhere on a table a turn needs. The host recovers by
+//! itself, every delivery is answered exactly once with one ledger row per request, and while
+//! the store fails the Mind's status says so.
+
+use crate::runtime::{World, mind, runner};
+use muninn_host::Host;
+use muninn_host::cluster;
+use muninn_host::config::Config;
+use muninn_host::runtime::run_mind;
+use muninn_sim::SimClock;
+use muninn_sim::sim::{SimConfig, Simulator};
+use muninn_store::{LedgerQuery, NewDelivery, Store};
+use muninn_testkit::peers::{FreshDatabase, postgres_admin};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A world whose host runs on the PostgreSQL database `db`.
+async fn world_on_postgres(db: &FreshDatabase) -> World {
+    let store = muninn_store::open(&db.url()).await.unwrap();
+    let sim = Arc::new(Simulator::new(SimConfig {
+        frozen_at_ms: Some(crate::runtime::T0),
+        ..SimConfig::default()
+    }));
+    let config: Config = toml::from_str("").unwrap();
+    let host = Host::new(store, config, Arc::new(SimClock(sim.clone())));
+    World {
+        host,
+        sim,
+        _dir: tempfile::tempdir().unwrap(),
+    }
+}
+
+/// Posts delivery `n` to `#swarm` (retried with the same source id while the store fails:
+/// idempotent) and wakes the runner.
+async fn post_until_accepted(w: &World, n: usize) {
+    let delivery = NewDelivery {
+        room: "#swarm".into(),
+        sender: "ari".into(),
+        is_direct: false,
+        to_you: false,
+        text: format!("message {n}: still there?"),
+        source_id: format!("pgf-{n}"),
+        received_at_ms: w.sim.now_ms(),
+        context: Vec::new(),
+    };
+    let started = Instant::now();
+    while let Err(e) = w.host.store.post_delivery("vala", &delivery).await {
+        assert!(e.is_retryable(), "delivery {n}: {e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "delivery {n}: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    w.host.signals.wake("vala");
+}
+
+/// The ack position, read until a read succeeds.
+async fn acked(store: &Arc<dyn Store>) -> i64 {
+    loop {
+        if let Ok(ack) = store.ack_position("vala").await {
+            return ack;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every delivery 1..=`seqs` answered exactly once: one outbox message per batch, the batches
+/// partition the seqs, one Persona ledger row per batch, and one ledger row per request the
+/// provider answered (none lost, none doubled).
+async fn answered_once(w: &World, seqs: i64) {
+    let store = &w.host.store;
+    let outbox = store.unacked_outbox("vala", 10_000).await.unwrap();
+    let ids: Vec<&str> = outbox.iter().map(|m| m.request_id.as_str()).collect();
+    let unique: BTreeSet<&str> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "a request id twice: {ids:?}");
+    let mut batches: Vec<(i64, i64)> = ids
+        .iter()
+        .map(|id| {
+            // `vala-<first>-<last>-<index>`; the simulator answers one room with one message.
+            let parts: Vec<&str> = id.rsplitn(4, '-').collect();
+            assert_eq!(parts[0], "0", "more than one message for a batch: {ids:?}");
+            (parts[2].parse().unwrap(), parts[1].parse().unwrap())
+        })
+        .collect();
+    batches.sort();
+    let mut next = 1;
+    for (first, last) in &batches {
+        assert_eq!(
+            *first, next,
+            "batches do not partition 1..={seqs}: {batches:?}"
+        );
+        next = last + 1;
+    }
+    assert_eq!(next, seqs + 1, "not every delivery answered: {batches:?}");
+    let rows = store
+        .ledger(&LedgerQuery {
+            mind: Some("vala".into()),
+            ..LedgerQuery::default()
+        })
+        .await
+        .unwrap();
+    let asked = w
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/messages") && r.status == 200)
+        .count();
+    assert_eq!(
+        rows.len(),
+        asked,
+        "ledger rows vs requests the provider answered"
+    );
+    let turns = rows
+        .iter()
+        .filter(|e| e.row.role == "persona" && !e.row.decision.starts_with("ping"))
+        .count();
+    assert_eq!(
+        turns,
+        batches.len(),
+        "Persona turn rows vs batches answered"
+    );
+}
+
+/// A small xorshift, seeded from the clock and printed: where the kills land.
+fn next_random(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// The server ends every connection of the host's database at random moments (5–60 ms apart)
+/// while a Persona answers 25 deliveries one after another. The host replaces its connections
+/// by itself; every delivery is answered once, the ledger has one row per request; the Mind is
+/// shown failing when a step met a dead connection and not once the kills stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_connections_killed_at_random_points_lose_and_double_nothing() {
+    const DELIVERIES: usize = 25;
+    let Some(db) = FreshDatabase::for_test("muninn_host_pgkill", "connections killed") else {
+        return;
+    };
+    let Some(admin) = postgres_admin("connections killed").await else {
+        return;
+    };
+    let w = world_on_postgres(&db).await;
+    let r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(run_mind(r, stopped));
+
+    let killing = Arc::new(AtomicBool::new(true));
+    let kills = Arc::new(AtomicU64::new(0));
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("kill schedule seed {seed}");
+    let killer = spawn_killer(admin, &db, (5, 55), seed, killing.clone(), kills.clone());
+
+    let started = Instant::now();
+    let mut seen_failing = None;
+    for n in 1..=DELIVERIES {
+        post_until_accepted(&w, n).await;
+        while acked(&w.host.store).await < n as i64 {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "delivery {n} not answered: {:?}",
+                w.host.telemetry.mind("vala")
+            );
+            if let Some(failing) = w.host.telemetry.mind("vala").failing {
+                seen_failing = Some(failing);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    killing.store(false, Ordering::Relaxed);
+    killer.await.unwrap();
+    // The failing mark clears with the next step that succeeds.
+    post_until_accepted(&w, DELIVERIES + 1).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while acked(&w.host.store).await < DELIVERIES as i64 + 1
+        || w.host.telemetry.mind("vala").failing.is_some()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            w.host.telemetry.mind("vala")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(true).unwrap();
+    running.await.unwrap().unwrap();
+    let live = w.host.telemetry.mind("vala");
+    eprintln!(
+        "{} connections killed; store failures {:?}; last shown failing {seen_failing:?}",
+        kills.load(Ordering::Relaxed),
+        live.step_failures
+    );
+    if let Some(failing) = &seen_failing {
+        assert_eq!(failing.cause, "store", "{failing:?}");
+    }
+    answered_once(&w, DELIVERIES as i64 + 1).await;
+    w.host.store.close().await;
+}
+
+/// A lock held elsewhere on the transcript (a frozen client mid-transaction, an operator's
+/// `LOCK TABLE`) while a delivery waits: the turn's store call ends at the statement timeout,
+/// the Mind is shown failing on the store (not silently running for ever), and once the lock
+/// goes the delivery is answered once and the mark clears — without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_lock_held_elsewhere_shows_in_status_and_recovers() {
+    let Some(db) = FreshDatabase::for_test("muninn_host_pglock", "a lock held elsewhere") else {
+        return;
+    };
+    let w = world_on_postgres(&db).await;
+    let r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(run_mind(r, stopped));
+    post_until_accepted(&w, 1).await;
+    while acked(&w.host.store).await < 1 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let mut locker = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN; LOCK TABLE transcript IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    post_until_accepted(&w, 2).await;
+    let started = Instant::now();
+    let failing = loop {
+        if let Some(failing) = w.host.telemetry.mind("vala").failing {
+            break failing;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "a turn blocked on a lock for 40 s and the Mind is not shown failing: {:?}",
+            w.host.telemetry.mind("vala")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(failing.cause, "store", "{failing:?}");
+    eprintln!(
+        "shown failing after {:?}: {}",
+        started.elapsed(),
+        failing.last_error
+    );
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked(&w.host.store).await < 2 || w.host.telemetry.mind("vala").failing.is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            w.host.telemetry.mind("vala")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.send(true).unwrap();
+    running.await.unwrap().unwrap();
+    answered_once(&w, 2).await;
+    w.host.store.close().await;
+}
+
+use sqlx::Connection;
+
+/// Ends every session on `db` but the caller's, repeatedly (`pauses` ms apart: its least plus
+/// a random part below its span, from `seed`) until `killing` turns false; counts the sessions
+/// ended in `kills`.
+fn spawn_killer(
+    admin: sqlx::PgPool,
+    db: &FreshDatabase,
+    pauses: (u64, u64),
+    mut seed: u64,
+    killing: Arc<AtomicBool>,
+    kills: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    let name = db.name().to_owned();
+    tokio::spawn(async move {
+        while killing.load(Ordering::Relaxed) {
+            let pause = pauses.0 + next_random(&mut seed) % pauses.1;
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let ended = sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = $1 AND pid <> pg_backend_pid()",
+            )
+            .bind(&name)
+            .execute(&admin)
+            .await
+            .unwrap()
+            .rows_affected();
+            kills.fetch_add(ended, Ordering::Relaxed);
+        }
+    })
+}
+
+/// Two hosts on one database, each holding its presence lock, their sessions ended at random
+/// moments (20–300 ms apart) throughout: host A answers deliveries, then dies mid-run (its task
+/// dropped, its store closed, no release); host B, seeing A's presence gone, takes the Mind over
+/// and answers the rest. A killed presence session makes its host look gone until it re-locks,
+/// so the Mind may change hands meanwhile too: fencing keeps one writer. Every delivery is
+/// answered once across both, one ledger row per request, and A's token is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_two_hosts_with_sessions_killed_during_a_takeover_keep_one_writer() {
+    const BEFORE: usize = 8;
+    const AFTER: usize = 8;
+    let Some(db) = FreshDatabase::for_test("muninn_host_pgtake", "a takeover under kills") else {
+        return;
+    };
+    let Some(admin) = postgres_admin("a takeover under kills").await else {
+        return;
+    };
+    let w = world_on_postgres(&db).await;
+    let store_b = muninn_store::open(&db.url()).await.unwrap();
+    let host_b = Host::new(
+        store_b.clone(),
+        toml::from_str("").unwrap(),
+        w.host.clock.clone(),
+    );
+    let w_b = World {
+        host: host_b,
+        sim: w.sim.clone(),
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    let a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (stop_a, stopped_a) = tokio::sync::watch::channel(false);
+    cluster::spawn(&w.host, "host-a", stopped_a.clone()).await;
+    cluster::spawn(&w_b.host, "host-b", stopped.clone()).await;
+    let running_a = tokio::spawn(run_mind(a, stopped_a));
+    let running_b = tokio::spawn(run_mind(runner(&w_b, mind(""), "host-b"), stopped));
+
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("kill schedule seed {seed}");
+    let (killing, kills) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicU64::new(0)));
+    let killer = spawn_killer(admin, &db, (20, 280), seed, killing.clone(), kills.clone());
+    answer(&w, 1, BEFORE).await;
+    // Most likely A's; B's if A's presence session was just killed.
+    let before = acked_lease(&store_b).await;
+
+    // A dies: its task is dropped wherever it was, its sessions end with its store.
+    running_a.abort();
+    let _ = running_a.await;
+    let _ = stop_a.send(true);
+    w.host.store.close().await;
+    answer(&w_b, BEFORE + 1, BEFORE + AFTER).await;
+    killing.store(false, Ordering::Relaxed);
+    killer.await.unwrap();
+
+    let lease_b = acked_lease(&store_b).await;
+    assert_eq!(lease_b.holder, "host-b");
+    if before.holder == "host-a" {
+        assert!(lease_b.token > before.token);
+        let stale = store_b.append_transcript("vala", before.token, &[]).await;
+        assert!(
+            matches!(stale, Err(muninn_store::StoreError::Fenced { .. })),
+            "{stale:?}"
+        );
+    }
+    stop.send(true).unwrap();
+    running_b.await.unwrap().unwrap();
+    let (live_a, live_b) = (
+        w.host.telemetry.mind("vala"),
+        w_b.host.telemetry.mind("vala"),
+    );
+    eprintln!(
+        "{} sessions killed; host A: store failures {:?}, lease changes {:?}; host B: {:?}, {:?}",
+        kills.load(Ordering::Relaxed),
+        live_a.step_failures,
+        live_a.lease_changes,
+        live_b.step_failures,
+        live_b.lease_changes,
+    );
+    answered_once(&w_b, (BEFORE + AFTER) as i64).await;
+    store_b.close().await;
+}
+
+/// Posts deliveries `from..=to` one after another through `w`'s host, each answered before the
+/// next.
+async fn answer(w: &World, from: usize, to: usize) {
+    let started = Instant::now();
+    for n in from..=to {
+        post_until_accepted(w, n).await;
+        while acked(&w.host.store).await < n as i64 {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "delivery {n}: {:?}",
+                w.host.telemetry.mind("vala")
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// The Mind's lease, read until a read succeeds.
+async fn acked_lease(store: &Arc<dyn Store>) -> muninn_store::Lease {
+    loop {
+        if let Ok(Some(lease)) = store.lease("vala").await {
+            return lease;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
