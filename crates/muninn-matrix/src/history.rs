@@ -217,6 +217,13 @@ pub fn changes_membership(event: &RoomEvent, own: &str) -> bool {
     membership_of(event, own).is_some_and(|m| m != "join" || prev_membership(event) != Some("join"))
 }
 
+/// Whether the event takes the account out of the room: it leaves, is kicked or banned, or
+/// its invite is withdrawn or refused. Only an account that was in the room (or invited to
+/// it) has one.
+pub fn leaves(event: &RoomEvent, own: &str) -> bool {
+    membership_of(event, own).is_some_and(|m| !matches!(m, "join" | "invite"))
+}
+
 fn prev_membership(event: &RoomEvent) -> Option<&str> {
     event
         .unsigned

@@ -300,6 +300,57 @@ async fn kick_and_rejoin(test: &str, timeline_limit: u32) {
     );
 }
 
+/// The bot kicked from a configured room while its connector is down, and joined back by the
+/// next start: the room is not among those the new process was in, yet it was in it at the
+/// stored position, so what was said before the kick is mail (and what was said while it was
+/// out is not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kick_while_stopped_and_the_rejoin_at_start_keep_the_mail_before_the_kick() {
+    let Some(rig) = rig("restartkick").await else {
+        return;
+    };
+    let name = alias("restartkick");
+    let room = rig.public_room(&name).await;
+    let rooms = [format!("#{name}")];
+    let rooms: Vec<&str> = rooms.iter().map(String::as_str).collect();
+    let running = rig.start(&rooms, |_| {});
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    rig.human.send(&room, "m0", &[]).await;
+    rig.mail_count(1).await;
+    running.stop().await;
+    rig.human.send(&room, "m1, before the kick", &[]).await;
+    rig.human.kick(&room, &rig.bot).await;
+    rig.human.send(&room, "while the bot is out", &[]).await;
+    // The next start joins its configured room again. (Another timeline limit: Synapse
+    // answers a `/sync` asked again with the same filter and position from its cache, and the
+    // first process's last long poll, cut short, got m1 alone.)
+    let running = rig.start(&rooms, |c| c.timeline_limit = 40);
+    eventually("the bot joined", Duration::from_secs(30), || async {
+        let members = rig.human.joined_members(&room).await;
+        members.contains(&rig.bot).then_some(())
+    })
+    .await;
+    rig.human.send(&room, "m2, after it is back", &[]).await;
+    let mail = eventually("m2", Duration::from_secs(30), || async {
+        let now = rig.mail().await;
+        now.iter().any(|d| d.text.starts_with("m2")).then_some(now)
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m1, before the kick", "m2, after it is back"],
+        "mail while the bot was in the room, once"
+    );
+}
+
 /// A gap (more said than a timeline holds) whose batch the store refuses once: the retry
 /// pages the same gap back, whole, though the first attempt already read it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
