@@ -14,8 +14,8 @@ use crate::client::{Direction, MatrixClient};
 use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
 use crate::history::{
-    Chunk, Limits, Line, Window, after_join, changes_membership, leaves, mail_start, merge_rooms,
-    out_before, read_chunk, settles_mail_start,
+    Chunk, Limits, Line, Window, after_join, changes_membership, leaves_or_returns, mail_start,
+    merge_rooms, out_before, read_chunk, settles_mail_start,
 };
 use crate::rooms::{Directory, RoomKind};
 use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse};
@@ -308,13 +308,14 @@ impl Ear {
             // Among them, but its membership changed since (a kick and a re-join, or a join
             // read again by a process that started after it): Synapse answers such a room as
             // newly joined, its timeline reaching back before `since`. Or not among them but
-            // left in the answer (a kick while the process was down, the room joined again at
-            // its start): only the account's own membership after `since` says whether it was
-            // in the room then, and so whether what preceded the leave is mail.
+            // left or joined back in the answer (a kick while the process was stopped, the
+            // room joined again at its start): only the account's memberships after `since`
+            // say whether it was in the room then, and so whether what preceded the leave is
+            // mail.
             let changed = since.is_some()
                 && room.timeline.events.iter().any(|e| match known {
                     true => changes_membership(e, own),
-                    false => leaves(e, own),
+                    false => leaves_or_returns(e, own),
                 });
             let room_state = (newly, changed);
             let Some(kind) = self.kind_of(&room_id).await? else {

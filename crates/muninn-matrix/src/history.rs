@@ -217,11 +217,15 @@ pub fn changes_membership(event: &RoomEvent, own: &str) -> bool {
     membership_of(event, own).is_some_and(|m| m != "join" || prev_membership(event) != Some("join"))
 }
 
-/// Whether the event takes the account out of the room: it leaves, is kicked or banned, or
-/// its invite is withdrawn or refused. Only an account that was in the room (or invited to
-/// it) has one.
-pub fn leaves(event: &RoomEvent, own: &str) -> bool {
-    membership_of(event, own).is_some_and(|m| !matches!(m, "join" | "invite"))
+/// Whether the event says the account was in the room (or invited to it) before: it leaves,
+/// is kicked or banned, or its invite is withdrawn or refused — or it joins back after one of
+/// those.
+pub fn leaves_or_returns(event: &RoomEvent, own: &str) -> bool {
+    match membership_of(event, own) {
+        None | Some("invite") => false,
+        Some("join") => matches!(prev_membership(event), Some("leave" | "ban")),
+        Some(_) => true,
+    }
 }
 
 fn prev_membership(event: &RoomEvent) -> Option<&str> {

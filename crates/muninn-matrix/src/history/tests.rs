@@ -335,8 +335,10 @@ fn what_is_said_while_the_account_is_out_of_the_room_is_history() {
     let mut renamed = member("$rename", OWN, "join");
     renamed.unsigned = json!({"prev_content": {"membership": "join"}});
     assert!(!changes_membership(&renamed, OWN));
-    assert!(leaves(&events[1], OWN) && !leaves(&events[3], OWN) && !leaves(&renamed, OWN));
-    assert!(!leaves(&member("$other", "@bob:hs", "leave"), OWN));
+    let returns = |e: &RoomEvent| leaves_or_returns(e, OWN);
+    assert!(returns(&events[1]) && returns(&events[3]) && !returns(&renamed));
+    assert!(!returns(&member("$join", OWN, "join")) && !returns(&member("$inv", OWN, "invite")));
+    assert!(!returns(&member("$other", "@bob:hs", "leave")));
     assert_eq!(out_before(&events[2..], OWN), Some(true));
     assert_eq!(out_before(&events[4..], OWN), None);
 }
