@@ -14,8 +14,8 @@ use crate::client::{Direction, MatrixClient};
 use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
 use crate::history::{
-    Chunk, Limits, Line, Window, after_join, changes_membership, leaves_or_returns, mail_start,
-    merge_rooms, out_before, read_chunk, settles_mail_start,
+    Chunk, Limits, Line, Window, after_join, changes_membership, joined_before, leaves_or_returns,
+    mail_start, merge_rooms, out_before, read_chunk, settles_mail_start,
 };
 use crate::rooms::{Directory, RoomKind};
 use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse};
@@ -365,9 +365,18 @@ impl Ear {
         held: &(dyn Fn(&Line) -> bool + Sync),
     ) -> Result<Vec<(i64, NewDelivery)>, MatrixError> {
         let own = self.context.account.user_id.clone();
-        let (events, mail_from, back, out_at_start) = match (since, changed) {
-            (Some(since), true) => self.since_membership_change(since, room_id, room).await?,
-            _ => {
+        let forward = match (since, changed) {
+            (Some(since), true) => Some(self.since_membership_change(since, room_id, &room).await?),
+            _ => None,
+        };
+        // A room the process did not know it was in is paged forwards only to learn whether it
+        // was in at `since`. If it was not (invited back after a kick, say), it is a new room:
+        // what was said while it was invited before `since` is mail, and only the answer's
+        // timeline, reaching back, holds it.
+        let forward = forward.filter(|(events, ..)| !newly || joined_before(events, &own));
+        let (events, mail_from, back, out_at_start) = match forward {
+            Some(forward) => forward,
+            None => {
                 let (events, mail_from, back) = self.gather(since, room_id, room, newly).await?;
                 (events, mail_from, back, false)
             }
@@ -489,7 +498,7 @@ impl Ear {
         &self,
         since: &str,
         room_id: &str,
-        room: JoinedRoom,
+        room: &JoinedRoom,
     ) -> Result<(Vec<RoomEvent>, usize, Option<String>, bool), MatrixError> {
         let own = &self.context.account.user_id;
         let last = room.timeline.events.last().map(|e| e.event_id.clone());
@@ -530,8 +539,8 @@ impl Ear {
                 tracing::error!(mind = %self.mind(), room = %room_id, paged = events.len(),
                     "matrix: paging from the last sync did not reach the timeline; events between are skipped");
                 let held: HashSet<String> = events.iter().map(|e| e.event_id.clone()).collect();
-                let timeline = room.timeline.events.into_iter();
-                events.extend(timeline.filter(|e| !held.contains(&e.event_id)));
+                let timeline = room.timeline.events.iter();
+                events.extend(timeline.filter(|e| !held.contains(&e.event_id)).cloned());
             }
         }
         let out = out_before(&events, own) == Some(true);

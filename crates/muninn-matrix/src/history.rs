@@ -211,6 +211,15 @@ pub fn out_before(events: &[RoomEvent], own: &str) -> Option<bool> {
     Some(!matches!(prev_membership(first), Some("join" | "invite")))
 }
 
+/// Whether the account was joined before the first of its membership events among `events`,
+/// as that event's previous membership says (`false` when there is none).
+pub fn joined_before(events: &[RoomEvent], own: &str) -> bool {
+    events
+        .iter()
+        .find(|e| membership_of(e, own).is_some())
+        .is_some_and(|e| prev_membership(e) == Some("join"))
+}
+
 /// Whether the event changes the account's membership (not a profile change, a join over a
 /// join).
 pub fn changes_membership(event: &RoomEvent, own: &str) -> bool {

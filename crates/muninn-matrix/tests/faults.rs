@@ -361,6 +361,63 @@ async fn kick_while_stopped(test: &str, timeline_limit: u32) {
     );
 }
 
+/// The bot kicked from a configured room, invited back and written to while invited (all while
+/// its sync is held): the room is new again, and what was said while it was invited is mail,
+/// though its timeline shows the earlier kick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_said_while_invited_back_after_a_kick_is_mail() {
+    let Some(rig) = rig("reinvite").await else {
+        return;
+    };
+    let name = alias("reinvite");
+    let room = rig.public_room(&name).await;
+    let running = rig.start(&[&format!("#{name}")], |c| c.max_pending = 1);
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    rig.human.send(&room, "m0", &[]).await;
+    let held = rig.mail_count(1).await;
+    rig.human.send(&room, "m1, before the kick", &[]).await;
+    rig.human.kick(&room, &rig.bot).await;
+    rig.store
+        .ack_through(MIND, rig.token, held[0].seq)
+        .await
+        .unwrap();
+    let held = rig.mail_count(2).await;
+    // Held again by m1: the invite and what follows it come in one answer.
+    rig.human.invite(&room, &rig.bot).await;
+    rig.human.send(&room, "m2, while invited", &[]).await;
+    rig.store
+        .ack_through(MIND, rig.token, held[1].seq)
+        .await
+        .unwrap();
+    eventually("the bot joined", Duration::from_secs(30), || async {
+        let members = rig.human.joined_members(&room).await;
+        members.contains(&rig.bot).then_some(())
+    })
+    .await;
+    rig.human.send(&room, "m3", &[]).await;
+    // The Mind keeps up from here, so that nothing holds m3 back.
+    let mail = eventually("m3", Duration::from_secs(30), || async {
+        let now = rig.mail().await;
+        let last = now.last().unwrap().seq;
+        rig.store.ack_through(MIND, rig.token, last).await.unwrap();
+        now.iter().any(|d| d.text == "m3").then_some(now)
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m1, before the kick", "m2, while invited", "m3"],
+        "mail while the bot was in the room or invited to it, once"
+    );
+}
+
 /// A gap (more said than a timeline holds) whose batch the store refuses once: the retry
 /// pages the same gap back, whole, though the first attempt already read it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

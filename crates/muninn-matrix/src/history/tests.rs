@@ -339,6 +339,8 @@ fn what_is_said_while_the_account_is_out_of_the_room_is_history() {
     assert!(returns(&events[1]) && returns(&events[3]) && !returns(&renamed));
     assert!(!returns(&member("$join", OWN, "join")) && !returns(&member("$inv", OWN, "invite")));
     assert!(!returns(&member("$other", "@bob:hs", "leave")));
+    assert!(joined_before(&events, OWN) && !joined_before(&events[2..], OWN));
+    assert!(!joined_before(&events[4..], OWN));
     assert_eq!(out_before(&events[2..], OWN), Some(true));
     assert_eq!(out_before(&events[4..], OWN), None);
 }
