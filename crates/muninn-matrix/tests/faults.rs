@@ -249,15 +249,38 @@ async fn a_kick_and_a_rejoin_only_in_the_gap_keep_the_mail_before_the_kick() {
     kick_and_rejoin("rejoingap", 1).await;
 }
 
+/// As above, with forward paging from the position cut at its first event (the limit stands
+/// for 5,000 events of a very busy room): the timeline is read on from the account's own
+/// membership events, what was said before the kick is still mail, and the cut is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_paging_cut_at_its_limit_is_counted_and_keeps_the_mail_it_read() {
+    let stats = kick_and_rejoin_with("rejoincut", 50, 1).await;
+    assert_eq!(stats.gaps_cut, 1, "the cut is counted");
+}
+
 async fn kick_and_rejoin(test: &str, timeline_limit: u32) {
+    let stats = kick_and_rejoin_with(test, timeline_limit, 5_000).await;
+    assert_eq!(stats.gaps_cut, 0);
+}
+
+async fn kick_and_rejoin_with(
+    test: &str,
+    timeline_limit: u32,
+    max_gap_events: usize,
+) -> StatsSnapshot {
     let Some(rig) = rig(test).await else {
-        return;
+        return StatsSnapshot::default();
     };
     let name = alias(test);
-    let room = rig.public_room(&name).await;
+    let room = rig.human.create_room(Some(&name), &[], false).await;
+    rig.human
+        .send(&room, "before the bot was invited", &[])
+        .await;
+    rig.human.invite(&room, &rig.bot).await;
     let running = rig.start(&[&format!("#{name}")], |c| {
         c.max_pending = 1;
         c.timeline_limit = timeline_limit;
+        c.max_gap_events = max_gap_events;
     });
     eventually("the first sync", Duration::from_secs(30), || async {
         rig.store
@@ -292,12 +315,13 @@ async fn kick_and_rejoin(test: &str, timeline_limit: u32) {
         (now.len() > mail.len() && now.iter().any(|d| d.text == "m3")).then_some(now)
     })
     .await;
-    running.stop().await;
+    let stats = running.stop().await;
     assert_eq!(
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
         vec!["m0", "m1, before the kick", "m2, after it is back", "m3"],
         "mail while the bot was in the room, once"
     );
+    stats
 }
 
 /// The bot kicked from a configured room while its connector is down, and joined back by the
