@@ -12,6 +12,8 @@ pub const SYNC_CURSOR: &str = "matrix:sync";
 pub const DEFAULT_CONTEXT_LINES: usize = 20;
 /// The seed's per-delivery context bound: bytes of sender and text.
 pub const DEFAULT_CONTEXT_BYTES: usize = 16 * 1024;
+/// The default of [`ConnectorConfig::max_gap_events`].
+pub const DEFAULT_MAX_GAP_EVENTS: usize = 5_000;
 /// How long a `/sync` long poll waits for something new.
 pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many events a room's timeline brings per `/sync` before it is `limited` (and paged).
@@ -35,6 +37,11 @@ pub struct ConnectorConfig {
     pub context_lines: usize,
     /// The most bytes (sender and text) of history a delivery carries.
     pub context_bytes: usize,
+    /// The most events paged to fill one gap (back from a `limited` timeline, or forwards
+    /// from the position after a membership change); beyond it the events between are
+    /// skipped, logged at error and counted (`StatsSnapshot::gaps_cut`). A bound on the
+    /// memory and time one answer takes (a connector down for days in a very busy room).
+    pub max_gap_events: usize,
     /// One account per Mind.
     pub accounts: Vec<Account>,
     /// A crash point to stop the process at (tests only; `None` in production).
@@ -51,6 +58,7 @@ impl ConnectorConfig {
             max_pending: DEFAULT_MAX_PENDING,
             context_lines: DEFAULT_CONTEXT_LINES,
             context_bytes: DEFAULT_CONTEXT_BYTES,
+            max_gap_events: DEFAULT_MAX_GAP_EVENTS,
             accounts: Vec::new(),
             fault: None,
         }

@@ -14,11 +14,11 @@ use crate::client::{Direction, MatrixClient};
 use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
 use crate::history::{
-    Chunk, Limits, Line, Window, after_join, changes_membership, mail_start, merge_rooms,
-    out_before, read_chunk, settles_mail_start,
+    Chunk, Limits, Line, Window, after_join, changes_membership, joined_before, leaves_or_returns,
+    mail_start, merge_rooms, out_before, read_chunk, settles_mail_start,
 };
 use crate::rooms::{Directory, RoomKind};
-use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse};
+use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse, membership_of};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
 use serde_json::Value;
@@ -29,15 +29,18 @@ use tokio::sync::watch;
 /// Events per `/messages` page.
 const PAGE: u32 = 100;
 
-/// The most events paged back to fill one gap; beyond it the gap's oldest events are skipped,
-/// loudly (a connector down for days in a very busy room).
-const MAX_GAP_EVENTS: usize = 5_000;
-
 /// How often a held sync looks whether the Mind caught up.
 const HOLD_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The event types read: messages, and memberships (to find where a new room's mail starts).
 const EVENT_TYPES: &str = r#"["m.room.message","m.room.member"]"#;
+
+/// The events to ask for in the next page of a gap that holds `paged` of at most `max`: a
+/// page, or what is left (so that the bound is the bound, not the next page's end).
+fn page_size(paged: usize, max: usize) -> u32 {
+    let left = u32::try_from(max.saturating_sub(paged)).unwrap_or(PAGE);
+    PAGE.min(left).max(1)
+}
 
 /// An account's `/sync` loop.
 pub(crate) struct Ear {
@@ -307,14 +310,16 @@ impl Ear {
             let newly = since.is_some() && !known;
             // Among them, but its membership changed since (a kick and a re-join, or a join
             // read again by a process that started after it): Synapse answers such a room as
-            // newly joined, its timeline reaching back before `since`.
+            // newly joined, its timeline reaching back before `since`. Or not among them but
+            // left or joined back in the answer (a kick while the process was stopped, the
+            // room joined again at its start): only the account's memberships after `since`
+            // say whether it was in the room then, and so whether what preceded the leave is
+            // mail.
             let changed = since.is_some()
-                && known
-                && room
-                    .timeline
-                    .events
-                    .iter()
-                    .any(|e| changes_membership(e, own));
+                && room.timeline.events.iter().any(|e| match known {
+                    true => changes_membership(e, own),
+                    false => leaves_or_returns(e, own),
+                });
             let room_state = (newly, changed);
             let Some(kind) = self.kind_of(&room_id).await? else {
                 continue;
@@ -363,9 +368,18 @@ impl Ear {
         held: &(dyn Fn(&Line) -> bool + Sync),
     ) -> Result<Vec<(i64, NewDelivery)>, MatrixError> {
         let own = self.context.account.user_id.clone();
-        let (events, mail_from, back, out_at_start) = match (since, changed) {
-            (Some(since), true) => self.since_membership_change(since, room_id, room).await?,
-            _ => {
+        let forward = match (since, changed) {
+            (Some(since), true) => Some(self.since_membership_change(since, room_id, &room).await?),
+            _ => None,
+        };
+        // A room the process did not know it was in is paged forwards only to learn whether it
+        // was in at `since`. If it was not (invited back after a kick, say), it is a new room:
+        // what was said while it was invited before `since` is mail, and only the answer's
+        // timeline, reaching back, holds it.
+        let forward = forward.filter(|(events, ..)| !newly || joined_before(events, &own));
+        let (events, mail_from, back, out_at_start) = match forward {
+            Some(forward) => forward,
+            None => {
                 let (events, mail_from, back) = self.gather(since, room_id, room, newly).await?;
                 (events, mail_from, back, false)
             }
@@ -487,10 +501,11 @@ impl Ear {
         &self,
         since: &str,
         room_id: &str,
-        room: JoinedRoom,
+        room: &JoinedRoom,
     ) -> Result<(Vec<RoomEvent>, usize, Option<String>, bool), MatrixError> {
         let own = &self.context.account.user_id;
         let last = room.timeline.events.last().map(|e| e.event_id.clone());
+        let max = self.context.config.max_gap_events;
         let mut events = Vec::new();
         let mut token = since.to_owned();
         loop {
@@ -501,7 +516,7 @@ impl Ear {
                     &token,
                     None,
                     Direction::Forward,
-                    PAGE,
+                    page_size(events.len(), max),
                     &self.page_filter,
                 )
                 .await?;
@@ -513,31 +528,46 @@ impl Ear {
                 .iter()
                 .any(|e| Some(&e.event_id) == last.as_ref());
             match page.end.filter(|_| !empty && !done) {
-                Some(end) if events.len() < MAX_GAP_EVENTS => token = end,
+                Some(end) if events.len() < max => token = end,
                 _ => break,
             }
         }
-        match events
+        let reached = events
             .iter()
-            .position(|e| Some(&e.event_id) == last.as_ref())
-        {
-            Some(end) => events.truncate(end + 1),
+            .position(|e| Some(&e.event_id) == last.as_ref());
+        let out = match reached {
+            Some(end) => {
+                events.truncate(end + 1);
+                out_before(&events, own) == Some(true)
+            }
             None => {
                 // Paged forwards to the limit (or to an end) without reaching the timeline: its
                 // events are the newest and are read whatever lies between was skipped.
+                Stats::add(&self.context.stats.gaps_cut, 1);
                 tracing::error!(mind = %self.mind(), room = %room_id, paged = events.len(),
                     "matrix: paging from the last sync did not reach the timeline; events between are skipped");
+                // Whether the account was in at `since` is for the pages to say. The timeline
+                // is read on from its first membership event of the account's, which sets the
+                // account's membership from there: what precedes it may be older than `since`
+                // (Synapse's timeline of such a room reaches back) and was taken as following
+                // the pages (its old invite said the account was out at `since`).
+                let out = out_before(&events, own) == Some(true);
+                let timeline = &room.timeline.events;
+                let first = timeline
+                    .iter()
+                    .position(|e| membership_of(e, own).is_some())
+                    .unwrap_or(0);
                 let held: HashSet<String> = events.iter().map(|e| e.event_id.clone()).collect();
-                let timeline = room.timeline.events.into_iter();
-                events.extend(timeline.filter(|e| !held.contains(&e.event_id)));
+                let rest = timeline[first..].iter();
+                events.extend(rest.filter(|e| !held.contains(&e.event_id)).cloned());
+                out
             }
-        }
-        let out = out_before(&events, own) == Some(true);
+        };
         Ok((events, 0, Some(since.to_owned()), out))
     }
 
     /// Pages a room back from `from` (to `to`, if given) until an event `stop` accepts
-    /// (included), the start of the room, or [`MAX_GAP_EVENTS`]; returns the events oldest
+    /// (included), the start of the room, or `max_gap_events`; returns the events oldest
     /// first and the token before the oldest.
     async fn page_back(
         &self,
@@ -546,6 +576,7 @@ impl Ear {
         to: Option<&str>,
         stop: &(dyn Fn(&RoomEvent) -> bool + Sync),
     ) -> Result<(Vec<RoomEvent>, Option<String>), MatrixError> {
+        let max = self.context.config.max_gap_events;
         let mut newest_first = Vec::new();
         let mut token = from.to_owned();
         loop {
@@ -556,7 +587,7 @@ impl Ear {
                     &token,
                     to,
                     Direction::Backward,
-                    PAGE,
+                    page_size(newest_first.len(), max),
                     &self.page_filter,
                 )
                 .await?;
@@ -572,11 +603,12 @@ impl Ear {
             }
             let end = page.end.filter(|_| !empty);
             match end {
-                Some(end) if !hit && newest_first.len() < MAX_GAP_EVENTS => token = end,
+                Some(end) if !hit && newest_first.len() < max => token = end,
                 end => {
-                    if newest_first.len() >= MAX_GAP_EVENTS {
+                    if newest_first.len() >= max {
+                        Stats::add(&self.context.stats.gaps_cut, 1);
                         tracing::error!(mind = %self.mind(), room = %room_id,
-                            "matrix: a gap of {MAX_GAP_EVENTS}+ events; older ones are skipped");
+                            "matrix: a gap of {max}+ events; older ones are skipped");
                     }
                     newest_first.reverse();
                     return Ok((newest_first, end.or_else(|| to.map(str::to_owned))));

@@ -211,10 +211,30 @@ pub fn out_before(events: &[RoomEvent], own: &str) -> Option<bool> {
     Some(!matches!(prev_membership(first), Some("join" | "invite")))
 }
 
+/// Whether the account was joined before the first of its membership events among `events`,
+/// as that event's previous membership says (`false` when there is none).
+pub fn joined_before(events: &[RoomEvent], own: &str) -> bool {
+    events
+        .iter()
+        .find(|e| membership_of(e, own).is_some())
+        .is_some_and(|e| prev_membership(e) == Some("join"))
+}
+
 /// Whether the event changes the account's membership (not a profile change, a join over a
 /// join).
 pub fn changes_membership(event: &RoomEvent, own: &str) -> bool {
     membership_of(event, own).is_some_and(|m| m != "join" || prev_membership(event) != Some("join"))
+}
+
+/// Whether the event says the account was in the room (or invited to it) before: it leaves,
+/// is kicked or banned, or its invite is withdrawn or refused — or it joins back after one of
+/// those.
+pub fn leaves_or_returns(event: &RoomEvent, own: &str) -> bool {
+    match membership_of(event, own) {
+        None | Some("invite") => false,
+        Some("join") => matches!(prev_membership(event), Some("leave" | "ban")),
+        Some(_) => true,
+    }
 }
 
 fn prev_membership(event: &RoomEvent) -> Option<&str> {

@@ -99,6 +99,7 @@ pub struct Stats {
     holds: AtomicU64,
     pages: AtomicU64,
     context_fetches: AtomicU64,
+    gaps_cut: AtomicU64,
     sent: AtomicU64,
     rate_limited: AtomicU64,
     failed: AtomicU64,
@@ -117,6 +118,9 @@ pub struct StatsSnapshot {
     pub pages: u64,
     /// `/messages` pages read for context the account never saw.
     pub context_fetches: u64,
+    /// Gaps paged only to `max_gap_events`: the events beyond were skipped (each logged at
+    /// error).
+    pub gaps_cut: u64,
     /// Outbox messages the homeserver accepted and the outbox acknowledged.
     pub sent: u64,
     /// Sends answered with a rate limit (and retried after its wait).
@@ -135,6 +139,7 @@ impl Stats {
             holds: get(&self.holds),
             pages: get(&self.pages),
             context_fetches: get(&self.context_fetches),
+            gaps_cut: get(&self.gaps_cut),
             sent: get(&self.sent),
             rate_limited: get(&self.rate_limited),
             failed: get(&self.failed),

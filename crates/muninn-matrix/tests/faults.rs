@@ -249,15 +249,38 @@ async fn a_kick_and_a_rejoin_only_in_the_gap_keep_the_mail_before_the_kick() {
     kick_and_rejoin("rejoingap", 1).await;
 }
 
+/// As above, with forward paging from the position cut at its first event (the limit stands
+/// for 5,000 events of a very busy room): the timeline is read on from the account's own
+/// membership events, what was said before the kick is still mail, and the cut is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_paging_cut_at_its_limit_is_counted_and_keeps_the_mail_it_read() {
+    let stats = kick_and_rejoin_with("rejoincut", 50, 1).await;
+    assert_eq!(stats.gaps_cut, 1, "the cut is counted");
+}
+
 async fn kick_and_rejoin(test: &str, timeline_limit: u32) {
+    let stats = kick_and_rejoin_with(test, timeline_limit, 5_000).await;
+    assert_eq!(stats.gaps_cut, 0);
+}
+
+async fn kick_and_rejoin_with(
+    test: &str,
+    timeline_limit: u32,
+    max_gap_events: usize,
+) -> StatsSnapshot {
     let Some(rig) = rig(test).await else {
-        return;
+        return StatsSnapshot::default();
     };
     let name = alias(test);
-    let room = rig.public_room(&name).await;
+    let room = rig.human.create_room(Some(&name), &[], false).await;
+    rig.human
+        .send(&room, "before the bot was invited", &[])
+        .await;
+    rig.human.invite(&room, &rig.bot).await;
     let running = rig.start(&[&format!("#{name}")], |c| {
         c.max_pending = 1;
         c.timeline_limit = timeline_limit;
+        c.max_gap_events = max_gap_events;
     });
     eventually("the first sync", Duration::from_secs(30), || async {
         rig.store
@@ -292,11 +315,130 @@ async fn kick_and_rejoin(test: &str, timeline_limit: u32) {
         (now.len() > mail.len() && now.iter().any(|d| d.text == "m3")).then_some(now)
     })
     .await;
-    running.stop().await;
+    let stats = running.stop().await;
     assert_eq!(
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
         vec!["m0", "m1, before the kick", "m2, after it is back", "m3"],
         "mail while the bot was in the room, once"
+    );
+    stats
+}
+
+/// The bot kicked from a configured room while its connector is down, and joined back by the
+/// next start: the room is not among those the new process was in, yet it was in it at the
+/// stored position, so what was said before the kick is mail (and what was said while it was
+/// out is not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kick_while_stopped_and_the_rejoin_at_start_keep_the_mail_before_the_kick() {
+    kick_while_stopped("restartkick", 40).await;
+}
+
+/// As above, with a timeline of one event: the answer holds the re-join, the kick is in the gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kick_while_stopped_only_in_the_gap_keeps_the_mail_before_the_kick() {
+    kick_while_stopped("restartkickgap", 1).await;
+}
+
+async fn kick_while_stopped(test: &str, timeline_limit: u32) {
+    let Some(rig) = rig(test).await else {
+        return;
+    };
+    let name = alias(test);
+    let room = rig.public_room(&name).await;
+    let rooms = [format!("#{name}")];
+    let rooms: Vec<&str> = rooms.iter().map(String::as_str).collect();
+    let running = rig.start(&rooms, |_| {});
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    rig.human.send(&room, "m0", &[]).await;
+    rig.mail_count(1).await;
+    running.stop().await;
+    rig.human.send(&room, "m1, before the kick", &[]).await;
+    rig.human.kick(&room, &rig.bot).await;
+    rig.human.send(&room, "while the bot is out", &[]).await;
+    // The next start joins its configured room again. (Another timeline limit than 50: Synapse
+    // answers a `/sync` asked again with the same filter and position from its cache, and the
+    // first process's last long poll, cut short, got m1 alone.)
+    let running = rig.start(&rooms, |c| c.timeline_limit = timeline_limit);
+    eventually("the bot joined", Duration::from_secs(30), || async {
+        let members = rig.human.joined_members(&room).await;
+        members.contains(&rig.bot).then_some(())
+    })
+    .await;
+    rig.human.send(&room, "m2, after it is back", &[]).await;
+    let mail = eventually("m2", Duration::from_secs(30), || async {
+        let now = rig.mail().await;
+        now.iter().any(|d| d.text.starts_with("m2")).then_some(now)
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m1, before the kick", "m2, after it is back"],
+        "mail while the bot was in the room, once"
+    );
+}
+
+/// The bot kicked from a configured room, invited back and written to while invited (all while
+/// its sync is held): the room is new again, and what was said while it was invited is mail,
+/// though its timeline shows the earlier kick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_said_while_invited_back_after_a_kick_is_mail() {
+    let Some(rig) = rig("reinvite").await else {
+        return;
+    };
+    let name = alias("reinvite");
+    let room = rig.public_room(&name).await;
+    let running = rig.start(&[&format!("#{name}")], |c| c.max_pending = 1);
+    eventually("the first sync", Duration::from_secs(30), || async {
+        rig.store
+            .cursor(MIND, SYNC_CURSOR)
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    rig.human.send(&room, "m0", &[]).await;
+    let held = rig.mail_count(1).await;
+    rig.human.send(&room, "m1, before the kick", &[]).await;
+    rig.human.kick(&room, &rig.bot).await;
+    rig.store
+        .ack_through(MIND, rig.token, held[0].seq)
+        .await
+        .unwrap();
+    let held = rig.mail_count(2).await;
+    // Held again by m1: the invite and what follows it come in one answer.
+    rig.human.invite(&room, &rig.bot).await;
+    rig.human.send(&room, "m2, while invited", &[]).await;
+    rig.store
+        .ack_through(MIND, rig.token, held[1].seq)
+        .await
+        .unwrap();
+    eventually("the bot joined", Duration::from_secs(30), || async {
+        let members = rig.human.joined_members(&room).await;
+        members.contains(&rig.bot).then_some(())
+    })
+    .await;
+    rig.human.send(&room, "m3", &[]).await;
+    // The Mind keeps up from here, so that nothing holds m3 back.
+    let mail = eventually("m3", Duration::from_secs(30), || async {
+        let now = rig.mail().await;
+        let last = now.last().unwrap().seq;
+        rig.store.ack_through(MIND, rig.token, last).await.unwrap();
+        now.iter().any(|d| d.text == "m3").then_some(now)
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m1, before the kick", "m2, while invited", "m3"],
+        "mail while the bot was in the room or invited to it, once"
     );
 }
 

@@ -335,6 +335,12 @@ fn what_is_said_while_the_account_is_out_of_the_room_is_history() {
     let mut renamed = member("$rename", OWN, "join");
     renamed.unsigned = json!({"prev_content": {"membership": "join"}});
     assert!(!changes_membership(&renamed, OWN));
+    let returns = |e: &RoomEvent| leaves_or_returns(e, OWN);
+    assert!(returns(&events[1]) && returns(&events[3]) && !returns(&renamed));
+    assert!(!returns(&member("$join", OWN, "join")) && !returns(&member("$inv", OWN, "invite")));
+    assert!(!returns(&member("$other", "@bob:hs", "leave")));
+    assert!(joined_before(&events, OWN) && !joined_before(&events[2..], OWN));
+    assert!(!joined_before(&events[4..], OWN));
     assert_eq!(out_before(&events[2..], OWN), Some(true));
     assert_eq!(out_before(&events[4..], OWN), None);
 }
