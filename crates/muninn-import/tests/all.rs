@@ -30,6 +30,17 @@ fn fixture(rel: &str) -> PathBuf {
         .join(rel)
 }
 
+/// The warnings of an import: (file name, line, message).
+fn warned(got: &Import) -> Vec<(String, u64, String)> {
+    got.warnings
+        .iter()
+        .map(|w| {
+            let name = w.path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, w.line, w.message.clone())
+        })
+        .collect()
+}
+
 fn import(paths: &[PathBuf]) -> Import {
     import_paths(paths, &ImportOptions::default(), &mut |_, _| {}).unwrap()
 }

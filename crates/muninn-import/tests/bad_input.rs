@@ -599,17 +599,6 @@ fn a_file_opening_with_blank_lines_past_the_bound_is_skipped_and_says_so() {
     skipped_past_the_bound("\n".repeat(1_000), "all blank");
 }
 
-/// The warnings of an import: (file name, line, message).
-fn warned(got: &Import) -> Vec<(String, u64, String)> {
-    got.warnings
-        .iter()
-        .map(|w| {
-            let name = w.path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, w.line, w.message.clone())
-        })
-        .collect()
-}
-
 /// A `.jsonl` link in a folder that goes round a loop (it names itself) cannot be read: it was
 /// passed over without a word, as a dangling link is. It is named with the cause and counted;
 /// a dangling link is still passed over (the file it named is gone, nothing is lost).

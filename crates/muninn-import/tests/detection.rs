@@ -7,17 +7,6 @@ use muninn_import::InputFormat;
 use pretty_assertions::assert_eq;
 use std::os::unix::fs::FileExt;
 
-/// (file name, line, message) of every warning.
-fn warned(got: &Import) -> Vec<(String, u64, String)> {
-    got.warnings
-        .iter()
-        .map(|w| {
-            let name = w.path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, w.line, w.message.clone())
-        })
-        .collect()
-}
-
 fn forced(paths: &[PathBuf], format: InputFormat) -> Result<Import, ImportError> {
     let opts = ImportOptions {
         format: Some(format),

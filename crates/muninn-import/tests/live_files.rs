@@ -21,17 +21,6 @@ fn responses(from: u64, to: u64) -> String {
     (from..to).map(response).collect()
 }
 
-/// (file name, line, message) of every warning.
-fn warned(got: &Import) -> Vec<(String, u64, String)> {
-    got.warnings
-        .iter()
-        .map(|w| {
-            let name = w.path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, w.line, w.message.clone())
-        })
-        .collect()
-}
-
 /// Imports `paths` on a thread, calling `on_progress` at each progress report; fails the test if
 /// the import has not ended within 30 seconds (a blocked open, an endless read).
 fn import_within_bound(
