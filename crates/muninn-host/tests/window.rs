@@ -399,3 +399,45 @@ async fn a_delivery_set_aside_is_told_once_across_a_failed_commit_and_a_takeover
     assert_eq!(w.host.store.ack_position("vala").await.unwrap(), big);
     assert!(w.sim.requests().is_empty(), "nothing was ever sent");
 }
+
+/// A delivery that fits a new segment but not the open one (its prefix, the delivery and the
+/// reply's bound pass the window while the prefix and the delivery stay under the ceiling, so
+/// the decider appends): the session is rebuilt in a new segment and the delivery answered
+/// there. It used to be refused with `PromptTooLarge` at every retry, for ever.
+#[tokio::test]
+async fn a_delivery_that_fits_only_a_new_segment_is_answered_in_one() {
+    let w = world().await;
+    let m = mind("model = 'claude-sonnet-4-5'\npolicy = 'never'\nmax_output_tokens = 64000");
+    let mut r = runner(&w, m, "host-a");
+    r.register().await.unwrap();
+    let words = |n| "the quick brown fox jumps over the lazy dog ".repeat(n);
+    post(&w, "e1", "#swarm", "ari", &words(8_000)).await;
+    assert!(matches!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn { valid: true, .. }
+    ));
+    w.sim.advance_clock(1_000);
+    let second = post(&w, "e2", "#swarm", "ari", &words(4_000)).await;
+    r.woken();
+    let step = r.step().await.map_err(|e| e.to_string());
+    assert_eq!(
+        step,
+        Ok(Step::PersonaTurn {
+            acked_through: second,
+            valid: true
+        })
+    );
+    let decisions: Vec<(u64, String)> = crate::runtime::ledger(&w)
+        .await
+        .iter()
+        .map(|r| (r.segment, r.decision.clone()))
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            (0, "start:start".to_string()),
+            (1, "start:rebuilt from the transcript".to_string())
+        ]
+    );
+    assert!(set_aside_notices(&w).await.is_empty());
+}
