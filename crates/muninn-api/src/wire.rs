@@ -175,6 +175,11 @@ pub struct MindStatus<C = serde_json::Value> {
     /// [`FAILED_SENDS_SHOWN`]; each with when and why.
     #[serde(default)]
     pub failed_sends: Vec<OutboxMessage>,
+    /// Deliveries this host's runner set aside as undeliverable since the host started: each
+    /// too large for any request to the model, acknowledged unanswered, its room told once
+    /// and the sizes recorded in the transcript.
+    #[serde(default)]
+    pub undeliverable: u64,
     /// The transport that brings its mail, as this host last heard (`None`: none runs here).
     #[serde(default)]
     pub transport: Option<TransportStatus>,

@@ -73,6 +73,9 @@ pub struct Signals {
     /// Where wake-ups go to reach the other hosts on the database ([`cluster`]); unset for a
     /// host alone.
     announce: OnceLock<mpsc::Sender<String>>,
+    /// Deliveries each Mind's runner on this host set aside as undeliverable (too large for
+    /// any request: `runtime/window.rs`), by Mind id, since the host started.
+    undeliverable: Mutex<HashMap<String, u64>>,
 }
 
 /// What a runner is doing: [`muninn_api::wire::Activity`], shown by `GET /v1/minds/{mind}`.
@@ -140,6 +143,24 @@ impl Signals {
     pub fn set_activity(&self, mind: &str, activity: Activity) {
         let mut map = self.activity.lock().unwrap_or_else(PoisonError::into_inner);
         map.insert(mind.to_owned(), activity);
+    }
+
+    /// `mind`'s runner set a delivery aside as undeliverable (`runtime/window.rs`).
+    pub fn set_aside(&self, mind: &str) {
+        let mut map = self
+            .undeliverable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *map.entry(mind.to_owned()).or_default() += 1;
+    }
+
+    /// Deliveries `mind`'s runner on this host set aside as undeliverable since it started.
+    pub fn undeliverable(&self, mind: &str) -> u64 {
+        let map = self
+            .undeliverable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.get(mind).copied().unwrap_or(0)
     }
 
     /// What `mind`'s runner on this host last reported, if it runs here.

@@ -46,6 +46,16 @@ pub(crate) async fn world_on(
     config: &str,
     wrap: impl FnOnce(Arc<dyn muninn_store::Store>) -> Arc<dyn muninn_store::Store>,
 ) -> World {
+    world_on_sim(config, wrap, SimConfig::default()).await
+}
+
+/// [`world_on`] with the simulator configured as `sim` (its clock frozen at [`T0`]): a price
+/// table of its own, say, so the provider counts windows apart from the host.
+pub(crate) async fn world_on_sim(
+    config: &str,
+    wrap: impl FnOnce(Arc<dyn muninn_store::Store>) -> Arc<dyn muninn_store::Store>,
+    sim: SimConfig,
+) -> World {
     let dir = tempfile::tempdir().unwrap();
     let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
         .await
@@ -53,7 +63,7 @@ pub(crate) async fn world_on(
     let store = wrap(store);
     let sim = Arc::new(Simulator::new(SimConfig {
         frozen_at_ms: Some(T0),
-        ..SimConfig::default()
+        ..sim
     }));
     let config: Config = toml::from_str(config).unwrap();
     let host = Host::new(store, config, Arc::new(SimClock(sim.clone())));

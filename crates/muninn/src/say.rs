@@ -142,14 +142,17 @@ pub fn say(args: SayArgs) -> anyhow::Result<()> {
     })
 }
 
-/// The batch a request id `<mind>-<first seq>-<last seq>-<index>` answered: `(first, last)`.
+/// The batch a request id `<mind>-<first seq>-<last seq>-<index>` answered: `(first, last)`;
+/// also `<mind>-<seq>-<seq>-undeliverable`, the notice the host sends in place of an answer to
+/// a delivery too large for any request (the only answer it gets).
 fn batch_of(request_id: &str, mind: &str) -> Option<(i64, i64)> {
     let rest = request_id.strip_prefix(mind)?.strip_prefix('-')?;
     let mut parts = rest.split('-');
     let first = parts.next()?.parse().ok()?;
     let last = parts.next()?.parse().ok()?;
-    let _index: i64 = parts.next()?.parse().ok()?;
-    parts.next().is_none().then_some((first, last))
+    let last_part = parts.next()?;
+    let answers = last_part == "undeliverable" || last_part.parse::<i64>().is_ok();
+    (answers && parts.next().is_none()).then_some((first, last))
 }
 
 /// Waits until the Mind has answered delivery `seq` (its ack position reached it: the turn's
@@ -308,5 +311,8 @@ mod tests {
         assert_eq!(batch_of("vala-3-7", "vala"), None);
         assert_eq!(batch_of("valb-3-7-0", "vala"), None);
         assert_eq!(batch_of("vala-3-7-0-1", "vala"), None);
+        // The notice of a delivery set aside as too large for any request is its answer.
+        assert_eq!(batch_of("vala-3-3-undeliverable", "vala"), Some((3, 3)));
+        assert_eq!(batch_of("vala-3-3-other", "vala"), None);
     }
 }

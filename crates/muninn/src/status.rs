@@ -103,7 +103,7 @@ fn segment_column(segment: &Option<Segment>) -> String {
 
 /// `muninn status`: every Mind with its state, lease holder, pending deliveries, segments and
 /// spend in its window; a line per Mind that is retrying, with the error, then each send a
-/// transport gave up on (when and why).
+/// transport gave up on (when and why), and each Mind's deliveries set aside as undeliverable.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     block_on(async move {
@@ -116,6 +116,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         print_retrying(&minds)?;
         print_transport_trouble(&minds)?;
         print_failed_sends(&minds)?;
+        print_undeliverable(&minds)?;
         print_brake(&minds)?;
         Ok(())
     })
@@ -234,6 +235,19 @@ fn print_failed_sends(minds: &[MindStatus]) -> std::io::Result<()> {
                 failed.failure.as_deref().unwrap_or("(no reason given)")
             )?;
         }
+    }
+    Ok(())
+}
+
+/// A line per Mind that set deliveries aside as too large for any request (the transcript
+/// holds each one's sizes; its room was told).
+fn print_undeliverable(minds: &[MindStatus]) -> std::io::Result<()> {
+    for mind in minds.iter().filter(|m| m.undeliverable > 0) {
+        outln!(
+            "{}: {} deliveries set aside as undeliverable (too large for any request; see its transcript)",
+            mind.id,
+            mind.undeliverable
+        )?;
     }
     Ok(())
 }

@@ -395,6 +395,7 @@ pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<M
         oldest_pending_at_ms: mailbox.oldest_received_at_ms,
         activity: host.signals.activity(id),
         failed_sends,
+        undeliverable: host.signals.undeliverable(id),
         transport: host.telemetry.mind(id).transport,
         config,
     })

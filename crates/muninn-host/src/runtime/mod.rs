@@ -212,6 +212,9 @@ pub struct MindRunner<B: Backend> {
     /// The Persona batch whose delivery this segment holds but no attempt has answered yet
     /// (`attempt.rs`): a retry re-sends it instead of recording it again.
     attempt: Option<attempt::Attempt>,
+    /// The provider refused a batch as too long (`window.rs`): the next batch from the same
+    /// delivery takes at most half as many.
+    window_cut: Option<window::Cut>,
     /// The settings and ack position held between consecutive Persona turns (`held.rs`).
     held: Option<held::Held>,
     /// An answer whose commit failed, committed first at the next step (`pending.rs`).
@@ -292,6 +295,7 @@ impl<B: Backend> MindRunner<B> {
             step_started: tokio::time::Instant::now(),
             working: None,
             attempt: None,
+            window_cut: None,
             held: None,
             uncommitted: None,
             wakes,

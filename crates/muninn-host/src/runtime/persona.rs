@@ -8,6 +8,7 @@ use super::prompts::{COMPACT_REASON, PERSONA_COMPACT_INSTRUCTIONS};
 use super::reply::{PersonaReply, validate_reply};
 use super::segment::shown_changed;
 use super::session::Starting;
+use super::window::{Fitted, is_prompt_too_long};
 use super::{MindRunner, RuntimeError, Step};
 use crate::config::RefreshMode;
 use muninn_backend::{Backend, BackendError, InputPart, SessionEvent, TurnInput, TurnOutcome};
@@ -35,7 +36,7 @@ pub(super) struct Batch {
     pub(super) deliveries: Vec<Delivery>,
     /// `<mind>-<first seq>-<max seq>`: the turn's key and the outbox request ids' stem.
     pub(super) id: String,
-    max_seq: i64,
+    pub(super) max_seq: i64,
     senders: BTreeSet<String>,
     /// What the renderer shows of it.
     input: render::TurnInput,
@@ -196,7 +197,12 @@ impl<B: Backend> MindRunner<B> {
     ) -> Result<Step, RuntimeError> {
         let batch = Batch::new(&self.mind.id, self.attempted(deliveries));
         self.resume_on_new_lease(Role::Persona, now).await?;
-        let (batch, plan) = self.fit_window(batch, now);
+        let (batch, plan) = match self.fit_window(batch, now) {
+            Fitted::Send(batch, plan) => (batch, plan),
+            Fitted::Undeliverable(batch, prompt) => {
+                return self.set_aside(token, batch, prompt, None, now).await;
+            }
+        };
         self.check_window(Role::Persona, &plan)?;
         let worst = self.worst_case(Role::Persona, &plan, now);
         if self.would_cross_cap(now, settings, worst).await? {
@@ -227,7 +233,13 @@ impl<B: Backend> MindRunner<B> {
             }
         };
         let segment = self.persona.segment.unwrap_or(0);
-        let answer = self.ask_persona(&batch, &plan, text, now).await?;
+        let answer = match self.ask_persona(&batch, &plan, text, now).await {
+            Ok(answer) => answer,
+            Err(RuntimeError::Backend(e)) if is_prompt_too_long(&e) => {
+                return self.refused_as_too_long(token, batch, &plan, e, now).await;
+            }
+            Err(e) => return Err(e),
+        };
         self.attempt = None;
         let valid = answer.verdict.is_ok();
         let record = persona_record(&batch, segment, answer, now);
