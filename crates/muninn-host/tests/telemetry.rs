@@ -263,7 +263,7 @@ async fn metrics_after_a_workload_equal_the_ledger() {
 
 /// A `tracing` writer into a shared buffer.
 #[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Buffer(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Buffer {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -276,7 +276,7 @@ impl Write for Buffer {
 }
 
 impl Buffer {
-    fn events(&self) -> Vec<Value> {
+    pub(crate) fn events(&self) -> Vec<Value> {
         String::from_utf8(self.0.lock().unwrap().clone())
             .unwrap()
             .lines()

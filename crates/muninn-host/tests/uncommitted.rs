@@ -426,3 +426,54 @@ async fn a_brief_its_host_abandoned_is_reported_as_such_after_a_store_failure_de
     let result = brief.result.unwrap_or_default();
     assert!(result.starts_with("its host stopped"), "{result}");
 }
+
+/// An answer held uncommitted when another host took the Mind over: no token this runner can
+/// get commits it any more, and a clean shutdown before it holds the Mind again gives it up
+/// as every abandoned answer is given up, at error in the log with its turn key and cost.
+#[tokio::test]
+async fn an_answer_held_when_the_lease_was_lost_is_abandoned_loudly_at_shutdown() {
+    let logs = crate::telemetry::Buffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    // As in `telemetry::a_turn_is_one_json_log_event_with_its_fields`: every callsite asks
+    // this test's subscriber too, whatever a sibling test cached.
+    let _anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+
+    let (w, faults) = faulty_world().await;
+    let mut a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello vala").await;
+    faults.fail_commits(1);
+    refused_steps(&mut a, 1).await;
+    // host-a's lease runs out; host-b takes the Mind and answers the batch.
+    w.sim.advance_clock(w.host.config.lease_ttl_ms + 1);
+    let mut b = runner(&w, mind(""), "host-b");
+    assert!(matches!(b.step().await.unwrap(), Step::PersonaTurn { .. }));
+    // host-a's renewal is fenced: it forgets the lease, the answer still held.
+    assert_eq!(a.step().await.unwrap(), Step::NotLeader);
+    a.release().await.unwrap();
+    drop(a);
+    let abandoned: Vec<_> = logs
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e["level"] == "ERROR"
+                && e["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("an answer was abandoned uncommitted"))
+        })
+        .collect();
+    assert_eq!(
+        abandoned.len(),
+        1,
+        "the held answer was dropped without a word: {:?}",
+        logs.events()
+    );
+    assert_eq!(abandoned[0]["fields"]["turn_key"], "persona-vala-1-1-0");
+}

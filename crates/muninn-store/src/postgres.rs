@@ -265,3 +265,55 @@ impl crate::sql::Backend for PostgresStore {
     /// Nothing to record at close: PostgreSQL keeps its own counters durable.
     async fn before_close(&self) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{MIGRATIONS, TABLES};
+    use std::collections::BTreeSet;
+
+    /// The tables the migrations leave, read from their `CREATE TABLE` and `DROP TABLE`
+    /// statements in order.
+    fn tables_the_migrations_create() -> BTreeSet<String> {
+        let mut tables = BTreeSet::new();
+        for (_, _, sql) in MIGRATIONS {
+            let words: Vec<String> = sql
+                .split(|c: char| c.is_whitespace() || c == '(' || c == ';')
+                .filter(|w| !w.is_empty())
+                .map(str::to_ascii_lowercase)
+                .collect();
+            for (i, pair) in words.windows(2).enumerate() {
+                let create = match (pair[0].as_str(), pair[1].as_str()) {
+                    ("create", "table") => true,
+                    ("drop", "table") => false,
+                    _ => continue,
+                };
+                let mut rest = words[i + 2..].iter().map(String::as_str);
+                let mut name = rest.next().unwrap_or_default();
+                if name == "if" {
+                    // `IF NOT EXISTS` / `IF EXISTS`
+                    name = rest
+                        .find(|w| *w == "exists")
+                        .and(rest.next())
+                        .unwrap_or_default();
+                }
+                let name = name.trim_matches('"').to_owned();
+                if create {
+                    tables.insert(name);
+                } else {
+                    tables.remove(&name);
+                }
+            }
+        }
+        tables
+    }
+
+    /// The check at open lists every table the migrations create: a migration that adds a
+    /// table without adding it to `TABLES` fails here, not in a database missing it.
+    #[test]
+    fn the_table_check_lists_every_table_the_migrations_create() {
+        let listed: BTreeSet<String> = TABLES.iter().map(|t| (*t).to_owned()).collect();
+        let created = tables_the_migrations_create();
+        assert!(created.len() >= 16, "the parse found too few: {created:?}");
+        assert_eq!(listed, created);
+    }
+}

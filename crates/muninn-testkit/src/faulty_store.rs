@@ -17,7 +17,9 @@
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
 //! The next N whole-delivery reads of one Mind can panic instead of answering
 //! ([`FaultyStore::panic_pending_reads`]: a bug in the code under a runner's step, which takes
-//! the Mind's task down with it).
+//! the Mind's task down with it), and so can the next N renewals of every lease a host holds
+//! ([`FaultyStore::panic_lease_renewals`]: a bug under the host's lease renewal, a task beside
+//! the Minds; [`Store::renew_leases`] calls are counted, [`FaultyStore::lease_renewals`]).
 //! Everything else passes through, so a test can fault exactly the call that follows a
 //! backend's answer.
 //!
@@ -62,6 +64,10 @@ pub struct FaultyStore {
     pending_reads: AtomicU32,
     /// The Mind whose `pending_deliveries` calls panic, and how many still will.
     panicking_pending_reads: std::sync::Mutex<Option<(String, u32)>>,
+    /// `renew_leases` calls so far.
+    lease_renewals: AtomicU32,
+    /// `renew_leases` calls still to panic.
+    panicking_lease_renewals: AtomicU32,
 }
 
 impl FaultyStore {
@@ -82,6 +88,8 @@ impl FaultyStore {
             committed: AtomicU32::new(0),
             pending_reads: AtomicU32::new(0),
             panicking_pending_reads: std::sync::Mutex::new(None),
+            lease_renewals: AtomicU32::new(0),
+            panicking_lease_renewals: AtomicU32::new(0),
         })
     }
 
@@ -147,6 +155,17 @@ impl FaultyStore {
     /// through): what a bug under a runner's step does to the Mind's task. `0` disarms.
     pub fn panic_pending_reads(&self, mind: &str, n: u32) {
         *self.panicking() = Some((mind.to_owned(), n));
+    }
+
+    /// Makes the next `n` `renew_leases` calls (the host's renewal of all its leases) panic.
+    /// `0` disarms.
+    pub fn panic_lease_renewals(&self, n: u32) {
+        self.panicking_lease_renewals.store(n, Ordering::SeqCst);
+    }
+
+    /// `renew_leases` calls so far, the ones that panicked included.
+    pub fn lease_renewals(&self) -> u32 {
+        self.lease_renewals.load(Ordering::SeqCst)
     }
 
     fn panicking(&self) -> std::sync::MutexGuard<'_, Option<(String, u32)>> {
@@ -276,6 +295,10 @@ impl Store for FaultyStore {
     }
 
     async fn renew_leases(&self, holder: &str, ttl_ms: i64, now_ms: i64) -> Result<Vec<Lease>> {
+        self.lease_renewals.fetch_add(1, Ordering::SeqCst);
+        if armed(&self.panicking_lease_renewals) {
+            panic!("injected: a bug while renewing {holder}'s leases");
+        }
         self.inner.renew_leases(holder, ttl_ms, now_ms).await
     }
 

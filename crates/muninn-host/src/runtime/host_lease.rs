@@ -101,7 +101,7 @@ pub fn spawn_renewer(
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let every = Duration::from_millis((host.config.lease_ttl_ms / 4).max(10) as u64);
-    super::run::spawn_every(every, shutdown, move || {
+    super::run::spawn_every("lease renewal", every, shutdown, move || {
         let (host, holder) = (host.clone(), holder.clone());
         async move {
             if let Err(e) = renew_host_leases(&host, &holder).await {

@@ -251,9 +251,14 @@ impl<B: Backend> MindRunner<B> {
 
     /// A held record's last commit, under the lease still held, before a clean shutdown lets
     /// it go: what the store still refuses is abandoned, loudly, and the next holder asks the
-    /// provider again.
+    /// provider again. With no lease (another host took the Mind over, and this runner's
+    /// fenced token can commit nothing any more) a held record is abandoned at once, as loudly:
+    /// it used to be dropped with the runner, without a word in the log.
     pub(super) async fn settle_before_release(&mut self) {
         let Some(token) = self.lease.as_ref().map(|l| l.token) else {
+            if let Some(u) = self.uncommitted.take() {
+                self.abandon(u, "the Mind's lease was lost before it was committed");
+            }
             return;
         };
         let Some(held) = self.uncommitted.as_ref() else {

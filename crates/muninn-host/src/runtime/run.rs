@@ -7,6 +7,7 @@ use super::supervise::Minds;
 use super::{MindRunner, RuntimeError, Step, spawn_renewer};
 use crate::Activity;
 use crate::Host;
+use futures_util::FutureExt;
 use muninn_backend::Backend;
 use muninn_core::price::PriceTable;
 use std::time::Duration;
@@ -209,14 +210,19 @@ pub async fn run_minds(
             Duration::from_millis(500),
             Duration::from_secs(POOL_SWEEP_EVERY_S),
         );
-        spawn_every(every, shutdown.clone(), move || {
-            let pool = pool.clone();
-            async move {
-                for event in pool.sweep(pool.now()).await {
-                    tracing::info!(?event, "claude-cli pool");
+        spawn_every(
+            "claude-cli pool sweep",
+            every,
+            shutdown.clone(),
+            move || {
+                let pool = pool.clone();
+                async move {
+                    for event in pool.sweep(pool.now()).await {
+                        tracing::info!(?event, "claude-cli pool");
+                    }
                 }
-            }
-        })
+            },
+        )
     });
     let first_error = minds.join().await;
     if let Some(sweeper) = sweeper {
@@ -232,7 +238,14 @@ const POOL_SWEEP_EVERY_S: u64 = 15;
 
 /// Runs `tick` every `every` until `shutdown` turns true: the host's periodic chores (the
 /// lease renewal, the process pool's sweep), each stopping with the Minds.
+///
+/// A tick that panics (a bug under the renewal or the sweep, a store driver's) is logged as an
+/// error naming the chore and the panic, and the chore runs again at its next tick. Uncaught,
+/// the panic ended the chore's task for the life of the process with nothing in the log: the
+/// host stopped renewing its leases together (each runner renewing its own instead) and
+/// releasing those no runner here serves, or stopped parking idle CLI children.
 pub(super) fn spawn_every<F, Fut>(
+    chore: &'static str,
     every: Duration,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
     mut tick: F,
@@ -250,7 +263,12 @@ where
             if *shutdown.borrow() {
                 break;
             }
-            tick().await;
+            // Unwind safety: a tick owns clones of what it uses and keeps nothing between ticks
+            // but what its next run reads afresh (the store, the pool's registry).
+            if let Err(payload) = std::panic::AssertUnwindSafe(tick()).catch_unwind().await {
+                let panic = super::supervise::payload_message(&*payload);
+                tracing::error!(chore, %panic, "a host chore panicked; it runs again at its next tick");
+            }
         }
     })
 }
