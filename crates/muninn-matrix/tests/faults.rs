@@ -254,23 +254,31 @@ async fn a_kick_and_a_rejoin_only_in_the_gap_keep_the_mail_before_the_kick() {
 /// membership events, what was said before the kick is still mail, and the cut is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forward_paging_cut_at_its_limit_is_counted_and_keeps_the_mail_it_read() {
-    let stats = kick_and_rejoin_with("rejoincut", 50, 1).await;
+    let started = now_ms();
+    let Some((stats, gaps)) = kick_and_rejoin_with("rejoincut", 50, 1).await else {
+        return;
+    };
     assert_eq!(stats.gaps_cut, 1, "the cut is counted");
+    let gaps = gaps.expect("the account's record of its cut");
+    assert_eq!(gaps.count, 1);
+    assert_eq!(gaps.last.events_read, 1, "cut after the limit's one event");
+    assert!(gaps.last.room_id.starts_with('!'), "{gaps:?}");
+    assert!((started..=now_ms()).contains(&gaps.last.at_ms), "{gaps:?}");
 }
 
 async fn kick_and_rejoin(test: &str, timeline_limit: u32) {
-    let stats = kick_and_rejoin_with(test, timeline_limit, 5_000).await;
-    assert_eq!(stats.gaps_cut, 0);
+    if let Some((stats, gaps)) = kick_and_rejoin_with(test, timeline_limit, 5_000).await {
+        assert_eq!((stats.gaps_cut, gaps), (0, None));
+    }
 }
 
+/// The connector's counts and the account's gaps cut (`None`: no Synapse here).
 async fn kick_and_rejoin_with(
     test: &str,
     timeline_limit: u32,
     max_gap_events: usize,
-) -> StatsSnapshot {
-    let Some(rig) = rig(test).await else {
-        return StatsSnapshot::default();
-    };
+) -> Option<(StatsSnapshot, Option<GapsCut>)> {
+    let rig = rig(test).await?;
     let name = alias(test);
     let room = rig.human.create_room(Some(&name), &[], false).await;
     rig.human
@@ -315,13 +323,14 @@ async fn kick_and_rejoin_with(
         (now.len() > mail.len() && now.iter().any(|d| d.text == "m3")).then_some(now)
     })
     .await;
+    let counts = running.stats.clone();
     let stats = running.stop().await;
     assert_eq!(
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
         vec!["m0", "m1, before the kick", "m2, after it is back", "m3"],
         "mail while the bot was in the room, once"
     );
-    stats
+    Some((stats, counts.gaps_cut_of(MIND)))
 }
 
 /// The bot kicked from a configured room while its connector is down, and joined back by the
