@@ -10,12 +10,25 @@ use pretty_assertions::assert_eq;
 /// skipped, and the cut is recorded for the account, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backward_paging_cut_at_its_limit_is_recorded_for_the_account() {
-    let Some(rig) = rig("backcut").await else {
+    backward_cut("backcut", 0).await;
+}
+
+/// As above, the store refusing the commit of the answer that cut the gap: the answer is read
+/// again and cuts the same gap again, and the cut is counted once, when it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_read_again_after_a_refused_commit_is_recorded_once() {
+    backward_cut("backcutretry", 1).await;
+}
+
+/// The backward cut, the commit of the answer that cuts it refused `refusals` times.
+async fn backward_cut(test: &str, refusals: u32) {
+    let Some(rig) = rig(test).await else {
         return;
     };
-    let name = alias("backcut");
+    let name = alias(test);
     let room = rig.public_room(&name).await;
-    let running = rig.start(&[&format!("#{name}")], |c| {
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    let running = rig.start_on(faulty.clone(), &[&format!("#{name}")], |c| {
         c.timeline_limit = 1;
         c.max_gap_events = 1;
         c.max_pending = 1;
@@ -33,6 +46,7 @@ async fn backward_paging_cut_at_its_limit_is_recorded_for_the_account() {
         rig.human.send(&room, text, &[]).await;
     }
     assert_eq!(running.stats.gaps_cut_of(MIND), None, "nothing cut yet");
+    faulty.fail_batches(refusals);
     let started = now_ms();
     rig.store
         .ack_through(MIND, rig.token, held[0].seq)
@@ -41,6 +55,7 @@ async fn backward_paging_cut_at_its_limit_is_recorded_for_the_account() {
     let mail = rig.mail_count(3).await;
     let counts = running.stats.clone();
     let stats = running.stop().await;
+    assert_eq!(faulty.refused(), refusals);
     assert_eq!(
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
         vec!["m0", "m2", "m3"],
