@@ -550,12 +550,28 @@ impl Ear {
         let reached = events
             .iter()
             .position(|e| Some(&e.event_id) == last.as_ref());
-        let out = match reached {
-            Some(end) => {
+        let timeline = &room.timeline.events;
+        let held: HashSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+        // The pages stopped inside the timeline (which reaches back): nothing lies between
+        // them, so nothing was skipped; the timeline goes on from the last event they share.
+        let overlap = reached
+            .is_none()
+            .then(|| {
+                timeline
+                    .iter()
+                    .rposition(|e| held.contains(e.event_id.as_str()))
+            })
+            .flatten();
+        let out = match (reached, overlap) {
+            (Some(end), _) => {
                 events.truncate(end + 1);
                 out_before(&events, own) == Some(true)
             }
-            None => {
+            (None, Some(last)) => {
+                events.extend(timeline[last + 1..].iter().cloned());
+                out_before(&events, own) == Some(true)
+            }
+            (None, None) => {
                 // Paged forwards to the limit (or to an end) without reaching the timeline: its
                 // events are the newest and are read whatever lies between was skipped.
                 self.cut(room_id, events.len());
@@ -567,14 +583,11 @@ impl Ear {
                 // (Synapse's timeline of such a room reaches back) and was taken as following
                 // the pages (its old invite said the account was out at `since`).
                 let out = out_before(&events, own) == Some(true);
-                let timeline = &room.timeline.events;
                 let first = timeline
                     .iter()
                     .position(|e| membership_of(e, own).is_some())
                     .unwrap_or(0);
-                let held: HashSet<String> = events.iter().map(|e| e.event_id.clone()).collect();
-                let rest = timeline[first..].iter();
-                events.extend(rest.filter(|e| !held.contains(&e.event_id)).cloned());
+                events.extend(timeline[first..].iter().cloned());
                 out
             }
         };
