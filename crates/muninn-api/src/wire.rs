@@ -232,6 +232,26 @@ pub struct TransportStatus {
     pub state: TransportState,
     /// Since when it is in this state (for a failure: since the first of the run), Unix ms.
     pub since_ms: i64,
+    /// The gaps it cut at its limit since this host started (absent: none). Not a state: the
+    /// intake goes on, but what was in them was never delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gaps_cut: Option<TransportGapsCut>,
+}
+
+/// The gaps a transport cut since this host started (the Matrix connector pages a `limited`
+/// timeline's gap to at most `[matrix] max_gap_events` events and skips the rest). Kept in the
+/// host's memory: a restart starts it again (the host's log keeps every cut, at error).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportGapsCut {
+    /// Gaps cut since this host started.
+    pub count: u64,
+    /// The room of the last one.
+    pub last_room: String,
+    /// When the last one was cut (its sync committed), Unix ms.
+    pub last_at_ms: i64,
+    /// Events read from the last gap before the cut (the limit). How many more it held is not
+    /// known: Matrix's `/messages` pages carry no count.
+    pub last_events_read: u64,
 }
 
 /// What a transport is doing for a Mind.

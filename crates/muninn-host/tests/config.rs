@@ -442,9 +442,10 @@ fn matrix_sections_load_with_defaults_and_the_secret_is_read_from_its_source() {
             matrix.timeline_limit,
             matrix.max_pending,
             matrix.context_lines,
-            matrix.context_bytes
+            matrix.context_bytes,
+            matrix.max_gap_events
         ),
-        (30_000, 50, 7, 20, 16_384)
+        (30_000, 50, 7, 20, 16_384, 5_000)
     );
     let account = config.minds[0].matrix.clone().unwrap();
     assert!(account.accept_dm_invites);
@@ -488,6 +489,16 @@ fn every_bad_matrix_value_names_its_field_and_never_shows_the_secret() {
             "max_pending = 7",
             "context_bytes = 0",
             "matrix.context_bytes",
+        ),
+        (
+            "max_pending = 7",
+            "max_gap_events = 0",
+            "matrix.max_gap_events",
+        ),
+        (
+            "max_pending = 7",
+            "max_gap_events = 100001",
+            "matrix.max_gap_events",
         ),
         (
             r##"user_id = "@vala:example.org""##,

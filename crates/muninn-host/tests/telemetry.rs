@@ -713,3 +713,48 @@ fn a_transport_failing_in_one_stage_counts_up_from_its_first_failure() {
     telemetry.transport("vala", "matrix", TransportState::Open, 6_000);
     assert_eq!(telemetry.mind("vala").transport.unwrap().since_ms, 5_000);
 }
+
+/// A gap cut is a mark on the transport, not a state: it outlasts every change of state after
+/// it (held, failing, open again), changes neither state nor its time, and the next cut
+/// replaces the record.
+#[test]
+fn a_transports_gaps_cut_outlast_its_changes_of_state() {
+    use muninn_api::wire::{TransportGapsCut, TransportState};
+    use muninn_host::telemetry::Telemetry;
+    let telemetry = Telemetry::default();
+    let cut = |count: u64, at: i64| TransportGapsCut {
+        count,
+        last_room: format!("!room{count}:example.org"),
+        last_at_ms: at,
+        last_events_read: 5_000,
+    };
+    telemetry.transport("vala", "matrix", TransportState::Open, 1_000);
+    telemetry.transport_gaps_cut("vala", "matrix", cut(1, 2_000), 2_000);
+    let live = telemetry.mind("vala").transport.unwrap();
+    assert_eq!((live.state, live.since_ms), (TransportState::Open, 1_000));
+    telemetry.transport(
+        "vala",
+        "matrix",
+        TransportState::Held { pending: 50 },
+        3_000,
+    );
+    telemetry.transport(
+        "vala",
+        "matrix",
+        TransportState::Failing {
+            stage: "sync".into(),
+            error: "connection refused".into(),
+            failures: 1,
+        },
+        4_000,
+    );
+    telemetry.transport("vala", "matrix", TransportState::Open, 5_000);
+    let live = telemetry.mind("vala").transport.unwrap();
+    assert_eq!(live.gaps_cut, Some(cut(1, 2_000)));
+    telemetry.transport_gaps_cut("vala", "matrix", cut(2, 6_000), 6_000);
+    let live = telemetry.mind("vala").transport.unwrap();
+    assert_eq!(
+        (live.state, live.since_ms, live.gaps_cut),
+        (TransportState::Open, 5_000, Some(cut(2, 6_000)))
+    );
+}

@@ -22,12 +22,19 @@ pub(crate) struct Context {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) on_health: crate::OnHealth,
+    pub(crate) on_gap_cut: crate::OnGapCut,
 }
 
 impl Context {
     /// Reports the account's health for its Mind.
     pub(crate) fn health(&self, health: crate::AccountHealth) {
         (self.on_health)(&self.account.mind, health);
+    }
+
+    /// Counts a gap cut in an answer now committed and reports the account's record.
+    pub(crate) fn gap_cut(&self, cut: crate::GapCut) {
+        let gaps = self.stats.gap_cut(&self.account.mind, cut);
+        (self.on_gap_cut)(&self.account.mind, &gaps);
     }
 }
 

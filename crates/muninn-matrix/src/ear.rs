@@ -52,6 +52,10 @@ pub(crate) struct Ear {
     on_delivered: OnDelivered,
     filter: String,
     page_filter: String,
+    /// The gaps cut while reading the answer in hand: (room, events read). Counted only once
+    /// that answer is committed — an answer read again after a failed commit cuts the same gap
+    /// again, and only the commit makes the skip final.
+    cuts: Mutex<Vec<(String, u64)>>,
 }
 
 impl Ear {
@@ -66,6 +70,7 @@ impl Ear {
             directory: opened.directory.clone(),
             joined: opened.joined.clone(),
             windows: HashMap::new(),
+            cuts: Mutex::new(Vec::new()),
             on_delivered,
             context,
         }
@@ -117,8 +122,18 @@ impl Ear {
                 synced = self.client.sync(since.as_deref(), &self.filter, timeout) => synced,
                 _ = stop.changed() => return,
             };
-            match self.commit(since.as_deref(), synced).await {
+            let committed = self.commit(since.as_deref(), synced).await;
+            let cuts = std::mem::take(&mut *lock_cuts(&self.cuts));
+            match committed {
                 Ok(next) => {
+                    let at_ms = self.context.clock.now_ms();
+                    for (room_id, events_read) in cuts {
+                        self.context.gap_cut(crate::GapCut {
+                            room_id,
+                            at_ms,
+                            events_read,
+                        });
+                    }
                     since = Some(next);
                     backoff.reset();
                     if std::mem::take(&mut failing) {
@@ -535,15 +550,31 @@ impl Ear {
         let reached = events
             .iter()
             .position(|e| Some(&e.event_id) == last.as_ref());
-        let out = match reached {
-            Some(end) => {
+        let timeline = &room.timeline.events;
+        let held: HashSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+        // The pages stopped inside the timeline (which reaches back): nothing lies between
+        // them, so nothing was skipped; the timeline goes on from the last event they share.
+        let overlap = reached
+            .is_none()
+            .then(|| {
+                timeline
+                    .iter()
+                    .rposition(|e| held.contains(e.event_id.as_str()))
+            })
+            .flatten();
+        let out = match (reached, overlap) {
+            (Some(end), _) => {
                 events.truncate(end + 1);
                 out_before(&events, own) == Some(true)
             }
-            None => {
+            (None, Some(last)) => {
+                events.extend(timeline[last + 1..].iter().cloned());
+                out_before(&events, own) == Some(true)
+            }
+            (None, None) => {
                 // Paged forwards to the limit (or to an end) without reaching the timeline: its
                 // events are the newest and are read whatever lies between was skipped.
-                Stats::add(&self.context.stats.gaps_cut, 1);
+                self.cut(room_id, events.len());
                 tracing::error!(mind = %self.mind(), room = %room_id, paged = events.len(),
                     "matrix: paging from the last sync did not reach the timeline; events between are skipped");
                 // Whether the account was in at `since` is for the pages to say. The timeline
@@ -552,14 +583,11 @@ impl Ear {
                 // (Synapse's timeline of such a room reaches back) and was taken as following
                 // the pages (its old invite said the account was out at `since`).
                 let out = out_before(&events, own) == Some(true);
-                let timeline = &room.timeline.events;
                 let first = timeline
                     .iter()
                     .position(|e| membership_of(e, own).is_some())
                     .unwrap_or(0);
-                let held: HashSet<String> = events.iter().map(|e| e.event_id.clone()).collect();
-                let rest = timeline[first..].iter();
-                events.extend(rest.filter(|e| !held.contains(&e.event_id)).cloned());
+                events.extend(timeline[first..].iter().cloned());
                 out
             }
         };
@@ -606,7 +634,7 @@ impl Ear {
                 Some(end) if !hit && newest_first.len() < max => token = end,
                 end => {
                     if newest_first.len() >= max {
-                        Stats::add(&self.context.stats.gaps_cut, 1);
+                        self.cut(room_id, newest_first.len());
                         tracing::error!(mind = %self.mind(), room = %room_id,
                             "matrix: a gap of {max}+ events; older ones are skipped");
                     }
@@ -615,6 +643,12 @@ impl Ear {
                 }
             }
         }
+    }
+
+    /// Notes a gap of `room_id` cut after `read` events, to be counted if the answer commits.
+    fn cut(&self, room_id: &str, read: usize) {
+        let read = u64::try_from(read).unwrap_or(u64::MAX);
+        lock_cuts(&self.cuts).push((room_id.to_owned(), read));
     }
 
     /// Accepts invites to direct chats (recording them in `m.direct`) and to configured rooms;
@@ -661,4 +695,10 @@ impl Ear {
         }
         Ok(())
     }
+}
+
+/// Locks the cuts of the answer in hand (a poisoned lock still holds a valid list).
+fn lock_cuts(cuts: &Mutex<Vec<(String, u64)>>) -> std::sync::MutexGuard<'_, Vec<(String, u64)>> {
+    cuts.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -56,8 +56,10 @@ pub use error::MatrixError;
 
 use muninn_backend::clock::Clock;
 use muninn_store::Store;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -91,7 +93,38 @@ pub enum AccountHealth {
 /// failure, so a count of failures in a row can be kept).
 pub type OnHealth = Arc<dyn Fn(&str, AccountHealth) + Send + Sync>;
 
-/// What the connector did so far, summed over its accounts.
+/// One gap paged only to `max_gap_events`: the events beyond it were skipped, never to be
+/// delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GapCut {
+    /// The room whose gap it was.
+    pub room_id: String,
+    /// When the answer that held it was committed (the skip became final), Unix ms.
+    pub at_ms: i64,
+    /// Events read from the gap before the cut (the limit). How many lay beyond is not known:
+    /// `/messages` pages give no count, and counting them would mean paging what the limit is
+    /// there not to page.
+    pub events_read: u64,
+}
+
+/// The gaps one account cut, since the connector started.
+///
+/// Kept in memory, not in the store: what a cut lost is lost for good whether or not the record
+/// survives a restart (the position is past it and the error log names it), and the operator
+/// needs to see that it happened on a running host, not an exact lifetime tally. A record
+/// in the store would be a migration on two backends for an operator's mark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GapsCut {
+    /// Gaps cut since the connector started.
+    pub count: u64,
+    /// The latest.
+    pub last: GapCut,
+}
+
+/// Called with a Mind's id and its account's gaps cut after a commit made a cut final.
+pub type OnGapCut = Arc<dyn Fn(&str, &GapsCut) + Send + Sync>;
+
+/// What the connector did so far, summed over its accounts (and the gaps cut, per account).
 #[derive(Debug, Default)]
 pub struct Stats {
     syncs: AtomicU64,
@@ -103,6 +136,7 @@ pub struct Stats {
     sent: AtomicU64,
     rate_limited: AtomicU64,
     failed: AtomicU64,
+    gaps_by_mind: Mutex<BTreeMap<String, GapsCut>>,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -118,8 +152,8 @@ pub struct StatsSnapshot {
     pub pages: u64,
     /// `/messages` pages read for context the account never saw.
     pub context_fetches: u64,
-    /// Gaps paged only to `max_gap_events`: the events beyond were skipped (each logged at
-    /// error).
+    /// Gaps paged only to `max_gap_events` in committed answers: the events beyond were skipped
+    /// (each logged at error; per account in [`Stats::gaps_cut_of`]).
     pub gaps_cut: u64,
     /// Outbox messages the homeserver accepted and the outbox acknowledged.
     pub sent: u64,
@@ -146,8 +180,31 @@ impl Stats {
         }
     }
 
+    /// The gaps `mind`'s account cut since the connector started (`None`: none).
+    pub fn gaps_cut_of(&self, mind: &str) -> Option<GapsCut> {
+        self.gaps().get(mind).cloned()
+    }
+
     fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts `cut` for `mind` and returns the account's record.
+    fn gap_cut(&self, mind: &str, cut: GapCut) -> GapsCut {
+        Stats::add(&self.gaps_cut, 1);
+        let mut gaps = self.gaps();
+        let count = gaps.get(mind).map_or(0, |g| g.count).saturating_add(1);
+        let record = GapsCut { count, last: cut };
+        gaps.insert(mind.to_owned(), record.clone());
+        record
+    }
+
+    /// The per-account records (a poisoned lock still holds valid counts: nothing panics while
+    /// holding it).
+    fn gaps(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, GapsCut>> {
+        self.gaps_by_mind
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -158,6 +215,7 @@ pub struct Connector {
     clock: Arc<dyn Clock>,
     on_delivered: OnDelivered,
     on_health: OnHealth,
+    on_gap_cut: OnGapCut,
     outbox_changed: Option<watch::Receiver<u64>>,
     stats: Arc<Stats>,
 }
@@ -182,6 +240,7 @@ impl Connector {
             clock,
             on_delivered: Arc::new(|_| {}),
             on_health: Arc::new(|_, _| {}),
+            on_gap_cut: Arc::new(|_, _| {}),
             outbox_changed: None,
             stats: Arc::new(Stats::default()),
         }
@@ -196,6 +255,13 @@ impl Connector {
     /// Calls `report` with a Mind's id and its account's health as it changes.
     pub fn on_health(mut self, report: OnHealth) -> Connector {
         self.on_health = report;
+        self
+    }
+
+    /// Calls `report` with a Mind's id and its account's gaps cut each time a committed answer
+    /// cut one (a cut is not a failure: the sync goes on, so it is not part of the health).
+    pub fn on_gap_cut(mut self, report: OnGapCut) -> Connector {
+        self.on_gap_cut = report;
         self
     }
 
@@ -221,6 +287,7 @@ impl Connector {
             clock,
             on_delivered,
             on_health,
+            on_gap_cut,
             outbox_changed,
             stats,
         } = self;
@@ -234,6 +301,7 @@ impl Connector {
                 clock: clock.clone(),
                 stats: stats.clone(),
                 on_health: on_health.clone(),
+                on_gap_cut: on_gap_cut.clone(),
             };
             tasks.spawn(account::run(
                 context,

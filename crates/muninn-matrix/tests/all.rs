@@ -17,7 +17,8 @@
 use muninn_backend::clock::SystemClock;
 use muninn_matrix::config::SYNC_CURSOR;
 use muninn_matrix::{
-    Account, AccountHealth, Connector, ConnectorConfig, Credential, Secret, Stats, StatsSnapshot,
+    Account, AccountHealth, Connector, ConnectorConfig, Credential, GapsCut, Secret, Stats,
+    StatsSnapshot,
 };
 use muninn_store::{Delivery, FencingToken, Mind, NewOutboxMessage, SqliteStore, Store};
 use muninn_testkit::synapse::{self, MatrixUser, Synapse};
@@ -29,6 +30,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 mod faults;
+mod gaps;
 
 const MIND: &str = "vala";
 const PASSWORD: &str = "muninn-test-password";

@@ -250,27 +250,48 @@ async fn a_kick_and_a_rejoin_only_in_the_gap_keep_the_mail_before_the_kick() {
 }
 
 /// As above, with forward paging from the position cut at its first event (the limit stands
-/// for 5,000 events of a very busy room): the timeline is read on from the account's own
-/// membership events, what was said before the kick is still mail, and the cut is counted.
+/// for 5,000 events of a very busy room) and a timeline of two events that does not reach back
+/// to it (the kick and what was said while the bot was out are skipped): the timeline is read
+/// on from the account's own membership events, what was said before the kick is still mail,
+/// and the cut is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forward_paging_cut_at_its_limit_is_counted_and_keeps_the_mail_it_read() {
-    let stats = kick_and_rejoin_with("rejoincut", 50, 1).await;
+    let started = now_ms();
+    let Some((stats, gaps)) = kick_and_rejoin_with("rejoincut", 2, 1).await else {
+        return;
+    };
     assert_eq!(stats.gaps_cut, 1, "the cut is counted");
+    let gaps = gaps.expect("the account's record of its cut");
+    assert_eq!(gaps.count, 1);
+    assert_eq!(gaps.last.events_read, 1, "cut after the limit's one event");
+    assert!(gaps.last.room_id.starts_with('!'), "{gaps:?}");
+    assert!((started..=now_ms()).contains(&gaps.last.at_ms), "{gaps:?}");
+}
+
+/// As above with the timeline of fifty, which reaches back past the position: the pages cut at
+/// one event stop inside it, so nothing between is skipped and no cut is counted; the timeline is
+/// read on from the last event they share (before, the pages were taken for cut and its old
+/// invite, read after them, said the bot was out at the position: 'm1' was lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_pages_cut_inside_a_timeline_that_reaches_back_skip_nothing() {
+    if let Some((stats, gaps)) = kick_and_rejoin_with("rejoininside", 50, 1).await {
+        assert_eq!((stats.gaps_cut, gaps), (0, None));
+    }
 }
 
 async fn kick_and_rejoin(test: &str, timeline_limit: u32) {
-    let stats = kick_and_rejoin_with(test, timeline_limit, 5_000).await;
-    assert_eq!(stats.gaps_cut, 0);
+    if let Some((stats, gaps)) = kick_and_rejoin_with(test, timeline_limit, 5_000).await {
+        assert_eq!((stats.gaps_cut, gaps), (0, None));
+    }
 }
 
+/// The connector's counts and the account's gaps cut (`None`: no Synapse here).
 async fn kick_and_rejoin_with(
     test: &str,
     timeline_limit: u32,
     max_gap_events: usize,
-) -> StatsSnapshot {
-    let Some(rig) = rig(test).await else {
-        return StatsSnapshot::default();
-    };
+) -> Option<(StatsSnapshot, Option<GapsCut>)> {
+    let rig = rig(test).await?;
     let name = alias(test);
     let room = rig.human.create_room(Some(&name), &[], false).await;
     rig.human
@@ -315,13 +336,14 @@ async fn kick_and_rejoin_with(
         (now.len() > mail.len() && now.iter().any(|d| d.text == "m3")).then_some(now)
     })
     .await;
+    let counts = running.stats.clone();
     let stats = running.stop().await;
     assert_eq!(
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
         vec!["m0", "m1, before the kick", "m2, after it is back", "m3"],
         "mail while the bot was in the room, once"
     );
-    stats
+    Some((stats, counts.gaps_cut_of(MIND)))
 }
 
 /// The bot kicked from a configured room while its connector is down, and joined back by the
@@ -390,12 +412,26 @@ async fn kick_while_stopped(test: &str, timeline_limit: u32) {
 /// though its timeline shows the earlier kick.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_was_said_while_invited_back_after_a_kick_is_mail() {
-    let Some(rig) = rig("reinvite").await else {
+    invited_back("reinvite", 5_000).await;
+}
+
+/// As above, the forward pages cut at one event: they stop inside the timeline, which reaches
+/// back, so nothing lies between them and nothing is skipped or recorded as cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_pages_cut_inside_the_timeline_skip_nothing() {
+    invited_back("reinvitecut", 1).await;
+}
+
+async fn invited_back(test: &str, max_gap_events: usize) {
+    let Some(rig) = rig(test).await else {
         return;
     };
-    let name = alias("reinvite");
+    let name = alias(test);
     let room = rig.public_room(&name).await;
-    let running = rig.start(&[&format!("#{name}")], |c| c.max_pending = 1);
+    let running = rig.start(&[&format!("#{name}")], |c| {
+        c.max_pending = 1;
+        c.max_gap_events = max_gap_events;
+    });
     eventually("the first sync", Duration::from_secs(30), || async {
         rig.store
             .cursor(MIND, SYNC_CURSOR)
@@ -434,12 +470,14 @@ async fn what_was_said_while_invited_back_after_a_kick_is_mail() {
         now.iter().any(|d| d.text == "m3").then_some(now)
     })
     .await;
-    running.stop().await;
+    let counts = running.stats.clone();
+    let stats = running.stop().await;
     assert_eq!(
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
         vec!["m0", "m1, before the kick", "m2, while invited", "m3"],
         "mail while the bot was in the room or invited to it, once"
     );
+    assert_eq!((stats.gaps_cut, counts.gaps_cut_of(MIND)), (0, None));
 }
 
 /// A gap (more said than a timeline holds) whose batch the store refuses once: the retry

@@ -3,17 +3,18 @@
 //! Minds until shutdown. It reaches the Minds only through the store's mailbox and outbox and
 //! two signals: a committed batch wakes its Mind (`signals.wake`), and a turn that recorded
 //! replies wakes the senders (`signals.outbox`, bridged to a counter the connector watches).
-//! Each account's health goes to the host's telemetry (`muninn status`, `/readyz`, `/metrics`).
+//! Each account's health goes to the host's telemetry (`muninn status`, `/readyz`, `/metrics`),
+//! and so do the gaps it cut (`muninn status`, `/metrics`: a mark, not a failure).
 //!
 //! `MUNINN_FAULT` arms one of the connector's crash points (tests only: `muninn-matrix`'s
 //! `FaultPoint`); unset, nothing is armed.
 
 use anyhow::Context;
-use muninn_api::wire::TransportState;
+use muninn_api::wire::{TransportGapsCut, TransportState};
 use muninn_host::Host;
 use muninn_host::config::Config;
 use muninn_matrix::{
-    Account, AccountHealth, Connector, ConnectorConfig, Credential, FaultPoint, Secret,
+    Account, AccountHealth, Connector, ConnectorConfig, Credential, FaultPoint, GapsCut, Secret,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,7 @@ pub fn connector_config(
     connector.max_pending = usize::try_from(matrix.max_pending)?;
     connector.context_lines = usize::try_from(matrix.context_lines)?;
     connector.context_bytes = usize::try_from(matrix.context_bytes)?;
+    connector.max_gap_events = usize::try_from(matrix.max_gap_events)?;
     for mind in &config.minds {
         let Some(account) = &mind.matrix else {
             continue;
@@ -98,10 +100,15 @@ pub fn spawn(
     });
     let signals = host.signals.clone();
     let (telemetry, clock) = (host.telemetry.clone(), host.clock.clone());
+    let (gaps_telemetry, gaps_clock) = (host.telemetry.clone(), host.clock.clone());
     let connector = Connector::new(config, host.store.clone(), host.clock.clone())
         .on_delivered(Arc::new(move |mind| signals.wake(mind)))
         .on_health(Arc::new(move |mind, health| {
             telemetry.transport(mind, "matrix", transport_state(health), clock.now_ms())
+        }))
+        .on_gap_cut(Arc::new(move |mind, gaps| {
+            let gaps = transport_gaps_cut(gaps);
+            gaps_telemetry.transport_gaps_cut(mind, "matrix", gaps, gaps_clock.now_ms())
         }))
         .outbox_changed(outbox_changed);
     tokio::spawn(connector.run(stopped))
@@ -121,5 +128,15 @@ fn transport_state(health: AccountHealth) -> TransportState {
             // Counted by the telemetry, which knows the previous report.
             failures: 1,
         },
+    }
+}
+
+/// The connector's record of an account's cut gaps in the host's words.
+fn transport_gaps_cut(gaps: &GapsCut) -> TransportGapsCut {
+    TransportGapsCut {
+        count: gaps.count,
+        last_room: gaps.last.room_id.clone(),
+        last_at_ms: gaps.last.at_ms,
+        last_events_read: gaps.last.events_read,
     }
 }

@@ -102,8 +102,9 @@ fn segment_column(segment: &Option<Segment>) -> String {
 }
 
 /// `muninn status`: every Mind with its state, lease holder, pending deliveries, segments and
-/// spend in its window; a line per Mind that is retrying, with the error, then each send a
-/// transport gave up on (when and why), and each Mind's deliveries set aside as undeliverable.
+/// spend in its window; a line per Mind that is retrying, with the error, a line per Mind whose
+/// transport cut a gap (skipped events), then each send a transport gave up on (when and why),
+/// and each Mind's deliveries set aside as undeliverable.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     block_on(async move {
@@ -115,6 +116,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         print_table(&minds)?;
         print_retrying(&minds)?;
         print_transport_trouble(&minds)?;
+        print_gaps_cut(&minds)?;
         print_failed_sends(&minds)?;
         print_undeliverable(&minds)?;
         print_brake(&minds)?;
@@ -200,6 +202,7 @@ fn print_transport_trouble(minds: &[MindStatus]) -> std::io::Result<()> {
                         failures,
                     },
                 since_ms,
+                ..
             }) => outln!(
                 "{}: {transport} failing ({stage}) since {} ({failures} in a row): {error}",
                 mind.id,
@@ -209,6 +212,7 @@ fn print_transport_trouble(minds: &[MindStatus]) -> std::io::Result<()> {
                 transport,
                 state: TransportState::Held { pending },
                 since_ms,
+                ..
             }) => outln!(
                 "{}: {transport} holding its intake since {} ({pending}+ deliveries unanswered)",
                 mind.id,
@@ -216,6 +220,33 @@ fn print_transport_trouble(minds: &[MindStatus]) -> std::io::Result<()> {
             )?,
             _ => {}
         }
+    }
+    Ok(())
+}
+
+/// A line per Mind whose transport cut a gap at its limit since the host started: what lay past
+/// the limit was never delivered, whatever the transport's state is now.
+fn print_gaps_cut(minds: &[MindStatus]) -> std::io::Result<()> {
+    for mind in minds {
+        let Some(TransportStatus {
+            transport,
+            gaps_cut: Some(gaps),
+            ..
+        }) = &mind.transport
+        else {
+            continue;
+        };
+        let plural = if gaps.count == 1 { "" } else { "s" };
+        outln!(
+            "{}: {transport} cut {} gap{plural} since the host started, the last in {} at {} \
+             after {} events; the events past them were skipped, never delivered \
+             (raise [matrix] max_gap_events)",
+            mind.id,
+            gaps.count,
+            gaps.last_room,
+            clock_time(gaps.last_at_ms),
+            gaps.last_events_read
+        )?;
     }
     Ok(())
 }

@@ -12,12 +12,15 @@
 //!   committed. After a restart each question has exactly one reply in the room and no delivery
 //!   is lost (printed: in, out, duplicates, lost).
 //! - **The homeserver restarted mid-run**, with a reply waiting to be sent while it is down.
+//! - **A gap cut at its limit**, shown in `muninn status`, the API and `/metrics` (`gaps`).
 //! - **`muninn doctor`** on a `[matrix]` configuration: an access token checked with `whoami`
 //!   (the account's on its device, another account's, a revoked one), a password not tried.
 //!
 //! Hosts run with `lease_ttl_ms = 2000`, so a restarted host takes a killed one's Mind over
 //! within seconds. Rooms are read with `/messages` (Synapse's two-minute `/sync` cache would
 //! serve a repeated `/sync` stale). Every child is killed on the way out, pass or fail.
+
+mod gaps;
 
 use crate::serving::{Spawned, spawn_ready};
 use muninn_store::{Role, SqliteStore, Store};

@@ -34,6 +34,11 @@ pub struct MatrixConfig {
     /// The most bytes (sender and text) of history a delivery carries (the seed's 16 KiB).
     #[serde(default = "default_context_bytes")]
     pub context_bytes: u32,
+    /// The most events of a `limited` timeline's gap read (paged back, or forwards after a
+    /// membership change), 1 to 100000: the events past it are skipped, never delivered, and
+    /// shown in `muninn status`. A bound on memory and on the time a sync takes.
+    #[serde(default = "default_max_gap_events")]
+    pub max_gap_events: u32,
 }
 
 /// `[mind.matrix]`: a Mind's Matrix account.
@@ -141,6 +146,9 @@ fn default_context_lines() -> u32 {
 fn default_context_bytes() -> u32 {
     16 * 1024
 }
+fn default_max_gap_events() -> u32 {
+    5_000
+}
 fn default_true() -> bool {
     true
 }
@@ -171,6 +179,12 @@ impl MatrixConfig {
             bad(
                 "matrix.max_pending".into(),
                 "must be at least 1 (at 0 no mail would ever be read)".into(),
+            );
+        }
+        if !(1..=100_000).contains(&self.max_gap_events) {
+            bad(
+                "matrix.max_gap_events".into(),
+                format!("{} must be 1 to 100000", self.max_gap_events),
             );
         }
         if self.context_lines > 0 && self.context_bytes == 0 {

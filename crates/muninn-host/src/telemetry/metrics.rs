@@ -118,6 +118,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "1 for the state a Mind's transport (its Matrix account) is in, by Mind, transport and state (opening, open, held, failing).",
     ),
     (
+        "muninn_transport_gaps_cut_total",
+        "counter",
+        "Gaps a Mind's transport cut at its limit since this host started (the Matrix connector's max_gap_events: the events past it were skipped, never delivered), by Mind and transport.",
+    ),
+    (
         "muninn_brake",
         "gauge",
         "1 while the operator brake is on, by Mind.",
@@ -394,7 +399,8 @@ fn write_leases(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<String
     );
 }
 
-/// One 0/1 gauge per transport state, 1 for the one each Mind's transport is in.
+/// One 0/1 gauge per transport state, 1 for the one each Mind's transport is in; the gaps it
+/// cut since this host started.
 fn write_transport_states(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<String>) {
     out.family("muninn_transport_state");
     for id in ids {
@@ -416,6 +422,17 @@ fn write_transport_states(out: &mut Exposition, snapshot: &Snapshot, ids: &BTree
                     u8::from(state == current),
                 );
             }
+        }
+    }
+    out.family("muninn_transport_gaps_cut_total");
+    for id in ids {
+        if let Some(transport) = live(snapshot, id).transport {
+            let cut = transport.gaps_cut.map_or(0, |g| g.count);
+            out.sample(
+                "muninn_transport_gaps_cut_total",
+                &[("mind", id), ("transport", &transport.transport)],
+                cut,
+            );
         }
     }
 }

@@ -2,10 +2,11 @@
 //! connector's account for the Mind), as they report it. The runtime knows nothing of them; the
 //! connector reports through [`Telemetry::transport`], and `/readyz`, `GET /v1/minds/{mind}`
 //! (`muninn status`) and `/metrics` read it back, so an account that cannot log in or sync is as
-//! visible as a failing backend.
+//! visible as a failing backend. The gaps a transport cut at its limit (messages skipped for
+//! good) ride along with its state and outlast its changes, for the operator to see.
 
 use super::Telemetry;
-use muninn_api::wire::{TransportState, TransportStatus};
+use muninn_api::wire::{TransportGapsCut, TransportState, TransportStatus};
 
 impl Telemetry {
     /// Records that `transport` (e.g. `matrix`) is now in `state` for `mind`, at `now_ms`. A
@@ -21,6 +22,8 @@ impl Telemetry {
         let mut guard = self.lock();
         let live = guard.minds.entry(mind.to_owned()).or_default();
         let previous = live.transport.take();
+        // The gaps cut outlast every change of state: they are a mark, not a state.
+        let gaps_cut = previous.as_ref().and_then(|p| p.gaps_cut.clone());
         let next = match (previous, state) {
             (
                 Some(TransportStatus {
@@ -42,6 +45,7 @@ impl Telemetry {
                     failures: failures.saturating_add(1),
                 },
                 since_ms,
+                gaps_cut: None,
             },
             (previous, state) => {
                 let changed = previous
@@ -64,11 +68,33 @@ impl Telemetry {
                         transport: transport.to_owned(),
                         state,
                         since_ms: now_ms,
+                        gaps_cut: None,
                     },
                 }
             }
         };
-        live.transport = Some(next);
+        live.transport = Some(TransportStatus { gaps_cut, ..next });
+    }
+
+    /// Records the gaps `transport` cut for `mind` (its record since it started, replacing the
+    /// last). A transport that never reported a state is taken as open from `now_ms`: it cut a
+    /// gap, so it was reading.
+    pub fn transport_gaps_cut(
+        &self,
+        mind: &str,
+        transport: &'static str,
+        gaps_cut: TransportGapsCut,
+        now_ms: i64,
+    ) {
+        let mut guard = self.lock();
+        let live = guard.minds.entry(mind.to_owned()).or_default();
+        let status = live.transport.get_or_insert_with(|| TransportStatus {
+            transport: transport.to_owned(),
+            state: TransportState::Open,
+            since_ms: now_ms,
+            gaps_cut: None,
+        });
+        status.gaps_cut = Some(gaps_cut);
     }
 }
 

@@ -107,6 +107,17 @@ async fn a_minds_status_has_the_fields_the_openapi_document_lists() {
         },
         s.clock.now(),
     );
+    s.host.telemetry.transport_gaps_cut(
+        "vala",
+        "matrix",
+        muninn_api::wire::TransportGapsCut {
+            count: 2,
+            last_room: "!busy:example.org".into(),
+            last_at_ms: s.clock.now(),
+            last_events_read: 5_000,
+        },
+        s.clock.now(),
+    );
     let body = reqwest::Client::new()
         .get(format!("{}/v1/minds/vala", s.base))
         .bearer_auth(s.token.expose())
@@ -144,4 +155,6 @@ async fn a_minds_status_has_the_fields_the_openapi_document_lists() {
     check(failed, "OutboxMessage");
     assert_eq!(served["transport"]["state"], "failing", "{served}");
     check(&served["transport"], "TransportStatus");
+    assert_eq!(served["transport"]["gaps_cut"]["count"], 2, "{served}");
+    check(&served["transport"]["gaps_cut"], "TransportGapsCut");
 }

@@ -1,0 +1,79 @@
+//! A gap longer than `max_gap_events`: the events past the limit are skipped, and the account's
+//! record of its cuts (how many, the last one's room, time and events read) says so, for
+//! `muninn status` to show. (Forward paging cut at its limit is in `faults`.)
+
+use super::*;
+use pretty_assertions::assert_eq;
+
+/// Three messages while the sync is held (the Mind one delivery behind), a timeline of one
+/// event and a limit of one event on the gap paged back: the newest two are mail, the oldest is
+/// skipped, and the cut is recorded for the account, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backward_paging_cut_at_its_limit_is_recorded_for_the_account() {
+    backward_cut("backcut", 0).await;
+}
+
+/// As above, the store refusing the commit of the answer that cut the gap: the answer is read
+/// again and cuts the same gap again, and the cut is counted once, when it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_read_again_after_a_refused_commit_is_recorded_once() {
+    backward_cut("backcutretry", 1).await;
+}
+
+/// The backward cut, the commit of the answer that cuts it refused `refusals` times.
+async fn backward_cut(test: &str, refusals: u32) {
+    let Some(rig) = rig(test).await else {
+        return;
+    };
+    let name = alias(test);
+    let room = rig.public_room(&name).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    let running = rig.start_on(faulty.clone(), &[&format!("#{name}")], |c| {
+        c.timeline_limit = 1;
+        c.max_gap_events = 1;
+        c.max_pending = 1;
+    });
+    eventually("the first sync", Duration::from_secs(30), || async {
+        let cursor = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
+        cursor.map(|_| ())
+    })
+    .await;
+    // One unanswered message holds the sync (no long poll open, whose answer Synapse would
+    // keep for the same position) while three more are said.
+    rig.human.send(&room, "m0", &[]).await;
+    let held = rig.mail_count(1).await;
+    for text in ["m1, skipped", "m2", "m3"] {
+        rig.human.send(&room, text, &[]).await;
+    }
+    assert_eq!(running.stats.gaps_cut_of(MIND), None, "nothing cut yet");
+    faulty.fail_batches(refusals);
+    let started = now_ms();
+    rig.store
+        .ack_through(MIND, rig.token, held[0].seq)
+        .await
+        .unwrap();
+    let mail = rig.mail_count(3).await;
+    let counts = running.stats.clone();
+    let stats = running.stop().await;
+    assert_eq!(faulty.refused(), refusals);
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m2", "m3"],
+        "the timeline and the one event the limit let in"
+    );
+    assert_eq!(stats.gaps_cut, 1);
+    let gaps = counts.gaps_cut_of(MIND).expect("the account's record");
+    assert!((started..=now_ms()).contains(&gaps.last.at_ms), "{gaps:?}");
+    assert_eq!(
+        gaps,
+        GapsCut {
+            count: 1,
+            last: muninn_matrix::GapCut {
+                room_id: room,
+                at_ms: gaps.last.at_ms,
+                events_read: 1,
+            },
+        }
+    );
+    assert_eq!(counts.gaps_cut_of("another mind"), None);
+}
