@@ -154,6 +154,15 @@ impl Rig {
         }
     }
 
+    /// Waits until the connector has committed its first sync (the sync cursor is stored).
+    async fn first_sync(&self) {
+        eventually("the first sync", Duration::from_secs(30), || async {
+            let cursor = self.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
+            cursor.map(|_| ())
+        })
+        .await;
+    }
+
     async fn mail(&self) -> Vec<Delivery> {
         self.store
             .pending_deliveries(MIND, 0, 10_000)
@@ -405,11 +414,7 @@ async fn a_burst_of_200_is_paged_back_and_delivered_whole_in_order() {
         c.max_pending = 1_000;
     };
     let running = rig.start(&[&format!("#{name}")], small);
-    eventually("the first sync", Duration::from_secs(30), || async {
-        let cursor = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
-        cursor.map(|_| ())
-    })
-    .await;
+    rig.first_sync().await;
     running.stop().await;
     // 200 messages while the connector is down: the next sync's timeline is `limited`.
     let senders: Vec<_> = (0..4)
@@ -457,14 +462,7 @@ async fn above_max_pending_the_sync_position_stays_until_the_mind_catches_up() {
     let running = rig.start_on(faulty.clone(), &[&format!("#{name}")], |c| {
         c.max_pending = 3
     });
-    eventually("the first sync", Duration::from_secs(30), || async {
-        rig.store
-            .cursor(MIND, SYNC_CURSOR)
-            .await
-            .unwrap()
-            .map(|_| ())
-    })
-    .await;
+    rig.first_sync().await;
     for i in 0..3 {
         rig.human.send(&room, &format!("first {i}"), &[]).await;
     }

@@ -9,14 +9,7 @@ use pretty_assertions::assert_eq;
 async fn a_new_rooms_history_stays_context_when_its_first_batch_is_committed_late() {
     let Some(rig) = rig("late").await else { return };
     let running = rig.start(&[], |_| {});
-    eventually("the first sync", Duration::from_secs(30), || async {
-        rig.store
-            .cursor(MIND, SYNC_CURSOR)
-            .await
-            .unwrap()
-            .map(|_| ())
-    })
-    .await;
+    rig.first_sync().await;
     running.stop().await;
     let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
     // A public room the bot joins by its alias (no invite): what was said before the join is
@@ -83,14 +76,7 @@ async fn a_new_rooms_history_stays_context_when_its_join_is_only_in_the_gap_read
         return;
     };
     let running = rig.start(&[], |_| {});
-    eventually("the first sync", Duration::from_secs(30), || async {
-        rig.store
-            .cursor(MIND, SYNC_CURSOR)
-            .await
-            .unwrap()
-            .map(|_| ())
-    })
-    .await;
+    rig.first_sync().await;
     running.stop().await;
     let a = alias("gapjoin");
     let room = rig.human.create_room(Some(&a), &[], false).await;
@@ -143,14 +129,7 @@ async fn what_was_said_before_a_kick_in_the_same_answer_is_mail() {
     let name = alias("kick");
     let room = rig.public_room(&name).await;
     let running = rig.start(&[&format!("#{name}")], |c| c.max_pending = 1);
-    eventually("the first sync", Duration::from_secs(30), || async {
-        rig.store
-            .cursor(MIND, SYNC_CURSOR)
-            .await
-            .unwrap()
-            .map(|_| ())
-    })
-    .await;
+    rig.first_sync().await;
     // One unanswered message holds the sync while another is said and the bot is kicked.
     let mut said = vec![rig.human.send(&room, "m0", &[]).await];
     let first = rig.mail_count(1).await;
@@ -190,14 +169,7 @@ async fn a_new_rooms_gap_is_paged_back_past_a_profile_change_to_the_join() {
         c.max_pending = 1;
         c.timeline_limit = 2;
     });
-    eventually("the first sync", Duration::from_secs(30), || async {
-        rig.store
-            .cursor(MIND, SYNC_CURSOR)
-            .await
-            .unwrap()
-            .map(|_| ())
-    })
-    .await;
+    rig.first_sync().await;
     let first = vec![rig.human.send(&room, "m0", &[]).await];
     let held = rig.mail_count(1).await;
     // While the sync is held, the bot's owner joins it to a second room, where the person
@@ -303,14 +275,7 @@ async fn kick_and_rejoin_with(
         c.timeline_limit = timeline_limit;
         c.max_gap_events = max_gap_events;
     });
-    eventually("the first sync", Duration::from_secs(30), || async {
-        rig.store
-            .cursor(MIND, SYNC_CURSOR)
-            .await
-            .unwrap()
-            .map(|_| ())
-    })
-    .await;
+    rig.first_sync().await;
     // One unanswered message holds the sync while the bot is kicked and its owner joins it
     // back.
     rig.human.send(&room, "m0", &[]).await;
@@ -370,14 +335,7 @@ async fn kick_while_stopped(test: &str, timeline_limit: u32) {
     let rooms = [format!("#{name}")];
     let rooms: Vec<&str> = rooms.iter().map(String::as_str).collect();
     let running = rig.start(&rooms, |_| {});
-    eventually("the first sync", Duration::from_secs(30), || async {
-        rig.store
-            .cursor(MIND, SYNC_CURSOR)
-            .await
-            .unwrap()
-            .map(|_| ())
-    })
-    .await;
+    rig.first_sync().await;
     rig.human.send(&room, "m0", &[]).await;
     rig.mail_count(1).await;
     running.stop().await;
@@ -432,14 +390,7 @@ async fn invited_back(test: &str, max_gap_events: usize) {
         c.max_pending = 1;
         c.max_gap_events = max_gap_events;
     });
-    eventually("the first sync", Duration::from_secs(30), || async {
-        rig.store
-            .cursor(MIND, SYNC_CURSOR)
-            .await
-            .unwrap()
-            .map(|_| ())
-    })
-    .await;
+    rig.first_sync().await;
     rig.human.send(&room, "m0", &[]).await;
     let held = rig.mail_count(1).await;
     rig.human.send(&room, "m1, before the kick", &[]).await;
@@ -494,14 +445,7 @@ async fn a_gap_read_again_after_a_refused_commit_is_delivered_whole() {
         c.max_pending = 1;
         c.timeline_limit = 2;
     });
-    eventually("the first sync", Duration::from_secs(30), || async {
-        rig.store
-            .cursor(MIND, SYNC_CURSOR)
-            .await
-            .unwrap()
-            .map(|_| ())
-    })
-    .await;
+    rig.first_sync().await;
     // One unanswered message holds the sync while six more are said: a gap of four behind a
     // timeline of two.
     let mut said = vec![rig.human.send(&room, "m0", &[]).await];
@@ -545,14 +489,7 @@ async fn a_store_that_cannot_say_how_far_the_mind_is_is_a_store_failure_not_a_ho
         members.contains(&rig.bot).then_some(())
     })
     .await;
-    eventually("the first sync", Duration::from_secs(30), || async {
-        rig.store
-            .cursor(MIND, SYNC_CURSOR)
-            .await
-            .unwrap()
-            .map(|_| ())
-    })
-    .await;
+    rig.first_sync().await;
     let said = rig.human.send(&room, "still listening?", &[]).await;
     let mail = rig.mail_count(1).await;
     let health = running.health.lock().unwrap().clone();
