@@ -64,6 +64,7 @@ use muninn_api::wire::*;
 
 mod body;
 mod error;
+mod minds;
 mod ops;
 mod server;
 
@@ -77,6 +78,8 @@ const MAX_LIMIT: i64 = 1000;
 
 pub use error::ApiError;
 pub(crate) use error::ApiResult;
+pub(crate) use minds::mind_status;
+use minds::{brake_off, brake_on, get_mind, get_settings, list_minds, put_settings};
 
 // ----- The router -----
 
@@ -294,157 +297,6 @@ where
             () = closed(closing) => {}
         }
     }
-}
-
-fn to_settings(settings: &MindSettings) -> Settings {
-    Settings {
-        spend_cap_micro_usd: settings.spend_cap.map(|c| c.0),
-        spend_window_ms: settings.spend_window_ms,
-        brake: settings.brake,
-        turn_limit: settings.turn_limit,
-    }
-}
-
-fn from_settings(settings: &Settings) -> ApiResult<MindSettings> {
-    let positive = |name: &str, value: Option<i64>| match value {
-        Some(v) if v <= 0 => Err(ApiError::unprocessable(format!(
-            "{name} must be positive (or null)"
-        ))),
-        _ => Ok(()),
-    };
-    positive("spend_cap_micro_usd", settings.spend_cap_micro_usd)?;
-    positive("spend_window_ms", settings.spend_window_ms)?;
-    positive("turn_limit", settings.turn_limit)?;
-    muninn_api::limits::check_settings(settings).map_err(ApiError::limit)?;
-    Ok(MindSettings {
-        spend_cap: settings
-            .spend_cap_micro_usd
-            .map(muninn_core::money::MicroUsd),
-        spend_window_ms: settings.spend_window_ms,
-        brake: settings.brake,
-        turn_limit: settings.turn_limit,
-    })
-}
-
-/// A Mind's status as `GET /v1/minds/{mind}` shows it (the dashboard shows the same).
-pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<MindConfig>> {
-    let stored = host.store.mind(id).await?;
-    let config = host.config.mind(id).cloned();
-    if stored.is_none() && config.is_none() {
-        return Err(ApiError::mind_not_found(id));
-    }
-    let now = host.clock.now_ms();
-    let display_name = match (&stored, &config) {
-        (Some(mind), _) => mind.display_name.clone(),
-        (None, Some(config)) => config.display_name().to_owned(),
-        (None, None) => id.to_owned(),
-    };
-    let settings = if stored.is_some() {
-        host.store.settings(id).await?
-    } else {
-        MindSettings::default()
-    };
-    let default_window_s = config.as_ref().map_or(86_400, |c| c.spend_window_s);
-    let window_ms = settings.spend_window_ms.unwrap_or_else(|| {
-        i64::try_from(default_window_s.saturating_mul(1000)).unwrap_or(i64::MAX)
-    });
-    let from_ms = now.saturating_sub(window_ms);
-    let (lease, segments, spent, ack_position, failed_sends) = if stored.is_some() {
-        (
-            host.store.lease(id).await?,
-            CurrentSegments {
-                persona: host.store.current_segment(id, Role::Persona).await?,
-                self_role: host.store.current_segment(id, Role::SelfRole).await?,
-            },
-            // What the cap counts: rows stamped after now too (a clock stepped back).
-            host.store.spend(id, from_ms, i64::MAX).await?.0,
-            host.store.ack_position(id).await?,
-            host.store
-                .failed_outbox(id, muninn_api::wire::FAILED_SENDS_SHOWN)
-                .await?,
-        )
-    } else {
-        (None, CurrentSegments::default(), 0, 0, Vec::new())
-    };
-    // One COUNT, not the waiting rows themselves (up to 128 KiB each, on every status call).
-    let mailbox = if stored.is_some() {
-        host.store.mailbox(id).await?
-    } else {
-        muninn_store::Mailbox::default()
-    };
-    Ok(MindStatus {
-        id: id.to_owned(),
-        display_name,
-        registered: stored.is_some(),
-        lease_live: lease.as_ref().is_some_and(|l| l.expires_at_ms > now),
-        lease,
-        segments,
-        spend: SpendSummary {
-            window_ms,
-            from_ms,
-            to_ms: now,
-            spent_micro_usd: spent,
-            cap_micro_usd: settings
-                .spend_cap
-                .map(|c| c.0)
-                .or(config.as_ref().and_then(|c| c.spend_cap_micro_usd)),
-        },
-        settings: to_settings(&settings),
-        ack_position,
-        pending_deliveries: mailbox.pending,
-        oldest_pending_at_ms: mailbox.oldest_received_at_ms,
-        activity: host.signals.activity(id),
-        failed_sends,
-        undeliverable: host.signals.undeliverable(id),
-        transport: host.telemetry.mind(id).transport,
-        config,
-    })
-}
-
-async fn set_brake(host: &Host, brake: bool) -> ApiResult<BrakeResponse> {
-    let now = host.clock.now_ms();
-    let mut minds = Vec::new();
-    for mind in host.store.minds().await? {
-        let mut settings = host.store.settings(&mind.id).await?;
-        if settings.brake != brake {
-            let before = settings.clone();
-            settings.brake = brake;
-            host.store.put_settings(&mind.id, &settings, now).await?;
-            host.telemetry
-                .settings_changed(&mind.id, &before, &settings, "/v1/brake");
-        }
-        minds.push(mind.id);
-    }
-    tracing::info!(brake, minds = minds.len(), "operator brake");
-    for mind in &minds {
-        host.signals.wake(mind);
-    }
-    // Released: waiting transports pick up what the brake held back.
-    host.signals.outbox.notify_waiters();
-    Ok(BrakeResponse { brake, minds })
-}
-
-// ----- Handlers -----
-
-async fn list_minds(State(state): State<AppState>) -> ApiResult<Json<MindsResponse<MindConfig>>> {
-    let host = &state.host;
-    let mut ids: Vec<String> = host.config.minds.iter().map(|m| m.id.clone()).collect();
-    ids.extend(host.store.minds().await?.into_iter().map(|m| m.id));
-    ids.sort();
-    ids.dedup();
-    let mut minds = Vec::with_capacity(ids.len());
-    for id in &ids {
-        minds.push(mind_status(host, id).await?);
-    }
-    Ok(Json(MindsResponse { minds }))
-}
-
-async fn get_mind(
-    State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-) -> ApiResult<Json<MindStatus<MindConfig>>> {
-    let Path(mind) = path?;
-    Ok(Json(mind_status(&state.host, &mind).await?))
 }
 
 async fn post_delivery(
@@ -761,41 +613,4 @@ async fn get_ledger(
             Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response())
         }
     }
-}
-
-async fn get_settings(
-    State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-) -> ApiResult<Json<Settings>> {
-    let Path(mind) = path?;
-    require_mind(&state.host, &mind).await?;
-    Ok(Json(to_settings(&state.host.store.settings(&mind).await?)))
-}
-
-async fn put_settings(
-    State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    body: Result<Json<Settings>, JsonRejection>,
-) -> ApiResult<Json<Settings>> {
-    let Path(mind) = path?;
-    let Json(request) = body?;
-    let settings = from_settings(&request)?;
-    let host = &state.host;
-    require_mind(host, &mind).await?;
-    let before = host.store.settings(&mind).await?;
-    host.store
-        .put_settings(&mind, &settings, host.clock.now_ms())
-        .await?;
-    host.telemetry
-        .settings_changed(&mind, &before, &settings, "/v1/minds/{mind}/settings");
-    host.signals.wake(&mind);
-    Ok(Json(to_settings(&host.store.settings(&mind).await?)))
-}
-
-async fn brake_on(State(state): State<AppState>) -> ApiResult<Json<BrakeResponse>> {
-    Ok(Json(set_brake(&state.host, true).await?))
-}
-
-async fn brake_off(State(state): State<AppState>) -> ApiResult<Json<BrakeResponse>> {
-    Ok(Json(set_brake(&state.host, false).await?))
 }
