@@ -14,7 +14,8 @@
 //! Mind stuck on it for good, no delivery answered. A single delivery too large for any request
 //! is set aside (below). [`RuntimeError::PromptTooLarge`] is left for the one request never cut:
 //! the retry of an attempt already recorded, re-sent as it was (it fitted when it was recorded),
-//! which, should it not fit, waits `retrying` with the sizes for the operator.
+//! and for layers and memory that leave no room for any delivery; either waits `retrying` with
+//! the sizes for the operator.
 //!
 //! muninn's token count is an estimate, so the provider may still refuse a batch it said fits:
 //! a 400 whose message says the prompt is too long ([`is_prompt_too_long`]: the Messages API's
@@ -34,7 +35,10 @@
 //! after the commit never sends it twice), and the transcript records it as refused with the
 //! sizes. It is logged at error and counted in `status` (since the host started). The mail
 //! behind it flows on. A single delivery that fits a segment's start but not the open segment's
-//! prefix is not set aside: the session is rebuilt and it is sent there.
+//! prefix is not set aside: the session is rebuilt and it is sent there. Nor is one that is not
+//! itself what does not fit — the layers, memory and reply's bound leaving no room for any
+//! delivery, or a refused start whose delivery is the smaller part of the prompt: every
+//! delivery would go the same way, acknowledged unread, so the Mind waits `retrying` instead.
 
 use super::pending::{Then, Uncommitted};
 use super::persona::{Batch, Plan};
@@ -141,11 +145,16 @@ impl<B: Backend> MindRunner<B> {
             }
             if n <= 1 {
                 let alone = self.start_tokens(batch.delta);
-                if !fits_window(alone, max_output, window) {
+                // Set aside only a delivery that is itself what does not fit. When the layers,
+                // the memory and the reply's bound leave no room for any delivery, setting each
+                // aside would acknowledge all mail unread: `check_window` refuses the turn
+                // instead (`retrying` with the sizes, nothing acknowledged).
+                let base_fits = fits_window(self.start_tokens(0), max_output, window);
+                if !fits_window(alone, max_output, window) && base_fits {
                     return Fitted::Undeliverable(batch, alone);
                 }
                 // The open segment's prefix is what does not fit: a new segment holds it.
-                if plan.starts() {
+                if plan.starts() || !base_fits {
                     return Fitted::Send(batch, plan);
                 }
                 self.persona.mark_broken(now);
@@ -180,11 +189,28 @@ impl<B: Backend> MindRunner<B> {
         self.attempt = None;
         self.persona.mark_broken(now);
         let n = batch.deliveries.len();
-        if n == 1 && plan.starts() {
-            let prompt = self.prompt_tokens(Role::Persona, plan);
+        let prompt = self.prompt_tokens(Role::Persona, plan);
+        // Alone at a segment's start, the delivery is at fault only when it is most of the
+        // prompt: otherwise what precedes it (the layers, the memory, a CLI's own system prompt
+        // and tools) is what the provider cannot hold, every delivery would be refused the same
+        // way, and setting each aside would acknowledge all mail unread. That waits `retrying`
+        // with the provider's error for the operator.
+        let the_deliverys_fault = batch.delta >= prompt.saturating_sub(batch.delta);
+        if n == 1 && plan.starts() && the_deliverys_fault {
             return self
                 .set_aside(token, batch, prompt, Some(error.to_string()), now)
                 .await;
+        }
+        if n == 1 && plan.starts() {
+            tracing::error!(
+                mind = %self.mind.id,
+                delivery_tokens = batch.delta,
+                prompt_tokens = prompt,
+                error = %error,
+                "the provider refused a segment's start as too long though the delivery is the \
+                 smaller part: the layers and memory do not fit its window; not set aside"
+            );
+            return Err(RuntimeError::Backend(error));
         }
         if let Some(first) = batch.deliveries.first().filter(|_| n > 1) {
             self.window_cut = Some(Cut {
