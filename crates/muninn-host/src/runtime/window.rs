@@ -19,7 +19,8 @@
 //!
 //! muninn's token count is an estimate, so the provider may still refuse a batch it said fits:
 //! a 400 whose message says the prompt is too long ([`is_prompt_too_long`]: the Messages API's
-//! `invalid_request_error` "prompt is too long: …", Claude Code's `prompt_too_long` result).
+//! `invalid_request_error` "prompt is too long: …" or "input length and `max_tokens` exceed
+//! context limit: …", Claude Code's `prompt_too_long` result).
 //! That refusal is answered as the guard's own: the session is rebuilt (a new segment: the
 //! prefix it appended to is what grew too long) and the next batch from the same delivery takes
 //! at most half as many deliveries ([`Cut`]) — never the same request again, which the provider
@@ -70,8 +71,10 @@ pub(super) enum Fitted {
 
 /// Whether the provider refused the request because its prompt is longer than the model's
 /// window: a 400 `invalid_request_error` "prompt is too long: …" from the Messages API (and the
-/// simulator), or a result with `terminal_reason: "prompt_too_long"` from Claude Code (whose
-/// text says "Prompt is too long"). Also inside a client's exhausted retries.
+/// simulator), or its "input length and `max_tokens` exceed context limit: …" (the prompt fits
+/// but not with the reply's bound, which muninn's own check counts too), or a result with
+/// `terminal_reason: "prompt_too_long"` from Claude Code (whose text says "Prompt is too long").
+/// Also inside a client's exhausted retries.
 pub fn is_prompt_too_long(error: &BackendError) -> bool {
     match error {
         BackendError::Api {
@@ -80,9 +83,11 @@ pub fn is_prompt_too_long(error: &BackendError) -> bool {
             message,
             ..
         } => {
+            let message = message.to_ascii_lowercase();
             kind == "prompt_too_long"
                 || (kind == "invalid_request_error"
-                    && message.to_ascii_lowercase().contains("prompt is too long"))
+                    && (message.contains("prompt is too long")
+                        || message.contains("exceed context limit")))
         }
         BackendError::RetriesExhausted { last, .. } => is_prompt_too_long(last),
         _ => false,
@@ -375,6 +380,27 @@ mod tests {
         assert!(!is_prompt_too_long(&BackendError::Transport(
             "prompt is too long".into()
         )));
+    }
+
+    #[test]
+    fn the_providers_refusal_of_the_prompt_with_its_reply_bound_is_too_long_too() {
+        // The Messages API's refusal when the prompt fits but not with `max_tokens`: the same
+        // cut answers it (muninn's own check counts the reply's bound too).
+        let with_reply = api(
+            400,
+            "invalid_request_error",
+            "input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, \
+             decrease input length or `max_tokens` and try again",
+        );
+        assert!(is_prompt_too_long(&with_reply));
+        // `max_tokens` alone past the model's output limit is not the prompt's length.
+        let max_tokens = api(
+            400,
+            "invalid_request_error",
+            "max_tokens: 200000 > 64000, which is the maximum allowed number of output tokens \
+             for claude-sonnet-4-5",
+        );
+        assert!(!is_prompt_too_long(&max_tokens));
     }
 
     #[test]
