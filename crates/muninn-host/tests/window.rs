@@ -238,6 +238,14 @@ async fn a_delivery_the_provider_refuses_alone_is_set_aside_once() {
         format!("vala-{big}-{big}-undeliverable")
     );
     assert_eq!(told[0].room, "@ada");
+    // muninn's count said it fits: the notice gives the provider's refusal, not that count
+    // against the window as if it were over it.
+    assert!(
+        told[0].text.contains("provider refused it as too long")
+            && !told[0].text.contains("against my model's window"),
+        "{}",
+        told[0].text
+    );
     let notices = set_aside_notices(&w).await;
     assert_eq!(notices.len(), 1, "{notices:?}");
     let provider = notices[0]["provider"].as_str().unwrap_or_default();

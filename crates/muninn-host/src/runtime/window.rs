@@ -278,13 +278,18 @@ impl<B: Backend> MindRunner<B> {
             // A Self run's result comes from no room anyone reads: the transcript and the log
             // say it instead.
             if d.room != SELF_ROOM {
+                // After the provider's refusal muninn's own count fits the window: quoting it
+                // against the window would contradict the notice.
+                let why = match &provider {
+                    None => format!("~{prompt} tokens against my model's window of {window}"),
+                    Some(_) => "my model's provider refused it as too long".to_string(),
+                };
                 record.outbox.push(NewOutboxMessage {
                     request_id: format!("{}-undeliverable", batch.id),
                     room: d.room.clone(),
                     text: format!(
-                        "{}: your message ({} bytes) is too large for me to read (~{prompt} tokens \
-                         against my model's window of {window}); it was not read. Please send it \
-                         in smaller parts.",
+                        "{}: your message ({} bytes) is too large for me to read ({why}); it was \
+                         not read. Please send it in smaller parts.",
                         d.sender,
                         d.text.len()
                     ),
