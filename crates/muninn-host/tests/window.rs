@@ -238,6 +238,14 @@ async fn a_delivery_the_provider_refuses_alone_is_set_aside_once() {
         format!("vala-{big}-{big}-undeliverable")
     );
     assert_eq!(told[0].room, "@ada");
+    // muninn's count said it fits: the notice gives the provider's refusal, not that count
+    // against the window as if it were over it.
+    assert!(
+        told[0].text.contains("provider refused it as too long")
+            && !told[0].text.contains("against my model's window"),
+        "{}",
+        told[0].text
+    );
     let notices = set_aside_notices(&w).await;
     assert_eq!(notices.len(), 1, "{notices:?}");
     let provider = notices[0]["provider"].as_str().unwrap_or_default();
@@ -439,5 +447,65 @@ async fn a_delivery_that_fits_only_a_new_segment_is_answered_in_one() {
             (1, "start:rebuilt from the transcript".to_string())
         ]
     );
+    assert!(set_aside_notices(&w).await.is_empty());
+}
+
+/// A reply bound that leaves no room in the window for any prompt (`max_output_tokens` at the
+/// model's whole window): no delivery can fit, however short, so none is the delivery's fault.
+/// Nothing is set aside — the turn is refused as too large (`retrying`, loud), nothing sent,
+/// nothing acknowledged — where every delivery used to be set aside in turn, acknowledged
+/// unread, each sender told their one-line message was too large.
+#[tokio::test]
+async fn no_delivery_is_set_aside_when_the_layers_leave_no_room_for_any() {
+    let w = world().await;
+    let m = mind("model = 'claude-sonnet-4-5'\nmax_output_tokens = 200000");
+    let mut r = runner(&w, m, "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello").await;
+    post(&w, "e2", "#swarm", "bo", "anyone there?").await;
+    for _ in 0..3 {
+        r.woken();
+        let step = r.step().await;
+        assert!(
+            matches!(step, Err(RuntimeError::PromptTooLarge { .. })),
+            "{step:?}"
+        );
+        w.sim.advance_clock(1_000);
+    }
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 0);
+    assert!(outbox(&w).await.is_empty());
+    assert!(set_aside_notices(&w).await.is_empty());
+    assert_eq!(served_undeliverable(&w).await, 0);
+    assert!(w.sim.requests().is_empty());
+}
+
+/// A provider whose window the Mind's layers alone overflow (the simulator gives every model
+/// 1,000 tokens): it refuses a one-line DM at a segment's start as too long. The prompt is
+/// too long because of what precedes the delivery (layers, memory, a CLI's own system
+/// prompt), so the delivery is not set aside: the Mind retries with the provider's error,
+/// nothing acknowledged, no notice. Each short delivery used to be set aside at its first
+/// refusal, its sender told it was too large, until the mailbox was empty and nothing read.
+#[tokio::test]
+async fn a_short_delivery_the_provider_refuses_for_its_prefix_is_not_set_aside() {
+    let prices = EMBEDDED_PRICES.replace("context_window = 200000", "context_window = 1000");
+    let sim = SimConfig {
+        prices: PriceTable::parse(&prices, "test").unwrap(),
+        ..SimConfig::default()
+    };
+    let w = world_on_sim("", |store| store, sim).await;
+    let mut r = runner(&w, mind("model = 'claude-sonnet-4-5'"), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "@ada", "@ada", "hello").await;
+    for _ in 0..2 {
+        r.woken();
+        let step = r.step().await;
+        assert!(
+            matches!(&step, Err(RuntimeError::Backend(e)) if e.to_string().contains("prompt is too long")),
+            "{step:?}"
+        );
+        w.sim.advance_clock(1_000);
+    }
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 0);
+    assert!(outbox(&w).await.is_empty());
     assert!(set_aside_notices(&w).await.is_empty());
 }

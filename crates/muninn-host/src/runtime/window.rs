@@ -14,11 +14,13 @@
 //! Mind stuck on it for good, no delivery answered. A single delivery too large for any request
 //! is set aside (below). [`RuntimeError::PromptTooLarge`] is left for the one request never cut:
 //! the retry of an attempt already recorded, re-sent as it was (it fitted when it was recorded),
-//! which, should it not fit, waits `retrying` with the sizes for the operator.
+//! and for layers and memory that leave no room for any delivery; either waits `retrying` with
+//! the sizes for the operator.
 //!
 //! muninn's token count is an estimate, so the provider may still refuse a batch it said fits:
 //! a 400 whose message says the prompt is too long ([`is_prompt_too_long`]: the Messages API's
-//! `invalid_request_error` "prompt is too long: …", Claude Code's `prompt_too_long` result).
+//! `invalid_request_error` "prompt is too long: …" or "input length and `max_tokens` exceed
+//! context limit: …", Claude Code's `prompt_too_long` result).
 //! That refusal is answered as the guard's own: the session is rebuilt (a new segment: the
 //! prefix it appended to is what grew too long) and the next batch from the same delivery takes
 //! at most half as many deliveries ([`Cut`]) — never the same request again, which the provider
@@ -34,7 +36,10 @@
 //! after the commit never sends it twice), and the transcript records it as refused with the
 //! sizes. It is logged at error and counted in `status` (since the host started). The mail
 //! behind it flows on. A single delivery that fits a segment's start but not the open segment's
-//! prefix is not set aside: the session is rebuilt and it is sent there.
+//! prefix is not set aside: the session is rebuilt and it is sent there. Nor is one that is not
+//! itself what does not fit — the layers, memory and reply's bound leaving no room for any
+//! delivery, or a refused start whose delivery is the smaller part of the prompt: every
+//! delivery would go the same way, acknowledged unread, so the Mind waits `retrying` instead.
 
 use super::pending::{Then, Uncommitted};
 use super::persona::{Batch, Plan};
@@ -66,8 +71,10 @@ pub(super) enum Fitted {
 
 /// Whether the provider refused the request because its prompt is longer than the model's
 /// window: a 400 `invalid_request_error` "prompt is too long: …" from the Messages API (and the
-/// simulator), or a result with `terminal_reason: "prompt_too_long"` from Claude Code (whose
-/// text says "Prompt is too long"). Also inside a client's exhausted retries.
+/// simulator), or its "input length and `max_tokens` exceed context limit: …" (the prompt fits
+/// but not with the reply's bound, which muninn's own check counts too), or a result with
+/// `terminal_reason: "prompt_too_long"` from Claude Code (whose text says "Prompt is too long").
+/// Also inside a client's exhausted retries.
 pub fn is_prompt_too_long(error: &BackendError) -> bool {
     match error {
         BackendError::Api {
@@ -76,9 +83,11 @@ pub fn is_prompt_too_long(error: &BackendError) -> bool {
             message,
             ..
         } => {
+            let message = message.to_ascii_lowercase();
             kind == "prompt_too_long"
                 || (kind == "invalid_request_error"
-                    && message.to_ascii_lowercase().contains("prompt is too long"))
+                    && (message.contains("prompt is too long")
+                        || message.contains("exceed context limit")))
         }
         BackendError::RetriesExhausted { last, .. } => is_prompt_too_long(last),
         _ => false,
@@ -141,11 +150,16 @@ impl<B: Backend> MindRunner<B> {
             }
             if n <= 1 {
                 let alone = self.start_tokens(batch.delta);
-                if !fits_window(alone, max_output, window) {
+                // Set aside only a delivery that is itself what does not fit. When the layers,
+                // the memory and the reply's bound leave no room for any delivery, setting each
+                // aside would acknowledge all mail unread: `check_window` refuses the turn
+                // instead (`retrying` with the sizes, nothing acknowledged).
+                let base_fits = fits_window(self.start_tokens(0), max_output, window);
+                if !fits_window(alone, max_output, window) && base_fits {
                     return Fitted::Undeliverable(batch, alone);
                 }
                 // The open segment's prefix is what does not fit: a new segment holds it.
-                if plan.starts() {
+                if plan.starts() || !base_fits {
                     return Fitted::Send(batch, plan);
                 }
                 self.persona.mark_broken(now);
@@ -180,11 +194,28 @@ impl<B: Backend> MindRunner<B> {
         self.attempt = None;
         self.persona.mark_broken(now);
         let n = batch.deliveries.len();
-        if n == 1 && plan.starts() {
-            let prompt = self.prompt_tokens(Role::Persona, plan);
+        let prompt = self.prompt_tokens(Role::Persona, plan);
+        // Alone at a segment's start, the delivery is at fault only when it is most of the
+        // prompt: otherwise what precedes it (the layers, the memory, a CLI's own system prompt
+        // and tools) is what the provider cannot hold, every delivery would be refused the same
+        // way, and setting each aside would acknowledge all mail unread. That waits `retrying`
+        // with the provider's error for the operator.
+        let the_deliverys_fault = batch.delta >= prompt.saturating_sub(batch.delta);
+        if n == 1 && plan.starts() && the_deliverys_fault {
             return self
                 .set_aside(token, batch, prompt, Some(error.to_string()), now)
                 .await;
+        }
+        if n == 1 && plan.starts() {
+            tracing::error!(
+                mind = %self.mind.id,
+                delivery_tokens = batch.delta,
+                prompt_tokens = prompt,
+                error = %error,
+                "the provider refused a segment's start as too long though the delivery is the \
+                 smaller part: the layers and memory do not fit its window; not set aside"
+            );
+            return Err(RuntimeError::Backend(error));
         }
         if let Some(first) = batch.deliveries.first().filter(|_| n > 1) {
             self.window_cut = Some(Cut {
@@ -247,13 +278,18 @@ impl<B: Backend> MindRunner<B> {
             // A Self run's result comes from no room anyone reads: the transcript and the log
             // say it instead.
             if d.room != SELF_ROOM {
+                // After the provider's refusal muninn's own count fits the window: quoting it
+                // against the window would contradict the notice.
+                let why = match &provider {
+                    None => format!("~{prompt} tokens against my model's window of {window}"),
+                    Some(_) => "my model's provider refused it as too long".to_string(),
+                };
                 record.outbox.push(NewOutboxMessage {
                     request_id: format!("{}-undeliverable", batch.id),
                     room: d.room.clone(),
                     text: format!(
-                        "{}: your message ({} bytes) is too large for me to read (~{prompt} tokens \
-                         against my model's window of {window}); it was not read. Please send it \
-                         in smaller parts.",
+                        "{}: your message ({} bytes) is too large for me to read ({why}); it was \
+                         not read. Please send it in smaller parts.",
                         d.sender,
                         d.text.len()
                     ),
@@ -349,6 +385,27 @@ mod tests {
         assert!(!is_prompt_too_long(&BackendError::Transport(
             "prompt is too long".into()
         )));
+    }
+
+    #[test]
+    fn the_providers_refusal_of_the_prompt_with_its_reply_bound_is_too_long_too() {
+        // The Messages API's refusal when the prompt fits but not with `max_tokens`: the same
+        // cut answers it (muninn's own check counts the reply's bound too).
+        let with_reply = api(
+            400,
+            "invalid_request_error",
+            "input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, \
+             decrease input length or `max_tokens` and try again",
+        );
+        assert!(is_prompt_too_long(&with_reply));
+        // `max_tokens` alone past the model's output limit is not the prompt's length.
+        let max_tokens = api(
+            400,
+            "invalid_request_error",
+            "max_tokens: 200000 > 64000, which is the maximum allowed number of output tokens \
+             for claude-sonnet-4-5",
+        );
+        assert!(!is_prompt_too_long(&max_tokens));
     }
 
     #[test]
