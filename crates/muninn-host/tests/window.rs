@@ -9,7 +9,8 @@ use muninn_api::ApiToken;
 use muninn_api::client::ApiClient;
 use muninn_core::price::{EMBEDDED_PRICES, PriceTable};
 use muninn_host::http::serve;
-use muninn_host::runtime::{RuntimeError, Step};
+use muninn_host::runtime::{MindRunner, RuntimeError, Step};
+use muninn_sim::inprocess::SimBackend;
 use muninn_sim::sim::SimConfig;
 use muninn_store::{OutboxMessage, Role, TranscriptKind};
 
@@ -36,6 +37,36 @@ async fn served_undeliverable(w: &World) -> u64 {
     }));
     let client = ApiClient::new(&addr.to_string(), token).unwrap();
     client.mind("vala").await.unwrap().undeliverable
+}
+
+/// Steps `r` (at most `steps` times, a second apart) until it is idle: the `acked_through` of
+/// each Persona turn, every one valid, and how many steps the provider refused as too long.
+/// Any other outcome fails the test.
+async fn answer_until_idle(
+    w: &World,
+    r: &mut MindRunner<SimBackend>,
+    steps: usize,
+) -> (Vec<i64>, u32) {
+    let (mut acked, mut refusals) = (Vec::new(), 0);
+    for _ in 0..steps {
+        r.woken();
+        match r.step().await {
+            Ok(Step::PersonaTurn {
+                acked_through,
+                valid,
+            }) => {
+                assert!(valid);
+                acked.push(acked_through);
+            }
+            Ok(Step::Idle { .. }) => break,
+            Err(RuntimeError::Backend(e)) if e.to_string().contains("prompt is too long") => {
+                refusals += 1;
+            }
+            other => panic!("after turns acking through {acked:?}: {other:?}"),
+        }
+        w.sim.advance_clock(1_000);
+    }
+    (acked, refusals)
 }
 
 /// The outbox messages for `vala` not yet sent, oldest first.
@@ -153,26 +184,7 @@ async fn a_batch_the_provider_refuses_as_too_long_is_cut_and_every_delivery_answ
     for i in 1..=4 {
         seqs.push(post(&w, &format!("e{i}"), "#swarm", "ari", &long).await);
     }
-    let mut acked = Vec::new();
-    let mut refusals = 0;
-    for _ in 0..12 {
-        r.woken();
-        match r.step().await {
-            Ok(Step::PersonaTurn {
-                acked_through,
-                valid,
-            }) => {
-                assert!(valid);
-                acked.push(acked_through);
-            }
-            Ok(Step::Idle { .. }) => break,
-            Err(RuntimeError::Backend(e)) if e.to_string().contains("prompt is too long") => {
-                refusals += 1;
-            }
-            other => panic!("after turns acking through {acked:?}: {other:?}"),
-        }
-        w.sim.advance_clock(1_000);
-    }
+    let (acked, refusals) = answer_until_idle(&w, &mut r, 12).await;
     assert_eq!(
         acked.last(),
         Some(&seqs[3]),
@@ -304,7 +316,6 @@ async fn the_retry_of_a_refreshs_first_request_is_sized_on_the_new_segment() {
 /// at every retry and the Mind stuck on it for good.
 #[tokio::test]
 async fn a_batch_too_large_for_the_window_is_cut_and_every_delivery_answered_once() {
-    use muninn_host::runtime::Step;
     let w = world().await;
     let mut r = runner(&w, mind("model = 'claude-sonnet-4-5'"), "host-a");
     r.register().await.unwrap();
@@ -319,22 +330,11 @@ async fn a_batch_too_large_for_the_window_is_cut_and_every_delivery_answered_onc
         seqs.push(post(&w, &format!("e{i}"), "#swarm", "ari", &long).await);
     }
     let (first, last) = (seqs[0], seqs[19]);
-    let mut acked = Vec::new();
-    for _ in 0..40 {
-        r.woken();
-        match r.step().await {
-            Ok(Step::PersonaTurn {
-                acked_through,
-                valid,
-            }) => {
-                assert!(valid);
-                acked.push(acked_through);
-            }
-            Ok(Step::Idle { .. }) => break,
-            other => panic!("after turns acking through {acked:?}: {other:?}"),
-        }
-        w.sim.advance_clock(1_000);
-    }
+    let (acked, refusals) = answer_until_idle(&w, &mut r, 40).await;
+    assert_eq!(
+        refusals, 0,
+        "muninn's own count cuts the batch: the provider refuses none"
+    );
     assert_eq!(acked.last(), Some(&last), "{acked:?}");
     assert!(
         acked.len() > 1 && acked.windows(2).all(|p| p[0] < p[1]),
