@@ -73,3 +73,58 @@ async fn backward_cut(test: &str, refusals: u32) {
     );
     assert_eq!(counts.gaps_cut_of("another mind"), None);
 }
+
+/// The bot kicked from a configured room (the leave committed), more said while it is out and
+/// its connector down than `max_gap_events`, and the room joined again by the next start: the
+/// room is new to that process, so the forward pages (cut at one event, not reaching a timeline
+/// of two) serve only to learn that the bot was out at the position and are set aside; the room
+/// is read as a new one from its join. Nothing the bot could have had as mail was skipped, so no
+/// cut is recorded (before, the set-aside pages' cut was counted and logged at error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_pages_set_aside_for_a_room_joined_again_record_no_cut() {
+    let Some(rig) = rig("rejoinnew").await else {
+        return;
+    };
+    let name = alias("rejoinnew");
+    let room = rig.public_room(&name).await;
+    let rooms = [format!("#{name}")];
+    let rooms: Vec<&str> = rooms.iter().map(String::as_str).collect();
+    let running = rig.start(&rooms, |_| {});
+    rig.first_sync().await;
+    rig.human.send(&room, "m0", &[]).await;
+    rig.mail_count(1).await;
+    let before_kick = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
+    rig.human.kick(&room, &rig.bot).await;
+    eventually("the kick committed", Duration::from_secs(30), || async {
+        let now = rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap();
+        (now.map(|c| c.value) != before_kick.as_ref().map(|c| c.value.clone())).then_some(())
+    })
+    .await;
+    running.stop().await;
+    for text in ["out 1", "out 2", "out 3"] {
+        rig.human.send(&room, text, &[]).await;
+    }
+    let running = rig.start(&rooms, |c| {
+        c.timeline_limit = 2;
+        c.max_gap_events = 1;
+    });
+    eventually("the bot joined", Duration::from_secs(30), || async {
+        let members = rig.human.joined_members(&room).await;
+        members.contains(&rig.bot).then_some(())
+    })
+    .await;
+    rig.human.send(&room, "m1, after it is back", &[]).await;
+    let mail = eventually("m1", Duration::from_secs(30), || async {
+        let now = rig.mail().await;
+        now.iter().any(|d| d.text.starts_with("m1")).then_some(now)
+    })
+    .await;
+    let counts = running.stats.clone();
+    let stats = running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m1, after it is back"],
+        "mail while the bot was in the room, once"
+    );
+    assert_eq!((stats.gaps_cut, counts.gaps_cut_of(MIND)), (0, None));
+}
