@@ -658,7 +658,8 @@ impl Ear {
             match end {
                 Some(end) if !hit && newest_first.len() < max => token = end,
                 end => {
-                    if newest_first.len() >= max {
+                    // At the limit on the event looked for, nothing older was wanted: no cut.
+                    if !hit && newest_first.len() >= max {
                         self.cut(room_id, newest_first.len());
                         tracing::error!(mind = %self.mind(), room = %room_id,
                             "matrix: a gap of {max}+ events; older ones are skipped");

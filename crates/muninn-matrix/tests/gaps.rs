@@ -128,3 +128,48 @@ async fn forward_pages_set_aside_for_a_room_joined_again_record_no_cut() {
     );
     assert_eq!((stats.gaps_cut, counts.gaps_cut_of(MIND)), (0, None));
 }
+
+/// A room joined while the sync is held, a timeline of two and a limit of two events on the
+/// gap paged back, which holds exactly one message and the join: paging stops at the join, the
+/// limit's last event, so nothing older was skipped and no cut is recorded (before, reaching
+/// the limit was taken for a cut even when the event paging looked for was the last one read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backward_paging_that_finds_the_join_at_its_limit_records_no_cut() {
+    let Some(rig) = rig("joinatlimit").await else {
+        return;
+    };
+    let name = alias("joinatlimit");
+    let room = rig.public_room(&name).await;
+    let running = rig.start(&[&format!("#{name}")], |c| {
+        c.max_pending = 1;
+        c.timeline_limit = 2;
+        c.max_gap_events = 2;
+    });
+    rig.first_sync().await;
+    rig.human.send(&room, "m0", &[]).await;
+    let held = rig.mail_count(1).await;
+    // While the sync is held, the bot's owner joins it to a second room, where the person
+    // writes three messages: two for the timeline, one for the gap before them.
+    let other = rig
+        .human
+        .create_room(Some(&alias("joinatlimit-b")), &[], false)
+        .await;
+    rig.human.send(&other, "before the bot", &[]).await;
+    rig.bot_user.join(&other).await;
+    for text in ["b0", "b1", "b2"] {
+        rig.human.send(&other, text, &[]).await;
+    }
+    rig.store
+        .ack_through(MIND, rig.token, held[0].seq)
+        .await
+        .unwrap();
+    let mail = rig.mail_count(4).await;
+    let counts = running.stats.clone();
+    let stats = running.stop().await;
+    assert_eq!(
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "b0", "b1", "b2"],
+        "every message after the join, once"
+    );
+    assert_eq!((stats.gaps_cut, counts.gaps_cut_of(MIND)), (0, None));
+}
