@@ -53,6 +53,69 @@ struct Forward {
     cut: Option<usize>,
 }
 
+impl Forward {
+    /// The pages read forwards from `since` (`events`), joined to the answer's `timeline`: cut
+    /// at its last event if they reached it, followed by what it holds after them otherwise.
+    fn of(mut events: Vec<RoomEvent>, timeline: &[RoomEvent], own: &str, since: &str) -> Forward {
+        let last = timeline.last().map(|e| e.event_id.as_str());
+        let reached = events
+            .iter()
+            .position(|e| Some(e.event_id.as_str()) == last);
+        let held: HashSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+        // The pages stopped inside the timeline (which reaches back): nothing lies between
+        // them, so nothing was skipped; the timeline goes on from the last event they share.
+        let overlap = reached
+            .is_none()
+            .then(|| {
+                timeline
+                    .iter()
+                    .rposition(|e| held.contains(e.event_id.as_str()))
+            })
+            .flatten();
+        let mut cut = None;
+        let out = match (reached, overlap) {
+            (Some(end), _) => {
+                events.truncate(end + 1);
+                out_before(&events, own) == Some(true)
+            }
+            (None, Some(last)) => {
+                events.extend(timeline[last + 1..].iter().cloned());
+                out_before(&events, own) == Some(true)
+            }
+            (None, None) => {
+                // Paged forwards to the limit (or to an end) without reaching the timeline: its
+                // events are the newest and are read whatever lies between was skipped.
+                cut = Some(events.len());
+                // Whether the account was in at `since` is for the pages to say. The timeline
+                // is read from its start where that is sure to follow the pages (pages that
+                // hold the first event after `since` and share none with it) and the account's
+                // first membership event in it says the account was in before it: what precedes
+                // that event was said while it was in, whatever the gap held. Otherwise it is
+                // read on from that event, which sets the membership from there: what precedes
+                // it was said while the account was out, or may be older than `since` (without
+                // pages, Synapse's timeline of such a room reaches back; its old invite said
+                // the account was out at `since`).
+                let out = out_before(&events, own) == Some(true);
+                let first = match events.is_empty() || out_before(timeline, own) == Some(true) {
+                    true => timeline
+                        .iter()
+                        .position(|e| membership_of(e, own).is_some())
+                        .unwrap_or(0),
+                    false => 0,
+                };
+                events.extend(timeline[first..].iter().cloned());
+                out
+            }
+        };
+        Forward {
+            events,
+            since: since.to_owned(),
+            out_at_start: out,
+            cut,
+        }
+    }
+}
+
 /// An account's `/sync` loop.
 pub(crate) struct Ear {
     context: Context,
@@ -568,55 +631,7 @@ impl Ear {
                 _ => break,
             }
         }
-        let reached = events
-            .iter()
-            .position(|e| Some(&e.event_id) == last.as_ref());
-        let timeline = &room.timeline.events;
-        let held: HashSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
-        // The pages stopped inside the timeline (which reaches back): nothing lies between
-        // them, so nothing was skipped; the timeline goes on from the last event they share.
-        let overlap = reached
-            .is_none()
-            .then(|| {
-                timeline
-                    .iter()
-                    .rposition(|e| held.contains(e.event_id.as_str()))
-            })
-            .flatten();
-        let mut cut = None;
-        let out = match (reached, overlap) {
-            (Some(end), _) => {
-                events.truncate(end + 1);
-                out_before(&events, own) == Some(true)
-            }
-            (None, Some(last)) => {
-                events.extend(timeline[last + 1..].iter().cloned());
-                out_before(&events, own) == Some(true)
-            }
-            (None, None) => {
-                // Paged forwards to the limit (or to an end) without reaching the timeline: its
-                // events are the newest and are read whatever lies between was skipped.
-                cut = Some(events.len());
-                // Whether the account was in at `since` is for the pages to say. The timeline
-                // is read on from its first membership event of the account's, which sets the
-                // account's membership from there: what precedes it may be older than `since`
-                // (Synapse's timeline of such a room reaches back) and was taken as following
-                // the pages (its old invite said the account was out at `since`).
-                let out = out_before(&events, own) == Some(true);
-                let first = timeline
-                    .iter()
-                    .position(|e| membership_of(e, own).is_some())
-                    .unwrap_or(0);
-                events.extend(timeline[first..].iter().cloned());
-                out
-            }
-        };
-        Ok(Forward {
-            events,
-            since: since.to_owned(),
-            out_at_start: out,
-            cut,
-        })
+        Ok(Forward::of(events, &room.timeline.events, own, since))
     }
 
     /// Pages a room back from `from` (to `to`, if given) until an event `stop` accepts
