@@ -42,6 +42,80 @@ fn page_size(paged: usize, max: usize) -> u32 {
     PAGE.min(left).max(1)
 }
 
+/// A room's events paged forwards from `since` (see `Ear::since_membership_change`).
+struct Forward {
+    events: Vec<RoomEvent>,
+    since: String,
+    /// Whether the account was out of the room at the first event.
+    out_at_start: bool,
+    /// Events read when the pages stopped at `max_gap_events` short of the timeline: what lay
+    /// between is skipped if these pages are the ones read.
+    cut: Option<usize>,
+}
+
+impl Forward {
+    /// The pages read forwards from `since` (`events`), joined to the answer's `timeline`: cut
+    /// at its last event if they reached it, followed by what it holds after them otherwise.
+    fn of(mut events: Vec<RoomEvent>, timeline: &[RoomEvent], own: &str, since: &str) -> Forward {
+        let last = timeline.last().map(|e| e.event_id.as_str());
+        let reached = events
+            .iter()
+            .position(|e| Some(e.event_id.as_str()) == last);
+        let held: HashSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+        // The pages stopped inside the timeline (which reaches back): nothing lies between
+        // them, so nothing was skipped; the timeline goes on from the last event they share.
+        let overlap = reached
+            .is_none()
+            .then(|| {
+                timeline
+                    .iter()
+                    .rposition(|e| held.contains(e.event_id.as_str()))
+            })
+            .flatten();
+        let mut cut = None;
+        let out = match (reached, overlap) {
+            (Some(end), _) => {
+                events.truncate(end + 1);
+                out_before(&events, own) == Some(true)
+            }
+            (None, Some(last)) => {
+                events.extend(timeline[last + 1..].iter().cloned());
+                out_before(&events, own) == Some(true)
+            }
+            (None, None) => {
+                // Paged forwards to the limit (or to an end) without reaching the timeline: its
+                // events are the newest and are read whatever lies between was skipped.
+                cut = Some(events.len());
+                // Whether the account was in at `since` is for the pages to say. The timeline
+                // is read from its start where that is sure to follow the pages (pages that
+                // hold the first event after `since` and share none with it) and the account's
+                // first membership event in it says the account was in before it: what precedes
+                // that event was said while it was in, whatever the gap held. Otherwise it is
+                // read on from that event, which sets the membership from there: what precedes
+                // it was said while the account was out, or may be older than `since` (without
+                // pages, Synapse's timeline of such a room reaches back; its old invite said
+                // the account was out at `since`).
+                let out = out_before(&events, own) == Some(true);
+                let first = match events.is_empty() || out_before(timeline, own) == Some(true) {
+                    true => timeline
+                        .iter()
+                        .position(|e| membership_of(e, own).is_some())
+                        .unwrap_or(0),
+                    false => 0,
+                };
+                events.extend(timeline[first..].iter().cloned());
+                out
+            }
+        };
+        Forward {
+            events,
+            since: since.to_owned(),
+            out_at_start: out,
+            cut,
+        }
+    }
+}
+
 /// An account's `/sync` loop.
 pub(crate) struct Ear {
     context: Context,
@@ -391,9 +465,18 @@ impl Ear {
         // was in at `since`. If it was not (invited back after a kick, say), it is a new room:
         // what was said while it was invited before `since` is mail, and only the answer's
         // timeline, reaching back, holds it.
-        let forward = forward.filter(|(events, ..)| !newly || joined_before(events, &own));
+        let forward = forward.filter(|f| !newly || joined_before(&f.events, &own));
         let (events, mail_from, back, out_at_start) = match forward {
-            Some(forward) => forward,
+            Some(forward) => {
+                // Recorded only for pages that are read: pages set aside above skip nothing
+                // (the room is read as a new one, from its timeline and the gap behind it).
+                if let Some(read) = forward.cut {
+                    self.cut(room_id, read);
+                    tracing::error!(mind = %self.mind(), room = %room_id, paged = read,
+                        "matrix: paging from the last sync did not reach the timeline; events between are skipped");
+                }
+                (forward.events, 0, Some(forward.since), forward.out_at_start)
+            }
             None => {
                 let (events, mail_from, back) = self.gather(since, room_id, room, newly).await?;
                 (events, mail_from, back, false)
@@ -510,14 +593,15 @@ impl Ear {
 
     /// A room the account was in at `since` whose membership changed since: the events after
     /// `since` (paged forwards from it to the timeline's last event), each message mail if the
-    /// account was in the room when it was said. Returns the events, where mail starts, the
-    /// token before them and whether the account was out at the first.
+    /// account was in the room when it was said. Returns the events (mail from the first), the
+    /// token before them, whether the account was out at the first and whether the pages were
+    /// cut (for the caller to record if it reads them).
     async fn since_membership_change(
         &self,
         since: &str,
         room_id: &str,
         room: &JoinedRoom,
-    ) -> Result<(Vec<RoomEvent>, usize, Option<String>, bool), MatrixError> {
+    ) -> Result<Forward, MatrixError> {
         let own = &self.context.account.user_id;
         let last = room.timeline.events.last().map(|e| e.event_id.clone());
         let max = self.context.config.max_gap_events;
@@ -547,51 +631,7 @@ impl Ear {
                 _ => break,
             }
         }
-        let reached = events
-            .iter()
-            .position(|e| Some(&e.event_id) == last.as_ref());
-        let timeline = &room.timeline.events;
-        let held: HashSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
-        // The pages stopped inside the timeline (which reaches back): nothing lies between
-        // them, so nothing was skipped; the timeline goes on from the last event they share.
-        let overlap = reached
-            .is_none()
-            .then(|| {
-                timeline
-                    .iter()
-                    .rposition(|e| held.contains(e.event_id.as_str()))
-            })
-            .flatten();
-        let out = match (reached, overlap) {
-            (Some(end), _) => {
-                events.truncate(end + 1);
-                out_before(&events, own) == Some(true)
-            }
-            (None, Some(last)) => {
-                events.extend(timeline[last + 1..].iter().cloned());
-                out_before(&events, own) == Some(true)
-            }
-            (None, None) => {
-                // Paged forwards to the limit (or to an end) without reaching the timeline: its
-                // events are the newest and are read whatever lies between was skipped.
-                self.cut(room_id, events.len());
-                tracing::error!(mind = %self.mind(), room = %room_id, paged = events.len(),
-                    "matrix: paging from the last sync did not reach the timeline; events between are skipped");
-                // Whether the account was in at `since` is for the pages to say. The timeline
-                // is read on from its first membership event of the account's, which sets the
-                // account's membership from there: what precedes it may be older than `since`
-                // (Synapse's timeline of such a room reaches back) and was taken as following
-                // the pages (its old invite said the account was out at `since`).
-                let out = out_before(&events, own) == Some(true);
-                let first = timeline
-                    .iter()
-                    .position(|e| membership_of(e, own).is_some())
-                    .unwrap_or(0);
-                events.extend(timeline[first..].iter().cloned());
-                out
-            }
-        };
-        Ok((events, 0, Some(since.to_owned()), out))
+        Ok(Forward::of(events, &room.timeline.events, own, since))
     }
 
     /// Pages a room back from `from` (to `to`, if given) until an event `stop` accepts
@@ -633,7 +673,8 @@ impl Ear {
             match end {
                 Some(end) if !hit && newest_first.len() < max => token = end,
                 end => {
-                    if newest_first.len() >= max {
+                    // At the limit on the event looked for, nothing older was wanted: no cut.
+                    if !hit && newest_first.len() >= max {
                         self.cut(room_id, newest_first.len());
                         tracing::error!(mind = %self.mind(), room = %room_id,
                             "matrix: a gap of {max}+ events; older ones are skipped");
