@@ -18,7 +18,9 @@ use crate::history::{
     mail_start, merge_rooms, out_before, read_chunk, settles_mail_start,
 };
 use crate::rooms::{Directory, RoomKind};
-use crate::wire::{InvitedRoom, JoinedRoom, RoomEvent, SyncResponse, membership_of};
+use crate::wire::{
+    InvitedRoom, JoinedRoom, MessagesResponse, RoomEvent, SyncResponse, membership_of,
+};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
 use serde_json::Value;
@@ -609,17 +611,8 @@ impl Ear {
         let mut token = since.to_owned();
         loop {
             let page = self
-                .client
-                .messages(
-                    room_id,
-                    &token,
-                    None,
-                    Direction::Forward,
-                    page_size(events.len(), max),
-                    &self.page_filter,
-                )
+                .gap_page(room_id, (&token, None), Direction::Forward, events.len())
                 .await?;
-            Stats::add(&self.context.stats.pages, 1);
             let empty = page.chunk.is_empty();
             let before = events.len();
             events.extend(page.chunk);
@@ -649,17 +642,13 @@ impl Ear {
         let mut token = from.to_owned();
         loop {
             let page = self
-                .client
-                .messages(
+                .gap_page(
                     room_id,
-                    &token,
-                    to,
+                    (&token, to),
                     Direction::Backward,
-                    page_size(newest_first.len(), max),
-                    &self.page_filter,
+                    newest_first.len(),
                 )
                 .await?;
-            Stats::add(&self.context.stats.pages, 1);
             let empty = page.chunk.is_empty();
             let mut hit = false;
             for event in page.chunk {
@@ -684,6 +673,24 @@ impl Ear {
                 }
             }
         }
+    }
+
+    /// One `/messages` page of a gap of `room_id` between `(from, to)`, sized so that a gap of
+    /// which `read` events are in hand never passes `max_gap_events`; counted in the stats.
+    async fn gap_page(
+        &self,
+        room_id: &str,
+        (from, to): (&str, Option<&str>),
+        dir: Direction,
+        read: usize,
+    ) -> Result<MessagesResponse, MatrixError> {
+        let limit = page_size(read, self.context.config.max_gap_events);
+        let page = self
+            .client
+            .messages(room_id, from, to, dir, limit, &self.page_filter)
+            .await?;
+        Stats::add(&self.context.stats.pages, 1);
+        Ok(page)
     }
 
     /// Notes a gap of `room_id` cut after `read` events, to be counted if the answer commits.

@@ -202,6 +202,15 @@ impl Rig {
     }
 
     /// The human's room, public with an alias, the bot invited.
+    /// Waits until the bot is among `room`'s joined members.
+    async fn bot_joined(&self, room: &str) {
+        eventually("the bot joined", Duration::from_secs(30), || async {
+            let members = self.human.joined_members(room).await;
+            members.contains(&self.bot).then_some(())
+        })
+        .await;
+    }
+
     async fn public_room(&self, alias: &str) -> String {
         self.human
             .create_room(Some(alias), &[&self.bot], false)
@@ -253,11 +262,7 @@ async fn the_first_sync_is_history_then_each_message_is_mail_once_with_its_conte
     }
     // `#alias` without a server: the account's own.
     let running = rig.start(&[&format!("#{name}")], |_| {});
-    eventually("the bot joined", Duration::from_secs(30), || async {
-        let members = rig.human.joined_members(&room).await;
-        members.contains(&rig.bot).then_some(())
-    })
-    .await;
+    rig.bot_joined(&room).await;
     let first = rig.human.send(&room, "new one", &[]).await;
     let second = rig.human.send(&room, "new two, vala?", &[&rig.bot]).await;
     let mail = rig.mail_count(2).await;
@@ -512,14 +517,7 @@ async fn sends_wait_out_rate_limits_keep_their_order_and_refusals_are_recorded()
     let room = rig.public_room(&name).await;
     let public = format!("#{name}");
     let running = rig.start(&[&public], |_| {});
-    eventually("the bot joined", Duration::from_secs(30), || async {
-        rig.human
-            .joined_members(&room)
-            .await
-            .contains(&rig.bot)
-            .then_some(())
-    })
-    .await;
+    rig.bot_joined(&room).await;
     let big = "x".repeat(70_000);
     rig.say(&[
         ("vala-1-1-0", &public, "one"),

@@ -346,11 +346,7 @@ async fn kick_while_stopped(test: &str, timeline_limit: u32) {
     // answers a `/sync` asked again with the same filter and position from its cache, and the
     // first process's last long poll, cut short, got m1 alone.)
     let running = rig.start(&rooms, |c| c.timeline_limit = timeline_limit);
-    eventually("the bot joined", Duration::from_secs(30), || async {
-        let members = rig.human.joined_members(&room).await;
-        members.contains(&rig.bot).then_some(())
-    })
-    .await;
+    rig.bot_joined(&room).await;
     rig.human.send(&room, "m2, after it is back", &[]).await;
     let mail = eventually("m2", Duration::from_secs(30), || async {
         let now = rig.mail().await;
@@ -407,11 +403,7 @@ async fn invited_back(test: &str, max_gap_events: usize) {
         .ack_through(MIND, rig.token, held[1].seq)
         .await
         .unwrap();
-    eventually("the bot joined", Duration::from_secs(30), || async {
-        let members = rig.human.joined_members(&room).await;
-        members.contains(&rig.bot).then_some(())
-    })
-    .await;
+    rig.bot_joined(&room).await;
     rig.human.send(&room, "m3", &[]).await;
     // The Mind keeps up from here, so that nothing holds m3 back.
     let mail = eventually("m3", Duration::from_secs(30), || async {
@@ -484,11 +476,7 @@ async fn a_store_that_cannot_say_how_far_the_mind_is_is_a_store_failure_not_a_ho
     // The first three reads of the ack position (before the first sync) fail.
     faulty.fail_ack_position_reads(3);
     let running = rig.start_on(faulty.clone(), &[&format!("#{name}")], |_| {});
-    eventually("the bot joined", Duration::from_secs(30), || async {
-        let members = rig.human.joined_members(&room).await;
-        members.contains(&rig.bot).then_some(())
-    })
-    .await;
+    rig.bot_joined(&room).await;
     rig.first_sync().await;
     let said = rig.human.send(&room, "still listening?", &[]).await;
     let mail = rig.mail_count(1).await;
@@ -560,11 +548,7 @@ async fn a_send_the_store_cannot_record_is_logged_with_its_cause_and_sent_once()
     let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
     faulty.fail_outbox_acks(2);
     let running = rig.start_on(faulty.clone(), &[&public], |_| {});
-    eventually("the bot joined", Duration::from_secs(30), || async {
-        let members = rig.human.joined_members(&room).await;
-        members.contains(&rig.bot).then_some(())
-    })
-    .await;
+    rig.bot_joined(&room).await;
     rig.say(&[("vala-1-1-0", &public, "once")]).await;
     running.outbox_changed();
     eventually("the send acked", Duration::from_secs(30), || async {

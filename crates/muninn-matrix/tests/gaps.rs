@@ -108,11 +108,7 @@ async fn forward_pages_set_aside_for_a_room_joined_again_record_no_cut() {
         c.timeline_limit = 2;
         c.max_gap_events = 1;
     });
-    eventually("the bot joined", Duration::from_secs(30), || async {
-        let members = rig.human.joined_members(&room).await;
-        members.contains(&rig.bot).then_some(())
-    })
-    .await;
+    rig.bot_joined(&room).await;
     rig.human.send(&room, "m1, after it is back", &[]).await;
     let mail = eventually("m1", Duration::from_secs(30), || async {
         let now = rig.mail().await;

@@ -139,6 +139,12 @@ async fn a_shortfall_the_row_does_not_explain_is_priced_apart() {
 
 /// The ledger replays exactly, every decision agreed, with one row taken as recorded because
 /// it found the cache expired and none priced apart.
+/// `row` read nothing of the cache the ledger implied and says so.
+fn found_expired(row: &LedgerRow) {
+    assert_eq!(row.usage.cache_read, 0, "{row:#?}");
+    assert_eq!(row.cache_state, EXPIRED, "{row:#?}");
+}
+
 fn replays_taking_one_expired_row(report: &ClosedLoop, rows: &[LedgerRow]) {
     assert_holds(report, rows);
     assert_eq!(report.agreed, report.decisions);
@@ -165,8 +171,7 @@ async fn a_turn_after_an_eviction_and_a_clean_restart_replays_exactly() {
     let (report, rows) = closed_loop("", &acts).await;
     let turn = first_after(&rows, rows[0].at_ms + 60_000, "");
     assert_eq!(turn.role, "persona", "{turn:#?}");
-    assert_eq!(turn.usage.cache_read, 0, "{turn:#?}");
-    assert_eq!(turn.cache_state, EXPIRED, "{turn:#?}");
+    found_expired(turn);
     replays_taking_one_expired_row(&report, &rows);
 }
 
@@ -200,8 +205,7 @@ async fn a_turn_after_an_eviction_and_a_takeover_replays_exactly() {
         turn.at_ms - rows[0].at_ms < 300_000,
         "taken over within the tail's TTL: {turn:#?}"
     );
-    assert_eq!(turn.usage.cache_read, 0, "{turn:#?}");
-    assert_eq!(turn.cache_state, EXPIRED, "{turn:#?}");
+    found_expired(turn);
     replays_taking_one_expired_row(&report, &rows);
 }
 
@@ -222,8 +226,7 @@ async fn a_turn_that_found_the_head_gone_after_a_clean_restart_replays_exactly()
     let (report, rows) = closed_loop("", &acts).await;
     let turn = first_after(&rows, rows[0].at_ms + 60_000, "");
     assert_eq!(turn.at_ms, rows[0].at_ms + 1_560_000, "{turn:#?}");
-    assert_eq!(turn.usage.cache_read, 0, "{turn:#?}");
-    assert_eq!(turn.cache_state, EXPIRED, "{turn:#?}");
+    found_expired(turn);
     replays_taking_one_expired_row(&report, &rows);
 }
 
