@@ -135,6 +135,21 @@ fn main() {
     rt.block_on(run(bin, minds, seconds, speedup, budget_mib, seed));
 }
 
+/// A sample of the pool: wall seconds since the start, live sessions, each live child's RSS.
+type Sample = (f64, usize, Vec<f64>);
+
+/// What one run measured, for the report.
+struct Run {
+    config: PoolConfig,
+    minds: usize,
+    speedup: f64,
+    wall_s: f64,
+    total_turns: usize,
+    turns: Vec<TurnSample>,
+    samples: Vec<Sample>,
+    events: Vec<PoolEvent>,
+}
+
 async fn run(bin: PathBuf, minds: usize, seconds: f64, speedup: f64, budget_mib: u64, seed: u64) {
     let sim = muninn_sim::spawn("127.0.0.1:0".parse().unwrap(), SimConfig::default())
         .await
@@ -151,38 +166,10 @@ async fn run(bin: PathBuf, minds: usize, seconds: f64, speedup: f64, budget_mib:
     let pool = SharedPool::with_clock(config.clone(), clock);
     let real_end = base + Duration::from_secs_f64(seconds);
 
-    // The host's sweeper: every 15 pool seconds.
-    let sweeper = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            while Instant::now() < real_end {
-                tokio::time::sleep(Duration::from_secs_f64(15.0 / speedup)).await;
-                pool.sweep(pool.now()).await;
-            }
-        })
-    };
-    // Samples the live sessions four times a second (wall).
-    let sampler = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            let mut samples = Vec::new();
-            while Instant::now() < real_end {
-                let live = pool.live();
-                let rss: Vec<f64> = live
-                    .iter()
-                    .filter(|s| s.pid.is_some())
-                    .map(|s| s.rss_mib)
-                    .collect();
-                samples.push((base.elapsed().as_secs_f64(), live.len(), rss));
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            samples
-        })
-    };
-
+    let sweeper = spawn_sweeper(pool.clone(), real_end, speedup);
+    let sampler = spawn_sampler(pool.clone(), base, real_end);
     let tasks: Vec<_> = (0..minds)
         .map(|m| {
-            let mut rng = Rng(seed.wrapping_mul(1_000_003).wrapping_add(m as u64));
             let mut backend = ClaudeCliBackend::new(CliConfig::new(
                 &bin,
                 dir.path(),
@@ -191,51 +178,9 @@ async fn run(bin: PathBuf, minds: usize, seconds: f64, speedup: f64, budget_mib:
                 format!("9001e000-0000-4000-8000-{m:012x}"),
             ));
             backend.join_pool(pool.clone(), format!("mind-{m:02}"));
-            tokio::spawn(async move {
-                let mut turns = Vec::new();
-                let mut started = false;
-                let mut n = 0;
-                let first = seconds / 3.0 * m as f64 / minds as f64;
-                loop {
-                    let gap = Duration::from_secs_f64(if started {
-                        rng.gap_s() / speedup
-                    } else {
-                        first
-                    });
-                    if Instant::now() + gap >= real_end {
-                        break;
-                    }
-                    tokio::time::sleep(gap).await;
-                    if !started {
-                        // Started when first needed, as a host starts a Mind's session.
-                        backend.start(spec(m)).await.unwrap();
-                        started = true;
-                    }
-                    n += 1;
-                    let at = Instant::now();
-                    let r = backend
-                        .turn(TurnInput::text(format!(
-                            "Mind {m} turn {n}: answer briefly."
-                        )))
-                        .await;
-                    let wall = at.elapsed();
-                    if let Err(e) = r {
-                        eprintln!("mind {m} turn {n} failed: {e}");
-                        continue;
-                    }
-                    let resumed = backend.last_report().is_some_and(|r| {
-                        r.session_events
-                            .iter()
-                            .any(|e| matches!(e, SessionEvent::Unparked { .. }))
-                    });
-                    // The first turn of a started session pays the child's own start-up.
-                    if n > 1 {
-                        turns.push(TurnSample { wall, resumed });
-                    }
-                }
-                backend.shutdown().await;
-                (turns, n)
-            })
+            let rng = Rng(seed.wrapping_mul(1_000_003).wrapping_add(m as u64));
+            let first = seconds / 3.0 * m as f64 / minds as f64;
+            tokio::spawn(mind_turns(backend, m, rng, first, speedup, real_end))
         })
         .collect();
     let mut turns = Vec::new();
@@ -249,29 +194,107 @@ async fn run(bin: PathBuf, minds: usize, seconds: f64, speedup: f64, budget_mib:
     sweeper.await.unwrap();
     let samples = sampler.await.unwrap();
     let events = pool.take_events();
-    report(
-        &config,
+    report(&Run {
+        config,
         minds,
         speedup,
         wall_s,
         total_turns,
-        &turns,
-        &samples,
-        &events,
-    );
+        turns,
+        samples,
+        events,
+    });
 }
 
-#[allow(clippy::too_many_arguments)]
-fn report(
-    config: &PoolConfig,
-    minds: usize,
+/// The host's sweeper: every 15 pool seconds.
+fn spawn_sweeper(pool: SharedPool, real_end: Instant, speedup: f64) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while Instant::now() < real_end {
+            tokio::time::sleep(Duration::from_secs_f64(15.0 / speedup)).await;
+            pool.sweep(pool.now()).await;
+        }
+    })
+}
+
+/// Samples the live sessions four times a second (wall).
+fn spawn_sampler(
+    pool: SharedPool,
+    base: Instant,
+    real_end: Instant,
+) -> tokio::task::JoinHandle<Vec<Sample>> {
+    tokio::spawn(async move {
+        let mut samples = Vec::new();
+        while Instant::now() < real_end {
+            let live = pool.live();
+            let rss: Vec<f64> = live
+                .iter()
+                .filter(|s| s.pid.is_some())
+                .map(|s| s.rss_mib)
+                .collect();
+            samples.push((base.elapsed().as_secs_f64(), live.len(), rss));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        samples
+    })
+}
+
+/// One Mind's turns until the run ends: its first after `first` wall seconds, then after gaps
+/// drawn from `rng`. Returns the turns after each session's first, and how many it took.
+async fn mind_turns(
+    mut backend: ClaudeCliBackend,
+    m: usize,
+    mut rng: Rng,
+    first: f64,
     speedup: f64,
-    wall_s: f64,
-    total_turns: usize,
-    turns: &[TurnSample],
-    samples: &[(f64, usize, Vec<f64>)],
-    events: &[PoolEvent],
-) {
+    real_end: Instant,
+) -> (Vec<TurnSample>, usize) {
+    let mut turns = Vec::new();
+    let mut started = false;
+    let mut n = 0;
+    loop {
+        let gap = Duration::from_secs_f64(if started {
+            rng.gap_s() / speedup
+        } else {
+            first
+        });
+        if Instant::now() + gap >= real_end {
+            break;
+        }
+        tokio::time::sleep(gap).await;
+        if !started {
+            // Started when first needed, as a host starts a Mind's session.
+            backend.start(spec(m)).await.unwrap();
+            started = true;
+        }
+        n += 1;
+        let at = Instant::now();
+        let r = backend
+            .turn(TurnInput::text(format!(
+                "Mind {m} turn {n}: answer briefly."
+            )))
+            .await;
+        let wall = at.elapsed();
+        if let Err(e) = r {
+            eprintln!("mind {m} turn {n} failed: {e}");
+            continue;
+        }
+        let resumed = backend.last_report().is_some_and(|r| {
+            r.session_events
+                .iter()
+                .any(|e| matches!(e, SessionEvent::Unparked { .. }))
+        });
+        // The first turn of a started session pays the child's own start-up.
+        if n > 1 {
+            turns.push(TurnSample { wall, resumed });
+        }
+    }
+    backend.shutdown().await;
+    (turns, n)
+}
+
+fn report(run: &Run) {
+    let (config, minds, speedup, wall_s) = (&run.config, run.minds, run.speedup, run.wall_s);
+    let total_turns = run.total_turns;
     let pool_hours = wall_s * speedup / 3600.0;
     let rate = total_turns as f64 / minds as f64 / pool_hours;
     eprintln!(
@@ -285,7 +308,22 @@ fn report(
         "  turns: {total_turns} ({rate:.1} per Mind per pool hour; first turns of each session \
          left out of the latencies below)"
     );
+    let occupancy = report_occupancy(run);
+    let memory_parks = report_parks(&run.events);
+    let latency = report_latency(&run.turns);
+    report_capacity(run, rate, &occupancy, &latency, memory_parks);
+}
 
+/// What the samples say of the live sessions.
+#[derive(Clone, Copy)]
+struct Occupancy {
+    rss_median: f64,
+    rss_max: f64,
+    live_mean: f64,
+}
+
+fn report_occupancy(run: &Run) -> Occupancy {
+    let (samples, minds, wall_s) = (&run.samples, run.minds, run.wall_s);
     let mut rss: Vec<f64> = samples.iter().flat_map(|s| s.2.iter().copied()).collect();
     let rss_median = quantile(&mut rss, 0.5);
     let rss_max = rss.last().copied().unwrap_or(f64::NAN);
@@ -321,7 +359,15 @@ fn report(
         "  live over time (mean/max per tenth of the run): {}",
         line.join("  ")
     );
+    Occupancy {
+        rss_median,
+        rss_max,
+        live_mean,
+    }
+}
 
+/// Prints the parks by reason and the resumes; returns the parks the memory budget forced.
+fn report_parks(events: &[PoolEvent]) -> usize {
     let count = |f: &dyn Fn(&ParkReason) -> bool| {
         events
             .iter()
@@ -339,7 +385,20 @@ fn report(
         "  parks: {idle} idle (sweep), {memory} memory budget, {process} process budget; \
          resumes: {resumes}"
     );
+    memory
+}
 
+/// Turn latencies in milliseconds.
+#[derive(Clone, Copy)]
+struct Latency {
+    w50: f64,
+    r50: f64,
+    a50: f64,
+    a95: f64,
+    resumed_share: f64,
+}
+
+fn report_latency(turns: &[TurnSample]) -> Latency {
     let ms = |d: &Duration| d.as_secs_f64() * 1e3;
     let mut warm: Vec<f64> = turns
         .iter()
@@ -369,7 +428,35 @@ fn report(
         r50 - w50,
         r95 - w50
     );
+    Latency {
+        w50,
+        r50,
+        a50,
+        a95,
+        resumed_share,
+    }
+}
 
+fn report_capacity(
+    run: &Run,
+    rate: f64,
+    occupancy: &Occupancy,
+    latency: &Latency,
+    memory_parks: usize,
+) {
+    let (config, minds, speedup) = (&run.config, run.minds, run.speedup);
+    let Occupancy {
+        rss_median,
+        rss_max,
+        live_mean,
+    } = *occupancy;
+    let Latency {
+        w50,
+        r50,
+        a50,
+        a95,
+        resumed_share,
+    } = *latency;
     // Extrapolation 1, linear: the budget is the bottleneck, so (memory per Mind) = budget
     // held / Minds served at this turn rate and latency; 4 GiB holds 4096 / that.
     let per_mind = live_mean * rss_median / minds as f64;
@@ -401,6 +488,6 @@ fn report(
     eprintln!(
         "     (model: Minds independent, binomial live count; the bench's own budget of {} MiB bound {} \
          times; compressed time counts turns {speedup}x longer than they are, so f is an over-estimate)",
-        config.memory_budget_mib, memory
+        config.memory_budget_mib, memory_parks
     );
 }

@@ -321,7 +321,23 @@ async fn run(
         )
     });
 
-    // (c) Memory per idle Mind: cumulative steps of registered, stepped-once, idle Minds.
+    let memory = idle_memory(&bench).await;
+    bench.host.store.close().await;
+    Row {
+        store: store_name.to_string(),
+        turns_per_s,
+        busy_retries,
+        fsyncs_per_turn,
+        id_guard_per_turn,
+        loaded: latency(loaded),
+        solo: latency(solo_added),
+        memory,
+    }
+}
+
+/// (c) Memory per idle Mind: cumulative steps of registered, stepped-once, idle Minds; for each
+/// count of `MUNINN_BENCH_IDLE`, the MiB the process grew by per idle Mind.
+async fn idle_memory(bench: &Bench) -> Vec<(usize, f64)> {
     let idle_steps: Vec<usize> = std::env::var("MUNINN_BENCH_IDLE")
         .unwrap_or_else(|_| "1000,10000".into())
         .split(',')
@@ -358,18 +374,7 @@ async fn run(
         let grown = rss_kib().saturating_sub(base);
         memory.push((idle.len(), grown as f64 / 1024.0 / idle.len() as f64));
     }
-    drop(idle);
-    bench.host.store.close().await;
-    Row {
-        store: store_name.to_string(),
-        turns_per_s,
-        busy_retries,
-        fsyncs_per_turn,
-        id_guard_per_turn,
-        loaded: latency(loaded),
-        solo: latency(solo_added),
-        memory,
-    }
+    memory
 }
 
 fn main() {

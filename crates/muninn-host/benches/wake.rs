@@ -146,8 +146,63 @@ async fn bench(
     dir: &std::path::Path,
 ) -> Vec<(String, Duration)> {
     let ids: Vec<String> = (0..minds).map(|m| format!("w{m}")).collect();
-    let mut text = String::new();
+    let (host, sim) = open_host(&ids, dir).await;
+
+    let token = ApiToken::new("wake-bench");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut api_stopped = stopped.clone();
+    let api = tokio::spawn(serve(host.clone(), token.clone(), listener, async move {
+        let _ = api_stopped.changed().await;
+    }));
+
+    let (seen_tx, mut seen) = mpsc::channel(1024);
+    let mut runners = spawn_runners(&host, &sim, &seen_tx, &stopped);
+
+    // Every Mind registered, leased and idle.
     for id in &ids {
+        while host.store.lease(id).await.unwrap().is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // reqwest is built without a TLS provider and will not build a client without one.
+    muninn_anthropic::client::install_ring_provider();
+    let client = reqwest::Client::new();
+    let mut latencies = Vec::with_capacity(minds * rounds);
+    // A stride coprime with the count: an order unrelated to the order the runners started in.
+    let stride = (1..).map(|s| 7 * s).find(|s| gcd(*s, minds) == 1).unwrap();
+    for k in 0..minds * rounds {
+        let id = &ids[(k * stride) % minds];
+        let sent = Instant::now();
+        post_delivery(&client, &base, &token, id, k).await;
+        let started = turn_started(&mut seen, id).await;
+        latencies.push((id.clone(), started - sent));
+        loop {
+            match seen.recv().await.unwrap() {
+                Seen::Ended(mind) if &mind == id => break,
+                _ => {}
+            }
+        }
+        tokio::time::sleep(pause).await;
+    }
+
+    stop.send(true).unwrap();
+    while let Some(done) = runners.join_next().await {
+        done.unwrap().unwrap();
+    }
+    api.await.unwrap().unwrap();
+    host.store.close().await;
+    latencies
+}
+
+/// A host on a fresh SQLite store in `dir` with one Mind per id, all in one room, on a
+/// simulator whose clock is frozen.
+async fn open_host(ids: &[String], dir: &std::path::Path) -> (Host, Arc<Simulator>) {
+    let mut text = String::new();
+    for id in ids {
         text.push_str(&format!(
             "[[mind]]\nid = '{id}'\nrooms = ['#swarm']\ndoctrine_text = '''{}'''\n",
             "You are a careful and curious mind of the swarm. ".repeat(40)
@@ -161,17 +216,16 @@ async fn bench(
         ..SimConfig::default()
     }));
     let host = Host::new(store, config, Arc::new(SimClock(sim.clone())));
+    (host, sim)
+}
 
-    let token = ApiToken::new("wake-bench");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut api_stopped = stopped.clone();
-    let api = tokio::spawn(serve(host.clone(), token.clone(), listener, async move {
-        let _ = api_stopped.changed().await;
-    }));
-
-    let (seen_tx, mut seen) = mpsc::channel(1024);
+/// A runner for every Mind of the host, each on probed simulator backends.
+fn spawn_runners(
+    host: &Host,
+    sim: &Arc<Simulator>,
+    seen_tx: &mpsc::Sender<Seen>,
+    stopped: &tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinSet<Result<(), muninn_host::runtime::RuntimeError>> {
     let mut runners = tokio::task::JoinSet::new();
     for mind in host.config.minds.iter().cloned() {
         let backend = |persona_of: Option<String>| Probe {
@@ -195,71 +249,45 @@ async fn bench(
         .unwrap();
         runners.spawn(run_mind(runner, stopped.clone()));
     }
+    runners
+}
 
-    // Every Mind registered, leased and idle.
-    for id in &ids {
-        while host.store.lease(id).await.unwrap().is_none() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+/// Posts delivery `k` to Mind `id` through the HTTP API.
+async fn post_delivery(client: &reqwest::Client, base: &str, token: &ApiToken, id: &str, k: usize) {
+    let response = client
+        .post(format!("{base}/v1/minds/{id}/deliveries"))
+        .bearer_auth(token.expose())
+        .header("content-type", "application/json")
+        .body(
+            json!({
+            "room": "@ada:example.org",
+            "sender": "@ada:example.org",
+            "is_direct": true,
+            "to_you": true,
+            "text": "what did we decide about the release?",
+            "source_id": format!("wake-{k}"),
+            })
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+}
 
-    // reqwest is built without a TLS provider and will not build a client without one.
-    muninn_anthropic::client::install_ring_provider();
-    let client = reqwest::Client::new();
-    let mut latencies = Vec::with_capacity(minds * rounds);
-    // A stride coprime with the count: an order unrelated to the order the runners started in.
-    let stride = (1..).map(|s| 7 * s).find(|s| gcd(*s, minds) == 1).unwrap();
-    for k in 0..minds * rounds {
-        let id = &ids[(k * stride) % minds];
-        let sent = Instant::now();
-        let response = client
-            .post(format!("{base}/v1/minds/{id}/deliveries"))
-            .bearer_auth(token.expose())
-            .header("content-type", "application/json")
-            .body(
-                json!({
-                "room": "@ada:example.org",
-                "sender": "@ada:example.org",
-                "is_direct": true,
-                "to_you": true,
-                "text": "what did we decide about the release?",
-                "source_id": format!("wake-{k}"),
-                })
-                .to_string(),
-            )
-            .send()
+/// When Mind `id`'s next Persona turn started.
+async fn turn_started(seen: &mut mpsc::Receiver<Seen>, id: &str) -> Instant {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(60), seen.recv())
             .await
-            .unwrap();
-        assert!(response.status().is_success(), "{}", response.status());
-        let started = loop {
-            match tokio::time::timeout(Duration::from_secs(60), seen.recv())
-                .await
-                .expect("no turn within 60 s")
-                .unwrap()
-            {
-                Seen::Started(mind, at) if &mind == id => break at,
-                // Another Mind answering its Self run's result: not this delivery.
-                _ => {}
-            }
-        };
-        latencies.push((id.clone(), started - sent));
-        loop {
-            match seen.recv().await.unwrap() {
-                Seen::Ended(mind) if &mind == id => break,
-                _ => {}
-            }
+            .expect("no turn within 60 s")
+            .unwrap()
+        {
+            Seen::Started(mind, at) if mind == id => break at,
+            // Another Mind answering its Self run's result: not this delivery.
+            _ => {}
         }
-        tokio::time::sleep(pause).await;
     }
-
-    stop.send(true).unwrap();
-    while let Some(done) = runners.join_next().await {
-        done.unwrap().unwrap();
-    }
-    api.await.unwrap().unwrap();
-    host.store.close().await;
-    latencies
 }
 
 fn gcd(a: usize, b: usize) -> usize {

@@ -215,23 +215,8 @@ fn measure_api_log_line(target: u64) -> bool {
     ok
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--child") {
-        let paths: Vec<PathBuf> = args[2..].iter().map(PathBuf::from).collect();
-        child(&paths);
-        return;
-    }
-    let full = args.iter().any(|a| a == "--bench");
-    let target: u64 = std::env::var("MUNINN_BENCH_IMPORT_BYTES")
-        .ok()
-        .and_then(|v| v.replace('_', "").parse().ok())
-        .unwrap_or(if full { 1_000_000_000 } else { 8_000_000 });
-    let recorded = std::env::var_os("MUNINN_BENCH_CLAUDE_DIR").map_or_else(
-        || PathBuf::from("/work/shared/traces/claude-code"),
-        PathBuf::from,
-    );
-
+/// The run's title and the table's column names.
+fn print_header(full: bool) {
     println!(
         "muninn-import import bench ({})",
         if full {
@@ -257,6 +242,26 @@ fn main() {
         "Δ MiB",
         "MB/s"
     );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--child") {
+        let paths: Vec<PathBuf> = args[2..].iter().map(PathBuf::from).collect();
+        child(&paths);
+        return;
+    }
+    let full = args.iter().any(|a| a == "--bench");
+    let target: u64 = std::env::var("MUNINN_BENCH_IMPORT_BYTES")
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(if full { 1_000_000_000 } else { 8_000_000 });
+    let recorded = std::env::var_os("MUNINN_BENCH_CLAUDE_DIR").map_or_else(
+        || PathBuf::from("/work/shared/traces/claude-code"),
+        PathBuf::from,
+    );
+
+    print_header(full);
     if recorded.is_dir() {
         report("recorded claude-code", &measure(&recorded));
     } else {
