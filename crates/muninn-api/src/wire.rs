@@ -236,6 +236,22 @@ pub struct TransportStatus {
     /// intake goes on, but what was in them was never delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gaps_cut: Option<TransportGapsCut>,
+    /// The rooms it was configured for and is not in yet (absent: none), tried again with a
+    /// backoff while it runs. Not a state: the other rooms are read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rooms_not_joined: Vec<TransportRoomNotJoined>,
+}
+
+/// A room a transport was configured for and could not join yet (the Matrix connector tries
+/// again on a backoff of up to five minutes while the account runs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportRoomNotJoined {
+    /// The room as configured (`#alias`, `!id:server`).
+    pub room: String,
+    /// Why the last try failed.
+    pub error: String,
+    /// When the first try failed, Unix ms.
+    pub since_ms: i64,
 }
 
 /// The gaps a transport cut since this host started (the Matrix connector pages a `limited`

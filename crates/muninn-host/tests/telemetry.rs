@@ -758,3 +758,43 @@ fn a_transports_gaps_cut_outlast_its_changes_of_state() {
         (TransportState::Open, 5_000, Some(cut(2, 6_000)))
     );
 }
+
+/// The rooms a transport has not joined yet ride along with its state, as the gaps cut do, and
+/// an empty report clears them.
+#[test]
+fn a_transports_rooms_not_joined_outlast_its_changes_of_state_until_joined() {
+    use muninn_api::wire::{TransportRoomNotJoined, TransportState};
+    use muninn_host::telemetry::Telemetry;
+    let telemetry = Telemetry::default();
+    let later = TransportRoomNotJoined {
+        room: "#later".into(),
+        error: "homeserver refused join #later:example.org: HTTP 404 M_NOT_FOUND: no such room"
+            .into(),
+        since_ms: 1_000,
+    };
+    telemetry.transport_rooms_not_joined("vala", "matrix", vec![later.clone()], 1_000);
+    let live = telemetry.mind("vala").transport.unwrap();
+    assert_eq!(
+        (live.state, live.since_ms, live.rooms_not_joined),
+        (TransportState::Open, 1_000, vec![later.clone()])
+    );
+    telemetry.transport(
+        "vala",
+        "matrix",
+        TransportState::Failing {
+            stage: "sync".into(),
+            error: "connection refused".into(),
+            failures: 1,
+        },
+        2_000,
+    );
+    telemetry.transport("vala", "matrix", TransportState::Open, 3_000);
+    let live = telemetry.mind("vala").transport.unwrap();
+    assert_eq!(live.rooms_not_joined, vec![later]);
+    telemetry.transport_rooms_not_joined("vala", "matrix", Vec::new(), 4_000);
+    let live = telemetry.mind("vala").transport.unwrap();
+    assert_eq!(
+        (live.state, live.since_ms, live.rooms_not_joined),
+        (TransportState::Open, 3_000, Vec::new())
+    );
+}

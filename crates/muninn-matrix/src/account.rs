@@ -2,9 +2,11 @@
 //! `/sync` loop) and its mouth (the sender) side by side until the connector stops.
 
 use crate::client::MatrixClient;
-use crate::config::{Account, ConnectorConfig, Credential};
+use crate::config::{Account, ConnectorConfig};
 use crate::error::MatrixError;
+use crate::joins::{self, RoomNotJoined};
 use crate::rooms::Directory;
+use crate::session::Session;
 use crate::{OnDelivered, Stats, ear, mouth};
 use muninn_backend::clock::Clock;
 use muninn_store::Store;
@@ -23,12 +25,18 @@ pub(crate) struct Context {
     pub(crate) stats: Arc<Stats>,
     pub(crate) on_health: crate::OnHealth,
     pub(crate) on_gap_cut: crate::OnGapCut,
+    pub(crate) on_rooms_not_joined: crate::OnRoomsNotJoined,
 }
 
 impl Context {
     /// Reports the account's health for its Mind.
     pub(crate) fn health(&self, health: crate::AccountHealth) {
         (self.on_health)(&self.account.mind, health);
+    }
+
+    /// Reports the configured rooms the account is not in yet (empty: all joined).
+    pub(crate) fn rooms_not_joined(&self, rooms: &[RoomNotJoined]) {
+        (self.on_rooms_not_joined)(&self.account.mind, rooms);
     }
 
     /// Counts a gap cut in an answer now committed and reports the account's record.
@@ -40,11 +48,14 @@ impl Context {
 
 /// A logged-in account with its rooms.
 pub(crate) struct Opened {
+    pub(crate) session: Arc<Session>,
     pub(crate) client: MatrixClient,
     pub(crate) directory: Arc<Mutex<Directory>>,
     /// Rooms the account was in before it joined its configured rooms at this start: a room
     /// not among them is new to it, and its history before the join is context.
     pub(crate) joined: HashSet<String>,
+    /// Configured rooms it could not join (tried again while it runs).
+    pub(crate) not_joined: Vec<RoomNotJoined>,
 }
 
 /// Runs the account until `stop`: opens it (retrying with backoff), then its ear and mouth.
@@ -75,25 +86,35 @@ pub(crate) async fn run(
     };
     tracing::info!(%mind, user = %context.account.user_id, "matrix: account open");
     context.health(crate::AccountHealth::Open);
+    context.rooms_not_joined(&opened.not_joined);
+    let joins = joins::retry(
+        context.clone(),
+        opened.client.clone(),
+        opened.directory.clone(),
+        opened.not_joined.clone(),
+        stop.clone(),
+    );
     let ear = ear::Ear::new(context.clone(), &opened, on_delivered);
     let mouth = mouth::Mouth::new(context, &opened, outbox_changed);
-    tokio::join!(ear.run(stop.clone()), mouth.run(stop));
+    tokio::join!(ear.run(stop.clone()), mouth.run(stop), joins);
 }
 
 /// Logs in and learns the account's rooms.
 async fn open(context: &Context) -> Result<Opened, MatrixError> {
     let account = &context.account;
-    let client = login(&context.config.homeserver, account).await?;
+    let session = Session::open(&context.config.homeserver, account).await?;
+    let client = session.client().clone();
     let mut directory = Directory::default();
     // Before joining anything: what the account was already in.
     let joined: HashSet<String> = client.joined_rooms().await?.into_iter().collect();
+    let mut not_joined = Vec::new();
     for name in &account.rooms {
         match join_configured(&client, account, name).await {
             Ok(room_id) => directory.add_public(name, &room_id),
-            Err(error) if error.retry_after().is_none() => {
-                // One bad room must not keep the Mind deaf in the others: it is skipped, loudly.
-                tracing::error!(mind = %account.mind, room = %name, %error,
-                    "matrix: cannot join a configured room; it is skipped until the next start");
+            // One room out of reach must not keep the Mind deaf in the others: it is tried
+            // again while the account runs, and reported until joined.
+            Err(error) if error.retry_after().is_none() && !error.is_unauthorized() => {
+                not_joined.push(joins::not_joined(context, name, &error));
             }
             Err(error) => return Err(error),
         }
@@ -108,53 +129,17 @@ async fn open(context: &Context) -> Result<Opened, MatrixError> {
         }
     }
     Ok(Opened {
+        session: Arc::new(session),
         client,
         directory: Arc::new(Mutex::new(directory)),
         joined,
+        not_joined,
     })
-}
-
-/// A client logged in as the account on its fixed device: with the password, or with a token
-/// checked to be the account's and the device's.
-async fn login(homeserver: &str, account: &Account) -> Result<MatrixClient, MatrixError> {
-    let client = MatrixClient::new(homeserver)?;
-    match &account.credential {
-        Credential::Password(password) => {
-            let login = client
-                .login(&account.user_id, password.expose(), &account.device_id)
-                .await?;
-            if login.user_id != account.user_id || login.device_id != account.device_id {
-                return Err(MatrixError::Config(format!(
-                    "logged in as {} on device {}, configured {} on {}",
-                    login.user_id, login.device_id, account.user_id, account.device_id
-                )));
-            }
-            Ok(client.with_token(&login.access_token))
-        }
-        Credential::AccessToken(token) => {
-            let client = client.with_token(token.expose());
-            let me = client.whoami().await?;
-            if me.user_id != account.user_id {
-                return Err(MatrixError::Config(format!(
-                    "the access token is {}'s, configured {}",
-                    me.user_id, account.user_id
-                )));
-            }
-            if let Some(device) = me.device_id.filter(|d| *d != account.device_id) {
-                return Err(MatrixError::Config(format!(
-                    "the access token is device {device}'s, configured {}: transaction ids \
-                     (idempotent sends) are scoped per device",
-                    account.device_id
-                )));
-            }
-            Ok(client)
-        }
-    }
 }
 
 /// Joins a configured room (`!id`, `#alias:server`, or `#alias` on the account's server) and
 /// returns its room id.
-async fn join_configured(
+pub(crate) async fn join_configured(
     client: &MatrixClient,
     account: &Account,
     name: &str,
@@ -190,14 +175,18 @@ impl Backoff {
     /// The wait after `error`: its `retry_after` if it names one, else the next step; an error
     /// no retry can fix (a configuration error) waits the longest.
     pub(crate) fn after(&mut self, error: &MatrixError) -> Duration {
-        self.failures = self.failures.saturating_add(1);
-        let step =
-            Duration::from_secs(1 << self.failures.min(6).saturating_sub(1)).min(MAX_BACKOFF);
+        let step = self.step();
         match error.retry_after() {
             Some(wait) if !wait.is_zero() => wait,
             Some(_) => step,
             None => MAX_BACKOFF,
         }
+    }
+
+    /// The next step of the backoff, whatever the failure: 1 s, 2 s, 4 s, … up to 30 s.
+    pub(crate) fn step(&mut self) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        Duration::from_secs(1 << self.failures.min(6).saturating_sub(1)).min(MAX_BACKOFF)
     }
 
     /// Clears the failures after a success.

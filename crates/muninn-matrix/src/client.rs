@@ -13,7 +13,7 @@ use crate::wire::*;
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 /// The deadline of a call that is not a long poll.
@@ -33,19 +33,27 @@ pub const ANSWER_MAX_BYTES: usize = 16 * 1024 * 1024;
 pub const SYNC_ANSWER_MAX_BYTES: usize = 64 * 1024 * 1024;
 
 /// A client of one homeserver, logged in as one account once [`MatrixClient::with_token`] gave
-/// it a token. Cheap to clone (clones share the connection pool).
+/// it a token. Cheap to clone: clones share the connection pool and the token, so a token
+/// replaced after a new login ([`MatrixClient::replace_token`]) is the one every clone sends.
 #[derive(Clone)]
 pub struct MatrixClient {
     http: reqwest::Client,
     base: Url,
-    token: Option<Arc<str>>,
+    token: Arc<RwLock<Token>>,
+}
+
+/// The access token clones share, and how many times it was replaced.
+#[derive(Default)]
+struct Token {
+    text: Option<Arc<str>>,
+    generation: u64,
 }
 
 impl std::fmt::Debug for MatrixClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MatrixClient")
             .field("base", &self.base.as_str())
-            .field("logged_in", &self.token.is_some())
+            .field("logged_in", &self.token().is_some())
             .finish_non_exhaustive()
     }
 }
@@ -79,14 +87,43 @@ impl MatrixClient {
         Ok(MatrixClient {
             http,
             base,
-            token: None,
+            token: Arc::default(),
         })
     }
 
-    /// This client with `token` as its access token.
+    /// This client with `token` as its access token (its own: clones of it share it, the
+    /// client it was made from keeps its own).
     pub fn with_token(mut self, token: &str) -> MatrixClient {
-        self.token = Some(Arc::from(token));
+        self.token = Arc::new(RwLock::new(Token {
+            text: Some(Arc::from(token)),
+            generation: 0,
+        }));
         self
+    }
+
+    /// Replaces the access token of this client and every clone of it (after a new login).
+    pub fn replace_token(&self, token: &str) {
+        let mut shared = self.token.write().unwrap_or_else(PoisonError::into_inner);
+        shared.text = Some(Arc::from(token));
+        shared.generation = shared.generation.wrapping_add(1);
+    }
+
+    /// How many times the token was replaced: read before a call, it tells whether a token the
+    /// homeserver refused is still the one in use (or was replaced meanwhile).
+    pub fn token_generation(&self) -> u64 {
+        self.token
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .generation
+    }
+
+    /// The token now (a poisoned lock still holds a valid token: nothing panics holding it).
+    fn token(&self) -> Option<Arc<str>> {
+        self.token
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .text
+            .clone()
     }
 
     /// `/_matrix/client/v3/<segments…>?<query>`, each segment percent-encoded.
@@ -130,7 +167,7 @@ impl MatrixClient {
         max_bytes: usize,
     ) -> Result<T, MatrixError> {
         let mut request = self.http.request(method, url).timeout(timeout);
-        if let Some(token) = &self.token {
+        if let Some(token) = self.token() {
             request = request.bearer_auth(token);
         }
         if let Some(body) = body {
@@ -285,7 +322,14 @@ impl MatrixClient {
 
     /// Joins a room by id or alias (idempotent); returns its room id.
     pub async fn join(&self, room: &str) -> Result<String, MatrixError> {
-        let url = self.url(&["join", room], &[])?;
+        self.join_via(room, None).await
+    }
+
+    /// Joins a room by id or alias through `via`, a server in the room (`server_name`: a room
+    /// id names no server that is sure to be in it).
+    pub async fn join_via(&self, room: &str, via: Option<&str>) -> Result<String, MatrixError> {
+        let query: Vec<(&str, &str)> = via.map(|s| ("server_name", s)).into_iter().collect();
+        let url = self.url(&["join", room], &query)?;
         let what = format!("join {room}");
         let joined: RoomIdResponse = self
             .call(Method::POST, url, Some(b"{}".to_vec()), &what)

@@ -18,6 +18,8 @@ use crate::history::{
     mail_start, merge_rooms, out_before, read_chunk, settles_mail_start,
 };
 use crate::rooms::{Directory, RoomKind};
+use crate::session::Session;
+use crate::upgrades;
 use crate::wire::{
     InvitedRoom, JoinedRoom, MessagesResponse, RoomEvent, SyncResponse, membership_of,
 };
@@ -34,8 +36,9 @@ const PAGE: u32 = 100;
 /// How often a held sync looks whether the Mind caught up.
 const HOLD_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// The event types read: messages, and memberships (to find where a new room's mail starts).
-const EVENT_TYPES: &str = r#"["m.room.message","m.room.member"]"#;
+/// The event types read: messages, memberships (to find where a new room's mail starts) and
+/// tombstones (an upgraded room, followed to its replacement: `upgrades`).
+const EVENT_TYPES: &str = r#"["m.room.message","m.room.member","m.room.tombstone"]"#;
 
 /// The events to ask for in the next page of a gap that holds `paged` of at most `max`: a
 /// page, or what is left (so that the bound is the bound, not the next page's end).
@@ -121,9 +124,12 @@ impl Forward {
 /// An account's `/sync` loop.
 pub(crate) struct Ear {
     context: Context,
+    session: Arc<Session>,
     client: MatrixClient,
     directory: Arc<Mutex<Directory>>,
     joined: HashSet<String>,
+    /// Replacements of upgraded rooms joined and not yet read: read from their start.
+    successors: HashSet<String>,
     windows: HashMap<String, Window>,
     on_delivered: OnDelivered,
     filter: String,
@@ -142,9 +148,11 @@ impl Ear {
                 r#"{{"presence":{{"not_types":["*"]}},"account_data":{{"types":["m.direct"]}},"room":{{"timeline":{{"limit":{limit},"types":{EVENT_TYPES}}},"state":{{"lazy_load_members":true,"types":["m.room.member"]}},"ephemeral":{{"not_types":["*"]}},"account_data":{{"not_types":["*"]}}}}}}"#
             ),
             page_filter: format!(r#"{{"types":{EVENT_TYPES}}}"#),
+            session: opened.session.clone(),
             client: opened.client.clone(),
             directory: opened.directory.clone(),
             joined: opened.joined.clone(),
+            successors: HashSet::new(),
             windows: HashMap::new(),
             cuts: Mutex::new(Vec::new()),
             on_delivered,
@@ -194,6 +202,8 @@ impl Ear {
                 Some(_) => self.context.config.sync_timeout,
                 None => std::time::Duration::ZERO,
             };
+            // Read before the sync: a refusal of this token is renewed once (see `session`).
+            let generation = self.client.token_generation();
             let synced = tokio::select! {
                 synced = self.client.sync(since.as_deref(), &self.filter, timeout) => synced,
                 _ = stop.changed() => return,
@@ -222,7 +232,21 @@ impl Ear {
                         stage: "sync",
                         error: error.to_string(),
                     });
-                    let wait = backoff.after(&error);
+                    let wait = match error.is_unauthorized() {
+                        // Logged in again: the same position is asked with the new token after
+                        // the backoff's step (a second refusal in a row waits longer).
+                        true => match self.session.renew(generation, &error).await {
+                            Ok(()) => backoff.step(),
+                            Err(renewal) => {
+                                self.context.health(AccountHealth::Failing {
+                                    stage: "login",
+                                    error: renewal.to_string(),
+                                });
+                                backoff.after(&renewal)
+                            }
+                        },
+                        false => backoff.after(&error),
+                    };
                     tracing::warn!(mind = %self.mind(), %error, "matrix: sync failed; retrying in {wait:?}");
                     if pause(&mut stop, wait).await {
                         return;
@@ -330,6 +354,9 @@ impl Ear {
                 return Err(error.into());
             }
         };
+        for room in &rooms {
+            self.successors.remove(room);
+        }
         self.joined.extend(rooms);
         for room in &left {
             self.joined.remove(room);
@@ -371,6 +398,11 @@ impl Ear {
             lock(&self.directory).set_direct(&direct.content);
         }
         self.accept_invites(&response.rooms.invite).await?;
+        let upgraded = upgrades::tombstones(&response.rooms.join);
+        let account = &self.context.account;
+        let who = (account.mind.as_str(), account.user_id.as_str());
+        let successors = upgrades::follow(&self.client, &self.directory, who, upgraded).await?;
+        self.successors.extend(successors);
         let segment_start = self.segment_start().await?;
         let own = self.context.account.user_id.clone();
         let held =
@@ -551,6 +583,16 @@ impl Ear {
             (None, _) => {
                 let history = events.len();
                 Ok((events, history, back))
+            }
+            (Some(_), true) if self.successors.contains(room_id) => {
+                // An upgraded room's replacement: all of it is mail, from its start.
+                let Some(from) = paging else {
+                    return Ok((events, 0, back));
+                };
+                let never = |_: &RoomEvent| false;
+                let (older, token) = self.page_back(room_id, from, None, &never).await?;
+                events.splice(0..0, older);
+                Ok((events, 0, token))
             }
             (Some(_), true) => {
                 if let Some(start) = mail_start(&events, own) {

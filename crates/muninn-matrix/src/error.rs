@@ -63,6 +63,21 @@ pub enum MatrixError {
     #[error("matrix configuration: {0}")]
     Config(String),
 
+    /// The homeserver refused the configured access token (401: logged out, its device
+    /// deleted, the password changed). An account configured with an access token cannot log
+    /// in again by itself: **not retryable** until a new token is configured (and muninn
+    /// restarted). An account with a password logs in again instead of returning this.
+    #[error(
+        "the homeserver refused the access token ({errcode}: {message}); configure a new one \
+         and restart muninn"
+    )]
+    TokenRefused {
+        /// The Matrix error code (`M_UNKNOWN_TOKEN`, …).
+        errcode: String,
+        /// The homeserver's sentence.
+        message: String,
+    },
+
     /// The store failed; retryable as [`StoreError::is_retryable`] says.
     #[error("store: {0}")]
     Store(#[from] StoreError),
@@ -94,7 +109,7 @@ impl MatrixError {
                     None
                 }
             }
-            MatrixError::Config(_) => None,
+            MatrixError::Config(_) | MatrixError::TokenRefused { .. } => None,
             MatrixError::Store(e) => e.is_retryable().then_some(Duration::ZERO),
         }
     }

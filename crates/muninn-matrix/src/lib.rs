@@ -12,7 +12,10 @@
 //! - [`client`] — the Client-Server API calls, over reqwest; [`wire`] — their JSON.
 //! - [`rooms`] — which rooms an account listens in and what each is: public or direct.
 //! - [`history`] — a room's recent history, mail and context read from a sync.
-//! - `account` (private) — login on the fixed device, the configured rooms joined.
+//! - `account` (private) — the account opened: logged in, the configured rooms joined.
+//! - `upgrades` (private) — an upgraded room followed to its replacement.
+//! - `session` (private) — the shared login, renewed on the fixed device when refused mid-run.
+//! - `joins` (private) — configured rooms not joined at the start, tried again while it runs.
 //! - `ear` (private) — the `/sync` loop; `mouth` (private) — the outbox sender.
 //! - [`error`] — [`MatrixError`].
 //!
@@ -47,12 +50,16 @@ pub mod config;
 mod ear;
 pub mod error;
 pub mod history;
+mod joins;
 mod mouth;
 pub mod rooms;
+mod session;
+mod upgrades;
 pub mod wire;
 
 pub use config::{Account, ConnectorConfig, Credential, FaultPoint, Secret};
 pub use error::MatrixError;
+pub use joins::RoomNotJoined;
 
 use muninn_backend::clock::Clock;
 use muninn_store::Store;
@@ -123,6 +130,10 @@ pub struct GapsCut {
 
 /// Called with a Mind's id and its account's gaps cut after a commit made a cut final.
 pub type OnGapCut = Arc<dyn Fn(&str, &GapsCut) + Send + Sync>;
+
+/// Called with a Mind's id and the configured rooms its account is not in yet, when the account
+/// opens and whenever that list changes (empty: every configured room is joined).
+pub type OnRoomsNotJoined = Arc<dyn Fn(&str, &[RoomNotJoined]) + Send + Sync>;
 
 /// What the connector did so far, summed over its accounts (and the gaps cut, per account).
 #[derive(Debug, Default)]
@@ -216,6 +227,7 @@ pub struct Connector {
     on_delivered: OnDelivered,
     on_health: OnHealth,
     on_gap_cut: OnGapCut,
+    on_rooms_not_joined: OnRoomsNotJoined,
     outbox_changed: Option<watch::Receiver<u64>>,
     stats: Arc<Stats>,
 }
@@ -241,6 +253,7 @@ impl Connector {
             on_delivered: Arc::new(|_| {}),
             on_health: Arc::new(|_, _| {}),
             on_gap_cut: Arc::new(|_, _| {}),
+            on_rooms_not_joined: Arc::new(|_, _| {}),
             outbox_changed: None,
             stats: Arc::new(Stats::default()),
         }
@@ -262,6 +275,13 @@ impl Connector {
     /// cut one (a cut is not a failure: the sync goes on, so it is not part of the health).
     pub fn on_gap_cut(mut self, report: OnGapCut) -> Connector {
         self.on_gap_cut = report;
+        self
+    }
+
+    /// Calls `report` with a Mind's id and the configured rooms its account could not join yet
+    /// (at its open, then at each change; tried again on a backoff while it runs).
+    pub fn on_rooms_not_joined(mut self, report: OnRoomsNotJoined) -> Connector {
+        self.on_rooms_not_joined = report;
         self
     }
 
@@ -288,6 +308,7 @@ impl Connector {
             on_delivered,
             on_health,
             on_gap_cut,
+            on_rooms_not_joined,
             outbox_changed,
             stats,
         } = self;
@@ -302,6 +323,7 @@ impl Connector {
                 stats: stats.clone(),
                 on_health: on_health.clone(),
                 on_gap_cut: on_gap_cut.clone(),
+                on_rooms_not_joined: on_rooms_not_joined.clone(),
             };
             tasks.spawn(account::run(
                 context,

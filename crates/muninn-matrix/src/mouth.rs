@@ -18,6 +18,7 @@ use crate::client::MatrixClient;
 use crate::config::{FaultPoint, crash_if_armed};
 use crate::error::MatrixError;
 use crate::rooms::Directory;
+use crate::session::Session;
 use muninn_store::OutboxMessage;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -28,6 +29,7 @@ const PAGE: i64 = 50;
 /// An account's outbox sender.
 pub(crate) struct Mouth {
     context: Context,
+    session: Arc<Session>,
     client: MatrixClient,
     directory: Arc<Mutex<Directory>>,
     outbox_changed: watch::Receiver<u64>,
@@ -43,6 +45,7 @@ impl Mouth {
         outbox_changed: watch::Receiver<u64>,
     ) -> Mouth {
         Mouth {
+            session: opened.session.clone(),
             client: opened.client.clone(),
             directory: opened.directory.clone(),
             outbox_changed,
@@ -119,6 +122,7 @@ impl Mouth {
             );
             return self.fail(message, &failure, backoff).await;
         };
+        let generation = self.client.token_generation();
         match self
             .client
             .send_text(&room_id, &message.request_id, &message.text)
@@ -147,9 +151,22 @@ impl Mouth {
                     "matrix: rate limited; sending again in {wait:?}");
                 Err(Wait(wait))
             }
-            Err(error) if error.retry_after().is_some() || error.is_unauthorized() => {
-                // Transient, or the credential was refused: the message is not at fault, so it
-                // keeps its place and waits.
+            Err(error) if error.is_unauthorized() => {
+                // The token was refused, not the message: it keeps its place, and goes again
+                // after a new login on the same device (the same transaction id, so at most one
+                // event), else after a wait (the ear reports the failure).
+                match self.session.renew(generation, &error).await {
+                    Ok(()) => Err(Wait(backoff.step())),
+                    Err(renewal) => {
+                        let wait = backoff.after(&renewal);
+                        tracing::warn!(mind = %self.mind(), request = %message.request_id,
+                            error = %renewal, "matrix: cannot send; retrying in {wait:?}");
+                        Err(Wait(wait))
+                    }
+                }
+            }
+            Err(error) if error.retry_after().is_some() => {
+                // Transient: the message is not at fault, so it keeps its place and waits.
                 let wait = backoff.after(&error);
                 tracing::warn!(mind = %self.mind(), request = %message.request_id, %error,
                     "matrix: send failed; retrying in {wait:?}");

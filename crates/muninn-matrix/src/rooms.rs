@@ -34,6 +34,8 @@ pub struct Directory {
     direct: BTreeMap<String, Vec<String>>,
     /// Joined member counts of rooms that are neither configured nor in `m.direct`.
     members: HashMap<String, u64>,
+    /// Rooms upgraded since the account opened: old room id → its replacement's.
+    upgraded: HashMap<String, String>,
 }
 
 impl Directory {
@@ -74,6 +76,32 @@ impl Directory {
         Some(serde_json::json!(self.direct))
     }
 
+    /// Records that `old` was upgraded to `new`: a configured room's name now names the
+    /// replacement (the old id keeps the name, for what is still read from it), a direct chat's
+    /// replacement is direct with the same person, and a reply to the old room goes to the new.
+    /// Returns the new `m.direct` content if it changed.
+    pub fn follow_upgrade(&mut self, old: &str, new: &str) -> Option<Value> {
+        self.upgraded.insert(old.to_owned(), new.to_owned());
+        if let Some(name) = self.public.get(old).cloned() {
+            self.add_public(&name, new);
+            return None;
+        }
+        if let Some(&joined) = self.members.get(old) {
+            self.members.entry(new.to_owned()).or_insert(joined);
+        }
+        let with: Vec<String> = self
+            .direct
+            .iter()
+            .filter(|(_, rooms)| rooms.iter().any(|r| r == old))
+            .map(|(user, _)| user.clone())
+            .collect();
+        let mut changed = None;
+        for user in with {
+            changed = self.add_direct(&user, new).or(changed);
+        }
+        changed
+    }
+
     /// Records how many members have joined a room (from a sync's summary or a lookup).
     pub fn set_members(&mut self, room_id: &str, joined: u64) {
         self.members.insert(room_id.to_owned(), joined);
@@ -107,13 +135,26 @@ impl Directory {
         if let Some(id) = self.by_name.get(room) {
             return Some(id.clone());
         }
-        if room.starts_with('!') {
-            return self.kind(room).map(|_| room.to_owned());
+        let room_id = if room.starts_with('!') {
+            self.kind(room).map(|_| room.to_owned())
+        } else if room.starts_with('@') {
+            self.direct.get(room).and_then(|r| r.first()).cloned()
+        } else {
+            None
+        };
+        room_id.map(|id| self.latest(id))
+    }
+
+    /// The room that replaced `room_id`, through every upgrade known (bounded: a cycle, which
+    /// no homeserver makes, stops after as many steps as there are upgrades).
+    fn latest(&self, mut room_id: String) -> String {
+        for _ in 0..self.upgraded.len() {
+            match self.upgraded.get(&room_id) {
+                Some(next) => room_id = next.clone(),
+                None => break,
+            }
         }
-        if room.starts_with('@') {
-            return self.direct.get(room).and_then(|r| r.first()).cloned();
-        }
-        None
+        room_id
     }
 }
 
@@ -154,5 +195,27 @@ mod tests {
             Some(json!({"@ann:hs": ["!dm:hs"], "@bob:hs": [], "@carol:hs": ["!c:hs"]}))
         );
         assert_eq!(d.add_direct("@carol:hs", "!c:hs"), None);
+    }
+
+    #[test]
+    fn an_upgraded_room_is_followed_by_name_by_id_and_by_person() {
+        let mut d = Directory::default();
+        d.add_public("#swarm", "!s:hs");
+        d.set_direct(&json!({"@ann:hs": ["!dm:hs"]}));
+        assert_eq!(d.follow_upgrade("!s:hs", "!s2:hs"), None);
+        assert_eq!(
+            d.follow_upgrade("!dm:hs", "!dm2:hs"),
+            Some(json!({"@ann:hs": ["!dm:hs", "!dm2:hs"]}))
+        );
+        assert_eq!(d.follow_upgrade("!s2:hs", "!s3:hs"), None);
+        let swarm = Some(RoomKind::Public {
+            name: "#swarm".into(),
+        });
+        assert_eq!((d.kind("!s:hs"), d.kind("!s3:hs")), (swarm.clone(), swarm));
+        assert_eq!(d.kind("!dm2:hs"), Some(RoomKind::Direct));
+        assert_eq!(d.resolve("#swarm").as_deref(), Some("!s3:hs"));
+        assert_eq!(d.resolve("!s:hs").as_deref(), Some("!s3:hs"));
+        assert_eq!(d.resolve("!dm:hs").as_deref(), Some("!dm2:hs"));
+        assert_eq!(d.resolve("@ann:hs").as_deref(), Some("!dm2:hs"));
     }
 }

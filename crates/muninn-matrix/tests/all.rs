@@ -17,8 +17,8 @@
 use muninn_backend::clock::SystemClock;
 use muninn_matrix::config::SYNC_CURSOR;
 use muninn_matrix::{
-    Account, AccountHealth, Connector, ConnectorConfig, Credential, GapsCut, Secret, Stats,
-    StatsSnapshot,
+    Account, AccountHealth, Connector, ConnectorConfig, Credential, GapsCut, RoomNotJoined, Secret,
+    Stats, StatsSnapshot,
 };
 use muninn_store::{Delivery, FencingToken, Mind, NewOutboxMessage, SqliteStore, Store};
 use muninn_testkit::synapse::{self, MatrixUser, Synapse};
@@ -31,6 +31,7 @@ use tokio::sync::watch;
 
 mod faults;
 mod gaps;
+mod lifecycle;
 
 const MIND: &str = "vala";
 const PASSWORD: &str = "muninn-test-password";
@@ -55,6 +56,8 @@ struct Running {
     outbox: watch::Sender<u64>,
     /// Every health report, in order.
     health: Arc<Mutex<Vec<AccountHealth>>>,
+    /// Every report of the configured rooms not joined yet, in order.
+    not_joined: Arc<Mutex<Vec<Vec<RoomNotJoined>>>>,
 }
 
 impl Running {
@@ -137,10 +140,15 @@ impl Rig {
         let (outbox, outbox_rx) = watch::channel(0);
         let health = Arc::new(Mutex::new(Vec::new()));
         let reports = health.clone();
+        let not_joined = Arc::new(Mutex::new(Vec::new()));
+        let rooms_reports = not_joined.clone();
         let connector = Connector::new(config, store, Arc::new(SystemClock))
             .outbox_changed(outbox_rx)
             .on_health(Arc::new(move |_, report| {
                 reports.lock().unwrap().push(report);
+            }))
+            .on_rooms_not_joined(Arc::new(move |_, rooms| {
+                rooms_reports.lock().unwrap().push(rooms.to_vec());
             }));
         let stats = connector.stats();
         let (stop, stopped) = watch::channel(false);
@@ -151,6 +159,7 @@ impl Rig {
             stats,
             outbox,
             health,
+            not_joined,
         }
     }
 

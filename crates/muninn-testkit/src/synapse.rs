@@ -167,6 +167,22 @@ impl Synapse {
         MatrixUser::from_login(http, self.url(), &answer)
     }
 
+    /// Logs `user` (a user id) in with `password` on `device`: a client of its own on that
+    /// device (the connector's fixed device, to log it out from outside).
+    pub async fn login(&self, user: &str, password: &str, device: &str) -> MatrixUser {
+        let http = http_client();
+        let body = json!({"type": "m.login.password", "device_id": device,
+            "identifier": {"type": "m.id.user", "user": user}, "password": password});
+        let answer = post_json(
+            &http,
+            &format!("{}/_matrix/client/v3/login", self.url()),
+            None,
+            &body,
+        )
+        .await;
+        MatrixUser::from_login(http, self.url(), &answer)
+    }
+
     /// Registers a server admin (through Synapse's own script: the shared-secret registration)
     /// and logs it in.
     pub async fn register_admin(&self, name: &str, password: &str) -> MatrixUser {
@@ -418,6 +434,40 @@ impl MatrixUser {
         )
         .await;
         answer["room_id"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Logs this client's device out (`POST /logout`): Synapse deletes the device, and every
+    /// access token of it is refused from then on.
+    pub async fn logout(&self) {
+        post_json(
+            &self.http,
+            &self.api("logout"),
+            Some(&self.token),
+            &json!({}),
+        )
+        .await;
+    }
+
+    /// The client's access token (to configure a connector with).
+    pub fn access_token(&self) -> &str {
+        &self.token
+    }
+
+    /// Upgrades `room` to room version `version` (`POST …/upgrade`, by a member with the power
+    /// to, e.g. its creator); returns the replacement room's id.
+    pub async fn upgrade_room(&self, room: &str, version: &str) -> String {
+        let url = self.api(&format!("rooms/{}/upgrade", segment(room)));
+        let answer = post_json(
+            &self.http,
+            &url,
+            Some(&self.token),
+            &json!({"new_version": version}),
+        )
+        .await;
+        answer["replacement_room"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no replacement_room in {answer}"))
+            .to_owned()
     }
 
     /// Invites `user` to `room`.

@@ -10,7 +10,7 @@
 //! `FaultPoint`); unset, nothing is armed.
 
 use anyhow::Context;
-use muninn_api::wire::{TransportGapsCut, TransportState};
+use muninn_api::wire::{TransportGapsCut, TransportRoomNotJoined, TransportState};
 use muninn_host::Host;
 use muninn_host::config::Config;
 use muninn_matrix::{
@@ -101,6 +101,7 @@ pub fn spawn(
     let signals = host.signals.clone();
     let (telemetry, clock) = (host.telemetry.clone(), host.clock.clone());
     let (gaps_telemetry, gaps_clock) = (host.telemetry.clone(), host.clock.clone());
+    let (rooms_telemetry, rooms_clock) = (host.telemetry.clone(), host.clock.clone());
     let connector = Connector::new(config, host.store.clone(), host.clock.clone())
         .on_delivered(Arc::new(move |mind| signals.wake(mind)))
         .on_health(Arc::new(move |mind, health| {
@@ -109,6 +110,17 @@ pub fn spawn(
         .on_gap_cut(Arc::new(move |mind, gaps| {
             let gaps = transport_gaps_cut(gaps);
             gaps_telemetry.transport_gaps_cut(mind, "matrix", gaps, gaps_clock.now_ms())
+        }))
+        .on_rooms_not_joined(Arc::new(move |mind, rooms| {
+            let rooms = rooms
+                .iter()
+                .map(|r| TransportRoomNotJoined {
+                    room: r.room.clone(),
+                    error: r.error.clone(),
+                    since_ms: r.since_ms,
+                })
+                .collect();
+            rooms_telemetry.transport_rooms_not_joined(mind, "matrix", rooms, rooms_clock.now_ms())
         }))
         .outbox_changed(outbox_changed);
     tokio::spawn(connector.run(stopped))

@@ -103,8 +103,9 @@ fn segment_column(segment: &Option<Segment>) -> String {
 
 /// `muninn status`: every Mind with its state, lease holder, pending deliveries, segments and
 /// spend in its window; a line per Mind that is retrying, with the error, a line per Mind whose
-/// transport cut a gap (skipped events), then each send a transport gave up on (when and why),
-/// and each Mind's deliveries set aside as undeliverable.
+/// transport cut a gap (skipped events), a line per configured room a transport has not joined
+/// yet, then each send a transport gave up on (when and why), and each Mind's deliveries set
+/// aside as undeliverable.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     block_on(async move {
@@ -117,6 +118,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         print_retrying(&minds)?;
         print_transport_trouble(&minds)?;
         print_gaps_cut(&minds)?;
+        print_rooms_not_joined(&minds)?;
         print_failed_sends(&minds)?;
         print_undeliverable(&minds)?;
         print_brake(&minds)?;
@@ -247,6 +249,30 @@ fn print_gaps_cut(minds: &[MindStatus]) -> std::io::Result<()> {
             clock_time(gaps.last_at_ms),
             gaps.last_events_read
         )?;
+    }
+    Ok(())
+}
+
+/// A line per configured room a transport is not in yet: the Mind does not hear it.
+fn print_rooms_not_joined(minds: &[MindStatus]) -> std::io::Result<()> {
+    for mind in minds {
+        let Some(TransportStatus {
+            transport,
+            rooms_not_joined,
+            ..
+        }) = &mind.transport
+        else {
+            continue;
+        };
+        for room in rooms_not_joined {
+            outln!(
+                "{}: {transport} has not joined {} yet (failing since {}; trying again): {}",
+                mind.id,
+                room.room,
+                clock_time(room.since_ms),
+                room.error
+            )?;
+        }
     }
     Ok(())
 }

@@ -21,6 +21,7 @@
 //! serve a repeated `/sync` stale). Every child is killed on the way out, pass or fail.
 
 mod gaps;
+mod rooms;
 
 use crate::serving::{Spawned, spawn_ready};
 use muninn_store::{Role, SqliteStore, Store};

@@ -6,7 +6,7 @@
 //! good) ride along with its state and outlast its changes, for the operator to see.
 
 use super::Telemetry;
-use muninn_api::wire::{TransportGapsCut, TransportState, TransportStatus};
+use muninn_api::wire::{TransportGapsCut, TransportRoomNotJoined, TransportState, TransportStatus};
 
 impl Telemetry {
     /// Records that `transport` (e.g. `matrix`) is now in `state` for `mind`, at `now_ms`. A
@@ -22,8 +22,13 @@ impl Telemetry {
         let mut guard = self.lock();
         let live = guard.minds.entry(mind.to_owned()).or_default();
         let previous = live.transport.take();
-        // The gaps cut outlast every change of state: they are a mark, not a state.
+        // The gaps cut and the rooms not joined outlast every change of state: they are marks,
+        // not states.
         let gaps_cut = previous.as_ref().and_then(|p| p.gaps_cut.clone());
+        let rooms_not_joined = previous
+            .as_ref()
+            .map(|p| p.rooms_not_joined.clone())
+            .unwrap_or_default();
         let next = match (previous, state) {
             (
                 Some(TransportStatus {
@@ -46,6 +51,7 @@ impl Telemetry {
                 },
                 since_ms,
                 gaps_cut: None,
+                rooms_not_joined: Vec::new(),
             },
             (previous, state) => {
                 let changed = previous
@@ -69,11 +75,16 @@ impl Telemetry {
                         state,
                         since_ms: now_ms,
                         gaps_cut: None,
+                        rooms_not_joined: Vec::new(),
                     },
                 }
             }
         };
-        live.transport = Some(TransportStatus { gaps_cut, ..next });
+        live.transport = Some(TransportStatus {
+            gaps_cut,
+            rooms_not_joined,
+            ..next
+        });
     }
 
     /// Records the gaps `transport` cut for `mind` (its record since it started, replacing the
@@ -93,8 +104,30 @@ impl Telemetry {
             state: TransportState::Open,
             since_ms: now_ms,
             gaps_cut: None,
+            rooms_not_joined: Vec::new(),
         });
         status.gaps_cut = Some(gaps_cut);
+    }
+
+    /// Records the configured rooms `transport` is not in yet for `mind` (replacing the last
+    /// list; empty: all joined). A transport that never reported a state is taken as open.
+    pub fn transport_rooms_not_joined(
+        &self,
+        mind: &str,
+        transport: &'static str,
+        rooms: Vec<TransportRoomNotJoined>,
+        now_ms: i64,
+    ) {
+        let mut guard = self.lock();
+        let live = guard.minds.entry(mind.to_owned()).or_default();
+        let status = live.transport.get_or_insert_with(|| TransportStatus {
+            transport: transport.to_owned(),
+            state: TransportState::Open,
+            since_ms: now_ms,
+            gaps_cut: None,
+            rooms_not_joined: Vec::new(),
+        });
+        status.rooms_not_joined = rooms;
     }
 }
 

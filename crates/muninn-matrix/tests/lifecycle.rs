@@ -1,0 +1,285 @@
+//! What a long-lived homeserver account goes through: its device logged out mid-conversation
+//! (a password account logs in again on it; an access token account says to configure a new
+//! token), a configured room that cannot be joined yet, a room upgraded under it.
+
+use super::*;
+use pretty_assertions::assert_eq;
+
+/// The bot's fixed device, as `Rig::start` configures it.
+const DEVICE: &str = "MUNINNTEST";
+
+/// The Mind answers every delivery not yet answered, each with `answer <its text>`, in order.
+async fn answer_all(rig: &Rig, running: &Running, room: &str, answered: &mut usize) {
+    let mail = rig.mail().await;
+    for delivery in &mail[*answered..] {
+        let id = format!("vala-{}-{}-0", delivery.seq, delivery.seq);
+        rig.say(&[(&id, room, &format!("answer {}", delivery.text))])
+            .await;
+    }
+    *answered = mail.len();
+    running.outbox_changed();
+}
+
+/// The bot's messages in `room` once there are `n` of them.
+async fn bot_said(rig: &Rig, room: &str, n: usize) -> Vec<String> {
+    eventually(&format!("{n} answers"), Duration::from_secs(60), || async {
+        let bodies: Vec<String> = rig
+            .human
+            .messages(room)
+            .await
+            .into_iter()
+            .filter(|m| m.sender == rig.bot)
+            .map(|m| m.body)
+            .collect();
+        (bodies.len() >= n).then_some(bodies)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_logged_out_mid_conversation_logs_in_again_and_loses_and_repeats_nothing() {
+    let Some(rig) = rig("logout").await else {
+        return;
+    };
+    let name = alias("logout");
+    let room = rig.public_room(&name).await;
+    let public = format!("#{name}");
+    let running = rig.start(&[&public], |_| {});
+    rig.bot_joined(&room).await;
+    let mut said = vec![rig.human.send(&room, "one", &[]).await];
+    rig.mail_count(1).await;
+    let mut answered = 0;
+    answer_all(&rig, &running, &public, &mut answered).await;
+    bot_said(&rig, &room, 1).await;
+
+    // The operator logs the bot's device out (Synapse deletes it: every token of it is
+    // refused), while the person keeps talking and the Mind keeps answering.
+    rig.synapse
+        .login(&rig.bot, PASSWORD, DEVICE)
+        .await
+        .logout()
+        .await;
+    said.push(rig.human.send(&room, "two", &[]).await);
+    said.push(rig.human.send(&room, "three", &[]).await);
+    rig.mail_count(3).await;
+    answer_all(&rig, &running, &public, &mut answered).await;
+    let answers = bot_said(&rig, &room, 3).await;
+    said.push(rig.human.send(&room, "four", &[]).await);
+    rig.mail_count(4).await;
+    answer_all(&rig, &running, &public, &mut answered).await;
+    bot_said(&rig, &room, 4).await;
+    // Time for a repeat to show up, had there been one.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mail = rig.mail().await;
+    let answers_then = bot_said(&rig, &room, 4).await;
+    let health = running.health.lock().unwrap().clone();
+    let stats = running.stop().await;
+    assert_eq!(
+        mail.iter()
+            .map(|d| d.source_id.as_str())
+            .collect::<Vec<_>>(),
+        said.iter().map(String::as_str).collect::<Vec<_>>(),
+        "every message delivered once"
+    );
+    assert_eq!(
+        answers_then,
+        vec!["answer one", "answer two", "answer three", "answer four"],
+        "every answer sent once ({answers:?} after the logout)"
+    );
+    assert_eq!(stats.sent, 4);
+    assert!(
+        health.iter().any(|h| matches!(h,
+            AccountHealth::Failing { stage: "sync", error } if error.contains("M_UNKNOWN_TOKEN"))),
+        "the refusal was reported: {health:?}"
+    );
+    assert_eq!(health.last(), Some(&AccountHealth::Open), "{health:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_access_token_refused_mid_run_says_to_configure_a_new_one() {
+    let Some(rig) = rig("tokenout").await else {
+        return;
+    };
+    let name = alias("tokenout");
+    let room = rig.public_room(&name).await;
+    let device = rig.synapse.login(&rig.bot, PASSWORD, DEVICE).await;
+    let token = device.access_token().to_owned();
+    let running = rig.start(&[&format!("#{name}")], |c| {
+        c.accounts[0].credential = Credential::AccessToken(Secret::new(&token));
+    });
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    device.logout().await;
+    let error = eventually(
+        "the account failing on the refused token",
+        Duration::from_secs(30),
+        || async {
+            let health = running.health.lock().unwrap().clone();
+            health.into_iter().find_map(|h| match h {
+                AccountHealth::Failing {
+                    stage: "login",
+                    error,
+                } => Some(error),
+                _ => None,
+            })
+        },
+    )
+    .await;
+    running.stop().await;
+    assert!(
+        error.starts_with("the homeserver refused the access token (M_UNKNOWN_TOKEN: ")
+            && error.ends_with("configure a new one and restart muninn"),
+        "{error}"
+    );
+    assert!(!error.contains(&token), "no credential in the error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_rooms_out_of_reach_at_the_start_are_joined_when_they_can_be() {
+    let Some(rig) = rig("later").await else {
+        return;
+    };
+    // One room not created yet (its alias resolves to nothing), one private room the bot is
+    // not invited to yet; and one room it can join, so the account opens and reads meanwhile.
+    let (later, now) = (alias("later"), alias("now"));
+    let now_room = rig.public_room(&now).await;
+    let private = rig.human.create_room(None, &[], false).await;
+    let (later_name, now_name) = (format!("#{later}"), format!("#{now}"));
+    let running = rig.start(&[&later_name, &private, &now_name], |_| {});
+    rig.bot_joined(&now_room).await;
+    let first = eventually("a report", Duration::from_secs(30), || async {
+        running.not_joined.lock().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(
+        first.iter().map(|r| r.room.as_str()).collect::<Vec<_>>(),
+        vec![later_name.as_str(), private.as_str()],
+        "both named: {first:?}"
+    );
+    assert!(first[0].error.contains("M_NOT_FOUND"), "{first:?}");
+    assert!(first[1].error.contains("M_FORBIDDEN"), "{first:?}");
+
+    // The room is created, the invite sent: both are joined while the account runs, and what
+    // is said in them from then on is mail.
+    let later_room = rig.human.create_room(Some(&later), &[], false).await;
+    rig.human.invite(&private, &rig.bot).await;
+    rig.bot_joined(&later_room).await;
+    rig.bot_joined(&private).await;
+    let said = [
+        rig.human.send(&later_room, "in the later room", &[]).await,
+        rig.human.send(&private, "in the private room", &[]).await,
+    ];
+    let mail = rig.mail_count(2).await;
+    let reports = running.not_joined.lock().unwrap().clone();
+    running.stop().await;
+    assert_eq!(
+        mail.iter()
+            .map(|d| (d.source_id.as_str(), d.room.as_str()))
+            .collect::<Vec<_>>(),
+        vec![
+            (said[0].as_str(), later_name.as_str()),
+            (said[1].as_str(), private.as_str())
+        ],
+        "named as configured"
+    );
+    assert_eq!(reports.last(), Some(&Vec::new()), "all joined: {reports:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_room_is_followed_and_what_was_said_before_the_join_is_mail() {
+    let Some(rig) = rig("upgrade").await else {
+        return;
+    };
+    let name = alias("upgrade");
+    let room = rig.public_room(&name).await;
+    let public = format!("#{name}");
+    let running = rig.start(&[&public], |_| {});
+    rig.bot_joined(&room).await;
+    let mut said = vec![rig.human.send(&room, "before the upgrade", &[]).await];
+    rig.mail_count(1).await;
+    // The creator upgrades the room and talks on in the replacement at once: before the bot
+    // can have joined it.
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    said.push(rig.human.send(&replacement, "right after", &[]).await);
+    said.push(rig.human.send(&replacement, "and again", &[]).await);
+    rig.bot_joined(&replacement).await;
+    said.push(rig.human.send(&replacement, "after the join", &[]).await);
+    let mail = rig.mail_count(4).await;
+    // The Mind answers in the room as it names it: the reply goes to the replacement.
+    rig.say(&[("vala-4-4-0", &public, "still here")]).await;
+    running.outbox_changed();
+    eventually(
+        "the answer in the replacement",
+        Duration::from_secs(30),
+        || async {
+            let messages = rig.human.messages(&replacement).await;
+            messages.iter().any(|m| m.sender == rig.bot).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = rig.mail().await;
+    let stats = running.stop().await;
+    assert_eq!(
+        mail.iter()
+            .map(|d| (d.source_id.as_str(), d.room.as_str()))
+            .collect::<Vec<_>>(),
+        said.iter()
+            .map(|id| (id.as_str(), public.as_str()))
+            .collect::<Vec<_>>(),
+        "every message once, named as configured: {:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
+    assert_eq!(again.len(), 4, "nothing more");
+    assert_eq!((stats.sent, stats.failed), (1, 0));
+}
+
+/// The upgrade while the connector is stopped, the room configured by its id (which the
+/// upgrade does not move, as it moves an alias): the tombstone is read at the next start and
+/// the replacement joined then, well after people talked in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_upgraded_while_stopped_is_followed_and_read_from_its_start() {
+    let Some(rig) = rig("upgraded").await else {
+        return;
+    };
+    let room = rig.public_room(&alias("upgraded")).await;
+    let running = rig.start(&[&room], |_| {});
+    rig.bot_joined(&room).await;
+    let mut said = vec![rig.human.send(&room, "before the upgrade", &[]).await];
+    rig.mail_count(1).await;
+    running.stop().await;
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    said.push(
+        rig.human
+            .send(&replacement, "while you were away", &[])
+            .await,
+    );
+    said.push(rig.human.send(&replacement, "still away?", &[]).await);
+    let running = rig.start(&[&room], |_| {});
+    rig.bot_joined(&replacement).await;
+    said.push(rig.human.send(&replacement, "welcome back", &[]).await);
+    let mail = rig.mail_count(4).await;
+    rig.say(&[("vala-4-4-0", &room, "here")]).await;
+    running.outbox_changed();
+    eventually(
+        "the answer in the replacement",
+        Duration::from_secs(30),
+        || async {
+            let messages = rig.human.messages(&replacement).await;
+            messages.iter().any(|m| m.sender == rig.bot).then_some(())
+        },
+    )
+    .await;
+    let stats = running.stop().await;
+    assert_eq!(
+        mail.iter()
+            .map(|d| (d.source_id.as_str(), d.room.as_str()))
+            .collect::<Vec<_>>(),
+        said.iter()
+            .map(|id| (id.as_str(), room.as_str()))
+            .collect::<Vec<_>>(),
+        "every message once, named as configured: {:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
+    assert_eq!((stats.sent, stats.failed), (1, 0));
+}
