@@ -17,6 +17,14 @@
 //! lockstep). This is the Claude Code CLI's observed schedule (500 ms doubling to ~32 s, ~25 %
 //! jitter). Every retry is returned as a [`RetryEvent`] for the ledger.
 //!
+//! # Bounds of an attempt
+//!
+//! Two: the silence between reads ([`ClientConfig::read_timeout`], `ping` events being
+//! silence), and an overall deadline from sending to the last byte
+//! ([`ClientConfig::attempt_timeout`], by default [`attempt_budget`] of the request's
+//! `max_tokens`), so a reply that trickles real events or bytes cannot hold an attempt for
+//! hours. Either, expired, is a transport failure (retried as below).
+//!
 //! **Nothing is re-sent after the first content byte** (the first `content_block_start`) unless
 //! the caller says the turn is safe to repeat: the partial reply may already have been shown or
 //! acted on. Such a failure is [`BackendError::BrokenAfterContent`].
@@ -28,6 +36,7 @@
 //! otherwise). No aws-lc, no OpenSSL.
 
 mod body;
+mod deadline;
 
 use crate::secret::ApiKey;
 use crate::sse::SseDecoder;
@@ -36,6 +45,8 @@ use crate::wire::{
     Role, StreamEvent, Usage,
 };
 use body::{BodyEnd, MAX_ERROR_BODY_BYTES, read_body};
+use deadline::Deadline;
+pub use deadline::{ATTEMPT_BUDGET_FLOOR, attempt_budget};
 use muninn_backend::clock::Sleeper;
 use muninn_backend::{BackendError, RetryEvent};
 use serde_json::{Map, Value};
@@ -104,6 +115,9 @@ pub struct ClientConfig {
     /// The longest silence between two reads of a response body; in a stream, `ping` events
     /// are silence too.
     pub read_timeout: Duration,
+    /// The longest one attempt may take, from sending the request to the reply's last byte
+    /// (see [`attempt_budget`]); `None` derives it from the request's `max_tokens`.
+    pub attempt_timeout: Option<Duration>,
 }
 
 /// The credentials in the environment (looked up through `get`, so tests need no process
@@ -124,7 +138,8 @@ pub fn credentials_from_env(
 impl ClientConfig {
     /// Defaults for `base_url` and `api_key`: x-api-key auth, the 1h-TTL and cache-diagnosis
     /// betas, default retries,
-    /// 10 s connect and 600 s read timeouts (the CLI's `x-stainless-timeout`).
+    /// 10 s connect and 600 s read timeouts (the CLI's `x-stainless-timeout`), each attempt
+    /// bounded by [`attempt_budget`] of its `max_tokens`.
     pub fn new(base_url: impl Into<String>, api_key: ApiKey) -> ClientConfig {
         ClientConfig {
             base_url: base_url.into(),
@@ -137,6 +152,7 @@ impl ClientConfig {
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(600),
+            attempt_timeout: None,
         }
     }
 }
@@ -275,10 +291,15 @@ impl AnthropicClient {
             }
         };
         let betas = self.betas_for(request);
+        let budget = self
+            .config
+            .attempt_timeout
+            .unwrap_or_else(|| attempt_budget(request.max_tokens));
         let mut retries = Vec::new();
         let mut attempt: u32 = 0;
         loop {
-            let failure = match self.attempt(&body, request.stream, &betas).await {
+            let sent = self.attempt(&body, request.stream, &betas, Deadline::after(budget));
+            let failure = match sent.await {
                 Ok((response, raw_usage, request_id)) => {
                     return Ok(Completed {
                         response,
@@ -338,12 +359,12 @@ impl AnthropicClient {
         body: &[u8],
         stream: bool,
         betas: &[String],
+        deadline: Deadline,
     ) -> Result<(MessagesResponse, Value, Option<String>), AttemptError> {
         let req = self.request_builder(stream, betas);
-        let response = req
-            .body(body.to_vec())
-            .send()
+        let response = tokio::time::timeout_at(deadline.at, req.body(body.to_vec()).send())
             .await
+            .map_err(|_| deadline.failure(false))?
             .map_err(transport_failure)?;
         let status = response.status().as_u16();
         let request_id = response
@@ -352,12 +373,12 @@ impl AnthropicClient {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         if !(200..300).contains(&status) {
-            return Err(api_failure(status, response).await);
+            return Err(api_failure(status, response, deadline).await);
         }
         let (message, raw_usage) = if stream {
-            read_stream(response, self.config.read_timeout).await?
+            read_stream(response, self.config.read_timeout, deadline).await?
         } else {
-            read_whole(response).await?
+            read_whole(response, deadline).await?
         };
         Ok((message, raw_usage, request_id))
     }
@@ -408,11 +429,16 @@ fn transport_failure_text(cause: String) -> AttemptError {
 
 /// A non-2xx reply as an [`AttemptError`]: the API's own error type and message when the body is
 /// an error object, else `http_<status>` and the body's first 500 characters. At most
-/// [`MAX_ERROR_BODY_BYTES`] of the body are read.
-async fn api_failure(status: u16, mut response: reqwest::Response) -> AttemptError {
+/// [`MAX_ERROR_BODY_BYTES`] of the body are read, within the attempt's deadline.
+async fn api_failure(
+    status: u16,
+    mut response: reqwest::Response,
+    deadline: Deadline,
+) -> AttemptError {
     let retry_after = retry_after(response.headers());
-    // A body cut at the limit, or by a failed read, still gives its first characters.
-    let (body, _) = read_body(&mut response, MAX_ERROR_BODY_BYTES).await;
+    // A body cut at the limit, by a failed read or by the deadline still gives its first
+    // characters: the status already says what happened.
+    let (body, _) = read_body(&mut response, MAX_ERROR_BODY_BYTES, deadline.at).await;
     let text = String::from_utf8_lossy(&body);
     let (kind, message) = match serde_json::from_str::<ErrorResponse>(&text) {
         Ok(e) => (e.error.kind, e.error.message),
@@ -447,10 +473,12 @@ fn too_large(after_content: bool) -> AttemptError {
 /// A non-streaming reply: the message and its usage JSON verbatim.
 async fn read_whole(
     mut response: reqwest::Response,
+    deadline: Deadline,
 ) -> Result<(MessagesResponse, Value), AttemptError> {
-    let bytes = match read_body(&mut response, MAX_RESPONSE_BYTES).await {
+    let bytes = match read_body(&mut response, MAX_RESPONSE_BYTES, deadline.at).await {
         (bytes, BodyEnd::Whole) => bytes,
         (_, BodyEnd::TooLarge) => return Err(too_large(false)),
+        (_, BodyEnd::TimedOut) => return Err(deadline.failure(false)),
         (_, BodyEnd::Failed(e)) => return Err(transport_failure(e)),
     };
     let value: Value = serde_json::from_slice(&bytes)
@@ -463,10 +491,12 @@ async fn read_whole(
 
 /// A streamed reply, assembled up to `message_stop`; every failure records whether content had
 /// begun, which decides whether it may be retried. `ping` events are silence: a stream that sends
-/// nothing else for `silence` fails, however busy its socket.
+/// nothing else for `silence` fails, however busy its socket; one still unfinished at
+/// `deadline` fails however lively (a trickle of real events).
 async fn read_stream(
     mut response: reqwest::Response,
     silence: Duration,
+    deadline: Deadline,
 ) -> Result<(MessagesResponse, Value), AttemptError> {
     let mut decoder = SseDecoder::new();
     let mut assembler = Assembler::default();
@@ -475,9 +505,17 @@ async fn read_stream(
     let mut read = 0usize;
     let mut heard_at = tokio::time::Instant::now();
     loop {
-        let chunk = match tokio::time::timeout_at(heard_at + silence, response.chunk()).await {
+        if deadline.passed() {
+            return Err(deadline.failure(assembler.content_started));
+        }
+        let silent_at = heard_at + silence;
+        let wake_at = silent_at.min(deadline.at);
+        let chunk = match tokio::time::timeout_at(wake_at, response.chunk()).await {
             Ok(Ok(Some(c))) => c,
             Ok(Ok(None)) => break,
+            Err(_) if silent_at > deadline.at => {
+                return Err(deadline.failure(assembler.content_started));
+            }
             Err(_) => {
                 let mut f = transport_failure_text(format!(
                     "no event but ping within {silence:?} (timed out)"
