@@ -17,6 +17,14 @@
 //! lockstep). This is the Claude Code CLI's observed schedule (500 ms doubling to ~32 s, ~25 %
 //! jitter). Every retry is returned as a [`RetryEvent`] for the ledger.
 //!
+//! # Bounds of an attempt
+//!
+//! Two: the silence between reads ([`ClientConfig::read_timeout`], `ping` events being
+//! silence), and an overall deadline from sending to the last byte
+//! ([`ClientConfig::attempt_timeout`], by default [`attempt_budget`] of the request's
+//! `max_tokens`), so a reply that trickles real events or bytes cannot hold an attempt for
+//! hours. Either, expired, is a transport failure (retried as below).
+//!
 //! **Nothing is re-sent after the first content byte** (the first `content_block_start`) unless
 //! the caller says the turn is safe to repeat: the partial reply may already have been shown or
 //! acted on. Such a failure is [`BackendError::BrokenAfterContent`].
@@ -27,18 +35,20 @@
 //! first client is built (reqwest 0.13 without a default provider panics at build time
 //! otherwise). No aws-lc, no OpenSSL.
 
+mod assembler;
 mod body;
+mod deadline;
 
 use crate::secret::ApiKey;
 use crate::sse::SseDecoder;
-use crate::wire::{
-    API_VERSION, ContentBlock, Delta, ErrorBody, ErrorResponse, MessagesRequest, MessagesResponse,
-    Role, StreamEvent, Usage,
-};
+use crate::wire::{API_VERSION, ErrorResponse, MessagesRequest, MessagesResponse};
+pub use assembler::{Assembler, assemble};
 use body::{BodyEnd, MAX_ERROR_BODY_BYTES, read_body};
+use deadline::Deadline;
+pub use deadline::{ATTEMPT_BUDGET_FLOOR, attempt_budget};
 use muninn_backend::clock::Sleeper;
 use muninn_backend::{BackendError, RetryEvent};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -104,6 +114,9 @@ pub struct ClientConfig {
     /// The longest silence between two reads of a response body; in a stream, `ping` events
     /// are silence too.
     pub read_timeout: Duration,
+    /// The longest one attempt may take, from sending the request to the reply's last byte
+    /// (see [`attempt_budget`]); `None` derives it from the request's `max_tokens`.
+    pub attempt_timeout: Option<Duration>,
 }
 
 /// The credentials in the environment (looked up through `get`, so tests need no process
@@ -124,7 +137,8 @@ pub fn credentials_from_env(
 impl ClientConfig {
     /// Defaults for `base_url` and `api_key`: x-api-key auth, the 1h-TTL and cache-diagnosis
     /// betas, default retries,
-    /// 10 s connect and 600 s read timeouts (the CLI's `x-stainless-timeout`).
+    /// 10 s connect and 600 s read timeouts (the CLI's `x-stainless-timeout`), each attempt
+    /// bounded by [`attempt_budget`] of its `max_tokens`.
     pub fn new(base_url: impl Into<String>, api_key: ApiKey) -> ClientConfig {
         ClientConfig {
             base_url: base_url.into(),
@@ -137,6 +151,7 @@ impl ClientConfig {
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(600),
+            attempt_timeout: None,
         }
     }
 }
@@ -275,10 +290,15 @@ impl AnthropicClient {
             }
         };
         let betas = self.betas_for(request);
+        let budget = self
+            .config
+            .attempt_timeout
+            .unwrap_or_else(|| attempt_budget(request.max_tokens));
         let mut retries = Vec::new();
         let mut attempt: u32 = 0;
         loop {
-            let failure = match self.attempt(&body, request.stream, &betas).await {
+            let sent = self.attempt(&body, request.stream, &betas, Deadline::after(budget));
+            let failure = match sent.await {
                 Ok((response, raw_usage, request_id)) => {
                     return Ok(Completed {
                         response,
@@ -338,12 +358,12 @@ impl AnthropicClient {
         body: &[u8],
         stream: bool,
         betas: &[String],
+        deadline: Deadline,
     ) -> Result<(MessagesResponse, Value, Option<String>), AttemptError> {
         let req = self.request_builder(stream, betas);
-        let response = req
-            .body(body.to_vec())
-            .send()
+        let response = tokio::time::timeout_at(deadline.at, req.body(body.to_vec()).send())
             .await
+            .map_err(|_| deadline.failure(false))?
             .map_err(transport_failure)?;
         let status = response.status().as_u16();
         let request_id = response
@@ -352,12 +372,12 @@ impl AnthropicClient {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         if !(200..300).contains(&status) {
-            return Err(api_failure(status, response).await);
+            return Err(api_failure(status, response, deadline).await);
         }
         let (message, raw_usage) = if stream {
-            read_stream(response, self.config.read_timeout).await?
+            read_stream(response, self.config.read_timeout, deadline).await?
         } else {
-            read_whole(response).await?
+            read_whole(response, deadline).await?
         };
         Ok((message, raw_usage, request_id))
     }
@@ -408,11 +428,16 @@ fn transport_failure_text(cause: String) -> AttemptError {
 
 /// A non-2xx reply as an [`AttemptError`]: the API's own error type and message when the body is
 /// an error object, else `http_<status>` and the body's first 500 characters. At most
-/// [`MAX_ERROR_BODY_BYTES`] of the body are read.
-async fn api_failure(status: u16, mut response: reqwest::Response) -> AttemptError {
+/// [`MAX_ERROR_BODY_BYTES`] of the body are read, within the attempt's deadline.
+async fn api_failure(
+    status: u16,
+    mut response: reqwest::Response,
+    deadline: Deadline,
+) -> AttemptError {
     let retry_after = retry_after(response.headers());
-    // A body cut at the limit, or by a failed read, still gives its first characters.
-    let (body, _) = read_body(&mut response, MAX_ERROR_BODY_BYTES).await;
+    // A body cut at the limit, by a failed read or by the deadline still gives its first
+    // characters: the status already says what happened.
+    let (body, _) = read_body(&mut response, MAX_ERROR_BODY_BYTES, deadline.at).await;
     let text = String::from_utf8_lossy(&body);
     let (kind, message) = match serde_json::from_str::<ErrorResponse>(&text) {
         Ok(e) => (e.error.kind, e.error.message),
@@ -447,10 +472,12 @@ fn too_large(after_content: bool) -> AttemptError {
 /// A non-streaming reply: the message and its usage JSON verbatim.
 async fn read_whole(
     mut response: reqwest::Response,
+    deadline: Deadline,
 ) -> Result<(MessagesResponse, Value), AttemptError> {
-    let bytes = match read_body(&mut response, MAX_RESPONSE_BYTES).await {
+    let bytes = match read_body(&mut response, MAX_RESPONSE_BYTES, deadline.at).await {
         (bytes, BodyEnd::Whole) => bytes,
         (_, BodyEnd::TooLarge) => return Err(too_large(false)),
+        (_, BodyEnd::TimedOut) => return Err(deadline.failure(false)),
         (_, BodyEnd::Failed(e)) => return Err(transport_failure(e)),
     };
     let value: Value = serde_json::from_slice(&bytes)
@@ -463,10 +490,12 @@ async fn read_whole(
 
 /// A streamed reply, assembled up to `message_stop`; every failure records whether content had
 /// begun, which decides whether it may be retried. `ping` events are silence: a stream that sends
-/// nothing else for `silence` fails, however busy its socket.
+/// nothing else for `silence` fails, however busy its socket; one still unfinished at
+/// `deadline` fails however lively (a trickle of real events).
 async fn read_stream(
     mut response: reqwest::Response,
     silence: Duration,
+    deadline: Deadline,
 ) -> Result<(MessagesResponse, Value), AttemptError> {
     let mut decoder = SseDecoder::new();
     let mut assembler = Assembler::default();
@@ -475,9 +504,17 @@ async fn read_stream(
     let mut read = 0usize;
     let mut heard_at = tokio::time::Instant::now();
     loop {
-        let chunk = match tokio::time::timeout_at(heard_at + silence, response.chunk()).await {
+        if deadline.passed() {
+            return Err(deadline.failure(assembler.content_started));
+        }
+        let silent_at = heard_at + silence;
+        let wake_at = silent_at.min(deadline.at);
+        let chunk = match tokio::time::timeout_at(wake_at, response.chunk()).await {
             Ok(Ok(Some(c))) => c,
             Ok(Ok(None)) => break,
+            Err(_) if silent_at > deadline.at => {
+                return Err(deadline.failure(assembler.content_started));
+            }
             Err(_) => {
                 let mut f = transport_failure_text(format!(
                     "no event but ping within {silence:?} (timed out)"
@@ -573,185 +610,6 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .and_then(|s| Duration::try_from_secs_f64(s).ok())
-}
-
-/// Builds a [`MessagesResponse`] from stream events, keeping the raw usage JSON.
-#[derive(Debug, Default)]
-pub struct Assembler {
-    message: Option<MessagesResponse>,
-    raw_usage: Map<String, Value>,
-    partial_json: Vec<(usize, String)>,
-    /// Whether reply content has begun (the first `content_block_start`).
-    pub content_started: bool,
-    /// Whether `message_stop` arrived.
-    pub stopped: bool,
-}
-
-impl Assembler {
-    /// Feeds one event's data.
-    fn on_frame(&mut self, data: &str) -> Result<(), AttemptError> {
-        let after = self.content_started;
-        let event = StreamEvent::parse(data).map_err(|e| protocol(e.to_string(), after))?;
-        match event {
-            StreamEvent::MessageStart { message } => {
-                if let Some(Value::Object(raw)) = serde_json::from_str::<Value>(data)
-                    .ok()
-                    .and_then(|v| v.get("message").and_then(|m| m.get("usage")).cloned())
-                {
-                    self.raw_usage = raw;
-                }
-                self.message = Some(message);
-            }
-            StreamEvent::ContentBlockStart {
-                index,
-                content_block,
-            } => {
-                self.content_started = true;
-                let message = self.message_mut()?;
-                if index != message.content.len() {
-                    return Err(protocol(
-                        format!("content block {index} out of order"),
-                        true,
-                    ));
-                }
-                message.content.push(content_block);
-            }
-            StreamEvent::ContentBlockDelta { index, delta } => self.on_delta(index, delta)?,
-            StreamEvent::ContentBlockStop { index } => self.on_block_stop(index)?,
-            StreamEvent::MessageDelta { delta, usage } => {
-                // Laid over `message_start`'s usage: the final counts win, the rest is kept.
-                if let Some(Value::Object(raw)) = serde_json::from_str::<Value>(data)
-                    .ok()
-                    .and_then(|v| v.get("usage").cloned())
-                {
-                    self.raw_usage.extend(raw);
-                }
-                let message = self.message_mut()?;
-                message.stop_reason = delta.stop_reason;
-                message.stop_sequence = delta.stop_sequence;
-                message.usage.merge(&usage);
-            }
-            StreamEvent::MessageStop => self.stopped = true,
-            StreamEvent::Ping | StreamEvent::Unknown(_) => {}
-            StreamEvent::Error { error } => return Err(stream_error(error, after)),
-        }
-        Ok(())
-    }
-
-    /// Appends a delta to its block; tool input is gathered as text until the block stops.
-    fn on_delta(&mut self, index: usize, delta: Delta) -> Result<(), AttemptError> {
-        let block = self
-            .message_mut()?
-            .content
-            .get_mut(index)
-            .ok_or_else(|| protocol(format!("delta for unknown block {index}"), true))?;
-        match (block, delta) {
-            (ContentBlock::Text { text, .. }, Delta::TextDelta { text: more }) => {
-                text.push_str(&more);
-            }
-            (ContentBlock::Thinking { thinking, .. }, Delta::ThinkingDelta { thinking: more }) => {
-                thinking.push_str(&more);
-            }
-            (ContentBlock::Thinking { signature, .. }, Delta::SignatureDelta { signature: s }) => {
-                *signature = s;
-            }
-            (ContentBlock::ToolUse { .. }, Delta::InputJsonDelta { partial_json }) => {
-                match self.partial_json.iter_mut().find(|(i, _)| *i == index) {
-                    Some((_, s)) => s.push_str(&partial_json),
-                    None => self.partial_json.push((index, partial_json)),
-                }
-            }
-            (_, Delta::Unknown(_)) => {}
-            (_, d) => {
-                return Err(protocol(
-                    format!("delta {d:?} does not fit block {index}"),
-                    true,
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Parses a tool block's gathered input once the block stops (empty input is `{}`).
-    fn on_block_stop(&mut self, index: usize) -> Result<(), AttemptError> {
-        let Some(pos) = self.partial_json.iter().position(|(i, _)| *i == index) else {
-            return Ok(());
-        };
-        let (_, json) = self.partial_json.swap_remove(pos);
-        let parsed: Value = if json.trim().is_empty() {
-            Value::Object(Map::new())
-        } else {
-            serde_json::from_str(&json).map_err(|e| {
-                protocol(
-                    format!("tool input of block {index} is not JSON: {e}"),
-                    true,
-                )
-            })?
-        };
-        if let Some(ContentBlock::ToolUse { input, .. }) =
-            self.message_mut()?.content.get_mut(index)
-        {
-            *input = parsed;
-        }
-        Ok(())
-    }
-
-    fn message_mut(&mut self) -> Result<&mut MessagesResponse, AttemptError> {
-        let after = self.content_started;
-        self.message
-            .as_mut()
-            .ok_or_else(|| protocol("an event before message_start".to_string(), after))
-    }
-
-    fn finish(&mut self) -> Result<(MessagesResponse, Value), AttemptError> {
-        let message = self
-            .message
-            .take()
-            .ok_or_else(|| protocol("message_stop without message_start".to_string(), true))?;
-        if message.role != Role::Assistant {
-            return Err(protocol(
-                "the reply is not from the assistant".to_string(),
-                true,
-            ));
-        }
-        Ok((message, Value::Object(std::mem::take(&mut self.raw_usage))))
-    }
-}
-
-/// An `error` event inside a stream: retryable for the kinds an HTTP status would retry
-/// (overloaded 529, rate limit 429, api 500); `status` stays 0 because the HTTP reply was 200.
-fn stream_error(error: ErrorBody, after_content: bool) -> AttemptError {
-    let retryable = matches!(
-        error.kind.as_str(),
-        "overloaded_error" | "rate_limit_error" | "api_error"
-    );
-    AttemptError {
-        error: BackendError::Api {
-            status: 0,
-            kind: error.kind,
-            message: error.message,
-            retryable,
-            retry_after_ms: None,
-        },
-        retryable,
-        retry_after: None,
-        after_content,
-    }
-}
-
-/// Assembles a complete event stream (for tests and tools): the reply and the raw usage, or the
-/// first error.
-pub fn assemble(events_data: &[String]) -> Result<(MessagesResponse, Value, Usage), BackendError> {
-    let mut a = Assembler::default();
-    for data in events_data {
-        a.on_frame(data).map_err(|f| f.error)?;
-    }
-    if !a.stopped {
-        return Err(BackendError::Protocol("no message_stop".to_string()));
-    }
-    let (m, raw) = a.finish().map_err(|f| f.error)?;
-    let usage = m.usage.clone();
-    Ok((m, raw, usage))
 }
 
 /// A transport failure in words, with its causes: reqwest's own text is only "error sending

@@ -1,7 +1,10 @@
 //! The client against a server that answers without end: over a real socket, a reply body
-//! (whole, streamed, or an error's) is read only up to its limit, and the request fails saying so.
+//! (whole, streamed, or an error's) is read only up to its limit, and the request fails saying so;
+//! one that trickles is read only until the attempt's deadline.
 
-use muninn_anthropic::client::{AnthropicClient, ClientConfig, MAX_RESPONSE_BYTES};
+use muninn_anthropic::client::{
+    ATTEMPT_BUDGET_FLOOR, AnthropicClient, ClientConfig, MAX_RESPONSE_BYTES, attempt_budget,
+};
 use muninn_anthropic::secret::ApiKey;
 use muninn_anthropic::wire::MessagesRequest;
 use muninn_backend::BackendError;
@@ -76,10 +79,11 @@ async fn serve(reply: Endless) -> (String, Arc<AtomicUsize>) {
     (format!("http://{addr}"), sent)
 }
 
-fn client(base_url: String) -> AnthropicClient {
+fn client(base_url: String, attempt_timeout: Option<Duration>) -> AnthropicClient {
     let mut config = ClientConfig::new(base_url, ApiKey::new("sk-test-endless").unwrap());
     config.retry.max_retries = 0;
     config.read_timeout = Duration::from_secs(2);
+    config.attempt_timeout = attempt_timeout;
     AnthropicClient::new(
         config,
         Arc::new(muninn_backend::clock::RecordingSleeper::default()),
@@ -103,10 +107,19 @@ const SENT: usize = 4 * MAX_RESPONSE_BYTES;
 const SLACK: usize = 16 * 1024 * 1024;
 
 async fn send(reply: Endless, stream: bool) -> (BackendError, usize) {
+    send_within(reply, stream, None).await
+}
+
+/// [`send`] with each attempt bounded by `attempt_timeout` (`None`: the default budget).
+async fn send_within(
+    reply: Endless,
+    stream: bool,
+    attempt_timeout: Option<Duration>,
+) -> (BackendError, usize) {
     let (url, sent) = serve(reply).await;
     let failed = tokio::time::timeout(
         Duration::from_secs(60),
-        client(url).messages(&request(stream), false),
+        client(url, attempt_timeout).messages(&request(stream), false),
     )
     .await
     .expect("the request never ended")
@@ -261,4 +274,77 @@ async fn a_stream_of_pings_alone_times_out() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// The start of a streamed reply: `message_start` and an empty text block.
+const STREAM_START: &str = concat!(
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",",
+    "\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-opus-5-5\",\"content\":[],",
+    "\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,",
+    "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+);
+
+/// A stream that trickles real events — a one-character `text_delta` every 100 ms, well inside
+/// the 2 s silence bound — is cut at the attempt's deadline (1.5 s), not read for as long as the
+/// server keeps trickling (here 1,000 deltas, 100 s). Content had begun, so it is not re-sent:
+/// `BrokenAfterContent`, as a stream cut mid-content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_trickles_real_events_is_cut_at_the_attempt_deadline() {
+    let delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"y\"}}\n\n";
+    let reply = Endless {
+        status: "200 OK",
+        content_type: "text/event-stream",
+        headers: "",
+        body_head: STREAM_START.to_string(),
+        total: STREAM_START.len() + delta.len() * 1_000,
+        pad: delta.as_bytes().to_vec(),
+        every: Some(Duration::from_millis(100)),
+    };
+    let started = std::time::Instant::now();
+    let (error, sent) = send_within(reply, true, Some(Duration::from_millis(1_500))).await;
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(&error, BackendError::BrokenAfterContent(e)
+            if matches!(&**e, BackendError::Transport(m) if m.contains("deadline of 1.5s"))),
+        "{error:?}"
+    );
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    assert!(sent < STREAM_START.len() + delta.len() * 100, "{sent}");
+}
+
+/// A whole (non-streaming) reply whose bytes trickle in — one every 100 ms — fails at the
+/// attempt's deadline as a transport failure, retryable (no content was handed on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_reply_that_trickles_is_cut_at_the_attempt_deadline() {
+    let reply = Endless {
+        status: "200 OK",
+        content_type: "application/json",
+        headers: "",
+        body_head: r#"{"pad":""#.to_string(),
+        pad: vec![b'x'],
+        total: 10_000,
+        every: Some(Duration::from_millis(100)),
+    };
+    let started = std::time::Instant::now();
+    let (error, _) = send_within(reply, false, Some(Duration::from_millis(1_500))).await;
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(&error, BackendError::Transport(m) if m.contains("deadline of 1.5s")),
+        "{error:?}"
+    );
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
+/// The default budget is the SDKs' estimate of the longest real answer of `max_tokens`
+/// (128,000 tokens an hour), never under their 10 minutes.
+#[test]
+fn the_default_attempt_budget_follows_max_tokens_from_ten_minutes() {
+    let secs = |tokens| attempt_budget(tokens).as_secs();
+    assert_eq!(ATTEMPT_BUDGET_FLOOR, Duration::from_secs(600));
+    assert_eq!(
+        [0, 1, 21_333, 32_000, 64_000, 128_000].map(secs),
+        [600, 600, 600, 900, 1_800, 3_600]
+    );
+    assert!(attempt_budget(u64::MAX) > Duration::from_secs(3_600));
 }

@@ -506,6 +506,54 @@ mod tests {
         (addr, written)
     }
 
+    /// A host stand-in for one request that trickles its answer: `200`, a declared length of
+    /// 10,000 bytes, then one byte every 100 ms (a proxy or a wedged host drip-feeding it).
+    fn trickling_host() -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let _ = stream.read(&mut [0u8; 16 * 1024]);
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 10000\r\n\r\n[";
+            if stream.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            for _ in 0..10_000 {
+                std::thread::sleep(Duration::from_millis(100));
+                if stream.write_all(b" ").is_err() {
+                    return;
+                }
+            }
+        });
+        addr
+    }
+
+    /// An answer that trickles in — never silent, never done — is cut at the call's deadline
+    /// (the whole call's, not the silence between reads), naming the wait.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_that_trickles_is_cut_at_the_deadline() {
+        let client = ApiClient::new(&trickling_host(), ApiToken::new("t"))
+            .unwrap()
+            .with_call_timeout(Duration::from_millis(800));
+        let started = Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(20), client.minds())
+            .await
+            .expect("the call was not cut at its deadline");
+        let took = started.elapsed();
+        assert!(
+            matches!(&answer, Err(ClientError::Transport { message, .. })
+                if message.contains("no answer within 800ms")),
+            "{answer:?}"
+        );
+        assert!(
+            took >= Duration::from_millis(800) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+    }
+
     /// An answer over the client's limit is refused at the limit, not read into memory whole;
     /// a declared length over it is refused before a byte of the body is waited for.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -482,6 +482,10 @@ impl BackendFactory {
                 })?;
                 let mut client_config = ClientConfig::new(base, key);
                 client_config.auth = auth;
+                client_config.attempt_timeout = config
+                    .backend
+                    .attempt_timeout_s
+                    .map(|s| std::time::Duration::from_secs(s.max(1)));
                 let client = AnthropicClient::new(client_config, Arc::new(TokioSleeper))
                     .map_err(|e| BackendSetupError::Client(e.to_string()))?;
                 Ok(BackendFactory::Anthropic(

@@ -208,6 +208,11 @@ fn configuration_numbers_past_their_ceilings_fail_the_load_naming_the_field() {
             "api.body_read_timeout_s",
         ),
         ("[api]\nmax_body_bytes = 1", "", "api.max_body_bytes"),
+        (
+            "[backend]\nattempt_timeout_s = 100000",
+            "",
+            "backend.attempt_timeout_s",
+        ),
     ];
     for (top, mind, field) in cases {
         let error = load(top, mind).unwrap_err();

@@ -218,50 +218,88 @@ async fn refusals_429_500_529_are_retried_on_schedule_and_recover() {
     }
 }
 
-/// A request that times out: the simulator's HTTP endpoint holds its answer back longer than
-/// the client's read timeout, on both of the client's attempts. The turn fails with the
-/// timeout (bounded: no attempt waits longer than the read timeout), the runner says so and
-/// schedules its own retry, and when the endpoint answers again the delivery is answered once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_that_times_out_is_bounded_logged_and_retried_until_answered() {
-    use muninn_anthropic::backend::AnthropicBackend;
-    use muninn_anthropic::client::{AnthropicClient, ClientConfig, TokioSleeper};
-    use muninn_anthropic::secret::ApiKey;
-    use muninn_core::price::PriceTable;
-    use muninn_host::runtime::MindRunner;
-    use muninn_sim::sim::SimConfig;
-    use std::sync::Arc;
+/// A host whose Mind's backends are the Anthropic client over HTTP to a simulator on a real
+/// socket (its clock frozen at `T0`), with one delivery from `#swarm` waiting.
+struct HttpRig {
+    server: muninn_sim::SimHandle,
+    host: muninn_host::Host,
+    _dir: tempfile::TempDir,
+}
 
-    let server = muninn_sim::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        SimConfig {
-            frozen_at_ms: Some(T0),
-            ..SimConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
+impl HttpRig {
+    async fn new() -> HttpRig {
+        let server = muninn_sim::spawn(
+            "127.0.0.1:0".parse().unwrap(),
+            muninn_sim::sim::SimConfig {
+                frozen_at_ms: Some(T0),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
-    let host = muninn_host::Host::new(
-        store,
-        toml::from_str("").unwrap(),
-        Arc::new(muninn_sim::SimClock(server.sim.clone())),
-    );
-    let backend = || {
-        let mut config =
-            ClientConfig::new(server.base_url(), ApiKey::new("sk-test-timeout").unwrap());
-        config.read_timeout = Duration::from_millis(500);
-        config.retry.max_retries = 1;
-        config.retry.base_delay = Duration::from_millis(10);
-        let client = AnthropicClient::new(config, Arc::new(TokioSleeper)).unwrap();
-        AnthropicBackend::new(client, host.clock.clone(), PriceTable::embedded())
-    };
-    let make = || {
-        MindRunner::new(
-            host.clone(),
+        let dir = tempfile::tempdir().unwrap();
+        let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
+            .await
+            .unwrap();
+        let host = muninn_host::Host::new(
+            store,
+            toml::from_str("").unwrap(),
+            std::sync::Arc::new(muninn_sim::SimClock(server.sim.clone())),
+        );
+        let rig = HttpRig {
+            server,
+            host,
+            _dir: dir,
+        };
+        rig.runner(Duration::from_secs(600), None)
+            .register()
+            .await
+            .unwrap();
+        rig.host
+            .store
+            .post_delivery(
+                "vala",
+                &muninn_store::NewDelivery {
+                    room: "#swarm".into(),
+                    sender: "ari".into(),
+                    is_direct: false,
+                    to_you: false,
+                    text: "are you slow today?".into(),
+                    source_id: "t1".into(),
+                    received_at_ms: T0,
+                    context: Vec::new(),
+                },
+            )
+            .await
+            .unwrap();
+        rig
+    }
+
+    /// A runner whose clients wait `read_timeout` of silence and `attempt_timeout` in all
+    /// (`None`: the default budget), each retrying once after 10 ms.
+    fn runner(
+        &self,
+        read_timeout: Duration,
+        attempt_timeout: Option<Duration>,
+    ) -> muninn_host::runtime::MindRunner<muninn_anthropic::backend::AnthropicBackend> {
+        use muninn_anthropic::client::{AnthropicClient, ClientConfig, TokioSleeper};
+        use muninn_core::price::PriceTable;
+        let backend = || {
+            let key = muninn_anthropic::secret::ApiKey::new("sk-test-timeout").unwrap();
+            let mut config = ClientConfig::new(self.server.base_url(), key);
+            config.read_timeout = read_timeout;
+            config.attempt_timeout = attempt_timeout;
+            config.retry.max_retries = 1;
+            config.retry.base_delay = Duration::from_millis(10);
+            let client = AnthropicClient::new(config, std::sync::Arc::new(TokioSleeper)).unwrap();
+            muninn_anthropic::backend::AnthropicBackend::new(
+                client,
+                self.host.clock.clone(),
+                PriceTable::embedded(),
+            )
+        };
+        muninn_host::runtime::MindRunner::new(
+            self.host.clone(),
             mind("turns_per_wake = 1"),
             "host-a".to_string(),
             &PriceTable::embedded(),
@@ -269,48 +307,52 @@ async fn a_request_that_times_out_is_bounded_logged_and_retried_until_answered()
             backend(),
         )
         .unwrap()
-    };
-    make().register().await.unwrap();
-    host.store
-        .post_delivery(
-            "vala",
-            &muninn_store::NewDelivery {
-                room: "#swarm".into(),
-                sender: "ari".into(),
-                is_direct: false,
-                to_you: false,
-                text: "are you slow today?".into(),
-                source_id: "t1".into(),
-                received_at_ms: T0,
-                context: Vec::new(),
-            },
-        )
-        .await
-        .unwrap();
-    server.sim.push_faults([Fault {
+    }
+
+    /// Runs the Mind's loop until the delivery is acknowledged (at most 30 s); returns the
+    /// first `retrying` activity seen and how long after the start it was seen.
+    async fn run_until_answered(
+        &self,
+        runner: muninn_host::runtime::MindRunner<muninn_anthropic::backend::AnthropicBackend>,
+    ) -> Option<(Activity, Duration)> {
+        let started = tokio::time::Instant::now();
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(run_mind(runner, shutdown));
+        let deadline = started + Duration::from_secs(30);
+        let mut seen_retrying = None;
+        while tokio::time::Instant::now() < deadline {
+            if let Some(a @ Activity::Retrying { .. }) = self.host.signals.activity("vala") {
+                seen_retrying.get_or_insert((a, started.elapsed()));
+            }
+            if self.host.store.ack_position("vala").await.unwrap() >= 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.send(true).unwrap();
+        task.await.unwrap().unwrap();
+        seen_retrying
+    }
+}
+
+/// A request that times out: the simulator's HTTP endpoint holds its answer back longer than
+/// the client's read timeout, on both of the client's attempts. The turn fails with the
+/// timeout (bounded: no attempt waits longer than the read timeout), the runner says so and
+/// schedules its own retry, and when the endpoint answers again the delivery is answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_times_out_is_bounded_logged_and_retried_until_answered() {
+    let rig = HttpRig::new().await;
+    rig.server.sim.push_faults([Fault {
         kind: FaultKind::Slow {
             first_byte_ms: 5_000,
             event_ms: 0,
         },
         times: 2,
     }]);
-    let started = tokio::time::Instant::now();
-    let (stop, shutdown) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(run_mind(make(), shutdown));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let mut seen_retrying = None;
-    while tokio::time::Instant::now() < deadline {
-        if let Some(a @ Activity::Retrying { .. }) = host.signals.activity("vala") {
-            seen_retrying = Some((a, started.elapsed()));
-        }
-        if host.store.ack_position("vala").await.unwrap() >= 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.send(true).unwrap();
-    task.await.unwrap().unwrap();
-    let Some((Activity::Retrying { error, .. }, failed_after)) = seen_retrying else {
+    let runner = rig.runner(Duration::from_millis(500), None);
+    let Some((Activity::Retrying { error, .. }, failed_after)) =
+        rig.run_until_answered(runner).await
+    else {
         panic!("never seen retrying");
     };
     assert!(
@@ -322,10 +364,78 @@ async fn a_request_that_times_out_is_bounded_logged_and_retried_until_answered()
         failed_after < Duration::from_millis(3_000),
         "{failed_after:?}"
     );
-    assert_eq!(host.store.ack_position("vala").await.unwrap(), 1);
-    let outbox = host.store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(rig.host.store.ack_position("vala").await.unwrap(), 1);
+    let outbox = rig.host.store.unacked_outbox("vala", 10).await.unwrap();
     assert_eq!(outbox.len(), 1, "{outbox:?}");
-    server.stop().await.unwrap();
+    rig.server.stop().await.unwrap();
+}
+
+/// A reply that trickles: the simulator streams the first attempt one character per event,
+/// an event every 200 ms — never silent for the 2 s read timeout, yet a whole answer would
+/// take minutes. The attempt is cut at its 1.5 s deadline (content had begun, so the client
+/// does not re-send it: `BrokenAfterContent`, as a stream cut mid-content), the runner says
+/// `retrying` with the cause (what `muninn status` shows), and its own retry answers the
+/// delivery exactly once: one reply, one ledger row, the transcript whole with one notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_that_trickles_past_the_attempt_deadline_fails_and_is_retried_once() {
+    let rig = HttpRig::new().await;
+    rig.server.sim.push_faults([Fault {
+        kind: FaultKind::Trickle { every_ms: 200 },
+        times: 1,
+    }]);
+    let runner = rig.runner(Duration::from_secs(2), Some(Duration::from_millis(1_500)));
+    let Some((Activity::Retrying { error, .. }, failed_after)) =
+        rig.run_until_answered(runner).await
+    else {
+        panic!("never seen retrying");
+    };
+    assert!(
+        error.contains("no whole reply within the attempt's deadline of 1.5s"),
+        "{error}"
+    );
+    assert!(
+        failed_after < Duration::from_millis(4_000),
+        "{failed_after:?}"
+    );
+    assert_eq!(rig.host.store.ack_position("vala").await.unwrap(), 1);
+    let outbox = rig.host.store.unacked_outbox("vala", 10).await.unwrap();
+    let ids: Vec<&str> = outbox.iter().map(|m| m.request_id.as_str()).collect();
+    assert_eq!(ids, ["vala-1-1-0"]);
+    let items = rig
+        .host
+        .store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = items
+        .iter()
+        .map(|i| match i.body.get("attempt_failed") {
+            Some(_) => "attempt_failed",
+            None => i.kind.as_str(),
+        })
+        .collect();
+    assert_eq!(kinds, ["delivery", "attempt_failed", "reply"]);
+    let rows = rig
+        .host
+        .store
+        .ledger(&muninn_store::LedgerQuery {
+            mind: Some("vala".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    // The provider answered (and billed) both attempts; only the second reached the Mind.
+    let answered: Vec<bool> = rig
+        .server
+        .sim
+        .requests()
+        .iter()
+        .filter(|q| q.path == "/v1/messages")
+        .map(|q| q.fault.is_some())
+        .collect();
+    assert_eq!(answered, [true, false]);
+    rig.server.stop().await.unwrap();
 }
 
 /// A Claude Code child that hangs (the API it calls never answers): the turn is given up after

@@ -16,11 +16,11 @@ use serde_json::Value;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-/// The deadline of a call that is not a long poll.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What a `/sync` long poll may take beyond its own `timeout` before it counts as lost.
-const SYNC_MARGIN: Duration = Duration::from_secs(30);
+/// The deadline of a call that is not a long poll, and what a `/sync` long poll may take
+/// beyond its own `timeout` before it counts as lost. It bounds the whole call, from connecting
+/// to the answer's last byte, so a homeserver or proxy that trickles its answer cannot hold the
+/// connector past it either.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The largest answer to a call that is not `/sync`, bytes. The largest one asked for is a
 /// `/messages` page: 100 events, each at most the 64 KiB the spec allows an event.
@@ -40,6 +40,8 @@ pub struct MatrixClient {
     http: reqwest::Client,
     base: Url,
     token: Arc<RwLock<Token>>,
+    /// [`CALL_TIMEOUT`] unless set otherwise.
+    call_timeout: Duration,
 }
 
 /// The access token clones share, and how many times it was replaced.
@@ -88,7 +90,15 @@ impl MatrixClient {
             http,
             base,
             token: Arc::default(),
+            call_timeout: CALL_TIMEOUT,
         })
+    }
+
+    /// This client with `timeout` as each call's deadline beyond its long poll's wait (instead
+    /// of [`CALL_TIMEOUT`]).
+    pub fn with_call_timeout(mut self, timeout: Duration) -> MatrixClient {
+        self.call_timeout = timeout;
+        self
     }
 
     /// This client with `token` as its access token (its own: clones of it share it, the
@@ -143,7 +153,7 @@ impl MatrixClient {
         Ok(url)
     }
 
-    /// One call within [`CALL_TIMEOUT`], its answer read up to [`ANSWER_MAX_BYTES`]: `body` as
+    /// One call within the call timeout ([`CALL_TIMEOUT`]), its answer read up to [`ANSWER_MAX_BYTES`]: `body` as
     /// JSON, the answer decoded as `T`; `what` names it in errors.
     async fn call<T: DeserializeOwned>(
         &self,
@@ -152,7 +162,7 @@ impl MatrixClient {
         body: Option<Vec<u8>>,
         what: &str,
     ) -> Result<T, MatrixError> {
-        self.call_within(method, url, body, what, CALL_TIMEOUT, ANSWER_MAX_BYTES)
+        self.call_within(method, url, body, what, self.call_timeout, ANSWER_MAX_BYTES)
             .await
     }
 
@@ -176,7 +186,7 @@ impl MatrixClient {
                 .body(body);
         }
         let unreachable =
-            |e: reqwest::Error| MatrixError::Unreachable(format!("{what}: {}", e.without_url()));
+            |e: reqwest::Error| MatrixError::Unreachable(format!("{what}: {}", cause(e)));
         let mut response = request.send().await.map_err(unreachable)?;
         let status = response.status();
         let too_large = || MatrixError::TooLarge {
@@ -266,7 +276,7 @@ impl MatrixClient {
             url,
             None,
             "sync",
-            timeout + SYNC_MARGIN,
+            timeout + self.call_timeout,
             SYNC_ANSWER_MAX_BYTES,
         )
         .await
@@ -385,4 +395,28 @@ impl MatrixClient {
             .await?;
         Ok(())
     }
+}
+
+/// A transport failure in words, with its causes: reqwest's own text is only "error decoding
+/// response body" or "error sending request"; why (the call's deadline, a refused connection)
+/// is further down its source chain, and the account's health must say it. Without the URL,
+/// whose query holds the filter and the sync position; reqwest's errors and their sources
+/// never hold header values, so the token cannot leak here.
+fn cause(e: reqwest::Error) -> String {
+    let timed_out = e.is_timeout();
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(inner) = source {
+        let inner_text = inner.to_string();
+        if !text.contains(&inner_text) {
+            text.push_str(": ");
+            text.push_str(&inner_text);
+        }
+        source = inner.source();
+    }
+    if timed_out && !text.contains("timed out") {
+        text.push_str(" (timed out)");
+    }
+    text
 }

@@ -665,3 +665,68 @@ async fn an_answer_over_its_limit_is_refused_at_the_limit_not_read_whole() {
     .expect("refused at once, not after the call's deadline");
     assert!(is_too_large(&answer), "{answer:?}");
 }
+
+/// A homeserver stand-in on loopback for one request: `200`, a declared length of 10,000 bytes,
+/// then one byte every 100 ms — never silent, never done within a test.
+fn trickling_homeserver() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
+        let mut request = [0u8; 16 * 1024];
+        let _ = stream.read(&mut request);
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 10000\r\n\r\n{\"next_batch\":\"s1\",\"padding\":\"";
+        if stream.write_all(head.as_bytes()).is_err() {
+            return;
+        }
+        for _ in 0..10_000 {
+            std::thread::sleep(Duration::from_millis(100));
+            if stream.write_all(b"a").is_err() {
+                return;
+            }
+        }
+    });
+    url
+}
+
+/// A homeserver (or a proxy before it) that trickles its answer cannot hold the connector: a
+/// `/sync` long poll ends at its own wait plus the call timeout however lively the answer, an
+/// ordinary call at the call timeout, each as a retryable failure that says it timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_trickles_is_cut_at_the_calls_deadline() {
+    use muninn_matrix::client::MatrixClient;
+    let call_timeout = Duration::from_millis(800);
+    let sync_wait = Duration::from_millis(700);
+    for (what, bound) in [("sync", sync_wait + call_timeout), ("whoami", call_timeout)] {
+        let client = MatrixClient::new(&trickling_homeserver())
+            .unwrap()
+            .with_call_timeout(call_timeout);
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(20), async {
+            match what {
+                "sync" => client.sync(None, "{}", sync_wait).await.map(drop),
+                _ => client.whoami().await.map(drop),
+            }
+        })
+        .await
+        .expect("the call was not cut at its deadline");
+        let elapsed = started.elapsed();
+        let error = answer.unwrap_err();
+        assert!(
+            matches!(&error, muninn_matrix::MatrixError::Unreachable(m)
+                if m.starts_with(what) && m.contains("timed out")),
+            "{what}: {error:?}"
+        );
+        assert!(
+            error.retry_after().is_some(),
+            "{what}: retried with backoff"
+        );
+        assert!(
+            elapsed >= bound && elapsed < bound + Duration::from_secs(2),
+            "{what}: {elapsed:?}"
+        );
+    }
+}

@@ -5,7 +5,8 @@
 //! shared cache, same reply, same request log — minus the HTTP and SSE framing. Faults that
 //! refuse a request (429, 529, 500, 400, 401) come back as the same errors the HTTP client
 //! reports, without retries (there is no wait to be had in-process); stream faults (a mid-stream
-//! error, a cut, a slow stream) have no meaning without a stream and are consumed unapplied.
+//! error, a cut, a slow or trickling reply) have no meaning without a stream and are consumed
+//! unapplied.
 
 use crate::sim::{ApiError, Simulator};
 use muninn_anthropic::backend::{AnthropicBackend, Transport};

@@ -20,7 +20,8 @@
 //! - `GET|POST|DELETE /admin/faults` — the fault queue; POST takes one [`Fault`] or a list, e.g.
 //!   `{"kind":"rate_limit","retry_after_s":2,"times":2}`, or
 //!   `{"kind":"inflate_usage","cache_read_tokens":970000}` to make a client believe its context
-//!   is nearly full.
+//!   is nearly full, or `{"kind":"trickle","every_ms":60000}` for a reply that never goes
+//!   silent yet takes hours (one character, or one byte, a minute).
 //! - `GET|POST /admin/clock` — `{"now_ms":…}`; POST `{"advance_ms":N}` moves virtual time.
 //! - `GET|DELETE /admin/requests` — the recorded [`crate::sim::RecordedRequest`]s.
 //! - `POST /admin/reset` — empties the cache, the faults and the log.
@@ -145,6 +146,7 @@ pub(crate) fn fault_error(kind: &FaultKind) -> Option<ApiError> {
         FaultKind::MidStreamError { .. }
         | FaultKind::Truncate { .. }
         | FaultKind::Slow { .. }
+        | FaultKind::Trickle { .. }
         | FaultKind::InflateUsage { .. } => {
             return None;
         }
@@ -244,10 +246,10 @@ async fn messages(
         Ok(answered) => answered,
         Err(e) => return error_response(&e, &request_id),
     };
-    let response = if stream {
-        stream_response(&answer, fault.as_ref())
-    } else {
-        axum::Json(answer.into_message()).into_response()
+    let response = match (stream, &fault) {
+        (true, _) => stream_response(&answer, fault.as_ref()),
+        (false, Some(FaultKind::Trickle { every_ms })) => trickled_message(answer, *every_ms),
+        (false, _) => axum::Json(answer.into_message()).into_response(),
     };
     with_request_id(response, &request_id)
 }
@@ -297,15 +299,42 @@ pub(crate) async fn answer(
     }
 }
 
-/// The events of a streamed answer, in order, each flagged when it is a content delta.
-fn events(answer: &Answer) -> Vec<(StreamEvent, bool)> {
+/// A whole (non-streaming) answer sent one byte every `every_ms` ([`FaultKind::Trickle`]).
+fn trickled_message(answer: Answer, every_ms: u64) -> Response {
+    let json = serde_json::to_vec(&answer.into_message()).unwrap_or_default();
+    let bytes = json.iter().map(|b| Bytes::copy_from_slice(&[*b])).collect();
+    let mut response = Response::new(paced(bytes, every_ms));
+    response
+        .headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A body of `pieces`, `delay_ms` between each two (none before the first).
+fn paced(pieces: Vec<Bytes>, delay_ms: u64) -> Body {
+    let stream = futures_util::stream::unfold(
+        (pieces.into_iter(), true),
+        move |(mut it, first)| async move {
+            let piece = it.next()?;
+            if delay_ms > 0 && !first {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            }
+            Some((Ok::<Bytes, std::io::Error>(piece), (it, false)))
+        },
+    );
+    Body::from_stream(stream)
+}
+
+/// The events of a streamed answer, in order, each flagged when it is a content delta; with
+/// `one_char`, each delta carries one character (a trickle).
+fn events(answer: &Answer, one_char: bool) -> Vec<(StreamEvent, bool)> {
     let full = answer.wire_usage();
     let mut out = vec![
         (message_start(answer, &full), false),
         (StreamEvent::Ping, false),
     ];
     for (index, block) in answer.reply.content.iter().enumerate() {
-        out.extend(block_events(index, block));
+        out.extend(block_events(index, block, one_char));
     }
     out.push((
         StreamEvent::MessageDelta {
@@ -343,8 +372,10 @@ fn message_start(answer: &Answer, full: &Usage) -> StreamEvent {
     }
 }
 
-/// One content block's events: its start (empty for text and tool calls), its deltas, its stop.
-fn block_events(index: usize, block: &ContentBlock) -> Vec<(StreamEvent, bool)> {
+/// One content block's events: its start (empty for text and tool calls), its deltas (of one
+/// character each with `one_char`), its stop.
+fn block_events(index: usize, block: &ContentBlock, one_char: bool) -> Vec<(StreamEvent, bool)> {
+    let (text_chars, json_chars) = if one_char { (1, 1) } else { (24, 32) };
     let start = |content_block| {
         (
             StreamEvent::ContentBlockStart {
@@ -360,7 +391,7 @@ fn block_events(index: usize, block: &ContentBlock) -> Vec<(StreamEvent, bool)> 
         ContentBlock::Text { text, .. } => {
             out.push(start(ContentBlock::text("")));
             out.extend(
-                pieces(text, 24)
+                pieces(text, text_chars)
                     .into_iter()
                     .map(|piece| delta(Delta::TextDelta { text: piece })),
             );
@@ -375,7 +406,7 @@ fn block_events(index: usize, block: &ContentBlock) -> Vec<(StreamEvent, bool)> 
                 cache_control: None,
             }));
             let json_text = serde_json::to_string(input).unwrap_or_else(|_| "{}".to_string());
-            out.extend(pieces(&json_text, 32).into_iter().map(|piece| {
+            out.extend(pieces(&json_text, json_chars).into_iter().map(|piece| {
                 delta(Delta::InputJsonDelta {
                     partial_json: piece,
                 })
@@ -398,7 +429,7 @@ fn pieces(text: &str, n: usize) -> Vec<String> {
 }
 
 fn stream_response(answer: &Answer, fault: Option<&FaultKind>) -> Response {
-    let all = events(answer);
+    let all = events(answer, matches!(fault, Some(FaultKind::Trickle { .. })));
     let cut = match fault {
         Some(
             FaultKind::MidStreamError { after_deltas, .. } | FaultKind::Truncate { after_deltas },
@@ -438,22 +469,11 @@ fn stream_response(answer: &Answer, fault: Option<&FaultKind>) -> Response {
     }
     let delay = match fault {
         Some(FaultKind::Slow { event_ms, .. }) => *event_ms,
+        Some(FaultKind::Trickle { every_ms }) => *every_ms,
         _ => 0,
     };
-    let stream = futures_util::stream::unfold(
-        (frames.into_iter(), delay, true),
-        |(mut it, delay, first)| async move {
-            let frame = it.next()?;
-            if delay > 0 && !first {
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-            }
-            Some((
-                Ok::<Bytes, std::io::Error>(Bytes::from(frame)),
-                (it, delay, false),
-            ))
-        },
-    );
-    let mut response = Response::new(Body::from_stream(stream));
+    let frames = frames.into_iter().map(Bytes::from).collect();
+    let mut response = Response::new(paced(frames, delay));
     let h = response.headers_mut();
     h.insert(
         "content-type",

@@ -335,6 +335,44 @@ async fn slow_streams_complete() {
     assert!(o.retries.is_empty());
 }
 
+/// A trickled reply is the same reply, only slow: streamed one character an event, or whole
+/// one byte at a time, each piece `every_ms` apart — what a client without an overall deadline
+/// would wait out in full.
+#[tokio::test]
+async fn trickled_replies_are_whole_and_slow() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("trickle", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    h.sim
+        .push_faults([fault(FaultKind::Trickle { every_ms: 5 }, 2)]);
+    let started = std::time::Instant::now();
+    let o = w.backend.turn(TurnInput::text("hello")).await.unwrap();
+    assert_eq!(o.text, "Reply to turn 1: 'hello'");
+    // One event per character of the reply, at the least, each 5 ms after the one before.
+    assert!(started.elapsed() >= Duration::from_millis(5 * 24));
+    assert!(o.retries.is_empty());
+
+    let whole: muninn_anthropic::wire::MessagesRequest =
+        serde_json::from_value(serde_json::json!({
+            "model": "claude-opus-5-5",
+            "max_tokens": 16,
+            "messages": [{"role": "user", "content": "hello"}],
+        }))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let sleeper = muninn_backend::clock::RecordingSleeper::default();
+    let done = crate::support::client(&h, &sleeper, 0)
+        .messages(&whole, false)
+        .await
+        .unwrap();
+    let bytes = serde_json::to_vec(&done.response).unwrap().len() as u64;
+    assert!(started.elapsed() >= Duration::from_millis(5 * (bytes / 2)));
+    assert!(h.sim.requests().iter().all(|r| r.fault.is_some()));
+}
+
 #[tokio::test]
 async fn the_key_is_never_recorded() {
     let h = sim().await;

@@ -13,16 +13,27 @@ pub(super) enum BodyEnd {
     TooLarge,
     /// A read failed.
     Failed(reqwest::Error),
+    /// The attempt's deadline passed first (a body trickling in).
+    TimedOut,
 }
 
-/// Reads `response`'s body chunk by chunk, stopping once it passes `limit` bytes.
+/// Reads `response`'s body chunk by chunk, stopping once it passes `limit` bytes or at
+/// `deadline`.
 pub(super) async fn read_body(
     response: &mut reqwest::Response,
     limit: usize,
+    deadline: tokio::time::Instant,
 ) -> (Vec<u8>, BodyEnd) {
     let mut body = Vec::new();
     loop {
-        match response.chunk().await {
+        // Checked as well as raced: a body whose chunks are always ready never loses a race.
+        if tokio::time::Instant::now() >= deadline {
+            return (body, BodyEnd::TimedOut);
+        }
+        let Ok(read) = tokio::time::timeout_at(deadline, response.chunk()).await else {
+            return (body, BodyEnd::TimedOut);
+        };
+        match read {
             Ok(Some(chunk)) => {
                 body.extend_from_slice(&chunk);
                 if body.len() > limit {

@@ -51,6 +51,14 @@ pub struct BackendConfig {
     /// no longer than this.
     #[serde(default)]
     pub cli_turn_timeout_s: Option<u64>,
+    /// `anthropic` only: seconds one attempt of a request may take, from sending it to the
+    /// reply's last byte, however lively the reply (a provider or proxy trickling an event a
+    /// minute never trips the 600 s silence bound). Past it the attempt fails as a transport
+    /// failure and is retried. Default: derived from the request's `max_tokens` as the
+    /// official SDKs estimate the longest real answer (128,000 tokens an hour), never under
+    /// 600 s: 600 s up to 21,333 tokens, 900 s for 32,000.
+    #[serde(default)]
+    pub attempt_timeout_s: Option<u64>,
     /// `anthropic` only: keep-warm pings send `max_tokens: 0` (non-streaming), paying the
     /// prefix's read and no output. Default true; set false for an endpoint that refuses it.
     #[serde(default)]
@@ -73,6 +81,7 @@ impl Default for BackendConfig {
             self_session: SelfSessionConfig::default(),
             pool: PoolSettings::default(),
             cli_turn_timeout_s: None,
+            attempt_timeout_s: None,
             ping_max_tokens_zero: None,
             server_compaction: None,
         }

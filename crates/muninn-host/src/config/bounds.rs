@@ -58,6 +58,9 @@ pub(super) fn check(config: &Config, bad: &mut impl FnMut(String, String)) {
     );
     over(bad, at("per_process_mib"), pool.per_process_mib, MAX_MIB);
     over(bad, at("park_min_idle_s"), pool.park_min_idle_s, MAX_WAIT_S);
+    if let Some(s) = config.backend.attempt_timeout_s {
+        over(bad, "backend.attempt_timeout_s".into(), s, MAX_WAIT_S);
+    }
     over(bad, at("park_horizon_s"), pool.park_horizon_s, MAX_WAIT_S);
     for (i, mind) in config.minds.iter().enumerate() {
         check_mind(mind, &format!("mind[{i}]"), bad);

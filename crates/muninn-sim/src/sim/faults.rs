@@ -48,6 +48,15 @@ pub enum FaultKind {
         #[serde(default)]
         event_ms: u64,
     },
+    /// A reply that trickles: every piece is real progress, `every_ms` apart, so a client that
+    /// bounds only the silence between reads waits for all of it (a stuck provider or proxy).
+    /// Streamed, each content delta carries one character and one event goes every `every_ms`;
+    /// whole, the JSON body goes one byte every `every_ms`. The request is answered (and
+    /// billed) as usual: only the delivery is slow.
+    Trickle {
+        /// Milliseconds between two pieces.
+        every_ms: u64,
+    },
     /// 529 `compaction_unavailable`: the provider cannot compact right now (retryable).
     CompactionUnavailable,
     /// A normal answer whose *reported* usage claims `cache_read_tokens` more cache reads than

@@ -1,0 +1,188 @@
+//! Assembling a streamed reply: each event's data fed in order builds the
+//! [`MessagesResponse`] the non-streaming API would have returned, with the usage JSON kept
+//! verbatim; a malformed or out-of-order event is a protocol failure that records whether reply
+//! content had begun.
+
+use super::{AttemptError, protocol};
+use crate::wire::{ContentBlock, Delta, ErrorBody, MessagesResponse, Role, StreamEvent, Usage};
+use muninn_backend::BackendError;
+use serde_json::{Map, Value};
+
+/// Builds a [`MessagesResponse`] from stream events, keeping the raw usage JSON.
+#[derive(Debug, Default)]
+pub struct Assembler {
+    message: Option<MessagesResponse>,
+    raw_usage: Map<String, Value>,
+    partial_json: Vec<(usize, String)>,
+    /// Whether reply content has begun (the first `content_block_start`).
+    pub content_started: bool,
+    /// Whether `message_stop` arrived.
+    pub stopped: bool,
+}
+
+impl Assembler {
+    /// Feeds one event's data.
+    pub(super) fn on_frame(&mut self, data: &str) -> Result<(), AttemptError> {
+        let after = self.content_started;
+        let event = StreamEvent::parse(data).map_err(|e| protocol(e.to_string(), after))?;
+        match event {
+            StreamEvent::MessageStart { message } => {
+                if let Some(Value::Object(raw)) = serde_json::from_str::<Value>(data)
+                    .ok()
+                    .and_then(|v| v.get("message").and_then(|m| m.get("usage")).cloned())
+                {
+                    self.raw_usage = raw;
+                }
+                self.message = Some(message);
+            }
+            StreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            } => {
+                self.content_started = true;
+                let message = self.message_mut()?;
+                if index != message.content.len() {
+                    return Err(protocol(
+                        format!("content block {index} out of order"),
+                        true,
+                    ));
+                }
+                message.content.push(content_block);
+            }
+            StreamEvent::ContentBlockDelta { index, delta } => self.on_delta(index, delta)?,
+            StreamEvent::ContentBlockStop { index } => self.on_block_stop(index)?,
+            StreamEvent::MessageDelta { delta, usage } => {
+                // Laid over `message_start`'s usage: the final counts win, the rest is kept.
+                if let Some(Value::Object(raw)) = serde_json::from_str::<Value>(data)
+                    .ok()
+                    .and_then(|v| v.get("usage").cloned())
+                {
+                    self.raw_usage.extend(raw);
+                }
+                let message = self.message_mut()?;
+                message.stop_reason = delta.stop_reason;
+                message.stop_sequence = delta.stop_sequence;
+                message.usage.merge(&usage);
+            }
+            StreamEvent::MessageStop => self.stopped = true,
+            StreamEvent::Ping | StreamEvent::Unknown(_) => {}
+            StreamEvent::Error { error } => return Err(stream_error(error, after)),
+        }
+        Ok(())
+    }
+
+    /// Appends a delta to its block; tool input is gathered as text until the block stops.
+    fn on_delta(&mut self, index: usize, delta: Delta) -> Result<(), AttemptError> {
+        let block = self
+            .message_mut()?
+            .content
+            .get_mut(index)
+            .ok_or_else(|| protocol(format!("delta for unknown block {index}"), true))?;
+        match (block, delta) {
+            (ContentBlock::Text { text, .. }, Delta::TextDelta { text: more }) => {
+                text.push_str(&more);
+            }
+            (ContentBlock::Thinking { thinking, .. }, Delta::ThinkingDelta { thinking: more }) => {
+                thinking.push_str(&more);
+            }
+            (ContentBlock::Thinking { signature, .. }, Delta::SignatureDelta { signature: s }) => {
+                *signature = s;
+            }
+            (ContentBlock::ToolUse { .. }, Delta::InputJsonDelta { partial_json }) => {
+                match self.partial_json.iter_mut().find(|(i, _)| *i == index) {
+                    Some((_, s)) => s.push_str(&partial_json),
+                    None => self.partial_json.push((index, partial_json)),
+                }
+            }
+            (_, Delta::Unknown(_)) => {}
+            (_, d) => {
+                return Err(protocol(
+                    format!("delta {d:?} does not fit block {index}"),
+                    true,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses a tool block's gathered input once the block stops (empty input is `{}`).
+    fn on_block_stop(&mut self, index: usize) -> Result<(), AttemptError> {
+        let Some(pos) = self.partial_json.iter().position(|(i, _)| *i == index) else {
+            return Ok(());
+        };
+        let (_, json) = self.partial_json.swap_remove(pos);
+        let parsed: Value = if json.trim().is_empty() {
+            Value::Object(Map::new())
+        } else {
+            serde_json::from_str(&json).map_err(|e| {
+                protocol(
+                    format!("tool input of block {index} is not JSON: {e}"),
+                    true,
+                )
+            })?
+        };
+        if let Some(ContentBlock::ToolUse { input, .. }) =
+            self.message_mut()?.content.get_mut(index)
+        {
+            *input = parsed;
+        }
+        Ok(())
+    }
+
+    fn message_mut(&mut self) -> Result<&mut MessagesResponse, AttemptError> {
+        let after = self.content_started;
+        self.message
+            .as_mut()
+            .ok_or_else(|| protocol("an event before message_start".to_string(), after))
+    }
+
+    pub(super) fn finish(&mut self) -> Result<(MessagesResponse, Value), AttemptError> {
+        let message = self
+            .message
+            .take()
+            .ok_or_else(|| protocol("message_stop without message_start".to_string(), true))?;
+        if message.role != Role::Assistant {
+            return Err(protocol(
+                "the reply is not from the assistant".to_string(),
+                true,
+            ));
+        }
+        Ok((message, Value::Object(std::mem::take(&mut self.raw_usage))))
+    }
+}
+
+/// An `error` event inside a stream: retryable for the kinds an HTTP status would retry
+/// (overloaded 529, rate limit 429, api 500); `status` stays 0 because the HTTP reply was 200.
+fn stream_error(error: ErrorBody, after_content: bool) -> AttemptError {
+    let retryable = matches!(
+        error.kind.as_str(),
+        "overloaded_error" | "rate_limit_error" | "api_error"
+    );
+    AttemptError {
+        error: BackendError::Api {
+            status: 0,
+            kind: error.kind,
+            message: error.message,
+            retryable,
+            retry_after_ms: None,
+        },
+        retryable,
+        retry_after: None,
+        after_content,
+    }
+}
+
+/// Assembles a complete event stream (for tests and tools): the reply and the raw usage, or the
+/// first error.
+pub fn assemble(events_data: &[String]) -> Result<(MessagesResponse, Value, Usage), BackendError> {
+    let mut a = Assembler::default();
+    for data in events_data {
+        a.on_frame(data).map_err(|f| f.error)?;
+    }
+    if !a.stopped {
+        return Err(BackendError::Protocol("no message_stop".to_string()));
+    }
+    let (m, raw) = a.finish().map_err(|f| f.error)?;
+    let usage = m.usage.clone();
+    Ok((m, raw, usage))
+}
