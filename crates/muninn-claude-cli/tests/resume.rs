@@ -308,3 +308,42 @@ async fn a_turn_the_api_refused_is_taken_back_out_of_the_session() {
     );
     b.shutdown().await;
 }
+
+/// A turn given up at its timeout (the API never answers; the child is killed) is taken back
+/// out of the session the same way. The CLI stores a line as soon as it takes it and a resumed
+/// session merges it into the next turn's message, so the same input sent again carried it
+/// twice, and each timed-out retry of a hung API one copy more. Now, after two timeouts, the
+/// same input goes once, and is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_given_up_at_its_timeout_is_taken_back_out_of_the_session() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin, "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a56").await;
+    // Long enough for a relaunch and an answer on a loaded machine, short beside the hang.
+    r.config.turn_timeout = Duration::from_secs(10);
+    let session = r.config.session_id.clone();
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("timeout")).await.unwrap();
+    ok(b.turn(TurnInput::text("t1: fine")).await);
+    r.sim.sim.push_faults([Fault {
+        kind: FaultKind::Slow {
+            first_byte_ms: 60_000,
+            event_ms: 0,
+        },
+        times: 2,
+    }]);
+    let mut left = Vec::new();
+    for attempt in 1..=2 {
+        let err = b.turn(TurnInput::text("t2: hung")).await.unwrap_err();
+        assert!(
+            matches!(err, BackendError::Transport(_)),
+            "{attempt}: {err:?}"
+        );
+        left.push(b.failure_left_session());
+    }
+    ok(b.turn(TurnInput::text("t2: hung")).await);
+    let users = user_messages_sent_with(&r.sim, "t2: hung").concat();
+    assert_eq!(users.matches("t2: hung").count(), 1, "{users}");
+    assert_eq!(stored_user_lines_with(&r.config, &session, "t2: hung"), 1);
+    assert_eq!(left, [true, true]);
+    b.shutdown().await;
+}

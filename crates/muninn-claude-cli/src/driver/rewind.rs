@@ -15,11 +15,14 @@
 //! before: the retry's request is the refused one again, byte for byte. A seed the refused
 //! turn carried is pending again.
 //!
-//! Only a turn the API refused with nothing answered is put back: `terminal_reason` `api_error`,
-//! no assistant message from a model (a paid answer, a tool loop's first steps, stay), no
-//! compaction, and still the session the turn was written to (a fork or a reseed during the
-//! turn moved it). Anything else leaves the file as the CLI wrote it, and the caller is told
-//! the session holds the turn ([`crate::TurnReport::rewound`] is `false`).
+//! Only a turn whose failure left nothing answered is put back: one the API refused
+//! (`terminal_reason` `api_error`, no assistant message from a model — a paid answer, a tool
+//! loop's first steps, stay — and no compaction), and one given up at its timeout (the child
+//! killed before its `result`: the CLI stored the line as it took it, and a resumed session
+//! would hold it unanswered). It must still be the session the turn was written to (a fork or
+//! a reseed during the turn moved it), and not a `/compact`. Anything else — a child that died
+//! by itself mid-turn included — leaves the file as the CLI wrote it, and the caller is told the
+//! session holds the turn ([`crate::TurnReport::rewound`] is `false`).
 
 use super::{Collected, Driver};
 use crate::event::ResultEvent;

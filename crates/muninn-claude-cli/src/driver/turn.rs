@@ -77,6 +77,11 @@ impl Driver {
                 }
                 ReadEnd::TimedOut => {
                     self.stop_child().await;
+                    // Nothing of the turn reached the caller: the CLI's session must not keep
+                    // it either (`rewind.rs`), or a retry would be a second copy of the line.
+                    if !compacting {
+                        report.rewound = self.rewind(before).await;
+                    }
                     Attempt::Done(Box::new(Err(BackendError::Transport(format!(
                         "no result within {:?}; the child was killed",
                         self.config.turn_timeout

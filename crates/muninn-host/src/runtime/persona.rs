@@ -435,10 +435,10 @@ impl<B: Backend> MindRunner<B> {
             Err(e) => {
                 // A session the failure left as it was — one that lives here (the Messages
                 // API, the simulator: an exchange joins it only when it succeeds), or the CLI's
-                // after a refusal it took back out of its session file — takes the next
-                // attempt as the recorded message re-sent (`retry.rs`): one delivery, one
+                // after a refusal or a timeout it took back out of its session file — takes the
+                // next attempt as the recorded message re-sent (`retry.rs`): one delivery, one
                 // notice per distinct error, however long the outage.
-                // A CLI child that died or hung is relaunched by the backend (`--resume`): its
+                // A CLI child that died mid-turn is relaunched by the backend (`--resume`): its
                 // session holds this turn's user line unanswered, as the transcript holds the
                 // delivery, and the retry appends the batch again on both sides, so the segment
                 // (and its cached prefix) continues. Any other failure may have left the
