@@ -566,6 +566,17 @@ pub trait Backend: Send {
         false
     }
 
+    /// Whether the last call that failed left the provider session as it was before the call:
+    /// nothing of it joined the session, so the caller may send the same input again in the
+    /// same session and the model sees it once. `true` by default: a backend whose session
+    /// lives in the caller's process (the Messages API, the simulator) adds an exchange only
+    /// when it succeeds. A backend with its own durable session says so per failure: the Claude
+    /// Code CLI takes a turn the API refused back out of its session file, and keeps anything
+    /// else (a dead child's line, a paid answer) — then `false`, and the caller rebuilds.
+    fn failure_left_session(&self) -> bool {
+        true
+    }
+
     /// A handle for the provider session as it stands, bound to `items` (the caller's own
     /// transcript of the session, each item in the caller's canonical bytes, in order), for the
     /// caller to store beside that transcript. `None` when the backend has nothing to bind.

@@ -323,6 +323,10 @@ impl Backend for ClaudeCliBackend {
         self.config.binding_key.is_some()
     }
 
+    fn failure_left_session(&self) -> bool {
+        self.last_report.as_ref().is_some_and(|r| r.rewound)
+    }
+
     fn session_handle(&self, items: &[Vec<u8>]) -> Option<String> {
         self.mint_handle(items).map(|h| h.encode())
     }
@@ -387,6 +391,9 @@ impl ClaudeCliBackend {
             )
         };
         let called_at = Instant::now();
+        // A command that never reaches the driver leaves no report: none of an earlier one
+        // may answer for it ([`Backend::failure_left_session`] reads it).
+        self.last_report = None;
         let Some(tx) = &self.commands else {
             return (
                 Err(BackendError::Invalid("no session started".into())),

@@ -17,12 +17,14 @@
 //! This file holds the driver's state, its command loop and the child's stopping; `launch`
 //! starts a child (arguments, environment, credential) and reseeds a lost session; `turn` runs
 //! one exchange with its relaunches; `read` reads one exchange's events; `outcome` turns a
-//! `result` into the turn's outcome; `stdin` renders what is written to the child; `tree` kills
+//! `result` into the turn's outcome; `rewind` takes a turn the API refused back out of the
+//! session; `stdin` renders what is written to the child; `tree` kills
 //! the processes a child started when the child is killed.
 
 mod launch;
 mod outcome;
 mod read;
+mod rewind;
 mod stdin;
 mod tree;
 mod turn;
@@ -185,7 +187,8 @@ struct Driver {
     /// The live child has been sent an exchange: its `--max-budget-usd` count (per process)
     /// is no longer whole, so a run under [`CliConfig::run_budget_micro_usd`] relaunches it.
     served: bool,
-    /// The next launch is a budget relaunch: planned, so no [`SessionEvent::Relaunched`].
+    /// The next launch is planned (a budget relaunch, or the resume after a refused turn was
+    /// taken back out of the session), so no [`SessionEvent::Relaunched`].
     renewing: bool,
 }
 

@@ -33,6 +33,11 @@ pub struct TurnReport {
     /// give it a fresh [`CliConfig::run_budget_micro_usd`]; the time is in
     /// [`TurnReport::to_write`].
     pub budget_relaunch: bool,
+    /// The API refused the turn with nothing answered, and the driver took it back out of the
+    /// CLI's session (its file cut back to what it held before the turn; the next turn resumes
+    /// it): the session holds nothing of the turn, so the same input can be sent again without
+    /// the CLI merging a second copy into it.
+    pub rewound: bool,
 }
 
 /// Commands to the driver.

@@ -220,10 +220,15 @@ async fn api_errors_come_back_as_the_cli_reports_them() {
     );
     assert_eq!(b.last_report().unwrap().retries.len(), 2);
 
-    // The process stays usable.
-    let pid = b.last_report().unwrap().pid;
+    // The session stays usable: the refused turn was taken back out of it (its child stopped,
+    // the session file cut back), and the next turn resumes the session without it.
+    assert!(b.last_report().unwrap().rewound);
     ok(b.turn(TurnInput::text("e5: recovered")).await);
-    assert_eq!(b.last_report().unwrap().pid, pid);
+    let users = user_messages_sent_with(&r.sim, "e5: recovered").concat();
+    assert!(
+        users.contains("e3: flaky") && !users.contains("e4: down"),
+        "{users}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

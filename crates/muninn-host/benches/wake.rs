@@ -104,6 +104,10 @@ impl Backend for Probe {
         self.inner.binds_sessions()
     }
 
+    fn failure_left_session(&self) -> bool {
+        self.inner.failure_left_session()
+    }
+
     fn session_handle(&self, items: &[Vec<u8>]) -> Option<String> {
         self.inner.session_handle(items)
     }

@@ -133,6 +133,14 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn failure_left_session(&self) -> bool {
+        match self {
+            AnyBackend::Sim(b) => b.failure_left_session(),
+            AnyBackend::Anthropic(b) => b.failure_left_session(),
+            AnyBackend::ClaudeCli(b) => b.failure_left_session(),
+        }
+    }
+
     fn session_handle(&self, items: &[Vec<u8>]) -> Option<String> {
         match self {
             AnyBackend::Sim(b) => b.session_handle(items),

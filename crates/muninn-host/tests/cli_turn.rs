@@ -137,3 +137,131 @@ async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported(
     r.release().await.unwrap();
     server.stop().await.unwrap();
 }
+
+/// The Persona's transcript kinds in order, a failed attempt's notice as `attempt_failed`.
+async fn persona_kinds(host: &Host) -> Vec<String> {
+    let items = host
+        .store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    items
+        .iter()
+        .map(|i| match i.body.get("attempt_failed") {
+            Some(_) => "attempt_failed".to_string(),
+            None => i.kind.as_str().to_string(),
+        })
+        .collect()
+}
+
+/// The session files the Persona's CLI children left (`projects/<cwd>/<id>.jsonl` under its
+/// config directory).
+fn cli_session_files(host: &Host) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "jsonl")
+                && path.components().any(|c| c.as_os_str() == "projects")
+            {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(
+        &host.config.data_dir.join("claude-cli/vala/persona"),
+        &mut files,
+    );
+    files
+}
+
+/// An outage behind the Claude Code CLI — the API overloaded: every request refused with a 529,
+/// which the CLI itself gives up on after three tries (a 401 or a 500 it retries for about three
+/// minutes first) — while a delivery waits, on a session with a conversation in it. The CLI keeps a refused turn's user line in its session file and merges it into the
+/// next turn's message, so the host used to give the session up: each attempt opened a new
+/// segment and a new CLI session and recorded the delivery again. Now the driver puts the
+/// session file back as it was before the refused turn, and the session continues: three
+/// refused attempts leave one segment, one recorded delivery and one notice (one error); every
+/// refused request and the one answered when the key works again carry the same conversation
+/// (the delivery once: what the model sees does not grow per retry), the delivery is answered
+/// once, and the Persona has one CLI session file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_behind_the_claude_cli_does_not_grow_the_transcript_per_retry() {
+    let Some(bin) = claude_cli() else { return };
+    let w = crate::resume::cli_world(bin).await;
+    let mut r = w.runner(mind(""), "host-a");
+    r.register().await.unwrap();
+    w.say("e1", "juliet-one: the lighthouse is dark").await;
+    crate::resume::turn(&mut r).await;
+    let answered_before = w.messages_requests().len();
+
+    w.server.sim.push_faults([muninn_sim::sim::Fault {
+        kind: muninn_sim::sim::FaultKind::Overloaded,
+        times: 1_000,
+    }]);
+    w.say("e2", "juliet-two: who keeps it now?").await;
+    for attempt in 1..=3 {
+        r.woken();
+        let failed = r.step().await;
+        assert!(failed.is_err(), "attempt {attempt}: {failed:?}");
+    }
+    assert_eq!(w.persona_segments().await, 1, "a segment per retry");
+    assert_eq!(
+        persona_kinds(&w.host).await,
+        ["delivery", "reply", "delivery", "attempt_failed"]
+    );
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 1);
+
+    w.server.sim.clear_faults();
+    crate::resume::turn(&mut r).await;
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 2);
+    assert_eq!(w.persona_segments().await, 1);
+    assert_eq!(
+        persona_kinds(&w.host).await,
+        ["delivery", "reply", "delivery", "attempt_failed", "reply"]
+    );
+    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(outbox.len(), 2, "{outbox:#?}");
+    w.assert_nothing_sent_twice().await;
+    // What the model was shown: the outage's refused requests and the answered retry all hold
+    // the same conversation, the waiting delivery once in it.
+    let requests: Vec<_> = w
+        .server
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|q| q.path == "/v1/messages")
+        .skip(answered_before)
+        .collect();
+    let refused = requests.iter().filter(|q| q.status == 529).count();
+    assert!(refused >= 3, "{refused} refused requests");
+    let answered: Vec<_> = requests.iter().filter(|q| q.status == 200).collect();
+    assert_eq!(answered.len(), 1, "one request answered after the outage");
+    let conversation = |q: &muninn_sim::sim::RecordedRequest| {
+        (q.body["system"].clone(), q.body["messages"].clone())
+    };
+    for q in &requests {
+        assert_eq!(
+            conversation(q),
+            conversation(answered[0]),
+            "request {}",
+            q.seq
+        );
+    }
+    // The user's side of it (the simulator's replies quote what they answer).
+    let said: String = answered[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert_eq!(said.matches("juliet-two").count(), 1, "{said}");
+    assert_eq!(said.matches("juliet-one").count(), 1, "{said}");
+    let files = cli_session_files(&w.host);
+    assert_eq!(files.len(), 1, "{files:#?}");
+    r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}

@@ -1,6 +1,7 @@
 //! One exchange from the driver's side: make sure a child is alive, write the line, read to
 //! the `result`, and relaunch, reseed or resend when the child died before the turn began.
 
+use super::rewind::{Before, refused_untouched};
 use super::stdin::{Exchange, user_line, write_line};
 use super::{Collected, Driver, MAX_ATTEMPTS, ReadEnd, RunFlush, emit};
 use crate::event::ResultEvent;
@@ -34,7 +35,7 @@ impl Driver {
             // One deadline for the attempt's write and read: a child that takes no input
             // times out like one that gives no result.
             let deadline = tokio::time::Instant::now() + self.config.turn_timeout;
-            let stored_before = self.write_exchange(exchange, report, deadline).await?;
+            let before = self.write_exchange(exchange, report, deadline).await?;
             *written_at = Some(Instant::now());
             let mut collected = Collected::default();
             let end = self
@@ -42,7 +43,7 @@ impl Driver {
                 .await;
             if !collected.saw_init
                 && matches!(end, ReadEnd::Eof)
-                && self.stored_len() > stored_before
+                && self.stored_len() > before.stored
             {
                 // Killed with its `system/init` still in its stdout buffer: the CLI had stored
                 // the line (and may have sent the request), so the turn began.
@@ -67,11 +68,20 @@ impl Driver {
                     read_at,
                 } => {
                     *result_read_at = Some(read_at);
-                    self.on_result(*result, raw, collected, compacting, attempt, report)
-                        .await
+                    let end = Ended {
+                        compacting,
+                        attempt,
+                        before,
+                    };
+                    self.on_result(*result, raw, collected, end, report).await
                 }
                 ReadEnd::TimedOut => {
                     self.stop_child().await;
+                    // Nothing of the turn reached the caller: the CLI's session must not keep
+                    // it either (`rewind.rs`), or a retry would be a second copy of the line.
+                    if !compacting {
+                        report.rewound = self.rewind(before).await;
+                    }
                     Attempt::Done(Box::new(Err(BackendError::Transport(format!(
                         "no result within {:?}; the child was killed",
                         self.config.turn_timeout
@@ -108,14 +118,15 @@ impl Driver {
     }
 
     /// Makes sure a child is alive (launching one if not) and writes the exchange's line to it.
-    /// Returns the size of the CLI's transcript before the write. A child still not taking the
-    /// line at `deadline` is killed and the exchange fails.
+    /// Returns the session as it stood before the write (its file's size, id and the seed sent
+    /// with the line). A child still not taking the line at `deadline` is killed and the
+    /// exchange fails.
     async fn write_exchange(
         &mut self,
         exchange: &Exchange,
         report: &mut TurnReport,
         deadline: tokio::time::Instant,
-    ) -> Result<u64, BackendError> {
+    ) -> Result<Before, BackendError> {
         let alive = match self.child.as_mut() {
             Some(live) => matches!(live.child.try_wait(), Ok(None)),
             None => false,
@@ -133,7 +144,11 @@ impl Driver {
         };
         // What the CLI has stored of the session before this line: if it grows, the CLI took
         // the line, whether or not its `system/init` reached us before it died.
-        let stored_before = self.stored_len();
+        let before = Before {
+            stored: self.stored_len(),
+            session_id: self.session_id.clone(),
+            seed: self.pending_seed.clone(),
+        };
         let Some(live) = self.child.as_mut() else {
             return Err(BackendError::Transport("no child after launch".into()));
         };
@@ -157,21 +172,26 @@ impl Driver {
             tracing::debug!(error = %e, "claude-cli: stdin write failed");
         }
         self.served = true;
-        Ok(stored_before)
+        Ok(before)
     }
 
     /// The read ended with the turn's `result`: a session the CLI could not find is reseeded
-    /// (and the exchange retried while attempts remain); otherwise the compactions are
-    /// recorded and the outcome made.
+    /// (and the exchange retried while attempts remain); a turn the API refused is taken back
+    /// out of the session (`rewind.rs`); otherwise the compactions are recorded and the outcome
+    /// made.
     async fn on_result(
         &mut self,
         result: ResultEvent,
         raw: Value,
         collected: Collected,
-        compacting: bool,
-        attempt: u32,
+        end: Ended,
         report: &mut TurnReport,
     ) -> Attempt {
+        let Ended {
+            compacting,
+            attempt,
+            before,
+        } = end;
         let lost = result
             .errors
             .iter()
@@ -196,6 +216,9 @@ impl Driver {
         // the fresh session without its history.
         if !compacting {
             self.pending_seed = None;
+        }
+        if !compacting && refused_untouched(&result, &collected) {
+            report.rewound = self.rewind(before).await;
         }
         report.model_usage_since_last_result = result.model_usage_since_last_result.clone();
         let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;
@@ -264,6 +287,16 @@ impl Driver {
             );
         }
     }
+}
+
+/// How an attempt at an exchange ended up at its `result`.
+struct Ended {
+    /// The exchange was a `/compact`.
+    compacting: bool,
+    /// The attempt's number (1 for the first).
+    attempt: u32,
+    /// The session as it stood before the attempt's line.
+    before: Before,
 }
 
 /// What follows one attempt at an exchange.

@@ -433,18 +433,20 @@ impl<B: Backend> MindRunner<B> {
         let outcome = match sent {
             Ok(o) => o,
             Err(e) => {
-                // A backend that keeps its own durable session (the CLI) relaunches it by itself
-                // on the next turn (`--resume`) when its child died or hung: the session then
-                // holds this turn's user line unanswered, as the transcript holds the delivery,
-                // and the retry appends the batch again on both sides, so the segment (and its
-                // cached prefix) continues. Any other failure may have left the provider's
-                // session out of step with the renderer: rebuild next time.
-                // A backend whose session lives here (the Messages API, the simulator) adds an
-                // exchange to it only when it succeeds: the session is as it was, and the next
-                // attempt re-sends the recorded message (`retry.rs`).
+                // A session the failure left as it was — one that lives here (the Messages
+                // API, the simulator: an exchange joins it only when it succeeds), or the CLI's
+                // after a refusal or a timeout it took back out of its session file — takes the
+                // next attempt as the recorded message re-sent (`retry.rs`): one delivery, one
+                // notice per distinct error, however long the outage.
+                // A CLI child that died mid-turn is relaunched by the backend (`--resume`): its
+                // session holds this turn's user line unanswered, as the transcript holds the
+                // delivery, and the retry appends the batch again on both sides, so the segment
+                // (and its cached prefix) continues. Any other failure may have left the
+                // provider's session out of step with the renderer: rebuild next time.
                 let binds = self.persona.backend.binds_sessions();
+                let kept = !binds || self.persona.backend.failure_left_session();
                 let relaunches = binds && matches!(e, BackendError::Transport(_));
-                if binds {
+                if !kept {
                     self.attempt = None;
                     if !relaunches {
                         self.persona.mark_broken(now);

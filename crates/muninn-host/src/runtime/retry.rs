@@ -14,9 +14,11 @@
 //!
 //! A delivery is recorded **once per segment it is sent in**, not once per attempt
 //! (`persona.rs`): when an attempt fails on a backend whose session lives in the host (the
-//! Messages API, the simulator) nothing joined the provider's session, so the next attempt
-//! re-sends the message already recorded and adds nothing to the transcript but, when the
-//! error changed, a notice of why the attempt failed. Two cases record the delivery again:
+//! Messages API, the simulator), or on the Claude Code CLI when the API refused the turn (the
+//! driver takes it back out of the CLI's session file: `Backend::failure_left_session`),
+//! nothing joined the provider's session, so the next attempt re-sends the message already
+//! recorded and adds nothing to the transcript but, when the error changed, a notice of why the
+//! attempt failed. Two cases record the delivery again:
 //! a retry that opens a new segment (the session had to be rebuilt, or the decider refreshed),
 //! whose transcript must replay on its own; and a Claude Code child that died mid-turn, whose
 //! resumed session holds the unanswered line, so the re-sent one is a second line on both
