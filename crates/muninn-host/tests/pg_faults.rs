@@ -12,6 +12,7 @@ use muninn_host::runtime::run_mind;
 use muninn_sim::SimClock;
 use muninn_sim::sim::{SimConfig, Simulator};
 use muninn_store::{LedgerQuery, NewDelivery, Store};
+use muninn_testkit::SilentProxy;
 use muninn_testkit::peers::{FreshDatabase, postgres_admin};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -20,7 +21,12 @@ use std::time::{Duration, Instant};
 
 /// A world whose host runs on the PostgreSQL database `db`.
 async fn world_on_postgres(db: &FreshDatabase) -> World {
-    let store = muninn_store::open(&db.url()).await.unwrap();
+    world_on_postgres_at(&db.url()).await
+}
+
+/// A world whose host runs on the PostgreSQL store at `url`.
+async fn world_on_postgres_at(url: &str) -> World {
+    let store = muninn_store::open(url).await.unwrap();
     let sim = Arc::new(Simulator::new(SimConfig {
         frozen_at_ms: Some(crate::runtime::T0),
         ..SimConfig::default()
@@ -415,4 +421,111 @@ async fn acked_lease(store: &Arc<dyn Store>) -> muninn_store::Lease {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Posts delivery `n` straight to the server through `direct` (another host's store) and wakes
+/// the runner.
+async fn post_directly(direct: &Arc<dyn Store>, w: &World, n: usize) {
+    let delivery = NewDelivery {
+        room: "#swarm".into(),
+        sender: "ari".into(),
+        is_direct: false,
+        to_you: false,
+        text: format!("message {n}: still there?"),
+        source_id: format!("pgf-{n}"),
+        received_at_ms: w.sim.now_ms(),
+        context: Vec::new(),
+    };
+    direct.post_delivery("vala", &delivery).await.unwrap();
+    w.host.signals.wake("vala");
+}
+
+/// The PostgreSQL server falls silent mid-run without closing the host's connections (a network
+/// partition, a frozen machine: a [`SilentProxy`] between the host and the server) while the
+/// Mind answers a delivery, and stays silent past the lease's end. No store call waits for
+/// ever: each ends at the store's deadline (2 s here), so the Mind is shown failing on the
+/// store and readiness says so, instead of a step stuck `running` on a lease that ran out.
+/// Once the server answers again the Mind recovers by itself: every delivery answered exactly
+/// once, one ledger row per request, the mark cleared, the lease this host's again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_silent_server_shows_in_status_and_the_mind_recovers() {
+    let Some(db) = FreshDatabase::for_test("muninn_host_pgsilent", "a silent server") else {
+        return;
+    };
+    let proxy = SilentProxy::start(FreshDatabase::SERVER.parse().unwrap())
+        .await
+        .unwrap();
+    let w =
+        world_on_postgres_at(&format!("{}?call_timeout=2s", db.url_through(proxy.addr()))).await;
+    let direct = muninn_store::open(&db.url()).await.unwrap();
+    let r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(run_mind(r, stopped));
+    answer(&w, 1, 2).await;
+    let lease = acked_lease(&direct).await;
+
+    // Delivery 3 comes through another host; the server falls silent as the Mind answers it.
+    post_directly(&direct, &w, 3).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    proxy.freeze();
+    let frozen_at = Instant::now();
+    post_directly(&direct, &w, 4).await;
+    let failing = loop {
+        if let Some(failing) = w.host.telemetry.mind("vala").failing {
+            break failing;
+        }
+        assert!(
+            frozen_at.elapsed() < Duration::from_secs(30),
+            "the server silent for 30 s and the Mind not shown failing: {:?}",
+            w.host.telemetry.mind("vala")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(failing.cause, "store", "{failing:?}");
+    assert!(
+        failing.last_error.contains("no answer from the database"),
+        "{failing:?}"
+    );
+    let ready = muninn_host::telemetry::health::readiness(&w.host).await;
+    assert!(!ready.ready, "{ready:?}");
+    assert!(ready.reasons[0].starts_with("store: "), "{ready:?}");
+    eprintln!(
+        "shown failing after {:?}: {}; readiness: {:?}",
+        frozen_at.elapsed(),
+        failing.last_error,
+        ready.reasons
+    );
+
+    // The lease runs out while the server is silent: nothing renewed it.
+    w.sim
+        .advance_clock(muninn_host::runtime::LEASE_TTL_MS + 1_000);
+    assert_eq!(acked_lease(&direct).await, lease);
+    assert!(lease.expires_at_ms < w.sim.now_ms());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        w.host.telemetry.mind("vala").failing.is_some(),
+        "{:?}",
+        w.host.telemetry.mind("vala")
+    );
+
+    proxy.thaw();
+    let thawed_at = Instant::now();
+    while acked(&direct).await < 4 || w.host.telemetry.mind("vala").failing.is_some() {
+        assert!(
+            thawed_at.elapsed() < Duration::from_secs(60),
+            "{:?}",
+            w.host.telemetry.mind("vala")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("recovered {:?} after the thaw", thawed_at.elapsed());
+    let after = acked_lease(&direct).await;
+    assert_eq!(after.holder, "host-a");
+    assert!(after.expires_at_ms > w.sim.now_ms(), "{after:?}");
+    stop.send(true).unwrap();
+    running.await.unwrap().unwrap();
+    answered_once(&w, 4).await;
+    w.host.store.close().await;
+    direct.close().await;
 }

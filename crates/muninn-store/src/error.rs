@@ -90,16 +90,16 @@ pub enum StoreError {
         message: String,
     },
 
-    /// The database's recorded schema version says this build's tables exist, but some do not
-    /// (dropped by hand, a partial restore, another program's database). Returned by `open` on
-    /// PostgreSQL. Not retryable: the operator restores the tables or points muninn at the
-    /// right database.
+    /// The database's recorded schema version says this build's tables and columns exist, but
+    /// some do not (dropped by hand, a partial restore, another program's database). Returned
+    /// by `open` on PostgreSQL. Not retryable: the operator restores them or points muninn at
+    /// the right database.
     #[error(
-        "the database lacks the table(s) {missing} its schema version has: restore them, or use \
-         a database muninn created"
+        "the database lacks {missing}, which its schema version has: restore them, or use a \
+         database muninn created"
     )]
     Incomplete {
-        /// The missing tables, comma-separated.
+        /// What is missing, comma-separated: `table briefs`, `column ledger.decided`.
         missing: String,
     },
 

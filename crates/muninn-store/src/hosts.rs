@@ -27,11 +27,13 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use sqlx::Postgres;
 use sqlx::postgres::{PgConnection, PgListener, PgPoolOptions};
 use sqlx::{Connection, Row};
 
 use crate::error::{Result, StoreError};
 use crate::postgres::PostgresStore;
+use crate::sql::engine::{Engine, RowExt, query};
 use crate::sqlite::SqliteStore;
 
 /// The `NOTIFY` channel wake-ups travel on.
@@ -129,12 +131,13 @@ impl HostSignals for PostgresStore {
             mind: mind.to_owned(),
             from: from.to_owned(),
         };
-        sqlx::query("SELECT pg_notify($1, $2)")
+        // On a read connection: one cut short by the call's deadline is closed, not pooled.
+        let mut conn = Postgres::acquire(&self.pool).await?;
+        query::<Postgres>("SELECT pg_notify($1, $2)")
             .bind(WAKE_CHANNEL)
             .bind(wake.payload())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+            .execute(&mut conn)
+            .await
     }
 
     async fn listen_wakes(&self) -> Result<Option<WakeListener>> {
@@ -194,19 +197,25 @@ impl HostSignals for PostgresStore {
     async fn holder_gone(&self, holder: &str) -> Result<Option<bool>> {
         // Try the lock on one pooled connection and give it straight back on the same one: a
         // session lock taken and kept would make the holder look alive to everyone else.
-        let mut conn = self.pool.acquire().await?;
-        let row = sqlx::query("SELECT pg_try_advisory_lock($1, $2) AS free")
-            .bind(PRESENCE_NAMESPACE)
-            .bind(presence_key(holder))
-            .fetch_one(&mut *conn)
-            .await?;
-        let free: bool = row.try_get("free")?;
+        let mut conn = Postgres::acquire(&self.pool).await?;
+        // Parameters are bound as BIGINT: cast to the `(int4, int4)` form the presence lock
+        // is taken with.
+        let free: bool = query::<Postgres>(
+            "SELECT pg_try_advisory_lock(CAST($1 AS INTEGER), CAST($2 AS INTEGER)) AS free",
+        )
+        .bind(i64::from(PRESENCE_NAMESPACE))
+        .bind(i64::from(presence_key(holder)))
+        .fetch_one(&mut conn)
+        .await?
+        .col("free")?;
         if free {
-            sqlx::query("SELECT pg_advisory_unlock($1, $2)")
-                .bind(PRESENCE_NAMESPACE)
-                .bind(presence_key(holder))
-                .execute(&mut *conn)
-                .await?;
+            query::<Postgres>(
+                "SELECT pg_advisory_unlock(CAST($1 AS INTEGER), CAST($2 AS INTEGER))",
+            )
+            .bind(i64::from(PRESENCE_NAMESPACE))
+            .bind(i64::from(presence_key(holder)))
+            .execute(&mut conn)
+            .await?;
         }
         Ok(Some(free))
     }

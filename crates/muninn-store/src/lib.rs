@@ -11,7 +11,10 @@
 //! - [`error`] — [`StoreError`], with a retry hint per variant.
 //! - [`sqlite`] — [`SqliteStore`], the embedded default (one WAL file, every commit fsynced:
 //!   group commit, `wal_sync` (private), shares one fsync among concurrent writers).
-//! - [`postgres`] — [`PostgresStore`], for several hosts on one database.
+//! - [`postgres`] — [`PostgresStore`], for several hosts on one database, every call bounded
+//!   by a client-side deadline; `schema_check` (private) refuses at open a database missing a
+//!   table or column its schema version has; `read` and `write` (private) keep a connection
+//!   whose call was cut short out of the pool.
 //! - [`startup`] — SQLite's start-up checks: broken storage is refused, not silently replaced.
 //! - [`marker`] — the identity file (`store.id`) holding the high-water mark of issued ids;
 //!   `id_guard` (private) reserves ids there before each SQLite commit.
@@ -43,6 +46,8 @@ pub mod hosts;
 mod id_guard;
 pub mod marker;
 pub mod postgres;
+mod read;
+mod schema_check;
 mod sql;
 pub mod sqlite;
 pub mod startup;

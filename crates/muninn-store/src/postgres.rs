@@ -27,6 +27,18 @@
 //! per statement; the session that waits for another host's presence lock
 //! (`await_holder_gone`) waits without one, by design.
 //!
+//! The server's timeouts need a server that answers. One that goes silent without closing the
+//! connection (a network partition, a frozen virtual machine, a firewall dropping the flow)
+//! leaves the client waiting on TCP, which gives up after many minutes or never. So every
+//! [`Store`](crate::Store) call also has a client-side deadline, [`CALL_TIMEOUT`] unless the
+//! URL's `call_timeout` says otherwise (`?call_timeout=5s`; `ms`, `s` or `min`, a bare number
+//! is milliseconds): past it the call returns a retryable `Unavailable` naming the call, and
+//! the connection it was waiting on is closed, never handed back to the pool (`crate::read`,
+//! `crate::write`). sqlx exposes no TCP keepalive setting, so the deadline is the bound. It
+//! is longer than the statement timeout: a lock wait ends on the server first, as `Busy`.
+//! `await_holder_gone` is not bounded (it waits as long as the other host lives); the checks
+//! at open are, migrations only by their statement timeout.
+//!
 //! ## No password shown
 //!
 //! The connect options hold the URL's password; this store's `Debug` names the server, user
@@ -100,27 +112,14 @@ pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// The statement timeout of a migration's statements (a column added to a long ledger).
 pub const MIGRATION_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The tables a store at the newest migration has. Checked at open, so a database whose
-/// recorded version says they exist but which lacks one (dropped by hand, a partial restore)
-/// is refused naming it, instead of failing every call that needs it.
-const TABLES: &[&str] = &[
-    "minds",
-    "counters",
-    "leases",
-    "settings",
-    "segments",
-    "transcript",
-    "deliveries",
-    "mailbox_acks",
-    "outbox",
-    "ledger",
-    "memory_notes",
-    "memory_about",
-    "briefs",
-    "turns",
-    "cursors",
-    "counter_floors",
-];
+/// How long one store call may wait for the database before it is given up as unanswered (see
+/// "Every call bounded"). Three statement timeouts: a call runs a few statements, and each may
+/// wait out a lock until the server cancels it; only a silent server takes longer.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The URL parameter that sets the call deadline (see "Every call bounded"); muninn's own, so
+/// it is taken out before sqlx reads the URL.
+const CALL_TIMEOUT_PARAM: &str = "call_timeout";
 
 /// The PostgreSQL store. Cheap to share behind an `Arc`; holds a connection pool.
 #[derive(Clone)]
@@ -130,26 +129,34 @@ pub struct PostgresStore {
     pub(crate) options: PgConnectOptions,
     /// This host's presence session, once held (see [`crate::hosts`]).
     pub(crate) presence: crate::hosts::PresenceCell,
+    /// The deadline of one store call (see "Every call bounded").
+    pub(crate) call_timeout: Duration,
 }
 
 impl PostgresStore {
     /// Connects to `url` (`postgres://user@host:port/db`) and applies pending migrations.
+    /// A `call_timeout` parameter sets the deadline of each call (see "Every call bounded").
     pub async fn connect(url: &str) -> Result<PostgresStore> {
-        let options = PgConnectOptions::from_str(url)
+        let (url, call_timeout) = call_timeout_of(url)?;
+        let options = PgConnectOptions::from_str(&url)
             .map_err(|e| StoreError::invalid(format!("bad postgres URL: {e}")))?;
-        PostgresStore::connect_with(options).await
+        PostgresStore::connect_with(options, call_timeout).await
     }
 
     /// Connects with the tables in `schema` (which must exist) instead of the default
     /// `search_path`.
     pub async fn connect_in_schema(url: &str, schema: &str) -> Result<PostgresStore> {
-        let options = PgConnectOptions::from_str(url)
+        let (url, call_timeout) = call_timeout_of(url)?;
+        let options = PgConnectOptions::from_str(&url)
             .map_err(|e| StoreError::invalid(format!("bad postgres URL: {e}")))?
             .options([("search_path", schema)]);
-        PostgresStore::connect_with(options).await
+        PostgresStore::connect_with(options, call_timeout).await
     }
 
-    async fn connect_with(options: PgConnectOptions) -> Result<PostgresStore> {
+    async fn connect_with(
+        options: PgConnectOptions,
+        call_timeout: Duration,
+    ) -> Result<PostgresStore> {
         let options = bounded(options);
         let pool = PgPoolOptions::new()
             .max_connections(8)
@@ -161,9 +168,18 @@ impl PostgresStore {
             pool,
             options,
             presence: Default::default(),
+            call_timeout,
         };
         store.migrate().await?;
-        store.check_tables().await?;
+        match tokio::time::timeout(call_timeout, crate::schema_check::check(&store.pool)).await {
+            Ok(checked) => checked?,
+            Err(_) => {
+                return Err(StoreError::Unavailable(format!(
+                    "the schema check at open: no answer from the database within {} ms",
+                    call_timeout.as_millis()
+                )));
+            }
+        }
         Ok(store)
     }
 
@@ -198,26 +214,6 @@ impl PostgresStore {
         tx.commit().await?;
         Ok(())
     }
-
-    /// Refuses a database that lacks one of [`TABLES`] (see there).
-    async fn check_tables(&self) -> Result<()> {
-        let mut missing = Vec::new();
-        for table in TABLES {
-            let row = sqlx::query("SELECT to_regclass($1) IS NOT NULL AS present")
-                .bind(*table)
-                .fetch_one(&self.pool)
-                .await?;
-            if !sqlx::Row::try_get::<bool, _>(&row, "present")? {
-                missing.push(*table);
-            }
-        }
-        if missing.is_empty() {
-            return Ok(());
-        }
-        Err(StoreError::Incomplete {
-            missing: missing.join(", "),
-        })
-    }
 }
 
 /// The connect options with the store's timeouts added where the URL set none (see "Every
@@ -237,6 +233,49 @@ fn bounded(options: PgConnectOptions) -> PgConnectOptions {
         }
     }
     options
+}
+
+/// The URL without its `call_timeout` parameter, and the deadline it sets ([`CALL_TIMEOUT`]
+/// if none).
+fn call_timeout_of(url: &str) -> Result<(String, Duration)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), CALL_TIMEOUT));
+    };
+    let mut call_timeout = CALL_TIMEOUT;
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some((CALL_TIMEOUT_PARAM, value)) => call_timeout = duration(value)?,
+            _ => kept.push(pair),
+        }
+    }
+    let url = match kept.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", kept.join("&")),
+    };
+    Ok((url, call_timeout))
+}
+
+/// A positive duration as `250ms`, `5s`, `2min` or a bare number of milliseconds.
+fn duration(text: &str) -> Result<Duration> {
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let per_unit_ms = match &text[digits.len()..] {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "min" => 60_000,
+        _ => 0,
+    };
+    match digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(per_unit_ms))
+    {
+        Some(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+        _ => Err(StoreError::invalid(format!(
+            "bad postgres URL: {CALL_TIMEOUT_PARAM}={text} is not a positive duration \
+             (250ms, 5s, 2min)"
+        ))),
+    }
 }
 
 /// Where the store is, without the password (see "No password shown").
@@ -262,58 +301,51 @@ impl crate::sql::Backend for PostgresStore {
     async fn begin_write(&self) -> Result<crate::write::WriteTx<Postgres>> {
         PostgresStore::begin_write(self).await
     }
+    fn call_timeout(&self) -> Option<Duration> {
+        Some(self.call_timeout)
+    }
     /// Nothing to record at close: PostgreSQL keeps its own counters durable.
     async fn before_close(&self) {}
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{MIGRATIONS, TABLES};
-    use std::collections::BTreeSet;
+    use super::{CALL_TIMEOUT, call_timeout_of};
+    use std::time::Duration;
 
-    /// The tables the migrations leave, read from their `CREATE TABLE` and `DROP TABLE`
-    /// statements in order.
-    fn tables_the_migrations_create() -> BTreeSet<String> {
-        let mut tables = BTreeSet::new();
-        for (_, _, sql) in MIGRATIONS {
-            let words: Vec<String> = sql
-                .split(|c: char| c.is_whitespace() || c == '(' || c == ';')
-                .filter(|w| !w.is_empty())
-                .map(str::to_ascii_lowercase)
-                .collect();
-            for (i, pair) in words.windows(2).enumerate() {
-                let create = match (pair[0].as_str(), pair[1].as_str()) {
-                    ("create", "table") => true,
-                    ("drop", "table") => false,
-                    _ => continue,
-                };
-                let mut rest = words[i + 2..].iter().map(String::as_str);
-                let mut name = rest.next().unwrap_or_default();
-                if name == "if" {
-                    // `IF NOT EXISTS` / `IF EXISTS`
-                    name = rest
-                        .find(|w| *w == "exists")
-                        .and(rest.next())
-                        .unwrap_or_default();
-                }
-                let name = name.trim_matches('"').to_owned();
-                if create {
-                    tables.insert(name);
-                } else {
-                    tables.remove(&name);
-                }
-            }
-        }
-        tables
-    }
-
-    /// The check at open lists every table the migrations create: a migration that adds a
-    /// table without adding it to `TABLES` fails here, not in a database missing it.
+    /// The URL parameter sets the deadline and is taken out; other parameters stay.
     #[test]
-    fn the_table_check_lists_every_table_the_migrations_create() {
-        let listed: BTreeSet<String> = TABLES.iter().map(|t| (*t).to_owned()).collect();
-        let created = tables_the_migrations_create();
-        assert!(created.len() >= 16, "the parse found too few: {created:?}");
-        assert_eq!(listed, created);
+    fn the_call_timeout_comes_from_the_url_and_leaves_it() {
+        let base = "postgres://u@h:5432/db";
+        let cases = [
+            (base.to_owned(), (base.to_owned(), CALL_TIMEOUT)),
+            (
+                format!("{base}?call_timeout=2s"),
+                (base.to_owned(), Duration::from_secs(2)),
+            ),
+            (
+                format!("{base}?sslmode=disable&call_timeout=250ms&application_name=m"),
+                (
+                    format!("{base}?sslmode=disable&application_name=m"),
+                    Duration::from_millis(250),
+                ),
+            ),
+            (
+                format!("{base}?call_timeout=1500"),
+                (base.to_owned(), Duration::from_millis(1500)),
+            ),
+            (
+                format!("{base}?call_timeout=2min"),
+                (base.to_owned(), Duration::from_secs(120)),
+            ),
+        ];
+        for (url, expected) in cases {
+            assert_eq!(call_timeout_of(&url).unwrap(), expected, "{url}");
+        }
+        for bad in ["0", "5h", "s", "-1s", ""] {
+            let url = format!("{base}?call_timeout={bad}");
+            let refused = call_timeout_of(&url).unwrap_err().to_string();
+            assert!(refused.contains("call_timeout"), "{bad}: {refused}");
+        }
     }
 }

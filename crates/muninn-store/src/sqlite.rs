@@ -382,6 +382,12 @@ impl crate::sql::Backend for SqliteStore {
     async fn begin_write(&self) -> Result<crate::write::WriteTx<Sqlite>> {
         SqliteStore::begin_write(self).await
     }
+    /// None: no network lies between this process and its file, and a call that waits on the
+    /// write lock is already bounded by the busy timeout. A call cut short here would leave
+    /// the connection's worker thread running the statement anyway.
+    fn call_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// On a clean close: under the write lock, the identity file takes exactly the database's
     /// counters, so the next open can tell lost commits from a crash. A failure is logged: the
     /// file then still bounds every id issued, it only cannot prove a clean stop.

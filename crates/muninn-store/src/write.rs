@@ -111,6 +111,14 @@ impl<DB: Database> Drop for WriteTx<DB> {
     }
 }
 
+/// A statement in a write transaction needs no in-flight mark: whatever cut it short, the
+/// transaction did not commit, so `drop` detaches the connection.
+impl<DB: Database> crate::read::Conn<DB> for WriteTx<DB> {
+    fn connection(&mut self) -> &mut DB::Connection {
+        self
+    }
+}
+
 // The connection is `Some` from `begin` until `drop` takes it: nothing can reach a `WriteTx`
 // in between without one.
 #[allow(clippy::expect_used)]

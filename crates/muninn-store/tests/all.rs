@@ -32,6 +32,7 @@ use pretty_assertions::assert_eq;
 mod disk;
 mod hosts;
 mod pg_faults;
+mod silent;
 use sqlx::Row;
 
 mod sqlite;

@@ -191,8 +191,34 @@ async fn postgres_a_missing_table_is_named_at_open() {
         .unwrap();
     let error = PostgresStore::connect(&db.url()).await.unwrap_err();
     let text = error.to_string();
-    assert!(text.contains("leases"), "{text}");
+    assert!(text.contains("table leases"), "{text}");
     assert!(!error.is_retryable(), "{error:?}");
+}
+
+/// The same for a column: a database whose recorded schema version has a column it lacks (one
+/// dropped by hand, a restore of an older dump over a newer version record) is refused at
+/// open, naming the table and the column, instead of failing every later call that reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_missing_column_is_named_at_open() {
+    let Some(db) = FreshDatabase::for_test("muninn_pgf_column", "a missing column") else {
+        return;
+    };
+    let store = PostgresStore::connect(&db.url()).await.unwrap();
+    store.close().await;
+    let mut conn = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("ALTER TABLE ledger DROP COLUMN decided; ALTER TABLE outbox DROP COLUMN failure")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let error = PostgresStore::connect(&db.url()).await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Incomplete { missing }
+            if missing == "column outbox.failure, column ledger.decided"),
+        "{error:?}"
+    );
+    assert!(!error.is_retryable(), "{error:?}");
+    let text = error.to_string();
+    assert!(text.contains("lacks column outbox.failure"), "{text}");
 }
 
 use sqlx::Connection;

@@ -17,6 +17,8 @@
 //! - [`synapse`] — a real Synapse per test binary or per test, and a person's Matrix client.
 //! - [`fuzz`] — a coverage-free mutation fuzzer for stable Rust: seed corpora under
 //!   `fuzz/corpus/<target>/`, run as ordinary tests (`MUNINN_FUZZ_SECS` for a long run).
+//! - [`silent_proxy`] — [`SilentProxy`]: a TCP proxy that falls silent on command, keeping
+//!   its sockets open (a database server that stops answering without closing the connection).
 //! - [`faulty_store`] — [`FaultyStore`]: a real store that refuses its next N commits, for
 //!   the host's tests of an answer whose commit failed.
 //! - [`crash`] — the crash harness's checker: every delivery answered exactly once, the
@@ -34,6 +36,7 @@ pub mod faulty_store;
 pub mod fuzz;
 pub mod peers;
 pub mod private_postgres;
+pub mod silent_proxy;
 pub mod store_conformance;
 pub mod synapse;
 pub mod transcript;
@@ -41,4 +44,5 @@ pub mod wire;
 
 pub use backend_suite::{SuiteHarness, run_backend_suite};
 pub use faulty_store::FaultyStore;
+pub use silent_proxy::SilentProxy;
 pub use store_conformance::{StoreFactory, run_conformance};

@@ -279,7 +279,16 @@ impl FreshDatabase {
 
     /// Its URL, as `postgres`.
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
+        format!("postgres://postgres@{}/{}", Self::SERVER, self.name)
+    }
+
+    /// Where the server listens.
+    pub const SERVER: &str = "127.0.0.1:5432";
+
+    /// Its URL with the connections going through `proxy` (a [`crate::SilentProxy`]'s address)
+    /// instead of straight to the server.
+    pub fn url_through(&self, proxy: std::net::SocketAddr) -> String {
+        format!("postgres://postgres@{proxy}/{}", self.name)
     }
 }
 

@@ -54,6 +54,12 @@ pub fn store_fault(error: &str, backend: &str) -> Option<&'static str> {
              elsewhere, or an overloaded server)",
         ),
         (
+            // The store's own deadline on a call (`muninn_store::postgres::CALL_TIMEOUT`).
+            &["no answer from the database within"],
+            "the database server does not answer (its connections stay open but silent: a \
+             network partition, or a frozen server)",
+        ),
+        (
             &[
                 "Connection refused",
                 "connection reset",
@@ -126,6 +132,14 @@ mod tests {
                 Some(
                     "the database did not answer in time (a statement outlasted its timeout: a \
                      lock held elsewhere, or an overloaded server)",
+                ),
+            ),
+            (
+                "database unavailable: append_transcript: no answer from the database within \
+                 2000 ms",
+                Some(
+                    "the database server does not answer (its connections stay open but \
+                     silent: a network partition, or a frozen server)",
                 ),
             ),
             ("mind m: fencing token 3 is stale", None),

@@ -19,12 +19,12 @@
 use std::borrow::Cow;
 use std::future::Future;
 
-use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Pool, Postgres, Sqlite, Type};
 
 use crate::error::Result;
 use crate::hosts::HostSignals;
+use crate::read::{Conn, ReadConn};
 use crate::write::WriteTx;
 
 /// A value bound to a statement parameter. Text is borrowed where it can be: sqlx encodes a
@@ -106,23 +106,35 @@ impl<DB: Engine> Stmt<DB> {
     }
 
     /// Runs it for its effect.
-    pub(crate) async fn execute(self, conn: &mut DB::Connection) -> Result<()> {
-        DB::execute(conn, self.query).await
+    pub(crate) async fn execute(self, conn: &mut impl Conn<DB>) -> Result<()> {
+        conn.in_flight(true);
+        let answer = DB::execute(conn.connection(), self.query).await;
+        conn.in_flight(false);
+        answer
     }
 
     /// Runs it for at most one row.
-    pub(crate) async fn fetch_optional(self, conn: &mut DB::Connection) -> Result<Option<DB::Row>> {
-        DB::fetch_optional(conn, self.query).await
+    pub(crate) async fn fetch_optional(self, conn: &mut impl Conn<DB>) -> Result<Option<DB::Row>> {
+        conn.in_flight(true);
+        let answer = DB::fetch_optional(conn.connection(), self.query).await;
+        conn.in_flight(false);
+        answer
     }
 
     /// Runs it for exactly one row (`RowNotFound` otherwise, as sqlx reports it).
-    pub(crate) async fn fetch_one(self, conn: &mut DB::Connection) -> Result<DB::Row> {
-        DB::fetch_one(conn, self.query).await
+    pub(crate) async fn fetch_one(self, conn: &mut impl Conn<DB>) -> Result<DB::Row> {
+        conn.in_flight(true);
+        let answer = DB::fetch_one(conn.connection(), self.query).await;
+        conn.in_flight(false);
+        answer
     }
 
     /// Runs it for every row.
-    pub(crate) async fn fetch_all(self, conn: &mut DB::Connection) -> Result<Vec<DB::Row>> {
-        DB::fetch_all(conn, self.query).await
+    pub(crate) async fn fetch_all(self, conn: &mut impl Conn<DB>) -> Result<Vec<DB::Row>> {
+        conn.in_flight(true);
+        let answer = DB::fetch_all(conn.connection(), self.query).await;
+        conn.in_flight(false);
+        answer
     }
 }
 
@@ -172,7 +184,7 @@ where
 }
 
 /// A database engine the store runs on: SQLite or PostgreSQL. See the module docs.
-pub(crate) trait Engine: Database {
+pub(crate) trait Engine: Database<Connection: Conn<Self>> {
     /// How a fenced transaction reads a Mind's lease row (see [`crate::sql::leases`]).
     const LEASE_LOCK_SQL: &'static str;
 
@@ -204,8 +216,9 @@ pub(crate) trait Engine: Database {
         conn: &mut Self::Connection,
         sql: &'static str,
     ) -> impl Future<Output = std::result::Result<(), sqlx::Error>> + Send;
-    /// A connection from the pool, for reads outside a write transaction.
-    fn acquire(pool: &Pool<Self>) -> impl Future<Output = Result<PoolConnection<Self>>> + Send;
+    /// A connection from the pool, for reads outside a write transaction (detached, not
+    /// returned, if dropped mid-statement: see [`ReadConn`]).
+    fn acquire(pool: &Pool<Self>) -> impl Future<Output = Result<ReadConn<Self>>> + Send;
     /// Commits a write transaction (see [`WriteTx::commit`]).
     fn commit(tx: WriteTx<Self>) -> impl Future<Output = Result<()>> + Send;
 
@@ -225,6 +238,9 @@ pub(crate) trait Backend: HostSignals + Send + Sync + std::fmt::Debug {
     const NAME: &'static str;
     fn pool(&self) -> &Pool<Self::Db>;
     fn begin_write(&self) -> impl Future<Output = Result<WriteTx<Self::Db>>> + Send;
+    /// How long one [`Store`](crate::Store) call may wait for the database before it is given
+    /// up as unanswered (`bounded` in `store_impl`); `None` waits as long as the call does.
+    fn call_timeout(&self) -> Option<std::time::Duration>;
     /// What the backend records on a clean close, before its pool closes.
     fn before_close(&self) -> impl Future<Output = ()> + Send;
     /// [`Store::close`](crate::Store::close): what the backend records, then the presence
@@ -315,8 +331,8 @@ macro_rules! engine {
                 sqlx::raw_sql(sql).execute(&mut *conn).await?;
                 Ok(())
             }
-            async fn acquire(pool: &Pool<Self>) -> Result<PoolConnection<Self>> {
-                Ok(pool.acquire().await?)
+            async fn acquire(pool: &Pool<Self>) -> Result<ReadConn<Self>> {
+                Ok(ReadConn::new(pool.acquire().await?))
             }
             async fn commit(tx: WriteTx<Self>) -> Result<()> {
                 tx.commit().await

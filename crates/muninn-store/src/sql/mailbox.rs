@@ -7,6 +7,7 @@
 use super::engine::{Backend, Engine, RowExt, query};
 use super::{columns, counters, leases, list_text, minds, parse_list};
 use crate::error::{Result, StoreError};
+use crate::read::Conn;
 use crate::types::{
     CURSOR_MAX_BYTES, Cursor, Delivery, FencingToken, IntakeBatch, Mailbox, NewCursor, NewDelivery,
     Posted,
@@ -122,7 +123,7 @@ async fn write_cursor<DB: Engine>(
 }
 
 /// The mailbox ack position: the last acknowledged delivery seq, 0 if none yet.
-pub(crate) async fn acked<DB: Engine>(conn: &mut DB::Connection, mind: &str) -> Result<i64> {
+pub(crate) async fn acked<DB: Engine>(conn: &mut impl Conn<DB>, mind: &str) -> Result<i64> {
     let row = query::<DB>("SELECT acked_seq FROM mailbox_acks WHERE mind_id = $1")
         .bind(mind)
         .fetch_optional(conn)

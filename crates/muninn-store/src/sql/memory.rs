@@ -3,6 +3,7 @@
 use super::engine::{Backend, Engine, RowExt, query};
 use super::{columns, leases, to_i64};
 use crate::error::{Result, StoreError};
+use crate::read::Conn;
 use crate::types::{FencingToken, MEMORY_NOTE_MAX_BYTES, MemoryNote, NewMemoryNote};
 
 /// Checks a memory note before it is written (the schema checks the byte length again).
@@ -67,7 +68,7 @@ pub(crate) async fn insert<DB: Engine>(
 
 /// Reads `memory_notes` rows (the columns of [`columns!`]`(memory)`) with their senders.
 async fn with_about<DB: Engine>(
-    conn: &mut DB::Connection,
+    conn: &mut impl Conn<DB>,
     rows: Vec<DB::Row>,
 ) -> Result<Vec<MemoryNote>> {
     let mut notes = Vec::with_capacity(rows.len());

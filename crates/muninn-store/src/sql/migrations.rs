@@ -2,10 +2,11 @@
 
 use super::engine::{Backend, Engine, RowExt, query};
 use crate::error::{Result, StoreError};
+use crate::read::Conn;
 use crate::write::WriteTx;
 
 /// The highest migration applied, 0 for a new database.
-async fn current<DB: Engine>(conn: &mut DB::Connection) -> Result<i64> {
+async fn current<DB: Engine>(conn: &mut impl Conn<DB>) -> Result<i64> {
     query::<DB>("SELECT CAST(COALESCE(MAX(version), 0) AS BIGINT) AS v FROM schema_version")
         .fetch_one(conn)
         .await?

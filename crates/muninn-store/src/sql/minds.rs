@@ -5,6 +5,7 @@ use muninn_core::money::MicroUsd;
 use super::engine::{Backend, Engine, RowExt, query};
 use super::{columns, json_text, parse_json};
 use crate::error::{Result, StoreError};
+use crate::read::Conn;
 use crate::types::{Mind, MindSettings};
 
 /// Reads a `minds` row (the columns of [`columns!`]`(mind)`).
@@ -18,7 +19,7 @@ pub(crate) fn mind_from<R: RowExt>(row: &R) -> Result<Mind> {
 }
 
 /// `NotFound` unless the Mind exists.
-pub(crate) async fn require<DB: Engine>(conn: &mut DB::Connection, mind: &str) -> Result<()> {
+pub(crate) async fn require<DB: Engine>(conn: &mut impl Conn<DB>, mind: &str) -> Result<()> {
     let found = query::<DB>("SELECT 1 FROM minds WHERE id = $1")
         .bind(mind)
         .fetch_optional(conn)

@@ -7,10 +7,39 @@ use muninn_core::money::MicroUsd;
 use super::engine::Backend;
 use super::{briefs, leases, ledger, mailbox, memory, migrations, minds, outbox, segments};
 use super::{transcript, turn};
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::hosts::HostSignals;
 use crate::store::Store;
 use crate::types::*;
+
+/// Runs one store call within the backend's deadline ([`Backend::call_timeout`]): past it the
+/// call is dropped where it waits and reported as [`StoreError::Unavailable`], which the host
+/// retries and shows. Dropping it is safe: a write transaction cut short never committed and
+/// its connection is closed (`crate::write`), a read's connection cut mid-statement is closed
+/// too (`crate::read`); the server rolls back what the closed session left open.
+async fn bounded<B: Backend, T>(
+    store: &B,
+    call: &'static str,
+    work: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let Some(deadline) = store.call_timeout() else {
+        return work.await;
+    };
+    match tokio::time::timeout(deadline, work).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            tracing::warn!(
+                call,
+                ?deadline,
+                "store call unanswered: the database is silent"
+            );
+            Err(StoreError::Unavailable(format!(
+                "{call}: no answer from the database within {} ms",
+                deadline.as_millis()
+            )))
+        }
+    }
+}
 
 #[async_trait::async_trait]
 impl<B: Backend> Store for B {
@@ -19,7 +48,7 @@ impl<B: Backend> Store for B {
     }
 
     async fn schema_version(&self) -> Result<i64> {
-        migrations::schema_version(self).await
+        bounded(self, "schema_version", migrations::schema_version(self)).await
     }
 
     async fn close(&self) {
@@ -29,15 +58,15 @@ impl<B: Backend> Store for B {
     // Minds and settings.
 
     async fn create_mind(&self, mind: &Mind) -> Result<Mind> {
-        minds::create(self, mind).await
+        bounded(self, "create_mind", minds::create(self, mind)).await
     }
 
     async fn mind(&self, id: &str) -> Result<Option<Mind>> {
-        minds::get(self, id).await
+        bounded(self, "mind", minds::get(self, id)).await
     }
 
     async fn minds(&self) -> Result<Vec<Mind>> {
-        minds::list(self).await
+        bounded(self, "minds", minds::list(self)).await
     }
 
     async fn update_mind(
@@ -46,15 +75,25 @@ impl<B: Backend> Store for B {
         display_name: &str,
         config: &serde_json::Value,
     ) -> Result<Mind> {
-        minds::update(self, id, display_name, config).await
+        bounded(
+            self,
+            "update_mind",
+            minds::update(self, id, display_name, config),
+        )
+        .await
     }
 
     async fn settings(&self, mind: &str) -> Result<MindSettings> {
-        minds::settings(self, mind).await
+        bounded(self, "settings", minds::settings(self, mind)).await
     }
 
     async fn put_settings(&self, mind: &str, settings: &MindSettings, now_ms: i64) -> Result<()> {
-        minds::put_settings(self, mind, settings, now_ms).await
+        bounded(
+            self,
+            "put_settings",
+            minds::put_settings(self, mind, settings, now_ms),
+        )
+        .await
     }
 
     // Leases.
@@ -66,7 +105,12 @@ impl<B: Backend> Store for B {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Result<Option<Lease>> {
-        leases::acquire(self, mind, holder, ttl_ms, now_ms).await
+        bounded(
+            self,
+            "acquire_lease",
+            leases::acquire(self, mind, holder, ttl_ms, now_ms),
+        )
+        .await
     }
 
     async fn renew_lease(
@@ -76,19 +120,29 @@ impl<B: Backend> Store for B {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Result<Lease> {
-        leases::renew(self, mind, token, ttl_ms, now_ms).await
+        bounded(
+            self,
+            "renew_lease",
+            leases::renew(self, mind, token, ttl_ms, now_ms),
+        )
+        .await
     }
 
     async fn renew_leases(&self, holder: &str, ttl_ms: i64, now_ms: i64) -> Result<Vec<Lease>> {
-        leases::renew_all(self, holder, ttl_ms, now_ms).await
+        bounded(
+            self,
+            "renew_leases",
+            leases::renew_all(self, holder, ttl_ms, now_ms),
+        )
+        .await
     }
 
     async fn release_lease(&self, mind: &str, token: FencingToken) -> Result<()> {
-        leases::release(self, mind, token).await
+        bounded(self, "release_lease", leases::release(self, mind, token)).await
     }
 
     async fn lease(&self, mind: &str) -> Result<Option<Lease>> {
-        leases::get(self, mind).await
+        bounded(self, "lease", leases::get(self, mind)).await
     }
 
     async fn take_over_lease(
@@ -99,25 +153,40 @@ impl<B: Backend> Store for B {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Result<Option<Lease>> {
-        leases::take_over(self, mind, holder, previous, ttl_ms, now_ms).await
+        bounded(
+            self,
+            "take_over_lease",
+            leases::take_over(self, mind, holder, previous, ttl_ms, now_ms),
+        )
+        .await
     }
 
     // Hosts sharing a database (see `crate::hosts`).
 
     async fn announce_wake(&self, mind: &str, from: &str) -> Result<()> {
-        HostSignals::announce_wake(self, mind, from).await
+        bounded(
+            self,
+            "announce_wake",
+            HostSignals::announce_wake(self, mind, from),
+        )
+        .await
     }
 
     async fn listen_wakes(&self) -> Result<Option<crate::WakeListener>> {
-        HostSignals::listen_wakes(self).await
+        bounded(self, "listen_wakes", HostSignals::listen_wakes(self)).await
     }
 
     async fn hold_presence(&self, holder: &str) -> Result<bool> {
-        HostSignals::hold_presence(self, holder).await
+        bounded(
+            self,
+            "hold_presence",
+            HostSignals::hold_presence(self, holder),
+        )
+        .await
     }
 
     async fn holder_gone(&self, holder: &str) -> Result<Option<bool>> {
-        HostSignals::holder_gone(self, holder).await
+        bounded(self, "holder_gone", HostSignals::holder_gone(self, holder)).await
     }
 
     async fn await_holder_gone(&self, holder: &str) -> Result<bool> {
@@ -132,7 +201,12 @@ impl<B: Backend> Store for B {
         token: FencingToken,
         segment: &NewSegment,
     ) -> Result<Segment> {
-        segments::start(self, mind, token, segment).await
+        bounded(
+            self,
+            "start_segment",
+            segments::start(self, mind, token, segment),
+        )
+        .await
     }
 
     async fn set_segment_session(
@@ -143,7 +217,12 @@ impl<B: Backend> Store for B {
         number: i64,
         session_id: &str,
     ) -> Result<Segment> {
-        segments::set_session(self, mind, token, role, number, session_id).await
+        bounded(
+            self,
+            "set_segment_session",
+            segments::set_session(self, mind, token, role, number, session_id),
+        )
+        .await
     }
 
     async fn end_segment(
@@ -154,15 +233,20 @@ impl<B: Backend> Store for B {
         number: i64,
         ended_at_ms: i64,
     ) -> Result<Segment> {
-        segments::end(self, mind, token, role, number, ended_at_ms).await
+        bounded(
+            self,
+            "end_segment",
+            segments::end(self, mind, token, role, number, ended_at_ms),
+        )
+        .await
     }
 
     async fn current_segment(&self, mind: &str, role: Role) -> Result<Option<Segment>> {
-        segments::current(self, mind, role).await
+        bounded(self, "current_segment", segments::current(self, mind, role)).await
     }
 
     async fn segments(&self, mind: &str, role: Role) -> Result<Vec<Segment>> {
-        segments::list(self, mind, role).await
+        bounded(self, "segments", segments::list(self, mind, role)).await
     }
 
     async fn append_transcript(
@@ -171,7 +255,12 @@ impl<B: Backend> Store for B {
         token: FencingToken,
         items: &[NewTranscriptItem],
     ) -> Result<Vec<i64>> {
-        transcript::append(self, mind, token, items).await
+        bounded(
+            self,
+            "append_transcript",
+            transcript::append(self, mind, token, items),
+        )
+        .await
     }
 
     async fn transcript_range(
@@ -182,7 +271,12 @@ impl<B: Backend> Store for B {
         to_seq: Option<i64>,
         limit: i64,
     ) -> Result<Vec<TranscriptItem>> {
-        transcript::range(self, mind, role, from_seq, to_seq, limit).await
+        bounded(
+            self,
+            "transcript_range",
+            transcript::range(self, mind, role, from_seq, to_seq, limit),
+        )
+        .await
     }
 
     async fn transcript_tail(
@@ -191,21 +285,26 @@ impl<B: Backend> Store for B {
         role: Role,
         count: i64,
     ) -> Result<Vec<TranscriptItem>> {
-        transcript::tail(self, mind, role, count).await
+        bounded(
+            self,
+            "transcript_tail",
+            transcript::tail(self, mind, role, count),
+        )
+        .await
     }
 
     // The mailbox.
 
     async fn post_delivery(&self, mind: &str, delivery: &NewDelivery) -> Result<Posted> {
-        mailbox::post(self, mind, delivery).await
+        bounded(self, "post_delivery", mailbox::post(self, mind, delivery)).await
     }
 
     async fn post_batch(&self, mind: &str, batch: &IntakeBatch) -> Result<Vec<Posted>> {
-        mailbox::post_batch(self, mind, batch).await
+        bounded(self, "post_batch", mailbox::post_batch(self, mind, batch)).await
     }
 
     async fn cursor(&self, mind: &str, name: &str) -> Result<Option<Cursor>> {
-        mailbox::cursor(self, mind, name).await
+        bounded(self, "cursor", mailbox::cursor(self, mind, name)).await
     }
 
     async fn pending_deliveries(
@@ -214,19 +313,29 @@ impl<B: Backend> Store for B {
         after_seq: i64,
         limit: i64,
     ) -> Result<Vec<Delivery>> {
-        mailbox::pending(self, mind, after_seq, limit).await
+        bounded(
+            self,
+            "pending_deliveries",
+            mailbox::pending(self, mind, after_seq, limit),
+        )
+        .await
     }
 
     async fn ack_position(&self, mind: &str) -> Result<i64> {
-        mailbox::ack_position(self, mind).await
+        bounded(self, "ack_position", mailbox::ack_position(self, mind)).await
     }
 
     async fn mailbox(&self, mind: &str) -> Result<Mailbox> {
-        mailbox::summary(self, mind).await
+        bounded(self, "mailbox", mailbox::summary(self, mind)).await
     }
 
     async fn ack_through(&self, mind: &str, token: FencingToken, seq: i64) -> Result<i64> {
-        mailbox::ack_through(self, mind, token, seq).await
+        bounded(
+            self,
+            "ack_through",
+            mailbox::ack_through(self, mind, token, seq),
+        )
+        .await
     }
 
     // The outbox.
@@ -237,15 +346,20 @@ impl<B: Backend> Store for B {
         token: FencingToken,
         messages: &[NewOutboxMessage],
     ) -> Result<Vec<OutboxMessage>> {
-        outbox::enqueue(self, mind, token, messages).await
+        bounded(
+            self,
+            "enqueue_outbox",
+            outbox::enqueue(self, mind, token, messages),
+        )
+        .await
     }
 
     async fn unsent_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>> {
-        outbox::unsent(self, mind, limit).await
+        bounded(self, "unsent_outbox", outbox::unsent(self, mind, limit)).await
     }
 
     async fn unacked_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>> {
-        outbox::unacked(self, mind, limit).await
+        bounded(self, "unacked_outbox", outbox::unacked(self, mind, limit)).await
     }
 
     async fn outbox_after(
@@ -254,7 +368,12 @@ impl<B: Backend> Store for B {
         after_seq: i64,
         limit: i64,
     ) -> Result<Vec<OutboxMessage>> {
-        outbox::after(self, mind, after_seq, limit).await
+        bounded(
+            self,
+            "outbox_after",
+            outbox::after(self, mind, after_seq, limit),
+        )
+        .await
     }
 
     async fn mark_outbox_sent(
@@ -265,7 +384,12 @@ impl<B: Backend> Store for B {
         remote_id: Option<&str>,
         sent_at_ms: i64,
     ) -> Result<OutboxMessage> {
-        outbox::mark_sent(self, mind, token, request_id, remote_id, sent_at_ms).await
+        bounded(
+            self,
+            "mark_outbox_sent",
+            outbox::mark_sent(self, mind, token, request_id, remote_id, sent_at_ms),
+        )
+        .await
     }
 
     async fn ack_outbox(
@@ -275,7 +399,12 @@ impl<B: Backend> Store for B {
         remote_id: Option<&str>,
         acked_at_ms: i64,
     ) -> Result<OutboxMessage> {
-        outbox::ack(self, mind, request_id, remote_id, acked_at_ms).await
+        bounded(
+            self,
+            "ack_outbox",
+            outbox::ack(self, mind, request_id, remote_id, acked_at_ms),
+        )
+        .await
     }
 
     async fn fail_outbox(
@@ -285,11 +414,16 @@ impl<B: Backend> Store for B {
         failure: &str,
         failed_at_ms: i64,
     ) -> Result<OutboxMessage> {
-        outbox::fail(self, mind, request_id, failure, failed_at_ms).await
+        bounded(
+            self,
+            "fail_outbox",
+            outbox::fail(self, mind, request_id, failure, failed_at_ms),
+        )
+        .await
     }
 
     async fn failed_outbox(&self, mind: &str, limit: i64) -> Result<Vec<OutboxMessage>> {
-        outbox::failed(self, mind, limit).await
+        bounded(self, "failed_outbox", outbox::failed(self, mind, limit)).await
     }
 
     // A whole turn, and the ledger.
@@ -300,7 +434,7 @@ impl<B: Backend> Store for B {
         token: FencingToken,
         turn: &TurnRecord,
     ) -> Result<TurnReceipt> {
-        turn::record(self, mind, token, turn).await
+        bounded(self, "record_turn", turn::record(self, mind, token, turn)).await
     }
 
     async fn append_ledger(
@@ -309,15 +443,20 @@ impl<B: Backend> Store for B {
         token: FencingToken,
         rows: &[LedgerRow],
     ) -> Result<Vec<i64>> {
-        ledger::append(self, mind, token, rows).await
+        bounded(
+            self,
+            "append_ledger",
+            ledger::append(self, mind, token, rows),
+        )
+        .await
     }
 
     async fn ledger(&self, query: &LedgerQuery) -> Result<Vec<LedgerEntry>> {
-        ledger::find(self, query).await
+        bounded(self, "ledger", ledger::find(self, query)).await
     }
 
     async fn spend(&self, mind: &str, from_ms: i64, to_ms: i64) -> Result<MicroUsd> {
-        ledger::spend(self, mind, from_ms, to_ms).await
+        bounded(self, "spend", ledger::spend(self, mind, from_ms, to_ms)).await
     }
 
     // Memory.
@@ -328,25 +467,35 @@ impl<B: Backend> Store for B {
         token: FencingToken,
         notes: &[NewMemoryNote],
     ) -> Result<Vec<i64>> {
-        memory::add(self, mind, token, notes).await
+        bounded(self, "add_memory", memory::add(self, mind, token, notes)).await
     }
 
     async fn memory_newest(&self, mind: &str, limit: i64) -> Result<Vec<MemoryNote>> {
-        memory::newest(self, mind, limit).await
+        bounded(self, "memory_newest", memory::newest(self, mind, limit)).await
     }
 
     async fn memory_about(&self, mind: &str, sender: &str, limit: i64) -> Result<Vec<MemoryNote>> {
-        memory::about(self, mind, sender, limit).await
+        bounded(
+            self,
+            "memory_about",
+            memory::about(self, mind, sender, limit),
+        )
+        .await
     }
 
     async fn memory_search(&self, mind: &str, needle: &str, limit: i64) -> Result<Vec<MemoryNote>> {
-        memory::matching(self, mind, needle, limit).await
+        bounded(
+            self,
+            "memory_search",
+            memory::matching(self, mind, needle, limit),
+        )
+        .await
     }
 
     // Briefs.
 
     async fn enqueue_brief(&self, mind: &str, brief: &NewBrief) -> Result<Brief> {
-        briefs::enqueue(self, mind, brief).await
+        bounded(self, "enqueue_brief", briefs::enqueue(self, mind, brief)).await
     }
 
     async fn claim_brief(
@@ -355,7 +504,12 @@ impl<B: Backend> Store for B {
         token: FencingToken,
         now_ms: i64,
     ) -> Result<Option<Brief>> {
-        briefs::claim(self, mind, token, now_ms).await
+        bounded(
+            self,
+            "claim_brief",
+            briefs::claim(self, mind, token, now_ms),
+        )
+        .await
     }
 
     async fn finish_brief(
@@ -367,7 +521,12 @@ impl<B: Backend> Store for B {
         result: &str,
         now_ms: i64,
     ) -> Result<Brief> {
-        briefs::finish(self, mind, token, seq, status, result, now_ms).await
+        bounded(
+            self,
+            "finish_brief",
+            briefs::finish(self, mind, token, seq, status, result, now_ms),
+        )
+        .await
     }
 
     async fn briefs(
@@ -376,6 +535,6 @@ impl<B: Backend> Store for B {
         status: Option<BriefStatus>,
         limit: i64,
     ) -> Result<Vec<Brief>> {
-        briefs::list(self, mind, status, limit).await
+        bounded(self, "briefs", briefs::list(self, mind, status, limit)).await
     }
 }

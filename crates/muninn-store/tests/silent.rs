@@ -1,0 +1,138 @@
+//! A PostgreSQL server that falls silent without closing the connection (a partition, a frozen
+//! machine), played by a [`SilentProxy`] between the store and the real server: every store
+//! call ends at its client-side deadline, retryable, and the connections it was waiting on are
+//! closed rather than handed back to the pool, so the store works again as soon as a new
+//! connection gets through.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use muninn_store::{PostgresStore, Role, Store, StoreError};
+use muninn_testkit::SilentProxy;
+use muninn_testkit::peers::FreshDatabase;
+use sqlx::Connection;
+
+use crate::{item, mind};
+
+/// As many reads as the pool has connections (8) and a write, each in the middle of its
+/// statement (held by a lock elsewhere) when the server falls silent: each ends within its 2 s
+/// deadline as `Unavailable`, as does a call begun while silent. Then the old connections stay
+/// silent for good and new ones get through: the store answers again without reopening, on new
+/// connections — the ones cut mid-statement were closed, not parked in the pool waiting for an
+/// answer that never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_silent_server_ends_each_call_at_its_deadline_and_the_pool_recovers() {
+    let Some(db) = FreshDatabase::for_test("muninn_pgf_silent", "a silent server") else {
+        return;
+    };
+    let proxy = SilentProxy::start(FreshDatabase::SERVER.parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("{}?call_timeout=2s", db.url_through(proxy.addr()));
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&url).await.unwrap());
+    store.create_mind(&mind("m")).await.unwrap();
+    let token = store
+        .acquire_lease("m", "h", 600_000, 1)
+        .await
+        .unwrap()
+        .unwrap()
+        .token;
+    store
+        .append_transcript("m", token, &[item(1)])
+        .await
+        .unwrap();
+
+    // Straight to the server: holds every statement on the transcript where it is.
+    let mut locker = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+    sqlx::raw_sql("BEGIN; LOCK TABLE transcript IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let mut calls = Vec::new();
+    for n in 0..9 {
+        let store = store.clone();
+        calls.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = match n {
+                0 => store
+                    .append_transcript("m", token, &[item(2)])
+                    .await
+                    .map(drop),
+                _ => store
+                    .transcript_tail("m", Role::Persona, 10)
+                    .await
+                    .map(drop),
+            };
+            (answer, started.elapsed())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.freeze();
+    let begun_while_silent = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let started = Instant::now();
+            (store.lease("m").await.map(drop), started.elapsed())
+        }
+    });
+    calls.push(begun_while_silent);
+    for call in calls {
+        let (answer, took) = tokio::time::timeout(Duration::from_secs(30), call)
+            .await
+            .expect("a store call waited 30 s on a silent server: it must end at its deadline")
+            .unwrap();
+        let error = answer.expect_err("nothing answers");
+        assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
+        assert!(took < Duration::from_secs(6), "{took:?}: {error}");
+    }
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+
+    // The old connections never answer again; new ones get through.
+    let opened_before = proxy.accepted();
+    proxy.abandon();
+    let started = Instant::now();
+    let tail = loop {
+        match store.transcript_tail("m", Role::Persona, 10).await {
+            Ok(tail) => break tail,
+            Err(e) => {
+                assert!(e.is_retryable(), "{e}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "the store still fails 30 s after new connections get through: {e}"
+                );
+            }
+        }
+    };
+    let seqs: Vec<i64> = tail.iter().map(|t| t.seq).collect();
+    assert_eq!(seqs, vec![1], "the write cut short wrote nothing");
+    assert!(proxy.accepted() > opened_before);
+    let read_again = started.elapsed();
+    // The write cut short still holds the lease row on the server, in a session that will never
+    // hear from its client again, until the server's idle-in-transaction timeout (30 s) ends
+    // it; meanwhile writes fail retryable.
+    loop {
+        match store.append_transcript("m", token, &[item(3)]).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(e.is_retryable(), "{e}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "writes still fail 60 s after new connections get through: {e}"
+                );
+            }
+        }
+    }
+    eprintln!(
+        "read again after {read_again:?}, written after {:?}; {} connections opened in all",
+        started.elapsed(),
+        proxy.accepted()
+    );
+    // Closing waits for every pooled connection: one cut mid-statement and handed back would
+    // wait there for an answer that never comes.
+    tokio::time::timeout(Duration::from_secs(10), store.close())
+        .await
+        .expect("closing the store waited 10 s for a connection handed back to the pool");
+}
