@@ -128,8 +128,8 @@ pub(crate) struct Ear {
     client: MatrixClient,
     directory: Arc<Mutex<Directory>>,
     joined: HashSet<String>,
-    /// Replacements of upgraded rooms joined and not yet read: read from their start.
-    successors: HashSet<String>,
+    /// The answer in hand's replacements of upgraded rooms: read from their start (`upgrades`).
+    replacements: HashSet<String>,
     windows: HashMap<String, Window>,
     on_delivered: OnDelivered,
     filter: String,
@@ -145,14 +145,14 @@ impl Ear {
         let limit = context.config.timeline_limit;
         Ear {
             filter: format!(
-                r#"{{"presence":{{"not_types":["*"]}},"account_data":{{"types":["m.direct"]}},"room":{{"timeline":{{"limit":{limit},"types":{EVENT_TYPES}}},"state":{{"lazy_load_members":true,"types":["m.room.member"]}},"ephemeral":{{"not_types":["*"]}},"account_data":{{"not_types":["*"]}}}}}}"#
+                r#"{{"presence":{{"not_types":["*"]}},"account_data":{{"types":["m.direct"]}},"room":{{"timeline":{{"limit":{limit},"types":{EVENT_TYPES}}},"state":{{"lazy_load_members":true,"types":["m.room.member","m.room.tombstone"]}},"ephemeral":{{"not_types":["*"]}},"account_data":{{"not_types":["*"]}}}}}}"#
             ),
             page_filter: format!(r#"{{"types":{EVENT_TYPES}}}"#),
             session: opened.session.clone(),
             client: opened.client.clone(),
             directory: opened.directory.clone(),
             joined: opened.joined.clone(),
-            successors: HashSet::new(),
+            replacements: HashSet::new(),
             windows: HashMap::new(),
             cuts: Mutex::new(Vec::new()),
             on_delivered,
@@ -354,9 +354,6 @@ impl Ear {
                 return Err(error.into());
             }
         };
-        for room in &rooms {
-            self.successors.remove(room);
-        }
         self.joined.extend(rooms);
         for room in &left {
             self.joined.remove(room);
@@ -398,11 +395,13 @@ impl Ear {
             lock(&self.directory).set_direct(&direct.content);
         }
         self.accept_invites(&response.rooms.invite).await?;
-        let upgraded = upgrades::tombstones(&response.rooms.join);
         let account = &self.context.account;
         let who = (account.mind.as_str(), account.user_id.as_str());
-        let successors = upgrades::follow(&self.client, &self.directory, who, upgraded).await?;
-        self.successors.extend(successors);
+        // Before the tombstones: a replacement that is itself upgraded is followed on.
+        let rooms = (since, &response.rooms.join, &self.joined);
+        self.replacements =
+            upgrades::replacements(&self.client, &self.directory, who, rooms).await?;
+        upgrades::follow(&self.client, &self.directory, who, &response.rooms.join).await?;
         let segment_start = self.segment_start().await?;
         let own = self.context.account.user_id.clone();
         let held =
@@ -491,7 +490,7 @@ impl Ear {
         held: &(dyn Fn(&Line) -> bool + Sync),
     ) -> Result<Vec<(i64, NewDelivery)>, MatrixError> {
         let own = self.context.account.user_id.clone();
-        let forward = match (since, changed) {
+        let forward = match (since, changed && !self.replacements.contains(room_id)) {
             (Some(since), true) => Some(self.since_membership_change(since, room_id, &room).await?),
             _ => None,
         };
@@ -584,7 +583,7 @@ impl Ear {
                 let history = events.len();
                 Ok((events, history, back))
             }
-            (Some(_), true) if self.successors.contains(room_id) => {
+            (Some(_), _) if self.replacements.contains(room_id) => {
                 // An upgraded room's replacement: all of it is mail, from its start.
                 let Some(from) = paging else {
                     return Ok((events, 0, back));

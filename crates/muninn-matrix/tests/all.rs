@@ -32,6 +32,7 @@ use tokio::sync::watch;
 mod faults;
 mod gaps;
 mod lifecycle;
+mod upgrades;
 
 const MIND: &str = "vala";
 const PASSWORD: &str = "muninn-test-password";
