@@ -17,16 +17,14 @@ use crate::history::{
     Chunk, Limits, Line, Window, after_join, changes_membership, joined_before, leaves_or_returns,
     mail_start, merge_rooms, out_before, read_chunk, settles_mail_start,
 };
+use crate::invites;
 use crate::rooms::{Directory, RoomKind};
 use crate::session::Session;
 use crate::upgrades;
-use crate::wire::{
-    InvitedRoom, JoinedRoom, MessagesResponse, RoomEvent, SyncResponse, membership_of,
-};
+use crate::wire::{JoinedRoom, MessagesResponse, RoomEvent, SyncResponse, membership_of};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
-use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
@@ -394,7 +392,14 @@ impl Ear {
         {
             lock(&self.directory).set_direct(&direct.content);
         }
-        self.accept_invites(&response.rooms.invite).await?;
+        let invites = &response.rooms.invite;
+        invites::accept(
+            &self.client,
+            &self.directory,
+            &self.context.account,
+            invites,
+        )
+        .await?;
         let account = &self.context.account;
         let who = (account.mind.as_str(), account.user_id.as_str());
         // Before the tombstones: a replacement that is itself upgraded is followed on.
@@ -738,51 +743,6 @@ impl Ear {
     fn cut(&self, room_id: &str, read: usize) {
         let read = u64::try_from(read).unwrap_or(u64::MAX);
         lock_cuts(&self.cuts).push((room_id.to_owned(), read));
-    }
-
-    /// Accepts invites to direct chats (recording them in `m.direct`) and to configured rooms;
-    /// other invites are left alone.
-    async fn accept_invites(
-        &self,
-        invites: &BTreeMap<String, InvitedRoom>,
-    ) -> Result<(), MatrixError> {
-        let own = &self.context.account.user_id;
-        for (room_id, invited) in invites {
-            let Some(invite) = invited.invite_state.events.iter().find(|e| {
-                e.kind == "m.room.member"
-                    && e.state_key.as_deref() == Some(own.as_str())
-                    && e.content.get("membership").and_then(Value::as_str) == Some("invite")
-            }) else {
-                continue;
-            };
-            let direct = invite.content.get("is_direct").and_then(Value::as_bool) == Some(true);
-            let configured = matches!(
-                lock(&self.directory).kind(room_id),
-                Some(RoomKind::Public { .. })
-            );
-            if !(configured || direct && self.context.account.accept_dm_invites) {
-                tracing::info!(mind = %self.mind(), room = %room_id, "matrix: invite left alone");
-                continue;
-            }
-            match self.client.join(room_id).await {
-                Ok(_) => {}
-                Err(error) if error.retry_after().is_none() => {
-                    tracing::warn!(mind = %self.mind(), room = %room_id, %error, "matrix: cannot accept an invite");
-                    continue;
-                }
-                Err(error) => return Err(error),
-            }
-            if direct {
-                let changed = lock(&self.directory).add_direct(&invite.sender, room_id);
-                if let Some(content) = changed {
-                    self.client
-                        .set_account_data(own, "m.direct", &content)
-                        .await?;
-                }
-                tracing::info!(mind = %self.mind(), room = %room_id, with = %invite.sender, "matrix: direct chat accepted");
-            }
-        }
-        Ok(())
     }
 }
 

@@ -171,3 +171,37 @@ async fn a_tombstone_only_in_the_gap_is_followed() {
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
     );
 }
+
+/// An invite-only room upgraded: the replacement is invite-only too, and the upgrade invites
+/// nobody, so the account's join is refused. When someone invites it, the invite (to a room
+/// neither configured nor direct) is accepted as the replacement's, and the replacement is
+/// read from its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_to_the_replacement_of_a_private_room_is_accepted_and_followed() {
+    let Some(rig) = rig("upinvite").await else {
+        return;
+    };
+    let room = rig.human.create_room(None, &[&rig.bot], false).await;
+    let running = rig.start(&[&room], |_| {});
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    let mut said = vec![rig.human.send(&room, "before the upgrade", &[]).await];
+    rig.mail_count(1).await;
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    said.push(rig.human.send(&replacement, "before the invite", &[]).await);
+    // Time for the account to read the tombstone and be refused.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    rig.human.invite(&replacement, &rig.bot).await;
+    rig.bot_joined(&replacement).await;
+    said.push(rig.human.send(&replacement, "after the join", &[]).await);
+    let mail = rig.mail_count(3).await;
+    running.stop().await;
+    assert_eq!(
+        named(&mail),
+        said.iter()
+            .map(|id| (id.as_str(), room.as_str()))
+            .collect::<Vec<_>>(),
+        "{:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
+}
