@@ -76,6 +76,32 @@ impl Running {
     }
 }
 
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// What was logged so far.
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// How many lines logged so far hold `what`.
+    fn count(&self, what: &str) -> usize {
+        self.text().lines().filter(|l| l.contains(what)).count()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 static USERS: AtomicU64 = AtomicU64::new(0);
 
 async fn rig(test: &str) -> Option<Rig> {

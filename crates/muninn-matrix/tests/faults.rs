@@ -510,20 +510,6 @@ async fn a_store_that_cannot_say_how_far_the_mind_is_is_a_store_failure_not_a_ho
     );
 }
 
-/// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 // On one thread: the subscriber below is this thread's, and the connector's tasks run on it.
 #[tokio::test(flavor = "current_thread")]
 async fn a_send_the_store_cannot_record_is_logged_with_its_cause_and_sent_once() {
