@@ -226,32 +226,45 @@ impl Ear {
                 }
                 Err(error) => {
                     failing = true;
-                    self.context.health(AccountHealth::Failing {
-                        stage: "sync",
-                        error: error.to_string(),
-                    });
-                    let wait = match error.is_unauthorized() {
-                        // Logged in again: the same position is asked with the new token after
-                        // the backoff's step (a second refusal in a row waits longer).
-                        true => match self.session.renew(generation, &error).await {
-                            Ok(()) => backoff.step(),
-                            Err(renewal) => {
-                                self.context.health(AccountHealth::Failing {
-                                    stage: "login",
-                                    error: renewal.to_string(),
-                                });
-                                backoff.after(&renewal)
-                            }
-                        },
-                        false => backoff.after(&error),
-                    };
-                    tracing::warn!(mind = %self.mind(), %error, "matrix: sync failed; retrying in {wait:?}");
+                    let wait = self.sync_failed(&error, generation, &mut backoff).await;
                     if pause(&mut stop, wait).await {
                         return;
                     }
                 }
             }
         }
+    }
+
+    /// A sync (or its read or commit) that failed with `error`, the token of `generation` in
+    /// use: reported and logged; a refused token renewed (see `session`). Returns the wait
+    /// before the same position is asked again.
+    async fn sync_failed(
+        &self,
+        error: &MatrixError,
+        generation: u64,
+        backoff: &mut Backoff,
+    ) -> std::time::Duration {
+        self.context.health(AccountHealth::Failing {
+            stage: "sync",
+            error: error.to_string(),
+        });
+        let wait = match error.is_unauthorized() {
+            // Logged in again: the same position is asked with the new token after the
+            // backoff's step (a second refusal in a row waits longer).
+            true => match self.session.renew(generation, error).await {
+                Ok(()) => backoff.step(),
+                Err(renewal) => {
+                    self.context.health(AccountHealth::Failing {
+                        stage: "login",
+                        error: renewal.to_string(),
+                    });
+                    backoff.after(&renewal)
+                }
+            },
+            false => backoff.after(error),
+        };
+        tracing::warn!(mind = %self.mind(), %error, "matrix: sync failed; retrying in {wait:?}");
+        wait
     }
 
     /// Waits while the Mind has `max_pending` or more unanswered deliveries (the sync position

@@ -81,6 +81,26 @@ impl Running {
 struct Logs(Arc<Mutex<Vec<u8>>>);
 
 impl Logs {
+    /// Captures this thread's log lines up to `level` while the returned guards live (a test
+    /// on one thread: the connector's tasks run on it).
+    fn capture(
+        level: tracing::Level,
+    ) -> (Logs, (tracing::Dispatch, tracing::subscriber::DefaultGuard)) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(level)
+            .with_ansi(false)
+            .finish();
+        // Tracing caches each callsite's interest process-wide; a second, inert dispatcher kept
+        // alive makes registration ask this thread's subscriber too.
+        let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+        let guard = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        (logs, (anchor, guard))
+    }
+
     /// What was logged so far.
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()

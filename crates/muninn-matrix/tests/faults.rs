@@ -516,18 +516,7 @@ async fn a_send_the_store_cannot_record_is_logged_with_its_cause_and_sent_once()
     let Some(rig) = rig("ackfail").await else {
         return;
     };
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .finish();
-    // Tracing caches each callsite's interest process-wide; a second, inert dispatcher kept
-    // alive makes registration ask this thread's subscriber too.
-    let _anchor = tracing::Dispatch::new(tracing_subscriber::registry());
-    let _guard = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
+    let (logs, _capture) = Logs::capture(tracing::Level::WARN);
     let name = alias("ackfail");
     let room = rig.public_room(&name).await;
     let public = format!("#{name}");

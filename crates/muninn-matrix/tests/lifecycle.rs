@@ -295,17 +295,7 @@ async fn a_refused_login_is_loud_bounded_and_recovers_and_no_line_carries_a_secr
     let Some(rig) = rig("newpass").await else {
         return;
     };
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .finish();
-    // As in faults: a second, inert dispatcher makes callsites ask this thread's subscriber.
-    let _anchor = tracing::Dispatch::new(tracing_subscriber::registry());
-    let _guard = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
+    let (logs, _capture) = Logs::capture(tracing::Level::TRACE);
     let name = alias("newpass");
     let room = rig.public_room(&name).await;
     let running = rig.start(&[&format!("#{name}")], |_| {});

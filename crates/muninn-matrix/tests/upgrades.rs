@@ -12,6 +12,11 @@ fn named(mail: &[Delivery]) -> Vec<(&str, &str)> {
         .collect()
 }
 
+/// The messages `said` as [`named`] should show them: each once, in `room`.
+fn said_in<'a>(said: &'a [String], room: &'a str) -> Vec<(&'a str, &'a str)> {
+    said.iter().map(|id| (id.as_str(), room)).collect()
+}
+
 /// The process that reads the tombstone and joins the replacement stops before the answer that
 /// holds its join is committed: the next process finds the replacement among its rooms, joined
 /// since its position, and must still read it from its start.
@@ -59,9 +64,7 @@ async fn a_stop_between_the_tombstone_and_the_replacements_join_loses_nothing() 
     running.stop().await;
     assert_eq!(
         named(&mail),
-        said.iter()
-            .map(|id| (id.as_str(), room.as_str()))
-            .collect::<Vec<_>>(),
+        said_in(&said, &room),
         "every message once, named as configured: {:?}",
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
     );
@@ -109,9 +112,7 @@ async fn a_followed_upgrade_is_still_followed_after_a_restart() {
     let stats = running.stop().await;
     assert_eq!(
         named(&mail),
-        said.iter()
-            .map(|id| (id.as_str(), room.as_str()))
-            .collect::<Vec<_>>(),
+        said_in(&said, &room),
         "named as configured: {:?}",
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
     );
@@ -164,9 +165,7 @@ async fn a_tombstone_only_in_the_gap_is_followed() {
     running.stop().await;
     assert_eq!(
         named(&mail),
-        said.iter()
-            .map(|id| (id.as_str(), room.as_str()))
-            .collect::<Vec<_>>(),
+        said_in(&said, &room),
         "{:?}",
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
     );
@@ -198,9 +197,7 @@ async fn an_invite_to_the_replacement_of_a_private_room_is_accepted_and_followed
     running.stop().await;
     assert_eq!(
         named(&mail),
-        said.iter()
-            .map(|id| (id.as_str(), room.as_str()))
-            .collect::<Vec<_>>(),
+        said_in(&said, &room),
         "{:?}",
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
     );
