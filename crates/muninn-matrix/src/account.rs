@@ -7,6 +7,7 @@ use crate::error::MatrixError;
 use crate::joins::{self, RoomNotJoined};
 use crate::rooms::Directory;
 use crate::session::Session;
+use crate::upgrades;
 use crate::{OnDelivered, Stats, ear, mouth};
 use muninn_backend::clock::Clock;
 use muninn_store::Store;
@@ -110,7 +111,11 @@ async fn open(context: &Context) -> Result<Opened, MatrixError> {
     let mut not_joined = Vec::new();
     for name in &account.rooms {
         match join_configured(&client, account, name).await {
-            Ok(room_id) => directory.add_public(name, &room_id),
+            Ok(room_id) => {
+                directory.add_public(name, &room_id);
+                // An upgrade followed before this start is known only from the room's state.
+                upgrades::follow_at_open(&client, &mut directory, &account.mind, &room_id).await?;
+            }
             // One room out of reach must not keep the Mind deaf in the others: it is tried
             // again while the account runs, and reported until joined.
             Err(error) if error.retry_after().is_none() && !error.is_unauthorized() => {

@@ -370,6 +370,18 @@ impl MatrixClient {
         Ok(members.joined.len())
     }
 
+    /// The content of `room`'s state event of `kind` with the empty state key (`None`: the
+    /// room has none, such as `m.room.tombstone` of a room never upgraded).
+    pub async fn state(&self, room: &str, kind: &str) -> Result<Option<Value>, MatrixError> {
+        let url = self.url(&["rooms", room, "state", kind, ""], &[])?;
+        let what = format!("{kind} of {room}");
+        match self.call::<Value>(Method::GET, url, None, &what).await {
+            Ok(value) => Ok(Some(value)),
+            Err(MatrixError::Refused { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The user's account data of `kind` (`None` if never set).
     pub async fn account_data(&self, user: &str, kind: &str) -> Result<Option<Value>, MatrixError> {
         let url = self.url(&["user", user, "account_data", kind], &[])?;

@@ -17,16 +17,14 @@ use crate::history::{
     Chunk, Limits, Line, Window, after_join, changes_membership, joined_before, leaves_or_returns,
     mail_start, merge_rooms, out_before, read_chunk, settles_mail_start,
 };
+use crate::invites;
 use crate::rooms::{Directory, RoomKind};
 use crate::session::Session;
 use crate::upgrades;
-use crate::wire::{
-    InvitedRoom, JoinedRoom, MessagesResponse, RoomEvent, SyncResponse, membership_of,
-};
+use crate::wire::{JoinedRoom, MessagesResponse, RoomEvent, SyncResponse, membership_of};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
-use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
@@ -128,8 +126,8 @@ pub(crate) struct Ear {
     client: MatrixClient,
     directory: Arc<Mutex<Directory>>,
     joined: HashSet<String>,
-    /// Replacements of upgraded rooms joined and not yet read: read from their start.
-    successors: HashSet<String>,
+    /// The answer in hand's replacements of upgraded rooms: read from their start (`upgrades`).
+    replacements: HashSet<String>,
     windows: HashMap<String, Window>,
     on_delivered: OnDelivered,
     filter: String,
@@ -145,14 +143,14 @@ impl Ear {
         let limit = context.config.timeline_limit;
         Ear {
             filter: format!(
-                r#"{{"presence":{{"not_types":["*"]}},"account_data":{{"types":["m.direct"]}},"room":{{"timeline":{{"limit":{limit},"types":{EVENT_TYPES}}},"state":{{"lazy_load_members":true,"types":["m.room.member"]}},"ephemeral":{{"not_types":["*"]}},"account_data":{{"not_types":["*"]}}}}}}"#
+                r#"{{"presence":{{"not_types":["*"]}},"account_data":{{"types":["m.direct"]}},"room":{{"timeline":{{"limit":{limit},"types":{EVENT_TYPES}}},"state":{{"lazy_load_members":true,"types":["m.room.member","m.room.tombstone"]}},"ephemeral":{{"not_types":["*"]}},"account_data":{{"not_types":["*"]}}}}}}"#
             ),
             page_filter: format!(r#"{{"types":{EVENT_TYPES}}}"#),
             session: opened.session.clone(),
             client: opened.client.clone(),
             directory: opened.directory.clone(),
             joined: opened.joined.clone(),
-            successors: HashSet::new(),
+            replacements: HashSet::new(),
             windows: HashMap::new(),
             cuts: Mutex::new(Vec::new()),
             on_delivered,
@@ -228,32 +226,45 @@ impl Ear {
                 }
                 Err(error) => {
                     failing = true;
-                    self.context.health(AccountHealth::Failing {
-                        stage: "sync",
-                        error: error.to_string(),
-                    });
-                    let wait = match error.is_unauthorized() {
-                        // Logged in again: the same position is asked with the new token after
-                        // the backoff's step (a second refusal in a row waits longer).
-                        true => match self.session.renew(generation, &error).await {
-                            Ok(()) => backoff.step(),
-                            Err(renewal) => {
-                                self.context.health(AccountHealth::Failing {
-                                    stage: "login",
-                                    error: renewal.to_string(),
-                                });
-                                backoff.after(&renewal)
-                            }
-                        },
-                        false => backoff.after(&error),
-                    };
-                    tracing::warn!(mind = %self.mind(), %error, "matrix: sync failed; retrying in {wait:?}");
+                    let wait = self.sync_failed(&error, generation, &mut backoff).await;
                     if pause(&mut stop, wait).await {
                         return;
                     }
                 }
             }
         }
+    }
+
+    /// A sync (or its read or commit) that failed with `error`, the token of `generation` in
+    /// use: reported and logged; a refused token renewed (see `session`). Returns the wait
+    /// before the same position is asked again.
+    async fn sync_failed(
+        &self,
+        error: &MatrixError,
+        generation: u64,
+        backoff: &mut Backoff,
+    ) -> std::time::Duration {
+        self.context.health(AccountHealth::Failing {
+            stage: "sync",
+            error: error.to_string(),
+        });
+        let wait = match error.is_unauthorized() {
+            // Logged in again: the same position is asked with the new token after the
+            // backoff's step (a second refusal in a row waits longer).
+            true => match self.session.renew(generation, error).await {
+                Ok(()) => backoff.step(),
+                Err(renewal) => {
+                    self.context.health(AccountHealth::Failing {
+                        stage: "login",
+                        error: renewal.to_string(),
+                    });
+                    backoff.after(&renewal)
+                }
+            },
+            false => backoff.after(error),
+        };
+        tracing::warn!(mind = %self.mind(), %error, "matrix: sync failed; retrying in {wait:?}");
+        wait
     }
 
     /// Waits while the Mind has `max_pending` or more unanswered deliveries (the sync position
@@ -354,9 +365,6 @@ impl Ear {
                 return Err(error.into());
             }
         };
-        for room in &rooms {
-            self.successors.remove(room);
-        }
         self.joined.extend(rooms);
         for room in &left {
             self.joined.remove(room);
@@ -397,12 +405,21 @@ impl Ear {
         {
             lock(&self.directory).set_direct(&direct.content);
         }
-        self.accept_invites(&response.rooms.invite).await?;
-        let upgraded = upgrades::tombstones(&response.rooms.join);
+        let invites = &response.rooms.invite;
+        invites::accept(
+            &self.client,
+            &self.directory,
+            &self.context.account,
+            invites,
+        )
+        .await?;
         let account = &self.context.account;
         let who = (account.mind.as_str(), account.user_id.as_str());
-        let successors = upgrades::follow(&self.client, &self.directory, who, upgraded).await?;
-        self.successors.extend(successors);
+        // Before the tombstones: a replacement that is itself upgraded is followed on.
+        let rooms = (since, &response.rooms.join, &self.joined);
+        self.replacements =
+            upgrades::replacements(&self.client, &self.directory, who, rooms).await?;
+        upgrades::follow(&self.client, &self.directory, who, &response.rooms.join).await?;
         let segment_start = self.segment_start().await?;
         let own = self.context.account.user_id.clone();
         let held =
@@ -491,7 +508,7 @@ impl Ear {
         held: &(dyn Fn(&Line) -> bool + Sync),
     ) -> Result<Vec<(i64, NewDelivery)>, MatrixError> {
         let own = self.context.account.user_id.clone();
-        let forward = match (since, changed) {
+        let forward = match (since, changed && !self.replacements.contains(room_id)) {
             (Some(since), true) => Some(self.since_membership_change(since, room_id, &room).await?),
             _ => None,
         };
@@ -584,7 +601,7 @@ impl Ear {
                 let history = events.len();
                 Ok((events, history, back))
             }
-            (Some(_), true) if self.successors.contains(room_id) => {
+            (Some(_), _) if self.replacements.contains(room_id) => {
                 // An upgraded room's replacement: all of it is mail, from its start.
                 let Some(from) = paging else {
                     return Ok((events, 0, back));
@@ -739,51 +756,6 @@ impl Ear {
     fn cut(&self, room_id: &str, read: usize) {
         let read = u64::try_from(read).unwrap_or(u64::MAX);
         lock_cuts(&self.cuts).push((room_id.to_owned(), read));
-    }
-
-    /// Accepts invites to direct chats (recording them in `m.direct`) and to configured rooms;
-    /// other invites are left alone.
-    async fn accept_invites(
-        &self,
-        invites: &BTreeMap<String, InvitedRoom>,
-    ) -> Result<(), MatrixError> {
-        let own = &self.context.account.user_id;
-        for (room_id, invited) in invites {
-            let Some(invite) = invited.invite_state.events.iter().find(|e| {
-                e.kind == "m.room.member"
-                    && e.state_key.as_deref() == Some(own.as_str())
-                    && e.content.get("membership").and_then(Value::as_str) == Some("invite")
-            }) else {
-                continue;
-            };
-            let direct = invite.content.get("is_direct").and_then(Value::as_bool) == Some(true);
-            let configured = matches!(
-                lock(&self.directory).kind(room_id),
-                Some(RoomKind::Public { .. })
-            );
-            if !(configured || direct && self.context.account.accept_dm_invites) {
-                tracing::info!(mind = %self.mind(), room = %room_id, "matrix: invite left alone");
-                continue;
-            }
-            match self.client.join(room_id).await {
-                Ok(_) => {}
-                Err(error) if error.retry_after().is_none() => {
-                    tracing::warn!(mind = %self.mind(), room = %room_id, %error, "matrix: cannot accept an invite");
-                    continue;
-                }
-                Err(error) => return Err(error),
-            }
-            if direct {
-                let changed = lock(&self.directory).add_direct(&invite.sender, room_id);
-                if let Some(content) = changed {
-                    self.client
-                        .set_account_data(own, "m.direct", &content)
-                        .await?;
-                }
-                tracing::info!(mind = %self.mind(), room = %room_id, with = %invite.sender, "matrix: direct chat accepted");
-            }
-        }
-        Ok(())
     }
 }
 

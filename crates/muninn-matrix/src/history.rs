@@ -220,6 +220,13 @@ pub fn joined_before(events: &[RoomEvent], own: &str) -> bool {
         .is_some_and(|e| prev_membership(e) == Some("join"))
 }
 
+/// Whether the event is the account's first join of the room: nothing before it but, perhaps,
+/// an invite (not a profile change, nor a return after a leave).
+pub fn joins_first(event: &RoomEvent, own: &str) -> bool {
+    membership_of(event, own) == Some("join")
+        && matches!(prev_membership(event), None | Some("invite"))
+}
+
 /// Whether the event changes the account's membership (not a profile change, a join over a
 /// join).
 pub fn changes_membership(event: &RoomEvent, own: &str) -> bool {

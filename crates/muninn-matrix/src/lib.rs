@@ -16,6 +16,7 @@
 //! - `upgrades` (private) — an upgraded room followed to its replacement.
 //! - `session` (private) — the shared login, renewed on the fixed device when refused mid-run.
 //! - `joins` (private) — configured rooms not joined at the start, tried again while it runs.
+//! - `invites` (private) — invites accepted: direct chats, configured rooms, replacements.
 //! - `ear` (private) — the `/sync` loop; `mouth` (private) — the outbox sender.
 //! - [`error`] — [`MatrixError`].
 //!
@@ -50,6 +51,7 @@ pub mod config;
 mod ear;
 pub mod error;
 pub mod history;
+mod invites;
 mod joins;
 mod mouth;
 pub mod rooms;

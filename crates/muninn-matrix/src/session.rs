@@ -75,14 +75,30 @@ impl Session {
         if self.client.token_generation() != generation {
             return Ok(());
         }
+        let (mind, device) = (&self.account.mind, &self.account.device_id);
+        match self.login_again(refused).await {
+            Ok(()) => {
+                tracing::warn!(%mind, %device, %refused,
+                    "matrix: the homeserver refused the access token; logged in again on the same device");
+                Ok(())
+            }
+            Err(error) => {
+                // Logged here, once per try, whoever asked: the callers log the refused call.
+                tracing::error!(%mind, %device, %refused, %error,
+                    "matrix: the homeserver refused the access token and the account cannot log in again");
+                Err(error)
+            }
+        }
+    }
+
+    /// A new login with the configured password (an access token account has none).
+    async fn login_again(&self, refused: &MatrixError) -> Result<(), MatrixError> {
         let Credential::Password(_) = &self.account.credential else {
             return Err(token_refused(refused));
         };
         let fresh = MatrixClient::new(&self.homeserver)?;
         let token = password_login(&fresh, &self.account).await?;
         self.client.replace_token(&token);
-        tracing::warn!(mind = %self.account.mind, device = %self.account.device_id, %refused,
-            "matrix: the homeserver refused the access token; logged in again on the same device");
         Ok(())
     }
 }

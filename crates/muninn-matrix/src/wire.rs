@@ -120,6 +120,10 @@ pub struct JoinedRoom {
     /// Member counts (sent when they change, with lazy-loaded members).
     #[serde(default)]
     pub summary: RoomSummary,
+    /// State changed before the timeline's first event (what the filter asks for): a
+    /// `limited` timeline's gap, whose tombstone the timeline no longer holds.
+    #[serde(default)]
+    pub state: EventList<RoomEvent>,
 }
 
 /// A room's timeline in a sync.

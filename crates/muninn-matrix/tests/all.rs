@@ -32,6 +32,7 @@ use tokio::sync::watch;
 mod faults;
 mod gaps;
 mod lifecycle;
+mod upgrades;
 
 const MIND: &str = "vala";
 const PASSWORD: &str = "muninn-test-password";
@@ -72,6 +73,52 @@ impl Running {
 
     fn outbox_changed(&self) {
         self.outbox.send_modify(|n| *n += 1);
+    }
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Captures this thread's log lines up to `level` while the returned guards live (a test
+    /// on one thread: the connector's tasks run on it).
+    fn capture(
+        level: tracing::Level,
+    ) -> (Logs, (tracing::Dispatch, tracing::subscriber::DefaultGuard)) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(level)
+            .with_ansi(false)
+            .finish();
+        // Tracing caches each callsite's interest process-wide; a second, inert dispatcher kept
+        // alive makes registration ask this thread's subscriber too.
+        let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+        let guard = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        (logs, (anchor, guard))
+    }
+
+    /// What was logged so far.
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// How many lines logged so far hold `what`.
+    fn count(&self, what: &str) -> usize {
+        self.text().lines().filter(|l| l.contains(what)).count()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

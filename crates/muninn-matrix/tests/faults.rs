@@ -510,38 +510,13 @@ async fn a_store_that_cannot_say_how_far_the_mind_is_is_a_store_failure_not_a_ho
     );
 }
 
-/// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 // On one thread: the subscriber below is this thread's, and the connector's tasks run on it.
 #[tokio::test(flavor = "current_thread")]
 async fn a_send_the_store_cannot_record_is_logged_with_its_cause_and_sent_once() {
     let Some(rig) = rig("ackfail").await else {
         return;
     };
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .finish();
-    // Tracing caches each callsite's interest process-wide; a second, inert dispatcher kept
-    // alive makes registration ask this thread's subscriber too.
-    let _anchor = tracing::Dispatch::new(tracing_subscriber::registry());
-    let _guard = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
+    let (logs, _capture) = Logs::capture(tracing::Level::WARN);
     let name = alias("ackfail");
     let room = rig.public_room(&name).await;
     let public = format!("#{name}");

@@ -283,3 +283,65 @@ async fn a_room_upgraded_while_stopped_is_followed_and_read_from_its_start() {
     );
     assert_eq!((stats.sent, stats.failed), (1, 0));
 }
+
+/// The password changed under a running account (its owner, from another device, logging the
+/// others out): the account's token is refused and its new login with the configured password
+/// is refused too. The failure is loud (stage `login`, the homeserver's reason), retried on the
+/// longest backoff step rather than in a hot loop, recovers once the password is the configured
+/// one again, and no log line at any level carries the password or a token.
+// On one thread: the subscriber below is this thread's, and the connector's tasks run on it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_refused_login_is_loud_bounded_and_recovers_and_no_line_carries_a_secret() {
+    let Some(rig) = rig("newpass").await else {
+        return;
+    };
+    let (logs, _capture) = Logs::capture(tracing::Level::TRACE);
+    let name = alias("newpass");
+    let room = rig.public_room(&name).await;
+    let running = rig.start(&[&format!("#{name}")], |_| {});
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    let mut said = vec![rig.human.send(&room, "one", &[]).await];
+    rig.mail_count(1).await;
+    const CHANGED: &str = "a-password-muninn-was-not-given";
+    rig.bot_user.change_password(PASSWORD, CHANGED, true).await;
+    let failing = eventually("the login failing", Duration::from_secs(30), || async {
+        let health = running.health.lock().unwrap().clone();
+        health.into_iter().find_map(|h| match h {
+            AccountHealth::Failing {
+                stage: "login",
+                error,
+            } => Some(error),
+            _ => None,
+        })
+    })
+    .await;
+    // A few seconds of failing: at most one more try (the longest step is 30 s).
+    let logins_before = logs.count("matrix: sync failed");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let logins_during = logs.count("matrix: sync failed") - logins_before;
+    rig.bot_user.change_password(CHANGED, PASSWORD, false).await;
+    said.push(rig.human.send(&room, "two", &[]).await);
+    let mail = eventually("the account back", Duration::from_secs(60), || async {
+        let mail = rig.mail().await;
+        (mail.len() >= 2).then_some(mail)
+    })
+    .await;
+    let health = running.health.lock().unwrap().clone();
+    running.stop().await;
+    assert!(failing.contains("M_FORBIDDEN"), "{failing}");
+    assert!(logins_during <= 1, "{logins_during} tries in 3 s");
+    assert!(logs.count("matrix: sync failed") >= 1, "each try is logged");
+    assert_eq!(
+        mail.iter()
+            .map(|d| d.source_id.as_str())
+            .collect::<Vec<_>>(),
+        said.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert_eq!(health.last(), Some(&AccountHealth::Open), "{health:?}");
+    let text = logs.text();
+    for secret in [PASSWORD, CHANGED, "syt_", rig.bot_user.access_token()] {
+        assert!(!text.contains(secret), "a log line carries {secret:?}");
+    }
+    assert!(text.contains("M_FORBIDDEN"), "the refusal is logged");
+}

@@ -46,7 +46,9 @@ pub struct FaultyStore {
     failing_reads: AtomicU32,
     /// Ledger reads still to refuse.
     failing_ledger_reads: AtomicU32,
-    /// Intake batches still to refuse.
+    /// Intake batches to let through before refusing any.
+    passing_batches: AtomicU32,
+    /// Intake batches still to refuse, once those have passed.
     failing_batches: AtomicU32,
     /// Ack position reads still to refuse.
     failing_ack_position_reads: AtomicU32,
@@ -79,6 +81,7 @@ impl FaultyStore {
             failing_for_good: AtomicU32::new(0),
             failing_reads: AtomicU32::new(0),
             failing_ledger_reads: AtomicU32::new(0),
+            passing_batches: AtomicU32::new(0),
             failing_batches: AtomicU32::new(0),
             failing_ack_position_reads: AtomicU32::new(0),
             failing_outbox_acks: AtomicU32::new(0),
@@ -119,6 +122,14 @@ impl FaultyStore {
     /// Refuses the next `n` intake batches (`post_batch`) with [`StoreError::Unavailable`];
     /// they count as refused commits. `0` disarms.
     pub fn fail_batches(&self, n: u32) {
+        self.failing_batches.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets the next `pass` intake batches through, then refuses `n` as
+    /// [`fail_batches`](Self::fail_batches) does: a commit that lands, and the one after it
+    /// that does not (a crash between two answers).
+    pub fn fail_batches_after(&self, pass: u32, n: u32) {
+        self.passing_batches.store(pass, Ordering::SeqCst);
         self.failing_batches.store(n, Ordering::SeqCst);
     }
 
@@ -425,7 +436,7 @@ impl Store for FaultyStore {
     }
 
     async fn post_batch(&self, mind: &str, batch: &IntakeBatch) -> Result<Vec<Posted>> {
-        if armed(&self.failing_batches) {
+        if !armed(&self.passing_batches) && armed(&self.failing_batches) {
             self.refused.fetch_add(1, Ordering::SeqCst);
             return Err(injected("database or disk is full"));
         }

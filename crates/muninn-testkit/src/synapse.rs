@@ -448,6 +448,22 @@ impl MatrixUser {
         .await;
     }
 
+    /// Changes this user's password from `old` to `new` (`POST /account/password`, the old
+    /// password as its authentication); `logout_devices`: every other device is logged out
+    /// (Synapse deletes them), as a password change after a compromise does.
+    pub async fn change_password(&self, old: &str, new: &str, logout_devices: bool) {
+        let auth = json!({"type": "m.login.password", "password": old,
+            "identifier": {"type": "m.id.user", "user": self.user_id}});
+        let body = json!({"new_password": new, "logout_devices": logout_devices, "auth": auth});
+        post_json(
+            &self.http,
+            &self.api("account/password"),
+            Some(&self.token),
+            &body,
+        )
+        .await;
+    }
+
     /// The client's access token (to configure a connector with).
     pub fn access_token(&self) -> &str {
         &self.token

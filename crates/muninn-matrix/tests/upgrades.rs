@@ -1,0 +1,204 @@
+//! Room upgrades across stops and gaps: what the account knows of an upgrade must not live only
+//! in the memory of the process that read the tombstone (a restart would lose the replacement's
+//! first messages, or the room's name), nor only in a timeline short enough to miss it.
+
+use super::*;
+use pretty_assertions::assert_eq;
+
+/// The deliveries as (event id, room as the Mind names it).
+fn named(mail: &[Delivery]) -> Vec<(&str, &str)> {
+    mail.iter()
+        .map(|d| (d.source_id.as_str(), d.room.as_str()))
+        .collect()
+}
+
+/// The messages `said` as [`named`] should show them: each once, in `room`.
+fn said_in<'a>(said: &'a [String], room: &'a str) -> Vec<(&'a str, &'a str)> {
+    said.iter().map(|id| (id.as_str(), room)).collect()
+}
+
+/// The process that reads the tombstone and joins the replacement stops before the answer that
+/// holds its join is committed: the next process finds the replacement among its rooms, joined
+/// since its position, and must still read it from its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_between_the_tombstone_and_the_replacements_join_loses_nothing() {
+    let Some(rig) = rig("upstop").await else {
+        return;
+    };
+    let room = rig.public_room(&alias("upstop")).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    let running = rig.start_on(faulty.clone(), &[&room], |c| c.max_pending = 1);
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    let mut said = vec![rig.human.send(&room, "before the upgrade", &[]).await];
+    let first = rig.mail_count(1).await;
+    // Held by the unanswered first message, the account reads the upgrade only once people
+    // talk in the replacement. The answer with the tombstone commits; the one with the
+    // replacement's join does not (the process stops before it can).
+    faulty.fail_batches_after(1, u32::MAX);
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    said.push(rig.human.send(&replacement, "right after", &[]).await);
+    said.push(rig.human.send(&replacement, "and again", &[]).await);
+    rig.store
+        .ack_through(MIND, rig.token, first[0].seq)
+        .await
+        .unwrap();
+    rig.bot_joined(&replacement).await;
+    eventually("a refused batch", Duration::from_secs(30), || async {
+        (faulty.refused() >= 1).then_some(())
+    })
+    .await;
+    running.stop().await;
+    said.push(rig.human.send(&replacement, "while stopped", &[]).await);
+    let running = rig.start(&[&room], |_| {});
+    let last = rig.human.send(&replacement, "welcome back", &[]).await;
+    said.push(last.clone());
+    eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == last).then_some(())
+    })
+    .await;
+    // Time for a repeat to show up, had there been one.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mail = rig.mail().await;
+    running.stop().await;
+    assert_eq!(
+        named(&mail),
+        said_in(&said, &room),
+        "every message once, named as configured: {:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
+}
+
+/// A room configured by its id (which an upgrade does not move, as it moves an alias) upgraded
+/// and followed; then the connector restarts. The replacement is still the configured room: its
+/// mail is named as configured, and a reply to the configured name goes to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_upgrade_is_still_followed_after_a_restart() {
+    let Some(rig) = rig("uprestart").await else {
+        return;
+    };
+    let room = rig.public_room(&alias("uprestart")).await;
+    let running = rig.start(&[&room], |_| {});
+    rig.bot_joined(&room).await;
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    let mut said = vec![
+        rig.human
+            .send(&replacement, "in the replacement", &[])
+            .await,
+    ];
+    rig.bot_joined(&replacement).await;
+    rig.mail_count(1).await;
+    running.stop().await;
+    let running = rig.start(&[&room], |_| {});
+    rig.first_sync().await;
+    said.push(rig.human.send(&replacement, "after the restart", &[]).await);
+    let mail = rig.mail_count(2).await;
+    rig.say(&[("vala-2-2-0", &room, "still here")]).await;
+    running.outbox_changed();
+    eventually("the answer", Duration::from_secs(30), || async {
+        let stats = running.stats.snapshot();
+        (stats.sent + stats.failed > 0).then_some(())
+    })
+    .await;
+    let bot_said: Vec<String> = rig
+        .human
+        .messages(&replacement)
+        .await
+        .into_iter()
+        .filter(|m| m.sender == rig.bot)
+        .map(|m| m.body)
+        .collect();
+    let stats = running.stop().await;
+    assert_eq!(
+        named(&mail),
+        said_in(&said, &room),
+        "named as configured: {:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        (bot_said, stats.sent, stats.failed),
+        (vec!["still here".to_owned()], 1, 0)
+    );
+}
+
+/// More happens in the old room after its tombstone than one answer's timeline holds (the
+/// sync is held meanwhile): the tombstone is only in the gap, and the upgrade is followed all
+/// the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tombstone_only_in_the_gap_is_followed() {
+    let Some(rig) = rig("upgap").await else {
+        return;
+    };
+    let room = rig.public_room(&alias("upgap")).await;
+    let running = rig.start(&[&room], |c| {
+        c.max_pending = 1;
+        c.timeline_limit = 2;
+    });
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    let mut said = vec![rig.human.send(&room, "before the upgrade", &[]).await];
+    let first = rig.mail_count(1).await;
+    // Held: the upgrade and what follows it are read in one answer.
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    for n in 0..3 {
+        // The room's creator may still speak in it after the tombstone.
+        let text = format!("after the tombstone {n}");
+        said.push(rig.human.send(&room, &text, &[]).await);
+    }
+    said.push(
+        rig.human
+            .send(&replacement, "in the replacement", &[])
+            .await,
+    );
+    rig.store
+        .ack_through(MIND, rig.token, first[0].seq)
+        .await
+        .unwrap();
+    // The old room's four; then, answered, the replacement's.
+    let old = rig.mail_count(4).await;
+    rig.store
+        .ack_through(MIND, rig.token, old[3].seq)
+        .await
+        .unwrap();
+    let mail = rig.mail_count(5).await;
+    running.stop().await;
+    assert_eq!(
+        named(&mail),
+        said_in(&said, &room),
+        "{:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
+}
+
+/// An invite-only room upgraded: the replacement is invite-only too, and the upgrade invites
+/// nobody, so the account's join is refused. When someone invites it, the invite (to a room
+/// neither configured nor direct) is accepted as the replacement's, and the replacement is
+/// read from its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_to_the_replacement_of_a_private_room_is_accepted_and_followed() {
+    let Some(rig) = rig("upinvite").await else {
+        return;
+    };
+    let room = rig.human.create_room(None, &[&rig.bot], false).await;
+    let running = rig.start(&[&room], |_| {});
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    let mut said = vec![rig.human.send(&room, "before the upgrade", &[]).await];
+    rig.mail_count(1).await;
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    said.push(rig.human.send(&replacement, "before the invite", &[]).await);
+    // Time for the account to read the tombstone and be refused.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    rig.human.invite(&replacement, &rig.bot).await;
+    rig.bot_joined(&replacement).await;
+    said.push(rig.human.send(&replacement, "after the join", &[]).await);
+    let mail = rig.mail_count(3).await;
+    running.stop().await;
+    assert_eq!(
+        named(&mail),
+        said_in(&said, &room),
+        "{:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
+}
