@@ -97,16 +97,9 @@ impl Telemetry {
         gaps_cut: TransportGapsCut,
         now_ms: i64,
     ) {
-        let mut guard = self.lock();
-        let live = guard.minds.entry(mind.to_owned()).or_default();
-        let status = live.transport.get_or_insert_with(|| TransportStatus {
-            transport: transport.to_owned(),
-            state: TransportState::Open,
-            since_ms: now_ms,
-            gaps_cut: None,
-            rooms_not_joined: Vec::new(),
+        self.with_transport(mind, transport, now_ms, |status| {
+            status.gaps_cut = Some(gaps_cut);
         });
-        status.gaps_cut = Some(gaps_cut);
     }
 
     /// Records the configured rooms `transport` is not in yet for `mind` (replacing the last
@@ -118,16 +111,29 @@ impl Telemetry {
         rooms: Vec<TransportRoomNotJoined>,
         now_ms: i64,
     ) {
+        self.with_transport(mind, transport, now_ms, |status| {
+            status.rooms_not_joined = rooms;
+        });
+    }
+
+    /// Runs `change` on `mind`'s transport status. A transport that never reported a state is
+    /// taken as open from `now_ms`: whatever it reports, it was running.
+    fn with_transport(
+        &self,
+        mind: &str,
+        transport: &'static str,
+        now_ms: i64,
+        change: impl FnOnce(&mut TransportStatus),
+    ) {
         let mut guard = self.lock();
         let live = guard.minds.entry(mind.to_owned()).or_default();
-        let status = live.transport.get_or_insert_with(|| TransportStatus {
+        change(live.transport.get_or_insert_with(|| TransportStatus {
             transport: transport.to_owned(),
             state: TransportState::Open,
             since_ms: now_ms,
             gaps_cut: None,
             rooms_not_joined: Vec::new(),
-        });
-        status.rooms_not_joined = rooms;
+        }));
     }
 }
 
