@@ -53,6 +53,10 @@
 //!   prompt as cleared ([`crate::context::apply_edits`]), and the provider's `applied_edits`
 //!   are recorded as [`TurnEvent::ContextEdited`].
 //!
+//! An attempt the provider billed without a whole reply (a stream cut after `message_start`)
+//! is kept for [`Backend::take_failed_attempts`] with its usage and the prediction it was sent
+//! under, and the mirror counts it as written: the provider cached the prefix it read.
+//!
 //! A failed turn leaves the history unchanged: the caller's transcript is the truth, and it may
 //! send the turn again.
 
@@ -66,8 +70,8 @@ use crate::wire::{
 };
 use muninn_backend::clock::Clock;
 use muninn_backend::{
-    Backend, BackendError, Capability, InputPart, SessionEvent, SessionSpec, ToolCall, TtlCheck,
-    TurnEvent, TurnInput, TurnOutcome,
+    Backend, BackendError, Capability, FailedAttempt, InputPart, SessionEvent, SessionSpec,
+    ToolCall, TtlCheck, TurnEvent, TurnInput, TurnOutcome,
 };
 use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::ledger::MissCause;
@@ -156,6 +160,8 @@ pub struct AnthropicBackend<T: Transport = AnthropicClient> {
     tools: ContextTools,
     /// Session events not yet taken: a server compaction's [`SessionEvent::Compacted`].
     events: Vec<SessionEvent>,
+    /// Attempts billed without a whole reply, not yet taken.
+    failed: Vec<FailedAttempt>,
     clock: Arc<dyn Clock>,
     prices: PriceTable,
     rules: CacheRules,
@@ -182,6 +188,7 @@ impl<T: Transport> AnthropicBackend<T> {
             client,
             tools: ContextTools::default(),
             events: Vec::new(),
+            failed: Vec::new(),
             clock,
             prices,
             rules: CacheRules::default(),
@@ -530,6 +537,10 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
 
     fn take_session_events(&mut self) -> Vec<SessionEvent> {
         std::mem::take(&mut self.events)
+    }
+
+    fn take_failed_attempts(&mut self) -> Vec<FailedAttempt> {
+        std::mem::take(&mut self.failed)
     }
 
     fn can_ping(&self) -> bool {

@@ -25,6 +25,16 @@
 //! `max_tokens`), so a reply that trickles real events or bytes cannot hold an attempt for
 //! hours. Either, expired, is a transport failure (retried as below).
 //!
+//! # Attempts billed but not answered
+//!
+//! An attempt that fails after `message_start` — the provider has read the prompt, billed its
+//! input, written or read its cache, and begun generating — was billed, whether it is retried
+//! or not. Each comes back as a [`BilledAttempt`] (in [`Completed::billed`] or
+//! [`Failed::billed`]) with the usage as far as the stream showed it
+//! ([`Assembler::billed_so_far`]), so the ledger counts it and the cache mirror knows the
+//! prefix is now cached. A failure before `message_start` (a refused connection, a 5xx, a 529)
+//! was not billed and is not one.
+//!
 //! **Nothing is re-sent after the first content byte** (the first `content_block_start`) unless
 //! the caller says the turn is safe to repeat: the partial reply may already have been shown or
 //! acted on. Such a failure is [`BackendError::BrokenAfterContent`].
@@ -42,7 +52,7 @@ mod deadline;
 use crate::secret::ApiKey;
 use crate::sse::SseDecoder;
 use crate::wire::{API_VERSION, ErrorResponse, MessagesRequest, MessagesResponse};
-pub use assembler::{Assembler, assemble};
+pub use assembler::{Assembler, assemble, billed_by_cut};
 use body::{BodyEnd, MAX_ERROR_BODY_BYTES, read_body};
 use deadline::Deadline;
 pub use deadline::{ATTEMPT_BUDGET_FLOOR, attempt_budget};
@@ -168,6 +178,22 @@ pub struct Completed {
     pub request_id: Option<String>,
     /// Retries made before it.
     pub retries: Vec<RetryEvent>,
+    /// The attempts before it the provider billed without a whole reply, in order.
+    pub billed: Vec<BilledAttempt>,
+}
+
+/// An attempt the provider billed (it sent `message_start`) that failed before its reply was
+/// whole (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BilledAttempt {
+    /// The usage as far as the stream showed it ([`Assembler::billed_so_far`]).
+    pub usage: muninn_core::trace::Usage,
+    /// `message_start`'s usage JSON verbatim (with any `message_delta` laid over it).
+    pub raw_usage: Value,
+    /// The `request-id` header.
+    pub request_id: Option<String>,
+    /// Why it failed.
+    pub error: BackendError,
 }
 
 /// A request that failed, with the retries made on the way.
@@ -178,6 +204,9 @@ pub struct Failed {
     pub error: BackendError,
     /// Retries made before giving up.
     pub retries: Vec<RetryEvent>,
+    /// The attempts the provider billed without a whole reply (the last one's failure
+    /// included), in order.
+    pub billed: Vec<BilledAttempt>,
 }
 
 /// The client. Cheap to clone; clones share the connection pool and the jitter generator.
@@ -222,6 +251,9 @@ struct AttemptError {
     retryable: bool,
     retry_after: Option<Duration>,
     after_content: bool,
+    /// What the provider billed, when the failure came after `message_start`, and the request
+    /// id it came under (boxed: every `Result` of the stream's reading carries this error).
+    billed: Option<Box<BilledAttempt>>,
 }
 
 impl AnthropicClient {
@@ -286,6 +318,7 @@ impl AnthropicClient {
                 return Err(Failed {
                     error: BackendError::Invalid(format!("request does not serialise: {e}")),
                     retries: Vec::new(),
+                    billed: Vec::new(),
                 });
             }
         };
@@ -295,6 +328,7 @@ impl AnthropicClient {
             .attempt_timeout
             .unwrap_or_else(|| attempt_budget(request.max_tokens));
         let mut retries = Vec::new();
+        let mut billed = Vec::new();
         let mut attempt: u32 = 0;
         loop {
             let sent = self.attempt(&body, request.stream, &betas, Deadline::after(budget));
@@ -305,20 +339,26 @@ impl AnthropicClient {
                         raw_usage,
                         request_id,
                         retries,
+                        billed,
                     });
                 }
-                Err(f) => f,
+                Err(mut f) => {
+                    billed.extend(f.billed.take().map(|b| *b));
+                    f
+                }
             };
             if failure.after_content && !safe_to_repeat {
                 return Err(Failed {
                     error: BackendError::BrokenAfterContent(Box::new(failure.error)),
                     retries,
+                    billed,
                 });
             }
             if !failure.retryable {
                 return Err(Failed {
                     error: failure.error,
                     retries,
+                    billed,
                 });
             }
             if attempt >= self.config.retry.max_retries {
@@ -328,6 +368,7 @@ impl AnthropicClient {
                         last: Box::new(failure.error),
                     },
                     retries,
+                    billed,
                 });
             }
             attempt += 1;
@@ -375,7 +416,14 @@ impl AnthropicClient {
             return Err(api_failure(status, response, deadline).await);
         }
         let (message, raw_usage) = if stream {
-            read_stream(response, self.config.read_timeout, deadline).await?
+            read_stream(response, self.config.read_timeout, deadline)
+                .await
+                .map_err(|mut f| {
+                    if let Some(billed) = &mut f.billed {
+                        billed.request_id.clone_from(&request_id);
+                    }
+                    f
+                })?
         } else {
             read_whole(response, deadline).await?
         };
@@ -423,6 +471,7 @@ fn transport_failure_text(cause: String) -> AttemptError {
         retryable: true,
         retry_after: None,
         after_content: false,
+        billed: None,
     }
 }
 
@@ -458,6 +507,7 @@ async fn api_failure(
         retryable,
         retry_after,
         after_content: false,
+        billed: None,
     }
 }
 
@@ -493,12 +543,34 @@ async fn read_whole(
 /// nothing else for `silence` fails, however busy its socket; one still unfinished at
 /// `deadline` fails however lively (a trickle of real events).
 async fn read_stream(
-    mut response: reqwest::Response,
+    response: reqwest::Response,
     silence: Duration,
     deadline: Deadline,
 ) -> Result<(MessagesResponse, Value), AttemptError> {
-    let mut decoder = SseDecoder::new();
     let mut assembler = Assembler::default();
+    let read = read_events(response, silence, deadline, &mut assembler).await;
+    // A failure after `message_start` was billed: say what, as far as the stream showed.
+    read.map_err(|mut f| {
+        f.billed = assembler.billed_so_far().map(|(usage, raw_usage)| {
+            Box::new(BilledAttempt {
+                usage,
+                raw_usage,
+                request_id: None,
+                error: f.error.clone(),
+            })
+        });
+        f
+    })
+}
+
+/// The events of a stream fed to `assembler` up to `message_stop` (see [`read_stream`]).
+async fn read_events(
+    mut response: reqwest::Response,
+    silence: Duration,
+    deadline: Deadline,
+    assembler: &mut Assembler,
+) -> Result<(MessagesResponse, Value), AttemptError> {
+    let mut decoder = SseDecoder::new();
     // Each event is bounded by the decoder; the whole stream by this count, since the
     // assembler keeps every delta.
     let mut read = 0usize;
@@ -581,6 +653,7 @@ fn protocol(message: String, after_content: bool) -> AttemptError {
         retryable: true,
         retry_after: None,
         after_content,
+        billed: None,
     }
 }
 

@@ -41,6 +41,7 @@ impl Transport for Structured {
             response,
             request_id: None,
             retries: Vec::new(),
+            billed: Vec::new(),
         })
     }
 }

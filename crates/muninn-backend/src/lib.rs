@@ -8,7 +8,8 @@
 //!
 //! ## Layout
 //!
-//! - this module — [`Backend`], [`SessionSpec`], [`TurnInput`], [`TurnOutcome`], [`BackendError`]
+//! - this module — [`Backend`], [`SessionSpec`], [`TurnInput`], [`TurnOutcome`],
+//!   [`FailedAttempt`] (an attempt billed but not answered whole), [`BackendError`]
 //!   (with [`Capability`]: what a backend may be unable to do), [`SessionEvent`].
 //! - [`clock`] — injected time: the [`clock::Clock`] and [`clock::Sleeper`] traits every crate
 //!   reads the time and waits through, with the system clock and the manual test doubles.
@@ -339,6 +340,29 @@ pub struct TurnOutcome {
     pub tool_results: muninn_core::trace::ToolResults,
 }
 
+/// An attempt the provider billed that did not give a whole reply: its stream was cut (a reset
+/// connection, the attempt's deadline, an `error` event) after `message_start`, which is when
+/// the provider has read the prompt — billed its input, written or read its cache (so the
+/// prefix is now cached) — and began generating. An attempt refused before `message_start` (a
+/// 5xx, a 529, a refused connection) was not billed and is not one of these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedAttempt {
+    /// What the provider billed, as far as the client could see: `message_start`'s input and
+    /// cache counts, and as output the last `message_delta`'s count when one came, else the
+    /// tokens of the content received (`muninn_core::tokenize::count`), at least
+    /// `message_start`'s. A provider that generated more than reached the client before the cut
+    /// billed more output than this; the input side is exact.
+    pub usage: Usage,
+    /// `message_start`'s usage JSON verbatim (with any `message_delta` laid over it).
+    pub raw_usage: Value,
+    /// What the cache model predicted for the request, when the backend predicts.
+    pub predicted: Option<Usage>,
+    /// The provider's request id, when it gave one.
+    pub request_id: Option<String>,
+    /// Why the attempt failed, as displayed.
+    pub error: String,
+}
+
 /// The flush protocol of a long run (seed A2), every timing from configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlushProtocol {
@@ -645,6 +669,15 @@ pub trait Backend: Send {
                 flush: FlushStage::NotNeeded,
             })
         }
+    }
+
+    /// The attempts the provider billed without giving a whole reply
+    /// ([`FailedAttempt`]) since the last call, in order, for the ledger: those behind a
+    /// failed call, and those the backend retried on its own before a call that succeeded.
+    /// Drained by the call. Backends that cannot see their attempts (the Claude Code CLI) have
+    /// none.
+    fn take_failed_attempts(&mut self) -> Vec<FailedAttempt> {
+        Vec::new()
     }
 
     /// What happened to the session itself (not to one reply) since the last call — a relaunch,

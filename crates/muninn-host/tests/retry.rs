@@ -375,7 +375,9 @@ async fn a_request_that_times_out_is_bounded_logged_and_retried_until_answered()
 /// take minutes. The attempt is cut at its 1.5 s deadline (content had begun, so the client
 /// does not re-send it: `BrokenAfterContent`, as a stream cut mid-content), the runner says
 /// `retrying` with the cause (what `muninn status` shows), and its own retry answers the
-/// delivery exactly once: one reply, one ledger row, the transcript whole with one notice.
+/// delivery exactly once: one reply, one ledger row (the answered attempt's: the cut attempt
+/// the provider billed is reported by the backend and logged by the host, not yet a row), the
+/// transcript whole with one notice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_that_trickles_past_the_attempt_deadline_fails_and_is_retried_once() {
     let rig = HttpRig::new().await;
@@ -435,6 +437,58 @@ async fn a_reply_that_trickles_past_the_attempt_deadline_fails_and_is_retried_on
         .map(|q| q.fault.is_some())
         .collect();
     assert_eq!(answered, [true, false]);
+    rig.server.stop().await.unwrap();
+}
+
+/// A stream cut after `message_start` and some content (the simulator's `truncate` fault, over
+/// HTTP): the provider billed the cut attempt and cached the prefix it read. The turn is not
+/// safe to repeat, so the client gives up (`BrokenAfterContent`) and the Mind's own retry
+/// answers the delivery once — and that retry's row is predicted reading the prefix the cut
+/// attempt wrote, exactly as the simulator reports it (before, the backend's cache mirror
+/// ignored the cut attempt and predicted a cold write). The cut attempt itself is not in the
+/// ledger (the backend reports it, the host logs it): one row, the answered attempt's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_after_a_stream_cut_mid_content_reads_what_the_cut_attempt_wrote() {
+    let rig = HttpRig::new().await;
+    rig.server.sim.push_faults([Fault {
+        kind: FaultKind::Truncate { after_deltas: 1 },
+        times: 1,
+    }]);
+    let runner = rig.runner(Duration::from_secs(600), None);
+    let Some((Activity::Retrying { error, .. }, _)) = rig.run_until_answered(runner).await else {
+        panic!("never seen retrying");
+    };
+    assert!(error.contains("broke off after content"), "{error}");
+    let outbox = rig.host.store.unacked_outbox("vala", 10).await.unwrap();
+    let ids: Vec<&str> = outbox.iter().map(|m| m.request_id.as_str()).collect();
+    assert_eq!(ids, ["vala-1-1-0"]);
+    let records: Vec<_> = rig
+        .server
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|q| q.path == "/v1/messages")
+        .collect();
+    assert_eq!(records.len(), 2, "{records:#?}");
+    let (cut, retry) = (records[0].usage.unwrap(), records[1].usage.unwrap());
+    assert!(cut.written() > 0 && cut.cache_read == 0, "{cut:?}");
+    let rows = rig
+        .host
+        .store
+        .ledger(&muninn_store::LedgerQuery {
+            mind: Some("vala".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let row = &rows[0].row;
+    assert_eq!(row.usage, retry);
+    assert_eq!(row.usage.cache_read, cut.written());
+    assert_eq!(
+        (row.predicted_read, row.predicted_write),
+        (retry.cache_read, retry.written())
+    );
     rig.server.stop().await.unwrap();
 }
 

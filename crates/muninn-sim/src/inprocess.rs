@@ -43,6 +43,7 @@ fn failed(e: ApiError) -> Failed {
             retry_after_ms: e.retry_after_s.map(|s| (s * 1000.0) as u64),
         },
         retries: Vec::new(),
+        billed: Vec::new(),
     }
 }
 
@@ -55,6 +56,7 @@ impl Transport for InProcess {
         let body = serde_json::to_value(request).map_err(|e| Failed {
             error: BackendError::Invalid(format!("request does not serialise: {e}")),
             retries: Vec::new(),
+            billed: Vec::new(),
         })?;
         // The betas the HTTP client would send for this request's own fields.
         let betas = muninn_anthropic::context::betas_for(request);
@@ -62,7 +64,7 @@ impl Transport for InProcess {
         let record = self.sim.arrival("/v1/messages", "in-process", beta, body);
         let seq = record.seq;
         // Stream faults have no stream to act on here and are dropped with the fault.
-        let (answer, _fault) = crate::server::answer(&self.sim, record)
+        let (answer, _fault) = crate::server::answer(&self.sim, record, false)
             .await
             .map_err(failed)?;
         let raw_usage = serde_json::to_value(answer.wire_usage()).unwrap_or_default();
@@ -71,6 +73,7 @@ impl Transport for InProcess {
             raw_usage,
             request_id: Some(format!("req_sim_{seq:08}")),
             retries: Vec::new(),
+            billed: Vec::new(),
         })
     }
 }

@@ -242,7 +242,7 @@ async fn messages(
         .get("stream")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let (answer, fault) = match answer(&sim, record).await {
+    let (answer, fault) = match answer(&sim, record, stream).await {
         Ok(answered) => answered,
         Err(e) => return error_response(&e, &request_id),
     };
@@ -265,9 +265,16 @@ pub(crate) fn record_refusal(sim: &Simulator, mut record: RecordedRequest, e: &A
 /// in-process: takes the next fault (waiting out a slow first byte, refusing for a refusal
 /// fault), asks the simulator, applies a usage-report fault and records the outcome either
 /// way. Returns the answer with the fault, whose stream effects are the caller's to apply.
+///
+/// A `streamed` answer that the fault cuts ([`FaultKind::Truncate`], [`FaultKind::MidStreamError`])
+/// is billed as the provider bills a stream that broke off after `message_start`: its input and
+/// cache in full (the cache was written), and the output it sent
+/// ([`muninn_anthropic::client::billed_by_cut`] of the events before the cut). In-process there
+/// is no stream to cut, the fault is dropped, and the answer is billed whole.
 pub(crate) async fn answer(
     sim: &Simulator,
     mut record: RecordedRequest,
+    streamed: bool,
 ) -> Result<(Answer, Option<FaultKind>), ApiError> {
     let fault = sim.take_fault();
     record.fault = fault.clone();
@@ -286,7 +293,10 @@ pub(crate) async fn answer(
     match outcome {
         Ok(mut answer) => {
             answer.apply_report_fault(fault.as_ref());
-            record.usage = Some(answer.billed());
+            let cut = streamed
+                .then(|| billed_by_cut(&answer, fault.as_ref()))
+                .flatten();
+            record.usage = Some(cut.unwrap_or_else(|| answer.billed()));
             record.miss = answer.miss;
             record.provider_miss = answer.provider_miss;
             sim.record(record);
@@ -428,9 +438,21 @@ fn pieces(text: &str, n: usize) -> Vec<String> {
     chars.chunks(n).map(|c| c.iter().collect()).collect()
 }
 
-fn stream_response(answer: &Answer, fault: Option<&FaultKind>) -> Response {
-    let all = events(answer, matches!(fault, Some(FaultKind::Trickle { .. })));
-    let cut = match fault {
+/// What a streamed answer that `fault` cuts is billed (see [`answer`]); `None` when it is not
+/// cut.
+fn billed_by_cut(answer: &Answer, fault: Option<&FaultKind>) -> Option<muninn_core::trace::Usage> {
+    let all = events(answer, false);
+    let cut = cut_at(&all, fault)?;
+    let sent: Vec<String> = all[..cut]
+        .iter()
+        .filter_map(|(e, _)| serde_json::to_string(e).ok())
+        .collect();
+    muninn_anthropic::client::billed_by_cut(&sent).map(|(usage, _)| usage)
+}
+
+/// How many of a stream's events `fault` lets through before it cuts the stream, if it does.
+fn cut_at(all: &[(StreamEvent, bool)], fault: Option<&FaultKind>) -> Option<usize> {
+    match fault {
         Some(
             FaultKind::MidStreamError { after_deltas, .. } | FaultKind::Truncate { after_deltas },
         ) => {
@@ -453,7 +475,12 @@ fn stream_response(answer: &Answer, fault: Option<&FaultKind>) -> Response {
             }))
         }
         _ => None,
-    };
+    }
+}
+
+fn stream_response(answer: &Answer, fault: Option<&FaultKind>) -> Response {
+    let all = events(answer, matches!(fault, Some(FaultKind::Trickle { .. })));
+    let cut = cut_at(&all, fault);
     let mut frames: Vec<String> = all
         .iter()
         .take(cut.unwrap_or(all.len()))

@@ -2,7 +2,7 @@
 //! virtual clock, every injected error retried with the right delay or surfaced, the honoured
 //! TTL, and the key kept out of everything recorded.
 
-use crate::support::{T0, long_system, recompute, sim, sim_with, wired};
+use crate::support::{T0, long_system, message_records, recompute, sim, sim_with, wired};
 use muninn_backend::{Backend, BackendError, SessionSpec, TurnEvent, TurnInput};
 use muninn_core::cache::Ttl;
 use muninn_core::ledger::MissCause;
@@ -262,14 +262,103 @@ async fn a_stream_error_before_content_is_retried() {
         (o.retries[0].status, o.retries[0].kind.as_str()),
         (None, "overloaded_error")
     );
-    // The failed stream was processed, so its writes stand and the retry reads them.
+    // The failed stream was processed, so its writes stand and the retry reads them — and the
+    // mirror knows it: the retry is predicted reading what the cut attempt wrote.
     assert!(o.usage.cache_read > 0);
+    assert_eq!(o.events.len(), 0, "{:?}", o.events);
+    assert_eq!(o.predicted, Some(o.usage));
+    // The cut attempt was billed (it had `message_start`): one failed attempt, with the usage
+    // the simulator billed it, predicted exactly.
+    let failed = w.backend.take_failed_attempts();
+    let records = message_records(&h);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(Some(failed[0].usage), records[0].usage);
+    assert_eq!(failed[0].predicted, Some(failed[0].usage));
+    assert_eq!(failed[0].usage.cache_read, 0);
     assert_eq!(
-        o.events.len(),
-        0,
-        "the mirror predicted only the first attempt's writes: {:?}",
-        o.events
+        failed[0].usage.output, 1,
+        "message_start's count, no content"
     );
+    assert_eq!(Some(o.usage), records[1].usage);
+    assert!(w.backend.take_failed_attempts().is_empty(), "drained");
+}
+
+/// A question whose reply (which quotes it) streams in several deltas.
+const ASKED: &str = "what did the mountain weather do to the expedition's plans this week?";
+
+/// A stream cut after `message_start` and some content, on a turn not safe to repeat: the
+/// turn fails, but the provider billed the attempt — its input, its cache write, the output it
+/// sent — and the backend says so, with the simulator's own billing of the cut to the token;
+/// the caller's retry of the turn reads the prefix the cut attempt wrote, as predicted.
+#[tokio::test]
+async fn a_stream_cut_after_content_is_billed_and_its_prefix_read_by_the_retry() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("cut-billed", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    h.sim
+        .push_faults([fault(FaultKind::Truncate { after_deltas: 1 }, 1)]);
+    let error = w.backend.turn(TurnInput::text(ASKED)).await.unwrap_err();
+    assert!(
+        matches!(error, BackendError::BrokenAfterContent(_)),
+        "{error:?}"
+    );
+    let failed = w.backend.take_failed_attempts();
+    let records = message_records(&h);
+    assert_eq!(records.len(), 1);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let cut = &failed[0];
+    assert_eq!(Some(cut.usage), records[0].usage, "the simulator's billing");
+    assert_eq!(cut.predicted, Some(cut.usage));
+    assert!(cut.usage.written() > 0 && cut.usage.cache_read == 0);
+    // One delta of 24 characters: more than `message_start`'s one token, less than the whole
+    // reply.
+    let whole = recompute(&records)[0].output;
+    assert!(
+        cut.usage.output > 1 && cut.usage.output < whole,
+        "{} of {whole}",
+        cut.usage.output
+    );
+    assert_eq!(
+        cut.raw_usage["cache_creation_input_tokens"],
+        cut.usage.written()
+    );
+    assert_eq!(cut.request_id.as_deref(), Some("req_sim_00000001"));
+    assert!(cut.error.contains("before message_stop"), "{}", cut.error);
+
+    let o = w.backend.turn(TurnInput::text(ASKED)).await.unwrap();
+    assert_eq!(o.usage.cache_read, cut.usage.written());
+    assert_eq!(o.predicted, Some(o.usage));
+    assert_eq!(Some(o.usage), message_records(&h)[1].usage);
+    assert!(w.backend.take_failed_attempts().is_empty());
+}
+
+/// Refusals before `message_start` (a 500, a 529) were not billed: no failed attempt, and the
+/// answer that follows is predicted cold, as the simulator reports it.
+#[tokio::test]
+async fn a_refusal_before_message_start_is_not_billed() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("refused", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    h.sim.push_faults([
+        fault(FaultKind::ServerError, 1),
+        fault(FaultKind::Overloaded, 1),
+    ]);
+    let o = w.backend.turn(TurnInput::text("hello")).await.unwrap();
+    assert_eq!(o.retries.len(), 2);
+    assert!(w.backend.take_failed_attempts().is_empty());
+    assert_eq!(o.usage.cache_read, 0);
+    assert_eq!(o.predicted, Some(o.usage));
+    let billed: Vec<bool> = message_records(&h)
+        .iter()
+        .map(|r| r.usage.is_some())
+        .collect();
+    assert_eq!(billed, [false, false, true]);
 }
 
 #[tokio::test]

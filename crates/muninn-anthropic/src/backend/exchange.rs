@@ -6,6 +6,9 @@ use super::*;
 use muninn_core::cache::{CacheOutcome, Prediction};
 use muninn_core::trace::Usage;
 
+/// The most failed attempts kept for [`Backend::take_failed_attempts`] between two takes.
+const MAX_FAILED_ATTEMPTS: usize = 64;
+
 /// `request` as the provider reads it — after its context edits —, that prompt mapped for the
 /// cache model, and, when an edit cleared something, the tokens it left as they were (the prompt
 /// is rewritten from there on).
@@ -209,7 +212,11 @@ impl<T: Transport> AnthropicBackend<T> {
     }
 
     /// Predicts the request's cache outcome, sends it, and — once it is answered — commits the
-    /// prediction to the mirror; a failed request leaves the mirror unchanged.
+    /// prediction to the mirror. An attempt the provider billed without a whole reply read the
+    /// prompt as an answered one does, so it commits its prediction too (the next attempt, the
+    /// client's retry or the caller's, reads what it wrote) and is kept as a
+    /// [`FailedAttempt`] for [`Backend::take_failed_attempts`]; an attempt refused before
+    /// `message_start` leaves the mirror unchanged.
     async fn send_predicted(
         &mut self,
         request: &MessagesRequest,
@@ -218,18 +225,38 @@ impl<T: Transport> AnthropicBackend<T> {
         safe_to_repeat: bool,
     ) -> Result<(Completed, Prediction), BackendError> {
         let now = self.clock.now_ms();
-        let prediction = self
-            .mirror
-            .predict(&shaped.prompt(), now, min_cacheable, &self.rules)
-            .map_err(|e| BackendError::Invalid(e.to_string()))?;
-        let completed = self
-            .client
-            .send(request, safe_to_repeat)
-            .await
-            .map_err(|f| {
-                tracing::warn!(retries = f.retries.len(), error = %f.error, "turn failed");
-                f.error
-            })?;
+        let prompt = shaped.prompt();
+        let predict = |mirror: &CacheState| {
+            mirror
+                .predict(&prompt, now, min_cacheable, &self.rules)
+                .map_err(|e| BackendError::Invalid(e.to_string()))
+        };
+        let mut prediction = predict(&self.mirror)?;
+        let sent = self.client.send(request, safe_to_repeat).await;
+        let billed = match &sent {
+            Ok(completed) => &completed.billed,
+            Err(failed) => &failed.billed,
+        };
+        for attempt in billed {
+            // Bounded for a caller that never takes them: the oldest go first.
+            if self.failed.len() >= MAX_FAILED_ATTEMPTS {
+                self.failed.remove(0);
+            }
+            self.failed.push(FailedAttempt {
+                usage: attempt.usage,
+                raw_usage: attempt.raw_usage.clone(),
+                predicted: Some(prediction.outcome.usage(attempt.usage.output)),
+                request_id: attempt.request_id.clone(),
+                error: attempt.error.to_string(),
+            });
+            self.mirror
+                .commit(&shaped.model, &prediction, now, &self.rules);
+            prediction = predict(&self.mirror)?;
+        }
+        let completed = sent.map_err(|f| {
+            tracing::warn!(retries = f.retries.len(), billed = f.billed.len(), error = %f.error, "turn failed");
+            f.error
+        })?;
         self.mirror
             .commit(&shaped.model, &prediction, now, &self.rules);
         Ok((completed, prediction))

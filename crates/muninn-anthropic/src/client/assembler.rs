@@ -14,6 +14,8 @@ pub struct Assembler {
     message: Option<MessagesResponse>,
     raw_usage: Map<String, Value>,
     partial_json: Vec<(usize, String)>,
+    /// Whether a `message_delta` reported the output so far.
+    output_reported: bool,
     /// Whether reply content has begun (the first `content_block_start`).
     pub content_started: bool,
     /// Whether `message_stop` arrived.
@@ -59,6 +61,7 @@ impl Assembler {
                 {
                     self.raw_usage.extend(raw);
                 }
+                self.output_reported |= usage.output_tokens.is_some();
                 let message = self.message_mut()?;
                 message.stop_reason = delta.stop_reason;
                 message.stop_sequence = delta.stop_sequence;
@@ -129,6 +132,21 @@ impl Assembler {
         Ok(())
     }
 
+    /// What the provider billed for the stream so far, once `message_start` has come (before
+    /// it, nothing was billed): `message_start`'s input and cache counts, and as output the
+    /// last `message_delta`'s count when one came — the provider's own — else the tokens of the
+    /// content received ([`received_output_tokens`]), at least `message_start`'s count. Tokens
+    /// stay integers; the raw usage is `message_start`'s with any `message_delta` laid over it.
+    pub fn billed_so_far(&self) -> Option<(muninn_core::trace::Usage, Value)> {
+        let message = self.message.as_ref()?;
+        let mut usage = message.usage.to_core();
+        if !self.output_reported {
+            let received = received_output_tokens(&message.content, &self.partial_json);
+            usage.output = usage.output.max(received);
+        }
+        Some((usage, Value::Object(self.raw_usage.clone())))
+    }
+
     fn message_mut(&mut self) -> Result<&mut MessagesResponse, AttemptError> {
         let after = self.content_started;
         self.message
@@ -151,6 +169,32 @@ impl Assembler {
     }
 }
 
+/// The output tokens of reply content received, by `muninn_core::tokenize::count`: each text
+/// and thinking block's text, and each tool call's name and input (the input's JSON as
+/// gathered so far, or as parsed once its block stopped). A count of what arrived, not of what
+/// the provider generated: the simulator bills a stream it cuts by the same count of what it
+/// sent, so the two agree exactly.
+fn received_output_tokens(content: &[ContentBlock], partial_json: &[(usize, String)]) -> u64 {
+    use muninn_core::tokenize::count;
+    content
+        .iter()
+        .enumerate()
+        .map(|(index, block)| match block {
+            ContentBlock::Text { text, .. } => count(text),
+            ContentBlock::Thinking { thinking, .. } => count(thinking),
+            ContentBlock::ToolUse { name, input, .. } => {
+                let gathered = partial_json.iter().find(|(i, _)| *i == index);
+                count(name)
+                    + gathered.map_or_else(
+                        || count(&crate::prompt::canonical_string(input)),
+                        |(_, json)| count(json),
+                    )
+            }
+            _ => 0,
+        })
+        .sum()
+}
+
 /// An `error` event inside a stream: retryable for the kinds an HTTP status would retry
 /// (overloaded 529, rate limit 429, api 500); `status` stays 0 because the HTTP reply was 200.
 fn stream_error(error: ErrorBody, after_content: bool) -> AttemptError {
@@ -169,6 +213,7 @@ fn stream_error(error: ErrorBody, after_content: bool) -> AttemptError {
         retryable,
         retry_after: None,
         after_content,
+        billed: None,
     }
 }
 
@@ -185,4 +230,18 @@ pub fn assemble(events_data: &[String]) -> Result<(MessagesResponse, Value, Usag
     let (m, raw) = a.finish().map_err(|f| f.error)?;
     let usage = m.usage.clone();
     Ok((m, raw, usage))
+}
+
+/// What the provider bills for a stream cut after the events `events_data` (each event's data,
+/// in order; an `error` event among them ends it): [`Assembler::billed_so_far`] of the events
+/// before the cut, `None` when `message_start` was not among them. The client records a cut
+/// attempt by this rule, and the simulator bills a stream it cuts by it.
+pub fn billed_by_cut(events_data: &[String]) -> Option<(muninn_core::trace::Usage, Value)> {
+    let mut a = Assembler::default();
+    for data in events_data {
+        if a.on_frame(data).is_err() {
+            break;
+        }
+    }
+    a.billed_so_far()
 }

@@ -171,6 +171,24 @@ impl<B> Session<B> {
     {
         let events = self.backend.take_session_events();
         self.pending_events.extend(events);
+        // Attempts the provider billed without a whole reply (a stream cut after
+        // `message_start`): the backend's cache mirror counts what they wrote, but the ledger
+        // does not hold them yet, so they are logged with what they were billed, not dropped
+        // unseen.
+        for attempt in self.backend.take_failed_attempts() {
+            let u = attempt.usage;
+            tracing::warn!(
+                role = self.role.as_str(),
+                request_id = attempt.request_id.as_deref().unwrap_or(""),
+                tokens_uncached = u.input,
+                tokens_write_5m = u.cache_write_5m,
+                tokens_write_1h = u.cache_write_1h,
+                tokens_read = u.cache_read,
+                tokens_output = u.output,
+                error = %attempt.error,
+                "an attempt the provider billed failed before its reply was whole (not in the ledger)"
+            );
+        }
     }
 
     /// Puts every pending session event on `row` (the row of the call that just returned), and
