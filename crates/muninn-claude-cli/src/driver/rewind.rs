@@ -17,9 +17,9 @@
 //!
 //! Only a turn whose failure left nothing answered is put back: one the API refused
 //! (`terminal_reason` `api_error`, no assistant message from a model — a paid answer, a tool
-//! loop's first steps, stay — and no compaction), and one given up at its timeout (the child
-//! killed before its `result`: the CLI stored the line as it took it, and a resumed session
-//! would hold it unanswered). It must still be the session the turn was written to (a fork or
+//! loop's first steps, stay — and no compaction), and one given up at its timeout with nothing
+//! answered either (the child killed before its `result`: the CLI stored the line as it took
+//! it, and a resumed session would hold it unanswered). It must still be the session the turn was written to (a fork or
 //! a reseed during the turn moved it), and not a `/compact`. Anything else — a child that died
 //! by itself mid-turn included — leaves the file as the CLI wrote it, and the caller is told the
 //! session holds the turn ([`crate::TurnReport::rewound`] is `false`).
@@ -39,12 +39,19 @@ pub(super) struct Before {
 }
 
 /// Whether a turn's `result` is an API refusal that left nothing answered in the session: the
-/// CLI's own retries ran out on an error status, and no model message, tool call or compaction
-/// came before it.
+/// CLI's own retries ran out on an error status, and [`nothing_answered`] before it.
 pub(super) fn refused_untouched(result: &ResultEvent, collected: &Collected) -> bool {
     result.is_error
         && result.terminal_reason.as_deref() == Some("api_error")
-        && collected.request_id.is_none()
+        && nothing_answered(collected)
+}
+
+/// Whether nothing of a turn was answered so far: no model message (a paid answer, a tool
+/// loop's first steps), no tool call (the CLI ran it: taking it back out would have the retry
+/// run it again) and no compaction came. Only such a turn may be taken back out, whether it
+/// ended refused or was given up at its timeout.
+pub(super) fn nothing_answered(collected: &Collected) -> bool {
+    collected.request_id.is_none()
         && collected.tool_calls.is_empty()
         && collected.boundaries.is_empty()
 }

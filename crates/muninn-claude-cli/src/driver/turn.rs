@@ -1,7 +1,7 @@
 //! One exchange from the driver's side: make sure a child is alive, write the line, read to
 //! the `result`, and relaunch, reseed or resend when the child died before the turn began.
 
-use super::rewind::{Before, refused_untouched};
+use super::rewind::{Before, nothing_answered, refused_untouched};
 use super::stdin::{Exchange, user_line, write_line};
 use super::{Collected, Driver, MAX_ATTEMPTS, ReadEnd, RunFlush, emit};
 use crate::event::ResultEvent;
@@ -77,9 +77,11 @@ impl Driver {
                 }
                 ReadEnd::TimedOut => {
                     self.stop_child().await;
-                    // Nothing of the turn reached the caller: the CLI's session must not keep
-                    // it either (`rewind.rs`), or a retry would be a second copy of the line.
-                    if !compacting {
+                    // Nothing of the turn reached the caller: when nothing of it was answered
+                    // either, the CLI's session must not keep it (`rewind.rs`), or a retry would
+                    // be a second copy of the line. A model that already acted (a paid answer,
+                    // a tool call the CLI ran) stays in the session, which says so.
+                    if !compacting && nothing_answered(&collected) {
                         report.rewound = self.rewind(before).await;
                     }
                     Attempt::Done(Box::new(Err(BackendError::Transport(format!(
