@@ -285,9 +285,12 @@ async fn a_turn_the_api_refused_is_taken_back_out_of_the_session() {
     assert!(refused >= 3, "{refused} refused");
     let answered = sent.last().unwrap();
     assert_eq!(answered.status, 200);
+    // The whole request, not only its messages: system, tools, metadata (the session id) and
+    // the beta header too, or the retry would not read the refused request's cache.
     for q in &sent {
         assert_eq!(
-            q.body["messages"], answered.body["messages"],
+            (&q.body, &q.anthropic_beta),
+            (&answered.body, &answered.anthropic_beta),
             "request {}",
             q.seq
         );
