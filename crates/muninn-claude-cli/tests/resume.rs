@@ -285,9 +285,12 @@ async fn a_turn_the_api_refused_is_taken_back_out_of_the_session() {
     assert!(refused >= 3, "{refused} refused");
     let answered = sent.last().unwrap();
     assert_eq!(answered.status, 200);
+    // The whole request, not only its messages: system, tools, metadata (the session id) and
+    // the beta header too, or the retry would not read the refused request's cache.
     for q in &sent {
         assert_eq!(
-            q.body["messages"], answered.body["messages"],
+            (&q.body, &q.anthropic_beta),
+            (&answered.body, &answered.anthropic_beta),
             "request {}",
             q.seq
         );
@@ -345,5 +348,91 @@ async fn a_turn_given_up_at_its_timeout_is_taken_back_out_of_the_session() {
     assert_eq!(users.matches("t2: hung").count(), 1, "{users}");
     assert_eq!(stored_user_lines_with(&r.config, &session, "t2: hung"), 1);
     assert_eq!(left, [true, true]);
+    b.shutdown().await;
+}
+
+/// A fault that lets one request through as usual: queued ahead of another, it makes that one
+/// hit the request after (a tool loop's second).
+fn pass_one() -> Fault {
+    Fault {
+        kind: FaultKind::InflateUsage {
+            cache_read_tokens: 0,
+        },
+        times: 1,
+    }
+}
+
+/// A turn whose model acted — its first request answered with a tool call, which the CLI ran —
+/// is kept in the session when a later request of the turn then fails: hung to the turn's
+/// timeout, or refused. Taking it back out would drop a paid answer and a tool call that ran
+/// (the retry would run it again, the model none the wiser). The refusal was checked; the
+/// timeout was not: the driver took any timed-out turn back out, tool call and all (this test
+/// failed there with `left [true]` and no tool result left in the session file). The backend
+/// says the session holds the turn, and the session carries on with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_whose_model_acted_is_kept_when_a_later_request_fails() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin, "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a57").await;
+    r.config.tools = vec!["Read".to_string()];
+    // No retries of its own: a refusal ends the turn at once.
+    r.config.max_retries = Some(0);
+    // Long enough for a relaunch, a tool call and its run on a loaded machine.
+    r.config.turn_timeout = Duration::from_secs(10);
+    let session = r.config.session_id.clone();
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("acted")).await.unwrap();
+    ok(b.turn(TurnInput::text("a1: fine")).await);
+    let tool_results = || stored_user_lines_with(&r.config, &session, "tool_result");
+
+    // Hung: the loop's second request never answers.
+    r.sim.sim.push_faults([
+        pass_one(),
+        Fault {
+            kind: FaultKind::Slow {
+                first_byte_ms: 60_000,
+                event_ms: 0,
+            },
+            times: 1,
+        },
+    ]);
+    let err = b
+        .turn(TurnInput::text("a2: use Read to look [sim: tool rounds 2]"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BackendError::Transport(_)), "{err:?}");
+    let left = [b.failure_left_session()];
+    assert_eq!(left, [false], "left {left:?}");
+    assert_eq!(tool_results(), 1);
+
+    // Refused: the loop's second request is overloaded.
+    r.sim.sim.clear_faults();
+    r.sim.sim.push_faults([
+        pass_one(),
+        Fault {
+            kind: FaultKind::Overloaded,
+            times: 1_000,
+        },
+    ]);
+    let err = b
+        .turn(TurnInput::text("a3: use Read again [sim: tool rounds 2]"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BackendError::Api { status: 529, .. }),
+        "{err:?}"
+    );
+    assert!(!b.failure_left_session(), "{:?}", b.last_report());
+    assert_eq!(tool_results(), 2);
+
+    // The session carries on, holding both turns once each.
+    r.sim.sim.clear_faults();
+    ok(b.turn(TurnInput::text("a4: after")).await);
+    let users = user_messages_sent_with(&r.sim, "a4: after").concat();
+    assert_eq!(users.matches("a2: use Read").count(), 1, "{users}");
+    assert_eq!(users.matches("a3: use Read").count(), 1, "{users}");
+    assert_eq!(
+        stored_user_lines_with(&r.config, &session, "a2: use Read"),
+        1
+    );
     b.shutdown().await;
 }

@@ -138,19 +138,14 @@ async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported(
     server.stop().await.unwrap();
 }
 
-/// The Persona's transcript kinds in order, a failed attempt's notice as `attempt_failed`.
-async fn persona_kinds(host: &Host) -> Vec<String> {
-    let items = host
-        .store
-        .transcript_tail("vala", Role::Persona, 100)
-        .await
-        .unwrap();
-    items
+/// The user messages of a request body, concatenated: what the user's side showed the model.
+fn user_side(body: &serde_json::Value) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
         .iter()
-        .map(|i| match i.body.get("attempt_failed") {
-            Some(_) => "attempt_failed".to_string(),
-            None => i.kind.as_str().to_string(),
-        })
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].to_string())
         .collect()
 }
 
@@ -209,7 +204,7 @@ async fn an_outage_behind_the_claude_cli_does_not_grow_the_transcript_per_retry(
     }
     assert_eq!(w.persona_segments().await, 1, "a segment per retry");
     assert_eq!(
-        persona_kinds(&w.host).await,
+        crate::retry::persona_kinds(&w.host).await,
         ["delivery", "reply", "delivery", "attempt_failed"]
     );
     assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 1);
@@ -219,7 +214,7 @@ async fn an_outage_behind_the_claude_cli_does_not_grow_the_transcript_per_retry(
     assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 2);
     assert_eq!(w.persona_segments().await, 1);
     assert_eq!(
-        persona_kinds(&w.host).await,
+        crate::retry::persona_kinds(&w.host).await,
         ["delivery", "reply", "delivery", "attempt_failed", "reply"]
     );
     let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
@@ -251,17 +246,94 @@ async fn an_outage_behind_the_claude_cli_does_not_grow_the_transcript_per_retry(
         );
     }
     // The user's side of it (the simulator's replies quote what they answer).
-    let said: String = answered[0].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "user")
-        .map(|m| m["content"].to_string())
-        .collect();
+    let said = user_side(&answered[0].body);
     assert_eq!(said.matches("juliet-two").count(), 1, "{said}");
     assert_eq!(said.matches("juliet-one").count(), 1, "{said}");
     let files = cli_session_files(&w.host);
     assert_eq!(files.len(), 1, "{files:#?}");
     r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
+
+/// A host killed (SIGKILL) during a refused turn, after the CLI wrote the turn to its session
+/// file and before the driver cut it back out: the file holds the refused line, muninn's
+/// transcript the delivery unanswered. Emulated in process: the file as the CLI left it before
+/// the cut (watched while the CLI retries) is put back after the attempt, and the runner is
+/// dropped without releasing its lease. The host that takes over must not resume that CLI
+/// session (it would merge the refused line into the next message: the delivery twice). It
+/// does not: a segment whose transcript ends in a delivery never answered is not resumed, the
+/// handle verifies only over the transcript as bound after the last reply, and a new segment
+/// starts a fresh CLI session — the delivery is shown to the model once and answered once.
+/// (The binding covers muninn's transcript, not the CLI's file: it is the unanswered tail that
+/// keeps the diverged file from being resumed.) Passes before the review: a guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_before_a_refused_turn_is_cut_out_shows_the_line_once() {
+    let Some(bin) = claude_cli() else { return };
+    let w = crate::resume::cli_world(bin).await;
+    let mut a = w.runner(mind(""), "host-a");
+    a.register().await.unwrap();
+    w.say("e1", "kilo-one: the tide is out").await;
+    crate::resume::turn(&mut a).await;
+    let files = cli_session_files(&w.host);
+    assert_eq!(files.len(), 1, "{files:#?}");
+    let file = files[0].clone();
+
+    // Watch the session file while the CLI retries: the last content holding the refused line
+    // (whole lines only) is the file as a kill before the cut leaves it.
+    let left = Arc::new(std::sync::Mutex::new(None::<Vec<u8>>));
+    let watch = {
+        let (file, left) = (file.clone(), left.clone());
+        tokio::spawn(async move {
+            loop {
+                let bytes = std::fs::read(&file).unwrap_or_default();
+                if String::from_utf8_lossy(&bytes).contains("kilo-two") {
+                    let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+                    *left.lock().unwrap() = Some(bytes[..end].to_vec());
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+    };
+    w.server.sim.push_faults([muninn_sim::sim::Fault {
+        kind: muninn_sim::sim::FaultKind::Overloaded,
+        times: 1_000,
+    }]);
+    w.say("e2", "kilo-two: when does it turn?").await;
+    a.woken();
+    assert!(a.step().await.is_err());
+    watch.abort();
+    let before_cut = left
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the CLI stored the refused line");
+    assert!(!std::fs::read_to_string(&file).unwrap().contains("kilo-two"));
+    // The kill: the cut never happened, the lease is not released.
+    std::fs::write(&file, &before_cut).unwrap();
+    drop(a);
+
+    w.server.sim.clear_faults();
+    w.server
+        .sim
+        .advance_clock(w.host.config.lease_ttl_ms + 1_000);
+    let mut b = w.runner(mind(""), "host-b");
+    crate::resume::turn(&mut b).await;
+    assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 2);
+    w.assert_nothing_sent_twice().await;
+    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(outbox.len(), 2, "{outbox:#?}");
+    let answered = w
+        .server
+        .sim
+        .requests()
+        .into_iter()
+        .rfind(|q| q.path == "/v1/messages" && q.status == 200)
+        .unwrap();
+    let said = user_side(&answered.body);
+    assert_eq!(said.matches("kilo-two").count(), 1, "{said}");
+    // A new segment, on a fresh CLI session: the diverged file is left alone.
+    assert_eq!(w.persona_segments().await, 2);
+    assert_eq!(std::fs::read(&file).unwrap(), before_cut);
+    b.release().await.unwrap();
     w.server.stop().await.unwrap();
 }

@@ -14,10 +14,9 @@ use muninn_sim::sim::{Fault, FaultKind};
 use muninn_store::Role;
 use std::time::Duration;
 
-/// The transcript's kinds in order, a failed attempt's notice as `attempt_failed`.
-async fn transcript_kinds(w: &World) -> Vec<String> {
-    let items = w
-        .host
+/// The Persona's transcript kinds in order, a failed attempt's notice as `attempt_failed`.
+pub(crate) async fn persona_kinds(host: &muninn_host::Host) -> Vec<String> {
+    let items = host
         .store
         .transcript_tail("vala", Role::Persona, 100)
         .await
@@ -86,7 +85,7 @@ fn spawn_mind(
 /// transcript holds it once with one notice of the failure.
 async fn answered_once(w: &World) {
     assert_eq!(
-        transcript_kinds(w).await,
+        persona_kinds(&w.host).await,
         ["delivery", "attempt_failed", "reply"]
     );
     let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
@@ -141,7 +140,7 @@ async fn a_rotated_key_backs_off_then_the_delivery_is_answered_once_without_new_
     );
     assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 0);
     // Many attempts, one delivery and one notice in the transcript.
-    assert_eq!(transcript_kinds(&w).await, ["delivery", "attempt_failed"]);
+    assert_eq!(persona_kinds(&w.host).await, ["delivery", "attempt_failed"]);
 
     w.sim.clear_faults();
     assert!(
@@ -597,7 +596,7 @@ async fn a_failed_first_request_of_a_new_segment_is_retried_as_that_segments_sta
         ]
     );
     assert_eq!(
-        transcript_kinds(&w).await,
+        persona_kinds(&w.host).await,
         ["delivery", "attempt_failed", "reply"].repeat(2)
     );
     let ledger = ledger(&w).await;
@@ -713,7 +712,7 @@ async fn a_retry_after_new_mail_still_sends_the_history_the_refused_attempt_rend
     );
     assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 2);
     assert_eq!(
-        transcript_kinds(&w).await,
+        persona_kinds(&w.host).await,
         ["delivery", "attempt_failed", "reply", "delivery", "reply"]
     );
 }

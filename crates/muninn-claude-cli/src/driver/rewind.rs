@@ -13,13 +13,16 @@
 //! or removes it when the turn was the session's first, so the next launch starts it under the
 //! same id — and the next turn relaunches with `--resume` on exactly what the session held
 //! before: the retry's request is the refused one again, byte for byte. A seed the refused
-//! turn carried is pending again.
+//! turn carried is pending again. The length is measured just before the line is written: the
+//! CLI writes nothing to the file while idle (seen: none after a `result`, none on a
+//! `--resume` launch; its `last-prompt` and `cost-state` lines come when it exits), and a file
+//! that no longer ends a line at that length is not cut at all (`cut_back`).
 //!
 //! Only a turn whose failure left nothing answered is put back: one the API refused
 //! (`terminal_reason` `api_error`, no assistant message from a model — a paid answer, a tool
-//! loop's first steps, stay — and no compaction), and one given up at its timeout (the child
-//! killed before its `result`: the CLI stored the line as it took it, and a resumed session
-//! would hold it unanswered). It must still be the session the turn was written to (a fork or
+//! loop's first steps, stay — and no compaction), and one given up at its timeout with nothing
+//! answered either (the child killed before its `result`: the CLI stored the line as it took
+//! it, and a resumed session would hold it unanswered). It must still be the session the turn was written to (a fork or
 //! a reseed during the turn moved it), and not a `/compact`. Anything else — a child that died
 //! by itself mid-turn included — leaves the file as the CLI wrote it, and the caller is told the
 //! session holds the turn ([`crate::TurnReport::rewound`] is `false`).
@@ -27,6 +30,7 @@
 use super::{Collected, Driver};
 use crate::event::ResultEvent;
 use crate::transcript_path;
+use std::path::Path;
 
 /// The session as it stood when a turn's line was written, for putting it back.
 pub(super) struct Before {
@@ -39,12 +43,19 @@ pub(super) struct Before {
 }
 
 /// Whether a turn's `result` is an API refusal that left nothing answered in the session: the
-/// CLI's own retries ran out on an error status, and no model message, tool call or compaction
-/// came before it.
+/// CLI's own retries ran out on an error status, and [`nothing_answered`] before it.
 pub(super) fn refused_untouched(result: &ResultEvent, collected: &Collected) -> bool {
     result.is_error
         && result.terminal_reason.as_deref() == Some("api_error")
-        && collected.request_id.is_none()
+        && nothing_answered(collected)
+}
+
+/// Whether nothing of a turn was answered so far: no model message (a paid answer, a tool
+/// loop's first steps), no tool call (the CLI ran it: taking it back out would have the retry
+/// run it again) and no compaction came. Only such a turn may be taken back out, whether it
+/// ended refused or was given up at its timeout.
+pub(super) fn nothing_answered(collected: &Collected) -> bool {
+    collected.request_id.is_none()
         && collected.tool_calls.is_empty()
         && collected.boundaries.is_empty()
 }
@@ -60,11 +71,7 @@ impl Driver {
         }
         let cut = match transcript_path(&self.config, &self.session_id) {
             None => Ok(()),
-            Some(path) if before.stored == 0 => std::fs::remove_file(&path),
-            Some(path) => std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .and_then(|f| f.set_len(before.stored)),
+            Some(path) => cut_back(&path, before.stored),
         };
         if let Err(e) = cut {
             tracing::warn!(session = %self.session_id, error = %e,
@@ -78,5 +85,65 @@ impl Driver {
         // The relaunch is planned, not news: no `Relaunched` event.
         self.renewing = true;
         true
+    }
+}
+
+/// Cuts the session file at `path` back to its first `stored` bytes, or removes it when
+/// `stored` is 0 (the turn's line was its first). Refuses (an `InvalidData` error, the file
+/// untouched) unless byte `stored - 1` is still there and ends a line: the CLI only appends,
+/// so a file that no longer reaches the length measured before the turn was replaced or
+/// rewritten meanwhile — `set_len` would pad it with NUL bytes — and a length inside a line
+/// would leave half a JSON line for the next `--resume` to read.
+fn cut_back(path: &Path, stored: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    if stored == 0 {
+        return std::fs::remove_file(path);
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    let mut last = [0u8; 1];
+    if len < stored || file.read_exact_at(&mut last, stored - 1).is_err() || last[0] != b'\n' {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the file ({len} bytes) no longer ends a line at the {stored} bytes measured before the turn"
+            ),
+        ));
+    }
+    file.set_len(stored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_back;
+
+    /// A file cut back only where it still holds what was measured: a file shorter than the
+    /// recorded length (replaced or rewritten meanwhile) was padded with NUL bytes to that
+    /// length, a corrupt session the next `--resume` would read; and a length inside a line
+    /// left half a JSON line. Each is an error now, the file untouched; a length at a line's
+    /// end cuts.
+    #[test]
+    fn a_session_file_is_cut_back_only_at_a_line_end_it_still_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        let two = b"{\"a\":1}\n{\"b\":2}\n";
+
+        std::fs::write(&path, &two[..8]).unwrap();
+        let shorter = cut_back(&path, 16);
+        assert!(shorter.is_err(), "{shorter:?}");
+        assert_eq!(std::fs::read(&path).unwrap(), &two[..8]);
+
+        std::fs::write(&path, two).unwrap();
+        let inside = cut_back(&path, 4);
+        assert!(inside.is_err(), "{inside:?}");
+        assert_eq!(std::fs::read(&path).unwrap(), two);
+
+        cut_back(&path, 8).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), &two[..8]);
+        cut_back(&path, 0).unwrap();
+        assert!(!path.exists());
     }
 }

@@ -1,7 +1,7 @@
 //! One exchange from the driver's side: make sure a child is alive, write the line, read to
 //! the `result`, and relaunch, reseed or resend when the child died before the turn began.
 
-use super::rewind::{Before, refused_untouched};
+use super::rewind::{Before, nothing_answered, refused_untouched};
 use super::stdin::{Exchange, user_line, write_line};
 use super::{Collected, Driver, MAX_ATTEMPTS, ReadEnd, RunFlush, emit};
 use crate::event::ResultEvent;
@@ -61,6 +61,11 @@ impl Driver {
                 self.established = true;
                 self.pending_seed = None;
             }
+            let ended = Ended {
+                compacting,
+                attempt,
+                before,
+            };
             let next = match end {
                 ReadEnd::Result {
                     result,
@@ -68,25 +73,9 @@ impl Driver {
                     read_at,
                 } => {
                     *result_read_at = Some(read_at);
-                    let end = Ended {
-                        compacting,
-                        attempt,
-                        before,
-                    };
-                    self.on_result(*result, raw, collected, end, report).await
+                    self.on_result(*result, raw, collected, ended, report).await
                 }
-                ReadEnd::TimedOut => {
-                    self.stop_child().await;
-                    // Nothing of the turn reached the caller: the CLI's session must not keep
-                    // it either (`rewind.rs`), or a retry would be a second copy of the line.
-                    if !compacting {
-                        report.rewound = self.rewind(before).await;
-                    }
-                    Attempt::Done(Box::new(Err(BackendError::Transport(format!(
-                        "no result within {:?}; the child was killed",
-                        self.config.turn_timeout
-                    )))))
-                }
+                ReadEnd::TimedOut => self.on_timeout(&collected, ended, report).await,
                 ReadEnd::Terminated => {
                     // The next turn relaunches with `--resume`, as after any crash.
                     let (status, _) = self.reap().await;
@@ -232,6 +221,28 @@ impl Driver {
         }))
     }
 
+    /// No `result` by the turn's deadline: the child is killed, and the turn taken back out of
+    /// the session when nothing of it was answered.
+    async fn on_timeout(
+        &mut self,
+        collected: &Collected,
+        end: Ended,
+        report: &mut TurnReport,
+    ) -> Attempt {
+        self.stop_child().await;
+        // Nothing of the turn reached the caller: when nothing of it was answered either, the
+        // CLI's session must not keep it (`rewind.rs`), or a retry would be a second copy of
+        // the line. A model that already acted (a paid answer, a tool call the CLI ran) stays
+        // in the session, which says so.
+        if !end.compacting && nothing_answered(collected) {
+            report.rewound = self.rewind(end.before).await;
+        }
+        Attempt::Done(Box::new(Err(BackendError::Transport(format!(
+            "no result within {:?}; the child was killed",
+            self.config.turn_timeout
+        )))))
+    }
+
     /// stdout ended before a `result`: a lost session is reseeded and a line that never ran is
     /// resent while attempts remain; a turn that began and died is an error.
     async fn on_eof(
@@ -289,7 +300,7 @@ impl Driver {
     }
 }
 
-/// How an attempt at an exchange ended up at its `result`.
+/// How an attempt at an exchange ended: at its `result`, or at its deadline.
 struct Ended {
     /// The exchange was a `/compact`.
     compacting: bool,
