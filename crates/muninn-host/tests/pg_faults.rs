@@ -65,6 +65,27 @@ async fn post_until_accepted(w: &World, n: usize) {
     w.host.signals.wake("vala");
 }
 
+/// The Mind's failing mark, once shown; fails the test if it is not within `limit_s` seconds of
+/// `since` (`what` names the fault, as in "<what> 30 s and the Mind is not shown failing").
+async fn shown_failing(
+    w: &World,
+    since: Instant,
+    limit_s: u64,
+    what: &str,
+) -> muninn_host::telemetry::Failing {
+    loop {
+        if let Some(failing) = w.host.telemetry.mind("vala").failing {
+            return failing;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(limit_s),
+            "{what} {limit_s} s and the Mind is not shown failing: {:?}",
+            w.host.telemetry.mind("vala")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The ack position, read until a read succeeds.
 async fn acked(store: &Arc<dyn Store>) -> i64 {
     loop {
@@ -255,17 +276,7 @@ async fn postgres_a_lock_held_elsewhere_shows_in_status_and_recovers() {
         .unwrap();
     post_until_accepted(&w, 2).await;
     let started = Instant::now();
-    let failing = loop {
-        if let Some(failing) = w.host.telemetry.mind("vala").failing {
-            break failing;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(40),
-            "a turn blocked on a lock for 40 s and the Mind is not shown failing: {:?}",
-            w.host.telemetry.mind("vala")
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let failing = shown_failing(&w, started, 40, "a turn blocked on a lock for").await;
     assert_eq!(failing.cause, "store", "{failing:?}");
     eprintln!(
         "shown failing after {:?}: {}",
@@ -513,17 +524,7 @@ async fn postgres_a_silent_server_shows_in_status_and_the_mind_recovers() {
     proxy.freeze();
     let frozen_at = Instant::now();
     post_directly(&direct, &w, 4).await;
-    let failing = loop {
-        if let Some(failing) = w.host.telemetry.mind("vala").failing {
-            break failing;
-        }
-        assert!(
-            frozen_at.elapsed() < Duration::from_secs(30),
-            "the server silent for 30 s and the Mind not shown failing: {:?}",
-            w.host.telemetry.mind("vala")
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let failing = shown_failing(&w, frozen_at, 30, "the server silent for").await;
     assert_eq!(failing.cause, "store", "{failing:?}");
     assert!(
         failing.last_error.contains("no answer from the database"),
