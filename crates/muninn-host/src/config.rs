@@ -79,6 +79,9 @@ pub struct Config {
     #[serde(default = "default_data_dir")]
     pub data_dir: PathBuf,
     /// The store: a `postgres://` URL, or a SQLite file path. Default: `<data_dir>/muninn.db`.
+    /// A URL's `call_timeout` parameter (muninn's own, taken out before the driver reads the
+    /// URL) bounds each store call on a server that stops answering: `250ms`, `5s`, `2min`
+    /// or a bare number of milliseconds, more than zero; 30 s when absent.
     #[serde(default)]
     pub database: Option<String>,
     /// Where the HTTP API listens. Loopback by default.

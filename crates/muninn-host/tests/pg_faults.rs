@@ -65,6 +65,27 @@ async fn post_until_accepted(w: &World, n: usize) {
     w.host.signals.wake("vala");
 }
 
+/// The Mind's failing mark, once shown; fails the test if it is not within `limit_s` seconds of
+/// `since` (`what` names the fault, as in "<what> 30 s and the Mind is not shown failing").
+async fn shown_failing(
+    w: &World,
+    since: Instant,
+    limit_s: u64,
+    what: &str,
+) -> muninn_host::telemetry::Failing {
+    loop {
+        if let Some(failing) = w.host.telemetry.mind("vala").failing {
+            return failing;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(limit_s),
+            "{what} {limit_s} s and the Mind is not shown failing: {:?}",
+            w.host.telemetry.mind("vala")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The ack position, read until a read succeeds.
 async fn acked(store: &Arc<dyn Store>) -> i64 {
     loop {
@@ -77,8 +98,15 @@ async fn acked(store: &Arc<dyn Store>) -> i64 {
 
 /// Every delivery 1..=`seqs` answered exactly once: one outbox message per batch, the batches
 /// partition the seqs, one Persona ledger row per batch, and one ledger row per request the
-/// provider answered (none lost, none doubled).
-async fn answered_once(w: &World, seqs: i64) {
+/// provider answered (none doubled; none lost but for at most `orphans`).
+///
+/// `orphans` is how many answers may have been given up by design: a runner whose lease was
+/// taken over while it waited on the provider (or held the answer uncommitted) cannot commit
+/// it under its fenced token, and abandons it loudly (`pending.rs`: "as a crash would lose
+/// it"; the spend cap still counts it), and the new holder answers the batch again. Each
+/// change of the lease's token orphans at most the one request its previous holder had in
+/// flight, so a test with takeovers passes the number of token changes; one without, zero.
+async fn answered_once(w: &World, seqs: i64, orphans: usize) {
     let store = &w.host.store;
     let outbox = store.unacked_outbox("vala", 10_000).await.unwrap();
     let ids: Vec<&str> = outbox.iter().map(|m| m.request_id.as_str()).collect();
@@ -116,10 +144,15 @@ async fn answered_once(w: &World, seqs: i64) {
         .iter()
         .filter(|r| r.path.ends_with("/messages") && r.status == 200)
         .count();
-    assert_eq!(
-        rows.len(),
-        asked,
-        "ledger rows vs requests the provider answered"
+    eprintln!(
+        "{} ledger rows for {asked} requests the provider answered (at most {orphans} orphaned)",
+        rows.len()
+    );
+    assert!(
+        rows.len() <= asked && asked - rows.len() <= orphans,
+        "ledger rows vs requests the provider answered: {} vs {asked} \
+         (at most {orphans} orphaned by a takeover)",
+        rows.len()
     );
     let turns = rows
         .iter()
@@ -167,11 +200,13 @@ async fn postgres_connections_killed_at_random_points_lose_and_double_nothing() 
         .as_nanos() as u64
         | 1;
     eprintln!("kill schedule seed {seed}");
-    let killer = spawn_killer(admin, &db, (5, 55), seed, killing.clone(), kills.clone());
+    let pauses = paced((5, 55), &db).await;
+    let killer = spawn_killer(admin, &db, pauses, seed, killing.clone(), kills.clone());
 
-    let started = Instant::now();
     let mut seen_failing = None;
     for n in 1..=DELIVERIES {
+        // A bound per delivery, as in `answer`.
+        let started = Instant::now();
         post_until_accepted(&w, n).await;
         while acked(&w.host.store).await < n as i64 {
             assert!(
@@ -211,7 +246,7 @@ async fn postgres_connections_killed_at_random_points_lose_and_double_nothing() 
     if let Some(failing) = &seen_failing {
         assert_eq!(failing.cause, "store", "{failing:?}");
     }
-    answered_once(&w, DELIVERIES as i64 + 1).await;
+    answered_once(&w, DELIVERIES as i64 + 1, 0).await;
     w.host.store.close().await;
 }
 
@@ -241,17 +276,7 @@ async fn postgres_a_lock_held_elsewhere_shows_in_status_and_recovers() {
         .unwrap();
     post_until_accepted(&w, 2).await;
     let started = Instant::now();
-    let failing = loop {
-        if let Some(failing) = w.host.telemetry.mind("vala").failing {
-            break failing;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(40),
-            "a turn blocked on a lock for 40 s and the Mind is not shown failing: {:?}",
-            w.host.telemetry.mind("vala")
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let failing = shown_failing(&w, started, 40, "a turn blocked on a lock for").await;
     assert_eq!(failing.cause, "store", "{failing:?}");
     eprintln!(
         "shown failing after {:?}: {}",
@@ -274,11 +299,35 @@ async fn postgres_a_lock_held_elsewhere_shows_in_status_and_recovers() {
     }
     stop.send(true).unwrap();
     running.await.unwrap().unwrap();
-    answered_once(&w, 2).await;
+    answered_once(&w, 2, 0).await;
     w.host.store.close().await;
 }
 
 use sqlx::Connection;
+
+/// The kill pauses `pauses` (ms), stretched to this machine's speed now: at least one turn's
+/// commit between two kills, and up to ten. A turn's commit is a dozen round trips to the
+/// server on a fresh connection; measured here as a dozen `SELECT 1`, the median of five. On an
+/// idle machine that is a few milliseconds and `pauses` stands; on a loaded one (two cores
+/// shared with compiles and other tests) it was 16 ms, 32 ms with three busy loops more, and
+/// fixed kills every 5–60 ms then land in most commits: delivery 1 went unanswered for 120 s
+/// in one such run, the host retrying as it should, no commit fitting between two kills.
+async fn paced(pauses: (u64, u64), db: &FreshDatabase) -> (u64, u64) {
+    let mut bursts = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let mut conn = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+        for _ in 0..12 {
+            sqlx::raw_sql("SELECT 1").execute(&mut conn).await.unwrap();
+        }
+        bursts.push(started.elapsed().as_millis() as u64);
+    }
+    bursts.sort_unstable();
+    let commit_ms = bursts[2];
+    let paced = (pauses.0.max(commit_ms), pauses.1.max(10 * commit_ms));
+    eprintln!("a turn's commit takes about {commit_ms} ms here: kills {paced:?} ms apart");
+    paced
+}
 
 /// Ends every session on `db` but the caller's, repeatedly (`pauses` ms apart: its least plus
 /// a random part below its span, from `seed`) until `killing` turns false; counts the sessions
@@ -392,15 +441,19 @@ async fn postgres_two_hosts_with_sessions_killed_during_a_takeover_keep_one_writ
         live_b.step_failures,
         live_b.lease_changes,
     );
-    answered_once(&w_b, (BEFORE + AFTER) as i64).await;
+    // Every token after the first came with a takeover (the simulator's clock stands still, so
+    // no lease expires).
+    let token_changes = (lease_b.token.0 - 1) as usize;
+    answered_once(&w_b, (BEFORE + AFTER) as i64, token_changes).await;
     store_b.close().await;
 }
 
 /// Posts deliveries `from..=to` one after another through `w`'s host, each answered before the
-/// next.
+/// next, each within 120 s of its post (a bound per delivery, not for the lot: on a loaded
+/// machine a commit meets a kill more often, and eight deliveries took 2 minutes in all).
 async fn answer(w: &World, from: usize, to: usize) {
-    let started = Instant::now();
     for n in from..=to {
+        let started = Instant::now();
         post_until_accepted(w, n).await;
         while acked(&w.host.store).await < n as i64 {
             assert!(
@@ -471,17 +524,7 @@ async fn postgres_a_silent_server_shows_in_status_and_the_mind_recovers() {
     proxy.freeze();
     let frozen_at = Instant::now();
     post_directly(&direct, &w, 4).await;
-    let failing = loop {
-        if let Some(failing) = w.host.telemetry.mind("vala").failing {
-            break failing;
-        }
-        assert!(
-            frozen_at.elapsed() < Duration::from_secs(30),
-            "the server silent for 30 s and the Mind not shown failing: {:?}",
-            w.host.telemetry.mind("vala")
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let failing = shown_failing(&w, frozen_at, 30, "the server silent for").await;
     assert_eq!(failing.cause, "store", "{failing:?}");
     assert!(
         failing.last_error.contains("no answer from the database"),
@@ -525,7 +568,7 @@ async fn postgres_a_silent_server_shows_in_status_and_the_mind_recovers() {
     assert!(after.expires_at_ms > w.sim.now_ms(), "{after:?}");
     stop.send(true).unwrap();
     running.await.unwrap().unwrap();
-    answered_once(&w, 4).await;
+    answered_once(&w, 4, 0).await;
     w.host.store.close().await;
     direct.close().await;
 }

@@ -136,3 +136,50 @@ async fn postgres_a_silent_server_ends_each_call_at_its_deadline_and_the_pool_re
         .await
         .expect("closing the store waited 10 s for a connection handed back to the pool");
 }
+
+/// Reads run back to back on every pooled connection when the server falls silent. Between two
+/// reads sqlx hands each connection back to the pool by pinging it, in a task of its own and
+/// without a deadline; a connection caught in that ping waits as long as TCP does, and the
+/// pool's `close` waits for every connection. `Store::close` still ends within the store's
+/// deadline: a host's shutdown (or `muninn doctor`) on a silent network ends instead of
+/// hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_closing_on_a_silent_server_ends_within_the_deadline() {
+    let Some(db) = FreshDatabase::for_test("muninn_pgf_silent_close", "closing while silent")
+    else {
+        return;
+    };
+    let proxy = SilentProxy::start(FreshDatabase::SERVER.parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("{}?call_timeout=1s", db.url_through(proxy.addr()));
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&url).await.unwrap());
+    store.create_mind(&mind("m")).await.unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..8 {
+        let (store, stop) = (store.clone(), stop.clone());
+        readers.push(tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = store.lease("m").await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.freeze();
+    // Every reader's call in flight ends at its deadline (1 s); then they stop.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        tokio::time::timeout(Duration::from_secs(10), reader)
+            .await
+            .expect("a read outlived its deadline")
+            .unwrap();
+    }
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(20), store.close())
+        .await
+        .expect("closing the store on a silent server waited 20 s");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "closing took {took:?}");
+}

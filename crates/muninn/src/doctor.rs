@@ -196,10 +196,7 @@ fn writable(dir: &Path) -> std::io::Result<()> {
 /// The store: a SQLite file that exists opens, a PostgreSQL URL connects.
 fn store(config: &Config) -> Check {
     let url = config.database_url();
-    let shown = match url.find('@') {
-        Some(at) if url.contains("://") => format!("postgres://…{}", &url[at..]),
-        _ => url.clone(),
-    };
+    let shown = without_credentials(&url);
     let is_postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
     if !is_postgres && !Path::new(&url).exists() {
         return ok(
@@ -234,6 +231,21 @@ fn store(config: &Config) -> Check {
                 "check the file's owner and permissions, or move it aside to start a fresh store"
             },
         ),
+    }
+}
+
+/// A database URL as `doctor` prints it: `postgres://…@host/db`, the user and password left out.
+/// Anything else (a SQLite path) as it is.
+fn without_credentials(url: &str) -> String {
+    let Some((_, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    // The credentials end at the authority's last `@` (a password may hold one); the
+    // authority ends at the path, the query or the fragment (which may hold one too).
+    let authority = rest.find(['/', '?', '#']).map_or(rest, |end| &rest[..end]);
+    match authority.rfind('@') {
+        Some(at) => format!("postgres://…{}", &rest[at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -454,5 +466,39 @@ fn whoami(homeserver: &str, account: &muninn_matrix::Account, token: &str) -> Ch
                 account.user_id, account.device_id
             ),
         ),
+    }
+}
+
+#[cfg(test)]
+mod credentials_tests {
+    use super::without_credentials;
+
+    /// The user and password never show, whatever characters the password holds: an `@` in it
+    /// is legal (URL parsers, sqlx's included, end the credentials at the authority's last `@`).
+    #[test]
+    fn a_database_url_is_shown_without_its_credentials() {
+        let cases = [
+            (
+                "postgres://u:secret@db.example:5432/m",
+                "postgres://…@db.example:5432/m",
+            ),
+            (
+                "postgres://u:p@ss@db.example/m",
+                "postgres://…@db.example/m",
+            ),
+            (
+                "postgresql://u:a@b@c@db/m?application_name=x@y&call_timeout=5s",
+                "postgres://…@db/m?application_name=x@y&call_timeout=5s",
+            ),
+            ("postgres://db.example/m", "postgres://db.example/m"),
+            (
+                "postgres://db/m?application_name=x@y",
+                "postgres://db/m?application_name=x@y",
+            ),
+            ("/var/lib/muninn/muninn.db", "/var/lib/muninn/muninn.db"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(without_credentials(url), shown, "{url}");
+        }
     }
 }

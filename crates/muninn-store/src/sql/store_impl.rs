@@ -51,8 +51,23 @@ impl<B: Backend> Store for B {
         bounded(self, "schema_version", migrations::schema_version(self)).await
     }
 
+    /// Bounded by the call deadline too: the pool's close waits for every connection, and one
+    /// being handed back when the network fell silent waits in sqlx's own ping, without a
+    /// deadline, as long as TCP does. Past the deadline such connections are left to the
+    /// process's end (the pool is closed already: nothing new is served), said in the log.
     async fn close(&self) {
-        Backend::shut_down(self).await
+        let Some(deadline) = self.call_timeout() else {
+            return Backend::shut_down(self).await;
+        };
+        if tokio::time::timeout(deadline, Backend::shut_down(self))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?deadline,
+                "closing the store: connections still waiting on a silent database were left open"
+            );
+        }
     }
 
     // Minds and settings.
