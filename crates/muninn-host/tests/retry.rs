@@ -30,6 +30,17 @@ pub(crate) async fn persona_kinds(host: &muninn_host::Host) -> Vec<String> {
         .collect()
 }
 
+/// Vala's ledger rows, as the store lists them.
+async fn vala_ledger(host: &muninn_host::Host) -> Vec<muninn_store::LedgerEntry> {
+    host.store
+        .ledger(&muninn_store::LedgerQuery {
+            mind: Some("vala".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
 /// Polls the runner's activity until `done` holds for it (at most `within`).
 async fn activity_until(
     w: &World,
@@ -402,29 +413,11 @@ async fn a_reply_that_trickles_past_the_attempt_deadline_fails_and_is_retried_on
     let outbox = rig.host.store.unacked_outbox("vala", 10).await.unwrap();
     let ids: Vec<&str> = outbox.iter().map(|m| m.request_id.as_str()).collect();
     assert_eq!(ids, ["vala-1-1-0"]);
-    let items = rig
-        .host
-        .store
-        .transcript_tail("vala", Role::Persona, 100)
-        .await
-        .unwrap();
-    let kinds: Vec<&str> = items
-        .iter()
-        .map(|i| match i.body.get("attempt_failed") {
-            Some(_) => "attempt_failed",
-            None => i.kind.as_str(),
-        })
-        .collect();
-    assert_eq!(kinds, ["delivery", "attempt_failed", "reply"]);
-    let rows = rig
-        .host
-        .store
-        .ledger(&muninn_store::LedgerQuery {
-            mind: Some("vala".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    assert_eq!(
+        persona_kinds(&rig.host).await,
+        ["delivery", "attempt_failed", "reply"]
+    );
+    let rows = vala_ledger(&rig.host).await;
     assert_eq!(rows.len(), 1, "{rows:#?}");
     // The provider answered (and billed) both attempts; only the second reached the Mind.
     let answered: Vec<bool> = rig
@@ -471,15 +464,7 @@ async fn the_retry_after_a_stream_cut_mid_content_reads_what_the_cut_attempt_wro
     assert_eq!(records.len(), 2, "{records:#?}");
     let (cut, retry) = (records[0].usage.unwrap(), records[1].usage.unwrap());
     assert!(cut.written() > 0 && cut.cache_read == 0, "{cut:?}");
-    let rows = rig
-        .host
-        .store
-        .ledger(&muninn_store::LedgerQuery {
-            mind: Some("vala".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let rows = vala_ledger(&rig.host).await;
     assert_eq!(rows.len(), 1, "{rows:#?}");
     let row = &rows[0].row;
     assert_eq!(row.usage, retry);
