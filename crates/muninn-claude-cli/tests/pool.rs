@@ -90,7 +90,30 @@ async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() 
             s.key, s.pid, s.rss_mib
         );
     }
-    assert_eq!(live_keys_settle(&pool, &["b", "c"]).await, ["b", "c"]);
+    let live = live_keys_settle(&pool, &["b", "c"]).await;
+    // Said when it fails (seen once in a loaded CI run, b missing): what the pool did, and
+    // whether each child's process is still there.
+    let procs: Vec<String> = pids
+        .iter()
+        .map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            format!(
+                "{pid}: {}",
+                stat.split(") ")
+                    .nth(1)
+                    .unwrap_or("gone")
+                    .chars()
+                    .next()
+                    .unwrap_or('?')
+            )
+        })
+        .collect();
+    assert_eq!(
+        live,
+        ["b", "c"],
+        "events {:?}, processes {procs:?}",
+        pool.events()
+    );
     wait_dead(pids[0]).await;
     assert!(
         matches!(
