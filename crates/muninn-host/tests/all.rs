@@ -11,6 +11,7 @@ mod cluster;
 mod compact;
 mod config;
 mod dashboard;
+mod exactly_once;
 mod fuzz;
 mod http;
 mod limits;

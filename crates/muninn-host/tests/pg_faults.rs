@@ -25,7 +25,7 @@ async fn world_on_postgres(db: &FreshDatabase) -> World {
 }
 
 /// A world whose host runs on the PostgreSQL store at `url`.
-async fn world_on_postgres_at(url: &str) -> World {
+pub(crate) async fn world_on_postgres_at(url: &str) -> World {
     let store = muninn_store::open(url).await.unwrap();
     let sim = Arc::new(Simulator::new(SimConfig {
         frozen_at_ms: Some(crate::runtime::T0),
@@ -87,7 +87,7 @@ async fn shown_failing(
 }
 
 /// The ack position, read until a read succeeds.
-async fn acked(store: &Arc<dyn Store>) -> i64 {
+pub(crate) async fn acked(store: &Arc<dyn Store>) -> i64 {
     loop {
         if let Ok(ack) = store.ack_position("vala").await {
             return ack;
@@ -106,7 +106,7 @@ async fn acked(store: &Arc<dyn Store>) -> i64 {
 /// it"; the spend cap still counts it), and the new holder answers the batch again. Each
 /// change of the lease's token orphans at most the one request its previous holder had in
 /// flight, so a test with takeovers passes the number of token changes; one without, zero.
-async fn answered_once(w: &World, seqs: i64, orphans: usize) {
+pub(crate) async fn answered_once(w: &World, seqs: i64, orphans: usize) {
     let store = &w.host.store;
     let outbox = store.unacked_outbox("vala", 10_000).await.unwrap();
     let ids: Vec<&str> = outbox.iter().map(|m| m.request_id.as_str()).collect();

@@ -8,6 +8,10 @@
 //! ([`Store::listen_wakes`](crate::Store)) on a connection of its own and wakes its local runner.
 //! A notification is a hint, never the truth: the runner reads the mailbox, so a lost one (a
 //! dropped listener connection) costs latency until the holder's next periodic look, not data.
+//! A listener connection can also fall silent without closing (a partition, a flow lost in
+//! the network): a listener that heard nothing for one call deadline asks its connection to
+//! answer a query within another, and replaces a connection that does not (see
+//! [`WakeListener::recv`]). Meanwhile the runners' periodic look is the fallback.
 //! `NOTIFY` channels are per database, not per schema: hosts on two schemas of one database wake
 //! each other spuriously, which costs one extra read each.
 //!
@@ -26,9 +30,10 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use sqlx::Postgres;
-use sqlx::postgres::{PgConnection, PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPoolOptions};
 use sqlx::{Connection, Row};
 
 use crate::error::{Result, StoreError};
@@ -70,16 +75,57 @@ impl Wake {
 /// Wake-ups announced through the database, on a connection of their own.
 #[derive(Debug)]
 pub struct WakeListener {
-    listener: PgListener,
+    /// `None` once a silent connection was given up and no new one is listening yet.
+    listener: Option<PgListener>,
+    /// How to open a new connection.
+    options: PgConnectOptions,
+    /// The store's call deadline: how long the listener waits for a notification before it
+    /// checks its connection, and for that check's answer.
+    deadline: Duration,
 }
 
 impl WakeListener {
-    /// The next wake-up. `Ok(None)`: the connection was lost and has been re-established, and
-    /// wake-ups sent meanwhile are gone — the caller should look at every Mind once.
-    /// `Unavailable` if it cannot reconnect (retry later).
+    /// Listens on a connection of its own (a one-connection pool: the pool is how `PgListener`
+    /// reconnects after a connection closes), within `deadline`.
+    async fn connect(options: PgConnectOptions, deadline: Duration) -> Result<WakeListener> {
+        let listener = listening(&options, deadline).await?;
+        Ok(WakeListener {
+            listener: Some(listener),
+            options,
+            deadline,
+        })
+    }
+
+    /// The next wake-up. `Ok(None)`: the connection was lost (closed, or silent past the
+    /// check) and has been re-established, and wake-ups sent meanwhile are gone — the caller
+    /// should look at every Mind once. `Unavailable` if it cannot reconnect (call again
+    /// later: the next call tries again).
+    ///
+    /// A connection that closes is reconnected by `PgListener` itself. One that falls silent
+    /// without closing would keep `recv` waiting as long as TCP does (hours without
+    /// keepalives): after a deadline with no notification the connection is asked `SELECT 1`;
+    /// one that does not answer within another is dropped for a new one.
     pub async fn recv(&mut self) -> Result<Option<Wake>> {
         loop {
-            match self.listener.try_recv().await? {
+            let Some(listener) = self.listener.as_mut() else {
+                self.listener = Some(listening(&self.options, self.deadline).await?);
+                return Ok(None);
+            };
+            // `try_recv` is cancel-safe: a notification read in part waits in the
+            // connection's buffer for the next call.
+            let note = match tokio::time::timeout(self.deadline, listener.try_recv()).await {
+                Ok(note) => note?,
+                Err(_) if answers(listener, self.deadline).await => continue,
+                Err(_) => {
+                    tracing::warn!(
+                        deadline = ?self.deadline,
+                        "the wake-up listener's connection is silent: listening on a new one"
+                    );
+                    self.listener = None;
+                    continue;
+                }
+            };
+            match note {
                 None => return Ok(None),
                 Some(note) => match Wake::parse(note.payload()) {
                     Some(wake) => return Ok(Some(wake)),
@@ -89,6 +135,36 @@ impl WakeListener {
             }
         }
     }
+}
+
+/// A listener on [`WAKE_CHANNEL`], on a new one-connection pool, within `deadline`.
+async fn listening(options: &PgConnectOptions, deadline: Duration) -> Result<PgListener> {
+    let connect = async {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_with(options.clone())
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let mut listener = PgListener::connect_with(&pool).await?;
+        listener.listen(WAKE_CHANNEL).await?;
+        Ok(listener)
+    };
+    match tokio::time::timeout(deadline, connect).await {
+        Ok(listener) => listener,
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "listen_wakes: no answer from the database within {} ms",
+            deadline.as_millis()
+        ))),
+    }
+}
+
+/// Whether the listener's connection answers a query within `deadline` (notifications that
+/// arrive meanwhile are buffered by the listener, not lost).
+async fn answers(listener: &mut PgListener, deadline: Duration) -> bool {
+    let ping = sqlx::query("SELECT 1").execute(&mut *listener);
+    matches!(tokio::time::timeout(deadline, ping).await, Ok(Ok(_)))
 }
 
 /// A presence lock's second key: the holder name's 32-bit FNV-1a hash. Two holders sharing a
@@ -141,18 +217,8 @@ impl HostSignals for PostgresStore {
     }
 
     async fn listen_wakes(&self) -> Result<Option<WakeListener>> {
-        // A one-connection pool of its own: the listener holds its connection for good, and
-        // the pool is how `PgListener` reconnects after a loss.
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .max_lifetime(None)
-            .idle_timeout(None)
-            .connect_with(self.options.clone())
-            .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let mut listener = PgListener::connect_with(&pool).await?;
-        listener.listen(WAKE_CHANNEL).await?;
-        Ok(Some(WakeListener { listener }))
+        let listener = WakeListener::connect(self.options.clone(), self.call_timeout).await?;
+        Ok(Some(listener))
     }
 
     /// Takes (or checks) the presence lock for `holder` on the dedicated session: a held,

@@ -30,7 +30,12 @@
 //!
 //! ## Invariants
 //!
-//! - A mutator that returns `Ok` has committed durably; one that returns `Err` wrote nothing.
+//! - A mutator that returns `Ok` has committed durably; one that returns `Err` wrote nothing —
+//!   but for an `Unavailable` whose commit's answer was lost (on PostgreSQL the call's deadline
+//!   passed, or the connection dropped, after `COMMIT` was sent): that one may have committed.
+//!   Writes a caller retries are keyed so a retry finds them instead of writing them again:
+//!   [`Store::record_turn`] by turn key, [`Store::append_transcript_once`] by append key,
+//!   [`Store::post_delivery`] by source id.
 //! - The transcript, the mailbox and the ledger are append-only; seqs are gap-free per Mind
 //!   while the store runs, and never issued twice: after a crash or lost commits (SQLite) a
 //!   counter may skip ahead, never back.

@@ -94,6 +94,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "counter_floors",
         include_str!("../migrations/postgres/0008_counter_floors.sql"),
     ),
+    (
+        9,
+        "transcript_keys",
+        include_str!("../migrations/postgres/0009_transcript_keys.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migrations ("muninn" in ASCII).

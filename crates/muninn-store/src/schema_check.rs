@@ -147,6 +147,7 @@ pub(crate) const COLUMNS: &[(&str, &[&str])] = &[
         ],
     ),
     ("turns", &["mind_id", "turn_key"]),
+    ("transcript_keys", &["mind_id", "append_key", "role", "seq"]),
     ("cursors", &["mind_id", "name", "value", "updated_at_ms"]),
     ("counter_floors", &["mind_id", "name", "value"]),
 ];

@@ -90,6 +90,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "counter_floors",
         include_str!("../migrations/sqlite/0008_counter_floors.sql"),
     ),
+    (
+        9,
+        "transcript_keys",
+        include_str!("../migrations/sqlite/0009_transcript_keys.sql"),
+    ),
 ];
 
 /// How a SQLite store makes each commit durable (see the module docs); both fsync the WAL

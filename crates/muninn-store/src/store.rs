@@ -173,6 +173,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         token: FencingToken,
         items: &[NewTranscriptItem],
     ) -> Result<Vec<i64>>;
+    /// Appends one item under `key`, once: a key the Mind's transcript already recorded adds
+    /// nothing and answers the seq it got then, with `created: false`. The key and the item
+    /// commit together, so a retry after a commit whose answer was lost (the call's deadline
+    /// passed, the connection dropped after `COMMIT` was sent) cannot append the item twice.
+    /// The key names the item: the first append under it wins. Fenced.
+    async fn append_transcript_once(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        key: &str,
+        item: &NewTranscriptItem,
+    ) -> Result<Appended>;
     /// Items of (mind, role) with `from_seq <= seq < to_seq`, ascending, at most `limit`.
     async fn transcript_range(
         &self,

@@ -127,6 +127,15 @@ pub struct NewTranscriptItem {
     pub created_at_ms: i64,
 }
 
+/// What [`Store::append_transcript_once`](crate::Store::append_transcript_once) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// The item's seq (the one it got the first time, if its key was seen before).
+    pub seq: i64,
+    /// `false` when the key was already recorded and nothing was added.
+    pub created: bool,
+}
+
 /// A transcript item as stored. The transcript is append-only: there is no API to change or
 /// remove an item, and both schemas refuse UPDATE and DELETE on the table.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -253,6 +253,6 @@ async fn postgres_a_host_opening_while_another_migrates_waits_for_it() {
         .await
         .unwrap()
         .expect("opened once the migration lock was free");
-    assert_eq!(store.schema_version().await.unwrap(), 8);
+    assert_eq!(store.schema_version().await.unwrap(), 9);
     store.close().await;
 }

@@ -183,3 +183,57 @@ async fn postgres_closing_on_a_silent_server_ends_within_the_deadline() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(3), "closing took {took:?}");
 }
+
+/// The wake-up listener's connection falls silent for good (a flow lost in the network while
+/// the server is fine: the proxy abandons it, new connections get through). A listener that
+/// heard nothing for a call deadline (1 s here) asks its connection to answer within another;
+/// this one does not, so it is replaced: `recv` answers `Ok(None)` (wake-ups may have been
+/// missed: the caller looks at every Mind once) instead of waiting for ever, and wake-ups
+/// announced after that arrive on the new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_silent_wake_listener_is_noticed_and_listens_again() {
+    let Some(db) = FreshDatabase::for_test("muninn_pgf_silentlisten", "a silent listener") else {
+        return;
+    };
+    let proxy = SilentProxy::start(FreshDatabase::SERVER.parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("{}?call_timeout=1s", db.url_through(proxy.addr()));
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let direct = PostgresStore::connect(&db.url()).await.unwrap();
+    let mut listener = store
+        .listen_wakes()
+        .await
+        .unwrap()
+        .expect("postgres listens");
+    direct.announce_wake("m", "other").await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(5), listener.recv()).await;
+    assert!(matches!(heard, Ok(Ok(Some(_)))), "{heard:?}");
+
+    proxy.abandon();
+    let started = Instant::now();
+    let noticed = tokio::time::timeout(Duration::from_secs(20), listener.recv())
+        .await
+        .expect("a silent listener waited 20 s without noticing");
+    assert_eq!(
+        noticed.unwrap(),
+        None,
+        "a wake-up through a silent connection"
+    );
+    eprintln!("a silent listener noticed after {:?}", started.elapsed());
+    direct.announce_wake("m", "other").await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("no wake-up on the new connection within 5 s")
+        .unwrap();
+    assert_eq!(
+        heard,
+        Some(muninn_store::Wake {
+            mind: "m".into(),
+            from: "other".into()
+        })
+    );
+    drop(listener);
+    store.close().await;
+    direct.close().await;
+}

@@ -13,6 +13,9 @@
 //! records a sent message with). The settings reads after the next K can be refused too
 //! ([`Store::settings`], [`FaultyStore::fail_settings_reads_after`]: what a Self tool loop reads
 //! its spend cap with, between a request's answer and its commit).
+//! The next N transcript appends made on their own ([`Store::append_transcript`],
+//! [`Store::append_transcript_once`], [`FaultyStore::lose_append_answers`]) can instead land and
+//! then answer [`StoreError::Unavailable`]: a commit whose answer was lost.
 //! The next N commits can instead be refused for good
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
 //! The next N whole-delivery reads of one Mind can panic instead of answering
@@ -54,6 +57,8 @@ pub struct FaultyStore {
     failing_ack_position_reads: AtomicU32,
     /// Outbox acks still to refuse.
     failing_outbox_acks: AtomicU32,
+    /// Transcript appends still to land with their answer lost.
+    losing_append_answers: AtomicU32,
     /// Settings reads to let through before refusing any.
     passing_settings_reads: AtomicU32,
     /// Settings reads still to refuse, once those have passed.
@@ -85,6 +90,7 @@ impl FaultyStore {
             failing_batches: AtomicU32::new(0),
             failing_ack_position_reads: AtomicU32::new(0),
             failing_outbox_acks: AtomicU32::new(0),
+            losing_append_answers: AtomicU32::new(0),
             passing_settings_reads: AtomicU32::new(0),
             failing_settings_reads: AtomicU32::new(0),
             refused: AtomicU32::new(0),
@@ -99,6 +105,13 @@ impl FaultyStore {
     /// Refuses the next `n` commits (`record_turn`, `append_ledger`).
     pub fn fail_commits(&self, n: u32) {
         self.failing.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets the next `n` transcript appends made on their own (`append_transcript`,
+    /// `append_transcript_once`) commit, then answers each with [`StoreError::Unavailable`]
+    /// as if the commit's answer were lost (a deadline passed after `COMMIT` was sent).
+    pub fn lose_append_answers(&self, n: u32) {
+        self.losing_append_answers.store(n, Ordering::SeqCst);
     }
 
     /// Refuses the next `n` commits with [`StoreError::Invalid`]: a refusal no retry can
@@ -403,7 +416,30 @@ impl Store for FaultyStore {
         token: FencingToken,
         items: &[NewTranscriptItem],
     ) -> Result<Vec<i64>> {
-        self.inner.append_transcript(mind, token, items).await
+        let seqs = self.inner.append_transcript(mind, token, items).await?;
+        if armed(&self.losing_append_answers) {
+            return Err(injected("append_transcript: the commit's answer was lost"));
+        }
+        Ok(seqs)
+    }
+
+    async fn append_transcript_once(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        key: &str,
+        item: &NewTranscriptItem,
+    ) -> Result<Appended> {
+        let appended = self
+            .inner
+            .append_transcript_once(mind, token, key, item)
+            .await?;
+        if armed(&self.losing_append_answers) {
+            return Err(injected(
+                "append_transcript_once: the commit's answer was lost",
+            ));
+        }
+        Ok(appended)
     }
 
     async fn transcript_range(

@@ -1,9 +1,18 @@
 //! A Persona batch recorded but not yet answered: what a retry re-sends instead of recording
 //! the delivery again (the policy is stated in `retry.rs`).
+//!
+//! The delivery is recorded under a key ([`muninn_store::Store::append_transcript_once`]) the
+//! attempt is created with, before the append is tried. An append whose commit landed but
+//! whose answer was lost (a PostgreSQL call past its deadline, a connection dropped after
+//! `COMMIT` was sent) fails the step; the attempt stays, and the retry appends under the same
+//! key — the store finds it recorded and adds nothing — and sends the message as it was
+//! rendered, so neither the transcript nor the model gets the delivery twice, and the renderer
+//! does not append the turn a second time.
 
-use super::MindRunner;
+use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
-use muninn_store::Delivery;
+use muninn_store::{Delivery, FencingToken, NewTranscriptItem, Role, TranscriptKind};
+use serde_json::Value;
 
 /// The batch whose delivery the open segment's transcript holds, unanswered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,17 +27,31 @@ pub(super) struct Attempt {
     text: String,
     /// The last failure's text, so a run of identical failures leaves one notice.
     last_error: Option<String>,
+    /// The key its delivery is appended under: unique to this attempt.
+    key: String,
+    /// The delivery's transcript body until the store confirmed it recorded.
+    unrecorded: Option<Value>,
 }
 
 impl Attempt {
-    /// A batch (through `max_seq`) just recorded in `segment` as `text`.
-    pub(super) fn new(batch: &str, max_seq: i64, segment: i64, text: &str) -> Attempt {
+    /// A batch (through `max_seq`) rendered in `segment` as `text`, its delivery (`body`) to
+    /// be recorded under `key` ([`MindRunner::record_attempt`]).
+    pub(super) fn new(
+        batch: &str,
+        max_seq: i64,
+        segment: i64,
+        text: &str,
+        key: String,
+        body: Value,
+    ) -> Attempt {
         Attempt {
             batch: batch.to_string(),
             max_seq,
             segment,
             text: text.to_string(),
             last_error: None,
+            key,
+            unrecorded: Some(body),
         }
     }
 
@@ -62,9 +85,61 @@ impl<B: Backend> MindRunner<B> {
         self.attempt.as_ref().is_some_and(|a| a.batch == batch)
     }
 
-    /// The message to re-send for `batch`, when the open segment already holds its delivery and
-    /// the session is as it was when it failed (live, and not about to be refreshed). `None`:
-    /// render and record it afresh.
+    /// A key no other append of this Mind has used: the batch and segment for a reader, and a
+    /// nonce drawn when the runner was made with a count of the keys it made since — a host
+    /// restarted under the same holder name renews the same lease token, so the token alone
+    /// would not tell its appends from those of the process before it.
+    pub(super) fn append_key(&mut self, batch: &str, segment: i64) -> String {
+        self.appends += 1;
+        format!(
+            "delivery {batch} segment {segment} runner {:016x}-{}",
+            self.nonce, self.appends
+        )
+    }
+
+    /// Records the attempt's delivery, if the store has not confirmed it yet: under its key,
+    /// so an append that landed though its answer was lost is found, not made again.
+    pub(super) async fn record_attempt(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        let Some(attempt) = self.attempt.as_ref() else {
+            return Ok(());
+        };
+        let Some(body) = attempt.unrecorded.clone() else {
+            return Ok(());
+        };
+        let item = NewTranscriptItem {
+            role: Role::Persona,
+            segment: attempt.segment,
+            kind: TranscriptKind::Delivery,
+            body,
+            created_at_ms: now,
+        };
+        let appended = self
+            .host
+            .store
+            .append_transcript_once(&self.mind.id, token, &attempt.key, &item)
+            .await?;
+        if !appended.created {
+            tracing::info!(
+                mind = %self.mind.id,
+                key = %attempt.key,
+                seq = appended.seq,
+                "the delivery was recorded already (its commit's answer was lost): not again"
+            );
+        }
+        if let Some(attempt) = self.attempt.as_mut() {
+            attempt.unrecorded = None;
+        }
+        Ok(())
+    }
+
+    /// The message to re-send for `batch`, when the open segment already holds its delivery (or
+    /// its append is unconfirmed: [`Self::record_attempt`] finishes it) and the session is as
+    /// it was when it failed (live, and not about to be refreshed). `None`: render and record
+    /// it afresh.
     pub(super) fn resend(&mut self, batch: &str, refreshes: bool) -> Option<String> {
         let attempt = self.attempt.take()?;
         let same = attempt.batch == batch

@@ -212,6 +212,10 @@ pub struct MindRunner<B: Backend> {
     /// The Persona batch whose delivery this segment holds but no attempt has answered yet
     /// (`attempt.rs`): a retry re-sends it instead of recording it again.
     attempt: Option<attempt::Attempt>,
+    /// Drawn at random when the runner is made, and the keyed appends it made since: what
+    /// makes each append key its own (`attempt.rs`).
+    nonce: u64,
+    appends: u64,
     /// The provider refused a batch as too long (`window.rs`): the next batch from the same
     /// delivery takes at most half as many.
     window_cut: Option<window::Cut>,
@@ -281,6 +285,8 @@ impl<B: Backend> MindRunner<B> {
             self_backend,
         );
         let wakes = host.signals.wakes(&mind.id);
+        let nonce = getrandom::u64()
+            .map_err(|e| RuntimeError::Config(format!("no randomness for append keys: {e}")))?;
         host.leases.runner_started(&holder, &mind.id);
         Ok(MindRunner {
             host,
@@ -295,6 +301,8 @@ impl<B: Backend> MindRunner<B> {
             step_started: tokio::time::Instant::now(),
             working: None,
             attempt: None,
+            nonce,
+            appends: 0,
             window_cut: None,
             held: None,
             uncommitted: None,

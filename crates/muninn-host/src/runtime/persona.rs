@@ -209,7 +209,9 @@ impl<B: Backend> MindRunner<B> {
             return Ok(Step::OverBudget);
         }
         // A retry of a batch this segment already holds re-sends the recorded message; anything
-        // else records the delivery first (the policy is in `retry.rs`).
+        // else records the delivery first (the policy is in `retry.rs`), under the attempt's
+        // key: a retry after an append whose answer was lost finds it, not records it again
+        // (`attempt.rs`).
         let text = match self.resend(&batch.id, plan.refreshes()) {
             Some(text) => text,
             None => {
@@ -219,19 +221,13 @@ impl<B: Backend> MindRunner<B> {
                 }
                 let (text, body) = self.render_persona(&batch)?;
                 let segment = self.persona.segment.unwrap_or(0);
-                self.record_item(
-                    token,
-                    Role::Persona,
-                    segment,
-                    TranscriptKind::Delivery,
-                    body,
-                    now,
-                )
-                .await?;
-                self.attempt = Some(Attempt::new(&batch.id, batch.max_seq, segment, &text));
+                let key = self.append_key(&batch.id, segment);
+                let attempt = Attempt::new(&batch.id, batch.max_seq, segment, &text, key, body);
+                self.attempt = Some(attempt);
                 text
             }
         };
+        self.record_attempt(token, now).await?;
         let segment = self.persona.segment.unwrap_or(0);
         let answer = match self.ask_persona(&batch, &plan, text, now).await {
             Ok(answer) => answer,

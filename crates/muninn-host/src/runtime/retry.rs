@@ -24,6 +24,10 @@
 //! resumed session holds the unanswered line, so the re-sent one is a second line on both
 //! sides.
 //!
+//! The delivery is appended under the attempt's key (`attempt.rs`): an append whose commit
+//! landed though its answer was lost (a PostgreSQL call past its deadline) fails the step, and
+//! the retry finds it under that key instead of recording the delivery a second time.
+//!
 //! An attempt that failed after opening a segment (a refresh, a first or rebuilt start) leaves
 //! the segment open and its first request unanswered: the next attempt is that request again,
 //! in that segment, planned as its start (`MindRunner::plan`) — not decided again on the

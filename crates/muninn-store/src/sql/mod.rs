@@ -14,7 +14,7 @@
 //! | [`leases`] | `leases` | leases and the fence every fenced write starts with |
 //! | [`counters`] | `counters`, `counter_floors` | the per-Mind seq counters |
 //! | [`segments`] | `segments` | the numbered stretches of a role's transcript |
-//! | [`transcript`] | `transcript` | the append-only transcript |
+//! | [`transcript`] | `transcript`, `transcript_keys` | the append-only transcript; the keys of items appended once |
 //! | [`mailbox`] | `deliveries`, `cursors`, `mailbox_acks` | intake, transports' cursors, the ack |
 //! | [`outbox`] | `outbox` | messages to send, sent, acked or failed |
 //! | [`ledger`] | `ledger` | one row per model request; spend |

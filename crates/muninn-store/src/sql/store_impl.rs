@@ -278,6 +278,21 @@ impl<B: Backend> Store for B {
         .await
     }
 
+    async fn append_transcript_once(
+        &self,
+        mind: &str,
+        token: FencingToken,
+        key: &str,
+        item: &NewTranscriptItem,
+    ) -> Result<Appended> {
+        bounded(
+            self,
+            "append_transcript_once",
+            transcript::append_once(self, mind, token, key, item),
+        )
+        .await
+    }
+
     async fn transcript_range(
         &self,
         mind: &str,

@@ -4,7 +4,9 @@
 use super::engine::{Backend, Engine, RowExt, query};
 use super::{columns, counters, json_text, leases, parse_json};
 use crate::error::Result;
-use crate::types::{FencingToken, NewTranscriptItem, Role, TranscriptItem, TranscriptKind};
+use crate::types::{
+    Appended, FencingToken, NewTranscriptItem, Role, TranscriptItem, TranscriptKind,
+};
 
 /// Reads a `transcript` row (the columns of [`columns!`]`(transcript)`).
 fn item_from<R: RowExt>(row: &R) -> Result<TranscriptItem> {
@@ -65,6 +67,44 @@ pub(crate) async fn append<B: Backend>(
     let seqs = insert::<B::Db>(&mut tx, mind, items).await?;
     B::Db::commit(tx).await?;
     Ok(seqs)
+}
+
+/// Appends `item` under `key` unless the key is recorded: the check, the item and the key in
+/// one fenced transaction.
+pub(crate) async fn append_once<B: Backend>(
+    store: &B,
+    mind: &str,
+    token: FencingToken,
+    key: &str,
+    item: &NewTranscriptItem,
+) -> Result<Appended> {
+    let mut tx = store.begin_write().await?;
+    leases::fence::<B::Db>(&mut tx, mind, token).await?;
+    // The fence serialises this Mind's writers, so check-then-insert is safe (as for turn keys).
+    let seen =
+        query::<B::Db>("SELECT seq FROM transcript_keys WHERE mind_id = $1 AND append_key = $2")
+            .bind(mind)
+            .bind(key)
+            .fetch_optional(&mut tx)
+            .await?;
+    if let Some(row) = seen {
+        return Ok(Appended {
+            seq: row.col("seq")?,
+            created: false,
+        });
+    }
+    let seq = insert::<B::Db>(&mut tx, mind, std::slice::from_ref(item)).await?[0];
+    query::<B::Db>(
+        "INSERT INTO transcript_keys (mind_id, append_key, role, seq) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(mind)
+    .bind(key)
+    .bind(item.role.as_str())
+    .bind(seq)
+    .execute(&mut tx)
+    .await?;
+    B::Db::commit(tx).await?;
+    Ok(Appended { seq, created: true })
 }
 
 pub(crate) async fn range<B: Backend>(

@@ -12,6 +12,7 @@ pub(super) async fn transcript_append_only(factory: &dyn StoreFactory) {
     let items = step!(appends_get_gap_free_seqs_per_role(store, token));
     step!(items_read_back_whole_by_range(store, &items));
     step!(tails_hold_the_newest_in_order(store));
+    step!(keyed_appends_land_once(store, token));
     store.close().await;
 }
 
@@ -126,5 +127,75 @@ async fn tails_hold_the_newest_in_order(store: &dyn Store) {
     assert_eq!(
         ok(store.transcript_tail("m", Role::Persona, 0).await, "tail 0"),
         vec![]
+    );
+}
+
+/// An item appended under a key lands once: the same key again adds nothing and answers the
+/// first seq (a retry after a lost commit answer); another key appends; the Self's keyed item
+/// takes the Self's next seq.
+async fn keyed_appends_land_once(store: &dyn Store, token: FencingToken) {
+    let first = item(Role::Persona, 10);
+    let appended = ok(
+        store
+            .append_transcript_once("m", token, "delivery m-1-1 #1", &first)
+            .await,
+        "keyed",
+    );
+    assert_eq!(
+        appended,
+        Appended {
+            seq: 10,
+            created: true
+        }
+    );
+    let again = ok(
+        store
+            .append_transcript_once("m", token, "delivery m-1-1 #1", &first)
+            .await,
+        "keyed again",
+    );
+    assert_eq!(
+        again,
+        Appended {
+            seq: 10,
+            created: false
+        }
+    );
+    let other = ok(
+        store
+            .append_transcript_once("m", token, "delivery m-1-1 #2", &item(Role::Persona, 11))
+            .await,
+        "another key",
+    );
+    assert_eq!(
+        other,
+        Appended {
+            seq: 11,
+            created: true
+        }
+    );
+    let brief = ok(
+        store
+            .append_transcript_once("m", token, "brief 1", &item(Role::SelfRole, 3))
+            .await,
+        "keyed self",
+    );
+    assert_eq!(
+        brief,
+        Appended {
+            seq: 3,
+            created: true
+        }
+    );
+    let tail = ok(store.transcript_tail("m", Role::Persona, 3).await, "tail");
+    assert_eq!(
+        tail.iter()
+            .map(|t| (t.seq, t.body.clone()))
+            .collect::<Vec<_>>(),
+        vec![
+            (9, item(Role::Persona, 9).body),
+            (10, first.body),
+            (11, item(Role::Persona, 11).body)
+        ]
     );
 }

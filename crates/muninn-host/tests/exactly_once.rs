@@ -1,0 +1,193 @@
+//! A delivery recorded before the model is asked, whose commit lands but whose answer is lost
+//! (the store's call deadline passed after `COMMIT` was sent, the connection dropped): the
+//! runner retries the step, and the transcript still holds the delivery once, the model is
+//! shown it once, and the batch is answered once — on an injected lost answer over SQLite, and
+//! on a real PostgreSQL whose answer to the `COMMIT` never comes back.
+
+use crate::pg_faults::{acked, answered_once, world_on_postgres_at};
+use crate::runtime::{World, mind, post, runner, stored_brief, world_on};
+use muninn_host::runtime::{RuntimeError, Step, run_mind};
+use muninn_store::{
+    BriefOrigin, BriefStatus, NewBrief, NewDelivery, Role, Store, StoreError, TranscriptKind,
+};
+use muninn_testkit::peers::FreshDatabase;
+use muninn_testkit::{FaultyStore, SilentProxy};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A word only the probe delivery holds, so the trap and the counts find it alone.
+const PROBE: &str = "exactly-once-probe";
+
+/// The Persona transcript's deliveries that hold [`PROBE`].
+async fn probe_deliveries(store: &Arc<dyn Store>) -> usize {
+    let items = store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    items
+        .iter()
+        .filter(|i| i.kind == TranscriptKind::Delivery && i.body.to_string().contains(PROBE))
+        .count()
+}
+
+/// How often the model was shown [`PROBE`], over every Messages request it answered.
+fn probe_shown(w: &World) -> usize {
+    w.sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/messages") && r.status == 200)
+        .map(|r| r.body.to_string().matches(PROBE).count())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_delivery_whose_commit_answer_is_lost_is_recorded_and_shown_once() {
+    let mut faults = None;
+    let w = world_on("", |store| {
+        let faulty = FaultyStore::new(store);
+        faults = Some(faulty.clone());
+        faulty
+    })
+    .await;
+    let faults = faults.unwrap();
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", &format!("{PROBE}: hello vala")).await;
+    faults.lose_append_answers(1);
+    let e = r.step().await.unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::Store(StoreError::Unavailable(_))),
+        "{e}"
+    );
+    assert_eq!(
+        probe_deliveries(&w.host.store).await,
+        1,
+        "the append landed"
+    );
+    assert_eq!(
+        r.step().await.unwrap(),
+        Step::PersonaTurn {
+            acked_through: 1,
+            valid: true
+        }
+    );
+    assert_eq!(
+        probe_deliveries(&w.host.store).await,
+        1,
+        "the delivery recorded twice"
+    );
+    assert_eq!(probe_shown(&w), 1, "the model was shown the delivery twice");
+    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(outbox.len(), 1, "{outbox:#?}");
+}
+
+/// The Self's brief, the other item appended on its own before the model is asked: its
+/// append lands, its answer is lost, and the step fails. The brief is not run again — a
+/// failed step leaves its brief to the stranded-brief recovery (`stranded.rs`), which fails it
+/// with the store's error and tells the Persona — so its transcript item cannot be doubled.
+#[tokio::test]
+async fn a_brief_whose_append_answer_is_lost_is_recorded_once_and_reported() {
+    let mut faults = None;
+    let w = world_on("", |store| {
+        let faulty = FaultyStore::new(store);
+        faults = Some(faulty.clone());
+        faulty
+    })
+    .await;
+    let faults = faults.unwrap();
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    r.step().await.unwrap();
+    let brief = NewBrief {
+        text: format!("{PROBE}: summarise the week."),
+        origin: BriefOrigin::Operator,
+        created_at_ms: w.sim.now_ms(),
+    };
+    let seq = w
+        .host
+        .store
+        .enqueue_brief("vala", &brief)
+        .await
+        .unwrap()
+        .seq;
+    faults.lose_append_answers(1);
+    let e = r.step().await.unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::Store(StoreError::Unavailable(_))),
+        "{e}"
+    );
+    for _ in 0..3 {
+        r.step().await.unwrap();
+    }
+    let items = w
+        .host
+        .store
+        .transcript_tail("vala", Role::SelfRole, 100)
+        .await
+        .unwrap();
+    let briefs = items
+        .iter()
+        .filter(|i| i.kind == TranscriptKind::Brief && i.body.to_string().contains(PROBE))
+        .count();
+    assert_eq!(briefs, 1, "{items:#?}");
+    let stored = stored_brief(&w, seq).await;
+    assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
+}
+
+/// The same on PostgreSQL, through a [`SilentProxy`] that forwards the delivery's `COMMIT` and
+/// then lets nothing of that connection through: the server commits, the store's deadline (1 s
+/// here) passes without its answer, and the runner, retrying on a new connection, finds the
+/// delivery recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_delivery_whose_commit_answer_never_comes_is_recorded_and_shown_once() {
+    let Some(db) = FreshDatabase::for_test("muninn_host_pgexactly", "a lost commit answer") else {
+        return;
+    };
+    let proxy = SilentProxy::start(FreshDatabase::SERVER.parse().unwrap())
+        .await
+        .unwrap();
+    let w =
+        world_on_postgres_at(&format!("{}?call_timeout=1s", db.url_through(proxy.addr()))).await;
+    let direct = muninn_store::open(&db.url()).await.unwrap();
+    let r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(run_mind(r, stopped));
+
+    proxy.cut_after_commit(PROBE.as_bytes());
+    let delivery = NewDelivery {
+        room: "#swarm".into(),
+        sender: "ari".into(),
+        is_direct: false,
+        to_you: false,
+        text: format!("message 1: {PROBE}"),
+        source_id: "pgx-1".into(),
+        received_at_ms: w.sim.now_ms(),
+        context: Vec::new(),
+    };
+    // Posted straight to the server: only the runner's own writes carry the probe through the
+    // proxy.
+    direct.post_delivery("vala", &delivery).await.unwrap();
+    w.host.signals.wake("vala");
+    let started = Instant::now();
+    while acked(&direct).await < 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{:?}",
+            w.host.telemetry.mind("vala")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(true).unwrap();
+    running.await.unwrap().unwrap();
+    assert_eq!(proxy.commits_cut(), 1, "the trap never tripped");
+    assert_eq!(
+        probe_deliveries(&direct).await,
+        1,
+        "the delivery recorded twice"
+    );
+    assert_eq!(probe_shown(&w), 1, "the model was shown the delivery twice");
+    answered_once(&w, 1, 0).await;
+    w.host.store.close().await;
+    direct.close().await;
+}
