@@ -121,7 +121,18 @@ impl Ear {
                 .any(|e| Some(&e.event_id) == last.as_ref());
             match page.end.filter(|_| !empty && !done) {
                 Some(end) if events.len() < max => token = end,
-                _ => break,
+                Some(end) => {
+                    // At the limit: the pages are cut only if what follows them is not the
+                    // timeline's first event (a gap exactly as long as the limit skips nothing).
+                    let next = self.one_more(room_id, (&end, None), Direction::Forward);
+                    let first = room.timeline.events.first().map(|e| &e.event_id);
+                    let next = next.await?.chunk.into_iter().next();
+                    if let Some(next) = next.filter(|n| Some(&n.event_id) == first) {
+                        events.push(next);
+                    }
+                    break;
+                }
+                None => break,
             }
         }
         Ok(Forward::of(events, &room.timeline.events, own, since))
@@ -158,21 +169,70 @@ impl Ear {
                     break;
                 }
             }
-            let end = page.end.filter(|_| !empty);
-            match end {
-                Some(end) if !hit && newest_first.len() < max => token = end,
-                end => {
-                    // At the limit on the event looked for, nothing older was wanted: no cut.
-                    if !hit && newest_first.len() >= max {
-                        self.cut(room_id, newest_first.len());
-                        tracing::error!(mind = %self.mind(), room = %room_id,
-                            "matrix: a gap of {max}+ events; older ones are skipped");
-                    }
+            let mut end = page.end.filter(|_| !empty);
+            match end.take() {
+                Some(next) if !hit && newest_first.len() < max => token = next,
+                Some(next) if !hit => {
+                    end = self
+                        .past_the_limit(room_id, (next, to), stop, &mut newest_first)
+                        .await?;
                     newest_first.reverse();
-                    return Ok((newest_first, end.or_else(|| to.map(str::to_owned))));
+                    return Ok((newest_first, end));
+                }
+                // The start of the room, the end of the gap, or the event looked for (at the
+                // limit or not: nothing older was wanted): no cut.
+                last => {
+                    newest_first.reverse();
+                    return Ok((newest_first, last.or_else(|| to.map(str::to_owned))));
                 }
             }
         }
+    }
+
+    /// A gap paged back to `max_gap_events` (`newest_first`, `from` the token before its oldest)
+    /// without the event looked for: one event further says whether it was cut. None (the gap
+    /// ends at the limit) or the event looked for (added) is no cut; another is, recorded and
+    /// logged. Before, a gap exactly as long as the limit was counted as cut. Returns the token
+    /// before the oldest event kept.
+    async fn past_the_limit(
+        &self,
+        room_id: &str,
+        (from, to): (String, Option<&str>),
+        stop: &(dyn Fn(&RoomEvent) -> bool + Sync),
+        newest_first: &mut Vec<RoomEvent>,
+    ) -> Result<Option<String>, MatrixError> {
+        let mut page = self
+            .one_more(room_id, (&from, to), Direction::Backward)
+            .await?;
+        let end = page.end.take();
+        let Some(next) = page.chunk.into_iter().next() else {
+            return Ok(Some(from));
+        };
+        if stop(&next) {
+            newest_first.push(next);
+            return Ok(end.or(Some(from)));
+        }
+        let max = self.context.config.max_gap_events;
+        self.cut(room_id, newest_first.len());
+        tracing::error!(mind = %self.mind(), room = %room_id,
+            "matrix: a gap of more than {max} events; older ones are skipped");
+        Ok(Some(from))
+    }
+
+    /// A page of one event past a gap's limit, to tell a gap exactly as long as the limit
+    /// (which skipped nothing) from a longer one; counted in the stats.
+    async fn one_more(
+        &self,
+        room_id: &str,
+        (from, to): (&str, Option<&str>),
+        dir: Direction,
+    ) -> Result<MessagesResponse, MatrixError> {
+        let page = self
+            .client
+            .messages(room_id, from, to, dir, 1, &self.page_filter)
+            .await?;
+        Stats::add(&self.context.stats.pages, 1);
+        Ok(page)
     }
 
     /// One `/messages` page of a gap of `room_id` between `(from, to)`, sized so that a gap of
