@@ -24,6 +24,7 @@ use crate::history::{
     mail_start, merge_rooms, out_before, read_chunk, settles_mail_start,
 };
 use crate::invites;
+use crate::joins::NotJoined;
 use crate::rooms::{Directory, RoomKind};
 use crate::session::Session;
 use crate::upgrades;
@@ -50,6 +51,8 @@ pub(crate) struct Ear {
     session: Arc<Session>,
     client: MatrixClient,
     directory: Arc<Mutex<Directory>>,
+    /// Replacements the homeserver refused the account are reported and tried again there.
+    not_joined: NotJoined,
     joined: HashSet<String>,
     /// The answer in hand's replacements of upgraded rooms: read from their start (`upgrades`).
     replacements: HashSet<String>,
@@ -74,6 +77,7 @@ impl Ear {
             session: opened.session.clone(),
             client: opened.client.clone(),
             directory: opened.directory.clone(),
+            not_joined: opened.not_joined.clone(),
             joined: opened.joined.clone(),
             replacements: HashSet::new(),
             windows: HashMap::new(),
@@ -344,7 +348,14 @@ impl Ear {
         let rooms = (since, &response.rooms.join, &self.joined);
         self.replacements =
             upgrades::replacements(&self.client, &self.directory, who, rooms).await?;
-        upgrades::follow(&self.client, &self.directory, who, &response.rooms.join).await?;
+        let refused = upgrades::follow(&self.client, &self.directory, who, &response.rooms.join);
+        let mut added = false;
+        for refused in refused.await? {
+            added |= self.not_joined.replacement(&self.context, refused);
+        }
+        if added {
+            self.not_joined.report(&self.context);
+        }
         let segment_start = self.segment_start().await?;
         let own = self.context.account.user_id.clone();
         let held =

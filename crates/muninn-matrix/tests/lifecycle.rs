@@ -245,6 +245,8 @@ async fn a_room_upgraded_while_stopped_is_followed_and_read_from_its_start() {
     let room = rig.public_room(&alias("upgraded")).await;
     let running = rig.start(&[&room], |_| {});
     rig.bot_joined(&room).await;
+    // Said after the first sync, which is history: said before it, the message was context.
+    rig.first_sync().await;
     let mut said = vec![rig.human.send(&room, "before the upgrade", &[]).await];
     rig.mail_count(1).await;
     running.stop().await;
