@@ -128,10 +128,58 @@ async fn an_access_token_refused_mid_run_says_to_configure_a_new_one() {
     running.stop().await;
     assert!(
         error.starts_with("the homeserver refused the access token (M_UNKNOWN_TOKEN: ")
-            && error.ends_with("configure a new one and restart muninn"),
+            && error.ends_with(
+                "configure a new one (a token file is read again every 30 s; a variable, \
+                 when muninn restarts)"
+            ),
         "{error}"
     );
     assert!(!error.contains(&token), "no credential in the error");
+}
+
+/// An access token read from a file, refused mid-run (its device logged out); its owner logs
+/// in again on the same device and writes the new token to the file. The connector reads the
+/// file again at the refusal (or at the next try, 30 s later, if it got there first) and carries
+/// on with the new token: the next message is mail and the account is open, with no restart.
+/// Before, the token was read once, at the start, and the account failed until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_access_token_in_its_file_is_taken_without_a_restart() {
+    let Some(rig) = rig("tokenfile").await else {
+        return;
+    };
+    let name = alias("tokenfile");
+    let room = rig.public_room(&name).await;
+    let device = rig.synapse.login(&rig.bot, PASSWORD, DEVICE).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, format!("{}\n", device.access_token())).unwrap();
+    let reread = file.clone();
+    let running = rig.start(&[&format!("#{name}")], |c| {
+        let account = &mut c.accounts[0];
+        account.credential = Credential::AccessToken(Secret::new(device.access_token()));
+        account.reread = Some(muninn_matrix::Reread::new(move || {
+            let text = std::fs::read_to_string(&reread).map_err(|e| e.to_string())?;
+            Ok(Secret::new(&text))
+        }));
+    });
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    device.logout().await;
+    let again = rig.synapse.login(&rig.bot, PASSWORD, DEVICE).await;
+    std::fs::write(&file, again.access_token()).unwrap();
+    let said = rig.human.send(&room, "after the new token", &[]).await;
+    let mail = eventually("the message", Duration::from_secs(45), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == said).then_some(mail)
+    })
+    .await;
+    eventually("the account open", Duration::from_secs(10), || async {
+        let health = running.health.lock().unwrap().clone();
+        (health.last() == Some(&AccountHealth::Open)).then_some(())
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(mail.len(), 1, "{mail:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
