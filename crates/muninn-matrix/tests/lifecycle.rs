@@ -182,6 +182,47 @@ async fn a_new_access_token_in_its_file_is_taken_without_a_restart() {
     assert_eq!(mail.len(), 1, "{mail:?}");
 }
 
+/// A password read from a file, changed by its owner from another device (which logs the
+/// connector's device out), the new one written to the file: the connector's new login reads
+/// the file again and uses it, with no restart; the next message is mail and the account open.
+/// Before, the password was read once, at the start, and every new login was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_password_in_its_file_is_taken_without_a_restart() {
+    let Some(rig) = rig("passfile").await else {
+        return;
+    };
+    let name = alias("passfile");
+    let room = rig.public_room(&name).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("password");
+    std::fs::write(&file, PASSWORD).unwrap();
+    let reread = file.clone();
+    let running = rig.start(&[&format!("#{name}")], |c| {
+        c.accounts[0].reread = Some(muninn_matrix::Reread::new(move || {
+            let text = std::fs::read_to_string(&reread).map_err(|e| e.to_string())?;
+            Ok(Secret::new(&text))
+        }));
+    });
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    let changed = "a-new-password";
+    std::fs::write(&file, format!("{changed}\n")).unwrap();
+    rig.bot_user.change_password(PASSWORD, changed, true).await;
+    let said = rig.human.send(&room, "after the new password", &[]).await;
+    let mail = eventually("the message", Duration::from_secs(45), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == said).then_some(mail)
+    })
+    .await;
+    eventually("the account open", Duration::from_secs(10), || async {
+        let health = running.health.lock().unwrap().clone();
+        (health.last() == Some(&AccountHealth::Open)).then_some(())
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(mail.len(), 1, "{mail:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_rooms_out_of_reach_at_the_start_are_joined_when_they_can_be() {
     let Some(rig) = rig("later").await else {
