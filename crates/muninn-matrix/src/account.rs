@@ -4,8 +4,8 @@
 use crate::client::MatrixClient;
 use crate::config::{Account, ConnectorConfig};
 use crate::error::MatrixError;
-use crate::joins::{self, RoomNotJoined};
-use crate::rooms::Directory;
+use crate::joins::{self, NotJoined, RoomNotJoined};
+use crate::rooms::{Directory, RoomKind};
 use crate::session::Session;
 use crate::upgrades;
 use crate::{OnDelivered, Stats, ear, mouth};
@@ -55,8 +55,8 @@ pub(crate) struct Opened {
     /// Rooms the account was in before it joined its configured rooms at this start: a room
     /// not among them is new to it, and its history before the join is context.
     pub(crate) joined: HashSet<String>,
-    /// Configured rooms it could not join (tried again while it runs).
-    pub(crate) not_joined: Vec<RoomNotJoined>,
+    /// Rooms it could not join (tried again while it runs): configured rooms, replacements.
+    pub(crate) not_joined: NotJoined,
 }
 
 /// Runs the account until `stop`: opens it (retrying with backoff), then its ear and mouth.
@@ -87,7 +87,7 @@ pub(crate) async fn run(
     };
     tracing::info!(%mind, user = %context.account.user_id, "matrix: account open");
     context.health(crate::AccountHealth::Open);
-    context.rooms_not_joined(&opened.not_joined);
+    opened.not_joined.report(&context);
     let joins = joins::retry(
         context.clone(),
         opened.client.clone(),
@@ -103,23 +103,28 @@ pub(crate) async fn run(
 /// Logs in and learns the account's rooms.
 async fn open(context: &Context) -> Result<Opened, MatrixError> {
     let account = &context.account;
+    let who = (account.mind.as_str(), account.user_id.as_str());
     let session = Session::open(&context.config.homeserver, account).await?;
     let client = session.client().clone();
     let mut directory = Directory::default();
     // Before joining anything: what the account was already in.
     let joined: HashSet<String> = client.joined_rooms().await?.into_iter().collect();
-    let mut not_joined = Vec::new();
+    // A fresh list at each open: what is still out of reach is found again below.
+    let not_joined = NotJoined::default();
     for name in &account.rooms {
         match join_configured(&client, account, name).await {
             Ok(room_id) => {
                 directory.add_public(name, &room_id);
                 // An upgrade followed before this start is known only from the room's state.
-                upgrades::follow_at_open(&client, &mut directory, &account.mind, &room_id).await?;
+                let refused = upgrades::follow_at_open(&client, &mut directory, who, &room_id);
+                if let Some(refused) = refused.await? {
+                    not_joined.replacement(context, refused);
+                }
             }
             // One room out of reach must not keep the Mind deaf in the others: it is tried
             // again while the account runs, and reported until joined.
             Err(error) if error.retry_after().is_none() && !error.is_unauthorized() => {
-                not_joined.push(joins::not_joined(context, name, &error));
+                not_joined.configured(context, name, &error);
             }
             Err(error) => return Err(error),
         }
@@ -131,6 +136,17 @@ async fn open(context: &Context) -> Result<Opened, MatrixError> {
         if directory.needs_members(room) {
             let count = client.joined_member_count(room).await?;
             directory.set_members(room, u64::try_from(count).unwrap_or(u64::MAX));
+        }
+    }
+    // A direct chat upgraded before this start, like a configured room: a reply to its old id
+    // (or to the person, whose first direct room it is) goes to the replacement.
+    let direct = joined
+        .iter()
+        .filter(|room| directory.kind(room) == Some(RoomKind::Direct));
+    for room in direct.cloned().collect::<Vec<_>>() {
+        let refused = upgrades::follow_at_open(&client, &mut directory, who, &room);
+        if let Some(refused) = refused.await? {
+            not_joined.replacement(context, refused);
         }
     }
     Ok(Opened {

@@ -118,6 +118,12 @@ impl MatrixClient {
         shared.generation = shared.generation.wrapping_add(1);
     }
 
+    /// Whether `token` is the token in use (a credential read again that did not change is no
+    /// new token).
+    pub fn has_token(&self, token: &str) -> bool {
+        self.token().is_some_and(|t| &*t == token)
+    }
+
     /// How many times the token was replaced: read before a call, it tells whether a token the
     /// homeserver refused is still the one in use (or was replaced meanwhile).
     pub fn token_generation(&self) -> u64 {

@@ -1,8 +1,10 @@
 //! What a connector runs with, resolved: secrets already read, defaults filled in. The host's
 //! `muninn.toml` (`[matrix]` and each `[mind.matrix]`) is parsed and validated by the host;
 //! `muninn serve` builds a [`ConnectorConfig`] from it, so this crate never reads a
-//! configuration file or the environment itself.
+//! configuration file or the environment itself (a credential's file is read again only
+//! through the [`Reread`] the host gives it).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The name of the cursor a Mind's `/sync` position is stored under.
@@ -82,6 +84,33 @@ pub struct Account {
     pub rooms: Vec<String>,
     /// Whether an invite to a direct chat is accepted (joined and added to `m.direct`).
     pub accept_dm_invites: bool,
+    /// Where the credential is read again when the homeserver refuses the account's token
+    /// (`None`: it is not): a new access token (or password) put in its file is taken without
+    /// a restart.
+    pub reread: Option<Reread>,
+}
+
+/// Reads an account's credential again from where it was configured (its file): the secret, or
+/// why it cannot be read (naming where it looked, never what it found).
+#[derive(Clone)]
+pub struct Reread(Arc<dyn Fn() -> Result<Secret, String> + Send + Sync>);
+
+impl Reread {
+    /// Reads with `read`.
+    pub fn new(read: impl Fn() -> Result<Secret, String> + Send + Sync + 'static) -> Reread {
+        Reread(Arc::new(read))
+    }
+
+    /// The credential as it is now.
+    pub fn read(&self) -> Result<Secret, String> {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Reread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reread(…)")
+    }
 }
 
 /// How an account logs in.

@@ -7,6 +7,12 @@
 //! was, and the same `since` is asked again. (Synapse may answer a repeated `since` from its
 //! two-minute response cache; the answer is then the very batch that was lost, which is what
 //! is wanted.)
+//!
+//! A gap's paging is in `paging`.
+
+mod paging;
+
+use paging::lock_cuts;
 
 use crate::AccountHealth;
 use crate::account::{Backoff, Context, Opened, lock, pause};
@@ -18,10 +24,11 @@ use crate::history::{
     mail_start, merge_rooms, out_before, read_chunk, settles_mail_start,
 };
 use crate::invites;
+use crate::joins::NotJoined;
 use crate::rooms::{Directory, RoomKind};
 use crate::session::Session;
 use crate::upgrades;
-use crate::wire::{JoinedRoom, MessagesResponse, RoomEvent, SyncResponse, membership_of};
+use crate::wire::{JoinedRoom, RoomEvent, SyncResponse};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
 use std::collections::{HashMap, HashSet};
@@ -38,93 +45,14 @@ const HOLD_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 /// tombstones (an upgraded room, followed to its replacement: `upgrades`).
 const EVENT_TYPES: &str = r#"["m.room.message","m.room.member","m.room.tombstone"]"#;
 
-/// The events to ask for in the next page of a gap that holds `paged` of at most `max`: a
-/// page, or what is left (so that the bound is the bound, not the next page's end).
-fn page_size(paged: usize, max: usize) -> u32 {
-    let left = u32::try_from(max.saturating_sub(paged)).unwrap_or(PAGE);
-    PAGE.min(left).max(1)
-}
-
-/// A room's events paged forwards from `since` (see `Ear::since_membership_change`).
-struct Forward {
-    events: Vec<RoomEvent>,
-    since: String,
-    /// Whether the account was out of the room at the first event.
-    out_at_start: bool,
-    /// Events read when the pages stopped at `max_gap_events` short of the timeline: what lay
-    /// between is skipped if these pages are the ones read.
-    cut: Option<usize>,
-}
-
-impl Forward {
-    /// The pages read forwards from `since` (`events`), joined to the answer's `timeline`: cut
-    /// at its last event if they reached it, followed by what it holds after them otherwise.
-    fn of(mut events: Vec<RoomEvent>, timeline: &[RoomEvent], own: &str, since: &str) -> Forward {
-        let last = timeline.last().map(|e| e.event_id.as_str());
-        let reached = events
-            .iter()
-            .position(|e| Some(e.event_id.as_str()) == last);
-        let held: HashSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
-        // The pages stopped inside the timeline (which reaches back): nothing lies between
-        // them, so nothing was skipped; the timeline goes on from the last event they share.
-        let overlap = reached
-            .is_none()
-            .then(|| {
-                timeline
-                    .iter()
-                    .rposition(|e| held.contains(e.event_id.as_str()))
-            })
-            .flatten();
-        let mut cut = None;
-        let out = match (reached, overlap) {
-            (Some(end), _) => {
-                events.truncate(end + 1);
-                out_before(&events, own) == Some(true)
-            }
-            (None, Some(last)) => {
-                events.extend(timeline[last + 1..].iter().cloned());
-                out_before(&events, own) == Some(true)
-            }
-            (None, None) => {
-                // Paged forwards to the limit (or to an end) without reaching the timeline: its
-                // events are the newest and are read whatever lies between was skipped.
-                cut = Some(events.len());
-                // Whether the account was in at `since` is for the pages to say. The timeline
-                // is read from its start where that is sure to follow the pages (pages that
-                // hold the first event after `since` and share none with it) and the account's
-                // first membership event in it says the account was in before it: what precedes
-                // that event was said while it was in, whatever the gap held. Otherwise it is
-                // read on from that event, which sets the membership from there: what precedes
-                // it was said while the account was out, or may be older than `since` (without
-                // pages, Synapse's timeline of such a room reaches back; its old invite said
-                // the account was out at `since`).
-                let out = out_before(&events, own) == Some(true);
-                let first = match events.is_empty() || out_before(timeline, own) == Some(true) {
-                    true => timeline
-                        .iter()
-                        .position(|e| membership_of(e, own).is_some())
-                        .unwrap_or(0),
-                    false => 0,
-                };
-                events.extend(timeline[first..].iter().cloned());
-                out
-            }
-        };
-        Forward {
-            events,
-            since: since.to_owned(),
-            out_at_start: out,
-            cut,
-        }
-    }
-}
-
 /// An account's `/sync` loop.
 pub(crate) struct Ear {
     context: Context,
     session: Arc<Session>,
     client: MatrixClient,
     directory: Arc<Mutex<Directory>>,
+    /// Replacements the homeserver refused the account are reported and tried again there.
+    not_joined: NotJoined,
     joined: HashSet<String>,
     /// The answer in hand's replacements of upgraded rooms: read from their start (`upgrades`).
     replacements: HashSet<String>,
@@ -149,6 +77,7 @@ impl Ear {
             session: opened.session.clone(),
             client: opened.client.clone(),
             directory: opened.directory.clone(),
+            not_joined: opened.not_joined.clone(),
             joined: opened.joined.clone(),
             replacements: HashSet::new(),
             windows: HashMap::new(),
@@ -419,7 +348,14 @@ impl Ear {
         let rooms = (since, &response.rooms.join, &self.joined);
         self.replacements =
             upgrades::replacements(&self.client, &self.directory, who, rooms).await?;
-        upgrades::follow(&self.client, &self.directory, who, &response.rooms.join).await?;
+        let refused = upgrades::follow(&self.client, &self.directory, who, &response.rooms.join);
+        let mut added = false;
+        for refused in refused.await? {
+            added |= self.not_joined.replacement(&self.context, refused);
+        }
+        if added {
+            self.not_joined.report(&self.context);
+        }
         let segment_start = self.segment_start().await?;
         let own = self.context.account.user_id.clone();
         let held =
@@ -651,116 +587,4 @@ impl Ear {
             }
         }
     }
-
-    /// A room the account was in at `since` whose membership changed since: the events after
-    /// `since` (paged forwards from it to the timeline's last event), each message mail if the
-    /// account was in the room when it was said. Returns the events (mail from the first), the
-    /// token before them, whether the account was out at the first and whether the pages were
-    /// cut (for the caller to record if it reads them).
-    async fn since_membership_change(
-        &self,
-        since: &str,
-        room_id: &str,
-        room: &JoinedRoom,
-    ) -> Result<Forward, MatrixError> {
-        let own = &self.context.account.user_id;
-        let last = room.timeline.events.last().map(|e| e.event_id.clone());
-        let max = self.context.config.max_gap_events;
-        let mut events = Vec::new();
-        let mut token = since.to_owned();
-        loop {
-            let page = self
-                .gap_page(room_id, (&token, None), Direction::Forward, events.len())
-                .await?;
-            let empty = page.chunk.is_empty();
-            let before = events.len();
-            events.extend(page.chunk);
-            let done = events[before..]
-                .iter()
-                .any(|e| Some(&e.event_id) == last.as_ref());
-            match page.end.filter(|_| !empty && !done) {
-                Some(end) if events.len() < max => token = end,
-                _ => break,
-            }
-        }
-        Ok(Forward::of(events, &room.timeline.events, own, since))
-    }
-
-    /// Pages a room back from `from` (to `to`, if given) until an event `stop` accepts
-    /// (included), the start of the room, or `max_gap_events`; returns the events oldest
-    /// first and the token before the oldest.
-    async fn page_back(
-        &self,
-        room_id: &str,
-        from: &str,
-        to: Option<&str>,
-        stop: &(dyn Fn(&RoomEvent) -> bool + Sync),
-    ) -> Result<(Vec<RoomEvent>, Option<String>), MatrixError> {
-        let max = self.context.config.max_gap_events;
-        let mut newest_first = Vec::new();
-        let mut token = from.to_owned();
-        loop {
-            let page = self
-                .gap_page(
-                    room_id,
-                    (&token, to),
-                    Direction::Backward,
-                    newest_first.len(),
-                )
-                .await?;
-            let empty = page.chunk.is_empty();
-            let mut hit = false;
-            for event in page.chunk {
-                hit = stop(&event);
-                newest_first.push(event);
-                if hit {
-                    break;
-                }
-            }
-            let end = page.end.filter(|_| !empty);
-            match end {
-                Some(end) if !hit && newest_first.len() < max => token = end,
-                end => {
-                    // At the limit on the event looked for, nothing older was wanted: no cut.
-                    if !hit && newest_first.len() >= max {
-                        self.cut(room_id, newest_first.len());
-                        tracing::error!(mind = %self.mind(), room = %room_id,
-                            "matrix: a gap of {max}+ events; older ones are skipped");
-                    }
-                    newest_first.reverse();
-                    return Ok((newest_first, end.or_else(|| to.map(str::to_owned))));
-                }
-            }
-        }
-    }
-
-    /// One `/messages` page of a gap of `room_id` between `(from, to)`, sized so that a gap of
-    /// which `read` events are in hand never passes `max_gap_events`; counted in the stats.
-    async fn gap_page(
-        &self,
-        room_id: &str,
-        (from, to): (&str, Option<&str>),
-        dir: Direction,
-        read: usize,
-    ) -> Result<MessagesResponse, MatrixError> {
-        let limit = page_size(read, self.context.config.max_gap_events);
-        let page = self
-            .client
-            .messages(room_id, from, to, dir, limit, &self.page_filter)
-            .await?;
-        Stats::add(&self.context.stats.pages, 1);
-        Ok(page)
-    }
-
-    /// Notes a gap of `room_id` cut after `read` events, to be counted if the answer commits.
-    fn cut(&self, room_id: &str, read: usize) {
-        let read = u64::try_from(read).unwrap_or(u64::MAX);
-        lock_cuts(&self.cuts).push((room_id.to_owned(), read));
-    }
-}
-
-/// Locks the cuts of the answer in hand (a poisoned lock still holds a valid list).
-fn lock_cuts(cuts: &Mutex<Vec<(String, u64)>>) -> std::sync::MutexGuard<'_, Vec<(String, u64)>> {
-    cuts.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

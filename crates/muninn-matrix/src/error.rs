@@ -64,12 +64,14 @@ pub enum MatrixError {
     Config(String),
 
     /// The homeserver refused the configured access token (401: logged out, its device
-    /// deleted, the password changed). An account configured with an access token cannot log
-    /// in again by itself: **not retryable** until a new token is configured (and muninn
-    /// restarted). An account with a password logs in again instead of returning this.
+    /// deleted, the password changed), and the token read again from its file (if it has one)
+    /// is the same. An account configured with an access token cannot log in again by itself:
+    /// **not retryable** until a new token is configured (in its file, read again at the next
+    /// try; in a variable, read at a restart). An account with a password logs in again
+    /// instead of returning this.
     #[error(
         "the homeserver refused the access token ({errcode}: {message}); configure a new one \
-         and restart muninn"
+         (a token file is read again every 30 s; a variable, when muninn restarts)"
     )]
     TokenRefused {
         /// The Matrix error code (`M_UNKNOWN_TOKEN`, …).

@@ -59,7 +59,7 @@ mod session;
 mod upgrades;
 pub mod wire;
 
-pub use config::{Account, ConnectorConfig, Credential, FaultPoint, Secret};
+pub use config::{Account, ConnectorConfig, Credential, FaultPoint, Reread, Secret};
 pub use error::MatrixError;
 pub use joins::RoomNotJoined;
 

@@ -13,9 +13,14 @@
 //! A message sent just before such a logout whose acknowledgement was lost, and sent again more
 //! than 30 minutes later, would be a second event: the window is a crash between send and ack.)
 //!
-//! An account configured with an access token cannot log in by itself: the refusal becomes
+//! An account configured with an access token cannot log in by itself. At the refusal it reads
+//! its token again from where it was configured ([`Account::reread`]: its file): a new token
+//! there, checked to be the account's on its fixed device, replaces the refused one and the
+//! account carries on, with no restart. Otherwise the refusal becomes
 //! [`MatrixError::TokenRefused`], which says to configure a new token, and is shown as the
-//! account's failure until it is (a restart reads it: the secret is resolved once, at load).
+//! account's failure until it is (read again at the next refusal, every 30 s, or at a restart).
+//! A password account reads its password again the same way before each new login: a password
+//! changed by its owner and written to the file is taken too.
 //!
 //! Both the ear and the mouth may meet the refusal at once; one login serves both. Each reads
 //! the token's generation before its call, and a renewal asked for a generation already
@@ -91,15 +96,43 @@ impl Session {
         }
     }
 
-    /// A new login with the configured password (an access token account has none).
+    /// A new login with the password (read again if it can be), or the access token read
+    /// again if it changed.
     async fn login_again(&self, refused: &MatrixError) -> Result<(), MatrixError> {
-        let Credential::Password(_) = &self.account.credential else {
-            return Err(token_refused(refused));
-        };
         let fresh = MatrixClient::new(&self.homeserver)?;
-        let token = password_login(&fresh, &self.account).await?;
-        self.client.replace_token(&token);
-        Ok(())
+        let credential = self.credential()?;
+        match credential {
+            Credential::Password(_) => {
+                let account = Account {
+                    credential,
+                    ..self.account.clone()
+                };
+                let token = password_login(&fresh, &account).await?;
+                self.client.replace_token(&token);
+                Ok(())
+            }
+            Credential::AccessToken(token) if !self.client.has_token(token.expose()) => {
+                let fresh = fresh.with_token(token.expose());
+                check_token(&fresh, &self.account).await?;
+                self.client.replace_token(token.expose());
+                Ok(())
+            }
+            Credential::AccessToken(_) => Err(token_refused(refused)),
+        }
+    }
+
+    /// The credential as it is now: read again from its file, or as configured.
+    fn credential(&self) -> Result<Credential, MatrixError> {
+        let Some(reread) = &self.account.reread else {
+            return Ok(self.account.credential.clone());
+        };
+        let secret = reread
+            .read()
+            .map_err(|e| MatrixError::Config(format!("cannot read the credential again: {e}")))?;
+        Ok(match &self.account.credential {
+            Credential::Password(_) => Credential::Password(secret),
+            Credential::AccessToken(_) => Credential::AccessToken(secret),
+        })
     }
 }
 

@@ -17,9 +17,15 @@
 //!   position (new to the process, or its first join in the timeline). A replacement read
 //!   twice (an answer read again after a failed commit) delivers nothing twice: deliveries
 //!   are unique per event id.
-//! - At the account's open, each configured room's `m.room.tombstone` is followed (a chain of
-//!   them too) to the replacement, joined: a room configured by its id is not moved by an
-//!   upgrade as an alias is.
+//! - At the account's open, the `m.room.tombstone` of each configured room and each direct
+//!   chat is followed (a chain of them too) to the replacement, joined: a room configured by
+//!   its id is not moved by an upgrade as an alias is, and a reply to a direct chat's old room
+//!   id (or to the person, whose first direct room it is) goes to the replacement after a
+//!   restart as before it. (One state lookup per such room at each start.)
+//! - A replacement the homeserver will not let the account join (an invite-only room's: a
+//!   client's upgrade invites nobody) is reported with the rooms not joined and tried again on
+//!   their backoff (`joins`) until it is joined or someone invites the account (`invites`);
+//!   an open finds it again from the tombstone.
 //! - The sync's filter asks for tombstones in the state before a `limited` timeline too: more
 //!   said in the old room after the tombstone than a timeline holds does not hide it.
 
@@ -27,7 +33,7 @@ use crate::account::lock;
 use crate::client::MatrixClient;
 use crate::error::MatrixError;
 use crate::history::joins_first;
-use crate::rooms::Directory;
+use crate::rooms::{Directory, RoomKind};
 use crate::wire::{JoinedRoom, RoomEvent};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
@@ -53,17 +59,43 @@ fn tombstones(rooms: &BTreeMap<String, JoinedRoom>) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Joins the replacement of each upgraded room among `rooms` the Mind listens in and points the directory at
-/// it. A replacement the homeserver will not let the account join is logged at error and left
-/// (the old room stays the Mind's); a transient failure fails the answer, to be read again.
+/// A replacement the homeserver will not let the account join (for `joins` to report and try
+/// again).
+#[derive(Debug)]
+pub(crate) struct Refused {
+    /// The upgraded room.
+    pub(crate) old: String,
+    /// What it is to the Mind.
+    pub(crate) kind: Option<RoomKind>,
+    /// Its replacement.
+    pub(crate) new: String,
+    /// The homeserver's refusal.
+    pub(crate) error: MatrixError,
+}
+
+/// Joins the replacement of each upgraded room among `rooms` the Mind listens in and points
+/// the directory at it. Returns the replacements the homeserver will not let the account join
+/// (logged at error; the old room stays the Mind's until they are joined); a transient failure
+/// fails the answer, to be read again.
 pub(crate) async fn follow(
     client: &MatrixClient,
     directory: &Mutex<Directory>,
     (mind, own): (&str, &str),
     rooms: &BTreeMap<String, JoinedRoom>,
-) -> Result<(), MatrixError> {
+) -> Result<Vec<Refused>, MatrixError> {
+    let mut refused = Vec::new();
     for (old, new) in tombstones(rooms) {
-        if lock(directory).kind(&old).is_none() || !join(client, mind, &old, &new).await? {
+        let Some(kind) = lock(directory).kind(&old) else {
+            continue;
+        };
+        if let Some(error) = join(client, mind, &old, &new).await? {
+            let kind = Some(kind);
+            refused.push(Refused {
+                old,
+                kind,
+                new,
+                error,
+            });
             continue;
         }
         let direct = lock(directory).follow_upgrade(&old, &new);
@@ -73,6 +105,24 @@ pub(crate) async fn follow(
         tracing::info!(%mind, room = %old, replacement = %new,
             "matrix: a room was upgraded; following it to its replacement");
     }
+    Ok(refused)
+}
+
+/// Joins `new`, the replacement of `old`, refused before (`joins` tries it again), and points
+/// the directory at it.
+pub(crate) async fn join_late(
+    client: &MatrixClient,
+    directory: &Mutex<Directory>,
+    (mind, own): (&str, &str),
+    (old, new): (&str, &str),
+) -> Result<(), MatrixError> {
+    client.join_via(new, server_of(old)).await?;
+    let direct = lock(directory).follow_upgrade(old, new);
+    if let Some(content) = direct {
+        client.set_account_data(own, "m.direct", &content).await?;
+    }
+    tracing::info!(%mind, room = %old, replacement = %new,
+        "matrix: the replacement of an upgraded room joined at last; following it");
     Ok(())
 }
 
@@ -121,52 +171,66 @@ pub(crate) async fn replacements(
     Ok(found)
 }
 
-/// At the account's open: follows a configured room's upgrades (its tombstone, the
-/// replacement's, …) to the latest replacement, joining each, and points the directory at it.
+/// At the account's open: follows a room's upgrades (its tombstone, the replacement's, …) to
+/// the latest replacement, joining each, and points the directory at it (a direct chat's
+/// replacement added to `m.direct`). Returns a replacement the homeserver will not let the
+/// account join.
 pub(crate) async fn follow_at_open(
     client: &MatrixClient,
     directory: &mut Directory,
-    mind: &str,
+    (mind, own): (&str, &str),
     room_id: &str,
-) -> Result<(), MatrixError> {
+) -> Result<Option<Refused>, MatrixError> {
     let mut room = room_id.to_owned();
     for _ in 0..MAX_CHAIN {
         let Some(tombstone) = client.state(&room, "m.room.tombstone").await? else {
-            return Ok(());
+            return Ok(None);
         };
         let new = tombstone.get("replacement_room").and_then(Value::as_str);
         let Some(new) = new.map(str::to_owned) else {
-            return Ok(());
+            return Ok(None);
         };
-        if !join(client, mind, &room, &new).await? {
-            return Ok(());
+        if let Some(error) = join(client, mind, &room, &new).await? {
+            let kind = directory.kind(&room);
+            return Ok(Some(Refused {
+                old: room,
+                kind,
+                new,
+                error,
+            }));
         }
-        directory.follow_upgrade(&room, &new);
+        if let Some(content) = directory.follow_upgrade(&room, &new) {
+            client.set_account_data(own, "m.direct", &content).await?;
+        }
         tracing::info!(%mind, room = %room, replacement = %new,
-            "matrix: a configured room was upgraded; following it to its replacement");
+            "matrix: a room was upgraded; following it to its replacement");
         room = new;
     }
-    Ok(())
+    Ok(None)
 }
 
-/// Joins `new`, the replacement of `old`; `false`: the homeserver refuses for good (logged at
+/// Joins `new`, the replacement of `old`; `Some`: the homeserver refuses for good (logged at
 /// error).
 async fn join(
     client: &MatrixClient,
     mind: &str,
     old: &str,
     new: &str,
-) -> Result<bool, MatrixError> {
-    // The replacement is on the server of whoever upgraded the room, which the old room's
-    // creator's server need not be; the old room id's server is the likeliest to know it.
-    let via = old.split_once(':').map(|(_, server)| server);
-    match client.join_via(new, via).await {
-        Ok(_) => Ok(true),
+) -> Result<Option<MatrixError>, MatrixError> {
+    match client.join_via(new, server_of(old)).await {
+        Ok(_) => Ok(None),
         Err(error) if error.retry_after().is_none() && !error.is_unauthorized() => {
             tracing::error!(%mind, room = %old, replacement = %new, %error,
-                "matrix: a room was upgraded and its replacement cannot be joined");
-            Ok(false)
+                "matrix: a room was upgraded and its replacement cannot be joined; trying again while the account runs");
+            Ok(Some(error))
         }
         Err(error) => Err(error),
     }
+}
+
+/// The server to join a replacement through. The replacement is on the server of whoever
+/// upgraded the room, which the old room's creator's server need not be; the old room id's
+/// server is the likeliest to know it.
+fn server_of(old: &str) -> Option<&str> {
+    old.split_once(':').map(|(_, server)| server)
 }

@@ -182,6 +182,7 @@ impl Rig {
             credential: Credential::Password(Secret::new(PASSWORD)),
             rooms: rooms.iter().map(|r| r.to_string()).collect(),
             accept_dm_invites: true,
+            reread: None,
         });
         tweak(&mut config);
         let (outbox, outbox_rx) = watch::channel(0);

@@ -251,6 +251,27 @@ async fn forward_pages_cut_inside_a_timeline_that_reaches_back_skip_nothing() {
     }
 }
 
+/// The boundary of forward paging: the same gap of three events (m1, the kick, what was said
+/// while the bot was out) before a timeline of two (the re-join, m2), with a limit of two (one
+/// under: cut after two events), three (exactly its length) and four (one more). At three the
+/// page after the limit is the timeline's first event: nothing was skipped and no cut is
+/// counted (before, it was, and logged at error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_paging_at_the_boundary_of_its_limit_counts_only_a_real_cut() {
+    for (max, cut) in [(2, Some(2)), (3, None), (4, None)] {
+        let test = format!("rejoinlimit{max}");
+        let Some((stats, gaps)) = kick_and_rejoin_with(&test, 2, max).await else {
+            return;
+        };
+        let read = gaps.map(|g| g.last.events_read);
+        assert_eq!(
+            (stats.gaps_cut, read),
+            (u64::from(cut.is_some()), cut),
+            "a limit of {max}"
+        );
+    }
+}
+
 async fn kick_and_rejoin(test: &str, timeline_limit: u32) {
     if let Some((stats, gaps)) = kick_and_rejoin_with(test, timeline_limit, 5_000).await {
         assert_eq!((stats.gaps_cut, gaps), (0, None));

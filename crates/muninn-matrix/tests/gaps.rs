@@ -20,17 +20,77 @@ async fn a_cut_read_again_after_a_refused_commit_is_recorded_once() {
     backward_cut("backcutretry", 1).await;
 }
 
-/// The backward cut, the commit of the answer that cuts it refused `refusals` times.
+/// The boundary of `max_gap_events` paging back: the same gap of two events (the timeline
+/// holding the third) with a limit of two, exactly its length, and of three, one more. Nothing
+/// is skipped: all of it is mail and no cut is recorded (the limit one under the gap is
+/// `backward_paging_cut_at_its_limit_is_recorded_for_the_account`). Before, a gap exactly as
+/// long as the limit was recorded as cut, and logged at error, though it was read whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_paged_back_whole_at_or_under_its_limit_is_not_a_cut() {
+    for max in [2, 3] {
+        let Some(gap) = backward_gap(&format!("backwhole{max}"), 0, max).await else {
+            return;
+        };
+        assert_eq!(
+            (gap.mail, gap.stats.gaps_cut, gap.gaps),
+            (vec!["m0", "m1", "m2", "m3"], 0, None),
+            "a gap of 2 with a limit of {max}"
+        );
+    }
+}
+
+/// The backward cut at a limit of one event, the commit of the answer that cuts it refused
+/// `refusals` times.
 async fn backward_cut(test: &str, refusals: u32) {
-    let Some(rig) = rig(test).await else {
+    let started = now_ms();
+    let Some(gap) = backward_gap(test, refusals, 1).await else {
         return;
     };
+    assert_eq!(
+        gap.mail,
+        vec!["m0", "m2", "m3"],
+        "the timeline and the one event the limit let in"
+    );
+    assert_eq!(gap.stats.gaps_cut, 1);
+    let gaps = gap.gaps.expect("the account's record");
+    assert!((started..=now_ms()).contains(&gaps.last.at_ms), "{gaps:?}");
+    assert_eq!(
+        gaps,
+        GapsCut {
+            count: 1,
+            last: muninn_matrix::GapCut {
+                room_id: gap.room,
+                at_ms: gaps.last.at_ms,
+                events_read: 1,
+            },
+        }
+    );
+    assert_eq!(gap.others, None, "another Mind's record");
+}
+
+/// What one backward gap came to.
+struct BackwardGap {
+    room: String,
+    /// The mail's texts, in order.
+    mail: Vec<&'static str>,
+    stats: StatsSnapshot,
+    /// The account's record of its cuts.
+    gaps: Option<GapsCut>,
+    /// Another Mind's record.
+    others: Option<GapsCut>,
+}
+
+/// Three messages (`m1`, `m2`, `m3`) while the sync is held (the Mind one delivery behind), a
+/// timeline of one event and a limit of `max_gap_events` on the gap of two paged back, the
+/// commit of the answer refused `refusals` times.
+async fn backward_gap(test: &str, refusals: u32, max_gap_events: usize) -> Option<BackwardGap> {
+    let rig = rig(test).await?;
     let name = alias(test);
     let room = rig.public_room(&name).await;
     let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
     let running = rig.start_on(faulty.clone(), &[&format!("#{name}")], |c| {
         c.timeline_limit = 1;
-        c.max_gap_events = 1;
+        c.max_gap_events = max_gap_events;
         c.max_pending = 1;
     });
     rig.first_sync().await;
@@ -38,40 +98,35 @@ async fn backward_cut(test: &str, refusals: u32) {
     // keep for the same position) while three more are said.
     rig.human.send(&room, "m0", &[]).await;
     let held = rig.mail_count(1).await;
-    for text in ["m1, skipped", "m2", "m3"] {
+    let said = ["m0", "m1", "m2", "m3"];
+    for text in &said[1..] {
         rig.human.send(&room, text, &[]).await;
     }
     assert_eq!(running.stats.gaps_cut_of(MIND), None, "nothing cut yet");
     faulty.fail_batches(refusals);
-    let started = now_ms();
     rig.store
         .ack_through(MIND, rig.token, held[0].seq)
         .await
         .unwrap();
-    let mail = rig.mail_count(3).await;
+    let mail = eventually("m3", Duration::from_secs(30), || async {
+        let now = rig.mail().await;
+        now.iter().any(|d| d.text == "m3").then_some(now)
+    })
+    .await;
     let counts = running.stats.clone();
     let stats = running.stop().await;
     assert_eq!(faulty.refused(), refusals);
-    assert_eq!(
-        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>(),
-        vec!["m0", "m2", "m3"],
-        "the timeline and the one event the limit let in"
-    );
-    assert_eq!(stats.gaps_cut, 1);
-    let gaps = counts.gaps_cut_of(MIND).expect("the account's record");
-    assert!((started..=now_ms()).contains(&gaps.last.at_ms), "{gaps:?}");
-    assert_eq!(
-        gaps,
-        GapsCut {
-            count: 1,
-            last: muninn_matrix::GapCut {
-                room_id: room,
-                at_ms: gaps.last.at_ms,
-                events_read: 1,
-            },
-        }
-    );
-    assert_eq!(counts.gaps_cut_of("another mind"), None);
+    let mail = mail
+        .iter()
+        .map(|d| *said.iter().find(|s| **s == d.text).expect("a message said"))
+        .collect();
+    Some(BackwardGap {
+        room,
+        mail,
+        stats,
+        gaps: counts.gaps_cut_of(MIND),
+        others: counts.gaps_cut_of("another mind"),
+    })
 }
 
 /// The bot kicked from a configured room (the leave committed), more said while it is out and
@@ -170,10 +225,11 @@ async fn backward_paging_that_finds_the_join_at_its_limit_records_no_cut() {
     assert_eq!((stats.gaps_cut, counts.gaps_cut_of(MIND)), (0, None));
 }
 
-/// The bot kicked and back within one answer, two messages before the kick, forward paging from
-/// the position cut at its first event and a timeline of five, which holds the second message,
-/// the kick and what follows but not the first: the timeline follows the pages, so what it holds
-/// before the kick is mail too (before, the timeline was read from the kick on and 'm2' was lost).
+/// The bot kicked and back within one answer, three messages before the kick, forward paging
+/// from the position cut at its first event and a timeline of five, which holds the third
+/// message, the kick and what follows but not the first two (the second is skipped): the
+/// timeline follows the pages, so what it holds before the kick is mail too (before, the
+/// timeline was read from the kick on and 'm2' was lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forward_cut_keeps_the_timelines_mail_before_the_kick() {
     let expected = [
@@ -186,7 +242,7 @@ async fn a_forward_cut_keeps_the_timelines_mail_before_the_kick() {
 }
 
 /// As above with a timeline of three, which starts after the kick: the kick and 'm2' are in
-/// the gap skipped, and what the timeline holds before the re-join was said while the bot was
+/// the gap skipped (with the second message), and what the timeline holds before the re-join was said while the bot was
 /// out (its re-join says so), which is not mail though the pages saw the bot in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forward_cut_past_the_kick_keeps_what_was_said_while_out_out_of_the_mail() {
@@ -194,8 +250,10 @@ async fn a_forward_cut_past_the_kick_keeps_what_was_said_while_out_out_of_the_ma
     forward_cut_and_kick("cutpastkick", 3, &expected).await;
 }
 
-/// Forward paging cut at one event in an answer with two messages, a kick, one message while
-/// the bot is out, its re-join and one more; the timeline holds the last `timeline_limit`.
+/// Forward paging cut at one event in an answer with three messages, a kick, one message while
+/// the bot is out, its re-join and one more; the timeline holds the last `timeline_limit`, so
+/// the gap before it is longer than the limit (a gap of one event, the limit's length, would
+/// skip nothing and be no cut: `faults::forward_paging_at_the_boundary_…`).
 async fn forward_cut_and_kick(test: &str, timeline_limit: u32, expected: &[&str]) {
     let Some(rig) = rig(test).await else {
         return;
@@ -212,6 +270,7 @@ async fn forward_cut_and_kick(test: &str, timeline_limit: u32, expected: &[&str]
     rig.human.send(&room, "m0", &[]).await;
     let held = rig.mail_count(1).await;
     rig.human.send(&room, "m1, paged", &[]).await;
+    rig.human.send(&room, "between, skipped", &[]).await;
     rig.human.send(&room, "m2, before the kick", &[]).await;
     rig.human.kick(&room, &rig.bot).await;
     rig.human.send(&room, "while the bot is out", &[]).await;

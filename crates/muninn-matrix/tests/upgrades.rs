@@ -202,3 +202,118 @@ async fn an_invite_to_the_replacement_of_a_private_room_is_accepted_and_followed
         mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
     );
 }
+
+/// An invite-only room upgraded, and nobody invites the bot to the replacement: its join is
+/// refused. The replacement is reported with the configured rooms not joined (with the refusal),
+/// again by the next process (from the old room's tombstone), and tried again on their backoff
+/// until it lets the bot in (its join rule made public, no invite): then joined, read from its
+/// start, and the report emptied. Before, the refusal was only logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_that_cannot_be_joined_is_reported_and_tried_again_until_joined() {
+    let Some(rig) = rig("upnotjoined").await else {
+        return;
+    };
+    // Of version 11, so that its creator can open the replacement's join rule.
+    let room = rig.human.create_private_room(&[&rig.bot], "11").await;
+    let running = rig.start(&[&room], |_| {});
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    let mut said = vec![rig.human.send(&room, "before the upgrade", &[]).await];
+    rig.mail_count(1).await;
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    said.push(rig.human.send(&replacement, "before the join", &[]).await);
+    let reported = |running: &Running| {
+        let reports = running.not_joined.lock().unwrap();
+        let last = reports.last().cloned().unwrap_or_default();
+        let listed = last.iter().find(|r| r.room == replacement).cloned();
+        listed.map(|r| (r.error.contains("M_FORBIDDEN"), r.error))
+    };
+    let within = Duration::from_secs(20);
+    let (forbidden, error) = eventually("the replacement reported", within, || async {
+        reported(&running)
+    })
+    .await;
+    assert!(forbidden && error.contains(&room), "{error}");
+    running.stop().await;
+    let running = rig.start(&[&room], |_| {});
+    eventually("the replacement reported again", within, || async {
+        reported(&running)
+    })
+    .await;
+    rig.human
+        .set_state(
+            &replacement,
+            "m.room.join_rules",
+            &serde_json::json!({"join_rule": "public"}),
+        )
+        .await;
+    rig.bot_joined(&replacement).await;
+    said.push(rig.human.send(&replacement, "after the join", &[]).await);
+    let mail = rig.mail_count(3).await;
+    eventually("the report emptied", within, || async {
+        let reports = running.not_joined.lock().unwrap();
+        reports.last().is_some_and(Vec::is_empty).then_some(())
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(
+        named(&mail),
+        said_in(&said, &room),
+        "{:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
+}
+
+/// A direct chat upgraded by the person, who invites the bot to the invite-only replacement;
+/// followed. Then the connector restarts and the Mind answers the old room id (which its mail
+/// from before the upgrade carries): the answer goes to the replacement, as it did before the
+/// restart. Before, the restarted process did not know the room was replaced and posted in the
+/// tombstoned room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_to_an_upgraded_direct_chats_old_room_goes_to_its_replacement_after_a_restart() {
+    let Some(rig) = rig("updm").await else {
+        return;
+    };
+    let room = rig.human.create_room(None, &[&rig.bot], true).await;
+    let running = rig.start(&[], |_| {});
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    rig.human.send(&room, "before the upgrade", &[]).await;
+    rig.mail_count(1).await;
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    rig.human.invite(&replacement, &rig.bot).await;
+    rig.bot_joined(&replacement).await;
+    rig.human
+        .send(&replacement, "in the replacement", &[])
+        .await;
+    rig.mail_count(2).await;
+    running.stop().await;
+    let running = rig.start(&[], |_| {});
+    rig.say(&[
+        ("vala-1-1-0", &room, "to the old id"),
+        ("vala-2-2-0", &rig.human.user_id, "to the person"),
+    ])
+    .await;
+    running.outbox_changed();
+    eventually("the answers", Duration::from_secs(30), || async {
+        let stats = running.stats.snapshot();
+        (stats.sent + stats.failed >= 2).then_some(())
+    })
+    .await;
+    let stats = running.stop().await;
+    let bot_said = |messages: Vec<synapse::RoomMessage>| -> Vec<String> {
+        let bot = messages.into_iter().filter(|m| m.sender == rig.bot);
+        bot.map(|m| m.body).collect()
+    };
+    let old = bot_said(rig.human.messages(&room).await);
+    let new = bot_said(rig.human.messages(&replacement).await);
+    assert_eq!(
+        (old, new, stats.sent, stats.failed),
+        (
+            vec![],
+            vec!["to the old id".to_owned(), "to the person".to_owned()],
+            2,
+            0
+        )
+    );
+}

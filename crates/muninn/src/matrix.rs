@@ -14,7 +14,8 @@ use muninn_api::wire::{TransportGapsCut, TransportRoomNotJoined, TransportState}
 use muninn_host::Host;
 use muninn_host::config::Config;
 use muninn_matrix::{
-    Account, AccountHealth, Connector, ConnectorConfig, Credential, FaultPoint, GapsCut, Secret,
+    Account, AccountHealth, Connector, ConnectorConfig, Credential, FaultPoint, GapsCut, Reread,
+    Secret,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +52,7 @@ pub fn connector_config(
             (None, Some(password)) => Credential::Password(secret(password, "password")?),
             (None, None) => anyhow::bail!("mind {}: matrix: no credential", mind.id),
         };
+        let source = account.access_token.as_ref().or(account.password.as_ref());
         connector.accounts.push(Account {
             mind: mind.id.clone(),
             user_id: account.user_id.clone(),
@@ -58,6 +60,7 @@ pub fn connector_config(
             credential,
             rooms: mind.rooms.clone(),
             accept_dm_invites: account.accept_dm_invites,
+            reread: source.and_then(reread),
         });
     }
     if let Some(name) = env("MUNINN_FAULT").filter(|n| !n.is_empty()) {
@@ -71,6 +74,18 @@ pub fn connector_config(
         connector.fault = Some(point);
     }
     Ok(Some(connector))
+}
+
+/// Reads a credential's file again when the homeserver refuses the account's token, so that a
+/// new token (or password) written there is taken without a restart. A variable is not read
+/// again: the process's environment does not change while it runs.
+fn reread(source: &muninn_host::config::SecretSource) -> Option<Reread> {
+    source.file.as_ref()?;
+    let source = source.clone();
+    let no_env = |_: &str| None;
+    Some(Reread::new(move || {
+        source.read(&no_env).map(|text| Secret::new(&text))
+    }))
 }
 
 /// Runs the connector for `host` until `stopped` turns true.
@@ -150,5 +165,53 @@ fn transport_gaps_cut(gaps: &GapsCut) -> TransportGapsCut {
         last_room: gaps.last.room_id.clone(),
         last_at_ms: gaps.last.at_ms,
         last_events_read: gaps.last.events_read,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A configuration whose Mind's token is `access_token`, relative to `dir`.
+    fn config(dir: &std::path::Path, access_token: &str) -> Config {
+        let text = format!(
+            r#"data_dir = "data"
+[backend]
+kind = "sim"
+[matrix]
+homeserver = "http://127.0.0.1:1"
+[[mind]]
+id = "vala"
+doctrine_text = "You are Vala."
+spend_cap_micro_usd = 1
+[mind.matrix]
+user_id = "@vala:hs"
+device_id = "MUNINN_VALA"
+access_token = {access_token}
+"#
+        );
+        Config::parse(&text, &dir.join("muninn.toml"), dir).unwrap()
+    }
+
+    /// A token in a file is read again at each refusal (`Reread`): a new one written there is
+    /// the one read. A token in a variable is not: the process's environment does not change.
+    #[test]
+    fn a_token_file_is_read_again_and_a_variable_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "first\n").unwrap();
+        let env = |name: &str| (name == "VALA_TOKEN").then(|| "from-env".to_owned());
+        let from_file = config(dir.path(), r#"{ file = "token" }"#);
+        let connector = connector_config(&from_file, &env).unwrap().unwrap();
+        let account = &connector.accounts[0];
+        let reread = account.reread.clone().expect("a file is read again");
+        assert_eq!(reread.read().unwrap().expose(), "first");
+        std::fs::write(dir.path().join("token"), "second\n").unwrap();
+        assert_eq!(reread.read().unwrap().expose(), "second");
+        std::fs::remove_file(dir.path().join("token")).unwrap();
+        let gone = reread.read().unwrap_err();
+        assert!(gone.starts_with("cannot read "), "{gone}");
+        let from_env = config(dir.path(), r#"{ env = "VALA_TOKEN" }"#);
+        let connector = connector_config(&from_env, &env).unwrap().unwrap();
+        assert!(connector.accounts[0].reread.is_none());
     }
 }

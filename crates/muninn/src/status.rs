@@ -301,7 +301,7 @@ fn print_failed_sends(minds: &[MindStatus]) -> std::io::Result<()> {
 fn print_undeliverable(minds: &[MindStatus]) -> std::io::Result<()> {
     for mind in minds.iter().filter(|m| m.undeliverable > 0) {
         outln!(
-            "{}: {} deliveries set aside as undeliverable (too large for any request; see its transcript)",
+            "{}: {} deliveries set aside as undeliverable since the host started (too large for any request; each in its transcript)",
             mind.id,
             mind.undeliverable
         )?;
