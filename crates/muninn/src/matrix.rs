@@ -9,7 +9,6 @@
 //! `MUNINN_FAULT` arms one of the connector's crash points (tests only: `muninn-matrix`'s
 //! `FaultPoint`); unset, nothing is armed.
 
-use anyhow::Context;
 use muninn_api::wire::{TransportGapsCut, TransportRoomNotJoined, TransportState};
 use muninn_host::Host;
 use muninn_host::config::Config;
@@ -60,15 +59,14 @@ pub fn connector_config(
             accept_dm_invites: account.accept_dm_invites,
         });
     }
+    // A host point's name (`muninn_host::crash_points`) arms the host, not the connector.
     if let Some(name) = env("MUNINN_FAULT").filter(|n| !n.is_empty()) {
-        let point = FaultPoint::parse(&name).with_context(|| {
-            let known: Vec<&str> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
-            format!(
-                "MUNINN_FAULT={name} names no fault point ({})",
-                known.join(", ")
-            )
-        })?;
-        connector.fault = Some(point);
+        match FaultPoint::parse(&name) {
+            Some(point) => connector.fault = Some(point),
+            None => {
+                crate::serve::crash_points(env)?;
+            }
+        }
     }
     Ok(Some(connector))
 }
