@@ -59,7 +59,7 @@ impl Arm {
 }
 
 /// Every point, where a run reaches it.
-const SQLITE_RUNS: [Arm; 4] = [
+const SQLITE_RUNS: [Arm; 5] = [
     Arm {
         point: CrashPoint::DeliveryRecorded,
         nth: 2,
@@ -79,6 +79,11 @@ const SQLITE_RUNS: [Arm; 4] = [
         point: CrashPoint::SegmentStored,
         nth: 1,
         brief: false,
+    },
+    Arm {
+        point: CrashPoint::SelfRunCommitted,
+        nth: 1,
+        brief: true,
     },
 ];
 

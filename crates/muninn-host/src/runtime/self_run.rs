@@ -157,11 +157,17 @@ impl<B: Backend> MindRunner<B> {
             (FlushStage::NotNeeded, _) | (_, Some(_)) => (None, None),
             _ => run_memory(segment, &run, &result),
         };
+        let (status, verb) = run_report(stopped.as_ref().map(|(cause, _)| *cause), run.flush);
+        let report = RunReport {
+            result: &result,
+            status,
+            verb,
+        };
         let record = self_record(
             &self.mind.id,
             brief,
             segment,
-            &result,
+            report,
             row,
             &memory,
             stage,
@@ -312,20 +318,7 @@ impl<B: Backend> MindRunner<B> {
         result: &str,
         now: i64,
     ) -> Result<(), RuntimeError> {
-        // A run the flush protocol ended has flushed (or failed to); one a cap or a failed
-        // store ended failed.
-        let (status, verb) = match (stopped, flush) {
-            (Some(StopCause::Cap), _) => (BriefStatus::Failed, "was stopped by a cap"),
-            (Some(StopCause::StoreFailed), _) => (
-                BriefStatus::Failed,
-                "was stopped when the store failed (its last answer is saved)",
-            ),
-            (None, FlushStage::NotNeeded) => (BriefStatus::Done, "finished"),
-            (None, FlushStage::Flushed) => (BriefStatus::Done, "stopped at the context ceiling"),
-            (None, FlushStage::Interrupted | FlushStage::Terminated) => {
-                (BriefStatus::Failed, "was cut off at the context ceiling")
-            }
-        };
+        let (status, verb) = run_report(stopped, flush);
         self.report_and_finish(token, brief.seq, status, verb, result, now)
             .await
     }
@@ -486,6 +479,30 @@ pub(super) fn self_label(plan: &Plan) -> String {
     }
 }
 
+/// How a run's end is reported: a run the flush protocol ended has flushed (or failed to); one
+/// a cap or a failed store ended failed.
+fn run_report(stopped: Option<StopCause>, flush: FlushStage) -> (BriefStatus, &'static str) {
+    match (stopped, flush) {
+        (Some(StopCause::Cap), _) => (BriefStatus::Failed, "was stopped by a cap"),
+        (Some(StopCause::StoreFailed), _) => (
+            BriefStatus::Failed,
+            "was stopped when the store failed (its last answer is saved)",
+        ),
+        (None, FlushStage::NotNeeded) => (BriefStatus::Done, "finished"),
+        (None, FlushStage::Flushed) => (BriefStatus::Done, "stopped at the context ceiling"),
+        (None, FlushStage::Interrupted | FlushStage::Terminated) => {
+            (BriefStatus::Failed, "was cut off at the context ceiling")
+        }
+    }
+}
+
+/// A run's result and how its brief ends (`run_report`).
+struct RunReport<'a> {
+    result: &'a str,
+    status: BriefStatus,
+    verb: &'static str,
+}
+
 /// A brief's record: its result, the run's flushed memory when the flush protocol ended it, and
 /// the run's ledger row.
 #[allow(clippy::too_many_arguments)]
@@ -493,7 +510,7 @@ fn self_record(
     mind: &str,
     brief: &Brief,
     segment: i64,
-    result: &str,
+    report: RunReport<'_>,
     row: Option<LedgerRow>,
     memory: &Option<(String, String)>,
     stage: &str,
@@ -502,7 +519,14 @@ fn self_record(
     let item = |kind, body| self_item(segment, now, kind, body);
     let mut transcript = vec![item(
         TranscriptKind::Result,
-        json!({"brief": brief.seq, "text": result}),
+        // With how the brief ends: a host that stops after this commit and before the report
+        // leaves the brief running, and the next holder reports it from here (`stranded.rs`).
+        json!({
+            "brief": brief.seq,
+            "text": report.result,
+            "status": report.status.as_str(),
+            "verb": report.verb,
+        }),
     )];
     if let Some((memory, from)) = memory {
         transcript.push(item(
