@@ -7,7 +7,8 @@
 //! and so do the gaps it cut (`muninn status`, `/metrics`: a mark, not a failure).
 //!
 //! `MUNINN_FAULT` arms one of the connector's crash points (tests only: `muninn-matrix`'s
-//! `FaultPoint`); unset, nothing is armed.
+//! `FaultPoint`); unset, nothing is armed, and a host point's name is the host's
+//! (`serve::crash_points`).
 
 use muninn_api::wire::{TransportGapsCut, TransportRoomNotJoined, TransportState};
 use muninn_host::Host;
@@ -59,7 +60,8 @@ pub fn connector_config(
             accept_dm_invites: account.accept_dm_invites,
         });
     }
-    // A host point's name (`muninn_host::crash_points`) arms the host, not the connector.
+    // A host point's name (`muninn_host::crash_points`) arms the host, not the connector; a
+    // name that is neither is refused by the host's parse, naming every point.
     if let Some(name) = env("MUNINN_FAULT").filter(|n| !n.is_empty()) {
         match FaultPoint::parse(&name) {
             Some(point) => connector.fault = Some(point),

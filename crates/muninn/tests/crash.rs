@@ -16,7 +16,8 @@
 //! acknowledged by a host with 201/200 before the kill that may follow. PostgreSQL runs on a
 //! fresh database per run (`FreshDatabase`, skipped with a note when PostgreSQL is not there,
 //! unless `MUNINN_REQUIRE_PEERS=1`); the Claude Code variant needs the pinned CLI
-//! (`MUNINN_CLAUDE_BIN`).
+//! (`MUNINN_CLAUDE_BIN`). The kills at the host's own crash points, where a random kill rarely
+//! lands, are in `crash_points.rs`.
 
 use crate::serving::{Spawned, serve_command, spawn_ready};
 use muninn_api::client::ApiClient;
