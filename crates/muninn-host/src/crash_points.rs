@@ -31,16 +31,21 @@ pub enum CrashPoint {
     /// A Self run's end is committed (its result in the transcript, its ledger row), its
     /// report not yet posted to the Persona nor its brief finished.
     SelfRunCommitted,
+    /// The Self answered a memory flush (at a brief's boundary, or idle), its record not yet
+    /// committed: the answer is lost with the process (billed, not ledgered), and the brief
+    /// that asked for it, left running, is reported interrupted.
+    SelfFlushAnswered,
 }
 
 impl CrashPoint {
     /// Every point, for error messages and tests.
-    pub const ALL: [CrashPoint; 5] = [
+    pub const ALL: [CrashPoint; 6] = [
         CrashPoint::DeliveryRecorded,
         CrashPoint::PersonaAnswered,
         CrashPoint::PersonaCommitted,
         CrashPoint::SegmentStored,
         CrashPoint::SelfRunCommitted,
+        CrashPoint::SelfFlushAnswered,
     ];
 
     /// Its name in `MUNINN_FAULT`.
@@ -51,6 +56,7 @@ impl CrashPoint {
             CrashPoint::PersonaCommitted => "host-persona-committed",
             CrashPoint::SegmentStored => "host-segment-stored",
             CrashPoint::SelfRunCommitted => "host-self-run-committed",
+            CrashPoint::SelfFlushAnswered => "host-self-flush-answered",
         }
     }
 

@@ -4,7 +4,7 @@
 //! point: one Mind on the Messages API against the simulator's HTTP endpoint (this test reads
 //! what the model was shown from the simulator's request log), a few deliveries posted one at a
 //! time through the API (each its own batch, so the `n`th pass is a known turn), and — for the
-//! Self's point — an operator brief. The host must die of the abort it was armed with (SIGABRT
+//! Self's points — operator briefs. The host must die of the abort it was armed with (SIGABRT
 //! and its stderr line naming the point; a run that never reaches the point fails), is restarted
 //! unarmed, and then:
 //!
@@ -13,8 +13,9 @@
 //! - no request the model was shown holds a delivery twice, and every delivery was shown;
 //! - every answered request is in the ledger, except the one a kill between an answer and its
 //!   commit loses: that batch is asked again and billed twice (`docs/host.md`, *An answer whose
-//!   commit fails*), so `host-persona-answered` shows exactly one request more than the ledger;
-//! - a brief whose run was committed is reported to the Persona once, with its result.
+//!   commit fails*), so `host-persona-answered` shows exactly one request more than the ledger,
+//!   as does `host-self-flush-answered` (the flush's answer; its brief is reported interrupted);
+//! - each brief is reported to the Persona once; a run that was committed with its result.
 //!
 //! SQLite runs every point; PostgreSQL the Persona's three (skipped with a note when it is not
 //! there, unless `MUNINN_REQUIRE_PEERS=1`).
@@ -42,50 +43,67 @@ const DELIVERIES: usize = 4;
 /// The signal `std::process::abort` raises.
 const SIGABRT: i32 = 6;
 
-/// Where a run arms its host.
+/// Where a run arms its host, and what it expects of the Self.
 #[derive(Debug, Clone, Copy)]
 struct Arm {
     point: CrashPoint,
     /// The pass that aborts (each delivery is its own batch: the `nth` turn).
     nth: u32,
-    /// Post an operator brief after the first delivery (the Self's points).
-    brief: bool,
+    /// Operator briefs posted after the first delivery, one at a time (the Self's points).
+    briefs: usize,
+    /// Lines added to the Mind's configuration.
+    mind: &'static str,
+    /// How each brief is reported to the Persona, in order: each report's start.
+    reports: &'static [&'static str],
 }
 
 impl Arm {
     fn spec(&self) -> String {
         format!("{}:{}", self.point.name(), self.nth)
     }
+
+    const fn persona(point: CrashPoint, nth: u32) -> Arm {
+        Arm {
+            point,
+            nth,
+            briefs: 0,
+            mind: "",
+            reports: &[],
+        }
+    }
 }
 
 /// Every point, where a run reaches it.
-const SQLITE_RUNS: [Arm; 5] = [
-    Arm {
-        point: CrashPoint::DeliveryRecorded,
-        nth: 2,
-        brief: false,
-    },
-    Arm {
-        point: CrashPoint::PersonaAnswered,
-        nth: 2,
-        brief: false,
-    },
-    Arm {
-        point: CrashPoint::PersonaCommitted,
-        nth: 2,
-        brief: false,
-    },
-    Arm {
-        point: CrashPoint::SegmentStored,
-        nth: 1,
-        brief: false,
-    },
+const SQLITE_RUNS: [Arm; 6] = [
+    Arm::persona(CrashPoint::DeliveryRecorded, 2),
+    Arm::persona(CrashPoint::PersonaAnswered, 2),
+    Arm::persona(CrashPoint::PersonaCommitted, 2),
+    Arm::persona(CrashPoint::SegmentStored, 1),
     Arm {
         point: CrashPoint::SelfRunCommitted,
         nth: 1,
-        brief: true,
+        briefs: 1,
+        mind: "",
+        reports: &["Self run 1 finished: "],
+    },
+    // A low ceiling: the second brief's arrival would cross it, so the decider refreshes the
+    // Self at that task boundary, flushing the live session's memory first.
+    Arm {
+        point: CrashPoint::SelfFlushAnswered,
+        nth: 1,
+        briefs: 2,
+        mind: "min_segment = 1\nceiling_tokens = 1500\n[mind.self_session]\nflush_headroom_tokens = 200\n",
+        reports: &["Self run 1 finished: ", "Self run 2 was interrupted: "],
     },
 ];
+
+/// Brief `k`'s text: a few hundred tokens, so two fill a low ceiling.
+fn brief_text(k: usize) -> String {
+    format!(
+        "Brief {k}: {}",
+        "note each ledger entry, its cost and the cache it read. ".repeat(55)
+    )
+}
 
 /// What the model is shown of delivery `i`: a token no other delivery's text contains.
 fn marker(i: usize) -> String {
@@ -161,16 +179,13 @@ impl Run<'_> {
         }
     }
 
-    /// Posts an operator brief, retried until taken.
-    async fn post_brief(&mut self) {
+    /// Posts operator brief `k`, retried until taken.
+    async fn post_brief(&mut self, k: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             self.reap();
             if let Some(client) = self.client()
-                && client
-                    .post_brief(MIND, "List three things worth remembering.")
-                    .await
-                    .is_ok()
+                && client.post_brief(MIND, &brief_text(k)).await.is_ok()
             {
                 return;
             }
@@ -213,12 +228,12 @@ impl Run<'_> {
     }
 }
 
-/// Writes the configuration: one Mind on the Messages API at `base_url`.
-fn configure(dir: &Path, base_url: &str) {
+/// Writes the configuration: one Mind on the Messages API at `base_url`, with `mind`'s lines.
+fn configure(dir: &Path, base_url: &str, mind: &str) {
     let toml = format!(
         "lease_ttl_ms = 2000\n[backend]\nkind = 'anthropic'\nbase_url = '{base_url}'\n\
          api_key_env = 'MUNINN_CRASH_KEY'\n\n[[mind]]\nid = '{MIND}'\nrooms = ['#swarm']\n\
-         doctrine_text = 'You are {MIND}. Answer briefly.'\n"
+         doctrine_text = 'You are {MIND}. Answer briefly.'\n{mind}"
     );
     std::fs::write(dir.join("muninn.toml"), toml).unwrap();
 }
@@ -232,7 +247,7 @@ async fn run_point(arm: Arm, database: &str, store_name: &str) {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    configure(dir.path(), &sim.base_url());
+    configure(dir.path(), &sim.base_url(), arm.mind);
     let mut hosts = Hosts {
         dir: dir.path().to_path_buf(),
         database: database.to_string(),
@@ -257,9 +272,11 @@ async fn run_point(arm: Arm, database: &str, store_name: &str) {
     for i in 0..DELIVERIES {
         posted.insert(run.post(i).await);
         run.settled().await;
-        if arm.brief && i == 0 {
-            run.post_brief().await;
-            run.settled().await;
+        if i == 0 {
+            for k in 0..arm.briefs {
+                run.post_brief(k).await;
+                run.settled().await;
+            }
         }
     }
     assert_eq!(
@@ -315,21 +332,36 @@ async fn run_point(arm: Arm, database: &str, store_name: &str) {
         .collect();
     assert!(never.is_empty(), "{}: never shown: {never:?}", arm.spec());
     // The one answer a kill between the answer and its commit loses is billed and not ledgered.
-    let lost_answers = usize::from(arm.point == CrashPoint::PersonaAnswered);
+    let lost_answers = usize::from(matches!(
+        arm.point,
+        CrashPoint::PersonaAnswered | CrashPoint::SelfFlushAnswered
+    ));
     assert_eq!(
         shown.len(),
         rows + lost_answers,
         "{}: answered requests against ledger rows",
         arm.spec()
     );
-    if arm.brief {
-        assert_eq!((reports.len(), done), (1, 1), "{}: {reports:?}", arm.spec());
+    // One report per brief; a run that was committed is reported with its result.
+    assert_eq!(
+        reports.len(),
+        arm.reports.len(),
+        "{}: {reports:?}",
+        arm.spec()
+    );
+    for (report, start) in reports.iter().zip(arm.reports) {
         assert!(
-            reports[0].starts_with("Self run 1 finished: "),
-            "{}: the run was committed, so its report carries its result: {reports:?}",
+            report.starts_with(start),
+            "{}: expected {start:?}: {reports:?}",
             arm.spec()
         );
     }
+    let finished = arm
+        .reports
+        .iter()
+        .filter(|r| r.contains("finished"))
+        .count();
+    assert_eq!(done, finished, "{}: briefs done", arm.spec());
     sim.stop().await.unwrap();
 }
 
@@ -393,7 +425,7 @@ async fn the_persona_crash_points_on_postgres_lose_and_repeat_nothing() {
 #[test]
 fn an_unknown_crash_point_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
-    configure(dir.path(), "http://127.0.0.1:9");
+    configure(dir.path(), "http://127.0.0.1:9", "");
     let database = dir.path().join("muninn.db").display().to_string();
     let out = serve_command(
         &dir.path().join("muninn.toml"),

@@ -8,6 +8,7 @@ use super::persona::{Plan, outcome_text};
 use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
 use super::tool_loop::{Driven, StopCause};
 use super::{MindRunner, RuntimeError, SELF_ROOM, Step};
+use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, BackendError, FlushProtocol, FlushStage, RunOutcome, TurnInput};
 use muninn_core::decide::Event;
 use muninn_core::ledger::{ForcedStart, LedgerRow, RowKind};
@@ -418,6 +419,9 @@ impl<B: Backend> MindRunner<B> {
             idle,
         };
         let flush = Uncommitted::new(token, Role::SelfRole, record, now, then).with_tail(tail);
+        self.host
+            .crash_points
+            .reached(CrashPoint::SelfFlushAnswered);
         self.settle(flush).await?;
         // The memory as committed; one at a task boundary is the new segment's at once.
         let recorded = if idle {
