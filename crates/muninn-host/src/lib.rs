@@ -19,6 +19,8 @@
 //! - [`cluster`] and [`instance`] — several hosts on one database: wake-ups across hosts,
 //!   presence, and the proof that a lease's holder is gone (a crashed earlier process of this
 //!   data directory, or a host whose database session ended), so its Minds move at once.
+//! - [`crash_points`] — named places where a test's `MUNINN_FAULT` stops the process dead
+//!   (inert unless armed), for the crash harness.
 //! - [`dashboard`] — server-rendered pages (HTML, inline SVG charts) over the store and the
 //!   telemetry: each Mind's state, segments, costs against the simple designs, decisions, ledger.
 //!
@@ -36,6 +38,7 @@
 pub mod backends;
 pub mod cluster;
 pub mod config;
+pub mod crash_points;
 pub mod dashboard;
 pub mod http;
 pub mod instance;
@@ -190,6 +193,8 @@ pub struct Host {
     pub cluster: Arc<cluster::Cluster>,
     /// The leases the host renewed for all its Minds at once ([`runtime::HostLeases`]).
     pub leases: Arc<runtime::HostLeases>,
+    /// The crash point a test armed, if any ([`crash_points`]).
+    pub crash_points: Arc<crash_points::CrashPoints>,
 }
 
 impl Host {
@@ -209,6 +214,15 @@ impl Host {
             prices: Arc::new(muninn_core::price::PriceTable::embedded()),
             cluster: Arc::new(cluster::Cluster::default()),
             leases: Arc::new(runtime::HostLeases::default()),
+            crash_points: Arc::new(crash_points::CrashPoints::default()),
+        }
+    }
+
+    /// The same host armed at a crash point (tests only: [`crash_points`]).
+    pub fn with_crash_points(self, crash_points: crash_points::CrashPoints) -> Host {
+        Host {
+            crash_points: Arc::new(crash_points),
+            ..self
         }
     }
 

@@ -7,9 +7,9 @@
 //! and so do the gaps it cut (`muninn status`, `/metrics`: a mark, not a failure).
 //!
 //! `MUNINN_FAULT` arms one of the connector's crash points (tests only: `muninn-matrix`'s
-//! `FaultPoint`); unset, nothing is armed.
+//! `FaultPoint`); unset, nothing is armed, and a host point's name is the host's
+//! (`serve::crash_points`).
 
-use anyhow::Context;
 use muninn_api::wire::{TransportGapsCut, TransportRoomNotJoined, TransportState};
 use muninn_host::Host;
 use muninn_host::config::Config;
@@ -63,15 +63,15 @@ pub fn connector_config(
             reread: source.and_then(reread),
         });
     }
+    // A host point's name (`muninn_host::crash_points`) arms the host, not the connector; a
+    // name that is neither is refused by the host's parse, naming every point.
     if let Some(name) = env("MUNINN_FAULT").filter(|n| !n.is_empty()) {
-        let point = FaultPoint::parse(&name).with_context(|| {
-            let known: Vec<&str> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
-            format!(
-                "MUNINN_FAULT={name} names no fault point ({})",
-                known.join(", ")
-            )
-        })?;
-        connector.fault = Some(point);
+        match FaultPoint::parse(&name) {
+            Some(point) => connector.fault = Some(point),
+            None => {
+                crate::serve::crash_points(env)?;
+            }
+        }
     }
     Ok(Some(connector))
 }

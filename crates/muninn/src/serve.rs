@@ -13,6 +13,7 @@ use muninn_core::price::PriceTable;
 use muninn_host::Host;
 use muninn_host::backends::BackendFactory;
 use muninn_host::config::Config;
+use muninn_host::crash_points::{CrashPoint, CrashPoints};
 use muninn_host::http::serve;
 use muninn_host::instance::Instance;
 use muninn_host::runtime::run_minds;
@@ -89,6 +90,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = configuration(&args)?;
     let prices = prices(&config)?;
     let matrix = crate::matrix::connector_config(&config, &|k| std::env::var(k).ok())?;
+    let crash_points = crash_points(&|k| std::env::var(k).ok())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -103,14 +105,47 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     runtime.block_on(async {
         crate::file_limit::survive_file_size_limit();
-        serve_until_stopped(config, prices, matrix, config_path, args.for_s, start).await
+        let armed = Armed {
+            matrix,
+            crash_points,
+        };
+        serve_until_stopped(config, prices, armed, config_path, args.for_s, start).await
+    })
+}
+
+/// The connector's configuration and the host's crash points, as the environment armed them.
+struct Armed {
+    matrix: Option<muninn_matrix::ConnectorConfig>,
+    crash_points: CrashPoints,
+}
+
+/// The host crash point `MUNINN_FAULT` arms (tests only: `muninn_host::crash_points`); unset,
+/// or naming one of the Matrix connector's points, none. Any other name is refused, naming the
+/// known ones.
+pub fn crash_points(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<CrashPoints> {
+    let Some(spec) = env("MUNINN_FAULT").filter(|n| !n.is_empty()) else {
+        return Ok(CrashPoints::default());
+    };
+    if muninn_matrix::FaultPoint::parse(&spec).is_some() {
+        return Ok(CrashPoints::default());
+    }
+    CrashPoints::parse(&spec).map_err(|e| {
+        let known: Vec<&str> = CrashPoint::ALL
+            .iter()
+            .map(|p| p.name())
+            .chain(muninn_matrix::FaultPoint::ALL.iter().map(|p| p.name()))
+            .collect();
+        anyhow::anyhow!(
+            "MUNINN_FAULT={spec}: {e} (known: {}; `<name>:<n>` aborts at a host point's nth pass)",
+            known.join(", ")
+        )
     })
 }
 
 async fn serve_until_stopped(
     config: Config,
     prices: PriceTable,
-    matrix: Option<muninn_matrix::ConnectorConfig>,
+    armed: Armed,
     config_path: Option<PathBuf>,
     for_s: Option<u64>,
     start: muninn_store::StartOptions,
@@ -130,7 +165,9 @@ async fn serve_until_stopped(
     let holder = instance.holder.clone();
     let host = Host::new(store.clone(), config.clone(), clock)
         .with_prices(prices.clone())
-        .with_instance(instance);
+        .with_instance(instance)
+        .with_crash_points(armed.crash_points);
+    let matrix = armed.matrix;
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;

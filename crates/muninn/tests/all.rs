@@ -10,6 +10,7 @@
 
 mod closed_loop;
 mod crash;
+mod crash_points;
 mod failover;
 mod host_cli;
 mod input_formats;

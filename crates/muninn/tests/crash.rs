@@ -16,7 +16,8 @@
 //! acknowledged by a host with 201/200 before the kill that may follow. PostgreSQL runs on a
 //! fresh database per run (`FreshDatabase`, skipped with a note when PostgreSQL is not there,
 //! unless `MUNINN_REQUIRE_PEERS=1`); the Claude Code variant needs the pinned CLI
-//! (`MUNINN_CLAUDE_BIN`).
+//! (`MUNINN_CLAUDE_BIN`). The kills at the host's own crash points, where a random kill rarely
+//! lands, are in `crash_points.rs`.
 
 use crate::serving::{Spawned, serve_command, spawn_ready};
 use muninn_api::client::ApiClient;
@@ -62,18 +63,18 @@ impl Size {
 }
 
 /// One `muninn serve` process.
-struct Served {
-    child: Child,
-    addr: String,
+pub(crate) struct Served {
+    pub(crate) child: Child,
+    pub(crate) addr: String,
 }
 
 /// The hosts of a run, each restartable in its slot; every child is killed on the way out.
-struct Hosts {
-    dir: PathBuf,
-    database: String,
-    env: Vec<(String, String)>,
-    slots: Vec<Option<Served>>,
-    started: usize,
+pub(crate) struct Hosts {
+    pub(crate) dir: PathBuf,
+    pub(crate) database: String,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) slots: Vec<Option<Served>>,
+    pub(crate) started: usize,
 }
 
 impl Drop for Hosts {
@@ -87,7 +88,7 @@ impl Drop for Hosts {
 
 impl Hosts {
     /// Starts (or restarts) the host in `slot` and waits for its ready line.
-    fn start(&mut self, slot: usize) {
+    pub(crate) fn start(&mut self, slot: usize) {
         let index = self.started;
         self.started += 1;
         let stderr = self.dir.join(format!("serve-{index}.stderr"));
@@ -116,7 +117,7 @@ impl Hosts {
     }
 
     /// Stops the host in `slot` with `signal` (`-9` or `-TERM`) and waits for it to exit.
-    fn stop(&mut self, slot: usize, signal: &str) {
+    pub(crate) fn stop(&mut self, slot: usize, signal: &str) {
         if let Some(mut served) = self.slots[slot].take() {
             let _ = Command::new("kill")
                 .args([signal, &served.child.id().to_string()])
@@ -131,7 +132,7 @@ impl Hosts {
         }
     }
 
-    fn addrs(&self) -> Vec<String> {
+    pub(crate) fn addrs(&self) -> Vec<String> {
         self.slots
             .iter()
             .flatten()
@@ -154,7 +155,7 @@ impl Hosts {
         pids
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         (0..self.started)
             .map(|i| {
                 let path = self.dir.join(format!("serve-{i}.stderr"));

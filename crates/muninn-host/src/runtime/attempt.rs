@@ -10,6 +10,7 @@
 //! does not append the turn a second time.
 
 use super::{MindRunner, RuntimeError};
+use crate::crash_points::CrashPoint;
 use muninn_backend::Backend;
 use muninn_store::{Delivery, FencingToken, NewTranscriptItem, Role, TranscriptKind};
 use serde_json::Value;
@@ -133,6 +134,7 @@ impl<B: Backend> MindRunner<B> {
         if let Some(attempt) = self.attempt.as_mut() {
             attempt.unrecorded = None;
         }
+        self.host.crash_points.reached(CrashPoint::DeliveryRecorded);
         Ok(())
     }
 

@@ -39,6 +39,7 @@
 use super::session::Flushed;
 use super::tool_loop::{Driven, StopCause, Stopped};
 use super::{MindRunner, RuntimeError, Step};
+use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, FlushStage, TurnOutcome};
 use muninn_core::cache::hash_bytes;
 use muninn_core::ledger::LedgerRow;
@@ -401,6 +402,7 @@ impl<B: Backend> MindRunner<B> {
         let token = u.token;
         match &u.then {
             Then::PersonaTurn { max_seq, valid } => {
+                self.host.crash_points.reached(CrashPoint::PersonaCommitted);
                 self.bind_session(Role::Persona, token).await?;
                 self.host.signals.outbox.notify_waiters();
                 if !u.record.briefs.is_empty() {
@@ -428,6 +430,7 @@ impl<B: Backend> MindRunner<B> {
                 Ok(None)
             }
             Then::SelfRun(run) => {
+                self.host.crash_points.reached(CrashPoint::SelfRunCommitted);
                 match &run.memory {
                     Some(memory) => {
                         self.selfs.flushed = Some(Flushed {

@@ -11,6 +11,7 @@ use super::session::Starting;
 use super::window::{Fitted, is_prompt_too_long};
 use super::{MindRunner, RuntimeError, Step};
 use crate::config::RefreshMode;
+use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, BackendError, InputPart, SessionEvent, TurnInput, TurnOutcome};
 use muninn_core::decide::{Action, Bounds, Decision, Event, decide};
 use muninn_core::ledger::{ForcedStart, LedgerRow, RowKind, SegmentStart};
@@ -246,6 +247,7 @@ impl<B: Backend> MindRunner<B> {
             valid,
         };
         let turn = Uncommitted::new(token, Role::Persona, record, now, then);
+        self.host.crash_points.reached(CrashPoint::PersonaAnswered);
         let step = self.settle(turn).await?;
         Ok(step.unwrap_or(Step::PersonaTurn {
             acked_through: batch.max_seq,

@@ -4,6 +4,7 @@
 use super::prompts::COMPACT_REASON;
 use super::session::{Bound, Starting};
 use super::{MindRunner, RuntimeError, reply_schema};
+use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, SessionEvent, SessionSpec};
 use muninn_core::ledger::ForcedStart;
 use muninn_core::money::Tokens;
@@ -173,6 +174,7 @@ impl<B: Backend> MindRunner<B> {
         let number = self
             .store_segment(token, role, now, rehydration, reason, memory, &spec)
             .await?;
+        self.host.crash_points.reached(CrashPoint::SegmentStored);
         let start = self.segment_start(role, &renderer, forced);
         self.estimate_rehydration(role, &renderer);
         let session = self.session_mut(role);

@@ -8,6 +8,7 @@ use super::persona::{Plan, outcome_text};
 use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
 use super::tool_loop::{Driven, StopCause};
 use super::{MindRunner, RuntimeError, SELF_ROOM, Step};
+use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, BackendError, FlushProtocol, FlushStage, RunOutcome, TurnInput};
 use muninn_core::decide::Event;
 use muninn_core::ledger::{ForcedStart, LedgerRow, RowKind};
@@ -157,11 +158,17 @@ impl<B: Backend> MindRunner<B> {
             (FlushStage::NotNeeded, _) | (_, Some(_)) => (None, None),
             _ => run_memory(segment, &run, &result),
         };
+        let (status, verb) = run_report(stopped.as_ref().map(|(cause, _)| *cause), run.flush);
+        let report = RunReport {
+            result: &result,
+            status,
+            verb,
+        };
         let record = self_record(
             &self.mind.id,
             brief,
             segment,
-            &result,
+            report,
             row,
             &memory,
             stage,
@@ -312,20 +319,7 @@ impl<B: Backend> MindRunner<B> {
         result: &str,
         now: i64,
     ) -> Result<(), RuntimeError> {
-        // A run the flush protocol ended has flushed (or failed to); one a cap or a failed
-        // store ended failed.
-        let (status, verb) = match (stopped, flush) {
-            (Some(StopCause::Cap), _) => (BriefStatus::Failed, "was stopped by a cap"),
-            (Some(StopCause::StoreFailed), _) => (
-                BriefStatus::Failed,
-                "was stopped when the store failed (its last answer is saved)",
-            ),
-            (None, FlushStage::NotNeeded) => (BriefStatus::Done, "finished"),
-            (None, FlushStage::Flushed) => (BriefStatus::Done, "stopped at the context ceiling"),
-            (None, FlushStage::Interrupted | FlushStage::Terminated) => {
-                (BriefStatus::Failed, "was cut off at the context ceiling")
-            }
-        };
+        let (status, verb) = run_report(stopped, flush);
         self.report_and_finish(token, brief.seq, status, verb, result, now)
             .await
     }
@@ -425,6 +419,9 @@ impl<B: Backend> MindRunner<B> {
             idle,
         };
         let flush = Uncommitted::new(token, Role::SelfRole, record, now, then).with_tail(tail);
+        self.host
+            .crash_points
+            .reached(CrashPoint::SelfFlushAnswered);
         self.settle(flush).await?;
         // The memory as committed; one at a task boundary is the new segment's at once.
         let recorded = if idle {
@@ -486,6 +483,30 @@ pub(super) fn self_label(plan: &Plan) -> String {
     }
 }
 
+/// How a run's end is reported: a run the flush protocol ended has flushed (or failed to); one
+/// a cap or a failed store ended failed.
+fn run_report(stopped: Option<StopCause>, flush: FlushStage) -> (BriefStatus, &'static str) {
+    match (stopped, flush) {
+        (Some(StopCause::Cap), _) => (BriefStatus::Failed, "was stopped by a cap"),
+        (Some(StopCause::StoreFailed), _) => (
+            BriefStatus::Failed,
+            "was stopped when the store failed (its last answer is saved)",
+        ),
+        (None, FlushStage::NotNeeded) => (BriefStatus::Done, "finished"),
+        (None, FlushStage::Flushed) => (BriefStatus::Done, "stopped at the context ceiling"),
+        (None, FlushStage::Interrupted | FlushStage::Terminated) => {
+            (BriefStatus::Failed, "was cut off at the context ceiling")
+        }
+    }
+}
+
+/// A run's result and how its brief ends (`run_report`).
+struct RunReport<'a> {
+    result: &'a str,
+    status: BriefStatus,
+    verb: &'static str,
+}
+
 /// A brief's record: its result, the run's flushed memory when the flush protocol ended it, and
 /// the run's ledger row.
 #[allow(clippy::too_many_arguments)]
@@ -493,7 +514,7 @@ fn self_record(
     mind: &str,
     brief: &Brief,
     segment: i64,
-    result: &str,
+    report: RunReport<'_>,
     row: Option<LedgerRow>,
     memory: &Option<(String, String)>,
     stage: &str,
@@ -502,7 +523,14 @@ fn self_record(
     let item = |kind, body| self_item(segment, now, kind, body);
     let mut transcript = vec![item(
         TranscriptKind::Result,
-        json!({"brief": brief.seq, "text": result}),
+        // With how the brief ends: a host that stops after this commit and before the report
+        // leaves the brief running, and the next holder reports it from here (`stranded.rs`).
+        json!({
+            "brief": brief.seq,
+            "text": report.result,
+            "status": report.status.as_str(),
+            "verb": report.verb,
+        }),
     )];
     if let Some((memory, from)) = memory {
         transcript.push(item(

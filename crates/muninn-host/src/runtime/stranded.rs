@@ -5,7 +5,13 @@
 //! new lease — a restart or a takeover —, or a step that failed), the next step fails every
 //! `running` brief of the Mind, loudly, and tells the Persona.
 //!
-//! The run is not resumed: its requests and tool results up to the crash are in the ledger and
+//! A run whose end was committed is not stranded, only unreported: its host stopped between the
+//! commit of its result and the report (`report_back`). Its result is in the Self transcript,
+//! with how the brief ends, and the recovery reports that — the Persona gets the result once, as
+//! if nothing had happened — instead of telling it the run was interrupted and to ask again
+//! (which would pay for the work twice).
+//!
+//! Any other run is not resumed: its requests and tool results up to the crash are in the ledger and
 //! the transcript exactly once, and re-running the brief would send work the Mind already paid
 //! for; the Persona decides whether to ask again. The report is posted before the brief is
 //! finished, under the brief's own source id: a crash between the two posts nothing twice, and
@@ -13,7 +19,7 @@
 
 use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
-use muninn_store::{BriefStatus, FencingToken};
+use muninn_store::{BriefStatus, FencingToken, Role, TranscriptKind};
 
 /// What stopped a run this runner may have left `running`: a step that failed (the runner
 /// itself lived on). Without one, the lease is new and its previous holder stopped.
@@ -49,6 +55,13 @@ impl StrandedBy {
     }
 }
 
+/// A committed run's end, as its result item records it.
+struct CommittedEnd {
+    result: String,
+    status: BriefStatus,
+    verb: String,
+}
+
 /// The most stranded briefs one step recovers (a Mind runs one brief at a time, so more than
 /// one means several crashes in a row; the rest wait for the next step).
 const RECOVER_AT_MOST: i64 = 16;
@@ -74,6 +87,17 @@ impl<B: Backend> MindRunner<B> {
             .await?;
         let result = StrandedBy::why(self.stranded_by.as_ref());
         for brief in running {
+            if let Some(end) = self.committed_end(brief.seq).await? {
+                tracing::warn!(
+                    mind = %self.mind.id,
+                    brief = brief.seq,
+                    "Self run {} was committed but not reported before its host stopped; reporting its result",
+                    brief.seq
+                );
+                self.report_and_finish(token, brief.seq, end.status, &end.verb, &end.result, now)
+                    .await?;
+                continue;
+            }
             tracing::warn!(
                 mind = %self.mind.id,
                 brief = brief.seq,
@@ -86,6 +110,31 @@ impl<B: Backend> MindRunner<B> {
         self.check_stranded = false;
         self.stranded_by = None;
         Ok(())
+    }
+
+    /// The end of brief `seq`'s run, if it was committed: its result item, which follows the
+    /// brief's other items (only a flushed run's memory comes after it).
+    async fn committed_end(&self, seq: i64) -> Result<Option<CommittedEnd>, RuntimeError> {
+        let tail = self
+            .host
+            .store
+            .transcript_tail(&self.mind.id, Role::SelfRole, 4)
+            .await?;
+        let item = tail
+            .into_iter()
+            .find(|i| i.kind == TranscriptKind::Result && i.body["brief"].as_i64() == Some(seq));
+        Ok(item.map(|item| {
+            let body = &item.body;
+            // A result written before its body said how the brief ends: it finished.
+            CommittedEnd {
+                result: body["text"].as_str().unwrap_or_default().to_string(),
+                status: body["status"]
+                    .as_str()
+                    .and_then(|s| BriefStatus::parse(s).ok())
+                    .unwrap_or(BriefStatus::Done),
+                verb: body["verb"].as_str().unwrap_or("finished").to_string(),
+            }
+        }))
     }
 
     /// Fails a running brief with `result` and tells the Persona (`Self run N {verb}: …`).
