@@ -463,10 +463,11 @@ fn kill_when(
 /// anything was answered is taken back out of the session like a refused turn. The CLI stores
 /// the user line as it takes it and a resumed session merges that line into the next turn's
 /// message, so the same input sent again showed the model the message twice (and the caller,
-/// told the session held the turn, recorded it twice). Now the turn is cut back out whether the
-/// kill came once the request reached the API or before it did, the backend says the session
-/// is as it was, and the retry shows the model the message once. A child killed after its model
-/// acted (a tool call the CLI ran) keeps the turn: the retry must not run the tool again.
+/// told the session held the turn, recorded it twice). Now the turn is cut back out — killed
+/// once the request reached the API, or the moment the line shows in the file — the backend says
+/// the session is as it was, and the retry shows the model the message once. A child killed
+/// after its model acted (a tool call the CLI ran) keeps the turn: the retry must not run the
+/// tool again. And a file holding a model's message the driver never read is not cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_whose_child_died_before_an_answer_is_taken_back_out_of_the_session() {
     let Some(bin) = claude_cli() else { return };
@@ -499,8 +500,9 @@ async fn a_turn_whose_child_died_before_an_answer_is_taken_back_out_of_the_sessi
     r.sim.sim.clear_faults();
     ok(b.turn(TurnInput::text("d2: killed waiting")).await);
 
-    // Killed as soon as the CLI stored the line: before its request reached the API, as a rule
-    // (either way, the line must be shown once).
+    // Killed the moment the line shows in the file. The CLI writes its file behind a buffer, so
+    // that is mostly just after its request left, now and then before it reached the sim (the
+    // line must be shown once either way; a kill before the line is stored leaves nothing to cut).
     let pid = b.last_report().unwrap().pid.unwrap();
     r.sim.sim.push_faults([hung()]);
     let (config, id) = (r.config.clone(), session.clone());
