@@ -595,10 +595,21 @@ pub trait Backend: Send {
     /// same session and the model sees it once. `true` by default: a backend whose session
     /// lives in the caller's process (the Messages API, the simulator) adds an exchange only
     /// when it succeeds. A backend with its own durable session says so per failure: the Claude
-    /// Code CLI takes a turn the API refused back out of its session file, and keeps anything
-    /// else (a dead child's line, a paid answer) — then `false`, and the caller rebuilds.
+    /// Code CLI takes a turn with nothing answered (refused, timed out, its child dead) back out
+    /// of its session file, and keeps one whose model acted — then `false`, and
+    /// [`Backend::failure_kept_turn`] says whether the session carries on or is rebuilt.
     fn failure_left_session(&self) -> bool {
         true
+    }
+
+    /// After a failure that did not leave the session as it was
+    /// ([`Backend::failure_left_session`] `false`): whether the session holds the failed call's
+    /// input as it stood and carries on from it (a Claude Code child that died or hung after its
+    /// model acted, resumed with `--resume`), so the caller continues the session and records
+    /// the input again — sending it again makes a second copy there. `false` (the default):
+    /// the session may be out of step with the caller, who rebuilds it.
+    fn failure_kept_turn(&self) -> bool {
+        false
     }
 
     /// A handle for the provider session as it stands, bound to `items` (the caller's own

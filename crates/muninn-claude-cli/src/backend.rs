@@ -327,6 +327,10 @@ impl Backend for ClaudeCliBackend {
         self.last_report.as_ref().is_some_and(|r| r.rewound)
     }
 
+    fn failure_kept_turn(&self) -> bool {
+        self.last_report.as_ref().is_some_and(|r| r.held)
+    }
+
     fn session_handle(&self, items: &[Vec<u8>]) -> Option<String> {
         self.mint_handle(items).map(|h| h.encode())
     }

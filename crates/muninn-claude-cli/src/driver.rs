@@ -327,6 +327,12 @@ impl Driver {
                 self.log.push((input_text(input), reply));
             }
         }
+        // A transport failure on the way to the turn or out of it (a launch, a child that took
+        // no input or died) that nothing above took back out or found out of step holds the
+        // session as the CLI left it: resumed, it carries on.
+        if let Err(BackendError::Transport(_)) = &result {
+            report.held |= !report.rewound && !report.out_of_step;
+        }
         report.session_id = self.session_id.clone();
         report.pid = self.live_pid();
         TurnDone {

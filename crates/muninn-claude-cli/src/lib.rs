@@ -43,9 +43,11 @@
 //!   file. [`CredentialPassing::Environment`] is the fallback for CLIs without the descriptor
 //!   variables.
 //! - **Lifecycle.** A child that died is relaunched with `--resume <id>` on the next turn. A
-//!   turn the API refused is taken back out of the session (the child stopped, the session file
-//!   cut back to its length before the turn's line, the next turn resumed), so the same input can
-//!   be sent again and the model sees it once ([`TurnReport::rewound`]). A lost
+//!   turn with nothing answered — the API refused it, it timed out, its child died — is taken
+//!   back out of the session (the child stopped, the session file cut back to its length before
+//!   the turn's line, the next turn resumed), so the same input can be sent again and the model
+//!   sees it once ([`TurnReport::rewound`]); a turn whose model acted stays
+//!   ([`TurnReport::held`]). A lost
 //!   session (transcript missing, corrupt — the CLI then says `No conversation found` — or
 //!   `already in use`) is replaced by a fresh session with a new id, reported as
 //!   [`SessionEvent::Reseeded`]. With a [`CliConfig::binding_key`], a session left by an earlier

@@ -33,11 +33,25 @@ pub struct TurnReport {
     /// give it a fresh [`CliConfig::run_budget_micro_usd`]; the time is in
     /// [`TurnReport::to_write`].
     pub budget_relaunch: bool,
-    /// The API refused the turn with nothing answered, and the driver took it back out of the
-    /// CLI's session (its file cut back to what it held before the turn; the next turn resumes
-    /// it): the session holds nothing of the turn, so the same input can be sent again without
-    /// the CLI merging a second copy into it.
+    /// The turn failed with nothing answered — the API refused it, it was given up at its
+    /// timeout, or its child died — and the driver took it back out of the CLI's session (its
+    /// file cut back to what it held before the turn; the next turn resumes it): the session
+    /// holds nothing of the turn, so the same input can be sent again without the CLI merging
+    /// a second copy into it.
     pub rewound: bool,
+    /// The turn failed on the way (a launch that failed, a child that took no input, died or
+    /// hung) and stays in the CLI's session as the CLI wrote it — its line, and what the model
+    /// did with it (a paid answer, a tool call the CLI ran) — or never reached it; the session
+    /// carries on (the child resumed with `--resume`), and the same input sent again is a
+    /// second copy of it there, as it should be in the caller's transcript. `false` with
+    /// `rewound` `false` after a failure: the session may be out of step with the caller (a
+    /// `result` that failed after the model answered, a session that changed during the turn,
+    /// a file that could not be cut back safely) and is best rebuilt.
+    pub held: bool,
+    /// A failed turn with nothing answered was due to be taken back out of the session and
+    /// could not be (the session changed during it, or its file could not be cut back safely;
+    /// the cause logged): the session is not known to be in step.
+    pub out_of_step: bool,
 }
 
 /// Commands to the driver.

@@ -108,6 +108,10 @@ impl Backend for Probe {
         self.inner.failure_left_session()
     }
 
+    fn failure_kept_turn(&self) -> bool {
+        self.inner.failure_kept_turn()
+    }
+
     fn session_handle(&self, items: &[Vec<u8>]) -> Option<String> {
         self.inner.session_handle(items)
     }

@@ -141,6 +141,14 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn failure_kept_turn(&self) -> bool {
+        match self {
+            AnyBackend::Sim(b) => b.failure_kept_turn(),
+            AnyBackend::Anthropic(b) => b.failure_kept_turn(),
+            AnyBackend::ClaudeCli(b) => b.failure_kept_turn(),
+        }
+    }
+
     fn session_handle(&self, items: &[Vec<u8>]) -> Option<String> {
         match self {
             AnyBackend::Sim(b) => b.session_handle(items),

@@ -337,3 +337,61 @@ async fn a_host_killed_before_a_refused_turn_is_cut_out_shows_the_line_once() {
     b.release().await.unwrap();
     w.server.stop().await.unwrap();
 }
+
+/// A failure after a paid answer rebuilds the session once, not once per retry of an outage.
+/// The model answers in text though asked for the structured reply, the CLI nudges it, and
+/// that request is refused (529): the turn fails with the model's answer in the CLI's session,
+/// which the host does not carry on from (it holds what muninn's transcript does not, and the
+/// delivery would be shown twice): a new segment, seeded from the transcript. The outage goes
+/// on: the rebuilt segment's first request, refused with nothing answered, is taken back out of
+/// its session, and the retries stay in that segment — two segments after three failed
+/// attempts, not four, and the delivery recorded once per segment. A guard of the rule
+/// `docs/host.md` explains (passes before and after the change that added it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_after_a_paid_answer_rebuilds_once_not_per_retry() {
+    use muninn_sim::sim::{Fault, FaultKind};
+    let Some(bin) = claude_cli() else { return };
+    let w = crate::resume::cli_world(bin).await;
+    let mut r = w.runner(mind(""), "host-a");
+    r.register().await.unwrap();
+    w.say("e1", "lima-one: the fog is in").await;
+    crate::resume::turn(&mut r).await;
+    let answered_before = w.messages_requests().len();
+
+    // The first request passes (the paid text answer), every later one is overloaded.
+    w.server.sim.push_faults([
+        Fault {
+            kind: FaultKind::InflateUsage {
+                cache_read_tokens: 0,
+            },
+            times: 1,
+        },
+        Fault {
+            kind: FaultKind::Overloaded,
+            times: 1_000,
+        },
+    ]);
+    let marker = muninn_sim::reply::TEXT_ANSWER_MARKER;
+    w.say("e2", &format!("lima-two: say it in words {marker}"))
+        .await;
+    for attempt in 1..=3 {
+        r.woken();
+        let failed = r.step().await;
+        assert!(failed.is_err(), "attempt {attempt}: {failed:?}");
+    }
+    let answered: Vec<_> = w
+        .server
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|q| q.path == "/v1/messages" && q.status == 200)
+        .skip(answered_before)
+        .collect();
+    assert_eq!(answered.len(), 1, "the paid answer");
+    assert_eq!(w.persona_segments().await, 2, "a segment per retry");
+    let kinds = crate::retry::persona_kinds(&w.host).await;
+    let deliveries = kinds.iter().filter(|k| *k == "delivery").count();
+    assert_eq!(deliveries, 3, "{kinds:?}");
+    r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}

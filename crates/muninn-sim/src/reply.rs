@@ -17,7 +17,9 @@
 //!    readable sentence ([`sentence`]) to the sender of the room's last line, in that room —
 //!    `@dm` for a direct message, when the schema offers it — and one note, about the first
 //!    sender, of who wrote where (not the words, which stay in the conversation). A value the
-//!    schema refuses falls back to the generated one.
+//!    schema refuses falls back to the generated one. A message whose text carries
+//!    [`TEXT_ANSWER_MARKER`] is answered by rule 6 instead (a model that answers in text though
+//!    asked for a structured value: the CLI then nudges it once more).
 //! 3. **Tool loop** — the message holds `tool_result` blocks and no text, the user text that
 //!    opened the loop (the last user message with text) carries the marker
 //!    `[sim: tool rounds N]`, and fewer than N assistant messages since that text called a tool:
@@ -63,6 +65,10 @@ pub const TOOL_ROUNDS_MARKER: &str = "[sim: tool rounds ";
 /// The marker a user text scripts a tool loop with: `[sim: tool calls <JSON array>]` (see the
 /// module docs, rule 3).
 pub const TOOL_CALLS_MARKER: &str = "[sim: tool calls ";
+
+/// The marker a user text asks for a text answer with even where the structured-output tool is
+/// offered (see the module docs, rule 2).
+pub const TEXT_ANSWER_MARKER: &str = "[sim: answer in text]";
 
 /// The Claude Code CLI's structured-output tool name.
 pub const STRUCTURED_OUTPUT: &str = "StructuredOutput";
@@ -429,7 +435,9 @@ fn content_for(request: &MessagesRequest, id_seed: u64) -> Vec<ContentBlock> {
 
     if COMPACTION_MARKERS.iter().any(|m| text.contains(m)) {
         vec![ContentBlock::text(compaction_summary(request))]
-    } else if let Some(tool) = request.tools.iter().find(|t| t.name == STRUCTURED_OUTPUT) {
+    } else if let Some(tool) = request.tools.iter().find(|t| t.name == STRUCTURED_OUTPUT)
+        && !text.contains(TEXT_ANSWER_MARKER)
+    {
         structured_answer(tool, &texts, &text, tool_id)
     } else if let Some((name, input)) = next_scripted_call(request).or_else(|| {
         (texts.is_empty() && !results.is_empty())
@@ -639,6 +647,31 @@ mod tests {
         let mut elsewhere = schema::generate(&schema);
         answer_like_a_mind(&schema, "[#other] cy: hi", &mut elsewhere);
         assert_eq!(elsewhere["say"][0]["room"], "#swarm");
+    }
+
+    /// The text-answer marker makes the model answer in text though the structured-output tool
+    /// is offered (a model the CLI has to nudge); without it the same request is a tool call.
+    #[test]
+    fn the_text_answer_marker_answers_in_text_beside_the_structured_output_tool() {
+        let asked = |text: &str| -> MessagesRequest {
+            serde_json::from_value(json!({
+                "model": "claude-opus-5-5", "max_tokens": 500,
+                "tools": [{"name": STRUCTURED_OUTPUT, "description": "answer",
+                           "input_schema": {"type": "object"}}],
+                "messages": [{"role": "user", "content": text}],
+            }))
+            .unwrap()
+        };
+        let marked = reply(&asked(&format!("hello {TEXT_ANSWER_MARKER}")), 1);
+        assert!(
+            matches!(&marked.content[..], [ContentBlock::Text { text, .. }] if text.starts_with("Reply to turn 1")),
+            "{marked:?}"
+        );
+        let plain = reply(&asked("hello"), 1);
+        assert!(
+            matches!(&plain.content[..], [ContentBlock::ToolUse { name, .. }] if name == STRUCTURED_OUTPUT),
+            "{plain:?}"
+        );
     }
 
     #[test]

@@ -20,17 +20,42 @@
 //!
 //! Only a turn whose failure left nothing answered is put back: one the API refused
 //! (`terminal_reason` `api_error`, no assistant message from a model — a paid answer, a tool
-//! loop's first steps, stay — and no compaction), and one given up at its timeout with nothing
+//! loop's first steps, stay — and no compaction); one given up at its timeout with nothing
 //! answered either (the child killed before its `result`: the CLI stored the line as it took
-//! it, and a resumed session would hold it unanswered). It must still be the session the turn was written to (a fork or
-//! a reseed during the turn moved it), and not a `/compact`. Anything else — a child that died
-//! by itself mid-turn included — leaves the file as the CLI wrote it, and the caller is told the
-//! session holds the turn ([`crate::TurnReport::rewound`] is `false`).
+//! it, and a resumed session would hold it unanswered); and one whose child died by itself
+//! mid-turn (a crash, an OOM kill, a SIGKILL from outside) with nothing answered, for the same
+//! reason. It must still be the session the turn was written to (a fork or a reseed during the
+//! turn moved it), and not a `/compact`. What the driver read of the turn is checked against
+//! the file too: a child killed mid-turn may have stored a model's message or a tool's result
+//! whose stdout line never reached the driver, so a file that holds one after the turn's line
+//! is not cut. Anything else — a model that acted — leaves the file as the CLI wrote it, and
+//! the caller is told the session holds the turn ([`crate::TurnReport::rewound`] is `false`).
 
 use super::{Collected, Driver};
 use crate::event::ResultEvent;
 use crate::transcript_path;
 use std::path::Path;
+
+/// How a turn that is taken back out ended: for the log.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Ending {
+    /// The API refused it (`api_error`).
+    Refused,
+    /// Given up at its timeout, the child killed.
+    TimedOut,
+    /// The child died by itself before its `result`.
+    Died,
+}
+
+impl Ending {
+    fn turn(self) -> &'static str {
+        match self {
+            Ending::Refused => "a refused turn",
+            Ending::TimedOut => "a timed-out turn",
+            Ending::Died => "the turn of a child that died",
+        }
+    }
+}
 
 /// The session as it stood when a turn's line was written, for putting it back.
 pub(super) struct Before {
@@ -61,12 +86,16 @@ pub(super) fn nothing_answered(collected: &Collected) -> bool {
 }
 
 impl Driver {
-    /// Takes a refused turn back out of the session (see the module docs). Returns whether the
-    /// session now holds nothing of it; on `false` (another session by now, or the file could
-    /// not be cut) it holds the turn as the CLI wrote it, and the child is stopped either way.
-    pub(super) async fn rewind(&mut self, before: Before) -> bool {
+    /// Takes a turn back out of the session (see the module docs). Returns whether the session
+    /// now holds nothing of it; on `false` (another session by now, or the file could not be
+    /// cut) it holds the turn as the CLI wrote it, the cause logged, and the child is stopped
+    /// either way.
+    pub(super) async fn rewind(&mut self, before: Before, ending: Ending) -> bool {
         self.shutdown().await;
+        let turn = ending.turn();
         if self.session_id != before.session_id {
+            tracing::warn!(session = %self.session_id, was = %before.session_id,
+                "claude-cli: {turn} is left in the session: the session changed during it");
             return false;
         }
         let cut = match transcript_path(&self.config, &self.session_id) {
@@ -75,15 +104,16 @@ impl Driver {
         };
         if let Err(e) = cut {
             tracing::warn!(session = %self.session_id, error = %e,
-                "claude-cli: a refused turn could not be taken out of the session file");
+                "claude-cli: {turn} could not be taken out of the session file; the session holds it");
             return false;
         }
         tracing::info!(session = %self.session_id, bytes = before.stored,
-            "claude-cli: a refused turn was taken out of the session; the next turn resumes it");
+            "claude-cli: {turn} was taken out of the session; the next turn resumes it");
         self.established = before.stored > 0;
         self.pending_seed = before.seed;
-        // The relaunch is planned, not news: no `Relaunched` event.
-        self.renewing = true;
+        // The relaunch is planned, not news: no `Relaunched` event — unless the child died by
+        // itself, which the next turn's relaunch reports as after any crash.
+        self.renewing = !matches!(ending, Ending::Died);
         true
     }
 }
@@ -93,27 +123,59 @@ impl Driver {
 /// untouched) unless byte `stored - 1` is still there and ends a line: the CLI only appends,
 /// so a file that no longer reaches the length measured before the turn was replaced or
 /// rewritten meanwhile — `set_len` would pad it with NUL bytes — and a length inside a line
-/// would leave half a JSON line for the next `--resume` to read.
+/// would leave half a JSON line for the next `--resume` to read. Refuses too when what follows
+/// holds something of the model's ([`acted_line`]): the turn is not the driver's to take back.
 fn cut_back(path: &Path, stored: u64) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
     use std::os::unix::fs::FileExt;
-    if stored == 0 {
-        return std::fs::remove_file(path);
-    }
-    let file = std::fs::OpenOptions::new()
+    let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+    let mut file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)?;
     let len = file.metadata()?.len();
     let mut last = [0u8; 1];
-    if len < stored || file.read_exact_at(&mut last, stored - 1).is_err() || last[0] != b'\n' {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "the file ({len} bytes) no longer ends a line at the {stored} bytes measured before the turn"
-            ),
-        ));
+    if len < stored
+        || (stored > 0 && (file.read_exact_at(&mut last, stored - 1).is_err() || last[0] != b'\n'))
+    {
+        return Err(invalid(format!(
+            "the file ({len} bytes) no longer ends a line at the {stored} bytes measured before the turn"
+        )));
+    }
+    let mut turn = Vec::new();
+    file.seek(SeekFrom::Start(stored))?;
+    file.read_to_end(&mut turn)?;
+    if let Some(line) = turn.split(|b| *b == b'\n').find_map(acted_line) {
+        return Err(invalid(format!(
+            "the turn's part of the file holds the model's doing: {line}"
+        )));
+    }
+    if stored == 0 {
+        return std::fs::remove_file(path);
     }
     file.set_len(stored)
+}
+
+/// What a session-file line says the model did, if anything: a message from a model (not the
+/// CLI's `<synthetic>` error message), a tool's result, a compaction. A line that does not
+/// parse (a last one cut short by a kill) says nothing.
+fn acted_line(line: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(line).ok()?;
+    let kind = v.get("type").and_then(|t| t.as_str()).unwrap_or("");
+    let message = &v["message"];
+    let acted = match kind {
+        "assistant" => message["model"] != "<synthetic>",
+        "user" => message["content"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result")),
+        "system" => v["subtype"] == "compact_boundary",
+        _ => false,
+    };
+    acted.then(|| match kind {
+        "user" => "a tool result".to_string(),
+        "system" => "a compaction".to_string(),
+        _ => format!("a message from {}", message["model"]),
+    })
 }
 
 #[cfg(test)]
@@ -145,5 +207,42 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), &two[..8]);
         cut_back(&path, 0).unwrap();
         assert!(!path.exists());
+    }
+
+    /// A turn whose part of the file holds something of the model's is not cut, whatever the
+    /// driver read of it: a child killed mid-turn may have stored a model's message or a tool's
+    /// result whose stdout line never reached the driver. The CLI's own lines (the user line,
+    /// its `api_error`s, the `<synthetic>` message of a refusal) and a last line cut short by
+    /// the kill are cut.
+    #[test]
+    fn a_turn_the_model_acted_in_is_not_cut_out_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.jsonl");
+        let before = "{\"type\":\"user\",\"message\":{\"content\":\"earlier\"}}\n";
+        let line = "{\"type\":\"user\",\"message\":{\"content\":\"the turn\"}}\n";
+        let cli = concat!(
+            "{\"type\":\"system\",\"subtype\":\"api_error\"}\n",
+            "{\"type\":\"assistant\",\"message\":{\"model\":\"<synthetic>\"}}\n",
+            "{\"type\":\"assist"
+        );
+        let acted = [
+            "{\"type\":\"assistant\",\"message\":{\"model\":\"claude-x\",\"content\":[]}}\n",
+            "{\"type\":\"user\",\"message\":{\"content\":[{\"type\":\"tool_result\"}]}}\n",
+            "{\"type\":\"system\",\"subtype\":\"compact_boundary\"}\n",
+        ];
+        for (i, done) in acted.iter().enumerate() {
+            let whole = format!("{before}{line}{done}");
+            std::fs::write(&path, &whole).unwrap();
+            let kept = cut_back(&path, before.len() as u64);
+            assert!(kept.is_err(), "{i}: {kept:?}");
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), whole);
+            // Nor removed, for a session's first turn.
+            std::fs::write(&path, format!("{line}{done}")).unwrap();
+            assert!(cut_back(&path, 0).is_err(), "{i}");
+            assert!(path.exists());
+        }
+        std::fs::write(&path, format!("{before}{line}{cli}")).unwrap();
+        cut_back(&path, before.len() as u64).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
     }
 }

@@ -1,7 +1,7 @@
 //! One exchange from the driver's side: make sure a child is alive, write the line, read to
 //! the `result`, and relaunch, reseed or resend when the child died before the turn began.
 
-use super::rewind::{Before, nothing_answered, refused_untouched};
+use super::rewind::{Before, Ending, nothing_answered, refused_untouched};
 use super::stdin::{Exchange, user_line, write_line};
 use super::{Collected, Driver, MAX_ATTEMPTS, ReadEnd, RunFlush, emit};
 use crate::event::ResultEvent;
@@ -82,7 +82,7 @@ impl Driver {
                     tracing::warn!(?status, "claude-cli: the flush protocol terminated the run");
                     Attempt::Done(Box::new(Ok(terminated_outcome(collected, report))))
                 }
-                ReadEnd::Eof => self.on_eof(&collected, attempt, report).await,
+                ReadEnd::Eof => self.on_eof(&collected, ended, report).await,
             };
             match next {
                 Attempt::Retry => continue,
@@ -207,7 +207,8 @@ impl Driver {
             self.pending_seed = None;
         }
         if !compacting && refused_untouched(&result, &collected) {
-            report.rewound = self.rewind(before).await;
+            report.rewound = self.rewind(before, Ending::Refused).await;
+            report.out_of_step = !report.rewound;
         }
         report.model_usage_since_last_result = result.model_usage_since_last_result.clone();
         let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;
@@ -235,7 +236,8 @@ impl Driver {
         // the line. A model that already acted (a paid answer, a tool call the CLI ran) stays
         // in the session, which says so.
         if !end.compacting && nothing_answered(collected) {
-            report.rewound = self.rewind(end.before).await;
+            report.rewound = self.rewind(end.before, Ending::TimedOut).await;
+            report.out_of_step = !report.rewound;
         }
         Attempt::Done(Box::new(Err(BackendError::Transport(format!(
             "no result within {:?}; the child was killed",
@@ -244,24 +246,35 @@ impl Driver {
     }
 
     /// stdout ended before a `result`: a lost session is reseeded and a line that never ran is
-    /// resent while attempts remain; a turn that began and died is an error.
+    /// resent while attempts remain; a turn that began and died is an error, taken back out of
+    /// the session when nothing of it was answered.
     async fn on_eof(
         &mut self,
         collected: &Collected,
-        attempt: u32,
+        end: Ended,
         report: &mut TurnReport,
     ) -> Attempt {
         let (status, tail) = self.reap().await;
         let lost = tail.contains("already in use") || tail.contains("No conversation found");
-        if lost && attempt < MAX_ATTEMPTS {
+        if lost && end.attempt < MAX_ATTEMPTS {
             let reason = tail.lines().last().unwrap_or("").to_string();
             self.reseed(&reason, &mut report.session_events);
             return Attempt::Retry;
         }
-        if !collected.saw_init && attempt < MAX_ATTEMPTS {
+        if !collected.saw_init && end.attempt < MAX_ATTEMPTS {
             // Died before the turn began (killed while idle, or between our
             // liveness check and the write): the line never ran, so resend it.
             return Attempt::Retry;
+        }
+        // Died mid-turn (a crash, an OOM kill, a SIGKILL from outside): the CLI stored the line
+        // as it took it, and a resumed session would merge it, unanswered, into the next turn's
+        // message — the retry's copy a second one. When nothing of the turn was answered it is
+        // taken back out (`rewind.rs`); a model that already acted stays, and the session says so.
+        if collected.saw_init && !end.compacting && nothing_answered(collected) {
+            tracing::warn!(session = %self.session_id, ?status, stderr = %tail,
+                "claude-cli: the child died mid-turn before any answer");
+            report.rewound = self.rewind(end.before, Ending::Died).await;
+            report.out_of_step = !report.rewound;
         }
         Attempt::Done(Box::new(Err(BackendError::Transport(format!(
             "claude exited during the turn ({status:?}): {tail}"

@@ -433,20 +433,22 @@ impl<B: Backend> MindRunner<B> {
             Err(e) => {
                 // A session the failure left as it was — one that lives here (the Messages
                 // API, the simulator: an exchange joins it only when it succeeds), or the CLI's
-                // after a refusal or a timeout it took back out of its session file — takes the
-                // next attempt as the recorded message re-sent (`retry.rs`): one delivery, one
-                // notice per distinct error, however long the outage.
-                // A CLI child that died mid-turn is relaunched by the backend (`--resume`): its
-                // session holds this turn's user line unanswered, as the transcript holds the
-                // delivery, and the retry appends the batch again on both sides, so the segment
-                // (and its cached prefix) continues. Any other failure may have left the
-                // provider's session out of step with the renderer: rebuild next time.
+                // after a turn with nothing answered (refused, timed out, its child dead) that it
+                // took back out of its session file — takes the next attempt as the recorded
+                // message re-sent (`retry.rs`): one delivery, one notice per distinct error,
+                // however long the outage.
+                // A CLI child that died or hung after its model acted is relaunched by the
+                // backend (`--resume`): its session holds this turn's user line and what the
+                // model did, as the transcript holds the delivery, and the retry appends the
+                // batch again on both sides, so the segment (and its cached prefix) continues.
+                // Any other failure may have left the provider's session out of step with the
+                // renderer: rebuild next time.
                 let binds = self.persona.backend.binds_sessions();
                 let kept = !binds || self.persona.backend.failure_left_session();
-                let relaunches = binds && matches!(e, BackendError::Transport(_));
+                let carries_on = binds && self.persona.backend.failure_kept_turn();
                 if !kept {
                     self.attempt = None;
-                    if !relaunches {
+                    if !carries_on {
                         self.persona.mark_broken(now);
                     }
                 }

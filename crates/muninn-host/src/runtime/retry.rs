@@ -14,15 +14,15 @@
 //!
 //! A delivery is recorded **once per segment it is sent in**, not once per attempt
 //! (`persona.rs`): when an attempt fails on a backend whose session lives in the host (the
-//! Messages API, the simulator), or on the Claude Code CLI when the API refused the turn (the
-//! driver takes it back out of the CLI's session file: `Backend::failure_left_session`),
-//! nothing joined the provider's session, so the next attempt re-sends the message already
-//! recorded and adds nothing to the transcript but, when the error changed, a notice of why the
-//! attempt failed. Two cases record the delivery again:
-//! a retry that opens a new segment (the session had to be rebuilt, or the decider refreshed),
-//! whose transcript must replay on its own; and a Claude Code child that died mid-turn, whose
-//! resumed session holds the unanswered line, so the re-sent one is a second line on both
-//! sides.
+//! Messages API, the simulator), or on the Claude Code CLI when nothing of the turn was answered
+//! (the API refused it, it timed out, its child died: the driver takes it back out of the CLI's
+//! session file, `Backend::failure_left_session`), nothing joined the provider's session, so the
+//! next attempt re-sends the message already recorded and adds nothing to the transcript but,
+//! when the error changed, a notice of why the attempt failed. Two cases record the delivery
+//! again: a retry that opens a new segment (the session had to be rebuilt, or the decider
+//! refreshed), whose transcript must replay on its own; and a Claude Code child that died or hung
+//! after its model acted (`Backend::failure_kept_turn`), whose resumed session holds the turn,
+//! so the re-sent line is a second one on both sides.
 //!
 //! The delivery is appended under the attempt's key (`attempt.rs`): an append whose commit
 //! landed though its answer was lost (a PostgreSQL call past its deadline) fails the step, and
