@@ -361,6 +361,14 @@ pub struct FailedAttempt {
     pub request_id: Option<String>,
     /// Why the attempt failed, as displayed.
     pub error: String,
+    /// The request's shape as sent, as [`TurnOutcome::breakpoints`] says it: a failed first
+    /// request of a segment is measured by it as its answered retry will be.
+    #[serde(default)]
+    pub breakpoints: Vec<u64>,
+    /// Whether the request was sent with a clear of old tool results
+    /// ([`Backend::turn_cleared`]): the prompt it wrote is the cleared one.
+    #[serde(default)]
+    pub cleared: bool,
 }
 
 /// The flush protocol of a long run (seed A2), every timing from configuration.

@@ -87,7 +87,15 @@ pub enum RowKind {
     HeadPing,
     /// A memory flush or a compaction: the session writes what its next segment starts from.
     Flush,
+    /// An attempt the provider billed but did not answer whole (its stream was cut after
+    /// `message_start`): it read and wrote the cache as the request it was, and the next row
+    /// (the retry, or whatever the runner sent next) came after it. No decision behind it: the
+    /// decider was asked for the request it attempted, on that request's own row.
+    FailedAttempt,
 }
+
+/// The ledger's `decision` text of a [`RowKind::FailedAttempt`] row.
+pub const ATTEMPT_FAILED: &str = "attempt_failed";
 
 impl RowKind {
     /// The kind of a row written before decision records existed, from its decision text.
@@ -98,6 +106,8 @@ impl RowKind {
             RowKind::Ping
         } else if decision == "flush" || decision == "compact" {
             RowKind::Flush
+        } else if decision == ATTEMPT_FAILED {
+            RowKind::FailedAttempt
         } else {
             RowKind::Request
         }

@@ -457,6 +457,18 @@ impl Accounting {
         }
     }
 
+    /// An attempt the provider billed but did not answer whole was sent at `at_ms` with `usage`
+    /// (its stream was cut after `message_start`): the provider read and wrote the cache as for
+    /// the request it attempted, so what it cached is warm from then on — the retry reads it.
+    /// It is no request of the segment (the retry is), ends no gap and teaches nothing. One
+    /// that sent less than the cached prefix (a head ping, a rebuilt segment's first request)
+    /// left that prefix as it was, and changes nothing here.
+    pub fn attempt_failed(&mut self, at_ms: i64, usage: &Usage) {
+        if usage.cache_read + usage.written() >= self.prefix_tokens {
+            self.cached(at_ms, usage);
+        }
+    }
+
     /// The decider let `keep` go for the rest of this gap.
     pub fn let_go(&mut self, keep: Keep) {
         match keep {
@@ -589,6 +601,7 @@ impl Accounting {
             RowKind::Ping => self.ping(at_ms, Keep::Tail, usage, cost),
             RowKind::HeadPing => self.ping(at_ms, Keep::Head, usage, cost),
             RowKind::Flush => self.flush(at_ms, usage, cost),
+            RowKind::FailedAttempt => self.attempt_failed(at_ms, usage),
         }
     }
 
@@ -603,6 +616,14 @@ impl Accounting {
         usage: &Usage,
         cost: MicroUsd,
     ) {
+        if decided.kind == RowKind::FailedAttempt && decided.segment.is_some() {
+            // A failed attempt at a segment's first request carries the segment for the
+            // cache's sake (`LedgerCache` prices it in that segment); the segment begins with
+            // the request's own row, the retry, which the decider was asked for. Until then the
+            // accounting's prefix is the old segment's, which the attempt did not change.
+            self.last_activity_ms = Some(self.last_activity_ms.map_or(at_ms, |t| t.max(at_ms)));
+            return;
+        }
         // The segment begins first, so that the row's tool results sit after its rehydration,
         // as the replay engine places them.
         if let Some(start) = &decided.segment {

@@ -70,6 +70,10 @@ enum Act {
     /// The provider loses every cached entry now, before their TTLs say (the simulator's
     /// cache emptied): the next request's answer writes what the host's cache model reads.
     Evict,
+    /// The provider cuts the next request's stream after `message_start` and `after_deltas`
+    /// content deltas — ending it (`truncate`), or with an `error` event (`mid_stream_error`)
+    /// — and bills it to the cut: the host retries it, and the cut attempt is a ledger row.
+    Cut { after_deltas: u32, mid_stream: bool },
 }
 
 /// The hosts' lease: an hour.
@@ -97,6 +101,8 @@ fn act() -> impl Strategy<Value = Act> {
         1 => (1u32..4).prop_map(|commits| Act::StoreFaults { commits }),
         2 => (0usize..LATE_MS.len()).prop_map(|i| Act::Late { ms: LATE_MS[i] }),
         1 => Just(Act::Evict),
+        1 => (0u32..3, any::<bool>())
+            .prop_map(|(after_deltas, mid_stream)| Act::Cut { after_deltas, mid_stream }),
     ]
 }
 
@@ -361,6 +367,21 @@ impl Harness {
             }
             Act::Late { ms } => self.late_ms = *ms,
             Act::Evict => self.w.sim.reset(),
+            Act::Cut {
+                after_deltas,
+                mid_stream,
+            } => {
+                let after_deltas = *after_deltas;
+                let kind = if *mid_stream {
+                    FaultKind::MidStreamError {
+                        after_deltas,
+                        error_type: "overloaded_error".into(),
+                    }
+                } else {
+                    FaultKind::Truncate { after_deltas }
+                };
+                self.w.sim.push_faults([Fault { kind, times: 1 }]);
+            }
             Act::Restart { clean } => {
                 let mut old = self.runner.take().unwrap();
                 if *clean {

@@ -385,9 +385,9 @@ async fn a_request_that_times_out_is_bounded_logged_and_retried_until_answered()
 /// take minutes. The attempt is cut at its 1.5 s deadline (content had begun, so the client
 /// does not re-send it: `BrokenAfterContent`, as a stream cut mid-content), the runner says
 /// `retrying` with the cause (what `muninn status` shows), and its own retry answers the
-/// delivery exactly once: one reply, one ledger row (the answered attempt's: the cut attempt
-/// the provider billed is reported by the backend and logged by the host, not yet a row), the
-/// transcript whole with one notice.
+/// delivery exactly once: one reply, the transcript whole with one notice, and two ledger rows —
+/// the cut attempt the provider billed (its input side as the simulator billed it; the output
+/// is what reached the client), then the answered retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_that_trickles_past_the_attempt_deadline_fails_and_is_retried_once() {
     let rig = HttpRig::new().await;
@@ -418,7 +418,15 @@ async fn a_reply_that_trickles_past_the_attempt_deadline_fails_and_is_retried_on
         ["delivery", "attempt_failed", "reply"]
     );
     let rows = vala_ledger(&rig.host).await;
-    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows[0].row.decision, "attempt_failed");
+    assert_ne!(rows[1].row.decision, "attempt_failed");
+    let billed = rig.server.sim.requests()[0].usage.unwrap();
+    let cut = &rows[0].row.usage;
+    assert_eq!(
+        (cut.input, cut.cache_read, cut.written()),
+        (billed.input, billed.cache_read, billed.written())
+    );
     // The provider answered (and billed) both attempts; only the second reached the Mind.
     let answered: Vec<bool> = rig
         .server
@@ -437,8 +445,8 @@ async fn a_reply_that_trickles_past_the_attempt_deadline_fails_and_is_retried_on
 /// safe to repeat, so the client gives up (`BrokenAfterContent`) and the Mind's own retry
 /// answers the delivery once — and that retry's row is predicted reading the prefix the cut
 /// attempt wrote, exactly as the simulator reports it (before, the backend's cache mirror
-/// ignored the cut attempt and predicted a cold write). The cut attempt itself is not in the
-/// ledger (the backend reports it, the host logs it): one row, the answered attempt's.
+/// ignored the cut attempt and predicted a cold write). The cut attempt itself is the row
+/// before it, as the provider billed it ([`assert_cut_row`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_retry_after_a_stream_cut_mid_content_reads_what_the_cut_attempt_wrote() {
     let rig = HttpRig::new().await;
@@ -465,8 +473,9 @@ async fn the_retry_after_a_stream_cut_mid_content_reads_what_the_cut_attempt_wro
     let (cut, retry) = (records[0].usage.unwrap(), records[1].usage.unwrap());
     assert!(cut.written() > 0 && cut.cache_read == 0, "{cut:?}");
     let rows = vala_ledger(&rig.host).await;
-    assert_eq!(rows.len(), 1, "{rows:#?}");
-    let row = &rows[0].row;
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_cut_row(&rows[0].row, &cut, &rows[1].row);
+    let row = &rows[1].row;
     assert_eq!(row.usage, retry);
     assert_eq!(row.usage.cache_read, cut.written());
     assert_eq!(
@@ -474,6 +483,43 @@ async fn the_retry_after_a_stream_cut_mid_content_reads_what_the_cut_attempt_wro
         (retry.cache_read, retry.written())
     );
     rig.server.stop().await.unwrap();
+}
+
+/// The row of an attempt the provider billed but cut (`cut`, as the simulator billed it), before
+/// the `retry` that answered: its own row, priced as any row, at the retry's segment and time,
+/// predicted as the backend's cache mirror predicted it, the error and request id among its
+/// events, and a decision record of its own kind that asked the decider nothing.
+fn assert_cut_row(
+    row: &muninn_core::ledger::LedgerRow,
+    cut: &muninn_core::trace::Usage,
+    retry: &muninn_core::ledger::LedgerRow,
+) {
+    let price = muninn_core::price::PriceTable::embedded();
+    assert_eq!(&row.usage, cut);
+    assert_eq!(row.cost, price.model(&row.model).unwrap().cost(cut));
+    assert!(row.cost.0 > 0);
+    assert_eq!(row.decision, "attempt_failed");
+    assert!(row.raw_usage.is_some());
+    assert_eq!(
+        (row.predicted_read, row.predicted_write),
+        (cut.cache_read, cut.written())
+    );
+    assert_eq!(row.segment, retry.segment);
+    assert!(row.at_ms <= retry.at_ms);
+    assert!(!row.boundary);
+    let event = row
+        .events
+        .iter()
+        .find(|e| e.get("attempt_failed").is_some())
+        .expect("the error among the events");
+    assert!(
+        event["request_id"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty())
+    );
+    let decided = row.decided.as_ref().expect("a decision record");
+    assert_eq!(serde_json::json!(decided.kind), "failed_attempt");
+    assert_eq!((decided.event, decided.action), (None, None));
 }
 
 /// A Claude Code child that hangs (the API it calls never answers): the turn is given up after

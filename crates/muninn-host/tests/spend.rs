@@ -173,3 +173,98 @@ async fn a_clock_stepped_back_does_not_hide_spend_from_the_cap() {
     assert_eq!(w.sim.requests().len(), 1);
     assert_eq!(total().await, first);
 }
+
+/// What the provider billed for each request so far, as the simulator logged it (cut
+/// attempts included), priced on the embedded table.
+fn billed_each(w: &World) -> Vec<i64> {
+    let prices = muninn_core::price::PriceTable::embedded();
+    let price = prices.model(&mind("").model).unwrap();
+    w.sim
+        .requests()
+        .iter()
+        .filter_map(|r| r.usage)
+        .map(|u| price.cost(&u).0)
+        .collect()
+}
+
+fn billed(w: &World) -> i64 {
+    billed_each(w).iter().sum()
+}
+
+/// A fresh world whose Persona answered one delivery, and was sent a second, `e2`, whose
+/// first attempt `refuse` makes fail (a cut after `message_start`, or a refusal before it).
+async fn second_turn_failed(refuse: muninn_sim::sim::FaultKind) -> (World, MindRunnerOf) {
+    let w = world().await;
+    let mut r = runner(&w, mind("turns_per_wake = 5"), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    w.sim.advance_clock(1_000);
+    post(&w, "e2", "#swarm", "ari", "and what of the ledger?").await;
+    w.sim.push_faults([muninn_sim::sim::Fault {
+        kind: refuse,
+        times: 1,
+    }]);
+    r.woken();
+    assert!(r.step().await.is_err());
+    w.sim.advance_clock(1_000);
+    (w, r)
+}
+
+type MindRunnerOf = muninn_host::runtime::MindRunner<muninn_sim::inprocess::SimBackend>;
+
+fn cut() -> muninn_sim::sim::FaultKind {
+    muninn_sim::sim::FaultKind::Truncate { after_deltas: 1 }
+}
+
+/// The lowest spend cap under which the retry of `e2` ([`second_turn_failed`]) is not refused
+/// as over budget.
+async fn lowest_cap_for_the_retry(refuse: fn() -> muninn_sim::sim::FaultKind) -> i64 {
+    let (mut low, mut high) = (0i64, 10_000_000i64);
+    while low < high {
+        let cap = low + (high - low) / 2;
+        let (w, mut r) = second_turn_failed(refuse()).await;
+        set_cap(&w, Some(cap)).await;
+        match r.step().await.unwrap() {
+            Step::OverBudget => low = cap + 1,
+            _ => high = cap,
+        }
+    }
+    low
+}
+
+/// A turn whose first attempt was cut after `message_start` (the provider billed its input,
+/// its cache write and the output it sent): the cut attempt's cost counts against the spend
+/// cap before its retry is sent. Under the lowest cap a retry after a refusal the provider did
+/// not bill passes, the retry after the cut does not start — the cut attempt's cost took the
+/// window over; with room for that cost it runs. The ledger holds what the provider billed, to
+/// the micro-dollar: the cut attempt's row (committed as the failed step ended), then the
+/// retry's. Before, the host only
+/// logged the cut attempt: the retry started under the same cap, and the ledger (so the cap,
+/// and `muninn status`) fell short of the bill by the cut attempt's cost.
+#[tokio::test]
+async fn a_cut_attempts_cost_counts_against_the_cap_before_its_retry() {
+    let unbilled = lowest_cap_for_the_retry(|| muninn_sim::sim::FaultKind::Unauthorized).await;
+    let (w, mut r) = second_turn_failed(cut()).await;
+    // The failed step committed the cut attempt's row as it ended.
+    let rows = ledger(&w).await;
+    let decisions: Vec<&str> = rows.iter().map(|r| r.decision.as_str()).collect();
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert_eq!(decisions[1], "attempt_failed");
+    assert_eq!(spent(&w).await, billed(&w));
+    set_cap(&w, Some(unbilled)).await;
+    assert_eq!(r.step().await.unwrap(), Step::OverBudget);
+    let each = billed_each(&w);
+    assert_eq!(each.len(), 2, "the first turn, and the cut attempt");
+    let cut_cost = each[1];
+    assert!(cut_cost > 0, "the cut attempt was billed");
+    set_cap(&w, Some(unbilled + cut_cost + 1_000_000)).await;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let rows = ledger(&w).await;
+    let decisions: Vec<&str> = rows.iter().map(|r| r.decision.as_str()).collect();
+    assert_eq!(decisions.len(), 3, "{decisions:?}");
+    assert_eq!(decisions[1], "attempt_failed");
+    assert_eq!(rows[1].cost.0, cut_cost);
+    assert_eq!(spent(&w).await, billed(&w));
+}

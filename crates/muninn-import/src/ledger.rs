@@ -9,7 +9,10 @@
 //! The recorded policy's own side requests are not turns of the Mind: a compaction or memory
 //! flush goes to a thread of its own, `<role>/compaction`, and a keep-warm ping (tail or head) to
 //! `<role>/keep-warm`, both of kind [`ThreadKind::Compaction`] — a replay counts them for what
-//! was recorded only, and every other plan makes its own. A row's kind is its decision record's
+//! was recorded only, and every other plan makes its own. An attempt the provider billed but did
+//! not answer whole (a stream cut after `message_start`) stays on the conversation's thread, a
+//! request inside the turn (not a boundary) at its own time: a replay prices it under its own
+//! policy's cache state, as the outage would have cost that policy too. A row's kind is its decision record's
 //! ([`muninn_core::ledger::Decided::kind`]), else its decision text.
 
 use crate::lines::{Line, parse_line};
@@ -34,7 +37,10 @@ impl Mapper {
             .as_ref()
             .map_or_else(|| RowKind::of_decision(&row.decision), |d| d.kind);
         let side = match kind {
-            RowKind::Request => None,
+            // A failed attempt the provider billed is a request of the conversation like its
+            // retry: every policy replayed would have sent it at the same point, and pays it
+            // on its own cache state (an outage costs every policy).
+            RowKind::Request | RowKind::FailedAttempt => None,
             RowKind::Flush => Some("compaction"),
             RowKind::Ping | RowKind::HeadPing => Some("keep-warm"),
         };

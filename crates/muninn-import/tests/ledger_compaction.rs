@@ -119,3 +119,29 @@ fn rows_in_memory_map_as_their_export_does() {
     let got: Vec<_> = got.into_iter().map(|t| t.trace).collect();
     assert_eq!(got, imported);
 }
+
+/// An attempt the provider billed but cut (`attempt_failed`, written before its retry) stays on
+/// the conversation's thread, a request inside the turn: a replay under any policy prices it on
+/// that policy's own cache state (the outage costs every policy), where a side thread would
+/// count it for the recorded policy alone.
+#[test]
+fn a_cut_attempt_is_a_request_of_the_conversation() {
+    let lines = [
+        row(0, 0, "append:Continue", usage(3, 0, 5000, 0, 100)),
+        row(0, 30, "attempt_failed", usage(3, 0, 120, 5000, 4)),
+        row(0, 31, "append:Continue", usage(3, 0, 0, 5120, 90)),
+    ];
+    let mut rows: Vec<muninn_core::ledger::LedgerRow> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    rows[1].boundary = false;
+    let got = muninn_import::ledger_traces(&rows);
+    let placed: Vec<(String, Vec<usize>)> = got
+        .iter()
+        .map(|t| (t.trace.thread.clone(), t.rows.clone()))
+        .collect();
+    assert_eq!(placed, vec![("persona".to_string(), vec![0, 1, 2])]);
+    let boundaries: Vec<bool> = got[0].trace.requests.iter().map(|r| r.boundary).collect();
+    assert_eq!(boundaries, [true, false, true]);
+}

@@ -4,13 +4,17 @@
 //! A request goes through [`Simulator::messages`] exactly as over HTTP — same mapping, same
 //! shared cache, same reply, same request log — minus the HTTP and SSE framing. Faults that
 //! refuse a request (429, 529, 500, 400, 401) come back as the same errors the HTTP client
-//! reports, without retries (there is no wait to be had in-process); stream faults (a mid-stream
-//! error, a cut, a slow or trickling reply) have no meaning without a stream and are consumed
-//! unapplied.
+//! reports, without retries (there is no wait to be had in-process). A stream cut after
+//! `message_start` (`truncate`, `mid_stream_error`) fails the call as the HTTP client fails it
+//! once it gives up — after content, unless the turn is safe to repeat, as
+//! [`BackendError::BrokenAfterContent`] — billed as the HTTP path bills it (the attempt is in
+//! [`Failed::billed`] with what the client would have read before the cut), again without
+//! retries. The other stream faults (a slow or trickling reply) have no meaning without a
+//! stream and are consumed unapplied.
 
 use crate::sim::{ApiError, Simulator};
 use muninn_anthropic::backend::{AnthropicBackend, Transport};
-use muninn_anthropic::client::{Completed, Failed, retryable_status};
+use muninn_anthropic::client::{BilledAttempt, Completed, Failed, retryable_status};
 use muninn_anthropic::wire::MessagesRequest;
 use muninn_backend::BackendError;
 use std::sync::Arc;
@@ -51,7 +55,7 @@ impl Transport for InProcess {
     async fn send(
         &self,
         request: &MessagesRequest,
-        _safe_to_repeat: bool,
+        safe_to_repeat: bool,
     ) -> Result<Completed, Failed> {
         let body = serde_json::to_value(request).map_err(|e| Failed {
             error: BackendError::Invalid(format!("request does not serialise: {e}")),
@@ -63,17 +67,67 @@ impl Transport for InProcess {
         let beta = (!betas.is_empty()).then(|| betas.join(","));
         let record = self.sim.arrival("/v1/messages", "in-process", beta, body);
         let seq = record.seq;
-        // Stream faults have no stream to act on here and are dropped with the fault.
-        let (answer, _fault) = crate::server::answer(&self.sim, record, false)
+        // A streamed request is billed as over HTTP: a cut up to the cut (the other stream
+        // faults have no stream to act on here and are dropped with the fault, as a cut is for
+        // a request that does not stream).
+        let (answer, fault) = crate::server::answer(&self.sim, record, request.stream)
             .await
             .map_err(failed)?;
+        let request_id = Some(format!("req_sim_{seq:08}"));
+        let cut = request
+            .stream
+            .then(|| crate::server::cut_seen(&answer, fault.as_ref()))
+            .flatten();
+        if let Some(cut) = cut {
+            return Err(cut_off(cut, fault, request_id, safe_to_repeat));
+        }
         let raw_usage = serde_json::to_value(answer.wire_usage()).unwrap_or_default();
         Ok(Completed {
             response: answer.into_message(),
             raw_usage,
-            request_id: Some(format!("req_sim_{seq:08}")),
+            request_id,
             retries: Vec::new(),
             billed: Vec::new(),
         })
+    }
+}
+
+/// The failure the HTTP client reports for a stream cut after `message_start` once it gives up
+/// (here at once: no retries in-process), the cut attempt billed.
+fn cut_off(
+    cut: crate::server::CutSeen,
+    fault: Option<crate::sim::FaultKind>,
+    request_id: Option<String>,
+    safe_to_repeat: bool,
+) -> Failed {
+    use crate::sim::FaultKind;
+    let error = match fault {
+        // The stream's `error` event, as the client reads it (status 0: the reply was a 200).
+        Some(FaultKind::MidStreamError { error_type, .. }) => BackendError::Api {
+            status: 0,
+            retryable: matches!(
+                error_type.as_str(),
+                "overloaded_error" | "rate_limit_error" | "api_error"
+            ),
+            kind: error_type,
+            message: "Overloaded (simulated mid-stream failure)".to_string(),
+            retry_after_ms: None,
+        },
+        _ => BackendError::Protocol("the stream ended before message_stop".to_string()),
+    };
+    let reported = if cut.after_content && !safe_to_repeat {
+        BackendError::BrokenAfterContent(Box::new(error.clone()))
+    } else {
+        error.clone()
+    };
+    Failed {
+        error: reported,
+        retries: Vec::new(),
+        billed: vec![BilledAttempt {
+            usage: cut.usage,
+            raw_usage: cut.raw_usage,
+            request_id,
+            error,
+        }],
     }
 }

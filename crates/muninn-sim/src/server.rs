@@ -269,8 +269,8 @@ pub(crate) fn record_refusal(sim: &Simulator, mut record: RecordedRequest, e: &A
 /// A `streamed` answer that the fault cuts ([`FaultKind::Truncate`], [`FaultKind::MidStreamError`])
 /// is billed as the provider bills a stream that broke off after `message_start`: its input and
 /// cache in full (the cache was written), and the output it sent
-/// ([`muninn_anthropic::client::billed_by_cut`] of the events before the cut). In-process there
-/// is no stream to cut, the fault is dropped, and the answer is billed whole.
+/// ([`muninn_anthropic::client::billed_by_cut`] of the events before the cut). In-process, the
+/// cut is the transport's to report (`inprocess.rs`), billed the same.
 pub(crate) async fn answer(
     sim: &Simulator,
     mut record: RecordedRequest,
@@ -441,13 +441,34 @@ fn pieces(text: &str, n: usize) -> Vec<String> {
 /// What a streamed answer that `fault` cuts is billed (see [`answer`]); `None` when it is not
 /// cut.
 fn billed_by_cut(answer: &Answer, fault: Option<&FaultKind>) -> Option<muninn_core::trace::Usage> {
+    cut_seen(answer, fault).map(|cut| cut.usage)
+}
+
+/// What the client sees of a stream that a fault cuts: the billing it reads from the events
+/// before the cut, and whether content had begun.
+pub(crate) struct CutSeen {
+    /// As [`muninn_anthropic::client::billed_by_cut`] reads it.
+    pub(crate) usage: muninn_core::trace::Usage,
+    /// `message_start`'s usage JSON (with any `message_delta` laid over it).
+    pub(crate) raw_usage: Value,
+    /// Whether a content delta came before the cut.
+    pub(crate) after_content: bool,
+}
+
+/// What the client sees of `answer`'s stream when `fault` cuts it; `None` when it is not cut.
+pub(crate) fn cut_seen(answer: &Answer, fault: Option<&FaultKind>) -> Option<CutSeen> {
     let all = events(answer, false);
     let cut = cut_at(&all, fault)?;
     let sent: Vec<String> = all[..cut]
         .iter()
         .filter_map(|(e, _)| serde_json::to_string(e).ok())
         .collect();
-    muninn_anthropic::client::billed_by_cut(&sent).map(|(usage, _)| usage)
+    let (usage, raw_usage) = muninn_anthropic::client::billed_by_cut(&sent)?;
+    Some(CutSeen {
+        usage,
+        raw_usage,
+        after_content: all[..cut].iter().any(|(_, is_delta)| *is_delta),
+    })
 }
 
 /// How many of a stream's events `fault` lets through before it cuts the stream, if it does.

@@ -154,7 +154,7 @@ impl<T: Transport> AnthropicBackend<T> {
         // A clear's history goes on from the messages as the provider read them.
         let cleared_messages = (commit == Commit::Cleared).then_some(read.messages);
         let (completed, prediction) = self
-            .send_predicted(&request, &shaped, min_cacheable, safe_to_repeat)
+            .send_predicted(&request, &shaped, min_cacheable, safe_to_repeat, commit)
             .await?;
         let response = completed.response;
         let usage = response.usage.to_core();
@@ -223,6 +223,7 @@ impl<T: Transport> AnthropicBackend<T> {
         shaped: &PromptShape,
         min_cacheable: Tokens,
         safe_to_repeat: bool,
+        commit: Commit,
     ) -> Result<(Completed, Prediction), BackendError> {
         let now = self.clock.now_ms();
         let prompt = shaped.prompt();
@@ -248,6 +249,8 @@ impl<T: Transport> AnthropicBackend<T> {
                 predicted: Some(prediction.outcome.usage(attempt.usage.output)),
                 request_id: attempt.request_id.clone(),
                 error: attempt.error.to_string(),
+                breakpoints: breakpoints_of(shaped),
+                cleared: commit == Commit::Cleared,
             });
             self.mirror
                 .commit(&shaped.model, &prediction, now, &self.rules);

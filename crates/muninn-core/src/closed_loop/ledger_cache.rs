@@ -36,6 +36,24 @@ pub struct LedgerCache {
     /// Clears (masked requests) so far: each rewrites the prompt after the head and system, so
     /// the ends after it are new prefixes.
     clears: u64,
+    /// Set by a failed attempt ([`RowKind::FailedAttempt`]) for the row after it.
+    attempted: Option<Attempted>,
+}
+
+/// What the last row, a failed attempt, left for the row after it. Its retry re-sends the same
+/// prompt: the same end, in the same block, under the same clear, in the segment the attempt
+/// began if it was a segment's first request (the retry carries the same start, and continues
+/// that segment rather than beginning another). A row after it with another end was decided
+/// again (another prompt, with or without a clear): the attempt's clear and end are no prefix
+/// of it, and the segment's ends are as they were before the attempt.
+#[derive(Debug, Clone, PartialEq)]
+struct Attempted {
+    start: Option<SegmentStart>,
+    end: Tokens,
+    block: u32,
+    /// The segment's ends and clears before the attempt.
+    ends: Vec<(u32, Tokens, Fingerprint)>,
+    clears: u64,
 }
 
 impl LedgerCache {
@@ -56,17 +74,48 @@ impl LedgerCache {
         min_cacheable: Tokens,
         rules: &CacheRules,
     ) -> Usage {
-        if let Some(start) = &decided.segment {
+        let attempted = self.attempted.take();
+        let begun = attempted.as_ref().and_then(|a| a.start);
+        let end = row.usage.cache_read + row.usage.written();
+        let again = attempted.as_ref().filter(|a| a.end == end).map(|a| a.block);
+        // The segment's ends and clears before the attempts this row follows, kept for the row
+        // after it when this one is a failed attempt too.
+        let before = match attempted {
+            Some(a) if again.is_some() => Some((a.ends, a.clears)),
+            Some(a) => {
+                // Decided again after the failed attempt: its lineage is not this row's.
+                self.ends = a.ends;
+                self.clears = a.clears;
+                None
+            }
+            None => None,
+        };
+        if let Some(start) = &decided.segment
+            && begun != Some(*start)
+        {
             self.begin_segment(start);
         }
-        if decided.kind == RowKind::Request && decided.action == Some(Action::Mask) {
+        let (ends, clears) = before.unwrap_or_else(|| (self.ends.clone(), self.clears));
+        let masks = matches!(decided.kind, RowKind::Request | RowKind::FailedAttempt)
+            && decided.action == Some(Action::Mask);
+        // A retry re-sends the attempt's clear, which the ends already took.
+        if masks && again.is_none() {
             // The clear rewrote the prompt from its first cleared block on: no earlier end of
             // the segment is a prefix of it any more (a clear that removed less than the
             // requests since added would otherwise read an earlier end as if unchanged).
             self.clears += 1;
             self.ends.clear();
         }
-        let checkpoints = self.shape(decided.kind, &row.usage, decided, rules);
+        let checkpoints = self.shape(decided.kind, &row.usage, decided, rules, again);
+        if decided.kind == RowKind::FailedAttempt {
+            self.attempted = Some(Attempted {
+                start: decided.segment.or(begun),
+                end,
+                block: checkpoints.last().map_or(0, |c| c.block),
+                ends,
+                clears,
+            });
+        }
         let prompt = Prompt {
             model: &row.model,
             checkpoints: &checkpoints,
@@ -98,13 +147,15 @@ impl LedgerCache {
     /// The request's shape from sizes: the head and the system under their breakpoints, the
     /// segment's earlier cached ends (lookup boundaries), and its own cached end under the
     /// tail's breakpoint. A request grows its segment by two blocks (a reply and a message), a
-    /// ping by one (the reply it caches).
+    /// ping by one (the reply it caches); a retry of a failed attempt (`again`, the same end)
+    /// none — it is the same prompt.
     fn shape(
         &mut self,
         kind: RowKind,
         usage: &Usage,
         decided: &Decided,
         rules: &CacheRules,
+        again: Option<u32>,
     ) -> Vec<Checkpoint> {
         let mut checkpoints = Vec::with_capacity(4 + self.ends.len());
         if self.head > 0 {
@@ -128,7 +179,10 @@ impl LedgerCache {
         }
         let end = usage.cache_read + usage.written();
         let last_block = self.ends.last().map_or(1, |e| e.0);
-        let block = last_block + if kind == RowKind::Ping { 1 } else { 2 };
+        let block = match again {
+            Some(block) => block,
+            None => last_block + if kind == RowKind::Ping { 1 } else { 2 },
+        };
         let lowest = block.saturating_sub(rules.lookback_blocks);
         for &(b, tokens, fp) in &self.ends {
             let above = checkpoints.last().map_or(0, |c| c.tokens);

@@ -260,17 +260,42 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// The ledger row of a request the role's session answered — with its decision record, the
-    /// segment it began (if it is the segment's first) and the pending session events — after
-    /// which the session's accounting counts it exactly as a replay of the row will, and the
-    /// host's telemetry logs and counts it (every row passes here).
+    /// The ledger rows of a request the role's session answered: the rows of the attempts the
+    /// provider billed but did not answer whole that wait for a record (`failed.rs`: those
+    /// before this answer, taken from the backend now, and those of earlier failed calls), then
+    /// the answer's own ([`MindRunner::counted`]). The record that carries the answer carries
+    /// them all, in this order — the order the accounting counted them in.
     pub(super) fn answered(
         &mut self,
         role: Role,
         outcome: &TurnOutcome,
         now: i64,
         asked: Asked<'_>,
+    ) -> Vec<LedgerRow> {
+        self.ledger_failed_attempts(role, now);
+        let row = self.counted(role, outcome, now, asked, false);
+        let mut rows = std::mem::take(&mut self.session_mut(role).unledgered);
+        rows.push(row);
+        rows
+    }
+
+    /// The ledger row of a request the role's session sent — with its decision record, the
+    /// segment it began (if it is the segment's first) and, for an answer, the pending session
+    /// events — after which the session's accounting counts it exactly as a replay of the row
+    /// will, and the host's telemetry logs and counts it (every row passes here). A failed
+    /// attempt at a segment's first request carries the segment too (a replay prices it in that
+    /// segment) but leaves it to the answered retry to begin; one `cleared` (sent with a clear
+    /// of old tool results) says so with the `mask` action, the decider unasked, so a replay
+    /// prices the prompt it wrote as the cleared one.
+    pub(super) fn counted(
+        &mut self,
+        role: Role,
+        outcome: &TurnOutcome,
+        now: i64,
+        asked: Asked<'_>,
+        cleared: bool,
     ) -> LedgerRow {
+        let failed = asked.kind == RowKind::FailedAttempt;
         let session = self.session(role);
         let mut row = self.ledger_row(
             session,
@@ -280,13 +305,18 @@ impl<B: Backend> MindRunner<B> {
             asked.state,
             asked.boundary,
         );
-        let starting = session.starting.filter(|_| asked.kind == RowKind::Request);
+        let starting = session
+            .starting
+            .filter(|_| asked.kind == RowKind::Request || failed);
         let start = starting.map(|s| s.measured(&outcome.breakpoints));
         if let Some(start) = &start {
             row.rehydration_tokens = start.rehydration;
             row.turn = 0;
         }
         let mut decided = self.decided(&session.acc, &asked, start, session.lost_at_ms);
+        if cleared {
+            decided.action = Some(muninn_core::decide::Action::Mask);
+        }
         // An idle decision point that came before this row and was never asked (the runner was
         // backing off a failed step, running the other role, braked or capped, and this row is
         // not that point's ping or flush): nobody decided it at its time, so a replay of the
@@ -306,7 +336,7 @@ impl<B: Backend> MindRunner<B> {
         let min_cacheable = self.price.min_cacheable;
         let session = self.session_mut(role);
         session.lost_at_ms = None;
-        if let (Some(starting), Some(start)) = (starting, start) {
+        if let (Some(starting), Some(start), false) = (starting, start, failed) {
             session.starting = None;
             // A session just launched is now measured: a compaction continues it under the
             // system it was launched with, so the compacted segment starts from this measure
@@ -316,7 +346,12 @@ impl<B: Backend> MindRunner<B> {
                 session.launched = start;
             }
         }
-        let events = session.attach_events(&mut row);
+        // Session events go on the answer's row (a failed attempt's comes before it).
+        let events = if failed {
+            Vec::new()
+        } else {
+            session.attach_events(&mut row)
+        };
         mark_expired(session, outcome, &mut row, &decided, min_cacheable);
         // A clear drops what it cleared; the turn's tool results join the segment.
         session
@@ -336,6 +371,9 @@ impl<B: Backend> MindRunner<B> {
     /// through [`Accounting::record`], under the parameters it was written with, then the
     /// current ones. Rows written before decision records existed count by their decision text.
     pub(super) async fn restore(&mut self, role: Role) -> Result<(), RuntimeError> {
+        // Rows counted by the accounting being replaced, and in no ledger the new one is read
+        // from: given up (`failed.rs`).
+        self.abandon_unledgered(role);
         let params = self.params(role, pinging(&self.session(role).backend));
         let mut acc = Accounting::new(params);
         // As a replay of the ledger does, the rows before decision records left out.

@@ -13,7 +13,9 @@
 //! The spend in the window is the ledger's, plus the money of answers this runner abandoned
 //! uncommitted ([`Abandoned`]): the provider billed them, but they have no ledger row — the
 //! ledger is what replay reads, and a row there would be a request the host's session no longer
-//! holds.
+//! holds — plus the rows of failed attempts the provider billed that wait for the role's next
+//! record (`failed.rs`: a cut attempt's retry is refused when the cut attempt's own cost
+//! brought the window to the cap).
 
 use super::persona::{Plan, counted};
 use super::{MindRunner, RuntimeError};
@@ -135,13 +137,21 @@ impl<B: Backend> MindRunner<B> {
         let from = now.saturating_sub(window);
         let ledgered = self.host.store.spend(&self.mind.id, from, i64::MAX).await?;
         let abandoned = self.abandoned.within(from, i64::MAX);
-        let spent = MicroUsd(ledgered.0.saturating_add(abandoned.0));
+        // Failed attempts the provider billed whose rows wait for a record (`failed.rs`).
+        let unledgered = self.unledgered_spend(from);
+        let spent = MicroUsd(
+            ledgered
+                .0
+                .saturating_add(abandoned.0)
+                .saturating_add(unledgered),
+        );
         let crosses = spent.0.saturating_add(worst.0) > cap.0;
         if crosses {
             tracing::info!(
                 mind = %self.mind.id,
                 spent = spent.0,
                 abandoned = abandoned.0,
+                unledgered,
                 worst_case = worst.0,
                 cap = cap.0,
                 "spend cap: the next request could cross it; not starting"

@@ -126,14 +126,19 @@ impl<B: Backend> MindRunner<B> {
                 session.acc.let_go(Keep::Head);
                 return Ok(Idle::Until(None));
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                // A ping cut after the provider read it was billed: its row waits for the
+                // role's next record (`failed.rs`).
+                self.ledger_failed_attempts(role, now);
+                return Err(e.into());
+            }
         };
         let (kind, name) = match point.keep {
             Keep::Tail => (RowKind::Ping, "ping"),
             Keep::Head => (RowKind::HeadPing, "ping_head"),
         };
         let label = format!("{name}:{:?}", decision.reason);
-        let row = self.answered(
+        let rows = self.answered(
             role,
             &outcome,
             now,
@@ -148,7 +153,7 @@ impl<B: Backend> MindRunner<B> {
             },
         );
         // A failed commit is held and committed first at the next step (`pending.rs`).
-        let ping = Uncommitted::rows(token, role, vec![row], now, Then::Ping);
+        let ping = Uncommitted::rows(token, role, rows, now, Then::Ping);
         self.settle(ping).await?;
         Ok(Idle::Acted)
     }

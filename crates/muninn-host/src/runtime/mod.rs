@@ -71,6 +71,7 @@
 mod accounting;
 mod attempt;
 mod budget;
+mod failed;
 mod held;
 mod host_lease;
 mod idle;
@@ -393,6 +394,9 @@ impl<B: Backend> MindRunner<B> {
         {
             self.lost_lease(now);
         }
+        // The attempts the provider billed and cut are ledgered; a failed step's are committed
+        // now (`failed.rs`).
+        self.ledger_after_step(token, result.is_err()).await;
         // A failed step may have left its brief running. What stranded a brief is the first
         // cause since the last check (a new lease, or this failure): a step that fails before
         // the check runs only delays it.

@@ -104,6 +104,9 @@ pub(super) enum Then {
     },
     /// A keep-warm ping's row: nothing more.
     Ping,
+    /// Rows of failed attempts committed on their own (`failed.rs`, at a clean shutdown):
+    /// nothing more.
+    Nothing,
     /// A Self flush: its memory is where the next segment may start; an idle one lets the tail go.
     SelfFlush {
         /// The memory written.
@@ -369,7 +372,7 @@ impl<B: Backend> MindRunner<B> {
 
     /// Gives `u` up (see the module docs): said loudly, and the role's accounting and session
     /// rebuilt from what the store holds.
-    fn abandon(&mut self, u: Uncommitted, why: &str) {
+    pub(super) fn abandon(&mut self, u: Uncommitted, why: &str) {
         // A committed record is in the ledger: only what followed its commit is given up.
         let what = if u.committed {
             "what followed a committed answer was abandoned"
@@ -414,6 +417,7 @@ impl<B: Backend> MindRunner<B> {
                 }))
             }
             Then::Ping => Ok(Some(Step::Ping)),
+            Then::Nothing => Ok(None),
             Then::SelfFlush { memory, idle } => {
                 if *idle {
                     self.selfs.acc.let_go(Keep::Tail);

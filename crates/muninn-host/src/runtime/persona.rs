@@ -453,6 +453,9 @@ impl<B: Backend> MindRunner<B> {
                     }
                 }
                 self.persona.collect_events();
+                // An attempt cut after the provider read it was billed: its row waits for the
+                // retry's record (`failed.rs`).
+                self.ledger_failed_attempts(Role::Persona, now);
                 let error = e.to_string();
                 let new_error = self.attempt.as_mut().is_none_or(|a| a.failed_with(&error));
                 if new_error {
@@ -462,7 +465,7 @@ impl<B: Backend> MindRunner<B> {
             }
         };
         let label = plan.label();
-        let row = self.answered(
+        let ledger = self.answered(
             Role::Persona,
             &outcome,
             now,
@@ -473,7 +476,7 @@ impl<B: Backend> MindRunner<B> {
             outcome,
             verdict,
             retried: None,
-            ledger: vec![row],
+            ledger,
         };
         if let Err(problem) = answer.verdict.clone() {
             self.retry_persona(batch, &mut answer, &problem).await;
@@ -563,7 +566,7 @@ impl<B: Backend> MindRunner<B> {
                     "text": answer.outcome.text,
                     "retry": retry,
                 }));
-                let row = self.answered(
+                let rows = self.answered(
                     Role::Persona,
                     &second,
                     now,
@@ -577,13 +580,17 @@ impl<B: Backend> MindRunner<B> {
                         boundary: false,
                     },
                 );
-                answer.ledger.push(row);
+                answer.ledger.extend(rows);
                 answer.verdict = self.check_reply(batch, &second);
                 answer.outcome = second;
             }
             Err(e) => {
                 self.persona.mark_broken(now);
                 self.persona.collect_events();
+                // A retry cut after the provider read it was billed: the turn's record
+                // carries its row.
+                let cut = self.take_unledgered(Role::Persona, now);
+                answer.ledger.extend(cut);
                 answer.verdict = Err(format!("retry failed: {e}"));
             }
         }
@@ -617,6 +624,7 @@ impl<B: Backend> MindRunner<B> {
                     tracing::warn!(mind = %self.mind.id, error = %e, "compaction failed; rebuilding");
                 }
                 self.persona.collect_events();
+                self.ledger_failed_attempts(Role::Persona, now);
                 self.persona
                     .pending_events
                     .push(SessionEvent::CompactFailed {
@@ -625,7 +633,7 @@ impl<B: Backend> MindRunner<B> {
                 return Ok(false);
             }
         };
-        let row = self.answered(
+        let rows = self.answered(
             Role::Persona,
             &outcome,
             now,
@@ -633,7 +641,7 @@ impl<B: Backend> MindRunner<B> {
         );
         let summary = outcome.text;
         let then = Then::Compacted { summary };
-        let compaction = Uncommitted::rows(token, Role::Persona, vec![row], now, then);
+        let compaction = Uncommitted::rows(token, Role::Persona, rows, now, then);
         self.settle(compaction).await?;
         Ok(true)
     }

@@ -129,20 +129,22 @@ impl<B: Backend> MindRunner<B> {
     ) -> Result<Step, RuntimeError> {
         let Driven { run, row, stopped } = driven;
         let stage = flush_stage_name(run.flush);
-        let row = match (row, &stopped) {
-            (Some(row), _) => Some(row),
-            (None, Some(_)) => None,
+        let rows = match (row, &stopped) {
+            (Some(rows), _) => rows,
+            // The last reply's row is recorded already; the brief's record carries the rows of
+            // failed attempts still waiting for one.
+            (None, Some(_)) => self.take_unledgered(Role::SelfRole, now),
             (None, None) => {
                 let label = match run.flush {
                     FlushStage::NotNeeded => self_label(plan),
                     _ => format!("flush:{stage}"),
                 };
-                Some(self.answered(
+                self.answered(
                     Role::SelfRole,
                     &run.outcome,
                     now,
                     plan.asked(RowKind::Request, &label, true),
-                ))
+                )
             }
         };
         let result = match &stopped {
@@ -169,7 +171,7 @@ impl<B: Backend> MindRunner<B> {
             brief,
             segment,
             report,
-            row,
+            rows,
             &memory,
             stage,
             now,
@@ -298,6 +300,7 @@ impl<B: Backend> MindRunner<B> {
     ) -> RuntimeError {
         self.selfs.mark_broken(now);
         self.selfs.collect_events();
+        self.ledger_failed_attempts(Role::SelfRole, now);
         let message = format!("the Self session failed: {e}");
         if let Err(store) = self
             .fail_brief(token, brief.seq, "failed", &message, now)
@@ -381,20 +384,22 @@ impl<B: Backend> MindRunner<B> {
         // `None`: the segment's tail, read when the flush is committed (`pending.rs`).
         let (memory, how, ledger) = match outcome {
             Ok(o) => {
-                let row = self.answered(Role::SelfRole, &o, now, asked);
+                let rows = self.answered(Role::SelfRole, &o, now, asked);
                 if let Some(r) = self.selfs.renderer.as_mut() {
                     r.push_user(SELF_FLUSH_PROMPT);
                     r.reply(&outcome_text(&o));
                 }
                 match pinned_memory(&o.text) {
-                    Some(memory) => (Some(memory), "flush", vec![row]),
-                    None => (None, "tail (the flush missed a pinned item)", vec![row]),
+                    Some(memory) => (Some(memory), "flush", rows),
+                    None => (None, "tail (the flush missed a pinned item)", rows),
                 }
             }
             Err(e) => {
                 self.selfs.collect_events();
                 failed = Some(e);
-                (None, "tail (the flush failed)", Vec::new())
+                // A flush cut after the provider read it was billed: its row is this record's.
+                let rows = self.take_unledgered(Role::SelfRole, now);
+                (None, "tail (the flush failed)", rows)
             }
         };
         let record = TurnRecord {
@@ -515,7 +520,7 @@ fn self_record(
     brief: &Brief,
     segment: i64,
     report: RunReport<'_>,
-    row: Option<LedgerRow>,
+    rows: Vec<LedgerRow>,
     memory: &Option<(String, String)>,
     stage: &str,
     now: i64,
@@ -541,7 +546,7 @@ fn self_record(
     TurnRecord {
         turn_key: Some(format!("self-{mind}-brief-{}", brief.seq)),
         transcript,
-        ledger: row.into_iter().collect(),
+        ledger: rows,
         ..TurnRecord::default()
     }
 }

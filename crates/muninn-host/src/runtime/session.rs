@@ -57,6 +57,10 @@ pub(super) struct Session<B> {
     pub(super) restore: bool,
     /// Session events (the backend's, and the host's own resume) not yet on a ledger row.
     pub(super) pending_events: Vec<SessionEvent>,
+    /// Rows of attempts the provider billed without a whole reply (`failed.rs`), counted by
+    /// the accounting and not yet in a record: the next record of this role carries them,
+    /// before its own rows.
+    pub(super) unledgered: Vec<LedgerRow>,
     /// The Self only: memory a run or an idle flush wrote; the next brief may open a segment
     /// from it.
     pub(super) flushed: Option<Flushed>,
@@ -139,6 +143,7 @@ impl<B> Session<B> {
             resume: None,
             restore: false,
             pending_events: Vec::new(),
+            unledgered: Vec::new(),
             flushed: None,
         }
     }
@@ -171,24 +176,6 @@ impl<B> Session<B> {
     {
         let events = self.backend.take_session_events();
         self.pending_events.extend(events);
-        // Attempts the provider billed without a whole reply (a stream cut after
-        // `message_start`): the backend's cache mirror counts what they wrote, but the ledger
-        // does not hold them yet, so they are logged with what they were billed, not dropped
-        // unseen.
-        for attempt in self.backend.take_failed_attempts() {
-            let u = attempt.usage;
-            tracing::warn!(
-                role = self.role.as_str(),
-                request_id = attempt.request_id.as_deref().unwrap_or(""),
-                tokens_uncached = u.input,
-                tokens_write_5m = u.cache_write_5m,
-                tokens_write_1h = u.cache_write_1h,
-                tokens_read = u.cache_read,
-                tokens_output = u.output,
-                error = %attempt.error,
-                "an attempt the provider billed failed before its reply was whole (not in the ledger)"
-            );
-        }
     }
 
     /// Puts every pending session event on `row` (the row of the call that just returned), and

@@ -44,8 +44,9 @@ use serde_json::json;
 pub(super) struct Driven {
     /// The last reply and how far the flush protocol went.
     pub(super) run: RunOutcome,
-    /// The last request's row, when the run was a tool loop (else the caller writes it).
-    pub(super) row: Option<LedgerRow>,
+    /// The last request's rows (a failed attempt's before its own), when the run was a tool
+    /// loop (else the caller writes them).
+    pub(super) row: Option<Vec<LedgerRow>>,
     /// What ended the run early, and why in words (the last reply is then recorded already).
     pub(super) stopped: Option<(StopCause, String)>,
 }
@@ -161,8 +162,9 @@ impl<B: Backend> MindRunner<B> {
             let asked = next
                 .plan
                 .asked(RowKind::Request, &next.label, next.boundary);
-            let row = self.answered(Role::SelfRole, &outcome, now, asked);
-            spent += row.cost;
+            let rows = self.answered(Role::SelfRole, &outcome, now, asked);
+            // A failed attempt before the answer spent the brief's budget too.
+            spent = rows.iter().fold(spent, |spent, row| spent + row.cost);
             let flushing = next.flushing;
             if outcome.tool_calls.is_empty() {
                 // The answer: the run is over (the flush's answer, if it was asked for).
@@ -174,7 +176,7 @@ impl<B: Backend> MindRunner<B> {
                 let run = RunOutcome { outcome, flush };
                 return Ok(Driven {
                     run,
-                    row: Some(row),
+                    row: Some(rows),
                     stopped: None,
                 });
             }
@@ -196,7 +198,7 @@ impl<B: Backend> MindRunner<B> {
                 flushing,
                 at: after,
             };
-            self.record_request(token, brief, plan, &outcome, sent, row, at)
+            self.record_request(token, brief, plan, &outcome, sent, rows, at)
                 .await?;
             match following {
                 Ok(following) => next = following,
@@ -293,7 +295,7 @@ impl<B: Backend> MindRunner<B> {
         plan: &Plan,
         outcome: &TurnOutcome,
         sent: &[(ToolCall, ToolOutput)],
-        row: LedgerRow,
+        rows: Vec<LedgerRow>,
         at: Stopped,
     ) -> Result<(), RuntimeError> {
         let segment = self.selfs.segment.unwrap_or(0);
@@ -304,7 +306,7 @@ impl<B: Backend> MindRunner<B> {
             segment,
             outcome,
             sent,
-            row,
+            rows,
             at.at,
         );
         let then = Then::ToolRequest(Box::new(ToolRequest {
@@ -442,7 +444,8 @@ fn tool_use_body(outcome: &TurnOutcome) -> serde_json::Value {
 }
 
 /// One request's record: the reply that called tools, the results sent back (none when the
-/// run stops there), and the request's row, under the request's own turn key.
+/// run stops there), and the request's rows (a failed attempt's before its own), under the
+/// request's own turn key.
 #[allow(clippy::too_many_arguments)]
 fn request_record(
     mind: &str,
@@ -451,7 +454,7 @@ fn request_record(
     segment: i64,
     outcome: &TurnOutcome,
     results: &[(ToolCall, ToolOutput)],
-    row: LedgerRow,
+    rows: Vec<LedgerRow>,
     now: i64,
 ) -> TurnRecord {
     let item = |kind, body| super::self_run::self_item(segment, now, kind, body);
@@ -471,7 +474,7 @@ fn request_record(
     TurnRecord {
         turn_key: Some(format!("self-{mind}-brief-{}-request-{request}", brief.seq)),
         transcript,
-        ledger: vec![row],
+        ledger: rows,
         ..TurnRecord::default()
     }
 }

@@ -25,7 +25,7 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "muninn_requests_total",
         "counter",
-        "Requests the backend answered (ledger rows), by Mind, role and kind (request, ping, head_ping, flush).",
+        "Requests the backend answered (ledger rows), by Mind, role and kind (request, ping, head_ping, flush, failed_attempt).",
     ),
     (
         "muninn_turns_total",

@@ -76,7 +76,7 @@ struct State {
 /// The counters of one role's session (see [`metrics`] for what each becomes).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionCounters {
-    /// Requests answered, by kind (`request`, `ping`, `head_ping`, `flush`).
+    /// Requests answered, by kind (`request`, `ping`, `head_ping`, `flush`, `failed_attempt`).
     pub requests: BTreeMap<&'static str, u64>,
     /// Requests that began a turn.
     pub turns: u64,
@@ -543,7 +543,7 @@ impl Telemetry {
 pub(crate) struct RowLabels {
     /// `persona` or `self`.
     pub(crate) role: &'static str,
-    /// `request`, `ping`, `head_ping` or `flush`.
+    /// `request`, `ping`, `head_ping`, `flush` or `failed_attempt`.
     pub(crate) kind: &'static str,
     /// The decider's action; `start` for a segment begun without asking; `none` for no decision.
     pub(crate) action: &'static str,
@@ -565,7 +565,9 @@ impl RowLabels {
             "self" => "self",
             _ => "unknown",
         };
-        let decided = row.decided.as_ref();
+        // A failed attempt's record may say it was sent with a clear, or in a segment's first
+        // request: the request's decision, labelled on the request's own row.
+        let decided = (row.decided.as_ref()).filter(|d| d.kind != RowKind::FailedAttempt);
         let (action, reason) = match (
             decided.and_then(|d| d.action),
             decided.and_then(|d| d.segment).and_then(|s| s.forced),
@@ -671,6 +673,7 @@ pub fn kind_name(kind: RowKind) -> &'static str {
         RowKind::Ping => "ping",
         RowKind::HeadPing => "head_ping",
         RowKind::Flush => "flush",
+        RowKind::FailedAttempt => "failed_attempt",
     }
 }
 

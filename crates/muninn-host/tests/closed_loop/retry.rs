@@ -120,3 +120,176 @@ async fn a_persona_backoff_across_the_selfs_tail_decision_point_replays_exactly(
     let report = verify(&rows, &PriceTable::embedded(), &Default::default());
     assert_holds(&report, &rows);
 }
+
+/// The cut attempts of a ledger: `attempt_failed` rows, each with the row after it of the same
+/// role (its retry, or what the role sent next).
+fn cut_rows(rows: &[LedgerRow]) -> Vec<(&LedgerRow, &LedgerRow)> {
+    rows.iter()
+        .enumerate()
+        .filter(|(_, r)| r.decision == "attempt_failed")
+        .map(|(i, cut)| {
+            let next = rows[i + 1..]
+                .iter()
+                .find(|r| r.role == cut.role)
+                .expect("a row after the cut attempt");
+            (cut, next)
+        })
+        .collect()
+}
+
+/// Replays `acts` in closed loop and checks it holds exactly — every decision, and the cost to
+/// the micro-dollar — with `cuts` cut attempts on the ledger, each followed by a retry that
+/// read what it wrote. Returns the rows.
+async fn replays_with_cuts(acts: &[Act], cuts: usize) -> Vec<LedgerRow> {
+    let (report, rows) = super::closed_loop("", acts).await;
+    assert_holds(&report, &rows);
+    assert_eq!(report.recorded_cost, report.replayed_cost, "{report:#?}");
+    assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
+    let found = cut_rows(&rows);
+    assert_eq!(found.len(), cuts, "{rows:#?}");
+    for (cut, retry) in found {
+        assert!(cut.cost.0 > 0);
+        assert_eq!(
+            cut.usage.prompt(),
+            retry.usage.prompt(),
+            "{cut:#?}\n{retry:#?}"
+        );
+        assert_eq!(
+            retry.usage.cache_read,
+            cut.usage.cache_read + cut.usage.written()
+        );
+    }
+    rows
+}
+
+/// Rounds of mail with a cut at `at` (the round whose turn's first attempt is cut).
+fn mail_with_a_cut(at: u16, after_deltas: u32, mid_stream: bool) -> Vec<Act> {
+    let mut acts = Vec::new();
+    for round in 0..5u16 {
+        if round == at {
+            acts.push(Act::Cut {
+                after_deltas,
+                mid_stream,
+            });
+        }
+        acts.push(Act::Deliver {
+            room: (round % 2) as u8,
+            words: 30 + round * 5,
+        });
+        acts.push(Act::Wait { ms: 200_000 });
+    }
+    acts
+}
+
+/// A Persona turn whose first attempt the provider cut after `message_start` — before content,
+/// after some, by an `error` event — is retried: the cut attempt is a ledger row before the
+/// retry, which read what it wrote, and the ledger replays exactly, decisions and cost. Before,
+/// the cut attempt was not on the ledger: the replay priced the retry as the write the cut
+/// attempt had made (the retry's row priced apart, the replayed cost above the recorded one).
+#[tokio::test]
+async fn a_persona_turn_cut_after_message_start_is_a_row_and_replays_exactly() {
+    for (after_deltas, mid_stream) in [(1, false), (0, false), (2, true)] {
+        replays_with_cuts(&mail_with_a_cut(2, after_deltas, mid_stream), 1).await;
+    }
+}
+
+/// The Mind's very first request is cut: the row of the cut attempt is in the segment its retry
+/// begins (priced there by a replay), and the segment begins once, with the retry.
+#[tokio::test]
+async fn a_cut_first_request_of_a_segment_replays_exactly() {
+    let rows = replays_with_cuts(&mail_with_a_cut(0, 1, false), 1).await;
+    let segments: Vec<bool> = rows
+        .iter()
+        .filter(|r| r.role == "persona")
+        .take(2)
+        .map(|r| r.decided.as_ref().unwrap().segment.is_some())
+        .collect();
+    // The cut attempt carries the segment for the cache; the retry begins it.
+    assert_eq!(segments, [true, true]);
+}
+
+/// A Self brief whose request is cut: the brief fails (told to the Persona), the cut attempt's
+/// row waits for the Self's next record, and the ledger replays exactly.
+#[tokio::test]
+async fn a_cut_self_request_is_a_row_and_replays_exactly() {
+    let acts = vec![
+        Act::Brief { words: 200 },
+        Act::Wait { ms: 60_000 },
+        Act::Cut {
+            after_deltas: 1,
+            mid_stream: false,
+        },
+        Act::Brief { words: 220 },
+        Act::Wait { ms: 60_000 },
+        Act::Brief { words: 240 },
+        Act::Wait { ms: 200_000 },
+    ];
+    let (report, rows) = super::closed_loop("", &acts).await;
+    assert_holds(&report, &rows);
+    assert_eq!(report.recorded_cost, report.replayed_cost, "{report:#?}");
+    let cut = cut_rows(&rows);
+    assert_eq!(cut.len(), 1, "{rows:#?}");
+    assert_eq!(cut[0].0.role, "self");
+}
+
+/// The workload proptest shrank a failure to: a Persona turn after a long gap, planned with a
+/// clear of old tool results, is cut before content; its retry, decided again, goes without the
+/// clear. The cut attempt's row says it was sent with one, and the retry is priced on the
+/// uncleared prompt — not as extending the cleared one the attempt wrote (the retry's row was
+/// priced apart: 3,789 tokens read where the provider read 2,941).
+#[tokio::test]
+async fn a_cut_attempt_sent_with_a_clear_and_retried_without_replays_exactly() {
+    let acts = vec![
+        Act::Deliver { room: 0, words: 3 },
+        Act::Deliver { room: 0, words: 3 },
+        Act::Refused {
+            room: 0,
+            words: 3,
+            retry_after_ms: 2_000,
+        },
+        Act::Deliver { room: 0, words: 3 },
+        Act::Wait { ms: 3_300_000 },
+        Act::Cut {
+            after_deltas: 0,
+            mid_stream: false,
+        },
+        Act::Deliver { room: 0, words: 3 },
+    ];
+    let (report, rows) = super::closed_loop("refresh = 'compact'", &acts).await;
+    assert_holds(&report, &rows);
+    assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
+    let cut = cut_rows(&rows);
+    assert_eq!(cut.len(), 1, "{rows:#?}");
+    let (attempt, retry) = cut[0];
+    let action = |r: &LedgerRow| r.decided.as_ref().and_then(|d| d.action);
+    assert_eq!(action(attempt), Some(muninn_core::decide::Action::Mask));
+    assert_ne!(action(retry), Some(muninn_core::decide::Action::Mask));
+}
+
+/// Another workload proptest shrank a failure to: a cut attempt, then its retry refused long
+/// enough (a 429 asking for 310 s) that the turn is decided again as a refresh into a new
+/// segment. The new segment is priced from its own start, not from the ends of the segment the
+/// attempt was cut in (its first request, and the ping after it, were priced apart).
+#[tokio::test]
+async fn a_cut_attempt_whose_retry_opens_a_new_segment_replays_exactly() {
+    let acts = vec![
+        Act::Deliver { room: 0, words: 40 },
+        Act::Deliver { room: 0, words: 3 },
+        Act::Cut {
+            after_deltas: 0,
+            mid_stream: false,
+        },
+        Act::Refused {
+            room: 0,
+            words: 3,
+            retry_after_ms: 310_000,
+        },
+        Act::Deliver { room: 0, words: 3 },
+    ];
+    let (report, rows) = super::closed_loop("", &acts).await;
+    assert_holds(&report, &rows);
+    assert_eq!(report.rows_priced_apart, 0, "{report:#?}");
+    let cut = cut_rows(&rows);
+    assert_eq!(cut.len(), 1, "{rows:#?}");
+    assert_ne!(cut[0].0.segment, cut[0].1.segment);
+}
