@@ -26,18 +26,23 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-/// Which connections are silent: all while frozen, those numbered below `abandoned_below` and
-/// the one cut after its commit, for good.
+/// Which connections are silent: all while frozen, those numbered from `held_from` on until
+/// thawed, and those numbered below `abandoned_below` and the one cut after its commit, for
+/// good.
 #[derive(Debug, Clone, Default)]
 struct Silence {
     frozen: bool,
+    held_from: Option<u64>,
     abandoned_below: u64,
     cut: BTreeSet<u64>,
 }
 
 impl Silence {
     fn silences(&self, connection: u64) -> bool {
-        self.frozen || connection < self.abandoned_below || self.cut.contains(&connection)
+        self.frozen
+            || self.held_from.is_some_and(|from| connection >= from)
+            || connection < self.abandoned_below
+            || self.cut.contains(&connection)
     }
 }
 
@@ -148,9 +153,21 @@ impl SilentProxy {
         self.silence.send_modify(|s| s.frozen = true);
     }
 
-    /// Forwards again, what waited first.
+    /// Forwards again, what waited first (on the connections held by
+    /// [`SilentProxy::hold_new`] too).
     pub fn thaw(&self) {
-        self.silence.send_modify(|s| s.frozen = false);
+        self.silence.send_modify(|s| {
+            s.frozen = false;
+            s.held_from = None;
+        });
+    }
+
+    /// Leaves the connections accepted so far flowing and holds every new one silent until
+    /// [`SilentProxy::thaw`]: a client that reconnects waits for the server's first answer
+    /// meanwhile, as it would while the network lets no new flow through.
+    pub fn hold_new(&self) {
+        let from = self.accepted();
+        self.silence.send_modify(|s| s.held_from = Some(from));
     }
 
     /// Thaws, but leaves every connection accepted so far silent for good.
