@@ -81,6 +81,53 @@ async fn a_delivery_whose_commit_answer_is_lost_is_recorded_and_shown_once() {
     assert_eq!(outbox.len(), 1, "{outbox:#?}");
 }
 
+/// A restart between the append whose answer was lost and the ask: the new process draws a
+/// new nonce, so its key is new and it records the delivery again — in a new segment, since a
+/// segment whose transcript ends in an unanswered delivery is never continued. The old
+/// segment keeps the copy the model never saw; the model is shown the delivery once, and the
+/// batch is answered once.
+#[tokio::test]
+async fn a_restart_after_a_lost_append_answer_records_the_delivery_in_a_new_segment() {
+    let mut faults = None;
+    let w = world_on("", |store| {
+        let faulty = FaultyStore::new(store);
+        faults = Some(faulty.clone());
+        faulty
+    })
+    .await;
+    let faults = faults.unwrap();
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", &format!("{PROBE}: hello vala")).await;
+    faults.lose_append_answers(1);
+    r.step().await.unwrap_err();
+    drop(r);
+    let mut restarted = runner(&w, mind(""), "host-a");
+    assert_eq!(
+        restarted.step().await.unwrap(),
+        Step::PersonaTurn {
+            acked_through: 1,
+            valid: true
+        }
+    );
+    let items = w
+        .host
+        .store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    let segments: Vec<i64> = items
+        .iter()
+        .filter(|i| i.kind == TranscriptKind::Delivery && i.body.to_string().contains(PROBE))
+        .map(|i| i.segment)
+        .collect();
+    assert_eq!(segments.len(), 2, "{items:#?}");
+    assert!(segments[0] < segments[1], "one segment: {items:#?}");
+    assert_eq!(probe_shown(&w), 1, "the model was shown the delivery twice");
+    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(outbox.len(), 1, "{outbox:#?}");
+}
+
 /// The Self's brief, the other item appended on its own before the model is asked: its
 /// append lands, its answer is lost, and the step fails. The brief is not run again — a
 /// failed step leaves its brief to the stranded-brief recovery (`stranded.rs`), which fails it
