@@ -84,8 +84,9 @@ async fn a_delivery_whose_commit_answer_is_lost_is_recorded_and_shown_once() {
 }
 
 /// A restart between the append whose answer was lost and the ask: the new process draws a
-/// new nonce, so its key is new and it records the delivery again — in a new segment, since a
-/// segment whose transcript ends in an unanswered delivery is never continued. The old
+/// new nonce, so its key is new and it records the delivery again — in a new segment (the
+/// simulator binds no sessions, so a new process always starts one; for a backend that does,
+/// see [`a_restart_after_a_lost_append_answer_does_not_resume_the_cli_segment`]). The old
 /// segment keeps the copy the model never saw; the model is shown the delivery once, and the
 /// batch is answered once.
 #[tokio::test]
@@ -324,6 +325,60 @@ async fn an_unrecorded_attempt_is_rendered_again_on_the_session_a_new_lease_rebu
         [false, true, false],
         "the history line shown again: {deliveries:#?}"
     );
+    w.assert_nothing_sent_twice().await;
+    w.server.stop().await.unwrap();
+}
+
+/// [`a_restart_after_a_lost_append_answer_records_the_delivery_in_a_new_segment`] on the Claude
+/// Code CLI, whose segments a new process can resume through their stored handle: not this one,
+/// whose transcript ends in the delivery never sent. The new process records the delivery in
+/// a new segment, and its request holds the delivery once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_a_lost_append_answer_does_not_resume_the_cli_segment() {
+    let Some(bin) = claude_cli() else { return };
+    let mut faults = None;
+    let w = cli_world_on(
+        bin,
+        |_| {},
+        |store| {
+            let faulty = FaultyStore::new(store);
+            faults = Some(faulty.clone());
+            faulty
+        },
+    )
+    .await;
+    let faults = faults.unwrap();
+    let mut a = w.runner(persona("watchful"), "host-a");
+    a.register().await.unwrap();
+    w.say("e1", "alpha-one: remember the river").await;
+    turn(&mut a).await;
+    w.say("e2", &format!("{PROBE}: and the bridge")).await;
+    faults.lose_append_answers(1);
+    a.woken();
+    a.step().await.unwrap_err();
+    // A crash: the runner and its CLI child are gone, the lease not released.
+    drop(a);
+    w.server
+        .sim
+        .advance_clock(w.host.config.lease_ttl_ms + 1_000);
+    let mut b = w.runner(persona("watchful"), "host-b");
+    turn(&mut b).await;
+
+    let items = w
+        .host
+        .store
+        .transcript_tail("vala", Role::Persona, 100)
+        .await
+        .unwrap();
+    let segments: Vec<i64> = items
+        .iter()
+        .filter(|i| i.kind == TranscriptKind::Delivery && i.body.to_string().contains(PROBE))
+        .map(|i| i.segment)
+        .collect();
+    assert_eq!(segments, [0, 1], "{items:#?}");
+    let requests = w.messages_requests();
+    let last = requests.last().unwrap().to_string();
+    assert_eq!(last.matches(PROBE).count(), 1, "{last}");
     w.assert_nothing_sent_twice().await;
     w.server.stop().await.unwrap();
 }
