@@ -7,7 +7,9 @@
 //! socket open: the client's writes are accepted by its kernel, its reads wait. [Thawing]
 //! (SilentProxy::thaw) forwards what waited. [Abandoning](SilentProxy::abandon) leaves the
 //! connections open so far silent for good while new ones flow: a flow lost in the network
-//! while the server itself is fine, which only a new connection gets past.
+//! while the server itself is fine, which only a new connection gets past. [Holding new
+//! connections](SilentProxy::hold_new) is the reverse: the connections open so far flow, new
+//! ones wait until thawed (a client that reconnects while the network lets no new flow through).
 //!
 //! [Cutting after a commit](SilentProxy::cut_after_commit) is the narrowest fault: the first
 //! connection whose client sends some bytes (a value the test put in a row) has its next
