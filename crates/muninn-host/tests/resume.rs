@@ -34,6 +34,15 @@ pub(crate) async fn cli_world_with(
     bin: std::path::PathBuf,
     edit: impl FnOnce(&mut Config),
 ) -> CliWorld {
+    cli_world_on(bin, edit, |store| store).await
+}
+
+/// [`cli_world_with`] on `wrap` of its SQLite store (a fault-injecting store around it, say).
+pub(crate) async fn cli_world_on(
+    bin: std::path::PathBuf,
+    edit: impl FnOnce(&mut Config),
+    wrap: impl FnOnce(Arc<dyn muninn_store::Store>) -> Arc<dyn muninn_store::Store>,
+) -> CliWorld {
     let dir = tempfile::tempdir().unwrap();
     let server = muninn_sim::spawn(
         "127.0.0.1:0".parse().unwrap(),
@@ -59,7 +68,7 @@ pub(crate) async fn cli_world_with(
     let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
         .await
         .unwrap();
-    let host = Host::new(store, config, Arc::new(SimClock(server.sim.clone())));
+    let host = Host::new(wrap(store), config, Arc::new(SimClock(server.sim.clone())));
     CliWorld {
         server,
         host,

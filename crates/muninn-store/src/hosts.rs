@@ -96,15 +96,17 @@ impl WakeListener {
         })
     }
 
-    /// The next wake-up. `Ok(None)`: the connection was lost (closed, or silent past the
-    /// check) and has been re-established, and wake-ups sent meanwhile are gone — the caller
-    /// should look at every Mind once. `Unavailable` if it cannot reconnect (call again
-    /// later: the next call tries again).
+    /// The next wake-up. `Ok(None)`: the connection was lost (closed, failed, or silent past
+    /// the check) and a new one listens, and wake-ups sent meanwhile are gone — the caller
+    /// should look at every Mind once. `Unavailable` if it cannot listen again (call again
+    /// later: the next call tries again, and answers `Ok(None)` once it listens).
     ///
-    /// A connection that closes is reconnected by `PgListener` itself. One that falls silent
-    /// without closing would keep `recv` waiting as long as TCP does (hours without
-    /// keepalives): after a deadline with no notification the connection is asked `SELECT 1`;
-    /// one that does not answer within another is dropped for a new one.
+    /// Every new connection is made here ([`listening`]), never by `PgListener` inside the
+    /// wait: that wait is cut at the deadline, and a reconnect cut with it would have ended
+    /// on the next use of the listener, unreported. A connection that falls silent without
+    /// closing would keep `recv` waiting as long as TCP does (hours without keepalives):
+    /// after a deadline with no notification the connection is asked `SELECT 1`; one that
+    /// does not answer within another is dropped for a new one.
     pub async fn recv(&mut self) -> Result<Option<Wake>> {
         loop {
             let Some(listener) = self.listener.as_mut() else {
@@ -114,7 +116,17 @@ impl WakeListener {
             // `try_recv` is cancel-safe: a notification read in part waits in the
             // connection's buffer for the next call.
             let note = match tokio::time::timeout(self.deadline, listener.try_recv()).await {
-                Ok(note) => note?,
+                Ok(Ok(Some(note))) => note,
+                // Closed (the listener does not reconnect by itself: `listening`).
+                Ok(Ok(None)) => {
+                    tracing::warn!("the wake-up listener's connection closed: listening again");
+                    self.listener = None;
+                    continue;
+                }
+                Ok(Err(e)) => {
+                    self.listener = None;
+                    return Err(e.into());
+                }
                 Err(_) if answers(listener, self.deadline).await => continue,
                 Err(_) => {
                     tracing::warn!(
@@ -125,13 +137,10 @@ impl WakeListener {
                     continue;
                 }
             };
-            match note {
-                None => return Ok(None),
-                Some(note) => match Wake::parse(note.payload()) {
-                    Some(wake) => return Ok(Some(wake)),
-                    // Not ours (someone else's NOTIFY on the channel): skip it.
-                    None => continue,
-                },
+            match Wake::parse(note.payload()) {
+                Some(wake) => return Ok(Some(wake)),
+                // Not ours (someone else's NOTIFY on the channel): skip it.
+                None => continue,
             }
         }
     }
@@ -148,6 +157,8 @@ async fn listening(options: &PgConnectOptions, deadline: Duration) -> Result<PgL
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let mut listener = PgListener::connect_with(&pool).await?;
+        // A lost connection ends `try_recv` with `Ok(None)` at once; `recv` listens again.
+        listener.eager_reconnect(false);
         listener.listen(WAKE_CHANNEL).await?;
         Ok(listener)
     };

@@ -237,3 +237,70 @@ async fn postgres_a_silent_wake_listener_is_noticed_and_listens_again() {
     store.close().await;
     direct.close().await;
 }
+
+/// The wake-up listener's connection closes (its backend terminated) while new connections
+/// cannot get through yet, late in a stretch of quiet, so the reconnect outlives the listener's
+/// wait for a notification; the network heals before the check that follows gives up. The
+/// wake-ups announced while no connection listened are gone, so `recv` must say so —
+/// `Ok(None)`, every Mind looks once — instead of carrying on on the new connection as if
+/// nothing had been missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_wake_listener_reconnecting_past_its_wait_still_says_it_reconnected() {
+    let Some(db) = FreshDatabase::for_test("muninn_pgf_relisten", "a slow relisten") else {
+        return;
+    };
+    let proxy = SilentProxy::start(FreshDatabase::SERVER.parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("{}?call_timeout=2s", db.url_through(proxy.addr()));
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let direct = PostgresStore::connect(&db.url()).await.unwrap();
+    let mut admin = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+    let mut listener = store
+        .listen_wakes()
+        .await
+        .unwrap()
+        .expect("postgres listens");
+    let receiving = tokio::spawn(async move {
+        loop {
+            match listener.recv().await {
+                Ok(received) => return (listener, received),
+                // No connection could listen yet: the host's loop calls again later too.
+                Err(e) => {
+                    eprintln!("recv: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    // Within the listener's first 2 s wait: its connection closes, and reconnecting hangs.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.hold_new();
+    let terminated: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(terminated, vec![true], "the listener's backend");
+    // Past that wait (the check that follows it waits up to 2 s more), the network heals.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    proxy.thaw();
+    let (mut listener, received) = tokio::time::timeout(Duration::from_secs(15), receiving)
+        .await
+        .expect("the listener reconnected without saying so: wake-ups were lost unnoticed")
+        .unwrap();
+    assert_eq!(received, None, "a wake-up though none was announced");
+    direct.announce_wake("m", "other").await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+        .await
+        .expect("no wake-up on the new connection within 10 s")
+        .unwrap()
+        .expect("a wake-up");
+    assert_eq!(heard.mind, "m");
+    drop(listener);
+    admin.close().await.unwrap();
+    store.close().await;
+    direct.close().await;
+}

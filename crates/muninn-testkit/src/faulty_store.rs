@@ -15,7 +15,8 @@
 //! its spend cap with, between a request's answer and its commit).
 //! The next N transcript appends made on their own ([`Store::append_transcript`],
 //! [`Store::append_transcript_once`], [`FaultyStore::lose_append_answers`]) can instead land and
-//! then answer [`StoreError::Unavailable`]: a commit whose answer was lost.
+//! then answer [`StoreError::Unavailable`]: a commit whose answer was lost; or be refused
+//! before they land ([`FaultyStore::refuse_appends`]).
 //! The next N commits can instead be refused for good
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
 //! The next N whole-delivery reads of one Mind can panic instead of answering
@@ -59,6 +60,8 @@ pub struct FaultyStore {
     failing_outbox_acks: AtomicU32,
     /// Transcript appends still to land with their answer lost.
     losing_append_answers: AtomicU32,
+    /// Transcript appends still to refuse.
+    refusing_appends: AtomicU32,
     /// Settings reads to let through before refusing any.
     passing_settings_reads: AtomicU32,
     /// Settings reads still to refuse, once those have passed.
@@ -91,6 +94,7 @@ impl FaultyStore {
             failing_ack_position_reads: AtomicU32::new(0),
             failing_outbox_acks: AtomicU32::new(0),
             losing_append_answers: AtomicU32::new(0),
+            refusing_appends: AtomicU32::new(0),
             passing_settings_reads: AtomicU32::new(0),
             failing_settings_reads: AtomicU32::new(0),
             refused: AtomicU32::new(0),
@@ -112,6 +116,12 @@ impl FaultyStore {
     /// as if the commit's answer were lost (a deadline passed after `COMMIT` was sent).
     pub fn lose_append_answers(&self, n: u32) {
         self.losing_append_answers.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` transcript appends made on their own (`append_transcript`,
+    /// `append_transcript_once`) with [`StoreError::Unavailable`], writing nothing.
+    pub fn refuse_appends(&self, n: u32) {
+        self.refusing_appends.store(n, Ordering::SeqCst);
     }
 
     /// Refuses the next `n` commits with [`StoreError::Invalid`]: a refusal no retry can
@@ -416,6 +426,9 @@ impl Store for FaultyStore {
         token: FencingToken,
         items: &[NewTranscriptItem],
     ) -> Result<Vec<i64>> {
+        if armed(&self.refusing_appends) {
+            return Err(injected("append_transcript"));
+        }
         let seqs = self.inner.append_transcript(mind, token, items).await?;
         if armed(&self.losing_append_answers) {
             return Err(injected("append_transcript: the commit's answer was lost"));
@@ -430,6 +443,9 @@ impl Store for FaultyStore {
         key: &str,
         item: &NewTranscriptItem,
     ) -> Result<Appended> {
+        if armed(&self.refusing_appends) {
+            return Err(injected("append_transcript_once"));
+        }
         let appended = self
             .inner
             .append_transcript_once(mind, token, key, item)

@@ -7,7 +7,9 @@
 //! socket open: the client's writes are accepted by its kernel, its reads wait. [Thawing]
 //! (SilentProxy::thaw) forwards what waited. [Abandoning](SilentProxy::abandon) leaves the
 //! connections open so far silent for good while new ones flow: a flow lost in the network
-//! while the server itself is fine, which only a new connection gets past.
+//! while the server itself is fine, which only a new connection gets past. [Holding new
+//! connections](SilentProxy::hold_new) is the reverse: the connections open so far flow, new
+//! ones wait until thawed (a client that reconnects while the network lets no new flow through).
 //!
 //! [Cutting after a commit](SilentProxy::cut_after_commit) is the narrowest fault: the first
 //! connection whose client sends some bytes (a value the test put in a row) has its next
@@ -26,18 +28,23 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-/// Which connections are silent: all while frozen, those numbered below `abandoned_below` and
-/// the one cut after its commit, for good.
+/// Which connections are silent: all while frozen, those numbered from `held_from` on until
+/// thawed, and those numbered below `abandoned_below` and the one cut after its commit, for
+/// good.
 #[derive(Debug, Clone, Default)]
 struct Silence {
     frozen: bool,
+    held_from: Option<u64>,
     abandoned_below: u64,
     cut: BTreeSet<u64>,
 }
 
 impl Silence {
     fn silences(&self, connection: u64) -> bool {
-        self.frozen || connection < self.abandoned_below || self.cut.contains(&connection)
+        self.frozen
+            || self.held_from.is_some_and(|from| connection >= from)
+            || connection < self.abandoned_below
+            || self.cut.contains(&connection)
     }
 }
 
@@ -148,9 +155,21 @@ impl SilentProxy {
         self.silence.send_modify(|s| s.frozen = true);
     }
 
-    /// Forwards again, what waited first.
+    /// Forwards again, what waited first (on the connections held by
+    /// [`SilentProxy::hold_new`] too).
     pub fn thaw(&self) {
-        self.silence.send_modify(|s| s.frozen = false);
+        self.silence.send_modify(|s| {
+            s.frozen = false;
+            s.held_from = None;
+        });
+    }
+
+    /// Leaves the connections accepted so far flowing and holds every new one silent until
+    /// [`SilentProxy::thaw`]: a client that reconnects waits for the server's first answer
+    /// meanwhile, as it would while the network lets no new flow through.
+    pub fn hold_new(&self) {
+        let from = self.accepted();
+        self.silence.send_modify(|s| s.held_from = Some(from));
     }
 
     /// Thaws, but leaves every connection accepted so far silent for good.

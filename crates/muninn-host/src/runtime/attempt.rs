@@ -15,7 +15,8 @@ use muninn_backend::Backend;
 use muninn_store::{Delivery, FencingToken, NewTranscriptItem, Role, TranscriptKind};
 use serde_json::Value;
 
-/// The batch whose delivery the open segment's transcript holds, unanswered.
+/// A batch rendered on the open segment's session and not answered yet: its delivery recorded
+/// in that segment's transcript, or its append not yet confirmed (`unrecorded`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Attempt {
     /// The batch's id (`<mind>-<first seq>-<max seq>`).
@@ -141,7 +142,9 @@ impl<B: Backend> MindRunner<B> {
     /// The message to re-send for `batch`, when the open segment already holds its delivery (or
     /// its append is unconfirmed: [`Self::record_attempt`] finishes it) and the session is as
     /// it was when it failed (live, and not about to be refreshed). `None`: render and record
-    /// it afresh.
+    /// it afresh — the attempt is dropped, and an unconfirmed append that did land stays in its
+    /// segment unanswered, which the session is leaving (a refresh or a rebuild), as a recorded
+    /// attempt's delivery does.
     pub(super) fn resend(&mut self, batch: &str, refreshes: bool) -> Option<String> {
         let attempt = self.attempt.take()?;
         let same = attempt.batch == batch

@@ -146,6 +146,11 @@ impl<B: Backend> MindRunner<B> {
                 session.resume = Some(fork);
                 session.restore = true;
             }
+            // An unanswered attempt was rendered on the session just given up: one recorded
+            // is in a segment no resume continues (it ends unanswered); one not recorded is
+            // rendered again on whatever session the next turn stands on, which has not seen
+            // the rendering (`attempt.rs`).
+            self.attempt = None;
             // Whoever held the lease before may have died in the middle of a Self run.
             self.check_stranded = true;
             self.stranded_by = None;

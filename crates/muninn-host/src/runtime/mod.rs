@@ -210,8 +210,9 @@ pub struct MindRunner<B: Backend> {
     /// The session the current step works on, once it is known (a failed step's backend error
     /// is counted against it).
     working: Option<Role>,
-    /// The Persona batch whose delivery this segment holds but no attempt has answered yet
-    /// (`attempt.rs`): a retry re-sends it instead of recording it again.
+    /// The Persona batch rendered on this session whose delivery this segment holds (or whose
+    /// append is unconfirmed) but no attempt has answered yet (`attempt.rs`): a retry re-sends
+    /// it instead of rendering and recording it again. A new lease forgets it (`lease.rs`).
     attempt: Option<attempt::Attempt>,
     /// Drawn at random when the runner is made, and the keyed appends it made since: what
     /// makes each append key its own (`attempt.rs`).

@@ -189,6 +189,12 @@ async fn every_fenced_mutator_refuses_a_stale_token(
             .await,
         "append",
     );
+    assert_fenced(
+        store
+            .append_transcript_once(m, stale, "k", &item(Role::Persona, 2))
+            .await,
+        "keyed append",
+    );
     assert_fenced(store.ack_through(m, stale, 1).await, "ack");
     assert_fenced(
         store.enqueue_outbox(m, stale, &[out("b1-1", "x")]).await,
