@@ -317,3 +317,36 @@ async fn a_reply_to_an_upgraded_direct_chats_old_room_goes_to_its_replacement_af
         )
     );
 }
+
+/// An invite-only room upgraded, its replacement refused and reported; then the person removes
+/// the bot from the old room. The replacement is no longer the Mind's to join: the report is
+/// emptied and the tries stop. Before, it stayed on the list (and in `muninn status`) for the
+/// life of the process, tried every 5 minutes, and would have been joined had it opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_replacement_of_a_room_the_bot_was_removed_from_is_dropped() {
+    let Some(rig) = rig("upkicked").await else {
+        return;
+    };
+    let room = rig.human.create_private_room(&[&rig.bot], "11").await;
+    let running = rig.start(&[&room], |_| {});
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    let listed = |running: &Running| {
+        let reports = running.not_joined.lock().unwrap();
+        let last = reports.last().cloned().unwrap_or_default();
+        last.iter().any(|r| r.room == replacement)
+    };
+    let within = Duration::from_secs(20);
+    eventually("the replacement reported", within, || async {
+        listed(&running).then_some(())
+    })
+    .await;
+    rig.human.kick(&room, &rig.bot).await;
+    eventually("the report emptied", within, || async {
+        let reports = running.not_joined.lock().unwrap();
+        reports.last().is_some_and(Vec::is_empty).then_some(())
+    })
+    .await;
+    running.stop().await;
+}
