@@ -12,7 +12,8 @@
 //! status` names them: a Mind deaf in a room it was configured for, or in the new room of a
 //! conversation it had, is never silent. One failing room keeps no other from being read. A
 //! replacement whose old room the account then leaves (a kick, a ban) is dropped: it was
-//! removed from the conversation, whose new room is no longer the Mind's to join.
+//! removed from the conversation, whose new room is no longer the Mind's to join. One joined
+//! through an invite (`invites`) is dropped when the invite is accepted.
 //!
 //! Nothing here outlives the process, and nothing needs to: a configured room is tried again at
 //! the next open, and a replacement is found again there from the old room's tombstone
@@ -131,6 +132,17 @@ impl NotJoined {
                     "matrix: the account left an upgraded room; its replacement is no longer tried");
             }
         }
+        pending.len() != before
+    }
+
+    /// Drops the replacements among `joined` (joined through an invite, and followed): they are
+    /// not to be reported or tried again. Returns whether the list changed.
+    pub(crate) fn joined(&self, joined: &[String]) -> bool {
+        let mut pending = self.lock();
+        let before = pending.len();
+        pending.retain(|p| {
+            !(matches!(p.target, Target::Replacement { .. }) && joined.contains(&p.report.room))
+        });
         pending.len() != before
     }
 
