@@ -51,7 +51,7 @@ pub use backend::{
     SelfSession, SelfSessionConfig,
 };
 pub use error::{ConfigError, Problem};
-pub use matrix::{MatrixConfig, MindMatrixConfig, SecretSource};
+pub use matrix::{MatrixConfig, MindMatrixConfig, SECRET_MAX_BYTES, SecretSource};
 pub use mind::{Campaign, MindConfig, RefreshMode};
 pub use validate::{check_id, check_room};
 

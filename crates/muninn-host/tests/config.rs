@@ -466,6 +466,33 @@ fn matrix_sections_load_with_defaults_and_the_secret_is_read_from_its_source() {
     assert_eq!(Config::demo().matrix, None);
 }
 
+/// A secret's file is read up to a bound: a path pointing at something that is not a secret (a
+/// log, a dump) is refused, naming the file and the bound, never what it holds, instead of
+/// being read whole into memory (at load, and again at each refusal of the account's token).
+/// A secret at the bound is read.
+#[test]
+fn a_secret_file_over_its_bound_is_refused_without_being_read_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.token");
+    let source = muninn_host::config::SecretSource {
+        file: Some(path.clone()),
+        env: None,
+    };
+    let bound = muninn_host::config::SECRET_MAX_BYTES;
+    std::fs::write(&path, "x".repeat(bound)).unwrap();
+    assert_eq!(source.read(&|_| None).unwrap().len(), bound);
+    std::fs::write(&path, "x".repeat(bound + 1)).unwrap();
+    // Its length, not the text, if it was read: a failure message shows no secret either.
+    let error = source.read(&|_| None).map(|s| s.len()).unwrap_err();
+    assert_eq!(
+        error,
+        format!(
+            "{} is larger than {bound} bytes: not a secret",
+            path.display()
+        )
+    );
+}
+
 #[test]
 fn every_bad_matrix_value_names_its_field_and_never_shows_the_secret() {
     let cases: &[(&str, &str, &str)] = &[

@@ -143,7 +143,8 @@ async fn open(context: &Context) -> Result<Opened, MatrixError> {
     let direct = joined
         .iter()
         .filter(|room| directory.kind(room) == Some(RoomKind::Direct));
-    for room in direct.cloned().collect::<Vec<_>>() {
+    let direct = direct.cloned().collect();
+    for room in upgraded(&client, direct).await? {
         let refused = upgrades::follow_at_open(&client, &mut directory, who, &room);
         if let Some(refused) = refused.await? {
             not_joined.replacement(context, refused);
@@ -156,6 +157,26 @@ async fn open(context: &Context) -> Result<Opened, MatrixError> {
         joined,
         not_joined,
     })
+}
+
+/// How many rooms' tombstones the open looks up at once. An account with hundreds of direct
+/// chats makes as many lookups at each start before its ear reads anything: one after another,
+/// they would delay its intake by as many round trips to the homeserver.
+const LOOKUPS_IN_FLIGHT: usize = 8;
+
+/// The rooms among `rooms` that hold a tombstone (were upgraded), looked up
+/// [`LOOKUPS_IN_FLIGHT`] at a time; a failed lookup fails the open, as any of its calls does.
+async fn upgraded(client: &MatrixClient, rooms: Vec<String>) -> Result<Vec<String>, MatrixError> {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
+    let lookups = stream::iter(rooms).map(|room| async move {
+        let tombstone = client.state(&room, "m.room.tombstone").await?;
+        Ok::<_, MatrixError>(tombstone.map(|_| room))
+    });
+    let found: Vec<Option<String>> = lookups
+        .buffer_unordered(LOOKUPS_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    Ok(found.into_iter().flatten().collect())
 }
 
 /// Joins a configured room (`!id`, `#alias:server`, or `#alias` on the account's server) and

@@ -335,7 +335,7 @@ impl Ear {
             lock(&self.directory).set_direct(&direct.content);
         }
         let invites = &response.rooms.invite;
-        invites::accept(
+        let accepted = invites::accept(
             &self.client,
             &self.directory,
             &self.context.account,
@@ -349,11 +349,12 @@ impl Ear {
         self.replacements =
             upgrades::replacements(&self.client, &self.directory, who, rooms).await?;
         let refused = upgrades::follow(&self.client, &self.directory, who, &response.rooms.join);
-        let mut added = false;
+        let mut changed = self.not_joined.joined(&accepted);
         for refused in refused.await? {
-            added |= self.not_joined.replacement(&self.context, refused);
+            changed |= self.not_joined.replacement(&self.context, refused);
         }
-        if added {
+        changed |= (self.not_joined).left(&self.context, response.rooms.leave.keys());
+        if changed {
             self.not_joined.report(&self.context);
         }
         let segment_start = self.segment_start().await?;

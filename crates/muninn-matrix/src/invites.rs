@@ -20,14 +20,15 @@ use std::sync::Mutex;
 
 /// Accepts the invites of one answer that are the Mind's (see the module docs). A refusal of
 /// the join is logged and the invite left; a transient failure (or a refused token) fails the
-/// answer, to be read again.
+/// answer, to be read again. Returns the replacements joined (for `joins` to stop trying them).
 pub(crate) async fn accept(
     client: &MatrixClient,
     directory: &Mutex<Directory>,
     account: &Account,
     invites: &BTreeMap<String, InvitedRoom>,
-) -> Result<(), MatrixError> {
+) -> Result<Vec<String>, MatrixError> {
     let (mind, own) = (&account.mind, &account.user_id);
+    let mut replacements = Vec::new();
     for (room_id, invited) in invites {
         let state = &invited.invite_state.events;
         let Some(invite) = state.iter().find(|e| {
@@ -62,8 +63,11 @@ pub(crate) async fn accept(
         }
         tracing::info!(%mind, room = %room_id, with = %invite.sender, replaces = ?replaces,
             "matrix: invite accepted");
+        if replaces.is_some() {
+            replacements.push(room_id.clone());
+        }
     }
-    Ok(())
+    Ok(replacements)
 }
 
 /// The room an invited room replaces, as its stripped `m.room.create` names it.

@@ -10,7 +10,10 @@
 //! on), as an accepted invite is; a replacement from its start (`upgrades`). Until then the
 //! rooms not joined are reported ([`crate::OnRoomsNotJoined`]) with the last refusal, so `muninn
 //! status` names them: a Mind deaf in a room it was configured for, or in the new room of a
-//! conversation it had, is never silent. One failing room keeps no other from being read.
+//! conversation it had, is never silent. One failing room keeps no other from being read. A
+//! replacement whose old room the account then leaves (a kick, a ban) is dropped: it was
+//! removed from the conversation, whose new room is no longer the Mind's to join. One joined
+//! through an invite (`invites`) is dropped when the invite is accepted.
 //!
 //! Nothing here outlives the process, and nothing needs to: a configured room is tried again at
 //! the next open, and a replacement is found again there from the old room's tombstone
@@ -108,6 +111,39 @@ impl NotJoined {
         } = refused;
         let error = replacement_error(&old, kind, &error);
         self.add(context, &new, Target::Replacement { old }, error)
+    }
+
+    /// Drops the replacements of the rooms among `left` (an answer's left rooms: a kick, a
+    /// ban): the account was removed from the conversation, and its new room is no longer the
+    /// Mind's to join. Returns whether the list changed.
+    pub(crate) fn left<'a>(
+        &self,
+        context: &Context,
+        left: impl IntoIterator<Item = &'a String>,
+    ) -> bool {
+        let mut pending = self.lock();
+        let before = pending.len();
+        for old in left {
+            let dropped =
+                |p: &Pending| matches!(&p.target, Target::Replacement { old: o } if o == old);
+            if let Some(at) = pending.iter().position(dropped) {
+                let new = pending.remove(at).report.room;
+                tracing::info!(mind = %context.account.mind, room = %old, replacement = %new,
+                    "matrix: the account left an upgraded room; its replacement is no longer tried");
+            }
+        }
+        pending.len() != before
+    }
+
+    /// Drops the replacements among `joined` (joined through an invite, and followed): they are
+    /// not to be reported or tried again. Returns whether the list changed.
+    pub(crate) fn joined(&self, joined: &[String]) -> bool {
+        let mut pending = self.lock();
+        let before = pending.len();
+        pending.retain(|p| {
+            !(matches!(p.target, Target::Replacement { .. }) && joined.contains(&p.report.room))
+        });
+        pending.len() != before
     }
 
     /// Reports the list as it is now.

@@ -19,6 +19,8 @@
 //! account carries on, with no restart. Otherwise the refusal becomes
 //! [`MatrixError::TokenRefused`], which says to configure a new token, and is shown as the
 //! account's failure until it is (read again at the next refusal, every 30 s, or at a restart).
+//! The same holds for a refusal at the account's open (a token revoked while muninn was
+//! stopped): each try of the open reads the credential again.
 //! A password account reads its password again the same way before each new login: a password
 //! changed by its owner and written to the file is taken too.
 //!
@@ -41,12 +43,19 @@ pub(crate) struct Session {
 
 impl Session {
     /// Logs `account` in on its fixed device: with the password, or with a token checked to be
-    /// the account's and the device's.
+    /// the account's and the device's. The credential is read again (from its file, if it has
+    /// one) at each try: an open refused for a stale token or password is tried again with
+    /// what the file holds then, as a refusal mid-run is.
     pub(crate) async fn open(homeserver: &str, account: &Account) -> Result<Session, MatrixError> {
         let client = MatrixClient::new(homeserver)?;
-        let client = match &account.credential {
+        let credential = credential(account)?;
+        let client = match &credential {
             Credential::Password(_) => {
-                let token = password_login(&client, account).await?;
+                let account = Account {
+                    credential: credential.clone(),
+                    ..account.clone()
+                };
+                let token = password_login(&client, &account).await?;
                 client.with_token(&token)
             }
             Credential::AccessToken(token) => {
@@ -100,7 +109,7 @@ impl Session {
     /// again if it changed.
     async fn login_again(&self, refused: &MatrixError) -> Result<(), MatrixError> {
         let fresh = MatrixClient::new(&self.homeserver)?;
-        let credential = self.credential()?;
+        let credential = credential(&self.account)?;
         match credential {
             Credential::Password(_) => {
                 let account = Account {
@@ -120,20 +129,20 @@ impl Session {
             Credential::AccessToken(_) => Err(token_refused(refused)),
         }
     }
+}
 
-    /// The credential as it is now: read again from its file, or as configured.
-    fn credential(&self) -> Result<Credential, MatrixError> {
-        let Some(reread) = &self.account.reread else {
-            return Ok(self.account.credential.clone());
-        };
-        let secret = reread
-            .read()
-            .map_err(|e| MatrixError::Config(format!("cannot read the credential again: {e}")))?;
-        Ok(match &self.account.credential {
-            Credential::Password(_) => Credential::Password(secret),
-            Credential::AccessToken(_) => Credential::AccessToken(secret),
-        })
-    }
+/// The account's credential as it is now: read again from its file, or as configured.
+fn credential(account: &Account) -> Result<Credential, MatrixError> {
+    let Some(reread) = &account.reread else {
+        return Ok(account.credential.clone());
+    };
+    let secret = reread
+        .read()
+        .map_err(|e| MatrixError::Config(format!("cannot read the credential again: {e}")))?;
+    Ok(match &account.credential {
+        Credential::Password(_) => Credential::Password(secret),
+        Credential::AccessToken(_) => Credential::AccessToken(secret),
+    })
 }
 
 /// A password login on the account's fixed device; returns the access token.

@@ -21,7 +21,8 @@
 //!   chat is followed (a chain of them too) to the replacement, joined: a room configured by
 //!   its id is not moved by an upgrade as an alias is, and a reply to a direct chat's old room
 //!   id (or to the person, whose first direct room it is) goes to the replacement after a
-//!   restart as before it. (One state lookup per such room at each start.)
+//!   restart as before it. (One state lookup per such room at each start; the direct chats'
+//!   eight at a time.)
 //! - A replacement the homeserver will not let the account join (an invite-only room's: a
 //!   client's upgrade invites nobody) is reported with the rooms not joined and tried again on
 //!   their backoff (`joins`) until it is joined or someone invites the account (`invites`);

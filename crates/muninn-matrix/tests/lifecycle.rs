@@ -142,11 +142,15 @@ async fn an_access_token_refused_mid_run_says_to_configure_a_new_one() {
 /// file again at the refusal (or at the next try, 30 s later, if it got there first) and carries
 /// on with the new token: the next message is mail and the account is open, with no restart.
 /// Before, the token was read once, at the start, and the account failed until a restart.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// No line of the run, at any level, holds either token (the file read again, the new token
+/// checked with `whoami` and put in use).
+// On one thread: the subscriber below is this thread's, and the connector's tasks run on it.
+#[tokio::test(flavor = "current_thread")]
 async fn a_new_access_token_in_its_file_is_taken_without_a_restart() {
     let Some(rig) = rig("tokenfile").await else {
         return;
     };
+    let (logs, _capture) = Logs::capture(tracing::Level::TRACE);
     let name = alias("tokenfile");
     let room = rig.public_room(&name).await;
     let device = rig.synapse.login(&rig.bot, PASSWORD, DEVICE).await;
@@ -180,6 +184,84 @@ async fn a_new_access_token_in_its_file_is_taken_without_a_restart() {
     .await;
     running.stop().await;
     assert_eq!(mail.len(), 1, "{mail:?}");
+    no_line_holds(&logs, &[device.access_token(), again.access_token()]);
+}
+
+/// Fails if a line of `logs` holds one of `secrets` or a `syt_` token; and if none says the
+/// token was refused (the paths looked at did log).
+fn no_line_holds(logs: &Logs, secrets: &[&str]) {
+    let text = logs.text();
+    for secret in secrets.iter().chain(&["syt_"]) {
+        assert!(!text.contains(secret), "a log line carries {secret:?}");
+    }
+    assert!(
+        text.contains("refused the access token"),
+        "the refusal is logged"
+    );
+}
+
+/// An access token read from a file and refused at the start (its device logged out before
+/// muninn started): the account fails at `login`, and its error says a token file is read
+/// again every 30 s. The owner logs in again on the same device and writes the new token to
+/// the file: the next try of the open reads it, and the account opens with no restart, its
+/// room joined and the next message mail. Before, the open's tries used the token read at load.
+/// No line of the run, at any level, holds either token.
+// On one thread: the subscriber below is this thread's, and the connector's tasks run on it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_token_refused_at_the_start_is_read_again_from_its_file() {
+    let Some(rig) = rig("tokenstart").await else {
+        return;
+    };
+    let (logs, _capture) = Logs::capture(tracing::Level::TRACE);
+    let name = alias("tokenstart");
+    let room = rig.public_room(&name).await;
+    let device = rig.synapse.login(&rig.bot, PASSWORD, DEVICE).await;
+    let stale = device.access_token().to_owned();
+    device.logout().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, format!("{stale}\n")).unwrap();
+    let reread = file.clone();
+    let running = rig.start(&[&format!("#{name}")], |c| {
+        let account = &mut c.accounts[0];
+        account.credential = Credential::AccessToken(Secret::new(&stale));
+        account.reread = Some(muninn_matrix::Reread::new(move || {
+            let text = std::fs::read_to_string(&reread).map_err(|e| e.to_string())?;
+            Ok(Secret::new(text.trim()))
+        }));
+    });
+    let error = eventually("the open refused", Duration::from_secs(30), || async {
+        let health = running.health.lock().unwrap().clone();
+        health.into_iter().find_map(|h| match h {
+            AccountHealth::Failing {
+                stage: "login",
+                error,
+            } => Some(error),
+            _ => None,
+        })
+    })
+    .await;
+    assert!(error.contains("a token file is read again"), "{error}");
+    let again = rig.synapse.login(&rig.bot, PASSWORD, DEVICE).await;
+    std::fs::write(&file, again.access_token()).unwrap();
+    // The open's next try is at most 30 s after the refusal.
+    eventually("the account open", Duration::from_secs(45), || async {
+        let health = running.health.lock().unwrap().clone();
+        (health.last() == Some(&AccountHealth::Open)).then_some(())
+    })
+    .await;
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    let said = rig.human.send(&room, "after the new token", &[]).await;
+    let mail = rig.mail_count(1).await;
+    running.stop().await;
+    assert_eq!(
+        mail.iter()
+            .map(|d| d.source_id.as_str())
+            .collect::<Vec<_>>(),
+        vec![said.as_str()]
+    );
+    no_line_holds(&logs, &[&stale, again.access_token()]);
 }
 
 /// A password read from a file, changed by its owner from another device (which logs the

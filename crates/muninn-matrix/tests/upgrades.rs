@@ -317,3 +317,74 @@ async fn a_reply_to_an_upgraded_direct_chats_old_room_goes_to_its_replacement_af
         )
     );
 }
+
+/// An invite-only room upgraded, its replacement refused and reported; then the person removes
+/// the bot from the old room. The replacement is no longer the Mind's to join: the report is
+/// emptied and the tries stop. Before, it stayed on the list (and in `muninn status`) for the
+/// life of the process, tried every 5 minutes, and would have been joined had it opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_replacement_of_a_room_the_bot_was_removed_from_is_dropped() {
+    let Some(rig) = rig("upkicked").await else {
+        return;
+    };
+    let room = rig.human.create_private_room(&[&rig.bot], "11").await;
+    let running = rig.start(&[&room], |_| {});
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    let listed = |running: &Running| {
+        let reports = running.not_joined.lock().unwrap();
+        let last = reports.last().cloned().unwrap_or_default();
+        last.iter().any(|r| r.room == replacement)
+    };
+    let within = Duration::from_secs(20);
+    eventually("the replacement reported", within, || async {
+        listed(&running).then_some(())
+    })
+    .await;
+    rig.human.kick(&room, &rig.bot).await;
+    eventually("the report emptied", within, || async {
+        let reports = running.not_joined.lock().unwrap();
+        reports.last().is_some_and(Vec::is_empty).then_some(())
+    })
+    .await;
+    running.stop().await;
+}
+
+/// An invite-only room upgraded, its replacement refused and reported, tried again twice; then
+/// the person invites the bot, which accepts. The replacement leaves the report when the invite
+/// is accepted, and the tries stop: no later try joins it again "at last". Before, it stayed
+/// reported as not joined until the next try (up to 5 minutes later), which joined it again.
+// On one thread: the subscriber below is this thread's, and the connector's tasks run on it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_refused_replacement_joined_through_an_invite_leaves_the_report() {
+    let Some(rig) = rig("upinvited").await else {
+        return;
+    };
+    let (logs, _capture) = Logs::capture(tracing::Level::INFO);
+    let room = rig.human.create_private_room(&[&rig.bot], "11").await;
+    let running = rig.start(&[&room], |_| {});
+    rig.bot_joined(&room).await;
+    rig.first_sync().await;
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    // Two tries refused (1 s and 3 s after the first): the next is 4 s away, time enough for
+    // the invite to be read and accepted before it.
+    let within = Duration::from_secs(20);
+    eventually("two tries refused", within, || async {
+        (logs.count("still cannot join a room") >= 2).then_some(())
+    })
+    .await;
+    rig.human.invite(&replacement, &rig.bot).await;
+    rig.bot_joined(&replacement).await;
+    eventually("the report emptied", within, || async {
+        let reports = running.not_joined.lock().unwrap();
+        reports.last().is_some_and(Vec::is_empty).then_some(())
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(
+        logs.count("joined a room that could not be joined before"),
+        0
+    );
+    assert_eq!(logs.count("invite accepted"), 1);
+}

@@ -76,13 +76,36 @@ pub struct SecretSource {
     pub env: Option<String>,
 }
 
+/// The largest secret read from a file, bytes: far more than a password or an access token
+/// (a JWT included), and a bound on what a path pointing at something else costs to read.
+pub const SECRET_MAX_BYTES: usize = 64 * 1024;
+
+/// A secret's file, read up to [`SECRET_MAX_BYTES`] (one byte more says it is larger): a path
+/// pointing at a log or a device is refused, not read whole, at load and at each read again.
+fn read_bounded(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    let limit = u64::try_from(SECRET_MAX_BYTES).unwrap_or(u64::MAX);
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() > SECRET_MAX_BYTES {
+        return Err(format!(
+            "{} is larger than {SECRET_MAX_BYTES} bytes: not a secret",
+            path.display()
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("cannot read {}: not UTF-8", path.display()))
+}
+
 impl SecretSource {
     /// The secret, read from its file or variable (trimmed); the error names where it looked,
     /// never what it found.
     pub fn read(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
         let text = match (&self.file, &self.env) {
-            (Some(path), None) => std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+            (Some(path), None) => read_bounded(path)?,
             (None, Some(name)) => env(name).ok_or_else(|| format!("${name} is not set"))?,
             _ => return Err("give exactly one of file and env".into()),
         };
