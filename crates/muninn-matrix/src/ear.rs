@@ -319,13 +319,14 @@ impl Ear {
         }
     }
 
-    /// The mail of one `/sync` answer: each room's in its timeline's order, rooms interleaved
-    /// by time.
-    async fn read(
+    /// What one `/sync` answer changes in the account's rooms before its mail is read: its
+    /// direct chats, the invites it accepts, the upgrades it follows, and the replacements it
+    /// could not join (reported until joined, dropped when the old room is left).
+    async fn follow_account(
         &mut self,
         since: Option<&str>,
-        response: SyncResponse,
-    ) -> Result<Vec<NewDelivery>, MatrixError> {
+        response: &SyncResponse,
+    ) -> Result<(), MatrixError> {
         if let Some(direct) = response
             .account_data
             .events
@@ -357,6 +358,17 @@ impl Ear {
         if changed {
             self.not_joined.report(&self.context);
         }
+        Ok(())
+    }
+
+    /// The mail of one `/sync` answer: each room's in its timeline's order, rooms interleaved
+    /// by time.
+    async fn read(
+        &mut self,
+        since: Option<&str>,
+        response: SyncResponse,
+    ) -> Result<Vec<NewDelivery>, MatrixError> {
+        self.follow_account(since, &response).await?;
         let segment_start = self.segment_start().await?;
         let own = self.context.account.user_id.clone();
         let held =
