@@ -49,8 +49,11 @@ pub struct TurnReport {
     /// a file that could not be cut back safely) and is best rebuilt.
     pub held: bool,
     /// A failed turn with nothing answered was due to be taken back out of the session and
-    /// could not be (the session changed during it, or its file could not be cut back safely;
-    /// the cause logged): the session is not known to be in step.
+    /// could not be (the session changed during it, or its file could not be cut back safely),
+    /// or a failed turn whose model acted is missing from the session file what the driver
+    /// read of it (the CLI writes the file behind a buffer; a killed child may take a message,
+    /// a tool call or its result with it). The cause is logged: the session is not known to be
+    /// in step.
     pub out_of_step: bool,
 }
 

@@ -600,3 +600,63 @@ async fn a_turn_whose_child_died_before_an_answer_is_taken_back_out_of_the_sessi
     );
     b.shutdown().await;
 }
+
+/// A child killed after its model called a tool the CLI ran, whose session file lost the call
+/// and its result: the CLI writes the file behind a buffer, so a kill can take the records
+/// with it (cut here from the file just before the kill). The resumed session would hold the
+/// turn's line unanswered, the retry's copy merged into it and the model none the wiser about
+/// the call: the turn was said to be held (`failure_kept_turn`), and the caller carried on.
+/// The file does not hold what the driver read of the model, so the session is out of step and
+/// the caller rebuilds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_turn_whose_file_lost_what_the_model_did_is_out_of_step() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin, "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a59").await;
+    r.config.tools = vec!["Read".to_string()];
+    let session = r.config.session_id.clone();
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("lost")).await.unwrap();
+    ok(b.turn(TurnInput::text("l1: fine")).await);
+    let hung = Fault {
+        kind: FaultKind::Slow {
+            first_byte_ms: 60_000,
+            event_ms: 0,
+        },
+        times: 1,
+    };
+
+    // The loop's first request answered with a tool call the CLI ran and stored, the second
+    // waiting on the API; the file then loses everything after the turn's line.
+    let pid = b.last_report().unwrap().pid.unwrap();
+    r.sim.sim.push_faults([pass_one(), hung]);
+    let (sim, config, id) = (r.sim.sim.clone(), r.config.clone(), session.clone());
+    let file = transcript_path(&r.config, &session).unwrap();
+    let killer = kill_when(&r.sim, pid, move || {
+        if !sim.faults().is_empty() || stored_user_lines_with(&config, &id, "tool_result") == 0 {
+            return false;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let at = text.find("l2: use Read").unwrap();
+        let end = at + text[at..].find('\n').unwrap() + 1;
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        f.set_len(end as u64).unwrap();
+        true
+    });
+    let err = b
+        .turn(TurnInput::text("l2: use Read to look [sim: tool rounds 2]"))
+        .await
+        .unwrap_err();
+    killer.await.unwrap();
+    assert!(matches!(err, BackendError::Transport(_)), "{err:?}");
+    let report = b.last_report().unwrap().clone();
+    assert!(!report.rewound && report.out_of_step, "{report:?}");
+    assert!(
+        !b.failure_left_session() && !b.failure_kept_turn(),
+        "{report:?}"
+    );
+    assert_eq!(
+        stored_user_lines_with(&r.config, &session, "tool_result"),
+        0
+    );
+    b.shutdown().await;
+}
