@@ -660,3 +660,45 @@ async fn a_killed_turn_whose_file_lost_what_the_model_did_is_out_of_step() {
     );
     b.shutdown().await;
 }
+
+/// A turn that never reached the session — its child dead and the relaunch failing (here its
+/// binary gone) — leaves the session as it was, and the backend says so, as after a turn it
+/// took back out: the caller re-sends the input it recorded. It said the session held the turn
+/// (`held`, for any transport failure nothing was cut for), so a caller recorded the input a
+/// second time though the session held no copy of it: muninn's transcript then showed the
+/// model the delivery twice on its next rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_whose_relaunch_failed_leaves_the_session_as_it_was() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin.clone(), "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a60").await;
+    let wrapper = r.dir.path().join("claude-wrapper");
+    let write_wrapper = || {
+        let script = format!("#!/bin/sh\nexec '{}' \"$@\"\n", bin.display());
+        std::fs::write(&wrapper, script).unwrap();
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    write_wrapper();
+    r.config.bin = wrapper.clone();
+    let session = r.config.session_id.clone();
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("gone")).await.unwrap();
+    ok(b.turn(TurnInput::text("g1: fine")).await);
+    let pid = b.last_report().unwrap().pid.unwrap();
+    sigkill(pid);
+    wait_dead(pid).await;
+    std::fs::remove_file(&wrapper).unwrap();
+    let err = b.turn(TurnInput::text("g2: again")).await.unwrap_err();
+    assert!(matches!(err, BackendError::Transport(_)), "{err:?}");
+    let report = b.last_report().unwrap().clone();
+    assert!(
+        b.failure_left_session() && !b.failure_kept_turn(),
+        "{report:?}"
+    );
+    write_wrapper();
+    ok(b.turn(TurnInput::text("g2: again")).await);
+    let users = user_messages_sent_with(&r.sim, "g2: again").concat();
+    assert_eq!(users.matches("g2: again").count(), 1, "{users}");
+    assert_eq!(stored_user_lines_with(&r.config, &session, "g2: again"), 1);
+    b.shutdown().await;
+}
