@@ -635,9 +635,16 @@ async fn a_killed_turn_whose_file_lost_what_the_model_did_is_out_of_step() {
         if !sim.faults().is_empty() || stored_user_lines_with(&config, &id, "tool_result") == 0 {
             return false;
         }
+        // The file up to the end of the turn's user line.
         let text = std::fs::read_to_string(&file).unwrap();
-        let at = text.find("l2: use Read").unwrap();
-        let end = at + text[at..].find('\n').unwrap() + 1;
+        let mut end = 0;
+        for line in text.split_inclusive('\n') {
+            end += line.len();
+            let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+            if v["type"] == "user" && v["message"].to_string().contains("l2: use Read") {
+                break;
+            }
+        }
         let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
         f.set_len(end as u64).unwrap();
         true
@@ -657,6 +664,10 @@ async fn a_killed_turn_whose_file_lost_what_the_model_did_is_out_of_step() {
     assert_eq!(
         stored_user_lines_with(&r.config, &session, "tool_result"),
         0
+    );
+    assert_eq!(
+        stored_user_lines_with(&r.config, &session, "l2: use Read"),
+        1
     );
     b.shutdown().await;
 }
