@@ -222,6 +222,9 @@ struct Collected {
     saw_init: bool,
     text: Vec<String>,
     tool_calls: Vec<ToolCall>,
+    /// The ids of the tool calls a subagent made (an event with a `parent_tool_use_id`): the
+    /// CLI stores them in the subagent's own file, not the session's.
+    sidechain_calls: Vec<String>,
     request_id: Option<String>,
     /// Usage of the run's results before the last (a run whose flush line became its own turn
     /// has two).
@@ -302,6 +305,8 @@ impl Driver {
         };
         let mut written_at = None;
         let mut result_read_at = None;
+        // The session as it stood: a failed exchange that left it so never reached it.
+        let untouched = (self.session_id.clone(), self.stored_len());
         let mut run_flush = flush.map(|protocol| RunFlush {
             protocol,
             started: Instant::now(),
@@ -329,8 +334,15 @@ impl Driver {
         }
         // A transport failure on the way to the turn or out of it (a launch, a child that took
         // no input or died) that nothing above took back out or found out of step holds the
-        // session as the CLI left it: resumed, it carries on.
+        // session as the CLI left it: resumed, it carries on — unless the session is as it was
+        // (the same one, its file the same length: a launch that failed, a line the child never
+        // took), which holds nothing of the turn, as after a cut, and the input is sent again
+        // as it was. Held, the caller would record it twice against the session's once.
         if let Err(BackendError::Transport(_)) = &result {
+            // Not for a `/compact`, which may have compacted the child's session unwritten.
+            let unchanged = matches!(exchange, Exchange::Turn(_))
+                && (self.session_id.clone(), self.stored_len()) == untouched;
+            report.rewound |= !report.out_of_step && unchanged;
             report.held |= !report.rewound && !report.out_of_step;
         }
         report.session_id = self.session_id.clone();

@@ -46,8 +46,9 @@
 //!   turn with nothing answered — the API refused it, it timed out, its child died — is taken
 //!   back out of the session (the child stopped, the session file cut back to its length before
 //!   the turn's line, the next turn resumed), so the same input can be sent again and the model
-//!   sees it once ([`TurnReport::rewound`]); a turn whose model acted stays
-//!   ([`TurnReport::held`]). A lost
+//!   sees it once ([`TurnReport::rewound`], set too for a turn that never reached the
+//!   session: a relaunch that failed); a turn whose model acted stays ([`TurnReport::held`]).
+//!   A lost
 //!   session (transcript missing, corrupt — the CLI then says `No conversation found` — or
 //!   `already in use`) is replaced by a fresh session with a new id, reported as
 //!   [`SessionEvent::Reseeded`]. With a [`CliConfig::binding_key`], a session left by an earlier

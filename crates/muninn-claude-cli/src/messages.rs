@@ -37,20 +37,23 @@ pub struct TurnReport {
     /// timeout, or its child died — and the driver took it back out of the CLI's session (its
     /// file cut back to what it held before the turn; the next turn resumes it): the session
     /// holds nothing of the turn, so the same input can be sent again without the CLI merging
-    /// a second copy into it.
+    /// a second copy into it. Also set for a turn that failed before it reached the session (a
+    /// relaunch that failed, a line the child never took): its file is as it was.
     pub rewound: bool,
-    /// The turn failed on the way (a launch that failed, a child that took no input, died or
-    /// hung) and stays in the CLI's session as the CLI wrote it — its line, and what the model
-    /// did with it (a paid answer, a tool call the CLI ran) — or never reached it; the session
-    /// carries on (the child resumed with `--resume`), and the same input sent again is a
+    /// The turn failed on the way (a child that died or hung after taking its line) and stays
+    /// in the CLI's session as the CLI wrote it — its line, and what the model did with it (a
+    /// paid answer, a tool call the CLI ran); the session carries on (the child resumed with `--resume`), and the same input sent again is a
     /// second copy of it there, as it should be in the caller's transcript. `false` with
     /// `rewound` `false` after a failure: the session may be out of step with the caller (a
     /// `result` that failed after the model answered, a session that changed during the turn,
     /// a file that could not be cut back safely) and is best rebuilt.
     pub held: bool,
     /// A failed turn with nothing answered was due to be taken back out of the session and
-    /// could not be (the session changed during it, or its file could not be cut back safely;
-    /// the cause logged): the session is not known to be in step.
+    /// could not be (the session changed during it, or its file could not be cut back safely),
+    /// or a failed turn whose model acted is missing from the session file what the driver
+    /// read of it (the CLI writes the file behind a buffer; a killed child may take a message,
+    /// a tool call or its result with it). The cause is logged: the session is not known to be
+    /// in step.
     pub out_of_step: bool,
 }
 

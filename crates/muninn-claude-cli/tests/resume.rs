@@ -600,3 +600,116 @@ async fn a_turn_whose_child_died_before_an_answer_is_taken_back_out_of_the_sessi
     );
     b.shutdown().await;
 }
+
+/// A child killed after its model called a tool the CLI ran, whose session file lost the call
+/// and its result: the CLI writes the file behind a buffer, so a kill can take the records
+/// with it (cut here from the file just before the kill). The resumed session would hold the
+/// turn's line unanswered, the retry's copy merged into it and the model none the wiser about
+/// the call: the turn was said to be held (`failure_kept_turn`), and the caller carried on.
+/// The file does not hold what the driver read of the model, so the session is out of step and
+/// the caller rebuilds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_turn_whose_file_lost_what_the_model_did_is_out_of_step() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin, "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a59").await;
+    r.config.tools = vec!["Read".to_string()];
+    let session = r.config.session_id.clone();
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("lost")).await.unwrap();
+    ok(b.turn(TurnInput::text("l1: fine")).await);
+    let hung = Fault {
+        kind: FaultKind::Slow {
+            first_byte_ms: 60_000,
+            event_ms: 0,
+        },
+        times: 1,
+    };
+
+    // The loop's first request answered with a tool call the CLI ran and stored, the second
+    // waiting on the API; the file then loses everything after the turn's line.
+    let pid = b.last_report().unwrap().pid.unwrap();
+    r.sim.sim.push_faults([pass_one(), hung]);
+    let (sim, config, id) = (r.sim.sim.clone(), r.config.clone(), session.clone());
+    let file = transcript_path(&r.config, &session).unwrap();
+    let killer = kill_when(&r.sim, pid, move || {
+        if !sim.faults().is_empty() || stored_user_lines_with(&config, &id, "tool_result") == 0 {
+            return false;
+        }
+        // The file up to the end of the turn's user line.
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut end = 0;
+        for line in text.split_inclusive('\n') {
+            end += line.len();
+            let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+            if v["type"] == "user" && v["message"].to_string().contains("l2: use Read") {
+                break;
+            }
+        }
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        f.set_len(end as u64).unwrap();
+        true
+    });
+    let err = b
+        .turn(TurnInput::text("l2: use Read to look [sim: tool rounds 2]"))
+        .await
+        .unwrap_err();
+    killer.await.unwrap();
+    assert!(matches!(err, BackendError::Transport(_)), "{err:?}");
+    let report = b.last_report().unwrap().clone();
+    assert!(!report.rewound && report.out_of_step, "{report:?}");
+    assert!(
+        !b.failure_left_session() && !b.failure_kept_turn(),
+        "{report:?}"
+    );
+    assert_eq!(
+        stored_user_lines_with(&r.config, &session, "tool_result"),
+        0
+    );
+    assert_eq!(
+        stored_user_lines_with(&r.config, &session, "l2: use Read"),
+        1
+    );
+    b.shutdown().await;
+}
+
+/// A turn that never reached the session — its child dead and the relaunch failing (here its
+/// binary gone) — leaves the session as it was, and the backend says so, as after a turn it
+/// took back out: the caller re-sends the input it recorded. It said the session held the turn
+/// (`held`, for any transport failure nothing was cut for), so a caller recorded the input a
+/// second time though the session held no copy of it: muninn's transcript then showed the
+/// model the delivery twice on its next rebuild.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_whose_relaunch_failed_leaves_the_session_as_it_was() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin.clone(), "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a60").await;
+    let wrapper = r.dir.path().join("claude-wrapper");
+    let write_wrapper = || {
+        let script = format!("#!/bin/sh\nexec '{}' \"$@\"\n", bin.display());
+        std::fs::write(&wrapper, script).unwrap();
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    write_wrapper();
+    r.config.bin = wrapper.clone();
+    let session = r.config.session_id.clone();
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("gone")).await.unwrap();
+    ok(b.turn(TurnInput::text("g1: fine")).await);
+    let pid = b.last_report().unwrap().pid.unwrap();
+    sigkill(pid);
+    wait_dead(pid).await;
+    std::fs::remove_file(&wrapper).unwrap();
+    let err = b.turn(TurnInput::text("g2: again")).await.unwrap_err();
+    assert!(matches!(err, BackendError::Transport(_)), "{err:?}");
+    let report = b.last_report().unwrap().clone();
+    assert!(
+        b.failure_left_session() && !b.failure_kept_turn(),
+        "{report:?}"
+    );
+    write_wrapper();
+    ok(b.turn(TurnInput::text("g2: again")).await);
+    let users = user_messages_sent_with(&r.sim, "g2: again").concat();
+    assert_eq!(users.matches("g2: again").count(), 1, "{users}");
+    assert_eq!(stored_user_lines_with(&r.config, &session, "g2: again"), 1);
+    b.shutdown().await;
+}

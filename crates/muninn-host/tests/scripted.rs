@@ -2,6 +2,7 @@
 //! flush stage and `compact`'s outcome scripted, so the Self's flush path and the Persona's
 //! compaction are checked without a CLI.
 
+use crate::retry::persona_kinds;
 use crate::runtime::{World, ledger, mind, post, world};
 use muninn_backend::{
     Backend, BackendError, Capability, FlushProtocol, FlushStage, RunOutcome, SessionEvent,
@@ -36,6 +37,13 @@ struct Script {
     events: Vec<SessionEvent>,
     /// An error `run` fails with instead of answering.
     fail_run: Option<BackendError>,
+    /// An error the next `turn` fails with instead of answering (taken by it).
+    fail_turn: Option<BackendError>,
+    /// What the backend says of its sessions and of the last failure: it binds sessions, the
+    /// failure left the session as it was, the session kept the failed turn and carries on.
+    binds: bool,
+    left: bool,
+    kept: bool,
 }
 
 struct Scripted {
@@ -54,6 +62,9 @@ impl Backend for Scripted {
     }
 
     async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
+        if let Some(e) = self.script.lock().unwrap().fail_turn.take() {
+            return Err(e);
+        }
         self.inner.turn(input).await
     }
 
@@ -87,6 +98,19 @@ impl Backend for Scripted {
 
     fn take_session_events(&mut self) -> Vec<SessionEvent> {
         std::mem::take(&mut self.script.lock().unwrap().events)
+    }
+
+    fn binds_sessions(&self) -> bool {
+        self.script.lock().unwrap().binds
+    }
+
+    fn failure_left_session(&self) -> bool {
+        let script = self.script.lock().unwrap();
+        !script.binds || script.left
+    }
+
+    fn failure_kept_turn(&self) -> bool {
+        self.script.lock().unwrap().kept
     }
 }
 
@@ -454,5 +478,75 @@ async fn a_self_run_that_fails_is_reported_to_the_persona() {
             .starts_with(&format!("Self run {seq} failed: the Self session failed")),
         "{}",
         reports[0].text
+    );
+}
+
+/// A failed Persona turn on a backend that binds its sessions (the Claude Code CLI), once
+/// `kept` says whether the backend reports the session as holding the turn: the step fails,
+/// and the retry is answered. Returns the Persona's segments, the backend's starts since the
+/// first turn and the Persona's transcript kinds.
+async fn fail_a_bound_turn(kept: bool) -> (usize, u32, Vec<String>) {
+    let w = world().await;
+    let (mut r, script) = scripted(&w, mind(""));
+    script.lock().unwrap().binds = true;
+    r.register().await.unwrap();
+    post(&w, "m1", "#swarm", "@ann:hs", "first").await;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let starts = script.lock().unwrap().starts;
+    {
+        let mut s = script.lock().unwrap();
+        // A transport error, and nothing from the backend on what became of its session (a
+        // CLI driver that stopped leaves no report) unless `kept`.
+        s.fail_turn = Some(BackendError::Transport(
+            "the claude-cli driver has stopped".into(),
+        ));
+        s.kept = kept;
+    }
+    post(&w, "m2", "#swarm", "@ann:hs", "second").await;
+    r.woken();
+    assert!(r.step().await.is_err(), "the turn did not fail");
+    script.lock().unwrap().kept = false;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
+    let started = script.lock().unwrap().starts - starts;
+    (segments.len(), started, persona_kinds(&w.host).await)
+}
+
+/// A transport failure the backend says nothing more of (`failure_left_session` and
+/// `failure_kept_turn` both false: a Claude Code driver that stopped and sent no report) may
+/// have left the provider's session anywhere, so the host rebuilds it in a new segment and
+/// records the delivery there again. Before `failure_kept_turn`, any transport error on such a
+/// backend was taken as a relaunched child carrying on, and the session was resumed. A failure
+/// the backend says the session kept carries on in the same segment, the delivery recorded
+/// again beside the copy the session holds.
+#[tokio::test]
+async fn a_transport_failure_the_backend_says_nothing_of_rebuilds_the_session() {
+    let (segments, started, kinds) = fail_a_bound_turn(false).await;
+    assert_eq!((segments, started), (2, 1), "{kinds:?}");
+    assert_eq!(
+        kinds,
+        [
+            "delivery",
+            "reply",
+            "delivery",
+            "attempt_failed",
+            "delivery",
+            "reply"
+        ]
+    );
+    let (segments, started, kinds) = fail_a_bound_turn(true).await;
+    assert_eq!((segments, started), (1, 0), "{kinds:?}");
+    assert_eq!(
+        kinds,
+        [
+            "delivery",
+            "reply",
+            "delivery",
+            "attempt_failed",
+            "delivery",
+            "reply"
+        ]
     );
 }

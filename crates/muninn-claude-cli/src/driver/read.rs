@@ -183,7 +183,13 @@ impl Driver {
                     f.state.reached_at = Some(f.started.elapsed());
                 }
                 collected.request_id = a.request_id.or(collected.request_id.take());
+                let (from, sidechain) =
+                    (collected.tool_calls.len(), a.parent_tool_use_id.is_some());
                 collect_blocks(a.message.content, collected);
+                if sidechain {
+                    let ids = collected.tool_calls[from..].iter().map(|c| c.id.clone());
+                    collected.sidechain_calls.extend(ids);
+                }
             }
             CliEvent::ApiRetry(r) => self.note_retry(r, report),
             CliEvent::ControlResponse(v) => {

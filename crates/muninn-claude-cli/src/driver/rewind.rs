@@ -30,6 +30,9 @@
 //! whose stdout line never reached the driver, so a file that holds one after the turn's line
 //! is not cut. Anything else — a model that acted — leaves the file as the CLI wrote it, and
 //! the caller is told the session holds the turn ([`crate::TurnReport::rewound`] is `false`).
+//! The other way round is checked as well: a turn the model acted in is held only when the
+//! file holds what the driver read of it (`stored_what_was_read`); the CLI writes the file
+//! behind a buffer, and a killed child may take the records with it.
 
 use super::{Collected, Driver};
 use crate::event::ResultEvent;
@@ -118,6 +121,94 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// Whether the session file holds what the driver read of a failed turn the model acted
+    /// in ([`unstored`]), so that the session, resumed, carries on from it. The CLI writes the
+    /// file behind a buffer, a fraction of a second late: a child killed just after its model
+    /// answered or a tool ran may take the records with it, and the resumed session would
+    /// then hold the turn's line unanswered — the retry's copy merged into it, the model none
+    /// the wiser about what it did. On `false` the cause is logged at warn: the session is out
+    /// of step, and the caller rebuilds it. Called once the child is gone (its writes ended).
+    pub(super) fn stored_what_was_read(&self, before: &Before, collected: &Collected) -> bool {
+        // A session that changed during the turn (a fork) holds the turn after its copied
+        // history: the whole file is looked at.
+        let from = if self.session_id == before.session_id {
+            before.stored
+        } else {
+            0
+        };
+        let after = transcript_path(&self.config, &self.session_id)
+            .ok_or_else(|| "no session file".to_string())
+            .and_then(|path| read_from(&path, from).map_err(|e| e.to_string()));
+        let missing = match after {
+            Ok(after) => unstored(&after, collected),
+            Err(e) => Some(format!("the session file could not be read ({e})")),
+        };
+        let Some(missing) = missing else {
+            return true;
+        };
+        tracing::warn!(session = %self.session_id, missing = %missing,
+            "claude-cli: a failed turn's model acted, and the session file lacks what it did; the session is out of step");
+        false
+    }
+}
+
+/// The bytes of the file at `path` from `from` on.
+fn read_from(path: &Path, from: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    file.seek(SeekFrom::Start(from))?;
+    let mut after = Vec::new();
+    file.read_to_end(&mut after)?;
+    Ok(after)
+}
+
+/// What the driver read of a turn from stdout (`collected`) that `after`, the session file's
+/// part after the turn's line, does not hold, if anything: a model's message when one was
+/// read, and each tool call read with its result (a call whose result is not stored may have
+/// run all the same: only a stored result says the session knows how it ended) — but for a
+/// subagent's calls, which the CLI stores in the subagent's own file.
+fn unstored(after: &[u8], collected: &Collected) -> Option<String> {
+    use std::collections::HashSet;
+    let mut model = false;
+    let (mut calls, mut results) = (HashSet::new(), HashSet::new());
+    let lines = after
+        .split(|b| *b == b'\n')
+        .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok());
+    for v in lines {
+        let message = &v["message"];
+        let blocks = message["content"].as_array().into_iter().flatten();
+        match v["type"].as_str() {
+            Some("assistant") if message["model"] != "<synthetic>" => {
+                model = true;
+                calls.extend(
+                    blocks
+                        .filter(|b| b["type"] == "tool_use")
+                        .map(|b| b["id"].clone()),
+                );
+            }
+            Some("user") => results.extend(
+                blocks
+                    .filter(|b| b["type"] == "tool_result")
+                    .map(|b| b["tool_use_id"].clone()),
+            ),
+            _ => {}
+        }
+    }
+    if collected.request_id.is_some() && !model {
+        return Some("the model's message".to_string());
+    }
+    collected
+        .tool_calls
+        .iter()
+        .filter(|c| !collected.sidechain_calls.contains(&c.id))
+        .find(|c| {
+            let id = serde_json::Value::from(c.id.as_str());
+            !calls.contains(&id) || !results.contains(&id)
+        })
+        .map(|c| format!("the {} call {} or its result", c.name, c.id))
+}
+
 /// Cuts the session file at `path` back to its first `stored` bytes, or removes it when
 /// `stored` is 0 (the turn's line was its first). Refuses (an `InvalidData` error, the file
 /// untouched) unless byte `stored - 1` is still there and ends a line: the CLI only appends,
@@ -180,7 +271,7 @@ fn acted_line(line: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::cut_back;
+    use super::{Collected, cut_back, unstored};
 
     /// A file cut back only where it still holds what was measured: a file shorter than the
     /// recorded length (replaced or rewritten meanwhile) was padded with NUL bytes to that
@@ -244,5 +335,46 @@ mod tests {
         std::fs::write(&path, format!("{before}{line}{cli}")).unwrap();
         cut_back(&path, before.len() as u64).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+    }
+
+    /// A kept turn is held only when the file holds what was read of the model: its message
+    /// and each tool call with its result. The CLI's `<synthetic>` message is not the model's.
+    #[test]
+    fn what_was_read_of_the_model_must_be_in_the_file() {
+        let mut read = Collected {
+            request_id: Some("req_1".into()),
+            ..Collected::default()
+        };
+        read.tool_calls.push(muninn_backend::ToolCall {
+            id: "toolu_1".into(),
+            name: "Read".into(),
+            input: serde_json::Value::Null,
+        });
+        let call = r#"{"type":"assistant","message":{"model":"claude-x","content":[{"type":"tool_use","id":"toolu_1"}]}}"#;
+        let result = r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_1"}]}}"#;
+        let synthetic = r#"{"type":"assistant","message":{"model":"<synthetic>","content":[]}}"#;
+        assert_eq!(
+            unstored(format!("{call}\n{result}\n").as_bytes(), &read),
+            None
+        );
+        let lost = |after: String| unstored(after.as_bytes(), &read);
+        assert_eq!(
+            lost(format!("{call}\n")).as_deref(),
+            Some("the Read call toolu_1 or its result")
+        );
+        assert_eq!(
+            lost(format!("{synthetic}\n{result}\n")).as_deref(),
+            Some("the model's message")
+        );
+        // A subagent's call is in the subagent's file, not looked for in the session's.
+        read.sidechain_calls.push("toolu_1".into());
+        assert_eq!(
+            unstored(format!("{synthetic}\n").as_bytes(), &read).as_deref(),
+            Some("the model's message")
+        );
+        read.request_id = None;
+        assert_eq!(unstored(b"", &read), None);
+        read.tool_calls.clear();
+        assert_eq!(unstored(format!("{call}\n").as_bytes(), &read), None);
     }
 }

@@ -238,6 +238,8 @@ impl Driver {
         if !end.compacting && nothing_answered(collected) {
             report.rewound = self.rewind(end.before, Ending::TimedOut).await;
             report.out_of_step = !report.rewound;
+        } else if !end.compacting {
+            report.out_of_step = !self.stored_what_was_read(&end.before, collected);
         }
         Attempt::Done(Box::new(Err(BackendError::Transport(format!(
             "no result within {:?}; the child was killed",
@@ -275,6 +277,9 @@ impl Driver {
                 "claude-cli: the child died mid-turn before any answer");
             report.rewound = self.rewind(end.before, Ending::Died).await;
             report.out_of_step = !report.rewound;
+        } else if collected.saw_init && !end.compacting {
+            // The model acted: the turn stays, if the file holds what it did.
+            report.out_of_step = !self.stored_what_was_read(&end.before, collected);
         }
         Attempt::Done(Box::new(Err(BackendError::Transport(format!(
             "claude exited during the turn ({status:?}): {tail}"

@@ -434,7 +434,7 @@ impl<B: Backend> MindRunner<B> {
                 // A session the failure left as it was — one that lives here (the Messages
                 // API, the simulator: an exchange joins it only when it succeeds), or the CLI's
                 // after a turn with nothing answered (refused, timed out, its child dead) that it
-                // took back out of its session file — takes the next attempt as the recorded
+                // took back out of its session file, or one that never reached it — takes the next attempt as the recorded
                 // message re-sent (`retry.rs`): one delivery, one notice per distinct error,
                 // however long the outage.
                 // A CLI child that died or hung after its model acted is relaunched by the
