@@ -268,101 +268,139 @@ async fn run_point(arm: Arm, database: &str, store_name: &str) {
         store: store.as_ref(),
         aborts: 0,
     };
-    let mut posted = BTreeSet::new();
-    for i in 0..DELIVERIES {
-        posted.insert(run.post(i).await);
-        run.settled().await;
-        if i == 0 {
-            for k in 0..arm.briefs {
-                run.post_brief(k).await;
-                run.settled().await;
-            }
-        }
-    }
-    assert_eq!(
-        run.aborts,
-        1,
-        "the host never reached {}\n{}",
-        arm.spec(),
-        run.hosts.stderr()
-    );
+    let posted = run.drive().await;
     run.hosts.stop(0, "-TERM");
-    let check = check_mind(store.as_ref(), MIND, &posted).await.unwrap();
-    let shown = shown_per_request(&sim.sim.requests());
-    let rows = store
-        .ledger(&LedgerQuery {
-            mind: Some(MIND.into()),
-            ..LedgerQuery::default()
-        })
-        .await
-        .unwrap()
-        .len();
-    let reports = self_reports(store.as_ref()).await;
-    let done = store
-        .briefs(MIND, Some(BriefStatus::Done), 10)
-        .await
-        .unwrap()
-        .len();
+    let seen = Seen::read(store.as_ref(), &sim.sim.requests(), &posted).await;
     store.close().await;
     println!(
         "crash point {} ({store_name}): aborted {}, deliveries {}, lost {}, duplicated {}, \
-         answered requests {}, ledger rows {rows}, Self reports {reports:?}",
+         answered requests {}, ledger rows {}, Self reports {:?}",
         arm.spec(),
         run.aborts,
-        check.posted,
-        check.lost,
-        check.duplicated,
-        shown.len()
+        seen.check.posted,
+        seen.check.lost,
+        seen.check.duplicated,
+        seen.shown.len(),
+        seen.rows,
+        seen.reports,
     );
-    assert!(
-        check.lost == 0 && check.duplicated == 0 && check.problems.is_empty(),
-        "{}: {check:#?}\n{}",
-        arm.spec(),
-        run.hosts.stderr()
-    );
-    for (n, counts) in shown.iter().enumerate() {
-        assert!(
-            counts.iter().all(|c| *c <= 1),
-            "{}: answered request {n} shows a delivery twice: {counts:?}",
-            arm.spec()
-        );
-    }
-    let never: Vec<usize> = (0..DELIVERIES)
-        .filter(|i| shown.iter().all(|counts| counts[*i] == 0))
-        .collect();
-    assert!(never.is_empty(), "{}: never shown: {never:?}", arm.spec());
-    // The one answer a kill between the answer and its commit loses is billed and not ledgered.
-    let lost_answers = usize::from(matches!(
-        arm.point,
-        CrashPoint::PersonaAnswered | CrashPoint::SelfFlushAnswered
-    ));
-    assert_eq!(
-        shown.len(),
-        rows + lost_answers,
-        "{}: answered requests against ledger rows",
-        arm.spec()
-    );
-    // One report per brief; a run that was committed is reported with its result.
-    assert_eq!(
-        reports.len(),
-        arm.reports.len(),
-        "{}: {reports:?}",
-        arm.spec()
-    );
-    for (report, start) in reports.iter().zip(arm.reports) {
-        assert!(
-            report.starts_with(start),
-            "{}: expected {start:?}: {reports:?}",
-            arm.spec()
-        );
-    }
-    let finished = arm
-        .reports
-        .iter()
-        .filter(|r| r.contains("finished"))
-        .count();
-    assert_eq!(done, finished, "{}: briefs done", arm.spec());
+    seen.judge(arm, &run.hosts.stderr());
     sim.stop().await.unwrap();
+}
+
+impl Run<'_> {
+    /// Posts the deliveries (and after the first, the briefs) one at a time, each settled
+    /// before the next; returns their source ids. The host must have aborted once.
+    async fn drive(&mut self) -> BTreeSet<String> {
+        let mut posted = BTreeSet::new();
+        for i in 0..DELIVERIES {
+            posted.insert(self.post(i).await);
+            self.settled().await;
+            if i == 0 {
+                for k in 0..self.arm.briefs {
+                    self.post_brief(k).await;
+                    self.settled().await;
+                }
+            }
+        }
+        assert_eq!(
+            self.aborts,
+            1,
+            "the host never reached {}\n{}",
+            self.arm.spec(),
+            self.hosts.stderr()
+        );
+        posted
+    }
+}
+
+/// What a point's run left, read once its host stopped: the store's exactly-once check, what
+/// each answered request showed the model, the ledger's rows and the Self's reports.
+struct Seen {
+    check: muninn_testkit::crash::MindCheck,
+    shown: Vec<Vec<usize>>,
+    rows: usize,
+    reports: Vec<String>,
+    done: usize,
+}
+
+impl Seen {
+    async fn read(
+        store: &dyn Store,
+        requests: &[muninn_sim::sim::RecordedRequest],
+        posted: &BTreeSet<String>,
+    ) -> Seen {
+        let ledger = LedgerQuery {
+            mind: Some(MIND.into()),
+            ..LedgerQuery::default()
+        };
+        Seen {
+            check: check_mind(store, MIND, posted).await.unwrap(),
+            shown: shown_per_request(requests),
+            rows: store.ledger(&ledger).await.unwrap().len(),
+            reports: self_reports(store).await,
+            done: store
+                .briefs(MIND, Some(BriefStatus::Done), 10)
+                .await
+                .unwrap()
+                .len(),
+        }
+    }
+
+    /// Nothing lost or doubled, every delivery shown to the model once, a ledger row per
+    /// answered request (but the documented lost answer), each brief reported once as it ended.
+    fn judge(&self, arm: Arm, stderr: &str) {
+        let check = &self.check;
+        assert!(
+            check.lost == 0 && check.duplicated == 0 && check.problems.is_empty(),
+            "{}: {check:#?}\n{stderr}",
+            arm.spec(),
+        );
+        for (n, counts) in self.shown.iter().enumerate() {
+            assert!(
+                counts.iter().all(|c| *c <= 1),
+                "{}: answered request {n} shows a delivery twice: {counts:?}",
+                arm.spec()
+            );
+        }
+        let never: Vec<usize> = (0..DELIVERIES)
+            .filter(|i| self.shown.iter().all(|counts| counts[*i] == 0))
+            .collect();
+        assert!(never.is_empty(), "{}: never shown: {never:?}", arm.spec());
+        // The one answer a kill between the answer and its commit loses is billed and not
+        // ledgered.
+        let lost_answers = usize::from(matches!(
+            arm.point,
+            CrashPoint::PersonaAnswered | CrashPoint::SelfFlushAnswered
+        ));
+        assert_eq!(
+            self.shown.len(),
+            self.rows + lost_answers,
+            "{}: answered requests against ledger rows",
+            arm.spec()
+        );
+        // One report per brief; a run that was committed is reported with its result.
+        let reports = &self.reports;
+        assert_eq!(
+            reports.len(),
+            arm.reports.len(),
+            "{}: {reports:?}",
+            arm.spec()
+        );
+        for (report, start) in reports.iter().zip(arm.reports) {
+            assert!(
+                report.starts_with(start),
+                "{}: expected {start:?}: {reports:?}",
+                arm.spec()
+            );
+        }
+        let finished = arm
+            .reports
+            .iter()
+            .filter(|r| r.contains("finished"))
+            .count();
+        assert_eq!(self.done, finished, "{}: briefs done", arm.spec());
+    }
 }
 
 /// For each answered Messages request, how many times each delivery's marker appears in its
