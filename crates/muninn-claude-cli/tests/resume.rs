@@ -473,18 +473,30 @@ async fn a_turn_whose_child_died_before_an_answer_is_taken_back_out_of_the_sessi
     let Some(bin) = claude_cli() else { return };
     let mut r = rig(bin, "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a58").await;
     r.config.tools = vec!["Read".to_string()];
-    let session = r.config.session_id.clone();
     let mut b = ClaudeCliBackend::new(r.config.clone());
     b.start(spec("died")).await.unwrap();
     ok(b.turn(TurnInput::text("d1: fine")).await);
-    let hung = || Fault {
+    died_before_an_answer(&mut b, &r).await;
+    died_after_its_model_acted(&mut b, &r).await;
+    died_with_an_answer_in_the_file_unread(&mut b, &r).await;
+    b.shutdown().await;
+}
+
+/// A request held on the API for a minute (the kill comes first).
+fn hung() -> Fault {
+    Fault {
         kind: FaultKind::Slow {
             first_byte_ms: 60_000,
             event_ms: 0,
         },
         times: 1,
-    };
+    }
+}
 
+/// Killed while the request waits on the API, then the moment the line shows in the file:
+/// each turn cut back out, its retry showing the model the line once.
+async fn died_before_an_answer(b: &mut ClaudeCliBackend, r: &Rig) {
+    let session = r.config.session_id.clone();
     // Killed while its request waits on the API (the sim took the fault: the request is there).
     let pid = b.last_report().unwrap().pid.unwrap();
     r.sim.sim.push_faults([hung()]);
@@ -530,7 +542,11 @@ async fn a_turn_whose_child_died_before_an_answer_is_taken_back_out_of_the_sessi
         );
     }
     assert_eq!(left, [true, true]);
+}
 
+/// Killed after its model acted: the turn stays, its tool result stored once.
+async fn died_after_its_model_acted(b: &mut ClaudeCliBackend, r: &Rig) {
+    let session = r.config.session_id.clone();
     // Killed after its model acted: the loop's first request answered with a tool call the CLI
     // ran (and stored: the CLI writes its file behind a buffer, so the kill waits for it), the
     // second waiting on the API. The turn stays in the session, tool result and all.
@@ -558,7 +574,11 @@ async fn a_turn_whose_child_died_before_an_answer_is_taken_back_out_of_the_sessi
         stored_user_lines_with(&r.config, &session, "tool_result"),
         1
     );
+}
 
+/// Killed with a model's message in the file that the driver never read: not cut, out of step.
+async fn died_with_an_answer_in_the_file_unread(b: &mut ClaudeCliBackend, r: &Rig) {
+    let session = r.config.session_id.clone();
     // Killed after the CLI stored a model's message whose stdout line never reached the driver
     // (written into the file here while the request waits): the file, not only what was read,
     // says the model answered, so the turn is not cut, and the session is not said to carry
@@ -598,7 +618,6 @@ async fn a_turn_whose_child_died_before_an_answer_is_taken_back_out_of_the_sessi
         stored_user_lines_with(&r.config, &session, "d6: answered unseen"),
         1
     );
-    b.shutdown().await;
 }
 
 /// A child killed after its model called a tool the CLI ran, whose session file lost the call
