@@ -6,7 +6,7 @@
 
 use crate::pg_faults::{acked, answered_once, world_on_postgres_at};
 use crate::resume::{cli_world_on, persona, turn};
-use crate::runtime::{World, mind, post, runner, stored_brief, world_on};
+use crate::runtime::{World, mind, post, runner, stored_brief};
 use muninn_host::runtime::{RuntimeError, Step, run_mind};
 use muninn_store::{
     BriefOrigin, BriefStatus, ContextLine, NewBrief, NewDelivery, Role, Store, StoreError,
@@ -44,14 +44,7 @@ fn probe_shown(w: &World) -> usize {
 
 #[tokio::test]
 async fn a_delivery_whose_commit_answer_is_lost_is_recorded_and_shown_once() {
-    let mut faults = None;
-    let w = world_on("", |store| {
-        let faulty = FaultyStore::new(store);
-        faults = Some(faulty.clone());
-        faulty
-    })
-    .await;
-    let faults = faults.unwrap();
+    let (w, faults) = crate::runtime::faulty_world("").await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
     post(&w, "e1", "#swarm", "ari", &format!("{PROBE}: hello vala")).await;
@@ -91,14 +84,7 @@ async fn a_delivery_whose_commit_answer_is_lost_is_recorded_and_shown_once() {
 /// batch is answered once.
 #[tokio::test]
 async fn a_restart_after_a_lost_append_answer_records_the_delivery_in_a_new_segment() {
-    let mut faults = None;
-    let w = world_on("", |store| {
-        let faulty = FaultyStore::new(store);
-        faults = Some(faulty.clone());
-        faulty
-    })
-    .await;
-    let faults = faults.unwrap();
+    let (w, faults) = crate::runtime::faulty_world("").await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
     post(&w, "e1", "#swarm", "ari", &format!("{PROBE}: hello vala")).await;
@@ -137,14 +123,7 @@ async fn a_restart_after_a_lost_append_answer_records_the_delivery_in_a_new_segm
 /// with the store's error and tells the Persona — so its transcript item cannot be doubled.
 #[tokio::test]
 async fn a_brief_whose_append_answer_is_lost_is_recorded_once_and_reported() {
-    let mut faults = None;
-    let w = world_on("", |store| {
-        let faulty = FaultyStore::new(store);
-        faults = Some(faulty.clone());
-        faulty
-    })
-    .await;
-    let faults = faults.unwrap();
+    let (w, faults) = crate::runtime::faulty_world("").await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
     r.step().await.unwrap();

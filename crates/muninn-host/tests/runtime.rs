@@ -49,6 +49,19 @@ pub(crate) async fn world_on(
     world_on_sim(config, wrap, SimConfig::default()).await
 }
 
+/// A world with the configuration `config` on a store whose faults a test arms (refused
+/// commits, lost answers), and the handle that arms them.
+pub(crate) async fn faulty_world(config: &str) -> (World, Arc<muninn_testkit::FaultyStore>) {
+    let mut faults = None;
+    let w = world_on(config, |store| {
+        let faulty = muninn_testkit::FaultyStore::new(store);
+        faults = Some(faulty.clone());
+        faulty
+    })
+    .await;
+    (w, faults.unwrap())
+}
+
 /// [`world_on`] with the simulator configured as `sim` (its clock frozen at [`T0`]): a price
 /// table of its own, say, so the provider counts windows apart from the host.
 pub(crate) async fn world_on_sim(

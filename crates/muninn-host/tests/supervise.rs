@@ -2,14 +2,13 @@
 //! panicked one is `retrying` with the panic's message meanwhile, and once restarted it answers
 //! its mail once, from the store, and its status clears.
 
-use crate::runtime::{T0, world_on};
+use crate::runtime::T0;
 use muninn_core::price::PriceTable;
 use muninn_host::Activity;
 use muninn_host::backends::BackendFactory;
 use muninn_host::runtime::run_minds;
 use muninn_host::telemetry::health::readiness;
 use muninn_store::NewDelivery;
-use muninn_testkit::FaultyStore;
 use std::time::{Duration, Instant};
 
 const TWO_MINDS: &str = "[[mind]]\nid = 'vala'\nrooms = ['#swarm']\n\
@@ -45,14 +44,7 @@ async fn answers(store: &dyn muninn_store::Store, mind: &str, within: Duration) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mind_whose_task_panics_is_restarted_and_says_why_meanwhile() {
-    let mut faults = None;
-    let w = world_on(TWO_MINDS, |store| {
-        let faulty = FaultyStore::new(store);
-        faults = Some(faulty.clone());
-        faulty
-    })
-    .await;
-    let faults = faults.unwrap();
+    let (w, faults) = crate::runtime::faulty_world(TWO_MINDS).await;
     // vala's first two steps panic where they read the mailbox; ada's never do.
     faults.panic_pending_reads("vala", 2);
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -132,16 +124,9 @@ async fn a_mind_whose_task_panics_is_restarted_and_says_why_meanwhile() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hosts_lease_renewal_runs_on_after_a_panic() {
-    let mut faults = None;
     // A lease of 1 s: the host renews its leases every 250 ms.
     let config = "lease_ttl_ms = 1000\n[[mind]]\nid = 'vala'\nrooms = ['#swarm']\n";
-    let w = world_on(config, |store| {
-        let faulty = FaultyStore::new(store);
-        faults = Some(faulty.clone());
-        faulty
-    })
-    .await;
-    let faults = faults.unwrap();
+    let (w, faults) = crate::runtime::faulty_world(config).await;
     faults.panic_lease_renewals(1);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let minds = tokio::spawn(run_minds(

@@ -6,7 +6,7 @@
 
 use crate::closed_loop::assert_holds;
 use crate::runtime::{
-    World, at_the_first_ping, ledger, mind, post, runner, stored_brief, world_on,
+    World, at_the_first_ping, faulty_world, ledger, mind, post, runner, stored_brief, world_on,
 };
 use muninn_core::closed_loop::verify;
 use muninn_core::money::MicroUsd;
@@ -16,21 +16,7 @@ use muninn_sim::inprocess::SimBackend;
 use muninn_store::{
     BriefOrigin, BriefStatus, MindSettings, NewBrief, Role, StoreError, TranscriptKind,
 };
-use muninn_testkit::FaultyStore;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A world on a store that refuses commits when armed.
-async fn faulty_world() -> (World, Arc<FaultyStore>) {
-    let mut faults = None;
-    let w = world_on("", |store| {
-        let faulty = FaultyStore::new(store);
-        faults = Some(faulty.clone());
-        faulty
-    })
-    .await;
-    (w, faults.unwrap())
-}
 
 /// The Messages requests the simulator answered.
 fn asked(w: &World) -> usize {
@@ -67,7 +53,7 @@ async fn replays_exactly(w: &World, r: &mut MindRunner<SimBackend>) {
 
 #[tokio::test]
 async fn a_persona_answer_whose_commit_fails_is_committed_first_and_never_asked_again() {
-    let (w, faults) = faulty_world().await;
+    let (w, faults) = faulty_world("").await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
     post(&w, "e1", "#swarm", "ari", "hello vala").await;
@@ -112,7 +98,7 @@ async fn a_persona_answer_whose_commit_fails_is_committed_first_and_never_asked_
 
 #[tokio::test]
 async fn a_self_run_whose_commit_fails_is_finished_and_reported_once() {
-    let (w, faults) = faulty_world().await;
+    let (w, faults) = faulty_world("").await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
     let store = &w.host.store;
@@ -157,7 +143,7 @@ async fn a_self_run_whose_commit_fails_is_finished_and_reported_once() {
 
 #[tokio::test]
 async fn a_keep_warm_ping_whose_row_fails_to_commit_is_ledgered_and_replays() {
-    let (w, faults) = faulty_world().await;
+    let (w, faults) = faulty_world("").await;
     let mut r = at_the_first_ping(&w).await;
     faults.fail_commits(1);
     refused_steps(&mut r, 1).await;
@@ -173,7 +159,7 @@ async fn a_keep_warm_ping_whose_row_fails_to_commit_is_ledgered_and_replays() {
 /// cause), retried on the backoff, and the host recovers by itself once the store does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_commit_is_counted_retried_and_recovered_without_a_restart() {
-    let (w, faults) = faulty_world().await;
+    let (w, faults) = faulty_world("").await;
     let r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
     post(&w, "e1", "#swarm", "ari", "hello vala").await;
@@ -220,7 +206,7 @@ async fn a_failing_commit_is_counted_retried_and_recovered_without_a_restart() {
 /// holder finds the batch answered and does not ask the provider again (billed twice).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_answer_is_committed_before_a_clean_shutdown_releases_the_lease() {
-    let (w, faults) = faulty_world().await;
+    let (w, faults) = faulty_world("").await;
     let r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
     post(&w, "e1", "#swarm", "ari", "hello vala").await;
@@ -271,7 +257,7 @@ async fn enqueue(w: &World, text: &str) {
 /// brief starts its segment from that flush's memory.
 #[tokio::test]
 async fn a_boundary_flush_whose_commit_fails_strands_its_brief_as_the_stores_failure() {
-    let (w, faults) = faulty_world().await;
+    let (w, faults) = faulty_world("").await;
     let mut r = runner(&w, mind("policy = 'rebuild'\nmin_segment = 1"), "host-a");
     r.register().await.unwrap();
     enqueue(&w, "Summarise the ledger of the last week.").await;
@@ -370,7 +356,7 @@ async fn an_answer_abandoned_uncommitted_counts_against_the_spend_cap() {
     }
     assert!(cost > 0);
 
-    let (w, faults) = faulty_world().await;
+    let (w, faults) = faulty_world("").await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
     set_cap(&w, worst + cost / 2).await;
@@ -400,7 +386,7 @@ async fn an_answer_abandoned_uncommitted_counts_against_the_spend_cap() {
 /// not the store failure that only delayed the recovery.
 #[tokio::test]
 async fn a_brief_its_host_abandoned_is_reported_as_such_after_a_store_failure_delays_it() {
-    let (w, faults) = faulty_world().await;
+    let (w, faults) = faulty_world("").await;
     let mut crashed = runner(&w, mind(""), "host-a");
     crashed.register().await.unwrap();
     crashed.step().await.unwrap();
@@ -445,7 +431,7 @@ async fn an_answer_held_when_the_lease_was_lost_is_abandoned_loudly_at_shutdown(
     let _guard = tracing::subscriber::set_default(subscriber);
     tracing::callsite::rebuild_interest_cache();
 
-    let (w, faults) = faulty_world().await;
+    let (w, faults) = faulty_world("").await;
     let mut a = runner(&w, mind(""), "host-a");
     a.register().await.unwrap();
     post(&w, "e1", "#swarm", "ari", "hello vala").await;

@@ -365,14 +365,7 @@ async fn a_batch_too_large_for_the_window_is_cut_and_every_delivery_answered_onc
 /// Mind over afterwards finds nothing left to do: the notice is neither lost nor sent twice.
 #[tokio::test]
 async fn a_delivery_set_aside_is_told_once_across_a_failed_commit_and_a_takeover() {
-    let mut faults = None;
-    let w = crate::runtime::world_on("", |store| {
-        let faulty = muninn_testkit::FaultyStore::new(store);
-        faults = Some(faulty.clone());
-        faulty
-    })
-    .await;
-    let faults = faults.unwrap();
+    let (w, faults) = crate::runtime::faulty_world("").await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
     let huge = "the quick brown fox jumps over the lazy dog ".repeat(220_000);
