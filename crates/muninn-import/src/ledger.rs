@@ -10,10 +10,11 @@
 //! flush goes to a thread of its own, `<role>/compaction`, and a keep-warm ping (tail or head) to
 //! `<role>/keep-warm`, both of kind [`ThreadKind::Compaction`] — a replay counts them for what
 //! was recorded only, and every other plan makes its own. An attempt the provider billed but did
-//! not answer whole (a stream cut after `message_start`) stays on the conversation's thread, a
-//! request inside the turn (not a boundary) at its own time: a replay prices it under its own
-//! policy's cache state, as the outage would have cost that policy too. A row's kind is its decision record's
-//! ([`muninn_core::ledger::Decided::kind`]), else its decision text.
+//! not answer whole (a stream cut after `message_start`) stays on the conversation's thread at its
+//! own time, with the boundary of the request it attempted (the host writes a cut first try of a
+//! turn as that turn's boundary): a replay decides the arrival there and prices it under its own
+//! policy's cache state, as the outage would have cost that policy too. A row's kind is its
+//! decision record's ([`muninn_core::ledger::Decided::kind`]), else its decision text.
 
 use crate::lines::{Line, parse_line};
 use crate::{FormatReader, LineContext};

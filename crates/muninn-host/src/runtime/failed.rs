@@ -40,8 +40,11 @@ use muninn_store::{FencingToken, Role};
 impl<B: Backend> MindRunner<B> {
     /// Takes the attempts `role`'s backend reports billed but not answered whole, each a ledger
     /// row sent at `at_ms` (when the call that made it began), counted now and kept on the
-    /// session for the role's next record.
-    pub(super) fn ledger_failed_attempts(&mut self, role: Role, at_ms: i64) {
+    /// session for the role's next record. `boundary`: whether the request they attempted
+    /// began a turn (a Persona turn, a Self brief's first request) — the first try of that
+    /// request, a cut attempt opens the turn in a counterfactual replay, where every policy
+    /// decides the arrival before paying it (`muninn_import`'s `ledger` mapping).
+    pub(super) fn ledger_failed_attempts(&mut self, role: Role, at_ms: i64, boundary: bool) {
         let attempts = self.session_mut(role).backend.take_failed_attempts();
         for attempt in attempts {
             let u = attempt.usage;
@@ -73,7 +76,7 @@ impl<B: Backend> MindRunner<B> {
                 decision: None,
                 label: ATTEMPT_FAILED,
                 state,
-                boundary: false,
+                boundary,
             };
             let cleared = attempt.cleared;
             let mut row = self.counted(role, &outcome_of(attempt), at_ms, asked, cleared);
@@ -83,9 +86,9 @@ impl<B: Backend> MindRunner<B> {
     }
 
     /// The failed attempts' rows waiting for `role`'s next record, taken for it (after taking
-    /// any the backend still holds, sent at `at_ms`).
+    /// any the backend still holds, sent at `at_ms` for a request that began no turn).
     pub(super) fn take_unledgered(&mut self, role: Role, at_ms: i64) -> Vec<LedgerRow> {
-        self.ledger_failed_attempts(role, at_ms);
+        self.ledger_failed_attempts(role, at_ms, false);
         std::mem::take(&mut self.session_mut(role).unledgered)
     }
 
@@ -126,7 +129,7 @@ impl<B: Backend> MindRunner<B> {
     pub(super) async fn ledger_after_step(&mut self, token: FencingToken, failed: bool) {
         let after = self.host.clock.now_ms();
         for role in [Role::Persona, Role::SelfRole] {
-            self.ledger_failed_attempts(role, after);
+            self.ledger_failed_attempts(role, after, false);
         }
         let leased = self.lease.as_ref().is_some_and(|l| l.token == token);
         if !failed || !leased || self.uncommitted.is_some() {

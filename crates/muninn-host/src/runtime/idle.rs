@@ -129,7 +129,7 @@ impl<B: Backend> MindRunner<B> {
             Err(e) => {
                 // A ping cut after the provider read it was billed: its row waits for the
                 // role's next record (`failed.rs`).
-                self.ledger_failed_attempts(role, now);
+                self.ledger_failed_attempts(role, now, false);
                 return Err(e.into());
             }
         };

@@ -455,7 +455,7 @@ impl<B: Backend> MindRunner<B> {
                 self.persona.collect_events();
                 // An attempt cut after the provider read it was billed: its row waits for the
                 // retry's record (`failed.rs`).
-                self.ledger_failed_attempts(Role::Persona, now);
+                self.ledger_failed_attempts(Role::Persona, now, true);
                 let error = e.to_string();
                 let new_error = self.attempt.as_mut().is_none_or(|a| a.failed_with(&error));
                 if new_error {
@@ -624,7 +624,7 @@ impl<B: Backend> MindRunner<B> {
                     tracing::warn!(mind = %self.mind.id, error = %e, "compaction failed; rebuilding");
                 }
                 self.persona.collect_events();
-                self.ledger_failed_attempts(Role::Persona, now);
+                self.ledger_failed_attempts(Role::Persona, now, false);
                 self.persona
                     .pending_events
                     .push(SessionEvent::CompactFailed {

@@ -285,22 +285,24 @@ impl<B: Backend> MindRunner<B> {
             .await
         {
             Ok(run) => Ok(run),
-            Err(e) => Err(self.self_run_failed(brief, token, e, now).await),
+            Err(e) => Err(self.self_run_failed(brief, token, e, now, true).await),
         }
     }
 
     /// A failed request fails the brief, tells the Persona, and breaks the session (the next
-    /// brief rebuilds it). Returns the error to give up the step with.
+    /// brief rebuilds it). Returns the error to give up the step with. `boundary`: whether the
+    /// request began the brief's run (its cut attempts' rows say so, `failed.rs`).
     pub(super) async fn self_run_failed(
         &mut self,
         brief: &Brief,
         token: FencingToken,
         e: BackendError,
         now: i64,
+        boundary: bool,
     ) -> RuntimeError {
         self.selfs.mark_broken(now);
         self.selfs.collect_events();
-        self.ledger_failed_attempts(Role::SelfRole, now);
+        self.ledger_failed_attempts(Role::SelfRole, now, boundary);
         let message = format!("the Self session failed: {e}");
         if let Err(store) = self
             .fail_brief(token, brief.seq, "failed", &message, now)
