@@ -133,7 +133,7 @@ impl<B: Backend> MindRunner<B> {
             (Some(rows), _) => rows,
             // The last reply's row is recorded already; the brief's record carries the rows of
             // failed attempts still waiting for one.
-            (None, Some(_)) => self.take_unledgered(Role::SelfRole, now),
+            (None, Some(_)) => self.take_unledgered(Role::SelfRole, now, RowKind::Request),
             (None, None) => {
                 let label = match run.flush {
                     FlushStage::NotNeeded => self_label(plan),
@@ -302,7 +302,7 @@ impl<B: Backend> MindRunner<B> {
     ) -> RuntimeError {
         self.selfs.mark_broken(now);
         self.selfs.collect_events();
-        self.ledger_failed_attempts(Role::SelfRole, now, boundary);
+        self.ledger_failed_attempts(Role::SelfRole, now, (RowKind::Request, boundary));
         let message = format!("the Self session failed: {e}");
         if let Err(store) = self
             .fail_brief(token, brief.seq, "failed", &message, now)
@@ -400,7 +400,7 @@ impl<B: Backend> MindRunner<B> {
                 self.selfs.collect_events();
                 failed = Some(e);
                 // A flush cut after the provider read it was billed: its row is this record's.
-                let rows = self.take_unledgered(Role::SelfRole, now);
+                let rows = self.take_unledgered(Role::SelfRole, now, RowKind::Flush);
                 (None, "tail (the flush failed)", rows)
             }
         };
