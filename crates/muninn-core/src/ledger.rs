@@ -194,6 +194,12 @@ pub struct Decided {
     /// counted them; the accounting learns them from here, live and in replay.
     #[serde(default, skip_serializing_if = "crate::trace::ToolResults::is_none")]
     pub tool_results: crate::trace::ToolResults,
+    /// A [`RowKind::FailedAttempt`]'s: the kind of the request it attempted. A cut ping,
+    /// flush or compaction is the recorded policy's own side request, which a counterfactual
+    /// replay counts for that policy alone (`muninn_import`'s `ledger` mapping); none (rows
+    /// written before it was recorded) reads as a request of the conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempted: Option<RowKind>,
 }
 
 fn default_true() -> bool {

@@ -486,9 +486,9 @@ async fn the_retry_after_a_stream_cut_mid_content_reads_what_the_cut_attempt_wro
 }
 
 /// The row of an attempt the provider billed but cut (`cut`, as the simulator billed it), before
-/// the `retry` that answered: its own row, priced as any row, at the retry's segment and time,
-/// predicted as the backend's cache mirror predicted it, the error and request id among its
-/// events, and a decision record of its own kind that asked the decider nothing.
+/// the `retry` that answered: its own row, priced as any row, at the retry's segment, time and
+/// boundary, predicted as the backend's cache mirror predicted it, the error and request id
+/// among its events, and a decision record of its own kind that asked the decider nothing.
 fn assert_cut_row(
     row: &muninn_core::ledger::LedgerRow,
     cut: &muninn_core::trace::Usage,
@@ -506,7 +506,8 @@ fn assert_cut_row(
     );
     assert_eq!(row.segment, retry.segment);
     assert!(row.at_ms <= retry.at_ms);
-    assert!(!row.boundary);
+    // The first try of the retry's request: a turn's boundary as the retry is.
+    assert_eq!(row.boundary, retry.boundary);
     let event = row
         .events
         .iter()

@@ -10,10 +10,14 @@
 //! flush goes to a thread of its own, `<role>/compaction`, and a keep-warm ping (tail or head) to
 //! `<role>/keep-warm`, both of kind [`ThreadKind::Compaction`] — a replay counts them for what
 //! was recorded only, and every other plan makes its own. An attempt the provider billed but did
-//! not answer whole (a stream cut after `message_start`) stays on the conversation's thread, a
-//! request inside the turn (not a boundary) at its own time: a replay prices it under its own
-//! policy's cache state, as the outage would have cost that policy too. A row's kind is its decision record's
-//! ([`muninn_core::ledger::Decided::kind`]), else its decision text.
+//! not answer whole (a stream cut after `message_start`) goes where what it attempted goes
+//! ([`muninn_core::ledger::Decided::attempted`]): a cut ping, flush or compaction to its side
+//! thread; a cut request (or one whose record does not say) stays on the conversation's thread
+//! at its own time, with the boundary of the request it attempted (the host writes a cut first
+//! try of a turn as that turn's boundary): a replay decides the arrival there and prices it
+//! under its own policy's cache state, as the outage would have cost that policy too. A row's
+//! kind is its decision record's ([`muninn_core::ledger::Decided::kind`]), else its decision
+//! text.
 
 use crate::lines::{Line, parse_line};
 use crate::{FormatReader, LineContext};
@@ -36,10 +40,15 @@ impl Mapper {
             .decided
             .as_ref()
             .map_or_else(|| RowKind::of_decision(&row.decision), |d| d.kind);
+        // A failed attempt the provider billed goes where what it attempted goes: a request's
+        // is a request of the conversation like its retry (every policy replayed would have
+        // sent it at the same point, and pays it on its own cache state: an outage costs every
+        // policy); a ping's, a flush's or a compaction's is the recorded policy's side request.
+        let kind = match (kind, row.decided.as_ref().and_then(|d| d.attempted)) {
+            (RowKind::FailedAttempt, Some(attempted)) => attempted,
+            (kind, _) => kind,
+        };
         let side = match kind {
-            // A failed attempt the provider billed is a request of the conversation like its
-            // retry: every policy replayed would have sent it at the same point, and pays it
-            // on its own cache state (an outage costs every policy).
             RowKind::Request | RowKind::FailedAttempt => None,
             RowKind::Flush => Some("compaction"),
             RowKind::Ping | RowKind::HeadPing => Some("keep-warm"),

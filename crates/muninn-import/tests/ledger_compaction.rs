@@ -121,9 +121,9 @@ fn rows_in_memory_map_as_their_export_does() {
 }
 
 /// An attempt the provider billed but cut (`attempt_failed`, written before its retry) stays on
-/// the conversation's thread, a request inside the turn: a replay under any policy prices it on
-/// that policy's own cache state (the outage costs every policy), where a side thread would
-/// count it for the recorded policy alone.
+/// the conversation's thread, with the boundary it was written with: a replay under any policy
+/// prices it on that policy's own cache state (the outage costs every policy), where a side
+/// thread would count it for the recorded policy alone.
 #[test]
 fn a_cut_attempt_is_a_request_of_the_conversation() {
     let lines = [

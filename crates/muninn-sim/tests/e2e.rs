@@ -572,3 +572,77 @@ async fn serve_runs_until_its_shutdown_future_resolves() {
     tx.send(()).unwrap();
     server.await.unwrap().unwrap();
 }
+
+/// What a cut turn leaves: the error, with the retries the HTTP client gave up after taken off
+/// (the in-process transport makes none), and the attempts billed.
+fn cut_seen(
+    error: BackendError,
+    failed: Vec<muninn_backend::FailedAttempt>,
+) -> (String, Vec<muninn_backend::FailedAttempt>) {
+    let error = match error {
+        BackendError::RetriesExhausted { last, .. } => *last,
+        other => other,
+    };
+    (format!("{error:?}"), failed)
+}
+
+/// The in-process transport (the host tests' peer) fails and bills a stream cut after
+/// `message_start` exactly as the HTTP client does once it gives up (here with no retries):
+/// for a cut before content and after it, by a `truncate` and by an `error` event, on a turn
+/// not safe to repeat, the same error — `BrokenAfterContent` after content — and the same
+/// billed attempt: usage, raw usage, prediction, request id, error text.
+#[tokio::test]
+async fn a_cut_in_process_fails_and_is_billed_as_over_http() {
+    let kinds = [
+        FaultKind::Truncate { after_deltas: 0 },
+        FaultKind::Truncate { after_deltas: 1 },
+        FaultKind::Truncate { after_deltas: 99 },
+        FaultKind::MidStreamError {
+            after_deltas: 0,
+            error_type: "overloaded_error".into(),
+        },
+        FaultKind::MidStreamError {
+            after_deltas: 2,
+            error_type: "invalid_request_error".into(),
+        },
+    ];
+    for kind in kinds {
+        let h = sim().await;
+        let sleeper = muninn_backend::clock::RecordingSleeper::default();
+        let clock = muninn_backend::clock::ManualClock::new(T0);
+        let mut http = muninn_anthropic::backend::AnthropicBackend::new(
+            crate::support::client(&h, &sleeper, 0),
+            std::sync::Arc::new(clock.clone()),
+            muninn_core::price::PriceTable::embedded(),
+        );
+        let local = std::sync::Arc::new(muninn_sim::sim::Simulator::new(SimConfig {
+            frozen_at_ms: Some(T0),
+            ..Default::default()
+        }));
+        let mut inprocess = muninn_anthropic::backend::AnthropicBackend::new(
+            muninn_sim::inprocess::InProcess::new(local.clone()),
+            std::sync::Arc::new(clock),
+            muninn_core::price::PriceTable::embedded(),
+        );
+        http.start(spec("cut-alike", Ttl::FiveMinutes))
+            .await
+            .unwrap();
+        inprocess
+            .start(spec("cut-alike", Ttl::FiveMinutes))
+            .await
+            .unwrap();
+        h.sim.push_faults([fault(kind.clone(), 1)]);
+        local.push_faults([fault(kind.clone(), 1)]);
+        let over_http = http.turn(TurnInput::text(ASKED)).await.unwrap_err();
+        let here = inprocess.turn(TurnInput::text(ASKED)).await.unwrap_err();
+        let over_http = cut_seen(over_http, http.take_failed_attempts());
+        let here = cut_seen(here, inprocess.take_failed_attempts());
+        assert_eq!(here, over_http, "{kind:?}");
+        assert_eq!(here.1.len(), 1, "{kind:?}");
+        assert_eq!(
+            local.requests()[0].usage,
+            h.sim.requests()[0].usage,
+            "{kind:?}"
+        );
+    }
+}

@@ -213,6 +213,7 @@ fn ledger_rows_clear_what_the_replay_cleared() {
             bounds: a.bounds(HEAD, &price),
             decide_before_expiry_ms: a.decide_before_expiry_ms,
             can: Capabilities::default(),
+            attempted: None,
             tool_results: if kind == RowKind::Request {
                 t.requests[s.index].tool_results
             } else {

@@ -218,6 +218,7 @@ impl<B: Backend> MindRunner<B> {
             decide_before_expiry_ms: params.decide_before_expiry_ms,
             can: params.can,
             tool_results: Default::default(),
+            attempted: None,
         }
     }
 
@@ -272,7 +273,8 @@ impl<B: Backend> MindRunner<B> {
         now: i64,
         asked: Asked<'_>,
     ) -> Vec<LedgerRow> {
-        self.ledger_failed_attempts(role, now);
+        // Attempts before the answer in the same call tried the answer's own request.
+        self.ledger_failed_attempts(role, now, (asked.kind, asked.boundary));
         let row = self.counted(role, outcome, now, asked, false);
         let mut rows = std::mem::take(&mut self.session_mut(role).unledgered);
         rows.push(row);

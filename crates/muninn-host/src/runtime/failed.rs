@@ -40,8 +40,17 @@ use muninn_store::{FencingToken, Role};
 impl<B: Backend> MindRunner<B> {
     /// Takes the attempts `role`'s backend reports billed but not answered whole, each a ledger
     /// row sent at `at_ms` (when the call that made it began), counted now and kept on the
-    /// session for the role's next record.
-    pub(super) fn ledger_failed_attempts(&mut self, role: Role, at_ms: i64) {
+    /// session for the role's next record. `attempted`: the kind of the request they attempted
+    /// (a ping, a flush or a compaction is the recorded policy's side request), and whether it
+    /// began a turn (a Persona turn, a Self brief's first request) — the first try of that
+    /// request, a cut attempt opens the turn in a counterfactual replay, where every policy
+    /// decides the arrival before paying it (`muninn_import`'s `ledger` mapping).
+    pub(super) fn ledger_failed_attempts(
+        &mut self,
+        role: Role,
+        at_ms: i64,
+        (attempted, boundary): (RowKind, bool),
+    ) {
         let attempts = self.session_mut(role).backend.take_failed_attempts();
         for attempt in attempts {
             let u = attempt.usage;
@@ -73,19 +82,28 @@ impl<B: Backend> MindRunner<B> {
                 decision: None,
                 label: ATTEMPT_FAILED,
                 state,
-                boundary: false,
+                boundary,
             };
             let cleared = attempt.cleared;
             let mut row = self.counted(role, &outcome_of(attempt), at_ms, asked, cleared);
+            if let Some(decided) = row.decided.as_mut() {
+                decided.attempted = Some(attempted);
+            }
             row.events.push(events);
             self.session_mut(role).unledgered.push(row);
         }
     }
 
     /// The failed attempts' rows waiting for `role`'s next record, taken for it (after taking
-    /// any the backend still holds, sent at `at_ms`).
-    pub(super) fn take_unledgered(&mut self, role: Role, at_ms: i64) -> Vec<LedgerRow> {
-        self.ledger_failed_attempts(role, at_ms);
+    /// any the backend still holds, sent at `at_ms` for a request of kind `attempted` that began
+    /// no turn).
+    pub(super) fn take_unledgered(
+        &mut self,
+        role: Role,
+        at_ms: i64,
+        attempted: RowKind,
+    ) -> Vec<LedgerRow> {
+        self.ledger_failed_attempts(role, at_ms, (attempted, false));
         std::mem::take(&mut self.session_mut(role).unledgered)
     }
 
@@ -126,7 +144,8 @@ impl<B: Backend> MindRunner<B> {
     pub(super) async fn ledger_after_step(&mut self, token: FencingToken, failed: bool) {
         let after = self.host.clock.now_ms();
         for role in [Role::Persona, Role::SelfRole] {
-            self.ledger_failed_attempts(role, after);
+            // What no call took: a request's, as far as anyone can tell.
+            self.ledger_failed_attempts(role, after, (RowKind::Request, false));
         }
         let leased = self.lease.as_ref().is_some_and(|l| l.token == token);
         if !failed || !leased || self.uncommitted.is_some() {
@@ -159,7 +178,7 @@ impl<B: Backend> MindRunner<B> {
     async fn commit_unledgered(&mut self, token: FencingToken) -> Result<(), RuntimeError> {
         let now = self.host.clock.now_ms();
         for role in [Role::Persona, Role::SelfRole] {
-            let rows = self.take_unledgered(role, now);
+            let rows = self.take_unledgered(role, now, RowKind::Request);
             if rows.is_empty() {
                 continue;
             }

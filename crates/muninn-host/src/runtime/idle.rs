@@ -129,7 +129,11 @@ impl<B: Backend> MindRunner<B> {
             Err(e) => {
                 // A ping cut after the provider read it was billed: its row waits for the
                 // role's next record (`failed.rs`).
-                self.ledger_failed_attempts(role, now);
+                let kind = match point.keep {
+                    Keep::Tail => RowKind::Ping,
+                    Keep::Head => RowKind::HeadPing,
+                };
+                self.ledger_failed_attempts(role, now, (kind, false));
                 return Err(e.into());
             }
         };

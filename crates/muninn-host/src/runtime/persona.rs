@@ -455,7 +455,7 @@ impl<B: Backend> MindRunner<B> {
                 self.persona.collect_events();
                 // An attempt cut after the provider read it was billed: its row waits for the
                 // retry's record (`failed.rs`).
-                self.ledger_failed_attempts(Role::Persona, now);
+                self.ledger_failed_attempts(Role::Persona, now, (RowKind::Request, true));
                 let error = e.to_string();
                 let new_error = self.attempt.as_mut().is_none_or(|a| a.failed_with(&error));
                 if new_error {
@@ -589,7 +589,7 @@ impl<B: Backend> MindRunner<B> {
                 self.persona.collect_events();
                 // A retry cut after the provider read it was billed: the turn's record
                 // carries its row.
-                let cut = self.take_unledgered(Role::Persona, now);
+                let cut = self.take_unledgered(Role::Persona, now, RowKind::Request);
                 answer.ledger.extend(cut);
                 answer.verdict = Err(format!("retry failed: {e}"));
             }
@@ -624,7 +624,7 @@ impl<B: Backend> MindRunner<B> {
                     tracing::warn!(mind = %self.mind.id, error = %e, "compaction failed; rebuilding");
                 }
                 self.persona.collect_events();
-                self.ledger_failed_attempts(Role::Persona, now);
+                self.ledger_failed_attempts(Role::Persona, now, (RowKind::Flush, false));
                 self.persona
                     .pending_events
                     .push(SessionEvent::CompactFailed {

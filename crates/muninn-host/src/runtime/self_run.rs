@@ -133,7 +133,7 @@ impl<B: Backend> MindRunner<B> {
             (Some(rows), _) => rows,
             // The last reply's row is recorded already; the brief's record carries the rows of
             // failed attempts still waiting for one.
-            (None, Some(_)) => self.take_unledgered(Role::SelfRole, now),
+            (None, Some(_)) => self.take_unledgered(Role::SelfRole, now, RowKind::Request),
             (None, None) => {
                 let label = match run.flush {
                     FlushStage::NotNeeded => self_label(plan),
@@ -285,22 +285,24 @@ impl<B: Backend> MindRunner<B> {
             .await
         {
             Ok(run) => Ok(run),
-            Err(e) => Err(self.self_run_failed(brief, token, e, now).await),
+            Err(e) => Err(self.self_run_failed(brief, token, e, now, true).await),
         }
     }
 
     /// A failed request fails the brief, tells the Persona, and breaks the session (the next
-    /// brief rebuilds it). Returns the error to give up the step with.
+    /// brief rebuilds it). Returns the error to give up the step with. `boundary`: whether the
+    /// request began the brief's run (its cut attempts' rows say so, `failed.rs`).
     pub(super) async fn self_run_failed(
         &mut self,
         brief: &Brief,
         token: FencingToken,
         e: BackendError,
         now: i64,
+        boundary: bool,
     ) -> RuntimeError {
         self.selfs.mark_broken(now);
         self.selfs.collect_events();
-        self.ledger_failed_attempts(Role::SelfRole, now);
+        self.ledger_failed_attempts(Role::SelfRole, now, (RowKind::Request, boundary));
         let message = format!("the Self session failed: {e}");
         if let Err(store) = self
             .fail_brief(token, brief.seq, "failed", &message, now)
@@ -398,7 +400,7 @@ impl<B: Backend> MindRunner<B> {
                 self.selfs.collect_events();
                 failed = Some(e);
                 // A flush cut after the provider read it was billed: its row is this record's.
-                let rows = self.take_unledgered(Role::SelfRole, now);
+                let rows = self.take_unledgered(Role::SelfRole, now, RowKind::Flush);
                 (None, "tail (the flush failed)", rows)
             }
         };

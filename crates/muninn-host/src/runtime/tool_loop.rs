@@ -157,7 +157,10 @@ impl<B: Backend> MindRunner<B> {
             let now = self.host.clock.now_ms();
             let outcome = match self.send_self(&next).await {
                 Ok(outcome) => outcome,
-                Err(e) => return Err(self.self_run_failed(brief, token, e, now).await),
+                Err(e) => {
+                    let failed = self.self_run_failed(brief, token, e, now, next.boundary);
+                    return Err(failed.await);
+                }
             };
             let asked = next
                 .plan

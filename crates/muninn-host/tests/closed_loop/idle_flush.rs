@@ -118,3 +118,51 @@ async fn a_failed_idle_flush_fails_its_step_loudly_and_the_next_decision_proceed
     let report = verify(&after, &PriceTable::embedded(), &Default::default());
     assert_holds(&report, &after);
 }
+
+/// A Self flush the decider chose while idle, cut by the provider after `message_start`: the
+/// cut attempt is a ledger row (the provider billed it) of what it attempted — a flush, the
+/// recorded policy's own side request — so a counterfactual replay (`muninn replay`, `ledger`
+/// input) puts it on the Self's compaction thread beside the flushes, counted for the recorded
+/// policy alone, and not on the conversation as a request every policy would pay. The ledger
+/// replays exactly in closed loop too.
+#[tokio::test]
+async fn a_cut_idle_flush_is_a_side_request_in_a_counterfactual_replay() {
+    let acts = workload();
+    let flush = idle_flush_at(&acts).await;
+    let mut h = Harness::new("").await;
+    let i = run_to(&mut h, &acts, flush).await;
+    let Act::Wait { ms } = acts[i] else {
+        unreachable!()
+    };
+    let wait_end = flush - 1 + ms;
+    h.w.sim.advance_clock(flush - h.now());
+    h.w.sim.push_faults([Fault {
+        kind: FaultKind::Truncate { after_deltas: 1 },
+        times: 1,
+    }]);
+    assert!(h.runner.as_mut().unwrap().step().await.is_err());
+    let policy = muninn_host::runtime::RetryPolicy::default();
+    let next = muninn_host::runtime::Failing::after(None, &policy, None, h.now());
+    h.w.sim.advance_clock(next.next_attempt_ms - h.now());
+    h.failing = Some(next);
+    h.run_until(wait_end.max(h.now())).await;
+    for act in &acts[i + 1..] {
+        h.apply(act).await;
+    }
+    let end = h.now() + 2 * 3_600_000;
+    h.run_until(end).await;
+    let rows = ledger(&h.w).await;
+    let cut = rows
+        .iter()
+        .position(|r| r.decision == "attempt_failed")
+        .expect("the cut flush is a row");
+    assert_eq!((rows[cut].role.as_str(), rows[cut].at_ms), ("self", flush));
+    let report = verify(&rows, &PriceTable::embedded(), &Default::default());
+    assert_holds(&report, &rows);
+    let traces = muninn_import::ledger_traces(&rows);
+    let thread = traces
+        .iter()
+        .find(|t| t.rows.contains(&cut))
+        .map(|t| t.trace.thread.as_str());
+    assert_eq!(thread, Some("self/compaction"));
+}

@@ -293,3 +293,57 @@ async fn a_cut_attempt_whose_retry_opens_a_new_segment_replays_exactly() {
     assert_eq!(cut.len(), 1, "{rows:#?}");
     assert_ne!(cut[0].0.segment, cut[0].1.segment);
 }
+
+/// The cut attempt's request in the counterfactual replay's trace (`muninn replay`, `ledger`
+/// input): `role`'s thread, the request mapped from the first `attempt_failed` row of `rows`,
+/// and the one after it (its retry).
+fn cut_and_retry_mapped(
+    rows: &[LedgerRow],
+    role: &str,
+) -> (
+    muninn_core::trace::TraceRequest,
+    muninn_core::trace::TraceRequest,
+) {
+    let traces = muninn_import::ledger_traces(rows);
+    let thread = traces
+        .iter()
+        .find(|t| t.trace.thread == role)
+        .expect("the role's thread");
+    let cut = rows
+        .iter()
+        .position(|r| r.role == role && r.decision == "attempt_failed")
+        .expect("a cut attempt");
+    let i = thread.rows.iter().position(|&r| r == cut).unwrap();
+    (thread.trace.requests[i], thread.trace.requests[i + 1])
+}
+
+/// A cut attempt is the first try of the request it attempted, so in a counterfactual replay
+/// it opens the turn that request opened: a Persona turn's cut first attempt, and a Self
+/// brief's cut first request, are mapped as turn boundaries, where every policy (and the
+/// optimum) decides the arrival — refresh included — before paying the attempt. Before, the
+/// cut row was written `boundary: false` and mapped inside the previous turn, after the idle
+/// gap: an online policy could not refresh before it and paid it on the old prefix, however
+/// cold, and decided the arrival only at the retry, with the prefix just rewritten.
+#[tokio::test]
+async fn a_cut_attempt_opens_the_turn_it_attempted_in_a_counterfactual_replay() {
+    let rows = replays_with_cuts(&mail_with_a_cut(2, 1, false), 1).await;
+    let (cut, retry) = cut_and_retry_mapped(&rows, "persona");
+    assert!(cut.boundary, "{cut:?}");
+    assert!(retry.boundary, "the retry was decided again: {retry:?}");
+    let acts = vec![
+        Act::Brief { words: 200 },
+        Act::Wait { ms: 60_000 },
+        Act::Cut {
+            after_deltas: 1,
+            mid_stream: false,
+        },
+        Act::Brief { words: 220 },
+        Act::Wait { ms: 60_000 },
+        Act::Brief { words: 240 },
+        Act::Wait { ms: 200_000 },
+    ];
+    let (report, rows) = super::closed_loop("", &acts).await;
+    assert_holds(&report, &rows);
+    let (cut, _) = cut_and_retry_mapped(&rows, "self");
+    assert!(cut.boundary, "{cut:?}");
+}

@@ -63,6 +63,7 @@ fn decided_row() -> LedgerRow {
             tokens: 1_200,
             uses: 2,
         },
+        attempted: None,
     });
     decided.miss_cause = Some(MissCause::SystemChange);
     decided.provider_miss = Some(ProviderMiss {
