@@ -170,18 +170,7 @@ impl<B: Backend> MindRunner<B> {
             spent = rows.iter().fold(spent, |spent, row| spent + row.cost);
             let flushing = next.flushing;
             if outcome.tool_calls.is_empty() {
-                // The answer: the run is over (the flush's answer, if it was asked for).
-                let flush = if flushing {
-                    FlushStage::Flushed
-                } else {
-                    FlushStage::NotNeeded
-                };
-                let run = RunOutcome { outcome, flush };
-                return Ok(Driven {
-                    run,
-                    row: Some(rows),
-                    stopped: None,
-                });
+                return Ok(answered_run(outcome, rows, flushing));
             }
             let results = run_calls(&tools, &outcome.tool_calls).await;
             let after = self.host.clock.now_ms();
@@ -479,5 +468,20 @@ fn request_record(
         transcript,
         ledger: rows,
         ..TurnRecord::default()
+    }
+}
+
+/// A run whose last request was answered without tool calls: it is over (with the flush's
+/// answer, when the flush was asked for).
+fn answered_run(outcome: TurnOutcome, rows: Vec<LedgerRow>, flushing: bool) -> Driven {
+    let flush = if flushing {
+        FlushStage::Flushed
+    } else {
+        FlushStage::NotNeeded
+    };
+    Driven {
+        run: RunOutcome { outcome, flush },
+        row: Some(rows),
+        stopped: None,
     }
 }
