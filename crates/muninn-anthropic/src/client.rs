@@ -28,12 +28,15 @@
 //! # Attempts billed but not answered
 //!
 //! An attempt that fails after `message_start` — the provider has read the prompt, billed its
-//! input, written or read its cache, and begun generating — was billed, whether it is retried
-//! or not. Each comes back as a [`BilledAttempt`] (in [`Completed::billed`] or
-//! [`Failed::billed`]) with the usage as far as the stream showed it
+//! input, written or read its cache, and begun generating — was billed. It comes back as a
+//! [`BilledAttempt`] in [`Failed::billed`] with the usage as far as the stream showed it
 //! ([`Assembler::billed_so_far`]), so the ledger counts it and the cache mirror knows the
-//! prefix is now cached. A failure before `message_start` (a refused connection, a 5xx, a 529)
-//! was not billed and is not one.
+//! prefix is now cached, and **the client does not retry it**: another attempt costs the
+//! prompt again, and only the caller can weigh that against its spend cap (the host asks the
+//! cap before its own retry; a client retrying a provider that cuts every stream after
+//! `message_start` billed up to `max_retries` prompts in one call unasked). A failure before
+//! `message_start` (a refused connection, a 5xx, a 529) was not billed, is not one, and is
+//! retried here as above.
 //!
 //! **Nothing is re-sent after the first content byte** (the first `content_block_start`) unless
 //! the caller says the turn is safe to repeat: the partial reply may already have been shown or
@@ -176,10 +179,9 @@ pub struct Completed {
     pub raw_usage: Value,
     /// The `request-id` header.
     pub request_id: Option<String>,
-    /// Retries made before it.
+    /// Retries made before it (none after an attempt the provider billed: that one is the
+    /// caller's to retry, see the module docs).
     pub retries: Vec<RetryEvent>,
-    /// The attempts before it the provider billed without a whole reply, in order.
-    pub billed: Vec<BilledAttempt>,
 }
 
 /// An attempt the provider billed (it sent `message_start`) that failed before its reply was
@@ -331,6 +333,7 @@ impl AnthropicClient {
         let mut billed = Vec::new();
         let mut attempt: u32 = 0;
         loop {
+            let billed_before = billed.len();
             let sent = self.attempt(&body, request.stream, &betas, Deadline::after(budget));
             let failure = match sent.await {
                 Ok((response, raw_usage, request_id)) => {
@@ -339,7 +342,6 @@ impl AnthropicClient {
                         raw_usage,
                         request_id,
                         retries,
-                        billed,
                     });
                 }
                 Err(mut f) => {
@@ -347,6 +349,9 @@ impl AnthropicClient {
                     f
                 }
             };
+            // A billed attempt is the caller's to retry: its retry costs a prompt again, which
+            // the caller's spend cap must weigh first (module docs).
+            let was_billed = billed.len() > billed_before;
             if failure.after_content && !safe_to_repeat {
                 return Err(Failed {
                     error: BackendError::BrokenAfterContent(Box::new(failure.error)),
@@ -354,7 +359,7 @@ impl AnthropicClient {
                     billed,
                 });
             }
-            if !failure.retryable {
+            if !failure.retryable || was_billed {
                 return Err(Failed {
                     error: failure.error,
                     retries,

@@ -41,7 +41,6 @@ impl Transport for Structured {
             response,
             request_id: None,
             retries: Vec::new(),
-            billed: Vec::new(),
         })
     }
 }

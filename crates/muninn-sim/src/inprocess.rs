@@ -6,10 +6,9 @@
 //! refuse a request (429, 529, 500, 400, 401) come back as the same errors the HTTP client
 //! reports, without retries (there is no wait to be had in-process). A stream cut after
 //! `message_start` (`truncate`, `mid_stream_error`) fails the call as the HTTP client fails it
-//! once it gives up — after content, unless the turn is safe to repeat, as
-//! [`BackendError::BrokenAfterContent`] — billed as the HTTP path bills it (the attempt is in
-//! [`Failed::billed`] with what the client would have read before the cut), again without
-//! retries. The other stream faults (a slow or trickling reply) have no meaning without a
+//! (which does not retry an attempt the provider billed) — after content, unless the turn is
+//! safe to repeat, as [`BackendError::BrokenAfterContent`] — billed as the HTTP path bills it
+//! (the attempt is in [`Failed::billed`] with what the client would have read before the cut). The other stream faults (a slow or trickling reply) have no meaning without a
 //! stream and are consumed unapplied.
 
 use crate::sim::{ApiError, Simulator};
@@ -87,13 +86,12 @@ impl Transport for InProcess {
             raw_usage,
             request_id,
             retries: Vec::new(),
-            billed: Vec::new(),
         })
     }
 }
 
-/// The failure the HTTP client reports for a stream cut after `message_start` once it gives up
-/// (here at once: no retries in-process), the cut attempt billed.
+/// The failure the HTTP client reports for a stream cut after `message_start` (it does not
+/// retry a billed attempt), the cut attempt billed.
 fn cut_off(
     cut: crate::server::CutSeen,
     fault: Option<crate::sim::FaultKind>,

@@ -241,8 +241,14 @@ async fn retries_run_out() {
     assert_eq!(sleeper.delays().len(), 3);
 }
 
+/// A stream ended by an `error` event right after `message_start`, three times running: the
+/// provider billed each attempt (it read the prompt), so the client retries none of them — each
+/// retry would cost the prompt again unasked, past any spend cap the caller keeps (before, the
+/// client retried inside the call and this turn was billed three prompts before it answered).
+/// The call fails with the stream's retryable error and the one billed attempt, predicted
+/// exactly; the caller's retry reads what the cut attempt wrote, as the mirror predicts.
 #[tokio::test]
-async fn a_stream_error_before_content_is_retried() {
+async fn a_stream_error_before_content_is_billed_and_left_to_the_caller() {
     let h = sim().await;
     let mut w = wired(&h);
     w.backend
@@ -254,23 +260,16 @@ async fn a_stream_error_before_content_is_retried() {
             after_deltas: 0,
             error_type: "overloaded_error".into(),
         },
-        1,
+        3,
     )]);
-    let o = w.backend.turn(TurnInput::text("hello")).await.unwrap();
-    assert_eq!(o.retries.len(), 1);
-    assert_eq!(
-        (o.retries[0].status, o.retries[0].kind.as_str()),
-        (None, "overloaded_error")
+    let error = w.backend.turn(TurnInput::text("hello")).await.unwrap_err();
+    assert!(
+        matches!(&error, BackendError::Api { kind, retryable: true, .. } if kind == "overloaded_error"),
+        "{error:?}"
     );
-    // The failed stream was processed, so its writes stand and the retry reads them — and the
-    // mirror knows it: the retry is predicted reading what the cut attempt wrote.
-    assert!(o.usage.cache_read > 0);
-    assert_eq!(o.events.len(), 0, "{:?}", o.events);
-    assert_eq!(o.predicted, Some(o.usage));
-    // The cut attempt was billed (it had `message_start`): one failed attempt, with the usage
-    // the simulator billed it, predicted exactly.
-    let failed = w.backend.take_failed_attempts();
     let records = message_records(&h);
+    assert_eq!(records.len(), 1, "the client retried a billed attempt");
+    let failed = w.backend.take_failed_attempts();
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(Some(failed[0].usage), records[0].usage);
     assert_eq!(failed[0].predicted, Some(failed[0].usage));
@@ -279,7 +278,18 @@ async fn a_stream_error_before_content_is_retried() {
         failed[0].usage.output, 1,
         "message_start's count, no content"
     );
-    assert_eq!(Some(o.usage), records[1].usage);
+    // The caller retries (the host, after asking its cap): the fault's other two cuts, then
+    // the answer, which reads what the cut attempts wrote.
+    for _ in 0..2 {
+        w.backend.turn(TurnInput::text("hello")).await.unwrap_err();
+        assert_eq!(w.backend.take_failed_attempts().len(), 1);
+    }
+    let o = w.backend.turn(TurnInput::text("hello")).await.unwrap();
+    assert!(o.retries.is_empty(), "{:?}", o.retries);
+    assert!(o.usage.cache_read > 0);
+    assert_eq!(o.events.len(), 0, "{:?}", o.events);
+    assert_eq!(o.predicted, Some(o.usage));
+    assert_eq!(Some(o.usage), message_records(&h)[3].usage);
     assert!(w.backend.take_failed_attempts().is_empty(), "drained");
 }
 
@@ -362,7 +372,7 @@ async fn a_refusal_before_message_start_is_not_billed() {
 }
 
 #[tokio::test]
-async fn nothing_is_resent_after_content_unless_safe() {
+async fn a_cut_is_never_resent_by_the_client_and_is_broken_after_content_unless_safe() {
     let h = sim().await;
     let mut w = wired(&h);
     w.backend
@@ -397,9 +407,12 @@ async fn nothing_is_resent_after_content_unless_safe() {
         safe_to_repeat: true,
         ..TurnInput::text("hello")
     };
+    // Safe to repeat, the cut is a plain retryable failure, not a broken reply — still the
+    // caller's to retry, as every attempt the provider billed is.
+    let error = w.backend.turn(safe.clone()).await.unwrap_err();
+    assert!(matches!(error, BackendError::Protocol(_)), "{error:?}");
     let o = w.backend.turn(safe).await.unwrap();
-    assert_eq!(o.retries.len(), 1);
-    assert_eq!(o.retries[0].kind, "protocol");
+    assert!(o.retries.is_empty(), "{:?}", o.retries);
     assert_eq!(o.text, "Reply to turn 1: 'hello'");
 }
 

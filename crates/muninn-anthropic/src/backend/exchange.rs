@@ -234,8 +234,8 @@ impl<T: Transport> AnthropicBackend<T> {
         };
         let mut prediction = predict(&self.mirror)?;
         let sent = self.client.send(request, safe_to_repeat).await;
-        let billed = match &sent {
-            Ok(completed) => &completed.billed,
+        let billed: &[_] = match &sent {
+            Ok(_) => &[],
             Err(failed) => &failed.billed,
         };
         for attempt in billed {
