@@ -42,6 +42,13 @@ fn probe_shown(w: &World) -> usize {
         .sum()
 }
 
+/// The model was shown [`PROBE`] once, and the batch answered with one reply.
+async fn shown_and_answered_once(w: &World) {
+    assert_eq!(probe_shown(w), 1, "the model was shown the delivery twice");
+    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
+    assert_eq!(outbox.len(), 1, "{outbox:#?}");
+}
+
 #[tokio::test]
 async fn a_delivery_whose_commit_answer_is_lost_is_recorded_and_shown_once() {
     let (w, faults) = crate::runtime::faulty_world("").await;
@@ -71,9 +78,7 @@ async fn a_delivery_whose_commit_answer_is_lost_is_recorded_and_shown_once() {
         1,
         "the delivery recorded twice"
     );
-    assert_eq!(probe_shown(&w), 1, "the model was shown the delivery twice");
-    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
-    assert_eq!(outbox.len(), 1, "{outbox:#?}");
+    shown_and_answered_once(&w).await;
 }
 
 /// A restart between the append whose answer was lost and the ask: the new process draws a
@@ -112,9 +117,7 @@ async fn a_restart_after_a_lost_append_answer_records_the_delivery_in_a_new_segm
         .collect();
     assert_eq!(segments.len(), 2, "{items:#?}");
     assert!(segments[0] < segments[1], "one segment: {items:#?}");
-    assert_eq!(probe_shown(&w), 1, "the model was shown the delivery twice");
-    let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
-    assert_eq!(outbox.len(), 1, "{outbox:#?}");
+    shown_and_answered_once(&w).await;
 }
 
 /// The Self's brief, the other item appended on its own before the model is asked: its

@@ -208,11 +208,9 @@ async fn a_cut_first_request_of_a_segment_replays_exactly() {
     assert_eq!(segments, [true, true]);
 }
 
-/// A Self brief whose request is cut: the brief fails (told to the Persona), the cut attempt's
-/// row waits for the Self's next record, and the ledger replays exactly.
-#[tokio::test]
-async fn a_cut_self_request_is_a_row_and_replays_exactly() {
-    let acts = vec![
+/// Three Self briefs a minute apart, the second's request cut after one delta.
+fn a_cut_self_brief() -> Vec<Act> {
+    vec![
         Act::Brief { words: 200 },
         Act::Wait { ms: 60_000 },
         Act::Cut {
@@ -223,8 +221,14 @@ async fn a_cut_self_request_is_a_row_and_replays_exactly() {
         Act::Wait { ms: 60_000 },
         Act::Brief { words: 240 },
         Act::Wait { ms: 200_000 },
-    ];
-    let (report, rows) = super::closed_loop("", &acts).await;
+    ]
+}
+
+/// A Self brief whose request is cut: the brief fails (told to the Persona), the cut attempt's
+/// row waits for the Self's next record, and the ledger replays exactly.
+#[tokio::test]
+async fn a_cut_self_request_is_a_row_and_replays_exactly() {
+    let (report, rows) = super::closed_loop("", &a_cut_self_brief()).await;
     assert_holds(&report, &rows);
     assert_eq!(report.recorded_cost, report.replayed_cost, "{report:#?}");
     let cut = cut_rows(&rows);
@@ -330,19 +334,7 @@ async fn a_cut_attempt_opens_the_turn_it_attempted_in_a_counterfactual_replay() 
     let (cut, retry) = cut_and_retry_mapped(&rows, "persona");
     assert!(cut.boundary, "{cut:?}");
     assert!(retry.boundary, "the retry was decided again: {retry:?}");
-    let acts = vec![
-        Act::Brief { words: 200 },
-        Act::Wait { ms: 60_000 },
-        Act::Cut {
-            after_deltas: 1,
-            mid_stream: false,
-        },
-        Act::Brief { words: 220 },
-        Act::Wait { ms: 60_000 },
-        Act::Brief { words: 240 },
-        Act::Wait { ms: 200_000 },
-    ];
-    let (report, rows) = super::closed_loop("", &acts).await;
+    let (report, rows) = super::closed_loop("", &a_cut_self_brief()).await;
     assert_holds(&report, &rows);
     let (cut, _) = cut_and_retry_mapped(&rows, "self");
     assert!(cut.boundary, "{cut:?}");
