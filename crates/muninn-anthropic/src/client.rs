@@ -330,12 +330,10 @@ impl AnthropicClient {
             .attempt_timeout
             .unwrap_or_else(|| attempt_budget(request.max_tokens));
         let mut retries = Vec::new();
-        let mut billed = Vec::new();
         let mut attempt: u32 = 0;
         loop {
-            let billed_before = billed.len();
             let sent = self.attempt(&body, request.stream, &betas, Deadline::after(budget));
-            let failure = match sent.await {
+            let (failure, billed) = match sent.await {
                 Ok((response, raw_usage, request_id)) => {
                     return Ok(Completed {
                         response,
@@ -345,13 +343,14 @@ impl AnthropicClient {
                     });
                 }
                 Err(mut f) => {
-                    billed.extend(f.billed.take().map(|b| *b));
-                    f
+                    let billed: Vec<BilledAttempt> =
+                        f.billed.take().map(|b| *b).into_iter().collect();
+                    (f, billed)
                 }
             };
             // A billed attempt is the caller's to retry: its retry costs a prompt again, which
             // the caller's spend cap must weigh first (module docs).
-            let was_billed = billed.len() > billed_before;
+            let was_billed = !billed.is_empty();
             if failure.after_content && !safe_to_repeat {
                 return Err(Failed {
                     error: BackendError::BrokenAfterContent(Box::new(failure.error)),

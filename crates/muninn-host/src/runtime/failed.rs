@@ -12,8 +12,9 @@
 //! # When it is counted, and when it is written
 //!
 //! A row is counted by the role's accounting and its ledger cache when the attempt is taken
-//! from the backend — at the next answered row of the role, before that row (the client's own
-//! retry succeeded), or right after the call that failed — so every later decision sees what
+//! from the backend — right after the call that failed (the client returns every billed
+//! attempt to its caller rather than retry it), or at the latest before the role's next
+//! answered row or at the step's end — so every later decision sees what
 //! the attempt cached, as a replay of the ledger will. It is written with the next record the
 //! runner commits for the role, before that record's own rows: the answer's turn, or the failed
 //! step's record — the turn's own when it has one (a Persona turn whose invalid reply's retry
