@@ -125,6 +125,18 @@ async fn sqlite_conformance() {
     print_timings("sqlite", &timings, started.elapsed());
 }
 
+/// Mind `m` created in `store` and leased by holder `h` for `ttl_ms` from `now_ms`: the
+/// lease's token.
+async fn leased_mind(store: &dyn Store, ttl_ms: i64, now_ms: i64) -> FencingToken {
+    store.create_mind(&mind("m")).await.unwrap();
+    store
+        .acquire_lease("m", "h", ttl_ms, now_ms)
+        .await
+        .unwrap()
+        .unwrap()
+        .token
+}
+
 fn mind(id: &str) -> Mind {
     Mind {
         id: id.into(),
@@ -416,13 +428,7 @@ async fn postgres_schema_is_append_only_and_versioned() {
 async fn raw_postgres_checks(factory: &PostgresFactory, admin: &sqlx::PgPool) {
     let store = factory.open("raw").await.unwrap();
     assert_eq!(store.backend(), "postgres");
-    store.create_mind(&mind("m")).await.unwrap();
-    let token = store
-        .acquire_lease("m", "h", 1_000, 0)
-        .await
-        .unwrap()
-        .unwrap()
-        .token;
+    let token = leased_mind(store.as_ref(), 1_000, 0).await;
     store
         .append_transcript("m", token, &[item(1)])
         .await

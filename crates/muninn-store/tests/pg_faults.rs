@@ -36,13 +36,7 @@ async fn postgres_connections_terminated_by_the_server_are_replaced() {
         return;
     };
     let store = PostgresStore::connect(&db.url()).await.unwrap();
-    store.create_mind(&mind("m")).await.unwrap();
-    let token = store
-        .acquire_lease("m", "h", 60_000, 1)
-        .await
-        .unwrap()
-        .unwrap()
-        .token;
+    let token = crate::leased_mind(&store, 60_000, 1).await;
     let mut written = 0;
     for round in 0..5 {
         assert!(terminate_all(&admin, &db).await > 0, "round {round}");

@@ -30,13 +30,7 @@ async fn postgres_a_silent_server_ends_each_call_at_its_deadline_and_the_pool_re
         .unwrap();
     let url = format!("{}?call_timeout=2s", db.url_through(proxy.addr()));
     let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&url).await.unwrap());
-    store.create_mind(&mind("m")).await.unwrap();
-    let token = store
-        .acquire_lease("m", "h", 600_000, 1)
-        .await
-        .unwrap()
-        .unwrap()
-        .token;
+    let token = crate::leased_mind(store.as_ref(), 600_000, 1).await;
     store
         .append_transcript("m", token, &[item(1)])
         .await

@@ -17,13 +17,7 @@ async fn sqlite_file_is_created_durable_and_append_only() {
     assert_eq!(store.backend(), "sqlite");
     let file = dir.path().join(muninn_store::sqlite::DEFAULT_FILE_NAME);
     assert!(file.exists(), "open on a directory creates muninn.db in it");
-    store.create_mind(&mind("m")).await.unwrap();
-    let token = store
-        .acquire_lease("m", "h", 1_000, 0)
-        .await
-        .unwrap()
-        .unwrap()
-        .token;
+    let token = crate::leased_mind(store.as_ref(), 1_000, 0).await;
     store
         .append_transcript("m", token, &[item(1)])
         .await
@@ -120,13 +114,7 @@ async fn sqlite_group_commit_shares_fsyncs_among_concurrent_writers() {
     const WRITERS: usize = 32;
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open_in(dir.path()).await.unwrap());
-    store.create_mind(&mind("m")).await.unwrap();
-    let token = store
-        .acquire_lease("m", "h", 60_000, 0)
-        .await
-        .unwrap()
-        .unwrap()
-        .token;
+    let token = crate::leased_mind(store.as_ref(), 60_000, 0).await;
     let before = store.fsyncs();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..WRITERS {
