@@ -17,6 +17,16 @@ fn said_in<'a>(said: &'a [String], room: &'a str) -> Vec<(&'a str, &'a str)> {
     said.iter().map(|id| (id.as_str(), room)).collect()
 }
 
+/// The mail is the messages `said`, each once, named as the Mind names `room`.
+fn assert_said_once_in(mail: &[Delivery], said: &[String], room: &str) {
+    assert_eq!(
+        named(mail),
+        said_in(said, room),
+        "every message once, named as configured: {:?}",
+        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
+    );
+}
+
 /// The process that reads the tombstone and joins the replacement stops before the answer that
 /// holds its join is committed: the next process finds the replacement among its rooms, joined
 /// since its position, and must still read it from its start.
@@ -62,12 +72,7 @@ async fn a_stop_between_the_tombstone_and_the_replacements_join_loses_nothing() 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mail = rig.mail().await;
     running.stop().await;
-    assert_eq!(
-        named(&mail),
-        said_in(&said, &room),
-        "every message once, named as configured: {:?}",
-        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
-    );
+    assert_said_once_in(&mail, &said, &room);
 }
 
 /// A room configured by its id (which an upgrade does not move, as it moves an alias) upgraded
@@ -110,12 +115,7 @@ async fn a_followed_upgrade_is_still_followed_after_a_restart() {
         .map(|m| m.body)
         .collect();
     let stats = running.stop().await;
-    assert_eq!(
-        named(&mail),
-        said_in(&said, &room),
-        "named as configured: {:?}",
-        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
-    );
+    assert_said_once_in(&mail, &said, &room);
     assert_eq!(
         (bot_said, stats.sent, stats.failed),
         (vec!["still here".to_owned()], 1, 0)
@@ -163,12 +163,7 @@ async fn a_tombstone_only_in_the_gap_is_followed() {
         .unwrap();
     let mail = rig.mail_count(5).await;
     running.stop().await;
-    assert_eq!(
-        named(&mail),
-        said_in(&said, &room),
-        "{:?}",
-        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
-    );
+    assert_said_once_in(&mail, &said, &room);
 }
 
 /// An invite-only room upgraded: the replacement is invite-only too, and the upgrade invites
@@ -195,12 +190,7 @@ async fn an_invite_to_the_replacement_of_a_private_room_is_accepted_and_followed
     said.push(rig.human.send(&replacement, "after the join", &[]).await);
     let mail = rig.mail_count(3).await;
     running.stop().await;
-    assert_eq!(
-        named(&mail),
-        said_in(&said, &room),
-        "{:?}",
-        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
-    );
+    assert_said_once_in(&mail, &said, &room);
 }
 
 /// An invite-only room upgraded, and nobody invites the bot to the replacement: its join is
@@ -256,12 +246,7 @@ async fn a_replacement_that_cannot_be_joined_is_reported_and_tried_again_until_j
     })
     .await;
     running.stop().await;
-    assert_eq!(
-        named(&mail),
-        said_in(&said, &room),
-        "{:?}",
-        mail.iter().map(|d| d.text.as_str()).collect::<Vec<_>>()
-    );
+    assert_said_once_in(&mail, &said, &room);
 }
 
 /// A direct chat upgraded by the person, who invites the bot to the invite-only replacement;
