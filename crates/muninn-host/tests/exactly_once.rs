@@ -242,16 +242,10 @@ fn with_history(source_id: &str, text: &str, at_ms: i64) -> NewDelivery {
     }
 }
 
-/// An attempt belongs to the session it was rendered on. On the Claude Code CLI, a delivery's
-/// append is refused (nothing lands); then another host takes the lease and lets it go
-/// without a turn, and the runner takes it back: its session is rebuilt from the transcript
-/// (the segment resumes through its handle), which does not hold the refused attempt. The
-/// delivery is rendered afresh on that session — not the old rendering re-sent past it, which
-/// left the rebuilt renderer without the turn, so the next delivery showed the room history
-/// line again (the model read it twice).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unrecorded_attempt_is_rendered_again_on_the_session_a_new_lease_rebuilt() {
-    let Some(bin) = claude_cli() else { return };
+/// A Claude Code world on a store whose faults the test arms, and the handle that arms them.
+async fn faulty_cli_world(
+    bin: std::path::PathBuf,
+) -> (crate::resume::CliWorld, std::sync::Arc<FaultyStore>) {
     let mut faults = None;
     let w = cli_world_on(
         bin,
@@ -263,7 +257,20 @@ async fn an_unrecorded_attempt_is_rendered_again_on_the_session_a_new_lease_rebu
         },
     )
     .await;
-    let faults = faults.unwrap();
+    (w, faults.unwrap())
+}
+
+/// An attempt belongs to the session it was rendered on. On the Claude Code CLI, a delivery's
+/// append is refused (nothing lands); then another host takes the lease and lets it go
+/// without a turn, and the runner takes it back: its session is rebuilt from the transcript
+/// (the segment resumes through its handle), which does not hold the refused attempt. The
+/// delivery is rendered afresh on that session — not the old rendering re-sent past it, which
+/// left the rebuilt renderer without the turn, so the next delivery showed the room history
+/// line again (the model read it twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrecorded_attempt_is_rendered_again_on_the_session_a_new_lease_rebuilt() {
+    let Some(bin) = claude_cli() else { return };
+    let (w, faults) = faulty_cli_world(bin).await;
     let store = w.host.store.clone();
     let mut a = w.runner(persona("watchful"), "host-a");
     a.register().await.unwrap();
@@ -318,18 +325,7 @@ async fn an_unrecorded_attempt_is_rendered_again_on_the_session_a_new_lease_rebu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_after_a_lost_append_answer_does_not_resume_the_cli_segment() {
     let Some(bin) = claude_cli() else { return };
-    let mut faults = None;
-    let w = cli_world_on(
-        bin,
-        |_| {},
-        |store| {
-            let faulty = FaultyStore::new(store);
-            faults = Some(faulty.clone());
-            faulty
-        },
-    )
-    .await;
-    let faults = faults.unwrap();
+    let (w, faults) = faulty_cli_world(bin).await;
     let mut a = w.runner(persona("watchful"), "host-a");
     a.register().await.unwrap();
     w.say("e1", "alpha-one: remember the river").await;
