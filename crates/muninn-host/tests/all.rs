@@ -6,6 +6,7 @@ mod between_turns;
 mod bounds;
 mod browser;
 mod cli_turn;
+mod cli_world;
 mod closed_loop;
 mod cluster;
 mod compact;

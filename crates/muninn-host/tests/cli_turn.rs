@@ -185,11 +185,11 @@ fn cli_session_files(host: &Host) -> Vec<std::path::PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_behind_the_claude_cli_does_not_grow_the_transcript_per_retry() {
     let Some(bin) = claude_cli() else { return };
-    let w = crate::resume::cli_world(bin).await;
+    let w = crate::cli_world::cli_world(bin).await;
     let mut r = w.runner(mind(""), "host-a");
     r.register().await.unwrap();
     w.say("e1", "juliet-one: the lighthouse is dark").await;
-    crate::resume::turn(&mut r).await;
+    crate::cli_world::turn(&mut r).await;
     let answered_before = w.messages_requests().len();
 
     w.server.sim.push_faults([muninn_sim::sim::Fault {
@@ -210,7 +210,7 @@ async fn an_outage_behind_the_claude_cli_does_not_grow_the_transcript_per_retry(
     assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 1);
 
     w.server.sim.clear_faults();
-    crate::resume::turn(&mut r).await;
+    crate::cli_world::turn(&mut r).await;
     assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 2);
     assert_eq!(w.persona_segments().await, 1);
     assert_eq!(
@@ -269,11 +269,11 @@ async fn an_outage_behind_the_claude_cli_does_not_grow_the_transcript_per_retry(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_killed_before_a_refused_turn_is_cut_out_shows_the_line_once() {
     let Some(bin) = claude_cli() else { return };
-    let w = crate::resume::cli_world(bin).await;
+    let w = crate::cli_world::cli_world(bin).await;
     let mut a = w.runner(mind(""), "host-a");
     a.register().await.unwrap();
     w.say("e1", "kilo-one: the tide is out").await;
-    crate::resume::turn(&mut a).await;
+    crate::cli_world::turn(&mut a).await;
     let files = cli_session_files(&w.host);
     assert_eq!(files.len(), 1, "{files:#?}");
     let file = files[0].clone();
@@ -317,7 +317,7 @@ async fn a_host_killed_before_a_refused_turn_is_cut_out_shows_the_line_once() {
         .sim
         .advance_clock(w.host.config.lease_ttl_ms + 1_000);
     let mut b = w.runner(mind(""), "host-b");
-    crate::resume::turn(&mut b).await;
+    crate::cli_world::turn(&mut b).await;
     assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 2);
     w.assert_nothing_sent_twice().await;
     let outbox = w.host.store.unacked_outbox("vala", 10).await.unwrap();
@@ -351,11 +351,11 @@ async fn a_host_killed_before_a_refused_turn_is_cut_out_shows_the_line_once() {
 async fn a_failure_after_a_paid_answer_rebuilds_once_not_per_retry() {
     use muninn_sim::sim::{Fault, FaultKind};
     let Some(bin) = claude_cli() else { return };
-    let w = crate::resume::cli_world(bin).await;
+    let w = crate::cli_world::cli_world(bin).await;
     let mut r = w.runner(mind(""), "host-a");
     r.register().await.unwrap();
     w.say("e1", "lima-one: the fog is in").await;
-    crate::resume::turn(&mut r).await;
+    crate::cli_world::turn(&mut r).await;
     let answered_before = w.messages_requests().len();
 
     // The first request passes (the paid text answer), every later one is overloaded.

@@ -3,10 +3,14 @@
 //! request at what the simulator priced it, opens a segment on the summary and continues the
 //! same CLI process; when the CLI cannot compact, the host rebuilds instead.
 
-use crate::resume::{CliWorld, child_pid, cli_world, persona, turn};
+use crate::cli_world::{
+    CliWorld, assert_gap_free, batches, child_pid, cli_world, events_of, kinds_and_segments,
+    persona, turn,
+};
 use muninn_api::ApiToken;
 use muninn_api::client::ApiClient;
 use muninn_api::wire::LedgerParams;
+use muninn_core::ledger::LedgerRow;
 use muninn_core::price::PriceTable;
 use muninn_core::tokenize::count;
 use muninn_host::config::{MindConfig, RefreshMode};
@@ -14,11 +18,10 @@ use muninn_host::http::serve;
 use muninn_host::runtime::{COMPACT_REASON, PERSONA_COMPACT_INSTRUCTIONS};
 use muninn_sim::reply::COMPACTION_MARKERS;
 use muninn_sim::sim::RecordedRequest;
-use muninn_store::Role;
+use muninn_store::{OutboxMessage, Role, Segment};
 use muninn_testkit::peers::claude_cli;
 use muninn_testkit::wire::last_user;
 use serde_json::Value;
-use std::collections::BTreeSet;
 
 /// A Persona that refreshes at every boundary once its segment holds `min_segment` turns, and
 /// refreshes by compaction.
@@ -89,24 +92,64 @@ async fn a_compact_refresh_summarises_the_live_cli_session_and_continues_it() {
     // The fourth turn: three turns in, the decider refreshes, and the session is compacted.
     w.say("g3", "g4: what did the ravens do?").await;
     turn(&mut r).await;
+    let compaction = the_one_compaction(&w);
+    let rows = w.rows().await;
+    assert_compaction_row(&rows, &compaction);
+    let fresh = summary_segment(&w).await;
+    let summary = fresh.memory.clone().unwrap();
 
-    // The simulator received exactly one compaction request, carrying the host's instructions.
-    let compactions: Vec<_> = answered(&w)
+    // The turn after it went to the same CLI process, its request starting from the summary
+    // instead of the whole history.
+    assert_eq!(child_pid(&w, "vala/persona"), Some(pid), "no relaunch");
+    assert_continued_from_summary(&w, &rows, &compaction, &fresh);
+
+    // One more turn: still the same process and segment.
+    w.server.sim.advance_clock(30_000);
+    w.say("g5", "g5: and the crows?").await;
+    turn(&mut r).await;
+    assert_eq!(child_pid(&w, "vala/persona"), Some(pid), "no relaunch");
+    let rows = w.rows().await;
+    assert_eq!(rows.len(), 6);
+    assert_eq!(rows[5].segment, 1);
+    assert_eq!(
+        Some(rows[5].usage),
+        request_with(&w, "g5: and the crows?").usage
+    );
+    assert!(rows[5].usage.cache_read > 0, "{:#?}", rows[5]);
+    assert_eq!(
+        answered(&w)
+            .iter()
+            .filter(|q| is_compaction(&q.body))
+            .count(),
+        1
+    );
+
+    assert_sent_once_and_summary_between_halves(&w, &outbox_before, &summary).await;
+    assert_api_shows_the_compaction(&w, &rows).await;
+    r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
+
+/// The simulator received exactly one compaction request, carrying the host's instructions.
+fn the_one_compaction(w: &CliWorld) -> RecordedRequest {
+    let compactions: Vec<_> = answered(w)
         .into_iter()
         .filter(|q| is_compaction(&q.body))
         .collect();
     assert_eq!(compactions.len(), 1);
-    let compaction = &compactions[0];
+    let compaction = compactions.into_iter().next().unwrap();
     let instructions = PERSONA_COMPACT_INSTRUCTIONS.split(':').next().unwrap();
     assert!(
         last_user(&compaction.body).contains(instructions),
         "{}",
         last_user(&compaction.body)
     );
+    compaction
+}
 
-    // Its ledger row: decision `compact`, on the segment it summarised, at the usage the
-    // simulator's cache model priced that request at.
-    let rows = w.rows().await;
+/// The compaction's ledger row (the fourth of five): decision `compact`, on the segment it
+/// summarised, at the usage the simulator's cache model priced that request at.
+fn assert_compaction_row(rows: &[LedgerRow], compaction: &RecordedRequest) {
     assert_eq!(rows.len(), 5, "{rows:#?}");
     let row = &rows[3];
     assert_eq!(row.decision, "compact");
@@ -118,28 +161,33 @@ async fn a_compact_refresh_summarises_the_live_cli_session_and_continues_it() {
     let model = price.model(&row.model).unwrap();
     assert_eq!(row.cost, model.cost(&row.usage));
     assert_eq!(row.rehydration_tokens, 0, "not a segment start");
-    let compacted: Vec<_> = row
-        .events
-        .iter()
-        .filter(|e| e["type"] == "compacted")
-        .collect();
+    let compacted = events_of(&row.events, "compacted");
     assert_eq!(compacted.len(), 1, "{:?}", row.events);
     assert_eq!(compacted[0]["trigger"], "manual");
     assert_eq!(compacted[0]["outside"], false);
+}
 
-    // A new segment on the summary.
-    let segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
+/// The compaction ended the first segment and opened a second on its summary: returns it.
+async fn summary_segment(w: &CliWorld) -> Segment {
+    let mut segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
     assert_eq!(segments.len(), 2, "{segments:#?}");
     assert!(segments[0].ended_at_ms.is_some());
-    let fresh = &segments[1];
+    let fresh = segments.pop().unwrap();
     assert_eq!(fresh.reason, COMPACT_REASON);
     let summary = fresh.memory.clone().unwrap();
     assert!(summary.contains("Summary"), "{summary}");
+    fresh
+}
 
-    // The turn after it went to the same CLI process, its request starting from the summary
-    // instead of the whole history.
-    assert_eq!(child_pid(&w, "vala/persona"), Some(pid), "no relaunch");
-    let after = request_with(&w, "g4: what did the ravens do?");
+/// The request after the compaction starts from the summary, not the history; its row is the
+/// new segment's first, and the segment's rehydration is what the session continues from.
+fn assert_continued_from_summary(
+    w: &CliWorld,
+    rows: &[LedgerRow],
+    compaction: &RecordedRequest,
+    fresh: &Segment,
+) {
+    let after = request_with(w, "g4: what did the ravens do?");
     assert!(after.seq > compaction.seq);
     let first_user = after.body["messages"]
         .as_array()
@@ -168,8 +216,9 @@ async fn a_compact_refresh_summarises_the_live_cli_session_and_continues_it() {
     // The new segment's rehydration is what the session continues from: the head it was
     // launched with and the summary (the request after it adds only the CLI's wrapper, the
     // new message and what the CLI adds to every request).
+    let summary = fresh.memory.as_deref().unwrap();
     let rehydration = fresh.rehydration_tokens as u64;
-    assert_eq!(rehydration, rows[0].rehydration_tokens + count(&summary));
+    assert_eq!(rehydration, rows[0].rehydration_tokens + count(summary));
     let overhead = |prompt: u64, rehydrated: u64| prompt.saturating_sub(rehydrated);
     let cold = overhead(rows[0].usage.prompt(), rows[0].rehydration_tokens);
     let warm = overhead(next.usage.prompt(), rehydration);
@@ -179,56 +228,22 @@ async fn a_compact_refresh_summarises_the_live_cli_session_and_continues_it() {
         "rehydration {rehydration} against a prompt of {}: {warm} unaccounted vs {cold} at start",
         next.usage.prompt()
     );
+}
 
-    // One more turn: still the same process and segment.
-    w.server.sim.advance_clock(30_000);
-    w.say("g5", "g5: and the crows?").await;
-    turn(&mut r).await;
-    assert_eq!(child_pid(&w, "vala/persona"), Some(pid), "no relaunch");
-    let rows = w.rows().await;
-    assert_eq!(rows.len(), 6);
-    assert_eq!(rows[5].segment, 1);
-    assert_eq!(
-        Some(rows[5].usage),
-        request_with(&w, "g5: and the crows?").usage
-    );
-    assert!(rows[5].usage.cache_read > 0, "{:#?}", rows[5]);
-    assert_eq!(
-        answered(&w)
-            .iter()
-            .filter(|q| is_compaction(&q.body))
-            .count(),
-        1
-    );
-
-    // Nothing sent twice.
+/// Nothing sent twice (five batches answered), and the transcript is whole: the summary opens
+/// the new segment, between the two halves.
+async fn assert_sent_once_and_summary_between_halves(
+    w: &CliWorld,
+    outbox_before: &[OutboxMessage],
+    summary: &str,
+) {
     w.assert_nothing_sent_twice().await;
     let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
-    let batches: BTreeSet<_> = outbox
-        .iter()
-        .map(|m| m.request_id.rsplit_once('-').unwrap().0.to_string())
-        .collect();
-    assert_eq!(batches.len(), 5, "{outbox:#?}");
-    assert!(outbox_before.iter().all(|m| {
-        outbox
-            .iter()
-            .filter(|o| o.request_id == m.request_id)
-            .count()
-            == 1
-    }));
-    // The transcript is whole: the summary opens the new segment, between the two halves.
-    let transcript = w
-        .host
-        .store
-        .transcript_tail("vala", Role::Persona, 100)
-        .await
-        .unwrap();
-    let kinds: Vec<_> = transcript
-        .iter()
-        .map(|i| (i.kind.as_str(), i.segment))
-        .collect();
+    assert_eq!(batches(&outbox).len(), 5, "{outbox:#?}");
+    w.assert_still_sent_once(outbox_before).await;
+    let transcript = w.persona_transcript().await;
     assert_eq!(
-        kinds,
+        kinds_and_segments(&transcript),
         [
             ("delivery", 0),
             ("reply", 0),
@@ -244,13 +259,15 @@ async fn a_compact_refresh_summarises_the_live_cli_session_and_continues_it() {
         ],
         "{transcript:#?}"
     );
-    assert!(transcript.windows(2).all(|p| p[1].seq == p[0].seq + 1));
-    assert_eq!(transcript[6].body["memory"], summary.as_str());
+    assert_gap_free(&transcript);
+    assert_eq!(transcript[6].body["memory"], summary);
+}
 
-    // What `muninn ledger` and `muninn status` read: the compaction is there, and the spend is
-    // every row's cost, the compaction's included.
+/// What `muninn ledger` and `muninn status` read: the compaction is there, and the spend is
+/// every row's cost, the compaction's included.
+async fn assert_api_shows_the_compaction(w: &CliWorld, rows: &[LedgerRow]) {
     w.server.sim.advance_clock(1_000);
-    let (client, _stop) = api(&w).await;
+    let (client, _stop) = api(w).await;
     let ledger = client
         .ledger("vala", &LedgerParams::default())
         .await
@@ -272,8 +289,6 @@ async fn a_compact_refresh_summarises_the_live_cli_session_and_continues_it() {
     let open = status.segments.persona.as_ref().unwrap();
     assert_eq!((open.number, open.ended_at_ms), (1, None));
     assert_eq!(open.reason, COMPACT_REASON);
-    r.release().await.unwrap();
-    w.server.stop().await.unwrap();
 }
 
 /// How many times the pinned CLI sends a `/compact` request that the API refuses before giving
@@ -304,25 +319,7 @@ async fn a_compaction_the_cli_cannot_finish_falls_back_to_a_rebuild() {
     w.say("h2", "h2: and the crows?").await;
     turn(&mut r).await;
 
-    // The CLI tried to compact and failed: no request of it was answered.
-    let requests: Vec<_> = w
-        .server
-        .sim
-        .requests()
-        .into_iter()
-        .filter(|q| q.path == "/v1/messages")
-        .collect();
-    let refused: Vec<_> = requests.iter().filter(|q| is_compaction(&q.body)).collect();
-    assert_eq!(
-        refused.len(),
-        CLI_COMPACT_ATTEMPTS as usize,
-        "{requests:#?}"
-    );
-    assert!(
-        refused
-            .iter()
-            .all(|q| q.usage.is_none() && q.error.is_some())
-    );
+    assert_every_compaction_refused(&w);
     // The host rebuilt instead: a fresh segment from the layers, in a new CLI session.
     let segments = w.host.store.segments("vala", Role::Persona).await.unwrap();
     assert_eq!(segments.len(), 2, "{segments:#?}");
@@ -344,24 +341,51 @@ async fn a_compaction_the_cli_cannot_finish_falls_back_to_a_rebuild() {
             .to_string()
             .contains("This session is being continued")
     );
-    // Nothing ledgered for the failed compaction (it cost nothing); its failure is recorded on
-    // the rebuilt turn's row, which is priced as the simulator priced it.
-    let rows = w.rows().await;
+    assert_failure_on_the_rebuilt_row(&w.rows().await, &after, &segments[1]);
+    // The transcript: no summary, one delivery and one reply per segment.
+    let transcript = w.persona_transcript().await;
+    assert_eq!(
+        kinds_and_segments(&transcript),
+        [("delivery", 0), ("reply", 0), ("delivery", 1), ("reply", 1)]
+    );
+    w.assert_nothing_sent_twice().await;
+    r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
+
+/// The CLI tried to compact and failed: it sent its every attempt, and none was answered.
+fn assert_every_compaction_refused(w: &CliWorld) {
+    let requests: Vec<_> = w
+        .server
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|q| q.path == "/v1/messages")
+        .collect();
+    let refused: Vec<_> = requests.iter().filter(|q| is_compaction(&q.body)).collect();
+    assert_eq!(
+        refused.len(),
+        CLI_COMPACT_ATTEMPTS as usize,
+        "{requests:#?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .all(|q| q.usage.is_none() && q.error.is_some())
+    );
+}
+
+/// Nothing ledgered for the failed compaction (it cost nothing); its failure is recorded on
+/// the rebuilt turn's row, which is priced as the simulator priced it.
+fn assert_failure_on_the_rebuilt_row(rows: &[LedgerRow], after: &RecordedRequest, fresh: &Segment) {
     assert_eq!(rows.len(), 2, "{rows:#?}");
     assert!(rows.iter().all(|r| r.decision != "compact"));
     let rebuilt = &rows[1];
     assert!(rebuilt.decision.starts_with("refresh"), "{rebuilt:#?}");
     assert_eq!(rebuilt.segment, 1);
     assert_eq!(Some(rebuilt.usage), after.usage);
-    assert_eq!(
-        rebuilt.rehydration_tokens,
-        segments[1].rehydration_tokens as u64
-    );
-    let failed: Vec<_> = rebuilt
-        .events
-        .iter()
-        .filter(|e| e["type"] == "compact_failed")
-        .collect();
+    assert_eq!(rebuilt.rehydration_tokens, fresh.rehydration_tokens as u64);
+    let failed = events_of(&rebuilt.events, "compact_failed");
     assert_eq!(failed.len(), 1, "{:?}", rebuilt.events);
     assert!(
         failed[0]["error"]
@@ -370,24 +394,6 @@ async fn a_compaction_the_cli_cannot_finish_falls_back_to_a_rebuild() {
             .contains("compaction refused"),
         "{failed:?}"
     );
-    // The transcript: no summary, one delivery and one reply per segment.
-    let transcript = w
-        .host
-        .store
-        .transcript_tail("vala", Role::Persona, 100)
-        .await
-        .unwrap();
-    let kinds: Vec<_> = transcript
-        .iter()
-        .map(|i| (i.kind.as_str(), i.segment))
-        .collect();
-    assert_eq!(
-        kinds,
-        [("delivery", 0), ("reply", 0), ("delivery", 1), ("reply", 1)]
-    );
-    w.assert_nothing_sent_twice().await;
-    r.release().await.unwrap();
-    w.server.stop().await.unwrap();
 }
 
 /// A compact refresh on the Anthropic API backend with the provider's on-demand compaction
@@ -397,7 +403,7 @@ async fn a_compaction_the_cli_cannot_finish_falls_back_to_a_rebuild() {
 /// ledger that read the top-level counts (all 0) would have recorded nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_compaction_is_ledgered_at_its_iterations() {
-    let w = crate::resume::cli_world_with("unused".into(), |c| {
+    let w = crate::cli_world::cli_world_with("unused".into(), |c| {
         c.backend.kind = Some(muninn_host::config::BackendKind::Anthropic);
         c.backend.server_compaction = Some(true);
     })

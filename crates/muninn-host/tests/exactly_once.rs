@@ -4,8 +4,8 @@
 //! shown it once, and the batch is answered once — on an injected lost answer over SQLite, and
 //! on a real PostgreSQL whose answer to the `COMMIT` never comes back.
 
+use crate::cli_world::{cli_world_on, persona, turn};
 use crate::pg_faults::{acked, answered_once, world_on_postgres_at};
-use crate::resume::{cli_world_on, persona, turn};
 use crate::runtime::{World, mind, post, runner, stored_brief};
 use muninn_host::runtime::{RuntimeError, Step, run_mind};
 use muninn_store::{
@@ -245,7 +245,7 @@ fn with_history(source_id: &str, text: &str, at_ms: i64) -> NewDelivery {
 /// A Claude Code world on a store whose faults the test arms, and the handle that arms them.
 async fn faulty_cli_world(
     bin: std::path::PathBuf,
-) -> (crate::resume::CliWorld, std::sync::Arc<FaultyStore>) {
+) -> (crate::cli_world::CliWorld, std::sync::Arc<FaultyStore>) {
     let mut faults = None;
     let w = cli_world_on(
         bin,

@@ -2,183 +2,24 @@
 //! (issue 5), on the real Claude Code CLI against the simulator: the sim backend binds no
 //! sessions, so resuming means nothing there.
 
-use crate::runtime::{T0, mind};
-use muninn_core::price::PriceTable;
+use crate::cli_world::{
+    CliWorld, assert_gap_free, batches, child_pid, cli_world, cli_world_with, kill, persona,
+    persona_session_files, row_events_of, turn,
+};
+use crate::runtime::T0;
+use muninn_core::ledger::LedgerRow;
 use muninn_host::Host;
-use muninn_host::backends::{AnyBackend, BackendFactory};
-use muninn_host::config::{BackendConfig, BackendKind, Config, MindConfig};
-use muninn_host::runtime::{MindRunner, Step};
+use muninn_host::backends::BackendFactory;
+use muninn_host::config::{Config, MindConfig};
 use muninn_sim::SimClock;
 use muninn_sim::sim::SimConfig;
-use muninn_store::{LedgerQuery, NewDelivery, Role};
+use muninn_store::Role;
 use muninn_testkit::peers::claude_cli;
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Flip to `true` once `resume_session(.., fork = true)` is wired in muninn-claude-cli
 /// (`--resume <id> --fork-session`): a takeover then continues a copy under a new session id.
 const FORK_WIRED: bool = true;
-
-pub(crate) struct CliWorld {
-    pub(crate) server: muninn_sim::SimHandle,
-    pub(crate) host: Host,
-    pub(crate) factory: BackendFactory,
-    _dir: tempfile::TempDir,
-}
-
-pub(crate) async fn cli_world(bin: std::path::PathBuf) -> CliWorld {
-    cli_world_with(bin, |_| {}).await
-}
-
-pub(crate) async fn cli_world_with(
-    bin: std::path::PathBuf,
-    edit: impl FnOnce(&mut Config),
-) -> CliWorld {
-    cli_world_on(bin, edit, |store| store).await
-}
-
-/// [`cli_world_with`] on `wrap` of its SQLite store (a fault-injecting store around it, say).
-pub(crate) async fn cli_world_on(
-    bin: std::path::PathBuf,
-    edit: impl FnOnce(&mut Config),
-    wrap: impl FnOnce(Arc<dyn muninn_store::Store>) -> Arc<dyn muninn_store::Store>,
-) -> CliWorld {
-    let dir = tempfile::tempdir().unwrap();
-    let server = muninn_sim::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        SimConfig {
-            frozen_at_ms: Some(T0),
-            ..SimConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let mut config: Config = toml::from_str("").unwrap();
-    config.data_dir = dir.path().join("data");
-    config.backend = BackendConfig {
-        kind: Some(BackendKind::ClaudeCli),
-        base_url: Some(server.base_url()),
-        api_key_env: "MUNINN_TEST_KEY".into(),
-        claude_bin: Some(bin),
-        ..BackendConfig::default()
-    };
-    edit(&mut config);
-    let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| "sk-test-resume".to_string());
-    let factory = BackendFactory::from_config(&config, env).unwrap();
-    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
-        .await
-        .unwrap();
-    let host = Host::new(wrap(store), config, Arc::new(SimClock(server.sim.clone())));
-    CliWorld {
-        server,
-        host,
-        factory,
-        _dir: dir,
-    }
-}
-
-impl CliWorld {
-    pub(crate) fn runner(&self, mind: MindConfig, holder: &str) -> MindRunner<AnyBackend> {
-        let prices = PriceTable::embedded();
-        let make = |s: &str| self.factory.make(self.host.clock.clone(), &prices, s);
-        MindRunner::new(
-            self.host.clone(),
-            mind,
-            holder.into(),
-            &prices,
-            make("vala/persona"),
-            make("vala/self"),
-        )
-        .unwrap()
-    }
-
-    pub(crate) async fn say(&self, id: &str, text: &str) {
-        self.host
-            .store
-            .post_delivery(
-                "vala",
-                &NewDelivery {
-                    room: "#swarm".into(),
-                    sender: "ari".into(),
-                    is_direct: false,
-                    text: text.into(),
-                    source_id: id.into(),
-                    received_at_ms: self.server.sim.now_ms(),
-                    to_you: true,
-                    context: Vec::new(),
-                },
-            )
-            .await
-            .unwrap();
-    }
-
-    /// The `/v1/messages` bodies the simulator received, in order.
-    pub(crate) fn messages_requests(&self) -> Vec<serde_json::Value> {
-        self.server
-            .sim
-            .requests()
-            .into_iter()
-            .filter(|q| q.path == "/v1/messages")
-            .map(|q| q.body)
-            .collect()
-    }
-
-    /// How many Persona segments the store holds.
-    pub(crate) async fn persona_segments(&self) -> usize {
-        self.host
-            .store
-            .segments("vala", Role::Persona)
-            .await
-            .unwrap()
-            .len()
-    }
-
-    /// No outbox message was recorded twice (each request id once).
-    pub(crate) async fn assert_nothing_sent_twice(&self) {
-        let outbox = self.host.store.unacked_outbox("vala", 100).await.unwrap();
-        let ids: BTreeSet<_> = outbox.iter().map(|m| m.request_id.clone()).collect();
-        assert_eq!(ids.len(), outbox.len(), "{outbox:#?}");
-    }
-
-    pub(crate) async fn rows(&self) -> Vec<muninn_core::ledger::LedgerRow> {
-        self.host
-            .store
-            .ledger(&LedgerQuery::default())
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.row)
-            .collect()
-    }
-
-    pub(crate) async fn stored_session_id(&self) -> String {
-        let segment = self
-            .host
-            .store
-            .current_segment("vala", Role::Persona)
-            .await
-            .unwrap()
-            .unwrap();
-        muninn_claude_cli::Handle::decode(&segment.session_id.unwrap())
-            .unwrap()
-            .session_id
-    }
-}
-
-pub(crate) async fn turn(r: &mut MindRunner<AnyBackend>) {
-    r.woken();
-    let step = r.step().await.unwrap();
-    assert!(
-        matches!(step, Step::PersonaTurn { valid: true, .. }),
-        "{step:?}"
-    );
-}
-
-pub(crate) fn persona(mood: &str) -> MindConfig {
-    let mut m = mind("");
-    m.persona_state_inline = Some(serde_json::json!({"name": "Vala", "mood": mood}));
-    m
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
@@ -213,43 +54,13 @@ async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
     for earlier in ["alpha-one", "alpha-two", "alpha-three"] {
         assert!(first.contains(earlier), "{earlier} missing from {first}");
     }
-    // The resume is on the turn's ledger row, forked: the lease was taken over, not released.
-    let rows = w.rows().await;
-    let resumed: Vec<_> = rows
-        .iter()
-        .flat_map(|r| &r.events)
-        .filter(|e| e["type"] == "resumed_segment")
-        .collect();
-    assert_eq!(resumed.len(), 1, "{rows:#?}");
-    assert_eq!(resumed[0]["fork"], true);
-    assert_eq!(resumed[0]["segment"], 0);
-    // The CLI's side of it: the copy's new id, on the same row.
-    let forked: Vec<_> = rows
-        .iter()
-        .flat_map(|r| &r.events)
-        .filter(|e| e["type"] == "forked")
-        .collect();
-    assert_eq!(forked.len(), 1, "{rows:#?}");
-    assert_eq!(forked[0]["from"], original.as_str());
-    assert!(rows.iter().all(|r| r.segment == 0));
+    assert_forked_resume_on_the_row(&w.rows().await, &original);
     // Nothing sent twice: the earlier batches' messages are still the only ones for them.
     w.assert_nothing_sent_twice().await;
-    let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
-    assert!(outbox_before.iter().all(|m| {
-        outbox
-            .iter()
-            .filter(|o| o.request_id == m.request_id)
-            .count()
-            == 1
-    }));
+    let outbox = w.assert_still_sent_once(&outbox_before).await;
     assert!(outbox.len() > outbox_before.len());
     // The transcript is whole: three deliveries, three replies, in order, one segment.
-    let transcript = w
-        .host
-        .store
-        .transcript_tail("vala", Role::Persona, 100)
-        .await
-        .unwrap();
+    let transcript = w.persona_transcript().await;
     let kinds: Vec<_> = transcript.iter().map(|i| i.kind.as_str()).collect();
     assert_eq!(
         kinds,
@@ -257,7 +68,7 @@ async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
             "delivery", "reply", "delivery", "reply", "delivery", "reply"
         ]
     );
-    assert!(transcript.windows(2).all(|p| p[1].seq == p[0].seq + 1));
+    assert_gap_free(&transcript);
     // A forked resume continues a copy under a new id; until forking is wired the session
     // itself continues.
     let now = w.stored_session_id().await;
@@ -266,6 +77,29 @@ async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
     // A clean shutdown releases the lease: the next holder resumes without forking.
     b.release().await.unwrap();
     drop(b);
+    assert_the_next_holder_resumes_unforked_in_one_accounting(&w).await;
+    w.server.stop().await.unwrap();
+}
+
+/// The resume is on the turn's ledger row, forked (the lease was taken over, not released),
+/// with the CLI's side of it: the copy's new id, from `original`.
+fn assert_forked_resume_on_the_row(rows: &[LedgerRow], original: &str) {
+    let resumed = row_events_of(rows, "resumed_segment");
+    assert_eq!(resumed.len(), 1, "{rows:#?}");
+    assert_eq!(resumed[0]["fork"], true);
+    assert_eq!(resumed[0]["segment"], 0);
+    let forked = row_events_of(rows, "forked");
+    assert_eq!(forked.len(), 1, "{rows:#?}");
+    assert_eq!(forked[0]["from"], original);
+    assert!(rows.iter().all(|r| r.segment == 0));
+}
+
+/// After a clean release, a third host resumes the segment without forking, and the three
+/// hosts kept one accounting: each took the segment's counts back from the ledger (a resumed
+/// segment used to restart them), so the turns count on, and replaying the ledger in closed
+/// loop takes every decision the hosts took. (The CLI's requests carry its own system and
+/// tools, whose shape the ledger does not know: the cost is not checked.)
+async fn assert_the_next_holder_resumes_unforked_in_one_accounting(w: &CliWorld) {
     let mut c = w.runner(persona("watchful"), "host-c");
     w.say("e4", "alpha-four: still there?").await;
     turn(&mut c).await;
@@ -278,10 +112,6 @@ async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
         .unwrap_or_else(|| panic!("{last:#?}"));
     assert_eq!(event["fork"], false);
     assert_eq!(w.persona_segments().await, 1);
-    // One accounting across the three hosts: each took the segment's counts back from the
-    // ledger (a resumed segment used to restart them), so the turns count on, and replaying
-    // the ledger in closed loop takes every decision the hosts took. (The CLI's requests carry
-    // its own system and tools, whose shape the ledger does not know: the cost is not checked.)
     let turns: Vec<u64> = rows.iter().map(|r| r.turn).collect();
     assert_eq!(turns, [0, 1, 2, 3], "{rows:#?}");
     let report = muninn_core::closed_loop::verify(
@@ -293,7 +123,6 @@ async fn a_restarted_host_continues_the_segment_through_its_stored_handle() {
     assert_eq!(report.decisions, 3, "{report:#?}");
     assert_eq!(report.agreed, 3, "{report:#?}");
     c.release().await.unwrap();
-    w.server.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,15 +171,6 @@ async fn an_edited_persona_layer_opens_a_fresh_segment_after_a_restart() {
     );
     b.release().await.unwrap();
     w.server.stop().await.unwrap();
-}
-
-/// The pid of the live CLI child the pool knows under `key`.
-pub(crate) fn child_pid(w: &CliWorld, key: &str) -> Option<u32> {
-    let pool = w.factory.process_pool()?;
-    pool.live()
-        .into_iter()
-        .find(|l| l.key == key)
-        .and_then(|l| l.pid)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -454,28 +274,9 @@ async fn a_child_killed_mid_turn_loses_no_delivery_and_sends_nothing_twice() {
         let step = r.step().await;
         (r, step)
     });
-    // The sim takes the fault when the request arrives and records the request only once it
-    // is answered: an empty fault queue is the sign that the child is waiting on its reply.
-    // (Waiting for the record instead raced the kill against the child's finishing the turn.)
-    // The CLI writes its session file behind a buffer: the kill waits for the line to be in it
-    // too, as it is once a request has waited a moment on a slow API.
-    let stored = |w: &CliWorld| {
-        persona_session_files(w)
-            .iter()
-            .any(|f| std::fs::read_to_string(f).is_ok_and(|s| s.contains("kilo-two")))
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !w.server.sim.faults().is_empty() || !stored(&w) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the turn never reached the sim"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_until_the_child_waits_on_the_sim(&w, "kilo-two").await;
     // SIGKILL: no chance to finish the turn or write anything more.
-    let _ = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status();
+    kill(pid);
     let (mut r, step) = stepping.await.unwrap();
     assert!(step.is_err(), "{step:?}");
     // The delivery was not acknowledged: the next step answers it, in the same segment, the
@@ -492,22 +293,42 @@ async fn a_child_killed_mid_turn_loses_no_delivery_and_sends_nothing_twice() {
         "{:?}",
         last.events
     );
+    assert_the_retry_answered_once_and_kept_the_transcript(&w).await;
+    r.release().await.unwrap();
+}
+
+/// Waits until the Persona's child is mid-turn on `text`: its request is waiting on the sim
+/// and its session file holds the line. The sim takes the fault when the request arrives and
+/// records the request only once it is answered: an empty fault queue is the sign that the
+/// child is waiting on its reply. (Waiting for the record instead raced the kill against the
+/// child's finishing the turn.) The CLI writes its session file behind a buffer: the kill
+/// waits for the line to be in it too, as it is once a request has waited a moment on a slow
+/// API.
+async fn wait_until_the_child_waits_on_the_sim(w: &CliWorld, text: &str) {
+    let stored = |w: &CliWorld| {
+        persona_session_files(w)
+            .iter()
+            .any(|f| std::fs::read_to_string(f).is_ok_and(|s| s.contains(text)))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !w.server.sim.faults().is_empty() || !stored(w) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the turn never reached the sim"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// After the killed turn's retry: nothing sent twice, one batch per delivery answered (k1's
+/// and k2's, no other), and the transcript whole: the delivery shown to the killed turn stays,
+/// then why that attempt failed, then the retry's reply (the same message re-sent); nothing
+/// was removed.
+async fn assert_the_retry_answered_once_and_kept_the_transcript(w: &CliWorld) {
     w.assert_nothing_sent_twice().await;
     let outbox = w.host.store.unacked_outbox("vala", 100).await.unwrap();
-    // One batch per delivery answered: k1's and k2's, no other.
-    let batches: BTreeSet<_> = outbox
-        .iter()
-        .map(|m| m.request_id.rsplit_once('-').unwrap().0.to_string())
-        .collect();
-    assert_eq!(batches.len(), 2, "{outbox:#?}");
-    // The transcript is whole: the delivery shown to the killed turn stays, then why that
-    // attempt failed, then the retry's reply (the same message re-sent); nothing was removed.
-    let transcript = w
-        .host
-        .store
-        .transcript_tail("vala", Role::Persona, 100)
-        .await
-        .unwrap();
+    assert_eq!(batches(&outbox).len(), 2, "{outbox:#?}");
+    let transcript = w.persona_transcript().await;
     let kinds: Vec<_> = transcript.iter().map(|i| i.kind.as_str()).collect();
     assert_eq!(
         kinds,
@@ -515,31 +336,12 @@ async fn a_child_killed_mid_turn_loses_no_delivery_and_sends_nothing_twice() {
         "{transcript:#?}"
     );
     assert!(transcript[3].body.get("attempt_failed").is_some());
-    assert!(transcript.windows(2).all(|p| p[1].seq == p[0].seq + 1));
+    assert_gap_free(&transcript);
     assert!(
         transcript[4].body.to_string().len() > 2,
         "{:?}",
         transcript[4]
     );
-    r.release().await.unwrap();
-}
-
-/// Every CLI session file (`projects/<cwd slug>/<id>.jsonl`) the Persona's child has written.
-fn persona_session_files(w: &CliWorld) -> Vec<std::path::PathBuf> {
-    let projects = w
-        .host
-        .config
-        .data_dir
-        .join("claude-cli/vala/persona/home/.claude/projects");
-    let mut files = Vec::new();
-    for dir in std::fs::read_dir(projects).unwrap().flatten() {
-        for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
-            if f.path().extension().is_some_and(|e| e == "jsonl") {
-                files.push(f.path());
-            }
-        }
-    }
-    files
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -631,6 +433,37 @@ fn environ(pid: u32, name: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_configuration_with_a_relative_data_dir_resumes_a_killed_child() {
     let Some(bin) = claude_cli() else { return };
+    let (w, mind) = example_world(bin).await;
+    let mut r = w.runner(mind, "host-a");
+    r.register().await.unwrap();
+    w.say("x1", "xray-one: the lantern is lit").await;
+    turn(&mut r).await;
+    let pid = child_pid(&w, "vala/persona").expect("a live persona child");
+    assert_the_child_runs_on_absolute_paths(&w, pid);
+
+    // Killed between turns: the next turn relaunches the child on the same session.
+    kill(pid);
+    let before = w.messages_requests().len();
+    w.say("x2", "xray-two: is it still lit?").await;
+    turn(&mut r).await;
+    let first = w.messages_requests()[before].to_string();
+    assert!(first.contains("xray-one"), "{first}");
+    let row = w.rows().await.pop().unwrap();
+    let types: Vec<_> = row.events.iter().map(|e| e["type"].clone()).collect();
+    assert!(
+        types.contains(&serde_json::json!("relaunched")),
+        "{types:?}"
+    );
+    assert!(!types.contains(&serde_json::json!("reseeded")), "{types:?}");
+    assert_eq!(w.persona_segments().await, 1);
+    r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
+
+/// The example configuration, its backend switched to the CLI against a simulator and its key
+/// variable to the test's, written to a temporary directory and loaded with a relative
+/// `--config` from there: a world on it, and its one Mind.
+async fn example_world(bin: std::path::PathBuf) -> (CliWorld, MindConfig) {
     let server = muninn_sim::spawn(
         "127.0.0.1:0".parse().unwrap(),
         SimConfig {
@@ -670,14 +503,12 @@ async fn the_example_configuration_with_a_relative_data_dir_resumes_a_killed_chi
         factory,
         _dir: dir,
     };
-    let mut r = w.runner(mind, "host-a");
-    r.register().await.unwrap();
-    w.say("x1", "xray-one: the lantern is lit").await;
-    turn(&mut r).await;
+    (w, mind)
+}
 
-    // The child's HOME and CLAUDE_CONFIG_DIR are absolute, and the settings muninn wrote are
-    // where the child, from its own working directory, reads them.
-    let pid = child_pid(&w, "vala/persona").expect("a live persona child");
+/// The child's HOME and CLAUDE_CONFIG_DIR are absolute, and the settings muninn wrote are
+/// where the child, from its own working directory, reads them.
+fn assert_the_child_runs_on_absolute_paths(w: &CliWorld, pid: u32) {
     let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
     for name in ["HOME", "CLAUDE_CONFIG_DIR", "TMPDIR"] {
         let value = environ(pid, name).unwrap_or_default();
@@ -698,25 +529,5 @@ async fn the_example_configuration_with_a_relative_data_dir_resumes_a_killed_chi
         "{}",
         config_dir.display()
     );
-    assert!(!persona_session_files(&w).is_empty());
-
-    // Killed between turns: the next turn relaunches the child on the same session.
-    let _ = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status();
-    let before = w.messages_requests().len();
-    w.say("x2", "xray-two: is it still lit?").await;
-    turn(&mut r).await;
-    let first = w.messages_requests()[before].to_string();
-    assert!(first.contains("xray-one"), "{first}");
-    let row = w.rows().await.pop().unwrap();
-    let types: Vec<_> = row.events.iter().map(|e| e["type"].clone()).collect();
-    assert!(
-        types.contains(&serde_json::json!("relaunched")),
-        "{types:?}"
-    );
-    assert!(!types.contains(&serde_json::json!("reseeded")), "{types:?}");
-    assert_eq!(w.persona_segments().await, 1);
-    r.release().await.unwrap();
-    w.server.stop().await.unwrap();
+    assert!(!persona_session_files(w).is_empty());
 }

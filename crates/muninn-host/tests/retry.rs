@@ -443,7 +443,7 @@ async fn a_claude_cli_child_that_hangs_is_timed_out_and_the_turn_retried() {
     let Some(bin) = muninn_testkit::peers::claude_cli() else {
         return;
     };
-    let w = crate::resume::cli_world_with(bin, |c| c.backend.cli_turn_timeout_s = Some(5)).await;
+    let w = crate::cli_world::cli_world_with(bin, |c| c.backend.cli_turn_timeout_s = Some(5)).await;
     let first = w.runner(mind("turns_per_wake = 1"), "host-a");
     first.register().await.unwrap();
     drop(first);

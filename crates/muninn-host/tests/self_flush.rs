@@ -4,7 +4,7 @@
 //! segment from the memory the host recorded. Also: the per-brief budget reaches the Self's
 //! child and only it.
 
-use crate::resume::{CliWorld, child_pid, cli_world_with};
+use crate::cli_world::{CliWorld, child_pid, cli_world_with};
 use crate::runtime::mind;
 use muninn_host::backends::AnyBackend;
 use muninn_host::config::MindConfig;
