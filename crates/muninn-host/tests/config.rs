@@ -188,165 +188,173 @@ fn self_sessions_resolve_mind_over_backend_over_defaults_and_the_pool_parses() {
     );
 }
 
-/// Each invalid case, the field its error must name, and a word of the message.
+/// Each invalid value of a Mind's table: the text of the valid config it replaces, what it is
+/// replaced with, and the field its error must name.
+const INVALID_MIND_VALUES: &[(&str, &str, &str)] = &[
+    (r##"id = "vala""##, r##"id = "va la""##, "mind[0].id"),
+    (r##"id = "vala""##, r##"id = """##, "mind[0].id"),
+    (
+        r##"rooms = ["#swarm", "!abc:example.org"]"##,
+        r##"rooms = ["swarm"]"##,
+        "mind[0].rooms[0]",
+    ),
+    (
+        r##"rooms = ["#swarm", "!abc:example.org"]"##,
+        r##"rooms = ["#swarm", ""]"##,
+        "mind[0].rooms[1]",
+    ),
+    (
+        r##"rooms = ["#swarm", "!abc:example.org"]"##,
+        r##"rooms = ["#a", "#a"]"##,
+        "mind[0].rooms[1]",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        r##"policy = "sometimes""##,
+        "mind[0].policy",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        r##"policy = "threshold:2""##,
+        "mind[0].policy",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        "head_ttl = \"5m\"\ntail_ttl = \"1h\"",
+        "mind[0].head_ttl",
+    ),
+    (
+        r##"doctrine = ["doctrine.md"]"##,
+        r##"doctrine = ["missing.md"]"##,
+        "mind[0].doctrine[0]",
+    ),
+    (
+        r##"doctrine = ["doctrine.md"]"##,
+        "doctrine = []",
+        "mind[0].doctrine",
+    ),
+    (
+        r##"persona_state = "persona.json""##,
+        r##"persona_state = "nope.json""##,
+        "mind[0].persona_state",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        "spend_cap_micro_usd = 0",
+        "mind[0].spend_cap_micro_usd",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        "spend_cap_micro_usd = -5",
+        "mind[0].spend_cap_micro_usd",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        "spend_window_s = 0",
+        "mind[0].spend_window_s",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        "turns_per_wake = 0",
+        "mind[0].turns_per_wake",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        "max_output_tokens = 0",
+        "mind[0].max_output_tokens",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        "ceiling_tokens = 0",
+        "mind[0].ceiling_tokens",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        "self_session = { flush_grace_s = 0 }",
+        "mind[0].self_session.flush_grace_s",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        r##"self_session = { cli_tools = ["Read", "Bash, Edit"] }"##,
+        "mind[0].self_session.cli_tools[1]",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        "self_session = { brief_budget_micro_usd = 0 }",
+        "mind[0].self_session.brief_budget_micro_usd",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        "ceiling_tokens = 50000",
+        "mind[0].self_session.flush_headroom_tokens",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        r##"model = " ""##,
+        "mind[0].model",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        r##"campaigns = [{ slug = "a b", title = "t" }]"##,
+        "mind[0].campaigns[0].slug",
+    ),
+    (
+        r##"policy = "threshold:0.8""##,
+        r##"campaigns = [{ slug = "a", title = "" }]"##,
+        "mind[0].campaigns[0].title",
+    ),
+];
+
+/// Each invalid value of the host's own settings (listen, prices, lease, backend, pool), as
+/// [`INVALID_MIND_VALUES`].
+const INVALID_HOST_VALUES: &[(&str, &str, &str)] = &[
+    (
+        r##"listen = "127.0.0.1:0""##,
+        "listen = \"127.0.0.1:0\"\nbackend.self_session.flush_headroom_tokens = 0",
+        "backend.self_session.flush_headroom_tokens",
+    ),
+    (
+        r##"listen = "127.0.0.1:0""##,
+        "listen = \"127.0.0.1:0\"\nbackend.pool.max_processes = 0",
+        "backend.pool.max_processes",
+    ),
+    (
+        r##"listen = "127.0.0.1:0""##,
+        "listen = \"127.0.0.1:0\"\nbackend.pool = { memory_budget_mib = 100, per_process_mib = 300 }",
+        "backend.pool.memory_budget_mib",
+    ),
+    (
+        r##"listen = "127.0.0.1:0""##,
+        r##"listen = "localhost""##,
+        "listen",
+    ),
+    (
+        r##"listen = "127.0.0.1:0""##,
+        "listen = \"127.0.0.1:0\"\nprices = \"none.toml\"",
+        "prices",
+    ),
+    (
+        r##"listen = "127.0.0.1:0""##,
+        "listen = \"127.0.0.1:0\"\nlease_ttl_ms = 999",
+        "lease_ttl_ms",
+    ),
+    (
+        r##"listen = "127.0.0.1:0""##,
+        "listen = \"127.0.0.1:0\"\n[backend]\napi_key_env = \"sk-ant-123\"",
+        "backend.api_key_env",
+    ),
+    (
+        r##"listen = "127.0.0.1:0""##,
+        "listen = \"127.0.0.1:0\"\n[backend]\nbase_url = \"api.example\"",
+        "backend.base_url",
+    ),
+];
+
+/// Each invalid case names its field, in the error's fields and its message.
 #[test]
 fn every_invalid_value_names_its_field() {
-    let cases: &[(&str, &str, &str)] = &[
-        (r##"id = "vala""##, r##"id = "va la""##, "mind[0].id"),
-        (r##"id = "vala""##, r##"id = """##, "mind[0].id"),
-        (
-            r##"rooms = ["#swarm", "!abc:example.org"]"##,
-            r##"rooms = ["swarm"]"##,
-            "mind[0].rooms[0]",
-        ),
-        (
-            r##"rooms = ["#swarm", "!abc:example.org"]"##,
-            r##"rooms = ["#swarm", ""]"##,
-            "mind[0].rooms[1]",
-        ),
-        (
-            r##"rooms = ["#swarm", "!abc:example.org"]"##,
-            r##"rooms = ["#a", "#a"]"##,
-            "mind[0].rooms[1]",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            r##"policy = "sometimes""##,
-            "mind[0].policy",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            r##"policy = "threshold:2""##,
-            "mind[0].policy",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            "head_ttl = \"5m\"\ntail_ttl = \"1h\"",
-            "mind[0].head_ttl",
-        ),
-        (
-            r##"doctrine = ["doctrine.md"]"##,
-            r##"doctrine = ["missing.md"]"##,
-            "mind[0].doctrine[0]",
-        ),
-        (
-            r##"doctrine = ["doctrine.md"]"##,
-            "doctrine = []",
-            "mind[0].doctrine",
-        ),
-        (
-            r##"persona_state = "persona.json""##,
-            r##"persona_state = "nope.json""##,
-            "mind[0].persona_state",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            "spend_cap_micro_usd = 0",
-            "mind[0].spend_cap_micro_usd",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            "spend_cap_micro_usd = -5",
-            "mind[0].spend_cap_micro_usd",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            "spend_window_s = 0",
-            "mind[0].spend_window_s",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            "turns_per_wake = 0",
-            "mind[0].turns_per_wake",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            "max_output_tokens = 0",
-            "mind[0].max_output_tokens",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            "ceiling_tokens = 0",
-            "mind[0].ceiling_tokens",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            "self_session = { flush_grace_s = 0 }",
-            "mind[0].self_session.flush_grace_s",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            r##"self_session = { cli_tools = ["Read", "Bash, Edit"] }"##,
-            "mind[0].self_session.cli_tools[1]",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            "self_session = { brief_budget_micro_usd = 0 }",
-            "mind[0].self_session.brief_budget_micro_usd",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            "ceiling_tokens = 50000",
-            "mind[0].self_session.flush_headroom_tokens",
-        ),
-        (
-            r##"listen = "127.0.0.1:0""##,
-            "listen = \"127.0.0.1:0\"\nbackend.self_session.flush_headroom_tokens = 0",
-            "backend.self_session.flush_headroom_tokens",
-        ),
-        (
-            r##"listen = "127.0.0.1:0""##,
-            "listen = \"127.0.0.1:0\"\nbackend.pool.max_processes = 0",
-            "backend.pool.max_processes",
-        ),
-        (
-            r##"listen = "127.0.0.1:0""##,
-            "listen = \"127.0.0.1:0\"\nbackend.pool = { memory_budget_mib = 100, per_process_mib = 300 }",
-            "backend.pool.memory_budget_mib",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            r##"model = " ""##,
-            "mind[0].model",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            r##"campaigns = [{ slug = "a b", title = "t" }]"##,
-            "mind[0].campaigns[0].slug",
-        ),
-        (
-            r##"policy = "threshold:0.8""##,
-            r##"campaigns = [{ slug = "a", title = "" }]"##,
-            "mind[0].campaigns[0].title",
-        ),
-        (
-            r##"listen = "127.0.0.1:0""##,
-            r##"listen = "localhost""##,
-            "listen",
-        ),
-        (
-            r##"listen = "127.0.0.1:0""##,
-            "listen = \"127.0.0.1:0\"\nprices = \"none.toml\"",
-            "prices",
-        ),
-        (
-            r##"listen = "127.0.0.1:0""##,
-            "listen = \"127.0.0.1:0\"\nlease_ttl_ms = 999",
-            "lease_ttl_ms",
-        ),
-        (
-            r##"listen = "127.0.0.1:0""##,
-            "listen = \"127.0.0.1:0\"\n[backend]\napi_key_env = \"sk-ant-123\"",
-            "backend.api_key_env",
-        ),
-        (
-            r##"listen = "127.0.0.1:0""##,
-            "listen = \"127.0.0.1:0\"\n[backend]\nbase_url = \"api.example\"",
-            "backend.base_url",
-        ),
-    ];
     let dir = tempfile::tempdir().unwrap();
-    for (from, to, field) in cases {
+    for (from, to, field) in INVALID_MIND_VALUES.iter().chain(INVALID_HOST_VALUES) {
         assert!(
             VALID.contains(from),
             "case {field}: {from:?} not in the valid config"
@@ -493,90 +501,94 @@ fn a_secret_file_over_its_bound_is_refused_without_being_read_whole() {
     );
 }
 
+/// Each bad value of the Matrix settings (the host's `[matrix]` and a Mind's account): the text
+/// of the valid Matrix config it replaces, what it is replaced with, and the field its error
+/// must name.
+const BAD_MATRIX_VALUES: &[(&str, &str, &str)] = &[
+    (
+        r##"homeserver = "http://127.0.0.1:8008""##,
+        r##"homeserver = "127.0.0.1:8008""##,
+        "matrix.homeserver",
+    ),
+    ("max_pending = 7", "max_pending = 0", "matrix.max_pending"),
+    (
+        "max_pending = 7",
+        "timeline_limit = 0",
+        "matrix.timeline_limit",
+    ),
+    (
+        "max_pending = 7",
+        "sync_timeout_ms = 999",
+        "matrix.sync_timeout_ms",
+    ),
+    (
+        "max_pending = 7",
+        "context_bytes = 0",
+        "matrix.context_bytes",
+    ),
+    (
+        "max_pending = 7",
+        "max_gap_events = 0",
+        "matrix.max_gap_events",
+    ),
+    (
+        "max_pending = 7",
+        "max_gap_events = 100001",
+        "matrix.max_gap_events",
+    ),
+    (
+        r##"user_id = "@vala:example.org""##,
+        r##"user_id = "vala""##,
+        "mind[0].matrix.user_id",
+    ),
+    (
+        r##"device_id = "MUNINN_VALA""##,
+        r##"device_id = "has space""##,
+        "mind[0].matrix.device_id",
+    ),
+    (
+        r##"password = { file = "vala.password" }"##,
+        r##"password = { file = "missing.password" }"##,
+        "mind[0].matrix.password.file",
+    ),
+    (
+        r##"password = { file = "vala.password" }"##,
+        r##"password = { file = "empty.password" }"##,
+        "mind[0].matrix.password.file",
+    ),
+    (
+        r##"password = { file = "vala.password" }"##,
+        r##"password = { env = "syt_secret-token" }"##,
+        "mind[0].matrix.password.env",
+    ),
+    (
+        r##"password = { file = "vala.password" }"##,
+        r##"password = { file = "vala.password", env = "X" }"##,
+        "mind[0].matrix.password",
+    ),
+    (
+        r##"password = { file = "vala.password" }"##,
+        "password = { file = \"vala.password\" }\naccess_token = { env = \"T\" }",
+        "mind[0].matrix",
+    ),
+    (
+        r##"rooms = ["#swarm", "#burn:example.org", "!abc:example.org"]"##,
+        r##"rooms = ["#swarm", "@ann:example.org"]"##,
+        "mind[0].rooms[1]",
+    ),
+    (
+        "[matrix]\nhomeserver = \"http://127.0.0.1:8008\"\nmax_pending = 7\n",
+        "",
+        "mind[0].matrix",
+    ),
+];
+
 #[test]
 fn every_bad_matrix_value_names_its_field_and_never_shows_the_secret() {
-    let cases: &[(&str, &str, &str)] = &[
-        (
-            r##"homeserver = "http://127.0.0.1:8008""##,
-            r##"homeserver = "127.0.0.1:8008""##,
-            "matrix.homeserver",
-        ),
-        ("max_pending = 7", "max_pending = 0", "matrix.max_pending"),
-        (
-            "max_pending = 7",
-            "timeline_limit = 0",
-            "matrix.timeline_limit",
-        ),
-        (
-            "max_pending = 7",
-            "sync_timeout_ms = 999",
-            "matrix.sync_timeout_ms",
-        ),
-        (
-            "max_pending = 7",
-            "context_bytes = 0",
-            "matrix.context_bytes",
-        ),
-        (
-            "max_pending = 7",
-            "max_gap_events = 0",
-            "matrix.max_gap_events",
-        ),
-        (
-            "max_pending = 7",
-            "max_gap_events = 100001",
-            "matrix.max_gap_events",
-        ),
-        (
-            r##"user_id = "@vala:example.org""##,
-            r##"user_id = "vala""##,
-            "mind[0].matrix.user_id",
-        ),
-        (
-            r##"device_id = "MUNINN_VALA""##,
-            r##"device_id = "has space""##,
-            "mind[0].matrix.device_id",
-        ),
-        (
-            r##"password = { file = "vala.password" }"##,
-            r##"password = { file = "missing.password" }"##,
-            "mind[0].matrix.password.file",
-        ),
-        (
-            r##"password = { file = "vala.password" }"##,
-            r##"password = { file = "empty.password" }"##,
-            "mind[0].matrix.password.file",
-        ),
-        (
-            r##"password = { file = "vala.password" }"##,
-            r##"password = { env = "syt_secret-token" }"##,
-            "mind[0].matrix.password.env",
-        ),
-        (
-            r##"password = { file = "vala.password" }"##,
-            r##"password = { file = "vala.password", env = "X" }"##,
-            "mind[0].matrix.password",
-        ),
-        (
-            r##"password = { file = "vala.password" }"##,
-            "password = { file = \"vala.password\" }\naccess_token = { env = \"T\" }",
-            "mind[0].matrix",
-        ),
-        (
-            r##"rooms = ["#swarm", "#burn:example.org", "!abc:example.org"]"##,
-            r##"rooms = ["#swarm", "@ann:example.org"]"##,
-            "mind[0].rooms[1]",
-        ),
-        (
-            "[matrix]\nhomeserver = \"http://127.0.0.1:8008\"\nmax_pending = 7\n",
-            "",
-            "mind[0].matrix",
-        ),
-    ];
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("vala.password"), "hunter2").unwrap();
     std::fs::write(dir.path().join("empty.password"), "\n").unwrap();
-    for (from, to, field) in cases {
+    for (from, to, field) in BAD_MATRIX_VALUES {
         assert!(
             MATRIX.contains(from),
             "case {field}: {from:?} not in the config"
