@@ -346,7 +346,12 @@ async fn deliveries_are_idempotent_by_source_id_and_wake_the_runtime() {
         }
     );
 
-    // A mention with room history: both are stored with the delivery, lines in order.
+    assert_a_mentions_room_history_is_stored_in_order(&server).await;
+    assert_refusals_in_the_api_error_shape(&server).await;
+}
+
+/// A mention with room history: both are stored with the delivery, lines in order.
+async fn assert_a_mentions_room_history_is_stored_in_order(server: &Server) {
     let mut with_context = delivery("ev-3");
     with_context.to_you = true;
     with_context.context = vec![
@@ -390,8 +395,11 @@ async fn deliveries_are_idempotent_by_source_id_and_wake_the_runtime() {
             },
         ]
     );
+}
 
-    // Refusals, each in the API's error shape.
+/// Refusals (a bad room, an empty text, an unknown Mind, an unknown field), each in the API's
+/// error shape.
+async fn assert_refusals_in_the_api_error_shape(server: &Server) {
     let mut bad_room = delivery("ev-4");
     bad_room.room = "swarm".into();
     let mut empty_text = delivery("ev-4");
