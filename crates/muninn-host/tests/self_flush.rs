@@ -107,8 +107,17 @@ async fn a_self_tool_loop_crossing_the_trigger_is_flushed_and_the_next_brief_sta
     let first = brief(&w, LOOP_BRIEF).await;
     run_brief(&mut r, first).await;
 
-    // The flush reached the sim inside the loop — beside a tool result, after the request that
-    // crossed the trigger — and its answer ended the run before its eight rounds.
+    assert_flushed_inside_the_loop(&w, trigger);
+    let memory = assert_the_flush_recorded(&w, first).await;
+    let self_pid = assert_the_budget_reaches_only_the_self(&w, &mut r).await;
+    assert_the_next_brief_starts_from(&w, &mut r, &memory, self_pid).await;
+    r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
+
+/// The flush reached the sim inside the loop — beside a tool result, after the request that
+/// crossed `trigger` — and its answer ended the run before its eight rounds.
+fn assert_flushed_inside_the_loop(w: &CliWorld, trigger: u64) {
     let requests = w.server.sim.requests();
     let loop_requests: Vec<_> = requests
         .iter()
@@ -131,8 +140,11 @@ async fn a_self_tool_loop_crossing_the_trigger_is_flushed_and_the_next_brief_sta
         "the flush answer ended the run"
     );
     assert!(loop_requests.len() < 9, "{}", loop_requests.len());
+}
 
-    // The host recorded the flush: the ledger row's decision, and the transcript's memory.
+/// The host recorded the flush of brief `first`: the ledger row's decision, and the
+/// transcript's memory, which it returns.
+async fn assert_the_flush_recorded(w: &CliWorld, first: i64) -> String {
     let rows = w.rows().await;
     let self_rows: Vec<_> = rows.iter().filter(|r| r.role == "self").collect();
     assert_eq!(self_rows.len(), 1, "{rows:#?}");
@@ -166,9 +178,16 @@ async fn a_self_tool_loop_crossing_the_trigger_is_flushed_and_the_next_brief_sta
     let briefs = w.host.store.briefs("vala", None, 10).await.unwrap();
     let done = briefs.iter().find(|b| b.seq == first).unwrap();
     assert_eq!(done.status, BriefStatus::Done);
+    memory
+}
 
-    // The per-brief budget reaches the Self's child, and only it.
-    let self_pid = child_pid(&w, "vala/self").expect("a live Self child");
+/// The per-brief budget reaches the Self's child, and only it: the Persona's child, run for
+/// the Self's report, has none. Returns the Self child's pid.
+async fn assert_the_budget_reaches_only_the_self(
+    w: &CliWorld,
+    r: &mut MindRunner<AnyBackend>,
+) -> u32 {
+    let self_pid = child_pid(w, "vala/self").expect("a live Self child");
     let args = argv(self_pid);
     let at = args
         .iter()
@@ -183,19 +202,28 @@ async fn a_self_tool_loop_crossing_the_trigger_is_flushed_and_the_next_brief_sta
             break;
         }
     }
-    let persona_pid = child_pid(&w, "vala/persona").expect("a live Persona child");
+    let persona_pid = child_pid(w, "vala/persona").expect("a live Persona child");
     let args = argv(persona_pid);
     assert!(!args.contains(&"--max-budget-usd".to_string()), "{args:?}");
     assert!(args.contains(&"--tools=".to_string()), "{args:?}");
+    self_pid
+}
 
-    // The next brief starts a new Self segment from that memory, asking no flush of its own.
+/// The next brief starts a new Self segment from `memory`, asking no flush of its own, in a
+/// new child (not `self_pid`) with the budget again.
+async fn assert_the_next_brief_starts_from(
+    w: &CliWorld,
+    r: &mut MindRunner<AnyBackend>,
+    memory: &str,
+    self_pid: u32,
+) {
     let before = w.messages_requests().len();
-    let second = brief(&w, "Carry on with the archive.").await;
-    run_brief(&mut r, second).await;
+    let second = brief(w, "Carry on with the archive.").await;
+    run_brief(r, second).await;
     let segments = w.host.store.segments("vala", Role::SelfRole).await.unwrap();
     assert_eq!(segments.len(), 2, "{segments:#?}");
     assert_eq!(segments[1].reason, "flushed");
-    assert_eq!(segments[1].memory.as_deref(), Some(memory.as_str()));
+    assert_eq!(segments[1].memory.as_deref(), Some(memory));
     let rows = w.rows().await;
     let self_rows: Vec<_> = rows.iter().filter(|r| r.role == "self").collect();
     assert_eq!(self_rows.len(), 2, "{self_rows:#?}");
@@ -220,9 +248,7 @@ async fn a_self_tool_loop_crossing_the_trigger_is_flushed_and_the_next_brief_sta
     let messages = carried[0]["messages"].to_string();
     assert!(!messages.contains("tool_result"), "{messages}");
     // A new segment is a new session: a new child, with the budget again.
-    let pid = child_pid(&w, "vala/self").expect("a live Self child");
+    let pid = child_pid(w, "vala/self").expect("a live Self child");
     assert_ne!(pid, self_pid);
     assert!(argv(pid).contains(&"1.500000".to_string()));
-    r.release().await.unwrap();
-    w.server.stop().await.unwrap();
 }
