@@ -1,6 +1,8 @@
 //! A Persona turn on the Claude Code CLI backend, ledgered as the CLI reported it.
 
+use crate::cli_world::CliWorld;
 use crate::runtime::*;
+use muninn_core::ledger::LedgerRow;
 use muninn_core::price::PriceTable;
 use muninn_host::Host;
 use muninn_host::config::Config;
@@ -11,42 +13,19 @@ use muninn_store::{LedgerQuery, NewDelivery, Role};
 use muninn_testkit::peers::claude_cli;
 use std::sync::Arc;
 
+/// The key the CLI world's backend reads, which nothing the host prints may show.
+const KEY: &str = "sk-test-claude-cli-host";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported() {
-    use muninn_host::backends::{AnyBackend, BackendFactory};
-    use muninn_host::config::{BackendConfig, BackendKind};
+    use muninn_host::backends::AnyBackend;
     let Some(bin) = claude_cli() else { return };
-    const KEY: &str = "sk-test-claude-cli-host";
-    let dir = tempfile::tempdir().unwrap();
-    let server = muninn_sim::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        SimConfig {
-            frozen_at_ms: Some(T0),
-            ..SimConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let mut config: Config = toml::from_str("").unwrap();
-    config.data_dir = dir.path().join("data");
-    config.backend = BackendConfig {
-        kind: Some(BackendKind::ClaudeCli),
-        base_url: Some(server.base_url()),
-        api_key_env: "MUNINN_TEST_KEY".into(),
-        claude_bin: Some(bin),
-        ..BackendConfig::default()
-    };
-    let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| KEY.to_string());
-    let factory = BackendFactory::from_config(&config, env).unwrap();
-    assert!(!format!("{factory:?}").contains(KEY));
-    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
-        .await
-        .unwrap();
-    let host = Host::new(store, config, Arc::new(SimClock(server.sim.clone())));
+    let w = keyed_cli_world(bin).await;
+    let (host, server) = (&w.host, &w.server);
     let prices = PriceTable::embedded();
-    let persona = factory.make(host.clock.clone(), &prices, "vala/persona");
+    let persona = w.factory.make(host.clock.clone(), &prices, "vala/persona");
     assert!(matches!(persona, AnyBackend::ClaudeCli(_)));
-    let selfs = factory.make(host.clock.clone(), &prices, "vala/self");
+    let selfs = w.factory.make(host.clock.clone(), &prices, "vala/self");
     let mut r = MindRunner::new(
         host.clone(),
         mind(""),
@@ -84,12 +63,57 @@ async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported(
         .map(|e| e.row)
         .collect();
     assert_eq!(rows.len(), 1, "{rows:#?}");
-    let row = &rows[0];
-    // What the CLI reported is its `result` usage, kept verbatim; the parsed numbers are it.
+    assert_the_usage_is_what_the_cli_reported(&rows[0], server);
+    assert_a_private_binding_key_and_a_bound_handle(host).await;
+    r.release().await.unwrap();
+    w.server.stop().await.unwrap();
+}
+
+/// A Claude Code CLI world as `cli_world::cli_world` builds it, its backend reading [`KEY`]; the
+/// backend factory's debug form does not show the key.
+async fn keyed_cli_world(bin: std::path::PathBuf) -> CliWorld {
+    use muninn_host::backends::BackendFactory;
+    use muninn_host::config::{BackendConfig, BackendKind};
+    let dir = tempfile::tempdir().unwrap();
+    let server = muninn_sim::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        SimConfig {
+            frozen_at_ms: Some(T0),
+            ..SimConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut config: Config = toml::from_str("").unwrap();
+    config.data_dir = dir.path().join("data");
+    config.backend = BackendConfig {
+        kind: Some(BackendKind::ClaudeCli),
+        base_url: Some(server.base_url()),
+        api_key_env: "MUNINN_TEST_KEY".into(),
+        claude_bin: Some(bin),
+        ..BackendConfig::default()
+    };
+    let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| KEY.to_string());
+    let factory = BackendFactory::from_config(&config, env).unwrap();
+    assert!(!format!("{factory:?}").contains(KEY));
+    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
+        .await
+        .unwrap();
+    let host = Host::new(store, config, Arc::new(SimClock(server.sim.clone())));
+    CliWorld {
+        server,
+        host,
+        factory,
+        _dir: dir,
+    }
+}
+
+/// What the CLI reported is its `result` usage, kept verbatim; the parsed numbers are it. And
+/// the CLI reported what the API (the simulator) answered, summed over the turn's requests (a
+/// schema turn may take more than one).
+fn assert_the_usage_is_what_the_cli_reported(row: &LedgerRow, server: &muninn_sim::SimHandle) {
     let raw = row.raw_usage.clone().unwrap();
     assert_eq!(row.usage, muninn_claude_cli::parse_usage(&raw, false));
-    // And the CLI reported what the API (the simulator) answered, summed over the turn's
-    // requests (a schema turn may take more than one).
     let answered: Vec<_> = server
         .sim
         .requests()
@@ -111,8 +135,11 @@ async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported(
         });
     assert_eq!(row.usage, sum, "{raw}");
     assert!(row.cost.0 > 0);
-    // The host's binding key was created, private, and the turn left a handle with the segment,
-    // bound to the segment's transcript (issue 5).
+}
+
+/// The host's binding key was created, private, and the turn left a handle with the segment,
+/// bound to the segment's transcript (issue 5).
+async fn assert_a_private_binding_key_and_a_bound_handle(host: &Host) {
     let key_file = host.config.data_dir.join("session-binding.key");
     assert_eq!(std::fs::read(&key_file).unwrap().len(), 32);
     {
@@ -134,8 +161,6 @@ async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported(
         handle.session_id,
         muninn_claude_cli::derive_session_id("vala/persona", 0)
     );
-    r.release().await.unwrap();
-    server.stop().await.unwrap();
 }
 
 /// The user messages of a request body, concatenated: what the user's side showed the model.
