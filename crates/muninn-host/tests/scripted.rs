@@ -166,36 +166,50 @@ async fn run_brief(r: &mut MindRunner<Scripted>, seq: i64) {
 
 const PINNED: &str = r#"{"goal":"map the archive","open_tasks":["shelf 3"],"constraints":["read only"],"done":["shelf 1","shelf 2"],"facts":["shelf 2 is damp"]}"#;
 
+/// A stage the flush protocol can end a Self run at, and what the host makes of it.
+struct FlushCase {
+    stage: FlushStage,
+    /// The stage's name, in the decision and the flush item.
+    name: &'static str,
+    /// What the run answers.
+    answer: &'static str,
+    /// The memory is the flush's answer (otherwise the segment's tail).
+    from_flush: bool,
+    /// The brief's status after the run.
+    status: BriefStatus,
+}
+
 #[tokio::test]
 async fn a_self_run_the_flush_protocol_ended_starts_the_next_brief_from_its_memory() {
-    for (stage, name, answer, from_flush, status) in [
-        (
-            FlushStage::Flushed,
-            "flushed",
-            PINNED,
-            true,
-            BriefStatus::Done,
-        ),
-        (
-            FlushStage::Interrupted,
-            "interrupted",
-            "half way through shelf 3, then",
-            false,
-            BriefStatus::Failed,
-        ),
-        (
-            FlushStage::Terminated,
-            "terminated",
-            PINNED,
-            true,
-            BriefStatus::Failed,
-        ),
-    ] {
+    let cases = [
+        FlushCase {
+            stage: FlushStage::Flushed,
+            name: "flushed",
+            answer: PINNED,
+            from_flush: true,
+            status: BriefStatus::Done,
+        },
+        FlushCase {
+            stage: FlushStage::Interrupted,
+            name: "interrupted",
+            answer: "half way through shelf 3, then",
+            from_flush: false,
+            status: BriefStatus::Failed,
+        },
+        FlushCase {
+            stage: FlushStage::Terminated,
+            name: "terminated",
+            answer: PINNED,
+            from_flush: true,
+            status: BriefStatus::Failed,
+        },
+    ];
+    for case in cases {
         let w = world().await;
         let (mut r, script) = scripted(&w, mind("ceiling_tokens = 150000"));
         r.register().await.unwrap();
-        script.lock().unwrap().stage = Some(stage);
-        script.lock().unwrap().answer = Some(answer.into());
+        script.lock().unwrap().stage = Some(case.stage);
+        script.lock().unwrap().answer = Some(case.answer.into());
         script
             .lock()
             .unwrap()
@@ -215,63 +229,76 @@ async fn a_self_run_the_flush_protocol_ended_starts_the_next_brief_from_its_memo
         assert_eq!(protocol.escalate_after, Duration::from_secs(120));
         assert_eq!(protocol.exit_drain, Duration::from_secs(2));
 
-        // Its ledger row says how far the protocol went, with the backend's session events.
-        let rows = ledger(&w).await;
-        let row = rows.iter().find(|r| r.role == "self").unwrap();
-        assert_eq!(row.decision, format!("flush:{name}"), "{row:#?}");
-        assert!(row.events.iter().any(|e| e["type"] == "relaunched"));
-        // The transcript: the brief, the result, the memory flushed (or the tail).
-        let transcript = w
-            .host
-            .store
-            .transcript_tail("vala", Role::SelfRole, 10)
-            .await
-            .unwrap();
-        let kinds: Vec<_> = transcript.iter().map(|i| i.kind.as_str()).collect();
-        assert_eq!(kinds, ["brief", "result", "memory_flush"], "{name}");
-        let flush = &transcript[2].body;
-        assert_eq!(flush["stage"], name);
-        let memory = flush["memory"].as_str().unwrap().to_string();
-        if from_flush {
-            assert_eq!(flush["from"], format!("flush:{name}"));
-            assert!(memory.contains("shelf 2 is damp"));
-        } else {
-            assert!(
-                flush["from"].as_str().unwrap().starts_with("tail"),
-                "{flush}"
-            );
-            assert!(memory.contains("Map the archive.") && memory.contains("half way"));
-        }
-        let briefs = w.host.store.briefs("vala", None, 10).await.unwrap();
-        let done = briefs.iter().find(|b| b.seq == first).unwrap();
-        assert_eq!(done.status, status, "{name}");
-
+        let memory = assert_the_flush_recorded(&w, &case, first).await;
         // The next brief opens a new segment from that memory, without asking for a flush.
         script.lock().unwrap().stage = None;
         script.lock().unwrap().answer = None;
         let second = brief(&w, "Carry on.").await;
         run_brief(&mut r, second).await;
-        let segments = w.host.store.segments("vala", Role::SelfRole).await.unwrap();
-        assert_eq!(segments.len(), 2, "{name}");
-        assert_eq!(segments[1].reason, "flushed");
-        assert_eq!(segments[1].memory.as_deref(), Some(memory.as_str()));
-        let rows = ledger(&w).await;
-        let self_rows: Vec<_> = rows.iter().filter(|r| r.role == "self").collect();
-        assert_eq!(
-            self_rows.len(),
-            2,
-            "no flush request of its own: {self_rows:#?}"
-        );
-        assert_eq!(self_rows[1].decision, "start:flushed");
-        assert_eq!(self_rows[1].segment, 1);
-        let system = w.sim.requests().last().unwrap().body["system"].to_string();
-        let needle = if from_flush {
-            "shelf 2 is damp"
-        } else {
-            "half way"
-        };
-        assert!(system.contains(needle), "{name}: {system}");
+        assert_the_next_segment_starts_from(&w, &case, &memory).await;
     }
+}
+
+/// The Self run of brief `first` ended at `case`'s stage: its ledger row says how far the
+/// protocol went, with the backend's session events, and the transcript holds the brief, the
+/// result and the memory flushed (or the tail), which it returns.
+async fn assert_the_flush_recorded(w: &World, case: &FlushCase, first: i64) -> String {
+    let name = case.name;
+    let rows = ledger(w).await;
+    let row = rows.iter().find(|r| r.role == "self").unwrap();
+    assert_eq!(row.decision, format!("flush:{name}"), "{row:#?}");
+    assert!(row.events.iter().any(|e| e["type"] == "relaunched"));
+    let transcript = w
+        .host
+        .store
+        .transcript_tail("vala", Role::SelfRole, 10)
+        .await
+        .unwrap();
+    let kinds: Vec<_> = transcript.iter().map(|i| i.kind.as_str()).collect();
+    assert_eq!(kinds, ["brief", "result", "memory_flush"], "{name}");
+    let flush = &transcript[2].body;
+    assert_eq!(flush["stage"], name);
+    let memory = flush["memory"].as_str().unwrap().to_string();
+    if case.from_flush {
+        assert_eq!(flush["from"], format!("flush:{name}"));
+        assert!(memory.contains("shelf 2 is damp"));
+    } else {
+        assert!(
+            flush["from"].as_str().unwrap().starts_with("tail"),
+            "{flush}"
+        );
+        assert!(memory.contains("Map the archive.") && memory.contains("half way"));
+    }
+    let briefs = w.host.store.briefs("vala", None, 10).await.unwrap();
+    let done = briefs.iter().find(|b| b.seq == first).unwrap();
+    assert_eq!(done.status, case.status, "{name}");
+    memory
+}
+
+/// The brief after the flush ran in a new segment opened from `memory`, and asked no flush of
+/// its own: its request's system carries the memory.
+async fn assert_the_next_segment_starts_from(w: &World, case: &FlushCase, memory: &str) {
+    let name = case.name;
+    let segments = w.host.store.segments("vala", Role::SelfRole).await.unwrap();
+    assert_eq!(segments.len(), 2, "{name}");
+    assert_eq!(segments[1].reason, "flushed");
+    assert_eq!(segments[1].memory.as_deref(), Some(memory));
+    let rows = ledger(w).await;
+    let self_rows: Vec<_> = rows.iter().filter(|r| r.role == "self").collect();
+    assert_eq!(
+        self_rows.len(),
+        2,
+        "no flush request of its own: {self_rows:#?}"
+    );
+    assert_eq!(self_rows[1].decision, "start:flushed");
+    assert_eq!(self_rows[1].segment, 1);
+    let system = w.sim.requests().last().unwrap().body["system"].to_string();
+    let needle = if case.from_flush {
+        "shelf 2 is damp"
+    } else {
+        "half way"
+    };
+    assert!(system.contains(needle), "{name}: {system}");
 }
 
 #[tokio::test]
@@ -349,21 +376,9 @@ async fn a_compact_refresh_on_a_backend_that_cannot_compact_rebuilds() {
     assert_eq!(script.lock().unwrap().starts, 2, "a fresh session");
 }
 
-#[tokio::test]
-async fn a_compact_refresh_ledgers_the_compaction_and_continues_the_session_from_the_summary() {
-    let w = world().await;
-    let (mut r, script) = scripted(
-        &w,
-        mind("policy = 'rebuild'\nmin_segment = 1\nrefresh = 'compact'"),
-    );
-    let usage = Usage {
-        input: 40,
-        cache_write_5m: 0,
-        cache_write_1h: 0,
-        cache_read: 9_000,
-        output: 300,
-    };
-    script.lock().unwrap().compact = Some(TurnOutcome {
+/// What a backend's `compact` answers: the summary "Ari said the river is high." at `usage`.
+fn compaction_outcome(usage: Usage) -> TurnOutcome {
+    TurnOutcome {
         text: "Ari said the river is high.".into(),
         tool_calls: Vec::new(),
         structured: None,
@@ -384,7 +399,24 @@ async fn a_compact_refresh_ledgers_the_compaction_and_continues_the_session_from
         breakpoints: Vec::new(),
         tool_results: Default::default(),
         provider_miss: None,
-    });
+    }
+}
+
+#[tokio::test]
+async fn a_compact_refresh_ledgers_the_compaction_and_continues_the_session_from_the_summary() {
+    let w = world().await;
+    let (mut r, script) = scripted(
+        &w,
+        mind("policy = 'rebuild'\nmin_segment = 1\nrefresh = 'compact'"),
+    );
+    let usage = Usage {
+        input: 40,
+        cache_write_5m: 0,
+        cache_write_1h: 0,
+        cache_read: 9_000,
+        output: 300,
+    };
+    script.lock().unwrap().compact = Some(compaction_outcome(usage));
     r.register().await.unwrap();
     refresh_twice(&w, &mut r).await;
     let instructions = script.lock().unwrap().compacted.clone();
