@@ -23,16 +23,7 @@ async fn a_delivery_wakes_its_own_idle_mind_among_several() {
     const MINDS: usize = 5;
     let dir = tempfile::tempdir().unwrap();
     let ids: Vec<String> = (0..MINDS).map(|m| format!("mind{m}")).collect();
-    let mut text = String::new();
-    for id in &ids {
-        text.push_str(&format!("[[mind]]\nid = '{id}'\nrooms = ['#swarm']\n"));
-    }
-    let mut config: Config = toml::from_str(&text).unwrap();
-    config.data_dir = dir.path().to_owned();
-    assert!(
-        Duration::from_millis(config.lease_ttl_ms as u64 / 3) > PROMPTLY * 3,
-        "the lease third must be far above the bound, or a lost wake-up would pass"
-    );
+    let config = minds_config(&ids, dir.path());
     let store = muninn_store::open(&config.database_url()).await.unwrap();
     let sim = Arc::new(Simulator::new(SimConfig {
         frozen_at_ms: Some(1_800_000_000_000),
@@ -72,40 +63,7 @@ async fn a_delivery_wakes_its_own_idle_mind_among_several() {
     let mut answered = Vec::new();
     for id in ids.iter().rev() {
         let sent = Instant::now();
-        let posted = http
-            .post(format!("{base}/v1/minds/{id}/deliveries"))
-            .bearer_auth(token.expose())
-            .header("content-type", "application/json")
-            .body(
-                json!({
-                    "room": "@ada:example.org",
-                    "sender": "@ada:example.org",
-                    "is_direct": true,
-                    "to_you": true,
-                    "text": "are you there?",
-                    "source_id": format!("wake-{id}"),
-                })
-                .to_string(),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(posted.status(), 201);
-        let outbox: Value = serde_json::from_slice(
-            &http
-                .get(format!(
-                    "{base}/v1/minds/{id}/outbox?wait_s={}",
-                    PROMPTLY.as_secs()
-                ))
-                .bearer_auth(token.expose())
-                .send()
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap(),
-        )
-        .unwrap();
+        let outbox = deliver_and_wait(&http, &base, &token, id).await;
         let took = sent.elapsed();
         answered.push((id.clone(), took));
         assert!(
@@ -117,4 +75,59 @@ async fn a_delivery_wakes_its_own_idle_mind_among_several() {
     stop.send(true).unwrap();
     minds.await.unwrap().unwrap();
     api.await.unwrap().unwrap();
+}
+
+/// A configuration of one Mind per id, all in `#swarm`, with its data in `dir`: its lease third
+/// is far above [`PROMPTLY`].
+fn minds_config(ids: &[String], dir: &std::path::Path) -> Config {
+    let mut text = String::new();
+    for id in ids {
+        text.push_str(&format!("[[mind]]\nid = '{id}'\nrooms = ['#swarm']\n"));
+    }
+    let mut config: Config = toml::from_str(&text).unwrap();
+    config.data_dir = dir.to_owned();
+    assert!(
+        Duration::from_millis(config.lease_ttl_ms as u64 / 3) > PROMPTLY * 3,
+        "the lease third must be far above the bound, or a lost wake-up would pass"
+    );
+    config
+}
+
+/// Posts a DM for `id` through the API and long-polls its outbox for up to [`PROMPTLY`]:
+/// what the poll answered.
+async fn deliver_and_wait(http: &reqwest::Client, base: &str, token: &ApiToken, id: &str) -> Value {
+    let posted = http
+        .post(format!("{base}/v1/minds/{id}/deliveries"))
+        .bearer_auth(token.expose())
+        .header("content-type", "application/json")
+        .body(
+            json!({
+                "room": "@ada:example.org",
+                "sender": "@ada:example.org",
+                "is_direct": true,
+                "to_you": true,
+                "text": "are you there?",
+                "source_id": format!("wake-{id}"),
+            })
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 201);
+    serde_json::from_slice(
+        &http
+            .get(format!(
+                "{base}/v1/minds/{id}/outbox?wait_s={}",
+                PROMPTLY.as_secs()
+            ))
+            .bearer_auth(token.expose())
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap()
 }
