@@ -473,9 +473,7 @@ async fn an_operator_brief_runs_in_the_self_and_reports_back_to_the_persona() {
 
 #[tokio::test]
 async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
-    use muninn_host::backends::{AnyBackend, BackendFactory};
-    use muninn_host::config::BackendConfig;
-    const SECRET: &str = "sk-ant-secret-key-do-not-leak-7731";
+    use muninn_host::backends::AnyBackend;
     let dir = tempfile::tempdir().unwrap();
     let server = muninn_sim::spawn(
         "127.0.0.1:0".parse().unwrap(),
@@ -487,21 +485,7 @@ async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
     )
     .await
     .unwrap();
-    let mut config: Config = toml::from_str("").unwrap();
-    config.backend = BackendConfig {
-        kind: Some(muninn_host::config::BackendKind::Anthropic),
-        base_url: Some(server.base_url()),
-        api_key_env: "MUNINN_TEST_KEY".into(),
-        claude_bin: None,
-        ..BackendConfig::default()
-    };
-    let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| SECRET.to_string());
-    let factory = BackendFactory::from_config(&config, env).unwrap();
-    assert!(!format!("{factory:?}").contains(SECRET));
-    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
-        .await
-        .unwrap();
-    let host = Host::new(store, config, Arc::new(SimClock(server.sim.clone())));
+    let (host, factory) = keyed_host(&dir, &server).await;
     let make = || factory.make(host.clock.clone(), &PriceTable::embedded(), "vala/persona");
     let persona: AnyBackend = make();
     // Found by this test: the simulator's own configured key reached `{:?}` through the clock.
@@ -536,6 +520,42 @@ async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
         r.step().await.unwrap(),
         Step::PersonaTurn { valid: true, .. }
     ));
+    assert_the_key_is_nowhere(&host, &server).await;
+    server.stop().await.unwrap();
+}
+
+/// The Anthropic API key of [`keyed_host`]'s backend, and the simulator's.
+const SECRET: &str = "sk-ant-secret-key-do-not-leak-7731";
+
+/// A host in `dir` on the Anthropic backend against `server`, its key [`SECRET`]; the backend
+/// factory's debug form does not show it.
+async fn keyed_host(
+    dir: &tempfile::TempDir,
+    server: &muninn_sim::SimHandle,
+) -> (Host, muninn_host::backends::BackendFactory) {
+    use muninn_host::backends::BackendFactory;
+    use muninn_host::config::BackendConfig;
+    let mut config: Config = toml::from_str("").unwrap();
+    config.backend = BackendConfig {
+        kind: Some(muninn_host::config::BackendKind::Anthropic),
+        base_url: Some(server.base_url()),
+        api_key_env: "MUNINN_TEST_KEY".into(),
+        claude_bin: None,
+        ..BackendConfig::default()
+    };
+    let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| SECRET.to_string());
+    let factory = BackendFactory::from_config(&config, env).unwrap();
+    assert!(!format!("{factory:?}").contains(SECRET));
+    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
+        .await
+        .unwrap();
+    let host = Host::new(store, config, Arc::new(SimClock(server.sim.clone())));
+    (host, factory)
+}
+
+/// The key is in nothing the host stored (transcript, ledger, outbox) nor any request body
+/// the simulator received; there was something to look in.
+async fn assert_the_key_is_nowhere(host: &Host, server: &muninn_sim::SimHandle) {
     let transcript = host
         .store
         .transcript_tail("vala", Role::Persona, 100)
@@ -557,7 +577,6 @@ async fn the_api_key_never_reaches_the_transcript_the_ledger_or_the_outbox() {
     );
     assert!(!everything.contains(SECRET));
     assert!(!ledger.is_empty() && !transcript.is_empty());
-    server.stop().await.unwrap();
 }
 
 #[tokio::test]
