@@ -226,22 +226,49 @@ async fn the_transcript_holds_each_call_and_result_once_and_an_escape_is_refused
         );
     }
     // Each call id once among the calls and once among the results, as the model made them.
+    let seen = call_ids_counted(&uses, &results);
+    assert_eq!(seen.len(), calls);
+    assert!(seen.values().all(|&n| n == (1, 1)), "{seen:?}");
+    let made = calls_the_model_made(&run.w);
+    // Every call was answered by a later request, which carries it in the history.
+    assert_eq!(made.len(), calls, "{made:?}");
+    assert!(made.iter().all(|id| seen.contains_key(id)), "{made:?}");
+    assert_the_escape_refused_and_the_run_went_on(&results);
+    // A real read: the file's own lines, numbered.
+    let first_read = &results[1].body;
+    assert_eq!(first_read["input"]["path"], "src/f00.txt");
+    assert!(
+        first_read["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("     1\tfile 0 line 0: the archive keeps entry 0 of 0\n"),
+        "{first_read}"
+    );
+}
+
+/// How often each call id appears among the `uses`' calls and among the `results`.
+fn call_ids_counted(
+    uses: &[&TranscriptItem],
+    results: &[&TranscriptItem],
+) -> BTreeMap<String, (u32, u32)> {
     let mut seen = BTreeMap::<String, (u32, u32)>::new();
-    for u in &uses {
+    for u in uses {
         for c in u.body["calls"].as_array().unwrap() {
             seen.entry(c["id"].as_str().unwrap().into()).or_default().0 += 1;
         }
     }
-    for r in &results {
+    for r in results {
         seen.entry(r.body["tool_use_id"].as_str().unwrap().into())
             .or_default()
             .1 += 1;
     }
-    assert_eq!(seen.len(), calls);
-    assert!(seen.values().all(|&n| n == (1, 1)), "{seen:?}");
-    let made: Vec<String> = run
-        .w
-        .sim
+    seen
+}
+
+/// The ids of the tool calls the model made, from the assistant turns the simulator's requests
+/// carried back in their history, each once.
+fn calls_the_model_made(w: &World) -> Vec<String> {
+    w.sim
         .requests()
         .iter()
         .filter_map(|q| q.body["messages"].as_array().cloned())
@@ -252,11 +279,12 @@ async fn the_transcript_holds_each_call_and_result_once_and_an_escape_is_refused
         .filter_map(|b| b["id"].as_str().map(String::from))
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
-        .collect();
-    // Every call was answered by a later request, which carries it in the history.
-    assert_eq!(made.len(), calls, "{made:?}");
-    assert!(made.iter().all(|id| seen.contains_key(id)), "{made:?}");
-    // The escape: refused, said why, nothing of the file read; the next call still ran.
+        .collect()
+}
+
+/// The escape (a read of `../secret.txt`): refused, said why, nothing of the file read; the
+/// next call still ran.
+fn assert_the_escape_refused_and_the_run_went_on(results: &[&TranscriptItem]) {
     let escape = results
         .iter()
         .position(|r| r.body["input"]["path"] == "../secret.txt")
@@ -271,16 +299,6 @@ async fn the_transcript_holds_each_call_and_result_once_and_an_escape_is_refused
     assert!(
         after["text"].as_str().unwrap().contains("file 3 line 0"),
         "{after}"
-    );
-    // A real read: the file's own lines, numbered.
-    let first_read = &results[1].body;
-    assert_eq!(first_read["input"]["path"], "src/f00.txt");
-    assert!(
-        first_read["text"]
-            .as_str()
-            .unwrap()
-            .starts_with("     1\tfile 0 line 0: the archive keeps entry 0 of 0\n"),
-        "{first_read}"
     );
 }
 
