@@ -44,22 +44,18 @@ fn assert_limit(answer: &(u16, Value), field: &str, limit: usize) {
     );
 }
 
-#[tokio::test]
-async fn every_delivery_field_over_its_limit_is_a_400_naming_it() {
-    let server = start(ApiConfig::default()).await;
-    let post = reqwest::Method::POST;
-    let path = "/v1/minds/vala/deliveries";
-    let (status, _) = send(&server, post.clone(), path, &delivery()).await;
-    assert_eq!(status, 201, "the baseline is accepted");
+/// The delivery with `key` set to `value`.
+fn with(key: &str, value: Value) -> Value {
+    let mut body = delivery();
+    body[key] = value;
+    body
+}
 
-    let with = |key: &str, value: Value| {
-        let mut body = delivery();
-        body[key] = value;
-        body
-    };
+/// Each delivery with one field over its limit, the field and the limit its 400 must name.
+fn delivery_fields_over_their_limits() -> Vec<(Value, &'static str, usize)> {
     let long = |n: usize| "x".repeat(n);
     let line = |text: &str| json!({"id": "e0", "sender": "@bo", "text": text});
-    let cases = [
+    vec![
         (
             with("room", json!(format!("#{}", long(ROOM_MAX_BYTES)))),
             "room",
@@ -97,8 +93,18 @@ async fn every_delivery_field_over_its_limit_is_a_400_naming_it() {
             "context",
             CONTEXT_MAX_BYTES,
         ),
-    ];
-    for (body, field, limit) in cases {
+    ]
+}
+
+#[tokio::test]
+async fn every_delivery_field_over_its_limit_is_a_400_naming_it() {
+    let server = start(ApiConfig::default()).await;
+    let post = reqwest::Method::POST;
+    let path = "/v1/minds/vala/deliveries";
+    let (status, _) = send(&server, post.clone(), path, &delivery()).await;
+    assert_eq!(status, 201, "the baseline is accepted");
+
+    for (body, field, limit) in delivery_fields_over_their_limits() {
         assert_limit(
             &send(&server, post.clone(), path, &body).await,
             field,
@@ -110,7 +116,7 @@ async fn every_delivery_field_over_its_limit_is_a_400_naming_it() {
         &server,
         post.clone(),
         path,
-        &with("room", json!(long(1 << 20))),
+        &with("room", json!("x".repeat(1 << 20))),
     )
     .await;
     assert_eq!(
@@ -118,10 +124,10 @@ async fn every_delivery_field_over_its_limit_is_a_400_naming_it() {
         (413, json!("payload_too_large"))
     );
 
-    let brief = json!({"text": long(muninn_api::limits::BRIEF_MAX_BYTES + 1)});
+    let brief = json!({"text": "x".repeat(muninn_api::limits::BRIEF_MAX_BYTES + 1)});
     let answer = send(&server, post.clone(), "/v1/minds/vala/briefs", &brief).await;
     assert_limit(&answer, "text", muninn_api::limits::BRIEF_MAX_BYTES);
-    let ack = format!("/v1/minds/vala/outbox/{}/ack", long(300));
+    let ack = format!("/v1/minds/vala/outbox/{}/ack", "x".repeat(300));
     assert_limit(
         &send(&server, post, &ack, &json!({})).await,
         "request_id",
