@@ -94,81 +94,85 @@ fn a_reply_at_every_limit_is_valid_and_dm_resolves_to_the_batchs_dm_room() {
     assert_eq!(reply.remember[0].salience, SALIENCE_MIN);
 }
 
+/// How a case breaks a reply at the limits.
+type Break = fn(&mut Value);
+
+/// Each limit's violation: its name, how it breaks [`at_the_limits`], and the error expected.
+const VIOLATIONS: [(&str, Break, &str); 12] = [
+    (
+        "brief too long",
+        |v| v["start_self_run"]["brief"] = json!("b".repeat(BRIEF_CHARS + 1)),
+        "/start_self_run: must match a schema in anyOf",
+    ),
+    (
+        "too many notes",
+        |v| {
+            let note = v["remember"][0].clone();
+            v["remember"].as_array_mut().unwrap().push(note);
+        },
+        "/remember: must NOT have more than 8 items",
+    ),
+    (
+        "note too many characters",
+        |v| v["remember"][1]["text"] = json!("n".repeat(MEMORY_NOTE_BYTES + 1)),
+        "/remember/1/text: must NOT be longer than the maximum length",
+    ),
+    (
+        "note too many bytes",
+        // Within the character limit, over the byte limit.
+        |v| v["remember"][2]["text"] = json!("é".repeat(MEMORY_NOTE_BYTES / 2 + 1)),
+        "remember: a note of 1002 bytes (limit 1000)",
+    ),
+    (
+        "salience above",
+        |v| v["remember"][0]["salience"] = json!(SALIENCE_MAX + 1),
+        "/remember/0/salience: must be within the bounds",
+    ),
+    (
+        "salience below",
+        |v| v["remember"][0]["salience"] = json!(SALIENCE_MIN - 1),
+        "/remember/0/salience: must be within the bounds",
+    ),
+    (
+        "salience missing",
+        |v| {
+            v["remember"][0].as_object_mut().unwrap().remove("salience");
+        },
+        "/remember/0: must have required property 'salience'",
+    ),
+    (
+        "empty text",
+        |v| v["say"][0]["text"] = json!(""),
+        "/say/0/text: must NOT be shorter than the minimum length",
+    ),
+    (
+        "a room the Persona may not speak in",
+        |v| v["say"][0]["room"] = json!("#elsewhere"),
+        "/say/0/room: must be equal to one of the allowed values",
+    ),
+    (
+        "an unknown campaign",
+        |v| v["start_self_run"]["campaign"] = json!("other"),
+        "/start_self_run: must match a schema in anyOf",
+    ),
+    (
+        "a null repo",
+        |v| v["start_self_run"]["repo"] = Value::Null,
+        "/start_self_run: must match a schema in anyOf",
+    ),
+    (
+        "an unknown field",
+        |v| v["mood"] = json!("calm"),
+        "root: must NOT have additional property 'mood'",
+    ),
+];
+
 /// Each limit's violation is rejected (by the schema where it can say it, by code where not).
 #[test]
 fn each_limit_violated_is_rejected() {
     let mind = demo_mind();
     let batch = [delivery("!dm-ari", "ari", true)];
-    type Break = fn(&mut Value);
-    let cases: [(&str, Break, &str); 12] = [
-        (
-            "brief too long",
-            |v| v["start_self_run"]["brief"] = json!("b".repeat(BRIEF_CHARS + 1)),
-            "/start_self_run: must match a schema in anyOf",
-        ),
-        (
-            "too many notes",
-            |v| {
-                let note = v["remember"][0].clone();
-                v["remember"].as_array_mut().unwrap().push(note);
-            },
-            "/remember: must NOT have more than 8 items",
-        ),
-        (
-            "note too many characters",
-            |v| v["remember"][1]["text"] = json!("n".repeat(MEMORY_NOTE_BYTES + 1)),
-            "/remember/1/text: must NOT be longer than the maximum length",
-        ),
-        (
-            "note too many bytes",
-            // Within the character limit, over the byte limit.
-            |v| v["remember"][2]["text"] = json!("é".repeat(MEMORY_NOTE_BYTES / 2 + 1)),
-            "remember: a note of 1002 bytes (limit 1000)",
-        ),
-        (
-            "salience above",
-            |v| v["remember"][0]["salience"] = json!(SALIENCE_MAX + 1),
-            "/remember/0/salience: must be within the bounds",
-        ),
-        (
-            "salience below",
-            |v| v["remember"][0]["salience"] = json!(SALIENCE_MIN - 1),
-            "/remember/0/salience: must be within the bounds",
-        ),
-        (
-            "salience missing",
-            |v| {
-                v["remember"][0].as_object_mut().unwrap().remove("salience");
-            },
-            "/remember/0: must have required property 'salience'",
-        ),
-        (
-            "empty text",
-            |v| v["say"][0]["text"] = json!(""),
-            "/say/0/text: must NOT be shorter than the minimum length",
-        ),
-        (
-            "a room the Persona may not speak in",
-            |v| v["say"][0]["room"] = json!("#elsewhere"),
-            "/say/0/room: must be equal to one of the allowed values",
-        ),
-        (
-            "an unknown campaign",
-            |v| v["start_self_run"]["campaign"] = json!("other"),
-            "/start_self_run: must match a schema in anyOf",
-        ),
-        (
-            "a null repo",
-            |v| v["start_self_run"]["repo"] = Value::Null,
-            "/start_self_run: must match a schema in anyOf",
-        ),
-        (
-            "an unknown field",
-            |v| v["mood"] = json!("calm"),
-            "root: must NOT have additional property 'mood'",
-        ),
-    ];
-    for (name, break_it, expected) in cases {
+    for (name, break_it, expected) in VIOLATIONS {
         let mut value = at_the_limits();
         break_it(&mut value);
         assert_eq!(
