@@ -173,6 +173,18 @@ fn next_random(state: &mut u64) -> u64 {
     *state
 }
 
+/// A seed for a kill schedule from the clock (odd: xorshift stays at 0 from 0), printed so a
+/// failing schedule can be told apart.
+fn kill_schedule_seed() -> u64 {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("kill schedule seed {seed}");
+    seed
+}
+
 /// The server ends every connection of the host's database at random moments (5–60 ms apart)
 /// while a Persona answers 25 deliveries one after another. The host replaces its connections
 /// by itself; every delivery is answered once, the ledger has one row per request; the Mind is
@@ -194,12 +206,7 @@ async fn postgres_connections_killed_at_random_points_lose_and_double_nothing() 
 
     let killing = Arc::new(AtomicBool::new(true));
     let kills = Arc::new(AtomicU64::new(0));
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("kill schedule seed {seed}");
+    let seed = kill_schedule_seed();
     let pauses = paced((5, 55), &db).await;
     let killer = spawn_killer(admin, &db, pauses, seed, killing.clone(), kills.clone());
 
@@ -376,17 +383,7 @@ async fn postgres_two_hosts_with_sessions_killed_during_a_takeover_keep_one_writ
         return;
     };
     let w = world_on_postgres(&db).await;
-    let store_b = muninn_store::open(&db.url()).await.unwrap();
-    let host_b = Host::new(
-        store_b.clone(),
-        toml::from_str("").unwrap(),
-        w.host.clock.clone(),
-    );
-    let w_b = World {
-        host: host_b,
-        sim: w.sim.clone(),
-        _dir: tempfile::tempdir().unwrap(),
-    };
+    let (w_b, store_b) = second_host(&w, &db).await;
     let a = runner(&w, mind(""), "host-a");
     a.register().await.unwrap();
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -396,12 +393,7 @@ async fn postgres_two_hosts_with_sessions_killed_during_a_takeover_keep_one_writ
     let running_a = tokio::spawn(run_mind(a, stopped_a));
     let running_b = tokio::spawn(run_mind(runner(&w_b, mind(""), "host-b"), stopped));
 
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("kill schedule seed {seed}");
+    let seed = kill_schedule_seed();
     let (killing, kills) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicU64::new(0)));
     let killer = spawn_killer(admin, &db, (20, 280), seed, killing.clone(), kills.clone());
     answer(&w, 1, BEFORE).await;
@@ -446,6 +438,23 @@ async fn postgres_two_hosts_with_sessions_killed_during_a_takeover_keep_one_writ
     let token_changes = (lease_b.token.0 - 1) as usize;
     answered_once(&w_b, (BEFORE + AFTER) as i64, token_changes).await;
     store_b.close().await;
+}
+
+/// A second host on `w`'s database and simulator clock, with its own store: its world, and
+/// that store.
+async fn second_host(w: &World, db: &FreshDatabase) -> (World, Arc<dyn muninn_store::Store>) {
+    let store_b = muninn_store::open(&db.url()).await.unwrap();
+    let host_b = Host::new(
+        store_b.clone(),
+        toml::from_str("").unwrap(),
+        w.host.clock.clone(),
+    );
+    let w_b = World {
+        host: host_b,
+        sim: w.sim.clone(),
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    (w_b, store_b)
 }
 
 /// Posts deliveries `from..=to` one after another through `w`'s host, each answered before the
