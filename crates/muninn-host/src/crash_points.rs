@@ -25,6 +25,10 @@ pub enum CrashPoint {
     /// A Persona turn is committed (replies in the outbox, the batch acknowledged), the
     /// provider session not yet bound to it nor the outbox's readers woken.
     PersonaCommitted,
+    /// A Self brief's item is committed to the Self transcript, the model not yet asked: the
+    /// restarted host runs the brief once (it was never answered), in a new segment, and the
+    /// model is shown it once.
+    BriefRecorded,
     /// A new segment's row is stored, nothing of it sent or recorded yet (its first item is
     /// the next write).
     SegmentStored,
@@ -39,10 +43,11 @@ pub enum CrashPoint {
 
 impl CrashPoint {
     /// Every point, for error messages and tests.
-    pub const ALL: [CrashPoint; 6] = [
+    pub const ALL: [CrashPoint; 7] = [
         CrashPoint::DeliveryRecorded,
         CrashPoint::PersonaAnswered,
         CrashPoint::PersonaCommitted,
+        CrashPoint::BriefRecorded,
         CrashPoint::SegmentStored,
         CrashPoint::SelfRunCommitted,
         CrashPoint::SelfFlushAnswered,
@@ -54,6 +59,7 @@ impl CrashPoint {
             CrashPoint::DeliveryRecorded => "host-delivery-recorded",
             CrashPoint::PersonaAnswered => "host-persona-answered",
             CrashPoint::PersonaCommitted => "host-persona-committed",
+            CrashPoint::BriefRecorded => "host-brief-recorded",
             CrashPoint::SegmentStored => "host-segment-stored",
             CrashPoint::SelfRunCommitted => "host-self-run-committed",
             CrashPoint::SelfFlushAnswered => "host-self-flush-answered",

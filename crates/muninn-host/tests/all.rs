@@ -13,6 +13,7 @@ mod compact;
 mod config;
 mod dashboard;
 mod exactly_once;
+mod exactly_once_self;
 mod fuzz;
 mod http;
 mod limits;

@@ -6,12 +6,9 @@
 
 use crate::cli_world::{cli_world_on, persona, turn};
 use crate::pg_faults::{acked, answered_once, world_on_postgres_at};
-use crate::runtime::{World, mind, post, runner, stored_brief};
+use crate::runtime::{World, mind, post, runner};
 use muninn_host::runtime::{RuntimeError, Step, run_mind};
-use muninn_store::{
-    BriefOrigin, BriefStatus, ContextLine, NewBrief, NewDelivery, Role, Store, StoreError,
-    TranscriptKind,
-};
+use muninn_store::{ContextLine, NewDelivery, Role, Store, StoreError, TranscriptKind};
 use muninn_testkit::peers::{FreshDatabase, claude_cli};
 use muninn_testkit::{FaultyStore, SilentProxy};
 use std::sync::Arc;
@@ -118,52 +115,6 @@ async fn a_restart_after_a_lost_append_answer_records_the_delivery_in_a_new_segm
     assert_eq!(segments.len(), 2, "{items:#?}");
     assert!(segments[0] < segments[1], "one segment: {items:#?}");
     shown_and_answered_once(&w).await;
-}
-
-/// The Self's brief, the other item appended on its own before the model is asked: its
-/// append lands, its answer is lost, and the step fails. The brief is not run again — a
-/// failed step leaves its brief to the stranded-brief recovery (`stranded.rs`), which fails it
-/// with the store's error and tells the Persona — so its transcript item cannot be doubled.
-#[tokio::test]
-async fn a_brief_whose_append_answer_is_lost_is_recorded_once_and_reported() {
-    let (w, faults) = crate::runtime::faulty_world("").await;
-    let mut r = runner(&w, mind(""), "host-a");
-    r.register().await.unwrap();
-    r.step().await.unwrap();
-    let brief = NewBrief {
-        text: format!("{PROBE}: summarise the week."),
-        origin: BriefOrigin::Operator,
-        created_at_ms: w.sim.now_ms(),
-    };
-    let seq = w
-        .host
-        .store
-        .enqueue_brief("vala", &brief)
-        .await
-        .unwrap()
-        .seq;
-    faults.lose_append_answers(1);
-    let e = r.step().await.unwrap_err();
-    assert!(
-        matches!(e, RuntimeError::Store(StoreError::Unavailable(_))),
-        "{e}"
-    );
-    for _ in 0..3 {
-        r.step().await.unwrap();
-    }
-    let items = w
-        .host
-        .store
-        .transcript_tail("vala", Role::SelfRole, 100)
-        .await
-        .unwrap();
-    let briefs = items
-        .iter()
-        .filter(|i| i.kind == TranscriptKind::Brief && i.body.to_string().contains(PROBE))
-        .count();
-    assert_eq!(briefs, 1, "{items:#?}");
-    let stored = stored_brief(&w, seq).await;
-    assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
 }
 
 /// The same on PostgreSQL, through a [`SilentProxy`] that forwards the delivery's `COMMIT` and

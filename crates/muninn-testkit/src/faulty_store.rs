@@ -17,6 +17,8 @@
 //! [`Store::append_transcript_once`], [`FaultyStore::lose_append_answers`]) can instead land and
 //! then answer [`StoreError::Unavailable`]: a commit whose answer was lost; or be refused
 //! before they land ([`FaultyStore::refuse_appends`]).
+//! The next N turn commits can land and then answer [`StoreError::Unavailable`] too
+//! ([`FaultyStore::lose_commit_answers`]: the `COMMIT` went through, its answer never came).
 //! The next N commits can instead be refused for good
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
 //! The next N whole-delivery reads of one Mind can panic instead of answering
@@ -60,6 +62,8 @@ pub struct FaultyStore {
     failing_outbox_acks: AtomicU32,
     /// Transcript appends still to land with their answer lost.
     losing_append_answers: AtomicU32,
+    /// Turn commits still to land with their answer lost.
+    losing_commit_answers: AtomicU32,
     /// Transcript appends still to refuse.
     refusing_appends: AtomicU32,
     /// Settings reads to let through before refusing any.
@@ -94,6 +98,7 @@ impl FaultyStore {
             failing_ack_position_reads: AtomicU32::new(0),
             failing_outbox_acks: AtomicU32::new(0),
             losing_append_answers: AtomicU32::new(0),
+            losing_commit_answers: AtomicU32::new(0),
             refusing_appends: AtomicU32::new(0),
             passing_settings_reads: AtomicU32::new(0),
             failing_settings_reads: AtomicU32::new(0),
@@ -116,6 +121,12 @@ impl FaultyStore {
     /// as if the commit's answer were lost (a deadline passed after `COMMIT` was sent).
     pub fn lose_append_answers(&self, n: u32) {
         self.losing_append_answers.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets the next `n` turn commits (`record_turn`) land, then answers each with
+    /// [`StoreError::Unavailable`] as if the commit's answer were lost.
+    pub fn lose_commit_answers(&self, n: u32) {
+        self.losing_commit_answers.store(n, Ordering::SeqCst);
     }
 
     /// Refuses the next `n` transcript appends made on their own (`append_transcript`,
@@ -255,7 +266,11 @@ impl Store for FaultyStore {
         turn: &TurnRecord,
     ) -> Result<TurnReceipt> {
         self.refuse()?;
-        self.inner.record_turn(mind, token, turn).await
+        let receipt = self.inner.record_turn(mind, token, turn).await?;
+        if armed(&self.losing_commit_answers) {
+            return Err(injected("record_turn: the commit's answer was lost"));
+        }
+        Ok(receipt)
     }
 
     async fn append_ledger(

@@ -15,7 +15,10 @@
 //!   commit loses: that batch is asked again and billed twice (`docs/host.md`, *An answer whose
 //!   commit fails*), so `host-persona-answered` shows exactly one request more than the ledger,
 //!   as does `host-self-flush-answered` (the flush's answer; its brief is reported interrupted);
-//! - each brief is reported to the Persona once; a run that was committed with its result.
+//! - each brief is reported to the Persona once; a run that was committed with its result;
+//! - each brief reported finished was shown to the model once, as a request's new message
+//!   (`host-brief-recorded`: the restarted host runs the brief it recorded and never asked), and
+//!   one reported interrupted never.
 //!
 //! SQLite runs every point; PostgreSQL the Persona's three (skipped with a note when it is not
 //! there, unless `MUNINN_REQUIRE_PEERS=1`).
@@ -74,7 +77,7 @@ impl Arm {
 }
 
 /// Every point, where a run reaches it.
-const SQLITE_RUNS: [Arm; 6] = [
+const SQLITE_RUNS: [Arm; 7] = [
     Arm::persona(CrashPoint::DeliveryRecorded, 2),
     Arm::persona(CrashPoint::PersonaAnswered, 2),
     Arm::persona(CrashPoint::PersonaCommitted, 2),
@@ -94,6 +97,13 @@ const SQLITE_RUNS: [Arm; 6] = [
         briefs: 2,
         mind: "min_segment = 1\nceiling_tokens = 1500\n[mind.self_session]\nflush_headroom_tokens = 200\n",
         reports: &["Self run 1 finished: ", "Self run 2 was interrupted: "],
+    },
+    Arm {
+        point: CrashPoint::BriefRecorded,
+        nth: 1,
+        briefs: 1,
+        mind: "",
+        reports: &["Self run 1 finished: "],
     },
 ];
 
@@ -322,6 +332,8 @@ struct Seen {
     rows: usize,
     reports: Vec<String>,
     done: usize,
+    /// Per brief, the answered requests whose new (last) user message holds it.
+    briefs_shown: Vec<usize>,
 }
 
 impl Seen {
@@ -337,6 +349,7 @@ impl Seen {
         Seen {
             check: check_mind(store, MIND, posted).await.unwrap(),
             shown: shown_per_request(requests),
+            briefs_shown: briefs_shown(requests),
             rows: store.ledger(&ledger).await.unwrap().len(),
             reports: self_reports(store).await,
             done: store
@@ -400,6 +413,18 @@ impl Seen {
             .filter(|r| r.contains("finished"))
             .count();
         assert_eq!(self.done, finished, "{}: briefs done", arm.spec());
+        // A brief run is shown once; one interrupted before it was asked, never.
+        let expected: Vec<usize> = arm
+            .reports
+            .iter()
+            .map(|r| usize::from(!r.contains("interrupted")))
+            .collect();
+        assert_eq!(
+            self.briefs_shown[..expected.len()],
+            expected[..],
+            "{}: briefs shown",
+            arm.spec()
+        );
     }
 }
 
@@ -423,6 +448,33 @@ fn shown_per_request(requests: &[muninn_sim::sim::RecordedRequest]) -> Vec<Vec<u
             (0..DELIVERIES)
                 .map(|i| user.matches(&marker(i)).count())
                 .collect()
+        })
+        .collect()
+}
+
+/// Per brief (up to two), how many answered Messages requests end in a user message that is it:
+/// the requests it was sent in as new (later requests of its segment repeat it).
+fn briefs_shown(requests: &[muninn_sim::sim::RecordedRequest]) -> Vec<usize> {
+    let last_user: Vec<String> = requests
+        .iter()
+        .filter(|r| r.path == "/v1/messages" && r.status == 200 && r.error.is_none())
+        .filter_map(|r| {
+            let messages = r.body["messages"].as_array()?;
+            let last = messages.iter().rev().find(|m| m["role"] == "user")?;
+            Some(match &last["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str()).collect(),
+                content => content.to_string(),
+            })
+        })
+        .collect();
+    // A Self brief's message starts `Brief <seq> (from the operator):`; a Persona's report of
+    // the run may quote it (the simulator's answer echoes its prompt).
+    (0..2)
+        .map(|k| {
+            let head = format!("Brief {k}: note");
+            let sent = |t: &&String| t.starts_with("Brief ") && t.contains(&head);
+            last_user.iter().filter(sent).count()
         })
         .collect()
 }

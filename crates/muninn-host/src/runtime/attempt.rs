@@ -1,32 +1,42 @@
 //! A Persona batch recorded but not yet answered: what a retry re-sends instead of recording
-//! the delivery again (the policy is stated in `retry.rs`).
+//! the delivery again (the policy is stated in `retry.rs`). A Self brief rendered but whose
+//! append is not confirmed is held the same way ([`HeldBrief`]).
 //!
-//! The delivery is recorded under a key ([`muninn_store::Store::append_transcript_once`]) the
-//! attempt is created with, before the append is tried. An append whose commit landed but
-//! whose answer was lost (a PostgreSQL call past its deadline, a connection dropped after
-//! `COMMIT` was sent) fails the step; the attempt stays, and the retry appends under the same
-//! key — the store finds it recorded and adds nothing — and sends the message as it was
-//! rendered, so neither the transcript nor the model gets the delivery twice, and the renderer
-//! does not append the turn a second time.
+//! The delivery (or brief) is recorded under a key
+//! ([`muninn_store::Store::append_transcript_once`]) the attempt is created with, before the
+//! append is tried. An append whose commit landed but whose answer was lost (a PostgreSQL call
+//! past its deadline, a connection dropped after `COMMIT` was sent) fails the step; the attempt
+//! stays, and the retry appends under the same key — the store finds it recorded and adds
+//! nothing — and sends the message as it was rendered, so neither the transcript nor the model
+//! gets the delivery twice, and the renderer does not append the turn a second time.
+//!
+//! A Self brief's attempt lives only until its append is confirmed: a run that fails after it
+//! fails its brief (`self_run.rs`), so there is nothing to re-send. Until then its brief, left
+//! `running`, is this runner's to finish, and the stranded-brief recovery passes it by
+//! (`stranded.rs`).
 
+use super::persona::Plan;
 use super::{MindRunner, RuntimeError};
 use crate::crash_points::CrashPoint;
 use muninn_backend::Backend;
-use muninn_store::{Delivery, FencingToken, NewTranscriptItem, Role, TranscriptKind};
+use muninn_store::{Brief, Delivery, FencingToken, NewTranscriptItem, Role, TranscriptKind};
 use serde_json::Value;
 
 /// A batch rendered on the open segment's session and not answered yet: its delivery recorded
-/// in that segment's transcript, or its append not yet confirmed (`unrecorded`).
+/// in that segment's transcript, or its append not yet confirmed (`unrecorded`). For the Self,
+/// a brief rendered whose append is not confirmed yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Attempt {
-    /// The batch's id (`<mind>-<first seq>-<max seq>`).
+    /// The session it was rendered on: a Persona batch's delivery, or a Self brief.
+    role: Role,
+    /// The batch's id (`<mind>-<first seq>-<max seq>`), or the brief's seq.
     batch: String,
-    /// The batch's last delivery.
+    /// The batch's last delivery, or the brief's seq.
     max_seq: i64,
     /// The segment its delivery was recorded in.
-    segment: i64,
+    pub(super) segment: i64,
     /// The user message as rendered and recorded: re-sent byte for byte.
-    text: String,
+    pub(super) text: String,
     /// The last failure's text, so a run of identical failures leaves one notice.
     last_error: Option<String>,
     /// The key its delivery is appended under: unique to this attempt.
@@ -47,6 +57,7 @@ impl Attempt {
         body: Value,
     ) -> Attempt {
         Attempt {
+            role: Role::Persona,
             batch: batch.to_string(),
             max_seq,
             segment,
@@ -54,6 +65,15 @@ impl Attempt {
             last_error: None,
             key,
             unrecorded: Some(body),
+        }
+    }
+
+    /// Brief `seq` rendered in the Self's `segment` as `text`, its item (`body`) to be recorded
+    /// under `key` ([`MindRunner::record_once`]).
+    pub(super) fn brief(seq: i64, segment: i64, text: &str, key: String, body: Value) -> Attempt {
+        Attempt {
+            role: Role::SelfRole,
+            ..Attempt::new(&seq.to_string(), seq, segment, text, key, body)
         }
     }
 
@@ -87,35 +107,56 @@ impl<B: Backend> MindRunner<B> {
         self.attempt.as_ref().is_some_and(|a| a.batch == batch)
     }
 
-    /// A key no other append of this Mind has used: the batch and segment for a reader, and a
-    /// nonce drawn when the runner was made with a count of the keys it made since — a host
-    /// restarted under the same holder name renews the same lease token, so the token alone
-    /// would not tell its appends from those of the process before it.
-    pub(super) fn append_key(&mut self, batch: &str, segment: i64) -> String {
+    /// A key no other append of this Mind has used: what it records (`delivery <batch>`,
+    /// `brief <seq>`) and the segment for a reader, and a nonce drawn when the runner was made
+    /// with a count of the keys it made since — a host restarted under the same holder name
+    /// renews the same lease token, so the token alone would not tell its appends from those of
+    /// the process before it.
+    pub(super) fn append_key(&mut self, kind: TranscriptKind, id: &str, segment: i64) -> String {
         self.appends += 1;
         format!(
-            "delivery {batch} segment {segment} runner {:016x}-{}",
-            self.nonce, self.appends
+            "{} {id} segment {segment} runner {:016x}-{}",
+            kind.as_str(),
+            self.nonce,
+            self.appends
         )
     }
 
-    /// Records the attempt's delivery, if the store has not confirmed it yet: under its key,
-    /// so an append that landed though its answer was lost is found, not made again.
+    /// Records the Persona attempt's delivery, if the store has not confirmed it yet
+    /// ([`Self::record_once`]).
     pub(super) async fn record_attempt(
         &mut self,
         token: FencingToken,
         now: i64,
     ) -> Result<(), RuntimeError> {
-        let Some(attempt) = self.attempt.as_ref() else {
+        let Some(mut attempt) = self.attempt.take() else {
             return Ok(());
         };
+        let recorded = self.record_once(&mut attempt, token, now).await;
+        self.attempt = Some(attempt);
+        recorded
+    }
+
+    /// Records an attempt's item (a Persona delivery, a Self brief), if the store has not
+    /// confirmed it yet: under its key, so an append that landed though its answer was lost is
+    /// found, not made again.
+    pub(super) async fn record_once(
+        &self,
+        attempt: &mut Attempt,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
         let Some(body) = attempt.unrecorded.clone() else {
             return Ok(());
         };
+        let (kind, recorded) = match attempt.role {
+            Role::Persona => (TranscriptKind::Delivery, CrashPoint::DeliveryRecorded),
+            Role::SelfRole => (TranscriptKind::Brief, CrashPoint::BriefRecorded),
+        };
         let item = NewTranscriptItem {
-            role: Role::Persona,
+            role: attempt.role,
             segment: attempt.segment,
-            kind: TranscriptKind::Delivery,
+            kind: kind.clone(),
             body,
             created_at_ms: now,
         };
@@ -129,13 +170,12 @@ impl<B: Backend> MindRunner<B> {
                 mind = %self.mind.id,
                 key = %attempt.key,
                 seq = appended.seq,
-                "the delivery was recorded already (its commit's answer was lost): not again"
+                "the {} was recorded already (its commit's answer was lost): not again",
+                kind.as_str()
             );
         }
-        if let Some(attempt) = self.attempt.as_mut() {
-            attempt.unrecorded = None;
-        }
-        self.host.crash_points.reached(CrashPoint::DeliveryRecorded);
+        attempt.unrecorded = None;
+        self.host.crash_points.reached(recorded);
         Ok(())
     }
 
@@ -158,4 +198,16 @@ impl<B: Backend> MindRunner<B> {
         self.attempt = Some(attempt);
         Some(text)
     }
+}
+
+/// A claimed Self brief this runner runs at its next step, rather than leaving it to the
+/// stranded-brief recovery to fail (`stranded.rs`).
+#[derive(Debug, Clone)]
+pub(super) struct HeldBrief {
+    pub(super) brief: Brief,
+    /// Its rendering and plan, when its append is unconfirmed on the session it was rendered
+    /// on: the retry finishes that append and runs the brief as planned. `None`: the brief's
+    /// item ends the Self transcript, never answered, on a session since given up (the step
+    /// after a crash or a takeover found it): it is planned, rendered and recorded afresh.
+    pub(super) attempt: Option<(Attempt, Plan)>,
 }

@@ -151,6 +151,8 @@ impl<B: Backend> MindRunner<B> {
             // rendered again on whatever session the next turn stands on, which has not seen
             // the rendering (`attempt.rs`).
             self.attempt = None;
+            // So is a held brief's: the recovery below looks at it afresh (`stranded.rs`).
+            self.held_brief = None;
             // Whoever held the lease before may have died in the middle of a Self run.
             self.check_stranded = true;
             self.stranded_by = None;

@@ -214,6 +214,9 @@ pub struct MindRunner<B: Backend> {
     /// append is unconfirmed) but no attempt has answered yet (`attempt.rs`): a retry re-sends
     /// it instead of rendering and recording it again. A new lease forgets it (`lease.rs`).
     attempt: Option<attempt::Attempt>,
+    /// A claimed Self brief this runner runs at its next step: its append unconfirmed, or found
+    /// recorded and never answered (`attempt.rs`). A new lease forgets it (`lease.rs`).
+    held_brief: Option<attempt::HeldBrief>,
     /// Drawn at random when the runner is made, and the keyed appends it made since: what
     /// makes each append key its own (`attempt.rs`).
     nonce: u64,
@@ -303,6 +306,7 @@ impl<B: Backend> MindRunner<B> {
             step_started: tokio::time::Instant::now(),
             working: None,
             attempt: None,
+            held_brief: None,
             nonce,
             appends: 0,
             window_cut: None,
@@ -466,14 +470,31 @@ impl<B: Backend> MindRunner<B> {
         self.idle(token, now).await
     }
 
-    /// The oldest queued Self brief, priced against the cap, claimed and run: `None` when no
-    /// brief is queued or the claim found none.
+    /// The brief this runner holds, else the oldest queued Self brief, priced against the cap,
+    /// claimed and run: `None` when no brief is queued or the claim found none.
     async fn next_brief(
         &mut self,
         token: FencingToken,
         now: i64,
         settings: &MindSettings,
     ) -> Result<Option<Step>, RuntimeError> {
+        // Claimed already: it goes first, as the one brief running, priced again — it is sent
+        // now, and a brief run again after a crash may cost what it cost before.
+        if let Some(held) = self.held_brief.take() {
+            self.resume_on_new_lease(Role::SelfRole, now).await?;
+            let plan = match &held.attempt {
+                Some((_, plan)) => *plan,
+                None => self.plan_self(&held.brief, now),
+            };
+            let worst = self.worst_case(Role::SelfRole, &plan, now);
+            if self.would_cross_cap(now, settings, worst).await? {
+                self.held_brief = Some(held);
+                return Ok(Some(Step::OverBudget));
+            }
+            self.report_running(Role::SelfRole, now);
+            self.working = Some(Role::SelfRole);
+            return self.run_held_brief(token, now, held).await.map(Some);
+        }
         let queued = self
             .host
             .store

@@ -222,7 +222,7 @@ impl<B: Backend> MindRunner<B> {
                 }
                 let (text, body) = self.render_persona(&batch)?;
                 let segment = self.persona.segment.unwrap_or(0);
-                let key = self.append_key(&batch.id, segment);
+                let key = self.append_key(TranscriptKind::Delivery, &batch.id, segment);
                 let attempt = Attempt::new(&batch.id, batch.max_seq, segment, &text, key, body);
                 self.attempt = Some(attempt);
                 text

@@ -3,10 +3,12 @@
 //! then report back to the Persona.
 
 use super::accounting::Asked;
+use super::attempt::{Attempt, HeldBrief};
 use super::pending::{SelfRun, TailMemory, Then, Uncommitted};
 use super::persona::{Plan, outcome_text};
 use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
 use super::tool_loop::{Driven, StopCause};
+use super::tools::WorkspaceTools;
 use super::{MindRunner, RuntimeError, SELF_ROOM, Step};
 use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, BackendError, FlushProtocol, FlushStage, RunOutcome, TurnInput};
@@ -64,16 +66,7 @@ impl<B: Backend> MindRunner<B> {
         brief: Brief,
         plan: Plan,
     ) -> Result<Step, RuntimeError> {
-        // A workspace that cannot be opened (removed since the configuration was checked) fails
-        // the brief, saying why, rather than leaving it claimed.
-        let tools = match self.self_tools() {
-            Ok(tools) => tools,
-            Err(e) => {
-                self.fail_brief(token, brief.seq, "failed", &e.to_string(), now)
-                    .await?;
-                return Err(e);
-            }
-        };
+        let tools = self.brief_tools(token, &brief, now).await?;
         if plan.refreshes() {
             self.start_self_segment(&plan, token, now).await?;
         } else {
@@ -88,15 +81,80 @@ impl<B: Backend> MindRunner<B> {
             brief.text
         );
         let body = json!({"brief": brief.seq, "text": text});
-        self.record_item(
-            token,
-            Role::SelfRole,
-            segment,
-            TranscriptKind::Brief,
-            body,
-            now,
-        )
-        .await?;
+        let key = self.append_key(TranscriptKind::Brief, &brief.seq.to_string(), segment);
+        let attempt = Attempt::brief(brief.seq, segment, &text, key, body);
+        // A retry runs on the segment opened here: it is not opened (nor flushed into) again.
+        let plan = Plan {
+            opened: plan.opened || plan.refreshes(),
+            ..plan
+        };
+        self.run_brief(token, now, tools, brief, (attempt, plan))
+            .await
+    }
+
+    /// A brief this runner holds (`attempt.rs`): one whose append was not confirmed is run on
+    /// the session it was rendered on, its append finished under its key (the store adds
+    /// nothing if it landed); one found recorded and never answered, or whose session was given
+    /// up since, is planned and recorded afresh — its old item, never sent, stays unanswered in
+    /// a segment no session continues.
+    pub(super) async fn run_held_brief(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+        held: HeldBrief,
+    ) -> Result<Step, RuntimeError> {
+        match held.attempt {
+            Some((attempt, plan))
+                if self.selfs.live() && self.selfs.segment == Some(attempt.segment) =>
+            {
+                let tools = self.brief_tools(token, &held.brief, now).await?;
+                self.run_brief(token, now, tools, held.brief, (attempt, plan))
+                    .await
+            }
+            _ => {
+                let plan = self.plan_self(&held.brief, now);
+                self.self_turn(token, now, held.brief, plan).await
+            }
+        }
+    }
+
+    /// The brief's workspace tools. A workspace that cannot be opened (removed since the
+    /// configuration was checked) fails the brief, saying why, rather than leaving it claimed.
+    async fn brief_tools(
+        &self,
+        token: FencingToken,
+        brief: &Brief,
+        now: i64,
+    ) -> Result<Option<WorkspaceTools>, RuntimeError> {
+        match self.self_tools() {
+            Ok(tools) => Ok(tools),
+            Err(e) => {
+                self.fail_brief(token, brief.seq, "failed", &e.to_string(), now)
+                    .await?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Records the brief once (`attempt.rs`) and runs it. An append that fails leaves the
+    /// brief held, for the next step to finish ([`Self::run_held_brief`]); once the append is
+    /// confirmed, the brief is sent as rendered and nothing of it is held.
+    async fn run_brief(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+        tools: Option<WorkspaceTools>,
+        brief: Brief,
+        (mut attempt, plan): (Attempt, Plan),
+    ) -> Result<Step, RuntimeError> {
+        if let Err(e) = self.record_once(&mut attempt, token, now).await {
+            self.held_brief = Some(HeldBrief {
+                brief,
+                attempt: Some((attempt, plan)),
+            });
+            return Err(e);
+        }
+        let (segment, text) = (attempt.segment, attempt.text);
         if let Some(r) = self.selfs.renderer.as_mut() {
             // As sent: the renderer holds what the provider's session holds.
             r.push_user(&text);

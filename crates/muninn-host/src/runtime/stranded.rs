@@ -11,12 +11,22 @@
 //! if nothing had happened — instead of telling it the run was interrupted and to ask again
 //! (which would pay for the work twice).
 //!
+//! A run its holder left with nothing recorded after its brief — the brief's item ends the Self
+//! transcript: the host stopped between recording the brief and asking the model, or while the
+//! first request was in flight — is run again by the new holder, in a new segment (no session
+//! continues one that ends unanswered): the model was shown it at most once before, and nothing
+//! of the run is in the ledger. Like a Persona batch asked again after a kill, a request cut by
+//! the kill is billed twice; a brief failed instead would cost a Persona turn and, asked again,
+//! the same request. A brief this runner holds (its append unconfirmed, `attempt.rs`) is its
+//! own to finish, and passed by.
+//!
 //! Any other run is not resumed: its requests and tool results up to the crash are in the ledger and
 //! the transcript exactly once, and re-running the brief would send work the Mind already paid
 //! for; the Persona decides whether to ask again. The report is posted before the brief is
 //! finished, under the brief's own source id: a crash between the two posts nothing twice, and
 //! the next recovery finishes the brief.
 
+use super::attempt::HeldBrief;
 use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
 use muninn_store::{BriefStatus, FencingToken, Role, TranscriptKind};
@@ -87,6 +97,27 @@ impl<B: Backend> MindRunner<B> {
             .await?;
         let result = StrandedBy::why(self.stranded_by.as_ref());
         for brief in running {
+            if self.held_brief.as_ref().map(|h| h.brief.seq) == Some(brief.seq) {
+                continue;
+            }
+            // Only a previous holder's run (a new lease, or a new runner: its sessions are
+            // rebuilt, not the ones a live renderer may have taken the brief into).
+            if self.stranded_by.is_none()
+                && self.held_brief.is_none()
+                && self.never_answered(brief.seq).await?
+            {
+                tracing::warn!(
+                    mind = %self.mind.id,
+                    brief = brief.seq,
+                    "Self run {} was recorded and never answered before its host stopped; running it again",
+                    brief.seq
+                );
+                self.held_brief = Some(HeldBrief {
+                    brief,
+                    attempt: None,
+                });
+                continue;
+            }
             if let Some(end) = self.committed_end(brief.seq).await? {
                 tracing::warn!(
                     mind = %self.mind.id,
@@ -134,6 +165,18 @@ impl<B: Backend> MindRunner<B> {
                     .unwrap_or(BriefStatus::Done),
                 verb: body["verb"].as_str().unwrap_or("finished").to_string(),
             }
+        }))
+    }
+
+    /// Whether brief `seq`'s item ends the Self transcript: nothing of its run was recorded.
+    async fn never_answered(&self, seq: i64) -> Result<bool, RuntimeError> {
+        let tail = self
+            .host
+            .store
+            .transcript_tail(&self.mind.id, Role::SelfRole, 1)
+            .await?;
+        Ok(tail.last().is_some_and(|i| {
+            i.kind == TranscriptKind::Brief && i.body["brief"].as_i64() == Some(seq)
         }))
     }
 

@@ -1,0 +1,279 @@
+//! A Self brief, exactly once, where a store's answer is lost: the brief's append lands but its
+//! answer does not come back, or the run's commit does. Either way the runner retries the step,
+//! and: the Self model is shown the brief once (the simulator's request log), the brief is run
+//! and reported once, the Self ledger holds one row per Self request, each Self request extends
+//! the one before it byte for byte (the segment's append-only prefix), and the Self transcript
+//! holds exactly the briefs its last request was shown — what a renderer rebuilt from it (a new
+//! lease, a resumed CLI session) would send. The kill between a brief's append and its ask is
+//! the crash harness's `host-brief-recorded` (`crates/muninn/tests/crash_points.rs`).
+
+use crate::runtime::{World, ledger, mind, runner, stored_brief};
+use muninn_host::runtime::{MindRunner, RuntimeError, Step};
+use muninn_sim::inprocess::SimBackend;
+use muninn_store::{BriefOrigin, BriefStatus, NewBrief, Role, Store, StoreError, TranscriptKind};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// A word only the probe brief holds.
+const PROBE: &str = "self-exactly-once-probe";
+
+/// Queues an operator brief on `vala`; its seq.
+async fn brief(w: &World, text: &str) -> i64 {
+    let brief = NewBrief {
+        text: text.into(),
+        origin: BriefOrigin::Operator,
+        created_at_ms: w.sim.now_ms(),
+    };
+    w.host
+        .store
+        .enqueue_brief("vala", &brief)
+        .await
+        .unwrap()
+        .seq
+}
+
+/// Steps until the runner idles (the Persona reads each report in between); every step must
+/// succeed.
+async fn settle(r: &mut MindRunner<SimBackend>) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for _ in 0..10 {
+        let step = r.step().await.unwrap();
+        if matches!(step, Step::Idle { .. }) {
+            return steps;
+        }
+        steps.push(step);
+    }
+    panic!("never idle: {steps:?}")
+}
+
+/// A message's text: a string, or its blocks' texts joined.
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// The user messages' texts of a Messages request body.
+fn user_texts(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .map(|m| text_of(&m["content"]))
+        .collect()
+}
+
+/// `v` without its cache breakpoints (the only bytes that may move between two requests of a
+/// segment).
+fn without_breakpoints(v: &Value) -> Value {
+    match v {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| k.as_str() != "cache_control")
+                .map(|(k, v)| (k.clone(), without_breakpoints(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_breakpoints).collect()),
+        v => v.clone(),
+    }
+}
+
+/// The Self's answered Messages requests, oldest first: those whose first user message is a
+/// brief (a Persona's is a delivery).
+fn self_requests(w: &World) -> Vec<Value> {
+    w.sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/messages") && r.status == 200 && r.error.is_none())
+        .filter(|r| {
+            user_texts(&r.body)
+                .first()
+                .is_some_and(|t| t.starts_with("Brief "))
+        })
+        .map(|r| r.body)
+        .collect()
+}
+
+/// What a run left, checked: the probe brief (`seq`) shown to the model once — in one request's
+/// new message, never twice in one request —, done and reported once; one Self ledger row per
+/// Self request; each Self request of a segment extending the one before (`segments` started);
+/// the probe recorded at most once per segment, and the Self transcript's last segment holding
+/// exactly the briefs the last Self request was shown.
+async fn brief_exactly_once(w: &World, seq: i64, briefs: usize, segments: usize) {
+    let requests = self_requests(w);
+    assert_eq!(requests.len(), briefs, "one Self request per brief");
+    // A segment's first request holds one brief; every other extends the one before.
+    let starts = |r: &Value| user_texts(r).len() == 1;
+    assert_eq!(
+        requests.iter().filter(|r| starts(r)).count(),
+        segments,
+        "Self segments started"
+    );
+    let shown_new = requests
+        .iter()
+        .filter(|r| user_texts(r).last().is_some_and(|t| t.contains(PROBE)))
+        .count();
+    assert_eq!(shown_new, 1, "requests whose new brief is the probe");
+    // In what the model was told (its own answers echo the brief).
+    for (n, r) in requests.iter().enumerate() {
+        let told = user_texts(r).concat();
+        assert!(
+            told.matches(PROBE).count() <= 1,
+            "Self request {n} shows the probe twice: {told}"
+        );
+    }
+    for pair in requests.windows(2).filter(|pair| !starts(&pair[1])) {
+        let (before, after) = (without_breakpoints(&pair[0]), without_breakpoints(&pair[1]));
+        assert_eq!(before["system"], after["system"], "the system changed");
+        let (before, after) = (
+            before["messages"].as_array().unwrap(),
+            after["messages"].as_array().unwrap(),
+        );
+        assert!(
+            after.len() > before.len() && after[..before.len()] == before[..],
+            "a Self request does not extend the one before:\n{before:#?}\n{after:#?}"
+        );
+    }
+    let rows = ledger(w).await;
+    let self_rows = rows
+        .iter()
+        .filter(|row| row.role == Role::SelfRole.as_str())
+        .count();
+    assert_eq!(
+        self_rows,
+        requests.len(),
+        "Self ledger rows against requests"
+    );
+
+    let stored = stored_brief(w, seq).await;
+    assert_eq!(stored.status, BriefStatus::Done, "{stored:?}");
+    let reports: Vec<String> = w
+        .host
+        .store
+        .pending_deliveries("vala", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.source_id == format!("self-brief-{seq}"))
+        .map(|d| d.text)
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].starts_with(&format!("Self run {seq} finished: ")),
+        "{reports:?}"
+    );
+
+    let transcript = self_transcript(&w.host.store).await;
+    // At most once per segment it was rendered in (a restart renders it in a new one).
+    let probes: Vec<i64> = transcript
+        .iter()
+        .filter(|(_, kind, text)| *kind == TranscriptKind::Brief && text.contains(PROBE))
+        .map(|(segment, _, _)| *segment)
+        .collect();
+    let mut once = probes.clone();
+    once.dedup();
+    assert_eq!(
+        once, probes,
+        "the probe recorded twice in a segment: {transcript:#?}"
+    );
+    let segment = transcript.last().map(|(s, _, _)| *s);
+    let recorded: Vec<&String> = transcript
+        .iter()
+        .filter(|(s, kind, _)| Some(*s) == segment && *kind == TranscriptKind::Brief)
+        .map(|(_, _, text)| text)
+        .collect();
+    let sent = user_texts(requests.last().unwrap());
+    let sent: Vec<&String> = sent.iter().collect();
+    assert_eq!(
+        recorded, sent,
+        "the transcript's briefs are not what the model was shown"
+    );
+}
+
+/// The Self transcript: each item's segment, kind and text.
+async fn self_transcript(store: &Arc<dyn Store>) -> Vec<(i64, TranscriptKind, String)> {
+    let items = store
+        .transcript_tail("vala", Role::SelfRole, 100)
+        .await
+        .unwrap();
+    items
+        .into_iter()
+        .map(|i| {
+            let text = i.body["text"].as_str().unwrap_or_default().to_string();
+            (i.segment, i.kind, text)
+        })
+        .collect()
+}
+
+/// A brief's append lands but its answer is lost (the store's deadline passed after `COMMIT`):
+/// the step fails, and the next one finishes the append under its key — the store adds
+/// nothing — and runs the brief on the session it was rendered on.
+#[tokio::test]
+async fn a_brief_whose_append_answer_is_lost_is_recorded_shown_and_run_once() {
+    let (w, faults) = crate::runtime::faulty_world("").await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    brief(&w, "Summarise the open issues.").await;
+    settle(&mut r).await;
+    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    faults.lose_append_answers(1);
+    let e = r.step().await.unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::Store(StoreError::Unavailable(_))),
+        "{e}"
+    );
+    settle(&mut r).await;
+    brief(&w, "And the month.").await;
+    settle(&mut r).await;
+    brief_exactly_once(&w, seq, 3, 1).await;
+}
+
+/// A run's commit lands but its answer is lost: the record is held and committed again under
+/// its turn key (the store finds it recorded), then the brief is finished and reported once.
+#[tokio::test]
+async fn a_brief_whose_run_commit_answer_is_lost_is_run_and_reported_once() {
+    let (w, faults) = crate::runtime::faulty_world("").await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    brief(&w, "Summarise the open issues.").await;
+    settle(&mut r).await;
+    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    faults.lose_commit_answers(1);
+    let e = r.step().await.unwrap_err();
+    assert!(matches!(e, RuntimeError::Held(_)), "{e}");
+    settle(&mut r).await;
+    brief(&w, "And the month.").await;
+    settle(&mut r).await;
+    brief_exactly_once(&w, seq, 3, 1).await;
+}
+
+/// A restart after the brief's append whose answer was lost: the new process (a new nonce, a
+/// new lease) finds the brief's item ending the Self transcript, never answered, and runs the
+/// brief again rather than failing it — recorded in a new segment (a segment that ends
+/// unanswered is never continued), so the old one keeps a copy the model never saw, and the
+/// model is shown the brief once. The kill between a confirmed append and the ask is the same
+/// state (`crash_points`, `host-brief-recorded`).
+#[tokio::test]
+async fn a_restart_after_a_lost_brief_append_answer_runs_the_brief_once_in_a_new_segment() {
+    let (w, faults) = crate::runtime::faulty_world("").await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    brief(&w, "Summarise the open issues.").await;
+    settle(&mut r).await;
+    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    faults.lose_append_answers(1);
+    r.step().await.unwrap_err();
+    drop(r);
+    let mut restarted = runner(&w, mind(""), "host-a");
+    settle(&mut restarted).await;
+    brief(&w, "And the month.").await;
+    settle(&mut restarted).await;
+    brief_exactly_once(&w, seq, 3, 2).await;
+}
