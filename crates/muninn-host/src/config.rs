@@ -50,6 +50,7 @@ pub use backend::{
     DEFAULT_FLUSH_GRACE_S, DEFAULT_FLUSH_HEADROOM_TOKENS, PermissionMode, PoolSettings,
     SelfSession, SelfSessionConfig,
 };
+pub use bounds::{CONFIG_FILE_MAX_BYTES, read_config_file};
 pub use error::{ConfigError, Problem};
 pub use matrix::{MatrixConfig, MindMatrixConfig, SECRET_MAX_BYTES, SecretSource};
 pub use mind::{Campaign, MindConfig, RefreshMode};
@@ -139,7 +140,7 @@ impl Config {
             return Ok(demo);
         };
         let path = cwd.join(path);
-        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+        let text = read_config_file(&path).map_err(|source| ConfigError::Read {
             file: path.clone(),
             source,
         })?;

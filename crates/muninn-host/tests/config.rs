@@ -583,6 +583,46 @@ const BAD_MATRIX_VALUES: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Every file the configuration is read from or names is read up to its bound: a
+/// `muninn.toml`, a doctrine or a persona state over it is refused at load naming the file and
+/// the limit, and a doctrine that grew past it after the load is refused when it is read again
+/// (at a Mind's next turn). Each was read whole before, whatever its size: the load succeeded.
+#[test]
+fn a_configuration_file_over_its_bound_is_refused_naming_the_limit() {
+    let limit = muninn_host::config::CONFIG_FILE_MAX_BYTES as usize;
+    let too_large = format!("larger than the limit of {limit} bytes");
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), VALID);
+    let config = Config::load(Some(&path)).unwrap();
+
+    let doctrine = dir.path().join("doctrine.md");
+    std::fs::write(&doctrine, "x".repeat(limit + 1)).unwrap();
+    let error = config.minds[0].read_doctrine().unwrap_err().to_string();
+    assert!(error.contains(&too_large), "{error}");
+    let error = Config::load(Some(&path)).unwrap_err().to_string();
+    assert!(
+        error.contains("doctrine[0]") && error.contains(&too_large),
+        "{error}"
+    );
+    std::fs::write(&doctrine, "x".repeat(limit)).unwrap();
+    Config::load(Some(&path)).unwrap();
+
+    let persona = dir.path().join("persona.json");
+    std::fs::write(&persona, format!("\"{}\"", "x".repeat(limit))).unwrap();
+    let error = Config::load(Some(&path)).unwrap_err().to_string();
+    assert!(
+        error.contains("persona_state") && error.contains(&too_large),
+        "{error}"
+    );
+    std::fs::write(&persona, "{}").unwrap();
+
+    let padded = format!("{VALID}\n# {}\n", "x".repeat(limit));
+    std::fs::write(&path, padded).unwrap();
+    let error = Config::load(Some(&path)).unwrap_err();
+    assert!(matches!(error, ConfigError::Read { .. }), "{error}");
+    assert!(error.to_string().contains(&too_large), "{error}");
+}
+
 #[test]
 fn every_bad_matrix_value_names_its_field_and_never_shows_the_secret() {
     let dir = tempfile::tempdir().unwrap();

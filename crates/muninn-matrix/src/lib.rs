@@ -18,6 +18,7 @@
 //! - `joins` (private) — configured rooms not joined at the start, tried again while it runs.
 //! - `invites` (private) — invites accepted: direct chats, configured rooms, replacements.
 //! - `ear` (private) — the `/sync` loop; `mouth` (private) — the outbox sender.
+//! - `supervise` (private) — an account whose task panicked, logged, reported and restarted.
 //! - [`error`] — [`MatrixError`].
 //!
 //! ## Guarantees
@@ -56,6 +57,7 @@ mod joins;
 mod mouth;
 pub mod rooms;
 mod session;
+mod supervise;
 mod upgrades;
 pub mod wire;
 
@@ -89,7 +91,8 @@ pub enum AccountHealth {
         /// Deliveries waiting (all of them: the store's count).
         pending: usize,
     },
-    /// Failing, retried with a backoff: `stage` is `login`, `sync` or `store`.
+    /// Failing, retried with a backoff: `stage` is `login`, `sync`, `store`, or `panic` (the
+    /// account's task panicked and is opened again).
     Failing {
         /// Where it fails.
         stage: &'static str,
@@ -301,7 +304,8 @@ impl Connector {
 
     /// Runs every account until `stop` turns true (or its sender is dropped). An account whose
     /// login or rooms fail keeps retrying with backoff, each failure logged with its cause; no
-    /// failure of one account stops another.
+    /// failure of one account stops another, and an account whose task panicked is reported
+    /// and opened again (`supervise`).
     pub async fn run(self, stop: watch::Receiver<bool>) {
         let Connector {
             config,
@@ -315,25 +319,20 @@ impl Connector {
             stats,
         } = self;
         let outbox_changed = outbox_changed.unwrap_or_else(|| watch::channel(0).1);
-        let mut tasks = tokio::task::JoinSet::new();
-        for account in config.accounts.clone() {
-            let context = account::Context {
+        let contexts = config
+            .accounts
+            .iter()
+            .map(|account| account::Context {
                 config: config.clone(),
-                account,
+                account: account.clone(),
                 store: store.clone(),
                 clock: clock.clone(),
                 stats: stats.clone(),
                 on_health: on_health.clone(),
                 on_gap_cut: on_gap_cut.clone(),
                 on_rooms_not_joined: on_rooms_not_joined.clone(),
-            };
-            tasks.spawn(account::run(
-                context,
-                on_delivered.clone(),
-                outbox_changed.clone(),
-                stop.clone(),
-            ));
-        }
-        while tasks.join_next().await.is_some() {}
+            })
+            .collect();
+        supervise::run_accounts(contexts, on_delivered, outbox_changed, stop).await;
     }
 }

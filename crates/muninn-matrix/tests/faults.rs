@@ -726,3 +726,49 @@ async fn an_answer_that_trickles_is_cut_at_the_calls_deadline() {
         );
     }
 }
+
+/// A bug under an account's sync loop (a panic, here on its first read of the sync position)
+/// takes the account's task down: it is reported as the account's health with the panic's
+/// message, and the account is opened again — it hears and speaks as before. Before, the task's
+/// end was dropped: the health stayed `open` and the account never synced nor sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_whose_task_panicked_is_reported_and_opened_again() {
+    let Some(rig) = rig("panic").await else {
+        return;
+    };
+    let name = alias("panic");
+    let room = rig.public_room(&name).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.panic_cursor_reads(1);
+    let running = rig.start_on(faulty.clone(), &[&format!("#{name}")], |_| {});
+    eventually("the panic reported", Duration::from_secs(30), || async {
+        let health = running.health.lock().unwrap().clone();
+        health
+            .iter()
+            .any(|h| {
+                matches!(h, AccountHealth::Failing { stage: "panic", error }
+                    if error.contains("injected: a bug while reading vala's"))
+            })
+            .then_some(())
+    })
+    .await;
+    rig.first_sync().await;
+    let after = rig.human.send(&room, "after the panic", &[]).await;
+    let mail = rig.mail_count(1).await;
+    assert_eq!(mail[0].source_id, after);
+    rig.say(&[("vala-panic-0", &format!("#{name}"), "still here")])
+        .await;
+    running.outbox_changed();
+    eventually(
+        "the answer in the room",
+        Duration::from_secs(30),
+        || async {
+            let messages = rig.human.messages(&room).await;
+            messages.iter().any(|m| m.sender == rig.bot).then_some(())
+        },
+    )
+    .await;
+    let health = running.health.lock().unwrap().clone();
+    assert_eq!(health.last(), Some(&AccountHealth::Open), "{health:?}");
+    running.stop().await;
+}

@@ -25,7 +25,9 @@
 //! ([`FaultyStore::panic_pending_reads`]: a bug in the code under a runner's step, which takes
 //! the Mind's task down with it), and so can the next N renewals of every lease a host holds
 //! ([`FaultyStore::panic_lease_renewals`]: a bug under the host's lease renewal, a task beside
-//! the Minds; [`Store::renew_leases`] calls are counted, [`FaultyStore::lease_renewals`]).
+//! the Minds; [`Store::renew_leases`] calls are counted, [`FaultyStore::lease_renewals`]), and
+//! the next N cursor reads ([`Store::cursor`], [`FaultyStore::panic_cursor_reads`]: a bug under
+//! a Matrix account's sync loop).
 //! Everything else passes through, so a test can fault exactly the call that follows a
 //! backend's answer.
 //!
@@ -82,6 +84,8 @@ pub struct FaultyStore {
     lease_renewals: AtomicU32,
     /// `renew_leases` calls still to panic.
     panicking_lease_renewals: AtomicU32,
+    /// `cursor` calls still to panic.
+    panicking_cursor_reads: AtomicU32,
 }
 
 impl FaultyStore {
@@ -108,6 +112,7 @@ impl FaultyStore {
             panicking_pending_reads: std::sync::Mutex::new(None),
             lease_renewals: AtomicU32::new(0),
             panicking_lease_renewals: AtomicU32::new(0),
+            panicking_cursor_reads: AtomicU32::new(0),
         })
     }
 
@@ -206,6 +211,12 @@ impl FaultyStore {
     /// `0` disarms.
     pub fn panic_lease_renewals(&self, n: u32) {
         self.panicking_lease_renewals.store(n, Ordering::SeqCst);
+    }
+
+    /// Makes the next `n` `cursor` calls panic: a bug under a transport's sync loop (the
+    /// Matrix ear reads its sync position first), which takes the account's task down.
+    pub fn panic_cursor_reads(&self, n: u32) {
+        self.panicking_cursor_reads.store(n, Ordering::SeqCst);
     }
 
     /// `renew_leases` calls so far, the ones that panicked included.
@@ -511,6 +522,9 @@ impl Store for FaultyStore {
     }
 
     async fn cursor(&self, mind: &str, name: &str) -> Result<Option<Cursor>> {
+        if armed(&self.panicking_cursor_reads) {
+            panic!("injected: a bug while reading {mind}'s {name} cursor");
+        }
         self.inner.cursor(mind, name).await
     }
 

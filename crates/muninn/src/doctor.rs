@@ -342,10 +342,7 @@ fn cli_version(bin: Option<PathBuf>) -> Check {
             install,
         );
     };
-    let version = std::process::Command::new(&bin)
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let version = version_of(&bin, VERSION_WAIT);
     match version {
         Ok(v) if v.starts_with(&format!("{PINNED_CLAUDE_CLI} ")) => {
             ok("claude CLI", format!("{} is {v}", bin.display()))
@@ -365,6 +362,58 @@ fn cli_version(bin: Option<PathBuf>) -> Check {
             format!("{}: {e}", bin.display()),
             install,
         ),
+    }
+}
+
+/// How long `claude --version` may take before doctor gives up on it (it answers in well under
+/// a second).
+const VERSION_WAIT: Duration = Duration::from_secs(10);
+/// The most bytes of `--version` output read (a version line is a few dozen).
+const VERSION_MAX_BYTES: u64 = 4096;
+
+/// What `bin --version` prints (its first [`VERSION_MAX_BYTES`], trimmed), within `wait`.
+///
+/// Run in its own process group, which is killed when the wait runs out: a binary that never
+/// answers (a wrapper waiting on something, a wrong file) used to hang `muninn doctor` for
+/// ever, with nothing printed — `output()` waits for the child and for its stdout to close,
+/// which a process the child started keeps open.
+fn version_of(bin: &Path, wait: Duration) -> std::io::Result<String> {
+    use std::io::Read as _;
+    use std::os::unix::process::CommandExt as _;
+    let mut child = std::process::Command::new(bin)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    let mut stdout = child.stdout.take().map(|out| out.take(VERSION_MAX_BYTES));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let read = stdout
+            .as_mut()
+            .map_or(Ok(0), |out| out.read_to_end(&mut bytes));
+        // The receiver is gone only once doctor gave up on the child.
+        let _ = tx.send(read.map(|_| bytes));
+    });
+    let read = rx.recv_timeout(wait);
+    // The whole group, whether or not it answered (then it is exiting, or lingers past its
+    // answer): a wrapper's own children hold the pipe too, and the wait below is then bounded.
+    if let Ok(id) = i32::try_from(child.id()) {
+        let group = nix::unistd::Pid::from_raw(id);
+        let _already_gone = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    }
+    let _status = child.wait();
+    match read {
+        Ok(bytes) => Ok(String::from_utf8_lossy(&bytes?).trim().to_string()),
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "`--version` did not answer within {} s (killed)",
+                wait.as_secs()
+            ),
+        )),
     }
 }
 

@@ -11,6 +11,7 @@
 mod closed_loop;
 mod crash;
 mod crash_points;
+mod doctor;
 mod failover;
 mod host_cli;
 mod input_formats;

@@ -8,6 +8,7 @@
 
 use super::{Config, MindConfig, SelfSessionConfig};
 use muninn_api::limits::{MAX_SPEND_CAP_MICRO_USD, MAX_SPEND_WINDOW_MS, MAX_TURNS_PER_WAKE};
+use std::path::Path;
 
 /// The largest token count anywhere in the configuration (ceilings, memory, headroom): ten
 /// times the largest context window on sale.
@@ -26,6 +27,34 @@ pub const MAX_RUN_REQUESTS: u32 = 10_000;
 pub const MAX_PROCESSES: u32 = 1_024;
 /// The largest memory figure, MiB (1 TiB).
 pub const MAX_MIB: u64 = 1 << 20;
+
+/// The largest file the configuration is read from or names: `muninn.toml`, a doctrine file,
+/// a persona state file, the price table (1 MiB). A doctrine that size is some 250,000 tokens,
+/// more than a context window holds.
+pub const CONFIG_FILE_MAX_BYTES: u64 = 1 << 20;
+
+/// The text of `path`, a file of the configuration, read up to [`CONFIG_FILE_MAX_BYTES`] (one
+/// byte more says it is larger). A path pointing at a log, a dump or a device used to be read
+/// whole into memory — at load, and a doctrine and a persona state again at every turn —
+/// and the doctrine then went into every request; now it is an error naming the file and
+/// the limit (at load, the field; at a turn, the Mind `retrying` with it).
+pub fn read_config_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(CONFIG_FILE_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > CONFIG_FILE_MAX_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "larger than the limit of {CONFIG_FILE_MAX_BYTES} bytes for a configuration file"
+            ),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
 
 fn over(bad: &mut impl FnMut(String, String), field: String, value: u64, limit: u64) {
     if value > limit {

@@ -169,7 +169,7 @@ impl MindConfig {
     pub fn read_doctrine(&self) -> std::io::Result<String> {
         let mut parts = Vec::new();
         for path in &self.doctrine {
-            parts.push(std::fs::read_to_string(path)?.trim_end().to_owned());
+            parts.push(super::read_config_file(path)?.trim_end().to_owned());
         }
         if let Some(text) = &self.doctrine_text {
             parts.push(text.trim_end().to_owned());
@@ -181,7 +181,7 @@ impl MindConfig {
     pub fn read_persona_state(&self) -> std::io::Result<Option<serde_json::Value>> {
         match (&self.persona_state, &self.persona_state_inline) {
             (Some(path), _) => {
-                let text = std::fs::read_to_string(path)?;
+                let text = super::read_config_file(path)?;
                 serde_json::from_str(&text)
                     .map(Some)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))

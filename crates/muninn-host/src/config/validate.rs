@@ -80,7 +80,7 @@ impl Config {
             );
         }
         if let Some(prices) = &self.prices
-            && let Err(e) = std::fs::read_to_string(prices)
+            && let Err(e) = super::read_config_file(prices)
         {
             bad(
                 "prices".into(),
@@ -222,7 +222,7 @@ fn check_mind_texts(
         bad(at("model"), "must not be empty".into());
     }
     for (j, path) in mind.doctrine.iter().enumerate() {
-        if let Err(e) = std::fs::read_to_string(path) {
+        if let Err(e) = super::read_config_file(path) {
             bad(
                 at(&format!("doctrine[{j}]")),
                 format!("cannot read {}: {e}", path.display()),
@@ -245,7 +245,7 @@ fn check_mind_texts(
             at("persona_state_inline"),
             "give persona_state (a file) or persona_state_inline, not both".into(),
         ),
-        (Some(path), None) => match std::fs::read_to_string(path) {
+        (Some(path), None) => match super::read_config_file(path) {
             Err(e) => bad(
                 at("persona_state"),
                 format!("cannot read {}: {e}", path.display()),

@@ -309,11 +309,26 @@ fn integer_field(input: &Value, key: &str) -> Result<Option<u64>, String> {
 }
 
 /// At most [`MAX_FILE_BYTES`] of a file as text, and whether there was more. A file that is not
-/// UTF-8 text (within what was read) is refused.
+/// UTF-8 text (within what was read) is refused, and so is anything but a regular file.
+///
+/// The file is opened non-blocking and checked on the open descriptor: a named pipe (or a
+/// device) in the workspace used to be opened and read like a file, and opening a FIFO for
+/// reading waits for a writer — for ever. The call held a blocking thread, the Self run and its
+/// runner's step (the Mind `RUNNING`, nothing logged), and the host's shutdown, which waits for
+/// the step. A `grep` over the workspace opened every such entry it walked past.
 fn read_bounded(path: &Path) -> Result<(String, bool), String> {
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    if file.metadata().map_err(|e| e.to_string())?.is_dir() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let kind = file.metadata().map_err(|e| e.to_string())?.file_type();
+    if kind.is_dir() {
         return Err("a directory, not a file (list it with list_dir)".to_string());
+    }
+    if !kind.is_file() {
+        return Err("not a regular file (a pipe, socket or device): not read".to_string());
     }
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES + 1)
@@ -455,6 +470,30 @@ mod tests {
         assert!(
             !grep.is_error && grep.content.starts_with("[no line"),
             "{grep:?}"
+        );
+    }
+
+    /// A named pipe in the workspace is refused at once by `read_file` and skipped by `grep`.
+    /// Both opened it and waited for a writer that never came: the call never returned.
+    #[test]
+    fn a_named_pipe_is_refused_not_waited_on() {
+        let (dir, tools) = workspace();
+        let fifo = dir.path().join("src/pipe");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let read = tools.call("read_file", &json!({"path": "src/pipe"}));
+            let grep = tools.call("grep", &json!({"pattern": "needle"}));
+            let _ = tx.send((read, grep));
+        });
+        let (read, grep) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the tools still waiting on the FIFO after 10 s");
+        assert!(read.is_error, "{read:?}");
+        assert!(read.content.contains("not a regular file"), "{read:?}");
+        assert_eq!(
+            grep,
+            ToolOutput::ok("src/a.rs:2: // needle one\nsrc/deep/b.rs:1: needle two\n".to_string())
         );
     }
 

@@ -106,6 +106,7 @@ pub async fn readiness(host: &Host) -> Readiness {
                 match stage.as_str() {
                     "login" => "open the account",
                     "sync" => "read its rooms",
+                    "panic" => "run the account (its task panicked; opened again)",
                     _ => "keep its position",
                 },
                 truncate(&error, ERROR_CHARS)

@@ -1,0 +1,47 @@
+//! `muninn doctor` against a Claude Code binary that never answers.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A `claude` that never prints its version (a wrapper script whose own child holds stdout)
+/// is a failed check within doctor's wait, not a doctor that never returns. Before, doctor
+/// waited for the script for ever.
+#[test]
+fn a_claude_binary_that_never_answers_is_a_failed_check_not_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let claude = dir.path().join("claude");
+    std::fs::write(&claude, "#!/bin/sh\nsleep 600\n").unwrap();
+    let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&claude, executable).unwrap();
+    // A refused endpoint answers at once (no DNS, no network).
+    let config = format!(
+        "data_dir = \"data\"\n\n[backend]\nkind = \"claude-cli\"\nbase_url = \"http://127.0.0.1:1\"\nclaude_bin = \"{}\"\n\n[[mind]]\nid = \"vala\"\ndoctrine_text = \"You are Vala.\"\n",
+        claude.display()
+    );
+    std::fs::write(dir.path().join("muninn.toml"), config).unwrap();
+    let mut doctor = Command::new(env!("CARGO_BIN_EXE_muninn"));
+    doctor
+        .args(["doctor", "--config"])
+        .arg(dir.path().join("muninn.toml"))
+        .env_remove("MUNINN_CONFIG")
+        .env_remove("MUNINN_CLAUDE_BIN")
+        .env("CLAUDE_CODE_OAUTH_TOKEN", "not-a-real-token");
+    let started = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(doctor.output());
+    });
+    let output = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("muninn doctor still running after 60 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("claude CLI"))
+        .unwrap_or_else(|| panic!("no claude CLI check: {stdout}"));
+    assert!(line.starts_with("FAIL"), "{stdout}");
+    assert!(line.contains("did not answer within 10 s"), "{stdout}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
