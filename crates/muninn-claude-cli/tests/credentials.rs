@@ -104,6 +104,64 @@ fn keyed_config(
     c
 }
 
+/// The child's argv and environment hold no key and no key variable, only the descriptor's
+/// number and exactly the allowlist the driver sets (`env_clear` first): nothing of the test
+/// process's own environment, no credential variable.
+fn the_child_has_no_key_and_only_the_allowlist(cmdline: &str, environ: &str, key: &str) {
+    assert!(cmdline.contains("stream-json"), "{cmdline}");
+    assert!(!cmdline.contains(key));
+    assert!(!environ.contains(key));
+    assert!(!environ.contains("ANTHROPIC_API_KEY"), "{environ}");
+    assert!(
+        environ
+            .split('\0')
+            .any(|v| v.starts_with("CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR=")),
+        "{environ}"
+    );
+    let names: std::collections::BTreeSet<&str> = environ
+        .split('\0')
+        .filter(|v| !v.is_empty())
+        .filter_map(|v| v.split('=').next())
+        .collect();
+    let allowlist: std::collections::BTreeSet<&str> = [
+        "PATH",
+        "HOME",
+        "CLAUDE_CONFIG_DIR",
+        "TMPDIR",
+        "ANTHROPIC_BASE_URL",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+        "CLAUDE_CODE_ATTRIBUTION_HEADER",
+        "CLAUDE_CODE_PROMPT_CACHE_TTL",
+        "DISABLE_TELEMETRY",
+        "DISABLE_AUTOUPDATER",
+        "DISABLE_AUTO_COMPACT",
+        "CLAUDE_CODE_MAX_RETRIES",
+        "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(names, allowlist, "{environ}");
+}
+
+/// The sim refuses any other key, so the turns that passed really carried its own: a wrong key,
+/// and an empty descriptor, both fail.
+async fn no_other_credential_is_accepted(bin: &std::path::Path, sim: &SimHandle) {
+    let dir2 = tempfile::tempdir().unwrap();
+    for (credential, expect) in [("sk-ant-wrong", "401"), ("", "Not logged in")] {
+        let mut b = ClaudeCliBackend::new(keyed_config(
+            bin,
+            dir2.path(),
+            sim,
+            credential,
+            "f1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a52",
+        ));
+        b.start(spec("fd-wrong")).await.unwrap();
+        let err = b.turn(TurnInput::text("fd wrong")).await.unwrap_err();
+        assert!(err.to_string().contains(expect), "{err}");
+        b.shutdown().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_key_goes_through_a_descriptor_and_is_left_nowhere() {
     let Some(bin) = claude_cli() else { return };
@@ -135,41 +193,7 @@ async fn the_key_goes_through_a_descriptor_and_is_left_nowhere() {
     let pid = b.child_pid().await.unwrap();
     let cmdline = proc_file(pid, "cmdline");
     let environ = proc_file(pid, "environ");
-    assert!(cmdline.contains("stream-json"), "{cmdline}");
-    assert!(!cmdline.contains(key));
-    assert!(!environ.contains(key));
-    assert!(!environ.contains("ANTHROPIC_API_KEY"), "{environ}");
-    assert!(
-        environ
-            .split('\0')
-            .any(|v| v.starts_with("CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR=")),
-        "{environ}"
-    );
-    // Exactly the allowlist the driver sets (`env_clear` first): nothing of the test
-    // process's own environment, no credential variable.
-    let names: std::collections::BTreeSet<&str> = environ
-        .split('\0')
-        .filter(|v| !v.is_empty())
-        .filter_map(|v| v.split('=').next())
-        .collect();
-    let allowlist: std::collections::BTreeSet<&str> = [
-        "PATH",
-        "HOME",
-        "CLAUDE_CONFIG_DIR",
-        "TMPDIR",
-        "ANTHROPIC_BASE_URL",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-        "CLAUDE_CODE_ATTRIBUTION_HEADER",
-        "CLAUDE_CODE_PROMPT_CACHE_TTL",
-        "DISABLE_TELEMETRY",
-        "DISABLE_AUTOUPDATER",
-        "DISABLE_AUTO_COMPACT",
-        "CLAUDE_CODE_MAX_RETRIES",
-        "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
-    ]
-    .into_iter()
-    .collect();
-    assert_eq!(names, allowlist, "{environ}");
+    the_child_has_no_key_and_only_the_allowlist(&cmdline, &environ, key);
     // The pipe is drained: nothing left for a later reader of the child's descriptors.
     assert_eq!(files_containing(dir.path(), key), Vec::<PathBuf>::new());
     // A relaunch passes it again (a fresh pipe).
@@ -190,22 +214,7 @@ async fn the_key_goes_through_a_descriptor_and_is_left_nowhere() {
     let logged = logs.lock().unwrap().clone();
     assert!(!logged.contains(key), "a log line holds the key");
     assert!(!logged.contains(&key[key.len() - 12..]));
-    // The sim refuses any other key, so the turns above really carried this one: a wrong key,
-    // and an empty descriptor, both fail.
-    let dir2 = tempfile::tempdir().unwrap();
-    for (credential, expect) in [("sk-ant-wrong", "401"), ("", "Not logged in")] {
-        let mut b = ClaudeCliBackend::new(keyed_config(
-            &bin,
-            dir2.path(),
-            &sim,
-            credential,
-            "f1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a52",
-        ));
-        b.start(spec("fd-wrong")).await.unwrap();
-        let err = b.turn(TurnInput::text("fd wrong")).await.unwrap_err();
-        assert!(err.to_string().contains(expect), "{err}");
-        b.shutdown().await;
-    }
+    no_other_credential_is_accepted(&bin, &sim).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -85,27 +85,8 @@ async fn a_slow_flush_is_interrupted_after_its_grace_and_terminated_when_told() 
     ok(b.turn(TurnInput::text("slow warm")).await);
     let pid = b.last_report().unwrap().pid;
 
-    // The loop's first request crosses a trigger of 1 token, so the flush is asked at once;
-    // the next request streams one event a second, far past a 1 s grace.
-    let slow = || {
-        [
-            Fault {
-                kind: FaultKind::Slow {
-                    first_byte_ms: 0,
-                    event_ms: 0,
-                },
-                times: 1,
-            },
-            Fault {
-                kind: FaultKind::Slow {
-                    first_byte_ms: 0,
-                    event_ms: 1_000,
-                },
-                times: 1,
-            },
-        ]
-    };
-    r.sim.sim.push_faults(slow());
+    // The flush is asked at once, and its answer streams far past a 1 s grace.
+    r.sim.sim.push_faults(a_quick_then_a_slow_request());
     let short = FlushProtocol {
         grace: Duration::from_secs(1),
         ..protocol(1)
@@ -129,10 +110,40 @@ async fn a_slow_flush_is_interrupted_after_its_grace_and_terminated_when_told() 
     ok(b.turn(TurnInput::text("slow after the interrupt")).await);
     assert_eq!(b.last_report().unwrap().pid, pid, "the same process");
 
-    // No time to wait after the interrupt: the child is terminated, and the next turn
-    // relaunches it with `--resume`, the history intact.
+    a_flush_with_no_time_after_its_interrupt_is_terminated(&mut b, &r, pid).await;
+    b.shutdown().await;
+}
+
+/// The loop's first request crosses a trigger of 1 token, so the flush is asked at once;
+/// the next request streams one event a second, far past a 1 s grace.
+fn a_quick_then_a_slow_request() -> [Fault; 2] {
+    [
+        Fault {
+            kind: FaultKind::Slow {
+                first_byte_ms: 0,
+                event_ms: 0,
+            },
+            times: 1,
+        },
+        Fault {
+            kind: FaultKind::Slow {
+                first_byte_ms: 0,
+                event_ms: 1_000,
+            },
+            times: 1,
+        },
+    ]
+}
+
+/// No time to wait after the interrupt: the child (`pid`) is terminated, and the next turn
+/// relaunches it with `--resume`, the history intact.
+async fn a_flush_with_no_time_after_its_interrupt_is_terminated(
+    b: &mut ClaudeCliBackend,
+    r: &Rig,
+    pid: Option<u32>,
+) {
     r.sim.sim.clear_faults();
-    r.sim.sim.push_faults(slow());
+    r.sim.sim.push_faults(a_quick_then_a_slow_request());
     let hasty = FlushProtocol {
         grace: Duration::from_secs(1),
         escalate_after: Duration::ZERO,
@@ -160,5 +171,4 @@ async fn a_slow_flush_is_interrupted_after_its_grace_and_terminated_when_told() 
     assert_ne!(report.pid, pid);
     let sent = user_messages_sent_with(&r.sim, "slow after the termination");
     assert!(sent.iter().any(|m| m.contains("slow warm")), "{sent:?}");
-    b.shutdown().await;
 }

@@ -69,61 +69,9 @@ async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() 
     let mut a = pooled(&r, &pool, "a", ids[0]);
     let mut b = pooled(&r, &pool, "b", ids[1]);
     let mut c = pooled(&r, &pool, "c", ids[2]);
-    let mut pids = Vec::new();
-    for (i, (key, backend)) in [("a", &mut a), ("b", &mut b), ("c", &mut c)]
-        .into_iter()
-        .enumerate()
-    {
-        set(10 * i as u64);
-        backend.start(spec(key)).await.unwrap();
-        pids.push(backend.child_pid().await.unwrap());
-        set(10 * i as u64 + 1);
-        let o = ok(backend
-            .turn(TurnInput::text(format!("pool {key} one")))
-            .await);
-        assert!(o.text.contains(&format!("pool {key} one")));
-    }
+    let pids = start_each_with_a_turn([("a", &mut a), ("b", &mut b), ("c", &mut c)], &set).await;
     // Starting c needed a second slot: a, least recently used, was parked and its child ended.
-    for s in pool.live() {
-        eprintln!(
-            "FIGURE live session {} pid {:?}: {:.0} MiB resident",
-            s.key, s.pid, s.rss_mib
-        );
-    }
-    let live = live_keys_settle(&pool, &["b", "c"]).await;
-    // Said when it fails (seen once in a loaded CI run, b missing): what the pool did, and
-    // whether each child's process is still there.
-    let procs: Vec<String> = pids
-        .iter()
-        .map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            format!(
-                "{pid}: {}",
-                stat.split(") ")
-                    .nth(1)
-                    .unwrap_or("gone")
-                    .chars()
-                    .next()
-                    .unwrap_or('?')
-            )
-        })
-        .collect();
-    assert_eq!(
-        live,
-        ["b", "c"],
-        "events {:?}, processes {procs:?}",
-        pool.events()
-    );
-    wait_dead(pids[0]).await;
-    assert!(
-        matches!(
-            pool.events().as_slice(),
-            [PoolEvent::Parked { key, reason: ParkReason::ProcessBudget, event: SessionEvent::Parked { pid, .. } }]
-                if key == "a" && *pid == pids[0]
-        ),
-        "{:?}",
-        pool.events()
-    );
+    a_was_parked_and_its_child_ended(&pool, &pids).await;
 
     // a's next turn resumes it (parking b, now the least recently used), history intact.
     set(40);
@@ -131,30 +79,7 @@ async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() 
     let o = ok(a.turn(TurnInput::text("pool a two")).await);
     let resumed_turn = resumed_at.elapsed();
     assert!(o.usage.cache_read > 0, "{:?}", o.usage);
-    let sent = user_messages_sent_with(&r.sim, "pool a two");
-    assert_eq!(sent.len(), 2, "{sent:?}");
-    assert!(sent[0].contains("pool a one"));
-    let report = a.last_report().unwrap();
-    assert!(
-        matches!(
-            report.session_events.as_slice(),
-            [SessionEvent::Parked { .. }, SessionEvent::Unparked { session_id }] if session_id == ids[0]
-        ),
-        "{:?}",
-        report.session_events
-    );
-    let events = pool.events();
-    assert_eq!(events.len(), 3, "{events:?}");
-    assert!(
-        matches!(&events[1], PoolEvent::Parked { key, reason: ParkReason::ProcessBudget, .. } if key == "b")
-    );
-    assert_eq!(
-        events[2],
-        PoolEvent::Resumed {
-            key: "a".into(),
-            session_id: ids[0].into()
-        }
-    );
+    a_resumed_with_its_history_parking_b(&a, &r.sim, &pool, ids[0]);
     wait_dead(pids[1]).await;
     assert_eq!(live_keys_settle(&pool, &["a", "c"]).await, ["a", "c"]);
 
@@ -182,6 +107,109 @@ async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() 
         backend.shutdown().await;
     }
     assert_eq!(live_keys(&pool), Vec::<String>::new());
+}
+
+/// Starts each backend and has it take a turn, the pool clock at `10 * i` for the start and
+/// `10 * i + 1` for the turn of the `i`th; returns their children's pids.
+async fn start_each_with_a_turn(
+    backends: [(&str, &mut ClaudeCliBackend); 3],
+    set: &impl Fn(u64),
+) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for (i, (key, backend)) in backends.into_iter().enumerate() {
+        set(10 * i as u64);
+        backend.start(spec(key)).await.unwrap();
+        pids.push(backend.child_pid().await.unwrap());
+        set(10 * i as u64 + 1);
+        let o = ok(backend
+            .turn(TurnInput::text(format!("pool {key} one")))
+            .await);
+        assert!(o.text.contains(&format!("pool {key} one")));
+    }
+    pids
+}
+
+/// Only b and c are live, a's child (`pids[0]`) has ended, and the pool's one event is a's
+/// park for the process budget.
+async fn a_was_parked_and_its_child_ended(pool: &SharedPool, pids: &[u32]) {
+    for s in pool.live() {
+        eprintln!(
+            "FIGURE live session {} pid {:?}: {:.0} MiB resident",
+            s.key, s.pid, s.rss_mib
+        );
+    }
+    let live = live_keys_settle(pool, &["b", "c"]).await;
+    // Said when it fails (seen once in a loaded CI run, b missing): what the pool did, and
+    // whether each child's process is still there.
+    assert_eq!(
+        live,
+        ["b", "c"],
+        "events {:?}, processes {:?}",
+        pool.events(),
+        process_states(pids)
+    );
+    wait_dead(pids[0]).await;
+    assert!(
+        matches!(
+            pool.events().as_slice(),
+            [PoolEvent::Parked { key, reason: ParkReason::ProcessBudget, event: SessionEvent::Parked { pid, .. } }]
+                if key == "a" && *pid == pids[0]
+        ),
+        "{:?}",
+        pool.events()
+    );
+}
+
+/// Each pid with its process state letter from `/proc/<pid>/stat` (`?` when it has gone).
+fn process_states(pids: &[u32]) -> Vec<String> {
+    pids.iter()
+        .map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            format!(
+                "{pid}: {}",
+                stat.split(") ")
+                    .nth(1)
+                    .unwrap_or("gone")
+                    .chars()
+                    .next()
+                    .unwrap_or('?')
+            )
+        })
+        .collect()
+}
+
+/// a's turn "pool a two" went out with its first turn in it, a reported being parked and
+/// unparked under `session_id`, and the pool parked b (least recently used) to resume a.
+fn a_resumed_with_its_history_parking_b(
+    a: &ClaudeCliBackend,
+    sim: &SimHandle,
+    pool: &SharedPool,
+    session_id: &str,
+) {
+    let sent = user_messages_sent_with(sim, "pool a two");
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(sent[0].contains("pool a one"));
+    let report = a.last_report().unwrap();
+    assert!(
+        matches!(
+            report.session_events.as_slice(),
+            [SessionEvent::Parked { .. }, SessionEvent::Unparked { session_id: id }] if id == session_id
+        ),
+        "{:?}",
+        report.session_events
+    );
+    let events = pool.events();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(
+        matches!(&events[1], PoolEvent::Parked { key, reason: ParkReason::ProcessBudget, .. } if key == "b")
+    );
+    assert_eq!(
+        events[2],
+        PoolEvent::Resumed {
+            key: "a".into(),
+            session_id: session_id.into()
+        }
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,20 +345,8 @@ async fn concurrent_turns_under_a_budget_of_one_process_take_turns() {
         max_processes: 1,
         ..PoolConfig::default()
     });
-    // Counts this rig's CLI children while the Minds run.
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let monitor = {
-        let done = done.clone();
-        let dir = r.dir.path().to_path_buf();
-        tokio::spawn(async move {
-            let mut most = 0;
-            while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                most = most.max(rig_processes(&dir));
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            most
-        })
-    };
+    let monitor = count_most_processes(r.dir.path(), done.clone());
     let keys = ["x", "y", "z"];
     let tasks: Vec<_> = keys
         .into_iter()
@@ -376,6 +392,35 @@ async fn concurrent_turns_under_a_budget_of_one_process_take_turns() {
         assert!(sent[0].contains(&format!("serial {key} 1")));
     }
     let events = pool.events();
+    let (parks, resumes) = parks_and_resumes(&events);
+    eprintln!("FIGURE budget of 1, 3 Minds x 3 turns: {parks} parks, {resumes} resumes");
+    // Three Minds shared one slot: at least two had to give it up, and since a live Mind does
+    // not jump the line, the first gave it up before its second turn and resumed later.
+    assert!(parks >= 2 && resumes >= 1, "{events:?}");
+    assert!(live_keys(&pool).len() <= 1);
+    for mut b in all {
+        b.shutdown().await;
+    }
+}
+
+/// Counts this rig's CLI children while the Minds run: the most seen at once, until `done`.
+fn count_most_processes(
+    dir: &std::path::Path,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
+    let dir = dir.to_path_buf();
+    tokio::spawn(async move {
+        let mut most = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            most = most.max(rig_processes(&dir));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        most
+    })
+}
+
+/// How many of `events` are parks for the process budget, and how many are resumes.
+fn parks_and_resumes(events: &[PoolEvent]) -> (usize, usize) {
     let parks = events
         .iter()
         .filter(|e| {
@@ -392,12 +437,5 @@ async fn concurrent_turns_under_a_budget_of_one_process_take_turns() {
         .iter()
         .filter(|e| matches!(e, PoolEvent::Resumed { .. }))
         .count();
-    eprintln!("FIGURE budget of 1, 3 Minds x 3 turns: {parks} parks, {resumes} resumes");
-    // Three Minds shared one slot: at least two had to give it up, and since a live Mind does
-    // not jump the line, the first gave it up before its second turn and resumed later.
-    assert!(parks >= 2 && resumes >= 1, "{events:?}");
-    assert!(live_keys(&pool).len() <= 1);
-    for mut b in all {
-        b.shutdown().await;
-    }
+    (parks, resumes)
 }

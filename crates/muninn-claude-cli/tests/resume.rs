@@ -38,8 +38,28 @@ async fn a_session_resumes_only_through_a_handle_that_verifies() {
     let handle = b.mint_handle(&transcript).unwrap();
     b.shutdown().await;
 
-    // An item changed (the caller's transcript diverged): a fresh session, and it says so.
-    let mut edited = transcript.clone();
+    a_changed_item_does_not_verify(&r, &handle, &transcript).await;
+    changed_instructions_do_not_verify(&r, &handle, &transcript).await;
+
+    // No handle at all: a fresh session by the caller's choice (a new segment) — a new id, not
+    // the one on disk, none of its history, and no reseed event: nothing was lost.
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("bind")).await.unwrap();
+    ok(b.turn(TurnInput::text("bind six")).await);
+    let report = b.last_report().unwrap();
+    assert!(
+        report.session_events.is_empty(),
+        "{:?}",
+        report.session_events
+    );
+    assert_ne!(report.session_id, r.config.session_id);
+    assert_eq!(user_messages_sent_with(&r.sim, "bind six").len(), 1);
+    b.shutdown().await;
+}
+
+/// An item changed (the caller's transcript diverged): a fresh session, and it says so.
+async fn a_changed_item_does_not_verify(r: &Rig, handle: &Handle, transcript: &[String]) {
+    let mut edited = transcript.to_vec();
     edited[1] = "assistant:something else".to_string();
     let mut b = ClaudeCliBackend::new(r.config.clone());
     b.resume_with(handle.clone(), &edited);
@@ -63,10 +83,12 @@ async fn a_session_resumes_only_through_a_handle_that_verifies() {
     assert!(reason.contains("did not verify"), "{reason}");
     assert_eq!(user_messages_sent_with(&r.sim, "bind four").len(), 1);
     b.shutdown().await;
+}
 
-    // The instructions changed: the same transcript no longer vouches for the session.
+/// The instructions changed: the same transcript no longer vouches for the session.
+async fn changed_instructions_do_not_verify(r: &Rig, handle: &Handle, transcript: &[String]) {
     let mut b = ClaudeCliBackend::new(r.config.clone());
-    b.resume_with(handle.clone(), &transcript);
+    b.resume_with(handle.clone(), transcript);
     b.start(spec("bind, new doctrine")).await.unwrap();
     ok(b.turn(TurnInput::text("bind five")).await);
     let report = b.last_report().unwrap();
@@ -76,21 +98,6 @@ async fn a_session_resumes_only_through_a_handle_that_verifies() {
         report.session_events
     );
     assert_eq!(user_messages_sent_with(&r.sim, "bind five").len(), 1);
-    b.shutdown().await;
-
-    // No handle at all: a fresh session by the caller's choice (a new segment) — a new id, not
-    // the one on disk, none of its history, and no reseed event: nothing was lost.
-    let mut b = ClaudeCliBackend::new(r.config.clone());
-    b.start(spec("bind")).await.unwrap();
-    ok(b.turn(TurnInput::text("bind six")).await);
-    let report = b.last_report().unwrap();
-    assert!(
-        report.session_events.is_empty(),
-        "{:?}",
-        report.session_events
-    );
-    assert_ne!(report.session_id, r.config.session_id);
-    assert_eq!(user_messages_sent_with(&r.sim, "bind six").len(), 1);
     b.shutdown().await;
 }
 

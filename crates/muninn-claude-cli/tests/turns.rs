@@ -63,11 +63,26 @@ async fn a_killed_child_is_resumed_and_a_lost_session_is_reseeded() {
     b.start(spec("kill")).await.unwrap();
     ok(b.turn(TurnInput::text("k1: before the kill")).await);
     ok(b.turn(TurnInput::text("k2: still before")).await);
-    let pid = b.last_report().unwrap().pid.unwrap();
+    a_killed_child_is_resumed_with_its_history(&mut b, &r, session).await;
+    let second = a_deleted_transcript_is_reseeded_from_the_log(&mut b, &r, session).await;
+    a_corrupt_transcript_is_refused_then_reseeded(&mut b, &r, &second).await;
+}
 
-    // SIGKILL → the next turn relaunches with --resume and carries the whole history.
+/// The last report's child, SIGKILLed and reaped.
+async fn kill_the_child(b: &ClaudeCliBackend) {
+    let pid = b.last_report().unwrap().pid.unwrap();
     sigkill(pid);
     wait_dead(pid).await;
+}
+
+/// SIGKILL → the next turn relaunches with --resume and carries the whole history.
+async fn a_killed_child_is_resumed_with_its_history(
+    b: &mut ClaudeCliBackend,
+    r: &Rig,
+    session: &str,
+) {
+    let pid = b.last_report().unwrap().pid.unwrap();
+    kill_the_child(b).await;
     let o = ok(b.turn(TurnInput::text("k3: after the kill")).await);
     let report = b.last_report().unwrap().clone();
     assert_eq!(
@@ -82,13 +97,18 @@ async fn a_killed_child_is_resumed_and_a_lost_session_is_reseeded() {
     let last = r.sim.sim.requests().last().unwrap().body.to_string();
     assert!(last.contains("k1: before the kill") && last.contains("k2: still before"));
     assert!(o.usage.cache_read > 0, "the resumed request read the cache");
+}
 
-    // Delete the transcript, kill → a fresh session with a new id, reported.
+/// Delete the transcript, kill → a fresh session with a new id, reported, seeded once from
+/// the backend's log. Returns the new session's id.
+async fn a_deleted_transcript_is_reseeded_from_the_log(
+    b: &mut ClaudeCliBackend,
+    r: &Rig,
+    session: &str,
+) -> String {
     let file = transcript_path(&r.config, session).unwrap();
     std::fs::remove_file(&file).unwrap();
-    let pid = report.pid.unwrap();
-    sigkill(pid);
-    wait_dead(pid).await;
+    kill_the_child(b).await;
     ok(b.turn(TurnInput::text("k4: after the delete")).await);
     let report = b.last_report().unwrap().clone();
     let [
@@ -131,14 +151,18 @@ async fn a_killed_child_is_resumed_and_a_lost_session_is_reseeded() {
         "{}",
         sent[1]
     );
+    report.session_id
+}
 
-    // Corrupt the (new) transcript, kill → the CLI says "No conversation found" → reseeded.
-    let second = report.session_id.clone();
-    let file = transcript_path(&r.config, &second).unwrap();
+/// Corrupt the (new) transcript, kill → the CLI says "No conversation found" → reseeded.
+async fn a_corrupt_transcript_is_refused_then_reseeded(
+    b: &mut ClaudeCliBackend,
+    r: &Rig,
+    second: &str,
+) {
+    let file = transcript_path(&r.config, second).unwrap();
     std::fs::write(&file, "garbage{{{\n").unwrap();
-    let pid = b.last_report().unwrap().pid.unwrap();
-    sigkill(pid);
-    wait_dead(pid).await;
+    kill_the_child(b).await;
     ok(b.turn(TurnInput::text("k6: after the corruption")).await);
     let report = b.last_report().unwrap().clone();
     // The file still exists, so the driver first tries `--resume`; the CLI refuses it.
@@ -152,7 +176,7 @@ async fn a_killed_child_is_resumed_and_a_lost_session_is_reseeded() {
                 ..
             },
         ] => {
-            assert_eq!(old_session_id, &second);
+            assert_eq!(old_session_id, second);
             assert!(reason.contains("No conversation found"), "{reason}");
             assert!(*seed_tokens > 0);
         }

@@ -1,8 +1,8 @@
 //! The renderer: append-only within a segment, byte by byte, across hundreds of turns with lower
 //! layers changing in the middle; history shown once; breakpoints within the rules.
 
-use muninn_core::cache::{CacheRules, CacheState, Prompt, Ttl};
-use muninn_core::render::{Delivery, HistoryLine, Layers, Renderer, TurnInput, extends};
+use muninn_core::cache::{CacheOutcome, CacheRules, CacheState, Prompt, Ttl};
+use muninn_core::render::{Delivery, HistoryLine, Layers, Rendered, Renderer, TurnInput, extends};
 
 fn layers() -> Layers {
     Layers {
@@ -51,32 +51,72 @@ fn delivery(turn: usize, i: usize, room: &str) -> Delivery {
     }
 }
 
+/// A rendered turn, its system and messages without markers, and the tokens it cached.
+type Turn = (Rendered, (String, String), u64);
+
+/// Lower layers change in the middle of the segment: the doctrine at turn 60, the persona at
+/// every 50th turn from 25, the campaigns at turn 130.
+fn change_lower_layers(current: &mut Layers, turn: usize) {
+    if turn == 60 {
+        current.doctrine.push_str(" Amended.");
+    }
+    if turn % 50 == 25 {
+        current.persona = format!("{{\"name\": \"Vala\", \"mood\": \"mood{turn}\"}}");
+    }
+    if turn == 130 {
+        current.campaigns.push_str("\nc2: map the caves");
+    }
+}
+
+/// One to three deliveries in `room` and a status line that changes every ten turns.
+fn turn_input(turn: usize, room: &str) -> TurnInput {
+    TurnInput {
+        deliveries: (0..1 + turn % 3).map(|i| delivery(turn, i, room)).collect(),
+        status: format!("spend: ${}.00 of $50.00", turn / 10),
+        text: String::new(),
+    }
+}
+
+/// Turn `turn` (`rendered`, its unmarked `text`) extends the previous one, byte by byte, and
+/// the cache model reads the whole previous prompt.
+fn extends_byte_by_byte(
+    previous: &Turn,
+    rendered: &Rendered,
+    text: &(String, String),
+    outcome: &CacheOutcome,
+    turn: usize,
+) {
+    let (prev, prev_text, prev_cached) = previous;
+    assert!(
+        extends(prev, rendered),
+        "turn {turn} does not extend turn {}",
+        turn - 1
+    );
+    // Byte by byte: the same system, and the previous messages array (without its closing
+    // bracket) is a prefix of this one.
+    assert_eq!(text.0, prev_text.0, "system changed at turn {turn}");
+    let prev_messages = &prev_text.1[..prev_text.1.len() - 1];
+    assert!(
+        text.1.starts_with(prev_messages),
+        "turn {turn} rewrote history"
+    );
+    // And the cache model sees it: the whole previous prompt is read.
+    assert_eq!(outcome.read, *prev_cached, "turn {turn}");
+    assert_eq!(outcome.miss, None);
+}
+
 #[test]
 fn two_hundred_and_forty_turns_extend_each_other_byte_by_byte() {
     let mut current = layers();
     let mut renderer = Renderer::new(current.clone(), Ttl::OneHour, Ttl::FiveMinutes).unwrap();
     let mut cache = CacheState::new();
     let rules = CacheRules::default();
-    let mut previous: Option<(muninn_core::render::Rendered, (String, String), u64)> = None;
+    let mut previous: Option<Turn> = None;
     let mut now = 1_800_000_000_000i64;
     for turn in 0..240 {
-        // Lower layers change in the middle of the segment.
-        if turn == 60 {
-            current.doctrine.push_str(" Amended.");
-        }
-        if turn % 50 == 25 {
-            current.persona = format!("{{\"name\": \"Vala\", \"mood\": \"mood{turn}\"}}");
-        }
-        if turn == 130 {
-            current.campaigns.push_str("\nc2: map the caves");
-        }
+        change_lower_layers(&mut current, turn);
         let room = if turn % 4 == 3 { "@ari" } else { "#swarm" };
-        let input = TurnInput {
-            deliveries: (0..1 + turn % 3).map(|i| delivery(turn, i, room)).collect(),
-            status: format!("spend: ${}.00 of $50.00", turn / 10),
-            text: String::new(),
-        };
-        let rendered = renderer.turn(&current, &input);
+        let rendered = renderer.turn(&current, &turn_input(turn, room));
         let wire = rendered.to_wire("claude-opus-5-5", 1024);
         // The system blocks and the messages, without markers, as bytes.
         let text = (unmarked(&wire["system"]), unmarked(&wire["messages"]));
@@ -98,23 +138,8 @@ fn two_hundred_and_forty_turns_extend_each_other_byte_by_byte() {
                 &rules,
             )
             .expect("the rules hold: at most 4 breakpoints, 1h before 5m");
-        if let Some((prev, prev_text, prev_cached)) = &previous {
-            assert!(
-                extends(prev, &rendered),
-                "turn {turn} does not extend turn {}",
-                turn - 1
-            );
-            // Byte by byte: the same system, and the previous messages array (without its closing
-            // bracket) is a prefix of this one.
-            assert_eq!(text.0, prev_text.0, "system changed at turn {turn}");
-            let prev_messages = &prev_text.1[..prev_text.1.len() - 1];
-            assert!(
-                text.1.starts_with(prev_messages),
-                "turn {turn} rewrote history"
-            );
-            // And the cache model sees it: the whole previous prompt is read.
-            assert_eq!(outcome.read, *prev_cached, "turn {turn}");
-            assert_eq!(outcome.miss, None);
+        if let Some(previous) = &previous {
+            extends_byte_by_byte(previous, &rendered, &text, &outcome, turn);
         }
         let cached = total;
         renderer.reply(&format!(

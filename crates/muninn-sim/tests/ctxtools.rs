@@ -311,11 +311,7 @@ async fn what_the_api_refuses_of_a_compaction_the_simulator_refuses() {
     let beta = Some("compact-2026-09-04,context-management-2025-06-27");
     let talk = json!([{"role": "user", "content": "one"},
         {"role": "assistant", "content": "two"}]);
-    let compaction = |messages: Value| {
-        json!({"model": MODEL, "max_tokens": 256, "messages": messages,
-            "compaction": {"type": "summarize"}})
-    };
-    let (status, ok) = post(&h, &compaction(talk.clone()), beta).await;
+    let (status, ok) = post(&h, &compaction_request(talk.clone()), beta).await;
     assert_eq!(status, 200, "{ok}");
     let block = ok["content"][0].clone();
     assert_eq!(block["type"], json!("compaction"));
@@ -328,51 +324,7 @@ async fn what_the_api_refuses_of_a_compaction_the_simulator_refuses() {
             .unwrap()
             > 0
     );
-    let with = |patch: &dyn Fn(&mut Value)| {
-        let mut v = compaction(talk.clone());
-        patch(&mut v);
-        v
-    };
-    let back = |b: Value| {
-        json!([{"role": "assistant", "content": [b]},
-        {"role": "user", "content": "three"}])
-    };
-    let mut forged = block.clone();
-    forged["signature"] = json!("not-ours");
-    let mut other = block.clone();
-    other["content"] = json!("another summary");
-    let open = json!([{"role": "user", "content": "one"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]}]);
-    let cases: Vec<(Value, Option<&str>, &str)> = vec![
-        (
-            compaction(talk.clone()),
-            None,
-            "requires the anthropic-beta header",
-        ),
-        (
-            with(&|v| v["context_management"] = json!({"edits": []})),
-            beta,
-            "cannot be combined with context_management",
-        ),
-        (compaction(open), beta, "toolu_1 is still open"),
-        (
-            compaction(json!([{"role": "assistant", "content": [block.clone()]}])),
-            beta,
-            "compaction_nothing_to_summarize",
-        ),
-        (
-            compaction(json!([{"role": "user", "content": [block.clone()]}])),
-            beta,
-            "compaction_block_misplaced",
-        ),
-        (
-            compaction(back(forged)),
-            beta,
-            "compaction_signature_invalid",
-        ),
-        (compaction(back(other)), beta, "compaction_content_mismatch"),
-    ];
-    for (body, beta, expected) in cases {
+    for (body, beta, expected) in refused_compactions(&talk, &block, beta) {
         let (status, reply) = post(&h, &body, beta).await;
         assert_eq!(status, 400, "{expected}: {reply}");
         let said = format!("{} {}", reply["error"]["type"], reply["error"]["message"]);
@@ -380,17 +332,79 @@ async fn what_the_api_refuses_of_a_compaction_the_simulator_refuses() {
     }
     // The block sent back unchanged is accepted, and what came before it is not read.
     let mut long = talk.as_array().unwrap().clone();
-    long.extend(back(block).as_array().unwrap().iter().cloned());
+    long.extend(sent_back(block).as_array().unwrap().iter().cloned());
     let body = json!({"model": MODEL, "max_tokens": 256, "messages": long});
     let (status, reply) = post(&h, &body, None).await;
     assert_eq!(status, 200, "{reply}");
     let plain = json!({"model": MODEL, "max_tokens": 256,
-        "messages": back(ok["content"][0].clone())});
+        "messages": sent_back(ok["content"][0].clone())});
     let (_, alone) = post(&h, &plain, None).await;
     assert_eq!(
         reply["usage"]["input_tokens"],
         alone["usage"]["input_tokens"]
     );
+}
+
+/// A compaction request over `messages`.
+fn compaction_request(messages: Value) -> Value {
+    json!({"model": MODEL, "max_tokens": 256, "messages": messages,
+        "compaction": {"type": "summarize"}})
+}
+
+/// The compaction `block` sent back as an assistant turn, then a user turn.
+fn sent_back(block: Value) -> Value {
+    json!([{"role": "assistant", "content": [block]},
+    {"role": "user", "content": "three"}])
+}
+
+/// Compaction requests the API refuses, given a conversation (`talk`) and the `block` its
+/// compaction answered: each with the beta header it is sent with and what the refusal says.
+fn refused_compactions(
+    talk: &Value,
+    block: &Value,
+    beta: Option<&'static str>,
+) -> Vec<(Value, Option<&'static str>, &'static str)> {
+    let mut context_managed = compaction_request(talk.clone());
+    context_managed["context_management"] = json!({"edits": []});
+    let mut forged = block.clone();
+    forged["signature"] = json!("not-ours");
+    let mut other = block.clone();
+    other["content"] = json!("another summary");
+    let open = json!([{"role": "user", "content": "one"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}]}]);
+    vec![
+        (
+            compaction_request(talk.clone()),
+            None,
+            "requires the anthropic-beta header",
+        ),
+        (
+            context_managed,
+            beta,
+            "cannot be combined with context_management",
+        ),
+        (compaction_request(open), beta, "toolu_1 is still open"),
+        (
+            compaction_request(json!([{"role": "assistant", "content": [block.clone()]}])),
+            beta,
+            "compaction_nothing_to_summarize",
+        ),
+        (
+            compaction_request(json!([{"role": "user", "content": [block.clone()]}])),
+            beta,
+            "compaction_block_misplaced",
+        ),
+        (
+            compaction_request(sent_back(forged)),
+            beta,
+            "compaction_signature_invalid",
+        ),
+        (
+            compaction_request(sent_back(other)),
+            beta,
+            "compaction_content_mismatch",
+        ),
+    ]
 }
 
 /// A tool loop of `rounds` tool uses: each a call asked for in text, then its result.

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use muninn_store::{PostgresStore, Role, Store, StoreError};
+use muninn_store::{FencingToken, PostgresStore, Role, Store, StoreError};
 use muninn_testkit::SilentProxy;
 use muninn_testkit::peers::FreshDatabase;
 use sqlx::Connection;
@@ -42,24 +42,7 @@ async fn postgres_a_silent_server_ends_each_call_at_its_deadline_and_the_pool_re
         .execute(&mut locker)
         .await
         .unwrap();
-    let mut calls = Vec::new();
-    for n in 0..9 {
-        let store = store.clone();
-        calls.push(tokio::spawn(async move {
-            let started = Instant::now();
-            let answer = match n {
-                0 => store
-                    .append_transcript("m", token, &[item(2)])
-                    .await
-                    .map(drop),
-                _ => store
-                    .transcript_tail("m", Role::Persona, 10)
-                    .await
-                    .map(drop),
-            };
-            (answer, started.elapsed())
-        }));
-    }
+    let mut calls = a_write_and_eight_reads(&store, token);
     tokio::time::sleep(Duration::from_millis(500)).await;
     proxy.freeze();
     let begun_while_silent = tokio::spawn({
@@ -70,6 +53,49 @@ async fn postgres_a_silent_server_ends_each_call_at_its_deadline_and_the_pool_re
         }
     });
     calls.push(begun_while_silent);
+    each_ends_unavailable_at_its_deadline(calls).await;
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+
+    // The old connections never answer again; new ones get through.
+    the_store_answers_again_on_new_connections(store.as_ref(), &proxy, token).await;
+    // Closing waits for every pooled connection: one cut mid-statement and handed back would
+    // wait there for an answer that never comes.
+    tokio::time::timeout(Duration::from_secs(10), store.close())
+        .await
+        .expect("closing the store waited 10 s for a connection handed back to the pool");
+}
+
+/// A call's answer (its value dropped) and how long it took.
+type TimedCall = tokio::task::JoinHandle<(Result<(), StoreError>, Duration)>;
+
+/// A write and eight reads of the transcript, each in a task of its own, timed.
+fn a_write_and_eight_reads(store: &Arc<dyn Store>, token: FencingToken) -> Vec<TimedCall> {
+    (0..9)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let answer = match n {
+                    0 => store
+                        .append_transcript("m", token, &[item(2)])
+                        .await
+                        .map(drop),
+                    _ => store
+                        .transcript_tail("m", Role::Persona, 10)
+                        .await
+                        .map(drop),
+                };
+                (answer, started.elapsed())
+            })
+        })
+        .collect()
+}
+
+/// Each call ends, well within 30 s, as `Unavailable` and within its deadline's reach (6 s).
+async fn each_ends_unavailable_at_its_deadline(calls: Vec<TimedCall>) {
     for call in calls {
         let (answer, took) = tokio::time::timeout(Duration::from_secs(30), call)
             .await
@@ -79,12 +105,15 @@ async fn postgres_a_silent_server_ends_each_call_at_its_deadline_and_the_pool_re
         assert!(matches!(error, StoreError::Unavailable(_)), "{error:?}");
         assert!(took < Duration::from_secs(6), "{took:?}: {error}");
     }
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut locker)
-        .await
-        .unwrap();
+}
 
-    // The old connections never answer again; new ones get through.
+/// Once the proxy abandons the old connections and lets new ones through, reads answer (what
+/// was written before the silence, nothing of the write cut short) and then writes do.
+async fn the_store_answers_again_on_new_connections(
+    store: &dyn Store,
+    proxy: &SilentProxy,
+    token: FencingToken,
+) {
     let opened_before = proxy.accepted();
     proxy.abandon();
     let started = Instant::now();
@@ -124,11 +153,6 @@ async fn postgres_a_silent_server_ends_each_call_at_its_deadline_and_the_pool_re
         started.elapsed(),
         proxy.accepted()
     );
-    // Closing waits for every pooled connection: one cut mid-statement and handed back would
-    // wait there for an answer that never comes.
-    tokio::time::timeout(Duration::from_secs(10), store.close())
-        .await
-        .expect("closing the store waited 10 s for a connection handed back to the pool");
 }
 
 /// Reads run back to back on every pooled connection when the server falls silent. Between two

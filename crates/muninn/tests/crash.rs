@@ -275,7 +275,8 @@ fn configure(dir: &Path, backend: &str) {
 }
 
 /// One run: `hosts` hosts on `database`, the load, `size.kills` kills of `victim`, the drain,
-/// the check. Returns the per-Mind checks after printing the summary line.
+/// the check. Prints the summary line, then fails if anything was lost, duplicated or did not
+/// agree.
 async fn run(
     variant: &str,
     dir: &Path,
@@ -305,6 +306,46 @@ async fn run(
         posted.clone(),
         size.seed,
     ));
+    let (kills, sigterms) = kill_at_random_points(&mut hosts, &addrs, victim, size).await;
+    loader.await.unwrap();
+    let store = muninn_store::open(database).await.unwrap();
+    drained(store.as_ref(), &hosts, Duration::from_secs(180)).await;
+    for slot in 0..host_count {
+        hosts.stop(slot, "-TERM");
+    }
+    let posted = posted.lock().unwrap().clone();
+    let total = check_every_mind(store.as_ref(), &posted).await;
+    store.close().await;
+    let verdict = if total.lost == 0 && total.duplicated == 0 && total.problems.is_empty() {
+        "PASS"
+    } else {
+        "FAIL"
+    };
+    println!(
+        "crash harness {variant}: kills {kills} (sigterm {sigterms}), deliveries {}, lost {}, \
+         duplicated {}, batches {}, seed {}: {verdict}",
+        total.posted, total.lost, total.duplicated, total.batches, size.seed
+    );
+    assert_eq!(total.posted, size.deliveries, "posted");
+    assert!(
+        verdict == "PASS",
+        "lost {}, duplicated {}, problems {:#?}\n{}",
+        total.lost,
+        total.duplicated,
+        total.problems,
+        hosts.stderr()
+    );
+}
+
+/// `size.kills` kills of `victim` at random points (from `size.seed`) spread over the load's
+/// expected length, keeping `addrs` to the live hosts' addresses: the kills and how many of
+/// them were SIGTERMs.
+async fn kill_at_random_points(
+    hosts: &mut Hosts,
+    addrs: &Mutex<Vec<String>>,
+    victim: Victim,
+    size: Size,
+) -> (usize, usize) {
     let mut rng = SplitMix64::new(size.seed);
     // Kills spread over the load's expected length (about 11 ms a delivery), at random points.
     let spread_ms = (size.deliveries as u64 * 11 / size.kills.max(1) as u64).max(300);
@@ -314,7 +355,7 @@ async fn run(
         tokio::time::sleep(Duration::from_millis(rng.range(100, spread_ms * 2))).await;
         match victim {
             Victim::Host => {
-                let slot = rng.range(0, host_count as u64) as usize;
+                let slot = rng.range(0, hosts.slots.len() as u64) as usize;
                 let signal = if kills % 4 == 3 { "-TERM" } else { "-9" };
                 sigterms += usize::from(signal == "-TERM");
                 hosts.stop(slot, signal);
@@ -336,42 +377,24 @@ async fn run(
             }
         }
     }
-    loader.await.unwrap();
-    let store = muninn_store::open(database).await.unwrap();
-    drained(store.as_ref(), &hosts, Duration::from_secs(180)).await;
-    for slot in 0..host_count {
-        hosts.stop(slot, "-TERM");
-    }
-    let posted = posted.lock().unwrap().clone();
+    (kills, sigterms)
+}
+
+/// Every Mind's check, summed.
+async fn check_every_mind(
+    store: &dyn muninn_store::Store,
+    posted: &[BTreeSet<String>],
+) -> MindCheck {
     let mut total = MindCheck::default();
-    for (mind, ids) in MINDS.iter().zip(&posted) {
-        let check = check_mind(store.as_ref(), mind, ids).await.unwrap();
+    for (mind, ids) in MINDS.iter().zip(posted) {
+        let check = check_mind(store, mind, ids).await.unwrap();
         total.posted += check.posted;
         total.lost += check.lost;
         total.duplicated += check.duplicated;
         total.batches += check.batches;
         total.problems.extend(check.problems);
     }
-    store.close().await;
-    let verdict = if total.lost == 0 && total.duplicated == 0 && total.problems.is_empty() {
-        "PASS"
-    } else {
-        "FAIL"
-    };
-    println!(
-        "crash harness {variant}: kills {kills} (sigterm {sigterms}), deliveries {}, lost {}, \
-         duplicated {}, batches {}, seed {}: {verdict}",
-        total.posted, total.lost, total.duplicated, total.batches, size.seed
-    );
-    assert_eq!(total.posted, size.deliveries, "posted");
-    assert!(
-        verdict == "PASS",
-        "lost {}, duplicated {}, problems {:#?}\n{}",
-        total.lost,
-        total.duplicated,
-        total.problems,
-        hosts.stderr()
-    );
+    total
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

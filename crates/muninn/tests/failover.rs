@@ -239,6 +239,38 @@ async fn first_turn_took(
     since.elapsed()
 }
 
+/// After a warm-up turn, deliveries alternately through the holder itself (what a turn costs
+/// without crossing hosts) and through the other host, so both see the same load on the
+/// machine: the cross-host p99 is within [`WAKE_P99_FAIL`] of the same-host p99.
+async fn cross_host_wake_ups_cost_no_more_than_the_bound(
+    store: &Arc<dyn Store>,
+    hosts: &Hosts,
+    leader: usize,
+    other: usize,
+) {
+    let seq = post(&hosts.client(other), 0).await;
+    acked(store, seq, Duration::from_secs(20), hosts).await;
+    let (same_client, other_client) = (hosts.client(leader), hosts.client(other));
+    let (mut same, mut cross) = (Vec::new(), Vec::new());
+    for i in 1..=TIMED {
+        same.push(time_one(store, hosts, &same_client, 2 * i).await);
+        cross.push(time_one(store, hosts, &other_client, 2 * i + 1).await);
+    }
+    let (same_p50, same_p99) = report("same host", &mut same);
+    let (p50, p99) = report("cross-host", &mut cross);
+    eprintln!(
+        "cross-host wake-up adds p50 {} ms, p99 {} ms over the same host (goal: cross-host p99 \
+         < 100 ms)",
+        p50.as_millis() as i128 - same_p50.as_millis() as i128,
+        p99.as_millis() as i128 - same_p99.as_millis() as i128,
+    );
+    assert!(
+        p99 < same_p99 + WAKE_P99_FAIL,
+        "cross-host p99 {p99:?}\n{}",
+        hosts.stderr()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_hosts_wake_each_other_and_take_over_without_stalls() {
     let Some(db) = FreshDatabase::for_test("muninn_failover", "failover on PostgreSQL") else {
@@ -255,29 +287,7 @@ async fn postgres_hosts_wake_each_other_and_take_over_without_stalls() {
     let other = 1 - leader;
 
     // Warm up (the session's first turn), then time deliveries through the other host.
-    let seq = post(&hosts.client(other), 0).await;
-    acked(&store, seq, Duration::from_secs(20), &hosts).await;
-    // Alternately through the holder itself (what a turn costs without crossing hosts) and
-    // through the other host, so both see the same load on the machine.
-    let (same_client, other_client) = (hosts.client(leader), hosts.client(other));
-    let (mut same, mut cross) = (Vec::new(), Vec::new());
-    for i in 1..=TIMED {
-        same.push(time_one(&store, &hosts, &same_client, 2 * i).await);
-        cross.push(time_one(&store, &hosts, &other_client, 2 * i + 1).await);
-    }
-    let (same_p50, same_p99) = report("same host", &mut same);
-    let (p50, p99) = report("cross-host", &mut cross);
-    eprintln!(
-        "cross-host wake-up adds p50 {} ms, p99 {} ms over the same host (goal: cross-host p99 \
-         < 100 ms)",
-        p50.as_millis() as i128 - same_p50.as_millis() as i128,
-        p99.as_millis() as i128 - same_p99.as_millis() as i128,
-    );
-    assert!(
-        p99 < same_p99 + WAKE_P99_FAIL,
-        "cross-host p99 {p99:?}\n{}",
-        hosts.stderr()
-    );
+    cross_host_wake_ups_cost_no_more_than_the_bound(&store, &hosts, leader, other).await;
     let still = store.lease(MIND).await.unwrap().unwrap();
     assert_eq!(still.token, first_lease.token, "the lease never moved");
 

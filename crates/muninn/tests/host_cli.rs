@@ -145,6 +145,45 @@ async fn status_brake_caps_ledger_and_tail_print_what_the_host_has() {
     let out = stdout(&served.muninn(&["status"]).await);
     assert!(out.contains("vala") && out.contains("brake: off"), "{out}");
 
+    brake_and_caps_are_set_and_shown(&served).await;
+
+    let out = stdout(
+        &served
+            .muninn(&["ledger", "vala", "--format", "jsonl"])
+            .await,
+    );
+    assert_eq!(out, "");
+    let out = stdout(&served.muninn(&["ledger", "vala"]).await);
+    assert!(out.contains("0 rows"), "{out}");
+
+    enqueue_a_reply(&served, "b1-0", "well met").await;
+    let out = stdout(&served.muninn(&["tail", "vala"]).await);
+    assert!(out.contains("outbox b1-0 → #swarm: well met"), "{out}");
+
+    // A send the transport gave up on is listed with when and why.
+    served
+        .host
+        .store
+        .fail_outbox(
+            "vala",
+            "b1-0",
+            "M_FORBIDDEN: not in the room",
+            1_750_000_000_000,
+        )
+        .await
+        .unwrap();
+    let out = stdout(&served.muninn(&["status"]).await);
+    assert!(
+        out.contains(
+            "vala: send b1-0 to #swarm failed at 2025-06-15 15:06:40: M_FORBIDDEN: not in the room"
+        ),
+        "{out}"
+    );
+}
+
+/// `brake on` is shown in `status` (then turned off); `caps` sets a spend cap and a turn limit,
+/// prints them and stores them.
+async fn brake_and_caps_are_set_and_shown(served: &Served) {
     let out = stdout(&served.muninn(&["brake", "on"]).await);
     assert_eq!(out, "brake on for 1 Minds: vala\n");
     let out = stdout(&served.muninn(&["status"]).await);
@@ -170,16 +209,10 @@ async fn status_brake_caps_ledger_and_tail_print_what_the_host_has() {
     let settings = served.host.store.settings("vala").await.unwrap();
     assert_eq!(settings.spend_cap.map(|c| c.0), Some(2_500_000));
     assert_eq!(settings.turn_limit, Some(12));
+}
 
-    let out = stdout(
-        &served
-            .muninn(&["ledger", "vala", "--format", "jsonl"])
-            .await,
-    );
-    assert_eq!(out, "");
-    let out = stdout(&served.muninn(&["ledger", "vala"]).await);
-    assert!(out.contains("0 rows"), "{out}");
-
+/// Takes vala's lease as host "h" and queues one outbox message to #swarm.
+async fn enqueue_a_reply(served: &Served, request_id: &str, text: &str) {
     let lease = served
         .host
         .store
@@ -194,36 +227,14 @@ async fn status_brake_caps_ledger_and_tail_print_what_the_host_has() {
             "vala",
             lease.token,
             &[NewOutboxMessage {
-                request_id: "b1-0".into(),
+                request_id: request_id.into(),
                 room: "#swarm".into(),
-                text: "well met".into(),
+                text: text.into(),
                 created_at_ms: 1_750_000_000_000,
             }],
         )
         .await
         .unwrap();
-    let out = stdout(&served.muninn(&["tail", "vala"]).await);
-    assert!(out.contains("outbox b1-0 → #swarm: well met"), "{out}");
-
-    // A send the transport gave up on is listed with when and why.
-    served
-        .host
-        .store
-        .fail_outbox(
-            "vala",
-            "b1-0",
-            "M_FORBIDDEN: not in the room",
-            1_750_000_000_000,
-        )
-        .await
-        .unwrap();
-    let out = stdout(&served.muninn(&["status"]).await);
-    assert!(
-        out.contains(
-            "vala: send b1-0 to #swarm failed at 2025-06-15 15:06:40: M_FORBIDDEN: not in the room"
-        ),
-        "{out}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -331,48 +342,12 @@ async fn a_closed_stdout_ends_a_command_quietly() {
 /// released, host file removed); then "connection refused" says to start `muninn serve`.
 #[test]
 fn the_demo_answers_and_stops_cleanly_on_sigterm() {
-    use std::io::{BufRead, BufReader, Write};
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let elsewhere = dir.path().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_muninn"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .current_dir(dir.path())
-        .env("MUNINN_STATE_DIR", &state)
-        .env_remove("MUNINN_CONFIG")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ANTHROPIC_AUTH_TOKEN")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut banner = String::new();
-    BufReader::new(serve.stdout.take().unwrap())
-        .read_line(&mut banner)
-        .unwrap();
-    assert!(
-        banner.contains("1 Mind(s) on the built-in simulator"),
-        "{banner}"
-    );
-    let client = |args: &[&str], stdin: Option<&str>| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_muninn"))
-            .args(args)
-            .current_dir(&elsewhere)
-            .env("MUNINN_STATE_DIR", &state)
-            .env_remove("MUNINN_CONFIG")
-            .env_remove("MUNINN_ADDR")
-            .env_remove("MUNINN_TOKEN_FILE")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut input = child.stdin.take().unwrap();
-        input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
-        drop(input);
-        child.wait_with_output().unwrap()
-    };
+    let mut serve = demo_serve(dir.path(), &state);
+    let client = |args: &[&str], stdin: Option<&str>| demo_client(&elsewhere, &state, args, stdin);
     let out = client(&["say", "vala", "what are you working on?", "--wait"], None);
     let text = stdout(&out);
     let reply = text.lines().nth(1).unwrap_or_default();
@@ -391,22 +366,7 @@ fn the_demo_answers_and_stops_cleanly_on_sigterm() {
     assert!(status.contains("vala"), "{status}");
 
     // SIGTERM: a clean stop, like Ctrl-C.
-    let _ = Command::new("kill")
-        .args(["-TERM", &serve.id().to_string()])
-        .status();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let exit = loop {
-        if let Some(status) = serve.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "serve did not stop on SIGTERM"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut serve.stderr.take().unwrap(), &mut stderr).unwrap();
+    let (exit, stderr) = stop_with_sigterm(&mut serve);
     assert!(exit.success(), "{exit:?}: {stderr}");
     assert!(stderr.contains("SIGTERM"), "{stderr}");
     assert!(
@@ -436,4 +396,78 @@ fn the_demo_answers_and_stops_cleanly_on_sigterm() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("muninn serve"), "{stderr}");
+}
+
+/// `muninn serve` on an ephemeral port in `dir`, with no configuration or credential in its
+/// environment, once its first line says it runs the demo Mind on the built-in simulator.
+fn demo_serve(dir: &std::path::Path, state: &std::path::Path) -> std::process::Child {
+    use std::io::{BufRead, BufReader};
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_muninn"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir)
+        .env("MUNINN_STATE_DIR", state)
+        .env_remove("MUNINN_CONFIG")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut banner = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    assert!(
+        banner.contains("1 Mind(s) on the built-in simulator"),
+        "{banner}"
+    );
+    serve
+}
+
+/// A client command run from `elsewhere` with no address or token given (only the state
+/// directory, where the host leaves its file), `stdin` written to it.
+fn demo_client(
+    elsewhere: &std::path::Path,
+    state: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_muninn"))
+        .args(args)
+        .current_dir(elsewhere)
+        .env("MUNINN_STATE_DIR", state)
+        .env_remove("MUNINN_CONFIG")
+        .env_remove("MUNINN_ADDR")
+        .env_remove("MUNINN_TOKEN_FILE")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// Sends `serve` SIGTERM and waits (up to 30 s) for it to exit: its exit status and stderr.
+fn stop_with_sigterm(serve: &mut std::process::Child) -> (std::process::ExitStatus, String) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let exit = loop {
+        if let Some(status) = serve.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut serve.stderr.take().unwrap(), &mut stderr).unwrap();
+    (exit, stderr)
 }

@@ -20,6 +20,7 @@
 //! within seconds. Rooms are read with `/messages` (Synapse's two-minute `/sync` cache would
 //! serve a repeated `/sync` stale). Every child is killed on the way out, pass or fail.
 
+mod doctor;
 mod gaps;
 mod rooms;
 
@@ -526,23 +527,17 @@ async fn kill_9_between_send_and_ack_and_between_sync_and_commit_loses_and_repea
     assert_eq!(from_bot, questions.len());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_homeserver_restarted_mid_run_delays_a_reply_and_loses_none() {
-    let Some(mut synapse) = Synapse::start("restart") else {
-        return;
-    };
-    let (human, bot) = accounts(&synapse, "restart").await;
-    let (room, name) = public_room(&human, &bot, "restart").await;
-    let mut host = Host::new(&synapse.url(), &bot, &[name]);
-    host.start(None);
-    joined(&human, &room, &bot).await;
-    synced(&host).await;
-    ask(&human, &room, &bot, "before the restart").await;
-
-    // A question read, its answer held by the brake; the homeserver goes down; the brake is
-    // released, so the reply waits to be sent while nothing answers.
+/// With the brake on, "during the restart" is said and waits in the mailbox; the homeserver
+/// stops and the brake is released: the reply is recorded in the outbox with nowhere to go.
+/// Returns the store it read through, to be kept open for the rest of the run.
+async fn a_reply_waits_while_the_homeserver_is_down(
+    host: &Host,
+    human: &MatrixUser,
+    room: &str,
+    synapse: &mut Synapse,
+) -> SqliteStore {
     host.muninn(&["brake", "on"]);
-    human.send(&room, "during the restart", &[]).await;
+    human.send(room, "during the restart", &[]).await;
     let store = host.store().await;
     wait_for(
         "the question in the mailbox",
@@ -560,7 +555,11 @@ async fn the_homeserver_restarted_mid_run_delays_a_reply_and_loses_none() {
         (!outbox.is_empty()).then_some(())
     })
     .await;
-    // The outage is loud: `muninn status` names it, `/readyz` is not ready and says why.
+    store
+}
+
+/// The outage is loud: `muninn status` names it, `/readyz` is not ready and says why.
+async fn the_outage_is_loud(host: &Host) {
     wait_for(
         "status naming the sync failure",
         Duration::from_secs(60),
@@ -579,6 +578,26 @@ async fn the_homeserver_restarted_mid_run_delays_a_reply_and_loses_none() {
         body.contains("mind vala: matrix is failing to read its rooms"),
         "{body}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_homeserver_restarted_mid_run_delays_a_reply_and_loses_none() {
+    let Some(mut synapse) = Synapse::start("restart") else {
+        return;
+    };
+    let (human, bot) = accounts(&synapse, "restart").await;
+    let (room, name) = public_room(&human, &bot, "restart").await;
+    let mut host = Host::new(&synapse.url(), &bot, &[name]);
+    host.start(None);
+    joined(&human, &room, &bot).await;
+    synced(&host).await;
+    ask(&human, &room, &bot, "before the restart").await;
+
+    // A question read, its answer held by the brake; the homeserver goes down; the brake is
+    // released, so the reply waits to be sent while nothing answers.
+    let _store =
+        a_reply_waits_while_the_homeserver_is_down(&host, &human, &room, &mut synapse).await;
+    the_outage_is_loud(&host).await;
     synapse.restart();
     let expected = reply_to(&human, "during the restart");
     wait_for(
@@ -610,135 +629,6 @@ async fn the_homeserver_restarted_mid_run_delays_a_reply_and_loses_none() {
     assert_eq!(
         replies(&human, &room, &bot, &questions).await,
         vec![1, 1, 1]
-    );
-}
-
-/// `muninn doctor --config` with the bot's credential `credential` (a TOML inline table) and
-/// `env`: (exit success, stdout).
-fn doctor(homeserver: &str, bot: &str, credential: &str, env: &[(&str, &str)]) -> (bool, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        r##"data_dir = "data"
-
-[backend]
-kind = "sim"
-
-[matrix]
-homeserver = "{homeserver}"
-
-[[mind]]
-id = "vala"
-doctrine_text = "You are Vala."
-rooms = ["#doctor"]
-
-[mind.matrix]
-user_id = "{bot}"
-device_id = "MUNINN_VALA"
-{credential}
-"##
-    );
-    std::fs::write(dir.path().join("muninn.toml"), config).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_muninn"))
-        .arg("doctor")
-        .arg("--config")
-        .arg(dir.path().join("muninn.toml"))
-        .env_remove("MUNINN_CONFIG")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8(output.stdout).unwrap(),
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn doctor_checks_the_homeserver_and_each_accounts_token_without_logging_in() {
-    let Some(synapse) = synapse::shared() else {
-        return;
-    };
-    let (human, bot) = accounts(synapse, "doctor").await;
-    let client = muninn_matrix::client::MatrixClient::new(&synapse.url()).unwrap();
-    let login = client.login(&bot, PASSWORD, "MUNINN_VALA").await.unwrap();
-    let token = login.access_token.clone();
-    let other = client
-        .login(&human.user_id, PASSWORD, "ELSEWHERE")
-        .await
-        .unwrap()
-        .access_token;
-    let by_env = r#"access_token = { env = "VALA_TOKEN" }"#;
-
-    // The account's own token on its device: every Matrix check passes, and doctor exits 0.
-    let (passed, out) = doctor(&synapse.url(), &bot, by_env, &[("VALA_TOKEN", &token)]);
-    assert!(passed, "{out}");
-    assert!(
-        out.lines().any(|l| l.starts_with("ok   homeserver")),
-        "{out}"
-    );
-    assert!(
-        out.contains(&format!(
-            "{bot}: the access token is the account's on device MUNINN_VALA"
-        )),
-        "{out}"
-    );
-    assert!(
-        !out.contains(&token),
-        "the token reached doctor's output: {out}"
-    );
-
-    // Another account's token: named, and a failure.
-    let (passed, out) = doctor(&synapse.url(), &bot, by_env, &[("VALA_TOKEN", &other)]);
-    assert!(!passed, "{out}");
-    assert!(
-        out.contains(&format!(
-            "the access token is {}'s, configured {bot}",
-            human.user_id
-        )),
-        "{out}"
-    );
-
-    // A revoked token: whoami is refused, a failure that says so.
-    let (passed, out) = doctor(
-        &synapse.url(),
-        &bot,
-        by_env,
-        &[("VALA_TOKEN", "syt_revoked_0")],
-    );
-    assert!(!passed, "{out}");
-    assert!(
-        out.contains("FAIL matrix account") && out.contains("whoami"),
-        "{out}"
-    );
-
-    // A variable that is not set: the secret does not read.
-    let (passed, out) = doctor(&synapse.url(), &bot, by_env, &[]);
-    assert!(!passed, "{out}");
-    assert!(out.contains("VALA_TOKEN"), "{out}");
-
-    // A password is read but not tried: a login on the fixed device would replace the running
-    // host's token — the token from the login above still works afterwards.
-    let (passed, out) = doctor(
-        &synapse.url(),
-        &bot,
-        r#"password = { env = "VALA_PASSWORD" }"#,
-        &[("VALA_PASSWORD", PASSWORD)],
-    );
-    assert!(passed, "{out}");
-    assert!(out.contains("a login is not tried"), "{out}");
-    let me = client.with_token(&token).whoami().await.unwrap();
-    assert_eq!(me.user_id, bot);
-
-    // A homeserver nobody listens on: the reachability check fails.
-    let (passed, out) = doctor(
-        "http://127.0.0.1:9",
-        &bot,
-        by_env,
-        &[("VALA_TOKEN", &token)],
-    );
-    assert!(!passed, "{out}");
-    assert!(
-        out.lines().any(|l| l.starts_with("FAIL homeserver")),
-        "{out}"
     );
 }
 

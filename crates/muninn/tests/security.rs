@@ -367,35 +367,15 @@ fn slow_clients_are_cut_off_and_the_api_keeps_answering() {
     // Opening thousands of connections from one thread takes a few ms each here: the timeouts
     // grow with the count so that all of them are open at once before the first is cut.
     let timeout_s = 3 + n / 150;
-    // Room for them all (the cap itself is tested in muninn-host's `limits`).
-    let cap = (n + n / 4 + 64).max(1024);
-    let config = format!(
-        "listen = '127.0.0.1:0'\n[api]\nmax_connections = {cap}\nheader_read_timeout_s = {timeout_s}\nbody_read_timeout_s = {timeout_s}\n[[mind]]\nid = 'vala'\nrooms = ['#swarm']\ndoctrine_text = 'You are Vala.'\n"
-    );
-    std::fs::write(dir.path().join("muninn.toml"), config).unwrap();
-    let serve = Serve::start(dir.path(), &["--config", "muninn.toml"], &[]);
+    let serve = serve_with_read_timeouts(dir.path(), n, timeout_s);
     let token = std::fs::read_to_string(&serve.token_file).unwrap();
     let token = token.trim().to_owned();
     std::thread::sleep(Duration::from_millis(500));
     let before = serve.fds_and_rss();
 
     let opened = Instant::now();
-    let mut slow = Vec::with_capacity(n);
-    for _ in 0..n {
-        let mut stream = TcpStream::connect(&serve.addr).unwrap();
-        stream.write_all(b"GET /v1/minds HTTP/1.1\r\n").unwrap();
-        slow.push(stream);
-    }
-    let mut bodies = Vec::with_capacity(n / 4);
-    for _ in 0..n / 4 {
-        let mut stream = TcpStream::connect(&serve.addr).unwrap();
-        write!(
-            stream,
-            "POST /v1/minds/vala/deliveries HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n{{\"room\":"
-        )
-        .unwrap();
-        bodies.push(stream);
-    }
+    let mut slow = slow_header_connections(&serve.addr, n);
+    let mut bodies = slow_body_connections(&serve.addr, &token, n / 4);
     let open_took = opened.elapsed();
     std::thread::sleep(Duration::from_millis(1000));
     for stream in &mut slow {
@@ -408,18 +388,10 @@ fn slow_clients_are_cut_off_and_the_api_keeps_answering() {
     );
     let answered_during = opened.elapsed();
 
-    let mut timed_out_bodies = 0;
-    for stream in bodies.iter_mut().chain(slow.iter_mut()) {
-        stream
-            .set_read_timeout(Some(Duration::from_secs(timeout_s as u64 + 10)))
-            .unwrap();
-        let mut answer = Vec::new();
-        let read = stream.read_to_end(&mut answer);
-        assert!(read.is_ok(), "a slow connection was left open: {read:?}");
-        if answer.starts_with(b"HTTP/1.1 408") {
-            timed_out_bodies += 1;
-        }
-    }
+    let timed_out_bodies = answered_408_once_closed(
+        bodies.iter_mut().chain(slow.iter_mut()),
+        Duration::from_secs(timeout_s as u64 + 10),
+    );
     let all_closed = opened.elapsed();
     drop(slow);
     drop(bodies);
@@ -454,4 +426,61 @@ fn slow_clients_are_cut_off_and_the_api_keeps_answering() {
         "descriptors leaked: {before:?} → {after:?}"
     );
     serve.stop();
+}
+
+/// `muninn serve` in `dir` with header and body read timeouts of `timeout_s` and room for `n`
+/// slow-header connections and a quarter as many slow bodies (the cap itself is tested in
+/// muninn-host's `limits`).
+fn serve_with_read_timeouts(dir: &Path, n: usize, timeout_s: usize) -> Serve {
+    let cap = (n + n / 4 + 64).max(1024);
+    let config = format!(
+        "listen = '127.0.0.1:0'\n[api]\nmax_connections = {cap}\nheader_read_timeout_s = {timeout_s}\nbody_read_timeout_s = {timeout_s}\n[[mind]]\nid = 'vala'\nrooms = ['#swarm']\ndoctrine_text = 'You are Vala.'\n"
+    );
+    std::fs::write(dir.join("muninn.toml"), config).unwrap();
+    Serve::start(dir, &["--config", "muninn.toml"], &[])
+}
+
+/// `n` connections that each send a request line and stop there.
+fn slow_header_connections(addr: &str, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut stream = TcpStream::connect(addr).unwrap();
+            stream.write_all(b"GET /v1/minds HTTP/1.1\r\n").unwrap();
+            stream
+        })
+        .collect()
+}
+
+/// `n` authenticated POSTs that declare a megabyte and send eight bytes of it.
+fn slow_body_connections(addr: &str, token: &str, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut stream = TcpStream::connect(addr).unwrap();
+            write!(
+                stream,
+                "POST /v1/minds/vala/deliveries HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n{{\"room\":"
+            )
+            .unwrap();
+            stream
+        })
+        .collect()
+}
+
+/// Reads each stream to its end (failing if one is still open after `wait`): how many were
+/// answered 408.
+fn answered_408_once_closed<'a>(
+    streams: impl Iterator<Item = &'a mut TcpStream>,
+    wait: Duration,
+) -> usize {
+    let mut timed_out_bodies = 0;
+    for stream in streams {
+        stream.set_read_timeout(Some(wait)).unwrap();
+        let mut answer = Vec::new();
+        let read = stream.read_to_end(&mut answer);
+        assert!(read.is_ok(), "a slow connection was left open: {read:?}");
+        if answer.starts_with(b"HTTP/1.1 408") {
+            timed_out_bodies += 1;
+        }
+    }
+    timed_out_bodies
 }

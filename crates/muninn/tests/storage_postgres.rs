@@ -7,13 +7,14 @@
 //! turn each) and the host is ready again. And a password in the database URL is in no output
 //! of a run.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use muninn_testkit::private_postgres::PrivatePostgres;
 
-use crate::storage_faults::{client, serve_command, start, stop};
+use crate::storage_faults::{Serve, client, serve_command, start, stop};
 use crate::storage_runtime::get;
 
 const DELIVERIES: usize = 30;
@@ -35,47 +36,13 @@ async fn postgres_restarted_under_load_answers_every_delivery_once() {
     // The load: deliveries one after another, each retried (same source id) until accepted.
     let sent = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
-    let load = {
-        let (serve, sent, refused) = (serve.clone(), sent.clone(), refused.clone());
-        let dir = dir.path().to_owned();
-        std::thread::spawn(move || {
-            for i in 0..DELIVERIES {
-                let text = format!("message {i}: still there?");
-                let source = format!("pg-restart-{i}");
-                let deadline = Instant::now() + Duration::from_secs(90);
-                loop {
-                    let out = client(
-                        &dir,
-                        &serve,
-                        &["say", "vala", &text, "--source-id", &source],
-                    );
-                    if out.status.success() {
-                        break;
-                    }
-                    refused.fetch_add(1, Ordering::Relaxed);
-                    assert!(Instant::now() < deadline, "delivery {i} never accepted");
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                sent.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        })
-    };
+    let load = spawn_load(dir.path(), &serve, &sent, &refused);
     while sent.load(Ordering::Relaxed) < DELIVERIES / 3 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Mid-load: the server goes away for a few seconds; /readyz must say so meanwhile.
     postgres.stop().unwrap();
-    let mut loud = None;
-    let outage = Instant::now();
-    while outage.elapsed() < Duration::from_secs(20) {
-        let (code, body) = get(&serve.addr, "/readyz");
-        if code == 503 && body.contains("store") {
-            loud = Some(body);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let loud = readyz_503_naming_the_store(&serve.addr).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     postgres.start_again().unwrap();
     let loud = loud.expect("/readyz answered 503 naming the store while PostgreSQL was down");
@@ -84,19 +51,7 @@ async fn postgres_restarted_under_load_answers_every_delivery_once() {
 
     // Drained without a restart of the host, then exactly once.
     let store = muninn_store::open(&url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let ack = store.ack_position("vala").await.unwrap();
-        if ack >= DELIVERIES as i64 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "acked through {ack} of {DELIVERIES}; host log:\n{}",
-            std::fs::read_to_string(&serve.stderr).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    acked_through(store.as_ref(), &serve, DELIVERIES as i64).await;
     crate::two_hosts::answered_once(&store, DELIVERIES as i64).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while get(&serve.addr, "/readyz").0 != 200 {
@@ -114,6 +69,70 @@ async fn postgres_restarted_under_load_answers_every_delivery_once() {
     store.close().await;
     let serve = Arc::into_inner(serve).expect("the load thread is done");
     stop(serve);
+}
+
+/// The load: deliveries one after another through `muninn say`, each retried (same source id)
+/// until accepted, counted in `sent`, its refusals in `refused`.
+fn spawn_load(
+    dir: &Path,
+    serve: &Arc<Serve>,
+    sent: &Arc<AtomicUsize>,
+    refused: &Arc<AtomicUsize>,
+) -> std::thread::JoinHandle<()> {
+    let (serve, sent, refused) = (serve.clone(), sent.clone(), refused.clone());
+    let dir = dir.to_owned();
+    std::thread::spawn(move || {
+        for i in 0..DELIVERIES {
+            let text = format!("message {i}: still there?");
+            let source = format!("pg-restart-{i}");
+            let deadline = Instant::now() + Duration::from_secs(90);
+            loop {
+                let out = client(
+                    &dir,
+                    &serve,
+                    &["say", "vala", &text, "--source-id", &source],
+                );
+                if out.status.success() {
+                    break;
+                }
+                refused.fetch_add(1, Ordering::Relaxed);
+                assert!(Instant::now() < deadline, "delivery {i} never accepted");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            sent.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+}
+
+/// `/readyz`'s body once it answers 503 naming the store (within 20 s).
+async fn readyz_503_naming_the_store(addr: &str) -> Option<String> {
+    let outage = Instant::now();
+    while outage.elapsed() < Duration::from_secs(20) {
+        let (code, body) = get(addr, "/readyz");
+        if code == 503 && body.contains("store") {
+            return Some(body);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// Waits (up to 120 s) until vala's deliveries are acknowledged through `seq`.
+async fn acked_through(store: &dyn muninn_store::Store, serve: &Serve, seq: i64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ack = store.ack_position("vala").await.unwrap();
+        if ack >= seq {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "acked through {ack} of {seq}; host log:\n{}",
+            std::fs::read_to_string(&serve.stderr).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// A password in the database URL is in no output of a run: the real `muninn serve` on

@@ -198,6 +198,48 @@ pub(crate) async fn answered_once(store: &Arc<dyn Store>, seqs: i64) {
     );
 }
 
+/// The Mind's lease and which of the hosts holds it, once both hosts report that one holder.
+async fn the_one_holder(
+    store: &Arc<dyn Store>,
+    hosts: &Hosts,
+    dir: &Path,
+) -> (muninn_store::Lease, usize) {
+    let holder = store.lease(MIND).await.unwrap().expect("a lease");
+    let leader = hosts
+        .0
+        .iter()
+        .position(|s| holder.holder.ends_with(&s.holder_suffix()))
+        .expect("the holder is one of the two hosts");
+    for served in &hosts.0 {
+        assert_eq!(
+            status_holder(dir, &served.addr).as_deref(),
+            Some(holder.holder.as_str()),
+            "both hosts report the one holder"
+        );
+    }
+    (holder, leader)
+}
+
+/// Waits until the host `follower` reports itself the holder, failing after the lease, a
+/// third of it (the next look) and 2 s of slack from `killed_at`.
+async fn survivor_takes_over(dir: &Path, hosts: &Hosts, follower: usize, killed_at: Instant) {
+    let survivor = &hosts.0[follower].addr;
+    let bound = Duration::from_millis(LEASE_TTL_MS + LEASE_TTL_MS / 3 + 2_000);
+    loop {
+        let taken = status_holder(dir, survivor)
+            .is_some_and(|h| h.ends_with(&hosts.0[follower].holder_suffix()));
+        if taken {
+            break;
+        }
+        assert!(
+            killed_at.elapsed() < bound,
+            "no takeover within {bound:?}\n{}",
+            hosts.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn two_hosts_run_each_mind_once(database: &str, dir: &Path) {
     std::fs::write(
         dir.join("muninn.toml"),
@@ -219,20 +261,8 @@ async fn two_hosts_run_each_mind_once(database: &str, dir: &Path) {
         say(dir, &hosts.0[posted % 2].addr.clone(), posted);
     }
     drained(&store, posted as i64, &hosts).await;
-    let holder = store.lease(MIND).await.unwrap().expect("a lease");
-    let leader = hosts
-        .0
-        .iter()
-        .position(|s| holder.holder.ends_with(&s.holder_suffix()))
-        .expect("the holder is one of the two hosts");
+    let (holder, leader) = the_one_holder(&store, &hosts, dir).await;
     let follower = 1 - leader;
-    for served in &hosts.0 {
-        assert_eq!(
-            status_holder(dir, &served.addr).as_deref(),
-            Some(holder.holder.as_str()),
-            "both hosts report the one holder"
-        );
-    }
     answered_once(&store, posted as i64).await;
 
     // Round two: deliveries only through the host that does not run the Mind, one at a time
@@ -260,20 +290,7 @@ async fn two_hosts_run_each_mind_once(database: &str, dir: &Path) {
     let survivor = hosts.0[follower].addr.clone();
     posted += 1;
     say(dir, &survivor, posted);
-    let bound = Duration::from_millis(LEASE_TTL_MS + LEASE_TTL_MS / 3 + 2_000);
-    loop {
-        let taken = status_holder(dir, &survivor)
-            .is_some_and(|h| h.ends_with(&hosts.0[follower].holder_suffix()));
-        if taken {
-            break;
-        }
-        assert!(
-            killed_at.elapsed() < bound,
-            "no takeover within {bound:?}\n{}",
-            hosts.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    survivor_takes_over(dir, &hosts, follower, killed_at).await;
     eprintln!("takeover after {:?}", killed_at.elapsed());
     for _ in 0..5 {
         posted += 1;
