@@ -10,6 +10,7 @@ mod closed_loop;
 mod cluster;
 mod compact;
 mod config;
+mod cut_rows;
 mod dashboard;
 mod exactly_once;
 mod fuzz;
