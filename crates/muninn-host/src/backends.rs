@@ -8,8 +8,8 @@ use muninn_anthropic::client::TokioSleeper;
 use muninn_anthropic::client::{AnthropicClient, ClientConfig, credentials_from_env};
 use muninn_backend::clock::Clock;
 use muninn_backend::{
-    Backend, BackendError, FlushProtocol, InputPart, RunOutcome, SessionEvent, SessionSpec,
-    TurnInput, TurnOutcome,
+    Backend, BackendError, FailedAttempt, FlushProtocol, InputPart, RunOutcome, SessionEvent,
+    SessionSpec, TurnInput, TurnOutcome,
 };
 pub use muninn_claude_cli::PINNED_VERSION as PINNED_CLAUDE_CLI;
 use muninn_claude_cli::pool::{ParkPolicy, PoolConfig, SharedPool};
@@ -190,6 +190,16 @@ impl Backend for AnyBackend {
             AnyBackend::Sim(b) => b.run(input, protocol).await,
             AnyBackend::Anthropic(b) => b.run(input, protocol).await,
             AnyBackend::ClaudeCli(b) => b.run(input, protocol).await,
+        }
+    }
+
+    // Forwarded, not left to the trait's default (none): without it no attempt the provider
+    // billed and cut was ever a ledger row under `muninn serve`.
+    fn take_failed_attempts(&mut self) -> Vec<FailedAttempt> {
+        match self {
+            AnyBackend::Sim(b) => b.take_failed_attempts(),
+            AnyBackend::Anthropic(b) => b.take_failed_attempts(),
+            AnyBackend::ClaudeCli(b) => b.take_failed_attempts(),
         }
     }
 
@@ -661,6 +671,38 @@ mod tests {
         let other =
             load_or_create_binding_key(&dir.path().join("other").join(BINDING_KEY_FILE)).unwrap();
         assert_ne!(tag(&first), tag(&other));
+    }
+
+    /// An attempt the provider billed and cut reaches the runner through [`AnyBackend`], the
+    /// backend `muninn serve` runs on. Before, the trait's default (none) stood in for it, and
+    /// under `muninn serve` no cut attempt was ever a ledger row (`runtime/failed.rs`).
+    #[tokio::test]
+    async fn the_attempts_the_provider_billed_and_cut_are_handed_over() {
+        use muninn_core::cache::Ttl;
+        use muninn_sim::sim::{Fault, FaultKind};
+        let config: Config = toml::from_str("").unwrap();
+        let factory = BackendFactory::from_config(&config, |_| None).unwrap();
+        let sim = factory.simulator().unwrap().clone();
+        let clock: Arc<dyn Clock> = Arc::new(muninn_sim::SimClock(sim.clone()));
+        let mut backend = factory.make(clock, &PriceTable::embedded(), "vala/persona");
+        let spec = SessionSpec {
+            model: "claude-opus-5-5".to_string(),
+            system: vec!["Be brief.".to_string()],
+            tools: Vec::new(),
+            output_schema: None,
+            system_ttl: Ttl::FiveMinutes,
+            conversation_ttl: Ttl::FiveMinutes,
+            max_tokens: 512,
+        };
+        backend.start(spec).await.unwrap();
+        sim.push_faults([Fault {
+            kind: FaultKind::Truncate { after_deltas: 1 },
+            times: 1,
+        }]);
+        backend.turn(TurnInput::text("hello")).await.unwrap_err();
+        let failed = backend.take_failed_attempts();
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        assert_eq!(Some(failed[0].usage), sim.requests()[0].usage);
     }
 
     #[test]

@@ -39,11 +39,15 @@ pub enum CrashPoint {
     /// committed: the answer is lost with the process (billed, not ledgered), and the brief
     /// that asked for it, left running, is reported interrupted.
     SelfFlushAnswered,
+    /// An attempt the provider billed but cut is taken from the backend, counted, and its row
+    /// committed on its own (`runtime/failed.rs`), the call that failed not yet tried again:
+    /// the restarted host's ledger must hold the row once, as the provider billed it.
+    AttemptCut,
 }
 
 impl CrashPoint {
     /// Every point, for error messages and tests.
-    pub const ALL: [CrashPoint; 7] = [
+    pub const ALL: [CrashPoint; 8] = [
         CrashPoint::DeliveryRecorded,
         CrashPoint::PersonaAnswered,
         CrashPoint::PersonaCommitted,
@@ -51,6 +55,7 @@ impl CrashPoint {
         CrashPoint::SegmentStored,
         CrashPoint::SelfRunCommitted,
         CrashPoint::SelfFlushAnswered,
+        CrashPoint::AttemptCut,
     ];
 
     /// Its name in `MUNINN_FAULT`.
@@ -63,6 +68,7 @@ impl CrashPoint {
             CrashPoint::SegmentStored => "host-segment-stored",
             CrashPoint::SelfRunCommitted => "host-self-run-committed",
             CrashPoint::SelfFlushAnswered => "host-self-flush-answered",
+            CrashPoint::AttemptCut => "host-attempt-cut",
         }
     }
 

@@ -11,6 +11,7 @@ mod closed_loop;
 mod cluster;
 mod compact;
 mod config;
+mod cut_rows;
 mod dashboard;
 mod exactly_once;
 mod exactly_once_self;

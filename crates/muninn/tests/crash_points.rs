@@ -19,9 +19,13 @@
 //! - each brief reported finished was shown to the model once, as a request's new message
 //!   (`host-brief-recorded`: the restarted host runs the brief it recorded and never asked), and
 //!   one reported interrupted never.
+//! - an attempt the provider billed but cut is a ledger row, once: at `host-attempt-cut` the
+//!   simulator cuts the first request's stream after content and the host dies right after
+//!   taking the attempt from its backend, before the retry (`runtime/failed.rs` commits the
+//!   row then).
 //!
-//! SQLite runs every point; PostgreSQL the Persona's three (skipped with a note when it is not
-//! there, unless `MUNINN_REQUIRE_PEERS=1`).
+//! SQLite runs every point; PostgreSQL the Persona's three and the cut attempt's (skipped with
+//! a note when it is not there, unless `MUNINN_REQUIRE_PEERS=1`).
 
 use crate::crash::Hosts;
 use crate::serving::serve_command;
@@ -29,6 +33,7 @@ use muninn_api::client::ApiClient;
 use muninn_api::token::ApiToken;
 use muninn_api::wire::PostDeliveryRequest;
 use muninn_host::crash_points::CrashPoint;
+use muninn_sim::sim::{Fault, FaultKind};
 use muninn_store::{BriefStatus, LedgerQuery, Store};
 use muninn_testkit::crash::check_mind;
 use muninn_testkit::peers::FreshDatabase;
@@ -58,6 +63,9 @@ struct Arm {
     mind: &'static str,
     /// How each brief is reported to the Persona, in order: each report's start.
     reports: &'static [&'static str],
+    /// Whether the simulator cuts the first request's stream after some content (a billed
+    /// attempt the Mind retries: `host-attempt-cut`).
+    cut: bool,
 }
 
 impl Arm {
@@ -72,6 +80,7 @@ impl Arm {
             briefs: 0,
             mind: "",
             reports: &[],
+            cut: false,
         }
     }
 }
@@ -88,6 +97,7 @@ const SQLITE_RUNS: [Arm; 7] = [
         briefs: 1,
         mind: "",
         reports: &["Self run 1 finished: "],
+        cut: false,
     },
     // A low ceiling: the second brief's arrival would cross it, so the decider refreshes the
     // Self at that task boundary, flushing the live session's memory first.
@@ -97,6 +107,7 @@ const SQLITE_RUNS: [Arm; 7] = [
         briefs: 2,
         mind: "min_segment = 1\nceiling_tokens = 1500\n[mind.self_session]\nflush_headroom_tokens = 200\n",
         reports: &["Self run 1 finished: ", "Self run 2 was interrupted: "],
+        cut: false,
     },
     Arm {
         point: CrashPoint::BriefRecorded,
@@ -104,8 +115,16 @@ const SQLITE_RUNS: [Arm; 7] = [
         briefs: 1,
         mind: "",
         reports: &["Self run 1 finished: "],
+        cut: false,
     },
 ];
+
+/// The first request's stream cut after content: billed, its row taken, and the host killed
+/// before the retry.
+const CUT_RUN: Arm = Arm {
+    cut: true,
+    ..Arm::persona(CrashPoint::AttemptCut, 1)
+};
 
 /// Brief `k`'s text: a few hundred tokens, so two fill a low ceiling.
 fn brief_text(k: usize) -> String {
@@ -256,6 +275,12 @@ async fn run_point(arm: Arm, database: &str, store_name: &str) {
     )
     .await
     .unwrap();
+    if arm.cut {
+        sim.sim.push_faults([Fault {
+            kind: FaultKind::Truncate { after_deltas: 1 },
+            times: 1,
+        }]);
+    }
     let dir = tempfile::tempdir().unwrap();
     configure(dir.path(), &sim.base_url(), arm.mind);
     let mut hosts = Hosts {
@@ -284,7 +309,7 @@ async fn run_point(arm: Arm, database: &str, store_name: &str) {
     store.close().await;
     println!(
         "crash point {} ({store_name}): aborted {}, deliveries {}, lost {}, duplicated {}, \
-         answered requests {}, ledger rows {}, Self reports {:?}",
+         answered requests {}, ledger rows {} (cut {}), Self reports {:?}",
         arm.spec(),
         run.aborts,
         seen.check.posted,
@@ -292,6 +317,7 @@ async fn run_point(arm: Arm, database: &str, store_name: &str) {
         seen.check.duplicated,
         seen.shown.len(),
         seen.rows,
+        seen.cut_rows,
         seen.reports,
     );
     seen.judge(arm, &run.hosts.stderr());
@@ -330,6 +356,8 @@ struct Seen {
     check: muninn_testkit::crash::MindCheck,
     shown: Vec<Vec<usize>>,
     rows: usize,
+    /// The ledger's rows of attempts billed but cut (`attempt_failed`).
+    cut_rows: usize,
     reports: Vec<String>,
     done: usize,
     /// Per brief, the answered requests whose new (last) user message holds it.
@@ -346,11 +374,15 @@ impl Seen {
             mind: Some(MIND.into()),
             ..LedgerQuery::default()
         };
+        let rows = store.ledger(&ledger).await.unwrap();
         Seen {
             check: check_mind(store, MIND, posted).await.unwrap(),
             shown: shown_per_request(requests),
             briefs_shown: briefs_shown(requests),
-            rows: store.ledger(&ledger).await.unwrap().len(),
+            rows: rows.len(),
+            cut_rows: (rows.iter())
+                .filter(|e| e.row.decision == "attempt_failed")
+                .count(),
             reports: self_reports(store).await,
             done: store
                 .briefs(MIND, Some(BriefStatus::Done), 10)
@@ -390,6 +422,13 @@ impl Seen {
             self.shown.len(),
             self.rows + lost_answers,
             "{}: answered requests against ledger rows",
+            arm.spec()
+        );
+        // A cut attempt is billed: its row is in the ledger, once, whenever the host died.
+        assert_eq!(
+            self.cut_rows,
+            usize::from(arm.cut),
+            "{}: rows of cut attempts",
             arm.spec()
         );
         // One report per brief; a run that was committed is reported with its result.
@@ -500,9 +539,18 @@ async fn every_crash_point_on_sqlite_loses_and_repeats_nothing() {
     }
 }
 
+/// Before the cut attempt's row was committed as it was taken, it waited in memory for the
+/// failed step's end, and the kill lost it: the provider billed it, the ledger did not show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_attempt_killed_before_its_retry_is_in_the_ledger_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("muninn.db").display().to_string();
+    run_point(CUT_RUN, &database, "sqlite").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_persona_crash_points_on_postgres_lose_and_repeat_nothing() {
-    for arm in &SQLITE_RUNS[..3] {
+    for arm in SQLITE_RUNS[..3].iter().chain([&CUT_RUN]) {
         let name = format!("muninn_crashpt_{}", arm.point.name().replace('-', "_"));
         let Some(db) = FreshDatabase::for_test(&name, "crash points on PostgreSQL") else {
             return;

@@ -14,29 +14,62 @@
 //! A row is counted by the role's accounting and its ledger cache when the attempt is taken
 //! from the backend — right after the call that failed (the client returns every billed
 //! attempt to its caller rather than retry it), or at the latest before the role's next
-//! answered row or at the step's end — so every later decision sees what
-//! the attempt cached, as a replay of the ledger will. It is written with the next record the
-//! runner commits for the role, before that record's own rows: the answer's turn, or the failed
-//! step's record — the turn's own when it has one (a Persona turn whose invalid reply's retry
-//! was cut, a Self flush that was cut), else one of the rows alone, committed as the failed step
-//! ends ([`MindRunner::ledger_after_step`]). Until then it waits on the session
-//! ([`super::session::Session::unledgered`]), and the spend cap counts its cost beside the
-//! ledger's (`budget.rs`).
+//! answered row or at the step's end — so every later decision sees what the attempt cached,
+//! as a replay of the ledger will.
 //!
-//! Moved into a record, a row is committed once: the record is committed under its turn key, and
-//! a held record is tried again under that key (`pending.rs`). A row still waiting when the
-//! process dies (a kill -9 between the call and the step's end, or while a held record blocks
-//! its commit) is lost with it — the provider billed it and the ledger does not show it; a clean
-//! shutdown commits what waits first. A row waiting when the runner must rebuild the role's
-//! accounting from the ledger (a new lease) is given up loudly, its cost kept for the spend
-//! cap, as an answer abandoned uncommitted is.
+//! It is written at once ([`MindRunner::ledger_cut_now`]): right after the failed call — a
+//! Persona turn's, a compaction's, a keep-warm ping's, a Self request's — the rows are committed
+//! on their own, a record under a key made from them, before anything else happens (the notice
+//! in the transcript, the brief failed, the backoff before the retry, which a `retry-after` can
+//! make an hour). So a `kill -9` after the take keeps the row, once
+//! (`muninn`'s `crash_points::a_cut_attempt_killed_before_its_retry_is_in_the_ledger_once`:
+//! before, the row waited in memory for the failed step's end and the kill lost it; and
+//! before `AnyBackend` forwarded the backend's failed attempts, `muninn serve` ledgered none).
+//! Three cases go with a record instead: an invalid reply's retry that was cut (the turn's
+//! record carries it, after the reply it retries, which was counted first and is not committed
+//! yet: written on its own, the row would come before it); a Self flush that was cut (the
+//! flush's record, committed right after); and any cut while a record is held (`pending.rs`:
+//! that one goes first).
+//!
+//! A commit the store refuses (or one whose answer was lost) keeps the rows on the session as
+//! a [`CutRecord`] under the same key, counted by the spend cap beside the ledger's spend
+//! (`budget.rs`), and they are tried again, under that key — a commit that had landed counts,
+//! so nothing is written twice — before the role's next record is committed
+//! (`pending.rs`, `commit_or_hold`: the cut rows before the answer's, the order they were
+//! counted in), as the failed step ends ([`MindRunner::ledger_after_step`]), and at a clean
+//! shutdown (`cut_rows::a_cut_row_the_store_refused_is_committed_once_before_the_retrys_answer`).
+//! Rows that wait untried (the two cases above, or what no call took) go with the role's next
+//! record, or on their own as a failed step ends.
+//!
+//! A row still waiting at a clean shutdown that the store refuses, or that no lease can commit,
+//! is given up at error in the log with its cost, each role's on its own
+//! (`cut_rows::a_clean_shutdown_gives_up_every_waiting_cut_row_loudly_with_its_cost`; before,
+//! a refused Persona commit ended the shutdown's attempt and the Self's waiting rows went
+//! with the runner, unsaid). A row waiting when the runner must rebuild the role's accounting
+//! from the ledger (a new lease) is given up as loudly, its cost kept for the spend cap, as an
+//! answer abandoned uncommitted is. A row still waiting when the process dies (the store
+//! refused it, or a held record kept it back) is lost with it: the warning logged at the take
+//! is then its only trace.
 
 use super::accounting::Asked;
-use super::pending::{Then, Uncommitted};
+use super::pending::{Then, Uncommitted, content_key};
 use super::{MindRunner, RuntimeError};
+use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, FailedAttempt, TtlCheck, TurnOutcome};
 use muninn_core::ledger::{ATTEMPT_FAILED, LedgerRow, RowKind};
-use muninn_store::{FencingToken, Role};
+use muninn_store::{FencingToken, Role, StoreError, TurnRecord};
+
+/// Rows of cut attempts committed on their own under a key made from them, tried once and
+/// refused: kept with that key, so trying again after a commit whose answer was lost writes
+/// nothing twice, and committed before the role's next record (`pending.rs`), at a failed
+/// step's end, or at a clean shutdown.
+#[derive(Debug)]
+pub(super) struct CutRecord {
+    /// The lease the rows were counted under: only that lease commits them.
+    token: FencingToken,
+    /// The rows, under their key.
+    record: TurnRecord,
+}
 
 impl<B: Backend> MindRunner<B> {
     /// Takes the attempts `role`'s backend reports billed but not answered whole, each a ledger
@@ -45,14 +78,16 @@ impl<B: Backend> MindRunner<B> {
     /// (a ping, a flush or a compaction is the recorded policy's side request), and whether it
     /// began a turn (a Persona turn, a Self brief's first request) — the first try of that
     /// request, a cut attempt opens the turn in a counterfactual replay, where every policy
-    /// decides the arrival before paying it (`muninn_import`'s `ledger` mapping).
+    /// decides the arrival before paying it (`muninn_import`'s `ledger` mapping). Returns how
+    /// many it took.
     pub(super) fn ledger_failed_attempts(
         &mut self,
         role: Role,
         at_ms: i64,
         (attempted, boundary): (RowKind, bool),
-    ) {
+    ) -> usize {
         let attempts = self.session_mut(role).backend.take_failed_attempts();
+        let taken = attempts.len();
         for attempt in attempts {
             let u = attempt.usage;
             tracing::warn!(
@@ -93,11 +128,89 @@ impl<B: Backend> MindRunner<B> {
             row.events.push(events);
             self.session_mut(role).unledgered.push(row);
         }
+        taken
     }
 
-    /// The failed attempts' rows waiting for `role`'s next record, taken for it (after taking
-    /// any the backend still holds, sent at `at_ms` for a request of kind `attempted` that began
-    /// no turn).
+    /// Right after a call of `role`'s that failed: takes its cut attempts
+    /// ([`Self::ledger_failed_attempts`]) and commits their rows at once, on their own (see the
+    /// module docs). The caller vouches that nothing `role` counted before them waits in a
+    /// record not yet committed (an invalid reply's retry does not come here: its rows go with
+    /// the turn's record, after the reply it retries). A held record goes first, so while one
+    /// is held they wait. A commit the store refuses keeps them, under their key, for later.
+    pub(super) async fn ledger_cut_now(
+        &mut self,
+        role: Role,
+        at_ms: i64,
+        attempted: (RowKind, bool),
+    ) {
+        if self.ledger_failed_attempts(role, at_ms, attempted) == 0 {
+            return;
+        }
+        if let Some(token) = self.lease.as_ref().map(|l| l.token)
+            && self.uncommitted.is_none()
+        {
+            self.key_unledgered(role, token, at_ms);
+            if let Err(e) = self.commit_cut_records(role, token).await {
+                tracing::warn!(
+                    mind = %self.mind.id,
+                    role = role.as_str(),
+                    error = %e,
+                    "a cut attempt's row was not committed at once; it waits, under its key, for the role's next record"
+                );
+            }
+        }
+        self.host.crash_points.reached(CrashPoint::AttemptCut);
+    }
+
+    /// The rows waiting for `role`'s next record, made a record of their own under a key made
+    /// from them, at the end of the role's cut records.
+    fn key_unledgered(&mut self, role: Role, token: FencingToken, at_ms: i64) {
+        let rows = std::mem::take(&mut self.session_mut(role).unledgered);
+        if rows.is_empty() {
+            return;
+        }
+        let mut record = TurnRecord {
+            ledger: rows,
+            ..TurnRecord::default()
+        };
+        record.turn_key = Some(content_key(role, at_ms, &record));
+        let cut = CutRecord { token, record };
+        self.session_mut(role).cut_records.push(cut);
+    }
+
+    /// Commits `role`'s cut records in order, each under its key (one committed before counts),
+    /// under `token`; one counted under another lease cannot be, and is given up loudly. Stops
+    /// at the first the store refuses, which waits with those after it.
+    pub(super) async fn commit_cut_records(
+        &mut self,
+        role: Role,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        while let Some(cut) = self.session(role).cut_records.first() {
+            if cut.token != token {
+                let cut = self.session_mut(role).cut_records.remove(0);
+                self.give_up_rows(role, cut.record.ledger, "the lease changed");
+                continue;
+            }
+            let recorded = self
+                .host
+                .store
+                .record_turn(&self.mind.id, token, &cut.record)
+                .await;
+            match recorded {
+                Ok(_) | Err(StoreError::TurnAlreadyRecorded { .. }) => {
+                    self.session_mut(role).cut_records.remove(0);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The failed attempts' rows waiting for a record, taken for it (after taking any the
+    /// backend still holds, sent at `at_ms` for a request of kind `attempted` that began no
+    /// turn). Those already tried under a key of their own are not among them: they go first,
+    /// under that key, when the record is committed.
     pub(super) fn take_unledgered(
         &mut self,
         role: Role,
@@ -112,24 +225,36 @@ impl<B: Backend> MindRunner<B> {
     pub(super) fn unledgered_spend(&self, from_ms: i64) -> i64 {
         [Role::Persona, Role::SelfRole]
             .iter()
-            .flat_map(|role| &self.session(*role).unledgered)
+            .map(|role| self.session(*role))
+            .flat_map(|s| {
+                (s.unledgered.iter()).chain(s.cut_records.iter().flat_map(|c| &c.record.ledger))
+            })
             .filter(|row| row.at_ms >= from_ms)
             .map(|row| row.cost.0)
             .sum()
     }
 
     /// Gives up the rows waiting for `role`'s next record, loudly (the role's accounting is
-    /// about to be rebuilt from the ledger, which does not hold them): their cost stays counted
-    /// for the spend cap.
-    pub(super) fn abandon_unledgered(&mut self, role: Role) {
-        let rows = std::mem::take(&mut self.session_mut(role).unledgered);
+    /// about to be rebuilt from the ledger, which does not hold them, or a clean shutdown could
+    /// not commit them): their cost stays counted for the spend cap.
+    pub(super) fn abandon_unledgered(&mut self, role: Role, why: &str) {
+        let session = self.session_mut(role);
+        let mut rows: Vec<LedgerRow> = (session.cut_records.drain(..))
+            .flat_map(|c| c.record.ledger)
+            .collect();
+        rows.append(&mut session.unledgered);
+        self.give_up_rows(role, rows, why);
+    }
+
+    /// `rows` given up uncommitted, each said with its cost, which the spend cap keeps.
+    fn give_up_rows(&mut self, role: Role, rows: Vec<LedgerRow>, why: &str) {
         for row in rows {
             tracing::error!(
                 mind = %self.mind.id,
                 role = role.as_str(),
                 at_ms = row.at_ms,
                 cost_micro_usd = row.cost.0,
-                "a failed attempt's row was abandoned uncommitted: the lease changed before a record carried it"
+                "a failed attempt's row was abandoned uncommitted: {why}"
             );
             self.abandoned.add(row.at_ms, row.cost);
         }
@@ -140,8 +265,9 @@ impl<B: Backend> MindRunner<B> {
     /// their own at once — the failed step's record — rather than left in memory until the
     /// role's next record (a retry an hour away under a `retry-after`, a Self's next brief).
     /// Not while a record is held: that one goes first, at the next step, and these with the
-    /// records after it. A commit the store refuses is held or abandoned as any record is
-    /// (`pending.rs`); the step's own error stays the step's.
+    /// records after it. Rows never tried that the store refuses are held or abandoned as any
+    /// record is (`pending.rs`); cut records it refuses keep waiting under their keys. The
+    /// step's own error stays the step's.
     pub(super) async fn ledger_after_step(&mut self, token: FencingToken, failed: bool) {
         let after = self.host.clock.now_ms();
         for role in [Role::Persona, Role::SelfRole] {
@@ -149,43 +275,57 @@ impl<B: Backend> MindRunner<B> {
             self.ledger_failed_attempts(role, after, (RowKind::Request, false));
         }
         let leased = self.lease.as_ref().is_some_and(|l| l.token == token);
-        if !failed || !leased || self.uncommitted.is_some() {
+        if !failed || !leased {
             return;
         }
-        if let Err(e) = self.commit_unledgered(token).await {
-            tracing::debug!(mind = %self.mind.id, error = %e, "failed attempts' rows not committed after a failed step");
+        for role in [Role::Persona, Role::SelfRole] {
+            if self.uncommitted.is_some() {
+                return;
+            }
+            if let Err(e) = self.commit_unledgered(role, token, after).await {
+                tracing::warn!(mind = %self.mind.id, role = role.as_str(), error = %e, "failed attempts' rows not committed after a failed step; they wait for the role's next record");
+            }
         }
     }
 
     /// Before a clean shutdown lets the lease go: the rows waiting for a record are committed
-    /// on their own, for both roles, under the lease still held; what the store refuses (or
-    /// what no lease can commit) is abandoned, loudly.
+    /// on their own, for each role, under the lease still held; what the store refuses (or
+    /// what no lease can commit) is abandoned, loudly, with its cost — each role's on its own,
+    /// so one role's refusal gives up nothing of the other's unsaid.
     pub(super) async fn unledgered_before_release(&mut self) {
-        let Some(token) = self.lease.as_ref().map(|l| l.token) else {
-            for role in [Role::Persona, Role::SelfRole] {
-                self.abandon_unledgered(role);
-            }
-            return;
-        };
-        if let Err(e) = self.commit_unledgered(token).await {
-            let why =
-                format!("the store refused it at shutdown, before the lease was released: {e}");
-            if let Some(u) = self.uncommitted.take() {
-                self.abandon(u, &why);
+        let token = self.lease.as_ref().map(|l| l.token);
+        let now = self.host.clock.now_ms();
+        for role in [Role::Persona, Role::SelfRole] {
+            let Some(token) = token else {
+                self.abandon_unledgered(role, "the lease was lost before a record carried it");
+                continue;
+            };
+            if let Err(e) = self.commit_unledgered(role, token, now).await {
+                let why =
+                    format!("the store refused it at shutdown, before the lease was released: {e}");
+                if let Some(u) = self.uncommitted.take() {
+                    self.abandon(u, &why);
+                }
+                self.abandon_unledgered(role, &why);
             }
         }
     }
 
-    async fn commit_unledgered(&mut self, token: FencingToken) -> Result<(), RuntimeError> {
-        let now = self.host.clock.now_ms();
-        for role in [Role::Persona, Role::SelfRole] {
-            let rows = self.take_unledgered(role, now, RowKind::Request);
-            if rows.is_empty() {
-                continue;
-            }
-            let record = Uncommitted::rows(token, role, rows, now, Then::Nothing);
-            self.settle(record).await?;
+    /// Commits what waits for `role`'s next record on its own: the cut records under their
+    /// keys, then the rows never tried as a record of their own (held when the store refuses
+    /// it, as any record: `pending.rs`).
+    async fn commit_unledgered(
+        &mut self,
+        role: Role,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        let rows = self.take_unledgered(role, now, RowKind::Request);
+        if rows.is_empty() {
+            return Ok(self.commit_cut_records(role, token).await?);
         }
+        let record = Uncommitted::rows(token, role, rows, now, Then::Nothing);
+        self.settle(record).await?;
         Ok(())
     }
 }

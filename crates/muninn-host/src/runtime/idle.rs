@@ -127,13 +127,13 @@ impl<B: Backend> MindRunner<B> {
                 return Ok(Idle::Until(None));
             }
             Err(e) => {
-                // A ping cut after the provider read it was billed: its row waits for the
-                // role's next record (`failed.rs`).
+                // A ping cut after the provider read it was billed: its row is committed now
+                // (`failed.rs`).
                 let kind = match point.keep {
                     Keep::Tail => RowKind::Ping,
                     Keep::Head => RowKind::HeadPing,
                 };
-                self.ledger_failed_attempts(role, now, (kind, false));
+                self.ledger_cut_now(role, now, (kind, false)).await;
                 return Err(e.into());
             }
         };

@@ -104,8 +104,8 @@ pub(super) enum Then {
     },
     /// A keep-warm ping's row: nothing more.
     Ping,
-    /// Rows of failed attempts committed on their own (`failed.rs`, at a clean shutdown):
-    /// nothing more.
+    /// Rows of failed attempts committed on their own (`failed.rs`: as a failed step ends, at
+    /// a clean shutdown): nothing more.
     Nothing,
     /// A Self flush: its memory is where the next segment may start; an idle one lets the tail go.
     SelfFlush {
@@ -161,13 +161,7 @@ impl Uncommitted {
         then: Then,
     ) -> Uncommitted {
         if record.turn_key.is_none() {
-            let bodies: Vec<_> = record.transcript.iter().map(|i| &i.body).collect();
-            let bytes = serde_json::to_vec(&(&record.ledger, bodies)).unwrap_or_default();
-            record.turn_key = Some(format!(
-                "{}-{at_ms}-{:016x}",
-                role.as_str(),
-                hash_bytes(&bytes)
-            ));
+            record.turn_key = Some(content_key(role, at_ms, &record));
         }
         Uncommitted {
             token,
@@ -220,6 +214,14 @@ impl Uncommitted {
     fn turn_key(&self) -> &str {
         self.record.turn_key.as_deref().unwrap_or_default()
     }
+}
+
+/// A turn key made from what `record` holds (its rows and items), answered by `role` at
+/// `at_ms`: the same record tried again gets the same key, so its second commit writes nothing.
+pub(super) fn content_key(role: Role, at_ms: i64, record: &TurnRecord) -> String {
+    let bodies: Vec<_> = record.transcript.iter().map(|i| &i.body).collect();
+    let bytes = serde_json::to_vec(&(&record.ledger, bodies)).unwrap_or_default();
+    format!("{}-{at_ms}-{:016x}", role.as_str(), hash_bytes(&bytes))
 }
 
 impl<B: Backend> MindRunner<B> {
@@ -308,8 +310,9 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// Commits `u`'s record, after reading its tail memory if it has one (a record already
-    /// committed under its key counts); on failure holds or abandons `u`
+    /// Commits `u`'s record, after reading its tail memory if it has one and committing the
+    /// role's waiting cut-attempt records (`failed.rs`); a record already committed under its
+    /// key counts. On failure holds or abandons `u`
     /// ([`Self::hold_or_abandon`]) and returns the error.
     pub(super) async fn commit_or_hold(
         &mut self,
@@ -326,6 +329,11 @@ impl<B: Backend> MindRunner<B> {
                     return Err(self.hold_or_abandon(u, e));
                 }
             }
+        }
+        // Rows of cut attempts whose commit on their own failed were counted before this
+        // record: they go first, each under its own key (`failed.rs`).
+        if let Err(e) = self.commit_cut_records(u.role, u.token).await {
+            return Err(self.hold_or_abandon(u, RuntimeError::Store(e)));
         }
         match self
             .host

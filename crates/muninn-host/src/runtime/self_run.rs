@@ -360,7 +360,7 @@ impl<B: Backend> MindRunner<B> {
     ) -> RuntimeError {
         self.selfs.mark_broken(now);
         self.selfs.collect_events();
-        self.ledger_failed_attempts(Role::SelfRole, now, (RowKind::Request, boundary));
+        (self.ledger_cut_now(Role::SelfRole, now, (RowKind::Request, boundary))).await;
         let message = format!("the Self session failed: {e}");
         if let Err(store) = self
             .fail_brief(token, brief.seq, "failed", &message, now)

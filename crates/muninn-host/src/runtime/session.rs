@@ -61,6 +61,9 @@ pub(super) struct Session<B> {
     /// the accounting and not yet in a record: the next record of this role carries them,
     /// before its own rows.
     pub(super) unledgered: Vec<LedgerRow>,
+    /// Rows of such attempts tried on their own at once under a key of their own, whose commit
+    /// failed (`failed.rs`): committed under that key before this role's next record.
+    pub(super) cut_records: Vec<super::failed::CutRecord>,
     /// The Self only: memory a run or an idle flush wrote; the next brief may open a segment
     /// from it.
     pub(super) flushed: Option<Flushed>,
@@ -144,6 +147,7 @@ impl<B> Session<B> {
             restore: false,
             pending_events: Vec::new(),
             unledgered: Vec::new(),
+            cut_records: Vec::new(),
             flushed: None,
         }
     }

@@ -1,0 +1,132 @@
+//! The rows of attempts the provider billed but cut, when the store refuses their commit
+//! (`runtime/failed.rs`): each is committed on its own as it is taken; refused, it waits under
+//! its own key and is committed once, before the role's next record; and a clean shutdown that
+//! cannot commit it gives it up at error in the log with its cost. (That a `kill -9` right
+//! after the take keeps the row is `muninn`'s `crash_points::a_cut_attempt_killed_before_its_
+//! retry_is_in_the_ledger_once`, on a real `muninn serve`.)
+
+use crate::runtime::{World, faulty_world, ledger, mind, post, runner, spent};
+use crate::telemetry::Buffer;
+use muninn_core::closed_loop::verify;
+use muninn_core::price::PriceTable;
+use muninn_host::runtime::Step;
+use muninn_sim::sim::{Fault, FaultKind};
+use muninn_store::{BriefOrigin, NewBrief};
+
+/// Every commit refused from here on (more than any of these tests makes).
+const REFUSE_ALL: u32 = 1_000;
+
+/// A stream the simulator cuts after content: billed, not answered.
+fn cut_next(w: &World) {
+    w.sim.push_faults([Fault {
+        kind: FaultKind::Truncate { after_deltas: 1 },
+        times: 1,
+    }]);
+}
+
+/// What the provider billed, request by request, as the simulator logged it.
+fn billed_each(w: &World) -> Vec<i64> {
+    let prices = PriceTable::embedded();
+    let price = prices.model(&mind("").model).unwrap();
+    w.sim
+        .requests()
+        .iter()
+        .filter_map(|r| r.usage)
+        .map(|u| price.cost(&u).0)
+        .collect()
+}
+
+/// A cut attempt whose commit on its own is refused, and refused again as its step ends: the
+/// row waits under its key, counted by the spend cap, and the retry's commit writes it first —
+/// once, before the answer's row — so the ledger is the simulator's bill and replays exactly.
+#[tokio::test]
+async fn a_cut_row_the_store_refused_is_committed_once_before_the_retrys_answer() {
+    let (w, faults) = faulty_world("").await;
+    let mut r = runner(&w, mind("turns_per_wake = 5"), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    w.sim.advance_clock(1_000);
+    post(&w, "e2", "#swarm", "ari", "and what of the ledger?").await;
+    cut_next(&w);
+    faults.fail_commits(2);
+    r.woken();
+    assert!(r.step().await.is_err());
+    assert_eq!(faults.refused(), 2, "tried at once, then as the step ended");
+    assert_eq!(ledger(&w).await.len(), 1);
+    w.sim.advance_clock(1_000);
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let rows = ledger(&w).await;
+    let decisions: Vec<&str> = rows.iter().map(|r| r.decision.as_str()).collect();
+    assert_eq!(decisions.len(), 3, "{decisions:?}");
+    assert_eq!(decisions[1], "attempt_failed");
+    assert_eq!(rows[1].cost.0, billed_each(&w)[1]);
+    assert_eq!(spent(&w).await, billed_each(&w).iter().sum::<i64>());
+    let report = verify(&rows, &PriceTable::embedded(), &Default::default());
+    crate::closed_loop::assert_holds(&report, &rows);
+}
+
+/// A clean shutdown while both roles' cut rows wait and the store refuses every commit: each
+/// role's rows are tried and, refused, given up at error in the log with their cost — the
+/// Self's too, which the shutdown used to drop without a word when the Persona's commit failed
+/// first.
+#[tokio::test]
+async fn a_clean_shutdown_gives_up_every_waiting_cut_row_loudly_with_its_cost() {
+    let logs = Buffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    // As in `telemetry::a_turn_is_one_json_log_event_with_its_fields`: every callsite asks
+    // this test's subscriber too, whatever a sibling test cached.
+    let _anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+
+    let (w, faults) = faulty_world("").await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let brief = NewBrief {
+        text: "Summarise the ledger of the last week.".into(),
+        origin: BriefOrigin::Operator,
+        created_at_ms: w.sim.now_ms(),
+    };
+    w.host.store.enqueue_brief("vala", &brief).await.unwrap();
+    faults.fail_commits(REFUSE_ALL);
+    cut_next(&w);
+    assert!(r.step().await.is_err(), "the Self's run was cut");
+    w.sim.advance_clock(1_000);
+    post(&w, "e1", "#swarm", "ari", "hello vala").await;
+    cut_next(&w);
+    r.woken();
+    assert!(r.step().await.is_err(), "the Persona's turn was cut");
+    let billed = billed_each(&w);
+    assert_eq!(billed.len(), 2, "one cut attempt per role");
+    r.release().await.unwrap();
+    assert!(ledger(&w).await.is_empty());
+    let given_up: Vec<(String, i64)> = logs
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e["level"] == "ERROR"
+                && e["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("a failed attempt's row was abandoned"))
+        })
+        .map(|e| {
+            let role = e["fields"]["role"].as_str().unwrap_or_default().to_string();
+            (role, e["fields"]["cost_micro_usd"].as_i64().unwrap_or(0))
+        })
+        .collect();
+    assert_eq!(
+        given_up,
+        [
+            ("persona".to_string(), billed[1]),
+            ("self".to_string(), billed[0])
+        ],
+        "{:?}",
+        logs.events()
+    );
+}
