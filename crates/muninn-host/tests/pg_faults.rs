@@ -208,7 +208,14 @@ async fn postgres_connections_killed_at_random_points_lose_and_double_nothing() 
     let kills = Arc::new(AtomicU64::new(0));
     let seed = kill_schedule_seed();
     let pauses = paced((5, 55), &db).await;
-    let killer = spawn_killer(admin, &db, pauses, seed, killing.clone(), kills.clone());
+    let progress = Arc::new(AtomicU64::new(0));
+    let killer = spawn_killer(
+        admin,
+        &db,
+        pauses,
+        seed,
+        (killing.clone(), kills.clone(), Some(progress.clone())),
+    );
 
     let mut seen_failing = None;
     for n in 1..=DELIVERIES {
@@ -226,6 +233,7 @@ async fn postgres_connections_killed_at_random_points_lose_and_double_nothing() 
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        progress.store(n as u64, Ordering::Relaxed);
     }
     killing.store(false, Ordering::Relaxed);
     killer.await.unwrap();
@@ -339,18 +347,39 @@ async fn paced(pauses: (u64, u64), db: &FreshDatabase) -> (u64, u64) {
 /// Ends every session on `db` but the caller's, repeatedly (`pauses` ms apart: its least plus
 /// a random part below its span, from `seed`) until `killing` turns false; counts the sessions
 /// ended in `kills`.
+///
+/// With `progress` (a count the test raises as the host gets work done), the pauses double for
+/// every `STALL` without progress, up to `MAX_STRETCH` times, and shrink back once it moves:
+/// kills paced for an idle machine can otherwise land faster than a loaded one finishes a
+/// turn's commit, and then no turn can ever commit (seen at a load average of 10–13 on two
+/// cores). The kills still land at random points of every step; only their rate follows the
+/// machine.
 fn spawn_killer(
     admin: sqlx::PgPool,
     db: &FreshDatabase,
     pauses: (u64, u64),
     mut seed: u64,
-    killing: Arc<AtomicBool>,
-    kills: Arc<AtomicU64>,
+    (killing, kills, progress): (Arc<AtomicBool>, Arc<AtomicU64>, Option<Arc<AtomicU64>>),
 ) -> tokio::task::JoinHandle<()> {
+    const STALL: Duration = Duration::from_secs(2);
+    const MAX_STRETCH: u64 = 64;
     let name = db.name().to_owned();
     tokio::spawn(async move {
+        let mut stretch = 1;
+        let mut last = (0, Instant::now());
         while killing.load(Ordering::Relaxed) {
-            let pause = pauses.0 + next_random(&mut seed) % pauses.1;
+            if let Some(progress) = &progress {
+                let now = progress.load(Ordering::Relaxed);
+                if now != last.0 {
+                    last = (now, Instant::now());
+                    stretch = 1;
+                } else if last.1.elapsed() >= STALL && stretch < MAX_STRETCH {
+                    last.1 = Instant::now();
+                    stretch *= 2;
+                    eprintln!("no progress for {STALL:?}: kills now {stretch}x further apart");
+                }
+            }
+            let pause = stretch * (pauses.0 + next_random(&mut seed) % pauses.1);
             tokio::time::sleep(Duration::from_millis(pause)).await;
             let ended = sqlx::query(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
@@ -395,7 +424,13 @@ async fn postgres_two_hosts_with_sessions_killed_during_a_takeover_keep_one_writ
 
     let seed = kill_schedule_seed();
     let (killing, kills) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicU64::new(0)));
-    let killer = spawn_killer(admin, &db, (20, 280), seed, killing.clone(), kills.clone());
+    let killer = spawn_killer(
+        admin,
+        &db,
+        (20, 280),
+        seed,
+        (killing.clone(), kills.clone(), None),
+    );
     answer(&w, 1, BEFORE).await;
     // Most likely A's; B's if A's presence session was just killed.
     let before = acked_lease(&store_b).await;
