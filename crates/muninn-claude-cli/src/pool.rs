@@ -15,9 +15,11 @@
 //!   the pool for room: while the other live children plus this one would exceed
 //!   [`PoolConfig::max_processes`], or their memory plus [`PoolConfig::per_process_mib`] would
 //!   exceed [`PoolConfig::memory_budget_mib`], the pool parks the least-recently-used *idle*
-//!   live session. Memory is the sum of the children's `VmRSS` from `/proc`, each counted at no
-//!   less than [`PoolConfig::per_process_mib`] (a child that just launched has not grown yet;
-//!   without that floor a burst of starts all fit while each is still small). A turn on a live
+//!   live session. A child still stopping from a park counts as room being made, not as live:
+//!   when the others fit, the pool waits for that stop instead of parking another session.
+//!   Memory is the sum of the children's `VmRSS` from `/proc`, each counted at no less than
+//!   [`PoolConfig::per_process_mib`] (a child that just launched has not grown yet; without
+//!   that floor a burst of starts all fit while each is still small). A turn on a live
 //!   child needs no room; it waits only when others are already waiting for room (it queues
 //!   behind them, so a session that talks without pause cannot starve them).
 //! - **Idleness.** [`SharedPool::sweep`] (the host calls it periodically) parks each idle
@@ -50,6 +52,8 @@
 //! given `now`, so tests control it.
 
 mod decide;
+#[cfg(test)]
+mod tests;
 
 pub use decide::{ParkDecision, ParkPolicy, decide_park};
 
@@ -171,7 +175,8 @@ enum Phase {
     Idle,
     /// A turn or a start holds it: its child counts (or is about to launch) and is never parked.
     Busy,
-    /// A park was enqueued and has not finished: its child still counts.
+    /// A park was enqueued and has not finished: its child still runs, and the budgets count
+    /// it as room being made (see [`Registry::room_for`]).
     Parking,
 }
 
@@ -242,6 +247,37 @@ enum Room {
     Wait,
 }
 
+/// Live children and their memory, as the budgets count them.
+#[derive(Default)]
+struct Budgeted {
+    count: usize,
+    memory_mib: f64,
+}
+
+impl Budgeted {
+    fn add(&mut self, rss_mib: f64, config: &PoolConfig) {
+        self.count += 1;
+        // A child that just launched has not grown yet (it reaches ~200 MiB after its first
+        // turns), so it is counted at no less than the estimate a new child is given.
+        self.memory_mib += rss_mib.max(config.per_process_mib as f64);
+    }
+
+    /// Which budget one more child would exceed, if any.
+    fn over_with_one_more(&self, config: &PoolConfig) -> Option<ParkReason> {
+        if self.count + 1 > config.max_processes.max(1) {
+            Some(ParkReason::ProcessBudget)
+        } else if self.count > 0
+            && self.memory_mib + config.per_process_mib as f64 > config.memory_budget_mib as f64
+        {
+            // With nothing else live the session runs even if the estimate alone is over the
+            // budget: waiting would never make room.
+            Some(ParkReason::MemoryBudget)
+        } else {
+            None
+        }
+    }
+}
+
 /// A park enqueued on a driver, to be awaited outside the lock.
 struct PendingPark {
     key: String,
@@ -251,10 +287,16 @@ struct PendingPark {
 
 impl Registry {
     /// Whether one more child fits beside the live ones other than `key`'s, and if not, which
-    /// idle session to park.
+    /// idle session to park — or whether to wait for the parks already under way.
+    ///
+    /// A child being parked still runs (stopping one can take seconds), but it is room already
+    /// being made, not a reason to make more: the budgets are checked against the other
+    /// children, and when those fit, the head waits for the parks to end. (Counting it as live
+    /// parked one more idle session at every look — one each [`RECHECK`] — while a stop was
+    /// slow, and its user paid a resume for nothing.)
     fn room_for(&mut self, key: &str, config: &PoolConfig) -> Room {
-        let mut count = 0usize;
-        let mut memory = 0.0;
+        let mut staying = Budgeted::default();
+        let mut parking = Budgeted::default();
         let mut lru: Option<(Instant, &String)> = None;
         for (k, e) in self.sessions.iter_mut() {
             if k == key {
@@ -272,29 +314,31 @@ impl Registry {
                 },
                 Phase::Busy | Phase::Parking => e.rss_mib(config),
             };
-            count += 1;
-            // A child that just launched has not grown yet (it reaches ~200 MiB after its first
-            // turns), so it is counted at no less than the estimate a new child is given.
-            memory += rss.max(config.per_process_mib as f64);
+            let held = if e.phase == Phase::Parking {
+                &mut parking
+            } else {
+                &mut staying
+            };
+            held.add(rss, config);
             if e.phase == Phase::Idle && lru.is_none_or(|(t, _)| e.last_used < t) {
                 lru = Some((e.last_used, k));
             }
         }
-        let reason = if count + 1 > config.max_processes.max(1) {
-            ParkReason::ProcessBudget
-        } else if count > 0
-            && memory + config.per_process_mib as f64 > config.memory_budget_mib as f64
-        {
-            // With nothing else live the session runs even if the estimate alone is over the
-            // budget: waiting would never make room.
-            ParkReason::MemoryBudget
-        } else {
-            return Room::Fits;
+        if let Some(reason) = staying.over_with_one_more(config) {
+            return match lru {
+                Some((_, victim)) => Room::Park(victim.clone(), reason),
+                // Every other child that stays is in a turn: wait for one to end.
+                None => Room::Wait,
+            };
+        }
+        let all = Budgeted {
+            count: staying.count + parking.count,
+            memory_mib: staying.memory_mib + parking.memory_mib,
         };
-        match lru {
-            Some((_, victim)) => Room::Park(victim.clone(), reason),
-            // Every other live child is in a turn or already being parked: wait for one.
-            None => Room::Wait,
+        match all.over_with_one_more(config) {
+            None => Room::Fits,
+            // The parks under way make the room: wait for them to end.
+            Some(_) => Room::Wait,
         }
     }
 

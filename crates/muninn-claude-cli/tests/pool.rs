@@ -23,20 +23,6 @@ fn live_keys(pool: &SharedPool) -> Vec<String> {
     pool.live().into_iter().map(|s| s.key).collect()
 }
 
-/// The pool's live keys once they are `expected`: a park the pool asked for completes in the
-/// parked session's own driver task, which a loaded machine may run a moment later (the
-/// session shows as parking until then).
-async fn live_keys_settle(pool: &SharedPool, expected: &[&str]) -> Vec<String> {
-    for _ in 0..500 {
-        let live = live_keys(pool);
-        if live == expected {
-            return live;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    live_keys(pool)
-}
-
 /// A backend of `r`'s sim under session `id`, in `pool` as `key`.
 fn pooled(r: &Rig, pool: &SharedPool, key: &str, id: &str) -> ClaudeCliBackend {
     let mut b = ClaudeCliBackend::new(CliConfig {
@@ -81,7 +67,7 @@ async fn a_pool_of_two_parks_the_idle_session_and_resumes_it_with_its_history() 
     assert!(o.usage.cache_read > 0, "{:?}", o.usage);
     a_resumed_with_its_history_parking_b(&a, &r.sim, &pool, ids[0]);
     wait_dead(pids[1]).await;
-    assert_eq!(live_keys_settle(&pool, &["a", "c"]).await, ["a", "c"]);
+    assert_eq!(live_keys(&pool), ["a", "c"]);
 
     // An idle sweep: c has been idle 20 s with no gaps to go by (a coin flip over the horizon,
     // so parked); a spoke a second ago.
@@ -138,9 +124,11 @@ async fn a_was_parked_and_its_child_ended(pool: &SharedPool, pids: &[u32]) {
             s.key, s.pid, s.rss_mib
         );
     }
-    let live = live_keys_settle(pool, &["b", "c"]).await;
-    // Said when it fails (seen once in a loaded CI run, b missing): what the pool did, and
+    // Final once c's start returned: the pool gives c its room only when a's park has ended
+    // (and parks nothing else meanwhile, however long a's child takes to stop:
+    // `a_slow_park_is_waited_for_not_doubled`). Said when it fails: what the pool did, and
     // whether each child's process is still there.
+    let live = live_keys(pool);
     assert_eq!(
         live,
         ["b", "c"],
@@ -210,6 +198,93 @@ fn a_resumed_with_its_history_parking_b(
             session_id: session_id.into()
         }
     );
+}
+
+/// A `claude` that stops slowly: the real CLI behind a shell that, once the CLI has exited,
+/// waits `delay_ms` before it exits itself — so a park (stdin closed, the child waited for)
+/// takes that long, as stopping a CLI child does on a loaded machine.
+fn slow_to_stop(r: &Rig, bin: &std::path::Path, delay_ms: u64) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let wrapper = r.dir.path().join("claude-slow-to-stop");
+    let script = format!(
+        "#!/bin/sh\n'{}' \"$@\"\nstatus=$?\nsleep {}.{:03}\nexit $status\n",
+        bin.display(),
+        delay_ms / 1000,
+        delay_ms % 1000
+    );
+    std::fs::write(&wrapper, script).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    wrapper
+}
+
+/// Parking one session is enough room for one more, however long its child takes to stop: the
+/// pool waits for that park instead of parking the next idle session too (it did when a stop
+/// took longer than the pool's 250 ms re-look, parking b with a when c started and both b and c
+/// when a resumed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_park_is_waited_for_not_doubled() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin.clone(), "a2f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a").await;
+    // Four times the pool's re-look interval.
+    r.config.bin = slow_to_stop(&r, &bin, 1_000);
+    let (clock, secs) = test_clock();
+    let set = |s: u64| secs.store(s, std::sync::atomic::Ordering::SeqCst);
+    let pool = SharedPool::with_clock(
+        PoolConfig {
+            max_processes: 2,
+            ..PoolConfig::default()
+        },
+        clock,
+    );
+    let mut a = pooled(&r, &pool, "a", "a2f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5a");
+    let mut b = pooled(&r, &pool, "b", "a2f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5b");
+    let mut c = pooled(&r, &pool, "c", "a2f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a5c");
+    // The sessions parked for room, in order.
+    let parked = |pool: &SharedPool| -> Vec<String> {
+        pool.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                PoolEvent::Parked {
+                    key,
+                    reason: ParkReason::ProcessBudget,
+                    ..
+                } => Some(key),
+                _ => None,
+            })
+            .collect()
+    };
+    set(0);
+    a.start(spec("a")).await.unwrap();
+    set(10);
+    b.start(spec("b")).await.unwrap();
+    // c needs a second slot: a, least recently used, is parked, and only a.
+    set(20);
+    c.start(spec("c")).await.unwrap();
+    // Asked through each driver, which takes one command at a time: a park the pool enqueued
+    // on a driver, finished or not, comes before this question, so the answers are final.
+    assert_eq!(a.child_pid().await, None, "a was parked");
+    assert!(
+        b.child_pid().await.is_some(),
+        "b was parked too: {:?}",
+        pool.events()
+    );
+    assert!(c.child_pid().await.is_some());
+    assert_eq!(parked(&pool), ["a"], "{:?}", pool.events());
+    assert_eq!(live_keys(&pool), ["b", "c"]);
+    // a's turn relaunches it: b, now least recently used, is parked, and only b.
+    set(30);
+    ok(a.turn(TurnInput::text("slow a one")).await);
+    assert_eq!(b.child_pid().await, None, "b was parked");
+    assert!(
+        c.child_pid().await.is_some(),
+        "c was parked too: {:?}",
+        pool.events()
+    );
+    assert_eq!(parked(&pool), ["a", "b"], "{:?}", pool.events());
+    assert_eq!(live_keys(&pool), ["a", "c"]);
+    for backend in [&mut a, &mut b, &mut c] {
+        backend.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
