@@ -19,8 +19,6 @@
 //! - [`cluster`] and [`instance`] — several hosts on one database: wake-ups across hosts,
 //!   presence, and the proof that a lease's holder is gone (a crashed earlier process of this
 //!   data directory, or a host whose database session ended), so its Minds move at once.
-//! - [`regular_file`] — opening a file read as data (configuration, a Self tool's read) only if
-//!   it is a regular file, never waiting on a named pipe.
 //! - [`crash_points`] — named places where a test's `MUNINN_FAULT` stops the process dead
 //!   (inert unless armed), for the crash harness.
 //! - [`dashboard`] — server-rendered pages (HTML, inline SVG charts) over the store and the
@@ -44,7 +42,6 @@ pub mod crash_points;
 pub mod dashboard;
 pub mod http;
 pub mod instance;
-pub mod regular_file;
 pub mod runtime;
 pub mod telemetry;
 

@@ -513,7 +513,7 @@ fn within_10_s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'st
 }
 
 /// A named pipe where the configuration names a file — `muninn.toml` itself, a doctrine, a
-/// persona state, a secret's file — is refused at once as not a regular file. Each was opened
+/// persona state, a secret's file — is refused at once as not a file. Each was opened
 /// for reading, which waits for a writer for ever: `serve` and `doctor` hung at load, and a
 /// doctrine replaced by a pipe after the load hung the Mind's next turn, on a runtime thread.
 #[test]
@@ -527,7 +527,7 @@ fn a_named_pipe_named_by_the_configuration_is_refused_not_waited_on() {
         nix::unistd::mkfifo(&at, nix::sys::stat::Mode::S_IRWXU).unwrap();
         at
     };
-    let refused = "not a regular file";
+    let refused = "not a file nor a folder (a pipe, socket or device)";
 
     pipe("doctrine.md");
     let mind = config.minds[0].clone();
