@@ -501,6 +501,74 @@ fn a_secret_file_over_its_bound_is_refused_without_being_read_whole() {
     );
 }
 
+/// `f`'s answer, or a failure naming `what` if it has none within 10 s (the thread is left
+/// behind: it is what was stuck).
+fn within_10_s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("{what} still waiting on the named pipe after 10 s"))
+}
+
+/// A named pipe where the configuration names a file — `muninn.toml` itself, a doctrine, a
+/// persona state, a secret's file — is refused at once as not a file. Each was opened
+/// for reading, which waits for a writer for ever: `serve` and `doctor` hung at load, and a
+/// doctrine replaced by a pipe after the load hung the Mind's next turn, on a runtime thread.
+#[test]
+fn a_named_pipe_named_by_the_configuration_is_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), VALID);
+    let config = Config::load(Some(&path)).unwrap();
+    let pipe = |name: &str| {
+        let at = dir.path().join(name);
+        let _ = std::fs::remove_file(&at);
+        nix::unistd::mkfifo(&at, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        at
+    };
+    let refused = "not a file nor a folder (a pipe, socket or device)";
+
+    pipe("doctrine.md");
+    let mind = config.minds[0].clone();
+    let error = within_10_s("read_doctrine", move || mind.read_doctrine())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains(refused), "{error}");
+    let load = path.clone();
+    let error = within_10_s("the load", move || Config::load(Some(&load)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("doctrine[0]") && error.contains(refused),
+        "{error}"
+    );
+
+    std::fs::remove_file(dir.path().join("doctrine.md")).unwrap();
+    write(dir.path(), VALID);
+    pipe("persona.json");
+    let load = path.clone();
+    let error = within_10_s("the load", move || Config::load(Some(&load)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("persona_state") && error.contains(refused),
+        "{error}"
+    );
+
+    let toml = pipe("piped.toml");
+    let error = within_10_s("the load", move || Config::load(Some(&toml))).unwrap_err();
+    assert!(matches!(error, ConfigError::Read { .. }), "{error}");
+    assert!(error.to_string().contains(refused), "{error}");
+
+    let source = muninn_host::config::SecretSource {
+        file: Some(pipe("vala.token")),
+        env: None,
+    };
+    let error = within_10_s("the secret's read", move || source.read(&|_| None)).unwrap_err();
+    assert!(error.contains(refused), "{error}");
+}
+
 /// Each bad value of the Matrix settings (the host's `[matrix]` and a Mind's account): the text
 /// of the valid Matrix config it replaces, what it is replaced with, and the field its error
 /// must name.

@@ -36,6 +36,14 @@ pub fn open_regular(path: &Path) -> io::Result<Opened> {
     }
     let file = options.open(path)?;
     let meta = file.metadata()?;
+    // Said apart from the rest: a reader outside the walk (a file the host's configuration names,
+    // a Self tool's read) may be given a directory, which is no pipe, socket or device.
+    if meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::IsADirectory,
+            "a directory, not a file",
+        ));
+    }
     if !meta.is_file() {
         return Err(not_a_file());
     }

@@ -28,6 +28,11 @@ struct Supervised {
     /// When its account began to run (after its restart wait).
     started: Instant,
     backoff: Backoff,
+    /// Panics in a row (reset with the backoff). The account reports `opening` and `open` at
+    /// each reopen, which ends the host's count of failures in a row, so a loop of panics (a
+    /// bug met again at every reopen, say on the same sync answer) showed as its first panic,
+    /// every time: the report itself says how many there were.
+    panics: u32,
 }
 
 /// Runs every account in `contexts` until `stop` turns true, restarting those that panic.
@@ -62,6 +67,7 @@ pub(crate) async fn run_accounts(
                 context,
                 started,
                 backoff,
+                panics: 0,
             },
         );
     }
@@ -85,12 +91,19 @@ pub(crate) async fn run_accounts(
         }
         if gone.started.elapsed() >= STEADY {
             gone.backoff.reset();
+            gone.panics = 0;
         }
         let wait = gone.backoff.step();
-        tracing::error!(%mind, panic = %why, "matrix: an account's task panicked; opening it again in {wait:?}");
+        gone.panics = gone.panics.saturating_add(1);
+        let panics = gone.panics;
+        tracing::error!(%mind, panic = %why, panics,
+            "matrix: an account's task panicked ({panics} in a row); opening it again in {wait:?}");
         gone.context.health(crate::AccountHealth::Failing {
             stage: "panic",
-            error: format!("the account's task panicked: {why}"),
+            error: format!(
+                "the account's task panicked ({panics} in a row; opened again in {} s): {why}",
+                wait.as_secs()
+            ),
         });
         let id = start(&mut tasks, gone.context.clone(), wait);
         gone.started = Instant::now() + wait;

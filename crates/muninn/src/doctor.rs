@@ -371,14 +371,17 @@ const VERSION_WAIT: Duration = Duration::from_secs(10);
 /// The most bytes of `--version` output read (a version line is a few dozen).
 const VERSION_MAX_BYTES: u64 = 4096;
 
-/// What `bin --version` prints (its first [`VERSION_MAX_BYTES`], trimmed), within `wait`.
+/// What `bin --version` prints (its first line, at most [`VERSION_MAX_BYTES`], trimmed),
+/// within `wait`.
 ///
 /// Run in its own process group, which is killed when the wait runs out: a binary that never
 /// answers (a wrapper waiting on something, a wrong file) used to hang `muninn doctor` for
 /// ever, with nothing printed — `output()` waits for the child and for its stdout to close,
-/// which a process the child started keeps open.
+/// which a process the child started keeps open. The answer is its first line, taken as soon
+/// as it ends: waiting for the end of the output failed a binary that printed its version and
+/// lingered (or left a process holding its output) as one that did not answer.
 fn version_of(bin: &Path, wait: Duration) -> std::io::Result<String> {
-    use std::io::Read as _;
+    use std::io::{BufRead as _, Read as _};
     use std::os::unix::process::CommandExt as _;
     let mut child = std::process::Command::new(bin)
         .arg("--version")
@@ -387,13 +390,14 @@ fn version_of(bin: &Path, wait: Duration) -> std::io::Result<String> {
         .stderr(std::process::Stdio::null())
         .process_group(0)
         .spawn()?;
-    let mut stdout = child.stdout.take().map(|out| out.take(VERSION_MAX_BYTES));
+    let stdout = child.stdout.take();
+    let mut stdout = stdout.map(|out| std::io::BufReader::new(out.take(VERSION_MAX_BYTES)));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut bytes = Vec::new();
         let read = stdout
             .as_mut()
-            .map_or(Ok(0), |out| out.read_to_end(&mut bytes));
+            .map_or(Ok(0), |out| out.read_until(b'\n', &mut bytes));
         // The receiver is gone only once doctor gave up on the child.
         let _ = tx.send(read.map(|_| bytes));
     });

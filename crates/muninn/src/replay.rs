@@ -272,14 +272,21 @@ type Priced<'a> = (&'a Trace, &'a muninn_core::price::ModelPrice);
 const MAX_PRICES_BYTES: u64 = 1 << 20;
 
 /// The price table in `path` (TOML), else the embedded one. Every command that takes
-/// `--prices` (or `prices =`) reads it through here.
+/// `--prices` (or `prices =`) reads it through here. Only a regular file is read, opened as the
+/// import opens its files (never blocking): a named pipe there was opened and waited on for a
+/// writer, for ever, with nothing printed.
 pub(crate) fn load_prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceTable> {
     Ok(match path {
         Some(path) => {
             use std::io::Read;
             let mut text = String::new();
-            std::fs::File::open(path)
-                .and_then(|file| file.take(MAX_PRICES_BYTES + 1).read_to_string(&mut text))
+            muninn_import::open_regular(path)
+                .and_then(|opened| {
+                    opened
+                        .file
+                        .take(MAX_PRICES_BYTES + 1)
+                        .read_to_string(&mut text)
+                })
                 .with_context(|| format!("reading {}", path.display()))?;
             if text.len() as u64 > MAX_PRICES_BYTES {
                 anyhow::bail!(

@@ -311,23 +311,65 @@ fn replay_closed_loop_does_not_block_on_a_named_pipe() {
     );
 }
 
-/// `--prices` naming something that is no price table (here `/dev/zero`) was read until memory
-/// ran out; it is refused past 1 MiB, naming the path.
+/// `--prices` naming something that is no price table was read until memory ran out: a file
+/// past 1 MiB is refused naming the path, and a device (here `/dev/zero`) is not read at all.
 #[test]
 fn prices_past_their_size_limit_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let large = tmp.path().join("prices.toml");
+    std::fs::write(&large, "#".repeat(1_048_577)).unwrap();
+    let csv = import_fixture("tracelab/rounds.csv");
+    for command in ["replay", "check-cache"] {
+        for (prices, refused) in [
+            (
+                large.display().to_string(),
+                format!(
+                    "{}: longer than 1048576 bytes, not a price table",
+                    large.display()
+                ),
+            ),
+            (
+                "/dev/zero".to_string(),
+                "not a file nor a folder (a pipe, socket or device)".to_string(),
+            ),
+        ] {
+            let out = muninn_within_bound(&[
+                command,
+                "--quiet",
+                "--prices",
+                &prices,
+                csv.to_str().unwrap(),
+            ]);
+            assert!(!out.status.success());
+            let stderr = String::from_utf8(out.stderr).unwrap();
+            assert!(stderr.contains(&refused), "{stderr}");
+        }
+    }
+}
+
+/// `--prices` naming a named pipe (`muninn serve` reads its `prices =` through the same code)
+/// opened it, which with no writer waits for ever: the command hung with nothing printed. It
+/// is refused at once now, naming the path and why.
+#[test]
+fn prices_naming_a_named_pipe_are_refused_not_waited_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pipe = tmp.path().join("prices.toml");
+    let made = Command::new("mkfifo").arg(&pipe).status();
+    assert!(made.unwrap().success());
     let csv = import_fixture("tracelab/rounds.csv");
     for command in ["replay", "check-cache"] {
         let out = muninn_within_bound(&[
             command,
             "--quiet",
             "--prices",
-            "/dev/zero",
+            pipe.to_str().unwrap(),
             csv.to_str().unwrap(),
         ]);
         assert!(!out.status.success());
         let stderr = String::from_utf8(out.stderr).unwrap();
         assert!(
-            stderr.contains("/dev/zero: longer than 1048576 bytes, not a price table"),
+            stderr.contains(&format!("reading {}", pipe.display()))
+                && stderr.contains("not a file nor a folder (a pipe, socket or device)"),
             "{stderr}"
         );
     }

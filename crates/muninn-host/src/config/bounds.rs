@@ -37,11 +37,14 @@ pub const CONFIG_FILE_MAX_BYTES: u64 = 1 << 20;
 /// byte more says it is larger). A path pointing at a log, a dump or a device used to be read
 /// whole into memory — at load, and a doctrine and a persona state again at every turn —
 /// and the doctrine then went into every request; now it is an error naming the file and
-/// the limit (at load, the field; at a turn, the Mind `retrying` with it).
+/// the limit (at load, the field; at a turn, the Mind `retrying` with it). Only a regular
+/// file is read, opened without blocking ([`muninn_import::open_regular`]): a named pipe there
+/// was waited on for a writer, for ever, hanging the load or the turn.
 pub fn read_config_file(path: &Path) -> std::io::Result<String> {
     use std::io::Read as _;
     let mut bytes = Vec::new();
-    std::fs::File::open(path)?
+    muninn_import::open_regular(path)?
+        .file
         .take(CONFIG_FILE_MAX_BYTES + 1)
         .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > CONFIG_FILE_MAX_BYTES {

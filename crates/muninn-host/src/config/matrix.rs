@@ -85,7 +85,9 @@ pub const SECRET_MAX_BYTES: usize = 64 * 1024;
 fn read_bounded(path: &Path) -> Result<String, String> {
     use std::io::Read;
     let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
-    let file = std::fs::File::open(path).map_err(cannot)?;
+    // Only a regular file, opened without blocking: a named pipe there was waited on for a
+    // writer, for ever.
+    let file = muninn_import::open_regular(path).map_err(cannot)?.file;
     let mut bytes = Vec::new();
     let limit = u64::try_from(SECRET_MAX_BYTES).unwrap_or(u64::MAX);
     file.take(limit.saturating_add(1))

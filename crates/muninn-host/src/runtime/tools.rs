@@ -311,25 +311,21 @@ fn integer_field(input: &Value, key: &str) -> Result<Option<u64>, String> {
 /// At most [`MAX_FILE_BYTES`] of a file as text, and whether there was more. A file that is not
 /// UTF-8 text (within what was read) is refused, and so is anything but a regular file.
 ///
-/// The file is opened non-blocking and checked on the open descriptor: a named pipe (or a
-/// device) in the workspace used to be opened and read like a file, and opening a FIFO for
-/// reading waits for a writer — for ever. The call held a blocking thread, the Self run and its
-/// runner's step (the Mind `RUNNING`, nothing logged), and the host's shutdown, which waits for
-/// the step. A `grep` over the workspace opened every such entry it walked past.
+/// The file is opened by [`muninn_import::open_regular`] (non-blocking, then checked on the
+/// open descriptor): a named pipe (or a device) in the
+/// workspace used to be opened and read like a file, and opening a FIFO for reading waits for
+/// a writer — for ever. The call held a blocking thread, the Self run and its runner's step
+/// (the Mind `RUNNING`, nothing logged), and the host's shutdown, which waits for the step. A
+/// `grep` over the workspace opened every such entry it walked past.
 fn read_bounded(path: &Path) -> Result<(String, bool), String> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let kind = file.metadata().map_err(|e| e.to_string())?.file_type();
-    if kind.is_dir() {
-        return Err("a directory, not a file (list it with list_dir)".to_string());
-    }
-    if !kind.is_file() {
-        return Err("not a regular file (a pipe, socket or device): not read".to_string());
-    }
+    let file = muninn_import::open_regular(path)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::IsADirectory => {
+                "a directory, not a file (list it with list_dir)".to_string()
+            }
+            _ => e.to_string(),
+        })?
+        .file;
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -490,7 +486,10 @@ mod tests {
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("the tools still waiting on the FIFO after 10 s");
         assert!(read.is_error, "{read:?}");
-        assert!(read.content.contains("not a regular file"), "{read:?}");
+        assert!(
+            read.content.contains("a pipe, socket or device"),
+            "{read:?}"
+        );
         assert_eq!(
             grep,
             ToolOutput::ok("src/a.rs:2: // needle one\nsrc/deep/b.rs:1: needle two\n".to_string())
