@@ -277,3 +277,48 @@ async fn a_restart_after_a_lost_brief_append_answer_runs_the_brief_once_in_a_new
     settle(&mut restarted).await;
     brief_exactly_once(&w, seq, 3, 2).await;
 }
+
+/// A run whose brief was sent — answered, even, and a Claude Code run may have edited files by
+/// then — and whose host died before its end was committed leaves nothing after the brief's
+/// item but the mark that it was asked: the next holder reports it interrupted, saying that
+/// nothing of the run was recorded, and does not ask the model again (which would repeat
+/// whatever the run did). Only a brief that was never asked is run again (above).
+#[tokio::test]
+async fn a_brief_asked_before_its_host_died_is_reported_interrupted_not_run_again() {
+    let (w, faults) = crate::runtime::faulty_world("").await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    brief(&w, "Summarise the open issues.").await;
+    settle(&mut r).await;
+    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    // The run's end is refused, held for the next step; the host dies before that step.
+    faults.fail_commits(1);
+    let e = r.step().await.unwrap_err();
+    assert!(matches!(e, RuntimeError::Held(_)), "{e}");
+    drop(r);
+    let mut restarted = runner(&w, mind(""), "host-a");
+    settle(&mut restarted).await;
+    let shown = self_requests(&w)
+        .iter()
+        .filter(|r| user_texts(r).last().is_some_and(|t| t.contains(PROBE)))
+        .count();
+    assert_eq!(shown, 1, "requests whose new brief is the probe");
+    let stored = stored_brief(&w, seq).await;
+    assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
+    let reports: Vec<String> = w
+        .host
+        .store
+        .pending_deliveries("vala", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.source_id == format!("self-brief-{seq}"))
+        .map(|d| d.text)
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].starts_with(&format!("Self run {seq} was interrupted: "))
+            && reports[0].contains("before anything of the run was recorded"),
+        "{reports:?}"
+    );
+}

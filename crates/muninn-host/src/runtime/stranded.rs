@@ -11,14 +11,16 @@
 //! if nothing had happened — instead of telling it the run was interrupted and to ask again
 //! (which would pay for the work twice).
 //!
-//! A run its holder left with nothing recorded after its brief — the brief's item ends the Self
-//! transcript: the host stopped between recording the brief and asking the model, or while the
-//! first request was in flight — is run again by the new holder, in a new segment (no session
-//! continues one that ends unanswered): the model was shown it at most once before, and nothing
-//! of the run is in the ledger. Like a Persona batch asked again after a kill, a request cut by
-//! the kill is billed twice; a brief failed instead would cost a Persona turn and, asked again,
-//! the same request. A brief this runner holds (its append unconfirmed, `attempt.rs`) is its
-//! own to finish, and passed by.
+//! A run its holder left before the brief was sent — the brief's item, unmarked, ends the Self
+//! transcript: the host stopped between recording the brief and marking it asked
+//! (`attempt.rs`) — is run again by the new holder, in a new segment (no session continues one
+//! that ends unanswered): the model was never shown it, and nothing of the run happened. A run
+//! whose mark ends the transcript was sent and recorded nothing since: its request was in
+//! flight, or its answer uncommitted, or — a Claude Code run, which records nothing until it
+//! ends — its tools may have edited files and run commands. It is never run again (that would
+//! do its work twice): it is failed as interrupted, its result saying that it may have acted
+//! and nothing of it was recorded. A brief this runner holds (its append or mark unconfirmed,
+//! `attempt.rs`) is its own to finish, and passed by.
 //!
 //! Any other run is not resumed: its requests and tool results up to the crash are in the ledger and
 //! the transcript exactly once, and re-running the brief would send work the Mind already paid
@@ -26,7 +28,7 @@
 //! finished, under the brief's own source id: a crash between the two posts nothing twice, and
 //! the next recovery finishes the brief.
 
-use super::attempt::HeldBrief;
+use super::attempt::{ASKED, HeldBrief, MARKS};
 use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
 use muninn_store::{BriefStatus, FencingToken, Role, TranscriptKind};
@@ -51,13 +53,24 @@ impl StrandedBy {
         }
     }
 
-    /// What the stranded brief's result says stopped it.
-    fn why(by: Option<&StrandedBy>) -> String {
+    /// What the stranded brief's result says stopped it. `asked_only`: its brief was sent and
+    /// nothing of the run was recorded after it.
+    fn why(by: Option<&StrandedBy>, asked_only: bool) -> String {
         let stopped = match by {
             None => "its host stopped (a crash, a kill or a lost lease)".to_string(),
             Some(StrandedBy { store: true, error }) => format!("the store failed ({error})"),
             Some(StrandedBy { error, .. }) => format!("its step failed ({error})"),
         };
+        if asked_only {
+            // Not "in the transcript": nothing is. A Claude Code run records nothing until it
+            // ends, though its tools may have edited files and run commands by then.
+            return format!(
+                "{stopped} after the brief was sent and before anything of the run was \
+                 recorded; it may have acted (a Claude Code run's tools work before its end is \
+                 recorded), and it was not run again so that nothing is done twice: check what \
+                 it did and ask again if it is still wanted"
+            );
+        }
         format!(
             "{stopped} before the run finished; what it did until then is in the transcript \
              and the ledger, and it was not resumed: ask again if it is still wanted"
@@ -70,6 +83,19 @@ struct CommittedEnd {
     result: String,
     status: BriefStatus,
     verb: String,
+}
+
+/// How far a running brief's run got, by the Self transcript's last item (`attempt.rs` marks a
+/// brief as asked before it is sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunTail {
+    /// The brief's item, unmarked: the brief was never sent.
+    NeverAsked,
+    /// Its mark: sent, and nothing of the run recorded since (it may have acted all the same).
+    AskedOnly,
+    /// Anything else: the run recorded some of its work, or the brief was recorded by a host
+    /// that did not mark its asks.
+    Other,
 }
 
 /// The most stranded briefs one step recovers (a Mind runs one brief at a time, so more than
@@ -95,16 +121,16 @@ impl<B: Backend> MindRunner<B> {
             .store
             .briefs(&self.mind.id, Some(BriefStatus::Running), RECOVER_AT_MOST)
             .await?;
-        let result = StrandedBy::why(self.stranded_by.as_ref());
         for brief in running {
             if self.held_brief.as_ref().map(|h| h.brief.seq) == Some(brief.seq) {
                 continue;
             }
             // Only a previous holder's run (a new lease, or a new runner: its sessions are
             // rebuilt, not the ones a live renderer may have taken the brief into).
+            let tail = self.run_tail(brief.seq).await?;
             if self.stranded_by.is_none()
                 && self.held_brief.is_none()
-                && self.never_answered(brief.seq).await?
+                && tail == RunTail::NeverAsked
             {
                 tracing::warn!(
                     mind = %self.mind.id,
@@ -129,6 +155,7 @@ impl<B: Backend> MindRunner<B> {
                     .await?;
                 continue;
             }
+            let result = StrandedBy::why(self.stranded_by.as_ref(), tail == RunTail::AskedOnly);
             tracing::warn!(
                 mind = %self.mind.id,
                 brief = brief.seq,
@@ -168,16 +195,26 @@ impl<B: Backend> MindRunner<B> {
         }))
     }
 
-    /// Whether brief `seq`'s item ends the Self transcript: nothing of its run was recorded.
-    async fn never_answered(&self, seq: i64) -> Result<bool, RuntimeError> {
+    /// How far brief `seq`'s run got, by what ends the Self transcript.
+    async fn run_tail(&self, seq: i64) -> Result<RunTail, RuntimeError> {
         let tail = self
             .host
             .store
             .transcript_tail(&self.mind.id, Role::SelfRole, 1)
             .await?;
-        Ok(tail.last().is_some_and(|i| {
-            i.kind == TranscriptKind::Brief && i.body["brief"].as_i64() == Some(seq)
-        }))
+        let is = |kind: TranscriptKind, key: &str| {
+            tail.last()
+                .is_some_and(|i| i.kind == kind && i.body[key].as_i64() == Some(seq))
+        };
+        // A brief recorded by a host that did not mark its asks may have been sent.
+        let marks = tail.last().is_some_and(|i| i.body[MARKS] == true);
+        Ok(if is(TranscriptKind::Brief, "brief") && marks {
+            RunTail::NeverAsked
+        } else if is(TranscriptKind::Notice, ASKED) {
+            RunTail::AskedOnly
+        } else {
+            RunTail::Other
+        })
     }
 
     /// Fails a running brief with `result` and tells the Persona (`Self run N {verb}: …`).
