@@ -323,6 +323,52 @@ async fn a_brief_asked_before_its_host_died_is_reported_interrupted_not_run_agai
     );
 }
 
+/// A brief held because its append was refused (nothing landed) when its host loses the lease:
+/// the next holder finds it `running` with no item of it in the Self transcript — never sent —
+/// and fails it saying exactly that, once. Before, its result told the Persona that "what it
+/// did until then is in the transcript and the ledger" of a run that never began. It is not
+/// run: a failure report of it may have been posted already (`stranded.rs`).
+#[tokio::test]
+async fn a_held_brief_that_never_landed_is_reported_never_sent_by_the_next_holder() {
+    let (w, faults) = crate::runtime::faulty_world("").await;
+    let mut a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    brief(&w, "Summarise the open issues.").await;
+    settle(&mut a).await;
+    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    faults.refuse_appends(1);
+    a.step().await.unwrap_err();
+    w.sim.advance_clock(w.host.config.lease_ttl_ms + 1_000);
+    let mut b = runner(&w, mind(""), "host-b");
+    settle(&mut b).await;
+    assert_eq!(a.step().await.unwrap(), Step::NotLeader);
+    settle(&mut b).await;
+
+    let shown = self_requests(&w)
+        .iter()
+        .filter(|r| user_texts(r).concat().contains(PROBE))
+        .count();
+    assert_eq!(shown, 0, "requests showing the probe");
+    let stored = stored_brief(&w, seq).await;
+    assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
+    let reports: Vec<String> = w
+        .host
+        .store
+        .pending_deliveries("vala", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.source_id == format!("self-brief-{seq}"))
+        .map(|d| d.text)
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].starts_with(&format!("Self run {seq} was interrupted: its host stopped"))
+            && reports[0].contains("before the brief was recorded or sent to the model"),
+        "{reports:?}"
+    );
+}
+
 /// Steps a Claude Code runner until it idles, each step a new wake (a Persona turn reads each
 /// report in between); every step must succeed.
 async fn settle_cli(r: &mut MindRunner<muninn_host::backends::AnyBackend>) {

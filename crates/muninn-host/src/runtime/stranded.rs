@@ -13,8 +13,11 @@
 //!
 //! A run its holder left before the brief was sent — the brief's item, unmarked, ends the Self
 //! transcript: the host stopped between recording the brief and marking it asked
-//! (`attempt.rs`) — is run again by the new holder, in a new segment (no session continues one
-//! that ends unanswered): the model was never shown it, and nothing of the run happened. A run
+//! (`attempt.rs`) — is run by the new holder, in a new segment (no session continues a
+//! segment that ends unanswered): the model was never shown it, and nothing of the run
+//! happened. A brief with no item at all (its append never landed) was never sent either; it
+//! is failed, its result saying exactly that (`RunTail::Unrecorded` says why it is not run). A
+//! run
 //! whose mark ends the transcript was sent and recorded nothing since: its request was in
 //! flight, or its answer uncommitted, or — a Claude Code run, which records nothing until it
 //! ends — its tools may have edited files and run commands. It is never run again (that would
@@ -53,15 +56,21 @@ impl StrandedBy {
         }
     }
 
-    /// What the stranded brief's result says stopped it. `asked_only`: its brief was sent and
-    /// nothing of the run was recorded after it.
-    fn why(by: Option<&StrandedBy>, asked_only: bool) -> String {
+    /// What the stranded brief's result says stopped it, and how far its run got (`tail`).
+    fn why(by: Option<&StrandedBy>, tail: RunTail) -> String {
         let stopped = match by {
             None => "its host stopped (a crash, a kill or a lost lease)".to_string(),
             Some(StrandedBy { store: true, error }) => format!("the store failed ({error})"),
             Some(StrandedBy { error, .. }) => format!("its step failed ({error})"),
         };
-        if asked_only {
+        if tail == RunTail::Unrecorded {
+            // Not "in the transcript", nor "not resumed": nothing of it was recorded or sent.
+            return format!(
+                "{stopped} before the brief was recorded or sent to the model, so nothing of it \
+                 ran: ask again if it is still wanted"
+            );
+        }
+        if tail == RunTail::AskedOnly {
             // Not "in the transcript": nothing is. A Claude Code run records nothing until it
             // ends, though its tools may have edited files and run commands by then.
             return format!(
@@ -93,10 +102,19 @@ enum RunTail {
     NeverAsked,
     /// Its mark: sent, and nothing of the run recorded since (it may have acted all the same).
     AskedOnly,
-    /// Anything else: the run recorded some of its work, or the brief was recorded by a host
-    /// that did not mark its asks.
+    /// No item of the brief at all: its append never landed (refused, or its host stopped
+    /// first), so it was never sent. Failed all the same, saying so: a report of it may have
+    /// been posted already (a failure reported, its brief's end not committed), and a brief run
+    /// after the Persona was told to ask again could run twice.
+    Unrecorded,
+    /// Anything else: the run recorded some of its work, the brief was recorded by a host
+    /// that did not mark its asks, or its items lie further back than the recovery reads.
     Other,
 }
+
+/// How many of the Self transcript's last items the recovery reads to place a stranded brief:
+/// a run's tool loop may have recorded many since its brief, and then it is not re-run anyway.
+const LOOK_BACK: i64 = 64;
 
 /// The most stranded briefs one step recovers (a Mind runs one brief at a time, so more than
 /// one means several crashes in a row; the rest wait for the next step).
@@ -135,7 +153,7 @@ impl<B: Backend> MindRunner<B> {
                 tracing::warn!(
                     mind = %self.mind.id,
                     brief = brief.seq,
-                    "Self run {} was recorded and never answered before its host stopped; running it again",
+                    "Self run {} was recorded and never sent before its host stopped; running it again",
                     brief.seq
                 );
                 self.held_brief = Some(HeldBrief {
@@ -155,7 +173,7 @@ impl<B: Backend> MindRunner<B> {
                     .await?;
                 continue;
             }
-            let result = StrandedBy::why(self.stranded_by.as_ref(), tail == RunTail::AskedOnly);
+            let result = StrandedBy::why(self.stranded_by.as_ref(), tail);
             tracing::warn!(
                 mind = %self.mind.id,
                 brief = brief.seq,
@@ -200,7 +218,7 @@ impl<B: Backend> MindRunner<B> {
         let tail = self
             .host
             .store
-            .transcript_tail(&self.mind.id, Role::SelfRole, 1)
+            .transcript_tail(&self.mind.id, Role::SelfRole, LOOK_BACK)
             .await?;
         let is = |kind: TranscriptKind, key: &str| {
             tail.last()
@@ -208,10 +226,28 @@ impl<B: Backend> MindRunner<B> {
         };
         // A brief recorded by a host that did not mark its asks may have been sent.
         let marks = tail.last().is_some_and(|i| i.body[MARKS] == true);
-        Ok(if is(TranscriptKind::Brief, "brief") && marks {
-            RunTail::NeverAsked
-        } else if is(TranscriptKind::Notice, ASKED) {
-            RunTail::AskedOnly
+        if is(TranscriptKind::Brief, "brief") && marks {
+            return Ok(RunTail::NeverAsked);
+        }
+        if is(TranscriptKind::Notice, ASKED) {
+            return Ok(RunTail::AskedOnly);
+        }
+        // Briefs run oldest first, one at a time, so a brief's items follow every item of the
+        // briefs before it: met going back before any of its own, one of theirs (its brief,
+        // ask mark or result) proves it has none — its append never landed. So does the whole
+        // Self transcript read without one.
+        for item in tail.iter().rev() {
+            let of = item.body["brief"]
+                .as_i64()
+                .or_else(|| item.body[ASKED].as_i64());
+            match of {
+                Some(s) if s < seq => return Ok(RunTail::Unrecorded),
+                Some(_) => return Ok(RunTail::Other),
+                None => {}
+            }
+        }
+        Ok(if (tail.len() as i64) < LOOK_BACK {
+            RunTail::Unrecorded
         } else {
             RunTail::Other
         })
