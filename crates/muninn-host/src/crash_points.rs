@@ -25,9 +25,9 @@ pub enum CrashPoint {
     /// A Persona turn is committed (replies in the outbox, the batch acknowledged), the
     /// provider session not yet bound to it nor the outbox's readers woken.
     PersonaCommitted,
-    /// A Self brief's item is committed to the Self transcript, the model not yet asked: the
-    /// restarted host runs the brief once (it was never answered), in a new segment, and the
-    /// model is shown it once.
+    /// A Self brief's item is committed to the Self transcript, its ask mark not yet written
+    /// nor the model asked: the restarted host runs the brief once (it was never sent), in a
+    /// new segment, and the model is shown it once.
     BriefRecorded,
     /// A new segment's row is stored, nothing of it sent or recorded yet (its first item is
     /// the next write).

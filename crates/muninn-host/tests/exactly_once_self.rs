@@ -277,3 +277,232 @@ async fn a_restart_after_a_lost_brief_append_answer_runs_the_brief_once_in_a_new
     settle(&mut restarted).await;
     brief_exactly_once(&w, seq, 3, 2).await;
 }
+
+/// A run whose brief was sent — answered, even, and a Claude Code run may have edited files by
+/// then — and whose host died before its end was committed leaves nothing after the brief's
+/// item but the mark that it was asked: the next holder reports it interrupted, saying that
+/// nothing of the run was recorded, and does not ask the model again (which would repeat
+/// whatever the run did). Only a brief that was never asked is run again (above).
+#[tokio::test]
+async fn a_brief_asked_before_its_host_died_is_reported_interrupted_not_run_again() {
+    let (w, faults) = crate::runtime::faulty_world("").await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    brief(&w, "Summarise the open issues.").await;
+    settle(&mut r).await;
+    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    // The run's end is refused, held for the next step; the host dies before that step.
+    faults.fail_commits(1);
+    let e = r.step().await.unwrap_err();
+    assert!(matches!(e, RuntimeError::Held(_)), "{e}");
+    drop(r);
+    let mut restarted = runner(&w, mind(""), "host-a");
+    settle(&mut restarted).await;
+    let shown = self_requests(&w)
+        .iter()
+        .filter(|r| user_texts(r).last().is_some_and(|t| t.contains(PROBE)))
+        .count();
+    assert_eq!(shown, 1, "requests whose new brief is the probe");
+    let stored = stored_brief(&w, seq).await;
+    assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
+    let reports: Vec<String> = w
+        .host
+        .store
+        .pending_deliveries("vala", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.source_id == format!("self-brief-{seq}"))
+        .map(|d| d.text)
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].starts_with(&format!("Self run {seq} was interrupted: "))
+            && reports[0].contains("before anything of the run was recorded"),
+        "{reports:?}"
+    );
+}
+
+/// A brief held because its append was refused (nothing landed) when its host loses the lease:
+/// the next holder finds it `running` with no item of it in the Self transcript — never sent —
+/// and fails it saying exactly that, once. Before, its result told the Persona that "what it
+/// did until then is in the transcript and the ledger" of a run that never began. It is not
+/// run: a failure report of it may have been posted already (`stranded.rs`).
+#[tokio::test]
+async fn a_held_brief_that_never_landed_is_reported_never_sent_by_the_next_holder() {
+    let (w, faults) = crate::runtime::faulty_world("").await;
+    let mut a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    brief(&w, "Summarise the open issues.").await;
+    settle(&mut a).await;
+    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    faults.refuse_appends(1);
+    a.step().await.unwrap_err();
+    w.sim.advance_clock(w.host.config.lease_ttl_ms + 1_000);
+    let mut b = runner(&w, mind(""), "host-b");
+    settle(&mut b).await;
+    assert_eq!(a.step().await.unwrap(), Step::NotLeader);
+    settle(&mut b).await;
+
+    let shown = self_requests(&w)
+        .iter()
+        .filter(|r| user_texts(r).concat().contains(PROBE))
+        .count();
+    assert_eq!(shown, 0, "requests showing the probe");
+    let stored = stored_brief(&w, seq).await;
+    assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
+    let reports: Vec<String> = w
+        .host
+        .store
+        .pending_deliveries("vala", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.source_id == format!("self-brief-{seq}"))
+        .map(|d| d.text)
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].starts_with(&format!("Self run {seq} was interrupted: its host stopped"))
+            && reports[0].contains("before the brief was recorded or sent to the model"),
+        "{reports:?}"
+    );
+}
+
+/// Steps a Claude Code runner until it idles, each step a new wake (a Persona turn reads each
+/// report in between); every step must succeed.
+async fn settle_cli(r: &mut MindRunner<muninn_host::backends::AnyBackend>) {
+    for _ in 0..10 {
+        r.woken();
+        if matches!(r.step().await.unwrap(), Step::Idle { .. }) {
+            return;
+        }
+    }
+    panic!("never idle");
+}
+
+/// The user lines of every CLI session file the Self's child wrote that hold `word`.
+fn self_session_lines_with(w: &crate::cli_world::CliWorld, word: &str) -> Vec<String> {
+    let projects = w
+        .host
+        .config
+        .data_dir
+        .join("claude-cli/vala/self/home/.claude/projects");
+    let mut lines = Vec::new();
+    for dir in std::fs::read_dir(projects).unwrap().flatten() {
+        for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            if f.path().extension().is_some_and(|e| e == "jsonl") {
+                let text = std::fs::read_to_string(f.path()).unwrap();
+                lines.extend(
+                    text.lines()
+                        .filter(|l| l.contains(word))
+                        .filter(|l| {
+                            serde_json::from_str::<Value>(l).is_ok_and(|v| v["type"] == "user")
+                        })
+                        .map(str::to_string),
+                );
+            }
+        }
+    }
+    lines
+}
+
+/// [`a_brief_whose_append_answer_is_lost_is_recorded_shown_and_run_once`] on the Claude Code
+/// CLI, whose Self session is the CLI's own (its session file, resumed by later briefs): the
+/// brief held after its lost append answer is sent on the same child, once — its session file
+/// holds one user line with the brief, the next brief's request extends the same conversation
+/// (one Self segment, the probe once in it), and the brief is done and reported once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_cli_a_brief_whose_append_answer_is_lost_is_sent_once_on_the_same_session() {
+    let Some(bin) = muninn_testkit::peers::claude_cli() else {
+        return;
+    };
+    let mut faults = None;
+    let w = crate::cli_world::cli_world_on(
+        bin,
+        |_| {},
+        |store| {
+            let faulty = muninn_testkit::faulty_store::FaultyStore::new(store);
+            faults = Some(faulty.clone());
+            faulty
+        },
+    )
+    .await;
+    let faults = faults.unwrap();
+    let queue = |text: String| {
+        let store = w.host.store.clone();
+        let now = w.server.sim.now_ms();
+        async move {
+            let brief = NewBrief {
+                text,
+                origin: BriefOrigin::Operator,
+                created_at_ms: now,
+            };
+            store.enqueue_brief("vala", &brief).await.unwrap().seq
+        }
+    };
+    let mut r = w.runner(mind(""), "host-a");
+    r.register().await.unwrap();
+    queue("Summarise the open issues.".into()).await;
+    settle_cli(&mut r).await;
+    let seq = queue(format!("{PROBE}: summarise the week.")).await;
+    faults.lose_append_answers(1);
+    r.woken();
+    let e = r.step().await.unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::Store(StoreError::Unavailable(_))),
+        "{e}"
+    );
+    settle_cli(&mut r).await;
+    queue("And the month.".into()).await;
+    settle_cli(&mut r).await;
+
+    let lines = self_session_lines_with(&w, PROBE);
+    assert_eq!(
+        lines.len(),
+        1,
+        "the CLI session holds the brief {}",
+        lines.len()
+    );
+    // The transcript, which a restarted host resumes the CLI session from, holds it once too.
+    let transcript = self_transcript(&w.host.store).await;
+    let recorded = transcript
+        .iter()
+        .filter(|(_, kind, text)| *kind == TranscriptKind::Brief && text.contains(PROBE))
+        .count();
+    assert_eq!(recorded, 1, "{transcript:#?}");
+    // A restart resumes the Self's CLI session through its stored handle (the transcript and
+    // the session still agree), and the next brief extends it: the probe in it once.
+    drop(r);
+    let mut restarted = w.runner(mind(""), "host-a");
+    queue("And the year.".into()).await;
+    settle_cli(&mut restarted).await;
+    let self_requests: Vec<String> = w
+        .messages_requests()
+        .iter()
+        .map(Value::to_string)
+        .filter(|b| b.contains("(from the operator)"))
+        .collect();
+    let last = self_requests.last().unwrap();
+    assert!(
+        last.contains("And the month.") && last.contains("And the year."),
+        "{last}"
+    );
+    assert_eq!(last.matches(PROBE).count(), 1, "{last}");
+    let segments = w.host.store.segments("vala", Role::SelfRole).await.unwrap();
+    assert_eq!(segments.len(), 1, "{segments:#?}");
+    let briefs = w.host.store.briefs("vala", None, 10).await.unwrap();
+    let stored = briefs.into_iter().find(|b| b.seq == seq).unwrap();
+    assert_eq!(stored.status, BriefStatus::Done, "{stored:?}");
+    let reports = w
+        .host
+        .store
+        .pending_deliveries("vala", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.source_id == format!("self-brief-{seq}"))
+        .count();
+    assert_eq!(reports, 1);
+    w.server.stop().await.unwrap();
+}

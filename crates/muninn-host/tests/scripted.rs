@@ -255,8 +255,12 @@ async fn assert_the_flush_recorded(w: &World, case: &FlushCase, first: i64) -> S
         .await
         .unwrap();
     let kinds: Vec<_> = transcript.iter().map(|i| i.kind.as_str()).collect();
-    assert_eq!(kinds, ["brief", "result", "memory_flush"], "{name}");
-    let flush = &transcript[2].body;
+    assert_eq!(
+        kinds,
+        ["brief", "notice", "result", "memory_flush"],
+        "{name}"
+    );
+    let flush = &transcript[3].body;
     assert_eq!(flush["stage"], name);
     let memory = flush["memory"].as_str().unwrap().to_string();
     if case.from_flush {
@@ -317,7 +321,8 @@ async fn a_self_run_below_the_trigger_finishes_as_before() {
         .transcript_tail("vala", Role::SelfRole, 10)
         .await
         .unwrap();
-    assert_eq!(transcript.len(), 2);
+    // The brief, the mark that it was sent, the result.
+    assert_eq!(transcript.len(), 3);
     // The default ceiling is the model's window.
     let window = PriceTable::embedded()
         .model(&mind("").model)

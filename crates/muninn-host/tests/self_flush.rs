@@ -157,16 +157,16 @@ async fn assert_the_flush_recorded(w: &CliWorld, first: i64) -> String {
         .await
         .unwrap();
     let kinds: Vec<_> = transcript.iter().map(|i| i.kind.as_str()).collect();
-    assert_eq!(kinds, ["brief", "result", "memory_flush"]);
+    assert_eq!(kinds, ["brief", "notice", "result", "memory_flush"]);
     let brief_text = transcript[0].body["text"].as_str().unwrap();
     assert_eq!(
         brief_text,
         format!("Brief {first} (from the operator):\n{LOOP_BRIEF}")
     );
-    let result = transcript[1].body["text"].as_str().unwrap();
+    let result = transcript[2].body["text"].as_str().unwrap();
     // The sim answers the flush message as text, not the pinned JSON: its reply quotes it.
     assert!(result.contains(&SELF_RUN_FLUSH_MESSAGE[..60]), "{result}");
-    let flush = &transcript[2].body;
+    let flush = &transcript[3].body;
     assert_eq!(flush["stage"], "flushed");
     // So the host falls back to the segment's tail (the brief) followed by the run's result.
     assert_eq!(

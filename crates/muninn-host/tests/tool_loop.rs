@@ -218,8 +218,10 @@ async fn the_transcript_holds_each_call_and_result_once_and_an_escape_is_refused
         .collect();
     assert_eq!(uses.len(), calls);
     assert_eq!(results.len(), calls);
-    // Alternating: each reply that called a tool, then its result.
-    for pair in kinds[1..kinds.len() - 1].chunks(2) {
+    // The mark that the brief was sent, then alternating: each reply that called a tool,
+    // then its result.
+    assert_eq!(kinds.get(1), Some(&&TranscriptKind::Notice));
+    for pair in kinds[2..kinds.len() - 1].chunks(2) {
         assert_eq!(
             pair,
             [&TranscriptKind::ToolUse, &TranscriptKind::ToolResult]

@@ -43,6 +43,9 @@ pub(super) struct Attempt {
     key: String,
     /// The delivery's transcript body until the store confirmed it recorded.
     unrecorded: Option<Value>,
+    /// A brief whose mark that it is about to be sent ([`MindRunner::mark_asked`]) the store
+    /// has not confirmed yet. Always `false` for a Persona batch.
+    unmarked: bool,
 }
 
 impl Attempt {
@@ -65,6 +68,7 @@ impl Attempt {
             last_error: None,
             key,
             unrecorded: Some(body),
+            unmarked: false,
         }
     }
 
@@ -73,6 +77,7 @@ impl Attempt {
     pub(super) fn brief(seq: i64, segment: i64, text: &str, key: String, body: Value) -> Attempt {
         Attempt {
             role: Role::SelfRole,
+            unmarked: true,
             ..Attempt::new(&seq.to_string(), seq, segment, text, key, body)
         }
     }
@@ -179,6 +184,38 @@ impl<B: Backend> MindRunner<B> {
         Ok(())
     }
 
+    /// Marks a recorded brief as about to be sent: an item after the brief's (a `notice` whose
+    /// body is `{"asked": <seq>}`, which no renderer shows), appended under the attempt's key
+    /// (`<key> asked`) so a retry after a lost answer adds nothing. What it proves is its
+    /// absence: a brief whose item still ends the Self transcript was never sent, and the next
+    /// holder may run it (`stranded.rs`); a brief followed by its mark may have been — a Claude
+    /// Code run records nothing until it ends, though its tools may have edited files — and is
+    /// never run again. A no-op for a Persona batch, and once the store confirmed the mark.
+    pub(super) async fn mark_asked(
+        &self,
+        attempt: &mut Attempt,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        if !attempt.unmarked {
+            return Ok(());
+        }
+        let item = NewTranscriptItem {
+            role: attempt.role,
+            segment: attempt.segment,
+            kind: TranscriptKind::Notice,
+            body: serde_json::json!({ "asked": attempt.max_seq }),
+            created_at_ms: now,
+        };
+        let key = format!("{} {ASKED}", attempt.key);
+        self.host
+            .store
+            .append_transcript_once(&self.mind.id, token, &key, &item)
+            .await?;
+        attempt.unmarked = false;
+        Ok(())
+    }
+
     /// The message to re-send for `batch`, when the open segment already holds its delivery (or
     /// its append is unconfirmed: [`Self::record_attempt`] finishes it) and the session is as
     /// it was when it failed (live, and not about to be refreshed). `None`: render and record
@@ -199,6 +236,13 @@ impl<B: Backend> MindRunner<B> {
         Some(text)
     }
 }
+
+/// The body key of the notice that marks a brief as about to be sent ([`MindRunner::mark_asked`]).
+pub(super) const ASKED: &str = "asked";
+
+/// The body key of a brief's item recorded by a host that marks its asks (`true`): only such
+/// an item, unmarked, proves its brief was never sent (`stranded.rs`).
+pub(super) const MARKS: &str = "marks_asked";
 
 /// A claimed Self brief this runner runs at its next step, rather than leaving it to the
 /// stranded-brief recovery to fail (`stranded.rs`).

@@ -1,6 +1,7 @@
 //! Segments: opening one, resuming one after a new lease (the renderer rebuilt from the
 //! transcript), and binding the provider session to the transcript.
 
+use super::attempt::ASKED;
 use super::prompts::COMPACT_REASON;
 use super::session::{Bound, Starting};
 use super::{MindRunner, RuntimeError, reply_schema};
@@ -428,6 +429,8 @@ pub(super) fn replay(
                 renderer.push_user(&text(&body["text"])?);
                 awaiting_reply = true;
             }
+            // The mark that the brief was about to be sent (`attempt.rs`): not a message.
+            (Role::SelfRole, TranscriptKind::Notice) if body.get(ASKED).is_some() => {}
             (Role::SelfRole, TranscriptKind::Result) => {
                 renderer.reply(&text(&body["text"])?);
                 awaiting_reply = false;

@@ -3,7 +3,7 @@
 //! then report back to the Persona.
 
 use super::accounting::Asked;
-use super::attempt::{Attempt, HeldBrief};
+use super::attempt::{ASKED, Attempt, HeldBrief, MARKS};
 use super::pending::{SelfRun, TailMemory, Then, Uncommitted};
 use super::persona::{Plan, outcome_text};
 use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
@@ -80,7 +80,7 @@ impl<B: Backend> MindRunner<B> {
             brief.origin.as_str(),
             brief.text
         );
-        let body = json!({"brief": brief.seq, "text": text});
+        let body = json!({"brief": brief.seq, "text": text, MARKS: true});
         let key = self.append_key(TranscriptKind::Brief, &brief.seq.to_string(), segment);
         let attempt = Attempt::brief(brief.seq, segment, &text, key, body);
         // A retry runs on the segment opened here: it is not opened (nor flushed into) again.
@@ -136,8 +136,8 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// Records the brief once (`attempt.rs`) and runs it. An append that fails leaves the
-    /// brief held, for the next step to finish ([`Self::run_held_brief`]); once the append is
+    /// Records the brief once and marks it asked (`attempt.rs`), then runs it. An append that
+    /// fails leaves the brief held, for the next step to finish ([`Self::run_held_brief`]); once the append is
     /// confirmed, the brief is sent as rendered and nothing of it is held.
     async fn run_brief(
         &mut self,
@@ -147,7 +147,11 @@ impl<B: Backend> MindRunner<B> {
         brief: Brief,
         (mut attempt, plan): (Attempt, Plan),
     ) -> Result<Step, RuntimeError> {
-        if let Err(e) = self.record_once(&mut attempt, token, now).await {
+        let recorded = match self.record_once(&mut attempt, token, now).await {
+            Ok(()) => self.mark_asked(&mut attempt, token, now).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = recorded {
             self.held_brief = Some(HeldBrief {
                 brief,
                 attempt: Some((attempt, plan)),
@@ -505,7 +509,8 @@ impl<B: Backend> MindRunner<B> {
             .await?;
         Ok(tail
             .iter()
-            .filter(|i| i.segment == segment)
+            // A brief's ask mark (`attempt.rs`) says nothing of the work.
+            .filter(|i| i.segment == segment && i.body.get(ASKED).is_none())
             .map(|i| {
                 i.body
                     .get("text")

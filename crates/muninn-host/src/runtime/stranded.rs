@@ -11,14 +11,19 @@
 //! if nothing had happened — instead of telling it the run was interrupted and to ask again
 //! (which would pay for the work twice).
 //!
-//! A run its holder left with nothing recorded after its brief — the brief's item ends the Self
-//! transcript: the host stopped between recording the brief and asking the model, or while the
-//! first request was in flight — is run again by the new holder, in a new segment (no session
-//! continues one that ends unanswered): the model was shown it at most once before, and nothing
-//! of the run is in the ledger. Like a Persona batch asked again after a kill, a request cut by
-//! the kill is billed twice; a brief failed instead would cost a Persona turn and, asked again,
-//! the same request. A brief this runner holds (its append unconfirmed, `attempt.rs`) is its
-//! own to finish, and passed by.
+//! A run its holder left before the brief was sent — the brief's item, unmarked, ends the Self
+//! transcript: the host stopped between recording the brief and marking it asked
+//! (`attempt.rs`) — is run by the new holder, in a new segment (no session continues a
+//! segment that ends unanswered): the model was never shown it, and nothing of the run
+//! happened. A brief with no item at all (its append never landed) was never sent either; it
+//! is failed, its result saying exactly that (`RunTail::Unrecorded` says why it is not run). A
+//! run
+//! whose mark ends the transcript was sent and recorded nothing since: its request was in
+//! flight, or its answer uncommitted, or — a Claude Code run, which records nothing until it
+//! ends — its tools may have edited files and run commands. It is never run again (that would
+//! do its work twice): it is failed as interrupted, its result saying that it may have acted
+//! and nothing of it was recorded. A brief this runner holds (its append or mark unconfirmed,
+//! `attempt.rs`) is its own to finish, and passed by.
 //!
 //! Any other run is not resumed: its requests and tool results up to the crash are in the ledger and
 //! the transcript exactly once, and re-running the brief would send work the Mind already paid
@@ -26,7 +31,7 @@
 //! finished, under the brief's own source id: a crash between the two posts nothing twice, and
 //! the next recovery finishes the brief.
 
-use super::attempt::HeldBrief;
+use super::attempt::{ASKED, HeldBrief, MARKS};
 use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
 use muninn_store::{BriefStatus, FencingToken, Role, TranscriptKind};
@@ -51,13 +56,30 @@ impl StrandedBy {
         }
     }
 
-    /// What the stranded brief's result says stopped it.
-    fn why(by: Option<&StrandedBy>) -> String {
+    /// What the stranded brief's result says stopped it, and how far its run got (`tail`).
+    fn why(by: Option<&StrandedBy>, tail: RunTail) -> String {
         let stopped = match by {
             None => "its host stopped (a crash, a kill or a lost lease)".to_string(),
             Some(StrandedBy { store: true, error }) => format!("the store failed ({error})"),
             Some(StrandedBy { error, .. }) => format!("its step failed ({error})"),
         };
+        if tail == RunTail::Unrecorded {
+            // Not "in the transcript", nor "not resumed": nothing of it was recorded or sent.
+            return format!(
+                "{stopped} before the brief was recorded or sent to the model, so nothing of it \
+                 ran: ask again if it is still wanted"
+            );
+        }
+        if tail == RunTail::AskedOnly {
+            // Not "in the transcript": nothing is. A Claude Code run records nothing until it
+            // ends, though its tools may have edited files and run commands by then.
+            return format!(
+                "{stopped} after the brief was sent and before anything of the run was \
+                 recorded; it may have acted (a Claude Code run's tools work before its end is \
+                 recorded), and it was not run again so that nothing is done twice: check what \
+                 it did and ask again if it is still wanted"
+            );
+        }
         format!(
             "{stopped} before the run finished; what it did until then is in the transcript \
              and the ledger, and it was not resumed: ask again if it is still wanted"
@@ -71,6 +93,28 @@ struct CommittedEnd {
     status: BriefStatus,
     verb: String,
 }
+
+/// How far a running brief's run got, by the Self transcript's last item (`attempt.rs` marks a
+/// brief as asked before it is sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunTail {
+    /// The brief's item, unmarked: the brief was never sent.
+    NeverAsked,
+    /// Its mark: sent, and nothing of the run recorded since (it may have acted all the same).
+    AskedOnly,
+    /// No item of the brief at all: its append never landed (refused, or its host stopped
+    /// first), so it was never sent. Failed all the same, saying so: a report of it may have
+    /// been posted already (a failure reported, its brief's end not committed), and a brief run
+    /// after the Persona was told to ask again could run twice.
+    Unrecorded,
+    /// Anything else: the run recorded some of its work, the brief was recorded by a host
+    /// that did not mark its asks, or its items lie further back than the recovery reads.
+    Other,
+}
+
+/// How many of the Self transcript's last items the recovery reads to place a stranded brief:
+/// a run's tool loop may have recorded many since its brief, and then it is not re-run anyway.
+const LOOK_BACK: i64 = 64;
 
 /// The most stranded briefs one step recovers (a Mind runs one brief at a time, so more than
 /// one means several crashes in a row; the rest wait for the next step).
@@ -95,21 +139,21 @@ impl<B: Backend> MindRunner<B> {
             .store
             .briefs(&self.mind.id, Some(BriefStatus::Running), RECOVER_AT_MOST)
             .await?;
-        let result = StrandedBy::why(self.stranded_by.as_ref());
         for brief in running {
             if self.held_brief.as_ref().map(|h| h.brief.seq) == Some(brief.seq) {
                 continue;
             }
             // Only a previous holder's run (a new lease, or a new runner: its sessions are
             // rebuilt, not the ones a live renderer may have taken the brief into).
+            let tail = self.run_tail(brief.seq).await?;
             if self.stranded_by.is_none()
                 && self.held_brief.is_none()
-                && self.never_answered(brief.seq).await?
+                && tail == RunTail::NeverAsked
             {
                 tracing::warn!(
                     mind = %self.mind.id,
                     brief = brief.seq,
-                    "Self run {} was recorded and never answered before its host stopped; running it again",
+                    "Self run {} was recorded and never sent before its host stopped; running it again",
                     brief.seq
                 );
                 self.held_brief = Some(HeldBrief {
@@ -129,6 +173,7 @@ impl<B: Backend> MindRunner<B> {
                     .await?;
                 continue;
             }
+            let result = StrandedBy::why(self.stranded_by.as_ref(), tail);
             tracing::warn!(
                 mind = %self.mind.id,
                 brief = brief.seq,
@@ -168,16 +213,44 @@ impl<B: Backend> MindRunner<B> {
         }))
     }
 
-    /// Whether brief `seq`'s item ends the Self transcript: nothing of its run was recorded.
-    async fn never_answered(&self, seq: i64) -> Result<bool, RuntimeError> {
+    /// How far brief `seq`'s run got, by what ends the Self transcript.
+    async fn run_tail(&self, seq: i64) -> Result<RunTail, RuntimeError> {
         let tail = self
             .host
             .store
-            .transcript_tail(&self.mind.id, Role::SelfRole, 1)
+            .transcript_tail(&self.mind.id, Role::SelfRole, LOOK_BACK)
             .await?;
-        Ok(tail.last().is_some_and(|i| {
-            i.kind == TranscriptKind::Brief && i.body["brief"].as_i64() == Some(seq)
-        }))
+        let is = |kind: TranscriptKind, key: &str| {
+            tail.last()
+                .is_some_and(|i| i.kind == kind && i.body[key].as_i64() == Some(seq))
+        };
+        // A brief recorded by a host that did not mark its asks may have been sent.
+        let marks = tail.last().is_some_and(|i| i.body[MARKS] == true);
+        if is(TranscriptKind::Brief, "brief") && marks {
+            return Ok(RunTail::NeverAsked);
+        }
+        if is(TranscriptKind::Notice, ASKED) {
+            return Ok(RunTail::AskedOnly);
+        }
+        // Briefs run oldest first, one at a time, so a brief's items follow every item of the
+        // briefs before it: met going back before any of its own, one of theirs (its brief,
+        // ask mark or result) proves it has none — its append never landed. So does the whole
+        // Self transcript read without one.
+        for item in tail.iter().rev() {
+            let of = item.body["brief"]
+                .as_i64()
+                .or_else(|| item.body[ASKED].as_i64());
+            match of {
+                Some(s) if s < seq => return Ok(RunTail::Unrecorded),
+                Some(_) => return Ok(RunTail::Other),
+                None => {}
+            }
+        }
+        Ok(if (tail.len() as i64) < LOOK_BACK {
+            RunTail::Unrecorded
+        } else {
+            RunTail::Other
+        })
     }
 
     /// Fails a running brief with `result` and tells the Persona (`Self run N {verb}: …`).

@@ -13,7 +13,7 @@
 //! workspace), and the reply, the results and the request's row are recorded in one
 //! transaction under the request's own turn key (`self-<mind>-brief-<seq>-request-<k>`) before
 //! the results are sent: a commit retried after a lost acknowledgement cannot record them
-//! twice, and a run is never restarted (a brief left running by a crash stays so), so no call
+//! twice, and a run once sent is never restarted (`stranded.rs`), so no call
 //! or result is recorded twice. The reply that ends the run goes into the brief's own record, as
 //! a one-request brief's does.
 //!
