@@ -5,7 +5,7 @@
 //! after the take keeps the row is `muninn`'s `crash_points::a_cut_attempt_killed_before_its_
 //! retry_is_in_the_ledger_once`, on a real `muninn serve`.)
 
-use crate::runtime::{World, faulty_world, ledger, mind, post, runner, spent};
+use crate::runtime::{World, faulty_world, ledger, mind, post, runner, set_cap, spent};
 use crate::telemetry::Buffer;
 use muninn_core::closed_loop::verify;
 use muninn_core::price::PriceTable;
@@ -34,6 +34,23 @@ fn billed_each(w: &World) -> Vec<i64> {
         .filter_map(|r| r.usage)
         .map(|u| price.cost(&u).0)
         .collect()
+}
+
+/// This test's log events at INFO and above, as JSON, while the guards live.
+fn capture_logs() -> (Buffer, tracing::Dispatch, tracing::subscriber::DefaultGuard) {
+    let logs = Buffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    // As in `telemetry::a_turn_is_one_json_log_event_with_its_fields`: every callsite asks
+    // this test's subscriber too, whatever a sibling test cached.
+    let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+    let guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    (logs, anchor, guard)
 }
 
 /// A cut attempt whose commit on its own is refused, and refused again as its step ends: the
@@ -72,19 +89,7 @@ async fn a_cut_row_the_store_refused_is_committed_once_before_the_retrys_answer(
 /// first.
 #[tokio::test]
 async fn a_clean_shutdown_gives_up_every_waiting_cut_row_loudly_with_its_cost() {
-    let logs = Buffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    // As in `telemetry::a_turn_is_one_json_log_event_with_its_fields`: every callsite asks
-    // this test's subscriber too, whatever a sibling test cached.
-    let _anchor = tracing::Dispatch::new(tracing_subscriber::registry());
-    let _guard = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
-
+    let (logs, _anchor, _guard) = capture_logs();
     let (w, faults) = faulty_world("").await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
@@ -129,4 +134,61 @@ async fn a_clean_shutdown_gives_up_every_waiting_cut_row_loudly_with_its_cost() 
         "{:?}",
         logs.events()
     );
+}
+
+/// A cut attempt whose commit on its own landed but whose answer was lost, and whose retry as
+/// the step ended was refused (the store gone a moment): the row is in the ledger, and the
+/// next step's spend cap counts it there once — not a second time as a row still waiting,
+/// which kept a Mind near its cap refused (`CAPPED`) until the row left the window, the
+/// waiting copy never tried again while no record was committed.
+#[tokio::test]
+async fn a_cut_row_whose_commit_answer_was_lost_is_counted_once_by_the_next_spend_cap() {
+    let (logs, _anchor, _guard) = capture_logs();
+    let (w, faults) = faulty_world("").await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    w.sim.advance_clock(1_000);
+    post(&w, "e2", "#swarm", "ari", "and what of the ledger?").await;
+    cut_next(&w);
+    faults.lose_commit_answers(1);
+    faults.fail_commits_after(1, 1);
+    r.woken();
+    assert!(r.step().await.is_err(), "the Persona's turn was cut");
+    assert_eq!(
+        faults.refused(),
+        1,
+        "landed unanswered, then refused as the step ended"
+    );
+    let rows = ledger(&w).await;
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].decision, "attempt_failed");
+    // A cap every request crosses: the step says what it counted.
+    set_cap(&w, Some(1)).await;
+    r.woken();
+    assert_eq!(r.step().await.unwrap(), Step::OverBudget);
+    let counted = cap_counts(&logs);
+    assert_eq!(
+        counted,
+        [(spent(&w).await, 0, 0)],
+        "(spent, unledgered, abandoned)"
+    );
+    assert_eq!(ledger(&w).await.len(), 2, "the row is in the ledger once");
+}
+
+/// What each spend-cap refusal in `logs` counted: (spent, unledgered, abandoned).
+fn cap_counts(logs: &Buffer) -> Vec<(i64, i64, i64)> {
+    logs.events()
+        .into_iter()
+        .filter(|e| {
+            e["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("spend cap: the next request could cross it"))
+        })
+        .map(|e| {
+            let field = |name: &str| e["fields"][name].as_i64().unwrap_or(-1);
+            (field("spent"), field("unledgered"), field("abandoned"))
+        })
+        .collect()
 }

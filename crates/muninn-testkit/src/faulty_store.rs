@@ -18,7 +18,9 @@
 //! then answer [`StoreError::Unavailable`]: a commit whose answer was lost; or be refused
 //! before they land ([`FaultyStore::refuse_appends`]).
 //! The next N turn commits can land and then answer [`StoreError::Unavailable`] too
-//! ([`FaultyStore::lose_commit_answers`]: the `COMMIT` went through, its answer never came).
+//! ([`FaultyStore::lose_commit_answers`]: the `COMMIT` went through, its answer never came),
+//! and be followed by refusals ([`FaultyStore::fail_commits_after`]: the store gone when the
+//! commit is tried again).
 //! The next N commits can instead be refused for good
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
 //! The next N whole-delivery reads of one Mind can panic instead of answering
@@ -46,6 +48,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 #[derive(Debug)]
 pub struct FaultyStore {
     inner: Arc<dyn Store>,
+    /// Commits to let through before refusing any (`failing`).
+    passing_commits: AtomicU32,
     /// Commits still to refuse.
     failing: AtomicU32,
     /// Commits still to refuse with an error no retry changes.
@@ -96,6 +100,7 @@ impl FaultyStore {
             failing: AtomicU32::new(0),
             failing_for_good: AtomicU32::new(0),
             failing_reads: AtomicU32::new(0),
+            passing_commits: AtomicU32::new(0),
             failing_ledger_reads: AtomicU32::new(0),
             passing_batches: AtomicU32::new(0),
             failing_batches: AtomicU32::new(0),
@@ -118,6 +123,15 @@ impl FaultyStore {
 
     /// Refuses the next `n` commits (`record_turn`, `append_ledger`).
     pub fn fail_commits(&self, n: u32) {
+        self.passing_commits.store(0, Ordering::SeqCst);
+        self.failing.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets the next `pass` commits through (a lost answer, [`Self::lose_commit_answers`],
+    /// still applies to them), then refuses `n` as [`fail_commits`](Self::fail_commits) does:
+    /// a commit that lands unanswered, and the store gone when it is tried again.
+    pub fn fail_commits_after(&self, pass: u32, n: u32) {
+        self.passing_commits.store(pass, Ordering::SeqCst);
         self.failing.store(n, Ordering::SeqCst);
     }
 
@@ -243,7 +257,7 @@ impl FaultyStore {
                 "injected: a row the store will never take".into(),
             ));
         }
-        if armed(&self.failing) {
+        if !armed(&self.passing_commits) && armed(&self.failing) {
             self.refused.fetch_add(1, Ordering::SeqCst);
             return Err(injected("database or disk is full"));
         }

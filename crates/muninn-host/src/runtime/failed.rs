@@ -36,8 +36,12 @@
 //! (`budget.rs`), and they are tried again, under that key — a commit that had landed counts,
 //! so nothing is written twice — before the role's next record is committed
 //! (`pending.rs`, `commit_or_hold`: the cut rows before the answer's, the order they were
-//! counted in), as the failed step ends ([`MindRunner::ledger_after_step`]), and at a clean
-//! shutdown (`cut_rows::a_cut_row_the_store_refused_is_committed_once_before_the_retrys_answer`).
+//! counted in), as the failed step ends ([`MindRunner::ledger_after_step`]), at the next step's
+//! start, before the spend cap is read (a row whose commit landed unanswered is in the ledger
+//! then, and counted there alone:
+//! `cut_rows::a_cut_row_whose_commit_answer_was_lost_is_counted_once_by_the_next_spend_cap`),
+//! and at a clean shutdown
+//! (`cut_rows::a_cut_row_the_store_refused_is_committed_once_before_the_retrys_answer`).
 //! Rows that wait untried (the two cases above, or what no call took) go with the role's next
 //! record, or on their own as a failed step ends.
 //!
