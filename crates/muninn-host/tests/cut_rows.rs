@@ -192,3 +192,53 @@ fn cap_counts(logs: &Buffer) -> Vec<(i64, i64, i64)> {
         })
         .collect()
 }
+
+/// The same row — landed unanswered, its retry refused — when the runner's lease runs out
+/// before it is tried again and another host holds the Mind a while: under its next lease the
+/// runner cannot commit it, and gives it up; but it is in the ledger, so it is neither said to
+/// be lost ("abandoned uncommitted", at error) nor counted a second time by the spend cap as
+/// abandoned money.
+#[tokio::test]
+async fn a_landed_cut_row_waiting_at_a_new_lease_is_not_given_up_as_lost() {
+    let (logs, _anchor, _guard) = capture_logs();
+    let (w, faults) = faulty_world("").await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    w.sim.advance_clock(1_000);
+    post(&w, "e2", "#swarm", "ari", "and what of the ledger?").await;
+    cut_next(&w);
+    faults.lose_commit_answers(1);
+    faults.fail_commits_after(1, 1);
+    r.woken();
+    assert!(r.step().await.is_err(), "the Persona's turn was cut");
+    assert_eq!(ledger(&w).await.len(), 2, "the cut row landed");
+    // host-a's lease runs out; host-b takes the Mind, answers the batch and lets it go.
+    w.sim.advance_clock(w.host.config.lease_ttl_ms + 1);
+    let mut b = runner(&w, mind(""), "host-b");
+    assert!(matches!(b.step().await.unwrap(), Step::PersonaTurn { .. }));
+    b.release().await.unwrap();
+    let rows = ledger(&w).await.len();
+    set_cap(&w, Some(1)).await;
+    post(&w, "e3", "#swarm", "ari", "still there?").await;
+    r.woken();
+    assert_eq!(r.step().await.unwrap(), Step::OverBudget);
+    let lost: Vec<_> = logs
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e["level"] == "ERROR"
+                && e["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("a failed attempt's row was abandoned"))
+        })
+        .collect();
+    assert!(lost.is_empty(), "said lost, though in the ledger: {lost:?}");
+    assert_eq!(
+        cap_counts(&logs),
+        [(spent(&w).await, 0, 0)],
+        "(spent, unledgered, abandoned)"
+    );
+    assert_eq!(ledger(&w).await.len(), rows, "nothing written again");
+}

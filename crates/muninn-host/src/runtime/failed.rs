@@ -51,7 +51,9 @@
 //! a refused Persona commit ended the shutdown's attempt and the Self's waiting rows went
 //! with the runner, unsaid). A row waiting when the runner must rebuild the role's accounting
 //! from the ledger (a new lease) is given up as loudly, its cost kept for the spend cap, as an
-//! answer abandoned uncommitted is. A row still waiting when the process dies (the store
+//! answer abandoned uncommitted is — unless the ledger holds it (its commit landed and the
+//! answer was lost): then it is neither lost nor counted again
+//! (`cut_rows::a_landed_cut_row_waiting_at_a_new_lease_is_not_given_up_as_lost`). A row still waiting when the process dies (the store
 //! refused it, or a held record kept it back) is lost with it: the warning logged at the take
 //! is then its only trace.
 
@@ -61,7 +63,7 @@ use super::{MindRunner, RuntimeError};
 use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, FailedAttempt, TtlCheck, TurnOutcome};
 use muninn_core::ledger::{ATTEMPT_FAILED, LedgerRow, RowKind};
-use muninn_store::{FencingToken, Role, StoreError, TurnRecord};
+use muninn_store::{FencingToken, LedgerQuery, Role, StoreError, TurnRecord};
 
 /// Rows of cut attempts committed on their own under a key made from them, tried once and
 /// refused: kept with that key, so trying again after a commit whose answer was lost writes
@@ -193,7 +195,8 @@ impl<B: Backend> MindRunner<B> {
         while let Some(cut) = self.session(role).cut_records.first() {
             if cut.token != token {
                 let cut = self.session_mut(role).cut_records.remove(0);
-                self.give_up_rows(role, cut.record.ledger, "the lease changed");
+                let lost = self.not_in_ledger(role, cut.record.ledger).await;
+                self.give_up_rows(role, lost, "the lease changed");
                 continue;
             }
             let recorded = self
@@ -241,13 +244,46 @@ impl<B: Backend> MindRunner<B> {
     /// Gives up the rows waiting for `role`'s next record, loudly (the role's accounting is
     /// about to be rebuilt from the ledger, which does not hold them, or a clean shutdown could
     /// not commit them): their cost stays counted for the spend cap.
-    pub(super) fn abandon_unledgered(&mut self, role: Role, why: &str) {
+    pub(super) async fn abandon_unledgered(&mut self, role: Role, why: &str) {
         let session = self.session_mut(role);
-        let mut rows: Vec<LedgerRow> = (session.cut_records.drain(..))
+        let tried: Vec<LedgerRow> = (session.cut_records.drain(..))
             .flat_map(|c| c.record.ledger)
             .collect();
-        rows.append(&mut session.unledgered);
+        let untried = std::mem::take(&mut session.unledgered);
+        let mut rows = self.not_in_ledger(role, tried).await;
+        rows.extend(untried);
         self.give_up_rows(role, rows, why);
+    }
+
+    /// Of `rows`, tried under their key and about to be given up, those the ledger does not
+    /// hold: a commit whose answer was lost may have landed, and a row in the ledger is
+    /// neither lost nor to be counted again by the spend cap as abandoned money. All of them
+    /// when the ledger cannot be read (the store failing): counted twice rather than not at
+    /// all.
+    async fn not_in_ledger(&self, role: Role, rows: Vec<LedgerRow>) -> Vec<LedgerRow> {
+        let mut lost = Vec::with_capacity(rows.len());
+        for row in rows {
+            let query = LedgerQuery {
+                mind: Some(self.mind.id.clone()),
+                from_ms: Some(row.at_ms),
+                to_ms: Some(row.at_ms.saturating_add(1)),
+                ..LedgerQuery::default()
+            };
+            match self.host.store.ledger(&query).await {
+                Ok(entries) if entries.iter().any(|e| e.row == row) => tracing::info!(
+                    mind = %self.mind.id,
+                    role = role.as_str(),
+                    at_ms = row.at_ms,
+                    "a cut attempt's row whose commit went unanswered is in the ledger: kept, not given up"
+                ),
+                Ok(_) => lost.push(row),
+                Err(e) => {
+                    tracing::warn!(mind = %self.mind.id, role = role.as_str(), error = %e, "the ledger could not be read to tell whether a cut attempt's row landed");
+                    lost.push(row);
+                }
+            }
+        }
+        lost
     }
 
     /// `rows` given up uncommitted, each said with its cost, which the spend cap keeps.
@@ -301,7 +337,8 @@ impl<B: Backend> MindRunner<B> {
         let now = self.host.clock.now_ms();
         for role in [Role::Persona, Role::SelfRole] {
             let Some(token) = token else {
-                self.abandon_unledgered(role, "the lease was lost before a record carried it");
+                (self.abandon_unledgered(role, "the lease was lost before a record carried it"))
+                    .await;
                 continue;
             };
             if let Err(e) = self.commit_unledgered(role, token, now).await {
@@ -310,7 +347,7 @@ impl<B: Backend> MindRunner<B> {
                 if let Some(u) = self.uncommitted.take() {
                     self.abandon(u, &why);
                 }
-                self.abandon_unledgered(role, &why);
+                self.abandon_unledgered(role, &why).await;
             }
         }
     }
