@@ -242,3 +242,34 @@ async fn a_landed_cut_row_waiting_at_a_new_lease_is_not_given_up_as_lost() {
     );
     assert_eq!(ledger(&w).await.len(), rows, "nothing written again");
 }
+
+/// A cut attempt's row the store refuses for good (an error no retry changes) is given up at
+/// error with its cost, and the role's answers after it are committed: before, it stayed first
+/// in line, and every later record of the role — each an answer the provider billed — was
+/// abandoned behind it.
+#[tokio::test]
+async fn a_cut_row_the_store_refuses_for_good_does_not_block_the_roles_next_answers() {
+    let (w, faults) = faulty_world("").await;
+    let mut r = runner(&w, mind("turns_per_wake = 5"), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    cut_next(&w);
+    faults.refuse_cut_rows_for_good(REFUSE_ALL);
+    assert!(r.step().await.is_err(), "the Persona's turn was cut");
+    w.sim.advance_clock(1_000);
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    w.sim.advance_clock(1_000);
+    post(&w, "e2", "#swarm", "ari", "and what of the ledger?").await;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let decisions: Vec<String> = ledger(&w).await.into_iter().map(|r| r.decision).collect();
+    assert_eq!(
+        decisions.len(),
+        2,
+        "the two answers, the cut row given up: {decisions:?}"
+    );
+    assert!(
+        !decisions.iter().any(|d| d == "attempt_failed"),
+        "{decisions:?}"
+    );
+}

@@ -42,6 +42,10 @@
 //! `cut_rows::a_cut_row_whose_commit_answer_was_lost_is_counted_once_by_the_next_spend_cap`),
 //! and at a clean shutdown
 //! (`cut_rows::a_cut_row_the_store_refused_is_committed_once_before_the_retrys_answer`).
+//! A refusal no retry changes ([`StoreError::Invalid`], say) gives the rows up at once, loudly,
+//! their cost kept for the spend cap: kept first in line, they had every later record of the
+//! role refused behind them
+//! (`cut_rows::a_cut_row_the_store_refuses_for_good_does_not_block_the_roles_next_answers`).
 //! Rows that wait untried (the two cases above, or what no call took) go with the role's next
 //! record, or on their own as a failed step ends.
 //!
@@ -185,8 +189,9 @@ impl<B: Backend> MindRunner<B> {
     }
 
     /// Commits `role`'s cut records in order, each under its key (one committed before counts),
-    /// under `token`; one counted under another lease cannot be, and is given up loudly. Stops
-    /// at the first the store refuses, which waits with those after it.
+    /// under `token`; one counted under another lease cannot be, nor one the store refuses for
+    /// good, and is given up loudly. Stops at the first the store refuses for now, which waits
+    /// with those after it.
     pub(super) async fn commit_cut_records(
         &mut self,
         role: Role,
@@ -207,6 +212,15 @@ impl<B: Backend> MindRunner<B> {
             match recorded {
                 Ok(_) | Err(StoreError::TurnAlreadyRecorded { .. }) => {
                     self.session_mut(role).cut_records.remove(0);
+                }
+                // A refusal no retry changes (the lease aside, which the step's own commit
+                // meets and `lease.rs` handles): kept first in line, the rows would have every
+                // later record of the role refused behind them, each answer abandoned. Given
+                // up instead, loudly, their cost kept for the spend cap.
+                Err(e) if !e.is_retryable() && !matches!(e, StoreError::Fenced { .. }) => {
+                    let cut = self.session_mut(role).cut_records.remove(0);
+                    let why = format!("the store refused it for good: {e}");
+                    self.give_up_rows(role, cut.record.ledger, &why);
                 }
                 Err(e) => return Err(e),
             }
