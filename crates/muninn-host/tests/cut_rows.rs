@@ -5,7 +5,7 @@
 //! after the take keeps the row is `muninn`'s `crash_points::a_cut_attempt_killed_before_its_
 //! retry_is_in_the_ledger_once`, on a real `muninn serve`.)
 
-use crate::runtime::{World, faulty_world, ledger, mind, post, runner, spent};
+use crate::runtime::{World, faulty_world, ledger, mind, post, runner, set_cap, spent};
 use crate::telemetry::Buffer;
 use muninn_core::closed_loop::verify;
 use muninn_core::price::PriceTable;
@@ -34,6 +34,23 @@ fn billed_each(w: &World) -> Vec<i64> {
         .filter_map(|r| r.usage)
         .map(|u| price.cost(&u).0)
         .collect()
+}
+
+/// This test's log events at INFO and above, as JSON, while the guards live.
+fn capture_logs() -> (Buffer, tracing::Dispatch, tracing::subscriber::DefaultGuard) {
+    let logs = Buffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    // As in `telemetry::a_turn_is_one_json_log_event_with_its_fields`: every callsite asks
+    // this test's subscriber too, whatever a sibling test cached.
+    let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+    let guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    (logs, anchor, guard)
 }
 
 /// A cut attempt whose commit on its own is refused, and refused again as its step ends: the
@@ -72,19 +89,7 @@ async fn a_cut_row_the_store_refused_is_committed_once_before_the_retrys_answer(
 /// first.
 #[tokio::test]
 async fn a_clean_shutdown_gives_up_every_waiting_cut_row_loudly_with_its_cost() {
-    let logs = Buffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    // As in `telemetry::a_turn_is_one_json_log_event_with_its_fields`: every callsite asks
-    // this test's subscriber too, whatever a sibling test cached.
-    let _anchor = tracing::Dispatch::new(tracing_subscriber::registry());
-    let _guard = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
-
+    let (logs, _anchor, _guard) = capture_logs();
     let (w, faults) = faulty_world("").await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
@@ -128,5 +133,143 @@ async fn a_clean_shutdown_gives_up_every_waiting_cut_row_loudly_with_its_cost() 
         ],
         "{:?}",
         logs.events()
+    );
+}
+
+/// A cut attempt whose commit on its own landed but whose answer was lost, and whose retry as
+/// the step ended was refused (the store gone a moment): the row is in the ledger, and the
+/// next step's spend cap counts it there once — not a second time as a row still waiting,
+/// which kept a Mind near its cap refused (`CAPPED`) until the row left the window, the
+/// waiting copy never tried again while no record was committed.
+#[tokio::test]
+async fn a_cut_row_whose_commit_answer_was_lost_is_counted_once_by_the_next_spend_cap() {
+    let (logs, _anchor, _guard) = capture_logs();
+    let (w, faults) = faulty_world("").await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    w.sim.advance_clock(1_000);
+    post(&w, "e2", "#swarm", "ari", "and what of the ledger?").await;
+    cut_next(&w);
+    faults.lose_commit_answers(1);
+    faults.fail_commits_after(1, 1);
+    r.woken();
+    assert!(r.step().await.is_err(), "the Persona's turn was cut");
+    assert_eq!(
+        faults.refused(),
+        1,
+        "landed unanswered, then refused as the step ended"
+    );
+    let rows = ledger(&w).await;
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].decision, "attempt_failed");
+    // A cap every request crosses: the step says what it counted.
+    set_cap(&w, Some(1)).await;
+    r.woken();
+    assert_eq!(r.step().await.unwrap(), Step::OverBudget);
+    let counted = cap_counts(&logs);
+    assert_eq!(
+        counted,
+        [(spent(&w).await, 0, 0)],
+        "(spent, unledgered, abandoned)"
+    );
+    assert_eq!(ledger(&w).await.len(), 2, "the row is in the ledger once");
+}
+
+/// What each spend-cap refusal in `logs` counted: (spent, unledgered, abandoned).
+fn cap_counts(logs: &Buffer) -> Vec<(i64, i64, i64)> {
+    logs.events()
+        .into_iter()
+        .filter(|e| {
+            e["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("spend cap: the next request could cross it"))
+        })
+        .map(|e| {
+            let field = |name: &str| e["fields"][name].as_i64().unwrap_or(-1);
+            (field("spent"), field("unledgered"), field("abandoned"))
+        })
+        .collect()
+}
+
+/// The same row — landed unanswered, its retry refused — when the runner's lease runs out
+/// before it is tried again and another host holds the Mind a while: under its next lease the
+/// runner cannot commit it, and gives it up; but it is in the ledger, so it is neither said to
+/// be lost ("abandoned uncommitted", at error) nor counted a second time by the spend cap as
+/// abandoned money.
+#[tokio::test]
+async fn a_landed_cut_row_waiting_at_a_new_lease_is_not_given_up_as_lost() {
+    let (logs, _anchor, _guard) = capture_logs();
+    let (w, faults) = faulty_world("").await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    w.sim.advance_clock(1_000);
+    post(&w, "e2", "#swarm", "ari", "and what of the ledger?").await;
+    cut_next(&w);
+    faults.lose_commit_answers(1);
+    faults.fail_commits_after(1, 1);
+    r.woken();
+    assert!(r.step().await.is_err(), "the Persona's turn was cut");
+    assert_eq!(ledger(&w).await.len(), 2, "the cut row landed");
+    // host-a's lease runs out; host-b takes the Mind, answers the batch and lets it go.
+    w.sim.advance_clock(w.host.config.lease_ttl_ms + 1);
+    let mut b = runner(&w, mind(""), "host-b");
+    assert!(matches!(b.step().await.unwrap(), Step::PersonaTurn { .. }));
+    b.release().await.unwrap();
+    let rows = ledger(&w).await.len();
+    set_cap(&w, Some(1)).await;
+    post(&w, "e3", "#swarm", "ari", "still there?").await;
+    r.woken();
+    assert_eq!(r.step().await.unwrap(), Step::OverBudget);
+    let lost: Vec<_> = logs
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e["level"] == "ERROR"
+                && e["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("a failed attempt's row was abandoned"))
+        })
+        .collect();
+    assert!(lost.is_empty(), "said lost, though in the ledger: {lost:?}");
+    assert_eq!(
+        cap_counts(&logs),
+        [(spent(&w).await, 0, 0)],
+        "(spent, unledgered, abandoned)"
+    );
+    assert_eq!(ledger(&w).await.len(), rows, "nothing written again");
+}
+
+/// A cut attempt's row the store refuses for good (an error no retry changes) is given up at
+/// error with its cost, and the role's answers after it are committed: before, it stayed first
+/// in line, and every later record of the role — each an answer the provider billed — was
+/// abandoned behind it.
+#[tokio::test]
+async fn a_cut_row_the_store_refuses_for_good_does_not_block_the_roles_next_answers() {
+    let (w, faults) = faulty_world("").await;
+    let mut r = runner(&w, mind("turns_per_wake = 5"), "host-a");
+    r.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    cut_next(&w);
+    faults.refuse_cut_rows_for_good(REFUSE_ALL);
+    assert!(r.step().await.is_err(), "the Persona's turn was cut");
+    w.sim.advance_clock(1_000);
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    w.sim.advance_clock(1_000);
+    post(&w, "e2", "#swarm", "ari", "and what of the ledger?").await;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let decisions: Vec<String> = ledger(&w).await.into_iter().map(|r| r.decision).collect();
+    assert_eq!(
+        decisions.len(),
+        2,
+        "the two answers, the cut row given up: {decisions:?}"
+    );
+    assert!(
+        !decisions.iter().any(|d| d == "attempt_failed"),
+        "{decisions:?}"
     );
 }

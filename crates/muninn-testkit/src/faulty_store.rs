@@ -18,9 +18,12 @@
 //! then answer [`StoreError::Unavailable`]: a commit whose answer was lost; or be refused
 //! before they land ([`FaultyStore::refuse_appends`]).
 //! The next N turn commits can land and then answer [`StoreError::Unavailable`] too
-//! ([`FaultyStore::lose_commit_answers`]: the `COMMIT` went through, its answer never came).
+//! ([`FaultyStore::lose_commit_answers`]: the `COMMIT` went through, its answer never came),
+//! and be followed by refusals ([`FaultyStore::fail_commits_after`]: the store gone when the
+//! commit is tried again).
 //! The next N commits can instead be refused for good
-//! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes).
+//! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes),
+//! or only those holding a failed attempt's row ([`FaultyStore::refuse_cut_rows_for_good`]).
 //! The next N whole-delivery reads of one Mind can panic instead of answering
 //! ([`FaultyStore::panic_pending_reads`]: a bug in the code under a runner's step, which takes
 //! the Mind's task down with it), and so can the next N renewals of every lease a host holds
@@ -36,7 +39,7 @@
 //! ([`Store::pending_deliveries`], [`FaultyStore::pending_reads`]) are counted too.
 
 use async_trait::async_trait;
-use muninn_core::ledger::LedgerRow;
+use muninn_core::ledger::{ATTEMPT_FAILED, LedgerRow};
 use muninn_core::money::MicroUsd;
 use muninn_store::*;
 use std::sync::Arc;
@@ -46,6 +49,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 #[derive(Debug)]
 pub struct FaultyStore {
     inner: Arc<dyn Store>,
+    /// Commits to let through before refusing any (`failing`).
+    passing_commits: AtomicU32,
     /// Commits still to refuse.
     failing: AtomicU32,
     /// Commits still to refuse with an error no retry changes.
@@ -66,6 +71,8 @@ pub struct FaultyStore {
     losing_append_answers: AtomicU32,
     /// Turn commits still to land with their answer lost.
     losing_commit_answers: AtomicU32,
+    /// Turn commits holding a failed attempt's row still to refuse for good.
+    refusing_cut_rows: AtomicU32,
     /// Transcript appends still to refuse.
     refusing_appends: AtomicU32,
     /// Settings reads to let through before refusing any.
@@ -96,6 +103,7 @@ impl FaultyStore {
             failing: AtomicU32::new(0),
             failing_for_good: AtomicU32::new(0),
             failing_reads: AtomicU32::new(0),
+            passing_commits: AtomicU32::new(0),
             failing_ledger_reads: AtomicU32::new(0),
             passing_batches: AtomicU32::new(0),
             failing_batches: AtomicU32::new(0),
@@ -103,6 +111,7 @@ impl FaultyStore {
             failing_outbox_acks: AtomicU32::new(0),
             losing_append_answers: AtomicU32::new(0),
             losing_commit_answers: AtomicU32::new(0),
+            refusing_cut_rows: AtomicU32::new(0),
             refusing_appends: AtomicU32::new(0),
             passing_settings_reads: AtomicU32::new(0),
             failing_settings_reads: AtomicU32::new(0),
@@ -118,6 +127,15 @@ impl FaultyStore {
 
     /// Refuses the next `n` commits (`record_turn`, `append_ledger`).
     pub fn fail_commits(&self, n: u32) {
+        self.passing_commits.store(0, Ordering::SeqCst);
+        self.failing.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets the next `pass` commits through (a lost answer, [`Self::lose_commit_answers`],
+    /// still applies to them), then refuses `n` as [`fail_commits`](Self::fail_commits) does:
+    /// a commit that lands unanswered, and the store gone when it is tried again.
+    pub fn fail_commits_after(&self, pass: u32, n: u32) {
+        self.passing_commits.store(pass, Ordering::SeqCst);
         self.failing.store(n, Ordering::SeqCst);
     }
 
@@ -138,6 +156,13 @@ impl FaultyStore {
     /// `append_transcript_once`) with [`StoreError::Unavailable`], writing nothing.
     pub fn refuse_appends(&self, n: u32) {
         self.refusing_appends.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` turn commits (`record_turn`) that hold a failed attempt's row
+    /// (decision `attempt_failed`) with [`StoreError::Invalid`], writing nothing; other
+    /// commits pass. A row the store will never take, met again at every retry.
+    pub fn refuse_cut_rows_for_good(&self, n: u32) {
+        self.refusing_cut_rows.store(n, Ordering::SeqCst);
     }
 
     /// Refuses the next `n` commits with [`StoreError::Invalid`]: a refusal no retry can
@@ -243,7 +268,7 @@ impl FaultyStore {
                 "injected: a row the store will never take".into(),
             ));
         }
-        if armed(&self.failing) {
+        if !armed(&self.passing_commits) && armed(&self.failing) {
             self.refused.fetch_add(1, Ordering::SeqCst);
             return Err(injected("database or disk is full"));
         }
@@ -276,6 +301,13 @@ impl Store for FaultyStore {
         token: FencingToken,
         turn: &TurnRecord,
     ) -> Result<TurnReceipt> {
+        let cut = (turn.ledger.iter()).any(|row| row.decision == ATTEMPT_FAILED);
+        if cut && armed(&self.refusing_cut_rows) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Invalid(
+                "injected: a failed attempt's row the store will never take".into(),
+            ));
+        }
         self.refuse()?;
         let receipt = self.inner.record_turn(mind, token, turn).await?;
         if armed(&self.losing_commit_answers) {

@@ -36,8 +36,16 @@
 //! (`budget.rs`), and they are tried again, under that key — a commit that had landed counts,
 //! so nothing is written twice — before the role's next record is committed
 //! (`pending.rs`, `commit_or_hold`: the cut rows before the answer's, the order they were
-//! counted in), as the failed step ends ([`MindRunner::ledger_after_step`]), and at a clean
-//! shutdown (`cut_rows::a_cut_row_the_store_refused_is_committed_once_before_the_retrys_answer`).
+//! counted in), as the failed step ends ([`MindRunner::ledger_after_step`]), at the next step's
+//! start, before the spend cap is read (a row whose commit landed unanswered is in the ledger
+//! then, and counted there alone:
+//! `cut_rows::a_cut_row_whose_commit_answer_was_lost_is_counted_once_by_the_next_spend_cap`),
+//! and at a clean shutdown
+//! (`cut_rows::a_cut_row_the_store_refused_is_committed_once_before_the_retrys_answer`).
+//! A refusal no retry changes ([`StoreError::Invalid`], say) gives the rows up at once, loudly,
+//! their cost kept for the spend cap: kept first in line, they had every later record of the
+//! role refused behind them
+//! (`cut_rows::a_cut_row_the_store_refuses_for_good_does_not_block_the_roles_next_answers`).
 //! Rows that wait untried (the two cases above, or what no call took) go with the role's next
 //! record, or on their own as a failed step ends.
 //!
@@ -47,7 +55,9 @@
 //! a refused Persona commit ended the shutdown's attempt and the Self's waiting rows went
 //! with the runner, unsaid). A row waiting when the runner must rebuild the role's accounting
 //! from the ledger (a new lease) is given up as loudly, its cost kept for the spend cap, as an
-//! answer abandoned uncommitted is. A row still waiting when the process dies (the store
+//! answer abandoned uncommitted is — unless the ledger holds it (its commit landed and the
+//! answer was lost): then it is neither lost nor counted again
+//! (`cut_rows::a_landed_cut_row_waiting_at_a_new_lease_is_not_given_up_as_lost`). A row still waiting when the process dies (the store
 //! refused it, or a held record kept it back) is lost with it: the warning logged at the take
 //! is then its only trace.
 
@@ -57,7 +67,7 @@ use super::{MindRunner, RuntimeError};
 use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, FailedAttempt, TtlCheck, TurnOutcome};
 use muninn_core::ledger::{ATTEMPT_FAILED, LedgerRow, RowKind};
-use muninn_store::{FencingToken, Role, StoreError, TurnRecord};
+use muninn_store::{FencingToken, LedgerQuery, Role, StoreError, TurnRecord};
 
 /// Rows of cut attempts committed on their own under a key made from them, tried once and
 /// refused: kept with that key, so trying again after a commit whose answer was lost writes
@@ -179,8 +189,9 @@ impl<B: Backend> MindRunner<B> {
     }
 
     /// Commits `role`'s cut records in order, each under its key (one committed before counts),
-    /// under `token`; one counted under another lease cannot be, and is given up loudly. Stops
-    /// at the first the store refuses, which waits with those after it.
+    /// under `token`; one counted under another lease cannot be, nor one the store refuses for
+    /// good, and is given up loudly. Stops at the first the store refuses for now, which waits
+    /// with those after it.
     pub(super) async fn commit_cut_records(
         &mut self,
         role: Role,
@@ -189,7 +200,8 @@ impl<B: Backend> MindRunner<B> {
         while let Some(cut) = self.session(role).cut_records.first() {
             if cut.token != token {
                 let cut = self.session_mut(role).cut_records.remove(0);
-                self.give_up_rows(role, cut.record.ledger, "the lease changed");
+                let lost = self.not_in_ledger(role, cut.record.ledger).await;
+                self.give_up_rows(role, lost, "the lease changed");
                 continue;
             }
             let recorded = self
@@ -200,6 +212,15 @@ impl<B: Backend> MindRunner<B> {
             match recorded {
                 Ok(_) | Err(StoreError::TurnAlreadyRecorded { .. }) => {
                     self.session_mut(role).cut_records.remove(0);
+                }
+                // A refusal no retry changes (the lease aside, which the step's own commit
+                // meets and `lease.rs` handles): kept first in line, the rows would have every
+                // later record of the role refused behind them, each answer abandoned. Given
+                // up instead, loudly, their cost kept for the spend cap.
+                Err(e) if !e.is_retryable() && !matches!(e, StoreError::Fenced { .. }) => {
+                    let cut = self.session_mut(role).cut_records.remove(0);
+                    let why = format!("the store refused it for good: {e}");
+                    self.give_up_rows(role, cut.record.ledger, &why);
                 }
                 Err(e) => return Err(e),
             }
@@ -237,13 +258,46 @@ impl<B: Backend> MindRunner<B> {
     /// Gives up the rows waiting for `role`'s next record, loudly (the role's accounting is
     /// about to be rebuilt from the ledger, which does not hold them, or a clean shutdown could
     /// not commit them): their cost stays counted for the spend cap.
-    pub(super) fn abandon_unledgered(&mut self, role: Role, why: &str) {
+    pub(super) async fn abandon_unledgered(&mut self, role: Role, why: &str) {
         let session = self.session_mut(role);
-        let mut rows: Vec<LedgerRow> = (session.cut_records.drain(..))
+        let tried: Vec<LedgerRow> = (session.cut_records.drain(..))
             .flat_map(|c| c.record.ledger)
             .collect();
-        rows.append(&mut session.unledgered);
+        let untried = std::mem::take(&mut session.unledgered);
+        let mut rows = self.not_in_ledger(role, tried).await;
+        rows.extend(untried);
         self.give_up_rows(role, rows, why);
+    }
+
+    /// Of `rows`, tried under their key and about to be given up, those the ledger does not
+    /// hold: a commit whose answer was lost may have landed, and a row in the ledger is
+    /// neither lost nor to be counted again by the spend cap as abandoned money. All of them
+    /// when the ledger cannot be read (the store failing): counted twice rather than not at
+    /// all.
+    async fn not_in_ledger(&self, role: Role, rows: Vec<LedgerRow>) -> Vec<LedgerRow> {
+        let mut lost = Vec::with_capacity(rows.len());
+        for row in rows {
+            let query = LedgerQuery {
+                mind: Some(self.mind.id.clone()),
+                from_ms: Some(row.at_ms),
+                to_ms: Some(row.at_ms.saturating_add(1)),
+                ..LedgerQuery::default()
+            };
+            match self.host.store.ledger(&query).await {
+                Ok(entries) if entries.iter().any(|e| e.row == row) => tracing::info!(
+                    mind = %self.mind.id,
+                    role = role.as_str(),
+                    at_ms = row.at_ms,
+                    "a cut attempt's row whose commit went unanswered is in the ledger: kept, not given up"
+                ),
+                Ok(_) => lost.push(row),
+                Err(e) => {
+                    tracing::warn!(mind = %self.mind.id, role = role.as_str(), error = %e, "the ledger could not be read to tell whether a cut attempt's row landed");
+                    lost.push(row);
+                }
+            }
+        }
+        lost
     }
 
     /// `rows` given up uncommitted, each said with its cost, which the spend cap keeps.
@@ -297,7 +351,8 @@ impl<B: Backend> MindRunner<B> {
         let now = self.host.clock.now_ms();
         for role in [Role::Persona, Role::SelfRole] {
             let Some(token) = token else {
-                self.abandon_unledgered(role, "the lease was lost before a record carried it");
+                (self.abandon_unledgered(role, "the lease was lost before a record carried it"))
+                    .await;
                 continue;
             };
             if let Err(e) = self.commit_unledgered(role, token, now).await {
@@ -306,7 +361,7 @@ impl<B: Backend> MindRunner<B> {
                 if let Some(u) = self.uncommitted.take() {
                     self.abandon(u, &why);
                 }
-                self.abandon_unledgered(role, &why);
+                self.abandon_unledgered(role, &why).await;
             }
         }
     }

@@ -426,6 +426,15 @@ impl<B: Backend> MindRunner<B> {
         if let Some(step) = self.settle_held(token).await? {
             return Ok(step);
         }
+        // Then the rows of cut attempts waiting under their keys, before the spend cap is read:
+        // one whose commit landed unanswered is in the ledger, and waiting it would be counted
+        // twice — and a step the cap refuses commits nothing that would carry it (`failed.rs`).
+        // Refused again, they wait for the role's next record, which tries them first.
+        for role in [Role::Persona, Role::SelfRole] {
+            if let Err(e) = self.commit_cut_records(role, token).await {
+                tracing::warn!(mind = %self.mind.id, role = role.as_str(), error = %e, "cut attempts' rows still not committed; they wait for the role's next record");
+            }
+        }
         for role in [Role::Persona, Role::SelfRole] {
             if self.session(role).restore {
                 self.restore(role).await?;
