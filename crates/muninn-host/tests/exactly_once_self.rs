@@ -46,6 +46,23 @@ async fn settle(r: &mut MindRunner<SimBackend>) -> Vec<Step> {
     panic!("never idle: {steps:?}")
 }
 
+/// A world on a fault-armed store whose runner `host-a` has run one brief to its end, and the
+/// probe brief queued after it (its seq): the state every test here arms a fault in.
+async fn a_brief_after_one_run() -> (
+    World,
+    Arc<muninn_testkit::FaultyStore>,
+    MindRunner<SimBackend>,
+    i64,
+) {
+    let (w, faults) = crate::runtime::faulty_world("").await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    brief(&w, "Summarise the open issues.").await;
+    settle(&mut r).await;
+    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    (w, faults, r, seq)
+}
+
 /// A message's text: a string, or its blocks' texts joined.
 fn text_of(content: &Value) -> String {
     match content {
@@ -217,12 +234,7 @@ async fn self_transcript(store: &Arc<dyn Store>) -> Vec<(i64, TranscriptKind, St
 /// nothing — and runs the brief on the session it was rendered on.
 #[tokio::test]
 async fn a_brief_whose_append_answer_is_lost_is_recorded_shown_and_run_once() {
-    let (w, faults) = crate::runtime::faulty_world("").await;
-    let mut r = runner(&w, mind(""), "host-a");
-    r.register().await.unwrap();
-    brief(&w, "Summarise the open issues.").await;
-    settle(&mut r).await;
-    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    let (w, faults, mut r, seq) = a_brief_after_one_run().await;
     faults.lose_append_answers(1);
     let e = r.step().await.unwrap_err();
     assert!(
@@ -239,12 +251,7 @@ async fn a_brief_whose_append_answer_is_lost_is_recorded_shown_and_run_once() {
 /// its turn key (the store finds it recorded), then the brief is finished and reported once.
 #[tokio::test]
 async fn a_brief_whose_run_commit_answer_is_lost_is_run_and_reported_once() {
-    let (w, faults) = crate::runtime::faulty_world("").await;
-    let mut r = runner(&w, mind(""), "host-a");
-    r.register().await.unwrap();
-    brief(&w, "Summarise the open issues.").await;
-    settle(&mut r).await;
-    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    let (w, faults, mut r, seq) = a_brief_after_one_run().await;
     faults.lose_commit_answers(1);
     let e = r.step().await.unwrap_err();
     assert!(matches!(e, RuntimeError::Held(_)), "{e}");
@@ -262,12 +269,7 @@ async fn a_brief_whose_run_commit_answer_is_lost_is_run_and_reported_once() {
 /// state (`crash_points`, `host-brief-recorded`).
 #[tokio::test]
 async fn a_restart_after_a_lost_brief_append_answer_runs_the_brief_once_in_a_new_segment() {
-    let (w, faults) = crate::runtime::faulty_world("").await;
-    let mut r = runner(&w, mind(""), "host-a");
-    r.register().await.unwrap();
-    brief(&w, "Summarise the open issues.").await;
-    settle(&mut r).await;
-    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    let (w, faults, mut r, seq) = a_brief_after_one_run().await;
     faults.lose_append_answers(1);
     r.step().await.unwrap_err();
     drop(r);
@@ -285,12 +287,7 @@ async fn a_restart_after_a_lost_brief_append_answer_runs_the_brief_once_in_a_new
 /// whatever the run did). Only a brief that was never asked is run again (above).
 #[tokio::test]
 async fn a_brief_asked_before_its_host_died_is_reported_interrupted_not_run_again() {
-    let (w, faults) = crate::runtime::faulty_world("").await;
-    let mut r = runner(&w, mind(""), "host-a");
-    r.register().await.unwrap();
-    brief(&w, "Summarise the open issues.").await;
-    settle(&mut r).await;
-    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    let (w, faults, mut r, seq) = a_brief_after_one_run().await;
     // The run's end is refused, held for the next step; the host dies before that step.
     faults.fail_commits(1);
     let e = r.step().await.unwrap_err();
@@ -330,12 +327,7 @@ async fn a_brief_asked_before_its_host_died_is_reported_interrupted_not_run_agai
 /// run: a failure report of it may have been posted already (`stranded.rs`).
 #[tokio::test]
 async fn a_held_brief_that_never_landed_is_reported_never_sent_by_the_next_holder() {
-    let (w, faults) = crate::runtime::faulty_world("").await;
-    let mut a = runner(&w, mind(""), "host-a");
-    a.register().await.unwrap();
-    brief(&w, "Summarise the open issues.").await;
-    settle(&mut a).await;
-    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    let (w, faults, mut a, seq) = a_brief_after_one_run().await;
     faults.refuse_appends(1);
     a.step().await.unwrap_err();
     w.sim.advance_clock(w.host.config.lease_ttl_ms + 1_000);
