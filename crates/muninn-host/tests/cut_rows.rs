@@ -9,9 +9,11 @@ use crate::runtime::{World, faulty_world, ledger, mind, post, runner, set_cap, s
 use crate::telemetry::Buffer;
 use muninn_core::closed_loop::verify;
 use muninn_core::price::PriceTable;
-use muninn_host::runtime::Step;
+use muninn_host::runtime::{MindRunner, Step};
+use muninn_sim::inprocess::SimBackend;
 use muninn_sim::sim::{Fault, FaultKind};
 use muninn_store::{BriefOrigin, NewBrief};
+use std::sync::Arc;
 
 /// Every commit refused from here on (more than any of these tests makes).
 const REFUSE_ALL: u32 = 1_000;
@@ -136,14 +138,14 @@ async fn a_clean_shutdown_gives_up_every_waiting_cut_row_loudly_with_its_cost() 
     );
 }
 
-/// A cut attempt whose commit on its own landed but whose answer was lost, and whose retry as
-/// the step ended was refused (the store gone a moment): the row is in the ledger, and the
-/// next step's spend cap counts it there once — not a second time as a row still waiting,
-/// which kept a Mind near its cap refused (`CAPPED`) until the row left the window, the
-/// waiting copy never tried again while no record was committed.
-#[tokio::test]
-async fn a_cut_row_whose_commit_answer_was_lost_is_counted_once_by_the_next_spend_cap() {
-    let (logs, _anchor, _guard) = capture_logs();
+/// A runner `host-a` that answered one turn, then had its next turn's stream cut: the cut
+/// row's own commit landed but its answer was lost, and its retry as the step ended was
+/// refused (the store gone a moment) — the row is in the ledger and still waits on the session.
+async fn a_cut_row_landed_unanswered() -> (
+    World,
+    Arc<muninn_testkit::FaultyStore>,
+    MindRunner<SimBackend>,
+) {
     let (w, faults) = faulty_world("").await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
@@ -156,6 +158,18 @@ async fn a_cut_row_whose_commit_answer_was_lost_is_counted_once_by_the_next_spen
     faults.fail_commits_after(1, 1);
     r.woken();
     assert!(r.step().await.is_err(), "the Persona's turn was cut");
+    (w, faults, r)
+}
+
+/// A cut attempt whose commit on its own landed but whose answer was lost, and whose retry as
+/// the step ended was refused (the store gone a moment): the row is in the ledger, and the
+/// next step's spend cap counts it there once — not a second time as a row still waiting,
+/// which kept a Mind near its cap refused (`CAPPED`) until the row left the window, the
+/// waiting copy never tried again while no record was committed.
+#[tokio::test]
+async fn a_cut_row_whose_commit_answer_was_lost_is_counted_once_by_the_next_spend_cap() {
+    let (logs, _anchor, _guard) = capture_logs();
+    let (w, faults, mut r) = a_cut_row_landed_unanswered().await;
     assert_eq!(
         faults.refused(),
         1,
@@ -201,18 +215,7 @@ fn cap_counts(logs: &Buffer) -> Vec<(i64, i64, i64)> {
 #[tokio::test]
 async fn a_landed_cut_row_waiting_at_a_new_lease_is_not_given_up_as_lost() {
     let (logs, _anchor, _guard) = capture_logs();
-    let (w, faults) = faulty_world("").await;
-    let mut r = runner(&w, mind(""), "host-a");
-    r.register().await.unwrap();
-    post(&w, "e1", "#swarm", "ari", "hello there").await;
-    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
-    w.sim.advance_clock(1_000);
-    post(&w, "e2", "#swarm", "ari", "and what of the ledger?").await;
-    cut_next(&w);
-    faults.lose_commit_answers(1);
-    faults.fail_commits_after(1, 1);
-    r.woken();
-    assert!(r.step().await.is_err(), "the Persona's turn was cut");
+    let (w, _, mut r) = a_cut_row_landed_unanswered().await;
     assert_eq!(ledger(&w).await.len(), 2, "the cut row landed");
     // host-a's lease runs out; host-b takes the Mind, answers the batch and lets it go.
     w.sim.advance_clock(w.host.config.lease_ttl_ms + 1);
