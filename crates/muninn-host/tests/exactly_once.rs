@@ -194,7 +194,7 @@ fn with_history(source_id: &str, text: &str, at_ms: i64) -> NewDelivery {
 }
 
 /// A Claude Code world on a store whose faults the test arms, and the handle that arms them.
-async fn faulty_cli_world(
+pub(crate) async fn faulty_cli_world(
     bin: std::path::PathBuf,
 ) -> (crate::cli_world::CliWorld, std::sync::Arc<FaultyStore>) {
     let mut faults = None;

@@ -125,6 +125,25 @@ fn self_requests(w: &World) -> Vec<Value> {
 /// exactly the briefs the last Self request was shown.
 async fn brief_exactly_once(w: &World, seq: i64, briefs: usize, segments: usize) {
     let requests = self_requests(w);
+    shown_once_in_extending_requests(&requests, briefs, segments);
+    let rows = ledger(w).await;
+    let self_rows = rows
+        .iter()
+        .filter(|row| row.role == Role::SelfRole.as_str())
+        .count();
+    assert_eq!(
+        self_rows,
+        requests.len(),
+        "Self ledger rows against requests"
+    );
+    done_and_reported_once(w, seq).await;
+    transcript_as_sent(w, requests.last().unwrap()).await;
+}
+
+/// The Self requests: `briefs` of them, `segments` started (a segment's first request holds one
+/// brief; every other extends the one before, byte for byte), the probe the new message of one
+/// and never shown twice in one.
+fn shown_once_in_extending_requests(requests: &[Value], briefs: usize, segments: usize) {
     assert_eq!(requests.len(), briefs, "one Self request per brief");
     // A segment's first request holds one brief; every other extends the one before.
     let starts = |r: &Value| user_texts(r).len() == 1;
@@ -158,17 +177,10 @@ async fn brief_exactly_once(w: &World, seq: i64, briefs: usize, segments: usize)
             "a Self request does not extend the one before:\n{before:#?}\n{after:#?}"
         );
     }
-    let rows = ledger(w).await;
-    let self_rows = rows
-        .iter()
-        .filter(|row| row.role == Role::SelfRole.as_str())
-        .count();
-    assert_eq!(
-        self_rows,
-        requests.len(),
-        "Self ledger rows against requests"
-    );
+}
 
+/// The probe brief (`seq`) done, and reported to the Persona once, as finished.
+async fn done_and_reported_once(w: &World, seq: i64) {
     let stored = stored_brief(w, seq).await;
     assert_eq!(stored.status, BriefStatus::Done, "{stored:?}");
     let reports: Vec<String> = w
@@ -186,7 +198,11 @@ async fn brief_exactly_once(w: &World, seq: i64, briefs: usize, segments: usize)
         reports[0].starts_with(&format!("Self run {seq} finished: ")),
         "{reports:?}"
     );
+}
 
+/// The probe recorded at most once per segment, and the Self transcript's last segment holding
+/// exactly the briefs the `last` Self request was shown.
+async fn transcript_as_sent(w: &World, last: &Value) {
     let transcript = self_transcript(&w.host.store).await;
     // At most once per segment it was rendered in (a restart renders it in a new one).
     let probes: Vec<i64> = transcript
@@ -206,7 +222,7 @@ async fn brief_exactly_once(w: &World, seq: i64, briefs: usize, segments: usize)
         .filter(|(s, kind, _)| Some(*s) == segment && *kind == TranscriptKind::Brief)
         .map(|(_, _, text)| text)
         .collect();
-    let sent = user_texts(requests.last().unwrap());
+    let sent = user_texts(last);
     let sent: Vec<&String> = sent.iter().collect();
     assert_eq!(
         recorded, sent,
@@ -409,30 +425,8 @@ async fn on_the_cli_a_brief_whose_append_answer_is_lost_is_sent_once_on_the_same
     let Some(bin) = muninn_testkit::peers::claude_cli() else {
         return;
     };
-    let mut faults = None;
-    let w = crate::cli_world::cli_world_on(
-        bin,
-        |_| {},
-        |store| {
-            let faulty = muninn_testkit::faulty_store::FaultyStore::new(store);
-            faults = Some(faulty.clone());
-            faulty
-        },
-    )
-    .await;
-    let faults = faults.unwrap();
-    let queue = |text: String| {
-        let store = w.host.store.clone();
-        let now = w.server.sim.now_ms();
-        async move {
-            let brief = NewBrief {
-                text,
-                origin: BriefOrigin::Operator,
-                created_at_ms: now,
-            };
-            store.enqueue_brief("vala", &brief).await.unwrap().seq
-        }
-    };
+    let (w, faults) = crate::exactly_once::faulty_cli_world(bin).await;
+    let queue = |text: String| queue_on_cli(&w, text);
     let mut r = w.runner(mind(""), "host-a");
     r.register().await.unwrap();
     queue("Summarise the open issues.".into()).await;
@@ -481,6 +475,28 @@ async fn on_the_cli_a_brief_whose_append_answer_is_lost_is_sent_once_on_the_same
         "{last}"
     );
     assert_eq!(last.matches(PROBE).count(), 1, "{last}");
+    one_segment_and_the_brief_done_once(&w, seq).await;
+    w.server.stop().await.unwrap();
+}
+
+/// Queues an operator brief on `vala` at the world's time; its seq.
+async fn queue_on_cli(w: &crate::cli_world::CliWorld, text: String) -> i64 {
+    let brief = NewBrief {
+        text,
+        origin: BriefOrigin::Operator,
+        created_at_ms: w.server.sim.now_ms(),
+    };
+    w.host
+        .store
+        .enqueue_brief("vala", &brief)
+        .await
+        .unwrap()
+        .seq
+}
+
+/// The Self still in its one segment (its CLI session resumed, not rebuilt), and brief `seq`
+/// done and reported to the Persona once.
+async fn one_segment_and_the_brief_done_once(w: &crate::cli_world::CliWorld, seq: i64) {
     let segments = w.host.store.segments("vala", Role::SelfRole).await.unwrap();
     assert_eq!(segments.len(), 1, "{segments:#?}");
     let briefs = w.host.store.briefs("vala", None, 10).await.unwrap();
@@ -496,5 +512,4 @@ async fn on_the_cli_a_brief_whose_append_answer_is_lost_is_sent_once_on_the_same
         .filter(|d| d.source_id == format!("self-brief-{seq}"))
         .count();
     assert_eq!(reports, 1);
-    w.server.stop().await.unwrap();
 }
