@@ -183,16 +183,7 @@ fn shown_once_in_extending_requests(requests: &[Value], briefs: usize, segments:
 async fn done_and_reported_once(w: &World, seq: i64) {
     let stored = stored_brief(w, seq).await;
     assert_eq!(stored.status, BriefStatus::Done, "{stored:?}");
-    let reports: Vec<String> = w
-        .host
-        .store
-        .pending_deliveries("vala", 0, 100)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|d| d.source_id == format!("self-brief-{seq}"))
-        .map(|d| d.text)
-        .collect();
+    let reports = reports_of(w, seq).await;
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert!(
         reports[0].starts_with(&format!("Self run {seq} finished: ")),
@@ -228,6 +219,19 @@ async fn transcript_as_sent(w: &World, last: &Value) {
         recorded, sent,
         "the transcript's briefs are not what the model was shown"
     );
+}
+
+/// What the Persona was told of brief `seq`: the texts of the deliveries its report posted.
+async fn reports_of(w: &World, seq: i64) -> Vec<String> {
+    w.host
+        .store
+        .pending_deliveries("vala", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.source_id == format!("self-brief-{seq}"))
+        .map(|d| d.text)
+        .collect()
 }
 
 /// The Self transcript: each item's segment, kind and text.
@@ -318,16 +322,7 @@ async fn a_brief_asked_before_its_host_died_is_reported_interrupted_not_run_agai
     assert_eq!(shown, 1, "requests whose new brief is the probe");
     let stored = stored_brief(&w, seq).await;
     assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
-    let reports: Vec<String> = w
-        .host
-        .store
-        .pending_deliveries("vala", 0, 100)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|d| d.source_id == format!("self-brief-{seq}"))
-        .map(|d| d.text)
-        .collect();
+    let reports = reports_of(&w, seq).await;
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert!(
         reports[0].starts_with(&format!("Self run {seq} was interrupted: "))
@@ -359,16 +354,7 @@ async fn a_held_brief_that_never_landed_is_reported_never_sent_by_the_next_holde
     assert_eq!(shown, 0, "requests showing the probe");
     let stored = stored_brief(&w, seq).await;
     assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
-    let reports: Vec<String> = w
-        .host
-        .store
-        .pending_deliveries("vala", 0, 100)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|d| d.source_id == format!("self-brief-{seq}"))
-        .map(|d| d.text)
-        .collect();
+    let reports = reports_of(&w, seq).await;
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert!(
         reports[0].starts_with(&format!("Self run {seq} was interrupted: its host stopped"))
