@@ -5,10 +5,7 @@ use crate::runtime::*;
 use muninn_core::ledger::LedgerRow;
 use muninn_core::price::PriceTable;
 use muninn_host::Host;
-use muninn_host::config::Config;
 use muninn_host::runtime::{MindRunner, Step};
-use muninn_sim::SimClock;
-use muninn_sim::sim::SimConfig;
 use muninn_store::{LedgerQuery, NewDelivery, Role};
 use muninn_testkit::peers::claude_cli;
 use std::sync::Arc;
@@ -72,40 +69,9 @@ async fn a_persona_turn_on_the_claude_cli_backend_ledgers_what_the_cli_reported(
 /// A Claude Code CLI world as `cli_world::cli_world` builds it, its backend reading [`KEY`]; the
 /// backend factory's debug form does not show the key.
 async fn keyed_cli_world(bin: std::path::PathBuf) -> CliWorld {
-    use muninn_host::backends::BackendFactory;
-    use muninn_host::config::{BackendConfig, BackendKind};
-    let dir = tempfile::tempdir().unwrap();
-    let server = muninn_sim::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        SimConfig {
-            frozen_at_ms: Some(T0),
-            ..SimConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let mut config: Config = toml::from_str("").unwrap();
-    config.data_dir = dir.path().join("data");
-    config.backend = BackendConfig {
-        kind: Some(BackendKind::ClaudeCli),
-        base_url: Some(server.base_url()),
-        api_key_env: "MUNINN_TEST_KEY".into(),
-        claude_bin: Some(bin),
-        ..BackendConfig::default()
-    };
-    let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| KEY.to_string());
-    let factory = BackendFactory::from_config(&config, env).unwrap();
-    assert!(!format!("{factory:?}").contains(KEY));
-    let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
-        .await
-        .unwrap();
-    let host = Host::new(store, config, Arc::new(SimClock(server.sim.clone())));
-    CliWorld {
-        server,
-        host,
-        factory,
-        _dir: dir,
-    }
+    let w = crate::cli_world::cli_world_keyed(bin, KEY, |_| {}, |store| store).await;
+    assert!(!format!("{:?}", w.factory).contains(KEY));
+    w
 }
 
 /// What the CLI reported is its `result` usage, kept verbatim; the parsed numbers are it. And

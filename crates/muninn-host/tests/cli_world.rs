@@ -40,6 +40,16 @@ pub(crate) async fn cli_world_on(
     edit: impl FnOnce(&mut Config),
     wrap: impl FnOnce(Arc<dyn muninn_store::Store>) -> Arc<dyn muninn_store::Store>,
 ) -> CliWorld {
+    cli_world_keyed(bin, "sk-test-resume", edit, wrap).await
+}
+
+/// [`cli_world_on`] with the backend reading `key` as its API key.
+pub(crate) async fn cli_world_keyed(
+    bin: std::path::PathBuf,
+    key: &str,
+    edit: impl FnOnce(&mut Config),
+    wrap: impl FnOnce(Arc<dyn muninn_store::Store>) -> Arc<dyn muninn_store::Store>,
+) -> CliWorld {
     let dir = tempfile::tempdir().unwrap();
     let server = muninn_sim::spawn(
         "127.0.0.1:0".parse().unwrap(),
@@ -60,7 +70,7 @@ pub(crate) async fn cli_world_on(
         ..BackendConfig::default()
     };
     edit(&mut config);
-    let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| "sk-test-resume".to_string());
+    let env = |k: &str| (k == "MUNINN_TEST_KEY").then(|| key.to_string());
     let factory = BackendFactory::from_config(&config, env).unwrap();
     let store = muninn_store::open(dir.path().join("muninn.db").to_str().unwrap())
         .await
