@@ -204,6 +204,7 @@ fn messages_from(sim: &SimHandle, from: usize) -> Vec<RecordedRequest> {
 mod budget;
 mod compaction;
 mod credentials;
+mod faults;
 mod flush;
 mod fuzz;
 mod interactions;

@@ -500,7 +500,7 @@ async fn a_killed_child_leaves_no_process_of_its_own_running() {
 }
 
 /// The pid of a process whose command line is `command` (arguments split at spaces).
-fn pid_running(command: &str) -> Option<u32> {
+pub(crate) fn pid_running(command: &str) -> Option<u32> {
     let wanted: Vec<u8> = command
         .split(' ')
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())

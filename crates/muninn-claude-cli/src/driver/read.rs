@@ -30,6 +30,9 @@ impl Driver {
         if self.child.is_none() {
             return ReadEnd::Eof;
         }
+        // When the child exited: stdout is then read only until `STDOUT_END_WAIT` after it, since
+        // a process it started may hold the pipe open and the end of stdout never come.
+        let mut exited_at: Option<tokio::time::Instant> = None;
         loop {
             // Carry out whatever the flush protocol says is due, then sleep until its next
             // deadline or the next event, whichever comes first.
@@ -57,10 +60,7 @@ impl Driver {
                                 // lingers, and relaunched); the cause would otherwise be lost.
                                 tracing::warn!(session = %self.session_id, error = %e, "claude-cli: reading the child's stdout failed");
                             }
-                            let terminated = run_flush
-                                .as_ref()
-                                .is_some_and(|f| f.state.terminated_at.is_some());
-                            return if terminated { ReadEnd::Terminated } else { ReadEnd::Eof };
+                            return stdout_ended(run_flush);
                         }
                     };
                     let Some(event) = decode(&line) else {
@@ -79,6 +79,20 @@ impl Driver {
                 }
                 _ = &mut timeout => return ReadEnd::TimedOut,
                 _ = flush_timer => {}
+                // The child is reaped here, so its pid is forgotten: no signal meant for it (a
+                // flush's SIGTERM, a tree kill) may reach a process that reuses the number.
+                status = live.child.wait(), if exited_at.is_none() => {
+                    tracing::debug!(session = %self.session_id, ?status, "claude-cli: the child exited during the turn");
+                    live.pid = None;
+                    exited_at = Some(tokio::time::Instant::now());
+                }
+                // What the child wrote before it exited is in the pipe and read above at once;
+                // nothing more can come from it.
+                () = sleep_until_after(exited_at, STDOUT_END_WAIT) => {
+                    tracing::warn!(session = %self.session_id,
+                        "claude-cli: the child exited and a process it started still holds its stdout open");
+                    return stdout_ended(run_flush);
+                }
             }
         }
     }
@@ -218,6 +232,31 @@ impl Driver {
             }
         }
         None
+    }
+}
+
+/// The longest stdout is read after the child exited: the lines it wrote before are already
+/// in the pipe; only a process it left behind could keep the pipe open past this.
+const STDOUT_END_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Completes `wait` after `at`; never when `at` is `None`.
+async fn sleep_until_after(at: Option<tokio::time::Instant>, wait: std::time::Duration) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at + wait).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How the read ends at the end of the child's stdout: the flush protocol's termination, if it
+/// terminated the child, else the child's death.
+fn stdout_ended(run_flush: &Option<RunFlush>) -> ReadEnd {
+    let terminated = run_flush
+        .as_ref()
+        .is_some_and(|f| f.state.terminated_at.is_some());
+    if terminated {
+        ReadEnd::Terminated
+    } else {
+        ReadEnd::Eof
     }
 }
 
