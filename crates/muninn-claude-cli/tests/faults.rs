@@ -50,3 +50,35 @@ async fn a_child_that_dies_while_its_stdout_is_held_open_ends_the_turn() {
     // Nothing of the turn was answered: it is not in the session.
     assert!(b.last_report().unwrap().rewound, "{:?}", b.last_report());
 }
+
+/// A child that dies after its turn began is not taken for a lost session because its stderr
+/// happens to say "already in use" (here of a socket address): the session was found, the
+/// model answered, and the turn is an error in that session. Before, the driver abandoned the
+/// session for a fresh one (`Reseeded`) and sent the turn again there, twice, the model's
+/// answer in the old session left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_that_dies_mid_turn_is_not_a_lost_session_whatever_its_stderr_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let launches = dir.path().join("launches");
+    let assistant = json!({"type": "assistant", "request_id": "req_1",
+        "message": {"model": "claude-x", "content": [{"type": "text", "text": "half an answer"}]}});
+    let script = format!(
+        "echo launched >> '{}'\nread line\necho '{}'\necho '{assistant}'\n\
+         echo 'Error: listen EADDRINUSE: address already in use /tmp/cc-socks/1.sock' >&2\n\
+         exit 1\n",
+        launches.display(),
+        init_line()
+    );
+    let bin = stand_in(dir.path(), &script).await;
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a82").await;
+    r.config.turn_timeout = Duration::from_secs(20);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("in-use")).await.unwrap();
+    let err = b.turn(TurnInput::text("u1")).await.unwrap_err();
+    assert!(err.to_string().contains("address already in use"), "{err}");
+    assert_eq!(session_events_json(&mut b), Vec::<Value>::new());
+    assert_eq!(b.session_id(), r.config.session_id);
+    // Launched at start, and never again for this turn.
+    let launched = std::fs::read_to_string(&launches).unwrap();
+    assert_eq!(launched.lines().count(), 1, "{launched}");
+}

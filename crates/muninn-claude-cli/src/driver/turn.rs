@@ -257,7 +257,12 @@ impl Driver {
         report: &mut TurnReport,
     ) -> Attempt {
         let (status, tail) = self.reap().await;
-        let lost = tail.contains("already in use") || tail.contains("No conversation found");
+        // Only a child that never began the turn can have failed to find its session: one
+        // that began it found the session, whatever its last stderr words say (an "address
+        // already in use" of a socket, a tool's output), and reseeding would send the turn
+        // again in a fresh session with the model's doing in the old one left behind.
+        let lost = !collected.saw_init
+            && (tail.contains("already in use") || tail.contains("No conversation found"));
         if lost && end.attempt < MAX_ATTEMPTS {
             let reason = tail.lines().last().unwrap_or("").to_string();
             self.reseed(&reason, &mut report.session_events);
