@@ -82,3 +82,29 @@ async fn a_child_that_dies_mid_turn_is_not_a_lost_session_whatever_its_stderr_sa
     let launched = std::fs::read_to_string(&launches).unwrap();
     assert_eq!(launched.lines().count(), 1, "{launched}");
 }
+
+/// A Ctrl-C at the host's terminal does not reach the child. The terminal sends SIGINT to its
+/// whole foreground process group, and the CLI ends a running turn on SIGINT (an
+/// `error_during_execution` result, which the driver takes for an interrupted turn, its partial
+/// text the answer) and exits, where the host's shutdown lets each Mind finish the step it is
+/// in and stops the children itself (stdin closed, SIGTERM, SIGKILL). So the child runs in a
+/// process group of its own. Before, it was in the host's, and every signal to that group
+/// reached it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_to_the_hosts_process_group_does_not_reach_the_child() {
+    use rustix::process::{Pid, getpgid, getpgrp};
+    let dir = tempfile::tempdir().unwrap();
+    let bin = stand_in(dir.path(), "while read line; do :; done\n").await;
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a84").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("group")).await.unwrap();
+    let pid = b.child_pid().await.unwrap();
+    let group = getpgid(Pid::from_raw(pid as i32)).unwrap();
+    assert_ne!(group, getpgrp(), "the child is in the host's process group");
+    assert_eq!(
+        group.as_raw_pid(),
+        pid as i32,
+        "the child leads its own group"
+    );
+    b.shutdown().await.unwrap();
+}

@@ -38,6 +38,10 @@ impl Driver {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // A process group of its own: a Ctrl-C at the host's terminal (SIGINT to the
+            // foreground group) would end the CLI's running turn as interrupted and the CLI
+            // with it; the host stops its children itself, letting their turns finish.
+            .process_group(0)
             .kill_on_drop(true);
         let spawned = command.spawn();
         // Closes the parent's read end of the credential pipe: the child holds the only one.
