@@ -221,10 +221,9 @@ struct RunFlush {
 struct Collected {
     saw_init: bool,
     text: Vec<String>,
+    /// The main thread's tool calls (a subagent's, in events with a `parent_tool_use_id`, are
+    /// left out: the CLI stores them in the subagent's own file, not the session's).
     tool_calls: Vec<ToolCall>,
-    /// The ids of the tool calls a subagent made (an event with a `parent_tool_use_id`): the
-    /// CLI stores them in the subagent's own file, not the session's.
-    sidechain_calls: Vec<String>,
     request_id: Option<String>,
     /// Usage of the run's results before the last (a run whose flush line became its own turn
     /// has two).

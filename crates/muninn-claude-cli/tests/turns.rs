@@ -586,3 +586,38 @@ async fn a_dead_childs_late_stderr_is_in_its_error() {
     let err = b.turn(TurnInput::text("l1")).await.unwrap_err();
     assert!(err.to_string().contains("fatal: late words"), "{err}");
 }
+
+/// A subagent's messages are not the turn's reply: the CLI writes them to stdout (with a
+/// `parent_tool_use_id`) among the main thread's, and the reply is the main thread's text and
+/// calls alone. Here the model calls the `Agent` tool, whose subagent answers the sim's text
+/// for its prompt. Before, that answer was joined into the turn's text, between the main
+/// thread's words, and a subagent's tool calls were listed as the turn's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagents_messages_are_not_the_turns_reply() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a76").await;
+    r.config.tools = vec!["Agent".to_string()];
+    let script = json!([{"name": "Agent", "input": {"description": "look",
+        "prompt": "SUBAGENT-ONLY-TEXT", "subagent_type": "general-purpose"}}]);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("subagent")).await.unwrap();
+    let o = ok(b
+        .turn(TurnInput::text(format!(
+            "delegate [sim: tool calls {script}]"
+        )))
+        .await);
+    // The subagent did run and answer (the sim saw its request) ...
+    assert!(
+        r.sim
+            .sim
+            .requests()
+            .iter()
+            .any(|q| last_user(&q.body).contains("SUBAGENT-ONLY-TEXT")),
+        "the subagent never ran"
+    );
+    // ... and its answer is not the turn's.
+    assert!(!o.text.contains("SUBAGENT-ONLY-TEXT"), "{}", o.text);
+    let calls: Vec<&str> = o.tool_calls.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(calls, vec!["Agent"]);
+    b.shutdown().await;
+}

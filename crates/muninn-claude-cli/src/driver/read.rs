@@ -197,12 +197,11 @@ impl Driver {
                     f.state.reached_at = Some(f.started.elapsed());
                 }
                 collected.request_id = a.request_id.or(collected.request_id.take());
-                let (from, sidechain) =
-                    (collected.tool_calls.len(), a.parent_tool_use_id.is_some());
-                collect_blocks(a.message.content, collected);
-                if sidechain {
-                    let ids = collected.tool_calls[from..].iter().map(|c| c.id.clone());
-                    collected.sidechain_calls.extend(ids);
+                // A subagent's message (it answers the main thread's `Agent` call, whose result
+                // the main thread then reads) is not the turn's reply: its text and calls are
+                // the subagent's, stored in the subagent's own file, not the session's.
+                if a.parent_tool_use_id.is_none() {
+                    collect_blocks(a.message.content, collected);
                 }
             }
             CliEvent::ApiRetry(r) => self.note_retry(r, report),

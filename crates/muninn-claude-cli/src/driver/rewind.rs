@@ -166,8 +166,9 @@ fn read_from(path: &Path, from: u64) -> std::io::Result<Vec<u8>> {
 /// What the driver read of a turn from stdout (`collected`) that `after`, the session file's
 /// part after the turn's line, does not hold, if anything: a model's message when one was
 /// read, and each tool call read with its result (a call whose result is not stored may have
-/// run all the same: only a stored result says the session knows how it ended) — but for a
-/// subagent's calls, which the CLI stores in the subagent's own file.
+/// run all the same: only a stored result says the session knows how it ended). The calls are
+/// the main thread's: a subagent's, which the CLI stores in the subagent's own file, are not
+/// collected.
 fn unstored(after: &[u8], collected: &Collected) -> Option<String> {
     use std::collections::HashSet;
     let mut model = false;
@@ -201,7 +202,6 @@ fn unstored(after: &[u8], collected: &Collected) -> Option<String> {
     collected
         .tool_calls
         .iter()
-        .filter(|c| !collected.sidechain_calls.contains(&c.id))
         .find(|c| {
             let id = serde_json::Value::from(c.id.as_str());
             !calls.contains(&id) || !results.contains(&id)
@@ -366,15 +366,9 @@ mod tests {
             lost(format!("{synthetic}\n{result}\n")).as_deref(),
             Some("the model's message")
         );
-        // A subagent's call is in the subagent's file, not looked for in the session's.
-        read.sidechain_calls.push("toolu_1".into());
-        assert_eq!(
-            unstored(format!("{synthetic}\n").as_bytes(), &read).as_deref(),
-            Some("the model's message")
-        );
         read.request_id = None;
-        assert_eq!(unstored(b"", &read), None);
         read.tool_calls.clear();
+        assert_eq!(unstored(b"", &read), None);
         assert_eq!(unstored(format!("{call}\n").as_bytes(), &read), None);
     }
 }
