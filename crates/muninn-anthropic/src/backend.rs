@@ -53,9 +53,11 @@
 //!   prompt as cleared ([`crate::context::apply_edits`]), and the provider's `applied_edits`
 //!   are recorded as [`TurnEvent::ContextEdited`].
 //!
-//! An attempt the provider billed without a whole reply (a stream cut after `message_start`)
-//! is kept for [`Backend::take_failed_attempts`] with its usage and the prediction it was sent
-//! under, and the mirror counts it as written: the provider cached the prefix it read.
+//! An attempt the provider billed without a whole reply (a stream cut after `message_start`,
+//! or a ping's whole reply lost after its `200`) is kept for [`Backend::take_failed_attempts`]
+//! with its usage (a lost whole reply's unsaid: the prediction stands in) and the prediction
+//! it was sent under, and the mirror counts it as written: the provider cached the prefix it
+//! read.
 //!
 //! A failed turn leaves the history unchanged: the caller's transcript is the truth, and it may
 //! send the turn again.

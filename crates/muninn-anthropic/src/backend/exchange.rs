@@ -243,8 +243,15 @@ impl<T: Transport> AnthropicBackend<T> {
             if self.failed.len() >= MAX_FAILED_ATTEMPTS {
                 self.failed.remove(0);
             }
+            // A whole reply lost after its status (a ping's) never said its usage: what the
+            // cache model predicts is the best account of what the provider billed.
+            let usage = if attempt.raw_usage.is_null() {
+                prediction.outcome.usage(attempt.usage.output)
+            } else {
+                attempt.usage
+            };
             self.failed.push(FailedAttempt {
-                usage: attempt.usage,
+                usage,
                 raw_usage: attempt.raw_usage.clone(),
                 predicted: Some(prediction.outcome.usage(attempt.usage.output)),
                 request_id: attempt.request_id.clone(),
