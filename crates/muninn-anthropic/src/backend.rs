@@ -45,7 +45,8 @@
 //!   `compaction` block becomes the whole history, which the provider reads in place of
 //!   everything before it. The outcome's usage is the billed usage, read from
 //!   `usage.iterations[]` ([`crate::wire::Usage::to_core`]): the top-level counts of an
-//!   on-demand compaction are 0.
+//!   on-demand compaction are 0. A compaction answered without its block fails
+//!   ([`BackendError::CompactionFailed`]), its billed usage kept as a failed attempt.
 //! - **Tool-result clearing**, two ways. Configured (off by default): every turn carries a
 //!   `clear_tool_uses_20250919` edit. Decided (the decider's `mask`,
 //!   [`Backend::turn_cleared`]): one turn carries an edit that applies at any size, and the

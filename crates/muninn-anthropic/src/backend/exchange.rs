@@ -115,6 +115,15 @@ fn edit_events(
         })
 }
 
+/// Keeps a billed attempt for [`Backend::take_failed_attempts`] in `failed`, bounded for a
+/// caller that never takes them: the oldest go first.
+fn keep_failed(failed: &mut Vec<FailedAttempt>, attempt: FailedAttempt) {
+    if failed.len() >= MAX_FAILED_ATTEMPTS {
+        failed.remove(0);
+    }
+    failed.push(attempt);
+}
+
 /// The prompt lengths at which the request placed a cache breakpoint.
 fn breakpoints_of(shaped: &PromptShape) -> Vec<Tokens> {
     shaped
@@ -191,7 +200,23 @@ impl<T: Transport> AnthropicBackend<T> {
         let tool_results = tool_results_of(request.messages.last());
         let breakpoints = breakpoints_of(&shaped);
         let sent = cleared_messages.unwrap_or(request.messages);
-        self.commit(commit, sent, &response, pending_ack, shaped)?;
+        if let Err(refused) = self.commit(commit, sent, &response, pending_ack, shaped) {
+            // Answered, so billed in full, but not what was asked for (a compaction without
+            // its block): the usage is reported as an attempt billed without a usable reply.
+            keep_failed(
+                &mut self.failed,
+                FailedAttempt {
+                    usage,
+                    raw_usage: completed.raw_usage,
+                    predicted: Some(predicted),
+                    request_id: completed.request_id,
+                    error: refused.to_string(),
+                    breakpoints,
+                    cleared: commit == Commit::Cleared,
+                },
+            );
+            return Err(refused);
+        }
         Ok(TurnOutcome {
             text,
             tool_calls,
@@ -239,10 +264,6 @@ impl<T: Transport> AnthropicBackend<T> {
             Err(failed) => &failed.billed,
         };
         for attempt in billed {
-            // Bounded for a caller that never takes them: the oldest go first.
-            if self.failed.len() >= MAX_FAILED_ATTEMPTS {
-                self.failed.remove(0);
-            }
             // A whole reply lost after its status (a ping's) never said its usage: what the
             // cache model predicts is the best account of what the provider billed.
             let usage = if attempt.raw_usage.is_null() {
@@ -250,15 +271,18 @@ impl<T: Transport> AnthropicBackend<T> {
             } else {
                 attempt.usage
             };
-            self.failed.push(FailedAttempt {
-                usage,
-                raw_usage: attempt.raw_usage.clone(),
-                predicted: Some(prediction.outcome.usage(attempt.usage.output)),
-                request_id: attempt.request_id.clone(),
-                error: attempt.error.to_string(),
-                breakpoints: breakpoints_of(shaped),
-                cleared: commit == Commit::Cleared,
-            });
+            keep_failed(
+                &mut self.failed,
+                FailedAttempt {
+                    usage,
+                    raw_usage: attempt.raw_usage.clone(),
+                    predicted: Some(prediction.outcome.usage(attempt.usage.output)),
+                    request_id: attempt.request_id.clone(),
+                    error: attempt.error.to_string(),
+                    breakpoints: breakpoints_of(shaped),
+                    cleared: commit == Commit::Cleared,
+                },
+            );
             self.mirror
                 .commit(&shaped.model, &prediction, now, &self.rules);
             prediction = predict(&self.mirror)?;
