@@ -8,9 +8,11 @@
 //! last block of the last message
 //! (at [`SessionSpec::conversation_ttl`], moved forward every turn). Older messages are re-sent
 //! byte-identical without markers, so request N+1 begins with request N up to its last
-//! breakpoint. A session with an output schema offers the Claude Code CLI's `StructuredOutput`
-//! tool (its exact name and description) and answers the model's call to it at the head of the
-//! next user message, as the CLI does.
+//! breakpoint. A reply's empty text blocks are not kept, and a reply of nothing joins no
+//! message (the API refuses both when sent back; the next user message then follows the last,
+//! which the API joins into one turn). A session with an output schema offers the Claude Code
+//! CLI's `StructuredOutput` tool (its exact name and description) and answers the model's call
+//! to it at the head of the next user message, as the CLI does.
 //!
 //! # Prediction and the ledger
 //!

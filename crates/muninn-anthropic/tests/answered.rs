@@ -4,7 +4,7 @@
 
 use muninn_anthropic::backend::{AnthropicBackend, ContextTools, Transport};
 use muninn_anthropic::client::{Completed, Failed};
-use muninn_anthropic::wire::{MessagesRequest, MessagesResponse};
+use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest, MessagesResponse};
 use muninn_backend::clock::ManualClock;
 use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput};
 use muninn_core::cache::Ttl;
@@ -118,4 +118,69 @@ async fn a_compaction_answered_without_its_block_is_still_billed() {
     assert_eq!(failed[0].error, error.to_string());
     assert!(failed[0].predicted.is_some());
     assert!(!failed[0].cleared);
+}
+
+/// The provider may answer a turn with no content at all (`end_turn`, nothing said: documented
+/// after tool results). An assistant message with no content is a 400 from the API ("all
+/// messages must have non-empty content except for the optional final assistant message"), so
+/// the session must not send it back: every later turn of the segment would be refused (before,
+/// the next request carried `{"role":"assistant","content":[]}`). So is an empty text block
+/// ("text content blocks must be non-empty"), which a reply may hold. The empty answer joins
+/// nothing; the next user message follows the last (the API joins consecutive user turns), and
+/// the request still begins with the bytes of the one before.
+#[tokio::test]
+async fn an_empty_answer_is_not_sent_back() {
+    for content in [json!([]), json!([{"type": "text", "text": ""}])] {
+        answered_with(content).await;
+    }
+}
+
+/// One session answered `content` twice: the second request sends back nothing empty.
+async fn answered_with(content: Value) {
+    let provider = Scripted::answering(content.clone());
+    let mut backend = AnthropicBackend::new(
+        provider.clone(),
+        Arc::new(ManualClock::new(1_800_000_000_000)),
+        PriceTable::embedded(),
+    );
+    backend.start(spec()).await.unwrap();
+    let first = backend.turn(TurnInput::text("hello")).await.unwrap();
+    assert_eq!(first.text, "");
+    backend
+        .turn(TurnInput::text("are you there?"))
+        .await
+        .unwrap();
+    let sent = provider.sent.lock().unwrap().clone();
+    let empty: Vec<usize> = sent[1]
+        .messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| match &m.content {
+            Content::Blocks(blocks) => blocks.is_empty() || blocks.iter().any(empty_text),
+            Content::Text(text) => text.is_empty(),
+        })
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        empty,
+        Vec::<usize>::new(),
+        "{content}: {:?}",
+        sent[1].messages
+    );
+    // Append-only: the first request's messages, markers aside, open the second's.
+    let unmarked = |r: &MessagesRequest| {
+        let mut v = serde_json::to_value(&r.messages).unwrap();
+        for m in v.as_array_mut().unwrap() {
+            for b in m["content"].as_array_mut().unwrap() {
+                b.as_object_mut().unwrap().remove("cache_control");
+            }
+        }
+        v.as_array().unwrap().clone()
+    };
+    let (before, after) = (unmarked(&sent[0]), unmarked(&sent[1]));
+    assert_eq!(after[..before.len()], before[..]);
+}
+
+fn empty_text(block: &ContentBlock) -> bool {
+    matches!(block, ContentBlock::Text { text, .. } if text.is_empty())
 }

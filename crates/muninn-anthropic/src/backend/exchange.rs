@@ -310,11 +310,21 @@ impl<T: Transport> AnthropicBackend<T> {
             .session
             .as_mut()
             .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
-        let reply = Message {
+        // An empty text block is a 400 once sent back ("text content blocks must be
+        // non-empty"), and so is a message with no content: an answer of nothing (the provider
+        // may end a turn saying nothing) joins nothing, and the next user message follows this
+        // one, which the API joins into one turn — the prefix sent stays the same bytes.
+        let said: Vec<ContentBlock> = response
+            .content
+            .iter()
+            .filter(|b| !matches!(b, ContentBlock::Text { text, .. } if text.is_empty()))
+            .cloned()
+            .collect();
+        let reply = (!said.is_empty()).then(|| Message {
             role: Role::Assistant,
-            content: Content::Blocks(response.content.clone()),
+            content: Content::Blocks(said),
             extra: Map::new(),
-        };
+        });
         match commit {
             Commit::Ping => return Ok(()),
             // The user message without its marker, the reply verbatim (after a clear, the
@@ -322,7 +332,7 @@ impl<T: Transport> AnthropicBackend<T> {
             Commit::Turn | Commit::Cleared => {
                 set_last_marker(&mut sent, None);
                 session.history = sent;
-                session.history.push(reply);
+                session.history.extend(reply);
                 session.pending_ack = pending_ack;
             }
             // The signed block alone: the provider reads it in place of everything before it,
@@ -339,7 +349,7 @@ impl<T: Transport> AnthropicBackend<T> {
                         "the provider answered without a compaction block (stop reason {stop:?})"
                     )));
                 }
-                session.history = vec![reply];
+                session.history = reply.into_iter().collect();
                 session.pending_ack = None;
             }
         }
