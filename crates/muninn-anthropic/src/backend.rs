@@ -8,9 +8,11 @@
 //! last block of the last message
 //! (at [`SessionSpec::conversation_ttl`], moved forward every turn). Older messages are re-sent
 //! byte-identical without markers, so request N+1 begins with request N up to its last
-//! breakpoint. A session with an output schema offers the Claude Code CLI's `StructuredOutput`
-//! tool (its exact name and description) and answers the model's call to it at the head of the
-//! next user message, as the CLI does.
+//! breakpoint. A reply's empty text blocks are not kept, and a reply of nothing joins no
+//! message (the API refuses both when sent back; the next user message then follows the last,
+//! which the API joins into one turn). A session with an output schema offers the Claude Code
+//! CLI's `StructuredOutput` tool (its exact name and description) and answers the model's call
+//! to it at the head of the next user message, as the CLI does.
 //!
 //! # Prediction and the ledger
 //!
@@ -45,7 +47,8 @@
 //!   `compaction` block becomes the whole history, which the provider reads in place of
 //!   everything before it. The outcome's usage is the billed usage, read from
 //!   `usage.iterations[]` ([`crate::wire::Usage::to_core`]): the top-level counts of an
-//!   on-demand compaction are 0.
+//!   on-demand compaction are 0. A compaction answered without its block fails
+//!   ([`BackendError::CompactionFailed`]), its billed usage kept as a failed attempt.
 //! - **Tool-result clearing**, two ways. Configured (off by default): every turn carries a
 //!   `clear_tool_uses_20250919` edit. Decided (the decider's `mask`,
 //!   [`Backend::turn_cleared`]): one turn carries an edit that applies at any size, and the
@@ -53,9 +56,11 @@
 //!   prompt as cleared ([`crate::context::apply_edits`]), and the provider's `applied_edits`
 //!   are recorded as [`TurnEvent::ContextEdited`].
 //!
-//! An attempt the provider billed without a whole reply (a stream cut after `message_start`)
-//! is kept for [`Backend::take_failed_attempts`] with its usage and the prediction it was sent
-//! under, and the mirror counts it as written: the provider cached the prefix it read.
+//! An attempt the provider billed without a whole reply (a stream cut after `message_start`,
+//! or a ping's whole reply lost after its `200`) is kept for [`Backend::take_failed_attempts`]
+//! with its usage (a lost whole reply's unsaid: the prediction stands in) and the prediction
+//! it was sent under, and the mirror counts it as written: the provider cached the prefix it
+//! read.
 //!
 //! A failed turn leaves the history unchanged: the caller's transcript is the truth, and it may
 //! send the turn again.

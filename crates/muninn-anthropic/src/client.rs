@@ -38,6 +38,12 @@
 //! `message_start` (a refused connection, a 5xx, a 529) was not billed, is not one, and is
 //! retried here as above.
 //!
+//! A reply that does not stream (a keep-warm ping) has no `message_start`: its `2xx` status
+//! comes once the provider has answered, so a body that fails after it (cut, past the
+//! deadline or the size limit, not a message) was billed the same way and is not retried
+//! either. Its usage is the body's when the body said it; else the raw usage is `null`, and
+//! the backend reports the attempt at its cache model's prediction.
+//!
 //! **Nothing is re-sent after the first content byte** (the first `content_block_start`) unless
 //! the caller says the turn is safe to repeat: the partial reply may already have been shown or
 //! acted on. Such a failure is [`BackendError::BrokenAfterContent`].
@@ -419,18 +425,17 @@ impl AnthropicClient {
         if !(200..300).contains(&status) {
             return Err(api_failure(status, response, deadline).await);
         }
-        let (message, raw_usage) = if stream {
-            read_stream(response, self.config.read_timeout, deadline)
-                .await
-                .map_err(|mut f| {
-                    if let Some(billed) = &mut f.billed {
-                        billed.request_id.clone_from(&request_id);
-                    }
-                    f
-                })?
+        let read = if stream {
+            read_stream(response, self.config.read_timeout, deadline).await
         } else {
-            read_whole(response, deadline).await?
+            read_whole(response, deadline).await
         };
+        let (message, raw_usage) = read.map_err(|mut f| {
+            if let Some(billed) = &mut f.billed {
+                billed.request_id.clone_from(&request_id);
+            }
+            f
+        })?;
         Ok((message, raw_usage, request_id))
     }
 
@@ -523,23 +528,47 @@ fn too_large(after_content: bool) -> AttemptError {
     )
 }
 
-/// A non-streaming reply: the message and its usage JSON verbatim.
+/// A non-streaming reply: the message and its usage JSON verbatim. Its `2xx` status came once
+/// the provider had answered, so a body that then fails was billed (see [`billed_unread`]).
 async fn read_whole(
     mut response: reqwest::Response,
     deadline: Deadline,
 ) -> Result<(MessagesResponse, Value), AttemptError> {
     let bytes = match read_body(&mut response, MAX_RESPONSE_BYTES, deadline.at).await {
         (bytes, BodyEnd::Whole) => bytes,
-        (_, BodyEnd::TooLarge) => return Err(too_large(false)),
-        (_, BodyEnd::TimedOut) => return Err(deadline.failure(false)),
-        (_, BodyEnd::Failed(e)) => return Err(transport_failure(e)),
+        (_, BodyEnd::TooLarge) => return Err(billed_unread(too_large(false), None)),
+        (_, BodyEnd::TimedOut) => return Err(billed_unread(deadline.failure(false), None)),
+        (_, BodyEnd::Failed(e)) => return Err(billed_unread(transport_failure(e), None)),
     };
     let value: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| protocol(format!("reply is not JSON: {e}"), false))?;
+        .map_err(|e| billed_unread(protocol(format!("reply is not JSON: {e}"), false), None))?;
     let raw_usage = value.get("usage").cloned().unwrap_or(Value::Null);
-    let message: MessagesResponse = serde_json::from_value(value)
-        .map_err(|e| protocol(format!("reply is not a message: {e}"), false))?;
+    let message: MessagesResponse = serde_json::from_value(value).map_err(|e| {
+        let failure = protocol(format!("reply is not a message: {e}"), false);
+        billed_unread(failure, Some(&raw_usage))
+    })?;
     Ok((message, raw_usage))
+}
+
+/// A whole reply that failed after its `2xx` status, as the attempt the provider billed: the
+/// API sends a non-streaming reply's status only once it has generated the reply, so the
+/// prompt was read, the cache written or read and the output billed, and another attempt
+/// would be billed again (the client does not retry it; module docs). Its usage is the body's
+/// `usage` when the body was JSON that said it; else the provider's numbers never arrived and
+/// the raw usage is `null` (zero counts), for the caller to estimate.
+fn billed_unread(mut failure: AttemptError, raw_usage: Option<&Value>) -> AttemptError {
+    let said = raw_usage.filter(|raw| raw.is_object()).and_then(|raw| {
+        let usage = serde_json::from_value::<crate::wire::Usage>(raw.clone()).ok()?;
+        Some((usage.to_core(), raw.clone()))
+    });
+    let (usage, raw_usage) = said.unwrap_or((muninn_core::trace::Usage::default(), Value::Null));
+    failure.billed = Some(Box::new(BilledAttempt {
+        usage,
+        raw_usage,
+        request_id: None,
+        error: failure.error.clone(),
+    }));
+    failure
 }
 
 /// A streamed reply, assembled up to `message_stop`; every failure records whether content had

@@ -626,6 +626,10 @@ pub enum StreamEvent {
         delta: MessageDeltaBody,
         /// Final usage (at least `output_tokens`).
         usage: Usage,
+        /// The context edits the provider applied (beta [`CONTEXT_MANAGEMENT_BETA`]): a
+        /// streamed reply says them here (the official SDKs' `BetaRawMessageDeltaEvent`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context_management: Option<ContextManagementResponse>,
     },
     /// The reply is complete.
     MessageStop,
@@ -735,6 +739,8 @@ impl<'de> Deserialize<'de> for Strict {
                 delta: MessageDeltaBody,
                 #[serde(default)]
                 usage: Usage,
+                #[serde(default)]
+                context_management: Option<ContextManagementResponse>,
             },
             MessageStop,
             Ping,
@@ -755,7 +761,15 @@ impl<'de> Deserialize<'de> for Strict {
                 StreamEvent::ContentBlockDelta { index, delta }
             }
             Known::ContentBlockStop { index } => StreamEvent::ContentBlockStop { index },
-            Known::MessageDelta { delta, usage } => StreamEvent::MessageDelta { delta, usage },
+            Known::MessageDelta {
+                delta,
+                usage,
+                context_management,
+            } => StreamEvent::MessageDelta {
+                delta,
+                usage,
+                context_management,
+            },
             Known::MessageStop => StreamEvent::MessageStop,
             Known::Ping => StreamEvent::Ping,
             Known::Error { error } => StreamEvent::Error { error },

@@ -69,6 +69,31 @@ fn message_delta_usage_overrides_message_start() {
     assert_eq!(raw["output_tokens"], json!(42));
 }
 
+/// A streamed reply says which context edits the provider applied in `message_delta` (the
+/// official SDKs' `BetaRawMessageDeltaEvent.context_management`), not in `message_start`: the
+/// assembled message carries them, so a streamed turn's clear is recorded as
+/// `TurnEvent::ContextEdited` (before, the field was dropped with the event's unnamed fields,
+/// and a streamed clear against the real API left no trace).
+#[test]
+fn message_delta_context_management_reaches_the_message() {
+    let events = [
+        r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2},"context_management":{"applied_edits":[{"type":"clear_tool_uses_20250919","cleared_tool_uses":3,"cleared_input_tokens":1200}]}}"#,
+        r#"{"type":"message_stop"}"#,
+    ]
+    .map(String::from);
+    let (message, _, _) = assemble(&events).unwrap();
+    let applied = serde_json::to_value(message.context_management).unwrap();
+    assert_eq!(
+        applied,
+        json!({"applied_edits": [{"type": "clear_tool_uses_20250919",
+                                  "cleared_tool_uses": 3, "cleared_input_tokens": 1200}]})
+    );
+}
+
 #[test]
 fn a_usage_without_split_is_all_5m() {
     let u: Usage = serde_json::from_value(

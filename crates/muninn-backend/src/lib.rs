@@ -343,17 +343,21 @@ pub struct TurnOutcome {
 /// An attempt the provider billed that did not give a whole reply: its stream was cut (a reset
 /// connection, the attempt's deadline, an `error` event) after `message_start`, which is when
 /// the provider has read the prompt — billed its input, written or read its cache (so the
-/// prefix is now cached) — and began generating. An attempt refused before `message_start` (a
-/// 5xx, a 529, a refused connection) was not billed and is not one of these.
+/// prefix is now cached) — and began generating; or a reply that does not stream (a keep-warm
+/// ping) whose body failed after its `2xx` status, which the provider sends once it has
+/// answered. An attempt refused before `message_start` (a 5xx, a 529, a refused connection)
+/// was not billed and is not one of these.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FailedAttempt {
     /// What the provider billed, as far as the client could see: `message_start`'s input and
     /// cache counts, and as output the last `message_delta`'s count when one came, else the
     /// tokens of the content received (`muninn_core::tokenize::count`), at least
     /// `message_start`'s. A provider that generated more than reached the client before the cut
-    /// billed more output than this; the input side is exact.
+    /// billed more output than this; the input side is exact. A whole reply lost before its
+    /// body said its usage (`raw_usage` null) is counted at the cache model's prediction.
     pub usage: Usage,
-    /// `message_start`'s usage JSON verbatim (with any `message_delta` laid over it).
+    /// `message_start`'s usage JSON verbatim (with any `message_delta` laid over it); a whole
+    /// reply's `usage`, or `null` when its body never said it.
     pub raw_usage: Value,
     /// What the cache model predicted for the request, when the backend predicts.
     pub predicted: Option<Usage>,

@@ -353,6 +353,8 @@ fn events(answer: &Answer, one_char: bool) -> Vec<(StreamEvent, bool)> {
                 stop_sequence: None,
             },
             usage: full,
+            // Said on `message_start` (see there).
+            context_management: None,
         },
         false,
     ));

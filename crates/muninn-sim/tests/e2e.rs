@@ -475,6 +475,63 @@ async fn trickled_replies_are_whole_and_slow() {
     assert!(h.sim.requests().iter().all(|r| r.fault.is_some()));
 }
 
+/// A keep-warm ping goes whole (`max_tokens: 0`, not streamed), so its `200` comes once the
+/// provider has answered it — read the prompt, refreshed its cache, billed it. A body that then
+/// breaks off (here: trickled past the attempt's deadline) is that billed answer lost, and the
+/// client does not send it again: each resend is billed again (before, the client resent it
+/// three times unsaid and the ping "succeeded" with four prompts billed and one reported). The
+/// attempt is reported billed, its usage the cache model's prediction (the body never said),
+/// which is the simulator's own billing.
+#[tokio::test]
+async fn a_whole_reply_cut_after_its_200_is_billed_and_not_resent() {
+    use muninn_anthropic::client::{AnthropicClient, ClientConfig};
+    let h = sim().await;
+    let clock = muninn_backend::clock::ManualClock::new(T0);
+    let sleeper = muninn_backend::clock::RecordingSleeper::default();
+    let key = muninn_anthropic::secret::ApiKey::new("sk-test-secret-123").unwrap();
+    let mut config = ClientConfig::new(h.base_url(), key);
+    config.attempt_timeout = Some(Duration::from_secs(2));
+    let client = AnthropicClient::new(config, std::sync::Arc::new(sleeper.clone())).unwrap();
+    let mut backend = muninn_anthropic::backend::AnthropicBackend::new(
+        client,
+        std::sync::Arc::new(clock.clone()),
+        muninn_core::price::PriceTable::embedded(),
+    );
+    backend
+        .start(spec("ping-cut", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    backend.turn(TurnInput::text("hello")).await.unwrap();
+    clock.advance(60_000);
+    h.sim
+        .push_faults([fault(FaultKind::Trickle { every_ms: 200 }, 3)]);
+    let outcome = backend.ping().await;
+    let records = message_records(&h);
+    let billed: Vec<bool> = records.iter().map(|r| r.usage.is_some()).collect();
+    assert_eq!(billed, [true, true], "resent after a 200: {outcome:?}");
+    let error = outcome.unwrap_err();
+    assert!(
+        matches!(&error, BackendError::Transport(t) if t.contains("deadline")),
+        "{error:?}"
+    );
+    assert!(sleeper.delays().is_empty(), "{:?}", sleeper.delays());
+    let failed = backend.take_failed_attempts();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(
+        Some(failed[0].usage),
+        records[1].usage,
+        "the simulator's billing"
+    );
+    assert!(failed[0].usage.cache_read > 0, "{:?}", failed[0].usage);
+    assert_eq!(failed[0].predicted, Some(failed[0].usage));
+    assert_eq!(failed[0].request_id.as_deref(), Some("req_sim_00000002"));
+    assert_eq!(
+        failed[0].raw_usage,
+        serde_json::Value::Null,
+        "nothing reported"
+    );
+}
+
 #[tokio::test]
 async fn the_key_is_never_recorded() {
     let h = sim().await;

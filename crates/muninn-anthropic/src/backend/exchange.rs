@@ -115,6 +115,15 @@ fn edit_events(
         })
 }
 
+/// Keeps a billed attempt for [`Backend::take_failed_attempts`] in `failed`, bounded for a
+/// caller that never takes them: the oldest go first.
+fn keep_failed(failed: &mut Vec<FailedAttempt>, attempt: FailedAttempt) {
+    if failed.len() >= MAX_FAILED_ATTEMPTS {
+        failed.remove(0);
+    }
+    failed.push(attempt);
+}
+
 /// The prompt lengths at which the request placed a cache breakpoint.
 fn breakpoints_of(shaped: &PromptShape) -> Vec<Tokens> {
     shaped
@@ -191,7 +200,23 @@ impl<T: Transport> AnthropicBackend<T> {
         let tool_results = tool_results_of(request.messages.last());
         let breakpoints = breakpoints_of(&shaped);
         let sent = cleared_messages.unwrap_or(request.messages);
-        self.commit(commit, sent, &response, pending_ack, shaped)?;
+        if let Err(refused) = self.commit(commit, sent, &response, pending_ack, shaped) {
+            // Answered, so billed in full, but not what was asked for (a compaction without
+            // its block): the usage is reported as an attempt billed without a usable reply.
+            keep_failed(
+                &mut self.failed,
+                FailedAttempt {
+                    usage,
+                    raw_usage: completed.raw_usage,
+                    predicted: Some(predicted),
+                    request_id: completed.request_id,
+                    error: refused.to_string(),
+                    breakpoints,
+                    cleared: commit == Commit::Cleared,
+                },
+            );
+            return Err(refused);
+        }
         Ok(TurnOutcome {
             text,
             tool_calls,
@@ -239,19 +264,25 @@ impl<T: Transport> AnthropicBackend<T> {
             Err(failed) => &failed.billed,
         };
         for attempt in billed {
-            // Bounded for a caller that never takes them: the oldest go first.
-            if self.failed.len() >= MAX_FAILED_ATTEMPTS {
-                self.failed.remove(0);
-            }
-            self.failed.push(FailedAttempt {
-                usage: attempt.usage,
-                raw_usage: attempt.raw_usage.clone(),
-                predicted: Some(prediction.outcome.usage(attempt.usage.output)),
-                request_id: attempt.request_id.clone(),
-                error: attempt.error.to_string(),
-                breakpoints: breakpoints_of(shaped),
-                cleared: commit == Commit::Cleared,
-            });
+            // A whole reply lost after its status (a ping's) never said its usage: what the
+            // cache model predicts is the best account of what the provider billed.
+            let usage = if attempt.raw_usage.is_null() {
+                prediction.outcome.usage(attempt.usage.output)
+            } else {
+                attempt.usage
+            };
+            keep_failed(
+                &mut self.failed,
+                FailedAttempt {
+                    usage,
+                    raw_usage: attempt.raw_usage.clone(),
+                    predicted: Some(prediction.outcome.usage(attempt.usage.output)),
+                    request_id: attempt.request_id.clone(),
+                    error: attempt.error.to_string(),
+                    breakpoints: breakpoints_of(shaped),
+                    cleared: commit == Commit::Cleared,
+                },
+            );
             self.mirror
                 .commit(&shaped.model, &prediction, now, &self.rules);
             prediction = predict(&self.mirror)?;
@@ -279,11 +310,21 @@ impl<T: Transport> AnthropicBackend<T> {
             .session
             .as_mut()
             .ok_or_else(|| BackendError::Invalid("no session started".to_string()))?;
-        let reply = Message {
+        // An empty text block is a 400 once sent back ("text content blocks must be
+        // non-empty"), and so is a message with no content: an answer of nothing (the provider
+        // may end a turn saying nothing) joins nothing, and the next user message follows this
+        // one, which the API joins into one turn — the prefix sent stays the same bytes.
+        let said: Vec<ContentBlock> = response
+            .content
+            .iter()
+            .filter(|b| !matches!(b, ContentBlock::Text { text, .. } if text.is_empty()))
+            .cloned()
+            .collect();
+        let reply = (!said.is_empty()).then(|| Message {
             role: Role::Assistant,
-            content: Content::Blocks(response.content.clone()),
+            content: Content::Blocks(said),
             extra: Map::new(),
-        };
+        });
         match commit {
             Commit::Ping => return Ok(()),
             // The user message without its marker, the reply verbatim (after a clear, the
@@ -291,7 +332,7 @@ impl<T: Transport> AnthropicBackend<T> {
             Commit::Turn | Commit::Cleared => {
                 set_last_marker(&mut sent, None);
                 session.history = sent;
-                session.history.push(reply);
+                session.history.extend(reply);
                 session.pending_ack = pending_ack;
             }
             // The signed block alone: the provider reads it in place of everything before it,
@@ -308,7 +349,7 @@ impl<T: Transport> AnthropicBackend<T> {
                         "the provider answered without a compaction block (stop reason {stop:?})"
                     )));
                 }
-                session.history = vec![reply];
+                session.history = reply.into_iter().collect();
                 session.pending_ack = None;
             }
         }

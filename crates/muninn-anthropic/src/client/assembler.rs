@@ -53,7 +53,11 @@ impl Assembler {
             }
             StreamEvent::ContentBlockDelta { index, delta } => self.on_delta(index, delta)?,
             StreamEvent::ContentBlockStop { index } => self.on_block_stop(index)?,
-            StreamEvent::MessageDelta { delta, usage } => {
+            StreamEvent::MessageDelta {
+                delta,
+                usage,
+                context_management,
+            } => {
                 // Laid over `message_start`'s usage: the final counts win, the rest is kept.
                 if let Some(Value::Object(raw)) = serde_json::from_str::<Value>(data)
                     .ok()
@@ -66,6 +70,10 @@ impl Assembler {
                 message.stop_reason = delta.stop_reason;
                 message.stop_sequence = delta.stop_sequence;
                 message.usage.merge(&usage);
+                // The applied edits, when the stream says them at its end, as the API does.
+                if context_management.is_some() {
+                    message.context_management = context_management;
+                }
             }
             StreamEvent::MessageStop => self.stopped = true,
             StreamEvent::Ping | StreamEvent::Unknown(_) => {}

@@ -1,0 +1,186 @@
+//! Answers the backend cannot use are still billed: a request the provider answered whole read
+//! the prompt and generated output, so its usage is reported even when the backend refuses
+//! what came back.
+
+use muninn_anthropic::backend::{AnthropicBackend, ContextTools, Transport};
+use muninn_anthropic::client::{Completed, Failed};
+use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest, MessagesResponse};
+use muninn_backend::clock::ManualClock;
+use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput};
+use muninn_core::cache::Ttl;
+use muninn_core::price::PriceTable;
+use muninn_core::trace::Usage;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+
+/// A provider that answers every request with `content` (`end_turn`), billed [`billed`], and
+/// keeps the requests it was sent.
+#[derive(Debug, Clone)]
+struct Scripted {
+    content: Value,
+    sent: Arc<Mutex<Vec<MessagesRequest>>>,
+}
+
+impl Scripted {
+    /// Every answer in text.
+    fn in_text() -> Scripted {
+        Scripted::answering(json!([{"type": "text", "text": "I would rather not summarise."}]))
+    }
+
+    fn answering(content: Value) -> Scripted {
+        Scripted {
+            content,
+            sent: Arc::default(),
+        }
+    }
+}
+
+/// What [`Scripted`] bills each request.
+fn billed() -> Value {
+    json!({"input_tokens": 12, "cache_read_input_tokens": 300,
+           "cache_creation_input_tokens": 40, "output_tokens": 7})
+}
+
+impl Transport for Scripted {
+    async fn send(&self, request: &MessagesRequest, _: bool) -> Result<Completed, Failed> {
+        let n = {
+            let mut sent = self.sent.lock().unwrap();
+            sent.push(request.clone());
+            sent.len()
+        };
+        let response: MessagesResponse = serde_json::from_value(json!({
+            "id": format!("msg_{n}"), "type": "message", "role": "assistant",
+            "model": request.model,
+            "content": self.content,
+            "stop_reason": "end_turn",
+            "usage": billed()
+        }))
+        .unwrap();
+        Ok(Completed {
+            raw_usage: billed(),
+            response,
+            request_id: Some(format!("req_{n}")),
+            retries: Vec::new(),
+        })
+    }
+}
+
+fn spec() -> SessionSpec {
+    SessionSpec {
+        model: "claude-opus-5-5".to_string(),
+        system: vec!["You are Vala.".to_string()],
+        tools: Vec::new(),
+        output_schema: None,
+        system_ttl: Ttl::OneHour,
+        conversation_ttl: Ttl::FiveMinutes,
+        max_tokens: 1_000,
+    }
+}
+
+/// A compaction the provider answered in text, without its `compaction` block, fails (the
+/// session is not compacted) — but the provider read the whole session and wrote the answer:
+/// the request is reported as an attempt billed, with the usage it was billed and its request
+/// id, so the ledger and the spend cap count it (before, the answer's usage was dropped with
+/// the refusal, and the host, which ledgers a failed compaction's billed attempts, had none).
+#[tokio::test]
+async fn a_compaction_answered_without_its_block_is_still_billed() {
+    let provider = Scripted::in_text();
+    let mut backend = AnthropicBackend::new(
+        provider.clone(),
+        Arc::new(ManualClock::new(1_800_000_000_000)),
+        PriceTable::embedded(),
+    )
+    .with_context_tools(ContextTools {
+        server_compaction: true,
+        ..ContextTools::default()
+    });
+    backend.start(spec()).await.unwrap();
+    backend.turn(TurnInput::text("hello")).await.unwrap();
+    let error = backend.compact("summarise").await.unwrap_err();
+    assert!(
+        matches!(&error, BackendError::CompactionFailed(_)),
+        "{error:?}"
+    );
+    assert_eq!(provider.sent.lock().unwrap().len(), 2);
+    let failed = backend.take_failed_attempts();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let expected = Usage {
+        input: 12,
+        cache_write_5m: 40,
+        cache_write_1h: 0,
+        cache_read: 300,
+        output: 7,
+    };
+    assert_eq!(failed[0].usage, expected);
+    assert_eq!(failed[0].raw_usage, billed());
+    assert_eq!(failed[0].request_id.as_deref(), Some("req_2"));
+    assert_eq!(failed[0].error, error.to_string());
+    assert!(failed[0].predicted.is_some());
+    assert!(!failed[0].cleared);
+}
+
+/// The provider may answer a turn with no content at all (`end_turn`, nothing said: documented
+/// after tool results). An assistant message with no content is a 400 from the API ("all
+/// messages must have non-empty content except for the optional final assistant message"), so
+/// the session must not send it back: every later turn of the segment would be refused (before,
+/// the next request carried `{"role":"assistant","content":[]}`). So is an empty text block
+/// ("text content blocks must be non-empty"), which a reply may hold. The empty answer joins
+/// nothing; the next user message follows the last (the API joins consecutive user turns), and
+/// the request still begins with the bytes of the one before.
+#[tokio::test]
+async fn an_empty_answer_is_not_sent_back() {
+    for content in [json!([]), json!([{"type": "text", "text": ""}])] {
+        answered_with(content).await;
+    }
+}
+
+/// One session answered `content` twice: the second request sends back nothing empty.
+async fn answered_with(content: Value) {
+    let provider = Scripted::answering(content.clone());
+    let mut backend = AnthropicBackend::new(
+        provider.clone(),
+        Arc::new(ManualClock::new(1_800_000_000_000)),
+        PriceTable::embedded(),
+    );
+    backend.start(spec()).await.unwrap();
+    let first = backend.turn(TurnInput::text("hello")).await.unwrap();
+    assert_eq!(first.text, "");
+    backend
+        .turn(TurnInput::text("are you there?"))
+        .await
+        .unwrap();
+    let sent = provider.sent.lock().unwrap().clone();
+    let empty: Vec<usize> = sent[1]
+        .messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| match &m.content {
+            Content::Blocks(blocks) => blocks.is_empty() || blocks.iter().any(empty_text),
+            Content::Text(text) => text.is_empty(),
+        })
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        empty,
+        Vec::<usize>::new(),
+        "{content}: {:?}",
+        sent[1].messages
+    );
+    // Append-only: the first request's messages, markers aside, open the second's.
+    let unmarked = |r: &MessagesRequest| {
+        let mut v = serde_json::to_value(&r.messages).unwrap();
+        for m in v.as_array_mut().unwrap() {
+            for b in m["content"].as_array_mut().unwrap() {
+                b.as_object_mut().unwrap().remove("cache_control");
+            }
+        }
+        v.as_array().unwrap().clone()
+    };
+    let (before, after) = (unmarked(&sent[0]), unmarked(&sent[1]));
+    assert_eq!(after[..before.len()], before[..]);
+}
+
+fn empty_text(block: &ContentBlock) -> bool {
+    matches!(block, ContentBlock::Text { text, .. } if text.is_empty())
+}
