@@ -24,6 +24,8 @@
 //!   position is never stored past a delivery that is not.
 //! - **Monotonic ack.** The mailbox ack position never moves backwards.
 //! - **No clock.** Every time is a Unix-ms argument.
+//! - **Text without NUL.** A U+0000 in any text the store writes or looks up (a delivery, a
+//!   reply, a key) is dropped, on every backend alike: PostgreSQL cannot keep one in text.
 
 use async_trait::async_trait;
 use muninn_core::ledger::LedgerRow;
