@@ -165,6 +165,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn current_segment(&self, mind: &str, role: Role) -> Result<Option<Segment>>;
     /// The role's segments, oldest first.
     async fn segments(&self, mind: &str, role: Role) -> Result<Vec<Segment>>;
+    /// The role's newest `limit` segments, oldest first: the page a caller that shows them
+    /// reads (a Mind that has lived long has thousands, each with its memory layer). This
+    /// default reads every segment; the SQL backends read only the page.
+    async fn newest_segments(&self, mind: &str, role: Role, limit: i64) -> Result<Vec<Segment>> {
+        let mut segments = self.segments(mind, role).await?;
+        let keep = usize::try_from(limit.max(0)).unwrap_or(usize::MAX);
+        segments.drain(..segments.len().saturating_sub(keep));
+        Ok(segments)
+    }
 
     // ----- Transcript -----
 
