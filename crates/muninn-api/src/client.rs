@@ -328,7 +328,7 @@ impl ApiClient {
         self.call(Method::GET, &path, None::<&()>).await
     }
 
-    /// `GET /v1/minds/{mind}/segments`.
+    /// `GET /v1/minds/{mind}/segments`: each role's newest 100.
     pub async fn segments(&self, mind: &str) -> Result<SegmentsResponse, ClientError> {
         let path = format!("/v1/minds/{}/segments", segment(mind));
         self.call(Method::GET, &path, None::<&()>).await

@@ -326,7 +326,17 @@ pub struct SpendSummary {
     pub cap_micro_usd: Option<i64>,
 }
 
-/// The answer to `GET /v1/minds/{mind}/segments`: every segment, oldest first.
+/// Query of `GET /v1/minds/{mind}/segments`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentsQuery {
+    /// At most this many segments of each role, the newest (default 100, at most 1000).
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+/// The answer to `GET /v1/minds/{mind}/segments`: each role's newest segments (a page:
+/// [`SegmentsQuery::limit`]), oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SegmentsResponse {

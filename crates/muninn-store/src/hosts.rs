@@ -73,7 +73,6 @@ impl Wake {
 }
 
 /// Wake-ups announced through the database, on a connection of their own.
-#[derive(Debug)]
 pub struct WakeListener {
     /// `None` once a silent connection was given up and no new one is listening yet.
     listener: Option<PgListener>,
@@ -82,6 +81,20 @@ pub struct WakeListener {
     /// The store's call deadline: how long the listener waits for a notification before it
     /// checks its connection, and for that check's answer.
     deadline: Duration,
+}
+
+/// Where it listens, without the password: sqlx's `Debug` of the connect options prints it (as
+/// for [`PostgresStore`]'s own `Debug`).
+impl std::fmt::Debug for WakeListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WakeListener")
+            .field("listening", &self.listener.is_some())
+            .field("host", &self.options.get_host())
+            .field("port", &self.options.get_port())
+            .field("database", &self.options.get_database())
+            .field("deadline", &self.deadline)
+            .finish_non_exhaustive()
+    }
 }
 
 impl WakeListener {

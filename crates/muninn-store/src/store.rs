@@ -24,6 +24,8 @@
 //!   position is never stored past a delivery that is not.
 //! - **Monotonic ack.** The mailbox ack position never moves backwards.
 //! - **No clock.** Every time is a Unix-ms argument.
+//! - **Text without NUL.** A U+0000 in any text the store writes or looks up (a delivery, a
+//!   reply, a key) is dropped, on every backend alike: PostgreSQL cannot keep one in text.
 
 use async_trait::async_trait;
 use muninn_core::ledger::LedgerRow;
@@ -163,6 +165,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn current_segment(&self, mind: &str, role: Role) -> Result<Option<Segment>>;
     /// The role's segments, oldest first.
     async fn segments(&self, mind: &str, role: Role) -> Result<Vec<Segment>>;
+    /// The role's newest `limit` segments, oldest first: the page a caller that shows them
+    /// reads (a Mind that has lived long has thousands, each with its memory layer). This
+    /// default reads every segment; the SQL backends read only the page.
+    async fn newest_segments(&self, mind: &str, role: Role, limit: i64) -> Result<Vec<Segment>> {
+        let mut segments = self.segments(mind, role).await?;
+        let keep = usize::try_from(limit.max(0)).unwrap_or(usize::MAX);
+        segments.drain(..segments.len().saturating_sub(keep));
+        Ok(segments)
+    }
 
     // ----- Transcript -----
 

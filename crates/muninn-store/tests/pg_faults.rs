@@ -141,7 +141,7 @@ async fn postgres_a_lock_held_elsewhere_bounds_every_call_and_keeps_one_writer()
 }
 
 /// A password in the URL is never shown: not by the store's `Debug` (an `Arc<dyn Store>` in a
-/// struct someone logs with `{:?}`), not in its errors.
+/// struct someone logs with `{:?}`) nor its wake-up listener's, not in its errors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_password_in_the_url_is_never_shown() {
     let Some(db) = FreshDatabase::for_test("muninn_pgf_secret", "a password in the URL") else {
@@ -157,6 +157,11 @@ async fn postgres_a_password_in_the_url_is_never_shown() {
         shown.contains(db.name()),
         "the Debug still says where: {shown}"
     );
+    // Nor by the wake-up listener's, which keeps the options to connect again with.
+    let listener = store.listen_wakes().await.unwrap().unwrap();
+    let shown = format!("{listener:?}");
+    assert!(!shown.contains(SECRET), "{shown}");
+    drop(listener);
     let unknown = format!(
         "postgres://postgres:{SECRET}@127.0.0.1:5432/{}_missing",
         db.name()

@@ -13,7 +13,8 @@
 //! transaction); lease fencing of every fenced method; distinct gap-free seqs under concurrent
 //! writers; reopening keeping everything; migrations being idempotent on reopen; rows written
 //! before a migration reading back with its documented defaults; a lease taken over from a
-//! holder proven gone fencing that holder; presence and wake-ups answering consistently.
+//! holder proven gone fencing that holder; presence and wake-ups answering consistently; a NUL in
+//! text dropped alike on every backend.
 //!
 //! ## Layout
 //!
@@ -80,7 +81,8 @@ use takeover::{
 use transcript::transcript_append_only;
 use transports::{
     failed_sends_are_kept_and_never_offered_again, intake_batch_is_all_or_nothing,
-    intake_batch_moves_mail_and_cursor_together, outbox_rows_from_schema_5_migrate_to_failures,
+    intake_batch_moves_mail_and_cursor_together, nul_in_text_is_dropped_alike,
+    outbox_rows_from_schema_5_migrate_to_failures,
 };
 use turn::{record_turn_all_or_nothing, record_turn_commits_everything};
 
@@ -132,6 +134,7 @@ const CASES: &[(&str, Case)] = cases![
     intake_batch_is_all_or_nothing,
     failed_sends_are_kept_and_never_offered_again,
     outbox_rows_from_schema_5_migrate_to_failures,
+    nul_in_text_is_dropped_alike,
     take_over_fences_the_old_holder,
     renew_leases_extends_only_the_holders_leases,
     presence_and_wakes_answer_consistently,

@@ -18,6 +18,9 @@ use muninn_store::{LedgerEntry, LedgerQuery, Mailbox, Role};
 /// and says so.
 pub(super) const MAX_ROWS: usize = 20_000;
 const PAGE: i64 = 1_000;
+/// The most segments of each role a page reads, the newest (a Mind that has lived long has
+/// thousands, each with its memory layer).
+const SEGMENTS_SHOWN: i64 = 1_000;
 
 /// Everything a Mind's page shows.
 #[derive(Debug)]
@@ -85,7 +88,7 @@ impl MindView {
         let (rows, truncated) = read_ledger(host, id).await?;
         let mut segments = Vec::new();
         for role in [Role::Persona, Role::SelfRole] {
-            let stored = host.store.segments(id, role).await?;
+            let stored = host.store.newest_segments(id, role, SEGMENTS_SHOWN).await?;
             segments.extend(segment_views(stored, &rows));
         }
         let mind = host.config.mind(id).cloned();

@@ -23,7 +23,7 @@
 //! | `POST /v1/minds/{mind}/outbox/{request_id}/ack` | the transport delivered it (idempotent; needs no lease) |
 //! | `POST /v1/minds/{mind}/briefs` | an operator brief for the Self; wakes the runtime |
 //! | `GET /v1/minds`, `GET /v1/minds/{mind}` | config summary, settings, lease, segments, spend |
-//! | `GET /v1/minds/{mind}/segments` | every segment of both roles |
+//! | `GET /v1/minds/{mind}/segments?limit` | each role's newest segments (default 100, at most 1000) |
 //! | `GET /v1/minds/{mind}/transcript?role&after&last&limit&wait_s` | transcript items; long-polls |
 //! | `GET /v1/minds/{mind}/ledger?from_ms&to_ms&after_id&limit&format=json\|jsonl` | ledger rows |
 //! | `GET`/`PUT /v1/minds/{mind}/settings` | spend cap, window, brake, turn limit |
@@ -500,16 +500,27 @@ async fn post_brief(
     Ok((StatusCode::CREATED, Json(brief)).into_response())
 }
 
+/// Each role's newest segments: a page, as every list here is (a Mind that has lived long has
+/// thousands, each with its memory layer).
 async fn get_segments(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
+    query: Result<Query<SegmentsQuery>, QueryRejection>,
 ) -> ApiResult<Json<SegmentsResponse>> {
     let Path(mind) = path?;
+    let Query(query) = query?;
+    let limit = clamp_limit(query.limit)?;
     let host = &state.host;
     require_mind(host, &mind).await?;
     Ok(Json(SegmentsResponse {
-        persona: host.store.segments(&mind, Role::Persona).await?,
-        self_role: host.store.segments(&mind, Role::SelfRole).await?,
+        persona: host
+            .store
+            .newest_segments(&mind, Role::Persona, limit)
+            .await?,
+        self_role: host
+            .store
+            .newest_segments(&mind, Role::SelfRole, limit)
+            .await?,
     }))
 }
 

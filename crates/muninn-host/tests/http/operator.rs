@@ -135,6 +135,48 @@ async fn status_shows_settings_lease_segments_and_spend() {
     assert_eq!(api_error(error), (404, "mind_not_found".into()));
 }
 
+/// The segments come in a bounded page, the newest of each role (oldest first): a Mind that
+/// has lived long has thousands, each with the memory layer it started from, and the route
+/// answered them all at every call.
+#[tokio::test]
+async fn segments_come_in_bounded_pages() {
+    let server = Server::start().await;
+    let token = server.lease("vala").await;
+    for n in 0..=100 {
+        let segment = NewSegment {
+            role: Role::Persona,
+            started_at_ms: T0 + n,
+            rehydration_tokens: 4_000,
+            reason: "refresh".into(),
+            session_id: None,
+            memory: Some("the memory layer".into()),
+            spec_digest: None,
+        };
+        server
+            .host
+            .store
+            .start_segment("vala", token, &segment)
+            .await
+            .unwrap();
+    }
+    let numbers = |segments: &[muninn_store::Segment]| -> Vec<i64> {
+        segments.iter().map(|s| s.number).collect()
+    };
+    let page = server.client.segments("vala").await.unwrap();
+    assert_eq!(numbers(&page.persona), (1..=100).collect::<Vec<_>>());
+    assert!(page.self_role.is_empty());
+    let url = format!("{}/v1/minds/vala/segments?limit=2", server.base);
+    let response = reqwest::Client::new()
+        .get(url)
+        .bearer_auth(server.token.expose())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let two: SegmentsResponse = response.json_body().await;
+    assert_eq!(numbers(&two.persona), vec![99, 100]);
+}
+
 #[tokio::test]
 async fn the_transcript_pages_tails_and_long_polls() {
     let server = Arc::new(Server::start().await);

@@ -98,13 +98,34 @@ pub(crate) fn query<DB: Engine>(sql: &'static str) -> Stmt<DB> {
 }
 
 impl<DB: Engine> Stmt<DB> {
-    /// Binds the next `$N` parameter.
+    /// Binds the next `$N` parameter, text without NUL characters (see [`without_nul`]).
     pub(crate) fn bind<'a>(self, value: impl Into<Param<'a>>) -> Stmt<DB> {
+        let value = match value.into() {
+            Param::Text(text) => Param::Text(without_nul(text)),
+            Param::OptText(text) => Param::OptText(text.map(without_nul)),
+            other => other,
+        };
         Stmt {
-            query: DB::bind(self.query, value.into()),
+            query: DB::bind(self.query, value),
         }
     }
+}
 
+/// Text as the store keeps it: without U+0000. PostgreSQL refuses a NUL in text (SQLSTATE
+/// 22021, not retryable) where SQLite keeps it, so one Matrix event or model reply carrying one
+/// would commit on SQLite and fail for ever on PostgreSQL — a transport re-reading the same
+/// batch, a turn retried without end. Dropped on every backend, from what is written and what
+/// is looked up alike, a key keeps matching itself; and dropping (rather than replacing it with
+/// U+FFFD, three bytes) never takes a value over a size bound checked before it was bound.
+fn without_nul(text: Cow<'_, str>) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', ""))
+    } else {
+        text
+    }
+}
+
+impl<DB: Engine> Stmt<DB> {
     /// Runs it for its effect.
     pub(crate) async fn execute(self, conn: &mut impl Conn<DB>) -> Result<()> {
         conn.in_flight(true);

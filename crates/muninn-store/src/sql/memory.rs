@@ -18,7 +18,47 @@ fn check_note(note: &NewMemoryNote) -> Result<()> {
     Ok(())
 }
 
-/// `%needle%` for a `LIKE … ESCAPE '\'` over lower-cased text.
+/// The note's text with A–Z lowered and nothing else, as SQL both engines run alike. SQLite's
+/// `lower()` folds ASCII letters only, PostgreSQL's every letter its locale knows: `lower(text)`
+/// against a needle lowered in ASCII found "ÉCOLE" for "école" on PostgreSQL only, and there
+/// never found "Über" in "Über" (its `LIKE` compares case). `replace()` is the same on both.
+macro_rules! ascii_lowered_text {
+    () => {
+        concat!(
+            "replace(replace(replace(replace(replace(replace(replace(replace(replace(replace(",
+            "replace(replace(replace(replace(replace(replace(replace(replace(replace(replace(",
+            "replace(replace(replace(replace(replace(replace(text",
+            ", 'A', 'a')",
+            ", 'B', 'b')",
+            ", 'C', 'c')",
+            ", 'D', 'd')",
+            ", 'E', 'e')",
+            ", 'F', 'f')",
+            ", 'G', 'g')",
+            ", 'H', 'h')",
+            ", 'I', 'i')",
+            ", 'J', 'j')",
+            ", 'K', 'k')",
+            ", 'L', 'l')",
+            ", 'M', 'm')",
+            ", 'N', 'n')",
+            ", 'O', 'o')",
+            ", 'P', 'p')",
+            ", 'Q', 'q')",
+            ", 'R', 'r')",
+            ", 'S', 's')",
+            ", 'T', 't')",
+            ", 'U', 'u')",
+            ", 'V', 'v')",
+            ", 'W', 'w')",
+            ", 'X', 'x')",
+            ", 'Y', 'y')",
+            ", 'Z', 'z')",
+        )
+    };
+}
+
+/// `%needle%` for a `LIKE … ESCAPE '\'` over ASCII-lowered text (`ascii_lowered_text!`).
 pub(crate) fn like_pattern(needle: &str) -> String {
     let mut pattern = String::with_capacity(needle.len() + 2);
     pattern.push('%');
@@ -165,8 +205,9 @@ pub(crate) async fn matching<B: Backend>(
     const SQL: &str = concat!(
         "SELECT ",
         columns!(memory),
-        " FROM memory_notes WHERE mind_id = $1 AND lower(text) LIKE $2 ESCAPE '\\' \
-         ORDER BY created_at_ms DESC, id DESC LIMIT $3",
+        " FROM memory_notes WHERE mind_id = $1 AND ",
+        ascii_lowered_text!(),
+        " LIKE $2 ESCAPE '\\' ORDER BY created_at_ms DESC, id DESC LIMIT $3",
     );
     search(store, SQL, mind, Some(like_pattern(needle)), limit).await
 }

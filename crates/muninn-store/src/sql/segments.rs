@@ -176,6 +176,29 @@ pub(crate) async fn current<B: Backend>(
     row.as_ref().map(segment_from).transpose()
 }
 
+/// The newest `limit` segments, oldest first.
+pub(crate) async fn newest<B: Backend>(
+    store: &B,
+    mind: &str,
+    role: Role,
+    limit: i64,
+) -> Result<Vec<Segment>> {
+    let mut conn = B::Db::acquire(store.pool()).await?;
+    let rows = query::<B::Db>(concat!(
+        "SELECT ",
+        columns!(segment),
+        " FROM segments WHERE mind_id = $1 AND role = $2 ORDER BY number DESC LIMIT $3",
+    ))
+    .bind(mind)
+    .bind(role.as_str())
+    .bind(limit.max(0))
+    .fetch_all(&mut conn)
+    .await?;
+    let mut segments = rows.iter().map(segment_from).collect::<Result<Vec<_>>>()?;
+    segments.reverse();
+    Ok(segments)
+}
+
 pub(crate) async fn list<B: Backend>(store: &B, mind: &str, role: Role) -> Result<Vec<Segment>> {
     let mut conn = B::Db::acquire(store.pool()).await?;
     let rows = query::<B::Db>(concat!(

@@ -260,6 +260,15 @@ impl<B: Backend> Store for B {
         bounded(self, "current_segment", segments::current(self, mind, role)).await
     }
 
+    async fn newest_segments(&self, mind: &str, role: Role, limit: i64) -> Result<Vec<Segment>> {
+        bounded(
+            self,
+            "newest_segments",
+            segments::newest(self, mind, role, limit),
+        )
+        .await
+    }
+
     async fn segments(&self, mind: &str, role: Role) -> Result<Vec<Segment>> {
         bounded(self, "segments", segments::list(self, mind, role)).await
     }

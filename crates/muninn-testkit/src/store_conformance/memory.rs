@@ -2,6 +2,7 @@
 
 use super::{assert_invalid, mind_with_lease, note, ok, open};
 use crate::StoreFactory;
+use muninn_store::types::MemoryNote;
 
 pub(super) async fn memory(factory: &dyn StoreFactory) {
     let store = open(factory, "memory").await;
@@ -78,5 +79,30 @@ pub(super) async fn memory(factory: &dyn StoreFactory) {
         4,
         "a batch with one bad note writes none"
     );
+
+    // Search folds ASCII case only, on every backend: a non-ASCII letter matches itself, in the
+    // case it was written in.
+    let written = "Über den Wolken, ÉCOLE";
+    ok(
+        store
+            .add_memory("m", token, &[note(&[], 1, written, 600)])
+            .await,
+        "non-ASCII",
+    );
+    let texts = |found: Vec<MemoryNote>| found.into_iter().map(|n| n.text).collect::<Vec<_>>();
+    for needle in ["Über", "ÜBER den", "ÉCOLE", "wolken, É"] {
+        assert_eq!(
+            texts(ok(store.memory_search("m", needle, 10).await, needle)),
+            vec![written],
+            "{needle:?} finds the note"
+        );
+    }
+    for needle in ["über", "école"] {
+        assert_eq!(
+            texts(ok(store.memory_search("m", needle, 10).await, needle)),
+            Vec::<String>::new(),
+            "{needle:?}: non-ASCII letters are not case-folded"
+        );
+    }
     store.close().await;
 }

@@ -117,6 +117,17 @@ async fn starting_a_segment_ends_the_open_one(store: &dyn Store, token: FencingT
     assert_eq!(all[1].spec_digest.as_deref(), Some("0123456789abcdef"));
     let self_read = ok(store.current_segment("m", Role::SelfRole).await, "self");
     assert_eq!(self_read.and_then(|s| s.memory).as_deref(), Some(""));
+    // A page of the newest, oldest first: the Persona's two, the last one, none.
+    for (limit, expected) in [(5, vec![0, 1]), (1, vec![1]), (0, vec![])] {
+        let page = ok(
+            store.newest_segments("m", Role::Persona, limit).await,
+            "newest",
+        );
+        let numbers: Vec<i64> = page.iter().map(|s| s.number).collect();
+        assert_eq!(numbers, expected, "newest {limit}");
+    }
+    let page = ok(store.newest_segments("m", Role::Persona, 1).await, "newest");
+    assert_eq!(page, vec![second], "whole rows");
 }
 
 /// A segment ends once (the first end time stays) and stays current; unknown segments are not

@@ -366,3 +366,63 @@ pub(super) async fn outbox_rows_from_schema_5_migrate_to_failures(factory: &dyn 
     );
     store.close().await;
 }
+
+/// A NUL character (U+0000), which a Matrix event or a model's reply may carry and which
+/// PostgreSQL cannot keep in text, is dropped from every text the store writes and looks up, on
+/// every backend alike: the batch that brings it commits (it does not wedge the transport, which
+/// would read the same batch again for ever), its source id still makes a repeat idempotent, and
+/// the turn that answers it commits.
+pub(super) async fn nul_in_text_is_dropped_alike(factory: &dyn StoreFactory) {
+    let opened = open(factory, "nul_in_text").await;
+    let store = opened.as_ref();
+    let token = mind_with_lease(store, "m", "h").await;
+    let mut bad = delivery(1);
+    bad.text = "be\u{0}fore".into();
+    bad.sender = "@ann\u{0}:example.org".into();
+    bad.source_id = "$event\u{0}1".into();
+    let batch = IntakeBatch {
+        deliveries: vec![bad.clone()],
+        cursor: Some(cursor("s\u{0}1", 1)),
+    };
+    let posted = ok(store.post_batch("m", &batch).await, "a batch with NUL");
+    assert_eq!(seqs(&posted), vec![(1, true)]);
+    let again = ok(store.post_batch("m", &batch).await, "the same batch again");
+    assert_eq!(seqs(&again), vec![(1, false)], "idempotent by source id");
+    let stored = ok(store.pending_deliveries("m", 0, 10).await, "pending");
+    let read: Vec<(&str, &str, &str)> = stored
+        .iter()
+        .map(|d| (d.text.as_str(), d.sender.as_str(), d.source_id.as_str()))
+        .collect();
+    assert_eq!(read, vec![("before", "@ann:example.org", "$event1")]);
+    let value = ok(store.cursor("m", "matrix:sync").await, "cursor").map(|c| c.value);
+    assert_eq!(value.as_deref(), Some("s1"));
+    let turn = TurnRecord {
+        turn_key: Some("batch\u{0}1".into()),
+        transcript: Vec::new(),
+        outbox: vec![out("batch1-0", "a reply\u{0}")],
+        ledger: Vec::new(),
+        memory: vec![super::note(&["@ann\u{0}:x"], 1, "Ann \u{0}said", 2_000)],
+        briefs: vec![super::brief("a brief\u{0}", BriefOrigin::Persona, 2_000)],
+        ack_through: Some(1),
+    };
+    ok(
+        store.record_turn("m", token, &turn).await,
+        "a turn with NUL",
+    );
+    let sends = ok(store.unsent_outbox("m", 10).await, "unsent");
+    assert_eq!(
+        sends.iter().map(|o| o.text.as_str()).collect::<Vec<_>>(),
+        vec!["a reply"]
+    );
+    let notes = ok(store.memory_about("m", "@ann:x", 10).await, "notes");
+    assert_eq!(
+        notes.iter().map(|n| n.text.as_str()).collect::<Vec<_>>(),
+        vec!["Ann said"]
+    );
+    let briefs = ok(store.briefs("m", None, 10).await, "briefs");
+    assert_eq!(
+        briefs.iter().map(|b| b.text.as_str()).collect::<Vec<_>>(),
+        vec!["a brief"]
+    );
+    store.close().await;
+}
