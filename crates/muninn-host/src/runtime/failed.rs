@@ -49,7 +49,7 @@
 
 use super::MindRunner;
 use super::accounting::Asked;
-use super::pending::{Then, Uncommitted};
+use super::pending::{ROLES, Then, Uncommitted};
 use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, FailedAttempt, TtlCheck, TurnOutcome};
 use muninn_core::ledger::{ATTEMPT_FAILED, LedgerRow, RowKind};
@@ -230,7 +230,7 @@ impl<B: Backend> MindRunner<B> {
     /// after it. The step's own error stays the step's.
     pub(super) async fn ledger_after_step(&mut self, token: FencingToken, failed: bool) {
         let after = self.host.clock.now_ms();
-        for role in [Role::Persona, Role::SelfRole] {
+        for role in ROLES {
             // What no call took: a request's, as far as anyone can tell.
             self.ledger_failed_attempts(role, after, (RowKind::Request, false));
         }
@@ -238,7 +238,7 @@ impl<B: Backend> MindRunner<B> {
         if !failed || !leased {
             return;
         }
-        for role in [Role::Persona, Role::SelfRole] {
+        for role in ROLES {
             if self.answer_waiting() {
                 return;
             }

@@ -51,7 +51,7 @@ use muninn_store::{Brief, FencingToken, Role, StoreError, TranscriptKind, TurnRe
 use serde_json::Value;
 
 /// The roles, in the order their queues are settled.
-const ROLES: [Role; 2] = [Role::Persona, Role::SelfRole];
+pub(super) const ROLES: [Role; 2] = [Role::Persona, Role::SelfRole];
 
 /// A record the provider billed, waiting in its role's queue to be committed, and what its
 /// commit is waiting for.
@@ -225,11 +225,6 @@ impl Uncommitted {
     /// Whether it is an answer, which the Mind waits for (not cut rows alone).
     fn is_answer(&self) -> bool {
         !matches!(self.then, Then::CutRows)
-    }
-
-    /// Its rows, while they are not in the ledger.
-    fn uncommitted_rows(&self) -> impl Iterator<Item = &LedgerRow> {
-        self.record.ledger.iter().filter(|_| !self.committed)
     }
 }
 
@@ -449,7 +444,8 @@ impl<B: Backend> MindRunner<B> {
     /// billed that wait uncommitted in the queues, or for a record to carry them (`failed.rs`).
     pub(super) fn waiting_spend(&self, from_ms: i64) -> i64 {
         let rows = ROLES.iter().map(|r| self.session(*r)).flat_map(|s| {
-            let queued = s.waiting.iter().flat_map(Uncommitted::uncommitted_rows);
+            let queued = s.waiting.iter().filter(|u| !u.committed);
+            let queued = queued.flat_map(|u| &u.record.ledger);
             s.unledgered.iter().chain(queued)
         });
         rows.filter(|row| row.at_ms >= from_ms)
