@@ -196,7 +196,7 @@ impl<B: Backend> MindRunner<B> {
                     mind = %self.mind.id,
                     role = role.as_str(),
                     at_ms = row.at_ms,
-                    "a cut attempt's row whose commit went unanswered is in the ledger: kept, not given up"
+                    "a row whose commit went unanswered is in the ledger: kept, not given up"
                 ),
                 Ok(_) => lost.push(row),
                 Err(e) => {

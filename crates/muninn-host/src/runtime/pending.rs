@@ -24,11 +24,12 @@
 //! same ([`StoreError::TurnAlreadyRecorded`] counts as committed). A record is committed only
 //! under the lease it was counted under. After a takeover, at a clean shutdown the store still
 //! refuses, or at a refusal no retry changes, it is given up loudly with its cost, which the
-//! spend cap keeps: an answer is abandoned and the role's accounting rebuilt from the ledger (a
-//! Persona batch left unacknowledged is answered again by whoever holds the Mind); cut rows are
-//! looked up in the ledger first (one whose commit landed unanswered is neither lost nor
-//! counted again), and given up at once when refused for good rather than kept first in line,
-//! where every later answer of the role would be refused behind them.
+//! spend cap keeps — unless the ledger holds it (its commit landed, the acknowledgement lost):
+//! it is looked up first, and then neither said lost nor counted again. An answer is abandoned
+//! and the role's accounting rebuilt from the ledger (a Persona batch left unacknowledged is
+//! answered again by whoever holds the Mind); cut rows are given up at once when refused for
+//! good rather than kept first in line, where every later answer of the role would be refused
+//! behind them.
 //!
 //! # Order of operations
 //!
@@ -502,13 +503,23 @@ impl<B: Backend> MindRunner<B> {
         self.give_up_rows(role, untried, why);
     }
 
-    /// Gives `u` up: an answer is abandoned; cut rows, tried under their key, are looked up in
-    /// the ledger first (a commit whose answer was lost may have landed).
-    async fn give_up(&mut self, u: Uncommitted, why: &str) {
+    /// Gives `u` up, after looking its rows up in the ledger: a commit whose acknowledgement was
+    /// lost may have landed, and what the ledger holds is neither lost nor to be counted again by
+    /// the spend cap as abandoned money. An answer is abandoned (only what follows its commit,
+    /// when it landed); cut rows are given up.
+    async fn give_up(&mut self, mut u: Uncommitted, why: &str) {
+        let rows = std::mem::take(&mut u.record.ledger);
+        let tried = !u.committed && !rows.is_empty();
+        let lost = match tried {
+            true => self.not_in_ledger(u.role, rows).await,
+            false => rows,
+        };
         if u.is_answer() {
+            // A record commits whole: none of its rows lost, it landed.
+            u.committed |= tried && lost.is_empty();
+            u.record.ledger = lost;
             self.abandon(u, why);
         } else {
-            let lost = self.not_in_ledger(u.role, u.record.ledger).await;
             self.give_up_rows(u.role, lost, why);
         }
     }
