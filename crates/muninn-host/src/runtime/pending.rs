@@ -373,18 +373,22 @@ impl<B: Backend> MindRunner<B> {
             self.give_up_rows(u.role, u.record.ledger, &why);
             return Ok(());
         }
-        tracing::warn!(
-            mind = %self.mind.id,
-            role = u.role.as_str(),
-            turn_key = u.turn_key(),
-            rows = u.record.ledger.len(),
-            answer = u.is_answer(),
-            error = %error,
-            "a record the provider billed is not committed; it waits, first in its role's queue"
-        );
-        let queue = &mut self.session_mut(u.role).waiting;
+        let role = u.role;
+        let queue = &mut self.session_mut(role).waiting;
         queue.push_front(u);
-        let held = retryable && queue.iter().any(|u| u.is_answer() && !u.committed);
+        let answer = queue.iter().find(|u| u.is_answer() && !u.committed);
+        let turn_key = answer.map(|u| u.turn_key().to_string());
+        let held = retryable && turn_key.is_some();
+        // Cut rows alone are said by whoever tried them (`failed.rs`): they hold nothing up.
+        if let Some(turn_key) = &turn_key {
+            tracing::warn!(
+                mind = %self.mind.id,
+                role = role.as_str(),
+                %turn_key,
+                error = %error,
+                "an answer is held uncommitted; it is committed first at the next step"
+            );
+        }
         Err(match error {
             RuntimeError::Store(e) if held => RuntimeError::Held(e),
             error => error,
