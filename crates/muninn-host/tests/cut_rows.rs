@@ -39,7 +39,7 @@ fn billed_each(w: &World) -> Vec<i64> {
 }
 
 /// This test's log events at INFO and above, as JSON, while the guards live.
-fn capture_logs() -> (Buffer, tracing::Dispatch, tracing::subscriber::DefaultGuard) {
+pub(crate) fn capture_logs() -> (Buffer, tracing::Dispatch, tracing::subscriber::DefaultGuard) {
     let logs = Buffer::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -192,7 +192,7 @@ async fn a_cut_row_whose_commit_answer_was_lost_is_counted_once_by_the_next_spen
 }
 
 /// What each spend-cap refusal in `logs` counted: (spent, unledgered, abandoned).
-fn cap_counts(logs: &Buffer) -> Vec<(i64, i64, i64)> {
+pub(crate) fn cap_counts(logs: &Buffer) -> Vec<(i64, i64, i64)> {
     logs.events()
         .into_iter()
         .filter(|e| {

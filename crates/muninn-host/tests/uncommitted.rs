@@ -6,7 +6,8 @@
 
 use crate::closed_loop::assert_holds;
 use crate::runtime::{
-    World, at_the_first_ping, faulty_world, ledger, mind, post, runner, stored_brief, world_on,
+    World, at_the_first_ping, faulty_world, ledger, mind, post, runner, spent, stored_brief,
+    world_on,
 };
 use muninn_core::closed_loop::verify;
 use muninn_core::money::MicroUsd;
@@ -462,4 +463,48 @@ async fn an_answer_held_when_the_lease_was_lost_is_abandoned_loudly_at_shutdown(
         logs.events()
     );
     assert_eq!(abandoned[0]["fields"]["turn_key"], "persona-vala-1-1-0");
+}
+
+/// An answer whose commit landed but whose acknowledgement was lost (the store gone a moment),
+/// when the runner's lease runs out before it tries the commit again and another host holds
+/// the Mind a while: under its next lease the runner cannot commit it and gives it up — but it
+/// is in the ledger, so it is neither said to be lost ("abandoned uncommitted", at error) nor
+/// counted a second time by the spend cap as abandoned money. (The same as a landed cut row:
+/// `cut_rows::a_landed_cut_row_waiting_at_a_new_lease_is_not_given_up_as_lost`.)
+#[tokio::test]
+async fn a_landed_answer_waiting_at_a_new_lease_is_not_abandoned_as_lost() {
+    let (logs, _anchor, _guard) = crate::cut_rows::capture_logs();
+    let (w, faults) = faulty_world("").await;
+    let mut a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    faults.lose_commit_answers(1);
+    assert!(a.step().await.is_err(), "the commit's answer was lost");
+    assert_eq!(ledger(&w).await.len(), 1, "the answer landed");
+    // host-a's lease runs out; host-b takes the Mind a while and lets it go.
+    w.sim.advance_clock(w.host.config.lease_ttl_ms + 1);
+    let mut b = runner(&w, mind(""), "host-b");
+    assert_ne!(b.step().await.unwrap(), Step::NotLeader);
+    b.release().await.unwrap();
+    set_cap(&w, 1).await;
+    post(&w, "e2", "#swarm", "ari", "still there?").await;
+    a.woken();
+    assert_eq!(a.step().await.unwrap(), Step::OverBudget);
+    let lost: Vec<_> = logs
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e["level"] == "ERROR"
+                && e["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("an answer was abandoned uncommitted"))
+        })
+        .collect();
+    assert!(lost.is_empty(), "said lost, though in the ledger: {lost:?}");
+    assert_eq!(
+        crate::cut_rows::cap_counts(&logs),
+        [(spent(&w).await, 0, 0)],
+        "(spent, unledgered, abandoned)"
+    );
+    assert_eq!(ledger(&w).await.len(), 1, "nothing written again");
 }

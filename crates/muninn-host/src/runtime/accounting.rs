@@ -374,8 +374,8 @@ impl<B: Backend> MindRunner<B> {
     /// current ones. Rows written before decision records existed count by their decision text.
     pub(super) async fn restore(&mut self, role: Role) -> Result<(), RuntimeError> {
         // Rows counted by the accounting being replaced, and in no ledger the new one is read
-        // from: given up (`failed.rs`).
-        (self.abandon_unledgered(role, "the lease changed before a record carried it")).await;
+        // from: given up (`pending.rs`).
+        (self.give_up_waiting(role, "the lease changed before a record carried it")).await;
         let params = self.params(role, pinging(&self.session(role).backend));
         let mut acc = Accounting::new(params);
         // As a replay of the ledger does, the rows before decision records left out.

@@ -13,9 +13,9 @@
 //! The spend in the window is the ledger's, plus the money of answers this runner abandoned
 //! uncommitted ([`Abandoned`]): the provider billed them, but they have no ledger row — the
 //! ledger is what replay reads, and a row there would be a request the host's session no longer
-//! holds — plus the rows of failed attempts the provider billed that wait for the role's next
-//! record (`failed.rs`: a cut attempt's retry is refused when the cut attempt's own cost
-//! brought the window to the cap).
+//! holds — plus the rows the provider billed that wait in the roles' queues to be committed
+//! (`pending.rs`: a cut attempt's retry is refused when the cut attempt's own cost brought the
+//! window to the cap).
 
 use super::persona::{Plan, counted};
 use super::{MindRunner, RuntimeError};
@@ -137,8 +137,8 @@ impl<B: Backend> MindRunner<B> {
         let from = now.saturating_sub(window);
         let ledgered = self.host.store.spend(&self.mind.id, from, i64::MAX).await?;
         let abandoned = self.abandoned.within(from, i64::MAX);
-        // Failed attempts the provider billed whose rows wait for a record (`failed.rs`).
-        let unledgered = self.unledgered_spend(from);
+        // Rows the provider billed that wait to be committed (`pending.rs`).
+        let unledgered = self.waiting_spend(from);
         let spent = MicroUsd(
             ledgered
                 .0

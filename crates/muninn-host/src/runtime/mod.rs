@@ -22,7 +22,7 @@
 //!    max seq — a pure builder;
 //! 7. **commit** — one transaction. A crash anywhere before it re-delivers the batch; after it
 //!    nothing is left to redo, and request ids make a re-sent reply the same message. A commit
-//!    that fails is held on the runner and committed first at the next step (`pending.rs`):
+//!    that fails waits in the role's queue and is committed first at the next step (`pending.rs`):
 //!    the answer is neither asked for again nor lost.
 //!
 //! # The Self
@@ -130,9 +130,9 @@ pub enum RuntimeError {
     /// The store failed; [`StoreError::is_retryable`] says whether to try again.
     #[error("store: {0}")]
     Store(#[from] StoreError),
-    /// The store failed between an answer the provider gave and its commit: the answer is held
-    /// on the runner and committed first at the next step (`pending.rs`), never asked for
-    /// again. A store failure (retried, counted under `cause="store"`) that says so.
+    /// The store failed between an answer the provider gave and its commit: the answer waits
+    /// in its role's queue and is committed first at the next step (`pending.rs`), never asked
+    /// for again. A store failure (retried, counted under `cause="store"`) that says so.
     #[error(
         "store: {0} (an answer is held uncommitted: it is committed first at the next attempt)"
     )]
@@ -226,8 +226,6 @@ pub struct MindRunner<B: Backend> {
     window_cut: Option<window::Cut>,
     /// The settings and ack position held between consecutive Persona turns (`held.rs`).
     held: Option<held::Held>,
-    /// An answer whose commit failed, committed first at the next step (`pending.rs`).
-    uncommitted: Option<pending::Uncommitted>,
     /// The Mind's wake-up count on this host ([`crate::Signals::wakes`]).
     wakes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Steps that used `held` instead of reading the store.
@@ -311,7 +309,6 @@ impl<B: Backend> MindRunner<B> {
             appends: 0,
             window_cut: None,
             held: None,
-            uncommitted: None,
             wakes,
             held_reads_saved: 0,
             check_stranded: true,
@@ -421,19 +418,11 @@ impl<B: Backend> MindRunner<B> {
 
     /// The step's work under a lease taken at `now`.
     async fn work(&mut self, token: FencingToken, now: i64) -> Result<Step, RuntimeError> {
-        // An answer whose commit failed goes first: no decision is taken on an accounting that
-        // counts a row the ledger lacks (`pending.rs`).
-        if let Some(step) = self.settle_held(token).await? {
+        // What waits to be committed goes first: no decision is taken on an accounting that
+        // counts an answer the ledger lacks, and a cut row whose commit landed unanswered is
+        // counted twice by the spend cap while it waits (`pending.rs`).
+        if let Some(step) = self.settle_waiting(token).await? {
             return Ok(step);
-        }
-        // Then the rows of cut attempts waiting under their keys, before the spend cap is read:
-        // one whose commit landed unanswered is in the ledger, and waiting it would be counted
-        // twice — and a step the cap refuses commits nothing that would carry it (`failed.rs`).
-        // Refused again, they wait for the role's next record, which tries them first.
-        for role in [Role::Persona, Role::SelfRole] {
-            if let Err(e) = self.commit_cut_records(role, token).await {
-                tracing::warn!(mind = %self.mind.id, role = role.as_str(), error = %e, "cut attempts' rows still not committed; they wait for the role's next record");
-            }
         }
         for role in [Role::Persona, Role::SelfRole] {
             if self.session(role).restore {

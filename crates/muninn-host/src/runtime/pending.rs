@@ -1,40 +1,44 @@
-//! An answer the provider gave whose commit failed: held on the runner and committed first at
-//! the next step, before any new work or decision.
+//! Records the provider billed whose commit has not landed: one queue per role, in the order
+//! the role's accounting counted them, each committed under its own turn key.
 //!
 //! The session's accounting counts a request as it is answered (`accounting.rs`), before the
-//! record that carries its ledger row is committed. When that commit fails (a full disk, a busy
-//! SQLite file, a PostgreSQL server gone) the money was spent and the provider's session holds
-//! the exchange, so the answer is neither rolled back nor asked for again: its record — the
-//! turn, the ledger-only row of a ping or a compaction, a Self flush, a tool-loop request —
-//! is held here as an [`Uncommitted`], and the step fails as any store failure does (logged
-//! with its cause, counted in `muninn_step_failures_total{cause="store"}`, shown as `retrying`
-//! in status, retried on the backoff of `retry.rs`). The next step commits it first, then does
-//! what the commit was waiting for (bind the session, report a Self run back, open the
-//! compacted segment, …), and only then goes on. So the ledger gets every row the accounting
-//! counted, in the order it counted them, and `muninn replay` of the ledger takes the host's
-//! decisions.
+//! record that carries its ledger row is committed. Every such record goes through its role's
+//! queue: an answer (a Persona turn, a ping's or a compaction's row, a Self flush, a Self run's
+//! end, a tool-loop request), or the rows of attempts the provider billed but cut, committed on
+//! their own (`failed.rs`, [`Then::CutRows`]). The queue is committed front to back, so the
+//! ledger gets every row in the order it was counted — a cut attempt's row before its retry's
+//! answer — and `muninn replay` of the ledger takes the host's decisions.
 //!
-//! Every held record is committed under a turn key (a Persona batch's, a brief's, or one made
-//! from the rows themselves), so a commit whose acknowledgement was lost and is tried again
-//! writes nothing twice ([`StoreError::TurnAlreadyRecorded`] counts as committed). A record is
-//! committed only under the lease it was answered under: after a takeover (or a refusal no
-//! retry can change) it is abandoned, loudly, as a crash would lose it — the role's accounting
-//! is then rebuilt from the ledger and the session from the transcript, and a Persona batch
-//! left unacknowledged is answered again by whoever holds the Mind.
+//! A commit that fails (a full disk, a busy SQLite file, a PostgreSQL server gone) rolls
+//! nothing back and asks for nothing again — the money was spent and the provider's session
+//! holds the exchange: the record stays first in line with what is behind it, and the spend cap
+//! counts the waiting rows (`budget.rs`). A waiting *answer* holds the Mind up: the step fails
+//! as a store failure ([`RuntimeError::Held`], retried on the backoff of `retry.rs`), and the
+//! next step commits it first, does what the commit was waiting for (its [`Then`]: bind the
+//! session, report a Self run back, open the compacted segment, …) and only then goes on. Cut
+//! rows alone hold nothing up: they are tried again as a failed step ends, at every step's
+//! start (before the spend cap is read: one whose commit landed unanswered is in the ledger
+//! already) and before the role's next record.
+//!
+//! A commit tried again after its acknowledgement was lost writes nothing twice: the key is the
+//! same ([`StoreError::TurnAlreadyRecorded`] counts as committed). A record is committed only
+//! under the lease it was counted under. After a takeover, at a clean shutdown the store still
+//! refuses, or at a refusal no retry changes, it is given up loudly with its cost, which the
+//! spend cap keeps — unless the ledger holds it (its commit landed, the acknowledgement lost):
+//! it is looked up first, and then neither said lost nor counted again. An answer is abandoned
+//! and the role's accounting rebuilt from the ledger (a Persona batch left unacknowledged is
+//! answered again by whoever holds the Mind); cut rows are given up at once when refused for
+//! good rather than kept first in line, where every later answer of the role would be refused
+//! behind them.
 //!
 //! # Order of operations
 //!
-//! Every answer goes through `settle`:
-//!
-//! 1. `commit_or_hold` — reads the memory from the segment's tail when the record waits for one
-//!    ([`TailMemory`]), then commits the record under its turn key;
-//! 2. `follow_up` — does what the commit was waiting for (the record's [`Then`]);
-//! 3. when either fails, `hold_or_abandon` — a failure the store may get over (busy,
-//!    unreachable) holds the record on the runner, marked committed if step 1 went through;
-//!    any other failure abandons it.
-//!
-//! The next step's first act (`settle_held`, at the top of the runner's `work`) settles the
-//! held record the same way; step 1 is skipped when it is marked committed.
+//! [`MindRunner::settle`] puts an answer at the back of its role's queue and settles the queue:
+//! `commit_next` commits from the front (reading a Self memory from the segment's tail first
+//! when the record waits for one, [`TailMemory`]) up to the first answer, which `follow_up`
+//! completes. The step's first act ([`MindRunner::settle_waiting`]) settles both queues the
+//! same way; a clean shutdown does it a last time ([`MindRunner::settle_before_release`]) and
+//! gives up, loudly, what is left.
 
 use super::session::Flushed;
 use super::tool_loop::{Driven, StopCause, Stopped};
@@ -47,7 +51,11 @@ use muninn_core::session::Keep;
 use muninn_store::{Brief, FencingToken, Role, StoreError, TranscriptKind, TurnRecord};
 use serde_json::Value;
 
-/// A record answered but not (yet) committed, and what its commit was waiting for.
+/// The roles, in the order their queues are settled.
+pub(super) const ROLES: [Role; 2] = [Role::Persona, Role::SelfRole];
+
+/// A record the provider billed, waiting in its role's queue to be committed, and what its
+/// commit is waiting for.
 #[derive(Debug)]
 pub(super) struct Uncommitted {
     /// The lease it was answered under: only that lease commits it.
@@ -104,9 +112,9 @@ pub(super) enum Then {
     },
     /// A keep-warm ping's row: nothing more.
     Ping,
-    /// Rows of failed attempts committed on their own (`failed.rs`: as a failed step ends, at
-    /// a clean shutdown): nothing more.
-    Nothing,
+    /// Rows of attempts the provider billed but cut, committed on their own (`failed.rs`):
+    /// nothing more, and nothing waits for them.
+    CutRows,
     /// A Self flush: its memory is where the next segment may start; an idle one lets the tail go.
     SelfFlush {
         /// The memory written.
@@ -214,172 +222,314 @@ impl Uncommitted {
     fn turn_key(&self) -> &str {
         self.record.turn_key.as_deref().unwrap_or_default()
     }
+
+    /// Whether it is an answer, which the Mind waits for (not cut rows alone).
+    fn is_answer(&self) -> bool {
+        !matches!(self.then, Then::CutRows)
+    }
 }
 
 /// A turn key made from what `record` holds (its rows and items), answered by `role` at
 /// `at_ms`: the same record tried again gets the same key, so its second commit writes nothing.
-pub(super) fn content_key(role: Role, at_ms: i64, record: &TurnRecord) -> String {
+fn content_key(role: Role, at_ms: i64, record: &TurnRecord) -> String {
     let bodies: Vec<_> = record.transcript.iter().map(|i| &i.body).collect();
     let bytes = serde_json::to_vec(&(&record.ledger, bodies)).unwrap_or_default();
     format!("{}-{at_ms}-{:016x}", role.as_str(), hash_bytes(&bytes))
 }
 
 impl<B: Backend> MindRunner<B> {
-    /// The held record, committed first (see the module docs): the step it completes, if it
-    /// completes one; `None` when the step goes on (nothing was held, it was abandoned, or what
-    /// it waited for was part of a step that goes on from here).
-    pub(super) async fn settle_held(
+    /// The step's first act: both roles' queues settled (see the module docs). Returns the
+    /// step a waiting answer completes, if it completes one; fails when an answer still waits
+    /// (no decision is taken on an accounting that counts a row the ledger lacks). Cut rows
+    /// that still wait are counted by the spend cap and tried again later.
+    pub(super) async fn settle_waiting(
         &mut self,
         token: FencingToken,
     ) -> Result<Option<Step>, RuntimeError> {
-        let Some(held) = self.uncommitted.take() else {
-            return Ok(None);
-        };
-        if held.token != token {
-            self.abandon(held, "the Mind's lease changed before it was committed");
-            return Ok(None);
+        for role in ROLES {
+            // One counted under another lease is given up without failing the step.
+            let answer =
+                (self.session(role).waiting.iter()).any(|u| u.is_answer() && u.token == token);
+            if answer {
+                self.working = Some(role);
+            }
+            match self.settle_queue(role, token).await {
+                Ok(Some(step)) => {
+                    if matches!(step, Step::PersonaTurn { .. }) {
+                        self.wake.turn_taken();
+                    }
+                    return Ok(Some(step));
+                }
+                Ok(None) => {}
+                Err(e) if answer => return Err(e),
+                Err(e) => tracing::warn!(
+                    mind = %self.mind.id,
+                    role = role.as_str(),
+                    error = %e,
+                    "cut attempts' rows still not committed; they wait for the role's next record"
+                ),
+            }
         }
-        self.working = Some(held.role);
-        let step = self.settle(held).await?;
-        if matches!(step, Some(Step::PersonaTurn { .. })) {
-            self.wake.turn_taken();
+        Ok(None)
+    }
+
+    /// `u` committed after what waits before it in its role's queue, then what follows its
+    /// commit done: the step it completes, if any. When either fails, `u` waits (marked
+    /// committed if it is) or is given up when no retry can help; the error is the step's.
+    pub(super) async fn settle(&mut self, u: Uncommitted) -> Result<Option<Step>, RuntimeError> {
+        let (role, token) = (u.role, u.token);
+        self.session_mut(role).waiting.push_back(u);
+        self.settle_queue(role, token).await
+    }
+
+    /// `u` committed after what waits before it, and no more: the caller goes on from it in the
+    /// same step (a tool loop's next request). On failure it waits as any answer does.
+    pub(super) async fn commit_or_hold(&mut self, u: Uncommitted) -> Result<(), RuntimeError> {
+        let (role, token) = (u.role, u.token);
+        self.session_mut(role).waiting.push_back(u);
+        self.commit_next(role, token).await.map(drop)
+    }
+
+    /// `role`'s queue committed under `token` from the front, each answer followed up in turn:
+    /// the step the first to complete one completes.
+    pub(super) async fn settle_queue(
+        &mut self,
+        role: Role,
+        token: FencingToken,
+    ) -> Result<Option<Step>, RuntimeError> {
+        let mut step = None;
+        while let Some(u) = self.commit_next(role, token).await? {
+            match self.follow_up(&u).await {
+                Ok(done) => step = step.or(done),
+                Err(e) => return Err(self.follow_up_failed(u, e)),
+            }
         }
         Ok(step)
     }
 
-    /// The record held and not yet committed, to change what it lists before it is.
-    pub(super) fn held_record_mut(&mut self) -> Option<&mut TurnRecord> {
-        self.uncommitted
-            .as_mut()
-            .filter(|u| !u.committed)
-            .map(|u| &mut u.record)
+    /// Commits `role`'s queue under `token` from the front up to its first answer, which is
+    /// taken out for what follows its commit (`None`: the queue is empty). A record counted
+    /// under another lease is given up; a refused one waits, first in line, unless no retry
+    /// can help ([`Self::refused`]).
+    async fn commit_next(
+        &mut self,
+        role: Role,
+        token: FencingToken,
+    ) -> Result<Option<Uncommitted>, RuntimeError> {
+        while let Some(mut u) = self.session_mut(role).waiting.pop_front() {
+            if u.token != token {
+                self.give_up(u, "the Mind's lease changed before it was committed")
+                    .await;
+                continue;
+            }
+            match self.commit(&mut u).await {
+                Ok(()) if u.is_answer() => return Ok(Some(u)),
+                Ok(()) => {}
+                Err(e) => self.refused(u, e)?,
+            }
+        }
+        Ok(None)
     }
 
-    /// A held record's last commit, under the lease still held, before a clean shutdown lets
-    /// it go: what the store still refuses is abandoned, loudly, and the next holder asks the
-    /// provider again. With no lease (another host took the Mind over, and this runner's
-    /// fenced token can commit nothing any more) a held record is abandoned at once, as loudly:
-    /// it used to be dropped with the runner, without a word in the log.
-    pub(super) async fn settle_before_release(&mut self) {
-        let Some(token) = self.lease.as_ref().map(|l| l.token) else {
-            if let Some(u) = self.uncommitted.take() {
-                self.abandon(u, "the Mind's lease was lost before it was committed");
-            }
-            return;
+    /// Commits `u`'s record under its key (one committed before counts), after reading its
+    /// tail memory if it has one. A no-op once it is committed.
+    async fn commit(&mut self, u: &mut Uncommitted) -> Result<(), RuntimeError> {
+        if u.committed {
+            return Ok(());
+        }
+        if let Some(tail) = &u.tail {
+            let read = self.self_tail(tail.segment).await?;
+            let memory = tail.memory(read);
+            u.tail = None;
+            u.fill_memory(memory);
+        }
+        let store = &self.host.store;
+        match store.record_turn(&self.mind.id, u.token, &u.record).await {
+            Ok(receipt) => u.acked = Some(receipt.ack_position),
+            Err(StoreError::TurnAlreadyRecorded { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        u.committed = true;
+        Ok(())
+    }
+
+    /// `u`'s commit failed with `error`. An answer no retry can help is abandoned; cut rows
+    /// the store refuses for good are given up and the queue goes on (`Ok`): first in line,
+    /// they had every later record of the role refused behind them. Anything else waits, first
+    /// in line — cut rows meeting the fence too: the next lease gives them up after looking
+    /// them up in the ledger. The step's error is [`RuntimeError::Held`] while an answer waits
+    /// uncommitted for a store that may get over it, so status and the log say so.
+    fn refused(&mut self, u: Uncommitted, error: RuntimeError) -> Result<(), RuntimeError> {
+        let (retryable, fenced) = match &error {
+            RuntimeError::Store(e) => (e.is_retryable(), matches!(e, StoreError::Fenced { .. })),
+            _ => (false, false),
         };
-        let Some(held) = self.uncommitted.as_ref() else {
-            return;
-        };
-        let (turn_key, same_lease) = (held.turn_key().to_string(), held.token == token);
-        match self.settle_held(token).await {
-            // Answered under another lease: `settle_held` gave it up, and said so.
-            Ok(_) if !same_lease => {}
-            Ok(_) => tracing::info!(
+        if !retryable && u.is_answer() {
+            self.abandon(u, &error.to_string());
+            return Err(error);
+        }
+        if !retryable && !fenced {
+            let why = format!("the store refused it for good: {error}");
+            self.give_up_rows(u.role, u.record.ledger, &why);
+            return Ok(());
+        }
+        let role = u.role;
+        let queue = &mut self.session_mut(role).waiting;
+        queue.push_front(u);
+        let answer = queue.iter().find(|u| u.is_answer() && !u.committed);
+        let turn_key = answer.map(|u| u.turn_key().to_string());
+        let held = retryable && turn_key.is_some();
+        // Cut rows alone are said by whoever tried them (`failed.rs`): they hold nothing up.
+        if let Some(turn_key) = &turn_key {
+            tracing::warn!(
                 mind = %self.mind.id,
+                role = role.as_str(),
                 %turn_key,
-                "a held answer was committed before the lease was released"
-            ),
-            Err(e) => {
-                if let Some(u) = self.uncommitted.take() {
+                error = %error,
+                "an answer is held uncommitted; it is committed first at the next step"
+            );
+        }
+        Err(match error {
+            RuntimeError::Store(e) if held => RuntimeError::Held(e),
+            error => error,
+        })
+    }
+
+    /// What followed `u`'s commit failed with `error`: `u` waits, marked committed, for a store
+    /// that may get over it, else only what followed is given up. Returns the step's error.
+    fn follow_up_failed(&mut self, u: Uncommitted, error: RuntimeError) -> RuntimeError {
+        // What follows a tool request ends the run, which settles a record of its own: when
+        // that one waits, it carries the rest of the work, and `u` is let go.
+        if self
+            .session(u.role)
+            .waiting
+            .iter()
+            .any(Uncommitted::is_answer)
+        {
+            return error;
+        }
+        match error {
+            RuntimeError::Store(e) | RuntimeError::Held(e) if e.is_retryable() => {
+                tracing::warn!(
+                    mind = %self.mind.id,
+                    role = u.role.as_str(),
+                    turn_key = u.turn_key(),
+                    error = %e,
+                    "what follows a committed answer failed; it is done first at the next step"
+                );
+                self.session_mut(u.role).waiting.push_front(u);
+                RuntimeError::Store(e)
+            }
+            error => {
+                self.abandon(u, &error.to_string());
+                error
+            }
+        }
+    }
+
+    /// The answer waiting uncommitted in `role`'s queue, to change what it lists before it is
+    /// committed.
+    pub(super) fn held_record_mut(&mut self, role: Role) -> Option<&mut TurnRecord> {
+        let waiting = self.session_mut(role).waiting.iter_mut();
+        waiting
+            .filter(|u| u.is_answer() && !u.committed)
+            .map(|u| &mut u.record)
+            .next_back()
+    }
+
+    /// Whether an answer waits in either role's queue: it goes first, so cut rows taken
+    /// meanwhile wait behind it rather than be committed before it.
+    pub(super) fn answer_waiting(&self) -> bool {
+        ROLES
+            .iter()
+            .any(|r| self.session(*r).waiting.iter().any(Uncommitted::is_answer))
+    }
+
+    /// What the spend cap counts beside the ledger, in `[from_ms, ∞)`: the rows the provider
+    /// billed that wait uncommitted in the queues, or for a record to carry them (`failed.rs`).
+    pub(super) fn waiting_spend(&self, from_ms: i64) -> i64 {
+        let rows = ROLES.iter().map(|r| self.session(*r)).flat_map(|s| {
+            let queued = s.waiting.iter().filter(|u| !u.committed);
+            let queued = queued.flat_map(|u| &u.record.ledger);
+            s.unledgered.iter().chain(queued)
+        });
+        rows.filter(|row| row.at_ms >= from_ms)
+            .map(|row| row.cost.0)
+            .sum()
+    }
+
+    /// Before a clean shutdown lets the lease go: each role's queue settled a last time under
+    /// the lease still held, with the cut rows no record took as a record of their own; what
+    /// the store refuses (or what no lease can commit) is given up loudly, each role's on its
+    /// own, so one role's refusal gives up nothing of the other's unsaid. Released with an
+    /// answer uncommitted, the next holder would ask the provider again.
+    pub(super) async fn settle_before_release(&mut self) {
+        let token = self.lease.as_ref().map(|l| l.token);
+        let now = self.host.clock.now_ms();
+        for role in ROLES {
+            let Some(token) = token else {
+                let why = "the Mind's lease was lost before it was committed";
+                self.give_up_waiting(role, why).await;
+                continue;
+            };
+            self.key_unledgered(role, token, now);
+            let answer = (self.session(role).waiting.iter())
+                .find(|u| u.is_answer() && u.token == token)
+                .map(|u| u.turn_key().to_string());
+            match self.settle_queue(role, token).await {
+                Ok(_) => {
+                    if let Some(turn_key) = answer {
+                        tracing::info!(
+                            mind = %self.mind.id,
+                            %turn_key,
+                            "a held answer was committed before the lease was released"
+                        );
+                    }
+                }
+                Err(e) => {
                     let why = format!(
                         "the store refused it at shutdown, before the lease was released: {e}"
                     );
-                    self.abandon(u, &why);
+                    self.give_up_waiting(role, &why).await;
                 }
             }
         }
     }
 
-    /// Settles `u`: commits its record ([`Self::commit_or_hold`]), then does what follows the
-    /// commit ([`Self::follow_up`]). When either fails, `u` is held for the next step — marked
-    /// committed if the commit went through, so the next step only does what follows — or
-    /// abandoned when no retry can help ([`Self::hold_or_abandon`]); the error is the step's.
-    pub(super) async fn settle(&mut self, u: Uncommitted) -> Result<Option<Step>, RuntimeError> {
-        let u = self.commit_or_hold(u).await?;
-        match self.follow_up(&u).await {
-            Ok(step) => Ok(step),
-            Err(e) => {
-                // What follows a tool request ends the run, which settles a record of its own:
-                // when that one is held, it carries the rest of the work, and `u` (committed,
-                // its follow-up done as far as it goes) is let go.
-                if self.uncommitted.is_none() {
-                    return Err(self.hold_or_abandon(u, e));
-                }
-                Err(e)
-            }
+    /// Gives up everything that waits for `role`, loudly (the role's accounting is about to be
+    /// rebuilt from the ledger, which does not hold it, or a clean shutdown could not commit
+    /// it): the spend cap keeps its cost.
+    pub(super) async fn give_up_waiting(&mut self, role: Role, why: &str) {
+        while let Some(u) = self.session_mut(role).waiting.pop_front() {
+            self.give_up(u, why).await;
         }
+        let untried = std::mem::take(&mut self.session_mut(role).unledgered);
+        self.give_up_rows(role, untried, why);
     }
 
-    /// Commits `u`'s record, after reading its tail memory if it has one and committing the
-    /// role's waiting cut-attempt records (`failed.rs`); a record already committed under its
-    /// key counts. On failure holds or abandons `u`
-    /// ([`Self::hold_or_abandon`]) and returns the error.
-    pub(super) async fn commit_or_hold(
-        &mut self,
-        mut u: Uncommitted,
-    ) -> Result<Uncommitted, RuntimeError> {
-        if u.committed {
-            return Ok(u);
-        }
-        if let Some(tail) = u.tail.take() {
-            match self.self_tail(tail.segment).await {
-                Ok(read) => u.fill_memory(tail.memory(read)),
-                Err(e) => {
-                    u.tail = Some(tail);
-                    return Err(self.hold_or_abandon(u, e));
-                }
-            }
-        }
-        // Rows of cut attempts whose commit on their own failed were counted before this
-        // record: they go first, each under its own key (`failed.rs`).
-        if let Err(e) = self.commit_cut_records(u.role, u.token).await {
-            return Err(self.hold_or_abandon(u, RuntimeError::Store(e)));
-        }
-        match self
-            .host
-            .store
-            .record_turn(&self.mind.id, u.token, &u.record)
-            .await
-        {
-            Ok(receipt) => u.acked = Some(receipt.ack_position),
-            Err(StoreError::TurnAlreadyRecorded { .. }) => {}
-            Err(e) => return Err(self.hold_or_abandon(u, RuntimeError::Store(e))),
-        }
-        u.committed = true;
-        Ok(u)
-    }
-
-    /// Keeps `u` for the next step when the failure may pass (the store is busy or unreachable),
-    /// else abandons it. Returns the step's error: [`RuntimeError::Held`] when an answer is held
-    /// uncommitted, so status and the log say so.
-    fn hold_or_abandon(&mut self, u: Uncommitted, error: RuntimeError) -> RuntimeError {
-        let store = match error {
-            RuntimeError::Store(e) | RuntimeError::Held(e) if e.is_retryable() => e,
-            error => {
-                self.abandon(u, &error.to_string());
-                return error;
-            }
+    /// Gives `u` up, after looking its rows up in the ledger: a commit whose acknowledgement was
+    /// lost may have landed, and what the ledger holds is neither lost nor to be counted again by
+    /// the spend cap as abandoned money. An answer is abandoned (only what follows its commit,
+    /// when it landed); cut rows are given up.
+    async fn give_up(&mut self, mut u: Uncommitted, why: &str) {
+        let rows = std::mem::take(&mut u.record.ledger);
+        let tried = !u.committed && !rows.is_empty();
+        let lost = match tried {
+            true => self.not_in_ledger(u.role, rows).await,
+            false => rows,
         };
-        tracing::warn!(
-            mind = %self.mind.id,
-            role = u.role.as_str(),
-            turn_key = u.turn_key(),
-            rows = u.record.ledger.len(),
-            committed = u.committed,
-            error = %store,
-            "an answer is held uncommitted; it is committed first at the next step"
-        );
-        let committed = u.committed;
-        self.uncommitted = Some(u);
-        if committed {
-            RuntimeError::Store(store)
+        if u.is_answer() {
+            // A record commits whole: none of its rows lost, it landed.
+            u.committed |= tried && lost.is_empty();
+            u.record.ledger = lost;
+            self.abandon(u, why);
         } else {
-            RuntimeError::Held(store)
+            self.give_up_rows(u.role, lost, why);
         }
     }
 
-    /// Gives `u` up (see the module docs): said loudly, and the role's accounting and session
-    /// rebuilt from what the store holds.
+    /// Abandons the answer `u` (see the module docs): said loudly, and the role's accounting and
+    /// session rebuilt from what the store holds.
     pub(super) fn abandon(&mut self, u: Uncommitted, why: &str) {
         // A committed record is in the ledger: only what followed its commit is given up.
         let what = if u.committed {
@@ -425,7 +575,7 @@ impl<B: Backend> MindRunner<B> {
                 }))
             }
             Then::Ping => Ok(Some(Step::Ping)),
-            Then::Nothing => Ok(None),
+            Then::CutRows => Ok(None),
             Then::SelfFlush { memory, idle } => {
                 if *idle {
                     self.selfs.acc.let_go(Keep::Tail);

@@ -1,6 +1,7 @@
 //! One role's live session: its backend, its renderer and segment, its accounting, and what
 //! its provider session is bound over.
 
+use super::pending::Uncommitted;
 use super::persona::Plan;
 use muninn_backend::{Backend, BackendError, SessionEvent, TurnInput, TurnOutcome};
 use muninn_core::closed_loop::LedgerCache;
@@ -8,6 +9,7 @@ use muninn_core::ledger::{LedgerRow, SegmentStart};
 use muninn_core::render::Renderer;
 use muninn_core::session::{Accounting, Params};
 use muninn_store::Role;
+use std::collections::VecDeque;
 
 /// One role's live session.
 pub(super) struct Session<B> {
@@ -61,9 +63,9 @@ pub(super) struct Session<B> {
     /// the accounting and not yet in a record: the next record of this role carries them,
     /// before its own rows.
     pub(super) unledgered: Vec<LedgerRow>,
-    /// Rows of such attempts tried on their own at once under a key of their own, whose commit
-    /// failed (`failed.rs`): committed under that key before this role's next record.
-    pub(super) cut_records: Vec<super::failed::CutRecord>,
+    /// The records this role's accounting counted whose commit has not landed, in the order
+    /// it counted them, each under its key (`pending.rs`).
+    pub(super) waiting: VecDeque<Uncommitted>,
     /// The Self only: memory a run or an idle flush wrote; the next brief may open a segment
     /// from it.
     pub(super) flushed: Option<Flushed>,
@@ -147,7 +149,7 @@ impl<B> Session<B> {
             restore: false,
             pending_events: Vec::new(),
             unledgered: Vec::new(),
-            cut_records: Vec::new(),
+            waiting: VecDeque::new(),
             flushed: None,
         }
     }

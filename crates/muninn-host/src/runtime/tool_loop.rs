@@ -312,7 +312,7 @@ impl<B: Backend> MindRunner<B> {
         if let Err(e) = self.commit_or_hold(held).await {
             // The run ends at this request when a later step commits it: its results are never
             // sent, so the held record lists the reply alone (under the same turn key).
-            if let Some(record) = self.held_record_mut() {
+            if let Some(record) = self.held_record_mut(Role::SelfRole) {
                 record
                     .transcript
                     .retain(|item| item.kind != TranscriptKind::ToolResult);
