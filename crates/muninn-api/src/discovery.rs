@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 /// The name of the file in the state directory.
 pub const HOST_FILE: &str = "host.json";
 
+/// The largest host file read, bytes: ours is an address, two paths and a pid; anything
+/// larger is not a host file, and is refused rather than read whole.
+pub const HOST_FILE_MAX_BYTES: u64 = 64 * 1024;
+
 /// Where a running host is: the content of [`HOST_FILE`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,14 +44,22 @@ pub fn host_file_path(env: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
 }
 
 impl HostFile {
-    /// Reads the host file at `path`; `None` if it is missing, unreadable, malformed, or names
-    /// a process that no longer runs.
-    pub fn read(path: &Path) -> Option<HostFile> {
-        let text = std::fs::read_to_string(path).ok()?;
-        let file: HostFile = serde_json::from_str(&text).ok()?;
-        Path::new(&format!("/proc/{}", file.pid))
+    /// Reads the host file at `path`: `None` if it is missing, malformed, or names a process
+    /// that no longer runs (a host that died left it). An error if it cannot be read, or is
+    /// not a regular file of at most [`HOST_FILE_MAX_BYTES`]: a named pipe there was waited
+    /// on for a writer, for ever, by every client command.
+    pub fn read(path: &Path) -> std::io::Result<Option<HostFile>> {
+        let text = match muninn_fs::read_text_limited(path, HOST_FILE_MAX_BYTES, "a host file") {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Ok(file) = serde_json::from_str::<HostFile>(&text) else {
+            return Ok(None);
+        };
+        Ok(Path::new(&format!("/proc/{}", file.pid))
             .exists()
-            .then_some(file)
+            .then_some(file))
     }
 
     /// Writes it to `path` (creating the directory), through a temporary file and a rename so
@@ -65,12 +77,35 @@ impl HostFile {
     /// Removes the file at `path` if it is still this process's (another host may have
     /// replaced it since).
     pub fn remove_own(path: &Path) {
-        let own = std::fs::read_to_string(path)
+        // Read as clients read it: a pipe put there is not waited on (the host would never
+        // stop), and is not this process's.
+        let own = muninn_fs::read_text_limited(path, HOST_FILE_MAX_BYTES, "a host file")
             .ok()
             .and_then(|t| serde_json::from_str::<HostFile>(&t).ok())
             .is_some_and(|f| f.pid == std::process::id());
         if own {
             let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::HostFile;
+    use crate::test_files::{fifo, huge, within_10s};
+
+    /// `muninn serve`, stopping, reads the host file to see whether it is still its own: a
+    /// named pipe put there was waited on for a writer, for ever, and the host never stopped.
+    /// What is not a regular file of at most [`super::HOST_FILE_MAX_BYTES`] is not its own now,
+    /// and is left where it is.
+    #[test]
+    fn removing_its_own_host_file_waits_on_no_pipe() {
+        let dir = tempfile::tempdir().unwrap();
+        for path in [fifo(dir.path(), "pipe.json"), huge(dir.path(), "huge.json")] {
+            let at = path.clone();
+            within_10s(move || HostFile::remove_own(&at));
+            assert!(path.exists(), "{}", path.display());
         }
     }
 }

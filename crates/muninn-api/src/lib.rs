@@ -27,6 +27,8 @@
 pub mod client;
 pub mod discovery;
 pub mod limits;
+#[cfg(test)]
+mod test_files;
 pub mod token;
 pub mod wire;
 

@@ -8,6 +8,10 @@ use std::path::{Path as FsPath, PathBuf};
 /// Bytes of entropy in a new API token (hex-encoded: 64 characters).
 const TOKEN_BYTES: usize = 32;
 
+/// The largest token file read, bytes: a token is one line (ours 65 bytes); anything larger
+/// is not a token file, and is refused rather than read whole.
+pub const TOKEN_FILE_MAX_BYTES: u64 = 64 * 1024;
+
 /// The API's bearer token. Its `Debug` is redacted, and it has no `Display`, so it cannot end
 /// up in a log line or an error by accident.
 #[derive(Clone, PartialEq, Eq)]
@@ -104,12 +108,15 @@ impl ApiToken {
         }
     }
 
-    /// Reads an existing token file (what the CLI does).
+    /// Reads an existing token file (what the CLI does): a regular file of at most
+    /// [`TOKEN_FILE_MAX_BYTES`], opened without blocking (a named pipe there was waited on for
+    /// a writer, for ever: every client command hung, and so did `muninn serve`).
     pub fn read(path: &FsPath) -> Result<ApiToken, TokenError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TokenError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = muninn_fs::read_text_limited(path, TOKEN_FILE_MAX_BYTES, "a token file")
+            .map_err(|source| TokenError::Io {
+                path: path.to_owned(),
+                source,
+            })?;
         let token = text.trim();
         if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(TokenError::Malformed {
@@ -155,5 +162,33 @@ mod tests {
             assert!(tokens.windows(2).all(|w| w[0] == w[1]), "{tokens:?}");
             assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
         }
+    }
+
+    /// A named pipe where the token file should be was opened and waited on for a writer, for
+    /// ever: every client command hung before its first request, and so did `muninn serve`. A
+    /// 100 MB file was read whole. Both are refused now, naming the file and the limit.
+    #[test]
+    fn a_pipe_or_a_huge_file_is_no_token_file() {
+        use crate::test_files::{fifo, huge, within_10s};
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = fifo(dir.path(), "api-token");
+        let read = pipe.clone();
+        let refused = within_10s(move || ApiToken::read(&read).unwrap_err().to_string());
+        assert_eq!(
+            refused,
+            format!(
+                "API token file {}: not a file nor a folder (a pipe, socket or device)",
+                pipe.display()
+            )
+        );
+        let large = huge(dir.path(), "large");
+        let refused = ApiToken::read(&large).unwrap_err().to_string();
+        assert_eq!(
+            refused,
+            format!(
+                "API token file {}: larger than the limit of 65536 bytes for a token file",
+                large.display()
+            )
+        );
     }
 }

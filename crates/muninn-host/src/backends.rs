@@ -312,6 +312,10 @@ pub fn backend_kind(config: &Config, env: impl Fn(&str) -> Option<String>) -> Ba
 /// The file, under the host's data directory, that holds the session-binding key.
 pub const BINDING_KEY_FILE: &str = "session-binding.key";
 
+/// The largest session-binding key file read, bytes: ours holds 32; a larger file is not a
+/// key file, and is refused rather than read whole (and taken for a key).
+pub const BINDING_KEY_MAX_BYTES: u64 = 4096;
+
 /// Reads the session-binding key at `path`, or creates it (32 bytes from `/dev/urandom`, mode
 /// 0600) when there is none, creating its directory as needed. The file is written under a
 /// temporary name and hard-linked into place, so a host starting at the same time never reads
@@ -321,7 +325,9 @@ pub fn load_or_create_binding_key(path: &Path) -> Result<BindingKey, BackendSetu
         path: path.to_owned(),
         reason: source.to_string(),
     };
-    match std::fs::read(path) {
+    // Only a regular file: a named pipe there was waited on for a writer, for ever.
+    let read = || muninn_fs::read_limited(path, BINDING_KEY_MAX_BYTES, "a key file");
+    match read() {
         Ok(bytes) => return parse_binding_key(path, &bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(e)),
@@ -361,7 +367,7 @@ pub fn load_or_create_binding_key(path: &Path) -> Result<BindingKey, BackendSetu
             parse_binding_key(path, &random)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let bytes = std::fs::read(path).map_err(io)?;
+            let bytes = read().map_err(io)?;
             parse_binding_key(path, &bytes)
         }
         Err(e) => Err(io(e)),
@@ -703,6 +709,37 @@ mod tests {
         let failed = backend.take_failed_attempts();
         assert_eq!(failed.len(), 1, "{failed:?}");
         assert_eq!(Some(failed[0].usage), sim.requests()[0].usage);
+    }
+
+    /// A named pipe where the binding key is kept was waited on for a writer, for ever: the
+    /// host hung at start. A 100 MB file there was read whole, and taken for the key. Both are
+    /// refused now, naming the file (and the limit).
+    #[test]
+    fn a_key_file_that_is_a_pipe_or_huge_is_refused_not_waited_on() {
+        use muninn_testkit::hostile_files::{fifo, huge, within_10s};
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = fifo(dir.path(), BINDING_KEY_FILE);
+        let at = pipe.clone();
+        let refused = within_10s(move || load_or_create_binding_key(&at).map(drop));
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            format!(
+                "session-binding key {}: not a file nor a folder (a pipe, socket or device)",
+                pipe.display()
+            )
+        );
+        std::fs::remove_file(&pipe).unwrap();
+        let large = huge(dir.path(), BINDING_KEY_FILE);
+        assert_eq!(
+            load_or_create_binding_key(&large)
+                .map(drop)
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "session-binding key {}: larger than the limit of 4096 bytes for a key file",
+                large.display()
+            )
+        );
     }
 
     #[test]

@@ -24,6 +24,9 @@ use std::path::Path;
 
 /// The file holding the instance id.
 const ID_FILE: &str = "host-instance";
+/// The largest instance id file read, bytes: an id is 16 hex digits and a newline; a larger
+/// file is not ours, and is refused rather than read whole.
+const ID_FILE_MAX_BYTES: u64 = 4096;
 /// The file locked while a host of this instance runs.
 const LOCK_FILE: &str = "host.lock";
 
@@ -73,7 +76,8 @@ impl Instance {
             .map_err(io("opening", &lock_path))?;
         match lock.try_lock() {
             Ok(()) => {
-                let id = stable_id(data_dir).map_err(io("keeping the id in", data_dir))?;
+                let id_path = data_dir.join(ID_FILE);
+                let id = stable_id(&id_path).map_err(io("keeping the instance id in", &id_path))?;
                 let prefix = format!("{hostname}-{id}-");
                 Ok(Instance {
                     holder: format!("{prefix}{pid}"),
@@ -110,18 +114,18 @@ impl Instance {
     }
 }
 
-/// The data directory's instance id, created on first use. Called only under the lock, so two
-/// first starts cannot write two ids.
-fn stable_id(data_dir: &Path) -> std::io::Result<String> {
-    let path = data_dir.join(ID_FILE);
-    match std::fs::read_to_string(&path) {
+/// The instance id kept at `path`, created on first use. Called only under the lock, so two
+/// first starts cannot write two ids. Only a regular file of at most [`ID_FILE_MAX_BYTES`] is
+/// read: a named pipe there was waited on for a writer, for ever, hanging the host's start.
+fn stable_id(path: &Path) -> std::io::Result<String> {
+    match muninn_fs::read_text_limited(path, ID_FILE_MAX_BYTES, "an instance id file") {
         Ok(text) if is_id(text.trim()) => return Ok(text.trim().to_owned()),
         Ok(_) => tracing::warn!(path = %path.display(), "malformed instance id: replacing it"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
     let id = fresh_id();
-    let mut file = File::create(&path)?;
+    let mut file = File::create(path)?;
     file.write_all(format!("{id}\n").as_bytes())?;
     file.sync_all()?;
     Ok(id)
@@ -179,6 +183,35 @@ mod tests {
         assert_eq!(restarted.holder, format!("box-{}-12", id.trim()));
         assert!(restarted.is_earlier_self(&old));
         assert!(!restarted.is_earlier_self("other-box-0123456789abcdef-10"));
+    }
+
+    /// A named pipe where the instance id is kept was waited on for a writer, for ever:
+    /// `muninn serve` hung at start, saying nothing. A 100 MB file there was read whole. Both
+    /// are refused now, naming the file (and the limit).
+    #[test]
+    fn an_id_file_that_is_a_pipe_or_huge_is_refused_not_waited_on() {
+        use muninn_testkit::hostile_files::{fifo, huge, within_10s};
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = fifo(dir.path(), ID_FILE);
+        let data_dir = dir.path().to_owned();
+        let refused = within_10s(move || Instance::claim(&data_dir, "box", 10).map(drop));
+        let refused = refused.unwrap_err().to_string();
+        let not_a_file = "not a file nor a folder (a pipe, socket or device)";
+        assert!(
+            refused.contains(&pipe.display().to_string()) && refused.contains(not_a_file),
+            "{refused}"
+        );
+        std::fs::remove_file(&pipe).unwrap();
+        let large = huge(dir.path(), ID_FILE);
+        let refused = Instance::claim(dir.path(), "box", 10)
+            .map(drop)
+            .unwrap_err();
+        let refused = refused.to_string();
+        assert!(
+            refused.contains(&large.display().to_string())
+                && refused.contains("larger than the limit of 4096 bytes"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -495,7 +495,7 @@ fn a_secret_file_over_its_bound_is_refused_without_being_read_whole() {
     assert_eq!(
         error,
         format!(
-            "{} is larger than {bound} bytes: not a secret",
+            "cannot read {}: larger than the limit of {bound} bytes for a secret",
             path.display()
         )
     );

@@ -25,9 +25,9 @@
 //! - Every input has a limit: a line's length (`lines`), the bytes and lines detection reads
 //!   (`format`), and a request's token counts and times (`limits`); what passes one is skipped
 //!   with a warning naming its line.
-//! - Only regular files are read, each as it was when opened (`open`): an open never blocks, a
-//!   pipe or device swapped in for a file is refused, and what is appended while a file is read
-//!   waits for the next import.
+//! - Only regular files are read, each as it was when opened (`muninn_fs::open_regular`): an
+//!   open never blocks, a pipe or device swapped in for a file is refused, and what is appended
+//!   while a file is read waits for the next import.
 //! - Memory is bounded by the output, not the input: files are read line by line into one reused
 //!   buffer, only the fields needed are decoded (content and tool outputs are skipped without being
 //!   allocated), and cross-file de-duplication keeps a 64-bit hash per request id, not the id.
@@ -43,7 +43,6 @@
 //!
 //! # Layout
 //!
-//! - `open`: opening a file without blocking, a regular file only;
 //! - `lines`: the line reader and the per-file warning sink;
 //! - `limits`: what one request may claim (tokens, times);
 //! - `api_request`: a Messages API request body, decoded a block at a time (for `api_log`);
@@ -69,7 +68,6 @@ mod json;
 mod ledger;
 mod limits;
 mod lines;
-mod open;
 mod sink;
 mod stored;
 mod stream_json;
@@ -79,7 +77,6 @@ pub use format::InputFormat;
 
 pub use ledger::{LedgerTrace, ledger_traces};
 pub use limits::usage_problem;
-pub use open::{Opened, open_regular};
 pub use stored::write_trace;
 
 use lines::{Line, LineReader};
@@ -458,7 +455,7 @@ fn walked_file(
 
 /// Why a path that is neither a file nor a folder is not read.
 fn not_a_file() -> FileError {
-    FileError::whole(open::not_a_file())
+    FileError::whole(muninn_fs::not_a_file())
 }
 
 /// Whether `path` is a file of a `subagents` folder (Claude Code's
@@ -579,7 +576,7 @@ impl<'o> Importer<'o> {
             .get_or_insert_with(|| (path.to_path_buf(), failed.source));
     }
 
-    /// Imports one file, as it was when opened (see `open`); returns the bytes read. On an I/O
+    /// Imports one file, as it was when opened (see `muninn_fs::open_regular`); returns the bytes read. On an I/O
     /// error what was read before it stays imported, and the error says how far that was.
     fn import_file(
         &mut self,
@@ -587,7 +584,7 @@ impl<'o> Importer<'o> {
         choice: Choice,
         progress: &mut dyn FnMut(u64),
     ) -> Result<u64, FileError> {
-        let opened = open::open_regular(path).map_err(FileError::whole)?;
+        let opened = muninn_fs::open_regular(path).map_err(FileError::whole)?;
         let mut reader = BufReader::with_capacity(256 << 10, opened.file);
         let mut diag = lines::Diagnostics::new(path, &mut self.warnings);
         let chosen = chosen_format(&mut reader, choice, &mut diag);

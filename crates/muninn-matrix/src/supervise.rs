@@ -116,12 +116,5 @@ fn panic_message(error: JoinError) -> String {
     if !error.is_panic() {
         return error.to_string();
     }
-    let payload = error.into_panic();
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic without a message".to_owned()
-    }
+    muninn_backend::panic::payload_text(&*error.into_panic())
 }

@@ -99,6 +99,10 @@ fn display_paths(paths: &[PathBuf]) -> String {
     shown.join(", ")
 }
 
+/// The largest font file read, bytes (the largest CJK collections are some 30 MB): a path
+/// naming something larger is passed over as no font rather than read whole.
+pub const FONT_MAX_BYTES: u64 = 64 << 20;
+
 /// Where [`write_plot`] looks for a font when `MUNINN_FONT` is not set, in order: DejaVu Sans on
 /// Debian/Ubuntu, Arch and Fedora, then Liberation and FreeFont, then macOS and Windows.
 pub const FONT_CANDIDATES: &[&str] = &[
@@ -227,7 +231,9 @@ fn ensure_font(candidates: &[PathBuf]) -> Result<&'static Path, PlotError> {
 /// threads racing here register the same font twice; harmless.
 fn register_first_font(candidates: &[PathBuf]) -> Result<PathBuf, PlotError> {
     for path in candidates {
-        let Ok(bytes) = std::fs::read(path) else {
+        // Only a regular file, opened without blocking: `MUNINN_FONT` naming a named pipe was
+        // waited on for a writer, for ever.
+        let Ok(bytes) = muninn_fs::read_limited(path, FONT_MAX_BYTES, "a font") else {
             continue;
         };
         // Cheap signature check so that a stray non-font file is not leaked; ab_glyph parses the
@@ -605,6 +611,24 @@ fn unit_of(s: u64) -> (u64, &'static str) {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    /// `MUNINN_FONT` naming a named pipe: the font was read from it, waiting for a writer for
+    /// ever, and the replay's plot never came. It is passed over as no font now.
+    #[test]
+    fn a_font_path_that_is_a_named_pipe_is_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = dir.path().join("font.ttf");
+        let made = std::process::Command::new("mkfifo").arg(&pipe).status();
+        assert!(made.unwrap().success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(register_first_font(&[pipe]).map(|_| ()));
+        });
+        let found = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("still reading the pipe after 10 s");
+        assert!(matches!(found, Err(PlotError::NoFont { .. })), "{found:?}");
+    }
 
     fn bucket(from_s: u64, to_s: u64) -> GapBucket {
         GapBucket {

@@ -25,6 +25,11 @@ use crate::error::{Result, StoreError};
 /// The identity file's name beside the default database file.
 pub const MARKER_FILE_NAME: &str = "store.id";
 
+/// The largest identity file read, bytes (16 MiB): a Mind's counters take some 200 bytes, so
+/// this holds tens of thousands of Minds; a larger file is not ours, and is refused rather
+/// than read whole.
+pub const MARKER_MAX_BYTES: u64 = 16 << 20;
+
 /// Per Mind, per counter (`delivery`, `outbox`, `brief`, `transcript:persona`, …): a value.
 pub type Counters = BTreeMap<String, BTreeMap<String, i64>>;
 
@@ -67,9 +72,12 @@ impl StoreMarker {
     }
 
     /// Reads the file; `None` if there is none. A file that does not parse is refused: it is
-    /// the only record of which ids were issued.
+    /// the only record of which ids were issued. So is one that is not a regular file of at
+    /// most [`MARKER_MAX_BYTES`]: a named pipe there was waited on for a writer, for ever,
+    /// hanging the store's open.
     pub fn read(path: &Path) -> Result<Option<StoreMarker>> {
-        let text = match std::fs::read_to_string(path) {
+        let what = "the store's identity file";
+        let text = match muninn_fs::read_text_limited(path, MARKER_MAX_BYTES, what) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => {

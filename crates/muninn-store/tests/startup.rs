@@ -232,6 +232,45 @@ async fn a_commit_that_cannot_reserve_ids_is_refused_loudly() {
     store.close().await;
 }
 
+/// The identity file replaced by a named pipe: the open read it, waiting for a writer for
+/// ever (`muninn serve` hung at start, saying nothing); replaced by a 100 MB file: the open
+/// read it whole. Both are refused now, naming the file (and the limit).
+#[test]
+fn an_identity_file_that_is_a_pipe_or_huge_is_refused_not_waited_on() {
+    use muninn_testkit::hostile_files::{fifo, huge, within_10s};
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let db = runtime.block_on(used_store(dir.path(), 1));
+    let marker = dir.path().join("store.id");
+    let open = |db: PathBuf| {
+        within_10s(move || {
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            let opened = runtime.block_on(SqliteStore::open(&db));
+            opened.map(drop).map_err(|e| e.to_string())
+        })
+    };
+    std::fs::remove_file(&marker).unwrap();
+    fifo(dir.path(), "store.id");
+    let refused = open(db.clone()).unwrap_err();
+    assert!(
+        refused.contains(&format!(
+            "reading {}: not a file nor a folder (a pipe, socket or device)",
+            marker.display()
+        )),
+        "{refused}"
+    );
+    std::fs::remove_file(&marker).unwrap();
+    huge(dir.path(), "store.id");
+    let refused = open(db).unwrap_err();
+    assert!(
+        refused.contains(&format!(
+            "reading {}: larger than the limit of 16777216 bytes for the store's identity file",
+            marker.display()
+        )),
+        "{refused}"
+    );
+}
+
 /// Issue 13: the check before each commit compares only the counters the transaction bumped
 /// with the identity file, however many Minds the store holds (it once read every counter of
 /// every Mind under the write lock, and 500 Minds ran at a quarter of 50's throughput). Counted,

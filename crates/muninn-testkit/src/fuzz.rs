@@ -25,6 +25,7 @@
 //! Every run prints one line per target, `fuzz <target>: <n> executions in <s> s …`, which
 //! `scripts/fuzz.sh` collects.
 
+use muninn_backend::panic::payload_text;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -185,7 +186,7 @@ pub fn fuzz(
             }
             Ok(Ok(_)) => Some(format!("took {took:?} (limit {:?})", config.hang_after)),
             Ok(Err(broken)) => Some(broken),
-            Err(panic) => Some(format!("panicked: {}", panic_text(&panic))),
+            Err(panic) => Some(format!("panicked: {}", payload_text(&*panic))),
         };
         if let Some(why) = failure {
             let saved = save_failure(target, &input);
@@ -210,16 +211,6 @@ pub fn fuzz(
     // Printed, not logged: this line is the run's result (`scripts/fuzz.sh` collects it).
     println!("{report}");
     report
-}
-
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(not a string)".to_string()
-    }
 }
 
 /// Writes a failing input where a person can pick it up: the system's temporary directory.
@@ -550,7 +541,7 @@ mod tests {
                 }
             })
         }));
-        let message = panic_text(&failed.expect_err("a brace is found within 200 ms"));
+        let message = payload_text(&*failed.expect_err("a brace is found within 200 ms"));
         assert!(message.contains("a brace"), "{message}");
         assert!(message.contains("muninn-fuzz-selftest-"), "{message}");
     }

@@ -15,6 +15,8 @@
 //! - [`private_postgres`] — a private PostgreSQL cluster per test (`initdb` in a temporary
 //!   directory, its own port) that a test may stop and restart under load.
 //! - [`synapse`] — a real Synapse per test binary or per test, and a person's Matrix client.
+//! - [`hostile_files`] — a named pipe or a 100 MB file where a file should be, and a read of
+//!   it bounded in time.
 //! - [`fuzz`] — a coverage-free mutation fuzzer for stable Rust: seed corpora under
 //!   `fuzz/corpus/<target>/`, run as ordinary tests (`MUNINN_FUZZ_SECS` for a long run).
 //! - [`silent_proxy`] — [`SilentProxy`]: a TCP proxy that falls silent on command, keeping
@@ -34,6 +36,7 @@ pub mod backend_suite;
 pub mod crash;
 pub mod faulty_store;
 pub mod fuzz;
+pub mod hostile_files;
 pub mod peers;
 pub mod private_postgres;
 pub mod silent_proxy;

@@ -168,11 +168,7 @@ pub(crate) async fn named<T>(name: &str, check: impl Future<Output = T>) -> T {
     match AssertUnwindSafe(check).catch_unwind().await {
         Ok(value) => value,
         Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("(a panic without a message)");
+            let message = muninn_backend::panic::payload_text(&*panic);
             panic!("sub-check {name}: {message}");
         }
     }

@@ -148,7 +148,7 @@ pub fn compare(paths: &[PathBuf], prices: &PriceTable) -> anyhow::Result<Compari
 /// until memory ran out, and a file with one line of invalid UTF-8 failed the whole comparison.
 fn read_file(path: &Path, seen: &mut Seen, past_limits: &mut u64) -> std::io::Result<()> {
     use std::io::{BufRead, Read};
-    let opened = muninn_import::open_regular(path)?;
+    let opened = muninn_fs::open_regular(path)?;
     let mut reader = std::io::BufReader::new(opened.file).take(opened.len);
     let mut line = Vec::new();
     loop {

@@ -146,7 +146,7 @@ fn files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 /// in a folder blocked the check for ever, and a ledger being appended to kept it reading.
 fn read_rows(path: &Path, rows: &mut Vec<LedgerRow>, malformed: &mut usize) -> anyhow::Result<()> {
     let opened =
-        muninn_import::open_regular(path).with_context(|| format!("opening {}", path.display()))?;
+        muninn_fs::open_regular(path).with_context(|| format!("opening {}", path.display()))?;
     let mut reader = std::io::BufReader::new(opened.file).take(opened.len);
     let mut line = Vec::new();
     let mut number = 0usize;

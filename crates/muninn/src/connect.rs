@@ -61,10 +61,7 @@ impl ApiArgs {
                     format!("the configuration {}", path.display()),
                 )
             }
-            None => match host_file_path(|k| std::env::var(k).ok()).and_then(|p| {
-                let file = HostFile::read(&p)?;
-                Some((file, p))
-            }) {
+            None => match running_host(host_file_path(|k| std::env::var(k).ok()))? {
                 Some((file, path)) => (
                     file.api,
                     file.token_file,
@@ -98,6 +95,17 @@ impl ApiArgs {
         })?;
         Ok(ApiClient::new(&target.addr, token)?)
     }
+}
+
+/// The running host's file and its path, if there is one at `path`; an error naming the file
+/// when it cannot be read (a pipe or a file past its limit there is no host file).
+fn running_host(path: Option<PathBuf>) -> anyhow::Result<Option<(HostFile, PathBuf)>> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let file = HostFile::read(&path)
+        .with_context(|| format!("reading the host file {}", path.display()))?;
+    Ok(file.map(|file| (file, path)))
 }
 
 /// Runs `future` on a small single-threaded runtime (these commands make a few requests).

@@ -278,22 +278,8 @@ const MAX_PRICES_BYTES: u64 = 1 << 20;
 pub(crate) fn load_prices(path: Option<&std::path::Path>) -> anyhow::Result<PriceTable> {
     Ok(match path {
         Some(path) => {
-            use std::io::Read;
-            let mut text = String::new();
-            muninn_import::open_regular(path)
-                .and_then(|opened| {
-                    opened
-                        .file
-                        .take(MAX_PRICES_BYTES + 1)
-                        .read_to_string(&mut text)
-                })
+            let text = muninn_fs::read_text_limited(path, MAX_PRICES_BYTES, "a price table")
                 .with_context(|| format!("reading {}", path.display()))?;
-            if text.len() as u64 > MAX_PRICES_BYTES {
-                anyhow::bail!(
-                    "{}: longer than {MAX_PRICES_BYTES} bytes, not a price table",
-                    path.display()
-                );
-            }
             PriceTable::parse(&text, &path.display().to_string())?
         }
         None => PriceTable::embedded(),

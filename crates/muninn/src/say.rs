@@ -7,6 +7,7 @@ use crate::status::{Format, will_not_answer};
 use crate::time::{clock_time, parse_duration};
 use anyhow::Context;
 use muninn_api::client::ApiClient;
+use muninn_api::limits::TEXT_MAX_BYTES;
 use muninn_api::wire::{
     OutboxMessage, PostDeliveryRequest, Role, TranscriptItemBody, TranscriptQuery,
 };
@@ -60,16 +61,45 @@ struct Said {
     replies: Option<Vec<OutboxMessage>>,
 }
 
-/// The message text: the argument, or stdin for `-` (a final newline dropped).
+/// The message text: the argument (the host refuses one over its limit), or stdin for `-`
+/// (see [`stdin_text`]).
 fn message_text(text: &str) -> anyhow::Result<String> {
     if text != "-" {
         return Ok(text.to_owned());
     }
-    let mut read = String::new();
-    std::io::Read::read_to_string(&mut std::io::stdin(), &mut read).context("reading stdin")?;
-    let read = read.trim_end_matches(['\n', '\r']).to_owned();
+    let read = stdin_text(std::io::stdin().lock())?;
     anyhow::ensure!(!read.trim().is_empty(), "stdin held no message");
     Ok(read)
+}
+
+/// The text on `stdin`, its final line ending dropped. At most [`TEXT_MAX_BYTES`], a line
+/// ending and one byte more are read: stdin used to be read whole before anything looked at
+/// it, so a stream without end (`yes | muninn say vala -`) was read until memory ran out.
+fn stdin_text(stdin: impl std::io::Read) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let too_long = || {
+        anyhow::anyhow!(
+            "the message on stdin is longer than the limit of {TEXT_MAX_BYTES} bytes a \
+             delivery's text may have: nothing was sent"
+        )
+    };
+    // Room for the text at the limit and a `\r\n`, and one byte to tell a longer text.
+    let cap = TEXT_MAX_BYTES + 3;
+    let mut bytes = Vec::new();
+    stdin
+        .take(cap as u64)
+        .read_to_end(&mut bytes)
+        .context("reading stdin")?;
+    if bytes.len() == cap {
+        return Err(too_long());
+    }
+    let mut text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("the message on stdin is not UTF-8 text: nothing was sent"))?;
+    text.truncate(text.trim_end_matches(['\n', '\r']).len());
+    if text.len() > TEXT_MAX_BYTES {
+        return Err(too_long());
+    }
+    Ok(text)
 }
 
 /// `muninn say`: posts a delivery; warns (stderr) when the Mind will not answer now; with

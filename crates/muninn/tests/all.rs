@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod client_inputs;
 mod closed_loop;
 mod crash;
 mod crash_points;

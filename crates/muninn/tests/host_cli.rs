@@ -52,8 +52,8 @@ pub(crate) async fn served() -> Served {
 }
 
 impl Served {
-    /// Runs the binary off the runtime's threads, so the server keeps answering.
-    pub(crate) async fn muninn(&self, args: &[&str]) -> Output {
+    /// The binary with `args`, pointed at this host.
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_muninn"));
         command
             .args(args)
@@ -61,6 +61,12 @@ impl Served {
             .arg(&self.addr)
             .arg("--token-file")
             .arg(&self.token_file);
+        command
+    }
+
+    /// Runs the binary off the runtime's threads, so the server keeps answering.
+    pub(crate) async fn muninn(&self, args: &[&str]) -> Output {
+        let mut command = self.command(args);
         tokio::task::spawn_blocking(move || command.output().unwrap())
             .await
             .unwrap()

@@ -324,7 +324,7 @@ fn prices_past_their_size_limit_are_refused() {
             (
                 large.display().to_string(),
                 format!(
-                    "{}: longer than 1048576 bytes, not a price table",
+                    "reading {}: larger than the limit of 1048576 bytes for a price table",
                     large.display()
                 ),
             ),

@@ -38,25 +38,10 @@ pub const CONFIG_FILE_MAX_BYTES: u64 = 1 << 20;
 /// whole into memory — at load, and a doctrine and a persona state again at every turn —
 /// and the doctrine then went into every request; now it is an error naming the file and
 /// the limit (at load, the field; at a turn, the Mind `retrying` with it). Only a regular
-/// file is read, opened without blocking ([`muninn_import::open_regular`]): a named pipe there
+/// file is read, opened without blocking ([`muninn_fs::open_regular`]): a named pipe there
 /// was waited on for a writer, for ever, hanging the load or the turn.
 pub fn read_config_file(path: &Path) -> std::io::Result<String> {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    muninn_import::open_regular(path)?
-        .file
-        .take(CONFIG_FILE_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > CONFIG_FILE_MAX_BYTES {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "larger than the limit of {CONFIG_FILE_MAX_BYTES} bytes for a configuration file"
-            ),
-        ));
-    }
-    String::from_utf8(bytes)
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+    muninn_fs::read_text_limited(path, CONFIG_FILE_MAX_BYTES, "a configuration file")
 }
 
 fn over(bad: &mut impl FnMut(String, String), field: String, value: u64, limit: u64) {

@@ -83,23 +83,10 @@ pub const SECRET_MAX_BYTES: usize = 64 * 1024;
 /// A secret's file, read up to [`SECRET_MAX_BYTES`] (one byte more says it is larger): a path
 /// pointing at a log or a device is refused, not read whole, at load and at each read again.
 fn read_bounded(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
     // Only a regular file, opened without blocking: a named pipe there was waited on for a
     // writer, for ever.
-    let file = muninn_import::open_regular(path).map_err(cannot)?.file;
-    let mut bytes = Vec::new();
-    let limit = u64::try_from(SECRET_MAX_BYTES).unwrap_or(u64::MAX);
-    file.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(cannot)?;
-    if bytes.len() > SECRET_MAX_BYTES {
-        return Err(format!(
-            "{} is larger than {SECRET_MAX_BYTES} bytes: not a secret",
-            path.display()
-        ));
-    }
-    String::from_utf8(bytes).map_err(|_| format!("cannot read {}: not UTF-8", path.display()))
+    muninn_fs::read_text_limited(path, SECRET_MAX_BYTES as u64, "a secret")
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
 impl SecretSource {

@@ -266,7 +266,7 @@ where
             // Unwind safety: a tick owns clones of what it uses and keeps nothing between ticks
             // but what its next run reads afresh (the store, the pool's registry).
             if let Err(payload) = std::panic::AssertUnwindSafe(tick()).catch_unwind().await {
-                let panic = super::supervise::payload_message(&*payload);
+                let panic = muninn_backend::panic::payload_text(&*payload);
                 tracing::error!(chore, %panic, "a host chore panicked; it runs again at its next tick");
             }
         }

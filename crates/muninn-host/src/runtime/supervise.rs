@@ -183,16 +183,5 @@ fn panic_message(error: JoinError) -> String {
     if !error.is_panic() {
         return error.to_string();
     }
-    payload_message(&*error.into_panic())
-}
-
-/// A panic's payload as text: its message when it is a string, a placeholder otherwise.
-pub(super) fn payload_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic without a message".to_owned()
-    }
+    muninn_backend::panic::payload_text(&*error.into_panic())
 }

@@ -18,7 +18,6 @@
 use muninn_backend::ToolSpec;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
-use std::io::Read as _;
 use std::path::{Component, Path, PathBuf};
 
 /// The most bytes one tool result carries.
@@ -311,27 +310,20 @@ fn integer_field(input: &Value, key: &str) -> Result<Option<u64>, String> {
 /// At most [`MAX_FILE_BYTES`] of a file as text, and whether there was more. A file that is not
 /// UTF-8 text (within what was read) is refused, and so is anything but a regular file.
 ///
-/// The file is opened by [`muninn_import::open_regular`] (non-blocking, then checked on the
+/// The file is opened by [`muninn_fs::open_regular`] (non-blocking, then checked on the
 /// open descriptor): a named pipe (or a device) in the
 /// workspace used to be opened and read like a file, and opening a FIFO for reading waits for
 /// a writer — for ever. The call held a blocking thread, the Self run and its runner's step
 /// (the Mind `RUNNING`, nothing logged), and the host's shutdown, which waits for the step. A
 /// `grep` over the workspace opened every such entry it walked past.
 fn read_bounded(path: &Path) -> Result<(String, bool), String> {
-    let file = muninn_import::open_regular(path)
-        .map_err(|e| match e.kind() {
+    let (bytes, truncated) =
+        muninn_fs::read_prefix(path, MAX_FILE_BYTES).map_err(|e| match e.kind() {
             std::io::ErrorKind::IsADirectory => {
                 "a directory, not a file (list it with list_dir)".to_string()
             }
             _ => e.to_string(),
-        })?
-        .file;
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    let truncated = bytes.len() as u64 > MAX_FILE_BYTES;
-    bytes.truncate(MAX_FILE_BYTES as usize);
+        })?;
     let text = match String::from_utf8(bytes) {
         Ok(text) => text,
         // Cut inside a character by the bound: keep what is whole.
