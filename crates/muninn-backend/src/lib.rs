@@ -699,8 +699,9 @@ pub trait Backend: Send {
     /// The attempts the provider billed without giving a whole reply
     /// ([`FailedAttempt`]) since the last call, in order, for the ledger: those behind a
     /// failed call, and those the backend retried on its own before a call that succeeded.
-    /// Drained by the call. Backends that cannot see their attempts (the Claude Code CLI) have
-    /// none.
+    /// Drained by the call. Backends that cannot see their attempts have none; the Claude Code
+    /// CLI, which hides its attempts, reports here what it billed beside the turns it answered
+    /// (a subagent's requests, a turn it started by itself).
     fn take_failed_attempts(&mut self) -> Vec<FailedAttempt> {
         Vec::new()
     }

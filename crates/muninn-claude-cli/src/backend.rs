@@ -4,11 +4,13 @@
 
 use crate::binding::{Handle, SessionBinding};
 use crate::config::fresh_session_id;
-use crate::messages::{Command, EventQueue, InterruptHandle, ParkReport, TurnDone, TurnReport};
+use crate::messages::{
+    BilledQueue, Command, EventQueue, InterruptHandle, ParkReport, TurnDone, TurnReport,
+};
 use crate::{CliConfig, SessionEvent, driver, pool, transcript_path};
 use muninn_backend::{
-    Backend, BackendError, Capability, FlushProtocol, FlushStage, RunOutcome, SessionSpec,
-    TurnInput, TurnOutcome,
+    Backend, BackendError, Capability, FailedAttempt, FlushProtocol, FlushStage, RunOutcome,
+    SessionSpec, TurnInput, TurnOutcome,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -36,6 +38,9 @@ pub struct ClaudeCliBackend {
     /// Session events as they happen, shared with every driver this backend starts; drained by
     /// [`Backend::take_session_events`].
     events: EventQueue,
+    /// What the CLI billed beside the turns it answered, shared with every driver this backend
+    /// starts; drained by [`Backend::take_failed_attempts`].
+    billed: BilledQueue,
 }
 
 /// A handle claimed for the next start.
@@ -60,6 +65,7 @@ impl ClaudeCliBackend {
             seed: Arc::new(Mutex::new(None)),
             pool: None,
             events: EventQueue::default(),
+            billed: BilledQueue::default(),
         }
     }
 
@@ -283,6 +289,7 @@ impl Backend for ClaudeCliBackend {
             plan,
             self.seed.clone(),
             self.events.clone(),
+            self.billed.clone(),
         )?;
         let weak = commands.downgrade();
         self.commands = Some(commands);
@@ -306,6 +313,16 @@ impl Backend for ClaudeCliBackend {
         })
         .await
         .0
+    }
+
+    /// What the CLI billed beside the turns it answered: a subagent's requests (in the
+    /// `result`'s `model_usage_since_last_result`, not in its `usage`) and the turns it started
+    /// by itself (`driver/beside.rs`).
+    fn take_failed_attempts(&mut self) -> Vec<FailedAttempt> {
+        match self.billed.lock() {
+            Ok(mut q) => q.drain(..).collect(),
+            Err(_) => Vec::new(),
+        }
     }
 
     fn take_session_events(&mut self) -> Vec<SessionEvent> {

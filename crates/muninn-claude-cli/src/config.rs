@@ -36,8 +36,9 @@ impl std::fmt::Debug for Secret {
 /// [`CredentialPassing::Environment`] [`CredentialKind::environment_var`] holding the secret),
 /// `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` (only the Messages API is called),
 /// `CLAUDE_CODE_ATTRIBUTION_HEADER=0` (no billing-header block, whose content varies with the
-/// first message and would break prefix stability), `CLAUDE_CODE_PROMPT_CACHE_TTL`,
-/// `DISABLE_AUTO_COMPACT=1`, `DISABLE_TELEMETRY=1`, `DISABLE_AUTOUPDATER=1`, and
+/// first message and would break prefix stability), `CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1`
+/// (subagents and Bash commands run inside the turn that started them, so the CLI never starts
+/// a turn of its own on their end), `CLAUDE_CODE_PROMPT_CACHE_TTL`, `DISABLE_AUTO_COMPACT=1`, `DISABLE_TELEMETRY=1`, `DISABLE_AUTOUPDATER=1`, and
 /// `CLAUDE_CODE_MAX_RETRIES` when [`CliConfig::max_retries`] is set. Nothing else is inherited.
 #[derive(Debug, Clone)]
 pub struct CliConfig {

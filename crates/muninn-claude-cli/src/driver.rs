@@ -17,10 +17,12 @@
 //! This file holds the driver's state, its command loop and the child's stopping; `launch`
 //! starts a child (arguments, environment, credential) and reseeds a lost session; `turn` runs
 //! one exchange with its relaunches; `read` reads one exchange's events; `outcome` turns a
-//! `result` into the turn's outcome; `rewind` takes a turn the API refused back out of the
-//! session; `stdin` renders what is written to the child; `tree` kills
+//! `result` into the turn's outcome; `beside` reports what the CLI billed beside a turn (a
+//! subagent's requests, a turn it started by itself); `rewind` takes a turn the API refused
+//! back out of the session; `stdin` renders what is written to the child; `tree` kills
 //! the processes a child started when the child is killed.
 
+mod beside;
 mod launch;
 mod outcome;
 mod read;
@@ -33,7 +35,8 @@ use crate::event::{CompactMetadata, ResultEvent};
 use crate::flush::FlushState;
 use crate::lines::BoundedLines;
 use crate::{
-    CliConfig, Command, EventQueue, ParkReport, SessionEvent, TurnDone, TurnReport, transcript_path,
+    BilledQueue, CliConfig, Command, EventQueue, ParkReport, SessionEvent, TurnDone, TurnReport,
+    transcript_path,
 };
 use muninn_backend::{BackendError, FlushProtocol, FlushStage, SessionSpec, ToolCall};
 use muninn_core::trace::Usage;
@@ -70,6 +73,7 @@ pub(crate) fn spawn(
     plan: StartPlan,
     seed: Arc<Mutex<Option<String>>>,
     queue: EventQueue,
+    billed: BilledQueue,
 ) -> Result<(mpsc::Sender<Command>, mpsc::Sender<()>), BackendError> {
     for dir in [config.config_dir(), config.tmp_dir(), config.work_dir()] {
         std::fs::create_dir_all(&dir)
@@ -96,6 +100,8 @@ pub(crate) fn spawn(
         log: Vec::new(),
         pending_seed: None,
         queue,
+        billed,
+        notified: false,
         served: false,
         renewing: false,
     };
@@ -184,6 +190,12 @@ struct Driver {
     pending_seed: Option<String>,
     /// Every session event, queued as it happens, for [`muninn_backend::Backend::take_session_events`].
     queue: EventQueue,
+    /// What the CLI billed beside the turns it answered, for
+    /// [`muninn_backend::Backend::take_failed_attempts`].
+    billed: BilledQueue,
+    /// A background task of the main thread told the CLI it ended (`system/task_notification`)
+    /// since the CLI last ran a turn of its own: one may follow a turn's `result` (`beside.rs`).
+    notified: bool,
     /// The live child has been sent an exchange: its `--max-budget-usd` count (per process)
     /// is no longer whole, so a run under [`CliConfig::run_budget_micro_usd`] relaunches it.
     served: bool,
@@ -220,6 +232,10 @@ struct RunFlush {
 #[derive(Default)]
 struct Collected {
     saw_init: bool,
+    /// The CLI echoed the exchange's line (`--replay-user-messages`): it took it, so the
+    /// `result` that follows answers it. A `result` after a `system/init` with no echo, once a
+    /// background task has notified, ends a turn the CLI started by itself (`beside.rs`).
+    echoed: bool,
     text: Vec<String>,
     /// The main thread's tool calls (a subagent's, in events with a `parent_tool_use_id`, are
     /// left out: the CLI stores them in the subagent's own file, not the session's).

@@ -74,7 +74,15 @@
 //!   closes stdin and waits, then SIGTERM after a timeout; dropping the handle kills the child.
 //! - **Usage** is the `result` line's per-turn `usage`, parsed into [`Usage`] and kept verbatim in
 //!   [`TurnOutcome::raw_usage`]. That `usage` leaves compaction requests out; a compaction's own
-//!   usage is the difference to `model_usage_since_last_result` ([`parse_model_usage`]).
+//!   usage is the difference to `model_usage_since_last_result` ([`parse_model_usage`]). So is
+//!   a subagent's requests' usage, reported apart ([`Backend::take_failed_attempts`]), as is a
+//!   turn the CLI started by itself.
+//! - **No turn of the CLI's own is an answer.** Background tasks are off
+//!   (`CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1`): a background subagent's end made the CLI start
+//!   a turn by itself after the turn's `result`. Should one come anyway, the driver drains the
+//!   child's idle output before each line and reads past a `result` that follows a
+//!   `system/init` with no echo of the line, once a main-thread task has notified; its usage is
+//!   reported and it is logged at warn with its cost (`driver/beside.rs`).
 //! - **The CLI never compacts by itself.** muninn decides when a conversation is summarised, and
 //!   a compaction the CLI starts on its own would rewrite the cached prefix behind muninn's back.
 //!   Two switches, each enough alone, both set: `DISABLE_AUTO_COMPACT=1` in the environment, and
@@ -137,7 +145,7 @@ pub use backend::ClaudeCliBackend;
 pub use config::{
     CliConfig, CredentialKind, CredentialPassing, Secret, derive_session_id, transcript_path,
 };
-pub(crate) use messages::{Command, EventQueue, TurnDone};
+pub(crate) use messages::{BilledQueue, Command, EventQueue, TurnDone};
 pub use messages::{InterruptHandle, ParkReport, TurnReport};
 pub use usage::{parse_model_usage, parse_usage};
 

@@ -118,3 +118,7 @@ impl InterruptHandle {
 
 /// Where the driver queues [`SessionEvent`]s the moment they happen.
 pub(crate) type EventQueue = Arc<Mutex<VecDeque<SessionEvent>>>;
+
+/// Where the driver queues what the CLI billed beside the turns it answered (a subagent's
+/// requests, a turn the CLI started by itself), for [`muninn_backend::Backend::take_failed_attempts`].
+pub(crate) type BilledQueue = Arc<Mutex<Vec<muninn_backend::FailedAttempt>>>;

@@ -211,6 +211,7 @@ mod interactions;
 mod pool;
 mod resume;
 mod turns;
+mod unprompted;
 
 /// The system prompt reaches the CLI through a file only this user can read, not argv: a
 /// doctrine over Linux's 128 KiB argument limit starts a session (on argv the launch failed with

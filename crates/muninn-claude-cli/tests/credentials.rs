@@ -131,6 +131,7 @@ fn the_child_has_no_key_and_only_the_allowlist(cmdline: &str, environ: &str, key
         "ANTHROPIC_BASE_URL",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
         "CLAUDE_CODE_ATTRIBUTION_HEADER",
+        "CLAUDE_CODE_DISABLE_BACKGROUND_TASKS",
         "CLAUDE_CODE_PROMPT_CACHE_TTL",
         "DISABLE_TELEMETRY",
         "DISABLE_AUTOUPDATER",

@@ -166,7 +166,13 @@ impl Driver {
             .env("CLAUDE_CODE_ATTRIBUTION_HEADER", "0")
             .env("CLAUDE_CODE_PROMPT_CACHE_TTL", ttl)
             .env("DISABLE_TELEMETRY", "1")
-            .env("DISABLE_AUTOUPDATER", "1");
+            .env("DISABLE_AUTOUPDATER", "1")
+            // Subagents and Bash commands run in the foreground, inside the turn that started
+            // them: in the background, each one's end makes the CLI start a turn of its own
+            // after the turn's `result`, while muninn is idle, and that turn's `result` would
+            // be read as the next turn's answer (`read.rs` tells the two apart should one
+            // come anyway).
+            .env("CLAUDE_CODE_DISABLE_BACKGROUND_TASKS", "1");
         if !c.allow_cli_auto_compaction {
             command.env("DISABLE_AUTO_COMPACT", "1");
         }

@@ -162,7 +162,7 @@ impl Driver {
 
     /// Takes one decoded stdout event into `collected` (or the flush state, or the report);
     /// returns how the read ended when the event ends it.
-    fn on_event(
+    pub(super) fn on_event(
         &mut self,
         event: CliEvent,
         read: Read<'_>,
@@ -219,8 +219,27 @@ impl Driver {
             {
                 collected.summary = Some(message_text(&v["message"]["content"]));
             }
-            CliEvent::Result(result) => return result_end(result, read, run_flush, collected),
+            CliEvent::Result(result) if self.unprompted(collected) => {
+                let raw = serde_json::from_str(read.line).unwrap_or(Value::Null);
+                self.take_unprompted(&result, &raw, collected, report, read.requested_1h);
+            }
+            CliEvent::Result(result) => {
+                if !matches!(result.subtype.as_str(), "error_during_execution") {
+                    self.bill_subagents(&result, collected, read.requested_1h);
+                }
+                return result_end(result, read, run_flush, collected);
+            }
             CliEvent::Unknown(v) => {
+                if replayed_text(&v).is_some() && !collected.echoed {
+                    // The CLI took the exchange's line: what it wrote before was a turn it had
+                    // started by itself (the line absorbed into its tool loop), not the reply.
+                    collected.echoed = true;
+                    collected.text.clear();
+                    collected.tool_calls.clear();
+                }
+                if super::beside::main_thread_notification(&v) {
+                    self.notified = true;
+                }
                 if let Some(f) = run_flush.as_mut()
                     && f.state.asked_at.is_some()
                     && replayed_text(&v).is_some_and(|t| t == f.protocol.message)
@@ -291,9 +310,9 @@ fn result_end(
 
 /// The stdout line an event was decoded from, and the TTL the session asked for.
 #[derive(Clone, Copy)]
-struct Read<'a> {
-    line: &'a str,
-    requested_1h: bool,
+pub(super) struct Read<'a> {
+    pub(super) line: &'a str,
+    pub(super) requested_1h: bool,
 }
 
 /// An assistant message's text blocks and tool calls (not the CLI's `StructuredOutput` call,

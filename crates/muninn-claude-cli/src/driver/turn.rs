@@ -29,6 +29,8 @@ impl Driver {
         // Interrupts sent before this turn began are stale.
         while interrupts.try_recv().is_ok() {}
         self.renew_budget(report).await;
+        // A turn the CLI started by itself while idle: taken as its own, not this exchange's.
+        let mut carried = Some(self.drain_idle(report).await);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -37,7 +39,7 @@ impl Driver {
             let deadline = tokio::time::Instant::now() + self.config.turn_timeout;
             let before = self.write_exchange(exchange, report, deadline).await?;
             *written_at = Some(Instant::now());
-            let mut collected = Collected::default();
+            let mut collected = carried.take().unwrap_or_default();
             let end = self
                 .read_turn(interrupts, run_flush, report, &mut collected, deadline)
                 .await;

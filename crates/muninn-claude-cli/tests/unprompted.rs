@@ -1,0 +1,159 @@
+//! Turns the CLI starts by itself: a background subagent's notification, after a turn's
+//! `result`, makes the CLI run a turn of its own (`task_notification` → `system/init` →
+//! assistant → `result`) while muninn is idle. That turn is not the next turn's answer, and
+//! what it cost reaches the caller.
+
+use super::*;
+use muninn_backend::FailedAttempt;
+use pretty_assertions::assert_eq;
+
+/// Waits until the sim has answered a request whose last user message carries `text`.
+async fn answered(sim: &SimHandle, text: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !sim
+        .sim
+        .requests()
+        .iter()
+        .any(|q| q.usage.is_some() && last_user(&q.body).contains(text))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no answered request for {text:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Two turns, the first starting a background subagent: the CLI's own turn on the subagent's
+/// notification runs in between, and the second turn's answer is still the second turn's. Every
+/// request the sim answered is accounted for: the turns' usage and what the backend reports
+/// as billed beside them ([`Backend::take_failed_attempts`]) add up to the sim's bill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_the_cli_starts_by_itself_is_not_the_next_turns_answer() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a77").await;
+    r.config.tools = vec!["Agent".to_string()];
+    let script = json!([{"name": "Agent", "input": {"description": "look",
+        "prompt": "SUBAGENT-ONLY-TEXT", "subagent_type": "general-purpose"}}]);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("unprompted")).await.unwrap();
+    let first = ok(b
+        .turn(TurnInput::text(format!(
+            "delegate [sim: tool calls {script}]"
+        )))
+        .await);
+    // The subagent has answered (in the background, the CLI's own turn on its notification
+    // then follows the first turn's `result`).
+    answered(&r.sim, "SUBAGENT-ONLY-TEXT").await;
+    let second = ok(b.turn(TurnInput::text("second: what did you find?")).await);
+    assert!(
+        second.text.contains("second: what did you find?"),
+        "the second turn's answer: {}",
+        second.text
+    );
+    let third = ok(b.turn(TurnInput::text("third: thanks")).await);
+    assert!(third.text.contains("third: thanks"), "{}", third.text);
+    let beside: Vec<FailedAttempt> = b.take_failed_attempts();
+    let mut reported = Usage::default();
+    for u in [first.usage, second.usage, third.usage]
+        .iter()
+        .chain(beside.iter().map(|a| &a.usage))
+    {
+        reported.add(u);
+    }
+    let mut billed = Usage::default();
+    for q in r.sim.sim.requests() {
+        if let Some(u) = q.usage {
+            billed.add(&u);
+        }
+    }
+    assert_eq!(
+        reported, billed,
+        "every answered request accounted for: {beside:#?}"
+    );
+    b.shutdown().await;
+}
+
+/// The driver's own guard, for a CLI that starts a turn by itself anyway (background tasks are
+/// off in muninn's children, so the real CLI no longer does): a CLI stand-in that, after the
+/// first turn's `result`, notifies and starts a turn of its own, whose `result` comes only
+/// after the second turn's line was written. The second turn's answer is its own, and the
+/// stand-in's turn is reported with its usage. Before, the second turn's answer was
+/// "UNPROMPTED-REPLY".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_the_cli_started_while_idle_is_read_past_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("claude");
+    let usage = |n: u64| {
+        json!({"input_tokens": n, "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0, "output_tokens": 1})
+    };
+    let model_usage = |n: u64| {
+        json!({"claude-opus-5-5": {"inputTokens": n, "outputTokens": 1,
+        "cacheReadInputTokens": 0, "cacheCreationInputTokens": 0, "costUSD": 0.5}})
+    };
+    let init = json!({"type": "system", "subtype": "init", "session_id": "s"});
+    let echo = |t: &str| json!({"type": "user", "isReplay": true, "message": {"role": "user", "content": t}});
+    let say = |t: &str| {
+        json!({"type": "assistant", "message": {"model": "m",
+        "content": [{"type": "text", "text": t}], "usage": {}}, "parent_tool_use_id": null})
+    };
+    let result = |t: &str, n: u64| {
+        json!({"type": "result", "subtype": "success", "is_error": false,
+        "result": t, "usage": usage(n), "model_usage_since_last_result": model_usage(n)})
+    };
+    let notification = json!({"type": "system", "subtype": "task_notification",
+        "task_id": "t1", "status": "completed"});
+    let lines = |events: &[Value]| {
+        events
+            .iter()
+            .map(|e| format!("printf '%s\\n' '{e}'\n"))
+            .collect::<String>()
+    };
+    let script = format!(
+        "#!/bin/sh\nread line\n{}read line\n{}{}sleep 30\n",
+        lines(&[
+            init.clone(),
+            echo("u1"),
+            say("answer one"),
+            notification,
+            result("answer one", 11),
+            init.clone(),
+            say("UNPROMPTED-REPLY"),
+        ]),
+        lines(&[result("UNPROMPTED-REPLY", 700)]),
+        lines(&[
+            init,
+            echo("u2"),
+            say("answer two"),
+            result("answer two", 13)
+        ]),
+    );
+    std::fs::write(&bin, script).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // A child forked elsewhere in this test binary may still hold the file open for writing
+    // (ETXTBSY) until it execs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a78").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("stand-in")).await.unwrap();
+    let first = ok(b.turn(TurnInput::text("u1")).await);
+    assert_eq!((first.text.as_str(), first.usage.input), ("answer one", 11));
+    let second = ok(b.turn(TurnInput::text("u2")).await);
+    assert_eq!(
+        (second.text.as_str(), second.usage.input),
+        ("answer two", 13)
+    );
+    let beside = b.take_failed_attempts();
+    let inputs: Vec<u64> = beside.iter().map(|a| a.usage.input).collect();
+    assert_eq!(inputs, vec![700], "{beside:#?}");
+    assert!(
+        beside[0].error.contains("started by itself"),
+        "{}",
+        beside[0].error
+    );
+    drop(b);
+}
