@@ -426,14 +426,21 @@ impl ApiClient {
         self.call(Method::GET, &path, None::<&()>).await
     }
 
-    /// `PUT /v1/minds/{mind}/settings`.
+    /// `PUT /v1/minds/{mind}/settings`: sets the caps, leaves the brake; answers the settings.
     pub async fn put_settings(
         &self,
         mind: &str,
-        settings: &Settings,
+        caps: &PutSettingsRequest,
     ) -> Result<Settings, ClientError> {
         let path = format!("/v1/minds/{}/settings", segment(mind));
-        self.call(Method::PUT, &path, Some(settings)).await
+        self.call(Method::PUT, &path, Some(caps)).await
+    }
+
+    /// `POST /v1/minds/{mind}/brake` (`on`) or `DELETE /v1/minds/{mind}/brake`: one Mind's brake.
+    pub async fn brake_mind(&self, mind: &str, on: bool) -> Result<BrakeResponse, ClientError> {
+        let method = if on { Method::POST } else { Method::DELETE };
+        let path = format!("/v1/minds/{}/brake", segment(mind));
+        self.call(method, &path, None::<&()>).await
     }
 
     /// `POST /v1/brake` (`on`) or `DELETE /v1/brake`.

@@ -108,7 +108,7 @@ pub fn check_request_id(request_id: &str) -> Result<(), LimitExceeded> {
 }
 
 /// Checks the settings' numbers against their ceilings (positivity is the host's own check).
-pub fn check_settings(settings: &crate::wire::Settings) -> Result<(), LimitExceeded> {
+pub fn check_settings(settings: &crate::wire::PutSettingsRequest) -> Result<(), LimitExceeded> {
     let ceilings = [
         (
             "turn_limit",

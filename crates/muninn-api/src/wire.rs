@@ -457,7 +457,8 @@ pub struct LedgerEntryBody {
     pub row: LedgerRow,
 }
 
-/// A Mind's operator settings: `GET` answers them, `PUT` replaces them whole.
+/// A Mind's operator settings, as `GET /v1/minds/{mind}/settings` answers them (`PUT` takes a
+/// [`PutSettingsRequest`]: the caps, never the brake).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
@@ -476,12 +477,49 @@ pub struct Settings {
     pub turn_limit: Option<i64>,
 }
 
-/// The answer to `POST /v1/brake` and `DELETE /v1/brake`.
+impl Settings {
+    /// The caps of these settings, as a `PUT` body that leaves the brake as it is.
+    pub fn caps(&self) -> PutSettingsRequest {
+        PutSettingsRequest {
+            spend_cap_micro_usd: self.spend_cap_micro_usd,
+            spend_window_ms: self.spend_window_ms,
+            turn_limit: self.turn_limit,
+            brake: None,
+        }
+    }
+}
+
+/// The body of `PUT /v1/minds/{mind}/settings`: the caps, replaced whole. The brake is not
+/// among them: it changes only through `POST`/`DELETE /v1/brake` (every Mind) and
+/// `/v1/minds/{mind}/brake` (one), so that saving caps read before `brake on` cannot release it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutSettingsRequest {
+    /// The most the Mind may spend per window, micro-dollars (positive); `null` or absent: the
+    /// configuration's cap applies.
+    #[serde(default)]
+    pub spend_cap_micro_usd: Option<i64>,
+    /// The spend window, ms (positive); `null` or absent: the configuration's window applies.
+    #[serde(default)]
+    pub spend_window_ms: Option<i64>,
+    /// The most turns per start (positive); `null` or absent: no limit.
+    #[serde(default)]
+    pub turn_limit: Option<i64>,
+    /// Leave it out. Taken only so that a client which sends back the [`Settings`] it read
+    /// keeps working: it must equal the brake now, which this request never changes; another
+    /// value (read before the brake changed, or an attempt to change it here) is refused with
+    /// 409 `conflict` and nothing is changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brake: Option<bool>,
+}
+
+/// The answer to `POST /v1/brake` and `DELETE /v1/brake` (and to the one Mind's
+/// `POST`/`DELETE /v1/minds/{mind}/brake`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrakeResponse {
     /// The brake now set on every listed Mind.
     pub brake: bool,
-    /// The Minds it was set on (every registered Mind), by id.
+    /// The Minds it was set on (every registered Mind, or the one named), by id.
     pub minds: Vec<String>,
 }

@@ -72,8 +72,8 @@ pub const DEMO_SOURCE: &str = "<built-in demo>";
 /// The file name of the API token inside the data directory.
 pub const API_TOKEN_FILE: &str = "api-token";
 
-/// The whole configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// The whole configuration. Its `Debug` shows the database without its password.
+#[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Where the database file, the API token and child session homes live.
@@ -119,6 +119,39 @@ fn default_listen() -> String {
 }
 fn default_lease_ttl_ms() -> i64 {
     crate::runtime::LEASE_TTL_MS
+}
+
+/// Every field, the database as the store shows it ([`muninn_store::ShownDatabase`]): a
+/// `{config:?}` in a log or a panic must not print the PostgreSQL password. Destructured, so a
+/// new field cannot be left out unnoticed.
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Config {
+            data_dir,
+            database,
+            listen,
+            api,
+            lease_ttl_ms,
+            prices,
+            backend,
+            matrix,
+            minds,
+        } = self;
+        f.debug_struct("Config")
+            .field("data_dir", data_dir)
+            .field(
+                "database",
+                &database.as_deref().map(muninn_store::ShownDatabase),
+            )
+            .field("listen", listen)
+            .field("api", api)
+            .field("lease_ttl_ms", lease_ttl_ms)
+            .field("prices", prices)
+            .field("backend", backend)
+            .field("matrix", matrix)
+            .field("minds", minds)
+            .finish()
+    }
 }
 
 impl Config {

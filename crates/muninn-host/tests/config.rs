@@ -714,3 +714,25 @@ fn every_bad_matrix_value_names_its_field_and_never_shows_the_secret() {
     let error = Config::load(Some(&write(dir.path(), &two))).unwrap_err();
     assert_eq!(error.fields(), vec!["mind[1].matrix.user_id"], "{error}");
 }
+
+/// A Config's `Debug` (what a `{config:?}` in a log or a panic prints) names the database
+/// without its password; it printed the URL whole.
+#[test]
+fn a_configs_debug_has_no_database_password() {
+    for url in [
+        "postgres://muninn:s3cr3t-pw@db.example:5433/muninn",
+        "postgresql://muninn:s3cr3t-pw@ss@db.example/muninn?call_timeout=5s",
+    ] {
+        let mut config = Config::demo();
+        config.database = Some(url.into());
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cr3t-pw"), "{shown}");
+        assert!(shown.contains("db.example"), "{shown}");
+        let pretty = format!("{config:#?}");
+        assert!(!pretty.contains("s3cr3t-pw"), "{pretty}");
+    }
+    // A SQLite path holds no secret: shown as it is.
+    let mut config = Config::demo();
+    config.database = Some("/var/lib/muninn/muninn.db".into());
+    assert!(format!("{config:?}").contains(r#"database: Some("/var/lib/muninn/muninn.db")"#));
+}

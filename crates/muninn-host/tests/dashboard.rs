@@ -340,3 +340,34 @@ async fn every_query_parameter_is_bounded_and_filters_the_ledger() {
     );
     served.stop().await;
 }
+
+/// The caps form carries no brake (saving caps from a page rendered before `muninn brake on`
+/// released it), and the brake button sends nothing but the brake to the Mind's brake route
+/// (it carried the caps as rendered, undoing a caps change made since).
+#[tokio::test]
+async fn the_caps_form_sends_no_brake_and_the_brake_button_no_caps() {
+    let served = Served::start(false).await;
+    let html = client()
+        .get(format!("{}/dashboard/minds/vala", served.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let form = |id: &str| {
+        let start = html.find(&format!(r#"id="{id}""#)).expect(id);
+        let end = start + html[start..].find("</form>").expect("</form>");
+        html[start..end].to_owned()
+    };
+    let caps = form("caps-form");
+    assert!(!caps.contains(r#"data-json="brake""#), "{caps}");
+    let brake = form("brake-form");
+    assert!(!brake.contains("data-json"), "{brake}");
+    assert!(
+        brake.contains(r#"data-api="/v1/minds/vala/brake" data-method="POST""#),
+        "{brake}"
+    );
+    served.stop().await;
+}

@@ -11,7 +11,7 @@
 use muninn_api::ApiToken;
 use muninn_api::wire::{
     ContextLine, ErrorResponse, PostBriefRequest, PostDeliveryRequest, PostDeliveryResponse,
-    Settings,
+    PutSettingsRequest,
 };
 use muninn_backend::clock::ManualClock;
 use muninn_host::Host;
@@ -280,7 +280,7 @@ fn brief_bodies() {
 
 #[test]
 fn settings_bodies() {
-    fuzz_route::<Settings>(
+    fuzz_route::<PutSettingsRequest>(
         "http-settings",
         reqwest::Method::PUT,
         "/v1/minds/vala/settings",

@@ -5,7 +5,6 @@
 use crate::runtime::{mind, post, runner, world};
 use muninn_api::ApiToken;
 use muninn_api::client::ApiClient;
-use muninn_api::wire::Settings;
 use muninn_host::http::serve;
 use muninn_host::runtime::{LEASE_TTL_MS, Step, renew_host_leases};
 
@@ -42,19 +41,12 @@ async fn a_settings_change_through_the_api_is_seen_on_the_next_turn() {
         "the second turn of the streak used the held settings and ack"
     );
     let (client, _stop) = api(&w.host).await;
-    let braked = Settings {
-        brake: true,
-        ..Settings::default()
-    };
-    client.put_settings("vala", &braked).await.unwrap();
+    client.brake_mind("vala", true).await.unwrap();
     let calls = w.sim.requests().len();
     assert_eq!(r.step().await.unwrap(), Step::Braked);
     assert_eq!(w.sim.requests().len(), calls, "no call after the brake");
     // Off again through the API: the last batch runs, acked through the last delivery.
-    client
-        .put_settings("vala", &Settings::default())
-        .await
-        .unwrap();
+    client.brake_mind("vala", false).await.unwrap();
     let step = r.step().await.unwrap();
     assert!(
         matches!(step, Step::PersonaTurn { acked_through, .. } if acked_through == last),

@@ -87,11 +87,9 @@ pub struct WakeListener {
 /// for [`PostgresStore`]'s own `Debug`).
 impl std::fmt::Debug for WakeListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WakeListener")
-            .field("listening", &self.listener.is_some())
-            .field("host", &self.options.get_host())
-            .field("port", &self.options.get_port())
-            .field("database", &self.options.get_database())
+        let mut out = f.debug_struct("WakeListener");
+        out.field("listening", &self.listener.is_some());
+        crate::postgres::server(&mut out, &self.options)
             .field("deadline", &self.deadline)
             .finish_non_exhaustive()
     }

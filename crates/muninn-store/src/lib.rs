@@ -64,7 +64,7 @@ mod write;
 pub use error::{Result, StoreError};
 pub use hosts::{Wake, WakeListener};
 pub use id_guard::IdGuardStats;
-pub use postgres::PostgresStore;
+pub use postgres::{PostgresStore, ShownDatabase};
 pub use sqlite::{SqliteStore, SyncMode};
 pub use startup::StartOptions;
 pub use store::Store;
@@ -79,9 +79,14 @@ pub async fn open(spec: &str) -> Result<Arc<dyn Store>> {
     open_with(spec, StartOptions::default()).await
 }
 
+/// Whether [`open`] takes `spec` for a PostgreSQL URL.
+pub(crate) fn is_postgres(spec: &str) -> bool {
+    spec.starts_with("postgres://") || spec.starts_with("postgresql://")
+}
+
 /// [`open`] with the operator's start-up overrides (SQLite only: see [`startup`]).
 pub async fn open_with(spec: &str, options: StartOptions) -> Result<Arc<dyn Store>> {
-    if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+    if is_postgres(spec) {
         Ok(Arc::new(PostgresStore::connect(spec).await?))
     } else if spec.starts_with("sqlite:") {
         Ok(Arc::new(SqliteStore::open_url_with(spec, options).await?))

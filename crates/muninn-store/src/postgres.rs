@@ -286,13 +286,42 @@ fn duration(text: &str) -> Result<Duration> {
 /// Where the store is, without the password (see "No password shown").
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresStore")
-            .field("host", &self.options.get_host())
-            .field("port", &self.options.get_port())
-            .field("username", &self.options.get_username())
-            .field("database", &self.options.get_database())
+        server(&mut f.debug_struct("PostgresStore"), &self.options)
             .field("pool", &self.pool)
             .finish_non_exhaustive()
+    }
+}
+
+/// The fields that say where a PostgreSQL database is — server, port, user, database — and
+/// never the password: every `Debug` of connect options or a URL goes through here.
+pub(crate) fn server<'s, 'a, 'b>(
+    out: &'s mut std::fmt::DebugStruct<'a, 'b>,
+    options: &PgConnectOptions,
+) -> &'s mut std::fmt::DebugStruct<'a, 'b> {
+    out.field("host", &options.get_host())
+        .field("port", &options.get_port())
+        .field("username", &options.get_username())
+        .field("database", &options.get_database())
+}
+
+/// A database spec (what [`crate::open`] takes) as a `Debug` may show it, for a configuration
+/// printed in a log or a panic: a PostgreSQL URL as [`PostgresStore`]'s own `Debug` names it,
+/// without the password; a SQLite path as it is (it holds no secret).
+pub struct ShownDatabase<'a>(pub &'a str);
+
+impl std::fmt::Debug for ShownDatabase<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !crate::is_postgres(self.0) {
+            return std::fmt::Debug::fmt(self.0, f);
+        }
+        let options = call_timeout_of(self.0)
+            .ok()
+            .and_then(|(url, _)| PgConnectOptions::from_str(&url).ok());
+        match options {
+            Some(options) => server(&mut f.debug_struct("PostgresUrl"), &options).finish(),
+            // Where the password would sit in a URL that does not parse is anyone's guess.
+            None => f.write_str("<a postgres URL that does not parse, not shown>"),
+        }
     }
 }
 

@@ -349,6 +349,19 @@ pub struct MindSettings {
     pub turn_limit: Option<i64>,
 }
 
+/// A Mind's caps: its [`MindSettings`] but the brake, which an operator sets apart (see
+/// [`Store::put_caps`](crate::Store::put_caps)): an edit of one must never carry a stale copy of
+/// the other.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caps {
+    /// The most the Mind may spend in one window, if capped.
+    pub spend_cap: Option<MicroUsd>,
+    /// The spend window, ms (e.g. a day).
+    pub spend_window_ms: Option<i64>,
+    /// The most turns per start, if limited.
+    pub turn_limit: Option<i64>,
+}
+
 /// Everything one turn writes, committed together by [`Store::record_turn`](crate::Store::record_turn).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnRecord {

@@ -366,6 +366,14 @@ impl Store for FaultyStore {
         self.inner.put_settings(mind, settings, now_ms).await
     }
 
+    async fn put_caps(&self, mind: &str, caps: &Caps, now_ms: i64) -> Result<()> {
+        self.inner.put_caps(mind, caps, now_ms).await
+    }
+
+    async fn put_brake(&self, mind: &str, brake: bool, now_ms: i64) -> Result<()> {
+        self.inner.put_brake(mind, brake, now_ms).await
+    }
+
     async fn acquire_lease(
         &self,
         mind: &str,

@@ -3,7 +3,9 @@
 use crate::connect::{ApiArgs, block_on};
 use crate::output::{json, outln};
 use crate::time::{clock_time, span};
-use muninn_api::wire::{Activity, MindStatus, Segment, Settings, TransportState, TransportStatus};
+use muninn_api::wire::{
+    Activity, MindStatus, PutSettingsRequest, Segment, Settings, TransportState, TransportStatus,
+};
 
 /// How a client command prints: `text` for people (also `table`), `json` for programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -390,8 +392,8 @@ pub struct CapsArgs {
 }
 
 impl CapsArgs {
-    /// `settings` with the changes asked for.
-    fn apply(&self, mut settings: Settings) -> anyhow::Result<Settings> {
+    /// `settings` (the caps read) with the changes asked for.
+    fn apply(&self, mut settings: PutSettingsRequest) -> anyhow::Result<PutSettingsRequest> {
         if let Some(usd) = self.spend_cap_usd {
             anyhow::ensure!(
                 usd.is_finite() && usd > 0.0,
@@ -421,10 +423,12 @@ impl CapsArgs {
 pub fn caps(args: CapsArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     block_on(async move {
-        let before: Settings = client.settings(&args.mind).await?;
-        let mut settings = args.apply(before.clone())?;
-        if settings != before {
-            settings = client.put_settings(&args.mind, &settings).await?;
+        let mut settings: Settings = client.settings(&args.mind).await?;
+        // The caps alone are sent back, never the brake read with them: a `brake on` landing
+        // between the read and the write stays on.
+        let caps = args.apply(settings.caps())?;
+        if caps != settings.caps() {
+            settings = client.put_settings(&args.mind, &caps).await?;
         }
         if args.format == Format::Json {
             return json(&settings);

@@ -111,7 +111,6 @@ document.querySelectorAll('form[data-api]').forEach(function (form) {
       if (el.dataset.kind === 'usd') body[k] = v === '' ? null : Math.round(parseFloat(v) * 1e6);
       else if (el.dataset.kind === 'hours') body[k] = v === '' ? null : Math.round(parseFloat(v) * 3600e3);
       else if (el.dataset.kind === 'int') body[k] = v === '' ? null : parseInt(v, 10);
-      else if (el.dataset.kind === 'bool') body[k] = v === 'true';
     });
     var method = form.dataset.method;
     var init = {method: method, credentials: 'same-origin',

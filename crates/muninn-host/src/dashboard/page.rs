@@ -249,30 +249,19 @@ fn figures(view: &MindView) -> String {
     out
 }
 
+/// The brake button and the caps form, each sending only its own: the button goes to the Mind's
+/// brake route with no body, the form carries the caps and never the brake, so neither, saved
+/// from a page rendered before the other changed, can undo that change.
 fn controls(s: &MindStatus<crate::config::MindConfig>) -> String {
     let id = esc(&s.id);
     let st = &s.settings;
-    let hidden = |brake: bool| {
-        format!(
-            r#"<input type="hidden" data-json="brake" data-kind="bool" value="{brake}"><input type="hidden" data-json="spend_cap_micro_usd" data-kind="usd" value="{cap}"><input type="hidden" data-json="spend_window_ms" data-kind="hours" value="{window}"><input type="hidden" data-json="turn_limit" data-kind="int" value="{limit}">"#,
-            cap = st
-                .spend_cap_micro_usd
-                .map_or(String::new(), |c| (c as f64 / 1e6).to_string()),
-            window = st
-                .spend_window_ms
-                .map_or(String::new(), |w| (w as f64 / 3.6e6).to_string()),
-            limit = st.turn_limit.map_or(String::new(), |l| l.to_string()),
-        )
-    };
-    let (label, next) = if st.brake {
-        ("Release the brake", false)
+    let (label, method) = if st.brake {
+        ("Release the brake", "DELETE")
     } else {
-        ("Brake", true)
+        ("Brake", "POST")
     };
     format!(
-        r#"<section><h2>Controls</h2><form class="inline" id="brake-form" data-api="/v1/minds/{id}/settings" data-method="PUT">{hidden}<button type="submit" id="brake-toggle">{label}</button><span class="error"></span></form><form class="inline" id="caps-form" data-api="/v1/minds/{id}/settings" data-method="PUT"><input type="hidden" data-json="brake" data-kind="bool" value="{brake}"><label>spend cap $ <input name="cap" size="8" data-json="spend_cap_micro_usd" data-kind="usd" value="{cap}" placeholder="none"></label><label>window h <input name="window" size="5" data-json="spend_window_ms" data-kind="hours" value="{window}" placeholder="config"></label><label>turns per wake <input name="turns" size="4" data-json="turn_limit" data-kind="int" value="{limit}" placeholder="config"></label><button type="submit">Save caps</button><span class="error"></span></form><p class="note">Settings override the configuration; an empty field falls back to it.</p></section>"#,
-        hidden = hidden(next),
-        brake = st.brake,
+        r#"<section><h2>Controls</h2><form class="inline" id="brake-form" data-api="/v1/minds/{id}/brake" data-method="{method}"><button type="submit" id="brake-toggle">{label}</button><span class="error"></span></form><form class="inline" id="caps-form" data-api="/v1/minds/{id}/settings" data-method="PUT"><label>spend cap $ <input name="cap" size="8" data-json="spend_cap_micro_usd" data-kind="usd" value="{cap}" placeholder="none"></label><label>window h <input name="window" size="5" data-json="spend_window_ms" data-kind="hours" value="{window}" placeholder="config"></label><label>turns per wake <input name="turns" size="4" data-json="turn_limit" data-kind="int" value="{limit}" placeholder="config"></label><button type="submit">Save caps</button><span class="error"></span></form><p class="note">Settings override the configuration; an empty field falls back to it.</p></section>"#,
         cap = st
             .spend_cap_micro_usd
             .map_or(String::new(), |c| (c as f64 / 1e6).to_string()),

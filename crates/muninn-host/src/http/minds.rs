@@ -13,24 +13,24 @@ fn to_settings(settings: &MindSettings) -> Settings {
     }
 }
 
-fn from_settings(settings: &Settings) -> ApiResult<MindSettings> {
+/// The caps a `PUT` sets, checked (positive, under their ceilings).
+fn to_caps(request: &PutSettingsRequest) -> ApiResult<muninn_store::Caps> {
     let positive = |name: &str, value: Option<i64>| match value {
         Some(v) if v <= 0 => Err(ApiError::unprocessable(format!(
             "{name} must be positive (or null)"
         ))),
         _ => Ok(()),
     };
-    positive("spend_cap_micro_usd", settings.spend_cap_micro_usd)?;
-    positive("spend_window_ms", settings.spend_window_ms)?;
-    positive("turn_limit", settings.turn_limit)?;
-    muninn_api::limits::check_settings(settings).map_err(ApiError::limit)?;
-    Ok(MindSettings {
-        spend_cap: settings
+    positive("spend_cap_micro_usd", request.spend_cap_micro_usd)?;
+    positive("spend_window_ms", request.spend_window_ms)?;
+    positive("turn_limit", request.turn_limit)?;
+    muninn_api::limits::check_settings(request).map_err(ApiError::limit)?;
+    Ok(muninn_store::Caps {
+        spend_cap: request
             .spend_cap_micro_usd
             .map(muninn_core::money::MicroUsd),
-        spend_window_ms: settings.spend_window_ms,
-        brake: settings.brake,
-        turn_limit: settings.turn_limit,
+        spend_window_ms: request.spend_window_ms,
+        turn_limit: request.turn_limit,
     })
 }
 
@@ -109,19 +109,25 @@ pub(crate) async fn mind_status(host: &Host, id: &str) -> ApiResult<MindStatus<M
     })
 }
 
-async fn set_brake(host: &Host, brake: bool) -> ApiResult<BrakeResponse> {
+/// Sets the brake of `minds`, writing the brake alone (a caps edit racing it keeps its caps and
+/// cannot undo it), and wakes them.
+async fn set_brake(
+    host: &Host,
+    minds: Vec<String>,
+    brake: bool,
+    via: &str,
+) -> ApiResult<BrakeResponse> {
     let now = host.clock.now_ms();
-    let mut minds = Vec::new();
-    for mind in host.store.minds().await? {
-        let mut settings = host.store.settings(&mind.id).await?;
-        if settings.brake != brake {
-            let before = settings.clone();
-            settings.brake = brake;
-            host.store.put_settings(&mind.id, &settings, now).await?;
-            host.telemetry
-                .settings_changed(&mind.id, &before, &settings, "/v1/brake");
+    for mind in &minds {
+        let before = host.store.settings(mind).await?;
+        if before.brake != brake {
+            host.store.put_brake(mind, brake, now).await?;
+            let after = MindSettings {
+                brake,
+                ..before.clone()
+            };
+            host.telemetry.settings_changed(mind, &before, &after, via);
         }
-        minds.push(mind.id);
     }
     tracing::info!(brake, minds = minds.len(), "operator brake");
     for mind in &minds {
@@ -130,6 +136,17 @@ async fn set_brake(host: &Host, brake: bool) -> ApiResult<BrakeResponse> {
     // Released: waiting transports pick up what the brake held back.
     host.signals.outbox.notify_waiters();
     Ok(BrakeResponse { brake, minds })
+}
+
+/// Every registered Mind, by id (what `/v1/brake` sets).
+async fn every_mind(host: &Host) -> ApiResult<Vec<String>> {
+    Ok(host
+        .store
+        .minds()
+        .await?
+        .into_iter()
+        .map(|m| m.id)
+        .collect())
 }
 
 // ----- Handlers -----
@@ -166,30 +183,66 @@ pub(super) async fn get_settings(
     Ok(Json(to_settings(&state.host.store.settings(&mind).await?)))
 }
 
+/// Sets the caps; the brake is left as it is. A `brake` in the body (an older client sending
+/// back what it read) must equal the brake now: a stale or changing one is refused, since
+/// honouring it would let a caps edit release the operator's emergency stop.
 pub(super) async fn put_settings(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
-    body: Result<Json<Settings>, JsonRejection>,
+    body: Result<Json<PutSettingsRequest>, JsonRejection>,
 ) -> ApiResult<Json<Settings>> {
     let Path(mind) = path?;
     let Json(request) = body?;
-    let settings = from_settings(&request)?;
+    let caps = to_caps(&request)?;
     let host = &state.host;
     require_mind(host, &mind).await?;
     let before = host.store.settings(&mind).await?;
+    if let Some(brake) = request.brake
+        && brake != before.brake
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "the brake is {} and a settings PUT never changes it: leave `brake` out (use \
+                 POST or DELETE /v1/minds/{{mind}}/brake or /v1/brake to change it)",
+                if before.brake { "on" } else { "off" }
+            ),
+        ));
+    }
     host.store
-        .put_settings(&mind, &settings, host.clock.now_ms())
+        .put_caps(&mind, &caps, host.clock.now_ms())
         .await?;
+    let after = host.store.settings(&mind).await?;
     host.telemetry
-        .settings_changed(&mind, &before, &settings, "/v1/minds/{mind}/settings");
+        .settings_changed(&mind, &before, &after, "/v1/minds/{mind}/settings");
     host.signals.wake(&mind);
-    Ok(Json(to_settings(&host.store.settings(&mind).await?)))
+    Ok(Json(to_settings(&after)))
 }
 
 pub(super) async fn brake_on(State(state): State<AppState>) -> ApiResult<Json<BrakeResponse>> {
-    Ok(Json(set_brake(&state.host, true).await?))
+    let minds = every_mind(&state.host).await?;
+    Ok(Json(
+        set_brake(&state.host, minds, true, "/v1/brake").await?,
+    ))
 }
 
 pub(super) async fn brake_off(State(state): State<AppState>) -> ApiResult<Json<BrakeResponse>> {
-    Ok(Json(set_brake(&state.host, false).await?))
+    let minds = every_mind(&state.host).await?;
+    Ok(Json(
+        set_brake(&state.host, minds, false, "/v1/brake").await?,
+    ))
+}
+
+/// One Mind's brake (the dashboard's button): `POST` on, `DELETE` off.
+pub(super) async fn brake_mind(
+    State(state): State<AppState>,
+    method: axum::http::Method,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Json<BrakeResponse>> {
+    let Path(mind) = path?;
+    require_mind(&state.host, &mind).await?;
+    let on = method == axum::http::Method::POST;
+    let via = "/v1/minds/{mind}/brake";
+    Ok(Json(set_brake(&state.host, vec![mind], on, via).await?))
 }

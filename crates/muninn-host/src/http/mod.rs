@@ -26,7 +26,8 @@
 //! | `GET /v1/minds/{mind}/segments?limit` | each role's newest segments (default 100, at most 1000) |
 //! | `GET /v1/minds/{mind}/transcript?role&after&last&limit&wait_s` | transcript items; long-polls |
 //! | `GET /v1/minds/{mind}/ledger?from_ms&to_ms&after_id&limit&format=json\|jsonl` | ledger rows |
-//! | `GET`/`PUT /v1/minds/{mind}/settings` | spend cap, window, brake, turn limit |
+//! | `GET`/`PUT /v1/minds/{mind}/settings` | spend cap, window, turn limit (and the brake, read-only) |
+//! | `POST`/`DELETE /v1/minds/{mind}/brake` | the operator brake on/off for one Mind |
 //! | `POST`/`DELETE /v1/brake` | the operator brake on/off for every Mind |
 //! | `GET /healthz`, `GET /readyz`, `GET /metrics` | liveness, readiness (503 with the reasons), Prometheus (no token) |
 //! | `GET /dashboard`, `GET /dashboard/minds/{mind}`, `/dashboard/login` | the dashboard (HTML) |
@@ -79,7 +80,7 @@ const MAX_LIMIT: i64 = 1000;
 pub use error::ApiError;
 pub(crate) use error::ApiResult;
 pub(crate) use minds::mind_status;
-use minds::{brake_off, brake_on, get_mind, get_settings, list_minds, put_settings};
+use minds::{brake_mind, brake_off, brake_on, get_mind, get_settings, list_minds, put_settings};
 
 // ----- The router -----
 
@@ -119,6 +120,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/minds/{mind}/ledger"),
     ("GET", "/v1/minds/{mind}/settings"),
     ("PUT", "/v1/minds/{mind}/settings"),
+    ("POST", "/v1/minds/{mind}/brake"),
+    ("DELETE", "/v1/minds/{mind}/brake"),
     ("POST", "/v1/brake"),
     ("DELETE", "/v1/brake"),
 ];
@@ -155,6 +158,10 @@ fn router_with(
         .route(
             "/v1/minds/{mind}/settings",
             get(get_settings).put(put_settings),
+        )
+        .route(
+            "/v1/minds/{mind}/brake",
+            post(brake_mind).delete(brake_mind),
         )
         .route("/v1/brake", post(brake_on).delete(brake_off))
         .with_state(state.clone())

@@ -398,7 +398,11 @@ async fn settings_round_trip_and_the_brake_reaches_every_mind() {
         turn_limit: Some(20),
     };
     assert_eq!(
-        server.client.put_settings("vala", &wanted).await.unwrap(),
+        server
+            .client
+            .put_settings("vala", &wanted.caps())
+            .await
+            .unwrap(),
         wanted
     );
     assert_eq!(server.client.settings("vala").await.unwrap(), wanted);
@@ -406,9 +410,9 @@ async fn settings_round_trip_and_the_brake_reaches_every_mind() {
     assert_eq!(status.spend.cap_micro_usd, Some(2_000_000));
     assert_eq!(status.spend.window_ms, 3_600_000);
 
-    let invalid = Settings {
+    let invalid = PutSettingsRequest {
         spend_cap_micro_usd: Some(-1),
-        ..Settings::default()
+        ..PutSettingsRequest::default()
     };
     let error = server
         .client
@@ -493,4 +497,72 @@ async fn shutdown_ends_open_streams_and_long_polls_instead_of_waiting_for_them()
     assert!(answer.messages.is_empty());
     // The stream ended cleanly (or its connection closed).
     while let Ok(Some(_)) = stream.chunk().await {}
+}
+
+/// Saving caps never releases the brake: a caps PUT that leaves `brake` out keeps it, and one
+/// carrying the value read before `brake on` (a page opened earlier, a `muninn caps` racing
+/// `muninn brake on`) is refused and changes nothing. Before, the PUT replaced the brake too.
+#[tokio::test]
+async fn saving_caps_never_releases_the_brake() {
+    let server = Server::start().await;
+    server.client.brake(true).await.unwrap();
+    let put = |body: &'static str| {
+        reqwest::Client::new()
+            .put(format!("{}/v1/minds/vala/settings", server.base))
+            .bearer_auth(server.token.expose())
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let response = put(r#"{"spend_cap_micro_usd":5000000,"spend_window_ms":null,"turn_limit":7}"#)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let braked = server.client.settings("vala").await.unwrap();
+    assert_eq!(
+        (braked.brake, braked.spend_cap_micro_usd, braked.turn_limit),
+        (true, Some(5_000_000), Some(7)),
+        "caps without the brake"
+    );
+
+    let stale =
+        put(r#"{"spend_cap_micro_usd":1,"spend_window_ms":null,"brake":false,"turn_limit":null}"#)
+            .await
+            .unwrap();
+    assert_eq!(stale.status(), 409);
+    let body: ErrorResponse = stale.json_body().await;
+    assert!(
+        body.error.message.contains("/brake"),
+        "{}",
+        body.error.message
+    );
+    let kept = server.client.settings("vala").await.unwrap();
+    assert_eq!(
+        (kept.brake, kept.spend_cap_micro_usd, kept.turn_limit),
+        (true, Some(5_000_000), Some(7)),
+        "a stale brake changes nothing"
+    );
+    assert!(server.host.store.settings("vala").await.unwrap().brake);
+
+    // The Mind's own brake route releases it, keeps its caps, and leaves the other Mind braked.
+    let off = server.client.brake_mind("vala", false).await.unwrap();
+    assert_eq!(
+        off,
+        BrakeResponse {
+            brake: false,
+            minds: vec!["vala".into()]
+        }
+    );
+    let released = server.client.settings("vala").await.unwrap();
+    assert_eq!(
+        (
+            released.brake,
+            released.spend_cap_micro_usd,
+            released.turn_limit
+        ),
+        (false, Some(5_000_000), Some(7))
+    );
+    assert!(server.client.settings("huginn").await.unwrap().brake);
+    let error = server.client.brake_mind("nobody", true).await.unwrap_err();
+    assert_eq!(api_error(error), (404, "mind_not_found".into()));
 }

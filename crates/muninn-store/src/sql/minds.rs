@@ -6,7 +6,7 @@ use super::engine::{Backend, Engine, RowExt, query};
 use super::{columns, json_text, parse_json};
 use crate::error::{Result, StoreError};
 use crate::read::Conn;
-use crate::types::{Mind, MindSettings};
+use crate::types::{Caps, Mind, MindSettings};
 
 /// Reads a `minds` row (the columns of [`columns!`]`(mind)`).
 pub(crate) fn mind_from<R: RowExt>(row: &R) -> Result<Mind> {
@@ -151,6 +151,59 @@ pub(crate) async fn put_settings<B: Backend>(
     .bind(settings.spend_window_ms)
     .bind(settings.brake)
     .bind(settings.turn_limit)
+    .bind(now_ms)
+    .execute(&mut tx)
+    .await?;
+    B::Db::commit(tx).await?;
+    Ok(())
+}
+
+/// The caps alone: a new row takes the default brake (off), an existing row keeps its own — one
+/// statement, so a brake set between an operator's read and this write stays set.
+pub(crate) async fn put_caps<B: Backend>(
+    store: &B,
+    mind: &str,
+    caps: &Caps,
+    now_ms: i64,
+) -> Result<()> {
+    let mut tx = store.begin_write().await?;
+    require::<B::Db>(&mut tx, mind).await?;
+    query::<B::Db>(
+        "INSERT INTO settings (mind_id, spend_cap_micro_usd, spend_window_ms, brake, \
+         turn_limit, updated_at_ms) VALUES ($1, $2, $3, FALSE, $4, $5) \
+         ON CONFLICT (mind_id) DO UPDATE SET \
+         spend_cap_micro_usd = excluded.spend_cap_micro_usd, \
+         spend_window_ms = excluded.spend_window_ms, \
+         turn_limit = excluded.turn_limit, updated_at_ms = excluded.updated_at_ms",
+    )
+    .bind(mind)
+    .bind(caps.spend_cap.map(|cap| cap.0))
+    .bind(caps.spend_window_ms)
+    .bind(caps.turn_limit)
+    .bind(now_ms)
+    .execute(&mut tx)
+    .await?;
+    B::Db::commit(tx).await?;
+    Ok(())
+}
+
+/// The brake alone: a new row takes no caps, an existing row keeps its own (one statement).
+pub(crate) async fn put_brake<B: Backend>(
+    store: &B,
+    mind: &str,
+    brake: bool,
+    now_ms: i64,
+) -> Result<()> {
+    let mut tx = store.begin_write().await?;
+    require::<B::Db>(&mut tx, mind).await?;
+    query::<B::Db>(
+        "INSERT INTO settings (mind_id, spend_cap_micro_usd, spend_window_ms, brake, \
+         turn_limit, updated_at_ms) VALUES ($1, NULL, NULL, $2, NULL, $3) \
+         ON CONFLICT (mind_id) DO UPDATE SET \
+         brake = excluded.brake, updated_at_ms = excluded.updated_at_ms",
+    )
+    .bind(mind)
+    .bind(brake)
     .bind(now_ms)
     .execute(&mut tx)
     .await?;

@@ -111,6 +111,19 @@ impl<B: Backend> Store for B {
         .await
     }
 
+    async fn put_caps(&self, mind: &str, caps: &Caps, now_ms: i64) -> Result<()> {
+        bounded(self, "put_caps", minds::put_caps(self, mind, caps, now_ms)).await
+    }
+
+    async fn put_brake(&self, mind: &str, brake: bool, now_ms: i64) -> Result<()> {
+        bounded(
+            self,
+            "put_brake",
+            minds::put_brake(self, mind, brake, now_ms),
+        )
+        .await
+    }
+
     // Leases.
 
     async fn acquire_lease(

@@ -3,6 +3,7 @@
 use super::{assert_invalid, assert_not_found, mind, ok, open};
 use crate::StoreFactory;
 use muninn_core::money::MicroUsd;
+use muninn_store::Store;
 use muninn_store::types::*;
 use serde_json::json;
 
@@ -73,7 +74,56 @@ pub(super) async fn settings(factory: &dyn StoreFactory) {
         store.put_settings("zz", &set, 1).await,
         "put settings of unknown",
     );
+    caps_and_brake_apart(&*store).await;
     store.close().await;
+}
+
+/// The caps and the brake are each written alone: neither write carries (and so can undo) the
+/// other, on a Mind with a settings row and on one without.
+async fn caps_and_brake_apart(store: &dyn Store) {
+    let caps = Caps {
+        spend_cap: Some(MicroUsd(7_000_000)),
+        spend_window_ms: Some(3_600_000),
+        turn_limit: Some(9),
+    };
+    ok(store.put_brake("m", true, 4_000).await, "brake on");
+    ok(store.put_caps("m", &caps, 5_000).await, "caps");
+    let both = MindSettings {
+        spend_cap: caps.spend_cap,
+        spend_window_ms: caps.spend_window_ms,
+        brake: true,
+        turn_limit: caps.turn_limit,
+    };
+    assert_eq!(ok(store.settings("m").await, "caps kept the brake"), both);
+    ok(store.put_brake("m", false, 6_000).await, "brake off");
+    assert_eq!(
+        ok(store.settings("m").await, "the brake kept the caps"),
+        MindSettings {
+            brake: false,
+            ..both.clone()
+        }
+    );
+    for (id, label) in [("c", "caps first"), ("b", "brake first")] {
+        ok(store.create_mind(&mind(id)).await, label);
+    }
+    ok(
+        store.put_caps("c", &caps, 7_000).await,
+        "caps of a fresh Mind",
+    );
+    assert!(!ok(store.settings("c").await, "caps first").brake);
+    ok(
+        store.put_brake("b", true, 7_000).await,
+        "brake of a fresh Mind",
+    );
+    assert_eq!(
+        ok(store.settings("b").await, "brake first"),
+        MindSettings {
+            brake: true,
+            ..MindSettings::default()
+        }
+    );
+    assert_not_found(store.put_caps("zz", &caps, 1).await, "caps of unknown");
+    assert_not_found(store.put_brake("zz", true, 1).await, "brake of unknown");
 }
 
 pub(super) async fn unknown_mind(factory: &dyn StoreFactory) {
