@@ -325,6 +325,14 @@ impl<B: Backend> MindRunner<B> {
             match self.commit(&mut u).await {
                 Ok(()) if u.is_answer() => return Ok(Some(u)),
                 Ok(()) => {}
+                // Another host took the Mind over: this answer can never be committed. An
+                // earlier try whose acknowledgement was lost may have landed (the fence is
+                // checked before the key), so it is looked up before it is said lost and its
+                // cost counted again as abandoned money.
+                Err(RuntimeError::Store(e @ StoreError::Fenced { .. })) if u.is_answer() => {
+                    self.give_up(u, &format!("store: {e}")).await;
+                    return Err(e.into());
+                }
                 Err(e) => self.refused(u, e)?,
             }
         }
