@@ -276,3 +276,44 @@ async fn a_cut_row_the_store_refuses_for_good_does_not_block_the_roles_next_answ
         "{decisions:?}"
     );
 }
+
+/// A cut row waiting (the store refused it) when another host takes the Mind over while this
+/// runner's copy of its lease still looks fresh, and answers the batch: the runner's next step
+/// has nothing to answer, and its first write, the row's retry, meets the fence. The runner
+/// lets the lease go at once, as after any fenced write
+/// (`cluster::a_runner_fenced_mid_step_lets_its_lease_go_at_once`), rather than go on as the
+/// Mind's leader under the stale token until its copy of the lease runs out.
+#[tokio::test]
+async fn a_waiting_cut_row_that_meets_the_fence_lets_the_lease_go_at_once() {
+    let (w, faults) = faulty_world("").await;
+    let mut a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    assert!(matches!(a.step().await.unwrap(), Step::PersonaTurn { .. }));
+    w.sim.advance_clock(1_000);
+    post(&w, "e2", "#swarm", "ari", "and what of the ledger?").await;
+    cut_next(&w);
+    faults.fail_commits(2);
+    a.woken();
+    assert!(a.step().await.is_err(), "the Persona's turn was cut");
+    let store = &w.host.store;
+    let held = store.lease("vala").await.unwrap().expect("host-a leads");
+    let now = w.sim.now_ms();
+    (store.take_over_lease("vala", "host-b", held.token, 30_000, now))
+        .await
+        .unwrap()
+        .expect("host-b takes the Mind over");
+    let mut b = runner(&w, mind(""), "host-b");
+    assert!(matches!(b.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let sent = w.sim.requests().len();
+    a.woken();
+    let step = a.step().await;
+    assert_eq!(
+        w.sim.requests().len(),
+        sent,
+        "a request under a stale lease"
+    );
+    let fenced = step.expect_err("a step under a stale lease");
+    assert!(fenced.to_string().contains("stale"), "{fenced}");
+    assert_eq!(a.step().await.unwrap(), Step::NotLeader);
+}

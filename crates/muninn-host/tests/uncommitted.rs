@@ -508,3 +508,51 @@ async fn a_landed_answer_waiting_at_a_new_lease_is_not_abandoned_as_lost() {
     );
     assert_eq!(ledger(&w).await.len(), 1, "nothing written again");
 }
+
+/// The same landed answer when another host takes the Mind over before the runner tries the
+/// commit again, while the runner's own copy of its lease still looks fresh: the retry meets
+/// the fence. The ledger holds the answer, so it is neither said to be lost ("abandoned
+/// uncommitted", at error) nor counted a second time by the spend cap as abandoned money
+/// when the runner holds the Mind again.
+#[tokio::test]
+async fn a_landed_answer_whose_retry_meets_the_fence_is_not_abandoned_as_lost() {
+    let (logs, _anchor, _guard) = crate::cut_rows::capture_logs();
+    let (w, faults) = faulty_world("").await;
+    let mut a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    faults.lose_commit_answers(1);
+    assert!(a.step().await.is_err(), "the commit's answer was lost");
+    assert_eq!(ledger(&w).await.len(), 1, "the answer landed");
+    let store = &w.host.store;
+    let held = store.lease("vala").await.unwrap().expect("host-a leads");
+    let now = w.sim.now_ms();
+    let taken = (store.take_over_lease("vala", "host-b", held.token, 30_000, now))
+        .await
+        .unwrap()
+        .expect("host-b takes the Mind over");
+    let fenced = a.step().await.unwrap_err();
+    assert!(fenced.to_string().contains("stale"), "{fenced}");
+    store.release_lease("vala", taken.token).await.unwrap();
+    set_cap(&w, 1).await;
+    post(&w, "e2", "#swarm", "ari", "still there?").await;
+    a.woken();
+    assert_eq!(a.step().await.unwrap(), Step::OverBudget);
+    let lost: Vec<_> = logs
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e["level"] == "ERROR"
+                && e["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("an answer was abandoned uncommitted"))
+        })
+        .collect();
+    assert!(lost.is_empty(), "said lost, though in the ledger: {lost:?}");
+    assert_eq!(
+        crate::cut_rows::cap_counts(&logs),
+        [(spent(&w).await, 0, 0)],
+        "(spent, unledgered, abandoned)"
+    );
+    assert_eq!(ledger(&w).await.len(), 1, "nothing written again");
+}

@@ -240,8 +240,9 @@ fn content_key(role: Role, at_ms: i64, record: &TurnRecord) -> String {
 impl<B: Backend> MindRunner<B> {
     /// The step's first act: both roles' queues settled (see the module docs). Returns the
     /// step a waiting answer completes, if it completes one; fails when an answer still waits
-    /// (no decision is taken on an accounting that counts a row the ledger lacks). Cut rows
-    /// that still wait are counted by the spend cap and tried again later.
+    /// (no decision is taken on an accounting that counts a row the ledger lacks) or a commit
+    /// met the fence. Cut rows that still wait are counted by the spend cap and tried again
+    /// later.
     pub(super) async fn settle_waiting(
         &mut self,
         token: FencingToken,
@@ -261,6 +262,10 @@ impl<B: Backend> MindRunner<B> {
                     return Ok(Some(step));
                 }
                 Ok(None) => {}
+                // A write the fence refused: the step fails with it, so the runner lets the
+                // lease go at once (`lease.rs`) rather than go on as the leader under a stale
+                // token until its copy of the lease runs out.
+                Err(e @ RuntimeError::Store(StoreError::Fenced { .. })) => return Err(e),
                 Err(e) if answer => return Err(e),
                 Err(e) => tracing::warn!(
                     mind = %self.mind.id,
@@ -325,6 +330,14 @@ impl<B: Backend> MindRunner<B> {
             match self.commit(&mut u).await {
                 Ok(()) if u.is_answer() => return Ok(Some(u)),
                 Ok(()) => {}
+                // Another host took the Mind over: this answer can never be committed. An
+                // earlier try whose acknowledgement was lost may have landed (the fence is
+                // checked before the key), so it is looked up before it is said lost and its
+                // cost counted again as abandoned money.
+                Err(RuntimeError::Store(e @ StoreError::Fenced { .. })) if u.is_answer() => {
+                    self.give_up(u, &format!("store: {e}")).await;
+                    return Err(e.into());
+                }
                 Err(e) => self.refused(u, e)?,
             }
         }
