@@ -318,6 +318,14 @@ async fn post_delivery(
             return Err(ApiError::unprocessable(format!("{name} must not be empty")));
         }
     }
+    // The store drops NUL from the text it keeps (PostgreSQL cannot hold one): in a text that
+    // is harmless, but `$ev\u{0}1` kept as `$ev1` is another event's id, which would then be
+    // answered as a repeat of this one and lost.
+    if request.source_id.contains('\0') {
+        return Err(ApiError::unprocessable(
+            "source_id must not hold a NUL (U+0000)",
+        ));
+    }
     require_mind(&state.host, &mind).await?;
     let delivery = NewDelivery {
         room: request.room,
