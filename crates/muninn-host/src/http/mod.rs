@@ -469,6 +469,13 @@ async fn ack_outbox(
 ) -> ApiResult<Json<OutboxMessage>> {
     let Path((mind, request_id)) = path?;
     muninn_api::limits::check_request_id(&request_id).map_err(ApiError::limit)?;
+    // The store drops NUL from what it looks up (PostgreSQL cannot hold one): `b1-0\u{0}`
+    // would ack the message `b1-0`, which would then never be sent.
+    if request_id.contains('\0') {
+        return Err(ApiError::unprocessable(
+            "request_id must not hold a NUL (U+0000)",
+        ));
+    }
     let host = &state.host;
     require_mind(host, &mind).await?;
     // Not fenced: the ack is the transport's word, not the Mind's writer's, so it lands
