@@ -372,31 +372,34 @@ impl ApiClient {
     }
 
     /// `GET /v1/minds/{mind}/ledger?format=json`: the rows `params` asks for (every one without
-    /// a `limit`, the first `limit` with one), in order. The server answers at most
-    /// [`LEDGER_PAGE_LIMIT`] rows a request, so they are read in pages, each after the last id
-    /// of the one before, until a page comes short or the limit is reached: a `limit` above the
-    /// server's cap is not cut short without a word.
+    /// a `limit`, the first `limit` with one), in order, collected (see [`ApiClient::ledger_pages`]
+    /// to handle them a page at a time).
     pub async fn ledger(
         &self,
         mind: &str,
         params: &LedgerParams,
     ) -> Result<LedgerResponse, ClientError> {
-        let mut page_params = params.clone();
+        let mut pages = self.ledger_pages(mind, params);
         let mut rows = Vec::new();
-        loop {
-            // A limit of 0 or less is sent as it is, for the server to refuse.
-            let left = params.limit.map(|n| n - rows.len() as i64);
-            let asked = left.map_or(LEDGER_PAGE_LIMIT, |n| n.min(LEDGER_PAGE_LIMIT));
-            page_params.limit = Some(asked);
-            let path = ApiClient::ledger_path(mind, &page_params, "json");
-            let page: LedgerResponse = self.call(Method::GET, &path, None::<&()>).await?;
-            let full = page.rows.len() as i64 >= asked;
-            page_params.after_id = page.rows.last().map(|e| e.id).or(page_params.after_id);
-            rows.extend(page.rows);
-            let reached = params.limit.is_some_and(|n| rows.len() as i64 >= n);
-            if !full || reached {
-                return Ok(LedgerResponse { rows });
-            }
+        while let Some(page) = pages.next().await? {
+            rows.extend(page);
+        }
+        Ok(LedgerResponse { rows })
+    }
+
+    /// The rows of [`ApiClient::ledger`], a page at a time: the server answers at most
+    /// [`LEDGER_PAGE_LIMIT`] rows a request, so they are read in pages, each after the last id
+    /// of the one before, until a page comes short or the limit is reached (a `limit` above the
+    /// server's cap is not cut short without a word). A caller that prints each page before
+    /// asking for the next holds one page in memory, not the whole ledger.
+    pub fn ledger_pages<'a>(&'a self, mind: &'a str, params: &LedgerParams) -> LedgerPages<'a> {
+        LedgerPages {
+            client: self,
+            mind,
+            asked: params.clone(),
+            limit: params.limit,
+            read: 0,
+            done: false,
         }
     }
 
@@ -409,13 +412,12 @@ impl ApiClient {
         params: &LedgerParams,
     ) -> Result<String, ClientError> {
         let mut text = String::new();
-        for entry in self.ledger(mind, params).await?.rows {
-            let line = serde_json::to_string(&entry.row).map_err(|e| ClientError::Decode {
-                status: 200,
-                message: e.to_string(),
-            })?;
-            text.push_str(&line);
-            text.push('\n');
+        let mut pages = self.ledger_pages(mind, params);
+        while let Some(page) = pages.next().await? {
+            for entry in &page {
+                text.push_str(&ledger_line(entry)?);
+                text.push('\n');
+            }
         }
         Ok(text)
     }
@@ -447,6 +449,52 @@ impl ApiClient {
     pub async fn brake(&self, on: bool) -> Result<BrakeResponse, ClientError> {
         let method = if on { Method::POST } else { Method::DELETE };
         self.call(method, "/v1/brake", None::<&()>).await
+    }
+}
+
+/// A ledger line of `muninn ledger --format jsonl` (and the server's `format=jsonl`): the row
+/// alone, without its id.
+pub fn ledger_line(entry: &LedgerEntryBody) -> Result<String, ClientError> {
+    serde_json::to_string(&entry.row).map_err(|e| ClientError::Decode {
+        status: 200,
+        message: e.to_string(),
+    })
+}
+
+/// The pages of a Mind's ledger, asked for one at a time ([`ApiClient::ledger_pages`]).
+#[derive(Debug)]
+pub struct LedgerPages<'a> {
+    client: &'a ApiClient,
+    mind: &'a str,
+    /// The next page's query: `after_id` the last row read.
+    asked: LedgerParams,
+    /// The caller's limit on the rows in all.
+    limit: Option<i64>,
+    /// Rows read so far.
+    read: i64,
+    /// Whether the last page has been read.
+    done: bool,
+}
+
+impl LedgerPages<'_> {
+    /// The next page's rows, `None` once the last page has been read (a page that came short
+    /// of what was asked, or the caller's limit reached).
+    pub async fn next(&mut self) -> Result<Option<Vec<LedgerEntryBody>>, ClientError> {
+        if self.done {
+            return Ok(None);
+        }
+        // A limit of 0 or less is sent as it is, for the server to refuse.
+        let left = self.limit.map(|n| n - self.read);
+        let asked = left.map_or(LEDGER_PAGE_LIMIT, |n| n.min(LEDGER_PAGE_LIMIT));
+        self.asked.limit = Some(asked);
+        let path = ApiClient::ledger_path(self.mind, &self.asked, "json");
+        let page: LedgerResponse = self.client.call(Method::GET, &path, None::<&()>).await?;
+        let full = page.rows.len() as i64 >= asked;
+        self.asked.after_id = page.rows.last().map(|e| e.id).or(self.asked.after_id);
+        self.read += page.rows.len() as i64;
+        let reached = self.limit.is_some_and(|n| self.read >= n);
+        self.done = !full || reached;
+        Ok(Some(page.rows))
     }
 }
 

@@ -44,14 +44,24 @@ pub fn host_file_path(env: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
 }
 
 impl HostFile {
-    /// Reads the host file at `path`: `None` if it is missing, malformed, or names a process
-    /// that no longer runs (a host that died left it). An error if it cannot be read, or is
+    /// Reads the host file at `path`: `None` if it is missing (or its directory is, or is not
+    /// a directory), malformed, or names a process that no longer runs (a host that died left
+    /// it). An error if it cannot be read, or is
     /// not a regular file of at most [`HOST_FILE_MAX_BYTES`]: a named pipe there was waited
     /// on for a writer, for ever, by every client command.
     pub fn read(path: &Path) -> std::io::Result<Option<HostFile>> {
         let text = match muninn_fs::read_text_limited(path, HOST_FILE_MAX_BYTES, "a host file") {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            // No file can be there: its directory is missing, or a file stands where a
+            // directory of the path should (`HOME=/dev/null`). No host, as before the bound.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(None);
+            }
             Err(e) => return Err(e),
         };
         let Ok(file) = serde_json::from_str::<HostFile>(&text) else {
@@ -106,6 +116,24 @@ mod tests {
             let at = path.clone();
             within_10s(move || HostFile::remove_own(&at));
             assert!(path.exists(), "{}", path.display());
+        }
+    }
+
+    /// No host file, whatever the reason none can exist: a state directory that is missing, or
+    /// a file where a directory of its path should be (`HOME=/dev/null`, as services and
+    /// sandboxes set it), is no running host, and the client falls back to the demo's defaults
+    /// as it always did; the host file's bound made the latter an error ('Not a directory')
+    /// that failed every client command.
+    #[test]
+    fn a_state_directory_that_cannot_exist_is_no_host_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("home");
+        std::fs::write(&file, "").unwrap();
+        for path in [
+            dir.path().join("missing/muninn/host.json"),
+            file.join(".local/state/muninn/host.json"),
+        ] {
+            assert_eq!(HostFile::read(&path).unwrap(), None, "{}", path.display());
         }
     }
 }

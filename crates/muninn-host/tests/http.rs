@@ -274,6 +274,32 @@ impl JsonBody for reqwest::Response {
     }
 }
 
+/// A source id with a NUL (U+0000) in it is refused: the store drops NUL from every text it
+/// keeps (PostgreSQL cannot hold one), so `$ev\u{0}1` was kept as `$ev1`, and another event whose
+/// id really is `$ev1` was then answered as a repeat of it (`created: false`) and lost.
+#[tokio::test]
+async fn a_source_id_with_a_nul_is_refused_not_taken_for_another() {
+    let server = Server::start().await;
+    let error = server
+        .client
+        .post_delivery("vala", &delivery("$ev\u{0}1"))
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(error), (422, "unprocessable".to_owned()));
+    let other = server
+        .client
+        .post_delivery("vala", &delivery("$ev1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        other,
+        PostDeliveryResponse {
+            seq: 1,
+            created: true
+        }
+    );
+}
+
 #[tokio::test]
 async fn deliveries_are_idempotent_by_source_id_and_wake_the_runtime() {
     let server = Server::start().await;

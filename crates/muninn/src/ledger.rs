@@ -2,9 +2,10 @@
 //! and `muninn import` read) or CSV, over a time range people can type (`--since 1h`).
 
 use crate::connect::{ApiArgs, block_on};
-use crate::output::{json, out, outln};
+use crate::output::{out, outln};
 use crate::status::usd;
 use crate::time::{HumanTime, clock_time};
+use muninn_api::client::ledger_line;
 use muninn_api::wire::{LedgerEntryBody, LedgerParams};
 
 /// How `muninn ledger` prints.
@@ -83,7 +84,8 @@ fn csv_line(entry: &LedgerEntryBody) -> String {
     )
 }
 
-fn table(rows: &[LedgerEntryBody]) -> anyhow::Result<()> {
+/// The table's header line.
+fn table_header() -> anyhow::Result<()> {
     outln!(
         "{:<19} {:<7} {:>4} {:>5} {:>9} {:>9} {:>9} {:>7} {:>7} {:>10}  DECISION",
         "AT",
@@ -97,30 +99,56 @@ fn table(rows: &[LedgerEntryBody]) -> anyhow::Result<()> {
         "OUTPUT",
         "COST"
     )?;
-    let mut total = 0;
-    for entry in rows {
-        let row = &entry.row;
-        total += row.cost.0;
-        outln!(
-            "{:<19} {:<7} {:>4} {:>5} {:>9} {:>9} {:>9} {:>7} {:>7} {:>10}  {}",
-            clock_time(row.at_ms),
-            row.role,
-            row.segment,
-            row.turn,
-            row.prefix_tokens,
-            row.usage.cache_read,
-            row.usage.written(),
-            row.usage.input,
-            row.usage.output,
-            usd(row.cost.0),
-            row.decision
-        )?;
-    }
-    outln!("{} rows, {}", rows.len(), usd(total))?;
     Ok(())
 }
 
-/// `muninn ledger`: the Mind's ledger rows.
+fn table_line(entry: &LedgerEntryBody) -> anyhow::Result<()> {
+    let row = &entry.row;
+    outln!(
+        "{:<19} {:<7} {:>4} {:>5} {:>9} {:>9} {:>9} {:>7} {:>7} {:>10}  {}",
+        clock_time(row.at_ms),
+        row.role,
+        row.segment,
+        row.turn,
+        row.prefix_tokens,
+        row.usage.cache_read,
+        row.usage.written(),
+        row.usage.input,
+        row.usage.output,
+        usd(row.cost.0),
+        row.decision
+    )?;
+    Ok(())
+}
+
+/// One entry of `--format json`'s `rows` array, as `serde_json::to_string_pretty` of the whole
+/// answer lays it out: its own pretty form indented two levels (JSON strings hold no raw line
+/// breaks, so indenting every line is exact), after the array's opening or the comma.
+fn json_entry(entry: &LedgerEntryBody, first: bool) -> anyhow::Result<String> {
+    let mut text = String::from(if first { "{\n  \"rows\": [\n" } else { ",\n" });
+    let pretty = serde_json::to_string_pretty(entry)?;
+    for (i, line) in pretty.lines().enumerate() {
+        if i > 0 {
+            text.push('\n');
+        }
+        text.push_str("    ");
+        text.push_str(line);
+    }
+    Ok(text)
+}
+
+/// What closes `--format json`'s document after `rows` entries.
+fn json_end(rows: u64) -> &'static str {
+    if rows == 0 {
+        "{\n  \"rows\": []\n}\n"
+    } else {
+        "\n  ]\n}\n"
+    }
+}
+
+/// `muninn ledger`: the Mind's ledger rows, printed a page at a time as they are read (a
+/// ledger of millions of rows was collected whole in memory before its first line was
+/// printed); each format's output is what it was when printed at once.
 pub fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     let now = jiff::Timestamp::now().as_millisecond();
@@ -131,21 +159,69 @@ pub fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
         ..LedgerParams::default()
     };
     block_on(async move {
-        if args.format == LedgerFormat::Jsonl {
-            out!("{}", client.ledger_jsonl(&args.mind, &params).await?)?;
-            return Ok(());
-        }
-        let response = client.ledger(&args.mind, &params).await?;
+        let mut pages = client.ledger_pages(&args.mind, &params);
         match args.format {
-            LedgerFormat::Json => json(&response),
-            LedgerFormat::Csv => {
-                outln!("{CSV_HEADER}")?;
-                for entry in &response.rows {
-                    outln!("{}", csv_line(entry))?;
-                }
-                Ok(())
-            }
-            LedgerFormat::Table | LedgerFormat::Jsonl => table(&response.rows),
+            LedgerFormat::Table => table_header()?,
+            LedgerFormat::Csv => outln!("{CSV_HEADER}")?,
+            LedgerFormat::Json | LedgerFormat::Jsonl => {}
         }
+        let (mut rows, mut total) = (0u64, 0i64);
+        while let Some(page) = pages.next().await? {
+            for entry in &page {
+                match args.format {
+                    LedgerFormat::Table => table_line(entry)?,
+                    LedgerFormat::Csv => outln!("{}", csv_line(entry))?,
+                    LedgerFormat::Jsonl => outln!("{}", ledger_line(entry)?)?,
+                    LedgerFormat::Json => out!("{}", json_entry(entry, rows == 0)?)?,
+                }
+                rows += 1;
+                total += entry.row.cost.0;
+            }
+        }
+        match args.format {
+            LedgerFormat::Table => outln!("{rows} rows, {}", usd(total))?,
+            LedgerFormat::Json => out!("{}", json_end(rows))?,
+            LedgerFormat::Csv | LedgerFormat::Jsonl => {}
+        }
+        Ok(())
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::{json_end, json_entry};
+    use muninn_api::wire::{LedgerEntryBody, LedgerResponse};
+
+    /// `--format json`, printed an entry at a time, is byte for byte the pretty document of the
+    /// whole answer it printed before, with no rows, one, or several.
+    #[test]
+    fn json_printed_by_entry_is_the_whole_documents_pretty_form() {
+        let row: muninn_core::ledger::LedgerRow = serde_json::from_value(serde_json::json!({
+            "mind": "vala", "role": "persona", "segment": 2, "turn": 7, "at_ms": 1000,
+            "idle_gap_ms": 0, "model": "m \"quoted\"\nline", "prefix_tokens": 1,
+            "rehydration_tokens": 0,
+            "usage": {"input": 1, "cache_write_5m": 2, "cache_write_1h": 0, "cache_read": 3, "output": 4},
+            "raw_usage": {"nested": {"a": [1, 2]}}, "cost": 5, "predicted_read": 0,
+            "predicted_write": 0, "cache_state": "warm", "miss_cause": null,
+            "decision": "append", "boundary": false, "events": [], "decided": null,
+            "provider_miss": null
+        }))
+        .unwrap();
+        for n in [0, 1, 3] {
+            let rows: Vec<LedgerEntryBody> = (0..n)
+                .map(|id| LedgerEntryBody {
+                    id,
+                    row: row.clone(),
+                })
+                .collect();
+            let mut printed = String::new();
+            for (i, entry) in rows.iter().enumerate() {
+                printed.push_str(&json_entry(entry, i == 0).unwrap());
+            }
+            printed.push_str(json_end(rows.len() as u64));
+            let whole = serde_json::to_string_pretty(&LedgerResponse { rows }).unwrap() + "\n";
+            assert_eq!(printed, whole, "{n} rows");
+        }
+    }
 }

@@ -17,6 +17,7 @@ mod failover;
 mod host_cli;
 mod input_formats;
 mod learning;
+mod ledger_pages;
 mod logs;
 mod matrix;
 mod security;

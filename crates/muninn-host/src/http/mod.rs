@@ -325,6 +325,14 @@ async fn post_delivery(
             return Err(ApiError::unprocessable(format!("{name} must not be empty")));
         }
     }
+    // The store drops NUL from the text it keeps (PostgreSQL cannot hold one): in a text that
+    // is harmless, but `$ev\u{0}1` kept as `$ev1` is another event's id, which would then be
+    // answered as a repeat of this one and lost.
+    if request.source_id.contains('\0') {
+        return Err(ApiError::unprocessable(
+            "source_id must not hold a NUL (U+0000)",
+        ));
+    }
     require_mind(&state.host, &mind).await?;
     let delivery = NewDelivery {
         room: request.room,
@@ -468,6 +476,13 @@ async fn ack_outbox(
 ) -> ApiResult<Json<OutboxMessage>> {
     let Path((mind, request_id)) = path?;
     muninn_api::limits::check_request_id(&request_id).map_err(ApiError::limit)?;
+    // The store drops NUL from what it looks up (PostgreSQL cannot hold one): `b1-0\u{0}`
+    // would ack the message `b1-0`, which would then never be sent.
+    if request_id.contains('\0') {
+        return Err(ApiError::unprocessable(
+            "request_id must not hold a NUL (U+0000)",
+        ));
+    }
     let host = &state.host;
     require_mind(host, &mind).await?;
     // Not fenced: the ack is the transport's word, not the Mind's writer's, so it lands

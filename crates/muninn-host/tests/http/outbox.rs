@@ -140,6 +140,19 @@ async fn ack_is_idempotent_and_removes_the_message_from_the_outbox() {
     );
 }
 
+/// An ack whose request id holds a NUL (U+0000) acks nothing: the store drops NUL from what it
+/// looks up, so `b1-0\u{0}` acked the message `b1-0`, which was then never sent.
+#[tokio::test]
+async fn an_ack_with_a_nul_in_its_request_id_acks_no_other_message() {
+    let server = Server::start().await;
+    let token = server.lease("vala").await;
+    server.enqueue("vala", token, "b1-0").await;
+    let error = server.client.ack("vala", "b1-0\u{0}").await.unwrap_err();
+    assert_eq!(api_error(error).0, 422);
+    let waiting = server.client.outbox("vala", 0, 0).await.unwrap().messages;
+    assert_eq!(waiting.len(), 1, "b1-0 still waits to be sent");
+}
+
 #[tokio::test]
 async fn the_brake_holds_back_sends_until_it_is_released() {
     let server = Server::start().await;
