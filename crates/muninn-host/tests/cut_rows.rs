@@ -113,20 +113,14 @@ async fn a_clean_shutdown_gives_up_every_waiting_cut_row_loudly_with_its_cost() 
     assert_eq!(billed.len(), 2, "one cut attempt per role");
     r.release().await.unwrap();
     assert!(ledger(&w).await.is_empty());
-    let given_up: Vec<(String, i64)> = logs
-        .events()
-        .into_iter()
-        .filter(|e| {
-            e["level"] == "ERROR"
-                && e["fields"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("a failed attempt's row was abandoned"))
-        })
-        .map(|e| {
-            let role = e["fields"]["role"].as_str().unwrap_or_default().to_string();
-            (role, e["fields"]["cost_micro_usd"].as_i64().unwrap_or(0))
-        })
-        .collect();
+    let given_up: Vec<(String, i64)> =
+        errors_starting(&logs, "a failed attempt's row was abandoned")
+            .into_iter()
+            .map(|e| {
+                let role = e["fields"]["role"].as_str().unwrap_or_default().to_string();
+                (role, e["fields"]["cost_micro_usd"].as_i64().unwrap_or(0))
+            })
+            .collect();
     assert_eq!(
         given_up,
         [
@@ -227,16 +221,7 @@ async fn a_landed_cut_row_waiting_at_a_new_lease_is_not_given_up_as_lost() {
     post(&w, "e3", "#swarm", "ari", "still there?").await;
     r.woken();
     assert_eq!(r.step().await.unwrap(), Step::OverBudget);
-    let lost: Vec<_> = logs
-        .events()
-        .into_iter()
-        .filter(|e| {
-            e["level"] == "ERROR"
-                && e["fields"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("a failed attempt's row was abandoned"))
-        })
-        .collect();
+    let lost: Vec<_> = errors_starting(&logs, "a failed attempt's row was abandoned");
     assert!(lost.is_empty(), "said lost, though in the ledger: {lost:?}");
     assert_eq!(
         cap_counts(&logs),
@@ -316,4 +301,17 @@ async fn a_waiting_cut_row_that_meets_the_fence_lets_the_lease_go_at_once() {
     let fenced = step.expect_err("a step under a stale lease");
     assert!(fenced.to_string().contains("stale"), "{fenced}");
     assert_eq!(a.step().await.unwrap(), Step::NotLeader);
+}
+
+/// The events `logs` holds at error whose message starts with `prefix`.
+pub(crate) fn errors_starting(logs: &Buffer, prefix: &str) -> Vec<serde_json::Value> {
+    logs.events()
+        .into_iter()
+        .filter(|e| {
+            e["level"] == "ERROR"
+                && e["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(prefix))
+        })
+        .collect()
 }

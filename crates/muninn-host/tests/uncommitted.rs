@@ -446,16 +446,7 @@ async fn an_answer_held_when_the_lease_was_lost_is_abandoned_loudly_at_shutdown(
     assert_eq!(a.step().await.unwrap(), Step::NotLeader);
     a.release().await.unwrap();
     drop(a);
-    let abandoned: Vec<_> = logs
-        .events()
-        .into_iter()
-        .filter(|e| {
-            e["level"] == "ERROR"
-                && e["fields"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("an answer was abandoned uncommitted"))
-        })
-        .collect();
+    let abandoned = crate::cut_rows::errors_starting(&logs, "an answer was abandoned uncommitted");
     assert_eq!(
         abandoned.len(),
         1,
@@ -490,16 +481,7 @@ async fn a_landed_answer_waiting_at_a_new_lease_is_not_abandoned_as_lost() {
     post(&w, "e2", "#swarm", "ari", "still there?").await;
     a.woken();
     assert_eq!(a.step().await.unwrap(), Step::OverBudget);
-    let lost: Vec<_> = logs
-        .events()
-        .into_iter()
-        .filter(|e| {
-            e["level"] == "ERROR"
-                && e["fields"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("an answer was abandoned uncommitted"))
-        })
-        .collect();
+    let lost = crate::cut_rows::errors_starting(&logs, "an answer was abandoned uncommitted");
     assert!(lost.is_empty(), "said lost, though in the ledger: {lost:?}");
     assert_eq!(
         crate::cut_rows::cap_counts(&logs),
@@ -538,16 +520,7 @@ async fn a_landed_answer_whose_retry_meets_the_fence_is_not_abandoned_as_lost() 
     post(&w, "e2", "#swarm", "ari", "still there?").await;
     a.woken();
     assert_eq!(a.step().await.unwrap(), Step::OverBudget);
-    let lost: Vec<_> = logs
-        .events()
-        .into_iter()
-        .filter(|e| {
-            e["level"] == "ERROR"
-                && e["fields"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("an answer was abandoned uncommitted"))
-        })
-        .collect();
+    let lost = crate::cut_rows::errors_starting(&logs, "an answer was abandoned uncommitted");
     assert!(lost.is_empty(), "said lost, though in the ledger: {lost:?}");
     assert_eq!(
         crate::cut_rows::cap_counts(&logs),
