@@ -72,7 +72,7 @@ pub const DEMO_SOURCE: &str = "<built-in demo>";
 /// The file name of the API token inside the data directory.
 pub const API_TOKEN_FILE: &str = "api-token";
 
-/// The whole configuration. Its `Debug` shows the database without its password.
+/// The whole configuration.
 #[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
