@@ -157,3 +157,56 @@ async fn a_turn_the_cli_started_while_idle_is_read_past_and_reported() {
     );
     drop(b);
 }
+
+/// An interrupted turn between two others: every request the sim answered is accounted for
+/// once, by the turns' usage and what is reported beside them. The input side only: the CLI
+/// counts a cut request's output as far as it streamed, the sim bills the whole reply. Before,
+/// the cut request (its `result`'s `usage` all zeros) was reported nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_turn_is_accounted_for_once() {
+    let Some(bin) = claude_cli() else { return };
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a79").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("interrupted")).await.unwrap();
+    let first = ok(b.turn(TurnInput::text("i1: warm up")).await);
+    r.sim.sim.push_faults([Fault {
+        kind: FaultKind::Slow {
+            first_byte_ms: 0,
+            event_ms: 1_000,
+        },
+        times: 1,
+    }]);
+    let interrupter = b.interrupter();
+    let (second, _) = tokio::join!(b.turn(TurnInput::text("i2: a slow one")), async {
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        assert!(interrupter.interrupt().await);
+    });
+    let second = ok(second);
+    let third = ok(b.turn(TurnInput::text("i3: after the interrupt")).await);
+    let beside = b.take_failed_attempts();
+    let mut reported = Usage::default();
+    for u in [first.usage, second.usage, third.usage]
+        .iter()
+        .chain(beside.iter().map(|a| &a.usage))
+    {
+        reported.add(u);
+    }
+    let mut billed = Usage::default();
+    let mut each = Vec::new();
+    for q in r.sim.sim.requests() {
+        each.push(q.usage);
+        if let Some(u) = q.usage {
+            billed.add(&u);
+        }
+    }
+    let input_side = |u: Usage| Usage { output: 0, ..u };
+    assert_eq!(
+        input_side(reported),
+        input_side(billed),
+        "turns {:?} / {:?} / {:?}; beside {beside:#?}; sim {each:#?}",
+        first.usage,
+        second.usage,
+        third.usage
+    );
+    b.shutdown().await;
+}

@@ -234,7 +234,8 @@ fn store(config: &Config) -> Check {
     }
 }
 
-/// A database URL as `doctor` prints it: `postgres://…@host/db`, the user and password left out.
+/// A database URL as `doctor` prints it: `postgres://…@host/db`, the user and password left out
+/// (of the authority and of the query, where sqlx takes them too: `?user=…&password=…`).
 /// Anything else (a SQLite path) as it is.
 fn without_credentials(url: &str) -> String {
     let Some((_, rest)) = url.split_once("://") else {
@@ -243,10 +244,26 @@ fn without_credentials(url: &str) -> String {
     // The credentials end at the authority's last `@` (a password may hold one); the
     // authority ends at the path, the query or the fragment (which may hold one too).
     let authority = rest.find(['/', '?', '#']).map_or(rest, |end| &rest[..end]);
-    match authority.rfind('@') {
+    let shown = match authority.rfind('@') {
         Some(at) => format!("postgres://…{}", &rest[at..]),
         None => url.to_owned(),
-    }
+    };
+    without_query_credentials(&shown)
+}
+
+/// `url` with the values of its `user` and `password` query parameters left out.
+fn without_query_credentials(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some((key @ ("user" | "password"), _)) => format!("{key}=…"),
+            _ => param.to_owned(),
+        })
+        .collect();
+    format!("{base}?{}", params.join("&"))
 }
 
 /// The backend the configuration asks for: its credential, its endpoint, the CLI's version.
@@ -549,6 +566,15 @@ mod credentials_tests {
                 "postgres://db/m?application_name=x@y",
             ),
             ("/var/lib/muninn/muninn.db", "/var/lib/muninn/muninn.db"),
+            // sqlx also takes the password (and the user) from the query.
+            (
+                "postgres://db.example/m?password=s3cr3t-pw",
+                "postgres://db.example/m?password=…",
+            ),
+            (
+                "postgres://db/m?application_name=x&user=u&password=a%40b&call_timeout=5s",
+                "postgres://db/m?application_name=x&user=…&password=…&call_timeout=5s",
+            ),
         ];
         for (url, shown) in cases {
             assert_eq!(without_credentials(url), shown, "{url}");

@@ -111,7 +111,9 @@ impl Driver {
     }
 
     /// Reports what a `result` of an exchange's own holds beyond its `usage` (a subagent's
-    /// requests), unless the exchange compacted, whose difference is the compaction's.
+    /// requests; for a turn cut short, `error_during_execution`, whose `usage` is all zeros,
+    /// the request it cut), unless the exchange compacted, whose difference is the
+    /// compaction's.
     pub(super) fn bill_subagents(
         &self,
         result: &ResultEvent,
@@ -136,15 +138,20 @@ impl Driver {
         if beside == Usage::default() {
             return;
         }
+        let whose = if result.subtype == "error_during_execution" {
+            "a turn cut short (an interrupt)"
+        } else {
+            "a subagent's"
+        };
         tracing::info!(session = %self.session_id, tokens_read = beside.cache_read,
-            tokens_write = beside.written(), tokens_output = beside.output,
-            "claude-cli: requests billed beside the turn's own (a subagent's) are reported");
+            tokens_write = beside.written(), tokens_output = beside.output, whose,
+            "claude-cli: requests billed beside the turn's own usage are reported");
         self.bill(FailedAttempt {
             usage: beside,
             raw_usage: all.clone(),
             predicted: None,
             request_id: None,
-            error: "requests billed beside the turn's own (a subagent's): the result's model_usage_since_last_result beyond its usage".to_string(),
+            error: format!("requests billed beside the turn's own ({whose}): the result's model_usage_since_last_result beyond its usage"),
             breakpoints: Vec::new(),
             cleared: false,
         });

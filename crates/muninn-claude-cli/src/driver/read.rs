@@ -224,9 +224,7 @@ impl Driver {
                 self.take_unprompted(&result, &raw, collected, report, read.requested_1h);
             }
             CliEvent::Result(result) => {
-                if !matches!(result.subtype.as_str(), "error_during_execution") {
-                    self.bill_subagents(&result, collected, read.requested_1h);
-                }
+                self.bill_subagents(&result, collected, read.requested_1h);
                 return result_end(result, read, run_flush, collected);
             }
             CliEvent::Unknown(v) => {
