@@ -320,6 +320,8 @@ async fn the_first_sync_is_history_then_each_message_is_mail_once_with_its_conte
     // `#alias` without a server: the account's own.
     let running = rig.start(&[&format!("#{name}")], |_| {});
     rig.bot_joined(&room).await;
+    // The first sync is history: what is said before it ends is context, never mail.
+    rig.first_sync().await;
     let first = rig.human.send(&room, "new one", &[]).await;
     let second = rig.human.send(&room, "new two, vala?", &[&rig.bot]).await;
     let mail = rig.mail_count(2).await;

@@ -46,6 +46,8 @@ async fn a_device_logged_out_mid_conversation_logs_in_again_and_loses_and_repeat
     let public = format!("#{name}");
     let running = rig.start(&[&public], |_| {});
     rig.bot_joined(&room).await;
+    // The first sync is history: what is said before it ends is context, never mail.
+    rig.first_sync().await;
     let mut said = vec![rig.human.send(&room, "one", &[]).await];
     rig.mail_count(1).await;
     let mut answered = 0;
@@ -366,6 +368,8 @@ async fn an_upgraded_room_is_followed_and_what_was_said_before_the_join_is_mail(
     let public = format!("#{name}");
     let running = rig.start(&[&public], |_| {});
     rig.bot_joined(&room).await;
+    // The first sync is history: what is said before it ends is context, never mail.
+    rig.first_sync().await;
     let mut said = vec![rig.human.send(&room, "before the upgrade", &[]).await];
     rig.mail_count(1).await;
     // The creator upgrades the room and talks on in the replacement at once: before the bot
