@@ -67,8 +67,8 @@ pub struct CliConfig {
     /// SIGKILL).
     pub shutdown_timeout: Duration,
     /// The key session handles are minted with. When set, a session found on disk is resumed
-    /// only through a verified [`Handle`] ([`ClaudeCliBackend::resume_with`]), and a
-    /// [`Backend::start`] with no handle claimed starts a fresh session under the next unused
+    /// only through a verified [`Handle`](crate::Handle) ([`ClaudeCliBackend::resume_with`](crate::ClaudeCliBackend::resume_with)), and a
+    /// [`Backend::start`](muninn_backend::Backend::start) with no handle claimed starts a fresh session under the next unused
     /// derived id; when `None`, any transcript found is resumed (the caller vouches for it).
     pub binding_key: Option<BindingKey>,
     /// The CLI's built-in tools the session may use (`--tools Read,Grep`); empty (the default)
@@ -79,25 +79,25 @@ pub struct CliConfig {
     pub permission_mode: Option<String>,
     /// `--max-budget-usd`, in micro-dollars, for each child **process**: the CLI stops a turn
     /// that crosses it (after the request that crossed it) and refuses later ones; both come
-    /// back as [`BackendError::Api`] with kind `budget_exhausted`. The CLI counts it from the
+    /// back as [`BackendError::Api`](muninn_backend::BackendError::Api) with kind `budget_exhausted`. The CLI counts it from the
     /// process's start, not over the session — `total_cost_usd` is restored on `--resume`, the
     /// budget's count is not (measured on 2.1.332) — so a relaunch (a crash, an unpark) starts
     /// it afresh, and a long-lived child spends it across all its turns. For a budget per unit
     /// of work use [`CliConfig::run_budget_micro_usd`]; the two cannot be combined.
     pub max_budget_micro_usd: Option<u64>,
-    /// The most one run may spend, micro-dollars: each [`Backend::run`] (a Self brief, its
-    /// flush included) — and each [`Backend::turn`] or [`Backend::compact`], which are runs of
+    /// The most one run may spend, micro-dollars: each [`Backend::run`](muninn_backend::Backend::run) (a Self brief, its
+    /// flush included) — and each [`Backend::turn`](muninn_backend::Backend::turn) or [`Backend::compact`](muninn_backend::Backend::compact), which are runs of
     /// their own — gets this whole budget. Since the CLI counts `--max-budget-usd` per process
     /// (see [`CliConfig::max_budget_micro_usd`]), the driver gives a run a fresh count by
     /// relaunching the child (`--resume`, about 0.7 s, reported as
-    /// [`TurnReport::budget_relaunch`]) when the live child has already served a run; a child
+    /// [`TurnReport::budget_relaunch`](crate::TurnReport::budget_relaunch)) when the live child has already served a run; a child
     /// launched at start or after a park, crash or earlier relaunch is used as it is. A run
-    /// that crosses it ends as [`BackendError::Api`] with kind `budget_exhausted`; the next
+    /// that crosses it ends as [`BackendError::Api`](muninn_backend::BackendError::Api) with kind `budget_exhausted`; the next
     /// run gets a fresh budget. Meant for the Self, whose runs are minutes long; a session
     /// without it (the Persona) keeps its one long-lived process.
     pub run_budget_micro_usd: Option<u64>,
     /// `--max-turns`: the most requests one turn (tool loop) may make; running out comes back as
-    /// [`BackendError::Api`] with kind `max_turns`.
+    /// [`BackendError::Api`](muninn_backend::BackendError::Api) with kind `max_turns`.
     pub max_turns: Option<u32>,
     /// **Tests only**: leave the CLI's own auto-compaction on (no `DISABLE_AUTO_COMPACT`,
     /// `"autoCompactEnabled": true`), to show that the switches muninn sets are what stops it.
@@ -112,7 +112,7 @@ pub enum CredentialKind {
     #[default]
     ApiKey,
     /// An OAuth access token (`claude setup-token`), sent as `authorization: Bearer`. With it the
-    /// CLI defaults to the subscription's model, so give [`SessionSpec::model`] explicitly.
+    /// CLI defaults to the subscription's model, so give [`SessionSpec::model`](muninn_backend::SessionSpec::model) explicitly.
     OAuthToken,
 }
 

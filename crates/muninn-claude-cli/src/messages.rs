@@ -30,7 +30,7 @@ pub struct TurnReport {
     /// From reading the `result` line to `turn()` returning.
     pub from_result: Duration,
     /// The live child was restarted (`--resume`, no session event) before this exchange, to
-    /// give it a fresh [`CliConfig::run_budget_micro_usd`]; the time is in
+    /// give it a fresh [`CliConfig::run_budget_micro_usd`](crate::CliConfig::run_budget_micro_usd); the time is in
     /// [`TurnReport::to_write`].
     pub budget_relaunch: bool,
     /// The turn failed with nothing answered — the API refused it, it was given up at its
@@ -80,7 +80,7 @@ pub(crate) enum Command {
     },
 }
 
-/// What [`ClaudeCliBackend::park`] stopped.
+/// What [`ClaudeCliBackend::park`](crate::ClaudeCliBackend::park) stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParkReport {
     /// The [`SessionEvent::Parked`] also reported with the next turn.

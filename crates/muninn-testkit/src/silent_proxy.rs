@@ -4,8 +4,8 @@
 //! partition, a frozen machine, a firewall that drops the flow — is not something a real server
 //! can be asked to do. This proxy sits between a client and the real server and, when
 //! [frozen](SilentProxy::freeze), forwards nothing in either direction while keeping every
-//! socket open: the client's writes are accepted by its kernel, its reads wait. [Thawing]
-//! (SilentProxy::thaw) forwards what waited. [Abandoning](SilentProxy::abandon) leaves the
+//! socket open: the client's writes are accepted by its kernel, its reads wait.
+//! [Thawing](SilentProxy::thaw) forwards what waited. [Abandoning](SilentProxy::abandon) leaves the
 //! connections open so far silent for good while new ones flow: a flow lost in the network
 //! while the server itself is fine, which only a new connection gets past. [Holding new
 //! connections](SilentProxy::hold_new) is the reverse: the connections open so far flow, new

@@ -49,7 +49,7 @@ pub struct Synapse {
 }
 
 impl Synapse {
-    /// Starts a Synapse for `test`; `None` after [`missing_peer`] when Synapse is not
+    /// Starts a Synapse for `test`; `None` after [`missing_peer`](crate::peers::missing_peer) when Synapse is not
     /// installed. Panics (with its log) if it does not start.
     #[track_caller]
     pub fn start(test: &str) -> Option<Synapse> {
@@ -229,7 +229,7 @@ impl Drop for Synapse {
     }
 }
 
-/// One Synapse for a whole test binary, started on first use (`None` after [`missing_peer`]).
+/// One Synapse for a whole test binary, started on first use (`None` after [`missing_peer`](crate::peers::missing_peer)).
 /// It outlives every test; its watchdog stops it and removes its directory once the test
 /// process has exited.
 #[track_caller]
