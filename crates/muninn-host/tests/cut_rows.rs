@@ -6,7 +6,7 @@
 //! retry_is_in_the_ledger_once`, on a real `muninn serve`.)
 
 use crate::runtime::{World, faulty_world, ledger, mind, post, runner, set_cap, spent};
-use crate::telemetry::Buffer;
+use crate::telemetry::{Buffer, capture_logs};
 use muninn_core::closed_loop::verify;
 use muninn_core::price::PriceTable;
 use muninn_host::runtime::{MindRunner, Step};
@@ -36,23 +36,6 @@ fn billed_each(w: &World) -> Vec<i64> {
         .filter_map(|r| r.usage)
         .map(|u| price.cost(&u).0)
         .collect()
-}
-
-/// This test's log events at INFO and above, as JSON, while the guards live.
-pub(crate) fn capture_logs() -> (Buffer, tracing::Dispatch, tracing::subscriber::DefaultGuard) {
-    let logs = Buffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    // As in `telemetry::a_turn_is_one_json_log_event_with_its_fields`: every callsite asks
-    // this test's subscriber too, whatever a sibling test cached.
-    let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
-    let guard = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
-    (logs, anchor, guard)
 }
 
 /// A cut attempt whose commit on its own is refused, and refused again as its step ends: the

@@ -277,21 +277,8 @@ impl Buffer {
 
 #[tokio::test]
 async fn a_turn_is_one_json_log_event_with_its_fields() {
-    let logs = Buffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    // Tracing caches each callsite's interest once, process-wide. With at most one dispatcher
-    // alive it asks the *registering* thread's default: a sibling test (no subscriber) reaching
-    // a callsite first would cache "never" and hide this test's events. A second, inert
-    // dispatcher kept alive makes registration ask every live dispatcher, this one included.
-    let _anchor = tracing::Dispatch::new(tracing_subscriber::registry());
     // This test's runtime runs on this thread: the subscriber sees every event of the step.
-    let _guard = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
+    let (logs, _anchor, _guard) = capture_logs();
     let w = world().await;
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
@@ -593,4 +580,24 @@ fn a_transports_rooms_not_joined_outlast_its_changes_of_state_until_joined() {
         (live.state, live.since_ms, live.rooms_not_joined),
         (TransportState::Open, 3_000, Vec::new())
     );
+}
+
+/// This test's log events at INFO and above, as JSON, while the guards live (its runtime must
+/// run on this thread).
+pub(crate) fn capture_logs() -> (Buffer, tracing::Dispatch, tracing::subscriber::DefaultGuard) {
+    let logs = Buffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    // Tracing caches each callsite's interest once, process-wide. With at most one dispatcher
+    // alive it asks the *registering* thread's default: a sibling test (no subscriber) reaching
+    // a callsite first would cache "never" and hide this test's events. A second, inert
+    // dispatcher kept alive makes registration ask every live dispatcher, this one included.
+    let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+    let guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    (logs, anchor, guard)
 }

@@ -419,18 +419,7 @@ async fn a_brief_its_host_abandoned_is_reported_as_such_after_a_store_failure_de
 /// as every abandoned answer is given up, at error in the log with its turn key and cost.
 #[tokio::test]
 async fn an_answer_held_when_the_lease_was_lost_is_abandoned_loudly_at_shutdown() {
-    let logs = crate::telemetry::Buffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    // As in `telemetry::a_turn_is_one_json_log_event_with_its_fields`: every callsite asks
-    // this test's subscriber too, whatever a sibling test cached.
-    let _anchor = tracing::Dispatch::new(tracing_subscriber::registry());
-    let _guard = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
+    let (logs, _anchor, _guard) = crate::telemetry::capture_logs();
 
     let (w, faults) = faulty_world("").await;
     let mut a = runner(&w, mind(""), "host-a");
@@ -464,7 +453,7 @@ async fn an_answer_held_when_the_lease_was_lost_is_abandoned_loudly_at_shutdown(
 /// `cut_rows::a_landed_cut_row_waiting_at_a_new_lease_is_not_given_up_as_lost`.)
 #[tokio::test]
 async fn a_landed_answer_waiting_at_a_new_lease_is_not_abandoned_as_lost() {
-    let (logs, _anchor, _guard) = crate::cut_rows::capture_logs();
+    let (logs, _anchor, _guard) = crate::telemetry::capture_logs();
     let (w, faults) = faulty_world("").await;
     let mut a = runner(&w, mind(""), "host-a");
     a.register().await.unwrap();
@@ -498,7 +487,7 @@ async fn a_landed_answer_waiting_at_a_new_lease_is_not_abandoned_as_lost() {
 /// when the runner holds the Mind again.
 #[tokio::test]
 async fn a_landed_answer_whose_retry_meets_the_fence_is_not_abandoned_as_lost() {
-    let (logs, _anchor, _guard) = crate::cut_rows::capture_logs();
+    let (logs, _anchor, _guard) = crate::telemetry::capture_logs();
     let (w, faults) = faulty_world("").await;
     let mut a = runner(&w, mind(""), "host-a");
     a.register().await.unwrap();
