@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod api;
+mod bounds;
 mod ctxtools;
 mod diagnostics;
 mod e2e;

@@ -1,0 +1,66 @@
+//! Inputs the simulator bounds: what a client (or a test's admin call) sends must not make it
+//! work, allocate or count without end.
+
+use crate::support::T0;
+use muninn_sim::sim::{SimConfig, Simulator};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A schema asking for a value far larger than any reply: a string of 10¹² characters, and 64
+/// items at each of 12 nested levels (64¹² values). Each is a few hundred bytes of request.
+fn huge_schemas() -> Vec<(&'static str, Value)> {
+    let long_string = json!({
+        "type": "object",
+        "properties": {"text": {"type": "string", "minLength": 1_000_000_000_000_u64}},
+        "required": ["text"]
+    });
+    let mut nested = json!({"type": "string"});
+    for _ in 0..12 {
+        nested = json!({"type": "array", "items": nested, "minItems": 64});
+    }
+    let nested = json!({"type": "object", "properties": {"rows": nested}, "required": ["rows"]});
+    vec![("a long string", long_string), ("nested arrays", nested)]
+}
+
+/// The model writes a tool's input from the tool's schema, which is the client's: a schema that
+/// asks for more than any reply can hold is answered at once, cut at `max_tokens`, as a model
+/// stops there. The simulator used to generate the whole value first (padding the string a
+/// character at a time, filling every level of arrays), never answering.
+#[test]
+fn a_tool_schema_asking_for_a_huge_value_is_answered_at_once() {
+    let sim = Arc::new(Simulator::new(SimConfig {
+        frozen_at_ms: Some(T0),
+        ..Default::default()
+    }));
+    for (what, schema) in huge_schemas() {
+        for (tool, text) in [
+            ("StructuredOutput", "answer"),
+            ("fill", "please use the fill tool"),
+        ] {
+            let body = json!({
+                "model": "claude-opus-5-5", "max_tokens": 1000,
+                "tools": [{"name": tool, "description": "reply", "input_schema": schema}],
+                "messages": [{"role": "user", "content": text}]
+            });
+            // On a thread of its own, so that a simulator that never answers fails the test
+            // instead of hanging it.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let answering = sim.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(answering.messages(&body, None, 1, T0));
+            });
+            let answer = rx
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("{what}, {tool}: no answer within 30 s"))
+                .unwrap();
+            assert_eq!(
+                (answer.reply.stop_reason, answer.usage.output <= 1000),
+                ("max_tokens", true),
+                "{what}, {tool}: {:?}",
+                answer.usage
+            );
+        }
+    }
+}
