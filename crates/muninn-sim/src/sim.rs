@@ -73,6 +73,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
 
+/// The latest virtual time the clock reaches (the last millisecond of the year 9999, Unix ms):
+/// far past any test, and far enough from `i64::MAX` that a time plus a TTL cannot overflow.
+pub const MAX_NOW_MS: i64 = 253_402_300_799_999;
+
 /// How the simulator starts.
 #[derive(Clone)]
 pub struct SimConfig {
@@ -151,11 +155,14 @@ pub struct Simulator {
 impl Simulator {
     /// A simulator with an empty cache.
     pub fn new(config: SimConfig) -> Simulator {
-        let base_ms = config.frozen_at_ms.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64)
-        });
+        let base_ms = config
+            .frozen_at_ms
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64)
+            })
+            .clamp(0, MAX_NOW_MS);
         Simulator {
             config,
             cache: Mutex::new(CacheState::new()),
@@ -174,19 +181,29 @@ impl Simulator {
         &self.config
     }
 
-    /// Virtual now, Unix ms.
+    /// Virtual now, Unix ms; never past [`MAX_NOW_MS`].
     pub fn now_ms(&self) -> i64 {
         let real = if self.config.frozen_at_ms.is_some() {
             0
         } else {
-            self.started.elapsed().as_millis() as i64
+            i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
         };
-        self.base_ms + real + self.offset_ms.load(Ordering::SeqCst)
+        self.base_ms
+            .saturating_add(real)
+            .saturating_add(self.offset_ms.load(Ordering::SeqCst))
+            .min(MAX_NOW_MS)
     }
 
-    /// Moves the virtual clock forward; returns the new now.
+    /// Moves the virtual clock forward (up to [`MAX_NOW_MS`], where it stops); returns the new
+    /// now.
     pub fn advance_clock(&self, ms: i64) -> i64 {
-        self.offset_ms.fetch_add(ms.max(0), Ordering::SeqCst);
+        // Saturating: an advance is a test's input, and an offset that wrapped would send the
+        // clock back.
+        let _previous = self
+            .offset_ms
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |offset| {
+                Some(offset.saturating_add(ms.max(0)).min(MAX_NOW_MS))
+            });
         self.now_ms()
     }
 

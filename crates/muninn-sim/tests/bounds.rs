@@ -1,7 +1,7 @@
 //! Inputs the simulator bounds: what a client (or a test's admin call) sends must not make it
 //! work, allocate or count without end.
 
-use crate::support::T0;
+use crate::support::{T0, sim};
 use muninn_sim::sim::{SimConfig, Simulator};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -63,4 +63,41 @@ fn a_tool_schema_asking_for_a_huge_value_is_answered_at_once() {
             );
         }
     }
+}
+
+/// `POST /admin/clock` moves virtual time by any amount it is given: one past what time can hold
+/// used to overflow it, and every later request (each reads the clock) failed with it. An
+/// advance past the clock's range is refused; the simulator goes on answering.
+#[tokio::test]
+async fn an_advance_past_the_clocks_range_is_refused_and_the_simulator_goes_on() {
+    let h = sim().await;
+    muninn_anthropic::client::install_ring_provider();
+    let client = reqwest::Client::new();
+    let advance = |ms: i64| {
+        client
+            .post(format!("{}/admin/clock", h.base_url()))
+            .body(json!({ "advance_ms": ms }).to_string())
+            .send()
+    };
+    let refused = advance(i64::MAX).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 400);
+    let clock = advance(60_000).await.unwrap().text().await.unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&clock).unwrap(),
+        json!({"now_ms": T0 + 60_000})
+    );
+    let answered = client
+        .post(format!("{}/v1/messages", h.base_url()))
+        .header("x-api-key", "sk-test")
+        .header("anthropic-version", "2023-06-01")
+        .body(
+            json!({"model": "claude-opus-5-5", "max_tokens": 50,
+                   "messages": [{"role": "user", "content": "hello"}]})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status().as_u16(), 200);
+    assert_eq!(h.sim.now_ms(), T0 + 60_000);
 }
