@@ -263,7 +263,8 @@ pub(crate) fn record_refusal(sim: &Simulator, mut record: RecordedRequest, e: &A
 }
 
 /// Answers a messages request whose headers and body were accepted, the same over HTTP and
-/// in-process: takes the next fault (waiting out a slow first byte, refusing for a refusal
+/// in-process: takes the next fault (waiting out a slow first byte — the request is then
+/// processed, and its cache applied, at the time the wait ends —, refusing for a refusal
 /// fault), asks the simulator, applies a usage-report fault and records the outcome either
 /// way. Returns the answer with the fault, whose stream effects are the caller's to apply.
 ///
@@ -281,6 +282,11 @@ pub(crate) async fn answer(
     record.fault = fault.clone();
     if let Some(FaultKind::Slow { first_byte_ms, .. }) = &fault {
         tokio::time::sleep(Duration::from_millis(*first_byte_ms)).await;
+        // Processed now, not at its arrival: requests that arrived meanwhile were applied to the
+        // cache already, and one applied at an earlier time would read what they wrote and
+        // refresh it with an expiry from before theirs. (A client gone during the delay has its
+        // request dropped unprocessed, as before.)
+        record.at_ms = sim.now_ms();
     }
     let outcome = match fault.as_ref().and_then(fault_error) {
         Some(e) => Err(e),

@@ -8,6 +8,7 @@ mod bounds;
 mod ctxtools;
 mod diagnostics;
 mod e2e;
+mod order;
 mod peers;
 mod suite;
 mod support;
