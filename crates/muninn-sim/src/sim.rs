@@ -92,7 +92,8 @@ pub struct SimConfig {
     /// Keep at most this many recorded requests (oldest dropped first).
     pub max_recorded: usize,
     /// Keep recorded bodies up to about this many bytes in all (oldest dropped first; the
-    /// newest is always kept).
+    /// newest is always kept), and the cache diagnostics' request shapes likewise (a checkpoint
+    /// per block).
     pub max_recorded_bytes: usize,
     /// Whether `ttl: "1h"` is honoured. `false` emulates a provider that ignores it (a missing
     /// beta, a policy) and caches every breakpoint for 5 minutes, so clients can test their

@@ -101,3 +101,46 @@ async fn an_advance_past_the_clocks_range_is_refused_and_the_simulator_goes_on()
     assert_eq!(answered.status().as_u16(), 200);
     assert_eq!(h.sim.now_ms(), T0 + 60_000);
 }
+
+/// A request of `blocks` one-word text blocks that opts into cache diagnostics, naming
+/// `previous`.
+fn many_blocks(blocks: usize, previous: Option<&str>) -> Value {
+    let content: Vec<Value> = (0..blocks)
+        .map(|i| json!({"type": "text", "text": format!("w{i}")}))
+        .collect();
+    json!({"model": "claude-opus-5-5", "max_tokens": 50,
+           "messages": [{"role": "user", "content": content}],
+           "diagnostics": {"previous_message_id": previous}})
+}
+
+/// The diagnostics keep each opted-in request's shape (a checkpoint per block) for the request
+/// that will name it. They were bounded by count alone (`max_recorded`, 1,000), so a client
+/// sending large requests made the simulator hold up to 1,000 of them — tens of gigabytes for
+/// bodies near the 32 MB limit — where the request log, bounded by its bodies' size too, held
+/// a few. They are now bounded by the log's byte budget as well, the oldest forgotten first.
+#[test]
+fn the_diagnostics_forget_the_oldest_shapes_past_the_logs_byte_budget() {
+    let sim = Simulator::new(SimConfig {
+        frozen_at_ms: Some(T0),
+        max_recorded_bytes: 2 * 1024 * 1024,
+        ..Default::default()
+    });
+    let first = sim
+        .messages(&many_blocks(40_000, None), None, 1, T0)
+        .unwrap();
+    for seq in 2..=4 {
+        sim.messages(&many_blocks(40_000, None), None, seq, T0)
+            .unwrap();
+    }
+    let named = sim
+        .messages(&many_blocks(40_000, Some(&first.id)), None, 5, T0)
+        .unwrap();
+    assert_eq!(
+        named
+            .diagnostics
+            .and_then(|d| d.cache_miss_reason)
+            .map(|r| r.kind),
+        Some("previous_message_not_found".to_string()),
+        "three requests of 40,000 blocks later, the first one's shape is forgotten"
+    );
+}
