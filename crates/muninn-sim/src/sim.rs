@@ -417,15 +417,14 @@ fn as_read(
     let (body, request) = context::receive_compactions(body, request)?;
     context::check_fields(&body, &request, betas)?;
     context::check_compaction(&request, betas)?;
-    let (request, applied) = apply_edits(&request)
+    let (edited, applied) = apply_edits(&request)
         .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
     let body = if applied.is_empty() {
         body
     } else {
-        serde_json::to_value(&request)
-            .map_err(|e| ApiError::new(500, "api_error", e.to_string()))?
+        context::edited_body(&body, &request, &edited)?
     };
-    Ok((body, request, applied))
+    Ok((body, edited, applied))
 }
 
 /// The API's 400 for a prompt the cache model refuses. A TTL out of order names the offending
