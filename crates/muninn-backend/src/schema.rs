@@ -17,14 +17,26 @@
 //! property (required or not), strings with `"<name>-value"` padded or cut to the length bounds,
 //! numbers with 42 clamped into range, booleans with `true`, arrays with `max(minItems, 1)` items
 //! (capped by `maxItems`). Recursion through `$ref` stops at depth 16 with `null`.
+//!
+//! The work is bounded whatever the schema asks (a schema can be a client's: the simulator
+//! generates tool inputs from the request's tool schemas): at most 64 items per array, and
+//! [`MAX_GENERATED`] units in all, one per value and one per string character. Past the budget,
+//! strings stop growing and values come out `null`, so such a value may not validate; it is then
+//! over 2²⁰ units, and as each value is at least one token and the padding one per four
+//! characters, over 262,144 tokens — more than any model writes in one reply.
 
 use serde_json::{Map, Value, json};
 
 const MAX_DEPTH: usize = 16;
 
-/// A deterministic value valid under `schema` (see the module docs for the subset).
+/// The most units [`generate`] spends on one value: one per value, one per string character.
+pub const MAX_GENERATED: usize = 1 << 20;
+
+/// A deterministic value valid under `schema` (see the module docs for the subset, and for the
+/// bound on the work).
 pub fn generate(schema: &Value) -> Value {
-    gen_at(schema, schema, "value", 0)
+    let mut budget = MAX_GENERATED;
+    gen_at(schema, schema, "value", 0, &mut budget)
 }
 
 fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
@@ -52,12 +64,13 @@ fn type_names(schema: &Value) -> Vec<&str> {
     }
 }
 
-fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize) -> Value {
-    if depth > MAX_DEPTH {
+fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize, budget: &mut usize) -> Value {
+    if depth > MAX_DEPTH || *budget == 0 {
         return Value::Null;
     }
+    *budget -= 1;
     let schema = resolve(root, schema);
-    if let Some(value) = gen_combined(root, schema, name, depth) {
+    if let Some(value) = gen_combined(root, schema, name, depth, budget) {
         return value;
     }
     let chosen = chosen_type(schema);
@@ -66,7 +79,7 @@ fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize) -> Value {
             let mut out = Map::new();
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {
                 for (key, sub) in props {
-                    out.insert(key.clone(), gen_at(root, sub, key, depth + 1));
+                    out.insert(key.clone(), gen_at(root, sub, key, depth + 1, budget));
                 }
             }
             Value::Object(out)
@@ -81,19 +94,25 @@ fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize) -> Value {
             let item = schema.get("items").cloned().unwrap_or(json!({}));
             Value::Array(
                 (0..n)
-                    .map(|_| gen_at(root, &item, name, depth + 1))
+                    .map(|_| gen_at(root, &item, name, depth + 1, budget))
                     .collect(),
             )
         }
         "integer" | "number" => gen_number(schema, chosen == "integer"),
         "boolean" => Value::Bool(true),
         "null" => Value::Null,
-        _ => gen_string(schema, name),
+        _ => gen_string(schema, name, budget),
     }
 }
 
 /// The value a `const`, `enum`, `anyOf`/`oneOf` or `allOf` schema dictates, if it is one.
-fn gen_combined(root: &Value, schema: &Value, name: &str, depth: usize) -> Option<Value> {
+fn gen_combined(
+    root: &Value,
+    schema: &Value,
+    name: &str,
+    depth: usize,
+    budget: &mut usize,
+) -> Option<Value> {
     if let Some(c) = schema.get("const") {
         return Some(c.clone());
     }
@@ -110,14 +129,14 @@ fn gen_combined(root: &Value, schema: &Value, name: &str, depth: usize) -> Optio
             .and_then(Value::as_array)
             .and_then(|b| b.first())
         {
-            return Some(gen_at(root, first, name, depth + 1));
+            return Some(gen_at(root, first, name, depth + 1, budget));
         }
     }
     let all = schema.get("allOf").and_then(Value::as_array)?;
     // Merge the branches' object properties; for non-objects the first branch decides.
     let mut merged = Map::new();
     for branch in all {
-        match gen_at(root, branch, name, depth + 1) {
+        match gen_at(root, branch, name, depth + 1, budget) {
             Value::Object(m) => merged.extend(m),
             other if merged.is_empty() => return Some(other),
             _ => {}
@@ -170,20 +189,25 @@ fn gen_number(schema: &Value, integer: bool) -> Value {
     }
 }
 
-/// `"<name>-value"`, padded with `x` or cut to the length bounds.
-fn gen_string(schema: &Value, name: &str) -> Value {
+/// `"<name>-value"`, padded with `x` or cut to the length bounds; the padding stops where the
+/// budget runs out.
+fn gen_string(schema: &Value, name: &str, budget: &mut usize) -> Value {
     let mut s = format!("{name}-value");
-    let min = schema.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let min = schema
+        .get("minLength")
+        .and_then(Value::as_u64)
+        .map_or(0, |m| usize::try_from(m).unwrap_or(usize::MAX));
     let max = schema
         .get("maxLength")
         .and_then(Value::as_u64)
-        .map_or(usize::MAX, |m| m as usize);
-    while s.chars().count() < min {
-        s.push('x');
-    }
-    if s.chars().count() > max {
+        .map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
+    let chars = s.chars().count();
+    let padding = min.saturating_sub(chars).min(*budget);
+    s.extend(std::iter::repeat_n('x', padding));
+    if chars + padding > max {
         s = s.chars().take(max).collect();
     }
+    *budget = budget.saturating_sub(s.len());
     Value::String(s)
 }
 

@@ -25,9 +25,9 @@
 //! # Tool-result clearing (beta `context-management-2025-06-27`)
 //!
 //! The edits are applied by [`muninn_anthropic::context::apply_edits`] — the same function the
-//! backend predicts with — and the request is then shaped, billed and answered as cleared: the
-//! cache reads up to the first cleared block and writes from it. The response carries
-//! `context_management.applied_edits[]`.
+//! backend predicts with — and laid over the request as sent ([`edited_body`]), which is then
+//! shaped, billed and answered as cleared: the cache reads up to the first cleared block and
+//! writes from it. The response carries `context_management.applied_edits[]`.
 //!
 //! # Thinking clearing (`clear_thinking_20251015`, same beta)
 //!
@@ -316,6 +316,76 @@ fn check_trigger(edit: &Value, at: &str) -> Result<(), ApiError> {
                 CompactEdit::MIN_TRIGGER
             ),
         )),
+    }
+}
+
+/// `body` as the provider reads it once the context edits turned `before` (its typed reading)
+/// into `after`: the edits laid over the JSON as sent, not `after` re-serialised, since the typed
+/// request drops the fields it does not name (a text block's `citations`) and those are part of
+/// the prompt the provider reads and caches. A message the edits left alone keeps its JSON; in
+/// one they changed, a block rewritten in place (a cleared result's `content`, a call's `input`)
+/// keeps its other fields, and a dropped block (thinking) is dropped.
+pub fn edited_body(
+    body: &Value,
+    before: &MessagesRequest,
+    after: &MessagesRequest,
+) -> Result<Value, ApiError> {
+    let internal = |e: serde_json::Error| ApiError::new(500, "api_error", e.to_string());
+    let mut body = body.clone();
+    let Some(Value::Array(messages)) = body.get_mut("messages") else {
+        return Ok(body);
+    };
+    for ((raw, old), new) in messages
+        .iter_mut()
+        .zip(&before.messages)
+        .zip(&after.messages)
+    {
+        if old == new {
+            continue;
+        }
+        let (
+            Content::Blocks(old_blocks),
+            Content::Blocks(new_blocks),
+            Some(Value::Array(raw_blocks)),
+        ) = (&old.content, &new.content, raw.get_mut("content"))
+        else {
+            continue;
+        };
+        let mut kept = Vec::with_capacity(new_blocks.len());
+        let mut next = new_blocks.iter().peekable();
+        for (raw_block, old_block) in raw_blocks.iter().zip(old_blocks) {
+            let Some(&new_block) = next.peek() else { break };
+            if new_block == old_block {
+                kept.push(raw_block.clone());
+            } else if same_block(old_block, new_block) {
+                let mut merged = raw_block.clone();
+                if let (Value::Object(fields), Value::Object(rewritten)) = (
+                    &mut merged,
+                    serde_json::to_value(new_block).map_err(internal)?,
+                ) {
+                    fields.extend(rewritten);
+                }
+                kept.push(merged);
+            } else {
+                // Dropped by the edit: the next block of `after` is a later one's.
+                continue;
+            }
+            next.next();
+        }
+        *raw_blocks = kept;
+    }
+    Ok(body)
+}
+
+/// Whether `after` is `before` rewritten in place (the same call, or the same call's result).
+fn same_block(before: &ContentBlock, after: &ContentBlock) -> bool {
+    match (before, after) {
+        (ContentBlock::ToolUse { id: a, .. }, ContentBlock::ToolUse { id: b, .. }) => a == b,
+        (
+            ContentBlock::ToolResult { tool_use_id: a, .. },
+            ContentBlock::ToolResult { tool_use_id: b, .. },
+        ) => a == b,
+        _ => false,
     }
 }
 

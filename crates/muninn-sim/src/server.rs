@@ -22,11 +22,12 @@
 //!   `{"kind":"inflate_usage","cache_read_tokens":970000}` to make a client believe its context
 //!   is nearly full, or `{"kind":"trickle","every_ms":60000}` for a reply that never goes
 //!   silent yet takes hours (one character, or one byte, a minute).
-//! - `GET|POST /admin/clock` — `{"now_ms":…}`; POST `{"advance_ms":N}` moves virtual time.
+//! - `GET|POST /admin/clock` — `{"now_ms":…}`; POST `{"advance_ms":N}` moves virtual time (a
+//!   400 for an N below 0 or past [`crate::sim::MAX_NOW_MS`]).
 //! - `GET|DELETE /admin/requests` — the recorded [`crate::sim::RecordedRequest`]s.
 //! - `POST /admin/reset` — empties the cache, the faults and the log.
 
-use crate::sim::{Answer, ApiError, Fault, FaultKind, RecordedRequest, Simulator};
+use crate::sim::{Answer, ApiError, Fault, FaultKind, MAX_NOW_MS, RecordedRequest, Simulator};
 use crate::strict::MAX_BODY_BYTES;
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -262,7 +263,8 @@ pub(crate) fn record_refusal(sim: &Simulator, mut record: RecordedRequest, e: &A
 }
 
 /// Answers a messages request whose headers and body were accepted, the same over HTTP and
-/// in-process: takes the next fault (waiting out a slow first byte, refusing for a refusal
+/// in-process: takes the next fault (waiting out a slow first byte — the request is then
+/// processed, and its cache applied, at the time the wait ends —, refusing for a refusal
 /// fault), asks the simulator, applies a usage-report fault and records the outcome either
 /// way. Returns the answer with the fault, whose stream effects are the caller's to apply.
 ///
@@ -280,6 +282,11 @@ pub(crate) async fn answer(
     record.fault = fault.clone();
     if let Some(FaultKind::Slow { first_byte_ms, .. }) = &fault {
         tokio::time::sleep(Duration::from_millis(*first_byte_ms)).await;
+        // Processed now, not at its arrival: requests that arrived meanwhile were applied to the
+        // cache already, and one applied at an earlier time would read what they wrote and
+        // refresh it with an expiry from before theirs. (A client gone during the delay has its
+        // request dropped unprocessed, as before.)
+        record.at_ms = sim.now_ms();
     }
     let outcome = match fault.as_ref().and_then(fault_error) {
         Some(e) => Err(e),
@@ -595,15 +602,19 @@ struct ClockBody {
 }
 
 async fn post_clock(State(sim): State<Arc<Simulator>>, body: Bytes) -> Response {
+    let room = MAX_NOW_MS - sim.now_ms();
     match serde_json::from_slice::<ClockBody>(&body) {
-        Ok(b) if b.advance_ms >= 0 => {
+        Ok(b) if (0..=room).contains(&b.advance_ms) => {
             axum::Json(json!({ "now_ms": sim.advance_clock(b.advance_ms) })).into_response()
         }
         _ => error_response(
             &ApiError::new(
                 400,
                 "invalid_request_error",
-                "expected {\"advance_ms\": N} with N >= 0 (the clock never goes back)",
+                format!(
+                    "expected {{\"advance_ms\": N}} with 0 <= N <= {room} (the clock never goes \
+                     back, nor past the year 9999)"
+                ),
             ),
             "req_sim_admin",
         ),

@@ -73,6 +73,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
 
+/// The latest virtual time the clock reaches (the last millisecond of the year 9999, Unix ms):
+/// far past any test, and far enough from `i64::MAX` that a time plus a TTL cannot overflow.
+pub const MAX_NOW_MS: i64 = 253_402_300_799_999;
+
 /// How the simulator starts.
 #[derive(Clone)]
 pub struct SimConfig {
@@ -88,7 +92,8 @@ pub struct SimConfig {
     /// Keep at most this many recorded requests (oldest dropped first).
     pub max_recorded: usize,
     /// Keep recorded bodies up to about this many bytes in all (oldest dropped first; the
-    /// newest is always kept).
+    /// newest is always kept), and the cache diagnostics' request shapes likewise (a checkpoint
+    /// per block).
     pub max_recorded_bytes: usize,
     /// Whether `ttl: "1h"` is honoured. `false` emulates a provider that ignores it (a missing
     /// beta, a policy) and caches every breakpoint for 5 minutes, so clients can test their
@@ -151,11 +156,14 @@ pub struct Simulator {
 impl Simulator {
     /// A simulator with an empty cache.
     pub fn new(config: SimConfig) -> Simulator {
-        let base_ms = config.frozen_at_ms.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64)
-        });
+        let base_ms = config
+            .frozen_at_ms
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64)
+            })
+            .clamp(0, MAX_NOW_MS);
         Simulator {
             config,
             cache: Mutex::new(CacheState::new()),
@@ -174,19 +182,29 @@ impl Simulator {
         &self.config
     }
 
-    /// Virtual now, Unix ms.
+    /// Virtual now, Unix ms; never past [`MAX_NOW_MS`].
     pub fn now_ms(&self) -> i64 {
         let real = if self.config.frozen_at_ms.is_some() {
             0
         } else {
-            self.started.elapsed().as_millis() as i64
+            i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
         };
-        self.base_ms + real + self.offset_ms.load(Ordering::SeqCst)
+        self.base_ms
+            .saturating_add(real)
+            .saturating_add(self.offset_ms.load(Ordering::SeqCst))
+            .min(MAX_NOW_MS)
     }
 
-    /// Moves the virtual clock forward; returns the new now.
+    /// Moves the virtual clock forward (up to [`MAX_NOW_MS`], where it stops); returns the new
+    /// now.
     pub fn advance_clock(&self, ms: i64) -> i64 {
-        self.offset_ms.fetch_add(ms.max(0), Ordering::SeqCst);
+        // Saturating: an advance is a test's input, and an offset that wrapped would send the
+        // clock back.
+        let _previous = self
+            .offset_ms
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |offset| {
+                Some(offset.saturating_add(ms.max(0)).min(MAX_NOW_MS))
+            });
         self.now_ms()
     }
 
@@ -399,15 +417,14 @@ fn as_read(
     let (body, request) = context::receive_compactions(body, request)?;
     context::check_fields(&body, &request, betas)?;
     context::check_compaction(&request, betas)?;
-    let (request, applied) = apply_edits(&request)
+    let (edited, applied) = apply_edits(&request)
         .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
     let body = if applied.is_empty() {
         body
     } else {
-        serde_json::to_value(&request)
-            .map_err(|e| ApiError::new(500, "api_error", e.to_string()))?
+        context::edited_body(&body, &request, &edited)?
     };
-    Ok((body, request, applied))
+    Ok((body, edited, applied))
 }
 
 /// The API's 400 for a prompt the cache model refuses. A TTL out of order names the offending

@@ -4,9 +4,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod api;
+mod bounds;
 mod ctxtools;
 mod diagnostics;
 mod e2e;
+mod order;
 mod peers;
 mod suite;
 mod support;

@@ -595,3 +595,69 @@ fn cached_up_to(earlier: &[muninn_sim::sim::RecordedRequest], kept: u64) -> u64 
         .max()
         .unwrap_or(0)
 }
+
+/// A tool loop of `rounds` calls after an answer whose text carries `citations` (a field the
+/// typed request does not name), with a breakpoint on the user message after it, and a
+/// tool-result clear that keeps the last 2 calls.
+fn cited_loop(system: &str, rounds: usize) -> Value {
+    let mut messages = vec![
+        json!({"role": "user", "content": "look the release date up"}),
+        json!({"role": "assistant", "content": [{"type": "text", "text": "It ships in March.",
+            "citations": [{"type": "web_search_result_location", "url": "https://example.com/r",
+                           "title": "Release notes", "cited_text": "The release ships in March.",
+                           "encrypted_index": "ZW5jcnlwdGVk"}]}]}),
+        json!({"role": "user", "content": [{"type": "text", "text": "thanks; now use the tool",
+            "cache_control": {"type": "ephemeral"}}]}),
+    ];
+    for i in 1..=rounds {
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": format!("toolu_{i}"), "name": "tool0", "input": {"n": i}}]}));
+        let result = format!("result {i}: {}", "lorem ipsum dolor ".repeat(200));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": result}]}));
+    }
+    let last = messages.len() - 1;
+    messages[last]["content"][0]["cache_control"] = json!({"type": "ephemeral"});
+    json!({"model": "claude-opus-5-5", "max_tokens": 50,
+           "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+           "tools": [{"name": "tool0", "description": "does thing 0", "input_schema": {"type": "object"}}],
+           "context_management": {"edits": [{"type": "clear_tool_uses_20250919",
+               "trigger": {"type": "input_tokens", "value": 1000},
+               "keep": {"type": "tool_uses", "value": 2}}]},
+           "messages": messages})
+}
+
+/// The provider reads a cleared request as it was sent but for what the clear changed. The
+/// simulator used to re-serialise its typed reading of the request whenever an edit applied,
+/// which drops the fields it does not name (a text block's `citations`): every block from the
+/// cited answer on was new to the cache, so the clear read only the system instead of up to the
+/// breakpoint before the first cleared result.
+#[tokio::test]
+async fn a_clear_bills_the_request_as_sent_but_for_the_cleared_results() {
+    let h = sim().await;
+    let betas = Some(muninn_anthropic::wire::CONTEXT_MANAGEMENT_BETA);
+    let system = long_system("cited", 2);
+    // Two calls: nothing to clear, the request is read as sent and cached to its breakpoints.
+    let before = cited_loop(&system, 2);
+    let first = h.sim.messages(&before, betas, 1, T0).unwrap();
+    assert_eq!(first.context_management, None);
+    // A third call clears the first call's result.
+    let cleared = cited_loop(&system, 3);
+    let answer = h.sim.messages(&cleared, betas, 2, T0).unwrap();
+    assert!(answer.context_management.is_some());
+    let mut expected = cleared.clone();
+    expected["messages"][4]["content"][0]["content"] =
+        json!(muninn_anthropic::context::CLEARED_PLACEHOLDER);
+    let breakpoints: Vec<u64> = shape(&before)
+        .unwrap()
+        .checkpoints
+        .iter()
+        .filter(|c| c.breakpoint.is_some())
+        .map(|c| c.tokens)
+        .collect();
+    assert_eq!(
+        (answer.usage.prompt(), answer.usage.cache_read),
+        (shape(&expected).unwrap().total_tokens, breakpoints[1]),
+        "the prompt as sent, cleared; read up to the breakpoint after the cited answer"
+    );
+}

@@ -1,7 +1,9 @@
 //! Cache diagnostics: a request with a `diagnostics` object (beta `cache-diagnosis-2026-04-07`;
 //! the header is not required) opts in. The simulator keeps the request's shape under the
-//! response's id (the newest [`super::SimConfig::max_recorded`] of them) and compares the
-//! request with the shape of `diagnostics.previous_message_id` by
+//! response's id (the newest [`super::SimConfig::max_recorded`] of them, holding no more
+//! checkpoints in all than [`super::SimConfig::max_recorded_bytes`] holds, the newest always
+//! kept: the request log's bounds) and compares the request with the shape of
+//! `diagnostics.previous_message_id` by
 //! [`muninn_anthropic::prompt::diverge`] — model, tools, system, then messages. A divergence is
 //! answered as `diagnostics.cache_miss_reason` with its `cache_missed_input_tokens`; an unknown
 //! previous id as `previous_message_not_found`; no divergence, or no previous id, as no
@@ -20,15 +22,28 @@ use std::collections::{HashMap, VecDeque};
 pub(super) struct Fingerprints {
     shapes: HashMap<String, PromptShape>,
     order: VecDeque<String>,
+    /// The checkpoints the kept shapes hold, in all.
+    checkpoints: usize,
 }
 
 impl Fingerprints {
-    fn keep(&mut self, id: &str, shape: PromptShape, max: usize) {
-        self.shapes.insert(id.to_string(), shape);
-        self.order.push_back(id.to_string());
-        while self.order.len() > max {
-            if let Some(old) = self.order.pop_front() {
-                self.shapes.remove(&old);
+    /// Keeps `shape` under `id`, then forgets the oldest shapes while more than `max` are kept
+    /// or they hold more than `max_checkpoints` (a shape has a checkpoint per block of its
+    /// request, so a count alone does not bound the memory).
+    fn keep(&mut self, id: &str, shape: PromptShape, max: usize, max_checkpoints: usize) {
+        self.checkpoints += shape.checkpoints.len();
+        if let Some(replaced) = self.shapes.insert(id.to_string(), shape) {
+            self.checkpoints -= replaced.checkpoints.len();
+        } else {
+            self.order.push_back(id.to_string());
+        }
+        while self.order.len() > max || (self.checkpoints > max_checkpoints && self.order.len() > 1)
+        {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(forgotten) = self.shapes.remove(&old) {
+                self.checkpoints -= forgotten.checkpoints.len();
             }
         }
     }
@@ -68,7 +83,9 @@ impl Simulator {
             };
             (diagnostics, recorded)
         });
-        fingerprints.keep(id, shaped, self.config.max_recorded.max(1));
+        let max_checkpoints = self.config.max_recorded_bytes
+            / std::mem::size_of::<muninn_core::cache::Checkpoint>().max(1);
+        fingerprints.keep(id, shaped, self.config.max_recorded.max(1), max_checkpoints);
         match answer {
             Some((diagnostics, recorded)) => (diagnostics, Some(recorded)),
             None => (None, None),

@@ -39,7 +39,8 @@ pub enum FaultKind {
         /// Deltas sent before the cut.
         after_deltas: u32,
     },
-    /// A slow reply: a delay before the first byte, and between stream events.
+    /// A slow reply: a delay before the first byte, and between stream events. The request is
+    /// processed when the first delay ends (a client gone by then has it dropped unprocessed).
     Slow {
         /// Milliseconds before the response starts.
         #[serde(default)]

@@ -15,7 +15,9 @@ use std::collections::VecDeque;
 pub struct RecordedRequest {
     /// 1-based order of arrival.
     pub seq: u64,
-    /// Virtual time of arrival, Unix ms: what the cache model was applied at.
+    /// Virtual time of arrival, Unix ms: what the cache model was applied at (for a request
+    /// whose first byte a [`FaultKind::Slow`] delayed, the time the delay ended, when it was
+    /// processed).
     pub at_ms: i64,
     /// `/v1/messages` or `/v1/messages/count_tokens`.
     pub path: String,

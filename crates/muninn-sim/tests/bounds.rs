@@ -1,0 +1,146 @@
+//! Inputs the simulator bounds: what a client (or a test's admin call) sends must not make it
+//! work, allocate or count without end.
+
+use crate::support::{T0, sim};
+use muninn_sim::sim::{SimConfig, Simulator};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A schema asking for a value far larger than any reply: a string of 10¹² characters, and 64
+/// items at each of 12 nested levels (64¹² values). Each is a few hundred bytes of request.
+fn huge_schemas() -> Vec<(&'static str, Value)> {
+    let long_string = json!({
+        "type": "object",
+        "properties": {"text": {"type": "string", "minLength": 1_000_000_000_000_u64}},
+        "required": ["text"]
+    });
+    let mut nested = json!({"type": "string"});
+    for _ in 0..12 {
+        nested = json!({"type": "array", "items": nested, "minItems": 64});
+    }
+    let nested = json!({"type": "object", "properties": {"rows": nested}, "required": ["rows"]});
+    vec![("a long string", long_string), ("nested arrays", nested)]
+}
+
+/// The model writes a tool's input from the tool's schema, which is the client's: a schema that
+/// asks for more than any reply can hold is answered at once, cut at `max_tokens`, as a model
+/// stops there. The simulator used to generate the whole value first (padding the string a
+/// character at a time, filling every level of arrays), never answering.
+#[test]
+fn a_tool_schema_asking_for_a_huge_value_is_answered_at_once() {
+    let sim = Arc::new(Simulator::new(SimConfig {
+        frozen_at_ms: Some(T0),
+        ..Default::default()
+    }));
+    for (what, schema) in huge_schemas() {
+        for (tool, text) in [
+            ("StructuredOutput", "answer"),
+            ("fill", "please use the fill tool"),
+        ] {
+            let body = json!({
+                "model": "claude-opus-5-5", "max_tokens": 1000,
+                "tools": [{"name": tool, "description": "reply", "input_schema": schema}],
+                "messages": [{"role": "user", "content": text}]
+            });
+            // On a thread of its own, so that a simulator that never answers fails the test
+            // instead of hanging it.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let answering = sim.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(answering.messages(&body, None, 1, T0));
+            });
+            let answer = rx
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("{what}, {tool}: no answer within 30 s"))
+                .unwrap();
+            assert_eq!(
+                (answer.reply.stop_reason, answer.usage.output <= 1000),
+                ("max_tokens", true),
+                "{what}, {tool}: {:?}",
+                answer.usage
+            );
+        }
+    }
+}
+
+/// `POST /admin/clock` moves virtual time by any amount it is given: one past what time can hold
+/// used to overflow it, and every later request (each reads the clock) failed with it. An
+/// advance past the clock's range is refused; the simulator goes on answering.
+#[tokio::test]
+async fn an_advance_past_the_clocks_range_is_refused_and_the_simulator_goes_on() {
+    let h = sim().await;
+    muninn_anthropic::client::install_ring_provider();
+    let client = reqwest::Client::new();
+    let advance = |ms: i64| {
+        client
+            .post(format!("{}/admin/clock", h.base_url()))
+            .body(json!({ "advance_ms": ms }).to_string())
+            .send()
+    };
+    let refused = advance(i64::MAX).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 400);
+    let clock = advance(60_000).await.unwrap().text().await.unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&clock).unwrap(),
+        json!({"now_ms": T0 + 60_000})
+    );
+    let answered = client
+        .post(format!("{}/v1/messages", h.base_url()))
+        .header("x-api-key", "sk-test")
+        .header("anthropic-version", "2023-06-01")
+        .body(
+            json!({"model": "claude-opus-5-5", "max_tokens": 50,
+                   "messages": [{"role": "user", "content": "hello"}]})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status().as_u16(), 200);
+    assert_eq!(h.sim.now_ms(), T0 + 60_000);
+}
+
+/// A request of `blocks` one-word text blocks that opts into cache diagnostics, naming
+/// `previous`.
+fn many_blocks(blocks: usize, previous: Option<&str>) -> Value {
+    let content: Vec<Value> = (0..blocks)
+        .map(|i| json!({"type": "text", "text": format!("w{i}")}))
+        .collect();
+    json!({"model": "claude-opus-5-5", "max_tokens": 50,
+           "messages": [{"role": "user", "content": content}],
+           "diagnostics": {"previous_message_id": previous}})
+}
+
+/// The diagnostics keep each opted-in request's shape (a checkpoint per block) for the request
+/// that will name it. They were bounded by count alone (`max_recorded`, 1,000), so a client
+/// sending large requests made the simulator hold up to 1,000 of them — tens of gigabytes for
+/// bodies near the 32 MB limit — where the request log, bounded by its bodies' size too, held
+/// a few. They are now bounded by the log's byte budget as well, the oldest forgotten first.
+#[test]
+fn the_diagnostics_forget_the_oldest_shapes_past_the_logs_byte_budget() {
+    let sim = Simulator::new(SimConfig {
+        frozen_at_ms: Some(T0),
+        max_recorded_bytes: 2 * 1024 * 1024,
+        ..Default::default()
+    });
+    let first = sim
+        .messages(&many_blocks(40_000, None), None, 1, T0)
+        .unwrap();
+    for seq in 2..=4 {
+        sim.messages(&many_blocks(40_000, None), None, seq, T0)
+            .unwrap();
+    }
+    let named = sim
+        .messages(&many_blocks(40_000, Some(&first.id)), None, 5, T0)
+        .unwrap();
+    assert_eq!(
+        named
+            .diagnostics
+            .and_then(|d| d.cache_miss_reason)
+            .map(|r| r.kind),
+        Some("previous_message_not_found".to_string()),
+        "three requests of 40,000 blocks later, the first one's shape is forgotten"
+    );
+}
