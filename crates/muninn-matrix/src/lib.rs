@@ -28,7 +28,9 @@
 //!   that makes the batch durable. A crash before that commit re-reads the same batch from the
 //!   old position; a crash after it reads on from the new one. A `limited` timeline is paged
 //!   back with `/messages` to the previous position, so nothing between two syncs is skipped.
-//!   The first sync (no stored position) is history: context, not mail.
+//!   The first sync (no stored position) is history, context and not mail, in the rooms the
+//!   account was in before the Mind's first start; in a room it joined at that start, what
+//!   follows the join is mail.
 //! - **Exactly once out.** Each outbox message is `PUT …/send/m.room.message/{txn}` with its
 //!   request id as the transaction id, from the account's fixed device, then acknowledged
 //!   with its event id; a crash between the two sends it again, which the homeserver answers
