@@ -19,6 +19,7 @@ use crate::account::{Backoff, Context, Opened, lock, pause};
 use crate::client::{Direction, MatrixClient};
 use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
+use crate::first_start;
 use crate::history::{
     Chunk, Limits, Line, Window, after_join, changes_membership, joined_before, leaves_or_returns,
     mail_start, merge_rooms, out_before, read_chunk, settles_mail_start,
@@ -369,6 +370,12 @@ impl Ear {
         response: SyncResponse,
     ) -> Result<Vec<NewDelivery>, MatrixError> {
         self.follow_account(since, &response).await?;
+        if since.is_none() {
+            // Asked after the answer: every join it holds is older. A process started after
+            // one that stopped before its first commit finds these joined already.
+            let first = first_start::joined_since(&self.context, &self.client).await?;
+            self.joined.retain(|room| !first.contains(room));
+        }
         let segment_start = self.segment_start().await?;
         let own = self.context.account.user_id.clone();
         let held =

@@ -1,6 +1,7 @@
 //! What a long-lived homeserver account goes through: its device logged out mid-conversation
 //! (a password account logs in again on it; an access token account says to configure a new
-//! token), a configured room that cannot be joined yet, a room upgraded under it.
+//! token), a configured room that cannot be joined yet, a room upgraded under it, and its first
+//! start (a person speaking between its first join and its first sync).
 
 use super::*;
 use pretty_assertions::assert_eq;
