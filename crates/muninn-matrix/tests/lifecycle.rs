@@ -535,7 +535,8 @@ async fn a_refused_login_is_loud_bounded_and_recovers_and_no_line_carries_a_secr
 
 /// The first start: the account joins its configured room, and the person speaks before the
 /// first sync is asked (the sync is held there, at the mailbox read before it). What follows the
-/// join is mail, once; what was said before it, while the bot was only invited, is history. A
+/// join is mail, once; what was said before it, while the bot was only invited, is history, and
+/// so is what was said in a room the bot was in before it ever ran (its backlog). A
 /// direct chat the bot was invited to before it ever ran, accepted in the first answer, has its
 /// mail from the invite on, as before. Before, the first sync read the room's whole timeline as
 /// history and the message said after the join was never delivered.
@@ -547,12 +548,18 @@ async fn what_is_said_after_the_first_join_and_before_the_first_sync_is_mail_onc
     let name = alias("between");
     let room = rig.public_room(&name).await;
     rig.human.send(&room, "before the join", &[]).await;
+    // A room the bot was in before it ever ran: its backlog is history, never answered.
+    let earlier = alias("between-earlier");
+    let before = rig.human.create_room(Some(&earlier), &[], false).await;
+    rig.bot_user.join(&before).await;
+    rig.human.send(&before, "backlog", &[]).await;
+    let earlier = format!("#{earlier}");
     let dm = rig.human.create_room(None, &[&rig.bot], true).await;
     let invited = rig.human.send(&dm, "while invited", &[]).await;
     let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
     faulty.hold_mailbox_reads();
     let public = format!("#{name}");
-    let running = rig.start_on(faulty.clone(), &[&public], |_| {});
+    let running = rig.start_on(faulty.clone(), &[&public, &earlier], |_| {});
     rig.bot_joined(&room).await;
     eventually("the first sync held", Duration::from_secs(30), || async {
         (faulty.held_mailbox_reads() > 0).then_some(())
@@ -589,7 +596,7 @@ async fn what_is_said_after_the_first_join_and_before_the_first_sync_is_mail_onc
     assert_eq!(context, vec!["before the join"], "the backlog is context");
 
     // A restart reads on from the stored position: nothing is mail twice.
-    let running = rig.start(&[&public], |_| {});
+    let running = rig.start(&[&public, &earlier], |_| {});
     let later = rig.human.send(&room, "after a restart", &[]).await;
     let mail = rig.mail_count(4).await;
     running.stop().await;
