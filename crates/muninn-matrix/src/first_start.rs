@@ -13,7 +13,10 @@
 //! read of a first answer the rooms the account joined since that position are asked of the
 //! homeserver (one `/sync` from it, of the account's own memberships only). Every process reads
 //! the same first answer the same way until one commits it; after that the position is the
-//! sync's, and this is not looked at again.
+//! sync's, and this is not looked at again. (Synapse answers a repeat of either request within
+//! two minutes from its response cache. The rooms' answer is asked just after the first answer
+//! and cached as long, so a cached one is as old as the first answer read with it, give or take
+//! the moment between the two: the joins that answer holds are in it.)
 
 use crate::account::Context;
 use crate::client::MatrixClient;
