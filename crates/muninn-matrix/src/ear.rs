@@ -401,7 +401,8 @@ impl Ear {
                 lock(&self.directory).set_members(&room_id, joined);
             }
             // New to the account: not among the rooms it was in at its last commit (on the
-            // first sync, before its open joined its rooms: a room joined at this start).
+            // first sync, before its open joined its rooms or its first start began: a room
+            // joined at the first start).
             let own = &self.context.account.user_id;
             let known = self.joined.contains(&room_id);
             let newly = !known;

@@ -603,3 +603,52 @@ async fn what_is_said_after_the_first_join_and_before_the_first_sync_is_mail_onc
     expected.insert(0, ("after a restart".to_owned(), later));
     assert_eq!(ids(&mail), expected);
 }
+
+/// The first start again, with more said between the join and the first sync than a timeline
+/// holds: the first answer's timeline does not reach the join, and the room is paged back to it.
+/// Everything after the join is mail, in order, once; nothing before it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_said_after_the_first_join_than_a_timeline_holds_is_paged_back_to_the_join() {
+    let Some(rig) = rig("betweenlong").await else {
+        return;
+    };
+    let name = alias("betweenlong");
+    let room = rig.public_room(&name).await;
+    rig.human.send(&room, "before the join", &[]).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.hold_mailbox_reads();
+    let public = format!("#{name}");
+    let running = rig.start_on(faulty.clone(), &[&public], |c| c.timeline_limit = 2);
+    rig.bot_joined(&room).await;
+    eventually("the first sync held", Duration::from_secs(30), || async {
+        (faulty.held_mailbox_reads() > 0).then_some(())
+    })
+    .await;
+    let mut said = Vec::new();
+    for n in 0..4 {
+        said.push(
+            rig.human
+                .send(&room, &format!("after the join {n}"), &[])
+                .await,
+        );
+    }
+    faulty.release_mailbox_reads();
+    rig.first_sync().await;
+    let mail = rig.mail().await;
+    let stats = running.stop().await;
+    assert_eq!(
+        mail.iter()
+            .map(|d| (d.text.as_str(), d.source_id.as_str()))
+            .collect::<Vec<_>>(),
+        (0..4)
+            .map(|n| [
+                "after the join 0",
+                "after the join 1",
+                "after the join 2",
+                "after the join 3"
+            ][n])
+            .zip(said.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+    );
+    assert!(stats.pages > 0, "the join was paged back to: {stats:?}");
+}
