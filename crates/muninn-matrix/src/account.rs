@@ -8,7 +8,7 @@ use crate::joins::{self, NotJoined, RoomNotJoined};
 use crate::rooms::{Directory, RoomKind};
 use crate::session::Session;
 use crate::upgrades;
-use crate::{OnDelivered, Stats, ear, mouth};
+use crate::{OnDelivered, Stats, ear, first_start, mouth};
 use muninn_backend::clock::Clock;
 use muninn_store::Store;
 use std::collections::HashSet;
@@ -107,8 +107,9 @@ async fn open(context: &Context) -> Result<Opened, MatrixError> {
     let session = Session::open(&context.config.homeserver, account).await?;
     let client = session.client().clone();
     let mut directory = Directory::default();
-    // Before joining anything: what the account was already in.
+    // Before joining anything: what the account was already in, and where a first start began.
     let joined: HashSet<String> = client.joined_rooms().await?.into_iter().collect();
+    first_start::mark(context, &client).await?;
     // A fresh list at each open: what is still out of reach is found again below.
     let not_joined = NotJoined::default();
     for name in &account.rooms {

@@ -9,6 +9,9 @@ use std::time::Duration;
 
 /// The name of the cursor a Mind's `/sync` position is stored under.
 pub const SYNC_CURSOR: &str = "matrix:sync";
+/// The name of the cursor the homeserver's position at a Mind's first start is stored under
+/// (before the account joins anything), read until its first sync is committed.
+pub const FIRST_START_CURSOR: &str = "matrix:first-start";
 
 /// The seed's per-delivery context bound: lines.
 pub const DEFAULT_CONTEXT_LINES: usize = 20;

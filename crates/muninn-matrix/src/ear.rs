@@ -19,6 +19,7 @@ use crate::account::{Backoff, Context, Opened, lock, pause};
 use crate::client::{Direction, MatrixClient};
 use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
+use crate::first_start;
 use crate::history::{
     Chunk, Limits, Line, Window, after_join, changes_membership, joined_before, leaves_or_returns,
     mail_start, merge_rooms, out_before, read_chunk, settles_mail_start,
@@ -28,7 +29,7 @@ use crate::joins::NotJoined;
 use crate::rooms::{Directory, RoomKind};
 use crate::session::Session;
 use crate::upgrades;
-use crate::wire::{JoinedRoom, RoomEvent, SyncResponse};
+use crate::wire::{JoinedRoom, RoomEvent, SyncResponse, is_joining};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
 use std::collections::{HashMap, HashSet};
@@ -369,6 +370,12 @@ impl Ear {
         response: SyncResponse,
     ) -> Result<Vec<NewDelivery>, MatrixError> {
         self.follow_account(since, &response).await?;
+        if since.is_none() {
+            // Asked after the answer: every join it holds is older. A process started after
+            // one that stopped before its first commit finds these joined already.
+            let first = first_start::joined_since(&self.context, &self.client).await?;
+            self.joined.retain(|room| !first.contains(room));
+        }
         let segment_start = self.segment_start().await?;
         let own = self.context.account.user_id.clone();
         let held =
@@ -393,10 +400,12 @@ impl Ear {
             if let (true, Some(joined)) = (in_room, room.summary.joined_member_count) {
                 lock(&self.directory).set_members(&room_id, joined);
             }
-            // New to the account: not among the rooms it was in at its last commit.
+            // New to the account: not among the rooms it was in at its last commit (on the
+            // first sync, before its open joined its rooms or its first start began: a room
+            // joined at the first start).
             let own = &self.context.account.user_id;
             let known = self.joined.contains(&room_id);
-            let newly = since.is_some() && !known;
+            let newly = !known;
             // Among them, but its membership changed since (a kick and a re-join, or a join
             // read again by a process that started after it): Synapse answers such a room as
             // newly joined, its timeline reaching back before `since`. Or not among them but
@@ -478,7 +487,9 @@ impl Ear {
                 (forward.events, 0, Some(forward.since), forward.out_at_start)
             }
             None => {
-                let (events, mail_from, back) = self.gather(since, room_id, room, newly).await?;
+                let direct = *kind == RoomKind::Direct;
+                let (events, mail_from, back) =
+                    self.gather(since, room_id, room, (newly, direct)).await?;
                 (events, mail_from, back, false)
             }
         };
@@ -526,13 +537,14 @@ impl Ear {
     /// A room's events from one sync, oldest first, where its mail starts, and the token
     /// before the oldest: a `limited` timeline with the gap since the last sync paged back; for
     /// a room the account joined since, mail from its invite or join on (paged back to find
-    /// it); on the first sync, no mail at all.
+    /// it); on the first sync, no mail in a room the account was in before this start, and mail
+    /// from the join on in one it joined at this start (a direct chat's from its invite on).
     async fn gather(
         &self,
         since: Option<&str>,
         room_id: &str,
         room: JoinedRoom,
-        newly: bool,
+        (newly, direct): (bool, bool),
     ) -> Result<(Vec<RoomEvent>, usize, Option<String>), MatrixError> {
         let own = &self.context.account.user_id;
         let timeline = room.timeline;
@@ -546,9 +558,28 @@ impl Ear {
             _ => None,
         };
         match (since, newly) {
-            (None, _) => {
+            (None, false) => {
+                // The backlog of a room the Mind already listened in, or was in before it ever
+                // ran: context, never answered.
                 let history = events.len();
                 Ok((events, history, back))
+            }
+            (None, true) if !direct => {
+                // Joined at this start, before the first sync answered: what follows the join
+                // was said to a Mind already listening and is mail. What came before it, said
+                // while the account was invited too, is the backlog of a room it was not yet
+                // listening in (a direct chat's invite, below, is addressed to it).
+                if let Some(start) = after_join(&events, own) {
+                    return Ok((events, start, back));
+                }
+                let Some(from) = paging else {
+                    return Ok((events, 0, back));
+                };
+                let joins = |e: &RoomEvent| is_joining(e, own);
+                let (older, token) = self.page_back(room_id, from, None, &joins).await?;
+                events.splice(0..0, older);
+                let start = after_join(&events, own).unwrap_or(0);
+                Ok((events, start, token))
             }
             (Some(_), _) if self.replacements.contains(room_id) => {
                 // An upgraded room's replacement: all of it is mail, from its start.
@@ -560,7 +591,7 @@ impl Ear {
                 events.splice(0..0, older);
                 Ok((events, 0, token))
             }
-            (Some(_), true) => {
+            (_, true) => {
                 if let Some(start) = mail_start(&events, own) {
                     return Ok((events, start, back));
                 }

@@ -785,3 +785,70 @@ async fn an_account_whose_task_panicked_is_reported_and_opened_again() {
     assert_eq!(health.last(), Some(&AccountHealth::Open), "{health:?}");
     running.stop().await;
 }
+
+/// A first start whose first answer is never committed (the store refuses it, then the process
+/// stops, as at a crash before the commit): the next process finds the rooms joined and no
+/// position stored. What was said after the first start's join, and in the direct chat it
+/// accepted while reading that answer, is mail once all the same; what was said before the
+/// join is history, and so is the backlog of a room the bot was in before it ever ran. Before, the next process took both rooms for rooms the account was in
+/// before the Mind ever ran, and read their first sync as history: both messages were lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_first_start_that_never_committed_joined_stays_mail_for_the_next_process() {
+    let Some(rig) = rig("firstcrash").await else {
+        return;
+    };
+    let name = alias("firstcrash");
+    let room = rig.public_room(&name).await;
+    rig.human.send(&room, "before the join", &[]).await;
+    // A room the bot was in before it ever ran: its backlog is history, never answered.
+    let earlier = alias("firstcrash-earlier");
+    let before = rig.human.create_room(Some(&earlier), &[], false).await;
+    rig.bot_user.join(&before).await;
+    rig.human.send(&before, "backlog", &[]).await;
+    let earlier = format!("#{earlier}");
+    let dm = rig.human.create_room(None, &[&rig.bot], true).await;
+    let invited = rig.human.send(&dm, "while invited", &[]).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.hold_mailbox_reads();
+    let public = format!("#{name}");
+    let running = rig.start_on(faulty.clone(), &[&public, &earlier], |_| {});
+    rig.bot_joined(&room).await;
+    eventually("the first sync held", Duration::from_secs(30), || async {
+        (faulty.held_mailbox_reads() > 0).then_some(())
+    })
+    .await;
+    let between = rig.human.send(&room, "after the join", &[]).await;
+    faulty.fail_batches(u32::MAX);
+    faulty.release_mailbox_reads();
+    eventually(
+        "the first answer refused",
+        Duration::from_secs(30),
+        || async { (faulty.refused() > 0).then_some(()) },
+    )
+    .await;
+    running.stop().await;
+    rig.bot_joined(&dm).await;
+    assert_eq!(rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap(), None);
+
+    let running = rig.start(&[&public, &earlier], |_| {});
+    rig.first_sync().await;
+    let later = rig.human.send(&room, "after the restart", &[]).await;
+    let mail = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == later).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    let mut said: Vec<(&str, &str)> = (mail.iter())
+        .map(|d| (d.text.as_str(), d.source_id.as_str()))
+        .collect();
+    said.sort();
+    assert_eq!(
+        said,
+        vec![
+            ("after the join", between.as_str()),
+            ("after the restart", later.as_str()),
+            ("while invited", invited.as_str()),
+        ]
+    );
+}

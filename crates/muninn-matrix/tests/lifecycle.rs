@@ -1,6 +1,7 @@
 //! What a long-lived homeserver account goes through: its device logged out mid-conversation
 //! (a password account logs in again on it; an access token account says to configure a new
-//! token), a configured room that cannot be joined yet, a room upgraded under it.
+//! token), a configured room that cannot be joined yet, a room upgraded under it, and its first
+//! start (a person speaking between its first join and its first sync).
 
 use super::*;
 use pretty_assertions::assert_eq;
@@ -530,4 +531,124 @@ async fn a_refused_login_is_loud_bounded_and_recovers_and_no_line_carries_a_secr
         assert!(!text.contains(secret), "a log line carries {secret:?}");
     }
     assert!(text.contains("M_FORBIDDEN"), "the refusal is logged");
+}
+
+/// The first start: the account joins its configured room, and the person speaks before the
+/// first sync is asked (the sync is held there, at the mailbox read before it). What follows the
+/// join is mail, once; what was said before it, while the bot was only invited, is history, and
+/// so is what was said in a room the bot was in before it ever ran (its backlog). A
+/// direct chat the bot was invited to before it ever ran, accepted in the first answer, has its
+/// mail from the invite on, as before. Before, the first sync read the room's whole timeline as
+/// history and the message said after the join was never delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_said_after_the_first_join_and_before_the_first_sync_is_mail_once() {
+    let Some(rig) = rig("between").await else {
+        return;
+    };
+    let name = alias("between");
+    let room = rig.public_room(&name).await;
+    rig.human.send(&room, "before the join", &[]).await;
+    // A room the bot was in before it ever ran: its backlog is history, never answered.
+    let earlier = alias("between-earlier");
+    let before = rig.human.create_room(Some(&earlier), &[], false).await;
+    rig.bot_user.join(&before).await;
+    rig.human.send(&before, "backlog", &[]).await;
+    let earlier = format!("#{earlier}");
+    let dm = rig.human.create_room(None, &[&rig.bot], true).await;
+    let invited = rig.human.send(&dm, "while invited", &[]).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.hold_mailbox_reads();
+    let public = format!("#{name}");
+    let running = rig.start_on(faulty.clone(), &[&public, &earlier], |_| {});
+    rig.bot_joined(&room).await;
+    eventually("the first sync held", Duration::from_secs(30), || async {
+        (faulty.held_mailbox_reads() > 0).then_some(())
+    })
+    .await;
+    let between = rig.human.send(&room, "after the join", &[]).await;
+    faulty.release_mailbox_reads();
+    rig.first_sync().await;
+    let after = rig.human.send(&room, "after the first sync", &[]).await;
+    // Each message once, by its event id (the rooms' mail comes in no fixed order).
+    let ids = |mail: &[Delivery]| {
+        let mut ids: Vec<(String, String)> = (mail.iter())
+            .map(|d| (d.text.clone(), d.source_id.clone()))
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut expected = vec![
+        ("after the first sync".to_owned(), after.clone()),
+        ("after the join".to_owned(), between.clone()),
+        ("while invited".to_owned(), invited),
+    ];
+    // The last said is mail in any case; once it is, everything said before it was read (the
+    // direct chat's join, made while the first answer was read, is older than it).
+    let mail = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == after).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(ids(&mail), expected);
+    let delivery = mail.iter().find(|d| d.source_id == between).unwrap();
+    let context: Vec<&str> = delivery.context.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(context, vec!["before the join"], "the backlog is context");
+
+    // A restart reads on from the stored position: nothing is mail twice.
+    let running = rig.start(&[&public, &earlier], |_| {});
+    let later = rig.human.send(&room, "after a restart", &[]).await;
+    let mail = rig.mail_count(4).await;
+    running.stop().await;
+    expected.insert(0, ("after a restart".to_owned(), later));
+    assert_eq!(ids(&mail), expected);
+}
+
+/// The first start again, with more said between the join and the first sync than a timeline
+/// holds: the first answer's timeline does not reach the join, and the room is paged back to it.
+/// Everything after the join is mail, in order, once; nothing before it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_said_after_the_first_join_than_a_timeline_holds_is_paged_back_to_the_join() {
+    let Some(rig) = rig("betweenlong").await else {
+        return;
+    };
+    let name = alias("betweenlong");
+    let room = rig.public_room(&name).await;
+    rig.human.send(&room, "before the join", &[]).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.hold_mailbox_reads();
+    let public = format!("#{name}");
+    let running = rig.start_on(faulty.clone(), &[&public], |c| c.timeline_limit = 2);
+    rig.bot_joined(&room).await;
+    eventually("the first sync held", Duration::from_secs(30), || async {
+        (faulty.held_mailbox_reads() > 0).then_some(())
+    })
+    .await;
+    let mut said = Vec::new();
+    for n in 0..4 {
+        said.push(
+            rig.human
+                .send(&room, &format!("after the join {n}"), &[])
+                .await,
+        );
+    }
+    faulty.release_mailbox_reads();
+    rig.first_sync().await;
+    let mail = rig.mail().await;
+    let stats = running.stop().await;
+    assert_eq!(
+        mail.iter()
+            .map(|d| (d.text.as_str(), d.source_id.as_str()))
+            .collect::<Vec<_>>(),
+        (0..4)
+            .map(|n| [
+                "after the join 0",
+                "after the join 1",
+                "after the join 2",
+                "after the join 3"
+            ][n])
+            .zip(said.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+    );
+    assert!(stats.pages > 0, "the join was paged back to: {stats:?}");
 }

@@ -31,6 +31,9 @@
 //! the Minds; [`Store::renew_leases`] calls are counted, [`FaultyStore::lease_renewals`]), and
 //! the next N cursor reads ([`Store::cursor`], [`FaultyStore::panic_cursor_reads`]: a bug under
 //! a Matrix account's sync loop).
+//! Reads of a Mind's mailbox ([`Store::mailbox`]: what a Matrix account asks right before each
+//! `/sync`) can be held until released ([`FaultyStore::hold_mailbox_reads`]), so a test can act
+//! at a known point before a sync is asked, without a sleep.
 //! Everything else passes through, so a test can fault exactly the call that follows a
 //! backend's answer.
 //!
@@ -93,6 +96,10 @@ pub struct FaultyStore {
     panicking_lease_renewals: AtomicU32,
     /// `cursor` calls still to panic.
     panicking_cursor_reads: AtomicU32,
+    /// Whether `mailbox` calls wait (until it turns false).
+    holding_mailbox_reads: tokio::sync::watch::Sender<bool>,
+    /// `mailbox` calls that met the hold so far.
+    held_mailbox_reads: AtomicU32,
 }
 
 impl FaultyStore {
@@ -122,6 +129,8 @@ impl FaultyStore {
             lease_renewals: AtomicU32::new(0),
             panicking_lease_renewals: AtomicU32::new(0),
             panicking_cursor_reads: AtomicU32::new(0),
+            holding_mailbox_reads: tokio::sync::watch::channel(false).0,
+            held_mailbox_reads: AtomicU32::new(0),
         })
     }
 
@@ -242,6 +251,22 @@ impl FaultyStore {
     /// Matrix ear reads its sync position first), which takes the account's task down.
     pub fn panic_cursor_reads(&self, n: u32) {
         self.panicking_cursor_reads.store(n, Ordering::SeqCst);
+    }
+
+    /// Makes every `mailbox` call wait until [`release_mailbox_reads`](Self::release_mailbox_reads):
+    /// a Matrix account held just before it asks its next `/sync`.
+    pub fn hold_mailbox_reads(&self) {
+        self.holding_mailbox_reads.send_replace(true);
+    }
+
+    /// Lets the held `mailbox` calls (and every later one) through.
+    pub fn release_mailbox_reads(&self) {
+        self.holding_mailbox_reads.send_replace(false);
+    }
+
+    /// `mailbox` calls that met the hold so far (waiting or since let through).
+    pub fn held_mailbox_reads(&self) -> u32 {
+        self.held_mailbox_reads.load(Ordering::SeqCst)
     }
 
     /// `renew_leases` calls so far, the ones that panicked included.
@@ -597,6 +622,12 @@ impl Store for FaultyStore {
     }
 
     async fn mailbox(&self, mind: &str) -> Result<Mailbox> {
+        let mut hold = self.holding_mailbox_reads.subscribe();
+        if *hold.borrow_and_update() {
+            self.held_mailbox_reads.fetch_add(1, Ordering::SeqCst);
+            // The sender lives as long as the store: `wait_for` ends only at the release.
+            let _ = hold.wait_for(|held| !held).await;
+        }
         if armed(&self.failing_ack_position_reads) {
             return Err(injected("the database server closed the connection"));
         }
