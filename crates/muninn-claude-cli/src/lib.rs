@@ -82,7 +82,9 @@
 //!   a turn by itself after the turn's `result`. Should one come anyway, the driver drains the
 //!   child's idle output before each line and reads past a `result` that follows a
 //!   `system/init` with no echo of the line, once a main-thread task has notified; its usage is
-//!   reported and it is logged at warn with its cost (`driver/beside.rs`).
+//!   reported and it is logged at warn with its cost (`driver/beside.rs`). Stopping a child
+//!   (park, shutdown) reads its stdout to the end, so such a turn still running then is
+//!   reported too, by its `result` or, cut short, by its messages' usage as they began.
 //! - **The CLI never compacts by itself.** muninn decides when a conversation is summarised, and
 //!   a compaction the CLI starts on its own would rewrite the cached prefix behind muninn's back.
 //!   Two switches, each enough alone, both set: `DISABLE_AUTO_COMPACT=1` in the environment, and

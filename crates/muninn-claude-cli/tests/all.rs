@@ -178,6 +178,18 @@ fn bytes(items: &[String]) -> Vec<Vec<u8>> {
     items.iter().map(|i| i.as_bytes().to_vec()).collect()
 }
 
+/// Writes an executable stand-in for the CLI at `dir/claude` running `script` (sh).
+pub(crate) async fn stand_in(dir: &std::path::Path, script: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("claude");
+    std::fs::write(&bin, format!("#!/bin/sh\n{script}")).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A child forked elsewhere in this test binary may still hold the file open for writing
+    // (ETXTBSY) until it execs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    bin
+}
+
 const FLUSH_MESSAGE: &str = "MUNINN FLUSH: write your memory now and stop";
 
 fn protocol(ceiling_tokens: u64) -> FlushProtocol {

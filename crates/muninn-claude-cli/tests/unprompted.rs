@@ -210,3 +210,142 @@ async fn an_interrupted_turn_is_accounted_for_once() {
     );
     b.shutdown().await;
 }
+
+/// Stream-json events a stand-in CLI prints, and the script lines that print them.
+mod script {
+    use serde_json::{Value, json};
+
+    pub fn init() -> Value {
+        json!({"type": "system", "subtype": "init", "session_id": "s"})
+    }
+
+    pub fn echo(text: &str) -> Value {
+        json!({"type": "user", "isReplay": true, "message": {"role": "user", "content": text}})
+    }
+
+    /// A main-thread assistant line: one text block of API message `id`, with the usage the CLI
+    /// puts on every block (`message_start`'s: `input` uncached tokens, output 1).
+    pub fn said(text: &str, id: &str, input: u64) -> Value {
+        json!({"type": "assistant", "message": {"id": id, "model": "m",
+            "content": [{"type": "text", "text": text}],
+            "usage": {"input_tokens": input, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0, "output_tokens": 1}},
+            "parent_tool_use_id": null, "request_id": format!("req_{id}")})
+    }
+
+    /// A successful `result` whose turn billed `input` uncached tokens and one output token.
+    pub fn result(text: &str, input: u64) -> Value {
+        json!({"type": "result", "subtype": "success", "is_error": false, "result": text,
+            "usage": {"input_tokens": input, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0, "output_tokens": 1},
+            "model_usage_since_last_result": {"claude-opus-5-5": {"inputTokens": input,
+                "outputTokens": 1, "cacheReadInputTokens": 0, "cacheCreationInputTokens": 0,
+                "costUSD": 0.5}}})
+    }
+
+    /// A main-thread background task's end, after which the CLI starts a turn of its own.
+    pub fn notification() -> Value {
+        json!({"type": "system", "subtype": "task_notification", "task_id": "t1",
+            "status": "completed"})
+    }
+
+    /// `sh` lines printing `events`, one stdout line each.
+    pub fn printed(events: &[Value]) -> String {
+        events
+            .iter()
+            .map(|e| format!("printf '%s\\n' '{e}'\n"))
+            .collect()
+    }
+}
+
+/// A stand-in that answers one turn, then starts a turn of its own (a background task's
+/// notification) whose `result` comes a second later, and exits at the end of its stdin.
+fn answers_then_runs_its_own_turn(tail: &str) -> String {
+    use script::*;
+    format!(
+        "read line\n{}{}{tail}",
+        printed(&[
+            init(),
+            echo("u1"),
+            said("answer one", "msg_1", 11),
+            result("answer one", 11)
+        ]),
+        printed(&[
+            notification(),
+            init(),
+            said("UNPROMPTED-REPLY", "msg_own", 700)
+        ]),
+    )
+}
+
+/// A turn the CLI started by itself that is still running when the session is parked is
+/// billed: closing stdin lets the CLI finish it, and its `result`, which comes while the park
+/// waits for the child to exit, is read and reported like any turn of the CLI's own. Before,
+/// the park never read the child's stdout: the turn's 700 input tokens, billed by the
+/// provider, reached no ledger row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_the_cli_started_that_a_park_waits_out_is_billed() {
+    let dir = tempfile::tempdir().unwrap();
+    let tail = format!(
+        "sleep 1\n{}while read line; do :; done\n",
+        script::printed(&[script::result("UNPROMPTED-REPLY", 700)])
+    );
+    let bin = stand_in(dir.path(), &answers_then_runs_its_own_turn(&tail)).await;
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a8a").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("parked-own-turn")).await.unwrap();
+    let first = ok(b.turn(TurnInput::text("u1")).await);
+    assert_eq!((first.text.as_str(), first.usage.input), ("answer one", 11));
+    assert!(b.park().await.is_some(), "a child was running");
+    let beside = b.take_failed_attempts();
+    let inputs: Vec<u64> = beside.iter().map(|a| a.usage.input).collect();
+    assert_eq!(inputs, vec![700], "{beside:#?}");
+    assert!(
+        beside[0].error.contains("started by itself"),
+        "{}",
+        beside[0].error
+    );
+}
+
+/// A turn the CLI started by itself that has not ended when shutdown gives up on the child
+/// (it ignores the end of its stdin; SIGTERM after the shutdown timeout) is billed as far as
+/// its stdout shows: each API message's usage as it began (input and cache final, output as
+/// far as reported). Before, nothing of it was reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_the_cli_started_that_shutdown_cuts_short_is_billed_as_far_as_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = stand_in(
+        dir.path(),
+        &answers_then_runs_its_own_turn("exec sleep 30\n"),
+    )
+    .await;
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a8b").await;
+    r.config.shutdown_timeout = Duration::from_secs(1);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("cut-own-turn")).await.unwrap();
+    ok(b.turn(TurnInput::text("u1")).await);
+    let started = std::time::Instant::now();
+    b.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let beside = b.take_failed_attempts();
+    let usage: Vec<Usage> = beside.iter().map(|a| a.usage).collect();
+    assert_eq!(
+        usage,
+        vec![Usage {
+            input: 700,
+            output: 1,
+            ..Usage::default()
+        }],
+        "{beside:#?}"
+    );
+    assert_eq!(beside[0].request_id.as_deref(), Some("req_msg_own"));
+    assert!(
+        beside[0].error.contains("still running"),
+        "{}",
+        beside[0].error
+    );
+}

@@ -197,6 +197,10 @@ impl Driver {
                     f.state.reached_at = Some(f.started.elapsed());
                 }
                 collected.request_id = a.request_id.or(collected.request_id.take());
+                let id = a.message.id.clone();
+                if id.is_none() || collected.started.iter().all(|(seen, _)| *seen != id) {
+                    collected.started.push((id, a.message.usage.clone()));
+                }
                 // A subagent's message (it answers the main thread's `Agent` call, whose result
                 // the main thread then reads) is not the turn's reply: its text and calls are
                 // the subagent's, stored in the subagent's own file, not the session's.
@@ -253,10 +257,10 @@ impl Driver {
 
 /// The longest stdout is read after the child exited: the lines it wrote before are already
 /// in the pipe; only a process it left behind could keep the pipe open past this.
-const STDOUT_END_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const STDOUT_END_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Completes `wait` after `at`; never when `at` is `None`.
-async fn sleep_until_after(at: Option<tokio::time::Instant>, wait: std::time::Duration) {
+pub(super) async fn sleep_until_after(at: Option<tokio::time::Instant>, wait: std::time::Duration) {
     match at {
         Some(at) => tokio::time::sleep_until(at + wait).await,
         None => std::future::pending().await,
