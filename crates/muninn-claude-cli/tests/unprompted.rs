@@ -349,3 +349,39 @@ async fn a_turn_the_cli_started_that_shutdown_cuts_short_is_billed_as_far_as_kno
         beside[0].error
     );
 }
+
+/// What a dead child said does not outlive it: a child that told the driver a background task
+/// ended (after which the CLI may start a turn of its own, told apart by a `result` after a
+/// `system/init` with no echo of the line) and died, then the relaunched real CLI answering a
+/// `/compact` that cannot compact — init, the CLI's own `Error: No messages to compact`, a
+/// `result`, and no echo of the line. That `result` is the `/compact`'s: it fails as a
+/// compaction that did not happen, at once, and nothing is billed beside it. Before, the dead
+/// child's notification held in the new child: the `result` was taken for a turn the CLI
+/// started by itself (reported as billed), and the `/compact` waited out its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_childs_notification_does_not_outlive_it() {
+    let Some(cli) = claude_cli() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("notified-once");
+    // The first launch notifies and dies; every later one is the real CLI.
+    let wrapper = stand_in(
+        dir.path(),
+        &format!(
+            "if [ ! -e '{marker}' ]; then\n: > '{marker}'\n{}exit 0\nfi\nexec '{cli}' \"$@\"\n",
+            script::printed(&[script::notification()]),
+            marker = marker.display(),
+            cli = cli.display(),
+        ),
+    )
+    .await;
+    let mut r = rig(wrapper, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a8c").await;
+    r.config.turn_timeout = Duration::from_secs(30);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("notified")).await.unwrap();
+    let err = b.compact("").await.unwrap_err();
+    assert!(marker.exists(), "the notifying child never ran");
+    assert!(matches!(err, BackendError::CompactionFailed(_)), "{err:?}");
+    let beside = b.take_failed_attempts();
+    assert!(beside.is_empty(), "{beside:#?}");
+    b.shutdown().await;
+}
