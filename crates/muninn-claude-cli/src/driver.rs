@@ -253,6 +253,12 @@ struct Collected {
     /// usage the CLI put on its lines (`message_start`'s: input and cache final, output as far
     /// as reported): what is known of the cost of a turn whose `result` never came.
     started: Vec<(Option<String>, Value)>,
+    /// The exchange is a `/compact`: what its `result` bills beyond its `usage` is the
+    /// compaction's, not a subagent's.
+    compacting: bool,
+    /// The text of the CLI's own messages (`<synthetic>`: an API error, a `/compact` that could
+    /// not compact), which are no reply of the model's.
+    cli_said: Vec<String>,
 }
 
 impl Driver {

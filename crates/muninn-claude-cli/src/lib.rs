@@ -99,7 +99,9 @@
 //!   line and reads `system/status compacting` → `system/compact_boundary` → the summary `user`
 //!   event → `result` (`num_turns: 0`). Its outcome's usage is the compaction request's own
 //!   (from `model_usage_since_last_result`, since the `result`'s `usage` is all zeros), its text
-//!   the summary message the session continues from.
+//!   the summary message the session continues from. A `/compact` that did not compact fails
+//!   ([`BackendError::CompactionFailed`], with the CLI's own reason), and what it billed is
+//!   reported beside it as the failed compaction's ([`Backend::take_failed_attempts`]).
 //! - **Session events** (relaunch, park, unpark, reseed, fork, compaction) are queued the moment
 //!   they happen and drained by [`Backend::take_session_events`] as [`SessionEvent`]s; each is
 //!   also listed in the [`TurnReport`] of the turn it came with.

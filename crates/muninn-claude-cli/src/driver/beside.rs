@@ -154,14 +154,16 @@ impl Driver {
         self.notified = false;
         *collected = Collected {
             earlier: std::mem::take(&mut collected.earlier),
+            compacting: collected.compacting,
             ..Collected::default()
         };
     }
 
     /// Reports what a `result` of an exchange's own holds beyond its `usage` (a subagent's
     /// requests; for a turn cut short, `error_during_execution`, whose `usage` is all zeros,
-    /// the request it cut), unless the exchange compacted, whose difference is the
-    /// compaction's.
+    /// the request it cut; for a `/compact` that did not compact, whose `usage` is all zeros
+    /// too, its summary request), unless the exchange compacted, whose difference is the
+    /// compaction's, reported with its [`crate::SessionEvent::Compacted`].
     pub(super) fn bill_subagents(
         &self,
         result: &ResultEvent,
@@ -186,7 +188,9 @@ impl Driver {
         if beside == Usage::default() {
             return;
         }
-        let whose = if result.subtype == "error_during_execution" {
+        let whose = if collected.compacting {
+            "a /compact that did not compact"
+        } else if result.subtype == "error_during_execution" {
             "a turn cut short (an interrupt)"
         } else {
             "a subagent's"

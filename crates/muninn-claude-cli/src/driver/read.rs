@@ -187,6 +187,8 @@ impl Driver {
             }
             CliEvent::Assistant(a) => {
                 if a.message.model == "<synthetic>" {
+                    let said = a.message.content.iter().filter_map(|b| b["text"].as_str());
+                    collected.cli_said.extend(said.map(str::to_string));
                     return None;
                 }
                 if let Some(f) = run_flush.as_mut()

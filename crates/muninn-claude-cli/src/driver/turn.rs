@@ -40,6 +40,7 @@ impl Driver {
             let before = self.write_exchange(exchange, report, deadline).await?;
             *written_at = Some(Instant::now());
             let mut collected = carried.take().unwrap_or_default();
+            collected.compacting = compacting;
             let end = self
                 .read_turn(interrupts, run_flush, report, &mut collected, deadline)
                 .await;
