@@ -236,7 +236,9 @@ struct Collected {
     /// `result` that follows answers it. A `result` after a `system/init` with no echo, once a
     /// background task has notified, ends a turn the CLI started by itself (`beside.rs`).
     echoed: bool,
-    text: Vec<String>,
+    /// The main thread's text blocks, each with the id of the API message it came in (the CLI
+    /// writes a line per block): see [`Collected::reply_text`].
+    text: Vec<(Option<String>, String)>,
     /// The main thread's tool calls (a subagent's, in events with a `parent_tool_use_id`, are
     /// left out: the CLI stores them in the subagent's own file, not the session's).
     tool_calls: Vec<ToolCall>,
@@ -259,6 +261,25 @@ struct Collected {
     /// The text of the CLI's own messages (`<synthetic>`: an API error, a `/compact` that could
     /// not compact), which are no reply of the model's.
     cli_said: Vec<String>,
+}
+
+impl Collected {
+    /// The reply's text: the blocks of one API message joined as they came, and the messages
+    /// (a text before a tool call, the text after its result) apart by a blank line, as the
+    /// paragraphs they are — joined bare, one message's last sentence ran into the next's
+    /// first ("…tool.Tool result…"). A block with no message id is a message of its own.
+    fn reply_text(&self) -> String {
+        let mut reply = String::new();
+        let mut last: Option<&Option<String>> = None;
+        for (id, text) in &self.text {
+            if last.is_some_and(|l| l.is_none() || l != id) {
+                reply.push_str("\n\n");
+            }
+            reply.push_str(text);
+            last = Some(id);
+        }
+        reply
+    }
 }
 
 impl Driver {

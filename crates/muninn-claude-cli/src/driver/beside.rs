@@ -95,7 +95,7 @@ impl Driver {
             request_id = collected.request_id.as_deref().unwrap_or(""),
             tokens_uncached = usage.input, tokens_write_5m = usage.cache_write_5m,
             tokens_write_1h = usage.cache_write_1h, tokens_read = usage.cache_read,
-            tokens_output = usage.output, text = %super::truncate(&collected.text.join(""), 200),
+            tokens_output = usage.output, text = %super::truncate(&collected.reply_text(), 200),
             "claude-cli: the child was stopped during a turn the CLI started by itself; its result never came, and it is reported as far as its messages showed");
         if collected.started.is_empty() {
             // Begun, but no message of the model's came: whatever its request cost is unknown.
@@ -139,7 +139,7 @@ impl Driver {
         tracing::warn!(session = %self.session_id, cost_micro_usd,
             tokens_uncached = usage.input, tokens_write_5m = usage.cache_write_5m,
             tokens_write_1h = usage.cache_write_1h, tokens_read = usage.cache_read,
-            tokens_output = usage.output, text = %super::truncate(&collected.text.join(""), 200),
+            tokens_output = usage.output, text = %super::truncate(&collected.reply_text(), 200),
             "claude-cli: the CLI ran a turn by itself (a background task's notification); its usage is reported, its reply set aside");
         self.note_compactions(collected, None, false, &mut report.session_events);
         self.bill(FailedAttempt {

@@ -29,7 +29,7 @@ impl Driver {
         let mut usage = parse_usage(&result.usage, requested_1h);
         usage.add(&collected.earlier);
         let structured = result.structured_output.clone().filter(|v| !v.is_null());
-        let mut text = collected.text.join("");
+        let mut text = collected.reply_text();
         if text.is_empty() && structured.is_none() {
             text = result.text();
         }

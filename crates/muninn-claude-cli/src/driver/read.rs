@@ -199,15 +199,15 @@ impl Driver {
                     f.state.reached_at = Some(f.started.elapsed());
                 }
                 collected.request_id = a.request_id.or(collected.request_id.take());
-                let id = a.message.id.clone();
+                let id = a.message.id;
                 if id.is_none() || collected.started.iter().all(|(seen, _)| *seen != id) {
-                    collected.started.push((id, a.message.usage.clone()));
+                    collected.started.push((id.clone(), a.message.usage));
                 }
                 // A subagent's message (it answers the main thread's `Agent` call, whose result
                 // the main thread then reads) is not the turn's reply: its text and calls are
                 // the subagent's, stored in the subagent's own file, not the session's.
                 if a.parent_tool_use_id.is_none() {
-                    collect_blocks(a.message.content, collected);
+                    collect_blocks(id, a.message.content, collected);
                 }
             }
             CliEvent::ApiRetry(r) => self.note_retry(r, report),
@@ -319,18 +319,20 @@ pub(super) struct Read<'a> {
     pub(super) requested_1h: bool,
 }
 
-/// An assistant message's text blocks and tool calls (not the CLI's `StructuredOutput` call,
-/// which carries the schema's value and comes back in the `result`).
-fn collect_blocks(content: Vec<Value>, collected: &mut Collected) {
+/// An assistant message's text blocks (under the API message's `id`) and tool calls (not the
+/// CLI's `StructuredOutput` call, which carries the schema's value and comes back in the
+/// `result`).
+fn collect_blocks(id: Option<String>, content: Vec<Value>, collected: &mut Collected) {
     for block in content {
         match block.get("type").and_then(Value::as_str) {
-            Some("text") => collected.text.push(
+            Some("text") => collected.text.push((
+                id.clone(),
                 block
                     .get("text")
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string(),
-            ),
+            )),
             Some("tool_use") => {
                 let name = block.get("name").and_then(Value::as_str).unwrap_or("");
                 if name != "StructuredOutput" {

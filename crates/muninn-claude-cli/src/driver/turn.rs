@@ -348,7 +348,7 @@ enum Attempt {
 /// the usage of the results before it.
 fn terminated_outcome(collected: Collected, report: &TurnReport) -> TurnOutcome {
     TurnOutcome {
-        text: collected.text.join(""),
+        text: collected.reply_text(),
         tool_calls: collected.tool_calls,
         structured: None,
         stop_reason: "terminated".to_string(),
