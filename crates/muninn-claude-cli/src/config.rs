@@ -138,10 +138,12 @@ impl CredentialKind {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CredentialPassing {
     /// Through an inherited pipe, read to its end by the CLI (2.1.332 reads
-    /// `/proc/self/fd/<n>`): the secret is never in the child's environment, argv or a file.
+    /// `/proc/self/fd/<n>`): the secret is never in the child's environment, argv or a file,
+    /// nor in what the CLI's tool processes inherit (neither the descriptor nor its variable).
     #[default]
     FileDescriptor,
-    /// In the child's environment (readable in `/proc/<pid>/environ` by the same user): for CLI
+    /// In the child's environment (readable in `/proc/<pid>/environ` by the same user, and
+    /// handed by the CLI to every tool process it runs: a Bash call's `env` prints it): for CLI
     /// versions without the descriptor variables.
     Environment,
 }

@@ -33,7 +33,7 @@ mod turn;
 
 use crate::event::{CompactMetadata, ResultEvent};
 use crate::flush::FlushState;
-use crate::lines::BoundedLines;
+use crate::lines::{BoundedLines, Line};
 use crate::{
     BilledQueue, CliConfig, Command, EventQueue, ParkReport, SessionEvent, TurnDone, TurnReport,
     transcript_path,
@@ -236,7 +236,9 @@ struct Collected {
     /// `result` that follows answers it. A `result` after a `system/init` with no echo, once a
     /// background task has notified, ends a turn the CLI started by itself (`beside.rs`).
     echoed: bool,
-    text: Vec<String>,
+    /// The main thread's text blocks, each with the id of the API message it came in (the CLI
+    /// writes a line per block): see [`Collected::reply_text`].
+    text: Vec<(Option<String>, String)>,
     /// The main thread's tool calls (a subagent's, in events with a `parent_tool_use_id`, are
     /// left out: the CLI stores them in the subagent's own file, not the session's).
     tool_calls: Vec<ToolCall>,
@@ -249,6 +251,35 @@ struct Collected {
     /// The first non-replay `user` event after a boundary: the summary the session continues
     /// from.
     summary: Option<String>,
+    /// Each API message the model began (the main thread's and a subagent's), by id, with the
+    /// usage the CLI put on its lines (`message_start`'s: input and cache final, output as far
+    /// as reported): what is known of the cost of a turn whose `result` never came.
+    started: Vec<(Option<String>, Value)>,
+    /// The exchange is a `/compact`: what its `result` bills beyond its `usage` is the
+    /// compaction's, not a subagent's.
+    compacting: bool,
+    /// The text of the CLI's own messages (`<synthetic>`: an API error, a `/compact` that could
+    /// not compact), which are no reply of the model's.
+    cli_said: Vec<String>,
+}
+
+impl Collected {
+    /// The reply's text: the blocks of one API message joined as they came, and the messages
+    /// (a text before a tool call, the text after its result) apart by a blank line, as the
+    /// paragraphs they are — joined bare, one message's last sentence ran into the next's
+    /// first ("…tool.Tool result…"). A block with no message id is a message of its own.
+    fn reply_text(&self) -> String {
+        let mut reply = String::new();
+        let mut last: Option<&Option<String>> = None;
+        for (id, text) in &self.text {
+            if last.is_some_and(|l| l.is_none() || l != id) {
+                reply.push_str("\n\n");
+            }
+            reply.push_str(text);
+            last = Some(id);
+        }
+        reply
+    }
 }
 
 impl Driver {
@@ -426,19 +457,58 @@ impl Driver {
     }
 
     /// Closes stdin and waits; SIGTERM after the timeout; SIGKILL after as long again.
+    ///
+    /// The child's stdout is read meanwhile, to its end: no exchange is in flight, so whatever
+    /// comes is a turn the CLI started by itself. Closing stdin lets the CLI finish a running
+    /// turn, and that turn's `result` — or, when the child is cut short before it, what its
+    /// messages said they cost as they began — is billed (`beside.rs`), where it was once lost
+    /// with the pipe.
     async fn shutdown(&mut self) -> Option<ExitStatus> {
         let mut live = self.child.take()?;
         live.stdin = None;
         let wait = self.config.shutdown_timeout;
-        if let Ok(Ok(s)) = tokio::time::timeout(wait, live.child.wait()).await {
-            return Some(s);
+        let requested_1h = self.spec.conversation_ttl == muninn_core::cache::Ttl::OneHour;
+        let mut collected = Collected::default();
+        let mut report = TurnReport::default();
+        let mut status: Option<Option<ExitStatus>> = None;
+        let mut stdout_open = true;
+        let mut signals_sent = 0;
+        let mut escalate_at = tokio::time::Instant::now() + wait;
+        let mut exited_at = None;
+        while stdout_open || status.is_none() {
+            tokio::select! {
+                line = live.stdout.next_line(), if stdout_open => match line {
+                    Ok(Some(Line::Text(line))) => {
+                        self.idle_line(&line, &mut collected, &mut report, requested_1h);
+                    }
+                    Ok(Some(Line::Skipped(_))) => {}
+                    Ok(None) | Err(_) => stdout_open = false,
+                },
+                exit = live.child.wait(), if status.is_none() => {
+                    // Reaped: its pid may be reused, so no signal may go to it any more.
+                    live.pid = None;
+                    status = Some(exit.ok());
+                    exited_at = Some(tokio::time::Instant::now());
+                }
+                () = tokio::time::sleep_until(escalate_at), if status.is_none() => {
+                    match signals_sent {
+                        0 => sigterm(live.pid),
+                        1 => {
+                            tree::kill_descendants(live.pid);
+                            let _already_gone = live.child.start_kill();
+                        }
+                        _ => break,
+                    }
+                    signals_sent += 1;
+                    escalate_at = tokio::time::Instant::now() + wait;
+                }
+                // A process the child started may hold stdout open after the child exited.
+                () = read::sleep_until_after(exited_at, read::STDOUT_END_WAIT) => break,
+            }
         }
-        sigterm(live.pid);
-        if let Ok(Ok(s)) = tokio::time::timeout(wait, live.child.wait()).await {
-            return Some(s);
-        }
-        live.kill().await;
-        live.child.wait().await.ok()
+        self.take_unfinished(&collected);
+        self.pending_events.append(&mut report.session_events);
+        status.flatten()
     }
 }
 

@@ -51,6 +51,9 @@ pub struct AssistantEvent {
 /// The message inside an `assistant` line.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct AssistantMessage {
+    /// The API message's id (`msg_…`), the same on every line of its blocks.
+    #[serde(default)]
+    pub id: Option<String>,
     /// `<synthetic>` for the CLI's own error messages.
     #[serde(default)]
     pub model: String,

@@ -82,7 +82,9 @@
 //!   a turn by itself after the turn's `result`. Should one come anyway, the driver drains the
 //!   child's idle output before each line and reads past a `result` that follows a
 //!   `system/init` with no echo of the line, once a main-thread task has notified; its usage is
-//!   reported and it is logged at warn with its cost (`driver/beside.rs`).
+//!   reported and it is logged at warn with its cost (`driver/beside.rs`). Stopping a child
+//!   (park, shutdown) reads its stdout to the end, so such a turn still running then is
+//!   reported too, by its `result` or, cut short, by its messages' usage as they began.
 //! - **The CLI never compacts by itself.** muninn decides when a conversation is summarised, and
 //!   a compaction the CLI starts on its own would rewrite the cached prefix behind muninn's back.
 //!   Two switches, each enough alone, both set: `DISABLE_AUTO_COMPACT=1` in the environment, and
@@ -97,7 +99,9 @@
 //!   line and reads `system/status compacting` → `system/compact_boundary` → the summary `user`
 //!   event → `result` (`num_turns: 0`). Its outcome's usage is the compaction request's own
 //!   (from `model_usage_since_last_result`, since the `result`'s `usage` is all zeros), its text
-//!   the summary message the session continues from.
+//!   the summary message the session continues from. A `/compact` that did not compact fails
+//!   ([`BackendError::CompactionFailed`], with the CLI's own reason), and what it billed is
+//!   reported beside it as the failed compaction's ([`Backend::take_failed_attempts`]).
 //! - **Session events** (relaunch, park, unpark, reseed, fork, compaction) are queued the moment
 //!   they happen and drained by [`Backend::take_session_events`] as [`SessionEvent`]s; each is
 //!   also listed in the [`TurnReport`] of the turn it came with.

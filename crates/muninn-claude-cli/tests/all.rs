@@ -178,6 +178,18 @@ fn bytes(items: &[String]) -> Vec<Vec<u8>> {
     items.iter().map(|i| i.as_bytes().to_vec()).collect()
 }
 
+/// Writes an executable stand-in for the CLI at `dir/claude` running `script` (sh).
+pub(crate) async fn stand_in(dir: &std::path::Path, script: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("claude");
+    std::fs::write(&bin, format!("#!/bin/sh\n{script}")).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A child forked elsewhere in this test binary may still hold the file open for writing
+    // (ETXTBSY) until it execs.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    bin
+}
+
 const FLUSH_MESSAGE: &str = "MUNINN FLUSH: write your memory now and stop";
 
 fn protocol(ceiling_tokens: u64) -> FlushProtocol {
@@ -199,6 +211,53 @@ fn messages_from(sim: &SimHandle, from: usize) -> Vec<RecordedRequest> {
         .filter(|q| q.path == "/v1/messages")
         .skip(from)
         .collect()
+}
+
+/// Stream-json events a stand-in CLI prints, and the script lines that print them.
+pub(crate) mod script {
+    use serde_json::{Value, json};
+
+    pub fn init() -> Value {
+        json!({"type": "system", "subtype": "init", "session_id": "s"})
+    }
+
+    pub fn echo(text: &str) -> Value {
+        json!({"type": "user", "isReplay": true, "message": {"role": "user", "content": text}})
+    }
+
+    /// A main-thread assistant line: one text block of API message `id`, with the usage the CLI
+    /// puts on every block (`message_start`'s: `input` uncached tokens, output 1).
+    pub fn said(text: &str, id: &str, input: u64) -> Value {
+        json!({"type": "assistant", "message": {"id": id, "model": "m",
+            "content": [{"type": "text", "text": text}],
+            "usage": {"input_tokens": input, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0, "output_tokens": 1}},
+            "parent_tool_use_id": null, "request_id": format!("req_{id}")})
+    }
+
+    /// A successful `result` whose turn billed `input` uncached tokens and one output token.
+    pub fn result(text: &str, input: u64) -> Value {
+        json!({"type": "result", "subtype": "success", "is_error": false, "result": text,
+            "usage": {"input_tokens": input, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0, "output_tokens": 1},
+            "model_usage_since_last_result": {"claude-opus-5-5": {"inputTokens": input,
+                "outputTokens": 1, "cacheReadInputTokens": 0, "cacheCreationInputTokens": 0,
+                "costUSD": 0.5}}})
+    }
+
+    /// A main-thread background task's end, after which the CLI starts a turn of its own.
+    pub fn notification() -> Value {
+        json!({"type": "system", "subtype": "task_notification", "task_id": "t1",
+            "status": "completed"})
+    }
+
+    /// `sh` lines printing `events`, one stdout line each.
+    pub fn printed(events: &[Value]) -> String {
+        events
+            .iter()
+            .map(|e| format!("printf '%s\\n' '{e}'\n"))
+            .collect()
+    }
 }
 
 mod budget;

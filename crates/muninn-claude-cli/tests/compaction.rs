@@ -175,3 +175,52 @@ async fn compact_summarises_in_place_and_events_are_reported_once() {
     assert_eq!(b.take_session_events(), Vec::new());
     b.shutdown().await;
 }
+
+/// A `/compact` that did not compact yet was billed (a CLI stand-in: its summary request
+/// answered and paid for, then no `compact_boundary`, only the CLI's own error message) fails
+/// saying why, and what it billed is reported as the failed compaction's, not a subagent's.
+/// Before, the billed row read "requests billed beside the turn's own (a subagent's)", and the
+/// error gave no reason ("the CLI did not compact the session: ").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compact_that_did_not_compact_is_billed_as_what_it_was() {
+    use script::*;
+    let dir = tempfile::tempdir().unwrap();
+    let cli_error = json!({"type": "assistant", "message": {"id": "cli-own-1",
+        "model": "<synthetic>", "content": [{"type": "text",
+        "text": "Error during compaction: the summary was cut off"}], "usage": {}},
+        "parent_tool_use_id": null});
+    let mut not_compacted = result("", 0);
+    not_compacted["model_usage_since_last_result"]["claude-opus-5-5"]["inputTokens"] = json!(900);
+    let bin = stand_in(
+        dir.path(),
+        &format!(
+            "read line\n{}read line\n{}while read line; do :; done\n",
+            printed(&[
+                init(),
+                echo("k1"),
+                said("answer one", "msg_1", 11),
+                result("answer one", 11)
+            ]),
+            printed(&[init(), cli_error, not_compacted]),
+        ),
+    )
+    .await;
+    let r = rig(bin, "a7f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a54").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("not-compacted")).await.unwrap();
+    ok(b.turn(TurnInput::text("k1")).await);
+    let err = b.compact("keep it").await.unwrap_err();
+    assert!(
+        matches!(&err, BackendError::CompactionFailed(m) if m.contains("the summary was cut off")),
+        "{err:?}"
+    );
+    let beside = b.take_failed_attempts();
+    let inputs: Vec<u64> = beside.iter().map(|a| a.usage.input).collect();
+    assert_eq!(inputs, vec![900], "{beside:#?}");
+    assert!(
+        beside[0].error.contains("/compact") && !beside[0].error.contains("subagent"),
+        "{}",
+        beside[0].error
+    );
+    b.shutdown().await;
+}

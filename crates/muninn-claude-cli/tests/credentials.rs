@@ -259,3 +259,94 @@ async fn an_oauth_token_goes_as_a_bearer_and_the_environment_fallback_works() {
     let auths: Vec<String> = sim.sim.requests().into_iter().map(|r| r.auth).collect();
     assert_eq!(auths, ["bearer", "bearer"]);
 }
+
+/// Lets the session of `config` run Bash: allowed by its project's settings
+/// (`bypassPermissions` is refused to root), which the CLI reads only in a workspace marked
+/// trusted.
+fn allow_bash(config: &CliConfig) {
+    let project = config.work_dir().join(".claude");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("settings.json"),
+        json!({"permissions": {"allow": ["Bash"]}}).to_string(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(config.config_dir()).unwrap();
+    let trusted = json!({"projects": {config.work_dir().display().to_string():
+        {"hasTrustDialogAccepted": true}}});
+    std::fs::write(
+        config.config_dir().join(".claude.json"),
+        trusted.to_string(),
+    )
+    .unwrap();
+}
+
+/// What the CLI's tools see of the credential: nothing in the default descriptor mode. A Bash
+/// tool call lists its environment and its open descriptors; neither holds the key (the CLI
+/// read the pipe at start and passes its tools neither the descriptor nor its variable). The
+/// control: under the environment fallback the same call prints the key — the CLI hands its
+/// own environment to every tool process, so that fallback gives the credential to whatever a
+/// tool runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_process_gets_no_credential_from_the_descriptor() {
+    let Some(bin) = claude_cli() else { return };
+    let key = "sk-ant-tool-8b1d3f5a7c9e0b2d4f6a8c0e1b3d5f7a";
+    let sim = keyed_sim(key).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = keyed_config(
+        &bin,
+        dir.path(),
+        &sim,
+        key,
+        "f1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a55",
+    );
+    config.tools = vec!["Bash".to_string()];
+    let script = json!([
+        {"name": "Bash", "input": {"command": "env", "description": "environment"}},
+        {"name": "Bash", "input": {"command": "ls -l /proc/self/fd", "description": "descriptors"}},
+    ]);
+    let seen_by_tools = |sim: &SimHandle| -> Vec<String> {
+        let body = sim.sim.requests().last().unwrap().body.clone();
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .filter(|b| b["type"] == "tool_result")
+            .map(|b| b["content"].to_string())
+            .collect()
+    };
+    allow_bash(&config);
+    let mut b = ClaudeCliBackend::new(config.clone());
+    b.start(spec("tool-fd")).await.unwrap();
+    ok(
+        b.turn(TurnInput::text(format!("look [sim: tool calls {script}]")))
+            .await,
+    );
+    b.shutdown().await;
+    let [environment, descriptors] = seen_by_tools(&sim).try_into().unwrap();
+    assert!(
+        environment.contains("CLAUDE_CODE_SESSION_ID="),
+        "{environment}"
+    );
+    assert!(!environment.contains(key), "{environment}");
+    assert!(!environment.contains("FILE_DESCRIPTOR"), "{environment}");
+    assert!(descriptors.contains("/proc/"), "{descriptors}");
+    assert!(!descriptors.contains("pipe:"), "{descriptors}");
+
+    config.credential_passing = CredentialPassing::Environment;
+    config.session_id = "f1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a56".to_string();
+    allow_bash(&config);
+    let mut b = ClaudeCliBackend::new(config);
+    b.start(spec("tool-env")).await.unwrap();
+    ok(
+        b.turn(TurnInput::text(format!("look [sim: tool calls {script}]")))
+            .await,
+    );
+    b.shutdown().await;
+    let [environment, _] = seen_by_tools(&sim).try_into().unwrap();
+    assert!(
+        environment.contains(&format!("ANTHROPIC_API_KEY={key}")),
+        "{environment}"
+    );
+}

@@ -4,18 +4,6 @@
 use super::*;
 use pretty_assertions::assert_eq;
 
-/// Writes an executable stand-in for the CLI at `dir/claude` running `script` (sh).
-async fn stand_in(dir: &std::path::Path, script: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let bin = dir.join("claude");
-    std::fs::write(&bin, format!("#!/bin/sh\n{script}")).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    // A child forked elsewhere in this test binary may still hold the file open for writing
-    // (ETXTBSY) until it execs.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    bin
-}
-
 fn init_line() -> String {
     json!({"type": "system", "subtype": "init", "session_id": "s"}).to_string()
 }

@@ -739,3 +739,63 @@ async fn a_turn_whose_relaunch_failed_leaves_the_session_as_it_was() {
     assert_eq!(stored_user_lines_with(&r.config, &session, "g2: again"), 1);
     b.shutdown().await;
 }
+
+/// The part of the session file a refused turn added is read under a bound before the turn is
+/// taken back out (the driver checks it holds nothing of the model's). A CLI stand-in stores
+/// the turn's line and then 65 MiB more (a sparse run of NUL bytes, read fast and stored in
+/// nothing) before the API refusal: the turn is refused loudly, not cut — the file is left
+/// as the CLI wrote it, byte for byte, and the backend says the session is out of step, so the
+/// caller rebuilds it. Before, the driver read the whole part into memory, however large, and
+/// cut the file back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turns_part_of_the_session_file_past_the_bound_is_not_read_nor_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a61";
+    let file = dir
+        .path()
+        .join("data/home/.claude/projects/stand-in")
+        .join(format!("{session}.jsonl"));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let earlier = "{\"type\":\"user\",\"message\":{\"content\":\"earlier\"}}\n";
+    std::fs::write(&file, earlier).unwrap();
+    let refused = json!({"type": "result", "subtype": "success", "is_error": true,
+        "terminal_reason": "api_error", "api_error_status": 401,
+        "result": "API Error: 401", "usage": {"input_tokens": 0, "output_tokens": 0}});
+    let bin = stand_in(
+        dir.path(),
+        &format!(
+            "read line\n\
+             printf '%s\\n' '{{\"type\":\"user\",\"message\":{{\"content\":\"the turn\"}}}}' >> '{f}'\n\
+             truncate -s +65M '{f}'\n\
+             {}while read line; do :; done\n",
+            script::printed(&[script::init(), script::echo("p1"), refused]),
+            f = file.display(),
+        ),
+    )
+    .await;
+    let sim = sim().await;
+    let config = CliConfig::new(
+        bin,
+        dir.path().join("data"),
+        sim.base_url(),
+        Secret::new("sk-test-cli"),
+        session,
+    );
+    assert_eq!(transcript_path(&config, session), Some(file.clone()));
+    let mut b = ClaudeCliBackend::new(config);
+    b.start(spec("oversize")).await.unwrap();
+    let err = b.turn(TurnInput::text("p1")).await.unwrap_err();
+    assert!(
+        matches!(err, BackendError::Api { status: 401, .. }),
+        "{err:?}"
+    );
+    let report = b.last_report().unwrap().clone();
+    assert!(
+        report.out_of_step && !b.failure_left_session() && !b.failure_kept_turn(),
+        "{report:?}"
+    );
+    let len = std::fs::metadata(&file).unwrap().len();
+    let added = "{\"type\":\"user\",\"message\":{\"content\":\"the turn\"}}\n".len() as u64;
+    assert_eq!(len, earlier.len() as u64 + added + 65 * 1024 * 1024);
+    b.shutdown().await;
+}

@@ -621,3 +621,26 @@ async fn a_subagents_messages_are_not_the_turns_reply() {
     assert_eq!(calls, vec!["Agent"]);
     b.shutdown().await;
 }
+
+/// A reply the model gave in several API messages (here a text and a `Read` call, then, after
+/// the tool's result, a second text) keeps them apart: its messages are joined by a blank
+/// line, as paragraphs, while the blocks of one message are joined as they are. Before, the
+/// messages ran together: "I will use the Read tool.Tool result received: …".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_in_several_messages_keeps_them_apart() {
+    let Some(bin) = claude_cli() else { return };
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a8d").await;
+    r.config.tools = vec!["Read".to_string()];
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("paragraphs")).await.unwrap();
+    let o = ok(b.turn(TurnInput::text("please use Read on it")).await);
+    let calls: Vec<&str> = o.tool_calls.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(calls, vec!["Read"]);
+    assert!(
+        o.text
+            .starts_with("I will use the Read tool.\n\nTool result received: "),
+        "{:?}",
+        o.text
+    );
+    b.shutdown().await;
+}

@@ -210,3 +210,134 @@ async fn an_interrupted_turn_is_accounted_for_once() {
     );
     b.shutdown().await;
 }
+
+/// A stand-in that answers one turn, then starts a turn of its own (a background task's
+/// notification) whose `result` comes a second later, and exits at the end of its stdin.
+fn answers_then_runs_its_own_turn(tail: &str) -> String {
+    use script::*;
+    format!(
+        "read line\n{}{}{tail}",
+        printed(&[
+            init(),
+            echo("u1"),
+            said("answer one", "msg_1", 11),
+            result("answer one", 11)
+        ]),
+        printed(&[
+            notification(),
+            init(),
+            said("UNPROMPTED-REPLY", "msg_own", 700)
+        ]),
+    )
+}
+
+/// A turn the CLI started by itself that is still running when the session is parked is
+/// billed: closing stdin lets the CLI finish it, and its `result`, which comes while the park
+/// waits for the child to exit, is read and reported like any turn of the CLI's own. Before,
+/// the park never read the child's stdout: the turn's 700 input tokens, billed by the
+/// provider, reached no ledger row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_the_cli_started_that_a_park_waits_out_is_billed() {
+    let dir = tempfile::tempdir().unwrap();
+    let tail = format!(
+        "sleep 1\n{}while read line; do :; done\n",
+        script::printed(&[script::result("UNPROMPTED-REPLY", 700)])
+    );
+    let bin = stand_in(dir.path(), &answers_then_runs_its_own_turn(&tail)).await;
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a8a").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("parked-own-turn")).await.unwrap();
+    let first = ok(b.turn(TurnInput::text("u1")).await);
+    assert_eq!((first.text.as_str(), first.usage.input), ("answer one", 11));
+    assert!(b.park().await.is_some(), "a child was running");
+    let beside = b.take_failed_attempts();
+    let inputs: Vec<u64> = beside.iter().map(|a| a.usage.input).collect();
+    assert_eq!(inputs, vec![700], "{beside:#?}");
+    assert!(
+        beside[0].error.contains("started by itself"),
+        "{}",
+        beside[0].error
+    );
+}
+
+/// A turn the CLI started by itself that has not ended when shutdown gives up on the child
+/// (it ignores the end of its stdin; SIGTERM after the shutdown timeout) is billed as far as
+/// its stdout shows: each API message's usage as it began (input and cache final, output as
+/// far as reported). Before, nothing of it was reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_the_cli_started_that_shutdown_cuts_short_is_billed_as_far_as_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = stand_in(
+        dir.path(),
+        &answers_then_runs_its_own_turn("exec sleep 30\n"),
+    )
+    .await;
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a8b").await;
+    r.config.shutdown_timeout = Duration::from_secs(1);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("cut-own-turn")).await.unwrap();
+    ok(b.turn(TurnInput::text("u1")).await);
+    let started = std::time::Instant::now();
+    b.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let beside = b.take_failed_attempts();
+    let usage: Vec<Usage> = beside.iter().map(|a| a.usage).collect();
+    assert_eq!(
+        usage,
+        vec![Usage {
+            input: 700,
+            output: 1,
+            ..Usage::default()
+        }],
+        "{beside:#?}"
+    );
+    assert_eq!(beside[0].request_id.as_deref(), Some("req_msg_own"));
+    assert!(
+        beside[0].error.contains("still running"),
+        "{}",
+        beside[0].error
+    );
+}
+
+/// What a dead child said does not outlive it: a child that told the driver a background task
+/// ended (after which the CLI may start a turn of its own, told apart by a `result` after a
+/// `system/init` with no echo of the line) and died, then the relaunched real CLI answering a
+/// `/compact` that cannot compact — init, the CLI's own `Error: No messages to compact`, a
+/// `result`, and no echo of the line. That `result` is the `/compact`'s: it fails as a
+/// compaction that did not happen, at once, and nothing is billed beside it. Before, the dead
+/// child's notification held in the new child: the `result` was taken for a turn the CLI
+/// started by itself (reported as billed), and the `/compact` waited out its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_childs_notification_does_not_outlive_it() {
+    let Some(cli) = claude_cli() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("notified-once");
+    // The first launch notifies and dies; every later one is the real CLI.
+    let wrapper = stand_in(
+        dir.path(),
+        &format!(
+            "if [ ! -e '{marker}' ]; then\n: > '{marker}'\n{}exit 0\nfi\nexec '{cli}' \"$@\"\n",
+            script::printed(&[script::notification()]),
+            marker = marker.display(),
+            cli = cli.display(),
+        ),
+    )
+    .await;
+    let mut r = rig(wrapper, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a8c").await;
+    r.config.turn_timeout = Duration::from_secs(30);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("notified")).await.unwrap();
+    let err = b.compact("").await.unwrap_err();
+    assert!(marker.exists(), "the notifying child never ran");
+    assert!(
+        matches!(&err, BackendError::CompactionFailed(m) if m.contains("No messages to compact")),
+        "{err:?}"
+    );
+    let beside = b.take_failed_attempts();
+    assert!(beside.is_empty(), "{beside:#?}");
+    b.shutdown().await;
+}

@@ -4,7 +4,9 @@
 //! device, a link to either, a log grown to gigabytes. Every file muninn reads that it did not
 //! just write itself is read through here: the importers' transcripts, the host's configuration
 //! and the files it names, the Self tools' reads, the API token, the host file clients find a
-//! host by, the store's identity file, the host's instance id and its session-binding key.
+//! host by, the store's identity file, the host's instance id and its session-binding key, and
+//! the Claude Code CLI's session files (the part a turn added, which the CLI driver checks
+//! before it takes a failed turn back out).
 //!
 //! A reader decides from a path's metadata (`stat`) whether to read it, but the path can change
 //! between that look and the `open`: a file replaced by a named pipe (whose `open` blocks for
@@ -13,8 +15,9 @@
 //! change) decides whether it is read ([`open_regular`]). Its length then is the most an
 //! importer reads of it: a file appended to while it is read (a live session) is read as it was
 //! when opened, so a writer faster than the import cannot keep it reading. A small file is read
-//! whole but never past its bound ([`read_limited`], [`read_prefix`]): one byte more than the
-//! bound is read, to tell a file at the limit from a larger one, and no more.
+//! whole but never past its bound ([`read_limited`], [`read_prefix`]), and so is a part of a
+//! file from an offset on ([`read_rest_limited`]): one byte more than the bound is read, to tell
+//! a file at the limit from a larger one, and no more.
 //!
 //! It lives below every crate that reads such a file (the API's, the store's, the importers',
 //! the host's), so there is one copy of it; `muninn-core` does no I/O.
@@ -94,12 +97,32 @@ pub fn read_prefix(path: &Path, limit: u64) -> io::Result<(Vec<u8>, bool)> {
 pub fn read_limited(path: &Path, limit: u64, what: &str) -> io::Result<Vec<u8>> {
     let (bytes, more) = read_prefix(path, limit)?;
     if more {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("larger than the limit of {limit} bytes for {what}"),
-        ));
+        return Err(over_limit(limit, what));
     }
     Ok(bytes)
+}
+
+/// The rest of `reader` from where it stands — a part of a file (opened by [`open_regular`] and
+/// moved to the part's start) that must hold at most `limit` bytes; a longer rest is refused as
+/// [`read_limited`] refuses a file (no more than `limit + 1` bytes are read to tell).
+pub fn read_rest_limited(reader: impl io::Read, limit: u64, what: &str) -> io::Result<Vec<u8>> {
+    use io::Read as _;
+    let mut bytes = Vec::new();
+    reader
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(over_limit(limit, what));
+    }
+    Ok(bytes)
+}
+
+/// The refusal of a file, or a part of one, larger than `limit` bytes for `what`.
+fn over_limit(limit: u64, what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("larger than the limit of {limit} bytes for {what}"),
+    )
 }
 
 /// [`read_limited`], as UTF-8 text; other bytes are refused with [`io::ErrorKind::InvalidData`].
@@ -142,5 +165,26 @@ mod tests {
         );
         let dir_err = read_limited(dir.path(), 10, "a test").unwrap_err();
         assert_eq!(dir_err.kind(), io::ErrorKind::IsADirectory);
+    }
+
+    #[test]
+    fn the_rest_of_a_file_is_read_up_to_its_bound_and_refused_past_it() {
+        use io::{Seek, SeekFrom};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, "0123456789").unwrap();
+        let mut file = open_regular(&path).unwrap().file;
+        file.seek(SeekFrom::Start(4)).unwrap();
+        assert_eq!(
+            read_rest_limited(&mut file, 6, "a part").unwrap(),
+            b"456789"
+        );
+        file.seek(SeekFrom::Start(3)).unwrap();
+        let over = read_rest_limited(&mut file, 6, "a part").unwrap_err();
+        assert_eq!(over.kind(), io::ErrorKind::InvalidData);
+        assert_eq!(
+            over.to_string(),
+            "larger than the limit of 6 bytes for a part"
+        );
     }
 }

@@ -17,6 +17,13 @@
 //!   Its output is drained before each exchange's line is written, and read past while waiting
 //!   for the exchange's `result`; its usage (all of `model_usage_since_last_result`) is
 //!   reported and logged at warn with its cost.
+//! - **A turn of its own still running when the child is stopped** (a park, a shutdown, a
+//!   relaunch for a fresh budget). Stopping closes stdin, which lets the CLI finish the turn,
+//!   and reads stdout to its end meanwhile, so the turn's `result` is taken as above. A turn cut
+//!   short before its `result` (the child ignored the end of its input and was signalled at
+//!   the shutdown timeout) is reported with what its stdout showed: each API message's usage
+//!   as it began — input and cache final, output as far as reported (one token) — and logged
+//!   at warn as billed but unfinished.
 
 use super::{Collected, Driver};
 use crate::event::{ResultEvent, decode};
@@ -45,23 +52,64 @@ impl Driver {
                 // Nothing waiting, or the end of stdout: the exchange's write finds a dead child.
                 _ => return collected,
             };
-            match decode(&line) {
-                Some(crate::event::CliEvent::Result(result)) => {
-                    let raw = serde_json::from_str(&line).unwrap_or(Value::Null);
-                    self.take_unprompted(&result, &raw, &mut collected, report, requested_1h);
-                }
-                Some(event) => {
-                    let mut none = None;
-                    let read = super::read::Read {
-                        line: &line,
-                        requested_1h,
-                    };
-                    // Never a `result` here, so never the end of a read.
-                    let _ = self.on_event(event, read, &mut none, report, &mut collected);
-                }
-                None => {}
-            }
+            self.idle_line(&line, &mut collected, report, requested_1h);
         }
+    }
+
+    /// Takes one stdout line the child wrote with no exchange in flight: a `result` ends a
+    /// turn the CLI started by itself; anything else is read into `collected`.
+    pub(super) fn idle_line(
+        &mut self,
+        line: &str,
+        collected: &mut Collected,
+        report: &mut TurnReport,
+        requested_1h: bool,
+    ) {
+        match decode(line) {
+            Some(crate::event::CliEvent::Result(result)) => {
+                let raw = serde_json::from_str(line).unwrap_or(Value::Null);
+                self.take_unprompted(&result, &raw, collected, report, requested_1h);
+            }
+            Some(event) => {
+                let read = super::read::Read { line, requested_1h };
+                // Never a `result` here, so never the end of a read.
+                let _ = self.on_event(event, read, &mut None, report, collected);
+            }
+            None => {}
+        }
+    }
+
+    /// A turn the CLI started by itself whose `result` never came (its child stopped before
+    /// it): logged at warn with what is known, and billed as far as its stdout showed — each
+    /// API message's usage as it began. Nothing when no such turn had begun.
+    pub(super) fn take_unfinished(&mut self, collected: &Collected) {
+        if !collected.saw_init && collected.started.is_empty() {
+            return;
+        }
+        let requested_1h = self.spec.conversation_ttl == muninn_core::cache::Ttl::OneHour;
+        let mut usage = Usage::default();
+        for (_, raw) in &collected.started {
+            usage.add(&parse_usage(raw, requested_1h));
+        }
+        tracing::warn!(session = %self.session_id, messages = collected.started.len(),
+            request_id = collected.request_id.as_deref().unwrap_or(""),
+            tokens_uncached = usage.input, tokens_write_5m = usage.cache_write_5m,
+            tokens_write_1h = usage.cache_write_1h, tokens_read = usage.cache_read,
+            tokens_output = usage.output, text = %super::truncate(&collected.reply_text(), 200),
+            "claude-cli: the child was stopped during a turn the CLI started by itself; its result never came, and it is reported as far as its messages showed");
+        if collected.started.is_empty() {
+            // Begun, but no message of the model's came: whatever its request cost is unknown.
+            return;
+        }
+        self.bill(FailedAttempt {
+            usage,
+            raw_usage: Value::Array(collected.started.iter().map(|(_, u)| u.clone()).collect()),
+            predicted: None,
+            request_id: collected.request_id.clone(),
+            error: "a turn the Claude Code CLI started by itself, still running when its child was stopped: its messages' usage as they began (no result came)".to_string(),
+            breakpoints: Vec::new(),
+            cleared: false,
+        });
     }
 
     /// Whether a `result` read after `collected` ends a turn the CLI started by itself.
@@ -91,7 +139,7 @@ impl Driver {
         tracing::warn!(session = %self.session_id, cost_micro_usd,
             tokens_uncached = usage.input, tokens_write_5m = usage.cache_write_5m,
             tokens_write_1h = usage.cache_write_1h, tokens_read = usage.cache_read,
-            tokens_output = usage.output, text = %super::truncate(&collected.text.join(""), 200),
+            tokens_output = usage.output, text = %super::truncate(&collected.reply_text(), 200),
             "claude-cli: the CLI ran a turn by itself (a background task's notification); its usage is reported, its reply set aside");
         self.note_compactions(collected, None, false, &mut report.session_events);
         self.bill(FailedAttempt {
@@ -106,14 +154,16 @@ impl Driver {
         self.notified = false;
         *collected = Collected {
             earlier: std::mem::take(&mut collected.earlier),
+            compacting: collected.compacting,
             ..Collected::default()
         };
     }
 
     /// Reports what a `result` of an exchange's own holds beyond its `usage` (a subagent's
     /// requests; for a turn cut short, `error_during_execution`, whose `usage` is all zeros,
-    /// the request it cut), unless the exchange compacted, whose difference is the
-    /// compaction's.
+    /// the request it cut; for a `/compact` that did not compact, whose `usage` is all zeros
+    /// too, its summary request), unless the exchange compacted, whose difference is the
+    /// compaction's, reported with its [`crate::SessionEvent::Compacted`].
     pub(super) fn bill_subagents(
         &self,
         result: &ResultEvent,
@@ -138,7 +188,9 @@ impl Driver {
         if beside == Usage::default() {
             return;
         }
-        let whose = if result.subtype == "error_during_execution" {
+        let whose = if collected.compacting {
+            "a /compact that did not compact"
+        } else if result.subtype == "error_during_execution" {
             "a turn cut short (an interrupt)"
         } else {
             "a subagent's"

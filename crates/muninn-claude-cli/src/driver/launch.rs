@@ -79,6 +79,11 @@ impl Driver {
         self.parked = false;
         self.renewing = false;
         self.served = false;
+        // A notification was the dead child's: its background task died with it, and the new
+        // child will start no turn on it. Kept, it would make this child's first `result`
+        // after an init with no echo (a `/compact` with nothing to compact) a turn of the CLI's
+        // own, read past until the exchange's timeout.
+        self.notified = false;
         self.launches += 1;
         self.child = Some(Live {
             pid: child.id(),

@@ -29,7 +29,7 @@ impl Driver {
         let mut usage = parse_usage(&result.usage, requested_1h);
         usage.add(&collected.earlier);
         let structured = result.structured_output.clone().filter(|v| !v.is_null());
-        let mut text = collected.text.join("");
+        let mut text = collected.reply_text();
         if text.is_empty() && structured.is_none() {
             text = result.text();
         }
@@ -118,10 +118,15 @@ impl Driver {
         }
         if collected.boundaries.is_empty() {
             // The CLI answered in text instead: its summary request failed (the API refused it
-            // every time), or the conversation is too short to summarise.
+            // every time), or the conversation is too short to summarise. Its `result` text is
+            // empty then; why is in the CLI's own message ("Error: No messages to compact").
+            let mut why = result.text();
+            if why.is_empty() {
+                why = collected.cli_said.join("\n");
+            }
             return Err(BackendError::CompactionFailed(format!(
                 "the CLI did not compact the session: {}",
-                truncate(&result.text(), 500)
+                truncate(&why, 500)
             )));
         }
         let requested_1h = self.spec.conversation_ttl == Ttl::OneHour;

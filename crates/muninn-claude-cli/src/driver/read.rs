@@ -187,6 +187,8 @@ impl Driver {
             }
             CliEvent::Assistant(a) => {
                 if a.message.model == "<synthetic>" {
+                    let said = a.message.content.iter().filter_map(|b| b["text"].as_str());
+                    collected.cli_said.extend(said.map(str::to_string));
                     return None;
                 }
                 if let Some(f) = run_flush.as_mut()
@@ -197,11 +199,15 @@ impl Driver {
                     f.state.reached_at = Some(f.started.elapsed());
                 }
                 collected.request_id = a.request_id.or(collected.request_id.take());
+                let id = a.message.id;
+                if id.is_none() || collected.started.iter().all(|(seen, _)| *seen != id) {
+                    collected.started.push((id.clone(), a.message.usage));
+                }
                 // A subagent's message (it answers the main thread's `Agent` call, whose result
                 // the main thread then reads) is not the turn's reply: its text and calls are
                 // the subagent's, stored in the subagent's own file, not the session's.
                 if a.parent_tool_use_id.is_none() {
-                    collect_blocks(a.message.content, collected);
+                    collect_blocks(id, a.message.content, collected);
                 }
             }
             CliEvent::ApiRetry(r) => self.note_retry(r, report),
@@ -253,10 +259,10 @@ impl Driver {
 
 /// The longest stdout is read after the child exited: the lines it wrote before are already
 /// in the pipe; only a process it left behind could keep the pipe open past this.
-const STDOUT_END_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const STDOUT_END_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Completes `wait` after `at`; never when `at` is `None`.
-async fn sleep_until_after(at: Option<tokio::time::Instant>, wait: std::time::Duration) {
+pub(super) async fn sleep_until_after(at: Option<tokio::time::Instant>, wait: std::time::Duration) {
     match at {
         Some(at) => tokio::time::sleep_until(at + wait).await,
         None => std::future::pending().await,
@@ -313,18 +319,20 @@ pub(super) struct Read<'a> {
     pub(super) requested_1h: bool,
 }
 
-/// An assistant message's text blocks and tool calls (not the CLI's `StructuredOutput` call,
-/// which carries the schema's value and comes back in the `result`).
-fn collect_blocks(content: Vec<Value>, collected: &mut Collected) {
+/// An assistant message's text blocks (under the API message's `id`) and tool calls (not the
+/// CLI's `StructuredOutput` call, which carries the schema's value and comes back in the
+/// `result`).
+fn collect_blocks(id: Option<String>, content: Vec<Value>, collected: &mut Collected) {
     for block in content {
         match block.get("type").and_then(Value::as_str) {
-            Some("text") => collected.text.push(
+            Some("text") => collected.text.push((
+                id.clone(),
                 block
                     .get("text")
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string(),
-            ),
+            )),
             Some("tool_use") => {
                 let name = block.get("name").and_then(Value::as_str).unwrap_or("");
                 if name != "StructuredOutput" {

@@ -33,11 +33,24 @@
 //! The other way round is checked as well: a turn the model acted in is held only when the
 //! file holds what the driver read of it (`stored_what_was_read`); the CLI writes the file
 //! behind a buffer, and a killed child may take the records with it.
+//!
+//! The turn's part of the file is read whole for these checks, so it is read under a bound
+//! ([`MAX_TURN_PART_BYTES`], through `muninn-fs`): a part past it is refused loudly — nothing
+//! is cut, the session is reported out of step and rebuilt by the caller — rather than read
+//! into memory however large a file grew.
 
 use super::{Collected, Driver};
 use crate::event::ResultEvent;
 use crate::transcript_path;
 use std::path::Path;
+
+/// The most of a session file read as one turn's part of it. A refused turn adds a few
+/// lines; a long tool loop whose child died adds its messages and tool results, each capped by
+/// the CLI — tens of MiB would be thousands of them.
+const MAX_TURN_PART_BYTES: u64 = 64 * 1024 * 1024;
+
+/// What a turn's part of a session file is called in the refusal of one past the bound.
+const TURN_PART: &str = "a turn's part of the CLI's session file";
 
 /// How a turn that is taken back out ended: for the log.
 #[derive(Debug, Clone, Copy)]
@@ -153,14 +166,12 @@ impl Driver {
     }
 }
 
-/// The bytes of the file at `path` from `from` on.
+/// The bytes of the file at `path` from `from` on, at most [`MAX_TURN_PART_BYTES`].
 fn read_from(path: &Path, from: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path)?;
+    use std::io::{Seek, SeekFrom};
+    let mut file = muninn_fs::open_regular(path)?.file;
     file.seek(SeekFrom::Start(from))?;
-    let mut after = Vec::new();
-    file.read_to_end(&mut after)?;
-    Ok(after)
+    muninn_fs::read_rest_limited(file, MAX_TURN_PART_BYTES, TURN_PART)
 }
 
 /// What the driver read of a turn from stdout (`collected`) that `after`, the session file's
@@ -215,9 +226,10 @@ fn unstored(after: &[u8], collected: &Collected) -> Option<String> {
 /// so a file that no longer reaches the length measured before the turn was replaced or
 /// rewritten meanwhile — `set_len` would pad it with NUL bytes — and a length inside a line
 /// would leave half a JSON line for the next `--resume` to read. Refuses too when what follows
-/// holds something of the model's ([`acted_line`]): the turn is not the driver's to take back.
+/// holds something of the model's ([`acted_line`]): the turn is not the driver's to take back;
+/// and when it is past [`MAX_TURN_PART_BYTES`], too large to read and so to vouch for.
 fn cut_back(path: &Path, stored: u64) -> std::io::Result<()> {
-    use std::io::{Read, Seek, SeekFrom};
+    use std::io::{Seek, SeekFrom};
     use std::os::unix::fs::FileExt;
     let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
     let mut file = std::fs::OpenOptions::new()
@@ -233,9 +245,8 @@ fn cut_back(path: &Path, stored: u64) -> std::io::Result<()> {
             "the file ({len} bytes) no longer ends a line at the {stored} bytes measured before the turn"
         )));
     }
-    let mut turn = Vec::new();
     file.seek(SeekFrom::Start(stored))?;
-    file.read_to_end(&mut turn)?;
+    let turn = muninn_fs::read_rest_limited(&mut file, MAX_TURN_PART_BYTES, TURN_PART)?;
     if let Some(line) = turn.split(|b| *b == b'\n').find_map(acted_line) {
         return Err(invalid(format!(
             "the turn's part of the file holds the model's doing: {line}"

@@ -40,6 +40,7 @@ impl Driver {
             let before = self.write_exchange(exchange, report, deadline).await?;
             *written_at = Some(Instant::now());
             let mut collected = carried.take().unwrap_or_default();
+            collected.compacting = compacting;
             let end = self
                 .read_turn(interrupts, run_flush, report, &mut collected, deadline)
                 .await;
@@ -347,7 +348,7 @@ enum Attempt {
 /// the usage of the results before it.
 fn terminated_outcome(collected: Collected, report: &TurnReport) -> TurnOutcome {
     TurnOutcome {
-        text: collected.text.join(""),
+        text: collected.reply_text(),
         tool_calls: collected.tool_calls,
         structured: None,
         stop_reason: "terminated".to_string(),
