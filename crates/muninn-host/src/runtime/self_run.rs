@@ -364,7 +364,11 @@ impl<B: Backend> MindRunner<B> {
     ) -> RuntimeError {
         self.selfs.mark_broken(now);
         self.selfs.collect_events();
-        (self.ledger_cut_now(Role::SelfRole, now, (RowKind::Request, boundary))).await;
+        // Fenced: the brief is the next holder's to recover, and the lease is let go at once.
+        let cut = self.ledger_cut_now(Role::SelfRole, now, (RowKind::Request, boundary));
+        if let Err(fenced) = cut.await {
+            return fenced;
+        }
         let message = format!("the Self session failed: {e}");
         if let Err(store) = self
             .fail_brief(token, brief.seq, "failed", &message, now)
