@@ -255,3 +255,14 @@ pub(super) struct HeldBrief {
     /// after a crash or a takeover found it): it is planned, rendered and recorded afresh.
     pub(super) attempt: Option<(Attempt, Plan)>,
 }
+
+impl HeldBrief {
+    /// The brief's seq when its item is confirmed and its ask mark is not: the mark may have
+    /// landed (its answer lost), yet this runner never sent the brief — it is sent only once
+    /// its mark is confirmed. A mark ending the Self transcript tells any other reader that
+    /// the brief may have been sent; this runner knows better (`stranded.rs`).
+    pub(super) fn unsent_behind_its_mark(&self) -> Option<i64> {
+        let (attempt, _) = self.attempt.as_ref()?;
+        (attempt.unrecorded.is_none() && attempt.unmarked).then_some(self.brief.seq)
+    }
+}

@@ -217,6 +217,10 @@ pub struct MindRunner<B: Backend> {
     /// A claimed Self brief this runner runs at its next step: its append unconfirmed, or found
     /// recorded and never answered (`attempt.rs`). A new lease forgets it (`lease.rs`).
     held_brief: Option<attempt::HeldBrief>,
+    /// A held brief this runner let go at a new lease, its ask mark unconfirmed: never sent by
+    /// this runner, whatever its mark says, so the recovery under the new lease runs it rather
+    /// than fail it as a run that may have acted (`stranded.rs`).
+    unsent_brief: Option<i64>,
     /// Drawn at random when the runner is made, and the keyed appends it made since: what
     /// makes each append key its own (`attempt.rs`).
     nonce: u64,
@@ -305,6 +309,7 @@ impl<B: Backend> MindRunner<B> {
             working: None,
             attempt: None,
             held_brief: None,
+            unsent_brief: None,
             nonce,
             appends: 0,
             window_cut: None,

@@ -18,11 +18,15 @@
 //! happened. A brief with no item at all (its append never landed) was never sent either; it
 //! is failed, its result saying exactly that (`RunTail::Unrecorded` says why it is not run). A
 //! run
-//! whose mark ends the transcript was sent and recorded nothing since: its request was in
-//! flight, or its answer uncommitted, or — a Claude Code run, which records nothing until it
-//! ends — its tools may have edited files and run commands. It is never run again (that would
-//! do its work twice): it is failed as interrupted, its result saying that it may have acted
-//! and nothing of it was recorded. A brief this runner holds (its append or mark unconfirmed,
+//! whose mark ends the transcript may have been sent and recorded nothing since: its request
+//! was in flight, or its answer uncommitted, or — a Claude Code run, which records nothing
+//! until it ends — its tools may have edited files and run commands; or the mark landed with
+//! its answer lost and the brief was never sent, which no reader of the store can tell apart.
+//! It is never run again (that would do its work twice): it is failed as interrupted, its
+//! result saying that it may have acted and nothing of it was recorded. Only the runner that
+//! wrote the mark knows it never saw it confirmed, and so never sent the brief: when it takes
+//! a new lease with the brief still running and its mark last, it runs the brief again as one
+//! never asked (`MindRunner::unsent_brief`). A brief this runner holds (its append or mark unconfirmed,
 //! `attempt.rs`) is its own to finish, and passed by.
 //!
 //! Any other run is not resumed: its requests and tool results up to the crash are in the ledger and
@@ -74,9 +78,9 @@ impl StrandedBy {
             // Not "in the transcript": nothing is. A Claude Code run records nothing until it
             // ends, though its tools may have edited files and run commands by then.
             return format!(
-                "{stopped} after the brief was sent and before anything of the run was \
-                 recorded; it may have acted (a Claude Code run's tools work before its end is \
-                 recorded), and it was not run again so that nothing is done twice: check what \
+                "{stopped} after the brief was marked as sent and before anything of the run \
+                 was recorded; it may have reached the model and acted (a Claude Code run's \
+                 tools work before its end is recorded), and it was not run again so that nothing is done twice: check what \
                  it did and ask again if it is still wanted"
             );
         }
@@ -100,7 +104,7 @@ struct CommittedEnd {
 enum RunTail {
     /// The brief's item, unmarked: the brief was never sent.
     NeverAsked,
-    /// Its mark: sent, and nothing of the run recorded since (it may have acted all the same).
+    /// Its mark: perhaps sent, and nothing of the run recorded since (it may have acted).
     AskedOnly,
     /// No item of the brief at all: its append never landed (refused, or its host stopped
     /// first), so it was never sent. Failed all the same, saying so: a report of it may have
@@ -146,14 +150,16 @@ impl<B: Backend> MindRunner<B> {
             // Only a previous holder's run (a new lease, or a new runner: its sessions are
             // rebuilt, not the ones a live renderer may have taken the brief into).
             let tail = self.run_tail(brief.seq).await?;
+            // A mark this runner wrote and never saw confirmed: it never sent the brief.
+            let unsent_marked = tail == RunTail::AskedOnly && self.unsent_brief == Some(brief.seq);
             if self.stranded_by.is_none()
                 && self.held_brief.is_none()
-                && tail == RunTail::NeverAsked
+                && (tail == RunTail::NeverAsked || unsent_marked)
             {
                 tracing::warn!(
                     mind = %self.mind.id,
                     brief = brief.seq,
-                    "Self run {} was recorded and never sent before its host stopped; running it again",
+                    "Self run {} was recorded and never sent before its lease was lost or its host stopped; running it again",
                     brief.seq
                 );
                 self.held_brief = Some(HeldBrief {
@@ -185,6 +191,7 @@ impl<B: Backend> MindRunner<B> {
         }
         self.check_stranded = false;
         self.stranded_by = None;
+        self.unsent_brief = None;
         Ok(())
     }
 
