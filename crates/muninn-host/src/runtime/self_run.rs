@@ -557,15 +557,16 @@ pub(super) fn self_label(plan: &Plan) -> String {
     }
 }
 
+/// What the Persona is told of a run a failed store stopped after its last answer was saved.
+pub(super) const STOPPED_BY_THE_STORE: &str =
+    "was stopped when the store failed (its last answer is saved)";
+
 /// How a run's end is reported: a run the flush protocol ended has flushed (or failed to); one
 /// a cap or a failed store ended failed.
 fn run_report(stopped: Option<StopCause>, flush: FlushStage) -> (BriefStatus, &'static str) {
     match (stopped, flush) {
         (Some(StopCause::Cap), _) => (BriefStatus::Failed, "was stopped by a cap"),
-        (Some(StopCause::StoreFailed), _) => (
-            BriefStatus::Failed,
-            "was stopped when the store failed (its last answer is saved)",
-        ),
+        (Some(StopCause::StoreFailed), _) => (BriefStatus::Failed, STOPPED_BY_THE_STORE),
         (None, FlushStage::NotNeeded) => (BriefStatus::Done, "finished"),
         (None, FlushStage::Flushed) => (BriefStatus::Done, "stopped at the context ceiling"),
         (None, FlushStage::Interrupted | FlushStage::Terminated) => {

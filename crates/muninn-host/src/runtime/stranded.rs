@@ -29,6 +29,11 @@
 //! never asked (`MindRunner::unsent_brief`). A brief this runner holds (its append or mark unconfirmed,
 //! `attempt.rs`) is its own to finish, and passed by.
 //!
+//! A tool loop's run whose last request's commit landed though this runner gave it up under a
+//! new lease (the store's answer lost, then the lease changed) is failed as the store's failure
+//! stopped it, its last answer saved — what the runner reports when it commits the request
+//! again under the same lease — not as a run its host abandoned; only this runner knows.
+//!
 //! Any other run is not resumed: its requests and tool results up to the crash are in the ledger and
 //! the transcript exactly once, and re-running the brief would send work the Mind already paid
 //! for; the Persona decides whether to ask again. The report is posted before the brief is
@@ -36,6 +41,7 @@
 //! the next recovery finishes the brief.
 
 use super::attempt::{ASKED, HeldBrief, MARKS};
+use super::self_run::STOPPED_BY_THE_STORE;
 use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
 use muninn_store::{BriefStatus, FencingToken, Role, TranscriptKind};
@@ -179,6 +185,16 @@ impl<B: Backend> MindRunner<B> {
                     .await?;
                 continue;
             }
+            if let Some((_, result)) = self.request_landed.take_if(|(seq, _)| *seq == brief.seq) {
+                tracing::warn!(
+                    mind = %self.mind.id,
+                    brief = brief.seq,
+                    "Self run {} {STOPPED_BY_THE_STORE}: {result}",
+                    brief.seq
+                );
+                (self.fail_brief(token, brief.seq, STOPPED_BY_THE_STORE, &result, now)).await?;
+                continue;
+            }
             let result = StrandedBy::why(self.stranded_by.as_ref(), tail);
             tracing::warn!(
                 mind = %self.mind.id,
@@ -192,6 +208,7 @@ impl<B: Backend> MindRunner<B> {
         self.check_stranded = false;
         self.stranded_by = None;
         self.unsent_brief = None;
+        self.request_landed = None;
         Ok(())
     }
 
