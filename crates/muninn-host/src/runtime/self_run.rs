@@ -303,6 +303,10 @@ impl<B: Backend> MindRunner<B> {
         } else {
             self.lost_self_memory().await?
         };
+        // A start the decider did not choose says why it began — the first segment, a lost
+        // session rebuilt, a run's flush — as the Persona's does (status and the dashboard show
+        // it): where its memory came from is not why it began.
+        let reason = plan.forced.map_or(reason, |(why, _)| why);
         let forced = plan.forced.map(|(_, forced)| forced);
         self.open_segment(Role::SelfRole, token, now, memory, reason, forced)
             .await
