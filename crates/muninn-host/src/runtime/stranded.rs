@@ -26,8 +26,8 @@
 //! result saying that it may have acted and nothing of it was recorded. Only the runner that
 //! wrote the mark knows it never saw it confirmed, and so never sent the brief: when it takes
 //! a new lease with the brief still running and its mark last, it runs the brief again as one
-//! never asked (`MindRunner::unsent_brief`). A brief this runner holds (its append or mark unconfirmed,
-//! `attempt.rs`) is its own to finish, and passed by.
+//! never asked (`MindRunner::unsent_brief`). A brief this runner holds (its append or mark
+//! unconfirmed, `attempt.rs`) is its own to finish, and passed by.
 //!
 //! A tool loop's run whose last request's commit landed though this runner gave it up under a
 //! new lease (the store's answer lost, then the lease changed) is failed as the store's failure
@@ -86,8 +86,8 @@ impl StrandedBy {
             return format!(
                 "{stopped} after the brief was marked as sent and before anything of the run \
                  was recorded; it may have reached the model and acted (a Claude Code run's \
-                 tools work before its end is recorded), and it was not run again so that nothing is done twice: check what \
-                 it did and ask again if it is still wanted"
+                 tools work before its end is recorded), and it was not run again so that \
+                 nothing is done twice: check what it did and ask again if it is still wanted"
             );
         }
         format!(
