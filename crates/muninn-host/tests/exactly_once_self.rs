@@ -411,6 +411,25 @@ async fn a_brief_whose_ask_mark_answer_was_lost_is_run_once_under_the_next_lease
     brief_exactly_once(&w, seq, 3, 2).await;
 }
 
+/// The same lost mark answer, and then a clean shutdown before the runner tries again: the
+/// brief was never sent, which only the runner knows; it says so in the Self transcript before
+/// it lets the lease go, and the restarted host runs the brief once, in a new segment. Before,
+/// the restarted host read the mark and failed the brief as *interrupted … may have acted*.
+#[tokio::test]
+async fn a_brief_whose_ask_mark_answer_was_lost_is_run_once_after_a_clean_restart() {
+    let (w, faults, mut r, seq) = a_brief_after_one_run().await;
+    faults.lose_append_answers_after(1, 1);
+    r.step().await.unwrap_err();
+    r.release().await.unwrap();
+    drop(r);
+    let mut restarted = runner(&w, mind(""), "host-a");
+    settle(&mut restarted).await;
+    done_and_reported_once(&w, seq).await;
+    brief(&w, "And the month.").await;
+    settle(&mut restarted).await;
+    brief_exactly_once(&w, seq, 3, 2).await;
+}
+
 /// Steps a Claude Code runner until it idles, each step a new wake (a Persona turn reads each
 /// report in between); every step must succeed.
 async fn settle_cli(r: &mut MindRunner<muninn_host::backends::AnyBackend>) {

@@ -216,6 +216,39 @@ impl<B: Backend> MindRunner<B> {
         Ok(())
     }
 
+    /// Before a clean shutdown lets the lease go: a held brief whose ask mark may have landed
+    /// unconfirmed was never sent ([`HeldBrief::unsent_behind_its_mark`]), which only this
+    /// runner knows. A notice after its mark (`{"unasked": <seq>}`, under the brief's key plus
+    /// ` unasked`) says so, and the next holder runs the brief as one never asked, rather than
+    /// fail it as a run that may have acted (`stranded.rs`). A failure is logged: the next
+    /// holder then fails it as interrupted, as it would without the notice.
+    pub(super) async fn take_mark_back(&self, now: i64) {
+        let Some(token) = self.lease.as_ref().map(|l| l.token) else {
+            return;
+        };
+        let Some(held) = &self.held_brief else {
+            return;
+        };
+        let (Some(seq), Some((attempt, _))) = (held.unsent_behind_its_mark(), &held.attempt) else {
+            return;
+        };
+        let item = NewTranscriptItem {
+            role: Role::SelfRole,
+            segment: attempt.segment,
+            kind: TranscriptKind::Notice,
+            body: serde_json::json!({ UNASKED: seq }),
+            created_at_ms: now,
+        };
+        let key = format!("{} {UNASKED}", attempt.key);
+        let store = &self.host.store;
+        if let Err(e) = store
+            .append_transcript_once(&self.mind.id, token, &key, &item)
+            .await
+        {
+            tracing::warn!(mind = %self.mind.id, brief = seq, error = %e, "a brief never sent could not be marked so; the next holder fails it as interrupted");
+        }
+    }
+
     /// The message to re-send for `batch`, when the open segment already holds its delivery (or
     /// its append is unconfirmed: [`Self::record_attempt`] finishes it) and the session is as
     /// it was when it failed (live, and not about to be refreshed). `None`: render and record
@@ -239,6 +272,10 @@ impl<B: Backend> MindRunner<B> {
 
 /// The body key of the notice that marks a brief as about to be sent ([`MindRunner::mark_asked`]).
 pub(super) const ASKED: &str = "asked";
+
+/// The body key of the notice that takes a brief's ask mark back: the brief was never sent
+/// ([`MindRunner::take_mark_back`]).
+pub(super) const UNASKED: &str = "unasked";
 
 /// The body key of a brief's item recorded by a host that marks its asks (`true`): only such
 /// an item, unmarked, proves its brief was never sent (`stranded.rs`).

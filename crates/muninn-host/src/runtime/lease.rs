@@ -208,6 +208,7 @@ impl<B: Backend> MindRunner<B> {
     /// (`pending.rs`): released with it, the next holder would ask the provider again.
     pub async fn release(&mut self) -> Result<(), RuntimeError> {
         self.settle_before_release().await;
+        self.take_mark_back(self.host.clock.now_ms()).await;
         if let Some(lease) = self.lease.take() {
             self.host
                 .store

@@ -3,7 +3,7 @@
 //! then report back to the Persona.
 
 use super::accounting::Asked;
-use super::attempt::{ASKED, Attempt, HeldBrief, MARKS};
+use super::attempt::{ASKED, Attempt, HeldBrief, MARKS, UNASKED};
 use super::pending::{SelfRun, TailMemory, Then, Uncommitted};
 use super::persona::{Plan, outcome_text};
 use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
@@ -517,8 +517,10 @@ impl<B: Backend> MindRunner<B> {
             .await?;
         Ok(tail
             .iter()
-            // A brief's ask mark (`attempt.rs`) says nothing of the work.
-            .filter(|i| i.segment == segment && i.body.get(ASKED).is_none())
+            // A brief's ask mark, or its taking back (`attempt.rs`), says nothing of the work.
+            .filter(|i| {
+                i.segment == segment && i.body.get(ASKED).is_none() && i.body.get(UNASKED).is_none()
+            })
             .map(|i| {
                 i.body
                     .get("text")

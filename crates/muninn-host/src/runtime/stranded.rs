@@ -26,8 +26,10 @@
 //! result saying that it may have acted and nothing of it was recorded. Only the runner that
 //! wrote the mark knows it never saw it confirmed, and so never sent the brief: when it takes
 //! a new lease with the brief still running and its mark last, it runs the brief again as one
-//! never asked (`MindRunner::unsent_brief`). A brief this runner holds (its append or mark
-//! unconfirmed, `attempt.rs`) is its own to finish, and passed by.
+//! never asked (`MindRunner::unsent_brief`); when it shuts down cleanly first, it takes the
+//! mark back in the transcript (`attempt.rs`, `UNASKED`), and the next holder runs the brief
+//! as never asked. A brief this runner holds (its append or mark unconfirmed, `attempt.rs`) is
+//! its own to finish, and passed by.
 //!
 //! A tool loop's run whose last request's commit landed though this runner gave it up under a
 //! new lease (the store's answer lost, then the lease changed) is failed as the store's failure
@@ -40,7 +42,7 @@
 //! finished, under the brief's own source id: a crash between the two posts nothing twice, and
 //! the next recovery finishes the brief.
 
-use super::attempt::{ASKED, HeldBrief, MARKS};
+use super::attempt::{ASKED, HeldBrief, MARKS, UNASKED};
 use super::self_run::STOPPED_BY_THE_STORE;
 use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
@@ -256,6 +258,10 @@ impl<B: Backend> MindRunner<B> {
         if is(TranscriptKind::Notice, ASKED) {
             return Ok(RunTail::AskedOnly);
         }
+        // Its runner took the mark back before it let the lease go: never sent.
+        if is(TranscriptKind::Notice, UNASKED) {
+            return Ok(RunTail::NeverAsked);
+        }
         // Briefs run oldest first, one at a time, so a brief's items follow every item of the
         // briefs before it: met going back before any of its own, one of theirs (its brief,
         // ask mark or result) proves it has none — its append never landed. So does the whole
@@ -263,7 +269,8 @@ impl<B: Backend> MindRunner<B> {
         for item in tail.iter().rev() {
             let of = item.body["brief"]
                 .as_i64()
-                .or_else(|| item.body[ASKED].as_i64());
+                .or_else(|| item.body[ASKED].as_i64())
+                .or_else(|| item.body[UNASKED].as_i64());
             match of {
                 Some(s) if s < seq => return Ok(RunTail::Unrecorded),
                 Some(_) => return Ok(RunTail::Other),
