@@ -286,6 +286,47 @@ async fn a_waiting_cut_row_that_meets_the_fence_lets_the_lease_go_at_once() {
     assert_eq!(a.step().await.unwrap(), Step::NotLeader);
 }
 
+/// A cut attempt whose row is committed at once, in the middle of a step, under a lease
+/// another host took over while this runner's copy of it still looked fresh: the commit meets
+/// the fence, and the runner lets the lease go at once, as at a step's start (above), rather
+/// than log it and go on as the Mind's leader under the stale token — failing the step as the
+/// backend's error and retrying it on the backoff until its copy of the lease runs out.
+#[tokio::test]
+async fn a_cut_row_that_meets_the_fence_mid_step_lets_the_lease_go_at_once() {
+    let (w, _faults) = faulty_world("").await;
+    let mut a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "hello there").await;
+    assert!(matches!(a.step().await.unwrap(), Step::PersonaTurn { .. }));
+    w.sim.advance_clock(1_000);
+    post(&w, "e2", "#swarm", "ari", "and what of the ledger?").await;
+    // The first try is cut and its row committed: the batch's delivery is recorded, so its
+    // retry writes nothing before it asks the provider.
+    cut_next(&w);
+    a.woken();
+    assert!(a.step().await.is_err(), "the Persona's turn was cut");
+    assert_eq!(ledger(&w).await.len(), 2, "the answer and the cut row");
+    let store = &w.host.store;
+    let held = store.lease("vala").await.unwrap().expect("host-a leads");
+    let now = w.sim.now_ms();
+    (store.take_over_lease("vala", "host-b", held.token, 30_000, now))
+        .await
+        .unwrap()
+        .expect("host-b takes the Mind over");
+    w.sim.advance_clock(1_000);
+    cut_next(&w);
+    let step = a.step().await;
+    let fenced = step.expect_err("the retry was cut");
+    assert!(fenced.to_string().contains("stale"), "{fenced}");
+    let sent = w.sim.requests().len();
+    assert_eq!(a.step().await.unwrap(), Step::NotLeader);
+    assert_eq!(
+        w.sim.requests().len(),
+        sent,
+        "a request under a stale lease"
+    );
+}
+
 /// The events `logs` holds at error whose message starts with `prefix`.
 pub(crate) fn errors_starting(logs: &Buffer, prefix: &str) -> Vec<serde_json::Value> {
     logs.events()

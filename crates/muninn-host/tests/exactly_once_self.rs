@@ -363,6 +363,73 @@ async fn a_held_brief_that_never_landed_is_reported_never_sent_by_the_next_holde
     );
 }
 
+/// Another host takes the Mind over from `r`'s lease and lets it go at once, without a step:
+/// `r`'s token is stale, and its next lease is a new one, with nothing run in between.
+async fn lease_changes_hands(w: &World) {
+    let store = &w.host.store;
+    let held = store.lease("vala").await.unwrap().expect("host-a leads");
+    let now = w.sim.now_ms();
+    let b = (store.take_over_lease("vala", "host-b", held.token, 30_000, now))
+        .await
+        .unwrap()
+        .expect("host-b takes the Mind over");
+    store.release_lease("vala", b.token).await.unwrap();
+}
+
+/// Steps until the runner idles, failed steps included (a step under a stale lease fails).
+async fn settle_through_errors(r: &mut MindRunner<SimBackend>) {
+    for _ in 0..10 {
+        r.woken();
+        if matches!(r.step().await, Ok(Step::Idle { .. })) {
+            return;
+        }
+    }
+    panic!("never idle");
+}
+
+/// A brief whose ask mark landed but whose answer was lost, when the lease changes hands
+/// before the runner tries again (nothing run in between): the runner never sent the brief —
+/// a brief is sent only once its mark is confirmed — and knows it, so under its next lease it
+/// runs it, once, in a new segment, as a brief recorded and never asked. Before, the recovery
+/// read the mark and failed the brief as *interrupted … after the brief was sent …; it may
+/// have acted*: a run that never began, reported as one that may have edited files.
+#[tokio::test]
+async fn a_brief_whose_ask_mark_answer_was_lost_is_run_once_under_the_next_lease() {
+    let (w, faults, mut r, seq) = a_brief_after_one_run().await;
+    faults.lose_append_answers_after(1, 1);
+    let e = r.step().await.unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::Store(StoreError::Unavailable(_))),
+        "{e}"
+    );
+    assert_eq!(self_requests(&w).len(), 1, "the probe was not sent");
+    lease_changes_hands(&w).await;
+    settle_through_errors(&mut r).await;
+    done_and_reported_once(&w, seq).await;
+    brief(&w, "And the month.").await;
+    settle_through_errors(&mut r).await;
+    brief_exactly_once(&w, seq, 3, 2).await;
+}
+
+/// The same lost mark answer, and then a clean shutdown before the runner tries again: the
+/// brief was never sent, which only the runner knows; it says so in the Self transcript before
+/// it lets the lease go, and the restarted host runs the brief once, in a new segment. Before,
+/// the restarted host read the mark and failed the brief as *interrupted … may have acted*.
+#[tokio::test]
+async fn a_brief_whose_ask_mark_answer_was_lost_is_run_once_after_a_clean_restart() {
+    let (w, faults, mut r, seq) = a_brief_after_one_run().await;
+    faults.lose_append_answers_after(1, 1);
+    r.step().await.unwrap_err();
+    r.release().await.unwrap();
+    drop(r);
+    let mut restarted = runner(&w, mind(""), "host-a");
+    settle(&mut restarted).await;
+    done_and_reported_once(&w, seq).await;
+    brief(&w, "And the month.").await;
+    settle(&mut restarted).await;
+    brief_exactly_once(&w, seq, 3, 2).await;
+}
+
 /// Steps a Claude Code runner until it idles, each step a new wake (a Persona turn reads each
 /// report in between); every step must succeed.
 async fn settle_cli(r: &mut MindRunner<muninn_host::backends::AnyBackend>) {

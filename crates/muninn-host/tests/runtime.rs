@@ -734,3 +734,59 @@ async fn a_refused_turn_is_retried_until_it_goes_through_and_its_delivery_is_rec
     );
     assert_eq!(ledger(&w).await.len(), 1);
 }
+
+/// What `muninn status` (and the dashboard) shows of the Self's segments says why each began:
+/// the first because there was none (`start`), the next because the session its brief failed
+/// in was lost and rebuilt (`rebuilt from the transcript`), as the Persona's say. Both said
+/// `task boundary` — a refresh the decider chose between briefs — though the decider chose
+/// nothing: the reason came from where the new segment's memory was restored from.
+#[tokio::test]
+async fn the_self_segments_status_shows_say_why_they_began() {
+    use muninn_api::ApiToken;
+    use muninn_api::client::ApiClient;
+    use muninn_sim::sim::{Fault, FaultKind};
+    let w = world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let brief = crate::scripted::brief;
+    brief(&w, "Summarise the open issues.").await;
+    w.sim.push_faults([Fault {
+        kind: FaultKind::Truncate { after_deltas: 1 },
+        times: 1,
+    }]);
+    assert!(r.step().await.is_err(), "the Self's run was cut");
+    w.sim.advance_clock(1_000);
+    brief(&w, "Summarise them again.").await;
+    for _ in 0..4 {
+        r.woken();
+        if matches!(r.step().await.unwrap(), Step::Idle { .. }) {
+            break;
+        }
+    }
+    let token = ApiToken::new("status-test-token");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(muninn_host::http::serve(
+        w.host.clone(),
+        token.clone(),
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let client = ApiClient::new(&addr.to_string(), token).unwrap();
+    let minds = client.minds().await.unwrap().minds;
+    let status = minds.iter().find(|m| m.id == "vala").unwrap();
+    let open = status.segments.self_role.as_ref().expect("a Self segment");
+    let all = w.host.store.segments("vala", Role::SelfRole).await.unwrap();
+    let reasons: Vec<&str> = all.iter().map(|s| s.reason.as_str()).collect();
+    assert_eq!(Some(open.number), all.last().map(|s| s.number));
+    assert_eq!(
+        (open.reason.as_str(), reasons),
+        (
+            "rebuilt from the transcript",
+            vec!["start", "rebuilt from the transcript"]
+        ),
+    );
+}

@@ -721,3 +721,52 @@ async fn a_brief_that_clears_at_its_start_is_priced_as_the_clear_under_the_cap()
     assert!(is_mask(ran));
     assert_eq!(ran.cost, clear.cost);
 }
+
+/// A tool loop whose first request's record was committed though the store's answer was lost,
+/// when the lease changes hands before the runner tries the commit again (another host takes
+/// the Mind over and lets it go without a step): the record landed, so the run is reported as
+/// one the store's failure stopped, its last answer saved — as it is when the commit is tried
+/// again under the same lease — not as a run its host abandoned.
+#[tokio::test]
+async fn a_landed_tool_request_given_up_under_a_new_lease_is_reported_as_the_stores_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = workspace(dir.path());
+    let (w, faults) = crate::runtime::faulty_world(&format!(
+        "[backend.self_session]\nworkspace = {:?}\n",
+        root.display().to_string()
+    ))
+    .await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let seq = brief(&w, &brief_text(&script())).await;
+    faults.lose_commit_answers(1);
+    let e = r.step().await.unwrap_err();
+    assert!(e.to_string().contains("held uncommitted"), "{e}");
+    let store = &w.host.store;
+    let held = store.lease("vala").await.unwrap().expect("host-a leads");
+    let now = w.sim.now_ms();
+    let b = (store.take_over_lease("vala", "host-b", held.token, 30_000, now))
+        .await
+        .unwrap()
+        .expect("host-b takes the Mind over");
+    store.release_lease("vala", b.token).await.unwrap();
+    for _ in 0..10 {
+        r.woken();
+        if matches!(r.step().await, Ok(Step::Idle { .. })) {
+            break;
+        }
+    }
+    let told = store.pending_deliveries("vala", 0, 100).await.unwrap();
+    let reports: Vec<&str> = told
+        .iter()
+        .filter(|d| d.source_id == format!("self-brief-{seq}"))
+        .map(|d| d.text.as_str())
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].starts_with(&format!(
+            "Self run {seq} was stopped when the store failed (its last answer is saved)"
+        )),
+        "{reports:?}"
+    );
+}

@@ -14,7 +14,8 @@
 //! ([`Store::settings`], [`FaultyStore::fail_settings_reads_after`]: what a Self tool loop reads
 //! its spend cap with, between a request's answer and its commit).
 //! The next N transcript appends made on their own ([`Store::append_transcript`],
-//! [`Store::append_transcript_once`], [`FaultyStore::lose_append_answers`]) can instead land and
+//! [`Store::append_transcript_once`], [`FaultyStore::lose_append_answers`], after K let through
+//! [`FaultyStore::lose_append_answers_after`]) can instead land and
 //! then answer [`StoreError::Unavailable`]: a commit whose answer was lost; or be refused
 //! before they land ([`FaultyStore::refuse_appends`]).
 //! The next N turn commits can land and then answer [`StoreError::Unavailable`] too
@@ -70,6 +71,8 @@ pub struct FaultyStore {
     failing_ack_position_reads: AtomicU32,
     /// Outbox acks still to refuse.
     failing_outbox_acks: AtomicU32,
+    /// Transcript appends to let through before losing any answer (`losing_append_answers`).
+    passing_appends: AtomicU32,
     /// Transcript appends still to land with their answer lost.
     losing_append_answers: AtomicU32,
     /// Turn commits still to land with their answer lost.
@@ -116,6 +119,7 @@ impl FaultyStore {
             failing_batches: AtomicU32::new(0),
             failing_ack_position_reads: AtomicU32::new(0),
             failing_outbox_acks: AtomicU32::new(0),
+            passing_appends: AtomicU32::new(0),
             losing_append_answers: AtomicU32::new(0),
             losing_commit_answers: AtomicU32::new(0),
             refusing_cut_rows: AtomicU32::new(0),
@@ -152,6 +156,15 @@ impl FaultyStore {
     /// `append_transcript_once`) commit, then answers each with [`StoreError::Unavailable`]
     /// as if the commit's answer were lost (a deadline passed after `COMMIT` was sent).
     pub fn lose_append_answers(&self, n: u32) {
+        self.passing_appends.store(0, Ordering::SeqCst);
+        self.losing_append_answers.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets the next `pass` transcript appends made on their own through, then loses the
+    /// answers of `n` as [`lose_append_answers`](Self::lose_append_answers) does: a brief's
+    /// append answered, and its ask mark's answer lost.
+    pub fn lose_append_answers_after(&self, pass: u32, n: u32) {
+        self.passing_appends.store(pass, Ordering::SeqCst);
         self.losing_append_answers.store(n, Ordering::SeqCst);
     }
 
@@ -521,7 +534,7 @@ impl Store for FaultyStore {
             return Err(injected("append_transcript"));
         }
         let seqs = self.inner.append_transcript(mind, token, items).await?;
-        if armed(&self.losing_append_answers) {
+        if !armed(&self.passing_appends) && armed(&self.losing_append_answers) {
             return Err(injected("append_transcript: the commit's answer was lost"));
         }
         Ok(seqs)
@@ -541,7 +554,7 @@ impl Store for FaultyStore {
             .inner
             .append_transcript_once(mind, token, key, item)
             .await?;
-        if armed(&self.losing_append_answers) {
+        if !armed(&self.passing_appends) && armed(&self.losing_append_answers) {
             return Err(injected(
                 "append_transcript_once: the commit's answer was lost",
             ));

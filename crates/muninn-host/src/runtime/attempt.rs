@@ -216,6 +216,39 @@ impl<B: Backend> MindRunner<B> {
         Ok(())
     }
 
+    /// Before a clean shutdown lets the lease go: a held brief whose ask mark may have landed
+    /// unconfirmed was never sent ([`HeldBrief::unsent_behind_its_mark`]), which only this
+    /// runner knows. A notice after its mark (`{"unasked": <seq>}`, under the brief's key plus
+    /// ` unasked`) says so, and the next holder runs the brief as one never asked, rather than
+    /// fail it as a run that may have acted (`stranded.rs`). A failure is logged: the next
+    /// holder then fails it as interrupted, as it would without the notice.
+    pub(super) async fn take_mark_back(&self, now: i64) {
+        let Some(token) = self.lease.as_ref().map(|l| l.token) else {
+            return;
+        };
+        let Some(held) = &self.held_brief else {
+            return;
+        };
+        let (Some(seq), Some((attempt, _))) = (held.unsent_behind_its_mark(), &held.attempt) else {
+            return;
+        };
+        let item = NewTranscriptItem {
+            role: Role::SelfRole,
+            segment: attempt.segment,
+            kind: TranscriptKind::Notice,
+            body: serde_json::json!({ UNASKED: seq }),
+            created_at_ms: now,
+        };
+        let key = format!("{} {UNASKED}", attempt.key);
+        let store = &self.host.store;
+        if let Err(e) = store
+            .append_transcript_once(&self.mind.id, token, &key, &item)
+            .await
+        {
+            tracing::warn!(mind = %self.mind.id, brief = seq, error = %e, "a brief never sent could not be marked so; the next holder fails it as interrupted");
+        }
+    }
+
     /// The message to re-send for `batch`, when the open segment already holds its delivery (or
     /// its append is unconfirmed: [`Self::record_attempt`] finishes it) and the session is as
     /// it was when it failed (live, and not about to be refreshed). `None`: render and record
@@ -240,6 +273,10 @@ impl<B: Backend> MindRunner<B> {
 /// The body key of the notice that marks a brief as about to be sent ([`MindRunner::mark_asked`]).
 pub(super) const ASKED: &str = "asked";
 
+/// The body key of the notice that takes a brief's ask mark back: the brief was never sent
+/// ([`MindRunner::take_mark_back`]).
+pub(super) const UNASKED: &str = "unasked";
+
 /// The body key of a brief's item recorded by a host that marks its asks (`true`): only such
 /// an item, unmarked, proves its brief was never sent (`stranded.rs`).
 pub(super) const MARKS: &str = "marks_asked";
@@ -254,4 +291,15 @@ pub(super) struct HeldBrief {
     /// item ends the Self transcript, never answered, on a session since given up (the step
     /// after a crash or a takeover found it): it is planned, rendered and recorded afresh.
     pub(super) attempt: Option<(Attempt, Plan)>,
+}
+
+impl HeldBrief {
+    /// The brief's seq when its item is confirmed and its ask mark is not: the mark may have
+    /// landed (its answer lost), yet this runner never sent the brief — it is sent only once
+    /// its mark is confirmed. A mark ending the Self transcript tells any other reader that
+    /// the brief may have been sent; this runner knows better (`stranded.rs`).
+    pub(super) fn unsent_behind_its_mark(&self) -> Option<i64> {
+        let (attempt, _) = self.attempt.as_ref()?;
+        (attempt.unrecorded.is_none() && attempt.unmarked).then_some(self.brief.seq)
+    }
 }

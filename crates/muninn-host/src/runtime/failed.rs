@@ -31,6 +31,11 @@
 //! flush's record, committed right after); and any cut while an answer waits uncommitted
 //! (`pending.rs`: that one goes first).
 //!
+//! A commit made at once that meets the fence (another host took the Mind over) fails the
+//! step with the fence's error, so the runner lets the lease go at once (`lease.rs`), as a
+//! fenced write at a step's start does
+//! (`cut_rows::a_cut_row_that_meets_the_fence_mid_step_lets_the_lease_go_at_once`).
+//!
 //! Once keyed, the rows wait in the role's queue of records to commit (`pending.rs`), which
 //! commits them in the order they were counted, tries them again as a failed step ends
 //! ([`MindRunner::ledger_after_step`]), at every step's start (before the spend cap is read:
@@ -47,13 +52,13 @@
 //! or are keyed as a failed step ends. A row still waiting when the process dies is lost with
 //! it: the warning logged at the take is then its only trace.
 
-use super::MindRunner;
 use super::accounting::Asked;
 use super::pending::{ROLES, Then, Uncommitted};
+use super::{MindRunner, RuntimeError};
 use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, FailedAttempt, TtlCheck, TurnOutcome};
 use muninn_core::ledger::{ATTEMPT_FAILED, LedgerRow, RowKind};
-use muninn_store::{FencingToken, LedgerQuery, Role};
+use muninn_store::{FencingToken, LedgerQuery, Role, StoreError};
 
 impl<B: Backend> MindRunner<B> {
     /// Takes the attempts `role`'s backend reports billed but not answered whole, each a ledger
@@ -122,21 +127,28 @@ impl<B: Backend> MindRunner<B> {
     /// turn's record, after the reply it retries). An answer waiting uncommitted goes first, so
     /// while one waits they wait untried. A commit the store refuses keeps them in the role's
     /// queue, under their key.
+    ///
+    /// Fails only when the commit met the fence: another host holds the Mind, and the caller's
+    /// step fails with that error rather than its own, so the runner lets the lease go at once
+    /// (`lease.rs`) instead of going on — retrying its call on the backoff — under a stale
+    /// token until its copy of the lease runs out.
     pub(super) async fn ledger_cut_now(
         &mut self,
         role: Role,
         at_ms: i64,
         attempted: (RowKind, bool),
-    ) {
+    ) -> Result<(), RuntimeError> {
         if self.ledger_failed_attempts(role, at_ms, attempted) == 0 {
-            return;
+            return Ok(());
         }
+        let mut committed = Ok(());
         if let Some(token) = self.lease.as_ref().map(|l| l.token)
             && !self.answer_waiting()
         {
-            self.commit_unledgered(role, token, at_ms).await;
+            committed = self.commit_unledgered(role, token, at_ms).await;
         }
         self.host.crash_points.reached(CrashPoint::AttemptCut);
+        committed
     }
 
     /// The rows waiting for `role`'s next record made a record of their own, under a key made
@@ -150,16 +162,28 @@ impl<B: Backend> MindRunner<B> {
     }
 
     /// The rows waiting for `role`'s next record, and what waits in its queue, committed on
-    /// their own; what the store refuses waits, said in the log.
-    async fn commit_unledgered(&mut self, role: Role, token: FencingToken, at_ms: i64) {
+    /// their own; what the store refuses waits, said in the log. A commit the fence refused is
+    /// returned (the rows wait all the same, for the next lease to give up): the lease is
+    /// another's.
+    async fn commit_unledgered(
+        &mut self,
+        role: Role,
+        token: FencingToken,
+        at_ms: i64,
+    ) -> Result<(), RuntimeError> {
         self.key_unledgered(role, token, at_ms);
-        if let Err(e) = self.settle_queue(role, token).await {
-            tracing::warn!(
-                mind = %self.mind.id,
-                role = role.as_str(),
-                error = %e,
-                "a cut attempt's row was not committed at once; it waits, under its key, for the role's next record"
-            );
+        match self.settle_queue(role, token).await {
+            Ok(_) => Ok(()),
+            Err(e @ RuntimeError::Store(StoreError::Fenced { .. })) => Err(e),
+            Err(e) => {
+                tracing::warn!(
+                    mind = %self.mind.id,
+                    role = role.as_str(),
+                    error = %e,
+                    "a cut attempt's row was not committed at once; it waits, under its key, for the role's next record"
+                );
+                Ok(())
+            }
         }
     }
 
@@ -242,7 +266,11 @@ impl<B: Backend> MindRunner<B> {
             if self.answer_waiting() {
                 return;
             }
-            self.commit_unledgered(role, token, after).await;
+            // The fence: the lease is let go at once, as after a fenced step (`lease.rs`).
+            if self.commit_unledgered(role, token, after).await.is_err() {
+                self.lost_lease(after);
+                return;
+            }
         }
     }
 }

@@ -133,7 +133,7 @@ impl<B: Backend> MindRunner<B> {
                     Keep::Tail => RowKind::Ping,
                     Keep::Head => RowKind::HeadPing,
                 };
-                self.ledger_cut_now(role, now, (kind, false)).await;
+                self.ledger_cut_now(role, now, (kind, false)).await?;
                 return Err(e.into());
             }
         };

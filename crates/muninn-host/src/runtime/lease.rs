@@ -151,8 +151,10 @@ impl<B: Backend> MindRunner<B> {
             // rendered again on whatever session the next turn stands on, which has not seen
             // the rendering (`attempt.rs`).
             self.attempt = None;
-            // So is a held brief's: the recovery below looks at it afresh (`stranded.rs`).
-            self.held_brief = None;
+            // So is a held brief's: the recovery below looks at it afresh (`stranded.rs`),
+            // knowing that one whose ask mark went unconfirmed was never sent.
+            let held = self.held_brief.take();
+            self.unsent_brief = held.and_then(|h| h.unsent_behind_its_mark());
             // Whoever held the lease before may have died in the middle of a Self run.
             self.check_stranded = true;
             self.stranded_by = None;
@@ -206,6 +208,7 @@ impl<B: Backend> MindRunner<B> {
     /// (`pending.rs`): released with it, the next holder would ask the provider again.
     pub async fn release(&mut self) -> Result<(), RuntimeError> {
         self.settle_before_release().await;
+        self.take_mark_back(self.host.clock.now_ms()).await;
         if let Some(lease) = self.lease.take() {
             self.host
                 .store

@@ -217,6 +217,14 @@ pub struct MindRunner<B: Backend> {
     /// A claimed Self brief this runner runs at its next step: its append unconfirmed, or found
     /// recorded and never answered (`attempt.rs`). A new lease forgets it (`lease.rs`).
     held_brief: Option<attempt::HeldBrief>,
+    /// A held brief this runner let go at a new lease, its ask mark unconfirmed: never sent by
+    /// this runner, whatever its mark says, so the recovery under the new lease runs it rather
+    /// than fail it as a run that may have acted (`stranded.rs`).
+    unsent_brief: Option<i64>,
+    /// A tool loop's request whose commit landed though it was given up under a new lease
+    /// (`pending.rs`): its brief, and the result that says the store's failure stopped the run,
+    /// for the recovery to report rather than a run its host abandoned (`stranded.rs`).
+    request_landed: Option<(i64, String)>,
     /// Drawn at random when the runner is made, and the keyed appends it made since: what
     /// makes each append key its own (`attempt.rs`).
     nonce: u64,
@@ -305,6 +313,8 @@ impl<B: Backend> MindRunner<B> {
             working: None,
             attempt: None,
             held_brief: None,
+            unsent_brief: None,
+            request_landed: None,
             nonce,
             appends: 0,
             window_cut: None,

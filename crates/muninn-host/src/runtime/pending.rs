@@ -229,6 +229,20 @@ impl Uncommitted {
     }
 }
 
+/// A tool loop's request that landed though its commit was given up (the store's answer lost,
+/// then the lease changed): its brief, and the result the recovery under the next lease fails
+/// it with — the run stopped there, its last answer saved, its tool results never sent.
+fn landed_request(req: &ToolRequest) -> (i64, String) {
+    let result = format!(
+        "stopped: the store failed to answer the commit of its request {}; the request and its \
+         answer were saved, but the Mind's lease changed before the run could go on (its tool \
+         results were never sent). Last reply: {}",
+        req.at.request,
+        super::persona::outcome_text(&req.outcome)
+    );
+    (req.brief.seq, result)
+}
+
 /// A turn key made from what `record` holds (its rows and items), answered by `role` at
 /// `at_ms`: the same record tried again gets the same key, so its second commit writes nothing.
 fn content_key(role: Role, at_ms: i64, record: &TurnRecord) -> String {
@@ -535,6 +549,13 @@ impl<B: Backend> MindRunner<B> {
             // A record commits whole: none of its rows lost, it landed.
             u.committed |= tried && lost.is_empty();
             u.record.ledger = lost;
+            // A tool loop's request that landed: what stopped its run is known here, and only
+            // here; the recovery under the next lease reports it (`stranded.rs`).
+            if u.committed
+                && let Then::ToolRequest(req) = &u.then
+            {
+                self.request_landed = Some(landed_request(req));
+            }
             self.abandon(u, why);
         } else {
             self.give_up_rows(u.role, lost, why);
@@ -645,6 +666,8 @@ impl<B: Backend> MindRunner<B> {
     }
 
     /// A tool loop whose request was committed on a later step: the run ends there.
+    /// (Its brief's result when the commit landed but was given up under a new lease is
+    /// [`landed_request`]'s.)
     fn tool_run_cut_short(&mut self, req: &ToolRequest, at_ms: i64) -> Driven {
         let stop = format!(
             "the store failed to record its request {}; the request and its answer were saved \

@@ -455,7 +455,7 @@ impl<B: Backend> MindRunner<B> {
                 self.persona.collect_events();
                 // An attempt cut after the provider read it was billed: its row is committed
                 // now, before the retry (`failed.rs`).
-                (self.ledger_cut_now(Role::Persona, now, (RowKind::Request, true))).await;
+                (self.ledger_cut_now(Role::Persona, now, (RowKind::Request, true))).await?;
                 let error = e.to_string();
                 let new_error = self.attempt.as_mut().is_none_or(|a| a.failed_with(&error));
                 if new_error {
@@ -624,7 +624,7 @@ impl<B: Backend> MindRunner<B> {
                     tracing::warn!(mind = %self.mind.id, error = %e, "compaction failed; rebuilding");
                 }
                 self.persona.collect_events();
-                (self.ledger_cut_now(Role::Persona, now, (RowKind::Flush, false))).await;
+                (self.ledger_cut_now(Role::Persona, now, (RowKind::Flush, false))).await?;
                 self.persona
                     .pending_events
                     .push(SessionEvent::CompactFailed {

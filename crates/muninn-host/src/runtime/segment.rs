@@ -1,7 +1,7 @@
 //! Segments: opening one, resuming one after a new lease (the renderer rebuilt from the
 //! transcript), and binding the provider session to the transcript.
 
-use super::attempt::ASKED;
+use super::attempt::{ASKED, UNASKED};
 use super::prompts::COMPACT_REASON;
 use super::session::{Bound, Starting};
 use super::{MindRunner, RuntimeError, reply_schema};
@@ -429,8 +429,10 @@ pub(super) fn replay(
                 renderer.push_user(&text(&body["text"])?);
                 awaiting_reply = true;
             }
-            // The mark that the brief was about to be sent (`attempt.rs`): not a message.
-            (Role::SelfRole, TranscriptKind::Notice) if body.get(ASKED).is_some() => {}
+            // The mark that the brief was about to be sent, or that it never was (`attempt.rs`):
+            // not a message.
+            (Role::SelfRole, TranscriptKind::Notice)
+                if body.get(ASKED).is_some() || body.get(UNASKED).is_some() => {}
             (Role::SelfRole, TranscriptKind::Result) => {
                 renderer.reply(&text(&body["text"])?);
                 awaiting_reply = false;

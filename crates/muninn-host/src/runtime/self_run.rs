@@ -3,7 +3,7 @@
 //! then report back to the Persona.
 
 use super::accounting::Asked;
-use super::attempt::{ASKED, Attempt, HeldBrief, MARKS};
+use super::attempt::{ASKED, Attempt, HeldBrief, MARKS, UNASKED};
 use super::pending::{SelfRun, TailMemory, Then, Uncommitted};
 use super::persona::{Plan, outcome_text};
 use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
@@ -303,6 +303,10 @@ impl<B: Backend> MindRunner<B> {
         } else {
             self.lost_self_memory().await?
         };
+        // A start the decider did not choose says why it began — the first segment, a lost
+        // session rebuilt, a run's flush — as the Persona's does (status and the dashboard show
+        // it): where its memory came from is not why it began.
+        let reason = plan.forced.map_or(reason, |(why, _)| why);
         let forced = plan.forced.map(|(_, forced)| forced);
         self.open_segment(Role::SelfRole, token, now, memory, reason, forced)
             .await
@@ -364,7 +368,11 @@ impl<B: Backend> MindRunner<B> {
     ) -> RuntimeError {
         self.selfs.mark_broken(now);
         self.selfs.collect_events();
-        (self.ledger_cut_now(Role::SelfRole, now, (RowKind::Request, boundary))).await;
+        // Fenced: the brief is the next holder's to recover, and the lease is let go at once.
+        let cut = self.ledger_cut_now(Role::SelfRole, now, (RowKind::Request, boundary));
+        if let Err(fenced) = cut.await {
+            return fenced;
+        }
         let message = format!("the Self session failed: {e}");
         if let Err(store) = self
             .fail_brief(token, brief.seq, "failed", &message, now)
@@ -509,8 +517,10 @@ impl<B: Backend> MindRunner<B> {
             .await?;
         Ok(tail
             .iter()
-            // A brief's ask mark (`attempt.rs`) says nothing of the work.
-            .filter(|i| i.segment == segment && i.body.get(ASKED).is_none())
+            // A brief's ask mark, or its taking back (`attempt.rs`), says nothing of the work.
+            .filter(|i| {
+                i.segment == segment && i.body.get(ASKED).is_none() && i.body.get(UNASKED).is_none()
+            })
             .map(|i| {
                 i.body
                     .get("text")
@@ -553,15 +563,16 @@ pub(super) fn self_label(plan: &Plan) -> String {
     }
 }
 
+/// What the Persona is told of a run a failed store stopped after its last answer was saved.
+pub(super) const STOPPED_BY_THE_STORE: &str =
+    "was stopped when the store failed (its last answer is saved)";
+
 /// How a run's end is reported: a run the flush protocol ended has flushed (or failed to); one
 /// a cap or a failed store ended failed.
 fn run_report(stopped: Option<StopCause>, flush: FlushStage) -> (BriefStatus, &'static str) {
     match (stopped, flush) {
         (Some(StopCause::Cap), _) => (BriefStatus::Failed, "was stopped by a cap"),
-        (Some(StopCause::StoreFailed), _) => (
-            BriefStatus::Failed,
-            "was stopped when the store failed (its last answer is saved)",
-        ),
+        (Some(StopCause::StoreFailed), _) => (BriefStatus::Failed, STOPPED_BY_THE_STORE),
         (None, FlushStage::NotNeeded) => (BriefStatus::Done, "finished"),
         (None, FlushStage::Flushed) => (BriefStatus::Done, "stopped at the context ceiling"),
         (None, FlushStage::Interrupted | FlushStage::Terminated) => {

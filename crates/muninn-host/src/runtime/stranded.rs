@@ -18,12 +18,23 @@
 //! happened. A brief with no item at all (its append never landed) was never sent either; it
 //! is failed, its result saying exactly that (`RunTail::Unrecorded` says why it is not run). A
 //! run
-//! whose mark ends the transcript was sent and recorded nothing since: its request was in
-//! flight, or its answer uncommitted, or — a Claude Code run, which records nothing until it
-//! ends — its tools may have edited files and run commands. It is never run again (that would
-//! do its work twice): it is failed as interrupted, its result saying that it may have acted
-//! and nothing of it was recorded. A brief this runner holds (its append or mark unconfirmed,
-//! `attempt.rs`) is its own to finish, and passed by.
+//! whose mark ends the transcript may have been sent and recorded nothing since: its request
+//! was in flight, or its answer uncommitted, or — a Claude Code run, which records nothing
+//! until it ends — its tools may have edited files and run commands; or the mark landed with
+//! its answer lost and the brief was never sent, which no reader of the store can tell apart.
+//! It is never run again (that would do its work twice): it is failed as interrupted, its
+//! result saying that it may have acted and nothing of it was recorded. Only the runner that
+//! wrote the mark knows it never saw it confirmed, and so never sent the brief: when it takes
+//! a new lease with the brief still running and its mark last, it runs the brief again as one
+//! never asked (`MindRunner::unsent_brief`); when it shuts down cleanly first, it takes the
+//! mark back in the transcript (`attempt.rs`, `UNASKED`), and the next holder runs the brief
+//! as never asked. A brief this runner holds (its append or mark unconfirmed, `attempt.rs`) is
+//! its own to finish, and passed by.
+//!
+//! A tool loop's run whose last request's commit landed though this runner gave it up under a
+//! new lease (the store's answer lost, then the lease changed) is failed as the store's failure
+//! stopped it, its last answer saved — what the runner reports when it commits the request
+//! again under the same lease — not as a run its host abandoned; only this runner knows.
 //!
 //! Any other run is not resumed: its requests and tool results up to the crash are in the ledger and
 //! the transcript exactly once, and re-running the brief would send work the Mind already paid
@@ -31,7 +42,8 @@
 //! finished, under the brief's own source id: a crash between the two posts nothing twice, and
 //! the next recovery finishes the brief.
 
-use super::attempt::{ASKED, HeldBrief, MARKS};
+use super::attempt::{ASKED, HeldBrief, MARKS, UNASKED};
+use super::self_run::STOPPED_BY_THE_STORE;
 use super::{MindRunner, RuntimeError};
 use muninn_backend::Backend;
 use muninn_store::{BriefStatus, FencingToken, Role, TranscriptKind};
@@ -74,10 +86,10 @@ impl StrandedBy {
             // Not "in the transcript": nothing is. A Claude Code run records nothing until it
             // ends, though its tools may have edited files and run commands by then.
             return format!(
-                "{stopped} after the brief was sent and before anything of the run was \
-                 recorded; it may have acted (a Claude Code run's tools work before its end is \
-                 recorded), and it was not run again so that nothing is done twice: check what \
-                 it did and ask again if it is still wanted"
+                "{stopped} after the brief was marked as sent and before anything of the run \
+                 was recorded; it may have reached the model and acted (a Claude Code run's \
+                 tools work before its end is recorded), and it was not run again so that \
+                 nothing is done twice: check what it did and ask again if it is still wanted"
             );
         }
         format!(
@@ -100,7 +112,7 @@ struct CommittedEnd {
 enum RunTail {
     /// The brief's item, unmarked: the brief was never sent.
     NeverAsked,
-    /// Its mark: sent, and nothing of the run recorded since (it may have acted all the same).
+    /// Its mark: perhaps sent, and nothing of the run recorded since (it may have acted).
     AskedOnly,
     /// No item of the brief at all: its append never landed (refused, or its host stopped
     /// first), so it was never sent. Failed all the same, saying so: a report of it may have
@@ -146,14 +158,16 @@ impl<B: Backend> MindRunner<B> {
             // Only a previous holder's run (a new lease, or a new runner: its sessions are
             // rebuilt, not the ones a live renderer may have taken the brief into).
             let tail = self.run_tail(brief.seq).await?;
+            // A mark this runner wrote and never saw confirmed: it never sent the brief.
+            let unsent_marked = tail == RunTail::AskedOnly && self.unsent_brief == Some(brief.seq);
             if self.stranded_by.is_none()
                 && self.held_brief.is_none()
-                && tail == RunTail::NeverAsked
+                && (tail == RunTail::NeverAsked || unsent_marked)
             {
                 tracing::warn!(
                     mind = %self.mind.id,
                     brief = brief.seq,
-                    "Self run {} was recorded and never sent before its host stopped; running it again",
+                    "Self run {} was recorded and never sent before its lease was lost or its host stopped; running it again",
                     brief.seq
                 );
                 self.held_brief = Some(HeldBrief {
@@ -173,6 +187,16 @@ impl<B: Backend> MindRunner<B> {
                     .await?;
                 continue;
             }
+            if let Some((_, result)) = self.request_landed.take_if(|(seq, _)| *seq == brief.seq) {
+                tracing::warn!(
+                    mind = %self.mind.id,
+                    brief = brief.seq,
+                    "Self run {} {STOPPED_BY_THE_STORE}: {result}",
+                    brief.seq
+                );
+                (self.fail_brief(token, brief.seq, STOPPED_BY_THE_STORE, &result, now)).await?;
+                continue;
+            }
             let result = StrandedBy::why(self.stranded_by.as_ref(), tail);
             tracing::warn!(
                 mind = %self.mind.id,
@@ -185,6 +209,8 @@ impl<B: Backend> MindRunner<B> {
         }
         self.check_stranded = false;
         self.stranded_by = None;
+        self.unsent_brief = None;
+        self.request_landed = None;
         Ok(())
     }
 
@@ -232,6 +258,10 @@ impl<B: Backend> MindRunner<B> {
         if is(TranscriptKind::Notice, ASKED) {
             return Ok(RunTail::AskedOnly);
         }
+        // Its runner took the mark back before it let the lease go: never sent.
+        if is(TranscriptKind::Notice, UNASKED) {
+            return Ok(RunTail::NeverAsked);
+        }
         // Briefs run oldest first, one at a time, so a brief's items follow every item of the
         // briefs before it: met going back before any of its own, one of theirs (its brief,
         // ask mark or result) proves it has none — its append never landed. So does the whole
@@ -239,7 +269,8 @@ impl<B: Backend> MindRunner<B> {
         for item in tail.iter().rev() {
             let of = item.body["brief"]
                 .as_i64()
-                .or_else(|| item.body[ASKED].as_i64());
+                .or_else(|| item.body[ASKED].as_i64())
+                .or_else(|| item.body[UNASKED].as_i64());
             match of {
                 Some(s) if s < seq => return Ok(RunTail::Unrecorded),
                 Some(_) => return Ok(RunTail::Other),
