@@ -5,8 +5,8 @@
 use crate::retry::persona_kinds;
 use crate::runtime::{World, ledger, mind, post, world};
 use muninn_backend::{
-    Backend, BackendError, Capability, FlushProtocol, FlushStage, RunOutcome, SessionEvent,
-    SessionSpec, TurnInput, TurnOutcome,
+    Backend, BackendError, Capability, FailedAttempt, FlushProtocol, FlushStage, RunOutcome,
+    SessionEvent, SessionSpec, TurnInput, TurnOutcome,
 };
 use muninn_core::price::PriceTable;
 use muninn_core::trace::Usage;
@@ -44,6 +44,11 @@ struct Script {
     binds: bool,
     left: bool,
     kept: bool,
+    /// Attempts the backend reports billed once it is closed (a CLI child's turn of its own,
+    /// finished or cut short while it was stopped).
+    billed_at_close: Vec<FailedAttempt>,
+    /// Billed attempts not yet taken.
+    billed: Vec<FailedAttempt>,
 }
 
 struct Scripted {
@@ -98,6 +103,16 @@ impl Backend for Scripted {
 
     fn take_session_events(&mut self) -> Vec<SessionEvent> {
         std::mem::take(&mut self.script.lock().unwrap().events)
+    }
+
+    fn take_failed_attempts(&mut self) -> Vec<FailedAttempt> {
+        std::mem::take(&mut self.script.lock().unwrap().billed)
+    }
+
+    async fn close(&mut self) {
+        let mut script = self.script.lock().unwrap();
+        let at_close = std::mem::take(&mut script.billed_at_close);
+        script.billed.extend(at_close);
     }
 
     fn binds_sessions(&self) -> bool {
@@ -576,4 +591,57 @@ async fn a_transport_failure_the_backend_says_nothing_of_rebuilds_the_session() 
             ]
         );
     }
+}
+
+/// What a backend bills as it is closed at the host's shutdown (the Claude Code CLI driver
+/// reads a stopped child's stdout to its end, and reports a turn the CLI started by itself
+/// that finished, or was cut short, then) is a ledger row, committed before the lease is let
+/// go. Before, the host closed its backends and released the lease without taking their
+/// billed attempts: the driver's warning was the only trace of what the provider billed.
+#[tokio::test]
+async fn what_a_backend_bills_as_it_is_closed_is_ledgered_before_the_lease_is_released() {
+    let w = world().await;
+    let (mut r, script) = scripted(&w, mind(""));
+    r.register().await.unwrap();
+    post(&w, "m1", "#swarm", "@ann:hs", "first").await;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let usage = Usage {
+        input: 700,
+        cache_write_5m: 0,
+        cache_write_1h: 0,
+        cache_read: 12_000,
+        output: 1,
+    };
+    // Both sessions are scripted from one script: the first to close bills it.
+    script.lock().unwrap().billed_at_close.push(FailedAttempt {
+        usage,
+        raw_usage: json!([{"input_tokens": 700, "cache_read_input_tokens": 12_000, "output_tokens": 1}]),
+        predicted: None,
+        request_id: Some("req_own".into()),
+        error: "a turn the Claude Code CLI started by itself, still running when its child was stopped".into(),
+        breakpoints: Vec::new(),
+        cleared: false,
+    });
+    r.close().await;
+    r.release().await.unwrap();
+    let rows = ledger(&w).await;
+    let decisions: Vec<&str> = rows.iter().map(|r| r.decision.as_str()).collect();
+    assert_eq!(decisions.len(), 2, "{rows:#?}");
+    assert_eq!(decisions[1], "attempt_failed", "{rows:#?}");
+    let closed = &rows[1];
+    assert_eq!(closed.usage, usage);
+    assert_eq!(
+        closed.cost,
+        PriceTable::embedded()
+            .model(&mind("").model)
+            .unwrap()
+            .cost(&usage)
+    );
+    assert!(
+        closed.events.iter().any(|e| e["request_id"] == "req_own"),
+        "{:?}",
+        closed.events
+    );
+    assert!(script.lock().unwrap().billed.is_empty(), "taken once");
 }

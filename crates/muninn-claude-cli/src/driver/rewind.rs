@@ -37,7 +37,9 @@
 //! The turn's part of the file is read whole for these checks, so it is read under a bound
 //! ([`MAX_TURN_PART_BYTES`], through `muninn-fs`): a part past it is refused loudly — nothing
 //! is cut, the session is reported out of step and rebuilt by the caller — rather than read
-//! into memory however large a file grew.
+//! into memory however large a file grew. A forked session's file begins with the whole
+//! history the CLI copied into it, so where its turn's part begins is unknown: its last
+//! [`MAX_TURN_PART_BYTES`] are what is checked, never the whole of a long session's file.
 
 use super::{Collected, Driver};
 use crate::event::ResultEvent;
@@ -143,13 +145,10 @@ impl Driver {
     /// the wiser about what it did. On `false` the cause is logged at warn: the session is out
     /// of step, and the caller rebuilds it. Called once the child is gone (its writes ended).
     pub(super) fn stored_what_was_read(&self, before: &Before, collected: &Collected) -> bool {
-        // A session that changed during the turn (a fork) holds the turn after its copied
-        // history: the whole file is looked at.
-        let from = if self.session_id == before.session_id {
-            before.stored
-        } else {
-            0
-        };
+        // A session that changed during the turn (a fork) holds the turn after the history
+        // the CLI copied into it, where the turn's part begins is unknown: the file's end is
+        // looked at, the turn's last records among its last lines.
+        let from = (self.session_id == before.session_id).then_some(before.stored);
         let after = transcript_path(&self.config, &self.session_id)
             .ok_or_else(|| "no session file".to_string())
             .and_then(|path| read_from(&path, from).map_err(|e| e.to_string()));
@@ -166,12 +165,29 @@ impl Driver {
     }
 }
 
-/// The bytes of the file at `path` from `from` on, at most [`MAX_TURN_PART_BYTES`].
-fn read_from(path: &Path, from: u64) -> std::io::Result<Vec<u8>> {
+/// The bytes of the file at `path` from `from` on, at most [`MAX_TURN_PART_BYTES`]; with no
+/// `from`, its last whole lines within [`MAX_TURN_PART_BYTES`] of its end. A forked session's
+/// file starts with the whole history the CLI copied into it, however long the session grew
+/// (the CLI never removes a line): read from its start, a long session's file would pass the
+/// bound meant for one turn's part, and a kept turn in it be taken for out of step. A record
+/// of the turn that lies further back is not found, and the session is out of step, as for any
+/// record the file lacks.
+fn read_from(path: &Path, from: Option<u64>) -> std::io::Result<Vec<u8>> {
     use std::io::{Seek, SeekFrom};
-    let mut file = muninn_fs::open_regular(path)?.file;
-    file.seek(SeekFrom::Start(from))?;
-    muninn_fs::read_rest_limited(file, MAX_TURN_PART_BYTES, TURN_PART)
+    let opened = muninn_fs::open_regular(path)?;
+    let mut file = opened.file;
+    let start = from.unwrap_or(opened.len.saturating_sub(MAX_TURN_PART_BYTES));
+    file.seek(SeekFrom::Start(start))?;
+    let mut part = muninn_fs::read_rest_limited(file, MAX_TURN_PART_BYTES, TURN_PART)?;
+    if from.is_none() && start > 0 {
+        // Begun inside a line: its end is no record.
+        let first_end = part
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(part.len(), |i| i + 1);
+        part.drain(..first_end);
+    }
+    Ok(part)
 }
 
 /// What the driver read of a turn from stdout (`collected`) that `after`, the session file's

@@ -11,6 +11,7 @@ use super::{MindRunner, RuntimeError};
 use crate::telemetry::LeaseChange;
 use muninn_backend::Backend;
 use muninn_backend::clock::Clock;
+use muninn_core::ledger::RowKind;
 use muninn_store::{FencingToken, Lease, Store, StoreError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -198,10 +199,18 @@ impl<B: Backend> MindRunner<B> {
     }
 
     /// Stops both sessions' resources cleanly (a CLI child: stdin closed, SIGTERM, SIGKILL),
-    /// on shutdown, before the lease is released.
+    /// on shutdown, before the lease is released. What a backend reports billed as it closes
+    /// (a CLI child's turn of its own, finished or cut short while it was stopped) is taken
+    /// then, each a ledger row that [`MindRunner::release`] commits before letting the lease
+    /// go: left in the backend, nothing but the driver's warning would say it was paid for.
     pub async fn close(&mut self) {
         self.persona.backend.close().await;
         self.selfs.backend.close().await;
+        let now = self.host.clock.now_ms();
+        for role in super::pending::ROLES {
+            // Requests of no call's: no turn's start, as for what a step's calls left behind.
+            self.ledger_failed_attempts(role, now, (RowKind::Request, false));
+        }
     }
 
     /// Lets the lease go (on shutdown), after a last attempt to commit an answer still held
