@@ -20,7 +20,8 @@
 //!
 //! The work is bounded whatever the schema asks (a schema can be a client's: the simulator
 //! generates tool inputs from the request's tool schemas): at most 64 items per array, and
-//! [`MAX_GENERATED`] units in all, one per value and one per string character. Past the budget,
+//! [`MAX_GENERATED`] units in all, one per value and one per string character (a null at the depth
+//! cap and a `const` or `enum` value copied from the schema included). Past the budget,
 //! strings stop growing and values come out `null`, so such a value may not validate; it is then
 //! over 2²⁰ units, and as each value is at least one token and the padding one per four
 //! characters, over 262,144 tokens — more than any model writes in one reply.
@@ -65,10 +66,15 @@ fn type_names(schema: &Value) -> Vec<&str> {
 }
 
 fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize, budget: &mut usize) -> Value {
-    if depth > MAX_DEPTH || *budget == 0 {
+    // Charged before the depth cap: a null there is a value too, and a schema of many
+    // properties nesting down to the cap would otherwise make them for nothing.
+    if *budget == 0 {
         return Value::Null;
     }
     *budget -= 1;
+    if depth > MAX_DEPTH {
+        return Value::Null;
+    }
     let schema = resolve(root, schema);
     if let Some(value) = gen_combined(root, schema, name, depth, budget) {
         return value;
@@ -91,10 +97,12 @@ fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize, budget: &mut u
                 .and_then(Value::as_u64)
                 .unwrap_or(u64::MAX);
             let n = min.max(1).min(max).min(64);
-            let item = schema.get("items").cloned().unwrap_or(json!({}));
+            // Borrowed, not copied: `items` can be large, and this runs once per array made.
+            let any = json!({});
+            let item = schema.get("items").unwrap_or(&any);
             Value::Array(
                 (0..n)
-                    .map(|_| gen_at(root, &item, name, depth + 1, budget))
+                    .map(|_| gen_at(root, item, name, depth + 1, budget))
                     .collect(),
             )
         }
@@ -113,15 +121,19 @@ fn gen_combined(
     depth: usize,
     budget: &mut usize,
 ) -> Option<Value> {
-    if let Some(c) = schema.get("const") {
-        return Some(c.clone());
-    }
-    if let Some(first) = schema
-        .get("enum")
-        .and_then(Value::as_array)
-        .and_then(|e| e.first())
-    {
-        return Some(first.clone());
+    let dictated = schema.get("const").or_else(|| {
+        schema
+            .get("enum")
+            .and_then(Value::as_array)
+            .and_then(|e| e.first())
+    });
+    if let Some(value) = dictated {
+        // A copy of the schema's value costs what generating it would.
+        return Some(if charge(value, budget) {
+            value.clone()
+        } else {
+            Value::Null
+        });
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(first) = schema
@@ -143,6 +155,33 @@ fn gen_combined(
         }
     }
     Some(Value::Object(merged))
+}
+
+/// Charges `budget` for a copy of `value` (its value itself already paid for): one unit per
+/// nested value, one per string character. False, with the budget spent, if it does not fit.
+fn charge(value: &Value, budget: &mut usize) -> bool {
+    match value {
+        Value::String(s) => spend(budget, s.chars().count()),
+        Value::Array(items) => items.iter().all(|v| spend(budget, 1) && charge(v, budget)),
+        Value::Object(fields) => fields
+            .values()
+            .all(|v| spend(budget, 1) && charge(v, budget)),
+        _ => true,
+    }
+}
+
+/// Takes `units` from `budget`; false, with the budget spent, if it holds fewer.
+fn spend(budget: &mut usize, units: usize) -> bool {
+    match budget.checked_sub(units) {
+        Some(left) => {
+            *budget = left;
+            true
+        }
+        None => {
+            *budget = 0;
+            false
+        }
+    }
 }
 
 /// The type to generate: the first declared type other than `null` (`null` only when it is all

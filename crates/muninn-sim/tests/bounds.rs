@@ -21,7 +21,59 @@ fn huge_schemas() -> Vec<(&'static str, Value)> {
         nested = json!({"type": "array", "items": nested, "minItems": 64});
     }
     let nested = json!({"type": "object", "properties": {"rows": nested}, "required": ["rows"]});
-    vec![("a long string", long_string), ("nested arrays", nested)]
+    // 64 items per level down to the depth cap, and each level's `items` carrying 64 KiB of
+    // annotation.
+    let annotated = json!({
+        "$defs": {"rows": {"type": "array", "minItems": 64,
+            "items": {"description": "x".repeat(1 << 16), "$ref": "#/$defs/rows"}}},
+        "type": "object", "properties": {"rows": {"$ref": "#/$defs/rows"}}, "required": ["rows"]
+    });
+    vec![
+        ("a long string", long_string),
+        ("nested arrays", nested),
+        ("annotated nested arrays", annotated),
+        ("a wide recursive object", wide_recursive_object(100)),
+    ]
+}
+
+/// An object of `width` properties, each the object again, down to the generator's depth cap.
+fn wide_recursive_object(width: usize) -> Value {
+    let properties: serde_json::Map<String, Value> = (0..width)
+        .map(|i| (format!("p{i}"), json!({"$ref": "#/$defs/node"})))
+        .collect();
+    json!({"$defs": {"node": {"type": "object", "properties": properties}},
+           "$ref": "#/$defs/node"})
+}
+
+/// The units the generator's budget counts in a value: one per value, one per string character.
+fn units(value: &Value) -> usize {
+    1 + match value {
+        Value::String(s) => s.chars().count(),
+        Value::Array(items) => items.iter().map(units).sum(),
+        Value::Object(fields) => fields.values().map(units).sum(),
+        _ => 0,
+    }
+}
+
+/// The generator's budget holds for every value it makes: the values at its depth cap, and a
+/// `const` copied from the schema, used to cost nothing, so an object of a few properties nesting
+/// down to the cap, or arrays of a long constant, made several times the budget (an object of
+/// 1,000 properties, a billion values). The slack is what may follow the budget's end: a null for
+/// each property left in each object on the way down, and one string's name.
+#[test]
+fn a_generated_value_stays_within_the_generators_budget() {
+    use muninn_backend::schema::{MAX_GENERATED, generate};
+    let constant = json!({"type": "array", "minItems": 64, "items": {"type": "array",
+        "minItems": 64, "items": {"const": "c".repeat(1_000)}}});
+    let over: Vec<(&str, usize)> = [
+        ("a recursive object", wide_recursive_object(3)),
+        ("arrays of a constant", constant),
+    ]
+    .into_iter()
+    .map(|(what, schema)| (what, units(&generate(&schema))))
+    .filter(|(_, made)| *made > MAX_GENERATED + 1_000)
+    .collect();
+    assert_eq!(over, [], "units made past the budget of {MAX_GENERATED}");
 }
 
 /// The model writes a tool's input from the tool's schema, which is the client's: a schema that
