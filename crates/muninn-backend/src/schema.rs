@@ -19,12 +19,12 @@
 //! (capped by `maxItems`). Recursion through `$ref` stops at depth 16 with `null`.
 //!
 //! The work is bounded whatever the schema asks (a schema can be a client's: the simulator
-//! generates tool inputs from the request's tool schemas): at most 64 items per array, and
-//! [`MAX_GENERATED`] units in all, one per value and one per string character (a null at the depth
-//! cap and a `const` or `enum` value copied from the schema included). Past the budget,
-//! strings stop growing and values come out `null`, so such a value may not validate; it is then
-//! over 2²⁰ units, and as each value is at least one token and the padding one per four
-//! characters, over 262,144 tokens — more than any model writes in one reply.
+//! generates tool inputs from the request's tool schemas): [`MAX_GENERATED`] units in all, one
+//! per value and one per string character (a null at the depth cap and a `const` or `enum` value
+//! copied from the schema included). Past the budget, strings stop growing, arrays end and values
+//! come out `null`, so such a value may not validate; it is then over 2²⁰ units, and as each
+//! value is at least one token and the padding one per four characters, over 262,144 tokens —
+//! more than any model writes in one reply. Within it, the value validates.
 
 use serde_json::{Map, Value, json};
 
@@ -96,13 +96,17 @@ fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize, budget: &mut u
                 .get("maxItems")
                 .and_then(Value::as_u64)
                 .unwrap_or(u64::MAX);
-            let n = min.max(1).min(max).min(64);
+            let n = min.max(1).min(max);
             // Borrowed, not copied: `items` can be large, and this runs once per array made.
             let any = json!({});
             let item = schema.get("items").unwrap_or(&any);
+            // As many items as the schema asks for while the budget lasts (each costs a unit,
+            // so `n` itself can be anything).
             Value::Array(
                 (0..n)
-                    .map(|_| gen_at(root, item, name, depth + 1, budget))
+                    .map_while(|_| {
+                        (*budget > 0).then(|| gen_at(root, item, name, depth + 1, budget))
+                    })
                     .collect(),
             )
         }

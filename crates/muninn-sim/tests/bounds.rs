@@ -196,3 +196,15 @@ fn the_diagnostics_forget_the_oldest_shapes_past_the_logs_byte_budget() {
         "three requests of 40,000 blocks later, the first one's shape is forgotten"
     );
 }
+
+/// Within the budget the generated value is valid, however many items an array needs: arrays
+/// were cut at 64 items whatever their `minItems` (a bound on the work from before there was a
+/// budget), so a schema asking for 100 got a value it refuses.
+#[test]
+fn a_generated_array_has_the_items_its_schema_asks_for() {
+    use muninn_backend::schema::{generate, validate};
+    let schema = json!({"type": "object", "required": ["votes"], "properties": {
+        "votes": {"type": "array", "minItems": 100, "items": {"type": "boolean"}}}});
+    let value = generate(&schema);
+    assert_eq!(validate(&schema, &value), Ok(()), "{value}");
+}
