@@ -24,7 +24,8 @@
 //! copied from the schema included). Past the budget, strings stop growing, arrays end and values
 //! come out `null`, so such a value may not validate; it is then over 2²⁰ units, and as each
 //! value is at least one token and the padding one per four characters, over 262,144 tokens —
-//! more than any model writes in one reply. Within it, the value validates.
+//! more than any model writes in one reply. Within it, the value validates. [`validate`] is
+//! bounded likewise, at [`MAX_CHECKS`] checks, past which it refuses the value.
 
 use serde_json::{Map, Value, json};
 
@@ -341,10 +342,19 @@ fn subset_at(root: &Value, schema: &Value, at: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The most checks [`validate`] makes of one value (one per value against one schema), after
+/// which the value counts as refused.
+pub const MAX_CHECKS: usize = 1 << 20;
+
 /// Checks `value` against `schema` (the subset in the module docs). The error names the first
 /// failing location as a JSON pointer, like `/answer: must be string`.
+///
+/// The work is bounded whatever the schema (a client's, in the simulator): `anyOf` branches that
+/// hold the schema again multiply the checks at each level, so past [`MAX_CHECKS`] the value is
+/// refused as too costly to check.
 pub fn validate(schema: &Value, value: &Value) -> Result<(), String> {
-    check(schema, schema, value, "", 0)
+    let mut budget = MAX_CHECKS;
+    check(schema, schema, value, "", 0, &mut budget)
 }
 
 fn type_matches(name: &str, value: &Value) -> bool {
@@ -366,12 +376,17 @@ fn check(
     value: &Value,
     at: &str,
     depth: usize,
+    budget: &mut usize,
 ) -> Result<(), String> {
+    let here = if at.is_empty() { "root" } else { at };
+    if *budget == 0 {
+        return Err(format!("{here}: too costly to check"));
+    }
+    *budget -= 1;
     if depth > MAX_DEPTH {
         return Ok(());
     }
     let schema = resolve(root, schema);
-    let here = if at.is_empty() { "root" } else { at };
     if let Some(c) = schema.get("const")
         && c != value
     {
@@ -388,14 +403,14 @@ fn check(
         if let Some(branches) = schema.get(key).and_then(Value::as_array)
             && !branches
                 .iter()
-                .any(|b| check(root, b, value, at, depth + 1).is_ok())
+                .any(|b| check(root, b, value, at, depth + 1, budget).is_ok())
         {
             return Err(format!("{here}: must match a schema in {key}"));
         }
     }
     if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
         for branch in all {
-            check(root, branch, value, at, depth + 1)?;
+            check(root, branch, value, at, depth + 1, budget)?;
         }
     }
     let types = type_names(schema);
@@ -403,8 +418,8 @@ fn check(
         return Err(format!("{here}: must be {}", types.join(",")));
     }
     match value {
-        Value::Object(map) => check_object(root, schema, map, at, depth),
-        Value::Array(items) => check_array(root, schema, items, at, depth),
+        Value::Object(map) => check_object(root, schema, map, at, depth, budget),
+        Value::Array(items) => check_array(root, schema, items, at, depth, budget),
         Value::String(s) => check_string(schema, s, here),
         Value::Number(num) => check_number(schema, num, here),
         _ => Ok(()),
@@ -418,6 +433,7 @@ fn check_object(
     map: &Map<String, Value>,
     at: &str,
     depth: usize,
+    budget: &mut usize,
 ) -> Result<(), String> {
     let here = if at.is_empty() { "root" } else { at };
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
@@ -430,7 +446,7 @@ fn check_object(
     let props = schema.get("properties").and_then(Value::as_object);
     for (key, v) in map {
         match props.and_then(|p| p.get(key)) {
-            Some(sub) => check(root, sub, v, &format!("{at}/{key}"), depth + 1)?,
+            Some(sub) => check(root, sub, v, &format!("{at}/{key}"), depth + 1, budget)?,
             None => {
                 if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
                     return Err(format!("{here}: must NOT have additional property '{key}'"));
@@ -448,6 +464,7 @@ fn check_array(
     items: &[Value],
     at: &str,
     depth: usize,
+    budget: &mut usize,
 ) -> Result<(), String> {
     let here = if at.is_empty() { "root" } else { at };
     let n = items.len() as u64;
@@ -463,7 +480,7 @@ fn check_array(
     }
     if let Some(item) = schema.get("items") {
         for (i, v) in items.iter().enumerate() {
-            check(root, item, v, &format!("{at}/{i}"), depth + 1)?;
+            check(root, item, v, &format!("{at}/{i}"), depth + 1, budget)?;
         }
     }
     Ok(())

@@ -96,17 +96,7 @@ fn a_tool_schema_asking_for_a_huge_value_is_answered_at_once() {
                 "tools": [{"name": tool, "description": "reply", "input_schema": schema}],
                 "messages": [{"role": "user", "content": text}]
             });
-            // On a thread of its own, so that a simulator that never answers fails the test
-            // instead of hanging it.
-            let (tx, rx) = std::sync::mpsc::channel();
-            let answering = sim.clone();
-            std::thread::spawn(move || {
-                let _ = tx.send(answering.messages(&body, None, 1, T0));
-            });
-            let answer = rx
-                .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|_| panic!("{what}, {tool}: no answer within 30 s"))
-                .unwrap();
+            let answer = answered_in_time(&sim, body, &format!("{what}, {tool}"));
             assert_eq!(
                 (answer.reply.stop_reason, answer.usage.output <= 1000),
                 ("max_tokens", true),
@@ -115,6 +105,44 @@ fn a_tool_schema_asking_for_a_huge_value_is_answered_at_once() {
             );
         }
     }
+}
+
+/// `sim`'s answer to `body`, on a thread of its own so that a simulator that never answers fails
+/// the test instead of hanging it.
+fn answered_in_time(sim: &Arc<Simulator>, body: Value, what: &str) -> muninn_sim::sim::Answer {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let answering = sim.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(answering.messages(&body, None, 1, T0));
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("{what}: no answer within 30 s"))
+        .unwrap()
+}
+
+/// A structured reply to a Mind's delivery lines is checked against the tool's schema before it
+/// replaces the generated one, and the schema is the client's: checking a value against 12
+/// `anyOf` branches that each hold the schema again took 12⁸ checks (the depth cap halved, as
+/// each branch goes through an `allOf`), and the request of a few hundred bytes was never
+/// answered. The check's work is bounded like the generator's; past it the value counts as
+/// refused, and the generated one is answered.
+#[test]
+fn a_tool_schema_slow_to_check_is_answered_at_once() {
+    let sim = Arc::new(Simulator::new(SimConfig {
+        frozen_at_ms: Some(T0),
+        ..Default::default()
+    }));
+    let branches: Vec<Value> = (0..12)
+        .map(|i| json!({"allOf": [{"$ref": "#/$defs/node"}, {"const": i}]}))
+        .collect();
+    let schema = json!({"$defs": {"node": {"anyOf": branches}}, "$ref": "#/$defs/node"});
+    let body = json!({
+        "model": "claude-opus-5-5", "max_tokens": 1000,
+        "tools": [{"name": "StructuredOutput", "description": "reply", "input_schema": schema}],
+        "messages": [{"role": "user", "content": "[#general, to you] @ada:example.org: hello"}]
+    });
+    let answer = answered_in_time(&sim, body, "a schema slow to check");
+    assert_eq!(answer.reply.stop_reason, "tool_use");
 }
 
 /// `POST /admin/clock` moves virtual time by any amount it is given: one past what time can hold
