@@ -19,11 +19,13 @@
 //! (capped by `maxItems`). Recursion through `$ref` stops at depth 16 with `null`.
 //!
 //! The work is bounded whatever the schema asks (a schema can be a client's: the simulator
-//! generates tool inputs from the request's tool schemas): at most 64 items per array, and
-//! [`MAX_GENERATED`] units in all, one per value and one per string character. Past the budget,
-//! strings stop growing and values come out `null`, so such a value may not validate; it is then
-//! over 2²⁰ units, and as each value is at least one token and the padding one per four
-//! characters, over 262,144 tokens — more than any model writes in one reply.
+//! generates tool inputs from the request's tool schemas): [`MAX_GENERATED`] units in all, one
+//! per value and one per string character (a null at the depth cap and a `const` or `enum` value
+//! copied from the schema included). Past the budget, strings stop growing, arrays end and values
+//! come out `null`, so such a value may not validate; it is then over 2²⁰ units, and as each
+//! value is at least one token and the padding one per four characters, over 262,144 tokens —
+//! more than any model writes in one reply. Within it, the value validates. [`validate`] is
+//! bounded likewise, at [`MAX_CHECKS`] checks, past which it refuses the value.
 
 use serde_json::{Map, Value, json};
 
@@ -65,10 +67,15 @@ fn type_names(schema: &Value) -> Vec<&str> {
 }
 
 fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize, budget: &mut usize) -> Value {
-    if depth > MAX_DEPTH || *budget == 0 {
+    // Charged before the depth cap: a null there is a value too, and a schema of many
+    // properties nesting down to the cap would otherwise make them for nothing.
+    if *budget == 0 {
         return Value::Null;
     }
     *budget -= 1;
+    if depth > MAX_DEPTH {
+        return Value::Null;
+    }
     let schema = resolve(root, schema);
     if let Some(value) = gen_combined(root, schema, name, depth, budget) {
         return value;
@@ -90,11 +97,17 @@ fn gen_at(root: &Value, schema: &Value, name: &str, depth: usize, budget: &mut u
                 .get("maxItems")
                 .and_then(Value::as_u64)
                 .unwrap_or(u64::MAX);
-            let n = min.max(1).min(max).min(64);
-            let item = schema.get("items").cloned().unwrap_or(json!({}));
+            let n = min.max(1).min(max);
+            // Borrowed, not copied: `items` can be large, and this runs once per array made.
+            let any = json!({});
+            let item = schema.get("items").unwrap_or(&any);
+            // As many items as the schema asks for while the budget lasts (each costs a unit,
+            // so `n` itself can be anything).
             Value::Array(
                 (0..n)
-                    .map(|_| gen_at(root, &item, name, depth + 1, budget))
+                    .map_while(|_| {
+                        (*budget > 0).then(|| gen_at(root, item, name, depth + 1, budget))
+                    })
                     .collect(),
             )
         }
@@ -113,15 +126,19 @@ fn gen_combined(
     depth: usize,
     budget: &mut usize,
 ) -> Option<Value> {
-    if let Some(c) = schema.get("const") {
-        return Some(c.clone());
-    }
-    if let Some(first) = schema
-        .get("enum")
-        .and_then(Value::as_array)
-        .and_then(|e| e.first())
-    {
-        return Some(first.clone());
+    let dictated = schema.get("const").or_else(|| {
+        schema
+            .get("enum")
+            .and_then(Value::as_array)
+            .and_then(|e| e.first())
+    });
+    if let Some(value) = dictated {
+        // A copy of the schema's value costs what generating it would.
+        return Some(if charge(value, budget) {
+            value.clone()
+        } else {
+            Value::Null
+        });
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(first) = schema
@@ -143,6 +160,33 @@ fn gen_combined(
         }
     }
     Some(Value::Object(merged))
+}
+
+/// Charges `budget` for a copy of `value` (its value itself already paid for): one unit per
+/// nested value, one per string character. False, with the budget spent, if it does not fit.
+fn charge(value: &Value, budget: &mut usize) -> bool {
+    match value {
+        Value::String(s) => spend(budget, s.chars().count()),
+        Value::Array(items) => items.iter().all(|v| spend(budget, 1) && charge(v, budget)),
+        Value::Object(fields) => fields
+            .values()
+            .all(|v| spend(budget, 1) && charge(v, budget)),
+        _ => true,
+    }
+}
+
+/// Takes `units` from `budget`; false, with the budget spent, if it holds fewer.
+fn spend(budget: &mut usize, units: usize) -> bool {
+    match budget.checked_sub(units) {
+        Some(left) => {
+            *budget = left;
+            true
+        }
+        None => {
+            *budget = 0;
+            false
+        }
+    }
 }
 
 /// The type to generate: the first declared type other than `null` (`null` only when it is all
@@ -298,10 +342,19 @@ fn subset_at(root: &Value, schema: &Value, at: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The most checks [`validate`] makes of one value (one per value against one schema), after
+/// which the value counts as refused.
+pub const MAX_CHECKS: usize = 1 << 20;
+
 /// Checks `value` against `schema` (the subset in the module docs). The error names the first
 /// failing location as a JSON pointer, like `/answer: must be string`.
+///
+/// The work is bounded whatever the schema (a client's, in the simulator): `anyOf` branches that
+/// hold the schema again multiply the checks at each level, so past [`MAX_CHECKS`] the value is
+/// refused as too costly to check.
 pub fn validate(schema: &Value, value: &Value) -> Result<(), String> {
-    check(schema, schema, value, "", 0)
+    let mut budget = MAX_CHECKS;
+    check(schema, schema, value, "", 0, &mut budget)
 }
 
 fn type_matches(name: &str, value: &Value) -> bool {
@@ -323,12 +376,17 @@ fn check(
     value: &Value,
     at: &str,
     depth: usize,
+    budget: &mut usize,
 ) -> Result<(), String> {
+    let here = if at.is_empty() { "root" } else { at };
+    if *budget == 0 {
+        return Err(format!("{here}: too costly to check"));
+    }
+    *budget -= 1;
     if depth > MAX_DEPTH {
         return Ok(());
     }
     let schema = resolve(root, schema);
-    let here = if at.is_empty() { "root" } else { at };
     if let Some(c) = schema.get("const")
         && c != value
     {
@@ -345,14 +403,14 @@ fn check(
         if let Some(branches) = schema.get(key).and_then(Value::as_array)
             && !branches
                 .iter()
-                .any(|b| check(root, b, value, at, depth + 1).is_ok())
+                .any(|b| check(root, b, value, at, depth + 1, budget).is_ok())
         {
             return Err(format!("{here}: must match a schema in {key}"));
         }
     }
     if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
         for branch in all {
-            check(root, branch, value, at, depth + 1)?;
+            check(root, branch, value, at, depth + 1, budget)?;
         }
     }
     let types = type_names(schema);
@@ -360,8 +418,8 @@ fn check(
         return Err(format!("{here}: must be {}", types.join(",")));
     }
     match value {
-        Value::Object(map) => check_object(root, schema, map, at, depth),
-        Value::Array(items) => check_array(root, schema, items, at, depth),
+        Value::Object(map) => check_object(root, schema, map, at, depth, budget),
+        Value::Array(items) => check_array(root, schema, items, at, depth, budget),
         Value::String(s) => check_string(schema, s, here),
         Value::Number(num) => check_number(schema, num, here),
         _ => Ok(()),
@@ -375,6 +433,7 @@ fn check_object(
     map: &Map<String, Value>,
     at: &str,
     depth: usize,
+    budget: &mut usize,
 ) -> Result<(), String> {
     let here = if at.is_empty() { "root" } else { at };
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
@@ -387,7 +446,7 @@ fn check_object(
     let props = schema.get("properties").and_then(Value::as_object);
     for (key, v) in map {
         match props.and_then(|p| p.get(key)) {
-            Some(sub) => check(root, sub, v, &format!("{at}/{key}"), depth + 1)?,
+            Some(sub) => check(root, sub, v, &format!("{at}/{key}"), depth + 1, budget)?,
             None => {
                 if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
                     return Err(format!("{here}: must NOT have additional property '{key}'"));
@@ -405,6 +464,7 @@ fn check_array(
     items: &[Value],
     at: &str,
     depth: usize,
+    budget: &mut usize,
 ) -> Result<(), String> {
     let here = if at.is_empty() { "root" } else { at };
     let n = items.len() as u64;
@@ -420,7 +480,7 @@ fn check_array(
     }
     if let Some(item) = schema.get("items") {
         for (i, v) in items.iter().enumerate() {
-            check(root, item, v, &format!("{at}/{i}"), depth + 1)?;
+            check(root, item, v, &format!("{at}/{i}"), depth + 1, budget)?;
         }
     }
     Ok(())

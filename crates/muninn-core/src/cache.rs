@@ -15,7 +15,8 @@
 //!   are written, at the TTL of the breakpoint that closes them; tokens after the last breakpoint
 //!   are uncached input.
 //! - **TTL from the request start, refreshed on a hit**: a hit moves the entry's expiry to
-//!   `now + ttl`; a write sets it.
+//!   `now + ttl`; a write sets it. An expiry never moves back: a request applied out of order,
+//!   at a time before one already applied, leaves the later expiry standing.
 //! - **Minimum cacheable size per model**: a breakpoint whose prefix is shorter is neither written
 //!   nor read, without error.
 //! - **Per-model cache**: entries of one model are invisible to another.
@@ -403,7 +404,14 @@ impl CacheState {
             None => self.models.entry(model.to_string()).or_default(),
         };
         for (fingerprint, entry) in &prediction.updates {
-            cache.entries.insert(*fingerprint, *entry);
+            // Never shorten an entry's life. In time order a refresh or a write always expires
+            // later than what it replaces (a write replaces only a dead entry); a request applied
+            // at a time before one already applied (requests that arrived together) reads what
+            // that one wrote, and must not cut short the expiry it set.
+            let kept = cache.entries.entry(*fingerprint).or_insert(*entry);
+            if entry.expires_at_ms > kept.expires_at_ms {
+                *kept = *entry;
+            }
         }
         if cache.entries.len() > rules.max_entries_per_model {
             // Forget the entries that died first; keep at most half the budget of dead ones so

@@ -389,6 +389,29 @@ fn the_ttl_runs_from_the_request_start_and_a_hit_refreshes_it() -> Result<(), Ca
     Ok(())
 }
 
+/// A request applied out of order — at a time before that of one already applied, as a server
+/// applying requests that arrived together may — reads what the later one wrote and refreshes it,
+/// but never shortens its life. Its refresh used to overwrite the expiry the later request set
+/// with one counted from its own, earlier time.
+#[test]
+fn a_request_applied_out_of_order_never_shortens_an_entrys_life() -> Result<(), CacheError> {
+    let rules = CacheRules::default();
+    let mut state = CacheState::new();
+    let request = Request::new(&[(2000, 1, M5), (10, 2, NO)]);
+    state.apply(&request.prompt(), T0 + 4 * MINUTE, MIN, &rules)?;
+    let hit = CacheOutcome {
+        uncached: 10,
+        read: 2000,
+        ..CacheOutcome::default()
+    };
+    assert_eq!(state.apply(&request.prompt(), T0, MIN, &rules)?, hit);
+    assert_eq!(
+        state.expiry(MODEL, request.fingerprint(0)),
+        Some(T0 + 9 * MINUTE)
+    );
+    Ok(())
+}
+
 /// An entry is live while `now < expires_at` and dead from `now == expires_at` on: a 5m entry
 /// written at `t` is read at `t + 5m − 1ms` and missed at exactly `t + 5m` (likewise for 1h).
 #[test]

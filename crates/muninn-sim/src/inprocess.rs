@@ -8,8 +8,10 @@
 //! `message_start` (`truncate`, `mid_stream_error`) fails the call as the HTTP client fails it
 //! (which does not retry an attempt the provider billed) — after content, unless the turn is
 //! safe to repeat, as [`BackendError::BrokenAfterContent`] — billed as the HTTP path bills it
-//! (the attempt is in [`Failed::billed`] with what the client would have read before the cut). The other stream faults (a slow or trickling reply) have no meaning without a
-//! stream and are consumed unapplied.
+//! (the attempt is in [`Failed::billed`] with what the client would have read before the cut).
+//! A slow reply's first-byte delay is waited out as over HTTP (the request is processed when it
+//! ends); its delays between events, and a trickle, have no meaning without a stream and are
+//! consumed unapplied.
 
 use crate::sim::{ApiError, Simulator};
 use muninn_anthropic::backend::{AnthropicBackend, Transport};
