@@ -191,8 +191,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         token: FencingToken,
         items: &[NewTranscriptItem],
     ) -> Result<Vec<i64>>;
-    /// Appends one item under `key`, once: a key the Mind's transcript already recorded adds
-    /// nothing and answers the seq it got then, with `created: false`. The key and the item
+    /// Appends one item under `key`, once: a key the Mind's transcript already recorded for the
+    /// item's role adds nothing and answers the seq it got then, with `created: false`. Keys are
+    /// per role: the same key used by the other role is another item (the Persona's retry never
+    /// answers the Self's seq, nor the reverse). The key and the item
     /// commit together, so a retry after a commit whose answer was lost (the call's deadline
     /// passed, the connection dropped after `COMMIT` was sent) cannot append the item twice.
     /// The key names the item: the first append under it wins. Fenced.
