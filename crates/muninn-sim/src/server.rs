@@ -3,8 +3,9 @@
 //! # API routes
 //!
 //! - `POST /v1/messages` (any query, e.g. `?beta=true`): streaming (SSE: `message_start`, `ping`,
-//!   per block `content_block_start`, `content_block_delta` (`text_delta` or
-//!   `input_json_delta`), `content_block_stop`, then `message_delta`, `message_stop`; or an
+//!   per block `content_block_start`, `content_block_delta` (`text_delta`,
+//!   `input_json_delta`, or one `compaction_delta` after a compaction block started with
+//!   `"content": null`), `content_block_stop`, then `message_delta`, `message_stop`; or an
 //!   `error` event) when the body says `"stream": true`, else one JSON message.
 //! - `POST /v1/messages/count_tokens`: `{"input_tokens": N}`.
 //!
@@ -424,7 +425,20 @@ fn block_events(index: usize, block: &ContentBlock, one_char: bool) -> Vec<(Stre
                 })
             }));
         }
-        // A block without deltas (a compaction's signed summary) starts whole.
+        // As the API streams a compaction: the block starts with its summary `null` (the
+        // signature already there, where the official SDK's accumulator keeps it from), and
+        // the whole summary follows in one `compaction_delta`.
+        ContentBlock::Compaction { content, signature } => {
+            out.push(start(ContentBlock::Unknown(json!({
+                "type": "compaction",
+                "content": null,
+                "signature": signature,
+            }))));
+            out.push(delta(Delta::CompactionDelta {
+                content: Some(content.clone()),
+            }));
+        }
+        // Any other block (none yet) starts whole.
         other => out.push(start(other.clone())),
     }
     out.push((StreamEvent::ContentBlockStop { index }, false));
