@@ -264,6 +264,27 @@ struct AttemptError {
     billed: Option<Box<BilledAttempt>>,
 }
 
+impl AttemptError {
+    /// This failure of the response with `request_id`: said by its API error and by its billed
+    /// attempt, so a refusal and a retry are as quotable as an answer.
+    fn under(mut self, request_id: Option<&String>) -> AttemptError {
+        let Some(id) = request_id else {
+            return self;
+        };
+        for error in std::iter::once(&mut self.error)
+            .chain(self.billed.as_mut().map(|billed| &mut billed.error))
+        {
+            if let BackendError::Api { request_id, .. } = error {
+                *request_id = Some(id.as_str().into());
+            }
+        }
+        if let Some(billed) = &mut self.billed {
+            billed.request_id = Some(id.clone());
+        }
+        self
+    }
+}
+
 impl AnthropicClient {
     /// A client with the given configuration and sleeper.
     pub fn new(
@@ -423,19 +444,15 @@ impl AnthropicClient {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         if !(200..300).contains(&status) {
-            return Err(api_failure(status, response, deadline).await);
+            let refused = api_failure(status, response, deadline).await;
+            return Err(refused.under(request_id.as_ref()));
         }
         let read = if stream {
             read_stream(response, self.config.read_timeout, deadline).await
         } else {
             read_whole(response, deadline).await
         };
-        let (message, raw_usage) = read.map_err(|mut f| {
-            if let Some(billed) = &mut f.billed {
-                billed.request_id.clone_from(&request_id);
-            }
-            f
-        })?;
+        let (message, raw_usage) = read.map_err(|f| f.under(request_id.as_ref()))?;
         Ok((message, raw_usage, request_id))
     }
 
@@ -485,8 +502,9 @@ fn transport_failure_text(cause: String) -> AttemptError {
 }
 
 /// A non-2xx reply as an [`AttemptError`]: the API's own error type and message when the body is
-/// an error object, else `http_<status>` and the body's first 500 characters. At most
-/// [`MAX_ERROR_BODY_BYTES`] of the body are read, within the attempt's deadline.
+/// an error object, else `http_<status>` and the body's first 500 characters; the body's
+/// `request_id`, which the caller's header overrides. At most [`MAX_ERROR_BODY_BYTES`] of the
+/// body are read, within the attempt's deadline.
 async fn api_failure(
     status: u16,
     mut response: reqwest::Response,
@@ -497,11 +515,16 @@ async fn api_failure(
     // characters: the status already says what happened.
     let (body, _) = read_body(&mut response, MAX_ERROR_BODY_BYTES, deadline.at).await;
     let text = String::from_utf8_lossy(&body);
-    let (kind, message) = match serde_json::from_str::<ErrorResponse>(&text) {
-        Ok(e) => (e.error.kind, e.error.message),
+    let (kind, message, request_id) = match serde_json::from_str::<ErrorResponse>(&text) {
+        Ok(e) => (
+            e.error.kind,
+            e.error.message,
+            e.request_id.map(String::into_boxed_str),
+        ),
         Err(_) => (
             format!("http_{status}"),
             text.chars().take(500).collect::<String>(),
+            None,
         ),
     };
     let retryable = retryable_status(status);
@@ -512,6 +535,7 @@ async fn api_failure(
             message,
             retryable,
             retry_after_ms: retry_after.map(millis),
+            request_id,
         },
         retryable,
         retry_after,
@@ -672,6 +696,10 @@ fn retry_event(attempt: u32, delay: Duration, failure: &AttemptError) -> RetryEv
         status,
         kind,
         retry_after_ms: failure.retry_after.map(millis),
+        request_id: match &failure.error {
+            BackendError::Api { request_id, .. } => request_id.as_deref().map(str::to_string),
+            _ => None,
+        },
     }
 }
 

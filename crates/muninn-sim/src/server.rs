@@ -207,7 +207,7 @@ fn admit(
 ) -> Result<(RecordedRequest, String), Box<Response>> {
     let body = body.map_err(|rejection| Box::new(unread_body(rejection)))?;
     let (mut record, invalid) = receive(sim, path, headers, &body);
-    let request_id = format!("req_sim_{:08}", record.seq);
+    let request_id = request_id(record.seq);
     let checked = check_headers(sim, headers).and_then(|scheme| {
         record.auth = scheme.to_string();
         invalid.map_or(Ok(()), Err)
@@ -319,6 +319,11 @@ fn trickled_message(answer: Answer, every_ms: u64) -> Response {
         .headers_mut()
         .insert("content-type", HeaderValue::from_static("application/json"));
     response
+}
+
+/// The `request-id` the server gives request `seq` (the in-process transport gives the same).
+pub(crate) fn request_id(seq: u64) -> String {
+    format!("req_sim_{seq:08}")
 }
 
 /// A body of `pieces`, `delay_ms` between each two (none before the first).

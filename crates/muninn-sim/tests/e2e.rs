@@ -220,6 +220,42 @@ async fn client_errors_surface_at_once_and_leave_the_session_usable() {
     assert_eq!(o.text, "Reply to turn 1: 'hello'");
 }
 
+/// The provider's `request-id` of a request it refused is kept, as an answered one's is: the
+/// error says it (a user quotes it to the provider), and each retry's event — which goes into
+/// the answered request's ledger row — names the attempt it retried.
+#[tokio::test]
+async fn a_refused_request_keeps_its_request_id() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("request-id", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    let id = |r: &muninn_sim::sim::RecordedRequest| format!("req_sim_{:08}", r.seq);
+    h.sim.push_faults([fault(
+        FaultKind::BadRequest {
+            message: "refused".into(),
+        },
+        1,
+    )]);
+    let refused = w.backend.turn(TurnInput::text("hello")).await.unwrap_err();
+    let records = message_records(&h);
+    assert!(refused.to_string().contains(&id(&records[0])), "{refused}");
+    h.sim.push_faults([fault(FaultKind::Overloaded, 2)]);
+    let answered = w.backend.turn(TurnInput::text("hello")).await.unwrap();
+    let records = message_records(&h);
+    let retried: Vec<serde_json::Value> = answered
+        .retries
+        .iter()
+        .map(|r| serde_json::to_value(r).unwrap()["request_id"].clone())
+        .collect();
+    assert_eq!(
+        retried,
+        [id(&records[1]), id(&records[2])].map(serde_json::Value::from)
+    );
+    assert_eq!(answered.request_id, Some(id(&records[3])));
+}
+
 #[tokio::test]
 async fn retries_run_out() {
     let h = sim().await;

@@ -262,6 +262,8 @@ fn stream_error(error: ErrorBody, after_content: bool) -> AttemptError {
             message: error.message,
             retryable,
             retry_after_ms: None,
+            // The response's, set by the client with the header's.
+            request_id: None,
         },
         retryable,
         retry_after: None,
