@@ -52,7 +52,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn create_mind(&self, mind: &Mind) -> Result<Mind>;
     /// The Mind with this id.
     async fn mind(&self, id: &str) -> Result<Option<Mind>>;
-    /// All Minds, by id.
+    /// All Minds, by id in byte order (the same on every backend, whatever the database's
+    /// collation).
     async fn minds(&self) -> Result<Vec<Mind>>;
     /// Replaces a Mind's display name and config (operator action). `NotFound` if unknown.
     async fn update_mind(

@@ -72,16 +72,18 @@ pub(crate) async fn get<B: Backend>(store: &B, id: &str) -> Result<Option<Mind>>
     row.as_ref().map(mind_from).transpose()
 }
 
+/// Every Mind, by id in byte order. Sorted here, not by `ORDER BY id`: that is the database's
+/// collation, which on PostgreSQL is the locale the database was created with (a language's
+/// puts `_z` first and `B` after `a`) and on SQLite byte order, and one dialect has no
+/// collation the other knows.
 pub(crate) async fn list<B: Backend>(store: &B) -> Result<Vec<Mind>> {
     let mut conn = B::Db::acquire(store.pool()).await?;
-    let rows = query::<B::Db>(concat!(
-        "SELECT ",
-        columns!(mind),
-        " FROM minds ORDER BY id"
-    ))
-    .fetch_all(&mut conn)
-    .await?;
-    rows.iter().map(mind_from).collect()
+    let rows = query::<B::Db>(concat!("SELECT ", columns!(mind), " FROM minds"))
+        .fetch_all(&mut conn)
+        .await?;
+    let mut minds = rows.iter().map(mind_from).collect::<Result<Vec<_>>>()?;
+    minds.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+    Ok(minds)
 }
 
 pub(crate) async fn update<B: Backend>(

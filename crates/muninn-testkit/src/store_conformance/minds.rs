@@ -28,6 +28,16 @@ pub(super) async fn minds(factory: &dyn StoreFactory) {
         .map(|m| m.id)
         .collect();
     assert_eq!(ids, vec!["a", "b"]);
+    // By id, byte by byte, on every backend alike: not by the database's collation (a
+    // PostgreSQL database in a language's locale sorts `_z` first and `B` after `a`).
+    for id in ["_z", "B", "Z"] {
+        ok(store.create_mind(&mind(id)).await, "create");
+    }
+    let ids: Vec<String> = ok(store.minds().await, "minds")
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(ids, vec!["B", "Z", "_z", "a", "b"], "in byte order");
     let updated = ok(
         store.update_mind("a", "Alpha", &json!({"x": 1})).await,
         "update",
