@@ -35,14 +35,17 @@
 //! prompt again, and only the caller can weigh that against its spend cap (the host asks the
 //! cap before its own retry; a client retrying a provider that cuts every stream after
 //! `message_start` billed up to `max_retries` prompts in one call unasked). A failure before
-//! `message_start` (a refused connection, a 5xx, a 529) was not billed, is not one, and is
-//! retried here as above.
+//! a stream's `message_start` (a refused connection, a 5xx, a 529) was not billed, is not one,
+//! and is retried here as above.
 //!
 //! A reply that does not stream (a keep-warm ping) has no `message_start`: its `2xx` status
 //! comes once the provider has answered, so a body that fails after it (cut, past the
 //! deadline or the size limit, not a message) was billed the same way and is not retried
 //! either. Its usage is the body's when the body said it; else the raw usage is `null`, and
-//! the backend reports the attempt at its cache model's prediction.
+//! the backend reports the attempt at its cache model's prediction. The same goes for such a
+//! request lost after it was sent and before its status came (a reset connection, the
+//! attempt's deadline): the provider may have answered and billed it, so it is reported
+//! billed at the prediction and not retried; only a connection never made is retried.
 //!
 //! **Nothing is re-sent after the first content byte** (the first `content_block_start`) unless
 //! the caller says the turn is safe to repeat: the partial reply may already have been shown or
@@ -433,10 +436,33 @@ impl AnthropicClient {
         deadline: Deadline,
     ) -> Result<(MessagesResponse, Value, Option<String>), AttemptError> {
         let req = self.request_builder(stream, betas);
+        // A whole reply's status comes only once the provider has done the work: a failure
+        // after the request went and before the status came (a reset, the deadline) may have
+        // been billed — the prompt read, the cache written or read — or the request may never
+        // have arrived, and nothing says which. It is reported as billed at the cache model's
+        // prediction (raw usage `null`), as a whole reply cut after its status is, and not
+        // resent here: a resend may be billed again, which only the caller's spend cap may
+        // allow. Counting a ping that was not billed costs the ledger one ping's estimate;
+        // resending one that was cost a ping the ledger never saw. A stream's status comes
+        // before the work, so a stream lost before it was not billed.
+        let lost = |failure: AttemptError| {
+            if stream {
+                failure
+            } else {
+                billed_unread(failure, None)
+            }
+        };
         let response = tokio::time::timeout_at(deadline.at, req.body(body.to_vec()).send())
             .await
-            .map_err(|_| deadline.failure(false))?
-            .map_err(transport_failure)?;
+            .map_err(|_| lost(deadline.failure(false)))?
+            .map_err(|e| {
+                // A connection never made carried nothing to the provider.
+                if e.is_connect() {
+                    transport_failure(e)
+                } else {
+                    lost(transport_failure(e))
+                }
+            })?;
         let status = response.status().as_u16();
         let request_id = response
             .headers()

@@ -22,7 +22,9 @@
 //!   `{"kind":"rate_limit","retry_after_s":2,"times":2}`, or
 //!   `{"kind":"inflate_usage","cache_read_tokens":970000}` to make a client believe its context
 //!   is nearly full, or `{"kind":"trickle","every_ms":60000}` for a reply that never goes
-//!   silent yet takes hours (one character, or one byte, a minute).
+//!   silent yet takes hours (one character, or one byte, a minute), or
+//!   `{"kind":"stall_before_headers","ms":5000}` for a request answered and billed whose
+//!   response then does not start.
 //! - `GET|POST /admin/clock` — `{"now_ms":…}`; POST `{"advance_ms":N}` moves virtual time.
 //! - `GET|DELETE /admin/requests` — the recorded [`crate::sim::RecordedRequest`]s.
 //! - `POST /admin/reset` — empties the cache, the faults and the log.
@@ -147,6 +149,7 @@ pub(crate) fn fault_error(kind: &FaultKind) -> Option<ApiError> {
         FaultKind::MidStreamError { .. }
         | FaultKind::Truncate { .. }
         | FaultKind::Slow { .. }
+        | FaultKind::StallBeforeHeaders { .. }
         | FaultKind::Trickle { .. }
         | FaultKind::InflateUsage { .. } => {
             return None;
@@ -247,6 +250,10 @@ async fn messages(
         Ok(answered) => answered,
         Err(e) => return error_response(&e, &request_id),
     };
+    // Answered and billed already: a client that gives up now has paid for it.
+    if let Some(FaultKind::StallBeforeHeaders { ms }) = &fault {
+        tokio::time::sleep(Duration::from_millis(*ms)).await;
+    }
     let response = match (stream, &fault) {
         (true, _) => stream_response(&answer, fault.as_ref()),
         (false, Some(FaultKind::Trickle { every_ms })) => trickled_message(answer, *every_ms),

@@ -568,6 +568,57 @@ async fn a_whole_reply_cut_after_its_200_is_billed_and_not_resent() {
     );
 }
 
+/// A keep-warm ping goes whole, so the provider has done its work — read the prompt,
+/// refreshed the cache, billed it — before it sends the status. A connection that fails after
+/// the request went and before the status came (here: the response stalls past the attempt's
+/// deadline, the ping answered and billed) may have been billed: the client does not send it
+/// again unasked (each resend may be billed again) and the backend reports the attempt as
+/// billed at its prediction, which is the simulator's billing. Before, the client resent it:
+/// two pings billed, one reported.
+#[tokio::test]
+async fn a_whole_reply_lost_before_its_status_may_be_billed_and_is_not_resent() {
+    use muninn_anthropic::client::{AnthropicClient, ClientConfig};
+    let h = sim().await;
+    let clock = muninn_backend::clock::ManualClock::new(T0);
+    let sleeper = muninn_backend::clock::RecordingSleeper::default();
+    let key = muninn_anthropic::secret::ApiKey::new("sk-test-secret-123").unwrap();
+    let mut config = ClientConfig::new(h.base_url(), key);
+    config.attempt_timeout = Some(Duration::from_secs(1));
+    let client = AnthropicClient::new(config, std::sync::Arc::new(sleeper.clone())).unwrap();
+    let mut backend = muninn_anthropic::backend::AnthropicBackend::new(
+        client,
+        std::sync::Arc::new(clock.clone()),
+        muninn_core::price::PriceTable::embedded(),
+    );
+    backend
+        .start(spec("ping-stall", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    backend.turn(TurnInput::text("hello")).await.unwrap();
+    clock.advance(60_000);
+    h.sim
+        .push_faults([fault(FaultKind::StallBeforeHeaders { ms: 3_000 }, 1)]);
+    let outcome = backend.ping().await;
+    let records = message_records(&h);
+    let billed: Vec<bool> = records.iter().map(|r| r.usage.is_some()).collect();
+    assert_eq!(billed, [true, true], "resent unasked: {outcome:?}");
+    let error = outcome.unwrap_err();
+    assert!(
+        matches!(&error, BackendError::Transport(t) if t.contains("deadline")),
+        "{error:?}"
+    );
+    let failed = backend.take_failed_attempts();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(
+        Some(failed[0].usage),
+        records[1].usage,
+        "the simulator's billing"
+    );
+    assert!(failed[0].usage.cache_read > 0, "{:?}", failed[0].usage);
+    assert_eq!(failed[0].raw_usage, serde_json::Value::Null, "nothing said");
+    assert_eq!(failed[0].request_id, None, "no status, no id");
+}
+
 #[tokio::test]
 async fn the_key_is_never_recorded() {
     let h = sim().await;
