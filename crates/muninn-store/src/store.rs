@@ -67,9 +67,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The Mind's settings (defaults if never set). `NotFound` if the Mind is unknown.
     async fn settings(&self, mind: &str) -> Result<MindSettings>;
-    /// Replaces the Mind's settings, the brake included (not fenced). The operator's routes use
-    /// [`Store::put_caps`] and [`Store::put_brake`], which each leave the other's fields alone.
-    async fn put_settings(&self, mind: &str, settings: &MindSettings, now_ms: i64) -> Result<()>;
     /// Sets the Mind's caps and leaves its brake as it is, in one statement (operator action;
     /// not fenced): a caps edit racing the brake can neither release nor set it.
     async fn put_caps(&self, mind: &str, caps: &Caps, now_ms: i64) -> Result<()>;

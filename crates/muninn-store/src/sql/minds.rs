@@ -132,34 +132,6 @@ pub(crate) async fn settings<B: Backend>(store: &B, mind: &str) -> Result<MindSe
     }
 }
 
-pub(crate) async fn put_settings<B: Backend>(
-    store: &B,
-    mind: &str,
-    settings: &MindSettings,
-    now_ms: i64,
-) -> Result<()> {
-    let mut tx = store.begin_write().await?;
-    require::<B::Db>(&mut tx, mind).await?;
-    query::<B::Db>(
-        "INSERT INTO settings (mind_id, spend_cap_micro_usd, spend_window_ms, brake, \
-         turn_limit, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6) \
-         ON CONFLICT (mind_id) DO UPDATE SET \
-         spend_cap_micro_usd = excluded.spend_cap_micro_usd, \
-         spend_window_ms = excluded.spend_window_ms, brake = excluded.brake, \
-         turn_limit = excluded.turn_limit, updated_at_ms = excluded.updated_at_ms",
-    )
-    .bind(mind)
-    .bind(settings.spend_cap.map(|cap| cap.0))
-    .bind(settings.spend_window_ms)
-    .bind(settings.brake)
-    .bind(settings.turn_limit)
-    .bind(now_ms)
-    .execute(&mut tx)
-    .await?;
-    B::Db::commit(tx).await?;
-    Ok(())
-}
-
 /// The caps alone: a new row takes the default brake (off), an existing row keeps its own — one
 /// statement, so a brake set between an operator's read and this write stays set.
 pub(crate) async fn put_caps<B: Backend>(

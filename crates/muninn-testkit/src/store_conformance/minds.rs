@@ -71,19 +71,24 @@ pub(super) async fn settings(factory: &dyn StoreFactory) {
         brake: true,
         turn_limit: Some(4),
     };
-    ok(store.put_settings("m", &set, 2_000).await, "put");
-    assert_eq!(ok(store.settings("m").await, "get"), set);
-    let unset = MindSettings {
-        brake: false,
-        ..MindSettings::default()
+    let caps = Caps {
+        spend_cap: set.spend_cap,
+        spend_window_ms: set.spend_window_ms,
+        turn_limit: set.turn_limit,
     };
-    ok(store.put_settings("m", &unset, 3_000).await, "put again");
-    assert_eq!(ok(store.settings("m").await, "get again"), unset);
-    assert_not_found(store.settings("zz").await, "settings of unknown");
-    assert_not_found(
-        store.put_settings("zz", &set, 1).await,
-        "put settings of unknown",
+    ok(store.put_caps("m", &caps, 2_000).await, "put caps");
+    ok(store.put_brake("m", true, 2_000).await, "put brake");
+    assert_eq!(ok(store.settings("m").await, "get"), set);
+    ok(
+        store.put_caps("m", &Caps::default(), 3_000).await,
+        "unset caps",
     );
+    ok(store.put_brake("m", false, 3_000).await, "release");
+    assert_eq!(
+        ok(store.settings("m").await, "get again"),
+        MindSettings::default()
+    );
+    assert_not_found(store.settings("zz").await, "settings of unknown");
     caps_and_brake_apart(&*store).await;
     store.close().await;
 }
