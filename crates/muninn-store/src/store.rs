@@ -170,11 +170,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn current_segment(&self, mind: &str, role: Role) -> Result<Option<Segment>>;
     /// The role's segments, oldest first.
     async fn segments(&self, mind: &str, role: Role) -> Result<Vec<Segment>>;
-    /// The role's newest `limit` segments, oldest first: the page a caller that shows them
-    /// reads (a Mind that has lived long has thousands, each with its memory layer). This
-    /// default reads every segment; the SQL backends read only the page.
-    async fn newest_segments(&self, mind: &str, role: Role, limit: i64) -> Result<Vec<Segment>> {
+    /// The role's newest `limit` segments numbered below `before` (all of them without it),
+    /// oldest first: the page a caller that shows them reads (a Mind that has lived long has
+    /// thousands, each with its memory layer), and with `before` = the oldest number of a page,
+    /// the page before it. This default reads every segment; the SQL backends read only the
+    /// page.
+    async fn newest_segments(
+        &self,
+        mind: &str,
+        role: Role,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<Segment>> {
         let mut segments = self.segments(mind, role).await?;
+        segments.retain(|s| before.is_none_or(|before| s.number < before));
         let keep = usize::try_from(limit.max(0)).unwrap_or(usize::MAX);
         segments.drain(..segments.len().saturating_sub(keep));
         Ok(segments)

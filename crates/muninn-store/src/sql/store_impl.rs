@@ -264,11 +264,17 @@ impl<B: Backend> Store for B {
         bounded(self, "current_segment", segments::current(self, mind, role)).await
     }
 
-    async fn newest_segments(&self, mind: &str, role: Role, limit: i64) -> Result<Vec<Segment>> {
+    async fn newest_segments(
+        &self,
+        mind: &str,
+        role: Role,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<Segment>> {
         bounded(
             self,
             "newest_segments",
-            segments::newest(self, mind, role, limit),
+            segments::newest(self, mind, role, before, limit),
         )
         .await
     }
