@@ -35,14 +35,17 @@
 //! prompt again, and only the caller can weigh that against its spend cap (the host asks the
 //! cap before its own retry; a client retrying a provider that cuts every stream after
 //! `message_start` billed up to `max_retries` prompts in one call unasked). A failure before
-//! `message_start` (a refused connection, a 5xx, a 529) was not billed, is not one, and is
-//! retried here as above.
+//! a stream's `message_start` (a refused connection, a 5xx, a 529) was not billed, is not one,
+//! and is retried here as above.
 //!
 //! A reply that does not stream (a keep-warm ping) has no `message_start`: its `2xx` status
 //! comes once the provider has answered, so a body that fails after it (cut, past the
 //! deadline or the size limit, not a message) was billed the same way and is not retried
 //! either. Its usage is the body's when the body said it; else the raw usage is `null`, and
-//! the backend reports the attempt at its cache model's prediction.
+//! the backend reports the attempt at its cache model's prediction. The same goes for such a
+//! request lost after it was sent and before its status came (a reset connection, the
+//! attempt's deadline): the provider may have answered and billed it, so it is reported
+//! billed at the prediction and not retried; only a connection never made is retried.
 //!
 //! **Nothing is re-sent after the first content byte** (the first `content_block_start`) unless
 //! the caller says the turn is safe to repeat: the partial reply may already have been shown or
@@ -264,6 +267,27 @@ struct AttemptError {
     billed: Option<Box<BilledAttempt>>,
 }
 
+impl AttemptError {
+    /// This failure of the response with `request_id`: said by its API error and by its billed
+    /// attempt, so a refusal and a retry are as quotable as an answer.
+    fn under(mut self, request_id: Option<&String>) -> AttemptError {
+        let Some(id) = request_id else {
+            return self;
+        };
+        for error in std::iter::once(&mut self.error)
+            .chain(self.billed.as_mut().map(|billed| &mut billed.error))
+        {
+            if let BackendError::Api { request_id, .. } = error {
+                *request_id = Some(id.as_str().into());
+            }
+        }
+        if let Some(billed) = &mut self.billed {
+            billed.request_id = Some(id.clone());
+        }
+        self
+    }
+}
+
 impl AnthropicClient {
     /// A client with the given configuration and sleeper.
     pub fn new(
@@ -412,10 +436,33 @@ impl AnthropicClient {
         deadline: Deadline,
     ) -> Result<(MessagesResponse, Value, Option<String>), AttemptError> {
         let req = self.request_builder(stream, betas);
+        // A whole reply's status comes only once the provider has done the work: a failure
+        // after the request went and before the status came (a reset, the deadline) may have
+        // been billed — the prompt read, the cache written or read — or the request may never
+        // have arrived, and nothing says which. It is reported as billed at the cache model's
+        // prediction (raw usage `null`), as a whole reply cut after its status is, and not
+        // resent here: a resend may be billed again, which only the caller's spend cap may
+        // allow. Counting a ping that was not billed costs the ledger one ping's estimate;
+        // resending one that was cost a ping the ledger never saw. A stream's status comes
+        // before the work, so a stream lost before it was not billed.
+        let lost = |failure: AttemptError| {
+            if stream {
+                failure
+            } else {
+                billed_unread(failure, None)
+            }
+        };
         let response = tokio::time::timeout_at(deadline.at, req.body(body.to_vec()).send())
             .await
-            .map_err(|_| deadline.failure(false))?
-            .map_err(transport_failure)?;
+            .map_err(|_| lost(deadline.failure(false)))?
+            .map_err(|e| {
+                // A connection never made carried nothing to the provider.
+                if e.is_connect() {
+                    transport_failure(e)
+                } else {
+                    lost(transport_failure(e))
+                }
+            })?;
         let status = response.status().as_u16();
         let request_id = response
             .headers()
@@ -423,19 +470,15 @@ impl AnthropicClient {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         if !(200..300).contains(&status) {
-            return Err(api_failure(status, response, deadline).await);
+            let refused = api_failure(status, response, deadline).await;
+            return Err(refused.under(request_id.as_ref()));
         }
         let read = if stream {
             read_stream(response, self.config.read_timeout, deadline).await
         } else {
             read_whole(response, deadline).await
         };
-        let (message, raw_usage) = read.map_err(|mut f| {
-            if let Some(billed) = &mut f.billed {
-                billed.request_id.clone_from(&request_id);
-            }
-            f
-        })?;
+        let (message, raw_usage) = read.map_err(|f| f.under(request_id.as_ref()))?;
         Ok((message, raw_usage, request_id))
     }
 
@@ -485,8 +528,9 @@ fn transport_failure_text(cause: String) -> AttemptError {
 }
 
 /// A non-2xx reply as an [`AttemptError`]: the API's own error type and message when the body is
-/// an error object, else `http_<status>` and the body's first 500 characters. At most
-/// [`MAX_ERROR_BODY_BYTES`] of the body are read, within the attempt's deadline.
+/// an error object, else `http_<status>` and the body's first 500 characters; the body's
+/// `request_id`, which the caller's header overrides. At most [`MAX_ERROR_BODY_BYTES`] of the
+/// body are read, within the attempt's deadline.
 async fn api_failure(
     status: u16,
     mut response: reqwest::Response,
@@ -497,11 +541,16 @@ async fn api_failure(
     // characters: the status already says what happened.
     let (body, _) = read_body(&mut response, MAX_ERROR_BODY_BYTES, deadline.at).await;
     let text = String::from_utf8_lossy(&body);
-    let (kind, message) = match serde_json::from_str::<ErrorResponse>(&text) {
-        Ok(e) => (e.error.kind, e.error.message),
+    let (kind, message, request_id) = match serde_json::from_str::<ErrorResponse>(&text) {
+        Ok(e) => (
+            e.error.kind,
+            e.error.message,
+            e.request_id.map(String::into_boxed_str),
+        ),
         Err(_) => (
             format!("http_{status}"),
             text.chars().take(500).collect::<String>(),
+            None,
         ),
     };
     let retryable = retryable_status(status);
@@ -512,6 +561,7 @@ async fn api_failure(
             message,
             retryable,
             retry_after_ms: retry_after.map(millis),
+            request_id,
         },
         retryable,
         retry_after,
@@ -672,6 +722,10 @@ fn retry_event(attempt: u32, delay: Duration, failure: &AttemptError) -> RetryEv
         status,
         kind,
         retry_after_ms: failure.retry_after.map(millis),
+        request_id: match &failure.error {
+            BackendError::Api { request_id, .. } => request_id.as_deref().map(str::to_string),
+            _ => None,
+        },
     }
 }
 

@@ -532,10 +532,17 @@ pub enum Delta {
         /// The text to append.
         thinking: String,
     },
-    /// The signature of a thinking block.
+    /// The signature of a thinking block (or of a compaction block whose start had none).
     SignatureDelta {
         /// The signature.
         signature: String,
+    },
+    /// A compaction block's summary: the API starts the block with `"content": null` and
+    /// sends the summary in one such delta (several are joined in order).
+    CompactionDelta {
+        /// The summary text (`null` adds nothing).
+        #[serde(default)]
+        content: Option<String>,
     },
     /// A delta type this crate does not know, kept verbatim.
     #[serde(untagged)]

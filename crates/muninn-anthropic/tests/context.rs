@@ -87,6 +87,46 @@ fn a_streamed_compaction_assembles() {
     assert_eq!(usage.to_core().cache_read, 500);
 }
 
+/// A compaction streamed as the API streams it: `content_block_start` with the block's
+/// `content` still `null`, the summary in a `compaction_delta`, the signature given at the
+/// start or by a `signature_delta` — the assembled block is the one the non-streaming API
+/// answers.
+#[test]
+fn a_compaction_streamed_in_deltas_assembles() {
+    let start = r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":0,"output_tokens":0}}}"#;
+    let end = [
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"compaction"},"usage":{"output_tokens":0}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let signed_at_start = [
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":null,"signature":"sig"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"<summary>s</summary>"}}"#,
+    ];
+    let signed_by_delta = [
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":null}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"<summary>"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"s</summary>"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig"}}"#,
+    ];
+    for blocks in [&signed_at_start[..], &signed_by_delta[..]] {
+        let events: Vec<String> = std::iter::once(start)
+            .chain(blocks.iter().copied())
+            .chain(end)
+            .map(str::to_string)
+            .collect();
+        let (message, _, _) = assemble(&events).unwrap();
+        assert_eq!(
+            message.content,
+            vec![ContentBlock::Compaction {
+                content: "<summary>s</summary>".to_string(),
+                signature: "sig".to_string(),
+            }],
+            "{blocks:?}"
+        );
+    }
+}
+
 /// The response's `context_management.applied_edits[]` decodes.
 #[test]
 fn applied_edits_decode() {

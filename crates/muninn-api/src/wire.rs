@@ -333,6 +333,10 @@ pub struct SegmentsQuery {
     /// At most this many segments of each role, the newest (default 100, at most 1000).
     #[serde(default)]
     pub limit: Option<i64>,
+    /// Only segments numbered below this (the oldest number of the page before): the page
+    /// further back. All of them when absent.
+    #[serde(default)]
+    pub before: Option<i64>,
 }
 
 /// The answer to `GET /v1/minds/{mind}/segments`: each role's newest segments (a page:

@@ -136,6 +136,11 @@ pub struct RetryEvent {
     pub kind: String,
     /// The server's `retry-after`, when given.
     pub retry_after_ms: Option<u64>,
+    /// The provider's id for the attempt that failed (its `request-id` header), when it gave
+    /// one: the failure a user can quote to the provider, in the answered request's ledger
+    /// row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// The TTLs a request asked for and the split the provider reported.
@@ -459,8 +464,9 @@ impl fmt::Display for Capability {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
     /// The provider refused the request (a 4xx other than 429, or a 5xx/429 once retries ran
-    /// out). `retryable` tells whether a later attempt could succeed.
-    #[error("API error {status} {kind}: {message}")]
+    /// out). `retryable` tells whether a later attempt could succeed. Its text ends with the
+    /// provider's request id when it gave one, the id a user quotes to the provider.
+    #[error("API error {status} {kind}: {message}{}", request_id_suffix(.request_id.as_deref()))]
     Api {
         /// HTTP status (0 for an `error` event inside a stream).
         status: u16,
@@ -472,6 +478,9 @@ pub enum BackendError {
         retryable: bool,
         /// The server's `retry-after`, if it gave one.
         retry_after_ms: Option<u64>,
+        /// The provider's id for the request it refused (the `request-id` header), if it gave
+        /// one (boxed: every `Result` of a backend carries this error, and it stays small).
+        request_id: Option<Box<str>>,
     },
     /// Retries ran out; the last failure is inside.
     #[error("gave up after {attempts} attempts: {last}")]
@@ -511,6 +520,38 @@ pub enum BackendError {
     /// summarise). The session was not compacted. A later attempt may succeed.
     #[error("compaction failed: {0}")]
     CompactionFailed(String),
+}
+
+impl BackendError {
+    /// The failure without the provider's request ids: what stays the same across the
+    /// attempts of one outage, whose every refusal has an id of its own — for telling one
+    /// failure from another (an hour of 401s is one failure, not one per retry).
+    pub fn without_request_id(&self) -> BackendError {
+        match self {
+            BackendError::Api { .. } => {
+                let mut error = self.clone();
+                if let BackendError::Api { request_id, .. } = &mut error {
+                    *request_id = None;
+                }
+                error
+            }
+            BackendError::RetriesExhausted { attempts, last } => BackendError::RetriesExhausted {
+                attempts: *attempts,
+                last: Box::new(last.without_request_id()),
+            },
+            BackendError::BrokenAfterContent(inner) => {
+                BackendError::BrokenAfterContent(Box::new(inner.without_request_id()))
+            }
+            other => other.clone(),
+        }
+    }
+}
+
+/// ` (request-id …)` after an [`BackendError::Api`]'s message, when the provider gave one.
+fn request_id_suffix(request_id: Option<&str>) -> String {
+    request_id
+        .map(|id| format!(" (request-id {id})"))
+        .unwrap_or_default()
 }
 
 /// A model behind a session.

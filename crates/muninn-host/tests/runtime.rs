@@ -8,7 +8,7 @@ use muninn_host::runtime::{MindRunner, Step, next_batch};
 use muninn_sim::SimClock;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
-use muninn_store::{BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, Role};
+use muninn_store::{BriefOrigin, Caps, LedgerQuery, NewBrief, NewDelivery, Role};
 use std::sync::Arc;
 
 pub(crate) const T0: i64 = 1_800_000_000_000;
@@ -316,11 +316,11 @@ async fn a_second_host_does_not_run_the_mind_and_nothing_is_sent_twice() {
 pub(crate) async fn set_cap(w: &World, cap: Option<i64>) {
     w.host
         .store
-        .put_settings(
+        .put_caps(
             "vala",
-            &MindSettings {
+            &Caps {
                 spend_cap: cap.map(muninn_core::money::MicroUsd),
-                ..MindSettings::default()
+                ..Caps::default()
             },
             w.sim.now_ms(),
         )

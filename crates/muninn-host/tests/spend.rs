@@ -3,7 +3,7 @@
 
 use crate::runtime::*;
 use muninn_host::runtime::Step;
-use muninn_store::{BriefOrigin, MindSettings, NewBrief};
+use muninn_store::{BriefOrigin, Caps, NewBrief};
 
 #[tokio::test]
 async fn the_brake_and_the_spend_cap_stop_calls() {
@@ -11,33 +11,16 @@ async fn the_brake_and_the_spend_cap_stop_calls() {
     let mut r = runner(&w, mind(""), "host-a");
     r.register().await.unwrap();
     let now = w.sim.now_ms();
-    w.host
-        .store
-        .put_settings(
-            "vala",
-            &MindSettings {
-                brake: true,
-                ..MindSettings::default()
-            },
-            now,
-        )
-        .await
-        .unwrap();
+    w.host.store.put_brake("vala", true, now).await.unwrap();
     post(&w, "e1", "#swarm", "ari", "hello").await;
     assert_eq!(r.step().await.unwrap(), Step::Braked);
     assert!(w.sim.requests().is_empty());
-    w.host
-        .store
-        .put_settings(
-            "vala",
-            &MindSettings {
-                spend_cap: Some(muninn_core::money::MicroUsd(1)),
-                ..MindSettings::default()
-            },
-            now,
-        )
-        .await
-        .unwrap();
+    w.host.store.put_brake("vala", false, now).await.unwrap();
+    let caps = Caps {
+        spend_cap: Some(muninn_core::money::MicroUsd(1)),
+        ..Caps::default()
+    };
+    w.host.store.put_caps("vala", &caps, now).await.unwrap();
     // A cap below what one request can cost: nothing starts (it used to start, and overshoot).
     assert_eq!(r.step().await.unwrap(), Step::OverBudget);
     assert!(w.sim.requests().is_empty());

@@ -14,9 +14,7 @@ use muninn_core::money::MicroUsd;
 use muninn_core::price::PriceTable;
 use muninn_host::runtime::{MindRunner, RuntimeError, Step, run_mind};
 use muninn_sim::inprocess::SimBackend;
-use muninn_store::{
-    BriefOrigin, BriefStatus, MindSettings, NewBrief, Role, StoreError, TranscriptKind,
-};
+use muninn_store::{BriefOrigin, BriefStatus, Caps, NewBrief, Role, StoreError, TranscriptKind};
 use std::time::{Duration, Instant};
 
 /// The Messages requests the simulator answered.
@@ -328,15 +326,12 @@ async fn starts_under(cap: i64) -> Option<i64> {
 
 /// Sets the operator's spend cap.
 async fn set_cap(w: &World, cap: i64) {
-    let settings = MindSettings {
+    let caps = Caps {
         spend_cap: Some(MicroUsd(cap)),
-        ..MindSettings::default()
+        ..Caps::default()
     };
     let store = &w.host.store;
-    store
-        .put_settings("vala", &settings, w.sim.now_ms())
-        .await
-        .unwrap();
+    store.put_caps("vala", &caps, w.sim.now_ms()).await.unwrap();
 }
 
 /// An answer abandoned uncommitted (the store refused its commit with an error no retry

@@ -36,8 +36,9 @@ impl InProcess {
     }
 }
 
-/// The error the HTTP client would report for a refusal (retryable by the same statuses).
-fn failed(e: ApiError) -> Failed {
+/// The error the HTTP client would report for a refusal of request `seq` (retryable by the
+/// same statuses, with the request id the server's header gives it).
+fn failed(e: ApiError, seq: u64) -> Failed {
     let retryable = retryable_status(e.status);
     Failed {
         error: BackendError::Api {
@@ -46,6 +47,7 @@ fn failed(e: ApiError) -> Failed {
             message: e.body.error.message,
             retryable,
             retry_after_ms: e.retry_after_s.map(|s| (s * 1000.0) as u64),
+            request_id: Some(crate::server::request_id(seq).into()),
         },
         retries: Vec::new(),
         billed: Vec::new(),
@@ -73,8 +75,8 @@ impl Transport for InProcess {
         // a request that does not stream).
         let (answer, fault) = crate::server::answer(&self.sim, record, request.stream)
             .await
-            .map_err(failed)?;
-        let request_id = Some(format!("req_sim_{seq:08}"));
+            .map_err(|e| failed(e, seq))?;
+        let request_id = Some(crate::server::request_id(seq));
         let cut = request
             .stream
             .then(|| crate::server::cut_seen(&answer, fault.as_ref()))
@@ -112,6 +114,7 @@ fn cut_off(
             kind: error_type,
             message: "Overloaded (simulated mid-stream failure)".to_string(),
             retry_after_ms: None,
+            request_id: request_id.as_deref().map(Into::into),
         },
         _ => BackendError::Protocol("the stream ended before message_stop".to_string()),
     };

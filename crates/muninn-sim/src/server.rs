@@ -3,8 +3,9 @@
 //! # API routes
 //!
 //! - `POST /v1/messages` (any query, e.g. `?beta=true`): streaming (SSE: `message_start`, `ping`,
-//!   per block `content_block_start`, `content_block_delta` (`text_delta` or
-//!   `input_json_delta`), `content_block_stop`, then `message_delta`, `message_stop`; or an
+//!   per block `content_block_start`, `content_block_delta` (`text_delta`,
+//!   `input_json_delta`, or one `compaction_delta` after a compaction block started with
+//!   `"content": null`), `content_block_stop`, then `message_delta`, `message_stop`; or an
 //!   `error` event) when the body says `"stream": true`, else one JSON message.
 //! - `POST /v1/messages/count_tokens`: `{"input_tokens": N}`.
 //!
@@ -21,7 +22,9 @@
 //!   `{"kind":"rate_limit","retry_after_s":2,"times":2}`, or
 //!   `{"kind":"inflate_usage","cache_read_tokens":970000}` to make a client believe its context
 //!   is nearly full, or `{"kind":"trickle","every_ms":60000}` for a reply that never goes
-//!   silent yet takes hours (one character, or one byte, a minute).
+//!   silent yet takes hours (one character, or one byte, a minute), or
+//!   `{"kind":"stall_before_headers","ms":5000}` for a request answered and billed whose
+//!   response then does not start.
 //! - `GET|POST /admin/clock` — `{"now_ms":…}`; POST `{"advance_ms":N}` moves virtual time (a
 //!   400 for an N below 0 or past [`crate::sim::MAX_NOW_MS`]).
 //! - `GET|DELETE /admin/requests` — the recorded [`crate::sim::RecordedRequest`]s.
@@ -147,6 +150,7 @@ pub(crate) fn fault_error(kind: &FaultKind) -> Option<ApiError> {
         FaultKind::MidStreamError { .. }
         | FaultKind::Truncate { .. }
         | FaultKind::Slow { .. }
+        | FaultKind::StallBeforeHeaders { .. }
         | FaultKind::Trickle { .. }
         | FaultKind::InflateUsage { .. } => {
             return None;
@@ -207,7 +211,7 @@ fn admit(
 ) -> Result<(RecordedRequest, String), Box<Response>> {
     let body = body.map_err(|rejection| Box::new(unread_body(rejection)))?;
     let (mut record, invalid) = receive(sim, path, headers, &body);
-    let request_id = format!("req_sim_{:08}", record.seq);
+    let request_id = request_id(record.seq);
     let checked = check_headers(sim, headers).and_then(|scheme| {
         record.auth = scheme.to_string();
         invalid.map_or(Ok(()), Err)
@@ -247,6 +251,10 @@ async fn messages(
         Ok(answered) => answered,
         Err(e) => return error_response(&e, &request_id),
     };
+    // Answered and billed already: a client that gives up now has paid for it.
+    if let Some(FaultKind::StallBeforeHeaders { ms }) = &fault {
+        tokio::time::sleep(Duration::from_millis(*ms)).await;
+    }
     let response = match (stream, &fault) {
         (true, _) => stream_response(&answer, fault.as_ref()),
         (false, Some(FaultKind::Trickle { every_ms })) => trickled_message(answer, *every_ms),
@@ -325,6 +333,11 @@ fn trickled_message(answer: Answer, every_ms: u64) -> Response {
         .headers_mut()
         .insert("content-type", HeaderValue::from_static("application/json"));
     response
+}
+
+/// The `request-id` the server gives request `seq` (the in-process transport gives the same).
+pub(crate) fn request_id(seq: u64) -> String {
+    format!("req_sim_{seq:08}")
 }
 
 /// A body of `pieces`, `delay_ms` between each two (none before the first).
@@ -431,7 +444,20 @@ fn block_events(index: usize, block: &ContentBlock, one_char: bool) -> Vec<(Stre
                 })
             }));
         }
-        // A block without deltas (a compaction's signed summary) starts whole.
+        // As the API streams a compaction: the block starts with its summary `null` (the
+        // signature already there, where the official SDK's accumulator keeps it from), and
+        // the whole summary follows in one `compaction_delta`.
+        ContentBlock::Compaction { content, signature } => {
+            out.push(start(ContentBlock::Unknown(json!({
+                "type": "compaction",
+                "content": null,
+                "signature": signature,
+            }))));
+            out.push(delta(Delta::CompactionDelta {
+                content: Some(content.clone()),
+            }));
+        }
+        // Any other block (none yet) starts whole.
         other => out.push(start(other.clone())),
     }
     out.push((StreamEvent::ContentBlockStop { index }, false));

@@ -345,6 +345,53 @@ async fn what_the_api_refuses_of_a_compaction_the_simulator_refuses() {
     );
 }
 
+/// A streamed compaction, as the API streams it: `content_block_start` carries the block with
+/// `"content": null` (and its signature), one `compaction_delta` the summary; put together it
+/// is the block the non-streaming reply holds, and the client assembles it.
+#[tokio::test]
+async fn a_streamed_compaction_starts_empty_and_says_its_summary_in_a_delta() {
+    let h = sim().await;
+    let beta = Some("compact-2026-09-04");
+    let talk = json!([{"role": "user", "content": "one"},
+        {"role": "assistant", "content": "two"}]);
+    let (_, whole) = post(&h, &compaction_request(talk.clone()), beta).await;
+    let block = whole["content"][0].clone();
+    let mut streamed = compaction_request(talk);
+    streamed["stream"] = json!(true);
+    let (status, text) = post(&h, &streamed, beta).await;
+    assert_eq!(status, 200, "{text}");
+    let text = text.as_str().expect("an event stream");
+    let data: Vec<String> = muninn_anthropic::sse::SseDecoder::new()
+        .push(text.as_bytes())
+        .unwrap()
+        .into_iter()
+        .map(|f| f.data)
+        .collect();
+    let events: Vec<Value> = data
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let of_block: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"].as_str().unwrap().starts_with("content_block"))
+        .collect();
+    assert_eq!(
+        of_block,
+        [
+            &json!({"type": "content_block_start", "index": 0, "content_block":
+                {"type": "compaction", "content": null, "signature": block["signature"]}}),
+            &json!({"type": "content_block_delta", "index": 0, "delta":
+                {"type": "compaction_delta", "content": block["content"]}}),
+            &json!({"type": "content_block_stop", "index": 0}),
+        ]
+    );
+    let (assembled, _, _) = muninn_anthropic::client::assemble(&data).unwrap();
+    assert_eq!(
+        serde_json::to_value(&assembled.content).unwrap(),
+        json!([block])
+    );
+}
+
 /// A compaction request over `messages`.
 fn compaction_request(messages: Value) -> Value {
     json!({"model": MODEL, "max_tokens": 256, "messages": messages,

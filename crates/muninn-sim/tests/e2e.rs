@@ -220,6 +220,42 @@ async fn client_errors_surface_at_once_and_leave_the_session_usable() {
     assert_eq!(o.text, "Reply to turn 1: 'hello'");
 }
 
+/// The provider's `request-id` of a request it refused is kept, as an answered one's is: the
+/// error says it (a user quotes it to the provider), and each retry's event — which goes into
+/// the answered request's ledger row — names the attempt it retried.
+#[tokio::test]
+async fn a_refused_request_keeps_its_request_id() {
+    let h = sim().await;
+    let mut w = wired(&h);
+    w.backend
+        .start(spec("request-id", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    let id = |r: &muninn_sim::sim::RecordedRequest| format!("req_sim_{:08}", r.seq);
+    h.sim.push_faults([fault(
+        FaultKind::BadRequest {
+            message: "refused".into(),
+        },
+        1,
+    )]);
+    let refused = w.backend.turn(TurnInput::text("hello")).await.unwrap_err();
+    let records = message_records(&h);
+    assert!(refused.to_string().contains(&id(&records[0])), "{refused}");
+    h.sim.push_faults([fault(FaultKind::Overloaded, 2)]);
+    let answered = w.backend.turn(TurnInput::text("hello")).await.unwrap();
+    let records = message_records(&h);
+    let retried: Vec<serde_json::Value> = answered
+        .retries
+        .iter()
+        .map(|r| serde_json::to_value(r).unwrap()["request_id"].clone())
+        .collect();
+    assert_eq!(
+        retried,
+        [id(&records[1]), id(&records[2])].map(serde_json::Value::from)
+    );
+    assert_eq!(answered.request_id, Some(id(&records[3])));
+}
+
 #[tokio::test]
 async fn retries_run_out() {
     let h = sim().await;
@@ -530,6 +566,57 @@ async fn a_whole_reply_cut_after_its_200_is_billed_and_not_resent() {
         serde_json::Value::Null,
         "nothing reported"
     );
+}
+
+/// A keep-warm ping goes whole, so the provider has done its work — read the prompt,
+/// refreshed the cache, billed it — before it sends the status. A connection that fails after
+/// the request went and before the status came (here: the response stalls past the attempt's
+/// deadline, the ping answered and billed) may have been billed: the client does not send it
+/// again unasked (each resend may be billed again) and the backend reports the attempt as
+/// billed at its prediction, which is the simulator's billing. Before, the client resent it:
+/// two pings billed, one reported.
+#[tokio::test]
+async fn a_whole_reply_lost_before_its_status_may_be_billed_and_is_not_resent() {
+    use muninn_anthropic::client::{AnthropicClient, ClientConfig};
+    let h = sim().await;
+    let clock = muninn_backend::clock::ManualClock::new(T0);
+    let sleeper = muninn_backend::clock::RecordingSleeper::default();
+    let key = muninn_anthropic::secret::ApiKey::new("sk-test-secret-123").unwrap();
+    let mut config = ClientConfig::new(h.base_url(), key);
+    config.attempt_timeout = Some(Duration::from_secs(1));
+    let client = AnthropicClient::new(config, std::sync::Arc::new(sleeper.clone())).unwrap();
+    let mut backend = muninn_anthropic::backend::AnthropicBackend::new(
+        client,
+        std::sync::Arc::new(clock.clone()),
+        muninn_core::price::PriceTable::embedded(),
+    );
+    backend
+        .start(spec("ping-stall", Ttl::FiveMinutes))
+        .await
+        .unwrap();
+    backend.turn(TurnInput::text("hello")).await.unwrap();
+    clock.advance(60_000);
+    h.sim
+        .push_faults([fault(FaultKind::StallBeforeHeaders { ms: 3_000 }, 1)]);
+    let outcome = backend.ping().await;
+    let records = message_records(&h);
+    let billed: Vec<bool> = records.iter().map(|r| r.usage.is_some()).collect();
+    assert_eq!(billed, [true, true], "resent unasked: {outcome:?}");
+    let error = outcome.unwrap_err();
+    assert!(
+        matches!(&error, BackendError::Transport(t) if t.contains("deadline")),
+        "{error:?}"
+    );
+    let failed = backend.take_failed_attempts();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(
+        Some(failed[0].usage),
+        records[1].usage,
+        "the simulator's billing"
+    );
+    assert!(failed[0].usage.cache_read > 0, "{:?}", failed[0].usage);
+    assert_eq!(failed[0].raw_usage, serde_json::Value::Null, "nothing said");
+    assert_eq!(failed[0].request_id, None, "no status, no id");
 }
 
 #[tokio::test]

@@ -120,6 +120,35 @@ fn the_official_python_sdk() {
     );
 }
 
+/// The official SDK's stream accumulator puts together the compaction block the simulator
+/// streams (`"content": null` at the start, the summary in a `compaction_delta`) as the block
+/// the whole reply holds: the simulator streams it as the API does.
+#[test]
+fn the_official_python_sdk_assembles_a_streamed_compaction() {
+    let Some(python) = python_sdk() else { return };
+    let (_rt, h) = sim_on_thread();
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/python_sdk_compaction.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(h.base_url())
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python peer failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let block: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(
+        block["content"].as_str().unwrap().contains("<summary>"),
+        "{block}"
+    );
+}
+
 /// Reads stdout lines of the child on a thread, so the test can wait with a timeout.
 fn line_reader(stdout: std::process::ChildStdout) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();

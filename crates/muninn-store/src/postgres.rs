@@ -99,6 +99,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "transcript_keys",
         include_str!("../migrations/postgres/0009_transcript_keys.sql"),
     ),
+    (
+        10,
+        "transcript_keys_per_role",
+        include_str!("../migrations/postgres/0010_transcript_keys_per_role.sql"),
+    ),
 ];
 
 /// The advisory lock key that serialises migrations ("muninn" in ASCII).

@@ -95,6 +95,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "transcript_keys",
         include_str!("../migrations/sqlite/0009_transcript_keys.sql"),
     ),
+    (
+        10,
+        "transcript_keys_per_role",
+        include_str!("../migrations/sqlite/0010_transcript_keys_per_role.sql"),
+    ),
 ];
 
 /// How a SQLite store makes each commit durable (see the module docs); both fsync the WAL

@@ -52,7 +52,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn create_mind(&self, mind: &Mind) -> Result<Mind>;
     /// The Mind with this id.
     async fn mind(&self, id: &str) -> Result<Option<Mind>>;
-    /// All Minds, by id.
+    /// All Minds, by id in byte order (the same on every backend, whatever the database's
+    /// collation).
     async fn minds(&self) -> Result<Vec<Mind>>;
     /// Replaces a Mind's display name and config (operator action). `NotFound` if unknown.
     async fn update_mind(
@@ -66,9 +67,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The Mind's settings (defaults if never set). `NotFound` if the Mind is unknown.
     async fn settings(&self, mind: &str) -> Result<MindSettings>;
-    /// Replaces the Mind's settings, the brake included (not fenced). The operator's routes use
-    /// [`Store::put_caps`] and [`Store::put_brake`], which each leave the other's fields alone.
-    async fn put_settings(&self, mind: &str, settings: &MindSettings, now_ms: i64) -> Result<()>;
     /// Sets the Mind's caps and leaves its brake as it is, in one statement (operator action;
     /// not fenced): a caps edit racing the brake can neither release nor set it.
     async fn put_caps(&self, mind: &str, caps: &Caps, now_ms: i64) -> Result<()>;
@@ -172,11 +170,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn current_segment(&self, mind: &str, role: Role) -> Result<Option<Segment>>;
     /// The role's segments, oldest first.
     async fn segments(&self, mind: &str, role: Role) -> Result<Vec<Segment>>;
-    /// The role's newest `limit` segments, oldest first: the page a caller that shows them
-    /// reads (a Mind that has lived long has thousands, each with its memory layer). This
-    /// default reads every segment; the SQL backends read only the page.
-    async fn newest_segments(&self, mind: &str, role: Role, limit: i64) -> Result<Vec<Segment>> {
+    /// The role's newest `limit` segments numbered below `before` (all of them without it),
+    /// oldest first: the page a caller that shows them reads (a Mind that has lived long has
+    /// thousands, each with its memory layer), and with `before` = the oldest number of a page,
+    /// the page before it. This default reads every segment; the SQL backends read only the
+    /// page.
+    async fn newest_segments(
+        &self,
+        mind: &str,
+        role: Role,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<Segment>> {
         let mut segments = self.segments(mind, role).await?;
+        segments.retain(|s| before.is_none_or(|before| s.number < before));
         let keep = usize::try_from(limit.max(0)).unwrap_or(usize::MAX);
         segments.drain(..segments.len().saturating_sub(keep));
         Ok(segments)
@@ -191,8 +198,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         token: FencingToken,
         items: &[NewTranscriptItem],
     ) -> Result<Vec<i64>>;
-    /// Appends one item under `key`, once: a key the Mind's transcript already recorded adds
-    /// nothing and answers the seq it got then, with `created: false`. The key and the item
+    /// Appends one item under `key`, once: a key the Mind's transcript already recorded for the
+    /// item's role adds nothing and answers the seq it got then, with `created: false`. Keys are
+    /// per role: the same key used by the other role is another item (the Persona's retry never
+    /// answers the Self's seq, nor the reverse). The key and the item
     /// commit together, so a retry after a commit whose answer was lost (the call's deadline
     /// passed, the connection dropped after `COMMIT` was sent) cannot append the item twice.
     /// The key names the item: the first append under it wins. Fenced.

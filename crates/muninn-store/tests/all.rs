@@ -407,6 +407,50 @@ async fn postgres_conformance() {
     }
 }
 
+/// `minds()` answers in byte order of the ids on a PostgreSQL database whose collation is a
+/// language's (ICU `en`), as SQLite does: the order must not depend on how the database was
+/// created (before, it was the collation's: `_z`, `a`, `B`, `Z`).
+#[tokio::test]
+async fn postgres_minds_are_in_byte_order_whatever_the_collation() {
+    let Some(admin) =
+        postgres_admin("postgres_minds_are_in_byte_order_whatever_the_collation").await
+    else {
+        return;
+    };
+    let db = format!("muninn_collation_{}", std::process::id());
+    let create = format!(
+        "CREATE DATABASE {db} TEMPLATE template0 ENCODING 'UTF8' LOCALE_PROVIDER icu \
+         ICU_LOCALE 'en' LOCALE 'C.UTF-8'"
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(create))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let base = postgres_url();
+    let (server, _) = base.rsplit_once('/').unwrap();
+    let store = PostgresStore::connect(&format!("{server}/{db}"))
+        .await
+        .unwrap();
+    for id in ["_z", "a", "B", "Z"] {
+        store.create_mind(&mind(id)).await.unwrap();
+    }
+    let ids: Vec<String> = store
+        .minds()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    store.close().await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {db} WITH (FORCE)"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+    assert_eq!(ids, ["B", "Z", "_z", "a"]);
+}
+
 #[tokio::test]
 async fn postgres_schema_is_append_only_and_versioned() {
     let Some(admin) = postgres_admin("postgres_schema_is_append_only_and_versioned").await else {

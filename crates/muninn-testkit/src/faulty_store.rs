@@ -400,10 +400,6 @@ impl Store for FaultyStore {
         self.inner.settings(mind).await
     }
 
-    async fn put_settings(&self, mind: &str, settings: &MindSettings, now_ms: i64) -> Result<()> {
-        self.inner.put_settings(mind, settings, now_ms).await
-    }
-
     async fn put_caps(&self, mind: &str, caps: &Caps, now_ms: i64) -> Result<()> {
         self.inner.put_caps(mind, caps, now_ms).await
     }

@@ -78,7 +78,7 @@ use takeover::{
     presence_and_wakes_answer_consistently, renew_leases_extends_only_the_holders_leases,
     take_over_fences_the_old_holder,
 };
-use transcript::transcript_append_only;
+use transcript::{transcript_append_only, transcript_keys_from_schema_9_migrate_per_role};
 use transports::{
     failed_sends_are_kept_and_never_offered_again, intake_batch_is_all_or_nothing,
     intake_batch_moves_mail_and_cursor_together, nul_in_text_is_dropped_alike,
@@ -134,6 +134,7 @@ const CASES: &[(&str, Case)] = cases![
     intake_batch_is_all_or_nothing,
     failed_sends_are_kept_and_never_offered_again,
     outbox_rows_from_schema_5_migrate_to_failures,
+    transcript_keys_from_schema_9_migrate_per_role,
     nul_in_text_is_dropped_alike,
     take_over_fences_the_old_holder,
     renew_leases_extends_only_the_holders_leases,

@@ -99,6 +99,35 @@ impl Assembler {
             (ContentBlock::Thinking { signature, .. }, Delta::SignatureDelta { signature: s }) => {
                 *signature = s;
             }
+            // A streamed compaction starts with `"content": null`, which is no
+            // `ContentBlock::Compaction` yet (a block whose summary never comes stays the
+            // verbatim `null` block the non-streaming API answers for a failed compaction):
+            // the summary and signature are gathered on the raw block, and it becomes a
+            // `Compaction` when it stops.
+            (ContentBlock::Unknown(raw), Delta::CompactionDelta { content })
+                if is_compaction(raw) =>
+            {
+                let so_far = raw.get("content").and_then(Value::as_str).unwrap_or("");
+                let joined = format!("{so_far}{}", content.unwrap_or_default());
+                raw["content"] = Value::String(joined);
+            }
+            (ContentBlock::Unknown(raw), Delta::SignatureDelta { signature })
+                if is_compaction(raw) =>
+            {
+                raw["signature"] = Value::String(signature);
+            }
+            (
+                ContentBlock::Compaction { content, .. },
+                Delta::CompactionDelta { content: more },
+            ) => {
+                content.push_str(&more.unwrap_or_default());
+            }
+            (
+                ContentBlock::Compaction { signature, .. },
+                Delta::SignatureDelta { signature: s },
+            ) => {
+                *signature = s;
+            }
             (ContentBlock::ToolUse { .. }, Delta::InputJsonDelta { partial_json }) => {
                 match self.partial_json.iter_mut().find(|(i, _)| *i == index) {
                     Some((_, s)) => s.push_str(&partial_json),
@@ -116,8 +145,18 @@ impl Assembler {
         Ok(())
     }
 
-    /// Parses a tool block's gathered input once the block stops (empty input is `{}`).
+    /// Finishes a block once it stops: a streamed compaction whose summary came becomes a
+    /// [`ContentBlock::Compaction`]; a tool block's gathered input is parsed (empty input is
+    /// `{}`).
     fn on_block_stop(&mut self, index: usize) -> Result<(), AttemptError> {
+        if let Some(block) = self.message_mut()?.content.get_mut(index)
+            && let ContentBlock::Unknown(raw) = block
+            && is_compaction(raw)
+            && let Ok(whole @ ContentBlock::Compaction { .. }) =
+                serde_json::from_value::<ContentBlock>(raw.clone())
+        {
+            *block = whole;
+        }
         let Some(pos) = self.partial_json.iter().position(|(i, _)| *i == index) else {
             return Ok(());
         };
@@ -177,6 +216,12 @@ impl Assembler {
     }
 }
 
+/// Whether a block this crate did not decode is a compaction block (a streamed one starts with
+/// `"content": null`).
+fn is_compaction(raw: &Value) -> bool {
+    raw.get("type").and_then(Value::as_str) == Some("compaction")
+}
+
 /// The output tokens of reply content received, by `muninn_core::tokenize::count`: each text
 /// and thinking block's text, and each tool call's name and input (the input's JSON as
 /// gathered so far, or as parsed once its block stopped). A count of what arrived, not of what
@@ -217,6 +262,8 @@ fn stream_error(error: ErrorBody, after_content: bool) -> AttemptError {
             message: error.message,
             retryable,
             retry_after_ms: None,
+            // The response's, set by the client with the header's.
+            request_id: None,
         },
         retryable,
         retry_after: None,

@@ -102,6 +102,8 @@ impl Driver {
             message,
             retryable: status == 429 || status >= 500,
             retry_after_ms: None,
+            // The CLI's `result` names none.
+            request_id: None,
         }
     }
 

@@ -157,6 +157,8 @@ impl Driver {
             status: r.error_status,
             kind: r.error.unwrap_or_else(|| "unknown".to_string()),
             retry_after_ms: None,
+            // The CLI's `api_retry` line names no request id.
+            request_id: None,
         });
     }
 

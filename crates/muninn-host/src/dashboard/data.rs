@@ -88,7 +88,10 @@ impl MindView {
         let (rows, truncated) = read_ledger(host, id).await?;
         let mut segments = Vec::new();
         for role in [Role::Persona, Role::SelfRole] {
-            let stored = host.store.newest_segments(id, role, SEGMENTS_SHOWN).await?;
+            let stored = host
+                .store
+                .newest_segments(id, role, None, SEGMENTS_SHOWN)
+                .await?;
             segments.extend(segment_views(stored, &rows));
         }
         let mind = host.config.mind(id).cloned();

@@ -23,7 +23,7 @@
 //! | `POST /v1/minds/{mind}/outbox/{request_id}/ack` | the transport delivered it (idempotent; needs no lease) |
 //! | `POST /v1/minds/{mind}/briefs` | an operator brief for the Self; wakes the runtime |
 //! | `GET /v1/minds`, `GET /v1/minds/{mind}` | config summary, settings, lease, segments, spend |
-//! | `GET /v1/minds/{mind}/segments?limit` | each role's newest segments (default 100, at most 1000) |
+//! | `GET /v1/minds/{mind}/segments?limit&before` | each role's newest segments (default 100, at most 1000), below segment `before` if given |
 //! | `GET /v1/minds/{mind}/transcript?role&after&last&limit&wait_s` | transcript items; long-polls |
 //! | `GET /v1/minds/{mind}/ledger?from_ms&to_ms&after_id&limit&format=json\|jsonl` | ledger rows |
 //! | `GET`/`PUT /v1/minds/{mind}/settings` | spend cap, window, turn limit (and the brake, read-only) |
@@ -537,11 +537,11 @@ async fn get_segments(
     Ok(Json(SegmentsResponse {
         persona: host
             .store
-            .newest_segments(&mind, Role::Persona, limit)
+            .newest_segments(&mind, Role::Persona, query.before, limit)
             .await?,
         self_role: host
             .store
-            .newest_segments(&mind, Role::SelfRole, limit)
+            .newest_segments(&mind, Role::SelfRole, query.before, limit)
             .await?,
     }))
 }

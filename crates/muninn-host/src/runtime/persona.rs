@@ -456,7 +456,9 @@ impl<B: Backend> MindRunner<B> {
                 // An attempt cut after the provider read it was billed: its row is committed
                 // now, before the retry (`failed.rs`).
                 (self.ledger_cut_now(Role::Persona, now, (RowKind::Request, true))).await?;
-                let error = e.to_string();
+                // Compared without its request id, which every refusal has its own of; the
+                // notice says the first one's.
+                let error = e.without_request_id().to_string();
                 let new_error = self.attempt.as_mut().is_none_or(|a| a.failed_with(&error));
                 if new_error {
                     self.record_failed_attempt(batch, &e, now).await;

@@ -181,6 +181,7 @@ mod tests {
             message: "slow down".into(),
             retryable: true,
             retry_after_ms: Some(3_000),
+            request_id: None,
         };
         let exhausted = BackendError::RetriesExhausted {
             attempts: 3,

@@ -349,6 +349,7 @@ mod tests {
             message: message.into(),
             retryable: false,
             retry_after_ms: None,
+            request_id: None,
         }
     }
 

@@ -642,6 +642,7 @@ fn log_answered(answered: &Answered<'_>, labels: &RowLabels) {
             status = retry.status,
             error_kind = %retry.kind,
             retry_after_ms = retry.retry_after_ms,
+            request_id = retry.request_id.as_deref(),
             "backend retried"
         );
     }

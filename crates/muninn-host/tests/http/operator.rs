@@ -175,6 +175,30 @@ async fn segments_come_in_bounded_pages() {
     assert_eq!(response.status(), 200);
     let two: SegmentsResponse = response.json_body().await;
     assert_eq!(numbers(&two.persona), vec![99, 100]);
+    // Further back: the page before a segment number (the first page's oldest), and so on to
+    // the first segment; before was refused as an unknown field, the oldest out of reach.
+    let mut before = two.persona[0].number;
+    let mut older = Vec::new();
+    loop {
+        let url = format!(
+            "{}/v1/minds/vala/segments?limit=40&before={before}",
+            server.base
+        );
+        let response = reqwest::Client::new()
+            .get(url)
+            .bearer_auth(server.token.expose())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let page: SegmentsResponse = response.json_body().await;
+        let Some(oldest) = page.persona.first() else {
+            break;
+        };
+        before = oldest.number;
+        older.splice(0..0, numbers(&page.persona));
+    }
+    assert_eq!(older, (0..99).collect::<Vec<_>>());
 }
 
 #[tokio::test]

@@ -58,6 +58,16 @@ pub enum FaultKind {
         /// Milliseconds between two pieces.
         every_ms: u64,
     },
+    /// The request is answered — the prompt read, the cache written or read, the answer billed
+    /// and recorded — and then nothing of the response, its status included, is sent for
+    /// `ms`: what a client sees when the connection fails (a reset, a proxy's timeout) after
+    /// the provider has done the work of a whole (non-streaming) reply, whose status the API
+    /// sends only once it is done. Over HTTP only (in-process it is dropped, as stream faults
+    /// are).
+    StallBeforeHeaders {
+        /// Milliseconds before the response starts.
+        ms: u64,
+    },
     /// 529 `compaction_unavailable`: the provider cannot compact right now (retryable).
     CompactionUnavailable,
     /// A normal answer whose *reported* usage claims `cache_read_tokens` more cache reads than

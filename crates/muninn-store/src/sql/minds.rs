@@ -72,16 +72,18 @@ pub(crate) async fn get<B: Backend>(store: &B, id: &str) -> Result<Option<Mind>>
     row.as_ref().map(mind_from).transpose()
 }
 
+/// Every Mind, by id in byte order. Sorted here, not by `ORDER BY id`: that is the database's
+/// collation, which on PostgreSQL is the locale the database was created with (a language's
+/// puts `_z` first and `B` after `a`) and on SQLite byte order, and one dialect has no
+/// collation the other knows.
 pub(crate) async fn list<B: Backend>(store: &B) -> Result<Vec<Mind>> {
     let mut conn = B::Db::acquire(store.pool()).await?;
-    let rows = query::<B::Db>(concat!(
-        "SELECT ",
-        columns!(mind),
-        " FROM minds ORDER BY id"
-    ))
-    .fetch_all(&mut conn)
-    .await?;
-    rows.iter().map(mind_from).collect()
+    let rows = query::<B::Db>(concat!("SELECT ", columns!(mind), " FROM minds"))
+        .fetch_all(&mut conn)
+        .await?;
+    let mut minds = rows.iter().map(mind_from).collect::<Result<Vec<_>>>()?;
+    minds.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+    Ok(minds)
 }
 
 pub(crate) async fn update<B: Backend>(
@@ -128,34 +130,6 @@ pub(crate) async fn settings<B: Backend>(store: &B, mind: &str) -> Result<MindSe
         }),
         None => Ok(MindSettings::default()),
     }
-}
-
-pub(crate) async fn put_settings<B: Backend>(
-    store: &B,
-    mind: &str,
-    settings: &MindSettings,
-    now_ms: i64,
-) -> Result<()> {
-    let mut tx = store.begin_write().await?;
-    require::<B::Db>(&mut tx, mind).await?;
-    query::<B::Db>(
-        "INSERT INTO settings (mind_id, spend_cap_micro_usd, spend_window_ms, brake, \
-         turn_limit, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6) \
-         ON CONFLICT (mind_id) DO UPDATE SET \
-         spend_cap_micro_usd = excluded.spend_cap_micro_usd, \
-         spend_window_ms = excluded.spend_window_ms, brake = excluded.brake, \
-         turn_limit = excluded.turn_limit, updated_at_ms = excluded.updated_at_ms",
-    )
-    .bind(mind)
-    .bind(settings.spend_cap.map(|cap| cap.0))
-    .bind(settings.spend_window_ms)
-    .bind(settings.brake)
-    .bind(settings.turn_limit)
-    .bind(now_ms)
-    .execute(&mut tx)
-    .await?;
-    B::Db::commit(tx).await?;
-    Ok(())
 }
 
 /// The caps alone: a new row takes the default brake (off), an existing row keeps its own — one

@@ -176,21 +176,24 @@ pub(crate) async fn current<B: Backend>(
     row.as_ref().map(segment_from).transpose()
 }
 
-/// The newest `limit` segments, oldest first.
+/// The newest `limit` segments numbered below `before` (if given), oldest first.
 pub(crate) async fn newest<B: Backend>(
     store: &B,
     mind: &str,
     role: Role,
+    before: Option<i64>,
     limit: i64,
 ) -> Result<Vec<Segment>> {
     let mut conn = B::Db::acquire(store.pool()).await?;
     let rows = query::<B::Db>(concat!(
         "SELECT ",
         columns!(segment),
-        " FROM segments WHERE mind_id = $1 AND role = $2 ORDER BY number DESC LIMIT $3",
+        " FROM segments WHERE mind_id = $1 AND role = $2 AND number < $3 \
+         ORDER BY number DESC LIMIT $4",
     ))
     .bind(mind)
     .bind(role.as_str())
+    .bind(before.unwrap_or(i64::MAX))
     .bind(limit.max(0))
     .fetch_all(&mut conn)
     .await?;

@@ -102,15 +102,6 @@ impl<B: Backend> Store for B {
         bounded(self, "settings", minds::settings(self, mind)).await
     }
 
-    async fn put_settings(&self, mind: &str, settings: &MindSettings, now_ms: i64) -> Result<()> {
-        bounded(
-            self,
-            "put_settings",
-            minds::put_settings(self, mind, settings, now_ms),
-        )
-        .await
-    }
-
     async fn put_caps(&self, mind: &str, caps: &Caps, now_ms: i64) -> Result<()> {
         bounded(self, "put_caps", minds::put_caps(self, mind, caps, now_ms)).await
     }
@@ -273,11 +264,17 @@ impl<B: Backend> Store for B {
         bounded(self, "current_segment", segments::current(self, mind, role)).await
     }
 
-    async fn newest_segments(&self, mind: &str, role: Role, limit: i64) -> Result<Vec<Segment>> {
+    async fn newest_segments(
+        &self,
+        mind: &str,
+        role: Role,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<Segment>> {
         bounded(
             self,
             "newest_segments",
-            segments::newest(self, mind, role, limit),
+            segments::newest(self, mind, role, before, limit),
         )
         .await
     }

@@ -69,8 +69,9 @@ pub(crate) async fn append<B: Backend>(
     Ok(seqs)
 }
 
-/// Appends `item` under `key` unless the key is recorded: the check, the item and the key in
-/// one fenced transaction.
+/// Appends `item` under `key` unless the key is recorded for the item's role: the check, the
+/// item and the key in one fenced transaction. The role is part of the key, so another role's
+/// item under the same key is never taken for this one.
 pub(crate) async fn append_once<B: Backend>(
     store: &B,
     mind: &str,
@@ -81,12 +82,14 @@ pub(crate) async fn append_once<B: Backend>(
     let mut tx = store.begin_write().await?;
     leases::fence::<B::Db>(&mut tx, mind, token).await?;
     // The fence serialises this Mind's writers, so check-then-insert is safe (as for turn keys).
-    let seen =
-        query::<B::Db>("SELECT seq FROM transcript_keys WHERE mind_id = $1 AND append_key = $2")
-            .bind(mind)
-            .bind(key)
-            .fetch_optional(&mut tx)
-            .await?;
+    let seen = query::<B::Db>(
+        "SELECT seq FROM transcript_keys WHERE mind_id = $1 AND role = $2 AND append_key = $3",
+    )
+    .bind(mind)
+    .bind(item.role.as_str())
+    .bind(key)
+    .fetch_optional(&mut tx)
+    .await?;
     if let Some(row) = seen {
         return Ok(Appended {
             seq: row.col("seq")?,

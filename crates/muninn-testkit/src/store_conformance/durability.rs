@@ -91,19 +91,7 @@ pub(super) async fn reopen_keeps_everything(factory: &dyn StoreFactory) {
             .await,
         "turn",
     );
-    ok(
-        store
-            .put_settings(
-                "m",
-                &MindSettings {
-                    brake: true,
-                    ..MindSettings::default()
-                },
-                1,
-            )
-            .await,
-        "settings",
-    );
+    ok(store.put_brake("m", true, 1).await, "settings");
     let version = ok(store.schema_version().await, "version");
     let transcript = ok(store.transcript_tail("m", Role::Persona, 10).await, "tail");
     let ledger = ok(store.ledger(&LedgerQuery::default()).await, "ledger");

@@ -120,14 +120,28 @@ async fn starting_a_segment_ends_the_open_one(store: &dyn Store, token: FencingT
     // A page of the newest, oldest first: the Persona's two, the last one, none.
     for (limit, expected) in [(5, vec![0, 1]), (1, vec![1]), (0, vec![])] {
         let page = ok(
-            store.newest_segments("m", Role::Persona, limit).await,
+            store.newest_segments("m", Role::Persona, None, limit).await,
             "newest",
         );
         let numbers: Vec<i64> = page.iter().map(|s| s.number).collect();
         assert_eq!(numbers, expected, "newest {limit}");
     }
-    let page = ok(store.newest_segments("m", Role::Persona, 1).await, "newest");
+    let page = ok(
+        store.newest_segments("m", Role::Persona, None, 1).await,
+        "newest",
+    );
     assert_eq!(page, vec![second], "whole rows");
+    // The page before a number: the segments below it, the newest of them.
+    for (before, limit, expected) in [(1, 5, vec![0]), (0, 5, vec![]), (2, 1, vec![1])] {
+        let page = ok(
+            store
+                .newest_segments("m", Role::Persona, Some(before), limit)
+                .await,
+            "before",
+        );
+        let numbers: Vec<i64> = page.iter().map(|s| s.number).collect();
+        assert_eq!(numbers, expected, "before {before}, limit {limit}");
+    }
 }
 
 /// A segment ends once (the first end time stays) and stays current; unknown segments are not

@@ -13,6 +13,7 @@ pub(super) async fn transcript_append_only(factory: &dyn StoreFactory) {
     step!(items_read_back_whole_by_range(store, &items));
     step!(tails_hold_the_newest_in_order(store));
     step!(keyed_appends_land_once(store, token));
+    step!(keys_are_scoped_by_role(store, token));
     store.close().await;
 }
 
@@ -198,4 +199,118 @@ async fn keyed_appends_land_once(store: &dyn Store, token: FencingToken) {
             (11, item(Role::Persona, 11).body)
         ]
     );
+}
+
+/// A key names an item of one role: the same key used by the other role appends that role's
+/// item (its own next seq) instead of answering the first role's seq, and each role's retry
+/// then answers its own record. Answering another role's seq would make a retry skip an
+/// append that never happened — the item lost, exactly-once broken.
+async fn keys_are_scoped_by_role(store: &dyn Store, token: FencingToken) {
+    let persona = item(Role::Persona, 12);
+    let self_item = item(Role::SelfRole, 4);
+    let persona_first = ok(
+        store
+            .append_transcript_once("m", token, "shared key", &persona)
+            .await,
+        "persona under the key",
+    );
+    let self_first = ok(
+        store
+            .append_transcript_once("m", token, "shared key", &self_item)
+            .await,
+        "self under the same key",
+    );
+    let persona_again = ok(
+        store
+            .append_transcript_once("m", token, "shared key", &persona)
+            .await,
+        "persona retry",
+    );
+    let self_again = ok(
+        store
+            .append_transcript_once("m", token, "shared key", &self_item)
+            .await,
+        "self retry",
+    );
+    assert_eq!(
+        [persona_first, self_first, persona_again, self_again],
+        [
+            Appended {
+                seq: 12,
+                created: true
+            },
+            Appended {
+                seq: 4,
+                created: true
+            },
+            Appended {
+                seq: 12,
+                created: false
+            },
+            Appended {
+                seq: 4,
+                created: false
+            },
+        ]
+    );
+    let self_tail = ok(store.transcript_tail("m", Role::SelfRole, 1).await, "tail");
+    assert_eq!(
+        self_tail
+            .iter()
+            .map(|t| (t.seq, t.body.clone()))
+            .collect::<Vec<_>>(),
+        vec![(4, self_item.body)]
+    );
+}
+
+/// A Mind with one keyed Persona item, as migration 9 left it (keys by Mind alone).
+const KEYS_AT_SCHEMA_9: &str = "\
+INSERT INTO minds (id, display_name, config, created_at_ms) VALUES ('m', 'M', '{}', 1);
+INSERT INTO counters (mind_id, name, value) VALUES ('m', 'transcript:persona', 1);
+INSERT INTO transcript (mind_id, role, seq, segment, kind, body, created_at_ms) \
+VALUES ('m', 'persona', 1, 0, 'delivery', '{\"n\":1}', 5);
+INSERT INTO transcript_keys (mind_id, append_key, role, seq) VALUES ('m', 'k', 'persona', 1);
+";
+
+/// A key recorded before keys were per role still answers its role's retry after the
+/// migration, and no longer the other role's append.
+pub(super) async fn transcript_keys_from_schema_9_migrate_per_role(factory: &dyn StoreFactory) {
+    ok(
+        factory
+            .create_at_version("schema_9", 9, KEYS_AT_SCHEMA_9)
+            .await,
+        "create at schema 9",
+    );
+    let opened = open(factory, "schema_9").await;
+    let store = opened.as_ref();
+    let token = match ok(store.acquire_lease("m", "h", 60_000, 10_000).await, "lease") {
+        Some(lease) => lease.token,
+        None => panic!("the migrated Mind's lease was refused"),
+    };
+    let retry = ok(
+        store
+            .append_transcript_once("m", token, "k", &item(Role::Persona, 1))
+            .await,
+        "persona retry",
+    );
+    let other_role = ok(
+        store
+            .append_transcript_once("m", token, "k", &item(Role::SelfRole, 1))
+            .await,
+        "self under the old key",
+    );
+    assert_eq!(
+        [retry, other_role],
+        [
+            Appended {
+                seq: 1,
+                created: false
+            },
+            Appended {
+                seq: 1,
+                created: true
+            },
+        ]
+    );
+    store.close().await;
 }
