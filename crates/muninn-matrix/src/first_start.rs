@@ -11,7 +11,10 @@
 //! So before a first start joins anything, the homeserver's position then is stored
 //! ([`FIRST_START_CURSOR`], once: a later open before the first commit keeps it), and at each
 //! read of a first answer the rooms the account joined since that position are asked of the
-//! homeserver (one `/sync` from it, of the account's own memberships only). Every process reads
+//! homeserver (one `/sync` from it that shows no event but each room's `m.room.create`: a
+//! homeserver sends a room's whole state only for a room joined since, and leaves a room with
+//! nothing to show out of the answer, so the answer's joined rooms are those joined since,
+//! however much was said in them after the join). Every process reads
 //! the same first answer the same way until one commits it; after that the position is the
 //! sync's, and this is not looked at again. (Synapse answers a repeat of either request within
 //! two minutes from its response cache. The rooms' answer is asked just after the first answer
@@ -22,7 +25,6 @@ use crate::account::Context;
 use crate::client::MatrixClient;
 use crate::config::{FIRST_START_CURSOR, SYNC_CURSOR};
 use crate::error::MatrixError;
-use crate::wire::is_joining;
 use muninn_store::{IntakeBatch, NewCursor};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -31,10 +33,14 @@ use std::time::Duration;
 const NOTHING: &str =
     r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"rooms":[]}}"#;
 
-/// How many of the account's own membership events a room's answer holds: a join followed by
-/// more profile changes than this is not seen (the room is then read as one it was in before,
-/// as before this module).
-const OWN_MEMBERSHIPS: u32 = 50;
+/// A `/sync` filter whose answer holds only the rooms joined since its `since`: no timeline,
+/// and of the state only `m.room.create`, which is in the whole state Synapse sends for a room
+/// joined since `since` and never in the state changes of a room joined before. Before, the
+/// timeline was filtered for the account's own join: Synapse looks through a new room's last
+/// 551 events for a filtered timeline, and a join further back than that (a first start
+/// restarted after a long conversation in the room it joined) was not seen, the room taken for
+/// one the account was always in and its conversation read as history.
+const JOINED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"not_types":["*"]},"state":{"types":["m.room.create"]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
 
 /// At the account's open, before it joins anything: stores the homeserver's position as the
 /// first start's, unless a sync position (not a first start) or a first start's position is
@@ -70,24 +76,8 @@ pub(crate) async fn joined_since(
     let Some(mark) = store.cursor(mind, FIRST_START_CURSOR).await? else {
         return Ok(HashSet::new());
     };
-    let own = context.account.user_id.as_str();
-    let filter = serde_json::json!({
-        "presence": {"not_types": ["*"]},
-        "account_data": {"not_types": ["*"]},
-        "room": {
-            "timeline": {"limit": OWN_MEMBERSHIPS, "types": ["m.room.member"], "senders": [own]},
-            "state": {"types": []},
-            "ephemeral": {"not_types": ["*"]},
-            "account_data": {"not_types": ["*"]},
-        },
-    });
     let answer = client
-        .sync(Some(&mark.value), &filter.to_string(), Duration::ZERO)
+        .sync(Some(&mark.value), JOINED_SINCE, Duration::ZERO)
         .await?;
-    let joined = answer.rooms.join.into_iter().filter(|(_, room)| {
-        // A room the account was in all along shows only what changed since the position
-        // (a profile change is no join); one that holds a join was joined since.
-        room.timeline.events.iter().any(|e| is_joining(e, own))
-    });
-    Ok(joined.map(|(room_id, _)| room_id).collect())
+    Ok(answer.rooms.join.into_keys().collect())
 }
