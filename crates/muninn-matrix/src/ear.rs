@@ -576,8 +576,9 @@ impl Ear {
                     return Ok((events, 0, back));
                 };
                 let joins = |e: &RoomEvent| is_joining(e, own);
-                let (older, token) = self.page_back(room_id, from, None, &joins).await?;
-                events.splice(0..0, older);
+                let (older, token, passed) = self.page_back(room_id, from, None, &joins).await?;
+                // What was said just before the join is context (history before `start`).
+                events.splice(0..0, passed.into_iter().chain(older));
                 let start = after_join(&events, own).unwrap_or(0);
                 Ok((events, start, token))
             }
@@ -587,7 +588,7 @@ impl Ear {
                     return Ok((events, 0, back));
                 };
                 let never = |_: &RoomEvent| false;
-                let (older, token) = self.page_back(room_id, from, None, &never).await?;
+                let (older, token, _) = self.page_back(room_id, from, None, &never).await?;
                 events.splice(0..0, older);
                 Ok((events, 0, token))
             }
@@ -603,8 +604,10 @@ impl Ear {
                 // to the membership that says where the mail starts: stopping at the newest of
                 // the account's memberships lost what came between it and the join.
                 let settles = |e: &RoomEvent| settles_mail_start(e, own);
-                let (older, token) = self.page_back(room_id, from, None, &settles).await?;
-                events.splice(0..0, older);
+                let (older, token, passed) = self.page_back(room_id, from, None, &settles).await?;
+                // What precedes the membership found is context: the mail starts at or after
+                // it, which every older event leaves as it is.
+                events.splice(0..0, passed.into_iter().chain(older));
                 let start = mail_start(&events, own)
                     .or_else(|| after_join(&events, own))
                     .unwrap_or(0);
@@ -616,7 +619,8 @@ impl Ear {
                 };
                 let window = self.windows.get(room_id);
                 let seen = |e: &RoomEvent| window.is_some_and(|w| w.holds(&e.event_id));
-                let (older, token) = self.page_back(room_id, from, Some(since), &seen).await?;
+                // Past an event the window holds: the window has what is older.
+                let (older, token, _) = self.page_back(room_id, from, Some(since), &seen).await?;
                 events.splice(0..0, older);
                 // The account's own join in the gap: an answer read again by a process that
                 // started after the join (so the room is among its rooms) whose timeline was
