@@ -855,10 +855,11 @@ async fn what_a_first_start_that_never_committed_joined_stays_mail_for_the_next_
 
 /// A first start that stopped before its first sync (its position stored, its room joined),
 /// restarted after more was said in that room than Synapse's `/sync` looks through for a room's
-/// timeline (it reads a newly joined room's last 500 events, twice the timeline limit five
-/// times, and filters them): the account's join is further back than that. Everything said after
-/// the join is mail all the same, in order, once. Before, the rooms-joined-since query filtered
-/// the timeline for the account's own join, found none in the last 500 events, and took the room
+/// timeline (it filters a newly joined room's last 551 events: the timeline limit and one, then
+/// five pages of twice the limit): the account's join is further back than that. Everything said
+/// after the join is mail all the same, in order, once. Before, the rooms-joined-since query
+/// filtered the timeline for the account's own join, found none in the last 551 events
+/// (600 were said after it), and took the room
 /// for one the account was in before the Mind ever ran: every message was read as history and
 /// lost. (The first process never asks its first sync here: a first answer it had read would be
 /// answered again from Synapse's two-minute response cache, with the rooms-joined-since answer
