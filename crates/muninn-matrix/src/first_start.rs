@@ -14,10 +14,13 @@
 //! homeserver (one `/sync` from it that shows no event but each room's `m.room.create`: a
 //! homeserver sends a room's whole state only for a room joined since, and leaves a room with
 //! nothing to show out of the answer, so the answer's joined rooms are those joined since,
-//! however much was said in them after the join). Every process reads
+//! however much was said in them after the join), and so are the rooms the account was in
+//! whose tombstone came since (a second `/sync` from it, of tombstones only): a replacement
+//! joined since, of a room upgraded since, is read from its start, as the process that read the
+//! tombstone would have read it in its next answer (`upgrades`). Every process reads
 //! the same first answer the same way until one commits it; after that the position is the
 //! sync's, and this is not looked at again. (Synapse answers a repeat of either request within
-//! two minutes from its response cache. The rooms' answer is asked just after the first answer
+//! two minutes from its response cache. The rooms' answers are asked just after the first answer
 //! and cached as long, so a cached one is as old as the first answer read with it, give or take
 //! the moment between the two: the joins that answer holds are in it.)
 
@@ -35,12 +38,29 @@ const NOTHING: &str =
 
 /// A `/sync` filter whose answer holds only the rooms joined since its `since`: no timeline,
 /// and of the state only `m.room.create`, which is in the whole state Synapse sends for a room
-/// joined since `since` and never in the state changes of a room joined before. Before, the
-/// timeline was filtered for the account's own join: Synapse looks through a new room's last
-/// 551 events for a filtered timeline, and a join further back than that (a first start
-/// restarted after a long conversation in the room it joined) was not seen, the room taken for
-/// one the account was always in and its conversation read as history.
+/// joined since `since` and never in the state changes of a room joined before (a room with
+/// nothing to show is left out). Before, the rooms joined since were found by the account's
+/// own join in the timeline: Synapse looks through a new room's last 551 events for a filtered
+/// timeline, and a join further back than that (a first start restarted after a long
+/// conversation in the room it joined) was not seen, the room taken for one the account was
+/// always in and its conversation read as history.
 const JOINED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"not_types":["*"]},"state":{"types":["m.room.create"]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
+
+/// A `/sync` filter whose answer holds the rooms with a tombstone since its `since` (and rooms
+/// joined since whose timeline, not bounded by `since`, holds one). A tombstone is an old room's
+/// last event but for leaves, and is looked for as far back as Synapse looks.
+const UPGRADED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"limit":50,"types":["m.room.tombstone"]},"state":{"types":[]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
+
+/// What changed in the account's rooms since its first start began.
+#[derive(Debug, Default)]
+pub(crate) struct SinceFirstStart {
+    /// The rooms it joined.
+    pub(crate) joined: HashSet<String>,
+    /// The rooms it was in before the first start that were upgraded since: their
+    /// replacements, joined since, are read from their start, as the replacement of a room the
+    /// Mind listened in is.
+    pub(crate) upgraded: HashSet<String>,
+}
 
 /// At the account's open, before it joins anything: stores the homeserver's position as the
 /// first start's, unless a sync position (not a first start) or a first start's position is
@@ -66,18 +86,33 @@ pub(crate) async fn mark(context: &Context, client: &MatrixClient) -> Result<(),
     Ok(())
 }
 
-/// The rooms the account joined since its first start began (empty if no first start was
-/// marked: an account whose sync position was stored before this module).
-pub(crate) async fn joined_since(
+/// What changed in the account's rooms since its first start began (nothing if no first start
+/// was marked: an account whose sync position was stored before this module).
+pub(crate) async fn since(
     context: &Context,
     client: &MatrixClient,
-) -> Result<HashSet<String>, MatrixError> {
+) -> Result<SinceFirstStart, MatrixError> {
     let (store, mind) = (&context.store, context.account.mind.as_str());
     let Some(mark) = store.cursor(mind, FIRST_START_CURSOR).await? else {
-        return Ok(HashSet::new());
+        return Ok(SinceFirstStart::default());
     };
-    let answer = client
+    let joined = client
         .sync(Some(&mark.value), JOINED_SINCE, Duration::ZERO)
         .await?;
-    Ok(answer.rooms.join.into_keys().collect())
+    let joined: HashSet<String> = joined.rooms.join.into_keys().collect();
+    let upgraded = client
+        .sync(Some(&mark.value), UPGRADED_SINCE, Duration::ZERO)
+        .await?;
+    // A new room's timeline may hold a tombstone older than the first start (an old room
+    // joined at it): not an upgrade the Mind heard.
+    let upgraded = upgraded.rooms.join.into_iter().filter(|(room_id, room)| {
+        !joined.contains(room_id)
+            && room
+                .timeline
+                .events
+                .iter()
+                .any(|e| e.kind == "m.room.tombstone")
+    });
+    let upgraded = upgraded.map(|(room_id, _)| room_id).collect();
+    Ok(SinceFirstStart { joined, upgraded })
 }
