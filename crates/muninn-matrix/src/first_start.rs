@@ -19,10 +19,10 @@
 //! joined since, of a room upgraded since, is read from its start, as the process that read the
 //! tombstone would have read it in its next answer (`upgrades`). Every process reads
 //! the same first answer the same way until one commits it; after that the position is the
-//! sync's, and this is not looked at again. (Synapse answers a repeat of either request within
-//! two minutes from its response cache. The rooms' answers are asked just after the first answer
-//! and cached as long, so a cached one is as old as the first answer read with it, give or take
-//! the moment between the two: the joins that answer holds are in it.)
+//! sync's, and this is not looked at again. (Synapse answers a repeat of any of these requests
+//! within two minutes from its response cache, per device. The rooms' answers are asked just
+//! after the first answer and cached as long, so a cached one is as old as the first answer read
+//! with it, give or take the moment between them: the joins that answer holds are in it.)
 
 use crate::account::Context;
 use crate::client::MatrixClient;
