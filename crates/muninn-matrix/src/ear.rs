@@ -344,12 +344,23 @@ impl Ear {
             invites,
         )
         .await?;
+        let first = match since {
+            // Asked after the answer and the invites it accepted: every join they hold is
+            // older. A process started after one that stopped before its first commit finds
+            // these joined already.
+            None => Some(first_start::since(&self.context, &self.client).await?),
+            Some(_) => None,
+        };
+        if let Some(first) = &first {
+            self.joined.retain(|room| !first.joined.contains(room));
+        }
         let account = &self.context.account;
         let who = (account.mind.as_str(), account.user_id.as_str());
         // Before the tombstones: a replacement that is itself upgraded is followed on.
         let rooms = (since, &response.rooms.join, &self.joined);
         self.replacements =
-            upgrades::replacements(&self.client, &self.directory, who, rooms).await?;
+            upgrades::replacements(&self.client, &self.directory, who, rooms, first.as_ref())
+                .await?;
         let refused = upgrades::follow(&self.client, &self.directory, who, &response.rooms.join);
         let mut changed = self.not_joined.joined(&accepted);
         for refused in refused.await? {
@@ -370,12 +381,6 @@ impl Ear {
         response: SyncResponse,
     ) -> Result<Vec<NewDelivery>, MatrixError> {
         self.follow_account(since, &response).await?;
-        if since.is_none() {
-            // Asked after the answer: every join it holds is older. A process started after
-            // one that stopped before its first commit finds these joined already.
-            let first = first_start::joined_since(&self.context, &self.client).await?;
-            self.joined.retain(|room| !first.contains(room));
-        }
         let segment_start = self.segment_start().await?;
         let own = self.context.account.user_id.clone();
         let held =
@@ -558,6 +563,17 @@ impl Ear {
             _ => None,
         };
         match (since, newly) {
+            _ if self.replacements.contains(room_id) => {
+                // An upgraded room's replacement: all of it is mail, from its start
+                // (on the first sync, one whose old room was upgraded since the first start).
+                let Some(from) = paging else {
+                    return Ok((events, 0, back));
+                };
+                let never = |_: &RoomEvent| false;
+                let (older, token, _) = self.page_back(room_id, from, None, &never).await?;
+                events.splice(0..0, older);
+                Ok((events, 0, token))
+            }
             (None, false) => {
                 // The backlog of a room the Mind already listened in, or was in before it ever
                 // ran: context, never answered.
@@ -576,20 +592,11 @@ impl Ear {
                     return Ok((events, 0, back));
                 };
                 let joins = |e: &RoomEvent| is_joining(e, own);
-                let (older, token) = self.page_back(room_id, from, None, &joins).await?;
-                events.splice(0..0, older);
+                let (older, token, passed) = self.page_back(room_id, from, None, &joins).await?;
+                // What was said just before the join is context (history before `start`).
+                events.splice(0..0, passed.into_iter().chain(older));
                 let start = after_join(&events, own).unwrap_or(0);
                 Ok((events, start, token))
-            }
-            (Some(_), _) if self.replacements.contains(room_id) => {
-                // An upgraded room's replacement: all of it is mail, from its start.
-                let Some(from) = paging else {
-                    return Ok((events, 0, back));
-                };
-                let never = |_: &RoomEvent| false;
-                let (older, token) = self.page_back(room_id, from, None, &never).await?;
-                events.splice(0..0, older);
-                Ok((events, 0, token))
             }
             (_, true) => {
                 if let Some(start) = mail_start(&events, own) {
@@ -603,8 +610,10 @@ impl Ear {
                 // to the membership that says where the mail starts: stopping at the newest of
                 // the account's memberships lost what came between it and the join.
                 let settles = |e: &RoomEvent| settles_mail_start(e, own);
-                let (older, token) = self.page_back(room_id, from, None, &settles).await?;
-                events.splice(0..0, older);
+                let (older, token, passed) = self.page_back(room_id, from, None, &settles).await?;
+                // What precedes the membership found is context: the mail starts at or after
+                // it, which every older event leaves as it is.
+                events.splice(0..0, passed.into_iter().chain(older));
                 let start = mail_start(&events, own)
                     .or_else(|| after_join(&events, own))
                     .unwrap_or(0);
@@ -616,7 +625,8 @@ impl Ear {
                 };
                 let window = self.windows.get(room_id);
                 let seen = |e: &RoomEvent| window.is_some_and(|w| w.holds(&e.event_id));
-                let (older, token) = self.page_back(room_id, from, Some(since), &seen).await?;
+                // Past an event the window holds: the window has what is older.
+                let (older, token, _) = self.page_back(room_id, from, Some(since), &seen).await?;
                 events.splice(0..0, older);
                 // The account's own join in the gap: an answer read again by a process that
                 // started after the join (so the room is among its rooms) whose timeline was

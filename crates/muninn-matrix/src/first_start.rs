@@ -11,18 +11,23 @@
 //! So before a first start joins anything, the homeserver's position then is stored
 //! ([`FIRST_START_CURSOR`], once: a later open before the first commit keeps it), and at each
 //! read of a first answer the rooms the account joined since that position are asked of the
-//! homeserver (one `/sync` from it, of the account's own memberships only). Every process reads
+//! homeserver (one `/sync` from it that shows no event but each room's `m.room.create`: a
+//! homeserver sends a room's whole state only for a room joined since, and leaves a room with
+//! nothing to show out of the answer, so the answer's joined rooms are those joined since,
+//! however much was said in them after the join), and so are the rooms the account was in
+//! whose tombstone came since (a second `/sync` from it, of tombstones only): a replacement
+//! joined since, of a room upgraded since, is read from its start, as the process that read the
+//! tombstone would have read it in its next answer (`upgrades`). Every process reads
 //! the same first answer the same way until one commits it; after that the position is the
-//! sync's, and this is not looked at again. (Synapse answers a repeat of either request within
-//! two minutes from its response cache. The rooms' answer is asked just after the first answer
-//! and cached as long, so a cached one is as old as the first answer read with it, give or take
-//! the moment between the two: the joins that answer holds are in it.)
+//! sync's, and this is not looked at again. (Synapse answers a repeat of any of these requests
+//! within two minutes from its response cache, per device. The rooms' answers are asked just
+//! after the first answer and cached as long, so a cached one is as old as the first answer read
+//! with it, give or take the moment between them: the joins that answer holds are in it.)
 
 use crate::account::Context;
 use crate::client::MatrixClient;
 use crate::config::{FIRST_START_CURSOR, SYNC_CURSOR};
 use crate::error::MatrixError;
-use crate::wire::is_joining;
 use muninn_store::{IntakeBatch, NewCursor};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -31,10 +36,31 @@ use std::time::Duration;
 const NOTHING: &str =
     r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"rooms":[]}}"#;
 
-/// How many of the account's own membership events a room's answer holds: a join followed by
-/// more profile changes than this is not seen (the room is then read as one it was in before,
-/// as before this module).
-const OWN_MEMBERSHIPS: u32 = 50;
+/// A `/sync` filter whose answer holds only the rooms joined since its `since`: no timeline,
+/// and of the state only `m.room.create`, which is in the whole state Synapse sends for a room
+/// joined since `since` and never in the state changes of a room joined before (a room with
+/// nothing to show is left out). Before, the rooms joined since were found by the account's
+/// own join in the timeline: Synapse looks through a new room's last 551 events for a filtered
+/// timeline, and a join further back than that (a first start restarted after a long
+/// conversation in the room it joined) was not seen, the room taken for one the account was
+/// always in and its conversation read as history.
+const JOINED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"not_types":["*"]},"state":{"types":["m.room.create"]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
+
+/// A `/sync` filter whose answer holds the rooms with a tombstone since its `since` (and rooms
+/// joined since whose timeline, not bounded by `since`, holds one). A tombstone is an old room's
+/// last event but for leaves, and is looked for as far back as Synapse looks.
+const UPGRADED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"limit":50,"types":["m.room.tombstone"]},"state":{"types":[]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
+
+/// What changed in the account's rooms since its first start began.
+#[derive(Debug, Default)]
+pub(crate) struct SinceFirstStart {
+    /// The rooms it joined.
+    pub(crate) joined: HashSet<String>,
+    /// The rooms it was in before the first start that were upgraded since: their
+    /// replacements, joined since, are read from their start, as the replacement of a room the
+    /// Mind listened in is.
+    pub(crate) upgraded: HashSet<String>,
+}
 
 /// At the account's open, before it joins anything: stores the homeserver's position as the
 /// first start's, unless a sync position (not a first start) or a first start's position is
@@ -60,34 +86,33 @@ pub(crate) async fn mark(context: &Context, client: &MatrixClient) -> Result<(),
     Ok(())
 }
 
-/// The rooms the account joined since its first start began (empty if no first start was
-/// marked: an account whose sync position was stored before this module).
-pub(crate) async fn joined_since(
+/// What changed in the account's rooms since its first start began (nothing if no first start
+/// was marked: an account whose sync position was stored before this module).
+pub(crate) async fn since(
     context: &Context,
     client: &MatrixClient,
-) -> Result<HashSet<String>, MatrixError> {
+) -> Result<SinceFirstStart, MatrixError> {
     let (store, mind) = (&context.store, context.account.mind.as_str());
     let Some(mark) = store.cursor(mind, FIRST_START_CURSOR).await? else {
-        return Ok(HashSet::new());
+        return Ok(SinceFirstStart::default());
     };
-    let own = context.account.user_id.as_str();
-    let filter = serde_json::json!({
-        "presence": {"not_types": ["*"]},
-        "account_data": {"not_types": ["*"]},
-        "room": {
-            "timeline": {"limit": OWN_MEMBERSHIPS, "types": ["m.room.member"], "senders": [own]},
-            "state": {"types": []},
-            "ephemeral": {"not_types": ["*"]},
-            "account_data": {"not_types": ["*"]},
-        },
-    });
-    let answer = client
-        .sync(Some(&mark.value), &filter.to_string(), Duration::ZERO)
+    let joined = client
+        .sync(Some(&mark.value), JOINED_SINCE, Duration::ZERO)
         .await?;
-    let joined = answer.rooms.join.into_iter().filter(|(_, room)| {
-        // A room the account was in all along shows only what changed since the position
-        // (a profile change is no join); one that holds a join was joined since.
-        room.timeline.events.iter().any(|e| is_joining(e, own))
+    let joined: HashSet<String> = joined.rooms.join.into_keys().collect();
+    let upgraded = client
+        .sync(Some(&mark.value), UPGRADED_SINCE, Duration::ZERO)
+        .await?;
+    // A new room's timeline may hold a tombstone older than the first start (an old room
+    // joined at it): not an upgrade the Mind heard.
+    let upgraded = upgraded.rooms.join.into_iter().filter(|(room_id, room)| {
+        !joined.contains(room_id)
+            && room
+                .timeline
+                .events
+                .iter()
+                .any(|e| e.kind == "m.room.tombstone")
     });
-    Ok(joined.map(|(room_id, _)| room_id).collect())
+    let upgraded = upgraded.map(|(room_id, _)| room_id).collect();
+    Ok(SinceFirstStart { joined, upgraded })
 }

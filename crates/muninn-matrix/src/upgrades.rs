@@ -14,7 +14,10 @@
 //!   between the upgrade and the join is mail, not the history a room newly joined has before
 //!   its join. A room is a replacement when its `m.room.create` names a room the Mind listens
 //!   in as its `predecessor`; that is looked up for the rooms the account joined since the
-//!   position (new to the process, or its first join in the timeline). A replacement read
+//!   position (new to the process, or its first join in the timeline). On the first sync (no
+//!   position) only a room joined since the Mind's first start, replacing a room the account
+//!   was in that was upgraded since (`first_start`), is one: what a process that read the
+//!   tombstone and stopped before its first commit would have read from its start. A replacement read
 //!   twice (an answer read again after a failed commit) delivers nothing twice: deliveries
 //!   are unique per event id.
 //! - At the account's open, the `m.room.tombstone` of each configured room and each direct
@@ -33,6 +36,7 @@
 use crate::account::lock;
 use crate::client::MatrixClient;
 use crate::error::MatrixError;
+use crate::first_start::SinceFirstStart;
 use crate::history::joins_first;
 use crate::rooms::{Directory, RoomKind};
 use crate::wire::{JoinedRoom, RoomEvent};
@@ -141,14 +145,21 @@ pub(crate) async fn replacements(
         &BTreeMap<String, JoinedRoom>,
         &HashSet<String>,
     ),
+    first: Option<&SinceFirstStart>,
 ) -> Result<HashSet<String>, MatrixError> {
-    if since.is_none() {
-        // The first sync's rooms are history up to now, replacements or not.
-        return Ok(HashSet::new());
-    }
-    let joined_since = rooms.iter().filter(|(room_id, room)| {
-        !joined.contains(*room_id) || room.timeline.events.iter().any(|e| joins_first(e, own))
+    let joined_since = rooms.iter().filter(|(room_id, room)| match (since, first) {
+        (Some(_), _) => {
+            !joined.contains(*room_id) || room.timeline.events.iter().any(|e| joins_first(e, own))
+        }
+        // On the first sync, only a room joined since the first start began whose old room was
+        // upgraded since: the one a process that read the tombstone joined, and would have read
+        // from its start in its next answer, read again by a process after it. Any other
+        // replacement's backlog is history, the Mind never listened in its old room.
+        (None, Some(first)) => !first.upgraded.is_empty() && first.joined.contains(*room_id),
+        (None, None) => false,
     });
+    let upgraded_since =
+        |old: &str| since.is_some() || first.is_some_and(|f| f.upgraded.contains(old));
     let mut found = HashSet::new();
     for (room, _) in joined_since {
         let room = room.clone();
@@ -158,7 +169,8 @@ pub(crate) async fn replacements(
         let old = create
             .pointer("/predecessor/room_id")
             .and_then(Value::as_str);
-        let Some(old) = old.filter(|old| lock(directory).kind(old).is_some()) else {
+        let known = |old: &&str| lock(directory).kind(old).is_some() && upgraded_since(old);
+        let Some(old) = old.filter(known) else {
             continue;
         };
         let direct = lock(directory).follow_upgrade(old, &room);

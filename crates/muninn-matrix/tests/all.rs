@@ -15,7 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use muninn_backend::clock::SystemClock;
-use muninn_matrix::config::SYNC_CURSOR;
+use muninn_matrix::config::{FIRST_START_CURSOR, SYNC_CURSOR};
 use muninn_matrix::{
     Account, AccountHealth, Connector, ConnectorConfig, Credential, GapsCut, RoomNotJoined, Secret,
     Stats, StatsSnapshot,

@@ -852,3 +852,65 @@ async fn what_a_first_start_that_never_committed_joined_stays_mail_for_the_next_
         ]
     );
 }
+
+/// A first start that stopped before its first sync (its position stored, its room joined),
+/// restarted after more was said in that room than Synapse's `/sync` looks through for a room's
+/// timeline (it filters a newly joined room's last 551 events: the timeline limit and one, then
+/// five pages of twice the limit): the account's join is further back than that. Everything said
+/// after the join is mail all the same, in order, once. Before, the rooms-joined-since query
+/// filtered the timeline for the account's own join, found none in the last 551 events
+/// (600 were said after it), and took the room
+/// for one the account was in before the Mind ever ran: every message was read as history and
+/// lost. (The first process never asks its first sync here: a first answer it had read would be
+/// answered again from Synapse's two-minute response cache, with the rooms-joined-since answer
+/// read with it, and hide the restart's own questions.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_start_restarted_after_a_long_conversation_in_the_room_it_joined_delivers_it() {
+    let Some(rig) = rig("firstbusy").await else {
+        return;
+    };
+    let name = alias("firstbusy");
+    let room = rig.public_room(&name).await;
+    rig.human.send(&room, "before the join", &[]).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    // The store cannot say how far behind the Mind is: the first sync is never asked.
+    faulty.fail_ack_position_reads(u32::MAX);
+    let public = format!("#{name}");
+    let running = rig.start_on(faulty.clone(), &[&public], |_| {});
+    rig.bot_joined(&room).await;
+    eventually(
+        "the first start marked",
+        Duration::from_secs(30),
+        || async {
+            let cursor = rig.store.cursor(MIND, FIRST_START_CURSOR).await.unwrap();
+            cursor.map(|_| ())
+        },
+    )
+    .await;
+    running.stop().await;
+    assert_eq!(rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap(), None);
+    let mut said = Vec::new();
+    for n in 0..600 {
+        let text = format!("while stopped {n}");
+        said.push((text.clone(), rig.human.send(&room, &text, &[]).await));
+    }
+
+    let running = rig.start(&[&public], |c| c.max_pending = 10_000);
+    rig.first_sync().await;
+    let later = rig.human.send(&room, "after the restart", &[]).await;
+    said.push(("after the restart".to_owned(), later.clone()));
+    let mail = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == later).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    let mail: Vec<(String, String)> = (mail.into_iter()).map(|d| (d.text, d.source_id)).collect();
+    assert_eq!(
+        mail.len(),
+        said.len(),
+        "mail: {:?}",
+        &mail[..mail.len().min(3)]
+    );
+    assert_eq!(mail, said);
+}

@@ -606,7 +606,8 @@ async fn what_is_said_after_the_first_join_and_before_the_first_sync_is_mail_onc
 
 /// The first start again, with more said between the join and the first sync than a timeline
 /// holds: the first answer's timeline does not reach the join, and the room is paged back to it.
-/// Everything after the join is mail, in order, once; nothing before it is.
+/// Everything after the join is mail, in order, once; nothing before it is, and what was said
+/// before it is context.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_said_after_the_first_join_than_a_timeline_holds_is_paged_back_to_the_join() {
     let Some(rig) = rig("betweenlong").await else {
@@ -651,4 +652,10 @@ async fn more_said_after_the_first_join_than_a_timeline_holds_is_paged_back_to_t
             .collect::<Vec<_>>()
     );
     assert!(stats.pages > 0, "the join was paged back to: {stats:?}");
+    // What came just before the join, in the page that held it, is the first mail's context.
+    // Before, paging stopped at the join and returned the token past the whole page: the
+    // page's older events were dropped, and the context asked from that token began before
+    // them.
+    let context: Vec<&str> = mail[0].context.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(context, vec!["before the join"], "the first mail's context");
 }

@@ -373,3 +373,50 @@ async fn a_refused_replacement_joined_through_an_invite_leaves_the_report() {
     );
     assert_eq!(logs.count("invite accepted"), 1);
 }
+
+/// A room the bot was in before the Mind's first start is upgraded between that start and its
+/// first sync, and someone speaks in the replacement before the bot joins it. The process that
+/// reads the tombstone in its first answer joins the replacement and would read it from its
+/// start in its next answer; it stops first (its first answer refused). The next process finds
+/// the replacement joined since the first start and reads it in its own first answer: from its
+/// start all the same, not as a room joined at this start. Before, what was said in the
+/// replacement before the join was history there, and lost. (The next process runs on another
+/// device, as if it started after Synapse's two-minute response cache: on the same one within
+/// two minutes, it would be answered the first process's answers, the first of which did not
+/// hold the join.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_at_the_first_start_read_again_by_the_next_process_loses_nothing() {
+    let Some(rig) = rig("upfirst").await else {
+        return;
+    };
+    let room = rig.public_room(&alias("upfirst")).await;
+    rig.bot_user.join(&room).await;
+    rig.human.send(&room, "backlog", &[]).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.hold_mailbox_reads();
+    let running = rig.start_on(faulty.clone(), &[&room], |_| {});
+    eventually("the first sync held", Duration::from_secs(30), || async {
+        (faulty.held_mailbox_reads() > 0).then_some(())
+    })
+    .await;
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    let first = rig.human.send(&replacement, "before the bot", &[]).await;
+    faulty.fail_batches(u32::MAX);
+    faulty.release_mailbox_reads();
+    rig.bot_joined(&replacement).await;
+    eventually("a refused batch", Duration::from_secs(30), || async {
+        (faulty.refused() >= 1).then_some(())
+    })
+    .await;
+    running.stop().await;
+    let running = rig.start(&[&room], |c| c.accounts[0].device_id = "MUNINNLATER".into());
+    rig.first_sync().await;
+    let last = rig.human.send(&replacement, "after the restart", &[]).await;
+    let mail = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == last).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    assert_said_once_in(&mail, &[first, last], &room);
+}

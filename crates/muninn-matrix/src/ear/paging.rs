@@ -140,14 +140,17 @@ impl Ear {
 
     /// Pages a room back from `from` (to `to`, if given) until an event `stop` accepts
     /// (included), the start of the room, or `max_gap_events`; returns the events oldest
-    /// first and the token before the oldest.
+    /// first, the token before the oldest, and the events of the last page older than the one
+    /// it stopped at (oldest first). A page's token is the one before its oldest event:
+    /// whoever keeps that token and not those events never reads them (they were lost as
+    /// context before the first mail of a room paged back to its join).
     pub(super) async fn page_back(
         &self,
         room_id: &str,
         from: &str,
         to: Option<&str>,
         stop: &(dyn Fn(&RoomEvent) -> bool + Sync),
-    ) -> Result<(Vec<RoomEvent>, Option<String>), MatrixError> {
+    ) -> Result<(Vec<RoomEvent>, Option<String>, Vec<RoomEvent>), MatrixError> {
         let max = self.context.config.max_gap_events;
         let mut newest_first = Vec::new();
         let mut token = from.to_owned();
@@ -162,13 +165,15 @@ impl Ear {
                 .await?;
             let empty = page.chunk.is_empty();
             let mut hit = false;
-            for event in page.chunk {
+            let mut chunk = page.chunk.into_iter();
+            for event in chunk.by_ref() {
                 hit = stop(&event);
                 newest_first.push(event);
                 if hit {
                     break;
                 }
             }
+            let passed: Vec<RoomEvent> = chunk.rev().collect();
             let mut end = page.end.filter(|_| !empty);
             match end.take() {
                 Some(next) if !hit && newest_first.len() < max => token = next,
@@ -177,13 +182,14 @@ impl Ear {
                         .past_the_limit(room_id, (next, to), stop, &mut newest_first)
                         .await?;
                     newest_first.reverse();
-                    return Ok((newest_first, end));
+                    return Ok((newest_first, end, Vec::new()));
                 }
                 // The start of the room, the end of the gap, or the event looked for (at the
                 // limit or not: nothing older was wanted): no cut.
                 last => {
                     newest_first.reverse();
-                    return Ok((newest_first, last.or_else(|| to.map(str::to_owned))));
+                    let token = last.or_else(|| to.map(str::to_owned));
+                    return Ok((newest_first, token, passed));
                 }
             }
         }
