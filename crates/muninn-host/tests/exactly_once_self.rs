@@ -430,6 +430,33 @@ async fn a_brief_whose_ask_mark_answer_was_lost_is_run_once_after_a_clean_restar
     brief_exactly_once(&w, seq, 3, 2).await;
 }
 
+/// A brief whose ask mark's answer was lost, and the next step's spend read (the cap checked
+/// before the held brief is sent) failing too — a store in trouble fails both: the runner
+/// still holds the brief, never sent, and runs it once at the step after, on the session it
+/// was rendered on. Before, the failed read dropped the held brief, and the recovery that
+/// followed the failed step read the mark and failed the brief as *interrupted … may have
+/// reached the model and acted*: a run that never began.
+#[tokio::test]
+async fn a_held_brief_whose_cap_read_fails_is_still_held_and_run_once() {
+    let (w, faults) = crate::runtime::faulty_world("").await;
+    let capped = || mind("spend_cap_micro_usd = 1000000000\n");
+    let mut r = runner(&w, capped(), "host-a");
+    r.register().await.unwrap();
+    brief(&w, "Summarise the open issues.").await;
+    settle(&mut r).await;
+    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    faults.lose_append_answers_after(1, 1);
+    r.step().await.unwrap_err();
+    faults.fail_spend_reads(1);
+    let e = r.step().await.unwrap_err();
+    assert!(e.to_string().contains("closed the connection"), "{e}");
+    assert_eq!(self_requests(&w).len(), 1, "the probe was not sent");
+    settle(&mut r).await;
+    brief(&w, "And the month.").await;
+    settle(&mut r).await;
+    brief_exactly_once(&w, seq, 3, 1).await;
+}
+
 /// Steps a Claude Code runner until it idles, each step a new wake (a Persona turn reads each
 /// report in between); every step must succeed.
 async fn settle_cli(r: &mut MindRunner<muninn_host::backends::AnyBackend>) {

@@ -3,8 +3,10 @@
 //! [`StoreError::Unavailable`] — a full disk, a busy SQLite file, a PostgreSQL server gone — as
 //! a test arms it ([`FaultyStore::fail_commits`]); likewise the next N transcript tail reads
 //! ([`Store::transcript_tail`], [`FaultyStore::fail_reads`]), the read a Self flush makes
-//! between its answer and its commit, and the next N ledger reads ([`Store::ledger`],
-//! [`FaultyStore::fail_ledger_reads`]), the read a new lease restores its accounting from.
+//! between its answer and its commit, the next N ledger reads ([`Store::ledger`],
+//! [`FaultyStore::fail_ledger_reads`]), the read a new lease restores its accounting from, and
+//! the next N spend reads ([`Store::spend`], [`FaultyStore::fail_spend_reads`]), what the spend
+//! cap is checked with before a request.
 //! The next N intake batches ([`Store::post_batch`], [`FaultyStore::fail_batches`]: what a
 //! transport commits its mail and sync position with) can be refused the same way, and the
 //! next N reads of how far behind a Mind is ([`Store::ack_position`], [`Store::mailbox`],
@@ -63,6 +65,8 @@ pub struct FaultyStore {
     failing_reads: AtomicU32,
     /// Ledger reads still to refuse.
     failing_ledger_reads: AtomicU32,
+    /// Spend reads still to refuse.
+    failing_spend_reads: AtomicU32,
     /// Intake batches to let through before refusing any.
     passing_batches: AtomicU32,
     /// Intake batches still to refuse, once those have passed.
@@ -115,6 +119,7 @@ impl FaultyStore {
             failing_reads: AtomicU32::new(0),
             passing_commits: AtomicU32::new(0),
             failing_ledger_reads: AtomicU32::new(0),
+            failing_spend_reads: AtomicU32::new(0),
             passing_batches: AtomicU32::new(0),
             failing_batches: AtomicU32::new(0),
             failing_ack_position_reads: AtomicU32::new(0),
@@ -203,6 +208,12 @@ impl FaultyStore {
     /// accounting from); they are not counted as commits.
     pub fn fail_ledger_reads(&self, n: u32) {
         self.failing_ledger_reads.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` spend reads (`spend`: what the spend cap is checked with before a
+    /// request); they are not counted as commits.
+    pub fn fail_spend_reads(&self, n: u32) {
+        self.failing_spend_reads.store(n, Ordering::SeqCst);
     }
 
     /// Refuses the next `n` intake batches (`post_batch`) with [`StoreError::Unavailable`];
@@ -730,6 +741,9 @@ impl Store for FaultyStore {
     }
 
     async fn spend(&self, mind: &str, from_ms: i64, to_ms: i64) -> Result<MicroUsd> {
+        if armed(&self.failing_spend_reads) {
+            return Err(injected("the database server closed the connection"));
+        }
         self.inner.spend(mind, from_ms, to_ms).await
     }
 
