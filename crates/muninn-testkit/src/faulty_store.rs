@@ -19,7 +19,8 @@
 //! [`Store::append_transcript_once`], [`FaultyStore::lose_append_answers`], after K let through
 //! [`FaultyStore::lose_append_answers_after`]) can instead land and
 //! then answer [`StoreError::Unavailable`]: a commit whose answer was lost; or be refused
-//! before they land ([`FaultyStore::refuse_appends`]).
+//! before they land ([`FaultyStore::refuse_appends`], after K let through
+//! [`FaultyStore::refuse_appends_after`]).
 //! The next N turn commits can land and then answer [`StoreError::Unavailable`] too
 //! ([`FaultyStore::lose_commit_answers`]: the `COMMIT` went through, its answer never came),
 //! and be followed by refusals ([`FaultyStore::fail_commits_after`]: the store gone when the
@@ -83,6 +84,8 @@ pub struct FaultyStore {
     losing_commit_answers: AtomicU32,
     /// Turn commits holding a failed attempt's row still to refuse for good.
     refusing_cut_rows: AtomicU32,
+    /// Transcript appends to let through before refusing any (`refusing_appends`).
+    passing_refused_appends: AtomicU32,
     /// Transcript appends still to refuse.
     refusing_appends: AtomicU32,
     /// Settings reads to let through before refusing any.
@@ -128,6 +131,7 @@ impl FaultyStore {
             losing_append_answers: AtomicU32::new(0),
             losing_commit_answers: AtomicU32::new(0),
             refusing_cut_rows: AtomicU32::new(0),
+            passing_refused_appends: AtomicU32::new(0),
             refusing_appends: AtomicU32::new(0),
             passing_settings_reads: AtomicU32::new(0),
             failing_settings_reads: AtomicU32::new(0),
@@ -182,6 +186,15 @@ impl FaultyStore {
     /// Refuses the next `n` transcript appends made on their own (`append_transcript`,
     /// `append_transcript_once`) with [`StoreError::Unavailable`], writing nothing.
     pub fn refuse_appends(&self, n: u32) {
+        self.passing_refused_appends.store(0, Ordering::SeqCst);
+        self.refusing_appends.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets the next `pass` transcript appends made on their own through, then refuses `n` as
+    /// [`refuse_appends`](Self::refuse_appends) does: a brief's append answered, and its ask
+    /// mark refused before it landed.
+    pub fn refuse_appends_after(&self, pass: u32, n: u32) {
+        self.passing_refused_appends.store(pass, Ordering::SeqCst);
         self.refusing_appends.store(n, Ordering::SeqCst);
     }
 
@@ -541,7 +554,7 @@ impl Store for FaultyStore {
         token: FencingToken,
         items: &[NewTranscriptItem],
     ) -> Result<Vec<i64>> {
-        if armed(&self.refusing_appends) {
+        if !armed(&self.passing_refused_appends) && armed(&self.refusing_appends) {
             return Err(injected("append_transcript"));
         }
         let seqs = self.inner.append_transcript(mind, token, items).await?;
@@ -558,7 +571,7 @@ impl Store for FaultyStore {
         key: &str,
         item: &NewTranscriptItem,
     ) -> Result<Appended> {
-        if armed(&self.refusing_appends) {
+        if !armed(&self.passing_refused_appends) && armed(&self.refusing_appends) {
             return Err(injected("append_transcript_once"));
         }
         let appended = self

@@ -219,8 +219,9 @@ pub struct MindRunner<B: Backend> {
     held_brief: Option<attempt::HeldBrief>,
     /// A held brief this runner let go at a new lease, its ask mark unconfirmed: never sent by
     /// this runner, whatever its mark says, so the recovery under the new lease runs it rather
-    /// than fail it as a run that may have acted (`stranded.rs`).
-    unsent_brief: Option<i64>,
+    /// than fail it as a run that may have acted — if that mark is still the last item, not
+    /// another holder's after it (`stranded.rs`).
+    unsent_brief: Option<attempt::Unsent>,
     /// A tool loop's request whose commit landed though it was given up under a new lease
     /// (`pending.rs`): its brief, and the result that says the store's failure stopped the run,
     /// for the recovery to report rather than a run its host abandoned (`stranded.rs`).
