@@ -430,6 +430,73 @@ async fn a_brief_whose_ask_mark_answer_was_lost_is_run_once_after_a_clean_restar
     brief_exactly_once(&w, seq, 3, 2).await;
 }
 
+/// A brief whose ask mark was refused before it landed, and the Mind taken over while the
+/// runner held it: the new holder finds the brief's item last, never asked, and runs it; it
+/// dies after sending it (its run's commit refused, then the process gone), its own mark last.
+/// The first runner, back under a new lease, must not take that mark for its own unconfirmed
+/// one: the brief was sent — by the other holder — and may have acted, so it is failed as
+/// interrupted and the model is shown it once. Before, the runner remembered "my mark, never
+/// confirmed", found a mark last and ran the brief a second time.
+#[tokio::test]
+async fn a_mark_another_holder_wrote_is_not_taken_for_the_runners_own_unconfirmed_one() {
+    let (w, faults, mut a, seq) = a_brief_after_one_run().await;
+    faults.refuse_appends_after(1, 1);
+    a.step().await.unwrap_err();
+    assert_eq!(self_requests(&w).len(), 1, "the probe was not sent");
+    let ttl = w.host.config.lease_ttl_ms;
+    w.sim.advance_clock(ttl + 1_000);
+    let mut b = runner(&w, mind(""), "host-b");
+    faults.fail_commits(1);
+    let e = b.step().await.unwrap_err();
+    assert!(matches!(e, RuntimeError::Held(_)), "{e}");
+    assert_eq!(self_requests(&w).len(), 2, "host-b sent the probe");
+    drop(b);
+    w.sim.advance_clock(ttl + 1_000);
+    settle_through_errors(&mut a).await;
+
+    let shown = self_requests(&w)
+        .iter()
+        .filter(|r| user_texts(r).concat().contains(PROBE))
+        .count();
+    assert_eq!(shown, 1, "requests showing the probe");
+    let stored = stored_brief(&w, seq).await;
+    assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
+    let reports = reports_of(&w, seq).await;
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].starts_with(&format!("Self run {seq} was interrupted: its host stopped"))
+            && reports[0].contains("may have reached the model and acted"),
+        "{reports:?}"
+    );
+}
+
+/// A brief whose ask mark's answer was lost, and the next step's spend read (the cap checked
+/// before the held brief is sent) failing too — a store in trouble fails both: the runner
+/// still holds the brief, never sent, and runs it once at the step after, on the session it
+/// was rendered on. Before, the failed read dropped the held brief, and the recovery that
+/// followed the failed step read the mark and failed the brief as *interrupted … may have
+/// reached the model and acted*: a run that never began.
+#[tokio::test]
+async fn a_held_brief_whose_cap_read_fails_is_still_held_and_run_once() {
+    let (w, faults) = crate::runtime::faulty_world("").await;
+    let capped = || mind("spend_cap_micro_usd = 1000000000\n");
+    let mut r = runner(&w, capped(), "host-a");
+    r.register().await.unwrap();
+    brief(&w, "Summarise the open issues.").await;
+    settle(&mut r).await;
+    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    faults.lose_append_answers_after(1, 1);
+    r.step().await.unwrap_err();
+    faults.fail_spend_reads(1);
+    let e = r.step().await.unwrap_err();
+    assert!(e.to_string().contains("closed the connection"), "{e}");
+    assert_eq!(self_requests(&w).len(), 1, "the probe was not sent");
+    settle(&mut r).await;
+    brief(&w, "And the month.").await;
+    settle(&mut r).await;
+    brief_exactly_once(&w, seq, 3, 1).await;
+}
+
 /// Steps a Claude Code runner until it idles, each step a new wake (a Persona turn reads each
 /// report in between); every step must succeed.
 async fn settle_cli(r: &mut MindRunner<muninn_host::backends::AnyBackend>) {

@@ -3,8 +3,10 @@
 //! [`StoreError::Unavailable`] — a full disk, a busy SQLite file, a PostgreSQL server gone — as
 //! a test arms it ([`FaultyStore::fail_commits`]); likewise the next N transcript tail reads
 //! ([`Store::transcript_tail`], [`FaultyStore::fail_reads`]), the read a Self flush makes
-//! between its answer and its commit, and the next N ledger reads ([`Store::ledger`],
-//! [`FaultyStore::fail_ledger_reads`]), the read a new lease restores its accounting from.
+//! between its answer and its commit, the next N ledger reads ([`Store::ledger`],
+//! [`FaultyStore::fail_ledger_reads`]), the read a new lease restores its accounting from, and
+//! the next N spend reads ([`Store::spend`], [`FaultyStore::fail_spend_reads`]), what the spend
+//! cap is checked with before a request.
 //! The next N intake batches ([`Store::post_batch`], [`FaultyStore::fail_batches`]: what a
 //! transport commits its mail and sync position with) can be refused the same way, and the
 //! next N reads of how far behind a Mind is ([`Store::ack_position`], [`Store::mailbox`],
@@ -17,7 +19,8 @@
 //! [`Store::append_transcript_once`], [`FaultyStore::lose_append_answers`], after K let through
 //! [`FaultyStore::lose_append_answers_after`]) can instead land and
 //! then answer [`StoreError::Unavailable`]: a commit whose answer was lost; or be refused
-//! before they land ([`FaultyStore::refuse_appends`]).
+//! before they land ([`FaultyStore::refuse_appends`], after K let through
+//! [`FaultyStore::refuse_appends_after`]).
 //! The next N turn commits can land and then answer [`StoreError::Unavailable`] too
 //! ([`FaultyStore::lose_commit_answers`]: the `COMMIT` went through, its answer never came),
 //! and be followed by refusals ([`FaultyStore::fail_commits_after`]: the store gone when the
@@ -63,6 +66,8 @@ pub struct FaultyStore {
     failing_reads: AtomicU32,
     /// Ledger reads still to refuse.
     failing_ledger_reads: AtomicU32,
+    /// Spend reads still to refuse.
+    failing_spend_reads: AtomicU32,
     /// Intake batches to let through before refusing any.
     passing_batches: AtomicU32,
     /// Intake batches still to refuse, once those have passed.
@@ -79,6 +84,8 @@ pub struct FaultyStore {
     losing_commit_answers: AtomicU32,
     /// Turn commits holding a failed attempt's row still to refuse for good.
     refusing_cut_rows: AtomicU32,
+    /// Transcript appends to let through before refusing any (`refusing_appends`).
+    passing_refused_appends: AtomicU32,
     /// Transcript appends still to refuse.
     refusing_appends: AtomicU32,
     /// Settings reads to let through before refusing any.
@@ -115,6 +122,7 @@ impl FaultyStore {
             failing_reads: AtomicU32::new(0),
             passing_commits: AtomicU32::new(0),
             failing_ledger_reads: AtomicU32::new(0),
+            failing_spend_reads: AtomicU32::new(0),
             passing_batches: AtomicU32::new(0),
             failing_batches: AtomicU32::new(0),
             failing_ack_position_reads: AtomicU32::new(0),
@@ -123,6 +131,7 @@ impl FaultyStore {
             losing_append_answers: AtomicU32::new(0),
             losing_commit_answers: AtomicU32::new(0),
             refusing_cut_rows: AtomicU32::new(0),
+            passing_refused_appends: AtomicU32::new(0),
             refusing_appends: AtomicU32::new(0),
             passing_settings_reads: AtomicU32::new(0),
             failing_settings_reads: AtomicU32::new(0),
@@ -177,6 +186,15 @@ impl FaultyStore {
     /// Refuses the next `n` transcript appends made on their own (`append_transcript`,
     /// `append_transcript_once`) with [`StoreError::Unavailable`], writing nothing.
     pub fn refuse_appends(&self, n: u32) {
+        self.passing_refused_appends.store(0, Ordering::SeqCst);
+        self.refusing_appends.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets the next `pass` transcript appends made on their own through, then refuses `n` as
+    /// [`refuse_appends`](Self::refuse_appends) does: a brief's append answered, and its ask
+    /// mark refused before it landed.
+    pub fn refuse_appends_after(&self, pass: u32, n: u32) {
+        self.passing_refused_appends.store(pass, Ordering::SeqCst);
         self.refusing_appends.store(n, Ordering::SeqCst);
     }
 
@@ -203,6 +221,12 @@ impl FaultyStore {
     /// accounting from); they are not counted as commits.
     pub fn fail_ledger_reads(&self, n: u32) {
         self.failing_ledger_reads.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` spend reads (`spend`: what the spend cap is checked with before a
+    /// request); they are not counted as commits.
+    pub fn fail_spend_reads(&self, n: u32) {
+        self.failing_spend_reads.store(n, Ordering::SeqCst);
     }
 
     /// Refuses the next `n` intake batches (`post_batch`) with [`StoreError::Unavailable`];
@@ -526,7 +550,7 @@ impl Store for FaultyStore {
         token: FencingToken,
         items: &[NewTranscriptItem],
     ) -> Result<Vec<i64>> {
-        if armed(&self.refusing_appends) {
+        if !armed(&self.passing_refused_appends) && armed(&self.refusing_appends) {
             return Err(injected("append_transcript"));
         }
         let seqs = self.inner.append_transcript(mind, token, items).await?;
@@ -543,7 +567,7 @@ impl Store for FaultyStore {
         key: &str,
         item: &NewTranscriptItem,
     ) -> Result<Appended> {
-        if armed(&self.refusing_appends) {
+        if !armed(&self.passing_refused_appends) && armed(&self.refusing_appends) {
             return Err(injected("append_transcript_once"));
         }
         let appended = self
@@ -726,6 +750,9 @@ impl Store for FaultyStore {
     }
 
     async fn spend(&self, mind: &str, from_ms: i64, to_ms: i64) -> Result<MicroUsd> {
+        if armed(&self.failing_spend_reads) {
+            return Err(injected("the database server closed the connection"));
+        }
         self.inner.spend(mind, from_ms, to_ms).await
     }
 

@@ -43,6 +43,8 @@ pub(super) struct Attempt {
     key: String,
     /// The delivery's transcript body until the store confirmed it recorded.
     unrecorded: Option<Value>,
+    /// The seq its item got, once the store confirmed it recorded.
+    recorded: Option<i64>,
     /// A brief whose mark that it is about to be sent ([`MindRunner::mark_asked`]) the store
     /// has not confirmed yet. Always `false` for a Persona batch.
     unmarked: bool,
@@ -68,6 +70,7 @@ impl Attempt {
             last_error: None,
             key,
             unrecorded: Some(body),
+            recorded: None,
             unmarked: false,
         }
     }
@@ -180,6 +183,7 @@ impl<B: Backend> MindRunner<B> {
             );
         }
         attempt.unrecorded = None;
+        attempt.recorded = Some(appended.seq);
         self.host.crash_points.reached(recorded);
         Ok(())
     }
@@ -229,7 +233,9 @@ impl<B: Backend> MindRunner<B> {
         let Some(held) = &self.held_brief else {
             return;
         };
-        let (Some(seq), Some((attempt, _))) = (held.unsent_behind_its_mark(), &held.attempt) else {
+        let (Some(Unsent { brief: seq, .. }), Some((attempt, _))) =
+            (held.unsent_behind_its_mark(), &held.attempt)
+        else {
             return;
         };
         let item = NewTranscriptItem {
@@ -293,13 +299,30 @@ pub(super) struct HeldBrief {
     pub(super) attempt: Option<(Attempt, Plan)>,
 }
 
+/// A brief this runner recorded and never sent, its ask mark unconfirmed
+/// ([`HeldBrief::unsent_behind_its_mark`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Unsent {
+    /// The brief's seq.
+    pub(super) brief: i64,
+    /// The Self transcript seq of the brief's item this runner recorded: its mark, if it
+    /// landed, is the item right after it. A mark anywhere else is another holder's, written
+    /// when it ran the brief afresh (a new item, then its mark), and may have been followed by
+    /// the brief's sending (`stranded.rs`).
+    pub(super) item: i64,
+}
+
 impl HeldBrief {
-    /// The brief's seq when its item is confirmed and its ask mark is not: the mark may have
+    /// The brief, when its item is confirmed and its ask mark is not: the mark may have
     /// landed (its answer lost), yet this runner never sent the brief — it is sent only once
     /// its mark is confirmed. A mark ending the Self transcript tells any other reader that
-    /// the brief may have been sent; this runner knows better (`stranded.rs`).
-    pub(super) fn unsent_behind_its_mark(&self) -> Option<i64> {
+    /// the brief may have been sent; this runner knows better of its own mark (`stranded.rs`).
+    pub(super) fn unsent_behind_its_mark(&self) -> Option<Unsent> {
         let (attempt, _) = self.attempt.as_ref()?;
-        (attempt.unrecorded.is_none() && attempt.unmarked).then_some(self.brief.seq)
+        let item = attempt.recorded?;
+        attempt.unmarked.then_some(Unsent {
+            brief: self.brief.seq,
+            item,
+        })
     }
 }

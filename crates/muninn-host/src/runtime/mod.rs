@@ -219,8 +219,9 @@ pub struct MindRunner<B: Backend> {
     held_brief: Option<attempt::HeldBrief>,
     /// A held brief this runner let go at a new lease, its ask mark unconfirmed: never sent by
     /// this runner, whatever its mark says, so the recovery under the new lease runs it rather
-    /// than fail it as a run that may have acted (`stranded.rs`).
-    unsent_brief: Option<i64>,
+    /// than fail it as a run that may have acted — if that mark is still the last item, not
+    /// another holder's after it (`stranded.rs`).
+    unsent_brief: Option<attempt::Unsent>,
     /// A tool loop's request whose commit landed though it was given up under a new lease
     /// (`pending.rs`): its brief, and the result that says the store's failure stopped the run,
     /// for the recovery to report rather than a run its host abandoned (`stranded.rs`).
@@ -489,13 +490,17 @@ impl<B: Backend> MindRunner<B> {
         // Claimed already: it goes first, as the one brief running, priced again — it is sent
         // now, and a brief run again after a crash may cost what it cost before.
         if let Some(held) = self.held_brief.take() {
-            self.resume_on_new_lease(Role::SelfRole, now).await?;
-            let plan = match &held.attempt {
-                Some((_, plan)) => *plan,
-                None => self.plan_self(&held.brief, now),
+            // Still held when this fails (the spend read, a resume): only the runner knows the
+            // brief was never sent, and a brief let go here would be failed by the recovery as
+            // one that may have acted (`stranded.rs`).
+            let over = match self.held_over_cap(&held, now, settings).await {
+                Ok(over) => over,
+                Err(e) => {
+                    self.held_brief = Some(held);
+                    return Err(e);
+                }
             };
-            let worst = self.worst_case(Role::SelfRole, &plan, now);
-            if self.would_cross_cap(now, settings, worst).await? {
+            if over {
                 self.held_brief = Some(held);
                 return Ok(Some(Step::OverBudget));
             }
@@ -536,6 +541,23 @@ impl<B: Backend> MindRunner<B> {
             }
         }
         Ok(None)
+    }
+
+    /// Whether the held brief, priced as it will run, could cross the spend cap (its session
+    /// resumed first under a new lease).
+    async fn held_over_cap(
+        &mut self,
+        held: &attempt::HeldBrief,
+        now: i64,
+        settings: &MindSettings,
+    ) -> Result<bool, RuntimeError> {
+        self.resume_on_new_lease(Role::SelfRole, now).await?;
+        let plan = match &held.attempt {
+            Some((_, plan)) => *plan,
+            None => self.plan_self(&held.brief, now),
+        };
+        let worst = self.worst_case(Role::SelfRole, &plan, now);
+        self.would_cross_cap(now, settings, worst).await
     }
 }
 

@@ -25,8 +25,9 @@
 //! It is never run again (that would do its work twice): it is failed as interrupted, its
 //! result saying that it may have acted and nothing of it was recorded. Only the runner that
 //! wrote the mark knows it never saw it confirmed, and so never sent the brief: when it takes
-//! a new lease with the brief still running and its mark last, it runs the brief again as one
-//! never asked (`MindRunner::unsent_brief`); when it shuts down cleanly first, it takes the
+//! a new lease with the brief still running and its mark last — right after the item it
+//! recorded, not another holder's mark after an item of its own — it runs the brief again as
+//! one never asked (`MindRunner::unsent_brief`); when it shuts down cleanly first, it takes the
 //! mark back in the transcript (`attempt.rs`, `UNASKED`), and the next holder runs the brief
 //! as never asked. A brief this runner holds (its append or mark unconfirmed, `attempt.rs`) is
 //! its own to finish, and passed by.
@@ -159,7 +160,7 @@ impl<B: Backend> MindRunner<B> {
             // rebuilt, not the ones a live renderer may have taken the brief into).
             let tail = self.run_tail(brief.seq).await?;
             // A mark this runner wrote and never saw confirmed: it never sent the brief.
-            let unsent_marked = tail == RunTail::AskedOnly && self.unsent_brief == Some(brief.seq);
+            let unsent_marked = tail == RunTail::AskedOnly && self.own_mark_last(brief.seq).await?;
             if self.stranded_by.is_none()
                 && self.held_brief.is_none()
                 && (tail == RunTail::NeverAsked || unsent_marked)
@@ -212,6 +213,24 @@ impl<B: Backend> MindRunner<B> {
         self.unsent_brief = None;
         self.request_landed = None;
         Ok(())
+    }
+
+    /// Whether the mark that ends the Self transcript (brief `seq`'s, [`RunTail::AskedOnly`])
+    /// is the one this runner wrote and never saw confirmed ([`MindRunner::unsent_brief`]):
+    /// right after the brief's item it recorded. Another holder that found that item last ran
+    /// the brief afresh — a new item, then its own mark — and may have sent it before it died;
+    /// taking that mark for this runner's would run the brief twice
+    /// (`exactly_once_self::a_mark_another_holder_wrote_is_not_taken_for_the_runners_own_unconfirmed_one`).
+    async fn own_mark_last(&self, seq: i64) -> Result<bool, RuntimeError> {
+        let Some(unsent) = self.unsent_brief.filter(|u| u.brief == seq) else {
+            return Ok(false);
+        };
+        let tail = self
+            .host
+            .store
+            .transcript_tail(&self.mind.id, Role::SelfRole, 1)
+            .await?;
+        Ok(tail.last().is_some_and(|i| i.seq == unsent.item + 1))
     }
 
     /// The end of brief `seq`'s run, if it was committed: its result item, which follows the
