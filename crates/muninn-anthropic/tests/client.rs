@@ -360,8 +360,7 @@ async fn hang_up_after_reading() -> (String, Arc<AtomicUsize>) {
         while let Ok((mut socket, _)) = listener.accept().await {
             let mut request = Vec::new();
             let mut buf = [0u8; 8192];
-            loop {
-                let Ok(n) = socket.read(&mut buf).await else { break };
+            while let Ok(n) = socket.read(&mut buf).await {
                 request.extend_from_slice(&buf[..n]);
                 let text = String::from_utf8_lossy(&request).to_lowercase();
                 let whole = text.find("\r\n\r\n").is_some_and(|end| {
@@ -417,8 +416,10 @@ async fn a_whole_request_lost_before_its_status_is_not_resent_a_refused_connecti
         .await
         .unwrap_err();
     assert!(
-        matches!(failed.error, BackendError::RetriesExhausted { attempts: 3, .. })
-            && failed.billed.is_empty(),
+        matches!(
+            failed.error,
+            BackendError::RetriesExhausted { attempts: 3, .. }
+        ) && failed.billed.is_empty(),
         "{failed:?}"
     );
 }
