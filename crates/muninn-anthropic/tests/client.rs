@@ -348,3 +348,78 @@ fn the_default_attempt_budget_follows_max_tokens_from_ten_minutes() {
     );
     assert!(attempt_budget(u64::MAX) > Duration::from_secs(3_600));
 }
+
+/// A server that reads each request whole and hangs up without a status; returns the base URL
+/// and the count of requests it read.
+async fn hang_up_after_reading() -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let read = Arc::new(AtomicUsize::new(0));
+    let counter = read.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut request = Vec::new();
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = socket.read(&mut buf).await {
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_lowercase();
+                let whole = text.find("\r\n\r\n").is_some_and(|end| {
+                    let length: usize = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    request.len() >= end + 4 + length
+                });
+                if whole || n == 0 {
+                    break;
+                }
+            }
+            counter.fetch_add(1, Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    (format!("http://{addr}"), read)
+}
+
+/// A whole (non-streaming) request whose connection dies after the request went and before a
+/// status came may have been answered and billed: it is reported billed and not resent. A
+/// stream, whose status comes before the work, is resent; and a request whose connection was
+/// never made (nothing listening) is retried as unbilled.
+#[tokio::test]
+async fn a_whole_request_lost_before_its_status_is_not_resent_a_refused_connection_is() {
+    let retrying = |url: String| {
+        let mut config = ClientConfig::new(url, ApiKey::new("sk-test-lost").unwrap());
+        config.retry.max_retries = 2;
+        AnthropicClient::new(
+            config,
+            Arc::new(muninn_backend::clock::RecordingSleeper::default()),
+        )
+        .unwrap()
+    };
+    for (stream, reads, billed) in [(false, 1, 1), (true, 3, 0)] {
+        let (url, read) = hang_up_after_reading().await;
+        let failed = retrying(url)
+            .messages(&request(stream), false)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (read.load(Ordering::SeqCst), failed.billed.len()),
+            (reads, billed),
+            "stream {stream}: {failed:?}"
+        );
+    }
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let failed = retrying(url)
+        .messages(&request(false), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            failed.error,
+            BackendError::RetriesExhausted { attempts: 3, .. }
+        ) && failed.billed.is_empty(),
+        "{failed:?}"
+    );
+}

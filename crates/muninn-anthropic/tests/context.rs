@@ -127,6 +127,47 @@ fn a_compaction_streamed_in_deltas_assembles() {
     }
 }
 
+/// A summary streamed in many small `compaction_delta`s is gathered in time linear in its
+/// size, as a text block's deltas are: the deltas of a block still `"content": null` at its
+/// start were joined by copying the summary so far on every delta, so a summary in 300,000
+/// pieces copied terabytes (a provider or proxy may split it as it likes; only the stream's
+/// byte bound limits the pieces).
+#[test]
+fn a_compaction_in_many_deltas_assembles_in_time() {
+    const PIECES: usize = 300_000;
+    let piece = "x".repeat(64);
+    let mut events = vec![
+        r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":0,"output_tokens":0}}}"#.to_string(),
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":null,"signature":"sig"}}"#.to_string(),
+    ];
+    let delta = json!({"type": "content_block_delta", "index": 0,
+        "delta": {"type": "compaction_delta", "content": piece}})
+    .to_string();
+    events.extend(std::iter::repeat_n(delta, PIECES));
+    events.extend(
+        [
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"compaction"},"usage":{"output_tokens":0}}"#,
+            r#"{"type":"message_stop"}"#,
+        ]
+        .map(str::to_string),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(assemble(&events).map(|(message, _, _)| message.content));
+    });
+    let content = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a summary in many deltas: not assembled within 60 s")
+        .unwrap();
+    match content.as_slice() {
+        [ContentBlock::Compaction { content, signature }] => {
+            assert_eq!((content.len(), signature.as_str()), (PIECES * 64, "sig"));
+        }
+        other => panic!("not one compaction block: {other:?}"),
+    }
+}
+
 /// The response's `context_management.applied_edits[]` decodes.
 #[test]
 fn applied_edits_decode() {

@@ -617,6 +617,15 @@ async fn a_whole_reply_lost_before_its_status_may_be_billed_and_is_not_resent() 
     assert!(failed[0].usage.cache_read > 0, "{:?}", failed[0].usage);
     assert_eq!(failed[0].raw_usage, serde_json::Value::Null, "nothing said");
     assert_eq!(failed[0].request_id, None, "no status, no id");
+    // The row (its `attempt_failed` event) says the usage is an estimate: it reads as the
+    // provider's otherwise, and the request may not have been billed.
+    assert!(
+        failed[0]
+            .error
+            .ends_with(muninn_anthropic::backend::USAGE_ESTIMATED),
+        "{}",
+        failed[0].error
+    );
 }
 
 #[tokio::test]

@@ -115,6 +115,12 @@ fn edit_events(
         })
 }
 
+/// What a billed attempt's error adds when the provider never said its usage (a whole reply
+/// lost before its body, or before its status): the row's usage is the cache model's estimate,
+/// and the request may not have been billed at all.
+pub const USAGE_ESTIMATED: &str = "no usage came: counted at the cache model's prediction \
+     (an estimate; a request lost before its status may not have been billed)";
+
 /// Keeps a billed attempt for [`Backend::take_failed_attempts`] in `failed`, bounded for a
 /// caller that never takes them: the oldest go first.
 fn keep_failed(failed: &mut Vec<FailedAttempt>, attempt: FailedAttempt) {
@@ -264,12 +270,15 @@ impl<T: Transport> AnthropicBackend<T> {
             Err(failed) => &failed.billed,
         };
         for attempt in billed {
-            // A whole reply lost after its status (a ping's) never said its usage: what the
-            // cache model predicts is the best account of what the provider billed.
-            let usage = if attempt.raw_usage.is_null() {
-                prediction.outcome.usage(attempt.usage.output)
+            // A whole reply lost after its status (a ping's), or before it, never said its
+            // usage: what the cache model predicts is the best account of what the provider
+            // billed — an estimate, which the row's error says (its usage reads as reported
+            // otherwise, and a request lost before its status may not have been billed at all).
+            let (usage, error) = if attempt.raw_usage.is_null() {
+                let error = format!("{}; {USAGE_ESTIMATED}", attempt.error);
+                (prediction.outcome.usage(attempt.usage.output), error)
             } else {
-                attempt.usage
+                (attempt.usage, attempt.error.to_string())
             };
             keep_failed(
                 &mut self.failed,
@@ -278,7 +287,7 @@ impl<T: Transport> AnthropicBackend<T> {
                     raw_usage: attempt.raw_usage.clone(),
                     predicted: Some(prediction.outcome.usage(attempt.usage.output)),
                     request_id: attempt.request_id.clone(),
-                    error: attempt.error.to_string(),
+                    error,
                     breakpoints: breakpoints_of(shaped),
                     cleared: commit == Commit::Cleared,
                 },

@@ -107,9 +107,13 @@ impl Assembler {
             (ContentBlock::Unknown(raw), Delta::CompactionDelta { content })
                 if is_compaction(raw) =>
             {
-                let so_far = raw.get("content").and_then(Value::as_str).unwrap_or("");
-                let joined = format!("{so_far}{}", content.unwrap_or_default());
-                raw["content"] = Value::String(joined);
+                // Appended in place: copying the summary so far on every delta is quadratic
+                // in the number of deltas.
+                let more = content.unwrap_or_default();
+                match raw.get_mut("content") {
+                    Some(Value::String(so_far)) => so_far.push_str(&more),
+                    _ => raw["content"] = Value::String(more),
+                }
             }
             (ContentBlock::Unknown(raw), Delta::SignatureDelta { signature })
                 if is_compaction(raw) =>
