@@ -497,6 +497,67 @@ async fn a_held_brief_whose_cap_read_fails_is_still_held_and_run_once() {
     brief_exactly_once(&w, seq, 3, 1).await;
 }
 
+/// A brief whose ask mark's answer was lost, recovered by its runner under its next lease as
+/// one never sent, and the new segment it is to run in refused by the store (the segment
+/// start): the runner still holds the brief and runs it once at the step after. Before, the
+/// failed step let the brief go, and the recovery after it read the mark and failed the brief
+/// as *interrupted: the store failed (…) after the brief was marked as sent …; it may have
+/// reached the model and acted*: a run that never began.
+#[tokio::test]
+async fn a_held_brief_whose_new_segment_is_refused_is_still_held_and_run_once() {
+    let (w, faults, mut r, seq) = a_brief_after_one_run().await;
+    faults.lose_append_answers_after(1, 1);
+    r.step().await.unwrap_err();
+    lease_changes_hands(&w).await;
+    faults.fail_segment_starts(1);
+    // The stale lease's step is fenced; the next takes a new lease, and recovers the brief.
+    let e = r.step().await.unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::Store(StoreError::Fenced { .. })),
+        "{e}"
+    );
+    r.woken();
+    let e = r.step().await.unwrap_err();
+    assert!(e.to_string().contains("refused the segment"), "{e}");
+    assert_eq!(self_requests(&w).len(), 1, "the probe was not sent");
+    settle_through_errors(&mut r).await;
+    done_and_reported_once(&w, seq).await;
+    brief(&w, "And the month.").await;
+    settle_through_errors(&mut r).await;
+    brief_exactly_once(&w, seq, 3, 2).await;
+}
+
+/// A brief whose ask mark's answer was lost, and then a clean shutdown whose notice taking the
+/// mark back lands with its answer lost too: the restarted host finds the notice last and runs
+/// the brief, so the warning must say so. Before, it said *the next holder fails it as
+/// interrupted*, sending an operator to look for a failure that never came.
+#[tokio::test]
+async fn a_lost_answer_to_the_notice_taking_a_mark_back_is_logged_as_what_happens() {
+    let (logs, _anchor, _guard) = crate::telemetry::capture_logs();
+    let (w, faults, mut r, seq) = a_brief_after_one_run().await;
+    faults.lose_append_answers_after(1, 1);
+    r.step().await.unwrap_err();
+    faults.lose_append_answers(1);
+    r.release().await.unwrap();
+    drop(r);
+    let warned: Vec<String> = logs
+        .events()
+        .into_iter()
+        .filter(|e| e["level"] == "WARN" && e["fields"]["brief"] == seq)
+        .filter_map(|e| e["fields"]["message"].as_str().map(str::to_string))
+        .filter(|m| m.starts_with("a brief never sent could not"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{:?}", logs.events());
+    assert!(
+        warned[0]
+            .contains("if the notice landed (its answer lost), the next holder runs the brief"),
+        "{warned:?}"
+    );
+    let mut restarted = runner(&w, mind(""), "host-a");
+    settle(&mut restarted).await;
+    done_and_reported_once(&w, seq).await;
+}
+
 /// Steps a Claude Code runner until it idles, each step a new wake (a Persona turn reads each
 /// report in between); every step must succeed.
 async fn settle_cli(r: &mut MindRunner<muninn_host::backends::AnyBackend>) {

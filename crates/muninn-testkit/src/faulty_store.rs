@@ -15,6 +15,8 @@
 //! records a sent message with). The settings reads after the next K can be refused too
 //! ([`Store::settings`], [`FaultyStore::fail_settings_reads_after`]: what a Self tool loop reads
 //! its spend cap with, between a request's answer and its commit).
+//! The next N segment starts ([`Store::start_segment`], [`FaultyStore::fail_segment_starts`]:
+//! what a refresh or a rebuilt session opens its new segment with) can be refused too.
 //! The next N transcript appends made on their own ([`Store::append_transcript`],
 //! [`Store::append_transcript_once`], [`FaultyStore::lose_append_answers`], after K let through
 //! [`FaultyStore::lose_append_answers_after`]) can instead land and
@@ -88,6 +90,8 @@ pub struct FaultyStore {
     passing_refused_appends: AtomicU32,
     /// Transcript appends still to refuse.
     refusing_appends: AtomicU32,
+    /// Segment starts still to refuse.
+    failing_segment_starts: AtomicU32,
     /// Settings reads to let through before refusing any.
     passing_settings_reads: AtomicU32,
     /// Settings reads still to refuse, once those have passed.
@@ -133,6 +137,7 @@ impl FaultyStore {
             refusing_cut_rows: AtomicU32::new(0),
             passing_refused_appends: AtomicU32::new(0),
             refusing_appends: AtomicU32::new(0),
+            failing_segment_starts: AtomicU32::new(0),
             passing_settings_reads: AtomicU32::new(0),
             failing_settings_reads: AtomicU32::new(0),
             refused: AtomicU32::new(0),
@@ -260,6 +265,12 @@ impl FaultyStore {
     pub fn fail_settings_reads_after(&self, pass: u32, n: u32) {
         self.passing_settings_reads.store(pass, Ordering::SeqCst);
         self.failing_settings_reads.store(n, Ordering::SeqCst);
+    }
+
+    /// Refuses the next `n` segment starts (`start_segment`) with [`StoreError::Unavailable`],
+    /// writing nothing; they count as refused commits.
+    pub fn fail_segment_starts(&self, n: u32) {
+        self.failing_segment_starts.store(n, Ordering::SeqCst);
     }
 
     /// Commits refused so far.
@@ -507,6 +518,10 @@ impl Store for FaultyStore {
         token: FencingToken,
         segment: &NewSegment,
     ) -> Result<Segment> {
+        if armed(&self.failing_segment_starts) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(injected("the store refused the segment"));
+        }
         self.inner.start_segment(mind, token, segment).await
     }
 

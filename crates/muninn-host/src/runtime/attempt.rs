@@ -224,8 +224,10 @@ impl<B: Backend> MindRunner<B> {
     /// unconfirmed was never sent ([`HeldBrief::unsent_behind_its_mark`]), which only this
     /// runner knows. A notice after its mark (`{"unasked": <seq>}`, under the brief's key plus
     /// ` unasked`) says so, and the next holder runs the brief as one never asked, rather than
-    /// fail it as a run that may have acted (`stranded.rs`). A failure is logged: the next
-    /// holder then fails it as interrupted, as it would without the notice.
+    /// fail it as a run that may have acted (`stranded.rs`). A failure is logged, saying both
+    /// outcomes: a notice refused leaves the mark last, and the next holder fails the brief as
+    /// interrupted, as it would without the notice; one that landed though its answer was lost
+    /// is found last, and the next holder runs the brief.
     pub(super) async fn take_mark_back(&self, now: i64) {
         let Some(token) = self.lease.as_ref().map(|l| l.token) else {
             return;
@@ -251,7 +253,7 @@ impl<B: Backend> MindRunner<B> {
             .append_transcript_once(&self.mind.id, token, &key, &item)
             .await
         {
-            tracing::warn!(mind = %self.mind.id, brief = seq, error = %e, "a brief never sent could not be marked so; the next holder fails it as interrupted");
+            tracing::warn!(mind = %self.mind.id, brief = seq, error = %e, "a brief never sent could not be confirmed marked so: if the notice landed (its answer lost), the next holder runs the brief as never asked; if it did not, the next holder fails the brief as interrupted");
         }
     }
 

@@ -67,29 +67,8 @@ impl<B: Backend> MindRunner<B> {
         plan: Plan,
     ) -> Result<Step, RuntimeError> {
         let tools = self.brief_tools(token, &brief, now).await?;
-        if plan.refreshes() {
-            self.start_self_segment(&plan, token, now).await?;
-        } else {
-            // An idle flush the segment outlived: its memory is stale now.
-            self.selfs.flushed = None;
-        }
-        let segment = self.selfs.segment.unwrap_or(0);
-        let text = format!(
-            "Brief {} (from the {}):\n{}",
-            brief.seq,
-            brief.origin.as_str(),
-            brief.text
-        );
-        let body = json!({"brief": brief.seq, "text": text, MARKS: true});
-        let key = self.append_key(TranscriptKind::Brief, &brief.seq.to_string(), segment);
-        let attempt = Attempt::brief(brief.seq, segment, &text, key, body);
-        // A retry runs on the segment opened here: it is not opened (nor flushed into) again.
-        let plan = Plan {
-            opened: plan.opened || plan.refreshes(),
-            ..plan
-        };
-        self.run_brief(token, now, tools, brief, (attempt, plan))
-            .await
+        self.enter_self_segment(&plan, token, now).await?;
+        self.send_brief(token, now, tools, brief, plan).await
     }
 
     /// A brief this runner holds (`attempt.rs`): one whose append was not confirmed is run on
@@ -111,11 +90,68 @@ impl<B: Backend> MindRunner<B> {
                 self.run_brief(token, now, tools, held.brief, (attempt, plan))
                     .await
             }
-            _ => {
+            attempt => {
                 let plan = self.plan_self(&held.brief, now);
-                self.self_turn(token, now, held.brief, plan).await
+                // Failed, it is finished: not held.
+                let tools = self.brief_tools(token, &held.brief, now).await?;
+                // Still held when the flush or the new segment fails (a store in trouble): only
+                // this runner knows the brief was never sent, and one let go here would be
+                // failed by the recovery as a run that may have acted (`stranded.rs`).
+                if let Err(e) = self.enter_self_segment(&plan, token, now).await {
+                    self.held_brief = Some(HeldBrief {
+                        brief: held.brief,
+                        attempt,
+                    });
+                    return Err(e);
+                }
+                self.send_brief(token, now, tools, held.brief, plan).await
             }
         }
+    }
+
+    /// The segment a brief runs in, as `plan` says: a new one (flushed into first), or the open
+    /// one.
+    async fn enter_self_segment(
+        &mut self,
+        plan: &Plan,
+        token: FencingToken,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        if plan.refreshes() {
+            self.start_self_segment(plan, token, now).await
+        } else {
+            // An idle flush the segment outlived: its memory is stale now.
+            self.selfs.flushed = None;
+            Ok(())
+        }
+    }
+
+    /// Renders the brief on the segment entered, and records and runs it ([`Self::run_brief`]).
+    async fn send_brief(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+        tools: Option<WorkspaceTools>,
+        brief: Brief,
+        plan: Plan,
+    ) -> Result<Step, RuntimeError> {
+        let segment = self.selfs.segment.unwrap_or(0);
+        let text = format!(
+            "Brief {} (from the {}):\n{}",
+            brief.seq,
+            brief.origin.as_str(),
+            brief.text
+        );
+        let body = json!({"brief": brief.seq, "text": text, MARKS: true});
+        let key = self.append_key(TranscriptKind::Brief, &brief.seq.to_string(), segment);
+        let attempt = Attempt::brief(brief.seq, segment, &text, key, body);
+        // A retry runs on the segment opened here: it is not opened (nor flushed into) again.
+        let plan = Plan {
+            opened: plan.opened || plan.refreshes(),
+            ..plan
+        };
+        self.run_brief(token, now, tools, brief, (attempt, plan))
+            .await
     }
 
     /// The brief's workspace tools. A workspace that cannot be opened (removed since the
