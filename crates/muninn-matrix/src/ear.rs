@@ -29,7 +29,7 @@ use crate::joins::NotJoined;
 use crate::rooms::{Directory, RoomKind};
 use crate::session::Session;
 use crate::upgrades;
-use crate::wire::{JoinedRoom, RoomEvent, SyncResponse, is_joining};
+use crate::wire::{JoinedRoom, RoomEvent, SyncResponse, Timeline, is_joining};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
 use std::collections::{HashMap, HashSet};
@@ -58,9 +58,14 @@ pub(crate) struct Ear {
     /// The answer in hand's replacements of upgraded rooms: read from their start (`upgrades`).
     replacements: HashSet<String>,
     windows: HashMap<String, Window>,
+    /// On a first answer: the first start's position, and the timeline since it of each room
+    /// something was said in (`first_start`). Empty otherwise.
+    first_start: (Option<String>, HashMap<String, Timeline>),
     on_delivered: OnDelivered,
     filter: String,
     page_filter: String,
+    /// The timelines since a first start's position (`first_start::since`).
+    spoken_filter: String,
     /// The gaps cut while reading the answer in hand: (room, events read). Counted only once
     /// that answer is committed — an answer read again after a failed commit cuts the same gap
     /// again, and only the commit makes the skip final.
@@ -75,6 +80,9 @@ impl Ear {
                 r#"{{"presence":{{"not_types":["*"]}},"account_data":{{"types":["m.direct"]}},"room":{{"timeline":{{"limit":{limit},"types":{EVENT_TYPES}}},"state":{{"lazy_load_members":true,"types":["m.room.member","m.room.tombstone"]}},"ephemeral":{{"not_types":["*"]}},"account_data":{{"not_types":["*"]}}}}}}"#
             ),
             page_filter: format!(r#"{{"types":{EVENT_TYPES}}}"#),
+            spoken_filter: format!(
+                r#"{{"presence":{{"not_types":["*"]}},"account_data":{{"not_types":["*"]}},"room":{{"timeline":{{"limit":{limit},"types":{EVENT_TYPES}}},"state":{{"types":[]}},"ephemeral":{{"not_types":["*"]}},"account_data":{{"not_types":["*"]}}}}}}"#
+            ),
             session: opened.session.clone(),
             client: opened.client.clone(),
             directory: opened.directory.clone(),
@@ -82,6 +90,7 @@ impl Ear {
             joined: opened.joined.clone(),
             replacements: HashSet::new(),
             windows: HashMap::new(),
+            first_start: (None, HashMap::new()),
             cuts: Mutex::new(Vec::new()),
             on_delivered,
             context,
@@ -344,15 +353,20 @@ impl Ear {
             invites,
         )
         .await?;
-        let first = match since {
+        let mut first = match since {
             // Asked after the answer and the invites it accepted: every join they hold is
             // older. A process started after one that stopped before its first commit finds
             // these joined already.
-            None => Some(first_start::since(&self.context, &self.client).await?),
+            None => {
+                let filter = &self.spoken_filter;
+                Some(first_start::since(&self.context, &self.client, filter).await?)
+            }
             Some(_) => None,
         };
-        if let Some(first) = &first {
+        self.first_start = (None, HashMap::new());
+        if let Some(first) = first.as_mut() {
             self.joined.retain(|room| !first.joined.contains(room));
+            self.first_start = (first.position.take(), std::mem::take(&mut first.spoken));
         }
         let account = &self.context.account;
         let who = (account.mind.as_str(), account.user_id.as_str());
@@ -574,12 +588,7 @@ impl Ear {
                 events.splice(0..0, older);
                 Ok((events, 0, token))
             }
-            (None, false) => {
-                // The backlog of a room the Mind already listened in, or was in before it ever
-                // ran: context, never answered.
-                let history = events.len();
-                Ok((events, history, back))
-            }
+            (None, false) => self.first_answer_of_old_room(room_id, events, back).await,
             (None, true) if !direct => {
                 // Joined at this start, before the first sync answered: what follows the join
                 // was said to a Mind already listening and is mail. What came before it, said
@@ -640,5 +649,57 @@ impl Ear {
                 Ok((events, start, token))
             }
         }
+    }
+
+    /// A first answer's `events` of a room the account was in before the Mind's first start
+    /// (`back`: the token before them), oldest first, where its mail starts and the token
+    /// before the oldest. What was said up to the first start's position is the backlog,
+    /// context never answered; what was said after it was said to a Mind already listening
+    /// and is mail — also when that start stopped before its first commit and the answer is
+    /// read by a process started long after (before, all of it was history and never
+    /// answered). What was said after the position is the room's timeline since it, paged
+    /// back to it when `limited` as a gap since a sync position is, cut at this answer's last
+    /// event: it was asked after this answer, and what follows that event is the next one's.
+    async fn first_answer_of_old_room(
+        &self,
+        room_id: &str,
+        mut events: Vec<RoomEvent>,
+        back: Option<String>,
+    ) -> Result<(Vec<RoomEvent>, usize, Option<String>), MatrixError> {
+        let history = events.len();
+        let (position, spoken) = &self.first_start;
+        let (Some(position), Some(spoken)) = (position, spoken.get(room_id)) else {
+            return Ok((events, history, back));
+        };
+        let mut after = spoken.events.clone();
+        let mut token = spoken.prev_batch.clone();
+        if let (true, Some(from)) = (spoken.limited, spoken.prev_batch.as_deref()) {
+            let never = |_: &RoomEvent| false;
+            let (older, older_token, _) = self
+                .page_back(room_id, from, Some(position), &never)
+                .await?;
+            after.splice(0..0, older);
+            token = older_token;
+        }
+        // This answer's last event not among them: nothing was said between the position and
+        // this answer's end.
+        let last = events.last().map(|e| e.event_id.clone());
+        let Some(end) = after
+            .iter()
+            .position(|e| Some(&e.event_id) == last.as_ref())
+        else {
+            return Ok((events, history, back));
+        };
+        after.truncate(end + 1);
+        let said_after: HashSet<&str> = after.iter().map(|e| e.event_id.as_str()).collect();
+        let before = (events.iter())
+            .take_while(|e| !said_after.contains(e.event_id.as_str()))
+            .count();
+        events.truncate(before);
+        events.extend(after);
+        // Nothing of the answer's own timeline before the position: the token is the one
+        // before the oldest event since it.
+        let token = if before == 0 { token } else { back };
+        Ok((events, before, token))
     }
 }

@@ -1,9 +1,10 @@
 //! A Mind's first start, remembered until its first sync is committed: which rooms the account
-//! joined since it began.
+//! joined since it began, and what was said since in the rooms it was in before.
 //!
 //! The first sync (no stored position) reads a room the account was in before the Mind's first
-//! start as history, its backlog never answered, and a room the account joined at that start
-//! from the join on (`ear`). The process that joined knows which rooms it joined; a process
+//! start as history up to that start's position, its backlog never answered, and what was said
+//! after the position as mail; a room the account joined at that start it reads from the join
+//! on (`ear`). The process that joined knows which rooms it joined; a process
 //! started after one that stopped (a crash, a refused commit) before its first commit finds
 //! them joined already, and would take them for rooms it was always in: what was said after the
 //! join, and in a direct chat accepted while the first answer was read, would be lost.
@@ -17,7 +18,11 @@
 //! however much was said in them after the join), and so are the rooms the account was in
 //! whose tombstone came since (a second `/sync` from it, of tombstones only): a replacement
 //! joined since, of a room upgraded since, is read from its start, as the process that read the
-//! tombstone would have read it in its next answer (`upgrades`). Every process reads
+//! tombstone would have read it in its next answer (`upgrades`). A third `/sync` from it, of
+//! the ear's event types, gives each room's timeline since the position: in a room the account
+//! was in before, that is what a Mind already listening was told, mail whether the first answer
+//! is read a moment after the position or by a process started long after one that stopped
+//! before its first commit (before, it was history and never answered). Every process reads
 //! the same first answer the same way until one commits it; after that the position is the
 //! sync's, and this is not looked at again. (Synapse answers a repeat of any of these requests
 //! within two minutes from its response cache, per device. The rooms' answers are asked just
@@ -28,8 +33,9 @@ use crate::account::Context;
 use crate::client::MatrixClient;
 use crate::config::{FIRST_START_CURSOR, SYNC_CURSOR};
 use crate::error::MatrixError;
+use crate::wire::Timeline;
 use muninn_store::{IntakeBatch, NewCursor};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// A `/sync` filter that asks for no room and no account data: its answer is a position.
@@ -54,8 +60,15 @@ const UPGRADED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{
 /// What changed in the account's rooms since its first start began.
 #[derive(Debug, Default)]
 pub(crate) struct SinceFirstStart {
+    /// The first start's position (`None`: no first start was marked).
+    pub(crate) position: Option<String>,
     /// The rooms it joined.
     pub(crate) joined: HashSet<String>,
+    /// The timeline since the position of each room something was said in (messages,
+    /// memberships, tombstones; `limited` when more was said than it holds). In a room the
+    /// account was in before the first start, what was said after the position was said to a
+    /// Mind already listening, and is mail.
+    pub(crate) spoken: HashMap<String, Timeline>,
     /// The rooms it was in before the first start that were upgraded since: their
     /// replacements, joined since, are read from their start, as the replacement of a room the
     /// Mind listened in is.
@@ -87,10 +100,13 @@ pub(crate) async fn mark(context: &Context, client: &MatrixClient) -> Result<(),
 }
 
 /// What changed in the account's rooms since its first start began (nothing if no first start
-/// was marked: an account whose sync position was stored before this module).
+/// was marked: an account whose sync position was stored before this module). `spoken` is the
+/// `/sync` filter whose timelines say what was said (the ear's event types and timeline limit,
+/// no state).
 pub(crate) async fn since(
     context: &Context,
     client: &MatrixClient,
+    spoken: &str,
 ) -> Result<SinceFirstStart, MatrixError> {
     let (store, mind) = (&context.store, context.account.mind.as_str());
     let Some(mark) = store.cursor(mind, FIRST_START_CURSOR).await? else {
@@ -114,5 +130,19 @@ pub(crate) async fn since(
                 .any(|e| e.kind == "m.room.tombstone")
     });
     let upgraded = upgraded.map(|(room_id, _)| room_id).collect();
-    Ok(SinceFirstStart { joined, upgraded })
+    // Asked last, like the others after the first answer: its timelines reach past that
+    // answer's end, which the ear cuts them at (what follows is the next answer's).
+    let spoken = client
+        .sync(Some(&mark.value), spoken, Duration::ZERO)
+        .await?;
+    let spoken = (spoken.rooms.join.into_iter())
+        .filter(|(room_id, room)| !joined.contains(room_id) && !room.timeline.events.is_empty())
+        .map(|(room_id, room)| (room_id, room.timeline))
+        .collect();
+    Ok(SinceFirstStart {
+        position: Some(mark.value),
+        joined,
+        upgraded,
+        spoken,
+    })
 }

@@ -17,7 +17,8 @@
 //! - `session` (private) — the shared login, renewed on the fixed device when refused mid-run.
 //! - `joins` (private) — configured rooms not joined at the start, tried again while it runs.
 //! - `invites` (private) — invites accepted: direct chats, configured rooms, replacements.
-//! - `first_start` (private) — the rooms joined at a Mind's first start, across a restart.
+//! - `first_start` (private) — a Mind's first start across a restart: its position, the rooms
+//!   joined and what was said since.
 //! - `ear` (private) — the `/sync` loop; `mouth` (private) — the outbox sender.
 //! - `supervise` (private) — an account whose task panicked, logged, reported and restarted.
 //! - [`error`] — [`MatrixError`].
@@ -30,9 +31,9 @@
 //!   old position; a crash after it reads on from the new one. A `limited` timeline is paged
 //!   back with `/messages` to the previous position, so nothing between two syncs is skipped.
 //!   The first sync (no stored position) is history, context and not mail, in the rooms the
-//!   account was in before the Mind's first start; in a room it joined at that start, what
-//!   follows the join is mail, also when a later process reads that first answer again
-//!   (`first_start`).
+//!   account was in before the Mind's first start, up to that start's position: what was said
+//!   after it is mail; in a room it joined at that start, what follows the join is mail, also
+//!   when a later process reads that first answer again (`first_start`).
 //! - **Exactly once out.** Each outbox message is `PUT …/send/m.room.message/{txn}` with its
 //!   request id as the transaction id, from the account's fixed device, then acknowledged
 //!   with its event id; a crash between the two sends it again, which the homeserver answers

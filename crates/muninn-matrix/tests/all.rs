@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 mod faults;
+mod first_start;
 mod gaps;
 mod lifecycle;
 mod upgrades;

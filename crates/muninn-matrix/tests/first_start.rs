@@ -1,0 +1,171 @@
+//! A Mind's first start in a room its account was in before it: the backlog up to the first
+//! start's position is history (context, never answered), what was said after it is mail, once
+//! — whether the first answer is committed at once or read again by a process started long
+//! after one that stopped before its first commit.
+
+use super::*;
+use pretty_assertions::assert_eq;
+
+/// A room the bot was in before the Mind ever ran, with a backlog; a first start held just
+/// before its first sync.
+struct Held {
+    rig: Rig,
+    room: String,
+    /// The room's `#alias`, configured.
+    configured: String,
+    faulty: Arc<muninn_testkit::FaultyStore>,
+    running: Running,
+}
+
+/// Starts the Mind for the first time over a store that holds its first sync until the test
+/// releases it, the bot already in a room with a backlog.
+async fn first_start_held(test: &str) -> Option<Held> {
+    let rig = rig(test).await?;
+    let name = alias(test);
+    let room = rig.human.create_room(Some(&name), &[], false).await;
+    rig.bot_user.join(&room).await;
+    rig.human.send(&room, "backlog", &[]).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.hold_mailbox_reads();
+    let configured = format!("#{name}");
+    let running = rig.start_on(faulty.clone(), &[&configured], |_| {});
+    eventually("the first sync held", Duration::from_secs(30), || async {
+        (faulty.held_mailbox_reads() > 0).then_some(())
+    })
+    .await;
+    assert!(
+        rig.store
+            .cursor(MIND, FIRST_START_CURSOR)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    Some(Held {
+        rig,
+        room,
+        configured,
+        faulty,
+        running,
+    })
+}
+
+/// The mail's texts and event ids, sorted by text.
+fn said(mail: &[Delivery]) -> Vec<(&str, &str)> {
+    let mut said: Vec<(&str, &str)> = (mail.iter())
+        .map(|d| (d.text.as_str(), d.source_id.as_str()))
+        .collect();
+    said.sort();
+    said
+}
+
+/// What a person says in a room the bot was in before its first start, after that start's
+/// position and before its first sync answers, was said to a Mind already listening: it is
+/// mail, once, with the backlog as its context; the backlog itself is never mail. Before, the
+/// whole first answer of such a room was history and the message was never answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_said_in_an_old_room_after_the_first_start_and_before_the_first_sync_is_mail_once()
+{
+    let Some(held) = first_start_held("oldfirst").await else {
+        return;
+    };
+    let Held {
+        rig,
+        room,
+        configured,
+        faulty,
+        running,
+    } = held;
+    let between = rig.human.send(&room, "after the first start", &[]).await;
+    faulty.release_mailbox_reads();
+    rig.first_sync().await;
+    let later = rig.human.send(&room, "after the first sync", &[]).await;
+    let mail = rig.mail_count(2).await;
+    running.stop().await;
+    let running = rig.start(&[&configured], |_| {});
+    let last = rig.human.send(&room, "after the restart", &[]).await;
+    let mail_after = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == last).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(
+        said(&mail),
+        vec![
+            ("after the first start", between.as_str()),
+            ("after the first sync", later.as_str()),
+        ]
+    );
+    let context: Vec<&str> = mail[0].context.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(
+        context,
+        vec!["backlog"],
+        "the backlog is the first mail's context"
+    );
+    assert_eq!(
+        said(&mail_after),
+        vec![
+            ("after the first start", between.as_str()),
+            ("after the first sync", later.as_str()),
+            ("after the restart", last.as_str()),
+        ],
+        "after a restart, only what was said since is mail"
+    );
+}
+
+/// A first start whose first answer is never committed (refused, the process stopped), in a
+/// room the bot was in before: the next process, started after more was said than a timeline
+/// holds (on another device, so that Synapse's two-minute response cache does not answer it
+/// with the first process's answers), delivers everything said after the first start's
+/// position once — what was said before the first process stopped, and all of what was said
+/// while no process ran, paged back to the position — and the backlog stays history. Before,
+/// the next process read the room's first answer as history whatever was said since the first
+/// start: all of it was lost however long the restart took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_said_in_an_old_room_after_a_first_start_that_never_committed_is_mail() {
+    let Some(held) = first_start_held("oldcrash").await else {
+        return;
+    };
+    let Held {
+        rig,
+        room,
+        configured,
+        faulty,
+        running,
+    } = held;
+    let mut expected = vec![(
+        "after the first start".to_owned(),
+        rig.human.send(&room, "after the first start", &[]).await,
+    )];
+    faulty.fail_batches(u32::MAX);
+    faulty.release_mailbox_reads();
+    eventually(
+        "the first answer refused",
+        Duration::from_secs(30),
+        || async { (faulty.refused() > 0).then_some(()) },
+    )
+    .await;
+    running.stop().await;
+    assert_eq!(rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap(), None);
+    for n in 0..5 {
+        let text = format!("while stopped {n}");
+        expected.push((text.clone(), rig.human.send(&room, &text, &[]).await));
+    }
+
+    let running = rig.start(&[&configured], |c| {
+        c.timeline_limit = 2;
+        c.accounts[0].device_id = "MUNINNTEST2".into();
+    });
+    rig.first_sync().await;
+    let text = "after the restart".to_owned();
+    expected.push((text.clone(), rig.human.send(&room, &text, &[]).await));
+    let mail = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        let last = &expected[expected.len() - 1].1;
+        mail.iter().any(|d| &d.source_id == last).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    let mail: Vec<(String, String)> = (mail.into_iter()).map(|d| (d.text, d.source_id)).collect();
+    assert_eq!(mail, expected);
+}
