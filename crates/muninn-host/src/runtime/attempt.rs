@@ -235,19 +235,18 @@ impl<B: Backend> MindRunner<B> {
         let Some(held) = &self.held_brief else {
             return;
         };
-        let (Some(Unsent { brief: seq, .. }), Some((attempt, _))) =
-            (held.unsent_behind_its_mark(), &held.attempt)
-        else {
+        let Some(unsent) = held.unsent_behind_its_mark() else {
             return;
         };
+        let seq = unsent.brief;
         let item = NewTranscriptItem {
             role: Role::SelfRole,
-            segment: attempt.segment,
+            segment: unsent.segment,
             kind: TranscriptKind::Notice,
             body: serde_json::json!({ UNASKED: seq }),
             created_at_ms: now,
         };
-        let key = format!("{} {UNASKED}", attempt.key);
+        let key = format!("{} {UNASKED}", unsent.key);
         let store = &self.host.store;
         if let Err(e) = store
             .append_transcript_once(&self.mind.id, token, &key, &item)
@@ -299,11 +298,17 @@ pub(super) struct HeldBrief {
     /// item ends the Self transcript, never answered, on a session since given up (the step
     /// after a crash or a takeover found it): it is planned, rendered and recorded afresh.
     pub(super) attempt: Option<(Attempt, Plan)>,
+    /// An earlier item of the brief this runner recorded and never sent, its ask mark
+    /// unconfirmed: kept until an item of the brief is confirmed recorded afresh. Without it a
+    /// brief the recovery held under a new lease (`attempt: None`) would forget, at the next
+    /// lease change or a clean shutdown, that the mark ending the Self transcript is its own,
+    /// and the brief would be failed as one that may have acted (`stranded.rs`).
+    pub(super) unsent: Option<Unsent>,
 }
 
 /// A brief this runner recorded and never sent, its ask mark unconfirmed
 /// ([`HeldBrief::unsent_behind_its_mark`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Unsent {
     /// The brief's seq.
     pub(super) brief: i64,
@@ -312,19 +317,36 @@ pub(super) struct Unsent {
     /// when it ran the brief afresh (a new item, then its mark), and may have been followed by
     /// the brief's sending (`stranded.rs`).
     pub(super) item: i64,
+    /// The key that item was appended under: the notice taking its mark back is appended under
+    /// it plus ` unasked` ([`MindRunner::take_mark_back`]), once.
+    pub(super) key: String,
+    /// The segment the notice goes in: the one the brief was last rendered in.
+    pub(super) segment: i64,
 }
 
 impl HeldBrief {
-    /// The brief, when its item is confirmed and its ask mark is not: the mark may have
-    /// landed (its answer lost), yet this runner never sent the brief — it is sent only once
-    /// its mark is confirmed. A mark ending the Self transcript tells any other reader that
-    /// the brief may have been sent; this runner knows better of its own mark (`stranded.rs`).
+    /// The brief, when this runner recorded an item of it and its ask mark is unconfirmed: the
+    /// mark may have landed (its answer lost), yet this runner never sent the brief — it is
+    /// sent only once its mark is confirmed. A mark ending the Self transcript tells any other
+    /// reader that the brief may have been sent; this runner knows better of its own mark
+    /// (`stranded.rs`). The item is the last one confirmed: the attempt's, else the one
+    /// carried from before ([`HeldBrief::unsent`]) — a new item whose append is unconfirmed
+    /// either did not land (that mark is still last) or did (it is last, never asked).
     pub(super) fn unsent_behind_its_mark(&self) -> Option<Unsent> {
-        let (attempt, _) = self.attempt.as_ref()?;
-        let item = attempt.recorded?;
-        attempt.unmarked.then_some(Unsent {
-            brief: self.brief.seq,
-            item,
-        })
+        let Some((attempt, _)) = &self.attempt else {
+            return self.unsent.clone();
+        };
+        match attempt.recorded {
+            Some(item) => attempt.unmarked.then(|| Unsent {
+                brief: self.brief.seq,
+                item,
+                key: attempt.key.clone(),
+                segment: attempt.segment,
+            }),
+            None => self.unsent.clone().map(|unsent| Unsent {
+                segment: attempt.segment,
+                ..unsent
+            }),
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! then report back to the Persona.
 
 use super::accounting::Asked;
-use super::attempt::{ASKED, Attempt, HeldBrief, MARKS, UNASKED};
+use super::attempt::{ASKED, Attempt, HeldBrief, MARKS, UNASKED, Unsent};
 use super::pending::{SelfRun, TailMemory, Then, Uncommitted};
 use super::persona::{Plan, outcome_text};
 use super::prompts::{SELF_FLUSH_PROMPT, SELF_RUN_FLUSH_MESSAGE};
@@ -68,26 +68,30 @@ impl<B: Backend> MindRunner<B> {
     ) -> Result<Step, RuntimeError> {
         let tools = self.brief_tools(token, &brief, now).await?;
         self.enter_self_segment(&plan, token, now).await?;
-        self.send_brief(token, now, tools, brief, plan).await
+        self.send_brief(token, now, tools, brief, plan, None).await
     }
 
     /// A brief this runner holds (`attempt.rs`): one whose append was not confirmed is run on
     /// the session it was rendered on, its append finished under its key (the store adds
     /// nothing if it landed); one found recorded and never answered, or whose session was given
     /// up since, is planned and recorded afresh — its old item, never sent, stays unanswered in
-    /// a segment no session continues.
+    /// a segment no session continues. Until an item of it is confirmed recorded, what this
+    /// runner knows of its last one ([`HeldBrief::unsent_behind_its_mark`]) stays with it.
     pub(super) async fn run_held_brief(
         &mut self,
         token: FencingToken,
         now: i64,
         held: HeldBrief,
     ) -> Result<Step, RuntimeError> {
+        // What a new item of the brief leaves behind: what this runner knows of its last one.
+        let earlier = held.unsent_behind_its_mark();
         match held.attempt {
             Some((attempt, plan))
                 if self.selfs.live() && self.selfs.segment == Some(attempt.segment) =>
             {
                 let tools = self.brief_tools(token, &held.brief, now).await?;
-                self.run_brief(token, now, tools, held.brief, (attempt, plan))
+                let (brief, unsent) = (held.brief, held.unsent);
+                self.run_brief(token, now, tools, brief, (attempt, plan), unsent)
                     .await
             }
             attempt => {
@@ -101,10 +105,12 @@ impl<B: Backend> MindRunner<B> {
                     self.held_brief = Some(HeldBrief {
                         brief: held.brief,
                         attempt,
+                        unsent: earlier,
                     });
                     return Err(e);
                 }
-                self.send_brief(token, now, tools, held.brief, plan).await
+                self.send_brief(token, now, tools, held.brief, plan, earlier)
+                    .await
             }
         }
     }
@@ -126,7 +132,8 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// Renders the brief on the segment entered, and records and runs it ([`Self::run_brief`]).
+    /// Renders the brief on the segment entered, and records and runs it ([`Self::run_brief`];
+    /// `unsent`: an earlier item of it this runner never sent, [`HeldBrief::unsent`]).
     async fn send_brief(
         &mut self,
         token: FencingToken,
@@ -134,6 +141,7 @@ impl<B: Backend> MindRunner<B> {
         tools: Option<WorkspaceTools>,
         brief: Brief,
         plan: Plan,
+        unsent: Option<Unsent>,
     ) -> Result<Step, RuntimeError> {
         let segment = self.selfs.segment.unwrap_or(0);
         let text = format!(
@@ -150,7 +158,7 @@ impl<B: Backend> MindRunner<B> {
             opened: plan.opened || plan.refreshes(),
             ..plan
         };
-        self.run_brief(token, now, tools, brief, (attempt, plan))
+        self.run_brief(token, now, tools, brief, (attempt, plan), unsent)
             .await
     }
 
@@ -173,8 +181,9 @@ impl<B: Backend> MindRunner<B> {
     }
 
     /// Records the brief once and marks it asked (`attempt.rs`), then runs it. An append that
-    /// fails leaves the brief held, for the next step to finish ([`Self::run_held_brief`]); once the append is
-    /// confirmed, the brief is sent as rendered and nothing of it is held.
+    /// fails leaves the brief held, for the next step to finish ([`Self::run_held_brief`]), with
+    /// `unsent` ([`HeldBrief::unsent`]); once the append is confirmed, the brief is sent as
+    /// rendered and nothing of it is held.
     async fn run_brief(
         &mut self,
         token: FencingToken,
@@ -182,6 +191,7 @@ impl<B: Backend> MindRunner<B> {
         tools: Option<WorkspaceTools>,
         brief: Brief,
         (mut attempt, plan): (Attempt, Plan),
+        unsent: Option<Unsent>,
     ) -> Result<Step, RuntimeError> {
         let recorded = match self.record_once(&mut attempt, token, now).await {
             Ok(()) => self.mark_asked(&mut attempt, token, now).await,
@@ -191,6 +201,7 @@ impl<B: Backend> MindRunner<B> {
             self.held_brief = Some(HeldBrief {
                 brief,
                 attempt: Some((attempt, plan)),
+                unsent,
             });
             return Err(e);
         }

@@ -29,8 +29,9 @@
 //! recorded, not another holder's mark after an item of its own — it runs the brief again as
 //! one never asked (`MindRunner::unsent_brief`); when it shuts down cleanly first, it takes the
 //! mark back in the transcript (`attempt.rs`, `UNASKED`), and the next holder runs the brief
-//! as never asked. A brief this runner holds (its append or mark unconfirmed, `attempt.rs`) is
-//! its own to finish, and passed by.
+//! as never asked. The brief it holds so keeps that knowledge (`HeldBrief::unsent`) until it is
+//! recorded afresh, through another lease change or a clean shutdown. A brief this runner holds
+//! (its append or mark unconfirmed, `attempt.rs`) is its own to finish, and passed by.
 //!
 //! A tool loop's run whose last request's commit landed though this runner gave it up under a
 //! new lease (the store's answer lost, then the lease changed) is failed as the store's failure
@@ -171,9 +172,13 @@ impl<B: Backend> MindRunner<B> {
                     "Self run {} was recorded and never sent before its lease was lost or its host stopped; running it again",
                     brief.seq
                 );
+                // What it knows of its own mark goes with the brief: held, it may be let go
+                // again — a lease change, a clean shutdown — before it is recorded afresh.
+                let unsent = self.unsent_brief.clone().filter(|_| unsent_marked);
                 self.held_brief = Some(HeldBrief {
                     brief,
                     attempt: None,
+                    unsent,
                 });
                 continue;
             }
@@ -222,7 +227,7 @@ impl<B: Backend> MindRunner<B> {
     /// taking that mark for this runner's would run the brief twice
     /// (`exactly_once_self::a_mark_another_holder_wrote_is_not_taken_for_the_runners_own_unconfirmed_one`).
     async fn own_mark_last(&self, seq: i64) -> Result<bool, RuntimeError> {
-        let Some(unsent) = self.unsent_brief.filter(|u| u.brief == seq) else {
+        let Some(unsent) = self.unsent_brief.as_ref().filter(|u| u.brief == seq) else {
             return Ok(false);
         };
         let tail = self
