@@ -10,7 +10,8 @@
 //! join, and in a direct chat accepted while the first answer was read, would be lost.
 //!
 //! So before a first start joins anything, the homeserver's position then is stored
-//! ([`FIRST_START_CURSOR`], once: a later open before the first commit keeps it), and at each
+//! ([`FIRST_START_CURSOR`], once: a later open before the first commit keeps it, and so does
+//! another host's open at the same moment: the store writes it only if absent), and at each
 //! read of a first answer the rooms the account joined since that position are asked of the
 //! homeserver (one `/sync` from it that shows no event but each room's `m.room.create`: a
 //! homeserver sends a room's whole state only for a room joined since, and leaves a room with
@@ -34,7 +35,7 @@ use crate::client::MatrixClient;
 use crate::config::{FIRST_START_CURSOR, SYNC_CURSOR};
 use crate::error::MatrixError;
 use crate::wire::Timeline;
-use muninn_store::{IntakeBatch, NewCursor};
+use muninn_store::NewCursor;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -86,15 +87,20 @@ pub(crate) async fn mark(context: &Context, client: &MatrixClient) -> Result<(),
         return Ok(());
     }
     let position = client.sync(None, NOTHING, Duration::ZERO).await?.next_batch;
-    let batch = IntakeBatch {
-        deliveries: Vec::new(),
-        cursor: Some(NewCursor {
-            name: FIRST_START_CURSOR.to_owned(),
-            value: position,
-            updated_at_ms: context.clock.now_ms(),
-        }),
+    let cursor = NewCursor {
+        name: FIRST_START_CURSOR.to_owned(),
+        value: position,
+        updated_at_ms: context.clock.now_ms(),
     };
-    store.post_batch(mind, &batch).await?;
+    // Written only if absent: another host starting the same Mind at once may have stored its
+    // position since the check above, and what it joined and read is measured from that one
+    // (before, this write moved it to a later position, and what was said between the two was
+    // read as history by whichever read the first answer after).
+    let kept = store.first_cursor(mind, &cursor).await?;
+    if kept.value != cursor.value {
+        tracing::info!(%mind, "matrix: the Mind's first start was marked by another start; reading from its position");
+        return Ok(());
+    }
     tracing::info!(%mind, "matrix: the Mind's first start; its rooms' backlog is history");
     Ok(())
 }
