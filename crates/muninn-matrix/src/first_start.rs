@@ -23,7 +23,9 @@
 //! the ear's event types, gives each room's timeline since the position: in a room the account
 //! was in before, that is what a Mind already listening was told, mail whether the first answer
 //! is read a moment after the position or by a process started long after one that stopped
-//! before its first commit (before, it was history and never answered). Every process reads
+//! before its first commit (before, it was history and never answered); and each room left
+//! since (a kick), which a first answer does not hold, with what was said before the leave.
+//! Every process reads
 //! the same first answer the same way until one commits it; after that the position is the
 //! sync's, and this is not looked at again. (Synapse answers a repeat of any of these requests
 //! within two minutes from its response cache, per device. The rooms' answers are asked just
@@ -70,6 +72,10 @@ pub(crate) struct SinceFirstStart {
     /// account was in before the first start, what was said after the position was said to a
     /// Mind already listening, and is mail.
     pub(crate) spoken: HashMap<String, Timeline>,
+    /// Among them, the rooms the account left since the position (a kick, a ban): a first
+    /// answer does not hold them, and what was said in them before the leave was said to a
+    /// Mind already listening.
+    pub(crate) left: HashSet<String>,
     /// The rooms it was in before the first start that were upgraded since: their
     /// replacements, joined since, are read from their start, as the replacement of a room the
     /// Mind listened in is.
@@ -141,14 +147,21 @@ pub(crate) async fn since(
     let spoken = client
         .sync(Some(&mark.value), spoken, Duration::ZERO)
         .await?;
-    let spoken = (spoken.rooms.join.into_iter())
+    let left: HashSet<String> = spoken.rooms.leave.keys().cloned().collect();
+    let spoken: HashMap<String, Timeline> = (spoken.rooms.join.into_iter())
+        .chain(spoken.rooms.leave)
         .filter(|(room_id, room)| !joined.contains(room_id) && !room.timeline.events.is_empty())
         .map(|(room_id, room)| (room_id, room.timeline))
+        .collect();
+    let left = left
+        .into_iter()
+        .filter(|r| spoken.contains_key(r))
         .collect();
     Ok(SinceFirstStart {
         position: Some(mark.value),
         joined,
         upgraded,
         spoken,
+        left,
     })
 }
