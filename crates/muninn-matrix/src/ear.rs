@@ -61,6 +61,9 @@ pub(crate) struct Ear {
     /// On a first answer: the first start's position, and the timeline since it of each room
     /// something was said in (`first_start`). Empty otherwise.
     first_start: (Option<String>, HashMap<String, Timeline>),
+    /// On a first answer: the rooms the account left since the first start's position that
+    /// the answer does not hold (`first_start`). Empty otherwise.
+    left_since_first_start: Vec<String>,
     on_delivered: OnDelivered,
     filter: String,
     page_filter: String,
@@ -91,6 +94,7 @@ impl Ear {
             replacements: HashSet::new(),
             windows: HashMap::new(),
             first_start: (None, HashMap::new()),
+            left_since_first_start: Vec::new(),
             cuts: Mutex::new(Vec::new()),
             on_delivered,
             context,
@@ -364,8 +368,14 @@ impl Ear {
             Some(_) => None,
         };
         self.first_start = (None, HashMap::new());
+        self.left_since_first_start.clear();
         if let Some(first) = first.as_mut() {
             self.joined.retain(|room| !first.joined.contains(room));
+            // Left after the answer was made: it holds the room, and the next answer the leave.
+            self.left_since_first_start = (first.left.iter())
+                .filter(|room| !response.rooms.join.contains_key(*room))
+                .cloned()
+                .collect();
             self.first_start = (first.position.take(), std::mem::take(&mut first.spoken));
         }
         let account = &self.context.account;
@@ -403,10 +413,23 @@ impl Ear {
         // A room left since `since` (a kick, a ban) holds what was said before the leave,
         // which is mail like any other room's. Its members can no longer be looked up: it is
         // read only if the account already knows what the room is.
-        let left = response
-            .rooms
-            .leave
-            .into_iter()
+        // On a first answer, which holds no room left, a room left since the first start's
+        // position is read from its timeline since then: what was said there before the leave
+        // was said to a Mind already listening (before, it was never read).
+        let left_since_first_start = (self.left_since_first_start.iter())
+            .filter_map(|room_id| {
+                let timeline = self.first_start.1.get(room_id)?.clone();
+                Some((
+                    room_id.clone(),
+                    JoinedRoom {
+                        timeline,
+                        ..JoinedRoom::default()
+                    },
+                ))
+            })
+            .collect::<Vec<_>>();
+        let left = (response.rooms.leave.into_iter())
+            .chain(left_since_first_start)
             .filter(|(room_id, _)| !lock(&self.directory).needs_members(room_id))
             .map(|(room_id, room)| (room_id, room, false))
             .collect::<Vec<_>>();
@@ -423,7 +446,8 @@ impl Ear {
             // first sync, before its open joined its rooms or its first start began: a room
             // joined at the first start).
             let own = &self.context.account.user_id;
-            let known = self.joined.contains(&room_id);
+            let known = self.joined.contains(&room_id)
+                || (since.is_none() && self.left_since_first_start.contains(&room_id));
             let newly = !known;
             // Among them, but its membership changed since (a kick and a re-join, or a join
             // read again by a process that started after it): Synapse answers such a room as

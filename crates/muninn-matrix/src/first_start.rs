@@ -10,7 +10,8 @@
 //! join, and in a direct chat accepted while the first answer was read, would be lost.
 //!
 //! So before a first start joins anything, the homeserver's position then is stored
-//! ([`FIRST_START_CURSOR`], once: a later open before the first commit keeps it), and at each
+//! ([`FIRST_START_CURSOR`], once: a later open before the first commit keeps it, and so does
+//! another host's open at the same moment: the store writes it only if absent), and at each
 //! read of a first answer the rooms the account joined since that position are asked of the
 //! homeserver (one `/sync` from it that shows no event but each room's `m.room.create`: a
 //! homeserver sends a room's whole state only for a room joined since, and leaves a room with
@@ -22,7 +23,9 @@
 //! the ear's event types, gives each room's timeline since the position: in a room the account
 //! was in before, that is what a Mind already listening was told, mail whether the first answer
 //! is read a moment after the position or by a process started long after one that stopped
-//! before its first commit (before, it was history and never answered). Every process reads
+//! before its first commit (before, it was history and never answered); and each room left
+//! since (a kick), which a first answer does not hold, with what was said before the leave.
+//! Every process reads
 //! the same first answer the same way until one commits it; after that the position is the
 //! sync's, and this is not looked at again. (Synapse answers a repeat of any of these requests
 //! within two minutes from its response cache, per device. The rooms' answers are asked just
@@ -34,7 +37,7 @@ use crate::client::MatrixClient;
 use crate::config::{FIRST_START_CURSOR, SYNC_CURSOR};
 use crate::error::MatrixError;
 use crate::wire::Timeline;
-use muninn_store::{IntakeBatch, NewCursor};
+use muninn_store::NewCursor;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -69,6 +72,10 @@ pub(crate) struct SinceFirstStart {
     /// account was in before the first start, what was said after the position was said to a
     /// Mind already listening, and is mail.
     pub(crate) spoken: HashMap<String, Timeline>,
+    /// Among them, the rooms the account left since the position (a kick, a ban): a first
+    /// answer does not hold them, and what was said in them before the leave was said to a
+    /// Mind already listening.
+    pub(crate) left: HashSet<String>,
     /// The rooms it was in before the first start that were upgraded since: their
     /// replacements, joined since, are read from their start, as the replacement of a room the
     /// Mind listened in is.
@@ -86,15 +93,20 @@ pub(crate) async fn mark(context: &Context, client: &MatrixClient) -> Result<(),
         return Ok(());
     }
     let position = client.sync(None, NOTHING, Duration::ZERO).await?.next_batch;
-    let batch = IntakeBatch {
-        deliveries: Vec::new(),
-        cursor: Some(NewCursor {
-            name: FIRST_START_CURSOR.to_owned(),
-            value: position,
-            updated_at_ms: context.clock.now_ms(),
-        }),
+    let cursor = NewCursor {
+        name: FIRST_START_CURSOR.to_owned(),
+        value: position,
+        updated_at_ms: context.clock.now_ms(),
     };
-    store.post_batch(mind, &batch).await?;
+    // Written only if absent: another host starting the same Mind at once may have stored its
+    // position since the check above, and what it joined and read is measured from that one
+    // (before, this write moved it to a later position, and what was said between the two was
+    // read as history by whichever read the first answer after).
+    let kept = store.first_cursor(mind, &cursor).await?;
+    if kept.value != cursor.value {
+        tracing::info!(%mind, "matrix: the Mind's first start was marked by another start; reading from its position");
+        return Ok(());
+    }
     tracing::info!(%mind, "matrix: the Mind's first start; its rooms' backlog is history");
     Ok(())
 }
@@ -135,14 +147,21 @@ pub(crate) async fn since(
     let spoken = client
         .sync(Some(&mark.value), spoken, Duration::ZERO)
         .await?;
-    let spoken = (spoken.rooms.join.into_iter())
+    let left: HashSet<String> = spoken.rooms.leave.keys().cloned().collect();
+    let spoken: HashMap<String, Timeline> = (spoken.rooms.join.into_iter())
+        .chain(spoken.rooms.leave)
         .filter(|(room_id, room)| !joined.contains(room_id) && !room.timeline.events.is_empty())
         .map(|(room_id, room)| (room_id, room.timeline))
+        .collect();
+    let left = left
+        .into_iter()
+        .filter(|r| spoken.contains_key(r))
         .collect();
     Ok(SinceFirstStart {
         position: Some(mark.value),
         joined,
         upgraded,
         spoken,
+        left,
     })
 }

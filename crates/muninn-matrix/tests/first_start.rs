@@ -169,3 +169,31 @@ async fn what_is_said_in_an_old_room_after_a_first_start_that_never_committed_is
     let mail: Vec<(String, String)> = (mail.into_iter()).map(|d| (d.text, d.source_id)).collect();
     assert_eq!(mail, expected);
 }
+
+/// What a person says in a room the bot was in before its first start, after that start's
+/// position, and then the bot kicked, all before the first sync answers: it was said to a Mind
+/// already listening, and is mail, once. A first answer holds no room left, so before, the
+/// room was never read and the message was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_said_in_an_old_room_after_the_first_start_before_a_kick_is_mail() {
+    let Some(held) = first_start_held("oldkick").await else {
+        return;
+    };
+    let Held {
+        rig,
+        room,
+        faulty,
+        running,
+        ..
+    } = held;
+    let before = rig.human.send(&room, "before the kick", &[]).await;
+    rig.human.kick(&room, &rig.bot_user.user_id).await;
+    faulty.release_mailbox_reads();
+    // Committed with the first answer: what it read is in the store.
+    rig.first_sync().await;
+    let mail = rig.mail().await;
+    running.stop().await;
+    assert_eq!(said(&mail), vec![("before the kick", before.as_str())]);
+    let context: Vec<&str> = mail[0].context.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(context, vec!["backlog"], "the backlog is its context");
+}

@@ -245,6 +245,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn post_batch(&self, mind: &str, batch: &IntakeBatch) -> Result<Vec<Posted>>;
     /// The Mind's cursor called `name`, if one was ever written.
     async fn cursor(&self, mind: &str, name: &str) -> Result<Option<Cursor>>;
+    /// Writes `cursor` unless the Mind already has one by its name, and returns the one stored
+    /// (the earlier, if there was one): a position that must never move once written (the
+    /// Matrix first start's), written by whichever of two hosts comes first. Not fenced
+    /// (intake). `NotFound` if the Mind is unknown; `Invalid` as for
+    /// [`post_batch`](Store::post_batch)'s cursor.
+    async fn first_cursor(&self, mind: &str, cursor: &NewCursor) -> Result<Cursor>;
     /// Deliveries with `seq > after_seq`, ascending, at most `limit`.
     async fn pending_deliveries(
         &self,

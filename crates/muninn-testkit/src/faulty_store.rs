@@ -641,6 +641,10 @@ impl Store for FaultyStore {
         self.inner.cursor(mind, name).await
     }
 
+    async fn first_cursor(&self, mind: &str, cursor: &NewCursor) -> Result<Cursor> {
+        self.inner.first_cursor(mind, cursor).await
+    }
+
     async fn pending_deliveries(
         &self,
         mind: &str,

@@ -92,13 +92,8 @@ async fn intake<DB: Engine>(
     Ok(Posted { seq, created: true })
 }
 
-/// Writes a transport's cursor (validated here, after the batch's deliveries: the cursor is
-/// the one write that, alone, would skip mail).
-async fn write_cursor<DB: Engine>(
-    conn: &mut DB::Connection,
-    mind: &str,
-    cursor: &NewCursor,
-) -> Result<()> {
+/// A cursor a transport may write: named, and not over [`CURSOR_MAX_BYTES`].
+fn check_cursor(cursor: &NewCursor) -> Result<()> {
     if cursor.name.is_empty() {
         return Err(StoreError::invalid("a cursor needs a name"));
     }
@@ -109,6 +104,17 @@ async fn write_cursor<DB: Engine>(
             cursor.value.len()
         )));
     }
+    Ok(())
+}
+
+/// Writes a transport's cursor (validated here, after the batch's deliveries: the cursor is
+/// the one write that, alone, would skip mail).
+async fn write_cursor<DB: Engine>(
+    conn: &mut DB::Connection,
+    mind: &str,
+    cursor: &NewCursor,
+) -> Result<()> {
+    check_cursor(cursor)?;
     query::<DB>(
         "INSERT INTO cursors (mind_id, name, value, updated_at_ms) \
          VALUES ($1, $2, $3, $4) ON CONFLICT (mind_id, name) \
@@ -214,6 +220,41 @@ pub(crate) async fn cursor<B: Backend>(
     .fetch_optional(&mut conn)
     .await?;
     row.as_ref().map(cursor_from).transpose()
+}
+
+/// Writes `cursor` unless the Mind has one by its name, and returns the one stored. The
+/// insert waits for a concurrent one of the same name to commit (PostgreSQL's unique index;
+/// SQLite's write lock) and then does nothing, and the read after it, a fresh snapshot under
+/// READ COMMITTED, sees the row that won.
+pub(crate) async fn first_cursor<B: Backend>(
+    store: &B,
+    mind: &str,
+    cursor: &NewCursor,
+) -> Result<Cursor> {
+    check_cursor(cursor)?;
+    let mut tx = store.begin_write().await?;
+    minds::require::<B::Db>(&mut tx, mind).await?;
+    query::<B::Db>(
+        "INSERT INTO cursors (mind_id, name, value, updated_at_ms) \
+         VALUES ($1, $2, $3, $4) ON CONFLICT (mind_id, name) DO NOTHING",
+    )
+    .bind(mind)
+    .bind(&cursor.name)
+    .bind(&cursor.value)
+    .bind(cursor.updated_at_ms)
+    .execute(&mut tx)
+    .await?;
+    let row = query::<B::Db>(
+        "SELECT mind_id, name, value, updated_at_ms FROM cursors \
+         WHERE mind_id = $1 AND name = $2",
+    )
+    .bind(mind)
+    .bind(&cursor.name)
+    .fetch_one(&mut tx)
+    .await?;
+    let stored = cursor_from(&row)?;
+    B::Db::commit(tx).await?;
+    Ok(stored)
 }
 
 pub(crate) async fn pending<B: Backend>(

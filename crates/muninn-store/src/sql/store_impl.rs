@@ -356,6 +356,15 @@ impl<B: Backend> Store for B {
         bounded(self, "cursor", mailbox::cursor(self, mind, name)).await
     }
 
+    async fn first_cursor(&self, mind: &str, cursor: &NewCursor) -> Result<Cursor> {
+        bounded(
+            self,
+            "first_cursor",
+            mailbox::first_cursor(self, mind, cursor),
+        )
+        .await
+    }
+
     async fn pending_deliveries(
         &self,
         mind: &str,

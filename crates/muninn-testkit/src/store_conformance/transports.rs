@@ -28,6 +28,7 @@ pub(super) async fn intake_batch_moves_mail_and_cursor_together(factory: &dyn St
     let batch = step!(a_batch_posts_its_mail_and_moves_the_cursor(store));
     step!(the_same_batch_again_adds_nothing(store, &batch));
     step!(cursors_are_per_mind_and_name(store));
+    step!(a_first_cursor_is_never_overwritten(store));
     store.close().await;
 }
 
@@ -141,6 +142,49 @@ async fn cursors_are_per_mind_and_name(store: &dyn Store) {
     );
     let m_sync = ok(store.cursor("m", "matrix:sync").await, "m's sync").map(|c| c.value);
     assert_eq!(m_sync.as_deref(), Some("s2"), "m's cursor untouched");
+}
+
+/// A first cursor (the Matrix first start's position) is written once: a second write, as by
+/// another host starting the same Mind at once, keeps the first and answers it, so both read
+/// from the same position. Before, the only write was `post_batch`'s, which moves the cursor.
+async fn a_first_cursor_is_never_overwritten(store: &dyn Store) {
+    let first = |value: &str, at: i64| NewCursor {
+        name: "matrix:first-start".into(),
+        value: value.into(),
+        updated_at_ms: at,
+    };
+    let kept = Cursor {
+        mind: "m".into(),
+        name: "matrix:first-start".into(),
+        value: "p1".into(),
+        updated_at_ms: 10,
+    };
+    let written = ok(store.first_cursor("m", &first("p1", 10)).await, "first");
+    assert_eq!(written, kept, "the first write is stored and answered");
+    let again = ok(store.first_cursor("m", &first("p2", 20)).await, "second");
+    assert_eq!(again, kept, "a second write answers the first");
+    let stored = ok(store.cursor("m", "matrix:first-start").await, "read");
+    assert_eq!(stored, Some(kept), "the first is kept");
+    let other = ok(store.first_cursor("n", &first("q", 30)).await, "n");
+    assert_eq!(other.value, "q", "per Mind");
+    assert_not_found(
+        store
+            .first_cursor("zz", &first("p", 1))
+            .await
+            .map(|c| c.value),
+        "unknown mind",
+    );
+    let mut unnamed = first("p", 1);
+    unnamed.name.clear();
+    assert_invalid(
+        store.first_cursor("m", &unnamed).await.map(|c| c.value),
+        "unnamed",
+    );
+    let oversized = first(&"t".repeat(CURSOR_MAX_BYTES + 1), 1);
+    assert_invalid(
+        store.first_cursor("n", &oversized).await.map(|c| c.value),
+        "oversized",
+    );
 }
 
 pub(super) async fn intake_batch_is_all_or_nothing(factory: &dyn StoreFactory) {
