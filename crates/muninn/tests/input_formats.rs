@@ -374,3 +374,37 @@ fn prices_naming_a_named_pipe_are_refused_not_waited_on() {
         );
     }
 }
+
+/// A token option past any real prompt (`u64::MAX`) or a `--decide-before-s` whose milliseconds
+/// overflow an `i64` was taken as given, and the replay's arithmetic on it panicked in a debug
+/// build (a wrapped, plausible figure in a release one). Each is refused, naming the option.
+#[test]
+fn replay_options_past_their_limits_are_refused_not_panicked_on() {
+    let csv = import_fixture("tracelab/rounds.csv");
+    for (option, value) in [
+        ("--rehydrate-tokens", "18446744073709551615"),
+        ("--head-tokens", "18446744073709551615"),
+        ("--ping-tokens", "18446744073709551615"),
+        ("--ping-output-tokens", "18446744073709551615"),
+        ("--flush-prompt-tokens", "4294967297"),
+        ("--flush-output-tokens", "4294967297"),
+        ("--ceiling", "4294967297"),
+        ("--decide-before-s", "9223372036854775807"),
+        ("--decide-before-s", "-9223372036854775807"),
+    ] {
+        let out = muninn_within_bound(&[
+            "replay",
+            "--quiet",
+            "--model",
+            "claude-sonnet-4-5",
+            &format!("{option}={value}"),
+            csv.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.contains(&format!("invalid value '{value}' for '{option}")),
+            "{option} {value}: {stderr}"
+        );
+        assert_eq!(out.status.code(), Some(2), "{option} {value}: {stderr}");
+    }
+}
