@@ -494,6 +494,13 @@ fn run_plans(
     want_timeline: bool,
     since_ms: Option<i64>,
 ) -> Vec<PlanResult> {
+    // Each trace's TTL, judged once: `whole_trace_ttl` reads every request of its trace, and
+    // judged at every step it made a replay quadratic in a session's length (a session of
+    // 100,000 requests ran for more than ten minutes).
+    let ttls: Vec<Ttl> = priced
+        .iter()
+        .map(|(trace, _)| assumptions.ttl.unwrap_or_else(|| trace.whole_trace_ttl()))
+        .collect();
     let run_one = |plan: Plan| -> PlanResult {
         let mut totals = RunTotals::default();
         let mut timeline = Vec::new();
@@ -505,10 +512,7 @@ fn run_plans(
             if since_ms.is_some_and(|s| step.at_ms < s) {
                 return;
             }
-            let ttl = assumptions
-                .ttl
-                .unwrap_or_else(|| priced[i].0.whole_trace_ttl());
-            kept.record(step, ttl);
+            kept.record(step, ttls[i]);
             if want_timeline {
                 timeline.push((step.at_ms, step.cost));
             }

@@ -408,3 +408,34 @@ fn replay_options_past_their_limits_are_refused_not_panicked_on() {
         assert_eq!(out.status.code(), Some(2), "{option} {value}: {stderr}");
     }
 }
+
+/// Each step of a replay judged its trace's TTL over the whole trace, so a replay was quadratic
+/// in a session's length: one session of 100,000 requests ran for more than ten minutes (debug
+/// build; 200,000 requests of `--policy recorded` alone ran past the bound here). Linear, it
+/// takes seconds.
+#[test]
+fn a_session_of_200_000_requests_replays_within_the_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let csv = tmp.path().join("long.csv");
+    let mut text =
+        String::from("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n");
+    for round in 0..200_000_u64 {
+        let prefix = 20_000 + (round % 1_000) * 100;
+        let sent = if round % 1_000 == 0 { 0 } else { prefix - 100 };
+        text.push_str(&format!("s,{round},{sent},{prefix},50,2000\n"));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let out = muninn_within_bound(&[
+        "replay",
+        "--quiet",
+        "--model",
+        "claude-sonnet-4-5",
+        "--policy",
+        "recorded",
+        "--format",
+        "json",
+        csv.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+}
