@@ -44,6 +44,19 @@ pub enum PriceError {
     },
 }
 
+/// The highest price a table may give, in dollars per million tokens: thousands of times any
+/// model's. Rates are `u64` micro-dollars per million tokens and the write rates are the input's
+/// times a multiplier: past these, `--prices` resolved a write rate that wrapped below the input's
+/// and costs that saturated at `i64::MAX` micro-dollars, printed as figures; refused instead.
+pub const MAX_USD_PER_MTOK: f64 = 1_000_000.0;
+
+/// The highest read or write multiplier (of the input price) a table may give.
+pub const MAX_MULTIPLIER: f64 = 1_000.0;
+
+/// The longest `retention_s` a table may give: ten years. Past `i64::MAX` seconds it was cast to
+/// a negative retention and the optimum's expiry arithmetic panicked on overflow; refused instead.
+pub const MAX_RETENTION_S: u64 = 315_360_000;
+
 /// Whose prompt cache a model sits behind: each provider caches differently, and muninn has one
 /// cache model per provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -240,15 +253,18 @@ impl ModelEntry {
         let read = self.read.unwrap_or(d.read);
         let write_5m = self.write_5m.unwrap_or(d.write_5m);
         let write_1h = self.write_1h.unwrap_or(d.write_1h);
-        for (what, v) in [
-            ("input", self.input),
-            ("output", self.output),
-            ("read", read),
-            ("write_5m", write_5m),
-            ("write_1h", write_1h),
+        for (what, v, max) in [
+            ("input", self.input, MAX_USD_PER_MTOK),
+            ("output", self.output, MAX_USD_PER_MTOK),
+            ("read", read, MAX_MULTIPLIER),
+            ("write_5m", write_5m, MAX_MULTIPLIER),
+            ("write_1h", write_1h, MAX_MULTIPLIER),
         ] {
             if !v.is_finite() || v < 0.0 {
                 return Err(format!("{what} must be a finite, non-negative number"));
+            }
+            if v > max {
+                return Err(format!("{what} of {v} is past the limit of {max}"));
             }
         }
         if self.input == 0.0 {
@@ -267,6 +283,11 @@ impl ModelEntry {
             return Err("cache_step must be positive".to_string());
         }
         let retention_s = self.retention_s.unwrap_or(d.retention_s);
+        if retention_s > MAX_RETENTION_S {
+            return Err(format!(
+                "retention_s of {retention_s} is past the limit of {MAX_RETENTION_S} (ten years)"
+            ));
+        }
         if provider == Provider::OpenAi && retention_s == 0 {
             return Err(
                 "an openai model needs retention_s: its cache has no TTL to take it from"
@@ -286,7 +307,8 @@ impl ModelEntry {
             context_window: window,
             provider,
             cache_step,
-            retention_ms: (retention_s as i64).saturating_mul(1000),
+            // In range: bounded above, so neither the cast nor the product wraps.
+            retention_ms: retention_s as i64 * 1000,
         })
     }
 }

@@ -7,6 +7,7 @@ mod growth;
 mod learn;
 mod mask;
 mod optimum_mask;
+mod price;
 mod render;
 mod replay;
 mod validate;

@@ -15,6 +15,15 @@ use muninn_report::{PolicyRow, ReplayReport, Unpriced};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// The most tokens a token option may give: the importers' limit on one usage field (2^32).
+/// Past it the replay's sums and products of these options overflowed (`--rehydrate-tokens
+/// 18446744073709551615` panicked in a debug build); clap refuses it, naming the option.
+const MAX_OPTION_TOKENS: u64 = 1 << 32;
+
+/// The most seconds `--decide-before-s` may give, either way: a day, past any TTL. Its milliseconds
+/// overflowed an `i64` from 9.2e15 s.
+const MAX_DECIDE_BEFORE_S: i64 = 86_400;
+
 /// Arguments of `muninn replay`.
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
@@ -53,34 +62,38 @@ pub struct ReplayArgs {
     #[arg(long)]
     prices: Option<PathBuf>,
     /// Head (tools + system) tokens [default: estimated per trace].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(..=MAX_OPTION_TOKENS))]
     head_tokens: Option<Tokens>,
     /// Memory/summary tokens a refreshed segment starts with (and the flush writes) [default:
     /// the median rehydration the traces' own compactions measured, else 4000].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(..=MAX_OPTION_TOKENS))]
     rehydrate_tokens: Option<Tokens>,
     /// Tokens of the flush instruction.
-    #[arg(long, default_value_t = Assumptions::default().flush_prompt_tokens)]
+    #[arg(long, default_value_t = Assumptions::default().flush_prompt_tokens, value_parser = clap::value_parser!(u64).range(..=MAX_OPTION_TOKENS))]
     flush_prompt_tokens: Tokens,
     /// Output tokens of the flush [default: the rehydration size]. With memory written as it
     /// happens, pass 0 here and for --flush-prompt-tokens: refreshes then need no flush request.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(..=MAX_OPTION_TOKENS))]
     flush_output_tokens: Option<Tokens>,
     /// Uncached tail tokens of a keep-warm ping.
-    #[arg(long, default_value_t = Assumptions::default().ping_tokens)]
+    #[arg(long, default_value_t = Assumptions::default().ping_tokens, value_parser = clap::value_parser!(u64).range(..=MAX_OPTION_TOKENS))]
     ping_tokens: Tokens,
     /// Output tokens of a keep-warm ping: 0 for muninn's Anthropic backend, whose pings send
     /// `max_tokens: 0`; 1 for a backend that pings with `max_tokens: 1`.
-    #[arg(long, default_value_t = Assumptions::default().ping_output_tokens)]
+    #[arg(long, default_value_t = Assumptions::default().ping_output_tokens, value_parser = clap::value_parser!(u64).range(..=MAX_OPTION_TOKENS))]
     ping_output_tokens: Tokens,
     /// Requests a segment must hold before a voluntary refresh.
     #[arg(long, default_value_t = Assumptions::default().min_segment_requests)]
     min_segment: u32,
     /// Context ceiling in tokens [default: the model's context window].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(..=MAX_OPTION_TOKENS))]
     ceiling: Option<Tokens>,
     /// Seconds before a cache expiry at which the host decides (and pings).
-    #[arg(long, default_value_t = Assumptions::default().decide_before_expiry_ms / 1000)]
+    #[arg(
+        long,
+        default_value_t = Assumptions::default().decide_before_expiry_ms / 1000,
+        value_parser = clap::value_parser!(i64).range(-MAX_DECIDE_BEFORE_S..=MAX_DECIDE_BEFORE_S)
+    )]
     decide_before_s: i64,
     /// TTL tier to replay at: 5m or 1h [default: as recorded per trace].
     #[arg(long)]
@@ -481,6 +494,13 @@ fn run_plans(
     want_timeline: bool,
     since_ms: Option<i64>,
 ) -> Vec<PlanResult> {
+    // Each trace's TTL, judged once: `whole_trace_ttl` reads every request of its trace, and
+    // judged at every step it made a replay quadratic in a session's length (a session of
+    // 100,000 requests ran for more than ten minutes).
+    let ttls: Vec<Ttl> = priced
+        .iter()
+        .map(|(trace, _)| assumptions.ttl.unwrap_or_else(|| trace.whole_trace_ttl()))
+        .collect();
     let run_one = |plan: Plan| -> PlanResult {
         let mut totals = RunTotals::default();
         let mut timeline = Vec::new();
@@ -492,10 +512,7 @@ fn run_plans(
             if since_ms.is_some_and(|s| step.at_ms < s) {
                 return;
             }
-            let ttl = assumptions
-                .ttl
-                .unwrap_or_else(|| priced[i].0.whole_trace_ttl());
-            kept.record(step, ttl);
+            kept.record(step, ttls[i]);
             if want_timeline {
                 timeline.push((step.at_ms, step.cost));
             }

@@ -374,3 +374,68 @@ fn prices_naming_a_named_pipe_are_refused_not_waited_on() {
         );
     }
 }
+
+/// A token option past any real prompt (`u64::MAX`) or a `--decide-before-s` whose milliseconds
+/// overflow an `i64` was taken as given, and the replay's arithmetic on it panicked in a debug
+/// build (a wrapped, plausible figure in a release one). Each is refused, naming the option.
+#[test]
+fn replay_options_past_their_limits_are_refused_not_panicked_on() {
+    let csv = import_fixture("tracelab/rounds.csv");
+    for (option, value) in [
+        ("--rehydrate-tokens", "18446744073709551615"),
+        ("--head-tokens", "18446744073709551615"),
+        ("--ping-tokens", "18446744073709551615"),
+        ("--ping-output-tokens", "18446744073709551615"),
+        ("--flush-prompt-tokens", "4294967297"),
+        ("--flush-output-tokens", "4294967297"),
+        ("--ceiling", "4294967297"),
+        ("--decide-before-s", "9223372036854775807"),
+        ("--decide-before-s", "-9223372036854775807"),
+    ] {
+        let out = muninn_within_bound(&[
+            "replay",
+            "--quiet",
+            "--model",
+            "claude-sonnet-4-5",
+            &format!("{option}={value}"),
+            csv.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.contains(&format!("invalid value '{value}' for '{option}")),
+            "{option} {value}: {stderr}"
+        );
+        assert_eq!(out.status.code(), Some(2), "{option} {value}: {stderr}");
+    }
+}
+
+/// Each step of a replay judged its trace's TTL over the whole trace, so a replay was quadratic
+/// in a session's length: one session of 100,000 requests ran for more than ten minutes (debug
+/// build; 200,000 requests of `--policy recorded` alone ran past the bound here). Linear, it
+/// takes seconds.
+#[test]
+fn a_session_of_200_000_requests_replays_within_the_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let csv = tmp.path().join("long.csv");
+    let mut text =
+        String::from("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n");
+    for round in 0..200_000_u64 {
+        let prefix = 20_000 + (round % 1_000) * 100;
+        let sent = if round % 1_000 == 0 { 0 } else { prefix - 100 };
+        text.push_str(&format!("s,{round},{sent},{prefix},50,2000\n"));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let out = muninn_within_bound(&[
+        "replay",
+        "--quiet",
+        "--model",
+        "claude-sonnet-4-5",
+        "--policy",
+        "recorded",
+        "--format",
+        "json",
+        csv.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+}
