@@ -54,8 +54,20 @@ async fn a_brief_after_one_run() -> (
     MindRunner<SimBackend>,
     i64,
 ) {
+    a_brief_after_one_run_of(mind("")).await
+}
+
+/// [`a_brief_after_one_run`] for a Mind configured as `config`.
+async fn a_brief_after_one_run_of(
+    config: muninn_host::config::MindConfig,
+) -> (
+    World,
+    Arc<muninn_testkit::FaultyStore>,
+    MindRunner<SimBackend>,
+    i64,
+) {
     let (w, faults) = crate::runtime::faulty_world("").await;
-    let mut r = runner(&w, mind(""), "host-a");
+    let mut r = runner(&w, config, "host-a");
     r.register().await.unwrap();
     brief(&w, "Summarise the open issues.").await;
     settle(&mut r).await;
@@ -191,6 +203,42 @@ async fn done_and_reported_once(w: &World, seq: i64) {
     );
 }
 
+/// The probe brief (`seq`) failed, and reported to the Persona once, as interrupted: `by` what
+/// (after "was interrupted: "), and saying `says`.
+async fn failed_and_reported_once(w: &World, seq: i64, by: &str, says: &str) {
+    let stored = stored_brief(w, seq).await;
+    assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
+    let reports = reports_of(w, seq).await;
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].starts_with(&format!("Self run {seq} was interrupted: {by}"))
+            && reports[0].contains(says),
+        "{reports:?}"
+    );
+}
+
+/// How many Self requests showed the probe anywhere in what the model was told.
+fn showing_the_probe(w: &World) -> usize {
+    self_requests(w)
+        .iter()
+        .filter(|r| user_texts(r).concat().contains(PROBE))
+        .count()
+}
+
+/// `r` shut down cleanly (its lease released) and the same host started again with `config`,
+/// settled: the restarted runner.
+async fn restarted_cleanly(
+    w: &World,
+    mut r: MindRunner<SimBackend>,
+    config: muninn_host::config::MindConfig,
+) -> MindRunner<SimBackend> {
+    r.release().await.unwrap();
+    drop(r);
+    let mut restarted = runner(w, config, "host-a");
+    settle(&mut restarted).await;
+    restarted
+}
+
 /// The probe recorded at most once per segment, and the Self transcript's last segment holding
 /// exactly the briefs the `last` Self request was shown.
 async fn transcript_as_sent(w: &World, last: &Value) {
@@ -320,15 +368,7 @@ async fn a_brief_asked_before_its_host_died_is_reported_interrupted_not_run_agai
         .filter(|r| user_texts(r).last().is_some_and(|t| t.contains(PROBE)))
         .count();
     assert_eq!(shown, 1, "requests whose new brief is the probe");
-    let stored = stored_brief(&w, seq).await;
-    assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
-    let reports = reports_of(&w, seq).await;
-    assert_eq!(reports.len(), 1, "{reports:?}");
-    assert!(
-        reports[0].starts_with(&format!("Self run {seq} was interrupted: "))
-            && reports[0].contains("before anything of the run was recorded"),
-        "{reports:?}"
-    );
+    failed_and_reported_once(&w, seq, "", "before anything of the run was recorded").await;
 }
 
 /// A brief held because its append was refused (nothing landed) when its host loses the lease:
@@ -347,20 +387,14 @@ async fn a_held_brief_that_never_landed_is_reported_never_sent_by_the_next_holde
     assert_eq!(a.step().await.unwrap(), Step::NotLeader);
     settle(&mut b).await;
 
-    let shown = self_requests(&w)
-        .iter()
-        .filter(|r| user_texts(r).concat().contains(PROBE))
-        .count();
-    assert_eq!(shown, 0, "requests showing the probe");
-    let stored = stored_brief(&w, seq).await;
-    assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
-    let reports = reports_of(&w, seq).await;
-    assert_eq!(reports.len(), 1, "{reports:?}");
-    assert!(
-        reports[0].starts_with(&format!("Self run {seq} was interrupted: its host stopped"))
-            && reports[0].contains("before the brief was recorded or sent to the model"),
-        "{reports:?}"
-    );
+    assert_eq!(showing_the_probe(&w), 0, "requests showing the probe");
+    failed_and_reported_once(
+        &w,
+        seq,
+        "its host stopped",
+        "before the brief was recorded or sent to the model",
+    )
+    .await;
 }
 
 /// Another host takes the Mind over from `r`'s lease and lets it go at once, without a step:
@@ -420,10 +454,7 @@ async fn a_brief_whose_ask_mark_answer_was_lost_is_run_once_after_a_clean_restar
     let (w, faults, mut r, seq) = a_brief_after_one_run().await;
     faults.lose_append_answers_after(1, 1);
     r.step().await.unwrap_err();
-    r.release().await.unwrap();
-    drop(r);
-    let mut restarted = runner(&w, mind(""), "host-a");
-    settle(&mut restarted).await;
+    let mut restarted = restarted_cleanly(&w, r, mind("")).await;
     done_and_reported_once(&w, seq).await;
     brief(&w, "And the month.").await;
     settle(&mut restarted).await;
@@ -454,20 +485,14 @@ async fn a_mark_another_holder_wrote_is_not_taken_for_the_runners_own_unconfirme
     w.sim.advance_clock(ttl + 1_000);
     settle_through_errors(&mut a).await;
 
-    let shown = self_requests(&w)
-        .iter()
-        .filter(|r| user_texts(r).concat().contains(PROBE))
-        .count();
-    assert_eq!(shown, 1, "requests showing the probe");
-    let stored = stored_brief(&w, seq).await;
-    assert_eq!(stored.status, BriefStatus::Failed, "{stored:?}");
-    let reports = reports_of(&w, seq).await;
-    assert_eq!(reports.len(), 1, "{reports:?}");
-    assert!(
-        reports[0].starts_with(&format!("Self run {seq} was interrupted: its host stopped"))
-            && reports[0].contains("may have reached the model and acted"),
-        "{reports:?}"
-    );
+    assert_eq!(showing_the_probe(&w), 1, "requests showing the probe");
+    failed_and_reported_once(
+        &w,
+        seq,
+        "its host stopped",
+        "may have reached the model and acted",
+    )
+    .await;
 }
 
 /// A brief whose ask mark's answer was lost, and the next step's spend read (the cap checked
@@ -478,12 +503,7 @@ async fn a_mark_another_holder_wrote_is_not_taken_for_the_runners_own_unconfirme
 /// reached the model and acted*: a run that never began.
 #[tokio::test]
 async fn a_held_brief_whose_cap_read_fails_is_still_held_and_run_once() {
-    let (w, faults) = crate::runtime::faulty_world("").await;
-    let mut r = runner(&w, capped(), "host-a");
-    r.register().await.unwrap();
-    brief(&w, "Summarise the open issues.").await;
-    settle(&mut r).await;
-    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    let (w, faults, mut r, seq) = a_brief_after_one_run_of(capped()).await;
     faults.lose_append_answers_after(1, 1);
     r.step().await.unwrap_err();
     faults.fail_spend_reads(1);
@@ -536,12 +556,7 @@ async fn a_brief_whose_mark_answer_was_lost_under_a_stale_lease() -> (
     MindRunner<SimBackend>,
     i64,
 ) {
-    let (w, faults) = crate::runtime::faulty_world("").await;
-    let mut r = runner(&w, capped(), "host-a");
-    r.register().await.unwrap();
-    brief(&w, "Summarise the open issues.").await;
-    settle(&mut r).await;
-    let seq = brief(&w, &format!("{PROBE}: summarise the week.")).await;
+    let (w, faults, mut r, seq) = a_brief_after_one_run_of(capped()).await;
     faults.lose_append_answers_after(1, 1);
     r.step().await.unwrap_err();
     lease_changes_hands(&w).await;
@@ -578,11 +593,8 @@ fn capped() -> muninn_host::config::MindConfig {
 /// *interrupted … may have reached the model and acted* — a run that never began.
 #[tokio::test]
 async fn a_recovered_brief_still_held_at_a_clean_shutdown_is_run_once_after_the_restart() {
-    let (w, mut r, seq) = a_recovered_brief_held_through_a_failed_spend_read().await;
-    r.release().await.unwrap();
-    drop(r);
-    let mut restarted = runner(&w, capped(), "host-a");
-    settle(&mut restarted).await;
+    let (w, r, seq) = a_recovered_brief_held_through_a_failed_spend_read().await;
+    let mut restarted = restarted_cleanly(&w, r, capped()).await;
     done_and_reported_once(&w, seq).await;
     brief(&w, "And the month.").await;
     settle(&mut restarted).await;
@@ -614,10 +626,7 @@ async fn a_recovered_brief_whose_fresh_append_is_refused_is_run_once_after_a_cle
     faults.refuse_appends(1);
     r.step().await.unwrap_err();
     assert_eq!(self_requests(&w).len(), 1, "the probe was not sent");
-    r.release().await.unwrap();
-    drop(r);
-    let mut restarted = runner(&w, capped(), "host-a");
-    settle(&mut restarted).await;
+    let mut restarted = restarted_cleanly(&w, r, capped()).await;
     done_and_reported_once(&w, seq).await;
     brief(&w, "And the month.").await;
     settle(&mut restarted).await;

@@ -6,6 +6,7 @@ use crate::support::{T0, long_system, message_records, recompute, sim, sim_with,
 use muninn_backend::{Backend, BackendError, SessionSpec, TurnEvent, TurnInput};
 use muninn_core::cache::Ttl;
 use muninn_core::ledger::MissCause;
+use muninn_sim::SimHandle;
 use muninn_sim::sim::{Fault, FaultKind, SimConfig};
 use pretty_assertions::assert_eq;
 use std::time::Duration;
@@ -511,6 +512,35 @@ async fn trickled_replies_are_whole_and_slow() {
     assert!(h.sim.requests().iter().all(|r| r.fault.is_some()));
 }
 
+/// An Anthropic backend on `h` whose attempts time out after `attempt_timeout`, its session
+/// `name` started, one turn answered and a minute gone by (the cache warm, a keep-warm ping
+/// due), with the sleeper its retries would wait on.
+async fn a_minute_after_a_turn(
+    h: &SimHandle,
+    name: &str,
+    attempt_timeout: Duration,
+) -> (
+    muninn_anthropic::backend::AnthropicBackend,
+    muninn_backend::clock::RecordingSleeper,
+) {
+    use muninn_anthropic::client::{AnthropicClient, ClientConfig};
+    let clock = muninn_backend::clock::ManualClock::new(T0);
+    let sleeper = muninn_backend::clock::RecordingSleeper::default();
+    let key = muninn_anthropic::secret::ApiKey::new("sk-test-secret-123").unwrap();
+    let mut config = ClientConfig::new(h.base_url(), key);
+    config.attempt_timeout = Some(attempt_timeout);
+    let client = AnthropicClient::new(config, std::sync::Arc::new(sleeper.clone())).unwrap();
+    let mut backend = muninn_anthropic::backend::AnthropicBackend::new(
+        client,
+        std::sync::Arc::new(clock.clone()),
+        muninn_core::price::PriceTable::embedded(),
+    );
+    backend.start(spec(name, Ttl::FiveMinutes)).await.unwrap();
+    backend.turn(TurnInput::text("hello")).await.unwrap();
+    clock.advance(60_000);
+    (backend, sleeper)
+}
+
 /// A keep-warm ping goes whole (`max_tokens: 0`, not streamed), so its `200` comes once the
 /// provider has answered it — read the prompt, refreshed its cache, billed it. A body that then
 /// breaks off (here: trickled past the attempt's deadline) is that billed answer lost, and the
@@ -520,25 +550,9 @@ async fn trickled_replies_are_whole_and_slow() {
 /// which is the simulator's own billing.
 #[tokio::test]
 async fn a_whole_reply_cut_after_its_200_is_billed_and_not_resent() {
-    use muninn_anthropic::client::{AnthropicClient, ClientConfig};
     let h = sim().await;
-    let clock = muninn_backend::clock::ManualClock::new(T0);
-    let sleeper = muninn_backend::clock::RecordingSleeper::default();
-    let key = muninn_anthropic::secret::ApiKey::new("sk-test-secret-123").unwrap();
-    let mut config = ClientConfig::new(h.base_url(), key);
-    config.attempt_timeout = Some(Duration::from_secs(2));
-    let client = AnthropicClient::new(config, std::sync::Arc::new(sleeper.clone())).unwrap();
-    let mut backend = muninn_anthropic::backend::AnthropicBackend::new(
-        client,
-        std::sync::Arc::new(clock.clone()),
-        muninn_core::price::PriceTable::embedded(),
-    );
-    backend
-        .start(spec("ping-cut", Ttl::FiveMinutes))
-        .await
-        .unwrap();
-    backend.turn(TurnInput::text("hello")).await.unwrap();
-    clock.advance(60_000);
+    let (mut backend, sleeper) =
+        a_minute_after_a_turn(&h, "ping-cut", Duration::from_secs(2)).await;
     h.sim
         .push_faults([fault(FaultKind::Trickle { every_ms: 200 }, 3)]);
     let outcome = backend.ping().await;
@@ -577,25 +591,8 @@ async fn a_whole_reply_cut_after_its_200_is_billed_and_not_resent() {
 /// two pings billed, one reported.
 #[tokio::test]
 async fn a_whole_reply_lost_before_its_status_may_be_billed_and_is_not_resent() {
-    use muninn_anthropic::client::{AnthropicClient, ClientConfig};
     let h = sim().await;
-    let clock = muninn_backend::clock::ManualClock::new(T0);
-    let sleeper = muninn_backend::clock::RecordingSleeper::default();
-    let key = muninn_anthropic::secret::ApiKey::new("sk-test-secret-123").unwrap();
-    let mut config = ClientConfig::new(h.base_url(), key);
-    config.attempt_timeout = Some(Duration::from_secs(1));
-    let client = AnthropicClient::new(config, std::sync::Arc::new(sleeper.clone())).unwrap();
-    let mut backend = muninn_anthropic::backend::AnthropicBackend::new(
-        client,
-        std::sync::Arc::new(clock.clone()),
-        muninn_core::price::PriceTable::embedded(),
-    );
-    backend
-        .start(spec("ping-stall", Ttl::FiveMinutes))
-        .await
-        .unwrap();
-    backend.turn(TurnInput::text("hello")).await.unwrap();
-    clock.advance(60_000);
+    let (mut backend, _) = a_minute_after_a_turn(&h, "ping-stall", Duration::from_secs(1)).await;
     h.sim
         .push_faults([fault(FaultKind::StallBeforeHeaders { ms: 3_000 }, 1)]);
     let outcome = backend.ping().await;
