@@ -299,6 +299,61 @@ where
     }
 }
 
+/// A first start held just before its first sync, after the account joined its configured
+/// public room: said there before the join, "before the join"; a room the bot was in before it
+/// ever ran, with its "backlog" (both configured); a direct chat it is invited to, with "while
+/// invited"; and, once the first sync is held, "after the join" (the event ids of the last two).
+struct HeldAfterJoin {
+    rig: Rig,
+    room: String,
+    /// The public room's `#alias`, configured.
+    public: String,
+    /// The earlier room's `#alias`, configured.
+    earlier: String,
+    dm: String,
+    invited: String,
+    between: String,
+    faulty: Arc<muninn_testkit::FaultyStore>,
+    running: Running,
+}
+
+/// [`HeldAfterJoin`] for `test` (`None` without Synapse, as [`rig`]).
+async fn a_first_start_held_after_its_join(test: &str) -> Option<HeldAfterJoin> {
+    let rig = rig(test).await?;
+    let name = alias(test);
+    let room = rig.public_room(&name).await;
+    rig.human.send(&room, "before the join", &[]).await;
+    // A room the bot was in before it ever ran: its backlog is history, never answered.
+    let earlier = alias(&format!("{test}-earlier"));
+    let before = rig.human.create_room(Some(&earlier), &[], false).await;
+    rig.bot_user.join(&before).await;
+    rig.human.send(&before, "backlog", &[]).await;
+    let earlier = format!("#{earlier}");
+    let dm = rig.human.create_room(None, &[&rig.bot], true).await;
+    let invited = rig.human.send(&dm, "while invited", &[]).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.hold_mailbox_reads();
+    let public = format!("#{name}");
+    let running = rig.start_on(faulty.clone(), &[&public, &earlier], |_| {});
+    rig.bot_joined(&room).await;
+    eventually("the first sync held", Duration::from_secs(30), || async {
+        (faulty.held_mailbox_reads() > 0).then_some(())
+    })
+    .await;
+    let between = rig.human.send(&room, "after the join", &[]).await;
+    Some(HeldAfterJoin {
+        rig,
+        room,
+        public,
+        earlier,
+        dm,
+        invited,
+        between,
+        faulty,
+        running,
+    })
+}
+
 /// A unique alias localpart.
 fn alias(test: &str) -> String {
     format!(

@@ -794,30 +794,20 @@ async fn an_account_whose_task_panicked_is_reported_and_opened_again() {
 /// before the Mind ever ran, and read their first sync as history: both messages were lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_first_start_that_never_committed_joined_stays_mail_for_the_next_process() {
-    let Some(rig) = rig("firstcrash").await else {
+    let Some(HeldAfterJoin {
+        rig,
+        room,
+        public,
+        earlier,
+        dm,
+        invited,
+        between,
+        faulty,
+        running,
+    }) = a_first_start_held_after_its_join("firstcrash").await
+    else {
         return;
     };
-    let name = alias("firstcrash");
-    let room = rig.public_room(&name).await;
-    rig.human.send(&room, "before the join", &[]).await;
-    // A room the bot was in before it ever ran: its backlog is history, never answered.
-    let earlier = alias("firstcrash-earlier");
-    let before = rig.human.create_room(Some(&earlier), &[], false).await;
-    rig.bot_user.join(&before).await;
-    rig.human.send(&before, "backlog", &[]).await;
-    let earlier = format!("#{earlier}");
-    let dm = rig.human.create_room(None, &[&rig.bot], true).await;
-    let invited = rig.human.send(&dm, "while invited", &[]).await;
-    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
-    faulty.hold_mailbox_reads();
-    let public = format!("#{name}");
-    let running = rig.start_on(faulty.clone(), &[&public, &earlier], |_| {});
-    rig.bot_joined(&room).await;
-    eventually("the first sync held", Duration::from_secs(30), || async {
-        (faulty.held_mailbox_reads() > 0).then_some(())
-    })
-    .await;
-    let between = rig.human.send(&room, "after the join", &[]).await;
     faulty.fail_batches(u32::MAX);
     faulty.release_mailbox_reads();
     eventually(

@@ -542,30 +542,20 @@ async fn a_refused_login_is_loud_bounded_and_recovers_and_no_line_carries_a_secr
 /// history and the message said after the join was never delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_is_said_after_the_first_join_and_before_the_first_sync_is_mail_once() {
-    let Some(rig) = rig("between").await else {
+    let Some(HeldAfterJoin {
+        rig,
+        room,
+        public,
+        earlier,
+        dm: _,
+        invited,
+        between,
+        faulty,
+        running,
+    }) = a_first_start_held_after_its_join("between").await
+    else {
         return;
     };
-    let name = alias("between");
-    let room = rig.public_room(&name).await;
-    rig.human.send(&room, "before the join", &[]).await;
-    // A room the bot was in before it ever ran: its backlog is history, never answered.
-    let earlier = alias("between-earlier");
-    let before = rig.human.create_room(Some(&earlier), &[], false).await;
-    rig.bot_user.join(&before).await;
-    rig.human.send(&before, "backlog", &[]).await;
-    let earlier = format!("#{earlier}");
-    let dm = rig.human.create_room(None, &[&rig.bot], true).await;
-    let invited = rig.human.send(&dm, "while invited", &[]).await;
-    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
-    faulty.hold_mailbox_reads();
-    let public = format!("#{name}");
-    let running = rig.start_on(faulty.clone(), &[&public, &earlier], |_| {});
-    rig.bot_joined(&room).await;
-    eventually("the first sync held", Duration::from_secs(30), || async {
-        (faulty.held_mailbox_reads() > 0).then_some(())
-    })
-    .await;
-    let between = rig.human.send(&room, "after the join", &[]).await;
     faulty.release_mailbox_reads();
     rig.first_sync().await;
     let after = rig.human.send(&room, "after the first sync", &[]).await;
