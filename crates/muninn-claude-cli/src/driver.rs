@@ -267,18 +267,23 @@ impl Collected {
     /// The reply's text: the blocks of one API message joined as they came, and the messages
     /// (a text before a tool call, the text after its result) apart by a blank line, as the
     /// paragraphs they are — joined bare, one message's last sentence ran into the next's
-    /// first ("…tool.Tool result…"). A block with no message id is a message of its own.
+    /// first ("…tool.Tool result…"). A block with no message id is a message of its own. A
+    /// message whose text is whitespace alone (a bare `"\n\n"` block the model writes before a
+    /// tool call) is no paragraph: kept, it added blank lines between its neighbours.
     fn reply_text(&self) -> String {
-        let mut reply = String::new();
+        let mut messages: Vec<String> = Vec::new();
         let mut last: Option<&Option<String>> = None;
         for (id, text) in &self.text {
-            if last.is_some_and(|l| l.is_none() || l != id) {
-                reply.push_str("\n\n");
+            match messages.last_mut() {
+                Some(message) if last.is_some_and(|l| l.is_some() && l == id) => {
+                    message.push_str(text);
+                }
+                _ => messages.push(text.clone()),
             }
-            reply.push_str(text);
             last = Some(id);
         }
-        reply
+        messages.retain(|m| !m.trim().is_empty());
+        messages.join("\n\n")
     }
 }
 

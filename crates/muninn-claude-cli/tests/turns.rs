@@ -644,3 +644,37 @@ async fn a_reply_in_several_messages_keeps_them_apart() {
     );
     b.shutdown().await;
 }
+
+/// A message whose text is whitespace alone (the model often writes a bare `"\n\n"` block
+/// before a tool call) adds nothing to a reply joined from several messages: the paragraphs
+/// around it stay one blank line apart. A CLI stand-in answers in three messages, the middle
+/// one's only text a blank block. Before, the blank block was joined as a paragraph of its own:
+/// "First.\n\n\n\n\n\nSecond.".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blank_message_adds_no_blank_lines_to_the_reply() {
+    use script::*;
+    let dir = tempfile::tempdir().unwrap();
+    let events = [
+        init(),
+        echo("w1"),
+        said("First.", "msg_w1", 5),
+        said("\n\n", "msg_w2", 5),
+        said(" ", "msg_w3", 5),
+        said("Second.", "msg_w4", 5),
+        result("Second.", 5),
+    ];
+    let bin = stand_in(
+        dir.path(),
+        &format!(
+            "read line\n{}while read line; do :; done\n",
+            printed(&events)
+        ),
+    )
+    .await;
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a90").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("blank")).await.unwrap();
+    let o = ok(b.turn(TurnInput::text("w1")).await);
+    assert_eq!(o.text, "First.\n\nSecond.");
+    b.shutdown().await;
+}
