@@ -239,6 +239,9 @@ struct Collected {
     /// The main thread's text blocks, each with the id of the API message it came in (the CLI
     /// writes a line per block): see [`Collected::reply_text`].
     text: Vec<(Option<String>, String)>,
+    /// The ids of the main thread's model messages, once each, in order: what a failed turn's
+    /// session file must hold for the session to carry on from it (`rewind.rs`).
+    model_messages: Vec<Option<String>>,
     /// The main thread's tool calls (a subagent's, in events with a `parent_tool_use_id`, are
     /// left out: the CLI stores them in the subagent's own file, not the session's).
     tool_calls: Vec<ToolCall>,

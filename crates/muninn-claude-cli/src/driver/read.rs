@@ -268,6 +268,9 @@ fn on_assistant(a: AssistantEvent, run_flush: &mut Option<RunFlush>, collected: 
     // the main thread then reads) is not the turn's reply: its text and calls are
     // the subagent's, stored in the subagent's own file, not the session's.
     if a.parent_tool_use_id.is_none() {
+        if id.is_none() || !collected.model_messages.contains(&id) {
+            collected.model_messages.push(id.clone());
+        }
         collect_blocks(id, a.message.content, collected);
     }
 }

@@ -64,6 +64,56 @@ async fn a_turns_part_of_the_session_file_past_the_bound_is_not_read_nor_cut() {
     b.shutdown().await;
 }
 
+/// A session forked from `session` to `copy` on a CLI stand-in, with the backends that started
+/// the original (its child waits for its stdin to end) and the fork: the fork's launch reads
+/// its turn's line and then runs `on_fork` (sh), which writes the copy's file itself.
+struct Forked {
+    _sim: SimHandle,
+    first: ClaudeCliBackend,
+    fork: ClaudeCliBackend,
+}
+
+async fn forked(dir: &std::path::Path, session: &str, tag: &str, on_fork: &str) -> Forked {
+    // Only the forked launch answers.
+    let bin = stand_in(
+        dir,
+        &format!(
+            "case \"$*\" in *--fork-session*)\n\
+             read line\n\
+             {on_fork}\
+             ;;\n\
+             esac\n\
+             while read line; do :; done\n",
+        ),
+    )
+    .await;
+    let sim = sim().await;
+    let mut config = CliConfig::new(
+        bin,
+        dir.join("data"),
+        sim.base_url(),
+        Secret::new("sk-test-cli"),
+        session,
+    );
+    config.binding_key = Some(BindingKey::new(&[3u8; 32]).unwrap());
+    let mut first = ClaudeCliBackend::new(config.clone());
+    first.start(spec(tag)).await.unwrap();
+    let handle = first.mint_handle(Vec::<Vec<u8>>::new()).unwrap();
+    assert_eq!(handle.session_id, session);
+    let projects = dir.join("data/home/.claude/projects/stand-in");
+    std::fs::create_dir_all(&projects).unwrap();
+    let earlier = "{\"type\":\"user\",\"message\":{\"content\":\"earlier\"}}\n";
+    std::fs::write(projects.join(format!("{session}.jsonl")), earlier).unwrap();
+    let mut fork = ClaudeCliBackend::new(config);
+    fork.fork_with(handle, Vec::<Vec<u8>>::new());
+    fork.start(spec(tag)).await.unwrap();
+    Forked {
+        _sim: sim,
+        first,
+        fork,
+    }
+}
+
 /// A forked session's file begins with the whole history the CLI copied into it, so the turn's
 /// part of it cannot be told from its start: a kept turn's check that the file holds what was
 /// read of the model looks at the file's end, still under the bound. A CLI stand-in forks a
@@ -79,51 +129,34 @@ async fn a_kept_turn_of_a_forked_long_session_is_checked_at_the_files_end() {
         "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a62",
         "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a63",
     );
-    let projects = dir.path().join("data/home/.claude/projects/stand-in");
-    let copied = projects.join(format!("{copy}.jsonl"));
+    let copied = dir
+        .path()
+        .join("data/home/.claude/projects/stand-in")
+        .join(format!("{copy}.jsonl"));
     let call = json!({"type": "assistant", "message": {"id": "msg_f1", "model": "m",
         "content": [{"type": "tool_use", "id": "toolu_f1", "name": "Read", "input": {}}],
         "usage": {"input_tokens": 5, "output_tokens": 1}},
         "parent_tool_use_id": null, "request_id": "req_f1"});
     let result = json!({"type": "user", "message": {"role": "user",
         "content": [{"type": "tool_result", "tool_use_id": "toolu_f1", "content": "ok"}]}});
-    let forked = json!({"type": "system", "subtype": "init", "session_id": copy});
-    // Only the forked launch answers; the first backend's child waits for its stdin to end.
-    let bin = stand_in(
+    let init = json!({"type": "system", "subtype": "init", "session_id": copy});
+    let Forked {
+        mut first,
+        mut fork,
+        ..
+    } = forked(
         dir.path(),
+        session,
+        "fork-long",
         &format!(
-            "case \"$*\" in *--fork-session*)\n\
-             read line\n\
-             truncate -s 65M '{f}'\n\
+            "truncate -s 65M '{f}'\n\
              printf '\\n%s\\n%s\\n' '{call}' '{result}' >> '{f}'\n\
-             {}exit 1\n;;\n\
-             esac\n\
-             while read line; do :; done\n",
-            script::printed(&[forked, script::echo("f1"), call.clone()]),
+             {}exit 1\n",
+            script::printed(&[init, script::echo("f1"), call.clone()]),
             f = copied.display(),
         ),
     )
     .await;
-    let sim = sim().await;
-    let mut config = CliConfig::new(
-        bin,
-        dir.path().join("data"),
-        sim.base_url(),
-        Secret::new("sk-test-cli"),
-        session,
-    );
-    config.binding_key = Some(BindingKey::new(&[3u8; 32]).unwrap());
-    let mut first = ClaudeCliBackend::new(config.clone());
-    first.start(spec("fork-long")).await.unwrap();
-    let handle = first.mint_handle(Vec::<Vec<u8>>::new()).unwrap();
-    assert_eq!(handle.session_id, session);
-    std::fs::create_dir_all(&projects).unwrap();
-    let earlier = "{\"type\":\"user\",\"message\":{\"content\":\"earlier\"}}\n";
-    std::fs::write(projects.join(format!("{session}.jsonl")), earlier).unwrap();
-
-    let mut fork = ClaudeCliBackend::new(config);
-    fork.fork_with(handle, Vec::<Vec<u8>>::new());
-    fork.start(spec("fork-long")).await.unwrap();
     let err = fork.turn(TurnInput::text("f1")).await.unwrap_err();
     assert!(matches!(err, BackendError::Transport(_)), "{err:?}");
     let report = fork.last_report().unwrap().clone();
@@ -134,6 +167,61 @@ async fn a_kept_turn_of_a_forked_long_session_is_checked_at_the_files_end() {
     );
     assert!(
         report.held && !report.out_of_step && fork.failure_kept_turn(),
+        "{report:?}"
+    );
+    for b in [&mut first, &mut fork] {
+        b.shutdown().await;
+    }
+}
+
+/// The check that a forked session's file holds the model's message read of a failed turn
+/// asks for that message, by its id. A CLI stand-in forks a session whose copied history
+/// holds an earlier answer of the model's, begins the turn, shows its answer on stdout and
+/// dies before storing it: the file lacks what was read, so the session is out of step and
+/// the caller rebuilds it. Before, any model message in the file passed, and a fork's file
+/// always holds the copied history's: the turn was said to be held, and the resumed session
+/// would have held its line unanswered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_turn_whose_answer_the_file_lost_is_out_of_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let (session, copy) = (
+        "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a64",
+        "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a65",
+    );
+    let copied = dir
+        .path()
+        .join("data/home/.claude/projects/stand-in")
+        .join(format!("{copy}.jsonl"));
+    // The history as the CLI copies it: an earlier answer, under its own message id.
+    let history = json!({"type": "assistant", "requestId": "req_old", "message": {
+        "id": "msg_old", "model": "claude-x", "role": "assistant",
+        "content": [{"type": "text", "text": "an earlier answer"}]}});
+    let init = json!({"type": "system", "subtype": "init", "session_id": copy});
+    let Forked {
+        mut first,
+        mut fork,
+        ..
+    } = forked(
+        dir.path(),
+        session,
+        "fork-lost",
+        &format!(
+            "printf '%s\\n' '{history}' > '{f}'\n{}exit 1\n",
+            script::printed(&[
+                init,
+                script::echo("f2"),
+                script::said("the new answer", "msg_new", 5)
+            ]),
+            f = copied.display(),
+        ),
+    )
+    .await;
+    let err = fork.turn(TurnInput::text("f2")).await.unwrap_err();
+    assert!(matches!(err, BackendError::Transport(_)), "{err:?}");
+    let report = fork.last_report().unwrap().clone();
+    assert_eq!(report.session_id, copy);
+    assert!(
+        report.out_of_step && !report.held && !fork.failure_kept_turn(),
         "{report:?}"
     );
     for b in [&mut first, &mut fork] {
