@@ -137,14 +137,20 @@ struct Live {
     /// The stderr drain, which ends when every holder of the pipe has closed it.
     stderr_drained: Option<tokio::task::JoinHandle<()>>,
     pid: Option<u32>,
+    /// The mark in the environment of the child and of every process it starts
+    /// ([`tree::MARK_VAR`]).
+    mark: String,
 }
 
 impl Drop for Live {
-    /// `kill_on_drop` kills the child alone; the processes it started go with it.
+    /// `kill_on_drop` kills the child alone; the processes it started go with it, those still
+    /// below it and those that left its tree (a Bash call's `cmd &`, adopted by init) alike.
+    /// Every way a child is done with — a stop, a park, a kill, a death — drops its `Live`.
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
             tree::kill_descendants(self.pid);
         }
+        tree::kill_marked(&self.mark);
     }
 }
 
