@@ -66,14 +66,25 @@ async fn a_turns_part_of_the_session_file_past_the_bound_is_not_read_nor_cut() {
 
 /// A session forked from `session` to `copy` on a CLI stand-in, with the backends that started
 /// the original (its child waits for its stdin to end) and the fork: the fork's launch reads
-/// its turn's line and then runs `on_fork` (sh), which writes the copy's file itself.
+/// its turn's line and then runs the script `on_fork` makes of the copy's file's path (it
+/// writes that file itself).
 struct Forked {
     _sim: SimHandle,
     first: ClaudeCliBackend,
     fork: ClaudeCliBackend,
+    /// The copy's session file.
+    copied: std::path::PathBuf,
 }
 
-async fn forked(dir: &std::path::Path, session: &str, tag: &str, on_fork: &str) -> Forked {
+async fn forked(
+    dir: &std::path::Path,
+    (session, copy): (&str, &str),
+    tag: &str,
+    on_fork: impl FnOnce(&std::path::Path) -> String,
+) -> Forked {
+    let projects = dir.join("data/home/.claude/projects/stand-in");
+    let copied = projects.join(format!("{copy}.jsonl"));
+    let on_fork = on_fork(&copied);
     // Only the forked launch answers.
     let bin = stand_in(
         dir,
@@ -100,7 +111,6 @@ async fn forked(dir: &std::path::Path, session: &str, tag: &str, on_fork: &str) 
     first.start(spec(tag)).await.unwrap();
     let handle = first.mint_handle(Vec::<Vec<u8>>::new()).unwrap();
     assert_eq!(handle.session_id, session);
-    let projects = dir.join("data/home/.claude/projects/stand-in");
     std::fs::create_dir_all(&projects).unwrap();
     let earlier = "{\"type\":\"user\",\"message\":{\"content\":\"earlier\"}}\n";
     std::fs::write(projects.join(format!("{session}.jsonl")), earlier).unwrap();
@@ -111,6 +121,7 @@ async fn forked(dir: &std::path::Path, session: &str, tag: &str, on_fork: &str) 
         _sim: sim,
         first,
         fork,
+        copied,
     }
 }
 
@@ -125,14 +136,7 @@ async fn forked(dir: &std::path::Path, session: &str, tag: &str, on_fork: &str) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_turn_of_a_forked_long_session_is_checked_at_the_files_end() {
     let dir = tempfile::tempdir().unwrap();
-    let (session, copy) = (
-        "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a62",
-        "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a63",
-    );
-    let copied = dir
-        .path()
-        .join("data/home/.claude/projects/stand-in")
-        .join(format!("{copy}.jsonl"));
+    let copy = "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a63";
     let call = json!({"type": "assistant", "message": {"id": "msg_f1", "model": "m",
         "content": [{"type": "tool_use", "id": "toolu_f1", "name": "Read", "input": {}}],
         "usage": {"input_tokens": 5, "output_tokens": 1}},
@@ -143,18 +147,21 @@ async fn a_kept_turn_of_a_forked_long_session_is_checked_at_the_files_end() {
     let Forked {
         mut first,
         mut fork,
+        copied,
         ..
     } = forked(
         dir.path(),
-        session,
+        ("b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a62", copy),
         "fork-long",
-        &format!(
-            "truncate -s 65M '{f}'\n\
-             printf '\\n%s\\n%s\\n' '{call}' '{result}' >> '{f}'\n\
-             {}exit 1\n",
-            script::printed(&[init, script::echo("f1"), call.clone()]),
-            f = copied.display(),
-        ),
+        |f| {
+            format!(
+                "truncate -s 65M '{f}'\n\
+                 printf '\\n%s\\n%s\\n' '{call}' '{result}' >> '{f}'\n\
+                 {}exit 1\n",
+                script::printed(&[init, script::echo("f1"), call.clone()]),
+                f = f.display(),
+            )
+        },
     )
     .await;
     let err = fork.turn(TurnInput::text("f1")).await.unwrap_err();
@@ -184,14 +191,7 @@ async fn a_kept_turn_of_a_forked_long_session_is_checked_at_the_files_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forked_turn_whose_answer_the_file_lost_is_out_of_step() {
     let dir = tempfile::tempdir().unwrap();
-    let (session, copy) = (
-        "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a64",
-        "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a65",
-    );
-    let copied = dir
-        .path()
-        .join("data/home/.claude/projects/stand-in")
-        .join(format!("{copy}.jsonl"));
+    let copy = "b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a65";
     // The history as the CLI copies it: an earlier answer, under its own message id.
     let history = json!({"type": "assistant", "requestId": "req_old", "message": {
         "id": "msg_old", "model": "claude-x", "role": "assistant",
@@ -203,17 +203,19 @@ async fn a_forked_turn_whose_answer_the_file_lost_is_out_of_step() {
         ..
     } = forked(
         dir.path(),
-        session,
+        ("b1f0c2a5-5b4d-4e6f-8a9b-0c1d2e3f4a64", copy),
         "fork-lost",
-        &format!(
-            "printf '%s\\n' '{history}' > '{f}'\n{}exit 1\n",
-            script::printed(&[
-                init,
-                script::echo("f2"),
-                script::said("the new answer", "msg_new", 5)
-            ]),
-            f = copied.display(),
-        ),
+        |f| {
+            format!(
+                "printf '%s\\n' '{history}' > '{f}'\n{}exit 1\n",
+                script::printed(&[
+                    init,
+                    script::echo("f2"),
+                    script::said("the new answer", "msg_new", 5)
+                ]),
+                f = f.display(),
+            )
+        },
     )
     .await;
     let err = fork.turn(TurnInput::text("f2")).await.unwrap_err();
