@@ -39,7 +39,9 @@ impl std::fmt::Debug for Secret {
 /// first message and would break prefix stability), `CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1`
 /// (subagents and Bash commands run inside the turn that started them, so the CLI never starts
 /// a turn of its own on their end), `CLAUDE_CODE_PROMPT_CACHE_TTL`, `DISABLE_AUTO_COMPACT=1`, `DISABLE_TELEMETRY=1`, `DISABLE_AUTOUPDATER=1`, and
-/// `CLAUDE_CODE_MAX_RETRIES` when [`CliConfig::max_retries`] is set. Nothing else is inherited.
+/// `CLAUDE_CODE_MAX_RETRIES` when [`CliConfig::max_retries`] is set, and `MUNINN_CHILD_MARK`, a
+/// random mark per child that every process it starts inherits, by which those it leaves
+/// behind are found and killed when it is done with. Nothing else is inherited.
 #[derive(Debug, Clone)]
 pub struct CliConfig {
     /// The `claude` binary (pinned 2.1.332).

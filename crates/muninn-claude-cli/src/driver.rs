@@ -137,14 +137,20 @@ struct Live {
     /// The stderr drain, which ends when every holder of the pipe has closed it.
     stderr_drained: Option<tokio::task::JoinHandle<()>>,
     pid: Option<u32>,
+    /// The mark in the environment of the child and of every process it starts
+    /// ([`tree::MARK_VAR`]).
+    mark: String,
 }
 
 impl Drop for Live {
-    /// `kill_on_drop` kills the child alone; the processes it started go with it.
+    /// `kill_on_drop` kills the child alone; the processes it started go with it, those still
+    /// below it and those that left its tree (a Bash call's `cmd &`, adopted by init) alike.
+    /// Every way a child is done with — a stop, a park, a kill, a death — drops its `Live`.
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
             tree::kill_descendants(self.pid);
         }
+        tree::kill_marked(&self.mark);
     }
 }
 
@@ -239,6 +245,9 @@ struct Collected {
     /// The main thread's text blocks, each with the id of the API message it came in (the CLI
     /// writes a line per block): see [`Collected::reply_text`].
     text: Vec<(Option<String>, String)>,
+    /// The ids of the main thread's model messages, once each, in order: what a failed turn's
+    /// session file must hold for the session to carry on from it (`rewind.rs`).
+    model_messages: Vec<Option<String>>,
     /// The main thread's tool calls (a subagent's, in events with a `parent_tool_use_id`, are
     /// left out: the CLI stores them in the subagent's own file, not the session's).
     tool_calls: Vec<ToolCall>,
@@ -267,18 +276,23 @@ impl Collected {
     /// The reply's text: the blocks of one API message joined as they came, and the messages
     /// (a text before a tool call, the text after its result) apart by a blank line, as the
     /// paragraphs they are — joined bare, one message's last sentence ran into the next's
-    /// first ("…tool.Tool result…"). A block with no message id is a message of its own.
+    /// first ("…tool.Tool result…"). A block with no message id is a message of its own. A
+    /// message whose text is whitespace alone (a bare `"\n\n"` block the model writes before a
+    /// tool call) is no paragraph: kept, it added blank lines between its neighbours.
     fn reply_text(&self) -> String {
-        let mut reply = String::new();
+        let mut messages: Vec<String> = Vec::new();
         let mut last: Option<&Option<String>> = None;
         for (id, text) in &self.text {
-            if last.is_some_and(|l| l.is_none() || l != id) {
-                reply.push_str("\n\n");
+            match messages.last_mut() {
+                Some(message) if last.is_some_and(|l| l.is_some() && l == id) => {
+                    message.push_str(text);
+                }
+                _ => messages.push(text.clone()),
             }
-            reply.push_str(text);
             last = Some(id);
         }
-        reply
+        messages.retain(|m| !m.trim().is_empty());
+        messages.join("\n\n")
     }
 }
 

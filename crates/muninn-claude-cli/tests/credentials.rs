@@ -138,6 +138,7 @@ fn the_child_has_no_key_and_only_the_allowlist(cmdline: &str, environ: &str, key
         "DISABLE_AUTO_COMPACT",
         "CLAUDE_CODE_MAX_RETRIES",
         "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
+        "MUNINN_CHILD_MARK",
     ]
     .into_iter()
     .collect();

@@ -499,6 +499,57 @@ async fn a_killed_child_leaves_no_process_of_its_own_running() {
     wait_dead(tool_pid).await;
 }
 
+/// A clean stop leaves no process the CLI started running: a Bash tool call starts a `tail` in
+/// the background (`cmd &`: its shell exits at once, and the `tail`, adopted by init, leaves the
+/// CLI's tree), the turn ends, and the session is parked; the next turn starts another, and the
+/// backend shuts down. Each `tail` dies with the stop. The CLI runs with `bypassPermissions`,
+/// as a Self whose Bash calls nobody can approve does (it asks before a `&`; as root it takes
+/// the mode only with `IS_SANDBOX=1`, set by a wrapper). Before, both ran on after the CLI
+/// exited: the stop signalled the CLI alone, and the tree kill reaches only what is below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_stop_leaves_no_process_the_cli_started() {
+    let Some(cli) = claude_cli() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = stand_in(
+        dir.path(),
+        &format!("export IS_SANDBOX=1\nexec '{}' \"$@\"\n", cli.display()),
+    )
+    .await;
+    let mut r = rig(wrapper, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a93").await;
+    r.config.tools = vec!["Bash".to_string()];
+    r.config.permission_mode = Some("bypassPermissions".to_string());
+    std::fs::create_dir_all(r.config.work_dir()).unwrap();
+    std::fs::write(r.config.work_dir().join("wait.log"), "").unwrap();
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("left-behind")).await.unwrap();
+    for (seconds, park) in [(3176, true), (3177, false)] {
+        // A duration no other test uses: the process is found by its command line.
+        let command = format!("tail -s {seconds} -f wait.log");
+        let script = json!([{"name": "Bash", "input": {
+            "command": format!("{command} >/dev/null 2>&1 &"), "description": "watch"}}]);
+        let o = ok(b
+            .turn(TurnInput::text(format!(
+                "watch it [sim: tool calls {script}]"
+            )))
+            .await);
+        let mut pid = pid_running(&command);
+        for _ in 0..100 {
+            if pid.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            pid = pid_running(&command);
+        }
+        let pid = pid.unwrap_or_else(|| panic!("the Bash tool never started the tail: {}", o.text));
+        if park {
+            assert!(b.park().await.is_some(), "a child was running");
+        } else {
+            b.shutdown().await;
+        }
+        wait_dead(pid).await;
+    }
+}
+
 /// The pid of a process whose command line is `command` (arguments split at spaces).
 pub(crate) fn pid_running(command: &str) -> Option<u32> {
     let wanted: Vec<u8> = command
@@ -642,5 +693,39 @@ async fn a_reply_in_several_messages_keeps_them_apart() {
         "{:?}",
         o.text
     );
+    b.shutdown().await;
+}
+
+/// A message whose text is whitespace alone (the model often writes a bare `"\n\n"` block
+/// before a tool call) adds nothing to a reply joined from several messages: the paragraphs
+/// around it stay one blank line apart. A CLI stand-in answers in three messages, the middle
+/// one's only text a blank block. Before, the blank block was joined as a paragraph of its own:
+/// "First.\n\n\n\n\n\nSecond.".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blank_message_adds_no_blank_lines_to_the_reply() {
+    use script::*;
+    let dir = tempfile::tempdir().unwrap();
+    let events = [
+        init(),
+        echo("w1"),
+        said("First.", "msg_w1", 5),
+        said("\n\n", "msg_w2", 5),
+        said(" ", "msg_w3", 5),
+        said("Second.", "msg_w4", 5),
+        result("Second.", 5),
+    ];
+    let bin = stand_in(
+        dir.path(),
+        &format!(
+            "read line\n{}while read line; do :; done\n",
+            printed(&events)
+        ),
+    )
+    .await;
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a90").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("blank")).await.unwrap();
+    let o = ok(b.turn(TurnInput::text("w1")).await);
+    assert_eq!(o.text, "First.\n\nSecond.");
     b.shutdown().await;
 }

@@ -341,3 +341,59 @@ async fn a_dead_childs_notification_does_not_outlive_it() {
     assert!(beside.is_empty(), "{beside:#?}");
     b.shutdown().await;
 }
+
+/// A notification that comes during a turn, after the CLI took the turn's line, may be taken
+/// into that turn's tool loop (no turn of the CLI's own follows) — from stdout it cannot be
+/// told whether it was. A `/compact` after it (a CLI stand-in: init, the compaction, a
+/// `result`, no echo) is still the `/compact`'s: a turn of the CLI's own is the model's, and
+/// no message of a model came. Before, the `result` was taken for a turn the CLI started by
+/// itself and the compaction waited out its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_after_a_notification_is_not_a_turn_of_the_clis_own() {
+    use script::*;
+    let dir = tempfile::tempdir().unwrap();
+    let boundary = json!({"type": "system", "subtype": "compact_boundary",
+        "compact_metadata": {"trigger": "manual", "pre_tokens": 900}});
+    let summary = json!({"type": "user", "message": {"role": "user",
+        "content": "This session is being continued: THE SUMMARY"}});
+    let compacted = json!({"type": "result", "subtype": "success", "is_error": false,
+        "result": "", "usage": {"input_tokens": 0, "output_tokens": 0},
+        "model_usage_since_last_result": {"claude-opus-5-5": {"inputTokens": 900,
+            "outputTokens": 40, "cacheReadInputTokens": 0, "cacheCreationInputTokens": 0,
+            "costUSD": 0.5}}});
+    let bin = stand_in(
+        dir.path(),
+        &format!(
+            "read line\n{}read line\n{}while read line; do :; done\n",
+            printed(&[
+                init(),
+                echo("u1"),
+                said("looking", "msg_1", 11),
+                notification(),
+                said("answer one", "msg_2", 12),
+                result("answer one", 23),
+            ]),
+            printed(&[init(), boundary, summary, compacted]),
+        ),
+    )
+    .await;
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a92").await;
+    r.config.turn_timeout = Duration::from_secs(10);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("notified-absorbed")).await.unwrap();
+    ok(b.turn(TurnInput::text("u1")).await);
+    let compacted = b.compact("").await;
+    let beside = b.take_failed_attempts();
+    assert_eq!(
+        compacted
+            .map(|o| (o.text, o.usage.input))
+            .map_err(|e| e.to_string()),
+        Ok((
+            "This session is being continued: THE SUMMARY".to_string(),
+            900
+        )),
+        "beside: {beside:#?}"
+    );
+    assert_eq!(beside, Vec::<FailedAttempt>::new());
+    b.shutdown().await;
+}

@@ -13,7 +13,9 @@
 //!   `result` must not be read as the next turn's answer (every answer would be one turn
 //!   behind). It is told apart by the echo of the exchange's line (`--replay-user-messages`),
 //!   which the CLI writes as it takes the line, right after the turn's `system/init`: a `result`
-//!   after an init with no echo, once a main-thread task has notified, is the CLI's own turn.
+//!   after an init with no echo, once a main-thread task has notified, is the CLI's own turn —
+//!   unless no model's message came before it and the exchange is a `/compact`, whose own
+//!   `result` may come with no echo.
 //!   Its output is drained before each exchange's line is written, and read past while waiting
 //!   for the exchange's `result`; its usage (all of `model_usage_since_last_result`) is
 //!   reported and logged at warn with its cost.
@@ -112,9 +114,16 @@ impl Driver {
         });
     }
 
-    /// Whether a `result` read after `collected` ends a turn the CLI started by itself.
+    /// Whether a `result` read after `collected` ends a turn the CLI started by itself. A
+    /// `/compact`'s own `result` follows an init with no echo too, and no message of a model:
+    /// a turn of the CLI's own is the model's, so one with none is the `/compact`'s — a
+    /// notification that came during the turn before may have been taken into its tool loop,
+    /// which stdout does not tell, so that no turn of the CLI's own follows.
     pub(super) fn unprompted(&self, collected: &Collected) -> bool {
-        self.notified && collected.saw_init && !collected.echoed
+        self.notified
+            && collected.saw_init
+            && !collected.echoed
+            && !(collected.compacting && collected.started.is_empty())
     }
 
     /// A turn the CLI started by itself ended with `result`: its usage is reported, it is logged

@@ -33,6 +33,12 @@ impl Driver {
             false
         };
         let mut command = self.command(resume)?;
+        let mark = super::tree::new_mark().map_err(|e| {
+            BackendError::Transport(format!("no randomness for the child's mark: {e}"))
+        })?;
+        // Inherited by whatever the child starts, so what it leaves behind is found when the
+        // child is done with (`tree.rs`).
+        command.env(super::tree::MARK_VAR, &mark);
         let c = &self.config;
         command
             .stdin(Stdio::piped())
@@ -92,6 +98,7 @@ impl Driver {
             stdout: BoundedLines::new(BufReader::new(stdout), MAX_LINE_BYTES),
             stderr: ring,
             stderr_drained: Some(stderr_drained),
+            mark,
         });
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use super::stdin::{message_text, replayed_text, user_line, write_interrupt, write_line};
 use super::{Collected, Driver, ReadEnd, RunFlush, emit, sigterm, truncate};
-use crate::event::{ApiRetryEvent, CliEvent, ResultEvent, decode};
+use crate::event::{ApiRetryEvent, AssistantEvent, CliEvent, ResultEvent, decode};
 use crate::flush::{FlushAction, decide, prompt_tokens};
 use crate::lines::{Line, MAX_LINE_BYTES};
 use crate::{SessionEvent, TurnReport, parse_usage};
@@ -173,59 +173,14 @@ impl Driver {
         collected: &mut Collected,
     ) -> Option<ReadEnd> {
         match event {
-            CliEvent::Init { session_id } => {
-                collected.saw_init = true;
-                if self.forking && session_id != self.session_id {
-                    tracing::info!(from = %self.session_id, to = %session_id, "claude-cli: session forked");
-                    let event = SessionEvent::Forked {
-                        from: std::mem::replace(&mut self.session_id, session_id.clone()),
-                        to: session_id,
-                    };
-                    // Queued like every other session event: the host records only
-                    // what `take_session_events` drains.
-                    emit(&self.queue, &mut report.session_events, event);
-                    self.forking = false;
-                }
-            }
-            CliEvent::Assistant(a) => {
-                if a.message.model == "<synthetic>" {
-                    let said = a.message.content.iter().filter_map(|b| b["text"].as_str());
-                    collected.cli_said.extend(said.map(str::to_string));
-                    return None;
-                }
-                if let Some(f) = run_flush.as_mut()
-                    && a.parent_tool_use_id.is_none()
-                    && f.state.reached_at.is_none()
-                    && prompt_tokens(&a.message.usage) >= f.protocol.trigger_tokens()
-                {
-                    f.state.reached_at = Some(f.started.elapsed());
-                }
-                collected.request_id = a.request_id.or(collected.request_id.take());
-                let id = a.message.id;
-                if id.is_none() || collected.started.iter().all(|(seen, _)| *seen != id) {
-                    collected.started.push((id.clone(), a.message.usage));
-                }
-                // A subagent's message (it answers the main thread's `Agent` call, whose result
-                // the main thread then reads) is not the turn's reply: its text and calls are
-                // the subagent's, stored in the subagent's own file, not the session's.
-                if a.parent_tool_use_id.is_none() {
-                    collect_blocks(id, a.message.content, collected);
-                }
-            }
+            CliEvent::Init { session_id } => self.on_init(session_id, report, collected),
+            CliEvent::Assistant(a) => on_assistant(a, run_flush, collected),
             CliEvent::ApiRetry(r) => self.note_retry(r, report),
             CliEvent::ControlResponse(v) => {
                 tracing::debug!(response = %v, "claude-cli: control response");
             }
             CliEvent::CompactBoundary(b) => {
                 collected.boundaries.push(b.compact_metadata);
-            }
-            CliEvent::Unknown(v)
-                if v.get("type").and_then(Value::as_str) == Some("user")
-                    && !collected.boundaries.is_empty()
-                    && collected.summary.is_none()
-                    && v.get("isReplay").and_then(Value::as_bool) != Some(true) =>
-            {
-                collected.summary = Some(message_text(&v["message"]["content"]));
             }
             CliEvent::Result(result) if self.unprompted(collected) => {
                 let raw = serde_json::from_str(read.line).unwrap_or(Value::Null);
@@ -235,27 +190,88 @@ impl Driver {
                 self.bill_subagents(&result, collected, read.requested_1h);
                 return result_end(result, read, run_flush, collected);
             }
-            CliEvent::Unknown(v) => {
-                if replayed_text(&v).is_some() && !collected.echoed {
-                    // The CLI took the exchange's line: what it wrote before was a turn it had
-                    // started by itself (the line absorbed into its tool loop), not the reply.
-                    collected.echoed = true;
-                    collected.text.clear();
-                    collected.tool_calls.clear();
-                }
-                if super::beside::main_thread_notification(&v) {
-                    self.notified = true;
-                }
-                if let Some(f) = run_flush.as_mut()
-                    && f.state.asked_at.is_some()
-                    && replayed_text(&v).is_some_and(|t| t == f.protocol.message)
-                {
-                    f.taken = true;
-                }
-                tracing::trace!(event = %v, "claude-cli: other event");
-            }
+            CliEvent::Unknown(v) => self.on_other(&v, run_flush, collected),
         }
         None
+    }
+
+    /// A `system/init`: the turn began. Under `--fork-session`, the id it names is the copy's,
+    /// which the session continues as from now on.
+    fn on_init(&mut self, session_id: String, report: &mut TurnReport, collected: &mut Collected) {
+        collected.saw_init = true;
+        if self.forking && session_id != self.session_id {
+            tracing::info!(from = %self.session_id, to = %session_id, "claude-cli: session forked");
+            let event = SessionEvent::Forked {
+                from: std::mem::replace(&mut self.session_id, session_id.clone()),
+                to: session_id,
+            };
+            // Queued like every other session event: the host records only
+            // what `take_session_events` drains.
+            emit(&self.queue, &mut report.session_events, event);
+            self.forking = false;
+        }
+    }
+
+    /// An event the driver has no type for: a compaction's summary, the echo of a line the
+    /// CLI took (the exchange's, or the flush protocol's), a background task's end.
+    fn on_other(&mut self, v: &Value, run_flush: &mut Option<RunFlush>, collected: &mut Collected) {
+        if v.get("type").and_then(Value::as_str) == Some("user")
+            && !collected.boundaries.is_empty()
+            && collected.summary.is_none()
+            && v.get("isReplay").and_then(Value::as_bool) != Some(true)
+        {
+            collected.summary = Some(message_text(&v["message"]["content"]));
+            return;
+        }
+        if replayed_text(v).is_some() && !collected.echoed {
+            // The CLI took the exchange's line: what it wrote before was a turn it had
+            // started by itself (the line absorbed into its tool loop), not the reply.
+            collected.echoed = true;
+            collected.text.clear();
+            collected.tool_calls.clear();
+        }
+        if super::beside::main_thread_notification(v) {
+            self.notified = true;
+        }
+        if let Some(f) = run_flush.as_mut()
+            && f.state.asked_at.is_some()
+            && replayed_text(v).is_some_and(|t| t == f.protocol.message)
+        {
+            f.taken = true;
+        }
+        tracing::trace!(event = %v, "claude-cli: other event");
+    }
+}
+
+/// A model's message: its usage noted (the flush protocol's trigger, what a turn cut short
+/// cost), and the main thread's text and tool calls collected. The CLI's own messages
+/// (`<synthetic>`: an API error, a `/compact` that could not compact) are no reply.
+fn on_assistant(a: AssistantEvent, run_flush: &mut Option<RunFlush>, collected: &mut Collected) {
+    if a.message.model == "<synthetic>" {
+        let said = a.message.content.iter().filter_map(|b| b["text"].as_str());
+        collected.cli_said.extend(said.map(str::to_string));
+        return;
+    }
+    if let Some(f) = run_flush.as_mut()
+        && a.parent_tool_use_id.is_none()
+        && f.state.reached_at.is_none()
+        && prompt_tokens(&a.message.usage) >= f.protocol.trigger_tokens()
+    {
+        f.state.reached_at = Some(f.started.elapsed());
+    }
+    collected.request_id = a.request_id.or(collected.request_id.take());
+    let id = a.message.id;
+    if id.is_none() || collected.started.iter().all(|(seen, _)| *seen != id) {
+        collected.started.push((id.clone(), a.message.usage));
+    }
+    // A subagent's message (it answers the main thread's `Agent` call, whose result
+    // the main thread then reads) is not the turn's reply: its text and calls are
+    // the subagent's, stored in the subagent's own file, not the session's.
+    if a.parent_tool_use_id.is_none() {
+        if id.is_none() || !collected.model_messages.contains(&id) {
+            collected.model_messages.push(id.clone());
+        }
+        collect_blocks(id, a.message.content, collected);
     }
 }
 

@@ -191,24 +191,27 @@ fn read_from(path: &Path, from: Option<u64>) -> std::io::Result<Vec<u8>> {
 }
 
 /// What the driver read of a turn from stdout (`collected`) that `after`, the session file's
-/// part after the turn's line, does not hold, if anything: a model's message when one was
-/// read, and each tool call read with its result (a call whose result is not stored may have
-/// run all the same: only a stored result says the session knows how it ended). The calls are
-/// the main thread's: a subagent's, which the CLI stores in the subagent's own file, are not
-/// collected.
+/// part after the turn's line, does not hold, if anything: each of the model's messages read,
+/// by its id (any model's message would not do: a fork's file begins with the copied
+/// history's), and each tool call read with its result (a call whose result is not stored may
+/// have run all the same: only a stored result says the session knows how it ended). The
+/// messages and calls are the main thread's: a subagent's, which the CLI stores in the
+/// subagent's own file, are not collected.
 fn unstored(after: &[u8], collected: &Collected) -> Option<String> {
+    use serde_json::Value;
     use std::collections::HashSet;
     let mut model = false;
-    let (mut calls, mut results) = (HashSet::new(), HashSet::new());
+    let (mut messages, mut calls, mut results) = (HashSet::new(), HashSet::new(), HashSet::new());
     let lines = after
         .split(|b| *b == b'\n')
-        .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok());
+        .filter_map(|l| serde_json::from_slice::<Value>(l).ok());
     for v in lines {
         let message = &v["message"];
         let blocks = message["content"].as_array().into_iter().flatten();
         match v["type"].as_str() {
             Some("assistant") if message["model"] != "<synthetic>" => {
                 model = true;
+                messages.insert(message["id"].clone());
                 calls.extend(
                     blocks
                         .filter(|b| b["type"] == "tool_use")
@@ -223,14 +226,22 @@ fn unstored(after: &[u8], collected: &Collected) -> Option<String> {
             _ => {}
         }
     }
-    if collected.request_id.is_some() && !model {
-        return Some("the model's message".to_string());
+    // A message with no id (none of the CLI's) can only be looked for as a model's message.
+    let lost = collected.model_messages.iter().find(|id| match id {
+        Some(id) => !messages.contains(&Value::from(id.as_str())),
+        None => !model,
+    });
+    if let Some(id) = lost {
+        return Some(format!(
+            "the model's message {}",
+            id.as_deref().unwrap_or("(no id)")
+        ));
     }
     collected
         .tool_calls
         .iter()
         .find(|c| {
-            let id = serde_json::Value::from(c.id.as_str());
+            let id = Value::from(c.id.as_str());
             !calls.contains(&id) || !results.contains(&id)
         })
         .map(|c| format!("the {} call {} or its result", c.name, c.id))
@@ -370,6 +381,7 @@ mod tests {
     fn what_was_read_of_the_model_must_be_in_the_file() {
         let mut read = Collected {
             request_id: Some("req_1".into()),
+            model_messages: vec![Some("msg_1".into())],
             ..Collected::default()
         };
         read.tool_calls.push(muninn_backend::ToolCall {
@@ -377,7 +389,7 @@ mod tests {
             name: "Read".into(),
             input: serde_json::Value::Null,
         });
-        let call = r#"{"type":"assistant","message":{"model":"claude-x","content":[{"type":"tool_use","id":"toolu_1"}]}}"#;
+        let call = r#"{"type":"assistant","message":{"id":"msg_1","model":"claude-x","content":[{"type":"tool_use","id":"toolu_1"}]}}"#;
         let result = r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_1"}]}}"#;
         let synthetic = r#"{"type":"assistant","message":{"model":"<synthetic>","content":[]}}"#;
         assert_eq!(
@@ -391,9 +403,16 @@ mod tests {
         );
         assert_eq!(
             lost(format!("{synthetic}\n{result}\n")).as_deref(),
-            Some("the model's message")
+            Some("the model's message msg_1")
+        );
+        // Another message of the model's is not the one read.
+        let other = call.replace("msg_1", "msg_0");
+        assert_eq!(
+            lost(format!("{other}\n{result}\n")).as_deref(),
+            Some("the model's message msg_1")
         );
         read.request_id = None;
+        read.model_messages.clear();
         read.tool_calls.clear();
         assert_eq!(unstored(b"", &read), None);
         assert_eq!(unstored(format!("{call}\n").as_bytes(), &read), None);

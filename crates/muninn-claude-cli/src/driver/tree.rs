@@ -12,9 +12,19 @@
 //! and given to an unrelated process before the signal reaches it. Listing the running tree
 //! once and then killing it lost whatever a descendant forked between the two (a build forks
 //! all the time), and could signal a pid reused meanwhile.
+//!
+//! A process can leave the tree while the child lives: a Bash call's `cmd &` runs on after its
+//! shell exits, adopted by init. No walk from the child finds it, and a graceful stop, whose
+//! child exits by itself, left it running after the Mind was gone. So every child is launched
+//! with a mark of its own in its environment ([`MARK_VAR`]), which whatever it starts inherits,
+//! and when a child is done with — stopped, killed or dead — every process still carrying its
+//! mark is stopped and killed ([`kill_marked`]). Each is opened as a pidfd before its
+//! environment is read and signalled through it, so a pid reused meanwhile is never signalled.
+//! A process that rewrites its own environment (`env -i`) escapes the mark.
 
-use rustix::process::{Pid, Signal, kill_process};
+use rustix::process::{Pid, PidfdFlags, Signal, kill_process, pidfd_open, pidfd_send_signal};
 use std::collections::{HashMap, HashSet};
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 /// The longest the tree's levels are waited for to stop, all together (a process in
@@ -37,6 +47,85 @@ pub(super) fn kill_descendants(root: Option<u32>) -> usize {
         tracing::warn!(pid = root, killed = ?found, "claude-cli: killed the processes the child started");
     }
     found.len()
+}
+
+/// The environment variable that carries a child's mark to every process it starts.
+pub(super) const MARK_VAR: &str = "MUNINN_CHILD_MARK";
+
+/// A mark no other child shares (random: two backends of one session in one host, or a host
+/// restarted under the same pid, must not kill each other's processes).
+pub(super) fn new_mark() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Stops and kills every process whose environment carries `mark` (see the module docs);
+/// returns how many were signalled. Found in rounds: each round's processes are stopped and
+/// seen stopped before the next listing, so a process forking meanwhile has its children found
+/// by the next round, and none is left when a round finds no new one.
+pub(super) fn kill_marked(mark: &str) -> usize {
+    let entry = format!("{MARK_VAR}={mark}").into_bytes();
+    let own = std::process::id();
+    let mut marked: HashMap<u32, OwnedFd> = HashMap::new();
+    let give_up_at = Instant::now() + STOP_WAIT;
+    for _ in 0..MAX_LEVELS {
+        let mut round = Vec::new();
+        for pid in all_pids() {
+            if pid == own || marked.contains_key(&pid) {
+                continue;
+            }
+            let Some(fd) = carrying(pid, &entry) else {
+                continue;
+            };
+            // Gone since it was read: nothing to stop.
+            let _gone = pidfd_send_signal(&fd, Signal::STOP);
+            marked.insert(pid, fd);
+            round.push(pid);
+        }
+        if round.is_empty() {
+            break;
+        }
+        wait_stopped(&round, give_up_at);
+    }
+    for fd in marked.values() {
+        let _gone = pidfd_send_signal(fd, Signal::KILL);
+    }
+    if !marked.is_empty() {
+        let pids: Vec<u32> = marked.keys().copied().collect();
+        tracing::warn!(killed = ?pids, "claude-cli: killed the processes a stopped child left behind");
+    }
+    marked.len()
+}
+
+/// A pidfd for `pid` when its environment holds `entry` whole. The pidfd is opened first: a
+/// pid reused before the open is read as the process it now is, and one reused after it leaves
+/// the pidfd naming the process that ended, which no signal then reaches.
+fn carrying(pid: u32, entry: &[u8]) -> Option<OwnedFd> {
+    let fd = pidfd_open(
+        Pid::from_raw(i32::try_from(pid).ok()?)?,
+        PidfdFlags::empty(),
+    )
+    .ok()?;
+    // Another user's process is not readable, and not ours to signal.
+    let environment = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environment
+        .split(|b| *b == 0)
+        .any(|e| e == entry)
+        .then_some(fd)
+}
+
+/// Every pid listed in `/proc`.
+fn all_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc").map_or_else(
+        |_| Vec::new(),
+        |entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        },
+    )
 }
 
 /// Stops `root`, then every process below it, level by level; returns the descendants stopped,
@@ -98,15 +187,9 @@ fn stopped_or_gone(pid: u32) -> bool {
 /// Each process's children, from every `/proc/<pid>/stat`.
 fn children_by_parent() -> HashMap<u32, Vec<u32>> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return children;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
-            continue;
-        };
+    for pid in all_pids() {
         // A process that ended since the listing has no `stat`: it needs no killing.
-        if let Some(ppid) = std::fs::read_to_string(entry.path().join("stat"))
+        if let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
             .and_then(|stat| parent_of(&stat))
         {
