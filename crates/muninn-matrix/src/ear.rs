@@ -443,26 +443,7 @@ impl Ear {
             if let (true, Some(joined)) = (in_room, room.summary.joined_member_count) {
                 lock(&self.directory).set_members(&room_id, joined);
             }
-            // New to the account: not among the rooms it was in at its last commit (on the
-            // first sync, before its open joined its rooms or its first start began: a room
-            // joined at the first start).
-            let own = &self.context.account.user_id;
-            let known = self.joined.contains(&room_id)
-                || (since.is_none() && self.left_since_first_start.contains(&room_id));
-            let newly = !known;
-            // Among them, but its membership changed since (a kick and a re-join, or a join
-            // read again by a process that started after it): Synapse answers such a room as
-            // newly joined, its timeline reaching back before `since`. Or not among them but
-            // left or joined back in the answer (a kick while the process was stopped, the
-            // room joined again at its start): only the account's memberships after `since`
-            // say whether it was in the room then, and so whether what preceded the leave is
-            // mail.
-            let changed = since.is_some()
-                && room.timeline.events.iter().any(|e| match known {
-                    true => changes_membership(e, own),
-                    false => leaves_or_returns(e, own),
-                });
-            let room_state = (newly, changed);
+            let room_state = self.room_state(since, &room_id, &room);
             let Some(kind) = self.kind_of(&room_id).await? else {
                 continue;
             };
@@ -472,6 +453,47 @@ impl Ear {
             );
         }
         Ok(merge_rooms(mail))
+    }
+
+    /// What a room of the answer is to the account: whether it is new (not among the rooms it
+    /// was in at its last commit), and the position to page it forwards from when its
+    /// memberships since say whether it was in the room then (`None`: not paged forwards).
+    fn room_state(
+        &self,
+        since: Option<&str>,
+        room_id: &str,
+        room: &JoinedRoom,
+    ) -> (bool, Option<String>) {
+        // New to the account: not among the rooms it was in at its last commit (on the
+        // first sync, before its open joined its rooms or its first start began: a room
+        // joined at the first start).
+        let own = &self.context.account.user_id;
+        let known = self.joined.contains(room_id)
+            || (since.is_none() && self.left_since_first_start.iter().any(|r| r == room_id));
+        let newly = !known;
+        // Among them, but its membership changed since (a kick and a re-join, or a join
+        // read again by a process that started after it): Synapse answers such a room as
+        // newly joined, its timeline reaching back before `since`. Or not among them but
+        // left or joined back in the answer (a kick while the process was stopped, the
+        // room joined again at its start): only the account's memberships after `since`
+        // say whether it was in the room then, and so whether what preceded the leave is
+        // mail.
+        // On a first answer, a room joined since the first start's position (Synapse's
+        // word for one whose membership changed since) may be one the account was in at
+        // the position, kicked after it and joined again by a later start's open before any
+        // commit: its memberships after the position say so, read the same way (before,
+        // it was read from the new join and what was said before the kick was lost).
+        let position = match since {
+            Some(since) => Some(since),
+            None if newly => self.first_start.0.as_deref(),
+            None => None,
+        };
+        let changed = room.timeline.events.iter().any(|e| match known {
+            true => changes_membership(e, own),
+            false => leaves_or_returns(e, own),
+        });
+        let forward_from = position.filter(|_| changed).map(str::to_owned);
+        (newly, forward_from)
     }
 
     /// When the Mind's open Persona segment began (`None`: no open segment), which says which
@@ -499,20 +521,23 @@ impl Ear {
 
     /// One room's mail: its events gathered, read into its window (with history fetched once
     /// if the window holds too little for context), each message from someone else after the
-    /// history a delivery with its context.
+    /// history a delivery with its context. `newly`: the room is new to the account;
+    /// `forward_from`: the position it is paged forwards from, its membership having changed
+    /// since (see `since_membership_change`).
     async fn read_room(
         &mut self,
         since: Option<&str>,
         room_id: &str,
         kind: &RoomKind,
         room: JoinedRoom,
-        (newly, changed): (bool, bool),
+        (newly, forward_from): (bool, Option<String>),
         held: &(dyn Fn(&Line) -> bool + Sync),
     ) -> Result<Vec<(i64, NewDelivery)>, MatrixError> {
         let own = self.context.account.user_id.clone();
-        let forward = match (since, changed && !self.replacements.contains(room_id)) {
-            (Some(since), true) => Some(self.since_membership_change(since, room_id, &room).await?),
-            _ => None,
+        let forward_from = forward_from.filter(|_| !self.replacements.contains(room_id));
+        let forward = match forward_from {
+            Some(from) => Some(self.since_membership_change(&from, room_id, &room).await?),
+            None => None,
         };
         // A room the process did not know it was in is paged forwards only to learn whether it
         // was in at `since`. If it was not (invited back after a kick, say), it is a new room:
