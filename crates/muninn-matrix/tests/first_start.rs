@@ -49,6 +49,31 @@ async fn first_start_held(test: &str) -> Option<Held> {
     })
 }
 
+impl Held {
+    /// Refuses the held first answer and stops the process: a first start that never
+    /// committed, no sync position stored. Returns the rig, the room and its configured name.
+    async fn stopped_before_its_first_commit(self) -> (Rig, String, String) {
+        let Held {
+            rig,
+            room,
+            configured,
+            faulty,
+            running,
+        } = self;
+        faulty.fail_batches(u32::MAX);
+        faulty.release_mailbox_reads();
+        eventually(
+            "the first answer refused",
+            Duration::from_secs(30),
+            || async { (faulty.refused() > 0).then_some(()) },
+        )
+        .await;
+        running.stop().await;
+        assert_eq!(rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap(), None);
+        (rig, room, configured)
+    }
+}
+
 /// The mail's texts and event ids, sorted by text.
 fn said(mail: &[Delivery]) -> Vec<(&str, &str)> {
     let mut said: Vec<(&str, &str)> = (mail.iter())
@@ -126,27 +151,12 @@ async fn what_is_said_in_an_old_room_after_a_first_start_that_never_committed_is
     let Some(held) = first_start_held("oldcrash").await else {
         return;
     };
-    let Held {
-        rig,
-        room,
-        configured,
-        faulty,
-        running,
-    } = held;
-    let mut expected = vec![(
-        "after the first start".to_owned(),
-        rig.human.send(&room, "after the first start", &[]).await,
-    )];
-    faulty.fail_batches(u32::MAX);
-    faulty.release_mailbox_reads();
-    eventually(
-        "the first answer refused",
-        Duration::from_secs(30),
-        || async { (faulty.refused() > 0).then_some(()) },
-    )
-    .await;
-    running.stop().await;
-    assert_eq!(rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap(), None);
+    let first = held
+        .rig
+        .human
+        .send(&held.room, "after the first start", &[]);
+    let mut expected = vec![("after the first start".to_owned(), first.await)];
+    let (rig, room, configured) = held.stopped_before_its_first_commit().await;
     for n in 0..5 {
         let text = format!("while stopped {n}");
         expected.push((text.clone(), rig.human.send(&room, &text, &[]).await));
@@ -211,24 +221,12 @@ async fn a_kick_after_a_first_start_that_never_committed_and_the_rejoin_keep_the
     let Some(held) = first_start_held("oldkickrejoin").await else {
         return;
     };
-    let Held {
-        rig,
-        room,
-        configured,
-        faulty,
-        running,
-    } = held;
-    let before = rig.human.send(&room, "before the kick", &[]).await;
-    faulty.fail_batches(u32::MAX);
-    faulty.release_mailbox_reads();
-    eventually(
-        "the first answer refused",
-        Duration::from_secs(30),
-        || async { (faulty.refused() > 0).then_some(()) },
-    )
-    .await;
-    running.stop().await;
-    assert_eq!(rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap(), None);
+    let before = held
+        .rig
+        .human
+        .send(&held.room, "before the kick", &[])
+        .await;
+    let (rig, room, configured) = held.stopped_before_its_first_commit().await;
     rig.human.kick(&room, &rig.bot).await;
     rig.human.send(&room, "while the bot is out", &[]).await;
 
