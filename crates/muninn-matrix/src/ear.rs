@@ -8,8 +8,9 @@
 //! two-minute response cache; the answer is then the very batch that was lost, which is what
 //! is wanted.)
 //!
-//! A gap's paging is in `paging`.
+//! Where each room's mail starts in an answer is in `gather`; a gap's paging is in `paging`.
 
+mod gather;
 mod paging;
 
 use paging::lock_cuts;
@@ -21,15 +22,15 @@ use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
 use crate::first_start;
 use crate::history::{
-    Chunk, Limits, Line, Window, after_join, changes_membership, joined_before, leaves_or_returns,
-    mail_start, merge_rooms, out_before, read_chunk, settles_mail_start,
+    Chunk, Limits, Line, Window, changes_membership, joined_before, leaves_or_returns, merge_rooms,
+    read_chunk,
 };
 use crate::invites;
 use crate::joins::NotJoined;
 use crate::rooms::{Directory, RoomKind};
 use crate::session::Session;
 use crate::upgrades;
-use crate::wire::{JoinedRoom, RoomEvent, SyncResponse, Timeline, is_joining};
+use crate::wire::{JoinedRoom, SyncResponse, Timeline};
 use crate::{OnDelivered, Stats};
 use muninn_store::{IntakeBatch, NewCursor, NewDelivery, Role};
 use std::collections::{HashMap, HashSet};
@@ -442,26 +443,7 @@ impl Ear {
             if let (true, Some(joined)) = (in_room, room.summary.joined_member_count) {
                 lock(&self.directory).set_members(&room_id, joined);
             }
-            // New to the account: not among the rooms it was in at its last commit (on the
-            // first sync, before its open joined its rooms or its first start began: a room
-            // joined at the first start).
-            let own = &self.context.account.user_id;
-            let known = self.joined.contains(&room_id)
-                || (since.is_none() && self.left_since_first_start.contains(&room_id));
-            let newly = !known;
-            // Among them, but its membership changed since (a kick and a re-join, or a join
-            // read again by a process that started after it): Synapse answers such a room as
-            // newly joined, its timeline reaching back before `since`. Or not among them but
-            // left or joined back in the answer (a kick while the process was stopped, the
-            // room joined again at its start): only the account's memberships after `since`
-            // say whether it was in the room then, and so whether what preceded the leave is
-            // mail.
-            let changed = since.is_some()
-                && room.timeline.events.iter().any(|e| match known {
-                    true => changes_membership(e, own),
-                    false => leaves_or_returns(e, own),
-                });
-            let room_state = (newly, changed);
+            let room_state = self.room_state(since, &room_id, &room);
             let Some(kind) = self.kind_of(&room_id).await? else {
                 continue;
             };
@@ -471,6 +453,47 @@ impl Ear {
             );
         }
         Ok(merge_rooms(mail))
+    }
+
+    /// What a room of the answer is to the account: whether it is new (not among the rooms it
+    /// was in at its last commit), and the position to page it forwards from when its
+    /// memberships since say whether it was in the room then (`None`: not paged forwards).
+    fn room_state(
+        &self,
+        since: Option<&str>,
+        room_id: &str,
+        room: &JoinedRoom,
+    ) -> (bool, Option<String>) {
+        // New to the account: not among the rooms it was in at its last commit (on the
+        // first sync, before its open joined its rooms or its first start began: a room
+        // joined at the first start).
+        let own = &self.context.account.user_id;
+        let known = self.joined.contains(room_id)
+            || (since.is_none() && self.left_since_first_start.iter().any(|r| r == room_id));
+        let newly = !known;
+        // Among them, but its membership changed since (a kick and a re-join, or a join
+        // read again by a process that started after it): Synapse answers such a room as
+        // newly joined, its timeline reaching back before `since`. Or not among them but
+        // left or joined back in the answer (a kick while the process was stopped, the
+        // room joined again at its start): only the account's memberships after `since`
+        // say whether it was in the room then, and so whether what preceded the leave is
+        // mail.
+        // On a first answer, a room joined since the first start's position (Synapse's
+        // word for one whose membership changed since) may be one the account was in at
+        // the position, kicked after it and joined again by a later start's open before any
+        // commit: its memberships after the position say so, read the same way (before,
+        // it was read from the new join and what was said before the kick was lost).
+        let position = match since {
+            Some(since) => Some(since),
+            None if newly => self.first_start.0.as_deref(),
+            None => None,
+        };
+        let changed = room.timeline.events.iter().any(|e| match known {
+            true => changes_membership(e, own),
+            false => leaves_or_returns(e, own),
+        });
+        let forward_from = position.filter(|_| changed).map(str::to_owned);
+        (newly, forward_from)
     }
 
     /// When the Mind's open Persona segment began (`None`: no open segment), which says which
@@ -498,20 +521,23 @@ impl Ear {
 
     /// One room's mail: its events gathered, read into its window (with history fetched once
     /// if the window holds too little for context), each message from someone else after the
-    /// history a delivery with its context.
+    /// history a delivery with its context. `newly`: the room is new to the account;
+    /// `forward_from`: the position it is paged forwards from, its membership having changed
+    /// since (see `since_membership_change`).
     async fn read_room(
         &mut self,
         since: Option<&str>,
         room_id: &str,
         kind: &RoomKind,
         room: JoinedRoom,
-        (newly, changed): (bool, bool),
+        (newly, forward_from): (bool, Option<String>),
         held: &(dyn Fn(&Line) -> bool + Sync),
     ) -> Result<Vec<(i64, NewDelivery)>, MatrixError> {
         let own = self.context.account.user_id.clone();
-        let forward = match (since, changed && !self.replacements.contains(room_id)) {
-            (Some(since), true) => Some(self.since_membership_change(since, room_id, &room).await?),
-            _ => None,
+        let forward_from = forward_from.filter(|_| !self.replacements.contains(room_id));
+        let forward = match forward_from {
+            Some(from) => Some(self.since_membership_change(&from, room_id, &room).await?),
+            None => None,
         };
         // A room the process did not know it was in is paged forwards only to learn whether it
         // was in at `since`. If it was not (invited back after a kick, say), it is a new room:
@@ -575,155 +601,5 @@ impl Ear {
         let now = self.context.clock.now_ms();
         let window = self.windows.entry(room_id.to_owned()).or_default();
         Ok(read_chunk(window, &chunk, &own, limits, held, now))
-    }
-
-    /// A room's events from one sync, oldest first, where its mail starts, and the token
-    /// before the oldest: a `limited` timeline with the gap since the last sync paged back; for
-    /// a room the account joined since, mail from its invite or join on (paged back to find
-    /// it); on the first sync, no mail in a room the account was in before this start, and mail
-    /// from the join on in one it joined at this start (a direct chat's from its invite on).
-    async fn gather(
-        &self,
-        since: Option<&str>,
-        room_id: &str,
-        room: JoinedRoom,
-        (newly, direct): (bool, bool),
-    ) -> Result<(Vec<RoomEvent>, usize, Option<String>), MatrixError> {
-        let own = &self.context.account.user_id;
-        let timeline = room.timeline;
-        let mut events = timeline.events;
-        // A whole (not `limited`) timeline of a first sync or a new room goes back to the
-        // room's start: there is no older history to read.
-        let whole = !timeline.limited && (since.is_none() || newly);
-        let back = timeline.prev_batch.filter(|_| !whole);
-        let paging = match (&back, timeline.limited) {
-            (Some(from), true) => Some(from.as_str()),
-            _ => None,
-        };
-        match (since, newly) {
-            _ if self.replacements.contains(room_id) => {
-                // An upgraded room's replacement: all of it is mail, from its start
-                // (on the first sync, one whose old room was upgraded since the first start).
-                let Some(from) = paging else {
-                    return Ok((events, 0, back));
-                };
-                let never = |_: &RoomEvent| false;
-                let (older, token, _) = self.page_back(room_id, from, None, &never).await?;
-                events.splice(0..0, older);
-                Ok((events, 0, token))
-            }
-            (None, false) => self.first_answer_of_old_room(room_id, events, back).await,
-            (None, true) if !direct => {
-                // Joined at this start, before the first sync answered: what follows the join
-                // was said to a Mind already listening and is mail. What came before it, said
-                // while the account was invited too, is the backlog of a room it was not yet
-                // listening in (a direct chat's invite, below, is addressed to it).
-                if let Some(start) = after_join(&events, own) {
-                    return Ok((events, start, back));
-                }
-                let Some(from) = paging else {
-                    return Ok((events, 0, back));
-                };
-                let joins = |e: &RoomEvent| is_joining(e, own);
-                let (older, token, passed) = self.page_back(room_id, from, None, &joins).await?;
-                // What was said just before the join is context (history before `start`).
-                events.splice(0..0, passed.into_iter().chain(older));
-                let start = after_join(&events, own).unwrap_or(0);
-                Ok((events, start, token))
-            }
-            (_, true) => {
-                if let Some(start) = mail_start(&events, own) {
-                    return Ok((events, start, back));
-                }
-                let Some(from) = paging else {
-                    let start = after_join(&events, own).unwrap_or(0);
-                    return Ok((events, start, back));
-                };
-                // Back past a profile change (a join over the join) and a join over an invite
-                // to the membership that says where the mail starts: stopping at the newest of
-                // the account's memberships lost what came between it and the join.
-                let settles = |e: &RoomEvent| settles_mail_start(e, own);
-                let (older, token, passed) = self.page_back(room_id, from, None, &settles).await?;
-                // What precedes the membership found is context: the mail starts at or after
-                // it, which every older event leaves as it is.
-                events.splice(0..0, passed.into_iter().chain(older));
-                let start = mail_start(&events, own)
-                    .or_else(|| after_join(&events, own))
-                    .unwrap_or(0);
-                Ok((events, start, token))
-            }
-            (Some(since), false) => {
-                let Some(from) = paging else {
-                    return Ok((events, 0, back));
-                };
-                let window = self.windows.get(room_id);
-                let seen = |e: &RoomEvent| window.is_some_and(|w| w.holds(&e.event_id));
-                // Past an event the window holds: the window has what is older.
-                let (older, token, _) = self.page_back(room_id, from, Some(since), &seen).await?;
-                events.splice(0..0, older);
-                // The account's own join in the gap: an answer read again by a process that
-                // started after the join (so the room is among its rooms) whose timeline was
-                // too short to hold it. The room is new after all; what came before is context.
-                // A gap that opens with the account leaving (a kick, then a re-join) is an old
-                // room's: what was said while it was in is mail, which `read_chunk` tells.
-                let start = match out_before(&events, own) {
-                    Some(true) => mail_start(&events, own).unwrap_or(0),
-                    _ => 0,
-                };
-                Ok((events, start, token))
-            }
-        }
-    }
-
-    /// A first answer's `events` of a room the account was in before the Mind's first start
-    /// (`back`: the token before them), oldest first, where its mail starts and the token
-    /// before the oldest. What was said up to the first start's position is the backlog,
-    /// context never answered; what was said after it was said to a Mind already listening
-    /// and is mail — also when that start stopped before its first commit and the answer is
-    /// read by a process started long after (before, all of it was history and never
-    /// answered). What was said after the position is the room's timeline since it, paged
-    /// back to it when `limited` as a gap since a sync position is, cut at this answer's last
-    /// event: it was asked after this answer, and what follows that event is the next one's.
-    async fn first_answer_of_old_room(
-        &self,
-        room_id: &str,
-        mut events: Vec<RoomEvent>,
-        back: Option<String>,
-    ) -> Result<(Vec<RoomEvent>, usize, Option<String>), MatrixError> {
-        let history = events.len();
-        let (position, spoken) = &self.first_start;
-        let (Some(position), Some(spoken)) = (position, spoken.get(room_id)) else {
-            return Ok((events, history, back));
-        };
-        let mut after = spoken.events.clone();
-        let mut token = spoken.prev_batch.clone();
-        if let (true, Some(from)) = (spoken.limited, spoken.prev_batch.as_deref()) {
-            let never = |_: &RoomEvent| false;
-            let (older, older_token, _) = self
-                .page_back(room_id, from, Some(position), &never)
-                .await?;
-            after.splice(0..0, older);
-            token = older_token;
-        }
-        // This answer's last event not among them: nothing was said between the position and
-        // this answer's end.
-        let last = events.last().map(|e| e.event_id.clone());
-        let Some(end) = after
-            .iter()
-            .position(|e| Some(&e.event_id) == last.as_ref())
-        else {
-            return Ok((events, history, back));
-        };
-        after.truncate(end + 1);
-        let said_after: HashSet<&str> = after.iter().map(|e| e.event_id.as_str()).collect();
-        let before = (events.iter())
-            .take_while(|e| !said_after.contains(e.event_id.as_str()))
-            .count();
-        events.truncate(before);
-        events.extend(after);
-        // Nothing of the answer's own timeline before the position: the token is the one
-        // before the oldest event since it.
-        let token = if before == 0 { token } else { back };
-        Ok((events, before, token))
     }
 }

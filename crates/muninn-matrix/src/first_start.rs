@@ -36,7 +36,7 @@ use crate::account::Context;
 use crate::client::MatrixClient;
 use crate::config::{FIRST_START_CURSOR, SYNC_CURSOR};
 use crate::error::MatrixError;
-use crate::wire::Timeline;
+use crate::wire::{Timeline, is_joining};
 use muninn_store::NewCursor;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -56,9 +56,10 @@ const NOTHING: &str =
 const JOINED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"not_types":["*"]},"state":{"types":["m.room.create"]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
 
 /// A `/sync` filter whose answer holds the rooms with a tombstone since its `since` (and rooms
-/// joined since whose timeline, not bounded by `since`, holds one). A tombstone is an old room's
-/// last event but for leaves, and is looked for as far back as Synapse looks.
-const UPGRADED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"limit":50,"types":["m.room.tombstone"]},"state":{"types":[]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
+/// joined since whose timeline, not bounded by `since`, holds one, with the memberships that
+/// say whether it came after the account's join). A tombstone is an old room's last event but
+/// for leaves, and is looked for as far back as Synapse looks.
+const UPGRADED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"limit":50,"types":["m.room.tombstone","m.room.member"]},"state":{"types":[]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
 
 /// What changed in the account's rooms since its first start began.
 #[derive(Debug, Default)]
@@ -132,14 +133,20 @@ pub(crate) async fn since(
         .sync(Some(&mark.value), UPGRADED_SINCE, Duration::ZERO)
         .await?;
     // A new room's timeline may hold a tombstone older than the first start (an old room
-    // joined at it): not an upgrade the Mind heard.
+    // joined at it): not an upgrade the Mind heard. One after its latest join came after
+    // the first start's position, the join being since it (a room joined at the first start,
+    // then upgraded: before, its replacement was read from the account's join, not its start).
+    let own = context.account.user_id.as_str();
     let upgraded = upgraded.rooms.join.into_iter().filter(|(room_id, room)| {
-        !joined.contains(room_id)
-            && room
-                .timeline
-                .events
-                .iter()
-                .any(|e| e.kind == "m.room.tombstone")
+        let events = &room.timeline.events;
+        let tombstone = events.iter().rposition(|e| e.kind == "m.room.tombstone");
+        match (tombstone, joined.contains(room_id)) {
+            (None, _) => false,
+            (Some(_), false) => true,
+            (Some(at), true) => {
+                (events.iter().rposition(|e| is_joining(e, own))).is_some_and(|join| join < at)
+            }
+        }
     });
     let upgraded = upgraded.map(|(room_id, _)| room_id).collect();
     // Asked last, like the others after the first answer: its timelines reach past that

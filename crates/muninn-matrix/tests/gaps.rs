@@ -1,6 +1,6 @@
 //! A gap longer than `max_gap_events`: the events past the limit are skipped, and the account's
 //! record of its cuts (how many, the last one's room, time and events read) says so, for
-//! `muninn status` to show. (Forward paging cut at its limit is in `faults`.)
+//! `muninn status` to show. (Forward paging cut at its limit is in `faults::memberships`.)
 
 use super::*;
 use pretty_assertions::assert_eq;
@@ -253,7 +253,7 @@ async fn a_forward_cut_past_the_kick_keeps_what_was_said_while_out_out_of_the_ma
 /// Forward paging cut at one event in an answer with three messages, a kick, one message while
 /// the bot is out, its re-join and one more; the timeline holds the last `timeline_limit`, so
 /// the gap before it is longer than the limit (a gap of one event, the limit's length, would
-/// skip nothing and be no cut: `faults::forward_paging_at_the_boundary_…`).
+/// skip nothing and be no cut: `faults::memberships::forward_paging_at_the_boundary_…`).
 async fn forward_cut_and_kick(test: &str, timeline_limit: u32, expected: &[&str]) {
     let Some(rig) = rig(test).await else {
         return;

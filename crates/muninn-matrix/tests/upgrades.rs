@@ -420,3 +420,50 @@ async fn an_upgrade_at_the_first_start_read_again_by_the_next_process_loses_noth
     running.stop().await;
     assert_said_once_in(&mail, &[first, last], &room);
 }
+
+/// A room the account joins at the Mind's first start is upgraded before its first sync is
+/// committed, and someone speaks in the replacement before the bot joins it. The process that
+/// reads the tombstone joins the replacement and stops (its first answer refused); the next one,
+/// on another device (past Synapse's two-minute response cache), reads both rooms in its first
+/// answer: the old one from the bot's join, the replacement from its start. Before, the old
+/// room's tombstone, found in a room joined since the first start, was taken for one older than
+/// that start, and the replacement was read as a room joined at it, from the bot's join: what
+/// was said there before the join was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_joined_at_the_first_start_and_upgraded_before_its_first_commit_loses_nothing() {
+    let Some(rig) = rig("upjoinfirst").await else {
+        return;
+    };
+    let room = rig.public_room(&alias("upjoinfirst")).await;
+    rig.human.send(&room, "before the join", &[]).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.hold_mailbox_reads();
+    let running = rig.start_on(faulty.clone(), &[&room], |_| {});
+    rig.bot_joined(&room).await;
+    eventually("the first sync held", Duration::from_secs(30), || async {
+        (faulty.held_mailbox_reads() > 0).then_some(())
+    })
+    .await;
+    let mut said = vec![rig.human.send(&room, "after the join", &[]).await];
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    said.push(rig.human.send(&replacement, "before the bot", &[]).await);
+    faulty.fail_batches(u32::MAX);
+    faulty.release_mailbox_reads();
+    rig.bot_joined(&replacement).await;
+    eventually("a refused batch", Duration::from_secs(30), || async {
+        (faulty.refused() >= 1).then_some(())
+    })
+    .await;
+    running.stop().await;
+    let running = rig.start(&[&room], |c| c.accounts[0].device_id = "MUNINNLATER".into());
+    rig.first_sync().await;
+    said.push(rig.human.send(&replacement, "after the restart", &[]).await);
+    let last = said[2].clone();
+    let mail = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == last).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    assert_said_once_in(&mail, &said, &room);
+}
