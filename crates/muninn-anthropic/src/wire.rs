@@ -125,6 +125,10 @@ pub enum ContentBlock {
         content: String,
         /// The provider's signature over the summary (checked when sent back).
         signature: String,
+        /// Fields this crate does not name, kept verbatim: the block goes back exactly as the
+        /// provider gave it, or it answers `compaction_content_mismatch`.
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     },
     /// The model's visible reasoning.
     Thinking {

@@ -14,11 +14,12 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 
-/// A provider that answers every request with `content` (`end_turn`), billed [`billed`], and
+/// A provider that answers every request with `content` (`end_turn` unless told), billed [`billed`], and
 /// keeps the requests it was sent.
 #[derive(Debug, Clone)]
 struct Scripted {
     content: Value,
+    stop_reason: &'static str,
     sent: Arc<Mutex<Vec<MessagesRequest>>>,
 }
 
@@ -31,6 +32,7 @@ impl Scripted {
     fn answering(content: Value) -> Scripted {
         Scripted {
             content,
+            stop_reason: "end_turn",
             sent: Arc::default(),
         }
     }
@@ -53,7 +55,7 @@ impl Transport for Scripted {
             "id": format!("msg_{n}"), "type": "message", "role": "assistant",
             "model": request.model,
             "content": self.content,
-            "stop_reason": "end_turn",
+            "stop_reason": self.stop_reason,
             "usage": billed()
         }))
         .unwrap();
@@ -183,4 +185,33 @@ async fn answered_with(content: Value) {
 
 fn empty_text(block: &ContentBlock) -> bool {
     matches!(block, ContentBlock::Text { text, .. } if text.is_empty())
+}
+
+/// The compaction block goes back exactly as the provider gave it: its summary, its signature
+/// and every field it carries that this crate does not name (the provider checks the block it
+/// signed, and answers `compaction_content_mismatch` or `compaction_signature_invalid` to one
+/// that lost a field). Before, the block kept `content` and `signature` alone.
+#[tokio::test]
+async fn a_compaction_block_is_sent_back_as_received() {
+    let block = json!({"type": "compaction", "content": "<summary>the mill</summary>",
+                       "signature": "sig_1", "summary_format": {"version": 3},
+                       "encrypted_content": "ZW5j"});
+    let mut provider = Scripted::answering(json!([block.clone()]));
+    provider.stop_reason = "compaction";
+    let mut backend = AnthropicBackend::new(
+        provider.clone(),
+        Arc::new(ManualClock::new(1_800_000_000_000)),
+        PriceTable::embedded(),
+    )
+    .with_context_tools(ContextTools {
+        server_compaction: true,
+        ..ContextTools::default()
+    });
+    backend.start(spec()).await.unwrap();
+    backend.turn(TurnInput::text("hello")).await.unwrap();
+    backend.compact("summarise").await.unwrap();
+    backend.turn(TurnInput::text("and now?")).await.unwrap();
+    let sent = provider.sent.lock().unwrap().clone();
+    let body = serde_json::to_value(&sent[2]).unwrap();
+    assert_eq!(body["messages"][0]["content"][0], block);
 }

@@ -447,7 +447,9 @@ fn block_events(index: usize, block: &ContentBlock, one_char: bool) -> Vec<(Stre
         // As the API streams a compaction: the block starts with its summary `null` (the
         // signature already there, where the official SDK's accumulator keeps it from), and
         // the whole summary follows in one `compaction_delta`.
-        ContentBlock::Compaction { content, signature } => {
+        ContentBlock::Compaction {
+            content, signature, ..
+        } => {
             out.push(start(ContentBlock::Unknown(json!({
                 "type": "compaction",
                 "content": null,
