@@ -241,6 +241,32 @@ async fn a_server_compaction_is_billed_from_its_iterations() {
     }
 }
 
+/// A compaction under 1-hour breakpoints writes the prefix the request marks at 1 hour, and
+/// the provider says so in the iteration's own `cache_creation` split. The ledger's usage is
+/// what the simulator bills, TTL by TTL (before, an iteration's writes were all priced as
+/// 5-minute writes whatever the breakpoints asked).
+#[tokio::test]
+async fn a_compaction_under_1h_breakpoints_is_billed_at_1h() {
+    let h = sim().await;
+    let mut b = compacting_backend(&h);
+    b.start(SessionSpec {
+        system_ttl: Ttl::OneHour,
+        conversation_ttl: Ttl::OneHour,
+        ..spec(0)
+    })
+    .await
+    .unwrap();
+    for text in ["the mill by the river", "and the crows"] {
+        b.turn(TurnInput::text(text)).await.unwrap();
+    }
+    let compacted = b.compact("Keep the places.").await.unwrap();
+    let billed = h.sim.requests().last().unwrap().usage.unwrap();
+    assert!(billed.cache_write_1h > 0, "{billed:?}");
+    assert_eq!(compacted.usage, billed);
+    assert_eq!(compacted.predicted, Some(billed));
+    assert_eq!(cost(&compacted.usage), cost(&billed));
+}
+
 /// A provider that cannot compact right now (529 `compaction_unavailable`, retried until the
 /// retries run out) is a failed compaction: the session is as it was, and the next turn goes on.
 #[tokio::test]
