@@ -205,6 +205,9 @@ pub struct BilledAttempt {
     pub request_id: Option<String>,
     /// Why it failed.
     pub error: BackendError,
+    /// Whether the output is counted from the content received, no `message_delta` having
+    /// said the provider's count: an estimate (the provider may have generated more).
+    pub output_estimated: bool,
 }
 
 /// A request that failed, with the retries made on the way.
@@ -623,6 +626,9 @@ fn billed_unread(mut failure: AttemptError, raw_usage: Option<&Value>) -> Attemp
         raw_usage,
         request_id: None,
         error: failure.error.clone(),
+        // A whole reply's usage is final when the body said it; when it did not, the whole
+        // usage is the caller's estimate (raw usage `null`), which says so itself.
+        output_estimated: false,
     }));
     failure
 }
@@ -640,12 +646,14 @@ async fn read_stream(
     let read = read_events(response, silence, deadline, &mut assembler).await;
     // A failure after `message_start` was billed: say what, as far as the stream showed.
     read.map_err(|mut f| {
+        let output_estimated = !assembler.output_reported();
         f.billed = assembler.billed_so_far().map(|(usage, raw_usage)| {
             Box::new(BilledAttempt {
                 usage,
                 raw_usage,
                 request_id: None,
                 error: f.error.clone(),
+                output_estimated,
             })
         });
         f

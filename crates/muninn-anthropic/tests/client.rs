@@ -508,3 +508,68 @@ async fn a_retried_transport_failure_names_its_request_id() {
         [("transport".to_string(), Some("req_cut_1".to_string()))]
     );
 }
+
+/// A streamed on-demand compaction cut mid-summary, before `message_delta`: its
+/// `message_start` says 0 at the top level (a compaction's pass is reported in
+/// `usage.iterations[]`, which here never came) and its summary had begun. What the attempt is
+/// ledgered at is the cache model's prediction for the prompt and the summary received for the
+/// output, and its error says both are estimates. Before, it was ledgered at 0 tokens in all,
+/// read as the provider's own numbers.
+#[tokio::test]
+async fn a_compaction_cut_before_its_usage_is_ledgered_as_estimated() {
+    use muninn_anthropic::backend::{AnthropicBackend, ContextTools};
+    use muninn_backend::{Backend, SessionSpec, TurnInput};
+    let summary = "<summary>the mill by the river, and the crows on the bridge</summary>";
+    let first = answered("hi", r#"{"input_tokens":400,"output_tokens":1}"#);
+    let first: Vec<&str> = first.iter().map(String::as_str).collect();
+    let start = r#"{"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","model":"claude-opus-5-5","content":[],"stop_reason":null,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}}"#;
+    let block = r#"{"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":null,"signature":"sig"}}"#;
+    let delta = format!(
+        r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"compaction_delta","content":"{summary}"}}}}"#
+    );
+    let url = answer_in_turn(vec![
+        stream_reply("req_1", &first, false),
+        stream_reply("req_2", &[start, block, &delta], true),
+    ])
+    .await;
+    let mut backend = AnthropicBackend::new(
+        client(url, None),
+        Arc::new(muninn_backend::clock::ManualClock::new(1_800_000_000_000)),
+        muninn_core::price::PriceTable::embedded(),
+    )
+    .with_context_tools(ContextTools {
+        server_compaction: true,
+        ..ContextTools::default()
+    });
+    backend
+        .start(SessionSpec {
+            model: "claude-opus-5-5".to_string(),
+            system: vec!["You are Vala.".to_string()],
+            tools: Vec::new(),
+            output_schema: None,
+            system_ttl: muninn_core::cache::Ttl::FiveMinutes,
+            conversation_ttl: muninn_core::cache::Ttl::FiveMinutes,
+            max_tokens: 1_000,
+        })
+        .await
+        .unwrap();
+    backend.turn(TurnInput::text("hello")).await.unwrap();
+    backend.compact("summarise").await.unwrap_err();
+    let failed = backend.take_failed_attempts();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let predicted = failed[0].predicted.unwrap();
+    let received = muninn_core::tokenize::count(summary);
+    assert_eq!(
+        (failed[0].usage.prompt(), failed[0].usage.output),
+        (predicted.prompt(), received),
+        "{failed:?}"
+    );
+    assert!(predicted.prompt() > 0, "{predicted:?}");
+    assert_eq!(failed[0].request_id.as_deref(), Some("req_2"));
+    for estimated in [
+        "input and cache counted at the cache model's prediction",
+        "output counted from the content received",
+    ] {
+        assert!(failed[0].error.contains(estimated), "{}", failed[0].error);
+    }
+}

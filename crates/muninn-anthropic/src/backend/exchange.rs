@@ -3,6 +3,7 @@
 //! committed to the session — shared by turns, clears, compactions and pings.
 
 use super::*;
+use crate::client::BilledAttempt;
 use muninn_core::cache::{CacheOutcome, Prediction};
 use muninn_core::trace::Usage;
 
@@ -120,6 +121,42 @@ fn edit_events(
 /// and the request may not have been billed at all.
 pub const USAGE_ESTIMATED: &str = "no usage came: counted at the cache model's prediction \
      (an estimate; a request lost before its status may not have been billed)";
+
+/// What a billed attempt's error adds when the stream was cut before its `message_delta`: the
+/// output is the count of the content received, and the provider may have generated more.
+pub const OUTPUT_ESTIMATED: &str = "cut before the provider's output count: output counted \
+     from the content received (an estimate; the provider may have generated more)";
+
+/// What a billed attempt's error adds when `message_start` said nothing of the prompt (a
+/// compaction's top-level counts are 0, its pass reported in `usage.iterations[]`, which a cut
+/// stream may never reach): the prompt's side is the cache model's prediction.
+pub const PROMPT_ESTIMATED: &str = "no prompt usage came before the cut: input and cache \
+     counted at the cache model's prediction (an estimate)";
+
+/// What a billed attempt is ledgered at, and its error with what of that is an estimate: the
+/// usage the provider said, the prediction for what it never said (see [`USAGE_ESTIMATED`],
+/// [`PROMPT_ESTIMATED`], [`OUTPUT_ESTIMATED`]).
+fn billed_usage(attempt: &BilledAttempt, prediction: &Prediction) -> (Usage, String) {
+    // A whole reply lost after its status (a ping's), or before it, never said its usage: what
+    // the cache model predicts is the best account of what the provider billed — an estimate,
+    // which the row's error says (its usage reads as reported otherwise, and a request lost
+    // before its status may not have been billed at all).
+    if attempt.raw_usage.is_null() {
+        let error = format!("{}; {USAGE_ESTIMATED}", attempt.error);
+        return (prediction.outcome.usage(attempt.usage.output), error);
+    }
+    let mut usage = attempt.usage;
+    let mut error = attempt.error.to_string();
+    // Every prompt is at least one token, so a prompt of 0 is one the stream never said.
+    if usage.prompt() == 0 {
+        usage = prediction.outcome.usage(usage.output);
+        error = format!("{error}; {PROMPT_ESTIMATED}");
+    }
+    if attempt.output_estimated {
+        error = format!("{error}; {OUTPUT_ESTIMATED}");
+    }
+    (usage, error)
+}
 
 /// Keeps a billed attempt for [`Backend::take_failed_attempts`] in `failed`, bounded for a
 /// caller that never takes them: the oldest go first.
@@ -270,16 +307,7 @@ impl<T: Transport> AnthropicBackend<T> {
             Err(failed) => &failed.billed,
         };
         for attempt in billed {
-            // A whole reply lost after its status (a ping's), or before it, never said its
-            // usage: what the cache model predicts is the best account of what the provider
-            // billed — an estimate, which the row's error says (its usage reads as reported
-            // otherwise, and a request lost before its status may not have been billed at all).
-            let (usage, error) = if attempt.raw_usage.is_null() {
-                let error = format!("{}; {USAGE_ESTIMATED}", attempt.error);
-                (prediction.outcome.usage(attempt.usage.output), error)
-            } else {
-                (attempt.usage, attempt.error.to_string())
-            };
+            let (usage, error) = billed_usage(attempt, &prediction);
             keep_failed(
                 &mut self.failed,
                 FailedAttempt {
