@@ -5,6 +5,7 @@
 use super::*;
 use crate::client::BilledAttempt;
 use muninn_core::cache::{CacheOutcome, Prediction};
+use muninn_core::ledger::ProviderMiss;
 use muninn_core::trace::Usage;
 
 /// The most failed attempts kept for [`Backend::take_failed_attempts`] between two takes.
@@ -74,6 +75,22 @@ impl ReplyParts {
         }
         parts
     }
+}
+
+/// A reply's usage checked against its prediction ([`AnthropicBackend::check_usage`]).
+struct UsageCheck {
+    /// What the provider billed (the ledger's usage).
+    usage: Usage,
+    /// What the cache model predicted, with the reply's output.
+    predicted: Usage,
+    /// muninn's cause for a read below the best possible.
+    miss: Option<MissCause>,
+    /// The provider's own diagnosis, once there is a previous turn to compare with.
+    provider_miss: Option<ProviderMiss>,
+    /// The TTLs asked for against those honoured.
+    ttl: TtlCheck,
+    /// A read shortfall, the applied edits, a TTL mismatch.
+    events: Vec<TurnEvent>,
 }
 
 /// muninn's cause for a read below the best possible: a read short of the prediction is an
@@ -208,12 +225,67 @@ impl<T: Transport> AnthropicBackend<T> {
         let (completed, prediction) = self
             .send_predicted(&request, &shaped, min_cacheable, safe_to_repeat, commit)
             .await?;
-        let response = completed.response;
+        let checked = self.check_usage(&completed.response, &prediction, &shaped, kept);
+        let tool_results = tool_results_of(request.messages.last());
+        let breakpoints = breakpoints_of(&shaped);
+        let sent = cleared_messages.unwrap_or(request.messages);
+        let parts = ReplyParts::of(&completed.response.content);
+        if let Err(refused) = self.commit(
+            commit,
+            sent,
+            &completed.response,
+            parts.pending_ack.clone(),
+            shaped,
+        ) {
+            // Answered, so billed in full, but not what was asked for (a compaction without
+            // its block): the usage is reported as an attempt billed without a usable reply.
+            keep_failed(
+                &mut self.failed,
+                FailedAttempt {
+                    usage: checked.usage,
+                    raw_usage: completed.raw_usage,
+                    predicted: Some(checked.predicted),
+                    request_id: completed.request_id,
+                    error: refused.to_string(),
+                    breakpoints,
+                    cleared: commit == Commit::Cleared,
+                },
+            );
+            return Err(refused);
+        }
+        Ok(TurnOutcome {
+            text: parts.text,
+            tool_calls: parts.tool_calls,
+            structured: parts.structured,
+            stop_reason: completed.response.stop_reason.unwrap_or_default(),
+            usage: checked.usage,
+            raw_usage: completed.raw_usage,
+            predicted: Some(checked.predicted),
+            miss: checked.miss,
+            provider_miss: checked.provider_miss,
+            ttl: checked.ttl,
+            retries: completed.retries,
+            events: checked.events,
+            request_id: completed.request_id,
+            breakpoints,
+            tool_results,
+        })
+    }
+
+    /// The reply's usage checked against the prediction it was sent under: the miss causes
+    /// (muninn's and the provider's), the TTLs honoured, and the events that explain them.
+    fn check_usage(
+        &self,
+        response: &MessagesResponse,
+        prediction: &Prediction,
+        shaped: &PromptShape,
+        kept: Option<Tokens>,
+    ) -> UsageCheck {
         let usage = response.usage.to_core();
         let predicted = prediction.outcome.usage(usage.output);
         let previous = self.last_turn.as_ref().map(|(_, shape)| shape);
         let (miss, shortfall) =
-            miss_cause(&usage, &predicted, &prediction.outcome, previous, &shaped);
+            miss_cause(&usage, &predicted, &prediction.outcome, previous, shaped);
         let provider_miss = previous
             .is_some()
             .then(|| Diagnostics::provider_miss(response.diagnostics.as_ref()));
@@ -224,7 +296,7 @@ impl<T: Transport> AnthropicBackend<T> {
             honoured_1h: usage.cache_write_1h,
         };
         let mut events: Vec<TurnEvent> = shortfall.into_iter().collect();
-        events.extend(edit_events(&response, kept));
+        events.extend(edit_events(response, kept));
         if ttl.mismatch() {
             tracing::warn!(
                 ?ttl,
@@ -232,51 +304,14 @@ impl<T: Transport> AnthropicBackend<T> {
             );
             events.push(TurnEvent::TtlMismatch { check: ttl });
         }
-
-        let ReplyParts {
-            text,
-            tool_calls,
-            structured,
-            pending_ack,
-        } = ReplyParts::of(&response.content);
-        let stop_reason = response.stop_reason.clone().unwrap_or_default();
-        let tool_results = tool_results_of(request.messages.last());
-        let breakpoints = breakpoints_of(&shaped);
-        let sent = cleared_messages.unwrap_or(request.messages);
-        if let Err(refused) = self.commit(commit, sent, &response, pending_ack, shaped) {
-            // Answered, so billed in full, but not what was asked for (a compaction without
-            // its block): the usage is reported as an attempt billed without a usable reply.
-            keep_failed(
-                &mut self.failed,
-                FailedAttempt {
-                    usage,
-                    raw_usage: completed.raw_usage,
-                    predicted: Some(predicted),
-                    request_id: completed.request_id,
-                    error: refused.to_string(),
-                    breakpoints,
-                    cleared: commit == Commit::Cleared,
-                },
-            );
-            return Err(refused);
-        }
-        Ok(TurnOutcome {
-            text,
-            tool_calls,
-            structured,
-            stop_reason,
+        UsageCheck {
             usage,
-            raw_usage: completed.raw_usage,
-            predicted: Some(predicted),
+            predicted,
             miss,
             provider_miss,
             ttl,
-            retries: completed.retries,
             events,
-            request_id: completed.request_id,
-            breakpoints,
-            tool_results,
-        })
+        }
     }
 
     /// Predicts the request's cache outcome, sends it, and — once it is answered — commits the
