@@ -80,14 +80,9 @@ fn spec() -> SessionSpec {
     }
 }
 
-/// A compaction the provider answered in text, without its `compaction` block, fails (the
-/// session is not compacted) — but the provider read the whole session and wrote the answer:
-/// the request is reported as an attempt billed, with the usage it was billed and its request
-/// id, so the ledger and the spend cap count it (before, the answer's usage was dropped with
-/// the refusal, and the host, which ledgers a failed compaction's billed attempts, had none).
-#[tokio::test]
-async fn a_compaction_answered_without_its_block_is_still_billed() {
-    let provider = Scripted::in_text();
+/// A backend on `provider` that compacts on the server, its session started and one turn
+/// answered.
+async fn compacting_after_one_turn(provider: &Scripted) -> AnthropicBackend<Scripted> {
     let mut backend = AnthropicBackend::new(
         provider.clone(),
         Arc::new(ManualClock::new(1_800_000_000_000)),
@@ -99,6 +94,18 @@ async fn a_compaction_answered_without_its_block_is_still_billed() {
     });
     backend.start(spec()).await.unwrap();
     backend.turn(TurnInput::text("hello")).await.unwrap();
+    backend
+}
+
+/// A compaction the provider answered in text, without its `compaction` block, fails (the
+/// session is not compacted) — but the provider read the whole session and wrote the answer:
+/// the request is reported as an attempt billed, with the usage it was billed and its request
+/// id, so the ledger and the spend cap count it (before, the answer's usage was dropped with
+/// the refusal, and the host, which ledgers a failed compaction's billed attempts, had none).
+#[tokio::test]
+async fn a_compaction_answered_without_its_block_is_still_billed() {
+    let provider = Scripted::in_text();
+    let mut backend = compacting_after_one_turn(&provider).await;
     let error = backend.compact("summarise").await.unwrap_err();
     assert!(
         matches!(&error, BackendError::CompactionFailed(_)),
@@ -198,17 +205,7 @@ async fn a_compaction_block_is_sent_back_as_received() {
                        "encrypted_content": "ZW5j"});
     let mut provider = Scripted::answering(json!([block.clone()]));
     provider.stop_reason = "compaction";
-    let mut backend = AnthropicBackend::new(
-        provider.clone(),
-        Arc::new(ManualClock::new(1_800_000_000_000)),
-        PriceTable::embedded(),
-    )
-    .with_context_tools(ContextTools {
-        server_compaction: true,
-        ..ContextTools::default()
-    });
-    backend.start(spec()).await.unwrap();
-    backend.turn(TurnInput::text("hello")).await.unwrap();
+    let mut backend = compacting_after_one_turn(&provider).await;
     backend.compact("summarise").await.unwrap();
     backend.turn(TurnInput::text("and now?")).await.unwrap();
     let sent = provider.sent.lock().unwrap().clone();
