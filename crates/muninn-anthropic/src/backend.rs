@@ -88,7 +88,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 mod exchange;
-pub use exchange::USAGE_ESTIMATED;
+pub use exchange::{OUTPUT_ESTIMATED, PROMPT_ESTIMATED, USAGE_ESTIMATED};
 
 /// The name of the Claude Code CLI's structured-output tool.
 pub const STRUCTURED_OUTPUT_TOOL: &str = "StructuredOutput";

@@ -205,6 +205,9 @@ pub struct BilledAttempt {
     pub request_id: Option<String>,
     /// Why it failed.
     pub error: BackendError,
+    /// Whether the output is counted from the content received, no `message_delta` having
+    /// said the provider's count: an estimate (the provider may have generated more).
+    pub output_estimated: bool,
 }
 
 /// A request that failed, with the retries made on the way.
@@ -362,7 +365,11 @@ impl AnthropicClient {
         let mut retries = Vec::new();
         let mut attempt: u32 = 0;
         loop {
-            let sent = self.attempt(&body, request.stream, &betas, Deadline::after(budget));
+            // The attempt's `request-id`, once its status came: a retry names it whatever the
+            // failure (a transport failure's error has no field of its own for it).
+            let mut request_id = None;
+            let deadline = Deadline::after(budget);
+            let sent = self.attempt(&body, request.stream, &betas, deadline, &mut request_id);
             let (failure, billed) = match sent.await {
                 Ok((response, raw_usage, request_id)) => {
                     return Ok(Completed {
@@ -410,8 +417,8 @@ impl AnthropicClient {
                 Some(d) => d.min(self.config.retry.max_retry_after),
                 None => self.backoff(attempt),
             };
-            tracing::warn!(attempt, delay_ms = millis(delay), error = %failure.error, "retrying Messages API request");
-            retries.push(retry_event(attempt, delay, &failure));
+            tracing::warn!(attempt, delay_ms = millis(delay), error = %failure.error, request_id = request_id.as_deref(), "retrying Messages API request");
+            retries.push(retry_event(attempt, delay, &failure, request_id));
             self.sleeper.sleep(delay).await;
         }
     }
@@ -434,6 +441,7 @@ impl AnthropicClient {
         stream: bool,
         betas: &[String],
         deadline: Deadline,
+        said_request_id: &mut Option<String>,
     ) -> Result<(MessagesResponse, Value, Option<String>), AttemptError> {
         let req = self.request_builder(stream, betas);
         // A whole reply's status comes only once the provider has done the work: a failure
@@ -469,6 +477,7 @@ impl AnthropicClient {
             .get("request-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        said_request_id.clone_from(&request_id);
         if !(200..300).contains(&status) {
             let refused = api_failure(status, response, deadline).await;
             return Err(refused.under(request_id.as_ref()));
@@ -617,6 +626,9 @@ fn billed_unread(mut failure: AttemptError, raw_usage: Option<&Value>) -> Attemp
         raw_usage,
         request_id: None,
         error: failure.error.clone(),
+        // A whole reply's usage is final when the body said it; when it did not, the whole
+        // usage is the caller's estimate (raw usage `null`), which says so itself.
+        output_estimated: false,
     }));
     failure
 }
@@ -634,12 +646,14 @@ async fn read_stream(
     let read = read_events(response, silence, deadline, &mut assembler).await;
     // A failure after `message_start` was billed: say what, as far as the stream showed.
     read.map_err(|mut f| {
+        let output_estimated = !assembler.output_reported();
         f.billed = assembler.billed_so_far().map(|(usage, raw_usage)| {
             Box::new(BilledAttempt {
                 usage,
                 raw_usage,
                 request_id: None,
                 error: f.error.clone(),
+                output_estimated,
             })
         });
         f
@@ -709,8 +723,14 @@ async fn read_events(
     ))
 }
 
-/// The ledger's record of retry `attempt` after `failure`, waiting `delay`.
-fn retry_event(attempt: u32, delay: Duration, failure: &AttemptError) -> RetryEvent {
+/// The ledger's record of retry `attempt` after `failure` of the response with `request_id`
+/// (when its status came), waiting `delay`.
+fn retry_event(
+    attempt: u32,
+    delay: Duration,
+    failure: &AttemptError,
+    request_id: Option<String>,
+) -> RetryEvent {
     let (status, kind) = match &failure.error {
         BackendError::Api { status, kind, .. } => ((*status != 0).then_some(*status), kind.clone()),
         BackendError::Protocol(_) => (None, "protocol".to_string()),
@@ -722,10 +742,12 @@ fn retry_event(attempt: u32, delay: Duration, failure: &AttemptError) -> RetryEv
         status,
         kind,
         retry_after_ms: failure.retry_after.map(millis),
-        request_id: match &failure.error {
+        // The header's, for any failure (a transport failure's too: the provider gave the id
+        // with its status); else a refusal's body's.
+        request_id: request_id.or_else(|| match &failure.error {
             BackendError::Api { request_id, .. } => request_id.as_deref().map(str::to_string),
             _ => None,
-        },
+        }),
     }
 }
 

@@ -125,6 +125,10 @@ pub enum ContentBlock {
         content: String,
         /// The provider's signature over the summary (checked when sent back).
         signature: String,
+        /// Fields this crate does not name, kept verbatim: the block goes back exactly as the
+        /// provider gave it, or it answers `compaction_content_mismatch`.
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     },
     /// The model's visible reasoning.
     Thinking {
@@ -411,20 +415,19 @@ impl Usage {
 
     /// The parsed numbers muninn's ledger keeps: what the request is billed, which is the
     /// top-level counts plus every `iterations[]` entry billed separately (a compaction's,
-    /// which the top-level counts exclude; an iteration's writes count as 5-minute writes).
-    /// When the server gives no `cache_creation` split, every written token is counted as a
-    /// 5-minute write (the API's default TTL). When the split disagrees with the total, the
-    /// split wins for each tier and any remainder of the total is a 5-minute write.
+    /// which the top-level counts exclude). Writes, top-level and iteration alike, are split
+    /// by TTL as [`write_split`] reads them: a compaction pass writes the prefix the request's
+    /// breakpoints mark, at their TTL, and its entry's `cache_creation` says so.
     pub fn to_core(&self) -> muninn_core::trace::Usage {
         let mut usage = self.top_level();
         for it in self.iterations.iter().flatten() {
             if it.billed_separately() {
+                let (w5, w1) = write_split(it.cache_creation_input_tokens, it.cache_creation);
                 usage.input = usage.input.saturating_add(it.input_tokens);
                 usage.output = usage.output.saturating_add(it.output_tokens);
                 usage.cache_read = usage.cache_read.saturating_add(it.cache_read_input_tokens);
-                usage.cache_write_5m = usage
-                    .cache_write_5m
-                    .saturating_add(it.cache_creation_input_tokens);
+                usage.cache_write_5m = usage.cache_write_5m.saturating_add(w5);
+                usage.cache_write_1h = usage.cache_write_1h.saturating_add(w1);
             }
         }
         usage
@@ -433,23 +436,10 @@ impl Usage {
     /// The top-level counts alone, without `iterations[]`: what a ledger that ignored the
     /// iterations would record (it under-counts a compaction).
     pub fn top_level(&self) -> muninn_core::trace::Usage {
-        let total_write = self.cache_creation_input_tokens.unwrap_or(0);
-        let (w5, w1) = match self.cache_creation {
-            Some(split) => {
-                // Saturating: these are the server's numbers, and a broken or hostile stream
-                // may send any u64 (found by fuzzing: two near-maximal tiers overflowed).
-                let named = split
-                    .ephemeral_5m_input_tokens
-                    .saturating_add(split.ephemeral_1h_input_tokens);
-                (
-                    split
-                        .ephemeral_5m_input_tokens
-                        .saturating_add(total_write.saturating_sub(named)),
-                    split.ephemeral_1h_input_tokens,
-                )
-            }
-            None => (total_write, 0),
-        };
+        let (w5, w1) = write_split(
+            self.cache_creation_input_tokens.unwrap_or(0),
+            self.cache_creation,
+        );
         muninn_core::trace::Usage {
             input: self.input_tokens.unwrap_or(0),
             cache_write_5m: w5,
@@ -474,6 +464,29 @@ impl Usage {
             iterations: None,
             extra: Map::new(),
         }
+    }
+}
+
+/// A write of `total` tokens split into its 5-minute and 1-hour parts. When the server gives
+/// no `cache_creation` split, every written token is a 5-minute write (the API's default TTL).
+/// When the split disagrees with the total, the split wins for each tier and any remainder of
+/// the total is a 5-minute write.
+fn write_split(total: u64, split: Option<CacheCreation>) -> (u64, u64) {
+    match split {
+        Some(split) => {
+            // Saturating: these are the server's numbers, and a broken or hostile stream may
+            // send any u64 (found by fuzzing: two near-maximal tiers overflowed).
+            let named = split
+                .ephemeral_5m_input_tokens
+                .saturating_add(split.ephemeral_1h_input_tokens);
+            (
+                split
+                    .ephemeral_5m_input_tokens
+                    .saturating_add(total.saturating_sub(named)),
+                split.ephemeral_1h_input_tokens,
+            )
+        }
+        None => (total, 0),
     }
 }
 

@@ -14,11 +14,12 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 
-/// A provider that answers every request with `content` (`end_turn`), billed [`billed`], and
+/// A provider that answers every request with `content` (`end_turn` unless told), billed [`billed`], and
 /// keeps the requests it was sent.
 #[derive(Debug, Clone)]
 struct Scripted {
     content: Value,
+    stop_reason: &'static str,
     sent: Arc<Mutex<Vec<MessagesRequest>>>,
 }
 
@@ -31,6 +32,7 @@ impl Scripted {
     fn answering(content: Value) -> Scripted {
         Scripted {
             content,
+            stop_reason: "end_turn",
             sent: Arc::default(),
         }
     }
@@ -53,7 +55,7 @@ impl Transport for Scripted {
             "id": format!("msg_{n}"), "type": "message", "role": "assistant",
             "model": request.model,
             "content": self.content,
-            "stop_reason": "end_turn",
+            "stop_reason": self.stop_reason,
             "usage": billed()
         }))
         .unwrap();
@@ -78,14 +80,9 @@ fn spec() -> SessionSpec {
     }
 }
 
-/// A compaction the provider answered in text, without its `compaction` block, fails (the
-/// session is not compacted) — but the provider read the whole session and wrote the answer:
-/// the request is reported as an attempt billed, with the usage it was billed and its request
-/// id, so the ledger and the spend cap count it (before, the answer's usage was dropped with
-/// the refusal, and the host, which ledgers a failed compaction's billed attempts, had none).
-#[tokio::test]
-async fn a_compaction_answered_without_its_block_is_still_billed() {
-    let provider = Scripted::in_text();
+/// A backend on `provider` that compacts on the server, its session started and one turn
+/// answered.
+async fn compacting_after_one_turn(provider: &Scripted) -> AnthropicBackend<Scripted> {
     let mut backend = AnthropicBackend::new(
         provider.clone(),
         Arc::new(ManualClock::new(1_800_000_000_000)),
@@ -97,6 +94,18 @@ async fn a_compaction_answered_without_its_block_is_still_billed() {
     });
     backend.start(spec()).await.unwrap();
     backend.turn(TurnInput::text("hello")).await.unwrap();
+    backend
+}
+
+/// A compaction the provider answered in text, without its `compaction` block, fails (the
+/// session is not compacted) — but the provider read the whole session and wrote the answer:
+/// the request is reported as an attempt billed, with the usage it was billed and its request
+/// id, so the ledger and the spend cap count it (before, the answer's usage was dropped with
+/// the refusal, and the host, which ledgers a failed compaction's billed attempts, had none).
+#[tokio::test]
+async fn a_compaction_answered_without_its_block_is_still_billed() {
+    let provider = Scripted::in_text();
+    let mut backend = compacting_after_one_turn(&provider).await;
     let error = backend.compact("summarise").await.unwrap_err();
     assert!(
         matches!(&error, BackendError::CompactionFailed(_)),
@@ -183,4 +192,23 @@ async fn answered_with(content: Value) {
 
 fn empty_text(block: &ContentBlock) -> bool {
     matches!(block, ContentBlock::Text { text, .. } if text.is_empty())
+}
+
+/// The compaction block goes back exactly as the provider gave it: its summary, its signature
+/// and every field it carries that this crate does not name (the provider checks the block it
+/// signed, and answers `compaction_content_mismatch` or `compaction_signature_invalid` to one
+/// that lost a field). Before, the block kept `content` and `signature` alone.
+#[tokio::test]
+async fn a_compaction_block_is_sent_back_as_received() {
+    let block = json!({"type": "compaction", "content": "<summary>the mill</summary>",
+                       "signature": "sig_1", "summary_format": {"version": 3},
+                       "encrypted_content": "ZW5j"});
+    let mut provider = Scripted::answering(json!([block.clone()]));
+    provider.stop_reason = "compaction";
+    let mut backend = compacting_after_one_turn(&provider).await;
+    backend.compact("summarise").await.unwrap();
+    backend.turn(TurnInput::text("and now?")).await.unwrap();
+    let sent = provider.sent.lock().unwrap().clone();
+    let body = serde_json::to_value(&sent[2]).unwrap();
+    assert_eq!(body["messages"][0]["content"][0], block);
 }

@@ -36,25 +36,8 @@ async fn serve(reply: Endless) -> (String, Arc<AtomicUsize>) {
     let counter = sent.clone();
     tokio::spawn(async move {
         let (mut socket, _) = listener.accept().await.unwrap();
-        // The request: headers, then as many body bytes as its content-length says.
-        let mut request = Vec::new();
-        let mut buf = [0u8; 8192];
-        loop {
-            let n = socket.read(&mut buf).await.unwrap();
-            request.extend_from_slice(&buf[..n]);
-            let text = String::from_utf8_lossy(&request).to_lowercase();
-            if let Some(end) = text.find("\r\n\r\n") {
-                let length: usize = text
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .map_or(0, |v| v.trim().parse().unwrap());
-                if request.len() >= end + 4 + length {
-                    break;
-                }
-            }
-            if n == 0 {
-                return;
-            }
+        if !read_request(&mut socket).await {
+            return;
         }
         let head = format!(
             "HTTP/1.1 {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n{}\r\n{}",
@@ -77,6 +60,32 @@ async fn serve(reply: Endless) -> (String, Arc<AtomicUsize>) {
         }
     });
     (format!("http://{addr}"), sent)
+}
+
+/// Reads one request from `socket`: its headers, then as many body bytes as its
+/// content-length says. False when the client hung up first.
+async fn read_request(socket: &mut tokio::net::TcpStream) -> bool {
+    let mut request = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let Ok(n) = socket.read(&mut buf).await else {
+            return false;
+        };
+        request.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&request).to_lowercase();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length: usize = text
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if request.len() >= end + 4 + length {
+                return true;
+            }
+        }
+        if n == 0 {
+            return false;
+        }
+    }
 }
 
 fn client(base_url: String, attempt_timeout: Option<Duration>) -> AnthropicClient {
@@ -358,22 +367,7 @@ async fn hang_up_after_reading() -> (String, Arc<AtomicUsize>) {
     let counter = read.clone();
     tokio::spawn(async move {
         while let Ok((mut socket, _)) = listener.accept().await {
-            let mut request = Vec::new();
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = socket.read(&mut buf).await {
-                request.extend_from_slice(&buf[..n]);
-                let text = String::from_utf8_lossy(&request).to_lowercase();
-                let whole = text.find("\r\n\r\n").is_some_and(|end| {
-                    let length: usize = text
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .map_or(0, |v| v.trim().parse().unwrap());
-                    request.len() >= end + 4 + length
-                });
-                if whole || n == 0 {
-                    break;
-                }
-            }
+            read_request(&mut socket).await;
             counter.fetch_add(1, Ordering::SeqCst);
             drop(socket);
         }
@@ -422,4 +416,160 @@ async fn a_whole_request_lost_before_its_status_is_not_resent_a_refused_connecti
         ) && failed.billed.is_empty(),
         "{failed:?}"
     );
+}
+
+/// A server that answers its n-th connection with `replies[n]`, a raw HTTP response sent as it
+/// is, then hangs up: a reply shorter than its `content-length` is a connection cut mid-body.
+async fn answer_in_turn(replies: Vec<String>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        for reply in replies {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            if read_request(&mut socket).await {
+                let _ = socket.write_all(reply.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            }
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A `200` stream with `request-id`, `body` its events; `cut` declares more bytes than it
+/// sends, so the connection ends mid-body.
+fn stream_reply(request_id: &str, events: &[&str], cut: bool) -> String {
+    let body: String = events
+        .iter()
+        .map(|data| {
+            let kind = serde_json::from_str::<serde_json::Value>(data).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            format!("event: {kind}\ndata: {data}\n\n")
+        })
+        .collect();
+    let length = body.len() + if cut { 4_096 } else { 0 };
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nrequest-id: {request_id}\r\n\
+         connection: close\r\ncontent-length: {length}\r\n\r\n{body}"
+    )
+}
+
+/// The events of a whole streamed answer saying `text`, with `usage` on its `message_start`.
+fn answered(text: &str, usage: &str) -> Vec<String> {
+    vec![
+        format!(
+            r#"{{"type":"message_start","message":{{"id":"msg_1","type":"message","role":"assistant","model":"claude-opus-5-5","content":[],"stop_reason":null,"usage":{usage}}}}}"#
+        ),
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#
+            .to_string(),
+        format!(
+            r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"{text}"}}}}"#
+        ),
+        r#"{"type":"content_block_stop","index":0}"#.to_string(),
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}"#
+            .to_string(),
+        r#"{"type":"message_stop"}"#.to_string(),
+    ]
+}
+
+/// A stream cut after its `200` and its `request-id`, before `message_start` (nothing billed),
+/// is retried, and the retry's record names the request id of the attempt it retried, as a
+/// refused attempt's does: the id a user quotes to the provider. Before, a transport failure's
+/// retry had none (`request_id: None`), though the provider had given one.
+#[tokio::test]
+async fn a_retried_transport_failure_names_its_request_id() {
+    let ping = r#"{"type":"ping"}"#;
+    let whole = answered("hi", r#"{"input_tokens":5,"output_tokens":1}"#);
+    let whole: Vec<&str> = whole.iter().map(String::as_str).collect();
+    let url = answer_in_turn(vec![
+        stream_reply("req_cut_1", &[ping], true),
+        stream_reply("req_ok_2", &whole, false),
+    ])
+    .await;
+    let mut config = ClientConfig::new(url, ApiKey::new("sk-test-cut").unwrap());
+    config.retry.max_retries = 1;
+    let client = AnthropicClient::new(
+        config,
+        Arc::new(muninn_backend::clock::RecordingSleeper::default()),
+    )
+    .unwrap();
+    let done = client.messages(&request(true), false).await.unwrap();
+    assert_eq!(done.request_id.as_deref(), Some("req_ok_2"));
+    let retried: Vec<(String, Option<String>)> = done
+        .retries
+        .iter()
+        .map(|r| (r.kind.clone(), r.request_id.clone()))
+        .collect();
+    assert_eq!(
+        retried,
+        [("transport".to_string(), Some("req_cut_1".to_string()))]
+    );
+}
+
+/// A streamed on-demand compaction cut mid-summary, before `message_delta`: its
+/// `message_start` says 0 at the top level (a compaction's pass is reported in
+/// `usage.iterations[]`, which here never came) and its summary had begun. What the attempt is
+/// ledgered at is the cache model's prediction for the prompt and the summary received for the
+/// output, and its error says both are estimates. Before, it was ledgered at 0 tokens in all,
+/// read as the provider's own numbers.
+#[tokio::test]
+async fn a_compaction_cut_before_its_usage_is_ledgered_as_estimated() {
+    use muninn_anthropic::backend::{AnthropicBackend, ContextTools};
+    use muninn_backend::{Backend, SessionSpec, TurnInput};
+    let summary = "<summary>the mill by the river, and the crows on the bridge</summary>";
+    let first = answered("hi", r#"{"input_tokens":400,"output_tokens":1}"#);
+    let first: Vec<&str> = first.iter().map(String::as_str).collect();
+    let start = r#"{"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","model":"claude-opus-5-5","content":[],"stop_reason":null,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}}"#;
+    let block = r#"{"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":null,"signature":"sig"}}"#;
+    let delta = format!(
+        r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"compaction_delta","content":"{summary}"}}}}"#
+    );
+    let url = answer_in_turn(vec![
+        stream_reply("req_1", &first, false),
+        stream_reply("req_2", &[start, block, &delta], true),
+    ])
+    .await;
+    let mut backend = AnthropicBackend::new(
+        client(url, None),
+        Arc::new(muninn_backend::clock::ManualClock::new(1_800_000_000_000)),
+        muninn_core::price::PriceTable::embedded(),
+    )
+    .with_context_tools(ContextTools {
+        server_compaction: true,
+        ..ContextTools::default()
+    });
+    backend
+        .start(SessionSpec {
+            model: "claude-opus-5-5".to_string(),
+            system: vec!["You are Vala.".to_string()],
+            tools: Vec::new(),
+            output_schema: None,
+            system_ttl: muninn_core::cache::Ttl::FiveMinutes,
+            conversation_ttl: muninn_core::cache::Ttl::FiveMinutes,
+            max_tokens: 1_000,
+        })
+        .await
+        .unwrap();
+    backend.turn(TurnInput::text("hello")).await.unwrap();
+    backend.compact("summarise").await.unwrap_err();
+    let failed = backend.take_failed_attempts();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let predicted = failed[0].predicted.unwrap();
+    let received = muninn_core::tokenize::count(summary);
+    assert_eq!(
+        (failed[0].usage.prompt(), failed[0].usage.output),
+        (predicted.prompt(), received),
+        "{failed:?}"
+    );
+    assert!(predicted.prompt() > 0, "{predicted:?}");
+    assert_eq!(failed[0].request_id.as_deref(), Some("req_2"));
+    for estimated in [
+        "input and cache counted at the cache model's prediction",
+        "output counted from the content received",
+    ] {
+        assert!(failed[0].error.contains(estimated), "{}", failed[0].error);
+    }
 }

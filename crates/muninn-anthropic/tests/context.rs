@@ -79,6 +79,7 @@ fn a_streamed_compaction_assembles() {
         vec![ContentBlock::Compaction {
             content: "<summary>s</summary>".to_string(),
             signature: "sig".to_string(),
+            extra: Default::default(),
         }]
     );
     assert_eq!(message.stop_reason.as_deref(), Some("compaction"));
@@ -121,6 +122,7 @@ fn a_compaction_streamed_in_deltas_assembles() {
             vec![ContentBlock::Compaction {
                 content: "<summary>s</summary>".to_string(),
                 signature: "sig".to_string(),
+                extra: Default::default(),
             }],
             "{blocks:?}"
         );
@@ -161,7 +163,11 @@ fn a_compaction_in_many_deltas_assembles_in_time() {
         .expect("a summary in many deltas: not assembled within 60 s")
         .unwrap();
     match content.as_slice() {
-        [ContentBlock::Compaction { content, signature }] => {
+        [
+            ContentBlock::Compaction {
+                content, signature, ..
+            },
+        ] => {
             assert_eq!((content.len(), signature.as_str()), (PIECES * 64, "sig"));
         }
         other => panic!("not one compaction block: {other:?}"),

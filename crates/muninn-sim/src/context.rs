@@ -103,7 +103,10 @@ pub fn receive_compactions(
             continue;
         };
         for (j, block) in blocks.iter().enumerate() {
-            if let ContentBlock::Compaction { content, signature } = block {
+            if let ContentBlock::Compaction {
+                content, signature, ..
+            } = block
+            {
                 if message.role != Role::Assistant || j != 0 {
                     return Err(refuse(
                         "compaction_block_misplaced",
@@ -395,6 +398,7 @@ pub fn compaction_block(request: &MessagesRequest) -> ContentBlock {
     ContentBlock::Compaction {
         signature: sign(&summary),
         content: summary,
+        extra: serde_json::Map::new(),
     }
 }
 

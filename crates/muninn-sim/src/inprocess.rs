@@ -131,6 +131,9 @@ fn cut_off(
             raw_usage: cut.raw_usage,
             request_id,
             error,
+            // The simulator cuts a stream before its `message_delta` (`cut_at`): the output is
+            // counted from the content sent, as the client counts it.
+            output_estimated: true,
         }],
     }
 }

@@ -42,6 +42,7 @@ use axum::routing::{get, post};
 use muninn_anthropic::sse::encode;
 use muninn_anthropic::wire::{
     ContentBlock, Delta, ErrorBody, MessageDeltaBody, MessagesResponse, Role, StreamEvent, Usage,
+    UsageIteration,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -382,8 +383,19 @@ fn events(answer: &Answer, one_char: bool) -> Vec<(StreamEvent, bool)> {
     out
 }
 
-/// `message_start`: the message without content, its usage with one output token so far.
+/// `message_start`: the message without content, its usage with one output token so far and
+/// each pass's (`iterations[]`) with none — its prompt is known at the start, its output not
+/// (a stream cut before `message_delta` is billed the output it sent).
 fn message_start(answer: &Answer, full: &Usage) -> StreamEvent {
+    let iterations = full.iterations.clone().map(|passes| {
+        passes
+            .into_iter()
+            .map(|pass| UsageIteration {
+                output_tokens: 0,
+                ..pass
+            })
+            .collect()
+    });
     StreamEvent::MessageStart {
         message: MessagesResponse {
             id: answer.id.clone(),
@@ -395,6 +407,7 @@ fn message_start(answer: &Answer, full: &Usage) -> StreamEvent {
             stop_sequence: None,
             usage: Usage {
                 output_tokens: Some(1),
+                iterations,
                 ..full.clone()
             },
             diagnostics: answer.diagnostics.clone(),
@@ -447,7 +460,9 @@ fn block_events(index: usize, block: &ContentBlock, one_char: bool) -> Vec<(Stre
         // As the API streams a compaction: the block starts with its summary `null` (the
         // signature already there, where the official SDK's accumulator keeps it from), and
         // the whole summary follows in one `compaction_delta`.
-        ContentBlock::Compaction { content, signature } => {
+        ContentBlock::Compaction {
+            content, signature, ..
+        } => {
             out.push(start(ContentBlock::Unknown(json!({
                 "type": "compaction",
                 "content": null,

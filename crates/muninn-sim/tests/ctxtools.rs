@@ -241,6 +241,66 @@ async fn a_server_compaction_is_billed_from_its_iterations() {
     }
 }
 
+/// A compaction under 1-hour breakpoints writes the prefix the request marks at 1 hour, and
+/// the provider says so in the iteration's own `cache_creation` split. The ledger's usage is
+/// what the simulator bills, TTL by TTL (before, an iteration's writes were all priced as
+/// 5-minute writes whatever the breakpoints asked).
+#[tokio::test]
+async fn a_compaction_under_1h_breakpoints_is_billed_at_1h() {
+    let h = sim().await;
+    let mut b = compacting_backend(&h);
+    b.start(SessionSpec {
+        system_ttl: Ttl::OneHour,
+        conversation_ttl: Ttl::OneHour,
+        ..spec(0)
+    })
+    .await
+    .unwrap();
+    for text in ["the mill by the river", "and the crows"] {
+        b.turn(TurnInput::text(text)).await.unwrap();
+    }
+    let compacted = b.compact("Keep the places.").await.unwrap();
+    let billed = h.sim.requests().last().unwrap().usage.unwrap();
+    assert!(billed.cache_write_1h > 0, "{billed:?}");
+    assert_eq!(compacted.usage, billed);
+    assert_eq!(compacted.predicted, Some(billed));
+    assert_eq!(cost(&compacted.usage), cost(&billed));
+}
+
+/// A streamed compaction the simulator cuts after its summary's delta, before `message_delta`:
+/// the provider bills the prompt and the summary it sent. The backend's failed attempt is that
+/// bill, token for token, and its error says the output is counted from what arrived (an
+/// estimate). Before, the stream's `message_start` claimed the whole pass's output, and the
+/// cut was billed it plus the start's placeholder token.
+#[tokio::test]
+async fn a_compaction_cut_after_its_summary_is_billed_the_summary_sent() {
+    let h = sim().await;
+    let mut b = compacting_backend(&h);
+    b.start(spec(0)).await.unwrap();
+    for text in ["the mill by the river", "and the crows"] {
+        b.turn(TurnInput::text(text)).await.unwrap();
+    }
+    h.sim.push_faults([muninn_sim::sim::Fault {
+        kind: muninn_sim::sim::FaultKind::Truncate { after_deltas: 1 },
+        times: 1,
+    }]);
+    b.compact("Keep the places.").await.unwrap_err();
+    let failed = b.take_failed_attempts();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let billed = h.sim.requests().last().unwrap().usage.unwrap();
+    assert_eq!(failed[0].usage, billed);
+    assert!(
+        failed[0]
+            .error
+            .contains("output counted from the content received"),
+        "{}",
+        failed[0].error
+    );
+    // The same request answered whole: the same summary, whose tokens the cut one was billed.
+    let whole = b.compact("Keep the places.").await.unwrap();
+    assert_eq!(failed[0].usage.output, whole.usage.output);
+}
+
 /// A provider that cannot compact right now (529 `compaction_unavailable`, retried until the
 /// retries run out) is a failed compaction: the session is as it was, and the next turn goes on.
 #[tokio::test]

@@ -3,7 +3,9 @@
 //! committed to the session — shared by turns, clears, compactions and pings.
 
 use super::*;
+use crate::client::BilledAttempt;
 use muninn_core::cache::{CacheOutcome, Prediction};
+use muninn_core::ledger::ProviderMiss;
 use muninn_core::trace::Usage;
 
 /// The most failed attempts kept for [`Backend::take_failed_attempts`] between two takes.
@@ -75,6 +77,22 @@ impl ReplyParts {
     }
 }
 
+/// A reply's usage checked against its prediction ([`AnthropicBackend::check_usage`]).
+struct UsageCheck {
+    /// What the provider billed (the ledger's usage).
+    usage: Usage,
+    /// What the cache model predicted, with the reply's output.
+    predicted: Usage,
+    /// muninn's cause for a read below the best possible.
+    miss: Option<MissCause>,
+    /// The provider's own diagnosis, once there is a previous turn to compare with.
+    provider_miss: Option<ProviderMiss>,
+    /// The TTLs asked for against those honoured.
+    ttl: TtlCheck,
+    /// A read shortfall, the applied edits, a TTL mismatch.
+    events: Vec<TurnEvent>,
+}
+
 /// muninn's cause for a read below the best possible: a read short of the prediction is an
 /// eviction (or unknown) and is reported as a [`TurnEvent::ReadShortfall`]; else the level where
 /// this prompt departs from the previous turn's; else the cache model's own cause.
@@ -120,6 +138,42 @@ fn edit_events(
 /// and the request may not have been billed at all.
 pub const USAGE_ESTIMATED: &str = "no usage came: counted at the cache model's prediction \
      (an estimate; a request lost before its status may not have been billed)";
+
+/// What a billed attempt's error adds when the stream was cut before its `message_delta`: the
+/// output is the count of the content received, and the provider may have generated more.
+pub const OUTPUT_ESTIMATED: &str = "cut before the provider's output count: output counted \
+     from the content received (an estimate; the provider may have generated more)";
+
+/// What a billed attempt's error adds when `message_start` said nothing of the prompt (a
+/// compaction's top-level counts are 0, its pass reported in `usage.iterations[]`, which a cut
+/// stream may never reach): the prompt's side is the cache model's prediction.
+pub const PROMPT_ESTIMATED: &str = "no prompt usage came before the cut: input and cache \
+     counted at the cache model's prediction (an estimate)";
+
+/// What a billed attempt is ledgered at, and its error with what of that is an estimate: the
+/// usage the provider said, the prediction for what it never said (see [`USAGE_ESTIMATED`],
+/// [`PROMPT_ESTIMATED`], [`OUTPUT_ESTIMATED`]).
+fn billed_usage(attempt: &BilledAttempt, prediction: &Prediction) -> (Usage, String) {
+    // A whole reply lost after its status (a ping's), or before it, never said its usage: what
+    // the cache model predicts is the best account of what the provider billed — an estimate,
+    // which the row's error says (its usage reads as reported otherwise, and a request lost
+    // before its status may not have been billed at all).
+    if attempt.raw_usage.is_null() {
+        let error = format!("{}; {USAGE_ESTIMATED}", attempt.error);
+        return (prediction.outcome.usage(attempt.usage.output), error);
+    }
+    let mut usage = attempt.usage;
+    let mut error = attempt.error.to_string();
+    // Every prompt is at least one token, so a prompt of 0 is one the stream never said.
+    if usage.prompt() == 0 {
+        usage = prediction.outcome.usage(usage.output);
+        error = format!("{error}; {PROMPT_ESTIMATED}");
+    }
+    if attempt.output_estimated {
+        error = format!("{error}; {OUTPUT_ESTIMATED}");
+    }
+    (usage, error)
+}
 
 /// Keeps a billed attempt for [`Backend::take_failed_attempts`] in `failed`, bounded for a
 /// caller that never takes them: the oldest go first.
@@ -171,12 +225,67 @@ impl<T: Transport> AnthropicBackend<T> {
         let (completed, prediction) = self
             .send_predicted(&request, &shaped, min_cacheable, safe_to_repeat, commit)
             .await?;
-        let response = completed.response;
+        let checked = self.check_usage(&completed.response, &prediction, &shaped, kept);
+        let tool_results = tool_results_of(request.messages.last());
+        let breakpoints = breakpoints_of(&shaped);
+        let sent = cleared_messages.unwrap_or(request.messages);
+        let parts = ReplyParts::of(&completed.response.content);
+        if let Err(refused) = self.commit(
+            commit,
+            sent,
+            &completed.response,
+            parts.pending_ack.clone(),
+            shaped,
+        ) {
+            // Answered, so billed in full, but not what was asked for (a compaction without
+            // its block): the usage is reported as an attempt billed without a usable reply.
+            keep_failed(
+                &mut self.failed,
+                FailedAttempt {
+                    usage: checked.usage,
+                    raw_usage: completed.raw_usage,
+                    predicted: Some(checked.predicted),
+                    request_id: completed.request_id,
+                    error: refused.to_string(),
+                    breakpoints,
+                    cleared: commit == Commit::Cleared,
+                },
+            );
+            return Err(refused);
+        }
+        Ok(TurnOutcome {
+            text: parts.text,
+            tool_calls: parts.tool_calls,
+            structured: parts.structured,
+            stop_reason: completed.response.stop_reason.unwrap_or_default(),
+            usage: checked.usage,
+            raw_usage: completed.raw_usage,
+            predicted: Some(checked.predicted),
+            miss: checked.miss,
+            provider_miss: checked.provider_miss,
+            ttl: checked.ttl,
+            retries: completed.retries,
+            events: checked.events,
+            request_id: completed.request_id,
+            breakpoints,
+            tool_results,
+        })
+    }
+
+    /// The reply's usage checked against the prediction it was sent under: the miss causes
+    /// (muninn's and the provider's), the TTLs honoured, and the events that explain them.
+    fn check_usage(
+        &self,
+        response: &MessagesResponse,
+        prediction: &Prediction,
+        shaped: &PromptShape,
+        kept: Option<Tokens>,
+    ) -> UsageCheck {
         let usage = response.usage.to_core();
         let predicted = prediction.outcome.usage(usage.output);
         let previous = self.last_turn.as_ref().map(|(_, shape)| shape);
         let (miss, shortfall) =
-            miss_cause(&usage, &predicted, &prediction.outcome, previous, &shaped);
+            miss_cause(&usage, &predicted, &prediction.outcome, previous, shaped);
         let provider_miss = previous
             .is_some()
             .then(|| Diagnostics::provider_miss(response.diagnostics.as_ref()));
@@ -187,7 +296,7 @@ impl<T: Transport> AnthropicBackend<T> {
             honoured_1h: usage.cache_write_1h,
         };
         let mut events: Vec<TurnEvent> = shortfall.into_iter().collect();
-        events.extend(edit_events(&response, kept));
+        events.extend(edit_events(response, kept));
         if ttl.mismatch() {
             tracing::warn!(
                 ?ttl,
@@ -195,51 +304,14 @@ impl<T: Transport> AnthropicBackend<T> {
             );
             events.push(TurnEvent::TtlMismatch { check: ttl });
         }
-
-        let ReplyParts {
-            text,
-            tool_calls,
-            structured,
-            pending_ack,
-        } = ReplyParts::of(&response.content);
-        let stop_reason = response.stop_reason.clone().unwrap_or_default();
-        let tool_results = tool_results_of(request.messages.last());
-        let breakpoints = breakpoints_of(&shaped);
-        let sent = cleared_messages.unwrap_or(request.messages);
-        if let Err(refused) = self.commit(commit, sent, &response, pending_ack, shaped) {
-            // Answered, so billed in full, but not what was asked for (a compaction without
-            // its block): the usage is reported as an attempt billed without a usable reply.
-            keep_failed(
-                &mut self.failed,
-                FailedAttempt {
-                    usage,
-                    raw_usage: completed.raw_usage,
-                    predicted: Some(predicted),
-                    request_id: completed.request_id,
-                    error: refused.to_string(),
-                    breakpoints,
-                    cleared: commit == Commit::Cleared,
-                },
-            );
-            return Err(refused);
-        }
-        Ok(TurnOutcome {
-            text,
-            tool_calls,
-            structured,
-            stop_reason,
+        UsageCheck {
             usage,
-            raw_usage: completed.raw_usage,
-            predicted: Some(predicted),
+            predicted,
             miss,
             provider_miss,
             ttl,
-            retries: completed.retries,
             events,
-            request_id: completed.request_id,
-            breakpoints,
-            tool_results,
-        })
+        }
     }
 
     /// Predicts the request's cache outcome, sends it, and — once it is answered — commits the
@@ -270,16 +342,7 @@ impl<T: Transport> AnthropicBackend<T> {
             Err(failed) => &failed.billed,
         };
         for attempt in billed {
-            // A whole reply lost after its status (a ping's), or before it, never said its
-            // usage: what the cache model predicts is the best account of what the provider
-            // billed — an estimate, which the row's error says (its usage reads as reported
-            // otherwise, and a request lost before its status may not have been billed at all).
-            let (usage, error) = if attempt.raw_usage.is_null() {
-                let error = format!("{}; {USAGE_ESTIMATED}", attempt.error);
-                (prediction.outcome.usage(attempt.usage.output), error)
-            } else {
-                (attempt.usage, attempt.error.to_string())
-            };
+            let (usage, error) = billed_usage(attempt, &prediction);
             keep_failed(
                 &mut self.failed,
                 FailedAttempt {

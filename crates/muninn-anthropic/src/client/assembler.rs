@@ -183,6 +183,12 @@ impl Assembler {
         Ok(())
     }
 
+    /// Whether a `message_delta` said the output count: if not, [`Assembler::billed_so_far`]
+    /// counts the content received, an estimate.
+    pub fn output_reported(&self) -> bool {
+        self.output_reported
+    }
+
     /// What the provider billed for the stream so far, once `message_start` has come (before
     /// it, nothing was billed): `message_start`'s input and cache counts, and as output the
     /// last `message_delta`'s count when one came — the provider's own — else the tokens of the
@@ -227,10 +233,11 @@ fn is_compaction(raw: &Value) -> bool {
 }
 
 /// The output tokens of reply content received, by `muninn_core::tokenize::count`: each text
-/// and thinking block's text, and each tool call's name and input (the input's JSON as
-/// gathered so far, or as parsed once its block stopped). A count of what arrived, not of what
-/// the provider generated: the simulator bills a stream it cuts by the same count of what it
-/// sent, so the two agree exactly.
+/// and thinking block's text, each compaction's summary (gathered so far, or whole once its
+/// block stopped), and each tool call's name and input (the input's JSON as gathered so far,
+/// or as parsed once its block stopped). A count of what arrived, not of what the provider
+/// generated: the simulator bills a stream it cuts by the same count of what it sent, so the
+/// two agree exactly.
 fn received_output_tokens(content: &[ContentBlock], partial_json: &[(usize, String)]) -> u64 {
     use muninn_core::tokenize::count;
     content
@@ -239,6 +246,11 @@ fn received_output_tokens(content: &[ContentBlock], partial_json: &[(usize, Stri
         .map(|(index, block)| match block {
             ContentBlock::Text { text, .. } => count(text),
             ContentBlock::Thinking { thinking, .. } => count(thinking),
+            ContentBlock::Compaction { content, .. } => count(content),
+            // A streamed compaction still open: its summary so far, on the raw block.
+            ContentBlock::Unknown(raw) if is_compaction(raw) => {
+                raw.get("content").and_then(Value::as_str).map_or(0, count)
+            }
             ContentBlock::ToolUse { name, input, .. } => {
                 let gathered = partial_json.iter().find(|(i, _)| *i == index);
                 count(name)

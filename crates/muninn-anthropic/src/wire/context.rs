@@ -308,9 +308,13 @@ pub struct UsageIteration {
     /// Prompt tokens read from the cache.
     #[serde(default)]
     pub cache_read_input_tokens: u64,
-    /// Prompt tokens written to the cache (billed as 5-minute writes: the entry gives no split).
+    /// Prompt tokens written to the cache (the sum of the `cache_creation` split).
     #[serde(default)]
     pub cache_creation_input_tokens: u64,
+    /// The write split by TTL, as on the top level: the pass writes the prefix the request's
+    /// breakpoints mark, at their TTLs. Without it, every written token is a 5-minute write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation: Option<super::CacheCreation>,
     /// Fields this crate does not name, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,

@@ -4,7 +4,7 @@
 use super::faults::FaultKind;
 use crate::reply::Reply;
 use muninn_anthropic::wire::{
-    ContextManagementResponse, Diagnostics, ErrorResponse, MessagesResponse, Role,
+    CacheCreation, ContextManagementResponse, Diagnostics, ErrorResponse, MessagesResponse, Role,
     Usage as WireUsage, UsageIteration,
 };
 use muninn_core::ledger::{MissCause, ProviderMiss};
@@ -115,7 +115,8 @@ impl Answer {
     }
 }
 
-/// One `usage.iterations[]` entry (writes as one total: the entry gives no TTL split).
+/// One `usage.iterations[]` entry, its writes split by TTL as the top level's are: the pass
+/// writes the prefix the request's breakpoints mark, at their TTLs.
 fn iteration(kind: &str, usage: &Usage) -> UsageIteration {
     UsageIteration {
         kind: kind.to_string(),
@@ -123,6 +124,10 @@ fn iteration(kind: &str, usage: &Usage) -> UsageIteration {
         output_tokens: usage.output,
         cache_read_input_tokens: usage.cache_read,
         cache_creation_input_tokens: usage.written(),
+        cache_creation: Some(CacheCreation {
+            ephemeral_5m_input_tokens: usage.cache_write_5m,
+            ephemeral_1h_input_tokens: usage.cache_write_1h,
+        }),
         extra: serde_json::Map::new(),
     }
 }
