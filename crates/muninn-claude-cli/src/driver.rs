@@ -20,7 +20,8 @@
 //! `result` into the turn's outcome; `beside` reports what the CLI billed beside a turn (a
 //! subagent's requests, a turn it started by itself); `rewind` takes a turn the API refused
 //! back out of the session; `stdin` renders what is written to the child; `tree` kills
-//! the processes a child started when the child is killed.
+//! the processes a child started: those below it when the child is killed, and every one
+//! still carrying its mark when the child is done with.
 
 mod beside;
 mod launch;

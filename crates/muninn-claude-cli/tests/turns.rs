@@ -698,9 +698,9 @@ async fn a_reply_in_several_messages_keeps_them_apart() {
 
 /// A message whose text is whitespace alone (the model often writes a bare `"\n\n"` block
 /// before a tool call) adds nothing to a reply joined from several messages: the paragraphs
-/// around it stay one blank line apart. A CLI stand-in answers in three messages, the middle
-/// one's only text a blank block. Before, the blank block was joined as a paragraph of its own:
-/// "First.\n\n\n\n\n\nSecond.".
+/// around it stay one blank line apart. A CLI stand-in answers in four messages, the two
+/// between the paragraphs whitespace alone (`"\n\n"`, `" "`). Before, each was joined as a
+/// paragraph of its own: "First.\n\n\n\n\n\n \n\nSecond.".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blank_message_adds_no_blank_lines_to_the_reply() {
     use script::*;

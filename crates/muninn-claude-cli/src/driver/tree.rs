@@ -4,7 +4,8 @@
 //! SIGKILL of the CLI, or of its process group, does not reach them: a `tail -f` or a build a
 //! Self run started would run on, orphaned, after every timed-out or killed run. So before the
 //! driver kills a child it stops the whole tree, then kills it; the caller then kills the child
-//! itself. A graceful stop (stdin closed, SIGTERM) leaves the CLI's own clean-up to it.
+//! itself. A graceful stop (stdin closed, SIGTERM) leaves the tree to the CLI's own clean-up;
+//! what outlives the CLI is found by its mark (below).
 //!
 //! The tree is stopped from the top, level by level, each level seen stopped before its
 //! children are listed from `/proc`. A stopped process forks nothing, so a listing taken after
