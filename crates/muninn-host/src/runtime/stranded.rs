@@ -70,12 +70,16 @@ impl StrandedBy {
         }
     }
 
-    /// What the stranded brief's result says stopped it, and how far its run got (`tail`).
-    fn why(by: Option<&StrandedBy>, tail: RunTail) -> String {
-        let stopped = match by {
-            None => "its host stopped (a crash, a kill or a lost lease)".to_string(),
-            Some(StrandedBy { store: true, error }) => format!("the store failed ({error})"),
-            Some(StrandedBy { error, .. }) => format!("its step failed ({error})"),
+    /// What the stranded brief's result says stopped it — a failed step (`by`), else the
+    /// panic that ended the runner this one replaced (`panicked`, which says so itself), else
+    /// its host — and how far its run got (`tail`).
+    fn why(by: Option<&StrandedBy>, panicked: Option<&str>, tail: RunTail) -> String {
+        let stopped = match (by, panicked) {
+            (Some(StrandedBy { store: true, error }), _) => format!("the store failed ({error})"),
+            (Some(StrandedBy { error, .. }), _) => format!("its step failed ({error})"),
+            // A comma: what follows says when in the run, not when the Mind was restarted.
+            (None, Some(panicked)) => format!("{panicked},"),
+            (None, None) => "its host stopped (a crash, a kill or a lost lease)".to_string(),
         };
         if tail == RunTail::Unrecorded {
             // Not "in the transcript", nor "not resumed": nothing of it was recorded or sent.
@@ -203,7 +207,8 @@ impl<B: Backend> MindRunner<B> {
                 (self.fail_brief(token, brief.seq, STOPPED_BY_THE_STORE, &result, now)).await?;
                 continue;
             }
-            let result = StrandedBy::why(self.stranded_by.as_ref(), tail);
+            let panicked = self.panicked.as_deref();
+            let result = StrandedBy::why(self.stranded_by.as_ref(), panicked, tail);
             tracing::warn!(
                 mind = %self.mind.id,
                 brief = brief.seq,
@@ -215,6 +220,7 @@ impl<B: Backend> MindRunner<B> {
         }
         self.check_stranded = false;
         self.stranded_by = None;
+        self.panicked = None;
         self.unsent_brief = None;
         self.request_landed = None;
         Ok(())
