@@ -106,7 +106,7 @@ impl StrandedBy {
 }
 
 /// A committed run's end, as its result item records it.
-struct CommittedEnd {
+pub(super) struct CommittedEnd {
     result: String,
     status: BriefStatus,
     verb: String,
@@ -246,7 +246,10 @@ impl<B: Backend> MindRunner<B> {
 
     /// The end of brief `seq`'s run, if it was committed: its result item, which follows the
     /// brief's other items (only a flushed run's memory comes after it).
-    async fn committed_end(&self, seq: i64) -> Result<Option<CommittedEnd>, RuntimeError> {
+    pub(super) async fn committed_end(
+        &self,
+        seq: i64,
+    ) -> Result<Option<CommittedEnd>, RuntimeError> {
         let tail = self
             .host
             .store
