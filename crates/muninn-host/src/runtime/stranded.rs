@@ -231,7 +231,7 @@ impl<B: Backend> MindRunner<B> {
     /// right after the brief's item it recorded. Another holder that found that item last ran
     /// the brief afresh — a new item, then its own mark — and may have sent it before it died;
     /// taking that mark for this runner's would run the brief twice
-    /// (`exactly_once_self::a_mark_another_holder_wrote_is_not_taken_for_the_runners_own_unconfirmed_one`).
+    /// (`exactly_once_self::lease_changes::a_mark_another_holder_wrote_is_not_taken_for_the_runners_own_unconfirmed_one`).
     async fn own_mark_last(&self, seq: i64) -> Result<bool, RuntimeError> {
         let Some(unsent) = self.unsent_brief.as_ref().filter(|u| u.brief == seq) else {
             return Ok(false);
