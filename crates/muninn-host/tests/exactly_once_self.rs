@@ -304,7 +304,7 @@ async fn self_transcript(store: &Arc<dyn Store>) -> Vec<(i64, TranscriptKind, St
 
 /// Another host takes the Mind over from `r`'s lease and lets it go at once, without a step:
 /// `r`'s token is stale, and its next lease is a new one, with nothing run in between.
-async fn lease_changes_hands(w: &World) {
+pub(crate) async fn lease_changes_hands(w: &World) {
     let store = &w.host.store;
     let held = store.lease("vala").await.unwrap().expect("host-a leads");
     let now = w.sim.now_ms();

@@ -30,14 +30,7 @@ async fn a_landed_run_end_without_rows_is_not_said_abandoned_under_a_new_lease()
     faults.lose_commit_answers_after(1, 1);
     let e = r.step().await.unwrap_err();
     assert!(e.to_string().contains("held uncommitted"), "{e}");
-    let store = &w.host.store;
-    let held = store.lease("vala").await.unwrap().expect("host-a leads");
-    let now = w.sim.now_ms();
-    let b = (store.take_over_lease("vala", "host-b", held.token, 30_000, now))
-        .await
-        .unwrap()
-        .expect("host-b takes the Mind over");
-    store.release_lease("vala", b.token).await.unwrap();
+    crate::exactly_once_self::lease_changes_hands(&w).await;
     for _ in 0..10 {
         r.woken();
         if matches!(r.step().await, Ok(Step::Idle { .. })) {
@@ -46,7 +39,12 @@ async fn a_landed_run_end_without_rows_is_not_said_abandoned_under_a_new_lease()
     }
     let abandoned = errors_starting(&logs, "an answer was abandoned uncommitted");
     assert!(abandoned.is_empty(), "{abandoned:#?}");
-    let told = store.pending_deliveries("vala", 0, 100).await.unwrap();
+    let told = w
+        .host
+        .store
+        .pending_deliveries("vala", 0, 100)
+        .await
+        .unwrap();
     let reports: Vec<&str> = (told.iter())
         .filter(|d| d.source_id == format!("self-brief-{seq}"))
         .map(|d| d.text.as_str())
