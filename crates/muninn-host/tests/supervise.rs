@@ -150,3 +150,59 @@ async fn the_hosts_lease_renewal_runs_on_after_a_panic() {
     minds.await.unwrap().unwrap();
     assert_eq!(w.host.store.lease("vala").await.unwrap(), None);
 }
+
+/// A Self run stopped by a panic under its step (here its end's commit, after the model
+/// answered) is failed by the restarted runner as its runner's panic stopped it, the panic
+/// named. Before, the new runner knew nothing of the panic and told the Persona "its host
+/// stopped (a crash, a kill or a lost lease)": the host ran on, and nobody looks for a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_run_a_panic_stopped_is_reported_as_the_panic() {
+    let config = "[[mind]]\nid = 'vala'\nrooms = ['#swarm']\n";
+    let (w, faults) = crate::runtime::faulty_world(config).await;
+    let store = w.host.store.clone();
+    let vala = muninn_store::Mind {
+        id: "vala".into(),
+        display_name: "vala".into(),
+        config: serde_json::Value::Null,
+        created_at_ms: T0,
+    };
+    store.create_mind(&vala).await.unwrap();
+    let brief = muninn_store::NewBrief {
+        text: "Tidy the notes.".into(),
+        origin: muninn_store::BriefOrigin::Operator,
+        created_at_ms: T0,
+    };
+    let seq = store.enqueue_brief("vala", &brief).await.unwrap().seq;
+    // The run's end is the Mind's first commit: it panics, after the model answered.
+    faults.panic_commits(1);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let minds = tokio::spawn(run_minds(
+        w.host.clone(),
+        BackendFactory::Sim(w.sim.clone()),
+        PriceTable::embedded(),
+        "host-a".into(),
+        stopped,
+    ));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let failed = loop {
+        let brief = crate::runtime::stored_brief(&w, seq).await;
+        if brief.status == muninn_store::BriefStatus::Failed {
+            break brief;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the brief was never failed: {brief:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    stop.send(true).unwrap();
+    minds.await.unwrap().unwrap();
+    let result = failed.result.unwrap_or_default();
+    assert!(
+        result.starts_with(
+            "its step panicked (injected: a bug while committing vala's turn) and its Mind was \
+             restarted, after the brief was marked as sent"
+        ),
+        "{result}"
+    );
+}

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+mod landed;
 mod measured;
 
 /// Files of the test workspace: each a few thousand tokens of distinct lines, so the results

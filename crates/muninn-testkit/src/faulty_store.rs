@@ -24,8 +24,8 @@
 //! before they land ([`FaultyStore::refuse_appends`], after K let through
 //! [`FaultyStore::refuse_appends_after`]).
 //! The next N turn commits can land and then answer [`StoreError::Unavailable`] too
-//! ([`FaultyStore::lose_commit_answers`]: the `COMMIT` went through, its answer never came),
-//! and be followed by refusals ([`FaultyStore::fail_commits_after`]: the store gone when the
+//! ([`FaultyStore::lose_commit_answers`]: the `COMMIT` went through, its answer never came;
+//! after K let through [`FaultyStore::lose_commit_answers_after`]), and be followed by refusals ([`FaultyStore::fail_commits_after`]: the store gone when the
 //! commit is tried again).
 //! The next N commits can instead be refused for good
 //! ([`FaultyStore::fail_commits_for_good`]: [`StoreError::Invalid`], which no retry changes),
@@ -34,8 +34,9 @@
 //! ([`FaultyStore::panic_pending_reads`]: a bug in the code under a runner's step, which takes
 //! the Mind's task down with it), and so can the next N renewals of every lease a host holds
 //! ([`FaultyStore::panic_lease_renewals`]: a bug under the host's lease renewal, a task beside
-//! the Minds; [`Store::renew_leases`] calls are counted, [`FaultyStore::lease_renewals`]), and
-//! the next N cursor reads ([`Store::cursor`], [`FaultyStore::panic_cursor_reads`]: a bug under
+//! the Minds; [`Store::renew_leases`] calls are counted, [`FaultyStore::lease_renewals`]), the
+//! next N turn commits ([`FaultyStore::panic_commits`]: a bug under a runner's step between a
+//! request's answer and its commit), and the next N cursor reads ([`Store::cursor`], [`FaultyStore::panic_cursor_reads`]: a bug under
 //! a Matrix account's sync loop).
 //! Reads of a Mind's mailbox ([`Store::mailbox`]: what a Matrix account asks right before each
 //! `/sync`) can be held until released ([`FaultyStore::hold_mailbox_reads`]), so a test can act
@@ -81,6 +82,8 @@ pub struct FaultyStore {
     passing_appends: AtomicU32,
     /// Transcript appends still to land with their answer lost.
     losing_append_answers: AtomicU32,
+    /// Turn commits to let through before losing any answer (`losing_commit_answers`).
+    passing_lost_commits: AtomicU32,
     /// Turn commits still to land with their answer lost.
     losing_commit_answers: AtomicU32,
     /// Turn commits holding a failed attempt's row still to refuse for good.
@@ -109,6 +112,8 @@ pub struct FaultyStore {
     panicking_lease_renewals: AtomicU32,
     /// `cursor` calls still to panic.
     panicking_cursor_reads: AtomicU32,
+    /// Turn commits still to panic.
+    panicking_commits: AtomicU32,
     /// Whether `mailbox` calls wait (until it turns false).
     holding_mailbox_reads: tokio::sync::watch::Sender<bool>,
     /// `mailbox` calls that met the hold so far.
@@ -132,6 +137,7 @@ impl FaultyStore {
             failing_outbox_acks: AtomicU32::new(0),
             passing_appends: AtomicU32::new(0),
             losing_append_answers: AtomicU32::new(0),
+            passing_lost_commits: AtomicU32::new(0),
             losing_commit_answers: AtomicU32::new(0),
             refusing_cut_rows: AtomicU32::new(0),
             passing_refused_appends: AtomicU32::new(0),
@@ -146,6 +152,7 @@ impl FaultyStore {
             lease_renewals: AtomicU32::new(0),
             panicking_lease_renewals: AtomicU32::new(0),
             panicking_cursor_reads: AtomicU32::new(0),
+            panicking_commits: AtomicU32::new(0),
             holding_mailbox_reads: tokio::sync::watch::channel(false).0,
             held_mailbox_reads: AtomicU32::new(0),
         })
@@ -184,6 +191,15 @@ impl FaultyStore {
     /// Lets the next `n` turn commits (`record_turn`) land, then answers each with
     /// [`StoreError::Unavailable`] as if the commit's answer were lost.
     pub fn lose_commit_answers(&self, n: u32) {
+        self.passing_lost_commits.store(0, Ordering::SeqCst);
+        self.losing_commit_answers.store(n, Ordering::SeqCst);
+    }
+
+    /// Lets the next `pass` turn commits through answered, then loses the answers of `n` as
+    /// [`lose_commit_answers`](Self::lose_commit_answers) does: a tool loop's request
+    /// committed, and its run's end landing unanswered.
+    pub fn lose_commit_answers_after(&self, pass: u32, n: u32) {
+        self.passing_lost_commits.store(pass, Ordering::SeqCst);
         self.losing_commit_answers.store(n, Ordering::SeqCst);
     }
 
@@ -292,6 +308,12 @@ impl FaultyStore {
     /// `0` disarms.
     pub fn panic_lease_renewals(&self, n: u32) {
         self.panicking_lease_renewals.store(n, Ordering::SeqCst);
+    }
+
+    /// Makes the next `n` turn commits (`record_turn`) panic before they reach the store: a bug
+    /// under a runner's step between a request's answer and its commit. `0` disarms.
+    pub fn panic_commits(&self, n: u32) {
+        self.panicking_commits.store(n, Ordering::SeqCst);
     }
 
     /// Makes the next `n` `cursor` calls panic: a bug under a transport's sync loop (the

@@ -245,6 +245,9 @@ pub struct MindRunner<B: Backend> {
     /// What the stranded brief's report says stopped it (`stranded.rs`): the first step that
     /// failed since the last check, unless a new lease came first (`None`: its holder stopped).
     stranded_by: Option<stranded::StrandedBy>,
+    /// The panic that ended the runner this one replaced (`supervise.rs`), until the first
+    /// check for stranded briefs: what stopped a run it finds, not its host (which ran on).
+    panicked: Option<String>,
     /// Money spent on answers abandoned uncommitted, kept for the spend cap (`budget.rs`).
     abandoned: budget::Abandoned,
 }
@@ -324,6 +327,7 @@ impl<B: Backend> MindRunner<B> {
             held_reads_saved: 0,
             check_stranded: true,
             stranded_by: None,
+            panicked: None,
             abandoned: budget::Abandoned::default(),
         })
     }

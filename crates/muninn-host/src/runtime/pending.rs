@@ -548,6 +548,9 @@ impl<B: Backend> MindRunner<B> {
         if u.is_answer() {
             // A record commits whole: none of its rows lost, it landed.
             u.committed |= tried && lost.is_empty();
+            // A run's end with no row (its last reply's went with that reply) has none to look
+            // up: its result item says whether it landed.
+            u.committed |= !u.committed && self.run_end_landed(&u).await;
             u.record.ledger = lost;
             // A tool loop's request that landed: what stopped its run is known here, and only
             // here; the recovery under the next lease reports it (`stranded.rs`).
@@ -559,6 +562,25 @@ impl<B: Backend> MindRunner<B> {
             self.abandon(u, why);
         } else {
             self.give_up_rows(u.role, lost, why);
+        }
+    }
+
+    /// Whether `u` is a Self run's end without a ledger row whose result item is in the store
+    /// (its commit landed, the answer lost). A read that fails says no: the answer is said
+    /// abandoned, as before the read.
+    async fn run_end_landed(&self, u: &Uncommitted) -> bool {
+        let Then::SelfRun(run) = &u.then else {
+            return false;
+        };
+        if !u.record.ledger.is_empty() {
+            return false;
+        }
+        match self.committed_end(run.brief.seq).await {
+            Ok(end) => end.is_some(),
+            Err(e) => {
+                tracing::warn!(mind = %self.mind.id, error = %e, "the Self transcript could not be read to tell whether a run's end landed");
+                false
+            }
         }
     }
 

@@ -196,7 +196,7 @@ pub async fn run_minds(
         shutdown.clone(),
     );
     for mind in host.config.minds.iter().cloned() {
-        minds.spawn(mind, 0, 0, 0)?;
+        minds.spawn(mind, 0, 0, 0, None)?;
     }
     // One renewal for every lease this host holds, instead of one per Mind (`host_lease.rs`).
     let renewer = spawn_renewer(host.clone(), holder.clone(), shutdown.clone());

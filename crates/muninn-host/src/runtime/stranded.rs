@@ -70,12 +70,16 @@ impl StrandedBy {
         }
     }
 
-    /// What the stranded brief's result says stopped it, and how far its run got (`tail`).
-    fn why(by: Option<&StrandedBy>, tail: RunTail) -> String {
-        let stopped = match by {
-            None => "its host stopped (a crash, a kill or a lost lease)".to_string(),
-            Some(StrandedBy { store: true, error }) => format!("the store failed ({error})"),
-            Some(StrandedBy { error, .. }) => format!("its step failed ({error})"),
+    /// What the stranded brief's result says stopped it — a failed step (`by`), else the
+    /// panic that ended the runner this one replaced (`panicked`, which says so itself), else
+    /// its host — and how far its run got (`tail`).
+    fn why(by: Option<&StrandedBy>, panicked: Option<&str>, tail: RunTail) -> String {
+        let stopped = match (by, panicked) {
+            (Some(StrandedBy { store: true, error }), _) => format!("the store failed ({error})"),
+            (Some(StrandedBy { error, .. }), _) => format!("its step failed ({error})"),
+            // A comma: what follows says when in the run, not when the Mind was restarted.
+            (None, Some(panicked)) => format!("{panicked},"),
+            (None, None) => "its host stopped (a crash, a kill or a lost lease)".to_string(),
         };
         if tail == RunTail::Unrecorded {
             // Not "in the transcript", nor "not resumed": nothing of it was recorded or sent.
@@ -102,7 +106,7 @@ impl StrandedBy {
 }
 
 /// A committed run's end, as its result item records it.
-struct CommittedEnd {
+pub(super) struct CommittedEnd {
     result: String,
     status: BriefStatus,
     verb: String,
@@ -203,7 +207,8 @@ impl<B: Backend> MindRunner<B> {
                 (self.fail_brief(token, brief.seq, STOPPED_BY_THE_STORE, &result, now)).await?;
                 continue;
             }
-            let result = StrandedBy::why(self.stranded_by.as_ref(), tail);
+            let panicked = self.panicked.as_deref();
+            let result = StrandedBy::why(self.stranded_by.as_ref(), panicked, tail);
             tracing::warn!(
                 mind = %self.mind.id,
                 brief = brief.seq,
@@ -215,6 +220,7 @@ impl<B: Backend> MindRunner<B> {
         }
         self.check_stranded = false;
         self.stranded_by = None;
+        self.panicked = None;
         self.unsent_brief = None;
         self.request_landed = None;
         Ok(())
@@ -225,7 +231,7 @@ impl<B: Backend> MindRunner<B> {
     /// right after the brief's item it recorded. Another holder that found that item last ran
     /// the brief afresh — a new item, then its own mark — and may have sent it before it died;
     /// taking that mark for this runner's would run the brief twice
-    /// (`exactly_once_self::a_mark_another_holder_wrote_is_not_taken_for_the_runners_own_unconfirmed_one`).
+    /// (`exactly_once_self::lease_changes::a_mark_another_holder_wrote_is_not_taken_for_the_runners_own_unconfirmed_one`).
     async fn own_mark_last(&self, seq: i64) -> Result<bool, RuntimeError> {
         let Some(unsent) = self.unsent_brief.as_ref().filter(|u| u.brief == seq) else {
             return Ok(false);
@@ -240,7 +246,10 @@ impl<B: Backend> MindRunner<B> {
 
     /// The end of brief `seq`'s run, if it was committed: its result item, which follows the
     /// brief's other items (only a flushed run's memory comes after it).
-    async fn committed_end(&self, seq: i64) -> Result<Option<CommittedEnd>, RuntimeError> {
+    pub(super) async fn committed_end(
+        &self,
+        seq: i64,
+    ) -> Result<Option<CommittedEnd>, RuntimeError> {
         let tail = self
             .host
             .store

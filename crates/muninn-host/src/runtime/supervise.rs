@@ -73,14 +73,16 @@ impl Minds {
         }
     }
 
-    /// Starts `mind`'s runner after `delay_ms` (or not at all if shutdown comes first). The
-    /// runner is made here, so a configuration it cannot run fails the caller at once.
+    /// Starts `mind`'s runner after `delay_ms` (or not at all if shutdown comes first); a
+    /// restart is told the panic (`after_panic`) that ended the runner it replaces. The runner
+    /// is made here, so a configuration it cannot run fails the caller at once.
     pub(super) fn spawn(
         &mut self,
         mind: MindConfig,
         delay_ms: u64,
         panics: u32,
         since_ms: i64,
+        after_panic: Option<String>,
     ) -> Result<(), RuntimeError> {
         let (host, prices) = (&self.host, &self.prices);
         let persona =
@@ -89,7 +91,7 @@ impl Minds {
         let selfs = self
             .factory
             .make(host.clock.clone(), prices, &format!("{}/self", mind.id));
-        let runner = MindRunner::new(
+        let mut runner = MindRunner::new(
             host.clone(),
             mind.clone(),
             self.holder.clone(),
@@ -97,6 +99,7 @@ impl Minds {
             persona,
             selfs,
         )?;
+        runner.panicked = after_panic;
         let mut shutdown = self.shutdown.clone();
         let task = self.tasks.spawn(async move {
             if delay_ms > 0 {
@@ -148,6 +151,8 @@ impl Minds {
         };
         let id = gone.mind.id.clone();
         let why = panic_message(error);
+        // What a run the panic stopped is failed with, by the new runner (`stranded.rs`).
+        let stopped_by = format!("its step panicked ({why}) and its Mind was restarted");
         if *self.shutdown.borrow() {
             tracing::error!(mind = %id, panic = %why, "a Mind's task panicked while stopping");
             return;
@@ -172,7 +177,14 @@ impl Minds {
             next_attempt_ms: now.saturating_add(delay_ms),
         };
         self.host.signals.set_activity(&id, retrying);
-        if let Err(e) = self.spawn(gone.mind, delay_ms as u64, panics, since_ms) {
+        let restart = self.spawn(
+            gone.mind,
+            delay_ms as u64,
+            panics,
+            since_ms,
+            Some(stopped_by),
+        );
+        if let Err(e) = restart {
             tracing::error!(mind = %id, error = %e, "a panicked Mind could not be restarted");
         }
     }

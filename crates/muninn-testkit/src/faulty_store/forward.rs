@@ -21,6 +21,9 @@ impl Store for FaultyStore {
         token: FencingToken,
         turn: &TurnRecord,
     ) -> Result<TurnReceipt> {
+        if armed(&self.panicking_commits) {
+            panic!("injected: a bug while committing {mind}'s turn");
+        }
         let cut = (turn.ledger.iter()).any(|row| row.decision == ATTEMPT_FAILED);
         if cut && armed(&self.refusing_cut_rows) {
             self.refused.fetch_add(1, Ordering::SeqCst);
@@ -30,7 +33,7 @@ impl Store for FaultyStore {
         }
         self.refuse()?;
         let receipt = self.inner.record_turn(mind, token, turn).await?;
-        if armed(&self.losing_commit_answers) {
+        if !armed(&self.passing_lost_commits) && armed(&self.losing_commit_answers) {
             return Err(injected("record_turn: the commit's answer was lost"));
         }
         Ok(receipt)

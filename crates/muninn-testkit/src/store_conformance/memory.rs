@@ -3,10 +3,21 @@
 use super::{assert_invalid, mind_with_lease, note, ok, open};
 use crate::StoreFactory;
 use muninn_store::types::MemoryNote;
+use muninn_store::{FencingToken, Store};
 
 pub(super) async fn memory(factory: &dyn StoreFactory) {
     let store = open(factory, "memory").await;
     let token = mind_with_lease(store.as_ref(), "m", "h").await;
+    // Each part adds to the notes the ones before it left (the counts below rely on it).
+    newest_by_sender_and_by_search(store.as_ref(), token).await;
+    the_size_bound_counts_bytes(store.as_ref(), token).await;
+    search_folds_ascii_case_only(store.as_ref(), token).await;
+    store.close().await;
+}
+
+/// Three notes read back newest first, by who they are about, and by a search whose LIKE
+/// wildcards are literal.
+async fn newest_by_sender_and_by_search(store: &dyn Store, token: FencingToken) {
     let notes = vec![
         note(
             &["@ann:x", "@bob:x"],
@@ -54,8 +65,10 @@ pub(super) async fn memory(factory: &dyn StoreFactory) {
         ok(store.memory_search("m", "_", 10).await, "underscore"),
         vec![]
     );
+}
 
-    // The 1000-byte bound counts bytes, not characters.
+/// The 1000-byte bound counts bytes, not characters; a batch with one note over it writes none.
+async fn the_size_bound_counts_bytes(store: &dyn Store, token: FencingToken) {
     let exactly = "é".repeat(500);
     ok(
         store
@@ -79,9 +92,11 @@ pub(super) async fn memory(factory: &dyn StoreFactory) {
         4,
         "a batch with one bad note writes none"
     );
+}
 
-    // Search folds ASCII case only, on every backend: a non-ASCII letter matches itself, in the
-    // case it was written in.
+/// Search folds ASCII case only, on every backend: a non-ASCII letter matches itself, in the
+/// case it was written in.
+async fn search_folds_ascii_case_only(store: &dyn Store, token: FencingToken) {
     let written = "Über den Wolken, ÉCOLE";
     ok(
         store
@@ -104,5 +119,4 @@ pub(super) async fn memory(factory: &dyn StoreFactory) {
             "{needle:?}: non-ASCII letters are not case-folded"
         );
     }
-    store.close().await;
 }
