@@ -72,7 +72,8 @@ fn gap() -> impl Strategy<Value = i64> {
 }
 
 /// A session: its Mind (one of three projects), when it begins (minutes into a three-day
-/// window, so that sessions overlap, follow one another or begin together), its gaps and
+/// window, so that sessions overlap, follow one another or begin together; or, drawn so, at the
+/// instant the session before it ended, which has not ended *before* it began), its gaps and
 /// growth. No gap at all is an empty trace.
 fn sessions() -> impl Strategy<Value = Vec<Trace>> {
     let one = (
@@ -80,24 +81,32 @@ fn sessions() -> impl Strategy<Value = Vec<Trace>> {
         0i64..3 * 24 * 60,
         proptest::collection::vec(gap(), 0..14),
         prop_oneof![Just(2_000u64), Just(6_000u64)],
+        proptest::bool::weighted(0.3),
     );
     proptest::collection::vec(one, 1..12).prop_map(|drawn| {
-        drawn
-            .into_iter()
-            .enumerate()
-            .map(|(k, (mind, minute, mut gaps, delta))| {
-                if let Some(first) = gaps.first_mut() {
-                    *first = 0;
-                }
-                let mut t = session_at(["a", "b", "c"][mind], 0, 0, &gaps, delta);
-                for r in &mut t.requests {
-                    r.at_ms += minute * 60_000;
-                }
-                t.source = format!("{}/{k}.jsonl", ["a", "b", "c"][mind]);
-                t.id = format!("{}-{k}", t.id);
-                t
-            })
-            .collect()
+        let mut traces: Vec<Trace> = Vec::new();
+        for (k, (mind, minute, mut gaps, delta, follows)) in drawn.into_iter().enumerate() {
+            if let Some(first) = gaps.first_mut() {
+                *first = 0;
+            }
+            let mut t = session_at(["a", "b", "c"][mind], 0, 0, &gaps, delta);
+            let first_at = t.requests.first().map_or(0, |r| r.at_ms);
+            let previous_end = traces
+                .last()
+                .and_then(|p| p.requests.last())
+                .map(|r| r.at_ms);
+            let shift = match previous_end {
+                Some(end) if follows => end - first_at,
+                _ => minute * 60_000,
+            };
+            for r in &mut t.requests {
+                r.at_ms += shift;
+            }
+            t.source = format!("{}/{k}.jsonl", ["a", "b", "c"][mind]);
+            t.id = format!("{}-{k}", t.id);
+            traces.push(t);
+        }
+        traces
     })
 }
 
