@@ -1,6 +1,6 @@
 //! Replay throughput and the optimum's scaling, on synthetic traces ([`muninn_workload::synth`]).
 //!
-//! `cargo bench -p muninn-core --bench replay` prints two tables:
+//! `cargo bench -p muninn-core --bench replay` prints four tables:
 //!
 //! 1. **Throughput.** Every plan of [`Plan::all`] replays one synthetic trace of 1,000,000
 //!    requests. Plans are run round-robin three times (plan A, B, …, A, B, …) so that every plan
@@ -18,16 +18,30 @@
 //!    states, interleaved: time, states advanced and the most alive at once. The two must return
 //!    the same plan to the micro-dollar; the bench prints FAIL and exits non-zero if not.
 //!
-//! Without `--bench` (as `cargo test --benches` runs it) the sizes shrink a hundredfold so that
-//! the smoke run takes well under a second. `MUNINN_BENCH_REQUESTS` overrides the large size.
+//! 4. **A Mind's sessions.** [`replay_traces`] under the default policy over one Mind of 1,000
+//!    and of 10,000 short sessions (20 requests each, some overlapping), each session starting
+//!    with what the earlier ones taught: time per session at each size and their ratio. Linear
+//!    work keeps the ratio near 1 (n log n: about 1.3); a ratio above
+//!    [`MAX_SESSION_SCALING`] prints FAIL and the bench exits non-zero (summing every earlier
+//!    session's lesson again for each made it about 10).
+//!
+//! Without `--bench` (as `cargo test --benches` runs it) the sizes shrink a hundredfold (the
+//! Mind's sessions tenfold: 100 and 1,000) so that the smoke run takes a few seconds.
+//! `MUNINN_BENCH_REQUESTS` overrides the large size. A name after `--` runs only the tables
+//! whose name holds it: `throughput`, `optimum`, `clears`, `minds` (`cargo bench -p muninn-core
+//! --bench replay -- minds`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use muninn_core::cache::CacheRules;
+use muninn_core::decide::Policy;
 use muninn_core::money::MicroUsd;
 use muninn_core::optimum;
+use muninn_core::price::ModelPrice;
 use muninn_core::price::PriceTable;
-use muninn_core::replay::{Assumptions, Plan, ReplayConfig, reconstruct, replay_trace};
+use muninn_core::replay::{
+    Assumptions, Plan, ReplayConfig, reconstruct, replay_trace, replay_traces,
+};
 use muninn_core::trace::{ToolResults, Trace};
 use muninn_workload::synth::{SynthParams, session};
 use std::hint::black_box;
@@ -35,6 +49,9 @@ use std::time::{Duration, Instant};
 
 const SEED: u64 = 0x6d75_6e69_6e6e; // "muninn"
 const ROUNDS: usize = 3;
+/// The most a Mind's time per session may grow from 1,000 to 10,000 sessions before the bench
+/// calls it super-linear: linear work gives 1, n log n about 1.3, quadratic 10.
+const MAX_SESSION_SCALING: f64 = 3.0;
 
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort_unstable();
@@ -54,7 +71,15 @@ fn peak_rss_mib() -> Option<f64> {
 }
 
 fn main() {
-    let full = std::env::args().any(|a| a == "--bench");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let full = args.iter().any(|a| a == "--bench");
+    // `cargo bench -- NAME` passes NAME on: run only the tables whose name holds it.
+    let filter: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .map(String::as_str)
+        .collect();
+    let wanted = |table: &str| filter.is_empty() || filter.iter().any(|f| table.contains(f));
     let large: usize = std::env::var("MUNINN_BENCH_REQUESTS")
         .ok()
         .and_then(|v| v.replace('_', "").parse().ok())
@@ -76,12 +101,19 @@ fn main() {
     print_setup(full, nproc, &params, &config);
 
     let bench_started = Instant::now();
-    let trace = session(SEED, large, &params);
-    let generated = bench_started.elapsed();
-    describe(&trace, generated);
-    throughput_table(&trace, &config, nproc);
-    optimum_scaling_table(large, &params, &config);
-    let clears_ok = mask_program_table(full, &config, &assumptions, &params);
+    if wanted("throughput") || wanted("optimum") {
+        let trace = session(SEED, large, &params);
+        let generated = bench_started.elapsed();
+        describe(&trace, generated);
+        if wanted("throughput") {
+            throughput_table(&trace, &config, nproc);
+        }
+    }
+    if wanted("optimum") {
+        optimum_scaling_table(large, &params, &config);
+    }
+    let clears_ok = !wanted("clears") || mask_program_table(full, &config, &assumptions, &params);
+    let minds_ok = !wanted("minds") || minds_table(full, &params, &config);
     if let Some(peak) = peak_rss_mib() {
         println!();
         println!("peak RSS of this bench process: {peak:.0} MiB");
@@ -91,7 +123,7 @@ fn main() {
         "total bench time {:.1} s",
         bench_started.elapsed().as_secs_f64()
     );
-    if !clears_ok {
+    if !(clears_ok && minds_ok) {
         std::process::exit(1);
     }
 }
@@ -314,6 +346,78 @@ fn mask_program_table(
         );
     }
     ok
+}
+
+/// One Mind's `n` sessions of 20 requests, begun two hours apart (a session's idle gaps can
+/// last hours, so some overlap the next), all in the directory `synth-mind`.
+fn mind_sessions(n: usize, params: &SynthParams) -> Vec<Trace> {
+    (0..n)
+        .map(|k| {
+            let params = SynthParams {
+                start_ms: params.start_ms + k as i64 * 7_200_000,
+                ..params.clone()
+            };
+            let mut trace = session(SEED ^ k as u64, 20, &params);
+            trace.source = format!("synth-mind/{k}.jsonl");
+            trace
+        })
+        .collect()
+}
+
+/// Table 4: the default policy over one Mind's sessions at two sizes, time per session and
+/// its growth. Returns false (after printing FAIL) if it grows past [`MAX_SESSION_SCALING`].
+fn minds_table(full: bool, params: &SynthParams, config: &ReplayConfig<'_>) -> bool {
+    let sizes: [usize; 2] = if full { [1_000, 10_000] } else { [100, 1_000] };
+    let plan = Plan::Online(Policy::SkiRental);
+    println!(
+        "a Mind's sessions: replay_traces under {plan}, 20 requests a session, learning carried (median of {ROUNDS})"
+    );
+    println!(
+        "{:>9} {:>10} {:>14} {:>12}",
+        "sessions", "median s", "µs / session", "cost $"
+    );
+    let mut per_session = Vec::new();
+    for n in sizes {
+        let sessions = mind_sessions(n, params);
+        let priced: Vec<(&Trace, &ModelPrice)> =
+            sessions.iter().map(|t| (t, config.price)).collect();
+        let mut times = Vec::new();
+        let mut cost = MicroUsd::ZERO;
+        for _ in 0..ROUNDS {
+            let started = Instant::now();
+            let totals = replay_traces(
+                black_box(&priced),
+                plan,
+                config.assumptions,
+                config.rules,
+                &mut |_, s| {
+                    black_box(s);
+                },
+            );
+            times.push(started.elapsed());
+            cost = totals.iter().map(|t| t.cost).sum();
+        }
+        let m = median(times);
+        let us = m.as_secs_f64() * 1e6 / n as f64;
+        per_session.push(us);
+        println!(
+            "{n:>9} {:>10.3} {us:>14.1} {:>12.2}",
+            m.as_secs_f64(),
+            cost.dollars()
+        );
+    }
+    let scaling = per_session[1] / per_session[0];
+    let verdict = if scaling > MAX_SESSION_SCALING {
+        "FAIL: super-linear"
+    } else {
+        "ok"
+    };
+    println!(
+        "time per session × {scaling:.2} from {} to {} sessions (linear 1, n log n about 1.3, quadratic 10; FAIL past {MAX_SESSION_SCALING}) {verdict}",
+        sizes[0], sizes[1]
+    );
+    println!();
+    !verdict.starts_with("FAIL")
 }
 
 /// Prints what the synthetic trace looks like, so the throughput figures can be read against it.

@@ -24,6 +24,18 @@ impl MicroUsd {
     /// Zero dollars.
     pub const ZERO: MicroUsd = MicroUsd(0);
 
+    /// The largest amount, about $9.2 × 10¹². Costs and their sums saturate here instead of
+    /// wrapping; a sum that reached it is no figure ([`MicroUsd::saturated`]).
+    pub const MAX: MicroUsd = MicroUsd(i64::MAX);
+
+    /// Whether this cost, or sum of costs, saturated: its true value is [`MicroUsd::MAX`] or
+    /// more, which the price table's limits and the importers' allow (a few requests of 2^32
+    /// tokens at the largest prices). Costs are never negative, so a sum that reached it stays
+    /// there; a report must refuse it rather than print it, or a ratio of it, as a figure.
+    pub fn saturated(self) -> bool {
+        self == MicroUsd::MAX
+    }
+
     /// The amount in dollars, for display only.
     pub fn dollars(self) -> f64 {
         self.0 as f64 / 1_000_000.0

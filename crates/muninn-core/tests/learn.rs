@@ -16,6 +16,8 @@ use muninn_core::replay::{
 use muninn_core::session::{Accounting, Params};
 use muninn_core::trace::{ThreadKind, Trace, TraceRequest};
 
+mod minds;
+
 const HEAD: Tokens = 12_000;
 const MODEL: &str = "claude-sonnet-4-5";
 /// Sessions of one Mind start a day apart: nothing of one is cached at the next.

@@ -54,14 +54,15 @@ fn key(by: By, trace: &Trace, at_ms: i64) -> String {
     }
 }
 
-/// The breakdown of `priced` under `plans`, counting only what happens at or after `since_ms`.
+/// The breakdown of `priced` under `plans`, counting only what happens at or after `since_ms`;
+/// an error if a plan's cost saturated ([`crate::replay::refuse_saturated`]).
 pub fn breakdown(
     by: By,
     plans: &[Plan],
     priced: &[(&Trace, &ModelPrice)],
     assumptions: &Assumptions,
     since_ms: i64,
-) -> Vec<Slice> {
+) -> anyhow::Result<Vec<Slice>> {
     let rules = CacheRules::default();
     let mut slices: BTreeMap<String, Slice> = BTreeMap::new();
     for &(trace, _) in priced {
@@ -75,20 +76,24 @@ pub fn breakdown(
         let name = plan.to_string();
         // Each Mind's traces in time order, carrying what it learned (as the table does).
         let mut costs: BTreeMap<String, MicroUsd> = BTreeMap::new();
+        let mut total = MicroUsd::ZERO;
         replay_traces(priced, plan, assumptions, &rules, &mut |i, step| {
             if step.at_ms >= since_ms {
                 *costs.entry(key(by, priced[i].0, step.at_ms)).or_default() += step.cost;
+                total += step.cost;
             }
         });
+        // Every slice's cost, and the total line's sum of them, is at most this.
+        crate::replay::refuse_saturated(total, &format!("plan {name}"))?;
         for (k, cost) in costs {
             let slice = slices.entry(k).or_default();
             *slice.cost_micro_usd.entry(name.clone()).or_default() += cost.0;
         }
     }
-    slices
+    Ok(slices
         .into_iter()
         .map(|(key, slice)| Slice { key, ..slice })
-        .collect()
+        .collect())
 }
 
 /// A breakdown as CSV: a header, then one line per slice (costs in dollars).

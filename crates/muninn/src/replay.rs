@@ -214,12 +214,15 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
 
     if let Some(by) = args.by {
         let since = since_ms.unwrap_or(i64::MIN);
-        let slices = crate::breakdown::breakdown(by, &plans, &priced, &assumptions, since);
+        let slices = crate::breakdown::breakdown(by, &plans, &priced, &assumptions, since)?;
         return crate::breakdown::print(&slices, &plans, by, &args.format);
     }
     let rules = CacheRules::default();
     let want_plot = args.plot.is_some();
     let results = run_plans(&plans, &priced, &assumptions, &rules, want_plot, since_ms);
+    for r in &results {
+        refuse_saturated(r.totals.cost, &format!("plan {}", r.plan))?;
+    }
 
     let warnings = import.warnings.len();
     let report = report_of(
@@ -232,7 +235,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     );
     let table = !matches!(args.format.as_str(), "json" | "csv");
     let grid = if table || args.goal_vs_never.is_some() {
-        crate::sensitivity::grid(&priced, &assumptions, &rules, measured)
+        crate::sensitivity::grid(&priced, &assumptions, &rules, measured)?
     } else {
         Vec::new()
     };
@@ -241,6 +244,21 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         plot(path, &results, &priced)?;
     }
     check_goals(&report, &args, crate::sensitivity::worst_vs_never(&grid))
+}
+
+/// Refuses a sum of costs that saturated ([`MicroUsd::saturated`]). Printed, it read as a
+/// figure ($9,223,372,036,854.78, the same for every plan that reached it) and each ratio to it
+/// as a measurement (1.000 between two such plans).
+pub(crate) fn refuse_saturated(cost: MicroUsd, what: &str) -> anyhow::Result<()> {
+    if cost.saturated() {
+        anyhow::bail!(
+            "{what} costs {} or more, the most muninn counts (an i64 of micro-dollars): the \
+             prices (--prices) or the traces' token counts are past any real ones, and no figure \
+             is printed",
+            MicroUsd::MAX
+        );
+    }
+    Ok(())
 }
 
 /// The traces of the paths given, only those of `part` if one is named.

@@ -15,18 +15,27 @@ const REHYDRATIONS: [Tokens; 5] = [4_000, 10_000, 20_000, 40_000, 80_000];
 /// Minimum segments it covers.
 const MIN_SEGMENTS: [u32; 2] = [4, 20];
 
-/// The cost of `plan` over every priced trace under `assumptions`.
+/// The cost of `plan` over every priced trace under `assumptions`; an error if it saturated
+/// (the grid's assumptions differ from the policy table's, so its costs are checked apart).
 fn cost(
     priced: &[(&Trace, &ModelPrice)],
     plan: Plan,
     assumptions: &Assumptions,
     rules: &CacheRules,
-) -> MicroUsd {
+) -> anyhow::Result<MicroUsd> {
     // Each Mind's traces in time order, carrying what it learned (as the policy table does).
-    replay_traces(priced, plan, assumptions, rules, &mut |_, _| {})
+    let cost = replay_traces(priced, plan, assumptions, rules, &mut |_, _| {})
         .iter()
         .map(|t| t.cost)
-        .sum()
+        .sum();
+    crate::replay::refuse_saturated(
+        cost,
+        &format!(
+            "plan {plan} at a rehydration of {} tokens (the sensitivity grid)",
+            assumptions.rehydrate_tokens
+        ),
+    )?;
+    Ok(cost)
 }
 
 /// One cell of the grid: the default's cost ÷ recorded and ÷ `never` at one rehydration and
@@ -44,16 +53,16 @@ pub struct Cell {
 }
 
 /// The grid: every rehydration of [`REHYDRATIONS`] and the measured one, by every minimum
-/// segment of [`MIN_SEGMENTS`]. Empty when nothing was recorded.
+/// segment of [`MIN_SEGMENTS`]. Empty when nothing was recorded; an error if a cost saturated.
 pub fn grid(
     priced: &[(&Trace, &ModelPrice)],
     base: &Assumptions,
     rules: &CacheRules,
     measured: Option<Tokens>,
-) -> Vec<Cell> {
-    let recorded = cost(priced, Plan::Recorded, base, rules);
+) -> anyhow::Result<Vec<Cell>> {
+    let recorded = cost(priced, Plan::Recorded, base, rules)?;
     if recorded.0 <= 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let mut sizes: Vec<Tokens> = REHYDRATIONS.iter().copied().chain(measured).collect();
     sizes.sort_unstable();
@@ -67,8 +76,8 @@ pub fn grid(
                 min_segment_requests: min_segment,
                 ..*base
             };
-            let default = cost(priced, Plan::Online(Policy::SkiRental), &a, rules);
-            let never = cost(priced, Plan::Online(Policy::Never), &a, rules);
+            let default = cost(priced, Plan::Online(Policy::SkiRental), &a, rules)?;
+            let never = cost(priced, Plan::Online(Policy::Never), &a, rules)?;
             cells.push(Cell {
                 rehydration: size,
                 min_segment,
@@ -77,7 +86,7 @@ pub fn grid(
             });
         }
     }
-    cells
+    Ok(cells)
 }
 
 /// The cell where the default costs most against `never`.

@@ -439,3 +439,49 @@ fn a_session_of_200_000_requests_replays_within_the_bound() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(out.status.success(), "{stderr}");
 }
+
+/// Prices at the table's limits (writes at $10⁹ per million tokens) and rounds at the importers'
+/// (4 × 10⁹ tokens) cost 4 × 10¹⁸ micro-dollars each: three pass what an `i64` holds. Each
+/// plan's sum saturated and was printed as $9,223,372,036,854.78, and each ratio between two
+/// such plans as 1.000, like any figure. The replay refuses instead, naming the plan, in every
+/// format and broken down by day.
+#[test]
+fn costs_past_what_muninn_counts_are_refused_not_printed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prices = tmp.path().join("prices.toml");
+    std::fs::write(
+        &prices,
+        "[[model]]\nname = \"x\"\ninput = 1000000.0\noutput = 1000000.0\nwrite_5m = 1000.0\n",
+    )
+    .unwrap();
+    let csv = tmp.path().join("rounds.csv");
+    let mut text =
+        String::from("session_id,round_idx,prefix_len,input_len,output_len,tool_wait_after_ms\n");
+    for round in 0..3 {
+        text.push_str(&format!("s,{round},0,4000000000,1,1000\n"));
+    }
+    std::fs::write(&csv, text).unwrap();
+    for extra in [
+        &["--format", "json"][..],
+        &["--format", "csv", "--policy", "recorded"],
+        &["--format", "table"],
+        &["--by", "day"],
+    ] {
+        let mut args = vec!["replay", "--quiet", "--model", "x"];
+        args.extend(["--prices", prices.to_str().unwrap(), csv.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        let out = muninn(&args);
+        let (stdout, stderr) = (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        );
+        assert!(
+            !out.status.success(),
+            "{extra:?} printed a saturated sum as a figure:\n{stdout}"
+        );
+        assert!(
+            stderr.contains("plan recorded costs $9223372036854.7754 or more"),
+            "{extra:?}: {stderr}"
+        );
+    }
+}
