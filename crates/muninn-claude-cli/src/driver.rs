@@ -177,7 +177,11 @@ impl Live {
     /// answers only once nothing the child started is left.
     async fn finish(mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
-            self.kill().await;
+            let pid = self.pid;
+            let _cancelled = tokio::task::spawn_blocking(move || tree::kill_descendants(pid)).await;
+            // Not waited for: a child that no SIGKILL ends (stuck in the kernel) must not hold
+            // the stop; it is reaped when the `Child` drops, after the sweep.
+            let _already_gone = self.child.start_kill();
         }
         if let Some(sweep) = self.mark.take().and_then(|m| self.sweeps.start(m, None)) {
             let _cancelled = sweep.await;
