@@ -105,6 +105,9 @@ pub struct CliConfig {
     /// `"autoCompactEnabled": true`), to show that the switches muninn sets are what stops it.
     /// muninn never sets this.
     pub allow_cli_auto_compaction: bool,
+    /// Where the sweeps of what this session's children leave behind run (see [`crate::Sweeps`]):
+    /// a host gives every session one set and waits for it to settle before it exits.
+    pub sweeps: crate::Sweeps,
 }
 
 /// What kind of credential [`CliConfig::api_key`] is.
@@ -180,6 +183,7 @@ impl CliConfig {
             credential_kind: CredentialKind::ApiKey,
             credential_passing: CredentialPassing::FileDescriptor,
             allow_cli_auto_compaction: false,
+            sweeps: crate::Sweeps::default(),
         }
     }
 

@@ -21,7 +21,8 @@
 //! subagent's requests, a turn it started by itself); `rewind` takes a turn the API refused
 //! back out of the session; `stdin` renders what is written to the child; `tree` kills
 //! the processes a child started: those below it when the child is killed, and every one
-//! still carrying its mark when the child is done with.
+//! still carrying its mark when the child is done with; `sweeps` runs those sweeps by mark off
+//! the async threads and lets the host wait for them.
 
 mod beside;
 mod launch;
@@ -29,6 +30,7 @@ mod outcome;
 mod read;
 mod rewind;
 mod stdin;
+pub(crate) mod sweeps;
 mod tree;
 mod turn;
 
@@ -139,27 +141,51 @@ struct Live {
     stderr_drained: Option<tokio::task::JoinHandle<()>>,
     pid: Option<u32>,
     /// The mark in the environment of the child and of every process it starts
-    /// ([`tree::MARK_VAR`]).
-    mark: String,
+    /// ([`tree::MARK_VAR`]); taken when its sweep begins.
+    mark: Option<String>,
+    /// Where the sweep by mark runs and is waited for.
+    sweeps: sweeps::Sweeps,
 }
 
 impl Drop for Live {
-    /// `kill_on_drop` kills the child alone; the processes it started go with it, those still
-    /// below it and those that left its tree (a Bash call's `cmd &`, adopted by init) alike.
-    /// Every way a child is done with — a stop, a park, a kill, a death — drops its `Live`.
+    /// A `Live` dropped without [`Live::finish`] (a dead child replaced, a panic, a cancelled
+    /// task): the processes it started go with it all the same, those still below it and those
+    /// that left its tree (a Bash call's `cmd &`, adopted by init) alike. The tree is stopped
+    /// here, on this thread, because `kill_on_drop` kills and reaps the child right after and
+    /// its pid is then no longer its own; the sweep by mark is begun on the blocking pool.
     fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
+        let Some(mark) = self.mark.take() else { return };
+        let running = matches!(self.child.try_wait(), Ok(None));
+        if running {
             tree::kill_descendants(self.pid);
         }
-        tree::kill_marked(&self.mark);
+        self.sweeps.start(mark, self.pid.filter(|_| running));
     }
 }
 
 impl Live {
-    /// Kills the child and every process it started, and reaps the child.
+    /// Kills the child and every process it started, and reaps the child. The tree is stopped
+    /// on the blocking pool; the child is not reaped until after, so its pid stays its own.
     async fn kill(&mut self) {
-        tree::kill_descendants(self.pid);
+        let pid = self.pid;
+        let _cancelled = tokio::task::spawn_blocking(move || tree::kill_descendants(pid)).await;
         let _already_gone = self.child.kill().await;
+    }
+
+    /// Done with the child: kills it (and its tree) if it still runs, then kills every process
+    /// still carrying its mark and waits for that — off the async threads — so a stop or a park
+    /// answers only once nothing the child started is left.
+    async fn finish(mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let pid = self.pid;
+            let _cancelled = tokio::task::spawn_blocking(move || tree::kill_descendants(pid)).await;
+            // Not waited for: a child that no SIGKILL ends (stuck in the kernel) must not hold
+            // the stop; it is reaped when the `Child` drops, after the sweep.
+            let _already_gone = self.child.start_kill();
+        }
+        if let Some(sweep) = self.mark.take().and_then(|m| self.sweeps.start(m, None)) {
+            let _cancelled = sweep.await;
+        }
     }
 
     fn stderr_tail(&self) -> String {
@@ -343,7 +369,10 @@ impl Driver {
                 Some(()) = interrupts.recv() => {}
             }
         }
-        // The handle was dropped: `kill_on_drop` ends the child with the `Live`.
+        // The handle was dropped: the child and what it started end here.
+        if let Some(live) = self.child.take() {
+            live.finish().await;
+        }
     }
 
     fn live_pid(&mut self) -> Option<u32> {
@@ -445,13 +474,15 @@ impl Driver {
         if let Some(drained) = live.stderr_drained.take() {
             let _still_open = tokio::time::timeout(STDERR_END_WAIT, drained).await;
         }
-        (status, live.stderr_tail())
+        let tail = live.stderr_tail();
+        live.finish().await;
+        (status, tail)
     }
 
     /// Kills the current child (used when its session is abandoned or a turn timed out).
     async fn stop_child(&mut self) {
-        if let Some(mut live) = self.child.take() {
-            live.kill().await;
+        if let Some(live) = self.child.take() {
+            live.finish().await;
         }
     }
 
@@ -521,6 +552,7 @@ impl Driver {
                 () = read::sleep_until_after(exited_at, read::STDOUT_END_WAIT) => break,
             }
         }
+        live.finish().await;
         self.take_unfinished(&collected);
         self.pending_events.append(&mut report.session_events);
         status.flatten()

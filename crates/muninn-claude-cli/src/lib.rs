@@ -22,7 +22,8 @@
 //! - [`pool`] — [`pool::SharedPool`]: a coordinator that backends owned elsewhere join
 //!   ([`ClaudeCliBackend::join_pool`]) to share a process and memory budget; it parks idle
 //!   sessions when holding their memory costs more than resuming them.
-//! - `driver` — the one task that owns the child process.
+//! - `driver` — the one task that owns the child process; [`Sweeps`], the sweeps of what its
+//!   children left behind, which a host waits for before it exits.
 //!
 //! ## Invariants
 //!
@@ -149,6 +150,7 @@ pub use backend::ClaudeCliBackend;
 pub use config::{
     CliConfig, CredentialKind, CredentialPassing, Secret, derive_session_id, transcript_path,
 };
+pub use driver::sweeps::Sweeps;
 pub(crate) use messages::{BilledQueue, Command, EventQueue, TurnDone};
 pub use messages::{InterruptHandle, ParkReport, TurnReport};
 pub use usage::{parse_model_usage, parse_usage};

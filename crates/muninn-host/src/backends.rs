@@ -13,7 +13,7 @@ use muninn_backend::{
 };
 pub use muninn_claude_cli::PINNED_VERSION as PINNED_CLAUDE_CLI;
 use muninn_claude_cli::pool::{ParkPolicy, PoolConfig, SharedPool};
-use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, CredentialKind, Secret};
+use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, CredentialKind, Secret, Sweeps};
 use muninn_core::price::PriceTable;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
@@ -260,6 +260,10 @@ pub enum BackendFactory {
         /// The pool itself, built from `pool`: every session `make` builds joins it under its
         /// session name, and [`crate::runtime::run_minds`] sweeps it.
         shared_pool: SharedPool,
+        /// The sweeps of what every session's children left behind: each session's child is
+        /// swept when done with, and [`crate::runtime::run_minds`] waits for them all before
+        /// the host exits.
+        sweeps: Sweeps,
     },
 }
 
@@ -471,6 +475,7 @@ fn claude_cli_factory(
         ),
         pool: config.backend.pool.clone(),
         shared_pool: SharedPool::new(pool_config(&config.backend.pool)),
+        sweeps: Sweeps::default(),
         turn_timeout: config
             .backend
             .cli_turn_timeout_s
@@ -552,6 +557,7 @@ impl BackendFactory {
                 self_sessions,
                 shared_pool,
                 turn_timeout,
+                sweeps,
                 ..
             } => {
                 // One directory per session: the CLI keeps HOME, config and transcripts there,
@@ -564,6 +570,7 @@ impl BackendFactory {
                     muninn_claude_cli::derive_session_id(session, 0),
                 );
                 config.binding_key = Some((**binding_key).clone());
+                config.sweeps = sweeps.clone();
                 config.credential_kind = *credential_kind;
                 if let Some(timeout) = turn_timeout {
                     config.turn_timeout = *timeout;
@@ -603,6 +610,14 @@ impl BackendFactory {
         match self {
             BackendFactory::ClaudeCli { shared_pool, .. } => Some(shared_pool),
             BackendFactory::Sim(_) | BackendFactory::Anthropic(..) => None,
+        }
+    }
+
+    /// Waits until no claude-cli session's sweep of what its children left behind is under way
+    /// (at once for the other backends).
+    pub async fn sweeps_settled(&self) {
+        if let BackendFactory::ClaudeCli { sweeps, .. } = self {
+            sweeps.settled().await;
         }
     }
 

@@ -98,7 +98,8 @@ impl Driver {
             stdout: BoundedLines::new(BufReader::new(stdout), MAX_LINE_BYTES),
             stderr: ring,
             stderr_drained: Some(stderr_drained),
-            mark,
+            mark: Some(mark),
+            sweeps: self.config.sweeps.clone(),
         });
         Ok(())
     }

@@ -21,12 +21,17 @@
 //! and when a child is done with — stopped, killed or dead — every process still carrying its
 //! mark is stopped and killed ([`kill_marked`]). Each is opened as a pidfd before its
 //! environment is read and signalled through it, so a pid reused meanwhile is never signalled.
-//! A process that rewrites its own environment (`env -i`) escapes the mark.
+//! A process that rewrites its own environment (`env -i`) escapes the mark. The sweep runs on
+//! the blocking pool (`sweeps.rs`); one that cannot look (no `/proc`, no pidfds) returns why.
 
 use rustix::process::{Pid, PidfdFlags, Signal, kill_process, pidfd_open, pidfd_send_signal};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// Where the processes are listed.
+pub(super) const PROC: &str = "/proc";
 
 /// The longest the tree's levels are waited for to stop, all together (a process in
 /// uninterruptible sleep stops only when it wakes); past it each listing is taken at once. The
@@ -61,72 +66,165 @@ pub(super) fn new_mark() -> Result<String, getrandom::Error> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Stops and kills every process whose environment carries `mark` (see the module docs);
-/// returns how many were signalled. Found in rounds: each round's processes are stopped and
-/// seen stopped before the next listing, so a process forking meanwhile has its children found
-/// by the next round, and none is left when a round finds no new one.
-pub(super) fn kill_marked(mark: &str) -> usize {
+/// Stops and kills every process under `proc_root` (`/proc`) whose environment carries `mark`
+/// (see the module docs), `child` — the child itself, when it was still running — apart from
+/// those it left behind. Found in rounds: each round's processes are stopped and seen stopped
+/// before they are killed and the next listing is taken, so a process forking meanwhile has its
+/// children found by the next round, and none is left when a round finds no new one.
+///
+/// At most [`MAX_OPEN_PIDFDS`] pidfds are open at once: a round that finds more is stopped and
+/// killed in batches, each batch's pidfds closed before the next is opened (held for the whole
+/// sweep, a few thousand leftovers ran the host out of file descriptors). A process killed is
+/// not looked at again: it may still show its environment while it exits.
+///
+/// An error means the sweep could not look (no `/proc`, no pidfds): whatever it had stopped by
+/// then is killed, and the rest may still be running.
+pub(super) fn kill_marked(
+    proc_root: &Path,
+    mark: &str,
+    child: Option<u32>,
+) -> Result<Swept, SweepError> {
     let entry = format!("{MARK_VAR}={mark}").into_bytes();
     let own = std::process::id();
-    let mut marked: HashMap<u32, OwnedFd> = HashMap::new();
+    let mut swept = Swept::default();
+    let mut killed = HashSet::new();
     let give_up_at = Instant::now() + STOP_WAIT;
     for _ in 0..MAX_LEVELS {
-        let mut round = Vec::new();
-        for pid in all_pids() {
-            if pid == own || marked.contains_key(&pid) {
+        let before = killed.len();
+        let mut batch = Vec::new();
+        for pid in all_pids(proc_root)? {
+            if pid == own || killed.contains(&pid) {
                 continue;
             }
-            let Some(fd) = carrying(pid, &entry) else {
-                continue;
+            let fd = match carrying(proc_root, pid, &entry) {
+                Ok(Some(fd)) => fd,
+                Ok(None) => continue,
+                Err(e) => {
+                    kill_batch(proc_root, &mut batch, give_up_at, &mut killed, &mut swept);
+                    swept.report(child);
+                    return Err(e);
+                }
             };
             // Gone since it was read: nothing to stop.
             let _gone = pidfd_send_signal(&fd, Signal::STOP);
-            marked.insert(pid, fd);
-            round.push(pid);
+            batch.push((pid, fd));
+            if batch.len() >= MAX_OPEN_PIDFDS {
+                kill_batch(proc_root, &mut batch, give_up_at, &mut killed, &mut swept);
+            }
         }
-        if round.is_empty() {
+        kill_batch(proc_root, &mut batch, give_up_at, &mut killed, &mut swept);
+        if killed.len() == before {
             break;
         }
-        wait_stopped(&round, give_up_at);
     }
-    for fd in marked.values() {
-        let _gone = pidfd_send_signal(fd, Signal::KILL);
+    swept.report(child);
+    Ok(swept)
+}
+
+/// The most pidfds a sweep holds open at once.
+pub(super) const MAX_OPEN_PIDFDS: usize = 64;
+
+/// What a sweep by mark killed.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Swept {
+    /// Whether the child itself was among them (it was still running when done with).
+    pub child: bool,
+    /// The processes other than the child: those it left behind.
+    pub left_behind: Vec<u32>,
+    /// The most pidfds held open at once.
+    pub most_open: usize,
+    /// Every pid killed, the child included.
+    killed: Vec<u32>,
+}
+
+impl Swept {
+    /// Splits the child from what it left behind, and logs both.
+    fn report(&mut self, child: Option<u32>) {
+        self.child = child.is_some_and(|c| self.killed.contains(&c));
+        self.left_behind = self
+            .killed
+            .iter()
+            .copied()
+            .filter(|pid| Some(*pid) != child)
+            .collect();
+        if self.child {
+            tracing::warn!(pid = ?child, "claude-cli: killed the child, still running when it was done with");
+        }
+        if !self.left_behind.is_empty() {
+            tracing::warn!(killed = ?self.left_behind, "claude-cli: killed the processes the child left behind");
+        }
     }
-    if !marked.is_empty() {
-        let pids: Vec<u32> = marked.keys().copied().collect();
-        tracing::warn!(killed = ?pids, "claude-cli: killed the processes a stopped child left behind");
+}
+
+/// Waits for `batch` to stop, kills it through its pidfds and closes them.
+fn kill_batch(
+    proc_root: &Path,
+    batch: &mut Vec<(u32, OwnedFd)>,
+    give_up_at: Instant,
+    killed: &mut HashSet<u32>,
+    swept: &mut Swept,
+) {
+    if batch.is_empty() {
+        return;
     }
-    marked.len()
+    swept.most_open = swept.most_open.max(batch.len());
+    let pids: Vec<u32> = batch.iter().map(|(pid, _)| *pid).collect();
+    wait_stopped(proc_root, &pids, give_up_at);
+    for (pid, fd) in batch.drain(..) {
+        let _gone = pidfd_send_signal(&fd, Signal::KILL);
+        killed.insert(pid);
+        swept.killed.push(pid);
+    }
+}
+
+/// Why a sweep by mark could not look for what carries the mark.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SweepError {
+    /// The process list could not be read (no `/proc` mounted, or not readable).
+    #[error("cannot list the processes in {}: {source}", root.display())]
+    ProcUnreadable {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+    /// A pidfd could not be opened: without one no process is signalled (its pid may be
+    /// another's by then). `ENOSYS`: the kernel has no `pidfd_open` (before Linux 5.3).
+    #[error("cannot open a pidfd: {0}")]
+    Pidfd(rustix::io::Errno),
 }
 
 /// A pidfd for `pid` when its environment holds `entry` whole. The pidfd is opened first: a
 /// pid reused before the open is read as the process it now is, and one reused after it leaves
 /// the pidfd naming the process that ended, which no signal then reaches.
-fn carrying(pid: u32, entry: &[u8]) -> Option<OwnedFd> {
-    let fd = pidfd_open(
-        Pid::from_raw(i32::try_from(pid).ok()?)?,
-        PidfdFlags::empty(),
-    )
-    .ok()?;
+fn carrying(proc_root: &Path, pid: u32, entry: &[u8]) -> Result<Option<OwnedFd>, SweepError> {
+    let Some(raw) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return Ok(None);
+    };
+    let fd = match pidfd_open(raw, PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        // Ended since the listing.
+        Err(rustix::io::Errno::SRCH) => return Ok(None),
+        Err(e) => return Err(SweepError::Pidfd(e)),
+    };
     // Another user's process is not readable, and not ours to signal.
-    let environment = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    environment
+    let Ok(environment) = std::fs::read(proc_root.join(pid.to_string()).join("environ")) else {
+        return Ok(None);
+    };
+    Ok(environment
         .split(|b| *b == 0)
         .any(|e| e == entry)
-        .then_some(fd)
+        .then_some(fd))
 }
 
-/// Every pid listed in `/proc`.
-fn all_pids() -> Vec<u32> {
-    std::fs::read_dir("/proc").map_or_else(
-        |_| Vec::new(),
-        |entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .collect()
-        },
-    )
+/// Every pid listed in `proc_root`.
+fn all_pids(proc_root: &Path) -> Result<Vec<u32>, SweepError> {
+    let entries = std::fs::read_dir(proc_root).map_err(|source| SweepError::ProcUnreadable {
+        root: proc_root.to_owned(),
+        source,
+    })?;
+    Ok(entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect())
 }
 
 /// Stops `root`, then every process below it, level by level; returns the descendants stopped,
@@ -138,7 +236,7 @@ fn stop_tree(root: u32) -> Vec<u32> {
     let mut level = vec![root];
     let give_up_at = Instant::now() + STOP_WAIT;
     for _ in 0..MAX_LEVELS {
-        wait_stopped(&level, give_up_at);
+        wait_stopped(Path::new(PROC), &level, give_up_at);
         let children = children_by_parent();
         // The children of every process stopped so far, not only the last level's: one not
         // yet stopped when its children were listed (the wait gave up) may have forked since.
@@ -163,8 +261,8 @@ fn stop_tree(root: u32) -> Vec<u32> {
 
 /// Waits, until `give_up_at` at the latest, for every process in `pids` to be stopped or gone:
 /// a signal is delivered when its target next runs, and until then it may still fork.
-fn wait_stopped(pids: &[u32], give_up_at: Instant) {
-    while !pids.iter().all(|pid| stopped_or_gone(*pid)) {
+fn wait_stopped(proc_root: &Path, pids: &[u32], give_up_at: Instant) {
+    while !pids.iter().all(|pid| stopped_or_gone(proc_root, *pid)) {
         if Instant::now() >= give_up_at {
             return;
         }
@@ -174,8 +272,8 @@ fn wait_stopped(pids: &[u32], give_up_at: Instant) {
 
 /// Whether every thread of `pid` is stopped (or the process is gone): a group stop reaches each
 /// thread in turn, and one still running (node's are several) may fork.
-fn stopped_or_gone(pid: u32) -> bool {
-    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+fn stopped_or_gone(proc_root: &Path, pid: u32) -> bool {
+    let Ok(threads) = std::fs::read_dir(proc_root.join(pid.to_string()).join("task")) else {
         return true;
     };
     threads.flatten().all(|thread| {
@@ -188,7 +286,8 @@ fn stopped_or_gone(pid: u32) -> bool {
 /// Each process's children, from every `/proc/<pid>/stat`.
 fn children_by_parent() -> HashMap<u32, Vec<u32>> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for pid in all_pids() {
+    // Unreadable, it holds no children: the caller kills the child alone, as before the tree.
+    for pid in all_pids(Path::new(PROC)).unwrap_or_default() {
         // A process that ended since the listing has no `stat`: it needs no killing.
         if let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
@@ -285,5 +384,61 @@ mod tests {
             }
             assert_eq!(left, Vec::<u32>::new(), "left running");
         }
+    }
+
+    /// `count` `sleep`s carrying a fresh mark, and the mark.
+    fn marked_sleeps(count: usize) -> (String, Vec<std::process::Child>) {
+        let mark = new_mark().unwrap();
+        let children = (0..count)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("60")
+                    .env(MARK_VAR, &mark)
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        (mark, children)
+    }
+
+    /// Whether `child` ended by SIGKILL (reaping it).
+    fn killed(child: &mut std::process::Child) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        child.wait().unwrap().signal() == Some(9)
+    }
+
+    /// A sweep that cannot list the processes says so: it found nothing to kill because it
+    /// could not look, not because nothing was left. It returned nothing and logged nothing.
+    #[test]
+    fn a_sweep_that_cannot_list_the_processes_fails() {
+        let missing = tempfile::tempdir().unwrap().path().join("proc");
+        let swept = kill_marked(&missing, "0f", None);
+        assert!(
+            matches!(&swept, Err(SweepError::ProcUnreadable { root, .. }) if *root == missing),
+            "{swept:?}"
+        );
+    }
+
+    /// Hundreds of leftovers are killed with never more than [`MAX_OPEN_PIDFDS`] pidfds open
+    /// (held for the whole sweep, a few thousand ran the host out of descriptors), and the
+    /// child itself, still running, is told apart from what it left behind.
+    #[test]
+    fn many_leftovers_are_killed_in_batches_and_the_child_is_not_one_of_them() {
+        let (mark, mut children) = marked_sleeps(200);
+        let child = children[0].id();
+        let swept = kill_marked(Path::new(PROC), &mark, Some(child)).unwrap();
+        let all_killed = children.iter_mut().all(killed);
+        assert!(swept.child, "the child was killed");
+        assert_eq!(swept.left_behind.len(), 199);
+        assert!(
+            !swept.left_behind.contains(&child),
+            "the child is not left behind"
+        );
+        assert!(
+            swept.most_open <= MAX_OPEN_PIDFDS,
+            "{} pidfds open",
+            swept.most_open
+        );
+        assert!(all_killed);
     }
 }

@@ -124,6 +124,10 @@ impl Driver {
             None => false,
         };
         if !alive {
+            // The dead child's sweep, waited for here rather than begun by the drop.
+            if let Some(dead) = self.child.take() {
+                dead.finish().await;
+            }
             self.launch(&mut report.session_events)?;
         }
         // Built per attempt: a reseed on the way may have rendered a seed to send first.

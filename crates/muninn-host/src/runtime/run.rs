@@ -228,6 +228,9 @@ pub async fn run_minds(
     if let Some(sweeper) = sweeper {
         sweeper.abort();
     }
+    // Every Mind closed its sessions, each waiting for its own child's sweep; a sweep begun by
+    // a drop (a session's dead child replaced, a runner that panicked) may still be running.
+    factory.sweeps_settled().await;
     renewer.abort();
     first_error.map_or(Ok(()), Err)
 }

@@ -1,0 +1,151 @@
+//! [`Sweeps`]: the mark sweeps ([`super::tree::kill_marked`]) a host has under way, run off the
+//! async threads and waited for at shutdown.
+//!
+//! A sweep reads every `/proc/<pid>/environ` and waits for what it stops (tens of milliseconds
+//! for a few hundred processes, more to kill many), so it runs on tokio's blocking pool: run
+//! inside the `Drop` of a child's [`super::Live`] on an async worker, parking or shutting down
+//! many Minds at once stalled every task on that worker. The driver awaits each sweep of its
+//! own before it answers a stop or a park; a sweep begun by a drop (a dead child replaced, a
+//! driver whose handle was dropped) is awaited by whoever holds the [`Sweeps`]: the host waits
+//! for [`Sweeps::settled`] before it exits, so every marked process is dead by then.
+//!
+//! A sweep that could not look (no `/proc`, no pidfds) is logged at warn with its cause and
+//! counted ([`Sweeps::failed`]); a kernel without `pidfd_open` is said once, not per child.
+
+use super::tree::{self, SweepError};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use tokio::sync::watch;
+
+/// The mark sweeps under way, shared by every backend of a host (a clone is another handle on
+/// the same set). See the module docs.
+#[derive(Debug, Clone)]
+pub struct Sweeps {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Sweeps begun and not yet ended.
+    running: watch::Sender<usize>,
+    /// Sweeps that could not look.
+    failed: AtomicU64,
+    /// A kernel without `pidfd_open` has been reported.
+    told_no_pidfd: AtomicBool,
+}
+
+impl Default for Sweeps {
+    fn default() -> Sweeps {
+        Sweeps {
+            inner: Arc::new(Inner {
+                running: watch::Sender::new(0),
+                failed: AtomicU64::new(0),
+                told_no_pidfd: AtomicBool::new(false),
+            }),
+        }
+    }
+}
+
+/// One sweep counted as running until it is dropped (ended, or never run: a blocking task
+/// dropped unstarted at the runtime's shutdown).
+struct Running(Sweeps);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0
+            .inner
+            .running
+            .send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl Sweeps {
+    /// Waits until no sweep is under way (those begun while it waits included).
+    pub async fn settled(&self) {
+        let mut running = self.inner.running.subscribe();
+        // The sender is held by `self`: the wait ends only with the count at zero.
+        let _ = running.wait_for(|n| *n == 0).await;
+    }
+
+    /// How many sweeps could not look for the processes to kill (see [`SweepError`]).
+    pub fn failed(&self) -> u64 {
+        self.inner.failed.load(Ordering::Relaxed)
+    }
+
+    /// Begins the sweep of `mark` (`child`: the child's pid, when it was still running) on the
+    /// blocking pool, or at once on this thread outside a runtime; returns it to await.
+    pub(super) fn start(
+        &self,
+        mark: String,
+        child: Option<u32>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        self.inner.running.send_modify(|n| *n += 1);
+        let running = Running(self.clone());
+        let job = move || {
+            running.0.sweep(Path::new(tree::PROC), &mark, child);
+            drop(running);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => Some(runtime.spawn_blocking(job)),
+            Err(_) => {
+                job();
+                None
+            }
+        }
+    }
+
+    /// One sweep, its failure logged and counted.
+    fn sweep(&self, proc_root: &Path, mark: &str, child: Option<u32>) {
+        let Err(e) = tree::kill_marked(proc_root, mark, child) else {
+            return;
+        };
+        self.inner.failed.fetch_add(1, Ordering::Relaxed);
+        let no_pidfd = matches!(e, SweepError::Pidfd(rustix::io::Errno::NOSYS));
+        if !no_pidfd || !self.inner.told_no_pidfd.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, "claude-cli: the processes a child left behind could not be looked for; any still running are not killed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sweep begun where no one awaits it (a drop) is waited for by [`Sweeps::settled`]:
+    /// once it returns, every process carrying the mark is dead.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn settled_waits_for_a_sweep_begun_by_a_drop() {
+        let mark = tree::new_mark().unwrap();
+        let mut sleeps: Vec<_> = (0..3)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("60")
+                    .env(tree::MARK_VAR, &mark)
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let sweeps = Sweeps::default();
+        drop(sweeps.start(mark, None));
+        sweeps.settled().await;
+        let running: Vec<u32> = sleeps
+            .iter_mut()
+            .filter_map(|s| matches!(s.try_wait(), Ok(None)).then(|| s.id()))
+            .collect();
+        for sleep in &mut sleeps {
+            let _ = sleep.kill();
+            let _ = sleep.wait();
+        }
+        assert_eq!(running, Vec::<u32>::new(), "still running after settled");
+    }
+
+    /// A sweep that could not look is counted, for `status`.
+    #[test]
+    fn a_sweep_that_could_not_look_is_counted() {
+        let sweeps = Sweeps::default();
+        let missing = tempfile::tempdir().unwrap().path().join("proc");
+        sweeps.sweep(&missing, "0f", None);
+        assert_eq!(sweeps.failed(), 1);
+    }
+}
