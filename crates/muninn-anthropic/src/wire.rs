@@ -125,8 +125,10 @@ pub enum ContentBlock {
         content: String,
         /// The provider's signature over the summary (checked when sent back).
         signature: String,
-        /// Fields this crate does not name, kept verbatim: the block goes back exactly as the
-        /// provider gave it, or it answers `compaction_content_mismatch`.
+        /// Fields this crate does not name, kept verbatim: the block goes back with every field
+        /// the provider gave it, or it answers `compaction_content_mismatch`. Serialised after
+        /// the named fields in sorted order, so the keys' order may differ from the reply's
+        /// (it carries nothing in JSON), the same on every request.
         #[serde(flatten)]
         extra: Map<String, Value>,
     },
