@@ -17,7 +17,9 @@
 //! homeserver sends a room's whole state only for a room joined since, and leaves a room with
 //! nothing to show out of the answer, so the answer's joined rooms are those joined since,
 //! however much was said in them after the join), and so are the rooms the account was in
-//! whose tombstone came since (a second `/sync` from it, of tombstones only): a replacement
+//! whose tombstone came since (a second `/sync` from it, of tombstones only; and, only when a
+//! room joined since holds a tombstone, one more of those rooms' tombstones and memberships,
+//! which say whether it came after the account's join): a replacement
 //! joined since, of a room upgraded since, is read from its start, as the process that read the
 //! tombstone would have read it in its next answer (`upgrades`). A third `/sync` from it, of
 //! the ear's event types, gives each room's timeline since the position: in a room the account
@@ -36,7 +38,7 @@ use crate::account::Context;
 use crate::client::MatrixClient;
 use crate::config::{FIRST_START_CURSOR, SYNC_CURSOR};
 use crate::error::MatrixError;
-use crate::wire::{Timeline, is_joining};
+use crate::wire::{RoomEvent, Timeline, is_joining};
 use muninn_store::NewCursor;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -56,10 +58,29 @@ const NOTHING: &str =
 const JOINED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"not_types":["*"]},"state":{"types":["m.room.create"]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
 
 /// A `/sync` filter whose answer holds the rooms with a tombstone since its `since` (and rooms
-/// joined since whose timeline, not bounded by `since`, holds one, with the memberships that
-/// say whether it came after the account's join). A tombstone is an old room's last event but
-/// for leaves, and is looked for as far back as Synapse looks.
-const UPGRADED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"limit":50,"types":["m.room.tombstone","m.room.member"]},"state":{"types":[]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
+/// joined since whose timeline, not bounded by `since`, holds one). A tombstone is an old room's
+/// last event but for leaves, and is looked for as far back as Synapse looks. Tombstones only:
+/// with memberships too, the 50 events of a room with many after its upgrade (profile changes,
+/// leaves) would not hold its tombstone, and the upgrade would go unseen.
+const UPGRADED_SINCE: &str = r#"{"presence":{"not_types":["*"]},"account_data":{"not_types":["*"]},"room":{"timeline":{"limit":50,"types":["m.room.tombstone"]},"state":{"types":[]},"ephemeral":{"not_types":["*"]},"account_data":{"not_types":["*"]}}}"#;
+
+/// A `/sync` filter whose answer holds `rooms` (joined since its `since`, each with a
+/// tombstone) with their tombstones and memberships: whether the tombstone came after the
+/// account's join.
+fn tombstones_and_joins(rooms: &[String]) -> String {
+    serde_json::json!({
+        "presence": {"not_types": ["*"]},
+        "account_data": {"not_types": ["*"]},
+        "room": {
+            "rooms": rooms,
+            "timeline": {"limit": 50, "types": ["m.room.tombstone", "m.room.member"]},
+            "state": {"types": []},
+            "ephemeral": {"not_types": ["*"]},
+            "account_data": {"not_types": ["*"]},
+        },
+    })
+    .to_string()
+}
 
 /// What changed in the account's rooms since its first start began.
 #[derive(Debug, Default)]
@@ -132,23 +153,17 @@ pub(crate) async fn since(
     let upgraded = client
         .sync(Some(&mark.value), UPGRADED_SINCE, Duration::ZERO)
         .await?;
-    // A new room's timeline may hold a tombstone older than the first start (an old room
-    // joined at it): not an upgrade the Mind heard. One after its latest join came after
-    // the first start's position, the join being since it (a room joined at the first start,
-    // then upgraded: before, its replacement was read from the account's join, not its start).
-    let own = context.account.user_id.as_str();
-    let upgraded = upgraded.rooms.join.into_iter().filter(|(room_id, room)| {
-        let events = &room.timeline.events;
-        let tombstone = events.iter().rposition(|e| e.kind == "m.room.tombstone");
-        match (tombstone, joined.contains(room_id)) {
-            (None, _) => false,
-            (Some(_), false) => true,
-            (Some(at), true) => {
-                (events.iter().rposition(|e| is_joining(e, own))).is_some_and(|join| join < at)
-            }
-        }
-    });
-    let upgraded = upgraded.map(|(room_id, _)| room_id).collect();
+    // A room the account was in before the position with a tombstone since it was upgraded
+    // since; one joined since may hold a tombstone from before it, which its memberships tell.
+    let (mut upgraded, joined_then_upgraded): (HashSet<String>, HashSet<String>) =
+        (upgraded.rooms.join.into_iter())
+            .filter(|(_, room)| {
+                let events = &room.timeline.events;
+                events.iter().any(|e| e.kind == "m.room.tombstone")
+            })
+            .map(|(room_id, _)| room_id)
+            .partition(|room_id| !joined.contains(room_id));
+    upgraded.extend(upgraded_after_join(context, client, &mark.value, joined_then_upgraded).await?);
     // Asked last, like the others after the first answer: its timelines reach past that
     // answer's end, which the ear cuts them at (what follows is the next answer's).
     let spoken = client
@@ -171,4 +186,35 @@ pub(crate) async fn since(
         spoken,
         left,
     })
+}
+
+/// Among `rooms`, joined since the first start's `position` and each with a tombstone, those
+/// whose tombstone came after the account's latest join (one more `/sync`, asked only when
+/// there are such rooms). A new room's timeline may hold a tombstone older than the first
+/// start (an old room joined at it): not an upgrade the Mind heard. One after its latest join
+/// came after the position, the join being since it (a room joined at the first start, then
+/// upgraded: before, its replacement was read from the account's join, not its start).
+async fn upgraded_after_join(
+    context: &Context,
+    client: &MatrixClient,
+    position: &str,
+    rooms: HashSet<String>,
+) -> Result<Vec<String>, MatrixError> {
+    if rooms.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut rooms: Vec<String> = rooms.into_iter().collect();
+    rooms.sort();
+    let filter = tombstones_and_joins(&rooms);
+    let answer = client.sync(Some(position), &filter, Duration::ZERO).await?;
+    let own = context.account.user_id.as_str();
+    let after_join = |events: &[RoomEvent]| {
+        let tombstone = events.iter().rposition(|e| e.kind == "m.room.tombstone");
+        let join = events.iter().rposition(|e| is_joining(e, own));
+        matches!((join, tombstone), (Some(join), Some(at)) if join < at)
+    };
+    Ok((answer.rooms.join.into_iter())
+        .filter(|(_, room)| after_join(&room.timeline.events))
+        .map(|(room_id, _)| room_id)
+        .collect())
 }

@@ -467,3 +467,55 @@ async fn a_room_joined_at_the_first_start_and_upgraded_before_its_first_commit_l
     running.stop().await;
     assert_said_once_in(&mail, &said, &room);
 }
+
+/// As `an_upgrade_at_the_first_start_read_again_by_the_next_process_loses_nothing`, with more
+/// membership events in the old room after its tombstone than the first start's search for
+/// tombstones holds (someone joins it and is kicked, 26 times: 52 memberships). The
+/// tombstone is still found, and the replacement read from its start. Before, that search
+/// asked for memberships too (to tell a tombstone after a room's join from one before it),
+/// its 50 events were all those memberships, the upgrade went unseen, and the replacement was
+/// read as a room joined at the first start: what was said in it before the bot's join was
+/// lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_at_the_first_start_behind_many_memberships_loses_nothing() {
+    let Some(rig) = rig("upfirstmembers").await else {
+        return;
+    };
+    let room = rig.public_room(&alias("upfirstmembers")).await;
+    rig.bot_user.join(&room).await;
+    rig.human.send(&room, "backlog", &[]).await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.hold_mailbox_reads();
+    let running = rig.start_on(faulty.clone(), &[&room], |_| {});
+    eventually("the first sync held", Duration::from_secs(30), || async {
+        (faulty.held_mailbox_reads() > 0).then_some(())
+    })
+    .await;
+    let replacement = rig.human.upgrade_room(&room, "11").await;
+    let first = rig.human.send(&replacement, "before the bot", &[]).await;
+    faulty.fail_batches(u32::MAX);
+    faulty.release_mailbox_reads();
+    rig.bot_joined(&replacement).await;
+    eventually("a refused batch", Duration::from_secs(30), || async {
+        (faulty.refused() >= 1).then_some(())
+    })
+    .await;
+    running.stop().await;
+    let passer = (rig.synapse)
+        .register(&format!("passer-{}", alias("upfirstmembers")), PASSWORD)
+        .await;
+    for _ in 0..26 {
+        passer.join(&room).await;
+        rig.human.kick(&room, &passer.user_id).await;
+    }
+    let running = rig.start(&[&room], |c| c.accounts[0].device_id = "MUNINNLATER".into());
+    rig.first_sync().await;
+    let last = rig.human.send(&replacement, "after the restart", &[]).await;
+    let mail = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == last).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    assert_said_once_in(&mail, &[first, last], &room);
+}

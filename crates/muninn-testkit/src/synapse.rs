@@ -314,6 +314,7 @@ rc_message: {rc}
 rc_registration: {rc}
 rc_login: {{address: {rc}, account: {rc}, failed_attempts: {rc}}}
 rc_joins: {{local: {rc}, remote: {rc}}}
+rc_joins_per_room: {rc}
 rc_invites: {{per_room: {rc}, per_user: {rc}}}
 "
     );
