@@ -549,9 +549,10 @@ impl<B: Backend> MindRunner<B> {
             // A record commits whole: none of its rows lost, it landed.
             u.committed |= tried && lost.is_empty();
             // A run's end with no row (its last reply's went with that reply) has none to look
-            // up: its result item says whether it landed.
+            // up, and a ledger read that failed said nothing: its result item says whether it
+            // landed (with its rows, if any: a record commits whole).
             u.committed |= !u.committed && self.run_end_landed(&u).await;
-            u.record.ledger = lost;
+            u.record.ledger = if u.committed { Vec::new() } else { lost };
             // A tool loop's request that landed: what stopped its run is known here, and only
             // here; the recovery under the next lease reports it (`stranded.rs`).
             if u.committed
@@ -565,16 +566,14 @@ impl<B: Backend> MindRunner<B> {
         }
     }
 
-    /// Whether `u` is a Self run's end without a ledger row whose result item is in the store
-    /// (its commit landed, the answer lost). A read that fails says no: the answer is said
-    /// abandoned, as before the read.
+    /// Whether `u` is a Self run's end whose result item is in the store (its commit landed, the
+    /// answer lost): only brief `seq`'s run writes one, and a brief sent is never run again
+    /// (`stranded.rs`), so no other run's end can pass for this one. A read that fails says no:
+    /// the answer is said abandoned, as before the read.
     async fn run_end_landed(&self, u: &Uncommitted) -> bool {
         let Then::SelfRun(run) = &u.then else {
             return false;
         };
-        if !u.record.ledger.is_empty() {
-            return false;
-        }
         match self.committed_end(run.brief.seq).await {
             Ok(end) => end.is_some(),
             Err(e) => {

@@ -22,7 +22,7 @@ use muninn_store::{
 use serde_json::{Value, json};
 
 /// How much of a Self result reaches the Persona.
-const RESULT_EXCERPT_CHARS: usize = 2_000;
+pub(super) const RESULT_EXCERPT_CHARS: usize = 2_000;
 
 /// The transcript note of a memory flush: the memory, where it came from and, when the flush
 /// failed, why — the backend's error (the provider's message, which never carries a

@@ -47,6 +47,7 @@
 use super::attempt::{ASKED, HeldBrief, MARKS, UNASKED};
 use super::self_run::STOPPED_BY_THE_STORE;
 use super::{MindRunner, RuntimeError};
+use crate::telemetry::health::{ERROR_CHARS, truncate};
 use muninn_backend::Backend;
 use muninn_store::{BriefStatus, FencingToken, Role, TranscriptKind};
 
@@ -66,8 +67,17 @@ impl StrandedBy {
     pub(super) fn of(error: &RuntimeError) -> StrandedBy {
         StrandedBy {
             store: matches!(error, RuntimeError::Store(_) | RuntimeError::Held(_)),
-            error: error.to_string(),
+            error: truncate(&error.to_string(), ERROR_CHARS),
         }
+    }
+
+    /// What stopped a run whose runner panicked (`panic`, the panic's message), for the
+    /// runner that replaces it (`supervise.rs`). Bounded as `/readyz` bounds it: a panic's
+    /// message can be any length, and the Persona is told only the report's first
+    /// `RESULT_EXCERPT_CHARS` (`self_run.rs`), which must still say what to do.
+    pub(super) fn panicked(panic: &str) -> String {
+        let panic = truncate(panic, ERROR_CHARS);
+        format!("its step panicked ({panic}) and its Mind was restarted")
     }
 
     /// What the stranded brief's result says stopped it — a failed step (`by`), else the
@@ -349,5 +359,31 @@ impl<B: Backend> MindRunner<B> {
             .finish_brief(&self.mind.id, token, seq, status, result, now)
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::self_run::RESULT_EXCERPT_CHARS;
+    use super::{RunTail, StrandedBy};
+
+    /// A panic's message or a step's error can be any length (an `unwrap` of an error that
+    /// carries a whole response, say): the Persona's report, the result's first
+    /// [`RESULT_EXCERPT_CHARS`], still says how far the run got and what to do about it.
+    #[test]
+    fn a_long_panic_or_error_leaves_the_report_its_advice() {
+        let long = "x".repeat(5_000);
+        let panicked = StrandedBy::panicked(&long);
+        let failed = StrandedBy::of(&super::RuntimeError::Panicked(long.clone()));
+        for (by, panicked) in [(None, Some(panicked.as_str())), (Some(&failed), None)] {
+            let result = StrandedBy::why(by, panicked, RunTail::AskedOnly);
+            let excerpt: String = result.chars().take(RESULT_EXCERPT_CHARS).collect();
+            let end: Vec<char> = excerpt.chars().rev().take(80).collect();
+            let end: String = end.into_iter().rev().collect();
+            assert!(
+                excerpt.ends_with("ask again if it is still wanted"),
+                "the report ends: {end:?}"
+            );
+        }
     }
 }

@@ -152,7 +152,7 @@ impl Minds {
         let id = gone.mind.id.clone();
         let why = panic_message(error);
         // What a run the panic stopped is failed with, by the new runner (`stranded.rs`).
-        let stopped_by = format!("its step panicked ({why}) and its Mind was restarted");
+        let stopped_by = super::stranded::StrandedBy::panicked(&why);
         if *self.shutdown.borrow() {
             tracing::error!(mind = %id, panic = %why, "a Mind's task panicked while stopping");
             return;
