@@ -408,6 +408,38 @@ async fn the_ledger_is_answered_in_bounded_pages_and_exported_whole() {
     assert_eq!(exported(&server).await, rows);
 }
 
+/// Two operators edit different caps from the same read (`muninn caps`, the dashboard's form):
+/// the second write must not put back the cap the first one changed.
+#[tokio::test]
+async fn a_caps_write_from_a_stale_read_is_refused_not_lost() {
+    let server = Server::start().await;
+    let read = server.client.settings("vala").await.unwrap();
+    let mut theirs = read.caps_if_unchanged();
+    theirs.turn_limit = Some(7);
+    server.client.put_settings("vala", &theirs).await.unwrap();
+
+    let mut mine = read.caps_if_unchanged();
+    mine.spend_cap_micro_usd = Some(5_000_000);
+    let refused = server.client.put_settings("vala", &mine).await;
+    let after = server.client.settings("vala").await.unwrap();
+    assert_eq!(
+        after.turn_limit,
+        Some(7),
+        "the other operator's turn limit was lost"
+    );
+    assert_eq!(api_error(refused.unwrap_err()), (409, "conflict".into()));
+    assert_eq!(after.spend_cap_micro_usd, None);
+
+    // Read again, and the same edit goes through, keeping theirs.
+    let mut again = after.caps_if_unchanged();
+    again.spend_cap_micro_usd = Some(5_000_000);
+    let saved = server.client.put_settings("vala", &again).await.unwrap();
+    assert_eq!(
+        (saved.spend_cap_micro_usd, saved.turn_limit),
+        (Some(5_000_000), Some(7))
+    );
+}
+
 #[tokio::test]
 async fn settings_round_trip_and_the_brake_reaches_every_mind() {
     let server = Server::start().await;
