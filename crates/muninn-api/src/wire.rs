@@ -334,9 +334,14 @@ pub struct SegmentsQuery {
     #[serde(default)]
     pub limit: Option<i64>,
     /// Only segments numbered below this (the oldest number of the page before): the page
-    /// further back. All of them when absent.
+    /// further back. All of them when absent. Each role numbers its own segments, so a number
+    /// of one role says nothing of the other's: page back with [`SegmentsQuery::role`] set.
     #[serde(default)]
     pub before: Option<i64>,
+    /// Only this role's segments (`persona` or `self`; the other list is empty): one role's
+    /// pages, each `before` the oldest of its page before. Both roles when absent.
+    #[serde(default)]
+    pub role: Option<Role>,
 }
 
 /// The answer to `GET /v1/minds/{mind}/segments`: each role's newest segments (a page:
