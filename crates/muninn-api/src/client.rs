@@ -330,7 +330,25 @@ impl ApiClient {
 
     /// `GET /v1/minds/{mind}/segments`: each role's newest 100.
     pub async fn segments(&self, mind: &str) -> Result<SegmentsResponse, ClientError> {
-        let path = format!("/v1/minds/{}/segments", segment(mind));
+        self.segments_page(mind, &SegmentsQuery::default()).await
+    }
+
+    /// `GET /v1/minds/{mind}/segments` with its query: a page further back (`before`, with
+    /// `role` set, since each role numbers its own segments), or another size.
+    pub async fn segments_page(
+        &self,
+        mind: &str,
+        query_: &SegmentsQuery,
+    ) -> Result<SegmentsResponse, ClientError> {
+        let path = format!(
+            "/v1/minds/{}/segments{}",
+            segment(mind),
+            query(&[
+                ("limit", query_.limit.map(|v| v.to_string())),
+                ("before", query_.before.map(|v| v.to_string())),
+                ("role", query_.role.map(|r| r.as_str().to_owned())),
+            ])
+        );
         self.call(Method::GET, &path, None::<&()>).await
     }
 

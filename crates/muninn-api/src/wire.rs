@@ -334,9 +334,14 @@ pub struct SegmentsQuery {
     #[serde(default)]
     pub limit: Option<i64>,
     /// Only segments numbered below this (the oldest number of the page before): the page
-    /// further back. All of them when absent.
+    /// further back. All of them when absent. Each role numbers its own segments, so a number
+    /// of one role says nothing of the other's: page back with [`SegmentsQuery::role`] set.
     #[serde(default)]
     pub before: Option<i64>,
+    /// Only this role's segments (`persona` or `self`; the other list is empty): one role's
+    /// pages, each `before` the oldest of its page before. Both roles when absent.
+    #[serde(default)]
+    pub role: Option<Role>,
 }
 
 /// The answer to `GET /v1/minds/{mind}/segments`: each role's newest segments (a page:
@@ -489,8 +494,38 @@ impl Settings {
             spend_window_ms: self.spend_window_ms,
             turn_limit: self.turn_limit,
             brake: None,
+            expected: None,
         }
     }
+
+    /// The caps of these settings, as a `PUT` body that changes them only if they are still
+    /// these: edit its fields and send it, and a change another client made since this read is
+    /// refused (409 `conflict`) rather than overwritten.
+    pub fn caps_if_unchanged(&self) -> PutSettingsRequest {
+        PutSettingsRequest {
+            expected: Some(ExpectedCaps {
+                spend_cap_micro_usd: self.spend_cap_micro_usd,
+                spend_window_ms: self.spend_window_ms,
+                turn_limit: self.turn_limit,
+            }),
+            ..self.caps()
+        }
+    }
+}
+
+/// The caps a [`PutSettingsRequest`] was edited from: [`PutSettingsRequest::expected`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedCaps {
+    /// The spend cap read, micro-dollars; `null`: none was set.
+    #[serde(default)]
+    pub spend_cap_micro_usd: Option<i64>,
+    /// The spend window read, ms; `null`: none was set.
+    #[serde(default)]
+    pub spend_window_ms: Option<i64>,
+    /// The turn limit read; `null`: none was set.
+    #[serde(default)]
+    pub turn_limit: Option<i64>,
 }
 
 /// The body of `PUT /v1/minds/{mind}/settings`: the caps, replaced whole. The brake is not
@@ -515,6 +550,13 @@ pub struct PutSettingsRequest {
     /// 409 `conflict` and nothing is changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub brake: Option<bool>,
+    /// The caps as the client read them before editing this body. Given, the write happens
+    /// only if the caps are still these; otherwise 409 `conflict` and nothing is changed, so
+    /// that two operators editing different caps (the dashboard's form, `muninn caps`) cannot
+    /// silently undo each other's change: read again and retry. Absent: the caps are replaced
+    /// whatever they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<ExpectedCaps>,
 }
 
 /// The answer to `POST /v1/brake` and `DELETE /v1/brake` (and to the one Mind's

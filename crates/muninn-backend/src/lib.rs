@@ -13,7 +13,7 @@
 //!   (with [`Capability`]: what a backend may be unable to do), [`SessionEvent`].
 //! - [`clock`] — injected time: the [`clock::Clock`] and [`clock::Sleeper`] traits every crate
 //!   reads the time and waits through, with the system clock and the manual test doubles.
-//! - [`panic`] — a caught panic's payload as text, for the supervisors and the test kit.
+//! - [`panic`](mod@panic) — a caught panic's payload as text, for the supervisors and the test kit.
 //! - [`schema`] — the small JSON Schema subset structured output uses: a deterministic example
 //!   generator and a validator.
 //!

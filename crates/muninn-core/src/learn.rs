@@ -400,7 +400,7 @@ const RUN_BOUNDS: [u32; 33] = [
 /// The lengths, in requests, of the runs a Mind has finished ([`Runs`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunLengths {
-    /// Counts per bucket of [`RUN_BOUNDS`] (the last also holds anything longer).
+    /// Counts per bucket of `RUN_BOUNDS` (the last also holds anything longer).
     pub buckets: [u32; 32],
 }
 
@@ -424,7 +424,7 @@ impl RunLengths {
 
     /// How many more requests a run that has had `so_far` is expected to have (the median of
     /// what the longer finished runs had left), or `None` without the evidence
-    /// ([`median_left`]).
+    /// (`median_left`).
     pub fn remaining_known(&self, so_far: u32) -> Option<u64> {
         let histogram = Histogram {
             counts: &self.buckets,

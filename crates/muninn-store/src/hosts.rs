@@ -112,7 +112,7 @@ impl WakeListener {
     /// should look at every Mind once. `Unavailable` if it cannot listen again (call again
     /// later: the next call tries again, and answers `Ok(None)` once it listens).
     ///
-    /// Every new connection is made here ([`listening`]), never by `PgListener` inside the
+    /// Every new connection is made here (`listening`), never by `PgListener` inside the
     /// wait: that wait is cut at the deadline, and a reconnect cut with it would have ended
     /// on the next use of the listener, unreported. A connection that falls silent without
     /// closing would keep `recv` waiting as long as TCP does (hours without keepalives):

@@ -8,7 +8,7 @@
 //! an empty store. Its per-Mind counters then go back, and seqs and outbox request ids that
 //! were already answered (`m1-1-1-0`) would be issued again (design §3.10). This file survives
 //! those losses because it is written on its own, fsynced and renamed into place, *before* any
-//! id beyond it is committed: [`crate::id_guard`] reserves ids in blocks, so the file is
+//! id beyond it is committed: `id_guard` reserves ids in blocks, so the file is
 //! rewritten once per block, not once per commit.
 //!
 //! `exact` is true only after a clean close (every counter is then exactly the database's);

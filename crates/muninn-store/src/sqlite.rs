@@ -6,7 +6,7 @@
 //!   before `commit()` returns, so an acknowledged write survives power loss, not only a
 //!   process crash. SQLite runs `synchronous=NORMAL` (commits atomic and ordered, not synced)
 //!   and every write transaction then waits, after its `COMMIT` and outside the write lock, for
-//!   a shared `fdatasync` of the WAL that began after it ([`crate::wal_sync`]): concurrent
+//!   a shared `fdatasync` of the WAL that began after it (`wal_sync`): concurrent
 //!   writers share one fsync instead of queueing behind one each. [`SyncMode::EveryCommit`]
 //!   keeps the old way (`synchronous=FULL`, one fsync inside every `COMMIT`) for comparison.
 //! - `foreign_keys=ON`, so per-Mind rows cannot outlive or precede their Mind.

@@ -241,7 +241,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// point leaves the mailbox and the cursor as they were, and the transport re-reads the
     /// same batch. Returns one [`Posted`] per delivery. Not fenced (intake). `NotFound` if the
     /// Mind is unknown; `Invalid` for an empty cursor name or a value over
-    /// [`CURSOR_MAX_BYTES`](crate::CURSOR_MAX_BYTES).
+    /// [`CURSOR_MAX_BYTES`].
     async fn post_batch(&self, mind: &str, batch: &IntakeBatch) -> Result<Vec<Posted>>;
     /// The Mind's cursor called `name`, if one was ever written.
     async fn cursor(&self, mind: &str, name: &str) -> Result<Option<Cursor>>;

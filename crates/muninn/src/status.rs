@@ -425,9 +425,12 @@ pub fn caps(args: CapsArgs) -> anyhow::Result<()> {
     block_on(async move {
         let mut settings: Settings = client.settings(&args.mind).await?;
         // The caps alone are sent back, never the brake read with them: a `brake on` landing
-        // between the read and the write stays on.
-        let caps = args.apply(settings.caps())?;
-        if caps != settings.caps() {
+        // between the read and the write stays on. They are sent on the condition that they
+        // are still the ones read, so another operator's change landing in between is refused
+        // (and reported) rather than silently undone by the values read before it.
+        let read = settings.caps_if_unchanged();
+        let caps = args.apply(read.clone())?;
+        if caps != read {
             settings = client.put_settings(&args.mind, &caps).await?;
         }
         if args.format == Format::Json {

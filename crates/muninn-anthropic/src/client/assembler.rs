@@ -192,7 +192,7 @@ impl Assembler {
     /// What the provider billed for the stream so far, once `message_start` has come (before
     /// it, nothing was billed): `message_start`'s input and cache counts, and as output the
     /// last `message_delta`'s count when one came — the provider's own — else the tokens of the
-    /// content received ([`received_output_tokens`]), at least `message_start`'s count. Tokens
+    /// content received (`received_output_tokens`), at least `message_start`'s count. Tokens
     /// stay integers; the raw usage is `message_start`'s with any `message_delta` laid over it.
     pub fn billed_so_far(&self) -> Option<(muninn_core::trace::Usage, Value)> {
         let message = self.message.as_ref()?;

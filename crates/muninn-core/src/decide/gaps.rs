@@ -92,7 +92,7 @@ impl GapStats {
     /// Whether a gap already `elapsed_ms` long has outlasted every gap seen, where at least
     /// [`MIN_GAPS_EVIDENCE`] gaps lasted a `ttl` (less than one lasted as long as this one).
     ///
-    /// The default's keep-warm rule ([`gaps_say_ping`]) stops there on a 5-minute cache: the
+    /// The default's keep-warm rule (`gaps_say_ping`) stops there on a 5-minute cache: the
     /// Mind's gaps say nothing of how soon it ends, and the budget would ping for 50 minutes
     /// (about 11 pings of 4.5 minutes) on a bet its gaps never showed. A 1-hour cache keeps the
     /// budget (not measured there: its budget spans a night, and the hour-of-day rule judges

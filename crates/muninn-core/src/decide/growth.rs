@@ -36,7 +36,7 @@ impl SessionView<'_> {
     /// Whether, as the tail is about to expire, the growth rule's refresh is due and the gap
     /// should begin it: the last answer awaits no tool results (the wake will be a boundary),
     /// the minimum segment is reached, the backend can flush while idle (if a refresh needs a
-    /// flush), and the growth rule's bar is reached ([`SessionView::growth_bar`]).
+    /// flush), and the growth rule's bar is reached (`SessionView::growth_bar`).
     pub fn gap_refresh_due(&self, now_ms: i64) -> bool {
         !self.awaiting_tool_results
             && self.segment_requests >= self.bounds.min_segment_requests

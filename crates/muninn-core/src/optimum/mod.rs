@@ -41,7 +41,7 @@
 //! # The `mask` action
 //!
 //! Where the trace has tool results and the session may clear them ([`crate::decide::Capabilities`]
-//! and the assumptions' `mask`), a second program ([`masks`]) runs over states (segment start,
+//! and the assumptions' `mask`), a second program (`masks`) runs over states (segment start,
 //! latest clear): a clear keeps the latest tool uses' results, so what a segment has lost after any
 //! number of clears is fixed by its start and its latest clear. That program is exact over its
 //! model (each state carries its exact prefix), O(Σ states) — at most O(n · S · K) for S segment

@@ -57,7 +57,7 @@ impl Turn {
 /// marked `compacted`, starts a recorded segment: its content beyond the head is counted as new
 /// (the counterfactual session did not compact, so it carries on from there). A small shrink (for
 /// example thinking blocks cleared by context management) counts as no growth. So does a large
-/// shrink that the very next request undoes (see [`is_aside`]).
+/// shrink that the very next request undoes (see `is_aside`).
 pub fn reconstruct(trace: &Trace, head: Option<Tokens>) -> (Tokens, Vec<Turn>) {
     let head = head.unwrap_or_else(|| {
         trace

@@ -100,7 +100,8 @@ input,select,button{font:inherit;font-size:13px;padding:2px 6px}button{cursor:po
 
 /// The dashboard's one script: a form with `data-api` is sent to the `/v1` API as JSON (fields
 /// with `data-json`, converted by `data-kind`), with the header that lets the API take the
-/// dashboard's cookie, and the page reloads on success.
+/// dashboard's cookie, and the page reloads on success. Fields with `data-read` also send the
+/// value the page was rendered with, under `expected` (the write's condition).
 const SCRIPT: &str = r#"
 document.querySelectorAll('form[data-api]').forEach(function (form) {
   form.addEventListener('submit', async function (event) {
@@ -111,6 +112,10 @@ document.querySelectorAll('form[data-api]').forEach(function (form) {
       if (el.dataset.kind === 'usd') body[k] = v === '' ? null : Math.round(parseFloat(v) * 1e6);
       else if (el.dataset.kind === 'hours') body[k] = v === '' ? null : Math.round(parseFloat(v) * 3600e3);
       else if (el.dataset.kind === 'int') body[k] = v === '' ? null : parseInt(v, 10);
+      if (el.dataset.read !== undefined) {
+        body.expected = body.expected || {};
+        body.expected[k] = el.dataset.read === '' ? null : parseInt(el.dataset.read, 10);
+      }
     });
     var method = form.dataset.method;
     var init = {method: method, credentials: 'same-origin',

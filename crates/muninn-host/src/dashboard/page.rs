@@ -251,7 +251,9 @@ fn figures(view: &MindView) -> String {
 
 /// The brake button and the caps form, each sending only its own: the button goes to the Mind's
 /// brake route with no body, the form carries the caps and never the brake, so neither, saved
-/// from a page rendered before the other changed, can undo that change.
+/// from a page rendered before the other changed, can undo that change. The form also carries
+/// the caps it was rendered with (`data-read`) as the write's `expected`: saved after someone
+/// else changed a cap, it is refused rather than putting back the value it showed.
 fn controls(s: &MindStatus<crate::config::MindConfig>) -> String {
     let id = esc(&s.id);
     let st = &s.settings;
@@ -260,8 +262,10 @@ fn controls(s: &MindStatus<crate::config::MindConfig>) -> String {
     } else {
         ("Brake", "POST")
     };
+    // The exact values read (the shown ones are rounded), sent back as the write's condition.
+    let read = |v: Option<i64>| v.map_or(String::new(), |v| v.to_string());
     format!(
-        r#"<section><h2>Controls</h2><form class="inline" id="brake-form" data-api="/v1/minds/{id}/brake" data-method="{method}"><button type="submit" id="brake-toggle">{label}</button><span class="error"></span></form><form class="inline" id="caps-form" data-api="/v1/minds/{id}/settings" data-method="PUT"><label>spend cap $ <input name="cap" size="8" data-json="spend_cap_micro_usd" data-kind="usd" value="{cap}" placeholder="none"></label><label>window h <input name="window" size="5" data-json="spend_window_ms" data-kind="hours" value="{window}" placeholder="config"></label><label>turns per wake <input name="turns" size="4" data-json="turn_limit" data-kind="int" value="{limit}" placeholder="config"></label><button type="submit">Save caps</button><span class="error"></span></form><p class="note">Settings override the configuration; an empty field falls back to it.</p></section>"#,
+        r#"<section><h2>Controls</h2><form class="inline" id="brake-form" data-api="/v1/minds/{id}/brake" data-method="{method}"><button type="submit" id="brake-toggle">{label}</button><span class="error"></span></form><form class="inline" id="caps-form" data-api="/v1/minds/{id}/settings" data-method="PUT"><label>spend cap $ <input name="cap" size="8" data-json="spend_cap_micro_usd" data-kind="usd" value="{cap}" data-read="{cap_read}" placeholder="none"></label><label>window h <input name="window" size="5" data-json="spend_window_ms" data-kind="hours" value="{window}" data-read="{window_read}" placeholder="config"></label><label>turns per wake <input name="turns" size="4" data-json="turn_limit" data-kind="int" value="{limit}" data-read="{limit_read}" placeholder="config"></label><button type="submit">Save caps</button><span class="error"></span></form><p class="note">Settings override the configuration; an empty field falls back to it.</p></section>"#,
         cap = st
             .spend_cap_micro_usd
             .map_or(String::new(), |c| (c as f64 / 1e6).to_string()),
@@ -269,6 +273,9 @@ fn controls(s: &MindStatus<crate::config::MindConfig>) -> String {
             .spend_window_ms
             .map_or(String::new(), |w| (w as f64 / 3.6e6).to_string()),
         limit = st.turn_limit.map_or(String::new(), |l| l.to_string()),
+        cap_read = read(st.spend_cap_micro_usd),
+        window_read = read(st.spend_window_ms),
+        limit_read = read(st.turn_limit),
     )
 }
 

@@ -13,6 +13,15 @@ fn to_settings(settings: &MindSettings) -> Settings {
     }
 }
 
+/// The caps as a client reads them, to compare with a `PUT`'s [`PutSettingsRequest::expected`].
+fn read_caps(settings: &MindSettings) -> ExpectedCaps {
+    ExpectedCaps {
+        spend_cap_micro_usd: settings.spend_cap.map(|c| c.0),
+        spend_window_ms: settings.spend_window_ms,
+        turn_limit: settings.turn_limit,
+    }
+}
+
 /// The caps a `PUT` sets, checked (positive, under their ceilings).
 fn to_caps(request: &PutSettingsRequest) -> ApiResult<muninn_store::Caps> {
     let positive = |name: &str, value: Option<i64>| match value {
@@ -208,6 +217,17 @@ pub(super) async fn put_settings(
                  POST or DELETE /v1/minds/{{mind}}/brake or /v1/brake to change it)",
                 if before.brake { "on" } else { "off" }
             ),
+        ));
+    }
+    if let Some(expected) = &request.expected
+        && *expected != read_caps(&before)
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            "the caps changed since they were read (another operator or the dashboard saved \
+             them meanwhile); nothing was changed: read them again and retry"
+                .to_owned(),
         ));
     }
     host.store

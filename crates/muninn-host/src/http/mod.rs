@@ -23,7 +23,7 @@
 //! | `POST /v1/minds/{mind}/outbox/{request_id}/ack` | the transport delivered it (idempotent; needs no lease) |
 //! | `POST /v1/minds/{mind}/briefs` | an operator brief for the Self; wakes the runtime |
 //! | `GET /v1/minds`, `GET /v1/minds/{mind}` | config summary, settings, lease, segments, spend |
-//! | `GET /v1/minds/{mind}/segments?limit&before` | each role's newest segments (default 100, at most 1000), below segment `before` if given |
+//! | `GET /v1/minds/{mind}/segments?limit&before&role` | each role's (or `role`'s) newest segments (default 100, at most 1000), below segment `before` if given |
 //! | `GET /v1/minds/{mind}/transcript?role&after&last&limit&wait_s` | transcript items; long-polls |
 //! | `GET /v1/minds/{mind}/ledger?from_ms&to_ms&after_id&limit&format=json\|jsonl` | ledger rows |
 //! | `GET`/`PUT /v1/minds/{mind}/settings` | spend cap, window, turn limit (and the brake, read-only) |
@@ -523,7 +523,9 @@ async fn post_brief(
 }
 
 /// Each role's newest segments: a page, as every list here is (a Mind that has lived long has
-/// thousands, each with its memory layer).
+/// thousands, each with its memory layer). Each role numbers its own segments, so `before` pages
+/// back one role at a time (`role`): one cursor for both would repeat the role with fewer
+/// segments on every page of the other, or skip the other's.
 async fn get_segments(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -534,16 +536,19 @@ async fn get_segments(
     let limit = clamp_limit(query.limit)?;
     let host = &state.host;
     require_mind(host, &mind).await?;
-    Ok(Json(SegmentsResponse {
-        persona: host
-            .store
-            .newest_segments(&mind, Role::Persona, query.before, limit)
-            .await?,
-        self_role: host
-            .store
-            .newest_segments(&mind, Role::SelfRole, query.before, limit)
-            .await?,
-    }))
+    let mut page = SegmentsResponse::default();
+    for (role, list) in [
+        (Role::Persona, &mut page.persona),
+        (Role::SelfRole, &mut page.self_role),
+    ] {
+        if query.role.is_none_or(|asked| asked == role) {
+            *list = host
+                .store
+                .newest_segments(&mind, role, query.before, limit)
+                .await?;
+        }
+    }
+    Ok(Json(page))
 }
 
 async fn get_transcript(

@@ -408,6 +408,101 @@ async fn the_ledger_is_answered_in_bounded_pages_and_exported_whole() {
     assert_eq!(exported(&server).await, rows);
 }
 
+/// Each role numbers its own segments, so paging back is per role: a Mind with more of both
+/// than a page holds (and more of one than the other), paged with the client, shows each
+/// segment of each role exactly once.
+#[tokio::test]
+async fn paging_segments_back_shows_each_of_each_role_once() {
+    let server = Server::start().await;
+    let token = server.lease("vala").await;
+    let counts = [(Role::Persona, 7), (Role::SelfRole, 4)];
+    for (role, count) in counts {
+        for n in 0..count {
+            let segment = NewSegment {
+                role,
+                started_at_ms: T0 + n,
+                rehydration_tokens: 4_000,
+                reason: "refresh".into(),
+                session_id: None,
+                memory: None,
+                spec_digest: None,
+            };
+            server
+                .host
+                .store
+                .start_segment("vala", token, &segment)
+                .await
+                .unwrap();
+        }
+    }
+    for (role, count) in counts {
+        // Every segment any page answered, of either role, as (role, number).
+        let mut seen = Vec::new();
+        let mut query = SegmentsQuery {
+            limit: Some(3),
+            before: None,
+            role: Some(role),
+        };
+        loop {
+            let page = server.client.segments_page("vala", &query).await.unwrap();
+            let listed = |r: Role, list: &[muninn_store::Segment]| {
+                list.iter()
+                    .map(move |s| (r.as_str(), s.number))
+                    .collect::<Vec<_>>()
+            };
+            let asked = match role {
+                Role::Persona => &page.persona,
+                Role::SelfRole => &page.self_role,
+            };
+            let Some(oldest) = asked.first() else {
+                break;
+            };
+            query.before = Some(oldest.number);
+            seen.extend(listed(Role::Persona, &page.persona));
+            seen.extend(listed(Role::SelfRole, &page.self_role));
+        }
+        seen.sort();
+        assert_eq!(
+            seen,
+            (0..count).map(|n| (role.as_str(), n)).collect::<Vec<_>>(),
+            "{}",
+            role.as_str()
+        );
+    }
+}
+
+/// Two operators edit different caps from the same read (`muninn caps`, the dashboard's form):
+/// the second write must not put back the cap the first one changed.
+#[tokio::test]
+async fn a_caps_write_from_a_stale_read_is_refused_not_lost() {
+    let server = Server::start().await;
+    let read = server.client.settings("vala").await.unwrap();
+    let mut theirs = read.caps_if_unchanged();
+    theirs.turn_limit = Some(7);
+    server.client.put_settings("vala", &theirs).await.unwrap();
+
+    let mut mine = read.caps_if_unchanged();
+    mine.spend_cap_micro_usd = Some(5_000_000);
+    let refused = server.client.put_settings("vala", &mine).await;
+    let after = server.client.settings("vala").await.unwrap();
+    assert_eq!(
+        after.turn_limit,
+        Some(7),
+        "the other operator's turn limit was lost"
+    );
+    assert_eq!(api_error(refused.unwrap_err()), (409, "conflict".into()));
+    assert_eq!(after.spend_cap_micro_usd, None);
+
+    // Read again, and the same edit goes through, keeping theirs.
+    let mut again = after.caps_if_unchanged();
+    again.spend_cap_micro_usd = Some(5_000_000);
+    let saved = server.client.put_settings("vala", &again).await.unwrap();
+    assert_eq!(
+        (saved.spend_cap_micro_usd, saved.turn_limit),
+        (Some(5_000_000), Some(7))
+    );
+}
+
 #[tokio::test]
 async fn settings_round_trip_and_the_brake_reaches_every_mind() {
     let server = Server::start().await;
