@@ -116,6 +116,12 @@ pub fn compare(paths: &[PathBuf], prices: &PriceTable) -> anyhow::Result<Compari
         past_limits,
         ..Comparison::default()
     };
+    // Summed as costs are, saturating: prices and usages within their limits let a few
+    // responses pass what an i64 holds (a plain sum panicked in a debug build and wrapped in a
+    // release one). Each output part is at most its reading's cost, so once neither reading
+    // saturated, no sum or difference below can overflow.
+    let (mut muninn, mut ccusage) = (MicroUsd::ZERO, MicroUsd::ZERO);
+    let (mut output_last, mut output_first) = (MicroUsd::ZERO, MicroUsd::ZERO);
     for (model, first, last) in seen.values() {
         let Ok(price) = prices.model(model) else {
             c.unpriced += 1;
@@ -125,19 +131,21 @@ pub fn compare(paths: &[PathBuf], prices: &PriceTable) -> anyhow::Result<Compari
         c.output_first_line += first.output;
         c.output_last_line += last.output;
         c.write_1h_tokens += last.cache_write_1h;
-        let muninn = price.cost(last);
+        muninn += price.cost(last);
         let as_5m = Usage {
             cache_write_5m: first.cache_write_5m + first.cache_write_1h,
             cache_write_1h: 0,
             ..*first
         };
-        let ccusage = price.cost(&as_5m);
-        let output =
-            MicroUsd::of(last.output, price.output).0 - MicroUsd::of(first.output, price.output).0;
-        c.muninn_micro_usd += muninn.0;
-        c.ccusage_micro_usd += ccusage.0;
-        c.from_output_micro_usd += output;
+        ccusage += price.cost(&as_5m);
+        output_last += MicroUsd::of(last.output, price.output);
+        output_first += MicroUsd::of(first.output, price.output);
     }
+    crate::replay::refuse_saturated(muninn, "the files read muninn's way")?;
+    crate::replay::refuse_saturated(ccusage, "the files read ccusage's way")?;
+    c.muninn_micro_usd = muninn.0;
+    c.ccusage_micro_usd = ccusage.0;
+    c.from_output_micro_usd = output_last.0 - output_first.0;
     c.from_1h_writes_micro_usd = c.muninn_micro_usd - c.ccusage_micro_usd - c.from_output_micro_usd;
     Ok(c)
 }

@@ -485,3 +485,57 @@ fn costs_past_what_muninn_counts_are_refused_not_printed() {
         );
     }
 }
+
+/// `replay --vs-ccusage` at prices within the table's limits (writes at $10⁹ per million
+/// tokens) and usages within the import's (4 × 10⁹ tokens written): it added each response's
+/// cost as a plain `i64` — three such responses panicked a debug build (`attempt to add with
+/// overflow`) and wrapped to a negative figure in a release one — and one response whose cost
+/// saturated (4 × 10⁹ tokens written at each TTL and read, all at 1,000× input) was printed
+/// as $9,223,372,036,854.78. Both are refused, naming the reading.
+#[test]
+fn replay_vs_ccusage_refuses_costs_past_what_muninn_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prices = tmp.path().join("prices.toml");
+    std::fs::write(
+        &prices,
+        "[[model]]\nname = \"x\"\ninput = 1000000.0\noutput = 1000000.0\nwrite_5m = 1000.0\nwrite_1h = 1000.0\nread = 1000.0\n",
+    )
+    .unwrap();
+    let line = |n: usize, usage: &str| {
+        format!(
+            r#"{{"type":"assistant","sessionId":"s","uuid":"u{n}","timestamp":"2026-02-10T10:00:0{n}.000Z","requestId":"r{n}","message":{{"model":"x","id":"msg_{n}","content":[{{"type":"text","text":"x"}}],"usage":{usage}}}}}"#
+        )
+    };
+    let written =
+        r#"{"input_tokens":3,"cache_creation_input_tokens":4000000000,"output_tokens":1}"#;
+    let everything = r#"{"input_tokens":1,"cache_creation_input_tokens":8000000000,"cache_creation":{"ephemeral_5m_input_tokens":4000000000,"ephemeral_1h_input_tokens":4000000000},"cache_read_input_tokens":4000000000,"output_tokens":1}"#;
+    for (name, usages) in [("three", vec![written; 3]), ("one", vec![everything])] {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let text: String = (0..usages.len())
+            .map(|n| line(n, usages[n]) + "\n")
+            .collect();
+        std::fs::write(dir.join("s.jsonl"), text).unwrap();
+        for format in ["json", "table"] {
+            let out = muninn(&[
+                "replay",
+                "--quiet",
+                "--vs-ccusage",
+                "--format",
+                format,
+                "--prices",
+                prices.to_str().unwrap(),
+                dir.to_str().unwrap(),
+            ]);
+            let (stdout, stderr) = (
+                String::from_utf8(out.stdout).unwrap(),
+                String::from_utf8(out.stderr).unwrap(),
+            );
+            assert!(!out.status.success(), "{name} {format}: printed\n{stdout}");
+            assert!(
+                stderr.contains("read muninn's way costs $9223372036854.7754 or more"),
+                "{name} {format}: {stderr}"
+            );
+        }
+    }
+}
