@@ -137,7 +137,9 @@ impl ClosedLoop {
         if self.recorded_cost.0 == 0 {
             return if self.replayed_cost.0 == 0 { 0.0 } else { 1.0 };
         }
-        (self.replayed_cost.0 - self.recorded_cost.0) as f64 / self.recorded_cost.0 as f64
+        // In i128: the difference of two i64 totals may not fit one.
+        (i128::from(self.replayed_cost.0) - i128::from(self.recorded_cost.0)) as f64
+            / self.recorded_cost.0 as f64
     }
 
     fn note_priced_apart(&mut self, row: RowPricedApart) {

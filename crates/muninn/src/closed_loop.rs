@@ -32,6 +32,8 @@ pub fn run(
         read_rows(&path, &mut rows, &mut malformed)?;
     }
     let report = verify(&rows, prices, &CacheRules::default());
+    crate::replay::refuse_saturated(report.recorded_cost, "the ledger as recorded")?;
+    crate::replay::refuse_saturated(report.replayed_cost, "the ledger as replayed")?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
@@ -173,6 +175,13 @@ fn read_rows(path: &Path, rows: &mut Vec<LedgerRow>, malformed: &mut usize) -> a
             continue;
         }
         match serde_json::from_str::<LedgerRow>(text.trim()) {
+            // A cost below zero is no bill: a corrupt or edited export, refused rather than
+            // summed (a far-negative one overflowed the difference of the totals).
+            Ok(row) if row.cost.0 < 0 => anyhow::bail!(
+                "{}:{number}: a negative cost ({} micro-dollars): not a ledger row muninn wrote",
+                path.display(),
+                row.cost.0
+            ),
             Ok(row) => rows.push(row),
             Err(e) => {
                 eprintln!(

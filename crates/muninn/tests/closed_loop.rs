@@ -70,6 +70,26 @@ async fn the_hosts_ledger_export_replays_in_closed_loop_and_a_changed_one_fails(
     let out = String::from_utf8_lossy(&replay.stdout).into_owned();
     assert!(!replay.status.success(), "{out}");
     assert!(out.contains("FAIL"), "{out}");
+
+    // The same export with a corrupt row whose cost is far below zero: refused, naming its
+    // line, neither a panic (the difference's subtraction overflowed) nor a figure.
+    std::fs::write(&file, with_first_cost(&jsonl, i64::MIN)).unwrap();
+    let replay = replay_closed_loop(&file).await;
+    let err = String::from_utf8_lossy(&replay.stderr).into_owned();
+    assert!(!replay.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("vala.jsonl:1: a negative cost"), "{err}");
+}
+
+/// `jsonl` with its first row's `cost` set to `cost`.
+fn with_first_cost(jsonl: &str, cost: i64) -> String {
+    let mut lines = jsonl.lines();
+    let mut first: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    first["cost"] = cost.into();
+    std::iter::once(first.to_string())
+        .chain(lines.map(str::to_string))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// The provider loses its cache while the host's cache model holds it warm (the simulator's
