@@ -7,7 +7,8 @@
 //! many Minds at once stalled every task on that worker. The driver awaits each sweep of its
 //! own before it answers a stop or a park; a sweep begun by a drop (a dead child replaced, a
 //! driver whose handle was dropped) is awaited by whoever holds the [`Sweeps`]: the host waits
-//! for [`Sweeps::settled`] before it exits, so every marked process is dead by then.
+//! for [`Sweeps::settled`] before it exits, so every marked process is dead by then. A sweep
+//! the blocking pool drops unrun (begun as the runtime shuts down) runs on the dropping thread.
 //!
 //! A sweep that could not look (no `/proc`, no pidfds) is logged at warn with its cause and
 //! counted ([`Sweeps::failed`]); a kernel without `pidfd_open` is said once, not per child.
@@ -47,13 +48,22 @@ impl Default for Sweeps {
     }
 }
 
-/// One sweep counted as running until it is dropped (ended, or never run: a blocking task
-/// dropped unstarted at the runtime's shutdown).
-struct Running(Sweeps);
+/// One sweep, counted as running until it has run. A blocking task the runtime drops unstarted
+/// at its shutdown (a driver task dropped with the runtime begins its child's sweep then) drops
+/// this unrun: it runs here instead, on the dropping thread, or what carries the mark outlived
+/// the host.
+struct Pending {
+    sweeps: Sweeps,
+    mark: Option<String>,
+    child: Option<u32>,
+}
 
-impl Drop for Running {
+impl Drop for Pending {
     fn drop(&mut self) {
-        self.0
+        if let Some(mark) = self.mark.take() {
+            self.sweeps.sweep(Path::new(tree::PROC), &mark, self.child);
+        }
+        self.sweeps
             .inner
             .running
             .send_modify(|n| *n = n.saturating_sub(1));
@@ -81,11 +91,13 @@ impl Sweeps {
         child: Option<u32>,
     ) -> Option<tokio::task::JoinHandle<()>> {
         self.inner.running.send_modify(|n| *n += 1);
-        let running = Running(self.clone());
-        let job = move || {
-            running.0.sweep(Path::new(tree::PROC), &mark, child);
-            drop(running);
+        let pending = Pending {
+            sweeps: self.clone(),
+            mark: Some(mark),
+            child,
         };
+        // The sweep is run by dropping it (see `Pending`).
+        let job = move || drop(pending);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => Some(runtime.spawn_blocking(job)),
             Err(_) => {
@@ -138,6 +150,56 @@ mod tests {
             let _ = sleep.wait();
         }
         assert_eq!(running, Vec::<u32>::new(), "still running after settled");
+    }
+
+    /// A sweep begun as the runtime shuts down (a driver task dropped with it: its child's
+    /// `Live` dropped unfinished) still kills what carries the mark: the blocking pool takes
+    /// no more work then, and the sweep queued there never ran.
+    #[test]
+    fn a_sweep_begun_as_the_runtime_shuts_down_still_runs() {
+        struct Dropped(Sweeps, Option<String>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                if let Some(mark) = self.1.take() {
+                    self.0.start(mark, None);
+                }
+            }
+        }
+        let mark = tree::new_mark().unwrap();
+        let mut sleeps: Vec<_> = (0..3)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("60")
+                    .env(tree::MARK_VAR, &mark)
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let held = Dropped(Sweeps::default(), Some(mark));
+        runtime.spawn(async move {
+            let _held = held;
+            std::future::pending::<()>().await;
+        });
+        drop(runtime);
+        // SIGTERM to each: one the sweep killed ended by SIGKILL, one it missed by SIGTERM.
+        let missed: Vec<u32> = sleeps
+            .iter_mut()
+            .filter_map(|s| {
+                use std::os::unix::process::ExitStatusExt;
+                let pid = rustix::process::Pid::from_child(s);
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+                (s.wait().unwrap().signal() != Some(9)).then(|| s.id())
+            })
+            .collect();
+        assert_eq!(
+            missed,
+            Vec::<u32>::new(),
+            "still running after the runtime ended"
+        );
     }
 
     /// A sweep that could not look is counted, for `status`.
