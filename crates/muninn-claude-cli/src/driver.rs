@@ -163,6 +163,9 @@ impl Drop for Live {
     }
 }
 
+/// How long [`Live::finish`] waits for a killed child to be gone.
+const KILLED_CHILD_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Live {
     /// Kills the child and every process it started, and reaps the child. The tree is stopped
     /// on the blocking pool; the child is not reaped until after, so its pid stays its own.
@@ -179,9 +182,20 @@ impl Live {
         if matches!(self.child.try_wait(), Ok(None)) {
             let pid = self.pid;
             let _cancelled = tokio::task::spawn_blocking(move || tree::kill_descendants(pid)).await;
-            // Not waited for: a child that no SIGKILL ends (stuck in the kernel) must not hold
-            // the stop; it is reaped when the `Child` drops, after the sweep.
             let _already_gone = self.child.start_kill();
+            // Waited for within a bound: a thread of the child still in a write (a stalled
+            // disk) could otherwise finish it after the caller cut the session file back; a
+            // child that no SIGKILL ends (stuck in the kernel) must not hold the stop for ever,
+            // and is reaped when the `Child` drops, after the sweep.
+            if tokio::time::timeout(KILLED_CHILD_WAIT, self.child.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    pid = ?self.pid,
+                    "claude-cli: a killed child was not gone after {KILLED_CHILD_WAIT:?}; going on without it"
+                );
+            }
         }
         if let Some(sweep) = self.mark.take().and_then(|m| self.sweeps.start(m, None)) {
             let _cancelled = sweep.await;
