@@ -418,7 +418,7 @@ impl Usage {
     /// The parsed numbers muninn's ledger keeps: what the request is billed, which is the
     /// top-level counts plus every `iterations[]` entry billed separately (a compaction's,
     /// which the top-level counts exclude). Writes, top-level and iteration alike, are split
-    /// by TTL as [`write_split`] reads them: a compaction pass writes the prefix the request's
+    /// by TTL as `write_split` reads them: a compaction pass writes the prefix the request's
     /// breakpoints mark, at their TTL, and its entry's `cache_creation` says so.
     pub fn to_core(&self) -> muninn_core::trace::Usage {
         let mut usage = self.top_level();

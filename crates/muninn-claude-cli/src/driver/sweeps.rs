@@ -78,7 +78,7 @@ impl Sweeps {
         let _ = running.wait_for(|n| *n == 0).await;
     }
 
-    /// How many sweeps could not look for the processes to kill (see [`SweepError`]).
+    /// How many sweeps could not look for the processes to kill (see `SweepError`).
     pub fn failed(&self) -> u64 {
         self.inner.failed.load(Ordering::Relaxed)
     }
