@@ -424,14 +424,18 @@ async fn postgres_two_hosts_with_sessions_killed_during_a_takeover_keep_one_writ
 
     let seed = kill_schedule_seed();
     let (killing, kills) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicU64::new(0)));
+    // Paced to the machine and stretched without progress, as the other kill test's: kills
+    // paced for an idle machine landed faster than a loaded one (load 10–12) commits a turn.
+    let pauses = paced((20, 280), &db).await;
+    let progress = Arc::new(AtomicU64::new(0));
     let killer = spawn_killer(
         admin,
         &db,
-        (20, 280),
+        pauses,
         seed,
-        (killing.clone(), kills.clone(), None),
+        (killing.clone(), kills.clone(), Some(progress.clone())),
     );
-    answer(&w, 1, BEFORE).await;
+    answer(&w, 1, BEFORE, Some(&progress)).await;
     // Most likely A's; B's if A's presence session was just killed.
     let before = acked_lease(&store_b).await;
 
@@ -440,7 +444,7 @@ async fn postgres_two_hosts_with_sessions_killed_during_a_takeover_keep_one_writ
     let _ = running_a.await;
     let _ = stop_a.send(true);
     w.host.store.close().await;
-    answer(&w_b, BEFORE + 1, BEFORE + AFTER).await;
+    answer(&w_b, BEFORE + 1, BEFORE + AFTER, Some(&progress)).await;
     killing.store(false, Ordering::Relaxed);
     killer.await.unwrap();
 
@@ -495,7 +499,8 @@ async fn second_host(w: &World, db: &FreshDatabase) -> (World, Arc<dyn muninn_st
 /// Posts deliveries `from..=to` one after another through `w`'s host, each answered before the
 /// next, each within 120 s of its post (a bound per delivery, not for the lot: on a loaded
 /// machine a commit meets a kill more often, and eight deliveries took 2 minutes in all).
-async fn answer(w: &World, from: usize, to: usize) {
+/// Each one answered is counted in `progress`, which a killer reads to pace itself.
+async fn answer(w: &World, from: usize, to: usize, progress: Option<&AtomicU64>) {
     for n in from..=to {
         let started = Instant::now();
         post_until_accepted(w, n).await;
@@ -506,6 +511,9 @@ async fn answer(w: &World, from: usize, to: usize) {
                 w.host.telemetry.mind("vala")
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some(progress) = progress {
+            progress.store(n as u64, Ordering::Relaxed);
         }
     }
 }
@@ -559,7 +567,7 @@ async fn postgres_a_silent_server_shows_in_status_and_the_mind_recovers() {
     r.register().await.unwrap();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let running = tokio::spawn(run_mind(r, stopped));
-    answer(&w, 1, 2).await;
+    answer(&w, 1, 2, None).await;
     let lease = acked_lease(&direct).await;
 
     // Delivery 3 comes through another host; the server falls silent as the Mind answers it.
