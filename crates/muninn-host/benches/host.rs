@@ -32,10 +32,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use muninn_backend::{
-    Backend, BackendError, FailedAttempt, FlushProtocol, InputPart, RunOutcome, SessionEvent,
-    SessionSpec, TurnInput, TurnOutcome,
-};
+#[path = "support/watched.rs"]
+mod watched;
+
 use muninn_core::price::PriceTable;
 use muninn_host::Host;
 use muninn_host::config::{Config, MindConfig};
@@ -50,6 +49,7 @@ use muninn_testkit::peers::FreshDatabase;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use watched::{Call, Watch, Watched};
 
 const T0: i64 = 1_800_000_000_000;
 
@@ -64,144 +64,19 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// A backend that records the time spent inside it.
-struct Timed<B> {
-    inner: B,
-    spent_ns: Arc<AtomicU64>,
-}
+/// Records the time spent inside the backend's calls that reach the model.
+struct Timed(Arc<AtomicU64>);
 
-impl<B: Backend> Timed<B> {
-    fn add(&self, started: Instant) {
-        self.spent_ns
+impl Watch for Timed {
+    fn after(&self, _call: Call, started: Instant) {
+        self.0
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    }
-}
-
-impl<B: Backend> Backend for Timed<B> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    async fn start(&mut self, spec: SessionSpec) -> Result<(), BackendError> {
-        let started = Instant::now();
-        let result = self.inner.start(spec).await;
-        self.add(started);
-        result
-    }
-
-    async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
-        let started = Instant::now();
-        let result = self.inner.turn(input).await;
-        self.add(started);
-        result
-    }
-
-    async fn ping(&mut self) -> Result<TurnOutcome, BackendError> {
-        let started = Instant::now();
-        let result = self.inner.ping().await;
-        self.add(started);
-        result
-    }
-
-    // Everything else forwarded too, not left to the trait's defaults: the runner must take the
-    // path `muninn serve` takes (`AnyBackend` forwards every method), or the bench measures a
-    // host that never sees a failed attempt, a session event, tools or a head-only ping.
-    async fn ping_head(&mut self) -> Result<TurnOutcome, BackendError> {
-        let started = Instant::now();
-        let result = self.inner.ping_head().await;
-        self.add(started);
-        result
-    }
-
-    async fn turn_cleared(
-        &mut self,
-        input: TurnInput,
-        keep_tool_uses: u32,
-    ) -> Result<TurnOutcome, BackendError> {
-        let started = Instant::now();
-        let result = self.inner.turn_cleared(input, keep_tool_uses).await;
-        self.add(started);
-        result
-    }
-
-    async fn compact(&mut self, instructions: &str) -> Result<TurnOutcome, BackendError> {
-        let started = Instant::now();
-        let result = self.inner.compact(instructions).await;
-        self.add(started);
-        result
-    }
-
-    async fn run(
-        &mut self,
-        input: TurnInput,
-        protocol: &FlushProtocol,
-    ) -> Result<RunOutcome, BackendError> {
-        let started = Instant::now();
-        let result = self.inner.run(input, protocol).await;
-        self.add(started);
-        result
-    }
-
-    async fn close(&mut self) {
-        self.inner.close().await
-    }
-
-    fn can_offer_tools(&self) -> bool {
-        self.inner.can_offer_tools()
-    }
-
-    fn pending_input(&self) -> Vec<InputPart> {
-        self.inner.pending_input()
-    }
-
-    fn can_clear_tool_results(&self) -> bool {
-        self.inner.can_clear_tool_results()
-    }
-
-    fn ping_output_tokens(&self) -> u64 {
-        self.inner.ping_output_tokens()
-    }
-
-    fn can_ping(&self) -> bool {
-        self.inner.can_ping()
-    }
-
-    fn binds_sessions(&self) -> bool {
-        self.inner.binds_sessions()
-    }
-
-    fn failure_left_session(&self) -> bool {
-        self.inner.failure_left_session()
-    }
-
-    fn failure_kept_turn(&self) -> bool {
-        self.inner.failure_kept_turn()
-    }
-
-    fn session_handle(&self, items: &[Vec<u8>]) -> Option<String> {
-        self.inner.session_handle(items)
-    }
-
-    fn resume_session(&mut self, handle: &str, items: &[Vec<u8>], fork: bool) -> bool {
-        self.inner.resume_session(handle, items, fork)
-    }
-
-    fn set_seed(&mut self, seed: Option<String>) {
-        self.inner.set_seed(seed)
-    }
-
-    fn take_failed_attempts(&mut self) -> Vec<FailedAttempt> {
-        self.inner.take_failed_attempts()
-    }
-
-    fn take_session_events(&mut self) -> Vec<SessionEvent> {
-        self.inner.take_session_events()
     }
 }
 
 /// One Mind under test, with its backend-time counter.
 struct Driven {
-    runner: MindRunner<Timed<SimBackend>>,
+    runner: MindRunner<Watched<SimBackend, Timed>>,
     spent_ns: Arc<AtomicU64>,
 }
 
@@ -249,13 +124,13 @@ impl Bench {
 
     async fn driven(&self, id: &str) -> Driven {
         let spent_ns = Arc::new(AtomicU64::new(0));
-        let backend = || Timed {
+        let backend = || Watched {
             inner: SimBackend::new(
                 InProcess::new(self.sim.clone()),
                 self.host.clock.clone(),
                 PriceTable::embedded(),
             ),
-            spent_ns: spent_ns.clone(),
+            watch: Timed(spent_ns.clone()),
         };
         let runner = MindRunner::new(
             self.host.clone(),

@@ -20,11 +20,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/watched.rs"]
+mod watched;
+
 use muninn_api::ApiToken;
-use muninn_backend::{
-    Backend, BackendError, FlushProtocol, RunOutcome, SessionEvent, SessionSpec, TurnInput,
-    TurnOutcome,
-};
 use muninn_core::price::PriceTable;
 use muninn_host::Host;
 use muninn_host::config::Config;
@@ -37,6 +36,7 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use watched::{Call, Watch, Watched};
 
 const T0: i64 = 1_800_000_000_000;
 
@@ -54,90 +54,30 @@ enum Seen {
     Ended(String),
 }
 
-/// A backend that reports when its Persona turns start and end.
+/// Reports when a Persona backend's turns start and end (a Self backend reports nothing).
 struct Probe {
-    inner: SimBackend,
-    /// The Mind's id for a Persona session; `None` for a Self session (not reported).
+    /// The Mind's id for a Persona session; `None` for a Self session.
     persona_of: Option<String>,
-    seen: mpsc::Sender<Seen>,
+    seen: mpsc::UnboundedSender<Seen>,
 }
 
-impl Backend for Probe {
-    fn name(&self) -> &str {
-        self.inner.name()
+/// A call that answers the conversation: a turn, with or without a clear.
+fn is_turn(call: Call) -> bool {
+    matches!(call, Call::Turn | Call::TurnCleared)
+}
+
+impl Watch for Probe {
+    fn before(&self, call: Call) {
+        if let (true, Some(mind)) = (is_turn(call), &self.persona_of) {
+            // The receiver lives as long as the bench; a send can fail only after it ends.
+            let _ = self.seen.send(Seen::Started(mind.clone(), Instant::now()));
+        }
     }
 
-    async fn start(&mut self, spec: SessionSpec) -> Result<(), BackendError> {
-        self.inner.start(spec).await
-    }
-
-    async fn turn(&mut self, input: TurnInput) -> Result<TurnOutcome, BackendError> {
-        let Some(mind) = self.persona_of.clone() else {
-            return self.inner.turn(input).await;
-        };
-        self.seen
-            .send(Seen::Started(mind.clone(), Instant::now()))
-            .await
-            .unwrap();
-        let outcome = self.inner.turn(input).await;
-        self.seen.send(Seen::Ended(mind)).await.unwrap();
-        outcome
-    }
-
-    async fn ping(&mut self) -> Result<TurnOutcome, BackendError> {
-        self.inner.ping().await
-    }
-
-    async fn ping_head(&mut self) -> Result<TurnOutcome, BackendError> {
-        self.inner.ping_head().await
-    }
-
-    fn can_ping(&self) -> bool {
-        self.inner.can_ping()
-    }
-
-    fn ping_output_tokens(&self) -> u64 {
-        self.inner.ping_output_tokens()
-    }
-
-    fn binds_sessions(&self) -> bool {
-        self.inner.binds_sessions()
-    }
-
-    fn failure_left_session(&self) -> bool {
-        self.inner.failure_left_session()
-    }
-
-    fn failure_kept_turn(&self) -> bool {
-        self.inner.failure_kept_turn()
-    }
-
-    fn session_handle(&self, items: &[Vec<u8>]) -> Option<String> {
-        self.inner.session_handle(items)
-    }
-
-    fn resume_session(&mut self, handle: &str, items: &[Vec<u8>], fork: bool) -> bool {
-        self.inner.resume_session(handle, items, fork)
-    }
-
-    fn set_seed(&mut self, seed: Option<String>) {
-        self.inner.set_seed(seed)
-    }
-
-    async fn compact(&mut self, instructions: &str) -> Result<TurnOutcome, BackendError> {
-        self.inner.compact(instructions).await
-    }
-
-    async fn run(
-        &mut self,
-        input: TurnInput,
-        protocol: &FlushProtocol,
-    ) -> Result<RunOutcome, BackendError> {
-        self.inner.run(input, protocol).await
-    }
-
-    fn take_session_events(&mut self) -> Vec<SessionEvent> {
-        self.inner.take_session_events()
+    fn after(&self, call: Call, _started: Instant) {
+        if let (true, Some(mind)) = (is_turn(call), &self.persona_of) {
+            let _ = self.seen.send(Seen::Ended(mind.clone()));
+        }
     }
 }
 
@@ -165,7 +105,7 @@ async fn bench(
         let _ = api_stopped.changed().await;
     }));
 
-    let (seen_tx, mut seen) = mpsc::channel(1024);
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
     let mut runners = spawn_runners(&host, &sim, &seen_tx, &stopped);
 
     // Every Mind registered, leased and idle.
@@ -231,19 +171,21 @@ async fn open_host(ids: &[String], dir: &std::path::Path) -> (Host, Arc<Simulato
 fn spawn_runners(
     host: &Host,
     sim: &Arc<Simulator>,
-    seen_tx: &mpsc::Sender<Seen>,
+    seen_tx: &mpsc::UnboundedSender<Seen>,
     stopped: &tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinSet<Result<(), muninn_host::runtime::RuntimeError>> {
     let mut runners = tokio::task::JoinSet::new();
     for mind in host.config.minds.iter().cloned() {
-        let backend = |persona_of: Option<String>| Probe {
+        let backend = |persona_of: Option<String>| Watched {
             inner: SimBackend::new(
                 InProcess::new(sim.clone()),
                 host.clock.clone(),
                 PriceTable::embedded(),
             ),
-            persona_of,
-            seen: seen_tx.clone(),
+            watch: Probe {
+                persona_of,
+                seen: seen_tx.clone(),
+            },
         };
         let persona = backend(Some(mind.id.clone()));
         let runner = MindRunner::new(
@@ -284,7 +226,7 @@ async fn post_delivery(client: &reqwest::Client, base: &str, token: &ApiToken, i
 }
 
 /// When Mind `id`'s next Persona turn started.
-async fn turn_started(seen: &mut mpsc::Receiver<Seen>, id: &str) -> Instant {
+async fn turn_started(seen: &mut mpsc::UnboundedReceiver<Seen>, id: &str) -> Instant {
     loop {
         match tokio::time::timeout(Duration::from_secs(60), seen.recv())
             .await
