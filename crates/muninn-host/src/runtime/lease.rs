@@ -145,7 +145,7 @@ impl<B: Backend> MindRunner<B> {
             for session in [&mut self.persona, &mut self.selfs] {
                 session.mark_broken(now);
                 session.resume = Some(fork);
-                session.restore = true;
+                session.restore = Some(super::session::Restore::NewLease);
             }
             // An unanswered attempt was rendered on the session just given up: one recorded
             // is in a segment no resume continues (it ends unanswered); one not recorded is

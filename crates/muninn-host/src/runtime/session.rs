@@ -54,9 +54,9 @@ pub(super) struct Session<B> {
     /// handle, forking the provider session when the value is `true` (another writer may
     /// exist). Taken by the next turn.
     pub(super) resume: Option<bool>,
-    /// Set when a new lease was taken: the accounting is rebuilt from the role's ledger before
-    /// the next decision.
-    pub(super) restore: bool,
+    /// Set when the accounting must be rebuilt from the role's ledger before the next decision,
+    /// and why: a new lease, or an answer abandoned under the lease still held (`pending.rs`).
+    pub(super) restore: Option<Restore>,
     /// Session events (the backend's, and the host's own resume) not yet on a ledger row.
     pub(super) pending_events: Vec<SessionEvent>,
     /// Rows of attempts the provider billed without a whole reply (`failed.rs`), counted by
@@ -69,6 +69,18 @@ pub(super) struct Session<B> {
     /// The Self only: memory a run or an idle flush wrote; the next brief may open a segment
     /// from it.
     pub(super) flushed: Option<Flushed>,
+}
+
+/// Why a role's accounting is rebuilt from its ledger (`accounting.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Restore {
+    /// A new lease: what the role counted under the old one and no record carried is given up
+    /// (no lease can commit it any more).
+    NewLease,
+    /// An answer was abandoned under the lease still held: the ledger lacks it, but the cut
+    /// rows still waiting were counted under this lease, which can still commit them, and are
+    /// kept.
+    Abandoned,
 }
 
 /// A segment opened and not yet on a ledger row.
@@ -146,7 +158,7 @@ impl<B> Session<B> {
             bind_from: 1,
             bound: None,
             resume: None,
-            restore: false,
+            restore: None,
             pending_events: Vec::new(),
             unledgered: Vec::new(),
             waiting: VecDeque::new(),
