@@ -152,6 +152,14 @@ const RECOVER_AT_MOST: i64 = 16;
 pub(super) const INTERRUPTED: &str = "was interrupted";
 
 impl<B: Backend> MindRunner<B> {
+    /// This runner replaces one of the same host whose task panicked with `panic` (what
+    /// [`run_minds`](super::run_minds) does: `supervise.rs`): a run its first check finds
+    /// stranded under the lease that runner held is reported as stopped by that panic, not by
+    /// its host, which ran on. A lease taken from another holder forgets it (`lease.rs`).
+    pub fn replaces_a_panicked_runner(&mut self, panic: &str) {
+        self.panicked = Some(StrandedBy::panicked(panic));
+    }
+
     /// Fails the Mind's briefs left `running` by a run that was abandoned (see the module docs),
     /// if this runner may have abandoned one since the last check.
     pub(super) async fn recover_stranded_briefs(
