@@ -747,3 +747,41 @@ async fn a_cut_row_waiting_at_a_new_lease_after_an_abandoned_answer_is_given_up(
         "{decisions:?}"
     );
 }
+
+/// A backend that fails every attempt for a long while and reports a session event with each
+/// (a Claude Code child relaunched after every death): the events wait for the next ledger
+/// row, at most `MAX_PENDING_EVENTS` (64) of them — the first, the newest, and how many were
+/// dropped between — not one per retry of the whole outage on that one row.
+#[tokio::test]
+async fn session_events_of_a_long_outage_reach_the_next_row_bounded() {
+    let w = world().await;
+    let (mut r, script) = scripted(&w, mind(""));
+    r.register().await.unwrap();
+    post(&w, "m1", "#swarm", "@ann:hs", "first").await;
+    for i in 0..200 {
+        {
+            let mut s = script.lock().unwrap();
+            let session_id = format!("s-{i}");
+            s.events.push(SessionEvent::Relaunched { session_id });
+            s.fail_turn = Some(BackendError::Transport("the claude-cli child died".into()));
+        }
+        r.woken();
+        assert!(r.step().await.is_err(), "attempt {i} did not fail");
+    }
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let events = ledger(&w).await.pop().unwrap().events;
+    let relaunched: Vec<&str> = (events.iter())
+        .filter_map(|e| e["session_id"].as_str())
+        .collect();
+    assert_eq!(
+        relaunched.len(),
+        64,
+        "{} events on one row",
+        relaunched.len()
+    );
+    assert_eq!((relaunched[0], relaunched[63]), ("s-0", "s-199"));
+    let dropped = events
+        .iter()
+        .find_map(|e| e["session_events_dropped"].as_u64());
+    assert_eq!(dropped, Some(136));
+}
