@@ -249,3 +249,29 @@ async fn a_restarted_runner_does_not_blame_its_panic_for_another_holders_strande
     let result = brief.result.unwrap_or_default();
     assert!(result.starts_with("its host stopped"), "{result}");
 }
+
+/// A host whose stop signal's sender is gone (nobody can stop it any more) runs its Minds and
+/// its lease renewal on their schedule. Before, every wait on the signal ended at once on the
+/// closed channel: the Mind stepped, and the renewal renewed, in a hot loop — thousands of
+/// store calls a second, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_whose_stop_signal_is_dropped_runs_on_its_schedule_not_in_a_hot_loop() {
+    let config = "[[mind]]\nid = 'vala'\nrooms = ['#swarm']\n";
+    let (w, faults) = crate::runtime::faulty_world(config).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    drop(stop);
+    let minds = tokio::spawn(run_minds(
+        w.host.clone(),
+        BackendFactory::Sim(w.sim.clone()),
+        PriceTable::embedded(),
+        "host-a".into(),
+        stopped,
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    minds.abort();
+    let (steps, renewals) = (faults.pending_reads(), faults.lease_renewals());
+    assert!(
+        steps <= 5 && renewals <= 5,
+        "in 500 ms: {steps} steps' mailbox reads, {renewals} lease renewals"
+    );
+}

@@ -107,7 +107,7 @@ impl Minds {
             if delay_ms > 0 {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(delay_ms)) => {}
-                    _ = shutdown.changed() => {}
+                    _ = super::run::stop_requested(&mut shutdown) => {}
                 }
             }
             if *shutdown.borrow() {
