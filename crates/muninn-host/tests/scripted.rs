@@ -645,3 +645,143 @@ async fn what_a_backend_bills_as_it_is_closed_is_ledgered_before_the_lease_is_re
     );
     assert!(script.lock().unwrap().billed.is_empty(), "taken once");
 }
+
+/// What a Claude Code CLI bills beside the turns it answers (a turn it started by itself),
+/// reported between two steps.
+fn billed_beside_a_turn() -> FailedAttempt {
+    FailedAttempt {
+        usage: Usage {
+            input: 300,
+            cache_write_5m: 0,
+            cache_write_1h: 0,
+            cache_read: 9_000,
+            output: 2,
+        },
+        raw_usage: json!([{"input_tokens": 300, "cache_read_input_tokens": 9_000, "output_tokens": 2}]),
+        predicted: None,
+        request_id: Some("req_beside".into()),
+        error: "a turn the Claude Code CLI started by itself".into(),
+        breakpoints: Vec::new(),
+        cleared: false,
+    }
+}
+
+/// A runner whose Persona answered one batch, then held its answer to the next (the store
+/// refused its commit a moment) while the backend reported an attempt billed beside it; the
+/// next step's commit of the held answer is refused for good, so it is abandoned under the
+/// lease still held, and the billed attempt's row, committed as the failed step ends, is
+/// refused `refusals` times.
+async fn an_answer_abandoned_with_a_cut_row_behind_it(
+    refusals: u32,
+) -> (
+    World,
+    Arc<muninn_testkit::FaultyStore>,
+    MindRunner<Scripted>,
+) {
+    let (w, faults) = crate::runtime::faulty_world("").await;
+    let (mut r, script) = scripted(&w, mind("turns_per_wake = 5"));
+    r.register().await.unwrap();
+    post(&w, "m1", "#swarm", "@ann:hs", "first").await;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    w.sim.advance_clock(1_000);
+    post(&w, "m2", "#swarm", "@ann:hs", "second").await;
+    faults.fail_commits(1);
+    r.woken();
+    assert!(r.step().await.is_err(), "the answer is held");
+    script.lock().unwrap().billed.push(billed_beside_a_turn());
+    faults.fail_commits_for_good(1);
+    faults.fail_commits(refusals);
+    w.sim.advance_clock(1_000);
+    let e = r.step().await.unwrap_err();
+    assert!(e.to_string().contains("never take"), "{e}");
+    (w, faults, r)
+}
+
+/// An answer abandoned under the lease still held rebuilds the Persona's accounting from the
+/// ledger; the cut row that waits under the same lease (refused a moment) is kept and committed
+/// before the next answer, once: the ledger is the provider's bill. Before, the rebuild
+/// gave it up as if the lease had changed ("a failed attempt's row was abandoned uncommitted:
+/// the lease changed before a record carried it"), a row this lease could still commit.
+#[tokio::test]
+async fn a_cut_row_waiting_when_an_answer_is_abandoned_under_the_same_lease_is_kept() {
+    let (logs, _anchor, _guard) = crate::telemetry::capture_logs();
+    let (w, faults, mut r) = an_answer_abandoned_with_a_cut_row_behind_it(2).await;
+    w.sim.advance_clock(1_000);
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    assert_eq!(
+        faults.refused(),
+        4,
+        "held, abandoned, and the row refused twice"
+    );
+    let lost = crate::cut_rows::errors_starting(&logs, "a failed attempt's row was abandoned");
+    assert!(lost.is_empty(), "given up under the same lease: {lost:?}");
+    let rows = ledger(&w).await;
+    let decisions: Vec<&str> = rows.iter().map(|r| r.decision.as_str()).collect();
+    assert_eq!(decisions.len(), 3, "{decisions:?}");
+    assert_eq!(decisions[1], "attempt_failed", "{decisions:?}");
+    assert_eq!(rows[1].usage, billed_beside_a_turn().usage);
+}
+
+/// The same row when the lease changes before it is committed (another host answered the batch
+/// meanwhile): no lease this runner can take commits it, so it is given up, at error in the
+/// log, saying the lease changed.
+#[tokio::test]
+async fn a_cut_row_waiting_at_a_new_lease_after_an_abandoned_answer_is_given_up() {
+    let (logs, _anchor, _guard) = crate::telemetry::capture_logs();
+    let (w, _faults, mut r) = an_answer_abandoned_with_a_cut_row_behind_it(1).await;
+    w.sim.advance_clock(w.host.config.lease_ttl_ms + 1);
+    let mut b = crate::runtime::runner(&w, mind("turns_per_wake = 5"), "host-b");
+    assert!(matches!(b.step().await.unwrap(), Step::PersonaTurn { .. }));
+    b.release().await.unwrap();
+    r.woken();
+    r.step().await.unwrap();
+    let lost = crate::cut_rows::errors_starting(&logs, "a failed attempt's row was abandoned");
+    assert_eq!(lost.len(), 1, "{:?}", logs.events());
+    let message = lost[0]["fields"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("lease changed"), "{message}");
+    let decisions: Vec<String> = ledger(&w).await.into_iter().map(|r| r.decision).collect();
+    assert!(
+        !decisions.iter().any(|d| d == "attempt_failed"),
+        "{decisions:?}"
+    );
+}
+
+/// A backend that fails every attempt for a long while and reports a session event with each
+/// (a Claude Code child relaunched after every death): the events wait for the next ledger
+/// row, at most `MAX_PENDING_EVENTS` (64) of them — the first, the newest, and how many were
+/// dropped between — not one per retry of the whole outage on that one row.
+#[tokio::test]
+async fn session_events_of_a_long_outage_reach_the_next_row_bounded() {
+    let w = world().await;
+    let (mut r, script) = scripted(&w, mind(""));
+    r.register().await.unwrap();
+    post(&w, "m1", "#swarm", "@ann:hs", "first").await;
+    for i in 0..200 {
+        {
+            let mut s = script.lock().unwrap();
+            let session_id = format!("s-{i}");
+            s.events.push(SessionEvent::Relaunched { session_id });
+            s.fail_turn = Some(BackendError::Transport("the claude-cli child died".into()));
+        }
+        r.woken();
+        assert!(r.step().await.is_err(), "attempt {i} did not fail");
+    }
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let events = ledger(&w).await.pop().unwrap().events;
+    let relaunched: Vec<&str> = (events.iter())
+        .filter_map(|e| e["session_id"].as_str())
+        .collect();
+    assert_eq!(
+        relaunched.len(),
+        64,
+        "{} events on one row",
+        relaunched.len()
+    );
+    assert_eq!((relaunched[0], relaunched[63]), ("s-0", "s-199"));
+    let dropped = events
+        .iter()
+        .find_map(|e| e["session_events_dropped"].as_u64());
+    assert_eq!(dropped, Some(136));
+}

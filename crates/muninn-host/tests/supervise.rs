@@ -206,3 +206,72 @@ async fn a_self_run_a_panic_stopped_is_reported_as_the_panic() {
         "{result}"
     );
 }
+
+/// A restarted runner (the one before it panicked) that finds the Mind's lease with another
+/// host — which took it in the restart's backoff and died in the middle of a Self run — takes
+/// it back and fails that run as its host stopped, not as its own predecessor's panic, which
+/// stopped nothing of that host's. Before, the runner kept the panic until its first check for
+/// stranded briefs, whoever had held the lease since.
+#[tokio::test]
+async fn a_restarted_runner_does_not_blame_its_panic_for_another_holders_stranded_run() {
+    use crate::runtime::{mind, runner, stored_brief, world};
+    let w = world().await;
+    let mut panicked = runner(&w, mind(""), "host-a");
+    panicked.register().await.unwrap();
+    panicked.step().await.unwrap();
+    // Its task panicked: no release, and a new runner of the same host waits for its restart.
+    drop(panicked);
+    let mut restarted = runner(&w, mind(""), "host-a");
+    restarted.replaces_a_panicked_runner("injected: a bug under the step");
+    // Meanwhile host-b takes the Mind, claims a brief and dies before its run records anything.
+    let ttl = w.host.config.lease_ttl_ms;
+    w.sim.advance_clock(ttl + 1);
+    let mut b = runner(&w, mind(""), "host-b");
+    b.step().await.unwrap();
+    let store = w.host.store.clone();
+    let brief = muninn_store::NewBrief {
+        text: "Tidy the notes.".into(),
+        origin: muninn_store::BriefOrigin::Operator,
+        created_at_ms: w.sim.now_ms(),
+    };
+    store.enqueue_brief("vala", &brief).await.unwrap();
+    let lease = store.lease("vala").await.unwrap().expect("host-b leads");
+    assert_eq!(lease.holder, "host-b");
+    let claimed = (store.claim_brief("vala", lease.token, w.sim.now_ms()))
+        .await
+        .unwrap()
+        .expect("the brief is queued");
+    drop(b);
+    w.sim.advance_clock(ttl + 1);
+    restarted.step().await.unwrap();
+    let brief = stored_brief(&w, claimed.seq).await;
+    assert_eq!(brief.status, muninn_store::BriefStatus::Failed, "{brief:?}");
+    let result = brief.result.unwrap_or_default();
+    assert!(result.starts_with("its host stopped"), "{result}");
+}
+
+/// A host whose stop signal's sender is gone (nobody can stop it any more) runs its Minds and
+/// its lease renewal on their schedule. Before, every wait on the signal ended at once on the
+/// closed channel: the Mind stepped, and the renewal renewed, in a hot loop — thousands of
+/// store calls a second, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_whose_stop_signal_is_dropped_runs_on_its_schedule_not_in_a_hot_loop() {
+    let config = "[[mind]]\nid = 'vala'\nrooms = ['#swarm']\n";
+    let (w, faults) = crate::runtime::faulty_world(config).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    drop(stop);
+    let minds = tokio::spawn(run_minds(
+        w.host.clone(),
+        BackendFactory::Sim(w.sim.clone()),
+        PriceTable::embedded(),
+        "host-a".into(),
+        stopped,
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    minds.abort();
+    let (steps, renewals) = (faults.pending_reads(), faults.lease_renewals());
+    assert!(
+        steps <= 5 && renewals <= 5,
+        "in 500 ms: {steps} steps' mailbox reads, {renewals} lease renewals"
+    );
+}

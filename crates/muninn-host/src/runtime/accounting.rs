@@ -8,7 +8,7 @@
 //! re-derives every decision the host took.
 
 use super::prompts::{PERSONA_COMPACT_INSTRUCTIONS, SELF_FLUSH_PROMPT};
-use super::session::Session;
+use super::session::{Restore, Session};
 use super::{MindRunner, RuntimeError};
 use crate::config::{MindConfig, RefreshMode};
 use crate::telemetry::Answered;
@@ -27,7 +27,7 @@ use muninn_core::render::Renderer;
 use muninn_core::session::{Accounting, Params};
 use muninn_core::tokenize::count;
 use muninn_core::trace::Usage;
-use muninn_store::{LedgerQuery, Role};
+use muninn_store::{FencingToken, LedgerQuery, Role};
 
 /// The decision a ledger row records: what the request was, and what the decider was asked
 /// and answered (none for a forced start or a retry).
@@ -369,17 +369,60 @@ impl<B: Backend> MindRunner<B> {
         row
     }
 
-    /// Rebuilds a role's accounting from its ledger (after a new lease): every row of the role
-    /// through [`Accounting::record`], under the parameters it was written with, then the
-    /// current ones. Rows written before decision records existed count by their decision text.
-    pub(super) async fn restore(&mut self, role: Role) -> Result<(), RuntimeError> {
-        // Rows counted by the accounting being replaced, and in no ledger the new one is read
-        // from: given up (`pending.rs`).
-        (self.give_up_waiting(role, "the lease changed before a record carried it")).await;
+    /// Rebuilds a role's accounting from its ledger (after a new lease, or an answer abandoned
+    /// under the lease held now, `token`): every row of the role through [`Accounting::record`],
+    /// under the parameters it was written with, then the current ones. Rows written before
+    /// decision records existed count by their decision text.
+    ///
+    /// What the old accounting counted and no committed record carries: under a new lease it is
+    /// given up (`pending.rs`), as no lease can commit it; after an abandoned answer, the cut
+    /// rows still waiting under this lease are kept — they are committed before the role's next
+    /// record, so they are counted after the ledger's rows, in the order they will join it.
+    pub(super) async fn restore(
+        &mut self,
+        role: Role,
+        token: FencingToken,
+        why: Restore,
+    ) -> Result<(), RuntimeError> {
+        let kept = match why {
+            Restore::NewLease => {
+                // Rows counted by the accounting being replaced, and in no ledger the new one
+                // is read from: given up.
+                (self.give_up_waiting(role, "the lease changed before a record carried it")).await;
+                Vec::new()
+            }
+            Restore::Abandoned => self.still_to_commit(role, token).await,
+        };
         let params = self.params(role, pinging(&self.session(role).backend));
+        let (mut acc, cache) = self.read_back(role, params, kept).await?;
+        // The current configuration, with the estimate the last segment was measured at.
+        let mut current = params;
+        current.bounds.rehydrate_tokens = acc.params().bounds.rehydrate_tokens;
+        acc.set_params(current);
+        let session = self.session_mut(role);
+        // No host kept the session since the last row: the next row says so.
+        session.lost_at_ms = acc.last_activity_ms();
+        session.acc = acc;
+        session.ledger_cache = cache;
+        // Restored from rows the backend's mirror may never have seen (a new process's starts
+        // empty): until the next row, it cannot tell a lost entry from a changed prefix.
+        session.mirror_behind = true;
+        session.restore = None;
+        Ok(())
+    }
+
+    /// `role`'s accounting and ledger cache as a replay of its ledger, then of the `kept` rows
+    /// that will join it, leaves them (`params`: the accounting's to start with).
+    async fn read_back(
+        &self,
+        role: Role,
+        params: Params,
+        kept: Vec<LedgerRow>,
+    ) -> Result<(Accounting, LedgerCache), RuntimeError> {
         let mut acc = Accounting::new(params);
         // As a replay of the ledger does, the rows before decision records left out.
         let mut cache = LedgerCache::new();
+        let mut kept = kept.into_iter().map(Some).collect::<Vec<_>>();
         let mut after = None;
         let mut segment = None;
         loop {
@@ -397,6 +440,10 @@ impl<B: Backend> MindRunner<B> {
             after = page.last().map(|e| e.id).or(after);
             for entry in page.iter().filter(|e| e.row.role == role.as_str()) {
                 let row = &entry.row;
+                // A kept row whose commit landed unanswered: counted here, once.
+                if let Some(landed) = kept.iter_mut().find(|k| k.as_ref() == Some(row)) {
+                    *landed = None;
+                }
                 if let Some(d) = &row.decided {
                     acc.set_params(muninn_core::closed_loop::params_of(d, &self.price));
                     segment = Some(row.segment);
@@ -424,20 +471,15 @@ impl<B: Backend> MindRunner<B> {
                 break;
             }
         }
-        // The current configuration, with the estimate the last segment was measured at.
-        let mut current = params;
-        current.bounds.rehydrate_tokens = acc.params().bounds.rehydrate_tokens;
-        acc.set_params(current);
-        let session = self.session_mut(role);
-        // No host kept the session since the last row: the next row says so.
-        session.lost_at_ms = acc.last_activity_ms();
-        session.acc = acc;
-        session.ledger_cache = cache;
-        // Restored from rows the backend's mirror may never have seen (a new process's starts
-        // empty): until the next row, it cannot tell a lost entry from a changed prefix.
-        session.mirror_behind = true;
-        session.restore = false;
-        Ok(())
+        // The kept rows, after the ledger's, as a replay of the ledger they join will count them.
+        for row in kept.iter().flatten() {
+            if let Some(d) = &row.decided {
+                acc.set_params(muninn_core::closed_loop::params_of(d, &self.price));
+                acc.record_decided(d, row.at_ms, &row.usage, row.cost);
+                cache.price(row, d, self.price.min_cacheable, &replay_rules());
+            }
+        }
+        Ok((acc, cache))
     }
 }
 

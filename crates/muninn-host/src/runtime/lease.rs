@@ -145,7 +145,7 @@ impl<B: Backend> MindRunner<B> {
             for session in [&mut self.persona, &mut self.selfs] {
                 session.mark_broken(now);
                 session.resume = Some(fork);
-                session.restore = true;
+                session.restore = Some(super::session::Restore::NewLease);
             }
             // An unanswered attempt was rendered on the session just given up: one recorded
             // is in a segment no resume continues (it ends unanswered); one not recorded is
@@ -159,6 +159,13 @@ impl<B: Backend> MindRunner<B> {
             // Whoever held the lease before may have died in the middle of a Self run.
             self.check_stranded = true;
             self.stranded_by = None;
+            // A run found stranded now is the previous holder's: the panic that ended the
+            // runner this one replaced (`supervise.rs`) stopped it only if that holder was this
+            // host. Another host that took the Mind meanwhile recovered the panicked run's brief
+            // at its first step; what it left running, its own end stopped.
+            if previous.as_ref().is_some_and(|p| p.holder != self.holder) {
+                self.panicked = None;
+            }
         }
         self.lease = taken;
         Ok(token)

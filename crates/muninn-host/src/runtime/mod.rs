@@ -440,8 +440,8 @@ impl<B: Backend> MindRunner<B> {
             return Ok(step);
         }
         for role in [Role::Persona, Role::SelfRole] {
-            if self.session(role).restore {
-                self.restore(role).await?;
+            if let Some(why) = self.session(role).restore {
+                self.restore(role, token, why).await?;
             }
         }
         self.recover_stranded_briefs(token, now).await?;

@@ -27,7 +27,9 @@
 //! spend cap keeps — unless the ledger holds it (its commit landed, the acknowledgement lost):
 //! it is looked up first, and then neither said lost nor counted again. An answer is abandoned
 //! and the role's accounting rebuilt from the ledger (a Persona batch left unacknowledged is
-//! answered again by whoever holds the Mind); cut rows are given up at once when refused for
+//! answered again by whoever holds the Mind) — the cut rows still waiting under the same lease
+//! kept, counted after the ledger's rows and committed before the role's next record
+//! (`MindRunner::still_to_commit`); cut rows are given up at once when refused for
 //! good rather than kept first in line, where every later answer of the role would be refused
 //! behind them.
 //!
@@ -40,7 +42,7 @@
 //! same way; a clean shutdown does it a last time ([`MindRunner::settle_before_release`]) and
 //! gives up, loudly, what is left.
 
-use super::session::Flushed;
+use super::session::{Flushed, Restore};
 use super::tool_loop::{Driven, StopCause, Stopped};
 use super::{MindRunner, RuntimeError, Step};
 use crate::crash_points::CrashPoint;
@@ -534,6 +536,35 @@ impl<B: Backend> MindRunner<B> {
         self.give_up_rows(role, untried, why);
     }
 
+    /// After an answer was abandoned under `token`, the lease still held: the rows that wait for
+    /// `role` under it — cut rows in its queue, and those no record took yet — are kept, to be
+    /// committed before the role's next record, and returned (in that order) for the rebuilt
+    /// accounting to count after the ledger's. Giving them up would lose rows this lease can
+    /// still commit, and say the lease changed when it did not.
+    pub(super) async fn still_to_commit(
+        &mut self,
+        role: Role,
+        token: FencingToken,
+    ) -> Vec<LedgerRow> {
+        let waiting = std::mem::take(&mut self.session_mut(role).waiting);
+        let mut kept = std::collections::VecDeque::with_capacity(waiting.len());
+        let mut rows = Vec::new();
+        for u in waiting {
+            if u.token != token {
+                (self.give_up(u, "the Mind's lease changed before it was committed")).await;
+                continue;
+            }
+            if !u.committed {
+                rows.extend(u.record.ledger.iter().cloned());
+            }
+            kept.push_back(u);
+        }
+        let session = self.session_mut(role);
+        session.waiting = kept;
+        rows.extend(session.unledgered.iter().cloned());
+        rows
+    }
+
     /// Gives `u` up, after looking its rows up in the ledger: a commit whose acknowledgement was
     /// lost may have landed, and what the ledger holds is neither lost nor to be counted again by
     /// the spend cap as abandoned money. An answer is abandoned (only what follows its commit,
@@ -609,7 +640,8 @@ impl<B: Backend> MindRunner<B> {
             let now = self.host.clock.now_ms();
             let session = self.session_mut(u.role);
             session.mark_broken(now);
-            session.restore = true;
+            // A new lease pending its restore stays one: what waits was counted under the old.
+            session.restore.get_or_insert(Restore::Abandoned);
         }
     }
 

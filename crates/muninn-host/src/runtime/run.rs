@@ -13,7 +13,8 @@ use muninn_core::price::PriceTable;
 use std::time::Duration;
 use tracing::Instrument;
 
-/// Runs a Mind until `shutdown` turns true: steps while there is work, sleeps until the next
+/// Runs a Mind until `shutdown` turns true (a sender dropped first never stops it:
+/// `stop_requested`): steps while there is work, sleeps until the next
 /// decision time or a wake-up otherwise. A failed step is tried again on the Mind's own
 /// schedule (`retry.rs`: exponential backoff with a cap, never before the provider's
 /// `retry-after`), whether or not new mail arrives; a fenced write stops the work until the
@@ -130,7 +131,7 @@ async fn wait_for<B: Backend>(
                 }
             }
             _ = tokio::time::sleep_until(deadline) => break,
-            _ = shutdown.changed() => break,
+            _ = stop_requested(shutdown) => break,
         }
     }
 }
@@ -173,7 +174,7 @@ async fn register_until_done<B: Backend>(
         );
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
-            _ = shutdown.changed() => {}
+            _ = stop_requested(shutdown) => {}
         }
     }
 }
@@ -235,6 +236,16 @@ pub async fn run_minds(
     first_error.map_or(Ok(()), Err)
 }
 
+/// Resolves once `shutdown` turns true, and never if its sender is dropped first: nobody can
+/// stop the host then, so it runs on, on its schedule. (`changed()` answers a closed channel at
+/// once, every time it is asked: every wait on it ended at once, and each Mind stepped, and the
+/// lease renewal renewed, in a hot loop.)
+pub(super) async fn stop_requested(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
+    if shutdown.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// How often, at most, the claude-cli process pool is swept for idle children (more often when
 /// the pool's `park_min_idle_s` is shorter).
 const POOL_SWEEP_EVERY_S: u64 = 15;
@@ -261,7 +272,7 @@ where
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
-                _ = shutdown.changed() => {}
+                _ = stop_requested(&mut shutdown) => {}
             }
             if *shutdown.borrow() {
                 break;

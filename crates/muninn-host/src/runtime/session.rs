@@ -54,11 +54,14 @@ pub(super) struct Session<B> {
     /// handle, forking the provider session when the value is `true` (another writer may
     /// exist). Taken by the next turn.
     pub(super) resume: Option<bool>,
-    /// Set when a new lease was taken: the accounting is rebuilt from the role's ledger before
-    /// the next decision.
-    pub(super) restore: bool,
-    /// Session events (the backend's, and the host's own resume) not yet on a ledger row.
+    /// Set when the accounting must be rebuilt from the role's ledger before the next decision,
+    /// and why: a new lease, or an answer abandoned under the lease still held (`pending.rs`).
+    pub(super) restore: Option<Restore>,
+    /// Session events (the backend's, and the host's own resume) not yet on a ledger row: at
+    /// most `MAX_PENDING_EVENTS`, the oldest and the newest.
     pub(super) pending_events: Vec<SessionEvent>,
+    /// Events dropped from between those since the last row, which that row says.
+    events_dropped: u64,
     /// Rows of attempts the provider billed without a whole reply (`failed.rs`), counted by
     /// the accounting and not yet in a record: the next record of this role carries them,
     /// before its own rows.
@@ -69,6 +72,22 @@ pub(super) struct Session<B> {
     /// The Self only: memory a run or an idle flush wrote; the next brief may open a segment
     /// from it.
     pub(super) flushed: Option<Flushed>,
+}
+
+/// Session events waiting for a ledger row that a session keeps at most (see
+/// `Session::collect_events`).
+pub(super) const MAX_PENDING_EVENTS: usize = 64;
+
+/// Why a role's accounting is rebuilt from its ledger (`accounting.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Restore {
+    /// A new lease: what the role counted under the old one and no record carried is given up
+    /// (no lease can commit it any more).
+    NewLease,
+    /// An answer was abandoned under the lease still held: the ledger lacks it, but the cut
+    /// rows still waiting were counted under this lease, which can still commit them, and are
+    /// kept.
+    Abandoned,
 }
 
 /// A segment opened and not yet on a ledger row.
@@ -146,8 +165,9 @@ impl<B> Session<B> {
             bind_from: 1,
             bound: None,
             resume: None,
-            restore: false,
+            restore: None,
             pending_events: Vec::new(),
+            events_dropped: 0,
             unledgered: Vec::new(),
             waiting: VecDeque::new(),
             flushed: None,
@@ -182,6 +202,23 @@ impl<B> Session<B> {
     {
         let events = self.backend.take_session_events();
         self.pending_events.extend(events);
+        // A backend that fails every attempt for hours may report an event with each (a Claude
+        // Code child relaunched after every death): one per retry, all waiting for the next
+        // row, which would carry thousands. The first say how the outage began, the newest
+        // what the answer ran on; the row says how many went between.
+        let over = self.pending_events.len().saturating_sub(MAX_PENDING_EVENTS);
+        if over > 0 {
+            let half = MAX_PENDING_EVENTS / 2;
+            self.pending_events.drain(half..half + over);
+            // Said once between two rows, not at every retry.
+            if self.events_dropped == 0 {
+                tracing::warn!(
+                    role = self.role.as_str(),
+                    "session events pile up waiting for a ledger row; only the oldest and the newest are kept"
+                );
+            }
+            self.events_dropped += over as u64;
+        }
     }
 
     /// Puts every pending session event on `row` (the row of the call that just returned), and
@@ -195,6 +232,11 @@ impl<B> Session<B> {
         // A `SessionEvent` is plain data: serialising it cannot fail.
         row.events
             .extend(events.iter().filter_map(|e| serde_json::to_value(e).ok()));
+        if self.events_dropped > 0 {
+            let dropped = std::mem::take(&mut self.events_dropped);
+            row.events
+                .push(serde_json::json!({ "session_events_dropped": dropped }));
+        }
         events
     }
 }

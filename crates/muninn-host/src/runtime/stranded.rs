@@ -49,7 +49,7 @@ use super::self_run::STOPPED_BY_THE_STORE;
 use super::{MindRunner, RuntimeError};
 use crate::telemetry::health::{ERROR_CHARS, truncate};
 use muninn_backend::Backend;
-use muninn_store::{BriefStatus, FencingToken, Role, TranscriptKind};
+use muninn_store::{Brief, BriefStatus, FencingToken, Role, TranscriptKind};
 
 /// What stopped a run this runner may have left `running`: a step that failed (the runner
 /// itself lived on). Without one, the lease is new and its previous holder stopped.
@@ -152,6 +152,14 @@ const RECOVER_AT_MOST: i64 = 16;
 pub(super) const INTERRUPTED: &str = "was interrupted";
 
 impl<B: Backend> MindRunner<B> {
+    /// This runner replaces one of the same host whose task panicked with `panic` (what
+    /// [`run_minds`](super::run_minds) does: `supervise.rs`): a run its first check finds
+    /// stranded under the lease that runner held is reported as stopped by that panic, not by
+    /// its host, which ran on. A lease taken from another holder forgets it (`lease.rs`).
+    pub fn replaces_a_panicked_runner(&mut self, panic: &str) {
+        self.panicked = Some(StrandedBy::panicked(panic));
+    }
+
     /// Fails the Mind's briefs left `running` by a run that was abandoned (see the module docs),
     /// if this runner may have abandoned one since the last check.
     pub(super) async fn recover_stranded_briefs(
@@ -168,65 +176,10 @@ impl<B: Backend> MindRunner<B> {
             .briefs(&self.mind.id, Some(BriefStatus::Running), RECOVER_AT_MOST)
             .await?;
         for brief in running {
-            if self.held_brief.as_ref().map(|h| h.brief.seq) == Some(brief.seq) {
-                continue;
+            // A brief this runner holds is its own to finish.
+            if self.held_brief.as_ref().map(|h| h.brief.seq) != Some(brief.seq) {
+                self.recover_stranded(token, now, brief).await?;
             }
-            // Only a previous holder's run (a new lease, or a new runner: its sessions are
-            // rebuilt, not the ones a live renderer may have taken the brief into).
-            let tail = self.run_tail(brief.seq).await?;
-            // A mark this runner wrote and never saw confirmed: it never sent the brief.
-            let unsent_marked = tail == RunTail::AskedOnly && self.own_mark_last(brief.seq).await?;
-            if self.stranded_by.is_none()
-                && self.held_brief.is_none()
-                && (tail == RunTail::NeverAsked || unsent_marked)
-            {
-                tracing::warn!(
-                    mind = %self.mind.id,
-                    brief = brief.seq,
-                    "Self run {} was recorded and never sent before its lease was lost or its host stopped; running it again",
-                    brief.seq
-                );
-                // What it knows of its own mark goes with the brief: held, it may be let go
-                // again — a lease change, a clean shutdown — before it is recorded afresh.
-                let unsent = self.unsent_brief.clone().filter(|_| unsent_marked);
-                self.held_brief = Some(HeldBrief {
-                    brief,
-                    attempt: None,
-                    unsent,
-                });
-                continue;
-            }
-            if let Some(end) = self.committed_end(brief.seq).await? {
-                tracing::warn!(
-                    mind = %self.mind.id,
-                    brief = brief.seq,
-                    "Self run {} was committed but not reported before its host stopped; reporting its result",
-                    brief.seq
-                );
-                self.report_and_finish(token, brief.seq, end.status, &end.verb, &end.result, now)
-                    .await?;
-                continue;
-            }
-            if let Some((_, result)) = self.request_landed.take_if(|(seq, _)| *seq == brief.seq) {
-                tracing::warn!(
-                    mind = %self.mind.id,
-                    brief = brief.seq,
-                    "Self run {} {STOPPED_BY_THE_STORE}: {result}",
-                    brief.seq
-                );
-                (self.fail_brief(token, brief.seq, STOPPED_BY_THE_STORE, &result, now)).await?;
-                continue;
-            }
-            let panicked = self.panicked.as_deref();
-            let result = StrandedBy::why(self.stranded_by.as_ref(), panicked, tail);
-            tracing::warn!(
-                mind = %self.mind.id,
-                brief = brief.seq,
-                "Self run {} {INTERRUPTED}: {result}",
-                brief.seq
-            );
-            self.fail_brief(token, brief.seq, INTERRUPTED, &result, now)
-                .await?;
         }
         self.check_stranded = false;
         self.stranded_by = None;
@@ -234,6 +187,72 @@ impl<B: Backend> MindRunner<B> {
         self.unsent_brief = None;
         self.request_landed = None;
         Ok(())
+    }
+
+    /// One brief a previous holder left running (a new lease, or a new runner: its sessions are
+    /// rebuilt, not the ones a live renderer may have taken the brief into): held to run again
+    /// if it was never sent, reported if its end was committed, else failed with what stopped it.
+    async fn recover_stranded(
+        &mut self,
+        token: FencingToken,
+        now: i64,
+        brief: Brief,
+    ) -> Result<(), RuntimeError> {
+        let tail = self.run_tail(brief.seq).await?;
+        // A mark this runner wrote and never saw confirmed: it never sent the brief.
+        let unsent_marked = tail == RunTail::AskedOnly && self.own_mark_last(brief.seq).await?;
+        if self.stranded_by.is_none()
+            && self.held_brief.is_none()
+            && (tail == RunTail::NeverAsked || unsent_marked)
+        {
+            self.run_again(brief, unsent_marked);
+            return Ok(());
+        }
+        let seq = brief.seq;
+        if let Some(end) = self.committed_end(seq).await? {
+            tracing::warn!(
+                mind = %self.mind.id,
+                brief = seq,
+                "Self run {seq} was committed but not reported before its host stopped; reporting its result"
+            );
+            return (self.report_and_finish(token, seq, end.status, &end.verb, &end.result, now))
+                .await;
+        }
+        if let Some((_, result)) = self.request_landed.take_if(|(landed, _)| *landed == seq) {
+            tracing::warn!(
+                mind = %self.mind.id,
+                brief = seq,
+                "Self run {seq} {STOPPED_BY_THE_STORE}: {result}"
+            );
+            return (self.fail_brief(token, seq, STOPPED_BY_THE_STORE, &result, now)).await;
+        }
+        let panicked = self.panicked.as_deref();
+        let result = StrandedBy::why(self.stranded_by.as_ref(), panicked, tail);
+        tracing::warn!(
+            mind = %self.mind.id,
+            brief = seq,
+            "Self run {seq} {INTERRUPTED}: {result}"
+        );
+        self.fail_brief(token, seq, INTERRUPTED, &result, now).await
+    }
+
+    /// A stranded brief that was never sent, held to be run again at this step (the model never
+    /// saw it, and nothing of its run happened).
+    fn run_again(&mut self, brief: Brief, unsent_marked: bool) {
+        tracing::warn!(
+            mind = %self.mind.id,
+            brief = brief.seq,
+            "Self run {} was recorded and never sent before its lease was lost or its host stopped; running it again",
+            brief.seq
+        );
+        // What it knows of its own mark goes with the brief: held, it may be let go again — a
+        // lease change, a clean shutdown — before it is recorded afresh.
+        let unsent = self.unsent_brief.clone().filter(|_| unsent_marked);
+        self.held_brief = Some(HeldBrief {
+            brief,
+            attempt: None,
+            unsent,
+        });
     }
 
     /// Whether the mark that ends the Self transcript (brief `seq`'s, [`RunTail::AskedOnly`])

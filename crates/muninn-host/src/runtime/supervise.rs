@@ -99,13 +99,15 @@ impl Minds {
             persona,
             selfs,
         )?;
-        runner.panicked = after_panic;
+        if let Some(panic) = after_panic {
+            runner.replaces_a_panicked_runner(&panic);
+        }
         let mut shutdown = self.shutdown.clone();
         let task = self.tasks.spawn(async move {
             if delay_ms > 0 {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(delay_ms)) => {}
-                    _ = shutdown.changed() => {}
+                    _ = super::run::stop_requested(&mut shutdown) => {}
                 }
             }
             if *shutdown.borrow() {
@@ -151,8 +153,6 @@ impl Minds {
         };
         let id = gone.mind.id.clone();
         let why = panic_message(error);
-        // What a run the panic stopped is failed with, by the new runner (`stranded.rs`).
-        let stopped_by = super::stranded::StrandedBy::panicked(&why);
         if *self.shutdown.borrow() {
             tracing::error!(mind = %id, panic = %why, "a Mind's task panicked while stopping");
             return;
@@ -165,6 +165,8 @@ impl Minds {
             (gone.panics.saturating_add(1), gone.since_ms)
         };
         let delay_ms = RetryPolicy::default().delay_ms(panics, None);
+        // What a run the panic stopped is failed with, by the new runner (`stranded.rs`).
+        let panic = why.clone();
         let failure = Err(RuntimeError::Panicked(why));
         let telemetry = &self.host.telemetry;
         telemetry.stepped(&id, None, &failure, now);
@@ -177,13 +179,7 @@ impl Minds {
             next_attempt_ms: now.saturating_add(delay_ms),
         };
         self.host.signals.set_activity(&id, retrying);
-        let restart = self.spawn(
-            gone.mind,
-            delay_ms as u64,
-            panics,
-            since_ms,
-            Some(stopped_by),
-        );
+        let restart = self.spawn(gone.mind, delay_ms as u64, panics, since_ms, Some(panic));
         if let Err(e) = restart {
             tracing::error!(mind = %id, error = %e, "a panicked Mind could not be restarted");
         }
