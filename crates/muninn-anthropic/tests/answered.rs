@@ -2,93 +2,25 @@
 //! the prompt and generated output, so its usage is reported even when the backend refuses
 //! what came back.
 
-use muninn_anthropic::backend::{AnthropicBackend, ContextTools, Transport};
-use muninn_anthropic::client::{Completed, Failed};
-use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest, MessagesResponse};
-use muninn_backend::clock::ManualClock;
-use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput};
-use muninn_core::cache::Ttl;
-use muninn_core::price::PriceTable;
+use crate::scripted::{Scripted, backend_on, billed, spec};
+use muninn_anthropic::backend::{AnthropicBackend, ContextTools};
+use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest};
+use muninn_backend::{Backend, BackendError, TurnInput};
 use muninn_core::trace::Usage;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
-
-/// A provider that answers every request with `content` (`end_turn` unless told), billed [`billed`], and
-/// keeps the requests it was sent.
-#[derive(Debug, Clone)]
-struct Scripted {
-    content: Value,
-    stop_reason: &'static str,
-    sent: Arc<Mutex<Vec<MessagesRequest>>>,
-}
 
 impl Scripted {
     /// Every answer in text.
     fn in_text() -> Scripted {
         Scripted::answering(json!([{"type": "text", "text": "I would rather not summarise."}]))
     }
-
-    fn answering(content: Value) -> Scripted {
-        Scripted {
-            content,
-            stop_reason: "end_turn",
-            sent: Arc::default(),
-        }
-    }
-}
-
-/// What [`Scripted`] bills each request.
-fn billed() -> Value {
-    json!({"input_tokens": 12, "cache_read_input_tokens": 300,
-           "cache_creation_input_tokens": 40, "output_tokens": 7})
-}
-
-impl Transport for Scripted {
-    async fn send(&self, request: &MessagesRequest, _: bool) -> Result<Completed, Failed> {
-        let n = {
-            let mut sent = self.sent.lock().unwrap();
-            sent.push(request.clone());
-            sent.len()
-        };
-        let response: MessagesResponse = serde_json::from_value(json!({
-            "id": format!("msg_{n}"), "type": "message", "role": "assistant",
-            "model": request.model,
-            "content": self.content,
-            "stop_reason": self.stop_reason,
-            "usage": billed()
-        }))
-        .unwrap();
-        Ok(Completed {
-            raw_usage: billed(),
-            response,
-            request_id: Some(format!("req_{n}")),
-            retries: Vec::new(),
-        })
-    }
-}
-
-fn spec() -> SessionSpec {
-    SessionSpec {
-        model: "claude-opus-5-5".to_string(),
-        system: vec!["You are Vala.".to_string()],
-        tools: Vec::new(),
-        output_schema: None,
-        system_ttl: Ttl::OneHour,
-        conversation_ttl: Ttl::FiveMinutes,
-        max_tokens: 1_000,
-    }
 }
 
 /// A backend on `provider` that compacts on the server, its session started and one turn
 /// answered.
 async fn compacting_after_one_turn(provider: &Scripted) -> AnthropicBackend<Scripted> {
-    let mut backend = AnthropicBackend::new(
-        provider.clone(),
-        Arc::new(ManualClock::new(1_800_000_000_000)),
-        PriceTable::embedded(),
-    )
-    .with_context_tools(ContextTools {
+    let mut backend = backend_on(provider).with_context_tools(ContextTools {
         server_compaction: true,
         ..ContextTools::default()
     });
@@ -111,7 +43,7 @@ async fn a_compaction_answered_without_its_block_is_still_billed() {
         matches!(&error, BackendError::CompactionFailed(_)),
         "{error:?}"
     );
-    assert_eq!(provider.sent.lock().unwrap().len(), 2);
+    assert_eq!(provider.sent().len(), 2);
     let failed = backend.take_failed_attempts();
     assert_eq!(failed.len(), 1, "{failed:?}");
     let expected = Usage {
@@ -147,11 +79,7 @@ async fn an_empty_answer_is_not_sent_back() {
 /// One session answered `content` twice: the second request sends back nothing empty.
 async fn answered_with(content: Value) {
     let provider = Scripted::answering(content.clone());
-    let mut backend = AnthropicBackend::new(
-        provider.clone(),
-        Arc::new(ManualClock::new(1_800_000_000_000)),
-        PriceTable::embedded(),
-    );
+    let mut backend = backend_on(&provider);
     backend.start(spec()).await.unwrap();
     let first = backend.turn(TurnInput::text("hello")).await.unwrap();
     assert_eq!(first.text, "");
@@ -159,7 +87,7 @@ async fn answered_with(content: Value) {
         .turn(TurnInput::text("are you there?"))
         .await
         .unwrap();
-    let sent = provider.sent.lock().unwrap().clone();
+    let sent = provider.sent();
     let empty: Vec<usize> = sent[1]
         .messages
         .iter()
@@ -208,7 +136,8 @@ async fn a_compaction_block_is_sent_back_as_received() {
     let mut backend = compacting_after_one_turn(&provider).await;
     backend.compact("summarise").await.unwrap();
     backend.turn(TurnInput::text("and now?")).await.unwrap();
-    let sent = provider.sent.lock().unwrap().clone();
+    let sent = provider.sent();
     let body = serde_json::to_value(&sent[2]).unwrap();
     assert_eq!(body["messages"][0]["content"][0], block);
 }
+
