@@ -80,6 +80,13 @@ pub enum Role {
 }
 
 /// A content block, in a message, a system prompt or a response.
+///
+/// A reply's blocks are sent back in the next request, so each goes back with every field and
+/// value it came with: the named variants keep the fields they do not name in `extra` (the
+/// named fields are serialised first, then the rest in sorted order — a JSON object's key order
+/// carries nothing, and the same block is written the same way on every request), and a block
+/// of a type this crate does not know (`redacted_thinking`, `server_tool_use`,
+/// `web_search_tool_result`, …) is [`ContentBlock::Unknown`], kept whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
@@ -90,6 +97,10 @@ pub enum ContentBlock {
         /// A cache breakpoint on this block.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
+        /// Fields this crate does not name (a reply's `citations`), kept verbatim: a reply's
+        /// block goes back with every field it came with (see [`ContentBlock`]).
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     },
     /// A tool call by the model.
     ToolUse {
@@ -102,6 +113,9 @@ pub enum ContentBlock {
         /// A cache breakpoint on this block.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
+        /// Fields this crate does not name (a programmatic call's `caller`), kept verbatim.
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     },
     /// The result of a tool call, sent by the user side.
     ToolResult {
@@ -136,9 +150,14 @@ pub enum ContentBlock {
     Thinking {
         /// The reasoning text.
         thinking: String,
-        /// The signature that lets the block be sent back.
-        #[serde(default)]
-        signature: String,
+        /// The signature that lets the block be sent back (absent until a streamed block's
+        /// `signature_delta`; never invented: a block without one goes back without one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        /// Fields this crate does not name, kept verbatim: the provider checks the block it
+        /// signed, and its prefix (and the cache) breaks on one that lost a field.
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     },
     /// A block type this crate does not know, kept verbatim.
     #[serde(untagged)]
@@ -151,6 +170,7 @@ impl ContentBlock {
         ContentBlock::Text {
             text: text.into(),
             cache_control: None,
+            extra: Map::new(),
         }
     }
 
@@ -559,7 +579,16 @@ pub enum Delta {
         #[serde(default)]
         content: Option<String>,
     },
-    /// A delta type this crate does not know, kept verbatim.
+    /// One more citation of a text block (`citations`, a reply grounded in documents or
+    /// search results): appended to the block's `citations`, as the official SDKs' accumulators
+    /// do.
+    CitationsDelta {
+        /// The citation, verbatim.
+        citation: Value,
+    },
+    /// A delta type this crate does not know, kept verbatim. The client cannot apply it to its
+    /// block, so a stream that sends one fails ([`crate::client`]): the block would go back
+    /// without what the delta said.
     #[serde(untagged)]
     Unknown(Value),
 }

@@ -1,11 +1,12 @@
-//! Answers the backend cannot use are still billed: a request the provider answered whole read
-//! the prompt and generated output, so its usage is reported even when the backend refuses
-//! what came back.
+//! Answered requests, as the backend keeps and bills them: an answer the backend cannot use is
+//! still billed (a request the provider answered whole read the prompt and generated output,
+//! so its usage is reported even when the backend refuses what came back), and a reply's
+//! blocks go back in the next request as they came.
 
 use crate::scripted::{Scripted, backend_on, billed, spec};
 use muninn_anthropic::backend::{AnthropicBackend, ContextTools};
 use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest};
-use muninn_backend::{Backend, BackendError, TurnInput};
+use muninn_backend::{Backend, BackendError, InputPart, TurnInput};
 use muninn_core::trace::Usage;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -139,5 +140,44 @@ async fn a_compaction_block_is_sent_back_as_received() {
     let sent = provider.sent();
     let body = serde_json::to_value(&sent[2]).unwrap();
     assert_eq!(body["messages"][0]["content"][0], block);
+}
+
+/// Every block of a reply goes back in the next request with every field and value it came
+/// with — a thinking block's fields besides its text and signature, a text block's
+/// `citations`, a tool call's `caller`, and the blocks of kinds this crate does not name
+/// (`redacted_thinking`, a server tool's call and result) whole — or the provider's prefix
+/// (and its cache) breaks, and a thinking block fails its signature. Before, the named kinds
+/// lost every field they do not name.
+#[tokio::test]
+async fn every_block_of_a_reply_goes_back_as_received() {
+    let reply = json!([
+        {"type": "thinking", "thinking": "Look it up.", "signature": "sig_t",
+         "origin": {"pass": 1}},
+        {"type": "redacted_thinking", "data": "ZW5j"},
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+         "input": {"query": "mill"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+        {"type": "text", "text": "It is a mill.",
+         "citations": [{"type": "web_search_result_location", "url": "https://mill.example",
+                        "title": "The mill", "encrypted_index": "RW5j", "cited_text": "a mill"}]},
+        {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "mill"},
+         "caller": {"type": "direct"}}
+    ]);
+    let provider = Scripted::answering(reply.clone());
+    let mut backend = backend_on(&provider);
+    backend.start(spec()).await.unwrap();
+    backend.turn(TurnInput::text("what is it?")).await.unwrap();
+    let answer = TurnInput {
+        parts: vec![InputPart::ToolResult {
+            tool_use_id: "toolu_1".to_string(),
+            content: "a mill".to_string(),
+            is_error: false,
+        }],
+        safe_to_repeat: false,
+    };
+    backend.turn(answer).await.unwrap();
+    let sent = provider.sent();
+    let body = serde_json::to_value(&sent[1]).unwrap();
+    assert_eq!(body["messages"][1]["content"], reply);
 }
 

@@ -97,7 +97,17 @@ impl Assembler {
                 thinking.push_str(&more);
             }
             (ContentBlock::Thinking { signature, .. }, Delta::SignatureDelta { signature: s }) => {
-                *signature = s;
+                *signature = Some(s);
+            }
+            // Gathered on the block as the official SDKs' accumulators gather them: the block
+            // goes back with its citations.
+            (ContentBlock::Text { extra, .. }, Delta::CitationsDelta { citation }) => {
+                match extra.get_mut("citations") {
+                    Some(Value::Array(citations)) => citations.push(citation),
+                    _ => {
+                        extra.insert("citations".to_string(), Value::Array(vec![citation]));
+                    }
+                }
             }
             // A streamed compaction starts with `"content": null`, which is no
             // `ContentBlock::Compaction` yet (a block whose summary never comes stays the
@@ -132,13 +142,31 @@ impl Assembler {
             ) => {
                 *signature = s;
             }
+            // A tool call's input, and that of a call this crate does not name (a server
+            // tool's `server_tool_use`, an `mcp_tool_use`: any block with an `input`), which
+            // streams it the same way.
             (ContentBlock::ToolUse { .. }, Delta::InputJsonDelta { partial_json }) => {
-                match self.partial_json.iter_mut().find(|(i, _)| *i == index) {
-                    Some((_, s)) => s.push_str(&partial_json),
-                    None => self.partial_json.push((index, partial_json)),
-                }
+                self.gather_input(index, partial_json);
             }
-            (_, Delta::Unknown(_)) => {}
+            (ContentBlock::Unknown(raw), Delta::InputJsonDelta { partial_json })
+                if raw.get("input").is_some() =>
+            {
+                self.gather_input(index, partial_json);
+            }
+            // Not ignored: the block goes back in the next request, and without what this
+            // delta said it is not the block the provider sent (a thinking block's signature
+            // then fails, a prefix no longer matches). A clear failure until this crate knows
+            // the delta.
+            (_, Delta::Unknown(raw)) => {
+                let kind = raw.get("type").and_then(Value::as_str).unwrap_or("(none)");
+                return Err(protocol(
+                    format!(
+                        "content_block_delta of unknown type {kind} for block {index}: the \
+                         block cannot be assembled as the provider sent it"
+                    ),
+                    true,
+                ));
+            }
             (_, d) => {
                 return Err(protocol(
                     format!("delta {d:?} does not fit block {index}"),
@@ -147,6 +175,14 @@ impl Assembler {
             }
         }
         Ok(())
+    }
+
+    /// Appends a piece of block `index`'s input JSON, parsed when the block stops.
+    fn gather_input(&mut self, index: usize, partial_json: String) {
+        match self.partial_json.iter_mut().find(|(i, _)| *i == index) {
+            Some((_, s)) => s.push_str(&partial_json),
+            None => self.partial_json.push((index, partial_json)),
+        }
     }
 
     /// Finishes a block once it stops: a streamed compaction whose summary came becomes a
@@ -175,10 +211,10 @@ impl Assembler {
                 )
             })?
         };
-        if let Some(ContentBlock::ToolUse { input, .. }) =
-            self.message_mut()?.content.get_mut(index)
-        {
-            *input = parsed;
+        match self.message_mut()?.content.get_mut(index) {
+            Some(ContentBlock::ToolUse { input, .. }) => *input = parsed,
+            Some(ContentBlock::Unknown(raw)) => raw["input"] = parsed,
+            _ => {}
         }
         Ok(())
     }
