@@ -212,3 +212,38 @@ fn backoff_doubles_caps_and_jitters_within_a_quarter() {
     }
 }
 
+/// A stream that reaches `message_stop` without what the API always says before it fails
+/// instead of passing for whole: without `message_delta`, the reply's output would be
+/// `message_start`'s placeholder (1) read as the provider's count; with a tool call's input
+/// never completed by its `content_block_stop`, the call would go back with its start's empty
+/// input. Before, both assembled.
+#[test]
+fn a_stream_that_stops_unfinished_fails() {
+    let start = r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#;
+    let delta = r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#;
+    let stop = r#"{"type":"message_stop"}"#;
+    let call = [
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}}"#,
+    ];
+    let block_stop = r#"{"type":"content_block_stop","index":0}"#;
+    let cases = [
+        (
+            vec![start, call[0], call[1], block_stop, stop],
+            "message_delta",
+        ),
+        (
+            vec![start, call[0], call[1], delta, stop],
+            "content block 0",
+        ),
+    ];
+    for (events, names) in cases {
+        let events: Vec<String> = events.into_iter().map(String::from).collect();
+        match assemble(&events) {
+            Err(BackendError::Protocol(message)) => {
+                assert!(message.contains(names), "{message}");
+            }
+            other => panic!("expected a protocol error naming {names}, got {other:?}"),
+        }
+    }
+}

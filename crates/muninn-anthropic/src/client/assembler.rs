@@ -16,6 +16,8 @@ pub struct Assembler {
     partial_json: Vec<(usize, String)>,
     /// Whether a `message_delta` reported the output so far.
     output_reported: bool,
+    /// Whether a `message_delta` came (the stop reason and the final usage).
+    delta_came: bool,
     /// Whether reply content has begun (the first `content_block_start`).
     pub content_started: bool,
     /// Whether `message_stop` arrived.
@@ -66,6 +68,7 @@ impl Assembler {
                     self.raw_usage.extend(raw);
                 }
                 self.output_reported |= usage.output_tokens.is_some();
+                self.delta_came = true;
                 let message = self.message_mut()?;
                 message.stop_reason = delta.stop_reason;
                 message.stop_sequence = delta.stop_sequence;
@@ -247,7 +250,29 @@ impl Assembler {
             .ok_or_else(|| protocol("an event before message_start".to_string(), after))
     }
 
+    /// The whole reply, once `message_stop` came. A stream that stops without having said
+    /// what the API always says is broken, and fails here rather than passing for whole: no
+    /// `message_delta` (the reply would carry `message_start`'s placeholder output count as the
+    /// provider's, and no stop reason), or a tool call's input gathered and never completed by
+    /// its `content_block_stop` (the call would go back with its start's empty input).
     pub(super) fn finish(&mut self) -> Result<(MessagesResponse, Value), AttemptError> {
+        let after = self.content_started;
+        if !self.delta_came {
+            return Err(protocol(
+                "message_stop without message_delta: the stream never said its stop reason \
+                 and output count"
+                    .to_string(),
+                after,
+            ));
+        }
+        if let Some((index, _)) = self.partial_json.first() {
+            return Err(protocol(
+                format!(
+                    "message_stop before content block {index} stopped: its input is unfinished"
+                ),
+                after,
+            ));
+        }
         let message = self
             .message
             .take()
