@@ -439,12 +439,31 @@ impl Usage {
     /// top-level counts plus every `iterations[]` entry billed separately (a compaction's,
     /// which the top-level counts exclude). Writes, top-level and iteration alike, are split
     /// by TTL as `write_split` reads them: a compaction pass writes the prefix the request's
-    /// breakpoints mark, at their TTL, and its entry's `cache_creation` says so.
+    /// breakpoints mark, at their TTL, and its entry's `cache_creation` says so. An entry
+    /// without that split is counted as 5-minute writes here, the request's breakpoints being
+    /// unknown; [`Usage::to_core_under`] knows them.
     pub fn to_core(&self) -> muninn_core::trace::Usage {
+        self.to_core_under(&[])
+    }
+
+    /// [`Usage::to_core`] for a request whose cache breakpoints are `breakpoints` — each the
+    /// prompt length it closes and its TTL, in prompt order, only those the provider caches
+    /// at (at least the model's minimum cacheable length). An `iterations[]` entry that gives
+    /// no `cache_creation` split of its own has its writes split by them
+    /// (`writes_under_breakpoints`): a pass over the request's prompt reads the cached head and
+    /// writes from there to the last breakpoint, each span at the TTL of the breakpoint that
+    /// closes it, so its writes are the last ones before that breakpoint. Neither the
+    /// top-level split applied pro rata (an on-demand compaction's top level is 0, and a
+    /// threshold compaction's is another pass, over the compacted prompt) nor the API's
+    /// default 5 minutes (a compaction under 1-hour breakpoints writes at 1 hour) says that.
+    pub fn to_core_under(&self, breakpoints: &[(u64, Ttl)]) -> muninn_core::trace::Usage {
         let mut usage = self.top_level();
         for it in self.iterations.iter().flatten() {
             if it.billed_separately() {
-                let (w5, w1) = write_split(it.cache_creation_input_tokens, it.cache_creation);
+                let (w5, w1) = match it.cache_creation {
+                    Some(split) => write_split(it.cache_creation_input_tokens, Some(split)),
+                    None => writes_under_breakpoints(it.cache_creation_input_tokens, breakpoints),
+                };
                 usage.input = usage.input.saturating_add(it.input_tokens);
                 usage.output = usage.output.saturating_add(it.output_tokens);
                 usage.cache_read = usage.cache_read.saturating_add(it.cache_read_input_tokens);
@@ -510,6 +529,29 @@ fn write_split(total: u64, split: Option<CacheCreation>) -> (u64, u64) {
         }
         None => (total, 0),
     }
+}
+
+/// `written` tokens of a pass over a prompt with `breakpoints` (see [`Usage::to_core_under`])
+/// split into their 5-minute and 1-hour parts: the last `written` tokens before the last
+/// breakpoint, each span between two breakpoints at the TTL of the one that closes it — the
+/// cache model's rule (`muninn_core::cache`). What lies beyond the spans (more written than the
+/// prefix holds, or no breakpoint known) is a 5-minute write, the API's default.
+fn writes_under_breakpoints(written: u64, breakpoints: &[(u64, Ttl)]) -> (u64, u64) {
+    let (mut w5, mut w1) = (0u64, 0u64);
+    let mut left = written;
+    for (i, &(end, ttl)) in breakpoints.iter().enumerate().rev() {
+        if left == 0 {
+            break;
+        }
+        let start = if i == 0 { 0 } else { breakpoints[i - 1].0 };
+        let span = end.saturating_sub(start).min(left);
+        match ttl {
+            Ttl::FiveMinutes => w5 = w5.saturating_add(span),
+            Ttl::OneHour => w1 = w1.saturating_add(span),
+        }
+        left -= span;
+    }
+    (w5.saturating_add(left), w1)
 }
 
 /// A complete (non-streaming) reply, also the `message` of `message_start`.

@@ -1,12 +1,14 @@
 //! Answered requests, as the backend keeps and bills them: an answer the backend cannot use is
 //! still billed (a request the provider answered whole read the prompt and generated output,
-//! so its usage is reported even when the backend refuses what came back), and a reply's
-//! blocks go back in the next request as they came.
+//! so its usage is reported even when the backend refuses what came back), a compaction pass
+//! is priced at the request's TTLs, and a reply's blocks go back in the next request as they
+//! came.
 
 use crate::scripted::{Scripted, backend_on, billed, spec};
 use muninn_anthropic::backend::{AnthropicBackend, ContextTools};
 use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest};
-use muninn_backend::{Backend, BackendError, InputPart, TurnInput};
+use muninn_backend::{Backend, BackendError, InputPart, SessionSpec, TurnInput};
+use muninn_core::cache::Ttl;
 use muninn_core::trace::Usage;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -181,3 +183,49 @@ async fn every_block_of_a_reply_goes_back_as_received() {
     assert_eq!(body["messages"][1]["content"], reply);
 }
 
+/// A compaction pass whose `usage.iterations[]` entry gives no TTL split of its writes is
+/// priced at the TTLs of the request's breakpoints: the pass reads the cached head of the
+/// request's prompt and writes on to its last breakpoint, so its writes are the last tokens
+/// before that breakpoint, each span at the TTL of the breakpoint closing it. Under 1-hour
+/// breakpoints throughout they are 1-hour writes; when the conversation's breakpoint is
+/// 5-minute, a write shorter than the conversation's span (here some 9 tokens) is 5-minute.
+/// Before, every such write was
+/// priced as a 5-minute one, whatever the breakpoints asked.
+#[tokio::test]
+async fn a_compaction_pass_without_its_split_writes_at_the_breakpoints_ttls() {
+    for (conversation_ttl, expected) in [(Ttl::OneHour, (0, 5)), (Ttl::FiveMinutes, (5, 0))] {
+        let mut provider = Scripted::by_request(|n| match n {
+            1 => json!([{"type": "text", "text": "The mill grinds at dawn."}]),
+            _ => json!([{"type": "compaction", "content": "<summary>s</summary>",
+                         "signature": "sig"}]),
+        });
+        provider.stop_reason = "compaction";
+        provider.usage = json!({
+            "input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "iterations": [{"type": "compaction", "input_tokens": 3, "output_tokens": 40,
+                            "cache_read_input_tokens": 900, "cache_creation_input_tokens": 5}]
+        });
+        let mut backend = backend_on(&provider).with_context_tools(ContextTools {
+            server_compaction: true,
+            ..ContextTools::default()
+        });
+        // A system prompt past the model's least cacheable length (512 tokens), so that every
+        // breakpoint caches.
+        let system = vec!["The mill by the river grinds at dawn. ".repeat(200)];
+        let session = SessionSpec {
+            system,
+            conversation_ttl,
+            ..spec()
+        };
+        backend.start(session).await.unwrap();
+        backend.turn(TurnInput::text("hello")).await.unwrap();
+        let compacted = backend.compact("summarise").await.unwrap();
+        let writes = (
+            compacted.usage.cache_write_5m,
+            compacted.usage.cache_write_1h,
+        );
+        assert_eq!(writes, expected, "conversation at {conversation_ttl:?}");
+        assert_eq!(compacted.usage.cache_read, 900);
+    }
+}
