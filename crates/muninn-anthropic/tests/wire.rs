@@ -11,6 +11,9 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A stream's `message_start`: 5 prompt tokens, the placeholder output count.
+const MESSAGE_START: &str = r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#;
+
 #[test]
 fn unknown_events_are_kept_and_malformed_known_ones_fail() {
     let e = StreamEvent::parse(r#"{"type":"brand_new_event","x":1}"#).unwrap();
@@ -73,7 +76,7 @@ fn message_delta_usage_overrides_message_start() {
 #[test]
 fn message_delta_context_management_reaches_the_message() {
     let events = [
-        r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#,
+        MESSAGE_START,
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
         r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}"#,
         r#"{"type":"content_block_stop","index":0}"#,
@@ -101,7 +104,7 @@ fn a_streamed_reply_keeps_every_field_its_events_carry() {
     let citation = json!({"type": "web_search_result_location", "url": "https://mill.example",
                           "title": "The mill", "encrypted_index": "RW5j", "cited_text": "a mill"});
     let events = [
-        r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#.to_string(),
+        MESSAGE_START.to_string(),
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","origin":{"pass":1}}}"#.to_string(),
         r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Search first."}}"#.to_string(),
         r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig_t"}}"#.to_string(),
@@ -145,7 +148,7 @@ fn a_streamed_reply_keeps_every_field_its_events_carry() {
 #[test]
 fn a_delta_of_an_unknown_type_fails_the_stream() {
     let events = [
-        r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#,
+        MESSAGE_START,
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
         r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}"#,
         r#"{"type":"content_block_delta","index":0,"delta":{"type":"annotation_delta","note":"n"}}"#,
@@ -219,7 +222,7 @@ fn backoff_doubles_caps_and_jitters_within_a_quarter() {
 /// input. Before, both assembled.
 #[test]
 fn a_stream_that_stops_unfinished_fails() {
-    let start = r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#;
+    let start = MESSAGE_START;
     let delta = r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#;
     let stop = r#"{"type":"message_stop"}"#;
     let call = [
