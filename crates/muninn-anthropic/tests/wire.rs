@@ -250,3 +250,26 @@ fn a_stream_that_stops_unfinished_fails() {
         }
     }
 }
+
+/// A second `message_start` in one stream is a broken stream, not a new reply: taking it
+/// would drop the content and the usage received so far without a word. Before, the second
+/// replaced the first, and the stream assembled as the second message alone.
+#[test]
+fn a_second_message_start_fails_the_stream() {
+    let events = [
+        MESSAGE_START,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        MESSAGE_START,
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}"#,
+        r#"{"type":"message_stop"}"#,
+    ]
+    .map(String::from);
+    match assemble(&events) {
+        Err(BackendError::Protocol(message)) => {
+            assert!(message.contains("message_start"), "{message}");
+        }
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+}

@@ -31,6 +31,13 @@ impl Assembler {
         let event = StreamEvent::parse(data).map_err(|e| protocol(e.to_string(), after))?;
         match event {
             StreamEvent::MessageStart { message } => {
+                // One reply, one start: a second would silently drop what came so far.
+                if self.message.is_some() {
+                    return Err(protocol(
+                        "a second message_start in one stream".to_string(),
+                        after,
+                    ));
+                }
                 if let Some(Value::Object(raw)) = serde_json::from_str::<Value>(data)
                     .ok()
                     .and_then(|v| v.get("message").and_then(|m| m.get("usage")).cloned())
