@@ -292,6 +292,7 @@ impl<T: Transport> AnthropicBackend<T> {
             .map(|(i, text)| ContentBlock::Text {
                 text: text.clone(),
                 cache_control: (i + 3 >= n).then(|| CacheControl::with_ttl(spec.system_ttl)),
+                extra: Map::new(),
             })
             .collect::<Vec<_>>();
         let mut tools: Vec<Tool> = spec

@@ -13,12 +13,14 @@
 //! `Unknown`.
 
 mod context;
+mod usage;
 
 pub use context::*;
 use muninn_core::cache::Ttl;
 use muninn_core::miss::{ProviderMiss, ProviderMissReason};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+pub use usage::*;
 
 /// The `anthropic-version` header value this crate speaks.
 pub const API_VERSION: &str = "2023-06-01";
@@ -80,6 +82,13 @@ pub enum Role {
 }
 
 /// A content block, in a message, a system prompt or a response.
+///
+/// A reply's blocks are sent back in the next request, so each goes back with every field and
+/// value it came with: the named variants keep the fields they do not name in `extra` (the
+/// named fields are serialised first, then the rest in sorted order — a JSON object's key order
+/// carries nothing, and the same block is written the same way on every request), and a block
+/// of a type this crate does not know (`redacted_thinking`, `server_tool_use`,
+/// `web_search_tool_result`, …) is [`ContentBlock::Unknown`], kept whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
@@ -90,6 +99,10 @@ pub enum ContentBlock {
         /// A cache breakpoint on this block.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
+        /// Fields this crate does not name (a reply's `citations`), kept verbatim: a reply's
+        /// block goes back with every field it came with (see [`ContentBlock`]).
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     },
     /// A tool call by the model.
     ToolUse {
@@ -102,6 +115,9 @@ pub enum ContentBlock {
         /// A cache breakpoint on this block.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
+        /// Fields this crate does not name (a programmatic call's `caller`), kept verbatim.
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     },
     /// The result of a tool call, sent by the user side.
     ToolResult {
@@ -136,9 +152,14 @@ pub enum ContentBlock {
     Thinking {
         /// The reasoning text.
         thinking: String,
-        /// The signature that lets the block be sent back.
-        #[serde(default)]
-        signature: String,
+        /// The signature that lets the block be sent back (absent until a streamed block's
+        /// `signature_delta`; never invented: a block without one goes back without one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        /// Fields this crate does not name, kept verbatim: the provider checks the block it
+        /// signed, and its prefix (and the cache) breaks on one that lost a field.
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     },
     /// A block type this crate does not know, kept verbatim.
     #[serde(untagged)]
@@ -151,6 +172,7 @@ impl ContentBlock {
         ContentBlock::Text {
             text: text.into(),
             cache_control: None,
+            extra: Map::new(),
         }
     }
 
@@ -343,155 +365,6 @@ pub struct CountTokensResponse {
     pub input_tokens: u64,
 }
 
-/// The split of cache writes by TTL.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CacheCreation {
-    /// Tokens written with the 5-minute TTL.
-    #[serde(default)]
-    pub ephemeral_5m_input_tokens: u64,
-    /// Tokens written with the 1-hour TTL.
-    #[serde(default)]
-    pub ephemeral_1h_input_tokens: u64,
-}
-
-/// Token usage as the API reports it. Every field is optional because a streaming
-/// `message_delta` carries only some of them; [`Usage::merge`] lays a later report over an
-/// earlier one.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Usage {
-    /// Prompt tokens after the last breakpoint (neither read nor written).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_tokens: Option<u64>,
-    /// Prompt tokens written to the cache (the sum of the `cache_creation` split).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_creation_input_tokens: Option<u64>,
-    /// Prompt tokens read from the cache.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_read_input_tokens: Option<u64>,
-    /// The write split by TTL: how the server actually honoured the requested TTLs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_creation: Option<CacheCreation>,
-    /// Output tokens (in `message_start`, a small placeholder; final in `message_delta`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_tokens: Option<u64>,
-    /// `standard`, `priority` or `batch`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_tier: Option<String>,
-    /// Per-pass usage: where a compaction's own tokens are reported (and only there).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iterations: Option<Vec<UsageIteration>>,
-    /// Fields this crate does not name (`server_tool_use`, `inference_geo`, …), kept verbatim.
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
-impl Usage {
-    /// Lays `later` over `self`: every field `later` carries wins, as the real API's
-    /// `message_delta` overrides `message_start` (and as the Claude Code CLI merges them).
-    pub fn merge(&mut self, later: &Usage) {
-        if later.input_tokens.is_some() {
-            self.input_tokens = later.input_tokens;
-        }
-        if later.cache_creation_input_tokens.is_some() {
-            self.cache_creation_input_tokens = later.cache_creation_input_tokens;
-        }
-        if later.cache_read_input_tokens.is_some() {
-            self.cache_read_input_tokens = later.cache_read_input_tokens;
-        }
-        if later.cache_creation.is_some() {
-            self.cache_creation = later.cache_creation;
-        }
-        if later.output_tokens.is_some() {
-            self.output_tokens = later.output_tokens;
-        }
-        if later.service_tier.is_some() {
-            self.service_tier.clone_from(&later.service_tier);
-        }
-        if later.iterations.is_some() {
-            self.iterations.clone_from(&later.iterations);
-        }
-        for (k, v) in &later.extra {
-            self.extra.insert(k.clone(), v.clone());
-        }
-    }
-
-    /// The parsed numbers muninn's ledger keeps: what the request is billed, which is the
-    /// top-level counts plus every `iterations[]` entry billed separately (a compaction's,
-    /// which the top-level counts exclude). Writes, top-level and iteration alike, are split
-    /// by TTL as `write_split` reads them: a compaction pass writes the prefix the request's
-    /// breakpoints mark, at their TTL, and its entry's `cache_creation` says so.
-    pub fn to_core(&self) -> muninn_core::trace::Usage {
-        let mut usage = self.top_level();
-        for it in self.iterations.iter().flatten() {
-            if it.billed_separately() {
-                let (w5, w1) = write_split(it.cache_creation_input_tokens, it.cache_creation);
-                usage.input = usage.input.saturating_add(it.input_tokens);
-                usage.output = usage.output.saturating_add(it.output_tokens);
-                usage.cache_read = usage.cache_read.saturating_add(it.cache_read_input_tokens);
-                usage.cache_write_5m = usage.cache_write_5m.saturating_add(w5);
-                usage.cache_write_1h = usage.cache_write_1h.saturating_add(w1);
-            }
-        }
-        usage
-    }
-
-    /// The top-level counts alone, without `iterations[]`: what a ledger that ignored the
-    /// iterations would record (it under-counts a compaction).
-    pub fn top_level(&self) -> muninn_core::trace::Usage {
-        let (w5, w1) = write_split(
-            self.cache_creation_input_tokens.unwrap_or(0),
-            self.cache_creation,
-        );
-        muninn_core::trace::Usage {
-            input: self.input_tokens.unwrap_or(0),
-            cache_write_5m: w5,
-            cache_write_1h: w1,
-            cache_read: self.cache_read_input_tokens.unwrap_or(0),
-            output: self.output_tokens.unwrap_or(0),
-        }
-    }
-
-    /// The wire form of core usage, with the `cache_creation` split and `service_tier`.
-    pub fn from_core(usage: &muninn_core::trace::Usage) -> Usage {
-        Usage {
-            input_tokens: Some(usage.input),
-            cache_creation_input_tokens: Some(usage.written()),
-            cache_read_input_tokens: Some(usage.cache_read),
-            cache_creation: Some(CacheCreation {
-                ephemeral_5m_input_tokens: usage.cache_write_5m,
-                ephemeral_1h_input_tokens: usage.cache_write_1h,
-            }),
-            output_tokens: Some(usage.output),
-            service_tier: Some("standard".to_string()),
-            iterations: None,
-            extra: Map::new(),
-        }
-    }
-}
-
-/// A write of `total` tokens split into its 5-minute and 1-hour parts. When the server gives
-/// no `cache_creation` split, every written token is a 5-minute write (the API's default TTL).
-/// When the split disagrees with the total, the split wins for each tier and any remainder of
-/// the total is a 5-minute write.
-fn write_split(total: u64, split: Option<CacheCreation>) -> (u64, u64) {
-    match split {
-        Some(split) => {
-            // Saturating: these are the server's numbers, and a broken or hostile stream may
-            // send any u64 (found by fuzzing: two near-maximal tiers overflowed).
-            let named = split
-                .ephemeral_5m_input_tokens
-                .saturating_add(split.ephemeral_1h_input_tokens);
-            (
-                split
-                    .ephemeral_5m_input_tokens
-                    .saturating_add(total.saturating_sub(named)),
-                split.ephemeral_1h_input_tokens,
-            )
-        }
-        None => (total, 0),
-    }
-}
-
 /// A complete (non-streaming) reply, also the `message` of `message_start`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessagesResponse {
@@ -559,7 +432,16 @@ pub enum Delta {
         #[serde(default)]
         content: Option<String>,
     },
-    /// A delta type this crate does not know, kept verbatim.
+    /// One more citation of a text block (`citations`, a reply grounded in documents or
+    /// search results): appended to the block's `citations`, as the official SDKs' accumulators
+    /// do.
+    CitationsDelta {
+        /// The citation, verbatim.
+        citation: Value,
+    },
+    /// A delta type this crate does not know, kept verbatim. The client cannot apply it to its
+    /// block, so a stream that sends one fails ([`crate::client`]): the block would go back
+    /// without what the delta said.
     #[serde(untagged)]
     Unknown(Value),
 }

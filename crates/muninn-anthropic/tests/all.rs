@@ -8,5 +8,6 @@ mod edits;
 mod fuzz;
 mod pending;
 mod prompt;
+mod scripted;
 mod sse;
 mod wire;

@@ -1,94 +1,29 @@
-//! Answers the backend cannot use are still billed: a request the provider answered whole read
-//! the prompt and generated output, so its usage is reported even when the backend refuses
-//! what came back.
+//! Answered requests, as the backend keeps and bills them: an answer the backend cannot use is
+//! still billed (a request the provider answered whole read the prompt and generated output,
+//! so its usage is reported even when the backend refuses what came back), a compaction pass
+//! is priced at the request's TTLs, and a reply's blocks go back in the next request as they
+//! came.
 
-use muninn_anthropic::backend::{AnthropicBackend, ContextTools, Transport};
-use muninn_anthropic::client::{Completed, Failed};
-use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest, MessagesResponse};
-use muninn_backend::clock::ManualClock;
-use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput};
+use crate::scripted::{Scripted, backend_on, billed, spec};
+use muninn_anthropic::backend::{AnthropicBackend, ContextTools};
+use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest};
+use muninn_backend::{Backend, BackendError, InputPart, SessionSpec, TurnInput};
 use muninn_core::cache::Ttl;
-use muninn_core::price::PriceTable;
 use muninn_core::trace::Usage;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
-
-/// A provider that answers every request with `content` (`end_turn` unless told), billed [`billed`], and
-/// keeps the requests it was sent.
-#[derive(Debug, Clone)]
-struct Scripted {
-    content: Value,
-    stop_reason: &'static str,
-    sent: Arc<Mutex<Vec<MessagesRequest>>>,
-}
 
 impl Scripted {
     /// Every answer in text.
     fn in_text() -> Scripted {
         Scripted::answering(json!([{"type": "text", "text": "I would rather not summarise."}]))
     }
-
-    fn answering(content: Value) -> Scripted {
-        Scripted {
-            content,
-            stop_reason: "end_turn",
-            sent: Arc::default(),
-        }
-    }
-}
-
-/// What [`Scripted`] bills each request.
-fn billed() -> Value {
-    json!({"input_tokens": 12, "cache_read_input_tokens": 300,
-           "cache_creation_input_tokens": 40, "output_tokens": 7})
-}
-
-impl Transport for Scripted {
-    async fn send(&self, request: &MessagesRequest, _: bool) -> Result<Completed, Failed> {
-        let n = {
-            let mut sent = self.sent.lock().unwrap();
-            sent.push(request.clone());
-            sent.len()
-        };
-        let response: MessagesResponse = serde_json::from_value(json!({
-            "id": format!("msg_{n}"), "type": "message", "role": "assistant",
-            "model": request.model,
-            "content": self.content,
-            "stop_reason": self.stop_reason,
-            "usage": billed()
-        }))
-        .unwrap();
-        Ok(Completed {
-            raw_usage: billed(),
-            response,
-            request_id: Some(format!("req_{n}")),
-            retries: Vec::new(),
-        })
-    }
-}
-
-fn spec() -> SessionSpec {
-    SessionSpec {
-        model: "claude-opus-5-5".to_string(),
-        system: vec!["You are Vala.".to_string()],
-        tools: Vec::new(),
-        output_schema: None,
-        system_ttl: Ttl::OneHour,
-        conversation_ttl: Ttl::FiveMinutes,
-        max_tokens: 1_000,
-    }
 }
 
 /// A backend on `provider` that compacts on the server, its session started and one turn
 /// answered.
 async fn compacting_after_one_turn(provider: &Scripted) -> AnthropicBackend<Scripted> {
-    let mut backend = AnthropicBackend::new(
-        provider.clone(),
-        Arc::new(ManualClock::new(1_800_000_000_000)),
-        PriceTable::embedded(),
-    )
-    .with_context_tools(ContextTools {
+    let mut backend = backend_on(provider).with_context_tools(ContextTools {
         server_compaction: true,
         ..ContextTools::default()
     });
@@ -111,7 +46,7 @@ async fn a_compaction_answered_without_its_block_is_still_billed() {
         matches!(&error, BackendError::CompactionFailed(_)),
         "{error:?}"
     );
-    assert_eq!(provider.sent.lock().unwrap().len(), 2);
+    assert_eq!(provider.sent().len(), 2);
     let failed = backend.take_failed_attempts();
     assert_eq!(failed.len(), 1, "{failed:?}");
     let expected = Usage {
@@ -147,11 +82,7 @@ async fn an_empty_answer_is_not_sent_back() {
 /// One session answered `content` twice: the second request sends back nothing empty.
 async fn answered_with(content: Value) {
     let provider = Scripted::answering(content.clone());
-    let mut backend = AnthropicBackend::new(
-        provider.clone(),
-        Arc::new(ManualClock::new(1_800_000_000_000)),
-        PriceTable::embedded(),
-    );
+    let mut backend = backend_on(&provider);
     backend.start(spec()).await.unwrap();
     let first = backend.turn(TurnInput::text("hello")).await.unwrap();
     assert_eq!(first.text, "");
@@ -159,7 +90,7 @@ async fn answered_with(content: Value) {
         .turn(TurnInput::text("are you there?"))
         .await
         .unwrap();
-    let sent = provider.sent.lock().unwrap().clone();
+    let sent = provider.sent();
     let empty: Vec<usize> = sent[1]
         .messages
         .iter()
@@ -208,7 +139,93 @@ async fn a_compaction_block_is_sent_back_as_received() {
     let mut backend = compacting_after_one_turn(&provider).await;
     backend.compact("summarise").await.unwrap();
     backend.turn(TurnInput::text("and now?")).await.unwrap();
-    let sent = provider.sent.lock().unwrap().clone();
+    let sent = provider.sent();
     let body = serde_json::to_value(&sent[2]).unwrap();
     assert_eq!(body["messages"][0]["content"][0], block);
+}
+
+/// Every block of a reply goes back in the next request with every field and value it came
+/// with — a thinking block's fields besides its text and signature, a text block's
+/// `citations`, a tool call's `caller`, and the blocks of kinds this crate does not name
+/// (`redacted_thinking`, a server tool's call and result) whole — or the provider's prefix
+/// (and its cache) breaks, and a thinking block fails its signature. Before, the named kinds
+/// lost every field they do not name.
+#[tokio::test]
+async fn every_block_of_a_reply_goes_back_as_received() {
+    let reply = json!([
+        {"type": "thinking", "thinking": "Look it up.", "signature": "sig_t",
+         "origin": {"pass": 1}},
+        {"type": "redacted_thinking", "data": "ZW5j"},
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+         "input": {"query": "mill"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+        {"type": "text", "text": "It is a mill.",
+         "citations": [{"type": "web_search_result_location", "url": "https://mill.example",
+                        "title": "The mill", "encrypted_index": "RW5j", "cited_text": "a mill"}]},
+        {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "mill"},
+         "caller": {"type": "direct"}}
+    ]);
+    let provider = Scripted::answering(reply.clone());
+    let mut backend = backend_on(&provider);
+    backend.start(spec()).await.unwrap();
+    backend.turn(TurnInput::text("what is it?")).await.unwrap();
+    let answer = TurnInput {
+        parts: vec![InputPart::ToolResult {
+            tool_use_id: "toolu_1".to_string(),
+            content: "a mill".to_string(),
+            is_error: false,
+        }],
+        safe_to_repeat: false,
+    };
+    backend.turn(answer).await.unwrap();
+    let sent = provider.sent();
+    let body = serde_json::to_value(&sent[1]).unwrap();
+    assert_eq!(body["messages"][1]["content"], reply);
+}
+
+/// A compaction pass whose `usage.iterations[]` entry gives no TTL split of its writes is
+/// priced at the TTLs of the request's breakpoints: the pass reads the cached head of the
+/// request's prompt and writes on to its last breakpoint, so its writes are the last tokens
+/// before that breakpoint, each span at the TTL of the breakpoint closing it. Under 1-hour
+/// breakpoints throughout they are 1-hour writes; when the conversation's breakpoint is
+/// 5-minute, a write shorter than the conversation's span (here some 9 tokens) is 5-minute.
+/// Before, every such write was
+/// priced as a 5-minute one, whatever the breakpoints asked.
+#[tokio::test]
+async fn a_compaction_pass_without_its_split_writes_at_the_breakpoints_ttls() {
+    for (conversation_ttl, expected) in [(Ttl::OneHour, (0, 5)), (Ttl::FiveMinutes, (5, 0))] {
+        let mut provider = Scripted::by_request(|n| match n {
+            1 => json!([{"type": "text", "text": "The mill grinds at dawn."}]),
+            _ => json!([{"type": "compaction", "content": "<summary>s</summary>",
+                         "signature": "sig"}]),
+        });
+        provider.stop_reason = "compaction";
+        provider.usage = json!({
+            "input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "iterations": [{"type": "compaction", "input_tokens": 3, "output_tokens": 40,
+                            "cache_read_input_tokens": 900, "cache_creation_input_tokens": 5}]
+        });
+        let mut backend = backend_on(&provider).with_context_tools(ContextTools {
+            server_compaction: true,
+            ..ContextTools::default()
+        });
+        // A system prompt past the model's least cacheable length (512 tokens), so that every
+        // breakpoint caches.
+        let system = vec!["The mill by the river grinds at dawn. ".repeat(200)];
+        let session = SessionSpec {
+            system,
+            conversation_ttl,
+            ..spec()
+        };
+        backend.start(session).await.unwrap();
+        backend.turn(TurnInput::text("hello")).await.unwrap();
+        let compacted = backend.compact("summarise").await.unwrap();
+        let writes = (
+            compacted.usage.cache_write_5m,
+            compacted.usage.cache_write_1h,
+        );
+        assert_eq!(writes, expected, "conversation at {conversation_ttl:?}");
+        assert_eq!(compacted.usage.cache_read, 900);
+    }
 }

@@ -2,12 +2,14 @@
 //! (whole, streamed, or an error's) is read only up to its limit, and the request fails saying so;
 //! one that trickles is read only until the attempt's deadline.
 
+use muninn_anthropic::backend::{AnthropicBackend, ContextTools};
 use muninn_anthropic::client::{
     ATTEMPT_BUDGET_FLOOR, AnthropicClient, ClientConfig, MAX_RESPONSE_BYTES, attempt_budget,
 };
 use muninn_anthropic::secret::ApiKey;
 use muninn_anthropic::wire::MessagesRequest;
-use muninn_backend::BackendError;
+use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput};
+use muninn_core::cache::Ttl;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -517,8 +519,6 @@ async fn a_retried_transport_failure_names_its_request_id() {
 /// read as the provider's own numbers.
 #[tokio::test]
 async fn a_compaction_cut_before_its_usage_is_ledgered_as_estimated() {
-    use muninn_anthropic::backend::{AnthropicBackend, ContextTools};
-    use muninn_backend::{Backend, SessionSpec, TurnInput};
     let summary = "<summary>the mill by the river, and the crows on the bridge</summary>";
     let first = answered("hi", r#"{"input_tokens":400,"output_tokens":1}"#);
     let first: Vec<&str> = first.iter().map(String::as_str).collect();
@@ -532,28 +532,7 @@ async fn a_compaction_cut_before_its_usage_is_ledgered_as_estimated() {
         stream_reply("req_2", &[start, block, &delta], true),
     ])
     .await;
-    let mut backend = AnthropicBackend::new(
-        client(url, None),
-        Arc::new(muninn_backend::clock::ManualClock::new(1_800_000_000_000)),
-        muninn_core::price::PriceTable::embedded(),
-    )
-    .with_context_tools(ContextTools {
-        server_compaction: true,
-        ..ContextTools::default()
-    });
-    backend
-        .start(SessionSpec {
-            model: "claude-opus-5-5".to_string(),
-            system: vec!["You are Vala.".to_string()],
-            tools: Vec::new(),
-            output_schema: None,
-            system_ttl: muninn_core::cache::Ttl::FiveMinutes,
-            conversation_ttl: muninn_core::cache::Ttl::FiveMinutes,
-            max_tokens: 1_000,
-        })
-        .await
-        .unwrap();
-    backend.turn(TurnInput::text("hello")).await.unwrap();
+    let mut backend = compacting_after_hello(url, "You are Vala.", Ttl::FiveMinutes).await;
     backend.compact("summarise").await.unwrap_err();
     let failed = backend.take_failed_attempts();
     assert_eq!(failed.len(), 1, "{failed:?}");
@@ -572,4 +551,71 @@ async fn a_compaction_cut_before_its_usage_is_ledgered_as_estimated() {
     ] {
         assert!(failed[0].error.contains(estimated), "{}", failed[0].error);
     }
+}
+
+/// A backend on the client for `url` that compacts on the server, its session (on `system`,
+/// every breakpoint at `ttl`) started and its first turn, "hello", answered.
+async fn compacting_after_hello(
+    url: String,
+    system: &str,
+    ttl: Ttl,
+) -> AnthropicBackend<AnthropicClient> {
+    let mut backend = AnthropicBackend::new(
+        client(url, None),
+        Arc::new(muninn_backend::clock::ManualClock::new(1_800_000_000_000)),
+        muninn_core::price::PriceTable::embedded(),
+    )
+    .with_context_tools(ContextTools {
+        server_compaction: true,
+        ..ContextTools::default()
+    });
+    backend
+        .start(SessionSpec {
+            model: "claude-opus-5-5".to_string(),
+            system: vec![system.to_string()],
+            tools: Vec::new(),
+            output_schema: None,
+            system_ttl: ttl,
+            conversation_ttl: ttl,
+            max_tokens: 1_000,
+        })
+        .await
+        .unwrap();
+    backend.turn(TurnInput::text("hello")).await.unwrap();
+    backend
+}
+
+/// A streamed compaction cut mid-summary, after a `message_start` that said its pass's prompt
+/// in `usage.iterations[]` without a TTL split of its writes: the attempt's writes are priced
+/// at the request's breakpoints, as an answered compaction's are — all 1-hour under 1-hour
+/// breakpoints. Before, the client's count (every unsplit write a 5-minute one) stood.
+#[tokio::test]
+async fn a_cut_compaction_prices_its_unsplit_writes_at_the_breakpoints_ttls() {
+    let first = answered("hi", r#"{"input_tokens":400,"output_tokens":1}"#);
+    let first: Vec<&str> = first.iter().map(String::as_str).collect();
+    let start = r#"{"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","model":"claude-opus-5-5","content":[],"stop_reason":null,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0,"iterations":[{"type":"compaction","input_tokens":3,"cache_read_input_tokens":900,"cache_creation_input_tokens":5,"output_tokens":0}]}}}"#;
+    let block = r#"{"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":null,"signature":"sig"}}"#;
+    let delta = r#"{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"<summary>the mill</summary>"}}"#;
+    let url = answer_in_turn(vec![
+        stream_reply("req_1", &first, false),
+        stream_reply("req_2", &[start, block, delta], true),
+    ])
+    .await;
+    // Past the model's least cacheable length (512 tokens), so that every breakpoint caches.
+    let system = "The mill by the river grinds at dawn. ".repeat(200);
+    let mut backend = compacting_after_hello(url, &system, Ttl::OneHour).await;
+    backend.compact("summarise").await.unwrap_err();
+    let failed = backend.take_failed_attempts();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let usage = failed[0].usage;
+    assert_eq!(
+        (
+            usage.input,
+            usage.cache_read,
+            usage.cache_write_5m,
+            usage.cache_write_1h
+        ),
+        (3, 900, 0, 5),
+        "{failed:?}"
+    );
 }

@@ -316,3 +316,37 @@ fn a_compaction_request_names_its_beta() {
         json!({"type": "summarize", "instructions": "Keep names."})
     );
 }
+
+/// An iteration's writes without their own split, priced by the request's breakpoints: the last
+/// tokens before the last breakpoint, span by span at the TTL closing each, any excess a
+/// 5-minute write; an entry's own split wins; without breakpoints, all 5-minute.
+#[test]
+fn an_unsplit_iteration_is_priced_by_the_breakpoints() {
+    use muninn_core::cache::Ttl;
+    let with = |written: u64, split: Value| -> Usage {
+        let mut entry = json!({"type": "compaction", "cache_creation_input_tokens": written});
+        if !split.is_null() {
+            entry["cache_creation"] = split;
+        }
+        serde_json::from_value(json!({"iterations": [entry]})).unwrap()
+    };
+    let breakpoints = [
+        (1_000, Ttl::OneHour),
+        (1_500, Ttl::OneHour),
+        (1_800, Ttl::FiveMinutes),
+    ];
+    let writes = |u: CoreUsage| (u.cache_write_5m, u.cache_write_1h);
+    let unsplit = with(700, Value::Null);
+    assert_eq!(writes(unsplit.to_core_under(&breakpoints)), (300, 400));
+    assert_eq!(writes(unsplit.to_core()), (700, 0));
+    let past_the_prefix = with(2_000, Value::Null);
+    assert_eq!(
+        writes(past_the_prefix.to_core_under(&breakpoints)),
+        (500, 1_500)
+    );
+    let split = json!({"ephemeral_5m_input_tokens": 700, "ephemeral_1h_input_tokens": 0});
+    assert_eq!(
+        writes(with(700, split).to_core_under(&breakpoints)),
+        (700, 0)
+    );
+}

@@ -2,59 +2,21 @@
 //! (`Backend::pending_input`): the acknowledgement of the last structured-output call, which
 //! opens the next user message — the parts the host plans the request with are the parts sent.
 
-use muninn_anthropic::backend::{AnthropicBackend, STRUCTURED_OUTPUT_TOOL, Transport};
-use muninn_anthropic::client::{Completed, Failed};
-use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest, MessagesResponse};
-use muninn_backend::clock::ManualClock;
+use crate::scripted::{Scripted, backend_on, spec};
+use muninn_anthropic::backend::STRUCTURED_OUTPUT_TOOL;
+use muninn_anthropic::wire::{Content, ContentBlock, MessagesRequest};
 use muninn_backend::{Backend, InputPart, SessionSpec, TurnInput};
-use muninn_core::cache::Ttl;
-use muninn_core::price::PriceTable;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
 
-/// A provider that answers every request with a structured-output call (`toolu_<n>`), and
-/// keeps the requests it was sent.
-#[derive(Debug, Clone, Default)]
-struct Structured {
-    sent: Arc<Mutex<Vec<MessagesRequest>>>,
-}
-
-impl Transport for Structured {
-    async fn send(&self, request: &MessagesRequest, _: bool) -> Result<Completed, Failed> {
-        let n = {
-            let mut sent = self.sent.lock().unwrap();
-            sent.push(request.clone());
-            sent.len()
-        };
-        let response: MessagesResponse = serde_json::from_value(json!({
-            "id": format!("msg_{n}"), "type": "message", "role": "assistant",
-            "model": request.model,
-            "content": [{"type": "tool_use", "id": format!("toolu_{n}"),
-                         "name": STRUCTURED_OUTPUT_TOOL, "input": {"say": []}}],
-            "stop_reason": "tool_use",
-            "usage": {"input_tokens": 50, "output_tokens": 9}
-        }))
-        .unwrap();
-        Ok(Completed {
-            raw_usage: json!({"input_tokens": 50, "output_tokens": 9}),
-            response,
-            request_id: None,
-            retries: Vec::new(),
-        })
-    }
-}
-
-fn spec() -> SessionSpec {
-    SessionSpec {
-        model: "claude-opus-5-5".to_string(),
-        system: vec!["You are Vala.".to_string()],
-        tools: Vec::new(),
-        output_schema: Some(json!({"type": "object"})),
-        system_ttl: Ttl::OneHour,
-        conversation_ttl: Ttl::FiveMinutes,
-        max_tokens: 1_000,
-    }
+/// A provider that answers every request with a structured-output call (`toolu_<n>`).
+fn structured() -> Scripted {
+    let mut provider = Scripted::by_request(|n| {
+        json!([{"type": "tool_use", "id": format!("toolu_{n}"),
+                "name": STRUCTURED_OUTPUT_TOOL, "input": {"say": []}}])
+    });
+    provider.stop_reason = "tool_use";
+    provider
 }
 
 /// The first block of the last message of `request`.
@@ -70,13 +32,15 @@ fn opening_block(request: &MessagesRequest) -> Value {
 /// tool result (counted among the request's tool results); a compaction's request ends with it.
 #[tokio::test]
 async fn the_pending_acknowledgement_is_what_the_next_request_opens_with() {
-    let provider = Structured::default();
-    let mut backend = AnthropicBackend::new(
-        provider.clone(),
-        Arc::new(ManualClock::new(1_800_000_000_000)),
-        PriceTable::embedded(),
-    );
-    backend.start(spec()).await.unwrap();
+    let provider = structured();
+    let mut backend = backend_on(&provider);
+    backend
+        .start(SessionSpec {
+            output_schema: Some(json!({"type": "object"})),
+            ..spec()
+        })
+        .await
+        .unwrap();
     assert_eq!(backend.pending_input(), Vec::new());
     let first = backend.turn(TurnInput::text("hello")).await.unwrap();
     assert_eq!(first.tool_results.uses, 0);
@@ -93,7 +57,7 @@ async fn the_pending_acknowledgement_is_what_the_next_request_opens_with() {
                           "content": "Structured output provided successfully"});
     assert_eq!(opening_block(&rendered), expected);
     let second = backend.turn(TurnInput::text("again")).await.unwrap();
-    assert_eq!(opening_block(&provider.sent.lock().unwrap()[1]), expected);
+    assert_eq!(opening_block(&provider.sent()[1]), expected);
     assert_eq!(second.tool_results.uses, 1);
     assert!(second.tool_results.tokens > 0, "{:?}", second.tool_results);
     let InputPart::ToolResult { tool_use_id, .. } = &backend.pending_input()[0] else {

@@ -4,11 +4,15 @@
 use muninn_anthropic::client::{AnthropicClient, ClientConfig, RetryPolicy, assemble};
 use muninn_anthropic::secret::ApiKey;
 use muninn_anthropic::wire::{ContentBlock, EventError, StreamEvent, Usage};
+use muninn_backend::BackendError;
 use muninn_backend::clock::RecordingSleeper;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// A stream's `message_start`: 5 prompt tokens, the placeholder output count.
+const MESSAGE_START: &str = r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#;
 
 #[test]
 fn unknown_events_are_kept_and_malformed_known_ones_fail() {
@@ -44,13 +48,8 @@ fn message_delta_usage_overrides_message_start() {
     .map(String::from);
     let (message, raw, usage) = assemble(&events).unwrap();
     assert_eq!(
-        message.content,
-        vec![ContentBlock::ToolUse {
-            id: "t".into(),
-            name: "f".into(),
-            input: json!({"a":[1,2]}),
-            cache_control: None
-        }]
+        serde_json::to_value(&message.content).unwrap(),
+        json!([{"type": "tool_use", "id": "t", "name": "f", "input": {"a": [1, 2]}}])
     );
     assert_eq!(message.stop_reason.as_deref(), Some("tool_use"));
     let core = usage.to_core();
@@ -77,7 +76,7 @@ fn message_delta_usage_overrides_message_start() {
 #[test]
 fn message_delta_context_management_reaches_the_message() {
     let events = [
-        r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#,
+        MESSAGE_START,
         r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
         r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}"#,
         r#"{"type":"content_block_stop","index":0}"#,
@@ -92,6 +91,78 @@ fn message_delta_context_management_reaches_the_message() {
         json!({"applied_edits": [{"type": "clear_tool_uses_20250919",
                                   "cleared_tool_uses": 3, "cleared_input_tokens": 1200}]})
     );
+}
+
+/// A streamed reply's blocks are assembled with every field their events carry, since each
+/// goes back in the next request: a thinking block's fields besides its text and signature, a
+/// text block's citations (`citations_delta`, gathered into `citations` as the official SDKs'
+/// accumulators gather them; before, ignored as an unknown delta), a server tool call's input
+/// (`input_json_delta` on a `server_tool_use`; before, the stream failed with "delta … does not
+/// fit block 2"), and a block of a type this crate does not know, whole.
+#[test]
+fn a_streamed_reply_keeps_every_field_its_events_carry() {
+    let citation = json!({"type": "web_search_result_location", "url": "https://mill.example",
+                          "title": "The mill", "encrypted_index": "RW5j", "cited_text": "a mill"});
+    let events = [
+        MESSAGE_START.to_string(),
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","origin":{"pass":1}}}"#.to_string(),
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Search first."}}"#.to_string(),
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig_t"}}"#.to_string(),
+        r#"{"type":"content_block_stop","index":0}"#.to_string(),
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"redacted_thinking","data":"ZW5j"}}"#.to_string(),
+        r#"{"type":"content_block_stop","index":1}"#.to_string(),
+        r#"{"type":"content_block_start","index":2,"content_block":{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}}"#.to_string(),
+        r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"query\":"}}"#.to_string(),
+        r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"mill\"}"}}"#.to_string(),
+        r#"{"type":"content_block_stop","index":2}"#.to_string(),
+        r#"{"type":"content_block_start","index":3,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]}}"#.to_string(),
+        r#"{"type":"content_block_stop","index":3}"#.to_string(),
+        r#"{"type":"content_block_start","index":4,"content_block":{"type":"text","text":""}}"#.to_string(),
+        r#"{"type":"content_block_delta","index":4,"delta":{"type":"text_delta","text":"It is a mill."}}"#.to_string(),
+        json!({"type": "content_block_delta", "index": 4,
+               "delta": {"type": "citations_delta", "citation": citation}})
+        .to_string(),
+        r#"{"type":"content_block_stop","index":4}"#.to_string(),
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":20}}"#.to_string(),
+        r#"{"type":"message_stop"}"#.to_string(),
+    ];
+    let (message, _, _) = assemble(&events).unwrap();
+    assert_eq!(
+        serde_json::to_value(&message.content).unwrap(),
+        json!([
+            {"type": "thinking", "thinking": "Search first.", "signature": "sig_t",
+             "origin": {"pass": 1}},
+            {"type": "redacted_thinking", "data": "ZW5j"},
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+             "input": {"query": "mill"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+            {"type": "text", "text": "It is a mill.", "citations": [citation]}
+        ])
+    );
+}
+
+/// A `content_block_delta` of a type this crate does not know changes a block in a way the
+/// client cannot reproduce, and the block goes back in the next request: the stream fails,
+/// naming the delta, instead of assembling a block that is not the provider's (before, the
+/// delta was ignored and the stream assembled).
+#[test]
+fn a_delta_of_an_unknown_type_fails_the_stream() {
+    let events = [
+        MESSAGE_START,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"annotation_delta","note":"n"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}"#,
+        r#"{"type":"message_stop"}"#,
+    ]
+    .map(String::from);
+    match assemble(&events) {
+        Err(BackendError::Protocol(message)) => {
+            assert!(message.contains("annotation_delta"), "{message}");
+        }
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
 }
 
 #[test]
@@ -141,5 +212,64 @@ fn backoff_doubles_caps_and_jitters_within_a_quarter() {
             d >= base && d <= base.mul_f64(1.25),
             "attempt {attempt}: {d:?}"
         );
+    }
+}
+
+/// A stream that reaches `message_stop` without what the API always says before it fails
+/// instead of passing for whole: without `message_delta`, the reply's output would be
+/// `message_start`'s placeholder (1) read as the provider's count; with a tool call's input
+/// never completed by its `content_block_stop`, the call would go back with its start's empty
+/// input. Before, both assembled.
+#[test]
+fn a_stream_that_stops_unfinished_fails() {
+    let start = MESSAGE_START;
+    let delta = r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#;
+    let stop = r#"{"type":"message_stop"}"#;
+    let call = [
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}}"#,
+    ];
+    let block_stop = r#"{"type":"content_block_stop","index":0}"#;
+    let cases = [
+        (
+            vec![start, call[0], call[1], block_stop, stop],
+            "message_delta",
+        ),
+        (
+            vec![start, call[0], call[1], delta, stop],
+            "content block 0",
+        ),
+    ];
+    for (events, names) in cases {
+        let events: Vec<String> = events.into_iter().map(String::from).collect();
+        match assemble(&events) {
+            Err(BackendError::Protocol(message)) => {
+                assert!(message.contains(names), "{message}");
+            }
+            other => panic!("expected a protocol error naming {names}, got {other:?}"),
+        }
+    }
+}
+
+/// A second `message_start` in one stream is a broken stream, not a new reply: taking it
+/// would drop the content and the usage received so far without a word. Before, the second
+/// replaced the first, and the stream assembled as the second message alone.
+#[test]
+fn a_second_message_start_fails_the_stream() {
+    let events = [
+        MESSAGE_START,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        MESSAGE_START,
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}"#,
+        r#"{"type":"message_stop"}"#,
+    ]
+    .map(String::from);
+    match assemble(&events) {
+        Err(BackendError::Protocol(message)) => {
+            assert!(message.contains("message_start"), "{message}");
+        }
+        other => panic!("expected a protocol error, got {other:?}"),
     }
 }

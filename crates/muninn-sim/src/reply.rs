@@ -449,6 +449,7 @@ fn content_for(request: &MessagesRequest, id_seed: u64) -> Vec<ContentBlock> {
             name,
             input,
             cache_control: None,
+            extra: serde_json::Map::new(),
         }]
     } else if texts.is_empty() && !results.is_empty() {
         vec![ContentBlock::text(format!(
@@ -467,6 +468,7 @@ fn content_for(request: &MessagesRequest, id_seed: u64) -> Vec<ContentBlock> {
                 name: tool.name.clone(),
                 input: schema::generate(&schema_value),
                 cache_control: None,
+                extra: serde_json::Map::new(),
             },
         ]
     } else if user_messages.is_empty() {
@@ -502,6 +504,7 @@ fn structured_answer(
         name: STRUCTURED_OUTPUT.to_string(),
         input,
         cache_control: None,
+        extra: serde_json::Map::new(),
     }]
 }
 

@@ -433,8 +433,14 @@ fn block_events(index: usize, block: &ContentBlock, one_char: bool) -> Vec<(Stre
     let delta = |delta| (StreamEvent::ContentBlockDelta { index, delta }, true);
     let mut out = Vec::new();
     match block {
-        ContentBlock::Text { text, .. } => {
-            out.push(start(ContentBlock::text("")));
+        // Each block starts with the fields it carries besides its text or input, as the
+        // API's do.
+        ContentBlock::Text { text, extra, .. } => {
+            out.push(start(ContentBlock::Text {
+                text: String::new(),
+                cache_control: None,
+                extra: extra.clone(),
+            }));
             out.extend(
                 pieces(text, text_chars)
                     .into_iter()
@@ -442,13 +448,18 @@ fn block_events(index: usize, block: &ContentBlock, one_char: bool) -> Vec<(Stre
             );
         }
         ContentBlock::ToolUse {
-            id, name, input, ..
+            id,
+            name,
+            input,
+            extra,
+            ..
         } => {
             out.push(start(ContentBlock::ToolUse {
                 id: id.clone(),
                 name: name.clone(),
                 input: json!({}),
                 cache_control: None,
+                extra: extra.clone(),
             }));
             let json_text = serde_json::to_string(input).unwrap_or_else(|_| "{}".to_string());
             out.extend(pieces(&json_text, json_chars).into_iter().map(|piece| {

@@ -153,7 +153,11 @@ pub const PROMPT_ESTIMATED: &str = "no prompt usage came before the cut: input a
 /// What a billed attempt is ledgered at, and its error with what of that is an estimate: the
 /// usage the provider said, the prediction for what it never said (see [`USAGE_ESTIMATED`],
 /// [`PROMPT_ESTIMATED`], [`OUTPUT_ESTIMATED`]).
-fn billed_usage(attempt: &BilledAttempt, prediction: &Prediction) -> (Usage, String) {
+fn billed_usage(
+    attempt: &BilledAttempt,
+    prediction: &Prediction,
+    breakpoints: &[(Tokens, Ttl)],
+) -> (Usage, String) {
     // A whole reply lost after its status (a ping's), or before it, never said its usage: what
     // the cache model predicts is the best account of what the provider billed — an estimate,
     // which the row's error says (its usage reads as reported otherwise, and a request lost
@@ -163,6 +167,14 @@ fn billed_usage(attempt: &BilledAttempt, prediction: &Prediction) -> (Usage, Str
         return (prediction.outcome.usage(attempt.usage.output), error);
     }
     let mut usage = attempt.usage;
+    // The client, which knows no request, counted the writes of a pass that gave no split of
+    // its own at 5 minutes; the request's breakpoints say at which TTLs they were made
+    // (`crate::wire::Usage::to_core_under`).
+    if let Ok(said) = serde_json::from_value::<crate::wire::Usage>(attempt.raw_usage.clone()) {
+        let under = said.to_core_under(breakpoints);
+        usage.cache_write_5m = under.cache_write_5m;
+        usage.cache_write_1h = under.cache_write_1h;
+    }
     let mut error = attempt.error.to_string();
     // Every prompt is at least one token, so a prompt of 0 is one the stream never said.
     if usage.prompt() == 0 {
@@ -182,6 +194,19 @@ fn keep_failed(failed: &mut Vec<FailedAttempt>, attempt: FailedAttempt) {
         failed.remove(0);
     }
     failed.push(attempt);
+}
+
+/// The request's breakpoints the provider caches at — those at least `min_cacheable` long —
+/// each with its TTL, in prompt order: what a pass over the prompt writes at
+/// ([`crate::wire::Usage::to_core_under`]).
+fn breakpoint_ttls(shaped: &PromptShape, min_cacheable: Tokens) -> Vec<(Tokens, Ttl)> {
+    shaped
+        .prompt()
+        .checkpoints
+        .iter()
+        .filter(|c| c.tokens >= min_cacheable)
+        .filter_map(|c| c.breakpoint.map(|ttl| (c.tokens, ttl)))
+        .collect()
 }
 
 /// The prompt lengths at which the request placed a cache breakpoint.
@@ -225,7 +250,13 @@ impl<T: Transport> AnthropicBackend<T> {
         let (completed, prediction) = self
             .send_predicted(&request, &shaped, min_cacheable, safe_to_repeat, commit)
             .await?;
-        let checked = self.check_usage(&completed.response, &prediction, &shaped, kept);
+        let checked = self.check_usage(
+            &completed.response,
+            &prediction,
+            &shaped,
+            min_cacheable,
+            kept,
+        );
         let tool_results = tool_results_of(request.messages.last());
         let breakpoints = breakpoints_of(&shaped);
         let sent = cleared_messages.unwrap_or(request.messages);
@@ -279,9 +310,12 @@ impl<T: Transport> AnthropicBackend<T> {
         response: &MessagesResponse,
         prediction: &Prediction,
         shaped: &PromptShape,
+        min_cacheable: Tokens,
         kept: Option<Tokens>,
     ) -> UsageCheck {
-        let usage = response.usage.to_core();
+        let usage = response
+            .usage
+            .to_core_under(&breakpoint_ttls(shaped, min_cacheable));
         let predicted = prediction.outcome.usage(usage.output);
         let previous = self.last_turn.as_ref().map(|(_, shape)| shape);
         let (miss, shortfall) =
@@ -342,7 +376,11 @@ impl<T: Transport> AnthropicBackend<T> {
             Err(failed) => &failed.billed,
         };
         for attempt in billed {
-            let (usage, error) = billed_usage(attempt, &prediction);
+            let (usage, error) = billed_usage(
+                attempt,
+                &prediction,
+                &breakpoint_ttls(shaped, min_cacheable),
+            );
             keep_failed(
                 &mut self.failed,
                 FailedAttempt {

@@ -16,6 +16,8 @@ pub struct Assembler {
     partial_json: Vec<(usize, String)>,
     /// Whether a `message_delta` reported the output so far.
     output_reported: bool,
+    /// Whether a `message_delta` came (the stop reason and the final usage).
+    delta_came: bool,
     /// Whether reply content has begun (the first `content_block_start`).
     pub content_started: bool,
     /// Whether `message_stop` arrived.
@@ -29,6 +31,13 @@ impl Assembler {
         let event = StreamEvent::parse(data).map_err(|e| protocol(e.to_string(), after))?;
         match event {
             StreamEvent::MessageStart { message } => {
+                // One reply, one start: a second would silently drop what came so far.
+                if self.message.is_some() {
+                    return Err(protocol(
+                        "a second message_start in one stream".to_string(),
+                        after,
+                    ));
+                }
                 if let Some(Value::Object(raw)) = serde_json::from_str::<Value>(data)
                     .ok()
                     .and_then(|v| v.get("message").and_then(|m| m.get("usage")).cloned())
@@ -66,6 +75,7 @@ impl Assembler {
                     self.raw_usage.extend(raw);
                 }
                 self.output_reported |= usage.output_tokens.is_some();
+                self.delta_came = true;
                 let message = self.message_mut()?;
                 message.stop_reason = delta.stop_reason;
                 message.stop_sequence = delta.stop_sequence;
@@ -97,7 +107,17 @@ impl Assembler {
                 thinking.push_str(&more);
             }
             (ContentBlock::Thinking { signature, .. }, Delta::SignatureDelta { signature: s }) => {
-                *signature = s;
+                *signature = Some(s);
+            }
+            // Gathered on the block as the official SDKs' accumulators gather them: the block
+            // goes back with its citations.
+            (ContentBlock::Text { extra, .. }, Delta::CitationsDelta { citation }) => {
+                match extra.get_mut("citations") {
+                    Some(Value::Array(citations)) => citations.push(citation),
+                    _ => {
+                        extra.insert("citations".to_string(), Value::Array(vec![citation]));
+                    }
+                }
             }
             // A streamed compaction starts with `"content": null`, which is no
             // `ContentBlock::Compaction` yet (a block whose summary never comes stays the
@@ -132,13 +152,31 @@ impl Assembler {
             ) => {
                 *signature = s;
             }
+            // A tool call's input, and that of a call this crate does not name (a server
+            // tool's `server_tool_use`, an `mcp_tool_use`: any block with an `input`), which
+            // streams it the same way.
             (ContentBlock::ToolUse { .. }, Delta::InputJsonDelta { partial_json }) => {
-                match self.partial_json.iter_mut().find(|(i, _)| *i == index) {
-                    Some((_, s)) => s.push_str(&partial_json),
-                    None => self.partial_json.push((index, partial_json)),
-                }
+                self.gather_input(index, partial_json);
             }
-            (_, Delta::Unknown(_)) => {}
+            (ContentBlock::Unknown(raw), Delta::InputJsonDelta { partial_json })
+                if raw.get("input").is_some() =>
+            {
+                self.gather_input(index, partial_json);
+            }
+            // Not ignored: the block goes back in the next request, and without what this
+            // delta said it is not the block the provider sent (a thinking block's signature
+            // then fails, a prefix no longer matches). A clear failure until this crate knows
+            // the delta.
+            (_, Delta::Unknown(raw)) => {
+                let kind = raw.get("type").and_then(Value::as_str).unwrap_or("(none)");
+                return Err(protocol(
+                    format!(
+                        "content_block_delta of unknown type {kind} for block {index}: the \
+                         block cannot be assembled as the provider sent it"
+                    ),
+                    true,
+                ));
+            }
             (_, d) => {
                 return Err(protocol(
                     format!("delta {d:?} does not fit block {index}"),
@@ -147,6 +185,14 @@ impl Assembler {
             }
         }
         Ok(())
+    }
+
+    /// Appends a piece of block `index`'s input JSON, parsed when the block stops.
+    fn gather_input(&mut self, index: usize, partial_json: String) {
+        match self.partial_json.iter_mut().find(|(i, _)| *i == index) {
+            Some((_, s)) => s.push_str(&partial_json),
+            None => self.partial_json.push((index, partial_json)),
+        }
     }
 
     /// Finishes a block once it stops: a streamed compaction whose summary came becomes a
@@ -175,10 +221,10 @@ impl Assembler {
                 )
             })?
         };
-        if let Some(ContentBlock::ToolUse { input, .. }) =
-            self.message_mut()?.content.get_mut(index)
-        {
-            *input = parsed;
+        match self.message_mut()?.content.get_mut(index) {
+            Some(ContentBlock::ToolUse { input, .. }) => *input = parsed,
+            Some(ContentBlock::Unknown(raw)) => raw["input"] = parsed,
+            _ => {}
         }
         Ok(())
     }
@@ -211,7 +257,29 @@ impl Assembler {
             .ok_or_else(|| protocol("an event before message_start".to_string(), after))
     }
 
+    /// The whole reply, once `message_stop` came. A stream that stops without having said
+    /// what the API always says is broken, and fails here rather than passing for whole: no
+    /// `message_delta` (the reply would carry `message_start`'s placeholder output count as the
+    /// provider's, and no stop reason), or a tool call's input gathered and never completed by
+    /// its `content_block_stop` (the call would go back with its start's empty input).
     pub(super) fn finish(&mut self) -> Result<(MessagesResponse, Value), AttemptError> {
+        let after = self.content_started;
+        if !self.delta_came {
+            return Err(protocol(
+                "message_stop without message_delta: the stream never said its stop reason \
+                 and output count"
+                    .to_string(),
+                after,
+            ));
+        }
+        if let Some((index, _)) = self.partial_json.first() {
+            return Err(protocol(
+                format!(
+                    "message_stop before content block {index} stopped: its input is unfinished"
+                ),
+                after,
+            ));
+        }
         let message = self
             .message
             .take()
