@@ -22,8 +22,7 @@ use crate::config::{FaultPoint, SYNC_CURSOR, crash_if_armed};
 use crate::error::MatrixError;
 use crate::first_start;
 use crate::history::{
-    Chunk, Limits, Line, Window, changes_membership, joined_before, leaves_or_returns, merge_rooms,
-    read_chunk,
+    Chunk, Limits, Line, Window, changes_membership, leaves_or_returns, merge_rooms, read_chunk,
 };
 use crate::invites;
 use crate::joins::NotJoined;
@@ -443,10 +442,10 @@ impl Ear {
             if let (true, Some(joined)) = (in_room, room.summary.joined_member_count) {
                 lock(&self.directory).set_members(&room_id, joined);
             }
-            let room_state = self.room_state(since, &room_id, &room);
             let Some(kind) = self.kind_of(&room_id).await? else {
                 continue;
             };
+            let room_state = self.room_state(since, &room_id, &room, &kind);
             mail.push(
                 self.read_room(since, &room_id, &kind, room, room_state, &held)
                     .await?,
@@ -463,6 +462,7 @@ impl Ear {
         since: Option<&str>,
         room_id: &str,
         room: &JoinedRoom,
+        kind: &RoomKind,
     ) -> (bool, Option<String>) {
         // New to the account: not among the rooms it was in at its last commit (on the
         // first sync, before its open joined its rooms or its first start began: a room
@@ -492,7 +492,15 @@ impl Ear {
             true => changes_membership(e, own),
             false => leaves_or_returns(e, own),
         });
-        let forward_from = position.filter(|_| changed).map(str::to_owned);
+        // A first answer's `limited` timeline of a room (not a direct chat, whose mail starts
+        // at its invite, which may be older than the position) joined since the position may
+        // hold none of the account's memberships: a kick and a re-join before a long
+        // conversation, all before the first commit. Only pages from the position say whether
+        // the account was in the room then, or when it joined and when it was out since
+        // (before, the gap was paged back to the latest join, and what was said between the
+        // first join and the kick was lost).
+        let hidden = since.is_none() && newly && room.timeline.limited && *kind != RoomKind::Direct;
+        let forward_from = position.filter(|_| changed || hidden).map(str::to_owned);
         (newly, forward_from)
     }
 
@@ -539,13 +547,13 @@ impl Ear {
             Some(from) => Some(self.since_membership_change(&from, room_id, &room).await?),
             None => None,
         };
-        // A room the process did not know it was in is paged forwards only to learn whether it
-        // was in at `since`. If it was not (invited back after a kick, say), it is a new room:
-        // what was said while it was invited before `since` is mail, and only the answer's
-        // timeline, reaching back, holds it.
-        let forward = forward.filter(|f| !newly || joined_before(&f.events, &own));
+        let first_answer_of_a_room = since.is_none() && *kind != RoomKind::Direct;
+        let forward = forward.and_then(|f| {
+            let mail_from = f.mail_from(&own, newly, first_answer_of_a_room)?;
+            Some((f, mail_from))
+        });
         let (events, mail_from, back, out_at_start) = match forward {
-            Some(forward) => {
+            Some((forward, mail_from)) => {
                 // Recorded only for pages that are read: pages set aside above skip nothing
                 // (the room is read as a new one, from its timeline and the gap behind it).
                 if let Some(read) = forward.cut {
@@ -553,7 +561,12 @@ impl Ear {
                     tracing::error!(mind = %self.mind(), room = %room_id, paged = read,
                         "matrix: paging from the last sync did not reach the timeline; events between are skipped");
                 }
-                (forward.events, 0, Some(forward.since), forward.out_at_start)
+                (
+                    forward.events,
+                    mail_from,
+                    Some(forward.since),
+                    forward.out_at_start,
+                )
             }
             None => {
                 let direct = *kind == RoomKind::Direct;

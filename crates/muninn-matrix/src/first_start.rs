@@ -29,10 +29,17 @@
 //! since (a kick), which a first answer does not hold, with what was said before the leave.
 //! Every process reads
 //! the same first answer the same way until one commits it; after that the position is the
-//! sync's, and this is not looked at again. (Synapse answers a repeat of any of these requests
-//! within two minutes from its response cache, per device. The rooms' answers are asked just
-//! after the first answer and cached as long, so a cached one is as old as the first answer read
-//! with it, give or take the moment between them: the joins that answer holds are in it.)
+//! sync's, and this is not looked at again.
+//!
+//! Synapse answers a repeat of a `/sync` within two minutes from its response cache (per
+//! account and device, keyed on `since`, filter and timeout), and a first answer may be such a
+//! repeat: then it is older than it looks, and answers about the first start asked after it
+//! hold all it holds, which is what is needed. The reverse is not: answers about the first
+//! start kept longer than the first answer (asked after it, and a while after when something
+//! slowed the read between them) would be read with a newer first answer, from a retry or the
+//! next process on the same device — their timelines would not reach its last events, and the
+//! room's whole first answer would be read as history. So these questions carry the time they
+//! are asked (`ASKED_AT`, a field a homeserver ignores) and are never answered from the cache.
 
 use crate::account::Context;
 use crate::client::MatrixClient;
@@ -42,6 +49,24 @@ use crate::wire::{RoomEvent, Timeline, is_joining};
 use muninn_store::NewCursor;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
+
+/// The field of the filters of the questions about the first start that holds when they are
+/// asked (Unix ms): unknown to a homeserver, which ignores it (Synapse's filter schema allows new
+/// fields), and part of Synapse's cache key, so that an answer is never one kept from an
+/// earlier read (see the module docs). Before, one kept from a read that stopped before its
+/// commit answered the next process, which read a newer first answer: what was said after the
+/// first start in a room the account was in before was read as history and lost.
+const ASKED_AT: &str = "org.muninn.asked_at_ms";
+
+/// `filter` (a `/sync` filter's JSON object) with `ASKED_AT` set to `asked_at_ms`.
+fn asked_at(filter: &str, asked_at_ms: i64) -> String {
+    let Ok(serde_json::Value::Object(mut filter)) = serde_json::from_str(filter) else {
+        // Every filter here is a constant object; anything else is asked as it is.
+        return filter.to_owned();
+    };
+    filter.insert(ASKED_AT.to_owned(), asked_at_ms.into());
+    serde_json::Value::Object(filter).to_string()
+}
 
 /// A `/sync` filter that asks for no room and no account data: its answer is a position.
 const NOTHING: &str =
@@ -146,12 +171,21 @@ pub(crate) async fn since(
     let Some(mark) = store.cursor(mind, FIRST_START_CURSOR).await? else {
         return Ok(SinceFirstStart::default());
     };
+    let now = context.clock.now_ms();
     let joined = client
-        .sync(Some(&mark.value), JOINED_SINCE, Duration::ZERO)
+        .sync(
+            Some(&mark.value),
+            &asked_at(JOINED_SINCE, now),
+            Duration::ZERO,
+        )
         .await?;
     let joined: HashSet<String> = joined.rooms.join.into_keys().collect();
     let upgraded = client
-        .sync(Some(&mark.value), UPGRADED_SINCE, Duration::ZERO)
+        .sync(
+            Some(&mark.value),
+            &asked_at(UPGRADED_SINCE, now),
+            Duration::ZERO,
+        )
         .await?;
     // A room the account was in before the position with a tombstone since it was upgraded
     // since; one joined since may hold a tombstone from before it, which its memberships tell.
@@ -167,7 +201,7 @@ pub(crate) async fn since(
     // Asked last, like the others after the first answer: its timelines reach past that
     // answer's end, which the ear cuts them at (what follows is the next answer's).
     let spoken = client
-        .sync(Some(&mark.value), spoken, Duration::ZERO)
+        .sync(Some(&mark.value), &asked_at(spoken, now), Duration::ZERO)
         .await?;
     let left: HashSet<String> = spoken.rooms.leave.keys().cloned().collect();
     let spoken: HashMap<String, Timeline> = (spoken.rooms.join.into_iter())
@@ -205,7 +239,7 @@ async fn upgraded_after_join(
     }
     let mut rooms: Vec<String> = rooms.into_iter().collect();
     rooms.sort();
-    let filter = tombstones_and_joins(&rooms);
+    let filter = asked_at(&tombstones_and_joins(&rooms), context.clock.now_ms());
     let answer = client.sync(Some(position), &filter, Duration::ZERO).await?;
     let own = context.account.user_id.as_str();
     let after_join = |events: &[RoomEvent]| {

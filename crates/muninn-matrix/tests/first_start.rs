@@ -250,3 +250,84 @@ async fn a_kick_after_a_first_start_that_never_committed_and_the_rejoin_keep_the
         "mail while the bot was in the room, once"
     );
 }
+
+/// Synapse keeps each `/sync` answer two minutes, per account and device, keyed on the question.
+/// A first answer is followed by the questions about the first start (the rooms joined since
+/// its position, what was said since it): when those were asked a while after the first answer
+/// (here 60 s, a store slow to answer between them) and the answer refused, a process on the
+/// same device asking again after the first answer left the cache but before the others did
+/// gets a new first answer and old answers about it, from before what was said since. What was
+/// said after the first start, before the first answer and after the others, is mail all the
+/// same, once. Before, the old answer of what was said since the position did not reach the
+/// new first answer's last message, and the room's whole first answer was read as history:
+/// both messages were lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_answer_newer_than_the_cached_answers_about_the_first_start_loses_nothing() {
+    const SLOW: Duration = Duration::from_secs(60);
+    let Some(rig) = rig("cacherace").await else {
+        return;
+    };
+    let name = alias("cacherace");
+    let room = rig.human.create_room(Some(&name), &[], false).await;
+    rig.bot_user.join(&room).await;
+    rig.human.send(&room, "backlog", &[]).await;
+    let configured = format!("#{name}");
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.hold_mailbox_reads();
+    faulty.fail_batches(u32::MAX);
+    let running = rig.start_on(faulty.clone(), &[&configured], |_| {});
+    eventually("the first sync held", Duration::from_secs(30), || async {
+        (faulty.held_mailbox_reads() > 0).then_some(())
+    })
+    .await;
+    // Said after the position: the answers about it are not empty, and Synapse keeps them
+    // (it does not keep an answer whose `next_batch` is its `since`).
+    let before = rig.human.send(&room, "before the first answer", &[]).await;
+    // The first answer is asked, then the first start's position read, slowly, before the
+    // questions about it.
+    faulty.hold_cursor_reads(FIRST_START_CURSOR);
+    faulty.release_mailbox_reads();
+    eventually("the first answer read", Duration::from_secs(30), || async {
+        (faulty.held_cursor_reads() > 0).then_some(())
+    })
+    .await;
+    let first_answer_at = Instant::now();
+    tokio::time::sleep(SLOW).await;
+    faulty.release_cursor_reads();
+    eventually(
+        "the first answer refused",
+        Duration::from_secs(30),
+        || async { (faulty.refused() > 0).then_some(()) },
+    )
+    .await;
+    running.stop().await;
+    let later = rig.human.send(&room, "after the first start", &[]).await;
+
+    // The first answer has left Synapse's cache; the answers about the first start have not.
+    let cached = Duration::from_secs(120);
+    tokio::time::sleep(
+        (first_answer_at + cached + SLOW / 4).saturating_duration_since(Instant::now()),
+    )
+    .await;
+    assert!(
+        first_answer_at.elapsed() < cached + SLOW * 3 / 4,
+        "the test ran too slowly to race"
+    );
+    let running = rig.start(&[&configured], |_| {});
+    rig.first_sync().await;
+    let last = rig.human.send(&room, "after the first sync", &[]).await;
+    let mail = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == last).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(
+        said(&mail),
+        vec![
+            ("after the first start", later.as_str()),
+            ("after the first sync", last.as_str()),
+            ("before the first answer", before.as_str()),
+        ]
+    );
+}

@@ -649,3 +649,68 @@ async fn more_said_after_the_first_join_than_a_timeline_holds_is_paged_back_to_t
     let context: Vec<&str> = mail[0].context.iter().map(|l| l.text.as_str()).collect();
     assert_eq!(context, vec!["before the join"], "the first mail's context");
 }
+
+/// Two hosts whose different Minds are configured with the same account (one host refuses it
+/// at load; two cannot see each other's configuration), on the same fixed device, over one
+/// store: each Mind has its own sync position and reads every message of the room once —
+/// nothing is lost, and both Minds are told everything (each will answer). A login on the
+/// device by one host leaves the other's token valid (Synapse keeps a device's tokens).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_minds_on_one_account_each_read_every_message_once() {
+    let Some(rig) = rig("twominds").await else {
+        return;
+    };
+    const OTHER: &str = "odin";
+    rig.store
+        .create_mind(&Mind {
+            id: OTHER.into(),
+            display_name: "Odin".into(),
+            config: serde_json::json!({}),
+            created_at_ms: 0,
+        })
+        .await
+        .unwrap();
+    let name = alias("twominds");
+    let room = rig.public_room(&name).await;
+    let configured = format!("#{name}");
+    let vala = rig.start(&[&configured], |_| {});
+    let odin = rig.start(&[&configured], |c| c.accounts[0].mind = OTHER.into());
+    for mind in [MIND, OTHER] {
+        eventually("both first syncs", Duration::from_secs(30), || async {
+            let cursor = rig.store.cursor(mind, SYNC_CURSOR).await.unwrap();
+            cursor.map(|_| ())
+        })
+        .await;
+    }
+    let mut said = Vec::new();
+    for n in 0..3 {
+        let text = format!("m{n}");
+        said.push((text.clone(), rig.human.send(&room, &text, &[]).await));
+    }
+    let mut mail = Vec::new();
+    for mind in [MIND, OTHER] {
+        let read = eventually("every message", Duration::from_secs(30), || async {
+            let mail = rig.store.pending_deliveries(mind, 0, 100).await.unwrap();
+            (mail.len() >= said.len()).then_some(mail)
+        })
+        .await;
+        mail.push(read);
+    }
+    // A sync more each, so that a message read twice would be in the mailbox by now.
+    let last = rig.human.send(&room, "m3", &[]).await;
+    said.push(("m3".to_owned(), last));
+    for (mind, read) in [MIND, OTHER].into_iter().zip(mail.iter_mut()) {
+        *read = eventually("the last message", Duration::from_secs(30), || async {
+            let mail = rig.store.pending_deliveries(mind, 0, 100).await.unwrap();
+            (mail.len() >= said.len()).then_some(mail)
+        })
+        .await;
+    }
+    vala.stop().await;
+    odin.stop().await;
+    for read in mail {
+        let read: Vec<(String, String)> =
+            (read.into_iter()).map(|d| (d.text, d.source_id)).collect();
+        assert_eq!(read, said);
+    }
+}

@@ -40,7 +40,9 @@
 //! a Matrix account's sync loop).
 //! Reads of a Mind's mailbox ([`Store::mailbox`]: what a Matrix account asks right before each
 //! `/sync`) can be held until released ([`FaultyStore::hold_mailbox_reads`]), so a test can act
-//! at a known point before a sync is asked, without a sleep.
+//! at a known point before a sync is asked, without a sleep; and so can the reads of one named
+//! cursor ([`FaultyStore::hold_cursor_reads`]: a Matrix account's first answer, read and held
+//! before the questions it asks after it).
 //! Everything else passes through, so a test can fault exactly the call that follows a
 //! backend's answer.
 //!
@@ -118,6 +120,10 @@ pub struct FaultyStore {
     holding_mailbox_reads: tokio::sync::watch::Sender<bool>,
     /// `mailbox` calls that met the hold so far.
     held_mailbox_reads: AtomicU32,
+    /// The cursor whose `cursor` calls wait (until it turns `None`).
+    holding_cursor_reads: tokio::sync::watch::Sender<Option<String>>,
+    /// `cursor` calls that met the hold so far.
+    held_cursor_reads: AtomicU32,
 }
 
 impl FaultyStore {
@@ -155,6 +161,8 @@ impl FaultyStore {
             panicking_commits: AtomicU32::new(0),
             holding_mailbox_reads: tokio::sync::watch::channel(false).0,
             held_mailbox_reads: AtomicU32::new(0),
+            holding_cursor_reads: tokio::sync::watch::channel(None).0,
+            held_cursor_reads: AtomicU32::new(0),
         })
     }
 
@@ -336,6 +344,23 @@ impl FaultyStore {
     /// `mailbox` calls that met the hold so far (waiting or since let through).
     pub fn held_mailbox_reads(&self) -> u32 {
         self.held_mailbox_reads.load(Ordering::SeqCst)
+    }
+
+    /// Makes every read of the cursor `name` wait until
+    /// [`release_cursor_reads`](Self::release_cursor_reads).
+    pub fn hold_cursor_reads(&self, name: &str) {
+        self.holding_cursor_reads
+            .send_replace(Some(name.to_owned()));
+    }
+
+    /// Lets the held cursor reads (and every later one) through.
+    pub fn release_cursor_reads(&self) {
+        self.holding_cursor_reads.send_replace(None);
+    }
+
+    /// Cursor reads that met the hold so far (waiting or since let through).
+    pub fn held_cursor_reads(&self) -> u32 {
+        self.held_cursor_reads.load(Ordering::SeqCst)
     }
 
     /// `renew_leases` calls so far, the ones that panicked included.

@@ -6,8 +6,8 @@ use super::{Ear, PAGE};
 use crate::Stats;
 use crate::client::Direction;
 use crate::error::MatrixError;
-use crate::history::out_before;
-use crate::wire::{JoinedRoom, MessagesResponse, RoomEvent, membership_of};
+use crate::history::{joined_before, out_before};
+use crate::wire::{JoinedRoom, MessagesResponse, RoomEvent, is_joining, membership_of};
 use std::collections::HashSet;
 use std::sync::Mutex;
 
@@ -30,6 +30,31 @@ pub(super) struct Forward {
 }
 
 impl Forward {
+    /// Where the mail of these pages starts, if they are read: `None` sets them aside. A room
+    /// the process did not know it was in (`newly`) is paged forwards only to learn whether it
+    /// was in at `since`. If it was not (invited back after a kick, say), it is a new room:
+    /// what was said while it was invited before `since` is mail, and only the answer's
+    /// timeline, reaching back, holds it. But on a first answer, a room (not a direct chat:
+    /// `first_answer_of_a_room`) the account was not in at the first start's position was
+    /// joined at that start: its mail starts after that first join (what was said before it,
+    /// while invited too, is history), and the pages say when the account was out since (a
+    /// kick, then a re-join before the first commit). Before, such a room was read from its
+    /// latest join, and what was said between the first join and the kick was lost.
+    pub(super) fn mail_from(
+        &self,
+        own: &str,
+        newly: bool,
+        first_answer_of_a_room: bool,
+    ) -> Option<usize> {
+        if !newly || joined_before(&self.events, own) {
+            return Some(0);
+        }
+        let first_join = self.events.iter().position(|e| is_joining(e, own));
+        first_join
+            .filter(|_| first_answer_of_a_room)
+            .map(|join| join + 1)
+    }
+
     /// The pages read forwards from `since` (`events`), joined to the answer's `timeline`: cut
     /// at its last event if they reached it, followed by what it holds after them otherwise.
     fn of(mut events: Vec<RoomEvent>, timeline: &[RoomEvent], own: &str, since: &str) -> Forward {

@@ -279,3 +279,108 @@ async fn a_first_start_restarted_after_a_long_conversation_in_the_room_it_joined
     );
     assert_eq!(mail, said);
 }
+
+/// A first start that joined its configured room (public, no invite) and heard "after the
+/// first join" there, its first answer refused and the process stopped; then, while none ran,
+/// the bot kicked and "while the bot is out" said. Returns the rig, the room, its configured
+/// name and the id of what was heard.
+async fn a_first_join_kicked_before_the_first_commit(
+    test: &str,
+) -> Option<(Rig, String, String, String)> {
+    let rig = rig(test).await?;
+    let name = alias(test);
+    let room = rig.human.create_room(Some(&name), &[], false).await;
+    rig.human.send(&room, "before the first join", &[]).await;
+    let configured = format!("#{name}");
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.fail_batches(u32::MAX);
+    let running = rig.start_on(faulty.clone(), &[&configured], |_| {});
+    rig.bot_joined(&room).await;
+    let heard = rig.human.send(&room, "after the first join", &[]).await;
+    let refused = faulty.refused();
+    eventually(
+        "an answer after it refused",
+        Duration::from_secs(30),
+        || async { (faulty.refused() > refused).then_some(()) },
+    )
+    .await;
+    running.stop().await;
+    assert_eq!(rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap(), None);
+    rig.human.kick(&room, &rig.bot).await;
+    rig.human.send(&room, "while the bot is out", &[]).await;
+    Some((rig, room, configured, heard))
+}
+
+/// A room joined at a first start that never committed, the bot kicked and the room joined
+/// again by the next process's open (on another device, so that Synapse's two-minute response
+/// cache does not answer it with the first process's answers, from before the kick): what was
+/// said between the first join and the kick was said to a Mind listening and is mail, what was
+/// said while the bot was out is not, what follows its return is. Before, the next process read
+/// the room as joined at the first start from its latest join, and "after the first join" was
+/// lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_joined_at_a_first_start_then_kicked_and_joined_again_keeps_the_mail_before_the_kick()
+ {
+    let Some((rig, room, configured, heard)) =
+        a_first_join_kicked_before_the_first_commit("joinkick").await
+    else {
+        return;
+    };
+    let running = rig.start(&[&configured], |c| {
+        c.accounts[0].device_id = "MUNINNTEST2".into();
+    });
+    rig.bot_joined(&room).await;
+    let back = rig.human.send(&room, "after it is back", &[]).await;
+    let mail = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == back).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    let said: Vec<(&str, &str)> = (mail.iter())
+        .map(|d| (d.text.as_str(), d.source_id.as_str()))
+        .collect();
+    assert_eq!(
+        said,
+        vec![
+            ("after the first join", heard.as_str()),
+            ("after it is back", back.as_str()),
+        ],
+        "mail while the bot was in the room, once, in order"
+    );
+}
+
+/// As above, but the bot's owner joins the room again while no process runs, and more is said
+/// after the return than the next process's timeline holds (two events): its first answer
+/// holds none of the account's memberships, nothing in it says the room was joined again.
+/// Before, the room was paged back to its latest join, and "after the first join" was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_joined_at_a_first_start_kicked_and_joined_again_before_a_long_conversation_keeps_its_mail()
+ {
+    let Some((rig, room, configured, heard)) =
+        a_first_join_kicked_before_the_first_commit("joinkicklong").await
+    else {
+        return;
+    };
+    rig.bot_user.join(&room).await;
+    let mut said = vec![("after the first join".to_owned(), heard)];
+    for n in 0..4 {
+        let text = format!("after it is back {n}");
+        said.push((text.clone(), rig.human.send(&room, &text, &[]).await));
+    }
+    let running = rig.start(&[&configured], |c| {
+        c.timeline_limit = 2;
+        c.accounts[0].device_id = "MUNINNTEST2".into();
+    });
+    rig.first_sync().await;
+    let later = rig.human.send(&room, "after the restart", &[]).await;
+    said.push(("after the restart".to_owned(), later.clone()));
+    let mail = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == later).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    let mail: Vec<(String, String)> = (mail.into_iter()).map(|d| (d.text, d.source_id)).collect();
+    assert_eq!(mail, said);
+}

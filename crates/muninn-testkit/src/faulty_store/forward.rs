@@ -288,6 +288,12 @@ impl Store for FaultyStore {
         if armed(&self.panicking_cursor_reads) {
             panic!("injected: a bug while reading {mind}'s {name} cursor");
         }
+        let mut hold = self.holding_cursor_reads.subscribe();
+        if hold.borrow_and_update().as_deref() == Some(name) {
+            self.held_cursor_reads.fetch_add(1, Ordering::SeqCst);
+            // The sender lives as long as the store: `wait_for` ends only at the release.
+            let _ = hold.wait_for(|held| held.as_deref() != Some(name)).await;
+        }
         self.inner.cursor(mind, name).await
     }
 
