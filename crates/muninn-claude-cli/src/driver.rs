@@ -292,6 +292,8 @@ struct Collected {
     /// The main thread's tool calls (a subagent's, in events with a `parent_tool_use_id`, are
     /// left out: the CLI stores them in the subagent's own file, not the session's).
     tool_calls: Vec<ToolCall>,
+    /// The main thread's last request id: the turn's (a subagent's requests are billed
+    /// beside it).
     request_id: Option<String>,
     /// Usage of the run's results before the last (a run whose flush line became its own turn
     /// has two).

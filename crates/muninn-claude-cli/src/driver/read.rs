@@ -259,7 +259,12 @@ fn on_assistant(a: AssistantEvent, run_flush: &mut Option<RunFlush>, collected: 
     {
         f.state.reached_at = Some(f.started.elapsed());
     }
-    collected.request_id = a.request_id.or(collected.request_id.take());
+    // The main thread's request, which the turn's ledger row names: a subagent's (its lines
+    // carry the `parent_tool_use_id` of the call that started it) is billed beside the turn.
+    // Taken from any line, a turn interrupted while its subagent ran named the subagent's.
+    if a.parent_tool_use_id.is_none() {
+        collected.request_id = a.request_id.or(collected.request_id.take());
+    }
     let id = a.message.id;
     if id.is_none() || collected.started.iter().all(|(seen, _)| *seen != id) {
         collected.started.push((id.clone(), a.message.usage));
