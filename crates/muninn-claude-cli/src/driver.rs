@@ -286,14 +286,15 @@ struct Collected {
     /// The main thread's text blocks, each with the id of the API message it came in (the CLI
     /// writes a line per block): see [`Collected::reply_text`].
     text: Vec<(Option<String>, String)>,
-    /// The ids of the main thread's model messages, once each, in order: what a failed turn's
-    /// session file must hold for the session to carry on from it (`rewind.rs`).
+    /// The ids of the main thread's model messages since the CLI took the exchange's line,
+    /// once each, in order: what a failed turn's session file must hold for the session to
+    /// carry on from it (`rewind.rs`).
     model_messages: Vec<Option<String>>,
     /// The main thread's tool calls (a subagent's, in events with a `parent_tool_use_id`, are
     /// left out: the CLI stores them in the subagent's own file, not the session's).
     tool_calls: Vec<ToolCall>,
-    /// The main thread's last request id: the turn's (a subagent's requests are billed
-    /// beside it).
+    /// The main thread's last request id since the CLI took the exchange's line: the turn's
+    /// (a subagent's requests are billed beside it).
     request_id: Option<String>,
     /// Usage of the run's results before the last (a run whose flush line became its own turn
     /// has two).

@@ -225,10 +225,15 @@ impl Driver {
         }
         if replayed_text(v).is_some() && !collected.echoed {
             // The CLI took the exchange's line: what it wrote before was a turn it had
-            // started by itself (the line absorbed into its tool loop), not the reply.
+            // started by itself (the line absorbed into its tool loop), not the reply — nor
+            // what a failed exchange's part of the session file must hold: the CLI stored
+            // those messages before it took the line (`rewind.rs`). Kept, they were looked
+            // for after the line, not found there, and the session called out of step.
             collected.echoed = true;
             collected.text.clear();
             collected.tool_calls.clear();
+            collected.model_messages.clear();
+            collected.request_id = None;
         }
         if super::beside::main_thread_notification(v) {
             self.notified = true;
