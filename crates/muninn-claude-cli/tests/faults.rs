@@ -96,3 +96,70 @@ async fn a_signal_to_the_hosts_process_group_does_not_reach_the_child() {
     );
     b.shutdown().await.unwrap();
 }
+
+/// A cgroup-v1 freezer group of this test's own, thawed and removed when dropped (a test that
+/// fails still lets its frozen process die). `None` where none can be made (not root, no v1
+/// freezer hierarchy).
+struct Freezer(std::path::PathBuf);
+
+impl Freezer {
+    fn new(name: &str) -> Option<Freezer> {
+        let dir = std::path::Path::new("/sys/fs/cgroup/freezer")
+            .join(format!("muninn-test-{name}-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        Some(Freezer(dir))
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
+        // Removable once its processes, killed and thawed, are gone.
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A child that no SIGKILL ends does not hold the turn for ever: the stand-in takes the line,
+/// closes its stdout and freezes itself (a cgroup freezer: the process stays in the kernel,
+/// where SIGKILL waits until it is thawed, as a thread stuck on a stalled disk would). The turn
+/// ends as a child that died, the kill given up after its bound. Before, the driver's reap
+/// waited for the killed child without a bound: the turn never returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_that_outlives_its_sigkill_does_not_hold_the_turn() {
+    let Some(freezer) = Freezer::new("unkillable") else {
+        eprintln!("SKIP: no cgroup-v1 freezer group can be made here (needs root)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let group = freezer.0.display();
+    let script = format!(
+        "read line\necho '{}'\necho $$ > '{group}/cgroup.procs'\nexec >&-\n\
+         echo FROZEN > '{group}/freezer.state'\nsleep 600\n",
+        init_line()
+    );
+    let bin = stand_in(dir.path(), &script).await;
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a93").await;
+    r.config.shutdown_timeout = Duration::from_secs(1);
+    r.config.turn_timeout = Duration::from_secs(60);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("unkillable")).await.unwrap();
+    let started = std::time::Instant::now();
+    let turn = tokio::time::timeout(Duration::from_secs(40), b.turn(TurnInput::text("f1"))).await;
+    let took = started.elapsed();
+    let err = turn
+        .unwrap_or_else(|_| panic!("the turn did not end within {took:?}"))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("claude exited during the turn"),
+        "{err}"
+    );
+    // The reap's wait (1 s), the kill's bound (5 s), the stderr's (2 s), the sweep's.
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    drop(freezer);
+    drop(b);
+}
