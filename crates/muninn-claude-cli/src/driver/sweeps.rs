@@ -11,10 +11,12 @@
 //! the blocking pool drops unrun (begun as the runtime shuts down) runs on the dropping thread.
 //!
 //! A sweep that could not look (no `/proc`, no pidfds) is logged at warn with its cause and
-//! counted ([`Sweeps::failed`]); a kernel without `pidfd_open` is said once, not per child.
+//! counted ([`Sweeps::failed`]), which the host shows in `muninn status` and `/metrics`: any
+//! process the child left behind may still run. A kernel without `pidfd_open` is said once in
+//! the log, not per child.
 
 use super::tree::{self, SweepError};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::watch;
@@ -28,6 +30,8 @@ pub struct Sweeps {
 
 #[derive(Debug)]
 struct Inner {
+    /// Where the processes are listed (`/proc`).
+    proc_root: PathBuf,
     /// Sweeps begun and not yet ended.
     running: watch::Sender<usize>,
     /// Sweeps that could not look.
@@ -37,14 +41,9 @@ struct Inner {
 }
 
 impl Default for Sweeps {
+    /// Sweeps that list the processes in `/proc`.
     fn default() -> Sweeps {
-        Sweeps {
-            inner: Arc::new(Inner {
-                running: watch::Sender::new(0),
-                failed: AtomicU64::new(0),
-                told_no_pidfd: AtomicBool::new(false),
-            }),
-        }
+        Sweeps::looking_in(tree::PROC)
     }
 }
 
@@ -61,7 +60,8 @@ struct Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(mark) = self.mark.take() {
-            self.sweeps.sweep(Path::new(tree::PROC), &mark, self.child);
+            let sweeps = self.sweeps.clone();
+            sweeps.sweep(&sweeps.inner.proc_root, &mark, self.child);
         }
         self.sweeps
             .inner
@@ -71,6 +71,20 @@ impl Drop for Pending {
 }
 
 impl Sweeps {
+    /// Sweeps that list the processes in `proc_root` instead of `/proc`: the process table is
+    /// the environment a sweep reads, given like any other (a host's is `/proc`; a test's may
+    /// be a directory that cannot be read, as on a host without `/proc` mounted).
+    pub fn looking_in(proc_root: impl Into<PathBuf>) -> Sweeps {
+        Sweeps {
+            inner: Arc::new(Inner {
+                proc_root: proc_root.into(),
+                running: watch::Sender::new(0),
+                failed: AtomicU64::new(0),
+                told_no_pidfd: AtomicBool::new(false),
+            }),
+        }
+    }
+
     /// Waits until no sweep is under way (those begun while it waits included).
     pub async fn settled(&self) {
         let mut running = self.inner.running.subscribe();
