@@ -205,8 +205,20 @@ impl Live {
     /// threads. The child itself is not waited for again: a caller that killed it already
     /// waited as long as `Live::kill` does.
     async fn sweep(mut self) {
-        if let Some(sweep) = self.mark.take().and_then(|m| self.sweeps.start(m, None)) {
-            let _cancelled = sweep.await;
+        let Some(sweep) = self.mark.take().and_then(|m| self.sweeps.start(m, None)) else {
+            return;
+        };
+        // Bounded (`SWEEP_WAIT`): a sweep stuck on a process's `/proc` entry must not hold
+        // the stop; it runs on, counted, and the host's exit waits for it within its own bound.
+        if tokio::time::timeout(sweeps::SWEEP_WAIT, sweep)
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                pid = ?self.pid,
+                "claude-cli: the sweep of what a child left behind did not end within {:?}; the stop goes on without it",
+                sweeps::SWEEP_WAIT
+            );
         }
     }
 

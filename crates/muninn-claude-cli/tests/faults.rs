@@ -163,3 +163,44 @@ async fn a_child_that_outlives_its_sigkill_does_not_hold_the_turn() {
     drop(freezer);
     drop(b);
 }
+
+/// Neither a stop nor a host's exit waits for ever for a sweep that is stuck: a process table
+/// (injected: `Sweeps::looking_in`) whose one entry's `environ` no read ever ends, as
+/// `/proc/<pid>/environ` of a process whose memory map a thread stuck in the kernel holds
+/// locked (why `ps` hangs). The shutdown answers once the stop's bound (10 s) is out, and
+/// `settled` — what the host waits for at its exit — gives up after its own (30 s). Before,
+/// each waited as long as the sweep did: for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_sweep_does_not_hold_the_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = stand_in(dir.path(), "while read line; do :; done\n").await;
+    let mut sleep = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let table = dir.path().join("proc");
+    let entry = table.join(sleep.id().to_string());
+    std::fs::create_dir_all(&entry).unwrap();
+    let fifo = entry.join("environ");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a97").await;
+    let sweeps = muninn_claude_cli::Sweeps::looking_in(&table);
+    r.config.sweeps = sweeps.clone();
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("stuck-sweep")).await.unwrap();
+    let started = std::time::Instant::now();
+    let stopped = tokio::time::timeout(Duration::from_secs(40), b.shutdown()).await;
+    let took = started.elapsed();
+    let settled = tokio::time::timeout(Duration::from_secs(60), sweeps.settled()).await;
+    // The sweep's read ends, empty, once a writer has come and gone.
+    std::thread::spawn(move || drop(std::fs::OpenOptions::new().write(true).open(fifo)));
+    let _ = sleep.kill();
+    let _ = sleep.wait();
+    assert!(stopped.is_ok(), "the stop did not end within {took:?}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert!(settled.is_ok(), "settled still waiting after 60 s");
+}
