@@ -128,6 +128,11 @@ pub struct PostBriefRequest {
 pub struct MindsResponse<C = serde_json::Value> {
     /// Every Mind that is configured or stored, by id.
     pub minds: Vec<MindStatus<C>>,
+    /// Sweeps of the processes this host's Claude Code CLI children left behind that could not
+    /// look for them (no `/proc`, no pidfds) since the host started: any such process may
+    /// still be running (the host's log names each failure's cause). 0 on other backends.
+    #[serde(default)]
+    pub claude_cli_sweeps_failed: u64,
 }
 
 /// A Mind as an operator sees it: `GET /v1/minds/{mind}`, and each entry of `GET /v1/minds`.

@@ -163,42 +163,62 @@ impl Drop for Live {
     }
 }
 
-/// How long [`Live::finish`] waits for a killed child to be gone.
+/// How long `Live::kill` waits for a killed child to be gone.
 const KILLED_CHILD_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Live {
-    /// Kills the child and every process it started, and reaps the child. The tree is stopped
-    /// on the blocking pool; the child is not reaped until after, so its pid stays its own.
+    /// Kills the child and every process it started, and waits for the child to be gone —
+    /// within `KILLED_CHILD_WAIT`. The tree is stopped on the blocking pool; the child is not
+    /// signalled until after, so its pid stays its own.
+    ///
+    /// Bounded because a child that no SIGKILL ends (a thread stuck in the kernel: a stalled
+    /// disk or network filesystem, a frozen cgroup) must not hold its driver, and with it the
+    /// Mind's turns, a stop or a park, for ever; it is logged at error, as a process the host
+    /// could not end, and reaped when the `Child` drops. The wait matters too: a thread of the
+    /// child still in a write could finish it after the caller cut the session file back.
     async fn kill(&mut self) {
         let pid = self.pid;
         let _cancelled = tokio::task::spawn_blocking(move || tree::kill_descendants(pid)).await;
-        let _already_gone = self.child.kill().await;
+        let _already_gone = self.child.start_kill();
+        if tokio::time::timeout(KILLED_CHILD_WAIT, self.child.wait())
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                pid = ?self.pid,
+                "claude-cli: a killed child was not gone after {KILLED_CHILD_WAIT:?}; going on without it (it is reaped if it ever ends)"
+            );
+        }
     }
 
-    /// Done with the child: kills it (and its tree) if it still runs, then kills every process
-    /// still carrying its mark and waits for that — off the async threads — so a stop or a park
-    /// answers only once nothing the child started is left.
+    /// Done with the child: kills it (and its tree) if it still runs, then sweeps its mark
+    /// (`Live::sweep`), so a stop or a park answers only once nothing the child started is
+    /// left.
     async fn finish(mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
-            let pid = self.pid;
-            let _cancelled = tokio::task::spawn_blocking(move || tree::kill_descendants(pid)).await;
-            let _already_gone = self.child.start_kill();
-            // Waited for within a bound: a thread of the child still in a write (a stalled
-            // disk) could otherwise finish it after the caller cut the session file back; a
-            // child that no SIGKILL ends (stuck in the kernel) must not hold the stop for ever,
-            // and is reaped when the `Child` drops, after the sweep.
-            if tokio::time::timeout(KILLED_CHILD_WAIT, self.child.wait())
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    pid = ?self.pid,
-                    "claude-cli: a killed child was not gone after {KILLED_CHILD_WAIT:?}; going on without it"
-                );
-            }
+            self.kill().await;
         }
-        if let Some(sweep) = self.mark.take().and_then(|m| self.sweeps.start(m, None)) {
-            let _cancelled = sweep.await;
+        self.sweep().await;
+    }
+
+    /// Kills every process still carrying the child's mark and waits for that — off the async
+    /// threads. The child itself is not waited for again: a caller that killed it already
+    /// waited as long as `Live::kill` does.
+    async fn sweep(mut self) {
+        let Some(sweep) = self.mark.take().and_then(|m| self.sweeps.start(m, None)) else {
+            return;
+        };
+        // Bounded (`SWEEP_WAIT`): a sweep stuck on a process's `/proc` entry must not hold
+        // the stop; it runs on, counted, and the host's exit waits for it within its own bound.
+        if tokio::time::timeout(sweeps::SWEEP_WAIT, sweep)
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                pid = ?self.pid,
+                "claude-cli: the sweep of what a child left behind did not end within {:?}; the stop goes on without it",
+                sweeps::SWEEP_WAIT
+            );
         }
     }
 
@@ -286,12 +306,15 @@ struct Collected {
     /// The main thread's text blocks, each with the id of the API message it came in (the CLI
     /// writes a line per block): see [`Collected::reply_text`].
     text: Vec<(Option<String>, String)>,
-    /// The ids of the main thread's model messages, once each, in order: what a failed turn's
-    /// session file must hold for the session to carry on from it (`rewind.rs`).
+    /// The ids of the main thread's model messages since the CLI took the exchange's line,
+    /// once each, in order: what a failed turn's session file must hold for the session to
+    /// carry on from it (`rewind.rs`).
     model_messages: Vec<Option<String>>,
     /// The main thread's tool calls (a subagent's, in events with a `parent_tool_use_id`, are
     /// left out: the CLI stores them in the subagent's own file, not the session's).
     tool_calls: Vec<ToolCall>,
+    /// The main thread's last request id since the CLI took the exchange's line: the turn's
+    /// (a subagent's requests are billed beside it).
     request_id: Option<String>,
     /// Usage of the run's results before the last (a run whose flush line became its own turn
     /// has two).
@@ -479,6 +502,7 @@ impl Driver {
             match tokio::time::timeout(self.config.shutdown_timeout, live.child.wait()).await {
                 Ok(Ok(s)) => Some(s),
                 _ => {
+                    // Bounded: a child that outlives its SIGKILL is left, not waited for.
                     live.kill().await;
                     None
                 }
@@ -489,7 +513,9 @@ impl Driver {
             let _still_open = tokio::time::timeout(STDERR_END_WAIT, drained).await;
         }
         let tail = live.stderr_tail();
-        live.finish().await;
+        // Exited or killed above: only its mark is left to sweep (`finish` would wait for a
+        // child that outlived its SIGKILL a second time).
+        live.sweep().await;
         (status, tail)
     }
 

@@ -96,3 +96,111 @@ async fn a_signal_to_the_hosts_process_group_does_not_reach_the_child() {
     );
     b.shutdown().await.unwrap();
 }
+
+/// A cgroup-v1 freezer group of this test's own, thawed and removed when dropped (a test that
+/// fails still lets its frozen process die). `None` where none can be made (not root, no v1
+/// freezer hierarchy).
+struct Freezer(std::path::PathBuf);
+
+impl Freezer {
+    fn new(name: &str) -> Option<Freezer> {
+        let dir = std::path::Path::new("/sys/fs/cgroup/freezer")
+            .join(format!("muninn-test-{name}-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        Some(Freezer(dir))
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
+        // Removable once its processes, killed and thawed, are gone.
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A child that no SIGKILL ends does not hold the turn for ever: the stand-in takes the line,
+/// closes its stdout and freezes itself (a cgroup freezer: the process stays in the kernel,
+/// where SIGKILL waits until it is thawed, as a thread stuck on a stalled disk would). The turn
+/// ends as a child that died, the kill given up after its bound. Before, the driver's reap
+/// waited for the killed child without a bound: the turn never returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_that_outlives_its_sigkill_does_not_hold_the_turn() {
+    let Some(freezer) = Freezer::new("unkillable") else {
+        eprintln!("SKIP: no cgroup-v1 freezer group can be made here (needs root)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let group = freezer.0.display();
+    let script = format!(
+        "read line\necho '{}'\necho $$ > '{group}/cgroup.procs'\nexec >&-\n\
+         echo FROZEN > '{group}/freezer.state'\nsleep 600\n",
+        init_line()
+    );
+    let bin = stand_in(dir.path(), &script).await;
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a93").await;
+    r.config.shutdown_timeout = Duration::from_secs(1);
+    r.config.turn_timeout = Duration::from_secs(60);
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("unkillable")).await.unwrap();
+    let started = std::time::Instant::now();
+    let turn = tokio::time::timeout(Duration::from_secs(40), b.turn(TurnInput::text("f1"))).await;
+    let took = started.elapsed();
+    let err = turn
+        .unwrap_or_else(|_| panic!("the turn did not end within {took:?}"))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("claude exited during the turn"),
+        "{err}"
+    );
+    // The reap's wait (1 s), the kill's bound (5 s), the stderr's (2 s), the sweep's.
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    drop(freezer);
+    drop(b);
+}
+
+/// Neither a stop nor a host's exit waits for ever for a sweep that is stuck: a process table
+/// (injected: `Sweeps::looking_in`) whose one entry's `environ` no read ever ends, as
+/// `/proc/<pid>/environ` of a process whose memory map a thread stuck in the kernel holds
+/// locked (why `ps` hangs). The shutdown answers once the stop's bound (10 s) is out, and
+/// `settled` — what the host waits for at its exit — gives up after its own (30 s). Before,
+/// each waited as long as the sweep did: for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_sweep_does_not_hold_the_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = stand_in(dir.path(), "while read line; do :; done\n").await;
+    let mut sleep = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let table = dir.path().join("proc");
+    let entry = table.join(sleep.id().to_string());
+    std::fs::create_dir_all(&entry).unwrap();
+    let fifo = entry.join("environ");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a97").await;
+    let sweeps = muninn_claude_cli::Sweeps::looking_in(&table);
+    r.config.sweeps = sweeps.clone();
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("stuck-sweep")).await.unwrap();
+    let started = std::time::Instant::now();
+    let stopped = tokio::time::timeout(Duration::from_secs(40), b.shutdown()).await;
+    let took = started.elapsed();
+    let settled = tokio::time::timeout(Duration::from_secs(60), sweeps.settled()).await;
+    // The sweep's read ends, empty, once a writer has come and gone.
+    std::thread::spawn(move || drop(std::fs::OpenOptions::new().write(true).open(fifo)));
+    let _ = sleep.kill();
+    let _ = sleep.wait();
+    assert!(stopped.is_ok(), "the stop did not end within {took:?}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert!(settled.is_ok(), "settled still waiting after 60 s");
+}

@@ -1,5 +1,6 @@
 //! Features that meet in the one driver task: a reseed's pending seed against a compaction and
-//! against a turn that began but never finished; a fork's event in the session-event queue.
+//! against a turn that began but never finished; a fork's event in the session-event queue; an
+//! interrupt against a subagent's requests.
 
 use super::*;
 use pretty_assertions::assert_eq;
@@ -86,6 +87,47 @@ async fn a_seed_whose_turn_began_is_not_sent_again_after_the_child_dies() {
         1,
         "{:?}",
         user_messages_sent_with(&r.sim, "ks three")
+    );
+    b.shutdown().await;
+}
+
+/// A turn interrupted while its subagent ran (the CLI's `Agent` tool) names the main thread's
+/// request, not the subagent's: the stand-in answers with the main thread's `Agent` call, a
+/// message of the subagent's (its line carries the call's `parent_tool_use_id` and its own
+/// `request_id`) and the `result` of an interrupted turn. The ledger row of the turn carries
+/// its request id; the subagent's requests are billed beside it. Before, the turn named the
+/// subagent's request ("req_sub"), whichever line came last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_interrupted_in_its_subagent_names_the_main_threads_request() {
+    use script::*;
+    let dir = tempfile::tempdir().unwrap();
+    let usage = json!({"input_tokens": 9, "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0, "output_tokens": 1});
+    let call = json!({"type": "assistant", "parent_tool_use_id": null, "request_id": "req_main",
+        "message": {"id": "msg_main", "model": "m", "usage": usage,
+            "content": [{"type": "tool_use", "id": "toolu_agent", "name": "Agent",
+                "input": {"prompt": "look"}}]}});
+    let subagent = json!({"type": "assistant", "parent_tool_use_id": "toolu_agent",
+        "request_id": "req_sub", "message": {"id": "msg_sub", "model": "m", "usage": usage,
+            "content": [{"type": "text", "text": "the subagent looks"}]}});
+    let interrupted = json!({"type": "result", "subtype": "error_during_execution",
+        "is_error": true, "terminal_reason": "aborted_streaming", "result": "",
+        "usage": {"input_tokens": 9, "output_tokens": 1}});
+    let bin = stand_in(
+        dir.path(),
+        &format!(
+            "read line\n{}while read line; do :; done\n",
+            printed(&[init(), echo("a1"), call, subagent, interrupted])
+        ),
+    )
+    .await;
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a95").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("subagent-interrupted")).await.unwrap();
+    let o = ok(b.turn(TurnInput::text("a1")).await);
+    assert_eq!(
+        (o.stop_reason.as_str(), o.request_id.as_deref()),
+        ("interrupted", Some("req_main"))
     );
     b.shutdown().await;
 }

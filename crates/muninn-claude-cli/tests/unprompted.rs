@@ -397,3 +397,71 @@ async fn a_compaction_after_a_notification_is_not_a_turn_of_the_clis_own() {
     assert_eq!(beside, Vec::<FailedAttempt>::new());
     b.shutdown().await;
 }
+
+/// A turn the CLI started by itself that takes muninn's line into its loop (the echo comes
+/// after its messages), then dies: what the model did after the line is in the session file,
+/// so the session holds the turn and is in step. The stand-in stores its own turn's message
+/// before it reads the line, as the CLI does. Before, the own turn's message was still among
+/// those the file's part after the line had to hold, was not found there, and the session was
+/// called out of step (the caller rebuilt a session that was fine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_of_the_clis_own_that_absorbed_the_line_leaves_the_session_in_step() {
+    use script::*;
+    let dir = tempfile::tempdir().unwrap();
+    let session = "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a94";
+    let file = dir
+        .path()
+        .join("data/home/.claude/projects/stand-in")
+        .join(format!("{session}.jsonl"));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let stored = |events: &[Value]| -> String {
+        events
+            .iter()
+            .map(|e| format!("printf '%s\\n' '{e}' >> '{}'\n", file.display()))
+            .collect()
+    };
+    let user = |t: &str| json!({"type": "user", "message": {"role": "user", "content": t}});
+    let model = |id: &str| {
+        json!({"type": "assistant", "message": {"id": id, "model": "m", "role": "assistant",
+            "content": [{"type": "text", "text": id}]}})
+    };
+    let bin = stand_in(
+        dir.path(),
+        &format!(
+            "read line\n{}{}{}read line\n{}{}exit 1\n",
+            stored(&[user("u1"), model("msg_1"), model("msg_own")]),
+            printed(&[
+                init(),
+                echo("u1"),
+                said("answer one", "msg_1", 11),
+                result("answer one", 11),
+            ]),
+            printed(&[notification(), init(), said("OWN", "msg_own", 700)]),
+            stored(&[user("u2"), model("msg_2")]),
+            printed(&[echo("u2"), said("answer two", "msg_2", 13)]),
+        ),
+    )
+    .await;
+    let sim = sim().await;
+    let config = CliConfig::new(
+        bin,
+        dir.path().join("data"),
+        sim.base_url(),
+        Secret::new("sk-test-cli"),
+        session,
+    );
+    let mut b = ClaudeCliBackend::new(config);
+    b.start(spec("absorbed")).await.unwrap();
+    ok(b.turn(TurnInput::text("u1")).await);
+    let err = b.turn(TurnInput::text("u2")).await.unwrap_err();
+    assert!(
+        err.to_string().contains("claude exited during the turn"),
+        "{err}"
+    );
+    let report = b.last_report().unwrap().clone();
+    assert!(
+        report.held && !report.out_of_step && b.failure_kept_turn(),
+        "{report:?}"
+    );
+    b.shutdown().await;
+}

@@ -621,6 +621,15 @@ impl BackendFactory {
         }
     }
 
+    /// The sweeps of what every claude-cli session's children left behind — one set, shared
+    /// by every session this factory makes — when this is that factory.
+    pub fn sweeps(&self) -> Option<&Sweeps> {
+        match self {
+            BackendFactory::ClaudeCli { sweeps, .. } => Some(sweeps),
+            BackendFactory::Sim(_) | BackendFactory::Anthropic(..) => None,
+        }
+    }
+
     /// The process pool's settings, when this is the claude-cli factory.
     pub fn pool_settings(&self) -> Option<&PoolSettings> {
         match self {

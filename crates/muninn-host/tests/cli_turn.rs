@@ -386,3 +386,46 @@ async fn a_failure_after_a_paid_answer_rebuilds_once_not_per_retry() {
     r.release().await.unwrap();
     w.server.stop().await.unwrap();
 }
+
+/// Every session the claude-cli factory makes shares its one `Sweeps`: the host waits for
+/// those (`run_minds`, `sweeps_settled`) before it exits, and shows their failures in `muninn
+/// status` and `/metrics`. A Mind's two sessions on a CLI stand-in, the factory's sweeps unable
+/// to list the processes (a directory that is not there for `/proc`): each session's stop
+/// fails its sweep, and the factory counts both. A session with a `Sweeps` of its own would
+/// be neither waited for nor seen failing (0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_claude_cli_session_shares_the_factorys_sweeps() {
+    use muninn_backend::{Backend, SessionSpec};
+    use muninn_core::cache::Ttl;
+    use muninn_host::backends::BackendFactory;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("claude");
+    std::fs::write(&bin, "#!/bin/sh\nwhile read line; do :; done\n").unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A child forked elsewhere in this test binary may still hold the file open for writing
+    // (ETXTBSY) until it execs.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let mut w = crate::cli_world::cli_world(bin).await;
+    if let BackendFactory::ClaudeCli { sweeps, .. } = &mut w.factory {
+        *sweeps = muninn_claude_cli::Sweeps::looking_in(dir.path().join("no-proc"));
+    }
+    let prices = PriceTable::embedded();
+    for session in ["vala/persona", "vala/self"] {
+        let mut backend = w.factory.make(w.host.clock.clone(), &prices, session);
+        backend
+            .start(SessionSpec {
+                model: String::new(),
+                system: vec!["You are a stand-in's session.".into()],
+                tools: Vec::new(),
+                output_schema: None,
+                system_ttl: Ttl::FiveMinutes,
+                conversation_ttl: Ttl::FiveMinutes,
+                max_tokens: 1024,
+            })
+            .await
+            .unwrap();
+        backend.close().await;
+    }
+    assert_eq!(w.factory.sweeps().map(|s| s.failed()), Some(2));
+}

@@ -106,8 +106,9 @@ fn segment_column(segment: &Option<Segment>) -> String {
 /// `muninn status`: every Mind with its state, lease holder, pending deliveries, segments and
 /// spend in its window; a line per Mind that is retrying, with the error, a line per Mind whose
 /// transport cut a gap (skipped events), a line per configured room a transport has not joined
-/// yet, then each send a transport gave up on (when and why), and each Mind's deliveries set
-/// aside as undeliverable.
+/// yet, then each send a transport gave up on (when and why), each Mind's deliveries set
+/// aside as undeliverable, and a line for the host when sweeps of what its Claude Code CLI
+/// children left behind could not look.
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     block_on(async move {
@@ -115,6 +116,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         if args.format == Format::Json {
             return json(&response);
         }
+        let sweeps_failed = response.claude_cli_sweeps_failed;
         let minds = response.minds;
         print_table(&minds)?;
         print_retrying(&minds)?;
@@ -123,9 +125,25 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
         print_rooms_not_joined(&minds)?;
         print_failed_sends(&minds)?;
         print_undeliverable(&minds)?;
+        print_sweeps_failed(sweeps_failed)?;
         print_brake(&minds)?;
         Ok(())
     })
+}
+
+/// A line for the host when sweeps of the processes its Claude Code CLI children left behind
+/// could not look for them (no `/proc`, no pidfds): such processes may still be running, and
+/// only the host's log said so.
+fn print_sweeps_failed(failed: u64) -> std::io::Result<()> {
+    if failed == 0 {
+        return Ok(());
+    }
+    let plural = if failed == 1 { "" } else { "s" };
+    outln!(
+        "host: {failed} sweep{plural} of what the Claude Code CLI children left behind could not \
+         look since the host started (no /proc or no pidfds; its log says why): processes they \
+         started may still be running"
+    )
 }
 
 /// One aligned row per Mind: state, lease, pending deliveries (with the oldest's age),

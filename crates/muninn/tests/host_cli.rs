@@ -245,6 +245,74 @@ async fn enqueue_a_reply(served: &Served, request_id: &str, text: &str) {
         .unwrap();
 }
 
+/// A sweep of what a Claude Code CLI child left behind that could not look for it (here the
+/// process list is read from a directory that is not there, as on a host without `/proc`) is
+/// shown: a line for the host in `muninn status`, the count in its JSON and in `/metrics`. The
+/// child is a CLI stand-in, stopped as every session's child is. Before, only the host's log
+/// said so, in a warn line among many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_that_could_not_look_shows_in_status_and_metrics() {
+    use muninn_backend::{Backend, SessionSpec};
+    use muninn_claude_cli::{ClaudeCliBackend, CliConfig, Secret, Sweeps};
+    use std::os::unix::fs::PermissionsExt;
+    let served = served().await;
+    let line = |out: &str| {
+        out.lines()
+            .find(|l| l.starts_with("host: "))
+            .map(str::to_owned)
+    };
+    assert_eq!(line(&stdout(&served.muninn(&["status"]).await)), None);
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("claude");
+    std::fs::write(&bin, "#!/bin/sh\nwhile read line; do :; done\n").unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A child forked elsewhere in this test binary may still hold the file open for writing
+    // (ETXTBSY) until it execs.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let sweeps = Sweeps::looking_in(dir.path().join("no-proc"));
+    // What `run_minds` does with the claude-cli factory's sweeps.
+    served.host.telemetry.set_sweeps(sweeps.clone());
+    let mut config = CliConfig::new(
+        bin,
+        dir.path().join("cli"),
+        "http://127.0.0.1:9",
+        Secret::new("sk-test-sweeps"),
+        "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a96",
+    );
+    config.sweeps = sweeps;
+    let mut backend = ClaudeCliBackend::new(config);
+    backend
+        .start(SessionSpec {
+            model: String::new(),
+            system: vec!["You are a stand-in's session.".into()],
+            tools: Vec::new(),
+            output_schema: None,
+            system_ttl: muninn_core::cache::Ttl::FiveMinutes,
+            conversation_ttl: muninn_core::cache::Ttl::FiveMinutes,
+            max_tokens: 1024,
+        })
+        .await
+        .unwrap();
+    backend.close().await;
+    let shown = line(&stdout(&served.muninn(&["status"]).await)).unwrap_or_default();
+    assert!(
+        shown.starts_with(
+            "host: 1 sweep of what the Claude Code CLI children left behind could not look"
+        ),
+        "{shown}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout(
+        &served.muninn(&["status", "--format", "json"]).await,
+    ))
+    .unwrap();
+    assert_eq!(json["claude_cli_sweeps_failed"], 1, "{json}");
+    let metrics = muninn_host::telemetry::metrics::render(&served.host).await;
+    assert!(
+        metrics.contains("\nmuninn_claude_cli_sweeps_failed_total 1\n"),
+        "{metrics}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_printing_command_speaks_json_and_the_ledger_csv() {
     let served = served().await;

@@ -225,10 +225,15 @@ impl Driver {
         }
         if replayed_text(v).is_some() && !collected.echoed {
             // The CLI took the exchange's line: what it wrote before was a turn it had
-            // started by itself (the line absorbed into its tool loop), not the reply.
+            // started by itself (the line absorbed into its tool loop), not the reply — nor
+            // what a failed exchange's part of the session file must hold: the CLI stored
+            // those messages before it took the line (`rewind.rs`). Kept, they were looked
+            // for after the line, not found there, and the session called out of step.
             collected.echoed = true;
             collected.text.clear();
             collected.tool_calls.clear();
+            collected.model_messages.clear();
+            collected.request_id = None;
         }
         if super::beside::main_thread_notification(v) {
             self.notified = true;
@@ -259,7 +264,12 @@ fn on_assistant(a: AssistantEvent, run_flush: &mut Option<RunFlush>, collected: 
     {
         f.state.reached_at = Some(f.started.elapsed());
     }
-    collected.request_id = a.request_id.or(collected.request_id.take());
+    // The main thread's request, which the turn's ledger row names: a subagent's (its lines
+    // carry the `parent_tool_use_id` of the call that started it) is billed beside the turn.
+    // Taken from any line, a turn interrupted while its subagent ran named the subagent's.
+    if a.parent_tool_use_id.is_none() {
+        collected.request_id = a.request_id.or(collected.request_id.take());
+    }
     let id = a.message.id;
     if id.is_none() || collected.started.iter().all(|(seen, _)| *seen != id) {
         collected.started.push((id.clone(), a.message.usage));

@@ -7,17 +7,33 @@
 //! many Minds at once stalled every task on that worker. The driver awaits each sweep of its
 //! own before it answers a stop or a park; a sweep begun by a drop (a dead child replaced, a
 //! driver whose handle was dropped) is awaited by whoever holds the [`Sweeps`]: the host waits
-//! for [`Sweeps::settled`] before it exits, so every marked process is dead by then. A sweep
-//! the blocking pool drops unrun (begun as the runtime shuts down) runs on the dropping thread.
+//! for [`Sweeps::settled`] before it exits, so every marked process is dead by then. Both waits
+//! are bounded (10 s for a stop, 30 s for the host's exit, a give-up logged at error): a sweep
+//! reads `/proc/<pid>/environ`, which waits while a thread stuck in the kernel holds that
+//! process's memory map locked. A sweep the blocking pool drops unrun (begun as the runtime
+//! shuts down) runs on the dropping thread.
 //!
 //! A sweep that could not look (no `/proc`, no pidfds) is logged at warn with its cause and
-//! counted ([`Sweeps::failed`]); a kernel without `pidfd_open` is said once, not per child.
+//! counted ([`Sweeps::failed`]), which the host shows in `muninn status` and `/metrics`: any
+//! process the child left behind may still run. A kernel without `pidfd_open` is said once in
+//! the log, not per child.
 
 use super::tree::{self, SweepError};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 use tokio::sync::watch;
+
+/// The longest a stop or a park waits for its child's sweep. A sweep reads each process's
+/// environment from `/proc`, and such a read waits while that process's memory map is locked
+/// by a thread stuck in the kernel (why `ps` hangs on a stalled NFS mount): waited for without
+/// a bound, one stuck process held the stop, and with it the Mind, for ever. The sweep goes on
+/// on its blocking thread; only the wait for it ends.
+pub(crate) const SWEEP_WAIT: Duration = Duration::from_secs(10);
+
+/// The longest `Sweeps::settled` waits for the sweeps under way at a host's exit.
+pub(crate) const SETTLE_WAIT: Duration = Duration::from_secs(30);
 
 /// The mark sweeps under way, shared by every backend of a host (a clone is another handle on
 /// the same set). See the module docs.
@@ -28,6 +44,8 @@ pub struct Sweeps {
 
 #[derive(Debug)]
 struct Inner {
+    /// Where the processes are listed (`/proc`).
+    proc_root: PathBuf,
     /// Sweeps begun and not yet ended.
     running: watch::Sender<usize>,
     /// Sweeps that could not look.
@@ -37,14 +55,9 @@ struct Inner {
 }
 
 impl Default for Sweeps {
+    /// Sweeps that list the processes in `/proc`.
     fn default() -> Sweeps {
-        Sweeps {
-            inner: Arc::new(Inner {
-                running: watch::Sender::new(0),
-                failed: AtomicU64::new(0),
-                told_no_pidfd: AtomicBool::new(false),
-            }),
-        }
+        Sweeps::looking_in(tree::PROC)
     }
 }
 
@@ -61,7 +74,8 @@ struct Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(mark) = self.mark.take() {
-            self.sweeps.sweep(Path::new(tree::PROC), &mark, self.child);
+            let sweeps = self.sweeps.clone();
+            sweeps.sweep(&sweeps.inner.proc_root, &mark, self.child);
         }
         self.sweeps
             .inner
@@ -71,11 +85,35 @@ impl Drop for Pending {
 }
 
 impl Sweeps {
-    /// Waits until no sweep is under way (those begun while it waits included).
+    /// Sweeps that list the processes in `proc_root` instead of `/proc`: the process table is
+    /// the environment a sweep reads, given like any other (a host's is `/proc`; a test's may
+    /// be a directory that cannot be read, as on a host without `/proc` mounted).
+    pub fn looking_in(proc_root: impl Into<PathBuf>) -> Sweeps {
+        Sweeps {
+            inner: Arc::new(Inner {
+                proc_root: proc_root.into(),
+                running: watch::Sender::new(0),
+                failed: AtomicU64::new(0),
+                told_no_pidfd: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Waits until no sweep is under way (those begun while it waits included) — for at most
+    /// 30 s: a sweep that has not ended by then is stuck on a process's `/proc` entry, and a
+    /// host must not hang at its exit for it. Giving up is logged at error, with how many are
+    /// left.
     pub async fn settled(&self) {
         let mut running = self.inner.running.subscribe();
         // The sender is held by `self`: the wait ends only with the count at zero.
-        let _ = running.wait_for(|n| *n == 0).await;
+        let settled = running.wait_for(|n| *n == 0);
+        if tokio::time::timeout(SETTLE_WAIT, settled).await.is_err() {
+            let left = *self.inner.running.borrow();
+            tracing::error!(
+                left,
+                "claude-cli: sweeps of what the children left behind did not end within {SETTLE_WAIT:?}; going on without them (what they were to kill may still run)"
+            );
+        }
     }
 
     /// How many sweeps could not look for the processes to kill (see `SweepError`).

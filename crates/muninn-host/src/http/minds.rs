@@ -172,7 +172,10 @@ pub(super) async fn list_minds(
     for id in &ids {
         minds.push(mind_status(host, id).await?);
     }
-    Ok(Json(MindsResponse { minds }))
+    Ok(Json(MindsResponse {
+        minds,
+        claude_cli_sweeps_failed: host.telemetry.sweeps_failed(),
+    }))
 }
 
 pub(super) async fn get_mind(

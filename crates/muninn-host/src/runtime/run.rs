@@ -206,6 +206,10 @@ pub async fn run_minds(
     if let Some(pool) = factory.process_pool() {
         host.telemetry.set_pool(pool.clone());
     }
+    // A sweep of what a child left behind that could not look is the host's to show.
+    if let Some(sweeps) = factory.sweeps() {
+        host.telemetry.set_sweeps(sweeps.clone());
+    }
     let sweeper = factory.process_pool().cloned().map(|pool| {
         let every = pool.config().policy.min_idle.clamp(
             Duration::from_millis(500),

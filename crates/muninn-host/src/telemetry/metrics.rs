@@ -153,6 +153,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Resident memory of the live Claude Code CLI children, bytes, by Mind and role.",
     ),
     (
+        "muninn_claude_cli_sweeps_failed_total",
+        "counter",
+        "Sweeps of the processes Claude Code CLI children left behind that could not look for them (no /proc, no pidfds) since this host started: any such process may still be running.",
+    ),
+    (
         "muninn_store_up",
         "gauge",
         "1 if this scrape's store queries succeeded.",
@@ -471,7 +476,8 @@ fn write_mind_states(out: &mut Exposition, snapshot: &Snapshot, ids: &BTreeSet<S
     }
 }
 
-/// Each claude-cli child process and its resident memory.
+/// Each claude-cli child process and its resident memory, and the sweeps of what the children
+/// left behind that could not look.
 fn write_processes(out: &mut Exposition, snapshot: &Snapshot) {
     out.family("muninn_claude_cli_processes");
     for (mind, role, _) in &snapshot.processes {
@@ -483,6 +489,12 @@ fn write_processes(out: &mut Exposition, snapshot: &Snapshot) {
         let labels = [("mind", mind.as_str()), ("role", role.as_str())];
         out.sample("muninn_claude_cli_resident_bytes", &labels, bytes);
     }
+    out.family("muninn_claude_cli_sweeps_failed_total");
+    out.sample(
+        "muninn_claude_cli_sweeps_failed_total",
+        &[],
+        snapshot.sweeps_failed,
+    );
 }
 
 /// Micro-dollars as dollars, exactly (`1234567` → `1.234567`).

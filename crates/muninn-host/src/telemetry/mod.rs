@@ -33,6 +33,7 @@ mod transport;
 
 use crate::runtime::{RuntimeError, Step};
 use muninn_backend::{BackendError, RetryEvent, SessionEvent};
+use muninn_claude_cli::Sweeps;
 use muninn_claude_cli::pool::SharedPool;
 use muninn_core::decide::Reason;
 use muninn_core::ledger::{ForcedStart, LedgerRow, MissCause, RowKind};
@@ -55,6 +56,9 @@ pub const LATENCY_BUCKETS_S: [f64; 12] = [
 pub struct Telemetry {
     state: Mutex<State>,
     pool: OnceLock<SharedPool>,
+    /// The sweeps of what the claude-cli children left behind, whose failures `/metrics` and
+    /// `GET /v1/minds` (`muninn status`) report (set once).
+    sweeps: OnceLock<Sweeps>,
     /// Connections the API refused over its `max_connections` (counted by its accept loop).
     api_refused: Arc<AtomicU64>,
 }
@@ -216,6 +220,9 @@ pub struct Snapshot {
     pub processes: Vec<(String, String, u64)>,
     /// Connections the API refused over its `max_connections`.
     pub api_refused: u64,
+    /// Sweeps of what the claude-cli children left behind that could not look (no `/proc`, no
+    /// pidfds) since this host started.
+    pub sweeps_failed: u64,
 }
 
 /// A ledger row as the backend answered it, with what the row's JSON does not type.
@@ -293,6 +300,18 @@ impl Telemetry {
     /// The claude-cli process pool, whose children `/metrics` reports (set once).
     pub fn set_pool(&self, pool: SharedPool) {
         let _ = self.pool.set(pool);
+    }
+
+    /// The sweeps of what the claude-cli children leave behind, whose failures are reported
+    /// (set once; every session of the host shares them).
+    pub fn set_sweeps(&self, sweeps: Sweeps) {
+        let _ = self.sweeps.set(sweeps);
+    }
+
+    /// How many sweeps of what the claude-cli children left behind could not look since this
+    /// host started: processes a child left may still be running (0 without the backend).
+    pub fn sweeps_failed(&self) -> u64 {
+        self.sweeps.get().map_or(0, Sweeps::failed)
     }
 
     /// A request the backend answered, as its ledger row records it.
@@ -523,6 +542,7 @@ impl Telemetry {
             minds: state.minds.clone(),
             processes: Vec::new(),
             api_refused: self.api_refused.load(Ordering::Relaxed),
+            sweeps_failed: self.sweeps_failed(),
         };
         drop(state);
         if let Some(pool) = self.pool.get() {
