@@ -97,6 +97,12 @@ pub enum RowKind {
 /// The ledger's `decision` text of a [`RowKind::FailedAttempt`] row.
 pub const ATTEMPT_FAILED: &str = "attempt_failed";
 
+/// The ledger's `decision` text of a [`RowKind::FailedAttempt`] row written for a request whose
+/// answer was lost with its host (a crash or a kill between the answer and its commit): the
+/// next holder ledgers it at the cache model's prediction recorded before it was sent, an
+/// estimate of a request that may not have been billed.
+pub const ATTEMPT_LOST: &str = "attempt_lost";
+
 impl RowKind {
     /// The kind of a row written before decision records existed, from its decision text.
     pub fn of_decision(decision: &str) -> RowKind {
@@ -106,7 +112,7 @@ impl RowKind {
             RowKind::Ping
         } else if decision == "flush" || decision == "compact" {
             RowKind::Flush
-        } else if decision == ATTEMPT_FAILED {
+        } else if decision == ATTEMPT_FAILED || decision == ATTEMPT_LOST {
             RowKind::FailedAttempt
         } else {
             RowKind::Request
