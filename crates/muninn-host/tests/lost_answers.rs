@@ -30,8 +30,9 @@ fn killed(w: &World, runner: MindRunner<SimBackend>) {
 }
 
 /// host-a's answer never commits (its commit refused, then the host killed); host-b ledgers
-/// the request at its estimate, once, and answers the batch again; host-c, after host-b is
-/// killed too, writes nothing more. The row says it is an estimate, holds no prompt text, and
+/// the request at its estimate, once (its first commit's answer lost, the row found at the
+/// retry), and answers the batch again; host-c, after host-b is killed too, writes nothing
+/// more. The row says it is an estimate, holds no prompt text, and
 /// the whole ledger replays.
 #[tokio::test]
 async fn an_answer_lost_with_its_host_is_ledgered_once_at_its_estimate_by_the_next_holder() {
@@ -46,7 +47,17 @@ async fn an_answer_lost_with_its_host_is_ledgered_once_at_its_estimate_by_the_ne
     killed(&w, a);
     assert!(ledger(&w).await.is_empty());
 
+    // host-b's commit of the row lands, its answer lost: the step fails (the store may pass),
+    // and the next one finds the row rather than write it again.
     let mut b = runner(&w, mind(""), "host-b");
+    faults.lose_commit_answers(1);
+    let e = b.step().await.unwrap_err();
+    assert!(matches!(e, RuntimeError::Store(_)), "{e}");
+    assert_eq!(
+        asked(&w),
+        1,
+        "nothing asked before the row is known written"
+    );
     assert!(matches!(b.step().await.unwrap(), Step::PersonaTurn { .. }));
     assert_eq!(asked(&w), 2, "the batch is asked again");
     let rows = ledger(&w).await;

@@ -10,7 +10,7 @@
 //!
 //! The delivery's transcript item, which the host writes before it sends the turn (`attempt.rs`:
 //! what the model is shown is durable before it is asked), carries the cache model's
-//! prediction for the request under [`SENT`] ([`SentEstimate`]): its time, its place in the
+//! prediction for the request under `SENT` (`SentEstimate`): its time, its place in the
 //! segment, the tokens it reads, writes and sends uncached, and their price at that time. No
 //! text: the numbers only, some 200 bytes, in the write the turn already made — a normal turn
 //! pays nothing more.
@@ -22,7 +22,7 @@
 //! item. A delivery with an estimate there was recorded and neither answered (its reply would
 //! follow it) nor failed (a failure notice would, and a cut attempt's row is in the ledger at
 //! the send's time, committed before the notice): it may have been sent, and its answer lost.
-//! It becomes one ledger row ([`lost_row`]): decision [`ATTEMPT_LOST`], of the kind of an
+//! It becomes one ledger row (`lost_row`): decision [`ATTEMPT_LOST`], of the kind of an
 //! attempt the provider billed but did not answer whole ([`RowKind::FailedAttempt`],
 //! `attempted: request`), the usage and cost the estimate said, output 0 — the cache model
 //! predicts no output, and a guess would be as likely too high (an invented bill) as too low —
@@ -54,7 +54,7 @@ use muninn_store::{
 };
 use serde::{Deserialize, Serialize};
 
-/// The body key of a Persona delivery's [`SentEstimate`].
+/// The body key of a Persona delivery's `SentEstimate`.
 pub(super) const SENT: &str = "sent";
 
 /// The Mind's rows read after a send, looking for the Persona's: the Self's few in between.
@@ -221,7 +221,7 @@ fn unanswered(item: &TranscriptItem) -> Option<SentEstimate> {
 }
 
 /// The ledger row of the request of `item` (a delivery of `mind`'s Persona, sent to `model`)
-/// whose answer was lost: its estimate, labelled as one ([`LOST`], the item's seq).
+/// whose answer was lost: its estimate, labelled as one (`LOST`, the item's seq).
 pub(super) fn lost_row(
     mind: &str,
     model: &str,
