@@ -29,23 +29,41 @@ fn killed(w: &World, runner: MindRunner<SimBackend>) {
     w.sim.advance_clock(w.host.config.lease_ttl_ms + 1);
 }
 
-/// host-a's answer never commits (its commit refused, then the host killed); host-b ledgers
-/// the request at its estimate, once (its first commit's answer lost, the row found at the
-/// retry), and answers the batch again; host-c, after host-b is killed too, writes nothing
-/// more. The row says it is an estimate, holds no prompt text, and
-/// the whole ledger replays.
+/// The request lost is its segment's first (a new Mind's first turn): the row carries the
+/// segment it opened, as a cut attempt at a segment's first request does.
 #[tokio::test]
 async fn an_answer_lost_with_its_host_is_ledgered_once_at_its_estimate_by_the_next_holder() {
+    lost_then_replayed(0).await;
+}
+
+/// The request lost appended to a warm segment (the Mind's second turn): the row reads the
+/// prefix and writes the batch, and grows no segment.
+#[tokio::test]
+async fn an_appended_answer_lost_with_its_host_is_ledgered_once_at_its_estimate() {
+    lost_then_replayed(1).await;
+}
+
+/// host-a answers `before` turns, then one whose answer never commits (its commit refused,
+/// then the host killed); host-b ledgers the request at its estimate, once (its first commit's
+/// answer lost, the row found at the retry), and answers the batch again; host-c, after
+/// host-b is killed too, writes nothing more. The row says it is an estimate, holds no prompt
+/// text, and the whole ledger replays.
+async fn lost_then_replayed(before: usize) {
     let (w, faults) = faulty_world("").await;
     let mut a = runner(&w, mind(""), "host-a");
     a.register().await.unwrap();
-    post(&w, "e1", "#swarm", "ari", "hello vala, a secret: plover").await;
+    for i in 0..before {
+        post(&w, &format!("e{i}"), "#swarm", "ari", "good morning vala").await;
+        assert!(matches!(a.step().await.unwrap(), Step::PersonaTurn { .. }));
+        w.sim.advance_clock(10_000);
+    }
+    post(&w, "lost", "#swarm", "ari", "hello vala, a secret: plover").await;
     faults.fail_commits(1);
     let e = a.step().await.unwrap_err();
     assert!(matches!(e, RuntimeError::Held(_)), "{e}");
-    assert_eq!(asked(&w), 1);
+    assert_eq!(asked(&w), before + 1);
     killed(&w, a);
-    assert!(ledger(&w).await.is_empty());
+    assert_eq!(ledger(&w).await.len(), before);
 
     // host-b's commit of the row lands, its answer lost: the step fails (the store may pass),
     // and the next one finds the row rather than write it again.
@@ -55,23 +73,28 @@ async fn an_answer_lost_with_its_host_is_ledgered_once_at_its_estimate_by_the_ne
     assert!(matches!(e, RuntimeError::Store(_)), "{e}");
     assert_eq!(
         asked(&w),
-        1,
+        before + 1,
         "nothing asked before the row is known written"
     );
     assert!(matches!(b.step().await.unwrap(), Step::PersonaTurn { .. }));
-    assert_eq!(asked(&w), 2, "the batch is asked again");
+    assert_eq!(asked(&w), before + 2, "the batch is asked again");
     let rows = ledger(&w).await;
     let lost: Vec<_> = rows.iter().filter(|r| r.decision == ATTEMPT_LOST).collect();
     assert_eq!(lost.len(), 1, "rows of the lost answer: {rows:#?}");
     let row = lost[0];
     assert_eq!(
         rows.len(),
-        2,
+        before + 2,
         "the lost request's row, then the answer's: {rows:#?}"
     );
     assert_eq!(
-        rows[0].decision, ATTEMPT_LOST,
+        rows[before].decision, ATTEMPT_LOST,
         "written before the answer's"
+    );
+    assert_eq!(
+        row.decided.as_ref().and_then(|d| d.segment).is_some(),
+        before == 0,
+        "a segment's first request carries its segment: {row:#?}"
     );
     let decided = row.decided.as_ref().expect("a decision record");
     assert_eq!(
@@ -103,12 +126,13 @@ async fn an_answer_lost_with_its_host_is_ledgered_once_at_its_estimate_by_the_ne
     assert_eq!(lost, 1, "after a second restart: {rows:#?}");
     assert_eq!(asked(&w), rows.len() - lost + 1);
     // Every decision replays. The cost only nearly: the lost row is an estimate made before
-    // the request's shape was measured (its segment's head and system as the layers estimate
-    // them, 2,400 tokens where the provider's breakpoints said 2,421), and the replay shapes
-    // it, and the cache the next row reads, on that estimate.
+    // the request's shape was measured (a new segment's head and system as the layers estimate
+    // them, 2,400 tokens where the provider's breakpoints said 2,421; an appended batch at the
+    // batch's upper bound), and the replay shapes it, and the cache the next row reads, on
+    // that estimate.
     let report = verify(&rows, &price, &Default::default());
     assert!(report.disagreements.is_empty(), "{report:#?}");
     assert!(report.cost_difference().abs() < 0.02, "{report:#?}");
     let apart: Vec<usize> = report.largest.iter().map(|r| r.row).collect();
-    assert!(apart.iter().all(|row| *row <= 1), "{report:#?}");
+    assert!(apart.iter().all(|row| *row <= before + 1), "{report:#?}");
 }
