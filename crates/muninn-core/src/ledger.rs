@@ -211,3 +211,19 @@ pub struct Decided {
 fn default_true() -> bool {
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row without its decision record (an export edited by hand, or cut to the columns)
+    /// still reads as the failed attempt it was, cut or lost with its host — not as a request
+    /// of the segment, which would grow the conversation by a request it never held.
+    #[test]
+    fn a_failed_or_lost_attempt_without_its_record_reads_as_a_failed_attempt() {
+        for decision in [ATTEMPT_FAILED, ATTEMPT_LOST] {
+            assert_eq!(RowKind::of_decision(decision), RowKind::FailedAttempt);
+        }
+        assert_eq!(RowKind::of_decision("append:Warm"), RowKind::Request);
+    }
+}
