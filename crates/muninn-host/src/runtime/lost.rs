@@ -129,9 +129,10 @@ impl<B: Backend> MindRunner<B> {
     }
 
     /// Under a new lease, before the Persona's accounting is read back: ledgers the request of
-    /// a delivery that ends the Persona transcript with an estimate and has no Persona row at or
-    /// after its send, once (see the module docs). A store failure that may pass fails the step (it is tried again at the next);
-    /// any other is logged and the request left unledgered, as before.
+    /// a delivery that ends the Persona transcript with an estimate and has no Persona row at
+    /// or after its send, once (see the module docs). A store failure that may pass fails the
+    /// step (it is tried again at the next); any other is logged and the request left
+    /// unledgered, as before.
     pub(super) async fn ledger_lost_answer(&self, token: FencingToken) -> Result<(), RuntimeError> {
         let store = &self.host.store;
         let tail = store
