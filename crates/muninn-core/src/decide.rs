@@ -67,6 +67,7 @@ mod arrival;
 mod gaps;
 mod growth;
 mod policy;
+mod sent;
 
 pub use gaps::{GAP_HOUR_BAND, GapHours, GapStats, MIN_GAPS_EVIDENCE};
 pub use policy::Policy;

@@ -97,6 +97,12 @@ pub enum RowKind {
 /// The ledger's `decision` text of a [`RowKind::FailedAttempt`] row.
 pub const ATTEMPT_FAILED: &str = "attempt_failed";
 
+/// The ledger's `decision` text of a [`RowKind::FailedAttempt`] row written for a request whose
+/// answer was lost with its host (a crash or a kill between the answer and its commit): the
+/// next holder ledgers it at the cache model's prediction recorded before it was sent, an
+/// estimate of a request that may not have been billed.
+pub const ATTEMPT_LOST: &str = "attempt_lost";
+
 impl RowKind {
     /// The kind of a row written before decision records existed, from its decision text.
     pub fn of_decision(decision: &str) -> RowKind {
@@ -106,7 +112,7 @@ impl RowKind {
             RowKind::Ping
         } else if decision == "flush" || decision == "compact" {
             RowKind::Flush
-        } else if decision == ATTEMPT_FAILED {
+        } else if decision == ATTEMPT_FAILED || decision == ATTEMPT_LOST {
             RowKind::FailedAttempt
         } else {
             RowKind::Request
@@ -204,4 +210,20 @@ pub struct Decided {
 
 fn default_true() -> bool {
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row without its decision record (an export edited by hand, or cut to the columns)
+    /// still reads as the failed attempt it was, cut or lost with its host — not as a request
+    /// of the segment, which would grow the conversation by a request it never held.
+    #[test]
+    fn a_failed_or_lost_attempt_without_its_record_reads_as_a_failed_attempt() {
+        for decision in [ATTEMPT_FAILED, ATTEMPT_LOST] {
+            assert_eq!(RowKind::of_decision(decision), RowKind::FailedAttempt);
+        }
+        assert_eq!(RowKind::of_decision("append:Warm"), RowKind::Request);
+    }
 }

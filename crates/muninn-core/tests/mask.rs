@@ -465,3 +465,37 @@ fn a_mind_whose_loops_run_18_requests_does_not_clear_near_their_end() {
     assert_eq!(learned.runs.count(), 8, "{learned:?}");
     assert_eq!(late, vec![], "clears that could not pay back in their loop");
 }
+
+/// The usage the cache model predicts before a request is sent (what the host records to ledger
+/// a request whose answer a crash lost) costs what the decider prices the request at: a warm
+/// append, a cold one and a segment's start, within the micro-dollar the split rounds.
+#[test]
+fn the_predicted_usage_costs_what_the_decider_prices() {
+    let price = price();
+    let acc = warm(60_000);
+    let v = acc.view();
+    let delta = 1_500;
+    let warm_now = NOW;
+    let cold_now = NOW + 3_600_000;
+    assert!(v.warm(warm_now) && !v.warm(cold_now));
+    let cases = [
+        (false, warm_now, v.append_cost(true, delta, warm_now)),
+        (false, cold_now, v.append_cost(false, delta, cold_now)),
+        (true, warm_now, v.restart_write(delta, warm_now)),
+        (true, cold_now, v.restart_write(delta, cold_now)),
+    ];
+    for (starts, now, priced) in cases {
+        let usage = v.predicted_usage(starts, delta, now);
+        let cost = price.cost(&usage);
+        assert!(
+            (cost.0 - priced.0).abs() <= 1,
+            "starts {starts}, at {now}: {usage:?} costs {cost:?}, priced {priced:?}"
+        );
+        assert_eq!(usage.output, 0, "no output is predicted");
+    }
+    let warm_append = v.predicted_usage(false, delta, warm_now);
+    assert_eq!(
+        (warm_append.cache_read, warm_append.cache_write_5m),
+        (60_000, delta)
+    );
+}

@@ -43,11 +43,15 @@ pub enum CrashPoint {
     /// committed on its own (`runtime/failed.rs`), the call that failed not yet tried again:
     /// the restarted host's ledger must hold the row once, as the provider billed it.
     AttemptCut,
+    /// A Persona request whose answer its last holder lost (`host-persona-answered`) is
+    /// ledgered at its estimate by the next holder (`runtime/lost.rs`), the batch not yet
+    /// asked again: the host restarted after this one must not ledger it a second time.
+    LostLedgered,
 }
 
 impl CrashPoint {
     /// Every point, for error messages and tests.
-    pub const ALL: [CrashPoint; 8] = [
+    pub const ALL: [CrashPoint; 9] = [
         CrashPoint::DeliveryRecorded,
         CrashPoint::PersonaAnswered,
         CrashPoint::PersonaCommitted,
@@ -56,6 +60,7 @@ impl CrashPoint {
         CrashPoint::SelfRunCommitted,
         CrashPoint::SelfFlushAnswered,
         CrashPoint::AttemptCut,
+        CrashPoint::LostLedgered,
     ];
 
     /// Its name in `MUNINN_FAULT`.
@@ -69,6 +74,7 @@ impl CrashPoint {
             CrashPoint::SelfRunCommitted => "host-self-run-committed",
             CrashPoint::SelfFlushAnswered => "host-self-flush-answered",
             CrashPoint::AttemptCut => "host-attempt-cut",
+            CrashPoint::LostLedgered => "host-lost-ledgered",
         }
     }
 

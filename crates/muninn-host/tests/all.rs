@@ -18,6 +18,7 @@ mod exactly_once_self;
 mod fuzz;
 mod http;
 mod limits;
+mod lost_answers;
 mod pg_faults;
 mod reply;
 mod resume;

@@ -66,6 +66,9 @@ struct Arm {
     /// Whether the simulator cuts the first request's stream after some content (a billed
     /// attempt the Mind retries: `host-attempt-cut`).
     cut: bool,
+    /// The point the first restart is armed with (a second abort; the next restart is
+    /// unarmed), if any.
+    then: Option<CrashPoint>,
 }
 
 impl Arm {
@@ -81,7 +84,13 @@ impl Arm {
             mind: "",
             reports: &[],
             cut: false,
+            then: None,
         }
+    }
+
+    /// The aborts a run must see: the point's, and the restart's.
+    fn aborts(&self) -> usize {
+        1 + usize::from(self.then.is_some())
     }
 }
 
@@ -98,6 +107,7 @@ const SQLITE_RUNS: [Arm; 7] = [
         mind: "",
         reports: &["Self run 1 finished: "],
         cut: false,
+        then: None,
     },
     // A low ceiling: the second brief's arrival would cross it, so the decider refreshes the
     // Self at that task boundary, flushing the live session's memory first.
@@ -108,6 +118,7 @@ const SQLITE_RUNS: [Arm; 7] = [
         mind: "min_segment = 1\nceiling_tokens = 1500\n[mind.self_session]\nflush_headroom_tokens = 200\n",
         reports: &["Self run 1 finished: ", "Self run 2 was interrupted: "],
         cut: false,
+        then: None,
     },
     Arm {
         point: CrashPoint::BriefRecorded,
@@ -116,6 +127,7 @@ const SQLITE_RUNS: [Arm; 7] = [
         mind: "",
         reports: &["Self run 1 finished: "],
         cut: false,
+        then: None,
     },
 ];
 
@@ -124,6 +136,14 @@ const SQLITE_RUNS: [Arm; 7] = [
 const CUT_RUN: Arm = Arm {
     cut: true,
     ..Arm::persona(CrashPoint::AttemptCut, 1)
+};
+
+/// The answer lost before its commit (`host-persona-answered`), then the restart that ledgers
+/// its estimate killed right after that row's commit (`host-lost-ledgered`), before it asks
+/// the batch again: the host after it must find the row and not write it twice.
+const LOST_RUN: Arm = Arm {
+    then: Some(CrashPoint::LostLedgered),
+    ..Arm::persona(CrashPoint::PersonaAnswered, 2)
 };
 
 /// Brief `k`'s text: a few hundred tokens, so two fill a low ceiling.
@@ -161,19 +181,29 @@ impl Run<'_> {
         let index = self.hosts.started - 1;
         let stderr_path = self.hosts.dir.join(format!("serve-{index}.stderr"));
         let stderr = std::fs::read_to_string(stderr_path).unwrap_or_default();
-        let line = format!("crash point {} reached", self.arm.point.name());
+        let point = match self.aborts {
+            0 => Some(self.arm.point),
+            _ => self.arm.then,
+        };
+        let line = point.map(|p| format!("crash point {} reached", p.name()));
         assert!(
-            status.signal() == Some(SIGABRT) && stderr.contains(&line) && self.aborts == 0,
+            status.signal() == Some(SIGABRT)
+                && line.is_some_and(|line| stderr.contains(&line))
+                && self.aborts < self.arm.aborts(),
             "host run {index} ended with {status:?}, not once at {} (aborts before: {}):\n{stderr}",
             self.arm.spec(),
             self.aborts
         );
         self.aborts += 1;
         self.hosts.slots[0] = None;
-        // Empty: nothing armed.
+        // The restart's point once, then empty: nothing armed.
+        let next = match self.aborts {
+            1 => self.arm.then.map(|p| format!("{}:1", p.name())),
+            _ => None,
+        };
         for (k, v) in &mut self.hosts.env {
             if k == "MUNINN_FAULT" {
-                v.clear();
+                *v = next.clone().unwrap_or_default();
             }
         }
         self.hosts.start(0);
@@ -309,7 +339,7 @@ async fn run_point(arm: Arm, database: &str, store_name: &str) {
     store.close().await;
     println!(
         "crash point {} ({store_name}): aborted {}, deliveries {}, lost {}, duplicated {}, \
-         answered requests {}, ledger rows {} (cut {}), Self reports {:?}",
+         answered requests {}, ledger rows {} (cut {}, lost {}), Self reports {:?}",
         arm.spec(),
         run.aborts,
         seen.check.posted,
@@ -318,6 +348,7 @@ async fn run_point(arm: Arm, database: &str, store_name: &str) {
         seen.shown.len(),
         seen.rows,
         seen.cut_rows,
+        seen.lost_rows,
         seen.reports,
     );
     seen.judge(arm, &run.hosts.stderr());
@@ -341,8 +372,8 @@ impl Run<'_> {
         }
         assert_eq!(
             self.aborts,
-            1,
-            "the host never reached {}\n{}",
+            self.arm.aborts(),
+            "the host never reached {} (and its restart's point)\n{}",
             self.arm.spec(),
             self.hosts.stderr()
         );
@@ -358,6 +389,9 @@ struct Seen {
     rows: usize,
     /// The ledger's rows of attempts billed but cut (`attempt_failed`).
     cut_rows: usize,
+    /// The ledger's rows of requests whose answer was lost with their host, at their estimate
+    /// (`attempt_lost`).
+    lost_rows: usize,
     reports: Vec<String>,
     done: usize,
     /// Per brief, the answered requests whose new (last) user message holds it.
@@ -382,6 +416,9 @@ impl Seen {
             rows: rows.len(),
             cut_rows: (rows.iter())
                 .filter(|e| e.row.decision == "attempt_failed")
+                .count(),
+            lost_rows: (rows.iter())
+                .filter(|e| e.row.decision == "attempt_lost")
                 .count(),
             reports: self_reports(store).await,
             done: store
@@ -412,15 +449,26 @@ impl Seen {
             .filter(|i| self.shown.iter().all(|counts| counts[*i] == 0))
             .collect();
         assert!(never.is_empty(), "{}: never shown: {never:?}", arm.spec());
-        // The one answer a kill between the answer and its commit loses is billed and not
+        // A Persona delivery that ends the transcript unanswered when its host dies is
+        // ledgered once at its estimate by the next holder: the answer a kill before its
+        // commit lost, and the request a kill before its send never made (possibly billed:
+        // the host cannot tell them apart). The Self flush's lost answer is billed and not
         // ledgered.
-        let lost_answers = usize::from(matches!(
+        let lost_rows = usize::from(matches!(
             arm.point,
-            CrashPoint::PersonaAnswered | CrashPoint::SelfFlushAnswered
+            CrashPoint::PersonaAnswered | CrashPoint::DeliveryRecorded
         ));
         assert_eq!(
-            self.shown.len(),
-            self.rows + lost_answers,
+            self.lost_rows,
+            lost_rows,
+            "{}: rows of lost answers",
+            arm.spec()
+        );
+        let unsent = usize::from(arm.point == CrashPoint::DeliveryRecorded);
+        let unledgered = usize::from(arm.point == CrashPoint::SelfFlushAnswered);
+        assert_eq!(
+            self.shown.len() + unsent,
+            self.rows + unledgered,
             "{}: answered requests against ledger rows",
             arm.spec()
         );
@@ -548,10 +596,21 @@ async fn a_cut_attempt_killed_before_its_retry_is_in_the_ledger_once() {
     run_point(CUT_RUN, &database, "sqlite").await;
 }
 
+/// Before the lost answer's estimate was recorded with its delivery, a kill between the answer
+/// and its commit left the request counted nowhere: the provider billed it, the ledger, the
+/// spend cap and `muninn status` did not show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_lost_before_its_commit_is_ledgered_once_through_two_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("muninn.db").display().to_string();
+    run_point(LOST_RUN, &database, "sqlite").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_persona_crash_points_on_postgres_lose_and_repeat_nothing() {
-    for arm in SQLITE_RUNS[..3].iter().chain([&CUT_RUN]) {
-        let name = format!("muninn_crashpt_{}", arm.point.name().replace('-', "_"));
+    for arm in SQLITE_RUNS[..3].iter().chain([&CUT_RUN, &LOST_RUN]) {
+        let then = arm.then.map_or(String::new(), |p| format!("_{}", p.name()));
+        let name = format!("muninn_crashpt_{}{then}", arm.point.name()).replace('-', "_");
         let Some(db) = FreshDatabase::for_test(&name, "crash points on PostgreSQL") else {
             return;
         };

@@ -158,6 +158,8 @@ impl<B: Backend> MindRunner<B> {
             self.unsent_brief = held.and_then(|h| h.unsent_behind_its_mark());
             // Whoever held the lease before may have died in the middle of a Self run.
             self.check_stranded = true;
+            // And may have died between a Persona answer and its commit (`lost.rs`).
+            self.check_lost = true;
             self.stranded_by = None;
             // A run found stranded now is the previous holder's: the panic that ended the
             // runner this one replaced (`supervise.rs`) stopped it only if that holder was this

@@ -76,6 +76,7 @@ mod held;
 mod host_lease;
 mod idle;
 mod lease;
+mod lost;
 mod pending;
 mod persona;
 mod prompts;
@@ -242,6 +243,9 @@ pub struct MindRunner<B: Backend> {
     /// This runner may have abandoned a Self run (it is new, took a new lease, or a step
     /// failed): the next step looks for briefs left `running` (`stranded.rs`).
     check_stranded: bool,
+    /// The runner took a new lease (or is new): the next step ledgers a Persona request whose
+    /// answer its last holder lost (`lost.rs`).
+    check_lost: bool,
     /// What the stranded brief's report says stopped it (`stranded.rs`): the first step that
     /// failed since the last check, unless a new lease came first (`None`: its holder stopped).
     stranded_by: Option<stranded::StrandedBy>,
@@ -326,6 +330,7 @@ impl<B: Backend> MindRunner<B> {
             wakes,
             held_reads_saved: 0,
             check_stranded: true,
+            check_lost: true,
             stranded_by: None,
             panicked: None,
             abandoned: budget::Abandoned::default(),
@@ -438,6 +443,12 @@ impl<B: Backend> MindRunner<B> {
         // counted twice by the spend cap while it waits (`pending.rs`).
         if let Some(step) = self.settle_waiting(token).await? {
             return Ok(step);
+        }
+        // A request sent under the last lease whose answer was lost with its host is ledgered
+        // at its estimate before the accounting is read back from the ledger (`lost.rs`).
+        if self.check_lost {
+            self.ledger_lost_answer(token).await?;
+            self.check_lost = false;
         }
         for role in [Role::Persona, Role::SelfRole] {
             if let Some(why) = self.session(role).restore {

@@ -3,6 +3,7 @@
 
 use super::accounting::Asked;
 use super::attempt::Attempt;
+use super::lost;
 use super::pending::{Then, Uncommitted};
 use super::prompts::{COMPACT_REASON, PERSONA_COMPACT_INSTRUCTIONS};
 use super::reply::{PersonaReply, validate_reply};
@@ -220,7 +221,11 @@ impl<B: Backend> MindRunner<B> {
                     self.start_persona_segment(&plan, &batch, token, now)
                         .await?;
                 }
-                let (text, body) = self.render_persona(&batch)?;
+                let (text, mut body) = self.render_persona(&batch)?;
+                // The request's estimate rides in the delivery's write: a crash that loses its
+                // answer leaves the next holder its cost to ledger (`lost.rs`).
+                let sent = self.sent_estimate(&plan, now);
+                body[lost::SENT] = serde_json::to_value(sent).unwrap_or_default();
                 let segment = self.persona.segment.unwrap_or(0);
                 let key = self.append_key(TranscriptKind::Delivery, &batch.id, segment);
                 let attempt = Attempt::new(&batch.id, batch.max_seq, segment, &text, key, body);
