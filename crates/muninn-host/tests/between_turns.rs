@@ -166,3 +166,39 @@ async fn once_the_tail_is_let_go_the_head_is_kept_with_head_only_pings() {
     let last = ledger(&w).await.pop().unwrap();
     assert!(last.usage.cache_read >= ping.usage.cache_read, "{last:?}");
 }
+
+/// A new segment's memory searches the batch's three most distinctive words, each once: a
+/// batch that says "alpha" three times (once as "ALPHA") still searches a fourth word,
+/// "delta", and finds the note only that word matches — older than the sixteen newest, so
+/// nothing else selects it. Before, only neighbours after the sort were merged, and "alpha"
+/// was searched twice (and "ALPHA", which the search folds to it, a third time).
+#[tokio::test]
+async fn a_new_segment_searches_memory_for_each_distinct_word_once() {
+    let w = world().await;
+    let mut r = runner(&w, mind(""), "host-a");
+    r.register().await.unwrap();
+    let store = &w.host.store;
+    let ttl = w.host.config.lease_ttl_ms;
+    let setup = (store.acquire_lease("vala", "setup", ttl, w.sim.now_ms()))
+        .await
+        .unwrap()
+        .expect("the Mind is free");
+    let note = |text: String, at: i64| muninn_store::NewMemoryNote {
+        about: Vec::new(),
+        salience: 1,
+        text,
+        created_at_ms: at,
+        source: "test".into(),
+    };
+    let now = w.sim.now_ms();
+    let mut notes = vec![note("the delta gate opens at dawn".into(), now - 100_000)];
+    notes.extend((0..16).map(|i| note(format!("filler note {i}"), now - 1_000 + i)));
+    store.add_memory("vala", setup.token, &notes).await.unwrap();
+    store.release_lease("vala", setup.token).await.unwrap();
+    post(&w, "e1", "#swarm", "ari", "alpha bravo ALPHA alpha delta").await;
+    r.woken();
+    assert!(matches!(r.step().await.unwrap(), Step::PersonaTurn { .. }));
+    let segments = store.segments("vala", Role::Persona).await.unwrap();
+    let memory = segments[0].memory.clone().unwrap_or_default();
+    assert!(memory.contains("delta gate"), "not selected: {memory}");
+}

@@ -732,3 +732,33 @@ async fn an_owed_wake_ends_when_the_mailbox_empties() {
     assert!(matches!(step, Step::Idle { .. }), "{step:?}");
     assert_eq!(w.host.store.ack_position("vala").await.unwrap(), 4);
 }
+
+/// Two errors that alternate through an outage (a 401, then a 500, then the 401 again …) leave
+/// one notice each in the transcript, however long the outage: the delivery once, two notices,
+/// the reply. Before, each failure was compared with the previous one only, and every retry
+/// wrote a notice.
+#[tokio::test]
+async fn two_alternating_errors_leave_one_notice_each_however_long_the_outage() {
+    let w = world().await;
+    let mut r = runner(&w, mind("turns_per_wake = 1"), "host-a");
+    r.register().await.unwrap();
+    post(&w, "k1", "#swarm", "ari", "are you there?").await;
+    let alternating = (0..6).map(|i| Fault {
+        kind: [FaultKind::Unauthorized, FaultKind::ServerError][i % 2].clone(),
+        times: 1,
+    });
+    w.sim.push_faults(alternating);
+    for attempt in 0..6 {
+        assert!(r.step().await.is_err(), "attempt {attempt} went through");
+        w.sim.advance_clock(1_000);
+    }
+    let step = r.step().await.unwrap();
+    assert!(
+        matches!(step, Step::PersonaTurn { valid: true, .. }),
+        "{step:?}"
+    );
+    assert_eq!(
+        persona_kinds(&w.host).await,
+        ["delivery", "attempt_failed", "attempt_failed", "reply"]
+    );
+}

@@ -37,8 +37,9 @@ pub(super) struct Attempt {
     pub(super) segment: i64,
     /// The user message as rendered and recorded: re-sent byte for byte.
     pub(super) text: String,
-    /// The last failure's text, so a run of identical failures leaves one notice.
-    last_error: Option<String>,
+    /// The distinct failures' texts of this attempt's outage, oldest first, at most
+    /// `DISTINCT_ERRORS_KEPT`: each leaves one notice, however often it recurs between others.
+    errors_seen: Vec<String>,
     /// The key its delivery is appended under: unique to this attempt.
     key: String,
     /// The delivery's transcript body until the store confirmed it recorded.
@@ -67,7 +68,7 @@ impl Attempt {
             max_seq,
             segment,
             text: text.to_string(),
-            last_error: None,
+            errors_seen: Vec::new(),
             key,
             unrecorded: Some(body),
             recorded: None,
@@ -85,12 +86,21 @@ impl Attempt {
         }
     }
 
-    /// Notes a failure; whether it differs from the previous one (and so is worth a notice in
-    /// the transcript: an hour of 401s is one notice, not one per retry).
+    /// Notes a failure; whether it is new to this attempt's outage (and so worth a notice in
+    /// the transcript: an hour of 401s is one notice, not one per retry). Compared with every
+    /// distinct failure of the outage, not only the previous one: two errors that alternate —
+    /// a timeout, then a 529, then the timeout again — leave two notices, not one per retry.
+    /// Only the newest `DISTINCT_ERRORS_KEPT` are remembered, so an outage whose every
+    /// failure differs keeps its memory bounded (and notes each, as before).
     pub(super) fn failed_with(&mut self, error: &str) -> bool {
-        let new = self.last_error.as_deref() != Some(error);
-        self.last_error = Some(error.to_string());
-        new
+        if self.errors_seen.iter().any(|seen| seen == error) {
+            return false;
+        }
+        if self.errors_seen.len() == DISTINCT_ERRORS_KEPT {
+            self.errors_seen.remove(0);
+        }
+        self.errors_seen.push(error.to_string());
+        true
     }
 }
 
@@ -276,6 +286,10 @@ impl<B: Backend> MindRunner<B> {
         Some(text)
     }
 }
+
+/// Distinct failures an attempt remembers (`Attempt::failed_with`): more than an outage's
+/// alternating errors ever are, few enough that comparing with them all is nothing.
+const DISTINCT_ERRORS_KEPT: usize = 16;
 
 /// The body key of the notice that marks a brief as about to be sent ([`MindRunner::mark_asked`]).
 pub(super) const ASKED: &str = "asked";

@@ -60,8 +60,12 @@ impl<B: Backend> MindRunner<B> {
             .flat_map(|t| t.split(|c: char| !c.is_alphanumeric()))
             .filter(|w| w.chars().count() >= 5)
             .collect();
+        // Each word once, whatever its case (the search folds ASCII case): `dedup` after the
+        // sort caught only neighbours, and "alpha bravo alpha" searched "alpha" twice and never
+        // got to a third word. The sort is stable: of equally long words, the first said first.
+        let mut said = BTreeSet::new();
+        words.retain(|w| said.insert(w.to_ascii_lowercase()));
         words.sort_by_key(|w| std::cmp::Reverse(w.len()));
-        words.dedup();
         for word in words.iter().take(3) {
             notes.extend(store.memory_search(&self.mind.id, word, 4).await?);
         }
