@@ -493,11 +493,7 @@ fn ledger(view: &MindView, filter: &LedgerFilter) -> String {
     for e in shown {
         let r = &e.row;
         let l = RowLabels::of(r);
-        let events: Vec<&str> = r
-            .events
-            .iter()
-            .map(|v| v.get("type").and_then(|t| t.as_str()).unwrap_or("retry"))
-            .collect();
+        let events: Vec<&str> = r.events.iter().map(event_label).collect();
         let _ = write!(
             out,
             r#"<tr><td class="n">{id}</td><td>{t}</td><td>{role}</td><td>{kind}</td><td class="n">{seg}.{turn}</td><td>{decision}</td><td>{action} · {reason}</td><td>{state}</td><td>{miss}</td><td class="n">{u}</td><td class="n">{w5}</td><td class="n">{w1}</td><td class="n">{rd}</td><td class="n">{o}</td><td class="n">{p}</td><td class="n">{cost}</td><td>{events}</td></tr>"#,
@@ -526,6 +522,25 @@ fn ledger(view: &MindView, filter: &LedgerFilter) -> String {
     out
 }
 
+/// What a ledger row's event is, in a word. Session events carry their `type`; the host's own
+/// records carry none and are told by their fields — calling every one of them "retry" showed a
+/// billed attempt that failed, an answer lost with its host, or events dropped over a long
+/// outage as retries.
+fn event_label(event: &serde_json::Value) -> &str {
+    if let Some(kind) = event.get("type").and_then(|t| t.as_str()) {
+        return kind;
+    }
+    if event.get("lost_with_host").is_some() {
+        "lost with its host"
+    } else if event.get("attempt_failed").is_some() {
+        "attempt failed"
+    } else if event.get("session_events_dropped").is_some() {
+        "events dropped"
+    } else {
+        "retry"
+    }
+}
+
 fn filter_form(id: &str, f: &LedgerFilter) -> String {
     let select = |name: &str, options: &[&str], chosen: &Filter| {
         let mut s = format!(r#"<select name="{name}"><option value="">any {name}</option>"#);
@@ -545,4 +560,29 @@ fn filter_form(id: &str, f: &LedgerFilter) -> String {
         since = esc(f.since_text.as_deref().unwrap_or("")),
         limit = f.limit,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::event_label;
+    use serde_json::json;
+
+    #[test]
+    fn each_event_of_a_row_is_named_for_what_it_is() {
+        let retry =
+            json!({"attempt": 1, "delay_ms": 1000, "status": 529, "kind": "overloaded_error"});
+        assert_eq!(event_label(&retry), "retry");
+        assert_eq!(
+            event_label(&json!({"type": "resumed_segment"})),
+            "resumed_segment"
+        );
+        let failed = json!({"attempt_failed": "transport: reset", "request_id": "req_1"});
+        assert_eq!(event_label(&failed), "attempt failed");
+        let lost = json!({"attempt_failed": "lost", "request_id": null, "lost_with_host": 7});
+        assert_eq!(event_label(&lost), "lost with its host");
+        assert_eq!(
+            event_label(&json!({"session_events_dropped": 136})),
+            "events dropped"
+        );
+    }
 }
