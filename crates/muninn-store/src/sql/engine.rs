@@ -13,8 +13,9 @@
 //! - [`Backend`] is what a store struct adds: its pool and how its write transactions begin.
 //!
 //! What differs between the engines is only here and in the backend modules:
-//! [`Engine::LEASE_LOCK_SQL`] (PostgreSQL locks the lease row `FOR UPDATE`; SQLite's write
-//! lock already serialises) and `begin_write()` (`BEGIN IMMEDIATE` vs `BEGIN`).
+//! [`Engine::LEASE_LOCK_SQL`] and [`Engine::MIND_LOCK_SQL`] (PostgreSQL locks the lease row
+//! `FOR UPDATE`, the Mind's row `FOR NO KEY UPDATE`; SQLite's write lock already serialises)
+//! and `begin_write()` (`BEGIN IMMEDIATE` vs `BEGIN`).
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -208,6 +209,9 @@ where
 pub(crate) trait Engine: Database<Connection: Conn<Self>> {
     /// How a fenced transaction reads a Mind's lease row (see [`crate::sql::leases`]).
     const LEASE_LOCK_SQL: &'static str;
+    /// Reads a Mind's row (`$1`) and holds it against every other transaction that locks it
+    /// until this one ends: a caps compare-and-set (see `put_caps` in [`crate::sql::minds`]).
+    const MIND_LOCK_SQL: &'static str;
 
     // The plumbing behind [`Stmt`] and [`RowExt::col`]: the aggregate modules call those.
 
@@ -310,9 +314,10 @@ where
 }
 
 macro_rules! engine {
-    ($db:ty, $lease_lock:expr) => {
+    ($db:ty, $lease_lock:expr, $mind_lock:expr) => {
         impl Engine for $db {
             const LEASE_LOCK_SQL: &'static str = $lease_lock;
+            const MIND_LOCK_SQL: &'static str = $mind_lock;
 
             fn bind(
                 query: Query<'static, Self, Self::Arguments>,
@@ -377,13 +382,19 @@ macro_rules! engine {
     };
 }
 
-// SQLite: the write lock taken by `BEGIN IMMEDIATE` already makes the lease row stable.
+// SQLite: the write lock taken by `BEGIN IMMEDIATE` already makes the lease row and the Mind's
+// row stable.
 engine!(
     Sqlite,
-    "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1"
+    "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1",
+    "SELECT id FROM minds WHERE id = $1"
 );
-// PostgreSQL: lock the lease row until commit, so the fence cannot go stale (see `leases`).
+// PostgreSQL: lock the lease row until commit, so the fence cannot go stale (see `leases`). The
+// Mind's row is locked `FOR NO KEY UPDATE`, not `FOR UPDATE`: that would also wait for every
+// transaction inserting a row that references the Mind (their foreign-key checks take `FOR KEY
+// SHARE`), a caps edit queueing behind a turn's commit.
 engine!(
     Postgres,
-    "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1 FOR UPDATE"
+    "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1 FOR UPDATE",
+    "SELECT id FROM minds WHERE id = $1 FOR NO KEY UPDATE"
 );
