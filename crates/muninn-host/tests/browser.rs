@@ -2,7 +2,8 @@
 //! WebDriver (plain HTTP from reqwest). The host ran the scripted workload and its runner is
 //! live; the browser logs in with the token, the page's figures equal the ledger's, a click on
 //! the brake brakes the Mind (the page says so after its reload), and the page is saved as
-//! `docs/dashboard.png` for docs/host.md.
+//! `docs/dashboard.png` for docs/host.md. The caps form, typed into and saved, writes the caps,
+//! and shows the API's conflict when they changed underneath.
 
 use crate::dashboard::{Served, TOKEN};
 use crate::runtime::ledger;
@@ -162,6 +163,17 @@ impl Driver {
             .await;
     }
 
+    /// Replaces an input's value with `text`, typed as a person would.
+    async fn fill(&self, css: &str, text: &str) {
+        let element = self.find(css).await;
+        let clear = format!("/element/{element}/clear");
+        self.call(reqwest::Method::POST, &clear, Some(json!({})))
+            .await;
+        let value = format!("/element/{element}/value");
+        self.call(reqwest::Method::POST, &value, Some(json!({"text": text})))
+            .await;
+    }
+
     async fn screenshot(&self) -> Vec<u8> {
         let png = self.call(reqwest::Method::GET, "/screenshot", None).await;
         base64::engine::general_purpose::STANDARD
@@ -171,6 +183,16 @@ impl Driver {
 
     /// Polls `css`'s text until `done` holds.
     async fn wait_text(&self, css: &str, done: impl Fn(&str) -> bool) -> String {
+        self.wait_for(css, "text", done).await
+    }
+
+    /// Polls `css`'s attribute `name` until `done` holds.
+    async fn wait_attribute(&self, css: &str, name: &str, done: impl Fn(&str) -> bool) -> String {
+        self.wait_for(css, &format!("attribute/{name}"), done).await
+    }
+
+    /// Polls `GET /element/{id}/<what>` of `css` until `done` holds.
+    async fn wait_for(&self, css: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             // The page may be between its unload and its reload: look again.
@@ -184,7 +206,7 @@ impl Driver {
             )
             .await;
             if let Some(element) = found["value"][ELEMENT].as_str() {
-                let url = format!("{session}/element/{element}/text");
+                let url = format!("{session}/element/{element}/{what}");
                 let text = wire(&self.http, reqwest::Method::GET, url, None).await;
                 if let Some(text) = text["value"].as_str()
                     && done(text)
@@ -279,6 +301,72 @@ async fn the_dashboard_in_a_real_browser() {
     driver.click("#brake-toggle").await;
     driver.wait_text("#brake-toggle", |t| t == "Brake").await;
     assert!(!served.w.host.store.settings("vala").await.unwrap().brake);
+    drop(driver);
+    served.stop().await;
+}
+
+/// The caps form in the browser: a turn limit typed and saved reaches the store, and the page,
+/// reloaded, shows it; then, with the caps changed underneath (another operator), the page's
+/// next save is refused with the conflict message, nothing written; read again, it goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_caps_form_saves_and_shows_a_conflict() {
+    let Some(browser) = chromium() else { return };
+    let served = Served::start(false).await;
+    let driver = Driver::start(&browser).await;
+    let base = &served.base;
+    let store = &served.w.host.store;
+    driver
+        .goto(&format!("{base}/dashboard/login?token={TOKEN}"))
+        .await;
+    driver.goto(&format!("{base}/dashboard/minds/vala")).await;
+    const TURNS: &str = "#caps-form input[name=turns]";
+    const CAP: &str = "#caps-form input[name=cap]";
+    const SAVE: &str = "#caps-form button[type=submit]";
+
+    driver.fill(TURNS, "7").await;
+    driver.click(SAVE).await;
+    // Saved, the page reloads and was rendered from the caps written.
+    driver
+        .wait_attribute(TURNS, "data-read", |read| read == "7")
+        .await;
+    let settings = store.settings("vala").await.unwrap();
+    assert_eq!((settings.turn_limit, settings.spend_cap), (Some(7), None));
+
+    // Another operator sets the turn limit; the page still shows 7.
+    let theirs = muninn_store::Caps {
+        turn_limit: Some(9),
+        ..muninn_store::Caps::default()
+    };
+    store.put_caps("vala", &theirs, None, 0).await.unwrap();
+    driver.fill(CAP, "2").await;
+    driver.click(SAVE).await;
+    let shown = driver
+        .wait_text("#caps-form .error", |t| !t.is_empty())
+        .await;
+    assert!(
+        shown.starts_with("the caps changed since they were read"),
+        "{shown}"
+    );
+    let settings = store.settings("vala").await.unwrap();
+    assert_eq!(
+        (settings.turn_limit, settings.spend_cap),
+        (Some(9), None),
+        "nothing written"
+    );
+
+    // Read again (the page reloaded by hand), the same edit keeps theirs.
+    driver.goto(&format!("{base}/dashboard/minds/vala")).await;
+    assert_eq!(driver.attribute(TURNS, "value").await, "9");
+    driver.fill(CAP, "2").await;
+    driver.click(SAVE).await;
+    driver
+        .wait_attribute(CAP, "data-read", |read| read == "2000000")
+        .await;
+    let settings = store.settings("vala").await.unwrap();
+    assert_eq!(
+        (settings.turn_limit, settings.spend_cap),
+        (Some(9), Some(muninn_core::money::MicroUsd(2_000_000)))
+    );
     drop(driver);
     served.stop().await;
 }

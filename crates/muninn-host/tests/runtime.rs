@@ -322,6 +322,7 @@ pub(crate) async fn set_cap(w: &World, cap: Option<i64>) {
                 spend_cap: cap.map(muninn_core::money::MicroUsd),
                 ..Caps::default()
             },
+            None,
             w.sim.now_ms(),
         )
         .await

@@ -20,7 +20,11 @@ async fn the_brake_and_the_spend_cap_stop_calls() {
         spend_cap: Some(muninn_core::money::MicroUsd(1)),
         ..Caps::default()
     };
-    w.host.store.put_caps("vala", &caps, now).await.unwrap();
+    w.host
+        .store
+        .put_caps("vala", &caps, None, now)
+        .await
+        .unwrap();
     // A cap below what one request can cost: nothing starts (it used to start, and overshoot).
     assert_eq!(r.step().await.unwrap(), Step::OverBudget);
     assert!(w.sim.requests().is_empty());

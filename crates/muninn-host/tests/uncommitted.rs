@@ -331,7 +331,10 @@ async fn set_cap(w: &World, cap: i64) {
         ..Caps::default()
     };
     let store = &w.host.store;
-    store.put_caps("vala", &caps, w.sim.now_ms()).await.unwrap();
+    store
+        .put_caps("vala", &caps, None, w.sim.now_ms())
+        .await
+        .unwrap();
 }
 
 /// An answer abandoned uncommitted (the store refused its commit with an error no retry

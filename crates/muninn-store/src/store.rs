@@ -68,8 +68,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The Mind's settings (defaults if never set). `NotFound` if the Mind is unknown.
     async fn settings(&self, mind: &str) -> Result<MindSettings>;
     /// Sets the Mind's caps and leaves its brake as it is, in one statement (operator action;
-    /// not fenced): a caps edit racing the brake can neither release nor set it.
-    async fn put_caps(&self, mind: &str, caps: &Caps, now_ms: i64) -> Result<()>;
+    /// not fenced): a caps edit racing the brake can neither release nor set it. With
+    /// `expected`, a compare-and-set: the caps are written only if they are still `expected`
+    /// ([`CapsWrite::Changed`] otherwise, nothing written), checked and written in one
+    /// transaction that holds the Mind's caps against every other `put_caps` — of two concurrent
+    /// writes expecting the same caps, one is written and the other sees them changed.
+    async fn put_caps(
+        &self,
+        mind: &str,
+        caps: &Caps,
+        expected: Option<&Caps>,
+        now_ms: i64,
+    ) -> Result<CapsWrite>;
     /// Sets the Mind's brake and leaves its caps as they are, in one statement (operator
     /// action; not fenced).
     async fn put_brake(&self, mind: &str, brake: bool, now_ms: i64) -> Result<()>;

@@ -362,6 +362,36 @@ pub struct Caps {
     pub turn_limit: Option<i64>,
 }
 
+impl Caps {
+    /// The caps of `settings` (all but the brake).
+    pub fn of(settings: &MindSettings) -> Caps {
+        Caps {
+            spend_cap: settings.spend_cap,
+            spend_window_ms: settings.spend_window_ms,
+            turn_limit: settings.turn_limit,
+        }
+    }
+}
+
+/// What [`Store::put_caps`](crate::Store::put_caps) did, with the settings it saw and left,
+/// read in its own transaction (so they are the ones the write replaced, whatever else was
+/// written meanwhile).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapsWrite {
+    /// The caps were written.
+    Written {
+        /// The settings just before the write.
+        before: MindSettings,
+        /// The settings it left.
+        after: MindSettings,
+    },
+    /// Nothing was written: the caps were no longer the ones expected.
+    Changed {
+        /// The settings as they are.
+        current: MindSettings,
+    },
+}
+
 /// Everything one turn writes, committed together by [`Store::record_turn`](crate::Store::record_turn).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnRecord {

@@ -31,6 +31,7 @@ use pretty_assertions::assert_eq;
 
 mod disk;
 mod hosts;
+mod memory_search;
 mod pg_faults;
 mod silent;
 use sqlx::Row;

@@ -13,12 +13,14 @@ fn to_settings(settings: &MindSettings) -> Settings {
     }
 }
 
-/// The caps as a client reads them, to compare with a `PUT`'s [`PutSettingsRequest::expected`].
-fn read_caps(settings: &MindSettings) -> ExpectedCaps {
-    ExpectedCaps {
-        spend_cap_micro_usd: settings.spend_cap.map(|c| c.0),
-        spend_window_ms: settings.spend_window_ms,
-        turn_limit: settings.turn_limit,
+/// A `PUT`'s [`PutSettingsRequest::expected`] as the store's caps, the write's condition.
+fn expected_caps(expected: &ExpectedCaps) -> muninn_store::Caps {
+    muninn_store::Caps {
+        spend_cap: expected
+            .spend_cap_micro_usd
+            .map(muninn_core::money::MicroUsd),
+        spend_window_ms: expected.spend_window_ms,
+        turn_limit: expected.turn_limit,
     }
 }
 
@@ -197,7 +199,10 @@ pub(super) async fn get_settings(
 
 /// Sets the caps; the brake is left as it is. A `brake` in the body (an older client sending
 /// back what it read) must equal the brake now: a stale or changing one is refused, since
-/// honouring it would let a caps edit release the operator's emergency stop.
+/// honouring it would let a caps edit release the operator's emergency stop. With `expected`,
+/// the store compares and writes in one transaction (`Store::put_caps`): of two `PUT`s from the
+/// same read, one is written and the other refused, where a read here and a write after let
+/// both through, the second undoing the first.
 pub(super) async fn put_settings(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -208,35 +213,39 @@ pub(super) async fn put_settings(
     let caps = to_caps(&request)?;
     let host = &state.host;
     require_mind(host, &mind).await?;
-    let before = host.store.settings(&mind).await?;
-    if let Some(brake) = request.brake
-        && brake != before.brake
-    {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "conflict",
-            format!(
-                "the brake is {} and a settings PUT never changes it: leave `brake` out (use \
-                 POST or DELETE /v1/minds/{{mind}}/brake or /v1/brake to change it)",
-                if before.brake { "on" } else { "off" }
-            ),
-        ));
+    if let Some(brake) = request.brake {
+        // A read of its own, not part of the write: the write never changes the brake, so a
+        // brake changed after this read stays as it was set whatever this check saw.
+        let now = host.store.settings(&mind).await?;
+        if brake != now.brake {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!(
+                    "the brake is {} and a settings PUT never changes it: leave `brake` out (use \
+                     POST or DELETE /v1/minds/{{mind}}/brake or /v1/brake to change it)",
+                    if now.brake { "on" } else { "off" }
+                ),
+            ));
+        }
     }
-    if let Some(expected) = &request.expected
-        && *expected != read_caps(&before)
-    {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "conflict",
-            "the caps changed since they were read (another operator or the dashboard saved \
-             them meanwhile); nothing was changed: read them again and retry"
-                .to_owned(),
-        ));
-    }
-    host.store
-        .put_caps(&mind, &caps, host.clock.now_ms())
+    let expected = request.expected.as_ref().map(expected_caps);
+    let written = host
+        .store
+        .put_caps(&mind, &caps, expected.as_ref(), host.clock.now_ms())
         .await?;
-    let after = host.store.settings(&mind).await?;
+    let (before, after) = match written {
+        CapsWrite::Written { before, after } => (before, after),
+        CapsWrite::Changed { .. } => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                "the caps changed since they were read (another operator or the dashboard saved \
+                 them meanwhile); nothing was changed: read them again and retry"
+                    .to_owned(),
+            ));
+        }
+    };
     host.telemetry
         .settings_changed(&mind, &before, &after, "/v1/minds/{mind}/settings");
     host.signals.wake(&mind);

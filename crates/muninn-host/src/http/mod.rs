@@ -51,7 +51,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use muninn_store::{
-    BriefOrigin, LedgerQuery, MindSettings, NewBrief, NewDelivery, OutboxMessage, Role,
+    BriefOrigin, CapsWrite, LedgerQuery, MindSettings, NewBrief, NewDelivery, OutboxMessage, Role,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;

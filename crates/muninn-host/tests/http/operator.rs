@@ -503,6 +503,50 @@ async fn a_caps_write_from_a_stale_read_is_refused_not_lost() {
     );
 }
 
+/// Eight `PUT`s from one read, sent at once, each expecting the caps read and setting its own
+/// turn limit: one is written, the other seven are refused with 409 and the caps are the
+/// winner's. Five rounds, each from a fresh read. The check and the write were once a read, then
+/// a write: every request read the old caps before any wrote, so several "won", each
+/// overwriting the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_caps_writes_from_one_read_let_exactly_one_through() {
+    let server = Server::start().await;
+    for round in 0..5_i64 {
+        let read = server.client.settings("vala").await.unwrap();
+        let attempts: Vec<_> = (1..=8_i64)
+            .map(|n| {
+                let mut put = read.caps_if_unchanged();
+                put.turn_limit = Some(round * 100 + n);
+                let client = server.client.clone();
+                tokio::spawn(async move { (n, client.put_settings("vala", &put).await) })
+            })
+            .collect();
+        let mut written = Vec::new();
+        let mut refused = Vec::new();
+        for attempt in attempts {
+            match attempt.await.unwrap() {
+                (n, Ok(settings)) => written.push((n, settings.turn_limit)),
+                (n, Err(e)) => refused.push((n, api_error(e))),
+            }
+        }
+        assert_eq!(written.len(), 1, "round {round}: written {written:?}");
+        let (winner, shown) = written[0];
+        assert_eq!(shown, Some(round * 100 + winner));
+        assert!(
+            refused
+                .iter()
+                .all(|(_, e)| *e == (409, "conflict".to_owned())),
+            "round {round}: {refused:?}"
+        );
+        let after = server.client.settings("vala").await.unwrap();
+        assert_eq!(
+            after.turn_limit,
+            Some(round * 100 + winner),
+            "round {round}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn settings_round_trip_and_the_brake_reaches_every_mind() {
     let server = Server::start().await;

@@ -13,8 +13,10 @@
 //! - [`Backend`] is what a store struct adds: its pool and how its write transactions begin.
 //!
 //! What differs between the engines is only here and in the backend modules:
-//! [`Engine::LEASE_LOCK_SQL`] (PostgreSQL locks the lease row `FOR UPDATE`; SQLite's write
-//! lock already serialises) and `begin_write()` (`BEGIN IMMEDIATE` vs `BEGIN`).
+//! [`Engine::LEASE_LOCK_SQL`] and [`Engine::MIND_LOCK_SQL`] (PostgreSQL locks the lease row
+//! `FOR UPDATE`, the Mind's row `FOR NO KEY UPDATE`; SQLite's write lock already serialises),
+//! [`Engine::MEMORY_MATCH_SQL`] (how each folds A–Z and nothing else) and `begin_write()`
+//! (`BEGIN IMMEDIATE` vs `BEGIN`).
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -208,6 +210,12 @@ where
 pub(crate) trait Engine: Database<Connection: Conn<Self>> {
     /// How a fenced transaction reads a Mind's lease row (see [`crate::sql::leases`]).
     const LEASE_LOCK_SQL: &'static str;
+    /// The memory search: notes whose text holds a needle, A–Z folded and nothing else (see
+    /// `matching_sql!` in [`crate::sql::memory`]).
+    const MEMORY_MATCH_SQL: &'static str;
+    /// Reads a Mind's row (`$1`) and holds it against every other transaction that locks it
+    /// until this one ends: a caps compare-and-set (see `put_caps` in [`crate::sql::minds`]).
+    const MIND_LOCK_SQL: &'static str;
 
     // The plumbing behind [`Stmt`] and [`RowExt::col`]: the aggregate modules call those.
 
@@ -310,9 +318,11 @@ where
 }
 
 macro_rules! engine {
-    ($db:ty, $lease_lock:expr) => {
+    ($db:ty, $lease_lock:expr, $memory_match:expr, $mind_lock:expr) => {
         impl Engine for $db {
             const LEASE_LOCK_SQL: &'static str = $lease_lock;
+            const MEMORY_MATCH_SQL: &'static str = $memory_match;
+            const MIND_LOCK_SQL: &'static str = $mind_lock;
 
             fn bind(
                 query: Query<'static, Self, Self::Arguments>,
@@ -377,13 +387,22 @@ macro_rules! engine {
     };
 }
 
-// SQLite: the write lock taken by `BEGIN IMMEDIATE` already makes the lease row stable.
+// SQLite: the write lock taken by `BEGIN IMMEDIATE` already makes the lease row and the Mind's
+// row stable; its `lower()` folds A–Z only.
 engine!(
     Sqlite,
-    "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1"
+    "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1",
+    super::memory::matching_sql!("lower(text)"),
+    "SELECT id FROM minds WHERE id = $1"
 );
-// PostgreSQL: lock the lease row until commit, so the fence cannot go stale (see `leases`).
+// PostgreSQL: lock the lease row until commit, so the fence cannot go stale (see `leases`); its
+// `lower()` folds A–Z only in the "C" collation (the database's may fold "É" too). The Mind's row
+// is locked `FOR NO KEY UPDATE`, not `FOR UPDATE`: that would also wait for every transaction
+// inserting a row that references the Mind (their foreign-key checks take `FOR KEY SHARE`), a
+// caps edit queueing behind a turn's commit.
 engine!(
     Postgres,
-    "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1 FOR UPDATE"
+    "SELECT holder, token, expires_at_ms FROM leases WHERE mind_id = $1 FOR UPDATE",
+    super::memory::matching_sql!(r#"lower(text COLLATE "C")"#),
+    "SELECT id FROM minds WHERE id = $1 FOR NO KEY UPDATE"
 );

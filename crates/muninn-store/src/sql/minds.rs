@@ -6,7 +6,7 @@ use super::engine::{Backend, Engine, RowExt, query};
 use super::{columns, json_text, parse_json};
 use crate::error::{Result, StoreError};
 use crate::read::Conn;
-use crate::types::{Caps, Mind, MindSettings};
+use crate::types::{Caps, CapsWrite, Mind, MindSettings};
 
 /// Reads a `minds` row (the columns of [`columns!`]`(mind)`).
 pub(crate) fn mind_from<R: RowExt>(row: &R) -> Result<Mind> {
@@ -114,12 +114,17 @@ pub(crate) async fn update<B: Backend>(
 pub(crate) async fn settings<B: Backend>(store: &B, mind: &str) -> Result<MindSettings> {
     let mut conn = B::Db::acquire(store.pool()).await?;
     require::<B::Db>(&mut conn, mind).await?;
-    let row = query::<B::Db>(
+    read_settings::<B::Db>(&mut conn, mind).await
+}
+
+/// The settings row of a Mind known to exist; the defaults if it has none.
+async fn read_settings<DB: Engine>(conn: &mut impl Conn<DB>, mind: &str) -> Result<MindSettings> {
+    let row = query::<DB>(
         "SELECT spend_cap_micro_usd, spend_window_ms, brake, turn_limit \
          FROM settings WHERE mind_id = $1",
     )
     .bind(mind)
-    .fetch_optional(&mut conn)
+    .fetch_optional(conn)
     .await?;
     match row {
         Some(row) => Ok(MindSettings {
@@ -134,14 +139,33 @@ pub(crate) async fn settings<B: Backend>(store: &B, mind: &str) -> Result<MindSe
 
 /// The caps alone: a new row takes the default brake (off), an existing row keeps its own — one
 /// statement, so a brake set between an operator's read and this write stays set.
+///
+/// With `expected`, a compare-and-set in one transaction: the Mind's row is locked first
+/// (`Engine::MIND_LOCK_SQL`), so the caps read after it are the ones the write replaces. A read
+/// outside the transaction, as the API once made, let two `PUT`s expecting the same caps both
+/// pass the check and the second overwrite the first. The lock is the Mind's row rather than
+/// the settings row because a Mind that never had settings has no row to lock: two first
+/// writes would both see the defaults.
 pub(crate) async fn put_caps<B: Backend>(
     store: &B,
     mind: &str,
     caps: &Caps,
+    expected: Option<&Caps>,
     now_ms: i64,
-) -> Result<()> {
+) -> Result<CapsWrite> {
     let mut tx = store.begin_write().await?;
-    require::<B::Db>(&mut tx, mind).await?;
+    let locked = query::<B::Db>(<B::Db as Engine>::MIND_LOCK_SQL)
+        .bind(mind)
+        .fetch_optional(&mut tx)
+        .await?;
+    if locked.is_none() {
+        return Err(StoreError::not_found("mind", mind));
+    }
+    let before = read_settings::<B::Db>(&mut tx, mind).await?;
+    if expected.is_some_and(|expected| *expected != Caps::of(&before)) {
+        // Dropping the transaction rolls it back: nothing was written.
+        return Ok(CapsWrite::Changed { current: before });
+    }
     query::<B::Db>(
         "INSERT INTO settings (mind_id, spend_cap_micro_usd, spend_window_ms, brake, \
          turn_limit, updated_at_ms) VALUES ($1, $2, $3, FALSE, $4, $5) \
@@ -157,8 +181,10 @@ pub(crate) async fn put_caps<B: Backend>(
     .bind(now_ms)
     .execute(&mut tx)
     .await?;
+    // Read back, not computed: the brake is the row's, whatever it was.
+    let after = read_settings::<B::Db>(&mut tx, mind).await?;
     B::Db::commit(tx).await?;
-    Ok(())
+    Ok(CapsWrite::Written { before, after })
 }
 
 /// The brake alone: a new row takes no caps, an existing row keeps its own (one statement).

@@ -31,7 +31,10 @@
 //! with [`turn`], the fence, the counters).
 //!
 //! What differs per engine is only [`Engine::LEASE_LOCK_SQL`](engine::Engine::LEASE_LOCK_SQL)
-//! (see [`leases`]), `begin_write()` (SQLite `BEGIN IMMEDIATE`, taking the single write lock up
+//! (see [`leases`]), the caps' lock ([`Engine::MIND_LOCK_SQL`](engine::Engine::MIND_LOCK_SQL);
+//! see [`minds`]), the memory search's case folding
+//! ([`Engine::MEMORY_MATCH_SQL`](engine::Engine::MEMORY_MATCH_SQL); see [`memory`]),
+//! `begin_write()` (SQLite `BEGIN IMMEDIATE`, taking the single write lock up
 //! front so two writers never deadlock upgrading a read lock; PostgreSQL a plain `BEGIN` at READ
 //! COMMITTED), the migrations, the connection options and the hosts' signalling — all in
 //! `crate::sqlite`, `crate::postgres` and `crate::hosts`.

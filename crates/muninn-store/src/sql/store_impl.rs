@@ -102,8 +102,19 @@ impl<B: Backend> Store for B {
         bounded(self, "settings", minds::settings(self, mind)).await
     }
 
-    async fn put_caps(&self, mind: &str, caps: &Caps, now_ms: i64) -> Result<()> {
-        bounded(self, "put_caps", minds::put_caps(self, mind, caps, now_ms)).await
+    async fn put_caps(
+        &self,
+        mind: &str,
+        caps: &Caps,
+        expected: Option<&Caps>,
+        now_ms: i64,
+    ) -> Result<CapsWrite> {
+        bounded(
+            self,
+            "put_caps",
+            minds::put_caps(self, mind, caps, expected, now_ms),
+        )
+        .await
     }
 
     async fn put_brake(&self, mind: &str, brake: bool, now_ms: i64) -> Result<()> {

@@ -85,8 +85,14 @@ impl Store for FaultyStore {
         self.inner.settings(mind).await
     }
 
-    async fn put_caps(&self, mind: &str, caps: &Caps, now_ms: i64) -> Result<()> {
-        self.inner.put_caps(mind, caps, now_ms).await
+    async fn put_caps(
+        &self,
+        mind: &str,
+        caps: &Caps,
+        expected: Option<&Caps>,
+        now_ms: i64,
+    ) -> Result<CapsWrite> {
+        self.inner.put_caps(mind, caps, expected, now_ms).await
     }
 
     async fn put_brake(&self, mind: &str, brake: bool, now_ms: i64) -> Result<()> {

@@ -76,11 +76,11 @@ pub(super) async fn settings(factory: &dyn StoreFactory) {
         spend_window_ms: set.spend_window_ms,
         turn_limit: set.turn_limit,
     };
-    ok(store.put_caps("m", &caps, 2_000).await, "put caps");
+    ok(store.put_caps("m", &caps, None, 2_000).await, "put caps");
     ok(store.put_brake("m", true, 2_000).await, "put brake");
     assert_eq!(ok(store.settings("m").await, "get"), set);
     ok(
-        store.put_caps("m", &Caps::default(), 3_000).await,
+        store.put_caps("m", &Caps::default(), None, 3_000).await,
         "unset caps",
     );
     ok(store.put_brake("m", false, 3_000).await, "release");
@@ -90,6 +90,8 @@ pub(super) async fn settings(factory: &dyn StoreFactory) {
     );
     assert_not_found(store.settings("zz").await, "settings of unknown");
     caps_and_brake_apart(&*store).await;
+    caps_compare_and_set(&*store).await;
+    concurrent_caps_writes_expecting_the_same(&*store).await;
     store.close().await;
 }
 
@@ -102,7 +104,7 @@ async fn caps_and_brake_apart(store: &dyn Store) {
         turn_limit: Some(9),
     };
     ok(store.put_brake("m", true, 4_000).await, "brake on");
-    ok(store.put_caps("m", &caps, 5_000).await, "caps");
+    ok(store.put_caps("m", &caps, None, 5_000).await, "caps");
     let both = MindSettings {
         spend_cap: caps.spend_cap,
         spend_window_ms: caps.spend_window_ms,
@@ -122,7 +124,7 @@ async fn caps_and_brake_apart(store: &dyn Store) {
         ok(store.create_mind(&mind(id)).await, label);
     }
     ok(
-        store.put_caps("c", &caps, 7_000).await,
+        store.put_caps("c", &caps, None, 7_000).await,
         "caps of a fresh Mind",
     );
     assert!(!ok(store.settings("c").await, "caps first").brake);
@@ -137,8 +139,110 @@ async fn caps_and_brake_apart(store: &dyn Store) {
             ..MindSettings::default()
         }
     );
-    assert_not_found(store.put_caps("zz", &caps, 1).await, "caps of unknown");
+    assert_not_found(
+        store.put_caps("zz", &caps, None, 1).await,
+        "caps of unknown",
+    );
     assert_not_found(store.put_brake("zz", true, 1).await, "brake of unknown");
+}
+
+/// With `expected`, the caps are written only if they are still those; the answer carries the
+/// settings the write replaced and left (the brake kept), or the settings as they are.
+async fn caps_compare_and_set(store: &dyn Store) {
+    ok(store.create_mind(&mind("cas")).await, "create cas");
+    let first = Caps {
+        turn_limit: Some(3),
+        ..Caps::default()
+    };
+    // A Mind with no settings row has the default caps: expecting them writes.
+    let written = ok(
+        store
+            .put_caps("cas", &first, Some(&Caps::default()), 1_000)
+            .await,
+        "cas from the defaults",
+    );
+    let after_first = MindSettings {
+        turn_limit: Some(3),
+        ..MindSettings::default()
+    };
+    assert_eq!(
+        written,
+        CapsWrite::Written {
+            before: MindSettings::default(),
+            after: after_first.clone(),
+        }
+    );
+    ok(store.put_brake("cas", true, 1_500).await, "brake on");
+    let braked = MindSettings {
+        brake: true,
+        ..after_first
+    };
+    // Expecting the defaults again: they changed, nothing is written.
+    let second = Caps {
+        spend_cap: Some(MicroUsd(9)),
+        ..Caps::default()
+    };
+    assert_eq!(
+        ok(
+            store
+                .put_caps("cas", &second, Some(&Caps::default()), 2_000)
+                .await,
+            "cas from a stale read",
+        ),
+        CapsWrite::Changed {
+            current: braked.clone()
+        }
+    );
+    assert_eq!(ok(store.settings("cas").await, "unchanged"), braked);
+    // Expecting what is there writes, and keeps the brake.
+    assert_eq!(
+        ok(
+            store.put_caps("cas", &second, Some(&first), 3_000).await,
+            "cas from a fresh read",
+        ),
+        CapsWrite::Written {
+            before: braked,
+            after: MindSettings {
+                spend_cap: Some(MicroUsd(9)),
+                brake: true,
+                ..MindSettings::default()
+            },
+        }
+    );
+    assert_not_found(
+        store.put_caps("zz", &second, Some(&first), 1).await,
+        "cas of unknown",
+    );
+}
+
+/// Eight writes at once, each expecting the same caps, on a Mind without a settings row and then
+/// on one with: exactly one is written, and the caps are its.
+async fn concurrent_caps_writes_expecting_the_same(store: &dyn Store) {
+    ok(store.create_mind(&mind("race")).await, "create race");
+    let mut expected = Caps::default();
+    for round in 0..2_i64 {
+        let attempts = (1..=8_i64).map(|n| {
+            let caps = Caps {
+                turn_limit: Some(round * 100 + n),
+                ..expected.clone()
+            };
+            let expected = expected.clone();
+            async move {
+                let outcome = store.put_caps("race", &caps, Some(&expected), n).await;
+                (caps, ok(outcome, "concurrent cas"))
+            }
+        });
+        let outcomes = futures_util::future::join_all(attempts).await;
+        let written: Vec<&Caps> = outcomes
+            .iter()
+            .filter(|(_, o)| matches!(o, CapsWrite::Written { .. }))
+            .map(|(caps, _)| caps)
+            .collect();
+        assert_eq!(written.len(), 1, "round {round}: {outcomes:?}");
+        let now = Caps::of(&ok(store.settings("race").await, "after the race"));
+        assert_eq!(&now, written[0], "round {round}");
+        expected = now;
+    }
 }
 
 pub(super) async fn unknown_mind(factory: &dyn StoreFactory) {
