@@ -445,7 +445,7 @@ impl Ear {
             let Some(kind) = self.kind_of(&room_id).await? else {
                 continue;
             };
-            let room_state = self.room_state(since, &room_id, &room, &kind);
+            let room_state = self.room_state(since, &room_id, &room);
             mail.push(
                 self.read_room(since, &room_id, &kind, room, room_state, &held)
                     .await?,
@@ -462,7 +462,6 @@ impl Ear {
         since: Option<&str>,
         room_id: &str,
         room: &JoinedRoom,
-        kind: &RoomKind,
     ) -> (bool, Option<String>) {
         // New to the account: not among the rooms it was in at its last commit (on the
         // first sync, before its open joined its rooms or its first start began: a room
@@ -492,14 +491,14 @@ impl Ear {
             true => changes_membership(e, own),
             false => leaves_or_returns(e, own),
         });
-        // A first answer's `limited` timeline of a room (not a direct chat, whose mail starts
-        // at its invite, which may be older than the position) joined since the position may
-        // hold none of the account's memberships: a kick and a re-join before a long
-        // conversation, all before the first commit. Only pages from the position say whether
-        // the account was in the room then, or when it joined and when it was out since
-        // (before, the gap was paged back to the latest join, and what was said between the
-        // first join and the kick was lost).
-        let hidden = since.is_none() && newly && room.timeline.limited && *kind != RoomKind::Direct;
+        // A first answer's `limited` timeline of a room joined since the position may hold
+        // none of the account's memberships: a kick and a re-join before a long conversation,
+        // all before the first commit. Only pages from the position say whether the account
+        // was in the room then, or when it joined (a direct chat: when it was invited, paged
+        // back from the position when that was before it) and when it was out since (before,
+        // the gap was paged back to the latest join, or a direct chat's latest invite, and
+        // what was said between the first join and the kick was lost).
+        let hidden = since.is_none() && newly && room.timeline.limited;
         let forward_from = position.filter(|_| changed || hidden).map(str::to_owned);
         (newly, forward_from)
     }
@@ -542,34 +541,13 @@ impl Ear {
         held: &(dyn Fn(&Line) -> bool + Sync),
     ) -> Result<Vec<(i64, NewDelivery)>, MatrixError> {
         let own = self.context.account.user_id.clone();
-        let forward_from = forward_from.filter(|_| !self.replacements.contains(room_id));
-        let forward = match forward_from {
-            Some(from) => Some(self.since_membership_change(&from, room_id, &room).await?),
-            None => None,
-        };
-        let first_answer_of_a_room = since.is_none() && *kind != RoomKind::Direct;
-        let forward = forward.and_then(|f| {
-            let mail_from = f.mail_from(&own, newly, first_answer_of_a_room)?;
-            Some((f, mail_from))
-        });
+        let direct = *kind == RoomKind::Direct;
+        let forward = self
+            .read_forwards(since, room_id, &room, (newly, direct), forward_from)
+            .await?;
         let (events, mail_from, back, out_at_start) = match forward {
-            Some((forward, mail_from)) => {
-                // Recorded only for pages that are read: pages set aside above skip nothing
-                // (the room is read as a new one, from its timeline and the gap behind it).
-                if let Some(read) = forward.cut {
-                    self.cut(room_id, read);
-                    tracing::error!(mind = %self.mind(), room = %room_id, paged = read,
-                        "matrix: paging from the last sync did not reach the timeline; events between are skipped");
-                }
-                (
-                    forward.events,
-                    mail_from,
-                    Some(forward.since),
-                    forward.out_at_start,
-                )
-            }
+            Some(forward) => forward,
             None => {
-                let direct = *kind == RoomKind::Direct;
                 let (events, mail_from, back) =
                     self.gather(since, room_id, room, (newly, direct)).await?;
                 (events, mail_from, back, false)

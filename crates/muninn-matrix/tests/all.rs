@@ -1,5 +1,6 @@
 //! muninn-matrix's one integration-test binary: the connector against a real Synapse
-//! (`muninn_testkit::synapse`, one homeserver for the whole binary), with a SQLite store and
+//! (`muninn_testkit::synapse`, one homeserver for the whole binary, and a second whose `/sync`
+//! response cache is short for the test of that cache), with a SQLite store and
 //! the test itself standing in for the Mind (reading the mailbox, writing the outbox, acking).
 //! The Mind's runtime and the real binary are exercised by the `muninn` crate's tests
 //! (`matrix.rs` there: a conversation, `kill -9` at each crash point, a homeserver restart).
@@ -126,7 +127,11 @@ impl std::io::Write for Logs {
 static USERS: AtomicU64 = AtomicU64::new(0);
 
 async fn rig(test: &str) -> Option<Rig> {
-    let synapse = synapse::shared()?;
+    Some(rig_on(synapse::shared()?, test).await)
+}
+
+/// A [`rig`] on `synapse` (one of the testkit's kept homeservers).
+async fn rig_on(synapse: &'static Synapse, test: &str) -> Rig {
     let n = USERS.fetch_add(1, Ordering::Relaxed);
     let human = synapse.register(&format!("ann-{test}-{n}"), PASSWORD).await;
     let bot_user = synapse
@@ -150,7 +155,7 @@ async fn rig(test: &str) -> Option<Rig> {
         .unwrap()
         .unwrap()
         .token;
-    Some(Rig {
+    Rig {
         synapse,
         human,
         bot,
@@ -158,7 +163,7 @@ async fn rig(test: &str) -> Option<Rig> {
         store,
         token,
         _dir: dir,
-    })
+    }
 }
 
 impl Rig {

@@ -251,22 +251,26 @@ async fn a_kick_after_a_first_start_that_never_committed_and_the_rejoin_keep_the
     );
 }
 
-/// Synapse keeps each `/sync` answer two minutes, per account and device, keyed on the question.
-/// A first answer is followed by the questions about the first start (the rooms joined since
-/// its position, what was said since it): when those were asked a while after the first answer
-/// (here 60 s, a store slow to answer between them) and the answer refused, a process on the
-/// same device asking again after the first answer left the cache but before the others did
-/// gets a new first answer and old answers about it, from before what was said since. What was
-/// said after the first start, before the first answer and after the others, is mail all the
-/// same, once. Before, the old answer of what was said since the position did not reach the
+/// Synapse keeps each `/sync` answer a while (two minutes by default; here, on the testkit's
+/// homeserver with a short cache, `SHORT_SYNC_CACHE`), per account and device, keyed on the
+/// question. A first answer is followed by the questions about the first start (the rooms joined
+/// since its position, what was said since it): when those were asked a while after the first
+/// answer (here `SLOW`, a store slow to answer between them) and the answer refused, a process
+/// on the same device asking again after the first answer left the cache but before the others
+/// did gets a new first answer and old answers about it, from before what was said since. What
+/// was said after the first start, before the first answer and after the others, is mail all
+/// the same, once. Before, the old answer of what was said since the position did not reach the
 /// new first answer's last message, and the room's whole first answer was read as history:
-/// both messages were lost.
+/// both messages were lost. (The cache's length changes only how long the test waits: with
+/// Synapse's default two minutes it took 2½ minutes.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_answer_newer_than_the_cached_answers_about_the_first_start_loses_nothing() {
-    const SLOW: Duration = Duration::from_secs(60);
-    let Some(rig) = rig("cacherace").await else {
+    const CACHED: Duration = synapse::SHORT_SYNC_CACHE;
+    const SLOW: Duration = Duration::from_secs(20);
+    let Some(synapse) = synapse::short_sync_cache() else {
         return;
     };
+    let rig = rig_on(synapse, "cacherace").await;
     let name = alias("cacherace");
     let room = rig.human.create_room(Some(&name), &[], false).await;
     rig.bot_user.join(&room).await;
@@ -304,13 +308,12 @@ async fn a_first_answer_newer_than_the_cached_answers_about_the_first_start_lose
     let later = rig.human.send(&room, "after the first start", &[]).await;
 
     // The first answer has left Synapse's cache; the answers about the first start have not.
-    let cached = Duration::from_secs(120);
     tokio::time::sleep(
-        (first_answer_at + cached + SLOW / 4).saturating_duration_since(Instant::now()),
+        (first_answer_at + CACHED + SLOW / 4).saturating_duration_since(Instant::now()),
     )
     .await;
     assert!(
-        first_answer_at.elapsed() < cached + SLOW * 3 / 4,
+        first_answer_at.elapsed() < CACHED + SLOW * 3 / 4,
         "the test ran too slowly to race"
     );
     let running = rig.start(&[&configured], |_| {});

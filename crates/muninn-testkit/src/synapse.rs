@@ -9,7 +9,10 @@
 //! registration well under a second.
 //!
 //! Synapse caches identical `/sync` requests for two minutes (`since`, filter and timeout
-//! alike); [`MatrixUser`] therefore reads rooms with `/messages`, never `/sync`.
+//! alike); [`MatrixUser`] therefore reads rooms with `/messages`, never `/sync`. A test of what
+//! that cache does runs on [`short_sync_cache`]'s homeserver, which keeps answers
+//! [`SHORT_SYNC_CACHE`] (Synapse's `caches.sync_response_cache_duration`), so that it waits
+//! for an answer to leave the cache in seconds, not minutes.
 //!
 //! A Synapse lives as long as its [`Synapse`] value; one held in a `static` (see [`shared`]) is
 //! stopped by a watchdog shell when the test process exits, which also removes its directory.
@@ -53,6 +56,13 @@ impl Synapse {
     /// installed. Panics (with its log) if it does not start.
     #[track_caller]
     pub fn start(test: &str) -> Option<Synapse> {
+        Synapse::start_configured(test, "")
+    }
+
+    /// Starts a Synapse as [`start`](Self::start) does, `extra` (YAML lines) added to its
+    /// configuration.
+    #[track_caller]
+    fn start_configured(test: &str, extra: &str) -> Option<Synapse> {
         let python = synapse_python()?;
         static STARTED: AtomicU64 = AtomicU64::new(0);
         let n = STARTED.fetch_add(1, Ordering::Relaxed);
@@ -60,7 +70,7 @@ impl Synapse {
             std::env::temp_dir().join(format!("muninn-synapse-{}-{n}-{test}", std::process::id()));
         std::fs::create_dir_all(dir.join("media")).unwrap_or_else(|e| panic!("{dir:?}: {e}"));
         let port = free_port();
-        write_config(&dir, port);
+        write_config(&dir, port, extra);
         let mut synapse = Synapse {
             python,
             dir,
@@ -235,14 +245,37 @@ impl Drop for Synapse {
 #[track_caller]
 pub fn shared() -> Option<&'static Synapse> {
     static SHARED: OnceLock<Option<Synapse>> = OnceLock::new();
-    SHARED
-        .get_or_init(|| {
-            Synapse::start("shared").map(|mut s| {
-                s.owns_dir = false;
-                s
-            })
+    kept(&SHARED, "shared", "")
+}
+
+/// How long [`short_sync_cache`]'s homeserver keeps a `/sync` answer in its response cache.
+pub const SHORT_SYNC_CACHE: Duration = Duration::from_secs(30);
+
+/// One Synapse for a whole test binary, as [`shared`], that keeps `/sync` answers
+/// [`SHORT_SYNC_CACHE`] instead of two minutes: for the tests that wait for an answer to leave
+/// the cache (one extra start, a few seconds, against minutes of waiting). The other tests keep
+/// the default, the one a deployment runs with.
+#[track_caller]
+pub fn short_sync_cache() -> Option<&'static Synapse> {
+    static SHORT: OnceLock<Option<Synapse>> = OnceLock::new();
+    let cache = format!(
+        "caches: {{sync_response_cache_duration: {}s}}\n",
+        SHORT_SYNC_CACHE.as_secs()
+    );
+    kept(&SHORT, "shortcache", &cache)
+}
+
+/// The Synapse held in `cell`, started with `extra` configuration on first use and kept until
+/// the test process exits (its watchdog removes its directory).
+#[track_caller]
+fn kept<'a>(cell: &'a OnceLock<Option<Synapse>>, test: &str, extra: &str) -> Option<&'a Synapse> {
+    cell.get_or_init(|| {
+        Synapse::start_configured(test, extra).map(|mut s| {
+            s.owns_dir = false;
+            s
         })
-        .as_ref()
+    })
+    .as_ref()
 }
 
 /// A free loopback port (released just before Synapse binds it).
@@ -287,8 +320,8 @@ fn watchdog(pid: u32, dir: &Path) {
         .spawn();
 }
 
-/// The test homeserver's configuration.
-fn write_config(dir: &Path, port: u16) {
+/// The test homeserver's configuration, `extra` (YAML lines) at its end.
+fn write_config(dir: &Path, port: u16, extra: &str) {
     let d = dir.display();
     let rc = "{per_second: 1000, burst_count: 1000}";
     let config = format!(
@@ -316,7 +349,7 @@ rc_login: {{address: {rc}, account: {rc}, failed_attempts: {rc}}}
 rc_joins: {{local: {rc}, remote: {rc}}}
 rc_joins_per_room: {rc}
 rc_invites: {{per_room: {rc}, per_user: {rc}}}
-"
+{extra}"
     );
     std::fs::write(dir.join("homeserver.yaml"), config)
         .and_then(|()| std::fs::write(dir.join("signing.key"), format!("{SIGNING_KEY}\n")))
@@ -532,6 +565,12 @@ impl MatrixUser {
     /// Joins `room` (by id or alias).
     pub async fn join(&self, room: &str) {
         let url = self.api(&format!("join/{}", segment(room)));
+        post_json(&self.http, &url, Some(&self.token), &json!({})).await;
+    }
+
+    /// Leaves `room`.
+    pub async fn leave(&self, room: &str) {
+        let url = self.api(&format!("rooms/{}/leave", segment(room)));
         post_json(&self.http, &url, Some(&self.token), &json!({})).await;
     }
 

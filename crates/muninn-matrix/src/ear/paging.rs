@@ -6,7 +6,7 @@ use super::{Ear, PAGE};
 use crate::Stats;
 use crate::client::Direction;
 use crate::error::MatrixError;
-use crate::history::{joined_before, out_before};
+use crate::history::{joined_before, out_before, settles_mail_start};
 use crate::wire::{JoinedRoom, MessagesResponse, RoomEvent, is_joining, membership_of};
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -21,7 +21,10 @@ pub(super) fn page_size(paged: usize, max: usize) -> u32 {
 /// A room's events paged forwards from `since` (see `Ear::since_membership_change`).
 pub(super) struct Forward {
     pub(super) events: Vec<RoomEvent>,
+    /// The position the pages start at.
     pub(super) since: String,
+    /// The token before the first event (`None`: the room's start).
+    pub(super) back: Option<String>,
     /// Whether the account was out of the room at the first event.
     pub(super) out_at_start: bool,
     /// Events read when the pages stopped at `max_gap_events` short of the timeline: what lay
@@ -34,25 +37,32 @@ impl Forward {
     /// the process did not know it was in (`newly`) is paged forwards only to learn whether it
     /// was in at `since`. If it was not (invited back after a kick, say), it is a new room:
     /// what was said while it was invited before `since` is mail, and only the answer's
-    /// timeline, reaching back, holds it. But on a first answer, a room (not a direct chat:
-    /// `first_answer_of_a_room`) the account was not in at the first start's position was
-    /// joined at that start: its mail starts after that first join (what was said before it,
-    /// while invited too, is history), and the pages say when the account was out since (a
-    /// kick, then a re-join before the first commit). Before, such a room was read from its
-    /// latest join, and what was said between the first join and the kick was lost.
-    pub(super) fn mail_from(
+    /// timeline, reaching back, holds it. But on a `first_answer`, a room the account was not
+    /// in at the first start's position was joined at that start, and the pages say when the
+    /// account was out since (a kick or a leave, then a re-join before the first commit): a
+    /// room's mail starts after that first join (what was said before it, while invited too,
+    /// is history); a `direct` chat's at its invite, which these pages hold if it came after
+    /// the position (`out_at_start` keeps what precedes it history) and
+    /// `Ear::back_to_the_invite` finds before it otherwise. Before, such a room was read from
+    /// its latest join (a direct chat from its latest invite), and what was said between the
+    /// first join and the kick was lost.
+    fn mail_from(
         &self,
         own: &str,
         newly: bool,
-        first_answer_of_a_room: bool,
+        (first_answer, direct): (bool, bool),
     ) -> Option<usize> {
         if !newly || joined_before(&self.events, own) {
             return Some(0);
         }
+        if !first_answer {
+            return None;
+        }
+        if direct {
+            return Some(0);
+        }
         let first_join = self.events.iter().position(|e| is_joining(e, own));
-        first_join
-            .filter(|_| first_answer_of_a_room)
-            .map(|join| join + 1)
+        first_join.map(|join| join + 1)
     }
 
     /// The pages read forwards from `since` (`events`), joined to the answer's `timeline`: cut
@@ -111,6 +121,7 @@ impl Forward {
         Forward {
             events,
             since: since.to_owned(),
+            back: Some(since.to_owned()),
             out_at_start: out,
             cut,
         }
@@ -118,12 +129,83 @@ impl Forward {
 }
 
 impl Ear {
+    /// A room's events paged forwards from `forward_from` (see `since_membership_change`), if
+    /// they are read (see `Forward::mail_from`): the events, where the mail starts, the token
+    /// before the first and whether the account was out at it. `None`: the room is read from
+    /// its timeline (`gather`). `newly`: the room is new to the account; `direct`: a direct
+    /// chat.
+    pub(super) async fn read_forwards(
+        &self,
+        since: Option<&str>,
+        room_id: &str,
+        room: &JoinedRoom,
+        (newly, direct): (bool, bool),
+        forward_from: Option<String>,
+    ) -> Result<Option<(Vec<RoomEvent>, usize, Option<String>, bool)>, MatrixError> {
+        let own = &self.context.account.user_id;
+        let Some(from) = forward_from.filter(|_| !self.replacements.contains(room_id)) else {
+            return Ok(None);
+        };
+        let mut forward = self.since_membership_change(&from, room_id, room).await?;
+        let first_answer = since.is_none();
+        let Some(mut mail_from) = forward.mail_from(own, newly, (first_answer, direct)) else {
+            return Ok(None);
+        };
+        if first_answer && direct && newly {
+            mail_from = self.back_to_the_invite(room_id, &mut forward).await?;
+        }
+        // Recorded only for pages that are read: pages set aside above skip nothing (the room
+        // is read as a new one, from its timeline and the gap behind it).
+        if let Some(read) = forward.cut {
+            self.cut(room_id, read);
+            tracing::error!(mind = %self.mind(), room = %room_id, paged = read,
+                "matrix: paging from the last sync did not reach the timeline; events between are skipped");
+        }
+        Ok(Some((
+            forward.events,
+            mail_from,
+            forward.back,
+            forward.out_at_start,
+        )))
+    }
+
+    /// A direct chat's `forward` pages of a first answer (see `Forward::mail_from`) whose
+    /// first membership of the account is its join over an invite: the invite is older than
+    /// the position, and what was said after it was said to the Mind, as in any direct chat.
+    /// Pages back from the position to the invite (at most `max_gap_events`) and puts those
+    /// events before the pages. Returns where the mail starts: after the invite, or at the
+    /// position when paging back did not reach it. Other pages are left as they are (mail from
+    /// their first event, `out_at_start` saying whether the account was out until its invite).
+    async fn back_to_the_invite(
+        &self,
+        room_id: &str,
+        forward: &mut Forward,
+    ) -> Result<usize, MatrixError> {
+        let own = &self.context.account.user_id;
+        let first = forward
+            .events
+            .iter()
+            .find(|e| membership_of(e, own).is_some());
+        if !first.is_some_and(|e| is_joining(e, own) && !forward.out_at_start) {
+            return Ok(0);
+        }
+        let settles = |e: &RoomEvent| settles_mail_start(e, own);
+        let (older, token, passed) = self
+            .page_back(room_id, &forward.since, None, &settles)
+            .await?;
+        let invited = (older.first()).is_some_and(|e| membership_of(e, own) == Some("invite"));
+        let mail_from = passed.len() + if invited { 1 } else { older.len() };
+        forward.events.splice(0..0, passed.into_iter().chain(older));
+        forward.back = token;
+        Ok(mail_from)
+    }
+
     /// A room the account was in at `since` whose membership changed since: the events after
     /// `since` (paged forwards from it to the timeline's last event), each message mail if the
     /// account was in the room when it was said. Returns the events (mail from the first), the
     /// token before them, whether the account was out at the first and whether the pages were
     /// cut (for the caller to record if it reads them).
-    pub(super) async fn since_membership_change(
+    async fn since_membership_change(
         &self,
         since: &str,
         room_id: &str,

@@ -384,3 +384,97 @@ async fn a_room_joined_at_a_first_start_kicked_and_joined_again_before_a_long_co
     let mail: Vec<(String, String)> = (mail.into_iter()).map(|d| (d.text, d.source_id)).collect();
     assert_eq!(mail, said);
 }
+
+/// A direct chat the bot was invited to before its first start ("while invited"), accepted at
+/// that start, "after the accept" heard there, the first answer refused and the process stopped;
+/// then, while none ran, the bot out of the chat (its owner leaves it: in Synapse's default room
+/// version a direct chat's invitee is one of its creators, whom no one can kick; a leave is the
+/// same membership), "while the bot is out" said, the bot invited back, "while invited again"
+/// said, its owner joining it again and `after` messages said. The next process (on another
+/// device: Synapse's response cache keeps the first process's answers two minutes), its
+/// configuration adjusted by `tweak`, reads the chat on its first answer. Returns the mail and
+/// what was said while the bot was invited to or in the chat, in order.
+async fn a_direct_chat_left_and_joined_again_before_the_first_commit(
+    test: &str,
+    after: usize,
+    tweak: impl FnOnce(&mut ConnectorConfig),
+) -> Option<(Vec<(String, String)>, Vec<(String, String)>)> {
+    let rig = rig(test).await?;
+    let dm = rig.human.create_room(None, &[&rig.bot], true).await;
+    let mut said = Vec::new();
+    let mut say = async |text: &str| {
+        said.push((text.to_owned(), rig.human.send(&dm, text, &[]).await));
+    };
+    say("while invited").await;
+    let faulty = muninn_testkit::FaultyStore::new(rig.store.clone());
+    faulty.fail_batches(u32::MAX);
+    let running = rig.start_on(faulty.clone(), &[], |_| {});
+    rig.bot_joined(&dm).await;
+    let refused = faulty.refused();
+    say("after the accept").await;
+    eventually(
+        "an answer after it refused",
+        Duration::from_secs(30),
+        || async { (faulty.refused() > refused).then_some(()) },
+    )
+    .await;
+    running.stop().await;
+    assert_eq!(rig.store.cursor(MIND, SYNC_CURSOR).await.unwrap(), None);
+    rig.bot_user.leave(&dm).await;
+    rig.human.send(&dm, "while the bot is out", &[]).await;
+    rig.human.invite(&dm, &rig.bot).await;
+    say("while invited again").await;
+    rig.bot_user.join(&dm).await;
+    for n in 0..after {
+        say(&format!("after it is back {n}")).await;
+    }
+
+    let running = rig.start(&[], |c| {
+        c.accounts[0].device_id = "MUNINNTEST2".into();
+        tweak(c);
+    });
+    rig.first_sync().await;
+    say("after the restart").await;
+    let later = said.last().map(|(_, id)| id.clone()).unwrap();
+    let mail = eventually("the last message", Duration::from_secs(30), || async {
+        let mail = rig.mail().await;
+        mail.iter().any(|d| d.source_id == later).then_some(mail)
+    })
+    .await;
+    running.stop().await;
+    let mail = (mail.into_iter()).map(|d| (d.text, d.source_id)).collect();
+    Some((mail, said))
+}
+
+/// [`a_direct_chat_left_and_joined_again_before_the_first_commit`]: what was said while the
+/// bot was invited to or in the chat is mail, once, in order; what was said while it was out
+/// is not. Before, the chat was read from its latest invite: "while invited" and "after the
+/// accept" were lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_chat_accepted_at_a_first_start_then_left_and_joined_again_keeps_its_mail() {
+    let Some((mail, said)) =
+        a_direct_chat_left_and_joined_again_before_the_first_commit("dmleave", 1, |_| {}).await
+    else {
+        return;
+    };
+    assert_eq!(
+        mail, said,
+        "mail while the bot was invited to or in the chat, once, in order"
+    );
+}
+
+/// As above, with more said after the return than the next process's timeline holds (two
+/// events): its first answer holds none of the account's memberships. Before, the chat was
+/// paged back to its latest invite, and what was said before the leave was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_chat_left_and_joined_again_before_a_long_conversation_keeps_its_mail() {
+    let Some((mail, said)) =
+        a_direct_chat_left_and_joined_again_before_the_first_commit("dmleavelong", 4, |c| {
+            c.timeline_limit = 2;
+        })
+        .await
+    else {
+        return;
+    };
+    assert_eq!(mail, said);
+}
