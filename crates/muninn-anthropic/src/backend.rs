@@ -16,7 +16,8 @@
 //!
 //! # Prediction and the ledger
 //!
-//! Before sending, the request as serialised is mapped by [`crate::prompt::shape`] and priced by
+//! Before sending, the request as serialised is mapped by [`crate::prompt::shape_memoized`] (the
+//! blocks the last request read too are reused, not mapped again) and priced by
 //! a mirror of the provider's cache ([`CacheState`]) at the injected clock's time. A request the
 //! cache model refuses (5 breakpoints, 1h after 5m) is refused here, never sent. After the
 //! reply, the mirror is committed, and the outcome carries: the reported usage (parsed and raw),
@@ -67,7 +68,7 @@
 
 use crate::client::{AnthropicClient, Completed, Failed};
 use crate::context::{apply_edits, kept_tokens};
-use crate::prompt::{PromptShape, diverge, shape};
+use crate::prompt::{PromptShape, ShapeMemo, diverge, shape, shape_memoized};
 use crate::wire::{
     CacheControl, ClearToolUses, CompactionRequest, Content, ContentBlock, ContextEdit,
     ContextManagementRequest, Diagnostics, DiagnosticsRequest, EditAmount, Message,
@@ -176,6 +177,9 @@ pub struct AnthropicBackend<T: Transport = AnthropicClient> {
     /// The last turn's response id and its request's shape: what the next request is compared
     /// with, by the provider's diagnostics and by muninn's own cause.
     last_turn: Option<(String, PromptShape)>,
+    /// The last request as read, kept so that the next one maps only its new blocks for the
+    /// cache model (see [`crate::prompt::shape_memoized`]).
+    shape_memo: ShapeMemo,
 }
 
 #[derive(Debug)]
@@ -201,6 +205,7 @@ impl<T: Transport> AnthropicBackend<T> {
             mirror: CacheState::new(),
             session: None,
             last_turn: None,
+            shape_memo: ShapeMemo::default(),
         }
     }
 

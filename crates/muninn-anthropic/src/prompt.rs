@@ -100,8 +100,119 @@ impl PromptShape {
     }
 }
 
+/// A block as [`checkpoints_from_blocks`] takes it: its tokens, its content hash and its
+/// breakpoint.
+type Block = (Tokens, u64, Option<Ttl>);
+
 /// Maps a request body (a `/v1/messages` or `count_tokens` body) to checkpoints.
 pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
+    shape_parts(request, &mut Parts::fresh())
+}
+
+/// [`shape`], reusing what `memo` kept of the last body shaped with it: the tool definitions,
+/// the system prompt and each message equal (as JSON, in the same section) to the one at the
+/// same place then keep their blocks, so a session's next request — the same history and a new
+/// message — maps only what is new instead of re-serialising, counting and hashing the whole
+/// prompt every turn. The result is [`shape`]'s for any body; a body it refuses empties the memo.
+pub fn shape_memoized(request: &Value, memo: &mut ShapeMemo) -> Result<PromptShape, ShapeError> {
+    let mut parts = Parts {
+        previous: std::mem::take(&mut memo.parts),
+        kept: Some(Vec::new()),
+        next: 0,
+        reused: 0,
+    };
+    let shaped = shape_parts(request, &mut parts)?;
+    memo.parts = parts.kept.unwrap_or_default();
+    memo.reused = parts.reused;
+    Ok(shaped)
+}
+
+/// What [`shape_memoized`] keeps of the last body it shaped: each part's JSON, its section and
+/// its blocks. It holds a copy of that body's tools, system prompt and messages.
+#[derive(Debug, Clone, Default)]
+pub struct ShapeMemo {
+    parts: Vec<Part>,
+    reused: usize,
+}
+
+impl ShapeMemo {
+    /// How many blocks the last [`shape_memoized`] took from the memo instead of mapping them.
+    pub fn reused_blocks(&self) -> usize {
+        self.reused
+    }
+}
+
+/// One part of a body — the tool definitions, the system prompt, or one message — and its blocks.
+#[derive(Debug, Clone)]
+struct Part {
+    section: String,
+    value: Value,
+    blocks: Vec<Block>,
+}
+
+/// The parts of the body being shaped, in order (tools, system, then each message), against
+/// those remembered; `kept` is `None` when nothing is remembered ([`shape`]).
+struct Parts {
+    previous: Vec<Part>,
+    kept: Option<Vec<Part>>,
+    next: usize,
+    reused: usize,
+}
+
+impl Parts {
+    fn fresh() -> Parts {
+        Parts {
+            previous: Vec::new(),
+            kept: None,
+            next: 0,
+            reused: 0,
+        }
+    }
+
+    /// Pushes the blocks of the next part, `value` in `section`: the remembered part's when it is
+    /// the same, else what `map` pushes.
+    fn push(
+        &mut self,
+        value: &Value,
+        section: &str,
+        blocks: &mut Vec<Block>,
+        map: impl FnOnce(&mut Vec<Block>) -> Result<(), ShapeError>,
+    ) -> Result<(), ShapeError> {
+        let index = self.next;
+        self.next += 1;
+        let start = blocks.len();
+        let remembered = self
+            .previous
+            .get_mut(index)
+            .filter(|p| p.section == section && p.value == *value);
+        let part = match remembered {
+            Some(part) => {
+                blocks.extend_from_slice(&part.blocks);
+                self.reused += part.blocks.len();
+                // Moved, not cloned: each remembered part is looked at once.
+                self.kept.is_some().then(|| Part {
+                    section: std::mem::take(&mut part.section),
+                    value: part.value.take(),
+                    blocks: std::mem::take(&mut part.blocks),
+                })
+            }
+            None => {
+                map(blocks)?;
+                self.kept.is_some().then(|| Part {
+                    section: section.to_string(),
+                    value: value.clone(),
+                    blocks: blocks[start..].to_vec(),
+                })
+            }
+        };
+        if let (Some(kept), Some(part)) = (self.kept.as_mut(), part) {
+            kept.push(part);
+        }
+        Ok(())
+    }
+}
+
+fn shape_parts(request: &Value, parts: &mut Parts) -> Result<PromptShape, ShapeError> {
     let body = request.as_object().ok_or(ShapeError::NotAnObject)?;
     let model = body
         .get("model")
@@ -109,12 +220,18 @@ pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
         .as_str()
         .ok_or_else(|| invalid("model", "Input should be a valid string"))?
         .to_string();
-    let mut blocks: Vec<(Tokens, u64, Option<Ttl>)> = Vec::new();
-    push_tools(body, &mut blocks)?;
+    let mut blocks: Vec<Block> = Vec::new();
+    // An absent list is remembered as `null`, so an explicit `null` (refused) is refused here.
+    let tools = match body.get("tools") {
+        Some(Value::Null) => return Err(invalid("tools", "Input should be a valid list")),
+        tools => tools.unwrap_or(&Value::Null),
+    };
+    parts.push(tools, "t", &mut blocks, |b| push_tools(tools, b))?;
     let tool_blocks = blocks.len();
-    push_system(body, &mut blocks)?;
+    let system = body.get("system").unwrap_or(&Value::Null);
+    parts.push(system, "s", &mut blocks, |b| push_system(system, b))?;
     let system_blocks = blocks.len() - tool_blocks;
-    push_messages(body, &mut blocks)?;
+    push_messages(body, &mut blocks, parts)?;
     if let Some(cc) = body.get("cache_control").filter(|v| !v.is_null()) {
         // A top-level `cache_control` marks the last block, unless that block has its own.
         let ttl = parse_cache_control(cc, "cache_control")?;
@@ -134,36 +251,31 @@ pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
     })
 }
 
-/// The tool definitions' blocks (they come first).
-fn push_tools(
-    body: &Map<String, Value>,
-    blocks: &mut Vec<(Tokens, u64, Option<Ttl>)>,
-) -> Result<(), ShapeError> {
-    if let Some(tools) = body.get("tools") {
-        let tools = tools
-            .as_array()
-            .ok_or_else(|| invalid("tools", "Input should be a valid list"))?;
-        for (i, tool) in tools.iter().enumerate() {
-            blocks.push(block(tool, &format!("tools.{i}"), "t")?);
-        }
+/// The tool definitions' blocks (they come first); `null` stands for none.
+fn push_tools(tools: &Value, blocks: &mut Vec<Block>) -> Result<(), ShapeError> {
+    if tools.is_null() {
+        return Ok(());
+    }
+    let tools = tools
+        .as_array()
+        .ok_or_else(|| invalid("tools", "Input should be a valid list"))?;
+    for (i, tool) in tools.iter().enumerate() {
+        blocks.push(block(tool, &format!("tools.{i}"), "t")?);
     }
     Ok(())
 }
 
 /// The system prompt's blocks (a string is one block).
-fn push_system(
-    body: &Map<String, Value>,
-    blocks: &mut Vec<(Tokens, u64, Option<Ttl>)>,
-) -> Result<(), ShapeError> {
-    match body.get("system") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) => blocks.push(text_block(s, "s")),
-        Some(Value::Array(items)) => {
+fn push_system(system: &Value, blocks: &mut Vec<Block>) -> Result<(), ShapeError> {
+    match system {
+        Value::Null => {}
+        Value::String(s) => blocks.push(text_block(s, "s")),
+        Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
                 blocks.push(block(item, &format!("system.{i}"), "s")?);
             }
         }
-        Some(_) => return Err(invalid("system", "Input should be a string or a list")),
+        _ => return Err(invalid("system", "Input should be a string or a list")),
     }
     Ok(())
 }
@@ -173,7 +285,8 @@ fn push_system(
 /// but not the tools' or system's.
 fn push_messages(
     body: &Map<String, Value>,
-    blocks: &mut Vec<(Tokens, u64, Option<Ttl>)>,
+    blocks: &mut Vec<Block>,
+    parts: &mut Parts,
 ) -> Result<(), ShapeError> {
     let mut salt = String::new();
     for key in ["tool_choice", "thinking"] {
@@ -199,21 +312,34 @@ fn push_messages(
             .and_then(Value::as_str)
             .ok_or_else(|| invalid(&format!("messages.{i}.role"), "Field required"))?;
         let section = format!("m|{role}|{salt}");
-        match message.get("content") {
-            Some(Value::String(s)) => blocks.push(text_block(s, &section)),
-            Some(Value::Array(items)) => {
-                for (j, item) in items.iter().enumerate() {
-                    blocks.push(block(item, &format!("messages.{i}.content.{j}"), &section)?);
-                }
+        parts.push(message, &section, blocks, |blocks| {
+            push_content(message, i, &section, blocks)
+        })?;
+    }
+    Ok(())
+}
+
+/// The blocks of message `i`'s content (a string is one block).
+fn push_content(
+    message: &Value,
+    i: usize,
+    section: &str,
+    blocks: &mut Vec<Block>,
+) -> Result<(), ShapeError> {
+    match message.get("content") {
+        Some(Value::String(s)) => blocks.push(text_block(s, section)),
+        Some(Value::Array(items)) => {
+            for (j, item) in items.iter().enumerate() {
+                blocks.push(block(item, &format!("messages.{i}.content.{j}"), section)?);
             }
-            Some(_) => {
-                return Err(invalid(
-                    &format!("messages.{i}.content"),
-                    "Input should be a string or a list",
-                ));
-            }
-            None => return Err(invalid(&format!("messages.{i}.content"), "Field required")),
         }
+        Some(_) => {
+            return Err(invalid(
+                &format!("messages.{i}.content"),
+                "Input should be a string or a list",
+            ));
+        }
+        None => return Err(invalid(&format!("messages.{i}.content"), "Field required")),
     }
     Ok(())
 }
@@ -299,7 +425,7 @@ fn invalid(path: &str, message: &str) -> ShapeError {
     }
 }
 
-fn text_block(text: &str, section: &str) -> (Tokens, u64, Option<Ttl>) {
+fn text_block(text: &str, section: &str) -> Block {
     let mut key = String::with_capacity(section.len() + text.len() + 32);
     key.push_str(section);
     key.push('|');
@@ -307,11 +433,7 @@ fn text_block(text: &str, section: &str) -> (Tokens, u64, Option<Ttl>) {
     (tokenize::count(text), hash_bytes(key.as_bytes()), None)
 }
 
-fn block(
-    item: &Value,
-    path: &str,
-    section: &str,
-) -> Result<(Tokens, u64, Option<Ttl>), ShapeError> {
+fn block(item: &Value, path: &str, section: &str) -> Result<Block, ShapeError> {
     let obj = item
         .as_object()
         .ok_or_else(|| invalid(path, "Input should be an object"))?;

@@ -186,3 +186,74 @@ fn block_paths_follow_the_shapes_numbering() {
     assert_eq!(paths, expected.map(|p| p.map(str::to_string)));
     assert_eq!(shape(&body).unwrap().checkpoints.len(), 6);
 }
+
+/// The memo a session's backend shapes with gives [`shape`]'s answer for every body — a history
+/// that grows with its marker moved, a changed `tool_choice`, role, tool list, system prompt or
+/// middle message, a history replaced, automatic caching, a refused body — and maps again only
+/// what the last body did not hold.
+#[test]
+fn the_memo_shapes_as_shape_does_and_maps_only_what_is_new() {
+    use muninn_anthropic::prompt::{ShapeMemo, shape_memoized};
+    let marked = |text: &str| json!({"role":"user","content":[{"type":"text","text":text,"cache_control":{"type":"ephemeral"}}]});
+    let plain =
+        |role: &str, text: &str| json!({"role":role,"content":[{"type":"text","text":text}]});
+    let first = req(json!([marked("one")]));
+    let second = req(json!([
+        plain("user", "one"),
+        plain("assistant", "two"),
+        marked("three")
+    ]));
+    let mut chose = second.clone();
+    chose["tool_choice"] = json!({"type":"any"});
+    let mut middle = second.clone();
+    middle["messages"][1] = plain("assistant", "TWO");
+    let mut role = second.clone();
+    role["messages"][1] = plain("user", "two");
+    let mut tools = second.clone();
+    tools["tools"] = json!([{"name":"u","input_schema":{"type":"object"}}]);
+    let mut system = second.clone();
+    system["system"] = json!("You are Y.");
+    let mut automatic = second.clone();
+    automatic["cache_control"] = json!({"type":"ephemeral"});
+    let mut no_tools = second.clone();
+    no_tools.as_object_mut().unwrap().remove("tools");
+    let mut null_tools = second.clone();
+    null_tools["tools"] = Value::Null;
+    let replaced = req(json!([plain("assistant", "summary"), marked("four")]));
+    let refused = req(json!([plain("user", "one"), {"role":"user","content":5}]));
+    let bodies = [
+        &first,
+        &second,
+        &second,
+        &chose,
+        &second,
+        &middle,
+        &role,
+        &tools,
+        &system,
+        &automatic,
+        &no_tools,
+        &null_tools,
+        &replaced,
+        &refused,
+        &second,
+    ];
+    let mut memo = ShapeMemo::default();
+    for (i, body) in bodies.into_iter().enumerate() {
+        assert_eq!(shape_memoized(body, &mut memo), shape(body), "body {i}");
+    }
+    // A session's next request: the history as sent (marker moved off) and new messages. The
+    // tools, the system prompt (2 blocks) and the unmarked history are reused; the message that
+    // lost its marker and the new ones are mapped.
+    let mut memo = ShapeMemo::default();
+    shape_memoized(&second, &mut memo).unwrap();
+    let third = req(json!([
+        plain("user", "one"),
+        plain("assistant", "two"),
+        plain("user", "three"),
+        plain("assistant", "four"),
+        marked("five")
+    ]));
+    assert_eq!(shape_memoized(&third, &mut memo), shape(&third));
+    assert_eq!(memo.reused_blocks(), 1 + 2 + 2);
+}

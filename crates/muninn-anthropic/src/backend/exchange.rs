@@ -12,23 +12,25 @@ use muninn_core::trace::Usage;
 const MAX_FAILED_ATTEMPTS: usize = 64;
 
 /// `request` as the provider reads it — after its context edits —, that prompt mapped for the
-/// cache model, and, when an edit cleared something, the tokens it left as they were (the prompt
-/// is rewritten from there on).
+/// cache model (reusing `memo`'s blocks for what the last request read too), and, when an edit
+/// cleared something, the tokens it left as they were (the prompt is rewritten from there on).
 fn as_read(
     request: &MessagesRequest,
+    memo: &mut ShapeMemo,
 ) -> Result<(MessagesRequest, PromptShape, Option<Tokens>), BackendError> {
     let invalid = |e: String| BackendError::Invalid(e);
-    let shape_of = |r: &MessagesRequest| {
-        serde_json::to_value(r)
-            .map_err(|e| invalid(format!("request does not serialise: {e}")))
-            .and_then(|body| shape(&body).map_err(|e| invalid(e.to_string())))
+    let body_of = |r: &MessagesRequest| {
+        serde_json::to_value(r).map_err(|e| invalid(format!("request does not serialise: {e}")))
     };
     let (read, cleared) = apply_edits(request).map_err(|e| invalid(e.to_string()))?;
-    let shaped = shape_of(&read)?;
+    let shaped = shape_memoized(&body_of(&read)?, memo).map_err(|e| invalid(e.to_string()))?;
     let kept = if cleared.is_empty() {
         None
     } else {
-        Some(kept_tokens(&shape_of(request)?, &shaped))
+        // Rare (an edit applied): the request before its edits is mapped without the memo,
+        // which holds what the provider reads.
+        let before = shape(&body_of(request)?).map_err(|e| invalid(e.to_string()))?;
+        Some(kept_tokens(&before, &shaped))
     };
     Ok((read, shaped, kept))
 }
@@ -244,7 +246,7 @@ impl<T: Transport> AnthropicBackend<T> {
         request.diagnostics = Some(DiagnosticsRequest {
             previous_message_id: self.last_turn.as_ref().map(|(id, _)| id.clone()),
         });
-        let (read, shaped, kept) = as_read(&request)?;
+        let (read, shaped, kept) = as_read(&request, &mut self.shape_memo)?;
         // A clear's history goes on from the messages as the provider read them.
         let cleared_messages = (commit == Commit::Cleared).then_some(read.messages);
         let (completed, prediction) = self

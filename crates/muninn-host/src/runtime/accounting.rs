@@ -154,7 +154,7 @@ impl<B: Backend> MindRunner<B> {
         // The digests cover what the provider caches before each breakpoint: the reply schema
         // the backend offers as a tool, then the system layers.
         let tools = match role {
-            Role::Persona => super::reply_schema(&self.mind).to_string(),
+            Role::Persona => self.persona_schema.to_string(),
             Role::SelfRole => String::new(),
         };
         let mut content = tools.into_bytes();

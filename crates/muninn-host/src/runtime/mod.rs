@@ -198,6 +198,10 @@ pub enum Step {
 pub struct MindRunner<B: Backend> {
     host: Host,
     mind: MindConfig,
+    /// The Persona's reply schema (`reply_schema` of `mind`), derived once: `mind` does not
+    /// change for the runner's life, and deriving it through `schemars` for every reply's
+    /// validation was a fixed share of each turn's CPU.
+    persona_schema: Value,
     holder: String,
     price: ModelPrice,
     policy: Policy,
@@ -309,6 +313,7 @@ impl<B: Backend> MindRunner<B> {
         host.leases.runner_started(&holder, &mind.id);
         Ok(MindRunner {
             host,
+            persona_schema: reply_schema(&mind),
             mind,
             holder,
             price,

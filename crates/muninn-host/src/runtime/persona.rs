@@ -6,7 +6,7 @@ use super::attempt::Attempt;
 use super::lost;
 use super::pending::{Then, Uncommitted};
 use super::prompts::{COMPACT_REASON, PERSONA_COMPACT_INSTRUCTIONS};
-use super::reply::{PersonaReply, validate_reply};
+use super::reply::{PersonaReply, validate_reply_against};
 use super::segment::shown_changed;
 use super::session::Starting;
 use super::window::{Fitted, is_prompt_too_long};
@@ -524,7 +524,7 @@ impl<B: Backend> MindRunner<B> {
             .structured
             .as_ref()
             .ok_or_else(|| "no structured reply".to_string())
-            .and_then(|v| validate_reply(&self.mind, &batch.deliveries, v))
+            .and_then(|v| validate_reply_against(&self.persona_schema, &batch.deliveries, v))
     }
 
     /// The one retry of an invalid reply, answered by policy: the reason, then a recorded

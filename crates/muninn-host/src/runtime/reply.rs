@@ -178,7 +178,17 @@ pub fn validate_reply(
     batch: &[Delivery],
     value: &Value,
 ) -> Result<PersonaReply, String> {
-    muninn_backend::schema::validate(&reply_schema(mind), value)?;
+    validate_reply_against(&reply_schema(mind), batch, value)
+}
+
+/// [`validate_reply`] against a schema derived once, `reply_schema(mind)` (a runner holds its
+/// Mind's, so no turn derives it again).
+pub fn validate_reply_against(
+    schema: &Value,
+    batch: &[Delivery],
+    value: &Value,
+) -> Result<PersonaReply, String> {
+    muninn_backend::schema::validate(schema, value)?;
     let mut reply: PersonaReply =
         serde_json::from_value(value.clone()).map_err(|e| format!("reply: {e}"))?;
     let dm_room = batch.iter().find(|d| d.is_direct).map(|d| d.room.clone());

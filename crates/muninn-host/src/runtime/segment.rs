@@ -4,7 +4,7 @@
 use super::attempt::{ASKED, UNASKED};
 use super::prompts::COMPACT_REASON;
 use super::session::{Bound, Starting};
-use super::{MindRunner, RuntimeError, reply_schema};
+use super::{MindRunner, RuntimeError};
 use crate::crash_points::CrashPoint;
 use muninn_backend::{Backend, SessionEvent, SessionSpec};
 use muninn_core::ledger::ForcedStart;
@@ -108,7 +108,7 @@ impl<B: Backend> MindRunner<B> {
                 }
                 _ => Vec::new(),
             },
-            output_schema: (role == Role::Persona).then(|| reply_schema(&self.mind)),
+            output_schema: (role == Role::Persona).then(|| self.persona_schema.clone()),
             system_ttl: self.mind.head_ttl,
             conversation_ttl: self.mind.tail_ttl,
             max_tokens: self.mind.max_output_tokens,
