@@ -395,6 +395,12 @@ pub struct MessagesResponse {
     /// The context edits applied to the request (beta [`CONTEXT_MANAGEMENT_BETA`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_management: Option<ContextManagementResponse>,
+    /// Not the API's: each `content_block_delta` of a type this crate does not know
+    /// ([`Delta::Unknown`]), with the index of its block, verbatim and in order — what the
+    /// stream said that the client could not apply to its block. Empty but for a streamed
+    /// reply; never serialised.
+    #[serde(skip)]
+    pub unapplied_deltas: Vec<(usize, Value)>,
 }
 
 fn message_type() -> String {
@@ -439,9 +445,9 @@ pub enum Delta {
         /// The citation, verbatim.
         citation: Value,
     },
-    /// A delta type this crate does not know, kept verbatim. The client cannot apply it to its
-    /// block, so a stream that sends one fails ([`crate::client`]): the block would go back
-    /// without what the delta said.
+    /// A delta type this crate does not know (the API may add one under its version), kept
+    /// verbatim. The client cannot apply it to its block, which is assembled without it, and
+    /// keeps it in [`MessagesResponse::unapplied_deltas`] for the ledger; the stream goes on.
     #[serde(untagged)]
     Unknown(Value),
 }

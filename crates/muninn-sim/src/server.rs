@@ -413,6 +413,7 @@ fn message_start(answer: &Answer, full: &Usage) -> StreamEvent {
             diagnostics: answer.diagnostics.clone(),
             // Like the diagnostics, the applied edits are known before any output.
             context_management: answer.context_management.clone(),
+            unapplied_deltas: Vec::new(),
         },
     }
 }

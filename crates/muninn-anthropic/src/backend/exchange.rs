@@ -89,7 +89,7 @@ struct UsageCheck {
     provider_miss: Option<ProviderMiss>,
     /// The TTLs asked for against those honoured.
     ttl: TtlCheck,
-    /// A read shortfall, the applied edits, a TTL mismatch.
+    /// A read shortfall, the applied edits, a TTL mismatch, the deltas not applied.
     events: Vec<TurnEvent>,
 }
 
@@ -331,6 +331,13 @@ impl<T: Transport> AnthropicBackend<T> {
         };
         let mut events: Vec<TurnEvent> = shortfall.into_iter().collect();
         events.extend(edit_events(response, kept));
+        for (index, delta) in &response.unapplied_deltas {
+            tracing::warn!(index, %delta, "a delta of an unknown type, not applied (ledgered)");
+            events.push(TurnEvent::UnappliedDelta {
+                index: u64::try_from(*index).unwrap_or(u64::MAX),
+                delta: delta.clone(),
+            });
+        }
         if ttl.mismatch() {
             tracing::warn!(
                 ?ttl,

@@ -163,19 +163,13 @@ impl Assembler {
             {
                 self.gather_input(index, partial_json);
             }
-            // Not ignored: the block goes back in the next request, and without what this
-            // delta said it is not the block the provider sent (a thinking block's signature
-            // then fails, a prefix no longer matches). A clear failure until this crate knows
-            // the delta.
+            // The API may add delta types under its version (new variants of an enum-like
+            // output), so one this crate does not know does not fail the stream: that would
+            // fail, and bill, every reply from the day the API sends it. Its block is assembled
+            // without it, as the official SDKs' accumulators do, and the delta is kept
+            // verbatim, for the ledger to record (`TurnEvent::UnappliedDelta`).
             (_, Delta::Unknown(raw)) => {
-                let kind = raw.get("type").and_then(Value::as_str).unwrap_or("(none)");
-                return Err(protocol(
-                    format!(
-                        "content_block_delta of unknown type {kind} for block {index}: the \
-                         block cannot be assembled as the provider sent it"
-                    ),
-                    true,
-                ));
+                self.message_mut()?.unapplied_deltas.push((index, raw));
             }
             (_, d) => {
                 return Err(protocol(
