@@ -168,6 +168,52 @@ fn a_delta_of_an_unknown_type_is_kept_and_the_reply_assembles() {
     assert_eq!(message.unapplied_deltas, vec![(0, annotation)]);
 }
 
+/// A block's deltas and its `content_block_stop` come once per block, before its stop: a
+/// delta or a second stop for a block already stopped is a broken stream and fails it. Taken
+/// silently, a tool call's input was gathered again after its stop and, at a second stop,
+/// replaced the input the call had (`{"a":1}` became `{"b":2}`); a stop for a block never
+/// started passed as well.
+#[test]
+fn a_delta_or_a_stop_for_a_block_already_stopped_fails_the_stream() {
+    let call = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#;
+    let first = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}}"#;
+    let again = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"b\":2}"}}"#;
+    let stop = r#"{"type":"content_block_stop","index":0}"#;
+    let end = [
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let cases = [
+        (
+            vec![call, first, stop, again, stop],
+            "after its content_block_stop",
+        ),
+        (vec![call, first, stop, stop], "a second content_block_stop"),
+        (
+            vec![
+                call,
+                first,
+                stop,
+                r#"{"type":"content_block_stop","index":1}"#,
+            ],
+            "content_block_stop for unknown block 1",
+        ),
+    ];
+    for (blocks, names) in cases {
+        let events: Vec<String> = std::iter::once(MESSAGE_START)
+            .chain(blocks)
+            .chain(end)
+            .map(String::from)
+            .collect();
+        match assemble(&events) {
+            Err(BackendError::Protocol(message)) => {
+                assert!(message.contains(names), "{message}");
+            }
+            other => panic!("expected a protocol error naming {names:?}, got {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_usage_without_split_is_all_5m() {
     let u: Usage = serde_json::from_value(

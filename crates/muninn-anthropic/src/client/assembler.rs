@@ -18,6 +18,8 @@ pub struct Assembler {
     output_reported: bool,
     /// Whether a `message_delta` came (the stop reason and the final usage).
     delta_came: bool,
+    /// Per block started, whether its `content_block_stop` came.
+    block_stopped: Vec<bool>,
     /// Whether reply content has begun (the first `content_block_start`).
     pub content_started: bool,
     /// Whether `message_stop` arrived.
@@ -59,6 +61,7 @@ impl Assembler {
                     ));
                 }
                 message.content.push(content_block);
+                self.block_stopped.push(false);
             }
             StreamEvent::ContentBlockDelta { index, delta } => self.on_delta(index, delta)?,
             StreamEvent::ContentBlockStop { index } => self.on_block_stop(index)?,
@@ -94,6 +97,14 @@ impl Assembler {
 
     /// Appends a delta to its block; tool input is gathered as text until the block stops.
     fn on_delta(&mut self, index: usize, delta: Delta) -> Result<(), AttemptError> {
+        // A stopped block is whole: a tool call's input gathered again after its stop would
+        // replace the input it had at a second stop.
+        if self.block_stopped.get(index) == Some(&true) {
+            return Err(protocol(
+                format!("a delta for content block {index} after its content_block_stop"),
+                true,
+            ));
+        }
         let block = self
             .message_mut()?
             .content
@@ -193,6 +204,22 @@ impl Assembler {
     /// [`ContentBlock::Compaction`]; a tool block's gathered input is parsed (empty input is
     /// `{}`).
     fn on_block_stop(&mut self, index: usize) -> Result<(), AttemptError> {
+        // One stop per block started: a stop for another is a broken stream.
+        match self.block_stopped.get_mut(index) {
+            None => {
+                return Err(protocol(
+                    format!("content_block_stop for unknown block {index}"),
+                    self.content_started,
+                ));
+            }
+            Some(true) => {
+                return Err(protocol(
+                    format!("a second content_block_stop for block {index}"),
+                    true,
+                ));
+            }
+            Some(stopped) => *stopped = true,
+        }
         if let Some(block) = self.message_mut()?.content.get_mut(index)
             && let ContentBlock::Unknown(raw) = block
             && is_compaction(raw)
