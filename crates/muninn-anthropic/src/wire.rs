@@ -437,6 +437,10 @@ pub enum Delta {
         /// The summary text (`null` adds nothing).
         #[serde(default)]
         content: Option<String>,
+        /// Fields this crate does not name (`encrypted_content`, opaque metadata to be sent
+        /// back verbatim), laid on the block as they come.
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     },
     /// One more citation of a text block (`citations`, a reply grounded in documents or
     /// search results): appended to the block's `citations`, as the official SDKs' accumulators

@@ -214,6 +214,31 @@ fn a_delta_or_a_stop_for_a_block_already_stopped_fails_the_stream() {
     }
 }
 
+/// A streamed compaction's `compaction_delta` carries, besides the summary, fields this crate
+/// does not name — `encrypted_content`, opaque metadata the official SDKs' accumulators lay on
+/// the block, to be sent back verbatim — and the block goes back with them, as a reply's
+/// blocks go back with every field they came with. Before, the delta's other fields were
+/// dropped and the block went back without its `encrypted_content`.
+#[test]
+fn a_compaction_delta_lays_its_other_fields_on_the_block() {
+    let events = [
+        MESSAGE_START,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":null}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"<summary>the mill</summary>","encrypted_content":"ZW5j"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"compaction"},"usage":{"output_tokens":9}}"#,
+        r#"{"type":"message_stop"}"#,
+    ]
+    .map(String::from);
+    let (message, _, _) = assemble(&events).unwrap();
+    assert_eq!(
+        serde_json::to_value(&message.content).unwrap(),
+        json!([{"type": "compaction", "content": "<summary>the mill</summary>",
+                "signature": "sig", "encrypted_content": "ZW5j"}])
+    );
+}
+
 #[test]
 fn a_usage_without_split_is_all_5m() {
     let u: Usage = serde_json::from_value(

@@ -134,8 +134,10 @@ impl Assembler {
             // `ContentBlock::Compaction` yet (a block whose summary never comes stays the
             // verbatim `null` block the non-streaming API answers for a failed compaction):
             // the summary and signature are gathered on the raw block, and it becomes a
-            // `Compaction` when it stops.
-            (ContentBlock::Unknown(raw), Delta::CompactionDelta { content })
+            // `Compaction` when it stops. The delta's other fields (`encrypted_content`) are
+            // laid on the block as they come, as the official SDKs' accumulators do: the block
+            // goes back with them.
+            (ContentBlock::Unknown(raw), Delta::CompactionDelta { content, extra })
                 if is_compaction(raw) =>
             {
                 // Appended in place: copying the summary so far on every delta is quadratic
@@ -145,6 +147,9 @@ impl Assembler {
                     Some(Value::String(so_far)) => so_far.push_str(&more),
                     _ => raw["content"] = Value::String(more),
                 }
+                if let Value::Object(fields) = raw {
+                    fields.extend(extra);
+                }
             }
             (ContentBlock::Unknown(raw), Delta::SignatureDelta { signature })
                 if is_compaction(raw) =>
@@ -152,10 +157,14 @@ impl Assembler {
                 raw["signature"] = Value::String(signature);
             }
             (
-                ContentBlock::Compaction { content, .. },
-                Delta::CompactionDelta { content: more },
+                ContentBlock::Compaction { content, extra, .. },
+                Delta::CompactionDelta {
+                    content: more,
+                    extra: more_fields,
+                },
             ) => {
                 content.push_str(&more.unwrap_or_default());
+                extra.extend(more_fields);
             }
             (
                 ContentBlock::Compaction { signature, .. },
