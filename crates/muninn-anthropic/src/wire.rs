@@ -395,10 +395,11 @@ pub struct MessagesResponse {
     /// The context edits applied to the request (beta [`CONTEXT_MANAGEMENT_BETA`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_management: Option<ContextManagementResponse>,
-    /// Not the API's: each `content_block_delta` of a type this crate does not know
-    /// ([`Delta::Unknown`]), with the index of its block, verbatim and in order — what the
-    /// stream said that the client could not apply to its block. Empty but for a streamed
-    /// reply; never serialised.
+    /// Not the API's: each `content_block_delta` the client could not apply to its block, with
+    /// the block's index, in order — one of a type this crate does not know
+    /// ([`Delta::Unknown`], verbatim), or one for a block of a type it does not know
+    /// ([`ContentBlock::Unknown`], as decoded). Empty but for a streamed reply; never
+    /// serialised.
     #[serde(skip)]
     pub unapplied_deltas: Vec<(usize, Value)>,
 }

@@ -168,6 +168,33 @@ fn a_delta_of_an_unknown_type_is_kept_and_the_reply_assembles() {
     assert_eq!(message.unapplied_deltas, vec![(0, annotation)]);
 }
 
+/// A block of a type this crate does not know (the API may add block types under its
+/// version) is kept whole as it started, and a known delta for it — whose meaning for that
+/// block the crate cannot know — is kept verbatim beside the reply, as an unknown delta is,
+/// instead of failing the stream. Before, the stream failed: "delta TextDelta { text: \"the
+/// mill\" } does not fit block 0".
+#[test]
+fn a_known_delta_for_a_block_of_an_unknown_type_is_kept_and_the_reply_assembles() {
+    let events = [
+        MESSAGE_START,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"quotation","text":"","source":"s1"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"the mill"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}"#,
+        r#"{"type":"message_stop"}"#,
+    ]
+    .map(String::from);
+    let (message, _, _) = assemble(&events).unwrap();
+    assert_eq!(
+        serde_json::to_value(&message.content).unwrap(),
+        json!([{"type": "quotation", "text": "", "source": "s1"}])
+    );
+    assert_eq!(
+        message.unapplied_deltas,
+        vec![(0, json!({"type": "text_delta", "text": "the mill"}))]
+    );
+}
+
 /// A block's deltas and its `content_block_stop` come once per block, before its stop: a
 /// delta or a second stop for a block already stopped is a broken stream and fails it. Taken
 /// silently, a tool call's input was gathered again after its stop and, at a second stop,

@@ -191,6 +191,14 @@ impl Assembler {
             (_, Delta::Unknown(raw)) => {
                 self.message_mut()?.unapplied_deltas.push((index, raw));
             }
+            // Likewise a block of a type this crate does not know: it is kept whole as it
+            // started, and what a known delta means for it the crate cannot know, so the delta
+            // is kept beside it (a known delta that does not fit a known block still fails: the
+            // stream is broken).
+            (ContentBlock::Unknown(_), known) => {
+                let raw = serde_json::to_value(&known).unwrap_or_default();
+                self.message_mut()?.unapplied_deltas.push((index, raw));
+            }
             (_, d) => {
                 return Err(protocol(
                     format!("delta {d:?} does not fit block {index}"),
