@@ -331,8 +331,12 @@ impl<T: Transport> AnthropicBackend<T> {
         };
         let mut events: Vec<TurnEvent> = shortfall.into_iter().collect();
         events.extend(edit_events(response, kept));
+        // One line per reply, however many: a new delta type may come with every token.
+        if let Some((index, delta)) = response.unapplied_deltas.first() {
+            let count = response.unapplied_deltas.len();
+            tracing::warn!(count, index, %delta, "deltas muninn cannot apply, kept in the ledger");
+        }
         for (index, delta) in &response.unapplied_deltas {
-            tracing::warn!(index, %delta, "a delta of an unknown type, not applied (ledgered)");
             events.push(TurnEvent::UnappliedDelta {
                 index: u64::try_from(*index).unwrap_or(u64::MAX),
                 delta: delta.clone(),
