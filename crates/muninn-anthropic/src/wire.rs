@@ -395,6 +395,13 @@ pub struct MessagesResponse {
     /// The context edits applied to the request (beta [`CONTEXT_MANAGEMENT_BETA`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_management: Option<ContextManagementResponse>,
+    /// Not the API's: each `content_block_delta` the client could not apply to its block, with
+    /// the block's index, in order — one of a type this crate does not know
+    /// ([`Delta::Unknown`], verbatim), or one for a block of a type it does not know
+    /// ([`ContentBlock::Unknown`], as decoded). Empty but for a streamed reply; never
+    /// serialised.
+    #[serde(skip)]
+    pub unapplied_deltas: Vec<(usize, Value)>,
 }
 
 fn message_type() -> String {
@@ -431,6 +438,10 @@ pub enum Delta {
         /// The summary text (`null` adds nothing).
         #[serde(default)]
         content: Option<String>,
+        /// Fields this crate does not name (`encrypted_content`, opaque metadata to be sent
+        /// back verbatim), laid on the block as they come.
+        #[serde(flatten)]
+        extra: Map<String, Value>,
     },
     /// One more citation of a text block (`citations`, a reply grounded in documents or
     /// search results): appended to the block's `citations`, as the official SDKs' accumulators
@@ -439,9 +450,9 @@ pub enum Delta {
         /// The citation, verbatim.
         citation: Value,
     },
-    /// A delta type this crate does not know, kept verbatim. The client cannot apply it to its
-    /// block, so a stream that sends one fails ([`crate::client`]): the block would go back
-    /// without what the delta said.
+    /// A delta type this crate does not know (the API may add one under its version), kept
+    /// verbatim. The client cannot apply it to its block, which is assembled without it, and
+    /// keeps it in [`MessagesResponse::unapplied_deltas`] for the ledger; the stream goes on.
     #[serde(untagged)]
     Unknown(Value),
 }

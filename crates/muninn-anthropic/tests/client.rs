@@ -8,7 +8,7 @@ use muninn_anthropic::client::{
 };
 use muninn_anthropic::secret::ApiKey;
 use muninn_anthropic::wire::MessagesRequest;
-use muninn_backend::{Backend, BackendError, SessionSpec, TurnInput};
+use muninn_backend::{Backend, BackendError, SessionSpec, TurnEvent, TurnInput};
 use muninn_core::cache::Ttl;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -617,5 +617,52 @@ async fn a_cut_compaction_prices_its_unsplit_writes_at_the_breakpoints_ttls() {
         ),
         (3, 900, 0, 5),
         "{failed:?}"
+    );
+}
+
+/// A turn whose stream carries a `content_block_delta` of a type this crate does not know (the
+/// API may add one under its version) is answered, not failed: failing it would fail — and
+/// bill — every turn from the day the API sends the new delta, retries included. What the
+/// delta said is not dropped: the turn's ledger events carry it verbatim with its block's
+/// index (`unapplied_delta`). Before, the turn failed: "content_block_delta of unknown type
+/// annotation_delta for block 0".
+#[tokio::test]
+async fn a_delta_of_an_unknown_type_is_ledgered_and_the_turn_answered() {
+    let annotation = serde_json::json!({"type": "annotation_delta", "note": {"span": [0, 2]}});
+    let mut events = answered("hi", r#"{"input_tokens":400,"output_tokens":1}"#);
+    let delta = serde_json::json!({"type": "content_block_delta", "index": 0, "delta": annotation});
+    events.insert(3, delta.to_string());
+    let events: Vec<&str> = events.iter().map(String::as_str).collect();
+    let url = answer_in_turn(vec![stream_reply("req_1", &events, false)]).await;
+    let mut backend = AnthropicBackend::new(
+        client(url, None),
+        Arc::new(muninn_backend::clock::ManualClock::new(1_800_000_000_000)),
+        muninn_core::price::PriceTable::embedded(),
+    );
+    backend
+        .start(SessionSpec {
+            model: "claude-opus-5-5".to_string(),
+            system: vec!["You are Vala.".to_string()],
+            tools: Vec::new(),
+            output_schema: None,
+            system_ttl: Ttl::FiveMinutes,
+            conversation_ttl: Ttl::FiveMinutes,
+            max_tokens: 1_000,
+        })
+        .await
+        .unwrap();
+    let outcome = backend.turn(TurnInput::text("hello")).await.unwrap();
+    assert_eq!(outcome.text, "hi");
+    let unapplied: Vec<&TurnEvent> = outcome
+        .events
+        .iter()
+        .filter(|e| matches!(e, TurnEvent::UnappliedDelta { .. }))
+        .collect();
+    assert_eq!(
+        unapplied,
+        vec![&TurnEvent::UnappliedDelta {
+            index: 0,
+            delta: annotation
+        }]
     );
 }

@@ -141,28 +141,129 @@ fn a_streamed_reply_keeps_every_field_its_events_carry() {
     );
 }
 
-/// A `content_block_delta` of a type this crate does not know changes a block in a way the
-/// client cannot reproduce, and the block goes back in the next request: the stream fails,
-/// naming the delta, instead of assembling a block that is not the provider's (before, the
-/// delta was ignored and the stream assembled).
+/// A `content_block_delta` of a type this crate does not know — the API may add delta types
+/// under its version, as it may add any variant of an enum-like output — does not fail the
+/// stream, which would fail every reply from the day the API sends one: the reply assembles
+/// from the deltas the crate knows, as the official SDKs' accumulators do, and the unknown
+/// delta is kept verbatim with its block's index (`MessagesResponse::unapplied_deltas`), so
+/// nothing the stream said is dropped. Before, the stream failed ("content_block_delta of
+/// unknown type annotation_delta …").
 #[test]
-fn a_delta_of_an_unknown_type_fails_the_stream() {
+fn a_delta_of_an_unknown_type_is_kept_and_the_reply_assembles() {
+    let annotation = json!({"type": "annotation_delta", "note": {"span": [0, 2]}});
+    let events = [
+        MESSAGE_START.to_string(),
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_string(),
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}"#.to_string(),
+        json!({"type": "content_block_delta", "index": 0, "delta": annotation}).to_string(),
+        r#"{"type":"content_block_stop","index":0}"#.to_string(),
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}"#.to_string(),
+        r#"{"type":"message_stop"}"#.to_string(),
+    ];
+    let (message, _, _) = assemble(&events).unwrap();
+    assert_eq!(
+        serde_json::to_value(&message.content).unwrap(),
+        json!([{"type": "text", "text": "ok"}])
+    );
+    assert_eq!(message.unapplied_deltas, vec![(0, annotation)]);
+}
+
+/// A block of a type this crate does not know (the API may add block types under its
+/// version) is kept whole as it started, and a known delta for it — whose meaning for that
+/// block the crate cannot know — is kept verbatim beside the reply, as an unknown delta is,
+/// instead of failing the stream. Before, the stream failed: "delta TextDelta { text: \"the
+/// mill\" } does not fit block 0".
+#[test]
+fn a_known_delta_for_a_block_of_an_unknown_type_is_kept_and_the_reply_assembles() {
     let events = [
         MESSAGE_START,
-        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
-        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}"#,
-        r#"{"type":"content_block_delta","index":0,"delta":{"type":"annotation_delta","note":"n"}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"quotation","text":"","source":"s1"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"the mill"}}"#,
         r#"{"type":"content_block_stop","index":0}"#,
         r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}"#,
         r#"{"type":"message_stop"}"#,
     ]
     .map(String::from);
-    match assemble(&events) {
-        Err(BackendError::Protocol(message)) => {
-            assert!(message.contains("annotation_delta"), "{message}");
+    let (message, _, _) = assemble(&events).unwrap();
+    assert_eq!(
+        serde_json::to_value(&message.content).unwrap(),
+        json!([{"type": "quotation", "text": "", "source": "s1"}])
+    );
+    assert_eq!(
+        message.unapplied_deltas,
+        vec![(0, json!({"type": "text_delta", "text": "the mill"}))]
+    );
+}
+
+/// A block's deltas and its `content_block_stop` come once per block, before its stop: a
+/// delta or a second stop for a block already stopped is a broken stream and fails it. Taken
+/// silently, a tool call's input was gathered again after its stop and, at a second stop,
+/// replaced the input the call had (`{"a":1}` became `{"b":2}`); a stop for a block never
+/// started passed as well.
+#[test]
+fn a_delta_or_a_stop_for_a_block_already_stopped_fails_the_stream() {
+    let call = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#;
+    let first = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}}"#;
+    let again = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"b\":2}"}}"#;
+    let stop = r#"{"type":"content_block_stop","index":0}"#;
+    let end = [
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let cases = [
+        (
+            vec![call, first, stop, again, stop],
+            "after its content_block_stop",
+        ),
+        (vec![call, first, stop, stop], "a second content_block_stop"),
+        (
+            vec![
+                call,
+                first,
+                stop,
+                r#"{"type":"content_block_stop","index":1}"#,
+            ],
+            "content_block_stop for unknown block 1",
+        ),
+    ];
+    for (blocks, names) in cases {
+        let events: Vec<String> = std::iter::once(MESSAGE_START)
+            .chain(blocks)
+            .chain(end)
+            .map(String::from)
+            .collect();
+        match assemble(&events) {
+            Err(BackendError::Protocol(message)) => {
+                assert!(message.contains(names), "{message}");
+            }
+            other => panic!("expected a protocol error naming {names:?}, got {other:?}"),
         }
-        other => panic!("expected a protocol error, got {other:?}"),
     }
+}
+
+/// A streamed compaction's `compaction_delta` carries, besides the summary, fields this crate
+/// does not name — `encrypted_content`, opaque metadata the official SDKs' accumulators lay on
+/// the block, to be sent back verbatim — and the block goes back with them, as a reply's
+/// blocks go back with every field they came with. Before, the delta's other fields were
+/// dropped and the block went back without its `encrypted_content`.
+#[test]
+fn a_compaction_delta_lays_its_other_fields_on_the_block() {
+    let events = [
+        MESSAGE_START,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":null}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"<summary>the mill</summary>","encrypted_content":"ZW5j"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"compaction"},"usage":{"output_tokens":9}}"#,
+        r#"{"type":"message_stop"}"#,
+    ]
+    .map(String::from);
+    let (message, _, _) = assemble(&events).unwrap();
+    assert_eq!(
+        serde_json::to_value(&message.content).unwrap(),
+        json!([{"type": "compaction", "content": "<summary>the mill</summary>",
+                "signature": "sig", "encrypted_content": "ZW5j"}])
+    );
 }
 
 #[test]

@@ -208,6 +208,16 @@ pub enum TurnEvent {
         /// Reported cache read.
         reported: u64,
     },
+    /// A streamed reply carried a `content_block_delta` the backend could not apply: of a type
+    /// it does not know, or for a block of a type it does not know (the Anthropic API may add
+    /// either under its version). The reply was assembled without it — its block goes back in
+    /// the next request without what it said — and this keeps what it said.
+    UnappliedDelta {
+        /// The index of the content block the delta was for.
+        index: u64,
+        /// The delta, verbatim.
+        delta: Value,
+    },
 }
 
 /// Something that happened to a session itself (not to one reply), as the ledger records it: a

@@ -413,6 +413,7 @@ fn message_start(answer: &Answer, full: &Usage) -> StreamEvent {
             diagnostics: answer.diagnostics.clone(),
             // Like the diagnostics, the applied edits are known before any output.
             context_management: answer.context_management.clone(),
+            unapplied_deltas: Vec::new(),
         },
     }
 }
@@ -471,8 +472,12 @@ fn block_events(index: usize, block: &ContentBlock, one_char: bool) -> Vec<(Stre
         // As the API streams a compaction: the block starts with its summary `null` (the
         // signature already there, where the official SDK's accumulator keeps it from), and
         // the whole summary follows in one `compaction_delta`.
+        // A compaction's fields besides its summary and signature come with its summary, as
+        // the API's `encrypted_content` does.
         ContentBlock::Compaction {
-            content, signature, ..
+            content,
+            signature,
+            extra,
         } => {
             out.push(start(ContentBlock::Unknown(json!({
                 "type": "compaction",
@@ -481,6 +486,7 @@ fn block_events(index: usize, block: &ContentBlock, one_char: bool) -> Vec<(Stre
             }))));
             out.push(delta(Delta::CompactionDelta {
                 content: Some(content.clone()),
+                extra: extra.clone(),
             }));
         }
         // Any other block (none yet) starts whole.

@@ -91,7 +91,7 @@ struct UsageCheck {
     provider_miss: Option<ProviderMiss>,
     /// The TTLs asked for against those honoured.
     ttl: TtlCheck,
-    /// A read shortfall, the applied edits, a TTL mismatch.
+    /// A read shortfall, the applied edits, a TTL mismatch, the deltas not applied.
     events: Vec<TurnEvent>,
 }
 
@@ -333,6 +333,17 @@ impl<T: Transport> AnthropicBackend<T> {
         };
         let mut events: Vec<TurnEvent> = shortfall.into_iter().collect();
         events.extend(edit_events(response, kept));
+        // One line per reply, however many: a new delta type may come with every token.
+        if let Some((index, delta)) = response.unapplied_deltas.first() {
+            let count = response.unapplied_deltas.len();
+            tracing::warn!(count, index, %delta, "deltas muninn cannot apply, kept in the ledger");
+        }
+        for (index, delta) in &response.unapplied_deltas {
+            events.push(TurnEvent::UnappliedDelta {
+                index: u64::try_from(*index).unwrap_or(u64::MAX),
+                delta: delta.clone(),
+            });
+        }
         if ttl.mismatch() {
             tracing::warn!(
                 ?ttl,

@@ -18,6 +18,8 @@ pub struct Assembler {
     output_reported: bool,
     /// Whether a `message_delta` came (the stop reason and the final usage).
     delta_came: bool,
+    /// Per block started, whether its `content_block_stop` came.
+    block_stopped: Vec<bool>,
     /// Whether reply content has begun (the first `content_block_start`).
     pub content_started: bool,
     /// Whether `message_stop` arrived.
@@ -59,6 +61,7 @@ impl Assembler {
                     ));
                 }
                 message.content.push(content_block);
+                self.block_stopped.push(false);
             }
             StreamEvent::ContentBlockDelta { index, delta } => self.on_delta(index, delta)?,
             StreamEvent::ContentBlockStop { index } => self.on_block_stop(index)?,
@@ -94,90 +97,24 @@ impl Assembler {
 
     /// Appends a delta to its block; tool input is gathered as text until the block stops.
     fn on_delta(&mut self, index: usize, delta: Delta) -> Result<(), AttemptError> {
+        // A stopped block is whole: a tool call's input gathered again after its stop would
+        // replace the input it had at a second stop.
+        if self.block_stopped.get(index) == Some(&true) {
+            return Err(protocol(
+                format!("a delta for content block {index} after its content_block_stop"),
+                true,
+            ));
+        }
         let block = self
             .message_mut()?
             .content
             .get_mut(index)
             .ok_or_else(|| protocol(format!("delta for unknown block {index}"), true))?;
-        match (block, delta) {
-            (ContentBlock::Text { text, .. }, Delta::TextDelta { text: more }) => {
-                text.push_str(&more);
-            }
-            (ContentBlock::Thinking { thinking, .. }, Delta::ThinkingDelta { thinking: more }) => {
-                thinking.push_str(&more);
-            }
-            (ContentBlock::Thinking { signature, .. }, Delta::SignatureDelta { signature: s }) => {
-                *signature = Some(s);
-            }
-            // Gathered on the block as the official SDKs' accumulators gather them: the block
-            // goes back with its citations.
-            (ContentBlock::Text { extra, .. }, Delta::CitationsDelta { citation }) => {
-                match extra.get_mut("citations") {
-                    Some(Value::Array(citations)) => citations.push(citation),
-                    _ => {
-                        extra.insert("citations".to_string(), Value::Array(vec![citation]));
-                    }
-                }
-            }
-            // A streamed compaction starts with `"content": null`, which is no
-            // `ContentBlock::Compaction` yet (a block whose summary never comes stays the
-            // verbatim `null` block the non-streaming API answers for a failed compaction):
-            // the summary and signature are gathered on the raw block, and it becomes a
-            // `Compaction` when it stops.
-            (ContentBlock::Unknown(raw), Delta::CompactionDelta { content })
-                if is_compaction(raw) =>
-            {
-                // Appended in place: copying the summary so far on every delta is quadratic
-                // in the number of deltas.
-                let more = content.unwrap_or_default();
-                match raw.get_mut("content") {
-                    Some(Value::String(so_far)) => so_far.push_str(&more),
-                    _ => raw["content"] = Value::String(more),
-                }
-            }
-            (ContentBlock::Unknown(raw), Delta::SignatureDelta { signature })
-                if is_compaction(raw) =>
-            {
-                raw["signature"] = Value::String(signature);
-            }
-            (
-                ContentBlock::Compaction { content, .. },
-                Delta::CompactionDelta { content: more },
-            ) => {
-                content.push_str(&more.unwrap_or_default());
-            }
-            (
-                ContentBlock::Compaction { signature, .. },
-                Delta::SignatureDelta { signature: s },
-            ) => {
-                *signature = s;
-            }
-            // A tool call's input, and that of a call this crate does not name (a server
-            // tool's `server_tool_use`, an `mcp_tool_use`: any block with an `input`), which
-            // streams it the same way.
-            (ContentBlock::ToolUse { .. }, Delta::InputJsonDelta { partial_json }) => {
-                self.gather_input(index, partial_json);
-            }
-            (ContentBlock::Unknown(raw), Delta::InputJsonDelta { partial_json })
-                if raw.get("input").is_some() =>
-            {
-                self.gather_input(index, partial_json);
-            }
-            // Not ignored: the block goes back in the next request, and without what this
-            // delta said it is not the block the provider sent (a thinking block's signature
-            // then fails, a prefix no longer matches). A clear failure until this crate knows
-            // the delta.
-            (_, Delta::Unknown(raw)) => {
-                let kind = raw.get("type").and_then(Value::as_str).unwrap_or("(none)");
-                return Err(protocol(
-                    format!(
-                        "content_block_delta of unknown type {kind} for block {index}: the \
-                         block cannot be assembled as the provider sent it"
-                    ),
-                    true,
-                ));
-            }
-            (_, d) => {
+        match apply(block, delta) {
+            Applied::Done => {}
+            Applied::Input(partial_json) => self.gather_input(index, partial_json),
+            Applied::Kept(raw) => self.message_mut()?.unapplied_deltas.push((index, raw)),
+            Applied::Misfit(d) => {
                 return Err(protocol(
                     format!("delta {d:?} does not fit block {index}"),
                     true,
@@ -199,6 +136,22 @@ impl Assembler {
     /// [`ContentBlock::Compaction`]; a tool block's gathered input is parsed (empty input is
     /// `{}`).
     fn on_block_stop(&mut self, index: usize) -> Result<(), AttemptError> {
+        // One stop per block started: a stop for another is a broken stream.
+        match self.block_stopped.get_mut(index) {
+            None => {
+                return Err(protocol(
+                    format!("content_block_stop for unknown block {index}"),
+                    self.content_started,
+                ));
+            }
+            Some(true) => {
+                return Err(protocol(
+                    format!("a second content_block_stop for block {index}"),
+                    true,
+                ));
+            }
+            Some(stopped) => *stopped = true,
+        }
         if let Some(block) = self.message_mut()?.content.get_mut(index)
             && let ContentBlock::Unknown(raw) = block
             && is_compaction(raw)
@@ -291,6 +244,127 @@ impl Assembler {
             ));
         }
         Ok((message, Value::Object(std::mem::take(&mut self.raw_usage))))
+    }
+}
+
+/// What became of a delta laid on its block (`apply`).
+enum Applied {
+    /// The block took it.
+    Done,
+    /// A piece of the block's input JSON, gathered until the block stops.
+    Input(String),
+    /// A delta the block cannot take, kept beside the reply
+    /// ([`MessagesResponse::unapplied_deltas`]).
+    Kept(Value),
+    /// A known delta that does not fit its known block: the stream is broken.
+    Misfit(Delta),
+}
+
+/// Lays `delta` on `block`: text, thinking and a signature appended or set, a citation
+/// gathered into the block's `citations` as the official SDKs' accumulators gather them (the
+/// block goes back with them), a piece of a tool call's input handed back to be gathered.
+fn apply(block: &mut ContentBlock, delta: Delta) -> Applied {
+    if is_compaction_block(block) {
+        return apply_to_compaction(block, delta);
+    }
+    match (block, delta) {
+        (ContentBlock::Text { text, .. }, Delta::TextDelta { text: more }) => {
+            text.push_str(&more);
+        }
+        (ContentBlock::Thinking { thinking, .. }, Delta::ThinkingDelta { thinking: more }) => {
+            thinking.push_str(&more);
+        }
+        (ContentBlock::Thinking { signature, .. }, Delta::SignatureDelta { signature: s }) => {
+            *signature = Some(s);
+        }
+        (ContentBlock::Text { extra, .. }, Delta::CitationsDelta { citation }) => {
+            match extra.get_mut("citations") {
+                Some(Value::Array(citations)) => citations.push(citation),
+                _ => {
+                    extra.insert("citations".to_string(), Value::Array(vec![citation]));
+                }
+            }
+        }
+        // A tool call's input, and that of a call this crate does not name (a server tool's
+        // `server_tool_use`, an `mcp_tool_use`: any block with an `input`), which streams it
+        // the same way.
+        (ContentBlock::ToolUse { .. }, Delta::InputJsonDelta { partial_json }) => {
+            return Applied::Input(partial_json);
+        }
+        (ContentBlock::Unknown(raw), Delta::InputJsonDelta { partial_json })
+            if raw.get("input").is_some() =>
+        {
+            return Applied::Input(partial_json);
+        }
+        (block, delta) => return not_applied(block, delta),
+    }
+    Applied::Done
+}
+
+/// `apply` for a compaction block. A streamed compaction starts with `"content": null`, which
+/// is no `ContentBlock::Compaction` yet (a block whose summary never comes stays the verbatim
+/// `null` block the non-streaming API answers for a failed compaction): the summary and
+/// signature are gathered on the raw block, and it becomes a `Compaction` when it stops. The
+/// delta's other fields (`encrypted_content`) are laid on the block as they come, as the
+/// official SDKs' accumulators do: the block goes back with them.
+fn apply_to_compaction(block: &mut ContentBlock, delta: Delta) -> Applied {
+    match (block, delta) {
+        (ContentBlock::Unknown(raw), Delta::CompactionDelta { content, extra }) => {
+            // Appended in place: copying the summary so far on every delta is quadratic in the
+            // number of deltas.
+            let more = content.unwrap_or_default();
+            match raw.get_mut("content") {
+                Some(Value::String(so_far)) => so_far.push_str(&more),
+                _ => raw["content"] = Value::String(more),
+            }
+            if let Value::Object(fields) = raw {
+                fields.extend(extra);
+            }
+        }
+        (ContentBlock::Unknown(raw), Delta::SignatureDelta { signature }) => {
+            raw["signature"] = Value::String(signature);
+        }
+        (
+            ContentBlock::Compaction { content, extra, .. },
+            Delta::CompactionDelta {
+                content: more,
+                extra: more_fields,
+            },
+        ) => {
+            content.push_str(&more.unwrap_or_default());
+            extra.extend(more_fields);
+        }
+        (ContentBlock::Compaction { signature, .. }, Delta::SignatureDelta { signature: s }) => {
+            *signature = s;
+        }
+        (block, delta) => return not_applied(block, delta),
+    }
+    Applied::Done
+}
+
+/// A delta `block` does not take. The API may add delta types and block types under its
+/// version (new variants of an enum-like output), so a delta of a type this crate does not
+/// know, or any delta for a block of a type it does not know, does not fail the stream — that
+/// would fail, and bill, every reply from the day the API sends it: the block stays as it is,
+/// as the official SDKs' accumulators leave it, and the delta is kept (verbatim, or as decoded)
+/// for the ledger to record (`TurnEvent::UnappliedDelta`). A known delta that does not fit a
+/// known block is a broken stream.
+fn not_applied(block: &ContentBlock, delta: Delta) -> Applied {
+    match (block, delta) {
+        (_, Delta::Unknown(raw)) => Applied::Kept(raw),
+        (ContentBlock::Unknown(_), known) => {
+            Applied::Kept(serde_json::to_value(&known).unwrap_or_default())
+        }
+        (_, misfit) => Applied::Misfit(misfit),
+    }
+}
+
+/// Whether `block` is a compaction, whole or still streaming.
+fn is_compaction_block(block: &ContentBlock) -> bool {
+    match block {
+        ContentBlock::Compaction { .. } => true,
+        ContentBlock::Unknown(raw) => is_compaction(raw),
+        _ => false,
     }
 }
 

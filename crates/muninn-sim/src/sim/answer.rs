@@ -111,6 +111,7 @@ impl Answer {
             usage,
             diagnostics: self.diagnostics,
             context_management: self.context_management,
+            unapplied_deltas: Vec::new(),
         }
     }
 }
