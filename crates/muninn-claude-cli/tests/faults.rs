@@ -97,30 +97,61 @@ async fn a_signal_to_the_hosts_process_group_does_not_reach_the_child() {
     b.shutdown().await.unwrap();
 }
 
-/// A cgroup-v1 freezer group of this test's own, thawed and removed when dropped (a test that
-/// fails still lets its frozen process die). `None` where none can be made (not root, no v1
-/// freezer hierarchy).
+/// A cgroup-v1 freezer group of this test's own. Dropped — the test passed or panicked — it
+/// kills every process in the group, thaws it (a SIGKILL to a frozen process waits for that)
+/// and removes it: a frozen process left behind would hold what waits for it for ever.
 struct Freezer(std::path::PathBuf);
 
 impl Freezer {
+    /// A new group, or `None` after `missing_peer` where none can be made (not root, no v1
+    /// freezer hierarchy mounted).
     fn new(name: &str) -> Option<Freezer> {
         let dir = std::path::Path::new("/sys/fs/cgroup/freezer")
             .join(format!("muninn-test-{name}-{}", std::process::id()));
-        std::fs::create_dir(&dir).ok()?;
-        Some(Freezer(dir))
+        match std::fs::create_dir(&dir) {
+            // A directory made elsewhere than in a freezer hierarchy has no `freezer.state`.
+            Ok(()) if dir.join("freezer.state").exists() => Some(Freezer(dir)),
+            made => {
+                let _ = std::fs::remove_dir(&dir);
+                muninn_testkit::peers::missing_peer(&format!(
+                    "a cgroup-v1 freezer group at {} ({made:?}; needs root and a v1 freezer hierarchy)",
+                    dir.display()
+                ));
+                None
+            }
+        }
+    }
+
+    /// SIGKILLs every process in the group (a frozen one dies once thawed).
+    fn kill_all(&self) {
+        let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
     }
 }
 
 impl Drop for Freezer {
     fn drop(&mut self) {
+        // Killed first: thawed alone, a process the test did not get to kill (a panic before
+        // the driver's SIGKILL) ran on in the group, which then could not be removed.
+        self.kill_all();
         let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
-        // Removable once its processes, killed and thawed, are gone.
+        // Removable once its processes are gone (a process that forked meanwhile is killed
+        // on the next pass).
         for _ in 0..100 {
             if std::fs::remove_dir(&self.0).is_ok() {
                 return;
             }
+            self.kill_all();
             std::thread::sleep(Duration::from_millis(50));
         }
+        eprintln!(
+            "the freezer group {} could not be removed",
+            self.0.display()
+        );
     }
 }
 
@@ -132,7 +163,6 @@ impl Drop for Freezer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_that_outlives_its_sigkill_does_not_hold_the_turn() {
     let Some(freezer) = Freezer::new("unkillable") else {
-        eprintln!("SKIP: no cgroup-v1 freezer group can be made here (needs root)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
