@@ -3,6 +3,7 @@
 
 use super::*;
 use pretty_assertions::assert_eq;
+use std::sync::{Arc, Mutex};
 
 fn init_line() -> String {
     json!({"type": "system", "subtype": "init", "session_id": "s"}).to_string()
@@ -233,4 +234,67 @@ async fn a_stuck_sweep_does_not_hold_the_stop() {
     assert!(stopped.is_ok(), "the stop did not end within {took:?}");
     assert!(took < Duration::from_secs(20), "{took:?}");
     assert!(settled.is_ok(), "settled still waiting after 60 s");
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Captures this thread's warnings while the returned guards live (a test on one thread:
+    /// the driver's task runs on it).
+    fn capture() -> (Logs, (tracing::Dispatch, tracing::subscriber::DefaultGuard)) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .finish();
+        // Tracing caches each callsite's interest process-wide; a second, inert dispatcher kept
+        // alive makes registration ask this thread's subscriber too.
+        let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+        let guard = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        (logs, (anchor, guard))
+    }
+
+    /// The lines logged so far that hold `what`.
+    fn lines_with(&self, what: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A stdout line past the limit (64 MiB) that the child writes as it is stopped is logged, as
+/// one during a turn is: the event it held (the `result` of a turn the CLI started by itself,
+/// which the stop bills) is lost with it. Before, the stop passed over it without a word.
+#[tokio::test]
+async fn a_line_past_the_limit_as_the_child_stops_is_logged() {
+    let (logs, _capture) = Logs::capture();
+    let dir = tempfile::tempdir().unwrap();
+    // `lines::MAX_LINE_BYTES` (64 MiB) and one more.
+    let script = "while read line; do :; done\nhead -c 67108865 /dev/zero | tr '\\0' x\necho\n";
+    let bin = stand_in(dir.path(), script).await;
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a98").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("too-long")).await.unwrap();
+    b.shutdown().await.unwrap();
+    let skipped = logs.lines_with("a stdout line past the limit was skipped");
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(skipped[0].contains("bytes=67108865"), "{skipped:?}");
 }
