@@ -567,8 +567,14 @@ impl Driver {
                     Ok(Some(Line::Text(line))) => {
                         self.idle_line(&line, &mut collected, &mut report, requested_1h);
                     }
-                    Ok(Some(Line::Skipped(_))) => {}
-                    Ok(None) | Err(_) => stdout_open = false,
+                    Ok(Some(Line::Skipped(bytes))) => {
+                        read::line_skipped(&self.session_id, bytes, "the child's stop");
+                    }
+                    Ok(None) => stdout_open = false,
+                    Err(e) => {
+                        read::read_failed(&self.session_id, &e, "the child's stop");
+                        stdout_open = false;
+                    }
                 },
                 exit = live.child.wait(), if status.is_none() => {
                     // Reaped: its pid may be reused, so no signal may go to it any more.

@@ -3,6 +3,7 @@
 
 use super::*;
 use pretty_assertions::assert_eq;
+use std::sync::{Arc, Mutex};
 
 fn init_line() -> String {
     json!({"type": "system", "subtype": "init", "session_id": "s"}).to_string()
@@ -97,30 +98,61 @@ async fn a_signal_to_the_hosts_process_group_does_not_reach_the_child() {
     b.shutdown().await.unwrap();
 }
 
-/// A cgroup-v1 freezer group of this test's own, thawed and removed when dropped (a test that
-/// fails still lets its frozen process die). `None` where none can be made (not root, no v1
-/// freezer hierarchy).
+/// A cgroup-v1 freezer group of this test's own. Dropped — the test passed or panicked — it
+/// kills every process in the group, thaws it (a SIGKILL to a frozen process waits for that)
+/// and removes it: a frozen process left behind would hold what waits for it for ever.
 struct Freezer(std::path::PathBuf);
 
 impl Freezer {
+    /// A new group, or `None` after `missing_peer` where none can be made (not root, no v1
+    /// freezer hierarchy mounted).
     fn new(name: &str) -> Option<Freezer> {
         let dir = std::path::Path::new("/sys/fs/cgroup/freezer")
             .join(format!("muninn-test-{name}-{}", std::process::id()));
-        std::fs::create_dir(&dir).ok()?;
-        Some(Freezer(dir))
+        match std::fs::create_dir(&dir) {
+            // A directory made elsewhere than in a freezer hierarchy has no `freezer.state`.
+            Ok(()) if dir.join("freezer.state").exists() => Some(Freezer(dir)),
+            made => {
+                let _ = std::fs::remove_dir(&dir);
+                muninn_testkit::peers::missing_peer(&format!(
+                    "a cgroup-v1 freezer group at {} ({made:?}; needs root and a v1 freezer hierarchy)",
+                    dir.display()
+                ));
+                None
+            }
+        }
+    }
+
+    /// SIGKILLs every process in the group (a frozen one dies once thawed).
+    fn kill_all(&self) {
+        let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
     }
 }
 
 impl Drop for Freezer {
     fn drop(&mut self) {
+        // Killed first: thawed alone, a process the test did not get to kill (a panic before
+        // the driver's SIGKILL) ran on in the group, which then could not be removed.
+        self.kill_all();
         let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
-        // Removable once its processes, killed and thawed, are gone.
+        // Removable once its processes are gone (a process that forked meanwhile is killed
+        // on the next pass).
         for _ in 0..100 {
             if std::fs::remove_dir(&self.0).is_ok() {
                 return;
             }
+            self.kill_all();
             std::thread::sleep(Duration::from_millis(50));
         }
+        eprintln!(
+            "the freezer group {} could not be removed",
+            self.0.display()
+        );
     }
 }
 
@@ -132,7 +164,6 @@ impl Drop for Freezer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_that_outlives_its_sigkill_does_not_hold_the_turn() {
     let Some(freezer) = Freezer::new("unkillable") else {
-        eprintln!("SKIP: no cgroup-v1 freezer group can be made here (needs root)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -203,4 +234,67 @@ async fn a_stuck_sweep_does_not_hold_the_stop() {
     assert!(stopped.is_ok(), "the stop did not end within {took:?}");
     assert!(took < Duration::from_secs(20), "{took:?}");
     assert!(settled.is_ok(), "settled still waiting after 60 s");
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Captures this thread's warnings while the returned guards live (a test on one thread:
+    /// the driver's task runs on it).
+    fn capture() -> (Logs, (tracing::Dispatch, tracing::subscriber::DefaultGuard)) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .finish();
+        // Tracing caches each callsite's interest process-wide; a second, inert dispatcher kept
+        // alive makes registration ask this thread's subscriber too.
+        let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+        let guard = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        (logs, (anchor, guard))
+    }
+
+    /// The lines logged so far that hold `what`.
+    fn lines_with(&self, what: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A stdout line past the limit (64 MiB) that the child writes as it is stopped is logged, as
+/// one during a turn is: the event it held (the `result` of a turn the CLI started by itself,
+/// which the stop bills) is lost with it. Before, the stop passed over it without a word.
+#[tokio::test]
+async fn a_line_past_the_limit_as_the_child_stops_is_logged() {
+    let (logs, _capture) = Logs::capture();
+    let dir = tempfile::tempdir().unwrap();
+    // `lines::MAX_LINE_BYTES` (64 MiB) and one more.
+    let script = "while read line; do :; done\nhead -c 67108865 /dev/zero | tr '\\0' x\necho\n";
+    let bin = stand_in(dir.path(), script).await;
+    let r = rig(bin, "6a1f0c2a-5b4d-4e6f-8a9b-0c1d2e3f4a98").await;
+    let mut b = ClaudeCliBackend::new(r.config.clone());
+    b.start(spec("too-long")).await.unwrap();
+    b.shutdown().await.unwrap();
+    let skipped = logs.lines_with("a stdout line past the limit was skipped");
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(skipped[0].contains("bytes=67108865"), "{skipped:?}");
 }

@@ -391,8 +391,9 @@ async fn a_failure_after_a_paid_answer_rebuilds_once_not_per_retry() {
 /// those (`run_minds`, `sweeps_settled`) before it exits, and shows their failures in `muninn
 /// status` and `/metrics`. A Mind's two sessions on a CLI stand-in, the factory's sweeps unable
 /// to list the processes (a directory that is not there for `/proc`): each session's stop
-/// fails its sweep, and the factory counts both. A session with a `Sweeps` of its own would
-/// be neither waited for nor seen failing (0).
+/// fails its sweep, and the factory counts both, as does the host's telemetry once `run_minds`
+/// has run. A session with a `Sweeps` of its own would be neither waited for nor seen failing
+/// (0), nor would a host whose `run_minds` did not hand the factory's sweeps to its telemetry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_claude_cli_session_shares_the_factorys_sweeps() {
     use muninn_backend::{Backend, SessionSpec};
@@ -411,6 +412,20 @@ async fn every_claude_cli_session_shares_the_factorys_sweeps() {
         *sweeps = muninn_claude_cli::Sweeps::looking_in(dir.path().join("no-proc"));
     }
     let prices = PriceTable::embedded();
+    // The host as `muninn serve` runs it (no Mind configured, stopped at once): `run_minds`
+    // hands the factory's sweeps to the telemetry, which `muninn status` and `/metrics` read.
+    let (_stop, stopped) = tokio::sync::watch::channel(true);
+    let ran = muninn_host::runtime::run_minds(
+        w.host.clone(),
+        w.factory.clone(),
+        prices.clone(),
+        "host-a".into(),
+        stopped,
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(30), ran)
+        .await
+        .unwrap()
+        .unwrap();
     for session in ["vala/persona", "vala/self"] {
         let mut backend = w.factory.make(w.host.clock.clone(), &prices, session);
         backend
@@ -427,5 +442,11 @@ async fn every_claude_cli_session_shares_the_factorys_sweeps() {
             .unwrap();
         backend.close().await;
     }
-    assert_eq!(w.factory.sweeps().map(|s| s.failed()), Some(2));
+    assert_eq!(
+        (
+            w.factory.sweeps().map(|s| s.failed()),
+            w.host.telemetry.sweeps_failed()
+        ),
+        (Some(2), 2)
+    );
 }

@@ -50,9 +50,18 @@ impl Driver {
             // Only what is already there: a zero timeout polls the read once.
             let line = match tokio::time::timeout(Duration::ZERO, live.stdout.next_line()).await {
                 Ok(Ok(Some(Line::Text(line)))) => line,
-                Ok(Ok(Some(Line::Skipped(_)))) => continue,
-                // Nothing waiting, or the end of stdout: the exchange's write finds a dead child.
-                _ => return collected,
+                Ok(Ok(Some(Line::Skipped(bytes)))) => {
+                    super::read::line_skipped(&self.session_id, bytes, "the read between turns");
+                    continue;
+                }
+                // The end of stdout: the exchange's write finds a dead child.
+                Ok(Ok(None)) => return collected,
+                Ok(Err(e)) => {
+                    super::read::read_failed(&self.session_id, &e, "the read between turns");
+                    return collected;
+                }
+                // Nothing waiting.
+                Err(_elapsed) => return collected,
             };
             self.idle_line(&line, &mut collected, report, requested_1h);
         }

@@ -51,14 +51,14 @@ impl Driver {
                     let line = match line {
                         Ok(Some(Line::Text(l))) => l,
                         Ok(Some(Line::Skipped(bytes))) => {
-                            tracing::warn!(bytes, limit = MAX_LINE_BYTES, "claude-cli: a stdout line past the limit was skipped");
+                            line_skipped(&self.session_id, bytes, "a turn");
                             continue;
                         }
                         Ok(None) | Err(_) => {
                             if let Err(e) = &line {
                                 // Taken as the end of stdout (the child is reaped, killed if it
-                                // lingers, and relaunched); the cause would otherwise be lost.
-                                tracing::warn!(session = %self.session_id, error = %e, "claude-cli: reading the child's stdout failed");
+                                // lingers, and relaunched).
+                                read_failed(&self.session_id, e, "a turn");
                             }
                             return stdout_ended(run_flush);
                         }
@@ -283,6 +283,26 @@ fn on_assistant(a: AssistantEvent, run_flush: &mut Option<RunFlush>, collected: 
         }
         collect_blocks(id, a.message.content, collected);
     }
+}
+
+/// Logs a stdout line past `MAX_LINE_BYTES`, skipped: the event it held (a message, a `result`)
+/// is lost with it, whenever it came — during a turn, between turns, as the child is stopped —
+/// and only this line says so.
+pub(super) fn line_skipped(session: &str, bytes: usize, during: &str) {
+    tracing::warn!(
+        session,
+        bytes,
+        limit = MAX_LINE_BYTES,
+        during,
+        "claude-cli: a stdout line past the limit was skipped; the event it held is lost"
+    );
+}
+
+/// Logs a failed read of the child's stdout, which each reader takes as its end: the cause
+/// would otherwise be lost.
+pub(super) fn read_failed(session: &str, error: &std::io::Error, during: &str) {
+    tracing::warn!(session, error = %error, during,
+        "claude-cli: reading the child's stdout failed; taken as its end");
 }
 
 /// The longest stdout is read after the child exited: the lines it wrote before are already
