@@ -38,8 +38,16 @@
 //! grow by it — the batch is asked again in a fresh segment, whose first row is the next.
 //!
 //! Not covered: the Self's requests (a brief's ask mark says it may have been sent, but carries
-//! no estimate), a retry sent after a failure notice (the notice ends the transcript), pings,
-//! flushes and compactions.
+//! no estimate), a retry sent after a failure notice (the notice ends the transcript), an
+//! invalid reply's retry (the turn's second request: the row counts the first), pings, flushes
+//! and compactions.
+//!
+//! A kill after the delivery's write and before the send leaves the same trace, and so the same
+//! row, for a request never made. Nothing cheap tells the two apart: the next holder's request
+//! for the batch is billed either way and rendered in a fresh segment (what it reads of the
+//! cache says nothing reliable of another prompt's fate), and a mark written before the send
+//! would only narrow the window, at a second write per turn. So the row says it is an estimate
+//! that may not have been billed, and `muninn ledger`'s table says so too.
 
 use super::persona::Plan;
 use super::{MindRunner, RuntimeError};
