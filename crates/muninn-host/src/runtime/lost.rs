@@ -28,9 +28,14 @@
 //! predicts no output, and a guess would be as likely too high (an invented bill) as too low —
 //! and an event saying it is an estimate that may not have been billed at all (a kill between
 //! the delivery's write and the send, the crash point `host-delivery-recorded`, sent nothing).
-//! The row is committed as a turn under a key made from the item's seq, so a second restart,
-//! or two hosts on PostgreSQL taking the Mind over one after the other, write it once
-//! ([`muninn_store::StoreError::TurnAlreadyRecorded`] counts as written).
+//! It is written only when the ledger holds no Persona row at or after the send, read under
+//! the lease the row is then committed under: a second restart, a commit that landed though its
+//! answer was lost, or hosts on PostgreSQL racing to take the Mind over find the row there, and
+//! a holder whose lease another took since its read meets the fence. So it is written once
+//! (`lost_answers::hosts_racing_for_the_mind_on_postgres_ledger_a_lost_answer_once`). The turn
+//! key made from the item's seq is a backstop no test reaches — for a read that missed the row
+//! behind more than `LOOK_AHEAD` rows — where
+//! [`muninn_store::StoreError::TurnAlreadyRecorded`] counts as written.
 //!
 //! Being a failed attempt's row, it prices what the request read and wrote of the cache and is
 //! no request of the segment: the accounting (`accounting.rs` `restore`, which runs right
