@@ -103,6 +103,14 @@ async fn lost_then_replayed(before: usize) {
         before == 0,
         "a segment's first request carries its segment: {row:#?}"
     );
+    // The lost request grew no conversation: the batch is asked again as the first request of
+    // a fresh segment, not as the lost one's next turn.
+    let redo = &rows[before + 1];
+    assert_eq!(
+        (redo.segment, redo.turn),
+        (row.segment + 1, 0),
+        "the batch asked again: {redo:#?}"
+    );
     let decided = row.decided.as_ref().expect("a decision record");
     assert_eq!(
         (decided.kind, decided.attempted),
