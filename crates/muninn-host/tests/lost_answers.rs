@@ -7,12 +7,19 @@
 //! The crash harness kills a real `muninn serve` in that window (`muninn`'s
 //! `crash_points::an_answer_lost_before_its_commit_is_ledgered_once_through_two_restarts`).
 
-use crate::runtime::{World, faulty_world, ledger, mind, post, runner, spent};
+use crate::runtime::{T0, World, faulty_world, ledger, mind, post, runner, spent};
 use muninn_core::closed_loop::verify;
 use muninn_core::ledger::{ATTEMPT_LOST, RowKind};
 use muninn_core::price::PriceTable;
+use muninn_host::Host;
 use muninn_host::runtime::{MindRunner, RuntimeError, Step};
+use muninn_sim::SimClock;
 use muninn_sim::inprocess::SimBackend;
+use muninn_sim::sim::{SimConfig, Simulator};
+use muninn_store::StoreError;
+use muninn_testkit::FaultyStore;
+use muninn_testkit::peers::FreshDatabase;
+use std::sync::Arc;
 
 /// The Messages requests the simulator answered.
 fn asked(w: &World) -> usize {
@@ -96,6 +103,14 @@ async fn lost_then_replayed(before: usize) {
         before == 0,
         "a segment's first request carries its segment: {row:#?}"
     );
+    // The lost request grew no conversation: the batch is asked again as the first request of
+    // a fresh segment, not as the lost one's next turn.
+    let redo = &rows[before + 1];
+    assert_eq!(
+        (redo.segment, redo.turn),
+        (row.segment + 1, 0),
+        "the batch asked again: {redo:#?}"
+    );
     let decided = row.decided.as_ref().expect("a decision record");
     assert_eq!(
         (decided.kind, decided.attempted),
@@ -135,4 +150,77 @@ async fn lost_then_replayed(before: usize) {
     assert!(report.cost_difference().abs() < 0.02, "{report:#?}");
     let apart: Vec<usize> = report.largest.iter().map(|r| r.row).collect();
     assert!(apart.iter().all(|row| *row <= before + 1), "{report:#?}");
+}
+
+/// On PostgreSQL, hosts take the Mind over in turn and race for it while the lost request's row
+/// is written: host-b's commit of the row lands, its answer lost, and host-b stalls past its
+/// lease; host-b and host-c then race for the Mind, and whichever wins finds the row rather
+/// than write it again and asks the batch once; the other, taking the Mind over after the
+/// winner dies, writes nothing more. Once is the fence's doing (the row is written only under
+/// the lease held, after the ledger was read under it), on PostgreSQL as on SQLite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_racing_for_the_mind_on_postgres_ledger_a_lost_answer_once() {
+    let Some(db) = FreshDatabase::for_test("muninn_host_lostrace", "lost answers on postgres")
+    else {
+        return;
+    };
+    let store = muninn_store::open(&db.url()).await.unwrap();
+    let faults = FaultyStore::new(store);
+    let sim = Arc::new(Simulator::new(SimConfig {
+        frozen_at_ms: Some(T0),
+        ..SimConfig::default()
+    }));
+    let config = toml::from_str("").unwrap();
+    let w = World {
+        host: Host::new(faults.clone(), config, Arc::new(SimClock(sim.clone()))),
+        sim,
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    let mut a = runner(&w, mind(""), "host-a");
+    a.register().await.unwrap();
+    post(&w, "lost", "#swarm", "ari", "hello vala").await;
+    faults.fail_commits(1);
+    let e = a.step().await.unwrap_err();
+    assert!(matches!(e, RuntimeError::Held(_)), "{e}");
+    killed(&w, a);
+
+    let mut b = runner(&w, mind(""), "host-b");
+    faults.lose_commit_answers(1);
+    let e = b.step().await.unwrap_err();
+    assert!(matches!(e, RuntimeError::Store(_)), "{e}");
+    assert_eq!(
+        asked(&w),
+        1,
+        "nothing asked before the row is known written"
+    );
+    // host-b stalls past its lease; it and host-c race for the Mind.
+    w.sim.advance_clock(w.host.config.lease_ttl_ms + 1);
+    let mut c = runner(&w, mind(""), "host-c");
+    let (by_b, by_c) = tokio::join!(b.step(), c.step());
+    // The loser finds the lease another's, or presents its stale token and meets the fence.
+    let answered = |step: &Result<Step, RuntimeError>| match step {
+        Ok(Step::PersonaTurn { .. }) => true,
+        Ok(Step::NotLeader) | Err(RuntimeError::Store(StoreError::Fenced { .. })) => false,
+        other => panic!("neither a turn nor a lost race: {other:?}"),
+    };
+    assert!(
+        answered(&by_b) != answered(&by_c),
+        "one winner answers: {by_b:?} {by_c:?}"
+    );
+    let (winner, mut loser) = if answered(&by_b) { (b, c) } else { (c, b) };
+    killed(&w, winner);
+    for _ in 0..50 {
+        match loser.step().await.unwrap() {
+            Step::Idle { until_ms: Some(t) } => {
+                w.sim.advance_clock((t - w.sim.now_ms()).max(1));
+            }
+            Step::Idle { until_ms: None } => break,
+            _ => {}
+        }
+    }
+    let rows = ledger(&w).await;
+    let lost = rows.iter().filter(|r| r.decision == ATTEMPT_LOST).count();
+    assert_eq!(lost, 1, "rows of the lost answer: {rows:#?}");
+    assert_eq!(asked(&w), rows.len() - lost + 1, "{rows:#?}");
+    assert_eq!(asked(&w), 2, "the batch is asked again once");
 }

@@ -7,6 +7,7 @@ use crate::status::usd;
 use crate::time::{HumanTime, clock_time};
 use muninn_api::client::ledger_line;
 use muninn_api::wire::{LedgerEntryBody, LedgerParams};
+use muninn_core::ledger::ATTEMPT_LOST;
 
 /// How `muninn ledger` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -102,9 +103,21 @@ fn table_header() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn table_line(entry: &LedgerEntryBody) -> anyhow::Result<()> {
+/// What the table says of an `attempt_lost` row, after its decision: the next holder wrote it
+/// at the cache model's estimate, and a host killed after recording the delivery but before
+/// sending it leaves the same trace (`runtime/lost.rs` in muninn-host).
+const ESTIMATED: &str = "(estimate; may not have been sent or billed)";
+
+/// A row of the table: a lost request's is labelled as the estimate it is, as its JSON row's
+/// event says, so a reader does not take it for a bill.
+fn table_line(entry: &LedgerEntryBody) -> String {
     let row = &entry.row;
-    outln!(
+    let label = if row.decision == ATTEMPT_LOST {
+        format!("{} {ESTIMATED}", row.decision)
+    } else {
+        row.decision.clone()
+    };
+    format!(
         "{:<19} {:<7} {:>4} {:>5} {:>9} {:>9} {:>9} {:>7} {:>7} {:>10}  {}",
         clock_time(row.at_ms),
         row.role,
@@ -116,9 +129,22 @@ fn table_line(entry: &LedgerEntryBody) -> anyhow::Result<()> {
         row.usage.input,
         row.usage.output,
         usd(row.cost.0),
-        row.decision
-    )?;
-    Ok(())
+        label
+    )
+}
+
+/// The table's last line: the rows and their cost, and how much of it is `estimated` (the
+/// `attempt_lost` rows'), when some is.
+fn table_total(rows: u64, total: i64, estimated: i64) -> String {
+    let mut line = format!("{rows} rows, {}", usd(total));
+    if estimated != 0 {
+        line.push_str(&format!(
+            " ({} of it estimated: requests lost with their host, which may not have been \
+             sent or billed)",
+            usd(estimated)
+        ));
+    }
+    line
 }
 
 /// One entry of `--format json`'s `rows` array, as `serde_json::to_string_pretty` of the whole
@@ -165,21 +191,24 @@ pub fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
             LedgerFormat::Csv => outln!("{CSV_HEADER}")?,
             LedgerFormat::Json | LedgerFormat::Jsonl => {}
         }
-        let (mut rows, mut total) = (0u64, 0i64);
+        let (mut rows, mut total, mut estimated) = (0u64, 0i64, 0i64);
         while let Some(page) = pages.next().await? {
             for entry in &page {
                 match args.format {
-                    LedgerFormat::Table => table_line(entry)?,
+                    LedgerFormat::Table => outln!("{}", table_line(entry))?,
                     LedgerFormat::Csv => outln!("{}", csv_line(entry))?,
                     LedgerFormat::Jsonl => outln!("{}", ledger_line(entry)?)?,
                     LedgerFormat::Json => out!("{}", json_entry(entry, rows == 0)?)?,
                 }
                 rows += 1;
                 total += entry.row.cost.0;
+                if entry.row.decision == ATTEMPT_LOST {
+                    estimated += entry.row.cost.0;
+                }
             }
         }
         match args.format {
-            LedgerFormat::Table => outln!("{rows} rows, {}", usd(total))?,
+            LedgerFormat::Table => outln!("{}", table_total(rows, total, estimated))?,
             LedgerFormat::Json => out!("{}", json_end(rows))?,
             LedgerFormat::Csv | LedgerFormat::Jsonl => {}
         }
@@ -190,8 +219,42 @@ pub fn ledger(args: LedgerArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{json_end, json_entry};
+    use super::{json_end, json_entry, table_line, table_total};
     use muninn_api::wire::{LedgerEntryBody, LedgerResponse};
+
+    /// A row at `decision`, costing five cents.
+    fn entry(decision: &str) -> LedgerEntryBody {
+        let row = serde_json::from_value(serde_json::json!({
+            "mind": "vala", "role": "persona", "segment": 2, "turn": 7, "at_ms": 1000,
+            "idle_gap_ms": 0, "model": "m", "prefix_tokens": 5, "rehydration_tokens": 0,
+            "usage": {"input": 0, "cache_write_5m": 2, "cache_write_1h": 0, "cache_read": 3, "output": 0},
+            "raw_usage": null, "cost": 50000, "predicted_read": 3, "predicted_write": 2,
+            "cache_state": "warm", "miss_cause": null, "decision": decision, "boundary": true,
+            "events": [], "decided": null, "provider_miss": null
+        }))
+        .unwrap();
+        LedgerEntryBody { id: 1, row }
+    }
+
+    /// A request lost with its host is ledgered at the cache model's estimate by the next
+    /// holder, and a kill before its send leaves the same trace: the table says so on its row
+    /// and in its total, as the JSON row's event does — not as a bill like the others.
+    #[test]
+    fn the_table_labels_a_lost_requests_row_and_its_cost_as_an_estimate() {
+        let lost = table_line(&entry("attempt_lost"));
+        assert!(
+            lost.ends_with("attempt_lost (estimate; may not have been sent or billed)"),
+            "{lost}"
+        );
+        let billed = table_line(&entry("append:Warm"));
+        assert!(billed.ends_with("  append:Warm"), "{billed}");
+        assert_eq!(
+            table_total(3, 150_000, 50_000),
+            "3 rows, $0.1500 ($0.0500 of it estimated: requests lost with their host, \
+             which may not have been sent or billed)"
+        );
+        assert_eq!(table_total(3, 150_000, 0), "3 rows, $0.1500");
+    }
 
     /// `--format json`, printed an entry at a time, is byte for byte the pretty document of the
     /// whole answer it printed before, with no rows, one, or several.

@@ -28,9 +28,14 @@
 //! predicts no output, and a guess would be as likely too high (an invented bill) as too low —
 //! and an event saying it is an estimate that may not have been billed at all (a kill between
 //! the delivery's write and the send, the crash point `host-delivery-recorded`, sent nothing).
-//! The row is committed as a turn under a key made from the item's seq, so a second restart,
-//! or two hosts on PostgreSQL taking the Mind over one after the other, write it once
-//! ([`muninn_store::StoreError::TurnAlreadyRecorded`] counts as written).
+//! It is written only when the ledger holds no Persona row at or after the send, read under
+//! the lease the row is then committed under: a second restart, a commit that landed though its
+//! answer was lost, or hosts on PostgreSQL racing to take the Mind over find the row there, and
+//! a holder whose lease another took since its read meets the fence. So it is written once
+//! (`lost_answers::hosts_racing_for_the_mind_on_postgres_ledger_a_lost_answer_once`). The turn
+//! key made from the item's seq is a backstop no test reaches — for a read that missed the row
+//! behind more than `LOOK_AHEAD` rows — where
+//! [`muninn_store::StoreError::TurnAlreadyRecorded`] counts as written.
 //!
 //! Being a failed attempt's row, it prices what the request read and wrote of the cache and is
 //! no request of the segment: the accounting (`accounting.rs` `restore`, which runs right
@@ -38,8 +43,16 @@
 //! grow by it — the batch is asked again in a fresh segment, whose first row is the next.
 //!
 //! Not covered: the Self's requests (a brief's ask mark says it may have been sent, but carries
-//! no estimate), a retry sent after a failure notice (the notice ends the transcript), pings,
-//! flushes and compactions.
+//! no estimate), a retry sent after a failure notice (the notice ends the transcript), an
+//! invalid reply's retry (the turn's second request: the row counts the first), pings, flushes
+//! and compactions.
+//!
+//! A kill after the delivery's write and before the send leaves the same trace, and so the same
+//! row, for a request never made. Nothing cheap tells the two apart: the next holder's request
+//! for the batch is billed either way and rendered in a fresh segment (what it reads of the
+//! cache says nothing reliable of another prompt's fate), and a mark written before the send
+//! would only narrow the window, at a second write per turn. So the row says it is an estimate
+//! that may not have been billed, and `muninn ledger`'s table says so too.
 
 use super::persona::Plan;
 use super::{MindRunner, RuntimeError};
