@@ -110,10 +110,10 @@ pub fn shape(request: &Value) -> Result<PromptShape, ShapeError> {
 }
 
 /// [`shape`], reusing what `memo` kept of the last body shaped with it: the tool definitions,
-/// the system prompt and each message equal (as JSON, in the same section) to the one at the
-/// same place then keep their blocks, so a session's next request — the same history and a new
-/// message — maps only what is new instead of re-serialising, counting and hashing the whole
-/// prompt every turn. The result is [`shape`]'s for any body; a body it refuses empties the memo.
+/// the system prompt and each message written alike (the same JSON, floats bit for bit, in the
+/// same section) to the one at the same place then keep their blocks, so a session's next
+/// request — the same history and a new message — maps only what is new instead of
+/// re-serialising, counting and hashing the whole prompt every turn. The result is [`shape`]'s for any body; a body it refuses empties the memo.
 pub fn shape_memoized(request: &Value, memo: &mut ShapeMemo) -> Result<PromptShape, ShapeError> {
     let mut parts = Parts {
         previous: std::mem::take(&mut memo.parts),
@@ -184,7 +184,7 @@ impl Parts {
         let remembered = self
             .previous
             .get_mut(index)
-            .filter(|p| p.section == section && p.value == *value);
+            .filter(|p| p.section == section && written_alike(&p.value, value));
         let part = match remembered {
             Some(part) => {
                 blocks.extend_from_slice(&part.blocks);
@@ -209,6 +209,26 @@ impl Parts {
             kept.push(part);
         }
         Ok(())
+    }
+}
+
+/// Whether `a` and `b` are written alike, as [`canonical`] writes them — `Value`'s `==` but with
+/// floats compared bit for bit: `==` holds `0.0` and `-0.0` equal, which are written (so counted
+/// and hashed) differently, and a memoized part must map exactly as the part it stands for.
+fn written_alike(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            x == y && x.as_f64().map(f64::to_bits) == y.as_f64().map(f64::to_bits)
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| written_alike(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| written_alike(v, w)))
+        }
+        _ => a == b,
     }
 }
 

@@ -3,6 +3,7 @@
 use muninn_anthropic::prompt::{ShapeError, shape};
 use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::tokenize::count;
+use proptest::prelude::*;
 use serde_json::{Value, json};
 
 fn req(messages: Value) -> Value {
@@ -220,6 +221,10 @@ fn the_memo_shapes_as_shape_does_and_maps_only_what_is_new() {
     let mut null_tools = second.clone();
     null_tools["tools"] = Value::Null;
     let replaced = req(json!([plain("assistant", "summary"), marked("four")]));
+    // `0.0` and `-0.0` are equal as `Value`s but written, so counted and hashed, differently.
+    let call = |x: f64| json!({"role":"assistant","content":[{"type":"tool_use","id":"c","name":"t","input":{"x":x}}]});
+    let zero = req(json!([plain("user", "one"), call(0.0), marked("two")]));
+    let negative_zero = req(json!([plain("user", "one"), call(-0.0), marked("two")]));
     let refused = req(json!([plain("user", "one"), {"role":"user","content":5}]));
     let bodies = [
         &first,
@@ -235,6 +240,9 @@ fn the_memo_shapes_as_shape_does_and_maps_only_what_is_new() {
         &no_tools,
         &null_tools,
         &replaced,
+        &zero,
+        &negative_zero,
+        &zero,
         &refused,
         &second,
     ];
@@ -256,4 +264,262 @@ fn the_memo_shapes_as_shape_does_and_maps_only_what_is_new() {
     ]));
     assert_eq!(shape_memoized(&third, &mut memo), shape(&third));
     assert_eq!(memo.reused_blocks(), 1 + 2 + 2);
+}
+
+/// An edit between two requests of a session, as [`memo_edit`] applies it; the indices are taken
+/// modulo what the body holds.
+#[derive(Debug, Clone)]
+enum Edit {
+    /// The next request: a new message, the marker moved to its last block (as the backend does).
+    Append {
+        role: bool,
+        number: usize,
+        tool: bool,
+    },
+    /// The same request again (a retry after a failure).
+    Repeat,
+    /// One block's marker put on or taken off: the same block with and without `cache_control`.
+    ToggleMarker(usize),
+    /// A message's role flipped: the same content in another section.
+    FlipRole(usize),
+    /// A message in the middle rewritten.
+    Rewrite(usize, usize),
+    /// A compaction: the messages up to one replaced by a summary.
+    Compact(usize),
+    /// A clear: each tool result's content replaced by a placeholder.
+    Clear,
+    /// Two messages swapped: the same JSON at other positions.
+    Swap(usize, usize),
+    /// A message's content written as a string or as one text block.
+    StringForm(usize),
+    /// The system prompt changed (string, list, or none).
+    System(usize),
+    /// The tool list changed (none, empty, one, two).
+    Tools(usize),
+    /// `tool_choice`, `thinking` or the effort set or removed.
+    Salt(usize),
+    /// Automatic caching (the top-level `cache_control`) on or off.
+    Automatic,
+    /// A fresh session: one new message.
+    Fresh(usize),
+    /// A body the mapping refuses, sent once.
+    Refused(usize),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    let i = || 0usize..8;
+    prop_oneof![
+        4 => (any::<bool>(), 0usize..6, any::<bool>())
+            .prop_map(|(role, number, tool)| Edit::Append { role, number, tool }),
+        1 => Just(Edit::Repeat),
+        2 => i().prop_map(Edit::ToggleMarker),
+        1 => i().prop_map(Edit::FlipRole),
+        1 => (i(), 0usize..6).prop_map(|(a, b)| Edit::Rewrite(a, b)),
+        1 => i().prop_map(Edit::Compact),
+        1 => Just(Edit::Clear),
+        1 => (i(), i()).prop_map(|(a, b)| Edit::Swap(a, b)),
+        1 => i().prop_map(Edit::StringForm),
+        1 => i().prop_map(Edit::System),
+        1 => i().prop_map(Edit::Tools),
+        1 => i().prop_map(Edit::Salt),
+        1 => Just(Edit::Automatic),
+        1 => i().prop_map(Edit::Fresh),
+        1 => i().prop_map(Edit::Refused),
+    ]
+}
+
+/// Numbers whose JSON values compare equal but are written differently (`0`, `0.0`, `-0.0`),
+/// so that a message rewritten with one of them looks, as a `Value`, like the one before.
+const NUMBERS: [f64; 6] = [0.0, -0.0, 1.0, 1.5, -1.0, 1e300];
+
+fn number(n: usize) -> Value {
+    match n % (NUMBERS.len() + 1) {
+        0 => json!(0),
+        k => json!(NUMBERS[k - 1]),
+    }
+}
+
+fn message(user: bool, n: usize, tool: bool) -> Value {
+    let role = if user { "user" } else { "assistant" };
+    let block = match (tool, user) {
+        (true, false) => {
+            json!({"type":"tool_use","id":"call","name":"t","input":{"x":number(n)}})
+        }
+        (true, true) => {
+            json!({"type":"tool_result","tool_use_id":"call","content":[{"type":"text","text":format!("out {}", number(n))}]})
+        }
+        (false, _) => json!({"type":"text","text":format!("text {n}")}),
+    };
+    json!({"role":role,"content":[block]})
+}
+
+/// Every block of the messages, for an edit that picks one.
+fn message_blocks(body: &mut Value) -> Vec<&mut Value> {
+    body["messages"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get_mut("content").and_then(Value::as_array_mut))
+        .flatten()
+        .collect()
+}
+
+/// `body` after `edit`; `Refused` gives the body to send once, the session's body unchanged.
+fn memo_edit(body: &mut Value, edit: &Edit) -> Option<Value> {
+    let len = body["messages"].as_array().map_or(0, Vec::len);
+    let messages = |body: &mut Value| body["messages"].as_array_mut().unwrap().clone();
+    match *edit {
+        Edit::Append { role, number, tool } => {
+            for block in message_blocks(body) {
+                block.as_object_mut().unwrap().remove("cache_control");
+            }
+            body["messages"]
+                .as_array_mut()
+                .unwrap()
+                .push(message(role, number, tool));
+            if let Some(last) = message_blocks(body).pop() {
+                last["cache_control"] = json!({"type":"ephemeral"});
+            }
+        }
+        Edit::Repeat => {}
+        Edit::ToggleMarker(i) => {
+            let mut blocks = message_blocks(body);
+            let n = blocks.len();
+            if n > 0 {
+                let block = blocks[i % n].as_object_mut().unwrap();
+                if block.remove("cache_control").is_none() {
+                    block.insert("cache_control".into(), json!({"type":"ephemeral"}));
+                }
+            }
+        }
+        Edit::FlipRole(i) if len > 0 => {
+            let m = &mut body["messages"][i % len];
+            m["role"] = json!(if m["role"] == "user" {
+                "assistant"
+            } else {
+                "user"
+            });
+        }
+        Edit::Rewrite(i, n) if len > 0 => {
+            let user = body["messages"][i % len]["role"] == "user";
+            body["messages"][i % len] = message(user, n, n % 2 == 0);
+        }
+        Edit::Compact(i) if len > 0 => {
+            let mut kept = messages(body).split_off(i % len);
+            kept.insert(
+                0,
+                json!({"role":"assistant","content":[{"type":"text","text":"summary"}]}),
+            );
+            body["messages"] = json!(kept);
+        }
+        Edit::Clear => {
+            for block in message_blocks(body) {
+                if block["type"] == "tool_result" {
+                    block["content"] = json!("[cleared]");
+                }
+            }
+        }
+        Edit::Swap(a, b) if len > 0 => body["messages"]
+            .as_array_mut()
+            .unwrap()
+            .swap(a % len, b % len),
+        Edit::StringForm(i) if len > 0 => {
+            let content = &mut body["messages"][i % len]["content"];
+            *content = match content.take() {
+                Value::String(text) => json!([{"type":"text","text":text}]),
+                Value::Array(blocks) => match blocks.as_slice() {
+                    [only] if only["type"] == "text" => only["text"].clone(),
+                    _ => Value::Array(blocks),
+                },
+                other => other,
+            };
+        }
+        Edit::System(i) => {
+            let system = [
+                Value::Null,
+                json!("You are X."),
+                json!("You are Y."),
+                json!([{"type":"text","text":"You are X.","cache_control":{"type":"ephemeral"}}]),
+            ];
+            match &system[i % system.len()] {
+                Value::Null => drop(body.as_object_mut().unwrap().remove("system")),
+                s => body["system"] = s.clone(),
+            }
+        }
+        Edit::Tools(i) => {
+            let tool = |name: &str| json!({"name":name,"input_schema":{"type":"object"}});
+            let tools = [
+                Value::Null,
+                json!([]),
+                json!([tool("t")]),
+                json!([tool("t"), tool("u")]),
+            ];
+            match &tools[i % tools.len()] {
+                Value::Null => drop(body.as_object_mut().unwrap().remove("tools")),
+                t => body["tools"] = t.clone(),
+            }
+        }
+        Edit::Salt(i) => {
+            let (key, value) = [
+                ("tool_choice", json!({"type":"auto"})),
+                ("tool_choice", json!({"type":"any"})),
+                ("thinking", json!({"type":"enabled","budget_tokens":1024})),
+                ("output_config", json!({"effort":"low"})),
+            ][i % 4]
+                .clone();
+            let body = body.as_object_mut().unwrap();
+            if body.remove(key).is_none() {
+                body.insert(key.into(), value);
+            }
+        }
+        Edit::Automatic => {
+            let body = body.as_object_mut().unwrap();
+            if body.remove("cache_control").is_none() {
+                body.insert("cache_control".into(), json!({"type":"ephemeral"}));
+            }
+        }
+        Edit::Fresh(n) => body["messages"] = json!([message(true, n, false)]),
+        Edit::Refused(i) => {
+            let mut refused = body.clone();
+            let bad = [
+                json!(5),
+                json!([5]),
+                json!([{"type":"text","text":"x","cache_control":{"type":"lasting"}}]),
+            ];
+            refused["messages"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"role":"user","content":bad[i % bad.len()]}));
+            return Some(refused);
+        }
+        _ => {}
+    }
+    None
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// Whatever a session's requests do between them — grow, retry, move or toggle a marker,
+    /// flip a role, rewrite, compact, clear, swap or re-form messages, change the system prompt,
+    /// the tools, the salt or automatic caching, start afresh, or send a refused body — the memo
+    /// shapes every request as [`shape`] does.
+    #[test]
+    fn the_memo_shapes_every_request_of_any_session_as_shape_does(
+        edits in proptest::collection::vec(edit(), 1..40)
+    ) {
+        use muninn_anthropic::prompt::{ShapeMemo, shape_memoized};
+        let mut body = req(json!([message(true, 0, false)]));
+        let mut memo = ShapeMemo::default();
+        for (step, edit) in edits.iter().enumerate() {
+            let sent = memo_edit(&mut body, edit).unwrap_or_else(|| body.clone());
+            prop_assert_eq!(
+                shape_memoized(&sent, &mut memo),
+                shape(&sent),
+                "step {} ({:?}): {}",
+                step,
+                edit,
+                sent
+            );
+        }
+    }
 }

@@ -92,11 +92,12 @@ pub fn require_beta(betas: Option<&str>, beta: &str, field: &str) -> Result<(), 
 }
 
 /// Checks every compaction block sent back, then drops the messages before the last one (in the
-/// body and the typed request alike), as the provider ignores them.
+/// body and the typed request alike), as the provider ignores them. The body is `None` when no
+/// message is dropped: it is read as it was sent (and need not be copied or mapped again).
 pub fn receive_compactions(
     body: &Value,
     request: MessagesRequest,
-) -> Result<(Value, MessagesRequest), ApiError> {
+) -> Result<(Option<Value>, MessagesRequest), ApiError> {
     let mut last = None;
     for (i, message) in request.messages.iter().enumerate() {
         let Content::Blocks(blocks) = &message.content else {
@@ -121,7 +122,7 @@ pub fn receive_compactions(
         }
     }
     let Some(from) = last.filter(|&i| i > 0) else {
-        return Ok((body.clone(), request));
+        return Ok((None, request));
     };
     let mut body = body.clone();
     if let Some(Value::Array(messages)) = body.get_mut("messages") {
@@ -129,7 +130,7 @@ pub fn receive_compactions(
     }
     let mut request = request;
     request.messages.drain(..from);
-    Ok((body, request))
+    Ok((Some(body), request))
 }
 
 fn check_signature(content: &str, signature: &str, index: usize) -> Result<(), ApiError> {

@@ -59,7 +59,7 @@ use diagnose::Fingerprints;
 use crate::context;
 use crate::reply::{Reply, reply};
 use muninn_anthropic::context::{apply_edits, compaction_due};
-use muninn_anthropic::prompt::{PromptShape, shape};
+use muninn_anthropic::prompt::{PromptShape, ShapeError, shape};
 use muninn_anthropic::wire::{
     AppliedEdit, ContextManagementResponse, MessagesRequest, STOP_COMPACTION,
 };
@@ -68,6 +68,7 @@ use muninn_core::price::PriceTable;
 use muninn_core::trace::Usage;
 use serde::Deserialize;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -242,9 +243,14 @@ impl Simulator {
         seq: u64,
         now_ms: i64,
     ) -> Result<Answer, ApiError> {
-        let (body, request, applied) = as_read(body, betas)?;
-        let body = &body;
-        let shaped = self.shape_as_cached(body)?;
+        let Read {
+            body,
+            request,
+            applied,
+            shaped,
+        } = as_read(body, betas)?;
+        let body = &*body;
+        let shaped = self.as_cached(shaped);
         let context_window = self
             .config
             .prices
@@ -323,8 +329,11 @@ impl Simulator {
     /// for 5 minutes where `ttl: "1h"` is not honoured. Every pass of a request (a threshold
     /// compaction's message pass too) is shaped here, so no pass caches by other rules.
     fn shape_as_cached(&self, body: &Value) -> Result<PromptShape, ApiError> {
-        let mut shaped =
-            shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+        Ok(self.as_cached(shape(body).map_err(refused_shape)?))
+    }
+
+    /// `shape_as_cached` of a body already shaped: `shaped` as the provider caches it.
+    fn as_cached(&self, mut shaped: PromptShape) -> PromptShape {
         if !self.config.honour_1h {
             for c in &mut shaped.checkpoints {
                 if c.breakpoint == Some(Ttl::OneHour) {
@@ -332,7 +341,7 @@ impl Simulator {
                 }
             }
         }
-        Ok(shaped)
+        shaped
     }
 
     /// Applies `body`'s prompt from [`Simulator::shape_as_cached`] to the shared cache at
@@ -403,28 +412,57 @@ impl Simulator {
     }
 }
 
+/// A messages body as the provider reads it (`as_read`).
+struct Read<'a> {
+    /// The body read: the one sent, unless a compaction dropped messages or an edit applied.
+    body: Cow<'a, Value>,
+    /// `body`, typed, after the edits.
+    request: MessagesRequest,
+    /// The edits applied.
+    applied: Vec<AppliedEdit>,
+    /// `body` mapped for the cache model (before `Simulator::as_cached`).
+    shaped: PromptShape,
+}
+
 /// A messages body as the provider reads it: from the last compaction block sent back, after
-/// the context edits — the body, the typed request and the edits applied. Refused where the
-/// API refuses the body, a compaction or an edit.
-fn as_read(
-    body: &Value,
-    betas: Option<&str>,
-) -> Result<(Value, MessagesRequest, Vec<AppliedEdit>), ApiError> {
-    // The mapping first: its errors name the field the way the API does.
-    shape(body).map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
+/// the context edits — the body, the typed request, the edits applied and the body's shape.
+/// Refused where the API refuses the body, a compaction or an edit.
+fn as_read<'a>(body: &'a Value, betas: Option<&str>) -> Result<Read<'a>, ApiError> {
+    // The mapping first: its errors name the field the way the API does. A body read as it was
+    // sent keeps this shape (the mapping depends on the body alone), so a turn maps its prompt
+    // once, not twice.
+    let shaped = shape(body).map_err(refused_shape)?;
     let request = MessagesRequest::deserialize(body)
         .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
-    let (body, request) = context::receive_compactions(body, request)?;
-    context::check_fields(&body, &request, betas)?;
+    let (received, request) = context::receive_compactions(body, request)?;
+    let received = received.map_or(Cow::Borrowed(body), Cow::Owned);
+    context::check_fields(&received, &request, betas)?;
     context::check_compaction(&request, betas)?;
     let (edited, applied) = apply_edits(&request)
         .map_err(|e| ApiError::new(400, "invalid_request_error", e.to_string()))?;
-    let body = if applied.is_empty() {
-        body
-    } else {
-        context::edited_body(&body, &request, &edited)?
+    let (body, shaped) = match received {
+        Cow::Borrowed(body) if applied.is_empty() => (Cow::Borrowed(body), shaped),
+        received => {
+            let body = if applied.is_empty() {
+                received.into_owned()
+            } else {
+                context::edited_body(&received, &request, &edited)?
+            };
+            let shaped = shape(&body).map_err(refused_shape)?;
+            (Cow::Owned(body), shaped)
+        }
     };
-    Ok((body, edited, applied))
+    Ok(Read {
+        body,
+        request: edited,
+        applied,
+        shaped,
+    })
+}
+
+/// The API's 400 for a body the mapping refuses.
+fn refused_shape(e: ShapeError) -> ApiError {
+    ApiError::new(400, "invalid_request_error", e.to_string())
 }
 
 /// The API's 400 for a prompt the cache model refuses. A TTL out of order names the offending
