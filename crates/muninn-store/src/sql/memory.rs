@@ -27,7 +27,7 @@ fn check_note(note: &NewMemoryNote) -> Result<()> {
 /// case), unless the text is in the "C" collation, where only A–Z are letters. The query once
 /// lowered with 26 nested `replace()`s that both engines run alike: the same results, but 26
 /// copies of every note per search — at 10,000 notes 576 ms on SQLite and 301 ms on PostgreSQL
-/// (release build, a loaded machine), 2.2–2.4 s on SQLite in a debug build; `lower()` takes
+/// (release build, load 10–11), 2.2–2.4 s on SQLite in a debug build; `lower()` takes
 /// 20–50 ms and 32–59 ms in the same conditions (`cargo bench -p muninn-store --bench
 /// memory_search`). The plan is the same either way (the Mind's notes by `memory_notes_mind`,
 /// then a sort for the order): the time was the per-row function, not the scan.
