@@ -77,7 +77,7 @@ use crate::wire::{
 use muninn_backend::clock::Clock;
 use muninn_backend::{
     Backend, BackendError, Capability, FailedAttempt, InputPart, SessionEvent, SessionSpec,
-    ToolCall, TtlCheck, TurnEvent, TurnInput, TurnOutcome,
+    ToolCall, ToolSpec, TtlCheck, TurnEvent, TurnInput, TurnOutcome,
 };
 use muninn_core::cache::{CacheRules, CacheState, Ttl};
 use muninn_core::ledger::MissCause;
@@ -300,26 +300,7 @@ impl<T: Transport> AnthropicBackend<T> {
                 extra: Map::new(),
             })
             .collect::<Vec<_>>();
-        let mut tools: Vec<Tool> = spec
-            .tools
-            .iter()
-            .map(|t| Tool {
-                name: t.name.clone(),
-                description: Some(t.description.clone()),
-                input_schema: Some(t.input_schema.clone()),
-                cache_control: None,
-                extra: Map::new(),
-            })
-            .collect();
-        if let Some(schema) = &spec.output_schema {
-            tools.push(Tool {
-                name: STRUCTURED_OUTPUT_TOOL.to_string(),
-                description: Some(STRUCTURED_OUTPUT_DESCRIPTION.to_string()),
-                input_schema: Some(schema.clone()),
-                cache_control: None,
-                extra: Map::new(),
-            });
-        }
+        let tools = tools_of(&spec.tools, spec.output_schema.as_ref());
         Ok(MessagesRequest {
             model: spec.model.clone(),
             max_tokens: spec.max_tokens,
@@ -335,6 +316,33 @@ impl<T: Transport> AnthropicBackend<T> {
             extra: Map::new(),
         })
     }
+}
+
+/// The tool definitions a request of a session offering `tools`, and replying under
+/// `output_schema`, sends: each of muninn's own, then the structured-output tool. One list for
+/// the request and for [`Backend::tool_tokens`], so what the head is estimated to hold is what
+/// is sent.
+fn tools_of(tools: &[ToolSpec], output_schema: Option<&Value>) -> Vec<Tool> {
+    let mut sent: Vec<Tool> = tools
+        .iter()
+        .map(|t| Tool {
+            name: t.name.clone(),
+            description: Some(t.description.clone()),
+            input_schema: Some(t.input_schema.clone()),
+            cache_control: None,
+            extra: Map::new(),
+        })
+        .collect();
+    if let Some(schema) = output_schema {
+        sent.push(Tool {
+            name: STRUCTURED_OUTPUT_TOOL.to_string(),
+            description: Some(STRUCTURED_OUTPUT_DESCRIPTION.to_string()),
+            input_schema: Some(schema.clone()),
+            cache_control: None,
+            extra: Map::new(),
+        });
+    }
+    sent
 }
 
 /// Sets (or with `None` clears) the cache marker on the last block of the last message, when
@@ -487,6 +495,16 @@ impl<T: Transport> Backend for AnthropicBackend<T> {
 
     fn can_offer_tools(&self) -> bool {
         true
+    }
+
+    /// Each tool definition `tools_of` sends, counted as the cache model counts a tool block
+    /// ([`crate::prompt::shape`]: its canonical JSON without `cache_control`).
+    fn tool_tokens(&self, tools: &[ToolSpec], output_schema: Option<&Value>) -> u64 {
+        tools_of(tools, output_schema)
+            .iter()
+            .filter_map(|tool| serde_json::to_value(tool).ok())
+            .map(|tool| count(&crate::prompt::canonical_string(&tool)))
+            .sum()
     }
 
     /// The turn carries a `clear_tool_uses_20250919` edit that applies at any size (trigger 0)

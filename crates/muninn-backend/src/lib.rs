@@ -600,6 +600,17 @@ pub trait Backend: Send {
         false
     }
 
+    /// The prompt tokens the tool definitions of a session offering `tools` and replying under
+    /// `output_schema` take, as the backend sends them (muninn's own tools and, for a reply
+    /// schema, the tool it is offered as) and the provider counts them: they head every request,
+    /// before the system layers, so a caller estimating a request before any was measured (the
+    /// head of a segment not yet sent) adds them to the layers. 0 by default, and for a backend
+    /// that cannot see its requests (the Claude Code CLI sends tools of its own).
+    fn tool_tokens(&self, tools: &[ToolSpec], output_schema: Option<&Value>) -> u64 {
+        let _ = (tools, output_schema);
+        0
+    }
+
     /// What the next [`Backend::turn`] (or [`Backend::turn_cleared`]) will send ahead of its
     /// input, in its user message, added by the backend itself: the Anthropic backend's
     /// acknowledgement of the last reply's structured-output call, a tool result. A caller that

@@ -30,6 +30,17 @@ fn asked(w: &World) -> usize {
         .count()
 }
 
+/// The usage the simulator billed for the Messages request it answered `n`th (from 0).
+fn billed(w: &World, n: usize) -> muninn_core::trace::Usage {
+    w.sim
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/messages") && r.status == 200)
+        .nth(n)
+        .and_then(|r| r.usage)
+        .expect("the request answered")
+}
+
 /// `runner`'s host dies: nothing released, nothing retried; its lease runs out.
 fn killed(w: &World, runner: MindRunner<SimBackend>) {
     drop(runner);
@@ -120,6 +131,19 @@ async fn lost_then_replayed(before: usize) {
     let model = price.model(&row.model).expect("priced");
     assert!(row.cost.0 > 0 && row.usage.output == 0, "{row:#?}");
     assert_eq!(row.cost, model.cost(&row.usage));
+    // The estimate is of the request the provider billed: a segment's first, its prompt as
+    // the simulator counted it, the tools the backend sent (the reply schema) included — not
+    // exactly, the batch counted at its upper bound. An appended request reads the prefix the
+    // provider holds; what it writes is the batch as the decider counts it, which leaves out
+    // the previous reply the request also carries (the accounting tracks no output).
+    let billed = billed(&w, before);
+    let (estimated, measured) = (row.usage.prompt() as f64, billed.prompt() as f64);
+    assert!(
+        before > 0 || (estimated - measured).abs() <= 0.02 * measured,
+        "estimated {estimated} prompt tokens ({:?}), the provider billed {measured}: {billed:?}",
+        row.usage
+    );
+    assert_eq!(row.usage.cache_read, billed.cache_read, "{billed:?}");
     assert!(row.events[0]["lost_with_host"].is_i64(), "{:?}", row.events);
     let text = serde_json::to_string(row).unwrap();
     assert!(!text.contains("plover"), "prompt text in the row: {text}");
@@ -141,13 +165,16 @@ async fn lost_then_replayed(before: usize) {
     assert_eq!(lost, 1, "after a second restart: {rows:#?}");
     assert_eq!(asked(&w), rows.len() - lost + 1);
     // Every decision replays. The cost only nearly: the lost row is an estimate made before
-    // the request's shape was measured (a new segment's head and system as the layers estimate
-    // them, 2,400 tokens where the provider's breakpoints said 2,421; an appended batch at the
-    // batch's upper bound), and the replay shapes it, and the cache the next row reads, on
-    // that estimate.
+    // the request's shape was measured — a new segment's head and system as the layers and the
+    // reply schema's tool count them, exact, but the batch at its upper bound and the system
+    // after the first layer at the tail's TTL (the provider writes it at the head's); an
+    // appended batch at the batch's upper bound — and the replay shapes it, and the cache the
+    // next row reads, on that estimate (the batch asked again reads the lost request's whole
+    // prompt from the provider's cache, the replay only its system). 0.54% apart for a
+    // segment's first request; 1.38% before the tools were counted in its head.
     let report = verify(&rows, &price, &Default::default());
     assert!(report.disagreements.is_empty(), "{report:#?}");
-    assert!(report.cost_difference().abs() < 0.02, "{report:#?}");
+    assert!(report.cost_difference().abs() < 0.01, "{report:#?}");
     let apart: Vec<usize> = report.largest.iter().map(|r| r.row).collect();
     assert!(apart.iter().all(|row| *row <= before + 1), "{report:#?}");
 }

@@ -115,14 +115,30 @@ impl<B: Backend> MindRunner<B> {
             Event::Expiring | Event::HeadExpiring => (acc.view(), 0, false),
         };
         let starts = plan.starts();
-        let segment_start = session.starting.map(|s| s.start).filter(|_| starts);
+        // The tools head the prompt, before the system layers: the reply schema the backend
+        // sends as a tool. A segment's record estimated from its layers leaves them out (the
+        // first request's measure, which replaces it, counts them), and so did this estimate:
+        // a head of 2,400 tokens where the provider billed 2,941.
+        let tools = session.backend.tool_tokens(&[], Some(&self.persona_schema));
+        let segment_start =
+            session
+                .starting
+                .filter(|_| starts)
+                .map(|starting| match starting.measured {
+                    true => starting.start,
+                    false => SegmentStart {
+                        head: starting.start.head + tools,
+                        rehydration: starting.start.rehydration + tools,
+                        ..starting.start
+                    },
+                });
         if let Some(start) = &segment_start {
             // The segment it opens, as its record says: the head and system a replay shapes it on.
             view.bounds.head_tokens = start.head;
             view.bounds.rehydrate_tokens = start.rehydration.saturating_sub(start.head);
         } else if starts {
             // As the worst case: a session never started knows no head yet.
-            view.bounds.head_tokens = view.bounds.head_tokens.max(self.layer_tokens());
+            view.bounds.head_tokens = view.bounds.head_tokens.max(self.layer_tokens() + tools);
         }
         let usage = view.predicted_usage(starts, delta, now);
         SentEstimate {
