@@ -9,7 +9,7 @@ use muninn_anthropic::client::{AnthropicClient, ClientConfig, credentials_from_e
 use muninn_backend::clock::Clock;
 use muninn_backend::{
     Backend, BackendError, FailedAttempt, FlushProtocol, InputPart, RunOutcome, SessionEvent,
-    SessionSpec, TurnInput, TurnOutcome,
+    SessionSpec, ToolSpec, TurnInput, TurnOutcome,
 };
 pub use muninn_claude_cli::PINNED_VERSION as PINNED_CLAUDE_CLI;
 use muninn_claude_cli::pool::{ParkPolicy, PoolConfig, SharedPool};
@@ -17,6 +17,7 @@ use muninn_claude_cli::{BindingKey, ClaudeCliBackend, CliConfig, CredentialKind,
 use muninn_core::price::PriceTable;
 use muninn_sim::inprocess::{InProcess, SimBackend};
 use muninn_sim::sim::{SimConfig, Simulator};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -94,6 +95,14 @@ impl Backend for AnyBackend {
             AnyBackend::Sim(b) => b.pending_input(),
             AnyBackend::Anthropic(b) => b.pending_input(),
             AnyBackend::ClaudeCli(b) => b.pending_input(),
+        }
+    }
+
+    fn tool_tokens(&self, tools: &[ToolSpec], output_schema: Option<&Value>) -> u64 {
+        match self {
+            AnyBackend::Sim(b) => b.tool_tokens(tools, output_schema),
+            AnyBackend::Anthropic(b) => b.tool_tokens(tools, output_schema),
+            AnyBackend::ClaudeCli(b) => b.tool_tokens(tools, output_schema),
         }
     }
 
@@ -733,6 +742,30 @@ mod tests {
         let failed = backend.take_failed_attempts();
         assert_eq!(failed.len(), 1, "{failed:?}");
         assert_eq!(Some(failed[0].usage), sim.requests()[0].usage);
+    }
+
+    /// The tools' tokens a lost answer's estimate adds to a new segment's head (`runtime/lost.rs`)
+    /// reach the runner through [`AnyBackend`]: left to the trait's default (0), a host under
+    /// `muninn serve` estimated every such head without its tools, as before the estimate
+    /// counted them.
+    #[test]
+    fn the_tools_tokens_are_handed_over() {
+        let config: Config = toml::from_str("").unwrap();
+        let factory = BackendFactory::from_config(&config, |_| None).unwrap();
+        let sim = factory.simulator().unwrap().clone();
+        let clock: Arc<dyn Clock> = Arc::new(muninn_sim::SimClock(sim.clone()));
+        let backend = factory.make(clock.clone(), &PriceTable::embedded(), "vala/persona");
+        let inner = SimBackend::new(InProcess::new(sim), clock, PriceTable::embedded());
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"reply": {"type": "string"}},
+        });
+        let expected = inner.tool_tokens(&[], Some(&schema));
+        assert!(
+            expected > 0,
+            "the simulator's backend counts the schema's tool"
+        );
+        assert_eq!(backend.tool_tokens(&[], Some(&schema)), expected);
     }
 
     /// A named pipe where the binding key is kept was waited on for a writer, for ever: the

@@ -9,8 +9,9 @@
 
 use muninn_backend::{
     Backend, BackendError, FailedAttempt, FlushProtocol, InputPart, RunOutcome, SessionEvent,
-    SessionSpec, TurnInput, TurnOutcome,
+    SessionSpec, ToolSpec, TurnInput, TurnOutcome,
 };
+use serde_json::Value;
 use std::future::Future;
 use std::time::Instant;
 
@@ -99,6 +100,10 @@ impl<B: Backend, W: Watch> Backend for Watched<B, W> {
 
     fn pending_input(&self) -> Vec<InputPart> {
         self.inner.pending_input()
+    }
+
+    fn tool_tokens(&self, tools: &[ToolSpec], output_schema: Option<&Value>) -> u64 {
+        self.inner.tool_tokens(tools, output_schema)
     }
 
     fn can_clear_tool_results(&self) -> bool {
