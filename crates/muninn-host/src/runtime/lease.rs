@@ -129,48 +129,56 @@ impl<B: Backend> MindRunner<B> {
             taken = self.take_over(previous, now).await?;
         }
         let token = taken.as_ref().map(|l| l.token);
-        if taken.is_some() && self.lease.is_none() {
-            // A new lease: the sessions in memory (if any) are not known to match the
-            // transcript. The next turn resumes the open segment through its stored handle when
-            // that still lines up, forking the provider session unless the previous holder
-            // let go cleanly (forking costs nothing in cache: the copy has the same prefix);
-            // otherwise it starts a fresh segment. Either way the accounting is read back
-            // from the ledger first, so the counts continue where the last holder left them.
-            let fork = previous.is_some();
-            if let Some(lease) = &taken {
-                let token = lease.token.0;
-                let change = LeaseChange::Taken { token, fork };
-                self.host.telemetry.lease(&self.mind.id, change);
-            }
-            for session in [&mut self.persona, &mut self.selfs] {
-                session.mark_broken(now);
-                session.resume = Some(fork);
-                session.restore = Some(super::session::Restore::NewLease);
-            }
-            // An unanswered attempt was rendered on the session just given up: one recorded
-            // is in a segment no resume continues (it ends unanswered); one not recorded is
-            // rendered again on whatever session the next turn stands on, which has not seen
-            // the rendering (`attempt.rs`).
-            self.attempt = None;
-            // So is a held brief's: the recovery below looks at it afresh (`stranded.rs`),
-            // knowing that one whose ask mark went unconfirmed was never sent.
-            let held = self.held_brief.take();
-            self.unsent_brief = held.and_then(|h| h.unsent_behind_its_mark());
-            // Whoever held the lease before may have died in the middle of a Self run.
-            self.check_stranded = true;
-            // And may have died between a Persona answer and its commit (`lost.rs`).
-            self.check_lost = true;
-            self.stranded_by = None;
-            // A run found stranded now is the previous holder's: the panic that ended the
-            // runner this one replaced (`supervise.rs`) stopped it only if that holder was this
-            // host. Another host that took the Mind meanwhile recovered the panicked run's brief
-            // at its first step; what it left running, its own end stopped.
-            if previous.as_ref().is_some_and(|p| p.holder != self.holder) {
-                self.panicked = None;
-            }
+        if let Some(lease) = &taken
+            && self.lease.is_none()
+        {
+            self.took_a_new_lease(previous.as_ref(), lease, now);
         }
         self.lease = taken;
         Ok(token)
+    }
+
+    /// A new lease: what the runner held in memory of the sessions, an attempt or a brief is
+    /// no longer known to match what the store holds; `previous` is the lease it replaced.
+    fn took_a_new_lease(&mut self, previous: Option<&Lease>, taken: &Lease, now: i64) {
+        // The sessions in memory (if any) are not known to match the
+        // transcript. The next turn resumes the open segment through its stored handle when
+        // that still lines up, forking the provider session unless the previous holder
+        // let go cleanly (forking costs nothing in cache: the copy has the same prefix);
+        // otherwise it starts a fresh segment. Either way the accounting is read back
+        // from the ledger first, so the counts continue where the last holder left them.
+        let fork = previous.is_some();
+        let change = LeaseChange::Taken {
+            token: taken.token.0,
+            fork,
+        };
+        self.host.telemetry.lease(&self.mind.id, change);
+        for session in [&mut self.persona, &mut self.selfs] {
+            session.mark_broken(now);
+            session.resume = Some(fork);
+            session.restore = Some(super::session::Restore::NewLease);
+        }
+        // An unanswered attempt was rendered on the session just given up: one recorded
+        // is in a segment no resume continues (it ends unanswered); one not recorded is
+        // rendered again on whatever session the next turn stands on, which has not seen
+        // the rendering (`attempt.rs`).
+        self.attempt = None;
+        // So is a held brief's: the recovery below looks at it afresh (`stranded.rs`),
+        // knowing that one whose ask mark went unconfirmed was never sent.
+        let held = self.held_brief.take();
+        self.unsent_brief = held.and_then(|h| h.unsent_behind_its_mark());
+        // Whoever held the lease before may have died in the middle of a Self run.
+        self.check_stranded = true;
+        // And may have died between a Persona answer and its commit (`lost.rs`).
+        self.check_lost = true;
+        self.stranded_by = None;
+        // A run found stranded now is the previous holder's: the panic that ended the
+        // runner this one replaced (`supervise.rs`) stopped it only if that holder was this
+        // host. Another host that took the Mind meanwhile recovered the panicked run's brief
+        // at its first step; what it left running, its own end stopped.
+        if previous.is_some_and(|p| p.holder != self.holder) {
+            self.panicked = None;
+        }
     }
 
     /// The fence refused this runner's token (a renewal, or any fenced write of a step):
