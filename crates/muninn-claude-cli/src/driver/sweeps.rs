@@ -162,20 +162,25 @@ impl Sweeps {
 mod tests {
     use super::*;
 
+    /// Three processes that carry `mark` and would outlive the test by a minute.
+    fn marked_sleeps(mark: &str) -> Vec<std::process::Child> {
+        (0..3)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("60")
+                    .env(tree::MARK_VAR, mark)
+                    .spawn()
+                    .unwrap()
+            })
+            .collect()
+    }
+
     /// A sweep begun where no one awaits it (a drop) is waited for by [`Sweeps::settled`]:
     /// once it returns, every process carrying the mark is dead.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn settled_waits_for_a_sweep_begun_by_a_drop() {
         let mark = tree::new_mark().unwrap();
-        let mut sleeps: Vec<_> = (0..3)
-            .map(|_| {
-                std::process::Command::new("sleep")
-                    .arg("60")
-                    .env(tree::MARK_VAR, &mark)
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
+        let mut sleeps = marked_sleeps(&mark);
         let sweeps = Sweeps::default();
         drop(sweeps.start(mark, None));
         sweeps.settled().await;
@@ -204,15 +209,7 @@ mod tests {
             }
         }
         let mark = tree::new_mark().unwrap();
-        let mut sleeps: Vec<_> = (0..3)
-            .map(|_| {
-                std::process::Command::new("sleep")
-                    .arg("60")
-                    .env(tree::MARK_VAR, &mark)
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
+        let mut sleeps = marked_sleeps(&mark);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .build()
